@@ -1,0 +1,16 @@
+import type { BetaRunnableTool } from '@anthropic-ai/sdk/lib/tools/BetaRunnableTool';
+
+/**
+ * A tool the service runs itself. `tool` is what the SDK's tool runner calls (built with `betaZodTool`, so the
+ * input is validated with zod and a thrown error becomes an `is_error` result).
+ */
+export interface ServerTool {
+  tool: BetaRunnableTool<any>;
+  /** Calls wait for approve/deny/edit by default; a session's `approval` policy overrides this. */
+  requiresApproval: boolean;
+  /**
+   * Safe to run again when a crash interrupted it mid-run. A non-idempotent tool interrupted by a crash is answered
+   * with an `is_error` "interrupted" result instead of running twice.
+   */
+  idempotent: boolean;
+}
