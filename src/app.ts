@@ -1,0 +1,68 @@
+import type { FastifyPluginAsync } from 'fastify';
+import fp from 'fastify-plugin';
+import swagger from '@fastify/swagger';
+import swaggerUi from '@fastify/swagger-ui';
+import websocket from '@fastify/websocket';
+import { jsonSchemaTransform, serializerCompiler, validatorCompiler } from 'fastify-type-provider-zod';
+import type { Config } from './config.js';
+import redisPlugin from './plugins/redis.js';
+import anthropicPlugin from './plugins/anthropic.js';
+import enginePlugin from './plugins/engine.js';
+import authPlugin from './plugins/auth.js';
+import errorsPlugin from './plugins/errors.js';
+import idempotencyPlugin from './plugins/idempotency.js';
+import healthRoutes from '../routes/health.js';
+import sessionRoutes from '../routes/sessions.js';
+import toolRoutes from '../routes/tools.js';
+import eventRoutes from '../routes/events.js';
+import streamRoutes from '../routes/stream.js';
+
+export interface AppOptions {
+  config: Config;
+  /** Where Redis is (resolved at boot: REDIS_URL, a server on 6379, or the embedded one). */
+  redisUrl?: string | undefined;
+  /** The upstream: the real API, or the offline model's loopback URL. */
+  anthropic: { apiKey: string; baseURL?: string | undefined; offline: boolean };
+}
+
+/** The whole service as one Fastify plugin; `src/server.ts` only boots it. */
+const app: FastifyPluginAsync<AppOptions> = async (fastify, opts) => {
+  const { config } = opts;
+  fastify.setValidatorCompiler(validatorCompiler);
+  fastify.setSerializerCompiler(serializerCompiler);
+
+  await fastify.register(errorsPlugin);
+  await fastify.register(swagger, {
+    openapi: {
+      info: { title: 'Tool-runner sessions', version: '0.1.0' },
+      components: { securitySchemes: { bearer: { type: 'http', scheme: 'bearer' } } },
+      security: [{ bearer: [] }],
+    },
+    transform: jsonSchemaTransform,
+  });
+  await fastify.register(swaggerUi, { routePrefix: '/docs' });
+  await fastify.register(redisPlugin, { url: opts.redisUrl, clusterNodes: config.REDIS_CLUSTER_NODES });
+  await fastify.register(anthropicPlugin, {
+    apiKey: opts.anthropic.apiKey,
+    baseURL: opts.anthropic.baseURL,
+    maxRetries: config.UPSTREAM_MAX_RETRIES,
+    offline: opts.anthropic.offline,
+  });
+  await fastify.register(enginePlugin, {
+    leaseTtlMs: config.LEASE_TTL_MS,
+    eventLogMax: config.EVENT_LOG_MAX,
+    shutdownGraceMs: config.SHUTDOWN_GRACE_MS,
+  });
+  await fastify.register(authPlugin, { keys: config.API_KEYS });
+  await fastify.register(idempotencyPlugin, { ttlS: config.IDEMPOTENCY_TTL_S });
+  await fastify.register(websocket, {
+    options: { maxPayload: 1_048_576 },
+  });
+  await fastify.register(healthRoutes);
+  await fastify.register(toolRoutes);
+  await fastify.register(sessionRoutes);
+  await fastify.register(eventRoutes, { config });
+  await fastify.register(streamRoutes, { config });
+};
+
+export default fp(app, { name: 'toolrunner-sessions' });

@@ -1,0 +1,131 @@
+import Fastify, { type FastifyInstance } from 'fastify';
+import path from 'node:path';
+import type { Logger } from 'pino';
+import app from './app.js';
+import { loadConfig, isLoopback, type Config } from './config.js';
+import { startFakeAnthropic, type FakeAnthropic } from './fake/server.js';
+import { offlineHandler } from './fake/offline.js';
+import { findRedisServerBinary, redisAnswers, startEmbeddedRedis } from './redis/embedded.js';
+
+export const loggerOptions = (config: Config) => ({
+  level: config.LOG_LEVEL,
+  redact: {
+    paths: [
+      'req.headers.authorization',
+      'req.headers["x-api-key"]',
+      'req.headers["sec-websocket-protocol"]',
+      'headers.authorization',
+      '*.apiKey',
+      '*.ANTHROPIC_API_KEY',
+      '*.API_KEYS',
+    ],
+    censor: '[redacted]',
+  },
+});
+
+export interface Service {
+  app: FastifyInstance;
+  url: string;
+  config: Config;
+  /** Stops taking runs, lets running turns finish within the grace period, closes Redis and embedded helpers. */
+  close(): Promise<void>;
+}
+
+export class BootError extends Error {}
+
+/** Where Redis is: REDIS_URL (must answer), else 127.0.0.1:6379 if it answers, else an embedded redis-server. */
+async function resolveRedis(config: Config, log: Logger): Promise<{ url?: string; stop?: () => Promise<void> }> {
+  if (config.REDIS_CLUSTER_NODES?.length) return {};
+  if (config.REDIS_URL) {
+    if (!(await redisAnswers(config.REDIS_URL, 3000))) {
+      throw new BootError(`REDIS_URL: no Redis answers at ${redactUrl(config.REDIS_URL)} (checked for 3 s).`);
+    }
+    return { url: config.REDIS_URL };
+  }
+  const local = 'redis://127.0.0.1:6379';
+  if (await redisAnswers(local, 500)) {
+    log.info({ redis: local }, 'using the Redis server on 127.0.0.1:6379 (set REDIS_URL to choose another)');
+    return { url: local };
+  }
+  if (!findRedisServerBinary()) {
+    throw new BootError(
+      'No Redis: REDIS_URL is unset, nothing answers on 127.0.0.1:6379, and no redis-server is installed.\n' +
+        '  Either run `docker compose up` (Redis included), or install Redis (Debian/Ubuntu: `sudo apt-get install redis-server`; ' +
+        'macOS: `brew install redis`), or set REDIS_URL.',
+    );
+  }
+  const dataDir = path.resolve(config.DATA_DIR, 'redis');
+  const embedded = await startEmbeddedRedis({ dataDir, logger: log });
+  log.warn({ redis: embedded.url, dataDir }, 'started an embedded redis-server (append-only, stopped with the service)');
+  return { url: embedded.url, stop: embedded.stop };
+}
+
+function redactUrl(u: string): string {
+  try {
+    const url = new URL(u);
+    if (url.password) url.password = '***';
+    return url.toString();
+  } catch {
+    return '(unparseable)';
+  }
+}
+
+export async function startService(env: NodeJS.ProcessEnv = process.env): Promise<Service> {
+  const config = loadConfig(env);
+  const fastify = Fastify({
+    logger: loggerOptions(config),
+    bodyLimit: config.BODY_LIMIT,
+    requestIdHeader: 'x-request-id',
+    genReqId: () => `req_${Math.random().toString(36).slice(2, 12)}`,
+    disableRequestLogging: config.LOG_LEVEL !== 'debug' && config.LOG_LEVEL !== 'trace',
+    forceCloseConnections: true,
+  });
+  const log = fastify.log as unknown as Logger;
+  const cleanups: Array<() => Promise<void>> = [];
+  try {
+    const redis = await resolveRedis(config, log);
+    if (redis.stop) cleanups.push(redis.stop);
+
+    let offline: FakeAnthropic | undefined;
+    if (!config.ANTHROPIC_API_KEY) {
+      offline = await startFakeAnthropic({
+        handler: offlineHandler,
+        eventDelayMs: config.OFFLINE_EVENT_DELAY_MS,
+        record: false,
+        control: false,
+      });
+      cleanups.push(() => offline!.close());
+      log.warn(
+        { model: 'offline', url: offline.url },
+        'ANTHROPIC_API_KEY is not set: turns are answered by the built-in OFFLINE model (a scripted fake), not by Claude',
+      );
+    }
+    if (!config.API_KEYS) {
+      log.warn({ host: config.HOST }, 'API_KEYS is not set: the API is open to anyone who can reach this loopback address');
+    }
+    await fastify.register(app, {
+      config,
+      redisUrl: redis.url,
+      anthropic: offline
+        ? { apiKey: 'offline', baseURL: offline.url, offline: true }
+        : { apiKey: config.ANTHROPIC_API_KEY!, baseURL: config.ANTHROPIC_BASE_URL, offline: false },
+    });
+    await fastify.listen({ port: config.PORT, host: config.HOST });
+  } catch (err) {
+    await fastify.close().catch(() => {});
+    for (const c of cleanups.reverse()) await c().catch(() => {});
+    throw err;
+  }
+  const addr = fastify.server.address();
+  const port = typeof addr === 'object' && addr ? addr.port : config.PORT;
+  const host = isLoopback(config.HOST) || config.HOST === '0.0.0.0' ? '127.0.0.1' : config.HOST;
+  return {
+    app: fastify,
+    url: `http://${host.includes(':') ? `[${host}]` : host}:${port}`,
+    config,
+    close: async () => {
+      await fastify.close();
+      for (const c of cleanups.reverse()) await c().catch(() => {});
+    },
+  };
+}

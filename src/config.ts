@@ -1,0 +1,107 @@
+import { z } from 'zod';
+
+const port = z.coerce.number().int().min(0).max(65535);
+const positiveMs = z.coerce.number().int().positive();
+
+/** `tenant:key` pairs, comma-separated. A key maps to exactly one tenant. */
+const apiKeys = z
+  .string()
+  .transform((raw, ctx) => {
+    const keys = new Map<string, string>();
+    for (const pair of raw
+      .split(',')
+      .map((p) => p.trim())
+      .filter(Boolean)) {
+      const at = pair.indexOf(':');
+      const tenant = pair.slice(0, at).trim();
+      const key = pair.slice(at + 1).trim();
+      if (at <= 0 || !key || !/^[A-Za-z0-9_.-]{1,64}$/.test(tenant)) {
+        ctx.addIssue({ code: 'custom', message: `expected "tenant:key[,tenant:key…]", got an entry "${pair.slice(0, 20)}…"` });
+        return z.NEVER;
+      }
+      if (keys.has(key)) {
+        ctx.addIssue({ code: 'custom', message: 'the same key is given twice' });
+        return z.NEVER;
+      }
+      keys.set(key, tenant);
+    }
+    return keys;
+  });
+
+const hostPort = z
+  .string()
+  .transform((raw, ctx) =>
+    raw
+      .split(',')
+      .map((s) => s.trim())
+      .filter(Boolean)
+      .map((hp) => {
+        const m = /^(.+):(\d{1,5})$/.exec(hp);
+        if (!m) {
+          ctx.addIssue({ code: 'custom', message: `expected host:port, got "${hp}"` });
+          return { host: '', port: 0 };
+        }
+        return { host: m[1]!, port: Number(m[2]) };
+      }),
+  );
+
+const logLevel = z.enum(['fatal', 'error', 'warn', 'info', 'debug', 'trace', 'silent']);
+
+export const configSchema = z.object({
+  PORT: port.default(3000),
+  HOST: z.string().min(1).default('127.0.0.1'),
+  REDIS_URL: z.url({ protocol: /^rediss?$/ }).optional(),
+  REDIS_CLUSTER_NODES: hostPort.optional(),
+  ANTHROPIC_API_KEY: z.string().min(1).optional(),
+  ANTHROPIC_BASE_URL: z.url().optional(),
+  API_KEYS: apiKeys.optional(),
+  LOG_LEVEL: logLevel.default('info'),
+  /** Where the embedded redis-server keeps its append-only file. */
+  DATA_DIR: z.string().min(1).default('.data'),
+  /** A run's lease in Redis; renewed every third of it while the run lives. */
+  LEASE_TTL_MS: positiveMs.default(10_000),
+  /** How long SIGTERM waits for running turns before their leases are released. */
+  SHUTDOWN_GRACE_MS: positiveMs.default(10_000),
+  /** Approximate number of events kept per session log (XADD MAXLEN ~). */
+  EVENT_LOG_MAX: positiveMs.default(10_000),
+  /** Request body limit in bytes. */
+  BODY_LIMIT: positiveMs.default(1_048_576),
+  /** Idempotency records expire after this many seconds. */
+  IDEMPOTENCY_TTL_S: positiveMs.default(86_400),
+  /** SDK retries of 408/409/429/5xx/connection errors for each turn. */
+  UPSTREAM_MAX_RETRIES: z.coerce.number().int().min(0).max(10).default(2),
+  /** Queued WebSocket bytes after which a slow reader is closed with 1013. */
+  WS_MAX_BUFFER_BYTES: positiveMs.default(1_048_576),
+  WS_PING_MS: positiveMs.default(30_000),
+  /** Requests per minute per tenant on mutating routes. 0 disables the limit. */
+  RATE_LIMIT_PER_MIN: z.coerce.number().int().min(0).default(0),
+  /** Offline model's delay between SSE events (ms). */
+  OFFLINE_EVENT_DELAY_MS: z.coerce.number().int().min(0).default(15),
+});
+
+export type Config = z.infer<typeof configSchema>;
+
+export class ConfigError extends Error {}
+
+/** Parses the environment; a bad value throws a ConfigError that names the variable. */
+export function loadConfig(env: NodeJS.ProcessEnv = process.env): Config {
+  // An empty variable means unset, as in `docker compose` files with `${X:-}`.
+  const cleaned = Object.fromEntries(Object.entries(env).filter(([, v]) => v !== undefined && v !== ''));
+  const parsed = configSchema.safeParse(cleaned);
+  if (!parsed.success) {
+    const lines = parsed.error.issues.map((i) => `  ${i.path.join('.') || '(env)'}: ${i.message}`);
+    throw new ConfigError(`Invalid configuration:\n${lines.join('\n')}`);
+  }
+  const config = parsed.data;
+  if (!config.API_KEYS && !isLoopback(config.HOST)) {
+    throw new ConfigError(
+      `Invalid configuration:\n  API_KEYS: required when HOST (${config.HOST}) is not a loopback address; ` +
+        'set API_KEYS="tenant:key,…" or bind HOST=127.0.0.1',
+    );
+  }
+  return config;
+}
+
+export function isLoopback(host: string): boolean {
+  return host === 'localhost' || host === '::1' || /^127\./.test(host);
+}

@@ -1,0 +1,853 @@
+import Anthropic, { APIError, APIUserAbortError, AnthropicError } from '@anthropic-ai/sdk';
+import type { BetaMessage, BetaRawMessageStreamEvent } from '@anthropic-ai/sdk/resources/beta/messages/messages';
+import { runRunnableTool, type BetaRunnableTool } from '@anthropic-ai/sdk/lib/tools/BetaRunnableTool';
+import type { Logger } from 'pino';
+import type { Redis, Cluster } from 'ioredis';
+import type { ServerTool } from '../../tools/types.js';
+import { AppError, FencedOut } from '../errors.js';
+import { blocksOf, pendingToolCalls, toolCallsOf, type StoredMessage } from '../history.js';
+import { controlChannel } from '../store/keys.js';
+import {
+  usageIncr,
+  type ApplyOps,
+  type ApplyResult,
+  type IterationRecord,
+  type PendingCall,
+  type PendingStep,
+  type SessionError,
+  type SessionState,
+  type SessionStore,
+  type ToolResult,
+} from '../store/store.js';
+import { statusEvent } from '../sessions/view.js';
+import { clientToolNames, interruptedResult, needsReview, pendingCalls, resultBlock, serverToolNames } from './policy.js';
+
+/** Why a run's AbortController fired. */
+type AbortReason = 'cancel' | 'interrupt' | 'shutdown' | 'fenced' | 'deleted';
+
+interface RunHandle {
+  id: string;
+  fence: number;
+  controller: AbortController;
+  reason: AbortReason | null;
+  paramsDirty: boolean;
+  done: Promise<void>;
+}
+
+export interface EngineOptions {
+  store: SessionStore;
+  client: Anthropic;
+  /** A connection the engine may put in subscriber mode (control messages). */
+  subscriber: Redis | Cluster;
+  serverTools: ReadonlyMap<string, ServerTool>;
+  logger: Logger;
+  owner: string;
+  /** Run lease TTL (ms); renewed every third of it. A crashed owner's runs are claimed after at most this. */
+  leaseTtlMs: number;
+  /** How often each replica looks for runs whose lease expired (ms). */
+  sweepIntervalMs?: number;
+  /** Stream deltas are written to Redis in batches: at most this many events or this many ms apart. */
+  streamBatchEvents?: number;
+  streamBatchMs?: number;
+}
+
+const STOP_REASONS_THAT_END = new Set(['end_turn', 'stop_sequence', 'max_tokens', 'refusal']);
+/** Our own retries of a turn whose stream was cut after it started (the SDK retries only before it starts). */
+const STREAM_CUT_RETRIES = 2;
+
+/**
+ * Runs sessions: one run per session at a time across all processes (lease + fencing token), each run driven by a
+ * fresh SDK tool runner built from the persisted history, every iteration committed to Redis before the next turn.
+ */
+export class Engine {
+  private readonly active = new Map<string, RunHandle>();
+  private stopping = false;
+  private sweepTimer: NodeJS.Timeout | null = null;
+  private readonly o: Required<EngineOptions>;
+
+  constructor(options: EngineOptions) {
+    this.o = { sweepIntervalMs: 1000, streamBatchEvents: 64, streamBatchMs: 10, ...options };
+    this.o.subscriber.on('message', (channel: string, message: string) => {
+      const id = /^ctl:\{(.+)\}$/.exec(channel)?.[1];
+      const run = id ? this.active.get(id) : undefined;
+      if (!run) return;
+      if (message === 'params') run.paramsDirty = true;
+      else if (message === 'cancel' || message === 'interrupt') this.abort(run, message);
+      else if (message === 'delete') this.abort(run, 'deleted');
+    });
+  }
+
+  get store() {
+    return this.o.store;
+  }
+
+  get activeRuns(): number {
+    return this.active.size;
+  }
+
+  isRunningHere(id: string): boolean {
+    return this.active.has(id);
+  }
+
+  start(): void {
+    const sweep = () => {
+      this.sweep()
+        .catch((err) => this.o.logger.warn({ err }, 'sweep failed'))
+        .finally(() => {
+          if (!this.stopping) this.sweepTimer = setTimeout(sweep, this.o.sweepIntervalMs);
+        });
+    };
+    this.sweepTimer = setTimeout(sweep, 50);
+  }
+
+  /** Claims runs whose owner is gone (crash, lost lease): every replica does this, the lease picks one. */
+  private async sweep(): Promise<void> {
+    if (this.stopping) return;
+    const due = await this.o.store.dueRuns(Date.now(), 20);
+    for (const id of due) {
+      if (this.active.has(id)) continue;
+      const state = await this.o.store.load(id);
+      if (!state || state.status !== 'running') {
+        await this.o.store.unmarkDue(id);
+        continue;
+      }
+      this.kick(id);
+    }
+  }
+
+  /** Tries to take the run of a `running` session in this process. Returns at once; the run goes on in the background. */
+  kick(id: string): void {
+    if (this.stopping || this.active.has(id)) return;
+    void this.claim(id).catch((err) => this.o.logger.error({ err, sessionId: id }, 'claim failed'));
+  }
+
+  private async claim(id: string): Promise<void> {
+    const fence = await this.o.store.acquire(id, this.o.owner, this.o.leaseTtlMs);
+    if (!fence) return;
+    if (this.stopping || this.active.has(id)) {
+      await this.o.store.release(id, this.o.owner, fence);
+      return;
+    }
+    const run: RunHandle = {
+      id,
+      fence,
+      controller: new AbortController(),
+      reason: null,
+      paramsDirty: false,
+      done: Promise.resolve(),
+    };
+    this.active.set(id, run);
+    run.done = this.drive(run).finally(() => this.active.delete(id));
+  }
+
+  /** Stops taking runs, lets running ones finish for `graceMs`, then aborts the rest and hands them to other replicas. */
+  async stop(graceMs: number): Promise<void> {
+    this.stopping = true;
+    if (this.sweepTimer) clearTimeout(this.sweepTimer);
+    const runs = [...this.active.values()];
+    const all = Promise.allSettled(runs.map((r) => r.done));
+    let timer: NodeJS.Timeout | undefined;
+    const timedOut = await Promise.race([
+      all.then(() => false),
+      new Promise<boolean>((resolve) => (timer = setTimeout(() => resolve(true), graceMs))),
+    ]);
+    clearTimeout(timer);
+    if (timedOut) {
+      for (const r of this.active.values()) this.abort(r, 'shutdown');
+      await Promise.allSettled([...this.active.values()].map((r) => r.done));
+    }
+  }
+
+  private abort(run: RunHandle, reason: AbortReason): void {
+    if (run.reason && run.reason !== 'interrupt') return;
+    run.reason = reason;
+    run.controller.abort(reason);
+  }
+
+  /** The run: tool steps and runner turns until the session leaves `running` or this process loses it. */
+  private async drive(run: RunHandle): Promise<void> {
+    const { store, leaseTtlMs, owner, logger } = this.o;
+    const log = logger.child({ sessionId: run.id });
+    const renew = setInterval(() => {
+      Promise.all([
+        store.renew(run.id, owner, run.fence, leaseTtlMs),
+        store.markDue(run.id, Date.now() + leaseTtlMs),
+      ])
+        .then(([ok]) => {
+          if (!ok) this.abort(run, 'fenced');
+        })
+        .catch((err) => log.warn({ err }, 'lease renewal failed'));
+    }, Math.floor(leaseTtlMs / 3));
+    await this.o.subscriber.subscribe(controlChannel(run.id)).catch((err) => log.warn({ err }, 'subscribe failed'));
+    let cutRetries = 0;
+    try {
+      await store.markDue(run.id, Date.now() + leaseTtlMs);
+      while (!this.stopping || run.reason === null) {
+        const state = await store.load(run.id);
+        if (!state || state.status !== 'running' || state.fence !== run.fence) return;
+        if (state.control === 'cancel' || run.reason === 'cancel') {
+          await this.finishCancel(run, state);
+          return;
+        }
+        if (run.reason === 'shutdown' || run.reason === 'fenced' || run.reason === 'deleted') return;
+        // A fresh controller for each runner: an interrupt aborts one turn, not the run.
+        if (run.controller.signal.aborted) {
+          run.controller = new AbortController();
+          run.reason = null;
+        }
+        try {
+          const next = await this.step(run, state, log);
+          cutRetries = 0;
+          if (next === 'done') return;
+        } catch (err) {
+          if (err instanceof FencedOut) return;
+          if (isAbort(err, run)) {
+            if (run.reason === 'interrupt') {
+              await this.commitInterrupt(run);
+              continue;
+            }
+            if (run.reason === 'cancel') continue; // the loop's top finishes the cancel
+            return;
+          }
+          if (isStreamCut(err) && cutRetries < STREAM_CUT_RETRIES) {
+            cutRetries++;
+            log.warn({ err, attempt: cutRetries }, 'stream cut mid-turn; sending the turn again');
+            continue;
+          }
+          await this.fail(run, upstreamError(err), log);
+          return;
+        }
+      }
+    } catch (err) {
+      if (!(err instanceof FencedOut)) log.error({ err }, 'run crashed; the session is left for recovery');
+    } finally {
+      clearInterval(renew);
+      await this.o.subscriber.unsubscribe(controlChannel(run.id)).catch(() => {});
+      if (run.reason === 'shutdown') {
+        // Handed over: any replica may claim it now rather than after the lease TTL.
+        await store.release(run.id, owner, run.fence).catch(() => {});
+        await store.markDue(run.id, Date.now()).catch(() => {});
+      } else {
+        await store.release(run.id, owner, run.fence).catch(() => {});
+      }
+    }
+  }
+
+  /** One step of a run: answer a pending tool step, or run the SDK's runner until it stops or needs a client. */
+  private async step(run: RunHandle, state: SessionState, log: Logger): Promise<'done' | 'again'> {
+    const { store } = this.o;
+    const history = await store.history(run.id);
+    if (pendingToolCalls(history).length > 0) return this.toolStep(run, state, history);
+
+    const queued = await store.queueLength(run.id);
+    const last = history.at(-1);
+    if (queued > 0) {
+      // Follow-ups become a user turn: merged onto a trailing user turn, or a new one after an assistant turn.
+      const into = last?.role === 'user';
+      await this.commit(run, {
+        queue: { ...(into ? { into_last: true } : {}) },
+      });
+      return 'again';
+    }
+    if (!last || last.role === 'assistant') {
+      // Nothing to send: the run is over.
+      await this.finish(run, state, state.stopReason ?? 'end_turn');
+      return 'done';
+    }
+    const budget = state.maxIterations - (state.iteration - state.runStart);
+    if (budget <= 0) {
+      await this.finish(run, state, 'max_iterations');
+      return 'done';
+    }
+    return this.runTurns(run, state, history, budget, log);
+  }
+
+  private runnableTools(state: SessionState, durations: Map<string, number>): BetaRunnableTool<any>[] {
+    const allowed = serverToolNames(state);
+    const out: BetaRunnableTool<any>[] = [];
+    for (const name of allowed) {
+      const t = this.o.serverTools.get(name);
+      if (!t) continue;
+      const tool = t.tool;
+      out.push({
+        ...tool,
+        run: async (args: any, ctx?: any) => {
+          const t0 = performance.now();
+          try {
+            return await tool.run(args, ctx);
+          } finally {
+            if (ctx?.toolUse?.id) durations.set(ctx.toolUse.id, Math.round(performance.now() - t0));
+          }
+        },
+      } as BetaRunnableTool<any>);
+    }
+    for (const t of state.tools) {
+      if (typeof t !== 'string') out.push(t as unknown as BetaRunnableTool<any>);
+    }
+    return out;
+  }
+
+  /** Drives one SDK tool runner over the persisted history, committing each iteration. */
+  private async runTurns(
+    run: RunHandle,
+    state: SessionState,
+    history: StoredMessage[],
+    budget: number,
+    log: Logger,
+  ): Promise<'done' | 'again'> {
+    const durations = new Map<string, number>();
+    const tools = this.runnableTools(state, durations);
+    let params = state.params;
+    let paramsRev = state.paramsRev;
+    let iteration = state.iteration;
+    const runner = this.o.client.beta.messages.toolRunner(
+      {
+        ...(params as any),
+        messages: history as any,
+        ...(tools.length ? { tools } : {}),
+        max_iterations: budget,
+        stream: state.stream,
+        // Redis is the source of truth and every run starts a new runner (possibly on another replica), so a
+        // server-side thread anchor would live only in one process's memory and be replayed after any edit,
+        // interrupt, crash or handover. The full history is sent each turn. See docs/ARCHITECTURE.md.
+        thread: false,
+      } as any,
+      { signal: run.controller.signal },
+    );
+
+    for await (const item of runner as AsyncIterable<any>) {
+      iteration++;
+      const startedAt = Date.now();
+      const t0 = performance.now();
+      let firstEventMs: number | null = null;
+      const buffered: Array<[string, string]> = [
+        ['turn.started', JSON.stringify({ iteration, message_count: history.length })],
+      ];
+      let message: BetaMessage;
+      if (state.stream) {
+        const relay = new StreamRelay(this.o.store, run.id, this.o.streamBatchEvents, this.o.streamBatchMs, buffered);
+        item.on('streamEvent', (event: BetaRawMessageStreamEvent) => {
+          if (firstEventMs === null) firstEventMs = Math.round(performance.now() - t0);
+          relay.push(['stream.event', JSON.stringify({ iteration, event })]);
+        });
+        try {
+          message = await item.finalMessage();
+        } finally {
+          buffered.length = 0;
+          buffered.push(...(await relay.drain()));
+        }
+      } else {
+        await this.o.store.appendEvents(run.id, buffered.splice(0));
+        message = await item;
+      }
+      const upstreamMs = Math.round(performance.now() - t0);
+      const reply: StoredMessage = { role: 'assistant', content: message.content as any };
+      const calls = toolCallsOf(reply);
+      const record: IterationRecord = {
+        iteration,
+        reply_index: history.length,
+        results_index: null,
+        request: {
+          model: String(params.model),
+          max_tokens: Number(params.max_tokens),
+          message_count: history.length,
+          params_rev: paramsRev,
+        },
+        stop_reason: message.stop_reason,
+        usage: {
+          input_tokens: message.usage?.input_tokens ?? 0,
+          output_tokens: message.usage?.output_tokens ?? 0,
+          cache_creation_input_tokens: message.usage?.cache_creation_input_tokens ?? 0,
+          cache_read_input_tokens: message.usage?.cache_read_input_tokens ?? 0,
+        },
+        tool_calls: calls.map(({ id, name }) => ({ id, name })),
+        started_at: new Date(startedAt).toISOString(),
+        completed_at: new Date().toISOString(),
+        timings: { upstream_ms: upstreamMs, first_event_ms: firstEventMs, tools_ms: null },
+      };
+      const completedEvent: [string, string] = ['turn.completed', JSON.stringify({ iteration, message })];
+
+      // on_max_tokens: retry the cut turn with twice the budget, up to the ceiling; the cut reply is dropped.
+      const omt = state.onMaxTokens;
+      if (message.stop_reason === 'max_tokens' && omt !== 'stop' && Number(params.max_tokens) < omt.ceiling) {
+        const bigger = Math.min(Number(params.max_tokens) * 2, omt.ceiling);
+        params = { ...params, max_tokens: bigger };
+        iteration--;
+        const res = await this.commit(run, {
+          hset: { params: JSON.stringify(params) },
+          hincr: { params_rev: 1, ...usageIncr(message.usage as any) },
+          events: [
+            ...buffered,
+            completedEvent,
+            ['params.updated', JSON.stringify({ params: { max_tokens: bigger }, reason: 'max_tokens_retry' })],
+          ],
+        });
+        paramsRev = res.paramsRev;
+        runner.setMessagesParams({ ...runner.params, max_tokens: bigger } as any);
+        continue;
+      }
+
+      const stops = STOP_REASONS_THAT_END.has(message.stop_reason ?? '') || calls.length === 0;
+      if (stops) {
+        const ends = message.stop_reason !== 'pause_turn';
+        const stopReason = message.stop_reason ?? 'end_turn';
+        const idle = { status: 'idle' as const, pending: null, stopReason, error: null };
+        const res = await this.commit(run, {
+          push_msgs: [JSON.stringify(reply)],
+          push_iters: [JSON.stringify(record)],
+          hincr: { iteration: 1, ...usageIncr(message.usage as any) },
+          events: [...buffered, completedEvent, ['iteration.persisted', JSON.stringify({ iteration })]],
+          ...(ends
+            ? {
+                queue: {
+                  none: {
+                    hset: { status: 'idle', stop_reason: stopReason, pending: '', error: '', control: '' },
+                    release_lease: true,
+                    events: [['session.status', statusEvent(idle)]],
+                  },
+                },
+              }
+            : {}),
+        });
+        history.push(reply);
+        if (!ends) continue; // pause_turn: the runner resumes the turn
+        if (res.mergedCount === 0) {
+          await this.o.store.unmarkDue(run.id);
+          return 'done';
+        }
+        history.push(JSON.parse(res.merged) as StoredMessage);
+        if (this.budgetLeft(state, iteration) <= 0) return 'again';
+        runner.setMessagesParams({ ...runner.params, ...(params as any), messages: [...history] } as any);
+        continue;
+      }
+
+      // The reply calls tools. Calls that wait for a client (approval, client tools) end this runner: the reply is
+      // committed with its pending step, and the next step answers it.
+      const pending = pendingCalls(state, calls, this.o.serverTools);
+      const waits = pending.some((c) => c.approval === 'required' || c.kind === 'client');
+      const autoServer = pending.filter((c) => c.kind === 'server' && c.approval === 'auto');
+      for (const c of autoServer) if (!waits) c.started = true;
+      const step: PendingStep = { calls: pending, review: false, iteration };
+      await this.commit(run, {
+        push_msgs: [JSON.stringify(reply)],
+        push_iters: [JSON.stringify(record)],
+        hset: { pending: JSON.stringify(step) },
+        hincr: { iteration: 1, ...usageIncr(message.usage as any) },
+        events: [
+          ...buffered,
+          completedEvent,
+          ...(waits
+            ? []
+            : autoServer.map(
+                (c): [string, string] => [
+                  'tool.started',
+                  JSON.stringify({ tool_use_id: c.id, name: c.name, input: c.input }),
+                ],
+              )),
+        ],
+      });
+      history.push(reply);
+      if (waits) return 'again';
+
+      const toolsT0 = performance.now();
+      const toolMessage = await runner.generateToolResponse();
+      record.timings.tools_ms = Math.round(performance.now() - toolsT0);
+      const blocks = (toolMessage?.content ?? []) as Array<Record<string, any>>;
+      for (const c of pending) {
+        const b = blocks.find((x) => x.tool_use_id === c.id);
+        c.result = b ? { content: b.content ?? '', is_error: b.is_error === true } : interruptedResult('no result');
+      }
+      const { outcome, paramsRev: storedRev } = await this.afterTools(run, state, history, step, record, durations);
+      if (outcome !== 'continue') return outcome === 'done' ? 'done' : 'again';
+      // What was committed is what the runner sends next: our history, with the results (and any follow-ups).
+      if (this.budgetLeft(state, iteration) <= 0) break;
+      if (run.paramsDirty || storedRev !== paramsRev) {
+        // A PATCH landed since this runner started: its params apply from this turn on.
+        const fresh = await this.o.store.load(run.id);
+        if (fresh) {
+          params = fresh.params;
+          paramsRev = fresh.paramsRev;
+          Object.assign(state, { review: fresh.review, approval: fresh.approval, onToolError: fresh.onToolError });
+          Object.assign(state, { onMaxTokens: fresh.onMaxTokens, cacheToolResults: fresh.cacheToolResults });
+        }
+        run.paramsDirty = false;
+      }
+      runner.setMessagesParams({
+        ...(params as any),
+        messages: [...history],
+        ...(tools.length ? { tools } : {}),
+        max_iterations: budget,
+        stream: state.stream,
+      } as any);
+    }
+    return 'again';
+  }
+
+  private budgetLeft(state: SessionState, iteration: number): number {
+    return state.maxIterations - (iteration - state.runStart);
+  }
+
+  /**
+   * All results of the pending step are known: pause for review or on a tool error if the policy says so, else
+   * commit them as the next user turn (with any queued follow-ups after them, the SDK's order).
+   */
+  private async afterTools(
+    run: RunHandle,
+    state: SessionState,
+    history: StoredMessage[],
+    step: PendingStep,
+    record: IterationRecord | null,
+    durations: Map<string, number>,
+  ): Promise<{ outcome: 'continue' | 'paused' | 'done'; paramsRev: number }> {
+    const completed = step.calls.map((c): [string, string] => [
+      'tool.completed',
+      JSON.stringify({
+        tool_use_id: c.id,
+        name: c.name,
+        input: c.input,
+        content: c.result?.content,
+        is_error: c.result?.is_error ?? false,
+        duration_ms: durations.get(c.id) ?? null,
+      }),
+    ]);
+    const serverResults = step.calls.filter((c) => c.kind === 'server' && c.approval !== 'denied');
+    const failed = serverResults.filter((c) => c.result?.is_error);
+    if (failed.length > 0 && state.onToolError === 'fail') {
+      const error: SessionError = {
+        code: 'tool_failed',
+        message: `Tool ${failed.map((c) => c.name).join(', ')} failed: ${String(textOf(failed[0]!.result!.content)).slice(0, 500)}`,
+        retryable: true,
+      };
+      const st = { status: 'failed' as const, pending: step, stopReason: null, error };
+      await this.commit(run, {
+        hset: { status: 'failed', pending: JSON.stringify(step), error: JSON.stringify(error), stop_reason: '' },
+        release_lease: true,
+        events: [...completed, ['session.error', JSON.stringify(error)], ['session.status', statusEvent(st)]],
+      });
+      await this.o.store.unmarkDue(run.id);
+      return { outcome: 'done', paramsRev: state.paramsRev };
+    }
+    const review =
+      !step.review &&
+      (needsReview(state, serverResults) || (failed.length > 0 && state.onToolError === 'pause'));
+    if (review) {
+      step.review = true;
+      const st = { status: 'requires_action' as const, pending: step, stopReason: null, error: null };
+      await this.commit(run, {
+        hset: { status: 'requires_action', pending: JSON.stringify(step) },
+        release_lease: true,
+        events: [...completed, ['session.status', statusEvent(st)]],
+      });
+      await this.o.store.unmarkDue(run.id);
+      return { outcome: 'paused', paramsRev: state.paramsRev };
+    }
+    const cache = state.cacheToolResults;
+    const results = step.calls.map((c, i) =>
+      resultBlock(c.id, c.result ?? interruptedResult('no result'), cache && i === step.calls.length - 1),
+    );
+    const base = JSON.stringify(results).slice(1, -1);
+    const ops: ApplyOps = {
+      hset: { pending: '' },
+      events: [...completed, ['iteration.persisted', JSON.stringify({ iteration: step.iteration })]],
+      queue: { base },
+    };
+    // One cache breakpoint on tool results at a time: the previous results turn loses its marker.
+    if (cache) {
+      const prev = findLastIndex(history, (m) => m.role === 'user' && blocksOf(m).some((b) => b.cache_control));
+      if (prev >= 0) {
+        const m = history[prev]!;
+        const stripped = { ...m, content: blocksOf(m).map(({ cache_control: _c, ...b }) => b) };
+        history[prev] = stripped;
+        ops.lset_msgs = [[prev, JSON.stringify(stripped)]];
+      }
+    }
+    if (record) {
+      record.results_index = history.length;
+      ops.lset_iters = [[record.iteration - 1, JSON.stringify(record)]];
+    } else {
+      // A tool step of an earlier runner: fill in the record's results index.
+      const recs = await this.o.store.iterationRecords(run.id, step.iteration - 1, step.iteration - 1);
+      const rec = recs[0];
+      if (rec && rec.iteration === step.iteration) {
+        rec.results_index = history.length;
+        ops.lset_iters = [[step.iteration - 1, JSON.stringify(rec)]];
+      }
+    }
+    const res = await this.commit(run, ops);
+    history.push(JSON.parse(res.merged) as StoredMessage);
+    return { outcome: 'continue', paramsRev: res.paramsRev };
+  }
+
+  /**
+   * The history ends with an assistant turn whose calls are not answered: work out their results. Server calls that
+   * need no decision run (a started call of a crashed run again only if idempotent); denied calls get the reason;
+   * client calls and undecided approvals send the session to `requires_action`.
+   */
+  private async toolStep(run: RunHandle, state: SessionState, history: StoredMessage[]): Promise<'done' | 'again'> {
+    const calls = pendingToolCalls(history);
+    const step: PendingStep = state.pending ?? {
+      calls: pendingCalls(state, calls, this.o.serverTools),
+      review: false,
+      iteration: state.iteration,
+    };
+    const durations = new Map<string, number>();
+    const toRun: PendingCall[] = [];
+    for (const c of step.calls) {
+      if (c.result) continue;
+      if (c.approval === 'denied') {
+        c.result = { content: `Tool call denied${c.reason ? `: ${c.reason}` : '.'}`, is_error: true };
+      } else if (c.kind === 'server' && c.approval !== 'required') {
+        if (c.started && !this.o.serverTools.get(c.name)?.idempotent) {
+          c.result = interruptedResult(`the run was interrupted while ${c.name} ran; it was not run again`);
+        } else {
+          toRun.push(c);
+        }
+      }
+    }
+    if (toRun.length > 0) {
+      for (const c of toRun) c.started = true;
+      await this.commit(run, {
+        hset: { pending: JSON.stringify(step) },
+        events: toRun.map((c): [string, string] => [
+          'tool.started',
+          JSON.stringify({ tool_use_id: c.id, name: c.name, input: c.input }),
+        ]),
+      });
+      const tools = new Map(this.runnableTools(state, durations).map((t) => [(t as any).name as string, t]));
+      const allowed = serverToolNames(state);
+      await Promise.all(
+        toRun.map(async (c) => {
+          const tool = allowed.has(c.name) ? tools.get(c.name) : undefined;
+          const toolUse = { type: 'tool_use' as const, id: c.id, name: c.name, input: c.input };
+          if (!tool || !('run' in tool)) {
+            c.result = { content: `Error: Tool '${c.name}' not found`, is_error: true };
+            return;
+          }
+          const out = await runRunnableTool(tool, c.input, {
+            toolUse: toolUse as any,
+            toolUseBlock: toolUse as any,
+            signal: run.controller.signal,
+          });
+          c.result = { content: out.content as ToolResult['content'], is_error: out.isError };
+        }),
+      );
+    }
+    const waiting = step.calls.some((c) => c.approval === 'required' || (c.kind === 'client' && !c.result));
+    if (waiting) {
+      const st = { status: 'requires_action' as const, pending: step, stopReason: null, error: null };
+      await this.commit(run, {
+        hset: { status: 'requires_action', pending: JSON.stringify(step) },
+        release_lease: true,
+        events: [
+          ...step.calls
+            .filter((c) => toRun.includes(c))
+            .map((c): [string, string] => [
+              'tool.completed',
+              JSON.stringify({
+                tool_use_id: c.id,
+                name: c.name,
+                input: c.input,
+                content: c.result?.content,
+                is_error: c.result?.is_error ?? false,
+                duration_ms: durations.get(c.id) ?? null,
+              }),
+            ]),
+          ['session.status', statusEvent(st)],
+        ],
+      });
+      await this.o.store.unmarkDue(run.id);
+      return 'done';
+    }
+    const { outcome } = await this.afterTools(run, state, history, step, null, durations);
+    return outcome === 'continue' ? 'again' : 'done';
+  }
+
+  /** Idle with `stop_reason`, releasing the lease, unless follow-ups are queued (then the loop merges them). */
+  private async finish(run: RunHandle, state: SessionState, stopReason: string): Promise<void> {
+    const idle = { status: 'idle' as const, pending: null, stopReason, error: null };
+    const res = await this.commit(run, {
+      queue: {
+        none: {
+          hset: { status: 'idle', stop_reason: stopReason, pending: '', error: '', control: '' },
+          release_lease: true,
+          events: [['session.status', statusEvent(idle)]],
+        },
+        ...(state.msgCount > 0 && (await this.o.store.lastMessage(run.id))?.role === 'user' ? { into_last: true } : {}),
+      },
+    });
+    if (res.mergedCount === 0) await this.o.store.unmarkDue(run.id);
+  }
+
+  /** An interrupt aborted the turn in flight: its partial reply is dropped, the follow-ups join the last user turn. */
+  private async commitInterrupt(run: RunHandle): Promise<void> {
+    const last = await this.o.store.lastMessage(run.id);
+    await this.commit(run, { hset: { control: '' }, queue: last?.role === 'user' ? { into_last: true } : {} });
+  }
+
+  /**
+   * Cancel: the history stays valid (unanswered calls get an `is_error` "cancelled" result, follow-ups already
+   * queued are kept as the last user turn), status `idle`, stop_reason `cancelled`.
+   */
+  private async finishCancel(run: RunHandle, state: SessionState): Promise<void> {
+    await cancelSession(this.o.store, state, { fence: run.fence });
+    await this.o.store.unmarkDue(run.id);
+  }
+
+  private async fail(run: RunHandle, error: SessionError, log: Logger): Promise<void> {
+    log.warn({ error }, 'run failed');
+    const st = { status: 'failed' as const, pending: null, stopReason: null, error };
+    try {
+      const state = await this.o.store.load(run.id);
+      await this.commit(run, {
+        hset: {
+          status: 'failed',
+          error: JSON.stringify(error),
+          control: '',
+          ...(state?.pending ? { pending: JSON.stringify(state.pending) } : {}),
+        },
+        release_lease: true,
+        events: [
+          ['session.error', JSON.stringify(error)],
+          ['session.status', statusEvent({ ...st, pending: state?.pending ?? null })],
+        ],
+      });
+      await this.o.store.unmarkDue(run.id);
+    } catch (err) {
+      if (!(err instanceof FencedOut)) throw err;
+    }
+  }
+
+  /** A fenced commit: only the current owner of the run writes; the result tells of a cancel asked meanwhile. */
+  private async commit(run: RunHandle, ops: ApplyOps): Promise<ApplyResult> {
+    let res: ApplyResult;
+    try {
+      res = await this.o.store.apply(run.id, { fence: run.fence, status: ['running'] }, ops);
+    } catch (err) {
+      // The session left `running` under us (cancelled or deleted by a route): this run is over.
+      if (err instanceof AppError && (err.code === 'invalid_status' || err.code === 'session_not_found')) {
+        throw new FencedOut(run.id);
+      }
+      throw err;
+    }
+    if (res.control === 'cancel' && !run.reason) this.abort(run, 'cancel');
+    return res;
+  }
+}
+
+/**
+ * Ends a running session as cancelled with a valid history. Used by the owner of the run, or by the cancel route
+ * when no live process owns it (fence omitted: guarded by status only).
+ */
+export async function cancelSession(
+  store: SessionStore,
+  state: SessionState,
+  guard: { fence?: number },
+): Promise<ApplyResult> {
+  const last = await store.lastMessage(state.id);
+  const calls = last ? toolCallsOf(last) : [];
+  const st = { status: 'idle' as const, pending: null, stopReason: 'cancelled', error: null };
+  const ops: ApplyOps = {
+    hset: { status: 'idle', stop_reason: 'cancelled', pending: '', error: '', control: '' },
+    release_lease: true,
+    events: [['session.status', statusEvent(st)]],
+  };
+  if (calls.length > 0) {
+    const byId = new Map((state.pending?.calls ?? []).map((c) => [c.id, c]));
+    const results = calls.map((c) =>
+      resultBlock(c.id, byId.get(c.id)?.result ?? interruptedResult('cancelled before this tool call completed'), false),
+    );
+    ops.queue = { base: JSON.stringify(results).slice(1, -1) };
+  } else if (last?.role === 'user') {
+    ops.queue = { into_last: true };
+  } else {
+    ops.queue = {};
+  }
+  return store.apply(state.id, { ...guard, status: guard.fence ? ['running'] : ['running', 'requires_action'] }, ops);
+}
+
+class StreamRelay {
+  private buf: Array<[string, string]>;
+  private timer: NodeJS.Timeout | null = null;
+  private inflight: Promise<void> = Promise.resolve();
+
+  constructor(
+    private readonly store: SessionStore,
+    private readonly id: string,
+    private readonly maxEvents: number,
+    private readonly maxMs: number,
+    initial: Array<[string, string]>,
+  ) {
+    this.buf = [...initial];
+    if (this.buf.length) this.schedule();
+  }
+
+  push(ev: [string, string]): void {
+    this.buf.push(ev);
+    if (this.buf.length >= this.maxEvents) this.flush();
+    else this.schedule();
+  }
+
+  private schedule(): void {
+    if (!this.timer) this.timer = setTimeout(() => this.flush(), this.maxMs);
+  }
+
+  /** Writes the buffer in one pipelined round trip; flushes are chained so the log keeps the events' order. */
+  private flush(): void {
+    if (this.timer) clearTimeout(this.timer);
+    this.timer = null;
+    const batch = this.buf;
+    this.buf = [];
+    if (batch.length === 0) return;
+    this.inflight = this.inflight.then(() => this.store.appendEvents(this.id, batch)).catch(() => {});
+  }
+
+  /** Waits for writes in flight and hands back what is still buffered (it goes into the turn's commit). */
+  async drain(): Promise<Array<[string, string]>> {
+    if (this.timer) clearTimeout(this.timer);
+    this.timer = null;
+    await this.inflight;
+    const rest = this.buf;
+    this.buf = [];
+    return rest;
+  }
+}
+
+function findLastIndex<T>(a: T[], f: (x: T) => boolean): number {
+  for (let i = a.length - 1; i >= 0; i--) if (f(a[i]!)) return i;
+  return -1;
+}
+
+function textOf(content: ToolResult['content']): string {
+  return typeof content === 'string' ? content : content.map((b) => (b.type === 'text' ? b.text : `[${b.type}]`)).join(' ');
+}
+
+function isAbort(err: unknown, run: RunHandle): boolean {
+  return err instanceof APIUserAbortError || (run.controller.signal.aborted && run.reason !== null);
+}
+
+function isStreamCut(err: unknown): boolean {
+  if (err instanceof APIError) return false;
+  const msg = err instanceof Error ? err.message : String(err);
+  return /stream ended|terminated|socket|ECONNRESET|premature|before message_stop|other side closed/i.test(msg);
+}
+
+/** Maps an upstream failure (after the SDK's own retries) to the session's error. */
+export function upstreamError(err: unknown): SessionError {
+  if (err instanceof APIError) {
+    const status = err.status ?? 0;
+    const message = err.message.slice(0, 1000);
+    if (status === 429) return { code: 'upstream_rate_limited', message, retryable: true };
+    if (status === 529) return { code: 'upstream_overloaded', message, retryable: true };
+    if (status === 401 || status === 403) return { code: 'upstream_auth_failed', message, retryable: false };
+    if (status === 400 || status === 404 || status === 413 || status === 422)
+      return { code: 'upstream_invalid_request', message, retryable: false };
+    if (/overloaded/i.test(message)) return { code: 'upstream_overloaded', message, retryable: true };
+    return { code: 'upstream_error', message, retryable: true };
+  }
+  if (err instanceof AnthropicError || isStreamCut(err)) {
+    return { code: 'upstream_error', message: err instanceof Error ? err.message : String(err), retryable: true };
+  }
+  return { code: 'internal_error', message: 'The run failed unexpectedly.', retryable: true };
+}
+
+export { clientToolNames };

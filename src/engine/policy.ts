@@ -1,0 +1,62 @@
+import type { ServerTool } from '../../tools/types.js';
+import type { ToolCall } from '../history.js';
+import type { PendingCall, SessionState, ToolResult } from '../store/store.js';
+
+/** Whether a call waits for approve/deny/edit under the session's `approval` policy. Client tools never do. */
+export function needsApproval(s: Pick<SessionState, 'approval'>, name: string, tool: ServerTool | undefined): boolean {
+  if (!tool) return false;
+  if (s.approval === 'never') return false;
+  if (s.approval === 'always') return true;
+  if (s.approval === 'default') return tool.requiresApproval;
+  return s.approval.includes(name);
+}
+
+/** Whether the results of the calls wait for review before the model sees them. */
+export function needsReview(s: Pick<SessionState, 'review'>, calls: Array<{ name: string }>): boolean {
+  if (s.review === true) return true;
+  if (s.review === false) return false;
+  const names = s.review;
+  return calls.some((c) => names.includes(c.name));
+}
+
+export function clientToolNames(s: Pick<SessionState, 'tools'>): Set<string> {
+  return new Set(s.tools.flatMap((t) => (typeof t === 'string' ? [] : [t.name])));
+}
+
+export function serverToolNames(s: Pick<SessionState, 'tools'>): Set<string> {
+  return new Set(s.tools.flatMap((t) => (typeof t === 'string' ? [t] : [])));
+}
+
+/** The pending step for the calls of a reply, before anything ran. */
+export function pendingCalls(
+  s: Pick<SessionState, 'tools' | 'approval'>,
+  calls: ToolCall[],
+  serverTools: ReadonlyMap<string, ServerTool>,
+): PendingCall[] {
+  const client = clientToolNames(s);
+  const server = serverToolNames(s);
+  return calls.map((c) => {
+    const isClient = client.has(c.name);
+    const tool = server.has(c.name) ? serverTools.get(c.name) : undefined;
+    return {
+      id: c.id,
+      name: c.name,
+      input: c.input,
+      kind: isClient ? 'client' : 'server',
+      approval: !isClient && needsApproval(s, c.name, tool) ? 'required' : 'auto',
+    };
+  });
+}
+
+/** The tool_result block of a call. */
+export function resultBlock(id: string, r: ToolResult, cache: boolean): Record<string, unknown> {
+  return {
+    type: 'tool_result',
+    tool_use_id: id,
+    content: r.content,
+    ...(r.is_error ? { is_error: true } : {}),
+    ...(cache ? { cache_control: { type: 'ephemeral' } } : {}),
+  };
+}
+
+export const interruptedResult = (why: string): ToolResult => ({ content: `Error: ${why}`, is_error: true });

@@ -1,0 +1,346 @@
+/**
+ * The offline model: a small deterministic stand-in for Claude, used when the service runs without an API key. It
+ * reads the last user turn: tool results are summarised in text; a question about the weather, a sum, an expression
+ * or the time calls the matching tool when the request offers it; anything else gets a friendly explanation.
+ */
+import type { FakeBlock, FakeHandler, FakeMessageReply, FakeRequest } from './server.js';
+
+/** Tools the request offers by name: `tools`, plus `tool_addition` (less `tool_removal`) blocks of system messages. */
+export function availableTools(req: FakeRequest): Map<string, any> {
+  const tools = new Map<string, any>();
+  for (const tool of req.tools as any[]) {
+    if (typeof tool?.name === 'string') tools.set(tool.name, tool);
+  }
+  for (const message of req.messages) {
+    if (message?.role !== 'system' || !Array.isArray(message.content)) continue;
+    for (const block of message.content) {
+      const tool = block?.tool;
+      const name = tool?.type === 'tool_definition' ? tool.definition?.name : tool?.name;
+      if (typeof name !== 'string') continue;
+      if (block.type === 'tool_addition') {
+        tools.set(name, tool.type === 'tool_definition' ? tool.definition : { name });
+      }
+      if (block.type === 'tool_removal') tools.delete(name);
+    }
+  }
+  return tools;
+}
+
+export const offlineHandler: FakeHandler = (req) => offlineReply(req);
+
+/** The offline model's reply to `req`. */
+export function offlineReply(req: FakeRequest): FakeMessageReply {
+  const tools = availableTools(req);
+  const turn = lastUserTurn(req.messages);
+  if (!turn) {
+    return say('(offline model) There is nothing new to answer. Ask me something!');
+  }
+
+  const summaries = turn.results.map((result) =>
+    summarize(result, findToolUse(turn.previousAssistant, result.tool_use_id)),
+  );
+  const plan = planTools(turn.text, tools);
+
+  if (plan.calls.length) {
+    const intro = [...summaries, `Let me ${plan.notes.join(' and ')}.`].join(' ');
+    return { type: 'message', content: [{ type: 'text', text: intro }, ...plan.calls] };
+  }
+  if (summaries.length) return say(summaries.join(' '));
+  if (plan.clarify) return say(plan.clarify);
+  return say(introduction(turn.text, tools));
+}
+
+function say(text: string): FakeMessageReply {
+  return { type: 'message', content: [{ type: 'text', text }] };
+}
+
+interface UserTurn {
+  text: string;
+  results: any[];
+  previousAssistant: any;
+}
+
+/** The consecutive user messages at the end (system messages skipped) and the assistant message before them. */
+function lastUserTurn(messages: any[]): UserTurn | undefined {
+  const texts: string[] = [];
+  const results: any[] = [];
+  let i = messages.length - 1;
+  let sawUser = false;
+  for (; i >= 0; i--) {
+    const message = messages[i];
+    if (message?.role === 'system') continue;
+    if (message?.role !== 'user') break;
+    sawUser = true;
+    const content = message.content;
+    const blocks: any[] = typeof content === 'string' ? [{ type: 'text', text: content }] : content;
+    const ownTexts: string[] = [];
+    const ownResults: any[] = [];
+    for (const block of blocks) {
+      if (block?.type === 'text' && typeof block.text === 'string') ownTexts.push(block.text);
+      if (block?.type === 'tool_result') ownResults.push(block);
+    }
+    texts.unshift(...ownTexts);
+    results.unshift(...ownResults);
+  }
+  if (!sawUser) return undefined;
+  return { text: texts.join('\n'), results, previousAssistant: i >= 0 ? messages[i] : undefined };
+}
+
+function findToolUse(assistant: any, id: unknown): any {
+  if (!Array.isArray(assistant?.content)) return undefined;
+  return assistant.content.find((block: any) => block?.type === 'tool_use' && block.id === id);
+}
+
+function resultText(content: unknown): string {
+  if (typeof content === 'string') return content;
+  if (!Array.isArray(content)) return '(no output)';
+  const parts = content.map((block: any) =>
+    block?.type === 'text' && typeof block.text === 'string' ? block.text : `[${String(block?.type)}]`,
+  );
+  return parts.join(' ') || '(no output)';
+}
+
+function summarize(result: any, toolUse: any): string {
+  let out = resultText(result.content)
+    .trim()
+    .replace(/[.\s]+$/, '');
+  const name: string = toolUse?.name ?? 'the tool';
+  const input = toolUse?.input ?? {};
+  if (result.is_error) return `${name} failed: ${out}.`;
+  switch (name) {
+    case 'get_weather': {
+      const place = input.location ?? input.city ?? input.place;
+      // "Simulated weather in Paris: sunny, 21°C" reads as "The weather in Paris is sunny, 21°C".
+      const prefix = /^([^:]{0,80}):\s*/.exec(out);
+      if (prefix && place && prefix[1]!.toLowerCase().includes(String(place).toLowerCase())) {
+        out = out.slice(prefix[0].length);
+      }
+      if (/^[A-Z][a-z]/.test(out)) out = out[0]!.toLowerCase() + out.slice(1);
+      return place ? `The weather in ${place} is ${out}.` : `The weather is ${out}.`;
+    }
+    case 'calculate_sum':
+      return `The sum is ${out}.`;
+    case 'evaluate_expression':
+      return input.expression ? `${input.expression} = ${out}.` : `The result is ${out}.`;
+    case 'current_time': {
+      const zone = input.timezone ?? input.tz ?? input.zone;
+      const time = parseTime(out);
+      if (time) out = time;
+      return zone ? `The current time in ${zone} is ${out}.` : `The current time is ${out}.`;
+    }
+    default:
+      return `${name} returned: ${out}.`;
+  }
+}
+
+/** `14:03 on Wednesday (2024-05-01T14:03:22+02:00)` from a JSON result with `local_time`, else undefined. */
+function parseTime(out: string): string | undefined {
+  if (!out.startsWith('{')) return undefined;
+  try {
+    const parsed = JSON.parse(out) as { local_time?: unknown; weekday?: unknown };
+    if (typeof parsed.local_time !== 'string') return undefined;
+    const clock = /T(\d{2}:\d{2})/.exec(parsed.local_time)?.[1];
+    const day = typeof parsed.weekday === 'string' ? ` on ${parsed.weekday}` : '';
+    return clock ? `${clock}${day} (${parsed.local_time})` : parsed.local_time;
+  } catch {
+    return undefined;
+  }
+}
+
+interface Plan {
+  calls: FakeBlock[];
+  /** What the calls do, for the text before them: "check the weather in Paris". */
+  notes: string[];
+  /** A question back when an intent lacks what its tool needs. */
+  clarify?: string;
+}
+
+function planTools(text: string, tools: Map<string, any>): Plan {
+  const plan: Plan = { calls: [], notes: [] };
+  if (!text.trim()) return plan;
+  const places = extractPlaces(text);
+
+  const weather = tools.get('get_weather');
+  if (weather && /\b(weather|forecast|temperature|raining|rain|sunny|snowing)\b/i.test(text)) {
+    if (places.length) {
+      const key = inputKey(weather, ['location', 'city', 'place'], 'location');
+      for (const place of places) plan.calls.push(call('get_weather', { [key]: place }));
+      plan.notes.push(`check the weather in ${list(places)}`);
+    } else {
+      plan.clarify = 'Which city should I check? For example: "What\'s the weather in Paris?"';
+    }
+  }
+
+  const clock = tools.get('current_time');
+  if (clock && /\b(time|clock)\b/i.test(text)) {
+    const zones = extractZones(text, places);
+    const key = inputKey(clock, ['timezone', 'tz', 'time_zone', 'zone'], 'timezone');
+    for (const zone of zones) plan.calls.push(call('current_time', { [key]: zone }));
+    plan.notes.push(`look up the time in ${list(zones)}`);
+  }
+
+  const math = planMath(text, tools);
+  if (math) {
+    plan.calls.push(math.call);
+    plan.notes.push(math.note);
+  }
+  return plan;
+}
+
+function call(name: string, input: Record<string, unknown>): FakeBlock {
+  return { type: 'tool_use', name, input };
+}
+
+function list(items: string[]): string {
+  if (items.length <= 1) return items.join('');
+  return `${items.slice(0, -1).join(', ')} and ${items.at(-1)}`;
+}
+
+/** The input property to use: the first of `candidates` the schema has, its only property, else `fallback`. */
+function inputKey(tool: any, candidates: string[], fallback: string): string {
+  const properties = tool?.input_schema?.properties;
+  if (!properties || typeof properties !== 'object') return fallback;
+  const found = candidates.find((candidate) => candidate in properties);
+  if (found) return found;
+  const keys = Object.keys(properties);
+  return keys.length === 1 ? keys[0]! : fallback;
+}
+
+const WORD = String.raw`[A-Z][\p{L}'’-]*`;
+const NAME = String.raw`${WORD}(?:\s+${WORD})*`;
+const SEPARATOR = String.raw`(?:\s*,\s*(?:and\s+|or\s+)?|\s+and\s+|\s+or\s+|\s*&\s*)`;
+const PLACES = new RegExp(String.raw`\b(?:in|for|at)\s+(${NAME}(?:${SEPARATOR}${NAME})*)`, 'gu');
+const LOWERCASE_PLACE = /\b(?:in|for)\s+([a-z][\p{L}-]+)/gu;
+const NOT_PLACES = new Set(['the', 'a', 'an', 'my', 'your', 'our', 'this', 'that', 'it', 'general', 'total']);
+
+/** Capitalised place names after "in", "for" or "at": "in Paris and Tokyo" gives Paris and Tokyo. */
+export function extractPlaces(text: string): string[] {
+  const places: string[] = [];
+  for (const match of text.matchAll(PLACES)) {
+    for (const part of match[1]!.split(/\s*(?:,|&|\band\b|\bor\b)\s*/)) {
+      const place = part.trim().replace(/[.'’]+$/, '');
+      if (place && !places.includes(place)) places.push(place);
+    }
+  }
+  if (places.length) return places;
+  for (const match of text.matchAll(LOWERCASE_PLACE)) {
+    const word = match[1]!;
+    if (NOT_PLACES.has(word)) continue;
+    const place = word[0]!.toUpperCase() + word.slice(1);
+    if (!places.includes(place)) places.push(place);
+  }
+  return places;
+}
+
+const ZONES: Record<string, string> = {
+  paris: 'Europe/Paris',
+  london: 'Europe/London',
+  berlin: 'Europe/Berlin',
+  madrid: 'Europe/Madrid',
+  rome: 'Europe/Rome',
+  amsterdam: 'Europe/Amsterdam',
+  moscow: 'Europe/Moscow',
+  tokyo: 'Asia/Tokyo',
+  singapore: 'Asia/Singapore',
+  'hong kong': 'Asia/Hong_Kong',
+  beijing: 'Asia/Shanghai',
+  shanghai: 'Asia/Shanghai',
+  dubai: 'Asia/Dubai',
+  mumbai: 'Asia/Kolkata',
+  delhi: 'Asia/Kolkata',
+  'new delhi': 'Asia/Kolkata',
+  sydney: 'Australia/Sydney',
+  'new york': 'America/New_York',
+  chicago: 'America/Chicago',
+  toronto: 'America/Toronto',
+  'san francisco': 'America/Los_Angeles',
+  'los angeles': 'America/Los_Angeles',
+  seattle: 'America/Los_Angeles',
+  'são paulo': 'America/Sao_Paulo',
+  'sao paulo': 'America/Sao_Paulo',
+  utc: 'UTC',
+  gmt: 'UTC',
+};
+
+/** IANA zones named in the text, else the zones of the places it names, else UTC. */
+function extractZones(text: string, places: string[]): string[] {
+  const named = text.match(/\b[A-Z][A-Za-z]+(?:_[A-Z][A-Za-z]+)*\/[A-Z][A-Za-z_]+(?:\/[A-Z][A-Za-z_]+)?\b/g);
+  if (named?.length) return [...new Set(named)];
+  const zones = places.map((place) => ZONES[place.toLowerCase()]).filter((zone): zone is string => !!zone);
+  if (/\b(UTC|GMT)\b/.test(text)) zones.push('UTC');
+  return zones.length ? [...new Set(zones)] : ['UTC'];
+}
+
+/** The longest arithmetic expression in the text with at least two numbers: "2*(3+4)". */
+export function extractExpression(text: string): string | undefined {
+  let best: string | undefined;
+  for (const match of text.matchAll(/[\d.\s+\-*/^%()×÷]+/g)) {
+    const candidate = match[0]
+      .trim()
+      .replace(/^[.\s]+|[.\s]+$/g, '')
+      .replace(/×/g, '*')
+      .replace(/÷/g, '/');
+    const numbers = candidate.match(/\d+(?:\.\d+)?/g) ?? [];
+    if (numbers.length < 2 || !/\d\s*[-+*/^%]\s*[\d(]|\)\s*[-+*/^%]/.test(candidate)) continue;
+    if (!best || candidate.length > best.length) best = candidate;
+  }
+  return best;
+}
+
+function planMath(text: string, tools: Map<string, any>): { call: FakeBlock; note: string } | undefined {
+  const sumTool = tools.get('calculate_sum');
+  const evalTool = tools.get('evaluate_expression');
+  if (!sumTool && !evalTool) return undefined;
+  const expression = extractExpression(text);
+  const complex =
+    !!expression && (/[*/^%()]/.test(expression) || (expression.match(/[-+]/g) ?? []).length > 1);
+  if (expression && complex && evalTool) {
+    const key = inputKey(evalTool, ['expression', 'expr', 'input'], 'expression');
+    return { call: call('evaluate_expression', { [key]: expression }), note: `evaluate ${expression}` };
+  }
+  const numbers = (text.match(/-?\d+(?:\.\d+)?/g) ?? []).map(Number);
+  const wantsSum =
+    /\b(sum|add|adding|plus|total)\b/i.test(text) || (!!expression && expression.includes('+'));
+  if (wantsSum && numbers.length >= 2) {
+    const [a, b] = numbers as [number, number];
+    if (sumTool) {
+      const properties = sumTool.input_schema?.properties ?? {};
+      const input = 'numbers' in properties ? { numbers } : { a, b };
+      return { call: call('calculate_sum', input), note: `add ${a} and ${b}` };
+    }
+    const key = inputKey(evalTool, ['expression', 'expr', 'input'], 'expression');
+    return { call: call('evaluate_expression', { [key]: `${a} + ${b}` }), note: `add ${a} and ${b}` };
+  }
+  if (expression && evalTool) {
+    const key = inputKey(evalTool, ['expression', 'expr', 'input'], 'expression');
+    return { call: call('evaluate_expression', { [key]: expression }), note: `evaluate ${expression}` };
+  }
+  return undefined;
+}
+
+const EXAMPLES: Array<[string, string]> = [
+  ['get_weather', '"What\'s the weather in Paris and Tokyo?"'],
+  ['calculate_sum', '"What is 2 plus 3?"'],
+  ['evaluate_expression', '"What is 2*(3+4)?"'],
+  ['current_time', '"What time is it in Tokyo?"'],
+];
+
+function introduction(userText: string, tools: Map<string, any>): string {
+  const lines: string[] = [];
+  const said = userText.trim().replace(/\s+/g, ' ');
+  lines.push(
+    (said ? `You said: "${said.length > 120 ? `${said.slice(0, 117)}...` : said}". ` : '') +
+      "I'm the offline model: this service runs without an Anthropic API key, so a small built-in script answers " +
+      'instead of Claude. It still drives real tool calls through the tool runner.',
+  );
+  const examples = EXAMPLES.filter(([name]) => tools.has(name));
+  if (examples.length) {
+    lines.push('Try asking:');
+    for (const [name, example] of examples) lines.push(`- ${example} (${name})`);
+  } else if (tools.size) {
+    lines.push(`This session offers ${list([...tools.keys()])}, which I don't know how to call.`);
+  } else {
+    lines.push('No tools are enabled for this session, so I can only chat.');
+  }
+  return lines.join('\n');
+}

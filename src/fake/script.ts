@@ -1,0 +1,110 @@
+/** Small builders for fake replies, and the named scripts of the standalone fake (`--script`). */
+import type { FakeBlock, FakeErrorReply, FakeHandler, FakeMessageReply, FakeReply } from './server.js';
+import { availableTools, offlineHandler } from './offline.js';
+
+export { availableTools };
+
+/** Reply options other than `type` and `content`. */
+export type ReplyExtra = Partial<Omit<FakeMessageReply, 'type' | 'content'>>;
+/** Error options other than `type`, `status` and `errorType`. */
+export type ErrorExtra = Partial<Omit<FakeErrorReply, 'type' | 'status' | 'errorType'>>;
+
+/** A text block. */
+export function textBlock(text: string): FakeBlock {
+  return { type: 'text', text };
+}
+
+/** A `tool_use` block; the fake makes up a `toolu_…` id unless `id` is given. */
+export function toolUse(name: string, input: unknown, id?: string): FakeBlock {
+  return id === undefined ? { type: 'tool_use', name, input } : { type: 'tool_use', id, name, input };
+}
+
+/** A thinking block (streamed as `thinking_delta`s and a `signature_delta`). */
+export function thinking(text: string): FakeBlock {
+  return { type: 'thinking', thinking: text };
+}
+
+/** A message reply with `content` (a string becomes one text block). */
+export function reply(content: FakeBlock[] | string, extra: ReplyExtra = {}): FakeMessageReply {
+  return { ...extra, type: 'message', content: typeof content === 'string' ? [textBlock(content)] : content };
+}
+
+/** A message reply of one text block, stopping with `end_turn` unless `extra.stop_reason`. */
+export function text(t: string, extra: ReplyExtra = {}): FakeMessageReply {
+  return reply([textBlock(t)], extra);
+}
+
+/** A reply calling one tool (`stop_reason: tool_use`). */
+export function toolCall(
+  name: string,
+  input: unknown,
+  extra: ReplyExtra & { id?: string } = {},
+): FakeMessageReply {
+  const { id, ...rest } = extra;
+  return reply([toolUse(name, input, id)], rest);
+}
+
+/** A reply calling several tools at once (parallel calls), optionally after some text. */
+export function toolCalls(
+  blocks: FakeBlock[],
+  extra: ReplyExtra & { preamble?: string } = {},
+): FakeMessageReply {
+  const { preamble, ...rest } = extra;
+  return reply(preamble === undefined ? blocks : [textBlock(preamble), ...blocks], rest);
+}
+
+/** An HTTP error reply with the API's error envelope. */
+export function apiError(status: number, errorType: string, extra: ErrorExtra = {}): FakeErrorReply {
+  return { ...extra, type: 'error', status, errorType };
+}
+
+/** `429 rate_limit_error`, with `retry-after: <seconds>` when given. */
+export function rateLimited(retryAfter?: number, extra: ErrorExtra = {}): FakeErrorReply {
+  return apiError(429, 'rate_limit_error', retryAfter === undefined ? extra : { retryAfter, ...extra });
+}
+
+/** `529 overloaded_error`. */
+export function overloaded(extra: ErrorExtra = {}): FakeErrorReply {
+  return apiError(529, 'overloaded_error', extra);
+}
+
+/** `500 api_error`. */
+export function serverError(extra: ErrorExtra = {}): FakeErrorReply {
+  return apiError(500, 'api_error', extra);
+}
+
+/** Never answer; the request ends when the client disconnects. */
+export function hang(): FakeReply {
+  return { type: 'hang' };
+}
+
+/**
+ * A deterministic benchmark script: `n - 1` turns calling a cheap tool, then a final text. The turn is the number of
+ * assistant messages in the conversation the model saw, so it works with and without threads and across sessions.
+ * The tool is `toolName`, else `calculate_sum` if offered, else the first offered tool, else `calculate_sum`.
+ */
+export function toolLoopHandler(n: number, toolName?: string): FakeHandler {
+  return (req) => {
+    const turn = req.messages.filter((message) => message?.role === 'assistant').length;
+    if (turn >= n - 1) return text(`Finished after ${n} turns.`);
+    const offered = availableTools(req);
+    const name =
+      toolName ??
+      (offered.has('calculate_sum') ? 'calculate_sum' : offered.keys().next().value) ??
+      'calculate_sum';
+    const input = name === 'calculate_sum' ? { a: turn + 1, b: 1 } : {};
+    return toolCall(name, input);
+  };
+}
+
+/** The handler of a named script: `offline`, or `tool-loop:N` / `tool-loop:N:toolName`. */
+export function parseScript(spec: string): FakeHandler {
+  if (spec === 'offline') return offlineHandler;
+  const loop = /^tool-loop:(\d+)(?::(.+))?$/.exec(spec);
+  if (loop) {
+    const n = Number(loop[1]);
+    if (n < 1) throw new Error(`tool-loop needs N >= 1, got ${spec}`);
+    return toolLoopHandler(n, loop[2]);
+  }
+  throw new Error(`unknown fake script ${JSON.stringify(spec)}; expected offline or tool-loop:N[:tool]`);
+}

@@ -1,0 +1,87 @@
+import type { MessageParam } from './schemas.js';
+
+/** A history message as stored: the request-side shape (replies are stored as `{role, content}` of the BetaMessage). */
+export interface StoredMessage {
+  role: 'user' | 'assistant';
+  content: string | Array<Record<string, any>>;
+}
+
+export interface ToolCall {
+  id: string;
+  name: string;
+  input: unknown;
+}
+
+export interface HistoryProblem {
+  index: number;
+  message: string;
+}
+
+export function blocksOf(message: StoredMessage | undefined): Array<Record<string, any>> {
+  if (!message) return [];
+  return typeof message.content === 'string' ? [{ type: 'text', text: message.content }] : message.content;
+}
+
+export function toolCallsOf(message: StoredMessage | undefined): ToolCall[] {
+  if (!message || message.role !== 'assistant') return [];
+  return blocksOf(message)
+    .filter((b) => b.type === 'tool_use')
+    .map((b) => ({ id: String(b.id), name: String(b.name), input: b.input }));
+}
+
+/** The tool calls of the last message when it is an assistant turn whose calls are not answered yet. */
+export function pendingToolCalls(history: StoredMessage[]): ToolCall[] {
+  return toolCallsOf(history.at(-1));
+}
+
+/**
+ * Checks the Messages API's rules on a history: it starts with a user turn, roles alternate, every `tool_result`
+ * answers a `tool_use` of the assistant turn right before it, every `tool_use` followed by a user turn is answered
+ * there exactly once, tool_use ids are unique, and tool results come before other blocks of their turn.
+ * A trailing assistant turn is allowed (prefill, or calls the service answers first).
+ */
+export function checkHistory(messages: readonly (MessageParam | StoredMessage)[]): HistoryProblem[] {
+  const problems: HistoryProblem[] = [];
+  const seen = new Set<string>();
+  messages.forEach((message, index) => {
+    if (index === 0 && message.role !== 'user') problems.push({ index, message: 'the first message must be a user turn' });
+    const prev = messages[index - 1];
+    if (prev && prev.role === message.role) {
+      problems.push({ index, message: `two ${message.role} turns in a row: roles must alternate` });
+    }
+    const blocks = blocksOf(message as StoredMessage);
+    if (message.role === 'assistant') {
+      for (const b of blocks) {
+        if (b.type !== 'tool_use') continue;
+        if (seen.has(b.id)) problems.push({ index, message: `tool_use id ${b.id} is used twice` });
+        seen.add(b.id);
+      }
+      return;
+    }
+    const asked = new Set(toolCallsOf(prev as StoredMessage | undefined).map((c) => c.id));
+    const answered = new Set<string>();
+    let afterOther = false;
+    for (const b of blocks) {
+      if (b.type !== 'tool_result') {
+        afterOther = true;
+        continue;
+      }
+      if (afterOther) problems.push({ index, message: 'tool_result blocks must come before other content of the turn' });
+      if (!asked.has(b.tool_use_id)) {
+        problems.push({ index, message: `tool_result ${b.tool_use_id} answers no tool_use of the previous assistant turn` });
+      } else if (answered.has(b.tool_use_id)) {
+        problems.push({ index, message: `tool_use ${b.tool_use_id} is answered twice` });
+      }
+      answered.add(b.tool_use_id);
+    }
+    for (const id of asked) {
+      if (!answered.has(id)) problems.push({ index, message: `tool_use ${id} of the previous assistant turn is not answered` });
+    }
+  });
+  return problems;
+}
+
+/** Content as blocks, for merging a user turn into the one before it (roles must alternate). */
+export function asBlocks(content: string | Array<Record<string, any>>): Array<Record<string, any>> {
+  return typeof content === 'string' ? [{ type: 'text', text: content }] : content;
+}

@@ -1,0 +1,30 @@
+import Anthropic from '@anthropic-ai/sdk';
+import fp from 'fastify-plugin';
+
+declare module 'fastify' {
+  interface FastifyInstance {
+    anthropic: Anthropic;
+    /** `offline` when the built-in fake model answers (no ANTHROPIC_API_KEY), else `anthropic`. */
+    modelBackend: 'offline' | 'anthropic';
+  }
+}
+
+export interface AnthropicPluginOptions {
+  apiKey: string;
+  baseURL?: string | undefined;
+  maxRetries: number;
+  offline: boolean;
+}
+
+export default fp<AnthropicPluginOptions>(
+  async (app, opts) => {
+    const client = new Anthropic({
+      apiKey: opts.apiKey,
+      ...(opts.baseURL ? { baseURL: opts.baseURL } : {}),
+      maxRetries: opts.maxRetries,
+    });
+    app.decorate('anthropic', client);
+    app.decorate('modelBackend', opts.offline ? 'offline' : 'anthropic');
+  },
+  { name: 'anthropic' },
+);

@@ -1,0 +1,44 @@
+import fp from 'fastify-plugin';
+import { randomBytes } from 'node:crypto';
+import { hostname } from 'node:os';
+import { serverTools } from '../../tools/index.js';
+import { Engine } from '../engine/engine.js';
+import { SessionService } from '../sessions/service.js';
+import { SessionStore } from '../store/store.js';
+
+declare module 'fastify' {
+  interface FastifyInstance {
+    store: SessionStore;
+    engine: Engine;
+    sessions: SessionService;
+  }
+}
+
+export interface EnginePluginOptions {
+  leaseTtlMs: number;
+  eventLogMax: number;
+  shutdownGraceMs: number;
+}
+
+/** The store, the run engine and the session service, on the shared clients. Runs stop first on close. */
+export default fp<EnginePluginOptions>(
+  async (app, opts) => {
+    const store = new SessionStore(app.redis, { eventLogMax: opts.eventLogMax });
+    const engine = new Engine({
+      store,
+      client: app.anthropic,
+      subscriber: app.redisSub,
+      serverTools,
+      logger: app.log as any,
+      owner: `${hostname()}-${process.pid}-${randomBytes(3).toString('hex')}`,
+      leaseTtlMs: opts.leaseTtlMs,
+    });
+    app.decorate('store', store);
+    app.decorate('engine', engine);
+    app.decorate('sessions', new SessionService(store, engine, serverTools));
+    app.addHook('onReady', async () => engine.start());
+    // Registered after the redis plugin, so it runs before Redis closes (onClose hooks run in reverse order).
+    app.addHook('onClose', async () => engine.stop(opts.shutdownGraceMs));
+  },
+  { name: 'engine', dependencies: ['redis', 'anthropic'] },
+);

@@ -1,0 +1,225 @@
+import { z } from 'zod';
+
+/* Request-side Messages API shapes: what a client may put in a session's history. Strict objects, so a typo in a
+ * block is a 400 before anything is persisted rather than a 400 from the upstream several turns later. */
+
+const cacheControl = z.strictObject({ type: z.literal('ephemeral'), ttl: z.enum(['5m', '1h']).optional() });
+const withCache = { cache_control: cacheControl.nullish() };
+
+const textBlock = z.strictObject({
+  type: z.literal('text'),
+  text: z.string(),
+  citations: z.array(z.looseObject({ type: z.string() })).nullish(),
+  ...withCache,
+});
+const imageSource = z.discriminatedUnion('type', [
+  z.strictObject({
+    type: z.literal('base64'),
+    media_type: z.enum(['image/jpeg', 'image/png', 'image/gif', 'image/webp']),
+    data: z.string().min(1),
+  }),
+  z.strictObject({ type: z.literal('url'), url: z.url() }),
+  z.strictObject({ type: z.literal('file'), file_id: z.string().min(1) }),
+]);
+const imageBlock = z.strictObject({ type: z.literal('image'), source: imageSource, ...withCache });
+const documentBlock = z.strictObject({
+  type: z.literal('document'),
+  source: z.looseObject({ type: z.enum(['base64', 'text', 'url', 'content', 'file']) }),
+  title: z.string().nullish(),
+  context: z.string().nullish(),
+  citations: z.looseObject({}).nullish(),
+  ...withCache,
+});
+const searchResultBlock = z.strictObject({
+  type: z.literal('search_result'),
+  source: z.string(),
+  title: z.string(),
+  content: z.array(textBlock),
+  citations: z.looseObject({}).nullish(),
+  ...withCache,
+});
+export const toolResultContent = z.union([
+  z.string(),
+  z.array(z.discriminatedUnion('type', [textBlock, imageBlock, documentBlock, searchResultBlock])),
+]);
+const toolUseBlock = z.strictObject({
+  type: z.literal('tool_use'),
+  id: z.string().regex(/^[A-Za-z0-9_-]{1,128}$/),
+  name: z.string().regex(/^[A-Za-z0-9_-]{1,128}$/),
+  input: z.record(z.string(), z.unknown()),
+  ...withCache,
+});
+const toolResultBlock = z.strictObject({
+  type: z.literal('tool_result'),
+  tool_use_id: z.string().min(1),
+  content: toolResultContent.optional(),
+  is_error: z.boolean().optional(),
+  ...withCache,
+});
+const thinkingBlock = z.strictObject({ type: z.literal('thinking'), thinking: z.string(), signature: z.string() });
+const redactedThinkingBlock = z.strictObject({ type: z.literal('redacted_thinking'), data: z.string() });
+
+const userBlock = z.discriminatedUnion('type', [
+  textBlock,
+  imageBlock,
+  documentBlock,
+  searchResultBlock,
+  toolResultBlock,
+]);
+const assistantBlock = z.discriminatedUnion('type', [textBlock, toolUseBlock, thinkingBlock, redactedThinkingBlock]);
+
+export const userMessage = z.strictObject({
+  role: z.literal('user'),
+  content: z.union([z.string().min(1), z.array(userBlock).min(1)]),
+});
+export const assistantMessage = z.strictObject({
+  role: z.literal('assistant'),
+  content: z.union([z.string().min(1), z.array(assistantBlock).min(1)]),
+});
+export const messageParam = z.discriminatedUnion('role', [userMessage, assistantMessage]);
+export type MessageParam = z.infer<typeof messageParam>;
+
+/** Content a client adds as a user turn (follow-ups): no tool results, those go through the tool-result routes. */
+export const userContent = z.union([
+  z.string().min(1),
+  z.array(z.discriminatedUnion('type', [textBlock, imageBlock, documentBlock, searchResultBlock])).min(1),
+]);
+
+/* Session settings */
+
+const jsonSchemaObject = z
+  .looseObject({ type: z.literal('object'), properties: z.record(z.string(), z.unknown()).optional() })
+  .refine((s) => s.required === undefined || (Array.isArray(s.required) && s.required.every((r) => typeof r === 'string')), {
+    message: '`required` must be an array of property names',
+  });
+export const clientTool = z.strictObject({
+  name: z.string().regex(/^[A-Za-z0-9_-]{1,128}$/, 'tool names are 1-128 of [A-Za-z0-9_-]'),
+  description: z.string().max(10_000).optional(),
+  input_schema: jsonSchemaObject,
+});
+export type ClientTool = z.infer<typeof clientTool>;
+export const toolRef = z.union([z.string().min(1), clientTool]);
+
+/** Messages API params a session sends each turn; `messages`, `tools`, `stream` and `thread` are the service's. */
+export const sessionParams = z
+  .looseObject({
+    model: z.string().min(1),
+    max_tokens: z.number().int().positive().max(1_000_000),
+    system: z.union([z.string(), z.array(textBlock)]).optional(),
+    temperature: z.number().min(0).max(1).optional(),
+    top_p: z.number().min(0).max(1).optional(),
+    top_k: z.number().int().positive().optional(),
+    stop_sequences: z.array(z.string()).optional(),
+    tool_choice: z.looseObject({ type: z.enum(['auto', 'any', 'tool', 'none']) }).optional(),
+    metadata: z.looseObject({}).optional(),
+    betas: z.array(z.string()).optional(),
+  })
+  .superRefine((p, ctx) => {
+    for (const key of ['messages', 'tools', 'stream', 'thread', 'max_iterations']) {
+      if (key in p) ctx.addIssue({ code: 'custom', path: [key], message: `\`${key}\` is set by the session, not in params` });
+    }
+  });
+export type SessionParams = z.infer<typeof sessionParams>;
+export const paramsPatch = z.looseObject({}).superRefine((p, ctx) => {
+  for (const key of ['messages', 'tools', 'stream', 'thread', 'max_iterations']) {
+    if (key in p) ctx.addIssue({ code: 'custom', path: [key], message: `\`${key}\` cannot be changed through params` });
+  }
+});
+
+const toolNameList = z.array(z.string().min(1)).max(256);
+export const approvalPolicy = z.union([z.enum(['never', 'always', 'default']), toolNameList]);
+export const reviewPolicy = z.union([z.boolean(), toolNameList]);
+export const onToolError = z.enum(['continue', 'pause', 'fail']);
+export const onMaxTokens = z.union([
+  z.literal('stop'),
+  z.strictObject({ retry: z.literal('double'), ceiling: z.number().int().positive().max(1_000_000) }),
+]);
+export type OnMaxTokens = z.infer<typeof onMaxTokens>;
+
+export const policies = {
+  max_iterations: z.number().int().min(1).max(1000),
+  approval: approvalPolicy,
+  review_tool_results: reviewPolicy,
+  on_tool_error: onToolError,
+  on_max_tokens: onMaxTokens,
+  cache_tool_results: z.boolean(),
+  stream: z.boolean(),
+};
+
+export const metadata = z
+  .record(z.string().max(64), z.union([z.string().max(512), z.number(), z.boolean(), z.null()]))
+  .refine((m) => Object.keys(m).length <= 32, { message: 'at most 32 metadata keys' });
+
+export const createSessionBody = z
+  .strictObject({
+    params: sessionParams.optional(),
+    model: z.string().min(1).optional(),
+    max_tokens: z.number().int().positive().optional(),
+    system: z.union([z.string(), z.array(textBlock)]).optional(),
+    tools: z.array(toolRef).max(128).default([]),
+    messages: z.array(messageParam).max(10_000).optional(),
+    input: z.string().min(1).optional(),
+    max_iterations: policies.max_iterations.default(10),
+    approval: approvalPolicy.default('default'),
+    review_tool_results: reviewPolicy.default(false),
+    on_tool_error: onToolError.default('continue'),
+    on_max_tokens: onMaxTokens.default('stop'),
+    cache_tool_results: z.boolean().default(false),
+    stream: z.boolean().default(true),
+    metadata: metadata.default({}),
+    start: z.boolean().default(true),
+  })
+  .superRefine((b, ctx) => {
+    if (b.messages && b.input) ctx.addIssue({ code: 'custom', path: ['input'], message: 'give `messages` or `input`, not both' });
+  });
+export type CreateSessionBody = z.infer<typeof createSessionBody>;
+
+export const patchSessionBody = z
+  .strictObject({
+    params: paramsPatch.optional(),
+    max_iterations: policies.max_iterations.optional(),
+    approval: approvalPolicy.optional(),
+    review_tool_results: reviewPolicy.optional(),
+    on_tool_error: onToolError.optional(),
+    on_max_tokens: onMaxTokens.optional(),
+    cache_tool_results: z.boolean().optional(),
+    stream: z.boolean().optional(),
+    metadata: metadata.optional(),
+  })
+  .refine((b) => Object.keys(b).length > 0, { message: 'nothing to change' });
+
+export const postMessageBody = z.strictObject({
+  content: userContent.optional(),
+  text: z.string().min(1).optional(),
+  role: z.literal('user').optional(),
+  interrupt: z.boolean().default(false),
+}).refine((b) => (b.content === undefined) !== (b.text === undefined), {
+  message: 'give `content` (string or blocks) or `text`',
+});
+
+export const toolResultBody = z.strictObject({
+  content: toolResultContent,
+  is_error: z.boolean().optional(),
+});
+export const toolResultsBody = z.strictObject({
+  results: z
+    .array(z.strictObject({ tool_use_id: z.string().min(1), content: toolResultContent, is_error: z.boolean().optional() }))
+    .min(1)
+    .max(256),
+  continue: z.boolean().default(false),
+});
+export const decisionBody = z.strictObject({
+  decision: z.enum(['approve', 'deny']),
+  input: z.record(z.string(), z.unknown()).optional(),
+  reason: z.string().max(10_000).optional(),
+});
+export const retryBody = z.strictObject({ params: paramsPatch.optional() }).default({});
+export const forkBody = z.strictObject({ at_iteration: z.number().int().min(0), metadata: metadata.optional() });
+export const emptyBody = z.union([z.strictObject({}), z.undefined(), z.null()]);
+
+export const sessionIdParam = z.strictObject({ id: z.string().regex(/^ses_[A-Za-z0-9]{10,40}$/, 'not a session id') });
+export const listQuery = z.strictObject({
+  limit: z.coerce.number().int().min(1).max(100).default(20),
+  cursor: z.string().max(200).optional(),
+  status: z.enum(['running', 'requires_action', 'idle', 'failed']).optional(),
+});

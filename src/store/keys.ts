@@ -1,0 +1,35 @@
+/**
+ * Redis keys. Every key of one session carries the hash tag `{<id>}`, so a Redis Cluster keeps them in one slot
+ * and a Lua script may touch them all. The tenant index and the run queue are global keys, written in their own
+ * commands (never in a session's script) for the same reason.
+ */
+export const sessionKeys = (id: string) => ({
+  /** HASH: the session's fields (status, revision, params, policies, usage, pending tool step, …). */
+  meta: `s:{${id}}`,
+  /** LIST: the message history, one JSON message per element. Append-only except a bounded edit of its tail. */
+  msgs: `s:{${id}}:m`,
+  /** LIST: iteration records (JSON), element n-1 is iteration n. */
+  iters: `s:{${id}}:i`,
+  /** LIST: queued follow-ups, each the inner JSON of a content-block array (no brackets), merged by concatenation. */
+  queue: `s:{${id}}:q`,
+  /** STREAM: the event log; entry ids are the clients' cursors. */
+  events: `s:{${id}}:e`,
+  /** STRING `<owner>:<fence>` with a TTL: who runs the session now. */
+  lease: `s:{${id}}:l`,
+});
+
+export type SessionKeys = ReturnType<typeof sessionKeys>;
+
+/** ZSET of a tenant's session ids scored by creation time (ms). */
+export const tenantIndexKey = (tenant: string) => `t:{${tenant}}:sessions`;
+
+/** ZSET of sessions with status `running`, scored by the time (ms) after which any replica may claim the run. */
+export const RUNS_KEY = 'runs:due';
+
+/** Pub/sub channel on which cancel/interrupt/delete reach the replica running a session. */
+export const controlChannel = (id: string) => `ctl:{${id}}`;
+
+/** Pub/sub channel told the id of a session's newest event, so relays read the log only when it grew. */
+export const eventsChannel = (id: string) => `ev:{${id}}`;
+
+export const idempotencyKey = (tenant: string, key: string) => `idem:{${tenant}}:${key}`;

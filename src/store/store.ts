@@ -1,0 +1,482 @@
+import type { Cluster, Redis } from 'ioredis';
+import { randomBytes } from 'node:crypto';
+import { FencedOut, AppError, notFound, revisionMismatch, conflict } from '../errors.js';
+import type { StoredMessage } from '../history.js';
+import type { ClientTool, OnMaxTokens, SessionParams } from '../schemas.js';
+import {
+  RUNS_KEY,
+  controlChannel,
+  eventsChannel,
+  sessionKeys,
+  tenantIndexKey,
+  type SessionKeys,
+} from './keys.js';
+import { ACQUIRE, APPLY, DESTROY, RELEASE, RENEW } from './scripts.js';
+
+export type RedisClient = Redis | Cluster;
+export type Status = 'running' | 'requires_action' | 'idle' | 'failed';
+export type ToolRef = string | ClientTool;
+export type ApprovalPolicy = 'never' | 'always' | 'default' | string[];
+export type ReviewPolicy = boolean | string[];
+
+export interface Usage {
+  input_tokens: number;
+  output_tokens: number;
+  cache_creation_input_tokens: number;
+  cache_read_input_tokens: number;
+}
+
+export interface SessionError {
+  code: string;
+  message: string;
+  retryable: boolean;
+}
+
+export interface ToolResult {
+  content: string | Array<Record<string, any>>;
+  is_error: boolean;
+}
+
+/** One call of the assistant turn that the history ends with, while the service works out its results. */
+export interface PendingCall {
+  id: string;
+  name: string;
+  input: unknown;
+  kind: 'server' | 'client';
+  /** `required` waits for a decision; `auto` needs none. */
+  approval: 'auto' | 'required' | 'approved' | 'denied';
+  reason?: string;
+  /** Set once the call's result is known (ran, denied, submitted, replaced). */
+  result?: ToolResult;
+  /** A server tool that has started: after a crash it runs again only if idempotent. */
+  started?: boolean;
+}
+
+export interface PendingStep {
+  calls: PendingCall[];
+  /** Results wait for review before the model sees them. */
+  review: boolean;
+  /** The iteration these calls belong to. */
+  iteration: number;
+}
+
+/** Everything a session is, as stored in its meta hash. */
+export interface SessionState {
+  id: string;
+  tenant: string;
+  status: Status;
+  revision: number;
+  iteration: number;
+  /** `iteration` when the current run started; the run's budget is `max_iterations` from there. */
+  runStart: number;
+  params: SessionParams;
+  tools: ToolRef[];
+  maxIterations: number;
+  approval: ApprovalPolicy;
+  review: ReviewPolicy;
+  onToolError: 'continue' | 'pause' | 'fail';
+  onMaxTokens: OnMaxTokens;
+  cacheToolResults: boolean;
+  stream: boolean;
+  pending: PendingStep | null;
+  stopReason: string | null;
+  error: SessionError | null;
+  usage: Usage;
+  metadata: Record<string, unknown>;
+  createdAt: number;
+  updatedAt: number;
+  fence: number;
+  msgCount: number;
+  /** A cancel/interrupt asked of the run in flight, seen by the owner at its next commit or by pub/sub. */
+  control: '' | 'cancel' | 'interrupt';
+  /** Bumped by PATCH/retry: the runner takes the new params at the next turn boundary. */
+  paramsRev: number;
+}
+
+/** Ops of one `apply` (see scripts.ts); values already encoded. */
+export interface ApplyOps {
+  trim_msgs?: number;
+  lset_msgs?: Array<[number, string]>;
+  push_msgs?: string[];
+  trim_iters?: number;
+  lset_iters?: Array<[number, string]>;
+  push_iters?: string[];
+  hset?: Record<string, string>;
+  hdel?: string[];
+  hincr?: Record<string, number>;
+  queue_push?: string[];
+  drop_queue?: boolean;
+  release_lease?: boolean;
+  events?: Array<[string, string]>;
+  queue?: { base?: string; into_last?: boolean; any?: ApplyOps; none?: ApplyOps };
+}
+
+export interface Guard {
+  fence?: number;
+  rev?: number;
+  status?: Status[];
+  create?: boolean;
+}
+
+export interface ApplyResult {
+  revision: number;
+  mergedCount: number;
+  /** The user message built from queued follow-ups (JSON), when any were merged. */
+  merged: string;
+  control: SessionState['control'];
+  paramsRev: number;
+}
+
+export interface StoredEvent {
+  id: string;
+  type: string;
+  /** Event data as stored (JSON text). */
+  data: string;
+  revision: number;
+  at: number;
+}
+
+export const newSessionId = () => `ses_${randomBytes(12).toString('base64url').replace(/[-_]/g, '').slice(0, 16)}`;
+
+/** Encodes SessionState fields for HSET. Only the fields given are written. */
+export function encodeFields(s: Partial<SessionState>): Record<string, string> {
+  const out: Record<string, string> = {};
+  const str = (k: string, v: string | number | undefined) => {
+    if (v !== undefined) out[k] = String(v);
+  };
+  const json = (k: string, v: unknown) => {
+    if (v !== undefined) out[k] = JSON.stringify(v);
+  };
+  str('id', s.id);
+  str('tenant', s.tenant);
+  str('status', s.status);
+  str('iteration', s.iteration);
+  str('run_start', s.runStart);
+  json('params', s.params);
+  json('tools', s.tools);
+  str('max_iterations', s.maxIterations);
+  json('approval', s.approval);
+  json('review', s.review);
+  str('on_tool_error', s.onToolError);
+  json('on_max_tokens', s.onMaxTokens);
+  json('cache_tool_results', s.cacheToolResults);
+  json('stream', s.stream);
+  // Nullable fields are stored as '' when null.
+  if ('pending' in s) out.pending = s.pending ? JSON.stringify(s.pending) : '';
+  if ('stopReason' in s) out.stop_reason = s.stopReason ?? '';
+  if ('error' in s) out.error = s.error ? JSON.stringify(s.error) : '';
+  json('metadata', s.metadata);
+  str('created_at', s.createdAt);
+  if ('control' in s) out.control = s.control ?? '';
+  str('params_rev', s.paramsRev);
+  return out;
+}
+
+const json = <T>(v: string | undefined, fallback: T): T => (v ? (JSON.parse(v) as T) : fallback);
+
+export function decodeFields(h: Record<string, string>): SessionState {
+  return {
+    id: h.id!,
+    tenant: h.tenant!,
+    status: h.status as Status,
+    revision: Number(h.revision ?? 0),
+    iteration: Number(h.iteration ?? 0),
+    runStart: Number(h.run_start ?? 0),
+    params: json(h.params, {} as SessionParams),
+    tools: json(h.tools, []),
+    maxIterations: Number(h.max_iterations ?? 10),
+    approval: json(h.approval, 'default' as ApprovalPolicy),
+    review: json(h.review, false),
+    onToolError: (h.on_tool_error as SessionState['onToolError']) || 'continue',
+    onMaxTokens: json(h.on_max_tokens, 'stop' as OnMaxTokens),
+    cacheToolResults: h.cache_tool_results === 'true',
+    stream: h.stream !== 'false',
+    pending: json(h.pending, null),
+    stopReason: h.stop_reason || null,
+    error: json(h.error, null),
+    usage: {
+      input_tokens: Number(h.u_in ?? 0),
+      output_tokens: Number(h.u_out ?? 0),
+      cache_creation_input_tokens: Number(h.u_cc ?? 0),
+      cache_read_input_tokens: Number(h.u_cr ?? 0),
+    },
+    metadata: json(h.metadata, {}),
+    createdAt: Number(h.created_at ?? 0),
+    updatedAt: Number(h.updated_at ?? 0),
+    fence: Number(h.fence ?? 0),
+    msgCount: Number(h.msg_count ?? 0),
+    control: (h.control as SessionState['control']) || '',
+    paramsRev: Number(h.params_rev ?? 0),
+  };
+}
+
+/** HINCRBY ops adding a reply's usage to the session's totals. */
+export function usageIncr(u: Partial<Usage> | null | undefined): Record<string, number> {
+  return {
+    u_in: u?.input_tokens ?? 0,
+    u_out: u?.output_tokens ?? 0,
+    u_cc: u?.cache_creation_input_tokens ?? 0,
+    u_cr: u?.cache_read_input_tokens ?? 0,
+  };
+}
+
+type Scripted = RedisClient & {
+  sessApply(...args: Array<string | number>): Promise<[number | string, number | string, string, string, string]>;
+  sessAcquire(...args: Array<string | number>): Promise<number>;
+  sessRenew(...args: Array<string | number>): Promise<number>;
+  sessRelease(...args: Array<string | number>): Promise<number>;
+  sessDestroy(...args: Array<string | number>): Promise<number>;
+};
+
+export interface StoreOptions {
+  eventLogMax: number;
+}
+
+/**
+ * The session store: every read and write of session state goes through here. Writes are single Lua scripts over
+ * the keys of one session; the guarantees of each are in its JSDoc.
+ */
+export class SessionStore {
+  readonly redis: Scripted;
+
+  constructor(
+    redis: RedisClient,
+    readonly options: StoreOptions,
+  ) {
+    const r = redis as Scripted;
+    // The store may be built more than once on one client (tests); the commands are defined once.
+    if (typeof (redis as unknown as Partial<Scripted>).sessApply !== 'function') {
+      r.defineCommand('sessApply', { numberOfKeys: 6, lua: APPLY });
+      r.defineCommand('sessAcquire', { numberOfKeys: 2, lua: ACQUIRE });
+      r.defineCommand('sessRenew', { numberOfKeys: 1, lua: RENEW });
+      r.defineCommand('sessRelease', { numberOfKeys: 1, lua: RELEASE });
+      r.defineCommand('sessDestroy', { numberOfKeys: 6, lua: DESTROY });
+    }
+    this.redis = r;
+  }
+
+  private keyList(k: SessionKeys): string[] {
+    return [k.meta, k.msgs, k.iters, k.queue, k.events, k.lease];
+  }
+
+  /**
+   * Applies `ops` atomically if `guard` holds (fence, revision, status, existence); otherwise writes nothing and
+   * throws: FencedOut, 412 revision_mismatch, 409 invalid_status (with the current status), 404 session_not_found.
+   * Bumps the revision by one, stamps `updated_at`, writes the events with the new revision, and publishes the
+   * last event id on the session's events channel — all in one round trip.
+   */
+  async apply(id: string, guard: Guard, ops: ApplyOps): Promise<ApplyResult> {
+    const k = sessionKeys(id);
+    const res = await this.redis.sessApply(
+      ...this.keyList(k),
+      JSON.stringify(guard),
+      JSON.stringify(ops),
+      this.options.eventLogMax,
+      eventsChannel(id),
+    );
+    if (res[0] === 'ERR') {
+      const code = String(res[1]);
+      const current = String(res[2]);
+      if (code === 'fenced') throw new FencedOut(id);
+      if (code === 'revision') throw revisionMismatch(Number(current));
+      if (code === 'status')
+        throw conflict('invalid_status', `Not possible while the session is ${current}.`, { status: current });
+      if (code === 'exists') throw conflict('session_exists', 'A session with this id exists.');
+      throw notFound();
+    }
+    return {
+      revision: Number(res[0]),
+      mergedCount: Number(res[1]),
+      merged: String(res[2] ?? ''),
+      control: (res[3] || '') as SessionState['control'],
+      paramsRev: Number(res[4] ?? 0),
+    };
+  }
+
+  /** The session, or null. One HGETALL. */
+  async load(id: string): Promise<SessionState | null> {
+    const h = await this.redis.hgetall(sessionKeys(id).meta);
+    return h.id ? decodeFields(h) : null;
+  }
+
+  /** The session if it exists and belongs to `tenant`; 404 otherwise (another tenant's session is not found). */
+  async loadFor(tenant: string, id: string): Promise<SessionState> {
+    const s = await this.load(id);
+    if (!s || s.tenant !== tenant) throw notFound();
+    return s;
+  }
+
+  async history(id: string, start = 0, end = -1): Promise<StoredMessage[]> {
+    const raw = await this.redis.lrange(sessionKeys(id).msgs, start, end);
+    return raw.map((m) => JSON.parse(m) as StoredMessage);
+  }
+
+  async lastMessage(id: string): Promise<StoredMessage | null> {
+    const raw = await this.redis.lindex(sessionKeys(id).msgs, -1);
+    return raw ? (JSON.parse(raw) as StoredMessage) : null;
+  }
+
+  async iterationRecords(id: string, start = 0, end = -1): Promise<IterationRecord[]> {
+    const raw = await this.redis.lrange(sessionKeys(id).iters, start, end);
+    return raw.map((r) => JSON.parse(r) as IterationRecord);
+  }
+
+  async queueLength(id: string): Promise<number> {
+    return this.redis.llen(sessionKeys(id).queue);
+  }
+
+  /** Events after `after` (exclusive; `0-0` or '' for all), at most `count`. */
+  async events(id: string, after: string, count: number): Promise<StoredEvent[]> {
+    const start = after && after !== '0' && after !== '0-0' ? `(${after}` : '-';
+    const rows = await this.redis.xrange(sessionKeys(id).events, start, '+', 'COUNT', count);
+    return rows.map(parseEntry);
+  }
+
+  /** The oldest event id still in the log, or null when the log is empty. */
+  async firstEventId(id: string): Promise<string | null> {
+    const rows = await this.redis.xrange(sessionKeys(id).events, '-', '+', 'COUNT', 1);
+    return rows[0]?.[0] ?? null;
+  }
+
+  async lastEventId(id: string): Promise<string | null> {
+    const rows = await this.redis.xrevrange(sessionKeys(id).events, '+', '-', 'COUNT', 1);
+    return rows[0]?.[0] ?? null;
+  }
+
+  /**
+   * Appends events that change no session field (stream deltas, turn.started) in one pipelined round trip, without
+   * bumping the revision. Not fenced: a stale writer can add noise to the log, never to the history.
+   */
+  async appendEvents(id: string, events: Array<[string, string]>): Promise<void> {
+    if (events.length === 0) return;
+    const k = sessionKeys(id);
+    const at = String(Date.now());
+    const p = this.redis.pipeline();
+    for (const [type, data] of events) {
+      p.xadd(k.events, 'MAXLEN', '~', this.options.eventLogMax, '*', 't', type, 'd', data, 'at', at);
+    }
+    const res = await p.exec();
+    const lastId = res?.at(-1)?.[1];
+    if (typeof lastId === 'string') await this.redis.publish(eventsChannel(id), lastId);
+  }
+
+  /** Takes the run lease of a `running` session; the fencing token, or 0 if another holds it. */
+  acquire(id: string, owner: string, ttlMs: number): Promise<number> {
+    const k = sessionKeys(id);
+    return this.redis.sessAcquire(k.meta, k.lease, owner, ttlMs).then(Number);
+  }
+
+  renew(id: string, owner: string, fence: number, ttlMs: number): Promise<boolean> {
+    return this.redis.sessRenew(sessionKeys(id).lease, `${owner}:${fence}`, ttlMs).then((r) => r === 1);
+  }
+
+  release(id: string, owner: string, fence: number): Promise<boolean> {
+    return this.redis.sessRelease(sessionKeys(id).lease, `${owner}:${fence}`).then((r) => r === 1);
+  }
+
+  async leaseHolder(id: string): Promise<string | null> {
+    return this.redis.get(sessionKeys(id).lease);
+  }
+
+  /** Marks a running session as claimable by any replica after `atMs` (crash recovery). */
+  async markDue(id: string, atMs: number): Promise<void> {
+    await this.redis.zadd(RUNS_KEY, atMs, id);
+  }
+
+  async unmarkDue(id: string): Promise<void> {
+    await this.redis.zrem(RUNS_KEY, id);
+  }
+
+  /** Running sessions whose claim time has passed. */
+  dueRuns(nowMs: number, limit: number): Promise<string[]> {
+    return this.redis.zrangebyscore(RUNS_KEY, 0, nowMs, 'LIMIT', 0, limit);
+  }
+
+  /** Index members sort by creation time then id, so a lexicographic range pages the list exactly. */
+  private indexMember(createdAt: number, id: string): string {
+    return `${String(createdAt).padStart(15, '0')}:${id}`;
+  }
+
+  async index(tenant: string, id: string, createdAt: number): Promise<void> {
+    await this.redis.zadd(tenantIndexKey(tenant), 0, this.indexMember(createdAt, id));
+  }
+
+  async unindex(tenant: string, id: string, createdAt: number): Promise<void> {
+    await this.redis.zrem(tenantIndexKey(tenant), this.indexMember(createdAt, id));
+  }
+
+  /**
+   * A tenant's sessions, newest first. The cursor is the index member of the last item of the previous page.
+   * Entries whose session is gone are dropped from the index on the way; a status filter reads at most 20 index
+   * pages per call, so one request stays bounded.
+   */
+  async list(
+    tenant: string,
+    opts: { limit: number; cursor?: string | undefined; status?: Status | undefined },
+  ): Promise<{ items: SessionState[]; next: string | null }> {
+    const key = tenantIndexKey(tenant);
+    if (opts.cursor && !/^\d{15}:ses_[A-Za-z0-9]+$/.test(opts.cursor)) {
+      throw new AppError(400, 'invalid_cursor', 'The cursor is not one this service gave.');
+    }
+    let max = opts.cursor ? `(${opts.cursor}` : '+';
+    const items: SessionState[] = [];
+    let lastMember: string | null = null;
+    for (let round = 0; round < 20 && items.length < opts.limit; round++) {
+      const members = await this.redis.zrevrangebylex(key, max, '-', 'LIMIT', 0, opts.status ? 100 : opts.limit);
+      if (members.length === 0) break;
+      const states = await Promise.all(members.map((m) => this.load(m.slice(16))));
+      for (let i = 0; i < members.length && items.length < opts.limit; i++) {
+        const member = members[i]!;
+        const s = states[i];
+        lastMember = member;
+        if (!s) await this.redis.zrem(key, member);
+        else if (!opts.status || s.status === opts.status) items.push(s);
+      }
+      max = `(${lastMember}`;
+      if (members.length < (opts.status ? 100 : opts.limit)) {
+        lastMember = items.length === opts.limit ? lastMember : null;
+        break;
+      }
+    }
+    return { items, next: items.length === opts.limit ? lastMember : null };
+  }
+
+  /** Deletes every key of the session; its event log keeps a `session.deleted` event for `ttlMs`. */
+  async destroy(id: string, tenant: string, createdAt: number, ttlMs = 60_000): Promise<boolean> {
+    const k = sessionKeys(id);
+    const done = await this.redis.sessDestroy(
+      ...this.keyList(k),
+      JSON.stringify({ id }),
+      ttlMs,
+      eventsChannel(id),
+    );
+    await Promise.all([this.unindex(tenant, id, createdAt), this.redis.zrem(RUNS_KEY, id)]);
+    return done === 1;
+  }
+
+  async publishControl(id: string, what: 'cancel' | 'interrupt' | 'delete' | 'params'): Promise<void> {
+    await this.redis.publish(controlChannel(id), what);
+  }
+}
+
+export interface IterationRecord {
+  iteration: number;
+  /** Index in the history of the reply, and of its tool results once they are in. */
+  reply_index: number;
+  results_index: number | null;
+  request: { model: string; max_tokens: number; message_count: number; params_rev: number };
+  stop_reason: string | null;
+  usage: Usage;
+  tool_calls: Array<{ id: string; name: string }>;
+  started_at: string;
+  completed_at: string;
+  timings: { upstream_ms: number; first_event_ms: number | null; tools_ms: number | null };
+}
+
+function parseEntry([id, fields]: [string, string[]]): StoredEvent {
+  const f: Record<string, string> = {};
+  for (let i = 0; i < fields.length; i += 2) f[fields[i]!] = fields[i + 1]!;
+  return { id, type: f.t ?? 'unknown', data: f.d ?? 'null', revision: Number(f.r ?? 0), at: Number(f.at ?? 0) };
+}
+
+export const parseStreamEntry = parseEntry;

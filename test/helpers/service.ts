@@ -1,0 +1,113 @@
+import { startService, type Service } from '../../src/boot.js';
+import { startFakeAnthropic, type FakeAnthropic, type FakeAnthropicOptions } from '../../src/fake/server.js';
+import { startTestRedis, type TestRedis } from './redis.js';
+
+export interface Harness {
+  redis: TestRedis;
+  fake: FakeAnthropic;
+  service: Service;
+  api: Api;
+  close(): Promise<void>;
+}
+
+export interface ApiResponse<T = any> {
+  status: number;
+  body: T;
+  headers: Headers;
+}
+
+/** A tiny JSON client of the service's REST API. */
+export class Api {
+  constructor(
+    readonly base: string,
+    readonly token?: string,
+  ) {}
+
+  as(token: string): Api {
+    return new Api(this.base, token);
+  }
+
+  async req<T = any>(
+    method: string,
+    path: string,
+    body?: unknown,
+    headers: Record<string, string> = {},
+  ): Promise<ApiResponse<T>> {
+    const res = await fetch(this.base + path, {
+      method,
+      headers: {
+        ...(body !== undefined ? { 'content-type': 'application/json' } : {}),
+        ...(this.token ? { authorization: `Bearer ${this.token}` } : {}),
+        ...headers,
+      },
+      ...(body !== undefined ? { body: typeof body === 'string' ? body : JSON.stringify(body) } : {}),
+    });
+    const text = await res.text();
+    let parsed: any = text;
+    try {
+      parsed = text ? JSON.parse(text) : null;
+    } catch {
+      /* not JSON */
+    }
+    return { status: res.status, body: parsed as T, headers: res.headers };
+  }
+
+  get = <T = any>(path: string, headers?: Record<string, string>) => this.req<T>('GET', path, undefined, headers);
+  post = <T = any>(path: string, body?: unknown, headers?: Record<string, string>) =>
+    this.req<T>('POST', path, body ?? {}, headers);
+
+  /** Polls the session until `pred` holds (the API has no "wait" route; events are the push alternative). */
+  async waitFor(id: string, pred: (s: any) => boolean, timeoutMs = 10_000): Promise<any> {
+    const deadline = Date.now() + timeoutMs;
+    let last: any;
+    while (Date.now() < deadline) {
+      const r = await this.get(`/v1/sessions/${id}`);
+      last = r.body;
+      if (r.status === 200 && pred(r.body)) return r.body;
+      await new Promise((res) => setTimeout(res, 20));
+    }
+    throw new Error(`timed out waiting for session ${id}; last: ${JSON.stringify(last)}`);
+  }
+
+  waitStatus(id: string, status: string | string[], timeoutMs?: number) {
+    const want = Array.isArray(status) ? status : [status];
+    return this.waitFor(id, (s) => want.includes(s.status), timeoutMs);
+  }
+}
+
+export interface HarnessOptions {
+  env?: Record<string, string>;
+  fake?: FakeAnthropicOptions;
+  redis?: TestRedis;
+  fakeServer?: FakeAnthropic;
+}
+
+/** A service in this process on a private redis-server and a fake upstream, on loopback ports. */
+export async function startHarness(opts: HarnessOptions = {}): Promise<Harness> {
+  const redis = opts.redis ?? (await startTestRedis());
+  const fake = opts.fakeServer ?? (await startFakeAnthropic({ strictAlternation: true, ...opts.fake }));
+  const service = await startService({
+    PORT: '0',
+    HOST: '127.0.0.1',
+    REDIS_URL: redis.url,
+    ANTHROPIC_API_KEY: 'test-key',
+    ANTHROPIC_BASE_URL: fake.url,
+    LOG_LEVEL: process.env.TEST_LOG_LEVEL ?? 'silent',
+    LEASE_TTL_MS: '3000',
+    SHUTDOWN_GRACE_MS: '2000',
+    UPSTREAM_MAX_RETRIES: '1',
+    ...opts.env,
+  });
+  const token = opts.env?.API_KEYS ? opts.env.API_KEYS.split(',')[0]!.split(':')[1] : undefined;
+  return {
+    redis,
+    fake,
+    service,
+    api: new Api(service.url, token),
+    close: async () => {
+      await service.close();
+      if (!opts.fakeServer) await fake.close();
+      if (!opts.redis) await redis.stop();
+    },
+  };
+}

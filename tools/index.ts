@@ -1,0 +1,54 @@
+import calculateSum from './calculate_sum.js';
+import currentTime from './current_time.js';
+import evaluateExpression from './evaluate_expression.js';
+import getWeather from './get_weather.js';
+import type { ServerTool } from './types.js';
+
+export type { ServerTool } from './types.js';
+
+/** What `GET /v1/tools` lists for each server tool. */
+export interface ToolSchema {
+  name: string;
+  description: string;
+  input_schema: Record<string, unknown>;
+  requires_approval: boolean;
+  idempotent: boolean;
+}
+
+function nameOf(serverTool: ServerTool): string {
+  const { tool } = serverTool;
+  if (!('name' in tool) || typeof tool.name !== 'string') throw new Error('A server tool must have a name');
+  return tool.name;
+}
+
+const all: readonly ServerTool[] = [getWeather, calculateSum, evaluateExpression, currentTime];
+
+function byName(tools: readonly ServerTool[]): Map<string, ServerTool> {
+  const map = new Map<string, ServerTool>();
+  for (const t of tools) {
+    const name = nameOf(t);
+    if (map.has(name)) throw new Error(`Duplicate server tool name: ${name}`);
+    map.set(name, t);
+  }
+  return map;
+}
+
+/** The tools the service runs itself, by the name the model calls them by. */
+export const serverTools: ReadonlyMap<string, ServerTool> = byName(all);
+
+/** The server tools' definitions, for `GET /v1/tools`. */
+export function toolSchemas(): ToolSchema[] {
+  return [...serverTools.entries()].map(([name, { tool, requiresApproval, idempotent }]) => {
+    const def = tool as { description?: unknown; input_schema?: unknown };
+    return {
+      name,
+      description: typeof def.description === 'string' ? def.description : '',
+      input_schema:
+        typeof def.input_schema === 'object' && def.input_schema !== null
+          ? (def.input_schema as Record<string, unknown>)
+          : { type: 'object' },
+      requires_approval: requiresApproval,
+      idempotent,
+    };
+  });
+}
