@@ -46,10 +46,14 @@ const routes: FastifyPluginAsyncZod = async (app) => {
   const svc = app.sessions;
   const tags = ['sessions'];
 
-  app.post('/v1/sessions', { schema: { tags, body: createSessionBody, headers: ifMatchHeader } }, async (req, reply) => {
-    const s = await svc.create(req.tenant, req.body);
-    return send(reply, s, 201);
-  });
+  app.post(
+    '/v1/sessions',
+    { schema: { tags, body: createSessionBody, headers: ifMatchHeader } },
+    async (req, reply) => {
+      const s = await svc.create(req.tenant, req.body);
+      return send(reply, s, 201);
+    },
+  );
 
   app.get('/v1/sessions', { schema: { tags, querystring: listQuery } }, async (req) => {
     const page = await app.store.list(req.tenant, req.query);
@@ -82,34 +86,48 @@ const routes: FastifyPluginAsyncZod = async (app) => {
     if (!rec) throw notFound('iteration');
     const end = rec.results_index ?? rec.reply_index;
     const msgs = await app.store.history(req.params.id, rec.reply_index, end);
-    return { ...rec, reply: msgs[0] ?? null, tool_results: rec.results_index !== null ? (msgs.at(-1) ?? null) : null };
+    return {
+      ...rec,
+      reply: msgs[0] ?? null,
+      tool_results: rec.results_index !== null ? (msgs.at(-1) ?? null) : null,
+    };
   });
 
   app.post(
     '/v1/sessions/:id/messages',
     { schema: { tags, params: sessionIdParam, body: postMessageBody, headers: ifMatchHeader } },
-    async (req, reply) => sendMutation(reply, await svc.addMessage(req.tenant, req.params.id, req.body, parseIfMatch(req))),
+    async (req, reply) =>
+      sendMutation(reply, await svc.addMessage(req.tenant, req.params.id, req.body, parseIfMatch(req))),
   );
 
   app.post(
     '/v1/sessions/:id/tool-calls/:tool_use_id',
     { schema: { tags, params: toolUseParams, body: decisionBody, headers: ifMatchHeader } },
     async (req, reply) =>
-      sendMutation(reply, await svc.decide(req.tenant, req.params.id, req.params.tool_use_id, req.body, parseIfMatch(req))),
+      sendMutation(
+        reply,
+        await svc.decide(req.tenant, req.params.id, req.params.tool_use_id, req.body, parseIfMatch(req)),
+      ),
   );
 
   app.put(
     '/v1/sessions/:id/tool-results/:tool_use_id',
     { schema: { tags, params: toolUseParams, body: toolResultBody, headers: ifMatchHeader } },
     async (req, reply) =>
-      sendMutation(reply, await svc.putResult(req.tenant, req.params.id, req.params.tool_use_id, req.body, parseIfMatch(req))),
+      sendMutation(
+        reply,
+        await svc.putResult(req.tenant, req.params.id, req.params.tool_use_id, req.body, parseIfMatch(req)),
+      ),
   );
 
   app.post(
     '/v1/sessions/:id/tool-results',
     { schema: { tags, params: sessionIdParam, body: toolResultsBody, headers: ifMatchHeader } },
     async (req, reply) =>
-      sendMutation(reply, await svc.results(req.tenant, req.params.id, req.body.results, req.body.continue, parseIfMatch(req))),
+      sendMutation(
+        reply,
+        await svc.results(req.tenant, req.params.id, req.body.results, req.body.continue, parseIfMatch(req)),
+      ),
   );
 
   const emptyBody = z.strictObject({}).optional();
@@ -117,19 +135,22 @@ const routes: FastifyPluginAsyncZod = async (app) => {
   app.post(
     '/v1/sessions/:id/continue',
     { schema: { tags, params: sessionIdParam, body: emptyBody, headers: ifMatchHeader } },
-    async (req, reply) => sendMutation(reply, await svc.continue(req.tenant, req.params.id, parseIfMatch(req))),
+    async (req, reply) =>
+      sendMutation(reply, await svc.continue(req.tenant, req.params.id, parseIfMatch(req))),
   );
 
   app.patch(
     '/v1/sessions/:id',
     { schema: { tags, params: sessionIdParam, body: patchSessionBody, headers: ifMatchHeader } },
-    async (req, reply) => sendMutation(reply, await svc.patch(req.tenant, req.params.id, req.body, parseIfMatch(req))),
+    async (req, reply) =>
+      sendMutation(reply, await svc.patch(req.tenant, req.params.id, req.body, parseIfMatch(req))),
   );
 
   app.post(
     '/v1/sessions/:id/retry',
     { schema: { tags, params: sessionIdParam, body: retryBody.optional(), headers: ifMatchHeader } },
-    async (req, reply) => sendMutation(reply, await svc.retry(req.tenant, req.params.id, req.body ?? {}, parseIfMatch(req))),
+    async (req, reply) =>
+      sendMutation(reply, await svc.retry(req.tenant, req.params.id, req.body ?? {}, parseIfMatch(req))),
   );
 
   app.post(

@@ -34,7 +34,10 @@ export interface Service {
 export class BootError extends Error {}
 
 /** Where Redis is: REDIS_URL (must answer), else 127.0.0.1:6379 if it answers, else an embedded redis-server. */
-async function resolveRedis(config: Config, log: Logger): Promise<{ url?: string; stop?: () => Promise<void> }> {
+async function resolveRedis(
+  config: Config,
+  log: Logger,
+): Promise<{ url?: string; stop?: () => Promise<void> }> {
   if (config.REDIS_CLUSTER_NODES?.length) return {};
   if (config.REDIS_URL) {
     if (!(await redisAnswers(config.REDIS_URL, 3000))) {
@@ -56,7 +59,10 @@ async function resolveRedis(config: Config, log: Logger): Promise<{ url?: string
   }
   const dataDir = path.resolve(config.DATA_DIR, 'redis');
   const embedded = await startEmbeddedRedis({ dataDir, logger: log });
-  log.warn({ redis: embedded.url, dataDir }, 'started an embedded redis-server (append-only, stopped with the service)');
+  log.warn(
+    { redis: embedded.url, dataDir },
+    'started an embedded redis-server (append-only, stopped with the service)',
+  );
   return { url: embedded.url, stop: embedded.stop };
 }
 
@@ -101,7 +107,10 @@ export async function startService(env: NodeJS.ProcessEnv = process.env): Promis
       );
     }
     if (!config.API_KEYS) {
-      log.warn({ host: config.HOST }, 'API_KEYS is not set: the API is open to anyone who can reach this loopback address');
+      log.warn(
+        { host: config.HOST },
+        'API_KEYS is not set: the API is open to anyone who can reach this loopback address',
+      );
     }
     await fastify.register(app, {
       config,

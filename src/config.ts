@@ -4,46 +4,45 @@ const port = z.coerce.number().int().min(0).max(65535);
 const positiveMs = z.coerce.number().int().positive();
 
 /** `tenant:key` pairs, comma-separated. A key maps to exactly one tenant. */
-const apiKeys = z
-  .string()
-  .transform((raw, ctx) => {
-    const keys = new Map<string, string>();
-    for (const pair of raw
-      .split(',')
-      .map((p) => p.trim())
-      .filter(Boolean)) {
-      const at = pair.indexOf(':');
-      const tenant = pair.slice(0, at).trim();
-      const key = pair.slice(at + 1).trim();
-      if (at <= 0 || !key || !/^[A-Za-z0-9_.-]{1,64}$/.test(tenant)) {
-        ctx.addIssue({ code: 'custom', message: `expected "tenant:key[,tenant:key…]", got an entry "${pair.slice(0, 20)}…"` });
-        return z.NEVER;
-      }
-      if (keys.has(key)) {
-        ctx.addIssue({ code: 'custom', message: 'the same key is given twice' });
-        return z.NEVER;
-      }
-      keys.set(key, tenant);
+const apiKeys = z.string().transform((raw, ctx) => {
+  const keys = new Map<string, string>();
+  for (const pair of raw
+    .split(',')
+    .map((p) => p.trim())
+    .filter(Boolean)) {
+    const at = pair.indexOf(':');
+    const tenant = pair.slice(0, at).trim();
+    const key = pair.slice(at + 1).trim();
+    if (at <= 0 || !key || !/^[A-Za-z0-9_.-]{1,64}$/.test(tenant)) {
+      ctx.addIssue({
+        code: 'custom',
+        message: `expected "tenant:key[,tenant:key…]", got an entry "${pair.slice(0, 20)}…"`,
+      });
+      return z.NEVER;
     }
-    return keys;
-  });
+    if (keys.has(key)) {
+      ctx.addIssue({ code: 'custom', message: 'the same key is given twice' });
+      return z.NEVER;
+    }
+    keys.set(key, tenant);
+  }
+  return keys;
+});
 
-const hostPort = z
-  .string()
-  .transform((raw, ctx) =>
-    raw
-      .split(',')
-      .map((s) => s.trim())
-      .filter(Boolean)
-      .map((hp) => {
-        const m = /^(.+):(\d{1,5})$/.exec(hp);
-        if (!m) {
-          ctx.addIssue({ code: 'custom', message: `expected host:port, got "${hp}"` });
-          return { host: '', port: 0 };
-        }
-        return { host: m[1]!, port: Number(m[2]) };
-      }),
-  );
+const hostPort = z.string().transform((raw, ctx) =>
+  raw
+    .split(',')
+    .map((s) => s.trim())
+    .filter(Boolean)
+    .map((hp) => {
+      const m = /^(.+):(\d{1,5})$/.exec(hp);
+      if (!m) {
+        ctx.addIssue({ code: 'custom', message: `expected host:port, got "${hp}"` });
+        return { host: '', port: 0 };
+      }
+      return { host: m[1]!, port: Number(m[2]) };
+    }),
+);
 
 const logLevel = z.enum(['fatal', 'error', 'warn', 'info', 'debug', 'trace', 'silent']);
 

@@ -44,7 +44,8 @@ export function checkHistory(messages: readonly (MessageParam | StoredMessage)[]
   const problems: HistoryProblem[] = [];
   const seen = new Set<string>();
   messages.forEach((message, index) => {
-    if (index === 0 && message.role !== 'user') problems.push({ index, message: 'the first message must be a user turn' });
+    if (index === 0 && message.role !== 'user')
+      problems.push({ index, message: 'the first message must be a user turn' });
     const prev = messages[index - 1];
     if (prev && prev.role === message.role) {
       problems.push({ index, message: `two ${message.role} turns in a row: roles must alternate` });
@@ -66,16 +67,21 @@ export function checkHistory(messages: readonly (MessageParam | StoredMessage)[]
         afterOther = true;
         continue;
       }
-      if (afterOther) problems.push({ index, message: 'tool_result blocks must come before other content of the turn' });
+      if (afterOther)
+        problems.push({ index, message: 'tool_result blocks must come before other content of the turn' });
       if (!asked.has(b.tool_use_id)) {
-        problems.push({ index, message: `tool_result ${b.tool_use_id} answers no tool_use of the previous assistant turn` });
+        problems.push({
+          index,
+          message: `tool_result ${b.tool_use_id} answers no tool_use of the previous assistant turn`,
+        });
       } else if (answered.has(b.tool_use_id)) {
         problems.push({ index, message: `tool_use ${b.tool_use_id} is answered twice` });
       }
       answered.add(b.tool_use_id);
     }
     for (const id of asked) {
-      if (!answered.has(id)) problems.push({ index, message: `tool_use ${id} of the previous assistant turn is not answered` });
+      if (!answered.has(id))
+        problems.push({ index, message: `tool_use ${id} of the previous assistant turn is not answered` });
     }
   });
   return problems;

@@ -56,7 +56,11 @@ const toolResultBlock = z.strictObject({
   is_error: z.boolean().optional(),
   ...withCache,
 });
-const thinkingBlock = z.strictObject({ type: z.literal('thinking'), thinking: z.string(), signature: z.string() });
+const thinkingBlock = z.strictObject({
+  type: z.literal('thinking'),
+  thinking: z.string(),
+  signature: z.string(),
+});
 const redactedThinkingBlock = z.strictObject({ type: z.literal('redacted_thinking'), data: z.string() });
 
 const userBlock = z.discriminatedUnion('type', [
@@ -66,7 +70,12 @@ const userBlock = z.discriminatedUnion('type', [
   searchResultBlock,
   toolResultBlock,
 ]);
-const assistantBlock = z.discriminatedUnion('type', [textBlock, toolUseBlock, thinkingBlock, redactedThinkingBlock]);
+const assistantBlock = z.discriminatedUnion('type', [
+  textBlock,
+  toolUseBlock,
+  thinkingBlock,
+  redactedThinkingBlock,
+]);
 
 export const userMessage = z.strictObject({
   role: z.literal('user'),
@@ -89,9 +98,14 @@ export const userContent = z.union([
 
 const jsonSchemaObject = z
   .looseObject({ type: z.literal('object'), properties: z.record(z.string(), z.unknown()).optional() })
-  .refine((s) => s.required === undefined || (Array.isArray(s.required) && s.required.every((r) => typeof r === 'string')), {
-    message: '`required` must be an array of property names',
-  });
+  .refine(
+    (s) =>
+      s.required === undefined ||
+      (Array.isArray(s.required) && s.required.every((r) => typeof r === 'string')),
+    {
+      message: '`required` must be an array of property names',
+    },
+  );
 export const clientTool = z.strictObject({
   name: z.string().regex(/^[A-Za-z0-9_-]{1,128}$/, 'tool names are 1-128 of [A-Za-z0-9_-]'),
   description: z.string().max(10_000).optional(),
@@ -116,13 +130,19 @@ export const sessionParams = z
   })
   .superRefine((p, ctx) => {
     for (const key of ['messages', 'tools', 'stream', 'thread', 'max_iterations']) {
-      if (key in p) ctx.addIssue({ code: 'custom', path: [key], message: `\`${key}\` is set by the session, not in params` });
+      if (key in p)
+        ctx.addIssue({
+          code: 'custom',
+          path: [key],
+          message: `\`${key}\` is set by the session, not in params`,
+        });
     }
   });
 export type SessionParams = z.infer<typeof sessionParams>;
 export const paramsPatch = z.looseObject({}).superRefine((p, ctx) => {
   for (const key of ['messages', 'tools', 'stream', 'thread', 'max_iterations']) {
-    if (key in p) ctx.addIssue({ code: 'custom', path: [key], message: `\`${key}\` cannot be changed through params` });
+    if (key in p)
+      ctx.addIssue({ code: 'custom', path: [key], message: `\`${key}\` cannot be changed through params` });
   }
 });
 
@@ -170,7 +190,8 @@ export const createSessionBody = z
     start: z.boolean().default(true),
   })
   .superRefine((b, ctx) => {
-    if (b.messages && b.input) ctx.addIssue({ code: 'custom', path: ['input'], message: 'give `messages` or `input`, not both' });
+    if (b.messages && b.input)
+      ctx.addIssue({ code: 'custom', path: ['input'], message: 'give `messages` or `input`, not both' });
   });
 export type CreateSessionBody = z.infer<typeof createSessionBody>;
 
@@ -188,14 +209,16 @@ export const patchSessionBody = z
   })
   .refine((b) => Object.keys(b).length > 0, { message: 'nothing to change' });
 
-export const postMessageBody = z.strictObject({
-  content: userContent.optional(),
-  text: z.string().min(1).optional(),
-  role: z.literal('user').optional(),
-  interrupt: z.boolean().default(false),
-}).refine((b) => (b.content === undefined) !== (b.text === undefined), {
-  message: 'give `content` (string or blocks) or `text`',
-});
+export const postMessageBody = z
+  .strictObject({
+    content: userContent.optional(),
+    text: z.string().min(1).optional(),
+    role: z.literal('user').optional(),
+    interrupt: z.boolean().default(false),
+  })
+  .refine((b) => (b.content === undefined) !== (b.text === undefined), {
+    message: 'give `content` (string or blocks) or `text`',
+  });
 
 export const toolResultBody = z.strictObject({
   content: toolResultContent,
@@ -203,7 +226,13 @@ export const toolResultBody = z.strictObject({
 });
 export const toolResultsBody = z.strictObject({
   results: z
-    .array(z.strictObject({ tool_use_id: z.string().min(1), content: toolResultContent, is_error: z.boolean().optional() }))
+    .array(
+      z.strictObject({
+        tool_use_id: z.string().min(1),
+        content: toolResultContent,
+        is_error: z.boolean().optional(),
+      }),
+    )
     .min(1)
     .max(256),
   continue: z.boolean().default(false),
@@ -214,10 +243,15 @@ export const decisionBody = z.strictObject({
   reason: z.string().max(10_000).optional(),
 });
 export const retryBody = z.strictObject({ params: paramsPatch.optional() }).default({});
-export const forkBody = z.strictObject({ at_iteration: z.number().int().min(0), metadata: metadata.optional() });
+export const forkBody = z.strictObject({
+  at_iteration: z.number().int().min(0),
+  metadata: metadata.optional(),
+});
 export const emptyBody = z.union([z.strictObject({}), z.undefined(), z.null()]);
 
-export const sessionIdParam = z.strictObject({ id: z.string().regex(/^ses_[A-Za-z0-9]{10,40}$/, 'not a session id') });
+export const sessionIdParam = z.strictObject({
+  id: z.string().regex(/^ses_[A-Za-z0-9]{10,40}$/, 'not a session id'),
+});
 export const listQuery = z.strictObject({
   limit: z.coerce.number().int().min(1).max(100).default(20),
   cursor: z.string().max(200).optional(),

@@ -349,6 +349,31 @@ describe('streams that break', () => {
     assert.equal(fake.requests.length, 1, 'the SDK does not retry once the stream has started');
   });
 
+  test('a connection dropped before the response headers is retried, streaming or not', async () => {
+    fake.enqueue(
+      text('lost', { cutAfterEvents: 0 }),
+      text('streamed'),
+      text('lost', { cutAfterEvents: 3 }),
+      text('plain'),
+    );
+    const stream = client().beta.messages.stream({
+      model: MODEL,
+      max_tokens: 64,
+      messages: [{ role: 'user', content: 'hi' }],
+    });
+    assert.equal(await stream.finalText(), 'streamed');
+    const message = await client().beta.messages.create({
+      model: MODEL,
+      max_tokens: 64,
+      messages: [{ role: 'user', content: 'hi' }],
+    });
+    assert.equal(textOf(message), 'plain');
+    assert.deepEqual(
+      fake.requests.map((request) => request.status),
+      [0, 200, 0, 200],
+    );
+  });
+
   test('in-stream `event: error` rejects with an APIError of the overloaded type, without retry', async () => {
     fake.enqueue(text('partial answer here', { streamErrorAfterEvents: 4 }));
     const stream = client().beta.messages.stream({
@@ -613,6 +638,25 @@ describe('validation', () => {
       ],
     });
     assert.equal(textOf(message), 'fine');
+  });
+
+  test('with apiKey set, a wrong key gets 401 authentication_error', async () => {
+    const guarded = await startFakeAnthropic({ apiKey: 'sk-right' });
+    try {
+      const params = { model: MODEL, max_tokens: 64, messages: [{ role: 'user' as const, content: 'hi' }] };
+      await assert.rejects(
+        new Anthropic({ apiKey: 'sk-wrong', baseURL: guarded.url }).beta.messages.create(params),
+        Anthropic.AuthenticationError,
+      );
+      guarded.enqueue(text('welcome'));
+      const message = await new Anthropic({ apiKey: 'sk-right', baseURL: guarded.url }).beta.messages.create(
+        params,
+      );
+      assert.equal(textOf(message), 'welcome');
+      assert.equal(guarded.requests[1]!.headers['authorization'], 'Bearer sk-right');
+    } finally {
+      await guarded.close();
+    }
   });
 
   test('an unknown route answers a 404 error envelope', async () => {

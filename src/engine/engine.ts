@@ -1,5 +1,8 @@
 import Anthropic, { APIError, APIUserAbortError, AnthropicError } from '@anthropic-ai/sdk';
-import type { BetaMessage, BetaRawMessageStreamEvent } from '@anthropic-ai/sdk/resources/beta/messages/messages';
+import type {
+  BetaMessage,
+  BetaRawMessageStreamEvent,
+} from '@anthropic-ai/sdk/resources/beta/messages/messages';
 import { runRunnableTool, type BetaRunnableTool } from '@anthropic-ai/sdk/lib/tools/BetaRunnableTool';
 import type { Logger } from 'pino';
 import type { Redis, Cluster } from 'ioredis';
@@ -20,7 +23,14 @@ import {
   type ToolResult,
 } from '../store/store.js';
 import { statusEvent } from '../sessions/view.js';
-import { clientToolNames, interruptedResult, needsReview, pendingCalls, resultBlock, serverToolNames } from './policy.js';
+import {
+  clientToolNames,
+  interruptedResult,
+  needsReview,
+  pendingCalls,
+  resultBlock,
+  serverToolNames,
+} from './policy.js';
 
 /** Why a run's AbortController fired. */
 type AbortReason = 'cancel' | 'interrupt' | 'shutdown' | 'fenced' | 'deleted';
@@ -168,17 +178,22 @@ export class Engine {
   private async drive(run: RunHandle): Promise<void> {
     const { store, leaseTtlMs, owner, logger } = this.o;
     const log = logger.child({ sessionId: run.id });
-    const renew = setInterval(() => {
-      Promise.all([
-        store.renew(run.id, owner, run.fence, leaseTtlMs),
-        store.markDue(run.id, Date.now() + leaseTtlMs),
-      ])
-        .then(([ok]) => {
-          if (!ok) this.abort(run, 'fenced');
-        })
-        .catch((err) => log.warn({ err }, 'lease renewal failed'));
-    }, Math.floor(leaseTtlMs / 3));
-    await this.o.subscriber.subscribe(controlChannel(run.id)).catch((err) => log.warn({ err }, 'subscribe failed'));
+    const renew = setInterval(
+      () => {
+        Promise.all([
+          store.renew(run.id, owner, run.fence, leaseTtlMs),
+          store.markDue(run.id, Date.now() + leaseTtlMs),
+        ])
+          .then(([ok]) => {
+            if (!ok) this.abort(run, 'fenced');
+          })
+          .catch((err) => log.warn({ err }, 'lease renewal failed'));
+      },
+      Math.floor(leaseTtlMs / 3),
+    );
+    await this.o.subscriber
+      .subscribe(controlChannel(run.id))
+      .catch((err) => log.warn({ err }, 'subscribe failed'));
     let cutRetries = 0;
     try {
       await store.markDue(run.id, Date.now() + leaseTtlMs);
@@ -325,7 +340,13 @@ export class Engine {
       ];
       let message: BetaMessage;
       if (state.stream) {
-        const relay = new StreamRelay(this.o.store, run.id, this.o.streamBatchEvents, this.o.streamBatchMs, buffered);
+        const relay = new StreamRelay(
+          this.o.store,
+          run.id,
+          this.o.streamBatchEvents,
+          this.o.streamBatchMs,
+          buffered,
+        );
         item.on('streamEvent', (event: BetaRawMessageStreamEvent) => {
           if (firstEventMs === null) firstEventMs = Math.round(performance.now() - t0);
           relay.push(['stream.event', JSON.stringify({ iteration, event })]);
@@ -373,13 +394,20 @@ export class Engine {
         const bigger = Math.min(Number(params.max_tokens) * 2, omt.ceiling);
         params = { ...params, max_tokens: bigger };
         iteration--;
+        log.info(
+          { iteration, max_tokens: bigger },
+          'reply cut at max_tokens; sending the turn again with a bigger budget',
+        );
         const res = await this.commit(run, {
           hset: { params: JSON.stringify(params) },
           hincr: { params_rev: 1, ...usageIncr(message.usage as any) },
           events: [
             ...buffered,
             completedEvent,
-            ['params.updated', JSON.stringify({ params: { max_tokens: bigger }, reason: 'max_tokens_retry' })],
+            [
+              'params.updated',
+              JSON.stringify({ params: { max_tokens: bigger }, reason: 'max_tokens_retry' }),
+            ],
           ],
         });
         paramsRev = res.paramsRev;
@@ -438,12 +466,10 @@ export class Engine {
           completedEvent,
           ...(waits
             ? []
-            : autoServer.map(
-                (c): [string, string] => [
-                  'tool.started',
-                  JSON.stringify({ tool_use_id: c.id, name: c.name, input: c.input }),
-                ],
-              )),
+            : autoServer.map((c): [string, string] => [
+                'tool.started',
+                JSON.stringify({ tool_use_id: c.id, name: c.name, input: c.input }),
+              ])),
         ],
       });
       history.push(reply);
@@ -455,9 +481,18 @@ export class Engine {
       const blocks = (toolMessage?.content ?? []) as Array<Record<string, any>>;
       for (const c of pending) {
         const b = blocks.find((x) => x.tool_use_id === c.id);
-        c.result = b ? { content: b.content ?? '', is_error: b.is_error === true } : interruptedResult('no result');
+        c.result = b
+          ? { content: b.content ?? '', is_error: b.is_error === true }
+          : interruptedResult('no result');
       }
-      const { outcome, paramsRev: storedRev } = await this.afterTools(run, state, history, step, record, durations);
+      const { outcome, paramsRev: storedRev } = await this.afterTools(
+        run,
+        state,
+        history,
+        step,
+        record,
+        durations,
+      );
       if (outcome !== 'continue') return outcome === 'done' ? 'done' : 'again';
       // What was committed is what the runner sends next: our history, with the results (and any follow-ups).
       if (this.budgetLeft(state, iteration) <= 0) break;
@@ -467,7 +502,11 @@ export class Engine {
         if (fresh) {
           params = fresh.params;
           paramsRev = fresh.paramsRev;
-          Object.assign(state, { review: fresh.review, approval: fresh.approval, onToolError: fresh.onToolError });
+          Object.assign(state, {
+            review: fresh.review,
+            approval: fresh.approval,
+            onToolError: fresh.onToolError,
+          });
           Object.assign(state, { onMaxTokens: fresh.onMaxTokens, cacheToolResults: fresh.cacheToolResults });
         }
         run.paramsDirty = false;
@@ -520,7 +559,12 @@ export class Engine {
       };
       const st = { status: 'failed' as const, pending: step, stopReason: null, error };
       await this.commit(run, {
-        hset: { status: 'failed', pending: JSON.stringify(step), error: JSON.stringify(error), stop_reason: '' },
+        hset: {
+          status: 'failed',
+          pending: JSON.stringify(step),
+          error: JSON.stringify(error),
+          stop_reason: '',
+        },
         release_lease: true,
         events: [...completed, ['session.error', JSON.stringify(error)], ['session.status', statusEvent(st)]],
       });
@@ -553,7 +597,10 @@ export class Engine {
     };
     // One cache breakpoint on tool results at a time: the previous results turn loses its marker.
     if (cache) {
-      const prev = findLastIndex(history, (m) => m.role === 'user' && blocksOf(m).some((b) => b.cache_control));
+      const prev = findLastIndex(
+        history,
+        (m) => m.role === 'user' && blocksOf(m).some((b) => b.cache_control),
+      );
       if (prev >= 0) {
         const m = history[prev]!;
         const stripped = { ...m, content: blocksOf(m).map(({ cache_control: _c, ...b }) => b) };
@@ -583,7 +630,11 @@ export class Engine {
    * need no decision run (a started call of a crashed run again only if idempotent); denied calls get the reason;
    * client calls and undecided approvals send the session to `requires_action`.
    */
-  private async toolStep(run: RunHandle, state: SessionState, history: StoredMessage[]): Promise<'done' | 'again'> {
+  private async toolStep(
+    run: RunHandle,
+    state: SessionState,
+    history: StoredMessage[],
+  ): Promise<'done' | 'again'> {
     const calls = pendingToolCalls(history);
     const step: PendingStep = state.pending ?? {
       calls: pendingCalls(state, calls, this.o.serverTools),
@@ -672,7 +723,9 @@ export class Engine {
           release_lease: true,
           events: [['session.status', statusEvent(idle)]],
         },
-        ...(state.msgCount > 0 && (await this.o.store.lastMessage(run.id))?.role === 'user' ? { into_last: true } : {}),
+        ...(state.msgCount > 0 && (await this.o.store.lastMessage(run.id))?.role === 'user'
+          ? { into_last: true }
+          : {}),
       },
     });
     if (res.mergedCount === 0) await this.o.store.unmarkDue(run.id);
@@ -681,7 +734,10 @@ export class Engine {
   /** An interrupt aborted the turn in flight: its partial reply is dropped, the follow-ups join the last user turn. */
   private async commitInterrupt(run: RunHandle): Promise<void> {
     const last = await this.o.store.lastMessage(run.id);
-    await this.commit(run, { hset: { control: '' }, queue: last?.role === 'user' ? { into_last: true } : {} });
+    await this.commit(run, {
+      hset: { control: '' },
+      queue: last?.role === 'user' ? { into_last: true } : {},
+    });
   }
 
   /**
@@ -754,7 +810,11 @@ export async function cancelSession(
   if (calls.length > 0) {
     const byId = new Map((state.pending?.calls ?? []).map((c) => [c.id, c]));
     const results = calls.map((c) =>
-      resultBlock(c.id, byId.get(c.id)?.result ?? interruptedResult('cancelled before this tool call completed'), false),
+      resultBlock(
+        c.id,
+        byId.get(c.id)?.result ?? interruptedResult('cancelled before this tool call completed'),
+        false,
+      ),
     );
     ops.queue = { base: JSON.stringify(results).slice(1, -1) };
   } else if (last?.role === 'user') {
@@ -762,7 +822,11 @@ export async function cancelSession(
   } else {
     ops.queue = {};
   }
-  return store.apply(state.id, { ...guard, status: guard.fence ? ['running'] : ['running', 'requires_action'] }, ops);
+  return store.apply(
+    state.id,
+    { ...guard, status: guard.fence ? ['running'] : ['running', 'requires_action'] },
+    ops,
+  );
 }
 
 class StreamRelay {
@@ -818,7 +882,9 @@ function findLastIndex<T>(a: T[], f: (x: T) => boolean): number {
 }
 
 function textOf(content: ToolResult['content']): string {
-  return typeof content === 'string' ? content : content.map((b) => (b.type === 'text' ? b.text : `[${b.type}]`)).join(' ');
+  return typeof content === 'string'
+    ? content
+    : content.map((b) => (b.type === 'text' ? b.text : `[${b.type}]`)).join(' ');
 }
 
 function isAbort(err: unknown, run: RunHandle): boolean {
@@ -828,7 +894,9 @@ function isAbort(err: unknown, run: RunHandle): boolean {
 function isStreamCut(err: unknown): boolean {
   if (err instanceof APIError) return false;
   const msg = err instanceof Error ? err.message : String(err);
-  return /stream ended|terminated|socket|ECONNRESET|premature|before message_stop|other side closed/i.test(msg);
+  return /stream ended|terminated|socket|ECONNRESET|premature|before message_stop|other side closed/i.test(
+    msg,
+  );
 }
 
 /** Maps an upstream failure (after the SDK's own retries) to the session's error. */
@@ -845,7 +913,11 @@ export function upstreamError(err: unknown): SessionError {
     return { code: 'upstream_error', message, retryable: true };
   }
   if (err instanceof AnthropicError || isStreamCut(err)) {
-    return { code: 'upstream_error', message: err instanceof Error ? err.message : String(err), retryable: true };
+    return {
+      code: 'upstream_error',
+      message: err instanceof Error ? err.message : String(err),
+      retryable: true,
+    };
   }
   return { code: 'internal_error', message: 'The run failed unexpectedly.', retryable: true };
 }

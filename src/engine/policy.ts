@@ -3,7 +3,11 @@ import type { ToolCall } from '../history.js';
 import type { PendingCall, SessionState, ToolResult } from '../store/store.js';
 
 /** Whether a call waits for approve/deny/edit under the session's `approval` policy. Client tools never do. */
-export function needsApproval(s: Pick<SessionState, 'approval'>, name: string, tool: ServerTool | undefined): boolean {
+export function needsApproval(
+  s: Pick<SessionState, 'approval'>,
+  name: string,
+  tool: ServerTool | undefined,
+): boolean {
   if (!tool) return false;
   if (s.approval === 'never') return false;
   if (s.approval === 'always') return true;

@@ -30,7 +30,10 @@ export interface FakeRequest {
   stream: boolean;
   /** `Date.now()` when the request was received. */
   at: number;
-  /** HTTP status the fake answered with, once it has (`undefined` while pending; 200 for a cut stream). */
+  /**
+   * HTTP status the fake answered with: `undefined` while pending (or for a `hang`), 200 for a stream (even one cut
+   * later), 0 when the socket was destroyed before any response.
+   */
   status?: number | undefined;
   /** The `id` of the message the fake replied with, if it replied with one. */
   replyId?: string | undefined;
@@ -65,7 +68,8 @@ export interface FakeMessageReply {
   eventDelayMs?: number | undefined;
   /**
    * Stream: destroy the socket after this many SSE events, before `message_stop` (clamped to the event before it).
-   * Non-stream: destroy the socket without answering (a connection error, which the SDK retries).
+   * The SDK does not retry a stream that has started. `0`, and any value on a non-stream request, destroys the socket
+   * before the response headers: a connection error, which the SDK retries.
    */
   cutAfterEvents?: number | undefined;
   /**
@@ -391,6 +395,7 @@ export async function startFakeAnthropic(opts: FakeAnthropicOptions = {}): Promi
       if (res.destroyed || closed) return end(false);
       if (!fr.stream) {
         if (reply.cutAfterEvents !== undefined) {
+          fr.status = 0;
           end(false);
           res.socket?.destroy();
           return;
@@ -407,8 +412,7 @@ export async function startFakeAnthropic(opts: FakeAnthropicOptions = {}): Promi
         store();
         return sendJson(res, 200, JSON.stringify(message));
       }
-      fr.status = 200;
-      streamMessage(res, message, reply, store, () => end(false));
+      streamMessage(res, fr, message, reply, store, () => end(false));
     };
     if (reply.delayMs !== undefined && reply.delayMs > 0) later(respond, reply.delayMs);
     else respond();
@@ -465,6 +469,7 @@ export async function startFakeAnthropic(opts: FakeAnthropicOptions = {}): Promi
 
   const streamMessage = (
     res: http.ServerResponse,
+    fr: FakeRequest,
     message: BuiltMessage,
     reply: FakeMessageReply,
     store: () => void,
@@ -501,12 +506,22 @@ export async function startFakeAnthropic(opts: FakeAnthropicOptions = {}): Promi
       }
     };
 
+    if (tail === 'cut' && count === 0) {
+      // Before the headers: the SDK sees a connection error and retries it.
+      fr.status = 0;
+      fail();
+      res.socket?.destroy();
+      return;
+    }
+    fr.status = 200;
     res.writeHead(200, {
       'content-type': 'text/event-stream; charset=utf-8',
       'cache-control': 'no-cache',
       'request-id': `req_fake_${shortId()}`,
     });
     const delay = reply.eventDelayMs ?? pacing;
+    // Headers leave at once, as from the real API; the events follow at the pace.
+    if (delay > 0) res.flushHeaders();
     if (!(delay > 0)) {
       finish(events.slice(0, count).join(''));
       return;
@@ -527,7 +542,8 @@ export async function startFakeAnthropic(opts: FakeAnthropicOptions = {}): Promi
       due += delay;
       later(step, delay);
     };
-    if (count === 0) later(() => (res.destroyed || closed ? fail() : finish('')), delay);
+    if (count === 0)
+      later(() => (res.destroyed || closed ? fail() : finish('')), delay); // `event: error` only
     else later(step, delay);
   };
 

@@ -51,7 +51,10 @@ export default fp<AuthOptions>(
       }
       const token = bearerOf(req);
       const tenant = token ? tenantOf(opts.keys, token) : undefined;
-      if (!tenant) throw new AppError(401, 'unauthorized', 'A valid bearer API key is required.', undefined, { 'www-authenticate': 'Bearer' });
+      if (!tenant)
+        throw new AppError(401, 'unauthorized', 'A valid bearer API key is required.', undefined, {
+          'www-authenticate': 'Bearer',
+        });
       req.tenant = tenant;
     });
   },

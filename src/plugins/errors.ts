@@ -22,40 +22,70 @@ export default fp(
           error: {
             code: 'invalid_request',
             message: `The request ${err.validationContext ?? 'body'} is invalid.`,
-            details: err.validation.map((v) => ({ path: v.instancePath, code: v.keyword, message: v.message })),
+            details: err.validation.map((v) => ({
+              path: v.instancePath,
+              code: v.keyword,
+              message: v.message,
+            })),
           },
         });
       }
       if (err instanceof AppError) {
         if (err.headers) reply.headers(err.headers);
         return reply.code(err.statusCode).send({
-          error: { code: err.code, message: err.message, ...(err.details !== undefined ? { details: err.details } : {}) },
+          error: {
+            code: err.code,
+            message: err.message,
+            ...(err.details !== undefined ? { details: err.details } : {}),
+          },
         });
       }
       if (err.code === 'FST_ERR_CTP_BODY_TOO_LARGE') {
-        return reply.code(413).send({ error: { code: 'payload_too_large', message: 'The request body is too large.' } });
+        return reply
+          .code(413)
+          .send({ error: { code: 'payload_too_large', message: 'The request body is too large.' } });
       }
       if (err.code === 'FST_ERR_CTP_INVALID_MEDIA_TYPE') {
-        return reply.code(415).send({ error: { code: 'unsupported_media_type', message: 'Send JSON (application/json).' } });
+        return reply
+          .code(415)
+          .send({ error: { code: 'unsupported_media_type', message: 'Send JSON (application/json).' } });
       }
-      if (err.code === 'FST_ERR_CTP_EMPTY_JSON_BODY' || err.code === 'FST_ERR_CTP_INVALID_JSON_BODY' || err instanceof SyntaxError || (err.statusCode === 400 && err.code?.startsWith?.('FST_'))) {
-        return reply.code(400).send({ error: { code: 'invalid_json', message: 'The request body is not valid JSON.' } });
+      if (
+        err.code === 'FST_ERR_CTP_EMPTY_JSON_BODY' ||
+        err.code === 'FST_ERR_CTP_INVALID_JSON_BODY' ||
+        err instanceof SyntaxError ||
+        (err.statusCode === 400 && err.code?.startsWith?.('FST_'))
+      ) {
+        return reply
+          .code(400)
+          .send({ error: { code: 'invalid_json', message: 'The request body is not valid JSON.' } });
       }
       if (isStoreDown(err)) {
         req.log.warn({ err }, 'store unavailable');
         return reply
           .code(503)
           .header('retry-after', '2')
-          .send({ error: { code: 'store_unavailable', message: 'The session store is unavailable; try again shortly.' } });
+          .send({
+            error: {
+              code: 'store_unavailable',
+              message: 'The session store is unavailable; try again shortly.',
+            },
+          });
       }
       if (err.statusCode === 429) {
         return reply.code(429).send({ error: { code: 'rate_limited', message: 'Too many requests.' } });
       }
       req.log.error({ err }, 'unhandled error');
-      return reply.code(500).send({ error: { code: 'internal_error', message: 'Something went wrong on our side.' } });
+      return reply
+        .code(500)
+        .send({ error: { code: 'internal_error', message: 'Something went wrong on our side.' } });
     });
     app.setNotFoundHandler((req, reply) => {
-      reply.code(404).send({ error: { code: 'route_not_found', message: `No route ${req.method} ${req.url.split('?')[0]}.` } });
+      reply
+        .code(404)
+        .send({
+          error: { code: 'route_not_found', message: `No route ${req.method} ${req.url.split('?')[0]}.` },
+        });
     });
   },
   { name: 'errors' },

@@ -32,7 +32,8 @@ export default fp<{ ttlS: number }>(
       const raw = req.headers['idempotency-key'];
       if (req.method !== 'POST' || raw === undefined || !req.url.startsWith('/v1/')) return;
       const parsed = keyHeader.safeParse(raw);
-      if (!parsed.success) throw new AppError(400, 'invalid_request', 'Invalid Idempotency-Key header.', parsed.error.issues);
+      if (!parsed.success)
+        throw new AppError(400, 'invalid_request', 'Invalid Idempotency-Key header.', parsed.error.issues);
       const fingerprint = createHash('sha256')
         .update(`${req.method} ${req.url}\n${JSON.stringify(req.body ?? null)}`)
         .digest('base64url');
@@ -45,12 +46,25 @@ export default fp<{ ttlS: number }>(
       }
       const existing = await app.redis.get(key);
       const stored = existing ? (JSON.parse(existing) as Stored) : null;
-      if (!stored) throw new AppError(409, 'idempotency_in_progress', 'A request with this Idempotency-Key is in progress.');
+      if (!stored)
+        throw new AppError(
+          409,
+          'idempotency_in_progress',
+          'A request with this Idempotency-Key is in progress.',
+        );
       if (stored.fp !== fingerprint) {
-        throw new AppError(422, 'idempotency_key_reused', 'This Idempotency-Key was used with another request.');
+        throw new AppError(
+          422,
+          'idempotency_key_reused',
+          'This Idempotency-Key was used with another request.',
+        );
       }
       if (stored.state === 'pending') {
-        throw new AppError(409, 'idempotency_in_progress', 'A request with this Idempotency-Key is in progress.');
+        throw new AppError(
+          409,
+          'idempotency_in_progress',
+          'A request with this Idempotency-Key is in progress.',
+        );
       }
       reply.header('idempotent-replayed', 'true').header('content-type', 'application/json; charset=utf-8');
       if (stored.etag) reply.header('etag', stored.etag);

@@ -44,8 +44,13 @@ export default fp<RedisPluginOptions>(
     const redis = createRedis(opts);
     // A subscriber connection never times out commands: it waits for messages.
     const sub = opts.clusterNodes?.length
-      ? new Cluster(opts.clusterNodes, { redisOptions: { ...common, commandTimeout: undefined as unknown as number } })
-      : new Redis(opts.url ?? 'redis://127.0.0.1:6379', { ...common, commandTimeout: undefined as unknown as number });
+      ? new Cluster(opts.clusterNodes, {
+          redisOptions: { ...common, commandTimeout: undefined as unknown as number },
+        })
+      : new Redis(opts.url ?? 'redis://127.0.0.1:6379', {
+          ...common,
+          commandTimeout: undefined as unknown as number,
+        });
     for (const [name, conn] of [
       ['redis', redis],
       ['redis-sub', sub],

@@ -40,10 +40,13 @@ export interface MutationResult {
 
 /** Store user turns with array content: queued follow-ups are appended to them by string concatenation in Lua. */
 export function normalize(m: StoredMessage): StoredMessage {
-  return m.role === 'user' && typeof m.content === 'string' ? { role: 'user', content: asBlocks(m.content) } : m;
+  return m.role === 'user' && typeof m.content === 'string'
+    ? { role: 'user', content: asBlocks(m.content) }
+    : m;
 }
 
-const blocksInner = (content: string | Array<Record<string, any>>) => JSON.stringify(asBlocks(content)).slice(1, -1);
+const blocksInner = (content: string | Array<Record<string, any>>) =>
+  JSON.stringify(asBlocks(content)).slice(1, -1);
 
 /**
  * The operations on sessions behind the REST routes and the WebSocket frames, so both run the same checks.
@@ -73,7 +76,12 @@ export class SessionService {
     ).map((m) => normalize(m as StoredMessage));
     const problems = checkHistory(messages);
     if (problems.length) {
-      throw new AppError(400, 'invalid_history', `The messages break the Messages API's rules: ${problems[0]!.message}.`, problems);
+      throw new AppError(
+        400,
+        'invalid_history',
+        `The messages break the Messages API's rules: ${problems[0]!.message}.`,
+        problems,
+      );
     }
     if (body.start && messages.length === 0) {
       throw badRequest('Give `messages` or `input` to start a session, or `start: false`.');
@@ -99,7 +107,12 @@ export class SessionService {
       pending: null,
       stopReason: null,
       error: null,
-      usage: { input_tokens: 0, output_tokens: 0, cache_creation_input_tokens: 0, cache_read_input_tokens: 0 },
+      usage: {
+        input_tokens: 0,
+        output_tokens: 0,
+        cache_creation_input_tokens: 0,
+        cache_read_input_tokens: 0,
+      },
       metadata: body.metadata,
       createdAt: now,
       updatedAt: now,
@@ -131,12 +144,21 @@ export class SessionService {
     for (const t of tools) {
       const name = typeof t === 'string' ? t : t.name;
       if (typeof t === 'string' && !this.serverTools.has(t)) {
-        throw new AppError(400, 'unknown_tool', `There is no server tool named "${t}". GET /v1/tools lists them.`, {
-          tool: t,
-        });
+        throw new AppError(
+          400,
+          'unknown_tool',
+          `There is no server tool named "${t}". GET /v1/tools lists them.`,
+          {
+            tool: t,
+          },
+        );
       }
       if (typeof t !== 'string' && this.serverTools.has(t.name)) {
-        throw new AppError(400, 'tool_name_conflict', `"${t.name}" is the name of a server tool; name the client tool otherwise.`);
+        throw new AppError(
+          400,
+          'tool_name_conflict',
+          `"${t.name}" is the name of a server tool; name the client tool otherwise.`,
+        );
       }
       if (names.has(name)) throw new AppError(400, 'duplicate_tool', `The tool "${name}" is given twice.`);
       names.add(name);
@@ -156,18 +178,30 @@ export class SessionService {
     tenant: string,
     id: string,
     ifMatch: number | undefined,
-    plan: (s: SessionState) => Promise<{ ops: ApplyOps; guard?: Guard; starts?: boolean; queued?: boolean; after?: () => Promise<void> }>,
+    plan: (
+      s: SessionState,
+    ) => Promise<{
+      ops: ApplyOps;
+      guard?: Guard;
+      starts?: boolean;
+      queued?: boolean;
+      after?: () => Promise<void>;
+    }>,
   ): Promise<MutationResult> {
     for (let attempt = 0; ; attempt++) {
       const s = await this.store.loadFor(tenant, id);
-      if (ifMatch !== undefined && s.revision !== ifMatch) throw new AppError(412, 'revision_mismatch', `The session is at revision ${s.revision}.`, { revision: s.revision });
+      if (ifMatch !== undefined && s.revision !== ifMatch)
+        throw new AppError(412, 'revision_mismatch', `The session is at revision ${s.revision}.`, {
+          revision: s.revision,
+        });
       const p = await plan(s);
       try {
         await this.store.apply(id, p.guard ?? { rev: s.revision }, p.ops);
       } catch (err) {
         const moved =
           err instanceof AppError &&
-          ((err.code === 'revision_mismatch' && ifMatch === undefined) || (err.code === 'invalid_status' && p.guard?.status));
+          ((err.code === 'revision_mismatch' && ifMatch === undefined) ||
+            (err.code === 'invalid_status' && p.guard?.status));
         if (moved && attempt < CAS_ATTEMPTS) continue;
         throw err;
       }
@@ -204,7 +238,10 @@ export class SessionService {
     const message: StoredMessage = { role: 'user', content: asBlocks(content) };
     const inner = blocksInner(content);
     return this.mutate(tenant, id, ifMatch, async (s) => {
-      const queuedEvent: [string, string] = ['message.queued', JSON.stringify({ message, interrupt: body.interrupt })];
+      const queuedEvent: [string, string] = [
+        'message.queued',
+        JSON.stringify({ message, interrupt: body.interrupt }),
+      ];
       if (s.status === 'running' || s.status === 'requires_action') {
         const interrupt = body.interrupt && s.status === 'running';
         return {
@@ -233,7 +270,9 @@ export class SessionService {
     }
     const call = s.pending?.calls.find((c) => c.id === toolUseId);
     if (!s.pending || !call) {
-      throw conflict('unknown_tool_use_id', `No pending tool call has the id ${toolUseId}.`, { tool_use_id: toolUseId });
+      throw conflict('unknown_tool_use_id', `No pending tool call has the id ${toolUseId}.`, {
+        tool_use_id: toolUseId,
+      });
     }
     return { step: structuredClone(s.pending), call: s.pending.calls.indexOf(call) };
   }
@@ -243,15 +282,23 @@ export class SessionService {
     return !step.calls.some((c) => c.approval === 'required' || (c.kind === 'client' && !c.result));
   }
 
-  async decide(tenant: string, id: string, toolUseId: string, body: z.infer<typeof decisionBody>, ifMatch?: number) {
+  async decide(
+    tenant: string,
+    id: string,
+    toolUseId: string,
+    body: z.infer<typeof decisionBody>,
+    ifMatch?: number,
+  ) {
     return this.mutate(tenant, id, ifMatch, async (s) => {
       if (s.status !== 'requires_action' || !s.pending?.calls.some((c) => c.approval !== 'auto')) {
         throw conflict('nothing_awaits_approval', 'No tool call of this session waits for a decision.');
       }
       const { step, call: i } = this.requirePending(s, toolUseId);
       const call = step.calls[i]!;
-      if (call.approval === 'auto') throw conflict('approval_not_required', `The call ${toolUseId} needs no decision.`);
-      if (call.approval !== 'required') throw conflict('tool_call_already_decided', `The call ${toolUseId} was already ${call.approval}.`);
+      if (call.approval === 'auto')
+        throw conflict('approval_not_required', `The call ${toolUseId} needs no decision.`);
+      if (call.approval !== 'required')
+        throw conflict('tool_call_already_decided', `The call ${toolUseId} was already ${call.approval}.`);
       const ops: ApplyOps = {};
       if (body.decision === 'deny') {
         call.approval = 'denied';
@@ -263,7 +310,12 @@ export class SessionService {
           try {
             tool?.tool.parse?.(body.input);
           } catch (err) {
-            throw new AppError(400, 'invalid_tool_input', `The edited input does not fit ${call.name}'s schema.`, (err as any)?.issues ?? String(err));
+            throw new AppError(
+              400,
+              'invalid_tool_input',
+              `The edited input does not fit ${call.name}'s schema.`,
+              (err as any)?.issues ?? String(err),
+            );
           }
           call.input = body.input;
           // The model must see the call that ran: the edited input replaces the call's input in the history.
@@ -280,32 +332,70 @@ export class SessionService {
       }
       const decided: [string, string] = [
         'tool_call.decided',
-        JSON.stringify({ tool_use_id: toolUseId, decision: body.decision, input: body.input, reason: body.reason }),
+        JSON.stringify({
+          tool_use_id: toolUseId,
+          decision: body.decision,
+          input: body.input,
+          reason: body.reason,
+        }),
       ];
       const goes = !step.calls.some((c) => c.approval === 'required');
-      const st = goes ? this.runOps(s, { pending: step }) : this.statusOps(s, { status: 'requires_action', pending: step });
-      return { ops: { ...ops, hset: { ...st.hset, pending: JSON.stringify(step) }, events: [decided, ...st.events!] }, starts: goes };
+      const st = goes
+        ? this.runOps(s, { pending: step })
+        : this.statusOps(s, { status: 'requires_action', pending: step });
+      return {
+        ops: {
+          ...ops,
+          hset: { ...st.hset, pending: JSON.stringify(step) },
+          events: [decided, ...st.events!],
+        },
+        starts: goes,
+      };
     });
   }
 
   /** One result: a client tool's, or a replacement of a result under review. */
-  private applyResult(s: SessionState, step: PendingStep, toolUseId: string, r: { content: any; is_error?: boolean | undefined }) {
+  private applyResult(
+    s: SessionState,
+    step: PendingStep,
+    toolUseId: string,
+    r: { content: any; is_error?: boolean | undefined },
+  ) {
     const call = step.calls.find((c) => c.id === toolUseId);
-    if (!call) throw conflict('unknown_tool_use_id', `No pending tool call has the id ${toolUseId}.`, { tool_use_id: toolUseId });
+    if (!call)
+      throw conflict('unknown_tool_use_id', `No pending tool call has the id ${toolUseId}.`, {
+        tool_use_id: toolUseId,
+      });
     const result = { content: r.content, is_error: r.is_error ?? false };
     if (step.review && call.result) {
       call.result = result;
-      return ['tool_result.replaced', JSON.stringify({ tool_use_id: toolUseId, ...result })] as [string, string];
+      return ['tool_result.replaced', JSON.stringify({ tool_use_id: toolUseId, ...result })] as [
+        string,
+        string,
+      ];
     }
     if (call.kind === 'client' && !call.result) {
       call.result = result;
-      return ['tool_result.submitted', JSON.stringify({ tool_use_id: toolUseId, ...result })] as [string, string];
+      return ['tool_result.submitted', JSON.stringify({ tool_use_id: toolUseId, ...result })] as [
+        string,
+        string,
+      ];
     }
-    if (call.result) throw conflict('tool_result_already_submitted', `The call ${toolUseId} already has its result.`);
-    throw conflict('tool_result_not_expected', `The call ${toolUseId} is a server tool call that has not run; it takes no result now.`);
+    if (call.result)
+      throw conflict('tool_result_already_submitted', `The call ${toolUseId} already has its result.`);
+    throw conflict(
+      'tool_result_not_expected',
+      `The call ${toolUseId} is a server tool call that has not run; it takes no result now.`,
+    );
   }
 
-  async putResult(tenant: string, id: string, toolUseId: string, body: z.infer<typeof toolResultBody>, ifMatch?: number) {
+  async putResult(
+    tenant: string,
+    id: string,
+    toolUseId: string,
+    body: z.infer<typeof toolResultBody>,
+    ifMatch?: number,
+  ) {
     return this.results(tenant, id, [{ tool_use_id: toolUseId, ...body }], false, ifMatch);
   }
 
@@ -324,14 +414,20 @@ export class SessionService {
       const events = results.map((r) => this.applyResult(s, step, r.tool_use_id, r));
       // Client results alone let the run go on; reviewed results wait for `continue`.
       const goes = this.ready(step) && (go || !step.review);
-      const st = goes ? this.runOps(s, { pending: step }) : this.statusOps(s, { status: 'requires_action', pending: step });
-      return { ops: { hset: { ...st.hset, pending: JSON.stringify(step) }, events: [...events, ...st.events!] }, starts: goes };
+      const st = goes
+        ? this.runOps(s, { pending: step })
+        : this.statusOps(s, { status: 'requires_action', pending: step });
+      return {
+        ops: { hset: { ...st.hset, pending: JSON.stringify(step) }, events: [...events, ...st.events!] },
+        starts: goes,
+      };
     });
   }
 
   async continue(tenant: string, id: string, ifMatch?: number) {
     return this.mutate(tenant, id, ifMatch, async (s) => {
-      if (s.status !== 'requires_action' || !s.pending) throw conflict('nothing_to_continue', `The session is ${s.status}.`);
+      if (s.status !== 'requires_action' || !s.pending)
+        throw conflict('nothing_to_continue', `The session is ${s.status}.`);
       if (!this.ready(s.pending)) {
         throw conflict('tool_calls_undecided', 'Some calls still wait for a decision or a client result.', {
           required_action: sessionView(s).required_action,
@@ -378,8 +474,10 @@ export class SessionService {
 
   async retry(tenant: string, id: string, body: z.infer<typeof retryBody>, ifMatch?: number) {
     return this.mutate(tenant, id, ifMatch, async (s) => {
-      if (s.status === 'running') throw conflict('session_running', 'A turn is in progress; cancel it first or wait.');
-      const records = s.iteration > 0 ? await this.store.iterationRecords(id, s.iteration - 1, s.iteration - 1) : [];
+      if (s.status === 'running')
+        throw conflict('session_running', 'A turn is in progress; cancel it first or wait.');
+      const records =
+        s.iteration > 0 ? await this.store.iterationRecords(id, s.iteration - 1, s.iteration - 1) : [];
       const rec = records[0];
       if (!rec) throw conflict('nothing_to_retry', 'The session has no reply to retry.');
       let params = s.params;
@@ -389,7 +487,10 @@ export class SessionService {
         if (!parsed.success) throw badRequest('Invalid params.', parsed.error.issues);
         params = parsed.data;
       }
-      const run = this.runOps({ ...s, status: 'idle' }, { pending: null, params, iteration: s.iteration - 1, runStart: s.iteration - 1 });
+      const run = this.runOps(
+        { ...s, status: 'idle' },
+        { pending: null, params, iteration: s.iteration - 1, runStart: s.iteration - 1 },
+      );
       return {
         ops: {
           ...run,
@@ -398,7 +499,9 @@ export class SessionService {
           hincr: { params_rev: 1 },
           events: [
             ['turn.dropped', JSON.stringify({ iteration: rec.iteration, reason: 'retry' })],
-            ...(body.params ? [['params.updated', JSON.stringify({ params: body.params })] as [string, string]] : []),
+            ...(body.params
+              ? [['params.updated', JSON.stringify({ params: body.params })] as [string, string]]
+              : []),
             ...run.events!,
           ],
         },
@@ -409,7 +512,10 @@ export class SessionService {
 
   async cancel(tenant: string, id: string, ifMatch?: number): Promise<MutationResult> {
     const s = await this.store.loadFor(tenant, id);
-    if (ifMatch !== undefined && s.revision !== ifMatch) throw new AppError(412, 'revision_mismatch', `The session is at revision ${s.revision}.`, { revision: s.revision });
+    if (ifMatch !== undefined && s.revision !== ifMatch)
+      throw new AppError(412, 'revision_mismatch', `The session is at revision ${s.revision}.`, {
+        revision: s.revision,
+      });
     if (s.status === 'idle' || s.status === 'failed') {
       throw conflict('session_not_running', `The session is ${s.status}; there is nothing to cancel.`);
     }
@@ -422,7 +528,11 @@ export class SessionService {
       }
       return { state: await this.store.loadFor(tenant, id), queued: false };
     }
-    await this.store.apply(id, { status: ['running'] }, { hset: { control: 'cancel' }, events: [['session.cancel_requested', '{}']] });
+    await this.store.apply(
+      id,
+      { status: ['running'] },
+      { hset: { control: 'cancel' }, events: [['session.cancel_requested', '{}']] },
+    );
     await this.store.publishControl(id, 'cancel');
     // The owner aborts the turn and commits the cancel; wait a bounded time so most callers see the result.
     for (let i = 0; i < 100; i++) {
@@ -438,7 +548,8 @@ export class SessionService {
 
   async resume(tenant: string, id: string, ifMatch?: number) {
     return this.mutate(tenant, id, ifMatch, async (s) => {
-      if (s.status !== 'failed') throw conflict('session_not_failed', `The session is ${s.status}; only a failed session resumes.`);
+      if (s.status !== 'failed')
+        throw conflict('session_not_failed', `The session is ${s.status}; only a failed session resumes.`);
       let pending = s.pending;
       if (pending) {
         // The failed step runs again: failed server results are dropped so those calls run anew.
@@ -457,7 +568,9 @@ export class SessionService {
   async fork(tenant: string, id: string, body: z.infer<typeof forkBody>): Promise<SessionState> {
     const s = await this.store.loadFor(tenant, id);
     if (body.at_iteration > s.iteration) {
-      throw conflict('iteration_not_found', `The session has ${s.iteration} iterations.`, { iteration: s.iteration });
+      throw conflict('iteration_not_found', `The session has ${s.iteration} iterations.`, {
+        iteration: s.iteration,
+      });
     }
     const records = await this.store.iterationRecords(id, 0, Math.max(0, body.at_iteration - 1));
     let end: number;
@@ -479,7 +592,12 @@ export class SessionService {
       pending: null,
       stopReason: null,
       error: null,
-      usage: { input_tokens: 0, output_tokens: 0, cache_creation_input_tokens: 0, cache_read_input_tokens: 0 },
+      usage: {
+        input_tokens: 0,
+        output_tokens: 0,
+        cache_creation_input_tokens: 0,
+        cache_read_input_tokens: 0,
+      },
       metadata: { ...s.metadata, ...body.metadata, forked_from: id, forked_at_iteration: body.at_iteration },
       createdAt: now,
       updatedAt: now,

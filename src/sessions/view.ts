@@ -10,7 +10,10 @@ export interface RequiredAction {
  * What a client must do before the run can go on, derived from the pending tool step: decisions first, then
  * client tools' results, then the review. Null when nothing waits.
  */
-export function requiredAction(status: SessionState['status'], pending: PendingStep | null): RequiredAction | null {
+export function requiredAction(
+  status: SessionState['status'],
+  pending: PendingStep | null,
+): RequiredAction | null {
   if (status !== 'requires_action' || !pending) return null;
   const results = pending.calls
     .filter((c) => c.result)

@@ -136,7 +136,8 @@ export interface StoredEvent {
   at: number;
 }
 
-export const newSessionId = () => `ses_${randomBytes(12).toString('base64url').replace(/[-_]/g, '').slice(0, 16)}`;
+export const newSessionId = () =>
+  `ses_${randomBytes(12).toString('base64url').replace(/[-_]/g, '').slice(0, 16)}`;
 
 /** Encodes SessionState fields for HSET. Only the fields given are written. */
 export function encodeFields(s: Partial<SessionState>): Record<string, string> {
@@ -221,7 +222,9 @@ export function usageIncr(u: Partial<Usage> | null | undefined): Record<string, 
 }
 
 type Scripted = RedisClient & {
-  sessApply(...args: Array<string | number>): Promise<[number | string, number | string, string, string, string]>;
+  sessApply(
+    ...args: Array<string | number>
+  ): Promise<[number | string, number | string, string, string, string]>;
   sessAcquire(...args: Array<string | number>): Promise<number>;
   sessRenew(...args: Array<string | number>): Promise<number>;
   sessRelease(...args: Array<string | number>): Promise<number>;
@@ -280,7 +283,9 @@ export class SessionStore {
       if (code === 'fenced') throw new FencedOut(id);
       if (code === 'revision') throw revisionMismatch(Number(current));
       if (code === 'status')
-        throw conflict('invalid_status', `Not possible while the session is ${current}.`, { status: current });
+        throw conflict('invalid_status', `Not possible while the session is ${current}.`, {
+          status: current,
+        });
       if (code === 'exists') throw conflict('session_exists', 'A session with this id exists.');
       throw notFound();
     }
@@ -422,7 +427,14 @@ export class SessionStore {
     const items: SessionState[] = [];
     let lastMember: string | null = null;
     for (let round = 0; round < 20 && items.length < opts.limit; round++) {
-      const members = await this.redis.zrevrangebylex(key, max, '-', 'LIMIT', 0, opts.status ? 100 : opts.limit);
+      const members = await this.redis.zrevrangebylex(
+        key,
+        max,
+        '-',
+        'LIMIT',
+        0,
+        opts.status ? 100 : opts.limit,
+      );
       if (members.length === 0) break;
       const states = await Promise.all(members.map((m) => this.load(m.slice(16))));
       for (let i = 0; i < members.length && items.length < opts.limit; i++) {
@@ -476,7 +488,13 @@ export interface IterationRecord {
 function parseEntry([id, fields]: [string, string[]]): StoredEvent {
   const f: Record<string, string> = {};
   for (let i = 0; i < fields.length; i += 2) f[fields[i]!] = fields[i + 1]!;
-  return { id, type: f.t ?? 'unknown', data: f.d ?? 'null', revision: Number(f.r ?? 0), at: Number(f.at ?? 0) };
+  return {
+    id,
+    type: f.t ?? 'unknown',
+    data: f.d ?? 'null',
+    revision: Number(f.r ?? 0),
+    at: Number(f.at ?? 0),
+  };
 }
 
 export const parseStreamEntry = parseEntry;

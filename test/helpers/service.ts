@@ -52,7 +52,8 @@ export class Api {
     return { status: res.status, body: parsed as T, headers: res.headers };
   }
 
-  get = <T = any>(path: string, headers?: Record<string, string>) => this.req<T>('GET', path, undefined, headers);
+  get = <T = any>(path: string, headers?: Record<string, string>) =>
+    this.req<T>('GET', path, undefined, headers);
   post = <T = any>(path: string, body?: unknown, headers?: Record<string, string>) =>
     this.req<T>('POST', path, body ?? {}, headers);
 
