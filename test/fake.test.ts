@@ -485,6 +485,44 @@ describe('message threads', () => {
     assert.deepEqual(replay!.messages, replay!.body.messages);
   });
 
+  test('pause_turn is resumed with an empty continue; a server without threads makes the runner go unthreaded', async () => {
+    fake.enqueue(text('working on it', { stop_reason: 'pause_turn' }), text('done'));
+    const resumed = await client()
+      .beta.messages.toolRunner({
+        model: MODEL,
+        max_tokens: 64,
+        messages: [{ role: 'user', content: 'go' }],
+        tools: [],
+      })
+      .runUntilDone();
+    assert.equal(textOf(resumed), 'done');
+    const [, resume] = fake.requests;
+    assert.equal(resume!.body.thread.type, 'continue');
+    assert.deepEqual(resume!.body.messages, []);
+    assert.deepEqual(
+      resume!.messages.map((message) => message.role),
+      ['user', 'assistant'],
+    );
+
+    const unthreaded = await startFakeAnthropic({ threads: false });
+    try {
+      unthreaded.enqueue(text('plain'));
+      const final = await new Anthropic({ apiKey: 'test', baseURL: unthreaded.url }).beta.messages
+        .toolRunner({ model: MODEL, max_tokens: 64, messages: [{ role: 'user', content: 'go' }], tools: [] })
+        .runUntilDone();
+      assert.equal(textOf(final), 'plain');
+      assert.deepEqual(
+        unthreaded.requests.map((request) => [request.status, request.body.thread?.type]),
+        [
+          [400, 'create'],
+          [200, undefined],
+        ],
+      );
+    } finally {
+      await unthreaded.close();
+    }
+  });
+
   test('thread errors carry error_code details', async () => {
     const base = { model: MODEL, max_tokens: 64 };
     const unknown = await post(

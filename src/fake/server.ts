@@ -12,6 +12,7 @@ import { offlineHandler } from './offline.js';
 import { parseScript } from './script.js';
 
 export * from './script.js';
+export { offlineHandler, offlineReply } from './offline.js';
 
 /** One recorded `POST /v1/messages`. */
 export interface FakeRequest {
@@ -542,8 +543,8 @@ export async function startFakeAnthropic(opts: FakeAnthropicOptions = {}): Promi
       due += delay;
       later(step, delay);
     };
-    if (count === 0)
-      later(() => (res.destroyed || closed ? fail() : finish('')), delay); // `event: error` only
+    // With no event to write first, only an `event: error` is left (a cut at 0 returned above).
+    if (count === 0) later(() => (res.destroyed || closed ? fail() : finish('')), delay);
     else later(step, delay);
   };
 
@@ -556,8 +557,16 @@ export async function startFakeAnthropic(opts: FakeAnthropicOptions = {}): Promi
         const input = parse();
         const replies: FakeReply[] = Array.isArray(input) ? input : [input];
         for (const reply of replies) {
-          if (!reply || !['message', 'error', 'hang'].includes(reply.type)) {
-            throw new Error('each reply needs type message, error or hang');
+          const ok =
+            (reply?.type === 'message' && Array.isArray(reply.content)) ||
+            (reply?.type === 'error' &&
+              Number.isInteger(reply.status) &&
+              typeof reply.errorType === 'string') ||
+            reply?.type === 'hang';
+          if (!ok) {
+            throw new Error(
+              'each reply needs {type:"message",content:[...]}, {type:"error",status,errorType} or {type:"hang"}',
+            );
           }
         }
         queue.push(...replies);

@@ -125,7 +125,7 @@ export class SessionService {
       state.id,
       { create: true },
       {
-        hset: { ...encodeFields(state), fence: '0', revision: '0' },
+        hset: encodeFields(state),
         push_msgs: messages.map((m) => JSON.stringify(m)),
         events: [
           ['session.created', JSON.stringify(sessionView({ ...state, revision: 1 }))],
@@ -178,9 +178,7 @@ export class SessionService {
     tenant: string,
     id: string,
     ifMatch: number | undefined,
-    plan: (
-      s: SessionState,
-    ) => Promise<{
+    plan: (s: SessionState) => Promise<{
       ops: ApplyOps;
       guard?: Guard;
       starts?: boolean;
@@ -609,7 +607,7 @@ export class SessionService {
       forked.id,
       { create: true },
       {
-        hset: { ...encodeFields(forked), fence: '0', revision: '0' },
+        hset: encodeFields(forked),
         push_msgs: history.map((m) => JSON.stringify(m)),
         push_iters: kept.map((r) => JSON.stringify(r)),
         events: [

@@ -1,0 +1,49 @@
+import assert from 'node:assert/strict';
+import { Redis } from 'ioredis';
+
+/**
+ * A snapshot of EVERY key of a (private, test-only) Redis: key → `type:ttl-flag:DUMP hex`. Two snapshots are equal
+ * iff no key was added, removed or changed (DUMP serialises the whole value, streams included).
+ */
+export type RedisSnapshot = Map<string, string>;
+
+export async function snapshotRedis(url: string): Promise<RedisSnapshot> {
+  const r = new Redis(url, { maxRetriesPerRequest: 1, lazyConnect: true });
+  r.on('error', () => {});
+  try {
+    await r.connect();
+    const keys: string[] = [];
+    let cursor = '0';
+    do {
+      const [next, batch] = await r.scan(cursor, 'COUNT', 1000);
+      cursor = next;
+      keys.push(...batch);
+    } while (cursor !== '0');
+    keys.sort();
+    const out: RedisSnapshot = new Map();
+    for (const key of keys) {
+      const [type, dump, pttl] = await Promise.all([r.type(key), r.dumpBuffer(key), r.pttl(key)]);
+      if (dump === null) continue; // expired between SCAN and DUMP
+      out.set(key, `${type}:${pttl >= 0 ? 'ttl' : 'no-ttl'}:${dump.toString('hex')}`);
+    }
+    return out;
+  } finally {
+    r.disconnect();
+  }
+}
+
+/** The keys that differ between two snapshots (added, removed, changed). */
+export function snapshotDiff(before: RedisSnapshot, after: RedisSnapshot): string[] {
+  const diff: string[] = [];
+  for (const [k, v] of before) {
+    if (!after.has(k)) diff.push(`removed ${k}`);
+    else if (after.get(k) !== v) diff.push(`changed ${k}`);
+  }
+  for (const k of after.keys()) if (!before.has(k)) diff.push(`added ${k}`);
+  return diff;
+}
+
+export function assertSnapshotsEqual(before: RedisSnapshot, after: RedisSnapshot, what: string): void {
+  const diff = snapshotDiff(before, after);
+  assert.deepEqual(diff, [], `${what}: Redis changed: ${diff.join(', ')}`);
+}
