@@ -11,6 +11,7 @@ import enginePlugin from './plugins/engine.js';
 import authPlugin from './plugins/auth.js';
 import errorsPlugin from './plugins/errors.js';
 import idempotencyPlugin from './plugins/idempotency.js';
+import rateLimitPlugin from './plugins/ratelimit.js';
 import healthRoutes from '../routes/health.js';
 import sessionRoutes from '../routes/sessions.js';
 import toolRoutes from '../routes/tools.js';
@@ -54,6 +55,7 @@ const app: FastifyPluginAsync<AppOptions> = async (fastify, opts) => {
     shutdownGraceMs: config.SHUTDOWN_GRACE_MS,
   });
   await fastify.register(authPlugin, { keys: config.API_KEYS });
+  await fastify.register(rateLimitPlugin, { perMinute: config.RATE_LIMIT_PER_MIN });
   await fastify.register(idempotencyPlugin, { ttlS: config.IDEMPOTENCY_TTL_S });
   await fastify.register(websocket, {
     options: { maxPayload: 1_048_576 },

@@ -2,6 +2,7 @@ import calculateSum from './calculate_sum.js';
 import currentTime from './current_time.js';
 import evaluateExpression from './evaluate_expression.js';
 import getWeather from './get_weather.js';
+import { testingTools, testingToolsEnabled } from './testing.js';
 import type { ServerTool } from './types.js';
 
 export type { ServerTool } from './types.js';
@@ -21,7 +22,14 @@ function nameOf(serverTool: ServerTool): string {
   return tool.name;
 }
 
-const all: readonly ServerTool[] = [getWeather, calculateSum, evaluateExpression, currentTime];
+const all: readonly ServerTool[] = [
+  getWeather,
+  calculateSum,
+  evaluateExpression,
+  currentTime,
+  // Test-only tools (`sleep`, `sleep_idempotent`), never registered unless TEST_TOOLS=1: see tools/testing.ts.
+  ...(testingToolsEnabled() ? testingTools : []),
+];
 
 function byName(tools: readonly ServerTool[]): Map<string, ServerTool> {
   const map = new Map<string, ServerTool>();

@@ -23,6 +23,7 @@ import {
   type ToolResult,
 } from '../store/store.js';
 import { statusEvent } from '../sessions/view.js';
+import { count } from '../metrics.js';
 import {
   clientToolNames,
   interruptedResult,
@@ -71,6 +72,7 @@ const STREAM_CUT_RETRIES = 2;
  */
 export class Engine {
   private readonly active = new Map<string, RunHandle>();
+  private readonly rekick = new Set<string>();
   private stopping = false;
   private sweepTimer: NodeJS.Timeout | null = null;
   private readonly o: Required<EngineOptions>;
@@ -127,7 +129,12 @@ export class Engine {
 
   /** Tries to take the run of a `running` session in this process. Returns at once; the run goes on in the background. */
   kick(id: string): void {
-    if (this.stopping || this.active.has(id)) return;
+    if (this.stopping) return;
+    if (this.active.has(id)) {
+      // The run here is finishing (its last commit released the lease); claim again once it has returned.
+      this.rekick.add(id);
+      return;
+    }
     void this.claim(id).catch((err) => this.o.logger.error({ err, sessionId: id }, 'claim failed'));
   }
 
@@ -147,7 +154,11 @@ export class Engine {
       done: Promise.resolve(),
     };
     this.active.set(id, run);
-    run.done = this.drive(run).finally(() => this.active.delete(id));
+    count('trs_runs_started_total');
+    run.done = this.drive(run).finally(() => {
+      this.active.delete(id);
+      if (this.rekick.delete(id)) this.kick(id);
+    });
   }
 
   /** Stops taking runs, lets running ones finish for `graceMs`, then aborts the rest and hands them to other replicas. */
@@ -362,6 +373,7 @@ export class Engine {
         message = await item;
       }
       const upstreamMs = Math.round(performance.now() - t0);
+      count('trs_turns_total', `{stop_reason="${message.stop_reason ?? 'none'}"}`);
       const reply: StoredMessage = { role: 'assistant', content: message.content as any };
       const calls = toolCallsOf(reply);
       const record: IterationRecord = {
@@ -751,6 +763,7 @@ export class Engine {
 
   private async fail(run: RunHandle, error: SessionError, log: Logger): Promise<void> {
     log.warn({ error }, 'run failed');
+    count('trs_runs_failed_total', `{code="${error.code}"}`);
     const st = { status: 'failed' as const, pending: null, stopReason: null, error };
     try {
       const state = await this.o.store.load(run.id);

@@ -147,6 +147,11 @@ export interface FakeAnthropicOptions {
   strictAlternation?: boolean | undefined;
   /** Whether the fake supports message threads (default true); when false a `thread` gets `thread_unsupported_request`. */
   threads?: boolean | undefined;
+  /**
+   * Most stored thread entries kept (default 100000); the oldest is forgotten beyond it, so a long-running fake stays
+   * bounded (a `continue` of a forgotten one gets `thread_not_found` and the SDK replays the history).
+   */
+  maxThreads?: number | undefined;
   /** Serve the `/_fake/*` control routes (default true). */
   control?: boolean | undefined;
 }
@@ -227,6 +232,7 @@ export async function startFakeAnthropic(opts: FakeAnthropicOptions = {}): Promi
   const strict = opts.strictAlternation ?? false;
   const threadsSupported = opts.threads ?? true;
   const control = opts.control ?? true;
+  const maxThreads = opts.maxThreads ?? 100_000;
 
   let handler: FakeHandler = defaultHandler;
   let pacing = startPacing;
@@ -339,7 +345,11 @@ export async function startFakeAnthropic(opts: FakeAnthropicOptions = {}): Promi
       ended = true;
       if (parent) {
         parent.inFlight = false;
-        if (stored) parent.continued = true;
+        if (stored) {
+          // Kept only to answer `thread_already_continued`; the conversation lives on under the new reply.
+          parent.continued = true;
+          parent.messages = [];
+        }
       }
     };
     res.on('close', () => end(false));
@@ -388,6 +398,7 @@ export async function startFakeAnthropic(opts: FakeAnthropicOptions = {}): Promi
           continued: false,
           inFlight: false,
         });
+        if (threads.size > maxThreads) threads.delete(threads.keys().next().value!);
       }
       end(true);
     };

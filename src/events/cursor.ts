@@ -1,0 +1,39 @@
+/**
+ * Event ids are Redis stream ids, `<ms>-<seq>` (two unsigned 64-bit integers). They are the clients' cursors.
+ * Ids compare numerically; canonical ids (no leading zeros, as Redis writes them) compare by length then text,
+ * without BigInt on the hot path.
+ */
+
+const MAX_U64 = (1n << 64n) - 1n;
+
+/** The cursor meaning "from the start of the log". */
+export const START = '0-0';
+
+/**
+ * A client's cursor in canonical form: `0`, `0-0`, empty or absent → `0-0`; `<ms>-<seq>` → itself without
+ * leading zeros; anything else (a bare `<ms>`, negative, too large, garbage) → null.
+ */
+export function parseCursor(raw: string | undefined | null): string | null {
+  if (raw === undefined || raw === null || raw === '' || raw === '0') return START;
+  const m = /^(\d{1,20})-(\d{1,20})$/.exec(raw);
+  if (!m) return null;
+  const ms = BigInt(m[1]!);
+  const seq = BigInt(m[2]!);
+  if (ms > MAX_U64 || seq > MAX_U64) return null;
+  return `${ms}-${seq}`;
+}
+
+export const isCursor = (raw: string) => parseCursor(raw) !== null;
+
+function cmpNum(a: string, b: string): number {
+  if (a.length !== b.length) return a.length < b.length ? -1 : 1;
+  return a < b ? -1 : a > b ? 1 : 0;
+}
+
+/** Numeric comparison of two canonical stream ids: negative, 0, positive. */
+export function compareIds(a: string, b: string): number {
+  const da = a.indexOf('-');
+  const db = b.indexOf('-');
+  const ms = cmpNum(a.slice(0, da), b.slice(0, db));
+  return ms !== 0 ? ms : cmpNum(a.slice(da + 1), b.slice(db + 1));
+}

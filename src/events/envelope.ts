@@ -1,0 +1,78 @@
+import type { StoredEvent } from '../store/store.js';
+
+/** What clients receive for each event (spec §4). `revision` is null for events that changed no session field. */
+export interface EventEnvelope {
+  id: string;
+  session_id: string;
+  type: string;
+  at: string;
+  revision: number | null;
+  data: unknown;
+}
+
+const iso = (ev: StoredEvent) => {
+  const ms = Number.isFinite(ev.at) && ev.at > 0 ? ev.at : Number(ev.id.slice(0, ev.id.indexOf('-')));
+  return new Date(ms).toISOString();
+};
+
+/** The envelope as an object (data parsed): for code that inspects events. The wire uses `encodeEvent`. */
+export function envelope(sessionId: string, ev: StoredEvent): EventEnvelope {
+  return {
+    id: ev.id,
+    session_id: sessionId,
+    type: ev.type,
+    at: iso(ev),
+    revision: ev.revision > 0 ? ev.revision : null,
+    data: JSON.parse(ev.data || 'null'),
+  };
+}
+
+/**
+ * An event ready to send, built once per event per process and shared by every client of the session in this
+ * process: the envelope's JSON text, and (lazily, once) the bytes of its WebSocket text frame and SSE record.
+ *
+ * The JSON text is spliced around the stored data, which is already JSON (every writer stores JSON.stringify
+ * output or a concatenation of such): no JSON.parse/JSON.stringify round trip of the data at all, even for a
+ * 100 kB `turn.completed`. It equals `JSON.stringify(envelope(sessionId, ev))` (tested).
+ */
+export class OutEvent {
+  readonly id: string;
+  readonly type: string;
+  readonly json: string;
+  private wsBytes: Buffer | undefined;
+  private sseBytes: Buffer | undefined;
+
+  constructor(sessionId: string, ev: StoredEvent) {
+    this.id = ev.id;
+    this.type = ev.type;
+    this.json =
+      `{"id":"${ev.id}","session_id":${JSON.stringify(sessionId)},"type":${JSON.stringify(ev.type)},` +
+      `"at":"${iso(ev)}","revision":${ev.revision > 0 ? ev.revision : 'null'},"data":${ev.data || 'null'}}`;
+  }
+
+  /** The UTF-8 payload of the WebSocket text frame (one Buffer for all sockets: ws does not copy it). */
+  wsFrame(): Buffer {
+    return (this.wsBytes ??= Buffer.from(this.json));
+  }
+
+  /** The SSE record: `id`, `event` (the type) and the envelope as `data`. */
+  sseRecord(): Buffer {
+    return (this.sseBytes ??= Buffer.from(`id: ${this.id}\nevent: ${this.type}\n${sseData(this.json)}\n`));
+  }
+
+  get byteLength(): number {
+    return this.wsFrame().byteLength;
+  }
+}
+
+/** `data:` lines of an SSE record (a line break inside the text, legal JSON whitespace, starts another line). */
+export function sseData(text: string): string {
+  return /[\r\n]/.test(text)
+    ? text
+        .split(/\r\n|\r|\n/)
+        .map((l) => `data: ${l}\n`)
+        .join('')
+    : `data: ${text}\n`;
+}
+
+export const encodeEvent = (sessionId: string, ev: StoredEvent) => new OutEvent(sessionId, ev);

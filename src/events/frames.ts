@@ -1,0 +1,98 @@
+import { z } from 'zod';
+import type { FastifyBaseLogger } from 'fastify';
+import { AppError } from '../errors.js';
+import { isStoreDown } from '../plugins/errors.js';
+import { decisionBody, postMessageBody, toolResultBody } from '../schemas.js';
+import type { MutationResult, SessionService } from '../sessions/service.js';
+
+/**
+ * Frames a WebSocket client may send (spec §5). Each frame is `{type, ref, …}` where `…` is exactly the body of the
+ * matching REST route, validated by the same zod schema and run by the same SessionService method:
+ *
+ * | frame                                                   | REST route                                   |
+ * |---------------------------------------------------------|----------------------------------------------|
+ * | `{type:'message', ref, content | text, interrupt?}`     | POST /v1/sessions/:id/messages               |
+ * | `{type:'tool_result', ref, tool_use_id, content, is_error?}` | PUT /v1/sessions/:id/tool-results/:tool_use_id |
+ * | `{type:'tool_call.decide', ref, tool_use_id, decision, input?, reason?}` | POST /v1/sessions/:id/tool-calls/:tool_use_id |
+ * | `{type:'cancel', ref}`                                  | POST /v1/sessions/:id/cancel                 |
+ *
+ * Any frame may carry `if_match: <revision>` (the REST routes' `If-Match`). Answers: `{type:'ack', ref, revision,
+ * status}` or `{type:'error', ref, error:{code, message, details?}}` with the REST routes' codes.
+ */
+const head = z.looseObject({
+  type: z.enum(['message', 'tool_result', 'tool_call.decide', 'cancel']),
+  ref: z.string().min(1).max(200),
+  if_match: z.number().int().min(0).optional(),
+});
+const toolUseId = z.string().min(1).max(128);
+const toolResultFrame = toolResultBody.extend({ tool_use_id: toolUseId });
+const decideFrame = decisionBody.extend({ tool_use_id: toolUseId });
+const cancelFrame = z.strictObject({});
+
+export type ServerFrame =
+  | { type: 'ack'; ref: string; revision: number; status: string }
+  | { type: 'error'; ref: string | null; error: { code: string; message: string; details?: unknown } };
+
+const errorFrame = (ref: string | null, code: string, message: string, details?: unknown): ServerFrame => ({
+  type: 'error',
+  ref,
+  error: details === undefined ? { code, message } : { code, message, details },
+});
+
+const zodDetails = (err: z.ZodError) =>
+  err.issues.map((i) => ({ path: i.path.join('.'), code: i.code, message: i.message }));
+
+/** Runs one client frame for `tenant` on session `id`; never throws. */
+export async function handleFrame(
+  raw: string,
+  ctx: { tenant: string; sessionId: string; sessions: SessionService; log: FastifyBaseLogger },
+): Promise<ServerFrame> {
+  let msg: unknown;
+  try {
+    msg = JSON.parse(raw);
+  } catch {
+    return errorFrame(null, 'invalid_frame', 'The frame is not valid JSON.');
+  }
+  if (typeof msg !== 'object' || msg === null || Array.isArray(msg)) {
+    return errorFrame(null, 'invalid_frame', 'A frame is a JSON object with `type` and `ref`.');
+  }
+  const rawRef = (msg as { ref?: unknown }).ref;
+  const ref = typeof rawRef === 'string' && rawRef.length <= 200 ? rawRef : null;
+  const h = head.safeParse(msg);
+  if (!h.success) return errorFrame(ref, 'invalid_request', 'The frame is invalid.', zodDetails(h.error));
+  const { type, ref: _r, if_match: ifMatch, ...body } = h.data;
+  const { tenant, sessionId: id, sessions } = ctx;
+  try {
+    let res: MutationResult;
+    switch (type) {
+      case 'message':
+        res = await sessions.addMessage(tenant, id, postMessageBody.parse(body), ifMatch);
+        break;
+      case 'tool_result': {
+        const { tool_use_id, ...rest } = toolResultFrame.parse(body);
+        res = await sessions.putResult(tenant, id, tool_use_id, rest, ifMatch);
+        break;
+      }
+      case 'tool_call.decide': {
+        const { tool_use_id, ...rest } = decideFrame.parse(body);
+        res = await sessions.decide(tenant, id, tool_use_id, rest, ifMatch);
+        break;
+      }
+      case 'cancel':
+        cancelFrame.parse(body);
+        res = await sessions.cancel(tenant, id, ifMatch);
+        break;
+    }
+    return { type: 'ack', ref: h.data.ref, revision: res.state.revision, status: res.state.status };
+  } catch (err) {
+    if (err instanceof z.ZodError) {
+      return errorFrame(h.data.ref, 'invalid_request', 'The frame is invalid.', zodDetails(err));
+    }
+    if (err instanceof AppError) return errorFrame(h.data.ref, err.code, err.message, err.details);
+    if (isStoreDown(err)) {
+      return errorFrame(h.data.ref, 'store_unavailable', 'The session store is unavailable; try again shortly.');
+    }
+    ctx.log.error({ err, session: id }, 'websocket frame failed');
+    return errorFrame(h.data.ref, 'internal_error', 'Something went wrong on our side.');
+  }
+}

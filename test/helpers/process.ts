@@ -1,0 +1,204 @@
+import { spawn, type ChildProcess } from 'node:child_process';
+import path from 'node:path';
+import { fileURLToPath } from 'node:url';
+import { Api } from './service.js';
+
+/**
+ * Service processes for the durability tests: `node --import tsx src/server.ts` as a child process on a loopback port,
+ * so a test can SIGKILL it mid-turn, SIGTERM it, and start it again, as an orchestrator would.
+ */
+
+const ROOT = path.resolve(path.dirname(fileURLToPath(import.meta.url)), '../..');
+const LISTENING = /Server listening at (http:\/\/127\.0\.0\.1:\d+)/;
+const MAX_LINES = 2000;
+
+export interface ExitInfo {
+  code: number | null;
+  signal: NodeJS.Signals | null;
+}
+
+export interface ServiceProcess {
+  readonly name: string;
+  readonly pid: number;
+  /** `http://127.0.0.1:PORT`, parsed from the "Server listening at …" log line. */
+  readonly url: string;
+  readonly api: Api;
+  /** Resolves once the process has exited (never rejects). */
+  readonly exited: Promise<ExitInfo>;
+  running(): boolean;
+  /** The JSON log lines it printed so far (parsed when possible). */
+  logs(): Array<Record<string, any>>;
+  /** Resolves with the first log line (already printed or to come) that `pred` accepts. */
+  waitForLog(pred: (line: Record<string, any>) => boolean, timeoutMs?: number): Promise<Record<string, any>>;
+  /** SIGKILL, like a crash; resolves once it is gone. */
+  kill(): Promise<ExitInfo>;
+  /** SIGTERM (graceful shutdown); SIGKILL after `timeoutMs`. Resolves once it is gone. */
+  stop(timeoutMs?: number): Promise<ExitInfo>;
+}
+
+const children = new Set<ChildProcess>();
+let exitHandlerInstalled = false;
+
+function track(child: ChildProcess): void {
+  children.add(child);
+  child.once('exit', () => children.delete(child));
+  if (exitHandlerInstalled) return;
+  exitHandlerInstalled = true;
+  process.on('exit', () => {
+    for (const c of children) c.kill('SIGKILL');
+  });
+}
+
+export interface SpawnOptions {
+  /** A name for messages and logs. */
+  name?: string;
+  /** How long to wait for "Server listening at" (default 30 s: tsx compiles on first start). */
+  readyTimeoutMs?: number;
+  /** Echo the child's output to this process's stderr (debugging). */
+  echo?: boolean;
+}
+
+/**
+ * Starts the service as a child process. The environment is minimal (PATH, HOME) plus the defaults below plus `env`:
+ * nothing of the test process's own environment leaks in (no REDIS_URL of the machine, no API keys).
+ */
+export async function spawnService(
+  env: Record<string, string>,
+  opts: SpawnOptions = {},
+): Promise<ServiceProcess> {
+  const name = opts.name ?? 'service';
+  const child = spawn(process.execPath, ['--import', 'tsx', 'src/server.ts'], {
+    cwd: ROOT,
+    env: {
+      PATH: process.env.PATH ?? '/usr/bin:/bin',
+      HOME: process.env.HOME ?? '/tmp',
+      PORT: '0',
+      HOST: '127.0.0.1',
+      LOG_LEVEL: 'info',
+      ANTHROPIC_API_KEY: 'x',
+      ...env,
+    },
+    stdio: ['ignore', 'pipe', 'pipe'],
+  });
+  track(child);
+  const lines: Array<Record<string, any>> = [];
+  const watchers = new Set<{ pred: (l: Record<string, any>) => boolean; resolve: (l: any) => void }>();
+  const onLine = (raw: string) => {
+    if (!raw.trim()) return;
+    let line: Record<string, any>;
+    try {
+      line = JSON.parse(raw);
+      if (typeof line !== 'object' || line === null) line = { msg: raw };
+    } catch {
+      line = { msg: raw };
+    }
+    lines.push(line);
+    if (lines.length > MAX_LINES) lines.splice(0, lines.length - MAX_LINES);
+    if (opts.echo) process.stderr.write(`[${name}] ${raw}\n`);
+    for (const w of watchers) {
+      if (w.pred(line)) {
+        watchers.delete(w);
+        w.resolve(line);
+      }
+    }
+  };
+  for (const stream of [child.stdout!, child.stderr!]) {
+    let buf = '';
+    stream.setEncoding('utf8');
+    stream.on('data', (chunk: string) => {
+      buf += chunk;
+      let nl: number;
+      while ((nl = buf.indexOf('\n')) >= 0) {
+        onLine(buf.slice(0, nl));
+        buf = buf.slice(nl + 1);
+      }
+    });
+  }
+  let exitInfo: ExitInfo | null = null;
+  const exited = new Promise<ExitInfo>((resolve) => {
+    child.once('exit', (code, signal) => {
+      exitInfo = { code, signal };
+      resolve(exitInfo);
+    });
+  });
+
+  const waitForLog = (pred: (l: Record<string, any>) => boolean, timeoutMs = 10_000) => {
+    const found = lines.find(pred);
+    if (found) return Promise.resolve(found);
+    return new Promise<Record<string, any>>((resolve, reject) => {
+      const w = {
+        pred,
+        resolve: (l: Record<string, any>) => {
+          clearTimeout(timer);
+          resolve(l);
+        },
+      };
+      const timer = setTimeout(() => {
+        watchers.delete(w);
+        reject(new Error(`${name}: no matching log line within ${timeoutMs} ms`));
+      }, timeoutMs);
+      watchers.add(w);
+    });
+  };
+
+  const readyTimeoutMs = opts.readyTimeoutMs ?? 30_000;
+  let url: string;
+  try {
+    const line = await Promise.race([
+      waitForLog((l) => LISTENING.test(String(l.msg ?? '')), readyTimeoutMs),
+      exited.then((e) => {
+        throw new Error(`exited (${e.code ?? e.signal}) before listening`);
+      }),
+    ]);
+    url = LISTENING.exec(String(line.msg))![1]!;
+  } catch (err) {
+    child.kill('SIGKILL');
+    const tail = lines
+      .slice(-20)
+      .map((l) => JSON.stringify(l))
+      .join('\n');
+    throw new Error(`${name} did not start: ${(err as Error).message}\n${tail}`);
+  }
+
+  const signalAndWait = async (signal: NodeJS.Signals, killAfterMs?: number): Promise<ExitInfo> => {
+    if (exitInfo) return exitInfo;
+    child.kill(signal);
+    if (killAfterMs === undefined) return exited;
+    let timer: NodeJS.Timeout | undefined;
+    const res = await Promise.race([
+      exited,
+      new Promise<null>((resolve) => (timer = setTimeout(() => resolve(null), killAfterMs))),
+    ]);
+    clearTimeout(timer);
+    if (res) return res;
+    child.kill('SIGKILL');
+    return exited;
+  };
+
+  return {
+    name,
+    pid: child.pid!,
+    url,
+    api: new Api(url),
+    exited,
+    running: () => exitInfo === null,
+    logs: () => [...lines],
+    waitForLog,
+    kill: () => signalAndWait('SIGKILL'),
+    stop: (timeoutMs = 30_000) => signalAndWait('SIGTERM', timeoutMs),
+  };
+}
+
+/** Environment of a service process on `redisUrl` with `fakeUrl` as the upstream. */
+export function serviceEnv(redisUrl: string, fakeUrl: string, extra: Record<string, string> = {}) {
+  return {
+    REDIS_URL: redisUrl,
+    ANTHROPIC_BASE_URL: fakeUrl,
+    LEASE_TTL_MS: '2000',
+    SHUTDOWN_GRACE_MS: '2000',
+    UPSTREAM_MAX_RETRIES: '1',
+    ...extra,
+  };
+}
+
+export const sleep = (ms: number) => new Promise<void>((resolve) => setTimeout(resolve, ms));

@@ -1,0 +1,119 @@
+import { after, before, describe, it } from 'node:test';
+import assert from 'node:assert/strict';
+import { startHarness, type Harness } from './helpers/service.js';
+import { text, toolCall } from '../src/fake/script.js';
+import { validateConversation, type FakeRequest } from '../src/fake/server.js';
+
+const SESSIONS = 10;
+/** Tool turns per session before the final text turn. */
+const TOOL_TURNS = 4;
+
+interface Turn {
+  session: string;
+  /** When the fake received the request and when its reply was handed to the socket (ms). */
+  start: number;
+  end: number;
+  messageCount: number;
+}
+
+describe('two service processes on one Redis', () => {
+  let h1: Harness;
+  let h2: Harness;
+  before(async () => {
+    // A short lease, so renewals and expiry matter while turns take up to 450 ms.
+    const env = { LEASE_TTL_MS: '1200' };
+    h1 = await startHarness({ env });
+    h2 = await startHarness({ env, redis: h1.redis, fakeServer: h1.fake });
+  });
+  after(async () => {
+    await h2?.close();
+    await h1?.close();
+  });
+
+  it('never run the same session at once, and never send a turn twice', async () => {
+    const turns: Turn[] = [];
+    const sessionOf = (req: FakeRequest): string => {
+      const first = req.messages[0]?.content;
+      const t = typeof first === 'string' ? first : first?.[0]?.text;
+      return String(t);
+    };
+    h1.fake.setHandler(async (req) => {
+      const turn: Turn = { session: sessionOf(req), start: req.at, end: 0, messageCount: req.messages.length };
+      turns.push(turn);
+      const assistantTurns = req.messages.filter((m) => m.role === 'assistant').length;
+      // Paced turns: 20–450 ms, some longer than a third of the lease (its renewal period).
+      await new Promise((r) => setTimeout(r, 20 + Math.floor(Math.random() * 430)));
+      turn.end = Date.now();
+      return assistantTurns < TOOL_TURNS
+        ? toolCall('calculate_sum', { a: assistantTurns, b: 1 })
+        : text(`done ${turn.session}`);
+    });
+
+    const ids: string[] = [];
+    const tags = new Map<string, string>();
+    for (let i = 0; i < SESSIONS; i++) {
+      const via = i % 2 === 0 ? h1 : h2;
+      const tag = `job-${i}`;
+      const r = await via.api.post('/v1/sessions', { input: tag, tools: ['calculate_sum'], stream: i % 3 !== 0 });
+      assert.equal(r.status, 201, JSON.stringify(r.body));
+      ids.push(r.body.id);
+      tags.set(r.body.id, tag);
+    }
+
+    // While the runs go on, both processes keep trying to take every run (as their sweepers would after a lease
+    // expiry): only the lease holder may run it.
+    // The lease holders seen meanwhile, to check that both processes did run sessions.
+    const owners = new Set<string>();
+    let kicking = true;
+    const kicker = (async () => {
+      while (kicking) {
+        for (const id of ids) {
+          h1.service.app.engine.kick(id);
+          h2.service.app.engine.kick(id);
+        }
+        const holders = await Promise.all(ids.map((id) => h1.service.app.store.leaseHolder(id)));
+        for (const hld of holders) if (hld) owners.add(hld.replace(/:\d+$/, ''));
+        await new Promise((r) => setTimeout(r, 15));
+      }
+    })();
+    const finals = [];
+    try {
+      for (const id of ids) finals.push(await h1.api.waitStatus(id, ['idle', 'failed'], 40_000));
+    } finally {
+      kicking = false;
+      await kicker;
+    }
+
+    for (const [i, s] of finals.entries()) {
+      const tag = tags.get(s.id)!;
+      assert.equal(s.status, 'idle', `${tag}: ${JSON.stringify(s.error)}`);
+      assert.equal(s.stop_reason, 'end_turn', tag);
+      assert.equal(s.iteration, TOOL_TURNS + 1, tag);
+      const mine = turns.filter((t) => t.session === tag).sort((a, b) => a.start - b.start);
+      assert.equal(mine.length, s.iteration, `${tag}: requests sent == iterations (no turn sent twice)`);
+      assert.deepEqual(
+        mine.map((t) => t.messageCount),
+        Array.from({ length: TOOL_TURNS + 1 }, (_, k) => 2 * k + 1),
+        `${tag}: each turn sent once, each with the history of the one before plus its tool results`,
+      );
+      for (let k = 1; k < mine.length; k++) {
+        assert.ok(
+          mine[k]!.start >= mine[k - 1]!.end,
+          `${tag}: turn ${k + 1} started at ${mine[k]!.start}, before turn ${k} ended at ${mine[k - 1]!.end}`,
+        );
+      }
+      const msgs = (await (i % 2 ? h2 : h1).api.get(`/v1/sessions/${s.id}/messages`)).body.data;
+      assert.equal(msgs.length, 2 * (TOOL_TURNS + 1), tag);
+      assert.doesNotThrow(() => validateConversation(msgs, true), `${tag}: history valid`);
+      const iters = (await h2.api.get(`/v1/sessions/${s.id}/iterations`)).body.data;
+      assert.deepEqual(
+        iters.map((r: any) => r.iteration),
+        [1, 2, 3, 4, 5],
+        tag,
+      );
+    }
+    assert.equal(turns.length, SESSIONS * (TOOL_TURNS + 1));
+    assert.equal(owners.size, 2, `both processes ran sessions (lease owners seen: ${[...owners].join(', ')})`);
+    assert.equal(h1.service.app.engine.activeRuns + h2.service.app.engine.activeRuns, 0);
+  });
+});

@@ -1,0 +1,65 @@
+import { appendFileSync } from 'node:fs';
+import { betaZodTool } from '@anthropic-ai/sdk/helpers/beta/zod';
+import { z } from 'zod';
+import type { ServerTool } from './types.js';
+
+/**
+ * Test-only server tools, registered only when the environment says `TEST_TOOLS=1` (see tools/index.ts): the
+ * durability tests need a tool that is still running when they kill a process.
+ *
+ * - `sleep` waits `ms` milliseconds and is NOT idempotent: interrupted by a crash, it is answered with an `is_error`
+ *   "interrupted" result instead of running again.
+ * - `sleep_idempotent` does the same and is idempotent: interrupted by a crash, it runs again.
+ *
+ * With `TEST_TOOLS_LOG=<file>`, each run appends `start <tool_use_id> <pid>` and `end <tool_use_id> <pid>` lines to
+ * that file, so a test can count how often a call ran, across processes. Both honour the run's abort signal.
+ */
+
+const input = z.object({
+  ms: z.number().int().min(0).max(60_000).describe('How long to sleep, in milliseconds'),
+  label: z.string().max(200).optional().describe('Echoed in the result'),
+});
+
+function note(what: 'start' | 'end', id: string | undefined): void {
+  const file = process.env.TEST_TOOLS_LOG;
+  if (file) appendFileSync(file, `${what} ${id ?? '?'} ${process.pid}\n`);
+}
+
+function sleepTool(name: string, idempotent: boolean): ServerTool {
+  return {
+    tool: betaZodTool({
+      name,
+      description: `TEST ONLY: wait for \`ms\` milliseconds, then answer "slept <ms> ms". ${idempotent ? 'Idempotent.' : 'Not idempotent.'}`,
+      inputSchema: input,
+      run: async ({ ms, label }, ctx?: any) => {
+        const id: string | undefined = ctx?.toolUse?.id;
+        const signal: AbortSignal | undefined = ctx?.signal;
+        note('start', id);
+        await new Promise<void>((resolve, reject) => {
+          const timer = setTimeout(resolve, ms);
+          signal?.addEventListener(
+            'abort',
+            () => {
+              clearTimeout(timer);
+              reject(new Error('aborted'));
+            },
+            { once: true },
+          );
+        });
+        note('end', id);
+        return `slept ${ms} ms${label ? ` (${label})` : ''}`;
+      },
+    }),
+    requiresApproval: false,
+    idempotent,
+  };
+}
+
+/** The test-only tools. */
+export const testingTools: readonly ServerTool[] = [
+  sleepTool('sleep', false),
+  sleepTool('sleep_idempotent', true),
+];
+
+/** Whether the environment enables them (`TEST_TOOLS=1`). */
+export const testingToolsEnabled = (env: NodeJS.ProcessEnv = process.env) => env.TEST_TOOLS === '1';
