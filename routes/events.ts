@@ -1,6 +1,144 @@
 import type { FastifyPluginAsyncZod } from 'fastify-type-provider-zod';
+import { z } from 'zod';
 import type { Config } from '../src/config.js';
+import { badRequest } from '../src/errors.js';
+import { count } from '../src/metrics.js';
+import { isStoreDown } from '../src/plugins/errors.js';
+import { sessionIdParam } from '../src/schemas.js';
+import { isCursor, parseCursor } from '../src/events/cursor.js';
+import { OutEvent, sseData } from '../src/events/envelope.js';
+import { hubFor, lastEventId, readPage, type Sink } from '../src/events/hub.js';
+import { cursorExpired, drained, errorBody, storeUnavailable } from '../src/events/transport.js';
 
-/** Placeholder until the live-events work lands: the JSON page of events. */
-const routes: FastifyPluginAsyncZod<{ config: Config }> = async () => {};
+/** SSE comment lines sent while nothing happens, so proxies and clients keep the stream open. */
+export const SSE_HEARTBEAT_MS = 15_000;
+
+const cursor = z
+  .string()
+  .max(64)
+  .refine(isCursor, 'not an event id: give the `id` of an event (`<ms>-<seq>`), or 0 for the start');
+
+export const eventsQuery = z.object({
+  after: cursor.optional(),
+  limit: z.coerce.number().int().min(1).max(1000).default(100),
+});
+
+/**
+ * GET /v1/sessions/:id/events
+ * - JSON pages: `{data: [envelope…], next_cursor, has_more}`; `next_cursor` is the id of the page's last event (or
+ *   the `after` given when the page is empty, so a poller keeps its place); 410 `cursor_expired` when `after` was
+ *   trimmed away.
+ * - `Accept: text/event-stream`: SSE (`id:` event id, `event:` type, `data:` envelope), replaying after
+ *   `Last-Event-ID` (or `after`), then live; `: heartbeat` comments every 15 s; the stream ends after
+ *   `session.deleted`, after an `event: error` (cursor_expired, store_unavailable), or when the client reads too
+ *   slowly (the response is dropped once WS_MAX_BUFFER_BYTES are queued; EventSource reconnects with
+ *   Last-Event-ID by itself).
+ */
+const routes: FastifyPluginAsyncZod<{ config: Config }> = async (app, { config }) => {
+  const hub = hubFor(app);
+  const maxBuffered = config.WS_MAX_BUFFER_BYTES;
+
+  app.get(
+    '/v1/sessions/:id/events',
+    { schema: { tags: ['events'], params: sessionIdParam, querystring: eventsQuery } },
+    async (req, reply) => {
+      const id = req.params.id;
+      await app.store.loadFor(req.tenant, id);
+      const sse = /\btext\/event-stream\b/.test(req.headers.accept ?? '');
+
+      if (!sse) {
+        const after = parseCursor(req.query.after)!;
+        const limit = req.query.limit;
+        const page = await readPage(app.redis, id, after, limit + 1);
+        if (page.expired) {
+          throw cursorExpired(id, {
+            cursor: after,
+            first_event_id: page.firstId,
+            last_event_id: await lastEventId(app.redis, id),
+          });
+        }
+        const events = page.events.slice(0, limit).map((e) => new OutEvent(id, e));
+        const next = events.length ? events[events.length - 1]!.id : (req.query.after ?? null);
+        // The envelopes are already JSON text: the body is assembled, not re-serialised.
+        return reply
+          .type('application/json; charset=utf-8')
+          .send(
+            `{"data":[${events.map((e) => e.json).join(',')}],"next_cursor":${JSON.stringify(next)},` +
+              `"has_more":${page.events.length > limit}}`,
+          );
+      }
+
+      const header = req.headers['last-event-id'];
+      const rawCursor = typeof header === 'string' && header.trim() !== '' ? header.trim() : req.query.after;
+      const after = parseCursor(rawCursor);
+      if (after === null) throw badRequest('Last-Event-ID is not an event id.', { 'last-event-id': header });
+
+      reply.hijack();
+      const res = reply.raw;
+      res.writeHead(200, {
+        ...(reply.getHeaders() as Record<string, string>),
+        'content-type': 'text/event-stream; charset=utf-8',
+        'cache-control': 'no-cache, no-transform',
+        connection: 'keep-alive',
+        'x-accel-buffering': 'no',
+      });
+      res.write('retry: 2000\n\n');
+      count('trs_event_streams_total', '{transport="sse"}');
+
+      let done = false;
+      const heartbeat = setInterval(() => {
+        if (!done && res.writableLength <= maxBuffered) res.write(': heartbeat\n\n');
+      }, SSE_HEARTBEAT_MS);
+      const end = (destroy = false) => {
+        if (done) return;
+        done = true;
+        clearInterval(heartbeat);
+        sub.close();
+        if (destroy) res.destroy();
+        else res.end();
+      };
+      const errorEvent = (error: object) => {
+        if (!res.destroyed) res.write(`event: error\n${sseData(JSON.stringify({ error }))}\n`);
+      };
+      const sink: Sink = {
+        send(ev) {
+          if (done || res.destroyed) return false;
+          if (res.writableLength > maxBuffered) {
+            // A slow reader: drop the response rather than queue more; it resumes from its Last-Event-ID.
+            count('trs_event_stream_slow_closes_total', '{transport="sse"}');
+            hub.emit('slow-reader', id, 'sse');
+            end(true);
+            return false;
+          }
+          res.write(ev.sseRecord());
+          if (ev.type === 'session.deleted') {
+            end();
+            return false;
+          }
+          return true;
+        },
+        ready: () => (res.writableNeedDrain ? drained(res) : true),
+        expired(info) {
+          errorEvent(errorBody(cursorExpired(id, info)));
+          end();
+        },
+        failed(err) {
+          req.log.warn({ err, session: id }, 'event stream failed');
+          errorEvent(
+            isStoreDown(err) ? storeUnavailable : { code: 'internal_error', message: 'The event stream failed.' },
+          );
+          end();
+        },
+        shutdown: () => end(),
+      };
+      const sub = hub.subscribe(id, after, sink);
+      res.on('close', () => {
+        done = true;
+        clearInterval(heartbeat);
+        sub.close();
+      });
+    },
+  );
+};
+
 export default routes;

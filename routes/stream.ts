@@ -1,5 +1,166 @@
 import type { FastifyPluginAsyncZod } from 'fastify-type-provider-zod';
+import type { WebSocket } from 'ws';
+import { z } from 'zod';
 import type { Config } from '../src/config.js';
+import { count } from '../src/metrics.js';
+import { isStoreDown } from '../src/plugins/errors.js';
+import { sessionIdParam } from '../src/schemas.js';
+import { isCursor, parseCursor } from '../src/events/cursor.js';
+import { handleFrame, type ServerFrame } from '../src/events/frames.js';
+import { hubFor, type Sink } from '../src/events/hub.js';
+import { selectProtocol } from '../src/events/protocols.js';
+import { cursorExpired, drained, errorBody, storeUnavailable } from '../src/events/transport.js';
 
-const routes: FastifyPluginAsyncZod<{ config: Config }> = async () => {};
+export const streamQuery = z.object({
+  after: z
+    .string()
+    .max(64)
+    .refine(isCursor, 'not an event id: give the `id` of an event (`<ms>-<seq>`), or 0 for the start')
+    .optional(),
+});
+
+/** Close codes of the stream (besides 1000 `session_deleted`, 1001 `shutting_down`, 1011 `store_unavailable`). */
+export const CLOSE = {
+  slowReader: 1013,
+  cursorExpired: 4410,
+} as const;
+
+/** Client frames waiting for their answer, per connection; more get `rate_limited` at once. */
+const MAX_PENDING_FRAMES = 32;
+/** After a close frame is queued, how long a peer that does not answer keeps its socket. */
+const CLOSE_GRACE_MS = 10_000;
+
+/**
+ * GET /v1/sessions/:id/stream (WebSocket, spec §5).
+ *
+ * Refusals happen before the upgrade, as HTTP errors with the REST body: 401 `unauthorized` (the auth hook),
+ * 404 `session_not_found` (also for another tenant's session), 400 `invalid_request` (a malformed `after`).
+ * After the upgrade the server closes with 1013 (slow reader: reconnect with the last id), 4410
+ * `cursor_expired` (after an error frame saying how to recover), 1000 `session_deleted`, 1001 `shutting_down`,
+ * 1011 `store_unavailable`.
+ */
+const routes: FastifyPluginAsyncZod<{ config: Config }> = async (app, { config }) => {
+  const hub = hubFor(app);
+  const maxBuffered = config.WS_MAX_BUFFER_BYTES;
+
+  // Browsers authenticate with `Sec-WebSocket-Protocol: bearer, <token>` and require the server to select one of
+  // the offered protocols: select `bearer` (ws's default would pick the first offered, possibly the token).
+  const wssOptions = app.websocketServer.options as { handleProtocols?: unknown };
+  wssOptions.handleProtocols ??= selectProtocol;
+
+  app.get(
+    '/v1/sessions/:id/stream',
+    {
+      websocket: true,
+      schema: { tags: ['events'], params: sessionIdParam, querystring: streamQuery },
+      // Runs before the upgrade: another tenant's or a missing session is an HTTP 404, never a socket.
+      preHandler: async (req) => {
+        await app.store.loadFor(req.tenant, req.params.id);
+      },
+    },
+    (socket: WebSocket, req) => {
+      const id = req.params.id;
+      const tenant = req.tenant;
+      const after = parseCursor(req.query.after)!;
+      count('trs_event_streams_total', '{transport="ws"}');
+
+      let closing = false;
+      const closeWith = (code: number, reason: string) => {
+        if (closing) return;
+        closing = true;
+        sub.close();
+        if (socket.readyState === socket.OPEN) socket.close(code, reason);
+        setTimeout(() => socket.terminate(), CLOSE_GRACE_MS).unref();
+      };
+      const control = (frame: ServerFrame) => {
+        if (!closing && socket.readyState === socket.OPEN) socket.send(JSON.stringify(frame));
+      };
+
+      // Pings: a peer that has not answered the previous ping (or sent anything) by the next one is gone.
+      let alive = true;
+      const pinger = setInterval(() => {
+        if (!alive) return socket.terminate();
+        alive = false;
+        socket.ping();
+      }, config.WS_PING_MS);
+      socket.on('pong', () => (alive = true));
+
+      const raw = () => (socket as unknown as { _socket?: import('node:net').Socket })._socket;
+      const sink: Sink = {
+        send(ev) {
+          if (closing || socket.readyState !== socket.OPEN) return false;
+          if (socket.bufferedAmount > maxBuffered) {
+            // Never queue more for a reader that fell behind; it reconnects with the id of its last event.
+            count('trs_event_stream_slow_closes_total', '{transport="ws"}');
+            hub.emit('slow-reader', id, 'ws');
+            closeWith(CLOSE.slowReader, 'slow_reader');
+            return false;
+          }
+          socket.send(ev.wsFrame(), { binary: false });
+          if (ev.type === 'session.deleted') {
+            closeWith(1000, 'session_deleted');
+            return false;
+          }
+          return true;
+        },
+        ready() {
+          const s = raw();
+          return s && s.writableNeedDrain ? drained(s) : true;
+        },
+        expired(info) {
+          control({ type: 'error', ref: null, error: errorBody(cursorExpired(id, info)) });
+          closeWith(CLOSE.cursorExpired, 'cursor_expired');
+        },
+        failed(err) {
+          req.log.warn({ err, session: id }, 'event stream failed');
+          control({
+            type: 'error',
+            ref: null,
+            error: isStoreDown(err)
+              ? storeUnavailable
+              : { code: 'internal_error', message: 'The event stream failed.' },
+          });
+          closeWith(1011, 'store_unavailable');
+        },
+        shutdown: () => closeWith(1001, 'shutting_down'),
+      };
+      const sub = hub.subscribe(id, after, sink);
+
+      // Client frames run one at a time, in order; a bad frame gets an error frame and the connection stays.
+      let chain: Promise<void> = Promise.resolve();
+      let pending = 0;
+      const ctx = { tenant, sessionId: id, sessions: app.sessions, log: req.log };
+      socket.on('message', (data, isBinary) => {
+        alive = true;
+        if (isBinary) {
+          return control({
+            type: 'error',
+            ref: null,
+            error: { code: 'invalid_frame', message: 'Frames are JSON text.' },
+          });
+        }
+        if (pending >= MAX_PENDING_FRAMES) {
+          return control({
+            type: 'error',
+            ref: null,
+            error: { code: 'rate_limited', message: 'Too many frames waiting for their answer.' },
+          });
+        }
+        pending++;
+        const text = data.toString();
+        chain = chain.then(async () => {
+          const out = await handleFrame(text, ctx);
+          pending--;
+          control(out);
+        });
+      });
+      socket.on('close', () => {
+        closing = true;
+        clearInterval(pinger);
+        sub.close();
+      });
+    },
+  );
+};
+
 export default routes;

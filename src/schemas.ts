@@ -1,4 +1,17 @@
+import { Ajv } from 'ajv';
 import { z } from 'zod';
+
+/** Compiles client tools' JSON Schemas to check they are valid schemas (draft-07 / 2019-09 keywords). */
+const ajv = new Ajv({ strict: false, validateSchema: true });
+
+function compilesAsJsonSchema(schema: unknown): string | null {
+  try {
+    ajv.compile(schema as object);
+    return null;
+  } catch (err) {
+    return err instanceof Error ? err.message : String(err);
+  }
+}
 
 /* Request-side Messages API shapes: what a client may put in a session's history. Strict objects, so a typo in a
  * block is a 400 before anything is persisted rather than a 400 from the upstream several turns later. */
@@ -98,14 +111,11 @@ export const userContent = z.union([
 
 const jsonSchemaObject = z
   .looseObject({ type: z.literal('object'), properties: z.record(z.string(), z.unknown()).optional() })
-  .refine(
-    (s) =>
-      s.required === undefined ||
-      (Array.isArray(s.required) && s.required.every((r) => typeof r === 'string')),
-    {
-      message: '`required` must be an array of property names',
-    },
-  );
+  .superRefine((s, ctx) => {
+    const { $schema: _ignored, ...rest } = s;
+    const problem = compilesAsJsonSchema(rest);
+    if (problem) ctx.addIssue({ code: 'custom', message: `not a valid JSON Schema: ${problem}` });
+  });
 export const clientTool = z.strictObject({
   name: z.string().regex(/^[A-Za-z0-9_-]{1,128}$/, 'tool names are 1-128 of [A-Za-z0-9_-]'),
   description: z.string().max(10_000).optional(),

@@ -1,0 +1,81 @@
+/**
+ * The peer of the service: the SDK's `client.beta.messages.toolRunner` in this process, nothing persisted. A worker
+ * of bench/run.ts: it reads one JSON command per stdin line and answers one JSON line on stdout.
+ *
+ *   {"op":"run","id":1,"count":1000,"tagPrefix":"b2-sdk-","maxIterations":10}
+ *   → {"id":1,"ok":true,"walls":[ms…],"t0":…,"t1":…,"iterations":…,"errors":[…]}
+ *
+ * Each runner is the same loop the service drives: streaming, `thread: false`, the project's calculate_sum tool.
+ */
+import Anthropic from '@anthropic-ai/sdk';
+import { createInterface } from 'node:readline';
+import calculateSum from '../tools/calculate_sum.js';
+
+const baseURL = process.argv[2];
+if (!baseURL) {
+  process.stderr.write('usage: inproc.ts <fake url>\n');
+  process.exit(2);
+}
+
+// Same client options as the service's (src/plugins/anthropic.ts), UPSTREAM_MAX_RETRIES at its default.
+const client = new Anthropic({ apiKey: 'bench-key', baseURL, maxRetries: 2 });
+
+interface RunCommand {
+  op: 'run';
+  id: number;
+  count: number;
+  tagPrefix: string;
+  maxIterations: number;
+}
+
+async function oneRun(tag: string, maxIterations: number): Promise<{ wall: number; iterations: number }> {
+  const t0 = performance.now();
+  const runner = client.beta.messages.toolRunner({
+    model: 'claude-sonnet-5-5',
+    max_tokens: 1024,
+    messages: [{ role: 'user', content: [{ type: 'text', text: tag }] }],
+    tools: [calculateSum.tool],
+    max_iterations: maxIterations,
+    stream: true,
+    thread: false,
+  } as any);
+  let iterations = 0;
+  for await (const stream of runner as AsyncIterable<any>) {
+    stream.on('streamEvent', () => {});
+    await stream.finalMessage();
+    iterations++;
+  }
+  return { wall: performance.now() - t0, iterations };
+}
+
+async function run(cmd: RunCommand) {
+  const t0 = performance.timeOrigin + performance.now();
+  const results = await Promise.allSettled(
+    Array.from({ length: cmd.count }, (_, i) => oneRun(`${cmd.tagPrefix}${i}`, cmd.maxIterations)),
+  );
+  const t1 = performance.timeOrigin + performance.now();
+  const ok = results.flatMap((r) => (r.status === 'fulfilled' ? [r.value] : []));
+  const errors = results.flatMap((r) => (r.status === 'rejected' ? [String(r.reason).slice(0, 300)] : []));
+  return {
+    id: cmd.id,
+    ok: errors.length === 0,
+    walls: ok.map((r) => r.wall),
+    iterations: ok.reduce((a, r) => a + r.iterations, 0),
+    t0,
+    t1,
+    errors: errors.slice(0, 5),
+    errorCount: errors.length,
+  };
+}
+
+const rl = createInterface({ input: process.stdin });
+rl.on('line', (line) => {
+  if (!line.trim()) return;
+  const cmd = JSON.parse(line) as RunCommand;
+  run(cmd).then(
+    (res) => process.stdout.write(`${JSON.stringify(res)}\n`),
+    (err) => process.stdout.write(`${JSON.stringify({ id: cmd.id, ok: false, errors: [String(err)] })}\n`),
+  );
+});
+rl.on('close', () => process.exit(0));
+process.stdout.write('{"ready":true}\n');

@@ -1,0 +1,314 @@
+/**
+ * The processes of a benchmark run: a private redis-server, the fake Messages API (src/fake/main.ts), the service
+ * (src/server.ts), and helper processes of the bench itself. All bind 127.0.0.1 on free ports; every child is
+ * killed when the bench process exits.
+ */
+import { spawn, type ChildProcess } from 'node:child_process';
+import { existsSync, readFileSync, writeFileSync } from 'node:fs';
+import { mkdtemp, rm } from 'node:fs/promises';
+import os from 'node:os';
+import path from 'node:path';
+import { fileURLToPath } from 'node:url';
+import { Redis } from 'ioredis';
+import { freeLoopbackPort, launchRedisServer, type RedisServerProcess } from '../../src/redis/embedded.js';
+import { sleep, withTimeout } from './util.js';
+
+export const ROOT = path.resolve(path.dirname(fileURLToPath(import.meta.url)), '..', '..');
+
+const live = new Set<ChildProcess>();
+let exitHook = false;
+function track(child: ChildProcess): void {
+  live.add(child);
+  child.once('exit', () => live.delete(child));
+  if (exitHook) return;
+  exitHook = true;
+  process.on('exit', () => {
+    for (const c of live) {
+      try {
+        if (c.pid !== undefined) process.kill(c.pid, 'SIGKILL');
+      } catch {
+        /* gone */
+      }
+    }
+  });
+}
+
+/** A child process whose last output lines are kept (never the whole output: runs are long). */
+export class Child {
+  private tail: string[] = [];
+  readonly exited: Promise<{ code: number | null; signal: NodeJS.Signals | null }>;
+
+  constructor(readonly child: ChildProcess) {
+    track(child);
+    this.exited = new Promise((resolve) => child.once('exit', (code, signal) => resolve({ code, signal })));
+    const keep = (chunk: Buffer) => {
+      for (const line of chunk.toString('utf8').split('\n')) if (line.trim()) this.tail.push(line);
+      if (this.tail.length > 200) this.tail = this.tail.slice(-100);
+    };
+    child.stdout?.on('data', keep);
+    child.stderr?.on('data', keep);
+  }
+
+  get pid(): number {
+    return this.child.pid!;
+  }
+
+  get running(): boolean {
+    return this.child.exitCode === null && this.child.signalCode === null;
+  }
+
+  output(lines = 40): string {
+    return this.tail.slice(-lines).join('\n');
+  }
+
+  /** Waits until a line of output matches `re`; resolves with the match. */
+  waitFor(re: RegExp, timeoutMs: number, what: string): Promise<RegExpExecArray> {
+    return withTimeout(
+      new Promise<RegExpExecArray>((resolve, reject) => {
+        let buf = '';
+        const onData = (chunk: Buffer) => {
+          buf += chunk.toString('utf8');
+          const m = re.exec(buf);
+          if (m) {
+            cleanup();
+            resolve(m);
+          }
+          if (buf.length > 1_000_000) buf = buf.slice(-10_000);
+        };
+        const onExit = (code: number | null, signal: string | null) => {
+          cleanup();
+          reject(new Error(`${what} exited (${code ?? signal}) before it was ready:\n${this.output()}`));
+        };
+        const cleanup = () => {
+          this.child.stdout?.off('data', onData);
+          this.child.stderr?.off('data', onData);
+          this.child.off('exit', onExit);
+        };
+        this.child.stdout?.on('data', onData);
+        this.child.stderr?.on('data', onData);
+        this.child.once('exit', onExit);
+      }),
+      timeoutMs,
+      what,
+    );
+  }
+
+  /** SIGTERM (or `signal`), then SIGKILL after `timeoutMs`; resolves once the process is gone. */
+  async stop(signal: NodeJS.Signals = 'SIGTERM', timeoutMs = 15_000): Promise<void> {
+    if (!this.running) return;
+    this.child.kill(signal);
+    const timer = setTimeout(() => {
+      if (this.running) this.child.kill('SIGKILL');
+    }, timeoutMs);
+    await this.exited;
+    clearTimeout(timer);
+  }
+}
+
+/** Spawns `node [nodeArgs] --import tsx <script> [args]` from the project root. */
+export function spawnNode(
+  script: string,
+  args: string[],
+  opts: { env?: NodeJS.ProcessEnv; nodeArgs?: string[]; stdin?: boolean } = {},
+): Child {
+  const child = spawn(process.execPath, [...(opts.nodeArgs ?? []), '--import', 'tsx', script, ...args], {
+    cwd: ROOT,
+    env: opts.env ?? process.env,
+    stdio: [opts.stdin ? 'pipe' : 'ignore', 'pipe', 'pipe'],
+  });
+  return new Child(child);
+}
+
+// ---- Redis ---------------------------------------------------------------------------------------------------
+
+export interface BenchRedis {
+  url: string;
+  port: number;
+  pid: number;
+  /** An admin connection of the bench (INFO, FLUSHALL, pipelined XADD). */
+  admin: Redis;
+  stop(): Promise<void>;
+}
+
+/**
+ * A private redis-server on a free loopback port (never 6379), configured as the service's embedded Redis runs it:
+ * append-only file on (default `appendfsync everysec`), no RDB snapshots, in a temporary directory.
+ */
+export async function startRedis(): Promise<BenchRedis> {
+  const dir = await mkdtemp(path.join(os.tmpdir(), 'toolrunner-bench-redis-'));
+  let server: RedisServerProcess | undefined;
+  for (let attempt = 1; !server; attempt++) {
+    const port = await freeLoopbackPort();
+    if (port === 6379) continue;
+    try {
+      server = await launchRedisServer({
+        port,
+        cwd: dir,
+        args: ['--dir', dir, '--appendonly', 'yes', '--save', '', '--maxclients', '20000'],
+      });
+    } catch (err) {
+      if (attempt >= 3) throw err;
+    }
+  }
+  const admin = new Redis(server.url, { maxRetriesPerRequest: 1, enableAutoPipelining: false });
+  return {
+    url: server.url,
+    port: server.port,
+    pid: server.pid,
+    admin,
+    stop: async () => {
+      admin.disconnect();
+      await server.stop();
+      await rm(dir, { recursive: true, force: true });
+    },
+  };
+}
+
+/** `INFO <section>` as a map of numbers and strings. */
+export async function redisInfo(redis: Redis, section: string): Promise<Record<string, string>> {
+  const text = await redis.info(section);
+  const out: Record<string, string> = {};
+  for (const line of text.split('\r\n')) {
+    const i = line.indexOf(':');
+    if (i > 0 && !line.startsWith('#')) out[line.slice(0, i)] = line.slice(i + 1);
+  }
+  return out;
+}
+
+// ---- the fake Messages API -----------------------------------------------------------------------------------
+
+export interface BenchFake {
+  url: string;
+  child: Child;
+  stop(): Promise<void>;
+}
+
+/** The fake Messages API in its own process: `node --import tsx src/fake/main.ts --port 0 …`. */
+export async function startFake(eventDelayMs: number, script: string): Promise<BenchFake> {
+  const child = spawnNode('src/fake/main.ts', [
+    '--port',
+    '0',
+    '--event-delay-ms',
+    String(eventDelayMs),
+    '--script',
+    script,
+  ]);
+  const m = await child.waitFor(/\{"url":"(http:\/\/127\.0\.0\.1:\d+)"\}/, 30_000, 'the fake Messages API');
+  return { url: m[1]!, child, stop: () => child.stop() };
+}
+
+// ---- the service ---------------------------------------------------------------------------------------------
+
+export interface BenchService {
+  url: string;
+  child: Child;
+  pid: number;
+  stop(): Promise<void>;
+}
+
+export interface ServiceOptions {
+  redisUrl: string;
+  fakeUrl: string;
+  env?: Record<string, string>;
+  /** Write a V8 CPU profile (`--cpu-prof`) into this directory when the process exits. */
+  cpuProfDir?: string | undefined;
+}
+
+/** The service as its own process: `node --import tsx src/server.ts` with PORT=0 on 127.0.0.1. */
+export async function startService(opts: ServiceOptions): Promise<BenchService> {
+  const env: NodeJS.ProcessEnv = { ...process.env };
+  for (const k of ['API_KEYS', 'REDIS_CLUSTER_NODES', 'NODE_OPTIONS']) delete env[k];
+  Object.assign(env, {
+    PORT: '0',
+    HOST: '127.0.0.1',
+    REDIS_URL: opts.redisUrl,
+    ANTHROPIC_API_KEY: 'bench-key',
+    ANTHROPIC_BASE_URL: opts.fakeUrl,
+    // info: the "Server listening at …" line gives the port; the service logs no line per request at info.
+    LOG_LEVEL: 'info',
+    ...opts.env,
+  });
+  const nodeArgs = opts.cpuProfDir ? ['--cpu-prof', '--cpu-prof-dir', opts.cpuProfDir] : [];
+  const child = spawnNode('src/server.ts', [], { env, nodeArgs });
+  const m = await child.waitFor(/Server listening at (http:\/\/127\.0\.0\.1:\d+)/, 60_000, 'the service');
+  return { url: m[1]!, child, pid: child.pid, stop: () => child.stop('SIGTERM', 30_000) };
+}
+
+// ---- memory of a process -------------------------------------------------------------------------------------
+
+/** VmRSS / VmHWM of a process in bytes (Linux /proc). */
+export function procMemory(pid: number): { rss: number; hwm: number } {
+  const status = readFileSync(`/proc/${pid}/status`, 'utf8');
+  const kb = (name: string) => Number(new RegExp(`^${name}:\\s+(\\d+) kB`, 'm').exec(status)?.[1] ?? NaN) * 1024;
+  return { rss: kb('VmRSS'), hwm: kb('VmHWM') };
+}
+
+/** Resets the peak RSS (VmHWM) of a process we own: `echo 5 > /proc/<pid>/clear_refs`. False when not allowed. */
+export function resetPeakRss(pid: number): boolean {
+  try {
+    writeFileSync(`/proc/${pid}/clear_refs`, '5');
+    return true;
+  } catch {
+    return false;
+  }
+}
+
+/**
+ * Samples a process's RSS every `intervalMs` (and resets its VmHWM at start), so a peak is known even where the
+ * kernel's high-water mark cannot be reset.
+ */
+export class RssSampler {
+  private timer: NodeJS.Timeout | null = null;
+  readonly start: number;
+  peak: number;
+  private hwmReset: boolean;
+
+  constructor(
+    readonly pid: number,
+    intervalMs = 50,
+  ) {
+    this.hwmReset = resetPeakRss(pid);
+    this.start = procMemory(pid).rss;
+    this.peak = this.start;
+    this.timer = setInterval(() => this.sample(), intervalMs);
+    this.timer.unref();
+  }
+
+  private sample(): void {
+    try {
+      this.peak = Math.max(this.peak, procMemory(this.pid).rss);
+    } catch {
+      /* exited */
+    }
+  }
+
+  /** Stops sampling; the peak is the larger of the samples and, if it was reset at start, the kernel's VmHWM. */
+  stop(): { start: number; peak: number; end: number } {
+    if (this.timer) clearInterval(this.timer);
+    this.timer = null;
+    let end = NaN;
+    try {
+      const m = procMemory(this.pid);
+      end = m.rss;
+      this.peak = Math.max(this.peak, m.rss, this.hwmReset ? m.hwm : 0);
+    } catch {
+      /* exited */
+    }
+    return { start: this.start, peak: this.peak, end };
+  }
+}
+
+/** Waits for a process's RSS to stop moving (two readings `gapMs` apart within 1 MB), up to `maxMs`. */
+export async function settledRss(pid: number, gapMs = 500, maxMs = 5_000): Promise<number> {
+  let last = procMemory(pid).rss;
+  const deadline = Date.now() + maxMs;
+  while (Date.now() < deadline) {
+    await sleep(gapMs);
+    const now = procMemory(pid).rss;
+    if (Math.abs(now - last) < 1024 * 1024) return now;
+    last = now;
+  }
+  return last;
+}
+
+export const fileExists = existsSync;

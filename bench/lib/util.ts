@@ -1,0 +1,88 @@
+/** Small helpers shared by the benchmark scripts: timing, statistics, JSON over HTTP. */
+
+export const sleep = (ms: number) => new Promise<void>((resolve) => setTimeout(resolve, ms));
+
+/** Wall-clock milliseconds with sub-millisecond precision (comparable with `Date.now()` of other processes). */
+export const nowMs = () => performance.timeOrigin + performance.now();
+
+/** The p-th percentile (0..100) with linear interpolation; NaN for an empty list. */
+export function percentile(values: readonly number[], p: number): number {
+  if (values.length === 0) return NaN;
+  const sorted = [...values].sort((a, b) => a - b);
+  const rank = (p / 100) * (sorted.length - 1);
+  const lo = Math.floor(rank);
+  const hi = Math.ceil(rank);
+  return sorted[lo]! + (sorted[hi]! - sorted[lo]!) * (rank - lo);
+}
+
+export const median = (values: readonly number[]) => percentile(values, 50);
+
+export function mean(values: readonly number[]): number {
+  return values.length ? values.reduce((a, b) => a + b, 0) / values.length : NaN;
+}
+
+/** Runs `fn` over `items` with at most `limit` in flight. */
+export async function pool<T, R>(items: readonly T[], limit: number, fn: (item: T, i: number) => Promise<R>) {
+  const out = new Array<R>(items.length);
+  let next = 0;
+  const workers = Array.from({ length: Math.min(limit, items.length) }, async () => {
+    while (next < items.length) {
+      const i = next++;
+      out[i] = await fn(items[i]!, i);
+    }
+  });
+  await Promise.all(workers);
+  return out;
+}
+
+/** Rejects with `what` after `ms`, so no wait of the benchmark is unbounded. */
+export async function withTimeout<T>(promise: Promise<T>, ms: number, what: string): Promise<T> {
+  let timer: NodeJS.Timeout | undefined;
+  try {
+    return await Promise.race([
+      promise,
+      new Promise<never>((_, reject) => {
+        timer = setTimeout(() => reject(new Error(`timed out after ${ms} ms: ${what}`)), ms);
+      }),
+    ]);
+  } finally {
+    clearTimeout(timer);
+  }
+}
+
+export interface JsonResponse {
+  status: number;
+  body: any;
+}
+
+/** JSON request on loopback; throws on a network error, returns any HTTP status. */
+export async function http(method: string, url: string, body?: unknown, timeoutMs = 30_000): Promise<JsonResponse> {
+  const res = await fetch(url, {
+    method,
+    headers: body !== undefined ? { 'content-type': 'application/json' } : {},
+    ...(body !== undefined ? { body: JSON.stringify(body) } : {}),
+    signal: AbortSignal.timeout(timeoutMs),
+  });
+  const text = await res.text();
+  let parsed: any = text;
+  try {
+    parsed = text ? JSON.parse(text) : null;
+  } catch {
+    /* not JSON */
+  }
+  return { status: res.status, body: parsed };
+}
+
+/** Like `http`, but throws unless the status is 2xx. */
+export async function httpOk(method: string, url: string, body?: unknown, timeoutMs?: number) {
+  const res = await http(method, url, body, timeoutMs);
+  if (res.status < 200 || res.status >= 300) {
+    throw new Error(`${method} ${url} answered ${res.status}: ${JSON.stringify(res.body).slice(0, 500)}`);
+  }
+  return res.body;
+}
+
+export const fmt = (n: number, digits = 1) =>
+  Number.isFinite(n) ? n.toLocaleString('en-US', { maximumFractionDigits: digits, minimumFractionDigits: 0 }) : 'n/a';
+
+export const mb = (bytes: number) => bytes / (1024 * 1024);

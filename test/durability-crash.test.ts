@@ -1,0 +1,249 @@
+/**
+ * Crash recovery: a service process SIGKILLed mid-turn or mid-tool; another process (or the same one, restarted)
+ * resumes the session from its last persisted iteration within the lease TTL plus a few seconds.
+ */
+import { after, before, describe, it } from 'node:test';
+import assert from 'node:assert/strict';
+import { mkdtemp, readFile, writeFile } from 'node:fs/promises';
+import os from 'node:os';
+import path from 'node:path';
+import type { Redis } from 'ioredis';
+import { startFakeAnthropic, type FakeAnthropic } from '../src/fake/server.js';
+import { startTestRedis, type TestRedis } from './helpers/redis.js';
+import { serviceEnv, sleep, spawnService, type ServiceProcess } from './helpers/process.js';
+import {
+  LoopModel,
+  leaseOwnerPid,
+  lostSince,
+  redisClient,
+  storedHistory,
+  tagged,
+  until,
+  verifyLoopHistory,
+} from './chaos-lib.js';
+
+const LEASE_TTL_MS = 2000;
+/** Lease TTL + one sweep interval + slack for a loaded CI machine. */
+const RECOVERY_BOUND_MS = LEASE_TTL_MS + 4000;
+
+describe('crash recovery (SIGKILL)', { timeout: 180_000 }, () => {
+  let redis: TestRedis;
+  let r: Redis;
+  let fake: FakeAnthropic;
+  let toolLog: string;
+  const procs: ServiceProcess[] = [];
+
+  const env = () =>
+    serviceEnv(redis.url, fake.url, {
+      LEASE_TTL_MS: String(LEASE_TTL_MS),
+      TEST_TOOLS: '1',
+      TEST_TOOLS_LOG: toolLog,
+    });
+  const start = (name: string) => spawnService(env(), { name });
+  /** Keeps two live processes in `procs`. */
+  const ensureTwo = async () => {
+    for (let i = procs.length - 1; i >= 0; i--) if (!procs[i]!.running()) procs.splice(i, 1);
+    while (procs.length < 2) procs.push(await start(`svc${procs.length}`));
+  };
+  const byPid = (pid: number | null) => procs.find((p) => p.pid === pid);
+  const toolRuns = async (id: string) => {
+    const lines = (await readFile(toolLog, 'utf8')).split('\n').filter((l) => l.includes(` ${id} `));
+    return {
+      starts: lines.filter((l) => l.startsWith('start')).map((l) => Number(l.split(' ')[2])),
+      ends: lines.filter((l) => l.startsWith('end')).length,
+    };
+  };
+
+  before(async () => {
+    const dir = await mkdtemp(path.join(os.tmpdir(), 'toolrunner-crash-'));
+    toolLog = path.join(dir, 'tools.log');
+    await writeFile(toolLog, '');
+    [redis, fake] = await Promise.all([startTestRedis(), startFakeAnthropic({ strictAlternation: true })]);
+    r = redisClient(redis.url);
+    await ensureTwo();
+  });
+  after(async () => {
+    await Promise.all(procs.map((p) => p.kill()));
+    r?.disconnect();
+    await fake?.close();
+    await redis?.stop();
+  });
+
+  /** Kills the process that holds the session's lease; returns it, the survivor, and when it died. */
+  async function killOwner(id: string) {
+    const pid = await until(() => leaseOwnerPid(r, id), 5000, 'a lease holder');
+    const owner = byPid(pid);
+    assert.ok(owner, `the lease holder ${pid} is one of our processes`);
+    const killedAt = Date.now();
+    await owner.kill();
+    const survivor = procs.find((p) => p !== owner && p.running())!;
+    return { owner, survivor, killedAt };
+  }
+
+  it('resumes a session killed mid-turn on another process, from the last persisted iteration', async () => {
+    await ensureTwo();
+    const model = new LoopModel({ turns: 5, eventDelayMs: 60 });
+    fake.setHandler(model.handler);
+    const tag = 'midturn';
+    const created = await procs[0]!.api.post('/v1/sessions', {
+      input: tagged(tag),
+      tools: ['calculate_sum'],
+    });
+    assert.equal(created.status, 201, JSON.stringify(created.body));
+    const id = created.body.id as string;
+    // Turn 3 (two replies persisted) is streaming.
+    await until(
+      () => model.requestsOf(tag).some((q) => q.messages.filter((m) => m.role === 'assistant').length === 2),
+      15_000,
+      'turn 3',
+    );
+    await sleep(150);
+    const { survivor, killedAt } = await killOwner(id);
+    const atCrash = await storedHistory(r, id);
+    assert.equal(atCrash.filter((m) => m.role === 'assistant').length, 2, 'two replies were persisted');
+
+    const resumed = await until(() => model.requestsOf(tag, killedAt)[0], RECOVERY_BOUND_MS, 'the resumed turn');
+    const recoveryMs = resumed.at - killedAt;
+    assert.ok(recoveryMs <= RECOVERY_BOUND_MS, `resumed after ${recoveryMs} ms`);
+    assert.deepEqual(resumed.messages, atCrash, 'the resumed turn sends exactly the persisted history');
+
+    const done = await survivor.api.waitStatus(id, ['idle', 'failed'], 20_000);
+    assert.equal(done.status, 'idle', JSON.stringify(done.error));
+    assert.equal(done.iteration, 5);
+    const history = (await survivor.api.get(`/v1/sessions/${id}/messages`)).body.data;
+    const verdict = verifyLoopHistory(history, model, tag, {
+      result: (turn, b) => (b.content === String(turn + 2) && !b.is_error ? null : JSON.stringify(b)),
+    });
+    assert.deepEqual(verdict.problems, []);
+    assert.equal(lostSince(atCrash, history), 0);
+    const iters = (await survivor.api.get(`/v1/sessions/${id}/iterations`)).body.data;
+    assert.deepEqual(
+      iters.map((i: any) => i.iteration),
+      [1, 2, 3, 4, 5],
+    );
+    assert.equal(await r.get(`s:{${id}}:l`), null, 'no lease left behind');
+    assert.equal(await r.zscore('runs:due', id), null, 'not due any more');
+    // eslint-disable-next-line no-console
+    console.log(`# mid-turn crash: resumed after ${recoveryMs} ms`);
+  });
+
+  it('answers a non-idempotent tool killed mid-run with an is_error "interrupted" result, never runs it again', async () => {
+    await ensureTwo();
+    const model = new LoopModel({ turns: 2, call: () => ({ name: 'sleep', input: { ms: 8000 } }) });
+    fake.setHandler(model.handler);
+    const tag = 'midtool';
+    const created = await procs[1]!.api.post('/v1/sessions', { input: tagged(tag), tools: ['sleep'] });
+    const id = created.body.id as string;
+    const callId = await until(() => model.sent.find((s) => s.tag === tag)?.key, 10_000, 'the tool call');
+    await until(async () => (await toolRuns(callId)).starts.length === 1, 10_000, 'the tool to start');
+    const { survivor, killedAt } = await killOwner(id);
+
+    const done = await survivor.api.waitStatus(id, ['idle', 'failed'], RECOVERY_BOUND_MS + 5000);
+    assert.equal(done.status, 'idle', JSON.stringify(done.error));
+    const resumed = model.requestsOf(tag, killedAt)[0]!;
+    assert.ok(resumed.at - killedAt <= RECOVERY_BOUND_MS, `resumed after ${resumed.at - killedAt} ms`);
+    const history = (await survivor.api.get(`/v1/sessions/${id}/messages`)).body.data;
+    const result = history[2].content[0];
+    assert.equal(result.type, 'tool_result');
+    assert.equal(result.tool_use_id, callId);
+    assert.equal(result.is_error, true);
+    assert.match(JSON.stringify(result.content), /interrupted/);
+    assert.deepEqual(verifyLoopHistory(history, model, tag).problems, []);
+    const runs = await toolRuns(callId);
+    assert.equal(runs.starts.length, 1, 'the non-idempotent tool ran once');
+    assert.equal(runs.ends, 0);
+  });
+
+  it('runs an idempotent tool killed mid-run again', async () => {
+    await ensureTwo();
+    const model = new LoopModel({
+      turns: 2,
+      call: () => ({ name: 'sleep_idempotent', input: { ms: 1500 } }),
+    });
+    fake.setHandler(model.handler);
+    const tag = 'midtoolidem';
+    const created = await procs[0]!.api.post('/v1/sessions', {
+      input: tagged(tag),
+      tools: ['sleep_idempotent'],
+    });
+    const id = created.body.id as string;
+    const callId = await until(() => model.sent.find((s) => s.tag === tag)?.key, 10_000, 'the tool call');
+    await until(async () => (await toolRuns(callId)).starts.length === 1, 10_000, 'the tool to start');
+    const { owner, survivor } = await killOwner(id);
+
+    const done = await survivor.api.waitStatus(id, ['idle', 'failed'], RECOVERY_BOUND_MS + 5000);
+    assert.equal(done.status, 'idle', JSON.stringify(done.error));
+    const history = (await survivor.api.get(`/v1/sessions/${id}/messages`)).body.data;
+    const result = history[2].content[0];
+    assert.equal(result.is_error, undefined, JSON.stringify(result));
+    assert.equal(result.content, 'slept 1500 ms');
+    const runs = await toolRuns(callId);
+    assert.deepEqual(runs.starts, [owner.pid, survivor.pid], 'started on the killed process, then again');
+    assert.equal(runs.ends, 1);
+  });
+
+  it('never runs a tool again once its result was persisted', async () => {
+    await ensureTwo();
+    const model = new LoopModel({
+      turns: 2,
+      call: () => ({ name: 'sleep', input: { ms: 50 } }),
+      // The final turn streams slowly, so the kill lands after the tool result was committed.
+      eventDelayMs: 40,
+    });
+    fake.setHandler(model.handler);
+    const tag = 'afterresult';
+    const created = await procs[1]!.api.post('/v1/sessions', { input: tagged(tag), tools: ['sleep'] });
+    const id = created.body.id as string;
+    await until(() => model.requestsOf(tag).length === 2, 10_000, 'the turn after the tool');
+    await sleep(100);
+    const { survivor, killedAt } = await killOwner(id);
+    const atCrash = await storedHistory(r, id);
+    assert.equal(atCrash.length, 3, 'the tool result was persisted');
+
+    const done = await survivor.api.waitStatus(id, ['idle', 'failed'], RECOVERY_BOUND_MS + 5000);
+    assert.equal(done.status, 'idle', JSON.stringify(done.error));
+    const resumed = model.requestsOf(tag, killedAt)[0]!;
+    assert.deepEqual(resumed.messages, atCrash);
+    const history = (await survivor.api.get(`/v1/sessions/${id}/messages`)).body.data;
+    assert.deepEqual(verifyLoopHistory(history, model, tag).problems, []);
+    assert.equal(history[2].content[0].content, 'slept 50 ms');
+    const runs = await toolRuns(history[1].content[0].id);
+    assert.equal(runs.starts.length, 1, 'ran once');
+    assert.equal(runs.ends, 1);
+  });
+
+  it('resumes when every process died and one is started again', async () => {
+    await ensureTwo();
+    const model = new LoopModel({ turns: 4, eventDelayMs: 60 });
+    fake.setHandler(model.handler);
+    const tag = 'alldead';
+    const created = await procs[0]!.api.post('/v1/sessions', {
+      input: tagged(tag),
+      tools: ['calculate_sum'],
+    });
+    const id = created.body.id as string;
+    await until(() => model.requestsOf(tag).length === 2, 10_000, 'turn 2');
+    await sleep(100);
+    const killedAt = Date.now();
+    await Promise.all(procs.map((p) => p.kill()));
+    const atCrash = await storedHistory(r, id);
+    const fresh = await start('restarted');
+    procs.push(fresh);
+    const listeningAt = Date.now();
+    const resumed = await until(
+      () => model.requestsOf(tag, killedAt)[0],
+      RECOVERY_BOUND_MS,
+      'the resumed turn',
+    );
+    assert.deepEqual(resumed.messages, atCrash);
+    const done = await fresh.api.waitStatus(id, ['idle', 'failed'], 20_000);
+    assert.equal(done.status, 'idle', JSON.stringify(done.error));
+    const history = (await fresh.api.get(`/v1/sessions/${id}/messages`)).body.data;
+    assert.deepEqual(verifyLoopHistory(history, model, tag).problems, []);
+    assert.equal(lostSince(atCrash, history), 0);
+    // eslint-disable-next-line no-console
+    console.log(
+      `# all processes dead: resumed ${resumed.at - killedAt} ms after the kill, ${resumed.at - listeningAt} ms after the restart`,
+    );
+  });
+});
