@@ -125,7 +125,9 @@ const routes: FastifyPluginAsyncZod<{ config: Config }> = async (app, { config }
         failed(err) {
           req.log.warn({ err, session: id }, 'event stream failed');
           errorEvent(
-            isStoreDown(err) ? storeUnavailable : { code: 'internal_error', message: 'The event stream failed.' },
+            isStoreDown(err)
+              ? storeUnavailable
+              : { code: 'internal_error', message: 'The event stream failed.' },
           );
           end();
         },

@@ -10,6 +10,7 @@ import {
   patchSessionBody,
   postMessageBody,
   retryBody,
+  emptyBody,
   sessionIdParam,
   toolResultBody,
   toolResultsBody,
@@ -46,14 +47,10 @@ const routes: FastifyPluginAsyncZod = async (app) => {
   const svc = app.sessions;
   const tags = ['sessions'];
 
-  app.post(
-    '/v1/sessions',
-    { schema: { tags, body: createSessionBody, headers: ifMatchHeader } },
-    async (req, reply) => {
-      const s = await svc.create(req.tenant, req.body);
-      return send(reply, s, 201);
-    },
-  );
+  app.post('/v1/sessions', { schema: { tags, body: createSessionBody } }, async (req, reply) => {
+    const s = await svc.create(req.tenant, req.body);
+    return send(reply, s, 201);
+  });
 
   app.get('/v1/sessions', { schema: { tags, querystring: listQuery } }, async (req) => {
     const page = await app.store.list(req.tenant, req.query);
@@ -65,10 +62,14 @@ const routes: FastifyPluginAsyncZod = async (app) => {
     return send(reply, s);
   });
 
-  app.delete('/v1/sessions/:id', { schema: { tags, params: sessionIdParam } }, async (req) => {
-    await svc.remove(req.tenant, req.params.id);
-    return { id: req.params.id, object: 'session', deleted: true };
-  });
+  app.delete(
+    '/v1/sessions/:id',
+    { schema: { tags, params: sessionIdParam, headers: ifMatchHeader } },
+    async (req) => {
+      await svc.remove(req.tenant, req.params.id, parseIfMatch(req));
+      return { id: req.params.id, object: 'session', deleted: true };
+    },
+  );
 
   app.get('/v1/sessions/:id/messages', { schema: { tags, params: sessionIdParam } }, async (req) => {
     return svc.messages(req.tenant, req.params.id);
@@ -130,8 +131,6 @@ const routes: FastifyPluginAsyncZod = async (app) => {
       ),
   );
 
-  const emptyBody = z.strictObject({}).optional();
-
   app.post(
     '/v1/sessions/:id/continue',
     { schema: { tags, params: sessionIdParam, body: emptyBody, headers: ifMatchHeader } },
@@ -148,7 +147,7 @@ const routes: FastifyPluginAsyncZod = async (app) => {
 
   app.post(
     '/v1/sessions/:id/retry',
-    { schema: { tags, params: sessionIdParam, body: retryBody.optional(), headers: ifMatchHeader } },
+    { schema: { tags, params: sessionIdParam, body: retryBody, headers: ifMatchHeader } },
     async (req, reply) =>
       sendMutation(reply, await svc.retry(req.tenant, req.params.id, req.body ?? {}, parseIfMatch(req))),
   );
@@ -167,8 +166,9 @@ const routes: FastifyPluginAsyncZod = async (app) => {
 
   app.post(
     '/v1/sessions/:id/fork',
-    { schema: { tags, params: sessionIdParam, body: forkBody } },
-    async (req, reply) => send(reply, await svc.fork(req.tenant, req.params.id, req.body), 201),
+    { schema: { tags, params: sessionIdParam, body: forkBody, headers: ifMatchHeader } },
+    async (req, reply) =>
+      send(reply, await svc.fork(req.tenant, req.params.id, req.body, parseIfMatch(req)), 201),
   );
 };
 

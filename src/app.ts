@@ -31,6 +31,15 @@ const app: FastifyPluginAsync<AppOptions> = async (fastify, opts) => {
   const { config } = opts;
   fastify.setValidatorCompiler(validatorCompiler);
   fastify.setSerializerCompiler(serializerCompiler);
+  // An empty JSON body reads as no body (routes without one accept that), else Fastify's own parser (which also
+  // refuses __proto__ / constructor poisoning).
+  const jsonParser = fastify.getDefaultJsonParser('error', 'error');
+  fastify.removeContentTypeParser('application/json');
+  fastify.addContentTypeParser('application/json', { parseAs: 'string' }, (req, body, done) => {
+    const text = String(body);
+    if (text.trim() === '') return done(null, undefined);
+    return jsonParser(req, text, done);
+  });
 
   await fastify.register(errorsPlugin);
   await fastify.register(swagger, {

@@ -1,4 +1,4 @@
-import Fastify, { type FastifyInstance } from 'fastify';
+import Fastify, { LogController, type FastifyInstance } from 'fastify';
 import path from 'node:path';
 import type { Logger } from 'pino';
 import app from './app.js';
@@ -38,7 +38,21 @@ async function resolveRedis(
   config: Config,
   log: Logger,
 ): Promise<{ url?: string; stop?: () => Promise<void> }> {
-  if (config.REDIS_CLUSTER_NODES?.length) return {};
+  if (config.REDIS_CLUSTER_NODES?.length) {
+    // A cluster: some seed node must answer now; the redis plugin then waits for the whole cluster to be ready.
+    const nodes = config.REDIS_CLUSTER_NODES;
+    const answers = await Promise.all(
+      nodes.map((n) =>
+        redisAnswers(`redis://${n.host.includes(':') ? `[${n.host}]` : n.host}:${n.port}`, 3000),
+      ),
+    );
+    if (!answers.some(Boolean)) {
+      throw new BootError(
+        `REDIS_CLUSTER_NODES: no node answers (${nodes.map((n) => `${n.host}:${n.port}`).join(', ')}; checked for 3 s).`,
+      );
+    }
+    return {};
+  }
   if (config.REDIS_URL) {
     if (!(await redisAnswers(config.REDIS_URL, 3000))) {
       throw new BootError(`REDIS_URL: no Redis answers at ${redactUrl(config.REDIS_URL)} (checked for 3 s).`);
@@ -83,7 +97,9 @@ export async function startService(env: NodeJS.ProcessEnv = process.env): Promis
     bodyLimit: config.BODY_LIMIT,
     requestIdHeader: 'x-request-id',
     genReqId: () => `req_${Math.random().toString(36).slice(2, 12)}`,
-    disableRequestLogging: config.LOG_LEVEL !== 'debug' && config.LOG_LEVEL !== 'trace',
+    logController: new LogController({
+      disableRequestLogging: config.LOG_LEVEL !== 'debug' && config.LOG_LEVEL !== 'trace',
+    }),
     forceCloseConnections: true,
   });
   const log = fastify.log as unknown as Logger;
@@ -123,6 +139,8 @@ export async function startService(env: NodeJS.ProcessEnv = process.env): Promis
   } catch (err) {
     await fastify.close().catch(() => {});
     for (const c of cleanups.reverse()) await c().catch(() => {});
+    if (err instanceof Error && /Redis Cluster was not ready/.test(err.message))
+      throw new BootError(err.message);
     throw err;
   }
   const addr = fastify.server.address();

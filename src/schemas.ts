@@ -182,7 +182,8 @@ export const metadata = z
 
 export const createSessionBody = z
   .strictObject({
-    params: sessionParams.optional(),
+    // Checked after the defaults (model, max_tokens) are merged in, so `params` may hold only some fields.
+    params: paramsPatch.optional(),
     model: z.string().min(1).optional(),
     max_tokens: z.number().int().positive().optional(),
     system: z.union([z.string(), z.array(textBlock)]).optional(),
@@ -252,12 +253,13 @@ export const decisionBody = z.strictObject({
   input: z.record(z.string(), z.unknown()).optional(),
   reason: z.string().max(10_000).optional(),
 });
-export const retryBody = z.strictObject({ params: paramsPatch.optional() }).default({});
+export const retryBody = z.strictObject({ params: paramsPatch.optional() }).nullish();
 export const forkBody = z.strictObject({
   at_iteration: z.number().int().min(0),
   metadata: metadata.optional(),
 });
-export const emptyBody = z.union([z.strictObject({}), z.undefined(), z.null()]);
+/** Routes that take no body accept none, `null` or `{}`. */
+export const emptyBody = z.strictObject({}).nullish();
 
 export const sessionIdParam = z.strictObject({
   id: z.string().regex(/^ses_[A-Za-z0-9]{10,40}$/, 'not a session id'),

@@ -29,7 +29,10 @@ describe('client tools', () => {
     // The model calls the client tool first, then the server tool: results go back in that order.
     h.fake.enqueue(
       toolCalls(
-        [toolUse('lookup', { q: 'answer' }, 'toolu_look'), toolUse('calculate_sum', { a: 20, b: 22 }, 'toolu_sum')],
+        [
+          toolUse('lookup', { q: 'answer' }, 'toolu_look'),
+          toolUse('calculate_sum', { a: 20, b: 22 }, 'toolu_sum'),
+        ],
         { preamble: 'Let me check.' },
       ),
       text('It is 42.'),
@@ -81,7 +84,11 @@ describe('client tools', () => {
     assert.deepEqual(next.at(-1), {
       role: 'user',
       content: [
-        { type: 'tool_result', tool_use_id: 'toolu_look', content: [{ type: 'text', text: 'the answer is 42' }] },
+        {
+          type: 'tool_result',
+          tool_use_id: 'toolu_look',
+          content: [{ type: 'text', text: 'the answer is 42' }],
+        },
         { type: 'tool_result', tool_use_id: 'toolu_sum', content: '42' },
       ],
     });
@@ -130,7 +137,9 @@ describe('client tools', () => {
     });
     assert.equal(part.status, 200, JSON.stringify(part.body));
     assert.equal(part.body.status, 'requires_action');
-    assert.deepEqual(part.body.required_action.tool_calls, [{ id: 'toolu_l2', name: 'lookup', input: { q: 'two' } }]);
+    assert.deepEqual(part.body.required_action.tool_calls, [
+      { id: 'toolu_l2', name: 'lookup', input: { q: 'two' } },
+    ]);
     assert.deepEqual(
       part.body.required_action.tool_results.map((r: any) => r.tool_use_id),
       ['toolu_l1', 'toolu_s1', 'toolu_l3'],
@@ -139,7 +148,11 @@ describe('client tools', () => {
 
     const snap = await snapshotRedis(h.redis.url);
     const refusals: Array<[string, unknown, string]> = [
-      ['an answered call', { results: [{ tool_use_id: 'toolu_l1', content: 'x' }] }, 'tool_result_already_submitted'],
+      [
+        'an answered call',
+        { results: [{ tool_use_id: 'toolu_l1', content: 'x' }] },
+        'tool_result_already_submitted',
+      ],
       [
         'a batch with one unknown id',
         {
@@ -160,7 +173,11 @@ describe('client tools', () => {
         },
         'tool_result_already_submitted',
       ],
-      ['a server call', { results: [{ tool_use_id: 'toolu_s1', content: 'x' }] }, 'tool_result_already_submitted'],
+      [
+        'a server call',
+        { results: [{ tool_use_id: 'toolu_s1', content: 'x' }] },
+        'tool_result_already_submitted',
+      ],
     ];
     for (const [what, body, code] of refusals) {
       const r = await h.api.post(`/v1/sessions/${id}/tool-results`, body);

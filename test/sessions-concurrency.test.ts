@@ -1,6 +1,7 @@
 import { after, before, describe, it } from 'node:test';
 import assert from 'node:assert/strict';
 import { startHarness, type Harness } from './helpers/service.js';
+import { Redis } from 'ioredis';
 import { text, toolCall } from '../src/fake/script.js';
 import { validateConversation, type FakeRequest } from '../src/fake/server.js';
 
@@ -38,7 +39,12 @@ describe('two service processes on one Redis', () => {
       return String(t);
     };
     h1.fake.setHandler(async (req) => {
-      const turn: Turn = { session: sessionOf(req), start: req.at, end: 0, messageCount: req.messages.length };
+      const turn: Turn = {
+        session: sessionOf(req),
+        start: req.at,
+        end: 0,
+        messageCount: req.messages.length,
+      };
       turns.push(turn);
       const assistantTurns = req.messages.filter((m) => m.role === 'assistant').length;
       // Paced turns: 20–450 ms, some longer than a third of the lease (its renewal period).
@@ -54,7 +60,11 @@ describe('two service processes on one Redis', () => {
     for (let i = 0; i < SESSIONS; i++) {
       const via = i % 2 === 0 ? h1 : h2;
       const tag = `job-${i}`;
-      const r = await via.api.post('/v1/sessions', { input: tag, tools: ['calculate_sum'], stream: i % 3 !== 0 });
+      const r = await via.api.post('/v1/sessions', {
+        input: tag,
+        tools: ['calculate_sum'],
+        stream: i % 3 !== 0,
+      });
       assert.equal(r.status, 201, JSON.stringify(r.body));
       ids.push(r.body.id);
       tags.set(r.body.id, tag);
@@ -113,7 +123,67 @@ describe('two service processes on one Redis', () => {
       );
     }
     assert.equal(turns.length, SESSIONS * (TOOL_TURNS + 1));
-    assert.equal(owners.size, 2, `both processes ran sessions (lease owners seen: ${[...owners].join(', ')})`);
+    assert.equal(
+      owners.size,
+      2,
+      `both processes ran sessions (lease owners seen: ${[...owners].join(', ')})`,
+    );
     assert.equal(h1.service.app.engine.activeRuns + h2.service.app.engine.activeRuns, 0);
+  });
+  it('a process that lost its lease (paused past the TTL) cannot write: its late reply is fenced out', async () => {
+    h1.fake.reset();
+    const redis = new Redis(h1.redis.url);
+    try {
+      let n = 0;
+      let release!: () => void;
+      const stale = new Promise<void>((r) => (release = r));
+      h1.fake.setHandler(async () => {
+        n++;
+        if (n === 1) {
+          await stale; // the first owner's turn answers only after the second owner has finished
+          return text('from the stale owner');
+        }
+        return text('from the new owner');
+      });
+      const created = await h1.api.post('/v1/sessions', { input: 'fence me' });
+      assert.equal(created.status, 201, JSON.stringify(created.body));
+      const id = created.body.id;
+      await h1.fake.waitForRequests(1);
+      assert.ok(h1.service.app.engine.isRunningHere(id), 'h1 runs it');
+      // A paused process does not renew: h1 must not learn of the loss before it tries to commit.
+      h1.service.app.store.renew = async () => true;
+      // The lease expires as if h1 were paused longer than the TTL; h2 takes the run and finishes it.
+      await redis.del(`s:{${id}}:l`);
+      h2.service.app.engine.kick(id);
+      const done = await h2.api.waitStatus(id, ['idle', 'failed']);
+      assert.equal(done.status, 'idle', JSON.stringify(done.error));
+      const before = await h2.api.get(`/v1/sessions/${id}/messages`);
+      release(); // now h1's turn answers; its commit must be refused
+      await new Promise<void>((r) => {
+        const t = setInterval(() => {
+          if (!h1.service.app.engine.isRunningHere(id)) {
+            clearInterval(t);
+            r();
+          }
+        }, 10);
+      });
+      assert.equal(
+        h1.fake.requests[0]!.status,
+        200,
+        'the stale owner did get its reply, and tried to commit it',
+      );
+      const after = await h2.api.get(`/v1/sessions/${id}`);
+      const msgs = (await h2.api.get(`/v1/sessions/${id}/messages`)).body.data;
+      assert.deepEqual(msgs, before.body.data, 'the stale owner wrote nothing');
+      assert.equal(msgs.length, 2);
+      assert.equal(msgs[1].content[0].text, 'from the new owner');
+      assert.equal(after.body.iteration, 1);
+      assert.equal(after.body.status, 'idle');
+      assert.equal((await h2.api.get(`/v1/sessions/${id}/iterations`)).body.data.length, 1);
+    } finally {
+      // the prototype's renew again
+      delete (h1.service.app.store as { renew?: unknown }).renew;
+      redis.disconnect();
+    }
   });
 });

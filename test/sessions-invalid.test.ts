@@ -47,11 +47,17 @@ describe('invalid requests are refused with a stable code and leave Redis unchan
     IDLE = idle.body.id;
     assert.equal((await h.api.waitStatus(IDLE, ['idle', 'failed'])).status, 'idle');
     h.fake.enqueue(
-      toolCalls([toolUse('lookup', { q: 'x' }, 'toolu_w1'), toolUse('calculate_sum', { a: 1, b: 1 }, 'toolu_w2')]),
+      toolCalls([
+        toolUse('lookup', { q: 'x' }, 'toolu_w1'),
+        toolUse('calculate_sum', { a: 1, b: 1 }, 'toolu_w2'),
+      ]),
     );
     const wait = await h.api.post('/v1/sessions', { input: 'waiting one', tools: [lookup, 'calculate_sum'] });
     WAIT = wait.body.id;
-    assert.equal((await h.api.waitStatus(WAIT, ['requires_action', 'idle', 'failed'])).status, 'requires_action');
+    assert.equal(
+      (await h.api.waitStatus(WAIT, ['requires_action', 'idle', 'failed'])).status,
+      'requires_action',
+    );
     const fresh = await h.api.post('/v1/sessions', { input: 'not started', start: false });
     NEW = fresh.body.id;
     assert.equal(fresh.body.status, 'idle');
@@ -83,7 +89,13 @@ describe('invalid requests are refused with a stable code and leave Redis unchan
     assert.deepEqual(problems, [], `\n${problems.join('\n')}`);
   }
 
-  const bad = (name: string, method: string, path: string, body?: unknown, headers?: Record<string, string>) => ({
+  const bad = (
+    name: string,
+    method: string,
+    path: string,
+    body?: unknown,
+    headers?: Record<string, string>,
+  ) => ({
     name,
     method,
     path,
@@ -129,7 +141,10 @@ describe('invalid requests are refused with a stable code and leave Redis unchan
       bad('approval unknown', 'POST', P, { input: 'x', approval: 'sometimes' }),
       bad('review_tool_results a number', 'POST', P, { input: 'x', review_tool_results: 1 }),
       bad('on_tool_error unknown', 'POST', P, { input: 'x', on_tool_error: 'explode' }),
-      bad('on_max_tokens unknown', 'POST', P, { input: 'x', on_max_tokens: { retry: 'triple', ceiling: 10 } }),
+      bad('on_max_tokens unknown', 'POST', P, {
+        input: 'x',
+        on_max_tokens: { retry: 'triple', ceiling: 10 },
+      }),
       bad('metadata value an object', 'POST', P, { input: 'x', metadata: { k: { deep: 1 } } }),
       bad('metadata with 33 keys', 'POST', P, {
         input: 'x',
@@ -148,7 +163,9 @@ describe('invalid requests are refused with a stable code and leave Redis unchan
       bad('an image with a bad media type', 'POST', P, {
         messages: [u([{ type: 'image', source: { type: 'base64', media_type: 'image/bmp', data: 'AA==' } }])],
       }),
-      bad('tool_use input an array', 'POST', P, { messages: [u('x'), a([use('toolu_1', 'calculate_sum', [1])])] }),
+      bad('tool_use input an array', 'POST', P, {
+        messages: [u('x'), a([use('toolu_1', 'calculate_sum', [1])])],
+      }),
       bad('tool_use in a user turn', 'POST', P, { messages: [u([use('toolu_1')])] }),
       bad('tool_result in an assistant turn', 'POST', P, { messages: [u('x'), a([result('toolu_1')])] }),
       history('roles not alternating (user, user)', [u('a'), u('b')]),
@@ -162,8 +179,16 @@ describe('invalid requests are refused with a stable code and leave Redis unchan
         a('b'),
         u([result('toolu_old')]),
       ]),
-      history('a tool_use left unanswered', [u('a'), a([use('toolu_1'), use('toolu_2')]), u([result('toolu_1')])]),
-      history('a tool_use answered twice', [u('a'), a([use('toolu_1')]), u([result('toolu_1'), result('toolu_1')])]),
+      history('a tool_use left unanswered', [
+        u('a'),
+        a([use('toolu_1'), use('toolu_2')]),
+        u([result('toolu_1')]),
+      ]),
+      history('a tool_use answered twice', [
+        u('a'),
+        a([use('toolu_1')]),
+        u([result('toolu_1'), result('toolu_1')]),
+      ]),
       history('a tool_use id used twice', [
         u('a'),
         a([use('toolu_1')]),
@@ -171,7 +196,11 @@ describe('invalid requests are refused with a stable code and leave Redis unchan
         a([use('toolu_1')]),
         u([result('toolu_1')]),
       ]),
-      history('text before a tool_result', [u('a'), a([use('toolu_1')]), u([{ type: 'text', text: 'hm' }, result('toolu_1')])]),
+      history('text before a tool_result', [
+        u('a'),
+        a([use('toolu_1')]),
+        u([{ type: 'text', text: 'hm' }, result('toolu_1')]),
+      ]),
       tool('an unknown server tool', 'calculate_product', 'unknown_tool'),
       tool('a client tool with a string schema', { name: 'lookup', input_schema: { type: 'string' } }),
       tool('a client tool with an array schema', { name: 'lookup', input_schema: [] }),
@@ -189,8 +218,16 @@ describe('invalid requests are refused with a stable code and leave Redis unchan
         input_schema: { type: 'object', properties: {}, required: 'q' },
       }),
       tool('a client tool with a bad name', { name: 'look up!', input_schema: { type: 'object' } }),
-      tool('a client tool with an unknown field', { name: 'lookup', input_schema: { type: 'object' }, run: 'x' }),
-      tool('a client tool named like a server tool', { name: 'get_weather', input_schema: { type: 'object' } }, 'tool_name_conflict'),
+      tool('a client tool with an unknown field', {
+        name: 'lookup',
+        input_schema: { type: 'object' },
+        run: 'x',
+      }),
+      tool(
+        'a client tool named like a server tool',
+        { name: 'get_weather', input_schema: { type: 'object' } },
+        'tool_name_conflict',
+      ),
       {
         name: 'the same tool twice',
         method: 'POST',
@@ -199,14 +236,23 @@ describe('invalid requests are refused with a stable code and leave Redis unchan
         status: 400,
         code: 'duplicate_tool',
       },
-      { name: 'malformed JSON', method: 'POST', path: P, body: '{"input": ', status: 400, code: 'invalid_json' },
-      { name: 'an empty JSON body', method: 'POST', path: P, body: '', status: 400, code: 'invalid_json' },
       {
-        name: 'not JSON',
+        name: 'malformed JSON',
         method: 'POST',
         path: P,
-        body: 'input=x',
-        headers: { 'content-type': 'text/plain' },
+        body: '{"input": ',
+        status: 400,
+        code: 'invalid_json',
+      },
+      { name: 'an empty JSON body', method: 'POST', path: P, body: '', status: 400, code: 'invalid_json' },
+      // Fastify parses text/plain as a string by default: a string body is not a session.
+      bad('a text/plain body', 'POST', P, 'input=x', { 'content-type': 'text/plain' }),
+      {
+        name: 'an XML body',
+        method: 'POST',
+        path: P,
+        body: '<input>x</input>',
+        headers: { 'content-type': 'application/xml' },
         status: 415,
         code: 'unsupported_media_type',
       },
@@ -218,7 +264,13 @@ describe('invalid requests are refused with a stable code and leave Redis unchan
         status: 413,
         code: 'payload_too_large',
       },
-      bad('an invalid Idempotency-Key', 'POST', P, { input: 'x', start: false }, { 'idempotency-key': 'k'.repeat(300) }),
+      bad(
+        'an invalid Idempotency-Key',
+        'POST',
+        P,
+        { input: 'x', start: false },
+        { 'idempotency-key': 'k'.repeat(300) },
+      ),
     ]);
   });
 
@@ -232,10 +284,22 @@ describe('invalid requests are refused with a stable code and leave Redis unchan
       bad('status unknown', 'GET', '/v1/sessions?status=done'),
       bad('an unknown query parameter', 'GET', '/v1/sessions?limt=5'),
       bad('cursor too long', 'GET', `/v1/sessions?cursor=${'c'.repeat(201)}`),
-      { name: 'a made-up cursor', method: 'GET', path: '/v1/sessions?cursor=abc', status: 400, code: 'invalid_cursor' },
+      {
+        name: 'a made-up cursor',
+        method: 'GET',
+        path: '/v1/sessions?cursor=abc',
+        status: 400,
+        code: 'invalid_cursor',
+      },
       bad('GET a malformed id', 'GET', '/v1/sessions/nope'),
       bad('GET an id with bad characters', 'GET', '/v1/sessions/ses_AAAA-AAAA_AAAAAAA'),
-      { name: 'GET an unknown id', method: 'GET', path: `/v1/sessions/${nobody}`, status: 404, code: 'session_not_found' },
+      {
+        name: 'GET an unknown id',
+        method: 'GET',
+        path: `/v1/sessions/${nobody}`,
+        status: 404,
+        code: 'session_not_found',
+      },
       bad('DELETE a malformed id', 'DELETE', '/v1/sessions/nope'),
       {
         name: 'DELETE an unknown id',
@@ -289,8 +353,22 @@ describe('invalid requests are refused with a stable code and leave Redis unchan
       bad('interrupt not a boolean', 'POST', P, { text: 'x', interrupt: 'yes' }),
       bad('a malformed id', 'POST', '/v1/sessions/nope/messages', { text: 'x' }),
       bad('a malformed If-Match', 'POST', P, { text: 'x' }, { 'if-match': '"abc"' }),
-      { name: 'malformed JSON', method: 'POST', path: P, body: '{"text": "x"', status: 400, code: 'invalid_json' },
-      { name: 'a body over the limit', method: 'POST', path: P, body: { text: big }, status: 413, code: 'payload_too_large' },
+      {
+        name: 'malformed JSON',
+        method: 'POST',
+        path: P,
+        body: '{"text": "x"',
+        status: 400,
+        code: 'invalid_json',
+      },
+      {
+        name: 'a body over the limit',
+        method: 'POST',
+        path: P,
+        body: { text: big },
+        status: 413,
+        code: 'payload_too_large',
+      },
       {
         name: 'a stale If-Match',
         method: 'POST',
@@ -319,7 +397,6 @@ describe('invalid requests are refused with a stable code and leave Redis unchan
       bad('input not an object', 'POST', P, { decision: 'approve', input: 'x' }),
       bad('reason a number', 'POST', P, { decision: 'deny', reason: 5 }),
       bad('an unknown field', 'POST', P, { decision: 'approve', why: 'x' }),
-      bad('tool_use_id too long', 'POST', `/v1/sessions/${WAIT}/tool-calls/${'t'.repeat(129)}`, { decision: 'approve' }),
       {
         name: 'a decision while no call awaits approval',
         method: 'POST',
@@ -350,7 +427,14 @@ describe('invalid requests are refused with a stable code and leave Redis unchan
       bad('PUT an unknown block type', 'PUT', P, { content: [{ type: 'bogus' }] }),
       bad('PUT a nested tool_result', 'PUT', P, { content: [result('toolu_w1')] }),
       { name: 'PUT malformed JSON', method: 'PUT', path: P, body: '{', status: 400, code: 'invalid_json' },
-      { name: 'PUT over the limit', method: 'PUT', path: P, body: { content: big }, status: 413, code: 'payload_too_large' },
+      {
+        name: 'PUT over the limit',
+        method: 'PUT',
+        path: P,
+        body: { content: big },
+        status: 413,
+        code: 'payload_too_large',
+      },
       {
         name: 'PUT an unknown tool_use_id',
         method: 'PUT',
@@ -371,11 +455,16 @@ describe('invalid requests are refused with a stable code and leave Redis unchan
       bad('POST results empty', 'POST', M, { results: [] }),
       bad('POST results not a list', 'POST', M, { results: 'x' }),
       bad('POST a result without tool_use_id', 'POST', M, { results: [{ content: 'x' }] }),
-      bad('POST a result with an empty tool_use_id', 'POST', M, { results: [{ tool_use_id: '', content: 'x' }] }),
+      bad('POST a result with an empty tool_use_id', 'POST', M, {
+        results: [{ tool_use_id: '', content: 'x' }],
+      }),
       bad('POST a result with an unknown field', 'POST', M, {
         results: [{ tool_use_id: 'toolu_w1', content: 'x', extra: 1 }],
       }),
-      bad('POST continue not a boolean', 'POST', M, { results: [{ tool_use_id: 'toolu_w1', content: 'x' }], continue: 'y' }),
+      bad('POST continue not a boolean', 'POST', M, {
+        results: [{ tool_use_id: 'toolu_w1', content: 'x' }],
+        continue: 'y',
+      }),
       bad('POST 257 results', 'POST', M, {
         results: Array.from({ length: 257 }, (_, i) => ({ tool_use_id: `toolu_${i}`, content: 'x' })),
       }),
@@ -393,18 +482,49 @@ describe('invalid requests are refused with a stable code and leave Redis unchan
       bad('retry with an unknown field', 'POST', on(IDLE, 'retry'), { turns: 2 }),
       bad('retry with params.max_tokens 0', 'POST', on(IDLE, 'retry'), { params: { max_tokens: 0 } }),
       bad('retry with params.tools', 'POST', on(IDLE, 'retry'), { params: { tools: [] } }),
-      { name: 'continue when idle', method: 'POST', path: on(IDLE, 'continue'), status: 409, code: 'nothing_to_continue' },
+      ...stateConflicts({}),
+    ]);
+  });
+
+  /** Valid bodies at the wrong time: 409 with a code. `body` undefined sends no body at all. */
+  const stateConflicts = (body: unknown): Case[] => {
+    const on = (id: string, what: string) => `/v1/sessions/${id}/${what}`;
+    const c = (name: string, path: string, code: string): Case => ({
+      name: `${name}${body === undefined ? ' (no body)' : ''}`,
+      method: 'POST',
+      path,
+      body,
+      status: 409,
+      code,
+    });
+    return [
+      c('continue when idle', on(IDLE, 'continue'), 'nothing_to_continue'),
+      c('continue with a client result missing', on(WAIT, 'continue'), 'tool_calls_undecided'),
+      c('cancel when idle', on(IDLE, 'cancel'), 'session_not_running'),
+      c('resume when idle', on(IDLE, 'resume'), 'session_not_failed'),
+      c('resume when waiting', on(WAIT, 'resume'), 'session_not_failed'),
+      c('retry with nothing to retry', on(NEW, 'retry'), 'nothing_to_retry'),
+    ];
+  };
+
+  it('continue, cancel, resume and retry take no body at all (their body is optional)', async () => {
+    await check(stateConflicts(undefined));
+  });
+
+  it('tool_use_id path params: up to 128 characters are routed, longer ones get the error envelope', async () => {
+    const long = `toolu_${'x'.repeat(104)}`; // 110 characters: a valid id by the route's own schema (max 128)
+    await check([
       {
-        name: 'continue with a client result missing',
-        method: 'POST',
-        path: on(WAIT, 'continue'),
+        name: 'PUT a result for an unknown 110-character id',
+        method: 'PUT',
+        path: `/v1/sessions/${WAIT}/tool-results/${long}`,
+        body: { content: 'x' },
         status: 409,
-        code: 'tool_calls_undecided',
+        code: 'unknown_tool_use_id',
       },
-      { name: 'cancel when idle', method: 'POST', path: on(IDLE, 'cancel'), status: 409, code: 'session_not_running' },
-      { name: 'resume when idle', method: 'POST', path: on(IDLE, 'resume'), status: 409, code: 'session_not_failed' },
-      { name: 'resume when waiting', method: 'POST', path: on(WAIT, 'resume'), status: 409, code: 'session_not_failed' },
-      { name: 'retry with nothing to retry', method: 'POST', path: on(NEW, 'retry'), status: 409, code: 'nothing_to_retry' },
+      bad('tool_use_id of 129 characters', 'POST', `/v1/sessions/${WAIT}/tool-calls/${'t'.repeat(129)}`, {
+        decision: 'approve',
+      }),
     ]);
   });
 
@@ -446,7 +566,14 @@ describe('invalid requests are refused with a stable code and leave Redis unchan
       bad('at_iteration fractional', 'POST', P, { at_iteration: 1.5 }),
       bad('an unknown field', 'POST', P, { at_iteration: 1, deep: true }),
       bad('metadata value a list', 'POST', P, { at_iteration: 1, metadata: { k: [] } }),
-      { name: 'at_iteration past the last', method: 'POST', path: P, body: { at_iteration: 3 }, status: 409, code: 'iteration_not_found' },
+      {
+        name: 'at_iteration past the last',
+        method: 'POST',
+        path: P,
+        body: { at_iteration: 3 },
+        status: 409,
+        code: 'iteration_not_found',
+      },
     ]);
   });
 });

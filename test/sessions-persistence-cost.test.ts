@@ -53,7 +53,11 @@ describe('persistence cost of an iteration', () => {
     assert.equal(created.body.message_count, earlier);
     // The same reply in every measurement: fixed tool_use id and usage.
     h.fake.enqueue(
-      toolCall('calculate_sum', { a: 1, b: 2 }, { id: 'toolu_cost', usage: { input_tokens: 1000, output_tokens: 20 } }),
+      toolCall(
+        'calculate_sum',
+        { a: 1, b: 2 },
+        { id: 'toolu_cost', usage: { input_tokens: 1000, output_tokens: 20 } },
+      ),
     );
     const requestsBefore = h.fake.requests.length;
     const meta = `s:{${id}}`;

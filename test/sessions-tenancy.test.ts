@@ -1,5 +1,6 @@
 import { after, before, describe, it } from 'node:test';
 import assert from 'node:assert/strict';
+import WebSocket from 'ws';
 import { startHarness, Api, type Harness } from './helpers/service.js';
 import { assertSnapshotsEqual, snapshotRedis } from './helpers/redis-snapshot.js';
 import { text, toolCalls, toolUse } from '../src/fake/script.js';
@@ -17,7 +18,10 @@ describe('tenancy and auth', () => {
     b = h.api.as('key-b');
     // a's session: one finished iteration, then waiting for a client tool result (so every route has a target).
     h.fake.enqueue(
-      toolCalls([toolUse('calculate_sum', { a: 1, b: 2 }, 'toolu_srv'), toolUse('lookup', { q: 'x' }, 'toolu_cli')]),
+      toolCalls([
+        toolUse('calculate_sum', { a: 1, b: 2 }, 'toolu_srv'),
+        toolUse('lookup', { q: 'x' }, 'toolu_cli'),
+      ]),
       text('never sent'),
     );
     const created = await a.post('/v1/sessions', { input: 'Mine', tools: ['calculate_sum', lookup] });
@@ -77,6 +81,42 @@ describe('tenancy and auth', () => {
       assert.equal(r.body?.error?.code, 'session_not_found', `events (${accept}): ${JSON.stringify(r.body)}`);
     }
     assertSnapshotsEqual(before, await snapshotRedis(h.redis.url), "b's event requests");
+  });
+
+  it("another tenant's WebSocket stream of a's session is refused with 404 session_not_found before the upgrade", async () => {
+    const refused = (headers: Record<string, string>, protocols?: string[]) =>
+      new Promise<{ status: number; body: any }>((resolve, reject) => {
+        const ws = new WebSocket(`${h.api.base.replace('http', 'ws')}/v1/sessions/${id}/stream`, protocols, {
+          headers,
+        });
+        ws.on('open', () => {
+          ws.terminate();
+          reject(new Error('the socket opened'));
+        });
+        ws.on('error', () => {});
+        ws.on('unexpected-response', (_req, res) => {
+          let raw = '';
+          res.on('data', (c: Buffer) => (raw += c.toString('utf8')));
+          res.on('end', () => {
+            ws.terminate();
+            let body: any = raw;
+            try {
+              body = JSON.parse(raw);
+            } catch {
+              /* not JSON */
+            }
+            resolve({ status: res.statusCode ?? 0, body });
+          });
+        });
+      });
+    const byHeader = await refused({ authorization: 'Bearer key-b' });
+    assert.equal(byHeader.status, 404, JSON.stringify(byHeader.body));
+    assert.equal(byHeader.body?.error?.code, 'session_not_found');
+    const bySubprotocol = await refused({}, ['bearer', 'key-b']);
+    assert.equal(bySubprotocol.status, 404, JSON.stringify(bySubprotocol.body));
+    assert.equal(bySubprotocol.body?.error?.code, 'session_not_found');
+    const anonymous = await refused({});
+    assert.equal(anonymous.status, 401, JSON.stringify(anonymous.body));
   });
 
   it('a missing, wrong or malformed bearer gets 401 unauthorized, and nothing is written', async () => {

@@ -95,10 +95,13 @@ export function summarizeProfile(file: string, top = 15): ProfileSummary {
   return { file, totalMs: total, busyMs: busy, functions: rank(fns.values()), packages: rank(pkgs.values()) };
 }
 
-/** The newest `.cpuprofile` in `dir`. */
+/**
+ * The main thread's `.cpuprofile` in `dir` (names are `CPU.<date>.<time>.<pid>.<thread>.<seq>.cpuprofile`; thread 0
+ * is the main thread, the others are workers such as tsx's module loader).
+ */
 export function newestProfile(dir: string): string | null {
   const files = readdirSync(dir)
-    .filter((f) => f.endsWith('.cpuprofile'))
+    .filter((f) => /\.0\.\d+\.cpuprofile$/.test(f))
     .sort();
   return files.length ? path.join(dir, files.at(-1)!) : null;
 }

@@ -16,11 +16,20 @@ export function streamUrl(base: string, id: string, after?: string): string {
   return u.toString();
 }
 
-/** Opens a WebSocket; rejects on an HTTP error (e.g. 404 while the route does not exist) or after `timeoutMs`. */
+const early = new WeakMap<WebSocket, { frames: string[]; onFrame: (frame: string) => void }>();
+
+/**
+ * Opens a WebSocket; rejects on an HTTP error (e.g. 404 while the route does not exist) or after `timeoutMs`.
+ * Frames that arrive before the caller listens (the server may send them in the same packet as the handshake,
+ * before the `await` resumes) are kept for `listen`.
+ */
 export function openWs(url: string, timeoutMs = 10_000): Promise<WebSocket> {
   return withTimeout(
     new Promise<WebSocket>((resolve, reject) => {
       const ws = new WebSocket(url, { perMessageDeflate: false });
+      const buf = { frames: [] as string[], onFrame: (frame: string) => void buf.frames.push(frame) };
+      early.set(ws, buf);
+      ws.on('message', (raw) => buf.onFrame(raw.toString()));
       ws.once('open', () => {
         ws.off('error', reject);
         resolve(ws);
@@ -31,6 +40,26 @@ export function openWs(url: string, timeoutMs = 10_000): Promise<WebSocket> {
     timeoutMs,
     `WebSocket ${url}`,
   );
+}
+
+/** Delivers every text frame of `ws` to `onFrame`, starting with those that arrived before this call. */
+export function listen(ws: WebSocket, onFrame: (frame: string) => void): void {
+  const buf = early.get(ws);
+  if (!buf) {
+    ws.on('message', (raw) => onFrame(raw.toString()));
+    return;
+  }
+  const pending = buf.frames;
+  buf.frames = [];
+  buf.onFrame = onFrame;
+  for (const f of pending) onFrame(f);
+}
+
+/** Stops delivering frames (they are dropped). */
+export function unlisten(ws: WebSocket): void {
+  const buf = early.get(ws);
+  if (buf) buf.onFrame = () => {};
+  else ws.removeAllListeners('message');
 }
 
 /** Whether the service serves the WebSocket stream route: an upgrade on a session that exists. */
@@ -61,13 +90,15 @@ export interface FollowOptions {
 export async function follow(base: string, id: string, opts: FollowOptions): Promise<number> {
   const ws = opts.ws ?? (await openWs(streamUrl(base, id, opts.after)));
   let count = 0;
+  let last = '';
   try {
     return await withTimeout(
       new Promise<number>((resolve, reject) => {
-        ws.on('message', (raw) => {
+        listen(ws, (raw) => {
           const at = nowMs();
-          const ev = JSON.parse(raw.toString()) as Envelope;
+          const ev = JSON.parse(raw) as Envelope;
           count++;
+          last = `${ev.type}${ev.type === 'session.status' ? `:${ev.data?.status}` : ''}`;
           try {
             if (opts.onEvent(ev, at)) resolve(count);
           } catch (err) {
@@ -81,9 +112,11 @@ export async function follow(base: string, id: string, opts: FollowOptions): Pro
       }),
       opts.timeoutMs,
       `following session ${id}`,
-    );
+    ).catch((err: Error) => {
+      throw new Error(`${err.message} (${count} events, the last ${last || 'none'})`);
+    });
   } finally {
-    ws.removeAllListeners('message');
+    unlisten(ws);
     ws.removeAllListeners('close');
     ws.on('error', () => {});
     ws.terminate();

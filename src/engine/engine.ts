@@ -341,7 +341,43 @@ export class Engine {
       { signal: run.controller.signal },
     );
 
+    /** Turns this runner sent (its own `max_iterations` counts them, dropped retries included). */
+    let runnerTurns = 0;
+    /**
+     * Hands the runner the committed history for the next turn, with the params and policies a PATCH may have
+     * changed since (seen through `params_rev` in the commit's answer, or the `ctl` channel).
+     */
+    const handOver = async (storedRev: number) => {
+      if (run.paramsDirty || storedRev !== paramsRev) {
+        const fresh = await this.o.store.load(run.id);
+        if (fresh) {
+          params = fresh.params;
+          paramsRev = fresh.paramsRev;
+          const { review, approval, onToolError, onMaxTokens, cacheToolResults, maxIterations, stream } =
+            fresh;
+          Object.assign(state, {
+            review,
+            approval,
+            onToolError,
+            onMaxTokens,
+            cacheToolResults,
+            maxIterations,
+            stream,
+          });
+        }
+        run.paramsDirty = false;
+      }
+      runner.setMessagesParams({
+        ...(params as any),
+        messages: [...history],
+        ...(tools.length ? { tools } : {}),
+        max_iterations: runnerTurns + Math.max(1, this.budgetLeft(state, iteration)),
+        stream: state.stream,
+      } as any);
+    };
+
     for await (const item of runner as AsyncIterable<any>) {
+      runnerTurns++;
       iteration++;
       const startedAt = Date.now();
       const t0 = performance.now();
@@ -416,6 +452,7 @@ export class Engine {
           events: [
             ...buffered,
             completedEvent,
+            ['turn.dropped', JSON.stringify({ iteration: iteration + 1, reason: 'max_tokens_retry' })],
             [
               'params.updated',
               JSON.stringify({ params: { max_tokens: bigger }, reason: 'max_tokens_retry' }),
@@ -423,7 +460,11 @@ export class Engine {
           ],
         });
         paramsRev = res.paramsRev;
-        runner.setMessagesParams({ ...runner.params, max_tokens: bigger } as any);
+        runner.setMessagesParams({
+          ...runner.params,
+          max_tokens: bigger,
+          max_iterations: runnerTurns + Math.max(1, this.budgetLeft(state, iteration)),
+        } as any);
         continue;
       }
 
@@ -436,7 +477,11 @@ export class Engine {
           push_msgs: [JSON.stringify(reply)],
           push_iters: [JSON.stringify(record)],
           hincr: { iteration: 1, ...usageIncr(message.usage as any) },
-          events: [...buffered, completedEvent, ['iteration.persisted', JSON.stringify({ iteration })]],
+          events: [
+            ...buffered,
+            completedEvent,
+            ['iteration.persisted', JSON.stringify({ iteration, revision: null }), 'rev'],
+          ],
           ...(ends
             ? {
                 queue: {
@@ -457,7 +502,7 @@ export class Engine {
         }
         history.push(JSON.parse(res.merged) as StoredMessage);
         if (this.budgetLeft(state, iteration) <= 0) return 'again';
-        runner.setMessagesParams({ ...runner.params, ...(params as any), messages: [...history] } as any);
+        await handOver(res.paramsRev);
         continue;
       }
 
@@ -490,6 +535,9 @@ export class Engine {
       const toolsT0 = performance.now();
       const toolMessage = await runner.generateToolResponse();
       record.timings.tools_ms = Math.round(performance.now() - toolsT0);
+      // Tools cut short by a shutdown are not answered here: the pending step keeps them `started`, and the replica
+      // that resumes the run runs the idempotent ones again and answers the others "interrupted".
+      if (run.reason === 'shutdown') throw new APIUserAbortError();
       const blocks = (toolMessage?.content ?? []) as Array<Record<string, any>>;
       for (const c of pending) {
         const b = blocks.find((x) => x.tool_use_id === c.id);
@@ -508,28 +556,7 @@ export class Engine {
       if (outcome !== 'continue') return outcome === 'done' ? 'done' : 'again';
       // What was committed is what the runner sends next: our history, with the results (and any follow-ups).
       if (this.budgetLeft(state, iteration) <= 0) break;
-      if (run.paramsDirty || storedRev !== paramsRev) {
-        // A PATCH landed since this runner started: its params apply from this turn on.
-        const fresh = await this.o.store.load(run.id);
-        if (fresh) {
-          params = fresh.params;
-          paramsRev = fresh.paramsRev;
-          Object.assign(state, {
-            review: fresh.review,
-            approval: fresh.approval,
-            onToolError: fresh.onToolError,
-          });
-          Object.assign(state, { onMaxTokens: fresh.onMaxTokens, cacheToolResults: fresh.cacheToolResults });
-        }
-        run.paramsDirty = false;
-      }
-      runner.setMessagesParams({
-        ...(params as any),
-        messages: [...history],
-        ...(tools.length ? { tools } : {}),
-        max_iterations: budget,
-        stream: state.stream,
-      } as any);
+      await handOver(storedRev);
     }
     return 'again';
   }
@@ -550,20 +577,11 @@ export class Engine {
     record: IterationRecord | null,
     durations: Map<string, number>,
   ): Promise<{ outcome: 'continue' | 'paused' | 'done'; paramsRev: number }> {
-    const completed = step.calls.map((c): [string, string] => [
-      'tool.completed',
-      JSON.stringify({
-        tool_use_id: c.id,
-        name: c.name,
-        input: c.input,
-        content: c.result?.content,
-        is_error: c.result?.is_error ?? false,
-        duration_ms: durations.get(c.id) ?? null,
-      }),
-    ]);
+    const completed = completedEvents(step.calls, durations);
     const serverResults = step.calls.filter((c) => c.kind === 'server' && c.approval !== 'denied');
     const failed = serverResults.filter((c) => c.result?.is_error);
-    if (failed.length > 0 && state.onToolError === 'fail') {
+    // `step.review` marks results a client accepted (continue, or a message after a failure): they go as they are.
+    if (failed.length > 0 && state.onToolError === 'fail' && !step.review) {
       const error: SessionError = {
         code: 'tool_failed',
         message: `Tool ${failed.map((c) => c.name).join(', ')} failed: ${String(textOf(failed[0]!.result!.content)).slice(0, 500)}`,
@@ -604,7 +622,10 @@ export class Engine {
     const base = JSON.stringify(results).slice(1, -1);
     const ops: ApplyOps = {
       hset: { pending: '' },
-      events: [...completed, ['iteration.persisted', JSON.stringify({ iteration: step.iteration })]],
+      events: [
+        ...completed,
+        ['iteration.persisted', JSON.stringify({ iteration: step.iteration, revision: null }), 'rev'],
+      ],
       queue: { base },
     };
     // One cache breakpoint on tool results at a time: the previous results turn loses its marker.
@@ -653,6 +674,13 @@ export class Engine {
       review: false,
       iteration: state.iteration,
     };
+    if (!state.pending && state.stopReason === 'max_tokens') {
+      // The reply was cut at max_tokens: its calls may have cut-off input, so they are answered, not run.
+      for (const c of step.calls) {
+        c.result = interruptedResult('not run: the reply that made this call was cut off at max_tokens');
+        c.approval = 'auto';
+      }
+    }
     const durations = new Map<string, number>();
     const toRun: PendingCall[] = [];
     for (const c of step.calls) {
@@ -694,29 +722,17 @@ export class Engine {
           c.result = { content: out.content as ToolResult['content'], is_error: out.isError };
         }),
       );
+      // As in runTurns: tools cut short by a shutdown are left `started` for the replica that resumes the run.
+      if (run.reason === 'shutdown') throw new APIUserAbortError();
     }
     const waiting = step.calls.some((c) => c.approval === 'required' || (c.kind === 'client' && !c.result));
     if (waiting) {
+      const completed = completedEvents(step.calls, durations);
       const st = { status: 'requires_action' as const, pending: step, stopReason: null, error: null };
       await this.commit(run, {
         hset: { status: 'requires_action', pending: JSON.stringify(step) },
         release_lease: true,
-        events: [
-          ...step.calls
-            .filter((c) => toRun.includes(c))
-            .map((c): [string, string] => [
-              'tool.completed',
-              JSON.stringify({
-                tool_use_id: c.id,
-                name: c.name,
-                input: c.input,
-                content: c.result?.content,
-                is_error: c.result?.is_error ?? false,
-                duration_ms: durations.get(c.id) ?? null,
-              }),
-            ]),
-          ['session.status', statusEvent(st)],
-        ],
+        events: [...completed, ['session.status', statusEvent(st)]],
       });
       await this.o.store.unmarkDue(run.id);
       return 'done';
@@ -745,9 +761,12 @@ export class Engine {
 
   /** An interrupt aborted the turn in flight: its partial reply is dropped, the follow-ups join the last user turn. */
   private async commitInterrupt(run: RunHandle): Promise<void> {
-    const last = await this.o.store.lastMessage(run.id);
+    const [last, state] = await Promise.all([this.o.store.lastMessage(run.id), this.o.store.load(run.id)]);
     await this.commit(run, {
       hset: { control: '' },
+      events: [
+        ['turn.dropped', JSON.stringify({ iteration: (state?.iteration ?? 0) + 1, reason: 'interrupt' })],
+      ],
       queue: last?.role === 'user' ? { into_last: true } : {},
     });
   }
@@ -887,6 +906,27 @@ class StreamRelay {
     this.buf = [];
     return rest;
   }
+}
+
+/** `tool.completed` events for the calls with a result that were not announced yet; marks them announced. */
+function completedEvents(calls: PendingCall[], durations: Map<string, number>): Array<[string, string]> {
+  const out: Array<[string, string]> = [];
+  for (const c of calls) {
+    if (!c.result || c.reported) continue;
+    c.reported = true;
+    out.push([
+      'tool.completed',
+      JSON.stringify({
+        tool_use_id: c.id,
+        name: c.name,
+        input: c.input,
+        content: c.result.content,
+        is_error: c.result.is_error,
+        duration_ms: durations.get(c.id) ?? null,
+      }),
+    ]);
+  }
+  return out;
 }
 
 function findLastIndex<T>(a: T[], f: (x: T) => boolean): number {

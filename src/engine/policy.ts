@@ -17,6 +17,7 @@ export function needsApproval(
 
 /** Whether the results of the calls wait for review before the model sees them. */
 export function needsReview(s: Pick<SessionState, 'review'>, calls: Array<{ name: string }>): boolean {
+  if (calls.length === 0) return false;
   if (s.review === true) return true;
   if (s.review === false) return false;
   const names = s.review;

@@ -90,7 +90,11 @@ export async function handleFrame(
     }
     if (err instanceof AppError) return errorFrame(h.data.ref, err.code, err.message, err.details);
     if (isStoreDown(err)) {
-      return errorFrame(h.data.ref, 'store_unavailable', 'The session store is unavailable; try again shortly.');
+      return errorFrame(
+        h.data.ref,
+        'store_unavailable',
+        'The session store is unavailable; try again shortly.',
+      );
     }
     ctx.log.error({ err, session: id }, 'websocket frame failed');
     return errorFrame(h.data.ref, 'internal_error', 'Something went wrong on our side.');

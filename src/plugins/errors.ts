@@ -2,15 +2,17 @@ import fp from 'fastify-plugin';
 import { hasZodFastifySchemaValidationErrors } from 'fastify-type-provider-zod';
 import { AppError } from '../errors.js';
 
-/** Errors of the Redis client that mean the store is unreachable, as opposed to a bug. */
+/**
+ * Errors of the Redis client that mean the store is unreachable, as opposed to a bug: connection and timeout errors of
+ * a single Redis, and what a Redis Cluster answers while a master is down or the cluster is failing over (ioredis
+ * follows MOVED/ASK/TRYAGAIN/CLUSTERDOWN itself; one that reaches us means it gave up).
+ */
+const STORE_DOWN =
+  /Command timed out|Connection is closed|ECONNREFUSED|ECONNRESET|ETIMEDOUT|EHOSTUNREACH|ENETUNREACH|EPIPE|Stream isn't writeable|enableOfflineQueue|^LOADING|^BUSY|^MASTERDOWN|^READONLY|^CLUSTERDOWN|^TRYAGAIN|^MOVED |^ASK |Too many Cluster redirections|None of startup nodes|Cluster is (disconnected|disconnecting|ended)|Node is disconnected|Cluster isn't ready|Failed to refresh slots cache/i;
+
 export function isStoreDown(err: unknown): boolean {
   if (!(err instanceof Error)) return false;
-  return (
-    err.name === 'MaxRetriesPerRequestError' ||
-    /Command timed out|Connection is closed|ECONNREFUSED|ECONNRESET|ETIMEDOUT|EHOSTUNREACH|Stream isn't writeable|CLUSTERDOWN|TRYAGAIN|LOADING|None of startup nodes|enableOfflineQueue/i.test(
-      err.message,
-    )
-  );
+  return err.name === 'MaxRetriesPerRequestError' || STORE_DOWN.test(err.message);
 }
 
 /** One error handler: stable `{error: {code, message, details?}}`, 5xx internals only in the log. */
@@ -21,7 +23,7 @@ export default fp(
         return reply.code(400).send({
           error: {
             code: 'invalid_request',
-            message: `The request ${err.validationContext ?? 'body'} is invalid.`,
+            message: `Invalid request ${err.validationContext ?? 'body'}.`,
             details: err.validation.map((v) => ({
               path: v.instancePath,
               code: v.keyword,
@@ -53,7 +55,6 @@ export default fp(
       if (
         err.code === 'FST_ERR_CTP_EMPTY_JSON_BODY' ||
         err.code === 'FST_ERR_CTP_INVALID_JSON_BODY' ||
-        err instanceof SyntaxError ||
         (err.statusCode === 400 && err.code?.startsWith?.('FST_'))
       ) {
         return reply
@@ -81,11 +82,9 @@ export default fp(
         .send({ error: { code: 'internal_error', message: 'Something went wrong on our side.' } });
     });
     app.setNotFoundHandler((req, reply) => {
-      reply
-        .code(404)
-        .send({
-          error: { code: 'route_not_found', message: `No route ${req.method} ${req.url.split('?')[0]}.` },
-        });
+      reply.code(404).send({
+        error: { code: 'route_not_found', message: `No route ${req.method} ${req.url.split('?')[0]}.` },
+      });
     });
   },
   { name: 'errors' },

@@ -1,5 +1,5 @@
 import fp from 'fastify-plugin';
-import { Redis, Cluster, type RedisOptions } from 'ioredis';
+import { Redis, Cluster, type ClusterOptions, type RedisOptions } from 'ioredis';
 
 declare module 'fastify' {
   interface FastifyInstance {
@@ -13,55 +13,137 @@ declare module 'fastify' {
 export interface RedisPluginOptions {
   url?: string | undefined;
   clusterNodes?: Array<{ host: string; port: number }> | undefined;
+  /** How long the plugin waits for a Redis Cluster to be ready at boot (ms). Default 10 s. */
+  clusterReadyTimeoutMs?: number | undefined;
 }
 
 /**
- * Commands fail within COMMAND_TIMEOUT_MS while Redis is unreachable, so routes answer 503 instead of hanging;
- * the client reconnects by itself (backoff capped at 2 s) once Redis is back.
+ * How the clients behave while Redis is unreachable, so that a route answers 503 `store_unavailable` in bounded time
+ * and nothing ever runs twice:
+ *
+ * - `commandTimeout`: a command without an answer fails after 3 s (a hung server, a partition).
+ * - `maxRetriesPerRequest: 0`: commands waiting for a connection fail at the first failed (re)connection attempt,
+ *   which comes within `RECONNECT_MAX_MS` or `connectTimeout`, both shorter than the command timeout. So a command
+ *   that timed out is never still queued and sent later, after the caller was told it failed.
+ * - `autoResendUnfulfilledCommands: false`: a command sent on a connection that dropped before its answer is failed,
+ *   never sent again on the new connection. Its effect is unknown (it may have run); sending it again could apply a
+ *   write twice. The store's writes are guarded Lua scripts, and the engine reads the state back before going on.
+ * - The client reconnects by itself, backing off up to `RECONNECT_MAX_MS`; a service recovers without a restart.
  */
-const COMMAND_TIMEOUT_MS = 3000;
+export const COMMAND_TIMEOUT_MS = 3000;
+const CONNECT_TIMEOUT_MS = 2000;
+const RECONNECT_MAX_MS = 500;
 
-const common: RedisOptions = {
+const reconnect = (times: number) => Math.min(50 * 2 ** times, RECONNECT_MAX_MS);
+
+export const redisOptions: RedisOptions = {
   commandTimeout: COMMAND_TIMEOUT_MS,
-  maxRetriesPerRequest: 1,
+  connectTimeout: CONNECT_TIMEOUT_MS,
+  maxRetriesPerRequest: 0,
+  autoResendUnfulfilledCommands: false,
   enableAutoPipelining: true,
-  retryStrategy: (times) => Math.min(50 * 2 ** times, 2000),
+  retryStrategy: reconnect,
 };
 
-export function createRedis(opts: RedisPluginOptions): Redis | Cluster {
+/** A subscriber waits for messages: no command timeout; it re-subscribes by itself after a reconnection. */
+const subscriberOptions: RedisOptions = {
+  ...redisOptions,
+  commandTimeout: undefined as unknown as number,
+};
+
+/**
+ * Cluster clients. Keys of one session share a hash tag (one slot); the global keys (`runs:due`, tenant indexes,
+ * idempotency records) are single-key commands, so nothing crosses slots. While the cluster is unreachable a
+ * Cluster client would queue commands without any timeout, so the offline queue is turned off once the client is
+ * ready (see `createRedis`): then commands fail at once with "Cluster isn't ready" (→ 503). Commands sent to a node
+ * that went away are retried on the refreshed topology (`retryDelayOnFailover`, at most `maxRedirections` times).
+ */
+function clusterOptions(base: RedisOptions): ClusterOptions {
+  const { retryStrategy: _r, enableAutoPipelining: _p, ...nodeOptions } = base;
+  return {
+    redisOptions: nodeOptions,
+    enableAutoPipelining: true,
+    enableOfflineQueue: true,
+    clusterRetryStrategy: reconnect,
+    retryDelayOnFailover: 200,
+    retryDelayOnClusterDown: 300,
+    retryDelayOnTryAgain: 200,
+    maxRedirections: 8,
+    slotsRefreshTimeout: 2000,
+  };
+}
+
+export function createRedis(
+  opts: RedisPluginOptions,
+  role: 'commands' | 'subscriber' = 'commands',
+): Redis | Cluster {
+  const base = role === 'commands' ? redisOptions : subscriberOptions;
   if (opts.clusterNodes?.length) {
-    return new Cluster(opts.clusterNodes, {
-      redisOptions: common,
-      enableAutoPipelining: true,
-      clusterRetryStrategy: (times) => Math.min(50 * 2 ** times, 2000),
+    const cluster = new Cluster(opts.clusterNodes, clusterOptions(base));
+    // Queue commands only until the first `ready` (boot); from then on a cluster outage fails commands at once.
+    cluster.once('ready', () => {
+      cluster.options.enableOfflineQueue = false;
     });
+    return cluster;
   }
-  return new Redis(opts.url ?? 'redis://127.0.0.1:6379', common);
+  return new Redis(opts.url ?? 'redis://127.0.0.1:6379', base);
+}
+
+/** Resolves once a Cluster client is ready; rejects after `timeoutMs`. */
+function clusterReady(cluster: Cluster, timeoutMs: number): Promise<void> {
+  if (cluster.status === 'ready') return Promise.resolve();
+  return new Promise((resolve, reject) => {
+    const timer = setTimeout(() => {
+      cluster.off('ready', onReady);
+      reject(new Error(`The Redis Cluster was not ready within ${timeoutMs} ms (status ${cluster.status}).`));
+    }, timeoutMs);
+    const onReady = () => {
+      clearTimeout(timer);
+      resolve();
+    };
+    cluster.once('ready', onReady);
+  });
 }
 
 export default fp<RedisPluginOptions>(
   async (app, opts) => {
-    const redis = createRedis(opts);
-    // A subscriber connection never times out commands: it waits for messages.
-    const sub = opts.clusterNodes?.length
-      ? new Cluster(opts.clusterNodes, {
-          redisOptions: { ...common, commandTimeout: undefined as unknown as number },
-        })
-      : new Redis(opts.url ?? 'redis://127.0.0.1:6379', {
-          ...common,
-          commandTimeout: undefined as unknown as number,
-        });
+    const redis = createRedis(opts, 'commands');
+    const sub = createRedis(opts, 'subscriber');
     for (const [name, conn] of [
       ['redis', redis],
       ['redis-sub', sub],
     ] as const) {
-      conn.on('error', (err: Error) => app.log.warn({ err, conn: name }, 'redis connection error'));
+      // One warning when the connection is lost and one line when it is back, not one per reconnection attempt.
+      let down = false;
+      let failures = 0;
+      conn.on('error', (err: Error) => {
+        failures++;
+        if (!down) app.log.warn({ err, conn: name }, 'redis connection lost; reconnecting');
+        down = true;
+      });
+      conn.on('ready', () => {
+        if (down) app.log.info({ conn: name, failures }, 'redis connection restored');
+        down = false;
+        failures = 0;
+      });
     }
     app.decorate<Redis | Cluster>('redis', redis);
     app.decorate<Redis | Cluster>('redisSub', sub);
     app.addHook('onClose', async () => {
       await Promise.allSettled([redis.quit(), sub.quit()]);
+      redis.disconnect();
+      sub.disconnect();
     });
+    if (redis instanceof Cluster && sub instanceof Cluster) {
+      const timeoutMs = opts.clusterReadyTimeoutMs ?? 10_000;
+      try {
+        await Promise.all([clusterReady(redis, timeoutMs), clusterReady(sub, timeoutMs)]);
+      } catch (err) {
+        redis.disconnect();
+        sub.disconnect();
+        throw err;
+      }
+    }
   },
   { name: 'redis' },
 );

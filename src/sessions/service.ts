@@ -1,7 +1,8 @@
 import type { z } from 'zod';
+import type { SessionParams } from '../schemas.js';
 import type { ServerTool } from '../../tools/types.js';
 import { cancelSession, type Engine } from '../engine/engine.js';
-import { AppError, badRequest, conflict } from '../errors.js';
+import { AppError, badRequest, conflict, revisionMismatch } from '../errors.js';
 import { checkHistory, pendingToolCalls, asBlocks, type StoredMessage } from '../history.js';
 import {
   sessionParams,
@@ -45,6 +46,27 @@ export function normalize(m: StoredMessage): StoredMessage {
     : m;
 }
 
+/** Zod issues as the error envelope's `details`: `{path, code, message}` with a JSON-pointer path, as route validation gives. */
+export function zodDetails(issues: readonly z.core.$ZodIssue[], prefix: Array<string | number> = []) {
+  return issues.map((i) => ({
+    path: `/${[...prefix, ...i.path].map(String).join('/')}`,
+    code: i.code,
+    message: i.message,
+  }));
+}
+
+/** Params after a change: a `null` value removes the field. Checked as a whole. */
+export function mergeParams(current: SessionParams, change: Record<string, unknown>): SessionParams {
+  const merged: Record<string, unknown> = { ...current };
+  for (const [k, v] of Object.entries(change)) {
+    if (v === null) delete merged[k];
+    else merged[k] = v;
+  }
+  const parsed = sessionParams.safeParse(merged);
+  if (!parsed.success) throw badRequest('Invalid params.', zodDetails(parsed.error.issues, ['params']));
+  return parsed.data;
+}
+
 const blocksInner = (content: string | Array<Record<string, any>>) =>
   JSON.stringify(asBlocks(content)).slice(1, -1);
 
@@ -62,14 +84,14 @@ export class SessionService {
 
   async create(tenant: string, body: CreateSessionBody): Promise<SessionState> {
     const params = sessionParams.safeParse({
-      model: body.model ?? body.params?.model ?? DEFAULT_MODEL,
-      max_tokens: body.max_tokens ?? body.params?.max_tokens ?? DEFAULT_MAX_TOKENS,
+      model: DEFAULT_MODEL,
+      max_tokens: DEFAULT_MAX_TOKENS,
       ...body.params,
       ...(body.model ? { model: body.model } : {}),
       ...(body.max_tokens ? { max_tokens: body.max_tokens } : {}),
       ...(body.system !== undefined ? { system: body.system } : {}),
     });
-    if (!params.success) throw badRequest('Invalid params.', params.error.issues);
+    if (!params.success) throw badRequest('Invalid params.', zodDetails(params.error.issues, ['params']));
     this.checkTools(body.tools);
     const messages: StoredMessage[] = (
       body.messages ?? (body.input ? [{ role: 'user' as const, content: body.input }] : [])
@@ -81,6 +103,14 @@ export class SessionService {
         'invalid_history',
         `The messages break the Messages API's rules: ${problems[0]!.message}.`,
         problems,
+      );
+    }
+    const last = messages.at(-1);
+    if (body.start && last?.role === 'assistant' && pendingToolCalls(messages).length === 0) {
+      throw new AppError(
+        400,
+        'invalid_history',
+        'To start a run the history must end with a user turn, or with an assistant turn whose tool calls the service answers (assistant prefill is not supported).',
       );
     }
     if (body.start && messages.length === 0) {
@@ -253,7 +283,11 @@ export class SessionService {
           ...(interrupt ? { after: () => this.store.publishControl(id, 'interrupt') } : {}),
         };
       }
-      const run = this.runOps(s);
+      // A new message on a failed tool step accepts its results as they stand: they go to the model as they are.
+      const run = this.runOps(
+        s,
+        s.status === 'failed' && s.pending ? { pending: { ...s.pending, review: true } } : {},
+      );
       return {
         guard: { status: [s.status], ...(ifMatch !== undefined ? { rev: ifMatch } : {}) },
         ops: { ...run, queue_push: [inner], events: [queuedEvent, ...run.events!] },
@@ -312,7 +346,9 @@ export class SessionService {
               400,
               'invalid_tool_input',
               `The edited input does not fit ${call.name}'s schema.`,
-              (err as any)?.issues ?? String(err),
+              (err as { issues?: z.core.$ZodIssue[] })?.issues
+                ? zodDetails((err as { issues: z.core.$ZodIssue[] }).issues, ['input'])
+                : String(err),
             );
           }
           call.input = body.input;
@@ -424,6 +460,10 @@ export class SessionService {
 
   async continue(tenant: string, id: string, ifMatch?: number) {
     return this.mutate(tenant, id, ifMatch, async (s) => {
+      if (s.status === 'idle' && s.stopReason === 'max_iterations') {
+        // A fresh iteration budget: the run goes on from the tool results it stopped after.
+        return { ops: this.runOps(s), starts: true };
+      }
       if (s.status !== 'requires_action' || !s.pending)
         throw conflict('nothing_to_continue', `The session is ${s.status}.`);
       if (!this.ready(s.pending)) {
@@ -438,16 +478,7 @@ export class SessionService {
   async patch(tenant: string, id: string, body: z.infer<typeof patchSessionBody>, ifMatch?: number) {
     return this.mutate(tenant, id, ifMatch, async (s) => {
       const next: Partial<SessionState> = {};
-      if (body.params) {
-        const merged: Record<string, unknown> = { ...s.params };
-        for (const [k, v] of Object.entries(body.params)) {
-          if (v === null) delete merged[k];
-          else merged[k] = v;
-        }
-        const parsed = sessionParams.safeParse(merged);
-        if (!parsed.success) throw badRequest('Invalid params.', parsed.error.issues);
-        next.params = parsed.data;
-      }
+      if (body.params) next.params = mergeParams(s.params, body.params);
       if (body.max_iterations !== undefined) next.maxIterations = body.max_iterations;
       if (body.approval !== undefined) next.approval = body.approval;
       if (body.review_tool_results !== undefined) next.review = body.review_tool_results;
@@ -461,7 +492,9 @@ export class SessionService {
           hset: encodeFields(next),
           hincr: { params_rev: 1 },
           events: [
-            ['params.updated', JSON.stringify(body)],
+            ...(body.params
+              ? [['params.updated', JSON.stringify({ params: body.params })] as [string, string]]
+              : []),
             ['session.updated', JSON.stringify(body)],
           ],
         },
@@ -478,13 +511,7 @@ export class SessionService {
         s.iteration > 0 ? await this.store.iterationRecords(id, s.iteration - 1, s.iteration - 1) : [];
       const rec = records[0];
       if (!rec) throw conflict('nothing_to_retry', 'The session has no reply to retry.');
-      let params = s.params;
-      if (body.params) {
-        const merged: Record<string, unknown> = { ...s.params, ...body.params };
-        const parsed = sessionParams.safeParse(merged);
-        if (!parsed.success) throw badRequest('Invalid params.', parsed.error.issues);
-        params = parsed.data;
-      }
+      const params = body?.params ? mergeParams(s.params, body.params) : s.params;
       const run = this.runOps(
         { ...s, status: 'idle' },
         { pending: null, params, iteration: s.iteration - 1, runStart: s.iteration - 1 },
@@ -497,7 +524,7 @@ export class SessionService {
           hincr: { params_rev: 1 },
           events: [
             ['turn.dropped', JSON.stringify({ iteration: rec.iteration, reason: 'retry' })],
-            ...(body.params
+            ...(body?.params
               ? [['params.updated', JSON.stringify({ params: body.params })] as [string, string]]
               : []),
             ...run.events!,
@@ -563,10 +590,16 @@ export class SessionService {
     });
   }
 
-  async fork(tenant: string, id: string, body: z.infer<typeof forkBody>): Promise<SessionState> {
+  async fork(
+    tenant: string,
+    id: string,
+    body: z.infer<typeof forkBody>,
+    ifMatch?: number,
+  ): Promise<SessionState> {
     const s = await this.store.loadFor(tenant, id);
+    if (ifMatch !== undefined && s.revision !== ifMatch) throw revisionMismatch(s.revision);
     if (body.at_iteration > s.iteration) {
-      throw conflict('iteration_not_found', `The session has ${s.iteration} iterations.`, {
+      throw new AppError(404, 'iteration_not_found', `The session has ${s.iteration} iterations.`, {
         iteration: s.iteration,
       });
     }
@@ -611,7 +644,10 @@ export class SessionService {
         push_msgs: history.map((m) => JSON.stringify(m)),
         push_iters: kept.map((r) => JSON.stringify(r)),
         events: [
-          ['session.created', JSON.stringify({ ...sessionView(forked), forked_from: id })],
+          [
+            'session.created',
+            JSON.stringify({ ...sessionView({ ...forked, revision: 1 }), forked_from: id }),
+          ],
           ['session.status', statusEvent(forked)],
         ],
       },
@@ -621,8 +657,9 @@ export class SessionService {
     return forked;
   }
 
-  async remove(tenant: string, id: string): Promise<void> {
+  async remove(tenant: string, id: string, ifMatch?: number): Promise<void> {
     const s = await this.store.loadFor(tenant, id);
+    if (ifMatch !== undefined && s.revision !== ifMatch) throw revisionMismatch(s.revision);
     if (s.status === 'running') await this.store.publishControl(id, 'delete');
     await this.store.destroy(id, tenant, s.createdAt);
   }

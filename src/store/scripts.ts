@@ -41,7 +41,10 @@ local now = tostring(tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000))
 
 local last_event = false
 local function emit(ev)
-  last_event = redis.call('XADD', KEYS[5], 'MAXLEN', '~', ARGV[3], '*', 't', ev[1], 'd', ev[2], 'r', rev, 'at', now)
+  local data = ev[2]
+  -- A third element asks for the new revision in the data, which only the script knows.
+  if ev[3] then data = (string.gsub(data, '"revision":null', '"revision":' .. rev, 1)) end
+  last_event = redis.call('XADD', KEYS[5], 'MAXLEN', '~', ARGV[3], '*', 't', ev[1], 'd', data, 'r', rev, 'at', now)
 end
 
 local function pushAll(key, list)

@@ -50,6 +50,8 @@ export interface PendingCall {
   result?: ToolResult;
   /** A server tool that has started: after a crash it runs again only if idempotent. */
   started?: boolean;
+  /** Its `tool.completed` event was written. */
+  reported?: boolean;
 }
 
 export interface PendingStep {
@@ -107,7 +109,8 @@ export interface ApplyOps {
   queue_push?: string[];
   drop_queue?: boolean;
   release_lease?: boolean;
-  events?: Array<[string, string]>;
+  /** `[type, data]`, or `[type, data, 'rev']` to have `"revision":null` in data replaced by the new revision. */
+  events?: Array<[string, string] | [string, string, 'rev']>;
   queue?: { base?: string; into_last?: boolean; any?: ApplyOps; none?: ApplyOps };
 }
 
@@ -134,6 +137,13 @@ export interface StoredEvent {
   data: string;
   revision: number;
   at: number;
+}
+
+/** A session put in `running` by a route is claimable by any replica after this long if no process took it. */
+const START_DUE_DELAY_MS = 2000;
+
+function setsRunning(ops: ApplyOps | undefined): boolean {
+  return !!ops && (ops.hset?.status === 'running' || setsRunning(ops.queue?.any) || setsRunning(ops.queue?.none));
 }
 
 export const newSessionId = () =>
@@ -173,7 +183,15 @@ export function encodeFields(s: Partial<SessionState>): Record<string, string> {
   return out;
 }
 
-const json = <T>(v: string | undefined, fallback: T): T => (v ? (JSON.parse(v) as T) : fallback);
+/** A JSON field, or `fallback` when empty or unreadable (a hand-edited or foreign hash must not break listing). */
+const json = <T>(v: string | undefined, fallback: T): T => {
+  if (!v) return fallback;
+  try {
+    return JSON.parse(v) as T;
+  } catch {
+    return (typeof fallback === 'string' ? v : fallback) as T;
+  }
+};
 
 export function decodeFields(h: Record<string, string>): SessionState {
   return {
@@ -270,6 +288,10 @@ export class SessionStore {
    */
   async apply(id: string, guard: Guard, ops: ApplyOps): Promise<ApplyResult> {
     const k = sessionKeys(id);
+    // A change that makes the session `running` registers it in the run queue first: should the store fail between
+    // the two writes, a due entry without a running session is dropped by the sweep, whereas a running session
+    // without a due entry would never run. (`runs:due` is a global key, so it cannot join the session's script.)
+    if (setsRunning(ops)) await this.markDue(id, Date.now() + START_DUE_DELAY_MS);
     const res = await this.redis.sessApply(
       ...this.keyList(k),
       JSON.stringify(guard),

@@ -37,7 +37,13 @@ function installExitHook(): void {
 export async function spawnService(env: Record<string, string>, timeoutMs = 30_000): Promise<ChildService> {
   installExitHook();
   const childEnv: NodeJS.ProcessEnv = { ...process.env };
-  for (const k of ['API_KEYS', 'REDIS_URL', 'REDIS_CLUSTER_NODES', 'ANTHROPIC_API_KEY', 'ANTHROPIC_BASE_URL']) {
+  for (const k of [
+    'API_KEYS',
+    'REDIS_URL',
+    'REDIS_CLUSTER_NODES',
+    'ANTHROPIC_API_KEY',
+    'ANTHROPIC_BASE_URL',
+  ]) {
     delete childEnv[k];
   }
   Object.assign(childEnv, { PORT: '0', HOST: '127.0.0.1', LOG_LEVEL: 'info', ...env });
@@ -51,7 +57,10 @@ export async function spawnService(env: Record<string, string>, timeoutMs = 30_0
   void exited.then(() => live.delete(child));
   let out = '';
   const url = await new Promise<string>((resolve, reject) => {
-    const timer = setTimeout(() => reject(new Error(`service did not start in ${timeoutMs} ms:\n${out}`)), timeoutMs);
+    const timer = setTimeout(
+      () => reject(new Error(`service did not start in ${timeoutMs} ms:\n${out}`)),
+      timeoutMs,
+    );
     const onData = (chunk: Buffer) => {
       out += chunk.toString('utf8');
       const m = /Server listening at (http:\/\/127\.0\.0\.1:\d+)/.exec(out);

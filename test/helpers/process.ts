@@ -34,6 +34,10 @@ export interface ServiceProcess {
   kill(): Promise<ExitInfo>;
   /** SIGTERM (graceful shutdown); SIGKILL after `timeoutMs`. Resolves once it is gone. */
   stop(timeoutMs?: number): Promise<ExitInfo>;
+  /** SIGSTOP: the process freezes (a long GC pause, a stalled VM) while its sockets stay open. */
+  pause(): void;
+  /** SIGCONT after `pause()`. */
+  resume(): void;
 }
 
 const children = new Set<ChildProcess>();
@@ -186,6 +190,8 @@ export async function spawnService(
     waitForLog,
     kill: () => signalAndWait('SIGKILL'),
     stop: (timeoutMs = 30_000) => signalAndWait('SIGTERM', timeoutMs),
+    pause: () => void child.kill('SIGSTOP'),
+    resume: () => void child.kill('SIGCONT'),
   };
 }
 

@@ -1,0 +1,12 @@
+import { startFake } from './lib/procs.js';
+import { InprocWorker } from './lib/context.js';
+import { FakeControl } from './lib/fake.js';
+import { execSync } from 'node:child_process';
+const fake = await startFake(2.5, 'tool-loop:5');
+const w = await InprocWorker.start(fake.url);
+const cpu = (pid: number) => Number(execSync(`cat /proc/${pid}/stat`).toString().split(' ').slice(13, 15).reduce((a, b) => a + Number(b), 0)) * 10;
+const f0 = cpu(fake.child.pid), w0 = cpu(w.pid);
+const r = await w.run(Number(process.argv[2] ?? 200), 'x-', 10, 120000);
+console.log('wall', r.t1 - r.t0, 'iters', r.iterations, 'fake cpu ms', cpu(fake.child.pid) - f0, 'worker cpu ms', cpu(w.pid) - w0, r.errors);
+const st = await new FakeControl(fake.url).stats(); console.log(st);
+await w.stop(); await fake.stop(); process.exit(0);

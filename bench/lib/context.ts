@@ -1,0 +1,129 @@
+/** What every scenario gets: the shared processes, the mode, and ways to start the processes it owns. */
+import { readFileSync } from 'node:fs';
+import os from 'node:os';
+import { createInterface } from 'node:readline';
+import { FakeControl } from './fake.js';
+import {
+  spawnNode,
+  startService,
+  type BenchFake,
+  type BenchRedis,
+  type BenchService,
+  type Child,
+} from './procs.js';
+import { withTimeout } from './util.js';
+
+export interface Ctx {
+  quick: boolean;
+  redis: BenchRedis;
+  fake: BenchFake;
+  fakeCtl: FakeControl;
+  /** Directory for CPU profiles and scratch files. */
+  tmpDir: string;
+  /** How clients follow a session: the WebSocket route, or polling while that route does not exist. */
+  follow: 'ws' | 'poll';
+  log(msg: string): void;
+  /** Starts a fresh service process on the shared Redis and fake (optionally under `--cpu-prof`). */
+  service(env?: Record<string, string>, cpuProfDir?: string): Promise<BenchService>;
+  /** Per-event delay of the fake for the tool-loop scenarios (B1, B2): 8 events per turn, so 20 ms per turn. */
+  turnEventDelayMs: number;
+  /** Median in-process iteration time at that pacing (set by B1; B2 measures it itself when B1 did not run). */
+  baselineIterationMs?: number;
+}
+
+export function serviceStarter(redis: BenchRedis, fake: BenchFake) {
+  return (env: Record<string, string> = {}, cpuProfDir?: string) =>
+    startService({ redisUrl: redis.url, fakeUrl: fake.url, env, cpuProfDir });
+}
+
+export interface InprocResult {
+  id: number;
+  ok: boolean;
+  walls: number[];
+  iterations: number;
+  t0: number;
+  t1: number;
+  errors: string[];
+  errorCount: number;
+}
+
+/** The in-process SDK tool runner (bench/inproc.ts) as a worker process. */
+export class InprocWorker {
+  private seq = 0;
+  private waiting = new Map<number, (r: InprocResult) => void>();
+
+  private constructor(readonly child: Child) {
+    const rl = createInterface({ input: child.child.stdout! });
+    rl.on('line', (line) => {
+      if (!line.startsWith('{')) return;
+      const msg = JSON.parse(line);
+      const resolve = this.waiting.get(msg.id);
+      if (resolve) {
+        this.waiting.delete(msg.id);
+        resolve(msg as InprocResult);
+      }
+    });
+  }
+
+  static async start(fakeUrl: string): Promise<InprocWorker> {
+    const child = spawnNode('bench/inproc.ts', [fakeUrl], { stdin: true });
+    await child.waitFor(/\{"ready":true\}/, 30_000, 'the in-process runner worker');
+    return new InprocWorker(child);
+  }
+
+  get pid(): number {
+    return this.child.pid;
+  }
+
+  run(count: number, tagPrefix: string, maxIterations: number, timeoutMs: number): Promise<InprocResult> {
+    const id = ++this.seq;
+    const p = new Promise<InprocResult>((resolve) => this.waiting.set(id, resolve));
+    this.child.child.stdin!.write(`${JSON.stringify({ op: 'run', id, count, tagPrefix, maxIterations })}\n`);
+    return withTimeout(p, timeoutMs, `in-process runs ${tagPrefix}`);
+  }
+
+  stop(): Promise<void> {
+    this.child.child.stdin!.end();
+    return this.child.stop();
+  }
+}
+
+export interface Machine {
+  cpu: string;
+  cores: number;
+  ramGb: number;
+  node: string;
+  redis: string;
+  os: string;
+  date: string;
+  openFiles: string;
+}
+
+export async function machine(redis: BenchRedis): Promise<Machine> {
+  let cpu = os.cpus()[0]?.model ?? 'unknown';
+  try {
+    const m = /^model name\s*:\s*(.+)$/m.exec(readFileSync('/proc/cpuinfo', 'utf8'));
+    if (m) cpu = m[1]!.trim();
+  } catch {
+    /* not Linux */
+  }
+  const info = await redis.admin.info('server');
+  let openFiles = 'unknown';
+  try {
+    const limits = readFileSync('/proc/self/limits', 'utf8');
+    const m = /^Max open files\s+(\S+)\s+(\S+)/m.exec(limits);
+    if (m) openFiles = `${m[1]} (hard ${m[2]})`;
+  } catch {
+    /* not Linux */
+  }
+  return {
+    cpu,
+    cores: os.availableParallelism?.() ?? os.cpus().length,
+    ramGb: os.totalmem() / 1024 ** 3,
+    node: process.version,
+    redis: /redis_version:(\S+)/.exec(info)?.[1] ?? 'unknown',
+    os: `${os.type()} ${os.release()} ${os.arch()}`,
+    date: new Date().toISOString(),
+    openFiles,
+  };
+}

@@ -1,0 +1,286 @@
+/** docs/BENCHMARKS.md from the results of one run: nothing in it is written by hand. */
+import type { Results } from './run.js';
+import type { ProfileSummary } from './lib/profile.js';
+import { fmt, mb } from './lib/util.js';
+
+const ms = (n: number) => `${fmt(n, 2)} ms`;
+const MB = (bytes: number) => `${fmt(mb(bytes), 1)} MB`;
+const x = (n: number) => `${fmt(n, 2)}×`;
+
+function isErr(v: unknown): v is Error {
+  return v instanceof Error;
+}
+
+function profileSection(p: ProfileSummary | Error | undefined): string[] {
+  if (!p) return [];
+  if (isErr(p)) return ['', `CPU profile: could not be taken (${p.message}).`];
+  const lines = [
+    '',
+    `CPU profile of the service for this scenario (\`node --cpu-prof\`, the scenario's service side run again): ` +
+      `${fmt(p.busyMs / 1000, 1)} s busy of ${fmt(p.totalMs / 1000, 1)} s.`,
+    '',
+    'Self time by package:',
+    '',
+    '| package | self ms | share of busy |',
+    '|---|---:|---:|',
+    ...p.packages.slice(0, 8).map((r) => `| ${r.name} | ${fmt(r.selfMs, 0)} | ${fmt(r.share * 100, 1)} % |`),
+    '',
+    'Top functions by self time:',
+    '',
+    '| function | where | self ms | share of busy |',
+    '|---|---|---:|---:|',
+    ...p.functions.map(
+      (r) => `| \`${r.name}\` | ${r.where ? `\`${r.where}\`` : ''} | ${fmt(r.selfMs, 0)} | ${fmt(r.share * 100, 1)} % |`,
+    ),
+  ];
+  return lines;
+}
+
+export function report(r: Results): string {
+  const m = r.machine;
+  const L: string[] = [];
+  const summary: string[] = [];
+  L.push(
+    '# Benchmarks',
+    '',
+    `Written by \`npm run bench${r.mode === 'quick' ? ' -- --quick' : ''}\` (bench/run.ts) on ${m.date}, ` +
+      `${r.mode} run, ${fmt(r.seconds, 0)} s. Every figure below comes from that run; rerun the command to replace them.`,
+    '',
+    '## Machine',
+    '',
+    '| | |',
+    '|---|---|',
+    `| CPU | ${m.cpu} |`,
+    `| cores | ${m.cores} |`,
+    `| RAM | ${fmt(m.ramGb, 1)} GB |`,
+    `| OS | ${m.os} |`,
+    `| Node.js | ${m.node} |`,
+    `| Redis | ${m.redis} (private redis-server, appendonly yes, appendfsync everysec, no RDB) |`,
+    `| open files limit | ${m.openFiles} |`,
+    '',
+    '## Setup',
+    '',
+    '- Every process runs on this machine on 127.0.0.1: a private `redis-server` on a free port (never 6379), the fake ' +
+      'Messages API in its own process (`node --import tsx src/fake/main.ts`), and the service in its own process ' +
+      '(`node --import tsx src/server.ts`, `PORT=0`), a fresh one for each scenario. No scenario runs the service in ' +
+      'the bench process.',
+    '- The in-process peer is `client.beta.messages.toolRunner` (SDK 1.14, `stream: true`, `thread: false`, the ' +
+      "project's `tools/calculate_sum.ts`) in its own process (bench/inproc.ts), so its memory is measured the same way " +
+      "as the service's. The B3 peer is the npm package `resumable-stream` (ioredis, same Redis) in its own process " +
+      '(bench/peer-resumable.ts), serving the same WebSocket frames.',
+    `- Clients (REST calls, WebSocket subscribers) run in the bench process; sessions are followed over ` +
+      `${r.follow === 'ws' ? 'the WebSocket route `GET /v1/sessions/:id/stream`' : 'POLLING of `GET /v1/sessions/:id` (the WebSocket route was missing)'}.`,
+    `- Tool loops (B1, B2): the fake's \`tool-loop\` script streams each turn as 8 SSE events ` +
+      `${fmt(r.turnEventDelayMs, 1)} ms apart (${fmt(r.turnEventDelayMs * 8, 0)} ms of upstream streaming per turn).`,
+    '- An iteration, as the upstream sees it, is the gap between two requests of one conversation at the fake ' +
+      '(its `at` stamps): the streamed reply, plus everything the client does before the next request. "Added" ' +
+      "is that gap minus the in-process runner's median gap at the same pacing.",
+    '- Peak RSS: `/proc/<pid>/status` VmHWM reset before the measure (`clear_refs`) and VmRSS sampled every 50 ms.',
+    '',
+  );
+
+  // ---- B1
+  L.push('## B1 per-iteration overhead', '');
+  const b1 = r.B1;
+  if (!b1) L.push('Not run.', '');
+  else if (isErr(b1)) {
+    L.push(`FAILED: ${b1.message}`, '');
+    summary.push('| B1 per-iteration overhead | failed | p50 ≤ 2 ms added | | FAILED |');
+  } else {
+    L.push(
+      `${b1.runs} runs of a ${b1.iterations}-iteration calculate_sum loop on each side (after 2 warm-up runs each), ` +
+        'alternating. The service side: `POST /v1/sessions` (`tools: ["calculate_sum"]`, `input`), then the ' +
+        "session's WebSocket until `session.status` idle.",
+      '',
+      '| | service | in-process SDK runner |',
+      '|---|---:|---:|',
+      `| wall time per run, p50 | ${ms(b1.svcWallMs.p50)} | ${ms(b1.sdkWallMs.p50)} |`,
+      `| wall time per run, p99 | ${ms(b1.svcWallMs.p99)} | ${ms(b1.sdkWallMs.p99)} |`,
+      `| iteration (request gap at the fake), p50 | ${ms(b1.svcIterMs.p50)} | ${ms(b1.sdkIterMs.p50)} |`,
+      `| iteration (request gap at the fake), p99 | ${ms(b1.svcIterMs.p99)} | ${ms(b1.sdkIterMs.p99)} |`,
+      `| samples (gaps) | ${b1.samples.svc} | ${b1.samples.sdk} |`,
+      '',
+      `- **Added per iteration: p50 ${ms(b1.addedMs.p50)}, p99 ${ms(b1.addedMs.p99)}** ` +
+        `(mean ${ms(b1.addedMs.mean)}; from wall times, ${ms(b1.addedMs.fromWall)} per iteration including the ` +
+        'create request and the WebSocket setup).',
+      `- Wall time ratio service / in-process: **${x(b1.wallRatio)}**.`,
+      `- Target: p50 ≤ 2 ms added per iteration. **${b1.verdict}**.`,
+      ...profileSection(r.profiles.B1),
+      '',
+    );
+    summary.push(
+      `| B1 per-iteration overhead | +${ms(b1.addedMs.p50)} p50, +${ms(b1.addedMs.p99)} p99 per iteration; wall ${x(b1.wallRatio)} | p50 ≤ 2 ms added | ${x(b1.addedMs.p50 / 2)} of the bound | ${b1.verdict} |`,
+    );
+  }
+
+  // ---- B2
+  L.push('## B2 concurrency', '');
+  const b2 = r.B2;
+  if (!b2) L.push('Not run.', '');
+  else if (isErr(b2)) {
+    L.push(`FAILED: ${b2.message}`, '');
+    summary.push('| B2 concurrency | failed | ≥ 0.8× in-process, p99 overhead ≤ 20 ms | | FAILED |');
+  } else {
+    L.push(
+      `${b2.sessions} sessions started at once, ${b2.iterations} iterations each (${fmt(r.turnEventDelayMs * 8, 0)} ms of ` +
+        'upstream streaming per turn); each created over REST and followed over its own WebSocket until idle. ' +
+        `The peer: ${b2.sessions} concurrent in-process runners. Overhead per iteration = request gap − ` +
+        `${ms(b2.baselineIterMs)} (the unloaded in-process median gap).`,
+      '',
+      '| | service | in-process SDK runners |',
+      '|---|---:|---:|',
+      `| time to finish all | ${fmt(b2.svc.seconds, 2)} s | ${fmt(b2.sdk.seconds, 2)} s |`,
+      `| iterations/s | **${fmt(b2.svc.itersPerSec, 0)}** | ${fmt(b2.sdk.itersPerSec, 0)} |`,
+      `| iteration gap p50 / p99 | ${ms(b2.svc.iterMs.p50)} / ${ms(b2.svc.iterMs.p99)} | ${ms(b2.sdk.iterMs.p50)} / ${ms(b2.sdk.iterMs.p99)} |`,
+      `| turn overhead p50 / p99 | ${ms(b2.svc.overheadMs.p50)} / **${ms(b2.svc.overheadMs.p99)}** | ${ms(b2.sdk.overheadMs.p50)} / ${ms(b2.sdk.overheadMs.p99)} |`,
+      `| peak RSS of the process | ${MB(b2.svc.rss.peak)} (from ${MB(b2.svc.rss.start)}) | ${MB(b2.sdk.rss.peak)} (from ${MB(b2.sdk.rss.start)}) |`,
+      `| Redis used_memory after / peak | ${MB(b2.svc.redisUsedBytes)} / ${MB(b2.svc.redisPeakBytes)} (${fmt((b2.svc.redisUsedBytes - b2.svc.redisBefore) / b2.sessions / 1024, 1)} kB per finished session) | — |`,
+      `| errors | ${b2.svc.errors} | ${b2.sdk.errors} |`,
+      '',
+      `- Throughput ratio service / in-process: **${x(b2.throughputRatio)}**.`,
+      `- Target: ≥ 0.8× the in-process throughput and p99 turn overhead ≤ 20 ms. **${b2.verdict}**.`,
+      ...profileSection(r.profiles.B2),
+      '',
+    );
+    summary.push(
+      `| B2 concurrency (${b2.sessions} × ${b2.iterations}) | ${fmt(b2.svc.itersPerSec, 0)} vs ${fmt(b2.sdk.itersPerSec, 0)} iterations/s; p99 overhead ${ms(b2.svc.overheadMs.p99)}; RSS ${MB(b2.svc.rss.peak)} vs ${MB(b2.sdk.rss.peak)}; Redis ${MB(b2.svc.redisUsedBytes)} | ≥ 0.8×, p99 ≤ 20 ms | ${x(b2.throughputRatio)} | ${b2.verdict} |`,
+    );
+  }
+
+  // ---- B3
+  L.push('## B3 fan-out', '');
+  const b3 = r.B3;
+  if (!b3) L.push('Not run.', '');
+  else if (isErr(b3)) {
+    L.push(`FAILED: ${b3.message}`, '');
+    summary.push('| B3 fan-out | failed | ≥ 2× resumable-stream events/s, p99 ≤ its p99 | | FAILED |');
+  } else {
+    L.push(
+      `One streaming turn, ${b3.subscribers} WebSocket subscribers joined before it starts. Latency run: ` +
+        `${b3.pacedDeltas} text deltas, the fake writing one SSE event every ${fmt(b3.paceMs, 0)} ms; latency is each ` +
+        "delta's receipt time at a subscriber minus the time it crossed a tap in front of the fake (bench/tap.ts, its " +
+        `own process, same clock). Burst run: ${b3.deltas} deltas written at once; deliveries (deltas × subscribers) ` +
+        'per second from the first delta crossing the tap to the last receipt.',
+      '',
+      '| | service | resumable-stream |',
+      '|---|---:|---:|',
+      `| burst: deltas delivered per second | **${fmt(b3.svc.burst.eventsPerSec, 0)}** | ${fmt(b3.peer.burst.eventsPerSec, 0)} |`,
+      `| burst: time to deliver all | ${fmt(b3.svc.burst.seconds, 2)} s | ${fmt(b3.peer.burst.seconds, 2)} s |`,
+      `| paced: latency p50 | ${ms(b3.svc.paced.p50)} | ${ms(b3.peer.paced.p50)} |`,
+      `| paced: latency p99 | **${ms(b3.svc.paced.p99)}** | ${ms(b3.peer.paced.p99)} |`,
+      `| paced: latency max | ${ms(b3.svc.paced.max)} | ${ms(b3.peer.paced.max)} |`,
+      `| deliveries missing (paced + burst) | ${b3.svc.paced.missing + b3.svc.burst.missing} | ${b3.peer.paced.missing + b3.peer.burst.missing} |`,
+      `| peak RSS of the process | ${MB(b3.svc.peakRssBytes)} | ${MB(b3.peer.peakRssBytes)} |`,
+      '',
+      `- Method floor (one SDK reader through the same tap, no relay): p50 ${ms(b3.floor.p50)}, p99 ${ms(b3.floor.p99)}.`,
+      `- Events/s ratio service / resumable-stream: **${x(b3.ratio)}**.`,
+      `- Target: ≥ 2× resumable-stream's events/s at equal or better p99. **${b3.verdict}**.`,
+      ...profileSection(r.profiles.B3),
+      '',
+    );
+    summary.push(
+      `| B3 fan-out (1 × ${b3.subscribers}) | ${fmt(b3.svc.burst.eventsPerSec, 0)} vs ${fmt(b3.peer.burst.eventsPerSec, 0)} deltas/s; p50 ${ms(b3.svc.paced.p50)} vs ${ms(b3.peer.paced.p50)}, p99 ${ms(b3.svc.paced.p99)} vs ${ms(b3.peer.paced.p99)} | ≥ 2×, p99 ≤ peer's | ${x(b3.ratio)} | ${b3.verdict} |`,
+    );
+  }
+
+  // ---- B4
+  L.push('## B4 persistence cost', '');
+  const b4 = r.B4;
+  if (!b4) L.push('Not run.', '');
+  else if (isErr(b4)) {
+    L.push(`FAILED: ${b4.message}`, '');
+    summary.push('| B4 persistence cost | failed | ratio ≤ 1.5 | | FAILED |');
+  } else {
+    L.push(
+      `A ${b4.iterations}-iteration run (5 calculate_sum calls, then a text) of a session created with N earlier ` +
+        'messages; Redis counters read before the message that starts the run and after the run ended.',
+      '',
+      '| earlier messages | sessions | bytes into Redis per iteration (`total_net_input_bytes`) | AOF bytes per iteration | commands per iteration | bytes read by the service per run |',
+      '|---:|---:|---:|---:|---:|---:|',
+      ...b4.rows.map(
+        (row) =>
+          `| ${row.history} | ${row.sessions} | ${fmt(row.inputBytesPerIter, 0)} | ${fmt(row.aofBytesPerIter, 0)} | ${fmt(row.commandsPerIter, 1)} | ${fmt(row.outputBytesPerRun, 0)} |`,
+      ),
+      '',
+      `- Ratio 1,000 vs 10 earlier messages: **${x(b4.ratio)}** (bytes in), ${x(b4.aofRatio)} (AOF).`,
+      `- Target: ≤ 1.5. **${b4.verdict}**.`,
+      ...profileSection(r.profiles.B4),
+      '',
+    );
+    summary.push(
+      `| B4 persistence cost | ${b4.rows.map((row) => `${fmt(row.inputBytesPerIter, 0)} B`).join(' / ')} per iteration after ${b4.rows.map((row) => row.history).join(' / ')} messages | ratio ≤ 1.5 | ${x(b4.ratio)} | ${b4.verdict} |`,
+    );
+  }
+
+  // ---- B5
+  L.push('## B5 replay', '');
+  const b5 = r.B5;
+  if (!b5) L.push('Not run.', '');
+  else if (isErr(b5)) {
+    L.push(`FAILED: ${b5.message}`, '');
+    summary.push('| B5 replay | failed | RSS growth ≤ 100 MB | | FAILED |');
+  } else {
+    L.push(
+      `${fmt(b5.events, 0)} \`stream.event\` entries (${fmt(b5.eventBytes, 0)} bytes of data each) written into one ` +
+        `session's log with pipelined XADDs (${fmt(b5.writeSeconds, 2)} s), then a client reconnects over the WebSocket ` +
+        'with the cursor of the event before them and reads until it has them all.',
+      '',
+      '| | |',
+      '|---|---:|',
+      `| events received | ${fmt(b5.received, 0)} |`,
+      `| replay time | **${fmt(b5.seconds, 2)} s** (${fmt(b5.eventsPerSec, 0)} events/s) |`,
+      `| service RSS before | ${MB(b5.rssBefore)} |`,
+      `| service peak RSS during the replay | ${MB(b5.rssPeak)} |`,
+      `| growth | **${MB(b5.growthBytes)}** |`,
+      '',
+      `- Target: RSS growth ≤ 100 MB. **${b5.verdict}**.`,
+      ...profileSection(r.profiles.B5),
+      '',
+    );
+    summary.push(
+      `| B5 replay (${fmt(b5.events, 0)} events) | ${fmt(b5.seconds, 2)} s; RSS +${MB(b5.growthBytes)} | growth ≤ 100 MB | ${x(mb(b5.growthBytes) / 100)} of the bound | ${b5.verdict} |`,
+    );
+  }
+
+  // ---- B6
+  L.push('## B6 idle footprint', '');
+  const b6 = r.B6;
+  if (!b6) L.push('Not run.', '');
+  else if (isErr(b6)) {
+    L.push(`FAILED: ${b6.message}`, '');
+    summary.push('| B6 idle footprint | failed | ≤ 200 MB | | FAILED |');
+  } else {
+    L.push(
+      `${fmt(b6.sessions, 0)} sessions created with \`start: false\` (${fmt(b6.createSeconds, 1)} s), then ` +
+        `${fmt(b6.connections, 0)} WebSocket connections opened on ${fmt(b6.connections, 0)} of them ` +
+        `(${fmt(b6.connectSeconds, 1)} s), each idle after its replay. RSS read once settled. Open files limit: ${b6.openFilesLimit}.`,
+      '',
+      '| | service RSS |',
+      '|---|---:|',
+      `| fresh | ${MB(b6.rssFresh)} |`,
+      `| with ${fmt(b6.sessions, 0)} idle sessions | **${MB(b6.rssSessions)}** |`,
+      `| and ${fmt(b6.connections, 0)} idle WebSocket connections | **${MB(b6.rssConnections)}** (heap used ${MB(b6.heapUsedConnections)}; ${fmt((b6.rssConnections - b6.rssSessions) / b6.connections / 1024, 1)} kB per connection) |`,
+      `| Redis used_memory with the sessions | ${MB(b6.redisUsedSessions)} |`,
+      '',
+      `- Target: ≤ 200 MB. **${b6.verdict}**.`,
+      ...profileSection(r.profiles.B6),
+      '',
+    );
+    summary.push(
+      `| B6 idle footprint | ${MB(b6.rssSessions)} with ${fmt(b6.sessions, 0)} sessions; ${MB(b6.rssConnections)} with ${fmt(b6.connections, 0)} connections | ≤ 200 MB | ${x(mb(Math.max(b6.rssSessions, b6.rssConnections)) / 200)} of the bound | ${b6.verdict} |`,
+    );
+  }
+
+  const head = L.indexOf('## Setup');
+  L.splice(
+    head,
+    0,
+    '## Summary',
+    '',
+    '| scenario | figures (service vs peer) | target | ratio | result |',
+    '|---|---|---|---:|---|',
+    ...summary,
+    '',
+  );
+  return `${L.join('\n')}\n`;
+}

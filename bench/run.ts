@@ -1,0 +1,164 @@
+/**
+ * `npm run bench` — the service against the SDK's in-process tool runner and its relay against `resumable-stream`,
+ * in one run, writing docs/BENCHMARKS.md (every figure in it comes from this script).
+ *
+ *   npm run bench                      full run (B1–B6), CPU profiles of the scenarios that miss their target
+ *   npm run bench -- --quick           smaller loads, no profiles, under 2 minutes
+ *   options: --only B1,B3  --out <file>  --profile (profile misses in --quick too)  --no-profile
+ *
+ * Processes (all on 127.0.0.1, free ports): a private redis-server (append-only, as the service's embedded Redis
+ * runs), the fake Messages API (src/fake/main.ts), a fresh service process per scenario (src/server.ts), the
+ * in-process SDK runner (bench/inproc.ts) and the resumable-stream peer (bench/peer-resumable.ts); the clients
+ * (REST, WebSocket subscribers) live in this process.
+ */
+import { mkdtemp, rm, writeFile } from 'node:fs/promises';
+import os from 'node:os';
+import path from 'node:path';
+import { parseArgs } from 'node:util';
+import { machine, serviceStarter, type Ctx, type Machine } from './lib/context.js';
+import { FakeControl } from './lib/fake.js';
+import { ROOT, startFake, startRedis } from './lib/procs.js';
+import { newestProfile, summarizeProfile, type ProfileSummary } from './lib/profile.js';
+import { wsRouteAvailable } from './lib/ws.js';
+import { b1, b1Profile, type B1Result } from './scenarios/b1.js';
+import { b2, b2Profile, type B2Result } from './scenarios/b2.js';
+import { b3, b3Profile, type B3Result } from './scenarios/b3.js';
+import { b4, b4Profile, type B4Result } from './scenarios/b4.js';
+import { b5, b5Profile, type B5Result } from './scenarios/b5.js';
+import { b6, b6Profile, type B6Result } from './scenarios/b6.js';
+import { report } from './report.js';
+
+const { values } = parseArgs({
+  options: {
+    quick: { type: 'boolean', default: false },
+    only: { type: 'string' },
+    out: { type: 'string' },
+    profile: { type: 'boolean' },
+    'no-profile': { type: 'boolean', default: false },
+  },
+  strict: true,
+});
+
+const quick = values.quick!;
+const only = new Set((values.only ?? 'B1,B2,B3,B4,B5,B6').toUpperCase().split(',').map((s) => s.trim()));
+const out = path.resolve(ROOT, values.out ?? 'docs/BENCHMARKS.md');
+const doProfile = values['no-profile'] ? false : (values.profile ?? !quick);
+// Hard bound of the whole run: a stuck scenario cannot keep the machine busy.
+const HARD_LIMIT_MS = quick ? 170_000 : 40 * 60_000;
+
+export interface Results {
+  mode: 'full' | 'quick';
+  machine: Machine;
+  follow: 'ws' | 'poll';
+  turnEventDelayMs: number;
+  seconds: number;
+  B1?: B1Result | Error;
+  B2?: B2Result | Error;
+  B3?: B3Result | Error;
+  B4?: B4Result | Error;
+  B5?: B5Result | Error;
+  B6?: B6Result | Error;
+  profiles: Record<string, ProfileSummary | Error>;
+}
+
+const started = performance.now();
+const log = (msg: string) =>
+  process.stdout.write(`[bench ${((performance.now() - started) / 1000).toFixed(1).padStart(6)}s] ${msg}\n`);
+
+const hard = setTimeout(() => {
+  log(`hard time limit (${HARD_LIMIT_MS / 1000} s) reached: stopping`);
+  process.exit(3);
+}, HARD_LIMIT_MS);
+hard.unref();
+
+async function main() {
+  log(`mode ${quick ? 'quick' : 'full'}; scenarios ${[...only].join(',')}; report ${path.relative(ROOT, out)}`);
+  const tmpDir = await mkdtemp(path.join(os.tmpdir(), 'toolrunner-bench-'));
+  const redis = await startRedis();
+  const fake = await startFake(0, 'tool-loop:10');
+  log(`redis ${redis.url} (pid ${redis.pid}), fake ${fake.url} (pid ${fake.child.pid})`);
+  const start = serviceStarter(redis, fake);
+  const ctx: Ctx = {
+    quick,
+    redis,
+    fake,
+    fakeCtl: new FakeControl(fake.url),
+    tmpDir,
+    follow: 'ws',
+    log,
+    service: start,
+    turnEventDelayMs: 2.5,
+  };
+  // Which way clients follow sessions: the WebSocket route (spec §5), or polling while it is missing.
+  {
+    const svc = await start();
+    ctx.follow = (await wsRouteAvailable(svc.url)) ? 'ws' : 'poll';
+    await svc.stop();
+    if (ctx.follow === 'poll') log('WARNING: the WebSocket route is missing; clients poll GET /v1/sessions/:id');
+  }
+
+  const results: Results = {
+    mode: quick ? 'quick' : 'full',
+    machine: await machine(redis),
+    follow: ctx.follow,
+    turnEventDelayMs: ctx.turnEventDelayMs,
+    seconds: 0,
+    profiles: {},
+  };
+
+  const scenarios: Array<[keyof Results & string, () => Promise<any>, (dir: string) => Promise<void>]> = [
+    ['B1', () => b1(ctx), (d) => b1Profile(ctx, d)],
+    ['B2', () => b2(ctx), (d) => b2Profile(ctx, d)],
+    ['B3', () => b3(ctx), (d) => b3Profile(ctx, d)],
+    ['B4', () => b4(ctx), (d) => b4Profile(ctx, d)],
+    ['B5', () => b5(ctx), (d) => b5Profile(ctx, d)],
+    ['B6', () => b6(ctx, results.machine.openFiles), (d) => b6Profile(ctx, d)],
+  ];
+  try {
+    for (const [name, run] of scenarios) {
+      if (!only.has(name)) continue;
+      const t = performance.now();
+      log(`${name} …`);
+      try {
+        const r = await run();
+        (results as any)[name] = r;
+        log(`${name} done in ${((performance.now() - t) / 1000).toFixed(1)} s: ${r.verdict}`);
+      } catch (err) {
+        (results as any)[name] = err instanceof Error ? err : new Error(String(err));
+        log(`${name} FAILED: ${err instanceof Error ? err.stack : String(err)}`);
+      }
+    }
+    if (doProfile) {
+      for (const [name, , profile] of scenarios) {
+        const r = (results as any)[name];
+        if (!r || r instanceof Error || r.verdict !== 'MISS') continue;
+        const dir = path.join(tmpDir, `prof-${name}`);
+        log(`${name} missed its target: running its service side again under --cpu-prof …`);
+        try {
+          await profile(dir);
+          const file = newestProfile(dir);
+          if (!file) throw new Error('no .cpuprofile was written');
+          results.profiles[name] = summarizeProfile(file);
+        } catch (err) {
+          results.profiles[name] = err instanceof Error ? err : new Error(String(err));
+          log(`${name} profile FAILED: ${String(err)}`);
+        }
+      }
+    }
+  } finally {
+    await fake.stop();
+    await redis.stop();
+    await rm(tmpDir, { recursive: true, force: true });
+  }
+  results.seconds = (performance.now() - started) / 1000;
+  await writeFile(out, report(results));
+  log(`wrote ${path.relative(ROOT, out)} (${results.seconds.toFixed(0)} s)`);
+}
+
+main().then(
+  () => process.exit(0),
+  (err) => {
+    log(`bench failed: ${err instanceof Error ? err.stack : String(err)}`);
+    process.exit(1);
+  },
+);

@@ -1,0 +1,111 @@
+/**
+ * B1 per-iteration overhead: the same 10-iteration calculate_sum loop through the service (REST create, WebSocket
+ * follow until `session.status` idle, streaming) and through the SDK's toolRunner in-process, runs alternating.
+ * Iteration time is read on the fake's side: the gap between two requests of one conversation.
+ */
+import { InprocWorker, type Ctx } from '../lib/context.js';
+import { arrivalsByTag, intervals } from '../lib/fake.js';
+import { mean, median, percentile } from '../lib/util.js';
+import { createAndFollow, verdict, type Verdict } from './common.js';
+
+export interface B1Result {
+  runs: number;
+  iterations: number;
+  turnMs: number;
+  svcWallMs: { p50: number; p99: number };
+  sdkWallMs: { p50: number; p99: number };
+  wallRatio: number;
+  sdkIterMs: { p50: number; p99: number };
+  svcIterMs: { p50: number; p99: number };
+  addedMs: { p50: number; p99: number; mean: number; fromWall: number };
+  samples: { svc: number; sdk: number };
+  verdict: Verdict;
+}
+
+const ITER = 10;
+
+export async function serviceRuns(ctx: Ctx, base: string, runs: number, prefix: string) {
+  const walls: number[] = [];
+  for (let i = 0; i < runs; i++) {
+    const r = await createAndFollow(
+      ctx,
+      base,
+      { tools: ['calculate_sum'], input: `${prefix}${i}`, max_iterations: ITER },
+      30_000,
+    );
+    walls.push(r.wall);
+  }
+  return walls;
+}
+
+export async function b1(ctx: Ctx): Promise<B1Result> {
+  const runs = ctx.quick ? 8 : 30;
+  const warm = 2;
+  await ctx.fakeCtl.reset();
+  await ctx.fakeCtl.script(`tool-loop:${ITER}`);
+  await ctx.fakeCtl.pacing(ctx.turnEventDelayMs);
+  await ctx.redis.admin.flushall();
+  const svc = await ctx.service();
+  const worker = await InprocWorker.start(ctx.fake.url);
+  const svcWalls: number[] = [];
+  const sdkWalls: number[] = [];
+  try {
+    for (let i = 0; i < warm + runs; i++) {
+      const [w] = await serviceRuns(ctx, svc.url, 1, `b1-${i < warm ? 'warm' : 'svc'}-${i}-`);
+      const r = await worker.run(1, `b1-${i < warm ? 'warmsdk' : 'sdk'}-${i}-`, ITER, 30_000);
+      if (!r.ok) throw new Error(`in-process run failed: ${r.errors.join('; ')}`);
+      if (i >= warm) {
+        svcWalls.push(w!);
+        sdkWalls.push(r.walls[0]!);
+      }
+    }
+  } finally {
+    await worker.stop();
+    await svc.stop();
+  }
+  const records = await ctx.fakeCtl.requests(0);
+  const svcArr = arrivalsByTag(records, 'b1-svc-');
+  const sdkArr = arrivalsByTag(records, 'b1-sdk-');
+  for (const [tag, list] of [...svcArr, ...sdkArr]) {
+    if (list.length !== ITER) throw new Error(`${tag}: ${list.length} requests reached the fake, not ${ITER}`);
+  }
+  const svcIv = intervals(svcArr);
+  const sdkIv = intervals(sdkArr);
+  const base = median(sdkIv);
+  ctx.baselineIterationMs = base;
+  const added = svcIv.map((v) => v - base);
+  const wallRatio = median(svcWalls) / median(sdkWalls);
+  const res: B1Result = {
+    runs,
+    iterations: ITER,
+    turnMs: ctx.turnEventDelayMs * 8,
+    svcWallMs: { p50: median(svcWalls), p99: percentile(svcWalls, 99) },
+    sdkWallMs: { p50: median(sdkWalls), p99: percentile(sdkWalls, 99) },
+    wallRatio,
+    sdkIterMs: { p50: base, p99: percentile(sdkIv, 99) },
+    svcIterMs: { p50: median(svcIv), p99: percentile(svcIv, 99) },
+    addedMs: {
+      p50: median(added),
+      p99: percentile(added, 99),
+      mean: mean(svcIv) - mean(sdkIv),
+      fromWall: (median(svcWalls) - median(sdkWalls)) / ITER,
+    },
+    samples: { svc: svcIv.length, sdk: sdkIv.length },
+    verdict: 'n/a',
+  };
+  res.verdict = verdict(res.addedMs.p50 <= 2);
+  return res;
+}
+
+/** The service side of B1 again, under `--cpu-prof`, for the profile of a miss. */
+export async function b1Profile(ctx: Ctx, dir: string) {
+  await ctx.fakeCtl.reset();
+  await ctx.fakeCtl.script(`tool-loop:${ITER}`);
+  await ctx.fakeCtl.pacing(ctx.turnEventDelayMs);
+  const svc = await ctx.service({}, dir);
+  try {
+    await serviceRuns(ctx, svc.url, ctx.quick ? 8 : 30, 'b1-prof-');
+  } finally {
+    await svc.stop();
+  }
+}
