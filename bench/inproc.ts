@@ -28,7 +28,15 @@ interface RunCommand {
   maxIterations: number;
 }
 
-async function oneRun(tag: string, maxIterations: number): Promise<{ wall: number; iterations: number }> {
+interface RunOut {
+  wall: number;
+  iterations: number;
+  /** Per iteration: from the runner yielding the turn to its final message, and from there to the next yield. */
+  upstreamMs: number[];
+  betweenMs: number[];
+}
+
+async function oneRun(tag: string, maxIterations: number): Promise<RunOut> {
   const t0 = performance.now();
   const runner = client.beta.messages.toolRunner({
     model: 'claude-sonnet-5-5',
@@ -40,12 +48,19 @@ async function oneRun(tag: string, maxIterations: number): Promise<{ wall: numbe
     thread: false,
   } as any);
   let iterations = 0;
+  const upstreamMs: number[] = [];
+  const betweenMs: number[] = [];
+  let lastFinal: number | null = null;
   for await (const stream of runner as AsyncIterable<any>) {
+    const yielded = performance.now();
+    if (lastFinal !== null) betweenMs.push(yielded - lastFinal);
     stream.on('streamEvent', () => {});
     await stream.finalMessage();
+    lastFinal = performance.now();
+    upstreamMs.push(lastFinal - yielded);
     iterations++;
   }
-  return { wall: performance.now() - t0, iterations };
+  return { wall: performance.now() - t0, iterations, upstreamMs, betweenMs };
 }
 
 async function run(cmd: RunCommand) {
@@ -60,6 +75,9 @@ async function run(cmd: RunCommand) {
     id: cmd.id,
     ok: errors.length === 0,
     walls: ok.map((r) => r.wall),
+    // Per-iteration split, for single runs only (B1): concurrent runs would only measure the queueing.
+    upstreamMs: cmd.count === 1 ? ok.flatMap((r) => r.upstreamMs) : [],
+    betweenMs: cmd.count === 1 ? ok.flatMap((r) => r.betweenMs) : [],
     iterations: ok.reduce((a, r) => a + r.iterations, 0),
     t0,
     t1,

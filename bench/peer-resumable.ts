@@ -56,18 +56,20 @@ const server = http.createServer((req, res) => {
     res.end(JSON.stringify(body));
   };
   if (req.method === 'POST' && url.pathname === '/produce') {
-    ctx.createNewResumableStream(id, () => source(id)).then(
-      (own) => {
-        // The producer's own reader (the request that started the stream, in resumable-stream's model).
-        if (own) {
-          const reader = own.getReader();
-          const pump = (): Promise<void> => reader.read().then((r) => (r.done ? undefined : pump()));
-          void pump().catch(() => {});
-        }
-        done(200, { ok: true });
-      },
-      (err) => done(500, { error: String(err) }),
-    );
+    ctx
+      .createNewResumableStream(id, () => source(id))
+      .then(
+        (own) => {
+          // The producer's own reader (the request that started the stream, in resumable-stream's model).
+          if (own) {
+            const reader = own.getReader();
+            const pump = (): Promise<void> => reader.read().then((r) => (r.done ? undefined : pump()));
+            void pump().catch(() => {});
+          }
+          done(200, { ok: true });
+        },
+        (err) => done(500, { error: String(err) }),
+      );
     return;
   }
   if (req.method === 'POST' && url.pathname === '/go') {

@@ -16,8 +16,10 @@ function profileSection(p: ProfileSummary | Error | undefined): string[] {
   if (isErr(p)) return ['', `CPU profile: could not be taken (${p.message}).`];
   const lines = [
     '',
-    `CPU profile of the service for this scenario (\`node --cpu-prof\`, the scenario's service side run again): ` +
-      `${fmt(p.busyMs / 1000, 1)} s busy of ${fmt(p.totalMs / 1000, 1)} s.`,
+    "CPU profile of the service for this scenario: its service side run again on a fresh service under V8's CPU " +
+      'profiler (the one `node --cpu-prof` uses, 1 ms sampling), started and stopped over the inspector around the ' +
+      `workload so start-up is left out; ${fmt(p.busyMs / 1000, 1)} s busy of ${fmt(p.totalMs / 1000, 1)} s ` +
+      `(\`${p.file}\`).`,
     '',
     'Self time by package:',
     '',
@@ -30,10 +32,21 @@ function profileSection(p: ProfileSummary | Error | undefined): string[] {
     '| function | where | self ms | share of busy |',
     '|---|---|---:|---:|',
     ...p.functions.map(
-      (r) => `| \`${r.name}\` | ${r.where ? `\`${r.where}\`` : ''} | ${fmt(r.selfMs, 0)} | ${fmt(r.share * 100, 1)} % |`,
+      (r) =>
+        `| \`${r.name}\` | ${r.where ? `\`${r.where}\`` : ''} | ${fmt(r.selfMs, 0)} | ${fmt(r.share * 100, 1)} % |`,
     ),
   ];
   return lines;
+}
+
+function loadLine(r: Results, name: string): string[] {
+  const load = r.load[name];
+  return load === undefined
+    ? []
+    : [
+        `_Load average (1 min) of the machine when the scenario started: ${fmt(load, 2)} on ${r.machine.cores} cores._`,
+        '',
+      ];
 }
 
 export function report(r: Results): string {
@@ -46,6 +59,14 @@ export function report(r: Results): string {
     `Written by \`npm run bench${r.mode === 'quick' ? ' -- --quick' : ''}\` (bench/run.ts) on ${m.date}, ` +
       `${r.mode} run, ${fmt(r.seconds, 0)} s. Every figure below comes from that run; rerun the command to replace them.`,
     '',
+    ...(r.mode === 'quick'
+      ? [
+          '**Quick run**: reduced sizes (B1 8 runs a side, B2 200 sessions in 1 round, B3 fewer deltas, B4 1 session ' +
+            'per length, B6 2,000 sessions and 1,000 connections); the verdicts apply to those sizes. ' +
+            '`npm run bench` runs the sizes of the targets.',
+          '',
+        ]
+      : []),
     '## Machine',
     '',
     '| | |',
@@ -80,7 +101,7 @@ export function report(r: Results): string {
   );
 
   // ---- B1
-  L.push('## B1 per-iteration overhead', '');
+  L.push('## B1 per-iteration overhead', '', ...loadLine(r, 'B1'));
   const b1 = r.B1;
   if (!b1) L.push('Not run.', '');
   else if (isErr(b1)) {
@@ -99,6 +120,8 @@ export function report(r: Results): string {
       `| iteration (request gap at the fake), p50 | ${ms(b1.svcIterMs.p50)} | ${ms(b1.sdkIterMs.p50)} |`,
       `| iteration (request gap at the fake), p99 | ${ms(b1.svcIterMs.p99)} | ${ms(b1.sdkIterMs.p99)} |`,
       `| samples (gaps) | ${b1.samples.svc} | ${b1.samples.sdk} |`,
+      `| split, p50: turn yielded by the runner → its final message (service: and its stream events written) | ${ms(b1.split.svc.upstream)} | ${ms(b1.split.sdk.upstream)} |`,
+      `| split, p50: final message → next turn yielded (service: reply commit, tool, results commit) | ${ms(b1.split.svc.between)} | ${ms(b1.split.sdk.between)} |`,
       '',
       `- **Added per iteration: p50 ${ms(b1.addedMs.p50)}, p99 ${ms(b1.addedMs.p99)}** ` +
         `(mean ${ms(b1.addedMs.mean)}; from wall times, ${ms(b1.addedMs.fromWall)} per iteration including the ` +
@@ -114,7 +137,7 @@ export function report(r: Results): string {
   }
 
   // ---- B2
-  L.push('## B2 concurrency', '');
+  L.push('## B2 concurrency', '', ...loadLine(r, 'B2'));
   const b2 = r.B2;
   if (!b2) L.push('Not run.', '');
   else if (isErr(b2)) {
@@ -124,20 +147,27 @@ export function report(r: Results): string {
     L.push(
       `${b2.sessions} sessions started at once, ${b2.iterations} iterations each (${fmt(r.turnEventDelayMs * 8, 0)} ms of ` +
         'upstream streaming per turn); each created over REST and followed over its own WebSocket until idle. ' +
-        `The peer: ${b2.sessions} concurrent in-process runners. Overhead per iteration = request gap − ` +
-        `${ms(b2.baselineIterMs)} (the unloaded in-process median gap).`,
+        `The peer: ${b2.sessions} concurrent in-process runners. ${b2.rounds} round(s), each measuring the service then ` +
+        "the peer (fresh processes), so both sides of a ratio share the machine's state; figures are medians over " +
+        `the rounds, gaps pooled. Overhead per iteration = request gap − ${ms(b2.baselineIterMs)} (the unloaded ` +
+        'in-process median gap).',
       '',
       '| | service | in-process SDK runners |',
       '|---|---:|---:|',
       `| time to finish all | ${fmt(b2.svc.seconds, 2)} s | ${fmt(b2.sdk.seconds, 2)} s |`,
       `| iterations/s | **${fmt(b2.svc.itersPerSec, 0)}** | ${fmt(b2.sdk.itersPerSec, 0)} |`,
+      `| iterations/s per round | ${b2.svc.perRound.map((v) => fmt(v, 0)).join(', ')} | ${b2.sdk.perRound.map((v) => fmt(v, 0)).join(', ')} |`,
       `| iteration gap p50 / p99 | ${ms(b2.svc.iterMs.p50)} / ${ms(b2.svc.iterMs.p99)} | ${ms(b2.sdk.iterMs.p50)} / ${ms(b2.sdk.iterMs.p99)} |`,
       `| turn overhead p50 / p99 | ${ms(b2.svc.overheadMs.p50)} / **${ms(b2.svc.overheadMs.p99)}** | ${ms(b2.sdk.overheadMs.p50)} / ${ms(b2.sdk.overheadMs.p99)} |`,
       `| peak RSS of the process | ${MB(b2.svc.rss.peak)} (from ${MB(b2.svc.rss.start)}) | ${MB(b2.sdk.rss.peak)} (from ${MB(b2.sdk.rss.start)}) |`,
-      `| Redis used_memory after / peak | ${MB(b2.svc.redisUsedBytes)} / ${MB(b2.svc.redisPeakBytes)} (${fmt((b2.svc.redisUsedBytes - b2.svc.redisBefore) / b2.sessions / 1024, 1)} kB per finished session) | — |`,
+      `| Redis used_memory after / peak | ${MB(b2.svc.redisUsedBytes)} / ${MB(b2.svc.redisPeakBytes)} | — |`,
       `| errors | ${b2.svc.errors} | ${b2.sdk.errors} |`,
+      `| CPU per iteration: the runner's process | ${ms(b2.cpuPerIter.svc.service!)} (service) | ${ms(b2.cpuPerIter.sdk.runner!)} (in-process runner) |`,
+      `| CPU per iteration: Redis | ${ms(b2.cpuPerIter.svc.redis!)} | ${ms(b2.cpuPerIter.sdk.redis!)} |`,
+      `| CPU per iteration: the fake upstream | ${ms(b2.cpuPerIter.svc.fake!)} | ${ms(b2.cpuPerIter.sdk.fake!)} |`,
+      `| CPU per iteration: the bench's clients (REST, WebSocket) | ${ms(b2.cpuPerIter.svc.bench!)} | ${ms(b2.cpuPerIter.sdk.bench!)} |`,
       '',
-      `- Throughput ratio service / in-process: **${x(b2.throughputRatio)}**.`,
+      `- Throughput ratio service / in-process: **${x(b2.throughputRatio)}** (per round: ${b2.ratios.map((v) => x(v)).join(', ')}).`,
       `- Target: ≥ 0.8× the in-process throughput and p99 turn overhead ≤ 20 ms. **${b2.verdict}**.`,
       ...profileSection(r.profiles.B2),
       '',
@@ -148,7 +178,7 @@ export function report(r: Results): string {
   }
 
   // ---- B3
-  L.push('## B3 fan-out', '');
+  L.push('## B3 fan-out', '', ...loadLine(r, 'B3'));
   const b3 = r.B3;
   if (!b3) L.push('Not run.', '');
   else if (isErr(b3)) {
@@ -156,7 +186,9 @@ export function report(r: Results): string {
     summary.push('| B3 fan-out | failed | ≥ 2× resumable-stream events/s, p99 ≤ its p99 | | FAILED |');
   } else {
     L.push(
-      `One streaming turn, ${b3.subscribers} WebSocket subscribers joined before it starts. Latency run: ` +
+      `One streaming turn, ${b3.subscribers} WebSocket subscribers joined before it starts; ${b3.rounds} round(s), each ` +
+        'a latency run and a burst run on each side, alternating (figures: latency samples pooled, events/s medians). ' +
+        'Latency run: ' +
         `${b3.pacedDeltas} text deltas, the fake writing one SSE event every ${fmt(b3.paceMs, 0)} ms; latency is each ` +
         "delta's receipt time at a subscriber minus the time it crossed a tap in front of the fake (bench/tap.ts, its " +
         `own process, same clock). Burst run: ${b3.deltas} deltas written at once; deliveries (deltas × subscribers) ` +
@@ -165,6 +197,7 @@ export function report(r: Results): string {
       '| | service | resumable-stream |',
       '|---|---:|---:|',
       `| burst: deltas delivered per second | **${fmt(b3.svc.burst.eventsPerSec, 0)}** | ${fmt(b3.peer.burst.eventsPerSec, 0)} |`,
+      `| burst: deltas delivered per second, per round | ${b3.svc.perRound.map((v) => fmt(v, 0)).join(', ')} | ${b3.peer.perRound.map((v) => fmt(v, 0)).join(', ')} |`,
       `| burst: time to deliver all | ${fmt(b3.svc.burst.seconds, 2)} s | ${fmt(b3.peer.burst.seconds, 2)} s |`,
       `| paced: latency p50 | ${ms(b3.svc.paced.p50)} | ${ms(b3.peer.paced.p50)} |`,
       `| paced: latency p99 | **${ms(b3.svc.paced.p99)}** | ${ms(b3.peer.paced.p99)} |`,
@@ -173,7 +206,7 @@ export function report(r: Results): string {
       `| peak RSS of the process | ${MB(b3.svc.peakRssBytes)} | ${MB(b3.peer.peakRssBytes)} |`,
       '',
       `- Method floor (one SDK reader through the same tap, no relay): p50 ${ms(b3.floor.p50)}, p99 ${ms(b3.floor.p99)}.`,
-      `- Events/s ratio service / resumable-stream: **${x(b3.ratio)}**.`,
+      `- Events/s ratio service / resumable-stream: **${x(b3.ratio)}** (per round: ${b3.ratios.map((v) => x(v)).join(', ')}).`,
       `- Target: ≥ 2× resumable-stream's events/s at equal or better p99. **${b3.verdict}**.`,
       ...profileSection(r.profiles.B3),
       '',
@@ -184,7 +217,7 @@ export function report(r: Results): string {
   }
 
   // ---- B4
-  L.push('## B4 persistence cost', '');
+  L.push('## B4 persistence cost', '', ...loadLine(r, 'B4'));
   const b4 = r.B4;
   if (!b4) L.push('Not run.', '');
   else if (isErr(b4)) {
@@ -213,7 +246,7 @@ export function report(r: Results): string {
   }
 
   // ---- B5
-  L.push('## B5 replay', '');
+  L.push('## B5 replay', '', ...loadLine(r, 'B5'));
   const b5 = r.B5;
   if (!b5) L.push('Not run.', '');
   else if (isErr(b5)) {
@@ -243,7 +276,7 @@ export function report(r: Results): string {
   }
 
   // ---- B6
-  L.push('## B6 idle footprint', '');
+  L.push('## B6 idle footprint', '', ...loadLine(r, 'B6'));
   const b6 = r.B6;
   if (!b6) L.push('Not run.', '');
   else if (isErr(b6)) {
@@ -257,10 +290,21 @@ export function report(r: Results): string {
       '',
       '| | service RSS |',
       '|---|---:|',
-      `| fresh | ${MB(b6.rssFresh)} |`,
+      `| \`node --import tsx\` running an empty script (runtime + TypeScript loader only) | ${MB(b6.rssTsxAlone)} |`,
+      `| fresh service | ${MB(b6.rssFresh)} |`,
       `| with ${fmt(b6.sessions, 0)} idle sessions | **${MB(b6.rssSessions)}** |`,
-      `| and ${fmt(b6.connections, 0)} idle WebSocket connections | **${MB(b6.rssConnections)}** (heap used ${MB(b6.heapUsedConnections)}; ${fmt((b6.rssConnections - b6.rssSessions) / b6.connections / 1024, 1)} kB per connection) |`,
+      `| and ${fmt(b6.connections, 0)} idle WebSocket connections | **${MB(b6.rssConnections)}** |`,
       `| Redis used_memory with the sessions | ${MB(b6.redisUsedSessions)} |`,
+      '',
+      'Then, to tell retained memory from garbage not yet collected, the V8 inspector is opened (SIGUSR1) and a full GC forced:',
+      '',
+      '| after a forced full GC | RSS | heap used |',
+      '|---|---:|---:|',
+      `| sessions and connections | ${MB(b6.afterGc.connections.rss)} | ${MB(b6.afterGc.connections.heapUsed)} |`,
+      `| connections closed | ${MB(b6.afterGc.closed.rss)} | ${MB(b6.afterGc.closed.heapUsed)} |`,
+      '',
+      `Per connection: ${fmt((b6.afterGc.connections.heapUsed - b6.afterGc.closed.heapUsed) / b6.connections / 1024, 1)} kB of retained heap, ` +
+        `${fmt((b6.rssConnections - b6.rssSessions) / b6.connections / 1024, 1)} kB of RSS.`,
       '',
       `- Target: ≤ 200 MB. **${b6.verdict}**.`,
       ...profileSection(r.profiles.B6),

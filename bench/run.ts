@@ -11,14 +11,15 @@
  * in-process SDK runner (bench/inproc.ts) and the resumable-stream peer (bench/peer-resumable.ts); the clients
  * (REST, WebSocket subscribers) live in this process.
  */
-import { mkdtemp, rm, writeFile } from 'node:fs/promises';
+import { mkdir, mkdtemp, rm, writeFile } from 'node:fs/promises';
 import os from 'node:os';
 import path from 'node:path';
 import { parseArgs } from 'node:util';
-import { machine, serviceStarter, type Ctx, type Machine } from './lib/context.js';
+import { machine, serviceStarter, type Ctx, type Machine, type Profiled } from './lib/context.js';
+import { cpuProfile } from './lib/inspector.js';
 import { FakeControl } from './lib/fake.js';
 import { ROOT, startFake, startRedis } from './lib/procs.js';
-import { newestProfile, summarizeProfile, type ProfileSummary } from './lib/profile.js';
+import { summarize, type CpuProfile, type ProfileSummary } from './lib/profile.js';
 import { wsRouteAvailable } from './lib/ws.js';
 import { b1, b1Profile, type B1Result } from './scenarios/b1.js';
 import { b2, b2Profile, type B2Result } from './scenarios/b2.js';
@@ -34,15 +35,23 @@ const { values } = parseArgs({
     only: { type: 'string' },
     out: { type: 'string' },
     profile: { type: 'boolean' },
+    'profile-dir': { type: 'string' },
     'no-profile': { type: 'boolean', default: false },
   },
   strict: true,
 });
 
 const quick = values.quick!;
-const only = new Set((values.only ?? 'B1,B2,B3,B4,B5,B6').toUpperCase().split(',').map((s) => s.trim()));
+const only = new Set(
+  (values.only ?? 'B1,B2,B3,B4,B5,B6')
+    .toUpperCase()
+    .split(',')
+    .map((s) => s.trim()),
+);
 const out = path.resolve(ROOT, values.out ?? 'docs/BENCHMARKS.md');
 const doProfile = values['no-profile'] ? false : (values.profile ?? !quick);
+// The profiles of misses are kept (for speedscope or Chrome DevTools); *.cpuprofile is git-ignored.
+const profileDir = path.resolve(ROOT, values['profile-dir'] ?? '.data/bench-profiles');
 // Hard bound of the whole run: a stuck scenario cannot keep the machine busy.
 const HARD_LIMIT_MS = quick ? 170_000 : 40 * 60_000;
 
@@ -59,6 +68,8 @@ export interface Results {
   B5?: B5Result | Error;
   B6?: B6Result | Error;
   profiles: Record<string, ProfileSummary | Error>;
+  /** The 1-minute load average when each scenario started (other work on the machine shows here). */
+  load: Record<string, number>;
 }
 
 const started = performance.now();
@@ -72,7 +83,9 @@ const hard = setTimeout(() => {
 hard.unref();
 
 async function main() {
-  log(`mode ${quick ? 'quick' : 'full'}; scenarios ${[...only].join(',')}; report ${path.relative(ROOT, out)}`);
+  log(
+    `mode ${quick ? 'quick' : 'full'}; scenarios ${[...only].join(',')}; report ${path.relative(ROOT, out)}`,
+  );
   const tmpDir = await mkdtemp(path.join(os.tmpdir(), 'toolrunner-bench-'));
   const redis = await startRedis();
   const fake = await startFake(0, 'tool-loop:10');
@@ -86,15 +99,17 @@ async function main() {
     tmpDir,
     follow: 'ws',
     log,
-    service: start,
+    service: (env = {}, cpuProfDir?: string) => start({ env, cpuProfDir }),
+    startService: start,
     turnEventDelayMs: 2.5,
   };
   // Which way clients follow sessions: the WebSocket route (spec §5), or polling while it is missing.
   {
-    const svc = await start();
+    const svc = await start({});
     ctx.follow = (await wsRouteAvailable(svc.url)) ? 'ws' : 'poll';
     await svc.stop();
-    if (ctx.follow === 'poll') log('WARNING: the WebSocket route is missing; clients poll GET /v1/sessions/:id');
+    if (ctx.follow === 'poll')
+      log('WARNING: the WebSocket route is missing; clients poll GET /v1/sessions/:id');
   }
 
   const results: Results = {
@@ -104,21 +119,23 @@ async function main() {
     turnEventDelayMs: ctx.turnEventDelayMs,
     seconds: 0,
     profiles: {},
+    load: {},
   };
 
-  const scenarios: Array<[keyof Results & string, () => Promise<any>, (dir: string) => Promise<void>]> = [
-    ['B1', () => b1(ctx), (d) => b1Profile(ctx, d)],
-    ['B2', () => b2(ctx), (d) => b2Profile(ctx, d)],
-    ['B3', () => b3(ctx), (d) => b3Profile(ctx, d)],
-    ['B4', () => b4(ctx), (d) => b4Profile(ctx, d)],
-    ['B5', () => b5(ctx), (d) => b5Profile(ctx, d)],
-    ['B6', () => b6(ctx, results.machine.openFiles), (d) => b6Profile(ctx, d)],
+  const scenarios: Array<[keyof Results & string, () => Promise<any>, (p: Profiled) => Promise<void>]> = [
+    ['B1', () => b1(ctx), (p) => b1Profile(ctx, p)],
+    ['B2', () => b2(ctx), (p) => b2Profile(ctx, p)],
+    ['B3', () => b3(ctx), (p) => b3Profile(ctx, p)],
+    ['B4', () => b4(ctx), (p) => b4Profile(ctx, p)],
+    ['B5', () => b5(ctx), (p) => b5Profile(ctx, p)],
+    ['B6', () => b6(ctx, results.machine.openFiles), (p) => b6Profile(ctx, p)],
   ];
   try {
     for (const [name, run] of scenarios) {
       if (!only.has(name)) continue;
       const t = performance.now();
-      log(`${name} …`);
+      results.load[name] = os.loadavg()[0]!;
+      log(`${name} … (load average ${results.load[name]!.toFixed(2)})`);
       try {
         const r = await run();
         (results as any)[name] = r;
@@ -132,13 +149,23 @@ async function main() {
       for (const [name, , profile] of scenarios) {
         const r = (results as any)[name];
         if (!r || r instanceof Error || r.verdict !== 'MISS') continue;
-        const dir = path.join(tmpDir, `prof-${name}`);
-        log(`${name} missed its target: running its service side again under --cpu-prof …`);
+        log(`${name} missed its target: running its service side again under the CPU profiler …`);
         try {
-          await profile(dir);
-          const file = newestProfile(dir);
-          if (!file) throw new Error('no .cpuprofile was written');
-          results.profiles[name] = summarizeProfile(file);
+          let prof: CpuProfile | undefined;
+          await profile(async (env, work) => {
+            const svc = await ctx.startService({ env, inspectOnSignal: true });
+            try {
+              const inspector = await svc.activateInspector();
+              prof = (await cpuProfile(inspector, () => work(svc))) as CpuProfile;
+            } finally {
+              await svc.stop();
+            }
+          });
+          if (!prof) throw new Error('no profile was taken');
+          const file = path.join(profileDir, `${name}.cpuprofile`);
+          await mkdir(profileDir, { recursive: true });
+          await writeFile(file, JSON.stringify(prof));
+          results.profiles[name] = summarize(prof, path.relative(ROOT, file));
         } catch (err) {
           results.profiles[name] = err instanceof Error ? err : new Error(String(err));
           log(`${name} profile FAILED: ${String(err)}`);

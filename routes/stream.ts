@@ -57,6 +57,12 @@ const routes: FastifyPluginAsyncZod<{ config: Config }> = async (app, { config }
       preHandler: async (req) => {
         await app.store.loadFor(req.tenant, req.params.id);
       },
+      // A refused upgrade (an HTTP error answered on the raw socket) must release that socket: Node's HTTP server no
+      // longer tracks it, and @fastify/websocket only destroys it when its own onRequest hook ran, which an
+      // earlier hook that throws (the auth hook's 401) prevents. A successful upgrade never reaches onResponse.
+      onResponse: async (req) => {
+        if (req.headers.upgrade) req.raw.socket?.destroy();
+      },
     },
     (socket: WebSocket, req) => {
       const id = req.params.id;

@@ -18,8 +18,8 @@ export interface SentReply {
 }
 
 export interface LoopOptions {
-  /** Model turns per run: `turns - 1` tool calls, then a final text. */
-  turns: number;
+  /** Model turns per run: `turns - 1` tool calls, then a final text (a number, or one per session tag). */
+  turns: number | ((tag: string) => number);
   /** The tool call of turn `t` (default `calculate_sum {a: t + 1, b: 1}`). */
   call?: (tag: string, turn: number) => { name: string; input: unknown };
   /** Replaces the reply of a request: an error to inject, a cut, or null for the normal reply. */
@@ -59,16 +59,23 @@ export class LoopModel {
     const n = ++this.seq;
     const pace = this.opts.eventDelayMs !== undefined ? { eventDelayMs: this.opts.eventDelayMs } : {};
     const cut = fault === 'cut' ? { cutAfterEvents: 3 } : {};
-    if (turn >= this.opts.turns - 1) {
+    if (turn >= this.turnsOf(tag) - 1) {
       const key = `done ${tag} #${n}`;
       this.sent.push({ tag, turn, key, cut: fault === 'cut', at: Date.now() });
       return text(key, { ...pace, ...cut });
     }
-    const { name, input } = this.opts.call?.(tag, turn) ?? { name: 'calculate_sum', input: { a: turn + 1, b: 1 } };
+    const { name, input } = this.opts.call?.(tag, turn) ?? {
+      name: 'calculate_sum',
+      input: { a: turn + 1, b: 1 },
+    };
     const key = `toolu_${tag}_${turn}_${n}`;
     this.sent.push({ tag, turn, key, cut: fault === 'cut', at: Date.now() });
     return toolCall(name, input, { id: key, ...pace, ...cut });
   };
+
+  turnsOf(tag: string): number {
+    return typeof this.opts.turns === 'number' ? this.opts.turns : this.opts.turns(tag);
+  }
 
   /** Requests the model received for `tag` since `since` (ms epoch). */
   requestsOf(tag: string, since = 0): FakeRequest[] {
@@ -102,7 +109,7 @@ export function verifyLoopHistory(
   tag: string,
   opts: { turns?: number; result?: (turn: number, block: Record<string, any>) => string | null } = {},
 ): HistoryVerdict {
-  const turns = opts.turns ?? model.opts.turns;
+  const turns = opts.turns ?? model.turnsOf(tag);
   const problems = checkHistory(history).map((p) => `#${p.index}: ${p.message}`);
   const byKey = new Map(model.sent.filter((s) => s.tag === tag).map((s) => [s.key, s]));
   const assistants = history.filter((m) => m.role === 'assistant');

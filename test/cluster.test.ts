@@ -8,7 +8,14 @@ import assert from 'node:assert/strict';
 import { Redis } from 'ioredis';
 import { BootError, startService, type Service } from '../src/boot.js';
 import { hang, startFakeAnthropic, text, toolCall, type FakeAnthropic } from '../src/fake/server.js';
-import { controlChannel, eventsChannel, idempotencyKey, RUNS_KEY, sessionKeys, tenantIndexKey } from '../src/store/keys.js';
+import {
+  controlChannel,
+  eventsChannel,
+  idempotencyKey,
+  RUNS_KEY,
+  sessionKeys,
+  tenantIndexKey,
+} from '../src/store/keys.js';
 import { startTestCluster, type TestCluster } from './helpers/redis.js';
 import { Api } from './helpers/service.js';
 import { LoopModel, tagged, until, verifyLoopHistory } from './chaos-lib.js';
@@ -40,7 +47,10 @@ describe('Redis Cluster (3 masters)', { timeout: 180_000 }, () => {
   });
 
   before(async () => {
-    [cluster, fake] = await Promise.all([startTestCluster(3), startFakeAnthropic({ strictAlternation: true })]);
+    [cluster, fake] = await Promise.all([
+      startTestCluster(3),
+      startFakeAnthropic({ strictAlternation: true }),
+    ]);
     [a, b] = await Promise.all([startService(env()), startService(env())]);
     apiA = new Api(a.url);
     apiB = new Api(b.url);
@@ -123,11 +133,7 @@ describe('Redis Cluster (3 masters)', { timeout: 180_000 }, () => {
 
   it('client tools and approvals work across replicas', async () => {
     fake.setHandler(null);
-    fake.enqueue(
-      toolCall('lookup', { q: 'x' }),
-      toolCall('calculate_sum', { a: 2, b: 3 }),
-      text('ok'),
-    );
+    fake.enqueue(toolCall('lookup', { q: 'x' }), toolCall('calculate_sum', { a: 2, b: 3 }), text('ok'));
     const created = await apiA.post('/v1/sessions', {
       input: 'client tool then approval',
       tools: ['calculate_sum', { name: 'lookup', description: 'look up', input_schema: { type: 'object' } }],
@@ -220,14 +226,18 @@ describe('Redis Cluster (3 masters)', { timeout: 180_000 }, () => {
         }),
       );
       for (const x of answers) {
-        assert.ok(x.status === 200 || (x.status === 503 && x.code === 'store_unavailable'), JSON.stringify(x));
+        assert.ok(
+          x.status === 200 || (x.status === 503 && x.code === 'store_unavailable'),
+          JSON.stringify(x),
+        );
         assert.ok(x.ms < 4000, `answered in ${x.ms} ms`);
         statuses.set(x.status, (statuses.get(x.status) ?? 0) + 1);
         slowest = Math.max(slowest, x.ms);
       }
     }
     assert.ok(statuses.get(503), 'sessions on the dead master are unavailable');
-    // eslint-disable-next-line no-console
-    console.log(`# master down: ${JSON.stringify(Object.fromEntries(statuses))}, slowest answer ${slowest} ms`);
+    console.log(
+      `# master down: ${JSON.stringify(Object.fromEntries(statuses))}, slowest answer ${slowest} ms`,
+    );
   });
 });

@@ -102,7 +102,11 @@ describe('crash recovery (SIGKILL)', { timeout: 180_000 }, () => {
     const atCrash = await storedHistory(r, id);
     assert.equal(atCrash.filter((m) => m.role === 'assistant').length, 2, 'two replies were persisted');
 
-    const resumed = await until(() => model.requestsOf(tag, killedAt)[0], RECOVERY_BOUND_MS, 'the resumed turn');
+    const resumed = await until(
+      () => model.requestsOf(tag, killedAt)[0],
+      RECOVERY_BOUND_MS,
+      'the resumed turn',
+    );
     const recoveryMs = resumed.at - killedAt;
     assert.ok(recoveryMs <= RECOVERY_BOUND_MS, `resumed after ${recoveryMs} ms`);
     assert.deepEqual(resumed.messages, atCrash, 'the resumed turn sends exactly the persisted history');
@@ -123,7 +127,6 @@ describe('crash recovery (SIGKILL)', { timeout: 180_000 }, () => {
     );
     assert.equal(await r.get(`s:{${id}}:l`), null, 'no lease left behind');
     assert.equal(await r.zscore('runs:due', id), null, 'not due any more');
-    // eslint-disable-next-line no-console
     console.log(`# mid-turn crash: resumed after ${recoveryMs} ms`);
   });
 
@@ -241,7 +244,6 @@ describe('crash recovery (SIGKILL)', { timeout: 180_000 }, () => {
     const history = (await fresh.api.get(`/v1/sessions/${id}/messages`)).body.data;
     assert.deepEqual(verifyLoopHistory(history, model, tag).problems, []);
     assert.equal(lostSince(atCrash, history), 0);
-    // eslint-disable-next-line no-console
     console.log(
       `# all processes dead: resumed ${resumed.at - killedAt} ms after the kill, ${resumed.at - listeningAt} ms after the restart`,
     );

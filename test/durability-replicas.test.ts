@@ -99,7 +99,10 @@ describe('several replicas on one Redis', { timeout: 180_000 }, () => {
     const tags = Array.from({ length: 9 }, (_, i) => `race${i}`);
     const ids = await Promise.all(
       tags.map(async (tag, i) => {
-        const res = await procs[i % 3]!.api.post('/v1/sessions', { input: tagged(tag), tools: ['calculate_sum'] });
+        const res = await procs[i % 3]!.api.post('/v1/sessions', {
+          input: tagged(tag),
+          tools: ['calculate_sum'],
+        });
         assert.equal(res.status, 201);
         return res.body.id as string;
       }),
@@ -124,7 +127,11 @@ describe('several replicas on one Redis', { timeout: 180_000 }, () => {
       const turnsAfter = model
         .requestsOf(tags[i]!, killedAt)
         .map((q) => q.messages.filter((m) => m.role === 'assistant').length);
-      assert.equal(new Set(turnsAfter).size, turnsAfter.length, `${tags[i]} turns after the kill: ${turnsAfter}`);
+      assert.equal(
+        new Set(turnsAfter).size,
+        turnsAfter.length,
+        `${tags[i]} turns after the kill: ${turnsAfter}`,
+      );
     }
   });
 
@@ -133,7 +140,10 @@ describe('several replicas on one Redis', { timeout: 180_000 }, () => {
     const model = new LoopModel({ turns: 4, eventDelayMs: 40 });
     fake.setHandler(model.handler);
     const tag = 'frozen';
-    const created = await procs[0]!.api.post('/v1/sessions', { input: tagged(tag), tools: ['calculate_sum'] });
+    const created = await procs[0]!.api.post('/v1/sessions', {
+      input: tagged(tag),
+      tools: ['calculate_sum'],
+    });
     const id = created.body.id as string;
     await until(() => model.requestsOf(tag).length === 2, 10_000, 'turn 2');
     const { owner, other } = await ownerAndOther(id);
@@ -186,7 +196,11 @@ describe('several replicas on one Redis', { timeout: 180_000 }, () => {
         assert.equal(res.status, 200);
       }
       // The owner's run ended (its upstream call aborted) within the second.
-      await until(async () => (await owner.api.get('/readyz')).body.active_runs === 0, 1000, 'the run to stop');
+      await until(
+        async () => (await owner.api.get('/readyz')).body.active_runs === 0,
+        1000,
+        'the run to stop',
+      );
       const ms = Date.now() - t0;
       assert.ok(ms < 1000, `${what} reached the owner in ${ms} ms`);
       if (what === 'delete') {
@@ -197,7 +211,6 @@ describe('several replicas on one Redis', { timeout: 180_000 }, () => {
         assert.ok((await r.pttl(`s:{${id}}:e`)) > 0);
         assert.equal((await owner.api.get(`/v1/sessions/${id}`)).status, 404);
       }
-      // eslint-disable-next-line no-console
       console.log(`# ${what} via another replica: run stopped after ${ms} ms`);
       fake.setHandler(null);
     });

@@ -128,8 +128,9 @@ describe('graceful shutdown (SIGTERM)', { timeout: 180_000 }, () => {
     const history = await storedHistory(r, id);
     assert.deepEqual(verifyLoopHistory(history, model, 'handover').problems, []);
     assert.deepEqual(history.slice(0, atExit.length), atExit);
-    // eslint-disable-next-line no-console
-    console.log(`# shutdown hand-over: exit ${exitedAt - t0} ms after SIGTERM, resumed ${handoverMs} ms after exit`);
+    console.log(
+      `# shutdown hand-over: exit ${exitedAt - t0} ms after SIGTERM, resumed ${handoverMs} ms after exit`,
+    );
   });
 
   it('hands over a tool still running after the grace period: an idempotent tool runs again elsewhere', async () => {

@@ -5,14 +5,7 @@
  */
 import { after, before, beforeEach, describe, it } from 'node:test';
 import assert from 'node:assert/strict';
-import {
-  overloaded,
-  rateLimited,
-  serverError,
-  text,
-  toolCall,
-  type FakeReply,
-} from '../src/fake/server.js';
+import { overloaded, rateLimited, serverError, text, toolCall, type FakeReply } from '../src/fake/server.js';
 import { checkHistory } from '../src/history.js';
 import { startHarness, type Harness } from './helpers/service.js';
 
@@ -52,7 +45,10 @@ describe('upstream faults', { timeout: 120_000 }, () => {
   for (const [status, reply, code] of exhausted) {
     it(`fails with ${code} (retryable) once the SDK's retries of ${status} are exhausted; resume carries on`, async () => {
       // Turn 1 succeeds, turn 2 fails every attempt.
-      h.fake.enqueue(toolCall('calculate_sum', { a: 1, b: 2 }), ...Array.from({ length: MAX_RETRIES + 1 }, reply));
+      h.fake.enqueue(
+        toolCall('calculate_sum', { a: 1, b: 2 }),
+        ...Array.from({ length: MAX_RETRIES + 1 }, reply),
+      );
       const id = await start();
       const failed = await h.api.waitStatus(id, ['idle', 'failed'], 10_000);
       assert.equal(failed.status, 'failed');

@@ -10,7 +10,15 @@ import { startFakeAnthropic, type FakeAnthropic } from '../src/fake/server.js';
 import { startTestRedis, type TestRedis } from './helpers/redis.js';
 import { serviceEnv, sleep, spawnService, type ServiceProcess } from './helpers/process.js';
 import { startHarness, type Api } from './helpers/service.js';
-import { LoopModel, lostSince, redisClient, storedHistory, tagged, until, verifyLoopHistory } from './chaos-lib.js';
+import {
+  LoopModel,
+  lostSince,
+  redisClient,
+  storedHistory,
+  tagged,
+  until,
+  verifyLoopHistory,
+} from './chaos-lib.js';
 
 /** A route must answer within this while Redis is down (command timeout 3 s; reconnect attempts every ≤ 0.5 s). */
 const ANSWER_BOUND_MS = 3500;
@@ -101,7 +109,6 @@ describe('Redis outage', { timeout: 180_000 }, () => {
     assert.equal((await svc.api.waitStatus(after.body.id, ['idle', 'failed'], 10_000)).status, 'idle');
     const fatal = svc.logs().filter((l) => l.level >= 60 || /uncaught|unhandled/i.test(String(l.msg)));
     assert.deepEqual(fatal, []);
-    // eslint-disable-next-line no-console
     console.log(
       `# outage: ${rounds} rounds of 503s; ready ${readyMs} ms after Redis came back; running session resumed ` +
         `and finished ${Date.now() - upAt} ms after`,
@@ -127,18 +134,60 @@ describe('Redis outage', { timeout: 180_000 }, () => {
   });
 });
 
+describe('a Redis restart during a commit', { timeout: 60_000 }, () => {
+  it('keeps the reply of the turn in flight: it is committed once Redis is back, not asked again', async () => {
+    const redis = await startTestRedis();
+    const fake = await startFakeAnthropic({ strictAlternation: true });
+    const svc = await spawnService(serviceEnv(redis.url, fake.url, { LEASE_TTL_MS: '6000' }), {
+      name: 'blip2',
+    });
+    try {
+      // Turns answered after 0.5 s (not streamed); Redis goes away just after turn 3 was sent, for 2 s.
+      const model = new LoopModel({ turns: 5 });
+      fake.setHandler((req, i) => ({ ...(model.handler(req, i) as any), delayMs: 500 }));
+      const res = await svc.api.post('/v1/sessions', {
+        input: tagged('inflight'),
+        tools: ['calculate_sum'],
+        stream: false,
+      });
+      const id = res.body.id as string;
+      await until(() => model.requestsOf('inflight').length === 3, 10_000, 'turn 3');
+      await redis.kill();
+      const downAt = Date.now();
+      await sleep(2000);
+      await redis.restart();
+      const done = await svc.api.waitStatus(id, ['idle', 'failed'], 20_000);
+      assert.equal(done.status, 'idle', JSON.stringify(done.error));
+      const turns = model
+        .requestsOf('inflight')
+        .map((q) => q.messages.filter((m) => m.role === 'assistant').length);
+      assert.deepEqual(turns, [0, 1, 2, 3, 4], 'each turn asked once');
+      const history = (await svc.api.get(`/v1/sessions/${id}/messages`)).body.data;
+      assert.deepEqual(verifyLoopHistory(history, model, 'inflight').problems, []);
+      console.log(
+        `# redis restart during a commit: finished ${Date.now() - downAt} ms after Redis went down`,
+      );
+    } finally {
+      await svc.kill();
+      await fake.close();
+      await redis.stop();
+    }
+  });
+});
+
 describe('a write interrupted half-way by a store failure', { timeout: 60_000 }, () => {
   it('never leaves a session `running` without a due entry (it would never run)', async () => {
     const h = await startHarness({ env: { LEASE_TTL_MS: '1000' } });
     try {
       // Redis "fails" right after the session's own write (the apply script): the next ZADD (run queue or tenant
       // index) fails, as if the connection dropped between the two.
+      const store = h.service.app.store as any;
       const redis = h.service.app.redis as any;
       const zadd = redis.zadd.bind(redis);
-      const sessApply = redis.sessApply.bind(redis);
+      const apply = store.apply.bind(store);
       let armed = false;
-      redis.sessApply = async (...args: unknown[]) => {
-        const out = await sessApply(...args);
+      store.apply = async (...args: unknown[]) => {
+        const out = await apply(...args);
         armed = true;
         return out;
       };
@@ -151,7 +200,7 @@ describe('a write interrupted half-way by a store failure', { timeout: 60_000 },
       };
       const res = await h.api.post('/v1/sessions', { input: 'Hello' });
       redis.zadd = zadd;
-      redis.sessApply = sessApply;
+      store.apply = apply;
       assert.equal(res.status, 503, JSON.stringify(res.body));
       // Whatever the failed request left behind is either gone or runs to the end: nothing stays `running`.
       const ids = (await redisKeys(h.redis.url)).filter((k) => /^s:\{[^}]+\}$/.test(k));

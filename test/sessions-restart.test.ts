@@ -144,7 +144,7 @@ describe('sessions survive a service restart', () => {
     );
   });
 
-  it('a service process SIGKILLed mid-turn: a new process resumes the session within the lease TTL', async () => {
+  it('a service process SIGKILLed mid-turn: a new process resumes the session within the lease TTL', async (t) => {
     const LEASE = 2000;
     const env = {
       REDIS_URL: redis.url,
@@ -173,11 +173,17 @@ describe('sessions survive a service restart', () => {
 
     const second = await spawnService(env);
     children.push(second);
+    const readyAt = Date.now();
     const api2 = new Api(second.url);
-    const done = await api2.waitStatus(id, ['idle', 'failed'], LEASE + 8000);
-    const took = Date.now() - killedAt;
+    const done = await api2.waitStatus(id, ['idle', 'failed'], LEASE + 20_000);
+    // The dead owner's lease expires at most LEASE after the kill; the new process claims the run at its next sweep
+    // (~1 s) once both that and its own start have happened. Its boot time is not the lease's doing.
+    const late = Date.now() - Math.max(killedAt + LEASE, readyAt);
+    t.diagnostic(
+      `booted ${readyAt - killedAt} ms after the kill; idle ${late} ms after max(lease expiry, boot)`,
+    );
     assert.equal(done.status, 'idle', JSON.stringify(done.error) + second.output());
-    assert.ok(took < LEASE + 6000, `recovered ${took} ms after the kill`);
+    assert.ok(late < 3000, `resumed ${late} ms after the lease expired and the new process was up`);
     assert.equal(done.stop_reason, 'end_turn');
     assert.equal(done.iteration, 2);
     assert.equal(fake.requests.length, 3, 'turn 2 is sent again once, turn 1 is not');

@@ -1,8 +1,11 @@
 import { after, before, describe, it } from 'node:test';
 import assert from 'node:assert/strict';
+import net from 'node:net';
 import WebSocket from 'ws';
 import { startHarness, Api, type Harness } from './helpers/service.js';
 import { assertSnapshotsEqual, snapshotRedis } from './helpers/redis-snapshot.js';
+import { startTestRedis, type TestRedis } from './helpers/redis.js';
+import { spawnService, type ChildService } from './helpers/child-service.js';
 import { text, toolCalls, toolUse } from '../src/fake/script.js';
 
 const lookup = { name: 'lookup', input_schema: { type: 'object', properties: { q: { type: 'string' } } } };
@@ -169,5 +172,74 @@ describe('tenancy and auth', () => {
     );
     assert.equal((await b.req('DELETE', `/v1/sessions/${bid}`)).status, 200);
     assert.equal((await b.get(`/v1/sessions/${bid}`)).status, 404);
+  });
+});
+
+/**
+ * A WebSocket upgrade refused with 401 must not leave its socket open: Node's HTTP server no longer tracks an upgrade
+ * socket, so a socket nobody ends stays open for as long as the client likes and holds up a graceful shutdown.
+ * Run in a child process, so a leaked socket cannot hang this test file's own shutdown.
+ */
+describe('refused WebSocket upgrades', () => {
+  let redis: TestRedis;
+  let child: ChildService;
+  before(async () => {
+    redis = await startTestRedis({ appendonly: false });
+    child = await spawnService({
+      REDIS_URL: redis.url,
+      ANTHROPIC_API_KEY: 'test-key',
+      ANTHROPIC_BASE_URL: 'http://127.0.0.1:9',
+      API_KEYS: 'a:key-a,b:key-b',
+    });
+  });
+  after(async () => {
+    await child?.kill('SIGKILL');
+    await redis?.stop();
+  });
+
+  /** Sends a raw upgrade request; resolves with the status line and whether the server ended the socket in time. */
+  const upgrade = (path: string, headers: string, withinMs: number) =>
+    new Promise<{ statusLine: string; ended: boolean }>((resolve) => {
+      const { port } = new URL(child.url);
+      const sock = net.connect(Number(port), '127.0.0.1');
+      let data = '';
+      const timer = setTimeout(() => {
+        sock.destroy();
+        resolve({ statusLine: data.split('\r\n')[0]!, ended: false });
+      }, withinMs);
+      sock.on('data', (c: Buffer) => (data += c.toString('latin1')));
+      sock.on('end', () => {
+        clearTimeout(timer);
+        sock.destroy();
+        resolve({ statusLine: data.split('\r\n')[0]!, ended: true });
+      });
+      sock.on('error', () => {});
+      sock.write(
+        `GET ${path} HTTP/1.1\r\nHost: 127.0.0.1\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n` +
+          `Sec-WebSocket-Version: 13\r\nSec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\n${headers}\r\n`,
+      );
+    });
+
+  for (const path of [
+    '/v1/sessions/ses_AAAAAAAAAAAAAAAA/stream',
+    '/v1/sessions/ses_AAAAAAAAAAAAAAAA/events',
+    '/v1/sessions',
+    '/v1/no-such-route',
+  ]) {
+    it(`an unauthenticated upgrade of ${path} gets 401 and its socket is closed by the server`, async () => {
+      const r = await upgrade(path, '', 3000);
+      assert.match(r.statusLine, /^HTTP\/1\.1 401/);
+      assert.ok(r.ended, `the server kept the refused upgrade socket open (${r.statusLine})`);
+    });
+  }
+
+  it("another tenant's upgrade of a stream gets 404 and its socket is closed by the server", async () => {
+    const r = await upgrade(
+      '/v1/sessions/ses_AAAAAAAAAAAAAAAA/stream',
+      'Authorization: Bearer key-b\r\n',
+      3000,
+    );
+    assert.match(r.statusLine, /^HTTP\/1\.1 404/);
+    assert.ok(r.ended);
   });
 });

@@ -25,21 +25,38 @@ export interface Ctx {
   log(msg: string): void;
   /** Starts a fresh service process on the shared Redis and fake (optionally under `--cpu-prof`). */
   service(env?: Record<string, string>, cpuProfDir?: string): Promise<BenchService>;
+  /** The same with every option of procs.ts's `startService` (e.g. the inspector). */
+  startService(opts: {
+    env?: Record<string, string>;
+    cpuProfDir?: string;
+    inspectOnSignal?: boolean;
+  }): Promise<BenchService>;
   /** Per-event delay of the fake for the tool-loop scenarios (B1, B2): 8 events per turn, so 20 ms per turn. */
   turnEventDelayMs: number;
   /** Median in-process iteration time at that pacing (set by B1; B2 measures it itself when B1 did not run). */
   baselineIterationMs?: number;
 }
 
+/** Runs `work` against a fresh service (extra `env`) under the CPU profiler; see run.ts. */
+export type Profiled = (
+  env: Record<string, string>,
+  work: (svc: BenchService) => Promise<void>,
+) => Promise<void>;
+
 export function serviceStarter(redis: BenchRedis, fake: BenchFake) {
-  return (env: Record<string, string> = {}, cpuProfDir?: string) =>
-    startService({ redisUrl: redis.url, fakeUrl: fake.url, env, cpuProfDir });
+  return (opts: {
+    env?: Record<string, string>;
+    cpuProfDir?: string | undefined;
+    inspectOnSignal?: boolean;
+  }) => startService({ redisUrl: redis.url, fakeUrl: fake.url, ...opts });
 }
 
 export interface InprocResult {
   id: number;
   ok: boolean;
   walls: number[];
+  upstreamMs: number[];
+  betweenMs: number[];
   iterations: number;
   t0: number;
   t1: number;

@@ -19,7 +19,12 @@ export class FakeControl {
 
   /** Recorded requests from index `since` on (the fake keeps them until the next reset). */
   async requests(since = 0): Promise<FakeRecord[]> {
-    return (await httpOk('GET', `${this.url}/_fake/requests?since=${since}`, undefined, 120_000)) as FakeRecord[];
+    return (await httpOk(
+      'GET',
+      `${this.url}/_fake/requests?since=${since}`,
+      undefined,
+      120_000,
+    )) as FakeRecord[];
   }
 }
 
@@ -52,7 +57,8 @@ export function arrivalsByTag(records: FakeRecord[], prefix: string): Map<string
 
 export function intervals(arrivals: Map<string, number[]>): number[] {
   const out: number[] = [];
-  for (const list of arrivals.values()) for (let i = 1; i < list.length; i++) out.push(list[i]! - list[i - 1]!);
+  for (const list of arrivals.values())
+    for (let i = 1; i < list.length; i++) out.push(list[i]! - list[i - 1]!);
   return out;
 }
 

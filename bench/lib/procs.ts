@@ -203,6 +203,11 @@ export interface BenchService {
   url: string;
   child: Child;
   pid: number;
+  /**
+   * Started with `inspectOnSignal`: activates the V8 inspector now (SIGUSR1, 127.0.0.1, a free port) and
+   * resolves with its WebSocket URL. Until then the process runs without an inspector.
+   */
+  activateInspector(): Promise<string>;
   stop(): Promise<void>;
 }
 
@@ -212,6 +217,8 @@ export interface ServiceOptions {
   env?: Record<string, string>;
   /** Write a V8 CPU profile (`--cpu-prof`) into this directory when the process exits. */
   cpuProfDir?: string | undefined;
+  /** Let SIGUSR1 open the V8 inspector on 127.0.0.1 (a free port), to force a GC and read the heap (B6). */
+  inspectOnSignal?: boolean | undefined;
 }
 
 /** The service as its own process: `node --import tsx src/server.ts` with PORT=0 on 127.0.0.1. */
@@ -228,10 +235,32 @@ export async function startService(opts: ServiceOptions): Promise<BenchService> 
     LOG_LEVEL: 'info',
     ...opts.env,
   });
-  const nodeArgs = opts.cpuProfDir ? ['--cpu-prof', '--cpu-prof-dir', opts.cpuProfDir] : [];
+  const nodeArgs = [
+    ...(opts.cpuProfDir ? ['--cpu-prof', '--cpu-prof-dir', opts.cpuProfDir] : []),
+    ...(opts.inspectOnSignal ? ['--inspect-port=127.0.0.1:0'] : []),
+  ];
   const child = spawnNode('src/server.ts', [], { env, nodeArgs });
   const m = await child.waitFor(/Server listening at (http:\/\/127\.0\.0\.1:\d+)/, 60_000, 'the service');
-  return { url: m[1]!, child, pid: child.pid, stop: () => child.stop('SIGTERM', 30_000) };
+  let inspector: Promise<string> | null = null;
+  return {
+    url: m[1]!,
+    child,
+    pid: child.pid,
+    stop: () => child.stop('SIGTERM', 30_000),
+    activateInspector: () => {
+      if (!opts.inspectOnSignal) return Promise.reject(new Error('started without inspectOnSignal'));
+      if (!inspector) {
+        const wait = child.waitFor(
+          /Debugger listening on (ws:\/\/127\.0\.0\.1:\d+\/[\w-]+)/,
+          30_000,
+          'the inspector',
+        );
+        child.child.kill('SIGUSR1');
+        inspector = wait.then((r) => r[1]!);
+      }
+      return inspector;
+    },
+  };
 }
 
 // ---- memory of a process -------------------------------------------------------------------------------------
@@ -239,8 +268,36 @@ export async function startService(opts: ServiceOptions): Promise<BenchService> 
 /** VmRSS / VmHWM of a process in bytes (Linux /proc). */
 export function procMemory(pid: number): { rss: number; hwm: number } {
   const status = readFileSync(`/proc/${pid}/status`, 'utf8');
-  const kb = (name: string) => Number(new RegExp(`^${name}:\\s+(\\d+) kB`, 'm').exec(status)?.[1] ?? NaN) * 1024;
+  const kb = (name: string) =>
+    Number(new RegExp(`^${name}:\\s+(\\d+) kB`, 'm').exec(status)?.[1] ?? NaN) * 1024;
   return { rss: kb('VmRSS'), hwm: kb('VmHWM') };
+}
+
+/** CPU time (user + system, ms) a process has used so far (Linux /proc, clock ticks of 10 ms). */
+export function procCpuMs(pid: number): number {
+  const stat = readFileSync(`/proc/${pid}/stat`, 'utf8');
+  // Fields after the command name (which may contain spaces) start after the last ')'.
+  const f = stat.slice(stat.lastIndexOf(')') + 2).split(' ');
+  return (Number(f[11]) + Number(f[12])) * 10;
+}
+
+/** CPU used meanwhile by each process of `pids` (ms), and by this process. */
+export function cpuMeter(pids: Record<string, number>) {
+  const start = Object.fromEntries(Object.entries(pids).map(([k, pid]) => [k, procCpuMs(pid)]));
+  const self = process.cpuUsage();
+  return (): Record<string, number> => {
+    const out: Record<string, number> = {};
+    for (const [k, pid] of Object.entries(pids)) {
+      try {
+        out[k] = procCpuMs(pid) - start[k]!;
+      } catch {
+        out[k] = NaN;
+      }
+    }
+    const u = process.cpuUsage(self);
+    out.bench = (u.user + u.system) / 1000;
+    return out;
+  };
 }
 
 /** Resets the peak RSS (VmHWM) of a process we own: `echo 5 > /proc/<pid>/clear_refs`. False when not allowed. */

@@ -8,7 +8,7 @@ interface ProfileNode {
   children?: number[];
 }
 
-interface CpuProfile {
+export interface CpuProfile {
   nodes: ProfileNode[];
   startTime: number;
   endTime: number;
@@ -49,12 +49,16 @@ export function packageOf(url: string): string {
 function shortWhere(url: string, line: number): string {
   if (!url) return '';
   const nm = url.lastIndexOf('/node_modules/');
-  const rel = nm >= 0 ? url.slice(nm + '/node_modules/'.length) : url.replace(/^.*\/(src|routes|tools)\//, '$1/');
+  const rel =
+    nm >= 0 ? url.slice(nm + '/node_modules/'.length) : url.replace(/^.*\/(src|routes|tools)\//, '$1/');
   return `${rel.replace(/^file:\/\//, '')}:${line + 1}`;
 }
 
 export function summarizeProfile(file: string, top = 15): ProfileSummary {
-  const prof = JSON.parse(readFileSync(file, 'utf8')) as CpuProfile;
+  return summarize(JSON.parse(readFileSync(file, 'utf8')) as CpuProfile, file, top);
+}
+
+export function summarize(prof: CpuProfile, file: string, top = 15): ProfileSummary {
   const byId = new Map(prof.nodes.map((n) => [n.id, n]));
   const self = new Map<number, number>();
   // timeDeltas[i] is the time before sample i; attribute the gap after sample i to it (the next delta).

@@ -56,7 +56,12 @@ export interface JsonResponse {
 }
 
 /** JSON request on loopback; throws on a network error, returns any HTTP status. */
-export async function http(method: string, url: string, body?: unknown, timeoutMs = 30_000): Promise<JsonResponse> {
+export async function http(
+  method: string,
+  url: string,
+  body?: unknown,
+  timeoutMs = 30_000,
+): Promise<JsonResponse> {
   const res = await fetch(url, {
     method,
     headers: body !== undefined ? { 'content-type': 'application/json' } : {},
@@ -83,6 +88,8 @@ export async function httpOk(method: string, url: string, body?: unknown, timeou
 }
 
 export const fmt = (n: number, digits = 1) =>
-  Number.isFinite(n) ? n.toLocaleString('en-US', { maximumFractionDigits: digits, minimumFractionDigits: 0 }) : 'n/a';
+  Number.isFinite(n)
+    ? n.toLocaleString('en-US', { maximumFractionDigits: digits, minimumFractionDigits: 0 })
+    : 'n/a';
 
 export const mb = (bytes: number) => bytes / (1024 * 1024);

@@ -35,7 +35,9 @@ export function openWs(url: string, timeoutMs = 10_000): Promise<WebSocket> {
         resolve(ws);
       });
       ws.once('error', reject);
-      ws.once('unexpected-response', (_req, res) => reject(new Error(`WebSocket upgrade answered ${res.statusCode}`)));
+      ws.once('unexpected-response', (_req, res) =>
+        reject(new Error(`WebSocket upgrade answered ${res.statusCode}`)),
+      );
     }),
     timeoutMs,
     `WebSocket ${url}`,

@@ -3,9 +3,9 @@
  * follow until `session.status` idle, streaming) and through the SDK's toolRunner in-process, runs alternating.
  * Iteration time is read on the fake's side: the gap between two requests of one conversation.
  */
-import { InprocWorker, type Ctx } from '../lib/context.js';
+import { InprocWorker, type Ctx, type Profiled } from '../lib/context.js';
 import { arrivalsByTag, intervals } from '../lib/fake.js';
-import { mean, median, percentile } from '../lib/util.js';
+import { httpOk, mean, median, percentile } from '../lib/util.js';
 import { createAndFollow, verdict, type Verdict } from './common.js';
 
 export interface B1Result {
@@ -19,6 +19,13 @@ export interface B1Result {
   svcIterMs: { p50: number; p99: number };
   addedMs: { p50: number; p99: number; mean: number; fromWall: number };
   samples: { svc: number; sdk: number };
+  /**
+   * Where an iteration's time goes, p50 (ms). upstream: from the runner yielding the turn to its final message (the
+   * service: to its stream events drained into Redis); between: from there to the next turn's yield (the service:
+   * the reply's commit, the tool, the results' commit). The service's figures come from its iteration records
+   * (`GET /v1/sessions/:id/iterations`, millisecond timestamps), the in-process ones from the runner.
+   */
+  split: { svc: { upstream: number; between: number }; sdk: { upstream: number; between: number } };
   verdict: Verdict;
 }
 
@@ -26,6 +33,7 @@ const ITER = 10;
 
 export async function serviceRuns(ctx: Ctx, base: string, runs: number, prefix: string) {
   const walls: number[] = [];
+  const ids: string[] = [];
   for (let i = 0; i < runs; i++) {
     const r = await createAndFollow(
       ctx,
@@ -34,8 +42,23 @@ export async function serviceRuns(ctx: Ctx, base: string, runs: number, prefix: 
       30_000,
     );
     walls.push(r.wall);
+    ids.push(r.id);
   }
-  return walls;
+  return { walls, ids };
+}
+
+/** The service's own split of each iteration, from its iteration records. */
+async function serviceSplit(base: string, ids: string[]) {
+  const upstream: number[] = [];
+  const between: number[] = [];
+  for (const id of ids) {
+    const { data } = await httpOk('GET', `${base}/v1/sessions/${id}/iterations`);
+    for (let i = 0; i < data.length; i++) {
+      upstream.push(data[i].timings.upstream_ms);
+      if (i > 0) between.push(Date.parse(data[i].started_at) - Date.parse(data[i - 1].completed_at));
+    }
+  }
+  return { upstream: median(upstream), between: median(between) };
 }
 
 export async function b1(ctx: Ctx): Promise<B1Result> {
@@ -49,16 +72,24 @@ export async function b1(ctx: Ctx): Promise<B1Result> {
   const worker = await InprocWorker.start(ctx.fake.url);
   const svcWalls: number[] = [];
   const sdkWalls: number[] = [];
+  const svcIds: string[] = [];
+  const sdkUpstream: number[] = [];
+  const sdkBetween: number[] = [];
+  let svcSplit: { upstream: number; between: number };
   try {
     for (let i = 0; i < warm + runs; i++) {
-      const [w] = await serviceRuns(ctx, svc.url, 1, `b1-${i < warm ? 'warm' : 'svc'}-${i}-`);
+      const { walls, ids } = await serviceRuns(ctx, svc.url, 1, `b1-${i < warm ? 'warm' : 'svc'}-${i}-`);
       const r = await worker.run(1, `b1-${i < warm ? 'warmsdk' : 'sdk'}-${i}-`, ITER, 30_000);
       if (!r.ok) throw new Error(`in-process run failed: ${r.errors.join('; ')}`);
       if (i >= warm) {
-        svcWalls.push(w!);
+        svcWalls.push(walls[0]!);
+        svcIds.push(ids[0]!);
         sdkWalls.push(r.walls[0]!);
+        sdkUpstream.push(...r.upstreamMs);
+        sdkBetween.push(...r.betweenMs);
       }
     }
+    svcSplit = await serviceSplit(svc.url, svcIds);
   } finally {
     await worker.stop();
     await svc.stop();
@@ -67,7 +98,8 @@ export async function b1(ctx: Ctx): Promise<B1Result> {
   const svcArr = arrivalsByTag(records, 'b1-svc-');
   const sdkArr = arrivalsByTag(records, 'b1-sdk-');
   for (const [tag, list] of [...svcArr, ...sdkArr]) {
-    if (list.length !== ITER) throw new Error(`${tag}: ${list.length} requests reached the fake, not ${ITER}`);
+    if (list.length !== ITER)
+      throw new Error(`${tag}: ${list.length} requests reached the fake, not ${ITER}`);
   }
   const svcIv = intervals(svcArr);
   const sdkIv = intervals(sdkArr);
@@ -91,6 +123,7 @@ export async function b1(ctx: Ctx): Promise<B1Result> {
       fromWall: (median(svcWalls) - median(sdkWalls)) / ITER,
     },
     samples: { svc: svcIv.length, sdk: sdkIv.length },
+    split: { svc: svcSplit, sdk: { upstream: median(sdkUpstream), between: median(sdkBetween) } },
     verdict: 'n/a',
   };
   res.verdict = verdict(res.addedMs.p50 <= 2);
@@ -98,14 +131,12 @@ export async function b1(ctx: Ctx): Promise<B1Result> {
 }
 
 /** The service side of B1 again, under `--cpu-prof`, for the profile of a miss. */
-export async function b1Profile(ctx: Ctx, dir: string) {
+/** The service side of B1 again, under the CPU profiler, for the profile of a miss. */
+export async function b1Profile(ctx: Ctx, profiled: Profiled) {
   await ctx.fakeCtl.reset();
   await ctx.fakeCtl.script(`tool-loop:${ITER}`);
   await ctx.fakeCtl.pacing(ctx.turnEventDelayMs);
-  const svc = await ctx.service({}, dir);
-  try {
+  await profiled({}, async (svc) => {
     await serviceRuns(ctx, svc.url, ctx.quick ? 8 : 30, 'b1-prof-');
-  } finally {
-    await svc.stop();
-  }
+  });
 }

@@ -2,27 +2,36 @@
  * B2 concurrency: N sessions × 5 iterations at once (20 ms of upstream streaming per turn), each created over REST
  * and followed over its WebSocket, against N concurrent in-process SDK runners (bench/inproc.ts, its own process).
  */
-import { InprocWorker, type Ctx } from '../lib/context.js';
+import { InprocWorker, type Ctx, type Profiled } from '../lib/context.js';
 import { arrivalsByTag, intervals } from '../lib/fake.js';
-import { RssSampler, redisInfo } from '../lib/procs.js';
+import { RssSampler, cpuMeter, redisInfo } from '../lib/procs.js';
 import { median, nowMs, percentile, pool } from '../lib/util.js';
 import { createAndFollow, verdict, type Verdict } from './common.js';
 
 export interface B2Result {
   sessions: number;
   iterations: number;
-  svc: Side & { redisUsedBytes: number; redisPeakBytes: number; redisBefore: number };
+  rounds: number;
+  svc: Side & { redisUsedBytes: number; redisPeakBytes: number };
   sdk: Side;
   baselineIterMs: number;
+  /** Median over the rounds of service/in-process iterations per second (each round measures both sides). */
   throughputRatio: number;
+  ratios: number[];
+  /** CPU ms per iteration of each process (median over the rounds): the service side, the in-process side. */
+  cpuPerIter: { svc: Record<string, number>; sdk: Record<string, number> };
   verdict: Verdict;
 }
 
 interface Side {
+  /** Median over the rounds. */
   seconds: number;
+  /** Median over the rounds. */
   itersPerSec: number;
+  perRound: number[];
   iterMs: { p50: number; p99: number };
   overheadMs: { p50: number; p99: number };
+  /** The round with the highest peak. */
   rss: { start: number; peak: number; end: number };
   errors: number;
 }
@@ -30,7 +39,13 @@ interface Side {
 const ITER = 5;
 
 /** Ends when every session's run has ended; the service side of B2. */
-export async function serviceConcurrent(ctx: Ctx, base: string, n: number, prefix: string, timeoutMs: number) {
+export async function serviceConcurrent(
+  ctx: Ctx,
+  base: string,
+  n: number,
+  prefix: string,
+  timeoutMs: number,
+) {
   const t0 = nowMs();
   let errors = 0;
   const ends = await pool(
@@ -55,27 +70,29 @@ export async function serviceConcurrent(ctx: Ctx, base: string, n: number, prefi
   return { t0, t1, errors };
 }
 
-export async function b2(ctx: Ctx): Promise<B2Result> {
-  const n = ctx.quick ? 200 : 1000;
-  const timeoutMs = ctx.quick ? 60_000 : 180_000;
+async function prepareFake(ctx: Ctx) {
   await ctx.fakeCtl.reset();
   await ctx.fakeCtl.script(`tool-loop:${ITER}`);
   await ctx.fakeCtl.pacing(ctx.turnEventDelayMs);
+}
+
+interface Round {
+  svc: { t0: number; t1: number; errors: number; rss: Side['rss']; redisUsed: number; redisPeak: number };
+  sdk: { t0: number; t1: number; errors: number; rss: Side['rss'] };
+  svcGaps: number[];
+  sdkGaps: number[];
+  svcIters: number;
+  sdkIters: number;
+  svcCpu: Record<string, number>;
+  sdkCpu: Record<string, number>;
+}
+
+/** One round: the service, then the in-process runners, each in a fresh process, on a reset fake. */
+async function round(ctx: Ctx, n: number, r: number, timeoutMs: number): Promise<Round> {
+  await prepareFake(ctx);
   await ctx.redis.admin.flushall();
-
-  // The in-process baseline of one iteration at this pacing, unloaded (from B1, or measured here).
-  let baseline = ctx.baselineIterationMs;
-  let worker = await InprocWorker.start(ctx.fake.url);
-  if (baseline === undefined) {
-    for (let i = 0; i < 5; i++) await worker.run(1, `b2-cal-${i}-`, 10, 30_000);
-    baseline = median(intervals(arrivalsByTag(await ctx.fakeCtl.requests(0), 'b2-cal-')));
-  }
-  await worker.stop();
-
-  // The service.
   const svc = await ctx.service();
-  const redisBefore = Number((await redisInfo(ctx.redis.admin, 'memory')).used_memory);
-  let redisPeak = redisBefore;
+  let redisPeak = 0;
   const redisTimer = setInterval(() => {
     redisInfo(ctx.redis.admin, 'memory').then(
       (m) => (redisPeak = Math.max(redisPeak, Number(m.used_memory))),
@@ -83,68 +100,122 @@ export async function b2(ctx: Ctx): Promise<B2Result> {
     );
   }, 250);
   const svcRss = new RssSampler(svc.pid);
+  const svcMeter = cpuMeter({ service: svc.pid, redis: ctx.redis.pid, fake: ctx.fake.child.pid });
   let svcRun;
+  let svcCpu: Record<string, number>;
   try {
-    svcRun = await serviceConcurrent(ctx, svc.url, n, 'b2-svc-', timeoutMs);
+    svcRun = await serviceConcurrent(ctx, svc.url, n, `b2-svc-${r}-`, timeoutMs);
   } finally {
+    svcCpu = svcMeter();
     clearInterval(redisTimer);
   }
   const svcMem = svcRss.stop();
-  const redisMem = await redisInfo(ctx.redis.admin, 'memory');
+  const redisUsed = Number((await redisInfo(ctx.redis.admin, 'memory')).used_memory);
   await svc.stop();
 
-  // The in-process runners, in a fresh worker process.
-  worker = await InprocWorker.start(ctx.fake.url);
+  const worker = await InprocWorker.start(ctx.fake.url);
   const sdkRss = new RssSampler(worker.pid);
-  const sdkRun = await worker.run(n, 'b2-sdk-', 10, timeoutMs);
+  const sdkMeter = cpuMeter({ runner: worker.pid, redis: ctx.redis.pid, fake: ctx.fake.child.pid });
+  const sdkRun = await worker.run(n, `b2-sdk-${r}-`, 10, timeoutMs);
+  const sdkCpu = sdkMeter();
   const sdkMem = sdkRss.stop();
   await worker.stop();
 
   const records = await ctx.fakeCtl.requests(0);
-  const side = (prefix: string, t0: number, t1: number, errors: number, rss: Side['rss']): Side => {
-    const arr = arrivalsByTag(records, prefix);
-    let iterations = 0;
-    for (const list of arr.values()) iterations += list.length;
-    const iv = intervals(arr);
-    const over = iv.map((v) => v - baseline!);
-    const seconds = (t1 - t0) / 1000;
+  const svcArr = arrivalsByTag(records, `b2-svc-${r}-`);
+  const sdkArr = arrivalsByTag(records, `b2-sdk-${r}-`);
+  const count = (arr: Map<string, number[]>) => [...arr.values()].reduce((a, l) => a + l.length, 0);
+  return {
+    svc: { ...svcRun, rss: svcMem, redisUsed, redisPeak: Math.max(redisPeak, redisUsed) },
+    sdk: { t0: sdkRun.t0, t1: sdkRun.t1, errors: sdkRun.errorCount, rss: sdkMem },
+    svcGaps: intervals(svcArr),
+    sdkGaps: intervals(sdkArr),
+    svcIters: count(svcArr),
+    sdkIters: count(sdkArr),
+    svcCpu,
+    sdkCpu,
+  };
+}
+
+export async function b2(ctx: Ctx): Promise<B2Result> {
+  const n = ctx.quick ? 200 : 1000;
+  const rounds = ctx.quick ? 1 : 3;
+  const timeoutMs = ctx.quick ? 60_000 : 180_000;
+
+  // The in-process baseline of one iteration at this pacing, unloaded (from B1, or measured here).
+  let baseline = ctx.baselineIterationMs;
+  if (baseline === undefined) {
+    await prepareFake(ctx);
+    const worker = await InprocWorker.start(ctx.fake.url);
+    for (let i = 0; i < 8; i++) await worker.run(1, `b2-cal-${i}-`, 10, 30_000);
+    await worker.stop();
+    const arr = arrivalsByTag(await ctx.fakeCtl.requests(0), 'b2-cal-');
+    for (let i = 0; i < 3; i++) arr.delete(`b2-cal-${i}-0`); // warm-up
+    baseline = median(intervals(arr));
+  }
+
+  const all: Round[] = [];
+  for (let r = 0; r < rounds; r++) {
+    all.push(await round(ctx, n, r, timeoutMs));
+    const last = all.at(-1)!;
+    ctx.log(
+      `  B2 round ${r + 1}/${rounds}: service ${(last.svcIters / ((last.svc.t1 - last.svc.t0) / 1000)).toFixed(0)} ` +
+        `iterations/s, in-process ${(last.sdkIters / ((last.sdk.t1 - last.sdk.t0) / 1000)).toFixed(0)}`,
+    );
+  }
+  const side = (which: 'svc' | 'sdk'): Side => {
+    const gaps = all.flatMap((x) => (which === 'svc' ? x.svcGaps : x.sdkGaps));
+    const over = gaps.map((v) => v - baseline!);
+    const rates = all.map(
+      (x) => (which === 'svc' ? x.svcIters : x.sdkIters) / ((x[which].t1 - x[which].t0) / 1000),
+    );
+    const seconds = all.map((x) => (x[which].t1 - x[which].t0) / 1000);
+    const iterations = all.reduce((a, x) => a + (which === 'svc' ? x.svcIters : x.sdkIters), 0);
     return {
-      seconds,
-      itersPerSec: iterations / seconds,
-      iterMs: { p50: median(iv), p99: percentile(iv, 99) },
+      seconds: median(seconds),
+      itersPerSec: median(rates),
+      perRound: rates,
+      iterMs: { p50: median(gaps), p99: percentile(gaps, 99) },
       overheadMs: { p50: median(over), p99: percentile(over, 99) },
-      rss,
-      errors: errors + Math.max(0, n * ITER - iterations) / ITER,
+      rss: all.map((x) => x[which].rss).reduce((a, b) => (b.peak > a.peak ? b : a)),
+      errors:
+        all.reduce((a, x) => a + x[which].errors, 0) + Math.max(0, rounds * n * ITER - iterations) / ITER,
     };
   };
-  const svcSide = side('b2-svc-', svcRun.t0, svcRun.t1, svcRun.errors, svcMem);
-  const sdkSide = side('b2-sdk-', sdkRun.t0, sdkRun.t1, sdkRun.errorCount, sdkMem);
-  const ratio = svcSide.itersPerSec / sdkSide.itersPerSec;
+  const svcSide = side('svc');
+  const sdkSide = side('sdk');
+  const ratios = all.map(
+    (x) => x.svcIters / ((x.svc.t1 - x.svc.t0) / 1000) / (x.sdkIters / ((x.sdk.t1 - x.sdk.t0) / 1000)),
+  );
+  const ratio = median(ratios);
+  const last = all.at(-1)!;
+  const cpuPerIter = (which: 'svc' | 'sdk') => {
+    const keys = Object.keys(which === 'svc' ? all[0]!.svcCpu : all[0]!.sdkCpu);
+    return Object.fromEntries(
+      keys.map((k) => [
+        k,
+        median(all.map((x) => (which === 'svc' ? x.svcCpu[k]! / x.svcIters : x.sdkCpu[k]! / x.sdkIters))),
+      ]),
+    );
+  };
   return {
+    cpuPerIter: { svc: cpuPerIter('svc'), sdk: cpuPerIter('sdk') },
     sessions: n,
     iterations: ITER,
-    svc: {
-      ...svcSide,
-      redisUsedBytes: Number(redisMem.used_memory),
-      redisPeakBytes: Math.max(redisPeak, Number(redisMem.used_memory)),
-      redisBefore,
-    },
+    rounds,
+    svc: { ...svcSide, redisUsedBytes: last.svc.redisUsed, redisPeakBytes: last.svc.redisPeak },
     sdk: sdkSide,
     baselineIterMs: baseline,
     throughputRatio: ratio,
+    ratios,
     verdict: verdict(ratio >= 0.8 && svcSide.overheadMs.p99 <= 20 && svcSide.errors === 0),
   };
 }
 
-export async function b2Profile(ctx: Ctx, dir: string) {
-  await ctx.fakeCtl.reset();
-  await ctx.fakeCtl.script(`tool-loop:${ITER}`);
-  await ctx.fakeCtl.pacing(ctx.turnEventDelayMs);
+export async function b2Profile(ctx: Ctx, profiled: Profiled) {
+  await prepareFake(ctx);
   await ctx.redis.admin.flushall();
-  const svc = await ctx.service({}, dir);
-  try {
+  await profiled({}, async (svc) => {
     await serviceConcurrent(ctx, svc.url, ctx.quick ? 200 : 1000, 'b2-prof-', 180_000);
-  } finally {
-    await svc.stop();
-  }
+  });
 }

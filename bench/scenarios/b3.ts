@@ -10,7 +10,7 @@
  */
 import Anthropic from '@anthropic-ai/sdk';
 import WebSocket from 'ws';
-import type { Ctx } from '../lib/context.js';
+import type { Ctx, Profiled } from '../lib/context.js';
 import { chunkIndex, indexedText } from '../lib/fake.js';
 import { spawnNode, RssSampler, type Child } from '../lib/procs.js';
 import { listen, openWs, streamUrl, type Envelope } from '../lib/ws.js';
@@ -18,8 +18,11 @@ import { httpOk, median, nowMs, percentile, pool, withTimeout } from '../lib/uti
 import { verdict, type Verdict } from './common.js';
 
 export interface B3Side {
+  /** Latency samples pooled over the rounds. */
   paced: { p50: number; p99: number; max: number; deliveries: number; missing: number };
+  /** Medians over the rounds (deliveries and missing: totals). */
   burst: { eventsPerSec: number; seconds: number; deliveries: number; missing: number };
+  perRound: number[];
   peakRssBytes: number;
 }
 
@@ -28,10 +31,13 @@ export interface B3Result {
   deltas: number;
   pacedDeltas: number;
   paceMs: number;
+  rounds: number;
   svc: B3Side;
   peer: B3Side;
   floor: { p50: number; p99: number };
+  /** Median of the per-round ratios of burst deliveries per second. */
   ratio: number;
+  ratios: number[];
   verdict: Verdict;
 }
 
@@ -95,7 +101,8 @@ function peerParser() {
       if (!line) continue;
       const ev = JSON.parse(line);
       if (ev.type === 'ready') sub.onReady?.();
-      else if (ev.type === 'content_block_delta' && ev.delta?.type === 'text_delta') note(sub, ev.delta.text, at);
+      else if (ev.type === 'content_block_delta' && ev.delta?.type === 'text_delta')
+        note(sub, ev.delta.text, at);
       else if (ev.type === 'message_stop') markDone();
     }
   };
@@ -118,7 +125,13 @@ function latencies(out: RunOut) {
       else lat.push(r - t);
     }
   }
-  return { p50: median(lat), p99: percentile(lat, 99), max: Math.max(...lat), deliveries: lat.length, missing };
+  return {
+    p50: median(lat),
+    p99: percentile(lat, 99),
+    max: Math.max(...lat),
+    deliveries: lat.length,
+    missing,
+  };
 }
 
 function burst(out: RunOut) {
@@ -218,14 +231,19 @@ async function directRun(ctx: Ctx, tapUrl: string, deltas: number, paceMs: numbe
     stream: true,
   });
   for await (const ev of stream) {
-    if (ev.type === 'content_block_delta' && ev.delta.type === 'text_delta') note(sub, ev.delta.text, nowMs());
+    if (ev.type === 'content_block_delta' && ev.delta.type === 'text_delta')
+      note(sub, ev.delta.text, nowMs());
   }
   return { subs: [sub], sent: await tapMarks(tapUrl, deltas) };
 }
 
 async function startPeer(ctx: Ctx, tapUrl: string): Promise<{ url: string; child: Child }> {
   const child = spawnNode('bench/peer-resumable.ts', [ctx.redis.url, tapUrl]);
-  const m = await child.waitFor(/\{"url":"(http:\/\/127\.0\.0\.1:\d+)"\}/, 30_000, 'the resumable-stream peer');
+  const m = await child.waitFor(
+    /\{"url":"(http:\/\/127\.0\.0\.1:\d+)"\}/,
+    30_000,
+    'the resumable-stream peer',
+  );
   return { url: m[1]!, child };
 }
 
@@ -235,50 +253,86 @@ export async function startTap(ctx: Ctx): Promise<{ url: string; child: Child }>
   return { url: m[1]!, child };
 }
 
+function latenciesOf(outs: RunOut[]) {
+  const lat: number[] = [];
+  let missing = 0;
+  for (const o of outs) {
+    const l = latencies(o);
+    missing += l.missing;
+    for (const s of o.subs) {
+      for (let k = 0; k < s.recv.length; k++) {
+        const r = s.recv[k]!;
+        const t = o.sent[k]!;
+        if (!Number.isNaN(r) && !Number.isNaN(t)) lat.push(r - t);
+      }
+    }
+  }
+  return {
+    p50: median(lat),
+    p99: percentile(lat, 99),
+    max: Math.max(...lat),
+    deliveries: lat.length,
+    missing,
+  };
+}
+
 export async function b3(ctx: Ctx): Promise<B3Result> {
   const subs = 100;
-  const deltas = ctx.quick ? 1000 : 3000;
-  const pacedDeltas = ctx.quick ? 250 : 500;
+  const deltas = ctx.quick ? 500 : 2000;
+  const pacedDeltas = ctx.quick ? 100 : 300;
+  const rounds = ctx.quick ? 1 : 3;
   const paceMs = 20;
   await ctx.redis.admin.flushall();
   const tap = await startTap(ctx);
+  const svc = await ctx.service({ ANTHROPIC_BASE_URL: tap.url });
+  const peer = await startPeer(ctx, tap.url);
+  const svcRss = new RssSampler(svc.pid);
+  const peerRss = new RssSampler(peer.child.pid);
   try {
-    const floorLat = latencies(await directRun(ctx, tap.url, pacedDeltas, paceMs));
-
-    const svc = await ctx.service({ ANTHROPIC_BASE_URL: tap.url });
-    const svcRss = new RssSampler(svc.pid);
-    let svcSide: B3Side;
-    try {
-      await serviceRun(ctx, tap.url, svc.url, 10, 50, 1); // warm-up
-      const paced = latencies(await serviceRun(ctx, tap.url, svc.url, subs, pacedDeltas, paceMs));
-      const b = burst(await serviceRun(ctx, tap.url, svc.url, subs, deltas, 0));
-      svcSide = { paced, burst: b, peakRssBytes: svcRss.stop().peak };
-    } finally {
-      await svc.stop();
+    const floor = latenciesOf([await directRun(ctx, tap.url, pacedDeltas, paceMs)]);
+    await serviceRun(ctx, tap.url, svc.url, 10, 50, 1); // warm-up
+    await peerRun(ctx, tap.url, peer.url, 10, 50, 1, 'warm');
+    const svcPaced: RunOut[] = [];
+    const peerPaced: RunOut[] = [];
+    const svcBurst: ReturnType<typeof burst>[] = [];
+    const peerBurst: ReturnType<typeof burst>[] = [];
+    // Rounds alternate the two sides, so both see the same state of a shared machine.
+    for (let r = 0; r < rounds; r++) {
+      svcPaced.push(await serviceRun(ctx, tap.url, svc.url, subs, pacedDeltas, paceMs));
+      peerPaced.push(await peerRun(ctx, tap.url, peer.url, subs, pacedDeltas, paceMs, `paced-${r}`));
+      svcBurst.push(burst(await serviceRun(ctx, tap.url, svc.url, subs, deltas, 0)));
+      peerBurst.push(burst(await peerRun(ctx, tap.url, peer.url, subs, deltas, 0, `burst-${r}`)));
+      ctx.log(
+        `  B3 round ${r + 1}/${rounds}: burst ${svcBurst.at(-1)!.eventsPerSec.toFixed(0)} vs ` +
+          `${peerBurst.at(-1)!.eventsPerSec.toFixed(0)} deliveries/s`,
+      );
     }
-
-    const peer = await startPeer(ctx, tap.url);
-    const peerRss = new RssSampler(peer.child.pid);
-    let peerSide: B3Side;
-    try {
-      await peerRun(ctx, tap.url, peer.url, 10, 50, 1, 'warm');
-      const paced = latencies(await peerRun(ctx, tap.url, peer.url, subs, pacedDeltas, paceMs, 'paced'));
-      const b = burst(await peerRun(ctx, tap.url, peer.url, subs, deltas, 0, 'burst'));
-      peerSide = { paced, burst: b, peakRssBytes: peerRss.stop().peak };
-    } finally {
-      await peer.child.stop();
-    }
-
-    const ratio = svcSide.burst.eventsPerSec / peerSide.burst.eventsPerSec;
+    const side = (paced: RunOut[], bursts: ReturnType<typeof burst>[], rss: number): B3Side => ({
+      paced: latenciesOf(paced),
+      burst: {
+        eventsPerSec: median(bursts.map((b) => b.eventsPerSec)),
+        seconds: median(bursts.map((b) => b.seconds)),
+        deliveries: bursts.reduce((a, b) => a + b.deliveries, 0),
+        missing: bursts.reduce((a, b) => a + b.missing, 0),
+      },
+      perRound: bursts.map((b) => b.eventsPerSec),
+      peakRssBytes: rss,
+    });
+    const svcSide = side(svcPaced, svcBurst, svcRss.stop().peak);
+    const peerSide = side(peerPaced, peerBurst, peerRss.stop().peak);
+    const ratios = svcBurst.map((b, i) => b.eventsPerSec / peerBurst[i]!.eventsPerSec);
+    const ratio = median(ratios);
     return {
       subscribers: subs,
       deltas,
       pacedDeltas,
       paceMs,
+      rounds,
       svc: svcSide,
       peer: peerSide,
-      floor: { p50: floorLat.p50, p99: floorLat.p99 },
+      floor: { p50: floor.p50, p99: floor.p99 },
       ratio,
+      ratios,
       verdict: verdict(
         ratio >= 2 &&
           svcSide.paced.p99 <= peerSide.paced.p99 &&
@@ -286,18 +340,21 @@ export async function b3(ctx: Ctx): Promise<B3Result> {
       ),
     };
   } finally {
+    svcRss.stop();
+    peerRss.stop();
+    await Promise.all([svc.stop(), peer.child.stop()]);
     await tap.child.stop();
   }
 }
 
-export async function b3Profile(ctx: Ctx, dir: string) {
+export async function b3Profile(ctx: Ctx, profiled: Profiled) {
   const tap = await startTap(ctx);
-  const svc = await ctx.service({ ANTHROPIC_BASE_URL: tap.url }, dir);
   try {
-    await serviceRun(ctx, tap.url, svc.url, 100, ctx.quick ? 250 : 500, 20);
-    await serviceRun(ctx, tap.url, svc.url, 100, ctx.quick ? 1000 : 3000, 0);
+    await profiled({ ANTHROPIC_BASE_URL: tap.url }, async (svc) => {
+      await serviceRun(ctx, tap.url, svc.url, 100, ctx.quick ? 100 : 300, 20);
+      await serviceRun(ctx, tap.url, svc.url, 100, ctx.quick ? 500 : 2000, 0);
+    });
   } finally {
-    await svc.stop();
     await tap.child.stop();
   }
 }

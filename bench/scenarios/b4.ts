@@ -3,7 +3,7 @@
  * for a 6-iteration run (5 calculate_sum calls, then a text) of a session that already holds 10, 100 or 1,000
  * messages (created with `messages`, ~200 characters each, `start: false`; a posted message starts the run).
  */
-import type { Ctx } from '../lib/context.js';
+import type { Ctx, Profiled } from '../lib/context.js';
 import { redisInfo } from '../lib/procs.js';
 import { httpOk, mean, sleep } from '../lib/util.js';
 import { followRunEnd, verdict, type Verdict } from './common.js';
@@ -76,7 +76,8 @@ export async function runWithHistory(ctx: Ctx, base: string, length: number) {
   await sleep(100);
   const after = await counters(ctx);
   const session = await httpOk('GET', `${base}/v1/sessions/${s.id}`);
-  if (session.iteration !== ITER) throw new Error(`B4 session ran ${session.iteration} iterations, not ${ITER}`);
+  if (session.iteration !== ITER)
+    throw new Error(`B4 session ran ${session.iteration} iterations, not ${ITER}`);
   return {
     input: after.input - before.input,
     output: after.output - before.output,
@@ -123,13 +124,10 @@ export async function b4(ctx: Ctx): Promise<B4Result> {
   return { iterations: ITER, rows, ratio, aofRatio, verdict: verdict(ratio <= 1.5 && aofRatio <= 1.5) };
 }
 
-export async function b4Profile(ctx: Ctx, dir: string) {
+export async function b4Profile(ctx: Ctx, profiled: Profiled) {
   await ctx.fakeCtl.reset();
   await ctx.fakeCtl.pacing(0);
-  const svc = await ctx.service({}, dir);
-  try {
+  await profiled({}, async (svc) => {
     for (let i = 0; i < 3; i++) await runWithHistory(ctx, svc.url, 1000);
-  } finally {
-    await svc.stop();
-  }
+  });
 }

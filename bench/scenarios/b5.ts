@@ -4,7 +4,7 @@
  * that reconnects with the cursor of the last event it saw before them: time until all are received, and the
  * service's RSS growth meanwhile (VmHWM reset before, sampled every 50 ms).
  */
-import type { Ctx } from '../lib/context.js';
+import type { Ctx, Profiled } from '../lib/context.js';
 import { RssSampler, settledRss } from '../lib/procs.js';
 import { listen, openWs, streamUrl, unlisten, type Envelope } from '../lib/ws.js';
 import { httpOk, nowMs, withTimeout } from '../lib/util.js';
@@ -27,7 +27,11 @@ export interface B5Result {
 function eventData(i: number): string {
   return JSON.stringify({
     iteration: 1 + Math.floor(i / 1000),
-    event: { type: 'content_block_delta', index: 0, delta: { type: 'text_delta', text: `replayed chunk ${i} of text ` } },
+    event: {
+      type: 'content_block_delta',
+      index: 0,
+      delta: { type: 'text_delta', text: `replayed chunk ${i} of text ` },
+    },
   });
 }
 
@@ -113,15 +117,12 @@ export async function b5(ctx: Ctx): Promise<B5Result> {
   }
 }
 
-export async function b5Profile(ctx: Ctx, dir: string) {
+export async function b5Profile(ctx: Ctx, profiled: Profiled) {
   await ctx.redis.admin.flushall();
-  const svc = await ctx.service({ EVENT_LOG_MAX: '200000' }, dir);
-  try {
+  await profiled({ EVENT_LOG_MAX: '200000' }, async (svc) => {
     const s = await httpOk('POST', `${svc.url}/v1/sessions`, { start: false });
     const first = await ctx.redis.admin.xrevrange(`s:{${s.id}}:e`, '+', '-', 'COUNT', 1);
     await fillLog(ctx, s.id, 100_000);
     await replay(svc.url, s.id, first[0]![0], 100_000, 120_000);
-  } finally {
-    await svc.stop();
-  }
+  });
 }

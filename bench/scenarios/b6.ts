@@ -3,19 +3,26 @@
  * 5,000 idle WebSocket connections (one per session, each having received its replay), once RSS has settled.
  */
 import WebSocket from 'ws';
-import type { Ctx } from '../lib/context.js';
-import { redisInfo, settledRss } from '../lib/procs.js';
+import type { Ctx, Profiled } from '../lib/context.js';
+import { gcAndMemory } from '../lib/inspector.js';
+import { redisInfo, settledRss, spawnNode } from '../lib/procs.js';
 import { listen, openWs, streamUrl, unlisten } from '../lib/ws.js';
-import { http, httpOk, pool, withTimeout } from '../lib/util.js';
+import { httpOk, pool, sleep, withTimeout } from '../lib/util.js';
 import { verdict, type Verdict } from './common.js';
 
 export interface B6Result {
   sessions: number;
   connections: number;
+  /** `node --import tsx` running an empty script: the runtime and loader alone. */
+  rssTsxAlone: number;
   rssFresh: number;
   rssSessions: number;
   rssConnections: number;
-  heapUsedConnections: number;
+  /**
+   * After a forced full GC (V8 inspector, activated only once the RSS figures are read): what is retained, not
+   * garbage waiting for a collection; with the connections open, then once they are closed.
+   */
+  afterGc: { connections: NodeJS.MemoryUsage; closed: NodeJS.MemoryUsage };
   redisUsedSessions: number;
   createSeconds: number;
   connectSeconds: number;
@@ -23,9 +30,14 @@ export interface B6Result {
   verdict: Verdict;
 }
 
-async function heapUsed(base: string): Promise<number> {
-  const r = await http('GET', `${base}/metrics`);
-  return Number(/^nodejs_heap_used_bytes (\d+)/m.exec(String(r.body))?.[1] ?? NaN);
+async function tsxAloneRss(): Promise<number> {
+  const child = spawnNode('bench/idle.ts', []);
+  try {
+    await child.waitFor(/\{"ready":true\}/, 30_000, 'bench/idle.ts');
+    return await settledRss(child.pid);
+  } finally {
+    await child.stop();
+  }
 }
 
 export async function createIdle(base: string, n: number): Promise<string[]> {
@@ -60,10 +72,11 @@ export async function connectIdle(base: string, ids: string[]): Promise<WebSocke
 }
 
 export async function b6(ctx: Ctx, openFilesLimit: string): Promise<B6Result> {
-  const nSessions = 10_000;
-  const nConns = 5_000;
+  const nSessions = ctx.quick ? 2_000 : 10_000;
+  const nConns = ctx.quick ? 1_000 : 5_000;
   await ctx.redis.admin.flushall();
-  const svc = await ctx.service();
+  const rssTsxAlone = await tsxAloneRss();
+  const svc = await ctx.startService({ env: {}, inspectOnSignal: true });
   const sockets: WebSocket[] = [];
   try {
     if (ctx.follow === 'poll') throw new Error('B6 needs the WebSocket route');
@@ -77,15 +90,20 @@ export async function b6(ctx: Ctx, openFilesLimit: string): Promise<B6Result> {
     sockets.push(...(await connectIdle(svc.url, ids.slice(0, nConns))));
     const connectSeconds = (performance.now() - t) / 1000;
     const rssConnections = await settledRss(svc.pid, 1000, 10_000);
-    const heap = await heapUsed(svc.url);
     const alive = sockets.filter((s) => s.readyState === WebSocket.OPEN).length;
+    const inspector = await svc.activateInspector();
+    const gcConnections = await gcAndMemory(inspector);
+    for (const s of sockets.splice(0)) s.terminate();
+    await sleep(1000);
+    const gcClosed = await gcAndMemory(inspector);
     return {
       sessions: nSessions,
       connections: alive,
+      rssTsxAlone,
       rssFresh,
       rssSessions,
       rssConnections,
-      heapUsedConnections: heap,
+      afterGc: { connections: gcConnections, closed: gcClosed },
       redisUsedSessions,
       createSeconds,
       connectSeconds,
@@ -98,15 +116,15 @@ export async function b6(ctx: Ctx, openFilesLimit: string): Promise<B6Result> {
   }
 }
 
-export async function b6Profile(ctx: Ctx, dir: string) {
+export async function b6Profile(ctx: Ctx, profiled: Profiled) {
   await ctx.redis.admin.flushall();
-  const svc = await ctx.service({}, dir);
-  const sockets: WebSocket[] = [];
-  try {
-    const ids = await createIdle(svc.url, 10_000);
-    sockets.push(...(await connectIdle(svc.url, ids.slice(0, 5000))));
-  } finally {
-    for (const s of sockets) s.terminate();
-    await svc.stop();
-  }
+  await profiled({}, async (svc) => {
+    const sockets: WebSocket[] = [];
+    try {
+      const ids = await createIdle(svc.url, ctx.quick ? 2_000 : 10_000);
+      sockets.push(...(await connectIdle(svc.url, ids.slice(0, ctx.quick ? 1_000 : 5_000))));
+    } finally {
+      for (const s of sockets) s.terminate();
+    }
+  });
 }

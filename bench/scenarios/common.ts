@@ -25,7 +25,12 @@ export async function followRunEnd(
 }
 
 /** Creates a session that starts at once and follows it until its run ends: the client's whole wait. */
-export async function createAndFollow(ctx: Ctx, base: string, body: Record<string, unknown>, timeoutMs: number) {
+export async function createAndFollow(
+  ctx: Ctx,
+  base: string,
+  body: Record<string, unknown>,
+  timeoutMs: number,
+) {
   const t0 = nowMs();
   const created = await httpOk('POST', `${base}/v1/sessions`, body);
   const t1 = await followRunEnd(ctx, base, created.id, timeoutMs);

@@ -9,7 +9,9 @@ import type { Redis, Cluster } from 'ioredis';
 import type { ServerTool } from '../../tools/types.js';
 import { AppError, FencedOut } from '../errors.js';
 import { blocksOf, pendingToolCalls, toolCallsOf, type StoredMessage } from '../history.js';
-import { controlChannel } from '../store/keys.js';
+import { randomBytes } from 'node:crypto';
+import { controlChannel, sessionKeys } from '../store/keys.js';
+import { isStoreDown } from '../store/unavailable.js';
 import {
   usageIncr,
   type ApplyOps,
@@ -235,6 +237,11 @@ export class Engine {
             if (run.reason === 'cancel') continue; // the loop's top finishes the cancel
             return;
           }
+          // A commit that the store turned out to have applied after all: go on from what it holds.
+          if (err instanceof CommitLanded) continue;
+          // The store stayed unreachable longer than a commit waits: leave the run for recovery (the session is
+          // still `running` and due), rather than failing the session for a Redis outage.
+          if (isStoreDown(err)) throw err;
           if (isStreamCut(err) && cutRetries < STREAM_CUT_RETRIES) {
             cutRetries++;
             log.warn({ err, attempt: cutRetries }, 'stream cut mid-turn; sending the turn again');
@@ -587,18 +594,10 @@ export class Engine {
         message: `Tool ${failed.map((c) => c.name).join(', ')} failed: ${String(textOf(failed[0]!.result!.content)).slice(0, 500)}`,
         retryable: true,
       };
-      const st = { status: 'failed' as const, pending: step, stopReason: null, error };
-      await this.commit(run, {
-        hset: {
-          status: 'failed',
-          pending: JSON.stringify(step),
-          error: JSON.stringify(error),
-          stop_reason: '',
-        },
-        release_lease: true,
-        events: [...completed, ['session.error', JSON.stringify(error)], ['session.status', statusEvent(st)]],
-      });
-      await this.o.store.unmarkDue(run.id);
+      await this.endRun(run, { status: 'failed', pending: step, error }, [
+        ...completed,
+        ['session.error', JSON.stringify(error)],
+      ]);
       return { outcome: 'done', paramsRev: state.paramsRev };
     }
     const review =
@@ -606,13 +605,7 @@ export class Engine {
       (needsReview(state, serverResults) || (failed.length > 0 && state.onToolError === 'pause'));
     if (review) {
       step.review = true;
-      const st = { status: 'requires_action' as const, pending: step, stopReason: null, error: null };
-      await this.commit(run, {
-        hset: { status: 'requires_action', pending: JSON.stringify(step) },
-        release_lease: true,
-        events: [...completed, ['session.status', statusEvent(st)]],
-      });
-      await this.o.store.unmarkDue(run.id);
+      await this.endRun(run, { status: 'requires_action', pending: step }, completed);
       return { outcome: 'paused', paramsRev: state.paramsRev };
     }
     const cache = state.cacheToolResults;
@@ -727,14 +720,11 @@ export class Engine {
     }
     const waiting = step.calls.some((c) => c.approval === 'required' || (c.kind === 'client' && !c.result));
     if (waiting) {
-      const completed = completedEvents(step.calls, durations);
-      const st = { status: 'requires_action' as const, pending: step, stopReason: null, error: null };
-      await this.commit(run, {
-        hset: { status: 'requires_action', pending: JSON.stringify(step) },
-        release_lease: true,
-        events: [...completed, ['session.status', statusEvent(st)]],
-      });
-      await this.o.store.unmarkDue(run.id);
+      await this.endRun(
+        run,
+        { status: 'requires_action', pending: step },
+        completedEvents(step.calls, durations),
+      );
       return 'done';
     }
     const { outcome } = await this.afterTools(run, state, history, step, null, durations);
@@ -780,26 +770,44 @@ export class Engine {
     await this.o.store.unmarkDue(run.id);
   }
 
+  /**
+   * Ends the run in `next.status` (`requires_action`, `failed` or `idle`), releasing the lease in the same commit
+   * and announcing the status; `events` go before the `session.status` event.
+   */
+  private async endRun(
+    run: RunHandle,
+    next: {
+      status: 'requires_action' | 'failed' | 'idle';
+      pending?: PendingStep | null;
+      error?: SessionError | null;
+      stopReason?: string | null;
+    },
+    events: Array<[string, string]> = [],
+  ): Promise<void> {
+    const st = { pending: null, error: null, stopReason: null, ...next };
+    await this.commit(run, {
+      hset: {
+        status: st.status,
+        pending: st.pending ? JSON.stringify(st.pending) : '',
+        error: st.error ? JSON.stringify(st.error) : '',
+        stop_reason: st.stopReason ?? '',
+        control: '',
+      },
+      release_lease: true,
+      events: [...events, ['session.status', statusEvent(st)]],
+    });
+    await this.o.store.unmarkDue(run.id);
+  }
+
   private async fail(run: RunHandle, error: SessionError, log: Logger): Promise<void> {
     log.warn({ error }, 'run failed');
     count('trs_runs_failed_total', `{code="${error.code}"}`);
-    const st = { status: 'failed' as const, pending: null, stopReason: null, error };
     try {
       const state = await this.o.store.load(run.id);
-      await this.commit(run, {
-        hset: {
-          status: 'failed',
-          error: JSON.stringify(error),
-          control: '',
-          ...(state?.pending ? { pending: JSON.stringify(state.pending) } : {}),
-        },
-        release_lease: true,
-        events: [
-          ['session.error', JSON.stringify(error)],
-          ['session.status', statusEvent({ ...st, pending: state?.pending ?? null })],
-        ],
-      });
-      await this.o.store.unmarkDue(run.id);
+      // A failed tool step keeps its pending calls, so `resume` runs the failed step again.
+      await this.endRun(run, { status: 'failed', pending: state?.pending ?? null, error }, [
+        ['session.error', JSON.stringify(error)],
+      ]);
     } catch (err) {
       if (!(err instanceof FencedOut)) throw err;
     }
@@ -809,7 +817,7 @@ export class Engine {
   private async commit(run: RunHandle, ops: ApplyOps): Promise<ApplyResult> {
     let res: ApplyResult;
     try {
-      res = await this.o.store.apply(run.id, { fence: run.fence, status: ['running'] }, ops);
+      res = await this.applyThroughOutage(run, ops);
     } catch (err) {
       // The session left `running` under us (cancelled or deleted by a route): this run is over.
       if (err instanceof AppError && (err.code === 'invalid_status' || err.code === 'session_not_found')) {
@@ -819,6 +827,45 @@ export class Engine {
     }
     if (res.control === 'cancel' && !run.reason) this.abort(run, 'cancel');
     return res;
+  }
+
+  /**
+   * `apply`, riding out a short store outage (a Redis restart or failover): while the store is unreachable the commit
+   * is tried again for at most the lease TTL, so a turn's reply or a tool step's results are kept, not redone. Each
+   * commit writes a marker (`last_commit`); an attempt whose answer was lost may have been applied, so it is sent
+   * again only once the marker shows it was not — a commit never applies twice. If it was applied, `CommitLanded`
+   * makes the run start over from what the store holds. The fencing token still refuses a late commit.
+   */
+  private async applyThroughOutage(run: RunHandle, ops: ApplyOps): Promise<ApplyResult> {
+    const marker = `${run.fence}:${randomBytes(6).toString('hex')}`;
+    const marked: ApplyOps = { ...ops, hset: { ...ops.hset, last_commit: marker } };
+    const deadline = Date.now() + this.o.leaseTtlMs;
+    for (;;) {
+      try {
+        return await this.o.store.apply(run.id, { fence: run.fence, status: ['running'] }, marked);
+      } catch (err) {
+        if (!isStoreDown(err)) throw err;
+        for (;;) {
+          if (Date.now() > deadline || run.reason) throw err;
+          await new Promise((resolve) => setTimeout(resolve, 200));
+          try {
+            const current = await this.o.store.redis.hget(sessionKeys(run.id).meta, 'last_commit');
+            if (current === marker) throw new CommitLanded(run.id);
+            break; // not applied: send it again
+          } catch (e) {
+            if (!isStoreDown(e)) throw e;
+          }
+        }
+      }
+    }
+  }
+}
+
+/** A commit whose answer was lost was applied after all (see `applyThroughOutage`). */
+class CommitLanded extends Error {
+  constructor(readonly sessionId: string) {
+    super(`a commit of session ${sessionId} was applied though its answer was lost`);
+    this.name = 'CommitLanded';
   }
 }
 

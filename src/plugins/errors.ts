@@ -1,19 +1,9 @@
 import fp from 'fastify-plugin';
 import { hasZodFastifySchemaValidationErrors } from 'fastify-type-provider-zod';
 import { AppError } from '../errors.js';
+import { isStoreDown } from '../store/unavailable.js';
 
-/**
- * Errors of the Redis client that mean the store is unreachable, as opposed to a bug: connection and timeout errors of
- * a single Redis, and what a Redis Cluster answers while a master is down or the cluster is failing over (ioredis
- * follows MOVED/ASK/TRYAGAIN/CLUSTERDOWN itself; one that reaches us means it gave up).
- */
-const STORE_DOWN =
-  /Command timed out|Connection is closed|ECONNREFUSED|ECONNRESET|ETIMEDOUT|EHOSTUNREACH|ENETUNREACH|EPIPE|Stream isn't writeable|enableOfflineQueue|^LOADING|^BUSY|^MASTERDOWN|^READONLY|^CLUSTERDOWN|^TRYAGAIN|^MOVED |^ASK |Too many Cluster redirections|None of startup nodes|Cluster is (disconnected|disconnecting|ended)|Node is disconnected|Cluster isn't ready|Failed to refresh slots cache/i;
-
-export function isStoreDown(err: unknown): boolean {
-  if (!(err instanceof Error)) return false;
-  return err.name === 'MaxRetriesPerRequestError' || STORE_DOWN.test(err.message);
-}
+export { isStoreDown };
 
 /** One error handler: stable `{error: {code, message, details?}}`, 5xx internals only in the log. */
 export default fp(

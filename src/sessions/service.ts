@@ -19,6 +19,7 @@ import {
   encodeFields,
   newSessionId,
   type ApplyOps,
+  type IterationRecord,
   type Guard,
   type PendingStep,
   type SessionState,
@@ -151,22 +152,33 @@ export class SessionService {
       control: '',
       paramsRev: 0,
     };
+    await this.insert(state, messages, []);
+    if (start) await this.startRun(state.id);
+    return state;
+  }
+
+  /** Writes a new session (history, iteration records, `session.created`) in one script, then indexes it. */
+  private async insert(
+    state: SessionState,
+    history: StoredMessage[],
+    records: IterationRecord[],
+    createdExtra: Record<string, unknown> = {},
+  ): Promise<void> {
     const res = await this.store.apply(
       state.id,
       { create: true },
       {
         hset: encodeFields(state),
-        push_msgs: messages.map((m) => JSON.stringify(m)),
+        push_msgs: history.map((m) => JSON.stringify(m)),
+        push_iters: records.map((r) => JSON.stringify(r)),
         events: [
-          ['session.created', JSON.stringify(sessionView({ ...state, revision: 1 }))],
+          ['session.created', JSON.stringify({ ...sessionView({ ...state, revision: 1 }), ...createdExtra })],
           ['session.status', statusEvent(state)],
         ],
       },
     );
     state.revision = res.revision;
-    await this.store.index(tenant, state.id, now);
-    if (start) await this.startRun(state.id);
-    return state;
+    await this.store.index(state.tenant, state.id, state.createdAt);
   }
 
   private checkTools(tools: CreateSessionBody['tools']): void {
@@ -636,24 +648,7 @@ export class SessionService {
       msgCount: history.length,
       control: '',
     };
-    const res = await this.store.apply(
-      forked.id,
-      { create: true },
-      {
-        hset: encodeFields(forked),
-        push_msgs: history.map((m) => JSON.stringify(m)),
-        push_iters: kept.map((r) => JSON.stringify(r)),
-        events: [
-          [
-            'session.created',
-            JSON.stringify({ ...sessionView({ ...forked, revision: 1 }), forked_from: id }),
-          ],
-          ['session.status', statusEvent(forked)],
-        ],
-      },
-    );
-    forked.revision = res.revision;
-    await this.store.index(tenant, forked.id, now);
+    await this.insert(forked, history, kept, { forked_from: id });
     return forked;
   }
 

@@ -382,9 +382,9 @@ export class SessionStore {
     for (const [type, data] of events) {
       p.xadd(k.events, 'MAXLEN', '~', this.options.eventLogMax, '*', 't', type, 'd', data, 'at', at);
     }
-    const res = await p.exec();
-    const lastId = res?.at(-1)?.[1];
-    if (typeof lastId === 'string') await this.redis.publish(eventsChannel(id), lastId);
+    // The notification rides in the same pipeline; an empty message tells relays to read from their own cursor.
+    p.publish(eventsChannel(id), '');
+    await p.exec();
   }
 
   /** Takes the run lease of a `running` session; the fencing token, or 0 if another holds it. */

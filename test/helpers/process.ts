@@ -161,7 +161,7 @@ export async function spawnService(
       .slice(-20)
       .map((l) => JSON.stringify(l))
       .join('\n');
-    throw new Error(`${name} did not start: ${(err as Error).message}\n${tail}`);
+    throw new Error(`${name} did not start: ${(err as Error).message}\n${tail}`, { cause: err });
   }
 
   const signalAndWait = async (signal: NodeJS.Signals, killAfterMs?: number): Promise<ExitInfo> => {
