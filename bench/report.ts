@@ -61,8 +61,9 @@ export function report(r: Results): string {
     '',
     ...(r.mode === 'quick'
       ? [
-          '**Quick run**: reduced sizes (B1 8 runs a side, B2 200 sessions in 1 round, B3 fewer deltas, B4 1 session ' +
-            'per length, B6 2,000 sessions and 1,000 connections); the verdicts apply to those sizes. ' +
+          '**Quick run**: reduced sizes (B1 6 runs a side, B2 200 sessions in 1 round, B3 fewer deltas in 1 round, ' +
+            'B4 1 session per length, B5 50,000 events, B6 1,000 sessions and 500 connections); the verdicts apply to ' +
+            'those sizes. ' +
             '`npm run bench` runs the sizes of the targets.',
           '',
         ]
@@ -109,7 +110,7 @@ export function report(r: Results): string {
     summary.push('| B1 per-iteration overhead | failed | p50 ≤ 2 ms added | | FAILED |');
   } else {
     L.push(
-      `${b1.runs} runs of a ${b1.iterations}-iteration calculate_sum loop on each side (after 2 warm-up runs each), ` +
+      `${b1.runs} runs of a ${b1.iterations}-iteration calculate_sum loop on each side (after ${b1.warm} warm-up run(s) each), ` +
         'alternating. The service side: `POST /v1/sessions` (`tools: ["calculate_sum"]`, `input`), then the ' +
         "session's WebSocket until `session.status` idle.",
       '',

@@ -99,8 +99,8 @@ async function main() {
     tmpDir,
     follow: 'ws',
     log,
-    service: (env = {}, cpuProfDir?: string) => start({ env, cpuProfDir }),
-    startService: start,
+    service: (env = {}, cpuProfDir?: string) => startProbed({ env, cpuProfDir }),
+    startService: (opts) => startProbed(opts),
     turnEventDelayMs: 2.5,
   };
   // Which way clients follow sessions: the WebSocket route (spec §5), or polling while it is missing.

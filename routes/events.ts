@@ -7,7 +7,7 @@ import { isStoreDown } from '../src/plugins/errors.js';
 import { sessionIdParam } from '../src/schemas.js';
 import { isCursor, parseCursor } from '../src/events/cursor.js';
 import { OutEvent, sseData } from '../src/events/envelope.js';
-import { hubFor, lastEventId, readPage, type Sink } from '../src/events/hub.js';
+import { hubFor, lastEventId, readPage, type Sink, type Subscription } from '../src/events/hub.js';
 import { cursorExpired, drained, errorBody, storeUnavailable } from '../src/events/transport.js';
 
 /** SSE comment lines sent while nothing happens, so proxies and clients keep the stream open. */
@@ -58,7 +58,11 @@ const routes: FastifyPluginAsyncZod<{ config: Config }> = async (app, { config }
           });
         }
         const events = page.events.slice(0, limit).map((e) => new OutEvent(id, e));
-        const next = events.length ? events[events.length - 1]!.id : (req.query.after ?? null);
+        const next = events.length
+          ? events[events.length - 1]!.id
+          : req.query.after !== undefined
+            ? after
+            : null;
         // The envelopes are already JSON text: the body is assembled, not re-serialised.
         return reply
           .type('application/json; charset=utf-8')
@@ -133,7 +137,17 @@ const routes: FastifyPluginAsyncZod<{ config: Config }> = async (app, { config }
         },
         shutdown: () => end(),
       };
-      const sub = hub.subscribe(id, after, sink);
+      let sub: Subscription;
+      try {
+        sub = hub.subscribe(id, after, sink);
+      } catch (err) {
+        // Only while the process shuts down.
+        req.log.warn({ err }, 'event stream refused');
+        done = true;
+        clearInterval(heartbeat);
+        res.end();
+        return;
+      }
       res.on('close', () => {
         done = true;
         clearInterval(heartbeat);

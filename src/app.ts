@@ -63,12 +63,14 @@ const app: FastifyPluginAsync<AppOptions> = async (fastify, opts) => {
     eventLogMax: config.EVENT_LOG_MAX,
     shutdownGraceMs: config.SHUTDOWN_GRACE_MS,
   });
-  await fastify.register(authPlugin, { keys: config.API_KEYS });
-  await fastify.register(rateLimitPlugin, { perMinute: config.RATE_LIMIT_PER_MIN });
-  await fastify.register(idempotencyPlugin, { ttlS: config.IDEMPOTENCY_TTL_S });
+  // Before auth: @fastify/websocket's onRequest hook must see an upgrade first, so that an upgrade refused by the
+  // auth hook (401) still has its socket destroyed, on every route.
   await fastify.register(websocket, {
     options: { maxPayload: 1_048_576 },
   });
+  await fastify.register(authPlugin, { keys: config.API_KEYS });
+  await fastify.register(rateLimitPlugin, { perMinute: config.RATE_LIMIT_PER_MIN });
+  await fastify.register(idempotencyPlugin, { ttlS: config.IDEMPOTENCY_TTL_S });
   await fastify.register(healthRoutes);
   await fastify.register(toolRoutes);
   await fastify.register(sessionRoutes);

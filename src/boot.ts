@@ -101,6 +101,8 @@ export async function startService(env: NodeJS.ProcessEnv = process.env): Promis
       disableRequestLogging: config.LOG_LEVEL !== 'debug' && config.LOG_LEVEL !== 'trace',
     }),
     forceCloseConnections: true,
+    // tool_use ids may be up to 128 characters; the routes' schemas give the 400 beyond.
+    maxParamLength: 256,
   });
   const log = fastify.log as unknown as Logger;
   const cleanups: Array<() => Promise<void>> = [];

@@ -1,5 +1,6 @@
 import { after, before, beforeEach, describe, it } from 'node:test';
 import assert from 'node:assert/strict';
+import { once } from 'node:events';
 import { WebSocket } from 'ws';
 import { startHarness, type Harness } from './helpers/service.js';
 import { hang, text, toolCall } from '../src/fake/script.js';
@@ -59,6 +60,11 @@ describe('event stream access and client frames', () => {
     const byProtocol = await connectWs(base, id, { protocolToken: 'key-acme' });
     assert.equal(byProtocol.ws.protocol, 'bearer');
     await byProtocol.waitEvent((e) => e.type === 'session.status', 'replay');
+    // `bearer` is selected wherever it is among the offered protocols.
+    const other = new WebSocket(wsUrl(base, id), ['chat', 'bearer', 'key-acme']);
+    await once(other, 'open');
+    assert.equal(other.protocol, 'bearer');
+    other.terminate();
     byHeader.close();
     byProtocol.close();
   });
@@ -95,7 +101,12 @@ describe('event stream access and client frames', () => {
       decision: 'approve',
     });
     assert.equal(notAwaited.error.code, 'nothing_awaits_approval');
-    const noResult = await c.request({ type: 'tool_result', ref: 'r5', tool_use_id: 'toolu_x', content: 'x' });
+    const noResult = await c.request({
+      type: 'tool_result',
+      ref: 'r5',
+      tool_use_id: 'toolu_x',
+      content: 'x',
+    });
     assert.equal(noResult.error.code, 'nothing_awaits_results');
     const notRunning = await c.request({ type: 'cancel', ref: 'r6' });
     assert.equal(notRunning.error.code, 'session_not_running');
@@ -136,7 +147,10 @@ describe('event stream access and client frames', () => {
     });
     assert.equal(decided.type, 'ack', JSON.stringify(decided));
     await c.events.wait(
-      (e, all) => e.type === 'session.status' && e.data.status === 'idle' && all.some((x) => x.type === 'tool_call.decided'),
+      (e, all) =>
+        e.type === 'session.status' &&
+        e.data.status === 'idle' &&
+        all.some((x) => x.type === 'tool_call.decided'),
       'the end of the run',
     );
     const completed = c.events.items.find((e) => e.type === 'tool.completed');
@@ -215,4 +229,29 @@ describe('retention', () => {
   });
 });
 
-void wsUrl;
+describe('keepalive', () => {
+  let h: Harness;
+  before(async () => {
+    h = await startHarness({ env: { WS_PING_MS: '100' } });
+  });
+  after(async () => h.close());
+
+  it('pings idle connections, and drops a peer that stops answering', async () => {
+    const created = await h.api.post('/v1/sessions', { start: false });
+    const c = await connectWs(h.service.url, created.body.id);
+    let pings = 0;
+    c.ws.on('ping', () => pings++);
+    await c.waitEvent((e) => e.type === 'session.status', 'replay');
+    await once(c.ws, 'ping');
+    await once(c.ws, 'ping');
+    assert.equal(c.ws.readyState, WebSocket.OPEN);
+    assert.ok(pings >= 2);
+    // A peer that reads nothing answers no ping: the server terminates it (no close frame: 1006 here).
+    const sock = (c.ws as any)._socket;
+    sock.pause();
+    await once(sock, 'end').catch(() => {});
+    sock.resume();
+    const closed = await c.closed;
+    assert.equal(closed.code, 1006);
+  });
+});

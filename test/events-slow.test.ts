@@ -67,7 +67,9 @@ describe('slow readers', () => {
       await writing;
       const grown = process.memoryUsage().rss - rssBefore;
       const received = slow.events.items.length * EVENT_BYTES;
-      console.log(`rss grew ${(grown / MB).toFixed(1)} MB; ${(TOTAL_BYTES / MB).toFixed(0)} MB written; the slow client got ${(received / MB).toFixed(1)} MB before 1013`);
+      console.log(
+        `rss grew ${(grown / MB).toFixed(1)} MB; ${(TOTAL_BYTES / MB).toFixed(0)} MB written; the slow client got ${(received / MB).toFixed(1)} MB before 1013`,
+      );
       assert.ok(received < TOTAL_BYTES / 4, 'the slow client was cut off early');
       assert.ok(grown < TOTAL_BYTES / 3, `RSS grew by ${(grown / MB).toFixed(1)} MB`);
       assert.deepEqual(hubFor(h.service.app).counts(), { sessions: 0, clients: 0, live: 0 });

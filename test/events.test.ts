@@ -26,7 +26,10 @@ describe('event ids', () => {
     assert.equal(parseCursor('17'), null);
     assert.equal(parseCursor('-1-0'), null);
     assert.equal(parseCursor('18446744073709551616-0'), null);
-    assert.equal(parseCursor('18446744073709551615-18446744073709551615'), '18446744073709551615-18446744073709551615');
+    assert.equal(
+      parseCursor('18446744073709551615-18446744073709551615'),
+      '18446744073709551615-18446744073709551615',
+    );
     assert.ok(compareIds('9-5', '10-0') < 0);
     assert.ok(compareIds('10-10', '10-9') > 0);
     assert.equal(compareIds('10-9', '10-9'), 0);
@@ -35,8 +38,20 @@ describe('event ids', () => {
 
   it('splices the wire envelope to exactly JSON.stringify(envelope)', () => {
     for (const ev of [
-      { id: '1700000000000-3', type: 'stream.event', data: '{"iteration":1,"event":{"type":"x"}}', revision: 0, at: 1700000000001 },
-      { id: '1700000000000-4', type: 'session.status', data: '{"status":"idle","q":"a\\"b\\n"}', revision: 7, at: 1700000000002 },
+      {
+        id: '1700000000000-3',
+        type: 'stream.event',
+        data: '{"iteration":1,"event":{"type":"x"}}',
+        revision: 0,
+        at: 1700000000001,
+      },
+      {
+        id: '1700000000000-4',
+        type: 'session.status',
+        data: '{"status":"idle","q":"a\\"b\\n"}',
+        revision: 7,
+        at: 1700000000002,
+      },
       { id: '5-0', type: 'weird"type', data: 'null', revision: 2, at: 0 },
     ]) {
       const out = new OutEvent('ses_abcdefghijkl', ev);
@@ -122,7 +137,8 @@ describe('live events', () => {
 
   for (const where of ['the same process', 'another process']) {
     it(`a client that reconnects mid-turn with its last id (to ${where}) gets every missed event exactly once`, async () => {
-      const other = where === 'another process' ? await startHarness({ redis: h.redis, fakeServer: h.fake }) : h;
+      const other =
+        where === 'another process' ? await startHarness({ redis: h.redis, fakeServer: h.fake }) : h;
       try {
         const words = Array.from({ length: 90 }, (_, i) => `word${i}`).join(' ');
         h.fake.enqueue(text(words, { eventDelayMs: 15 }));
@@ -140,7 +156,8 @@ describe('live events', () => {
         const lastId = seen.at(-1)!.id;
         // Events go on while the client is away.
         await watcher.events.wait(
-          (_e, all) => all.filter((x) => x.type === 'stream.event' && compareIds(x.id, lastId) > 0).length >= 5,
+          (_e, all) =>
+            all.filter((x) => x.type === 'stream.event' && compareIds(x.id, lastId) > 0).length >= 5,
           'events while the client is away',
         );
         assert.ok(

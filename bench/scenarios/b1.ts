@@ -10,6 +10,7 @@ import { createAndFollow, verdict, type Verdict } from './common.js';
 
 export interface B1Result {
   runs: number;
+  warm: number;
   iterations: number;
   turnMs: number;
   svcWallMs: { p50: number; p99: number };
@@ -62,8 +63,8 @@ async function serviceSplit(base: string, ids: string[]) {
 }
 
 export async function b1(ctx: Ctx): Promise<B1Result> {
-  const runs = ctx.quick ? 8 : 30;
-  const warm = 2;
+  const runs = ctx.quick ? 6 : 30;
+  const warm = ctx.quick ? 1 : 2;
   await ctx.fakeCtl.reset();
   await ctx.fakeCtl.script(`tool-loop:${ITER}`);
   await ctx.fakeCtl.pacing(ctx.turnEventDelayMs);
@@ -109,6 +110,7 @@ export async function b1(ctx: Ctx): Promise<B1Result> {
   const wallRatio = median(svcWalls) / median(sdkWalls);
   const res: B1Result = {
     runs,
+    warm,
     iterations: ITER,
     turnMs: ctx.turnEventDelayMs * 8,
     svcWallMs: { p50: median(svcWalls), p99: percentile(svcWalls, 99) },

@@ -77,7 +77,7 @@ export async function replay(base: string, id: string, after: string, n: number,
 }
 
 export async function b5(ctx: Ctx): Promise<B5Result> {
-  const n = 100_000;
+  const n = ctx.quick ? 50_000 : 100_000;
   await ctx.redis.admin.flushall();
   const svc = await ctx.service({ EVENT_LOG_MAX: String(n * 2) });
   try {

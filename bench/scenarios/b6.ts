@@ -72,8 +72,8 @@ export async function connectIdle(base: string, ids: string[]): Promise<WebSocke
 }
 
 export async function b6(ctx: Ctx, openFilesLimit: string): Promise<B6Result> {
-  const nSessions = ctx.quick ? 2_000 : 10_000;
-  const nConns = ctx.quick ? 1_000 : 5_000;
+  const nSessions = ctx.quick ? 1_000 : 10_000;
+  const nConns = ctx.quick ? 500 : 5_000;
   await ctx.redis.admin.flushall();
   const rssTsxAlone = await tsxAloneRss();
   const svc = await ctx.startService({ env: {}, inspectOnSignal: true });
@@ -121,8 +121,8 @@ export async function b6Profile(ctx: Ctx, profiled: Profiled) {
   await profiled({}, async (svc) => {
     const sockets: WebSocket[] = [];
     try {
-      const ids = await createIdle(svc.url, ctx.quick ? 2_000 : 10_000);
-      sockets.push(...(await connectIdle(svc.url, ids.slice(0, ctx.quick ? 1_000 : 5_000))));
+      const ids = await createIdle(svc.url, ctx.quick ? 1_000 : 10_000);
+      sockets.push(...(await connectIdle(svc.url, ids.slice(0, ctx.quick ? 500 : 5_000))));
     } finally {
       for (const s of sockets) s.terminate();
     }

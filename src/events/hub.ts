@@ -310,9 +310,16 @@ export class EventHub extends EventEmitter {
     this.channels.get(channel.slice(4, -1))?.notify(message);
   };
 
-  /** Notifications sent while the subscriber was disconnected are lost: read every watched log again. */
+  /**
+   * Notifications sent while the subscriber was disconnected are lost: read every watched log again, now and once
+   * more a second later (after ioredis has re-subscribed the channels).
+   */
   private readonly onReconnect = () => {
-    for (const ch of this.channels.values()) void ch.pull();
+    const pullAll = () => {
+      for (const ch of this.channels.values()) void ch.pull();
+    };
+    pullAll();
+    setTimeout(pullAll, 1000).unref();
   };
 
   /** Starts streaming `sessionId`'s events after `after` (canonical cursor) to `sink`. */

@@ -143,7 +143,9 @@ export interface StoredEvent {
 const START_DUE_DELAY_MS = 2000;
 
 function setsRunning(ops: ApplyOps | undefined): boolean {
-  return !!ops && (ops.hset?.status === 'running' || setsRunning(ops.queue?.any) || setsRunning(ops.queue?.none));
+  return (
+    !!ops && (ops.hset?.status === 'running' || setsRunning(ops.queue?.any) || setsRunning(ops.queue?.none))
+  );
 }
 
 export const newSessionId = () =>
@@ -448,31 +450,28 @@ export class SessionStore {
     let max = opts.cursor ? `(${opts.cursor}` : '+';
     const items: SessionState[] = [];
     let lastMember: string | null = null;
+    let exhausted = false;
+    const pageSize = opts.status ? 100 : opts.limit;
     for (let round = 0; round < 20 && items.length < opts.limit; round++) {
-      const members = await this.redis.zrevrangebylex(
-        key,
-        max,
-        '-',
-        'LIMIT',
-        0,
-        opts.status ? 100 : opts.limit,
-      );
-      if (members.length === 0) break;
+      const members = await this.redis.zrevrangebylex(key, max, '-', 'LIMIT', 0, pageSize);
       const states = await Promise.all(members.map((m) => this.load(m.slice(16))));
-      for (let i = 0; i < members.length && items.length < opts.limit; i++) {
-        const member = members[i]!;
-        const s = states[i];
+      let read = 0;
+      for (; read < members.length && items.length < opts.limit; read++) {
+        const member = members[read]!;
+        const s = states[read];
         lastMember = member;
         if (!s) await this.redis.zrem(key, member);
         else if (!opts.status || s.status === opts.status) items.push(s);
       }
-      max = `(${lastMember}`;
-      if (members.length < (opts.status ? 100 : opts.limit)) {
-        lastMember = items.length === opts.limit ? lastMember : null;
+      if (members.length < pageSize && read === members.length) {
+        exhausted = true;
         break;
       }
+      max = `(${lastMember}`;
     }
-    return { items, next: items.length === opts.limit ? lastMember : null };
+    // A short page with a cursor means the bounded scan stopped before the end of the index: ask again from there.
+    const more = items.length === opts.limit || !exhausted;
+    return { items, next: more && lastMember ? lastMember : null };
   }
 
   /** Deletes every key of the session; its event log keeps a `session.deleted` event for `ttlMs`. */
