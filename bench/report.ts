@@ -1,5 +1,9 @@
 /** docs/BENCHMARKS.md from the results of one run: nothing in it is written by hand. */
 import type { Results } from './run.js';
+import type { B1Result } from './scenarios/b1.js';
+import type { B2Result } from './scenarios/b2.js';
+import type { B3Result } from './scenarios/b3.js';
+import type { B6Result } from './scenarios/b6.js';
 import type { ProfileSummary } from './lib/profile.js';
 import { fmt, mb } from './lib/util.js';
 
@@ -9,6 +13,140 @@ const x = (n: number) => `${fmt(n, 2)}×`;
 
 function isErr(v: unknown): v is Error {
   return v instanceof Error;
+}
+
+/** Share of the profile's busy time spent in socket write syscalls (Redis commands, WebSocket frames, HTTP). */
+function writeShare(p: ProfileSummary | Error | undefined): number | null {
+  if (!p || isErr(p)) return null;
+  const names = new Set([
+    'writev',
+    'writeUtf8String',
+    'writeBuffer',
+    'writeLatin1String',
+    'writeAsciiString',
+  ]);
+  return p.functions.filter((f) => names.has(f.name)).reduce((a, f) => a + f.share, 0);
+}
+
+function packageShare(p: ProfileSummary | Error | undefined, name: string): number | null {
+  if (!p || isErr(p)) return null;
+  return p.packages.find((r) => r.name === name)?.share ?? 0;
+}
+
+const pct = (share: number | null) => (share === null ? 'n/a' : `${fmt(share * 100, 0)} %`);
+
+function why(lines: string[]): string[] {
+  return ['', '**Why it misses, and what would fix it.**', '', ...lines];
+}
+
+function b1Remarks(r: Results): string[] {
+  const b1 = r.B1 as B1Result;
+  if (b1.verdict !== 'MISS') return [];
+  const between = b1.split.svc.between - b1.split.sdk.between;
+  const upstream = b1.split.svc.upstream - b1.split.sdk.upstream;
+  const p = r.profiles.B1;
+  return why([
+    `- Between turns the service takes ${ms(between)} more than the runner (split above): the reply is committed ` +
+      '(one fenced Lua `apply`, a round trip to Redis with the ops JSON-encoded and decoded by cjson), the tool runs, ' +
+      'then its results are committed (a second `apply`) before the next request leaves.' +
+      (upstream >= 0.5
+        ? ` During the turn it takes ${ms(upstream)} more: every stream event is stringified, batched and XADDed, ` +
+          "and the reply's commit waits for the batch in flight (`StreamRelay.drain()`)."
+        : ` During the turn it is on a par with the runner (${ms(upstream)}).`),
+    ...(p && !isErr(p)
+      ? [
+          `- The profile spends ${pct(writeShare(p))} of the busy time in socket write syscalls (\`writev\`, ` +
+            '`writeUtf8String`: Redis commands and WebSocket frames, one syscall per command batch or frame) and ' +
+            `${pct(packageShare(p, '@anthropic-ai/sdk'))} in the SDK itself.`,
+        ]
+      : []),
+    '- Fixes within reach, in src/engine/engine.ts: (1) when every call of a reply is an auto-approved idempotent ' +
+      'server tool, commit the reply and its results in one `apply` after the tool ran: one round trip and one Lua ' +
+      'call less per iteration (the price: a crash during the tool sends that turn to the model again, where today ' +
+      'only the tool runs again); (2) `StreamRelay.drain()` need not wait for the reply to the XADD batch in flight, ' +
+      "only for it to be sent: the commit goes over the same ioredis connection, and Redis runs a connection's " +
+      'commands in order; (3) flush the relay as soon as no write is in flight instead of after its 10 ms timer ' +
+      '(B3 latency too).',
+  ]);
+}
+
+function b2Remarks(r: Results): string[] {
+  const b2 = r.B2 as B2Result;
+  if (b2.verdict !== 'MISS') return [];
+  const demand = (b2.sessions * 1000) / b2.baselineIterMs;
+  const svcCpu = b2.cpuPerIter.svc.service! + b2.cpuPerIter.svc.redis!;
+  const p = r.profiles.B2;
+  return why([
+    `- Both sides are CPU-bound here: ${b2.sessions} sessions with ${ms(b2.baselineIterMs)} iterations would need ` +
+      `${fmt(demand, 0)} iterations/s, and ${r.machine.cores} cores are shared by the runner, Redis, the fake ` +
+      'upstream and the clients. Throughput is then CPU per iteration: the service process spends ' +
+      `${ms(b2.cpuPerIter.svc.service!)} and Redis ${ms(b2.cpuPerIter.svc.redis!)} per iteration, against ` +
+      `${ms(b2.cpuPerIter.sdk.runner!)} for the in-process runner (${fmt(svcCpu / b2.cpuPerIter.sdk.runner!, 2)}×); ` +
+      `the WebSocket clients add ${ms(b2.cpuPerIter.svc.bench!)} on the same cores. A Node process uses one core: the ` +
+      'service process saturates it.',
+    `- The p99 turn overhead is the wait for that CPU: the in-process runners, which persist nothing, show ` +
+      `${ms(b2.sdk.overheadMs.p99)} at the same load. The 20 ms bound holds only below saturation (see B1 for the ` +
+      'unloaded overhead).',
+    ...(p && !isErr(p)
+      ? [
+          `- Profile: the SDK ${pct(packageShare(p, '@anthropic-ai/sdk'))}, ioredis ${pct(packageShare(p, 'ioredis'))}, ` +
+            `the garbage collector ${pct(packageShare(p, '(garbage collector)'))}, socket write syscalls ` +
+            `${pct(writeShare(p))} of the busy time.`,
+        ]
+      : []),
+    '- What would fix it: less CPU per iteration (the B1 fixes: one `apply` instead of two, no wait on the relay; ' +
+      'in src/events/hub.ts, cork each socket around a fanned-out batch so a batch costs one write syscall per client, ' +
+      'not one per event), and more cores per host: the service runs as several replicas on one Redis (any replica ' +
+      'serves any session), e.g. one process per core.',
+  ]);
+}
+
+function b3Remarks(r: Results): string[] {
+  const b3 = r.B3 as B3Result;
+  if (b3.verdict !== 'MISS') return [];
+  const lines: string[] = [];
+  if (b3.ratio < 2) {
+    lines.push(
+      `- Events/s: ${x(b3.ratio)} of resumable-stream's. Each delta is XADDed, read back (XRANGE) and sent to each ` +
+        'client as its own frame, one write syscall per frame.',
+    );
+  }
+  if (b3.svc.paced.p99 > b3.peer.paced.p99 || b3.svc.paced.p50 > b3.peer.paced.p50) {
+    lines.push(
+      `- Latency: p50 ${ms(b3.svc.paced.p50)} against ${ms(b3.peer.paced.p50)}. At a paced stream every event waits ` +
+        "for the engine's relay timer (src/engine/engine.ts `StreamRelay`, 10 ms) before its XADD, then a round trip, " +
+        "the pub/sub notice, the hub's XRANGE and the fan-out; resumable-stream publishes each chunk at once and keeps " +
+        'no log (a reader that reconnects after the producer is gone gets nothing back).',
+    );
+  }
+  lines.push(
+    '- What would fix it: flush the relay at once when no write is in flight and batch only the events that arrive ' +
+      'while one is (latency without losing the batching under load), and cork each socket around a fanned-out batch ' +
+      '(src/events/hub.ts `Subscription.deliver`).',
+  );
+  return why(lines);
+}
+
+function b6Remarks(r: Results): string[] {
+  const b6 = r.B6 as B6Result;
+  if (b6.verdict !== 'MISS') return [];
+  const perConn = (b6.afterGc.connections.heapUsed - b6.afterGc.closed.heapUsed) / b6.connections / 1024;
+  return why([
+    `- ${MB(b6.rssTsxAlone)} of the fresh service's ${MB(b6.rssFresh)} is Node.js with the tsx loader alone ` +
+      '(the service runs its TypeScript through tsx, in production too: Dockerfile).',
+    `- Idle sessions retain nothing in the process (they live in Redis): after a forced GC with the connections ` +
+      `closed the heap holds ${MB(b6.afterGc.closed.heapUsed)} and RSS falls to ${MB(b6.afterGc.closed.rss)}. The rise ` +
+      'while creating them is garbage V8 had not collected yet (it grows the heap before collecting).',
+    `- Each idle WebSocket connection retains ${fmt(perConn, 1)} kB of heap (the socket, its Fastify request kept by ` +
+      "the handler's closures, a ping timer per socket, the hub subscription).",
+    '- What would fix it: run compiled JavaScript in production instead of tsx; bound the heap growth (e.g. ' +
+      '`--max-semi-space-size`, or `--max-old-space-size` sized to the container) so garbage is collected sooner; ' +
+      'one ping timer for all sockets, and closures that keep only the fields they need.',
+  ]);
+}
+
+function genericRemarks(verdictOf: string, what: string): string[] {
+  return verdictOf === 'MISS' ? why([`- ${what}`]) : [];
 }
 
 function profileSection(p: ProfileSummary | Error | undefined): string[] {
@@ -129,6 +267,7 @@ export function report(r: Results): string {
         'create request and the WebSocket setup).',
       `- Wall time ratio service / in-process: **${x(b1.wallRatio)}**.`,
       `- Target: p50 ≤ 2 ms added per iteration. **${b1.verdict}**.`,
+      ...b1Remarks(r),
       ...profileSection(r.profiles.B1),
       '',
     );
@@ -163,6 +302,7 @@ export function report(r: Results): string {
       `| peak RSS of the process | ${MB(b2.svc.rss.peak)} (from ${MB(b2.svc.rss.start)}) | ${MB(b2.sdk.rss.peak)} (from ${MB(b2.sdk.rss.start)}) |`,
       `| Redis used_memory after / peak | ${MB(b2.svc.redisUsedBytes)} / ${MB(b2.svc.redisPeakBytes)} | — |`,
       `| errors | ${b2.svc.errors} | ${b2.sdk.errors} |`,
+      `| create requests retried: 503/429 after Retry-After, connection errors | ${b2.svc.retries.unavailable}, ${b2.svc.retries.network} | — |`,
       `| CPU per iteration: the runner's process | ${ms(b2.cpuPerIter.svc.service!)} (service) | ${ms(b2.cpuPerIter.sdk.runner!)} (in-process runner) |`,
       `| CPU per iteration: Redis | ${ms(b2.cpuPerIter.svc.redis!)} | ${ms(b2.cpuPerIter.sdk.redis!)} |`,
       `| CPU per iteration: the fake upstream | ${ms(b2.cpuPerIter.svc.fake!)} | ${ms(b2.cpuPerIter.sdk.fake!)} |`,
@@ -170,6 +310,7 @@ export function report(r: Results): string {
       '',
       `- Throughput ratio service / in-process: **${x(b2.throughputRatio)}** (per round: ${b2.ratios.map((v) => x(v)).join(', ')}).`,
       `- Target: ≥ 0.8× the in-process throughput and p99 turn overhead ≤ 20 ms. **${b2.verdict}**.`,
+      ...b2Remarks(r),
       ...profileSection(r.profiles.B2),
       '',
     );
@@ -209,6 +350,7 @@ export function report(r: Results): string {
       `- Method floor (one SDK reader through the same tap, no relay): p50 ${ms(b3.floor.p50)}, p99 ${ms(b3.floor.p99)}.`,
       `- Events/s ratio service / resumable-stream: **${x(b3.ratio)}** (per round: ${b3.ratios.map((v) => x(v)).join(', ')}).`,
       `- Target: ≥ 2× resumable-stream's events/s at equal or better p99. **${b3.verdict}**.`,
+      ...b3Remarks(r),
       ...profileSection(r.profiles.B3),
       '',
     );
@@ -238,6 +380,11 @@ export function report(r: Results): string {
       '',
       `- Ratio 1,000 vs 10 earlier messages: **${x(b4.ratio)}** (bytes in), ${x(b4.aofRatio)} (AOF).`,
       `- Target: ≤ 1.5. **${b4.verdict}**.`,
+      ...genericRemarks(
+        b4.verdict,
+        "Bytes per iteration grow with the history: see the profile for the writes that carry it (the engine's " +
+          'commits should append only the new reply and results).',
+      ),
       ...profileSection(r.profiles.B4),
       '',
     );
@@ -268,6 +415,11 @@ export function report(r: Results): string {
       `| growth | **${MB(b5.growthBytes)}** |`,
       '',
       `- Target: RSS growth ≤ 100 MB. **${b5.verdict}**.`,
+      ...genericRemarks(
+        b5.verdict,
+        'The replay grows the heap: events must be read page by page (src/events/hub.ts PAGE_SIZE) and sent only ' +
+          "as fast as the socket drains (the sink's `ready()`), never buffered whole.",
+      ),
       ...profileSection(r.profiles.B5),
       '',
     );
@@ -308,6 +460,7 @@ export function report(r: Results): string {
         `${fmt((b6.rssConnections - b6.rssSessions) / b6.connections / 1024, 1)} kB of RSS.`,
       '',
       `- Target: ≤ 200 MB. **${b6.verdict}**.`,
+      ...b6Remarks(r),
       ...profileSection(r.profiles.B6),
       '',
     );

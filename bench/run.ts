@@ -2,15 +2,18 @@
  * `npm run bench` — the service against the SDK's in-process tool runner and its relay against `resumable-stream`,
  * in one run, writing docs/BENCHMARKS.md (every figure in it comes from this script).
  *
- *   npm run bench                      full run (B1–B6), CPU profiles of the scenarios that miss their target
- *   npm run bench -- --quick           smaller loads, no profiles, under 2 minutes
+ *   npm run bench                      full run (B1–B6), CPU profiles of the scenarios that miss their target;
+ *                                      writes docs/BENCHMARKS.md
+ *   npm run bench -- --quick           smaller loads, no profiles, under 2 minutes; writes .data/BENCHMARKS.quick.md
  *   options: --only B1,B3  --out <file>  --profile (profile misses in --quick too)  --no-profile
  *
  * Processes (all on 127.0.0.1, free ports): a private redis-server (append-only, as the service's embedded Redis
  * runs), the fake Messages API (src/fake/main.ts), a fresh service process per scenario (src/server.ts), the
- * in-process SDK runner (bench/inproc.ts) and the resumable-stream peer (bench/peer-resumable.ts); the clients
- * (REST, WebSocket subscribers) live in this process.
+ * in-process SDK runner (bench/inproc.ts), the resumable-stream peer (bench/peer-resumable.ts) and, for B3, a tap
+ * in front of the fake (bench/tap.ts); the clients (REST, WebSocket subscribers) live in this process. Every wait is
+ * bounded, and the whole run too (HARD_LIMIT_MS).
  */
+import { rmSync } from 'node:fs';
 import { mkdir, mkdtemp, rm, writeFile } from 'node:fs/promises';
 import os from 'node:os';
 import path from 'node:path';
@@ -48,7 +51,8 @@ const only = new Set(
     .split(',')
     .map((s) => s.trim()),
 );
-const out = path.resolve(ROOT, values.out ?? 'docs/BENCHMARKS.md');
+// The full run writes the committed report; a quick run (a smoke test) writes beside it, git-ignored, unless told.
+const out = path.resolve(ROOT, values.out ?? (quick ? '.data/BENCHMARKS.quick.md' : 'docs/BENCHMARKS.md'));
 const doProfile = values['no-profile'] ? false : (values.profile ?? !quick);
 // The profiles of misses are kept (for speedscope or Chrome DevTools); *.cpuprofile is git-ignored.
 const profileDir = path.resolve(ROOT, values['profile-dir'] ?? '.data/bench-profiles');
@@ -87,6 +91,7 @@ async function main() {
     `mode ${quick ? 'quick' : 'full'}; scenarios ${[...only].join(',')}; report ${path.relative(ROOT, out)}`,
   );
   const tmpDir = await mkdtemp(path.join(os.tmpdir(), 'toolrunner-bench-'));
+  process.once('exit', () => rmSync(tmpDir, { recursive: true, force: true }));
   const redis = await startRedis();
   const fake = await startFake(0, 'tool-loop:10');
   log(`redis ${redis.url} (pid ${redis.pid}), fake ${fake.url} (pid ${fake.child.pid})`);
@@ -103,13 +108,18 @@ async function main() {
     startService: (opts) => startProbed(opts),
     turnEventDelayMs: 2.5,
   };
-  // Which way clients follow sessions: the WebSocket route (spec §5), or polling while it is missing.
-  {
-    const svc = await start({});
-    ctx.follow = (await wsRouteAvailable(svc.url)) ? 'ws' : 'poll';
-    await svc.stop();
-    if (ctx.follow === 'poll')
-      log('WARNING: the WebSocket route is missing; clients poll GET /v1/sessions/:id');
+  // Which way clients follow sessions: the WebSocket route (spec §5), or polling while it is missing; found out on
+  // the first service started.
+  let probed = false;
+  async function startProbed(opts: Parameters<typeof start>[0]) {
+    const svc = await start(opts);
+    if (!probed) {
+      probed = true;
+      ctx.follow = (await wsRouteAvailable(svc.url)) ? 'ws' : 'poll';
+      if (ctx.follow === 'poll')
+        log('WARNING: the WebSocket route is missing; clients poll GET /v1/sessions/:id');
+    }
+    return svc;
   }
 
   const results: Results = {
@@ -178,6 +188,8 @@ async function main() {
     await rm(tmpDir, { recursive: true, force: true });
   }
   results.seconds = (performance.now() - started) / 1000;
+  results.follow = ctx.follow;
+  await mkdir(path.dirname(out), { recursive: true });
   await writeFile(out, report(results));
   log(`wrote ${path.relative(ROOT, out)} (${results.seconds.toFixed(0)} s)`);
 }

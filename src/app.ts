@@ -17,6 +17,8 @@ import sessionRoutes from '../routes/sessions.js';
 import toolRoutes from '../routes/tools.js';
 import eventRoutes from '../routes/events.js';
 import streamRoutes from '../routes/stream.js';
+import demoRoutes from '../routes/demo.js';
+import { selectProtocol } from './events/protocols.js';
 
 export interface AppOptions {
   config: Config;
@@ -66,7 +68,8 @@ const app: FastifyPluginAsync<AppOptions> = async (fastify, opts) => {
   // Before auth: @fastify/websocket's onRequest hook must see an upgrade first, so that an upgrade refused by the
   // auth hook (401) still has its socket destroyed, on every route.
   await fastify.register(websocket, {
-    options: { maxPayload: 1_048_576 },
+    // Browsers authenticate with the subprotocols `bearer, <key>`: the server selects `bearer`, never the key.
+    options: { maxPayload: 1_048_576, handleProtocols: selectProtocol },
   });
   await fastify.register(authPlugin, { keys: config.API_KEYS });
   await fastify.register(rateLimitPlugin, { perMinute: config.RATE_LIMIT_PER_MIN });
@@ -76,6 +79,7 @@ const app: FastifyPluginAsync<AppOptions> = async (fastify, opts) => {
   await fastify.register(sessionRoutes);
   await fastify.register(eventRoutes, { config });
   await fastify.register(streamRoutes, { config });
+  await fastify.register(demoRoutes);
 };
 
 export default fp(app, { name: 'toolrunner-sessions' });

@@ -102,7 +102,7 @@ export async function startService(env: NodeJS.ProcessEnv = process.env): Promis
     }),
     forceCloseConnections: true,
     // tool_use ids may be up to 128 characters; the routes' schemas give the 400 beyond.
-    maxParamLength: 256,
+    routerOptions: { maxParamLength: 256 },
   });
   const log = fastify.log as unknown as Logger;
   const cleanups: Array<() => Promise<void>> = [];

@@ -38,7 +38,7 @@ import {
 
 const SEED = Number(process.env.CHAOS_SEED) || Date.now() % 1_000_000_007;
 const SESSIONS = Number(process.env.CHAOS_SESSIONS) || 20;
-const CHAOS_MS = (Number(process.env.CHAOS_SECONDS) || 35) * 1000;
+const CHAOS_MS = (Number(process.env.CHAOS_SECONDS) || 40) * 1000;
 const SETTLE_MS = 90_000;
 const MAX_ACTIONS = 16;
 const REPLICAS = 3;
@@ -88,6 +88,7 @@ describe('chaos', { timeout: 240_000 }, () => {
     createRetries: 0,
     killRecoveries: [] as number[],
     redisRecoveries: [] as number[],
+    startMs: [] as number[],
   };
 
   const tools = ['calculate_sum', 'calculate_sum', 'sleep_idempotent', 'calculate_sum', 'sleep'] as const;
@@ -112,24 +113,35 @@ describe('chaos', { timeout: 240_000 }, () => {
         ? { name: tool, input: { a: turn + 1, b: 1 } }
         : { name: tool, input: { ms: 300, label: `${tag}/${turn}` } };
     },
-    fault: () => {
+    fault: (tag) => {
       if (!faultsOn) return null;
-      const x = rnd();
-      if (x < 0.05) {
+      const error = () => {
         figures.upstreamErrors++;
         return pick<() => FakeReply>([
           () => rateLimited(undefined, { retryAfterMs: 30 }),
           () => overloaded({ retryAfterMs: 30 }),
           () => serverError({ retryAfterMs: 30 }),
         ])();
+      };
+      // A burst outlasts the SDK's retry (UPSTREAM_MAX_RETRIES=1): the session fails and is resumed.
+      if ((bursts.get(tag) ?? 0) > 0) {
+        bursts.set(tag, bursts.get(tag)! - 1);
+        return error();
       }
-      if (x < 0.08) {
+      const x = rnd();
+      if (x < 0.015) {
+        bursts.set(tag, 1);
+        return error();
+      }
+      if (x < 0.06) return error();
+      if (x < 0.09) {
         figures.streamCuts++;
         return 'cut';
       }
       return null;
     },
   });
+  const bursts = new Map<string, number>();
 
   const live = () => procs.filter((p): p is ServiceProcess => !!p && p.running());
   const env = () =>
@@ -143,12 +155,14 @@ describe('chaos', { timeout: 240_000 }, () => {
     });
   const startSlot = async (slot: number) => {
     procs[slot] = null;
+    const t0 = Date.now();
     for (let attempt = 0; attempt < 3; attempt++) {
       try {
         procs[slot] = await spawnService(
           { ...env(), LOG_LEVEL: 'info' },
           { name: `chaos${slot}`, readyTimeoutMs: 45_000 },
         );
+        figures.startMs.push(Date.now() - t0);
         return;
       } catch (err) {
         if (attempt === 2) throw err;
@@ -277,7 +291,7 @@ describe('chaos', { timeout: 240_000 }, () => {
     const watchers: Promise<unknown>[] = [];
     const redisAt = Date.now() + (until - Date.now()) / 2;
     let redisDone = false;
-    for (let action = 0; action < MAX_ACTIONS && Date.now() < until; action++) {
+    for (let action = 0; action < MAX_ACTIONS && Date.now() < until;) {
       await sleep(1000 + rnd() * 1500);
       if (!redisDone && Date.now() >= redisAt) {
         redisDone = true;
@@ -288,10 +302,12 @@ describe('chaos', { timeout: 240_000 }, () => {
         const backAt = Date.now();
         // Progress is measured from what Redis holds once it is back: a new iteration committed, or the run ended.
         watchers.push(watchProgress(await runningSessions(), backAt, figures.redisRecoveries));
+        action++;
         continue;
       }
       const targets = live();
-      if (targets.length < 2) continue;
+      if (targets.length < 2) continue; // two are restarting: wait (counts no action)
+      action++;
       const victim = pick(targets);
       const slot = procs.indexOf(victim);
       if (rnd() < 0.75) {
@@ -469,6 +485,7 @@ async function writeFigures(x: Record<string, any>): Promise<void> {
     `| sessions (tool loops of ${x.minTurns}–${x.maxTurns} turns) | ${x.sessions} (${x.turns} model turns, ${x.messages} messages checked) |`,
     `| service processes | ${x.replicas}, LEASE_TTL_MS ${LEASE_TTL_MS} |`,
     `| SIGKILLs of service processes | ${x.kills} |`,
+    `| service process restarts (time to listening) | ${x.startMs.length - REPLICAS} (${s(Math.min(...x.startMs))}–${s(Math.max(...x.startMs))}) |`,
     `| graceful restarts (SIGTERM) | ${x.gracefulRestarts} |`,
     `| Redis restarts (SIGKILL, append-only) | ${x.redisRestarts} |`,
     `| upstream errors injected (429/529/500) | ${x.upstreamErrors} |`,

@@ -1,5 +1,6 @@
 import { after, before, beforeEach, describe, it } from 'node:test';
 import assert from 'node:assert/strict';
+import { Redis } from 'ioredis';
 import { startHarness, type Harness } from './helpers/service.js';
 import { text, toolCall } from '../src/fake/script.js';
 import { envelope, OutEvent } from '../src/events/envelope.js';
@@ -71,8 +72,8 @@ describe('live events', () => {
 
   it('two WebSocket clients and one SSE client see the same sequence, stream events as they arrive', async () => {
     h.fake.enqueue(
-      toolCall('calculate_sum', { a: 1, b: 2 }, { eventDelayMs: 25 }),
-      text('The sum of one and two is three, and that is all.', { eventDelayMs: 25 }),
+      toolCall('calculate_sum', { a: 1, b: 2 }, { eventDelayMs: 40 }),
+      text('The sum of one and two is three, and that is all.', { eventDelayMs: 10 }),
     );
     const created = await h.api.post('/v1/sessions', { tools: ['calculate_sum'], start: false });
     assert.equal(created.status, 201);
@@ -84,6 +85,10 @@ describe('live events', () => {
     ]);
     assert.equal(s.status, 200);
     assert.match(s.headers.get('content-type') ?? '', /^text\/event-stream/);
+    // One SUBSCRIBE for the session in this process, however many clients watch it.
+    const probe = new Redis(h.redis.url);
+    assert.deepEqual(await probe.call('PUBSUB', 'NUMSUB', `ev:{${id}}`), [`ev:{${id}}`, 1]);
+    probe.disconnect();
     // Everyone has the replay (session.created, session.status) before the run starts.
     await Promise.all([a, b, s].map((c) => c.waitEvent((e) => e.type === 'session.status', 'replay')));
     const posted = await h.api.post(`/v1/sessions/${id}/messages`, { text: 'Add 1 and 2' });
@@ -126,7 +131,7 @@ describe('live events', () => {
       const completed = items.find((e) => e.type === 'turn.completed' && e.data.iteration === 1)!;
       assert.ok(items.indexOf(firstDelta) < items.indexOf(completed));
       assert.ok(
-        completed.receivedAt - firstDelta.receivedAt > 75,
+        completed.receivedAt - firstDelta.receivedAt > 100,
         `stream events are live: ${Math.round(completed.receivedAt - firstDelta.receivedAt)} ms`,
       );
     }

@@ -4,7 +4,7 @@
  * killed when the bench process exits.
  */
 import { spawn, type ChildProcess } from 'node:child_process';
-import { existsSync, readFileSync, writeFileSync } from 'node:fs';
+import { existsSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import { mkdtemp, rm } from 'node:fs/promises';
 import os from 'node:os';
 import path from 'node:path';
@@ -136,6 +136,9 @@ export interface BenchRedis {
  */
 export async function startRedis(): Promise<BenchRedis> {
   const dir = await mkdtemp(path.join(os.tmpdir(), 'toolrunner-bench-redis-'));
+  // Removed even when the bench exits early (its redis-server is killed by src/redis/embedded.ts's exit hook).
+  const cleanup = () => rmSync(dir, { recursive: true, force: true });
+  process.once('exit', cleanup);
   let server: RedisServerProcess | undefined;
   for (let attempt = 1; !server; attempt++) {
     const port = await freeLoopbackPort();
@@ -160,6 +163,7 @@ export async function startRedis(): Promise<BenchRedis> {
       admin.disconnect();
       await server.stop();
       await rm(dir, { recursive: true, force: true });
+      process.off('exit', cleanup);
     },
   };
 }

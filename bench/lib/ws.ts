@@ -90,7 +90,7 @@ export interface FollowOptions {
 
 /** Follows a session's events until `onEvent` returns true; resolves with the count of events seen. */
 export async function follow(base: string, id: string, opts: FollowOptions): Promise<number> {
-  const ws = opts.ws ?? (await openWs(streamUrl(base, id, opts.after)));
+  const ws = opts.ws ?? (await openWs(streamUrl(base, id, opts.after), opts.timeoutMs));
   let count = 0;
   let last = '';
   try {

@@ -6,13 +6,13 @@ import { InprocWorker, type Ctx, type Profiled } from '../lib/context.js';
 import { arrivalsByTag, intervals } from '../lib/fake.js';
 import { RssSampler, cpuMeter, redisInfo } from '../lib/procs.js';
 import { median, nowMs, percentile, pool } from '../lib/util.js';
-import { createAndFollow, verdict, type Verdict } from './common.js';
+import { createAndFollow, verdict, type RetryCount, type Verdict } from './common.js';
 
 export interface B2Result {
   sessions: number;
   iterations: number;
   rounds: number;
-  svc: Side & { redisUsedBytes: number; redisPeakBytes: number };
+  svc: Side & { redisUsedBytes: number; redisPeakBytes: number; retries: RetryCount };
   sdk: Side;
   baselineIterMs: number;
   /** Median over the rounds of service/in-process iterations per second (each round measures both sides). */
@@ -48,6 +48,7 @@ export async function serviceConcurrent(
 ) {
   const t0 = nowMs();
   let errors = 0;
+  const retries: RetryCount = { unavailable: 0, network: 0 };
   const ends = await pool(
     Array.from({ length: n }, (_, i) => i),
     n,
@@ -58,6 +59,7 @@ export async function serviceConcurrent(
           base,
           { tools: ['calculate_sum'], input: `${prefix}${i}`, max_iterations: 10 },
           timeoutMs,
+          retries,
         );
         return r.t1;
       } catch (err) {
@@ -67,7 +69,7 @@ export async function serviceConcurrent(
     },
   );
   const t1 = Math.max(...ends.filter(Number.isFinite));
-  return { t0, t1, errors };
+  return { t0, t1, errors, retries };
 }
 
 async function prepareFake(ctx: Ctx) {
@@ -77,7 +79,15 @@ async function prepareFake(ctx: Ctx) {
 }
 
 interface Round {
-  svc: { t0: number; t1: number; errors: number; rss: Side['rss']; redisUsed: number; redisPeak: number };
+  svc: {
+    t0: number;
+    t1: number;
+    errors: number;
+    retries: RetryCount;
+    rss: Side['rss'];
+    redisUsed: number;
+    redisPeak: number;
+  };
   sdk: { t0: number; t1: number; errors: number; rss: Side['rss'] };
   svcGaps: number[];
   sdkGaps: number[];
@@ -203,7 +213,15 @@ export async function b2(ctx: Ctx): Promise<B2Result> {
     sessions: n,
     iterations: ITER,
     rounds,
-    svc: { ...svcSide, redisUsedBytes: last.svc.redisUsed, redisPeakBytes: last.svc.redisPeak },
+    svc: {
+      ...svcSide,
+      redisUsedBytes: last.svc.redisUsed,
+      redisPeakBytes: last.svc.redisPeak,
+      retries: {
+        unavailable: all.reduce((a, x) => a + x.svc.retries.unavailable, 0),
+        network: all.reduce((a, x) => a + x.svc.retries.network, 0),
+      },
+    },
     sdk: sdkSide,
     baselineIterMs: baseline,
     throughputRatio: ratio,

@@ -179,7 +179,7 @@ export async function serviceRun(
   await prepareFake(ctx, deltas, paceMs);
   const s = await httpOk('POST', `${base}/v1/sessions`, { start: false, max_tokens: 8192 });
   const list = await pool(Array.from({ length: subs }), 50, async () =>
-    makeSub(await openWs(streamUrl(base, s.id)), deltas, serviceParser()),
+    makeSub(await openWs(streamUrl(base, s.id), 30_000), deltas, serviceParser()),
   );
   await httpOk('POST', `${base}/v1/sessions/${s.id}/messages`, { text: 'b3 go' });
   await withTimeout(Promise.all(list.map((x) => x.done)), 120_000, 'B3 service subscribers');
@@ -201,7 +201,7 @@ async function peerRun(
   await httpOk('POST', `${peerUrl}/produce?id=${id}`, {});
   const wsBase = peerUrl.replace(/^http/, 'ws');
   const list = await pool(Array.from({ length: subs }), 50, async () => {
-    const ws = await openWs(`${wsBase}/stream?id=${id}`);
+    const ws = await openWs(`${wsBase}/stream?id=${id}`, 30_000);
     let onReady!: () => void;
     const ready = new Promise<void>((resolve) => (onReady = resolve));
     const sub = makeSub(ws, deltas, peerParser(), onReady);

@@ -1,6 +1,7 @@
 import { EventEmitter } from 'node:events';
 import type { FastifyBaseLogger, FastifyInstance } from 'fastify';
 import type { Cluster, Redis } from 'ioredis';
+import { count } from '../metrics.js';
 import { eventsChannel, sessionKeys } from '../store/keys.js';
 import { parseStreamEntry, type StoredEvent } from '../store/store.js';
 import { START, compareIds } from './cursor.js';
@@ -237,7 +238,7 @@ class Channel {
           if (page.events.length === 0) break;
           const batch = page.events.map((e) => new OutEvent(this.sessionId, e));
           this.cursor = batch[batch.length - 1]!.id;
-          this.hub.stats.fannedOut += batch.length;
+          count('trs_events_relayed_total', '', batch.length);
           for (const s of [...this.live]) s.deliver(batch);
           if (page.events.length < this.hub.pageSize) break;
         }
@@ -292,7 +293,6 @@ export class EventHub extends EventEmitter {
   readonly log: FastifyBaseLogger;
   readonly pageSize: number;
   private readonly channels = new Map<string, Channel>();
-  readonly stats = { fannedOut: 0 };
   private closed = false;
 
   constructor(opts: HubOptions) {
