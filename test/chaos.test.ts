@@ -38,7 +38,7 @@ import {
 
 const SEED = Number(process.env.CHAOS_SEED) || Date.now() % 1_000_000_007;
 const SESSIONS = Number(process.env.CHAOS_SESSIONS) || 20;
-const CHAOS_MS = (Number(process.env.CHAOS_SECONDS) || 40) * 1000;
+const CHAOS_MS = (Number(process.env.CHAOS_SECONDS) || 35) * 1000;
 const SETTLE_MS = 90_000;
 const MAX_ACTIONS = 16;
 const REPLICAS = 3;

@@ -230,7 +230,7 @@ describe('Redis Cluster (3 masters)', { timeout: 180_000 }, () => {
           x.status === 200 || (x.status === 503 && x.code === 'store_unavailable'),
           JSON.stringify(x),
         );
-        assert.ok(x.ms < 4000, `answered in ${x.ms} ms`);
+        assert.ok(x.ms < 6000, `answered in ${x.ms} ms`);
         statuses.set(x.status, (statuses.get(x.status) ?? 0) + 1);
         slowest = Math.max(slowest, x.ms);
       }

@@ -67,7 +67,7 @@ describe('several replicas on one Redis', { timeout: 180_000 }, () => {
     });
     assert.equal(created.status, 201);
     const id = created.body.id as string;
-    const idle = await b.api.waitStatus(id, 'idle', 10_000);
+    const idle = await b.api.waitStatus(id, 'idle', 30_000);
     assert.equal(idle.iteration, 3);
     const fromC = await c.api.get(`/v1/sessions/${id}`);
     assert.equal(fromC.status, 200);
@@ -80,7 +80,7 @@ describe('several replicas on one Redis', { timeout: 180_000 }, () => {
     // A follow-up on C runs (on whichever replica) to idle; the events log reads the same on every replica.
     const more = await c.api.post(`/v1/sessions/${id}/messages`, { text: 'Once more.' });
     assert.equal(more.status, 202);
-    const again = await a.api.waitFor(id, (s) => s.status === 'idle' && s.iteration === 4, 10_000);
+    const again = await a.api.waitFor(id, (s) => s.status === 'idle' && s.iteration === 4, 30_000);
     const evA = (await a.api.get(`/v1/sessions/${id}/events?limit=1000`)).body;
     const evB = (await b.api.get(`/v1/sessions/${id}/events?limit=1000`)).body;
     assert.deepEqual(evA, evB);
@@ -107,7 +107,7 @@ describe('several replicas on one Redis', { timeout: 180_000 }, () => {
         return res.body.id as string;
       }),
     );
-    await until(() => tags.every((t) => model.requestsOf(t).length >= 2), 15_000, 'every session to run');
+    await until(() => tags.every((t) => model.requestsOf(t).length >= 2), 30_000, 'every session to run');
     // Kill the replica that runs the most sessions: the other two race for its runs.
     const pids = await Promise.all(ids.map((id) => leaseOwnerPid(r, id)));
     const victim = procs
@@ -116,7 +116,7 @@ describe('several replicas on one Redis', { timeout: 180_000 }, () => {
     const killedAt = Date.now();
     await victim.kill();
     const survivor = procs.find((p) => p.running())!;
-    await Promise.all(ids.map((id) => survivor.api.waitStatus(id, ['idle', 'failed'], 20_000)));
+    await Promise.all(ids.map((id) => survivor.api.waitStatus(id, ['idle', 'failed'], 40_000)));
     for (const [i, id] of ids.entries()) {
       const s = (await survivor.api.get(`/v1/sessions/${id}`)).body;
       assert.equal(s.status, 'idle', JSON.stringify(s.error));
@@ -145,7 +145,7 @@ describe('several replicas on one Redis', { timeout: 180_000 }, () => {
       tools: ['calculate_sum'],
     });
     const id = created.body.id as string;
-    await until(() => model.requestsOf(tag).length === 2, 10_000, 'turn 2');
+    await until(() => model.requestsOf(tag).length === 2, 20_000, 'turn 2');
     const { owner, other } = await ownerAndOther(id);
     const fenceBefore = Number(await r.hget(`s:{${id}}`, 'fence'));
     owner.pause();
@@ -154,10 +154,10 @@ describe('several replicas on one Redis', { timeout: 180_000 }, () => {
       // Its lease expires; another replica takes the run over with a new fencing token and finishes it.
       await until(
         async () => Number(await r.hget(`s:{${id}}`, 'fence')) > fenceBefore,
-        LEASE_TTL_MS + 4000,
+        LEASE_TTL_MS + 8000,
         'another replica to take over',
       );
-      const done = await other.api.waitStatus(id, ['idle', 'failed'], 15_000);
+      const done = await other.api.waitStatus(id, ['idle', 'failed'], 30_000);
       assert.equal(done.status, 'idle');
     } finally {
       owner.resume();

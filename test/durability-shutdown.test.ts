@@ -111,7 +111,7 @@ describe('graceful shutdown (SIGTERM)', { timeout: 180_000 }, () => {
       tools: ['calculate_sum'],
       max_iterations: 50,
     });
-    await until(() => model.requestsOf('handover').length >= 2, 10_000, 'the run');
+    await until(() => model.requestsOf('handover').length >= 2, 20_000, 'the run');
     const t0 = Date.now();
     const info = await owner.stop();
     const exitedAt = Date.now();
@@ -123,7 +123,7 @@ describe('graceful shutdown (SIGTERM)', { timeout: 180_000 }, () => {
     const handoverMs = Date.now() - exitedAt;
     assert.equal(pid, other.pid);
     assert.ok(handoverMs < 2500, `taken over ${handoverMs} ms after the exit (lease TTL ${LEASE_TTL_MS} ms)`);
-    const done = await other.api.waitStatus(id, ['idle', 'failed'], 20_000);
+    const done = await other.api.waitStatus(id, ['idle', 'failed'], 40_000);
     assert.equal(done.status, 'idle', JSON.stringify(done.error));
     const history = await storedHistory(r, id);
     assert.deepEqual(verifyLoopHistory(history, model, 'handover').problems, []);
@@ -145,7 +145,7 @@ describe('graceful shutdown (SIGTERM)', { timeout: 180_000 }, () => {
     await until(async () => (await readFile(toolLog, 'utf8')).includes(`start ${callId}`), 5000, 'the tool');
     const info = await owner.stop();
     assert.equal(info.code, 0, JSON.stringify(info));
-    const done = await other.api.waitStatus(id, ['idle', 'failed'], 20_000);
+    const done = await other.api.waitStatus(id, ['idle', 'failed'], 40_000);
     assert.equal(done.status, 'idle', JSON.stringify(done.error));
     const history = await storedHistory(r, id);
     const result = (history[2]!.content as any[])[0];

@@ -98,7 +98,7 @@ describe('Redis outage', { timeout: 180_000 }, () => {
     const readyMs = Date.now() - upAt;
     assert.equal((await svc.api.get(`/v1/sessions/${idle.body.id}`)).status, 200);
     // The session that was running goes on from its last persisted iteration, to the end.
-    const done = await svc.api.waitStatus(id, ['idle', 'failed'], 20_000);
+    const done = await svc.api.waitStatus(id, ['idle', 'failed'], 40_000);
     assert.equal(done.status, 'idle', JSON.stringify(done.error));
     const history = (await svc.api.get(`/v1/sessions/${id}/messages`)).body.data;
     assert.deepEqual(verifyLoopHistory(history, model, 'during').problems, []);
@@ -125,7 +125,7 @@ describe('Redis outage', { timeout: 180_000 }, () => {
     await redis.stop(); // graceful: the AOF is flushed
     await sleep(300);
     await redis.restart();
-    const done = await svc.api.waitStatus(id, ['idle', 'failed'], 20_000);
+    const done = await svc.api.waitStatus(id, ['idle', 'failed'], 40_000);
     assert.equal(done.status, 'idle', JSON.stringify(done.error));
     const history = (await svc.api.get(`/v1/sessions/${id}/messages`)).body.data;
     assert.deepEqual(verifyLoopHistory(history, model, 'blip').problems, []);
@@ -156,7 +156,7 @@ describe('a Redis restart during a commit', { timeout: 60_000 }, () => {
       const downAt = Date.now();
       await sleep(2000);
       await redis.restart();
-      const done = await svc.api.waitStatus(id, ['idle', 'failed'], 20_000);
+      const done = await svc.api.waitStatus(id, ['idle', 'failed'], 40_000);
       assert.equal(done.status, 'idle', JSON.stringify(done.error));
       const turns = model
         .requestsOf('inflight')

@@ -56,7 +56,7 @@ function track(child: ChildProcess): void {
 export interface SpawnOptions {
   /** A name for messages and logs. */
   name?: string;
-  /** How long to wait for "Server listening at" (default 30 s: tsx compiles on first start). */
+  /** How long to wait for "Server listening at" (default 60 s: tsx compiles on start; CI machines are busy). */
   readyTimeoutMs?: number;
   /** Echo the child's output to this process's stderr (debugging). */
   echo?: boolean;
@@ -145,7 +145,7 @@ export async function spawnService(
     });
   };
 
-  const readyTimeoutMs = opts.readyTimeoutMs ?? 30_000;
+  const readyTimeoutMs = opts.readyTimeoutMs ?? 60_000;
   let url: string;
   try {
     const line = await Promise.race([
