@@ -5,7 +5,7 @@ import WebSocket from 'ws';
 import { startHarness, Api, type Harness } from './helpers/service.js';
 import { assertSnapshotsEqual, snapshotRedis } from './helpers/redis-snapshot.js';
 import { startTestRedis, type TestRedis } from './helpers/redis.js';
-import { spawnService, type ChildService } from './helpers/child-service.js';
+import { spawnService, type ServiceProcess as ChildService } from './helpers/process.js';
 import { text, toolCalls, toolUse } from '../src/fake/script.js';
 
 const lookup = { name: 'lookup', input_schema: { type: 'object', properties: { q: { type: 'string' } } } };
@@ -193,7 +193,7 @@ describe('refused WebSocket upgrades', () => {
     });
   });
   after(async () => {
-    await child?.kill('SIGKILL');
+    await child?.kill();
     await redis?.stop();
   });
 
