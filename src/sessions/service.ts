@@ -68,6 +68,13 @@ export function mergeParams(current: SessionParams, change: Record<string, unkno
   return parsed.data;
 }
 
+const emptyUsage = () => ({
+  input_tokens: 0,
+  output_tokens: 0,
+  cache_creation_input_tokens: 0,
+  cache_read_input_tokens: 0,
+});
+
 const blocksInner = (content: string | Array<Record<string, any>>) =>
   JSON.stringify(asBlocks(content)).slice(1, -1);
 
@@ -138,12 +145,7 @@ export class SessionService {
       pending: null,
       stopReason: null,
       error: null,
-      usage: {
-        input_tokens: 0,
-        output_tokens: 0,
-        cache_creation_input_tokens: 0,
-        cache_read_input_tokens: 0,
-      },
+      usage: emptyUsage(),
       metadata: body.metadata,
       createdAt: now,
       updatedAt: now,
@@ -157,13 +159,16 @@ export class SessionService {
     return state;
   }
 
-  /** Writes a new session (history, iteration records, `session.created`) in one script, then indexes it. */
+  /** Indexes a new session, then writes it (fields, history, iteration records, `session.created`) in one script. */
   private async insert(
     state: SessionState,
     history: StoredMessage[],
     records: IterationRecord[],
     createdExtra: Record<string, unknown> = {},
   ): Promise<void> {
+    // Indexed first: if the session write then fails, `list` drops the dangling index entry; the other order could
+    // leave a session that exists but is never listed.
+    await this.store.index(state.tenant, state.id, state.createdAt);
     const res = await this.store.apply(
       state.id,
       { create: true },
@@ -178,7 +183,6 @@ export class SessionService {
       },
     );
     state.revision = res.revision;
-    await this.store.index(state.tenant, state.id, state.createdAt);
   }
 
   private checkTools(tools: CreateSessionBody['tools']): void {
@@ -635,12 +639,7 @@ export class SessionService {
       pending: null,
       stopReason: null,
       error: null,
-      usage: {
-        input_tokens: 0,
-        output_tokens: 0,
-        cache_creation_input_tokens: 0,
-        cache_read_input_tokens: 0,
-      },
+      usage: emptyUsage(),
       metadata: { ...s.metadata, ...body.metadata, forked_from: id, forked_at_iteration: body.at_iteration },
       createdAt: now,
       updatedAt: now,
