@@ -59,14 +59,14 @@ async function resolveRedis(
     }
     return { url: config.REDIS_URL };
   }
-  const local = 'redis://127.0.0.1:6379';
+  const local = config.LOCAL_REDIS_URL;
   if (await redisAnswers(local, 500)) {
-    log.info({ redis: local }, 'using the Redis server on 127.0.0.1:6379 (set REDIS_URL to choose another)');
+    log.info({ redis: redactUrl(local) }, 'using the local Redis server (set REDIS_URL to choose another)');
     return { url: local };
   }
   if (!findRedisServerBinary()) {
     throw new BootError(
-      'No Redis: REDIS_URL is unset, nothing answers on 127.0.0.1:6379, and no redis-server is installed.\n' +
+      `No Redis: REDIS_URL is unset, nothing answers at ${redactUrl(local)}, and no redis-server is installed.\n` +
         '  Either run `docker compose up` (Redis included), or install Redis (Debian/Ubuntu: `sudo apt-get install redis-server`; ' +
         'macOS: `brew install redis`), or set REDIS_URL.',
     );

@@ -51,6 +51,8 @@ export const configSchema = z.object({
   HOST: z.string().min(1).default('127.0.0.1'),
   REDIS_URL: z.url({ protocol: /^rediss?$/ }).optional(),
   REDIS_CLUSTER_NODES: hostPort.optional(),
+  /** Without REDIS_URL: a Redis answering here is used before an embedded redis-server is started. */
+  LOCAL_REDIS_URL: z.url({ protocol: /^rediss?$/ }).default('redis://127.0.0.1:6379'),
   ANTHROPIC_API_KEY: z.string().min(1).optional(),
   ANTHROPIC_BASE_URL: z.url().optional(),
   API_KEYS: apiKeys.optional(),
