@@ -1,3 +1,5 @@
+import type { z } from 'zod';
+
 /**
  * Typed errors with a stable `code`. The error handler turns an AppError into
  * `{"error": {"code", "message", "details"?}}` with its status; anything else is a 500 whose internals stay in the log.
@@ -38,4 +40,13 @@ export class FencedOut extends Error {
     super(`lost ownership of session ${sessionId}`);
     this.name = 'FencedOut';
   }
+}
+
+/** Zod issues as the error envelope's `details`: `{path, code, message}` with a JSON-pointer path, as route validation gives. */
+export function zodDetails(issues: readonly z.core.$ZodIssue[], prefix: Array<string | number> = []) {
+  return issues.map((i) => ({
+    path: `/${[...prefix, ...i.path].map(String).join('/')}`,
+    code: i.code,
+    message: i.message,
+  }));
 }

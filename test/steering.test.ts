@@ -71,6 +71,26 @@ describe('steering between turns', () => {
     assert.deepEqual(checkHistory(msgs), []);
   });
 
+  it('calls of a reply cut at max_tokens are answered, not run, and a queued follow-up joins their results', async () => {
+    h.fake.enqueue(
+      toolCall('calculate_sum', { a: 1, b: 2 }, { stop_reason: 'max_tokens', delayMs: 300 }),
+      text('Understood.'),
+    );
+    const s = await create({ input: 'sum' });
+    await h.fake.waitForRequests(1);
+    await h.api.post(`/v1/sessions/${s.id}/messages`, { text: 'Never mind.' });
+    const done = await h.api.waitFor(s.id, (x) => x.status === 'idle' && x.iteration === 2);
+    assert.equal(done.stop_reason, 'end_turn');
+    const sent = h.fake.requests[1]!.body.messages;
+    const last = blocks(sent.at(-1));
+    assert.equal(last[0].type, 'tool_result');
+    assert.equal(last[0].is_error, true);
+    assert.match(String(last[0].content), /not run: the reply stopped with max_tokens/);
+    assert.equal(last[1].text, 'Never mind.');
+    const events = await h.service.app.store.events(s.id, '', 1000);
+    assert.equal(events.filter((e) => e.type === 'tool.started').length, 0, 'the cut call never ran');
+  });
+
   it('a reply without tool calls does not end the run while a follow-up waits', async () => {
     h.fake.enqueue(text('first answer', { delayMs: 300 }), text('second answer'));
     const s = await create({ input: 'Hi' });

@@ -5,7 +5,8 @@
 import WebSocket from 'ws';
 import type { Ctx, Profiled } from '../lib/context.js';
 import { gcAndMemory } from '../lib/inspector.js';
-import { redisInfo, settledRss, spawnNode } from '../lib/procs.js';
+import { spawn } from 'node:child_process';
+import { Child, redisInfo, settledRss, spawnNode } from '../lib/procs.js';
 import { listen, openWs, streamUrl, unlisten } from '../lib/ws.js';
 import { httpOk, pool, sleep, withTimeout } from '../lib/util.js';
 import { verdict, type Verdict } from './common.js';
@@ -13,6 +14,8 @@ import { verdict, type Verdict } from './common.js';
 export interface B6Result {
   sessions: number;
   connections: number;
+  /** `node` running an idle one-liner: the runtime alone. */
+  rssNodeAlone: number;
   /** `node --import tsx` running an empty script: the runtime and loader alone. */
   rssTsxAlone: number;
   rssFresh: number;
@@ -28,6 +31,20 @@ export interface B6Result {
   connectSeconds: number;
   openFilesLimit: string;
   verdict: Verdict;
+}
+
+async function nodeAloneRss(): Promise<number> {
+  const child = new Child(
+    spawn(process.execPath, ['-e', 'console.log(\'{"ready":true}\'); setInterval(() => {}, 60_000);'], {
+      stdio: ['ignore', 'pipe', 'pipe'],
+    }),
+  );
+  try {
+    await child.waitFor(/\{"ready":true\}/, 30_000, 'node -e');
+    return await settledRss(child.pid);
+  } finally {
+    await child.stop();
+  }
 }
 
 async function tsxAloneRss(): Promise<number> {
@@ -75,6 +92,7 @@ export async function b6(ctx: Ctx, openFilesLimit: string): Promise<B6Result> {
   const nSessions = ctx.quick ? 1_000 : 10_000;
   const nConns = ctx.quick ? 500 : 5_000;
   await ctx.redis.admin.flushall();
+  const rssNodeAlone = await nodeAloneRss();
   const rssTsxAlone = await tsxAloneRss();
   const svc = await ctx.startService({ env: {}, inspectOnSignal: true });
   const sockets: WebSocket[] = [];
@@ -99,6 +117,7 @@ export async function b6(ctx: Ctx, openFilesLimit: string): Promise<B6Result> {
     return {
       sessions: nSessions,
       connections: alive,
+      rssNodeAlone,
       rssTsxAlone,
       rssFresh,
       rssSessions,

@@ -480,6 +480,11 @@ export class Engine {
         const ends = message.stop_reason !== 'pause_turn';
         const stopReason = message.stop_reason ?? 'end_turn';
         const idle = { status: 'idle' as const, pending: null, stopReason, error: null };
+        // Calls of a reply that stopped for another reason (cut at max_tokens, say) are not run — their input may be
+        // cut off — but answered at once, so no unanswered tool_use is ever left in the history.
+        const unrun = calls.map((c) =>
+          resultBlock(c.id, interruptedResult(`not run: the reply stopped with ${stopReason}`), false),
+        );
         const res = await this.commit(run, {
           push_msgs: [JSON.stringify(reply)],
           push_iters: [JSON.stringify(record)],
@@ -492,6 +497,7 @@ export class Engine {
           ...(ends
             ? {
                 queue: {
+                  ...(unrun.length ? { base: JSON.stringify(unrun).slice(1, -1) } : {}),
                   none: {
                     hset: { status: 'idle', stop_reason: stopReason, pending: '', error: '', control: '' },
                     release_lease: true,
@@ -503,11 +509,11 @@ export class Engine {
         });
         history.push(reply);
         if (!ends) continue; // pause_turn: the runner resumes the turn
+        if (res.merged) history.push(JSON.parse(res.merged) as StoredMessage);
         if (res.mergedCount === 0) {
           await this.o.store.unmarkDue(run.id);
           return 'done';
         }
-        history.push(JSON.parse(res.merged) as StoredMessage);
         if (this.budgetLeft(state, iteration) <= 0) return 'again';
         await handOver(res.paramsRev);
         continue;
@@ -667,13 +673,6 @@ export class Engine {
       review: false,
       iteration: state.iteration,
     };
-    if (!state.pending && state.stopReason === 'max_tokens') {
-      // The reply was cut at max_tokens: its calls may have cut-off input, so they are answered, not run.
-      for (const c of step.calls) {
-        c.result = interruptedResult('not run: the reply that made this call was cut off at max_tokens');
-        c.approval = 'auto';
-      }
-    }
     const durations = new Map<string, number>();
     const toRun: PendingCall[] = [];
     for (const c of step.calls) {

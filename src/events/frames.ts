@@ -1,6 +1,6 @@
 import { z } from 'zod';
 import type { FastifyBaseLogger } from 'fastify';
-import { AppError } from '../errors.js';
+import { AppError, zodDetails } from '../errors.js';
 import { isStoreDown } from '../plugins/errors.js';
 import { decisionBody, postMessageBody, toolResultBody } from '../schemas.js';
 import type { MutationResult, SessionService } from '../sessions/service.js';
@@ -39,8 +39,8 @@ const errorFrame = (ref: string | null, code: string, message: string, details?:
   error: details === undefined ? { code, message } : { code, message, details },
 });
 
-const zodDetails = (err: z.ZodError) =>
-  err.issues.map((i) => ({ path: i.path.join('.'), code: i.code, message: i.message }));
+/** The REST routes' `details` shape: JSON-pointer paths into the frame. */
+const frameDetails = (err: z.ZodError) => zodDetails(err.issues);
 
 /** Runs one client frame for `tenant` on session `id`; never throws. */
 export async function handleFrame(
@@ -59,7 +59,7 @@ export async function handleFrame(
   const rawRef = (msg as { ref?: unknown }).ref;
   const ref = typeof rawRef === 'string' && rawRef.length <= 200 ? rawRef : null;
   const h = head.safeParse(msg);
-  if (!h.success) return errorFrame(ref, 'invalid_request', 'The frame is invalid.', zodDetails(h.error));
+  if (!h.success) return errorFrame(ref, 'invalid_request', 'The frame is invalid.', frameDetails(h.error));
   const { type, ref: _r, if_match: ifMatch, ...body } = h.data;
   const { tenant, sessionId: id, sessions } = ctx;
   try {
@@ -86,7 +86,7 @@ export async function handleFrame(
     return { type: 'ack', ref: h.data.ref, revision: res.state.revision, status: res.state.status };
   } catch (err) {
     if (err instanceof z.ZodError) {
-      return errorFrame(h.data.ref, 'invalid_request', 'The frame is invalid.', zodDetails(err));
+      return errorFrame(h.data.ref, 'invalid_request', 'The frame is invalid.', frameDetails(err));
     }
     if (err instanceof AppError) return errorFrame(h.data.ref, err.code, err.message, err.details);
     if (isStoreDown(err)) {

@@ -1,7 +1,7 @@
 import fp from 'fastify-plugin';
 import { createHash } from 'node:crypto';
 import { z } from 'zod';
-import { AppError } from '../errors.js';
+import { AppError, zodDetails } from '../errors.js';
 import { idempotencyKey } from '../store/keys.js';
 
 declare module 'fastify' {
@@ -33,9 +33,15 @@ export default fp<{ ttlS: number }>(
       if (req.method !== 'POST' || raw === undefined || !req.url.startsWith('/v1/')) return;
       const parsed = keyHeader.safeParse(raw);
       if (!parsed.success)
-        throw new AppError(400, 'invalid_request', 'Invalid Idempotency-Key header.', parsed.error.issues);
+        throw new AppError(
+          400,
+          'invalid_request',
+          'Invalid Idempotency-Key header.',
+          zodDetails(parsed.error.issues, ['headers', 'idempotency-key']),
+        );
       const fingerprint = createHash('sha256')
-        .update(`${req.method} ${req.url}\n${JSON.stringify(req.body ?? null)}`)
+        // No body, `null` and `{}` are one request: the routes treat them alike.
+        .update(`${req.method} ${req.url}\n${JSON.stringify(req.body ?? {})}`)
         .digest('base64url');
       const key = idempotencyKey(req.tenant, createHash('sha256').update(parsed.data).digest('base64url'));
       const pending: Stored = { state: 'pending', fp: fingerprint };

@@ -2,7 +2,7 @@ import type { z } from 'zod';
 import type { SessionParams } from '../schemas.js';
 import type { ServerTool } from '../../tools/types.js';
 import { cancelSession, type Engine } from '../engine/engine.js';
-import { AppError, badRequest, conflict, revisionMismatch } from '../errors.js';
+import { AppError, badRequest, conflict, revisionMismatch, zodDetails } from '../errors.js';
 import { checkHistory, pendingToolCalls, asBlocks, type StoredMessage } from '../history.js';
 import {
   sessionParams,
@@ -47,15 +47,6 @@ export function normalize(m: StoredMessage): StoredMessage {
     : m;
 }
 
-/** Zod issues as the error envelope's `details`: `{path, code, message}` with a JSON-pointer path, as route validation gives. */
-export function zodDetails(issues: readonly z.core.$ZodIssue[], prefix: Array<string | number> = []) {
-  return issues.map((i) => ({
-    path: `/${[...prefix, ...i.path].map(String).join('/')}`,
-    code: i.code,
-    message: i.message,
-  }));
-}
-
 /** Params after a change: a `null` value removes the field. Checked as a whole. */
 export function mergeParams(current: SessionParams, change: Record<string, unknown>): SessionParams {
   const merged: Record<string, unknown> = { ...current };
@@ -66,6 +57,25 @@ export function mergeParams(current: SessionParams, change: Record<string, unkno
   const parsed = sessionParams.safeParse(merged);
   if (!parsed.success) throw badRequest('Invalid params.', zodDetails(parsed.error.issues, ['params']));
   return parsed.data;
+}
+
+function forkMetadata(
+  base: Record<string, unknown>,
+  extra: Record<string, unknown> | undefined,
+  from: string,
+  at: number,
+): Record<string, unknown> {
+  const merged = { ...base, ...extra, forked_from: from, forked_at_iteration: at };
+  if (Object.keys(merged).length > 32) {
+    throw badRequest('The fork would have more than 32 metadata keys.', [
+      {
+        path: '/metadata',
+        code: 'too_big',
+        message: 'at most 32 metadata keys, forked_from and forked_at_iteration included',
+      },
+    ]);
+  }
+  return merged;
 }
 
 const emptyUsage = () => ({
@@ -598,6 +608,7 @@ export class SessionService {
         for (const c of pending.calls) {
           if (c.kind === 'server' && c.result?.is_error && c.approval !== 'denied') {
             delete c.result;
+            delete c.reported;
             c.started = false;
           }
         }
@@ -640,7 +651,7 @@ export class SessionService {
       stopReason: null,
       error: null,
       usage: emptyUsage(),
-      metadata: { ...s.metadata, ...body.metadata, forked_from: id, forked_at_iteration: body.at_iteration },
+      metadata: forkMetadata(s.metadata, body.metadata, id, body.at_iteration),
       createdAt: now,
       updatedAt: now,
       fence: 0,
