@@ -131,6 +131,7 @@ function b3Remarks(r: Results): string[] {
     ];
   }
   const lines: string[] = [];
+  const p = r.profiles.B3;
   if (b3.ratio < 2) {
     lines.push(
       `- Events/s: ${x(b3.ratio)} of resumable-stream's. Each delta is XADDed, read back (XRANGE) and sent to each ` +
@@ -139,6 +140,12 @@ function b3Remarks(r: Results): string[] {
   }
   if (b3.svc.paced.p99 > b3.peer.paced.p99 || b3.svc.paced.p50 > b3.peer.paced.p50) {
     lines.push(`- Latency: p50 ${ms(b3.svc.paced.p50)} against ${ms(b3.peer.paced.p50)}. ${relay}`);
+  }
+  if (p && !isErr(p)) {
+    lines.push(
+      `- The profile of the service side: socket write syscalls take ${pct(writeShare(p))} of the busy time; ` +
+        'each event is written to each client with a syscall of its own (ws corks and uncorks around every frame).',
+    );
   }
   lines.push(`- What would fix it: ${fix}`);
   return why(lines);

@@ -6,6 +6,7 @@
  *                                      writes docs/BENCHMARKS.md
  *   npm run bench -- --quick           smaller loads, no profiles, under 2 minutes; writes .data/BENCHMARKS.quick.md
  *   options: --only B1,B3  --out <file>  --profile (profile misses in --quick too)  --no-profile
+ *            --render .data/bench-results.json   (the report again from the figures of an earlier run)
  *
  * Processes (all on 127.0.0.1, free ports): a private redis-server (append-only, as the service's embedded Redis
  * runs), the fake Messages API (src/fake/main.ts), a fresh service process per scenario (src/server.ts), the
@@ -14,7 +15,7 @@
  * bounded, and the whole run too (HARD_LIMIT_MS).
  */
 import { rmSync } from 'node:fs';
-import { mkdir, mkdtemp, rm, writeFile } from 'node:fs/promises';
+import { mkdir, mkdtemp, readFile, rm, writeFile } from 'node:fs/promises';
 import os from 'node:os';
 import path from 'node:path';
 import { parseArgs } from 'node:util';
@@ -39,6 +40,7 @@ const { values } = parseArgs({
     out: { type: 'string' },
     profile: { type: 'boolean' },
     'profile-dir': { type: 'string' },
+    render: { type: 'string' },
     'no-profile': { type: 'boolean', default: false },
   },
   strict: true,
@@ -57,7 +59,7 @@ const doProfile = values['no-profile'] ? false : (values.profile ?? !quick);
 // The profiles of misses are kept (for speedscope or Chrome DevTools); *.cpuprofile is git-ignored.
 const profileDir = path.resolve(ROOT, values['profile-dir'] ?? '.data/bench-profiles');
 // Hard bound of the whole run: a stuck scenario cannot keep the machine busy.
-const HARD_LIMIT_MS = quick ? 170_000 : 40 * 60_000;
+const HARD_LIMIT_MS = quick ? 300_000 : 40 * 60_000;
 
 export interface Results {
   mode: 'full' | 'quick';
@@ -191,7 +193,32 @@ async function main() {
   results.follow = ctx.follow;
   await mkdir(path.dirname(out), { recursive: true });
   await writeFile(out, report(results));
+  // The figures of the run, for `--render` (git-ignored).
+  const json = path.resolve(ROOT, '.data', `bench-results${quick ? '.quick' : ''}.json`);
+  await mkdir(path.dirname(json), { recursive: true });
+  await writeFile(json, serialize(results));
   log(`wrote ${path.relative(ROOT, out)} (${results.seconds.toFixed(0)} s)`);
+}
+
+/** Results as JSON (errors as `{"error": message}`), kept beside the report so it can be re-rendered. */
+function serialize(results: Results): string {
+  return JSON.stringify(results, (_k, v) => (v instanceof Error ? { error: v.message } : v), 1);
+}
+
+function deserialize(text: string): Results {
+  return JSON.parse(text, (_k, v) =>
+    v && typeof v === 'object' && Object.keys(v).length === 1 && typeof v.error === 'string'
+      ? new Error(v.error)
+      : v,
+  ) as Results;
+}
+
+// `--render <results.json>`: writes the report again from the figures of an earlier run (no measuring).
+if (values.render) {
+  const results = deserialize(await readFile(path.resolve(ROOT, values.render), 'utf8'));
+  await writeFile(out, report(results));
+  log(`rendered ${path.relative(ROOT, out)} from ${values.render} (run of ${results.machine.date})`);
+  process.exit(0);
 }
 
 main().then(

@@ -157,7 +157,7 @@ describe('crash recovery (SIGKILL)', { timeout: 180_000 }, () => {
     assert.equal(runs.ends, 0);
   });
 
-  it('runs an idempotent tool killed mid-run again', async () => {
+  it('runs an idempotent tool killed mid-run again (its turn is sent again)', async () => {
     await ensureTwo();
     const model = new LoopModel({
       turns: 2,
@@ -176,13 +176,21 @@ describe('crash recovery (SIGKILL)', { timeout: 180_000 }, () => {
 
     const done = await survivor.api.waitStatus(id, ['idle', 'failed'], RECOVERY_BOUND_MS + 15_000);
     assert.equal(done.status, 'idle', JSON.stringify(done.error));
+    // Calls to idempotent tools are committed with their reply in one round trip, so the reply of the killed turn
+    // never landed: the survivor sent the turn again, and the model's new call ran there.
     const history = (await survivor.api.get(`/v1/sessions/${id}/messages`)).body.data;
+    const use = history[1].content.find((b: any) => b.type === 'tool_use');
+    assert.notEqual(use.id, callId, 'the reply of the killed turn is not in the history');
     const result = history[2].content[0];
     assert.equal(result.is_error, undefined, JSON.stringify(result));
     assert.equal(result.content, 'slept 1500 ms');
-    const runs = await toolRuns(callId);
-    assert.deepEqual(runs.starts, [owner.pid, survivor.pid], 'started on the killed process, then again');
-    assert.equal(runs.ends, 1);
+    assert.equal(result.tool_use_id, use.id);
+    const first = await toolRuns(callId);
+    assert.deepEqual(first.starts, [owner.pid], 'the first call started on the killed process only');
+    assert.equal(first.ends, 0);
+    const again = await toolRuns(use.id);
+    assert.deepEqual(again.starts, [survivor.pid], 'the tool ran again on the survivor');
+    assert.equal(again.ends, 1);
   });
 
   it('never runs a tool again once its result was persisted', async () => {

@@ -526,22 +526,33 @@ export class Engine {
       const autoServer = pending.filter((c) => c.kind === 'server' && c.approval === 'auto');
       for (const c of autoServer) if (!waits) c.started = true;
       const step: PendingStep = { calls: pending, review: false, iteration };
-      await this.commit(run, {
+      const started = waits
+        ? []
+        : autoServer.map((c): [string, string] => [
+            'tool.started',
+            JSON.stringify({ tool_use_id: c.id, name: c.name, input: c.input }),
+          ]);
+      const replyOps: ApplyOps = {
         push_msgs: [JSON.stringify(reply)],
-        push_iters: [JSON.stringify(record)],
-        hset: { pending: JSON.stringify(step) },
         hincr: { iteration: 1, ...usageIncr(message.usage as any) },
-        events: [
-          ...buffered,
-          completedEvent,
-          ...(waits
-            ? []
-            : autoServer.map((c): [string, string] => [
-                'tool.started',
-                JSON.stringify({ tool_use_id: c.id, name: c.name, input: c.input }),
-              ])),
-        ],
-      });
+        events: [...buffered, completedEvent, ...started],
+      };
+      // One round trip per iteration when every call is to an idempotent server tool: the reply is committed with
+      // its results. A crash while they run loses the reply, and the turn is sent again — which may run those tools
+      // again, harmless as they are idempotent. Otherwise the reply (with its calls marked started) is committed
+      // first, so a non-idempotent call interrupted by a crash is answered "interrupted" instead of running twice.
+      const oneCommit = !waits && pending.every((c) => this.o.serverTools.get(c.name)?.idempotent ?? true);
+      if (oneCommit) {
+        // Live clients still see the turn end and the tools start now; these events change no session field.
+        void this.o.store.appendEvents(run.id, replyOps.events as Array<[string, string]>).catch(() => {});
+        replyOps.events = [];
+      } else {
+        await this.commit(run, {
+          ...replyOps,
+          push_iters: [JSON.stringify(record)],
+          hset: { pending: JSON.stringify(step) },
+        });
+      }
       history.push(reply);
       if (waits) return 'again';
 
@@ -565,6 +576,7 @@ export class Engine {
         step,
         record,
         durations,
+        oneCommit ? replyOps : null,
       );
       if (outcome !== 'continue') return outcome === 'done' ? 'done' : 'again';
       // What was committed is what the runner sends next: our history, with the results (and any follow-ups).
@@ -589,7 +601,12 @@ export class Engine {
     step: PendingStep,
     record: IterationRecord | null,
     durations: Map<string, number>,
+    /** The reply's own ops when it is not committed yet (one commit per iteration): they join this commit. */
+    replyOps: ApplyOps | null = null,
   ): Promise<{ outcome: 'continue' | 'paused' | 'done'; paramsRev: number }> {
+    // An uncommitted reply carries its iteration record in full; a committed one gets its results index set.
+    const withReply = (ops: ApplyOps): ApplyOps =>
+      replyOps && record ? mergeOps({ ...replyOps, push_iters: [JSON.stringify(record)] }, ops) : ops;
     const completed = completedEvents(step.calls, durations);
     const serverResults = step.calls.filter((c) => c.kind === 'server' && c.approval !== 'denied');
     const failed = serverResults.filter((c) => c.result?.is_error);
@@ -600,10 +617,12 @@ export class Engine {
         message: `Tool ${failed.map((c) => c.name).join(', ')} failed: ${String(textOf(failed[0]!.result!.content)).slice(0, 500)}`,
         retryable: true,
       };
-      await this.endRun(run, { status: 'failed', pending: step, error }, [
-        ...completed,
-        ['session.error', JSON.stringify(error)],
-      ]);
+      await this.endRun(
+        run,
+        { status: 'failed', pending: step, error },
+        [...completed, ['session.error', JSON.stringify(error)]],
+        withReply({}),
+      );
       return { outcome: 'done', paramsRev: state.paramsRev };
     }
     const review =
@@ -611,7 +630,7 @@ export class Engine {
       (needsReview(state, serverResults) || (failed.length > 0 && state.onToolError === 'pause'));
     if (review) {
       step.review = true;
-      await this.endRun(run, { status: 'requires_action', pending: step }, completed);
+      await this.endRun(run, { status: 'requires_action', pending: step }, completed, withReply({}));
       return { outcome: 'paused', paramsRev: state.paramsRev };
     }
     const cache = state.cacheToolResults;
@@ -642,7 +661,7 @@ export class Engine {
     }
     if (record) {
       record.results_index = history.length;
-      ops.lset_iters = [[record.iteration - 1, JSON.stringify(record)]];
+      if (!replyOps) ops.lset_iters = [[record.iteration - 1, JSON.stringify(record)]];
     } else {
       // A tool step of an earlier runner: fill in the record's results index.
       const recs = await this.o.store.iterationRecords(run.id, step.iteration - 1, step.iteration - 1);
@@ -652,7 +671,7 @@ export class Engine {
         ops.lset_iters = [[step.iteration - 1, JSON.stringify(rec)]];
       }
     }
-    const res = await this.commit(run, ops);
+    const res = await this.commit(run, withReply(ops));
     history.push(JSON.parse(res.merged) as StoredMessage);
     return { outcome: 'continue', paramsRev: res.paramsRev };
   }
@@ -782,19 +801,23 @@ export class Engine {
       stopReason?: string | null;
     },
     events: Array<[string, string]> = [],
+    extra: ApplyOps = {},
   ): Promise<void> {
     const st = { pending: null, error: null, stopReason: null, ...next };
-    await this.commit(run, {
-      hset: {
-        status: st.status,
-        pending: st.pending ? JSON.stringify(st.pending) : '',
-        error: st.error ? JSON.stringify(st.error) : '',
-        stop_reason: st.stopReason ?? '',
-        control: '',
-      },
-      release_lease: true,
-      events: [...events, ['session.status', statusEvent(st)]],
-    });
+    await this.commit(
+      run,
+      mergeOps(extra, {
+        hset: {
+          status: st.status,
+          pending: st.pending ? JSON.stringify(st.pending) : '',
+          error: st.error ? JSON.stringify(st.error) : '',
+          stop_reason: st.stopReason ?? '',
+          control: '',
+        },
+        release_lease: true,
+        events: [...events, ['session.status', statusEvent(st)]],
+      }),
+    );
     await this.o.store.unmarkDue(run.id);
   }
 
@@ -952,6 +975,20 @@ class StreamRelay {
     this.buf = [];
     return rest;
   }
+}
+
+/** `a` then `b` as one commit: lists concatenated in that order, fields of `b` over those of `a`. */
+function mergeOps(a: ApplyOps, b: ApplyOps): ApplyOps {
+  const cat = <T>(x?: T[], y?: T[]) => (x || y ? [...(x ?? []), ...(y ?? [])] : undefined);
+  const out: ApplyOps = { ...a, ...b };
+  const lists = ['push_msgs', 'push_iters', 'lset_msgs', 'lset_iters', 'events', 'queue_push'] as const;
+  for (const k of lists) {
+    const v = cat<any>(a[k] as any[], b[k] as any[]);
+    if (v) (out as any)[k] = v;
+  }
+  if (a.hset || b.hset) out.hset = { ...a.hset, ...b.hset };
+  if (a.hincr || b.hincr) out.hincr = { ...a.hincr, ...b.hincr };
+  return out;
 }
 
 /** `tool.completed` events for the calls with a result that were not announced yet; marks them announced. */
