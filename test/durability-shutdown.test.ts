@@ -148,12 +148,16 @@ describe('graceful shutdown (SIGTERM)', { timeout: 180_000 }, () => {
     const done = await other.api.waitStatus(id, ['idle', 'failed'], 40_000);
     assert.equal(done.status, 'idle', JSON.stringify(done.error));
     const history = await storedHistory(r, id);
+    // Idempotent calls are committed with their reply, so the handed-over turn was sent again and its new call ran
+    // to completion on the other replica; the cut-off call left nothing in the history.
+    const use = (history[1]!.content as any[]).find((b) => b.type === 'tool_use');
+    assert.notEqual(use.id, callId);
     const result = (history[2]!.content as any[])[0];
     assert.equal(result.is_error, undefined, `the tool ran again to completion: ${JSON.stringify(result)}`);
-    const lines = (await readFile(toolLog, 'utf8')).split('\n').filter((l) => l.includes(callId));
-    assert.deepEqual(
-      lines.map((l) => l.split(' ')[0] + ' ' + l.split(' ')[2]),
-      [`start ${owner.pid}`, `start ${other.pid}`, `end ${other.pid}`],
-    );
+    const log = (await readFile(toolLog, 'utf8')).split('\n');
+    const runs = (call: string) =>
+      log.filter((l) => l.includes(` ${call} `)).map((l) => l.split(' ')[0] + ' ' + l.split(' ')[2]);
+    assert.deepEqual(runs(callId), [`start ${owner.pid}`]);
+    assert.deepEqual(runs(use.id), [`start ${other.pid}`, `end ${other.pid}`]);
   });
 });
