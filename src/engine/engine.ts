@@ -59,9 +59,8 @@ export interface EngineOptions {
   leaseTtlMs: number;
   /** How often each replica looks for runs whose lease expired (ms). */
   sweepIntervalMs?: number;
-  /** Stream deltas are written to Redis in batches: at most this many events or this many ms apart. */
+  /** Stream deltas are written to Redis as they arrive, at most this many per pipelined batch. */
   streamBatchEvents?: number;
-  streamBatchMs?: number;
 }
 
 const STOP_REASONS_THAT_END = new Set(['end_turn', 'stop_sequence', 'max_tokens', 'refusal']);
@@ -80,7 +79,7 @@ export class Engine {
   private readonly o: Required<EngineOptions>;
 
   constructor(options: EngineOptions) {
-    this.o = { sweepIntervalMs: 1000, streamBatchEvents: 64, streamBatchMs: 10, ...options };
+    this.o = { sweepIntervalMs: 1000, streamBatchEvents: 256, ...options };
     this.o.subscriber.on('message', (channel: string, message: string) => {
       const id = /^ctl:\{(.+)\}$/.exec(channel)?.[1];
       const run = id ? this.active.get(id) : undefined;
@@ -394,13 +393,7 @@ export class Engine {
       ];
       let message: BetaMessage;
       if (state.stream) {
-        const relay = new StreamRelay(
-          this.o.store,
-          run.id,
-          this.o.streamBatchEvents,
-          this.o.streamBatchMs,
-          buffered,
-        );
+        const relay = new StreamRelay(this.o.store, run.id, this.o.streamBatchEvents, buffered);
         item.on('streamEvent', (event: BetaRawMessageStreamEvent) => {
           if (firstEventMs === null) firstEventMs = Math.round(performance.now() - t0);
           relay.push(['stream.event', JSON.stringify({ iteration, event })]);
@@ -930,49 +923,50 @@ export async function cancelSession(
   );
 }
 
+/**
+ * Relays a turn's stream events to the event log as they arrive: a batch is written at once when no write is in
+ * flight, and what arrives meanwhile is written as the next batch when that write returns (at most `maxEvents` per
+ * pipeline). So an event waits at most one round trip, and a fast stream costs one round trip per batch, not per event.
+ * One write at a time keeps the log in the events' order.
+ */
 class StreamRelay {
   private buf: Array<[string, string]>;
-  private timer: NodeJS.Timeout | null = null;
-  private inflight: Promise<void> = Promise.resolve();
+  private writing: Promise<void> | null = null;
 
   constructor(
     private readonly store: SessionStore,
     private readonly id: string,
     private readonly maxEvents: number,
-    private readonly maxMs: number,
     initial: Array<[string, string]>,
   ) {
     this.buf = [...initial];
-    if (this.buf.length) this.schedule();
+    if (this.buf.length) this.write();
   }
 
   push(ev: [string, string]): void {
     this.buf.push(ev);
-    if (this.buf.length >= this.maxEvents) this.flush();
-    else this.schedule();
+    if (!this.writing) this.write();
   }
 
-  private schedule(): void {
-    if (!this.timer) this.timer = setTimeout(() => this.flush(), this.maxMs);
-  }
-
-  /** Writes the buffer in one pipelined round trip; flushes are chained so the log keeps the events' order. */
-  private flush(): void {
-    if (this.timer) clearTimeout(this.timer);
-    this.timer = null;
-    const batch = this.buf;
-    this.buf = [];
+  private write(): void {
+    const batch = this.buf.splice(0, this.maxEvents);
     if (batch.length === 0) return;
-    this.inflight = this.inflight.then(() => this.store.appendEvents(this.id, batch)).catch(() => {});
+    this.writing = this.store
+      .appendEvents(this.id, batch)
+      .catch(() => {
+        // The history is the durable record; a lost batch of deltas costs live clients some text, not the turn.
+      })
+      .then(() => {
+        this.writing = null;
+        if (this.buf.length) this.write();
+      });
   }
 
-  /** Waits for writes in flight and hands back what is still buffered (it goes into the turn's commit). */
+  /** Waits for the write in flight and hands back what is still buffered (it goes into the turn's commit). */
   async drain(): Promise<Array<[string, string]>> {
-    if (this.timer) clearTimeout(this.timer);
-    this.timer = null;
-    await this.inflight;
     const rest = this.buf;
     this.buf = [];
+    await this.writing;
     return rest;
   }
 }
