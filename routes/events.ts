@@ -105,6 +105,8 @@ const routes: FastifyPluginAsyncZod<{ config: Config }> = async (app, { config }
         if (!res.destroyed) res.write(`event: error\n${sseData(JSON.stringify({ error }))}\n`);
       };
       const sink: Sink = {
+        cork: () => res.cork(),
+        uncork: () => res.uncork(),
         send(ev) {
           if (done || res.destroyed) return false;
           if (res.writableLength > maxBuffered) {

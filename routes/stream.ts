@@ -93,6 +93,8 @@ const routes: FastifyPluginAsyncZod<{ config: Config }> = async (app, { config }
 
       const raw = () => (socket as unknown as { _socket?: import('node:net').Socket })._socket;
       const sink: Sink = {
+        cork: () => raw()?.cork(),
+        uncork: () => raw()?.uncork(),
         send(ev) {
           if (closing || socket.readyState !== socket.OPEN) return false;
           if (socket.bufferedAmount > maxBuffered) {

@@ -35,8 +35,11 @@ describe(
     });
 
     it('a page authenticates with the bearer subprotocol and renders the live text deltas', async () => {
-      const reply = 'Paris is sunny today, and two plus three makes five. Anything else?';
-      h.fake.enqueue(text(reply, { eventDelayMs: 40 }));
+      const reply =
+        'Paris is sunny today, and two plus three makes five. The streaming demo shows each delta as it arrives, ' +
+        'word by word, while the turn is still running. Anything else?';
+      // Slow enough (about 4 s in all) that a page polled on a busy CI machine still sees the text grow.
+      h.fake.enqueue(text(reply, { eventDelayMs: 120 }));
       const page = await browser.newPage();
       try {
         // The demo page from the service once routes/demo.ts is registered; until then the same HTML written into a
