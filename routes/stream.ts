@@ -40,6 +40,23 @@ const CLOSE_GRACE_MS = 10_000;
  * 1011 `store_unavailable`.
  */
 const routes: FastifyPluginAsyncZod<{ config: Config }> = async (app, { config }) => {
+  // Pings: one timer for all connections (a timer per idle socket costs memory). A peer that has not answered the
+  // previous ping (or sent anything) by the next one is gone.
+  const alive = new Map<WebSocket, boolean>();
+  const pinger = setInterval(() => {
+    for (const [socket, ok] of alive) {
+      if (!ok) {
+        alive.delete(socket);
+        socket.terminate();
+        continue;
+      }
+      alive.set(socket, false);
+      socket.ping();
+    }
+  }, config.WS_PING_MS);
+  pinger.unref();
+  app.addHook('onClose', async () => clearInterval(pinger));
+
   const hub = hubFor(app);
   const maxBuffered = config.WS_MAX_BUFFER_BYTES;
 
@@ -82,14 +99,8 @@ const routes: FastifyPluginAsyncZod<{ config: Config }> = async (app, { config }
         if (!closing && socket.readyState === socket.OPEN) socket.send(JSON.stringify(frame));
       };
 
-      // Pings: a peer that has not answered the previous ping (or sent anything) by the next one is gone.
-      let alive = true;
-      const pinger = setInterval(() => {
-        if (!alive) return socket.terminate();
-        alive = false;
-        socket.ping();
-      }, config.WS_PING_MS);
-      socket.on('pong', () => (alive = true));
+      alive.set(socket, true);
+      socket.on('pong', () => alive.set(socket, true));
 
       const raw = () => (socket as unknown as { _socket?: import('node:net').Socket })._socket;
       const sink: Sink = {
@@ -139,7 +150,7 @@ const routes: FastifyPluginAsyncZod<{ config: Config }> = async (app, { config }
       let pending = 0;
       const ctx = { tenant, sessionId: id, sessions: app.sessions, log: req.log };
       socket.on('message', (data, isBinary) => {
-        alive = true;
+        alive.set(socket, true);
         if (isBinary) {
           return control({
             type: 'error',
@@ -164,7 +175,7 @@ const routes: FastifyPluginAsyncZod<{ config: Config }> = async (app, { config }
       });
       socket.on('close', () => {
         closing = true;
-        clearInterval(pinger);
+        alive.delete(socket);
         sub.close();
       });
     },
