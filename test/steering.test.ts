@@ -396,6 +396,29 @@ describe('steering between turns', () => {
     assert.equal(await h.service.app.store.queueLength(s.id), 0);
   });
 
+  it('a follow-up posted at the moment a run ends either joins that run or starts the next, never neither', async () => {
+    h.fake.setHandler(() => text('an answer', { eventDelayMs: 3 }));
+    for (let trial = 0; trial < 30; trial++) {
+      const s = await create({ input: `end race ${trial}` });
+      // Aim at the end of the turn: the reply streams for ~15-25 ms after the request arrives.
+      const before = h.fake.requests.length;
+      await h.fake.waitForRequests(before);
+      await new Promise((r) => setTimeout(r, 5 + Math.random() * 30));
+      const r = await h.api.post(`/v1/sessions/${s.id}/messages`, { text: `late ${trial}` });
+      assert.equal(r.status, 202, JSON.stringify(r.body));
+      const done = await h.api.waitFor(s.id, (x) => x.status === 'idle' && x.iteration >= 1);
+      const msgs = (await h.api.get(`/v1/sessions/${s.id}/messages`)).body.data;
+      // The follow-up is in the history and was answered: by the same run, or by the run it started.
+      const at = msgs.findIndex(
+        (m: any) => m.role === 'user' && blocks(m).some((b: any) => b.text === `late ${trial}`),
+      );
+      assert.ok(at > 0, `trial ${trial}: the follow-up is in the history`);
+      assert.equal(msgs.at(-1).role, 'assistant', `trial ${trial}: it was answered`);
+      assert.equal(done.iteration, 2);
+      assert.equal(await h.service.app.store.queueLength(s.id), 0);
+    }
+  });
+
   it('cancel at random moments of a streamed turn always leaves a history the upstream accepts', async () => {
     h.fake.setHandler((req) => {
       const last = req.body.messages.at(-1);

@@ -962,11 +962,15 @@ class StreamRelay {
       });
   }
 
-  /** Waits for the write in flight and hands back what is still buffered (it goes into the turn's commit). */
+  /**
+   * Hands back what is still buffered (it goes into the turn's commit, after the write in flight). On one Redis
+   * connection the commit is sent after that write and Redis runs a connection's commands in order, so there is
+   * nothing to wait for; a cluster client may send a pipeline later than it was made, so there it waits.
+   */
   async drain(): Promise<Array<[string, string]>> {
     const rest = this.buf;
     this.buf = [];
-    await this.writing;
+    if (this.store.redis.isCluster) await this.writing;
     return rest;
   }
 }
