@@ -46,12 +46,12 @@ function b1Remarks(r: Results): string[] {
   const upstream = b1.split.svc.upstream - b1.split.sdk.upstream;
   const p = r.profiles.B1;
   return why([
-    `- Between turns the service takes ${ms(between)} more than the runner (split above): the reply is committed ` +
-      '(one fenced Lua `apply`, a round trip to Redis with the ops JSON-encoded and decoded by cjson), the tool runs, ' +
-      'then its results are committed (a second `apply`) before the next request leaves.' +
+    `- Between turns the service takes ${ms(between)} more than the runner (split above): after the tool runs, the ` +
+      'reply and its results are committed together (one fenced Lua `apply` for an idempotent tool: a round trip ' +
+      'with the ops JSON-encoded and decoded by cjson) before the next request leaves.' +
       (upstream >= 0.5
-        ? ` During the turn it takes ${ms(upstream)} more: every stream event is stringified, batched and XADDed, ` +
-          "and the reply's commit waits for the batch in flight (`StreamRelay.drain()`)."
+        ? ` During the turn it takes ${ms(upstream)} more: every stream event is stringified and XADDed as it ` +
+          'arrives (one pipelined write at a time), and the service writes a WebSocket frame per event to the client.'
         : ` During the turn it is on a par with the runner (${ms(upstream)}).`),
     ...(p && !isErr(p)
       ? [
@@ -60,13 +60,11 @@ function b1Remarks(r: Results): string[] {
             `${pct(packageShare(p, '@anthropic-ai/sdk'))} in the SDK itself.`,
         ]
       : []),
-    '- Fixes within reach, in src/engine/engine.ts: (1) when every call of a reply is an auto-approved idempotent ' +
-      'server tool, commit the reply and its results in one `apply` after the tool ran: one round trip and one Lua ' +
-      'call less per iteration (the price: a crash during the tool sends that turn to the model again, where today ' +
-      'only the tool runs again); (2) `StreamRelay.drain()` need not wait for the reply to the XADD batch in flight, ' +
-      "only for it to be sent: the commit goes over the same ioredis connection, and Redis runs a connection's " +
-      'commands in order; (3) flush the relay as soon as no write is in flight instead of after its 10 ms timer ' +
-      '(B3 latency too).',
+    '- Done: one `apply` per iteration for idempotent tools, stream events written as they arrive without a wait ' +
+      "on the batch in flight, one writev per fanned-out batch. What remains is the commit's round trip, the XADD " +
+      'of each event and the process itself (TypeScript through tsx, the SDK). Next steps: build to JavaScript for ' +
+      'production, encode each stream event once for the log and the frame, and skip the per-event XADD when no ' +
+      "client watches the session (the turn's events then go with its commit).",
   ]);
 }
 
@@ -99,10 +97,9 @@ function b2Remarks(r: Results): string[] {
       : []),
     ...(slow
       ? [
-          '- For throughput: less CPU per iteration (the B1 fixes: one `apply` instead of two, no wait on the relay; ' +
-            'in src/events/hub.ts, cork each socket around a fanned-out batch so a batch costs one write syscall per ' +
-            'client, not one per event), and more cores per host: the service runs as several replicas on one Redis ' +
-            '(any replica serves any session), e.g. one process per core.',
+          '- For throughput: less CPU per iteration (see B1 for what is done and what remains), and more cores per ' +
+            'host: the service runs as several replicas on one Redis (any replica serves any session), e.g. one ' +
+            'process per core.',
         ]
       : []),
     '- For the p99 bound under overload: admission control in the engine, a cap on the runs one process drives at ' +
@@ -114,14 +111,13 @@ function b2Remarks(r: Results): string[] {
 function b3Remarks(r: Results): string[] {
   const b3 = r.B3 as B3Result;
   const relay =
-    "At a paced stream every event waits for the engine's relay timer (src/engine/engine.ts `StreamRelay`, 10 ms) " +
-    "before its XADD, then a round trip, the pub/sub notice, the hub's XRANGE and the fan-out; resumable-stream " +
+    'At a paced stream every event goes through an XADD round trip (src/engine/engine.ts `StreamRelay`, at once ' +
+    "unless a write is in flight), the pub/sub notice, the hub's XRANGE and the fan-out; resumable-stream " +
     'publishes each chunk at once and keeps no log (a reader that comes back after the producer is gone gets ' +
     'nothing).';
   const fix =
-    'flush the relay at once when no write is in flight and batch only the events that arrive while one is ' +
-    '(latency without losing the batching under load), and cork each socket around a fanned-out batch ' +
-    '(src/events/hub.ts `Subscription.deliver`).';
+    'carry the event in the pub/sub notice itself so the hub fans it out without the XRANGE (the log stays the ' +
+    'source for replay and gaps), which removes one round trip from every delivery.';
   if (b3.verdict !== 'MISS') {
     if (b3.svc.paced.p50 <= b3.peer.paced.p50) return [];
     return [
