@@ -204,3 +204,19 @@ export async function until<T>(
     `timed out after ${timeoutMs} ms waiting for ${what}${lastErr ? `: ${(lastErr as Error).message}` : ''}`,
   );
 }
+
+/**
+ * Creates a `calculate_sum` loop session tagged `tag` through `api`, driven by `model`, and waits until the model
+ * has been asked `turns` times for it. Returns the session id.
+ */
+export async function startLoop(
+  api: { post: (path: string, body: unknown) => Promise<{ body: any }> },
+  model: LoopModel,
+  tag: string,
+  turns = 2,
+): Promise<string> {
+  const created = await api.post('/v1/sessions', { input: tagged(tag), tools: ['calculate_sum'] });
+  const id = created.body.id as string;
+  await until(() => model.requestsOf(tag).length === turns, 20_000, `turn ${turns}`);
+  return id;
+}

@@ -19,6 +19,7 @@ import {
   storedHistory,
   tagged,
   until,
+  startLoop,
   verifyLoopHistory,
 } from './chaos-lib.js';
 
@@ -228,12 +229,7 @@ describe('crash recovery (SIGKILL)', { timeout: 180_000 }, () => {
     const model = new LoopModel({ turns: 4, eventDelayMs: 60 });
     fake.setHandler(model.handler);
     const tag = 'alldead';
-    const created = await procs[0]!.api.post('/v1/sessions', {
-      input: tagged(tag),
-      tools: ['calculate_sum'],
-    });
-    const id = created.body.id as string;
-    await until(() => model.requestsOf(tag).length === 2, 20_000, 'turn 2');
+    const id = await startLoop(procs[0]!.api, model, tag);
     await sleep(100);
     const killedAt = Date.now();
     await Promise.all(procs.map((p) => p.kill()));

@@ -15,6 +15,7 @@ import {
   storedHistory,
   tagged,
   until,
+  startLoop,
   verifyLoopHistory,
 } from './chaos-lib.js';
 
@@ -140,12 +141,7 @@ describe('several replicas on one Redis', { timeout: 180_000 }, () => {
     const model = new LoopModel({ turns: 4, eventDelayMs: 40 });
     fake.setHandler(model.handler);
     const tag = 'frozen';
-    const created = await procs[0]!.api.post('/v1/sessions', {
-      input: tagged(tag),
-      tools: ['calculate_sum'],
-    });
-    const id = created.body.id as string;
-    await until(() => model.requestsOf(tag).length === 2, 20_000, 'turn 2');
+    const id = await startLoop(procs[0]!.api, model, tag);
     const { owner, other } = await ownerAndOther(id);
     const fenceBefore = Number(await r.hget(`s:{${id}}`, 'fence'));
     owner.pause();
