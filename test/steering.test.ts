@@ -402,7 +402,7 @@ describe('steering between turns', () => {
       const s = await create({ input: `end race ${trial}` });
       // Aim at the end of the turn: the reply streams for ~15-25 ms after the request arrives.
       const before = h.fake.requests.length;
-      await h.fake.waitForRequests(before);
+      await h.fake.waitForRequests(before + 1);
       await new Promise((r) => setTimeout(r, 5 + Math.random() * 30));
       const r = await h.api.post(`/v1/sessions/${s.id}/messages`, { text: `late ${trial}` });
       assert.equal(r.status, 202, JSON.stringify(r.body));
@@ -412,9 +412,11 @@ describe('steering between turns', () => {
       const at = msgs.findIndex(
         (m: any) => m.role === 'user' && blocks(m).some((b: any) => b.text === `late ${trial}`),
       );
-      assert.ok(at > 0, `trial ${trial}: the follow-up is in the history`);
+      // (A follow-up that lands before the first turn's request is built joins the first user turn: index 0.)
+      assert.ok(at >= 0, `trial ${trial}: the follow-up is in the history`);
       assert.equal(msgs.at(-1).role, 'assistant', `trial ${trial}: it was answered`);
-      assert.equal(done.iteration, 2);
+      assert.ok(at < msgs.length - 1, `trial ${trial}: an assistant turn follows it`);
+      assert.equal(done.iteration, at === 0 ? 1 : 2);
       assert.equal(await h.service.app.store.queueLength(s.id), 0);
     }
   });
