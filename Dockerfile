@@ -1,6 +1,17 @@
 # syntax=docker/dockerfile:1
 
-# --- deps: production node_modules only (tsx, which runs the TypeScript sources, is a production dependency) ---
+# --- build: compiles the TypeScript sources to JavaScript (dist/), with the dev dependencies ---
+FROM node:20-bookworm-slim AS build
+WORKDIR /app
+COPY package.json package-lock.json ./
+RUN npm ci --no-audit --no-fund
+COPY tsconfig.json tsconfig.build.json ./
+COPY src ./src
+COPY routes ./routes
+COPY tools ./tools
+RUN npm run build
+
+# --- deps: production node_modules only ---
 FROM node:20-bookworm-slim AS deps
 WORKDIR /app
 COPY package.json package-lock.json ./
@@ -13,15 +24,17 @@ ENV HOST=0.0.0.0 \
     PORT=3000 \
     NODE_ENV=production
 COPY --from=deps --chown=node:node /app/node_modules ./node_modules
-COPY --chown=node:node package.json tsconfig.json ./
-COPY --chown=node:node src ./src
-COPY --chown=node:node routes ./routes
-COPY --chown=node:node tools ./tools
+COPY --chown=node:node package.json ./
+# Compiled JavaScript only: no TypeScript loader at run time (it costs ~30 MB of RSS and a loader thread).
+COPY --from=build --chown=node:node /app/dist/src ./dist/src
+COPY --from=build --chown=node:node /app/dist/routes ./dist/routes
+COPY --from=build --chown=node:node /app/dist/tools ./dist/tools
 # The image's unprivileged user (uid 1000).
 USER node
 EXPOSE 3000
 # No curl in the slim image: Node's own fetch probes the health endpoint.
 HEALTHCHECK --interval=15s --timeout=5s --start-period=20s --retries=3 \
   CMD ["node", "-e", "fetch('http://127.0.0.1:' + (process.env.PORT || 3000) + '/healthz', { signal: AbortSignal.timeout(4000) }).then((r) => process.exit(r.ok ? 0 : 1), () => process.exit(1))"]
-# The same command as package.json's "start" script, without npm in between, so SIGTERM reaches Node directly.
-CMD ["node", "--import", "tsx", "src/server.ts"]
+# The same command as package.json's "start" script (whose prestart step, the build, ran in the build stage),
+# without npm in between, so SIGTERM reaches Node directly.
+CMD ["node", "dist/src/server.js"]

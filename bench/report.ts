@@ -152,9 +152,8 @@ function b6Remarks(r: Results): string[] {
   if (b6.verdict !== 'MISS') return [];
   const perConn = (b6.afterGc.connections.heapUsed - b6.afterGc.closed.heapUsed) / b6.connections / 1024;
   return why([
-    `- ${MB(b6.rssTsxAlone)} of the fresh service's ${MB(b6.rssFresh)} is Node.js with the tsx loader alone, ` +
-      `${MB(b6.rssTsxAlone - b6.rssNodeAlone)} of it the loader (the service runs its TypeScript through tsx, in ` +
-      'production too: Dockerfile).',
+    `- ${MB(b6.rssModules)} of the fresh service's ${MB(b6.rssFresh)} is Node.js with the service's modules loaded ` +
+      `(${MB(b6.rssNodeAlone)} the runtime alone); the service runs compiled JavaScript, as in production.`,
     `- Idle sessions retain nothing in the process (they live in Redis): after a forced GC with the connections ` +
       `closed the heap holds ${MB(b6.afterGc.closed.heapUsed)} and RSS falls to ${MB(b6.afterGc.closed.rss)}. The rise ` +
       'while creating them is garbage V8 had not collected yet (it grows the heap before collecting).',
@@ -465,7 +464,7 @@ export function report(r: Results): string {
       '| | service RSS |',
       '|---|---:|',
       `| \`node\` running an idle one-liner (the runtime alone) | ${MB(b6.rssNodeAlone)} |`,
-      `| \`node --import tsx\` running an empty script (runtime + TypeScript loader only) | ${MB(b6.rssTsxAlone)} |`,
+      `| \`node\` with the service's modules imported, nothing started | ${MB(b6.rssModules)} |`,
       `| fresh service | ${MB(b6.rssFresh)} |`,
       `| with ${fmt(b6.sessions, 0)} idle sessions | **${MB(b6.rssSessions)}** |`,
       `| and ${fmt(b6.connections, 0)} idle WebSocket connections | **${MB(b6.rssConnections)}** |`,

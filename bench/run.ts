@@ -22,7 +22,7 @@ import { parseArgs } from 'node:util';
 import { machine, serviceStarter, type Ctx, type Machine, type Profiled } from './lib/context.js';
 import { cpuProfile } from './lib/inspector.js';
 import { FakeControl } from './lib/fake.js';
-import { ROOT, startFake, startRedis } from './lib/procs.js';
+import { BENCH_DIST, buildForBench, ROOT, startFake, startRedis } from './lib/procs.js';
 import { summarize, type CpuProfile, type ProfileSummary } from './lib/profile.js';
 import { wsRouteAvailable } from './lib/ws.js';
 import { b1, b1Profile, type B1Result } from './scenarios/b1.js';
@@ -92,6 +92,9 @@ async function main() {
   log(
     `mode ${quick ? 'quick' : 'full'}; scenarios ${[...only].join(',')}; report ${path.relative(ROOT, out)}`,
   );
+  const t0 = Date.now();
+  buildForBench();
+  log(`compiled to JavaScript in ${Date.now() - t0} ms (${path.relative(ROOT, BENCH_DIST)})`);
   const tmpDir = await mkdtemp(path.join(os.tmpdir(), 'toolrunner-bench-'));
   process.once('exit', () => rmSync(tmpDir, { recursive: true, force: true }));
   const redis = await startRedis();

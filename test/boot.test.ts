@@ -1,13 +1,16 @@
-import { describe, it } from 'node:test';
+import { before, describe, it } from 'node:test';
 import assert from 'node:assert/strict';
 import { spawnSync } from 'node:child_process';
 import { mkdtemp, readdir } from 'node:fs/promises';
 import os from 'node:os';
 import path from 'node:path';
 import { freeLoopbackPort, redisAnswers } from '../src/redis/embedded.js';
-import { spawnService } from './helpers/process.js';
+import { buildService, spawnService } from './helpers/process.js';
 
 describe('boot with an empty environment', () => {
+  // The production path: package.json's start command on the compiled JavaScript (what the image runs).
+  before(() => buildService());
+
   it('starts an embedded redis-server and the offline model, ready within 30 s, and stops both on SIGTERM', async () => {
     const dataDir = await mkdtemp(path.join(os.tmpdir(), 'trs-boot-'));
     // Nothing answers on this port, as on a fresh machine with no Redis running.
@@ -15,7 +18,7 @@ describe('boot with an empty environment', () => {
     const t0 = Date.now();
     const svc = await spawnService(
       { ANTHROPIC_API_KEY: '', LOCAL_REDIS_URL: `redis://127.0.0.1:${nobody}`, DATA_DIR: dataDir },
-      { name: 'fresh' },
+      { name: 'fresh', built: true },
     );
     try {
       const ready = await svc.api.get('/readyz');

@@ -134,22 +134,49 @@ describe('Dockerfile', () => {
       finalOf('COPY').some((i) => /--from=deps\b/.test(i.args) && /node_modules/.test(i.args)),
       'the final stage copies node_modules from deps',
     );
-    // The start command needs tsx at run time, so it must survive --omit=dev.
-    assert.ok(pkg.dependencies['tsx'], 'tsx is a production dependency');
+    // The image runs compiled JavaScript: no TypeScript loader among the production dependencies.
+    assert.equal(pkg.dependencies['tsx'], undefined, 'tsx is a dev dependency only');
   });
 
-  test('copies the sources the service runs from', () => {
-    const copied = finalOf('COPY')
-      .filter((i) => !/--from=/.test(i.args))
-      .flatMap((i) =>
-        i.args
-          .split(/\s+/)
-          .filter((a) => !a.startsWith('--'))
-          .slice(0, -1),
-      );
-    for (const needed of ['package.json', 'src', 'routes', 'tools']) {
-      assert.ok(copied.includes(needed), `COPY ${needed}`);
+  test('compiles the sources in a build stage with the build script', () => {
+    const build = allStages.find((s) => /\bAS\s+build\b/i.test(s[0]?.args ?? ''));
+    assert.ok(build, 'a stage named build');
+    const runs = build.filter((i) => i.keyword === 'RUN').map((i) => i.args);
+    assert.ok(
+      runs.some((r) => /\bnpm ci\b/.test(r) && !/--omit=dev/.test(r)),
+      'the build stage has the dev dependencies',
+    );
+    assert.ok(
+      runs.some((r) => /\bnpm run build\b/.test(r)),
+      'the build stage runs npm run build',
+    );
+    assert.match(pkg.scripts['build'] ?? '', /tsconfig\.build\.json/);
+    const tsBuild = JSON.parse(read('tsconfig.build.json')) as {
+      compilerOptions: { outDir?: string; noEmit?: boolean };
+      include: string[];
+    };
+    assert.equal(tsBuild.compilerOptions.outDir, 'dist');
+    assert.equal(tsBuild.compilerOptions.noEmit, false);
+    for (const dir of ['src', 'routes', 'tools']) assert.ok(tsBuild.include.includes(dir), dir);
+  });
+
+  test('copies the compiled JavaScript the start script runs, from the build stage', () => {
+    const copied = finalOf('COPY').flatMap((i) =>
+      i.args
+        .split(/\s+/)
+        .filter((a) => !a.startsWith('--'))
+        .slice(0, -1),
+    );
+    assert.ok(copied.includes('package.json'), 'COPY package.json');
+    const fromBuild = finalOf('COPY')
+      .filter((i) => /--from=build\b/.test(i.args))
+      .flatMap((i) => i.args.split(/\s+/).filter((a) => !a.startsWith('--')));
+    for (const dir of ['src', 'routes', 'tools']) {
+      assert.ok(fromBuild.includes(`/app/dist/${dir}`), `COPY --from=build /app/dist/${dir}`);
     }
+    // The start script's entry point is one of the files copied.
+    const entry = (pkg.scripts['start'] ?? '').trim().split(/\s+/).at(-1) ?? '';
+    assert.match(entry, /^dist\/src\/.+\.js$/);
   });
 
   test('runs as a non-root user', () => {
@@ -225,7 +252,15 @@ describe('.dockerignore', () => {
   });
 
   test('does not exclude what the image is built from', () => {
-    for (const needed of ['package.json', 'package-lock.json', 'tsconfig.json', 'src', 'routes', 'tools']) {
+    for (const needed of [
+      'package.json',
+      'package-lock.json',
+      'tsconfig.json',
+      'tsconfig.build.json',
+      'src',
+      'routes',
+      'tools',
+    ]) {
       assert.ok(!patterns.includes(needed) && !patterns.includes(`${needed}/`), needed);
     }
     assert.ok(!patterns.some((p) => p === '*' || p === '*.json' || p === '*.ts'));

@@ -3,7 +3,7 @@
  * (src/server.ts), and helper processes of the bench itself. All bind 127.0.0.1 on free ports; every child is
  * killed when the bench process exits.
  */
-import { spawn, type ChildProcess } from 'node:child_process';
+import { spawn, spawnSync, type ChildProcess } from 'node:child_process';
 import { existsSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import { mkdtemp, rm } from 'node:fs/promises';
 import os from 'node:os';
@@ -105,13 +105,34 @@ export class Child {
   }
 }
 
-/** Spawns `node [nodeArgs] --import tsx <script> [args]` from the project root. */
+/** Where `buildForBench` writes the compiled JavaScript (git-ignored). */
+export const BENCH_DIST = path.join(ROOT, '.data', 'bench-dist');
+
+/**
+ * Compiles src, routes, tools and bench to JavaScript (bench/tsconfig.build.json: the production build's options),
+ * so every measured process runs as it does in production (`npm start`, the image): plain `node`, no TypeScript
+ * loader — the service, the fake and the peers alike.
+ */
+export function buildForBench(): void {
+  const tsc = path.join(ROOT, 'node_modules', 'typescript', 'bin', 'tsc');
+  const out = spawnSync(process.execPath, [tsc, '-p', 'bench/tsconfig.build.json'], {
+    cwd: ROOT,
+    encoding: 'utf8',
+  });
+  if (out.status !== 0)
+    throw new Error(`tsc -p bench/tsconfig.build.json failed:\n${out.stdout}${out.stderr}`);
+}
+
+/** Spawns `node [nodeArgs] <script compiled to JavaScript> [args]` from the project root (see buildForBench). */
 export function spawnNode(
   script: string,
   args: string[],
   opts: { env?: NodeJS.ProcessEnv; nodeArgs?: string[]; stdin?: boolean } = {},
 ): Child {
-  const child = spawn(process.execPath, [...(opts.nodeArgs ?? []), '--import', 'tsx', script, ...args], {
+  const compiled = path.join(BENCH_DIST, script.replace(/\.ts$/, '.js'));
+  if (!existsSync(compiled))
+    throw new Error(`${path.relative(ROOT, compiled)} is missing: call buildForBench() first`);
+  const child = spawn(process.execPath, [...(opts.nodeArgs ?? []), compiled, ...args], {
     cwd: ROOT,
     env: opts.env ?? process.env,
     stdio: [opts.stdin ? 'pipe' : 'ignore', 'pipe', 'pipe'],
@@ -187,7 +208,7 @@ export interface BenchFake {
   stop(): Promise<void>;
 }
 
-/** The fake Messages API in its own process: `node --import tsx src/fake/main.ts --port 0 …`. */
+/** The fake Messages API in its own process: `node src/fake/main.js --port 0 …` (compiled). */
 export async function startFake(eventDelayMs: number, script: string): Promise<BenchFake> {
   const child = spawnNode('src/fake/main.ts', [
     '--port',
@@ -225,7 +246,7 @@ export interface ServiceOptions {
   inspectOnSignal?: boolean | undefined;
 }
 
-/** The service as its own process: `node --import tsx src/server.ts` with PORT=0 on 127.0.0.1. */
+/** The service as its own process: `node src/server.js` (compiled, as `npm start` runs it) with PORT=0 on 127.0.0.1. */
 export async function startService(opts: ServiceOptions): Promise<BenchService> {
   const env: NodeJS.ProcessEnv = { ...process.env };
   for (const k of ['API_KEYS', 'REDIS_CLUSTER_NODES', 'NODE_OPTIONS']) delete env[k];
@@ -237,6 +258,10 @@ export async function startService(opts: ServiceOptions): Promise<BenchService> 
     ANTHROPIC_BASE_URL: opts.fakeUrl,
     // info: the "Server listening at …" line gives the port; the service logs no line per request at info.
     LOG_LEVEL: 'info',
+    // An experiment's knob: extra node options for the service only (e.g. V8 heap flags).
+    ...(process.env.BENCH_SERVICE_NODE_OPTIONS
+      ? { NODE_OPTIONS: process.env.BENCH_SERVICE_NODE_OPTIONS }
+      : {}),
     ...opts.env,
   });
   const nodeArgs = [

@@ -16,8 +16,8 @@ export interface B6Result {
   connections: number;
   /** `node` running an idle one-liner: the runtime alone. */
   rssNodeAlone: number;
-  /** `node --import tsx` running an empty script: the runtime and loader alone. */
-  rssTsxAlone: number;
+  /** `node` with the service's modules imported, nothing started (bench/idle.ts). */
+  rssModules: number;
   rssFresh: number;
   rssSessions: number;
   rssConnections: number;
@@ -47,7 +47,7 @@ async function nodeAloneRss(): Promise<number> {
   }
 }
 
-async function tsxAloneRss(): Promise<number> {
+async function modulesRss(): Promise<number> {
   const child = spawnNode('bench/idle.ts', []);
   try {
     await child.waitFor(/\{"ready":true\}/, 30_000, 'bench/idle.ts');
@@ -93,7 +93,7 @@ export async function b6(ctx: Ctx, openFilesLimit: string): Promise<B6Result> {
   const nConns = ctx.quick ? 500 : 5_000;
   await ctx.redis.admin.flushall();
   const rssNodeAlone = await nodeAloneRss();
-  const rssTsxAlone = await tsxAloneRss();
+  const rssModules = await modulesRss();
   const svc = await ctx.startService({ env: {}, inspectOnSignal: true });
   const sockets: WebSocket[] = [];
   try {
@@ -118,7 +118,7 @@ export async function b6(ctx: Ctx, openFilesLimit: string): Promise<B6Result> {
       sessions: nSessions,
       connections: alive,
       rssNodeAlone,
-      rssTsxAlone,
+      rssModules,
       rssFresh,
       rssSessions,
       rssConnections,

@@ -6,6 +6,7 @@ import { eventsChannel, sessionKeys } from '../store/keys.js';
 import { parseStreamEntry, type StoredEvent } from '../store/store.js';
 import { START, compareIds } from './cursor.js';
 import { OutEvent } from './envelope.js';
+import { parseNotice } from './notice.js';
 
 type RedisClient = Redis | Cluster;
 
@@ -175,8 +176,9 @@ export class Subscription {
 }
 
 /**
- * A session watched by this process: one SUBSCRIBE on `ev:{id}` however many clients, one XRANGE per
- * notification (pages of PAGE_SIZE) from the id of the last event it fanned out, each event encoded once.
+ * A session watched by this process: one SUBSCRIBE on `ev:{id}` however many clients; the events of a notice
+ * that follow the id of the last event it fanned out go out as they are, otherwise one XRANGE (pages of
+ * PAGE_SIZE) from that id; each event encoded once.
  */
 class Channel {
   readonly subs = new Set<Subscription>();
@@ -216,10 +218,27 @@ class Channel {
     if (this.again) void this.pull();
   }
 
-  /** A notification: `newest` is the id of the newest event written. */
-  notify(newest: string | undefined): void {
-    if (this.cursor !== null && newest && compareIds(newest, this.cursor) <= 0) return;
+  /**
+   * A notice of events written. When it carries the events and they follow this channel's cursor exactly, they are
+   * fanned out at once (no read: the common case of a live turn); in any other case the log is read from the
+   * cursor, which also covers a notice lost while the subscriber connection was down.
+   */
+  notify(message: string): void {
+    const notice = parseNotice(message);
+    if (this.cursor !== null && notice.newest && compareIds(notice.newest, this.cursor) <= 0) return;
+    if (notice.kind === 'events' && !this.pulling && this.cursor === notice.prev) {
+      this.fanOut(notice.events);
+      return;
+    }
     void this.pull();
+  }
+
+  /** Fans out events that directly follow the cursor, in log order. */
+  private fanOut(events: StoredEvent[]): void {
+    const batch = events.map((e) => new OutEvent(this.sessionId, e));
+    this.cursor = batch[batch.length - 1]!.id;
+    count('trs_events_relayed_total', '', batch.length);
+    for (const s of [...this.live]) s.deliver(batch);
   }
 
   /** Reads everything after `cursor` and fans it out; coalesces notifications that arrive meanwhile. */
@@ -245,10 +264,7 @@ class Channel {
             }
           }
           if (page.events.length === 0) break;
-          const batch = page.events.map((e) => new OutEvent(this.sessionId, e));
-          this.cursor = batch[batch.length - 1]!.id;
-          count('trs_events_relayed_total', '', batch.length);
-          for (const s of [...this.live]) s.deliver(batch);
+          this.fanOut(page.events);
           if (page.events.length < this.hub.pageSize) break;
         }
       } while (this.again && !this.closed);
@@ -292,8 +308,8 @@ export interface HubOptions {
 
 /**
  * The per-process relay of session events to WebSocket and SSE clients. Correctness needs no state shared between
- * processes: every event comes from the Redis log, the pub/sub notification only says "read again", and a client
- * resumes anywhere from the id of the last event it saw. Emits `slow-reader` (session id) when a sink cuts a
+ * processes: every event is in the Redis log, a notice's events are fanned out only when they follow the channel's
+ * cursor exactly (otherwise the log is read from it), and a client resumes anywhere from the id of the last event it saw. Emits `slow-reader` (session id) when a sink cuts a
  * client off, for tests and metrics.
  */
 export class EventHub extends EventEmitter {

@@ -4,6 +4,63 @@
  */
 
 /**
+ * The pub/sub notice of the events a script wrote, shared by the scripts that write events (spliced into them).
+ * When the events are small enough and contain no raw line break (JSON text never does), the notice carries them,
+ * with the id of the entry before the first one (`prev`), so a relay whose cursor is `prev` fans them out without
+ * reading the log; otherwise (or without a reader at `prev`) it carries only the newest id and relays read the log.
+ * Format (lines): `E`, prev, newest, then per event: id, type, at (ms), revision (0: none), data. See
+ * src/events/notice.ts.
+ */
+const NOTICE = `
+local notice_parts = {}
+local notice_size = 0
+local notice_prev = false
+local notice_last = false
+local function notice_before(key)
+  if notice_prev then return end
+  local row = redis.call('XREVRANGE', key, '+', '-', 'COUNT', 1)[1]
+  notice_prev = row and row[1] or '0-0'
+end
+local function notice_add(max, id, t, at, rev, data)
+  notice_last = id
+  if not notice_parts then return end
+  notice_size = notice_size + #data + #t + 64
+  if notice_size > max or string.find(data, '\\n', 1, true) then
+    notice_parts = false
+  else
+    notice_parts[#notice_parts + 1] = id .. '\\n' .. t .. '\\n' .. at .. '\\n' .. rev .. '\\n' .. data
+  end
+end
+local function notice_publish(channel)
+  if not notice_last then return end
+  if notice_parts then
+    redis.call('PUBLISH', channel, 'E\\n' .. notice_prev .. '\\n' .. notice_last .. '\\n' .. table.concat(notice_parts, '\\n'))
+  else
+    redis.call('PUBLISH', channel, notice_last)
+  end
+end
+`;
+
+/**
+ * append_events — the live stream events of a turn, appended to the session's log, and their notice.
+ * KEYS[1] events
+ * ARGV[1] pub/sub channel  ARGV[2] MAXLEN (approximate trim)  ARGV[3] `at` (ms)  ARGV[4] notice size limit (bytes)
+ * ARGV[5..] type, data, type, data, …
+ * Returns the id of the last event written.
+ */
+export const APPEND_EVENTS = `
+${NOTICE}
+notice_before(KEYS[1])
+local max = tonumber(ARGV[4])
+for i = 5, #ARGV, 2 do
+  local id = redis.call('XADD', KEYS[1], 'MAXLEN', '~', ARGV[2], '*', 't', ARGV[i], 'd', ARGV[i + 1], 'at', ARGV[3])
+  notice_add(max, id, ARGV[i], ARGV[3], '0', ARGV[i + 1])
+end
+notice_publish(ARGV[1])
+return notice_last
+`;
+
+/**
  * apply — one atomic, guarded change to a session: history, iteration records, fields, queue and events together.
  *
  * KEYS[1] meta  KEYS[2] msgs  KEYS[3] iters  KEYS[4] queue  KEYS[5] events  KEYS[6] lease
@@ -12,12 +69,14 @@
  *         `queue.base` if given, into one new user message (or, with `queue.into_last`, onto the blocks of the
  *         last message, a user turn); then `queue.any` or `queue.none` is applied.
  * ARGV[3] event log MAXLEN (approximate trim)
- * ARGV[4] pub/sub channel told the id of the last event written, so live readers wake up
+ * ARGV[4] pub/sub channel of the notice of the events written (NOTICE), so live readers wake up
+ * ARGV[5] notice size limit (bytes)
  * Returns `{revision, merged_count, merged_message_json, control, params_rev}` (the last two as they stand after
  * the change, so a runner learns of a cancel or a PATCH at its next commit even if it missed the pub/sub message), or `{'ERR', code, current}` with code
  * `not_found` | `exists` | `fenced` | `revision` | `status` and nothing written.
  */
 export const APPLY = `
+${NOTICE}
 local meta = KEYS[1]
 local guard = cjson.decode(ARGV[1])
 if guard.create then
@@ -39,12 +98,14 @@ local rev = redis.call('HINCRBY', meta, 'revision', 1)
 local t = redis.call('TIME')
 local now = tostring(tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000))
 
-local last_event = false
+local notice_max = tonumber(ARGV[5])
 local function emit(ev)
   local data = ev[2]
   -- A third element asks for the new revision in the data, which only the script knows.
   if ev[3] then data = (string.gsub(data, '"revision":null', '"revision":' .. rev, 1)) end
-  last_event = redis.call('XADD', KEYS[5], 'MAXLEN', '~', ARGV[3], '*', 't', ev[1], 'd', data, 'r', rev, 'at', now)
+  notice_before(KEYS[5])
+  local id = redis.call('XADD', KEYS[5], 'MAXLEN', '~', ARGV[3], '*', 't', ev[1], 'd', data, 'r', rev, 'at', now)
+  notice_add(notice_max, id, ev[1], now, rev, data)
 end
 
 local function pushAll(key, list)
@@ -101,7 +162,7 @@ if ops.queue then
   end
 end
 redis.call('HSET', meta, 'updated_at', now, 'msg_count', redis.call('LLEN', KEYS[2]))
-if last_event then redis.call('PUBLISH', ARGV[4], last_event) end
+notice_publish(ARGV[4])
 local after = redis.call('HMGET', meta, 'control', 'params_rev')
 return {rev, merged_count, merged, after[1] or '', after[2] or '0'}
 `;

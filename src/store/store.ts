@@ -11,7 +11,7 @@ import {
   tenantIndexKey,
   type SessionKeys,
 } from './keys.js';
-import { ACQUIRE, APPLY, DESTROY, RELEASE, RENEW } from './scripts.js';
+import { ACQUIRE, APPEND_EVENTS, APPLY, DESTROY, RELEASE, RENEW } from './scripts.js';
 
 export type RedisClient = Redis | Cluster;
 export type Status = 'running' | 'requires_action' | 'idle' | 'failed';
@@ -249,7 +249,14 @@ type Scripted = RedisClient & {
   sessRenew(...args: Array<string | number>): Promise<number>;
   sessRelease(...args: Array<string | number>): Promise<number>;
   sessDestroy(...args: Array<string | number>): Promise<number>;
+  sessAppendEvents(...args: Array<string | number>): Promise<string>;
 };
+
+/**
+ * Largest notice (bytes of event data, roughly) that carries its events over pub/sub: every process watching the
+ * session receives it, so big events (a 100 kB `turn.completed`) are read from the log instead.
+ */
+export const NOTICE_MAX_BYTES = 16 * 1024;
 
 export interface StoreOptions {
   eventLogMax: number;
@@ -274,6 +281,7 @@ export class SessionStore {
       r.defineCommand('sessRenew', { numberOfKeys: 1, lua: RENEW });
       r.defineCommand('sessRelease', { numberOfKeys: 1, lua: RELEASE });
       r.defineCommand('sessDestroy', { numberOfKeys: 6, lua: DESTROY });
+      r.defineCommand('sessAppendEvents', { numberOfKeys: 1, lua: APPEND_EVENTS });
     }
     this.redis = r;
   }
@@ -300,6 +308,7 @@ export class SessionStore {
       JSON.stringify(ops),
       this.options.eventLogMax,
       eventsChannel(id),
+      NOTICE_MAX_BYTES,
     );
     if (res[0] === 'ERR') {
       const code = String(res[1]);
@@ -373,20 +382,21 @@ export class SessionStore {
   }
 
   /**
-   * Appends events that change no session field (stream deltas, turn.started) in one pipelined round trip, without
-   * bumping the revision. Not fenced: a stale writer can add noise to the log, never to the history.
+   * Appends events that change no session field (stream deltas, turn.started) and publishes their notice, atomically
+   * in one script (one round trip), without bumping the revision. Not fenced: a stale writer can add noise to the
+   * log, never to the history.
    */
   async appendEvents(id: string, events: Array<[string, string]>): Promise<void> {
     if (events.length === 0) return;
-    const k = sessionKeys(id);
-    const at = String(Date.now());
-    const p = this.redis.pipeline();
-    for (const [type, data] of events) {
-      p.xadd(k.events, 'MAXLEN', '~', this.options.eventLogMax, '*', 't', type, 'd', data, 'at', at);
-    }
-    // The notification rides in the same pipeline; an empty message tells relays to read from their own cursor.
-    p.publish(eventsChannel(id), '');
-    await p.exec();
+    const args: Array<string | number> = [
+      sessionKeys(id).events,
+      eventsChannel(id),
+      this.options.eventLogMax,
+      Date.now(),
+      NOTICE_MAX_BYTES,
+    ];
+    for (const [type, data] of events) args.push(type, data);
+    await this.redis.sessAppendEvents(...args);
   }
 
   /** Takes the run lease of a `running` session; the fencing token, or 0 if another holds it. */

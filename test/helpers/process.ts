@@ -1,4 +1,5 @@
-import { spawn, type ChildProcess } from 'node:child_process';
+import { spawn, spawnSync, type ChildProcess } from 'node:child_process';
+import { readFileSync } from 'node:fs';
 import path from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { Api } from './service.js';
@@ -60,6 +61,31 @@ export interface SpawnOptions {
   readyTimeoutMs?: number;
   /** Echo the child's output to this process's stderr (debugging). */
   echo?: boolean;
+  /**
+   * Run the compiled JavaScript with package.json's `start` command (`node dist/src/server.js`) instead of the
+   * TypeScript sources through tsx. Call `buildService()` first.
+   */
+  built?: boolean;
+}
+
+/** Compiles the service as `npm start`'s prestart step does (`tsc -p tsconfig.build.json` into dist/). */
+export function buildService(): void {
+  const tsc = path.join(ROOT, 'node_modules', 'typescript', 'bin', 'tsc');
+  const out = spawnSync(process.execPath, [tsc, '-p', 'tsconfig.build.json'], {
+    cwd: ROOT,
+    encoding: 'utf8',
+  });
+  if (out.status !== 0) throw new Error(`build failed: ${out.stdout}${out.stderr}`);
+}
+
+/** package.json's start command as argv after `node`. */
+function startArgs(): string[] {
+  const pkg = JSON.parse(readFileSync(path.join(ROOT, 'package.json'), 'utf8')) as {
+    scripts: { start: string };
+  };
+  const argv = pkg.scripts.start.trim().split(/\s+/);
+  if (argv[0] !== 'node') throw new Error(`the start script does not run node: ${pkg.scripts.start}`);
+  return argv.slice(1);
 }
 
 /**
@@ -71,7 +97,8 @@ export async function spawnService(
   opts: SpawnOptions = {},
 ): Promise<ServiceProcess> {
   const name = opts.name ?? 'service';
-  const child = spawn(process.execPath, ['--import', 'tsx', 'src/server.ts'], {
+  const args = opts.built ? startArgs() : ['--import', 'tsx', 'src/server.ts'];
+  const child = spawn(process.execPath, args, {
     cwd: ROOT,
     env: {
       PATH: process.env.PATH ?? '/usr/bin:/bin',
