@@ -1,3 +1,6 @@
+import type { FastifyBaseLogger } from 'fastify';
+import type { ServerResponse } from 'node:http';
+import type { Socket } from 'node:net';
 import type { FastifyPluginAsyncZod } from 'fastify-type-provider-zod';
 import type { WebSocket } from 'ws';
 import { z } from 'zod';
@@ -82,104 +85,120 @@ const routes: FastifyPluginAsyncZod<{ config: Config }> = async (app, { config }
       },
     },
     (socket: WebSocket, req) => {
+      // The connection outlives the upgrade request, which nothing needs once the socket is open: keep a few of
+      // its fields and let the rest go (request, response, their headers and logger were half of an idle
+      // connection's memory). @fastify/websocket ties them to the connection in two places: the response holds the
+      // raw socket (`assignSocket`), and its `error` listener on the WebSocket closes over request and reply.
       const id = req.params.id;
       const tenant = req.tenant;
+      const log = app.log.child({ reqId: req.id });
       const after = parseCursor(req.query.after)!;
-      count('trs_event_streams_total', '{transport="ws"}');
-
-      let closing = false;
-      const closeWith = (code: number, reason: string) => {
-        if (closing) return;
-        closing = true;
-        sub.close();
-        if (socket.readyState === socket.OPEN) socket.close(code, reason);
-        setTimeout(() => socket.terminate(), CLOSE_GRACE_MS).unref();
-      };
-      const control = (frame: ServerFrame) => {
-        if (!closing && socket.readyState === socket.OPEN) socket.send(JSON.stringify(frame));
-      };
-
-      alive.set(socket, true);
-      socket.on('pong', () => alive.set(socket, true));
-
-      const raw = () => (socket as unknown as { _socket?: import('node:net').Socket })._socket;
-      const sink: Sink = {
-        cork: () => raw()?.cork(),
-        uncork: () => raw()?.uncork(),
-        send(ev) {
-          if (closing || socket.readyState !== socket.OPEN) return false;
-          if (socket.bufferedAmount > maxBuffered) {
-            // Never queue more for a reader that fell behind; it reconnects with the id of its last event.
-            count('trs_event_stream_slow_closes_total', '{transport="ws"}');
-            hub.emit('slow-reader', id, 'ws');
-            closeWith(CLOSE.slowReader, 'slow_reader');
-            return false;
-          }
-          socket.send(ev.wsFrame(), { binary: false });
-          if (ev.type === 'session.deleted') {
-            closeWith(1000, 'session_deleted');
-            return false;
-          }
-          return true;
-        },
-        ready() {
-          const s = raw();
-          return s && s.writableNeedDrain ? drained(s) : true;
-        },
-        expired(info) {
-          control({ type: 'error', ref: null, error: errorBody(cursorExpired(id, info)) });
-          closeWith(CLOSE.cursorExpired, 'cursor_expired');
-        },
-        failed(err) {
-          req.log.warn({ err, session: id }, 'event stream failed');
-          control({
-            type: 'error',
-            ref: null,
-            error: isStoreDown(err)
-              ? storeUnavailable
-              : { code: 'internal_error', message: 'The event stream failed.' },
-          });
-          closeWith(1011, 'store_unavailable');
-        },
-        shutdown: () => closeWith(1001, 'shutting_down'),
-      };
-      const sub = hub.subscribe(id, after, sink);
-
-      // Client frames run one at a time, in order; a bad frame gets an error frame and the connection stays.
-      let chain: Promise<void> = Promise.resolve();
-      let pending = 0;
-      const ctx = { tenant, sessionId: id, sessions: app.sessions, log: req.log };
-      socket.on('message', (data, isBinary) => {
-        alive.set(socket, true);
-        if (isBinary) {
-          return control({
-            type: 'error',
-            ref: null,
-            error: { code: 'invalid_frame', message: 'Frames are JSON text.' },
-          });
-        }
-        if (pending >= MAX_PENDING_FRAMES) {
-          return control({
-            type: 'error',
-            ref: null,
-            error: { code: 'rate_limited', message: 'Too many frames waiting for their answer.' },
-          });
-        }
-        pending++;
-        const text = data.toString();
-        chain = chain.then(async () => {
-          const out = await handleFrame(text, ctx);
-          pending--;
-          control(out);
-        });
+      const rawSocket = req.raw.socket as Socket & { _httpMessage?: ServerResponse | null };
+      rawSocket._httpMessage?.detachSocket(rawSocket);
+      socket.removeAllListeners('error');
+      socket.on('error', (err) => {
+        log.debug({ err, session: id }, 'websocket error');
+        socket.terminate();
       });
-      socket.on('close', () => {
-        closing = true;
-        alive.delete(socket);
-        sub.close();
-      });
+      openStream(socket, id, tenant, log, after);
     },
   );
+
+  function openStream(socket: WebSocket, id: string, tenant: string, log: FastifyBaseLogger, after: string) {
+    count('trs_event_streams_total', '{transport="ws"}');
+
+    let closing = false;
+    const closeWith = (code: number, reason: string) => {
+      if (closing) return;
+      closing = true;
+      sub.close();
+      if (socket.readyState === socket.OPEN) socket.close(code, reason);
+      setTimeout(() => socket.terminate(), CLOSE_GRACE_MS).unref();
+    };
+    const control = (frame: ServerFrame) => {
+      if (!closing && socket.readyState === socket.OPEN) socket.send(JSON.stringify(frame));
+    };
+
+    alive.set(socket, true);
+    socket.on('pong', () => alive.set(socket, true));
+
+    const raw = () => (socket as unknown as { _socket?: Socket })._socket;
+    const sink: Sink = {
+      cork: () => raw()?.cork(),
+      uncork: () => raw()?.uncork(),
+      send(ev) {
+        if (closing || socket.readyState !== socket.OPEN) return false;
+        if (socket.bufferedAmount > maxBuffered) {
+          // Never queue more for a reader that fell behind; it reconnects with the id of its last event.
+          count('trs_event_stream_slow_closes_total', '{transport="ws"}');
+          hub.emit('slow-reader', id, 'ws');
+          closeWith(CLOSE.slowReader, 'slow_reader');
+          return false;
+        }
+        socket.send(ev.wsFrame(), { binary: false });
+        if (ev.type === 'session.deleted') {
+          closeWith(1000, 'session_deleted');
+          return false;
+        }
+        return true;
+      },
+      ready() {
+        const s = raw();
+        return s && s.writableNeedDrain ? drained(s) : true;
+      },
+      expired(info) {
+        control({ type: 'error', ref: null, error: errorBody(cursorExpired(id, info)) });
+        closeWith(CLOSE.cursorExpired, 'cursor_expired');
+      },
+      failed(err) {
+        log.warn({ err, session: id }, 'event stream failed');
+        control({
+          type: 'error',
+          ref: null,
+          error: isStoreDown(err)
+            ? storeUnavailable
+            : { code: 'internal_error', message: 'The event stream failed.' },
+        });
+        closeWith(1011, 'store_unavailable');
+      },
+      shutdown: () => closeWith(1001, 'shutting_down'),
+    };
+    const sub = hub.subscribe(id, after, sink);
+
+    // Client frames run one at a time, in order; a bad frame gets an error frame and the connection stays.
+    let chain: Promise<void> = Promise.resolve();
+    let pending = 0;
+    const ctx = { tenant, sessionId: id, sessions: app.sessions, log };
+    socket.on('message', (data, isBinary) => {
+      alive.set(socket, true);
+      if (isBinary) {
+        return control({
+          type: 'error',
+          ref: null,
+          error: { code: 'invalid_frame', message: 'Frames are JSON text.' },
+        });
+      }
+      if (pending >= MAX_PENDING_FRAMES) {
+        return control({
+          type: 'error',
+          ref: null,
+          error: { code: 'rate_limited', message: 'Too many frames waiting for their answer.' },
+        });
+      }
+      pending++;
+      const text = data.toString();
+      chain = chain.then(async () => {
+        const out = await handleFrame(text, ctx);
+        pending--;
+        control(out);
+      });
+    });
+    socket.on('close', () => {
+      closing = true;
+      alive.delete(socket);
+      sub.close();
+    });
+  }
 };
 
 export default routes;

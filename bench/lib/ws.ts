@@ -86,6 +86,21 @@ export interface FollowOptions {
   timeoutMs: number;
   /** Already open socket to use (e.g. opened before the run was started). */
   ws?: WebSocket;
+  /**
+   * Only events of these types are parsed and passed to `onEvent`; the others are counted only. The bench's
+   * clients share the machine's cores with the service, so a client that needs only the status skips the parse.
+   */
+  types?: readonly string[];
+}
+
+const TYPE_KEY = '"type":"';
+
+/** The envelope's `type` without parsing the frame: it follows `id` and `session_id`, which cannot hold quotes. */
+export function frameType(raw: string): string {
+  const at = raw.indexOf(TYPE_KEY);
+  if (at < 0) return '';
+  const from = at + TYPE_KEY.length;
+  return raw.slice(from, raw.indexOf('"', from));
 }
 
 /** Follows a session's events until `onEvent` returns true; resolves with the count of events seen. */
@@ -98,8 +113,9 @@ export async function follow(base: string, id: string, opts: FollowOptions): Pro
       new Promise<number>((resolve, reject) => {
         listen(ws, (raw) => {
           const at = nowMs();
-          const ev = JSON.parse(raw) as Envelope;
           count++;
+          if (opts.types && !opts.types.includes(frameType(raw))) return;
+          const ev = JSON.parse(raw) as Envelope;
           last = `${ev.type}${ev.type === 'session.status' ? `:${ev.data?.status}` : ''}`;
           try {
             if (opts.onEvent(ev, at)) resolve(count);

@@ -15,6 +15,8 @@ export async function followRunEnd(
   const until = untilRunEnds(onEach);
   await follow(base, id, {
     timeoutMs,
+    // Without `onEach`, only the status events matter (see untilRunEnds).
+    ...(onEach ? {} : { types: ['session.status'] }),
     onEvent: (ev, at) => {
       const done = until(ev, at);
       if (done) end = at;

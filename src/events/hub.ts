@@ -137,6 +137,42 @@ export class Subscription {
     this.sink.shutdown();
   }
 
+  /**
+   * Sends one page of the replay, corked: one write per page (or per transport buffer's worth, when the sink asks
+   * to wait for a drain) rather than one per event. False when the subscription ended.
+   */
+  private async replayPage(events: StoredEvent[]): Promise<boolean> {
+    const sessionId = this.channel.sessionId;
+    let corked = false;
+    try {
+      for (const raw of events) {
+        if (!corked) {
+          this.sink.cork?.();
+          corked = true;
+        }
+        const ev = new OutEvent(sessionId, raw);
+        this.cursor = ev.id;
+        if (!this.sink.send(ev)) {
+          this.close();
+          return false;
+        }
+        const ready = this.sink.ready();
+        if (ready !== true) {
+          this.sink.uncork?.();
+          corked = false;
+          if (!(await ready)) {
+            this.close();
+            return false;
+          }
+        }
+        if (this.closed) return false;
+      }
+      return true;
+    } finally {
+      if (corked) this.sink.uncork?.();
+    }
+  }
+
   /** @internal the replay, then the switch to live. */
   async run(redis: RedisClient, pageSize: number): Promise<void> {
     const ch = this.channel;
@@ -148,14 +184,7 @@ export class Subscription {
           const last = await lastEventId(redis, ch.sessionId);
           return this.expire({ first_event_id: page.firstId, last_event_id: last });
         }
-        for (const raw of page.events) {
-          const ev = new OutEvent(ch.sessionId, raw);
-          this.cursor = ev.id;
-          if (!this.sink.send(ev)) return this.close();
-          const ready = this.sink.ready();
-          if (ready !== true && !(await ready)) return this.close();
-          if (this.closed) return;
-        }
+        if (!(await this.replayPage(page.events))) return;
         if (page.events.length === pageSize) continue;
         await ch.ready;
         if (this.closed) return;
