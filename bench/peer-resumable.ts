@@ -2,7 +2,7 @@
  * The B3 peer: the same fan-out through the npm package `resumable-stream` (Redis pub/sub, ioredis clients), in its
  * own process, with the same transport as the service (WebSocket text frames).
  *
- *   node --import tsx bench/peer-resumable.ts <redis url> <fake url>   → prints {"url":"http://127.0.0.1:PORT"}
+ *   node .data/bench-dist/bench/peer-resumable.js <redis url> <fake url>   → prints {"url":"http://127.0.0.1:PORT"}
  *
  * `POST /produce?id=X` makes the producer of stream X (resumable-stream's `createNewResumableStream`); its source
  * waits for `POST /go?id=X`, then streams one Messages API turn from the fake with the SDK and writes each raw

@@ -60,11 +60,11 @@ function b1Remarks(r: Results): string[] {
             `${pct(packageShare(p, '@anthropic-ai/sdk'))} in the SDK itself.`,
         ]
       : []),
-    '- Done: one `apply` per iteration for idempotent tools, stream events written as they arrive without a wait ' +
-      "on the batch in flight, one writev per fanned-out batch. What remains is the commit's round trip, the XADD " +
-      'of each event and the process itself (TypeScript through tsx, the SDK). Next steps: build to JavaScript for ' +
-      'production, encode each stream event once for the log and the frame, and skip the per-event XADD when no ' +
-      "client watches the session (the turn's events then go with its commit).",
+    '- Done: one `apply` per iteration for idempotent tools; stream events appended by one script call per batch ' +
+      'whose pub/sub notice carries them, so relays fan out without reading the log; one writev per fanned-out ' +
+      "batch; compiled JavaScript in production. What remains is the commit's round trip and the per-event work " +
+      '(stringify, log append, frame). Next step: skip the per-event append when no client watches the session ' +
+      "(the turn's events then go with its commit).",
   ]);
 }
 
@@ -102,9 +102,13 @@ function b2Remarks(r: Results): string[] {
             'process per core.',
         ]
       : []),
-    '- For the p99 bound under overload: admission control in the engine, a cap on the runs one process drives at ' +
-      'once (the others wait in `runs:due` until a slot frees), so the runs it admits keep their turn overhead low ' +
-      'and the excess waits before its first turn instead of between turns; beyond that, more replicas.',
+    `- Admission control (done, \`MAX_ACTIVE_RUNS\`): runs beyond the cap wait before their first turn (in ` +
+      '`runs:due`, where any replica with room takes them) instead of slowing every running session. Measured ' +
+      `above with a cap of ${b2.capped.maxActiveRuns}: p99 turn overhead ${ms(b2.capped.overheadMs.p99)} against ` +
+      `${ms(b2.svc.overheadMs.p99)} uncapped, at ${fmt(b2.capped.itersPerSec, 0)} iterations/s. It cannot reach ` +
+      `20 ms on this machine: the same process also answers the ${fmt(b2.sessions, 0)} create requests and WebSocket upgrades that ` +
+      'arrive at once, and a lower cap (or an event-loop-driven one, which was tried) lowers the throughput ' +
+      'further: fewer runs per loop turn amortize less. Below saturation the bound holds (B1).',
   ]);
 }
 
@@ -157,11 +161,12 @@ function b6Remarks(r: Results): string[] {
     `- Idle sessions retain nothing in the process (they live in Redis): after a forced GC with the connections ` +
       `closed the heap holds ${MB(b6.afterGc.closed.heapUsed)} and RSS falls to ${MB(b6.afterGc.closed.rss)}. The rise ` +
       'while creating them is garbage V8 had not collected yet (it grows the heap before collecting).',
-    `- Each idle WebSocket connection retains ${fmt(perConn, 1)} kB of heap (the socket, its Fastify request kept by ` +
-      "the handler's closures, a ping timer per socket, the hub subscription).",
-    '- What would fix it: run compiled JavaScript in production instead of tsx; bound the heap growth (e.g. ' +
-      '`--max-semi-space-size`, or `--max-old-space-size` sized to the container) so garbage is collected sooner; ' +
-      'one ping timer for all sockets, and closures that keep only the fields they need.',
+    `- Each idle WebSocket connection retains ${fmt(perConn, 1)} kB of heap (the socket and its ws state, the ` +
+      "handler's closures, the hub subscription).",
+    '- Done: compiled JavaScript in production (no TypeScript loader), one ping timer for all sockets, and no ' +
+      'upgrade request or response kept per connection. What would cut more: bound the heap growth (e.g. ' +
+      '`--max-semi-space-size`) so garbage is collected sooner, at some cost in throughput (more frequent ' +
+      'scavenges).',
   ]);
 }
 
@@ -241,9 +246,11 @@ export function report(r: Results): string {
     '## Setup',
     '',
     '- Every process runs on this machine on 127.0.0.1: a private `redis-server` on a free port (never 6379), the fake ' +
-      'Messages API in its own process (`node --import tsx src/fake/main.ts`), and the service in its own process ' +
-      '(`node --import tsx src/server.ts`, `PORT=0`), a fresh one for each scenario. No scenario runs the service in ' +
-      'the bench process.',
+      'Messages API in its own process (`node src/fake/main.js`), and the service in its own process ' +
+      '(`node src/server.js`, `PORT=0`), a fresh one for each scenario. No scenario runs the service in the bench ' +
+      'process. The bench first compiles the sources to JavaScript (`bench/tsconfig.build.json`, into ' +
+      '`.data/bench-dist`): the service, the fake and the peers run as `npm start` and the image run the service, ' +
+      'without a TypeScript loader.',
     '- The in-process peer is `client.beta.messages.toolRunner` (SDK 1.14, `stream: true`, `thread: false`, the ' +
       "project's `tools/calculate_sum.ts`) in its own process (bench/inproc.ts), so its memory is measured the same way " +
       "as the service's. The B3 peer is the npm package `resumable-stream` (ioredis, same Redis) in its own process " +
@@ -327,6 +334,16 @@ export function report(r: Results): string {
       `| CPU per iteration: Redis | ${ms(b2.cpuPerIter.svc.redis!)} | ${ms(b2.cpuPerIter.sdk.redis!)} |`,
       `| CPU per iteration: the fake upstream | ${ms(b2.cpuPerIter.svc.fake!)} | ${ms(b2.cpuPerIter.sdk.fake!)} |`,
       `| CPU per iteration: the bench's clients (REST, WebSocket) | ${ms(b2.cpuPerIter.svc.bench!)} | ${ms(b2.cpuPerIter.sdk.bench!)} |`,
+      '',
+      `With \`MAX_ACTIVE_RUNS=${b2.capped.maxActiveRuns}\` (one more service run, same load; runs beyond the cap wait ` +
+        'for a slot before their first turn):',
+      '',
+      '| | service, capped |',
+      '|---|---:|',
+      `| time to finish all | ${fmt(b2.capped.seconds, 2)} s |`,
+      `| iterations/s | ${fmt(b2.capped.itersPerSec, 0)} (${x(b2.capped.itersPerSec / b2.sdk.itersPerSec)} of the in-process median) |`,
+      `| turn overhead p50 / p99 | ${ms(b2.capped.overheadMs.p50)} / **${ms(b2.capped.overheadMs.p99)}** |`,
+      `| errors | ${b2.capped.errors} |`,
       '',
       `- Throughput ratio service / in-process: **${x(b2.throughputRatio)}** (per round: ${b2.ratios.map((v) => x(v)).join(', ')}).`,
       `- Target: ≥ 0.8× the in-process throughput and p99 turn overhead ≤ 20 ms. **${b2.verdict}**.`,

@@ -4,7 +4,7 @@
  * clock, sub-millisecond: `performance.timeOrigin + performance.now()`, comparable with other processes on this
  * machine). That is the upstream's write time the fan-out latency of B3 is measured from.
  *
- *   node --import tsx bench/tap.ts <fake url>   → prints {"url":"http://127.0.0.1:PORT"}
+ *   node .data/bench-dist/bench/tap.js <fake url>   → prints {"url":"http://127.0.0.1:PORT"}
  *   GET /_tap/marks → {"start": ms, "marks": [[k, ms], …]}
  */
 import http from 'node:http';

@@ -22,6 +22,7 @@ const routes: FastifyPluginAsyncZod = async (app) => {
       redis,
       model: app.modelBackend,
       active_runs: app.engine.activeRuns,
+      waiting_runs: app.engine.waitingRuns,
     });
   });
 

@@ -64,6 +64,7 @@ const app: FastifyPluginAsync<AppOptions> = async (fastify, opts) => {
     leaseTtlMs: config.LEASE_TTL_MS,
     eventLogMax: config.EVENT_LOG_MAX,
     shutdownGraceMs: config.SHUTDOWN_GRACE_MS,
+    maxActiveRuns: config.MAX_ACTIVE_RUNS,
   });
   // Before auth: @fastify/websocket's onRequest hook must see an upgrade first, so that an upgrade refused by the
   // auth hook (401) still has its socket destroyed, on every route.

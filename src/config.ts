@@ -76,6 +76,8 @@ export const configSchema = z.object({
   WS_PING_MS: positiveMs.default(30_000),
   /** Requests per minute per tenant on mutating routes. 0 disables the limit. */
   RATE_LIMIT_PER_MIN: z.coerce.number().int().min(0).default(0),
+  /** Most runs one process drives at once; more wait in `runs:due` (any replica may take them). */
+  MAX_ACTIVE_RUNS: positiveMs.default(5000),
   /** Offline model's delay between SSE events (ms). */
   OFFLINE_EVENT_DELAY_MS: z.coerce.number().int().min(0).default(15),
 });

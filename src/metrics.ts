@@ -14,6 +14,9 @@ export function metrics(app: FastifyInstance): string {
   const lines = [
     '# TYPE trs_active_runs gauge',
     `trs_active_runs ${app.engine.activeRuns}`,
+    '# TYPE trs_waiting_runs gauge',
+    `trs_waiting_runs ${app.engine.waitingRuns}`,
+
     '# TYPE process_resident_memory_bytes gauge',
     `process_resident_memory_bytes ${mem.rss}`,
     '# TYPE nodejs_heap_used_bytes gauge',

@@ -101,7 +101,7 @@ export function summarize(prof: CpuProfile, file: string, top = 15): ProfileSumm
 
 /**
  * The main thread's `.cpuprofile` in `dir` (names are `CPU.<date>.<time>.<pid>.<thread>.<seq>.cpuprofile`; thread 0
- * is the main thread, the others are workers such as tsx's module loader).
+ * is the main thread, the others are worker threads).
  */
 export function newestProfile(dir: string): string | null {
   const files = readdirSync(dir)

@@ -20,7 +20,46 @@ export interface B2Result {
   ratios: number[];
   /** CPU ms per iteration of each process (median over the rounds): the service side, the in-process side. */
   cpuPerIter: { svc: Record<string, number>; sdk: Record<string, number> };
+  /** One more service run with MAX_ACTIVE_RUNS set: admission control's effect on the turn overhead. */
+  capped: {
+    maxActiveRuns: number;
+    seconds: number;
+    itersPerSec: number;
+    overheadMs: { p50: number; p99: number };
+    errors: number;
+  };
   verdict: Verdict;
+}
+
+/** MAX_ACTIVE_RUNS of the capped run: about what this 2-core machine drives at 20 ms turns without queueing. */
+const CAP = 48;
+
+/** The service side alone with MAX_ACTIVE_RUNS=CAP: runs beyond it wait before their first turn. */
+async function cappedRun(
+  ctx: Ctx,
+  n: number,
+  timeoutMs: number,
+  baseline: number,
+): Promise<B2Result['capped']> {
+  await prepareFake(ctx);
+  await ctx.redis.admin.flushall();
+  const svc = await ctx.service({ MAX_ACTIVE_RUNS: String(CAP) });
+  let run;
+  try {
+    run = await serviceConcurrent(ctx, svc.url, n, 'b2-cap-', timeoutMs);
+  } finally {
+    await svc.stop();
+  }
+  const arr = arrivalsByTag(await ctx.fakeCtl.requests(0), 'b2-cap-');
+  const iters = [...arr.values()].reduce((a, l) => a + l.length, 0);
+  const over = intervals(arr).map((v) => v - baseline);
+  return {
+    maxActiveRuns: CAP,
+    seconds: (run.t1 - run.t0) / 1000,
+    itersPerSec: iters / ((run.t1 - run.t0) / 1000),
+    overheadMs: { p50: median(over), p99: percentile(over, 99) },
+    errors: run.errors,
+  };
 }
 
 interface Side {
@@ -194,6 +233,8 @@ export async function b2(ctx: Ctx): Promise<B2Result> {
   };
   const svcSide = side('svc');
   const sdkSide = side('sdk');
+  const capped = await cappedRun(ctx, n, timeoutMs, baseline);
+  ctx.log(`  B2 with MAX_ACTIVE_RUNS=${CAP}: service ${capped.itersPerSec.toFixed(0)} iterations/s`);
   const ratios = all.map(
     (x) => x.svcIters / ((x.svc.t1 - x.svc.t0) / 1000) / (x.sdkIters / ((x.sdk.t1 - x.sdk.t0) / 1000)),
   );
@@ -210,6 +251,7 @@ export async function b2(ctx: Ctx): Promise<B2Result> {
   };
   return {
     cpuPerIter: { svc: cpuPerIter('svc'), sdk: cpuPerIter('sdk') },
+    capped,
     sessions: n,
     iterations: ITER,
     rounds,

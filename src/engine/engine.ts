@@ -61,7 +61,15 @@ export interface EngineOptions {
   sweepIntervalMs?: number;
   /** Stream deltas are written to Redis as they arrive, at most this many per pipelined batch. */
   streamBatchEvents?: number;
+  /**
+   * Most runs this process drives at once (MAX_ACTIVE_RUNS). Runs kicked beyond it wait for a slot, oldest first,
+   * in a short list of ids here and, durably, in `runs:due`, where any replica with room claims them once due.
+   */
+  maxActiveRuns?: number;
 }
+
+/** Runs waiting here for a slot (ids only; `runs:due` is their durable record, which any replica sweeps). */
+const MAX_WAITING = 10_000;
 
 const STOP_REASONS_THAT_END = new Set(['end_turn', 'stop_sequence', 'max_tokens', 'refusal']);
 /** Our own retries of a turn whose stream was cut after it started (the SDK retries only before it starts). */
@@ -74,12 +82,16 @@ const STREAM_CUT_RETRIES = 2;
 export class Engine {
   private readonly active = new Map<string, RunHandle>();
   private readonly rekick = new Set<string>();
+  /** Runs kicked while this process was at its admission limit, oldest first. */
+  private readonly waiting = new Set<string>();
+  /** Claims in flight (lease requested, run not started): they count against the limit. */
+  private claiming = 0;
   private stopping = false;
   private sweepTimer: NodeJS.Timeout | null = null;
   private readonly o: Required<EngineOptions>;
 
   constructor(options: EngineOptions) {
-    this.o = { sweepIntervalMs: 1000, streamBatchEvents: 256, ...options };
+    this.o = { sweepIntervalMs: 1000, streamBatchEvents: 256, maxActiveRuns: 5000, ...options };
     this.o.subscriber.on('message', (channel: string, message: string) => {
       const id = /^ctl:\{(.+)\}$/.exec(channel)?.[1];
       const run = id ? this.active.get(id) : undefined;
@@ -96,6 +108,11 @@ export class Engine {
 
   get activeRuns(): number {
     return this.active.size;
+  }
+
+  /** Runs waiting in this process for an admission slot. */
+  get waitingRuns(): number {
+    return this.waiting.size;
   }
 
   isRunningHere(id: string): boolean {
@@ -136,7 +153,35 @@ export class Engine {
       this.rekick.add(id);
       return;
     }
-    void this.claim(id).catch((err) => this.o.logger.error({ err, sessionId: id }, 'claim failed'));
+    if (this.active.size + this.claiming >= this.o.maxActiveRuns || this.waiting.size > 0) {
+      // At the limit (or others wait already, first come first served): wait for a slot. Should this process
+      // die meanwhile, the run is still due in `runs:due`.
+      if (this.waiting.size < MAX_WAITING) this.waiting.add(id);
+      this.admitWaiting();
+      return;
+    }
+    this.startClaim(id);
+  }
+
+  private startClaim(id: string): void {
+    this.claiming++;
+    void this.claim(id)
+      .catch((err) => this.o.logger.error({ err, sessionId: id }, 'claim failed'))
+      .finally(() => {
+        this.claiming--;
+        this.admitWaiting();
+      });
+  }
+
+  /** Claims waiting runs, oldest first, while there are slots. */
+  private admitWaiting(): void {
+    if (this.stopping) return;
+    for (const id of this.waiting) {
+      if (this.active.size + this.claiming >= this.o.maxActiveRuns) return;
+      this.waiting.delete(id);
+      if (this.active.has(id)) this.rekick.add(id);
+      else this.startClaim(id);
+    }
   }
 
   private async claim(id: string): Promise<void> {
@@ -159,6 +204,7 @@ export class Engine {
     run.done = this.drive(run).finally(() => {
       this.active.delete(id);
       if (this.rekick.delete(id)) this.kick(id);
+      this.admitWaiting();
     });
   }
 
@@ -166,6 +212,8 @@ export class Engine {
   async stop(graceMs: number): Promise<void> {
     this.stopping = true;
     if (this.sweepTimer) clearTimeout(this.sweepTimer);
+    // Waiting runs stay due in `runs:due`: other replicas claim them.
+    this.waiting.clear();
     const runs = [...this.active.values()];
     const all = Promise.allSettled(runs.map((r) => r.done));
     let timer: NodeJS.Timeout | undefined;
@@ -932,6 +980,7 @@ export async function cancelSession(
 class StreamRelay {
   private buf: Array<[string, string]>;
   private writing: Promise<void> | null = null;
+  private scheduled: NodeJS.Immediate | null = null;
 
   constructor(
     private readonly store: SessionStore,
@@ -945,8 +994,16 @@ class StreamRelay {
 
   push(ev: [string, string]): void {
     this.buf.push(ev);
-    if (!this.writing) this.write();
+    // Written at the end of this turn of the event loop, not at once: the events the SDK parses from one upstream
+    // read (several, once the process is busy) then go out in one script call and one notice, which the relays
+    // fan out as one write per client. Unloaded, that costs well under a millisecond of latency.
+    if (!this.writing && !this.scheduled) this.scheduled = setImmediate(this.flush);
   }
+
+  private readonly flush = () => {
+    this.scheduled = null;
+    if (!this.writing) this.write();
+  };
 
   private write(): void {
     const batch = this.buf.splice(0, this.maxEvents);
@@ -968,6 +1025,8 @@ class StreamRelay {
    * nothing to wait for; a cluster client may send a pipeline later than it was made, so there it waits.
    */
   async drain(): Promise<Array<[string, string]>> {
+    if (this.scheduled) clearImmediate(this.scheduled);
+    this.scheduled = null;
     const rest = this.buf;
     this.buf = [];
     if (this.store.redis.isCluster) await this.writing;

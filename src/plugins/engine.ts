@@ -18,6 +18,7 @@ export interface EnginePluginOptions {
   leaseTtlMs: number;
   eventLogMax: number;
   shutdownGraceMs: number;
+  maxActiveRuns: number;
 }
 
 /** The store, the run engine and the session service, on the shared clients. Runs stop first on close. */
@@ -32,6 +33,7 @@ export default fp<EnginePluginOptions>(
       logger: app.log as any,
       owner: `${hostname()}-${process.pid}-${randomBytes(3).toString('hex')}`,
       leaseTtlMs: opts.leaseTtlMs,
+      maxActiveRuns: opts.maxActiveRuns,
     });
     app.decorate('store', store);
     app.decorate('engine', engine);
