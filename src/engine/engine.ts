@@ -453,7 +453,9 @@ export class Engine {
           buffered.push(...(await relay.drain()));
         }
       } else {
-        await this.o.store.appendEvents(run.id, buffered.splice(0));
+        // Live news only, like the stream relay's writes: a store outage here must not cost the turn, whose
+        // request is already on its way (its commit rides the outage out).
+        await this.o.store.appendEvents(run.id, buffered.splice(0)).catch(() => {});
         message = await item;
       }
       const upstreamMs = Math.round(performance.now() - t0);
