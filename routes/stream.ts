@@ -123,6 +123,8 @@ const routes: FastifyPluginAsyncZod<{ config: Config }> = async (app, { config }
     socket.on('pong', () => alive.set(socket, true));
 
     const raw = () => (socket as unknown as { _socket?: Socket })._socket;
+    // No extension negotiated (the server offers none): frames go out as built, uncompressed.
+    const plain = socket.extensions === '';
     const sink: Sink = {
       cork: () => raw()?.cork(),
       uncork: () => raw()?.uncork(),
@@ -135,7 +137,11 @@ const routes: FastifyPluginAsyncZod<{ config: Config }> = async (app, { config }
           closeWith(CLOSE.slowReader, 'slow_reader');
           return false;
         }
-        socket.send(ev.wsFrame(), { binary: false });
+        // Without extensions ws writes each frame whole and synchronously, so a frame written straight to the
+        // socket never lands inside another; queued bytes still count in `bufferedAmount` (the socket's).
+        const s = raw();
+        if (plain && s) s.write(ev.wsWire());
+        else socket.send(ev.wsFrame(), { binary: false });
         if (ev.type === 'session.deleted') {
           closeWith(1000, 'session_deleted');
           return false;

@@ -1,6 +1,8 @@
 import { after, before, beforeEach, describe, it } from 'node:test';
 import assert from 'node:assert/strict';
 import { Redis } from 'ioredis';
+import { createRequire } from 'node:module';
+import type { Writable } from 'node:stream';
 import { startHarness, type Harness } from './helpers/service.js';
 import { text, toolCall } from '../src/fake/script.js';
 import { envelope, OutEvent } from '../src/events/envelope.js';
@@ -19,6 +21,11 @@ import {
 const runEnded = (e: Envelope, all: Envelope[]) =>
   isFinalStatus(e) && all.some((x) => x.type === 'turn.completed' && compareIds(x.id, e.id) < 0);
 
+/** ws's frame parser (not in @types/ws): what a ws client runs on the bytes it receives. */
+const Receiver = createRequire(import.meta.url)('ws').Receiver as new (opts: {
+  isServer: boolean;
+}) => Writable;
+
 describe('event ids', () => {
   it('parses and compares cursors numerically', () => {
     assert.equal(parseCursor(undefined), '0-0');
@@ -35,6 +42,30 @@ describe('event ids', () => {
     assert.ok(compareIds('10-10', '10-9') > 0);
     assert.equal(compareIds('10-9', '10-9'), 0);
     assert.ok(compareIds('1700000000000-0', '999999999999-99') > 0);
+  });
+
+  it('builds whole WebSocket text frames that a client reads back, at every length encoding', async () => {
+    for (const size of [0, 50, 125, 126, 200, 65_535, 65_536, 200_000]) {
+      const ev = new OutEvent('ses_abcdefghijkl', {
+        id: '1-0',
+        type: 'stream.event',
+        data: JSON.stringify({ text: 'é'.repeat(size) }),
+        revision: 0,
+        at: 1,
+      });
+      const receiver = new Receiver({ isServer: false });
+      const got = new Promise<string>((resolve, reject) => {
+        receiver.on('message', (data: Buffer, isBinary: boolean) =>
+          isBinary ? reject(new Error('binary')) : resolve(data.toString()),
+        );
+        receiver.on('error', reject);
+      });
+      const wire = ev.wsWire();
+      // Written in two pieces, as TCP may deliver it.
+      receiver.write(wire.subarray(0, 3));
+      receiver.write(wire.subarray(3));
+      assert.equal(await got, ev.json, `payload of ${ev.wsFrame().byteLength} bytes`);
+    }
   });
 
   it('splices the wire envelope to exactly JSON.stringify(envelope)', () => {
