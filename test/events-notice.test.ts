@@ -73,6 +73,15 @@ describe('event notices (pub/sub carries the events)', () => {
     await redis.stop();
   });
 
+  /** Every notice published on a session's events channel, from now on. */
+  async function spyNotices(id: string): Promise<{ seen: string[]; spy: Redis }> {
+    const seen: string[] = [];
+    const spy = new Redis(redis.url);
+    await spy.subscribe(eventsChannel(id));
+    spy.on('message', (_c, m) => seen.push(m));
+    return { seen, spy };
+  }
+
   /** Subscribes from the start of an empty log and waits until the subscription is live. */
   async function live(id: string) {
     const sink = memorySink();
@@ -127,10 +136,7 @@ describe('event notices (pub/sub carries the events)', () => {
   it('sends only the newest id for events too big to carry, and the relay reads them', async () => {
     const id = 'ses_notice000003';
     const sink = await live(id);
-    const seen: string[] = [];
-    const spy = new Redis(redis.url);
-    await spy.subscribe(eventsChannel(id));
-    spy.on('message', (_c, m) => seen.push(m));
+    const { seen, spy } = await spyNotices(id);
     const big = JSON.stringify({ text: 'x'.repeat(NOTICE_MAX_BYTES + 10) });
     await store.appendEvents(id, [
       ['stream.event', '{"small":true}'],
@@ -150,10 +156,7 @@ describe('event notices (pub/sub carries the events)', () => {
   it('carries the events of a session change (apply), revisions included', async () => {
     const id = 'ses_notice000004';
     const sink = await live(id);
-    const seen: string[] = [];
-    const spy = new Redis(redis.url);
-    await spy.subscribe(eventsChannel(id));
-    spy.on('message', (_c, m) => seen.push(m));
+    const { seen, spy } = await spyNotices(id);
     await store.apply(
       id,
       { create: true },
