@@ -338,8 +338,8 @@ export interface HubOptions {
 /**
  * The per-process relay of session events to WebSocket and SSE clients. Correctness needs no state shared between
  * processes: every event is in the Redis log, a notice's events are fanned out only when they follow the channel's
- * cursor exactly (otherwise the log is read from it), and a client resumes anywhere from the id of the last event it saw. Emits `slow-reader` (session id) when a sink cuts a
- * client off, for tests and metrics.
+ * cursor exactly (otherwise the log is read from it), and a client resumes anywhere from the id of the last event it
+ * saw. Emits `slow-reader` (session id) when a sink cuts a client off, for tests and metrics.
  */
 export class EventHub extends EventEmitter {
   readonly redis: RedisClient;
