@@ -444,7 +444,7 @@ export class Engine {
         const relay = new StreamRelay(this.o.store, run.id, this.o.streamBatchEvents, buffered);
         item.on('streamEvent', (event: BetaRawMessageStreamEvent) => {
           if (firstEventMs === null) firstEventMs = Math.round(performance.now() - t0);
-          relay.push(['stream.event', JSON.stringify({ iteration, event })]);
+          relay.push(['stream.event', `{"iteration":${iteration},"event":${JSON.stringify(event)}}`]);
         });
         try {
           message = await item.finalMessage();

@@ -10,9 +10,17 @@ export interface EventEnvelope {
   data: unknown;
 }
 
+/** The last time formatted: the events of one write share their `at`, so most lookups hit. */
+let lastMs = NaN;
+let lastIso = '';
+
 const iso = (ev: StoredEvent) => {
   const ms = Number.isFinite(ev.at) && ev.at > 0 ? ev.at : Number(ev.id.slice(0, ev.id.indexOf('-')));
-  return new Date(ms).toISOString();
+  if (ms !== lastMs) {
+    lastIso = new Date(ms).toISOString();
+    lastMs = ms;
+  }
+  return lastIso;
 };
 
 /** The envelope as an object (data parsed): for code that inspects events. The wire uses `encodeEvent`. */
@@ -51,9 +59,13 @@ export class OutEvent {
       `"at":"${iso(ev)}","revision":${ev.revision > 0 ? ev.revision : 'null'},"data":${ev.data || 'null'}}`;
   }
 
-  /** The UTF-8 payload of the WebSocket text frame (one Buffer for all sockets: ws does not copy it). */
+  /**
+   * The UTF-8 payload of the WebSocket text frame (one Buffer for all sockets: ws does not copy it), a view of the
+   * whole frame's memory (see wsWire).
+   */
   wsFrame(): Buffer {
-    return (this.wsBytes ??= Buffer.from(this.json));
+    if (!this.wsBytes) this.wsWire();
+    return this.wsBytes!;
   }
 
   /**
@@ -63,8 +75,7 @@ export class OutEvent {
    */
   wsWire(): Buffer {
     if (this.wire) return this.wire;
-    const payload = this.wsFrame();
-    const n = payload.byteLength;
+    const n = Buffer.byteLength(this.json);
     const head = n < 126 ? 2 : n < 65_536 ? 4 : 10;
     const out = Buffer.allocUnsafe(head + n);
     out[0] = 0x81;
@@ -78,7 +89,9 @@ export class OutEvent {
       out.writeUInt32BE(Math.floor(n / 2 ** 32), 2);
       out.writeUInt32BE(n >>> 0, 6);
     }
-    payload.copy(out, head);
+    out.write(this.json, head, 'utf8');
+    // The payload alone is a view of the same memory (one encoding, one allocation per event).
+    this.wsBytes = out.subarray(head);
     return (this.wire = out);
   }
 
