@@ -31,12 +31,13 @@ export const eventsQuery = z.object({
  * - `Accept: text/event-stream`: SSE (`id:` event id, `event:` type, `data:` envelope), replaying after
  *   `Last-Event-ID` (or `after`), then live; `: heartbeat` comments every 15 s; the stream ends after
  *   `session.deleted`, after an `event: error` (cursor_expired, store_unavailable), or when the client reads too
- *   slowly (the response is dropped once WS_MAX_BUFFER_BYTES are queued; EventSource reconnects with
- *   Last-Event-ID by itself).
+ *   slowly (the response is dropped once WS_MAX_BUFFER_BYTES are queued, or when a paced replay does not drain
+ *   within SLOW_READER_TIMEOUT_MS; EventSource reconnects with Last-Event-ID by itself).
  */
 const routes: FastifyPluginAsyncZod<{ config: Config }> = async (app, { config }) => {
   const hub = hubFor(app);
   const maxBuffered = config.WS_MAX_BUFFER_BYTES;
+  const stallMs = config.SLOW_READER_TIMEOUT_MS;
 
   app.get(
     '/v1/sessions/:id/events',
@@ -101,6 +102,11 @@ const routes: FastifyPluginAsyncZod<{ config: Config }> = async (app, { config }
         if (destroy) res.destroy();
         else res.end();
       };
+      const slowReader = () => {
+        count('trs_event_stream_slow_closes_total', '{transport="sse"}');
+        hub.emit('slow-reader', id, 'sse');
+        end(true);
+      };
       const errorEvent = (error: object) => {
         if (!res.destroyed) res.write(`event: error\n${sseData(JSON.stringify({ error }))}\n`);
       };
@@ -111,9 +117,7 @@ const routes: FastifyPluginAsyncZod<{ config: Config }> = async (app, { config }
           if (done || res.destroyed) return false;
           if (res.writableLength > maxBuffered) {
             // A slow reader: drop the response rather than queue more; it resumes from its Last-Event-ID.
-            count('trs_event_stream_slow_closes_total', '{transport="sse"}');
-            hub.emit('slow-reader', id, 'sse');
-            end(true);
+            slowReader();
             return false;
           }
           res.write(ev.sseRecord());
@@ -123,7 +127,13 @@ const routes: FastifyPluginAsyncZod<{ config: Config }> = async (app, { config }
           }
           return true;
         },
-        ready: () => (res.writableNeedDrain ? drained(res) : true),
+        ready: () =>
+          res.writableNeedDrain
+            ? drained(res, stallMs).then((ok) => {
+                if (!ok && !done) slowReader();
+                return ok;
+              })
+            : true,
         expired(info) {
           errorEvent(errorBody(cursorExpired(id, info)));
           end();

@@ -62,6 +62,7 @@ const routes: FastifyPluginAsyncZod<{ config: Config }> = async (app, { config }
 
   const hub = hubFor(app);
   const maxBuffered = config.WS_MAX_BUFFER_BYTES;
+  const stallMs = config.SLOW_READER_TIMEOUT_MS;
 
   // Browsers authenticate with `Sec-WebSocket-Protocol: bearer, <token>` and require the server to select one of
   // the offered protocols: select `bearer` (ws's default would pick the first offered, possibly the token).
@@ -115,6 +116,11 @@ const routes: FastifyPluginAsyncZod<{ config: Config }> = async (app, { config }
       if (socket.readyState === socket.OPEN) socket.close(code, reason);
       setTimeout(() => socket.terminate(), CLOSE_GRACE_MS).unref();
     };
+    const slowReader = () => {
+      count('trs_event_stream_slow_closes_total', '{transport="ws"}');
+      hub.emit('slow-reader', id, 'ws');
+      closeWith(CLOSE.slowReader, 'slow_reader');
+    };
     const control = (frame: ServerFrame) => {
       if (!closing && socket.readyState === socket.OPEN) socket.send(JSON.stringify(frame));
     };
@@ -132,9 +138,7 @@ const routes: FastifyPluginAsyncZod<{ config: Config }> = async (app, { config }
         if (closing || socket.readyState !== socket.OPEN) return false;
         if (socket.bufferedAmount > maxBuffered) {
           // Never queue more for a reader that fell behind; it reconnects with the id of its last event.
-          count('trs_event_stream_slow_closes_total', '{transport="ws"}');
-          hub.emit('slow-reader', id, 'ws');
-          closeWith(CLOSE.slowReader, 'slow_reader');
+          slowReader();
           return false;
         }
         // Without extensions ws writes each frame whole and synchronously, so a frame written straight to the
@@ -150,7 +154,11 @@ const routes: FastifyPluginAsyncZod<{ config: Config }> = async (app, { config }
       },
       ready() {
         const s = raw();
-        return s && s.writableNeedDrain ? drained(s) : true;
+        if (!s || !s.writableNeedDrain) return true;
+        return drained(s, stallMs).then((ok) => {
+          if (!ok && !closing) slowReader();
+          return ok;
+        });
       },
       expired(info) {
         control({ type: 'error', ref: null, error: errorBody(cursorExpired(id, info)) });

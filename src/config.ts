@@ -74,6 +74,8 @@ export const configSchema = z.object({
   /** Queued WebSocket bytes after which a slow reader is closed with 1013. */
   WS_MAX_BUFFER_BYTES: positiveMs.default(1_048_576),
   WS_PING_MS: positiveMs.default(30_000),
+  /** A replaying WebSocket/SSE client whose socket does not drain for this long is closed as a slow reader. */
+  SLOW_READER_TIMEOUT_MS: positiveMs.default(30_000),
   /** Requests per minute per tenant on mutating routes. 0 disables the limit. */
   RATE_LIMIT_PER_MIN: z.coerce.number().int().min(0).default(0),
   /** Most runs one process drives at once; more wait in `runs:due` (any replica may take them). */

@@ -1,6 +1,7 @@
 import { after, before, describe, it } from 'node:test';
 import assert from 'node:assert/strict';
 import { once } from 'node:events';
+import http from 'node:http';
 import { setFlagsFromString } from 'node:v8';
 import { runInNewContext } from 'node:vm';
 import { Redis } from 'ioredis';
@@ -43,6 +44,8 @@ function counting(ws: WebSocket) {
 }
 
 const MB = 1024 * 1024;
+/** SLOW_READER_TIMEOUT_MS of the service under test. */
+const STALL_MS = 1500;
 
 // A full collection before each measure, so RSS reflects what is held rather than garbage not yet collected.
 setFlagsFromString('--expose-gc');
@@ -60,7 +63,11 @@ describe('slow readers', () => {
     // No append-only file: this test writes ~100 MB of events, and fsync on every write would dominate its time.
     h = await startHarness({
       redis: await startTestRedis({ appendonly: false }),
-      env: { EVENT_LOG_MAX: '100000', WS_MAX_BUFFER_BYTES: process.env.SLOW_MAX_BUF ?? String(MB) },
+      env: {
+        EVENT_LOG_MAX: '100000',
+        WS_MAX_BUFFER_BYTES: process.env.SLOW_MAX_BUF ?? String(MB),
+        SLOW_READER_TIMEOUT_MS: String(STALL_MS),
+      },
     });
   });
   after(async () => {
@@ -114,6 +121,52 @@ describe('slow readers', () => {
       assert.ok(slow.bytes < TOTAL_BYTES / 4, 'the slow client was cut off early');
       assert.ok(grown < TOTAL_BYTES / 3, `RSS grew by ${(grown / MB).toFixed(1)} MB`);
       assert.deepEqual(hubFor(h.service.app).counts(), { sessions: 0, clients: 0, live: 0 });
+    } finally {
+      writerRedis.disconnect();
+    }
+  });
+
+  it('a client that stops reading during its replay is closed as a slow reader once the socket stalls', async () => {
+    const created = await h.api.post('/v1/sessions', { start: false });
+    const id = created.body.id;
+    const writerRedis = new Redis(h.redis.url);
+    try {
+      // 8 MB of log: far more than the socket buffers hold, so a replay to a reader that reads nothing stalls.
+      const writer = new SessionStore(writerRedis, { eventLogMax: 100_000 });
+      const event = JSON.stringify({ iteration: 1, event: { text: 'y'.repeat(EVENT_BYTES - 200) } });
+      for (let i = 0; i < 32; i++) {
+        await writer.appendEvents(
+          id,
+          Array.from({ length: 32 }, () => ['stream.event', event] as [string, string]),
+        );
+      }
+      const cut = once(hubFor(h.service.app), 'slow-reader');
+      const ws = new WebSocket(wsUrl(h.service.url, id));
+      ws.once('upgrade', (res) => res.socket.pause());
+      await once(ws, 'open');
+      (ws as any)._socket.pause();
+      const t0 = Date.now();
+      const [, transport] = (await cut) as [string, string];
+      assert.equal(transport, 'ws');
+      const waited = Date.now() - t0;
+      assert.ok(waited >= STALL_MS - 200, `closed after ${waited} ms, not before the stall timeout`);
+      const closed = once(ws, 'close');
+      (ws as any)._socket.resume();
+      const [code, reason] = (await closed) as [number, Buffer];
+      assert.equal(code, 1013);
+      assert.equal(String(reason), 'slow_reader');
+      assert.deepEqual(hubFor(h.service.app).counts(), { sessions: 0, clients: 0, live: 0 });
+
+      // The same over SSE: the response is dropped.
+      const sseCut = once(hubFor(h.service.app), 'slow-reader');
+      const req = http.get(`${h.service.url}/v1/sessions/${id}/events`, {
+        headers: { accept: 'text/event-stream' },
+      });
+      const [res] = (await once(req, 'response')) as [http.IncomingMessage];
+      res.pause();
+      const [, sseTransport] = (await sseCut) as [string, string];
+      assert.equal(sseTransport, 'sse');
+      req.destroy();
     } finally {
       writerRedis.disconnect();
     }

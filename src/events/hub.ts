@@ -71,7 +71,10 @@ export interface Sink {
   /** Optional: hold writes until `uncork`, so a batch of events goes out in one write. */
   cork?(): void;
   uncork?(): void;
-  /** Replay pacing: true at once when the transport has room, else resolves when drained (false: closed). */
+  /**
+   * Replay pacing: true at once when the transport has room, else resolves when drained (false: closed, or closed by
+   * the sink as a slow reader because it did not drain in time).
+   */
   ready(): true | Promise<boolean>;
   /** The cursor was trimmed away; the sink tells the client how to recover and closes. */
   expired(info: ExpiredInfo): void;

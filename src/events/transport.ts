@@ -2,16 +2,21 @@ import type { Writable } from 'node:stream';
 import { AppError } from '../errors.js';
 import type { ExpiredInfo } from './hub.js';
 
-/** Resolves true once `w` drained, false if it closed first. */
-export function drained(w: Writable): Promise<boolean> {
+/**
+ * Resolves true once `w` drained; false if it closed first, or if it did not drain within `stallMs` (a reader that
+ * stopped reading while its replay was paced: the caller closes it as a slow reader rather than wait forever).
+ */
+export function drained(w: Writable, stallMs: number): Promise<boolean> {
   return new Promise((resolve) => {
     const done = (ok: boolean) => () => {
+      clearTimeout(timer);
       w.off('drain', onDrain);
       w.off('close', onClose);
       resolve(ok);
     };
     const onDrain = done(true);
     const onClose = done(false);
+    const timer = setTimeout(done(false), stallMs);
     w.once('drain', onDrain);
     w.once('close', onClose);
   });
