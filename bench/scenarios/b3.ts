@@ -114,26 +114,6 @@ interface RunOut {
   sent: Float64Array;
 }
 
-function latencies(out: RunOut) {
-  const lat: number[] = [];
-  let missing = 0;
-  for (const s of out.subs) {
-    for (let k = 0; k < s.recv.length; k++) {
-      const r = s.recv[k]!;
-      const t = out.sent[k]!;
-      if (Number.isNaN(r) || Number.isNaN(t)) missing++;
-      else lat.push(r - t);
-    }
-  }
-  return {
-    p50: median(lat),
-    p99: percentile(lat, 99),
-    max: Math.max(...lat),
-    deliveries: lat.length,
-    missing,
-  };
-}
-
 function burst(out: RunOut) {
   let last = 0;
   let deliveries = 0;
@@ -253,17 +233,17 @@ export async function startTap(ctx: Ctx): Promise<{ url: string; child: Child }>
   return { url: m[1]!, child };
 }
 
+/** Latency of every delivery (receipt at a subscriber − crossing of the tap), pooled over runs. */
 function latenciesOf(outs: RunOut[]) {
   const lat: number[] = [];
   let missing = 0;
   for (const o of outs) {
-    const l = latencies(o);
-    missing += l.missing;
     for (const s of o.subs) {
       for (let k = 0; k < s.recv.length; k++) {
         const r = s.recv[k]!;
         const t = o.sent[k]!;
-        if (!Number.isNaN(r) && !Number.isNaN(t)) lat.push(r - t);
+        if (Number.isNaN(r) || Number.isNaN(t)) missing++;
+        else lat.push(r - t);
       }
     }
   }
