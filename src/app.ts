@@ -1,4 +1,4 @@
-import type { FastifyPluginAsync } from 'fastify';
+import type { FastifyPluginAsync, RouteOptions } from 'fastify';
 import fp from 'fastify-plugin';
 import swagger from '@fastify/swagger';
 import swaggerUi from '@fastify/swagger-ui';
@@ -66,21 +66,56 @@ const app: FastifyPluginAsync<AppOptions> = async (fastify, opts) => {
     shutdownGraceMs: config.SHUTDOWN_GRACE_MS,
     maxActiveRuns: config.MAX_ACTIVE_RUNS,
   });
-  // Before auth: @fastify/websocket's onRequest hook must see an upgrade first, so that an upgrade refused by the
-  // auth hook (401) still has its socket destroyed, on every route.
+  // At the root, so before the /v1 scope's auth hook: @fastify/websocket's onRequest hook must see an upgrade first,
+  // so that an upgrade refused by the auth hook (401) still has its socket destroyed, on every route.
   await fastify.register(websocket, {
     // Browsers authenticate with the subprotocols `bearer, <key>`: the server selects `bearer`, never the key.
     options: { maxPayload: 1_048_576, handleProtocols: selectProtocol },
   });
-  await fastify.register(authPlugin, { keys: config.API_KEYS });
-  await fastify.register(rateLimitPlugin, { perMinute: config.RATE_LIMIT_PER_MIN });
-  await fastify.register(idempotencyPlugin, { ttlS: config.IDEMPOTENCY_TTL_S });
+  await fastify.register(v1Guard);
   await fastify.register(healthRoutes);
-  await fastify.register(toolRoutes);
-  await fastify.register(sessionRoutes);
-  await fastify.register(eventRoutes, { config });
-  await fastify.register(streamRoutes, { config });
   await fastify.register(demoRoutes);
+  // The API: every /v1 route lives in this one encapsulated scope, whose hooks (key, rate limit, idempotency)
+  // run for whatever the router matched, however the path was spelled. New /v1 routes are registered here.
+  await fastify.register(async function v1(api) {
+    api.addHook('onRoute', (route) => {
+      authenticated.add(route);
+    });
+    await api.register(authPlugin, { keys: config.API_KEYS });
+    await api.register(rateLimitPlugin, { perMinute: config.RATE_LIMIT_PER_MIN });
+    await api.register(idempotencyPlugin, { ttlS: config.IDEMPOTENCY_TTL_S });
+    await api.register(toolRoutes);
+    await api.register(sessionRoutes);
+    await api.register(eventRoutes, { config });
+    await api.register(streamRoutes, { config });
+  });
 };
+
+/** Route options of the routes registered inside the authenticated `/v1` scope (filled by its `onRoute` hook). */
+const authenticated = new WeakSet<RouteOptions>();
+
+/**
+ * Refuses to boot when a route under `/v1` was registered outside the authenticated scope: such a route would answer
+ * without a key. Checked at `onReady`, after every plugin registered its routes.
+ */
+const v1Guard = fp(
+  async (fastify) => {
+    const outside: string[] = [];
+    fastify.addHook('onRoute', (route) => {
+      // The scope's own onRoute hook runs after this one for the same options object: look once all have run.
+      queueMicrotask(() => {
+        if (/^\/v1(\/|$)/i.test(route.url) && !authenticated.has(route))
+          outside.push(`${route.method} ${route.url}`);
+      });
+    });
+    fastify.addHook('onReady', async () => {
+      if (outside.length)
+        throw new Error(
+          `routes under /v1 registered outside the authenticated scope of app.ts: ${outside.join(', ')}`,
+        );
+    });
+  },
+  { name: 'v1-guard' },
+);
 
 export default fp(app, { name: 'toolrunner-sessions' });

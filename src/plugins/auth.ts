@@ -40,11 +40,15 @@ export function bearerOf(req: FastifyRequest): string | undefined {
   return undefined;
 }
 
+/**
+ * Requires a key on every route of the scope it is registered in (the `/v1` scope of app.ts): an `onRequest` hook
+ * of that encapsulated context, so it runs for whatever spelling of a path the router matched to one of its routes
+ * (`/%761/…`, `//v1/…`, absolute-form targets…), and never depends on the raw URL. Sets `req.tenant`.
+ */
 export default fp<AuthOptions>(
   async (app, opts) => {
     app.decorateRequest('tenant', '');
     app.addHook('onRequest', async (req) => {
-      if (!req.url.startsWith('/v1/')) return;
       if (!opts.keys) {
         req.tenant = 'default';
         return;

@@ -21,7 +21,7 @@ interface Stored {
 }
 
 /**
- * `Idempotency-Key` on any POST under /v1: the first request's answer is kept in Redis for `ttlS` seconds (so it
+ * `Idempotency-Key` on any POST of the scope it is registered in (the `/v1` scope): the first request's answer is kept in Redis for `ttlS` seconds (so it
  * holds across replicas); the same key with the same body gets that answer again, with another body 422
  * `idempotency_key_reused`, and while the first is still being handled 409 `idempotency_in_progress`.
  * A 5xx answer is not kept, so the client may try again.
@@ -30,7 +30,7 @@ export default fp<{ ttlS: number }>(
   async (app, opts) => {
     app.addHook('preHandler', async (req, reply) => {
       const raw = req.headers['idempotency-key'];
-      if (req.method !== 'POST' || raw === undefined || !req.url.startsWith('/v1/')) return;
+      if (req.method !== 'POST' || raw === undefined) return;
       const parsed = keyHeader.safeParse(raw);
       if (!parsed.success)
         throw new AppError(
@@ -40,8 +40,11 @@ export default fp<{ ttlS: number }>(
           zodDetails(parsed.error.issues, ['headers', 'idempotency-key']),
         );
       const fingerprint = createHash('sha256')
-        // No body, `null` and `{}` are one request: the routes treat them alike.
-        .update(`${req.method} ${req.url}\n${JSON.stringify(req.body ?? {})}`)
+        // The route and its decoded params, not the raw URL: every spelling of one path is one request. No body,
+        // `null` and `{}` are one request: the routes treat them alike.
+        .update(
+          `${req.method} ${req.routeOptions.url} ${JSON.stringify(req.params)}\n${JSON.stringify(req.body ?? {})}`,
+        )
         .digest('base64url');
       const key = idempotencyKey(req.tenant, createHash('sha256').update(parsed.data).digest('base64url'));
       const pending: Stored = { state: 'pending', fp: fingerprint };

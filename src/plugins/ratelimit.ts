@@ -2,7 +2,7 @@ import fp from 'fastify-plugin';
 import { AppError } from '../errors.js';
 
 /**
- * A fixed one-minute window per tenant on mutating /v1 requests, counted in Redis so it holds across replicas
+ * A fixed one-minute window per tenant on the mutating requests of the scope it is registered in (the `/v1` scope), counted in Redis so it holds across replicas
  * (one INCR per request, only when enabled). Over the limit: 429 `rate_limited` with Retry-After (seconds to the
  * end of the window).
  */
@@ -10,7 +10,7 @@ export default fp<{ perMinute: number }>(
   async (app, opts) => {
     if (opts.perMinute <= 0) return;
     app.addHook('preHandler', async (req) => {
-      if (req.method === 'GET' || req.method === 'HEAD' || !req.url.startsWith('/v1/')) return;
+      if (req.method === 'GET' || req.method === 'HEAD') return;
       const window = Math.floor(Date.now() / 60_000);
       const key = `rl:{${req.tenant}}:${window}`;
       const n = await app.redis.incr(key);
