@@ -9,7 +9,8 @@
  * `{"script"}` and `GET /_fake/stats`.
  */
 import { parseArgs } from 'node:util';
-import { parseScript, startFakeAnthropic } from './server.js';
+import { startFakeAnthropic } from './server.js';
+import { parseScript } from './script.js';
 
 const { values } = parseArgs({
   options: {

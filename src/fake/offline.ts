@@ -3,7 +3,7 @@
  * reads the last user turn: tool results are summarised in text; a question about the weather, a sum, an expression
  * or the time calls the matching tool when the request offers it; anything else gets a friendly explanation.
  */
-import type { FakeBlock, FakeHandler, FakeMessageReply, FakeRequest } from './server.js';
+import type { FakeBlock, FakeHandler, FakeMessageReply, FakeRequest } from './wire.js';
 
 /** Tools the request offers by name: `tools`, plus `tool_addition` (less `tool_removal`) blocks of system messages. */
 export function availableTools(req: FakeRequest): Map<string, any> {

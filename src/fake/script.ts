@@ -1,5 +1,5 @@
 /** Small builders for fake replies, and the named scripts of the standalone fake (`--script`). */
-import type { FakeBlock, FakeErrorReply, FakeHandler, FakeMessageReply, FakeReply } from './server.js';
+import type { FakeBlock, FakeErrorReply, FakeHandler, FakeMessageReply, FakeReply } from './wire.js';
 import { availableTools, offlineHandler } from './offline.js';
 
 export { availableTools };

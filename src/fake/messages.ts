@@ -1,0 +1,161 @@
+/**
+ * `POST /v1/messages`: parse and record the request, check the key, the body, the thread and the conversation, pick
+ * the reply (the script queue, else the handler), then answer it as JSON, as an SSE stream, as an error, or not at all.
+ */
+import type http from 'node:http';
+import { buildMessage } from './reply.js';
+import { DEFAULT_ERROR_MESSAGES, ERROR_STATUS, errorBody, sendApiError, sendJson } from './respond.js';
+import { streamMessage } from './sse.js';
+import type { FakeState } from './state.js';
+import { checkThread, type StoredThread } from './threads.js';
+import { RequestError, validateBody, validateConversation } from './validate.js';
+import type { ApiErrorSpec, FakeReply, FakeRequest } from './wire.js';
+
+export async function handleMessages(
+  state: FakeState,
+  req: http.IncomingMessage,
+  res: http.ServerResponse,
+  raw: string,
+): Promise<void> {
+  const { settings } = state;
+  let body: any;
+  try {
+    body = JSON.parse(raw);
+  } catch {
+    return sendApiError(res, {
+      status: 400,
+      type: 'invalid_request_error',
+      message: 'There was an issue with the request body: the body is not valid JSON',
+    });
+  }
+  const isObject = typeof body === 'object' && body !== null && !Array.isArray(body);
+  const thread =
+    isObject && typeof body.thread === 'object' && body.thread !== null ? body.thread : undefined;
+  const newMessages: any[] = isObject && Array.isArray(body.messages) ? body.messages : [];
+  const parent: StoredThread | undefined =
+    thread?.type === 'continue' && typeof thread.previous_message_id === 'string'
+      ? state.threads.get(thread.previous_message_id)
+      : undefined;
+  const fr: FakeRequest = {
+    body,
+    headers: req.headers,
+    messages: parent ? [...parent.messages, ...newMessages] : newMessages,
+    system: parent ? parent.system : isObject ? body.system : undefined,
+    tools: parent ? parent.tools : isObject && Array.isArray(body.tools) ? body.tools : [],
+    stream: isObject && body.stream === true,
+    at: Date.now(),
+  };
+  const index = state.noteRequest(fr);
+  const answer = (spec: ApiErrorSpec) => {
+    fr.status = spec.status;
+    sendApiError(res, spec);
+  };
+
+  if (settings.apiKey !== undefined) {
+    const auth = req.headers['authorization'];
+    const key = req.headers['x-api-key'];
+    if (auth !== `Bearer ${settings.apiKey}` && key !== settings.apiKey) {
+      return answer({ status: 401, type: 'authentication_error', message: 'invalid x-api-key' });
+    }
+  }
+
+  try {
+    validateBody(body, req.headers);
+    if (thread) checkThread(thread, parent, newMessages, settings.threadsSupported);
+    validateConversation(fr.messages, settings.strictAlternation);
+  } catch (error) {
+    if (error instanceof RequestError) return answer(error.spec);
+    throw error;
+  }
+
+  if (parent) parent.inFlight = true;
+  let ended = false;
+  /** Called once the request is over; `stored` says whether the reply was stored under the thread. */
+  const end = (stored: boolean) => {
+    if (ended) return;
+    ended = true;
+    if (parent) {
+      parent.inFlight = false;
+      if (stored) {
+        // Kept only to answer `thread_already_continued`; the conversation lives on under the new reply.
+        parent.continued = true;
+        parent.messages = [];
+      }
+    }
+  };
+  res.on('close', () => end(false));
+
+  let reply: FakeReply;
+  const next = state.queue.shift();
+  if (next) {
+    reply = next;
+  } else {
+    try {
+      reply = await state.handler(fr, index);
+    } catch (error) {
+      end(false);
+      return answer({
+        status: 500,
+        type: 'api_error',
+        message: `fake handler failed: ${error instanceof Error ? error.message : String(error)}`,
+      });
+    }
+  }
+  if (res.destroyed || state.closed) return end(false);
+
+  if (reply.type === 'hang') return; // `close` ends it
+  if (reply.type === 'error') {
+    end(false);
+    fr.status = reply.status;
+    const headers: http.OutgoingHttpHeaders = {};
+    if (reply.retryAfter !== undefined) headers['retry-after'] = String(reply.retryAfter);
+    if (reply.retryAfterMs !== undefined) headers['retry-after-ms'] = String(reply.retryAfterMs);
+    if (reply.shouldRetry !== undefined) headers['x-should-retry'] = String(reply.shouldRetry);
+    const message = reply.message ?? DEFAULT_ERROR_MESSAGES[reply.errorType] ?? reply.errorType;
+    return sendJson(res, reply.status, errorBody(reply.errorType, message, reply.details), headers);
+  }
+
+  const inputChars = (parent?.chars ?? 0) + raw.length;
+  const message = buildMessage(reply, body.model, inputChars);
+  const store = () => {
+    fr.replyId = message.id;
+    if (thread) {
+      state.threads.set(message.id, {
+        messages: [...fr.messages, { role: 'assistant', content: message.content }],
+        system: fr.system,
+        tools: fr.tools,
+        stopReason: message.stop_reason,
+        chars: inputChars + JSON.stringify(message.content).length,
+        continued: false,
+        inFlight: false,
+      });
+    }
+    end(true);
+  };
+
+  const respond = () => {
+    if (res.destroyed || state.closed) return end(false);
+    if (!fr.stream) {
+      if (reply.cutAfterEvents !== undefined) {
+        fr.status = 0;
+        end(false);
+        res.socket?.destroy();
+        return;
+      }
+      if (reply.streamErrorAfterEvents !== undefined) {
+        end(false);
+        const type = reply.streamErrorType ?? 'overloaded_error';
+        const status = ERROR_STATUS[type] ?? 529;
+        fr.status = status;
+        const text = reply.streamErrorMessage ?? DEFAULT_ERROR_MESSAGES[type] ?? type;
+        return sendJson(res, status, errorBody(type, text));
+      }
+      fr.status = 200;
+      store();
+      return sendJson(res, 200, JSON.stringify(message));
+    }
+    streamMessage(state, res, fr, message, reply, store, () => end(false));
+  };
+  if (reply.delayMs !== undefined && reply.delayMs > 0) state.later(respond, reply.delayMs);
+  else respond();
+}

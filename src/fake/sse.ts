@@ -1,0 +1,188 @@
+/**
+ * The SSE writer: a message as the API streams it (`message_start`, blocks of deltas, `message_delta`,
+ * `message_stop`), paced event by event, and the scripted failures of a stream (a cut socket, an `event: error`).
+ */
+import type http from 'node:http';
+import { DEFAULT_ERROR_MESSAGES, errorBody, shortId } from './respond.js';
+import type { FakeState } from './state.js';
+import type { FakeMessageReply, FakeRequest, WireMessage } from './wire.js';
+
+/**
+ * Streams `message` on `res` as `reply` scripts it. `store` runs once the message is complete (before
+ * `message_stop` leaves); `fail` runs when the stream ends any other way.
+ */
+export function streamMessage(
+  state: FakeState,
+  res: http.ServerResponse,
+  fr: FakeRequest,
+  message: WireMessage,
+  reply: FakeMessageReply,
+  store: () => void,
+  fail: () => void,
+): void {
+  const events = sseEvents(message);
+  const beforeStop = events.length - 1;
+  let count = events.length;
+  let tail: 'end' | 'cut' | 'error' = 'end';
+  if (reply.cutAfterEvents !== undefined) {
+    tail = 'cut';
+    count = clamp(reply.cutAfterEvents, 0, beforeStop);
+  } else if (reply.streamErrorAfterEvents !== undefined) {
+    tail = 'error';
+    count = clamp(reply.streamErrorAfterEvents, 0, beforeStop);
+  }
+  const errorEvent = () => {
+    const type = reply.streamErrorType ?? 'overloaded_error';
+    const text = reply.streamErrorMessage ?? DEFAULT_ERROR_MESSAGES[type] ?? type;
+    return `event: error\ndata: ${errorBody(type, text)}\n\n`;
+  };
+  const finish = (chunk: string) => {
+    if (tail === 'end') {
+      // Stored before `message_stop` leaves, so a client that continues at once finds the thread.
+      store();
+      res.end(chunk);
+    } else if (tail === 'error') {
+      fail();
+      res.end(chunk + errorEvent());
+    } else {
+      fail();
+      if (chunk) res.write(chunk, () => res.socket?.destroy());
+      else res.socket?.destroy();
+    }
+  };
+
+  if (tail === 'cut' && count === 0) {
+    // Before the headers: the SDK sees a connection error and retries it.
+    fr.status = 0;
+    fail();
+    res.socket?.destroy();
+    return;
+  }
+  fr.status = 200;
+  res.writeHead(200, {
+    'content-type': 'text/event-stream; charset=utf-8',
+    'cache-control': 'no-cache',
+    'request-id': `req_fake_${shortId()}`,
+  });
+  const delay = reply.eventDelayMs ?? state.pacing;
+  // Headers leave at once, as from the real API; the events follow at the pace.
+  if (delay > 0) res.flushHeaders();
+  if (!(delay > 0)) {
+    finish(events.slice(0, count).join(''));
+    return;
+  }
+  // Each event waits `delay` after the previous one's due time, so K events take at least K * delay.
+  let i = 0;
+  let due = performance.now() + delay;
+  const step = () => {
+    if (res.destroyed || state.closed) return fail();
+    const wait = due - performance.now();
+    if (wait > 0) return state.later(step, Math.ceil(wait));
+    if (i >= count) return finish('');
+    if (i === count - 1) {
+      i++;
+      return finish(events[i - 1]!);
+    }
+    res.write(events[i++]!);
+    due += delay;
+    state.later(step, delay);
+  };
+  // With no event to write first, only an `event: error` is left (a cut at 0 returned above).
+  if (count === 0) state.later(() => (res.destroyed || state.closed ? fail() : finish('')), delay);
+  else state.later(step, delay);
+}
+
+function clamp(value: number, min: number, max: number): number {
+  return Math.max(min, Math.min(max, Math.floor(value)));
+}
+
+function sse(type: string, data: unknown): string {
+  return `event: ${type}\ndata: ${JSON.stringify(data)}\n\n`;
+}
+
+/** The SSE events of `message`, each a complete `event: …\ndata: …\n\n` string, ending with `message_stop`. */
+export function sseEvents(message: WireMessage): string[] {
+  const events: string[] = [];
+  events.push(
+    sse('message_start', {
+      type: 'message_start',
+      message: {
+        ...message,
+        content: [],
+        stop_reason: null,
+        stop_sequence: null,
+        usage: { ...message.usage, output_tokens: 1 },
+      },
+    }),
+  );
+  events.push(sse('ping', { type: 'ping' }));
+  message.content.forEach((block, index) => {
+    const delta = (d: unknown) =>
+      events.push(sse('content_block_delta', { type: 'content_block_delta', index, delta: d }));
+    if (block.type === 'text') {
+      events.push(
+        sse('content_block_start', {
+          type: 'content_block_start',
+          index,
+          content_block: { type: 'text', text: '' },
+        }),
+      );
+      for (const chunk of textChunks(block.text)) delta({ type: 'text_delta', text: chunk });
+    } else if (block.type === 'thinking') {
+      events.push(
+        sse('content_block_start', {
+          type: 'content_block_start',
+          index,
+          content_block: { type: 'thinking', thinking: '', signature: '' },
+        }),
+      );
+      for (const chunk of textChunks(block.thinking)) delta({ type: 'thinking_delta', thinking: chunk });
+      delta({ type: 'signature_delta', signature: block.signature });
+    } else {
+      events.push(
+        sse('content_block_start', {
+          type: 'content_block_start',
+          index,
+          content_block: { type: 'tool_use', id: block.id, name: block.name, input: {} },
+        }),
+      );
+      for (const chunk of jsonChunks(JSON.stringify(block.input)))
+        delta({ type: 'input_json_delta', partial_json: chunk });
+    }
+    events.push(sse('content_block_stop', { type: 'content_block_stop', index }));
+  });
+  events.push(
+    sse('message_delta', {
+      type: 'message_delta',
+      delta: { stop_reason: message.stop_reason, stop_sequence: null },
+      usage: {
+        input_tokens: message.usage.input_tokens,
+        cache_creation_input_tokens: message.usage.cache_creation_input_tokens,
+        cache_read_input_tokens: message.usage.cache_read_input_tokens,
+        output_tokens: message.usage.output_tokens,
+      },
+    }),
+  );
+  events.push(sse('message_stop', { type: 'message_stop' }));
+  return events;
+}
+
+/** Text split into chunks of three words (with their trailing whitespace). */
+export function textChunks(text: string, wordsPerChunk = 3): string[] {
+  if (!text) return [];
+  const words = text.match(/\s*\S+\s*/g) ?? [text];
+  const chunks: string[] = [];
+  for (let i = 0; i < words.length; i += wordsPerChunk)
+    chunks.push(words.slice(i, i + wordsPerChunk).join(''));
+  return chunks;
+}
+
+/** JSON split into at least two chunks (of at most ~24 characters) when it has two characters or more. */
+export function jsonChunks(json: string): string[] {
+  if (json.length < 2) return [json];
+  const count = Math.max(2, Math.ceil(json.length / 24));
+  const size = Math.ceil(json.length / count);
+  const chunks: string[] = [];
+  for (let i = 0; i < json.length; i += size) chunks.push(json.slice(i, i + size));
+  return chunks;
+}

@@ -1,0 +1,91 @@
+/**
+ * Message threads (`message-threads-2026-08-12`): the conversations the fake keeps between turns, keyed by the id of
+ * the reply that ends them, and the checks a `thread: {type: "continue"}` request must pass.
+ */
+import { RequestError } from './validate.js';
+
+export interface StoredThread {
+  messages: any[];
+  system: unknown;
+  tools: unknown[];
+  stopReason: string;
+  /** Approximate JSON size of the conversation, for the token estimate. */
+  chars: number;
+  /** Continued once already: kept only to answer `thread_already_continued` (its `messages` are dropped). */
+  continued: boolean;
+  /** A request continuing it is being answered. */
+  inFlight: boolean;
+}
+
+/** Stored threads, the oldest forgotten beyond `max` so a long-running fake stays bounded. */
+export class ThreadStore {
+  private threads = new Map<string, StoredThread>();
+
+  constructor(private readonly max: number) {}
+
+  get(id: string): StoredThread | undefined {
+    return this.threads.get(id);
+  }
+
+  set(id: string, thread: StoredThread): void {
+    this.threads.set(id, thread);
+    if (this.threads.size > this.max) this.threads.delete(this.threads.keys().next().value!);
+  }
+
+  clear(): void {
+    this.threads = new Map();
+  }
+
+  get size(): number {
+    return this.threads.size;
+  }
+}
+
+/** Throws the API's error when `thread` cannot be used: unsupported, unknown, already continued, or in flight. */
+export function checkThread(
+  thread: any,
+  parent: StoredThread | undefined,
+  newMessages: any[],
+  supported: boolean,
+): void {
+  if (!supported) {
+    throw new RequestError({
+      status: 400,
+      type: 'invalid_request_error',
+      message: 'thread: message threads are not supported for this request',
+      details: { error_code: 'thread_unsupported_request', unsupported: ['thread'] },
+    });
+  }
+  if (thread.type === 'create') return;
+  if (parent === undefined) {
+    throw new RequestError({
+      status: 404,
+      type: 'not_found_error',
+      message: `thread.previous_message_id: no stored message thread ends with ${thread.previous_message_id}`,
+      details: { error_code: 'thread_not_found' },
+    });
+  }
+  if (parent.continued) {
+    throw new RequestError({
+      status: 400,
+      type: 'invalid_request_error',
+      message: `thread.previous_message_id: ${thread.previous_message_id} has already been continued; continue from the latest message of the thread`,
+      details: { error_code: 'thread_already_continued' },
+    });
+  }
+  if (parent.inFlight) {
+    throw new RequestError({
+      status: 400,
+      type: 'invalid_request_error',
+      message: `thread.previous_message_id: another request is already continuing ${thread.previous_message_id}`,
+      details: { error_code: 'thread_continue_in_flight' },
+    });
+  }
+  if (newMessages.length === 0 && parent.stopReason !== 'pause_turn' && parent.stopReason !== 'compaction') {
+    throw new RequestError({
+      status: 400,
+      type: 'invalid_request_error',
+      message: 'messages: at least one message is required',
+    });
+  }
+}

@@ -1,0 +1,186 @@
+/**
+ * Request validation as the real API does it: the body's fields (`validateBody`) and the conversation's shape
+ * (`validateConversation`: roles, content blocks, `tool_use` / `tool_result` pairing). A failed check throws a
+ * `RequestError` carrying the API error to answer with.
+ */
+import type http from 'node:http';
+import { MESSAGE_THREADS_BETA, type ApiErrorSpec } from './wire.js';
+
+/** A request the fake refuses, with the API error it answers. */
+export class RequestError extends Error {
+  constructor(readonly spec: ApiErrorSpec) {
+    super(spec.message);
+  }
+}
+
+export function invalid(message: string): RequestError {
+  return new RequestError({ status: 400, type: 'invalid_request_error', message });
+}
+
+export function validateBody(body: any, headers: http.IncomingHttpHeaders): void {
+  if (typeof body !== 'object' || body === null || Array.isArray(body)) {
+    throw invalid('The request body must be a JSON object');
+  }
+  if (body.model === undefined) throw invalid('model: Field required');
+  if (typeof body.model !== 'string' || !body.model) throw invalid('model: Input should be a valid string');
+  if (body.max_tokens === undefined) throw invalid('max_tokens: Field required');
+  if (!Number.isInteger(body.max_tokens)) throw invalid('max_tokens: Input should be a valid integer');
+  if (body.max_tokens < 1) throw invalid('max_tokens: Input should be greater than or equal to 1');
+  if (body.messages === undefined) throw invalid('messages: Field required');
+  if (!Array.isArray(body.messages)) throw invalid('messages: Input should be a valid list');
+  if (body.stream !== undefined && typeof body.stream !== 'boolean') {
+    throw invalid('stream: Input should be a valid boolean');
+  }
+  if (body.tools !== undefined) {
+    if (!Array.isArray(body.tools)) throw invalid('tools: Input should be a valid list');
+    const names = new Set<string>();
+    body.tools.forEach((tool: any, i: number) => {
+      const name = tool?.name;
+      if (typeof name !== 'string') return; // server tools of some types have no name
+      if (names.has(name)) throw invalid(`tools.${i}: Tool names must be unique: ${name}`);
+      names.add(name);
+    });
+  }
+  const thread = body.thread;
+  if (thread === undefined || thread === null) {
+    if (body.messages.length === 0) throw invalid('messages: at least one message is required');
+    return;
+  }
+  if (typeof thread !== 'object' || (thread.type !== 'create' && thread.type !== 'continue')) {
+    throw invalid("thread.type: Input should be 'create' or 'continue'");
+  }
+  const betas = String(headers['anthropic-beta'] ?? '')
+    .split(',')
+    .map((beta) => beta.trim());
+  if (!betas.includes(MESSAGE_THREADS_BETA)) {
+    throw invalid(`thread: requires the \`anthropic-beta: ${MESSAGE_THREADS_BETA}\` header`);
+  }
+  if (thread.type === 'create') {
+    if (body.messages.length === 0) throw invalid('messages: at least one message is required');
+    return;
+  }
+  if (typeof thread.previous_message_id !== 'string' || !thread.previous_message_id) {
+    throw invalid('thread.previous_message_id: Field required');
+  }
+  for (const field of ['system', 'tools']) {
+    if (body[field] !== undefined) {
+      throw invalid(
+        `${field}: cannot be set on a thread \`continue\`; the thread keeps the \`${field}\` it was created with`,
+      );
+    }
+  }
+}
+
+/**
+ * Checks a conversation as the real API does. Consecutive messages of one role form a single turn (the API combines
+ * them) unless `strict`; `system`-role messages (`tool_addition` / `tool_removal`) are skipped.
+ */
+export function validateConversation(messages: any[], strict = false): void {
+  interface Turn {
+    role: 'user' | 'assistant';
+    first: number;
+    toolUses: Map<string, number>;
+    results: Array<{ id: unknown; message: number; block: number }>;
+  }
+  const turns: Turn[] = [];
+  const seenToolUse = new Set<string>();
+  let lastNonSystem = -1;
+  messages.forEach((message, i) => {
+    if (message?.role !== 'system') lastNonSystem = i;
+  });
+
+  messages.forEach((message: any, i: number) => {
+    if (typeof message !== 'object' || message === null)
+      throw invalid(`messages.${i}: Input should be an object`);
+    const { role, content } = message;
+    if (role !== 'user' && role !== 'assistant' && role !== 'system') {
+      throw invalid(`messages.${i}.role: Input should be 'user', 'assistant' or 'system'`);
+    }
+    if (typeof content !== 'string' && !Array.isArray(content)) {
+      throw invalid(`messages.${i}.content: Input should be a valid string or list of content blocks`);
+    }
+    if (role === 'system') return;
+    const empty = typeof content === 'string' ? content.length === 0 : content.length === 0;
+    if (empty && !(role === 'assistant' && i === lastNonSystem)) {
+      throw invalid(
+        `messages.${i}: all messages must have non-empty content except for the optional final assistant message`,
+      );
+    }
+    let turn = turns.at(-1);
+    if (!turn) {
+      if (role !== 'user') throw invalid(`messages.${i}: first message must use the "user" role`);
+    } else if (turn.role === role && strict) {
+      throw invalid(
+        `messages.${i}: roles must alternate between "user" and "assistant", but found multiple "${role}" roles in a row`,
+      );
+    }
+    if (!turn || turn.role !== role) {
+      turn = { role, first: i, toolUses: new Map(), results: [] };
+      turns.push(turn);
+    }
+    if (typeof content === 'string') return;
+    content.forEach((block: any, j: number) => {
+      if (typeof block !== 'object' || block === null || typeof block.type !== 'string') {
+        throw invalid(`messages.${i}.content.${j}: Input should be a content block with a \`type\``);
+      }
+      if (block.type === 'text' && typeof block.text !== 'string') {
+        throw invalid(`messages.${i}.content.${j}.text: Field required`);
+      }
+      if (block.type === 'tool_use') {
+        if (role !== 'assistant') {
+          throw invalid(
+            `messages.${i}.content.${j}: \`tool_use\` blocks may only appear in assistant messages`,
+          );
+        }
+        if (typeof block.id !== 'string' || typeof block.name !== 'string') {
+          throw invalid(`messages.${i}.content.${j}: \`tool_use\` blocks need an \`id\` and a \`name\``);
+        }
+        if (typeof block.input !== 'object' || block.input === null || Array.isArray(block.input)) {
+          throw invalid(`messages.${i}.content.${j}.input: Input should be a valid dictionary`);
+        }
+        if (seenToolUse.has(block.id)) {
+          throw invalid(
+            `messages.${i}.content.${j}: \`tool_use\` ids must be unique, found ${block.id} again`,
+          );
+        }
+        seenToolUse.add(block.id);
+        turn.toolUses.set(block.id, i);
+      }
+      if (block.type === 'tool_result') {
+        if (role !== 'user') {
+          throw invalid(
+            `messages.${i}.content.${j}: \`tool_result\` blocks may only appear in user messages`,
+          );
+        }
+        turn.results.push({ id: block.tool_use_id, message: i, block: j });
+      }
+    });
+  });
+
+  turns.forEach((turn, t) => {
+    if (turn.role !== 'user') return;
+    const previous = t > 0 ? turns[t - 1] : undefined;
+    const answered = new Set<unknown>();
+    for (const result of turn.results) {
+      if (!previous || !previous.toolUses.has(result.id as string)) {
+        throw invalid(
+          `messages.${result.message}.content.${result.block}: unexpected \`tool_use_id\` found in \`tool_result\` blocks: ${String(result.id)}. Each \`tool_result\` block must have a corresponding \`tool_use\` block in the previous message.`,
+        );
+      }
+      if (answered.has(result.id)) {
+        throw invalid(
+          `messages.${result.message}.content.${result.block}: each \`tool_use\` may be answered by one \`tool_result\` only, found ${String(result.id)} twice`,
+        );
+      }
+      answered.add(result.id);
+    }
+    if (previous && previous.toolUses.size) {
+      const missing = [...previous.toolUses.keys()].filter((id) => !answered.has(id));
+      if (missing.length) {
+        throw invalid(
+          `messages.${turn.first}: \`tool_use\` ids were found without \`tool_result\` blocks immediately after: ${missing.join(', ')}. Each \`tool_use\` block must have a corresponding \`tool_result\` block in the next message.`,
+        );
+      }
+    }
+  });
+}

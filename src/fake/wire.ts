@@ -1,0 +1,126 @@
+/**
+ * The fake Messages API's types: what a test scripts (`FakeReply`), what the fake records (`FakeRequest`), and the
+ * message it sends back on the wire (`WireMessage`). Every other file of the fake imports its types from here, so the
+ * offline model, the scripts and the HTTP server do not import one another in a circle.
+ */
+
+/** The beta header a request needs to use message threads. */
+export const MESSAGE_THREADS_BETA = 'message-threads-2026-08-12';
+
+/** One recorded `POST /v1/messages`. */
+export interface FakeRequest {
+  /** The raw JSON body as received. */
+  body: any;
+  headers: Record<string, string | string[] | undefined>;
+  /**
+   * The full conversation the model saw: for a thread `continue` the stored conversation plus the new messages,
+   * otherwise `body.messages`.
+   */
+  messages: any[];
+  /** Effective `system` (taken from the thread for a `continue`). */
+  system: unknown;
+  /** Effective `tools` (taken from the thread for a `continue`), `[]` when none. */
+  tools: unknown[];
+  stream: boolean;
+  /** `Date.now()` when the request was received. */
+  at: number;
+  /**
+   * HTTP status the fake answered with: `undefined` while pending (or for a `hang`), 200 for a stream (even one cut
+   * later), 0 when the socket was destroyed before any response.
+   */
+  status?: number | undefined;
+  /** The `id` of the message the fake replied with, if it replied with one. */
+  replyId?: string | undefined;
+}
+
+export interface FakeUsage {
+  input_tokens: number;
+  output_tokens: number;
+  cache_creation_input_tokens: number;
+  cache_read_input_tokens: number;
+}
+
+export type FakeStopReason =
+  'end_turn' | 'tool_use' | 'max_tokens' | 'stop_sequence' | 'refusal' | 'pause_turn';
+
+export type FakeBlock =
+  | { type: 'text'; text: string }
+  | { type: 'tool_use'; id?: string | undefined; name: string; input: unknown }
+  | { type: 'thinking'; thinking: string };
+
+export interface FakeMessageReply {
+  type: 'message';
+  content: FakeBlock[];
+  /** Default: `tool_use` when the content has a tool call, else `end_turn`. */
+  stop_reason?: FakeStopReason | undefined;
+  usage?: Partial<FakeUsage> | undefined;
+  /** Default: echoes `body.model`. */
+  model?: string | undefined;
+  /** Wait this long before sending the response headers. */
+  delayMs?: number | undefined;
+  /** Delay before each SSE event; overrides the server's pacing. */
+  eventDelayMs?: number | undefined;
+  /**
+   * Stream: destroy the socket after this many SSE events, before `message_stop` (clamped to the event before it).
+   * The SDK does not retry a stream that has started. `0`, and any value on a non-stream request, destroys the socket
+   * before the response headers: a connection error, which the SDK retries.
+   */
+  cutAfterEvents?: number | undefined;
+  /**
+   * Stream: after this many SSE events send `event: error` (`overloaded_error` unless `streamErrorType`) and end.
+   * Non-stream: answer `529 overloaded_error` (or the given type) instead.
+   */
+  streamErrorAfterEvents?: number | undefined;
+  streamErrorType?: string | undefined;
+  streamErrorMessage?: string | undefined;
+}
+
+export interface FakeErrorReply {
+  type: 'error';
+  status: number;
+  errorType: string;
+  message?: string | undefined;
+  /** Seconds, sent as `retry-after`. */
+  retryAfter?: number | undefined;
+  /** Milliseconds, sent as `retry-after-ms`. */
+  retryAfterMs?: number | undefined;
+  details?: Record<string, unknown> | undefined;
+  /** Sent as `x-should-retry: true|false`. */
+  shouldRetry?: boolean | undefined;
+}
+
+/** Accept the request and never answer; ends when the client disconnects or the fake closes. */
+export interface FakeHangReply {
+  type: 'hang';
+}
+
+export type FakeReply = FakeMessageReply | FakeErrorReply | FakeHangReply;
+
+/** `index` is the position of the request in `requests` (its 0-based arrival order). */
+export type FakeHandler = (req: FakeRequest, index: number) => FakeReply | Promise<FakeReply>;
+
+/** An error the fake answers with, in the API's envelope (`{type:"error",error:{type,message,details}}`). */
+export interface ApiErrorSpec {
+  status: number;
+  type: string;
+  message: string;
+  details?: Record<string, unknown>;
+}
+
+/** A content block of a message the fake sends (ids and signatures filled in). */
+export type WireBlock =
+  | { type: 'text'; text: string }
+  | { type: 'thinking'; thinking: string; signature: string }
+  | { type: 'tool_use'; id: string; name: string; input: unknown };
+
+/** The message the fake sends: the JSON body of a non-stream reply, streamed as SSE events otherwise. */
+export interface WireMessage {
+  id: string;
+  type: 'message';
+  role: 'assistant';
+  model: string;
+  content: WireBlock[];
+  stop_reason: string;
+  stop_sequence: null;
+  usage: FakeUsage;
+}
