@@ -30,7 +30,7 @@ export default fp<EnginePluginOptions>(
       client: app.anthropic,
       subscriber: app.redisSub,
       serverTools,
-      logger: app.log as any,
+      logger: app.log.child({ component: 'engine' }),
       owner: `${hostname()}-${process.pid}-${randomBytes(3).toString('hex')}`,
       leaseTtlMs: opts.leaseTtlMs,
       maxActiveRuns: opts.maxActiveRuns,

@@ -1,7 +1,9 @@
 import type { z } from 'zod';
 import type { SessionParams } from '../schemas.js';
 import type { ServerTool } from '../../tools/types.js';
-import { cancelSession, type Engine } from '../engine/engine.js';
+import { cancelSession } from '../engine/commit.js';
+import type { Engine } from '../engine/engine.js';
+import { statusEvent } from '../engine/status.js';
 import { AppError, badRequest, conflict, revisionMismatch, zodDetails } from '../errors.js';
 import { checkHistory, pendingToolCalls, asBlocks, type StoredMessage } from '../history.js';
 import {
@@ -26,7 +28,7 @@ import {
   type SessionStore,
   type Status,
 } from '../store/store.js';
-import { sessionView, statusEvent } from './view.js';
+import { sessionView } from './view.js';
 
 export const DEFAULT_MODEL = 'claude-sonnet-5-5';
 export const DEFAULT_MAX_TOKENS = 1024;

@@ -33,3 +33,7 @@ export const controlChannel = (id: string) => `ctl:{${id}}`;
 export const eventsChannel = (id: string) => `ev:{${id}}`;
 
 export const idempotencyKey = (tenant: string, key: string) => `idem:{${tenant}}:${key}`;
+
+/** The session id of a control channel's name, or null for another channel. */
+export const sessionOfControlChannel = (channel: string): string | null =>
+  /^ctl:\{(.+)\}$/.exec(channel)?.[1] ?? null;

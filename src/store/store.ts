@@ -232,7 +232,9 @@ export function decodeFields(h: Record<string, string>): SessionState {
 }
 
 /** HINCRBY ops adding a reply's usage to the session's totals. */
-export function usageIncr(u: Partial<Usage> | null | undefined): Record<string, number> {
+export function usageIncr(
+  u: { [K in keyof Usage]?: number | null } | null | undefined,
+): Record<string, number> {
   return {
     u_in: u?.input_tokens ?? 0,
     u_out: u?.output_tokens ?? 0,
@@ -329,6 +331,16 @@ export class SessionStore {
       control: (res[3] || '') as SessionState['control'],
       paramsRev: Number(res[4] ?? 0),
     };
+  }
+
+  /** Whether the client is a Redis Cluster client (which may send a pipeline later than it was made). */
+  get isCluster(): boolean {
+    return this.redis.isCluster;
+  }
+
+  /** The marker of the last commit that landed (see the engine's commit): one HGET. */
+  lastCommit(id: string): Promise<string | null> {
+    return this.redis.hget(sessionKeys(id).meta, 'last_commit');
   }
 
   /** The session, or null. One HGETALL. */

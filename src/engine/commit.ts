@@ -1,0 +1,237 @@
+import { randomBytes } from 'node:crypto';
+import { AppError, FencedOut } from '../errors.js';
+import { toolCallsOf } from '../history.js';
+import { count } from '../metrics.js';
+import { isStoreDown } from '../store/unavailable.js';
+import type {
+  ApplyOps,
+  ApplyResult,
+  PendingCall,
+  PendingStep,
+  SessionError,
+  SessionState,
+  SessionStore,
+} from '../store/store.js';
+import { interruptedResult, resultBlock } from './policy.js';
+import type { EngineLogger, RunDeps, RunHandle } from './run-handle.js';
+import { statusEvent } from './status.js';
+
+/** A commit whose answer was lost was applied after all (see `applyThroughOutage`). */
+export class CommitLanded extends Error {
+  constructor(readonly sessionId: string) {
+    super(`a commit of session ${sessionId} was applied though its answer was lost`);
+    this.name = 'CommitLanded';
+  }
+}
+
+/** How a run ends: the status, and what comes with it. */
+export interface RunEnd {
+  status: 'requires_action' | 'failed' | 'idle';
+  pending?: PendingStep | null;
+  error?: SessionError | null;
+  stopReason?: string | null;
+}
+
+/**
+ * Ops that end a run in `next.status`: every status field written (absent ones cleared), the control request
+ * cleared, the lease released, and the `session.status` event announcing it.
+ */
+export function endOps(next: RunEnd): ApplyOps {
+  const st = { pending: null, error: null, stopReason: null, ...next };
+  return {
+    hset: {
+      status: st.status,
+      pending: st.pending ? JSON.stringify(st.pending) : '',
+      error: st.error ? JSON.stringify(st.error) : '',
+      stop_reason: st.stopReason ?? '',
+      control: '',
+    },
+    release_lease: true,
+    events: [['session.status', statusEvent(st)]],
+  };
+}
+
+/** Ops that make the session `idle` with `stopReason`, releasing the lease. */
+export const idleOps = (stopReason: string): ApplyOps => endOps({ status: 'idle', stopReason });
+
+/** `a` then `b` as one commit: lists concatenated in that order, fields of `b` over those of `a`. */
+export function mergeOps(a: ApplyOps, b: ApplyOps): ApplyOps {
+  const out: ApplyOps = { ...a, ...b };
+  if (a.push_msgs || b.push_msgs) out.push_msgs = [...(a.push_msgs ?? []), ...(b.push_msgs ?? [])];
+  if (a.push_iters || b.push_iters) out.push_iters = [...(a.push_iters ?? []), ...(b.push_iters ?? [])];
+  if (a.lset_msgs || b.lset_msgs) out.lset_msgs = [...(a.lset_msgs ?? []), ...(b.lset_msgs ?? [])];
+  if (a.lset_iters || b.lset_iters) out.lset_iters = [...(a.lset_iters ?? []), ...(b.lset_iters ?? [])];
+  if (a.events || b.events) out.events = [...(a.events ?? []), ...(b.events ?? [])];
+  if (a.queue_push || b.queue_push) out.queue_push = [...(a.queue_push ?? []), ...(b.queue_push ?? [])];
+  if (a.hset || b.hset) out.hset = { ...a.hset, ...b.hset };
+  if (a.hincr || b.hincr) out.hincr = { ...a.hincr, ...b.hincr };
+  return out;
+}
+
+/** `tool.completed` events for the calls with a result that were not announced yet; marks them announced. */
+export function completedEvents(
+  calls: PendingCall[],
+  durations: ReadonlyMap<string, number>,
+): Array<[string, string]> {
+  const out: Array<[string, string]> = [];
+  for (const c of calls) {
+    if (!c.result || c.reported) continue;
+    c.reported = true;
+    out.push([
+      'tool.completed',
+      JSON.stringify({
+        tool_use_id: c.id,
+        name: c.name,
+        input: c.input,
+        content: c.result.content,
+        is_error: c.result.is_error,
+        duration_ms: durations.get(c.id) ?? null,
+      }),
+    ]);
+  }
+  return out;
+}
+
+/** A fenced commit: only the current owner of the run writes; the result tells of a cancel asked meanwhile. */
+export async function commit(deps: RunDeps, run: RunHandle, ops: ApplyOps): Promise<ApplyResult> {
+  let res: ApplyResult;
+  try {
+    res = await applyThroughOutage(deps, run, ops);
+  } catch (err) {
+    // The session left `running` under us (cancelled or deleted by a route): this run is over.
+    if (err instanceof AppError && (err.code === 'invalid_status' || err.code === 'session_not_found')) {
+      throw new FencedOut(run.id);
+    }
+    throw err;
+  }
+  if (res.control === 'cancel' && !run.reason) run.abort('cancel');
+  return res;
+}
+
+/**
+ * `apply`, riding out a short store outage (a Redis restart or failover): while the store is unreachable the commit
+ * is tried again for at most the lease TTL, so a turn's reply or a tool step's results are kept, not redone. Each
+ * commit writes a marker (`last_commit`); an attempt whose answer was lost may have been applied, so it is sent
+ * again only once the marker shows it was not — a commit never applies twice. If it was applied, `CommitLanded`
+ * makes the run start over from what the store holds. The fencing token still refuses a late commit.
+ */
+async function applyThroughOutage(deps: RunDeps, run: RunHandle, ops: ApplyOps): Promise<ApplyResult> {
+  const { store } = deps;
+  const marker = `${run.fence}:${randomBytes(6).toString('hex')}`;
+  const marked: ApplyOps = { ...ops, hset: { ...ops.hset, last_commit: marker } };
+  const deadline = Date.now() + deps.leaseTtlMs;
+  for (;;) {
+    try {
+      return await store.apply(run.id, { fence: run.fence, status: ['running'] }, marked);
+    } catch (err) {
+      if (!isStoreDown(err)) throw err;
+      for (;;) {
+        if (Date.now() > deadline || run.reason) throw err;
+        await new Promise((resolve) => setTimeout(resolve, 200));
+        try {
+          if ((await store.lastCommit(run.id)) === marker) throw new CommitLanded(run.id);
+          break; // not applied: send it again
+        } catch (e) {
+          if (!isStoreDown(e)) throw e;
+        }
+      }
+    }
+  }
+}
+
+/**
+ * Ends the run in `next.status` (`requires_action`, `failed` or `idle`), releasing the lease in the same commit
+ * and announcing the status; `events` go before the `session.status` event, `extra` ops join the commit.
+ */
+export async function endRun(
+  deps: RunDeps,
+  run: RunHandle,
+  next: RunEnd,
+  events: Array<[string, string]> = [],
+  extra: ApplyOps = {},
+): Promise<void> {
+  const end = endOps(next);
+  await commit(deps, run, mergeOps(extra, { ...end, events: [...events, ...(end.events ?? [])] }));
+  await deps.store.unmarkDue(run.id);
+}
+
+/** Idle with `stop_reason`, releasing the lease, unless follow-ups are queued (then the loop merges them). */
+export async function finish(
+  deps: RunDeps,
+  run: RunHandle,
+  state: SessionState,
+  stopReason: string,
+): Promise<void> {
+  const intoLast = state.msgCount > 0 && (await deps.store.lastMessage(run.id))?.role === 'user';
+  const res = await commit(deps, run, {
+    queue: { none: idleOps(stopReason), ...(intoLast ? { into_last: true } : {}) },
+  });
+  if (res.mergedCount === 0) await deps.store.unmarkDue(run.id);
+}
+
+/** An interrupt aborted the turn in flight: its partial reply is dropped, the follow-ups join the last user turn. */
+export async function commitInterrupt(deps: RunDeps, run: RunHandle): Promise<void> {
+  const [last, state] = await Promise.all([deps.store.lastMessage(run.id), deps.store.load(run.id)]);
+  await commit(deps, run, {
+    hset: { control: '' },
+    events: [
+      ['turn.dropped', JSON.stringify({ iteration: (state?.iteration ?? 0) + 1, reason: 'interrupt' })],
+    ],
+    queue: last?.role === 'user' ? { into_last: true } : {},
+  });
+}
+
+/** The run failed: the session becomes `failed` with `error` (a failed tool step keeps its pending calls). */
+export async function fail(
+  deps: RunDeps,
+  run: RunHandle,
+  error: SessionError,
+  log: EngineLogger,
+): Promise<void> {
+  log.warn({ error }, 'run failed');
+  count('trs_runs_failed_total', `{code="${error.code}"}`);
+  try {
+    const state = await deps.store.load(run.id);
+    // A failed tool step keeps its pending calls, so `resume` runs the failed step again.
+    await endRun(deps, run, { status: 'failed', pending: state?.pending ?? null, error }, [
+      ['session.error', JSON.stringify(error)],
+    ]);
+  } catch (err) {
+    if (!(err instanceof FencedOut)) throw err;
+  }
+}
+
+/**
+ * Ends a running session as cancelled with a valid history: unanswered calls get an `is_error` "cancelled" result,
+ * follow-ups already queued are kept as the last user turn, status `idle`, stop_reason `cancelled`. Used by the
+ * owner of the run, or by the cancel route when no live process owns it (fence omitted: guarded by status only).
+ */
+export async function cancelSession(
+  store: SessionStore,
+  state: SessionState,
+  guard: { fence?: number },
+): Promise<ApplyResult> {
+  const last = await store.lastMessage(state.id);
+  const calls = last ? toolCallsOf(last) : [];
+  const ops = idleOps('cancelled');
+  if (calls.length > 0) {
+    const byId = new Map((state.pending?.calls ?? []).map((c) => [c.id, c]));
+    const results = calls.map((c) =>
+      resultBlock(
+        c.id,
+        byId.get(c.id)?.result ?? interruptedResult('cancelled before this tool call completed'),
+        false,
+      ),
+    );
+    ops.queue = { base: JSON.stringify(results).slice(1, -1) };
+  } else if (last?.role === 'user') {
+    ops.queue = { into_last: true };
+  } else {
+    ops.queue = {};
+  }
+  return store.apply(
+    state.id,
+    { ...guard, status: guard.fence ? ['running'] : ['running', 'requires_action'] },
+    ops,
+  );
+}

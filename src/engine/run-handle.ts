@@ -1,0 +1,51 @@
+import type Anthropic from '@anthropic-ai/sdk';
+import type { FastifyBaseLogger } from 'fastify';
+import type { ServerTool } from '../../tools/types.js';
+import type { SessionStore } from '../store/store.js';
+
+/** Why a run's AbortController fired. */
+export type AbortReason = 'cancel' | 'interrupt' | 'shutdown' | 'fenced' | 'deleted';
+
+export type EngineLogger = FastifyBaseLogger;
+
+/** What every phase of a run works with: the shared clients and the engine's settings. */
+export interface RunDeps {
+  store: SessionStore;
+  client: Anthropic;
+  serverTools: ReadonlyMap<string, ServerTool>;
+  /** Run lease TTL (ms); renewed every third of it. A crashed owner's runs are claimed after at most this. */
+  leaseTtlMs: number;
+  /** Stream deltas are written to Redis as they arrive, at most this many per pipelined batch. */
+  streamBatchEvents: number;
+}
+
+/**
+ * One run of one session in this process: the fencing token of its lease, and the AbortController of the turn in
+ * flight. A cancel, interrupt, shutdown, lost lease or delete aborts it with its reason; only an interrupt may be
+ * overridden by a later reason (it ends one turn, the others end the run).
+ */
+export class RunHandle {
+  controller = new AbortController();
+  reason: AbortReason | null = null;
+  /** A PATCH changed params or policies: the runner takes them at the next turn boundary. */
+  paramsDirty = false;
+  done: Promise<void> = Promise.resolve();
+
+  constructor(
+    readonly id: string,
+    readonly fence: number,
+  ) {}
+
+  abort(reason: AbortReason): void {
+    if (this.reason && this.reason !== 'interrupt') return;
+    this.reason = reason;
+    this.controller.abort(reason);
+  }
+
+  /** A fresh controller for each runner: an interrupt aborts one turn, not the run. */
+  rearm(): void {
+    if (!this.controller.signal.aborted) return;
+    this.controller = new AbortController();
+    this.reason = null;
+  }
+}

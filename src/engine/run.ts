@@ -1,0 +1,148 @@
+import type { Cluster, Redis } from 'ioredis';
+import { FencedOut } from '../errors.js';
+import { pendingToolCalls } from '../history.js';
+import { controlChannel, sessionOfControlChannel } from '../store/keys.js';
+import type { SessionState } from '../store/store.js';
+import { isStoreDown } from '../store/unavailable.js';
+import { CommitLanded, cancelSession, commit, commitInterrupt, fail, finish } from './commit.js';
+import type { EngineLogger, RunDeps, RunHandle } from './run-handle.js';
+import { toolStep } from './tool-step.js';
+import { runTurns } from './turns.js';
+import { isAbort, isStreamCut, upstreamError } from './upstream.js';
+
+/** Our own retries of a turn whose stream was cut after it started (the SDK retries only before it starts). */
+const STREAM_CUT_RETRIES = 2;
+
+export interface DriveDeps extends RunDeps {
+  /** A connection in subscriber mode: control messages of the runs here arrive on it. */
+  subscriber: Redis | Cluster;
+  owner: string;
+  logger: EngineLogger;
+  /** The engine is stopping: a run ends once its turn is done or aborted. */
+  stopping: () => boolean;
+}
+
+/**
+ * Routes control messages (`ctl:{id}`, published by the routes) to the run of that session in this process:
+ * `params` marks its params stale, `cancel`/`interrupt`/`delete` abort its turn with that reason.
+ */
+export function controlListener(active: ReadonlyMap<string, RunHandle>) {
+  return (channel: string, message: string): void => {
+    const id = sessionOfControlChannel(channel);
+    const run = id ? active.get(id) : undefined;
+    if (!run) return;
+    if (message === 'params') run.paramsDirty = true;
+    else if (message === 'cancel' || message === 'interrupt') run.abort(message);
+    else if (message === 'delete') run.abort('deleted');
+  };
+}
+
+/** Renews the run's lease (and its due time) every third of the TTL; a lost lease aborts the run as `fenced`. */
+function renewLease(deps: DriveDeps, run: RunHandle, log: EngineLogger): NodeJS.Timeout {
+  const { store, leaseTtlMs, owner } = deps;
+  return setInterval(
+    () => {
+      Promise.all([
+        store.renew(run.id, owner, run.fence, leaseTtlMs),
+        store.markDue(run.id, Date.now() + leaseTtlMs),
+      ])
+        .then(([ok]) => {
+          if (!ok) run.abort('fenced');
+        })
+        .catch((err) => log.warn({ err }, 'lease renewal failed'));
+    },
+    Math.floor(leaseTtlMs / 3),
+  );
+}
+
+/** The run: tool steps and runner turns until the session leaves `running` or this process loses it. */
+export async function drive(deps: DriveDeps, run: RunHandle): Promise<void> {
+  const { store, leaseTtlMs, owner } = deps;
+  const log = deps.logger.child({ session: run.id });
+  const renew = renewLease(deps, run, log);
+  await deps.subscriber
+    .subscribe(controlChannel(run.id))
+    .catch((err) => log.warn({ err }, 'subscribe failed'));
+  let cutRetries = 0;
+  try {
+    await store.markDue(run.id, Date.now() + leaseTtlMs);
+    while (!deps.stopping() || run.reason === null) {
+      const state = await store.load(run.id);
+      if (!state || state.status !== 'running' || state.fence !== run.fence) return;
+      if (state.control === 'cancel' || run.reason === 'cancel') {
+        // The history stays valid; see cancelSession.
+        await cancelSession(store, state, { fence: run.fence });
+        await store.unmarkDue(run.id);
+        return;
+      }
+      if (run.reason === 'shutdown' || run.reason === 'fenced' || run.reason === 'deleted') return;
+      run.rearm();
+      try {
+        const next = await step(deps, run, state, log);
+        cutRetries = 0;
+        if (next === 'done') return;
+      } catch (err) {
+        if (err instanceof FencedOut) return;
+        if (isAbort(err, run)) {
+          if (run.reason === 'interrupt') {
+            await commitInterrupt(deps, run);
+            continue;
+          }
+          if (run.reason === 'cancel') continue; // the loop's top finishes the cancel
+          return;
+        }
+        // A commit that the store turned out to have applied after all: go on from what it holds.
+        if (err instanceof CommitLanded) continue;
+        // The store stayed unreachable longer than a commit waits: leave the run for recovery (the session is
+        // still `running` and due), rather than failing the session for a Redis outage.
+        if (isStoreDown(err)) throw err;
+        if (isStreamCut(err) && cutRetries < STREAM_CUT_RETRIES) {
+          cutRetries++;
+          log.warn({ err, attempt: cutRetries }, 'stream cut mid-turn; sending the turn again');
+          continue;
+        }
+        await fail(deps, run, upstreamError(err), log);
+        return;
+      }
+    }
+  } catch (err) {
+    if (!(err instanceof FencedOut)) log.error({ err }, 'run crashed; the session is left for recovery');
+  } finally {
+    clearInterval(renew);
+    await deps.subscriber.unsubscribe(controlChannel(run.id)).catch(() => {});
+    await store.release(run.id, owner, run.fence).catch(() => {});
+    // Handed over: any replica may claim it now rather than after the lease TTL.
+    if (run.reason === 'shutdown') await store.markDue(run.id, Date.now()).catch(() => {});
+  }
+}
+
+/** One step of a run: answer a pending tool step, or run the SDK's runner until it stops or needs a client. */
+async function step(
+  deps: DriveDeps,
+  run: RunHandle,
+  state: SessionState,
+  log: EngineLogger,
+): Promise<'done' | 'again'> {
+  const { store } = deps;
+  const history = await store.history(run.id);
+  if (pendingToolCalls(history).length > 0) return toolStep(deps, run, state, history);
+
+  const queued = await store.queueLength(run.id);
+  const last = history.at(-1);
+  if (queued > 0) {
+    // Follow-ups become a user turn: merged onto a trailing user turn, or a new one after an assistant turn.
+    await commit(deps, run, { queue: last?.role === 'user' ? { into_last: true } : {} });
+    return 'again';
+  }
+  if (!last || last.role === 'assistant') {
+    // Nothing to send: the run is over.
+    await finish(deps, run, state, state.stopReason ?? 'end_turn');
+    return 'done';
+  }
+  const budget = state.maxIterations - (state.iteration - state.runStart);
+  if (budget <= 0) {
+    await finish(deps, run, state, 'max_iterations');
+    return 'done';
+  }
+  return runTurns(deps, run, state, history, budget, log);
+}

@@ -1,0 +1,48 @@
+import type { PendingStep, SessionState } from '../store/store.js';
+
+export interface RequiredAction {
+  type: 'approve_tool_calls' | 'review_tool_results' | 'submit_tool_results';
+  tool_calls: Array<{ id: string; name: string; input: unknown }>;
+  tool_results: Array<{ tool_use_id: string; content: unknown; is_error: boolean }>;
+}
+
+/**
+ * What a client must do before the run can go on, derived from the pending tool step: decisions first, then
+ * client tools' results, then the review. Null when nothing waits.
+ */
+export function requiredAction(
+  status: SessionState['status'],
+  pending: PendingStep | null,
+): RequiredAction | null {
+  if (status !== 'requires_action' || !pending) return null;
+  const results = pending.calls.flatMap((c) =>
+    c.result ? [{ tool_use_id: c.id, content: c.result.content, is_error: c.result.is_error }] : [],
+  );
+  const undecided = pending.calls.filter((c) => c.approval === 'required');
+  if (undecided.length > 0) {
+    return {
+      type: 'approve_tool_calls',
+      tool_calls: undecided.map(({ id, name, input }) => ({ id, name, input })),
+      tool_results: results,
+    };
+  }
+  const missing = pending.calls.filter((c) => c.kind === 'client' && !c.result);
+  if (missing.length > 0) {
+    return {
+      type: 'submit_tool_results',
+      tool_calls: missing.map(({ id, name, input }) => ({ id, name, input })),
+      tool_results: results,
+    };
+  }
+  return { type: 'review_tool_results', tool_calls: [], tool_results: results };
+}
+
+/** `session.status` event data. */
+export function statusEvent(s: Pick<SessionState, 'status' | 'pending' | 'stopReason' | 'error'>): string {
+  return JSON.stringify({
+    status: s.status,
+    required_action: requiredAction(s.status, s.pending),
+    stop_reason: s.stopReason,
+    error: s.error,
+  });
+}

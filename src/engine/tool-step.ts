@@ -1,0 +1,212 @@
+import { APIUserAbortError } from '@anthropic-ai/sdk';
+import {
+  runRunnableTool,
+  type BetaRunnableTool,
+  type BetaToolRunContext,
+} from '@anthropic-ai/sdk/lib/tools/BetaRunnableTool';
+import type { BetaToolUseBlock } from '@anthropic-ai/sdk/resources/beta/messages/messages';
+import { blocksOf, pendingToolCalls, type StoredMessage } from '../history.js';
+import type {
+  ApplyOps,
+  IterationRecord,
+  PendingCall,
+  PendingStep,
+  SessionError,
+  SessionState,
+  ToolResult,
+} from '../store/store.js';
+import { commit, completedEvents, endRun, mergeOps } from './commit.js';
+import { interruptedResult, needsReview, pendingCalls, resultBlock, serverToolNames } from './policy.js';
+import type { RunDeps, RunHandle } from './run-handle.js';
+
+/** The session's server tools as the SDK runs them, each timed into `durations` by tool_use id. */
+export function serverRunnables(
+  deps: RunDeps,
+  state: SessionState,
+  durations: Map<string, number>,
+): BetaRunnableTool[] {
+  const out: BetaRunnableTool[] = [];
+  for (const name of serverToolNames(state)) {
+    const tool = deps.serverTools.get(name)?.tool;
+    if (!tool) continue;
+    out.push({
+      ...tool,
+      run: async (args: unknown, ctx?: BetaToolRunContext) => {
+        const t0 = performance.now();
+        try {
+          return await tool.run(args, ctx);
+        } finally {
+          if (ctx?.toolUse.id) durations.set(ctx.toolUse.id, Math.round(performance.now() - t0));
+        }
+      },
+    });
+  }
+  return out;
+}
+
+/**
+ * The history ends with an assistant turn whose calls are not answered: work out their results. Server calls that
+ * need no decision run (a started call of a crashed run again only if idempotent); denied calls get the reason;
+ * client calls and undecided approvals send the session to `requires_action`.
+ */
+export async function toolStep(
+  deps: RunDeps,
+  run: RunHandle,
+  state: SessionState,
+  history: StoredMessage[],
+): Promise<'done' | 'again'> {
+  const calls = pendingToolCalls(history);
+  const step: PendingStep = state.pending ?? {
+    calls: pendingCalls(state, calls, deps.serverTools),
+    review: false,
+    iteration: state.iteration,
+  };
+  const durations = new Map<string, number>();
+  const toRun: PendingCall[] = [];
+  for (const c of step.calls) {
+    if (c.result) continue;
+    if (c.approval === 'denied') {
+      c.result = { content: `Tool call denied${c.reason ? `: ${c.reason}` : '.'}`, is_error: true };
+    } else if (c.kind === 'server' && c.approval !== 'required') {
+      if (c.started && !deps.serverTools.get(c.name)?.idempotent) {
+        c.result = interruptedResult(`the run was interrupted while ${c.name} ran; it was not run again`);
+      } else {
+        toRun.push(c);
+      }
+    }
+  }
+  if (toRun.length > 0) {
+    for (const c of toRun) c.started = true;
+    await commit(deps, run, {
+      hset: { pending: JSON.stringify(step) },
+      events: toRun.map((c): [string, string] => [
+        'tool.started',
+        JSON.stringify({ tool_use_id: c.id, name: c.name, input: c.input }),
+      ]),
+    });
+    // Only the session's server tools are here, so a call to any other name is answered "not found".
+    const tools = new Map(serverRunnables(deps, state, durations).map((t) => [t.name, t]));
+    await Promise.all(
+      toRun.map(async (c) => {
+        const tool = tools.get(c.name);
+        if (!tool) {
+          c.result = { content: `Error: Tool '${c.name}' not found`, is_error: true };
+          return;
+        }
+        const toolUse: BetaToolUseBlock = { type: 'tool_use', id: c.id, name: c.name, input: c.input };
+        const out = await runRunnableTool(tool, c.input, {
+          toolUse,
+          toolUseBlock: toolUse,
+          signal: run.controller.signal,
+        });
+        c.result = { content: out.content, is_error: out.isError };
+      }),
+    );
+    // As in runTurns: tools cut short by a shutdown are left `started` for the replica that resumes the run.
+    if (run.reason === 'shutdown') throw new APIUserAbortError();
+  }
+  const waiting = step.calls.some((c) => c.approval === 'required' || (c.kind === 'client' && !c.result));
+  if (waiting) {
+    await endRun(
+      deps,
+      run,
+      { status: 'requires_action', pending: step },
+      completedEvents(step.calls, durations),
+    );
+    return 'done';
+  }
+  const { outcome } = await afterTools(deps, run, state, history, step, null, durations);
+  return outcome === 'continue' ? 'again' : 'done';
+}
+
+/**
+ * All results of the pending step are known: pause for review or on a tool error if the policy says so, else
+ * commit them as the next user turn (with any queued follow-ups after them, the SDK's order).
+ */
+export async function afterTools(
+  deps: RunDeps,
+  run: RunHandle,
+  state: SessionState,
+  history: StoredMessage[],
+  step: PendingStep,
+  record: IterationRecord | null,
+  durations: ReadonlyMap<string, number>,
+  /** The reply's own ops when it is not committed yet (one commit per iteration): they join this commit. */
+  replyOps: ApplyOps | null = null,
+): Promise<{ outcome: 'continue' | 'paused' | 'done'; paramsRev: number }> {
+  // An uncommitted reply carries its iteration record in full; a committed one gets its results index set.
+  const withReply = (ops: ApplyOps): ApplyOps =>
+    replyOps && record ? mergeOps({ ...replyOps, push_iters: [JSON.stringify(record)] }, ops) : ops;
+  const completed = completedEvents(step.calls, durations);
+  const serverResults = step.calls.filter((c) => c.kind === 'server' && c.approval !== 'denied');
+  const failed = serverResults.filter((c) => c.result?.is_error);
+  // `step.review` marks results a client accepted (continue, or a message after a failure): they go as they are.
+  const firstFailed = failed[0]?.result;
+  if (firstFailed && state.onToolError === 'fail' && !step.review) {
+    const error: SessionError = {
+      code: 'tool_failed',
+      message: `Tool ${failed.map((c) => c.name).join(', ')} failed: ${textOf(firstFailed.content).slice(0, 500)}`,
+      retryable: true,
+    };
+    await endRun(
+      deps,
+      run,
+      { status: 'failed', pending: step, error },
+      [...completed, ['session.error', JSON.stringify(error)]],
+      withReply({}),
+    );
+    return { outcome: 'done', paramsRev: state.paramsRev };
+  }
+  const review =
+    !step.review &&
+    (needsReview(state, serverResults) || (failed.length > 0 && state.onToolError === 'pause'));
+  if (review) {
+    step.review = true;
+    await endRun(deps, run, { status: 'requires_action', pending: step }, completed, withReply({}));
+    return { outcome: 'paused', paramsRev: state.paramsRev };
+  }
+  const cache = state.cacheToolResults;
+  const results = step.calls.map((c, i) =>
+    resultBlock(c.id, c.result ?? interruptedResult('no result'), cache && i === step.calls.length - 1),
+  );
+  const base = JSON.stringify(results).slice(1, -1);
+  const ops: ApplyOps = {
+    hset: { pending: '' },
+    events: [
+      ...completed,
+      ['iteration.persisted', JSON.stringify({ iteration: step.iteration, revision: null }), 'rev'],
+    ],
+    queue: { base },
+  };
+  // One cache breakpoint on tool results at a time: the previous results turn loses its marker.
+  if (cache) {
+    const prev = history.findLastIndex((m) => m.role === 'user' && blocksOf(m).some((b) => b.cache_control));
+    const m = history[prev];
+    if (m) {
+      const stripped = { ...m, content: blocksOf(m).map(({ cache_control: _c, ...b }) => b) };
+      history[prev] = stripped;
+      ops.lset_msgs = [[prev, JSON.stringify(stripped)]];
+    }
+  }
+  if (record) {
+    record.results_index = history.length;
+    if (!replyOps) ops.lset_iters = [[record.iteration - 1, JSON.stringify(record)]];
+  } else {
+    // A tool step of an earlier runner: fill in the record's results index.
+    const recs = await deps.store.iterationRecords(run.id, step.iteration - 1, step.iteration - 1);
+    const rec = recs[0];
+    if (rec && rec.iteration === step.iteration) {
+      rec.results_index = history.length;
+      ops.lset_iters = [[step.iteration - 1, JSON.stringify(rec)]];
+    }
+  }
+  const res = await commit(deps, run, withReply(ops));
+  history.push(JSON.parse(res.merged) as StoredMessage);
+  return { outcome: 'continue', paramsRev: res.paramsRev };
+}
+
+function textOf(content: ToolResult['content']): string {
+  return typeof content === 'string'
+    ? content
+    : content.map((b) => (b.type === 'text' ? b.text : `[${b.type}]`)).join(' ');
+}

@@ -1,0 +1,327 @@
+import { APIUserAbortError } from '@anthropic-ai/sdk';
+import type { BetaToolRunnerParams } from '@anthropic-ai/sdk/lib/tools/BetaToolRunner';
+import type {
+  BetaMessage,
+  BetaRawMessageStreamEvent,
+  BetaTool,
+} from '@anthropic-ai/sdk/resources/beta/messages/messages';
+import { toolCallsOf, type StoredMessage } from '../history.js';
+import { count } from '../metrics.js';
+import type { SessionParams } from '../schemas.js';
+import {
+  usageIncr,
+  type ApplyOps,
+  type IterationRecord,
+  type PendingStep,
+  type SessionState,
+} from '../store/store.js';
+import { commit, idleOps } from './commit.js';
+import { interruptedResult, pendingCalls, resultBlock } from './policy.js';
+import type { EngineLogger, RunDeps, RunHandle } from './run-handle.js';
+import { StreamRelay } from './stream-relay.js';
+import { afterTools, serverRunnables } from './tool-step.js';
+
+const STOP_REASONS_THAT_END = new Set(['end_turn', 'stop_sequence', 'max_tokens', 'refusal']);
+
+/** What the runner is given each turn; the rest of its params are the session's `params`. */
+interface TurnInput {
+  params: SessionParams;
+  messages: StoredMessage[];
+  tools: BetaToolRunnerParams['tools'];
+  maxIterations: number;
+  stream: boolean;
+}
+
+/**
+ * The runner's params: the one place where the service's stored shapes meet the SDK's request types. `params` were
+ * checked by `sessionParams` (the Messages API fields a client may set, `messages`/`tools`/`stream`/`thread` refused)
+ * and the history by `checkHistory` or came from the SDK's own replies; both are stored as the JSON of the SDK's
+ * request shapes, which zod's looser types do not spell out.
+ */
+function runnerParams(t: TurnInput): BetaToolRunnerParams & { stream: boolean } {
+  const params = {
+    ...t.params,
+    messages: t.messages,
+    // No `tools` at all rather than an empty list, as a session without tools always sent.
+    ...(t.tools.length ? { tools: t.tools } : {}),
+    max_iterations: t.maxIterations,
+    stream: t.stream,
+    // Redis is the source of truth and every run starts a new runner (possibly on another replica), so a
+    // server-side thread anchor would live only in one process's memory and be replayed after any edit,
+    // interrupt, crash or handover. The full history is sent each turn. See docs/ARCHITECTURE.md.
+    thread: false as const,
+  };
+  return params as unknown as BetaToolRunnerParams & { stream: boolean };
+}
+
+/** The session's client tools as plain definitions (the runner sends them; a client runs them). */
+function clientToolDefs(state: SessionState): BetaTool[] {
+  return state.tools.flatMap((t) =>
+    typeof t === 'string'
+      ? []
+      : [
+          {
+            name: t.name,
+            ...(t.description !== undefined ? { description: t.description } : {}),
+            input_schema: t.input_schema,
+          },
+        ],
+  );
+}
+
+const budgetLeft = (state: SessionState, iteration: number) =>
+  state.maxIterations - (iteration - state.runStart);
+
+/** Drives one SDK tool runner over the persisted history, committing each iteration. */
+export async function runTurns(
+  deps: RunDeps,
+  run: RunHandle,
+  state: SessionState,
+  history: StoredMessage[],
+  budget: number,
+  log: EngineLogger,
+): Promise<'done' | 'again'> {
+  const { store } = deps;
+  const durations = new Map<string, number>();
+  const tools: BetaToolRunnerParams['tools'] = [
+    ...serverRunnables(deps, state, durations),
+    ...clientToolDefs(state),
+  ];
+  let params = state.params;
+  let paramsRev = state.paramsRev;
+  let iteration = state.iteration;
+  const runner = deps.client.beta.messages.toolRunner(
+    runnerParams({ params, messages: history, tools, maxIterations: budget, stream: state.stream }),
+    { signal: run.controller.signal },
+  );
+
+  /** Turns this runner sent (its own `max_iterations` counts them, dropped retries included). */
+  let runnerTurns = 0;
+  /**
+   * Hands the runner the committed history for the next turn, with the params and policies a PATCH may have
+   * changed since (seen through `params_rev` in the commit's answer, or the `ctl` channel).
+   */
+  const handOver = async (storedRev: number) => {
+    if (run.paramsDirty || storedRev !== paramsRev) {
+      const fresh = await store.load(run.id);
+      if (fresh) {
+        params = fresh.params;
+        paramsRev = fresh.paramsRev;
+        const { review, approval, onToolError, onMaxTokens, cacheToolResults, maxIterations, stream } = fresh;
+        Object.assign(state, {
+          review,
+          approval,
+          onToolError,
+          onMaxTokens,
+          cacheToolResults,
+          maxIterations,
+          stream,
+        });
+      }
+      run.paramsDirty = false;
+    }
+    runner.setMessagesParams(
+      runnerParams({
+        params,
+        messages: [...history],
+        tools,
+        maxIterations: runnerTurns + Math.max(1, budgetLeft(state, iteration)),
+        stream: state.stream,
+      }),
+    );
+  };
+
+  for await (const item of runner) {
+    runnerTurns++;
+    iteration++;
+    const startedAt = Date.now();
+    const t0 = performance.now();
+    let firstEventMs: number | null = null;
+    const buffered: Array<[string, string]> = [
+      ['turn.started', JSON.stringify({ iteration, message_count: history.length })],
+    ];
+    let message: BetaMessage;
+    if ('finalMessage' in item) {
+      const relay = new StreamRelay(store, run.id, deps.streamBatchEvents, buffered);
+      item.on('streamEvent', (event: BetaRawMessageStreamEvent) => {
+        if (firstEventMs === null) firstEventMs = Math.round(performance.now() - t0);
+        relay.push(['stream.event', `{"iteration":${iteration},"event":${JSON.stringify(event)}}`]);
+      });
+      try {
+        message = await item.finalMessage();
+      } finally {
+        buffered.length = 0;
+        buffered.push(...(await relay.drain()));
+      }
+    } else {
+      // Live news only, like the stream relay's writes: a store outage here must not cost the turn, whose
+      // request is already on its way (its commit rides the outage out).
+      await store.appendEvents(run.id, buffered.splice(0)).catch(() => {});
+      // Without streaming the runner yields the turn's pending reply.
+      message = await item;
+    }
+    const upstreamMs = Math.round(performance.now() - t0);
+    count('trs_turns_total', `{stop_reason="${message.stop_reason ?? 'none'}"}`);
+    const reply: StoredMessage = { role: 'assistant', content: message.content };
+    const calls = toolCallsOf(reply);
+    const record: IterationRecord = {
+      iteration,
+      reply_index: history.length,
+      results_index: null,
+      request: {
+        model: params.model,
+        max_tokens: params.max_tokens,
+        message_count: history.length,
+        params_rev: paramsRev,
+      },
+      stop_reason: message.stop_reason,
+      usage: {
+        input_tokens: message.usage?.input_tokens ?? 0,
+        output_tokens: message.usage?.output_tokens ?? 0,
+        cache_creation_input_tokens: message.usage?.cache_creation_input_tokens ?? 0,
+        cache_read_input_tokens: message.usage?.cache_read_input_tokens ?? 0,
+      },
+      tool_calls: calls.map(({ id, name }) => ({ id, name })),
+      started_at: new Date(startedAt).toISOString(),
+      completed_at: new Date().toISOString(),
+      timings: { upstream_ms: upstreamMs, first_event_ms: firstEventMs, tools_ms: null },
+    };
+    const completedEvent: [string, string] = ['turn.completed', JSON.stringify({ iteration, message })];
+
+    // on_max_tokens: retry the cut turn with twice the budget, up to the ceiling; the cut reply is dropped.
+    const omt = state.onMaxTokens;
+    if (message.stop_reason === 'max_tokens' && omt !== 'stop' && params.max_tokens < omt.ceiling) {
+      const bigger = Math.min(params.max_tokens * 2, omt.ceiling);
+      params = { ...params, max_tokens: bigger };
+      iteration--;
+      log.info(
+        { iteration, max_tokens: bigger },
+        'reply cut at max_tokens; sending the turn again with a bigger budget',
+      );
+      const res = await commit(deps, run, {
+        hset: { params: JSON.stringify(params) },
+        hincr: { params_rev: 1, ...usageIncr(message.usage) },
+        events: [
+          ...buffered,
+          completedEvent,
+          ['turn.dropped', JSON.stringify({ iteration: iteration + 1, reason: 'max_tokens_retry' })],
+          ['params.updated', JSON.stringify({ params: { max_tokens: bigger }, reason: 'max_tokens_retry' })],
+        ],
+      });
+      paramsRev = res.paramsRev;
+      runner.setMessagesParams({
+        ...runner.params,
+        max_tokens: bigger,
+        max_iterations: runnerTurns + Math.max(1, budgetLeft(state, iteration)),
+      });
+      continue;
+    }
+
+    const stops = STOP_REASONS_THAT_END.has(message.stop_reason ?? '') || calls.length === 0;
+    if (stops) {
+      const ends = message.stop_reason !== 'pause_turn';
+      const stopReason = message.stop_reason ?? 'end_turn';
+      // Calls of a reply that stopped for another reason (cut at max_tokens, say) are not run — their input may be
+      // cut off — but answered at once, so no unanswered tool_use is ever left in the history.
+      const unrun = calls.map((c) =>
+        resultBlock(c.id, interruptedResult(`not run: the reply stopped with ${stopReason}`), false),
+      );
+      const res = await commit(deps, run, {
+        push_msgs: [JSON.stringify(reply)],
+        push_iters: [JSON.stringify(record)],
+        hincr: { iteration: 1, ...usageIncr(message.usage) },
+        events: [
+          ...buffered,
+          completedEvent,
+          ['iteration.persisted', JSON.stringify({ iteration, revision: null }), 'rev'],
+        ],
+        ...(ends
+          ? {
+              queue: {
+                ...(unrun.length ? { base: JSON.stringify(unrun).slice(1, -1) } : {}),
+                none: idleOps(stopReason),
+              },
+            }
+          : {}),
+      });
+      history.push(reply);
+      if (!ends) continue; // pause_turn: the runner resumes the turn
+      if (res.merged) history.push(JSON.parse(res.merged) as StoredMessage);
+      if (res.mergedCount === 0) {
+        await store.unmarkDue(run.id);
+        return 'done';
+      }
+      if (budgetLeft(state, iteration) <= 0) return 'again';
+      await handOver(res.paramsRev);
+      continue;
+    }
+
+    // The reply calls tools. Calls that wait for a client (approval, client tools) end this runner: the reply is
+    // committed with its pending step, and the next step answers it.
+    const pending = pendingCalls(state, calls, deps.serverTools);
+    const waits = pending.some((c) => c.approval === 'required' || c.kind === 'client');
+    const autoServer = pending.filter((c) => c.kind === 'server' && c.approval === 'auto');
+    for (const c of autoServer) if (!waits) c.started = true;
+    const step: PendingStep = { calls: pending, review: false, iteration };
+    const started = waits
+      ? []
+      : autoServer.map((c): [string, string] => [
+          'tool.started',
+          JSON.stringify({ tool_use_id: c.id, name: c.name, input: c.input }),
+        ]);
+    const replyEvents: Array<[string, string]> = [...buffered, completedEvent, ...started];
+    const replyOps: ApplyOps = {
+      push_msgs: [JSON.stringify(reply)],
+      hincr: { iteration: 1, ...usageIncr(message.usage) },
+      events: replyEvents,
+    };
+    // One round trip per iteration when every call is to an idempotent server tool: the reply is committed with
+    // its results. A crash while they run loses the reply, and the turn is sent again — which may run those tools
+    // again, harmless as they are idempotent. Otherwise the reply (with its calls marked started) is committed
+    // first, so a non-idempotent call interrupted by a crash is answered "interrupted" instead of running twice.
+    const oneCommit = !waits && pending.every((c) => deps.serverTools.get(c.name)?.idempotent ?? true);
+    if (oneCommit) {
+      // Live clients still see the turn end and the tools start now; these events change no session field.
+      void store.appendEvents(run.id, replyEvents).catch(() => {});
+      replyOps.events = [];
+    } else {
+      await commit(deps, run, {
+        ...replyOps,
+        push_iters: [JSON.stringify(record)],
+        hset: { pending: JSON.stringify(step) },
+      });
+    }
+    history.push(reply);
+    if (waits) return 'again';
+
+    const toolsT0 = performance.now();
+    const toolMessage = await runner.generateToolResponse();
+    record.timings.tools_ms = Math.round(performance.now() - toolsT0);
+    // Tools cut short by a shutdown are not answered here: the pending step keeps them `started`, and the replica
+    // that resumes the run runs the idempotent ones again and answers the others "interrupted".
+    if (run.reason === 'shutdown') throw new APIUserAbortError();
+    const blocks = typeof toolMessage?.content === 'object' ? toolMessage.content : [];
+    for (const c of pending) {
+      const b = blocks.find((x) => x.type === 'tool_result' && x.tool_use_id === c.id);
+      c.result =
+        b?.type === 'tool_result'
+          ? { content: b.content ?? '', is_error: b.is_error === true }
+          : interruptedResult('no result');
+    }
+    const { outcome, paramsRev: storedRev } = await afterTools(
+      deps,
+      run,
+      state,
+      history,
+      step,
+      record,
+      durations,
+      oneCommit ? replyOps : null,
+    );
+    if (outcome !== 'continue') return outcome === 'done' ? 'done' : 'again';
+    // What was committed is what the runner sends next: our history, with the results (and any follow-ups).
+    if (budgetLeft(state, iteration) <= 0) break;
+    await handOver(storedRev);
+  }
+  return 'again';
+}
