@@ -1,0 +1,168 @@
+import type { z } from 'zod';
+import { cancelSession } from '../engine/commit.js';
+import { AppError, conflict } from '../errors.js';
+import type { patchSessionBody, retryBody } from '../schemas.js';
+import { encodeFields, type SessionState } from '../store/store.js';
+import {
+  checkIfMatch,
+  mergeParams,
+  mutate,
+  runOps,
+  type MutationResult,
+  type SessionDeps,
+} from './mutate.js';
+
+/** Changes params and policies; a run in flight takes them at its next turn boundary. */
+export function patchSession(
+  deps: SessionDeps,
+  tenant: string,
+  id: string,
+  body: z.infer<typeof patchSessionBody>,
+  ifMatch?: number,
+): Promise<MutationResult> {
+  return mutate(deps, tenant, id, ifMatch, async (s) => {
+    const next: Partial<SessionState> = {};
+    if (body.params) next.params = mergeParams(s.params, body.params);
+    if (body.max_iterations !== undefined) next.maxIterations = body.max_iterations;
+    if (body.approval !== undefined) next.approval = body.approval;
+    if (body.review_tool_results !== undefined) next.review = body.review_tool_results;
+    if (body.on_tool_error !== undefined) next.onToolError = body.on_tool_error;
+    if (body.on_max_tokens !== undefined) next.onMaxTokens = body.on_max_tokens;
+    if (body.cache_tool_results !== undefined) next.cacheToolResults = body.cache_tool_results;
+    if (body.stream !== undefined) next.stream = body.stream;
+    if (body.metadata !== undefined) next.metadata = body.metadata;
+    const paramsEvent: Array<[string, string]> = body.params
+      ? [['params.updated', JSON.stringify({ params: body.params })]]
+      : [];
+    return {
+      ops: {
+        hset: encodeFields(next),
+        hincr: { params_rev: 1 },
+        events: [...paramsEvent, ['session.updated', JSON.stringify(body)]],
+      },
+      after: () => deps.store.publishControl(id, 'params'),
+    };
+  });
+}
+
+/** Drops the last reply (and what followed it) and sends that turn again, optionally with changed params. */
+export function retryTurn(
+  deps: SessionDeps,
+  tenant: string,
+  id: string,
+  body: z.infer<typeof retryBody>,
+  ifMatch?: number,
+): Promise<MutationResult> {
+  return mutate(deps, tenant, id, ifMatch, async (s) => {
+    if (s.status === 'running')
+      throw conflict('session_running', 'A turn is in progress; cancel it first or wait.');
+    const records =
+      s.iteration > 0 ? await deps.store.iterationRecords(id, s.iteration - 1, s.iteration - 1) : [];
+    const rec = records[0];
+    if (!rec) throw conflict('nothing_to_retry', 'The session has no reply to retry.');
+    const params = body?.params ? mergeParams(s.params, body.params) : s.params;
+    const run = runOps(
+      { ...s, status: 'idle' },
+      { pending: null, params, iteration: s.iteration - 1, runStart: s.iteration - 1 },
+    );
+    const paramsEvent: Array<[string, string]> = body?.params
+      ? [['params.updated', JSON.stringify({ params: body.params })]]
+      : [];
+    return {
+      ops: {
+        ...run,
+        trim_msgs: rec.reply_index,
+        trim_iters: rec.iteration - 1,
+        hincr: { params_rev: 1 },
+        events: [
+          ['turn.dropped', JSON.stringify({ iteration: rec.iteration, reason: 'retry' })],
+          ...paramsEvent,
+          ...(run.events ?? []),
+        ],
+      },
+      starts: true,
+    };
+  });
+}
+
+/**
+ * Cancels the run. With no live owner (or while waiting for a client) the cancel is committed here; otherwise the
+ * owner is asked (control field + message) and this waits a bounded time for it to commit the cancel.
+ */
+export async function cancelRun(
+  deps: SessionDeps,
+  tenant: string,
+  id: string,
+  ifMatch?: number,
+): Promise<MutationResult> {
+  const { store } = deps;
+  const s = await store.loadFor(tenant, id);
+  checkIfMatch(s, ifMatch);
+  if (s.status === 'idle' || s.status === 'failed') {
+    throw conflict('session_not_running', `The session is ${s.status}; there is nothing to cancel.`);
+  }
+  if (s.status === 'requires_action' || !(await store.leaseHolder(id))) {
+    try {
+      await cancelSession(store, s, {});
+      await store.unmarkDue(id);
+    } catch (err) {
+      if (!(err instanceof AppError && err.code === 'invalid_status')) throw err;
+    }
+    return { state: await store.loadFor(tenant, id), queued: false };
+  }
+  await store.apply(
+    id,
+    { status: ['running'] },
+    { hset: { control: 'cancel' }, events: [['session.cancel_requested', '{}']] },
+  );
+  await store.publishControl(id, 'cancel');
+  // The owner aborts the turn and commits the cancel; wait a bounded time so most callers see the result.
+  for (let i = 0; i < 100; i++) {
+    const cur = await store.loadFor(tenant, id);
+    if (cur.status !== 'running') return { state: cur, queued: false };
+    if (i > 20 && !(await store.leaseHolder(id))) {
+      await cancelSession(store, cur, {}).catch(() => {});
+    }
+    await new Promise((r) => setTimeout(r, 30));
+  }
+  return { state: await store.loadFor(tenant, id), queued: true };
+}
+
+/** Runs a failed session again from where it failed (a failed tool step's failed server calls run anew). */
+export function resumeRun(
+  deps: SessionDeps,
+  tenant: string,
+  id: string,
+  ifMatch?: number,
+): Promise<MutationResult> {
+  return mutate(deps, tenant, id, ifMatch, async (s) => {
+    if (s.status !== 'failed')
+      throw conflict('session_not_failed', `The session is ${s.status}; only a failed session resumes.`);
+    let pending = s.pending;
+    if (pending) {
+      // The failed step runs again: failed server results are dropped so those calls run anew.
+      pending = structuredClone(pending);
+      for (const c of pending.calls) {
+        if (c.kind === 'server' && c.result?.is_error && c.approval !== 'denied') {
+          delete c.result;
+          delete c.reported;
+          c.started = false;
+        }
+      }
+    }
+    return { ops: runOps(s, { pending, runStart: s.runStart }), starts: true };
+  });
+}
+
+/** Deletes the session; a run in flight is told to stop. */
+export async function removeSession(
+  deps: SessionDeps,
+  tenant: string,
+  id: string,
+  ifMatch?: number,
+): Promise<void> {
+  const s = await deps.store.loadFor(tenant, id);
+  checkIfMatch(s, ifMatch);
+  if (s.status === 'running') await deps.store.publishControl(id, 'delete');
+  await deps.store.destroy(id, tenant, s.createdAt);
+}

@@ -1,0 +1,219 @@
+import type { z } from 'zod';
+import { statusEvent } from '../engine/status.js';
+import { AppError, badRequest, zodDetails } from '../errors.js';
+import { asBlocks, checkHistory, pendingToolCalls, type StoredMessage } from '../history.js';
+import { sessionParams, type CreateSessionBody, type forkBody } from '../schemas.js';
+import { encodeFields, newSessionId, type IterationRecord, type SessionState } from '../store/store.js';
+import { checkIfMatch, startRun, type SessionDeps } from './mutate.js';
+import { sessionView } from './view.js';
+
+export const DEFAULT_MODEL = 'claude-sonnet-5-5';
+export const DEFAULT_MAX_TOKENS = 1024;
+
+/** Store user turns with array content: queued follow-ups are appended to them by string concatenation in Lua. */
+export function normalize(m: StoredMessage): StoredMessage {
+  return m.role === 'user' && typeof m.content === 'string'
+    ? { role: 'user', content: asBlocks(m.content) }
+    : m;
+}
+
+const emptyUsage = () => ({
+  input_tokens: 0,
+  output_tokens: 0,
+  cache_creation_input_tokens: 0,
+  cache_read_input_tokens: 0,
+});
+
+/** A new session from the create body: params, tools and history checked, written, and its run started. */
+export async function createSession(
+  deps: SessionDeps,
+  tenant: string,
+  body: CreateSessionBody,
+): Promise<SessionState> {
+  const params = sessionParams.safeParse({
+    model: DEFAULT_MODEL,
+    max_tokens: DEFAULT_MAX_TOKENS,
+    ...body.params,
+    ...(body.model ? { model: body.model } : {}),
+    ...(body.max_tokens ? { max_tokens: body.max_tokens } : {}),
+    ...(body.system !== undefined ? { system: body.system } : {}),
+  });
+  if (!params.success) throw badRequest('Invalid params.', zodDetails(params.error.issues, ['params']));
+  checkTools(deps, body.tools);
+  const given: StoredMessage[] =
+    body.messages ?? (body.input ? [{ role: 'user' as const, content: body.input }] : []);
+  const messages = given.map(normalize);
+  const problems = checkHistory(messages);
+  if (problems.length) {
+    throw new AppError(
+      400,
+      'invalid_history',
+      `The messages break the Messages API's rules: ${problems[0]!.message}.`,
+      problems,
+    );
+  }
+  const last = messages.at(-1);
+  if (body.start && last?.role === 'assistant' && pendingToolCalls(messages).length === 0) {
+    throw new AppError(
+      400,
+      'invalid_history',
+      'To start a run the history must end with a user turn, or with an assistant turn whose tool calls the service answers (assistant prefill is not supported).',
+    );
+  }
+  if (body.start && messages.length === 0) {
+    throw badRequest('Give `messages` or `input` to start a session, or `start: false`.');
+  }
+  const now = Date.now();
+  const start = body.start && messages.length > 0;
+  const state: SessionState = {
+    id: newSessionId(),
+    tenant,
+    status: start ? 'running' : 'idle',
+    revision: 0,
+    iteration: 0,
+    runStart: 0,
+    params: params.data,
+    tools: body.tools,
+    maxIterations: body.max_iterations,
+    approval: body.approval,
+    review: body.review_tool_results,
+    onToolError: body.on_tool_error,
+    onMaxTokens: body.on_max_tokens,
+    cacheToolResults: body.cache_tool_results,
+    stream: body.stream,
+    pending: null,
+    stopReason: null,
+    error: null,
+    usage: emptyUsage(),
+    metadata: body.metadata,
+    createdAt: now,
+    updatedAt: now,
+    fence: 0,
+    msgCount: messages.length,
+    control: '',
+    paramsRev: 0,
+  };
+  await insert(deps, state, messages, []);
+  if (start) await startRun(deps, state.id);
+  return state;
+}
+
+/** A new idle session with the history of `id` up to the end of iteration `at_iteration`. */
+export async function forkSession(
+  deps: SessionDeps,
+  tenant: string,
+  id: string,
+  body: z.infer<typeof forkBody>,
+  ifMatch?: number,
+): Promise<SessionState> {
+  const { store } = deps;
+  const s = await store.loadFor(tenant, id);
+  checkIfMatch(s, ifMatch);
+  if (body.at_iteration > s.iteration) {
+    throw new AppError(404, 'iteration_not_found', `The session has ${s.iteration} iterations.`, {
+      iteration: s.iteration,
+    });
+  }
+  const records = await store.iterationRecords(id, 0, Math.max(0, body.at_iteration - 1));
+  let end: number;
+  if (body.at_iteration === 0) end = records[0]?.reply_index ?? s.msgCount;
+  else {
+    const rec = records[body.at_iteration - 1]!;
+    end = (rec.results_index ?? rec.reply_index) + 1;
+  }
+  const history = await store.history(id, 0, end - 1);
+  const kept = records.slice(0, body.at_iteration);
+  const now = Date.now();
+  const forked: SessionState = {
+    ...s,
+    id: newSessionId(),
+    status: 'idle',
+    revision: 0,
+    iteration: body.at_iteration,
+    runStart: body.at_iteration,
+    pending: null,
+    stopReason: null,
+    error: null,
+    usage: emptyUsage(),
+    metadata: forkMetadata(s.metadata, body.metadata, id, body.at_iteration),
+    createdAt: now,
+    updatedAt: now,
+    fence: 0,
+    msgCount: history.length,
+    control: '',
+  };
+  await insert(deps, forked, history, kept, { forked_from: id });
+  return forked;
+}
+
+function forkMetadata(
+  base: Record<string, unknown>,
+  extra: Record<string, unknown> | undefined,
+  from: string,
+  at: number,
+): Record<string, unknown> {
+  const merged = { ...base, ...extra, forked_from: from, forked_at_iteration: at };
+  if (Object.keys(merged).length > 32) {
+    throw badRequest('The fork would have more than 32 metadata keys.', [
+      {
+        path: '/metadata',
+        code: 'too_big',
+        message: 'at most 32 metadata keys, forked_from and forked_at_iteration included',
+      },
+    ]);
+  }
+  return merged;
+}
+
+/** Indexes a new session, then writes it (fields, history, iteration records, `session.created`) in one script. */
+async function insert(
+  deps: SessionDeps,
+  state: SessionState,
+  history: StoredMessage[],
+  records: IterationRecord[],
+  createdExtra: Record<string, unknown> = {},
+): Promise<void> {
+  // Indexed first: if the session write then fails, `list` drops the dangling index entry; the other order could
+  // leave a session that exists but is never listed.
+  await deps.store.index(state.tenant, state.id, state.createdAt);
+  const res = await deps.store.apply(
+    state.id,
+    { create: true },
+    {
+      hset: encodeFields(state),
+      push_msgs: history.map((m) => JSON.stringify(m)),
+      push_iters: records.map((r) => JSON.stringify(r)),
+      events: [
+        ['session.created', JSON.stringify({ ...sessionView({ ...state, revision: 1 }), ...createdExtra })],
+        ['session.status', statusEvent(state)],
+      ],
+    },
+  );
+  state.revision = res.revision;
+}
+
+function checkTools(deps: SessionDeps, tools: CreateSessionBody['tools']): void {
+  const names = new Set<string>();
+  for (const t of tools) {
+    const name = typeof t === 'string' ? t : t.name;
+    if (typeof t === 'string' && !deps.serverTools.has(t)) {
+      throw new AppError(
+        400,
+        'unknown_tool',
+        `There is no server tool named "${t}". GET /v1/tools lists them.`,
+        {
+          tool: t,
+        },
+      );
+    }
+    if (typeof t !== 'string' && deps.serverTools.has(t.name)) {
+      throw new AppError(
+        400,
+        'tool_name_conflict',
+        `"${t.name}" is the name of a server tool; name the client tool otherwise.`,
+      );
+    }
+    if (names.has(name)) throw new AppError(400, 'duplicate_tool', `The tool "${name}" is given twice.`);
+    names.add(name);
+  }
+}

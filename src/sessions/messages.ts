@@ -1,0 +1,58 @@
+import type { z } from 'zod';
+import { asBlocks, pendingToolCalls, type StoredMessage } from '../history.js';
+import type { postMessageBody } from '../schemas.js';
+import { mutate, runOps, type MutationResult, type SessionDeps } from './mutate.js';
+
+/**
+ * A follow-up user message. While a run is in flight (or waits for a client) it is queued and joins the next user
+ * turn; `interrupt` also aborts the turn in flight. Otherwise it starts a run.
+ */
+export function addMessage(
+  deps: SessionDeps,
+  tenant: string,
+  id: string,
+  body: z.infer<typeof postMessageBody>,
+  ifMatch?: number,
+): Promise<MutationResult> {
+  const content = body.content ?? body.text ?? '';
+  const message: StoredMessage = { role: 'user', content: asBlocks(content) };
+  // Queued as the inner JSON of its block array: the store merges follow-ups by concatenation.
+  const inner = JSON.stringify(asBlocks(content)).slice(1, -1);
+  return mutate(deps, tenant, id, ifMatch, async (s) => {
+    const queuedEvent: [string, string] = [
+      'message.queued',
+      JSON.stringify({ message, interrupt: body.interrupt }),
+    ];
+    const guard = { status: [s.status], ...(ifMatch !== undefined ? { rev: ifMatch } : {}) };
+    if (s.status === 'running' || s.status === 'requires_action') {
+      const interrupt = body.interrupt && s.status === 'running';
+      return {
+        guard,
+        ops: {
+          queue_push: [inner],
+          events: [queuedEvent],
+          ...(interrupt ? { hset: { control: 'interrupt' } } : {}),
+        },
+        queued: true,
+        ...(interrupt ? { after: () => deps.store.publishControl(id, 'interrupt') } : {}),
+      };
+    }
+    // A new message on a failed tool step accepts its results as they stand: they go to the model as they are.
+    const run = runOps(
+      s,
+      s.status === 'failed' && s.pending ? { pending: { ...s.pending, review: true } } : {},
+    );
+    return {
+      guard,
+      ops: { ...run, queue_push: [inner], events: [queuedEvent, ...(run.events ?? [])] },
+      starts: true,
+    };
+  });
+}
+
+/** The history the next turn sends (pending tool calls are answered first). */
+export async function listMessages(deps: SessionDeps, tenant: string, id: string) {
+  await deps.store.loadFor(tenant, id);
+  const history = await deps.store.history(id);
+  return { data: history, pending_tool_calls: pendingToolCalls(history).map((c) => c.id) };
+}

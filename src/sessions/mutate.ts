@@ -1,0 +1,119 @@
+import type { ServerTool } from '../../tools/types.js';
+import type { Engine } from '../engine/engine.js';
+import { statusEvent } from '../engine/status.js';
+import { AppError, badRequest, revisionMismatch, zodDetails } from '../errors.js';
+import { sessionParams, type SessionParams } from '../schemas.js';
+import {
+  encodeFields,
+  type ApplyOps,
+  type Guard,
+  type SessionState,
+  type SessionStore,
+  type Status,
+} from '../store/store.js';
+
+/** How often a read-compute-write mutation is tried again when the session changed between its read and write. */
+const CAS_ATTEMPTS = 8;
+
+/** What the session operations work with. */
+export interface SessionDeps {
+  store: SessionStore;
+  engine: Pick<Engine, 'kick'>;
+  serverTools: ReadonlyMap<string, ServerTool>;
+}
+
+export interface MutationResult {
+  state: SessionState;
+  /** Work was queued (a run started or a follow-up waits): the route answers 202. */
+  queued: boolean;
+}
+
+/** A mutation's write, worked out from the session as read. */
+export interface Plan {
+  ops: ApplyOps;
+  /** What must still hold at the write; by default the revision read. */
+  guard?: Guard;
+  /** The write makes the session `running`: a run starts. */
+  starts?: boolean;
+  /** A follow-up waits for the run in flight. */
+  queued?: boolean;
+  /** Done after the write (a control message to the run). */
+  after?: () => Promise<void>;
+}
+
+/** 412 unless the session is at the revision the client pinned with If-Match. */
+export function checkIfMatch(s: SessionState, ifMatch: number | undefined): void {
+  if (ifMatch !== undefined && s.revision !== ifMatch) throw revisionMismatch(s.revision);
+}
+
+/** Registers the run as due (any replica claims it if this one does not), then claims it here. */
+export async function startRun(deps: SessionDeps, id: string): Promise<void> {
+  await deps.store.markDue(id, Date.now() + 2000);
+  deps.engine.kick(id);
+}
+
+/**
+ * Read → check → guarded write, tried again when the session moved between the read and the write (unless the
+ * client pinned a revision with If-Match, which then answers 412).
+ */
+export async function mutate(
+  deps: SessionDeps,
+  tenant: string,
+  id: string,
+  ifMatch: number | undefined,
+  plan: (s: SessionState) => Promise<Plan>,
+): Promise<MutationResult> {
+  const { store } = deps;
+  for (let attempt = 0; ; attempt++) {
+    const s = await store.loadFor(tenant, id);
+    checkIfMatch(s, ifMatch);
+    const p = await plan(s);
+    try {
+      await store.apply(id, p.guard ?? { rev: s.revision }, p.ops);
+    } catch (err) {
+      const moved =
+        err instanceof AppError &&
+        ((err.code === 'revision_mismatch' && ifMatch === undefined) ||
+          (err.code === 'invalid_status' && p.guard?.status));
+      if (moved && attempt < CAS_ATTEMPTS) continue;
+      throw err;
+    }
+    if (p.starts) await startRun(deps, id);
+    if (p.after) await p.after();
+    const state = await store.loadFor(tenant, id);
+    return { state, queued: Boolean(p.starts || p.queued) };
+  }
+}
+
+/** Status change ops with its `session.status` event. */
+export function statusOps(s: SessionState, next: Partial<SessionState> & { status: Status }): ApplyOps {
+  const merged = { ...s, ...next };
+  return {
+    hset: encodeFields(next),
+    events: [['session.status', statusEvent(merged)]],
+  };
+}
+
+/** Ops that start a new run from `s` (a user turn or a decision), as `running`. */
+export function runOps(s: SessionState, extra: Partial<SessionState> = {}): ApplyOps {
+  return statusOps(s, {
+    status: 'running',
+    stopReason: null,
+    error: null,
+    control: '',
+    ...(s.status === 'idle' || s.status === 'failed' ? { runStart: s.iteration } : {}),
+    ...extra,
+  });
+}
+
+/** Params after a change: a `null` value removes the field. Checked as a whole. */
+export function mergeParams(current: SessionParams, change: Record<string, unknown>): SessionParams {
+  const merged: Record<string, unknown> = { ...current };
+  for (const [k, v] of Object.entries(change)) {
+    if (v === null) delete merged[k];
+    else merged[k] = v;
+  }
+  const parsed = sessionParams.safeParse(merged);
+  if (!parsed.success) throw badRequest('Invalid params.', zodDetails(parsed.error.issues, ['params']));
+  return parsed.data;
+}

@@ -1,0 +1,178 @@
+import type { z } from 'zod';
+import { AppError, conflict, zodDetails } from '../errors.js';
+import { blocksOf } from '../history.js';
+import type { decisionBody, toolResultsBody } from '../schemas.js';
+import type { ApplyOps, PendingStep, SessionState, ToolResult } from '../store/store.js';
+import { mutate, runOps, statusOps, type MutationResult, type SessionDeps } from './mutate.js';
+import { sessionView } from './view.js';
+
+type ResultInput = z.infer<typeof toolResultsBody>['results'][number];
+
+/** Whether the pending step can go on without a client: no decision and no client result missing. */
+function ready(step: PendingStep): boolean {
+  return !step.calls.some((c) => c.approval === 'required' || (c.kind === 'client' && !c.result));
+}
+
+/** The issues of a zod error thrown by a tool's `parse`, if it is one. */
+function zodIssues(err: unknown): z.core.$ZodIssue[] | null {
+  return typeof err === 'object' && err !== null && 'issues' in err && Array.isArray(err.issues)
+    ? err.issues
+    : null;
+}
+
+/** Approve (optionally with an edited input) or deny a call that waits for a decision. */
+export function decide(
+  deps: SessionDeps,
+  tenant: string,
+  id: string,
+  toolUseId: string,
+  body: z.infer<typeof decisionBody>,
+  ifMatch?: number,
+): Promise<MutationResult> {
+  return mutate(deps, tenant, id, ifMatch, async (s) => {
+    if (s.status !== 'requires_action' || !s.pending?.calls.some((c) => c.approval !== 'auto')) {
+      throw conflict('nothing_awaits_approval', 'No tool call of this session waits for a decision.');
+    }
+    const step = structuredClone(s.pending);
+    const call = step.calls.find((c) => c.id === toolUseId);
+    if (!call) {
+      throw conflict('unknown_tool_use_id', `No pending tool call has the id ${toolUseId}.`, {
+        tool_use_id: toolUseId,
+      });
+    }
+    if (call.approval === 'auto')
+      throw conflict('approval_not_required', `The call ${toolUseId} needs no decision.`);
+    if (call.approval !== 'required')
+      throw conflict('tool_call_already_decided', `The call ${toolUseId} was already ${call.approval}.`);
+    const ops: ApplyOps = {};
+    if (body.decision === 'deny') {
+      call.approval = 'denied';
+      if (body.reason) call.reason = body.reason;
+    } else {
+      call.approval = 'approved';
+      if (body.input) {
+        const tool = deps.serverTools.get(call.name);
+        try {
+          tool?.tool.parse?.(body.input);
+        } catch (err) {
+          const issues = zodIssues(err);
+          throw new AppError(
+            400,
+            'invalid_tool_input',
+            `The edited input does not fit ${call.name}'s schema.`,
+            issues ? zodDetails(issues, ['input']) : String(err),
+          );
+        }
+        call.input = body.input;
+        // The model must see the call that ran: the edited input replaces the call's input in the history.
+        const last = await deps.store.lastMessage(id);
+        if (!last) throw conflict('unknown_tool_use_id', 'The history has no such call.');
+        const edited = {
+          ...last,
+          content: blocksOf(last).map((b) =>
+            b.type === 'tool_use' && b.id === toolUseId ? { ...b, input: body.input } : b,
+          ),
+        };
+        ops.lset_msgs = [[s.msgCount - 1, JSON.stringify(edited)]];
+      }
+    }
+    const decided: [string, string] = [
+      'tool_call.decided',
+      JSON.stringify({
+        tool_use_id: toolUseId,
+        decision: body.decision,
+        input: body.input,
+        reason: body.reason,
+      }),
+    ];
+    const goes = !step.calls.some((c) => c.approval === 'required');
+    const st = goes
+      ? runOps(s, { pending: step })
+      : statusOps(s, { status: 'requires_action', pending: step });
+    return {
+      ops: {
+        ...ops,
+        hset: { ...st.hset, pending: JSON.stringify(step) },
+        events: [decided, ...(st.events ?? [])],
+      },
+      starts: goes,
+    };
+  });
+}
+
+/** One result: a client tool's, or a replacement of a result under review. Returns its event. */
+function applyResult(step: PendingStep, r: ResultInput): [string, string] {
+  const call = step.calls.find((c) => c.id === r.tool_use_id);
+  if (!call)
+    throw conflict('unknown_tool_use_id', `No pending tool call has the id ${r.tool_use_id}.`, {
+      tool_use_id: r.tool_use_id,
+    });
+  const result: ToolResult = { content: r.content, is_error: r.is_error ?? false };
+  if (step.review && call.result) {
+    call.result = result;
+    return ['tool_result.replaced', JSON.stringify({ tool_use_id: r.tool_use_id, ...result })];
+  }
+  if (call.kind === 'client' && !call.result) {
+    call.result = result;
+    return ['tool_result.submitted', JSON.stringify({ tool_use_id: r.tool_use_id, ...result })];
+  }
+  if (call.result)
+    throw conflict('tool_result_already_submitted', `The call ${r.tool_use_id} already has its result.`);
+  throw conflict(
+    'tool_result_not_expected',
+    `The call ${r.tool_use_id} is a server tool call that has not run; it takes no result now.`,
+  );
+}
+
+/**
+ * Results of client tools, or replacements of results under review. The run goes on once nothing else waits:
+ * at once for client results, on `go` (or `continue`) for reviewed ones.
+ */
+export function submitResults(
+  deps: SessionDeps,
+  tenant: string,
+  id: string,
+  results: ResultInput[],
+  go: boolean,
+  ifMatch?: number,
+): Promise<MutationResult> {
+  return mutate(deps, tenant, id, ifMatch, async (s) => {
+    if (s.status !== 'requires_action' || !s.pending) {
+      throw conflict('nothing_awaits_results', `The session is ${s.status}; no tool result is expected.`);
+    }
+    const step = structuredClone(s.pending);
+    const events = results.map((r) => applyResult(step, r));
+    // Client results alone let the run go on; reviewed results wait for `continue`.
+    const goes = ready(step) && (go || !step.review);
+    const st = goes
+      ? runOps(s, { pending: step })
+      : statusOps(s, { status: 'requires_action', pending: step });
+    return {
+      ops: { hset: { ...st.hset, pending: JSON.stringify(step) }, events: [...events, ...(st.events ?? [])] },
+      starts: goes,
+    };
+  });
+}
+
+/** Lets a paused run go on: results under review accepted, or a fresh budget after `max_iterations`. */
+export function continueRun(
+  deps: SessionDeps,
+  tenant: string,
+  id: string,
+  ifMatch?: number,
+): Promise<MutationResult> {
+  return mutate(deps, tenant, id, ifMatch, async (s: SessionState) => {
+    if (s.status === 'idle' && s.stopReason === 'max_iterations') {
+      // A fresh iteration budget: the run goes on from the tool results it stopped after.
+      return { ops: runOps(s), starts: true };
+    }
+    if (s.status !== 'requires_action' || !s.pending)
+      throw conflict('nothing_to_continue', `The session is ${s.status}.`);
+    if (!ready(s.pending)) {
+      throw conflict('tool_calls_undecided', 'Some calls still wait for a decision or a client result.', {
+        required_action: sessionView(s).required_action,
+      });
+    }
+    return { ops: runOps(s, { pending: { ...s.pending, review: true } }), starts: true };
+  });
+}
