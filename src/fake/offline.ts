@@ -4,6 +4,10 @@
  * or the time calls the matching tool when the request offers it; anything else gets a friendly explanation.
  */
 import type { FakeBlock, FakeHandler, FakeMessageReply, FakeRequest } from './wire.js';
+import { extractExpression, extractNumbers, extractPlaces, extractZoneNames } from './offline-text.js';
+import { isDotOrSpace, trimEndWhere } from './scan.js';
+
+export { extractExpression, extractPlaces };
 
 /** Tools the request offers by name: `tools`, plus `tool_addition` (less `tool_removal`) blocks of system messages. */
 export function availableTools(req: FakeRequest): Map<string, any> {
@@ -101,9 +105,7 @@ function resultText(content: unknown): string {
 }
 
 function summarize(result: any, toolUse: any): string {
-  let out = resultText(result.content)
-    .trim()
-    .replace(/[.\s]+$/, '');
+  let out = trimEndWhere(resultText(result.content).trimStart(), isDotOrSpace);
   const name: string = toolUse?.name ?? 'the tool';
   const input = toolUse?.input ?? {};
   if (result.is_error) return `${name} failed: ${out}.`;
@@ -206,32 +208,6 @@ function inputKey(tool: any, candidates: string[], fallback: string): string {
   return keys.length === 1 ? keys[0]! : fallback;
 }
 
-const WORD = String.raw`[A-Z][\p{L}'’-]*`;
-const NAME = String.raw`${WORD}(?:\s+${WORD})*`;
-const SEPARATOR = String.raw`(?:\s*,\s*(?:and\s+|or\s+)?|\s+and\s+|\s+or\s+|\s*&\s*)`;
-const PLACES = new RegExp(String.raw`\b(?:in|for|at)\s+(${NAME}(?:${SEPARATOR}${NAME})*)`, 'gu');
-const LOWERCASE_PLACE = /\b(?:in|for)\s+([a-z][\p{L}-]+)/gu;
-const NOT_PLACES = new Set(['the', 'a', 'an', 'my', 'your', 'our', 'this', 'that', 'it', 'general', 'total']);
-
-/** Capitalised place names after "in", "for" or "at": "in Paris and Tokyo" gives Paris and Tokyo. */
-export function extractPlaces(text: string): string[] {
-  const places: string[] = [];
-  for (const match of text.matchAll(PLACES)) {
-    for (const part of match[1]!.split(/\s*(?:,|&|\band\b|\bor\b)\s*/)) {
-      const place = part.trim().replace(/[.'’]+$/, '');
-      if (place && !places.includes(place)) places.push(place);
-    }
-  }
-  if (places.length) return places;
-  for (const match of text.matchAll(LOWERCASE_PLACE)) {
-    const word = match[1]!;
-    if (NOT_PLACES.has(word)) continue;
-    const place = word[0]!.toUpperCase() + word.slice(1);
-    if (!places.includes(place)) places.push(place);
-  }
-  return places;
-}
-
 const ZONES: Record<string, string> = {
   paris: 'Europe/Paris',
   london: 'Europe/London',
@@ -264,27 +240,11 @@ const ZONES: Record<string, string> = {
 
 /** IANA zones named in the text, else the zones of the places it names, else UTC. */
 function extractZones(text: string, places: string[]): string[] {
-  const named = text.match(/\b[A-Z][A-Za-z]+(?:_[A-Z][A-Za-z]+)*\/[A-Z][A-Za-z_]+(?:\/[A-Z][A-Za-z_]+)?\b/g);
-  if (named?.length) return [...new Set(named)];
+  const named = extractZoneNames(text);
+  if (named.length) return named;
   const zones = places.map((place) => ZONES[place.toLowerCase()]).filter((zone): zone is string => !!zone);
   if (/\b(UTC|GMT)\b/.test(text)) zones.push('UTC');
   return zones.length ? [...new Set(zones)] : ['UTC'];
-}
-
-/** The longest arithmetic expression in the text with at least two numbers: "2*(3+4)". */
-export function extractExpression(text: string): string | undefined {
-  let best: string | undefined;
-  for (const match of text.matchAll(/[\d.\s+\-*/^%()×÷]+/g)) {
-    const candidate = match[0]
-      .trim()
-      .replace(/^[.\s]+|[.\s]+$/g, '')
-      .replace(/×/g, '*')
-      .replace(/÷/g, '/');
-    const numbers = candidate.match(/\d+(?:\.\d+)?/g) ?? [];
-    if (numbers.length < 2 || !/\d\s*[-+*/^%]\s*[\d(]|\)\s*[-+*/^%]/.test(candidate)) continue;
-    if (!best || candidate.length > best.length) best = candidate;
-  }
-  return best;
 }
 
 function planMath(text: string, tools: Map<string, any>): { call: FakeBlock; note: string } | undefined {
@@ -298,7 +258,7 @@ function planMath(text: string, tools: Map<string, any>): { call: FakeBlock; not
     const key = inputKey(evalTool, ['expression', 'expr', 'input'], 'expression');
     return { call: call('evaluate_expression', { [key]: expression }), note: `evaluate ${expression}` };
   }
-  const numbers = (text.match(/-?\d+(?:\.\d+)?/g) ?? []).map(Number);
+  const numbers = extractNumbers(text, true);
   const wantsSum =
     /\b(sum|add|adding|plus|total)\b/i.test(text) || (!!expression && expression.includes('+'));
   if (wantsSum && numbers.length >= 2) {

@@ -14,7 +14,7 @@ import type { AddressInfo, Socket } from 'node:net';
 import { handleControl, notFound } from './control.js';
 import { handleMessages } from './messages.js';
 import { offlineHandler } from './offline.js';
-import { sendApiError } from './respond.js';
+import { errorBody, sendApiError, sendJson } from './respond.js';
 import { FakeState } from './state.js';
 import type { FakeHandler, FakeReply, FakeRequest } from './wire.js';
 
@@ -22,7 +22,8 @@ export * from './wire.js';
 export * from './script.js';
 export { offlineHandler, offlineReply } from './offline.js';
 export { validateConversation } from './validate.js';
-export { textChunks, jsonChunks } from './sse.js';
+export { jsonChunks } from './sse.js';
+export { textChunks } from './scan.js';
 
 export interface FakeAnthropic {
   /** e.g. `http://127.0.0.1:PORT`; give it to the SDK as `baseURL`. */
@@ -72,11 +73,23 @@ export interface FakeAnthropicOptions {
   maxThreads?: number | undefined;
   /** Serve the `/_fake/*` control routes (default true). */
   control?: boolean | undefined;
+  /**
+   * Largest request body read, in bytes (default 32 MiB, the real API's limit for the Messages API); a larger one is
+   * answered `413 request_too_large` without being buffered.
+   */
+  maxBodyBytes?: number | undefined;
+  /** How long a client may take to send a whole request, in ms (default 60000, 0 for no limit); then Node answers 408. */
+  requestTimeoutMs?: number | undefined;
 }
+
+/** The real API's request size limit for the Messages API. */
+export const DEFAULT_MAX_BODY_BYTES = 32 * 1024 * 1024;
 
 export async function startFakeAnthropic(opts: FakeAnthropicOptions = {}): Promise<FakeAnthropic> {
   const host = opts.host ?? '127.0.0.1';
   const control = opts.control ?? true;
+  const maxBodyBytes = opts.maxBodyBytes ?? DEFAULT_MAX_BODY_BYTES;
+  const requestTimeoutMs = opts.requestTimeoutMs ?? 60_000;
   const state = new FakeState({
     defaultHandler: opts.handler ?? offlineHandler,
     startPacing: opts.eventDelayMs ?? 0,
@@ -88,33 +101,53 @@ export async function startFakeAnthropic(opts: FakeAnthropicOptions = {}): Promi
   });
   const sockets = new Set<Socket>();
 
-  const server = http.createServer((req, res) => {
-    const method = req.method ?? 'GET';
-    const url = new URL(req.url ?? '/', 'http://fake');
-    const path = url.pathname;
-    const isMessages = path === '/v1/messages' && method === 'POST';
-    const isControl = control && path.startsWith('/_fake/');
-    if (!isMessages && !isControl) {
-      req.resume();
-      return notFound(res, method, path);
-    }
-    const chunks: Buffer[] = [];
-    req.on('data', (chunk: Buffer) => chunks.push(chunk));
-    req.on('end', () => {
-      const raw = Buffer.concat(chunks).toString('utf8');
-      if (isControl) return handleControl(state, path, url, res, raw, method);
-      handleMessages(state, req, res, raw).catch((error: unknown) => {
-        sendApiError(res, {
-          status: 500,
-          type: 'api_error',
-          message: `fake server error: ${error instanceof Error ? error.message : String(error)}`,
+  const server = http.createServer(
+    {
+      requestTimeout: requestTimeoutMs,
+      headersTimeout: Math.min(66_000, requestTimeoutMs),
+      keepAliveTimeout: 65_000,
+      // How often Node looks for requests past their timeout (its default, 30 s, would let a slow one live that long).
+      connectionsCheckingInterval:
+        requestTimeoutMs > 0 ? Math.max(50, Math.min(1000, requestTimeoutMs / 4)) : 30_000,
+    },
+    (req, res) => {
+      const method = req.method ?? 'GET';
+      const url = new URL(req.url ?? '/', 'http://fake');
+      const path = url.pathname;
+      const isMessages = path === '/v1/messages' && method === 'POST';
+      const isControl = control && path.startsWith('/_fake/');
+      if (!isMessages && !isControl) {
+        req.resume();
+        return notFound(res, method, path);
+      }
+      const declared = Number(req.headers['content-length'] ?? 0);
+      const chunks: Buffer[] = [];
+      let size = 0;
+      let tooLarge = declared > maxBodyBytes;
+      req.on('data', (chunk: Buffer) => {
+        if (tooLarge) return; // drained, not kept: the connection closes once the request ends
+        size += chunk.length;
+        if (size > maxBodyBytes) {
+          tooLarge = true;
+          chunks.length = 0;
+          tooLargeReply(res, maxBodyBytes);
+        } else chunks.push(chunk);
+      });
+      if (tooLarge) tooLargeReply(res, maxBodyBytes);
+      req.on('end', () => {
+        if (tooLarge) return;
+        const raw = Buffer.concat(chunks).toString('utf8');
+        if (isControl) return handleControl(state, path, url, res, raw, method);
+        handleMessages(state, req, res, raw).catch((error: unknown) => {
+          sendApiError(res, {
+            status: 500,
+            type: 'api_error',
+            message: `fake server error: ${error instanceof Error ? error.message : String(error)}`,
+          });
         });
       });
-    });
-  });
-  server.keepAliveTimeout = 65_000;
-  server.headersTimeout = 66_000;
-  server.requestTimeout = 0;
+    },
+  );
   server.on('connection', (socket) => {
     sockets.add(socket);
     socket.on('close', () => sockets.delete(socket));
@@ -160,4 +193,17 @@ export async function startFakeAnthropic(opts: FakeAnthropicOptions = {}): Promi
       return new Promise<void>((resolve) => server.close(() => resolve()));
     },
   };
+}
+
+/**
+ * `413 request_too_large`, as the real API answers, with `connection: close`: the rest of the body is read and
+ * dropped (bounded by the request timeout) rather than the socket reset, so the client reads the answer.
+ */
+function tooLargeReply(res: http.ServerResponse, maxBodyBytes: number): void {
+  sendJson(
+    res,
+    413,
+    errorBody('request_too_large', `Request exceeds the maximum allowed number of bytes (${maxBodyBytes}).`),
+    { connection: 'close' },
+  );
 }

@@ -5,6 +5,7 @@
 import type http from 'node:http';
 import { DEFAULT_ERROR_MESSAGES, errorBody, shortId } from './respond.js';
 import type { FakeState } from './state.js';
+import { textChunks } from './scan.js';
 import type { FakeMessageReply, FakeRequest, WireMessage } from './wire.js';
 
 /**
@@ -165,16 +166,6 @@ export function sseEvents(message: WireMessage): string[] {
   );
   events.push(sse('message_stop', { type: 'message_stop' }));
   return events;
-}
-
-/** Text split into chunks of three words (with their trailing whitespace). */
-export function textChunks(text: string, wordsPerChunk = 3): string[] {
-  if (!text) return [];
-  const words = text.match(/\s*\S+\s*/g) ?? [text];
-  const chunks: string[] = [];
-  for (let i = 0; i < words.length; i += wordsPerChunk)
-    chunks.push(words.slice(i, i + wordsPerChunk).join(''));
-  return chunks;
 }
 
 /** JSON split into at least two chunks (of at most ~24 characters) when it has two characters or more. */
