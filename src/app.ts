@@ -5,6 +5,8 @@ import swaggerUi from '@fastify/swagger-ui';
 import websocket from '@fastify/websocket';
 import { jsonSchemaTransform, serializerCompiler, validatorCompiler } from 'fastify-type-provider-zod';
 import type { Config } from './config.js';
+import { badRequest } from './errors.js';
+import { DEFAULT_JSON_MAX_DEPTH, jsonTooDeep, tooDeepMessage } from './json-depth.js';
 import redisPlugin from './plugins/redis.js';
 import anthropicPlugin from './plugins/anthropic.js';
 import enginePlugin from './plugins/engine.js';
@@ -34,12 +36,17 @@ const app: FastifyPluginAsync<AppOptions> = async (fastify, opts) => {
   fastify.setValidatorCompiler(validatorCompiler);
   fastify.setSerializerCompiler(serializerCompiler);
   // An empty JSON body reads as no body (routes without one accept that), else Fastify's own parser (which also
-  // refuses __proto__ / constructor poisoning).
+  // refuses __proto__ / constructor poisoning). Nesting is bounded before the parse (400 `invalid_request`).
   const jsonParser = fastify.getDefaultJsonParser('error', 'error');
   fastify.removeContentTypeParser('application/json');
   fastify.addContentTypeParser('application/json', { parseAs: 'string' }, (req, body, done) => {
     const text = String(body);
     if (text.trim() === '') return done(null, undefined);
+    if (jsonTooDeep(text, DEFAULT_JSON_MAX_DEPTH))
+      return done(
+        badRequest(tooDeepMessage(DEFAULT_JSON_MAX_DEPTH), { max_depth: DEFAULT_JSON_MAX_DEPTH }),
+        undefined,
+      );
     return jsonParser(req, text, done);
   });
 

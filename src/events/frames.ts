@@ -2,6 +2,7 @@ import { z } from 'zod';
 import type { FastifyBaseLogger } from 'fastify';
 import { AppError, zodDetails } from '../errors.js';
 import { isStoreDown } from '../plugins/errors.js';
+import { DEFAULT_JSON_MAX_DEPTH, jsonTooDeep, tooDeepMessage } from '../json-depth.js';
 import { decisionBody, postMessageBody, toolResultBody } from '../schemas.js';
 import type { MutationResult, SessionService } from '../sessions/service.js';
 
@@ -48,6 +49,8 @@ export async function handleFrame(
   ctx: { tenant: string; sessionId: string; sessions: SessionService; log: FastifyBaseLogger },
 ): Promise<ServerFrame> {
   let msg: unknown;
+  if (jsonTooDeep(raw, DEFAULT_JSON_MAX_DEPTH))
+    return errorFrame(null, 'invalid_request', tooDeepMessage(DEFAULT_JSON_MAX_DEPTH));
   try {
     msg = JSON.parse(raw);
   } catch {
