@@ -1,13 +1,45 @@
 import { Ajv } from 'ajv';
 import { z } from 'zod';
 
-/** Compiles client tools' JSON Schemas to check they are valid schemas (draft-07 / 2019-09 keywords). */
-const ajv = new Ajv({ strict: false, validateSchema: true });
+/**
+ * Client tools' JSON Schemas are checked against the JSON Schema meta-schema, never compiled: compiling would keep
+ * every schema (accepted or not) in the instance's registry for the life of the process, cost time superlinear in
+ * the schema, and make a `$id` one tenant used clash for every later request. Validating against the meta-schema
+ * keeps nothing, is linear in the schema's size (bounded below), and `$id` means nothing to it. The model provider
+ * checks the schema again when it is used.
+ */
+const metaSchemaChecker = new Ajv({ strict: false, validateSchema: true });
 
-function compilesAsJsonSchema(schema: unknown): string | null {
-  try {
-    ajv.compile(schema as object);
+/** Largest `input_schema` of a client tool, as JSON (UTF-16 code units, as the JSON text). */
+export const TOOL_SCHEMA_MAX_BYTES = 65_536;
+
+/** Every `$ref` of a schema must point inside it (`#…`): nothing is fetched or looked up elsewhere. */
+function firstExternalRef(value: unknown, path: string): string | null {
+  if (Array.isArray(value)) {
+    for (let i = 0; i < value.length; i++) {
+      const found = firstExternalRef(value[i], `${path}/${i}`);
+      if (found) return found;
+    }
     return null;
+  }
+  if (typeof value !== 'object' || value === null) return null;
+  for (const [k, v] of Object.entries(value)) {
+    if (k === '$ref' && typeof v === 'string' && !v.startsWith('#')) return `${path}/$ref`;
+    const found = firstExternalRef(v, `${path}/${k}`);
+    if (found) return found;
+  }
+  return null;
+}
+
+function jsonSchemaProblem(schema: object): string | null {
+  const size = JSON.stringify(schema).length;
+  if (size > TOOL_SCHEMA_MAX_BYTES)
+    return `the schema is ${size} bytes as JSON; at most ${TOOL_SCHEMA_MAX_BYTES} are accepted`;
+  const ref = firstExternalRef(schema, '');
+  if (ref) return `only local references ("#…") are allowed (at ${ref})`;
+  try {
+    if (metaSchemaChecker.validateSchema(schema) === true) return null;
+    return metaSchemaChecker.errorsText(metaSchemaChecker.errors, { dataVar: 'schema' });
   } catch (err) {
     return err instanceof Error ? err.message : String(err);
   }
@@ -113,7 +145,7 @@ const jsonSchemaObject = z
   .looseObject({ type: z.literal('object'), properties: z.record(z.string(), z.unknown()).optional() })
   .superRefine((s, ctx) => {
     const { $schema: _ignored, ...rest } = s;
-    const problem = compilesAsJsonSchema(rest);
+    const problem = jsonSchemaProblem(rest);
     if (problem) ctx.addIssue({ code: 'custom', message: `not a valid JSON Schema: ${problem}` });
   });
 export const clientTool = z.strictObject({
