@@ -101,6 +101,13 @@ export async function startService(env: NodeJS.ProcessEnv = process.env): Promis
       disableRequestLogging: config.LOG_LEVEL !== 'debug' && config.LOG_LEVEL !== 'trace',
     }),
     forceCloseConnections: true,
+    // Slow clients: a whole request within REQUEST_TIMEOUT_MS, no silent socket (idle keep-alive included) beyond
+    // CONNECTION_TIMEOUT_MS. Node
+    // checks the request deadline every `connectionsCheckingInterval` (its default is 30 s: far too coarse).
+    requestTimeout: config.REQUEST_TIMEOUT_MS,
+    connectionTimeout: config.CONNECTION_TIMEOUT_MS,
+    keepAliveTimeout: config.CONNECTION_TIMEOUT_MS,
+    http: { connectionsCheckingInterval: Math.min(1000, Math.ceil(config.REQUEST_TIMEOUT_MS / 4)) },
     // tool_use ids may be up to 128 characters; the routes' schemas give the 400 beyond.
     routerOptions: { maxParamLength: 256 },
   });
@@ -137,6 +144,7 @@ export async function startService(env: NodeJS.ProcessEnv = process.env): Promis
         ? { apiKey: 'offline', baseURL: offline.url, offline: true }
         : { apiKey: config.ANTHROPIC_API_KEY!, baseURL: config.ANTHROPIC_BASE_URL, offline: false },
     });
+    fastify.server.maxConnections = config.MAX_CONNECTIONS;
     await fastify.listen({ port: config.PORT, host: config.HOST });
   } catch (err) {
     await fastify.close().catch(() => {});

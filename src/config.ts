@@ -76,6 +76,16 @@ export const configSchema = z.object({
   WS_PING_MS: positiveMs.default(30_000),
   /** A replaying WebSocket/SSE client whose socket does not drain for this long is closed as a slow reader. */
   SLOW_READER_TIMEOUT_MS: positiveMs.default(30_000),
+  /** Longest a client may take to send a whole request (headers and body); then 408 and the socket is closed. */
+  REQUEST_TIMEOUT_MS: positiveMs.default(30_000),
+  /**
+   * A socket with no traffic either way for this long is closed (keep-alive idle, stalled uploads). Longer than the
+   * SSE heartbeat (15 s) and than a load balancer's idle timeout (often 60 s); upgraded WebSockets have their own
+   * pings (WS_PING_MS) instead.
+   */
+  CONNECTION_TIMEOUT_MS: positiveMs.default(72_000),
+  /** Open TCP connections one process accepts (HTTP, SSE and WebSocket together); beyond, new ones are dropped. */
+  MAX_CONNECTIONS: positiveMs.default(10_000),
   /** Requests per minute per tenant on mutating routes. 0 disables the limit. */
   RATE_LIMIT_PER_MIN: z.coerce.number().int().min(0).default(0),
   /** Most runs one process drives at once; more wait in `runs:due` (any replica may take them). */

@@ -51,6 +51,13 @@ export default fp(
           .code(400)
           .send({ error: { code: 'invalid_json', message: 'The request body is not valid JSON.' } });
       }
+      if (req.raw.readableAborted || (err.code === 'ECONNRESET' && err.message === 'aborted')) {
+        // The client went away mid-upload (or was timed out by REQUEST_TIMEOUT_MS): nothing to answer, not our error.
+        req.log.info({ err: { code: err.code, message: err.message } }, 'client aborted the request');
+        return reply
+          .code(400)
+          .send({ error: { code: 'request_aborted', message: 'The request was aborted.' } });
+      }
       if (isStoreDown(err)) {
         req.log.warn({ err }, 'store unavailable');
         return reply
