@@ -2,7 +2,6 @@ import type { FastifyPluginAsyncZod } from 'fastify-type-provider-zod';
 import { z } from 'zod';
 import type { Config } from '../src/config.js';
 import { badRequest } from '../src/errors.js';
-import { count } from '../src/metrics.js';
 import { isStoreDown } from '../src/plugins/errors.js';
 import { sessionIdParam } from '../src/schemas.js';
 import { isCursor, parseCursor } from '../src/events/cursor.js';
@@ -51,6 +50,7 @@ const routes: FastifyPluginAsyncZod<{ config: Config }> = async (app, { config }
         const after = parseCursor(req.query.after)!;
         const limit = req.query.limit;
         const page = await readPage(app.redis, id, after, limit + 1);
+        app.metrics.replayPages.inc({ source: 'poll' });
         if (page.expired) {
           throw cursorExpired(id, {
             cursor: after,
@@ -88,7 +88,9 @@ const routes: FastifyPluginAsyncZod<{ config: Config }> = async (app, { config }
         'x-accel-buffering': 'no',
       });
       res.write('retry: 2000\n\n');
-      count('trs_event_streams_total', '{transport="sse"}');
+      app.metrics.streamsOpened.inc({ transport: 'sse' });
+      app.metrics.streamConnections.inc({ transport: 'sse' });
+      res.once('close', () => app.metrics.streamConnections.dec({ transport: 'sse' }));
 
       let done = false;
       const heartbeat = setInterval(() => {
@@ -103,7 +105,7 @@ const routes: FastifyPluginAsyncZod<{ config: Config }> = async (app, { config }
         else res.end();
       };
       const slowReader = () => {
-        count('trs_event_stream_slow_closes_total', '{transport="sse"}');
+        app.metrics.slowReaderCloses.inc({ transport: 'sse' });
         hub.emit('slow-reader', id, 'sse');
         end(true);
       };

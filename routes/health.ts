@@ -1,5 +1,4 @@
 import type { FastifyPluginAsyncZod } from 'fastify-type-provider-zod';
-import { metrics } from '../src/metrics.js';
 
 const routes: FastifyPluginAsyncZod = async (app) => {
   app.get('/healthz', { schema: { tags: ['health'] } }, async () => ({ status: 'ok' }));
@@ -27,8 +26,8 @@ const routes: FastifyPluginAsyncZod = async (app) => {
   });
 
   app.get('/metrics', { schema: { tags: ['health'], hide: true } }, async (_req, reply) => {
-    reply.header('content-type', 'text/plain; version=0.0.4');
-    return metrics(app);
+    reply.header('content-type', app.metrics.contentType);
+    return app.metrics.text();
   });
 };
 

@@ -5,7 +5,6 @@ import type { FastifyPluginAsyncZod } from 'fastify-type-provider-zod';
 import type { WebSocket } from 'ws';
 import { z } from 'zod';
 import type { Config } from '../src/config.js';
-import { count } from '../src/metrics.js';
 import { isStoreDown } from '../src/plugins/errors.js';
 import { sessionIdParam } from '../src/schemas.js';
 import { isCursor, parseCursor } from '../src/events/cursor.js';
@@ -106,7 +105,8 @@ const routes: FastifyPluginAsyncZod<{ config: Config }> = async (app, { config }
   );
 
   function openStream(socket: WebSocket, id: string, tenant: string, log: FastifyBaseLogger, after: string) {
-    count('trs_event_streams_total', '{transport="ws"}');
+    app.metrics.streamsOpened.inc({ transport: 'ws' });
+    app.metrics.streamConnections.inc({ transport: 'ws' });
 
     let closing = false;
     const closeWith = (code: number, reason: string) => {
@@ -117,7 +117,7 @@ const routes: FastifyPluginAsyncZod<{ config: Config }> = async (app, { config }
       setTimeout(() => socket.terminate(), CLOSE_GRACE_MS).unref();
     };
     const slowReader = () => {
-      count('trs_event_stream_slow_closes_total', '{transport="ws"}');
+      app.metrics.slowReaderCloses.inc({ transport: 'ws' });
       hub.emit('slow-reader', id, 'ws');
       closeWith(CLOSE.slowReader, 'slow_reader');
     };
@@ -208,6 +208,7 @@ const routes: FastifyPluginAsyncZod<{ config: Config }> = async (app, { config }
       });
     });
     socket.on('close', () => {
+      app.metrics.streamConnections.dec({ transport: 'ws' });
       closing = true;
       alive.delete(socket);
       sub.close();

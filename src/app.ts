@@ -21,6 +21,7 @@ import eventRoutes from '../routes/events.js';
 import streamRoutes from '../routes/stream.js';
 import demoRoutes from '../routes/demo.js';
 import { selectProtocol } from './events/protocols.js';
+import { metricsPlugin, tracingPlugin, type TracingPluginOptions } from './observability/plugin.js';
 
 export interface AppOptions {
   config: Config;
@@ -28,6 +29,8 @@ export interface AppOptions {
   redisUrl?: string | undefined;
   /** The upstream: the real API, or the offline model's loopback URL. */
   anthropic: { apiKey: string; baseURL?: string | undefined; offline: boolean };
+  /** OpenTelemetry: a provider to use, or the environment to configure one from (`OTEL_*`; off by default). */
+  tracing?: TracingPluginOptions;
 }
 
 /** The whole service as one Fastify plugin; `src/server.ts` only boots it. */
@@ -51,6 +54,8 @@ const app: FastifyPluginAsync<AppOptions> = async (fastify, opts) => {
   });
 
   await fastify.register(errorsPlugin);
+  await fastify.register(metricsPlugin);
+  await fastify.register(tracingPlugin, opts.tracing ?? {});
   await fastify.register(swagger, {
     openapi: {
       info: { title: 'Tool-runner sessions', version: '0.1.0' },

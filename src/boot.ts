@@ -1,3 +1,4 @@
+import type { TracerProvider } from '@opentelemetry/api';
 import Fastify, { LogController, type FastifyInstance } from 'fastify';
 import path from 'node:path';
 import type { Logger } from 'pino';
@@ -90,7 +91,15 @@ function redactUrl(u: string): string {
   }
 }
 
-export async function startService(env: NodeJS.ProcessEnv = process.env): Promise<Service> {
+export interface ServiceExtras {
+  /** Spans go to this provider instead of one configured from `OTEL_*` (tests, embedding). */
+  tracerProvider?: TracerProvider;
+}
+
+export async function startService(
+  env: NodeJS.ProcessEnv = process.env,
+  extras: ServiceExtras = {},
+): Promise<Service> {
   const config = loadConfig(env);
   const fastify = Fastify({
     logger: loggerOptions(config),
@@ -143,6 +152,7 @@ export async function startService(env: NodeJS.ProcessEnv = process.env): Promis
       anthropic: offline
         ? { apiKey: 'offline', baseURL: offline.url, offline: true }
         : { apiKey: config.ANTHROPIC_API_KEY!, baseURL: config.ANTHROPIC_BASE_URL, offline: false },
+      tracing: { env, provider: extras.tracerProvider },
     });
     fastify.server.maxConnections = config.MAX_CONNECTIONS;
     await fastify.listen({ port: config.PORT, host: config.HOST });

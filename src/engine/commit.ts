@@ -1,7 +1,6 @@
 import { randomBytes } from 'node:crypto';
 import { AppError, FencedOut } from '../errors.js';
 import { toolCallsOf } from '../history.js';
-import { count } from '../metrics.js';
 import { isStoreDown } from '../store/unavailable.js';
 import type {
   ApplyOps,
@@ -96,7 +95,7 @@ export function completedEvents(
 export async function commit(deps: RunDeps, run: RunHandle, ops: ApplyOps): Promise<ApplyResult> {
   let res: ApplyResult;
   try {
-    res = await applyThroughOutage(deps, run, ops);
+    res = await run.obs.commit(() => applyThroughOutage(deps, run, ops));
   } catch (err) {
     // The session left `running` under us (cancelled or deleted by a route): this run is over.
     if (err instanceof AppError && (err.code === 'invalid_status' || err.code === 'session_not_found')) {
@@ -130,6 +129,7 @@ async function applyThroughOutage(deps: RunDeps, run: RunHandle, ops: ApplyOps):
         await new Promise((resolve) => setTimeout(resolve, 200));
         try {
           if ((await store.lastCommit(run.id)) === marker) throw new CommitLanded(run.id);
+          run.obs.commitRetried();
           break; // not applied: send it again
         } catch (e) {
           if (!isStoreDown(e)) throw e;
@@ -189,7 +189,7 @@ export async function fail(
   log: EngineLogger,
 ): Promise<void> {
   log.warn({ error }, 'run failed');
-  count('trs_runs_failed_total', `{code="${error.code}"}`);
+  run.obs.failed(error.code);
   try {
     const state = await deps.store.load(run.id);
     // A failed tool step keeps its pending calls, so `resume` runs the failed step again.

@@ -1,7 +1,9 @@
 import type Anthropic from '@anthropic-ai/sdk';
 import type { Cluster, Redis } from 'ioredis';
 import type { ServerTool } from '../../tools/types.js';
-import { count } from '../metrics.js';
+import { Metrics } from '../observability/metrics.js';
+import { RunTelemetry } from '../observability/run-telemetry.js';
+import { Tracing } from '../observability/tracing.js';
 import type { SessionStore } from '../store/store.js';
 import { RunHandle, type EngineLogger } from './run-handle.js';
 import { controlListener, drive, type DriveDeps } from './run.js';
@@ -25,6 +27,9 @@ export interface EngineOptions {
    * in a short list of ids here and, durably, in `runs:due`, where any replica with room claims them once due.
    */
   maxActiveRuns?: number;
+  /** Where the runs' metrics go (default: a registry of their own) and their spans (default: none). */
+  metrics?: Metrics;
+  tracing?: Tracing;
 }
 
 /** Runs waiting here for a slot (ids only; `runs:due` is their durable record, which any replica sweeps). */
@@ -50,10 +55,17 @@ export class Engine {
   private readonly deps: DriveDeps;
 
   constructor(options: EngineOptions) {
-    const { sweepIntervalMs = 1000, streamBatchEvents = 256, maxActiveRuns = 5000, ...rest } = options;
+    const {
+      sweepIntervalMs = 1000,
+      streamBatchEvents = 256,
+      maxActiveRuns = 5000,
+      metrics = new Metrics({ defaultMetrics: false }),
+      tracing = Tracing.off,
+      ...rest
+    } = options;
     this.sweepIntervalMs = sweepIntervalMs;
     this.maxActiveRuns = maxActiveRuns;
-    this.deps = { ...rest, streamBatchEvents, stopping: () => this.stopping };
+    this.deps = { ...rest, streamBatchEvents, metrics, tracing, stopping: () => this.stopping };
     options.subscriber.on('message', controlListener(this.active));
   }
 
@@ -97,12 +109,12 @@ export class Engine {
         await store.unmarkDue(id);
         continue;
       }
-      this.kick(id);
+      this.kick(id, true);
     }
   }
 
   /** Tries to take the run of a `running` session in this process. Returns at once; the run goes on in the background. */
-  kick(id: string): void {
+  kick(id: string, swept = false): void {
     if (this.stopping) return;
     if (this.active.has(id)) {
       // The run here is finishing (its last commit released the lease); claim again once it has returned.
@@ -116,12 +128,13 @@ export class Engine {
       this.admitWaiting();
       return;
     }
-    this.startClaim(id);
+    this.startClaim(id, swept);
   }
 
-  private startClaim(id: string): void {
+  /** `swept`: the due sweep found the run (its owner is gone or handed it over), so a claim is a takeover. */
+  private startClaim(id: string, swept = false): void {
     this.claiming++;
-    void this.claim(id)
+    void this.claim(id, swept)
       .catch((err) => this.deps.logger.error({ err, session: id }, 'claim failed'))
       .finally(() => {
         this.claiming--;
@@ -140,22 +153,24 @@ export class Engine {
     }
   }
 
-  private async claim(id: string): Promise<void> {
+  private async claim(id: string, swept: boolean): Promise<void> {
     const { store, owner, leaseTtlMs } = this.deps;
     const fence = await store.acquire(id, owner, leaseTtlMs);
     if (!fence) return;
+    if (swept) this.deps.metrics.leaseTakeovers.inc();
     if (this.stopping || this.active.has(id)) {
       await store.release(id, owner, fence);
       return;
     }
-    const run = new RunHandle(id, fence);
+    const run = new RunHandle(id, fence, new RunTelemetry(this.deps.metrics, this.deps.tracing, id));
     this.active.set(id, run);
-    count('trs_runs_started_total');
-    run.done = drive(this.deps, run).finally(() => {
-      this.active.delete(id);
-      if (this.rekick.delete(id)) this.kick(id);
-      this.admitWaiting();
-    });
+    run.done = run.obs
+      .run(() => drive(this.deps, run))
+      .finally(() => {
+        this.active.delete(id);
+        if (this.rekick.delete(id)) this.kick(id);
+        this.admitWaiting();
+      });
   }
 
   /** Stops taking runs, lets running ones finish for `graceMs`, then aborts the rest and hands them to other replicas. */

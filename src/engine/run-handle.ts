@@ -1,6 +1,9 @@
 import type Anthropic from '@anthropic-ai/sdk';
 import type { FastifyBaseLogger } from 'fastify';
 import type { ServerTool } from '../../tools/types.js';
+import type { Metrics } from '../observability/metrics.js';
+import type { RunTelemetry } from '../observability/run-telemetry.js';
+import type { Tracing } from '../observability/tracing.js';
 import type { SessionStore } from '../store/store.js';
 
 /** Why a run's AbortController fired. */
@@ -17,6 +20,8 @@ export interface RunDeps {
   leaseTtlMs: number;
   /** Stream deltas are written to Redis as they arrive, at most this many per pipelined batch. */
   streamBatchEvents: number;
+  metrics: Metrics;
+  tracing: Tracing;
 }
 
 /**
@@ -34,6 +39,8 @@ export class RunHandle {
   constructor(
     readonly id: string,
     readonly fence: number,
+    /** The run's metrics and spans. */
+    readonly obs: RunTelemetry,
   ) {}
 
   abort(reason: AbortReason): void {

@@ -6,6 +6,7 @@ import {
 } from '@anthropic-ai/sdk/lib/tools/BetaRunnableTool';
 import type { BetaToolUseBlock } from '@anthropic-ai/sdk/resources/beta/messages/messages';
 import { blocksOf, pendingToolCalls, type StoredMessage } from '../history.js';
+import { toolRan } from '../observability/run-telemetry.js';
 import type {
   ApplyOps,
   IterationRecord,
@@ -33,10 +34,15 @@ export function serverRunnables(
       ...tool,
       run: async (args: unknown, ctx?: BetaToolRunContext) => {
         const t0 = performance.now();
+        let ok = false;
         try {
-          return await tool.run(args, ctx);
+          const out = await tool.run(args, ctx);
+          ok = true;
+          return out;
         } finally {
-          if (ctx?.toolUse.id) durations.set(ctx.toolUse.id, Math.round(performance.now() - t0));
+          const ms = performance.now() - t0;
+          toolRan(deps.metrics, name, ms, ok);
+          if (ctx?.toolUse.id) durations.set(ctx.toolUse.id, Math.round(ms));
         }
       },
     });
@@ -94,11 +100,9 @@ export async function toolStep(
           return;
         }
         const toolUse: BetaToolUseBlock = { type: 'tool_use', id: c.id, name: c.name, input: c.input };
-        const out = await runRunnableTool(tool, c.input, {
-          toolUse,
-          toolUseBlock: toolUse,
-          signal: run.controller.signal,
-        });
+        const out = await run.obs.tool(c.name, c.id, () =>
+          runRunnableTool(tool, c.input, { toolUse, toolUseBlock: toolUse, signal: run.controller.signal }),
+        );
         c.result = { content: out.content, is_error: out.isError };
       }),
     );

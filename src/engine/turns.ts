@@ -6,7 +6,6 @@ import type {
   BetaTool,
 } from '@anthropic-ai/sdk/resources/beta/messages/messages';
 import { toolCallsOf, type StoredMessage } from '../history.js';
-import { count } from '../metrics.js';
 import type { SessionParams } from '../schemas.js';
 import {
   usageIncr,
@@ -92,7 +91,8 @@ export async function runTurns(
   let iteration = state.iteration;
   const runner = deps.client.beta.messages.toolRunner(
     runnerParams({ params, messages: history, tools, maxIterations: budget, stream: state.stream }),
-    { signal: run.controller.signal },
+    // The SDK's own request option: its spans of this runner name the session as their conversation.
+    { signal: run.controller.signal, openTelemetry: { conversationId: run.id } },
   );
 
   /** Turns this runner sent (its own `max_iterations` counts them, dropped retries included). */
@@ -136,6 +136,7 @@ export async function runTurns(
     iteration++;
     const startedAt = Date.now();
     const t0 = performance.now();
+    run.obs.turnStarted(iteration, params);
     let firstEventMs: number | null = null;
     const buffered: Array<[string, string]> = [
       ['turn.started', JSON.stringify({ iteration, message_count: history.length })],
@@ -161,7 +162,6 @@ export async function runTurns(
       message = await item;
     }
     const upstreamMs = Math.round(performance.now() - t0);
-    count('trs_turns_total', `{stop_reason="${message.stop_reason ?? 'none'}"}`);
     const reply: StoredMessage = { role: 'assistant', content: message.content };
     const calls = toolCallsOf(reply);
     const record: IterationRecord = {
@@ -186,6 +186,7 @@ export async function runTurns(
       completed_at: new Date().toISOString(),
       timings: { upstream_ms: upstreamMs, first_event_ms: firstEventMs, tools_ms: null },
     };
+    run.obs.turnReplied(message, record.timings);
     const completedEvent: [string, string] = ['turn.completed', JSON.stringify({ iteration, message })];
 
     // on_max_tokens: retry the cut turn with twice the budget, up to the ceiling; the cut reply is dropped.
@@ -245,6 +246,7 @@ export async function runTurns(
           : {}),
       });
       history.push(reply);
+      run.obs.turnEnded();
       if (!ends) continue; // pause_turn: the runner resumes the turn
       if (res.merged) history.push(JSON.parse(res.merged) as StoredMessage);
       if (res.mergedCount === 0) {
@@ -295,7 +297,8 @@ export async function runTurns(
     if (waits) return 'again';
 
     const toolsT0 = performance.now();
-    const toolMessage = await runner.generateToolResponse();
+    // With the turn's span current, so the SDK's tool spans nest under it.
+    const toolMessage = await run.obs.inTurn(() => runner.generateToolResponse());
     record.timings.tools_ms = Math.round(performance.now() - toolsT0);
     // Tools cut short by a shutdown are not answered here: the pending step keeps them `started`, and the replica
     // that resumes the run runs the idempotent ones again and answers the others "interrupted".
@@ -318,6 +321,7 @@ export async function runTurns(
       durations,
       oneCommit ? replyOps : null,
     );
+    run.obs.turnEnded();
     if (outcome !== 'continue') return outcome === 'done' ? 'done' : 'again';
     // What was committed is what the runner sends next: our history, with the results (and any follow-ups).
     if (budgetLeft(state, iteration) <= 0) break;

@@ -1,7 +1,7 @@
 import { EventEmitter } from 'node:events';
 import type { FastifyBaseLogger, FastifyInstance } from 'fastify';
 import type { Cluster, Redis } from 'ioredis';
-import { count } from '../metrics.js';
+import type { Metrics } from '../observability/metrics.js';
 import { eventsChannel, sessionKeys } from '../store/keys.js';
 import { parseStreamEntry, type StoredEvent } from '../store/store.js';
 import { START, compareIds } from './cursor.js';
@@ -177,11 +177,12 @@ export class Subscription {
   }
 
   /** @internal the replay, then the switch to live. */
-  async run(redis: RedisClient, pageSize: number): Promise<void> {
+  async run(redis: RedisClient, pageSize: number, metrics?: Metrics): Promise<void> {
     const ch = this.channel;
     try {
       for (;;) {
         const page = await readPage(redis, ch.sessionId, this.cursor, pageSize);
+        metrics?.replayPages.inc({ source: 'stream' });
         if (this.closed) return;
         if (page.expired) {
           const last = await lastEventId(redis, ch.sessionId);
@@ -269,8 +270,13 @@ class Channel {
   private fanOut(events: StoredEvent[]): void {
     const batch = events.map((e) => new OutEvent(this.sessionId, e));
     this.cursor = batch[batch.length - 1]!.id;
-    count('trs_events_relayed_total', '', batch.length);
     for (const s of [...this.live]) s.deliver(batch);
+    // Once per batch, after the writes: the lag of its oldest event (appended at `at`, Redis time, ms).
+    const m = this.hub.metrics;
+    if (m && this.live.size > 0) {
+      m.eventsRelayed.inc(batch.length);
+      m.relayLag.observe(Math.max(0, Date.now() - events[0]!.at) / 1000);
+    }
   }
 
   /** Reads everything after `cursor` and fans it out; coalesces notifications that arrive meanwhile. */
@@ -336,6 +342,7 @@ export interface HubOptions {
   sub: RedisClient;
   log: FastifyBaseLogger;
   pageSize?: number;
+  metrics?: Metrics | undefined;
 }
 
 /**
@@ -349,6 +356,7 @@ export class EventHub extends EventEmitter {
   readonly sub: RedisClient;
   readonly log: FastifyBaseLogger;
   readonly pageSize: number;
+  readonly metrics: Metrics | undefined;
   private readonly channels = new Map<string, Channel>();
   private closed = false;
 
@@ -358,6 +366,7 @@ export class EventHub extends EventEmitter {
     this.sub = opts.sub;
     this.log = opts.log;
     this.pageSize = opts.pageSize ?? PAGE_SIZE;
+    this.metrics = opts.metrics;
     this.sub.on('message', this.onMessage);
     this.sub.on('ready', this.onReconnect);
   }
@@ -389,7 +398,7 @@ export class EventHub extends EventEmitter {
     }
     const s = new Subscription(ch, sink, after);
     ch.add(s);
-    void s.run(this.redis, this.pageSize);
+    void s.run(this.redis, this.pageSize, this.metrics);
     return s;
   }
 
@@ -430,7 +439,7 @@ const hubs = new WeakMap<object, EventHub>();
 export function hubFor(app: FastifyInstance): EventHub {
   let hub = hubs.get(app.redisSub);
   if (!hub) {
-    hub = new EventHub({ redis: app.redis, sub: app.redisSub, log: app.log });
+    hub = new EventHub({ redis: app.redis, sub: app.redisSub, log: app.log, metrics: app.metrics });
     hubs.set(app.redisSub, hub);
     const h = hub;
     app.addHook('onClose', async () => h.close());

@@ -22,9 +22,11 @@ export default fp<AnthropicPluginOptions>(
       apiKey: opts.apiKey,
       ...(opts.baseURL ? { baseURL: opts.baseURL } : {}),
       maxRetries: opts.maxRetries,
+      // The SDK's own spans (model calls, tool runner, tools) on this instance's provider; none when tracing is off.
+      openTelemetry: app.tracing.sdkOption,
     });
     app.decorate('anthropic', client);
     app.decorate('modelBackend', opts.offline ? 'offline' : 'anthropic');
   },
-  { name: 'anthropic' },
+  { name: 'anthropic', dependencies: ['tracing'] },
 );

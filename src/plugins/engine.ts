@@ -34,7 +34,10 @@ export default fp<EnginePluginOptions>(
       owner: `${hostname()}-${process.pid}-${randomBytes(3).toString('hex')}`,
       leaseTtlMs: opts.leaseTtlMs,
       maxActiveRuns: opts.maxActiveRuns,
+      metrics: app.metrics,
+      tracing: app.tracing,
     });
+    app.metrics.observeRuns(engine);
     app.decorate('store', store);
     app.decorate('engine', engine);
     app.decorate('sessions', new SessionService(store, engine, serverTools));
@@ -42,5 +45,5 @@ export default fp<EnginePluginOptions>(
     // Registered after the redis plugin, so it runs before Redis closes (onClose hooks run in reverse order).
     app.addHook('onClose', async () => engine.stop(opts.shutdownGraceMs));
   },
-  { name: 'engine', dependencies: ['redis', 'anthropic'] },
+  { name: 'engine', dependencies: ['redis', 'anthropic', 'metrics', 'tracing'] },
 );

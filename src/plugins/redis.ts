@@ -1,5 +1,6 @@
 import fp from 'fastify-plugin';
 import { Redis, Cluster, type ClusterOptions, type RedisOptions } from 'ioredis';
+import { redisErrorKind } from '../observability/metrics.js';
 
 declare module 'fastify' {
   interface FastifyInstance {
@@ -117,6 +118,7 @@ export default fp<RedisPluginOptions>(
       let down = false;
       let failures = 0;
       conn.on('error', (err: Error) => {
+        app.metrics.redisErrors.inc({ kind: redisErrorKind(err) });
         failures++;
         if (!down) app.log.warn({ err, conn: name }, 'redis connection lost; reconnecting');
         down = true;
@@ -145,5 +147,5 @@ export default fp<RedisPluginOptions>(
       }
     }
   },
-  { name: 'redis' },
+  { name: 'redis', dependencies: ['metrics'] },
 );

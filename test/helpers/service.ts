@@ -1,3 +1,4 @@
+import type { TracerProvider } from '@opentelemetry/api';
 import { startService, type Service } from '../../src/boot.js';
 import { startFakeAnthropic, type FakeAnthropic, type FakeAnthropicOptions } from '../../src/fake/server.js';
 import { startTestRedis, type TestRedis } from './redis.js';
@@ -81,24 +82,29 @@ export interface HarnessOptions {
   fake?: FakeAnthropicOptions;
   redis?: TestRedis;
   fakeServer?: FakeAnthropic;
+  /** Spans go to this provider (an in-memory exporter) instead of one configured from `OTEL_*`. */
+  tracerProvider?: TracerProvider;
 }
 
 /** A service in this process on a private redis-server and a fake upstream, on loopback ports. */
 export async function startHarness(opts: HarnessOptions = {}): Promise<Harness> {
   const redis = opts.redis ?? (await startTestRedis());
   const fake = opts.fakeServer ?? (await startFakeAnthropic({ strictAlternation: true, ...opts.fake }));
-  const service = await startService({
-    PORT: '0',
-    HOST: '127.0.0.1',
-    REDIS_URL: redis.url,
-    ANTHROPIC_API_KEY: 'test-key',
-    ANTHROPIC_BASE_URL: fake.url,
-    LOG_LEVEL: process.env.TEST_LOG_LEVEL ?? 'silent',
-    LEASE_TTL_MS: '3000',
-    SHUTDOWN_GRACE_MS: '2000',
-    UPSTREAM_MAX_RETRIES: '1',
-    ...opts.env,
-  });
+  const service = await startService(
+    {
+      PORT: '0',
+      HOST: '127.0.0.1',
+      REDIS_URL: redis.url,
+      ANTHROPIC_API_KEY: 'test-key',
+      ANTHROPIC_BASE_URL: fake.url,
+      LOG_LEVEL: process.env.TEST_LOG_LEVEL ?? 'silent',
+      LEASE_TTL_MS: '3000',
+      SHUTDOWN_GRACE_MS: '2000',
+      UPSTREAM_MAX_RETRIES: '1',
+      ...opts.env,
+    },
+    opts.tracerProvider ? { tracerProvider: opts.tracerProvider } : {},
+  );
   const token = opts.env?.API_KEYS ? opts.env.API_KEYS.split(',')[0]!.split(':')[1] : undefined;
   return {
     redis,

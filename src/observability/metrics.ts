@@ -1,0 +1,254 @@
+import { Counter, Gauge, Histogram, Registry, collectDefaultMetrics } from 'prom-client';
+
+/**
+ * The service's Prometheus metrics, one registry per service instance (so several instances in one process, as the
+ * tests run them, keep their own figures). Conventions: base units (seconds, bytes), counters end in `_total`, every
+ * label has a closed set of values — never a session id, a tenant or a client-chosen name. The hot paths touch only
+ * pre-made objects: one `observe`/`inc` per turn, tool call, commit or fanned-out batch, never per event or client.
+ */
+
+/** Outcomes of a webhook delivery attempt (`trs_webhook_deliveries_total{outcome}`). */
+export type WebhookOutcome = 'delivered' | 'retried' | 'failed' | 'dropped';
+/** Event-stream transports (`transport` label). */
+export type Transport = 'ws' | 'sse';
+/** Where a page of the event log went: a WS/SSE replay, or a JSON page of `GET /events` (`source` label). */
+export type PageSource = 'stream' | 'poll';
+/** Redis client errors, by what went wrong (`kind` label). */
+export type RedisErrorKind =
+  'connection_refused' | 'connection_reset' | 'timeout' | 'dns' | 'cluster' | 'other';
+
+/** The stop reasons the Messages API sends; anything else (a newer API) is counted as `other`. */
+const STOP_REASONS = new Set([
+  'end_turn',
+  'tool_use',
+  'max_tokens',
+  'stop_sequence',
+  'pause_turn',
+  'refusal',
+  'model_context_window_exceeded',
+]);
+
+/** Seconds. A model turn: first event within tens of ms (fake) to seconds (Claude), whole turns up to minutes. */
+const UPSTREAM_BUCKETS = [0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120];
+/** Seconds. Redis round trips (commits, relay lag): sub-millisecond when idle, the command timeout (3 s) at worst. */
+const REDIS_BUCKETS = [0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 3, 10];
+/** Seconds. Server tools: from pure functions (µs) to network calls. */
+const TOOL_BUCKETS = [0.0005, 0.001, 0.005, 0.01, 0.05, 0.1, 0.5, 1, 5, 10, 30];
+
+export interface MetricsOptions {
+  /** Node's process and event-loop metrics (prom-client's defaults). Default true. */
+  defaultMetrics?: boolean;
+}
+
+/** What the gauges read when scraped (the engine's counts), so nothing is updated on the hot path for them. */
+export interface RunCounts {
+  readonly activeRuns: number;
+  readonly waitingRuns: number;
+}
+
+export class Metrics {
+  readonly registry = new Registry();
+  private runs: RunCounts | null = null;
+
+  // Runs and turns.
+  readonly runsStarted: Counter;
+  readonly runsFailed: Counter<'code'>;
+  readonly turns: Counter<'stop_reason'>;
+  readonly upstreamFirstEvent: Histogram;
+  readonly upstreamDuration: Histogram;
+  readonly turnDuration: Histogram;
+  readonly toolDuration: Histogram<'tool' | 'outcome'>;
+  readonly commitDuration: Histogram;
+  readonly commitRetries: Counter;
+  readonly leaseTakeovers: Counter;
+  readonly activeRuns: Gauge;
+  readonly waitingRuns: Gauge;
+  // Events.
+  readonly eventsRelayed: Counter;
+  readonly relayLag: Histogram;
+  readonly replayPages: Counter<'source'>;
+  readonly streamsOpened: Counter<'transport'>;
+  readonly streamConnections: Gauge<'transport'>;
+  readonly slowReaderCloses: Counter<'transport'>;
+  // Dependencies and the API surface.
+  readonly redisErrors: Counter<'kind'>;
+  readonly httpErrors: Counter<'route' | 'method' | 'status' | 'code'>;
+  /** For the webhooks component: one increment per delivery attempt's outcome. */
+  readonly webhookDeliveries: Counter<'outcome'>;
+
+  constructor(opts: MetricsOptions = {}) {
+    const registers = [this.registry];
+    const runs = () => this.runs;
+    this.runsStarted = new Counter({
+      name: 'trs_runs_started_total',
+      help: 'Runs this process took (a claim of a running session).',
+      registers,
+    });
+    this.runsFailed = new Counter({
+      name: 'trs_runs_failed_total',
+      help: 'Runs that ended the session as failed, by error code.',
+      labelNames: ['code'],
+      registers,
+    });
+    this.turns = new Counter({
+      name: 'trs_turns_total',
+      help: 'Model turns answered, by stop reason.',
+      labelNames: ['stop_reason'],
+      registers,
+    });
+    this.upstreamFirstEvent = new Histogram({
+      name: 'trs_upstream_first_event_seconds',
+      help: 'Streamed turns: from the turn start to the first stream event from the Messages API.',
+      buckets: UPSTREAM_BUCKETS,
+      registers,
+    });
+    this.upstreamDuration = new Histogram({
+      name: 'trs_upstream_duration_seconds',
+      help: "A turn's model call: from the turn start to the whole reply (SDK retries included).",
+      buckets: UPSTREAM_BUCKETS,
+      registers,
+    });
+    this.turnDuration = new Histogram({
+      name: 'trs_turn_duration_seconds',
+      help: 'A whole iteration: model call, server tools and the commits, until the next turn can start.',
+      buckets: UPSTREAM_BUCKETS,
+      registers,
+    });
+    this.toolDuration = new Histogram({
+      name: 'trs_tool_duration_seconds',
+      help: 'Server tool calls run by this process, by tool and outcome (ok, error: the tool threw).',
+      labelNames: ['tool', 'outcome'],
+      buckets: TOOL_BUCKETS,
+      registers,
+    });
+    this.commitDuration = new Histogram({
+      name: 'trs_commit_duration_seconds',
+      help: 'An engine commit (one fenced script call), including retries through a store outage.',
+      buckets: REDIS_BUCKETS,
+      registers,
+    });
+    this.commitRetries = new Counter({
+      name: 'trs_commit_retries_total',
+      help: 'Commits sent again after the store was unreachable (the marker showed they had not landed).',
+      registers,
+    });
+    this.leaseTakeovers = new Counter({
+      name: 'trs_lease_takeovers_total',
+      help: "Runs this process claimed from the due sweep: another owner's lease had expired or was handed over.",
+      registers,
+    });
+    this.activeRuns = new Gauge({
+      name: 'trs_active_runs',
+      help: 'Runs this process drives now.',
+      registers,
+      collect() {
+        this.set(runs()?.activeRuns ?? 0);
+      },
+    });
+    this.waitingRuns = new Gauge({
+      name: 'trs_waiting_runs',
+      help: 'Runs waiting in this process for a slot (MAX_ACTIVE_RUNS).',
+      registers,
+      collect() {
+        this.set(runs()?.waitingRuns ?? 0);
+      },
+    });
+    this.eventsRelayed = new Counter({
+      name: 'trs_events_relayed_total',
+      help: 'Session events fanned out to live WebSocket/SSE clients (once per event, however many clients).',
+      registers,
+    });
+    this.relayLag = new Histogram({
+      name: 'trs_relay_lag_seconds',
+      help:
+        "From an event's append to the log (Redis time) to its write to the live clients' sockets; " +
+        'the oldest event of each fanned-out batch. Includes any clock skew between Redis and this host.',
+      buckets: REDIS_BUCKETS,
+      registers,
+    });
+    this.replayPages = new Counter({
+      name: 'trs_replay_pages_total',
+      help: 'Pages of the event log read for clients: WS/SSE replays (stream) and JSON pages (poll).',
+      labelNames: ['source'],
+      registers,
+    });
+    this.streamsOpened = new Counter({
+      name: 'trs_event_streams_total',
+      help: 'Event streams opened, by transport.',
+      labelNames: ['transport'],
+      registers,
+    });
+    this.streamConnections = new Gauge({
+      name: 'trs_event_stream_connections',
+      help: 'Event streams open now, by transport.',
+      labelNames: ['transport'],
+      registers,
+    });
+    this.slowReaderCloses = new Counter({
+      name: 'trs_event_stream_slow_closes_total',
+      help: 'Event streams closed because the client read too slowly, by transport.',
+      labelNames: ['transport'],
+      registers,
+    });
+    this.redisErrors = new Counter({
+      name: 'trs_redis_errors_total',
+      help: 'Errors of the Redis connections (command and subscriber), by kind.',
+      labelNames: ['kind'],
+      registers,
+    });
+    this.httpErrors = new Counter({
+      name: 'trs_http_errors_total',
+      help: 'HTTP answers with a 4xx or 5xx status, by route pattern, method, status and error code.',
+      labelNames: ['route', 'method', 'status', 'code'],
+      registers,
+    });
+    this.webhookDeliveries = new Counter({
+      name: 'trs_webhook_deliveries_total',
+      help: 'Webhook delivery attempts, by outcome (delivered, retried, failed, dropped).',
+      labelNames: ['outcome'],
+      registers,
+    });
+    // Zero series for the label values every dashboard panel reads, so a query finds them before the first event.
+    for (const transport of ['ws', 'sse'] as const) {
+      this.streamsOpened.inc({ transport }, 0);
+      this.streamConnections.set({ transport }, 0);
+      this.slowReaderCloses.inc({ transport }, 0);
+    }
+    for (const source of ['stream', 'poll'] as const) this.replayPages.inc({ source }, 0);
+    if (opts.defaultMetrics ?? true) collectDefaultMetrics({ register: this.registry });
+  }
+
+  /** The engine whose run counts the gauges report. */
+  observeRuns(runs: RunCounts): void {
+    this.runs = runs;
+  }
+
+  /** Counts a turn by its stop reason (a closed set). */
+  turn(stopReason: string | null | undefined): void {
+    this.turns.inc({ stop_reason: stopReason && STOP_REASONS.has(stopReason) ? stopReason : 'other' });
+  }
+
+  /** Prometheus text exposition of every metric. */
+  text(): Promise<string> {
+    return this.registry.metrics();
+  }
+
+  get contentType(): string {
+    return this.registry.contentType;
+  }
+}
+
+/** Milliseconds (performance.now() differences, as the engine measures) to the seconds Prometheus wants. */
+export const seconds = (ms: number): number => ms / 1000;
+
+/** The kind of an ioredis error, from its code or class (a closed set, whatever the error says). */
+export function redisErrorKind(err: unknown): RedisErrorKind {
+  const e = err as { code?: unknown; name?: unknown; message?: unknown } | null;
+  const code = typeof e?.code === 'string' ? e.code : '';
+  if (code === 'ECONNREFUSED') return 'connection_refused';
+  if (code === 'ECONNRESET' || code === 'EPIPE' || code === 'ECONNABORTED') return 'connection_reset';
+  if (code === 'ETIMEDOUT' || /timed? ?out/i.test(String(e?.message ?? ''))) return 'timeout';
+  if (code === 'ENOTFOUND' || code === 'EAI_AGAIN') return 'dns';
+  if (typeof e?.name === 'string' && /Cluster/.test(e.name)) return 'cluster';
+  return 'other';
+}
