@@ -20,6 +20,8 @@ import toolRoutes from '../routes/tools.js';
 import eventRoutes from '../routes/events.js';
 import streamRoutes from '../routes/stream.js';
 import demoRoutes from '../routes/demo.js';
+import webhooksPlugin from './webhooks/plugin.js';
+import webhookRoutes from '../routes/webhooks.js';
 import { selectProtocol } from './events/protocols.js';
 import { metricsPlugin, tracingPlugin, type TracingPluginOptions } from './observability/plugin.js';
 
@@ -87,6 +89,7 @@ const app: FastifyPluginAsync<AppOptions> = async (fastify, opts) => {
   await fastify.register(v1Guard);
   await fastify.register(healthRoutes);
   await fastify.register(demoRoutes);
+  await fastify.register(webhooksPlugin, { config });
   // The API: every /v1 route lives in this one encapsulated scope, whose hooks (key, rate limit, idempotency)
   // run for whatever the router matched, however the path was spelled. New /v1 routes are registered here.
   await fastify.register(async function v1(api) {
@@ -100,6 +103,7 @@ const app: FastifyPluginAsync<AppOptions> = async (fastify, opts) => {
     await api.register(sessionRoutes);
     await api.register(eventRoutes, { config });
     await api.register(streamRoutes, { config });
+    await api.register(webhookRoutes);
   });
 };
 

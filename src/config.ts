@@ -90,6 +90,33 @@ export const configSchema = z.object({
   RATE_LIMIT_PER_MIN: z.coerce.number().int().min(0).default(0),
   /** Most runs one process drives at once; more wait in `runs:due` (any replica may take them). */
   MAX_ACTIVE_RUNS: positiveMs.default(5000),
+  /** Webhooks (spec §6.3; src/webhooks). Private, loopback and link-local targets are refused unless true. */
+  WEBHOOK_ALLOW_PRIVATE: z
+    .enum(['true', 'false', '1', '0'])
+    .default('false')
+    .transform((v) => v === 'true' || v === '1'),
+  /** 32 bytes (base64 or hex): webhook secrets are stored AES-256-GCM encrypted with it; unset, stored as is. */
+  WEBHOOK_SECRET_KEY: z.string().min(1).optional(),
+  /** First retry delay (ms); each next one doubles, with jitter, up to WEBHOOK_RETRY_MAX_MS. */
+  WEBHOOK_RETRY_BASE_MS: positiveMs.default(5_000),
+  WEBHOOK_RETRY_MAX_MS: positiveMs.default(3_600_000),
+  /** A delivery is retried for this long after its first attempt; an endpoint failing this long is disabled. */
+  WEBHOOK_RETRY_FOR_MS: positiveMs.default(86_400_000),
+  /** One attempt's time limit (ms). */
+  WEBHOOK_TIMEOUT_MS: positiveMs.default(10_000),
+  /** Attempts in flight at once per endpoint, across all replicas. */
+  WEBHOOK_CONCURRENCY: z.coerce.number().int().min(1).max(64).default(4),
+  WEBHOOK_MAX_PER_TENANT: z.coerce.number().int().min(1).max(1000).default(20),
+  /** Undelivered events kept per endpoint; beyond it new ones are dropped (and logged). */
+  WEBHOOK_MAX_PENDING: positiveMs.default(10_000),
+  /** How often each replica looks for due deliveries and unswept event logs (ms). */
+  WEBHOOK_POLL_MS: positiveMs.default(500),
+  /**
+   * A session marked as having events for webhooks is swept one last time this long after its newest mark (ms),
+   * so events written by a replica that died before fanning them out are still delivered. Must exceed the
+   * clock skew between replicas plus a few seconds.
+   */
+  WEBHOOK_SWEEP_GRACE_MS: positiveMs.default(30_000),
   /** Offline model's delay between SSE events (ms). */
   OFFLINE_EVENT_DELAY_MS: z.coerce.number().int().min(0).default(15),
 });

@@ -260,6 +260,29 @@ type Scripted = RedisClient & {
  */
 export const NOTICE_MAX_BYTES = 16 * 1024;
 
+/**
+ * Told of every write that appends events, before it is sent (webhooks, src/webhooks/tap.ts). It returns undefined
+ * when nothing listens for these types; else `ready`, a write the event write must not overtake (awaited only when
+ * given), and `landed`, called once the event write succeeded. `tenant` is given where the store knows it.
+ */
+export type EventTap = (
+  sessionId: string,
+  types: readonly string[],
+  tenant?: string,
+) => { ready?: Promise<void> | undefined; landed(): void } | undefined;
+
+/** The event types an `apply` may write (a superset: a queue merge may or may not happen). */
+function opsEventTypes(ops: ApplyOps | undefined, out: string[] = []): string[] {
+  if (!ops) return out;
+  for (const ev of ops.events ?? []) out.push(ev[0]);
+  if (ops.queue) {
+    out.push('message.appended');
+    opsEventTypes(ops.queue.any, out);
+    opsEventTypes(ops.queue.none, out);
+  }
+  return out;
+}
+
 export interface StoreOptions {
   eventLogMax: number;
 }
@@ -270,6 +293,8 @@ export interface StoreOptions {
  */
 export class SessionStore {
   readonly redis: Scripted;
+  /** Set by the webhooks plugin; see EventTap. */
+  eventTap: EventTap | undefined;
 
   constructor(
     redis: RedisClient,
@@ -304,6 +329,8 @@ export class SessionStore {
     // the two writes, a due entry without a running session is dropped by the sweep, whereas a running session
     // without a due entry would never run. (`runs:due` is a global key, so it cannot join the session's script.)
     if (setsRunning(ops)) await this.markDue(id, Date.now() + START_DUE_DELAY_MS);
+    const tap = this.eventTap?.(id, opsEventTypes(ops));
+    if (tap?.ready) await tap.ready;
     const res = await this.redis.sessApply(
       ...this.keyList(k),
       JSON.stringify(guard),
@@ -324,6 +351,7 @@ export class SessionStore {
       if (code === 'exists') throw conflict('session_exists', 'A session with this id exists.');
       throw notFound();
     }
+    tap?.landed();
     return {
       revision: Number(res[0]),
       mergedCount: Number(res[1]),
@@ -408,7 +436,13 @@ export class SessionStore {
       NOTICE_MAX_BYTES,
     ];
     for (const [type, data] of events) args.push(type, data);
+    const tap = this.eventTap?.(
+      id,
+      events.map(([type]) => type),
+    );
+    if (tap?.ready) await tap.ready;
     await this.redis.sessAppendEvents(...args);
+    tap?.landed();
   }
 
   /** Takes the run lease of a `running` session; the fencing token, or 0 if another holds it. */
@@ -499,12 +533,15 @@ export class SessionStore {
   /** Deletes every key of the session; its event log keeps a `session.deleted` event for `ttlMs`. */
   async destroy(id: string, tenant: string, createdAt: number, ttlMs = 60_000): Promise<boolean> {
     const k = sessionKeys(id);
+    const tap = this.eventTap?.(id, ['session.deleted'], tenant);
+    if (tap?.ready) await tap.ready;
     const done = await this.redis.sessDestroy(
       ...this.keyList(k),
       JSON.stringify({ id }),
       ttlMs,
       eventsChannel(id),
     );
+    if (done === 1) tap?.landed();
     await Promise.all([this.unindex(tenant, id, createdAt), this.redis.zrem(RUNS_KEY, id)]);
     return done === 1;
   }

@@ -1,0 +1,114 @@
+import http from 'node:http';
+import https from 'node:https';
+import type { LookupFunction } from 'node:net';
+import { isIP } from 'node:net';
+import { Webhook } from 'standardwebhooks';
+import { hostOf, parseWebhookUrl, resolveChecked } from './address-guard.js';
+
+/**
+ * One delivery attempt: the event envelope POSTed to the endpoint, signed per Standard Webhooks by the
+ * `standardwebhooks` package (`webhook-id`, `webhook-timestamp`, `webhook-signature`), within `timeoutMs` from
+ * resolving the host to the end of the answer's headers. The host's addresses are checked at this moment and the
+ * socket connects to a checked one (see address-guard.ts). Redirects are not followed; any 2xx is success.
+ */
+
+export interface AttemptResult {
+  ok: boolean;
+  statusCode: number | null;
+  error: string | null;
+  durationMs: number;
+}
+
+const agents = {
+  http: new http.Agent({ keepAlive: true, maxSockets: 256 }),
+  https: new https.Agent({ keepAlive: true, maxSockets: 256 }),
+};
+
+export function closeAgents(): void {
+  agents.http.destroy();
+  agents.https.destroy();
+}
+
+/** The answer body read at most (then dropped): an endpoint cannot make us buffer. */
+const MAX_ANSWER_BYTES = 64 * 1024;
+
+export async function attempt(opts: {
+  url: string;
+  secret: string;
+  msgId: string;
+  body: string;
+  timeoutMs: number;
+  allowPrivate: boolean;
+}): Promise<AttemptResult> {
+  const started = performance.now();
+  const done = (ok: boolean, statusCode: number | null, error: string | null): AttemptResult => ({
+    ok,
+    statusCode,
+    error,
+    durationMs: Math.round(performance.now() - started),
+  });
+  const signal = AbortSignal.timeout(opts.timeoutMs);
+  let url: URL;
+  let checked: Awaited<ReturnType<typeof resolveChecked>>;
+  try {
+    url = parseWebhookUrl(opts.url);
+    checked = await resolveChecked(hostOf(url), opts.allowPrivate);
+  } catch (err) {
+    return done(false, null, `refused: ${(err as Error).message}`);
+  }
+  if (signal.aborted) return done(false, null, 'timeout');
+  const now = new Date();
+  const signature = new Webhook(opts.secret).sign(opts.msgId, now, opts.body);
+  // The checked addresses are the only ones the socket may connect to (node asks `lookup` for a name, never for an
+  // IP literal, which resolveChecked already checked).
+  const lookup: LookupFunction = (_host, options, cb) => {
+    if (options.all) cb(null, checked);
+    else cb(null, checked[0]!.address, checked[0]!.family);
+  };
+  const isTls = url.protocol === 'https:';
+  return new Promise<AttemptResult>((resolve) => {
+    let settled = false;
+    const finish = (r: AttemptResult) => {
+      if (settled) return;
+      settled = true;
+      signal.removeEventListener('abort', onAbort);
+      resolve(r);
+    };
+    const req = (isTls ? https : http).request(
+      url,
+      {
+        method: 'POST',
+        agent: isTls ? agents.https : agents.http,
+        ...(isIP(hostOf(url)) ? {} : { lookup }),
+        headers: {
+          'content-type': 'application/json',
+          'content-length': Buffer.byteLength(opts.body),
+          'user-agent': 'toolrunner-sessions-webhooks/1',
+          'webhook-id': opts.msgId,
+          'webhook-timestamp': String(Math.floor(now.getTime() / 1000)),
+          'webhook-signature': signature,
+        },
+      },
+      (res) => {
+        const status = res.statusCode ?? 0;
+        let read = 0;
+        res.on('data', (chunk: Buffer) => {
+          read += chunk.length;
+          if (read > MAX_ANSWER_BYTES) res.destroy();
+        });
+        res.on('error', () => {});
+        res.on('close', () => {});
+        const ok = status >= 200 && status < 300;
+        finish(done(ok, status, ok ? null : `HTTP ${status}`));
+        res.resume();
+      },
+    );
+    const onAbort = () => {
+      req.destroy();
+      finish(done(false, null, 'timeout'));
+    };
+    signal.addEventListener('abort', onAbort, { once: true });
+    req.on('error', (err: NodeJS.ErrnoException) => finish(done(false, null, err.code ?? err.message)));
+    req.end(opts.body);
+  });
+}

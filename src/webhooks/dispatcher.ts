@@ -1,0 +1,204 @@
+import type { Logger } from 'pino';
+import { attempt } from './attempt.js';
+import type { Fanout } from './fanout.js';
+import type { SecretBox } from './secrets.js';
+import type { DeliveryLogEntry, OutboxLimits, WebhookStore } from './store.js';
+
+/**
+ * Drains the outboxes, on every replica. Each `pollMs` it claims the messages of endpoints that are due in
+ * `wh:due` (claim.lua: within the endpoint's concurrency limit across replicas, under a lease of the attempt's
+ * timeout plus a margin, so a dead replica's attempts are claimed again once their lease expires) and sweeps the
+ * session marks old enough to be dropped (see tap.ts). An endpoint that got messages in this process is claimed at
+ * once. Each attempt is settled (settle.lua): delivered, or retried after an exponential delay with jitter, for
+ * `retryForMs` after its first attempt; an endpoint failing for `disableAfterMs` is disabled.
+ */
+
+export interface DispatcherOptions {
+  store: WebhookStore;
+  fanout: Fanout;
+  box: SecretBox;
+  log: Logger;
+  pollMs: number;
+  graceMs: number;
+  timeoutMs: number;
+  retryBaseMs: number;
+  retryMaxMs: number;
+  allowPrivate: boolean;
+  limits: OutboxLimits;
+  /** Attempts in flight at once in this process, all endpoints together. */
+  processMax: number;
+}
+
+/** `base · 2^(attempt-1)` capped at `max`, the upper half jittered: spreads retries of many messages apart. */
+export function retryDelay(attemptNo: number, baseMs: number, maxMs: number, random = Math.random()): number {
+  const d = Math.min(maxMs, baseMs * 2 ** Math.min(attemptNo - 1, 40));
+  return Math.round(d / 2 + (random * d) / 2);
+}
+
+/** The session and event ids a message id carries (`msg_<session>_<event id>`), for the deliveries log. */
+function idsOf(msgId: string): { session: string | null; event: string | null } {
+  const m = /^msg_(ses_[A-Za-z0-9]+)_(\d+-\d+)$/.exec(msgId);
+  return m ? { session: m[1]!, event: m[2]! } : { session: null, event: null };
+}
+
+export class Dispatcher {
+  private timer: NodeJS.Timeout | undefined;
+  private inflight = 0;
+  private readonly claiming = new Set<string>();
+  private readonly kicked = new Set<string>();
+  private readonly attempts = new Set<Promise<void>>();
+  private polling = false;
+  private stopped = false;
+
+  constructor(private readonly opts: DispatcherOptions) {}
+
+  start(): void {
+    const tick = () => {
+      this.timer = setTimeout(() => {
+        void this.poll().finally(() => {
+          if (!this.stopped) tick();
+        });
+      }, this.opts.pollMs);
+    };
+    tick();
+  }
+
+  /** Claims the endpoint's due messages now (it just got some). */
+  kick(webhookId: string): void {
+    if (this.stopped) return;
+    if (this.claiming.has(webhookId)) {
+      this.kicked.add(webhookId);
+      return;
+    }
+    void this.claimAndSend(webhookId, undefined);
+  }
+
+  private async poll(): Promise<void> {
+    if (this.polling) return;
+    this.polling = true;
+    const { store, log } = this.opts;
+    try {
+      const now = Date.now();
+      const due = this.inflight < this.opts.processMax ? await store.due(now, 50) : [];
+      for (const [id, score] of due) if (!this.claiming.has(id)) void this.claimAndSend(id, score);
+      const marks = await store.staleMarks(now - this.opts.graceMs, 20);
+      for (const [sessionId, score] of marks) {
+        const sweepStart = Date.now();
+        if (await this.opts.fanout.sweep(sessionId))
+          await store.markDone(sessionId, score, sweepStart - this.opts.graceMs);
+      }
+    } catch (err) {
+      if (!this.stopped) log.warn({ err }, 'webhook poll failed');
+    } finally {
+      this.polling = false;
+    }
+  }
+
+  private async claimAndSend(webhookId: string, seenScore: number | undefined): Promise<void> {
+    const { store, log, limits } = this.opts;
+    this.claiming.add(webhookId);
+    try {
+      const r = await store.claim(webhookId, Date.now(), limits);
+      if (r.kind !== 'ok') {
+        if (seenScore !== undefined) await store.reschedule(webhookId, seenScore, -1);
+        return;
+      }
+      if (seenScore !== undefined) await store.reschedule(webhookId, seenScore, r.next);
+      else await store.nudge(webhookId, r.next);
+      if (r.messages.length === 0) return;
+      let secret: string;
+      try {
+        secret = this.opts.box.open(r.secret);
+      } catch (err) {
+        log.error({ err, webhook: webhookId }, 'webhook secret cannot be opened; attempts fail');
+        secret = '';
+      }
+      for (const m of r.messages) {
+        this.inflight++;
+        const p = this.send(webhookId, r.url, secret, m.msgId, m.attempt, m.body).finally(() => {
+          this.inflight--;
+          this.attempts.delete(p);
+        });
+        this.attempts.add(p);
+      }
+    } catch (err) {
+      if (!this.stopped) log.warn({ err, webhook: webhookId }, 'webhook claim failed');
+    } finally {
+      this.claiming.delete(webhookId);
+      if (this.kicked.delete(webhookId)) this.kick(webhookId);
+    }
+  }
+
+  private async send(
+    webhookId: string,
+    url: string,
+    secret: string,
+    msgId: string,
+    attemptNo: number,
+    body: string,
+  ): Promise<void> {
+    const { store, log, limits } = this.opts;
+    const at = new Date();
+    const res = secret
+      ? await attempt({
+          url,
+          secret,
+          msgId,
+          body,
+          timeoutMs: this.opts.timeoutMs,
+          allowPrivate: this.opts.allowPrivate,
+        })
+      : { ok: false, statusCode: null, error: 'secret unavailable', durationMs: 0 };
+    const ids = idsOf(msgId);
+    const entry: DeliveryLogEntry = {
+      message_id: msgId,
+      event_id: ids.event,
+      event_type: eventType(body),
+      session_id: ids.session,
+      attempt: attemptNo,
+      status_code: res.statusCode,
+      error: res.error,
+      duration_ms: res.durationMs,
+      at: at.toISOString(),
+    };
+    try {
+      const delay = retryDelay(attemptNo, this.opts.retryBaseMs, this.opts.retryMaxMs);
+      const s = await store.settle(webhookId, msgId, res.ok, Date.now(), delay, entry, limits);
+      log.debug(
+        {
+          webhook: webhookId,
+          message: msgId,
+          attempt: attemptNo,
+          outcome: s.outcome,
+          status: res.statusCode,
+        },
+        'webhook attempt',
+      );
+      if (s.outcome === 'disabled') {
+        log.warn({ webhook: webhookId }, 'webhook disabled after failing for too long');
+        const w = await store.load(webhookId);
+        if (w) await store.reindex(w);
+        return;
+      }
+      if (s.outcome === 'gave_up')
+        log.warn({ webhook: webhookId, message: msgId }, 'webhook delivery given up');
+      await store.nudge(webhookId, s.next);
+      if (s.next >= 0 && s.next <= Date.now()) this.kick(webhookId);
+    } catch (err) {
+      // Unsettled: the lease expires and the message is claimed again (at least once).
+      if (!this.stopped) log.warn({ err, webhook: webhookId }, 'webhook settle failed');
+    }
+  }
+
+  /** Stops polling and waits (bounded by the attempt timeout) for attempts in flight to settle. */
+  async stop(): Promise<void> {
+    this.stopped = true;
+    clearTimeout(this.timer);
+    await Promise.allSettled([...this.attempts]);
+  }
+}
+
+function eventType(body: string): string {
+  const m = /"type":"([^"]{1,64})"/.exec(body);
+  return m ? m[1]! : 'unknown';
+}

@@ -1,0 +1,61 @@
+-- settle: record the outcome of one attempt.
+-- KEYS[1] webhook (hash)  KEYS[2] due queue  KEYS[3] payloads  KEYS[4] attempts  KEYS[5] in flight
+-- KEYS[6] deliveries log (list, newest first)  KEYS[7] settled (zset msg -> ms)
+-- ARGV[1] msg id  ARGV[2] '1' when the endpoint answered 2xx  ARGV[3] now ms  ARGV[4] retry delay ms
+-- ARGV[5] retry for ms (from the first attempt)  ARGV[6] disable after ms of failures
+-- ARGV[7] log entry (JSON object; `outcome` is added)  ARGV[8] log length  ARGV[9] settled ids kept for ms
+-- ARGV[10] most settled ids kept
+-- Outcomes: delivered | retrying | gave_up (retried for ARGV[5]) | disabled (the endpoint failed for ARGV[6]: its
+-- outbox is dropped) | stale (the attempt's lease had expired and another replica took the message over).
+-- Returns {outcome, next due ms or -1}.
+local now = tonumber(ARGV[3])
+local id = ARGV[1]
+local outcome
+if redis.call('EXISTS', KEYS[1]) == 0 then return {'gone', '-1'} end
+if not redis.call('ZSCORE', KEYS[5], id) then
+  outcome = 'stale'
+elseif ARGV[2] == '1' then
+  redis.call('ZREM', KEYS[5], id)
+  redis.call('HDEL', KEYS[3], id)
+  redis.call('HDEL', KEYS[4], id)
+  redis.call('ZADD', KEYS[7], now, id)
+  redis.call('HDEL', KEYS[1], 'failing_since')
+  outcome = 'delivered'
+else
+  redis.call('ZREM', KEYS[5], id)
+  local a = redis.call('HGET', KEYS[4], id) or '0:0'
+  local first = tonumber(string.sub(a, string.find(a, ':', 1, true) + 1))
+  if first == 0 then first = now end
+  local since = tonumber(redis.call('HGET', KEYS[1], 'failing_since') or '')
+  if not since then
+    since = now
+    redis.call('HSET', KEYS[1], 'failing_since', string.format('%d', now))
+  end
+  if now - since >= tonumber(ARGV[6]) then
+    redis.call('HSET', KEYS[1], 'disabled', '1')
+    redis.call('HINCRBY', KEYS[1], 'revision', 1)
+    redis.call('DEL', KEYS[2], KEYS[3], KEYS[4], KEYS[5])
+    outcome = 'disabled'
+  elseif now - first >= tonumber(ARGV[5]) then
+    redis.call('HDEL', KEYS[3], id)
+    redis.call('HDEL', KEYS[4], id)
+    redis.call('ZADD', KEYS[7], now, id)
+    outcome = 'gave_up'
+  else
+    redis.call('ZADD', KEYS[2], now + tonumber(ARGV[4]), id)
+    outcome = 'retrying'
+  end
+end
+redis.call('ZREMRANGEBYSCORE', KEYS[7], '-inf', now - tonumber(ARGV[9]))
+local extra = redis.call('ZCARD', KEYS[7]) - tonumber(ARGV[10])
+if extra > 0 then redis.call('ZREMRANGEBYRANK', KEYS[7], 0, extra - 1) end
+local entry = cjson.decode(ARGV[7])
+entry.outcome = outcome
+redis.call('LPUSH', KEYS[6], cjson.encode(entry))
+redis.call('LTRIM', KEYS[6], 0, tonumber(ARGV[8]) - 1)
+local nf = redis.call('ZRANGE', KEYS[5], 0, 0, 'WITHSCORES')
+local nq = redis.call('ZRANGE', KEYS[2], 0, 0, 'WITHSCORES')
+local next = -1
+if nq[2] then next = tonumber(nq[2]) end
+if nf[2] and (next < 0 or tonumber(nf[2]) < next) then next = tonumber(nf[2]) end
+return {outcome, string.format('%d', next)}

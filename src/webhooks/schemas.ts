@@ -1,0 +1,72 @@
+import { z } from 'zod';
+import { MAX_URL_LENGTH } from './address-guard.js';
+import type { WebhookRecord } from './store.js';
+
+/** Event types a webhook may name: every type of the contract's sections 4 and 6. */
+export const EVENT_TYPES = [
+  'session.created',
+  'session.updated',
+  'session.deleted',
+  'session.status',
+  'session.error',
+  'turn.started',
+  'turn.completed',
+  'stream.event',
+  'tool.started',
+  'tool.completed',
+  'iteration.persisted',
+  'message.queued',
+  'message.appended',
+  'tool_call.decided',
+  'tool_result.replaced',
+  'params.updated',
+  'tools.updated',
+  'compaction.started',
+  'compaction.completed',
+  'compaction.skipped',
+] as const;
+
+/** The type of the event a test delivery carries (`POST /v1/webhooks/:id/test`). */
+export const TEST_EVENT_TYPE = 'webhook.test';
+
+const url = z.string().min(1).max(MAX_URL_LENGTH);
+const events = z
+  .array(z.enum(EVENT_TYPES))
+  .min(1)
+  .max(EVENT_TYPES.length)
+  .refine((a) => new Set(a).size === a.length, 'each event type once');
+const description = z.string().max(512);
+
+export const createWebhookBody = z.strictObject({
+  url,
+  events: events.optional(),
+  description: description.optional(),
+});
+
+export const patchWebhookBody = z.strictObject({
+  url: url.optional(),
+  events: events.optional(),
+  description: description.nullable().optional(),
+  /** `false` re-enables an endpoint that was disabled after failing (or by a PATCH); `true` pauses it. */
+  disabled: z.boolean().optional(),
+});
+
+export const webhookIdParam = z.strictObject({ id: z.string().regex(/^wh_[A-Za-z0-9]{1,40}$/) });
+
+export const deliveriesQuery = z.strictObject({ limit: z.coerce.number().int().min(1).max(100).default(50) });
+
+/** A webhook as the API shows it: never its secret (shown once, in the answer to its creation). */
+export function webhookView(w: WebhookRecord) {
+  return {
+    id: w.id,
+    object: 'webhook' as const,
+    url: w.url,
+    events: w.events,
+    description: w.description,
+    disabled: w.disabled,
+    failing_since: w.failingSince === null ? null : new Date(w.failingSince).toISOString(),
+    revision: w.revision,
+    created_at: new Date(w.createdAt).toISOString(),
+    updated_at: new Date(w.updatedAt).toISOString(),
+  };
+}
