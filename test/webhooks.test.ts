@@ -194,6 +194,51 @@ describe('webhook routes', { timeout: 120_000 }, () => {
   });
 });
 
+describe('events written by a replica that died before fanning them out', { timeout: 60_000 }, () => {
+  let h: Harness;
+  const receiver = new WebhookReceiver();
+  before(async () => {
+    await receiver.start();
+    h = await startHarness({
+      env: { WEBHOOK_ALLOW_PRIVATE: 'true', WEBHOOK_POLL_MS: '50', WEBHOOK_SWEEP_GRACE_MS: '1000' },
+    });
+  });
+  after(async () => {
+    await h?.close();
+    await receiver.close();
+  });
+
+  it('are delivered by the sweep of the session mark', async () => {
+    const w = (await h.api.post('/v1/webhooks', { url: receiver.url })).body;
+    receiver.setSecret(w.secret);
+    // What a replica leaves when SIGKILLed between its event write and its fan-out: the mark (sent before the
+    // write) and the event in the session's log, no message in any outbox.
+    const r = h.service.app.redis;
+    const id = 'ses_markedbydead1';
+    await r.hset(`s:{${id}}`, 'id', id, 'tenant', 'default', 'status', 'idle');
+    await r.zadd('wh:marks', Date.now(), id);
+    const eventId = await r.xadd(
+      `s:{${id}}:e`,
+      '*',
+      't',
+      'session.status',
+      'd',
+      '{"status":"idle","required_action":null,"stop_reason":"end_turn","error":null}',
+      'r',
+      '3',
+      'at',
+      String(Date.now()),
+    );
+    await receiver.until(() => receiver.accepted.some((x) => x.id === `msg_${id}_${eventId}`));
+    const got = receiver.accepted.find((x) => x.id === `msg_${id}_${eventId}`)!;
+    assert.equal(got.body.session_id, id);
+    assert.equal(got.body.type, 'session.status');
+    assert.equal(got.body.data.status, 'idle');
+    // The mark is dropped once a sweep read the log a grace period after it.
+    await until(async () => ((await r.zscore('wh:marks', id)) === null ? true : null));
+  });
+});
+
 describe('SSRF guard', { timeout: 120_000 }, () => {
   let redis: TestRedis;
   let open: Harness;
