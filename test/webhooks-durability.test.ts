@@ -7,7 +7,7 @@
  */
 import { after, before, describe, it } from 'node:test';
 import assert from 'node:assert/strict';
-import { startFakeAnthropic, type FakeAnthropic } from '../src/fake/server.js';
+import { hang, startFakeAnthropic, type FakeAnthropic } from '../src/fake/server.js';
 import { startTestRedis, type TestRedis } from './helpers/redis.js';
 import { serviceEnv, spawnService, type ServiceProcess } from './helpers/process.js';
 import { WebhookReceiver } from './helpers/webhook-receiver.js';
@@ -50,7 +50,12 @@ describe(
     });
 
     it('delivers every session.status event once, verified, across 500s, a hang, a SIGKILL and an outage', async () => {
-      const model = new LoopModel({ turns: 6, eventDelayMs: 40 });
+      let holdTurn2 = true;
+      const model = new LoopModel({
+        turns: 4,
+        // Turn 2 hangs on the first replica, so it dies with runs in progress; the survivor's retry of it passes.
+        fault: (_tag, turn) => (holdTurn2 && turn === 2 ? hang() : null),
+      });
       fake.setHandler(model.handler);
       const a = await start('a');
       receiver.mode = 'fail';
@@ -73,6 +78,7 @@ describe(
       );
       assert.ok(statuses.includes('running'), 'the replica dies with runs in progress');
       await a.kill();
+      holdTurn2 = false;
       // The endpoint is down (connections reset) while another replica takes the outbox over.
       receiver.mode = 'down';
       const before = receiver.requests;

@@ -5,8 +5,11 @@
  */
 import { after, before, describe, it } from 'node:test';
 import assert from 'node:assert/strict';
-import { startHarness, type Api, type Harness } from './helpers/service.js';
-import { startTestRedis, type TestRedis } from './helpers/redis.js';
+import { startHarness, type Harness } from './helpers/service.js';
+import { startTestCluster, startTestRedis, type TestCluster, type TestRedis } from './helpers/redis.js';
+import { startService, type Service } from '../src/boot.js';
+import { startFakeAnthropic, type FakeAnthropic } from '../src/fake/server.js';
+import { Api } from './helpers/service.js';
 import { WebhookReceiver } from './helpers/webhook-receiver.js';
 import { refusedAddress } from '../src/webhooks/address-guard.js';
 import { retryDelay } from '../src/webhooks/dispatcher.js';
@@ -236,6 +239,53 @@ describe('events written by a replica that died before fanning them out', { time
     assert.equal(got.body.data.status, 'idle');
     // The mark is dropped once a sweep read the log a grace period after it.
     await until(async () => ((await r.zscore('wh:marks', id)) === null ? true : null));
+  });
+});
+
+describe('webhooks on a Redis Cluster', { timeout: 120_000 }, () => {
+  let cluster: TestCluster;
+  let fake: FakeAnthropic;
+  let service: Service;
+  const receiver = new WebhookReceiver();
+  before(async () => {
+    [cluster, fake] = await Promise.all([
+      startTestCluster(3),
+      startFakeAnthropic({ strictAlternation: true }),
+    ]);
+    await receiver.start();
+    service = await startService({
+      PORT: '0',
+      HOST: '127.0.0.1',
+      REDIS_CLUSTER_NODES: cluster.nodes.map((n) => `${n.host}:${n.port}`).join(','),
+      ANTHROPIC_API_KEY: 'test-key',
+      ANTHROPIC_BASE_URL: fake.url,
+      LOG_LEVEL: process.env.TEST_LOG_LEVEL ?? 'silent',
+      WEBHOOK_ALLOW_PRIVATE: 'true',
+      WEBHOOK_POLL_MS: '50',
+    });
+  });
+  after(async () => {
+    await service?.close();
+    await receiver.close();
+    await fake?.close();
+    await cluster?.stop();
+  });
+
+  it('delivers every session.status event (no script crosses slots)', async () => {
+    const api = new Api(service.url);
+    const w = (await api.post('/v1/webhooks', { url: receiver.url })).body;
+    receiver.setSecret(w.secret);
+    const s = (await api.post('/v1/sessions', { input: 'hello' })).body;
+    await api.waitStatus(s.id, 'idle');
+    const want = (await api.get(`/v1/sessions/${s.id}/events?limit=1000`)).body.data
+      .filter((e: any) => e.type === 'session.status')
+      .map((e: any) => `msg_${s.id}_${e.id}`);
+    await receiver.until(() => want.every((id: string) => receiver.accepted.some((r) => r.id === id)));
+    assert.equal(receiver.invalid, 0);
+    const sent = await api.post(`/v1/webhooks/${w.id}/test`);
+    await receiver.until(() => receiver.accepted.some((r) => r.id === sent.body.message_id));
+    assert.equal((await api.req('PATCH', `/v1/webhooks/${w.id}`, { disabled: true })).status, 200);
+    assert.equal((await api.req('DELETE', `/v1/webhooks/${w.id}`)).status, 200);
   });
 });
 

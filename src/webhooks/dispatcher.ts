@@ -82,11 +82,13 @@ export class Dispatcher {
       const due = this.inflight < this.opts.processMax ? await store.due(now, 50) : [];
       for (const [id, score] of due) if (!this.claiming.has(id)) void this.claimAndSend(id, score);
       const marks = await store.staleMarks(now - this.opts.graceMs, 20);
-      for (const [sessionId, score] of marks) {
-        const sweepStart = Date.now();
-        if (await this.opts.fanout.sweep(sessionId))
-          await store.markDone(sessionId, score, sweepStart - this.opts.graceMs);
-      }
+      await Promise.all(
+        marks.map(async ([sessionId, score]) => {
+          const sweepStart = Date.now();
+          if (await this.opts.fanout.sweep(sessionId))
+            await store.markDone(sessionId, score, sweepStart - this.opts.graceMs);
+        }),
+      );
     } catch (err) {
       if (!this.stopped) log.warn({ err }, 'webhook poll failed');
     } finally {
