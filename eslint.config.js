@@ -1,5 +1,6 @@
 import js from '@eslint/js';
 import tseslint from 'typescript-eslint';
+import globals from 'globals';
 
 export default tseslint.config(
   { ignores: ['node_modules/**', '.data/**', 'coverage/**', 'dist/**'] },
@@ -12,4 +13,6 @@ export default tseslint.config(
       'no-constant-condition': ['error', { checkLoops: false }],
     },
   },
+  // The browser console: plain ES modules run by the browser as they are (no build step).
+  { files: ['public/**/*.js'], languageOptions: { globals: globals.browser } },
 );

@@ -11,6 +11,7 @@ import redisPlugin from './plugins/redis.js';
 import anthropicPlugin from './plugins/anthropic.js';
 import enginePlugin from './plugins/engine.js';
 import authPlugin from './plugins/auth.js';
+import browserOriginsPlugin from './plugins/cors.js';
 import errorsPlugin from './plugins/errors.js';
 import idempotencyPlugin from './plugins/idempotency.js';
 import rateLimitPlugin from './plugins/ratelimit.js';
@@ -19,7 +20,7 @@ import sessionRoutes from '../routes/sessions.js';
 import toolRoutes from '../routes/tools.js';
 import eventRoutes from '../routes/events.js';
 import streamRoutes from '../routes/stream.js';
-import demoRoutes from '../routes/demo.js';
+import consoleRoutes from '../routes/console.js';
 import webhooksPlugin from './webhooks/plugin.js';
 import webhookRoutes from '../routes/webhooks.js';
 import { selectProtocol } from './events/protocols.js';
@@ -86,9 +87,12 @@ const app: FastifyPluginAsync<AppOptions> = async (fastify, opts) => {
     // Browsers authenticate with the subprotocols `bearer, <key>`: the server selects `bearer`, never the key.
     options: { maxPayload: 1_048_576, handleProtocols: selectProtocol },
   });
+  // At the root, before the /v1 scope: preflights are answered without a key, and a WebSocket from a foreign origin
+  // is refused (403) before its key is read.
+  await fastify.register(browserOriginsPlugin, { origins: config.CORS_ORIGINS });
   await fastify.register(v1Guard);
   await fastify.register(healthRoutes);
-  await fastify.register(demoRoutes);
+  await fastify.register(consoleRoutes);
   await fastify.register(webhooksPlugin, { config });
   // The API: every /v1 route lives in this one encapsulated scope, whose hooks (key, rate limit, idempotency)
   // run for whatever the router matched, however the path was spelled. New /v1 routes are registered here.

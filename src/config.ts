@@ -44,6 +44,29 @@ const hostPort = z.string().transform((raw, ctx) =>
     }),
 );
 
+/** Browser origins (`scheme://host[:port]`), comma-separated; `*` is refused: list the origins. */
+const origins = z.string().transform((raw, ctx) =>
+  raw
+    .split(',')
+    .map((s) => s.trim().replace(/\/+$/, ''))
+    .filter(Boolean)
+    .map((o) => {
+      let parsed: URL | undefined;
+      try {
+        parsed = new URL(o);
+      } catch {
+        /* reported below */
+      }
+      if (!parsed || !/^https?:$/.test(parsed.protocol) || parsed.origin !== o) {
+        ctx.addIssue({
+          code: 'custom',
+          message: `expected origins like https://app.example.com, got "${o}"`,
+        });
+      }
+      return o;
+    }),
+);
+
 const logLevel = z.enum(['fatal', 'error', 'warn', 'info', 'debug', 'trace', 'silent']);
 
 export const configSchema = z.object({
@@ -56,6 +79,8 @@ export const configSchema = z.object({
   ANTHROPIC_API_KEY: z.string().min(1).optional(),
   ANTHROPIC_BASE_URL: z.url().optional(),
   API_KEYS: apiKeys.optional(),
+  /** Origins whose pages may call the REST API (CORS) and open WebSockets; unset: no CORS, any Origin upgrades. */
+  CORS_ORIGINS: origins.optional(),
   LOG_LEVEL: logLevel.default('info'),
   /** Where the embedded redis-server keeps its append-only file. */
   DATA_DIR: z.string().min(1).default('.data'),

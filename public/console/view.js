@@ -1,0 +1,360 @@
+// What the console shows, computed from what the API returns: no DOM here. A session's conversation is its
+// persisted history (GET …/messages) plus the turn still streaming (its `stream.event`s); tool calls are paired with
+// their results (from the history, the pending `required_action`, or `tool.*` events).
+
+import { compareIds } from './api.js';
+
+/** Events kept per open session (the service keeps about 10 000 per log). */
+const MAX_EVENTS = 10_000;
+
+/** The live state of one session, fed by its events. */
+export class SessionModel {
+  constructor(id) {
+    this.id = id;
+    this.session = null;
+    this.history = [];
+    /** Revision of the session fetched with `history` (the history is at least this recent). */
+    this.historyRevision = -1;
+    /** Every event received, in order, each once. */
+    this.events = [];
+    this.eventIds = new Set();
+    /** iteration → {iteration, messageCount, blocks, state: 'streaming'|'completed', completedRevision} */
+    this.live = new Map();
+    /** tool_use_id → {name, input, started, result?} from `tool.started` / `tool.completed`. */
+    this.tools = new Map();
+    this.errors = [];
+    this.queued = [];
+    this.lastAppendedRevision = -1;
+    this.compactions = [];
+  }
+
+  /**
+   * Applies one event. `newer`: the event is more recent than the session read last (its revision is higher), so
+   * its status may replace the one read; older events (a replay) only fill in the log, turns and tool timings.
+   */
+  apply(ev, newer) {
+    if (this.eventIds.has(ev.id)) return false;
+    const prev = this.events.at(-1);
+    if (prev && compareIds(ev.id, prev.id) <= 0) return false;
+    this.eventIds.add(ev.id);
+    this.events.push(ev);
+    if (this.events.length > MAX_EVENTS) this.eventIds.delete(this.events.shift().id);
+    const d = ev.data ?? {};
+    switch (ev.type) {
+      case 'turn.started':
+        this.live.set(d.iteration, {
+          iteration: d.iteration,
+          messageCount: d.message_count,
+          blocks: [],
+          state: 'streaming',
+          completedRevision: null,
+          stopReason: null,
+        });
+        break;
+      case 'stream.event':
+        applyStreamEvent(this.liveTurn(d.iteration), d.event);
+        break;
+      case 'turn.completed': {
+        const t = this.liveTurn(d.iteration);
+        t.state = 'completed';
+        t.completedRevision = ev.revision ?? Number.MAX_SAFE_INTEGER;
+        if (Array.isArray(d.message?.content)) t.blocks = d.message.content.map((b) => ({ ...b }));
+        t.stopReason = d.message?.stop_reason ?? null;
+        break;
+      }
+      case 'turn.dropped':
+        this.live.delete(d.iteration);
+        break;
+      case 'tool.started':
+        this.tools.set(d.tool_use_id, { name: d.name, input: d.input, started: ev.at, result: null });
+        break;
+      case 'tool.completed':
+        this.tools.set(d.tool_use_id, {
+          name: d.name,
+          input: d.input,
+          started: this.tools.get(d.tool_use_id)?.started ?? null,
+          result: { content: d.content, is_error: d.is_error, duration_ms: d.duration_ms },
+        });
+        break;
+      case 'session.error':
+        this.errors.push({ at: ev.at, ...d });
+        break;
+      case 'session.status':
+        if (d.status !== 'running') {
+          // A turn cut short (cancel, failure) never completes: its partial text is not in the history.
+          for (const [it, t] of this.live) if (t.state === 'streaming') this.live.delete(it);
+        }
+        if (this.session && newer) {
+          this.session = {
+            ...this.session,
+            status: d.status,
+            required_action: d.required_action,
+            stop_reason: d.stop_reason,
+            error: d.error,
+          };
+        }
+        break;
+      case 'message.queued':
+        this.queued.push({ revision: ev.revision ?? 0, message: d.message, interrupt: d.interrupt });
+        break;
+      case 'message.appended':
+        this.lastAppendedRevision = Math.max(this.lastAppendedRevision, ev.revision ?? 0);
+        break;
+      case 'compaction.completed':
+      case 'compaction.skipped':
+        this.compactions.push({ type: ev.type, at: ev.at, ...d });
+        break;
+      default:
+        break;
+    }
+    return true;
+  }
+
+  liveTurn(iteration) {
+    let t = this.live.get(iteration);
+    if (!t) {
+      t = {
+        iteration,
+        messageCount: null,
+        blocks: [],
+        state: 'streaming',
+        completedRevision: null,
+        stopReason: null,
+      };
+      this.live.set(iteration, t);
+    }
+    return t;
+  }
+
+  /** A fresh read of the session and its history. */
+  setSnapshot(session, history) {
+    this.session = session;
+    this.history = history;
+    this.historyRevision = session.revision;
+    // Completed turns the history now holds are shown from the history only.
+    for (const [it, t] of this.live) {
+      if (t.state === 'completed' && t.completedRevision <= this.historyRevision) this.live.delete(it);
+    }
+  }
+
+  /** Turns to show after the history: streaming, or completed but not yet in the history we hold. */
+  liveTurns() {
+    return [...this.live.values()]
+      .filter((t) => t.state === 'streaming' || t.completedRevision > this.historyRevision)
+      .sort((a, b) => a.iteration - b.iteration);
+  }
+
+  /** Follow-ups sent but not yet merged into the history. */
+  pendingMessages() {
+    return this.queued.filter(
+      (q) => q.revision > this.lastAppendedRevision && q.revision > this.historyRevision,
+    );
+  }
+}
+
+/** Builds a block list from raw Messages API stream events, as the SDK's message stream does. */
+function applyStreamEvent(turn, e) {
+  if (!e || typeof e !== 'object') return;
+  switch (e.type) {
+    case 'message_start':
+      turn.blocks = [];
+      break;
+    case 'content_block_start': {
+      const b = { ...e.content_block };
+      if (b.type === 'tool_use' || b.type === 'server_tool_use') b.partial_json = '';
+      turn.blocks[e.index] = b;
+      break;
+    }
+    case 'content_block_delta': {
+      const b = turn.blocks[e.index];
+      if (!b) break;
+      const dl = e.delta ?? {};
+      if (dl.type === 'text_delta') b.text = (b.text ?? '') + dl.text;
+      else if (dl.type === 'thinking_delta') b.thinking = (b.thinking ?? '') + dl.thinking;
+      else if (dl.type === 'input_json_delta') b.partial_json = (b.partial_json ?? '') + dl.partial_json;
+      break;
+    }
+    case 'content_block_stop': {
+      const b = turn.blocks[e.index];
+      if (b && typeof b.partial_json === 'string' && b.partial_json) {
+        try {
+          b.input = JSON.parse(b.partial_json);
+        } catch {
+          /* shown as it came */
+        }
+      }
+      break;
+    }
+    case 'message_delta':
+      turn.stopReason = e.delta?.stop_reason ?? turn.stopReason;
+      break;
+    default:
+      break;
+  }
+}
+
+/** Text of a tool result's content (a string, or blocks). */
+export function resultText(content) {
+  if (content === undefined || content === null) return '';
+  if (typeof content === 'string') return content;
+  if (Array.isArray(content))
+    return content.map((b) => (b.type === 'text' ? b.text : `[${b.type}]`)).join('\n');
+  return JSON.stringify(content, null, 2);
+}
+
+/**
+ * The conversation as a person reads it: `{kind: 'user'|'assistant', …}` items. Tool results are not items of their
+ * own: each `tool_use` block carries `call` = {id, name, input, result, state}, where state is `done`, `running`,
+ * `awaiting_approval`, `awaiting_result`, `under_review` or `pending`.
+ */
+export function conversation(model) {
+  const s = model.session;
+  const required = s?.required_action ?? null;
+  const results = new Map();
+  for (const m of model.history) {
+    if (m.role === 'user' && Array.isArray(m.content))
+      for (const b of m.content)
+        if (b.type === 'tool_result')
+          results.set(b.tool_use_id, { content: b.content, is_error: b.is_error === true });
+  }
+  const waiting = new Map((required?.tool_calls ?? []).map((c) => [c.id, c]));
+  const reviewed = new Map((required?.tool_results ?? []).map((r) => [r.tool_use_id, r]));
+
+  const call = (b) => {
+    const id = b.id;
+    const inHistory = results.get(id);
+    const pendingResult = reviewed.get(id);
+    const ev = model.tools.get(id);
+    let state = 'pending';
+    let result = inHistory ?? null;
+    if (inHistory) state = 'done';
+    else if (waiting.has(id))
+      state = required.type === 'approve_tool_calls' ? 'awaiting_approval' : 'awaiting_result';
+    else if (pendingResult) {
+      result = { content: pendingResult.content, is_error: pendingResult.is_error === true };
+      state = required.type === 'review_tool_results' ? 'under_review' : 'done';
+    } else if (ev?.result) {
+      result = ev.result;
+      state = 'done';
+    } else if (ev) state = 'running';
+    return {
+      id,
+      name: b.name,
+      input: waiting.get(id)?.input ?? b.input,
+      result,
+      state,
+      duration: ev?.result?.duration_ms,
+    };
+  };
+
+  const items = [];
+  let turn = 0;
+  for (const m of model.history) {
+    const blocks = typeof m.content === 'string' ? [{ type: 'text', text: m.content }] : m.content;
+    if (m.role === 'user') {
+      const shown = blocks.filter((b) => b.type !== 'tool_result');
+      if (shown.length) items.push({ kind: 'user', blocks: shown });
+    } else {
+      turn++;
+      items.push({
+        kind: 'assistant',
+        turn,
+        live: false,
+        blocks: blocks.map((b) => (b.type === 'tool_use' ? { ...b, call: call(b) } : b)),
+      });
+    }
+  }
+  for (const t of model.liveTurns()) {
+    items.push({
+      kind: 'assistant',
+      turn: t.iteration,
+      live: t.state === 'streaming',
+      blocks: t.blocks.filter(Boolean).map((b) => (b.type === 'tool_use' ? { ...b, call: call(b) } : b)),
+    });
+  }
+  for (const q of model.pendingMessages()) {
+    const c = q.message?.content;
+    items.push({
+      kind: 'user',
+      queued: true,
+      interrupt: q.interrupt,
+      blocks: typeof c === 'string' ? [{ type: 'text', text: c }] : (c ?? []),
+    });
+  }
+  return items;
+}
+
+/**
+ * Estimated cost in US dollars from token usage, at list prices per million tokens of the model's family (cache
+ * writes at 1.25× input, cache reads at 0.1× input). An estimate for a person, not billing.
+ */
+const PRICES = [
+  [/opus/i, 15, 75],
+  [/haiku/i, 1, 5],
+  [/sonnet|claude/i, 3, 15],
+];
+
+export function estimateCost(model, usage) {
+  if (!usage) return null;
+  const price = PRICES.find(([re]) => re.test(model ?? ''));
+  if (!price) return null;
+  const [, inp, out] = price;
+  const dollars =
+    (usage.input_tokens * inp +
+      usage.output_tokens * out +
+      (usage.cache_creation_input_tokens ?? 0) * inp * 1.25 +
+      (usage.cache_read_input_tokens ?? 0) * inp * 0.1) /
+    1e6;
+  return dollars;
+}
+
+export function formatCost(dollars) {
+  if (dollars === null) return '—';
+  return dollars < 0.01 ? `$${dollars.toFixed(4)}` : `$${dollars.toFixed(2)}`;
+}
+
+export function totalTokens(u) {
+  if (!u) return 0;
+  return (
+    u.input_tokens + u.output_tokens + (u.cache_creation_input_tokens ?? 0) + (u.cache_read_input_tokens ?? 0)
+  );
+}
+
+/** "12 s ago", "3 min ago", or the date. */
+export function ago(iso, now = Date.now()) {
+  const t = Date.parse(iso);
+  if (Number.isNaN(t)) return '';
+  const s = Math.max(0, Math.round((now - t) / 1000));
+  if (s < 60) return `${s} s ago`;
+  if (s < 3600) return `${Math.floor(s / 60)} min ago`;
+  if (s < 86400) return `${Math.floor(s / 3600)} h ago`;
+  return new Date(t).toLocaleDateString();
+}
+
+/** One line describing an event for the raw panel. */
+export function eventSummary(ev) {
+  const d = ev.data ?? {};
+  switch (ev.type) {
+    case 'session.status':
+      return [d.status, d.required_action?.type, d.stop_reason, d.error?.code].filter(Boolean).join(' · ');
+    case 'stream.event': {
+      const e = d.event ?? {};
+      const delta = e.delta?.text ?? e.delta?.thinking ?? e.delta?.partial_json;
+      return `${d.iteration} ${e.type}${delta ? ` ${JSON.stringify(delta)}` : ''}`;
+    }
+    case 'turn.started':
+    case 'turn.completed':
+    case 'iteration.persisted':
+    case 'turn.dropped':
+      return `iteration ${d.iteration}${d.reason ? ` (${d.reason})` : ''}`;
+    case 'tool.started':
+    case 'tool.completed':
+      return `${d.name} ${d.tool_use_id}${d.is_error ? ' error' : ''}`;
+    case 'tool_call.decided':
+      return `${d.decision} ${d.tool_use_id}`;
+    case 'session.error':
+      return `${d.code}: ${d.message}`;
+    default:
+      return '';
+  }
+}
