@@ -1,92 +1,426 @@
+/**
+ * The console in real Chromium against the service and the fake upstream: a whole steered session (create with a
+ * tool needing approval, edit and approve, a client tool's result, a streamed answer, a follow-up, a fork, a cancel),
+ * a network cut with nothing missed or repeated after it, and pages of listed and unlisted origins (CORS and the
+ * WebSocket Origin check). Every wait is on a DOM state or the session's state, never a fixed delay.
+ *
+ * Screenshots (session list, waiting for approval, streamed answer) go to `.data/screenshots/`, or to `docs/` with
+ * UPDATE_SCREENSHOTS=1 (how the ones linked from the README were made).
+ */
 import { after, before, describe, it } from 'node:test';
 import assert from 'node:assert/strict';
-import { existsSync } from 'node:fs';
-import { chromium, type Browser } from 'playwright-core';
+import http from 'node:http';
+import { existsSync, mkdirSync } from 'node:fs';
+import type { AddressInfo } from 'node:net';
+import { chromium, type Browser, type BrowserContext, type Page } from 'playwright-core';
+import NodeWebSocket from 'ws';
 import { startHarness, type Harness } from './helpers/service.js';
-import { text } from '../src/fake/script.js';
-import { demoHtml } from '../routes/demo.js';
+import { hang, text, toolCall } from '../src/fake/script.js';
 
 const CHROMIUM = '/usr/bin/chromium';
 const KEY = 'browser-key-1';
+const WAIT = { timeout: 30_000 };
+const SHOTS = process.env.UPDATE_SCREENSHOTS === '1' ? 'docs' : '.data/screenshots';
+
+/** A page server on loopback: one blank HTML page, so a test page has an origin of its own. */
+async function startPageServer(): Promise<{ url: string; close(): Promise<void> }> {
+  const server = http.createServer((_req, res) => {
+    res.writeHead(200, { 'content-type': 'text/html' });
+    res.end('<!doctype html><title>other origin</title><link rel="icon" href="data:,"><p>other origin</p>');
+  });
+  await new Promise<void>((resolve) => server.listen(0, '127.0.0.1', resolve));
+  const { port } = server.address() as AddressInfo;
+  return {
+    url: `http://127.0.0.1:${port}`,
+    close: () => new Promise<void>((resolve) => server.close(() => resolve())),
+  };
+}
+
+/** Every event of a session over REST, page by page. */
+async function allEventIds(h: Harness, id: string): Promise<string[]> {
+  const ids: string[] = [];
+  let after = '';
+  while (true) {
+    const r = await h.api.get(`/v1/sessions/${id}/events?limit=1000${after ? `&after=${after}` : ''}`);
+    assert.equal(r.status, 200);
+    ids.push(...r.body.data.map((e: { id: string }) => e.id));
+    if (!r.body.has_more) return ids;
+    after = r.body.next_cursor;
+  }
+}
+
+/** The event ids the page lists in its raw panel (opening it first). */
+async function pageEventIds(page: Page): Promise<string[]> {
+  const open = await page.$eval('details.events', (d) => (d as HTMLDetailsElement).open);
+  if (!open) await page.click('details.events > summary');
+  await page.waitForSelector('.event-list li[data-id]', WAIT);
+  return page.$$eval('.event-list li[data-id]', (lis) => lis.map((li) => li.getAttribute('data-id')!));
+}
+
+const sessionStatus = (page: Page, status: string) =>
+  page.waitForSelector(`article.session[data-status="${status}"]`, WAIT);
+
+/** The width the page needs, compared with its viewport's. */
+const overflow = (page: Page) =>
+  page.evaluate(() => document.documentElement.scrollWidth - document.documentElement.clientWidth);
 
 describe(
-  'browser',
+  'browser console',
   { skip: !existsSync(CHROMIUM) && `${CHROMIUM} is missing (apt-get install chromium)` },
   () => {
     let h: Harness;
     let browser: Browser;
+    let listed: Awaited<ReturnType<typeof startPageServer>>;
+    let unlisted: Awaited<ReturnType<typeof startPageServer>>;
     before(async () => {
-      h = await startHarness({ env: { API_KEYS: `acme:${KEY}` } });
+      listed = await startPageServer();
+      unlisted = await startPageServer();
+      h = await startHarness({ env: { API_KEYS: `acme:${KEY}`, CORS_ORIGINS: listed.url } });
       browser = await chromium.launch({
         executablePath: CHROMIUM,
         args: [
+          '--headless',
           '--no-sandbox',
           '--disable-gpu',
+          '--no-first-run',
           '--disable-background-networking',
           '--disable-component-update',
           '--disable-sync',
-          '--no-first-run',
         ],
       });
+      mkdirSync(SHOTS, { recursive: true });
     });
     after(async () => {
       await browser?.close();
       await h?.close();
+      await listed?.close();
+      await unlisted?.close();
     });
 
-    it('a page authenticates with the bearer subprotocol and renders the live text deltas', async () => {
-      const reply =
-        'Paris is sunny today, and two plus three makes five. The streaming demo shows each delta as it arrives, ' +
-        'word by word, while the turn is still running. Anything else?';
-      // Slow enough (about 4 s in all) that a page polled on a busy CI machine still sees the text grow.
-      h.fake.enqueue(text(reply, { eventDelayMs: 120 }));
-      const page = await browser.newPage();
+    it('drives a whole steered session, then resumes after a network cut with nothing missed or repeated', async () => {
+      const context: BrowserContext = await browser.newContext({ viewport: { width: 1440, height: 1000 } });
+      const page = await context.newPage();
+      const problems: string[] = [];
+      // While the network is cut, Chromium reports the requests that were on their way as failed: that is the cut
+      // itself, not a problem of the page. Anything else logged counts.
+      let offline = false;
+      const problem = (line: string) => {
+        if (!(offline && line.includes('net::ERR_INTERNET_DISCONNECTED'))) problems.push(line);
+      };
+      page.on('pageerror', (err) => problem(`pageerror: ${String(err)}`));
+      page.on('requestfailed', (r) => problem(`requestfailed: ${r.url()} ${r.failure()?.errorText}`));
+      page.on('console', (m) => {
+        if (m.type() === 'error' || m.type() === 'warning') problem(`${m.type()}: ${m.text()}`);
+      });
       try {
-        // The demo page from the service once routes/demo.ts is registered; until then the same HTML written into a
-        // page of the same origin (a real loopback page: Chromium's local-network checks refuse intercepted ones).
-        const served = (await fetch(`${h.service.url}/demo`)).status === 200;
-        const problems: string[] = [];
-        page.on('pageerror', (err) => problems.push(String(err)));
-        if (served) await page.goto(`${h.service.url}/demo`);
-        else {
-          await page.goto(`${h.service.url}/healthz`);
-          await page.setContent(demoHtml);
-        }
-        await page.fill('#key', KEY);
-        await page.fill('#prompt', 'Weather in Paris and 2 + 3?');
-        await page.click('#start');
-        // Text shows up while the turn is still running: deltas are rendered as they arrive.
-        await page.waitForFunction(
-          () => {
-            const box = document.querySelector('.turn[data-iteration="1"]');
-            return (
-              !!box &&
-              box.textContent!.length > 0 &&
-              document.getElementById('status')!.textContent === 'running'
-            );
-          },
-          undefined,
-          { timeout: 15_000 },
+        // /demo redirects to the console, served with its CSP.
+        const res = await page.goto(`${h.service.url}/demo`);
+        assert.equal(new URL(page.url()).pathname, '/console');
+        const csp = res!.headers()['content-security-policy']!;
+        assert.match(csp, /default-src 'none'/);
+        assert.match(csp, /script-src 'self' 'sha256-/);
+        assert.match(csp, /connect-src 'self'/);
+
+        // The key goes to sessionStorage, never into the URL.
+        await page.fill('#api-key', KEY);
+        await page.keyboard.press('Enter');
+        await page.waitForSelector('#new-input', WAIT);
+        assert.equal(await page.evaluate(() => sessionStorage.getItem('toolrunner-sessions.key')), KEY);
+        assert.ok(!page.url().includes(KEY));
+
+        // Create: a server tool that needs approval, a client tool, a system prompt.
+        h.fake.enqueue(toolCall('get_weather', { location: 'Paris' }));
+        await page.fill('#new-input', 'What is the weather in Paris, and where is order 1234?');
+        await page.fill('#new-system', 'You are a concise assistant.');
+        await page.check('input[name="tool"][value="get_weather"]');
+        await page.fill(
+          '#new-client-tools',
+          JSON.stringify({
+            name: 'lookup_order',
+            description: 'Find an order',
+            input_schema: { type: 'object', properties: { order_id: { type: 'string' } } },
+          }),
         );
-        const partial = await page.textContent('.turn[data-iteration="1"]');
-        assert.ok(partial!.length < reply.length, `partial text first: ${partial}`);
-        await page.waitForFunction(
-          () => document.getElementById('status')!.textContent === 'idle',
-          undefined,
-          {
-            timeout: 15_000,
-          },
+        await page.selectOption('#new-approval', 'always');
+        await page.click('button:has-text("Create session")');
+
+        const card = await page.waitForSelector(
+          '.tool-card[data-tool="get_weather"][data-state="awaiting_approval"]',
+          WAIT,
         );
-        assert.equal(await page.textContent('.turn[data-iteration="1"]'), reply);
-        const id = await page.textContent('#session');
-        const messages = await h.api.get(`/v1/sessions/${id}/messages`);
-        assert.equal(messages.body.data.at(-1).content[0].text, reply);
+        const id = (await page.getAttribute('article.session', 'data-session'))!;
+        assert.match(id, /^ses_/);
+        assert.ok(page.url().endsWith(`#/sessions/${id}`));
+        await page.waitForSelector(
+          `.session-list li[data-session="${id}"][data-status="requires_action"]`,
+          WAIT,
+        );
+        assert.match((await page.textContent('.required'))!, /wait.* for approval/);
+        assert.match((await card.textContent())!, /"location": "Paris"/);
+        await page.screenshot({ path: `${SHOTS}/console-approval.png` });
+        const created = await h.api.get(`/v1/sessions/${id}`);
+        assert.equal(created.body.params.system, 'You are a concise assistant.');
+        assert.equal(created.body.approval, 'always');
+
+        // Edit the input, then approve: the tool runs with the edited input; the model then calls the client tool.
+        h.fake.enqueue(toolCall('lookup_order', { order_id: '1234' }));
+        await card.$eval('button.edit', (b) => (b as HTMLButtonElement).click());
+        await page.fill(
+          '.tool-card[data-tool="get_weather"] textarea.edit-input',
+          '{"location": "Paris, France"}',
+        );
+        await page.click('.tool-card[data-tool="get_weather"] button.approve-edited');
+        const clientCard = await page.waitForSelector(
+          '.tool-card[data-tool="lookup_order"][data-state="awaiting_result"]',
+          WAIT,
+        );
+        const weather = await page.waitForSelector(
+          '.tool-card[data-tool="get_weather"][data-state="done"]',
+          WAIT,
+        );
+        assert.match((await weather.textContent())!, /"location": "Paris, France"/);
+        assert.match((await weather.textContent())!, /Simulated weather in Paris, France/);
+
+        // Submit the client tool's result: the answer streams.
+        const answer =
+          'It is cloudy in Paris, and order 1234 has shipped. Each word of this answer streams as its own delta, ' +
+          'so the page shows the text growing while the turn is still running.';
+        h.fake.enqueue(text(answer, { eventDelayMs: 120 }));
+        await clientCard.$eval('textarea.result-draft', (t) => (t as HTMLTextAreaElement).focus());
+        await page.keyboard.type('Order 1234: shipped');
+        await page.click('.tool-card[data-tool="lookup_order"] button.submit-result');
+        const streaming = await page.waitForSelector('.turn.assistant.streaming .text', WAIT);
+        await page.waitForFunction(
+          (el) => (el as HTMLElement).textContent!.split(' ').length >= 4,
+          streaming,
+          WAIT,
+        );
+        const partial = (await streaming.textContent())!;
+        assert.ok(
+          partial.length < answer.length && answer.startsWith(partial),
+          `partial text first: ${partial}`,
+        );
+        await page.screenshot({ path: `${SHOTS}/console-streaming.png` });
+        await sessionStatus(page, 'idle');
+        await page.waitForFunction(
+          (t) => [...document.querySelectorAll('.turn.assistant .text')].some((e) => e.textContent === t),
+          answer,
+          WAIT,
+        );
+
+        // A follow-up, sent with the keyboard (Ctrl+Enter).
+        h.fake.enqueue(text('Tokyo is rainy.'));
+        await page.focus('#composer-text');
+        await page.keyboard.type('And in Tokyo?');
+        await page.keyboard.press('Control+Enter');
+        await page.waitForFunction(
+          () =>
+            [...document.querySelectorAll('.turn.assistant .text')].some(
+              (e) => e.textContent === 'Tokyo is rainy.',
+            ),
+          undefined,
+          WAIT,
+        );
+        await sessionStatus(page, 'idle');
+        assert.match((await page.textContent('.conversation'))!, /And in Tokyo\?/);
+
+        // The history over REST is what the page showed: the edited call, the submitted result, both answers.
+        const history = (await h.api.get(`/v1/sessions/${id}/messages`)).body.data;
+        const blocks = history.flatMap((m: any) => (typeof m.content === 'string' ? [] : m.content));
+        const weatherUse = blocks.find((b: any) => b.type === 'tool_use' && b.name === 'get_weather');
+        assert.deepEqual(weatherUse.input, { location: 'Paris, France' });
+        const orderUse = blocks.find((b: any) => b.type === 'tool_use' && b.name === 'lookup_order');
+        const orderResult = blocks.find(
+          (b: any) => b.type === 'tool_result' && b.tool_use_id === orderUse.id,
+        );
+        assert.equal(orderResult.content, 'Order 1234: shipped');
+        assert.equal(history.at(-1).content[0].text, 'Tokyo is rainy.');
+        const session = (await h.api.get(`/v1/sessions/${id}`)).body;
+        assert.equal(session.iteration, 4);
+        // The figures follow the session: turns and usage as REST tells them.
+        await page.waitForFunction(
+          ({ n, out }) =>
+            document.querySelector('.figures .iteration')?.textContent === n &&
+            document.querySelector('.figures .usage-output')?.textContent === out,
+          { n: '4', out: session.usage.output_tokens.toLocaleString('en-US') },
+          WAIT,
+        );
+        assert.match((await page.textContent('.figures .cost'))!, /^\$\d/);
+
+        // Fork at iteration 2 (after the client tool's result): the page opens the fork.
+        await page.fill('#fork-at', '2');
+        await page.click('button.fork');
+        await page.waitForFunction(
+          (orig) => location.hash.startsWith('#/sessions/') && !location.hash.endsWith(orig),
+          id,
+          WAIT,
+        );
+        const forkId = (await page.evaluate(() => location.hash.split('/').at(-1)))!;
+        await page.waitForSelector(`article.session[data-session="${forkId}"][data-status="idle"]`, WAIT);
+        const forkHistory = (await h.api.get(`/v1/sessions/${forkId}/messages`)).body.data;
+        assert.deepEqual(forkHistory, history.slice(0, forkHistory.length));
+        assert.equal(forkHistory.at(-1).content[0].type, 'tool_result');
+        await page.waitForSelector('.tool-card[data-tool="lookup_order"][data-state="done"]', WAIT);
+
+        // Cancel a run in the fork: the turn in flight hangs until the cancel aborts it.
+        h.fake.enqueue(hang());
+        await page.fill('#composer-text', 'Summarize, please.');
+        await page.click('form.composer button[type="submit"]');
+        await sessionStatus(page, 'running');
+        await page.waitForSelector('button.cancel:not([disabled])', WAIT);
+        await page.click('button.cancel');
+        await sessionStatus(page, 'idle');
+        await page.waitForSelector('.stopped:has-text("cancelled")', WAIT);
+        const cancelled = (await h.api.get(`/v1/sessions/${forkId}`)).body;
+        assert.equal(cancelled.status, 'idle');
+        assert.equal(cancelled.stop_reason, 'cancelled');
+
+        // The session list shows both sessions with their statuses.
+        await page.waitForSelector(`.session-list li[data-session="${forkId}"][data-status="idle"]`, WAIT);
+        await page.waitForSelector(`.session-list li[data-session="${id}"][data-status="idle"]`, WAIT);
+
+        // Back to the first session; cut the network; the session moves on meanwhile (over REST).
+        await page.click(`.session-list li[data-session="${id}"] a`);
+        await page.waitForSelector(`article.session[data-session="${id}"] .conn[data-conn="live"]`, WAIT);
+        offline = true;
+        await context.setOffline(true);
+        await page.waitForSelector('.conn[data-conn="offline"]', WAIT);
+        const offlineAnswer = 'While you were away: the weather in Paris cleared up and Tokyo stayed rainy.';
+        h.fake.enqueue(text(offlineAnswer, { eventDelayMs: 20 }));
+        const posted = await h.api.post(`/v1/sessions/${id}/messages`, { text: 'Anything new?' });
+        assert.equal(posted.status, 202);
+        await h.api.waitFor(id, (s) => s.status === 'idle' && s.iteration === 5, 30_000);
+        assert.equal(await page.getAttribute('.conn', 'data-conn'), 'offline');
+        await context.setOffline(false);
+        await page.waitForSelector('.conn[data-conn="live"]', WAIT);
+        offline = false;
+        await page.waitForFunction(
+          (t) => [...document.querySelectorAll('.turn.assistant .text')].some((e) => e.textContent === t),
+          offlineAnswer,
+          WAIT,
+        );
+        await page.waitForSelector('.turn.user:not(.queued) .text:has-text("Anything new?")', WAIT);
+        // Every event of the log, once each, in order.
+        const rest = await allEventIds(h, id);
+        await page.waitForFunction(
+          (n) => Number(document.querySelector('.event-count')?.getAttribute('data-count')) >= n,
+          rest.length,
+          WAIT,
+        );
+        assert.deepEqual(await pageEventIds(page), rest);
+        assert.equal(
+          await page.$$eval(
+            '.turn.assistant .text',
+            (els, t) => els.filter((e) => e.textContent === t).length,
+            offlineAnswer,
+          ),
+          1,
+        );
+
+        // Readable at 1440 px and at 360 px: nothing wider than the viewport.
+        assert.ok((await overflow(page)) <= 0, 'no horizontal overflow at 1440 px');
+        await page.setViewportSize({ width: 360, height: 780 });
+        assert.ok((await overflow(page)) <= 0, 'no horizontal overflow at 360 px');
+        await page.setViewportSize({ width: 1440, height: 1000 });
+        await page.goto(`${h.service.url}/console#/`);
+        await page.waitForSelector(`.session-list li[data-session="${forkId}"]`, WAIT);
+        await page.screenshot({ path: `${SHOTS}/console-sessions.png` });
+
+        // The favicon loads and the page logged nothing (no CSP violation, no failed request, no error).
+        assert.equal((await fetch(`${h.service.url}/console/favicon.svg`)).status, 200);
         assert.deepEqual(problems, []);
-        const log = await page.textContent('#events');
-        assert.match(log!, /ack m1/);
       } finally {
-        await page.close();
+        await context.close();
       }
+    });
+
+    it('pages of a listed origin use REST and the WebSocket; others get neither (CORS, 403)', async () => {
+      const s = await h.api.post('/v1/sessions', { input: 'Hello', start: false });
+      assert.equal(s.status, 201);
+      const id = s.body.id;
+      const service = h.service.url;
+
+      // A preflight needs no key.
+      const preflight = await fetch(`${service}/v1/sessions`, {
+        method: 'OPTIONS',
+        headers: {
+          origin: listed.url,
+          'access-control-request-method': 'POST',
+          'access-control-request-headers': 'authorization, content-type, if-match',
+        },
+      });
+      assert.equal(preflight.status, 204);
+      assert.equal(preflight.headers.get('access-control-allow-origin'), listed.url);
+      assert.match(preflight.headers.get('access-control-allow-headers')!, /authorization/);
+      const foreignPreflight = await fetch(`${service}/v1/sessions`, {
+        method: 'OPTIONS',
+        headers: { origin: unlisted.url, 'access-control-request-method': 'POST' },
+      });
+      assert.equal(foreignPreflight.headers.get('access-control-allow-origin'), null);
+
+      // From Node, the upgrade itself: 403 for an unlisted Origin, before the key is even read.
+      const upgrade = (origin: string | undefined) =>
+        new Promise<number>((resolve, reject) => {
+          const ws = new NodeWebSocket(
+            `${service.replace('http', 'ws')}/v1/sessions/${id}/stream`,
+            ['bearer', KEY],
+            {
+              ...(origin ? { origin } : {}),
+            },
+          );
+          ws.on('open', () => {
+            ws.close();
+            resolve(101);
+          });
+          ws.on('unexpected-response', (_req, res) => {
+            resolve(res.statusCode ?? 0);
+            ws.terminate();
+          });
+          ws.on('error', (err) => {
+            if (!/Unexpected server response/.test(String(err))) reject(err);
+          });
+        });
+      assert.equal(await upgrade(unlisted.url), 403);
+      assert.equal(await upgrade(listed.url), 101);
+      assert.equal(await upgrade(undefined), 101);
+
+      const probe = async (origin: string) => {
+        const context = await browser.newContext();
+        const page = await context.newPage();
+        try {
+          await page.goto(origin);
+          return await page.evaluate(
+            async ({ service, id, key }) => {
+              let rest: string;
+              try {
+                const r = await fetch(`${service}/v1/sessions/${id}`, {
+                  headers: { authorization: `Bearer ${key}` },
+                });
+                rest = `${r.status} ${(await r.json()).id}`;
+              } catch (err) {
+                rest = `blocked: ${(err as Error).name}`;
+              }
+              const ws = await new Promise<string>((resolve) => {
+                const sock = new WebSocket(`${service.replace('http', 'ws')}/v1/sessions/${id}/stream`, [
+                  'bearer',
+                  key,
+                ]);
+                sock.onmessage = (m) => {
+                  resolve(`event ${JSON.parse(m.data).type}`);
+                  sock.close();
+                };
+                sock.onclose = (e) => resolve(`closed ${e.code}`);
+              });
+              return { rest, ws };
+            },
+            { service, id, key: KEY },
+          );
+        } finally {
+          await context.close();
+        }
+      };
+      assert.deepEqual(await probe(listed.url), { rest: `200 ${id}`, ws: 'event session.created' });
+      assert.deepEqual(await probe(unlisted.url), { rest: 'blocked: TypeError', ws: 'closed 1006' });
     });
   },
 );

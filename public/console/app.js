@@ -55,7 +55,8 @@ function SessionList({ current, version, onError }) {
     let timer = null;
     const load = async () => {
       clearTimeout(timer);
-      if (document.visibilityState === 'visible') {
+      // Not while hidden or offline: nobody looks, or the request would only fail.
+      if (document.visibilityState === 'visible' && navigator.onLine) {
         try {
           const page = await api.listSessions({ limit: 50, status: filter || undefined });
           if (!stopped) {

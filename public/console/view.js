@@ -24,6 +24,8 @@ export class SessionModel {
     this.tools = new Map();
     this.errors = [];
     this.queued = [];
+    /** `message.appended` events: user turns, shown until the history read holds them. */
+    this.appended = [];
     this.lastAppendedRevision = -1;
     this.compactions = [];
   }
@@ -99,6 +101,7 @@ export class SessionModel {
         break;
       case 'message.appended':
         this.lastAppendedRevision = Math.max(this.lastAppendedRevision, ev.revision ?? 0);
+        this.appended.push({ revision: ev.revision ?? 0, message: d.message ?? d });
         break;
       case 'compaction.completed':
       case 'compaction.skipped':
@@ -142,6 +145,11 @@ export class SessionModel {
     return [...this.live.values()]
       .filter((t) => t.state === 'streaming' || t.completedRevision > this.historyRevision)
       .sort((a, b) => a.iteration - b.iteration);
+  }
+
+  /** User turns merged since the history was read. */
+  newUserTurns() {
+    return this.appended.filter((a) => a.revision > this.historyRevision);
   }
 
   /** Follow-ups sent but not yet merged into the history. */
@@ -263,6 +271,12 @@ export function conversation(model) {
         blocks: blocks.map((b) => (b.type === 'tool_use' ? { ...b, call: call(b) } : b)),
       });
     }
+  }
+  for (const a of model.newUserTurns()) {
+    const c = a.message?.content;
+    const blocks = typeof c === 'string' ? [{ type: 'text', text: c }] : (c ?? []);
+    const shown = blocks.filter((b) => b.type !== 'tool_result');
+    if (shown.length) items.push({ kind: 'user', blocks: shown });
   }
   for (const t of model.liveTurns()) {
     items.push({
