@@ -29,6 +29,8 @@ COPY --chown=node:node package.json ./
 COPY --from=build --chown=node:node /app/dist/src ./dist/src
 COPY --from=build --chown=node:node /app/dist/routes ./dist/routes
 COPY --from=build --chown=node:node /app/dist/tools ./dist/tools
+# The browser console's static files (served by routes/console.ts; Preact and htm come from node_modules).
+COPY --chown=node:node public ./public
 # The image's unprivileged user (uid 1000).
 USER node
 EXPOSE 3000

@@ -170,8 +170,7 @@ function SessionHeader({ s, conn }) {
       <div>
         <dt>Cache write / read</dt>
         <dd>
-          ${(u.cache_creation_input_tokens ?? 0).toLocaleString()} /
-          ${(u.cache_read_input_tokens ?? 0).toLocaleString()}
+          ${`${(u.cache_creation_input_tokens ?? 0).toLocaleString()} / ${(u.cache_read_input_tokens ?? 0).toLocaleString()}`}
         </dd>
       </div>
       <div>
@@ -206,8 +205,7 @@ function Required({ s, act, busy }) {
     review_tool_results: `The tool results wait for review: replace any below, then continue.`,
   }[r.type];
   return html`<div class="required" role="region" aria-label="Required action" data-type=${r.type}>
-    <strong>Action needed.</strong> ${text}
-    ${
+    <strong>Action needed.</strong> ${text}${' '}${
       r.type === 'review_tool_results' &&
       html` <button class="primary" disabled=${busy} onClick=${() => act(() => api.continue(s.id))}>
         Continue
@@ -228,9 +226,9 @@ function UserTurn({ item }) {
 function AssistantTurn({ item, s, act, busy }) {
   return html`<div class=${`turn assistant${item.live ? ' streaming' : ''}`} data-turn=${item.turn}>
     <div class="who">
-      Assistant
-      <span class="muted">turn ${item.turn}</span
-      >${item.live ? html` <span class="badge live">streaming</span>` : ''}
+      ${'Assistant '}<span class="muted">turn ${item.turn}</span>${item.live ? ' ' : ''}${
+        item.live && html`<span class="badge live">streaming</span>`
+      }
     </div>
     ${item.blocks.map((b) =>
       b.type === 'tool_use' && b.call
@@ -609,8 +607,9 @@ function EventsPanel({ model }) {
           html`<li key=${ev.id} data-id=${ev.id} data-type=${ev.type}>
             <details>
               <summary>
-                <code class="eid">${ev.id}</code> <strong>${ev.type}</strong>
-                <span class="muted">${eventSummary(ev)}</span>
+                <code class="eid">${ev.id}</code> <strong>${ev.type}</strong>${' '}<span class="muted"
+                  >${eventSummary(ev)}</span
+                >
               </summary>
               <pre>${pretty(ev)}</pre>
             </details>
