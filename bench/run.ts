@@ -31,6 +31,7 @@ import { b3, b3Profile, type B3Result } from './scenarios/b3.js';
 import { b4, b4Profile, type B4Result } from './scenarios/b4.js';
 import { b5, b5Profile, type B5Result } from './scenarios/b5.js';
 import { b6, b6Profile, type B6Result } from './scenarios/b6.js';
+import { b7, b7Profile, type B7Result } from './scenarios/b7.js';
 import { report } from './report.js';
 
 const { values } = parseArgs({
@@ -48,7 +49,7 @@ const { values } = parseArgs({
 
 const quick = values.quick!;
 const only = new Set(
-  (values.only ?? 'B1,B2,B3,B4,B5,B6')
+  (values.only ?? 'B1,B2,B3,B4,B5,B6,B7')
     .toUpperCase()
     .split(',')
     .map((s) => s.trim()),
@@ -73,6 +74,7 @@ export interface Results {
   B4?: B4Result | Error;
   B5?: B5Result | Error;
   B6?: B6Result | Error;
+  B7?: B7Result | Error;
   profiles: Record<string, ProfileSummary | Error>;
   /** The 1-minute load average when each scenario started (other work on the machine shows here). */
   load: Record<string, number>;
@@ -144,6 +146,7 @@ async function main() {
     ['B4', () => b4(ctx), (p) => b4Profile(ctx, p)],
     ['B5', () => b5(ctx), (p) => b5Profile(ctx, p)],
     ['B6', () => b6(ctx, results.machine.openFiles), (p) => b6Profile(ctx, p)],
+    ['B7', () => b7(ctx), (p) => b7Profile(ctx, p)],
   ];
   try {
     for (const [name, run] of scenarios) {
