@@ -13,7 +13,8 @@ const runEnded = (e: Envelope, all: Envelope[]) =>
 describe('Prometheus metrics', () => {
   let h: Harness;
   before(async () => {
-    h = await startHarness();
+    // With API keys: /metrics still answers without one (it lives outside the /v1 scope), as Prometheus scrapes it.
+    h = await startHarness({ env: { API_KEYS: 'acme:key-acme' } });
   });
   after(async () => h?.close());
 
@@ -49,8 +50,8 @@ describe('Prometheus metrics', () => {
     const created = await h.api.post('/v1/sessions', { input: 'Weather in Paris?', tools: ['get_weather'] });
     assert.equal(created.status, 201, JSON.stringify(created.body));
     const id: string = created.body.id;
-    const ws = await connectWs(h.service.url, id);
-    const sse = await connectSse(h.service.url, id);
+    const ws = await connectWs(h.service.url, id, { token: 'key-acme' });
+    const sse = await connectSse(h.service.url, id, { token: 'key-acme' });
     const open = await scrapeUntil(
       (s) =>
         value(s, 'trs_event_stream_connections', { transport: 'ws' }) === 1 &&
@@ -155,7 +156,7 @@ describe('Prometheus metrics', () => {
     a.turn('end_turn');
     a.turn('a_new_reason_from_a_newer_api');
     a.turn(null);
-    a.webhookDeliveries.inc({ outcome: 'delivered' });
+    a.webhook('delivered');
     const sa = parseExposition(await a.text());
     assert.equal(value(sa, 'trs_turns_total', { stop_reason: 'end_turn' }), 1);
     assert.equal(value(sa, 'trs_turns_total', { stop_reason: 'other' }), 2);

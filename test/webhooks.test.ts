@@ -175,6 +175,14 @@ describe('webhook routes', { timeout: 120_000 }, () => {
     assert.equal(log[0].status_code, 204);
     assert.equal(log[0].outcome, 'delivered');
     assert.equal(log[0].attempt, 1);
+    // And counted by outcome in /metrics (right after the settle that wrote the log).
+    await until(async () =>
+      /^trs_webhook_deliveries_total\{outcome="delivered"\} [1-9]/m.test(
+        String((await h.api.get('/metrics')).body),
+      )
+        ? true
+        : null,
+    );
     await acme.req('DELETE', `/v1/webhooks/${w.id}`);
   });
 

@@ -7,8 +7,8 @@ import { Counter, Gauge, Histogram, Registry, collectDefaultMetrics } from 'prom
  * pre-made objects: one `observe`/`inc` per turn, tool call, commit or fanned-out batch, never per event or client.
  */
 
-/** Outcomes of a webhook delivery attempt (`trs_webhook_deliveries_total{outcome}`). */
-export type WebhookOutcome = 'delivered' | 'retried' | 'failed' | 'dropped';
+/** Outcomes of a settled webhook delivery attempt (`trs_webhook_deliveries_total{outcome}`; settle.lua's). */
+export type WebhookOutcome = 'delivered' | 'retrying' | 'gave_up' | 'disabled' | 'stale' | 'gone';
 /** Event-stream transports (`transport` label). */
 export type Transport = 'ws' | 'sse';
 /** Where a page of the event log went: a WS/SSE replay, or a JSON page of `GET /events` (`source` label). */
@@ -204,7 +204,7 @@ export class Metrics {
     });
     this.webhookDeliveries = new Counter({
       name: 'trs_webhook_deliveries_total',
-      help: 'Webhook delivery attempts, by outcome (delivered, retried, failed, dropped).',
+      help: 'Settled webhook delivery attempts, by outcome (delivered, retrying, gave_up, disabled, stale, gone).',
       labelNames: ['outcome'],
       registers,
     });
@@ -221,6 +221,11 @@ export class Metrics {
   /** The engine whose run counts the gauges report. */
   observeRuns(runs: RunCounts): void {
     this.runs = runs;
+  }
+
+  /** Counts a settled webhook delivery attempt (the webhooks dispatcher). */
+  webhook(outcome: WebhookOutcome): void {
+    this.webhookDeliveries.inc({ outcome });
   }
 
   /** Counts a turn by its stop reason (a closed set). */

@@ -1,4 +1,5 @@
 import type { Logger } from 'pino';
+import type { Metrics } from '../observability/metrics.js';
 import { attempt } from './attempt.js';
 import type { Fanout } from './fanout.js';
 import type { SecretBox } from './secrets.js';
@@ -27,6 +28,8 @@ export interface DispatcherOptions {
   limits: OutboxLimits;
   /** Attempts in flight at once in this process, all endpoints together. */
   processMax: number;
+  /** `trs_webhook_deliveries_total{outcome}`: one count per settled attempt. */
+  metrics?: Metrics | undefined;
 }
 
 /** `base · 2^(attempt-1)` capped at `max`, the upper half jittered: spreads retries of many messages apart. */
@@ -166,6 +169,7 @@ export class Dispatcher {
     try {
       const delay = retryDelay(attemptNo, this.opts.retryBaseMs, this.opts.retryMaxMs);
       const s = await store.settle(webhookId, msgId, res.ok, Date.now(), delay, entry, limits);
+      this.opts.metrics?.webhook(s.outcome);
       log.debug(
         {
           webhook: webhookId,

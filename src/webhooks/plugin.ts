@@ -76,6 +76,7 @@ export default fp<{ config: Config }>(
       retryMaxMs: config.WEBHOOK_RETRY_MAX_MS,
       allowPrivate: config.WEBHOOK_ALLOW_PRIVATE,
       processMax: PROCESS_MAX,
+      metrics: app.metrics,
       limits: {
         maxPending: config.WEBHOOK_MAX_PENDING,
         // An attempt ends within its timeout; the margin covers the settle and a busy event loop.
@@ -125,5 +126,5 @@ export default fp<{ config: Config }>(
       closeAgents();
     });
   },
-  { name: 'webhooks', dependencies: ['redis', 'engine'] },
+  { name: 'webhooks', dependencies: ['redis', 'engine', 'metrics'] },
 );
