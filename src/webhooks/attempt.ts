@@ -52,11 +52,14 @@ export async function attempt(opts: {
   let checked: Awaited<ReturnType<typeof resolveChecked>>;
   try {
     url = parseWebhookUrl(opts.url);
-    checked = await resolveChecked(hostOf(url), opts.allowPrivate);
+    // A resolver that does not answer cannot hold the attempt past its timeout (the lookup itself cannot be aborted).
+    const timedOut = new Promise<null>((resolve) => signal.addEventListener('abort', () => resolve(null)));
+    const found = await Promise.race([resolveChecked(hostOf(url), opts.allowPrivate), timedOut]);
+    if (!found) return done(false, null, 'timeout');
+    checked = found;
   } catch (err) {
     return done(false, null, `refused: ${(err as Error).message}`);
   }
-  if (signal.aborted) return done(false, null, 'timeout');
   const now = new Date();
   const signature = new Webhook(opts.secret).sign(opts.msgId, now, opts.body);
   // The checked addresses are the only ones the socket may connect to (node asks `lookup` for a name, never for an

@@ -52,8 +52,17 @@ export class Dispatcher {
   private readonly attempts = new Set<Promise<void>>();
   private polling = false;
   private stopped = false;
+  /** One warning per Redis outage, not one per poll. */
+  private failing = false;
+  /** Attempts in flight in this process per tenant, and the tenant of each endpoint seen (fairness). */
+  private readonly perTenant = new Map<string, number>();
+  private readonly tenantOf = new Map<string, string>();
 
-  constructor(private readonly opts: DispatcherOptions) {}
+  private readonly tenantMax: number;
+
+  constructor(private readonly opts: DispatcherOptions) {
+    this.tenantMax = Math.max(1, Math.floor(opts.processMax / 4));
+  }
 
   start(): void {
     const tick = () => {
@@ -73,7 +82,15 @@ export class Dispatcher {
       this.kicked.add(webhookId);
       return;
     }
+    // At its tenant's cap the endpoint waits for the poll, which finds it in `wh:due`.
+    if (this.tenantFull(webhookId)) return;
     void this.claimAndSend(webhookId, undefined);
+  }
+
+  /** One tenant's endpoints may take at most a quarter of this process's attempts: others are not slowed. */
+  private tenantFull(webhookId: string): boolean {
+    const tenant = this.tenantOf.get(webhookId);
+    return tenant !== undefined && (this.perTenant.get(tenant) ?? 0) >= this.tenantMax;
   }
 
   private async poll(): Promise<void> {
@@ -83,7 +100,11 @@ export class Dispatcher {
     try {
       const now = Date.now();
       const due = this.inflight < this.opts.processMax ? await store.due(now, 50) : [];
-      for (const [id, score] of due) if (!this.claiming.has(id)) void this.claimAndSend(id, score);
+      for (const [id, score] of due) {
+        if (this.claiming.has(id)) continue;
+        if (this.tenantFull(id)) continue;
+        void this.claimAndSend(id, score);
+      }
       const marks = await store.staleMarks(now - this.opts.graceMs, 20);
       await Promise.all(
         marks.map(async ([sessionId, score]) => {
@@ -92,8 +113,11 @@ export class Dispatcher {
             await store.markDone(sessionId, score, sweepStart - this.opts.graceMs);
         }),
       );
+      if (this.failing) log.info('webhook poll works again');
+      this.failing = false;
     } catch (err) {
-      if (!this.stopped) log.warn({ err }, 'webhook poll failed');
+      if (!this.stopped && !this.failing) log.warn({ err }, 'webhook poll failed; retrying every poll');
+      this.failing = true;
     } finally {
       this.polling = false;
     }
@@ -110,6 +134,8 @@ export class Dispatcher {
       }
       if (seenScore !== undefined) await store.reschedule(webhookId, seenScore, r.next);
       else await store.nudge(webhookId, r.next);
+      if (this.tenantOf.size > 10_000) this.tenantOf.clear();
+      this.tenantOf.set(webhookId, r.tenant);
       if (r.messages.length === 0) return;
       let secret: string;
       try {
@@ -118,10 +144,15 @@ export class Dispatcher {
         log.error({ err, webhook: webhookId }, 'webhook secret cannot be opened; attempts fail');
         secret = '';
       }
+      const tenant = r.tenant;
       for (const m of r.messages) {
         this.inflight++;
+        this.perTenant.set(tenant, (this.perTenant.get(tenant) ?? 0) + 1);
         const p = this.send(webhookId, r.url, secret, m.msgId, m.attempt, m.body).finally(() => {
           this.inflight--;
+          const left = (this.perTenant.get(tenant) ?? 1) - 1;
+          if (left > 0) this.perTenant.set(tenant, left);
+          else this.perTenant.delete(tenant);
           this.attempts.delete(p);
         });
         this.attempts.add(p);
