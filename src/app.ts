@@ -2,6 +2,7 @@ import type { FastifyPluginAsync, RouteOptions } from 'fastify';
 import fp from 'fastify-plugin';
 import swagger from '@fastify/swagger';
 import swaggerUi from '@fastify/swagger-ui';
+import helmet from '@fastify/helmet';
 import websocket from '@fastify/websocket';
 import { jsonSchemaTransform, serializerCompiler, validatorCompiler } from 'fastify-type-provider-zod';
 import type { Config } from './config.js';
@@ -23,6 +24,7 @@ import streamRoutes from '../routes/stream.js';
 import consoleRoutes from '../routes/console.js';
 import webhooksPlugin from './webhooks/plugin.js';
 import webhookRoutes from '../routes/webhooks.js';
+import quotasPlugin from './quotas/quotas.js';
 import { selectProtocol } from './events/protocols.js';
 import { metricsPlugin, tracingPlugin, type TracingPluginOptions } from './observability/plugin.js';
 
@@ -68,6 +70,9 @@ const app: FastifyPluginAsync<AppOptions> = async (fastify, opts) => {
     transform: jsonSchemaTransform,
   });
   await fastify.register(swaggerUi, { routePrefix: '/docs' });
+  await fastify.register(helmet, {
+    contentSecurityPolicy: { directives: cspDirectives(fastify.swaggerCSP) },
+  });
   await fastify.register(redisPlugin, { url: opts.redisUrl, clusterNodes: config.REDIS_CLUSTER_NODES });
   await fastify.register(anthropicPlugin, {
     apiKey: opts.anthropic.apiKey,
@@ -102,6 +107,10 @@ const app: FastifyPluginAsync<AppOptions> = async (fastify, opts) => {
     });
     await api.register(authPlugin, { keys: config.API_KEYS });
     await api.register(rateLimitPlugin, { perMinute: config.RATE_LIMIT_PER_MIN });
+    await api.register(quotasPlugin, {
+      maxSessions: config.TENANT_MAX_SESSIONS,
+      maxWebSockets: config.TENANT_MAX_WEBSOCKETS,
+    });
     await api.register(idempotencyPlugin, { ttlS: config.IDEMPOTENCY_TTL_S });
     await api.register(toolRoutes);
     await api.register(sessionRoutes);
@@ -110,6 +119,21 @@ const app: FastifyPluginAsync<AppOptions> = async (fastify, opts) => {
     await api.register(webhookRoutes);
   });
 };
+
+/**
+ * Helmet's default policy (same-origin scripts, styles, images, fetch and WebSocket) plus the inline scripts Swagger
+ * UI publishes hashes for. No `upgrade-insecure-requests`: the service is often reached over plain HTTP on loopback.
+ * The console's page sets its own, stricter policy (routes/console.ts), which replaces this one.
+ */
+function cspDirectives(swaggerCsp: { script: string[] }) {
+  return {
+    scriptSrc: ["'self'", ...swaggerCsp.script],
+    // No style hashes: with one, browsers ignore 'unsafe-inline' (Swagger UI's style attributes).
+    styleSrc: ["'self'", "'unsafe-inline'"],
+    connectSrc: ["'self'"],
+    upgradeInsecureRequests: null,
+  };
+}
 
 /** Route options of the routes registered inside the authenticated `/v1` scope (filled by its `onRoute` hook). */
 const authenticated = new WeakSet<RouteOptions>();

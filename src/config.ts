@@ -111,8 +111,12 @@ export const configSchema = z.object({
   CONNECTION_TIMEOUT_MS: positiveMs.default(72_000),
   /** Open TCP connections one process accepts (HTTP, SSE and WebSocket together); beyond, new ones are dropped. */
   MAX_CONNECTIONS: positiveMs.default(10_000),
-  /** Requests per minute per tenant on mutating routes. 0 disables the limit. */
-  RATE_LIMIT_PER_MIN: z.coerce.number().int().min(0).default(0),
+  /** Mutating requests per minute per tenant, across replicas (429 `rate_limited`). 0 disables the limit. */
+  RATE_LIMIT_PER_MIN: z.coerce.number().int().min(0).default(1200),
+  /** Most sessions one tenant keeps (429 `quota_exceeded`). 0: no limit. */
+  TENANT_MAX_SESSIONS: z.coerce.number().int().min(0).default(100_000),
+  /** Most WebSockets one tenant holds open at once, across replicas (429 `quota_exceeded`). 0: no limit. */
+  TENANT_MAX_WEBSOCKETS: z.coerce.number().int().min(0).default(1000),
   /** Most runs one process drives at once; more wait in `runs:due` (any replica may take them). */
   MAX_ACTIVE_RUNS: positiveMs.default(5000),
   /** Webhooks (spec §6.3; src/webhooks). Private, loopback and link-local targets are refused unless true. */

@@ -1,26 +1,44 @@
 import fp from 'fastify-plugin';
+import rateLimit from '@fastify/rate-limit';
 import { AppError } from '../errors.js';
 
 /**
- * A fixed one-minute window per tenant on the mutating requests of the scope it is registered in (the `/v1` scope), counted in Redis so it holds across replicas
- * (one INCR per request, only when enabled). Over the limit: 429 `rate_limited` with Retry-After (seconds to the
- * end of the window).
+ * `RATE_LIMIT_PER_MIN` mutating requests per tenant per minute, through `@fastify/rate-limit` with its Redis store
+ * (one Lua INCR/PEXPIRE per request, so the window holds across replicas). Registered inside the authenticated
+ * `/v1` scope: the key is the tenant the auth hook set, and only that scope's routes are counted. Reads (GET/HEAD,
+ * which includes WebSocket upgrades) are not counted. Over the limit: 429 `rate_limited` with `Retry-After`
+ * (seconds to the end of the window). A Redis error lets the request through (the route then meets the store's
+ * own 503): the limiter never fails a request by itself.
  */
 export default fp<{ perMinute: number }>(
   async (app, opts) => {
     if (opts.perMinute <= 0) return;
-    app.addHook('preHandler', async (req) => {
-      if (req.method === 'GET' || req.method === 'HEAD') return;
-      const window = Math.floor(Date.now() / 60_000);
-      const key = `rl:{${req.tenant}}:${window}`;
-      const n = await app.redis.incr(key);
-      if (n === 1) await app.redis.expire(key, 61);
-      if (n > opts.perMinute) {
-        const retry = String(60 - Math.floor((Date.now() % 60_000) / 1000));
-        throw new AppError(429, 'rate_limited', `More than ${opts.perMinute} requests a minute.`, undefined, {
-          'retry-after': retry,
-        });
-      }
+    await app.register(rateLimit, {
+      global: true,
+      hook: 'preHandler',
+      max: opts.perMinute,
+      timeWindow: 60_000,
+      redis: app.redis,
+      nameSpace: 'rl:',
+      skipOnError: true,
+      keyGenerator: (req) => `{${req.tenant}}`,
+      allowList: (req) => req.method === 'GET' || req.method === 'HEAD' || req.method === 'OPTIONS',
+      addHeadersOnExceeding: {
+        'x-ratelimit-limit': true,
+        'x-ratelimit-remaining': true,
+        'x-ratelimit-reset': true,
+      },
+      addHeaders: {
+        'x-ratelimit-limit': true,
+        'x-ratelimit-remaining': true,
+        'x-ratelimit-reset': true,
+        'retry-after': true,
+      },
+      errorResponseBuilder: (_req, ctx) =>
+        new AppError(429, 'rate_limited', `More than ${ctx.max} mutating requests a minute.`, {
+          limit: ctx.max,
+          retry_after_s: Math.ceil(ctx.ttl / 1000),
+        }),
     });
   },
   { name: 'ratelimit', dependencies: ['redis', 'auth'] },

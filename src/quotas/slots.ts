@@ -1,0 +1,99 @@
+import { randomUUID } from 'node:crypto';
+import type { Cluster, Redis } from 'ioredis';
+
+/**
+ * KEYS[1]: ZSET of a tenant's held slots (member: `<replica>:<n>`, score: expiry in ms since the epoch).
+ * ARGV[1]: now (ms); ARGV[2]: the new slot's expiry (ms); ARGV[3]: the most slots; ARGV[4]: the member.
+ * Returns 1 when the slot was taken, 0 when `max` live slots are held already. Expired slots (their replica died
+ * without releasing them) are dropped first, so a crash frees its slots within one TTL.
+ */
+const ACQUIRE_SLOT = `
+redis.call('ZREMRANGEBYSCORE', KEYS[1], '-inf', ARGV[1])
+if redis.call('ZCARD', KEYS[1]) >= tonumber(ARGV[3]) then return 0 end
+redis.call('ZADD', KEYS[1], ARGV[2], ARGV[4])
+redis.call('PEXPIREAT', KEYS[1], ARGV[2])
+return 1
+`;
+
+type Client = (Redis | Cluster) & {
+  quotaAcquireSlot?: (
+    key: string,
+    now: number,
+    expiry: number,
+    max: number,
+    member: string,
+  ) => Promise<number>;
+};
+
+/**
+ * Slots a tenant holds across replicas (open WebSockets): one ZSET per tenant in Redis, each slot with an expiry that
+ * this replica renews every third of `ttlMs` while the slot is held, so slots of a replica that died lapse by
+ * themselves. Acquire is one atomic script (check and take); release is one ZREM.
+ */
+export class TenantSlots {
+  private readonly replica = randomUUID();
+  private seq = 0;
+  /** key → members this replica holds. */
+  private readonly held = new Map<string, Set<string>>();
+  private readonly timer: NodeJS.Timeout;
+
+  constructor(
+    private readonly redis: Redis | Cluster,
+    private readonly name: string,
+    private readonly ttlMs = 60_000,
+  ) {
+    const client = redis as Client;
+    if (!client.quotaAcquireSlot)
+      redis.defineCommand('quotaAcquireSlot', { numberOfKeys: 1, lua: ACQUIRE_SLOT });
+    this.timer = setInterval(() => void this.renew(), Math.ceil(ttlMs / 3));
+    this.timer.unref();
+  }
+
+  /** The tenant's ZSET (hash tag: the tenant, so a Redis Cluster keeps it in one slot). */
+  private key(tenant: string) {
+    return `q:{${tenant}}:${this.name}`;
+  }
+
+  /** Takes a slot if fewer than `max` are held by the tenant on all replicas; returns its release, or null. */
+  async acquire(tenant: string, max: number): Promise<(() => void) | null> {
+    const key = this.key(tenant);
+    const member = `${this.replica}:${++this.seq}`;
+    const now = Date.now();
+    const ok = await (this.redis as Client).quotaAcquireSlot!(key, now, now + this.ttlMs, max, member);
+    if (ok !== 1) return null;
+    let set = this.held.get(key);
+    if (!set) this.held.set(key, (set = new Set()));
+    set.add(member);
+    let released = false;
+    return () => {
+      if (released) return;
+      released = true;
+      set.delete(member);
+      if (set.size === 0 && this.held.get(key) === set) this.held.delete(key);
+      this.redis.zrem(key, member).catch(() => {
+        /* Redis away: the slot lapses after ttlMs */
+      });
+    };
+  }
+
+  /** Pushes the expiry of every held slot (one ZADD XX per tenant: a Cluster pipeline needs one slot per command). */
+  private async renew(): Promise<void> {
+    const expiry = Date.now() + this.ttlMs;
+    for (const [key, members] of this.held) {
+      if (members.size === 0) continue;
+      const args = [...members].flatMap((m) => [expiry, m]);
+      await Promise.all([this.redis.zadd(key, 'XX', ...args), this.redis.pexpireat(key, expiry)]).catch(
+        () => {},
+      );
+    }
+  }
+
+  /** Stops renewing and releases this replica's slots. */
+  async close(): Promise<void> {
+    clearInterval(this.timer);
+    for (const [key, members] of this.held) {
+      if (members.size) await this.redis.zrem(key, ...members).catch(() => {});
+    }
+    this.held.clear();
+  }
+}
