@@ -4,7 +4,7 @@
  * killed when the bench process exits.
  */
 import { spawn, spawnSync, type ChildProcess } from 'node:child_process';
-import { existsSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
+import { cpSync, existsSync, readFileSync, readdirSync, rmSync, writeFileSync } from 'node:fs';
 import { mkdtemp, rm } from 'node:fs/promises';
 import os from 'node:os';
 import path from 'node:path';
@@ -121,6 +121,10 @@ export function buildForBench(): void {
   });
   if (out.status !== 0)
     throw new Error(`tsc -p bench/tsconfig.build.json failed:\n${out.stdout}${out.stderr}`);
+  // Lua scripts are read at run time beside the modules that load them, as `npm run build` copies them.
+  for (const file of readdirSync(path.join(ROOT, 'src'), { recursive: true, encoding: 'utf8' })) {
+    if (file.endsWith('.lua')) cpSync(path.join(ROOT, 'src', file), path.join(BENCH_DIST, 'src', file));
+  }
 }
 
 /** Spawns `node [nodeArgs] <script compiled to JavaScript> [args]` from the project root (see buildForBench). */
