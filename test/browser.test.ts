@@ -15,7 +15,17 @@ import type { AddressInfo } from 'node:net';
 import { chromium, type Browser, type BrowserContext, type Page } from 'playwright-core';
 import NodeWebSocket from 'ws';
 import { startHarness, type Harness } from './helpers/service.js';
-import { hang, text, toolCall } from '../src/fake/script.js';
+import {
+  apiError,
+  hang,
+  reply,
+  text,
+  textBlock,
+  thinking,
+  toolCall,
+  toolCalls,
+  toolUse,
+} from '../src/fake/script.js';
 
 const CHROMIUM = '/usr/bin/chromium';
 const KEY = 'browser-key-1';
@@ -328,6 +338,149 @@ describe(
 
         // The favicon loads and the page logged nothing (no CSP violation, no failed request, no error).
         assert.equal((await fetch(`${h.service.url}/console/favicon.svg`)).status, 200);
+        assert.deepEqual(problems, []);
+      } finally {
+        await context.close();
+      }
+    });
+
+    it('denies by keyboard, replaces a reviewed result, continues, retries, patches, interrupts and resumes', async () => {
+      const context = await browser.newContext({ viewport: { width: 1440, height: 1000 } });
+      const page = await context.newPage();
+      const problems: string[] = [];
+      page.on('pageerror', (err) => problems.push(`pageerror: ${String(err)}`));
+      page.on('console', (m) => {
+        if (m.type() === 'error' || m.type() === 'warning') problems.push(`${m.type()}: ${m.text()}`);
+      });
+      const lastText = async (id: string) => {
+        const h2 = (await h.api.get(`/v1/sessions/${id}/messages`)).body.data;
+        return h2.at(-1);
+      };
+      const shows = (t: string) =>
+        page.waitForFunction(
+          (x) => [...document.querySelectorAll('.turn.assistant .text')].some((e) => e.textContent === x),
+          t,
+          WAIT,
+        );
+      try {
+        await page.goto(`${h.service.url}/console`);
+        await page.fill('#api-key', KEY);
+        await page.click('button:has-text("Use key")');
+        // get_weather waits for approval, calculate_sum runs at once; every result waits for review.
+        h.fake.enqueue(
+          toolCalls([toolUse('get_weather', { location: 'Oslo' }), toolUse('calculate_sum', { a: 2, b: 3 })]),
+        );
+        const created = await h.api.post('/v1/sessions', {
+          input: 'Weather in Oslo and 2 + 3?',
+          tools: ['get_weather', 'calculate_sum'],
+          approval: ['get_weather'],
+          review_tool_results: true,
+        });
+        const id = created.body.id;
+        await page.goto(`${h.service.url}/console#/sessions/${id}`);
+        await page.waitForSelector(
+          '.tool-card[data-tool="get_weather"][data-state="awaiting_approval"]',
+          WAIT,
+        );
+
+        // Deny with the keyboard only: the reason field, then Tab to Deny, then Enter.
+        await page.focus('.tool-card[data-tool="get_weather"] input.deny-reason');
+        await page.keyboard.type('not now');
+        await page.keyboard.press('Tab');
+        assert.equal(await page.evaluate(() => document.activeElement?.textContent?.trim()), 'Deny');
+        await page.keyboard.press('Enter');
+
+        // Both results wait for review: replace the sum, then continue. The answer thinks first.
+        const sum = await page.waitForSelector(
+          '.tool-card[data-tool="calculate_sum"][data-state="under_review"]',
+          WAIT,
+        );
+        await page.waitForSelector(
+          '.tool-card[data-tool="get_weather"][data-state="under_review"].is-error',
+          WAIT,
+        );
+        assert.match((await sum.textContent())!, /5/);
+        await page.fill('.tool-card[data-tool="calculate_sum"] textarea.result-draft', '5 (checked)');
+        await page.click('.tool-card[data-tool="calculate_sum"] button.submit-result');
+        await page.waitForFunction(
+          () =>
+            document
+              .querySelector('.tool-card[data-tool="calculate_sum"] .tool-result')
+              ?.textContent?.includes('5 (checked)'),
+          undefined,
+          WAIT,
+        );
+        h.fake.enqueue(reply([thinking('The user wants two things.'), textBlock('Done.')]));
+        await page.click('.required button:has-text("Continue")');
+        await shows('Done.');
+        await sessionStatus(page, 'idle');
+        // Thinking is there, collapsed.
+        await page.waitForSelector('details.thinking:not([open])', WAIT);
+        const history = (await h.api.get(`/v1/sessions/${id}/messages`)).body.data;
+        const results = history.flatMap((m: any) =>
+          Array.isArray(m.content) ? m.content.filter((b: any) => b.type === 'tool_result') : [],
+        );
+        const denied = results.find((r: any) => r.is_error);
+        assert.match(JSON.stringify(denied.content), /not now/);
+        assert.ok(results.some((r: any) => JSON.stringify(r.content).includes('5 (checked)')));
+
+        // Retry the last turn with a bigger max_tokens.
+        h.fake.enqueue(text('Retried.'));
+        await page.fill('#retry-max-tokens', '2048');
+        await page.click('button.retry');
+        await shows('Retried.');
+        await sessionStatus(page, 'idle');
+        assert.equal((await lastText(id)).content.at(-1).text, 'Retried.');
+        assert.equal((await h.api.get(`/v1/sessions/${id}`)).body.params.max_tokens, 2048);
+        await page.waitForFunction(
+          () =>
+            ![...document.querySelectorAll('.turn.assistant .text')].some((e) => e.textContent === 'Done.'),
+          undefined,
+          WAIT,
+        );
+
+        // PATCH settings from the editor.
+        await page.click('details.settings > summary');
+        const settings = JSON.parse(await page.inputValue('#settings-json'));
+        assert.equal(settings.params.max_tokens, 2048);
+        await page.fill(
+          '#settings-json',
+          JSON.stringify({ max_iterations: 7, metadata: { owner: 'console-test' } }, null, 2),
+        );
+        await page.click('details.settings button:has-text("Save settings")');
+        await h.api.waitFor(id, (s) => s.max_iterations === 7 && s.metadata.owner === 'console-test');
+
+        // Interrupt a turn in flight with a new message.
+        h.fake.enqueue(hang(), text('Interrupted answer.'));
+        const sent = h.fake.requests.length;
+        await page.fill('#composer-text', 'Write a long essay.');
+        await page.click('form.composer button[type="submit"]');
+        await sessionStatus(page, 'running');
+        // The turn is in flight (the fake holds it) before the interrupt.
+        await h.fake.waitForRequests(sent + 1, 30_000);
+        await page.fill('#composer-text', 'Stop; just say hi.');
+        await page.check('#composer-interrupt');
+        await page.click('form.composer button[type="submit"]');
+        await shows('Interrupted answer.');
+        await sessionStatus(page, 'idle');
+        assert.equal((await lastText(id)).content.at(-1).text, 'Interrupted answer.');
+
+        // A failed turn is marked; Resume sends it again.
+        h.fake.enqueue(apiError(400, 'invalid_request_error', { message: 'bad request for this test' }));
+        await page.fill('#composer-text', 'One more?');
+        await page.click('form.composer button[type="submit"]');
+        await sessionStatus(page, 'failed');
+        assert.match((await page.textContent('.error-turn'))!, /upstream_invalid_request/);
+        h.fake.enqueue(text('Recovered.'));
+        await page.click('button.resume');
+        await shows('Recovered.');
+        await sessionStatus(page, 'idle');
+
+        // Delete, confirmed in two steps: back to the list, and the session is gone.
+        await page.click('button:has-text("Delete…")');
+        await page.click('button:has-text("Delete for good")');
+        await page.waitForSelector('#new-input', WAIT);
+        assert.equal((await h.api.get(`/v1/sessions/${id}`)).status, 404);
         assert.deepEqual(problems, []);
       } finally {
         await context.close();

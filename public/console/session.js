@@ -23,6 +23,7 @@ export function SessionView({ id, onChange }) {
 
   useEffect(() => {
     let stopped = false;
+    let deleted = false;
     let renderTimer = null;
     const bump = () => {
       if (renderTimer === null)
@@ -64,7 +65,9 @@ export function SessionView({ id, onChange }) {
         const newer =
           ev.revision !== null && ev.revision !== undefined && ev.revision > model.historyRevision;
         model.apply(ev, newer);
-        if (newer) {
+        // A deleted session has nothing left to read.
+        if (ev.type === 'session.deleted') deleted = true;
+        if (newer && !deleted) {
           refresh();
           if (ev.type === 'session.status') onChange();
         }
@@ -83,8 +86,8 @@ export function SessionView({ id, onChange }) {
     };
   }, [id]);
 
-  /** Runs one steering call; its error is shown, the session is read again either way. */
-  const act = async (fn) => {
+  /** Runs one steering call; its error is shown, the session is read again either way (but after a delete). */
+  const act = async (fn, { reread = true } = {}) => {
     setBusy(true);
     setActionError(null);
     try {
@@ -94,7 +97,7 @@ export function SessionView({ id, onChange }) {
       return undefined;
     } finally {
       setBusy(false);
-      refreshRef.current();
+      if (reread) refreshRef.current();
     }
   };
 
@@ -413,11 +416,11 @@ function Composer({ s, act, busy }) {
   const send = async (e) => {
     e?.preventDefault();
     if (!text.trim()) return;
-    const r = await act(() => api.addMessage(s.id, text, interrupt));
-    if (r) {
-      setText('');
-      setInterrupt(false);
-    }
+    const sent = text;
+    const r = await act(() => api.addMessage(s.id, sent, interrupt));
+    // Cleared only if unchanged meanwhile: the person may already be typing the next message.
+    if (r) setText((current) => (current === sent ? '' : current));
+    if (r && interrupt) setInterrupt(false);
   };
   const running = s.status === 'running' || s.status === 'requires_action';
   return html`<form class="composer" onSubmit=${send} aria-label="Follow-up">
@@ -512,7 +515,8 @@ function Actions({ s, act, busy }) {
           ? html`<button
                 class="danger"
                 disabled=${busy}
-                onClick=${async () => (await act(() => api.remove(s.id))) && (location.hash = '#/')}
+                onClick=${async () =>
+                  (await act(() => api.remove(s.id), { reread: false })) && (location.hash = '#/')}
               >
                 Delete for good
               </button>
