@@ -125,7 +125,13 @@ export const configSchema = z.object({
     .default('false')
     .transform((v) => v === 'true' || v === '1'),
   /** 32 bytes (base64 or hex): webhook secrets are stored AES-256-GCM encrypted with it; unset, stored as is. */
-  WEBHOOK_SECRET_KEY: z.string().min(1).optional(),
+  WEBHOOK_SECRET_KEY: z
+    .string()
+    .refine(
+      (v) => (/^[0-9a-f]{64}$/i.test(v) ? 32 : Buffer.from(v, 'base64').length) === 32,
+      '32 bytes, in base64 or hex (e.g. `openssl rand -base64 32`)',
+    )
+    .optional(),
   /** First retry delay (ms); each next one doubles, with jitter, up to WEBHOOK_RETRY_MAX_MS. */
   WEBHOOK_RETRY_BASE_MS: positiveMs.default(5_000),
   WEBHOOK_RETRY_MAX_MS: positiveMs.default(3_600_000),

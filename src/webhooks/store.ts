@@ -3,7 +3,8 @@ import { readFileSync } from 'node:fs';
 import { AppError, notFound } from '../errors.js';
 
 /**
- * The webhooks' door to Redis. Keys (hash tags keep each script on one slot of a Redis Cluster):
+ * The webhooks' door to Redis, in one file (over 400 lines) because it is one class: every key, command and script of
+ * the webhooks is here, next to the others it must agree with. Keys (hash tags keep each script on one slot of a Redis Cluster):
  *
  * - `wh:{W}` HASH — webhook W: id, tenant, url, events (JSON), description, secret (sealed), created_at,
  *   updated_at, revision, disabled ('0'|'1'), failing_since (ms).
