@@ -255,7 +255,7 @@ function Block({ block: b }) {
     case 'compaction':
       return html`<div class="compaction" role="note">
         <div class="label">Compaction summary</div>
-        <div class="text">${b.content ?? b.summary ?? pretty(b)}</div>
+        <div class="text">${b.content ?? '(no summary)'}</div>
       </div>`;
     case 'image':
       return html`<p class="muted">[image]</p>`;

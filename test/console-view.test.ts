@@ -1,0 +1,189 @@
+/**
+ * The console's view model (public/console/view.js, a browser module without DOM code) fed with events as the
+ * service writes them: streamed blocks, replays that must not override a fresher read, duplicates, tool call states,
+ * thinking and compaction blocks, cost estimates. test/browser.test.ts covers the same code in Chromium end to end.
+ */
+import { describe, it } from 'node:test';
+import assert from 'node:assert/strict';
+
+// A plain JavaScript module for browsers: loaded by URL so the type checker does not look for its declarations.
+const viewUrl = new URL('../public/console/view.js', import.meta.url).href;
+const { SessionModel, conversation, estimateCost, formatCost } = await import(viewUrl);
+
+let seq = 0;
+const ev = (type: string, data: unknown, revision: number | null = null) => ({
+  id: `1000-${seq++}`,
+  session_id: 'ses_test',
+  type,
+  at: new Date(0).toISOString(),
+  revision,
+  data,
+});
+const session = (over: Record<string, unknown> = {}) => ({
+  id: 'ses_test',
+  status: 'running',
+  revision: 1,
+  iteration: 0,
+  required_action: null,
+  params: { model: 'claude-sonnet-5-5' },
+  usage: { input_tokens: 0, output_tokens: 0, cache_creation_input_tokens: 0, cache_read_input_tokens: 0 },
+  ...over,
+});
+const user = { role: 'user', content: [{ type: 'text', text: 'Hi' }] };
+
+describe('console view model', () => {
+  it('assembles a streaming turn, then shows it from the history once the history holds it', () => {
+    const m = new SessionModel('ses_test');
+    m.setSnapshot(session(), [user]);
+    m.apply(ev('turn.started', { iteration: 1, message_count: 1 }), false);
+    const stream = (event: unknown) => m.apply(ev('stream.event', { iteration: 1, event }), false);
+    stream({ type: 'message_start', message: {} });
+    stream({ type: 'content_block_start', index: 0, content_block: { type: 'thinking', thinking: '' } });
+    stream({ type: 'content_block_delta', index: 0, delta: { type: 'thinking_delta', thinking: 'Hmm.' } });
+    stream({ type: 'content_block_start', index: 1, content_block: { type: 'text', text: '' } });
+    stream({ type: 'content_block_delta', index: 1, delta: { type: 'text_delta', text: 'Hel' } });
+    stream({ type: 'content_block_delta', index: 1, delta: { type: 'text_delta', text: 'lo' } });
+    stream({
+      type: 'content_block_start',
+      index: 2,
+      content_block: { type: 'tool_use', id: 't1', name: 'f', input: {} },
+    });
+    stream({
+      type: 'content_block_delta',
+      index: 2,
+      delta: { type: 'input_json_delta', partial_json: '{"a":' },
+    });
+    stream({
+      type: 'content_block_delta',
+      index: 2,
+      delta: { type: 'input_json_delta', partial_json: '1}' },
+    });
+    stream({ type: 'content_block_stop', index: 2 });
+
+    let items = conversation(m);
+    assert.equal(items.length, 2);
+    const live = items[1];
+    assert.equal(live.live, true);
+    assert.deepEqual(
+      live.blocks.map((b: any) => b.type),
+      ['thinking', 'text', 'tool_use'],
+    );
+    assert.equal(live.blocks[0].thinking, 'Hmm.');
+    assert.equal(live.blocks[1].text, 'Hello');
+    assert.deepEqual(live.blocks[2].input, { a: 1 });
+    assert.equal(live.blocks[2].call.state, 'pending');
+
+    const message = {
+      role: 'assistant',
+      content: [{ type: 'text', text: 'Hello' }],
+      stop_reason: 'end_turn',
+    };
+    m.apply(ev('turn.completed', { iteration: 1, message }, 2), true);
+    items = conversation(m);
+    assert.equal(items.at(-1).live, false, 'completed, still shown until the history holds it');
+    m.setSnapshot(session({ revision: 2, status: 'idle' }), [user, message]);
+    items = conversation(m);
+    assert.equal(items.length, 2, 'shown once, from the history');
+    assert.equal(items[1].blocks[0].text, 'Hello');
+  });
+
+  it('drops duplicates and events out of order; a replay does not override a fresher read', () => {
+    const m = new SessionModel('ses_test');
+    m.setSnapshot(session({ status: 'idle', revision: 9 }), [user]);
+    const old = ev('session.status', { status: 'running', required_action: null }, 3);
+    m.apply(old, false);
+    assert.equal(m.session.status, 'idle');
+    m.apply(old, false);
+    assert.equal(m.events.length, 1);
+    const earlier = { ...old, id: '999-0' };
+    m.apply(earlier, false);
+    assert.equal(m.events.length, 1);
+    m.apply(ev('session.status', { status: 'running', required_action: null }, 10), true);
+    assert.equal(m.session.status, 'running');
+  });
+
+  it('pairs tool calls with their state: approval, client results, review, running, done', () => {
+    const m = new SessionModel('ses_test');
+    const reply = {
+      role: 'assistant',
+      content: [
+        { type: 'tool_use', id: 'a', name: 'get_weather', input: { location: 'Paris' } },
+        { type: 'tool_use', id: 'b', name: 'lookup', input: {} },
+        { type: 'tool_use', id: 'c', name: 'calculate_sum', input: { a: 1, b: 2 } },
+      ],
+    };
+    m.setSnapshot(
+      session({
+        status: 'requires_action',
+        required_action: {
+          type: 'approve_tool_calls',
+          tool_calls: [{ id: 'a', name: 'get_weather', input: { location: 'Paris' } }],
+          tool_results: [{ tool_use_id: 'c', content: '3', is_error: false }],
+        },
+      }),
+      [user, reply],
+    );
+    m.apply(ev('tool.started', { tool_use_id: 'b', name: 'lookup', input: {} }), false);
+    const calls = conversation(m)[1].blocks.map((b: any) => [b.call.id, b.call.state]);
+    assert.deepEqual(calls, [
+      ['a', 'awaiting_approval'],
+      ['b', 'running'],
+      ['c', 'done'],
+    ]);
+    m.setSnapshot(
+      session({
+        status: 'idle',
+        revision: 5,
+        required_action: null,
+      }),
+      [
+        user,
+        reply,
+        {
+          role: 'user',
+          content: [
+            { type: 'tool_result', tool_use_id: 'a', content: 'Denied: not now', is_error: true },
+            { type: 'tool_result', tool_use_id: 'b', content: 'ok' },
+            { type: 'tool_result', tool_use_id: 'c', content: '3' },
+            { type: 'text', text: 'And then?' },
+          ],
+        },
+      ],
+    );
+    const items = conversation(m);
+    const a = items[1].blocks[0].call;
+    assert.equal(a.state, 'done');
+    assert.equal(a.result.is_error, true);
+    assert.equal(items.length, 3, 'the follow-up merged with the results is a user turn of its own');
+    assert.deepEqual(items[2].blocks, [{ type: 'text', text: 'And then?' }]);
+  });
+
+  it('keeps compaction summaries and queued follow-ups visible', () => {
+    const m = new SessionModel('ses_test');
+    const compacted = {
+      role: 'assistant',
+      content: [{ type: 'compaction', content: 'The user asked about Paris.', encrypted_content: null }],
+    };
+    m.setSnapshot(session({ revision: 4 }), [compacted]);
+    m.apply(ev('message.queued', { message: { role: 'user', content: 'Later' }, interrupt: false }, 5), true);
+    const items = conversation(m);
+    assert.equal(items[0].blocks[0].type, 'compaction');
+    assert.equal(items[1].queued, true);
+    m.apply(ev('message.appended', { role: 'user', content: [{ type: 'text', text: 'Later' }] }, 6), true);
+    const after = conversation(m);
+    assert.equal(after.length, 2);
+    assert.equal(after[1].queued, undefined, 'merged: an ordinary user turn until the history is read');
+  });
+
+  it('estimates cost from usage at the model family list prices', () => {
+    const usage = {
+      input_tokens: 1_000_000,
+      output_tokens: 100_000,
+      cache_creation_input_tokens: 0,
+      cache_read_input_tokens: 1_000_000,
+    };
+    assert.equal(formatCost(estimateCost('claude-sonnet-5-5', usage)), '$4.80');
+    assert.equal(estimateCost('some-other-model', usage), null);
+    assert.equal(formatCost(null), '—');
+  });
+});
