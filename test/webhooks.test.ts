@@ -250,6 +250,58 @@ describe('events written by a replica that died before fanning them out', { time
   });
 });
 
+describe('an endpoint that keeps failing', { timeout: 60_000 }, () => {
+  let h: Harness;
+  const receiver = new WebhookReceiver();
+  before(async () => {
+    await receiver.start();
+    h = await startHarness({
+      env: {
+        WEBHOOK_ALLOW_PRIVATE: 'true',
+        WEBHOOK_POLL_MS: '50',
+        WEBHOOK_RETRY_BASE_MS: '50',
+        WEBHOOK_RETRY_MAX_MS: '200',
+        // Stands for the 24 hours of the contract.
+        WEBHOOK_RETRY_FOR_MS: '1500',
+      },
+    });
+  });
+  after(async () => {
+    await h?.close();
+    await receiver.close();
+  });
+
+  it('is retried with the same webhook-id, then disabled; PATCH enables it again', async () => {
+    receiver.mode = 'fail';
+    const w = (await h.api.post('/v1/webhooks', { url: receiver.url })).body;
+    receiver.setSecret(w.secret);
+    const sent = (await h.api.post(`/v1/webhooks/${w.id}/test`)).body;
+    const disabled = await until(async () => {
+      const r = await h.api.get(`/v1/webhooks/${w.id}`);
+      return r.body.disabled ? r.body : null;
+    });
+    assert.ok(disabled.failing_since);
+    const log = (await h.api.get(`/v1/webhooks/${w.id}/deliveries?limit=100`)).body.data;
+    assert.equal(log[0].outcome, 'disabled');
+    assert.ok(log.length >= 3, 'retried');
+    assert.ok(log.every((e: any) => e.message_id === sent.message_id && e.status_code === 500));
+    assert.deepEqual(
+      log.map((e: any) => e.attempt),
+      log.map((_: unknown, i: number) => log.length - i),
+      'attempts counted up, newest first',
+    );
+    const refused = await h.api.post(`/v1/webhooks/${w.id}/test`);
+    assert.equal(refused.body.error.code, 'webhook_disabled');
+
+    receiver.mode = 'accept';
+    const enabled = await h.api.req('PATCH', `/v1/webhooks/${w.id}`, { disabled: false });
+    assert.equal(enabled.body.disabled, false);
+    assert.equal(enabled.body.failing_since, null);
+    const again = (await h.api.post(`/v1/webhooks/${w.id}/test`)).body;
+    await receiver.until(() => receiver.accepted.some((r) => r.id === again.message_id));
+  });
+});
+
 describe('webhooks on a Redis Cluster', { timeout: 120_000 }, () => {
   let cluster: TestCluster;
   let fake: FakeAnthropic;
