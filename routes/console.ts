@@ -82,6 +82,13 @@ const routes: FastifyPluginAsync = async (plain) => {
   const csp = consoleCsp(createHash('sha256').update(importMap).digest('base64'));
   const own = new Map(OWN_FILES.map((f) => [f, asset(join(dir, f))]));
   const vendor = new Map(Object.entries(vendorFiles()).map(([name, path]) => [name, asset(path)]));
+  // The typed client's browser build (`npm run build:client`), when built: the console's API layer is then the
+  // client (api-client.js served as api.js); without it, the console's own module.
+  const clientBuild = join(dir, '..', '..', 'dist', 'client', 'browser.js');
+  if (existsSync(clientBuild)) {
+    vendor.set('client.js', asset(clientBuild));
+    own.set('api.js', asset(join(dir, 'api-client.js')));
+  }
 
   const send = (req: FastifyRequest, reply: FastifyReply, a: Asset) => {
     // Revalidated on every load (`no-cache`), so a new version of the service never runs with stale scripts.
