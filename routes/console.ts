@@ -83,10 +83,12 @@ const routes: FastifyPluginAsync = async (plain) => {
   const own = new Map(OWN_FILES.map((f) => [f, asset(join(dir, f))]));
   const vendor = new Map(Object.entries(vendorFiles()).map(([name, path]) => [name, asset(path)]));
   // The typed client's browser build (`npm run build:client`), when built: the console's API layer is then the
-  // client (api-client.js served as api.js); without it, the console's own module.
+  // client (api-client.js served as api.js); without it, the console's own module. A build being written right now
+  // (it ends with its source map comment once complete) counts as absent.
   const clientBuild = join(dir, '..', '..', 'dist', 'client', 'browser.js');
-  if (existsSync(clientBuild)) {
-    vendor.set('client.js', asset(clientBuild));
+  const client = existsSync(clientBuild) ? asset(clientBuild) : undefined;
+  if (client && /\/\/# sourceMappingURL=\S+\s*$/.test(client.body.toString('utf8'))) {
+    vendor.set('client.js', client);
     own.set('api.js', asset(join(dir, 'api-client.js')));
   }
 
