@@ -4,6 +4,7 @@ import type { Config } from '../src/config.js';
 import { badRequest } from '../src/errors.js';
 import { isStoreDown } from '../src/plugins/errors.js';
 import { sessionIdParam } from '../src/schemas.js';
+import { errors, eventPage } from '../src/openapi/responses.js';
 import { isCursor, parseCursor } from '../src/events/cursor.js';
 import { OutEvent, sseData } from '../src/events/envelope.js';
 import { hubFor, lastEventId, readPage, type Sink, type Subscription } from '../src/events/hub.js';
@@ -16,6 +17,13 @@ const cursor = z
   .string()
   .max(64)
   .refine(isCursor, 'not an event id: give the `id` of an event (`<ms>-<seq>`), or 0 for the start');
+
+const eventsHeaders = z.looseObject({
+  'last-event-id': z.string().optional().meta({
+    description:
+      'SSE: resume after this event id (what EventSource sends when it reconnects); wins over `after`.',
+  }),
+});
 
 export const eventsQuery = z.object({
   after: cursor.optional(),
@@ -40,7 +48,32 @@ const routes: FastifyPluginAsyncZod<{ config: Config }> = async (app, { config }
 
   app.get(
     '/v1/sessions/:id/events',
-    { schema: { tags: ['events'], params: sessionIdParam, querystring: eventsQuery } },
+    {
+      schema: {
+        operationId: 'listEvents',
+        summary: 'The event log: JSON pages, or Server-Sent Events',
+        description:
+          'JSON: a page of events after `after` (`next_cursor` is the id of its last event). With ' +
+          '`Accept: text/event-stream`: Server-Sent Events (`id:` the event id, `event:` its type, `data:` the ' +
+          'envelope), replaying after `Last-Event-ID` or `after`, then live; the protocol is in docs/API.md §6.2.',
+        tags: ['events'],
+        params: sessionIdParam,
+        querystring: eventsQuery,
+        headers: eventsHeaders,
+        response: {
+          200: {
+            description: 'A page of events (JSON), or the event stream (SSE).',
+            content: {
+              'application/json': { schema: eventPage },
+              'text/event-stream': {
+                schema: z.string().meta({ description: 'Server-Sent Events; see docs/API.md §6.2.' }),
+              },
+            },
+          },
+          ...errors(400, 401, 404, 410, 500, 503),
+        },
+      },
+    },
     async (req, reply) => {
       const id = req.params.id;
       await app.store.loadFor(req.tenant, id);

@@ -18,6 +18,15 @@ import {
 import { sessionView } from '../src/sessions/view.js';
 import type { MutationResult } from '../src/sessions/service.js';
 import type { SessionState } from '../src/store/store.js';
+import {
+  deletedSession,
+  errors,
+  iterationDetail,
+  iterationList,
+  messageList,
+  session,
+  sessionList,
+} from '../src/openapi/responses.js';
 
 const ifMatchHeader = z.looseObject({
   'if-match': z
@@ -25,6 +34,15 @@ const ifMatchHeader = z.looseObject({
     .regex(/^(W\/)?"?\d+"?$/, 'If-Match takes the revision from the ETag, e.g. "17"')
     .optional(),
 });
+
+/** Answers of a mutation: the session, 200 when done, 202 when work was queued; and its errors. */
+const mutation = (...more: Array<409 | 422>) => ({
+  200: session,
+  202: session,
+  ...errors(400, 401, 404, 412, 413, 415, 429, 500, 503, ...more),
+});
+const postMutation = mutation(409, 422);
+const read = errors(400, 401, 404, 500, 503);
 
 const toolUseParams = sessionIdParam.extend({ tool_use_id: z.string().min(1).max(128) });
 const iterationParams = sessionIdParam.extend({ n: z.coerce.number().int().min(1) });
@@ -47,63 +65,168 @@ const routes: FastifyPluginAsyncZod = async (app) => {
   const svc = app.sessions;
   const tags = ['sessions'];
 
-  app.post('/v1/sessions', { schema: { tags, body: createSessionBody } }, async (req, reply) => {
-    const s = await svc.create(req.tenant, req.body);
-    return send(reply, s, 201);
-  });
-
-  app.get('/v1/sessions', { schema: { tags, querystring: listQuery } }, async (req) => {
-    const page = await app.store.list(req.tenant, req.query);
-    return { data: page.items.map(sessionView), next_cursor: page.next, has_more: page.next !== null };
-  });
-
-  app.get('/v1/sessions/:id', { schema: { tags, params: sessionIdParam } }, async (req, reply) => {
-    const s = await app.store.loadFor(req.tenant, req.params.id);
-    return send(reply, s);
-  });
-
-  app.delete(
-    '/v1/sessions/:id',
-    { schema: { tags, params: sessionIdParam, headers: ifMatchHeader } },
-    async (req) => {
-      await svc.remove(req.tenant, req.params.id, parseIfMatch(req));
-      return { id: req.params.id, object: 'session', deleted: true };
+  app.post(
+    '/v1/sessions',
+    {
+      schema: {
+        operationId: 'createSession',
+        summary: 'Create a session',
+        description: 'Creates a session and (unless `start: false`) starts its first run.',
+        tags,
+        body: createSessionBody,
+        response: { 201: session, ...errors(400, 401, 409, 413, 415, 422, 429, 500, 503) },
+      },
+    },
+    async (req, reply) => {
+      const s = await svc.create(req.tenant, req.body);
+      return send(reply, s, 201);
     },
   );
 
-  app.get('/v1/sessions/:id/messages', { schema: { tags, params: sessionIdParam } }, async (req) => {
-    return svc.messages(req.tenant, req.params.id);
-  });
+  app.get(
+    '/v1/sessions',
+    {
+      schema: {
+        operationId: 'listSessions',
+        summary: "List the caller's sessions, newest first",
+        tags,
+        querystring: listQuery,
+        response: { 200: sessionList, ...errors(400, 401, 500, 503) },
+      },
+    },
+    async (req) => {
+      const page = await app.store.list(req.tenant, req.query);
+      return { data: page.items.map(sessionView), next_cursor: page.next, has_more: page.next !== null };
+    },
+  );
 
-  app.get('/v1/sessions/:id/iterations', { schema: { tags, params: sessionIdParam } }, async (req) => {
-    await app.store.loadFor(req.tenant, req.params.id);
-    const records = await app.store.iterationRecords(req.params.id);
-    return { data: records };
-  });
+  app.get(
+    '/v1/sessions/:id',
+    {
+      schema: {
+        operationId: 'getSession',
+        summary: 'Get a session',
+        tags,
+        params: sessionIdParam,
+        response: { 200: session, ...read },
+      },
+    },
+    async (req, reply) => {
+      const s = await app.store.loadFor(req.tenant, req.params.id);
+      return send(reply, s);
+    },
+  );
 
-  app.get('/v1/sessions/:id/iterations/:n', { schema: { tags, params: iterationParams } }, async (req) => {
-    await app.store.loadFor(req.tenant, req.params.id);
-    const [rec] = await app.store.iterationRecords(req.params.id, req.params.n - 1, req.params.n - 1);
-    if (!rec) throw notFound('iteration');
-    const end = rec.results_index ?? rec.reply_index;
-    const msgs = await app.store.history(req.params.id, rec.reply_index, end);
-    return {
-      ...rec,
-      reply: msgs[0] ?? null,
-      tool_results: rec.results_index !== null ? (msgs.at(-1) ?? null) : null,
-    };
-  });
+  app.delete(
+    '/v1/sessions/:id',
+    {
+      schema: {
+        operationId: 'deleteSession',
+        summary: 'Delete a session',
+        description: 'Cancels the run in flight, then deletes every key of the session.',
+        tags,
+        params: sessionIdParam,
+        headers: ifMatchHeader,
+        response: { 200: deletedSession, ...errors(400, 401, 404, 412, 429, 500, 503) },
+      },
+    },
+    async (req) => {
+      await svc.remove(req.tenant, req.params.id, parseIfMatch(req));
+      return { id: req.params.id, object: 'session' as const, deleted: true as const };
+    },
+  );
+
+  app.get(
+    '/v1/sessions/:id/messages',
+    {
+      schema: {
+        operationId: 'listMessages',
+        summary: 'The history, exactly as the next turn would send it',
+        tags,
+        params: sessionIdParam,
+        response: { 200: messageList, ...read },
+      },
+    },
+    async (req) => {
+      return svc.messages(req.tenant, req.params.id);
+    },
+  );
+
+  app.get(
+    '/v1/sessions/:id/iterations',
+    {
+      schema: {
+        operationId: 'listIterations',
+        summary: 'The persisted iteration records',
+        tags,
+        params: sessionIdParam,
+        response: { 200: iterationList, ...read },
+      },
+    },
+    async (req) => {
+      await app.store.loadFor(req.tenant, req.params.id);
+      const records = await app.store.iterationRecords(req.params.id);
+      return { data: records };
+    },
+  );
+
+  app.get(
+    '/v1/sessions/:id/iterations/:n',
+    {
+      schema: {
+        operationId: 'getIteration',
+        summary: 'One iteration record with its reply and tool results',
+        tags,
+        params: iterationParams,
+        response: { 200: iterationDetail, ...read },
+      },
+    },
+    async (req) => {
+      await app.store.loadFor(req.tenant, req.params.id);
+      const [rec] = await app.store.iterationRecords(req.params.id, req.params.n - 1, req.params.n - 1);
+      if (!rec) throw notFound('iteration');
+      const end = rec.results_index ?? rec.reply_index;
+      const msgs = await app.store.history(req.params.id, rec.reply_index, end);
+      return {
+        ...rec,
+        reply: msgs[0] ?? null,
+        tool_results: rec.results_index !== null ? (msgs.at(-1) ?? null) : null,
+      };
+    },
+  );
 
   app.post(
     '/v1/sessions/:id/messages',
-    { schema: { tags, params: sessionIdParam, body: postMessageBody, headers: ifMatchHeader } },
+    {
+      schema: {
+        operationId: 'addMessage',
+        summary: 'Add a user message (a follow-up)',
+        description:
+          'Running: queued for the next turn boundary (202); idle or failed: appended and a run starts (202). `interrupt: true` aborts the turn in flight.',
+        tags,
+        params: sessionIdParam,
+        body: postMessageBody,
+        headers: ifMatchHeader,
+        response: postMutation,
+      },
+    },
     async (req, reply) =>
       sendMutation(reply, await svc.addMessage(req.tenant, req.params.id, req.body, parseIfMatch(req))),
   );
 
   app.post(
     '/v1/sessions/:id/tool-calls/:tool_use_id',
-    { schema: { tags, params: toolUseParams, body: decisionBody, headers: ifMatchHeader } },
+    {
+      schema: {
+        operationId: 'decideToolCall',
+        summary: 'Approve or deny a tool call (optionally with an edited input)',
+        tags,
+        params: toolUseParams,
+        body: decisionBody,
+        headers: ifMatchHeader,
+        response: postMutation,
+      },
+    },
     async (req, reply) =>
       sendMutation(
         reply,
@@ -113,7 +236,17 @@ const routes: FastifyPluginAsyncZod = async (app) => {
 
   app.put(
     '/v1/sessions/:id/tool-results/:tool_use_id',
-    { schema: { tags, params: toolUseParams, body: toolResultBody, headers: ifMatchHeader } },
+    {
+      schema: {
+        operationId: 'putToolResult',
+        summary: "Replace a result under review, or submit a client tool's result",
+        tags,
+        params: toolUseParams,
+        body: toolResultBody,
+        headers: ifMatchHeader,
+        response: mutation(),
+      },
+    },
     async (req, reply) =>
       sendMutation(
         reply,
@@ -123,7 +256,17 @@ const routes: FastifyPluginAsyncZod = async (app) => {
 
   app.post(
     '/v1/sessions/:id/tool-results',
-    { schema: { tags, params: sessionIdParam, body: toolResultsBody, headers: ifMatchHeader } },
+    {
+      schema: {
+        operationId: 'submitToolResults',
+        summary: 'Submit several tool results at once',
+        tags,
+        params: sessionIdParam,
+        body: toolResultsBody,
+        headers: ifMatchHeader,
+        response: postMutation,
+      },
+    },
     async (req, reply) =>
       sendMutation(
         reply,
@@ -133,40 +276,102 @@ const routes: FastifyPluginAsyncZod = async (app) => {
 
   app.post(
     '/v1/sessions/:id/continue',
-    { schema: { tags, params: sessionIdParam, body: emptyBody, headers: ifMatchHeader } },
+    {
+      schema: {
+        operationId: 'continueSession',
+        summary: 'Accept the reviewed tool results as they stand and go on',
+        tags,
+        params: sessionIdParam,
+        body: emptyBody,
+        headers: ifMatchHeader,
+        response: postMutation,
+      },
+    },
     async (req, reply) =>
       sendMutation(reply, await svc.continue(req.tenant, req.params.id, parseIfMatch(req))),
   );
 
   app.patch(
     '/v1/sessions/:id',
-    { schema: { tags, params: sessionIdParam, body: patchSessionBody, headers: ifMatchHeader } },
+    {
+      schema: {
+        operationId: 'updateSession',
+        summary: 'Change params, policies or metadata from the next turn on',
+        tags,
+        params: sessionIdParam,
+        body: patchSessionBody,
+        headers: ifMatchHeader,
+        response: mutation(),
+      },
+    },
     async (req, reply) =>
       sendMutation(reply, await svc.patch(req.tenant, req.params.id, req.body, parseIfMatch(req))),
   );
 
   app.post(
     '/v1/sessions/:id/retry',
-    { schema: { tags, params: sessionIdParam, body: retryBody, headers: ifMatchHeader } },
+    {
+      schema: {
+        operationId: 'retrySession',
+        summary: 'Drop the last reply and send that turn again',
+        description: 'Optionally with `params` changes (e.g. a bigger `max_tokens` for a truncated reply).',
+        tags,
+        params: sessionIdParam,
+        body: retryBody,
+        headers: ifMatchHeader,
+        response: postMutation,
+      },
+    },
     async (req, reply) =>
       sendMutation(reply, await svc.retry(req.tenant, req.params.id, req.body ?? {}, parseIfMatch(req))),
   );
 
   app.post(
     '/v1/sessions/:id/cancel',
-    { schema: { tags, params: sessionIdParam, body: emptyBody, headers: ifMatchHeader } },
+    {
+      schema: {
+        operationId: 'cancelSession',
+        summary: 'Abort the turn in flight',
+        description: 'The history stays valid; the session ends `idle` with stop_reason `cancelled`.',
+        tags,
+        params: sessionIdParam,
+        body: emptyBody,
+        headers: ifMatchHeader,
+        response: postMutation,
+      },
+    },
     async (req, reply) => sendMutation(reply, await svc.cancel(req.tenant, req.params.id, parseIfMatch(req))),
   );
 
   app.post(
     '/v1/sessions/:id/resume',
-    { schema: { tags, params: sessionIdParam, body: emptyBody, headers: ifMatchHeader } },
+    {
+      schema: {
+        operationId: 'resumeSession',
+        summary: 'Retry the failed step of a failed session',
+        tags,
+        params: sessionIdParam,
+        body: emptyBody,
+        headers: ifMatchHeader,
+        response: postMutation,
+      },
+    },
     async (req, reply) => sendMutation(reply, await svc.resume(req.tenant, req.params.id, parseIfMatch(req))),
   );
 
   app.post(
     '/v1/sessions/:id/fork',
-    { schema: { tags, params: sessionIdParam, body: forkBody, headers: ifMatchHeader } },
+    {
+      schema: {
+        operationId: 'forkSession',
+        summary: "Fork a new session from this one's history up to an iteration",
+        tags,
+        params: sessionIdParam,
+        body: forkBody,
+        headers: ifMatchHeader,
+        response: { 201: session, ...errors(400, 401, 404, 409, 412, 413, 415, 422, 429, 500, 503) },
+      },
+    },
     async (req, reply) =>
       send(reply, await svc.fork(req.tenant, req.params.id, req.body, parseIfMatch(req)), 201),
   );

@@ -7,6 +7,7 @@ import { z } from 'zod';
 import type { Config } from '../src/config.js';
 import { isStoreDown } from '../src/plugins/errors.js';
 import { sessionIdParam } from '../src/schemas.js';
+import { errors } from '../src/openapi/responses.js';
 import { isCursor, parseCursor } from '../src/events/cursor.js';
 import { handleFrame, type ServerFrame } from '../src/events/frames.js';
 import { hubFor, type Sink } from '../src/events/hub.js';
@@ -72,7 +73,21 @@ const routes: FastifyPluginAsyncZod<{ config: Config }> = async (app, { config }
     '/v1/sessions/:id/stream',
     {
       websocket: true,
-      schema: { tags: ['events'], params: sessionIdParam, querystring: streamQuery },
+      schema: {
+        operationId: 'streamEvents',
+        summary: 'The event stream over a WebSocket (replay after `after`, then live; client frames)',
+        description:
+          'A WebSocket upgrade (`Connection: Upgrade`, `Upgrade: websocket`). Browsers authenticate with the ' +
+          'subprotocols `bearer, <key>`. The frames, close codes and resume rules are in docs/API.md §6.3. ' +
+          'Refusals come before the upgrade, as HTTP errors.',
+        tags: ['events'],
+        params: sessionIdParam,
+        querystring: streamQuery,
+        response: {
+          101: z.null().meta({ description: 'Switching Protocols: the WebSocket is open.' }),
+          ...errors(400, 401, 404, 429, 500, 503),
+        },
+      },
       // Runs before the upgrade: another tenant's or a missing session is an HTTP 404, never a socket.
       preHandler: async (req) => {
         await app.store.loadFor(req.tenant, req.params.id);

@@ -4,7 +4,7 @@ import swagger from '@fastify/swagger';
 import swaggerUi from '@fastify/swagger-ui';
 import helmet from '@fastify/helmet';
 import websocket from '@fastify/websocket';
-import { jsonSchemaTransform, serializerCompiler, validatorCompiler } from 'fastify-type-provider-zod';
+import { validatorCompiler } from 'fastify-type-provider-zod';
 import type { Config } from './config.js';
 import { badRequest } from './errors.js';
 import { DEFAULT_JSON_MAX_DEPTH, jsonTooDeep, tooDeepMessage } from './json-depth.js';
@@ -27,6 +27,8 @@ import webhookRoutes from '../routes/webhooks.js';
 import quotasPlugin from './quotas/quotas.js';
 import { selectProtocol } from './events/protocols.js';
 import { metricsPlugin, tracingPlugin, type TracingPluginOptions } from './observability/plugin.js';
+import { swaggerOptions } from './openapi/document.js';
+import { checkedSerializer } from './openapi/serializer.js';
 
 export interface AppOptions {
   config: Config;
@@ -42,7 +44,7 @@ export interface AppOptions {
 const app: FastifyPluginAsync<AppOptions> = async (fastify, opts) => {
   const { config } = opts;
   fastify.setValidatorCompiler(validatorCompiler);
-  fastify.setSerializerCompiler(serializerCompiler);
+  fastify.setSerializerCompiler(checkedSerializer);
   // An empty JSON body reads as no body (routes without one accept that), else Fastify's own parser (which also
   // refuses __proto__ / constructor poisoning). Nesting is bounded before the parse (400 `invalid_request`).
   const jsonParser = fastify.getDefaultJsonParser('error', 'error');
@@ -61,14 +63,7 @@ const app: FastifyPluginAsync<AppOptions> = async (fastify, opts) => {
   await fastify.register(errorsPlugin);
   await fastify.register(metricsPlugin);
   await fastify.register(tracingPlugin, opts.tracing ?? {});
-  await fastify.register(swagger, {
-    openapi: {
-      info: { title: 'Tool-runner sessions', version: '0.1.0' },
-      components: { securitySchemes: { bearer: { type: 'http', scheme: 'bearer' } } },
-      security: [{ bearer: [] }],
-    },
-    transform: jsonSchemaTransform,
-  });
+  await fastify.register(swagger, swaggerOptions);
   await fastify.register(swaggerUi, { routePrefix: '/docs' });
   await fastify.register(helmet, {
     contentSecurityPolicy: { directives: cspDirectives(fastify.swaggerCSP) },

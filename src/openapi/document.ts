@@ -1,0 +1,276 @@
+import type { FastifyDynamicSwaggerOptions } from '@fastify/swagger';
+import type { FastifySchema } from 'fastify';
+import { createJsonSchemaTransform, createJsonSchemaTransformObject } from 'fastify-type-provider-zod';
+import type { z } from 'zod';
+
+/**
+ * The OpenAPI 3.1 document of the service, built by @fastify/swagger from the routes' zod schemas (request and
+ * response bodies, params, query, headers, summaries, operationIds; see routes/*.ts and src/openapi/responses.ts)
+ * and completed here with what applies to many routes alike:
+ *
+ * - `security`: the document's default is the bearer key; public routes say `security: []` in their schema.
+ * - request headers the plugins read on many routes: `Idempotency-Key` on every POST under /v1 (the idempotency
+ *   plugin honours it there), so it is documented by the same rule;
+ * - response headers: `ETag` on every answer carrying a session, `Retry-After` on 429 and 503, `WWW-Authenticate`
+ *   on 401, `Idempotent-Replayed` on a repeated POST;
+ * - routes whose owners give no zod schema: the WebSocket route (@fastify/websocket hides WebSocket routes; this
+ *   un-hides it and documents the upgrade) and the OpenAPI UI's own routes (/docs…).
+ *
+ * The WebSocket and SSE protocols themselves (records, frames, close codes, resuming) are specified in docs/API.md
+ * §6.2 and §6.3 and the events in §5, linked from the description. `npm run openapi` writes the document to openapi.json; test/openapi.test.ts lints it with
+ * Redocly's recommended rules and checks that every route the service answers is in it.
+ */
+
+export const API_VERSION = '0.1.0';
+
+const description = `Runs Anthropic SDK tool-runner sessions durably for other programs: create a session, steer it
+between turns (follow-ups, tool-call approval, tool results, params, retry, cancel, fork), and follow its events.
+
+- **Auth**: \`Authorization: Bearer <key>\` on every \`/v1\` route (browsers on a WebSocket: the subprotocols
+  \`bearer, <key>\`). The health, metrics and documentation routes need none.
+- **Errors**: every 4xx and 5xx answers \`{"error": {"code", "message", "details"?}}\` (schema \`Error\`); the codes are
+  a closed set, listed in docs/API.md.
+- **Concurrency**: every answer carrying a session has its revision in \`ETag\`; mutations accept \`If-Match\` and
+  answer 412 \`revision_mismatch\` when it does not match.
+- **Retries**: every POST under \`/v1\` honours \`Idempotency-Key\`; 429 and 503 answers carry \`Retry-After\`.
+- **Events**: \`GET /v1/sessions/{id}/events\` pages the event log as JSON or streams it as Server-Sent Events;
+  \`GET /v1/sessions/{id}/stream\` is the WebSocket. Both protocols (frames, close codes, resume with the last event
+  id, exactly once) are specified in docs/API.md of the repository: §6.2 (SSE), §6.3 (WebSocket), §5 (events).
+- Every GET route also answers HEAD.`;
+
+const tags = [
+  { name: 'sessions', description: 'Create, read, steer and delete sessions.' },
+  { name: 'events', description: 'The event log of a session: JSON pages, Server-Sent Events, WebSocket.' },
+  { name: 'tools', description: 'The server tools a session may use.' },
+  { name: 'health', description: 'Liveness, readiness and metrics, for orchestrators; no key needed.' },
+  { name: 'docs', description: 'This document and its UI; no key needed.' },
+  { name: 'console', description: 'Pages for people, served by the service; no key needed.' },
+];
+
+interface HeaderObject {
+  description: string;
+  schema: Record<string, unknown>;
+  required?: boolean;
+}
+
+const headers: Record<string, HeaderObject> = {
+  ETag: {
+    description: 'The session\'s revision, quoted (`"17"`): give it back in `If-Match`.',
+    schema: { type: 'string', pattern: '^"\\d+"$' },
+  },
+  RetryAfter: {
+    description: 'Seconds to wait before trying again.',
+    schema: { type: 'integer', minimum: 0 },
+  },
+  WwwAuthenticate: { description: '`Bearer`', schema: { type: 'string' } },
+  IdempotentReplayed: {
+    description:
+      '`true` when this is the stored answer of an earlier request with the same `Idempotency-Key`.',
+    schema: { type: 'string', enum: ['true'] },
+  },
+};
+
+const parameters = {
+  IdempotencyKey: {
+    name: 'Idempotency-Key',
+    in: 'header',
+    required: false,
+    description:
+      'Makes the POST safe to retry: the same key with the same body returns the first answer (with ' +
+      '`Idempotent-Replayed: true`) for IDEMPOTENCY_TTL_S (24 h by default); with another body 422 ' +
+      '`idempotency_key_reused`; while the first is still handled 409 `idempotency_in_progress`. 5xx answers are ' +
+      'not kept.',
+    schema: { type: 'string', pattern: '^[\\x21-\\x7e]{1,255}$' },
+  },
+};
+
+/** What each status means, for answers whose route gave no description of its own. */
+const statusText: Record<string, string> = {
+  '200': 'OK',
+  '201': 'Created',
+  '202': 'Accepted: the work was queued (a run started or will start at the next turn boundary).',
+  '101': 'Switching Protocols: the WebSocket is open (frames and close codes: docs/API.md §6.3).',
+  '400': 'Invalid request (`invalid_request` with the issues in `details`, `invalid_json`).',
+  '401': 'No valid bearer key (`unauthorized`).',
+  '404': "No such resource (`session_not_found`, also for another tenant's session; `iteration_not_found`).",
+  '409': "The request does not fit the session's state (the code says why), or `idempotency_in_progress`.",
+  '410': 'The cursor was trimmed from the event log (`cursor_expired`; `details` says how to recover).',
+  '412': "If-Match does not match the session's revision (`revision_mismatch`; `details.revision`).",
+  '413': 'The body is larger than BODY_LIMIT (`payload_too_large`).',
+  '415': 'The body is not JSON (`unsupported_media_type`).',
+  '422': 'This Idempotency-Key was used with another request (`idempotency_key_reused`).',
+  '429': 'Over a rate or quota (`rate_limited` with Retry-After, `quota_exceeded`).',
+  '500': "Something went wrong on the service's side (`internal_error`); the details are in its log.",
+  '503': 'The session store is unavailable (`store_unavailable`); try again after Retry-After.',
+};
+
+type Json = Record<string, unknown>;
+
+/**
+ * zod → JSON Schema adjustments. A plain `z.object` response schema says which fields a client can rely on, not that
+ * there are no others (src/openapi/serializer.ts never strips), so it gets no `additionalProperties: false` (zod
+ * adds one for outputs); strict request objects keep theirs. Empty `anyOf` branches are dropped, as the type
+ * provider's default does.
+ */
+const zodToJsonConfig = {
+  override(ctx: { zodSchema: z.core.$ZodTypes; jsonSchema: z.core.JSONSchema.BaseSchema }) {
+    const def = ctx.zodSchema._zod.def;
+    if (def.type === 'object' && !def.catchall && ctx.jsonSchema.additionalProperties === false) {
+      delete ctx.jsonSchema.additionalProperties;
+    }
+    if (def.type === 'union' && ctx.jsonSchema.anyOf) {
+      ctx.jsonSchema.anyOf = ctx.jsonSchema.anyOf.filter((b) => Object.keys(b).length > 0);
+    }
+  },
+};
+const jsonSchemaTransform = createJsonSchemaTransform({ zodToJsonConfig });
+const jsonSchemaTransformObject = createJsonSchemaTransformObject({ zodToJsonConfig });
+interface Operation extends Json {
+  parameters?: Json[];
+  responses?: Record<string, Json & { description?: string; content?: Record<string, { schema?: Json }> }>;
+}
+
+/** The routes of @fastify/swagger-ui (hidden by it), documented here: url → schema (already JSON Schema). */
+function docsRoute(url: string): { schema: FastifySchema; url: string } | null {
+  const page = (summary: string, operationId: string, type: string) => ({
+    summary,
+    operationId,
+    tags: ['docs'],
+    security: [],
+    response: { 200: { description: 'OK', content: { [type]: { schema: { type: 'string' } } } } },
+  });
+  switch (url) {
+    case '/docs':
+    case '/docs/':
+      return { url: '/docs', schema: page('The OpenAPI UI', 'getDocsUi', 'text/html') };
+    case '/docs/json':
+      return {
+        url,
+        schema: {
+          summary: 'This OpenAPI document (JSON)',
+          operationId: 'getOpenApiJson',
+          tags: ['docs'],
+          security: [],
+          response: {
+            200: { description: 'OK', content: { 'application/json': { schema: { type: 'object' } } } },
+          },
+        } as FastifySchema,
+      };
+    case '/docs/yaml':
+      return { url, schema: page('This OpenAPI document (YAML)', 'getOpenApiYaml', 'application/x-yaml') };
+    case '/docs/static/*':
+      return {
+        url: '/docs/static/{path}',
+        schema: {
+          ...page("The OpenAPI UI's static files", 'getDocsStaticFile', 'application/octet-stream'),
+          params: { type: 'object', properties: { path: { type: 'string' } }, required: ['path'] },
+        } as FastifySchema,
+      };
+    default:
+      // The UI's fixed files under /docs/static/ are the route above again.
+      return url.startsWith('/docs') ? { url, schema: { hide: true } as FastifySchema } : null;
+  }
+}
+
+export const swaggerOptions: FastifyDynamicSwaggerOptions = {
+  openapi: {
+    openapi: '3.1.0',
+    info: {
+      title: 'Tool-runner sessions',
+      version: API_VERSION,
+      description,
+      license: { name: 'UNLICENSED', identifier: 'UNLICENSED' },
+    },
+    servers: [
+      {
+        url: '{scheme}://{host}',
+        description: 'The service (by default on 127.0.0.1:3000)',
+        variables: {
+          scheme: { default: 'http', enum: ['http', 'https'] },
+          host: { default: '127.0.0.1:3000', description: 'host and port' },
+        },
+      },
+    ],
+    tags,
+    components: {
+      securitySchemes: {
+        bearer: {
+          type: 'http',
+          scheme: 'bearer',
+          description: "An API key of API_KEYS (`tenant:key`); sessions are the key's tenant's.",
+        },
+      },
+    },
+    security: [{ bearer: [] }],
+  },
+  transform: ({ schema, url, route, ...rest }) => {
+    const docs = docsRoute(url);
+    if (docs) return docs;
+    // @fastify/websocket hides its routes; the upgrade is part of the API.
+    const s = (route as { websocket?: boolean }).websocket ? { ...schema, hide: false } : schema;
+    return jsonSchemaTransform({ schema: s, url, route, ...rest });
+  },
+  transformObject: (doc) => {
+    const out = jsonSchemaTransformObject(doc) as Json & {
+      paths: Record<string, Record<string, Operation>>;
+      components: Json & { schemas?: Json };
+    };
+    out.components = {
+      ...out.components,
+      headers,
+      parameters: { ...(out.components.parameters as Json | undefined), ...parameters },
+    };
+    for (const [path, item] of Object.entries(out.paths)) {
+      // Every GET answers HEAD too (said in the description); the static files' route declares both.
+      delete item.head;
+      for (const [method, op] of Object.entries(item)) {
+        if (method === 'parameters' || typeof op !== 'object') continue;
+        completeOperation(path, method, op);
+      }
+    }
+    out.components.schemas = usedSchemas(out);
+    return out;
+  },
+};
+
+/**
+ * The schemas the document refers to. The type provider emits every registered schema twice (`X` for responses,
+ * `XInput` for requests); the response schemas are never requests, so most `…Input` copies are unused.
+ */
+function usedSchemas(doc: Json & { components: Json & { schemas?: Json } }): Json {
+  const all = doc.components.schemas ?? {};
+  const used = new Set<string>();
+  const visit = (value: unknown) => {
+    const text = JSON.stringify(value);
+    for (const m of text.matchAll(/"#\/components\/schemas\/([^"]+)"/g)) {
+      const name = m[1]!;
+      if (used.has(name)) continue;
+      used.add(name);
+      visit(all[name]);
+    }
+  };
+  visit({ ...doc, components: { ...doc.components, schemas: {} } });
+  return Object.fromEntries(Object.entries(all).filter(([name]) => used.has(name)));
+}
+
+const ref = (kind: string, name: string) => ({ $ref: `#/components/${kind}/${name}` });
+
+function completeOperation(path: string, method: string, op: Operation): void {
+  if (method === 'post' && path.startsWith('/v1/')) {
+    op.parameters = [...(op.parameters ?? []), ref('parameters', 'IdempotencyKey')];
+  }
+  for (const [status, res] of Object.entries(op.responses ?? {})) {
+    if (!res.description || res.description === 'Default Response') {
+      res.description = statusText[status] ?? 'Answer';
+    }
+    const hs: Record<string, Json> = {};
+    const bodyRef = res.content?.['application/json']?.schema?.$ref;
+    if (bodyRef === '#/components/schemas/Session') hs.ETag = ref('headers', 'ETag');
+    if (method === 'post' && path.startsWith('/v1/') && status.startsWith('2')) {
+      hs['Idempotent-Replayed'] = ref('headers', 'IdempotentReplayed');
+    }
+    if (status === '429' || status === '503') hs['Retry-After'] = ref('headers', 'RetryAfter');
+    if (status === '401') hs['WWW-Authenticate'] = ref('headers', 'WwwAuthenticate');
+    if (Object.keys(hs).length > 0) res.headers = { ...(res.headers as Json | undefined), ...hs };
+  }
+}

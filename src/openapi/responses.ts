@@ -1,0 +1,203 @@
+import { z } from 'zod';
+
+/**
+ * Response bodies of the REST routes, as zod schemas. They do two jobs: the OpenAPI document (each `.meta({id})`
+ * becomes a component under `#/components/schemas`, so generated clients get named types), and the responses
+ * themselves, which are checked against them before they are sent (src/openapi/serializer.ts). So the document cannot
+ * say what the service does not send. Only what clients rely on is spelled out; fields added later pass through
+ * (the serializer checks, it never strips), and the document says so (no `additionalProperties: false`).
+ */
+
+const isoTime = z.string().meta({ format: 'date-time' });
+
+export const errorBody = z
+  .object({
+    error: z.object({
+      code: z
+        .string()
+        .meta({ description: 'A stable snake_case code (see docs/API.md for the closed set).' }),
+      message: z.string().meta({ description: 'A human sentence; may change.' }),
+      details: z.unknown().optional().meta({
+        description: 'What went wrong in detail: for `invalid_request` the issues `[{path, code, message}]`.',
+      }),
+    }),
+  })
+  .meta({ id: 'Error', description: 'Every 4xx and 5xx answer.' });
+
+export const usage = z
+  .object({
+    input_tokens: z.number(),
+    output_tokens: z.number(),
+    cache_creation_input_tokens: z.number(),
+    cache_read_input_tokens: z.number(),
+  })
+  .meta({ id: 'Usage' });
+
+const toolCall = z.object({ id: z.string(), name: z.string(), input: z.unknown() });
+const toolResult = z.object({ tool_use_id: z.string(), content: z.unknown(), is_error: z.boolean() });
+
+export const requiredAction = z
+  .object({
+    type: z.enum(['approve_tool_calls', 'review_tool_results', 'submit_tool_results']),
+    tool_calls: z.array(toolCall),
+    tool_results: z.array(toolResult),
+  })
+  .meta({ id: 'RequiredAction', description: 'What a client must do before the run goes on.' });
+
+export const sessionError = z
+  .object({ code: z.string(), message: z.string(), retryable: z.boolean() })
+  .meta({ id: 'SessionError' });
+
+export const sessionStatus = z
+  .enum(['running', 'requires_action', 'idle', 'failed'])
+  .meta({ id: 'SessionStatus' });
+
+const toolRef = z.union([
+  z.string(),
+  z.object({ name: z.string(), description: z.string().optional(), input_schema: z.looseObject({}) }),
+]);
+
+export const session = z
+  .object({
+    id: z.string(),
+    object: z.literal('session'),
+    status: sessionStatus,
+    revision: z.number().int().meta({ description: 'Increases by 1 with every persisted change; the ETag.' }),
+    iteration: z.number().int().meta({ description: 'Model turns completed.' }),
+    params: z.looseObject({ model: z.string(), max_tokens: z.number().int() }),
+    tools: z.array(toolRef),
+    max_iterations: z.number().int(),
+    approval: z.union([z.enum(['never', 'always', 'default']), z.array(z.string())]),
+    review_tool_results: z.union([z.boolean(), z.array(z.string())]),
+    on_tool_error: z.enum(['continue', 'pause', 'fail']),
+    on_max_tokens: z.union([
+      z.literal('stop'),
+      z.object({ retry: z.literal('double'), ceiling: z.number().int() }),
+    ]),
+    cache_tool_results: z.boolean(),
+    stream: z.boolean(),
+    required_action: requiredAction.nullable(),
+    stop_reason: z.string().nullable(),
+    error: sessionError.nullable(),
+    usage,
+    message_count: z.number().int(),
+    metadata: z.record(z.string(), z.unknown()),
+    created_at: isoTime,
+    updated_at: isoTime,
+  })
+  .meta({ id: 'Session' });
+
+export const sessionList = z
+  .object({
+    data: z.array(session),
+    next_cursor: z.string().nullable(),
+    has_more: z.boolean(),
+  })
+  .meta({ id: 'SessionList' });
+
+export const deletedSession = z
+  .object({ id: z.string(), object: z.literal('session'), deleted: z.literal(true) })
+  .meta({ id: 'DeletedSession' });
+
+/** A Messages API message param (`{role, content}`), as the next turn sends it. */
+const message = z.object({
+  role: z.enum(['user', 'assistant']),
+  content: z.union([
+    z.string(),
+    z.array(
+      z
+        .record(z.string(), z.unknown())
+        .meta({ description: 'A content block of the Messages API (`{type, …}`).' }),
+    ),
+  ]),
+});
+
+export const messageList = z
+  .object({
+    data: z.array(message),
+    pending_tool_calls: z
+      .array(z.string())
+      .meta({ description: 'ids of `tool_use` blocks of the last reply that have no result yet' }),
+  })
+  .meta({ id: 'MessageList' });
+
+export const iterationRecord = z
+  .object({
+    iteration: z.number().int(),
+    reply_index: z.number().int(),
+    results_index: z.number().int().nullable(),
+    request: z.looseObject({}),
+    stop_reason: z.string().nullable(),
+    usage,
+    tool_calls: z.array(z.object({ id: z.string(), name: z.string() })),
+    started_at: isoTime,
+    completed_at: isoTime,
+    timings: z.looseObject({}),
+  })
+  .meta({ id: 'IterationRecord' });
+
+export const iterationList = z.object({ data: z.array(iterationRecord) }).meta({ id: 'IterationList' });
+
+export const iterationDetail = iterationRecord
+  .extend({
+    reply: message.nullable().meta({ description: 'The reply (`BetaMessage` param) of this iteration.' }),
+    tool_results: message
+      .nullable()
+      .meta({ description: 'The user message with its tool results, once in.' }),
+  })
+  .meta({ id: 'IterationDetail' });
+
+export const eventEnvelope = z
+  .object({
+    id: z
+      .string()
+      .meta({ description: 'The event id (`<ms>-<seq>`): the cursor to resume after this event.' }),
+    session_id: z.string(),
+    type: z.string().meta({ description: 'One of the event types of docs/API.md (e.g. `session.status`).' }),
+    at: isoTime,
+    revision: z.number().int().nullable(),
+    data: z.unknown(),
+  })
+  .meta({ id: 'Event' });
+
+export const eventPage = z
+  .object({
+    data: z.array(eventEnvelope),
+    next_cursor: z.string().nullable(),
+    has_more: z.boolean(),
+  })
+  .meta({ id: 'EventPage' });
+
+export const toolList = z
+  .object({
+    data: z.array(
+      z.object({
+        name: z.string(),
+        description: z.string(),
+        input_schema: z.looseObject({}),
+        requires_approval: z.boolean(),
+        idempotent: z.boolean(),
+      }),
+    ),
+  })
+  .meta({ id: 'ToolList' });
+
+export const health = z.object({ status: z.literal('ok') }).meta({ id: 'Health' });
+
+export const readiness = z
+  .object({
+    status: z.enum(['ready', 'not_ready']),
+    redis: z.enum(['ok', 'unavailable']),
+    model: z.enum(['offline', 'anthropic']),
+    active_runs: z.number().int(),
+    waiting_runs: z.number().int(),
+  })
+  .meta({ id: 'Readiness' });
+
+/** The error envelope for each status given: `response: {200: session, ...errors(400, 404)}`. */
+export function errors<S extends number>(...statuses: S[]): Record<S, typeof errorBody> {
+  return Object.fromEntries(statuses.map((s) => [s, errorBody])) as Record<S, typeof errorBody>;
+}
+
+/** What every /v1 route may answer besides its own errors: no key, too many requests, Redis down. */
+export const v1Errors = [401, 429, 500, 503] as const;
