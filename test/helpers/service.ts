@@ -1,4 +1,6 @@
 import type { TracerProvider } from '@opentelemetry/api';
+import { WebSocket } from 'ws';
+import { SessionsClient } from '../../client/src/index.js';
 import { startService, type Service } from '../../src/boot.js';
 import { startFakeAnthropic, type FakeAnthropic, type FakeAnthropicOptions } from '../../src/fake/server.js';
 import { startTestRedis, type TestRedis } from './redis.js';
@@ -8,8 +10,14 @@ export interface Harness {
   fake: FakeAnthropic;
   service: Service;
   api: Api;
+  /** The typed client (`toolrunner-sessions/client`) on this service, with the harness's key. */
+  client: SessionsClient;
   close(): Promise<void>;
 }
+
+/** The typed client of the service at `baseUrl` (Node 20 has no global WebSocket: the `ws` package's). */
+export const clientFor = (baseUrl: string, apiKey?: string, extra: { maxRetries?: number } = {}) =>
+  new SessionsClient({ baseUrl, apiKey, WebSocket, ...extra });
 
 export interface ApiResponse<T = any> {
   status: number;
@@ -111,6 +119,7 @@ export async function startHarness(opts: HarnessOptions = {}): Promise<Harness> 
     fake,
     service,
     api: new Api(service.url, token),
+    client: clientFor(service.url, token),
     close: async () => {
       await service.close();
       if (!opts.fakeServer) await fake.close();

@@ -1,0 +1,183 @@
+import { ApiError, ConnectionError, CursorExpiredError, type ErrorBody } from './errors.js';
+import { backoffMs, sleep } from './http.js';
+import type { components } from './openapi.js';
+
+export type Event = components['schemas']['Event'];
+
+/**
+ * The part of the WebSocket API the client uses: the browser's global WebSocket, Node ≥ 22's, and the `ws`
+ * package's all fit. (Handlers take `never` so that each implementation's own event types are accepted.)
+ */
+export interface WebSocketLike {
+  readonly readyState: number;
+  onopen: ((ev: never) => void) | null;
+  onmessage: ((ev: never) => void) | null;
+  onclose: ((ev: never) => void) | null;
+  onerror: ((ev: never) => void) | null;
+  close(code?: number, reason?: string): void;
+}
+export type WebSocketConstructor = new (url: string, protocols?: string | string[]) => WebSocketLike;
+
+export interface FollowOptions {
+  /** Start after this event id (`0`, or absent: every event the log retains). */
+  after?: string | undefined;
+  /** Stops following: the iterator ends by throwing the signal's reason. */
+  signal?: AbortSignal | undefined;
+  /** Reconnections in a row without receiving an event before giving up (default: no limit). */
+  maxReconnects?: number | undefined;
+}
+
+export interface FollowContext {
+  baseUrl: string;
+  apiKey?: string | undefined;
+  WebSocket: WebSocketConstructor;
+  /** Asks the REST API why a connection failed: throws an ApiError when the session cannot be followed. */
+  check(sessionId: string): Promise<void>;
+}
+
+type Item =
+  | { kind: 'event'; event: Event }
+  | { kind: 'error'; error: ErrorBody }
+  | { kind: 'close'; code: number; reason: string; opened: boolean };
+
+/** Event ids are `<ms>-<seq>`: true when `a` comes after `b`. */
+export function isAfter(a: string, b: string): boolean {
+  const [am = 0, as = 0] = a.split('-').map(Number);
+  const [bm = 0, bs = 0] = b.split('-').map(Number);
+  return am !== bm ? am > bm : as > bs;
+}
+
+/** Close codes after which following is over: 1000 the session was deleted, 4410 the cursor expired. */
+const FINAL = new Set([1000, 4410]);
+
+/**
+ * `follow()`: the events of a session, over the WebSocket, from `after` on and then live, each exactly once.
+ *
+ * When the connection drops (the replica stops: 1001; Redis trouble: 1011; too slow a reader: 1013; a crash or a
+ * network failure: 1006), it reconnects with a backoff and resumes after the id of the last event it yielded, so
+ * nothing is missed; an event the server sends again (at or before that id) is skipped, so nothing comes twice.
+ * The iterator ends after `session.deleted`; it throws a CursorExpiredError when the log no longer holds the
+ * cursor, and an ApiError when the session cannot be followed (401, 404: asked over HTTP when a connection fails,
+ * since a browser does not show why an upgrade was refused). Breaking out of the `for await` closes the socket.
+ */
+export async function* follow(
+  ctx: FollowContext,
+  sessionId: string,
+  options: FollowOptions = {},
+): AsyncGenerator<Event, void, undefined> {
+  let last = options.after;
+  const { signal } = options;
+  let failures = 0;
+  for (;;) {
+    signal?.throwIfAborted();
+    const conn = connect(ctx, sessionId, last);
+    let closed: Extract<Item, { kind: 'close' }>;
+    let frameError: ErrorBody | undefined;
+    try {
+      for (;;) {
+        const item = await conn.next(signal);
+        if (item.kind === 'close') {
+          closed = item;
+          break;
+        }
+        if (item.kind === 'error') {
+          frameError = item.error;
+          continue;
+        }
+        const ev = item.event;
+        if (last !== undefined && last !== '0' && !isAfter(ev.id, last)) continue;
+        last = ev.id;
+        failures = 0;
+        yield ev;
+        if (ev.type === 'session.deleted') return;
+      }
+    } finally {
+      conn.close();
+    }
+    if (closed.code === 4410) {
+      throw new CursorExpiredError(410, frameError ?? { code: 'cursor_expired', message: closed.reason });
+    }
+    if (FINAL.has(closed.code)) return;
+    if (!closed.opened) {
+      try {
+        await ctx.check(sessionId);
+      } catch (err) {
+        // Refusals are final; a service that is away (restarting, overloaded) is tried again.
+        if (err instanceof ApiError && err.status < 500 && err.status !== 429) throw err;
+      }
+    }
+    failures++;
+    if (options.maxReconnects !== undefined && failures > options.maxReconnects) {
+      throw new ConnectionError(
+        `lost the event stream of ${sessionId} ${failures} times in a row (last close ${closed.code})`,
+      );
+    }
+    await sleep(backoffMs(failures - 1, 100), signal);
+  }
+}
+
+function streamUrl(baseUrl: string, sessionId: string, after: string | undefined): string {
+  const url = new URL(`v1/sessions/${encodeURIComponent(sessionId)}/stream`, baseUrl.replace(/\/?$/, '/'));
+  url.protocol = url.protocol === 'https:' ? 'wss:' : 'ws:';
+  if (after !== undefined) url.searchParams.set('after', after);
+  return url.toString();
+}
+
+/** One WebSocket connection as a queue of items, read with `next()`. */
+function connect(ctx: FollowContext, sessionId: string, after: string | undefined) {
+  const queue: Item[] = [];
+  let wake: (() => void) | null = null;
+  const push = (item: Item) => {
+    queue.push(item);
+    wake?.();
+    wake = null;
+  };
+  let opened = false;
+  // Browsers cannot set headers on a WebSocket: the key travels as the subprotocol pair `bearer, <key>`.
+  const ws = new ctx.WebSocket(
+    streamUrl(ctx.baseUrl, sessionId, after),
+    ctx.apiKey ? ['bearer', ctx.apiKey] : [],
+  );
+  ws.onopen = () => {
+    opened = true;
+  };
+  ws.onmessage = (m: { data: unknown }) => {
+    if (typeof m.data !== 'string') return;
+    let frame: { id?: unknown; session_id?: unknown; type?: unknown; error?: ErrorBody };
+    try {
+      frame = JSON.parse(m.data) as typeof frame;
+    } catch {
+      return;
+    }
+    if (typeof frame.id === 'string' && typeof frame.session_id === 'string') {
+      push({ kind: 'event', event: frame as Event });
+    } else if (frame.type === 'error' && frame.error) {
+      push({ kind: 'error', error: frame.error });
+    }
+  };
+  ws.onerror = () => {
+    /* a close follows */
+  };
+  ws.onclose = (e: { code: number; reason: string }) =>
+    push({ kind: 'close', code: e.code, reason: e.reason, opened });
+  return {
+    async next(signal: AbortSignal | undefined): Promise<Item> {
+      while (queue.length === 0) {
+        signal?.throwIfAborted();
+        await new Promise<void>((resolve, reject) => {
+          const onAbort = () => reject(signal!.reason);
+          wake = () => {
+            signal?.removeEventListener('abort', onAbort);
+            resolve();
+          };
+          signal?.addEventListener('abort', onAbort, { once: true });
+        });
+      }
+      return queue.shift()!;
+    },
+    close() {
+      // CONNECTING (0) or OPEN (1)
+      if (ws.readyState <= 1) ws.close(1000);
+    },
+  };
+}

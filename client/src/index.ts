@@ -1,0 +1,345 @@
+import createFetchClient, { type Client } from 'openapi-fetch';
+import { ApiError, ConnectionError, errorOf } from './errors.js';
+import { follow, type Event, type FollowOptions, type WebSocketConstructor } from './follow.js';
+import { retryingFetch, type FetchLike, type RetryOptions } from './http.js';
+import type { components, operations, paths } from './openapi.js';
+
+/**
+ * The typed client of the service (`toolrunner-sessions/client`), for Node and browsers alike (no Node-only
+ * imports). `client.api` is the generated client of every operation (openapi-fetch over the types generated from
+ * openapi.json); the methods below wrap the main ones, return the body, and throw ApiError subclasses carrying the
+ * service's error codes. Plus what generation cannot give: `follow()` (the event stream over the WebSocket, resumed
+ * across disconnects, exactly once), `waitFor()`, retries that honour Retry-After with an Idempotency-Key on every
+ * POST, and `verifyWebhook()`.
+ */
+
+export type Session = components['schemas']['Session'];
+export type SessionStatus = components['schemas']['SessionStatus'];
+export type SessionList = components['schemas']['SessionList'];
+export type EventPage = components['schemas']['EventPage'];
+export type { Event, FollowOptions, WebSocketConstructor, WebSocketLike } from './follow.js';
+export type { RetryOptions } from './http.js';
+export type { components, operations, paths } from './openapi.js';
+export * from './errors.js';
+export { verifyWebhook, WebhookVerificationError } from './webhooks.js';
+export { isAfter } from './follow.js';
+
+type JsonBody<Op extends keyof operations> = operations[Op] extends {
+  requestBody?: { content: { 'application/json': infer B } };
+}
+  ? NonNullable<B>
+  : never;
+type Query<Op extends keyof operations> = operations[Op] extends { parameters: { query?: infer Q } }
+  ? NonNullable<Q>
+  : never;
+
+export type CreateSessionBody = JsonBody<'createSession'>;
+export type AddMessageBody = JsonBody<'addMessage'>;
+export type DecideToolCallBody = JsonBody<'decideToolCall'>;
+export type PutToolResultBody = JsonBody<'putToolResult'>;
+export type SubmitToolResultsBody = JsonBody<'submitToolResults'>;
+export type UpdateSessionBody = JsonBody<'updateSession'>;
+export type RetrySessionBody = JsonBody<'retrySession'>;
+export type ForkSessionBody = JsonBody<'forkSession'>;
+
+export interface ClientOptions extends RetryOptions {
+  /** Where the service is, e.g. `http://127.0.0.1:3000`. */
+  baseUrl: string;
+  /** A key of API_KEYS; omit for a service running without keys. */
+  apiKey?: string | undefined;
+  /** Default: the global fetch. */
+  fetch?: FetchLike | undefined;
+  /**
+   * Default: the global WebSocket (browsers, Node ≥ 22). On Node 20 pass `WebSocket` from the `ws` package.
+   * The key travels as the subprotocols `bearer, <key>`, so it may hold letters, digits and `-._~!#$%&'*+^|` only.
+   */
+  WebSocket?: WebSocketConstructor | undefined;
+}
+
+/** Per request: `If-Match` (the session's revision) and a chosen `Idempotency-Key` (POST). */
+export interface MutationOptions {
+  ifMatch?: number | undefined;
+  idempotencyKey?: string | undefined;
+  signal?: AbortSignal | undefined;
+}
+
+export interface WaitOptions {
+  /** Gives up with a WaitTimeoutError after this long (default: never). */
+  timeoutMs?: number | undefined;
+  signal?: AbortSignal | undefined;
+}
+
+export class WaitTimeoutError extends Error {
+  override readonly name = 'WaitTimeoutError';
+}
+
+interface Answer<T> {
+  data?: T;
+  error?: unknown;
+  response: Response;
+}
+
+export class SessionsClient {
+  /** Every operation of the OpenAPI document, typed (openapi-fetch): `client.api.GET('/v1/tools')`. */
+  readonly api: Client<paths>;
+  private readonly baseUrl: string;
+  private readonly apiKey: string | undefined;
+  private readonly WebSocket: WebSocketConstructor | undefined;
+
+  constructor(options: ClientOptions) {
+    this.baseUrl = options.baseUrl.replace(/\/+$/, '');
+    this.apiKey = options.apiKey;
+    this.WebSocket = options.WebSocket ?? (globalThis as { WebSocket?: WebSocketConstructor }).WebSocket;
+    const base = options.fetch ?? ((req: Request) => globalThis.fetch(req));
+    this.api = createFetchClient<paths>({
+      baseUrl: this.baseUrl,
+      fetch: retryingFetch(base, options),
+      headers: this.apiKey ? { authorization: `Bearer ${this.apiKey}` } : {},
+    });
+  }
+
+  private headers(o: MutationOptions = {}): Record<string, string> {
+    const h: Record<string, string> = {};
+    if (o.ifMatch !== undefined) h['if-match'] = `"${o.ifMatch}"`;
+    if (o.idempotencyKey !== undefined) h['idempotency-key'] = o.idempotencyKey;
+    return h;
+  }
+
+  /** The body of a 2xx answer, or the ApiError of any other. */
+  private async unwrap<T>(p: Promise<Answer<T>>): Promise<T> {
+    const { data, response } = await p;
+    if (!response.ok) {
+      // openapi-fetch has read the body already; build the error from a copy of what it parsed.
+      const { error } = await p;
+      throw await errorOf(
+        new Response(JSON.stringify(error ?? null), { status: response.status, headers: response.headers }),
+      );
+    }
+    if (data === undefined) throw new ConnectionError(`${response.url}: an answer without a body`);
+    return data;
+  }
+
+  createSession(body: CreateSessionBody, o: MutationOptions = {}): Promise<Session> {
+    return this.unwrap(
+      this.api.POST('/v1/sessions', { body, headers: this.headers(o), signal: o.signal ?? null }),
+    );
+  }
+
+  listSessions(query: Query<'listSessions'> = {}): Promise<SessionList> {
+    return this.unwrap(this.api.GET('/v1/sessions', { params: { query } }));
+  }
+
+  getSession(id: string, o: { signal?: AbortSignal | undefined } = {}): Promise<Session> {
+    return this.unwrap(
+      this.api.GET('/v1/sessions/{id}', { params: { path: { id } }, signal: o.signal ?? null }),
+    );
+  }
+
+  deleteSession(id: string, o: MutationOptions = {}) {
+    return this.unwrap(
+      this.api.DELETE('/v1/sessions/{id}', { params: { path: { id } }, headers: this.headers(o) }),
+    );
+  }
+
+  addMessage(id: string, body: AddMessageBody, o: MutationOptions = {}): Promise<Session> {
+    return this.unwrap(
+      this.api.POST('/v1/sessions/{id}/messages', {
+        params: { path: { id } },
+        body,
+        headers: this.headers(o),
+      }),
+    );
+  }
+
+  decideToolCall(
+    id: string,
+    toolUseId: string,
+    body: DecideToolCallBody,
+    o: MutationOptions = {},
+  ): Promise<Session> {
+    return this.unwrap(
+      this.api.POST('/v1/sessions/{id}/tool-calls/{tool_use_id}', {
+        params: { path: { id, tool_use_id: toolUseId } },
+        body,
+        headers: this.headers(o),
+      }),
+    );
+  }
+
+  putToolResult(
+    id: string,
+    toolUseId: string,
+    body: PutToolResultBody,
+    o: MutationOptions = {},
+  ): Promise<Session> {
+    return this.unwrap(
+      this.api.PUT('/v1/sessions/{id}/tool-results/{tool_use_id}', {
+        params: { path: { id, tool_use_id: toolUseId } },
+        body,
+        headers: this.headers(o),
+      }),
+    );
+  }
+
+  submitToolResults(id: string, body: SubmitToolResultsBody, o: MutationOptions = {}): Promise<Session> {
+    return this.unwrap(
+      this.api.POST('/v1/sessions/{id}/tool-results', {
+        params: { path: { id } },
+        body,
+        headers: this.headers(o),
+      }),
+    );
+  }
+
+  updateSession(id: string, body: UpdateSessionBody, o: MutationOptions = {}): Promise<Session> {
+    return this.unwrap(
+      this.api.PATCH('/v1/sessions/{id}', { params: { path: { id } }, body, headers: this.headers(o) }),
+    );
+  }
+
+  continueSession(id: string, o: MutationOptions = {}): Promise<Session> {
+    return this.unwrap(
+      this.api.POST('/v1/sessions/{id}/continue', {
+        params: { path: { id } },
+        body: {},
+        headers: this.headers(o),
+      }),
+    );
+  }
+
+  retrySession(id: string, body: RetrySessionBody = {}, o: MutationOptions = {}): Promise<Session> {
+    return this.unwrap(
+      this.api.POST('/v1/sessions/{id}/retry', { params: { path: { id } }, body, headers: this.headers(o) }),
+    );
+  }
+
+  cancelSession(id: string, o: MutationOptions = {}): Promise<Session> {
+    return this.unwrap(
+      this.api.POST('/v1/sessions/{id}/cancel', {
+        params: { path: { id } },
+        body: {},
+        headers: this.headers(o),
+      }),
+    );
+  }
+
+  resumeSession(id: string, o: MutationOptions = {}): Promise<Session> {
+    return this.unwrap(
+      this.api.POST('/v1/sessions/{id}/resume', {
+        params: { path: { id } },
+        body: {},
+        headers: this.headers(o),
+      }),
+    );
+  }
+
+  forkSession(id: string, body: ForkSessionBody, o: MutationOptions = {}): Promise<Session> {
+    return this.unwrap(
+      this.api.POST('/v1/sessions/{id}/fork', { params: { path: { id } }, body, headers: this.headers(o) }),
+    );
+  }
+
+  listMessages(id: string) {
+    return this.unwrap(this.api.GET('/v1/sessions/{id}/messages', { params: { path: { id } } }));
+  }
+
+  listIterations(id: string) {
+    return this.unwrap(this.api.GET('/v1/sessions/{id}/iterations', { params: { path: { id } } }));
+  }
+
+  getIteration(id: string, n: number) {
+    return this.unwrap(this.api.GET('/v1/sessions/{id}/iterations/{n}', { params: { path: { id, n } } }));
+  }
+
+  /** A page of the event log (JSON); `follow()` is the live alternative. */
+  async listEvents(id: string, query: Query<'listEvents'> = {}): Promise<EventPage> {
+    const page = await this.unwrap(
+      this.api.GET('/v1/sessions/{id}/events', {
+        params: { path: { id }, query },
+        headers: { accept: 'application/json' },
+        parseAs: 'json',
+      }),
+    );
+    // With `Accept: application/json` the answer is the JSON page, never the SSE text.
+    return page as EventPage;
+  }
+
+  listTools() {
+    return this.unwrap(this.api.GET('/v1/tools'));
+  }
+
+  /**
+   * The session's events after `options.after` (every retained event without it), then live, over the WebSocket:
+   * reconnects by itself and resumes after the last event it yielded, so each event comes exactly once. Ends after
+   * `session.deleted`; `break` out of the loop (or abort `options.signal`) to stop earlier.
+   */
+  follow(sessionId: string, options: FollowOptions = {}): AsyncGenerator<Event, void, undefined> {
+    const WebSocket = this.WebSocket;
+    if (!WebSocket) {
+      throw new TypeError(
+        'No WebSocket implementation: pass `WebSocket` (e.g. from the `ws` package) to the client.',
+      );
+    }
+    return follow(
+      {
+        baseUrl: this.baseUrl,
+        apiKey: this.apiKey,
+        WebSocket,
+        check: async (id) => {
+          await this.getSession(id, options.signal ? { signal: options.signal } : {});
+        },
+      },
+      sessionId,
+      options,
+    );
+  }
+
+  /**
+   * Resolves with the session once its status is one of `status` (or `status(session)` holds): at once if it
+   * already is, else when a `session.status` event says so (the session is read again then, and returned if it
+   * still matches). Rejects with a NotFoundError if the session is deleted, a WaitTimeoutError after
+   * `timeoutMs`.
+   */
+  async waitFor(
+    sessionId: string,
+    status: SessionStatus | SessionStatus[] | ((s: Session) => boolean),
+    options: WaitOptions = {},
+  ): Promise<Session> {
+    const wanted = typeof status === 'function' ? status : (s: Session) => [status].flat().includes(s.status);
+    const first = await this.getSession(sessionId);
+    if (wanted(first)) return first;
+    const stop = new AbortController();
+    const onAbort = () => stop.abort(options.signal?.reason);
+    options.signal?.addEventListener('abort', onAbort, { once: true });
+    const timer =
+      options.timeoutMs !== undefined
+        ? setTimeout(
+            () =>
+              stop.abort(new WaitTimeoutError(`session ${sessionId}: no match in ${options.timeoutMs} ms`)),
+            options.timeoutMs,
+          )
+        : undefined;
+    try {
+      // From the start of the log: a status change between the read above and the subscription is not missed.
+      // Status events older than the session read above are skipped by revision.
+      for await (const ev of this.follow(sessionId, { signal: stop.signal })) {
+        if (ev.type === 'session.deleted') {
+          throw new ApiError(404, {
+            code: 'session_not_found',
+            message: `Session ${sessionId} was deleted.`,
+          });
+        }
+        if (ev.type !== 'session.status' || (ev.revision !== null && ev.revision <= first.revision)) continue;
+        const s = await this.getSession(sessionId, { signal: stop.signal });
+        if (wanted(s)) return s;
+      }
+      throw new ApiError(404, { code: 'session_not_found', message: `Session ${sessionId} was deleted.` });
+    } finally {
+      clearTimeout(timer);
+      options.signal?.removeEventListener('abort', onAbort);
+    }
+  }
+}
+
+/** `new SessionsClient(options)`. */
+export const createClient = (options: ClientOptions) => new SessionsClient(options);
