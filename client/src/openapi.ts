@@ -120,6 +120,23 @@ export interface paths {
     patch?: never;
     trace?: never;
   };
+  '/demo': {
+    parameters: {
+      query?: never;
+      header?: never;
+      path?: never;
+      cookie?: never;
+    };
+    /** A page that starts a session and renders its turns live over the WebSocket */
+    get: operations['getDemoPage'];
+    put?: never;
+    post?: never;
+    delete?: never;
+    options?: never;
+    head?: never;
+    patch?: never;
+    trace?: never;
+  };
   '/v1/tools': {
     parameters: {
       query?: never;
@@ -409,23 +426,6 @@ export interface paths {
      * @description A WebSocket upgrade (`Connection: Upgrade`, `Upgrade: websocket`). Browsers authenticate with the subprotocols `bearer, <key>`. The frames, close codes and resume rules are in docs/API.md §6.3. Refusals come before the upgrade, as HTTP errors.
      */
     get: operations['streamEvents'];
-    put?: never;
-    post?: never;
-    delete?: never;
-    options?: never;
-    head?: never;
-    patch?: never;
-    trace?: never;
-  };
-  '/demo': {
-    parameters: {
-      query?: never;
-      header?: never;
-      path?: never;
-      cookie?: never;
-    };
-    /** A page that starts a session and renders its turns live over the WebSocket */
-    get: operations['getDemoPage'];
     put?: never;
     post?: never;
     delete?: never;
@@ -829,6 +829,26 @@ export interface operations {
         };
         content: {
           'text/plain': string;
+        };
+      };
+    };
+  };
+  getDemoPage: {
+    parameters: {
+      query?: never;
+      header?: never;
+      path?: never;
+      cookie?: never;
+    };
+    requestBody?: never;
+    responses: {
+      /** @description OK */
+      200: {
+        headers: {
+          [name: string]: unknown;
+        };
+        content: {
+          'text/html': string;
         };
       };
     };
@@ -3692,26 +3712,6 @@ export interface operations {
         };
         content: {
           'application/json': components['schemas']['Error'];
-        };
-      };
-    };
-  };
-  getDemoPage: {
-    parameters: {
-      query?: never;
-      header?: never;
-      path?: never;
-      cookie?: never;
-    };
-    requestBody?: never;
-    responses: {
-      /** @description OK */
-      200: {
-        headers: {
-          [name: string]: unknown;
-        };
-        content: {
-          'text/html': string;
         };
       };
     };
