@@ -1,14 +1,28 @@
 import { after, before, beforeEach, describe, it } from 'node:test';
 import assert from 'node:assert/strict';
 import { startHarness, type Harness } from './helpers/service.js';
-import { assertSnapshotsEqual, snapshotRedis } from './helpers/redis-snapshot.js';
+import { assertSnapshotsEqual, snapshotDiff, snapshotRedis } from './helpers/redis-snapshot.js';
 import { text, toolCalls, toolUse } from '../src/fake/script.js';
 import { validateConversation } from '../src/fake/server.js';
+import { ApiError, type SubmitToolResultsBody } from '../client/src/index.js';
+
+/** Idempotency records (`idem:{tenant}:…`): the answers kept for the client's Idempotency-Keys. */
+const IDEM = /^idem:/;
+
+/** The client's typed error for a refused request: the status and the contract's code. */
+const refusedWith =
+  (status: number, code: string, what = code) =>
+  (err: unknown) => {
+    assert.ok(err instanceof ApiError, `${what}: ${String(err)}`);
+    assert.equal(err.status, status, `${what}: ${err.code} ${err.message}`);
+    assert.equal(err.code, code, what);
+    return true;
+  };
 
 const lookup = {
   name: 'lookup',
   description: 'Look something up in the client’s database.',
-  input_schema: { type: 'object', properties: { q: { type: 'string' } } },
+  input_schema: { type: 'object' as const, properties: { q: { type: 'string' } } },
 };
 
 describe('client tools', () => {
@@ -19,10 +33,13 @@ describe('client tools', () => {
   after(async () => h?.close());
   beforeEach(() => h.fake.reset());
 
+  // The main flows go through the typed client (test/helpers/service.ts), so it cannot drift from the service.
   const create = async () => {
-    const r = await h.api.post('/v1/sessions', { input: 'Find q and add', tools: [lookup, 'calculate_sum'] });
-    assert.equal(r.status, 201, JSON.stringify(r.body));
-    return r.body.id as string;
+    const r = await h.client.api.POST('/v1/sessions', {
+      body: { input: 'Find q and add', tools: [lookup, 'calculate_sum'] },
+    });
+    assert.equal(r.response.status, 201, JSON.stringify(r.error));
+    return r.data!.id;
   };
 
   it('the client tool is declared to the model with its schema; a mixed reply waits only for the client call', async () => {
@@ -38,7 +55,7 @@ describe('client tools', () => {
       text('It is 42.'),
     );
     const id = await create();
-    const s = await h.api.waitStatus(id, ['requires_action', 'idle', 'failed']);
+    const s = await h.client.waitFor(id, ['requires_action', 'idle', 'failed'], { timeoutMs: 10_000 });
     assert.equal(s.status, 'requires_action', JSON.stringify(s));
     assert.equal(s.stop_reason, null);
     assert.deepEqual(s.required_action, {
@@ -55,27 +72,35 @@ describe('client tools', () => {
     assert.ok(sentTools.some((t: any) => t.name === 'calculate_sum'));
     assert.equal(h.fake.requests.length, 1, 'no turn is sent while a client result is missing');
     // the history ends with the unanswered calls
-    const msgs = (await h.api.get(`/v1/sessions/${id}/messages`)).body;
+    const msgs = await h.client.listMessages(id);
     assert.deepEqual(msgs.pending_tool_calls, ['toolu_look', 'toolu_sum']);
 
     // wrong ids and a server call's id are refused with a code, and change nothing
     const snap = await snapshotRedis(h.redis.url);
-    const wrong = await h.api.req('PUT', `/v1/sessions/${id}/tool-results/toolu_nope`, { content: 'x' });
-    assert.equal(wrong.status, 409, JSON.stringify(wrong.body));
-    assert.equal(wrong.body.error.code, 'unknown_tool_use_id');
-    const server = await h.api.req('PUT', `/v1/sessions/${id}/tool-results/toolu_sum`, { content: '41' });
-    assert.equal(server.status, 409, JSON.stringify(server.body));
-    assert.equal(server.body.error.code, 'tool_result_already_submitted');
-    const decide = await h.api.post(`/v1/sessions/${id}/tool-calls/toolu_look`, { decision: 'approve' });
-    assert.equal(decide.status, 409, JSON.stringify(decide.body));
-    assertSnapshotsEqual(snap, await snapshotRedis(h.redis.url), 'refused results');
-
-    const put = await h.api.req('PUT', `/v1/sessions/${id}/tool-results/toolu_look`, {
-      content: [{ type: 'text', text: 'the answer is 42' }],
+    await assert.rejects(
+      h.client.putToolResult(id, 'toolu_nope', { content: 'x' }),
+      refusedWith(409, 'unknown_tool_use_id'),
+    );
+    await assert.rejects(
+      h.client.putToolResult(id, 'toolu_sum', { content: '41' }),
+      refusedWith(409, 'tool_result_already_submitted'),
+    );
+    await assert.rejects(h.client.decideToolCall(id, 'toolu_look', { decision: 'approve' }), (err) => {
+      assert.ok(err instanceof ApiError && err.status === 409, String(err));
+      return true;
     });
-    assert.equal(put.status, 202, JSON.stringify(put.body));
-    assert.equal(put.headers.get('etag'), `"${put.body.revision}"`);
-    const done = await h.api.waitStatus(id, ['idle', 'failed']);
+    // The client sends every POST with an Idempotency-Key, whose answer (the refusal) the service keeps: nothing else.
+    const after1 = await snapshotRedis(h.redis.url);
+    assertSnapshotsEqual(snap, after1, 'refused results', IDEM);
+    assert.equal(snapshotDiff(snap, after1).length, 1, 'the refused decision (a POST) kept its answer');
+
+    const put = await h.client.api.PUT('/v1/sessions/{id}/tool-results/{tool_use_id}', {
+      params: { path: { id, tool_use_id: 'toolu_look' } },
+      body: { content: [{ type: 'text', text: 'the answer is 42' }] },
+    });
+    assert.equal(put.response.status, 202, JSON.stringify(put.error));
+    assert.equal(put.response.headers.get('etag'), `"${put.data!.revision}"`);
+    const done = await h.client.waitFor(id, ['idle', 'failed'], { timeoutMs: 10_000 });
     assert.equal(done.status, 'idle', JSON.stringify(done.error));
     assert.equal(done.stop_reason, 'end_turn');
     assert.equal(done.iteration, 2);
@@ -96,12 +121,13 @@ describe('client tools', () => {
 
     // answering again once it is answered: 409, nothing changes
     const snap2 = await snapshotRedis(h.redis.url);
-    const again = await h.api.req('PUT', `/v1/sessions/${id}/tool-results/toolu_look`, { content: 'again' });
-    assert.equal(again.status, 409, JSON.stringify(again.body));
-    assert.equal(again.body.error.code, 'nothing_awaits_results');
+    await assert.rejects(
+      h.client.putToolResult(id, 'toolu_look', { content: 'again' }),
+      refusedWith(409, 'nothing_awaits_results'),
+    );
     assertSnapshotsEqual(snap2, await snapshotRedis(h.redis.url), 'a late answer');
 
-    const rec = (await h.api.get(`/v1/sessions/${id}/iterations/1`)).body;
+    const rec = await h.client.getIteration(id, 1);
     assert.deepEqual(rec.tool_calls, [
       { id: 'toolu_look', name: 'lookup' },
       { id: 'toolu_sum', name: 'calculate_sum' },
@@ -120,34 +146,37 @@ describe('client tools', () => {
       text('Got them all.'),
     );
     const id = await create();
-    const s = await h.api.waitStatus(id, ['requires_action', 'idle', 'failed']);
+    const s = await h.client.waitFor(id, ['requires_action', 'idle', 'failed'], { timeoutMs: 10_000 });
     assert.equal(s.status, 'requires_action', JSON.stringify(s));
     assert.deepEqual(
-      s.required_action.tool_calls.map((c: any) => c.id),
+      s.required_action!.tool_calls.map((c) => c.id),
       ['toolu_l1', 'toolu_l2', 'toolu_l3'],
     );
 
     // two of three; `continue: true` does not go on while one is missing
-    const part = await h.api.post(`/v1/sessions/${id}/tool-results`, {
-      results: [
-        { tool_use_id: 'toolu_l3', content: 'three!' },
-        { tool_use_id: 'toolu_l1', content: 'one!', is_error: false },
-      ],
-      continue: true,
+    const part = await h.client.api.POST('/v1/sessions/{id}/tool-results', {
+      params: { path: { id } },
+      body: {
+        results: [
+          { tool_use_id: 'toolu_l3', content: 'three!' },
+          { tool_use_id: 'toolu_l1', content: 'one!', is_error: false },
+        ],
+        continue: true,
+      },
     });
-    assert.equal(part.status, 200, JSON.stringify(part.body));
-    assert.equal(part.body.status, 'requires_action');
-    assert.deepEqual(part.body.required_action.tool_calls, [
+    assert.equal(part.response.status, 200, JSON.stringify(part.error));
+    assert.equal(part.data!.status, 'requires_action');
+    assert.deepEqual(part.data!.required_action!.tool_calls, [
       { id: 'toolu_l2', name: 'lookup', input: { q: 'two' } },
     ]);
     assert.deepEqual(
-      part.body.required_action.tool_results.map((r: any) => r.tool_use_id),
+      part.data!.required_action!.tool_results.map((r) => r.tool_use_id),
       ['toolu_l1', 'toolu_s1', 'toolu_l3'],
     );
     assert.equal(h.fake.requests.length, 1);
 
     const snap = await snapshotRedis(h.redis.url);
-    const refusals: Array<[string, unknown, string]> = [
+    const refusals: Array<[string, SubmitToolResultsBody, string]> = [
       [
         'an answered call',
         { results: [{ tool_use_id: 'toolu_l1', content: 'x' }] },
@@ -180,18 +209,22 @@ describe('client tools', () => {
       ],
     ];
     for (const [what, body, code] of refusals) {
-      const r = await h.api.post(`/v1/sessions/${id}/tool-results`, body);
-      assert.equal(r.status, 409, `${what}: ${JSON.stringify(r.body)}`);
-      assert.equal(r.body.error.code, code, what);
+      await assert.rejects(h.client.submitToolResults(id, body), refusedWith(409, code, what));
     }
-    assertSnapshotsEqual(snap, await snapshotRedis(h.redis.url), 'refused batches are all-or-nothing');
+    const after2 = await snapshotRedis(h.redis.url);
+    assertSnapshotsEqual(snap, after2, 'refused batches are all-or-nothing', IDEM);
+    assert.equal(
+      snapshotDiff(snap, after2).length,
+      refusals.length,
+      "each refused POST's answer, kept for its key",
+    );
 
-    const last = await h.api.post(`/v1/sessions/${id}/tool-results`, {
-      results: [{ tool_use_id: 'toolu_l2', content: 'two failed', is_error: true }],
-      continue: true,
+    const last = await h.client.api.POST('/v1/sessions/{id}/tool-results', {
+      params: { path: { id } },
+      body: { results: [{ tool_use_id: 'toolu_l2', content: 'two failed', is_error: true }], continue: true },
     });
-    assert.equal(last.status, 202, JSON.stringify(last.body));
-    const done = await h.api.waitStatus(id, ['idle', 'failed']);
+    assert.equal(last.response.status, 202, JSON.stringify(last.error));
+    const done = await h.client.waitFor(id, ['idle', 'failed'], { timeoutMs: 10_000 });
     assert.equal(done.status, 'idle', JSON.stringify(done.error));
     assert.deepEqual(h.fake.requests[1]!.body.messages.at(-1), {
       role: 'user',
@@ -202,7 +235,7 @@ describe('client tools', () => {
         { type: 'tool_result', tool_use_id: 'toolu_l3', content: 'three!' },
       ],
     });
-    const msgs = (await h.api.get(`/v1/sessions/${id}/messages`)).body;
+    const msgs = await h.client.listMessages(id);
     assert.deepEqual(msgs.data.slice(0, -1), h.fake.requests[1]!.body.messages);
     assert.deepEqual(msgs.pending_tool_calls, []);
   });
