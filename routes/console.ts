@@ -6,6 +6,7 @@ import type { FastifyPluginAsync, FastifyReply, FastifyRequest } from 'fastify';
 import { z } from 'zod';
 import type { ZodTypeProvider } from 'fastify-type-provider-zod';
 import { notFound } from '../src/errors.js';
+import { errors } from '../src/openapi/responses.js';
 
 /**
  * GET /console: the browser console (spec §6.5), a single page of static files in `public/console/` plus Preact,
@@ -101,23 +102,74 @@ const routes: FastifyPluginAsync = async (plain) => {
     if (req.headers['if-none-match'] === a.etag) return reply.code(304).send();
     return reply.type(a.type).send(a.body);
   };
-  const hide = { hide: true };
+  // Documented in the OpenAPI document like every route (no key needed); 304 when If-None-Match matches.
+  const file = (summary: string, operationId: string, types: string[]) => ({
+    summary,
+    operationId,
+    tags: ['console'],
+    security: [],
+    response: {
+      200: {
+        description: 'OK',
+        content: Object.fromEntries(types.map((t) => [t, { schema: z.string() }])),
+      },
+      304: z.null().meta({ description: 'Not Modified' }),
+    },
+  });
+  const notFoundFile = errors(400, 404);
 
-  app.get('/console', { schema: hide }, async (req, reply) =>
-    send(req, reply.header('content-security-policy', csp).header('referrer-policy', 'no-referrer'), page),
+  app.get(
+    '/console',
+    { schema: file('The browser console', 'getConsole', ['text/html']) },
+    async (req, reply) =>
+      send(req, reply.header('content-security-policy', csp).header('referrer-policy', 'no-referrer'), page),
   );
-  app.get('/console/:file', { schema: { ...hide, params: fileParams } }, async (req, reply) => {
-    const a = own.get(req.params.file);
-    if (!a) throw notFound('file');
-    return send(req, reply, a);
-  });
-  app.get('/console/vendor/:file', { schema: { ...hide, params: fileParams } }, async (req, reply) => {
-    const a = vendor.get(req.params.file);
-    if (!a) throw notFound('file');
-    return send(req, reply, a);
-  });
-  app.get('/favicon.ico', { schema: hide }, async (req, reply) => send(req, reply, own.get('favicon.svg')!));
-  app.get('/demo', { schema: hide }, async (_req, reply) => reply.redirect('/console', 302));
+  const ownFile = file("A file of the console's page", 'getConsoleFile', [
+    'text/javascript',
+    'text/css',
+    'image/svg+xml',
+  ]);
+  app.get(
+    '/console/:file',
+    { schema: { ...ownFile, params: fileParams, response: { ...ownFile.response, ...notFoundFile } } },
+    async (req, reply) => {
+      const a = own.get(req.params.file);
+      if (!a) throw notFound('file');
+      return send(req, reply, a);
+    },
+  );
+  const vendorFile = file(
+    'A library module of the console (Preact, its hooks, htm)',
+    'getConsoleVendorFile',
+    ['text/javascript'],
+  );
+  app.get(
+    '/console/vendor/:file',
+    { schema: { ...vendorFile, params: fileParams, response: { ...vendorFile.response, ...notFoundFile } } },
+    async (req, reply) => {
+      const a = vendor.get(req.params.file);
+      if (!a) throw notFound('file');
+      return send(req, reply, a);
+    },
+  );
+  app.get(
+    '/favicon.ico',
+    { schema: file('The favicon', 'getFavicon', ['image/svg+xml']) },
+    async (req, reply) => send(req, reply, own.get('favicon.svg')!),
+  );
+  app.get(
+    '/demo',
+    {
+      schema: {
+        summary: 'The former demo page: redirects to /console',
+        operationId: 'getDemo',
+        tags: ['console'],
+        security: [],
+        response: { 302: z.null().meta({ description: 'Found: redirects to /console' }) },
+      },
+    },
+    async (_req, reply) => reply.redirect('/console', 302),
+  );
 };
 
 export default routes;

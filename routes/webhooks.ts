@@ -15,6 +15,15 @@ import {
 import { newSecret } from '../src/webhooks/secrets.js';
 import type { WebhookRecord } from '../src/webhooks/store.js';
 import { parseIfMatch } from './sessions.js';
+import {
+  createdWebhook,
+  deletedWebhook,
+  deliveryList,
+  errors,
+  testDelivery,
+  webhook,
+  webhookList,
+} from '../src/openapi/responses.js';
 
 /** Spec §6.3: a tenant's webhooks. Another tenant's webhook is 404 `webhook_not_found`. */
 
@@ -39,40 +48,83 @@ const routes: FastifyPluginAsyncZod = async (app) => {
   const { webhooks } = app;
   const store = webhooks.store;
 
-  app.post('/v1/webhooks', { schema: { tags, body: createWebhookBody } }, async (req, reply) => {
-    const url = await checkWebhookUrl(req.body.url, webhooks.allowPrivate);
-    const secret = newSecret();
-    const now = Date.now();
-    const w: WebhookRecord = {
-      id: newWebhookId(),
-      tenant: req.tenant,
-      url: url.href,
-      events: req.body.events ?? ['session.status'],
-      description: req.body.description ?? null,
-      secret: webhooks.box.seal(secret),
-      createdAt: now,
-      updatedAt: now,
-      revision: 1,
-      disabled: false,
-      failingSince: null,
-    };
-    await store.create(w, webhooks.maxPerTenant);
-    req.log.info({ webhook: w.id, tenant: w.tenant }, 'webhook created');
-    return send(reply, w, 201, { secret });
-  });
+  app.post(
+    '/v1/webhooks',
+    {
+      schema: {
+        operationId: 'createWebhook',
+        summary: 'Register a webhook endpoint (its signing secret is shown only in this answer)',
+        tags,
+        body: createWebhookBody,
+        response: { 201: createdWebhook, ...errors(400, 401, 409, 413, 415, 422, 429, 500, 503) },
+      },
+    },
+    async (req, reply) => {
+      const url = await checkWebhookUrl(req.body.url, webhooks.allowPrivate);
+      const secret = newSecret();
+      const now = Date.now();
+      const w: WebhookRecord = {
+        id: newWebhookId(),
+        tenant: req.tenant,
+        url: url.href,
+        events: req.body.events ?? ['session.status'],
+        description: req.body.description ?? null,
+        secret: webhooks.box.seal(secret),
+        createdAt: now,
+        updatedAt: now,
+        revision: 1,
+        disabled: false,
+        failingSince: null,
+      };
+      await store.create(w, webhooks.maxPerTenant);
+      req.log.info({ webhook: w.id, tenant: w.tenant }, 'webhook created');
+      return send(reply, w, 201, { secret });
+    },
+  );
 
-  app.get('/v1/webhooks', { schema: { tags } }, async (req) => {
-    const list = await store.list(req.tenant);
-    return { data: list.map(webhookView), has_more: false };
-  });
+  app.get(
+    '/v1/webhooks',
+    {
+      schema: {
+        operationId: 'listWebhooks',
+        summary: "The caller's webhook endpoints",
+        tags,
+        response: { 200: webhookList, ...errors(401, 500, 503) },
+      },
+    },
+    async (req) => {
+      const list = await store.list(req.tenant);
+      return { data: list.map(webhookView), has_more: false };
+    },
+  );
 
-  app.get('/v1/webhooks/:id', { schema: { tags, params: webhookIdParam } }, async (req, reply) =>
-    send(reply, await store.get(req.tenant, req.params.id)),
+  app.get(
+    '/v1/webhooks/:id',
+    {
+      schema: {
+        operationId: 'getWebhook',
+        summary: 'A webhook endpoint',
+        tags,
+        params: webhookIdParam,
+        response: { 200: webhook, ...errors(400, 401, 404, 500, 503) },
+      },
+    },
+    async (req, reply) => send(reply, await store.get(req.tenant, req.params.id)),
   );
 
   app.patch(
     '/v1/webhooks/:id',
-    { schema: { tags, params: webhookIdParam, body: patchWebhookBody, headers: ifMatchHeader } },
+    {
+      schema: {
+        operationId: 'updateWebhook',
+        summary: 'Change, pause or re-enable a webhook endpoint',
+        tags,
+        params: webhookIdParam,
+        body: patchWebhookBody,
+        headers: ifMatchHeader,
+        response: { 200: webhook, ...errors(400, 401, 404, 412, 413, 415, 429, 500, 503) },
+      },
+    },
     async (req, reply) => {
       const b = req.body;
       const fields: Record<string, string> = { updated_at: String(Date.now()) };
@@ -87,44 +139,74 @@ const routes: FastifyPluginAsyncZod = async (app) => {
 
   app.delete(
     '/v1/webhooks/:id',
-    { schema: { tags, params: webhookIdParam, headers: ifMatchHeader } },
+    {
+      schema: {
+        operationId: 'deleteWebhook',
+        summary: 'Delete a webhook endpoint',
+        tags,
+        params: webhookIdParam,
+        headers: ifMatchHeader,
+        response: { 200: deletedWebhook, ...errors(400, 401, 404, 412, 429, 500, 503) },
+      },
+    },
     async (req) => {
       await store.remove(req.tenant, req.params.id, parseIfMatch(req));
-      return { id: req.params.id, object: 'webhook', deleted: true };
+      return { id: req.params.id, object: 'webhook' as const, deleted: true as const };
     },
   );
 
   app.get(
     '/v1/webhooks/:id/deliveries',
-    { schema: { tags, params: webhookIdParam, querystring: deliveriesQuery } },
+    {
+      schema: {
+        operationId: 'listWebhookDeliveries',
+        summary: 'Recent delivery attempts of a webhook endpoint',
+        tags,
+        params: webhookIdParam,
+        querystring: deliveriesQuery,
+        response: { 200: deliveryList, ...errors(400, 401, 404, 500, 503) },
+      },
+    },
     async (req) => {
       await store.get(req.tenant, req.params.id);
       return { data: await store.deliveries(req.params.id, req.query.limit) };
     },
   );
 
-  app.post('/v1/webhooks/:id/test', { schema: { tags, params: webhookIdParam } }, async (req, reply) => {
-    const w = await store.get(req.tenant, req.params.id);
-    if (w.disabled)
-      throw new AppError(
-        409,
-        'webhook_disabled',
-        'The webhook is disabled; PATCH {"disabled": false} first.',
-      );
-    const msgId = `msg_test_${randomBytes(9).toString('base64url')}`;
-    const body = JSON.stringify({
-      id: msgId,
-      session_id: null,
-      type: TEST_EVENT_TYPE,
-      at: new Date().toISOString(),
-      revision: null,
-      data: { webhook_id: w.id },
-    });
-    const r = await store.enqueue(w.id, [[msgId, body]], Date.now(), webhooks.maxPending);
-    if (!r) throw new AppError(409, 'webhook_disabled', 'The webhook is disabled.');
-    webhooks.kick(w.id);
-    return reply.code(202).send({ message_id: msgId, type: TEST_EVENT_TYPE });
-  });
+  app.post(
+    '/v1/webhooks/:id/test',
+    {
+      schema: {
+        operationId: 'testWebhook',
+        summary: 'Queue a `webhook.test` event for delivery to the endpoint',
+        tags,
+        params: webhookIdParam,
+        response: { 202: testDelivery, ...errors(400, 401, 404, 409, 422, 429, 500, 503) },
+      },
+    },
+    async (req, reply) => {
+      const w = await store.get(req.tenant, req.params.id);
+      if (w.disabled)
+        throw new AppError(
+          409,
+          'webhook_disabled',
+          'The webhook is disabled; PATCH {"disabled": false} first.',
+        );
+      const msgId = `msg_test_${randomBytes(9).toString('base64url')}`;
+      const body = JSON.stringify({
+        id: msgId,
+        session_id: null,
+        type: TEST_EVENT_TYPE,
+        at: new Date().toISOString(),
+        revision: null,
+        data: { webhook_id: w.id },
+      });
+      const r = await store.enqueue(w.id, [[msgId, body]], Date.now(), webhooks.maxPending);
+      if (!r) throw new AppError(409, 'webhook_disabled', 'The webhook is disabled.');
+      webhooks.kick(w.id);
+      return reply.code(202).send({ message_id: msgId, type: TEST_EVENT_TYPE });
+    },
+  );
 };
 
 export default routes;

@@ -120,6 +120,74 @@ export interface paths {
     patch?: never;
     trace?: never;
   };
+  '/console': {
+    parameters: {
+      query?: never;
+      header?: never;
+      path?: never;
+      cookie?: never;
+    };
+    /** The browser console */
+    get: operations['getConsole'];
+    put?: never;
+    post?: never;
+    delete?: never;
+    options?: never;
+    head?: never;
+    patch?: never;
+    trace?: never;
+  };
+  '/console/{file}': {
+    parameters: {
+      query?: never;
+      header?: never;
+      path?: never;
+      cookie?: never;
+    };
+    /** A file of the console's page */
+    get: operations['getConsoleFile'];
+    put?: never;
+    post?: never;
+    delete?: never;
+    options?: never;
+    head?: never;
+    patch?: never;
+    trace?: never;
+  };
+  '/console/vendor/{file}': {
+    parameters: {
+      query?: never;
+      header?: never;
+      path?: never;
+      cookie?: never;
+    };
+    /** A library module of the console (Preact, its hooks, htm) */
+    get: operations['getConsoleVendorFile'];
+    put?: never;
+    post?: never;
+    delete?: never;
+    options?: never;
+    head?: never;
+    patch?: never;
+    trace?: never;
+  };
+  '/favicon.ico': {
+    parameters: {
+      query?: never;
+      header?: never;
+      path?: never;
+      cookie?: never;
+    };
+    /** The favicon */
+    get: operations['getFavicon'];
+    put?: never;
+    post?: never;
+    delete?: never;
+    options?: never;
+    head?: never;
+    patch?: never;
+    trace?: never;
+  };
   '/demo': {
     parameters: {
       query?: never;
@@ -127,8 +195,8 @@ export interface paths {
       path?: never;
       cookie?: never;
     };
-    /** A page that starts a session and renders its turns live over the WebSocket */
-    get: operations['getDemoPage'];
+    /** The former demo page: redirects to /console */
+    get: operations['getDemo'];
     put?: never;
     post?: never;
     delete?: never;
@@ -434,6 +502,77 @@ export interface paths {
     patch?: never;
     trace?: never;
   };
+  '/v1/webhooks': {
+    parameters: {
+      query?: never;
+      header?: never;
+      path?: never;
+      cookie?: never;
+    };
+    /** The caller's webhook endpoints */
+    get: operations['listWebhooks'];
+    put?: never;
+    /** Register a webhook endpoint (its signing secret is shown only in this answer) */
+    post: operations['createWebhook'];
+    delete?: never;
+    options?: never;
+    head?: never;
+    patch?: never;
+    trace?: never;
+  };
+  '/v1/webhooks/{id}': {
+    parameters: {
+      query?: never;
+      header?: never;
+      path?: never;
+      cookie?: never;
+    };
+    /** A webhook endpoint */
+    get: operations['getWebhook'];
+    put?: never;
+    post?: never;
+    /** Delete a webhook endpoint */
+    delete: operations['deleteWebhook'];
+    options?: never;
+    head?: never;
+    /** Change, pause or re-enable a webhook endpoint */
+    patch: operations['updateWebhook'];
+    trace?: never;
+  };
+  '/v1/webhooks/{id}/deliveries': {
+    parameters: {
+      query?: never;
+      header?: never;
+      path?: never;
+      cookie?: never;
+    };
+    /** Recent delivery attempts of a webhook endpoint */
+    get: operations['listWebhookDeliveries'];
+    put?: never;
+    post?: never;
+    delete?: never;
+    options?: never;
+    head?: never;
+    patch?: never;
+    trace?: never;
+  };
+  '/v1/webhooks/{id}/test': {
+    parameters: {
+      query?: never;
+      header?: never;
+      path?: never;
+      cookie?: never;
+    };
+    get?: never;
+    put?: never;
+    /** Queue a `webhook.test` event for delivery to the endpoint */
+    post: operations['testWebhook'];
+    delete?: never;
+    options?: never;
+    head?: never;
+    patch?: never;
+    trace?: never;
+  };
 }
 export type webhooks = Record<string, never>;
 export interface components {
@@ -660,6 +799,74 @@ export interface components {
       active_runs: number;
       waiting_runs: number;
     };
+    Webhook: {
+      id: string;
+      /** @constant */
+      object: 'webhook';
+      url: string;
+      events: string[];
+      description: string | null;
+      /** @description true after 24 h of failed deliveries, or when PATCHed so. */
+      disabled: boolean;
+      failing_since: string | null;
+      /** @description The ETag; give it back in If-Match. */
+      revision: number;
+      /** Format: date-time */
+      created_at: string;
+      /** Format: date-time */
+      updated_at: string;
+    };
+    CreatedWebhook: {
+      id: string;
+      /** @constant */
+      object: 'webhook';
+      url: string;
+      events: string[];
+      description: string | null;
+      /** @description true after 24 h of failed deliveries, or when PATCHed so. */
+      disabled: boolean;
+      failing_since: string | null;
+      /** @description The ETag; give it back in If-Match. */
+      revision: number;
+      /** Format: date-time */
+      created_at: string;
+      /** Format: date-time */
+      updated_at: string;
+      /** @description The signing secret (`whsec_…`): shown only in this answer. */
+      secret: string;
+    };
+    WebhookList: {
+      data: components['schemas']['Webhook'][];
+      has_more: boolean;
+    };
+    DeletedWebhook: {
+      id: string;
+      /** @constant */
+      object: 'webhook';
+      /** @constant */
+      deleted: true;
+    };
+    /** @description Recent delivery attempts, newest first. */
+    DeliveryList: {
+      data: {
+        /** @description The `webhook-id` header of every attempt of this event. */
+        message_id: string;
+        event_id: string | null;
+        event_type: string;
+        session_id: string | null;
+        attempt: number;
+        status_code: number | null;
+        error: string | null;
+        duration_ms: number;
+        /** Format: date-time */
+        at: string;
+      }[];
+    };
+    /** @description A `webhook.test` event was queued for delivery. */
+    TestDelivery: {
+      message_id: string;
+      type: string;
+    };
   };
   responses: never;
   parameters: {
@@ -668,7 +875,7 @@ export interface components {
   };
   requestBodies: never;
   headers: {
-    /** @description The session's revision, quoted (`"17"`): give it back in `If-Match`. */
+    /** @description The resource's revision, quoted (`"17"`): give it back in `If-Match`. */
     ETag: string;
     /** @description Seconds to wait before trying again. */
     RetryAfter: number;
@@ -833,7 +1040,7 @@ export interface operations {
       };
     };
   };
-  getDemoPage: {
+  getConsole: {
     parameters: {
       query?: never;
       header?: never;
@@ -850,6 +1057,154 @@ export interface operations {
         content: {
           'text/html': string;
         };
+      };
+      /** @description Not Modified */
+      304: {
+        headers: {
+          [name: string]: unknown;
+        };
+        content?: never;
+      };
+    };
+  };
+  getConsoleFile: {
+    parameters: {
+      query?: never;
+      header?: never;
+      path: {
+        file: string;
+      };
+      cookie?: never;
+    };
+    requestBody?: never;
+    responses: {
+      /** @description OK */
+      200: {
+        headers: {
+          [name: string]: unknown;
+        };
+        content: {
+          'text/javascript': string;
+          'text/css': string;
+          'image/svg+xml': string;
+        };
+      };
+      /** @description Not Modified */
+      304: {
+        headers: {
+          [name: string]: unknown;
+        };
+        content?: never;
+      };
+      /** @description Invalid request (`invalid_request` with the issues in `details`, `invalid_json`, …). */
+      400: {
+        headers: {
+          [name: string]: unknown;
+        };
+        content: {
+          'application/json': components['schemas']['Error'];
+        };
+      };
+      /** @description No such resource (`session_not_found`, also for another tenant's; `iteration_not_found`, …). */
+      404: {
+        headers: {
+          [name: string]: unknown;
+        };
+        content: {
+          'application/json': components['schemas']['Error'];
+        };
+      };
+    };
+  };
+  getConsoleVendorFile: {
+    parameters: {
+      query?: never;
+      header?: never;
+      path: {
+        file: string;
+      };
+      cookie?: never;
+    };
+    requestBody?: never;
+    responses: {
+      /** @description OK */
+      200: {
+        headers: {
+          [name: string]: unknown;
+        };
+        content: {
+          'text/javascript': string;
+        };
+      };
+      /** @description Not Modified */
+      304: {
+        headers: {
+          [name: string]: unknown;
+        };
+        content?: never;
+      };
+      /** @description Invalid request (`invalid_request` with the issues in `details`, `invalid_json`, …). */
+      400: {
+        headers: {
+          [name: string]: unknown;
+        };
+        content: {
+          'application/json': components['schemas']['Error'];
+        };
+      };
+      /** @description No such resource (`session_not_found`, also for another tenant's; `iteration_not_found`, …). */
+      404: {
+        headers: {
+          [name: string]: unknown;
+        };
+        content: {
+          'application/json': components['schemas']['Error'];
+        };
+      };
+    };
+  };
+  getFavicon: {
+    parameters: {
+      query?: never;
+      header?: never;
+      path?: never;
+      cookie?: never;
+    };
+    requestBody?: never;
+    responses: {
+      /** @description OK */
+      200: {
+        headers: {
+          [name: string]: unknown;
+        };
+        content: {
+          'image/svg+xml': string;
+        };
+      };
+      /** @description Not Modified */
+      304: {
+        headers: {
+          [name: string]: unknown;
+        };
+        content?: never;
+      };
+    };
+  };
+  getDemo: {
+    parameters: {
+      query?: never;
+      header?: never;
+      path?: never;
+      cookie?: never;
+    };
+    requestBody?: never;
+    responses: {
+      /** @description Found: redirects to /console */
+      302: {
+        headers: {
+          [name: string]: unknown;
+        };
+        content?: never;
       };
     };
   };
@@ -914,7 +1269,7 @@ export interface operations {
           'application/json': components['schemas']['SessionList'];
         };
       };
-      /** @description Invalid request (`invalid_request` with the issues in `details`, `invalid_json`). */
+      /** @description Invalid request (`invalid_request` with the issues in `details`, `invalid_json`, …). */
       400: {
         headers: {
           [name: string]: unknown;
@@ -1334,7 +1689,7 @@ export interface operations {
           'application/json': components['schemas']['Session'];
         };
       };
-      /** @description Invalid request (`invalid_request` with the issues in `details`, `invalid_json`). */
+      /** @description Invalid request (`invalid_request` with the issues in `details`, `invalid_json`, …). */
       400: {
         headers: {
           [name: string]: unknown;
@@ -1441,7 +1796,7 @@ export interface operations {
           'application/json': components['schemas']['Session'];
         };
       };
-      /** @description Invalid request (`invalid_request` with the issues in `details`, `invalid_json`). */
+      /** @description Invalid request (`invalid_request` with the issues in `details`, `invalid_json`, …). */
       400: {
         headers: {
           [name: string]: unknown;
@@ -1460,7 +1815,7 @@ export interface operations {
           'application/json': components['schemas']['Error'];
         };
       };
-      /** @description No such resource (`session_not_found`, also for another tenant's session; `iteration_not_found`). */
+      /** @description No such resource (`session_not_found`, also for another tenant's; `iteration_not_found`, …). */
       404: {
         headers: {
           [name: string]: unknown;
@@ -1512,7 +1867,7 @@ export interface operations {
           'application/json': components['schemas']['DeletedSession'];
         };
       };
-      /** @description Invalid request (`invalid_request` with the issues in `details`, `invalid_json`). */
+      /** @description Invalid request (`invalid_request` with the issues in `details`, `invalid_json`, …). */
       400: {
         headers: {
           [name: string]: unknown;
@@ -1531,7 +1886,7 @@ export interface operations {
           'application/json': components['schemas']['Error'];
         };
       };
-      /** @description No such resource (`session_not_found`, also for another tenant's session; `iteration_not_found`). */
+      /** @description No such resource (`session_not_found`, also for another tenant's; `iteration_not_found`, …). */
       404: {
         headers: {
           [name: string]: unknown;
@@ -1540,7 +1895,7 @@ export interface operations {
           'application/json': components['schemas']['Error'];
         };
       };
-      /** @description If-Match does not match the session's revision (`revision_mismatch`; `details.revision`). */
+      /** @description If-Match does not match the revision (`revision_mismatch`; `details.revision`). */
       412: {
         headers: {
           [name: string]: unknown;
@@ -1638,7 +1993,7 @@ export interface operations {
           'application/json': components['schemas']['Session'];
         };
       };
-      /** @description Invalid request (`invalid_request` with the issues in `details`, `invalid_json`). */
+      /** @description Invalid request (`invalid_request` with the issues in `details`, `invalid_json`, …). */
       400: {
         headers: {
           [name: string]: unknown;
@@ -1657,7 +2012,7 @@ export interface operations {
           'application/json': components['schemas']['Error'];
         };
       };
-      /** @description No such resource (`session_not_found`, also for another tenant's session; `iteration_not_found`). */
+      /** @description No such resource (`session_not_found`, also for another tenant's; `iteration_not_found`, …). */
       404: {
         headers: {
           [name: string]: unknown;
@@ -1666,7 +2021,7 @@ export interface operations {
           'application/json': components['schemas']['Error'];
         };
       };
-      /** @description If-Match does not match the session's revision (`revision_mismatch`; `details.revision`). */
+      /** @description If-Match does not match the revision (`revision_mismatch`; `details.revision`). */
       412: {
         headers: {
           [name: string]: unknown;
@@ -1744,7 +2099,7 @@ export interface operations {
           'application/json': components['schemas']['MessageList'];
         };
       };
-      /** @description Invalid request (`invalid_request` with the issues in `details`, `invalid_json`). */
+      /** @description Invalid request (`invalid_request` with the issues in `details`, `invalid_json`, …). */
       400: {
         headers: {
           [name: string]: unknown;
@@ -1763,7 +2118,7 @@ export interface operations {
           'application/json': components['schemas']['Error'];
         };
       };
-      /** @description No such resource (`session_not_found`, also for another tenant's session; `iteration_not_found`). */
+      /** @description No such resource (`session_not_found`, also for another tenant's; `iteration_not_found`, …). */
       404: {
         headers: {
           [name: string]: unknown;
@@ -1945,7 +2300,7 @@ export interface operations {
           'application/json': components['schemas']['Session'];
         };
       };
-      /** @description Invalid request (`invalid_request` with the issues in `details`, `invalid_json`). */
+      /** @description Invalid request (`invalid_request` with the issues in `details`, `invalid_json`, …). */
       400: {
         headers: {
           [name: string]: unknown;
@@ -1964,7 +2319,7 @@ export interface operations {
           'application/json': components['schemas']['Error'];
         };
       };
-      /** @description No such resource (`session_not_found`, also for another tenant's session; `iteration_not_found`). */
+      /** @description No such resource (`session_not_found`, also for another tenant's; `iteration_not_found`, …). */
       404: {
         headers: {
           [name: string]: unknown;
@@ -1982,7 +2337,7 @@ export interface operations {
           'application/json': components['schemas']['Error'];
         };
       };
-      /** @description If-Match does not match the session's revision (`revision_mismatch`; `details.revision`). */
+      /** @description If-Match does not match the revision (`revision_mismatch`; `details.revision`). */
       412: {
         headers: {
           [name: string]: unknown;
@@ -2069,7 +2424,7 @@ export interface operations {
           'application/json': components['schemas']['IterationList'];
         };
       };
-      /** @description Invalid request (`invalid_request` with the issues in `details`, `invalid_json`). */
+      /** @description Invalid request (`invalid_request` with the issues in `details`, `invalid_json`, …). */
       400: {
         headers: {
           [name: string]: unknown;
@@ -2088,7 +2443,7 @@ export interface operations {
           'application/json': components['schemas']['Error'];
         };
       };
-      /** @description No such resource (`session_not_found`, also for another tenant's session; `iteration_not_found`). */
+      /** @description No such resource (`session_not_found`, also for another tenant's; `iteration_not_found`, …). */
       404: {
         headers: {
           [name: string]: unknown;
@@ -2139,7 +2494,7 @@ export interface operations {
           'application/json': components['schemas']['IterationDetail'];
         };
       };
-      /** @description Invalid request (`invalid_request` with the issues in `details`, `invalid_json`). */
+      /** @description Invalid request (`invalid_request` with the issues in `details`, `invalid_json`, …). */
       400: {
         headers: {
           [name: string]: unknown;
@@ -2158,7 +2513,7 @@ export interface operations {
           'application/json': components['schemas']['Error'];
         };
       };
-      /** @description No such resource (`session_not_found`, also for another tenant's session; `iteration_not_found`). */
+      /** @description No such resource (`session_not_found`, also for another tenant's; `iteration_not_found`, …). */
       404: {
         headers: {
           [name: string]: unknown;
@@ -2237,7 +2592,7 @@ export interface operations {
           'application/json': components['schemas']['Session'];
         };
       };
-      /** @description Invalid request (`invalid_request` with the issues in `details`, `invalid_json`). */
+      /** @description Invalid request (`invalid_request` with the issues in `details`, `invalid_json`, …). */
       400: {
         headers: {
           [name: string]: unknown;
@@ -2256,7 +2611,7 @@ export interface operations {
           'application/json': components['schemas']['Error'];
         };
       };
-      /** @description No such resource (`session_not_found`, also for another tenant's session; `iteration_not_found`). */
+      /** @description No such resource (`session_not_found`, also for another tenant's; `iteration_not_found`, …). */
       404: {
         headers: {
           [name: string]: unknown;
@@ -2274,7 +2629,7 @@ export interface operations {
           'application/json': components['schemas']['Error'];
         };
       };
-      /** @description If-Match does not match the session's revision (`revision_mismatch`; `details.revision`). */
+      /** @description If-Match does not match the revision (`revision_mismatch`; `details.revision`). */
       412: {
         headers: {
           [name: string]: unknown;
@@ -2486,7 +2841,7 @@ export interface operations {
           'application/json': components['schemas']['Session'];
         };
       };
-      /** @description Invalid request (`invalid_request` with the issues in `details`, `invalid_json`). */
+      /** @description Invalid request (`invalid_request` with the issues in `details`, `invalid_json`, …). */
       400: {
         headers: {
           [name: string]: unknown;
@@ -2505,7 +2860,7 @@ export interface operations {
           'application/json': components['schemas']['Error'];
         };
       };
-      /** @description No such resource (`session_not_found`, also for another tenant's session; `iteration_not_found`). */
+      /** @description No such resource (`session_not_found`, also for another tenant's; `iteration_not_found`, …). */
       404: {
         headers: {
           [name: string]: unknown;
@@ -2514,7 +2869,7 @@ export interface operations {
           'application/json': components['schemas']['Error'];
         };
       };
-      /** @description If-Match does not match the session's revision (`revision_mismatch`; `details.revision`). */
+      /** @description If-Match does not match the revision (`revision_mismatch`; `details.revision`). */
       412: {
         headers: {
           [name: string]: unknown;
@@ -2725,7 +3080,7 @@ export interface operations {
           'application/json': components['schemas']['Session'];
         };
       };
-      /** @description Invalid request (`invalid_request` with the issues in `details`, `invalid_json`). */
+      /** @description Invalid request (`invalid_request` with the issues in `details`, `invalid_json`, …). */
       400: {
         headers: {
           [name: string]: unknown;
@@ -2744,7 +3099,7 @@ export interface operations {
           'application/json': components['schemas']['Error'];
         };
       };
-      /** @description No such resource (`session_not_found`, also for another tenant's session; `iteration_not_found`). */
+      /** @description No such resource (`session_not_found`, also for another tenant's; `iteration_not_found`, …). */
       404: {
         headers: {
           [name: string]: unknown;
@@ -2762,7 +3117,7 @@ export interface operations {
           'application/json': components['schemas']['Error'];
         };
       };
-      /** @description If-Match does not match the session's revision (`revision_mismatch`; `details.revision`). */
+      /** @description If-Match does not match the revision (`revision_mismatch`; `details.revision`). */
       412: {
         headers: {
           [name: string]: unknown;
@@ -2870,7 +3225,7 @@ export interface operations {
           'application/json': components['schemas']['Session'];
         };
       };
-      /** @description Invalid request (`invalid_request` with the issues in `details`, `invalid_json`). */
+      /** @description Invalid request (`invalid_request` with the issues in `details`, `invalid_json`, …). */
       400: {
         headers: {
           [name: string]: unknown;
@@ -2889,7 +3244,7 @@ export interface operations {
           'application/json': components['schemas']['Error'];
         };
       };
-      /** @description No such resource (`session_not_found`, also for another tenant's session; `iteration_not_found`). */
+      /** @description No such resource (`session_not_found`, also for another tenant's; `iteration_not_found`, …). */
       404: {
         headers: {
           [name: string]: unknown;
@@ -2907,7 +3262,7 @@ export interface operations {
           'application/json': components['schemas']['Error'];
         };
       };
-      /** @description If-Match does not match the session's revision (`revision_mismatch`; `details.revision`). */
+      /** @description If-Match does not match the revision (`revision_mismatch`; `details.revision`). */
       412: {
         headers: {
           [name: string]: unknown;
@@ -3019,7 +3374,7 @@ export interface operations {
           'application/json': components['schemas']['Session'];
         };
       };
-      /** @description Invalid request (`invalid_request` with the issues in `details`, `invalid_json`). */
+      /** @description Invalid request (`invalid_request` with the issues in `details`, `invalid_json`, …). */
       400: {
         headers: {
           [name: string]: unknown;
@@ -3038,7 +3393,7 @@ export interface operations {
           'application/json': components['schemas']['Error'];
         };
       };
-      /** @description No such resource (`session_not_found`, also for another tenant's session; `iteration_not_found`). */
+      /** @description No such resource (`session_not_found`, also for another tenant's; `iteration_not_found`, …). */
       404: {
         headers: {
           [name: string]: unknown;
@@ -3056,7 +3411,7 @@ export interface operations {
           'application/json': components['schemas']['Error'];
         };
       };
-      /** @description If-Match does not match the session's revision (`revision_mismatch`; `details.revision`). */
+      /** @description If-Match does not match the revision (`revision_mismatch`; `details.revision`). */
       412: {
         headers: {
           [name: string]: unknown;
@@ -3164,7 +3519,7 @@ export interface operations {
           'application/json': components['schemas']['Session'];
         };
       };
-      /** @description Invalid request (`invalid_request` with the issues in `details`, `invalid_json`). */
+      /** @description Invalid request (`invalid_request` with the issues in `details`, `invalid_json`, …). */
       400: {
         headers: {
           [name: string]: unknown;
@@ -3183,7 +3538,7 @@ export interface operations {
           'application/json': components['schemas']['Error'];
         };
       };
-      /** @description No such resource (`session_not_found`, also for another tenant's session; `iteration_not_found`). */
+      /** @description No such resource (`session_not_found`, also for another tenant's; `iteration_not_found`, …). */
       404: {
         headers: {
           [name: string]: unknown;
@@ -3201,7 +3556,7 @@ export interface operations {
           'application/json': components['schemas']['Error'];
         };
       };
-      /** @description If-Match does not match the session's revision (`revision_mismatch`; `details.revision`). */
+      /** @description If-Match does not match the revision (`revision_mismatch`; `details.revision`). */
       412: {
         headers: {
           [name: string]: unknown;
@@ -3309,7 +3664,7 @@ export interface operations {
           'application/json': components['schemas']['Session'];
         };
       };
-      /** @description Invalid request (`invalid_request` with the issues in `details`, `invalid_json`). */
+      /** @description Invalid request (`invalid_request` with the issues in `details`, `invalid_json`, …). */
       400: {
         headers: {
           [name: string]: unknown;
@@ -3328,7 +3683,7 @@ export interface operations {
           'application/json': components['schemas']['Error'];
         };
       };
-      /** @description No such resource (`session_not_found`, also for another tenant's session; `iteration_not_found`). */
+      /** @description No such resource (`session_not_found`, also for another tenant's; `iteration_not_found`, …). */
       404: {
         headers: {
           [name: string]: unknown;
@@ -3346,7 +3701,7 @@ export interface operations {
           'application/json': components['schemas']['Error'];
         };
       };
-      /** @description If-Match does not match the session's revision (`revision_mismatch`; `details.revision`). */
+      /** @description If-Match does not match the revision (`revision_mismatch`; `details.revision`). */
       412: {
         headers: {
           [name: string]: unknown;
@@ -3448,7 +3803,7 @@ export interface operations {
           'application/json': components['schemas']['Session'];
         };
       };
-      /** @description Invalid request (`invalid_request` with the issues in `details`, `invalid_json`). */
+      /** @description Invalid request (`invalid_request` with the issues in `details`, `invalid_json`, …). */
       400: {
         headers: {
           [name: string]: unknown;
@@ -3467,7 +3822,7 @@ export interface operations {
           'application/json': components['schemas']['Error'];
         };
       };
-      /** @description No such resource (`session_not_found`, also for another tenant's session; `iteration_not_found`). */
+      /** @description No such resource (`session_not_found`, also for another tenant's; `iteration_not_found`, …). */
       404: {
         headers: {
           [name: string]: unknown;
@@ -3485,7 +3840,7 @@ export interface operations {
           'application/json': components['schemas']['Error'];
         };
       };
-      /** @description If-Match does not match the session's revision (`revision_mismatch`; `details.revision`). */
+      /** @description If-Match does not match the revision (`revision_mismatch`; `details.revision`). */
       412: {
         headers: {
           [name: string]: unknown;
@@ -3579,7 +3934,7 @@ export interface operations {
           'text/event-stream': string;
         };
       };
-      /** @description Invalid request (`invalid_request` with the issues in `details`, `invalid_json`). */
+      /** @description Invalid request (`invalid_request` with the issues in `details`, `invalid_json`, …). */
       400: {
         headers: {
           [name: string]: unknown;
@@ -3598,7 +3953,7 @@ export interface operations {
           'application/json': components['schemas']['Error'];
         };
       };
-      /** @description No such resource (`session_not_found`, also for another tenant's session; `iteration_not_found`). */
+      /** @description No such resource (`session_not_found`, also for another tenant's; `iteration_not_found`, …). */
       404: {
         headers: {
           [name: string]: unknown;
@@ -3657,7 +4012,7 @@ export interface operations {
         };
         content?: never;
       };
-      /** @description Invalid request (`invalid_request` with the issues in `details`, `invalid_json`). */
+      /** @description Invalid request (`invalid_request` with the issues in `details`, `invalid_json`, …). */
       400: {
         headers: {
           [name: string]: unknown;
@@ -3676,8 +4031,666 @@ export interface operations {
           'application/json': components['schemas']['Error'];
         };
       };
-      /** @description No such resource (`session_not_found`, also for another tenant's session; `iteration_not_found`). */
+      /** @description No such resource (`session_not_found`, also for another tenant's; `iteration_not_found`, …). */
       404: {
+        headers: {
+          [name: string]: unknown;
+        };
+        content: {
+          'application/json': components['schemas']['Error'];
+        };
+      };
+      /** @description Over a rate or quota (`rate_limited` with Retry-After, `quota_exceeded`). */
+      429: {
+        headers: {
+          'Retry-After': components['headers']['RetryAfter'];
+          [name: string]: unknown;
+        };
+        content: {
+          'application/json': components['schemas']['Error'];
+        };
+      };
+      /** @description Something went wrong on the service's side (`internal_error`); the details are in its log. */
+      500: {
+        headers: {
+          [name: string]: unknown;
+        };
+        content: {
+          'application/json': components['schemas']['Error'];
+        };
+      };
+      /** @description The session store is unavailable (`store_unavailable`); try again after Retry-After. */
+      503: {
+        headers: {
+          'Retry-After': components['headers']['RetryAfter'];
+          [name: string]: unknown;
+        };
+        content: {
+          'application/json': components['schemas']['Error'];
+        };
+      };
+    };
+  };
+  listWebhooks: {
+    parameters: {
+      query?: never;
+      header?: never;
+      path?: never;
+      cookie?: never;
+    };
+    requestBody?: never;
+    responses: {
+      /** @description OK */
+      200: {
+        headers: {
+          [name: string]: unknown;
+        };
+        content: {
+          'application/json': components['schemas']['WebhookList'];
+        };
+      };
+      /** @description No valid bearer key (`unauthorized`). */
+      401: {
+        headers: {
+          'WWW-Authenticate': components['headers']['WwwAuthenticate'];
+          [name: string]: unknown;
+        };
+        content: {
+          'application/json': components['schemas']['Error'];
+        };
+      };
+      /** @description Something went wrong on the service's side (`internal_error`); the details are in its log. */
+      500: {
+        headers: {
+          [name: string]: unknown;
+        };
+        content: {
+          'application/json': components['schemas']['Error'];
+        };
+      };
+      /** @description The session store is unavailable (`store_unavailable`); try again after Retry-After. */
+      503: {
+        headers: {
+          'Retry-After': components['headers']['RetryAfter'];
+          [name: string]: unknown;
+        };
+        content: {
+          'application/json': components['schemas']['Error'];
+        };
+      };
+    };
+  };
+  createWebhook: {
+    parameters: {
+      query?: never;
+      header?: {
+        /** @description Makes the POST safe to retry: the same key with the same body returns the first answer (with `Idempotent-Replayed: true`) for IDEMPOTENCY_TTL_S (24 h by default); with another body 422 `idempotency_key_reused`; while the first is still handled 409 `idempotency_in_progress`. 5xx answers are not kept. */
+        'Idempotency-Key'?: components['parameters']['IdempotencyKey'];
+      };
+      path?: never;
+      cookie?: never;
+    };
+    requestBody: {
+      content: {
+        'application/json': {
+          url: string;
+          events?: (
+            | 'session.created'
+            | 'session.updated'
+            | 'session.deleted'
+            | 'session.status'
+            | 'session.error'
+            | 'turn.started'
+            | 'turn.completed'
+            | 'stream.event'
+            | 'tool.started'
+            | 'tool.completed'
+            | 'iteration.persisted'
+            | 'message.queued'
+            | 'message.appended'
+            | 'tool_call.decided'
+            | 'tool_result.replaced'
+            | 'params.updated'
+            | 'tools.updated'
+            | 'compaction.started'
+            | 'compaction.completed'
+            | 'compaction.skipped'
+          )[];
+          description?: string;
+        };
+      };
+    };
+    responses: {
+      /** @description Created */
+      201: {
+        headers: {
+          ETag: components['headers']['ETag'];
+          'Idempotent-Replayed': components['headers']['IdempotentReplayed'];
+          [name: string]: unknown;
+        };
+        content: {
+          'application/json': components['schemas']['CreatedWebhook'];
+        };
+      };
+      /** @description Invalid request (`invalid_request` with the issues in `details`, `invalid_json`, …). */
+      400: {
+        headers: {
+          [name: string]: unknown;
+        };
+        content: {
+          'application/json': components['schemas']['Error'];
+        };
+      };
+      /** @description No valid bearer key (`unauthorized`). */
+      401: {
+        headers: {
+          'WWW-Authenticate': components['headers']['WwwAuthenticate'];
+          [name: string]: unknown;
+        };
+        content: {
+          'application/json': components['schemas']['Error'];
+        };
+      };
+      /** @description The request does not fit the session's state (the code says why), or `idempotency_in_progress`. */
+      409: {
+        headers: {
+          [name: string]: unknown;
+        };
+        content: {
+          'application/json': components['schemas']['Error'];
+        };
+      };
+      /** @description The body is larger than BODY_LIMIT (`payload_too_large`). */
+      413: {
+        headers: {
+          [name: string]: unknown;
+        };
+        content: {
+          'application/json': components['schemas']['Error'];
+        };
+      };
+      /** @description The body is not JSON (`unsupported_media_type`). */
+      415: {
+        headers: {
+          [name: string]: unknown;
+        };
+        content: {
+          'application/json': components['schemas']['Error'];
+        };
+      };
+      /** @description This Idempotency-Key was used with another request (`idempotency_key_reused`). */
+      422: {
+        headers: {
+          [name: string]: unknown;
+        };
+        content: {
+          'application/json': components['schemas']['Error'];
+        };
+      };
+      /** @description Over a rate or quota (`rate_limited` with Retry-After, `quota_exceeded`). */
+      429: {
+        headers: {
+          'Retry-After': components['headers']['RetryAfter'];
+          [name: string]: unknown;
+        };
+        content: {
+          'application/json': components['schemas']['Error'];
+        };
+      };
+      /** @description Something went wrong on the service's side (`internal_error`); the details are in its log. */
+      500: {
+        headers: {
+          [name: string]: unknown;
+        };
+        content: {
+          'application/json': components['schemas']['Error'];
+        };
+      };
+      /** @description The session store is unavailable (`store_unavailable`); try again after Retry-After. */
+      503: {
+        headers: {
+          'Retry-After': components['headers']['RetryAfter'];
+          [name: string]: unknown;
+        };
+        content: {
+          'application/json': components['schemas']['Error'];
+        };
+      };
+    };
+  };
+  getWebhook: {
+    parameters: {
+      query?: never;
+      header?: never;
+      path: {
+        id: string;
+      };
+      cookie?: never;
+    };
+    requestBody?: never;
+    responses: {
+      /** @description OK */
+      200: {
+        headers: {
+          ETag: components['headers']['ETag'];
+          [name: string]: unknown;
+        };
+        content: {
+          'application/json': components['schemas']['Webhook'];
+        };
+      };
+      /** @description Invalid request (`invalid_request` with the issues in `details`, `invalid_json`, …). */
+      400: {
+        headers: {
+          [name: string]: unknown;
+        };
+        content: {
+          'application/json': components['schemas']['Error'];
+        };
+      };
+      /** @description No valid bearer key (`unauthorized`). */
+      401: {
+        headers: {
+          'WWW-Authenticate': components['headers']['WwwAuthenticate'];
+          [name: string]: unknown;
+        };
+        content: {
+          'application/json': components['schemas']['Error'];
+        };
+      };
+      /** @description No such resource (`session_not_found`, also for another tenant's; `iteration_not_found`, …). */
+      404: {
+        headers: {
+          [name: string]: unknown;
+        };
+        content: {
+          'application/json': components['schemas']['Error'];
+        };
+      };
+      /** @description Something went wrong on the service's side (`internal_error`); the details are in its log. */
+      500: {
+        headers: {
+          [name: string]: unknown;
+        };
+        content: {
+          'application/json': components['schemas']['Error'];
+        };
+      };
+      /** @description The session store is unavailable (`store_unavailable`); try again after Retry-After. */
+      503: {
+        headers: {
+          'Retry-After': components['headers']['RetryAfter'];
+          [name: string]: unknown;
+        };
+        content: {
+          'application/json': components['schemas']['Error'];
+        };
+      };
+    };
+  };
+  deleteWebhook: {
+    parameters: {
+      query?: never;
+      header?: {
+        'if-match'?: string;
+      };
+      path: {
+        id: string;
+      };
+      cookie?: never;
+    };
+    requestBody?: never;
+    responses: {
+      /** @description OK */
+      200: {
+        headers: {
+          [name: string]: unknown;
+        };
+        content: {
+          'application/json': components['schemas']['DeletedWebhook'];
+        };
+      };
+      /** @description Invalid request (`invalid_request` with the issues in `details`, `invalid_json`, …). */
+      400: {
+        headers: {
+          [name: string]: unknown;
+        };
+        content: {
+          'application/json': components['schemas']['Error'];
+        };
+      };
+      /** @description No valid bearer key (`unauthorized`). */
+      401: {
+        headers: {
+          'WWW-Authenticate': components['headers']['WwwAuthenticate'];
+          [name: string]: unknown;
+        };
+        content: {
+          'application/json': components['schemas']['Error'];
+        };
+      };
+      /** @description No such resource (`session_not_found`, also for another tenant's; `iteration_not_found`, …). */
+      404: {
+        headers: {
+          [name: string]: unknown;
+        };
+        content: {
+          'application/json': components['schemas']['Error'];
+        };
+      };
+      /** @description If-Match does not match the revision (`revision_mismatch`; `details.revision`). */
+      412: {
+        headers: {
+          [name: string]: unknown;
+        };
+        content: {
+          'application/json': components['schemas']['Error'];
+        };
+      };
+      /** @description Over a rate or quota (`rate_limited` with Retry-After, `quota_exceeded`). */
+      429: {
+        headers: {
+          'Retry-After': components['headers']['RetryAfter'];
+          [name: string]: unknown;
+        };
+        content: {
+          'application/json': components['schemas']['Error'];
+        };
+      };
+      /** @description Something went wrong on the service's side (`internal_error`); the details are in its log. */
+      500: {
+        headers: {
+          [name: string]: unknown;
+        };
+        content: {
+          'application/json': components['schemas']['Error'];
+        };
+      };
+      /** @description The session store is unavailable (`store_unavailable`); try again after Retry-After. */
+      503: {
+        headers: {
+          'Retry-After': components['headers']['RetryAfter'];
+          [name: string]: unknown;
+        };
+        content: {
+          'application/json': components['schemas']['Error'];
+        };
+      };
+    };
+  };
+  updateWebhook: {
+    parameters: {
+      query?: never;
+      header?: {
+        'if-match'?: string;
+      };
+      path: {
+        id: string;
+      };
+      cookie?: never;
+    };
+    requestBody: {
+      content: {
+        'application/json': {
+          url?: string;
+          events?: (
+            | 'session.created'
+            | 'session.updated'
+            | 'session.deleted'
+            | 'session.status'
+            | 'session.error'
+            | 'turn.started'
+            | 'turn.completed'
+            | 'stream.event'
+            | 'tool.started'
+            | 'tool.completed'
+            | 'iteration.persisted'
+            | 'message.queued'
+            | 'message.appended'
+            | 'tool_call.decided'
+            | 'tool_result.replaced'
+            | 'params.updated'
+            | 'tools.updated'
+            | 'compaction.started'
+            | 'compaction.completed'
+            | 'compaction.skipped'
+          )[];
+          description?: string | null;
+          disabled?: boolean;
+        };
+      };
+    };
+    responses: {
+      /** @description OK */
+      200: {
+        headers: {
+          ETag: components['headers']['ETag'];
+          [name: string]: unknown;
+        };
+        content: {
+          'application/json': components['schemas']['Webhook'];
+        };
+      };
+      /** @description Invalid request (`invalid_request` with the issues in `details`, `invalid_json`, …). */
+      400: {
+        headers: {
+          [name: string]: unknown;
+        };
+        content: {
+          'application/json': components['schemas']['Error'];
+        };
+      };
+      /** @description No valid bearer key (`unauthorized`). */
+      401: {
+        headers: {
+          'WWW-Authenticate': components['headers']['WwwAuthenticate'];
+          [name: string]: unknown;
+        };
+        content: {
+          'application/json': components['schemas']['Error'];
+        };
+      };
+      /** @description No such resource (`session_not_found`, also for another tenant's; `iteration_not_found`, …). */
+      404: {
+        headers: {
+          [name: string]: unknown;
+        };
+        content: {
+          'application/json': components['schemas']['Error'];
+        };
+      };
+      /** @description If-Match does not match the revision (`revision_mismatch`; `details.revision`). */
+      412: {
+        headers: {
+          [name: string]: unknown;
+        };
+        content: {
+          'application/json': components['schemas']['Error'];
+        };
+      };
+      /** @description The body is larger than BODY_LIMIT (`payload_too_large`). */
+      413: {
+        headers: {
+          [name: string]: unknown;
+        };
+        content: {
+          'application/json': components['schemas']['Error'];
+        };
+      };
+      /** @description The body is not JSON (`unsupported_media_type`). */
+      415: {
+        headers: {
+          [name: string]: unknown;
+        };
+        content: {
+          'application/json': components['schemas']['Error'];
+        };
+      };
+      /** @description Over a rate or quota (`rate_limited` with Retry-After, `quota_exceeded`). */
+      429: {
+        headers: {
+          'Retry-After': components['headers']['RetryAfter'];
+          [name: string]: unknown;
+        };
+        content: {
+          'application/json': components['schemas']['Error'];
+        };
+      };
+      /** @description Something went wrong on the service's side (`internal_error`); the details are in its log. */
+      500: {
+        headers: {
+          [name: string]: unknown;
+        };
+        content: {
+          'application/json': components['schemas']['Error'];
+        };
+      };
+      /** @description The session store is unavailable (`store_unavailable`); try again after Retry-After. */
+      503: {
+        headers: {
+          'Retry-After': components['headers']['RetryAfter'];
+          [name: string]: unknown;
+        };
+        content: {
+          'application/json': components['schemas']['Error'];
+        };
+      };
+    };
+  };
+  listWebhookDeliveries: {
+    parameters: {
+      query?: {
+        limit?: number;
+      };
+      header?: never;
+      path: {
+        id: string;
+      };
+      cookie?: never;
+    };
+    requestBody?: never;
+    responses: {
+      /** @description OK */
+      200: {
+        headers: {
+          [name: string]: unknown;
+        };
+        content: {
+          'application/json': components['schemas']['DeliveryList'];
+        };
+      };
+      /** @description Invalid request (`invalid_request` with the issues in `details`, `invalid_json`, …). */
+      400: {
+        headers: {
+          [name: string]: unknown;
+        };
+        content: {
+          'application/json': components['schemas']['Error'];
+        };
+      };
+      /** @description No valid bearer key (`unauthorized`). */
+      401: {
+        headers: {
+          'WWW-Authenticate': components['headers']['WwwAuthenticate'];
+          [name: string]: unknown;
+        };
+        content: {
+          'application/json': components['schemas']['Error'];
+        };
+      };
+      /** @description No such resource (`session_not_found`, also for another tenant's; `iteration_not_found`, …). */
+      404: {
+        headers: {
+          [name: string]: unknown;
+        };
+        content: {
+          'application/json': components['schemas']['Error'];
+        };
+      };
+      /** @description Something went wrong on the service's side (`internal_error`); the details are in its log. */
+      500: {
+        headers: {
+          [name: string]: unknown;
+        };
+        content: {
+          'application/json': components['schemas']['Error'];
+        };
+      };
+      /** @description The session store is unavailable (`store_unavailable`); try again after Retry-After. */
+      503: {
+        headers: {
+          'Retry-After': components['headers']['RetryAfter'];
+          [name: string]: unknown;
+        };
+        content: {
+          'application/json': components['schemas']['Error'];
+        };
+      };
+    };
+  };
+  testWebhook: {
+    parameters: {
+      query?: never;
+      header?: {
+        /** @description Makes the POST safe to retry: the same key with the same body returns the first answer (with `Idempotent-Replayed: true`) for IDEMPOTENCY_TTL_S (24 h by default); with another body 422 `idempotency_key_reused`; while the first is still handled 409 `idempotency_in_progress`. 5xx answers are not kept. */
+        'Idempotency-Key'?: components['parameters']['IdempotencyKey'];
+      };
+      path: {
+        id: string;
+      };
+      cookie?: never;
+    };
+    requestBody?: never;
+    responses: {
+      /** @description Accepted: the work was queued (a run started or will start at the next turn boundary). */
+      202: {
+        headers: {
+          'Idempotent-Replayed': components['headers']['IdempotentReplayed'];
+          [name: string]: unknown;
+        };
+        content: {
+          'application/json': components['schemas']['TestDelivery'];
+        };
+      };
+      /** @description Invalid request (`invalid_request` with the issues in `details`, `invalid_json`, …). */
+      400: {
+        headers: {
+          [name: string]: unknown;
+        };
+        content: {
+          'application/json': components['schemas']['Error'];
+        };
+      };
+      /** @description No valid bearer key (`unauthorized`). */
+      401: {
+        headers: {
+          'WWW-Authenticate': components['headers']['WwwAuthenticate'];
+          [name: string]: unknown;
+        };
+        content: {
+          'application/json': components['schemas']['Error'];
+        };
+      };
+      /** @description No such resource (`session_not_found`, also for another tenant's; `iteration_not_found`, …). */
+      404: {
+        headers: {
+          [name: string]: unknown;
+        };
+        content: {
+          'application/json': components['schemas']['Error'];
+        };
+      };
+      /** @description The request does not fit the session's state (the code says why), or `idempotency_in_progress`. */
+      409: {
+        headers: {
+          [name: string]: unknown;
+        };
+        content: {
+          'application/json': components['schemas']['Error'];
+        };
+      };
+      /** @description This Idempotency-Key was used with another request (`idempotency_key_reused`). */
+      422: {
         headers: {
           [name: string]: unknown;
         };

@@ -42,6 +42,10 @@ const tags = [
   { name: 'sessions', description: 'Create, read, steer and delete sessions.' },
   { name: 'events', description: 'The event log of a session: JSON pages, Server-Sent Events, WebSocket.' },
   { name: 'tools', description: 'The server tools a session may use.' },
+  {
+    name: 'webhooks',
+    description: 'Signed deliveries of session events to your endpoints (Standard Webhooks).',
+  },
   { name: 'health', description: 'Liveness, readiness and metrics, for orchestrators; no key needed.' },
   { name: 'docs', description: 'This document and its UI; no key needed.' },
   { name: 'console', description: 'Pages for people, served by the service; no key needed.' },
@@ -55,7 +59,7 @@ interface HeaderObject {
 
 const headers: Record<string, HeaderObject> = {
   ETag: {
-    description: 'The session\'s revision, quoted (`"17"`): give it back in `If-Match`.',
+    description: 'The resource\'s revision, quoted (`"17"`): give it back in `If-Match`.',
     schema: { type: 'string', pattern: '^"\\d+"$' },
   },
   RetryAfter: {
@@ -90,12 +94,14 @@ const statusText: Record<string, string> = {
   '201': 'Created',
   '202': 'Accepted: the work was queued (a run started or will start at the next turn boundary).',
   '101': 'Switching Protocols: the WebSocket is open (frames and close codes: docs/API.md §6.3).',
-  '400': 'Invalid request (`invalid_request` with the issues in `details`, `invalid_json`).',
+  '400': 'Invalid request (`invalid_request` with the issues in `details`, `invalid_json`, …).',
   '401': 'No valid bearer key (`unauthorized`).',
-  '404': "No such resource (`session_not_found`, also for another tenant's session; `iteration_not_found`).",
+  '404': "No such resource (`session_not_found`, also for another tenant's; `iteration_not_found`, …).",
   '409': "The request does not fit the session's state (the code says why), or `idempotency_in_progress`.",
   '410': 'The cursor was trimmed from the event log (`cursor_expired`; `details` says how to recover).',
-  '412': "If-Match does not match the session's revision (`revision_mismatch`; `details.revision`).",
+  '412': 'If-Match does not match the revision (`revision_mismatch`; `details.revision`).',
+  '302': 'Found: a redirect (`Location`).',
+  '304': 'Not Modified (`If-None-Match` matched the ETag).',
   '413': 'The body is larger than BODY_LIMIT (`payload_too_large`).',
   '415': 'The body is not JSON (`unsupported_media_type`).',
   '422': 'This Idempotency-Key was used with another request (`idempotency_key_reused`).',
@@ -253,6 +259,11 @@ function usedSchemas(doc: Json & { components: Json & { schemas?: Json } }): Jso
   return Object.fromEntries(Object.entries(all).filter(([name]) => used.has(name)));
 }
 
+/** Resources whose answers carry their revision in `ETag`. */
+const ETAGGED = new Set(
+  ['Session', 'Webhook', 'CreatedWebhook'].map((name) => `#/components/schemas/${name}`),
+);
+
 const ref = (kind: string, name: string) => ({ $ref: `#/components/${kind}/${name}` });
 
 function completeOperation(path: string, method: string, op: Operation): void {
@@ -265,7 +276,7 @@ function completeOperation(path: string, method: string, op: Operation): void {
     }
     const hs: Record<string, Json> = {};
     const bodyRef = res.content?.['application/json']?.schema?.$ref;
-    if (bodyRef === '#/components/schemas/Session') hs.ETag = ref('headers', 'ETag');
+    if (typeof bodyRef === 'string' && ETAGGED.has(bodyRef)) hs.ETag = ref('headers', 'ETag');
     if (method === 'post' && path.startsWith('/v1/') && status.startsWith('2')) {
       hs['Idempotent-Replayed'] = ref('headers', 'IdempotentReplayed');
     }

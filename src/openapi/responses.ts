@@ -201,3 +201,58 @@ export function errors<S extends number>(...statuses: S[]): Record<S, typeof err
 
 /** What every /v1 route may answer besides its own errors: no key, too many requests, Redis down. */
 export const v1Errors = [401, 429, 500, 503] as const;
+
+/* Webhooks (spec §6.3) */
+
+export const webhook = z
+  .object({
+    id: z.string(),
+    object: z.literal('webhook'),
+    url: z.string(),
+    events: z.array(z.string()),
+    description: z.string().nullable(),
+    disabled: z.boolean().meta({ description: 'true after 24 h of failed deliveries, or when PATCHed so.' }),
+    failing_since: isoTime.nullable(),
+    revision: z.number().int().meta({ description: 'The ETag; give it back in If-Match.' }),
+    created_at: isoTime,
+    updated_at: isoTime,
+  })
+  .meta({ id: 'Webhook' });
+
+export const createdWebhook = webhook
+  .extend({
+    secret: z.string().meta({ description: 'The signing secret (`whsec_…`): shown only in this answer.' }),
+  })
+  .meta({ id: 'CreatedWebhook' });
+
+export const webhookList = z
+  .object({ data: z.array(webhook), has_more: z.boolean() })
+  .meta({ id: 'WebhookList' });
+
+export const deletedWebhook = z
+  .object({ id: z.string(), object: z.literal('webhook'), deleted: z.literal(true) })
+  .meta({ id: 'DeletedWebhook' });
+
+export const deliveryList = z
+  .object({
+    data: z.array(
+      z.object({
+        message_id: z
+          .string()
+          .meta({ description: 'The `webhook-id` header of every attempt of this event.' }),
+        event_id: z.string().nullable(),
+        event_type: z.string(),
+        session_id: z.string().nullable(),
+        attempt: z.number().int(),
+        status_code: z.number().int().nullable(),
+        error: z.string().nullable(),
+        duration_ms: z.number(),
+        at: isoTime,
+      }),
+    ),
+  })
+  .meta({ id: 'DeliveryList', description: 'Recent delivery attempts, newest first.' });
+
+export const testDelivery = z
+  .object({ message_id: z.string(), type: z.string() })
+  .meta({ id: 'TestDelivery', description: 'A `webhook.test` event was queued for delivery.' });
