@@ -60,7 +60,9 @@ describe('the built client: the package subpath in Node, the browser bundle in C
         executablePath: CHROMIUM,
         args: ['--no-sandbox', '--disable-gpu', '--disable-background-networking', '--no-first-run'],
       });
-      const page = await browser.newPage();
+      // The service's pages carry a CSP (helmet) that forbids the blob: module this test loads the bundle from.
+      const context = await browser.newContext({ bypassCSP: true });
+      const page = await context.newPage();
       const problems: string[] = [];
       page.on('pageerror', (err) => problems.push(String(err)));
       // A page of the service's origin (same-origin fetch and WebSocket, no CORS needed).
