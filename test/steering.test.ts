@@ -3,6 +3,13 @@ import assert from 'node:assert/strict';
 import { startHarness, type Harness } from './helpers/service.js';
 import { text, toolCall, toolCalls, toolUse, reply } from '../src/fake/script.js';
 import { checkHistory } from '../src/history.js';
+import {
+  ApiError,
+  ConflictError,
+  RevisionMismatchError,
+  type CreateSessionBody,
+  type SessionStatus,
+} from '../client/src/index.js';
 
 const blocks = (m: any): any[] =>
   typeof m.content === 'string' ? [{ type: 'text', text: m.content }] : m.content;
@@ -15,10 +22,12 @@ describe('steering between turns', () => {
   after(async () => h.close());
   beforeEach(() => h.fake.reset());
 
-  async function create(body: Record<string, unknown>) {
-    const r = await h.api.post('/v1/sessions', { tools: ['calculate_sum', 'get_weather'], ...body });
-    assert.equal(r.status, 201, JSON.stringify(r.body));
-    return r.body;
+  async function create(body: Partial<CreateSessionBody>) {
+    const r = await h.client.api.POST('/v1/sessions', {
+      body: { tools: ['calculate_sum', 'get_weather'], ...body },
+    });
+    assert.equal(r.response.status, 201, JSON.stringify(r.error));
+    return r.data!;
   }
 
   it('queues a follow-up sent while running right after the tool results ("Please be concise.")', async () => {
@@ -190,27 +199,40 @@ describe('steering between turns', () => {
     assert.equal(blocks(third[2])[0].cache_control, undefined, 'the older results lost their breakpoint');
   });
 
+  // The approval, review, PATCH and retry flows go through the typed client (test/helpers/service.ts): typed
+  // errors with the contract's codes, and the raw calls (`client.api`) where the status or a header is checked.
+  const refusedWith = (status: number, code: string) => (err: unknown) => {
+    assert.ok(err instanceof ApiError, String(err));
+    assert.equal(err.status, status, `${err.code}: ${err.message}`);
+    assert.equal(err.code, code);
+    return true;
+  };
+  const wait = (id: string, status: SessionStatus | SessionStatus[]) =>
+    h.client.waitFor(id, status, { timeoutMs: 10_000 });
+
   it('approval with an edited input: the model sees the call that ran and its result', async () => {
     h.fake.enqueue(
       toolCalls([toolUse('get_weather', { location: 'Paris' }), toolUse('calculate_sum', { a: 1, b: 2 })]),
     );
     const s = await create({ input: 'Weather and sum', approval: ['get_weather'] });
-    const waiting = await h.api.waitStatus(s.id, ['requires_action', 'idle', 'failed']);
-    assert.equal(waiting.required_action.type, 'approve_tool_calls');
-    assert.equal(waiting.required_action.tool_calls.length, 1);
-    const call = waiting.required_action.tool_calls[0];
+    const waiting = await wait(s.id, ['requires_action', 'idle', 'failed']);
+    assert.equal(waiting.required_action!.type, 'approve_tool_calls');
+    assert.equal(waiting.required_action!.tool_calls.length, 1);
+    const call = waiting.required_action!.tool_calls[0]!;
     assert.equal(call.name, 'get_weather');
     // the auto-approved server call already ran
-    assert.equal(waiting.required_action.tool_results.length, 1);
+    assert.equal(waiting.required_action!.tool_results.length, 1);
     h.fake.enqueue(text('Berlin it is.'));
-    const d = await h.api.post(`/v1/sessions/${s.id}/tool-calls/${call.id}`, {
-      decision: 'approve',
-      input: { location: 'Berlin' },
+    const d = await h.client.api.POST('/v1/sessions/{id}/tool-calls/{tool_use_id}', {
+      params: { path: { id: s.id, tool_use_id: call.id } },
+      body: { decision: 'approve', input: { location: 'Berlin' } },
     });
-    assert.equal(d.status, 202, JSON.stringify(d.body));
-    const again = await h.api.post(`/v1/sessions/${s.id}/tool-calls/${call.id}`, { decision: 'deny' });
-    assert.equal(again.status, 409);
-    await h.api.waitStatus(s.id, 'idle');
+    assert.equal(d.response.status, 202, JSON.stringify(d.error));
+    await assert.rejects(h.client.decideToolCall(s.id, call.id, { decision: 'deny' }), (err) => {
+      assert.ok(err instanceof ConflictError, String(err));
+      return true;
+    });
+    await wait(s.id, 'idle');
     const sent = h.fake.requests[1]!.body.messages;
     const use = blocks(sent[1]).find((b: any) => b.id === call.id);
     assert.deepEqual(use.input, { location: 'Berlin' });
@@ -222,14 +244,14 @@ describe('steering between turns', () => {
   it('a denial answers the call with an is_error result carrying the reason', async () => {
     h.fake.enqueue(toolCall('get_weather', { location: 'Paris' }), text('ok'));
     const s = await create({ input: 'Weather', approval: 'always' });
-    const waiting = await h.api.waitStatus(s.id, 'requires_action');
-    const id = waiting.required_action.tool_calls[0].id;
-    const d = await h.api.post(`/v1/sessions/${s.id}/tool-calls/${id}`, {
-      decision: 'deny',
-      reason: 'not today',
+    const waiting = await wait(s.id, 'requires_action');
+    const id = waiting.required_action!.tool_calls[0]!.id;
+    const d = await h.client.api.POST('/v1/sessions/{id}/tool-calls/{tool_use_id}', {
+      params: { path: { id: s.id, tool_use_id: id } },
+      body: { decision: 'deny', reason: 'not today' },
     });
-    assert.equal(d.status, 202);
-    await h.api.waitStatus(s.id, 'idle');
+    assert.equal(d.response.status, 202);
+    await wait(s.id, 'idle');
     const result = blocks(h.fake.requests[1]!.body.messages.at(-1))[0];
     assert.equal(result.is_error, true);
     assert.match(String(result.content), /not today/);
@@ -238,32 +260,32 @@ describe('steering between turns', () => {
   it('a decision while nothing awaits, or on an unknown call, is a 409 with a precise code', async () => {
     h.fake.enqueue(text('hi'));
     const s = await create({ input: 'Hi' });
-    await h.api.waitStatus(s.id, 'idle');
-    const r = await h.api.post(`/v1/sessions/${s.id}/tool-calls/toolu_nope`, { decision: 'approve' });
-    assert.equal(r.status, 409);
-    assert.equal(r.body.error.code, 'nothing_awaits_approval');
-    const r2 = await h.api.req('PUT', `/v1/sessions/${s.id}/tool-results/toolu_nope`, { content: 'x' });
-    assert.equal(r2.status, 409);
-    assert.equal(r2.body.error.code, 'nothing_awaits_results');
-    const r3 = await h.api.post(`/v1/sessions/${s.id}/cancel`);
-    assert.equal(r3.status, 409);
-    assert.equal(r3.body.error.code, 'session_not_running');
+    await wait(s.id, 'idle');
+    await assert.rejects(
+      h.client.decideToolCall(s.id, 'toolu_nope', { decision: 'approve' }),
+      refusedWith(409, 'nothing_awaits_approval'),
+    );
+    await assert.rejects(
+      h.client.putToolResult(s.id, 'toolu_nope', { content: 'x' }),
+      refusedWith(409, 'nothing_awaits_results'),
+    );
+    await assert.rejects(h.client.cancelSession(s.id), refusedWith(409, 'session_not_running'));
   });
 
   it('review: what the model receives is exactly the reviewed content', async () => {
     h.fake.enqueue(toolCall('calculate_sum', { a: 2, b: 2 }), text('fine'));
     const s = await create({ input: 'sum', review_tool_results: true });
-    const waiting = await h.api.waitStatus(s.id, 'requires_action');
-    assert.equal(waiting.required_action.type, 'review_tool_results');
-    const id = waiting.required_action.tool_results[0].tool_use_id;
-    assert.equal(waiting.required_action.tool_results[0].content, '4');
-    const blocksContent = [{ type: 'text', text: 'four (reviewed)' }];
-    const r = await h.api.post(`/v1/sessions/${s.id}/tool-results`, {
-      results: [{ tool_use_id: id, content: blocksContent }],
-      continue: true,
+    const waiting = await wait(s.id, 'requires_action');
+    assert.equal(waiting.required_action!.type, 'review_tool_results');
+    const id = waiting.required_action!.tool_results[0]!.tool_use_id;
+    assert.equal(waiting.required_action!.tool_results[0]!.content, '4');
+    const blocksContent = [{ type: 'text' as const, text: 'four (reviewed)' }];
+    const r = await h.client.api.POST('/v1/sessions/{id}/tool-results', {
+      params: { path: { id: s.id } },
+      body: { results: [{ tool_use_id: id, content: blocksContent }], continue: true },
     });
-    assert.equal(r.status, 202, JSON.stringify(r.body));
-    await h.api.waitStatus(s.id, 'idle');
+    assert.equal(r.response.status, 202, JSON.stringify(r.error));
+    await wait(s.id, 'idle');
     const sent = blocks(h.fake.requests[1]!.body.messages.at(-1))[0];
     assert.deepEqual(sent.content, blocksContent);
   });
@@ -271,27 +293,27 @@ describe('steering between turns', () => {
   it('PATCH changes params from the next turn on; If-Match guards it', async () => {
     h.fake.enqueue(text('a'));
     const s = await create({ input: 'x' });
-    const idle = await h.api.waitStatus(s.id, 'idle');
-    const stale = await h.api.req(
-      'PATCH',
-      `/v1/sessions/${s.id}`,
-      { params: { max_tokens: 77 } },
-      { 'if-match': '"1"' },
+    const idle = await wait(s.id, 'idle');
+    await assert.rejects(
+      h.client.updateSession(s.id, { params: { max_tokens: 77 } }, { ifMatch: 1 }),
+      (err) => {
+        assert.ok(err instanceof RevisionMismatchError, String(err));
+        assert.equal(err.code, 'revision_mismatch');
+        assert.equal(err.revision, idle.revision);
+        return true;
+      },
     );
-    assert.equal(stale.status, 412);
-    assert.equal(stale.body.error.code, 'revision_mismatch');
-    const ok = await h.api.req(
-      'PATCH',
-      `/v1/sessions/${s.id}`,
-      { params: { max_tokens: 77, system: 'Be brief.' }, metadata: { k: 'v' } },
-      { 'if-match': `"${idle.revision}"` },
-    );
-    assert.equal(ok.status, 200, JSON.stringify(ok.body));
-    assert.equal(ok.headers.get('etag'), `"${ok.body.revision}"`);
-    assert.ok(ok.body.revision > idle.revision);
+    const ok = await h.client.api.PATCH('/v1/sessions/{id}', {
+      params: { path: { id: s.id } },
+      body: { params: { max_tokens: 77, system: 'Be brief.' }, metadata: { k: 'v' } },
+      headers: { 'if-match': `"${idle.revision}"` },
+    });
+    assert.equal(ok.response.status, 200, JSON.stringify(ok.error));
+    assert.equal(ok.response.headers.get('etag'), `"${ok.data!.revision}"`);
+    assert.ok(ok.data!.revision > idle.revision);
     h.fake.enqueue(text('b'));
-    await h.api.post(`/v1/sessions/${s.id}/messages`, { text: 'again' });
-    await h.api.waitFor(s.id, (x) => x.status === 'idle' && x.iteration === 2);
+    await h.client.addMessage(s.id, { text: 'again' });
+    await h.client.waitFor(s.id, (x) => x.status === 'idle' && x.iteration === 2, { timeoutMs: 10_000 });
     assert.equal(h.fake.requests[1]!.body.max_tokens, 77);
     assert.equal(h.fake.requests[1]!.body.system, 'Be brief.');
   });
@@ -299,16 +321,21 @@ describe('steering between turns', () => {
   it('retry drops the last reply and sends that turn again with new params', async () => {
     h.fake.enqueue(text('too short', { stop_reason: 'max_tokens' }), text('complete answer'));
     const s = await create({ input: 'Essay', max_tokens: 100 });
-    await h.api.waitStatus(s.id, 'idle');
-    const running = await h.api.post(`/v1/sessions/${s.id}/retry`, { params: { max_tokens: 500 } });
-    assert.equal(running.status, 202, JSON.stringify(running.body));
-    const done = await h.api.waitFor(s.id, (x) => x.status === 'idle' && x.stop_reason === 'end_turn');
+    await wait(s.id, 'idle');
+    const running = await h.client.api.POST('/v1/sessions/{id}/retry', {
+      params: { path: { id: s.id } },
+      body: { params: { max_tokens: 500 } },
+    });
+    assert.equal(running.response.status, 202, JSON.stringify(running.error));
+    const done = await h.client.waitFor(s.id, (x) => x.status === 'idle' && x.stop_reason === 'end_turn', {
+      timeoutMs: 10_000,
+    });
     assert.equal(done.iteration, 1);
     assert.equal(h.fake.requests[1]!.body.max_tokens, 500);
     assert.equal(h.fake.requests[1]!.body.messages.length, 1);
-    const msgs = (await h.api.get(`/v1/sessions/${s.id}/messages`)).body.data;
+    const msgs = (await h.client.listMessages(s.id)).data;
     assert.equal(msgs.length, 2);
-    assert.equal(msgs[1].content[0].text, 'complete answer');
+    assert.equal(blocks(msgs[1])[0].text, 'complete answer');
   });
 
   it('fork copies the history up to an iteration', async () => {
