@@ -126,9 +126,12 @@ describe('typed client', () => {
     });
     await h.client.putToolResult(s.id, 'toolu_l1', { content: 'found' });
     assert.equal((await done).stop_reason, 'end_turn');
-    const gone = h.client.waitFor(s.id, 'running');
+    // The rejection is awaited from the start: it may come while the delete is still being answered.
+    const gone = assert.rejects(h.client.waitFor(s.id, 'running'), (err) =>
+      ApiError.is(err, 'session_not_found'),
+    );
     await h.client.deleteSession(s.id);
-    await assert.rejects(gone, (err) => ApiError.is(err, 'session_not_found'));
+    await gone;
   });
 
   it("throws typed errors with the contract's codes", async () => {
