@@ -1,7 +1,10 @@
-# syntax=docker/dockerfile:1
+# The base image of every stage: the public node:24-bookworm-slim unless NODE_IMAGE says otherwise (the Compose test
+# builds on a local stand-in, test/docker/base/). No `# syntax=` line: the builder's built-in frontend suffices, so a
+# BuildKit build needs no registry for it.
+ARG NODE_IMAGE=node:24-bookworm-slim
 
 # --- build: compiles the TypeScript sources to JavaScript (dist/), with the dev dependencies ---
-FROM node:20-bookworm-slim AS build
+FROM ${NODE_IMAGE} AS build
 WORKDIR /app
 COPY package.json package-lock.json ./
 RUN npm ci --no-audit --no-fund
@@ -12,13 +15,13 @@ COPY tools ./tools
 RUN npm run build
 
 # --- deps: production node_modules only ---
-FROM node:20-bookworm-slim AS deps
+FROM ${NODE_IMAGE} AS deps
 WORKDIR /app
 COPY package.json package-lock.json ./
 RUN npm ci --omit=dev --no-audit --no-fund && npm cache clean --force
 
 # --- runtime ---
-FROM node:20-bookworm-slim AS runtime
+FROM ${NODE_IMAGE} AS runtime
 WORKDIR /app
 ENV HOST=0.0.0.0 \
     PORT=3000 \

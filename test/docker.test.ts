@@ -12,7 +12,8 @@ import { parse as parseYaml } from 'yaml';
 import { findExecutable } from '../src/redis/embedded.js';
 
 /**
- * Checks the Dockerfile, .dockerignore and docker-compose.yml without a Docker engine: the Dockerfile is parsed here;
+ * Checks the Dockerfile, .dockerignore and docker-compose.yml without a Docker engine (test/docker-compose.test.ts
+ * runs them on a real one): the Dockerfile is parsed here;
  * docker-compose.yml is parsed, and validated with Debian's `docker-compose config` (client-side; .ci/run installs
  * it). Without docker-compose the validation is skipped locally and fails under CI=true.
  */
@@ -117,9 +118,18 @@ describe('Dockerfile', () => {
     dependencies: Record<string, string>;
   };
 
-  test('is multi-stage on node:20-bookworm-slim, with an npm ci --omit=dev deps stage', () => {
+  test('is multi-stage, every stage FROM ${NODE_IMAGE} (default node:24-bookworm-slim), with an npm ci --omit=dev deps stage', () => {
     assert.ok(allStages.length >= 2, 'multi-stage');
-    for (const stage of allStages) assert.match(stage[0]?.args ?? '', /^node:20-bookworm-slim\b/);
+    // The base image is a build arg declared before the first FROM; its default is the public image.
+    const firstFrom = instructions.findIndex((i) => i.keyword === 'FROM');
+    const args = instructions.slice(0, firstFrom).filter((i) => i.keyword === 'ARG');
+    assert.deepEqual(
+      args.map((i) => i.args),
+      ['NODE_IMAGE=node:24-bookworm-slim'],
+    );
+    for (const stage of allStages) assert.match(stage[0]?.args ?? '', /^\$\{NODE_IMAGE\}\s+AS\s+\w+$/i);
+    // No `# syntax=` directive: BuildKit would fetch that frontend image from a registry.
+    assert.doesNotMatch(read('Dockerfile'), /^#\s*syntax=/m);
     const deps = allStages.find((s) => /\bAS\s+deps\b/i.test(s[0]?.args ?? ''));
     assert.ok(deps, 'a stage named deps');
     assert.ok(
@@ -276,8 +286,8 @@ describe('docker-compose.yml', () => {
   const redis = compose.services['redis'] ?? {};
   const api = compose.services['api'] ?? {};
 
-  test('redis: redis:7-alpine with AOF on a named volume and a ping healthcheck', () => {
-    assert.equal(redis['image'], 'redis:7-alpine');
+  test('redis: ${REDIS_IMAGE:-redis:7-alpine} with AOF on a named volume and a ping healthcheck', () => {
+    assert.equal(redis['image'], '${REDIS_IMAGE:-redis:7-alpine}');
     assert.match(String(redis['command']), /^redis-server\b.*--appendonly yes/);
     assert.deepEqual(redis['volumes'], ['redis-data:/data']);
     assert.ok(compose.volumes && 'redis-data' in compose.volumes, 'named volume redis-data is declared');
@@ -285,9 +295,12 @@ describe('docker-compose.yml', () => {
     assert.match(Array.isArray(testCmd) ? testCmd.join(' ') : testCmd, /redis-cli ping/);
   });
 
-  test('api: built here, port 3000, env, waits for a healthy redis, restarts', () => {
-    assert.equal(api['build'], '.');
-    assert.deepEqual(api['ports'], ['3000:3000']);
+  test('api: built here on ${NODE_IMAGE}, port ${API_PUBLISH:-3000}, env, waits for a healthy redis, restarts', () => {
+    assert.deepEqual(api['build'], {
+      context: '.',
+      args: { NODE_IMAGE: '${NODE_IMAGE:-node:24-bookworm-slim}' },
+    });
+    assert.deepEqual(api['ports'], ['${API_PUBLISH:-3000}:3000']);
     const env = api['environment'] as Record<string, string>;
     assert.equal(env['REDIS_URL'], 'redis://redis:6379');
     assert.equal(env['ANTHROPIC_API_KEY'], '${ANTHROPIC_API_KEY:-}');
@@ -296,6 +309,18 @@ describe('docker-compose.yml', () => {
     assert.deepEqual(api['depends_on'], { redis: { condition: 'service_healthy' } });
     assert.equal(api['restart'], 'unless-stopped');
     assert.ok(api['healthcheck'], 'api has a healthcheck');
+  });
+
+  test("api: stop_grace_period is above SHUTDOWN_GRACE_MS's default plus the 5 s close delay", () => {
+    const env = api['environment'] as Record<string, string>;
+    const grace = Number(/^\$\{SHUTDOWN_GRACE_MS:-(\d+)\}$/.exec(env['SHUTDOWN_GRACE_MS'] ?? '')?.[1]);
+    assert.equal(grace, 10_000);
+    const period = /^(\d+)s$/.exec(String(api['stop_grace_period']));
+    assert.ok(period, `stop_grace_period in seconds: ${String(api['stop_grace_period'])}`);
+    assert.ok(
+      Number(period[1]) * 1000 > grace + 5000,
+      `${String(api['stop_grace_period'])} > ${grace} ms + 5 s`,
+    );
   });
 
   test("api's healthcheck command works", async () => {
@@ -370,6 +395,30 @@ describe('docker-compose.yml', () => {
       }>;
       assert.equal(Number(ports[0]?.published), 3000);
       assert.equal(ports[0]?.target, 3000);
+      // The public base images by default.
+      assert.equal(config.services['redis']?.['image'], 'redis:7-alpine');
+      assert.equal(config.services['api']?.['build']?.['args']?.['NODE_IMAGE'], 'node:24-bookworm-slim');
+    });
+
+    test('takes the published address and the base images from the environment', { skip }, async () => {
+      const resolved = await compose(['config'], {
+        API_KEYS: 'ci:test-key',
+        API_PUBLISH: '127.0.0.1:4010',
+        NODE_IMAGE: 'local/node:24',
+        REDIS_IMAGE: 'local/redis:7',
+      });
+      assert.equal(resolved.code, 0, resolved.out);
+      const config = parseYaml(resolved.out) as { services: Record<string, Service> };
+      // docker-compose 1.29 prints a port with a host address in the short form; others in the long form.
+      const port = (config.services['api']?.['ports'] as unknown[])[0];
+      const { host_ip, published } =
+        typeof port === 'string'
+          ? { host_ip: port.split(':')[0], published: port.split(':')[1] }
+          : (port as { host_ip?: string; published: number | string });
+      assert.equal(host_ip, '127.0.0.1');
+      assert.equal(Number(published), 4010);
+      assert.equal(config.services['redis']?.['image'], 'local/redis:7');
+      assert.equal(config.services['api']?.['build']?.['args']?.['NODE_IMAGE'], 'local/node:24');
     });
 
     test('refuses to resolve without API_KEYS, naming it', { skip }, async () => {
