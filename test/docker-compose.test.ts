@@ -1,7 +1,7 @@
 /**
  * The Compose deployment on a real Docker engine: builds the image (multi-stage, non-root, health-checked) on local
  * base images, brings docker-compose.yml up, runs a streamed session through the published 127.0.0.1 port (REST +
- * WebSocket), kills the api container mid-turn (the restart policy brings it back and the session finishes with a
+ * WebSocket), kills the api container's process mid-turn (the restart policy brings it back and the session finishes with a
  * valid history), stops it gracefully mid-run (it uses its SHUTDOWN_GRACE_MS, exits 0, hands the run over), then
  * `down` and `up` again (the sessions are still there: Redis's append-only volume).
  *
@@ -513,6 +513,8 @@ describe(
         await compose(['up', '-d', '--no-build'], 180_000);
         await untilHealthy('redis', 120_000);
         await untilServing(120_000);
+        const apiStarted = Date.parse(await inspect('api', '{{.State.StartedAt}}'));
+        timings['api container start to serving'] = `${((Date.now() - apiStarted) / 1000).toFixed(1)} s`;
         timings['up to serving'] = `${((Date.now() - started) / 1000).toFixed(1)} s`;
         await untilHealthy('api', 120_000);
         timings['up to healthy'] = `${((Date.now() - started) / 1000).toFixed(1)} s`;
@@ -562,7 +564,7 @@ describe(
     let killedSession = '';
 
     test(
-      'a streamed session survives `docker kill` of the api mid-turn: restarted by its policy, it finishes with a valid history',
+      'a streamed session survives the api being killed mid-turn (SIGKILL): restarted by its policy, it finishes with a valid history',
       { timeout: 300_000 },
       async (t) => {
         if (!requireEngine(t)) return;
@@ -623,6 +625,7 @@ describe(
         assert.equal(assertValidHistory(await messagesOf(id), question), 2);
         const session = await apiFetch<{ iteration: number; status: string }>('GET', `/v1/sessions/${id}`);
         assert.equal(session.body.iteration, 2);
+        timings['api RSS after the session'] = `${(Number((await nodeProcess())[1]) / 1024).toFixed(0)} MB`;
       },
     );
 
