@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # What the test suite needs besides node_modules, from Debian's packages: redis-server (the tests start private
 # servers), redis-cli (test clusters), Chromium (browser tests via playwright-core) and docker-compose (validates
-# docker-compose.yml without an engine). Runs before `npm test` (the `pretest` script): installs what is missing
+# docker-compose.yml without an engine; test/docker/engine.sh installs docker.io and debootstrap itself for the Compose
+# test on a real engine). Runs before `npm test` (the `pretest` script): installs what is missing
 # when it can (root with apt-get), otherwise says what to install and fails.
 set -euo pipefail
 export DEBIAN_FRONTEND=noninteractive
