@@ -262,6 +262,10 @@ export async function startService(opts: ServiceOptions): Promise<BenchService> 
     ANTHROPIC_BASE_URL: opts.fakeUrl,
     // info: the "Server listening at …" line gives the port; the service logs no line per request at info.
     LOG_LEVEL: 'info',
+    // One tenant drives the whole load: the per-tenant rate limit and quotas (on by default) are off here.
+    RATE_LIMIT_PER_MIN: '0',
+    TENANT_MAX_SESSIONS: '0',
+    TENANT_MAX_WEBSOCKETS: '0',
     // An experiment's knob: extra node options for the service only (e.g. V8 heap flags).
     ...(process.env.BENCH_SERVICE_NODE_OPTIONS
       ? { NODE_OPTIONS: process.env.BENCH_SERVICE_NODE_OPTIONS }
