@@ -6,7 +6,7 @@ import helmet from '@fastify/helmet';
 import websocket from '@fastify/websocket';
 import { validatorCompiler } from 'fastify-type-provider-zod';
 import type { Config } from './config.js';
-import { badRequest } from './errors.js';
+import { AppError, badRequest } from './errors.js';
 import { DEFAULT_JSON_MAX_DEPTH, jsonTooDeep, tooDeepMessage } from './json-depth.js';
 import redisPlugin from './plugins/redis.js';
 import anthropicPlugin from './plugins/anthropic.js';
@@ -112,6 +112,16 @@ const app: FastifyPluginAsync<AppOptions> = async (fastify, opts) => {
     await api.register(eventRoutes, { config });
     await api.register(streamRoutes, { config });
     await api.register(webhookRoutes);
+    // Unknown paths under /v1 are answered inside the scope too: 401 without a key, as any /v1 route (no route
+    // discovery without one), else 404 `route_not_found`. Preflights (OPTIONS) are left to the CORS plugin.
+    api.route({
+      method: ['GET', 'POST', 'PUT', 'PATCH', 'DELETE'],
+      url: '/v1/*',
+      schema: { hide: true },
+      handler: async (req) => {
+        throw new AppError(404, 'route_not_found', `No route ${req.method} ${req.url.split('?')[0]}.`);
+      },
+    });
   });
 };
 

@@ -107,6 +107,8 @@ export async function spawnService(
       HOST: '127.0.0.1',
       LOG_LEVEL: 'info',
       ANTHROPIC_API_KEY: 'x',
+      // The per-tenant rate limit is on by default; tests that check it set it themselves.
+      RATE_LIMIT_PER_MIN: '0',
       ...env,
     },
     stdio: ['ignore', 'pipe', 'pipe'],

@@ -109,6 +109,8 @@ export async function startHarness(opts: HarnessOptions = {}): Promise<Harness> 
       LEASE_TTL_MS: '3000',
       SHUTDOWN_GRACE_MS: '2000',
       UPSTREAM_MAX_RETRIES: '1',
+      // The per-tenant rate limit is on by default; tests that check it set it themselves.
+      RATE_LIMIT_PER_MIN: '0',
       ...opts.env,
     },
     opts.tracerProvider ? { tracerProvider: opts.tracerProvider } : {},
