@@ -135,7 +135,11 @@ const routes: FastifyPluginAsyncZod<{ config: Config }> = async (app, { config }
         clearInterval(heartbeat);
         sub.close();
         if (destroy) res.destroy();
-        else res.end();
+        else {
+          // Ending while corked (inside a batch of the hub) loses the corked writes on Node 24: flush them first.
+          while (res.writableCorked > 0) res.uncork();
+          res.end();
+        }
       };
       const slowReader = () => {
         app.metrics.slowReaderCloses.inc({ transport: 'sse' });
