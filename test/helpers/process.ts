@@ -68,13 +68,9 @@ export interface SpawnOptions {
   built?: boolean;
 }
 
-/** Compiles the service as `npm start`'s prestart step does (`tsc -p tsconfig.build.json` into dist/). */
+/** Builds the service as `npm start`'s prestart step does (`npm run build`: tsc into dist/, plus the Lua files). */
 export function buildService(): void {
-  const tsc = path.join(ROOT, 'node_modules', 'typescript', 'bin', 'tsc');
-  const out = spawnSync(process.execPath, [tsc, '-p', 'tsconfig.build.json'], {
-    cwd: ROOT,
-    encoding: 'utf8',
-  });
+  const out = spawnSync('npm', ['run', 'build'], { cwd: ROOT, encoding: 'utf8' });
   if (out.status !== 0) throw new Error(`build failed: ${out.stdout}${out.stderr}`);
 }
 
