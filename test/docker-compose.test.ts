@@ -3,7 +3,8 @@
  * base images, brings docker-compose.yml up, runs a streamed session through the published 127.0.0.1 port (REST +
  * WebSocket), kills the api container's process mid-turn (the restart policy brings it back and the session finishes with a
  * valid history), stops it gracefully mid-run (it uses its SHUTDOWN_GRACE_MS, exits 0, hands the run over), then
- * `down` and `up` again (the sessions are still there: Redis's append-only volume).
+ * `down` and `up` again (the sessions are still there: Redis's append-only volume); finally the observability
+ * profile's Prometheus (a local stand-in built from Debian's package) comes up and scrapes the api.
  *
  * test/docker/engine.sh provides the engine: a private dockerd (installed from Debian's packages when missing) and
  * local stand-ins for node:24-bookworm-slim and redis:7-alpine, built once per machine (no image registry is
@@ -403,13 +404,22 @@ describe(
           DOCKER_BUILDKIT: '0',
           NODE_IMAGE: engine.env['NODE_IMAGE'],
           REDIS_IMAGE: engine.env['REDIS_IMAGE'],
+          PROMETHEUS_IMAGE: engine.env['PROMETHEUS_IMAGE'],
           API_PUBLISH: `127.0.0.1:${port}`,
           API_KEYS: `ci:${tenantKey}`,
           SHUTDOWN_GRACE_MS: String(shutdownGraceMs),
           LOG_LEVEL: 'info',
         };
         // Whatever a killed earlier run left of this project.
-        await compose(['down', '--volumes', '--remove-orphans', '--timeout', '1']);
+        await compose([
+          '--profile',
+          'observability',
+          'down',
+          '--volumes',
+          '--remove-orphans',
+          '--timeout',
+          '1',
+        ]);
       },
       // The first run on a machine builds the base images; another run may hold the engine's lock for a while.
       { timeout: 1_800_000 },
@@ -426,6 +436,8 @@ describe(
               '-p',
               project,
               ...composeFiles,
+              '--profile',
+              'observability',
               'down',
               '--volumes',
               '--timeout',
@@ -707,13 +719,44 @@ describe(
       },
     );
 
-    test('the observability profile: Prometheus scrapes the api', { skip: observabilitySkip() }, () => {
-      // Filled in once the profile exists (issue 17).
-    });
+    test(
+      'the observability profile: its Prometheus comes up and scrapes the api',
+      { timeout: 300_000 },
+      async (t) => {
+        if (!requireEngine(t)) return;
+        // Only Prometheus of the profile: Grafana, the OpenTelemetry collector and Jaeger have no local stand-ins.
+        await compose(['--profile', 'observability', 'up', '-d', '--no-build', 'prometheus'], 180_000);
+        assert.equal(await inspect('prometheus', '{{.State.Running}}'), 'true');
+        // Asked from inside the Compose network (the api container's node), not through the published 9090.
+        const query = async (route: string): Promise<unknown> => {
+          const script = `fetch('http://prometheus:9090${route}').then(async (r) => { if (!r.ok) process.exit(1); process.stdout.write(await r.text()); }, () => process.exit(1))`;
+          const r = await run(
+            dockerBin,
+            ['exec', container('api'), 'node', '-e', script],
+            composeEnv,
+            30_000,
+          );
+          return r.code === 0 ? (JSON.parse(r.stdout) as unknown) : undefined;
+        };
+        const target = await until(
+          'Prometheus to scrape the api',
+          180_000,
+          async () => {
+            const body = (await query('/api/v1/targets')) as
+              | { data: { activeTargets: Array<{ labels: Record<string, string>; health: string }> } }
+              | undefined;
+            return body?.data.activeTargets.find(
+              (x) => x.labels['job'] === 'toolrunner-sessions' && x.health === 'up',
+            );
+          },
+          1000,
+        );
+        assert.match(target.labels['instance'] ?? '', /:3000$/);
+        const series = (await query(
+          `/api/v1/query?query=${encodeURIComponent('count({job="toolrunner-sessions",__name__=~"trs_.+"})')}`,
+        )) as { data: { result: Array<{ value: [number, string] }> } };
+        assert.ok(Number(series.data.result[0]?.value[1]) > 0, 'trs_* series scraped from the api');
+      },
+    );
   },
 );
-
-/** The observability profile (issue 17): needs a local Prometheus image first (in progress). */
-function observabilitySkip(): string | false {
-  return 'HOOK: the observability profile needs a local Prometheus image (no registry here); not wired up yet';
-}

@@ -172,8 +172,8 @@ log "base images ready in $(($(date +%s) - base_started)) s"
 "$DOCKER_BIN" image prune -f --filter until=72h >/dev/null 2>&1 || true
 
 # --- 4/5. ready ------------------------------------------------------------------------------------------------------
-echo "READY DOCKER_HOST=$DOCKER_HOST DOCKER_BIN=$DOCKER_BIN COMPOSE_BIN=$COMPOSE_BIN NODE_IMAGE=$NODE_IMAGE REDIS_IMAGE=$REDIS_IMAGE BRIDGE=$BRIDGE STORAGE=$storage"
-export NODE_IMAGE REDIS_IMAGE DOCKER_BIN COMPOSE_BIN
+echo "READY DOCKER_HOST=$DOCKER_HOST DOCKER_BIN=$DOCKER_BIN COMPOSE_BIN=$COMPOSE_BIN NODE_IMAGE=$NODE_IMAGE REDIS_IMAGE=$REDIS_IMAGE PROMETHEUS_IMAGE=$PROMETHEUS_IMAGE BRIDGE=$BRIDGE STORAGE=$storage"
+export NODE_IMAGE REDIS_IMAGE PROMETHEUS_IMAGE DOCKER_BIN COMPOSE_BIN
 if [ "$#" -gt 0 ]; then
   "$@"
 else
