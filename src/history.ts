@@ -1,9 +1,23 @@
-import type { MessageParam } from './schemas.js';
-
 /** A history message as stored: the request-side shape (replies are stored as `{role, content}` of the BetaMessage). */
 export interface StoredMessage {
   role: 'user' | 'assistant';
-  content: string | Array<Record<string, any>>;
+  content: string | StoredBlock[];
+}
+
+/**
+ * A content block as stored: a block of the Messages API (the SDK's, or a client's as the schemas admit it), kept as
+ * it was sent or received. The fields the service reads are named; the others pass through untouched.
+ */
+export interface StoredBlock {
+  type: string;
+  id?: string | undefined;
+  name?: string | undefined;
+  input?: unknown;
+  text?: string | undefined;
+  tool_use_id?: string | undefined;
+  content?: unknown;
+  is_error?: boolean | null | undefined;
+  cache_control?: unknown;
 }
 
 export interface ToolCall {
@@ -17,7 +31,7 @@ export interface HistoryProblem {
   message: string;
 }
 
-export function blocksOf(message: StoredMessage | undefined): Array<Record<string, any>> {
+export function blocksOf(message: StoredMessage | undefined): StoredBlock[] {
   if (!message) return [];
   return typeof message.content === 'string' ? [{ type: 'text', text: message.content }] : message.content;
 }
@@ -40,7 +54,7 @@ export function pendingToolCalls(history: StoredMessage[]): ToolCall[] {
  * there exactly once, tool_use ids are unique, and tool results come before other blocks of their turn.
  * A trailing assistant turn is allowed (prefill, or calls the service answers first).
  */
-export function checkHistory(messages: readonly (MessageParam | StoredMessage)[]): HistoryProblem[] {
+export function checkHistory(messages: readonly StoredMessage[]): HistoryProblem[] {
   const problems: HistoryProblem[] = [];
   const seen = new Set<string>();
   messages.forEach((message, index) => {
@@ -50,16 +64,17 @@ export function checkHistory(messages: readonly (MessageParam | StoredMessage)[]
     if (prev && prev.role === message.role) {
       problems.push({ index, message: `two ${message.role} turns in a row: roles must alternate` });
     }
-    const blocks = blocksOf(message as StoredMessage);
+    const blocks = blocksOf(message);
     if (message.role === 'assistant') {
       for (const b of blocks) {
         if (b.type !== 'tool_use') continue;
-        if (seen.has(b.id)) problems.push({ index, message: `tool_use id ${b.id} is used twice` });
-        seen.add(b.id);
+        const id = String(b.id);
+        if (seen.has(id)) problems.push({ index, message: `tool_use id ${id} is used twice` });
+        seen.add(id);
       }
       return;
     }
-    const asked = new Set(toolCallsOf(prev as StoredMessage | undefined).map((c) => c.id));
+    const asked = new Set(toolCallsOf(prev).map((c) => c.id));
     const answered = new Set<string>();
     let afterOther = false;
     for (const b of blocks) {
@@ -69,15 +84,16 @@ export function checkHistory(messages: readonly (MessageParam | StoredMessage)[]
       }
       if (afterOther)
         problems.push({ index, message: 'tool_result blocks must come before other content of the turn' });
-      if (!asked.has(b.tool_use_id)) {
+      const id = String(b.tool_use_id);
+      if (!asked.has(id)) {
         problems.push({
           index,
-          message: `tool_result ${b.tool_use_id} answers no tool_use of the previous assistant turn`,
+          message: `tool_result ${id} answers no tool_use of the previous assistant turn`,
         });
-      } else if (answered.has(b.tool_use_id)) {
-        problems.push({ index, message: `tool_use ${b.tool_use_id} is answered twice` });
+      } else if (answered.has(id)) {
+        problems.push({ index, message: `tool_use ${id} is answered twice` });
       }
-      answered.add(b.tool_use_id);
+      answered.add(id);
     }
     for (const id of asked) {
       if (!answered.has(id))
@@ -88,6 +104,6 @@ export function checkHistory(messages: readonly (MessageParam | StoredMessage)[]
 }
 
 /** Content as blocks, for merging a user turn into the one before it (roles must alternate). */
-export function asBlocks(content: string | Array<Record<string, any>>): Array<Record<string, any>> {
+export function asBlocks(content: string | StoredBlock[]): StoredBlock[] {
   return typeof content === 'string' ? [{ type: 'text', text: content }] : content;
 }

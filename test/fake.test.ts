@@ -176,7 +176,7 @@ describe('tool runner against the fake', () => {
         }
         if (threaded) {
           assert.deepEqual(requests[0]!.body.thread, { type: 'create' });
-          assert.equal(requests[0]!.body.tools.length, 2);
+          assert.equal(requests[0]!.body.tools?.length, 2);
           assert.equal(requests[0]!.body.system, 'You are a test model.');
           for (let i = 1; i < requests.length; i++) {
             const { body, headers } = requests[i]!;
@@ -188,7 +188,7 @@ describe('tool runner against the fake', () => {
             assert.equal(body.system, undefined);
             assert.equal(body.tools, undefined);
             assert.equal(body.messages.length, 1, 'only the new tool results');
-            assert.equal(body.messages[0].role, 'user');
+            assert.equal(body.messages[0]?.role, 'user');
             assert.ok(toolResultIds(body.messages[0]).length > 0);
             // The fake took system and tools from the thread.
             assert.equal(requests[i]!.system, 'You are a test model.');
@@ -198,7 +198,7 @@ describe('tool runner against the fake', () => {
           requests.forEach((request, i) => {
             assert.equal(request.body.thread, undefined);
             assert.equal(request.body.messages.length, 2 * i + 1, 'full history each turn');
-            assert.equal(request.body.tools.length, 2);
+            assert.equal(request.body.tools?.length, 2);
             assert.ok(!String(request.headers['anthropic-beta'] ?? '').includes(MESSAGE_THREADS_BETA));
           });
         }
@@ -424,10 +424,10 @@ describe('streams that break', () => {
     assert.equal(calls.length, 1, 'the tool ran once; its result was re-sent');
 
     const [, cut, replay] = fake.requests;
-    assert.equal(cut!.body.thread.type, 'continue');
+    assert.equal(cut!.body.thread?.type, 'continue');
     assert.deepEqual(replay!.body.thread, { type: 'create' });
     assert.equal(replay!.body.messages.length, 3, 'the full history');
-    assert.equal(replay!.body.tools.length, 2);
+    assert.equal(replay!.body.tools?.length, 2);
     assertValidHistory(replay!.body.messages);
     assert.deepEqual(replay!.body.messages[2], cut!.body.messages[0]);
   });
@@ -479,7 +479,7 @@ describe('message threads', () => {
     assert.deepEqual(replay!.body.thread, { type: 'create' });
     assert.equal(replay!.status, 200);
     assert.equal(replay!.body.system, 'Be brief.');
-    assert.equal(replay!.body.tools.length, 2);
+    assert.equal(replay!.body.tools?.length, 2);
     assert.equal(replay!.body.messages.length, 3);
     assertValidHistory(replay!.body.messages);
     assert.deepEqual(replay!.messages, replay!.body.messages);
@@ -497,7 +497,7 @@ describe('message threads', () => {
       .runUntilDone();
     assert.equal(textOf(resumed), 'done');
     const [, resume] = fake.requests;
-    assert.equal(resume!.body.thread.type, 'continue');
+    assert.equal(resume!.body.thread?.type, 'continue');
     assert.deepEqual(resume!.body.messages, []);
     assert.deepEqual(
       resume!.messages.map((message) => message.role),
@@ -730,7 +730,7 @@ describe('offline model', () => {
 
   function ask(content: string, tools: string[], extra: Partial<FakeRequest> = {}) {
     const request: FakeRequest = {
-      body: {},
+      body: { model: MODEL, max_tokens: 64, messages: [] },
       headers: {},
       messages: [{ role: 'user', content }],
       system: undefined,
@@ -900,7 +900,7 @@ describe('standalone process', () => {
 
       const requests = (await (await fetch(`${url}/_fake/requests`)).json()) as FakeRequest[];
       assert.equal(requests.length, 2);
-      assert.equal(requests[1]!.messages[0].content, 'hello');
+      assert.equal(requests[1]!.messages[0]?.content, 'hello');
       await fetch(`${url}/_fake/reset`, { method: 'POST' });
       assert.equal(((await (await fetch(`${url}/_fake/requests`)).json()) as unknown[]).length, 0);
     } finally {

@@ -67,7 +67,7 @@ describe('client tools', () => {
       tool_calls: [{ id: 'toolu_look', name: 'lookup', input: { q: 'answer' } }],
       tool_results: [{ tool_use_id: 'toolu_sum', content: '42', is_error: false }],
     });
-    const sentTools = h.fake.requests[0]!.body.tools;
+    const sentTools: any[] = h.fake.requests[0]!.body.tools ?? [];
     assert.deepEqual(
       sentTools.find((t: any) => t.name === 'lookup'),
       lookup,

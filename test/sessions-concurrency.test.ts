@@ -34,7 +34,7 @@ describe('two service processes on one Redis', () => {
   it('never run the same session at once, and never send a turn twice', async () => {
     const turns: Turn[] = [];
     const sessionOf = (req: FakeRequest): string => {
-      const first = req.messages[0]?.content;
+      const first: any = req.messages[0]?.content;
       const t = typeof first === 'string' ? first : first?.[0]?.text;
       return String(t);
     };

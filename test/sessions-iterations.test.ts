@@ -53,7 +53,7 @@ describe('iterations, max_iterations and usage', () => {
     assert.equal(s2.status, 'idle', JSON.stringify(s2.error));
     assert.equal(s2.stop_reason, 'end_turn');
     assert.equal(s2.iteration, 3);
-    const sentToModel = h.fake.requests[2]!.body.messages;
+    const sentToModel: any[] = h.fake.requests[2]!.body.messages;
     assert.equal(sentToModel.length, 5);
     assert.deepEqual(sentToModel.at(-1).content.at(-1), { type: 'text', text: 'Enough, summarise.' });
     assert.equal(sentToModel.at(-1).content[0].type, 'tool_result');

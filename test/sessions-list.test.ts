@@ -15,7 +15,7 @@ describe('GET /v1/sessions', () => {
   before(async () => {
     h = await startHarness();
     h.fake.setHandler((req) => {
-      const first = req.messages[0]?.content;
+      const first: any = req.messages[0]?.content;
       const t = String(typeof first === 'string' ? first : first?.[0]?.text);
       if (t.startsWith('hang')) return hang();
       if (t.startsWith('client')) return toolCall('lookup', { q: t });

@@ -41,7 +41,7 @@ describe('steering between turns', () => {
     assert.equal(done.status, 'idle');
     assert.equal(h.fake.requests.length, 2);
     const sent = h.fake.requests[1]!.body.messages;
-    const last = sent.at(-1);
+    const last: any = sent.at(-1);
     assert.equal(last.role, 'user');
     assert.deepEqual(
       blocks(last).map((b: any) => b.type),
@@ -450,7 +450,7 @@ describe('steering between turns', () => {
 
   it('cancel at random moments of a streamed turn always leaves a history the upstream accepts', async () => {
     h.fake.setHandler((req) => {
-      const last = req.body.messages.at(-1);
+      const last: any = req.body.messages.at(-1);
       const hasResults =
         Array.isArray(last.content) && last.content.some((b: any) => b.type === 'tool_result');
       return hasResults || Math.random() < 0.3

@@ -6,6 +6,7 @@ import type http from 'node:http';
 import { parseScript } from './script.js';
 import { sendApiError, sendJson } from './respond.js';
 import type { FakeState } from './state.js';
+import { unchecked } from './validate.js';
 import type { FakeReply } from './wire.js';
 
 export function handleControl(
@@ -16,7 +17,7 @@ export function handleControl(
   raw: string,
   method: string,
 ): void {
-  const parse = (): any => (raw ? JSON.parse(raw) : undefined);
+  const parse = (): unknown => (raw ? JSON.parse(raw) : undefined);
   try {
     if (method === 'POST' && path === '/_fake/enqueue') {
       const input = parse();
@@ -46,7 +47,7 @@ export function handleControl(
       return sendJson(res, 200, '{"ok":true}');
     }
     if (method === 'POST' && path === '/_fake/pacing') {
-      const value = Number(parse()?.eventDelayMs);
+      const value = Number(unchecked<'eventDelayMs'>(parse())?.eventDelayMs);
       if (!Number.isFinite(value) || value < 0) throw new Error('eventDelayMs must be a number >= 0');
       state.pacing = value;
       return sendJson(res, 200, JSON.stringify({ eventDelayMs: state.pacing }));
@@ -56,7 +57,7 @@ export function handleControl(
       return sendJson(res, 200, '{"ok":true}');
     }
     if (method === 'POST' && path === '/_fake/script') {
-      const script = parse()?.script;
+      const script = unchecked<'script'>(parse())?.script;
       state.handler = script == null ? state.settings.defaultHandler : parseScript(String(script));
       return sendJson(res, 200, '{"ok":true}');
     }
@@ -84,4 +85,14 @@ export function handleControl(
 
 export function notFound(res: http.ServerResponse, method: string, path: string): void {
   sendApiError(res, { status: 404, type: 'not_found_error', message: `Not found: ${method} ${path}` });
+}
+
+/** Whether `value` has the shape of a scripted reply (its fields are used as sent). */
+function isFakeReply(value: unknown): value is FakeReply {
+  const reply = unchecked<'type' | 'content' | 'status' | 'errorType'>(value);
+  return (
+    (reply?.type === 'message' && Array.isArray(reply.content)) ||
+    (reply?.type === 'error' && Number.isInteger(reply.status) && typeof reply.errorType === 'string') ||
+    reply?.type === 'hang'
+  );
 }

@@ -7,9 +7,10 @@ import { buildMessage } from './reply.js';
 import { DEFAULT_ERROR_MESSAGES, ERROR_STATUS, errorBody, sendApiError, sendJson } from './respond.js';
 import { streamMessage } from './sse.js';
 import type { FakeState } from './state.js';
-import { checkThread, type StoredThread } from './threads.js';
-import { RequestError, validateBody, validateConversation } from './validate.js';
-import type { ApiErrorSpec, FakeReply, FakeRequest } from './wire.js';
+import { checkThread } from './threads.js';
+import type { BetaMessageParam } from '@anthropic-ai/sdk/resources/beta/messages/messages';
+import { RequestError, unchecked, validateBody, validateConversation } from './validate.js';
+import type { ApiErrorSpec, FakeReply, FakeRequest, WireRequest } from './wire.js';
 
 export async function handleMessages(
   state: FakeState,
@@ -18,9 +19,9 @@ export async function handleMessages(
   raw: string,
 ): Promise<void> {
   const { settings } = state;
-  let body: any;
+  let parsed: unknown;
   try {
-    body = JSON.parse(raw);
+    parsed = JSON.parse(raw);
   } catch {
     return sendApiError(res, {
       status: 400,
@@ -28,21 +29,33 @@ export async function handleMessages(
       message: 'There was an issue with the request body: the body is not valid JSON',
     });
   }
-  const isObject = typeof body === 'object' && body !== null && !Array.isArray(body);
-  const thread =
-    isObject && typeof body.thread === 'object' && body.thread !== null ? body.thread : undefined;
-  const newMessages: any[] = isObject && Array.isArray(body.messages) ? body.messages : [];
-  const parent: StoredThread | undefined =
+  const fields = unchecked<'thread' | 'messages' | 'system' | 'tools' | 'stream'>(parsed);
+  const thread = unchecked<'type' | 'previous_message_id'>(fields?.thread);
+  const newMessages: unknown[] = Array.isArray(fields?.messages) ? fields.messages : [];
+  const parent =
     thread?.type === 'continue' && typeof thread.previous_message_id === 'string'
       ? state.threads.get(thread.previous_message_id)
       : undefined;
+  const conversation: unknown[] = parent ? [...parent.messages, ...newMessages] : newMessages;
+
+  // Checked before the request is recorded, answered after (an authentication error first).
+  let rejection: ApiErrorSpec | undefined;
+  try {
+    validateBody(parsed, req.headers);
+    if (thread) checkThread(thread, parent, newMessages, settings.threadsSupported);
+    validateConversation(conversation, settings.strictAlternation);
+  } catch (error) {
+    if (!(error instanceof RequestError)) throw error;
+    rejection = error.spec;
+  }
   const fr: FakeRequest = {
-    body,
+    // Typed as the API defines them, which only an accepted request is known to match (see `FakeRequest.body`).
+    body: parsed as WireRequest,
+    messages: conversation as BetaMessageParam[],
+    system: parent ? parent.system : fields?.system,
+    tools: parent ? parent.tools : Array.isArray(fields?.tools) ? fields.tools : [],
     headers: req.headers,
-    messages: parent ? [...parent.messages, ...newMessages] : newMessages,
-    system: parent ? parent.system : isObject ? body.system : undefined,
-    tools: parent ? parent.tools : isObject && Array.isArray(body.tools) ? body.tools : [],
-    stream: isObject && body.stream === true,
+    stream: fields?.stream === true,
     at: Date.now(),
   };
   const index = state.noteRequest(fr);
@@ -58,15 +71,9 @@ export async function handleMessages(
       return answer({ status: 401, type: 'authentication_error', message: 'invalid x-api-key' });
     }
   }
-
-  try {
-    validateBody(body, req.headers);
-    if (thread) checkThread(thread, parent, newMessages, settings.threadsSupported);
-    validateConversation(fr.messages, settings.strictAlternation);
-  } catch (error) {
-    if (error instanceof RequestError) return answer(error.spec);
-    throw error;
-  }
+  if (rejection) return answer(rejection);
+  // Accepted: `parsed` is a valid body with a `model` string (validateBody).
+  const body = fr.body;
 
   if (parent) parent.inFlight = true;
   let ended = false;

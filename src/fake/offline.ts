@@ -3,27 +3,38 @@
  * reads the last user turn: tool results are summarised in text; a question about the weather, a sum, an expression
  * or the time calls the matching tool when the request offers it; anything else gets a friendly explanation.
  */
+import type {
+  BetaMessageParam,
+  BetaToolResultBlockParam,
+  BetaToolUseBlockParam,
+} from '@anthropic-ai/sdk/resources/beta/messages/messages';
 import type { FakeBlock, FakeHandler, FakeMessageReply, FakeRequest } from './wire.js';
+import { unchecked, type Unchecked } from './validate.js';
 import { extractExpression, extractNumbers, extractPlaces, extractZoneNames } from './offline-text.js';
 import { isDotOrSpace, trimEndWhere } from './scan.js';
 
 export { extractExpression, extractPlaces };
 
+/** A tool the request offers, as far as the offline model reads it. */
+export type OfferedTool = Unchecked<'name' | 'input_schema'>;
+
 /** Tools the request offers by name: `tools`, plus `tool_addition` (less `tool_removal`) blocks of system messages. */
-export function availableTools(req: FakeRequest): Map<string, any> {
-  const tools = new Map<string, any>();
-  for (const tool of req.tools as any[]) {
-    if (typeof tool?.name === 'string') tools.set(tool.name, tool);
+export function availableTools(req: FakeRequest): Map<string, OfferedTool> {
+  const tools = new Map<string, OfferedTool>();
+  for (const raw of req.tools) {
+    const tool = unchecked<'name' | 'input_schema'>(raw);
+    if (tool && typeof tool.name === 'string') tools.set(tool.name, tool);
   }
   for (const message of req.messages) {
-    if (message?.role !== 'system' || !Array.isArray(message.content)) continue;
+    if (message.role !== 'system' || !Array.isArray(message.content)) continue;
     for (const block of message.content) {
-      const tool = block?.tool;
-      const name = tool?.type === 'tool_definition' ? tool.definition?.name : tool?.name;
+      if (block.type === 'text') continue;
+      const tool = block.tool;
+      const definition =
+        tool.type === 'tool_definition' ? unchecked<'name' | 'input_schema'>(tool.definition) : undefined;
+      const name = definition ? definition.name : 'name' in tool ? tool.name : undefined;
       if (typeof name !== 'string') continue;
-      if (block.type === 'tool_addition') {
-        tools.set(name, tool.type === 'tool_definition' ? tool.definition : { name });
-      }
+      if (block.type === 'tool_addition') tools.set(name, definition ?? { name });
       if (block.type === 'tool_removal') tools.delete(name);
     }
   }
@@ -60,28 +71,28 @@ function say(text: string): FakeMessageReply {
 
 interface UserTurn {
   text: string;
-  results: any[];
-  previousAssistant: any;
+  results: BetaToolResultBlockParam[];
+  previousAssistant: BetaMessageParam | undefined;
 }
 
 /** The consecutive user messages at the end (system messages skipped) and the assistant message before them. */
-function lastUserTurn(messages: any[]): UserTurn | undefined {
+function lastUserTurn(messages: readonly BetaMessageParam[]): UserTurn | undefined {
   const texts: string[] = [];
-  const results: any[] = [];
+  const results: BetaToolResultBlockParam[] = [];
   let i = messages.length - 1;
   let sawUser = false;
   for (; i >= 0; i--) {
-    const message = messages[i];
-    if (message?.role === 'system') continue;
-    if (message?.role !== 'user') break;
+    const message = messages[i]!;
+    if (message.role === 'system') continue;
+    if (message.role !== 'user') break;
     sawUser = true;
     const content = message.content;
-    const blocks: any[] = typeof content === 'string' ? [{ type: 'text', text: content }] : content;
+    const blocks = typeof content === 'string' ? [{ type: 'text' as const, text: content }] : content;
     const ownTexts: string[] = [];
-    const ownResults: any[] = [];
+    const ownResults: BetaToolResultBlockParam[] = [];
     for (const block of blocks) {
-      if (block?.type === 'text' && typeof block.text === 'string') ownTexts.push(block.text);
-      if (block?.type === 'tool_result') ownResults.push(block);
+      if (block.type === 'text' && typeof block.text === 'string') ownTexts.push(block.text);
+      if (block.type === 'tool_result') ownResults.push(block);
     }
     texts.unshift(...ownTexts);
     results.unshift(...ownResults);
@@ -90,24 +101,27 @@ function lastUserTurn(messages: any[]): UserTurn | undefined {
   return { text: texts.join('\n'), results, previousAssistant: i >= 0 ? messages[i] : undefined };
 }
 
-function findToolUse(assistant: any, id: unknown): any {
-  if (!Array.isArray(assistant?.content)) return undefined;
-  return assistant.content.find((block: any) => block?.type === 'tool_use' && block.id === id);
+function findToolUse(assistant: BetaMessageParam | undefined, id: string): BetaToolUseBlockParam | undefined {
+  if (!assistant || !Array.isArray(assistant.content)) return undefined;
+  for (const block of assistant.content) if (block.type === 'tool_use' && block.id === id) return block;
+  return undefined;
 }
 
-function resultText(content: unknown): string {
+function resultText(content: BetaToolResultBlockParam['content']): string {
   if (typeof content === 'string') return content;
   if (!Array.isArray(content)) return '(no output)';
-  const parts = content.map((block: any) =>
-    block?.type === 'text' && typeof block.text === 'string' ? block.text : `[${String(block?.type)}]`,
+  const parts = content.map((block) =>
+    block.type === 'text' && typeof block.text === 'string' ? block.text : `[${String(block.type)}]`,
   );
   return parts.join(' ') || '(no output)';
 }
 
-function summarize(result: any, toolUse: any): string {
+function summarize(result: BetaToolResultBlockParam, toolUse: BetaToolUseBlockParam | undefined): string {
   let out = trimEndWhere(resultText(result.content).trimStart(), isDotOrSpace);
   const name: string = toolUse?.name ?? 'the tool';
-  const input = toolUse?.input ?? {};
+  const input =
+    unchecked<'location' | 'city' | 'place' | 'expression' | 'timezone' | 'tz' | 'zone'>(toolUse?.input) ??
+    {};
   if (result.is_error) return `${name} failed: ${out}.`;
   switch (name) {
     case 'get_weather': {
@@ -118,17 +132,17 @@ function summarize(result: any, toolUse: any): string {
         out = out.slice(prefix[0].length);
       }
       if (/^[A-Z][a-z]/.test(out)) out = out[0]!.toLowerCase() + out.slice(1);
-      return place ? `The weather in ${place} is ${out}.` : `The weather is ${out}.`;
+      return place ? `The weather in ${String(place)} is ${out}.` : `The weather is ${out}.`;
     }
     case 'calculate_sum':
       return `The sum is ${out}.`;
     case 'evaluate_expression':
-      return input.expression ? `${input.expression} = ${out}.` : `The result is ${out}.`;
+      return input.expression ? `${String(input.expression)} = ${out}.` : `The result is ${out}.`;
     case 'current_time': {
       const zone = input.timezone ?? input.tz ?? input.zone;
       const time = parseTime(out);
       if (time) out = time;
-      return zone ? `The current time in ${zone} is ${out}.` : `The current time is ${out}.`;
+      return zone ? `The current time in ${String(zone)} is ${out}.` : `The current time is ${out}.`;
     }
     default:
       return `${name} returned: ${out}.`;
@@ -139,8 +153,8 @@ function summarize(result: any, toolUse: any): string {
 function parseTime(out: string): string | undefined {
   if (!out.startsWith('{')) return undefined;
   try {
-    const parsed = JSON.parse(out) as { local_time?: unknown; weekday?: unknown };
-    if (typeof parsed.local_time !== 'string') return undefined;
+    const parsed = unchecked<'local_time' | 'weekday'>(JSON.parse(out));
+    if (!parsed || typeof parsed.local_time !== 'string') return undefined;
     const clock = /T(\d{2}:\d{2})/.exec(parsed.local_time)?.[1];
     const day = typeof parsed.weekday === 'string' ? ` on ${parsed.weekday}` : '';
     return clock ? `${clock}${day} (${parsed.local_time})` : parsed.local_time;
@@ -157,7 +171,7 @@ interface Plan {
   clarify?: string;
 }
 
-function planTools(text: string, tools: Map<string, any>): Plan {
+function planTools(text: string, tools: Map<string, OfferedTool>): Plan {
   const plan: Plan = { calls: [], notes: [] };
   if (!text.trim()) return plan;
   const places = extractPlaces(text);
@@ -198,10 +212,16 @@ function list(items: string[]): string {
   return `${items.slice(0, -1).join(', ')} and ${items.at(-1)}`;
 }
 
+/** The `properties` object of a tool's input schema, if it has one. */
+function schemaProperties(tool: OfferedTool | undefined): object | undefined {
+  const properties = unchecked<'properties'>(tool?.input_schema)?.properties;
+  return typeof properties === 'object' && properties !== null ? properties : undefined;
+}
+
 /** The input property to use: the first of `candidates` the schema has, its only property, else `fallback`. */
-function inputKey(tool: any, candidates: string[], fallback: string): string {
-  const properties = tool?.input_schema?.properties;
-  if (!properties || typeof properties !== 'object') return fallback;
+function inputKey(tool: OfferedTool | undefined, candidates: string[], fallback: string): string {
+  const properties = schemaProperties(tool);
+  if (!properties) return fallback;
   const found = candidates.find((candidate) => candidate in properties);
   if (found) return found;
   const keys = Object.keys(properties);
@@ -247,7 +267,10 @@ function extractZones(text: string, places: string[]): string[] {
   return zones.length ? [...new Set(zones)] : ['UTC'];
 }
 
-function planMath(text: string, tools: Map<string, any>): { call: FakeBlock; note: string } | undefined {
+function planMath(
+  text: string,
+  tools: Map<string, OfferedTool>,
+): { call: FakeBlock; note: string } | undefined {
   const sumTool = tools.get('calculate_sum');
   const evalTool = tools.get('evaluate_expression');
   if (!sumTool && !evalTool) return undefined;
@@ -262,9 +285,10 @@ function planMath(text: string, tools: Map<string, any>): { call: FakeBlock; not
   const wantsSum =
     /\b(sum|add|adding|plus|total)\b/i.test(text) || (!!expression && expression.includes('+'));
   if (wantsSum && numbers.length >= 2) {
-    const [a, b] = numbers as [number, number];
+    const a = numbers[0]!;
+    const b = numbers[1]!;
     if (sumTool) {
-      const properties = sumTool.input_schema?.properties ?? {};
+      const properties = schemaProperties(sumTool) ?? {};
       const input = 'numbers' in properties ? { numbers } : { a, b };
       return { call: call('calculate_sum', input), note: `add ${a} and ${b}` };
     }
@@ -285,7 +309,7 @@ const EXAMPLES: Array<[string, string]> = [
   ['current_time', '"What time is it in Tokyo?"'],
 ];
 
-function introduction(userText: string, tools: Map<string, any>): string {
+function introduction(userText: string, tools: Map<string, OfferedTool>): string {
   const lines: string[] = [];
   const said = userText.trim().replace(/\s+/g, ' ');
   lines.push(

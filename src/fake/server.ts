@@ -10,7 +10,7 @@
  * `respond.ts`. The types are in `wire.ts`, the offline model in `offline.ts`, the reply builders in `script.ts`.
  */
 import http from 'node:http';
-import type { AddressInfo, Socket } from 'node:net';
+import type { Socket } from 'node:net';
 import { handleControl, notFound } from './control.js';
 import { handleMessages } from './messages.js';
 import { offlineHandler } from './offline.js';
@@ -160,7 +160,8 @@ export async function startFakeAnthropic(opts: FakeAnthropicOptions = {}): Promi
       resolve();
     });
   });
-  const address = server.address() as AddressInfo;
+  const address = server.address();
+  if (address === null || typeof address === 'string') throw new Error('the fake listens on TCP');
   const urlHost = address.family === 'IPv6' ? `[${address.address}]` : address.address;
 
   return {

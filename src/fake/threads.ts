@@ -2,10 +2,12 @@
  * Message threads (`message-threads-2026-08-12`): the conversations the fake keeps between turns, keyed by the id of
  * the reply that ends them, and the checks a `thread: {type: "continue"}` request must pass.
  */
-import { RequestError } from './validate.js';
+import type { BetaMessageParam } from '@anthropic-ai/sdk/resources/beta/messages/messages';
+import { RequestError, type Unchecked } from './validate.js';
 
 export interface StoredThread {
-  messages: any[];
+  /** The conversation so far, ending with the reply it is keyed by. */
+  messages: BetaMessageParam[];
   system: unknown;
   tools: unknown[];
   stopReason: string;
@@ -43,9 +45,9 @@ export class ThreadStore {
 
 /** Throws the API's error when `thread` cannot be used: unsupported, unknown, already continued, or in flight. */
 export function checkThread(
-  thread: any,
+  thread: Unchecked<'type' | 'previous_message_id'>,
   parent: StoredThread | undefined,
-  newMessages: any[],
+  newMessages: readonly unknown[],
   supported: boolean,
 ): void {
   if (!supported) {
@@ -61,7 +63,7 @@ export function checkThread(
     throw new RequestError({
       status: 404,
       type: 'not_found_error',
-      message: `thread.previous_message_id: no stored message thread ends with ${thread.previous_message_id}`,
+      message: `thread.previous_message_id: no stored message thread ends with ${String(thread.previous_message_id)}`,
       details: { error_code: 'thread_not_found' },
     });
   }
@@ -69,7 +71,7 @@ export function checkThread(
     throw new RequestError({
       status: 400,
       type: 'invalid_request_error',
-      message: `thread.previous_message_id: ${thread.previous_message_id} has already been continued; continue from the latest message of the thread`,
+      message: `thread.previous_message_id: ${String(thread.previous_message_id)} has already been continued; continue from the latest message of the thread`,
       details: { error_code: 'thread_already_continued' },
     });
   }
@@ -77,7 +79,7 @@ export function checkThread(
     throw new RequestError({
       status: 400,
       type: 'invalid_request_error',
-      message: `thread.previous_message_id: another request is already continuing ${thread.previous_message_id}`,
+      message: `thread.previous_message_id: another request is already continuing ${String(thread.previous_message_id)}`,
       details: { error_code: 'thread_continue_in_flight' },
     });
   }

@@ -17,14 +17,24 @@ export function invalid(message: string): RequestError {
   return new RequestError({ status: 400, type: 'invalid_request_error', message });
 }
 
-export function validateBody(body: any, headers: http.IncomingHttpHeaders): void {
-  if (typeof body !== 'object' || body === null || Array.isArray(body)) {
-    throw invalid('The request body must be a JSON object');
-  }
+/** A JSON object whose named fields are not checked yet. */
+export type Unchecked<K extends string> = { readonly [P in K]?: unknown };
+
+/** `value` as an object whose fields `K` are still to check, or undefined when it is not a (non-array) object. */
+export function unchecked<K extends string>(value: unknown): Unchecked<K> | undefined {
+  return typeof value === 'object' && value !== null && !Array.isArray(value) ? value : undefined;
+}
+
+/** Checks the body's fields as the API does (the conversation is checked by `validateConversation`). */
+export function validateBody(raw: unknown, headers: http.IncomingHttpHeaders): void {
+  const body = unchecked<'model' | 'max_tokens' | 'messages' | 'stream' | 'tools' | 'thread' | 'system'>(raw);
+  if (!body) throw invalid('The request body must be a JSON object');
   if (body.model === undefined) throw invalid('model: Field required');
   if (typeof body.model !== 'string' || !body.model) throw invalid('model: Input should be a valid string');
   if (body.max_tokens === undefined) throw invalid('max_tokens: Field required');
-  if (!Number.isInteger(body.max_tokens)) throw invalid('max_tokens: Input should be a valid integer');
+  if (typeof body.max_tokens !== 'number' || !Number.isInteger(body.max_tokens)) {
+    throw invalid('max_tokens: Input should be a valid integer');
+  }
   if (body.max_tokens < 1) throw invalid('max_tokens: Input should be greater than or equal to 1');
   if (body.messages === undefined) throw invalid('messages: Field required');
   if (!Array.isArray(body.messages)) throw invalid('messages: Input should be a valid list');
@@ -34,19 +44,19 @@ export function validateBody(body: any, headers: http.IncomingHttpHeaders): void
   if (body.tools !== undefined) {
     if (!Array.isArray(body.tools)) throw invalid('tools: Input should be a valid list');
     const names = new Set<string>();
-    body.tools.forEach((tool: any, i: number) => {
-      const name = tool?.name;
+    body.tools.forEach((tool: unknown, i: number) => {
+      const name = unchecked<'name'>(tool)?.name;
       if (typeof name !== 'string') return; // server tools of some types have no name
       if (names.has(name)) throw invalid(`tools.${i}: Tool names must be unique: ${name}`);
       names.add(name);
     });
   }
-  const thread = body.thread;
-  if (thread === undefined || thread === null) {
+  if (body.thread === undefined || body.thread === null) {
     if (body.messages.length === 0) throw invalid('messages: at least one message is required');
     return;
   }
-  if (typeof thread !== 'object' || (thread.type !== 'create' && thread.type !== 'continue')) {
+  const thread = unchecked<'type' | 'previous_message_id'>(body.thread);
+  if (!thread || (thread.type !== 'create' && thread.type !== 'continue')) {
     throw invalid("thread.type: Input should be 'create' or 'continue'");
   }
   const betas = String(headers['anthropic-beta'] ?? '')
@@ -62,7 +72,7 @@ export function validateBody(body: any, headers: http.IncomingHttpHeaders): void
   if (typeof thread.previous_message_id !== 'string' || !thread.previous_message_id) {
     throw invalid('thread.previous_message_id: Field required');
   }
-  for (const field of ['system', 'tools']) {
+  for (const field of ['system', 'tools'] as const) {
     if (body[field] !== undefined) {
       throw invalid(
         `${field}: cannot be set on a thread \`continue\`; the thread keeps the \`${field}\` it was created with`,
@@ -75,7 +85,7 @@ export function validateBody(body: any, headers: http.IncomingHttpHeaders): void
  * Checks a conversation as the real API does. Consecutive messages of one role form a single turn (the API combines
  * them) unless `strict`; `system`-role messages (`tool_addition` / `tool_removal`) are skipped.
  */
-export function validateConversation(messages: any[], strict = false): void {
+export function validateConversation(messages: readonly unknown[], strict = false): void {
   interface Turn {
     role: 'user' | 'assistant';
     first: number;
@@ -86,12 +96,12 @@ export function validateConversation(messages: any[], strict = false): void {
   const seenToolUse = new Set<string>();
   let lastNonSystem = -1;
   messages.forEach((message, i) => {
-    if (message?.role !== 'system') lastNonSystem = i;
+    if (unchecked<'role'>(message)?.role !== 'system') lastNonSystem = i;
   });
 
-  messages.forEach((message: any, i: number) => {
-    if (typeof message !== 'object' || message === null)
-      throw invalid(`messages.${i}: Input should be an object`);
+  messages.forEach((raw, i) => {
+    const message = unchecked<'role' | 'content'>(raw);
+    if (!message) throw invalid(`messages.${i}: Input should be an object`);
     const { role, content } = message;
     if (role !== 'user' && role !== 'assistant' && role !== 'system') {
       throw invalid(`messages.${i}.role: Input should be 'user', 'assistant' or 'system'`);
@@ -119,8 +129,9 @@ export function validateConversation(messages: any[], strict = false): void {
       turns.push(turn);
     }
     if (typeof content === 'string') return;
-    content.forEach((block: any, j: number) => {
-      if (typeof block !== 'object' || block === null || typeof block.type !== 'string') {
+    content.forEach((rawBlock: unknown, j: number) => {
+      const block = unchecked<'type' | 'text' | 'id' | 'name' | 'input' | 'tool_use_id'>(rawBlock);
+      if (!block || typeof block.type !== 'string') {
         throw invalid(`messages.${i}.content.${j}: Input should be a content block with a \`type\``);
       }
       if (block.type === 'text' && typeof block.text !== 'string') {
@@ -135,7 +146,7 @@ export function validateConversation(messages: any[], strict = false): void {
         if (typeof block.id !== 'string' || typeof block.name !== 'string') {
           throw invalid(`messages.${i}.content.${j}: \`tool_use\` blocks need an \`id\` and a \`name\``);
         }
-        if (typeof block.input !== 'object' || block.input === null || Array.isArray(block.input)) {
+        if (!unchecked(block.input)) {
           throw invalid(`messages.${i}.content.${j}.input: Input should be a valid dictionary`);
         }
         if (seenToolUse.has(block.id)) {
@@ -162,7 +173,7 @@ export function validateConversation(messages: any[], strict = false): void {
     const previous = t > 0 ? turns[t - 1] : undefined;
     const answered = new Set<unknown>();
     for (const result of turn.results) {
-      if (!previous || !previous.toolUses.has(result.id as string)) {
+      if (!previous || typeof result.id !== 'string' || !previous.toolUses.has(result.id)) {
         throw invalid(
           `messages.${result.message}.content.${result.block}: unexpected \`tool_use_id\` found in \`tool_result\` blocks: ${String(result.id)}. Each \`tool_result\` block must have a corresponding \`tool_use\` block in the previous message.`,
         );

@@ -4,19 +4,27 @@
  * offline model, the scripts and the HTTP server do not import one another in a circle.
  */
 
+import type {
+  BetaMessageParam,
+  MessageCreateParams,
+} from '@anthropic-ai/sdk/resources/beta/messages/messages';
+
 /** The beta header a request needs to use message threads. */
 export const MESSAGE_THREADS_BETA = 'message-threads-2026-08-12';
 
 /** One recorded `POST /v1/messages`. */
 export interface FakeRequest {
-  /** The raw JSON body as received. */
-  body: any;
+  /**
+   * The JSON body as received, typed as the API defines it. Only a request the fake accepted is known to match
+   * (`validate.ts` checks it before any reply); one it answered 4xx may hold any JSON.
+   */
+  body: WireRequest;
   headers: Record<string, string | string[] | undefined>;
   /**
    * The full conversation the model saw: for a thread `continue` the stored conversation plus the new messages,
    * otherwise `body.messages`.
    */
-  messages: any[];
+  messages: BetaMessageParam[];
   /** Effective `system` (taken from the thread for a `continue`). */
   system: unknown;
   /** Effective `tools` (taken from the thread for a `continue`), `[]` when none. */
@@ -98,6 +106,9 @@ export type FakeReply = FakeMessageReply | FakeErrorReply | FakeHangReply;
 
 /** `index` is the position of the request in `requests` (its 0-based arrival order). */
 export type FakeHandler = (req: FakeRequest, index: number) => FakeReply | Promise<FakeReply>;
+
+/** A `POST /v1/messages` body: the SDK's params (with `thread`). */
+export type WireRequest = MessageCreateParams;
 
 /** An error the fake answers with, in the API's envelope (`{type:"error",error:{type,message,details}}`). */
 export interface ApiErrorSpec {
