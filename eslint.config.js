@@ -13,6 +13,9 @@ export default tseslint.config(
       'no-constant-condition': ['error', { checkLoops: false }],
     },
   },
+  // The service's code: no `any` (use the SDK's types, or `unknown` narrowed where the data comes from outside).
+  { files: ['src/**/*.ts', 'routes/**/*.ts'], rules: { '@typescript-eslint/no-explicit-any': 'error' } },
+  { files: ['**/*.cjs'], languageOptions: { sourceType: 'commonjs', globals: globals.node } },
   // The browser console: plain ES modules run by the browser as they are (no build step).
   { files: ['public/**/*.js'], languageOptions: { globals: globals.browser } },
 );

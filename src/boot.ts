@@ -1,7 +1,7 @@
 import type { TracerProvider } from '@opentelemetry/api';
 import Fastify, { LogController, type FastifyInstance } from 'fastify';
 import path from 'node:path';
-import type { Logger } from 'pino';
+import type { FastifyBaseLogger as Logger } from 'fastify';
 import app from './app.js';
 import { loadConfig, isLoopback, type Config } from './config.js';
 import { startFakeAnthropic, type FakeAnthropic } from './fake/server.js';
@@ -120,7 +120,7 @@ export async function startService(
     // tool_use ids may be up to 128 characters; the routes' schemas give the 400 beyond.
     routerOptions: { maxParamLength: 256 },
   });
-  const log = fastify.log as unknown as Logger;
+  const log = fastify.log;
   const cleanups: Array<() => Promise<void>> = [];
   try {
     const redis = await resolveRedis(config, log);

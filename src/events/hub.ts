@@ -38,7 +38,10 @@ export async function readPage(
     .xrange(key, after === START ? '-' : `(${after}`, '+', 'COUNT', count)
     .exec();
   if (!res) throw new Error('event log read aborted');
-  const [[e1, first], [e2, rows]] = res as [[Error | null, Array<[string, string[]]>], [Error | null, any]];
+  const [[e1, first], [e2, rows]] = res as [
+    [Error | null, Array<[string, string[]]>],
+    [Error | null, unknown],
+  ];
   if (e1) throw e1;
   if (e2) throw e2;
   const firstId = first[0]?.[0] ?? null;

@@ -21,19 +21,11 @@ export function handleControl(
   try {
     if (method === 'POST' && path === '/_fake/enqueue') {
       const input = parse();
-      const replies: FakeReply[] = Array.isArray(input) ? input : [input];
-      for (const reply of replies) {
-        const ok =
-          (reply?.type === 'message' && Array.isArray(reply.content)) ||
-          (reply?.type === 'error' &&
-            Number.isInteger(reply.status) &&
-            typeof reply.errorType === 'string') ||
-          reply?.type === 'hang';
-        if (!ok) {
-          throw new Error(
-            'each reply needs {type:"message",content:[...]}, {type:"error",status,errorType} or {type:"hang"}',
-          );
-        }
+      const replies: unknown[] = Array.isArray(input) ? input : [input];
+      if (!replies.every(isFakeReply)) {
+        throw new Error(
+          'each reply needs {type:"message",content:[...]}, {type:"error",status,errorType} or {type:"hang"}',
+        );
       }
       state.queue.push(...replies);
       return sendJson(res, 200, JSON.stringify({ queued: state.queue.length }));

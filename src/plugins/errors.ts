@@ -1,3 +1,4 @@
+import type { FastifyError } from 'fastify';
 import fp from 'fastify-plugin';
 import { hasZodFastifySchemaValidationErrors } from 'fastify-type-provider-zod';
 import { AppError } from '../errors.js';
@@ -8,7 +9,7 @@ export { isStoreDown };
 /** One error handler: stable `{error: {code, message, details?}}`, 5xx internals only in the log. */
 export default fp(
   async (app) => {
-    app.setErrorHandler((err: any, req, reply) => {
+    app.setErrorHandler((err: FastifyError, req, reply) => {
       if (hasZodFastifySchemaValidationErrors(err)) {
         return reply.code(400).send({
           error: {

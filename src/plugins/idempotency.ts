@@ -54,7 +54,7 @@ export default fp<{ ttlS: number }>(
         return;
       }
       const existing = await app.redis.get(key);
-      const stored = existing ? (JSON.parse(existing) as Stored) : null;
+      const stored: Stored | null = existing ? JSON.parse(existing) : null;
       if (!stored)
         throw new AppError(
           409,

@@ -47,10 +47,7 @@ export const redisOptions: RedisOptions = {
 };
 
 /** A subscriber waits for messages: no command timeout; it re-subscribes by itself after a reconnection. */
-const subscriberOptions: RedisOptions = {
-  ...redisOptions,
-  commandTimeout: undefined as unknown as number,
-};
+const { commandTimeout: _commandTimeout, ...subscriberOptions } = redisOptions;
 
 /**
  * Cluster clients. Keys of one session share a hash tag (one slot); the global keys (`runs:due`, tenant indexes,

@@ -1,7 +1,7 @@
 import type { Cluster, Redis } from 'ioredis';
 import { randomBytes } from 'node:crypto';
 import { FencedOut, AppError, notFound, revisionMismatch, conflict } from '../errors.js';
-import type { StoredMessage } from '../history.js';
+import type { StoredBlock, StoredMessage } from '../history.js';
 import type { ClientTool, OnMaxTokens, SessionParams } from '../schemas.js';
 import {
   RUNS_KEY,
@@ -33,7 +33,7 @@ export interface SessionError {
 }
 
 export interface ToolResult {
-  content: string | Array<Record<string, any>>;
+  content: string | StoredBlock[];
   is_error: boolean;
 }
 

@@ -61,7 +61,7 @@ export async function resolveChecked(host: string, allowPrivate: boolean): Promi
       addrs = found.map((a) => ({ address: a.address, family: a.family as 4 | 6 }));
     } catch (err) {
       throw invalidUrl(
-        `The host ${host} does not resolve (${(err as NodeJS.ErrnoException).code ?? 'error'}).`,
+        `The host ${host} does not resolve (${err instanceof Error && 'code' in err ? String(err.code) : 'error'}).`,
       );
     }
   }

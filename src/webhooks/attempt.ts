@@ -58,7 +58,7 @@ export async function attempt(opts: {
     if (!found) return done(false, null, 'timeout');
     checked = found;
   } catch (err) {
-    return done(false, null, `refused: ${(err as Error).message}`);
+    return done(false, null, `refused: ${err instanceof Error ? err.message : String(err)}`);
   }
   const now = new Date();
   const signature = new Webhook(opts.secret).sign(opts.msgId, now, opts.body);

@@ -1,4 +1,4 @@
-import type { Logger } from 'pino';
+import type { FastifyBaseLogger as Logger } from 'fastify';
 import type { Metrics } from '../observability/metrics.js';
 import { attempt } from './attempt.js';
 import type { Fanout } from './fanout.js';

@@ -1,4 +1,4 @@
-import type { Logger } from 'pino';
+import type { FastifyBaseLogger as Logger } from 'fastify';
 import { envelope } from '../events/envelope.js';
 import { parseStreamEntry } from '../store/store.js';
 import type { IndexEntry, WebhookStore } from './store.js';

@@ -1,7 +1,6 @@
 import fp from 'fastify-plugin';
 import { randomBytes } from 'node:crypto';
 import { hostname } from 'node:os';
-import type { Logger } from 'pino';
 import type { Config } from '../config.js';
 import { COMMAND_TIMEOUT_MS } from '../plugins/redis.js';
 import { closeAgents } from './attempt.js';
@@ -36,7 +35,7 @@ const PROCESS_MAX = 64;
  */
 export default fp<{ config: Config }>(
   async (app, { config }) => {
-    const log = app.log.child({ component: 'webhooks' }) as unknown as Logger;
+    const log = app.log.child({ component: 'webhooks' });
     const store = new WebhookStore(app.redis);
     const box = new SecretBox(
       config.WEBHOOK_SECRET_KEY ? parseSecretKey(config.WEBHOOK_SECRET_KEY) : undefined,

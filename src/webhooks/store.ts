@@ -113,12 +113,18 @@ const SCRIPTS: Array<[keyof Scripted & `wh${string}`, string, number]> = [
   ['whIndexAdd', 'index-add', 1],
 ];
 
+/** The event types of a webhook hash's `events` field (a JSON array of strings, as `create` writes it). */
+function parseEvents(raw: string | undefined): string[] {
+  const parsed: unknown = JSON.parse(raw ?? '[]');
+  return Array.isArray(parsed) ? parsed.map(String) : [];
+}
+
 function decode(h: Record<string, string>): WebhookRecord {
   return {
     id: h.id!,
     tenant: h.tenant!,
     url: h.url!,
-    events: JSON.parse(h.events ?? '[]') as string[],
+    events: parseEvents(h.events),
     description: h.description ? h.description : null,
     secret: h.secret ?? '',
     createdAt: Number(h.created_at ?? 0),
@@ -223,7 +229,8 @@ export class WebhookStore {
     const out = new Map<string, IndexEntry>();
     for (const [id, raw] of Object.entries(h)) {
       try {
-        out.set(id, JSON.parse(raw) as IndexEntry);
+        const entry: IndexEntry = JSON.parse(raw);
+        out.set(id, entry);
       } catch {
         /* a foreign or damaged entry is not a webhook */
       }
@@ -300,7 +307,8 @@ export class WebhookStore {
   /** The newest `limit` entries of the deliveries log. One LRANGE. */
   async deliveries(id: string, limit: number): Promise<DeliveryLogEntry[]> {
     const raw = await this.redis.lrange(webhookKeys(id).log, 0, limit - 1);
-    return raw.map((r) => JSON.parse(r) as DeliveryLogEntry);
+    // Written by `settle` (JSON of a DeliveryLogEntry).
+    return raw.map((r): DeliveryLogEntry => JSON.parse(r));
   }
 
   // ---- marks (src/webhooks/tap.ts) ------------------------------------------------------------------------

@@ -1,0 +1,17 @@
+/** The import-cycle check of `npm run lint` (dependency-cruiser), on the TypeScript sources with their `.js` specifiers. */
+module.exports = {
+  forbidden: [
+    {
+      name: 'no-circular',
+      severity: 'error',
+      comment: 'No import cycles: a module and what it imports must not import it back.',
+      from: {},
+      to: { circular: true },
+    },
+  ],
+  options: {
+    doNotFollow: { path: 'node_modules' },
+    tsConfig: { fileName: 'tsconfig.json' },
+    tsPreCompilationDeps: true,
+  },
+};
