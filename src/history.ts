@@ -8,7 +8,8 @@ export interface StoredMessage {
  * A content block as stored: a block of the Messages API (the SDK's, or a client's as the schemas admit it), kept as
  * it was sent or received. The fields the service reads are named; the others pass through untouched.
  */
-export interface StoredBlock {
+// A type alias, not an interface: it is then a `Record<string, unknown>` too (the routes' response schemas).
+export type StoredBlock = {
   type: string;
   id?: string | undefined;
   name?: string | undefined;
@@ -18,7 +19,7 @@ export interface StoredBlock {
   content?: unknown;
   is_error?: boolean | null | undefined;
   cache_control?: unknown;
-}
+};
 
 export interface ToolCall {
   id: string;
