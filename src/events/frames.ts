@@ -1,6 +1,6 @@
 import { z } from 'zod';
 import type { FastifyBaseLogger } from 'fastify';
-import { AppError, zodDetails } from '../errors.js';
+import { AppError, zodDetails, type ErrorCode } from '../errors.js';
 import { isStoreDown } from '../plugins/errors.js';
 import { DEFAULT_JSON_MAX_DEPTH, jsonTooDeep, tooDeepMessage } from '../json-depth.js';
 import { decisionBody, postMessageBody, toolResultBody } from '../schemas.js';
@@ -32,9 +32,14 @@ const cancelFrame = z.strictObject({});
 
 export type ServerFrame =
   | { type: 'ack'; ref: string; revision: number; status: string }
-  | { type: 'error'; ref: string | null; error: { code: string; message: string; details?: unknown } };
+  | { type: 'error'; ref: string | null; error: { code: ErrorCode; message: string; details?: unknown } };
 
-const errorFrame = (ref: string | null, code: string, message: string, details?: unknown): ServerFrame => ({
+const errorFrame = (
+  ref: string | null,
+  code: ErrorCode,
+  message: string,
+  details?: unknown,
+): ServerFrame => ({
   type: 'error',
   ref,
   error: details === undefined ? { code, message } : { code, message, details },

@@ -1,5 +1,5 @@
 import type { Writable } from 'node:stream';
-import { AppError } from '../errors.js';
+import { AppError, type ErrorCode } from '../errors.js';
 import type { ExpiredInfo } from './hub.js';
 
 /**
@@ -45,7 +45,7 @@ export const errorBody = (err: AppError) => ({
   ...(err.details !== undefined ? { details: err.details } : {}),
 });
 
-export const storeUnavailable = {
+export const storeUnavailable: { code: ErrorCode; message: string } = {
   code: 'store_unavailable',
   message: 'The session store is unavailable; reconnect with the id of the last event you saw.',
 };

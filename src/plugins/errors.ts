@@ -1,7 +1,7 @@
 import type { FastifyError } from 'fastify';
 import fp from 'fastify-plugin';
 import { hasZodFastifySchemaValidationErrors } from 'fastify-type-provider-zod';
-import { AppError } from '../errors.js';
+import { AppError, errorBody } from '../errors.js';
 import { isStoreDown } from '../store/unavailable.js';
 
 export { isStoreDown };
@@ -34,55 +34,38 @@ export default fp(
         });
       }
       if (err.code === 'FST_ERR_CTP_BODY_TOO_LARGE') {
-        return reply
-          .code(413)
-          .send({ error: { code: 'payload_too_large', message: 'The request body is too large.' } });
+        return reply.code(413).send(errorBody('payload_too_large', 'The request body is too large.'));
       }
       if (err.code === 'FST_ERR_CTP_INVALID_MEDIA_TYPE') {
-        return reply
-          .code(415)
-          .send({ error: { code: 'unsupported_media_type', message: 'Send JSON (application/json).' } });
+        return reply.code(415).send(errorBody('unsupported_media_type', 'Send JSON (application/json).'));
       }
       if (
         err.code === 'FST_ERR_CTP_EMPTY_JSON_BODY' ||
         err.code === 'FST_ERR_CTP_INVALID_JSON_BODY' ||
         (err.statusCode === 400 && err.code?.startsWith?.('FST_'))
       ) {
-        return reply
-          .code(400)
-          .send({ error: { code: 'invalid_json', message: 'The request body is not valid JSON.' } });
+        return reply.code(400).send(errorBody('invalid_json', 'The request body is not valid JSON.'));
       }
       if (req.raw.readableAborted || (err.code === 'ECONNRESET' && err.message === 'aborted')) {
         // The client went away mid-upload (or was timed out by REQUEST_TIMEOUT_MS): nothing to answer, not our error.
         req.log.info({ err: { code: err.code, message: err.message } }, 'client aborted the request');
-        return reply
-          .code(400)
-          .send({ error: { code: 'request_aborted', message: 'The request was aborted.' } });
+        return reply.code(400).send(errorBody('request_aborted', 'The request was aborted.'));
       }
       if (isStoreDown(err)) {
         req.log.warn({ err }, 'store unavailable');
         return reply
           .code(503)
           .header('retry-after', '2')
-          .send({
-            error: {
-              code: 'store_unavailable',
-              message: 'The session store is unavailable; try again shortly.',
-            },
-          });
+          .send(errorBody('store_unavailable', 'The session store is unavailable; try again shortly.'));
       }
       if (err.statusCode === 429) {
-        return reply.code(429).send({ error: { code: 'rate_limited', message: 'Too many requests.' } });
+        return reply.code(429).send(errorBody('rate_limited', 'Too many requests.'));
       }
       req.log.error({ err }, 'unhandled error');
-      return reply
-        .code(500)
-        .send({ error: { code: 'internal_error', message: 'Something went wrong on our side.' } });
+      return reply.code(500).send(errorBody('internal_error', 'Something went wrong on our side.'));
     });
     app.setNotFoundHandler((req, reply) => {
-      reply.code(404).send({
-        error: { code: 'route_not_found', message: `No route ${req.method} ${req.url.split('?')[0]}.` },
-      });
+      reply.code(404).send(errorBody('route_not_found', `No route ${req.method} ${req.url.split('?')[0]}.`));
     });
   },
   { name: 'errors' },
