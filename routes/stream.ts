@@ -13,6 +13,7 @@ import { handleFrame, type ServerFrame } from '../src/events/frames.js';
 import { hubFor, type Sink } from '../src/events/hub.js';
 import { selectProtocol } from '../src/events/protocols.js';
 import { cursorExpired, drained, errorBody, storeUnavailable } from '../src/events/transport.js';
+import { componentLog } from '../src/log.js';
 
 export const streamQuery = z.object({
   after: z
@@ -106,7 +107,7 @@ const routes: FastifyPluginAsyncZod<{ config: Config }> = async (app, { config }
       // raw socket (`assignSocket`), and its `error` listener on the WebSocket closes over request and reply.
       const id = req.params.id;
       const tenant = req.tenant;
-      const log = app.log.child({ reqId: req.id });
+      const log = componentLog(req.log, 'stream');
       const after = parseCursor(req.query.after)!;
       const rawSocket = req.raw.socket as Socket & { _httpMessage?: ServerResponse | null };
       rawSocket._httpMessage?.detachSocket(rawSocket);

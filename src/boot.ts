@@ -7,6 +7,7 @@ import { loadConfig, isLoopback, type Config } from './config.js';
 import { startFakeAnthropic, type FakeAnthropic } from './fake/server.js';
 import { offlineHandler } from './fake/offline.js';
 import { findRedisServerBinary, redisAnswers, startEmbeddedRedis } from './redis/embedded.js';
+import { componentLog } from './log.js';
 
 export const loggerOptions = (config: Config) => ({
   level: config.LOG_LEVEL,
@@ -120,7 +121,7 @@ export async function startService(
     // tool_use ids may be up to 128 characters; the routes' schemas give the 400 beyond.
     routerOptions: { maxParamLength: 256 },
   });
-  const log = fastify.log;
+  const log = componentLog(fastify.log, 'boot');
   const cleanups: Array<() => Promise<void>> = [];
   try {
     const redis = await resolveRedis(config, log);

@@ -188,7 +188,7 @@ export async function fail(
   error: SessionError,
   log: EngineLogger,
 ): Promise<void> {
-  log.warn({ error }, 'run failed');
+  log.warn({ err: error }, 'run failed');
   run.obs.failed(error.code);
   try {
     const state = await deps.store.load(run.id);

@@ -7,6 +7,7 @@ import { parseStreamEntry, type StoredEvent } from '../store/store.js';
 import { START, compareIds } from './cursor.js';
 import { OutEvent } from './envelope.js';
 import { parseNotice } from './notice.js';
+import { componentLog } from '../log.js';
 
 type RedisClient = Redis | Cluster;
 
@@ -442,7 +443,12 @@ const hubs = new WeakMap<object, EventHub>();
 export function hubFor(app: FastifyInstance): EventHub {
   let hub = hubs.get(app.redisSub);
   if (!hub) {
-    hub = new EventHub({ redis: app.redis, sub: app.redisSub, log: app.log, metrics: app.metrics });
+    hub = new EventHub({
+      redis: app.redis,
+      sub: app.redisSub,
+      log: componentLog(app.log, 'events'),
+      metrics: app.metrics,
+    });
     hubs.set(app.redisSub, hub);
     const h = hub;
     app.addHook('onClose', async () => h.close());

@@ -5,6 +5,7 @@ import { serverTools } from '../../tools/index.js';
 import { Engine } from '../engine/engine.js';
 import { SessionService } from '../sessions/service.js';
 import { SessionStore } from '../store/store.js';
+import { componentLog } from '../log.js';
 
 declare module 'fastify' {
   interface FastifyInstance {
@@ -30,7 +31,7 @@ export default fp<EnginePluginOptions>(
       client: app.anthropic,
       subscriber: app.redisSub,
       serverTools,
-      logger: app.log.child({ component: 'engine' }),
+      logger: componentLog(app.log, 'engine'),
       owner: `${hostname()}-${process.pid}-${randomBytes(3).toString('hex')}`,
       leaseTtlMs: opts.leaseTtlMs,
       maxActiveRuns: opts.maxActiveRuns,

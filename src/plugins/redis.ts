@@ -1,6 +1,7 @@
 import fp from 'fastify-plugin';
 import { Redis, Cluster, type ClusterOptions, type RedisOptions } from 'ioredis';
 import { redisErrorKind } from '../observability/metrics.js';
+import { componentLog } from '../log.js';
 
 declare module 'fastify' {
   interface FastifyInstance {
@@ -107,6 +108,7 @@ export default fp<RedisPluginOptions>(
   async (app, opts) => {
     const redis = createRedis(opts, 'commands');
     const sub = createRedis(opts, 'subscriber');
+    const log = componentLog(app.log, 'redis');
     for (const [name, conn] of [
       ['redis', redis],
       ['redis-sub', sub],
@@ -117,11 +119,11 @@ export default fp<RedisPluginOptions>(
       conn.on('error', (err: Error) => {
         app.metrics.redisErrors.inc({ kind: redisErrorKind(err) });
         failures++;
-        if (!down) app.log.warn({ err, conn: name }, 'redis connection lost; reconnecting');
+        if (!down) log.warn({ err, conn: name }, 'redis connection lost; reconnecting');
         down = true;
       });
       conn.on('ready', () => {
-        if (down) app.log.info({ conn: name, failures }, 'redis connection restored');
+        if (down) log.info({ conn: name, failures }, 'redis connection restored');
         down = false;
         failures = 0;
       });

@@ -9,6 +9,7 @@ import { Fanout } from './fanout.js';
 import { parseSecretKey, SecretBox } from './secrets.js';
 import { CHANGED_CHANNEL, WebhookStore } from './store.js';
 import { createTap, Interest } from './tap.js';
+import { componentLog } from '../log.js';
 
 declare module 'fastify' {
   interface FastifyInstance {
@@ -35,7 +36,7 @@ const PROCESS_MAX = 64;
  */
 export default fp<{ config: Config }>(
   async (app, { config }) => {
-    const log = app.log.child({ component: 'webhooks' });
+    const log = componentLog(app.log, 'webhooks');
     const store = new WebhookStore(app.redis);
     const box = new SecretBox(
       config.WEBHOOK_SECRET_KEY ? parseSecretKey(config.WEBHOOK_SECRET_KEY) : undefined,
