@@ -7,7 +7,7 @@ import { Counter, Gauge, Histogram, Registry, collectDefaultMetrics } from 'prom
  * pre-made objects: one `observe`/`inc` per turn, tool call, commit or fanned-out batch, never per event or client.
  */
 
-/** Outcomes of a settled webhook delivery attempt (`trs_webhook_deliveries_total{outcome}`; settle.lua's). */
+/** Outcomes of a settled webhook delivery attempt (`trs_webhook_deliveries_total{outcome}`; settle-7.lua's). */
 export type WebhookOutcome = 'delivered' | 'retrying' | 'gave_up' | 'disabled' | 'stale' | 'gone';
 /** Event-stream transports (`transport` label). */
 export type Transport = 'ws' | 'sse';

@@ -1,19 +1,6 @@
 import { randomUUID } from 'node:crypto';
 import type { Cluster, Redis } from 'ioredis';
-
-/**
- * KEYS[1]: ZSET of a tenant's held slots (member: `<replica>:<n>`, score: expiry in ms since the epoch).
- * ARGV[1]: now (ms); ARGV[2]: the new slot's expiry (ms); ARGV[3]: the most slots; ARGV[4]: the member.
- * Returns 1 when the slot was taken, 0 when `max` live slots are held already. Expired slots (their replica died
- * without releasing them) are dropped first, so a crash frees its slots within one TTL.
- */
-const ACQUIRE_SLOT = `
-redis.call('ZREMRANGEBYSCORE', KEYS[1], '-inf', ARGV[1])
-if redis.call('ZCARD', KEYS[1]) >= tonumber(ARGV[3]) then return 0 end
-redis.call('ZADD', KEYS[1], ARGV[2], ARGV[4])
-redis.call('PEXPIREAT', KEYS[1], ARGV[2])
-return 1
-`;
+import { defineLuaCommands } from '../store/lua-commands.js';
 
 type Client = (Redis | Cluster) & {
   quotaAcquireSlot?: (
@@ -28,7 +15,7 @@ type Client = (Redis | Cluster) & {
 /**
  * Slots a tenant holds across replicas (open WebSockets): one ZSET per tenant in Redis, each slot with an expiry that
  * this replica renews every third of `ttlMs` while the slot is held, so slots of a replica that died lapse by
- * themselves. Acquire is one atomic script (check and take); release is one ZREM.
+ * themselves. Acquire is one atomic script (lua/acquire-slot-1.lua: check and take); release is one ZREM.
  */
 export class TenantSlots {
   private readonly replica = randomUUID();
@@ -42,9 +29,7 @@ export class TenantSlots {
     private readonly name: string,
     private readonly ttlMs = 60_000,
   ) {
-    const client = redis as Client;
-    if (!client.quotaAcquireSlot)
-      redis.defineCommand('quotaAcquireSlot', { numberOfKeys: 1, lua: ACQUIRE_SLOT });
+    defineLuaCommands(redis, new URL('./lua/', import.meta.url), 'quota');
     this.timer = setInterval(() => void this.renew(), Math.ceil(ttlMs / 3));
     this.timer.unref();
   }

@@ -11,7 +11,7 @@ import {
   tenantIndexKey,
   type SessionKeys,
 } from './keys.js';
-import { ACQUIRE, APPEND_EVENTS, APPLY, DESTROY, RELEASE, RENEW } from './scripts.js';
+import { defineLuaCommands } from './lua-commands.js';
 
 export type RedisClient = Redis | Cluster;
 export type Status = 'running' | 'requires_action' | 'idle' | 'failed';
@@ -95,7 +95,7 @@ export interface SessionState {
   paramsRev: number;
 }
 
-/** Ops of one `apply` (see scripts.ts); values already encoded. */
+/** Ops of one `apply` (see lua/apply-6.lua); values already encoded. */
 export interface ApplyOps {
   trim_msgs?: number;
   lset_msgs?: Array<[number, string]>;
@@ -104,14 +104,12 @@ export interface ApplyOps {
   lset_iters?: Array<[number, string]>;
   push_iters?: string[];
   hset?: Record<string, string>;
-  hdel?: string[];
   hincr?: Record<string, number>;
   queue_push?: string[];
-  drop_queue?: boolean;
   release_lease?: boolean;
   /** `[type, data]`, or `[type, data, 'rev']` to have `"revision":null` in data replaced by the new revision. */
   events?: Array<[string, string] | [string, string, 'rev']>;
-  queue?: { base?: string; into_last?: boolean; any?: ApplyOps; none?: ApplyOps };
+  queue?: { base?: string; into_last?: boolean; none?: ApplyOps };
 }
 
 export interface Guard {
@@ -143,9 +141,7 @@ export interface StoredEvent {
 const START_DUE_DELAY_MS = 2000;
 
 function setsRunning(ops: ApplyOps | undefined): boolean {
-  return (
-    !!ops && (ops.hset?.status === 'running' || setsRunning(ops.queue?.any) || setsRunning(ops.queue?.none))
-  );
+  return !!ops && (ops.hset?.status === 'running' || setsRunning(ops.queue?.none));
 }
 
 export const newSessionId = () =>
@@ -195,7 +191,7 @@ const json = <T>(v: string | undefined, fallback: T): T => {
   }
 };
 
-export function decodeFields(h: Record<string, string>): SessionState {
+function decodeFields(h: Record<string, string>): SessionState {
   return {
     id: h.id!,
     tenant: h.tenant!,
@@ -277,7 +273,6 @@ function opsEventTypes(ops: ApplyOps | undefined, out: string[] = []): string[] 
   for (const ev of ops.events ?? []) out.push(ev[0]);
   if (ops.queue) {
     out.push('message.appended');
-    opsEventTypes(ops.queue.any, out);
     opsEventTypes(ops.queue.none, out);
   }
   return out;
@@ -300,17 +295,8 @@ export class SessionStore {
     redis: RedisClient,
     readonly options: StoreOptions,
   ) {
-    const r = redis as Scripted;
-    // The store may be built more than once on one client (tests); the commands are defined once.
-    if (typeof (redis as unknown as Partial<Scripted>).sessApply !== 'function') {
-      r.defineCommand('sessApply', { numberOfKeys: 6, lua: APPLY });
-      r.defineCommand('sessAcquire', { numberOfKeys: 2, lua: ACQUIRE });
-      r.defineCommand('sessRenew', { numberOfKeys: 1, lua: RENEW });
-      r.defineCommand('sessRelease', { numberOfKeys: 1, lua: RELEASE });
-      r.defineCommand('sessDestroy', { numberOfKeys: 6, lua: DESTROY });
-      r.defineCommand('sessAppendEvents', { numberOfKeys: 1, lua: APPEND_EVENTS });
-    }
-    this.redis = r;
+    defineLuaCommands(redis, new URL('./lua/', import.meta.url), 'sess');
+    this.redis = redis as Scripted;
   }
 
   private keyList(k: SessionKeys): string[] {

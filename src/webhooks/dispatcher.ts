@@ -7,10 +7,10 @@ import type { DeliveryLogEntry, OutboxLimits, WebhookStore } from './store.js';
 
 /**
  * Drains the outboxes, on every replica. Each `pollMs` it claims the messages of endpoints that are due in
- * `wh:due` (claim.lua: within the endpoint's concurrency limit across replicas, under a lease of the attempt's
+ * `wh:due` (claim-5.lua: within the endpoint's concurrency limit across replicas, under a lease of the attempt's
  * timeout plus a margin, so a dead replica's attempts are claimed again once their lease expires) and sweeps the
  * session marks old enough to be dropped (see tap.ts). An endpoint that got messages in this process is claimed at
- * once. Each attempt is settled (settle.lua): delivered, or retried after an exponential delay with jitter, for
+ * once. Each attempt is settled (settle-7.lua): delivered, or retried after an exponential delay with jitter, for
  * `retryForMs` after its first attempt; an endpoint failing for `disableAfterMs` is disabled.
  */
 

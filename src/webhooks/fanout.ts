@@ -7,7 +7,7 @@ import type { IndexEntry, WebhookStore } from './store.js';
  * The fan-out: a session's new events, read from its log after the session's webhook cursor, become messages in
  * the outboxes of the tenant's webhooks that listen for their types (and existed when the event was written).
  * Under a lease in the session's slot; the cursor moves only after the outboxes took the messages, so a crash
- * replays the read and the outboxes drop what they already hold (enqueue.lua). The message id, the same on
+ * replays the read and the outboxes drop what they already hold (enqueue-5.lua). The message id, the same on
  * every attempt (`webhook-id`), is `msg_<session>_<event id>`.
  */
 

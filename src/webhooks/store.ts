@@ -1,6 +1,6 @@
 import type { Cluster, Redis } from 'ioredis';
-import { readFileSync } from 'node:fs';
 import { AppError, notFound } from '../errors.js';
+import { defineLuaCommands } from '../store/lua-commands.js';
 
 /**
  * The webhooks' door to Redis, in one file (over 400 lines) because it is one class: every key, command and script of
@@ -100,19 +100,6 @@ type Scripted = RedisClient & {
   whUpdate(...args: Array<string | number>): Promise<[string, string | number, string?]>;
 };
 
-const lua = (name: string) => readFileSync(new URL(`./lua/${name}.lua`, import.meta.url), 'utf8');
-
-const SCRIPTS: Array<[keyof Scripted & `wh${string}`, string, number]> = [
-  ['whFanoutBegin', 'fanout-begin', 3],
-  ['whFanoutEnd', 'fanout-end', 2],
-  ['whEnqueue', 'enqueue', 5],
-  ['whClaim', 'claim', 5],
-  ['whSettle', 'settle', 7],
-  ['whDueSet', 'due-set', 1],
-  ['whMarkDone', 'mark-done', 1],
-  ['whIndexAdd', 'index-add', 1],
-];
-
 /** The event types of a webhook hash's `events` field (a JSON array of strings, as `create` writes it). */
 function parseEvents(raw: string | undefined): string[] {
   const parsed: unknown = JSON.parse(raw ?? '[]');
@@ -160,13 +147,9 @@ export class WebhookStore {
   readonly redis: Scripted;
 
   constructor(redis: RedisClient) {
-    const r = redis as Scripted;
-    if (typeof (redis as unknown as Partial<Scripted>).whClaim !== 'function') {
-      for (const [name, file, keys] of SCRIPTS) r.defineCommand(name, { numberOfKeys: keys, lua: lua(file) });
-      // `update` deletes every key of the webhook: its key count varies with the call.
-      r.defineCommand('whUpdate', { lua: lua('update') });
-    }
-    this.redis = r;
+    // lua/update.lua deletes every key of the webhook: its key count varies with the call (no `-<n>` suffix).
+    defineLuaCommands(redis, new URL('./lua/', import.meta.url), 'wh');
+    this.redis = redis as Scripted;
   }
 
   // ---- webhooks ------------------------------------------------------------------------------------------
@@ -414,7 +397,7 @@ export class WebhookStore {
     for (const [id, body] of messages) args.push(id, body);
     const [added, dropped] = await this.redis.whEnqueue(...args);
     if (added < 0) return null;
-    // After the outbox write, so a claim that saw no message yet is followed by a fresh score (see due-set.lua);
+    // After the outbox write, so a claim that saw no message yet is followed by a fresh score (see due-set-1.lua);
     // a fraction makes the score differ from one read in the same millisecond.
     if (added > 0) await this.redis.zadd(DUE_KEY, now + Math.random() * 0.999, webhookId);
     return { added, dropped };
@@ -428,7 +411,7 @@ export class WebhookStore {
     return out;
   }
 
-  /** Claims due messages within the endpoint's concurrency limit (atomic; see claim.lua). */
+  /** Claims due messages within the endpoint's concurrency limit (atomic; see claim-5.lua). */
   async claim(webhookId: string, now: number, limits: OutboxLimits): Promise<ClaimResult> {
     const k = webhookKeys(webhookId);
     const res = await this.redis.whClaim(
@@ -471,7 +454,7 @@ export class WebhookStore {
     if (next >= 0) await this.redis.zadd(DUE_KEY, 'LT', next, webhookId);
   }
 
-  /** Records an attempt's outcome atomically (see settle.lua). */
+  /** Records an attempt's outcome atomically (see settle-7.lua). */
   async settle(
     webhookId: string,
     msgId: string,

@@ -19,7 +19,7 @@ import type { IndexEntry, WebhookStore } from './store.js';
  *   the same connection (so Redis runs it first) or, on a Cluster, awaited (`ready`).
  *
  * A mark is dropped only by a sweep that started reading the log at least `graceMs` after the mark's score
- * (mark-done.lua), and every write covered by a mark was sent within `refreshMs` of it and has landed or failed
+ * (mark-done-1.lua), and every write covered by a mark was sent within `refreshMs` of it and has landed or failed
  * within the command timeout. So a replica SIGKILLed after its write and before its fan-out leaves a mark that
  * some replica sweeps after `graceMs`: no event is lost. `graceMs` must exceed `refreshMs` + the command timeout +
  * the clock skew between replicas.

@@ -1,0 +1,99 @@
+-- apply: one atomic, guarded change to a session: history, iteration records, fields, queue and events together.
+-- KEYS[1] meta (hash)  KEYS[2] msgs (list)  KEYS[3] iters (list)  KEYS[4] queue (list)  KEYS[5] events (stream)
+-- KEYS[6] lease (string)
+-- ARGV[1] guard JSON `{create?, fence?, rev?, status?: string[]}`: the change happens only if all hold
+-- ARGV[2] ops JSON (ApplyOps in src/store/store.ts). With `queue`, the queued follow-ups are popped and merged,
+--         behind `queue.base` if given, into one new user message (or, with `queue.into_last`, onto the blocks of
+--         the last message, a user turn); `queue.none` is applied when nothing was queued.
+-- ARGV[3] event log MAXLEN (approximate trim)
+-- ARGV[4] pub/sub channel of the notice of the events written (includes/notice.lua), so live readers wake up
+-- ARGV[5] notice size limit (bytes)
+-- Returns {revision, merged_count, merged_message_json, control, params_rev} (the last two as they stand after
+-- the change, so a runner learns of a cancel or a PATCH at its next commit even if it missed the pub/sub message),
+-- or {'ERR', code, current} with code `not_found` | `exists` | `fenced` | `revision` | `status` and nothing written.
+--- @include "includes/notice"
+local meta = KEYS[1]
+local guard = cjson.decode(ARGV[1])
+if guard.create then
+  if redis.call('EXISTS', meta) == 1 then return {'ERR', 'exists', ''} end
+elseif redis.call('EXISTS', meta) == 0 then
+  return {'ERR', 'not_found', ''}
+end
+local cur = redis.call('HMGET', meta, 'fence', 'revision', 'status')
+if guard.fence and tonumber(cur[1]) ~= guard.fence then return {'ERR', 'fenced', tostring(cur[1])} end
+if guard.rev and tonumber(cur[2]) ~= guard.rev then return {'ERR', 'revision', tostring(cur[2])} end
+if guard.status then
+  local ok = false
+  for _, s in ipairs(guard.status) do if s == cur[3] then ok = true end end
+  if not ok then return {'ERR', 'status', tostring(cur[3])} end
+end
+
+local ops = cjson.decode(ARGV[2])
+local rev = redis.call('HINCRBY', meta, 'revision', 1)
+local t = redis.call('TIME')
+local now = tostring(tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000))
+
+local notice_max = tonumber(ARGV[5])
+local function emit(ev)
+  local data = ev[2]
+  -- A third element asks for the new revision in the data, which only the script knows.
+  if ev[3] then data = (string.gsub(data, '"revision":null', '"revision":' .. rev, 1)) end
+  notice_before(KEYS[5])
+  local id = redis.call('XADD', KEYS[5], 'MAXLEN', '~', ARGV[3], '*', 't', ev[1], 'd', data, 'r', rev, 'at', now)
+  notice_add(notice_max, id, ev[1], now, rev, data)
+end
+
+local function pushAll(key, list)
+  for i = 1, #list, 1000 do
+    redis.call('RPUSH', key, unpack(list, i, math.min(i + 999, #list)))
+  end
+end
+
+local function run(o)
+  if not o then return end
+  if o.trim_msgs then redis.call('LTRIM', KEYS[2], 0, o.trim_msgs - 1) end
+  if o.lset_msgs then for _, p in ipairs(o.lset_msgs) do redis.call('LSET', KEYS[2], p[1], p[2]) end end
+  if o.push_msgs then pushAll(KEYS[2], o.push_msgs) end
+  if o.trim_iters then redis.call('LTRIM', KEYS[3], 0, o.trim_iters - 1) end
+  if o.lset_iters then for _, p in ipairs(o.lset_iters) do redis.call('LSET', KEYS[3], p[1], p[2]) end end
+  if o.push_iters then pushAll(KEYS[3], o.push_iters) end
+  if o.hset then
+    local args = {}
+    for k, v in pairs(o.hset) do args[#args + 1] = k; args[#args + 1] = v end
+    if #args > 0 then redis.call('HSET', meta, unpack(args)) end
+  end
+  if o.hincr then for k, v in pairs(o.hincr) do redis.call('HINCRBY', meta, k, v) end end
+  if o.queue_push then pushAll(KEYS[4], o.queue_push) end
+  if o.release_lease then redis.call('DEL', KEYS[6]) end
+  if o.events then for _, ev in ipairs(o.events) do emit(ev) end end
+end
+
+run(ops)
+local merged_count = 0
+local merged = ''
+if ops.queue then
+  local entries = redis.call('LRANGE', KEYS[4], 0, -1)
+  merged_count = #entries
+  local parts = {}
+  if ops.queue.base then parts[1] = ops.queue.base end
+  for _, e in ipairs(entries) do parts[#parts + 1] = e end
+  if ops.queue.into_last and merged_count > 0 then
+    -- User turns are stored with array content, so the last one ends in ']}' and blocks append by concatenation.
+    local last = redis.call('LINDEX', KEYS[2], -1)
+    merged = string.sub(last, 1, -3) .. ',' .. table.concat(parts, ',') .. ']}'
+    redis.call('LSET', KEYS[2], -1, merged)
+  elseif #parts > 0 and not ops.queue.into_last then
+    merged = '{"role":"user","content":[' .. table.concat(parts, ',') .. ']}'
+    redis.call('RPUSH', KEYS[2], merged)
+  end
+  if merged_count > 0 then
+    redis.call('DEL', KEYS[4])
+    emit({'message.appended', merged})
+  else
+    run(ops.queue.none)
+  end
+end
+redis.call('HSET', meta, 'updated_at', now, 'msg_count', redis.call('LLEN', KEYS[2]))
+notice_publish(ARGV[4])
+local after = redis.call('HMGET', meta, 'control', 'params_rev')
+return {rev, merged_count, merged, after[1] or '', after[2] or '0'}
