@@ -1,7 +1,9 @@
 /**
  * The offline model: a small deterministic stand-in for Claude, used when the service runs without an API key. It
- * reads the last user turn: tool results are summarised in text; a question about the weather, a sum, an expression
- * or the time calls the matching tool when the request offers it; anything else gets a friendly explanation.
+ * reads the last user turn: tool results are summarised in text; the newest text of the turn (a follow-up merged into
+ * a tool-results turn, say) is what it answers: a question about the weather, a sum, an expression or the time calls
+ * the matching tool when the request offers it, any other offered tool (a client tool, say) is called with an input
+ * built from its schema, and anything else gets a friendly explanation.
  */
 import type {
   BetaMessageParam,
@@ -11,18 +13,19 @@ import type {
 import type { FakeBlock, FakeHandler, FakeMessageReply, FakeRequest } from './wire.js';
 import { unchecked, type Unchecked } from './validate.js';
 import { extractExpression, extractNumbers, extractPlaces, extractZoneNames } from './offline-text.js';
+import { inputFor, pickTool, type AnyTool } from './offline-any-tool.js';
 import { isDotOrSpace, trimEndWhere } from './scan.js';
 
 export { extractExpression, extractPlaces };
 
 /** A tool the request offers, as far as the offline model reads it. */
-export type OfferedTool = Unchecked<'name' | 'input_schema'>;
+export type OfferedTool = Unchecked<'name' | 'input_schema' | 'description' | 'type'>;
 
 /** Tools the request offers by name: `tools`, plus `tool_addition` (less `tool_removal`) blocks of system messages. */
 export function availableTools(req: FakeRequest): Map<string, OfferedTool> {
   const tools = new Map<string, OfferedTool>();
   for (const raw of req.tools) {
-    const tool = unchecked<'name' | 'input_schema'>(raw);
+    const tool = unchecked<'name' | 'input_schema' | 'description' | 'type'>(raw);
     if (tool && typeof tool.name === 'string') tools.set(tool.name, tool);
   }
   for (const message of req.messages) {
@@ -31,7 +34,9 @@ export function availableTools(req: FakeRequest): Map<string, OfferedTool> {
       if (block.type === 'text') continue;
       const tool = block.tool;
       const definition =
-        tool.type === 'tool_definition' ? unchecked<'name' | 'input_schema'>(tool.definition) : undefined;
+        tool.type === 'tool_definition'
+          ? unchecked<'name' | 'input_schema' | 'description' | 'type'>(tool.definition)
+          : undefined;
       const name = definition ? definition.name : 'name' in tool ? tool.name : undefined;
       if (typeof name !== 'string') continue;
       if (block.type === 'tool_addition') tools.set(name, definition ?? { name });
@@ -42,6 +47,9 @@ export function availableTools(req: FakeRequest): Map<string, OfferedTool> {
 }
 
 export const offlineHandler: FakeHandler = (req) => offlineReply(req);
+
+/** The tools the offline model has a script for; any other offered tool is called through `pickTool`. */
+const SCRIPTED = new Set(['get_weather', 'calculate_sum', 'evaluate_expression', 'current_time']);
 
 /** The offline model's reply to `req`. */
 export function offlineReply(req: FakeRequest): FakeMessageReply {
@@ -54,15 +62,54 @@ export function offlineReply(req: FakeRequest): FakeMessageReply {
   const summaries = turn.results.map((result) =>
     summarize(result, findToolUse(turn.previousAssistant, result.tool_use_id)),
   );
-  const plan = planTools(turn.text, tools);
+  // The newest text is the question: a follow-up sent while tools ran (merged after their results) or an interrupt
+  // (merged after the question it replaces) is answered, not the question before it.
+  const plan = planTools(turn.newest, tools);
+  if (!plan.calls.length && !plan.clarify && turn.newest.trim()) {
+    // "And in Tokyo?" goes on with what was asked before: the tools just answered, or the earlier text of the turn.
+    const intent = intentOf(turn, tools);
+    const names = intent && (extractPlaces(turn.newest).length || extractZoneNames(turn.newest).length);
+    if (names) Object.assign(plan, planTools(`${intent} ${turn.newest}`, tools));
+  }
+  if (!plan.calls.length && !plan.clarify && turn.newest.trim()) {
+    // A tool without a script (a client tool, say): the best match by name and description; for a new question
+    // with no match the first one, but a follow-up to results calls one only when it names it.
+    const other = otherTool(turn.newest, tools, summaries.length > 0);
+    if (other) {
+      plan.calls.push(call(other.name, inputFor(other, turn.newest)));
+      plan.notes.push(`call ${other.name}`);
+    }
+  }
 
   if (plan.calls.length) {
     const intro = [...summaries, `Let me ${plan.notes.join(' and ')}.`].join(' ');
     return { type: 'message', content: [{ type: 'text', text: intro }, ...plan.calls] };
   }
-  if (summaries.length) return say(summaries.join(' '));
-  if (plan.clarify) return say(plan.clarify);
-  return say(introduction(turn.text, tools));
+  const answer = plan.clarify ?? (turn.newest.trim() ? introduction(turn.newest, tools) : undefined);
+  if (summaries.length) return say([...summaries, ...(answer ? [answer] : [])].join(' '));
+  return say(answer ?? introduction(turn.text, tools));
+}
+
+/** What the newest text goes on with: "weather" or "time", from the calls just answered or the turn's earlier text. */
+function intentOf(turn: UserTurn, tools: Map<string, OfferedTool>): string | undefined {
+  const answered = new Set(
+    turn.results.map((r) => findToolUse(turn.previousAssistant, r.tool_use_id)?.name ?? ''),
+  );
+  const earlier = turn.text.slice(0, Math.max(0, turn.text.length - turn.newest.length));
+  if (tools.has('get_weather') && (answered.has('get_weather') || WEATHER.test(earlier))) return 'weather';
+  if (tools.has('current_time') && (answered.has('current_time') || CLOCK.test(earlier))) return 'time';
+  return undefined;
+}
+
+/** An offered tool without a script, with a name and an input schema (a typed server tool runs upstream). */
+function otherTool(text: string, tools: Map<string, OfferedTool>, mustMatch: boolean): AnyTool | undefined {
+  const candidates: AnyTool[] = [];
+  for (const [name, tool] of tools) {
+    if (SCRIPTED.has(name) || (tool.type !== undefined && tool.type !== 'custom')) continue;
+    if (typeof tool.input_schema !== 'object' || tool.input_schema === null) continue;
+    candidates.push({ name, description: tool.description, input_schema: tool.input_schema });
+  }
+  return pickTool(text, candidates, mustMatch);
 }
 
 function say(text: string): FakeMessageReply {
@@ -70,7 +117,10 @@ function say(text: string): FakeMessageReply {
 }
 
 interface UserTurn {
+  /** All text of the turn, oldest first, one block a line. */
   text: string;
+  /** The last text block of the turn ('' when it has none). */
+  newest: string;
   results: BetaToolResultBlockParam[];
   previousAssistant: BetaMessageParam | undefined;
 }
@@ -98,7 +148,12 @@ function lastUserTurn(messages: readonly BetaMessageParam[]): UserTurn | undefin
     results.unshift(...ownResults);
   }
   if (!sawUser) return undefined;
-  return { text: texts.join('\n'), results, previousAssistant: i >= 0 ? messages[i] : undefined };
+  return {
+    text: texts.join('\n'),
+    newest: texts.at(-1) ?? '',
+    results,
+    previousAssistant: i >= 0 ? messages[i] : undefined,
+  };
 }
 
 function findToolUse(assistant: BetaMessageParam | undefined, id: string): BetaToolUseBlockParam | undefined {
@@ -163,6 +218,9 @@ function parseTime(out: string): string | undefined {
   }
 }
 
+const WEATHER = /\b(weather|forecast|temperature|raining|rain|sunny|snowing)\b/i;
+const CLOCK = /\b(time|clock)\b/i;
+
 interface Plan {
   calls: FakeBlock[];
   /** What the calls do, for the text before them: "check the weather in Paris". */
@@ -177,7 +235,7 @@ function planTools(text: string, tools: Map<string, OfferedTool>): Plan {
   const places = extractPlaces(text);
 
   const weather = tools.get('get_weather');
-  if (weather && /\b(weather|forecast|temperature|raining|rain|sunny|snowing)\b/i.test(text)) {
+  if (weather && WEATHER.test(text)) {
     if (places.length) {
       const key = inputKey(weather, ['location', 'city', 'place'], 'location');
       for (const place of places) plan.calls.push(call('get_weather', { [key]: place }));
@@ -188,7 +246,7 @@ function planTools(text: string, tools: Map<string, OfferedTool>): Plan {
   }
 
   const clock = tools.get('current_time');
-  if (clock && /\b(time|clock)\b/i.test(text)) {
+  if (clock && CLOCK.test(text)) {
     const zones = extractZones(text, places);
     const key = inputKey(clock, ['timezone', 'tz', 'time_zone', 'zone'], 'timezone');
     for (const zone of zones) plan.calls.push(call('current_time', { [key]: zone }));
@@ -322,7 +380,7 @@ function introduction(userText: string, tools: Map<string, OfferedTool>): string
     lines.push('Try asking:');
     for (const [name, example] of examples) lines.push(`- ${example} (${name})`);
   } else if (tools.size) {
-    lines.push(`This session offers ${list([...tools.keys()])}, which I don't know how to call.`);
+    lines.push(`This session offers ${list([...tools.keys()])}: ask for one by name.`);
   } else {
     lines.push('No tools are enabled for this session, so I can only chat.');
   }
