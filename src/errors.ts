@@ -43,6 +43,7 @@ export const ERROR_CODES = [
   'tool_result_already_submitted',
   'tool_result_not_expected',
   'unknown_tool_use_id',
+  'budget_exhausted',
   'webhook_disabled',
   'idempotency_in_progress',
   // 410, 412, 413, 415, 422

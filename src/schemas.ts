@@ -198,6 +198,15 @@ export const onMaxTokens = z.union([
 ]);
 export type OnMaxTokens = z.infer<typeof onMaxTokens>;
 
+/**
+ * Policy `budget`: a ceiling on the tokens the session's turns may use in total (input + output + cache creation +
+ * cache read, the session's `usage`). `null` is no ceiling. See src/engine/budget.ts.
+ */
+export const budgetPolicy = z
+  .strictObject({ total_tokens: z.number().int().positive().max(1_000_000_000_000) })
+  .nullable();
+export type BudgetPolicy = z.infer<typeof budgetPolicy>;
+
 export const policies = {
   max_iterations: z.number().int().min(1).max(1000),
   approval: approvalPolicy,
@@ -229,6 +238,7 @@ export const createSessionBody = z
     on_max_tokens: onMaxTokens.default('stop'),
     cache_tool_results: z.boolean().default(false),
     stream: z.boolean().default(true),
+    budget: budgetPolicy.default(null),
     metadata: metadata.default({}),
     start: z.boolean().default(true),
   })
@@ -248,6 +258,7 @@ export const patchSessionBody = z
     on_max_tokens: onMaxTokens.optional(),
     cache_tool_results: z.boolean().optional(),
     stream: z.boolean().optional(),
+    budget: budgetPolicy.optional(),
     metadata: metadata.optional(),
   })
   .refine((b) => Object.keys(b).length > 0, { message: 'nothing to change' });

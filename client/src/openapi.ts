@@ -594,6 +594,18 @@ export interface components {
       cache_creation_input_tokens: number;
       cache_read_input_tokens: number;
     };
+    SessionUsage: {
+      input_tokens: number;
+      output_tokens: number;
+      cache_creation_input_tokens: number;
+      cache_read_input_tokens: number;
+      /** @description The four counts above added up: what `budget` counts. */
+      total_tokens: number;
+      /** @description The `budget` policy's `total_tokens`; null without a budget. */
+      budget_total_tokens: number | null;
+      /** @description What is left of the budget (0 once spent: new messages and `continue` answer 409). */
+      budget_remaining_tokens: number | null;
+    };
     /** @description What a client must do before the run goes on. */
     RequiredAction: {
       /** @enum {string} */
@@ -655,10 +667,13 @@ export interface components {
           };
       cache_tool_results: boolean;
       stream: boolean;
+      budget: {
+        total_tokens: number;
+      } | null;
       required_action: components['schemas']['RequiredAction'] | null;
       stop_reason: string | null;
       error: components['schemas']['SessionError'] | null;
-      usage: components['schemas']['Usage'];
+      usage: components['schemas']['SessionUsage'];
       message_count: number;
       metadata: {
         [key: string]: unknown;
@@ -1668,6 +1683,10 @@ export interface operations {
           cache_tool_results?: boolean;
           /** @default true */
           stream?: boolean;
+          /** @default null */
+          budget?: {
+            total_tokens: number;
+          } | null;
           /** @default {} */
           metadata?: {
             [key: string]: string | number | boolean | null;
@@ -1966,6 +1985,9 @@ export interface operations {
               };
           cache_tool_results?: boolean;
           stream?: boolean;
+          budget?: {
+            total_tokens: number;
+          } | null;
           metadata?: {
             [key: string]: string | number | boolean | null;
           };

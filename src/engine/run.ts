@@ -4,6 +4,7 @@ import { pendingToolCalls } from '../history.js';
 import { controlChannel, sessionOfControlChannel } from '../store/keys.js';
 import type { SessionState } from '../store/store.js';
 import { isStoreDown } from '../store/unavailable.js';
+import { budgetExhausted, stopForBudget, totalTokens } from './budget.js';
 import { CommitLanded, cancelSession, commit, commitInterrupt, fail, finish } from './commit.js';
 import type { EngineLogger, RunDeps, RunHandle } from './run-handle.js';
 import { toolStep } from './tool-step.js';
@@ -129,6 +130,12 @@ async function step(
 
   const queued = await store.queueLength(run.id);
   const last = history.at(-1);
+  // A turn to send, but the budget is spent: the run stops here (after the last turn's tool results).
+  const turnToSend = queued > 0 || (last !== undefined && last.role !== 'assistant');
+  if (turnToSend && budgetExhausted(state.budget, totalTokens(state.usage))) {
+    await stopForBudget(deps, run, last);
+    return 'done';
+  }
   if (queued > 0) {
     // Follow-ups become a user turn: merged onto a trailing user turn, or a new one after an assistant turn.
     await commit(deps, run, { queue: last?.role === 'user' ? { into_last: true } : {} });

@@ -13,7 +13,9 @@ import {
   type IterationRecord,
   type PendingStep,
   type SessionState,
+  type Usage,
 } from '../store/store.js';
+import { budgetExhausted, totalTokens } from './budget.js';
 import { commit, idleOps } from './commit.js';
 import { interruptedResult, pendingCalls, resultBlock } from './policy.js';
 import type { EngineLogger, RunDeps, RunHandle } from './run-handle.js';
@@ -68,6 +70,16 @@ function clientToolDefs(state: SessionState): BetaTool[] {
   );
 }
 
+/** A reply's usage, absent counts as 0. */
+function usageOf(message: BetaMessage): Usage {
+  return {
+    input_tokens: message.usage?.input_tokens ?? 0,
+    output_tokens: message.usage?.output_tokens ?? 0,
+    cache_creation_input_tokens: message.usage?.cache_creation_input_tokens ?? 0,
+    cache_read_input_tokens: message.usage?.cache_read_input_tokens ?? 0,
+  };
+}
+
 const budgetLeft = (state: SessionState, iteration: number) =>
   state.maxIterations - (iteration - state.runStart);
 
@@ -89,6 +101,8 @@ export async function runTurns(
   let params = state.params;
   let paramsRev = state.paramsRev;
   let iteration = state.iteration;
+  /** The session's total tokens (policy `budget`): as stored at the start, plus each reply of this runner. */
+  let spent = totalTokens(state.usage);
   const runner = deps.client.beta.messages.toolRunner(
     runnerParams({ params, messages: history, tools, maxIterations: budget, stream: state.stream }),
     // The SDK's own request option: its spans of this runner name the session as their conversation.
@@ -99,15 +113,26 @@ export async function runTurns(
   let runnerTurns = 0;
   /**
    * Hands the runner the committed history for the next turn, with the params and policies a PATCH may have
-   * changed since (seen through `params_rev` in the commit's answer, or the `ctl` channel).
+   * changed since (seen through `params_rev` in the commit's answer, or the `ctl` channel). False when the budget
+   * is spent: no next turn; the caller ends this runner and the run's next step stops the run.
    */
-  const handOver = async (storedRev: number) => {
+  const handOver = async (storedRev: number): Promise<boolean> => {
     if (run.paramsDirty || storedRev !== paramsRev) {
       const fresh = await store.load(run.id);
       if (fresh) {
         params = fresh.params;
         paramsRev = fresh.paramsRev;
-        const { review, approval, onToolError, onMaxTokens, cacheToolResults, maxIterations, stream } = fresh;
+        spent = totalTokens(fresh.usage);
+        const {
+          review,
+          approval,
+          onToolError,
+          onMaxTokens,
+          cacheToolResults,
+          maxIterations,
+          stream,
+          budget,
+        } = fresh;
         Object.assign(state, {
           review,
           approval,
@@ -116,10 +141,12 @@ export async function runTurns(
           cacheToolResults,
           maxIterations,
           stream,
+          budget,
         });
       }
       run.paramsDirty = false;
     }
+    if (budgetExhausted(state.budget, spent)) return false;
     runner.setMessagesParams(
       runnerParams({
         params,
@@ -129,6 +156,7 @@ export async function runTurns(
         stream: state.stream,
       }),
     );
+    return true;
   };
 
   for await (const item of runner) {
@@ -162,6 +190,7 @@ export async function runTurns(
       message = await item;
     }
     const upstreamMs = Math.round(performance.now() - t0);
+    spent += totalTokens(usageOf(message));
     const reply: StoredMessage = { role: 'assistant', content: message.content };
     const calls = toolCallsOf(reply);
     const record: IterationRecord = {
@@ -175,12 +204,7 @@ export async function runTurns(
         params_rev: paramsRev,
       },
       stop_reason: message.stop_reason,
-      usage: {
-        input_tokens: message.usage?.input_tokens ?? 0,
-        output_tokens: message.usage?.output_tokens ?? 0,
-        cache_creation_input_tokens: message.usage?.cache_creation_input_tokens ?? 0,
-        cache_read_input_tokens: message.usage?.cache_read_input_tokens ?? 0,
-      },
+      usage: usageOf(message),
       tool_calls: calls.map(({ id, name }) => ({ id, name })),
       started_at: new Date(startedAt).toISOString(),
       completed_at: new Date().toISOString(),
@@ -191,7 +215,13 @@ export async function runTurns(
 
     // on_max_tokens: retry the cut turn with twice the budget, up to the ceiling; the cut reply is dropped.
     const omt = state.onMaxTokens;
-    if (message.stop_reason === 'max_tokens' && omt !== 'stop' && params.max_tokens < omt.ceiling) {
+    // Not past the budget: a retry is another turn, and a spent budget ends the run with the cut reply instead.
+    if (
+      message.stop_reason === 'max_tokens' &&
+      omt !== 'stop' &&
+      params.max_tokens < omt.ceiling &&
+      !budgetExhausted(state.budget, spent)
+    ) {
       const bigger = Math.min(params.max_tokens * 2, omt.ceiling);
       params = { ...params, max_tokens: bigger };
       iteration--;
@@ -253,8 +283,7 @@ export async function runTurns(
         await store.unmarkDue(run.id);
         return 'done';
       }
-      if (budgetLeft(state, iteration) <= 0) return 'again';
-      await handOver(res.paramsRev);
+      if (budgetLeft(state, iteration) <= 0 || !(await handOver(res.paramsRev))) return 'again';
       continue;
     }
 
@@ -324,8 +353,7 @@ export async function runTurns(
     run.obs.turnEnded();
     if (outcome !== 'continue') return outcome === 'done' ? 'done' : 'again';
     // What was committed is what the runner sends next: our history, with the results (and any follow-ups).
-    if (budgetLeft(state, iteration) <= 0) break;
-    await handOver(storedRev);
+    if (budgetLeft(state, iteration) <= 0 || !(await handOver(storedRev))) break;
   }
   return 'again';
 }

@@ -33,6 +33,19 @@ export const usage = z
   })
   .meta({ id: 'Usage' });
 
+export const sessionUsage = usage
+  .extend({
+    total_tokens: z.number().meta({ description: 'The four counts above added up: what `budget` counts.' }),
+    budget_total_tokens: z
+      .number()
+      .nullable()
+      .meta({ description: "The `budget` policy's `total_tokens`; null without a budget." }),
+    budget_remaining_tokens: z.number().nullable().meta({
+      description: 'What is left of the budget (0 once spent: new messages and `continue` answer 409).',
+    }),
+  })
+  .meta({ id: 'SessionUsage' });
+
 const toolCall = z.object({ id: z.string(), name: z.string(), input: z.unknown() });
 const toolResult = z.object({ tool_use_id: z.string(), content: z.unknown(), is_error: z.boolean() });
 
@@ -76,10 +89,11 @@ export const session = z
     ]),
     cache_tool_results: z.boolean(),
     stream: z.boolean(),
+    budget: z.object({ total_tokens: z.number().int() }).nullable(),
     required_action: requiredAction.nullable(),
     stop_reason: z.string().nullable(),
     error: sessionError.nullable(),
-    usage,
+    usage: sessionUsage,
     message_count: z.number().int(),
     metadata: z.record(z.string(), z.unknown()),
     created_at: isoTime,

@@ -30,6 +30,8 @@ export function patchSession(
     if (body.on_max_tokens !== undefined) next.onMaxTokens = body.on_max_tokens;
     if (body.cache_tool_results !== undefined) next.cacheToolResults = body.cache_tool_results;
     if (body.stream !== undefined) next.stream = body.stream;
+    // A budget below what is already spent is accepted: the run stops at its next turn boundary (see budget.ts).
+    if (body.budget !== undefined) next.budget = body.budget;
     if (body.metadata !== undefined) next.metadata = body.metadata;
     const paramsEvent: Array<[string, string]> = body.params
       ? [['params.updated', JSON.stringify({ params: body.params })]]

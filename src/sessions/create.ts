@@ -81,6 +81,7 @@ export async function createSession(
     onMaxTokens: body.on_max_tokens,
     cacheToolResults: body.cache_tool_results,
     stream: body.stream,
+    budget: body.budget,
     pending: null,
     stopReason: null,
     error: null,

@@ -1,6 +1,7 @@
 import type { z } from 'zod';
 import { asBlocks, pendingToolCalls, type StoredMessage } from '../history.js';
 import type { postMessageBody } from '../schemas.js';
+import { assertBudgetLeft } from '../engine/budget.js';
 import { mutate, runOps, type MutationResult, type SessionDeps } from './mutate.js';
 
 /**
@@ -19,6 +20,8 @@ export function addMessage(
   // Queued as the inner JSON of its block array: the store merges follow-ups by concatenation.
   const inner = JSON.stringify(asBlocks(content)).slice(1, -1);
   return mutate(deps, tenant, id, ifMatch, async (s) => {
+    // A new message needs budget left, whatever the status: a run in flight would stop before sending it anyway.
+    assertBudgetLeft(s);
     const queuedEvent: [string, string] = [
       'message.queued',
       JSON.stringify({ message, interrupt: body.interrupt }),

@@ -1,5 +1,6 @@
 import type { z } from 'zod';
 import { AppError, conflict, zodDetails } from '../errors.js';
+import { BUDGET_EXHAUSTED, assertBudgetLeft } from '../engine/budget.js';
 import { blocksOf } from '../history.js';
 import type { decisionBody, toolResultsBody } from '../schemas.js';
 import type { ApplyOps, PendingStep, SessionState, ToolResult } from '../store/store.js';
@@ -162,7 +163,9 @@ export function continueRun(
   ifMatch?: number,
 ): Promise<MutationResult> {
   return mutate(deps, tenant, id, ifMatch, async (s: SessionState) => {
-    if (s.status === 'idle' && s.stopReason === 'max_iterations') {
+    assertBudgetLeft(s);
+    if (s.status === 'idle' && (s.stopReason === 'max_iterations' || s.stopReason === BUDGET_EXHAUSTED)) {
+      // After a budget stop (the budget raised since: checked above), the run goes on from where it stopped.
       // A fresh iteration budget: the run goes on from the tool results it stopped after.
       return { ops: runOps(s), starts: true };
     }

@@ -1,3 +1,4 @@
+import { budgetUsage } from '../engine/budget.js';
 import { requiredAction } from '../engine/status.js';
 import type { SessionState } from '../store/store.js';
 
@@ -18,10 +19,11 @@ export function sessionView(s: SessionState) {
     on_max_tokens: s.onMaxTokens,
     cache_tool_results: s.cacheToolResults,
     stream: s.stream,
+    budget: s.budget,
     required_action: requiredAction(s.status, s.pending),
     stop_reason: s.stopReason,
     error: s.error,
-    usage: s.usage,
+    usage: { ...s.usage, ...budgetUsage(s) },
     message_count: s.msgCount,
     metadata: s.metadata,
     created_at: new Date(s.createdAt).toISOString(),

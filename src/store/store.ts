@@ -2,7 +2,7 @@ import type { Cluster, Redis } from 'ioredis';
 import { randomBytes } from 'node:crypto';
 import { FencedOut, AppError, notFound, revisionMismatch, conflict } from '../errors.js';
 import type { StoredBlock, StoredMessage } from '../history.js';
-import type { ClientTool, OnMaxTokens, SessionParams } from '../schemas.js';
+import type { BudgetPolicy, ClientTool, OnMaxTokens, SessionParams } from '../schemas.js';
 import {
   RUNS_KEY,
   controlChannel,
@@ -80,6 +80,8 @@ export interface SessionState {
   onMaxTokens: OnMaxTokens;
   cacheToolResults: boolean;
   stream: boolean;
+  /** Token ceiling of the session's turns (policy `budget`); null: none. */
+  budget: BudgetPolicy;
   pending: PendingStep | null;
   stopReason: string | null;
   error: SessionError | null;
@@ -170,6 +172,7 @@ export function encodeFields(s: Partial<SessionState>): Record<string, string> {
   json('on_max_tokens', s.onMaxTokens);
   json('cache_tool_results', s.cacheToolResults);
   json('stream', s.stream);
+  if ('budget' in s) out.budget = s.budget ? JSON.stringify(s.budget) : '';
   // Nullable fields are stored as '' when null.
   if ('pending' in s) out.pending = s.pending ? JSON.stringify(s.pending) : '';
   if ('stopReason' in s) out.stop_reason = s.stopReason ?? '';
@@ -208,6 +211,7 @@ function decodeFields(h: Record<string, string>): SessionState {
     onMaxTokens: json(h.on_max_tokens, 'stop' as OnMaxTokens),
     cacheToolResults: h.cache_tool_results === 'true',
     stream: h.stream !== 'false',
+    budget: json(h.budget, null),
     pending: json(h.pending, null),
     stopReason: h.stop_reason || null,
     error: json(h.error, null),
