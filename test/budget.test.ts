@@ -84,6 +84,9 @@ describe('policy budget (total tokens of the session)', () => {
     const s = await create({ input: 'Weather?', approval: 'always', budget: { total_tokens: 10_000 } });
     const waiting = await h.api.waitStatus(s.id, 'requires_action');
     assert.equal(waiting.usage.total_tokens, 150);
+    // Queued while budget is left: kept by the budget stop.
+    const q = await h.api.post(`/v1/sessions/${s.id}/messages`, { text: 'And Tokyo?' });
+    assert.equal(q.status, 202);
     const p = await patch(s.id, { budget: { total_tokens: 100 } });
     assert.equal(p.status, 200, JSON.stringify(p.body));
     assert.equal(p.body.usage.budget_remaining_tokens, 0);
@@ -95,6 +98,7 @@ describe('policy budget (total tokens of the session)', () => {
     assert.equal(h.fake.requests.length, 1, 'no turn after the approved call');
     const msgs = (await h.api.get(`/v1/sessions/${s.id}/messages`)).body.data;
     assert.equal(msgs.at(-1).content[0].type, 'tool_result', 'the approved call ran and its result is kept');
+    assert.equal(msgs.at(-1).content[1].text, 'And Tokyo?', 'the queued follow-up joined the results turn');
     assert.deepEqual(checkHistory(msgs), []);
     // Budget removed (null): a new message runs again.
     const p2 = await patch(s.id, { budget: null });
@@ -109,7 +113,7 @@ describe('policy budget (total tokens of the session)', () => {
     const sent = h.fake.requests[1]!.messages.at(-1) as any;
     assert.deepEqual(
       sent.content.map((b: any) => b.type),
-      ['tool_result', 'text'],
+      ['tool_result', 'text', 'text'],
     );
   });
 

@@ -59,9 +59,11 @@ export async function stopForBudget(
   run: RunHandle,
   last: StoredMessage | undefined,
 ): Promise<void> {
-  const idle = idleOps(BUDGET_EXHAUSTED);
+  // Idle whether or not anything was queued; the queue merge (after the status ops, in the same script) keeps the
+  // follow-ups.
   await commit(deps, run, {
-    queue: { any: idle, none: idle, ...(last?.role === 'user' ? { into_last: true } : {}) },
+    ...idleOps(BUDGET_EXHAUSTED),
+    queue: last?.role === 'user' ? { into_last: true } : {},
   });
   await deps.store.unmarkDue(run.id);
 }
