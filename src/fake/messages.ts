@@ -3,6 +3,15 @@
  * the reply (the script queue, else the handler), then answer it as JSON, as an SSE stream, as an error, or not at all.
  */
 import type http from 'node:http';
+import {
+  compactionEditOf,
+  compactionReply,
+  compactionSummaryOf,
+  conversationStart,
+  signSummary,
+  summarize,
+  validateCompactionFields,
+} from './compaction.js';
 import { buildMessage } from './reply.js';
 import { DEFAULT_ERROR_MESSAGES, ERROR_STATUS, errorBody, sendApiError, sendJson } from './respond.js';
 import { streamMessage } from './sse.js';
@@ -42,6 +51,7 @@ export async function handleMessages(
   let rejection: ApiErrorSpec | undefined;
   try {
     validateBody(parsed, req.headers);
+    validateCompactionFields(parsed, req.headers);
     if (thread) checkThread(thread, parent, newMessages, settings.threadsSupported);
     validateConversation(conversation, settings.strictAlternation);
   } catch (error) {
@@ -92,21 +102,56 @@ export async function handleMessages(
   };
   res.on('close', () => end(false));
 
+  // The model reads from the last compaction block on: the input it is billed for starts there.
+  const start = conversationStart(fr.messages);
+  const dropped = start > 0 ? JSON.stringify(fr.messages.slice(0, start)).length : 0;
+  const inputChars = Math.max(1, (parent?.chars ?? 0) + raw.length - dropped);
+
   let reply: FakeReply;
-  const next = state.queue.shift();
-  if (next) {
-    reply = next;
-  } else {
-    try {
+  // A compaction request takes a scripted reply only if it is a compaction (scripts of turns stay for the turns).
+  const head = state.queue[0];
+  const scripted =
+    head && (!body.compaction || (head.type === 'message' && head.content[0]?.type === 'compaction'));
+  const edit = body.compaction ? undefined : compactionEditOf(body);
+  const lastMessage = fr.messages.findLast((m) => m.role !== 'system');
+  try {
+    if (scripted) {
+      reply = state.queue.shift()!;
+    } else if (body.compaction) {
+      reply = compactionReply(fr.messages, body.compaction.instructions ?? null);
+    } else if (
+      edit &&
+      Math.ceil(inputChars / 4) >= edit.trigger &&
+      compactionSummaryOf(lastMessage) === undefined
+    ) {
+      // Server-side compaction: the summary first; then, unless it pauses, the model's answer to what it summarizes.
+      const summary = summarize(fr.messages, edit.instructions);
+      const block = { type: 'compaction' as const, content: summary };
+      if (edit.pauseAfter) {
+        reply = { type: 'message', content: [block], stop_reason: 'compaction' };
+      } else {
+        const compacted: FakeRequest = {
+          ...fr,
+          messages: [
+            {
+              role: 'assistant',
+              content: [{ type: 'compaction', content: summary, signature: signSummary(summary) }],
+            },
+          ],
+        };
+        const answer = await state.handler(compacted, index);
+        reply = answer.type === 'message' ? { ...answer, content: [block, ...answer.content] } : answer;
+      }
+    } else {
       reply = await state.handler(fr, index);
-    } catch (error) {
-      end(false);
-      return answer({
-        status: 500,
-        type: 'api_error',
-        message: `fake handler failed: ${error instanceof Error ? error.message : String(error)}`,
-      });
     }
+  } catch (error) {
+    end(false);
+    return answer({
+      status: 500,
+      type: 'api_error',
+      message: `fake handler failed: ${error instanceof Error ? error.message : String(error)}`,
+    });
   }
   if (res.destroyed || state.closed) return end(false);
 
@@ -122,7 +167,6 @@ export async function handleMessages(
     return sendJson(res, reply.status, errorBody(reply.errorType, message, reply.details), headers);
   }
 
-  const inputChars = (parent?.chars ?? 0) + raw.length;
   const message = buildMessage(reply, body.model, inputChars);
   const store = () => {
     fr.replyId = message.id;

@@ -12,6 +12,7 @@ import type {
 } from '@anthropic-ai/sdk/resources/beta/messages/messages';
 import type { FakeBlock, FakeHandler, FakeMessageReply, FakeRequest } from './wire.js';
 import { unchecked, type Unchecked } from './validate.js';
+import { compactionSummaryOf, conversationStart, readSummary } from './compaction.js';
 import { extractExpression, extractNumbers, extractPlaces, extractZoneNames } from './offline-text.js';
 import { inputFor, pickTool, type AnyTool } from './offline-any-tool.js';
 import { isDotOrSpace, trimEndWhere } from './scan.js';
@@ -54,7 +55,9 @@ const SCRIPTED = new Set(['get_weather', 'calculate_sum', 'evaluate_expression',
 /** The offline model's reply to `req`. */
 export function offlineReply(req: FakeRequest): FakeMessageReply {
   const tools = availableTools(req);
-  const turn = lastUserTurn(req.messages);
+  // After a compaction the model reads from the summary on; with no user turn after it, it goes on from the summary.
+  const messages = req.messages.slice(conversationStart(req.messages));
+  const turn = lastUserTurn(messages) ?? turnFromSummary(messages);
   if (!turn) {
     return say('(offline model) There is nothing new to answer. Ask me something!');
   }
@@ -153,6 +156,35 @@ function lastUserTurn(messages: readonly BetaMessageParam[]): UserTurn | undefin
     newest: texts.at(-1) ?? '',
     results,
     previousAssistant: i >= 0 ? messages[i] : undefined,
+  };
+}
+
+/**
+ * The turn a summary leaves open, when the conversation is a compaction block and nothing the user said after it:
+ * the tool results not answered yet (with the calls they answer), else the request still to answer.
+ */
+function turnFromSummary(messages: readonly BetaMessageParam[]): UserTurn | undefined {
+  const summary = compactionSummaryOf(messages[0]);
+  if (typeof summary !== 'string' || messages.some((m) => m.role === 'user')) return undefined;
+  const { open, openResults } = readSummary(summary);
+  if (!open && !openResults.length) return undefined;
+  const calls: BetaToolUseBlockParam[] = openResults.map((r, i) => ({
+    type: 'tool_use',
+    id: `summary_${i}`,
+    name: r.name,
+    input: r.input,
+  }));
+  const results: BetaToolResultBlockParam[] = openResults.map((r, i) => ({
+    type: 'tool_result',
+    tool_use_id: `summary_${i}`,
+    content: r.result,
+    ...(r.isError ? { is_error: true } : {}),
+  }));
+  return {
+    // Results answer the request they were called for: it is not planned again.
+    text: results.length ? '' : open,
+    results,
+    previousAssistant: { role: 'assistant', content: calls },
   };
 }
 

@@ -1,4 +1,5 @@
 /** The message the fake sends for a scripted reply: ids, signatures, stop reason and a token estimate filled in. */
+import { signSummary } from './compaction-block.js';
 import { shortId } from './respond.js';
 import type { FakeMessageReply, WireBlock, WireMessage } from './wire.js';
 
@@ -17,18 +18,28 @@ export function buildMessage(reply: FakeMessageReply, model: string, inputChars:
       outputChars += block.thinking.length;
       return { type: 'thinking', thinking: block.thinking, signature: `fakesig_${shortId()}` };
     }
+    if (block.type === 'compaction') {
+      outputChars += block.content?.length ?? 0;
+      return {
+        type: 'compaction',
+        content: block.content,
+        encrypted_content: null,
+        signature: signSummary(block.content),
+      };
+    }
     const input = block.input === undefined ? {} : block.input;
     outputChars += JSON.stringify(input).length + block.name.length;
     return { type: 'tool_use', id: block.id ?? `toolu_${shortId()}`, name: block.name, input };
   });
   const hasToolUse = content.some((block) => block.type === 'tool_use');
+  const onlyCompaction = content.length > 0 && content.every((block) => block.type === 'compaction');
   return {
     id: `msg_fake_${shortId()}`,
     type: 'message',
     role: 'assistant',
     model: reply.model ?? model,
     content,
-    stop_reason: reply.stop_reason ?? (hasToolUse ? 'tool_use' : 'end_turn'),
+    stop_reason: reply.stop_reason ?? (hasToolUse ? 'tool_use' : onlyCompaction ? 'compaction' : 'end_turn'),
     stop_sequence: null,
     usage: {
       input_tokens: Math.max(1, Math.ceil(inputChars / 4)),

@@ -139,6 +139,21 @@ export function sseEvents(message: WireMessage): string[] {
       );
       for (const chunk of textChunks(block.thinking)) delta({ type: 'thinking_delta', thinking: chunk });
       delta({ type: 'signature_delta', signature: block.signature });
+    } else if (block.type === 'compaction') {
+      // As the API streams it: the block opens empty (with its signature), one delta carries the whole summary.
+      events.push(
+        sse('content_block_start', {
+          type: 'content_block_start',
+          index,
+          content_block: {
+            type: 'compaction',
+            content: null,
+            encrypted_content: null,
+            signature: block.signature,
+          },
+        }),
+      );
+      delta({ type: 'compaction_delta', content: block.content, encrypted_content: block.encrypted_content });
     } else {
       events.push(
         sse('content_block_start', {

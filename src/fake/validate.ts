@@ -4,6 +4,7 @@
  * `RequestError` carrying the API error to answer with.
  */
 import type http from 'node:http';
+import { compactionBlockProblem, compactionSummaryOf, conversationStart } from './compaction-block.js';
 import { MESSAGE_THREADS_BETA, type ApiErrorSpec } from './wire.js';
 
 /** A request the fake refuses, with the API error it answers. */
@@ -83,7 +84,9 @@ export function validateBody(raw: unknown, headers: http.IncomingHttpHeaders): v
 
 /**
  * Checks a conversation as the real API does. Consecutive messages of one role form a single turn (the API combines
- * them) unless `strict`; `system`-role messages (`tool_addition` / `tool_removal`) are skipped.
+ * them) unless `strict`; `system`-role messages (`tool_addition` / `tool_removal`) are skipped. The model reads from
+ * the last compaction block with a summary on (an assistant message, which may then come first): the messages before
+ * it are checked only for their shape, and what follows it must be a valid conversation from there.
  */
 export function validateConversation(messages: readonly unknown[], strict = false): void {
   interface Turn {
@@ -94,6 +97,7 @@ export function validateConversation(messages: readonly unknown[], strict = fals
   }
   const turns: Turn[] = [];
   const seenToolUse = new Set<string>();
+  const start = conversationStart(messages);
   let lastNonSystem = -1;
   messages.forEach((message, i) => {
     if (unchecked<'role'>(message)?.role !== 'system') lastNonSystem = i;
@@ -116,10 +120,23 @@ export function validateConversation(messages: readonly unknown[], strict = fals
         `messages.${i}: all messages must have non-empty content except for the optional final assistant message`,
       );
     }
+    if (Array.isArray(content)) {
+      content.forEach((block: unknown, j: number) => {
+        if (unchecked<'type'>(block)?.type !== 'compaction') return;
+        const problem = compactionBlockProblem(role, i, j, block);
+        if (problem) throw invalid(problem);
+      });
+    }
+    // Before the last compaction the API reads nothing: only the shape of those messages is checked.
+    if (i < start) return;
     let turn = turns.at(-1);
+    const afterCompaction = i > 0 && compactionSummaryOf(messages[i - 1]) !== undefined;
     if (!turn) {
-      if (role !== 'user') throw invalid(`messages.${i}: first message must use the "user" role`);
-    } else if (turn.role === role && strict) {
+      // A compaction block stands for the conversation before it, so its assistant message may come first.
+      if (role !== 'user' && compactionSummaryOf(raw) === undefined) {
+        throw invalid(`messages.${i}: first message must use the "user" role`);
+      }
+    } else if (turn.role === role && strict && !afterCompaction) {
       throw invalid(
         `messages.${i}: roles must alternate between "user" and "assistant", but found multiple "${role}" roles in a row`,
       );

@@ -11,6 +11,10 @@ import type {
 
 /** The beta header a request needs to use message threads. */
 export const MESSAGE_THREADS_BETA = 'message-threads-2026-08-12';
+/** The beta a compaction request (`compaction: {type: "summarize"}`) needs: the SDK's `compactBeforeNextTurn()`. */
+export const COMPACTION_BETA = 'compact-2026-09-04';
+/** The beta of server-side compaction (`context_management` with a `compact_20260112` edit). */
+export const CONTEXT_COMPACTION_BETA = 'compact-2026-01-12';
 
 /** One recorded `POST /v1/messages`. */
 export interface FakeRequest {
@@ -49,17 +53,19 @@ export interface FakeUsage {
 }
 
 export type FakeStopReason =
-  'end_turn' | 'tool_use' | 'max_tokens' | 'stop_sequence' | 'refusal' | 'pause_turn';
+  'end_turn' | 'tool_use' | 'max_tokens' | 'stop_sequence' | 'refusal' | 'pause_turn' | 'compaction';
 
 export type FakeBlock =
   | { type: 'text'; text: string }
   | { type: 'tool_use'; id?: string | undefined; name: string; input: unknown }
-  | { type: 'thinking'; thinking: string };
+  | { type: 'thinking'; thinking: string }
+  /** A summary of the conversation (`null`: the compaction produced none); the fake signs it. */
+  | { type: 'compaction'; content: string | null };
 
 export interface FakeMessageReply {
   type: 'message';
   content: FakeBlock[];
-  /** Default: `tool_use` when the content has a tool call, else `end_turn`. */
+  /** Default: `tool_use` when the content has a tool call, `compaction` when it is only a compaction block, else `end_turn`. */
   stop_reason?: FakeStopReason | undefined;
   usage?: Partial<FakeUsage> | undefined;
   /** Default: echoes `body.model`. */
@@ -122,7 +128,8 @@ export interface ApiErrorSpec {
 export type WireBlock =
   | { type: 'text'; text: string }
   | { type: 'thinking'; thinking: string; signature: string }
-  | { type: 'tool_use'; id: string; name: string; input: unknown };
+  | { type: 'tool_use'; id: string; name: string; input: unknown }
+  | { type: 'compaction'; content: string | null; encrypted_content: null; signature: string | null };
 
 /** The message the fake sends: the JSON body of a non-stream reply, streamed as SSE events otherwise. */
 export interface WireMessage {
