@@ -180,9 +180,11 @@ function turnFromSummary(messages: readonly BetaMessageParam[]): UserTurn | unde
     content: r.result,
     ...(r.isError ? { is_error: true } : {}),
   }));
+  // Results answer the request they were called for: it is not planned again.
+  const text = results.length ? '' : open;
   return {
-    // Results answer the request they were called for: it is not planned again.
-    text: results.length ? '' : open,
+    text,
+    newest: text,
     results,
     previousAssistant: { role: 'assistant', content: calls },
   };
