@@ -85,14 +85,20 @@ describe('sessions survive a service restart', () => {
     assert.equal(done2.iteration, 4);
     assert.equal(fake.requests.length, 4);
     // the model got the whole pre-restart history, then the new user turn
-    assert.deepEqual(fake.requests[3]!.body.messages, [
+    assert.deepEqual(fake.requests[3]!.messages, [
       ...beforeView.messages.data,
       { role: 'user', content: [{ type: 'text', text: 'And again' }] },
     ]);
     const after2 = await view(h2.api, id);
     assert.deepEqual(after2.iterations.data.slice(0, 3), beforeView.iterations.data);
     const sum = (k: string) => after2.iterations.data.reduce((a: number, r: any) => a + r.usage[k], 0);
-    for (const k of Object.keys(done2.usage)) assert.equal(done2.usage[k], sum(k), `usage.${k} total`);
+    for (const k of [
+      'input_tokens',
+      'output_tokens',
+      'cache_creation_input_tokens',
+      'cache_read_input_tokens',
+    ])
+      assert.equal(done2.usage[k], sum(k), `usage.${k} total`);
   });
 
   it('a session waiting for a client tool result survives a restart; the result submitted afterwards runs it', async () => {
@@ -117,7 +123,7 @@ describe('sessions survive a service restart', () => {
     assert.ok([200, 202].includes(put.status), JSON.stringify(put.body));
     const done = await h2.api.waitStatus(id, ['idle', 'failed']);
     assert.equal(done.status, 'idle', JSON.stringify(done.error));
-    assert.deepEqual(fake.requests[1]!.body.messages.at(-1), {
+    assert.deepEqual(fake.requests[1]!.messages.at(-1), {
       role: 'user',
       content: [{ type: 'tool_result', tool_use_id: 'toolu_restart_lookup', content: 'found it' }],
     });
@@ -136,7 +142,7 @@ describe('sessions survive a service restart', () => {
     assert.equal(done.status, 'idle', JSON.stringify(done.error));
     assert.equal(done.iteration, 2);
     assert.equal(fake.requests.length, 3);
-    assert.deepEqual(fake.requests[2]!.body.messages, fake.requests[1]!.body.messages, 'turn 2 sent again');
+    assert.deepEqual(fake.requests[2]!.messages, fake.requests[1]!.messages, 'turn 2 sent again');
     const msgs = (await h2.api.get(`/v1/sessions/${id}/messages`)).body.data;
     assert.deepEqual(
       msgs.map((m: any) => m.role),
@@ -187,9 +193,9 @@ describe('sessions survive a service restart', () => {
     assert.equal(done.stop_reason, 'end_turn');
     assert.equal(done.iteration, 2);
     assert.equal(fake.requests.length, 3, 'turn 2 is sent again once, turn 1 is not');
-    assert.deepEqual(fake.requests[2]!.body.messages, fake.requests[1]!.body.messages);
+    assert.deepEqual(fake.requests[2]!.messages, fake.requests[1]!.messages);
     const msgs = (await api2.get(`/v1/sessions/${id}/messages`)).body.data;
-    assert.deepEqual(msgs.slice(0, -1), fake.requests[2]!.body.messages);
+    assert.deepEqual(msgs.slice(0, -1), fake.requests[2]!.messages);
     assert.deepEqual(msgs[2], {
       role: 'user',
       content: [{ type: 'tool_result', tool_use_id: 'toolu_crash_sum', content: '42' }],
