@@ -27,7 +27,8 @@ export interface OpenApiDocument {
 
 export interface ServedApi {
   document: OpenApiDocument;
-  routes: Array<{ method: string; url: string }>;
+  /** `hidden`: the route's own schema says `hide: true` (the document may still describe it: see document.ts). */
+  routes: Array<{ method: string; url: string; hidden: boolean }>;
 }
 
 export async function servedApi(env: Record<string, string> = {}): Promise<ServedApi> {
@@ -41,9 +42,10 @@ export async function servedApi(env: Record<string, string> = {}): Promise<Serve
     ...env,
   });
   const fastify = Fastify({ logger: false });
-  const routes: Array<{ method: string; url: string }> = [];
+  const routes: ServedApi['routes'] = [];
   fastify.addHook('onRoute', (r: RouteOptions) => {
-    for (const method of [r.method].flat()) routes.push({ method, url: r.url });
+    const hidden = (r.schema as { hide?: unknown } | undefined)?.hide === true;
+    for (const method of [r.method].flat()) routes.push({ method, url: r.url, hidden });
   });
   try {
     await fastify.register(app, {
