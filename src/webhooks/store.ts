@@ -7,7 +7,7 @@ import { defineLuaCommands } from '../store/lua-commands.js';
  * the webhooks is here, next to the others it must agree with. Keys (hash tags keep each script on one slot of a Redis Cluster):
  *
  * - `wh:{W}` HASH — webhook W: id, tenant, url, events (JSON), description, secret (sealed), created_at,
- *   updated_at, revision, disabled ('0'|'1'), failing_since (ms).
+ *   updated_at, revision, disabled ('0'|'1'), failing_since (ms), delivered_at (ms of the last 2xx).
  * - `wh:{W}:q` ZSET msg → due ms; `wh:{W}:m` HASH msg → body; `wh:{W}:a` HASH msg → "attempts:first ms";
  *   `wh:{W}:f` ZSET msg → lease expiry (in flight); `wh:{W}:d` LIST deliveries log; `wh:{W}:s` ZSET msg → ms
  *   (settled lately: a replayed fan-out does not enqueue them again). Together: W's outbox.
@@ -277,9 +277,27 @@ export class WebhookStore {
     throw notFound('webhook');
   }
 
-  /** Rewrites the webhook's index entry from its record (after a patch or when it was disabled) and publishes. */
+  /**
+   * Rewrites the webhook's index entry from its record (after a patch or when it was disabled) and publishes. The
+   * hash and the index live on different slots, so a writer holding an older record (the dispatcher disabling the
+   * webhook while a PATCH enables it) could write last and leave the index stale for good. So each writer reads the
+   * hash again after its write and writes again until the revision it wrote is the one stored: every change bumps
+   * the revision and reindexes after it, so the last write is of the last revision. A deleted webhook's entry is
+   * dropped (its `remove` may have run before this write).
+   */
   async reindex(w: WebhookRecord): Promise<void> {
-    await this.redis.hset(tenantWebhooksKey(w.tenant), w.id, JSON.stringify(indexEntry(w)));
+    const index = tenantWebhooksKey(w.tenant);
+    let cur = w;
+    for (let round = 0; round < 10; round++) {
+      await this.redis.hset(index, cur.id, JSON.stringify(indexEntry(cur)));
+      const stored = await this.load(cur.id);
+      if (!stored) {
+        await this.redis.hdel(index, cur.id);
+        break;
+      }
+      if (stored.revision === cur.revision) break;
+      cur = stored;
+    }
     await this.changed(w.tenant);
   }
 

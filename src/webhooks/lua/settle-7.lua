@@ -7,6 +7,9 @@
 -- ARGV[10] most settled ids kept
 -- Outcomes: delivered | retrying | gave_up (retried for ARGV[5]) | disabled (the endpoint failed for ARGV[6]: its
 -- outbox is dropped) | stale (the attempt's lease had expired and another replica took the message over).
+-- The endpoint fails since the first attempt of the first message that failed after its last delivery
+-- (`delivered_at`), not since that attempt settled: with ARGV[5] = ARGV[6] (the contract's 24 h for both), a
+-- message that keeps failing disables its endpoint no later than it is given up, however long attempts take.
 -- Returns {outcome, next due ms or -1}.
 local now = tonumber(ARGV[3])
 local id = ARGV[1]
@@ -20,6 +23,7 @@ elseif ARGV[2] == '1' then
   redis.call('HDEL', KEYS[4], id)
   redis.call('ZADD', KEYS[7], now, id)
   redis.call('HDEL', KEYS[1], 'failing_since')
+  redis.call('HSET', KEYS[1], 'delivered_at', string.format('%d', now))
   outcome = 'delivered'
 else
   redis.call('ZREM', KEYS[5], id)
@@ -28,8 +32,8 @@ else
   if first == 0 then first = now end
   local since = tonumber(redis.call('HGET', KEYS[1], 'failing_since') or '')
   if not since then
-    since = now
-    redis.call('HSET', KEYS[1], 'failing_since', string.format('%d', now))
+    since = math.max(first, tonumber(redis.call('HGET', KEYS[1], 'delivered_at') or '0'))
+    redis.call('HSET', KEYS[1], 'failing_since', string.format('%d', since))
   end
   if now - since >= tonumber(ARGV[6]) then
     redis.call('HSET', KEYS[1], 'disabled', '1')
