@@ -1,8 +1,12 @@
 import { after, before, describe, it } from 'node:test';
 import assert from 'node:assert/strict';
 import net from 'node:net';
+import Fastify, { type FastifyInstance } from 'fastify';
 import { startHarness, type Harness } from './helpers/service.js';
+import { startTestRedis } from './helpers/redis.js';
 import { text } from '../src/fake/script.js';
+import app from '../src/app.js';
+import { loadConfig } from '../src/config.js';
 
 /**
  * Authentication is by route scope: every spelling of a /v1 path that the router maps to a handler, and every
@@ -181,5 +185,61 @@ describe('authentication by route scope', () => {
       request('GET', `/%761/sessions/${id}`, { authorization: 'Bearer key-acme' }),
     );
     assert.equal(r, 200);
+  });
+});
+
+describe('the boot check of the /v1 scope', () => {
+  /** Registers the service, then `extra` (outside its authenticated scope), and readies it. */
+  async function boot(extra: (fastify: FastifyInstance) => Promise<void> | void) {
+    const redis = await startTestRedis();
+    const fastify = Fastify({ logger: false });
+    try {
+      await fastify.register(app, {
+        config: loadConfig({ REDIS_URL: redis.url, API_KEYS: KEYS, LOG_LEVEL: 'silent' }),
+        redisUrl: redis.url,
+        // Never called: no session runs here.
+        anthropic: { apiKey: 'unused', baseURL: 'http://127.0.0.1:9', offline: false },
+      });
+      await extra(fastify);
+      await fastify.ready();
+      // Booted: a route and an unknown /v1 path answer 401 without a key; the unknown path 404 with one.
+      const answer = async (url: string, headers: Record<string, string> = {}) => {
+        const res = await fastify.inject({ method: 'GET', url, headers });
+        return `${res.statusCode} ${res.json<{ error: { code: string } }>().error.code}`;
+      };
+      return [
+        await answer('/v1/sessions'),
+        await answer('/v1/nothing/here'),
+        await answer('/v1/nothing/here', { authorization: 'Bearer key-acme' }),
+      ];
+    } finally {
+      await fastify.close();
+      await redis.stop();
+    }
+  }
+
+  it('boots the service as app.ts registers it', async () => {
+    assert.deepEqual(await boot(() => {}), ['401 unauthorized', '401 unauthorized', '404 route_not_found']);
+  });
+
+  it('stops the boot when a /v1 route is registered outside the authenticated scope', async () => {
+    await assert.rejects(
+      boot((fastify) => {
+        fastify.get('/v1/leak', async () => 'answered without a key');
+      }),
+      /routes under \/v1 registered outside the authenticated scope of app\.ts: GET \/v1\/leak, HEAD \/v1\/leak$/,
+    );
+    // Through a plugin's prefix too, and whatever the case of the prefix (a case-insensitive router would match it).
+    await assert.rejects(
+      boot(async (fastify) => {
+        await fastify.register(
+          async (plugin: FastifyInstance) => {
+            plugin.post('/sessions/:id/export', async () => 'answered without a key');
+          },
+          { prefix: '/V1' },
+        );
+      }),
+      /outside the authenticated scope of app\.ts: POST \/V1\/sessions\/:id\/export$/,
+    );
   });
 });
