@@ -1,20 +1,25 @@
 import type { FastifyPluginAsyncZod } from 'fastify-type-provider-zod';
-import { toolSchemas } from '../tools/index.js';
 import { errors, toolList } from '../src/openapi/responses.js';
 
 const routes: FastifyPluginAsyncZod = async (app) => {
-  const data = toolSchemas();
   app.get(
     '/v1/tools',
     {
       schema: {
         operationId: 'listTools',
-        summary: 'The server tools, with their JSON schemas',
+        summary:
+          'The tools the service runs: server tools, and the tools of the MCP servers the tenant may use',
         tags: ['tools'],
         response: { 200: toolList, ...errors(401, 500) },
       },
     },
-    async () => ({ data }),
+    async (req) => {
+      const [data, mcpServers] = await Promise.all([
+        app.toolbox.list(req.tenant),
+        app.mcp ? app.mcp.status(req.tenant) : [],
+      ]);
+      return { data, mcp_servers: mcpServers };
+    },
   );
 };
 

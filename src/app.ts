@@ -11,6 +11,7 @@ import { DEFAULT_JSON_MAX_DEPTH, jsonTooDeep, tooDeepMessage } from './json-dept
 import redisPlugin from './plugins/redis.js';
 import anthropicPlugin from './plugins/anthropic.js';
 import enginePlugin from './plugins/engine.js';
+import mcpPlugin from './mcp/plugin.js';
 import authPlugin from './plugins/auth.js';
 import browserOriginsPlugin from './plugins/cors.js';
 import errorsPlugin from './plugins/errors.js';
@@ -75,6 +76,7 @@ const app: FastifyPluginAsync<AppOptions> = async (fastify, opts) => {
     maxRetries: config.UPSTREAM_MAX_RETRIES,
     offline: opts.anthropic.offline,
   });
+  await fastify.register(mcpPlugin, { config });
   await fastify.register(enginePlugin, {
     leaseTtlMs: config.LEASE_TTL_MS,
     eventLogMax: config.EVENT_LOG_MAX,

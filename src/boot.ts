@@ -20,6 +20,9 @@ export const loggerOptions = (config: Config) => ({
       '*.apiKey',
       '*.ANTHROPIC_API_KEY',
       '*.API_KEYS',
+      // MCP servers' header values (tokens, after `${ENV}` substitution): src/mcp/config.ts.
+      'MCP_SERVERS',
+      '*.MCP_SERVERS',
     ],
     censor: '[redacted]',
   },

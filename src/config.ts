@@ -1,4 +1,5 @@
 import { z } from 'zod';
+import { mcpServersVar, missingEnvRefs, resolveMcpServers } from './mcp/config.js';
 
 const port = z.coerce.number().int().min(0).max(65535);
 const positiveMs = z.coerce.number().int().positive();
@@ -152,6 +153,14 @@ export const configSchema = z.object({
    * clock skew between replicas plus a few seconds.
    */
   WEBHOOK_SWEEP_GRACE_MS: positiveMs.default(30_000),
+  /** MCP servers whose tools sessions may use (spec §6.2; src/mcp/config.ts): JSON, `${ENV}` in header values. */
+  MCP_SERVERS: mcpServersVar.optional(),
+  /** One MCP tool call's time limit (ms); beyond it the model gets an `is_error` result. */
+  MCP_CALL_TIMEOUT_MS: positiveMs.default(60_000),
+  /** An MCP server's tool list is listed again after this long (ms), or at once on `notifications/tools/list_changed`. */
+  MCP_TOOLS_TTL_MS: positiveMs.default(300_000),
+  /** Connecting to an MCP server (initialize) and listing its tools may take this long (ms). */
+  MCP_CONNECT_TIMEOUT_MS: positiveMs.default(10_000),
   /** Offline model's delay between SSE events (ms). */
   OFFLINE_EVENT_DELAY_MS: z.coerce.number().int().min(0).default(15),
 });
@@ -170,6 +179,12 @@ export function loadConfig(env: NodeJS.ProcessEnv = process.env): Config {
     throw new ConfigError(`Invalid configuration:\n${lines.join('\n')}`);
   }
   const config = parsed.data;
+  if (config.MCP_SERVERS) {
+    const missing = missingEnvRefs(config.MCP_SERVERS, env);
+    if (missing.length)
+      throw new ConfigError(`Invalid configuration:\n${missing.map((m) => `  MCP_SERVERS.${m}`).join('\n')}`);
+    config.MCP_SERVERS = resolveMcpServers(config.MCP_SERVERS, env);
+  }
   if (!config.API_KEYS && !isLoopback(config.HOST)) {
     throw new ConfigError(
       `Invalid configuration:\n  API_KEYS: required when HOST (${config.HOST}) is not a loopback address; ` +

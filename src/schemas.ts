@@ -1,5 +1,6 @@
 import { Ajv } from 'ajv';
 import { z } from 'zod';
+import { mcpToolEntry } from './mcp/schema.js';
 
 /**
  * Client tools' JSON Schemas are checked against the JSON Schema meta-schema, never compiled: compiling would keep
@@ -154,7 +155,7 @@ export const clientTool = z.strictObject({
   input_schema: jsonSchemaObject,
 });
 export type ClientTool = z.infer<typeof clientTool>;
-export const toolRef = z.union([z.string().min(1), clientTool]);
+export const toolRef = z.union([z.string().min(1), clientTool, mcpToolEntry]);
 
 /** Messages API params a session sends each turn; `messages`, `tools`, `stream` and `thread` are the service's. */
 export const sessionParams = z

@@ -212,7 +212,7 @@ export interface paths {
       path?: never;
       cookie?: never;
     };
-    /** The server tools, with their JSON schemas */
+    /** The tools the service runs: server tools, and the tools of the MCP servers the tenant may use */
     get: operations['listTools'];
     put?: never;
     post?: never;
@@ -652,6 +652,10 @@ export interface components {
               [key: string]: unknown;
             };
           }
+        | {
+            mcp_server: string;
+            allowed_tools?: string[];
+          }
       )[];
       max_iterations: number;
       approval: ('never' | 'always' | 'default') | string[];
@@ -798,6 +802,24 @@ export interface components {
         };
         requires_approval: boolean;
         idempotent: boolean;
+        /**
+         * @description server: a tool of tools/; mcp: a tool of an MCP server of MCP_SERVERS; memory: the memory tool
+         * @enum {string}
+         */
+        source: 'server' | 'mcp' | 'memory';
+        /** @description The MCP server, for `source: "mcp"`. */
+        mcp_server?: string;
+        /** @description The MCP server's annotations (readOnlyHint, idempotentHint, destructiveHint, …). */
+        annotations?: {
+          [key: string]: unknown;
+        };
+      }[];
+      /** @description The MCP servers this tenant may use, and whether they answer. */
+      mcp_servers: {
+        name: string;
+        reachable: boolean;
+        error: string | null;
+        tool_count: number;
       }[];
     };
     Health: {
@@ -1377,6 +1399,10 @@ export interface operations {
                 } & {
                   [key: string]: unknown;
                 };
+              }
+            | {
+                mcp_server: string;
+                allowed_tools?: string[];
               }
           )[];
           messages?: (

@@ -4,6 +4,7 @@ import type { ServerTool } from '../../tools/types.js';
 import { Metrics } from '../observability/metrics.js';
 import { RunTelemetry } from '../observability/run-telemetry.js';
 import { Tracing } from '../observability/tracing.js';
+import type { Toolbox } from '../toolbox.js';
 import type { SessionStore } from '../store/store.js';
 import { RunHandle, type EngineLogger } from './run-handle.js';
 import { controlListener, drive, type DriveDeps } from './run.js';
@@ -14,6 +15,7 @@ export interface EngineOptions {
   /** A connection the engine may put in subscriber mode (control messages). */
   subscriber: Redis | Cluster;
   serverTools: ReadonlyMap<string, ServerTool>;
+  toolbox: Toolbox;
   logger: EngineLogger;
   owner: string;
   /** Run lease TTL (ms); renewed every third of it. A crashed owner's runs are claimed after at most this. */

@@ -24,25 +24,29 @@ export function needsReview(s: Pick<SessionState, 'review'>, calls: Array<{ name
   return calls.some((c) => names.includes(c.name));
 }
 
+/** The session's client tools: the entries with an `input_schema` (the others are run by the service or upstream). */
 export function clientToolNames(s: Pick<SessionState, 'tools'>): Set<string> {
-  return new Set(s.tools.flatMap((t) => (typeof t === 'string' ? [] : [t.name])));
+  return new Set(s.tools.flatMap((t) => (typeof t === 'object' && 'input_schema' in t ? [t.name] : [])));
 }
 
 export function serverToolNames(s: Pick<SessionState, 'tools'>): Set<string> {
   return new Set(s.tools.flatMap((t) => (typeof t === 'string' ? [t] : [])));
 }
 
-/** The pending step for the calls of a reply, before anything ran. */
+/**
+ * The pending step for the calls of a reply, before anything ran. `tools` are the session's runnable tools (server
+ * tools, MCP tools, …: `Toolbox.forSession`); a call to any other name that is not a client tool runs as a server
+ * call and is answered "not found".
+ */
 export function pendingCalls(
   s: Pick<SessionState, 'tools' | 'approval'>,
   calls: ToolCall[],
-  serverTools: ReadonlyMap<string, ServerTool>,
+  tools: ReadonlyMap<string, ServerTool>,
 ): PendingCall[] {
   const client = clientToolNames(s);
-  const server = serverToolNames(s);
   return calls.map((c) => {
     const isClient = client.has(c.name);
-    const tool = server.has(c.name) ? serverTools.get(c.name) : undefined;
+    const tool = isClient ? undefined : tools.get(c.name);
     return {
       id: c.id,
       name: c.name,

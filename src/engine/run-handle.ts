@@ -4,6 +4,7 @@ import type { ServerTool } from '../../tools/types.js';
 import type { Metrics } from '../observability/metrics.js';
 import type { RunTelemetry } from '../observability/run-telemetry.js';
 import type { Tracing } from '../observability/tracing.js';
+import type { Toolbox } from '../toolbox.js';
 import type { SessionStore } from '../store/store.js';
 
 /** Why a run's AbortController fired. */
@@ -16,6 +17,8 @@ export interface RunDeps {
   store: SessionStore;
   client: Anthropic;
   serverTools: ReadonlyMap<string, ServerTool>;
+  /** Every source of tools the service runs (server tools, MCP servers, …), resolved per session at each step. */
+  toolbox: Toolbox;
   /** Run lease TTL (ms); renewed every third of it. A crashed owner's runs are claimed after at most this. */
   leaseTtlMs: number;
   /** Stream deltas are written to Redis as they arrive, at most this many per pipelined batch. */

@@ -5,6 +5,7 @@ import {
   type BetaToolRunContext,
 } from '@anthropic-ai/sdk/lib/tools/BetaRunnableTool';
 import type { BetaToolUseBlock } from '@anthropic-ai/sdk/resources/beta/messages/messages';
+import type { ServerTool } from '../../tools/types.js';
 import { blocksOf, pendingToolCalls, type StoredMessage } from '../history.js';
 import { toolRan } from '../observability/run-telemetry.js';
 import type {
@@ -17,19 +18,22 @@ import type {
   ToolResult,
 } from '../store/store.js';
 import { commit, completedEvents, endRun, mergeOps } from './commit.js';
-import { interruptedResult, needsReview, pendingCalls, resultBlock, serverToolNames } from './policy.js';
+import { interruptedResult, needsReview, pendingCalls, resultBlock } from './policy.js';
 import type { RunDeps, RunHandle } from './run-handle.js';
 
-/** The session's server tools as the SDK runs them, each timed into `durations` by tool_use id. */
+/** The session's runnable tools (server tools, MCP tools, …) by name, as the toolbox resolves them for this step. */
+export function sessionTools(deps: RunDeps, state: SessionState): Promise<Map<string, ServerTool>> {
+  return deps.toolbox.forSession({ tenant: state.tenant, session: state.id, tools: state.tools });
+}
+
+/** The session's runnable tools as the SDK runs them, each timed into `durations` by tool_use id. */
 export function serverRunnables(
   deps: RunDeps,
-  state: SessionState,
+  sessionTools: ReadonlyMap<string, ServerTool>,
   durations: Map<string, number>,
 ): BetaRunnableTool[] {
   const out: BetaRunnableTool[] = [];
-  for (const name of serverToolNames(state)) {
-    const tool = deps.serverTools.get(name)?.tool;
-    if (!tool) continue;
+  for (const [name, { tool }] of sessionTools) {
     out.push({
       ...tool,
       run: async (args: unknown, ctx?: BetaToolRunContext) => {
@@ -62,8 +66,9 @@ export async function toolStep(
   history: StoredMessage[],
 ): Promise<'done' | 'again'> {
   const calls = pendingToolCalls(history);
+  const tools = await sessionTools(deps, state);
   const step: PendingStep = state.pending ?? {
-    calls: pendingCalls(state, calls, deps.serverTools),
+    calls: pendingCalls(state, calls, tools),
     review: false,
     iteration: state.iteration,
   };
@@ -74,7 +79,8 @@ export async function toolStep(
     if (c.approval === 'denied') {
       c.result = { content: `Tool call denied${c.reason ? `: ${c.reason}` : '.'}`, is_error: true };
     } else if (c.kind === 'server' && c.approval !== 'required') {
-      if (c.started && !deps.serverTools.get(c.name)?.idempotent) {
+      // Unknown now (an MCP server that does not answer) counts as not idempotent.
+      if (c.started && !tools.get(c.name)?.idempotent) {
         c.result = interruptedResult(`the run was interrupted while ${c.name} ran; it was not run again`);
       } else {
         toRun.push(c);
@@ -91,10 +97,10 @@ export async function toolStep(
       ]),
     });
     // Only the session's server tools are here, so a call to any other name is answered "not found".
-    const tools = new Map(serverRunnables(deps, state, durations).map((t) => [t.name, t]));
+    const runnables = new Map(serverRunnables(deps, tools, durations).map((t) => [t.name, t]));
     await Promise.all(
       toRun.map(async (c) => {
-        const tool = tools.get(c.name);
+        const tool = runnables.get(c.name);
         if (!tool) {
           c.result = { content: `Error: Tool '${c.name}' not found`, is_error: true };
           return;

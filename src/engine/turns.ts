@@ -20,7 +20,7 @@ import { commit, idleOps } from './commit.js';
 import { interruptedResult, pendingCalls, resultBlock } from './policy.js';
 import type { EngineLogger, RunDeps, RunHandle } from './run-handle.js';
 import { StreamRelay } from './stream-relay.js';
-import { afterTools, serverRunnables } from './tool-step.js';
+import { afterTools, serverRunnables, sessionTools } from './tool-step.js';
 
 const STOP_REASONS_THAT_END = new Set(['end_turn', 'stop_sequence', 'max_tokens', 'refusal']);
 
@@ -58,7 +58,7 @@ function runnerParams(t: TurnInput): BetaToolRunnerParams & { stream: boolean } 
 /** The session's client tools as plain definitions (the runner sends them; a client runs them). */
 function clientToolDefs(state: SessionState): BetaTool[] {
   return state.tools.flatMap((t) =>
-    typeof t === 'string'
+    typeof t !== 'object' || !('input_schema' in t)
       ? []
       : [
           {
@@ -94,8 +94,10 @@ export async function runTurns(
 ): Promise<'done' | 'again'> {
   const { store } = deps;
   const durations = new Map<string, number>();
+  // Resolved once per runner: an MCP server's tool list change is taken up by the next run.
+  const runnable = await sessionTools(deps, state);
   const tools: BetaToolRunnerParams['tools'] = [
-    ...serverRunnables(deps, state, durations),
+    ...serverRunnables(deps, runnable, durations),
     ...clientToolDefs(state),
   ];
   let params = state.params;
@@ -289,7 +291,7 @@ export async function runTurns(
 
     // The reply calls tools. Calls that wait for a client (approval, client tools) end this runner: the reply is
     // committed with its pending step, and the next step answers it.
-    const pending = pendingCalls(state, calls, deps.serverTools);
+    const pending = pendingCalls(state, calls, runnable);
     const waits = pending.some((c) => c.approval === 'required' || c.kind === 'client');
     const autoServer = pending.filter((c) => c.kind === 'server' && c.approval === 'auto');
     for (const c of autoServer) if (!waits) c.started = true;
@@ -310,7 +312,7 @@ export async function runTurns(
     // its results. A crash while they run loses the reply, and the turn is sent again — which may run those tools
     // again, harmless as they are idempotent. Otherwise the reply (with its calls marked started) is committed
     // first, so a non-idempotent call interrupted by a crash is answered "interrupted" instead of running twice.
-    const oneCommit = !waits && pending.every((c) => deps.serverTools.get(c.name)?.idempotent ?? true);
+    const oneCommit = !waits && pending.every((c) => runnable.get(c.name)?.idempotent ?? true);
     if (oneCommit) {
       // Live clients still see the turn end and the tools start now; these events change no session field.
       void store.appendEvents(run.id, replyEvents).catch(() => {});

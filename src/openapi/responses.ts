@@ -68,6 +68,7 @@ export const sessionStatus = z
 const toolRef = z.union([
   z.string(),
   z.object({ name: z.string(), description: z.string().optional(), input_schema: z.looseObject({}) }),
+  z.object({ mcp_server: z.string(), allowed_tools: z.array(z.string()).optional() }),
 ]);
 
 export const session = z
@@ -191,8 +192,26 @@ export const toolList = z
         input_schema: z.looseObject({}),
         requires_approval: z.boolean(),
         idempotent: z.boolean(),
+        source: z.enum(['server', 'mcp', 'memory']).meta({
+          description:
+            'server: a tool of tools/; mcp: a tool of an MCP server of MCP_SERVERS; memory: the memory tool',
+        }),
+        mcp_server: z.string().optional().meta({ description: 'The MCP server, for `source: "mcp"`.' }),
+        annotations: z.looseObject({}).optional().meta({
+          description: "The MCP server's annotations (readOnlyHint, idempotentHint, destructiveHint, …).",
+        }),
       }),
     ),
+    mcp_servers: z
+      .array(
+        z.object({
+          name: z.string(),
+          reachable: z.boolean(),
+          error: z.string().nullable(),
+          tool_count: z.number().int(),
+        }),
+      )
+      .meta({ description: 'The MCP servers this tenant may use, and whether they answer.' }),
   })
   .meta({ id: 'ToolList' });
 

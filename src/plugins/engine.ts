@@ -6,11 +6,14 @@ import { Engine } from '../engine/engine.js';
 import { SessionService } from '../sessions/service.js';
 import { SessionStore } from '../store/store.js';
 import { componentLog } from '../log.js';
+import { serverToolProvider, Toolbox } from '../toolbox.js';
 
 declare module 'fastify' {
   interface FastifyInstance {
     store: SessionStore;
     engine: Engine;
+    /** Every source of tools the service runs: server tools, MCP servers, … (`GET /v1/tools`, session checks). */
+    toolbox: Toolbox;
     sessions: SessionService;
   }
 }
@@ -26,11 +29,14 @@ export interface EnginePluginOptions {
 export default fp<EnginePluginOptions>(
   async (app, opts) => {
     const store = new SessionStore(app.redis, { eventLogMax: opts.eventLogMax });
+    // Asked in order: a name is the first provider's.
+    const toolbox = new Toolbox([serverToolProvider(serverTools), ...(app.mcp ? [app.mcp] : [])]);
     const engine = new Engine({
       store,
       client: app.anthropic,
       subscriber: app.redisSub,
       serverTools,
+      toolbox,
       logger: componentLog(app.log, 'engine'),
       owner: `${hostname()}-${process.pid}-${randomBytes(3).toString('hex')}`,
       leaseTtlMs: opts.leaseTtlMs,
@@ -41,10 +47,11 @@ export default fp<EnginePluginOptions>(
     app.metrics.observeRuns(engine);
     app.decorate('store', store);
     app.decorate('engine', engine);
-    app.decorate('sessions', new SessionService(store, engine, serverTools));
+    app.decorate('toolbox', toolbox);
+    app.decorate('sessions', new SessionService(store, engine, serverTools, toolbox));
     app.addHook('onReady', async () => engine.start());
     // Registered after the redis plugin, so it runs before Redis closes (onClose hooks run in reverse order).
     app.addHook('onClose', async () => engine.stop(opts.shutdownGraceMs));
   },
-  { name: 'engine', dependencies: ['redis', 'anthropic', 'metrics', 'tracing'] },
+  { name: 'engine', dependencies: ['redis', 'anthropic', 'metrics', 'tracing', 'mcp'] },
 );

@@ -39,7 +39,7 @@ export async function createSession(
     ...(body.system !== undefined ? { system: body.system } : {}),
   });
   if (!params.success) throw badRequest('Invalid params.', zodDetails(params.error.issues, ['params']));
-  checkTools(deps, body.tools);
+  await deps.toolbox.check(tenant, body.tools);
   const given: StoredMessage[] =
     body.messages ?? (body.input ? [{ role: 'user' as const, content: body.input }] : []);
   const messages = given.map(normalize);
@@ -191,30 +191,4 @@ async function insert(
     },
   );
   state.revision = res.revision;
-}
-
-function checkTools(deps: SessionDeps, tools: CreateSessionBody['tools']): void {
-  const names = new Set<string>();
-  for (const t of tools) {
-    const name = typeof t === 'string' ? t : t.name;
-    if (typeof t === 'string' && !deps.serverTools.has(t)) {
-      throw new AppError(
-        400,
-        'unknown_tool',
-        `There is no server tool named "${t}". GET /v1/tools lists them.`,
-        {
-          tool: t,
-        },
-      );
-    }
-    if (typeof t !== 'string' && deps.serverTools.has(t.name)) {
-      throw new AppError(
-        400,
-        'tool_name_conflict',
-        `"${t.name}" is the name of a server tool; name the client tool otherwise.`,
-      );
-    }
-    if (names.has(name)) throw new AppError(400, 'duplicate_tool', `The tool "${name}" is given twice.`);
-    names.add(name);
-  }
 }

@@ -3,6 +3,7 @@ import type { Engine } from '../engine/engine.js';
 import { statusEvent } from '../engine/status.js';
 import { AppError, badRequest, revisionMismatch, zodDetails } from '../errors.js';
 import { sessionParams, type SessionParams } from '../schemas.js';
+import type { Toolbox } from '../toolbox.js';
 import {
   encodeFields,
   type ApplyOps,
@@ -20,6 +21,8 @@ export interface SessionDeps {
   store: SessionStore;
   engine: Pick<Engine, 'kick'>;
   serverTools: ReadonlyMap<string, ServerTool>;
+  /** Every source of tools (server tools, MCP servers, …): checks a session's `tools`. */
+  toolbox: Toolbox;
 }
 
 export interface MutationResult {

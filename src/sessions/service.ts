@@ -12,6 +12,7 @@ import type {
   toolResultsBody,
 } from '../schemas.js';
 import type { SessionState, SessionStore } from '../store/store.js';
+import type { Toolbox } from '../toolbox.js';
 import { cancelRun, patchSession, removeSession, resumeRun, retryTurn } from './control.js';
 import { createSession, forkSession } from './create.js';
 import { addMessage, listMessages } from './messages.js';
@@ -29,8 +30,13 @@ export type { MutationResult } from './mutate.js';
 export class SessionService {
   private readonly deps: SessionDeps;
 
-  constructor(store: SessionStore, engine: Engine, serverTools: ReadonlyMap<string, ServerTool>) {
-    this.deps = { store, engine, serverTools };
+  constructor(
+    store: SessionStore,
+    engine: Engine,
+    serverTools: ReadonlyMap<string, ServerTool>,
+    toolbox: Toolbox,
+  ) {
+    this.deps = { store, engine, serverTools, toolbox };
   }
 
   create(tenant: string, body: CreateSessionBody): Promise<SessionState> {

@@ -2,6 +2,7 @@ import type { Cluster, Redis } from 'ioredis';
 import { randomBytes } from 'node:crypto';
 import { FencedOut, AppError, notFound, revisionMismatch, conflict } from '../errors.js';
 import type { StoredBlock, StoredMessage } from '../history.js';
+import type { McpToolEntry } from '../mcp/schema.js';
 import type { BudgetPolicy, ClientTool, OnMaxTokens, SessionParams } from '../schemas.js';
 import {
   RUNS_KEY,
@@ -15,7 +16,7 @@ import { defineLuaCommands } from './lua-commands.js';
 
 export type RedisClient = Redis | Cluster;
 export type Status = 'running' | 'requires_action' | 'idle' | 'failed';
-export type ToolRef = string | ClientTool;
+export type ToolRef = string | ClientTool | McpToolEntry;
 export type ApprovalPolicy = 'never' | 'always' | 'default' | string[];
 export type ReviewPolicy = boolean | string[];
 

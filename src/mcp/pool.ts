@@ -1,0 +1,361 @@
+/**
+ * Connections to the MCP servers of `MCP_SERVERS`: one MCP client (Streamable HTTP) per server in this process, shared
+ * by every session's calls (requests of one client run concurrently, each its own HTTP request), its tool list
+ * cached. Connecting is lazy; a connection whose transport fails (the server stopped, or restarted and forgot our
+ * MCP session: HTTP 404) is dropped and the next use connects again.
+ *
+ * The tool list is listed again when the server says it changed (`notifications/tools/list_changed`, on the
+ * standalone SSE stream) or after `MCP_TOOLS_TTL_MS`; while a server is unreachable its last list stays in use, so a
+ * session keeps offering the tools and its calls get `is_error` results rather than vanishing from the model's view.
+ */
+import { AsyncLocalStorage } from 'node:async_hooks';
+import { Client } from '@modelcontextprotocol/sdk/client/index.js';
+import {
+  StreamableHTTPClientTransport,
+  StreamableHTTPError,
+} from '@modelcontextprotocol/sdk/client/streamableHttp.js';
+import { ErrorCode, McpError, type CallToolResult, type Tool } from '@modelcontextprotocol/sdk/types.js';
+import type { FastifyBaseLogger } from 'fastify';
+import type { McpServerConfig } from './config.js';
+
+export interface McpPoolOptions {
+  callTimeoutMs: number;
+  toolsTtlMs: number;
+  connectTimeoutMs: number;
+  log: FastifyBaseLogger;
+}
+
+/** A server's tool list could not be had (never listed, and unreachable now). */
+export class McpUnavailable extends Error {
+  constructor(
+    readonly server: string,
+    message: string,
+    options?: { cause?: unknown },
+  ) {
+    super(message, options);
+    this.name = 'McpUnavailable';
+  }
+}
+
+/** Most tools kept of one server (pages of `tools/list` are read up to this). */
+const MAX_TOOLS = 1000;
+const MAX_PAGES = 50;
+/** After a failed connect, the next attempt waits this long (ms): a down server is not dialled on every turn. */
+const RETRY_AFTER_MS = 1000;
+
+/**
+ * The call in flight in this async context: the transport's fetch reads it to tie a POST's response stream to its
+ * call, so a stream cut before the result arrives (the server died mid-call) fails that call at once instead of
+ * leaving it to wait for its timeout (the SDK resumes only streams that carry event ids, and ours fail at once).
+ */
+const inCall = new AsyncLocalStorage<{ cut: (why: string) => void }>();
+
+interface Connection {
+  client: Client;
+  /** Calls in flight: a dropped connection is closed when the last one settles. */
+  inflight: number;
+  dead: boolean;
+}
+
+/** The client of one MCP server in this process. */
+export class McpServerClient {
+  private conn: Promise<Connection> | null = null;
+  private live: Connection | null = null;
+  private tools: { list: Tool[]; at: number } | null = null;
+  private listing: Promise<Tool[]> | null = null;
+  /** Bumped when the list is known to be stale (a change notice, a reconnect): a listing in flight is not trusted. */
+  private generation = 0;
+  private retryAt = 0;
+  private lastError: string | null = null;
+  private closed = false;
+
+  constructor(
+    readonly config: McpServerConfig,
+    private readonly opts: McpPoolOptions,
+  ) {}
+
+  /** Whether `tenant` may use this server. */
+  allows(tenant: string): boolean {
+    return this.config.tenants === null || this.config.tenants.has(tenant);
+  }
+
+  /** The last connection or listing failure (null after a success), for `GET /v1/tools`. */
+  get error(): string | null {
+    return this.lastError;
+  }
+
+  /** The tool list: cached; listed again when stale. A failed listing falls back to the last list, else throws. */
+  async listTools(): Promise<readonly Tool[]> {
+    const fresh = this.tools && Date.now() - this.tools.at < this.opts.toolsTtlMs;
+    if (this.tools && fresh) return this.tools.list;
+    try {
+      return await this.refresh();
+    } catch (err) {
+      if (this.tools) return this.tools.list;
+      throw err instanceof McpUnavailable
+        ? err
+        : new McpUnavailable(this.config.name, `cannot list the tools of MCP server "${this.config.name}"`, {
+            cause: err,
+          });
+    }
+  }
+
+  /** Lists the tools now (one listing at a time; callers share it). */
+  private refresh(): Promise<Tool[]> {
+    if (this.listing) return this.listing;
+    const gen = this.generation;
+    const p = (async () => {
+      const conn = await this.connection();
+      const list: Tool[] = [];
+      let cursor: string | undefined;
+      for (let page = 0; page < MAX_PAGES && list.length < MAX_TOOLS; page++) {
+        const res = await conn.client
+          .listTools(cursor ? { cursor } : undefined, { timeout: this.opts.connectTimeoutMs })
+          .catch((err: unknown) => this.failed(conn, err));
+        list.push(...res.tools.slice(0, MAX_TOOLS - list.length));
+        cursor = res.nextCursor;
+        if (!cursor) break;
+      }
+      // A change notice that came while listing may describe a list newer than this one: keep it stale.
+      this.tools = { list, at: gen === this.generation ? Date.now() : 0 };
+      this.lastError = null;
+      return list;
+    })();
+    this.listing = p;
+    const clear = () => {
+      if (this.listing === p) this.listing = null;
+    };
+    p.then(clear, clear);
+    return p;
+  }
+
+  /** The list is stale (a change notice, a new connection): the next `listTools` lists again. */
+  private invalidate(): void {
+    this.generation++;
+    if (this.tools) this.tools.at = 0;
+  }
+
+  /**
+   * Calls a tool within the call timeout. Throws on a transport failure, a timeout or an abort (the caller makes
+   * it an `is_error` result); a result with `isError` is returned as it is. A call the server refused before running
+   * it because it forgot our MCP session (HTTP 404 or 400 after a restart) is sent once more on a new connection.
+   */
+  async callTool(
+    name: string,
+    args: Record<string, unknown> | undefined,
+    signal: AbortSignal | undefined,
+  ): Promise<CallToolResult> {
+    for (let attempt = 0; ; attempt++) {
+      const conn = await this.connection();
+      try {
+        return await this.callOn(conn, name, args, signal);
+      } catch (err) {
+        const forgotten = err instanceof StreamableHTTPError && (err.code === 404 || err.code === 400);
+        if (!(err instanceof McpError) || err.code === ErrorCode.ConnectionClosed) this.drop(conn, err);
+        if (forgotten && attempt === 0 && !signal?.aborted) continue;
+        throw err;
+      }
+    }
+  }
+
+  private async callOn(
+    conn: Connection,
+    name: string,
+    args: Record<string, unknown> | undefined,
+    signal: AbortSignal | undefined,
+  ): Promise<CallToolResult> {
+    // One controller per call, aborted only while the call is in flight (the SDK never removes its abort listener,
+    // so a signal that fires after the call would send a cancel notice for a finished request).
+    const ac = new AbortController();
+    let settled = false;
+    const abort = (reason: unknown) => {
+      if (!settled) ac.abort(reason);
+    };
+    const onRunAbort = () => abort(signal?.reason);
+    signal?.addEventListener('abort', onRunAbort, { once: true });
+    if (signal?.aborted) abort(signal.reason);
+    conn.inflight++;
+    try {
+      const res = await inCall.run({ cut: (why) => abort(new McpCallCut(why)) }, () =>
+        conn.client.callTool({ name, ...(args ? { arguments: args } : {}) }, undefined, {
+          signal: ac.signal,
+          timeout: this.opts.callTimeoutMs,
+        }),
+      );
+      // The compatibility shape (`toolResult`) of protocol versions before 2024-11-05 is not accepted.
+      if (!('content' in res) || !Array.isArray(res.content)) throw new Error('the result has no content');
+      return res as CallToolResult;
+    } catch (err) {
+      if (ac.signal.reason instanceof McpCallCut) throw ac.signal.reason;
+      if (err instanceof McpError && err.code === ErrorCode.RequestTimeout) {
+        throw new Error(
+          `the MCP server "${this.config.name}" did not answer within ${this.opts.callTimeoutMs} ms`,
+          { cause: err },
+        );
+      }
+      throw err;
+    } finally {
+      settled = true;
+      signal?.removeEventListener('abort', onRunAbort);
+      conn.inflight--;
+      if (conn.dead && conn.inflight === 0) void conn.client.close().catch(() => {});
+    }
+  }
+
+  /** The live connection, connecting when there is none (at most one connect in flight; a failed one waits a bit). */
+  private connection(): Promise<Connection> {
+    if (this.closed) return Promise.reject(new McpUnavailable(this.config.name, 'the service is stopping'));
+    if (this.conn) return this.conn;
+    if (Date.now() < this.retryAt) {
+      return Promise.reject(
+        new McpUnavailable(
+          this.config.name,
+          `the MCP server "${this.config.name}" is unreachable: ${this.lastError ?? 'connect failed'}`,
+        ),
+      );
+    }
+    const p = this.connect().catch((err: unknown) => {
+      if (this.conn === p) this.conn = null;
+      this.retryAt = Date.now() + RETRY_AFTER_MS;
+      this.lastError = describe(err);
+      this.opts.log.warn({ err, mcp_server: this.config.name }, 'cannot connect to the MCP server');
+      throw new McpUnavailable(
+        this.config.name,
+        `the MCP server "${this.config.name}" is unreachable: ${this.lastError}`,
+        { cause: err },
+      );
+    });
+    this.conn = p;
+    return p;
+  }
+
+  private async connect(): Promise<Connection> {
+    const { config, opts } = this;
+    const client = new Client(
+      { name: 'toolrunner-sessions', version: '0.1.0' },
+      {
+        listChanged: {
+          tools: {
+            autoRefresh: false,
+            debounceMs: 0,
+            onChanged: () => {
+              this.invalidate();
+              opts.log.info({ mcp_server: config.name }, 'MCP server tool list changed');
+            },
+          },
+        },
+      },
+    );
+    const transport = new StreamableHTTPClientTransport(config.url, {
+      requestInit: { headers: config.headers },
+      fetch: cutAwareFetch,
+      // The standalone SSE stream (change notices) is tried again twice; a server gone for longer drops the
+      // connection (onerror below) and the next use connects anew.
+      reconnectionOptions: {
+        initialReconnectionDelay: 500,
+        maxReconnectionDelay: 5000,
+        reconnectionDelayGrowFactor: 2,
+        maxRetries: 2,
+      },
+    });
+    const conn: Connection = { client, inflight: 0, dead: false };
+    client.onerror = (err) => {
+      // Transport trouble of any stream: a restarted server answers our old MCP session with 404, a stopped one
+      // refuses. Drop the connection; calls in flight finish (or fail) on their own.
+      this.drop(conn, err);
+    };
+    client.onclose = () => this.drop(conn, null);
+    await client.connect(transport, { timeout: opts.connectTimeoutMs });
+    if (this.closed) {
+      await client.close().catch(() => {});
+      throw new McpUnavailable(config.name, 'the service is stopping');
+    }
+    this.live = conn;
+    // A new MCP session may be a new server (restarted, redeployed): its tools are listed again.
+    this.invalidate();
+    this.retryAt = 0;
+    opts.log.info({ mcp_server: config.name }, 'connected to the MCP server');
+    return conn;
+  }
+
+  /** A transport failure of a request on `conn`: the error is rethrown; the connection is dropped. */
+  private failed(conn: Connection, err: unknown): never {
+    if (!(err instanceof McpError) || err.code === ErrorCode.ConnectionClosed) this.drop(conn, err);
+    throw err;
+  }
+
+  /** Forgets `conn` (the next use connects again) and closes it once its calls have settled. */
+  private drop(conn: Connection, err: unknown): void {
+    if (conn.dead) return;
+    conn.dead = true;
+    if (this.live === conn) {
+      this.live = null;
+      this.conn = null;
+    }
+    if (err) {
+      this.lastError = describe(err);
+      this.opts.log.warn({ err, mcp_server: this.config.name }, 'MCP connection dropped');
+    }
+    if (conn.inflight === 0) void conn.client.close().catch(() => {});
+  }
+
+  /** Closes the connection (shutdown); calls in flight are aborted by the transport's close. */
+  async close(): Promise<void> {
+    this.closed = true;
+    const conn = this.live;
+    this.live = null;
+    this.conn = null;
+    if (conn) {
+      conn.dead = true;
+      await conn.client.close().catch(() => {});
+    }
+  }
+}
+
+/** A call whose response stream ended before its result (the server went away mid-call). */
+export class McpCallCut extends Error {
+  constructor(why: string) {
+    super(why);
+    this.name = 'McpCallCut';
+  }
+}
+
+/**
+ * The transport's fetch: a POST made for a call (see `inCall`) whose answer is an SSE stream has that stream watched;
+ * if it fails or ends while the call still waits for its result, the call is failed at once. The result arrives on
+ * the stream before it ends (the SDK hands each event on as it reads it), so a call still waiting a turn of the event
+ * loop after the end will get no result from this stream.
+ */
+const cutAwareFetch: typeof fetch = async (input, init) => {
+  const call = inCall.getStore();
+  const res = await fetch(input, init);
+  if (!call || init?.method !== 'POST' || !res.body) return res;
+  if (!(res.headers.get('content-type') ?? '').startsWith('text/event-stream')) return res;
+  const reader = res.body.getReader();
+  const watched = new ReadableStream<Uint8Array>({
+    async pull(controller) {
+      try {
+        const { value, done } = await reader.read();
+        if (done) {
+          controller.close();
+          setImmediate(() => call.cut("the MCP server closed the call's stream before its result"));
+          return;
+        }
+        controller.enqueue(value);
+      } catch (err) {
+        call.cut(`the MCP server's connection broke during the call (${describe(err)})`);
+        controller.error(err);
+      }
+    },
+    cancel(reason) {
+      return reader.cancel(reason);
+    },
+  });
+  return new Response(watched, { status: res.status, statusText: res.statusText, headers: res.headers });
+};
+
+function describe(err: unknown): string {
+  if (!(err instanceof Error)) return String(err);
+  const cause = err.cause instanceof Error ? `: ${err.cause.message}` : '';
+  return `${err.message}${cause}`.slice(0, 300);
+}

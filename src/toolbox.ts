@@ -1,0 +1,173 @@
+/**
+ * The tools the service runs itself, from every source: the server tools of `tools/`, the tools of MCP servers
+ * (`src/mcp/`), and whatever else is added as a provider (the memory tool). A session's `tools` entries are checked
+ * against the providers at create (and PATCH), resolved to runnable tools at the start of each run, and listed by
+ * `GET /v1/tools`. Client tools (`{name, description, input_schema}`) are the client's: no provider runs them.
+ */
+import type { BetaRunnableTool } from '@anthropic-ai/sdk/lib/tools/BetaRunnableTool';
+import type { ServerTool } from '../tools/types.js';
+import { AppError } from './errors.js';
+import type { ToolRef } from './store/store.js';
+
+/** One tool as `GET /v1/tools` lists it. */
+export interface ToolListing {
+  name: string;
+  description: string;
+  input_schema: Record<string, unknown>;
+  requires_approval: boolean;
+  idempotent: boolean;
+  /** Where the tool comes from: `server` (tools/), `mcp` (an MCP server of MCP_SERVERS), `memory`. */
+  source: 'server' | 'mcp' | 'memory';
+  /** The MCP server, for `source: "mcp"`. */
+  mcp_server?: string;
+  /** The MCP server's annotations of the tool (`readOnlyHint`, `idempotentHint`, `destructiveHint`, …). */
+  annotations?: Record<string, unknown>;
+}
+
+/** A session's tools as a provider sees them. */
+export interface ToolScope {
+  tenant: string;
+  session: string;
+  tools: readonly ToolRef[];
+}
+
+/** A tool brought by an entry, for the name checks at create. */
+export interface ClaimedTool {
+  name: string;
+  /** The entry that brought it, for messages: `"get_weather"`, `mcp_server "files"`. */
+  from: string;
+}
+
+/** One source of tools the service runs. */
+export interface ToolProvider {
+  /** Whether this provider owns the `tools` entry. */
+  claims(entry: ToolRef): boolean;
+  /**
+   * Checks the entries it claims at create (or PATCH) for `tenant` (throws a 400 AppError) and returns the tools
+   * they bring, as far as it knows them now.
+   */
+  check(tenant: string, entries: readonly ToolRef[]): Promise<ClaimedTool[]>;
+  /**
+   * The session's tools of this provider, as the runner runs them. Never throws: a source that cannot be reached
+   * brings fewer tools (a call to a missing tool is answered "not found" by the runner).
+   */
+  runnables(scope: ToolScope): Promise<ServerTool[]>;
+  /** What `GET /v1/tools` lists of this provider for `tenant`. */
+  list(tenant: string): Promise<ToolListing[]>;
+  /** Names a client tool may never take, whether the session uses the tool or not (the server tools' names). */
+  reserved?: ReadonlySet<string>;
+}
+
+/** The name a runnable tool is called by. */
+export function runnableName(tool: BetaRunnableTool): string {
+  return 'name' in tool && typeof tool.name === 'string' ? tool.name : '';
+}
+
+/** The providers, asked in order. */
+export class Toolbox {
+  constructor(private readonly providers: readonly ToolProvider[]) {}
+
+  /**
+   * Checks a session's `tools` at create: every entry is claimed by a provider or is a client tool, and no name is
+   * brought twice (400 `duplicate_tool` for the same entry given twice, `tool_name_conflict` across entries).
+   */
+  async check(tenant: string, tools: readonly ToolRef[]): Promise<void> {
+    const seen = new Map<string, string>();
+    const add = (t: ClaimedTool) => {
+      const before = seen.get(t.name);
+      if (before === undefined) {
+        seen.set(t.name, t.from);
+        return;
+      }
+      if (before === t.from)
+        throw new AppError(400, 'duplicate_tool', `The tool "${t.name}" is given twice.`, { tool: t.name });
+      throw new AppError(
+        400,
+        'tool_name_conflict',
+        `Two tools of the session are named "${t.name}" (${before} and ${t.from}); name the client tool otherwise or leave one out (allowed_tools).`,
+        { tool: t.name, sources: [before, t.from] },
+      );
+    };
+    const claimed = new Map<ToolProvider, ToolRef[]>();
+    for (const t of tools) {
+      const p = this.providers.find((x) => x.claims(t));
+      if (p) claimed.set(p, [...(claimed.get(p) ?? []), t]);
+      else if (typeof t === 'object' && 'input_schema' in t) {
+        if (this.providers.some((p) => p.reserved?.has(t.name)))
+          throw new AppError(
+            400,
+            'tool_name_conflict',
+            `"${t.name}" is the name of a server tool; name the client tool otherwise.`,
+            { tool: t.name },
+          );
+        add({ name: t.name, from: 'a client tool' });
+      } else if (typeof t === 'string')
+        throw new AppError(
+          400,
+          'unknown_tool',
+          `There is no server tool named "${t}". GET /v1/tools lists them.`,
+          {
+            tool: t,
+          },
+        );
+      else throw new AppError(400, 'unknown_tool', 'A tools entry of an unknown form.');
+    }
+    // Provider tools first, so a client tool that takes one of their names is the one reported.
+    const lists = await Promise.all([...claimed].map(([p, entries]) => p.check(tenant, entries)));
+    const provided = lists.flat();
+    const client = [...seen];
+    seen.clear();
+    for (const t of provided) add(t);
+    for (const [name, from] of client) add({ name, from });
+  }
+
+  /** The session's runnable tools by name; a name brought twice keeps its first provider's tool. */
+  async forSession(scope: ToolScope): Promise<Map<string, ServerTool>> {
+    const lists = await Promise.all(
+      this.providers.map((p) => (scope.tools.some((t) => p.claims(t)) ? p.runnables(scope) : [])),
+    );
+    const out = new Map<string, ServerTool>();
+    for (const t of lists.flat()) {
+      const name = runnableName(t.tool);
+      if (name && !out.has(name)) out.set(name, t);
+    }
+    return out;
+  }
+
+  /** `GET /v1/tools`: every provider's tools for `tenant`. */
+  async list(tenant: string): Promise<ToolListing[]> {
+    return (await Promise.all(this.providers.map((p) => p.list(tenant)))).flat();
+  }
+}
+
+/** The server tools of `tools/`: a `tools` entry that is one's name. */
+export function serverToolProvider(serverTools: ReadonlyMap<string, ServerTool>): ToolProvider {
+  const listing: ToolListing[] = [...serverTools.entries()].map(
+    ([name, { tool, requiresApproval, idempotent }]) => {
+      const def = tool as { description?: unknown; input_schema?: unknown };
+      return {
+        name,
+        description: typeof def.description === 'string' ? def.description : '',
+        input_schema:
+          typeof def.input_schema === 'object' && def.input_schema !== null
+            ? (def.input_schema as Record<string, unknown>)
+            : { type: 'object' },
+        requires_approval: requiresApproval,
+        idempotent,
+        source: 'server',
+      };
+    },
+  );
+  return {
+    reserved: new Set(serverTools.keys()),
+    claims: (entry) => typeof entry === 'string' && serverTools.has(entry),
+    check: async (_tenant, entries) =>
+      entries.flatMap((e) => (typeof e === 'string' ? [{ name: e, from: `"${e}"` }] : [])),
+    runnables: async (scope) =>
+      scope.tools.flatMap((e) => {
+        const t = typeof e === 'string' ? serverTools.get(e) : undefined;
+        return t ? [t] : [];
+      }),
+    list: async () => listing,
+  };
+}

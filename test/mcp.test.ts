@@ -1,0 +1,255 @@
+/**
+ * MCP servers as tools (spec §6.2): a real MCP server (the MCP SDK's `McpServer` over Streamable HTTP, in its own
+ * process: test/fixtures/mcp-server.ts) serves tools to sessions through the service's pooled MCP client and the
+ * Anthropic SDK's `mcpTools()`; the fake Messages API plays the model.
+ */
+import { after, before, beforeEach, describe, it } from 'node:test';
+import assert from 'node:assert/strict';
+import { spawnSync } from 'node:child_process';
+import { startHarness, type Api, type Harness } from './helpers/service.js';
+import { startMcpServer, type TestMcpServer } from './helpers/mcp-server.js';
+import { text, toolCall, toolCalls, toolUse } from '../src/fake/script.js';
+import { validateConversation } from '../src/fake/server.js';
+import { ConfigError, loadConfig } from '../src/config.js';
+
+async function events(api: Api, id: string): Promise<Array<{ type: string; data: any }>> {
+  const r = await api.get(`/v1/sessions/${id}/events?limit=1000`);
+  assert.equal(r.status, 200, JSON.stringify(r.body));
+  return r.body.data;
+}
+
+const mcpServers = (url: string) =>
+  JSON.stringify({
+    main: { url, headers: { authorization: 'Bearer ${MCP_TEST_TOKEN}' } },
+    private: { url, headers: { authorization: 'Bearer ${MCP_TEST_TOKEN}' }, tenants: ['a'] },
+  });
+
+describe('MCP servers as tools', { timeout: 240_000 }, () => {
+  let h: Harness;
+  let mcp: TestMcpServer;
+  let api: Api;
+  let apiB: Api;
+
+  before(async () => {
+    mcp = await startMcpServer({ token: 'mcp-secret-token' });
+    h = await startHarness({
+      env: {
+        API_KEYS: 'a:key-a,b:key-b',
+        MCP_SERVERS: mcpServers(mcp.url),
+        MCP_TEST_TOKEN: 'mcp-secret-token',
+        MCP_CALL_TIMEOUT_MS: '20000',
+        TEST_LOG_LEVEL: process.env.TEST_LOG_LEVEL ?? 'silent',
+      },
+    });
+    api = h.api;
+    apiB = h.api.as('key-b');
+  });
+  after(async () => {
+    await h?.close();
+    await mcp?.kill();
+  });
+  beforeEach(() => h.fake.reset());
+
+  it('GET /v1/tools lists each server tool and MCP tool with its server and annotations, per tenant', async () => {
+    const a = await api.get('/v1/tools');
+    assert.equal(a.status, 200, JSON.stringify(a.body));
+    const echo = a.body.data.filter((t: any) => t.name === 'echo');
+    assert.deepEqual(
+      echo.map((t: any) => t.mcp_server),
+      ['main', 'private'],
+    );
+    assert.equal(echo[0].source, 'mcp');
+    assert.equal(echo[0].idempotent, true, 'readOnlyHint makes it safe to run again');
+    assert.deepEqual(echo[0].annotations, { readOnlyHint: true });
+    assert.equal(echo[0].input_schema.type, 'object');
+    const slowWrite = a.body.data.find((t: any) => t.name === 'slow_write');
+    assert.equal(slowWrite.idempotent, false);
+    assert.ok(a.body.data.some((t: any) => t.name === 'get_weather' && t.source === 'server'));
+    assert.deepEqual(
+      a.body.mcp_servers.map((s: any) => [s.name, s.reachable]),
+      [
+        ['main', true],
+        ['private', true],
+      ],
+    );
+    const b = await apiB.get('/v1/tools');
+    assert.deepEqual(
+      b.body.mcp_servers.map((s: any) => s.name),
+      ['main'],
+      'tenant b is not listed for "private"',
+    );
+    assert.ok(b.body.data.every((t: any) => t.mcp_server !== 'private'));
+  });
+
+  it('runs a sequential and a parallel call; MCP content (text, image, resource) reaches the model as blocks', async () => {
+    h.fake.enqueue(
+      toolCall('echo', { text: 'one' }, { id: 'toolu_seq' }),
+      toolCalls([
+        toolUse('echo', { text: 'two' }, 'toolu_p1'),
+        toolUse('add_numbers', { a: 2, b: 40 }, 'toolu_p2'),
+        toolUse('picture', {}, 'toolu_p3'),
+        toolUse('get_weather', { location: 'Paris' }, 'toolu_p4'),
+      ]),
+      text('All done.'),
+    );
+    const created = await api.post('/v1/sessions', {
+      input: 'Use the tools',
+      tools: [{ mcp_server: 'main' }, 'get_weather'],
+    });
+    assert.equal(created.status, 201, JSON.stringify(created.body));
+    const id = created.body.id;
+    const done = await api.waitStatus(id, ['idle', 'failed', 'requires_action'], 30_000);
+    assert.equal(done.status, 'idle', JSON.stringify(done));
+    assert.equal(done.iteration, 3);
+
+    const sent = h.fake.requests[0]!.body;
+    const names = (sent.tools as any[]).map((t) => t.name);
+    for (const n of ['echo', 'add_numbers', 'slow_write', 'slow_read', 'broken', 'picture', 'get_weather'])
+      assert.ok(names.includes(n), `${n} offered to the model: ${names.join(',')}`);
+    const echoDef = (sent.tools as any[]).find((t) => t.name === 'echo');
+    assert.equal(echoDef.description, 'Echo a text back.');
+    assert.equal(echoDef.input_schema.properties.text.type, 'string');
+
+    const first = h.fake.requests[1]!.body.messages.at(-1) as any;
+    assert.deepEqual(first.content, [
+      { type: 'tool_result', tool_use_id: 'toolu_seq', content: [{ type: 'text', text: 'echo: one' }] },
+    ]);
+    const second = h.fake.requests[2]!.body.messages.at(-1) as any;
+    const byId = new Map<string, any>(second.content.map((b: any) => [b.tool_use_id, b]));
+    assert.deepEqual(byId.get('toolu_p1').content, [{ type: 'text', text: 'echo: two' }]);
+    assert.deepEqual(byId.get('toolu_p2').content, [{ type: 'text', text: '42' }]);
+    const picture = byId.get('toolu_p3').content;
+    assert.deepEqual(picture[0], { type: 'text', text: 'here it is' });
+    assert.equal(picture[1].type, 'image');
+    assert.equal(picture[1].source.media_type, 'image/png');
+    assert.equal(picture[2].type, 'document', 'an embedded text resource becomes a document block');
+    assert.equal(picture[2].source.data, 'a note');
+    assert.match(JSON.stringify(byId.get('toolu_p4').content), /Simulated weather in Paris/);
+    const history = (await api.get(`/v1/sessions/${id}/messages`)).body.data;
+    assert.doesNotThrow(() => validateConversation(history, true));
+
+    const ev = await events(api, id);
+    const started = ev.filter((e) => e.type === 'tool.started').map((e) => e.data.tool_use_id);
+    const completed = ev.filter((e) => e.type === 'tool.completed');
+    assert.deepEqual(started.sort(), ['toolu_p1', 'toolu_p2', 'toolu_p3', 'toolu_p4', 'toolu_seq']);
+    const seq = completed.find((e) => e.data.tool_use_id === 'toolu_seq')!;
+    assert.equal(seq.data.name, 'echo');
+    assert.equal(seq.data.is_error, false);
+    assert.equal(typeof seq.data.duration_ms, 'number');
+    const calls = await mcp.calls();
+    assert.equal(calls['echo:one']?.finished, 1);
+    assert.equal(calls['echo:two']?.finished, 1);
+  });
+
+  it('a tool answering isError gives the model an is_error result, and the session goes on', async () => {
+    h.fake.enqueue(toolCall('broken', {}, { id: 'toolu_broken' }), text('It failed, sorry.'));
+    const created = await api.post('/v1/sessions', {
+      input: 'Break it',
+      tools: [{ mcp_server: 'main', allowed_tools: ['broken', 'echo'] }],
+    });
+    assert.equal(created.status, 201, JSON.stringify(created.body));
+    const done = await api.waitStatus(created.body.id, ['idle', 'failed', 'requires_action'], 30_000);
+    assert.equal(done.status, 'idle', JSON.stringify(done));
+    const names = (h.fake.requests[0]!.body.tools as any[]).map((t) => t.name).sort();
+    assert.deepEqual(names, ['broken', 'echo'], 'allowed_tools picks the tools offered');
+    const result = (h.fake.requests[1]!.body.messages.at(-1) as any).content[0];
+    assert.deepEqual(result, {
+      type: 'tool_result',
+      tool_use_id: 'toolu_broken',
+      content: [{ type: 'text', text: 'the widget is broken' }],
+      is_error: true,
+    });
+    const completed = (await events(api, created.body.id)).find((e) => e.type === 'tool.completed')!;
+    assert.equal(completed.data.is_error, true);
+  });
+
+  it('refuses at create: a server the tenant may not use, an unknown tool, a name clash, a server given twice', async () => {
+    const b = await apiB.post('/v1/sessions', { input: 'x', tools: [{ mcp_server: 'private' }] });
+    assert.equal(b.status, 400, JSON.stringify(b.body));
+    assert.equal(b.body.error.code, 'unknown_tool');
+    const none = await api.post('/v1/sessions', { input: 'x', tools: [{ mcp_server: 'nope' }] });
+    assert.equal(none.status, 400);
+    assert.equal(none.body.error.code, 'unknown_tool');
+    assert.deepEqual(b.body.error.message.replace('private', 'nope'), none.body.error.message);
+    const unknownTool = await api.post('/v1/sessions', {
+      input: 'x',
+      tools: [{ mcp_server: 'main', allowed_tools: ['echo', 'missing'] }],
+    });
+    assert.equal(unknownTool.status, 400);
+    assert.equal(unknownTool.body.error.code, 'unknown_tool');
+    assert.match(unknownTool.body.error.message, /missing/);
+    const clash = await api.post('/v1/sessions', {
+      input: 'x',
+      tools: [{ mcp_server: 'main' }, { name: 'echo', input_schema: { type: 'object' } }],
+    });
+    assert.equal(clash.status, 400, JSON.stringify(clash.body));
+    assert.equal(clash.body.error.code, 'tool_name_conflict');
+    assert.match(clash.body.error.message, /"echo"/);
+    const twoServers = await api.post('/v1/sessions', {
+      input: 'x',
+      tools: [{ mcp_server: 'main' }, { mcp_server: 'private' }],
+    });
+    assert.equal(twoServers.status, 400);
+    assert.equal(twoServers.body.error.code, 'tool_name_conflict', 'both servers have echo');
+    const narrowed = await api.post('/v1/sessions', {
+      input: 'x',
+      start: false,
+      tools: [
+        { mcp_server: 'main', allowed_tools: ['echo'] },
+        { mcp_server: 'private', allowed_tools: ['add_numbers'] },
+      ],
+    });
+    assert.equal(narrowed.status, 201, 'allowed_tools removes the clash');
+    const twice = await api.post('/v1/sessions', {
+      input: 'x',
+      tools: [{ mcp_server: 'main' }, { mcp_server: 'main', allowed_tools: ['echo'] }],
+    });
+    assert.equal(twice.status, 400);
+    assert.equal(twice.body.error.code, 'duplicate_tool');
+    const bad = await api.post('/v1/sessions', { input: 'x', tools: [{ mcp_server: 'main', extra: 1 }] });
+    assert.equal(bad.status, 400);
+    assert.equal(bad.body.error.code, 'invalid_request');
+  });
+});
+
+describe('MCP_SERVERS at boot', () => {
+  it('a bad value stops the boot with a message naming it, never printing a header value', () => {
+    const bad = [
+      'not json',
+      JSON.stringify({ main: { url: 'ftp://x/mcp' } }),
+      JSON.stringify({ main: { url: 'http://127.0.0.1:1/mcp', extra: true } }),
+      JSON.stringify({ 'bad name!': { url: 'http://127.0.0.1:1/mcp' } }),
+      JSON.stringify({
+        main: { url: 'http://127.0.0.1:1/mcp', headers: { authorization: 'Bearer ${UNSET_VAR}' } },
+      }),
+    ];
+    for (const value of bad) {
+      assert.throws(
+        () => loadConfig({ MCP_SERVERS: value }),
+        (e: Error) => e instanceof ConfigError && /MCP_SERVERS/.test(e.message),
+        value,
+      );
+    }
+    const secret = 'Bearer do-not-print-me';
+    const out = spawnSync(process.execPath, ['--import', 'tsx', 'src/server.ts'], {
+      env: {
+        PATH: process.env.PATH,
+        PORT: '0',
+        MCP_SERVERS: JSON.stringify({ main: { url: 'nope', headers: { authorization: secret } } }),
+      },
+      encoding: 'utf8',
+      timeout: 60_000,
+    });
+    assert.equal(out.status, 78, out.stderr);
+    assert.match(out.stderr, /MCP_SERVERS\.main\.url/);
+    assert.ok(!out.stderr.includes('do-not-print-me') && !out.stdout.includes('do-not-print-me'));
+    // `${ENV}` names a variable: substituted at boot.
+    const ok = loadConfig({
+      MCP_SERVERS: JSON.stringify({
+        m: { url: 'http://h/mcp', headers: { authorization: 'Bearer ${TOK}' } },
+      }),
+      TOK: 'abc',
+    });
+    assert.equal(ok.MCP_SERVERS?.get('m')?.headers.authorization, 'Bearer abc');
+  });
+});
