@@ -76,7 +76,7 @@ describe('upstream faults', { timeout: 120_000 }, () => {
         final.map((m: any) => m.role),
         ['user', 'assistant', 'user', 'assistant'],
       );
-      assert.deepEqual(h.fake.requests.at(-1)!.body.messages, kept, 'resume sends the kept history');
+      assert.deepEqual(h.fake.requests.at(-1)!.messages, kept, 'resume sends the kept history');
     });
   }
 
@@ -96,7 +96,7 @@ describe('upstream faults', { timeout: 120_000 }, () => {
     assert.equal(final[1].content[0].id, 'toolu_whole');
     assert.ok(!JSON.stringify(final).includes('toolu_cut'));
     // The second attempt sent the same history as the first.
-    assert.deepEqual(h.fake.requests[1]!.body.messages, h.fake.requests[0]!.body.messages);
+    assert.deepEqual(h.fake.requests[1]!.messages, h.fake.requests[0]!.messages);
   });
 
   it('fails with upstream_error after the stream is cut three times; resume carries on', async () => {

@@ -33,10 +33,14 @@ describe('sessions engine', () => {
       assert.equal(h.fake.requests.length, 4);
       const msgs = (await h.api.get(`/v1/sessions/${created.body.id}/messages`)).body.data;
       const lastReq = h.fake.requests.at(-1)!;
-      assert.deepEqual(msgs.slice(0, -1), lastReq.body.messages);
+      assert.deepEqual(msgs.slice(0, -1), lastReq.messages);
       assert.equal(msgs.at(-1).role, 'assistant');
       assert.equal(msgs.at(-1).content[0].text, 'All done.');
-      assert.equal(lastReq.body.thread, undefined, 'thread: false sends no thread field');
+      // Message threads: the first turn creates the thread with the whole history, later turns of the run send
+      // only what the history gained since the reply they continue (test/threads.test.ts).
+      assert.equal(h.fake.requests[0]!.body.thread?.type, 'create');
+      assert.equal(lastReq.body.thread?.type, 'continue');
+      assert.equal(lastReq.body.messages.length, 1, 'the last tool results only');
       // the parallel pair answered in one user turn, in the model's order
       const pair = msgs[6];
       assert.equal(pair.role, 'user');

@@ -67,7 +67,7 @@ describe('client tools', () => {
       tool_calls: [{ id: 'toolu_look', name: 'lookup', input: { q: 'answer' } }],
       tool_results: [{ tool_use_id: 'toolu_sum', content: '42', is_error: false }],
     });
-    const sentTools: any[] = h.fake.requests[0]!.body.tools ?? [];
+    const sentTools: any[] = h.fake.requests[0]!.tools ?? [];
     assert.deepEqual(
       sentTools.find((t: any) => t.name === 'lookup'),
       lookup,
@@ -109,7 +109,7 @@ describe('client tools', () => {
     assert.equal(done.stop_reason, 'end_turn');
     assert.equal(done.iteration, 2);
     assert.equal(h.fake.requests.length, 2);
-    const next = h.fake.requests[1]!.body.messages;
+    const next = h.fake.requests[1]!.messages;
     assert.deepEqual(next.at(-1), {
       role: 'user',
       content: [
@@ -230,7 +230,7 @@ describe('client tools', () => {
     assert.equal(last.response.status, 202, JSON.stringify(last.error));
     const done = await h.client.waitFor(id, ['idle', 'failed'], { timeoutMs: 10_000 });
     assert.equal(done.status, 'idle', JSON.stringify(done.error));
-    assert.deepEqual(h.fake.requests[1]!.body.messages.at(-1), {
+    assert.deepEqual(h.fake.requests[1]!.messages.at(-1), {
       role: 'user',
       content: [
         { type: 'tool_result', tool_use_id: 'toolu_l1', content: 'one!' },
@@ -240,7 +240,7 @@ describe('client tools', () => {
       ],
     });
     const msgs = await h.client.listMessages(id);
-    assert.deepEqual(msgs.data.slice(0, -1), h.fake.requests[1]!.body.messages);
+    assert.deepEqual(msgs.data.slice(0, -1), h.fake.requests[1]!.messages);
     assert.deepEqual(msgs.pending_tool_calls, []);
   });
 });

@@ -79,7 +79,7 @@ describe('persistence cost of an iteration', () => {
     assert.equal(s.iteration, 1);
     assert.equal(s.message_count, earlier + 3, 'the follow-up, the reply, its tool result');
     assert.equal(h.fake.requests.length, requestsBefore + 1);
-    assert.equal(h.fake.requests.at(-1)!.body.messages.length, earlier + 1);
+    assert.equal(h.fake.requests.at(-1)!.messages.length, earlier + 1);
     return afterBytes - before - own;
   }
 

@@ -38,7 +38,7 @@ describe('a throwing tool', () => {
       assert.equal(done.iteration, 3);
       assert.equal(h.fake.requests.length, 3);
 
-      const results: any = h.fake.requests[1]!.body.messages.at(-1);
+      const results: any = h.fake.requests[1]!.messages.at(-1);
       assert.equal(results.role, 'user');
       const byId = new Map<string, any>(results.content.map((b: any) => [b.tool_use_id, b]));
       assert.deepEqual(
@@ -63,11 +63,11 @@ describe('a throwing tool', () => {
       // what the model got is what is stored, and what the iteration record and the events say
       const msgs = (await h.api.get(`/v1/sessions/${id}/messages`)).body.data;
       assert.deepEqual(msgs[2], results);
-      assert.deepEqual(msgs.slice(0, -1), h.fake.requests[2]!.body.messages);
+      assert.deepEqual(msgs.slice(0, -1), h.fake.requests[2]!.messages);
       assert.doesNotThrow(() => validateConversation(msgs, true));
       const rec = (await h.api.get(`/v1/sessions/${id}/iterations/1`)).body;
       assert.deepEqual(rec.tool_results, results);
-      assert.deepEqual(h.fake.requests[2]!.body.messages.at(-1)?.content, [
+      assert.deepEqual(h.fake.requests[2]!.messages.at(-1)?.content, [
         { type: 'tool_result', tool_use_id: 'toolu_fine', content: '14' },
       ]);
     });
@@ -84,7 +84,7 @@ describe('a throwing tool', () => {
     const created = await h.api.post('/v1/sessions', { input: 'x', tools: ['calculate_sum'] });
     const done = await h.api.waitStatus(created.body.id, ['idle', 'failed', 'requires_action']);
     assert.equal(done.status, 'idle', JSON.stringify(done));
-    const results: any = h.fake.requests[1]!.body.messages.at(-1)?.content;
+    const results: any = h.fake.requests[1]!.messages.at(-1)?.content;
     assert.equal(results[0].tool_use_id, 'toolu_undeclared');
     assert.equal(results[0].is_error, true);
     assert.deepEqual(results[1], { type: 'tool_result', tool_use_id: 'toolu_sum', content: '2' });

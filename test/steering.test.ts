@@ -40,7 +40,7 @@ describe('steering between turns', () => {
     const done = await h.api.waitStatus(s.id, ['idle', 'failed']);
     assert.equal(done.status, 'idle');
     assert.equal(h.fake.requests.length, 2);
-    const sent = h.fake.requests[1]!.body.messages;
+    const sent = h.fake.requests[1]!.messages;
     const last: any = sent.at(-1);
     assert.equal(last.role, 'user');
     assert.deepEqual(
@@ -68,7 +68,7 @@ describe('steering between turns', () => {
     await h.fake.waitForRequests(2);
     assert.ok(Date.now() - t0 < 1500, 'sent at once, not after the slow turn');
     const done = await h.api.waitStatus(s.id, 'idle');
-    const sent = h.fake.requests[1]!.body.messages;
+    const sent = h.fake.requests[1]!.messages;
     assert.equal(sent.length, 1, 'the partial reply was dropped');
     assert.deepEqual(
       blocks(sent[0]).map((b: any) => b.text),
@@ -90,7 +90,7 @@ describe('steering between turns', () => {
     await h.api.post(`/v1/sessions/${s.id}/messages`, { text: 'Never mind.' });
     const done = await h.api.waitFor(s.id, (x) => x.status === 'idle' && x.iteration === 2);
     assert.equal(done.stop_reason, 'end_turn');
-    const sent = h.fake.requests[1]!.body.messages;
+    const sent = h.fake.requests[1]!.messages;
     const last = blocks(sent.at(-1));
     assert.equal(last[0].type, 'tool_result');
     assert.equal(last[0].is_error, true);
@@ -107,7 +107,7 @@ describe('steering between turns', () => {
     await h.api.post(`/v1/sessions/${s.id}/messages`, { text: 'And then?' });
     const done = await h.api.waitStatus(s.id, 'idle');
     assert.equal(done.iteration, 2);
-    const sent = h.fake.requests[1]!.body.messages;
+    const sent = h.fake.requests[1]!.messages;
     assert.equal(sent.length, 3);
     assert.equal(blocks(sent[2])[0].text, 'And then?');
   });
@@ -129,7 +129,7 @@ describe('steering between turns', () => {
       [1000, 2000, 3000],
     );
     // each retry sent the same history: the cut replies were dropped
-    for (const r of h.fake.requests) assert.equal(r.body.messages.length, 1);
+    for (const r of h.fake.requests) assert.equal(r.messages.length, 1);
     assert.equal(done.stop_reason, 'max_tokens');
     assert.equal(done.params.max_tokens, 3000);
     const msgs = (await h.api.get(`/v1/sessions/${s.id}/messages`)).body.data;
@@ -142,7 +142,7 @@ describe('steering between turns', () => {
     const s = await create({ input: 'Weather?' });
     const done = await h.api.waitStatus(s.id, ['idle', 'failed']);
     assert.equal(done.status, 'idle');
-    const result = blocks(h.fake.requests[1]!.body.messages.at(-1))[0];
+    const result = blocks(h.fake.requests[1]!.messages.at(-1))[0];
     assert.equal(result.type, 'tool_result');
     assert.equal(result.is_error, true);
   });
@@ -162,7 +162,7 @@ describe('steering between turns', () => {
     assert.equal(r.status, 202);
     const done = await h.api.waitStatus(s.id, 'idle');
     assert.equal(done.error, null);
-    assert.equal(blocks(h.fake.requests[1]!.body.messages.at(-1))[0].is_error, true);
+    assert.equal(blocks(h.fake.requests[1]!.messages.at(-1))[0].is_error, true);
   });
 
   it('on_tool_error "pause" lets a human replace the failed result before the model sees it', async () => {
@@ -179,7 +179,7 @@ describe('steering between turns', () => {
     const cont = await h.api.post(`/v1/sessions/${s.id}/continue`);
     assert.equal(cont.status, 202);
     await h.api.waitStatus(s.id, 'idle');
-    const sent = blocks(h.fake.requests[1]!.body.messages.at(-1))[0];
+    const sent = blocks(h.fake.requests[1]!.messages.at(-1))[0];
     assert.equal(sent.content, 'Sunny, 20°C');
     assert.equal(sent.is_error, undefined);
   });
@@ -192,11 +192,21 @@ describe('steering between turns', () => {
     );
     const s = await create({ input: 'sums', cache_tool_results: true });
     await h.api.waitStatus(s.id, 'idle');
-    const second = h.fake.requests[1]!.body.messages;
+    const second = h.fake.requests[1]!.messages;
     assert.deepEqual(blocks(second.at(-1))[0].cache_control, { type: 'ephemeral' });
-    const third = h.fake.requests[2]!.body.messages;
-    assert.deepEqual(blocks(third.at(-1))[0].cache_control, { type: 'ephemeral' });
-    assert.equal(blocks(third[2])[0].cache_control, undefined, 'the older results lost their breakpoint');
+    // On the message thread the third request sends only the newest results, with their breakpoint.
+    const third = h.fake.requests[2]!.body;
+    assert.equal(third.thread?.type, 'continue');
+    assert.equal(third.messages.length, 1);
+    assert.deepEqual(blocks(third.messages[0])[0].cache_control, { type: 'ephemeral' });
+    for (const r of h.fake.requests) {
+      const marked = r.body.messages.flatMap(blocks).filter((b: any) => b.cache_control);
+      assert.ok(marked.length <= 1, 'one tool-results breakpoint per request at most');
+    }
+    // The stored history (what a new run sends) has the breakpoint on the newest results only.
+    const msgs = (await h.api.get(`/v1/sessions/${s.id}/messages`)).body.data;
+    assert.equal(blocks(msgs[2])[0].cache_control, undefined, 'the older results lost their breakpoint');
+    assert.deepEqual(blocks(msgs[4])[0].cache_control, { type: 'ephemeral' });
   });
 
   // The approval, review, PATCH and retry flows go through the typed client (test/helpers/service.ts): typed
@@ -233,7 +243,7 @@ describe('steering between turns', () => {
       return true;
     });
     await wait(s.id, 'idle');
-    const sent = h.fake.requests[1]!.body.messages;
+    const sent = h.fake.requests[1]!.messages;
     const use = blocks(sent[1]).find((b: any) => b.id === call.id);
     assert.deepEqual(use.input, { location: 'Berlin' });
     const result = blocks(sent[2]).find((b: any) => b.tool_use_id === call.id);
@@ -252,7 +262,7 @@ describe('steering between turns', () => {
     });
     assert.equal(d.response.status, 202);
     await wait(s.id, 'idle');
-    const result = blocks(h.fake.requests[1]!.body.messages.at(-1))[0];
+    const result = blocks(h.fake.requests[1]!.messages.at(-1))[0];
     assert.equal(result.is_error, true);
     assert.match(String(result.content), /not today/);
   });
@@ -286,7 +296,7 @@ describe('steering between turns', () => {
     });
     assert.equal(r.response.status, 202, JSON.stringify(r.error));
     await wait(s.id, 'idle');
-    const sent = blocks(h.fake.requests[1]!.body.messages.at(-1))[0];
+    const sent = blocks(h.fake.requests[1]!.messages.at(-1))[0];
     assert.deepEqual(sent.content, blocksContent);
   });
 
@@ -315,7 +325,7 @@ describe('steering between turns', () => {
     await h.client.addMessage(s.id, { text: 'again' });
     await h.client.waitFor(s.id, (x) => x.status === 'idle' && x.iteration === 2, { timeoutMs: 10_000 });
     assert.equal(h.fake.requests[1]!.body.max_tokens, 77);
-    assert.equal(h.fake.requests[1]!.body.system, 'Be brief.');
+    assert.equal(h.fake.requests[1]!.system, 'Be brief.');
   });
 
   it('retry drops the last reply and sends that turn again with new params', async () => {
@@ -332,7 +342,7 @@ describe('steering between turns', () => {
     });
     assert.equal(done.iteration, 1);
     assert.equal(h.fake.requests[1]!.body.max_tokens, 500);
-    assert.equal(h.fake.requests[1]!.body.messages.length, 1);
+    assert.equal(h.fake.requests[1]!.messages.length, 1);
     const msgs = (await h.client.listMessages(s.id)).data;
     assert.equal(msgs.length, 2);
     assert.equal(blocks(msgs[1])[0].text, 'complete answer');
@@ -450,7 +460,7 @@ describe('steering between turns', () => {
 
   it('cancel at random moments of a streamed turn always leaves a history the upstream accepts', async () => {
     h.fake.setHandler((req) => {
-      const last: any = req.body.messages.at(-1);
+      const last: any = req.messages.at(-1);
       const hasResults =
         Array.isArray(last.content) && last.content.some((b: any) => b.type === 'tool_result');
       return hasResults || Math.random() < 0.3

@@ -188,13 +188,15 @@ export async function afterTools(
     ],
     queue: { base },
   };
-  // One cache breakpoint on tool results at a time: the previous results turn loses its marker.
+  // One cache breakpoint on tool results at a time: the previous results turn loses its marker in the store (the
+  // history a new run sends). The run's own copy (`history`, what its runner was handed) keeps it: an edit there would
+  // make the runner replay the whole history instead of continuing its message thread, and the SDK itself drops the
+  // markers of answered messages whenever it does send them again.
   if (cache) {
     const prev = history.findLastIndex((m) => m.role === 'user' && blocksOf(m).some((b) => b.cache_control));
     const m = history[prev];
     if (m) {
       const stripped = { ...m, content: blocksOf(m).map(({ cache_control: _c, ...b }) => b) };
-      history[prev] = stripped;
       ops.lset_msgs = [[prev, JSON.stringify(stripped)]];
     }
   }

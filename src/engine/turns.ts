@@ -47,10 +47,10 @@ function runnerParams(t: TurnInput): BetaToolRunnerParams & { stream: boolean } 
     ...(t.tools.length ? { tools: t.tools } : {}),
     max_iterations: t.maxIterations,
     stream: t.stream,
-    // Redis is the source of truth and every run starts a new runner (possibly on another replica), so a
-    // server-side thread anchor would live only in one process's memory and be replayed after any edit,
-    // interrupt, crash or handover. The full history is sent each turn. See docs/ARCHITECTURE.md.
-    thread: false as const,
+    // No `thread: false`: the SDK's client threads the conversation (message threads), so within a run each turn
+    // sends only what the history gained since the last reply. The runner falls back to the full history by itself
+    // whenever the thread cannot go on (an edited history, a lost or unsupported thread, a cut stream), so
+    // correctness never depends on it; a new runner (each run) starts a new thread. See docs/ARCHITECTURE.md.
   };
   return params as unknown as BetaToolRunnerParams & { stream: boolean };
 }
@@ -111,12 +111,15 @@ export async function runTurns(
     { signal: run.controller.signal, openTelemetry: { conversationId: run.id } },
   );
 
+  /** The `system` of this runner's thread (JSON). */
+  const threadSystem = JSON.stringify(params.system);
   /** Turns this runner sent (its own `max_iterations` counts them, dropped retries included). */
   let runnerTurns = 0;
   /**
    * Hands the runner the committed history for the next turn, with the params and policies a PATCH may have
-   * changed since (seen through `params_rev` in the commit's answer, or the `ctl` channel). False when the budget
-   * is spent: no next turn; the caller ends this runner and the run's next step stops the run.
+   * changed since (seen through `params_rev` in the commit's answer, or the `ctl` channel). False when this runner
+   * sends no next turn: the budget is spent (the run's next step stops the run), or `system` changed (the next step
+   * builds a new runner).
    */
   const handOver = async (storedRev: number): Promise<boolean> => {
     if (run.paramsDirty || storedRev !== paramsRev) {
@@ -149,6 +152,9 @@ export async function runTurns(
       run.paramsDirty = false;
     }
     if (budgetExhausted(state.budget, spent)) return false;
+    // A thread keeps the `system` it was created with (the SDK throws on a change): a new `system` ends this runner,
+    // and the next one starts a new thread with it.
+    if (JSON.stringify(params.system) !== threadSystem) return false;
     runner.setMessagesParams(
       runnerParams({
         params,
