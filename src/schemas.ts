@@ -216,6 +216,7 @@ export const policies = {
   on_max_tokens: onMaxTokens,
   cache_tool_results: z.boolean(),
   stream: z.boolean(),
+  run_tools_eagerly: z.boolean(),
 };
 
 export const metadata = z
@@ -240,6 +241,7 @@ export const createSessionBody = z
     cache_tool_results: z.boolean().default(false),
     stream: z.boolean().default(true),
     budget: budgetPolicy.default(null),
+    run_tools_eagerly: z.boolean().default(false),
     metadata: metadata.default({}),
     start: z.boolean().default(true),
   })
@@ -260,6 +262,7 @@ export const patchSessionBody = z
     cache_tool_results: z.boolean().optional(),
     stream: z.boolean().optional(),
     budget: budgetPolicy.optional(),
+    run_tools_eagerly: z.boolean().optional(),
     metadata: metadata.optional(),
   })
   .refine((b) => Object.keys(b).length > 0, { message: 'nothing to change' });

@@ -11,6 +11,8 @@ import type { ServerTool } from './types.js';
  *   "interrupted" result instead of running again.
  * - `sleep_idempotent` does the same and is idempotent: interrupted by a crash, it runs again.
  *
+ * With `fail: true` either throws after sleeping (the SDK answers a thrown error with an `is_error` result).
+ *
  * With `TEST_TOOLS_LOG=<file>`, each run appends `start <tool_use_id> <pid>` and `end <tool_use_id> <pid>` lines to
  * that file, so a test can count how often a call ran, across processes. Both honour the run's abort signal.
  */
@@ -18,6 +20,7 @@ import type { ServerTool } from './types.js';
 const input = z.object({
   ms: z.number().int().min(0).max(60_000).describe('How long to sleep, in milliseconds'),
   label: z.string().max(200).optional().describe('Echoed in the result'),
+  fail: z.boolean().optional().describe('Throw after sleeping (a tool that fails)'),
 });
 
 function note(what: 'start' | 'end', id: string | undefined): void {
@@ -31,7 +34,7 @@ function sleepTool(name: string, idempotent: boolean): ServerTool {
       name,
       description: `TEST ONLY: wait for \`ms\` milliseconds, then answer "slept <ms> ms". ${idempotent ? 'Idempotent.' : 'Not idempotent.'}`,
       inputSchema: input,
-      run: async ({ ms, label }, ctx?: any) => {
+      run: async ({ ms, label, fail }, ctx?: any) => {
         const id: string | undefined = ctx?.toolUse?.id;
         const signal: AbortSignal | undefined = ctx?.signal;
         note('start', id);
@@ -47,6 +50,7 @@ function sleepTool(name: string, idempotent: boolean): ServerTool {
           );
         });
         note('end', id);
+        if (fail) throw new Error(`failed on purpose after ${ms} ms`);
         return `slept ${ms} ms${label ? ` (${label})` : ''}`;
       },
     }),

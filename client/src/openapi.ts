@@ -674,6 +674,7 @@ export interface components {
       budget: {
         total_tokens: number;
       } | null;
+      run_tools_eagerly: boolean;
       required_action: components['schemas']['RequiredAction'] | null;
       stop_reason: string | null;
       error: components['schemas']['SessionError'] | null;
@@ -1713,6 +1714,8 @@ export interface operations {
           budget?: {
             total_tokens: number;
           } | null;
+          /** @default false */
+          run_tools_eagerly?: boolean;
           /** @default {} */
           metadata?: {
             [key: string]: string | number | boolean | null;
@@ -2014,6 +2017,7 @@ export interface operations {
           budget?: {
             total_tokens: number;
           } | null;
+          run_tools_eagerly?: boolean;
           metadata?: {
             [key: string]: string | number | boolean | null;
           };

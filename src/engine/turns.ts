@@ -19,6 +19,7 @@ import { budgetExhausted, totalTokens } from './budget.js';
 import { commit, idleOps } from './commit.js';
 import { interruptedResult, pendingCalls, resultBlock } from './policy.js';
 import type { EngineLogger, RunDeps, RunHandle } from './run-handle.js';
+import { holdUnsafeCalls, runsToolsEagerly } from './eager.js';
 import { StreamRelay } from './stream-relay.js';
 import { afterTools, serverRunnables, sessionTools } from './tool-step.js';
 
@@ -31,6 +32,8 @@ interface TurnInput {
   tools: BetaToolRunnerParams['tools'];
   maxIterations: number;
   stream: boolean;
+  /** `run_tools_eagerly` with streaming (see eager.ts). */
+  eager: boolean;
 }
 
 /**
@@ -47,6 +50,7 @@ function runnerParams(t: TurnInput): BetaToolRunnerParams & { stream: boolean } 
     ...(t.tools.length ? { tools: t.tools } : {}),
     max_iterations: t.maxIterations,
     stream: t.stream,
+    runToolsEagerly: t.eager,
     // No `thread: false`: the SDK's client threads the conversation (message threads), so within a run each turn
     // sends only what the history gained since the last reply. The runner falls back to the full history by itself
     // whenever the thread cannot go on (an edited history, a lost or unsupported thread, a cut stream), so
@@ -106,7 +110,14 @@ export async function runTurns(
   /** The session's total tokens (policy `budget`): as stored at the start, plus each reply of this runner. */
   let spent = totalTokens(state.usage);
   const runner = deps.client.beta.messages.toolRunner(
-    runnerParams({ params, messages: history, tools, maxIterations: budget, stream: state.stream }),
+    runnerParams({
+      params,
+      messages: history,
+      tools,
+      maxIterations: budget,
+      stream: state.stream,
+      eager: runsToolsEagerly(state),
+    }),
     // The SDK's own request option: its spans of this runner name the session as their conversation.
     { signal: run.controller.signal, openTelemetry: { conversationId: run.id } },
   );
@@ -138,6 +149,7 @@ export async function runTurns(
           stream,
           budget,
         } = fresh;
+        state.runToolsEagerly = fresh.runToolsEagerly;
         Object.assign(state, {
           review,
           approval,
@@ -162,6 +174,7 @@ export async function runTurns(
         tools,
         maxIterations: runnerTurns + Math.max(1, budgetLeft(state, iteration)),
         stream: state.stream,
+        eager: runsToolsEagerly(state),
       }),
     );
     return true;
@@ -180,6 +193,7 @@ export async function runTurns(
     let message: BetaMessage;
     if ('finalMessage' in item) {
       const relay = new StreamRelay(store, run.id, deps.streamBatchEvents, buffered);
+      holdUnsafeCalls(runner, item, state, runnable);
       item.on('streamEvent', (event: BetaRawMessageStreamEvent) => {
         if (firstEventMs === null) firstEventMs = Math.round(performance.now() - t0);
         relay.push(['stream.event', `{"iteration":${iteration},"event":${JSON.stringify(event)}}`]);

@@ -187,6 +187,7 @@ export async function handleMessages(
   const respond = () => {
     if (res.destroyed || state.closed) return end(false);
     if (!fr.stream) {
+      if (reply.hangAfterEvents !== undefined) return end(false); // as `hang`: `close` ends it
       if (reply.cutAfterEvents !== undefined) {
         fr.status = 0;
         end(false);

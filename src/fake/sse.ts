@@ -24,10 +24,13 @@ export function streamMessage(
   const events = sseEvents(message);
   const beforeStop = events.length - 1;
   let count = events.length;
-  let tail: 'end' | 'cut' | 'error' = 'end';
+  let tail: 'end' | 'cut' | 'error' | 'hang' = 'end';
   if (reply.cutAfterEvents !== undefined) {
     tail = 'cut';
     count = clamp(reply.cutAfterEvents, 0, beforeStop);
+  } else if (reply.hangAfterEvents !== undefined) {
+    tail = 'hang';
+    count = clamp(reply.hangAfterEvents, 1, beforeStop);
   } else if (reply.streamErrorAfterEvents !== undefined) {
     tail = 'error';
     count = clamp(reply.streamErrorAfterEvents, 0, beforeStop);
@@ -42,6 +45,10 @@ export function streamMessage(
       // Stored before `message_stop` leaves, so a client that continues at once finds the thread.
       store();
       res.end(chunk);
+    } else if (tail === 'hang') {
+      // The reply is never complete: nothing is stored; the socket stays open until the client or `close` ends it.
+      fail();
+      if (chunk) res.write(chunk);
     } else if (tail === 'error') {
       fail();
       res.end(chunk + errorEvent());

@@ -85,6 +85,12 @@ export interface FakeMessageReply {
    * Non-stream: answer `529 overloaded_error` (or the given type) instead.
    */
   streamErrorAfterEvents?: number | undefined;
+  /**
+   * Stream: after this many SSE events (at least 1, at most the events before `message_stop`) send nothing more and
+   * keep the response open until the client goes away or the fake closes: a reply stalled mid-stream, for a test
+   * that acts on the service at that point (kill it, interrupt, cancel). Non-stream: never answer, as `hang`.
+   */
+  hangAfterEvents?: number | undefined;
   streamErrorType?: string | undefined;
   streamErrorMessage?: string | undefined;
 }

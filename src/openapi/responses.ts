@@ -91,6 +91,7 @@ export const session = z
     cache_tool_results: z.boolean(),
     stream: z.boolean(),
     budget: z.object({ total_tokens: z.number().int() }).nullable(),
+    run_tools_eagerly: z.boolean(),
     required_action: requiredAction.nullable(),
     stop_reason: z.string().nullable(),
     error: sessionError.nullable(),

@@ -32,6 +32,7 @@ export function patchSession(
     if (body.stream !== undefined) next.stream = body.stream;
     // A budget below what is already spent is accepted: the run stops at its next turn boundary (see budget.ts).
     if (body.budget !== undefined) next.budget = body.budget;
+    if (body.run_tools_eagerly !== undefined) next.runToolsEagerly = body.run_tools_eagerly;
     if (body.metadata !== undefined) next.metadata = body.metadata;
     const paramsEvent: Array<[string, string]> = body.params
       ? [['params.updated', JSON.stringify({ params: body.params })]]

@@ -82,6 +82,7 @@ export async function createSession(
     cacheToolResults: body.cache_tool_results,
     stream: body.stream,
     budget: body.budget,
+    runToolsEagerly: body.run_tools_eagerly,
     pending: null,
     stopReason: null,
     error: null,

@@ -20,6 +20,7 @@ export function sessionView(s: SessionState) {
     cache_tool_results: s.cacheToolResults,
     stream: s.stream,
     budget: s.budget,
+    run_tools_eagerly: s.runToolsEagerly,
     required_action: requiredAction(s.status, s.pending),
     stop_reason: s.stopReason,
     error: s.error,

@@ -83,6 +83,8 @@ export interface SessionState {
   stream: boolean;
   /** Token ceiling of the session's turns (policy `budget`); null: none. */
   budget: BudgetPolicy;
+  /** Start calls that are safe to run twice while the reply streams (see src/engine/eager.ts). */
+  runToolsEagerly: boolean;
   pending: PendingStep | null;
   stopReason: string | null;
   error: SessionError | null;
@@ -174,6 +176,7 @@ export function encodeFields(s: Partial<SessionState>): Record<string, string> {
   json('cache_tool_results', s.cacheToolResults);
   json('stream', s.stream);
   if ('budget' in s) out.budget = s.budget ? JSON.stringify(s.budget) : '';
+  json('run_tools_eagerly', s.runToolsEagerly);
   // Nullable fields are stored as '' when null.
   if ('pending' in s) out.pending = s.pending ? JSON.stringify(s.pending) : '';
   if ('stopReason' in s) out.stop_reason = s.stopReason ?? '';
@@ -213,6 +216,7 @@ function decodeFields(h: Record<string, string>): SessionState {
     cacheToolResults: h.cache_tool_results === 'true',
     stream: h.stream !== 'false',
     budget: json(h.budget, null),
+    runToolsEagerly: h.run_tools_eagerly === 'true',
     pending: json(h.pending, null),
     stopReason: h.stop_reason || null,
     error: json(h.error, null),
