@@ -2,13 +2,12 @@ import type { FastifyPluginAsyncZod } from 'fastify-type-provider-zod';
 import { z } from 'zod';
 import type { Config } from '../src/config.js';
 import { badRequest } from '../src/errors.js';
-import { isStoreDown } from '../src/plugins/errors.js';
 import { sessionIdParam } from '../src/schemas.js';
 import { errors, eventPage } from '../src/openapi/responses.js';
-import { isCursor, parseCursor } from '../src/events/cursor.js';
+import { START, isCursor, parseCursor, placeCursor } from '../src/events/cursor.js';
 import { OutEvent, sseData } from '../src/events/envelope.js';
-import { hubFor, lastEventId, readPage, type Sink, type Subscription } from '../src/events/hub.js';
-import { cursorExpired, drained, errorBody, storeUnavailable } from '../src/events/transport.js';
+import type { Subscription } from '../src/events/hub.js';
+import { cursorAhead, cursorExpired, streamSink, type CloseReason } from '../src/events/sink.js';
 
 /** SSE comment lines sent while nothing happens, so proxies and clients keep the stream open. */
 export const SSE_HEARTBEAT_MS = 15_000;
@@ -33,18 +32,18 @@ export const eventsQuery = z.object({
 /**
  * GET /v1/sessions/:id/events
  * - JSON pages: `{data: [envelope…], next_cursor, has_more}`; `next_cursor` is the id of the page's last event (or
- *   the `after` given when the page is empty, so a poller keeps its place); 410 `cursor_expired` when `after` was
- *   trimmed away.
+ *   the `after` given when the page is empty, so a poller keeps its place); a page holds at most `limit` events and
+ *   REPLAY_PAGE_BYTES of them (one larger event comes alone); 410 `cursor_expired` when `after` was trimmed away,
+ *   400 `invalid_cursor` when it is past the newest event.
  * - `Accept: text/event-stream`: SSE (`id:` event id, `event:` type, `data:` envelope), replaying after
  *   `Last-Event-ID` (or `after`), then live; `: heartbeat` comments every 15 s; the stream ends after
  *   `session.deleted`, after an `event: error` (cursor_expired, store_unavailable), or when the client reads too
- *   slowly (the response is dropped once WS_MAX_BUFFER_BYTES are queued, or when a paced replay does not drain
- *   within SLOW_READER_TIMEOUT_MS; EventSource reconnects with Last-Event-ID by itself).
+ *   slowly (src/events/sink.ts; the response is dropped, and EventSource reconnects with Last-Event-ID by itself).
+ *   A cursor past the newest event is refused before the stream starts (400 `invalid_cursor`).
  */
 const routes: FastifyPluginAsyncZod<{ config: Config }> = async (app, { config }) => {
-  const hub = hubFor(app);
+  const hub = app.eventsHub;
   const maxBuffered = config.WS_MAX_BUFFER_BYTES;
-  const stallMs = config.SLOW_READER_TIMEOUT_MS;
 
   app.get(
     '/v1/sessions/:id/events',
@@ -76,22 +75,24 @@ const routes: FastifyPluginAsyncZod<{ config: Config }> = async (app, { config }
     },
     async (req, reply) => {
       const id = req.params.id;
-      await app.store.loadFor(req.tenant, id);
       const sse = /\btext\/event-stream\b/.test(req.headers.accept ?? '');
 
       if (!sse) {
         const after = parseCursor(req.query.after)!;
         const limit = req.query.limit;
-        const page = await readPage(app.redis, id, after, limit + 1);
+        await app.store.loadFor(req.tenant, id);
+        const page = await hub.eventLog.page(id, after, { count: limit, maxBytes: hub.pageLimits.maxBytes });
         app.metrics.replayPages.inc({ source: 'poll' });
-        if (page.expired) {
+        const place = placeCursor(after, page.firstId, page.lastId);
+        if (place === 'expired') {
           throw cursorExpired(id, {
             cursor: after,
             first_event_id: page.firstId,
-            last_event_id: await lastEventId(app.redis, id),
+            last_event_id: page.lastId,
           });
         }
-        const events = page.events.slice(0, limit).map((e) => new OutEvent(id, e));
+        if (place === 'ahead') throw cursorAhead(after, page.lastId);
+        const events = page.events.map((e) => new OutEvent(id, e));
         const next = events.length
           ? events[events.length - 1]!.id
           : req.query.after !== undefined
@@ -102,7 +103,7 @@ const routes: FastifyPluginAsyncZod<{ config: Config }> = async (app, { config }
           .type('application/json; charset=utf-8')
           .send(
             `{"data":[${events.map((e) => e.json).join(',')}],"next_cursor":${JSON.stringify(next)},` +
-              `"has_more":${page.events.length > limit}}`,
+              `"has_more":${page.more}}`,
           );
       }
 
@@ -110,6 +111,14 @@ const routes: FastifyPluginAsyncZod<{ config: Config }> = async (app, { config }
       const rawCursor = typeof header === 'string' && header.trim() !== '' ? header.trim() : req.query.after;
       const after = parseCursor(rawCursor);
       if (after === null) throw badRequest('Last-Event-ID is not an event id.', { 'last-event-id': header });
+      // Both in one round trip (auto-pipelining): the session, and the newest event for a cursor past it (400
+      // before the stream starts: EventSource gives up on an HTTP error, where it would reconnect with the same
+      // Last-Event-ID forever after an `event: error`).
+      const [, lastId] = await Promise.all([
+        app.store.loadFor(req.tenant, id),
+        after === START ? null : hub.eventLog.lastId(id),
+      ]);
+      if (after !== START && placeCursor(after, null, lastId) === 'ahead') throw cursorAhead(after, lastId);
 
       reply.hijack();
       const res = reply.raw;
@@ -129,65 +138,42 @@ const routes: FastifyPluginAsyncZod<{ config: Config }> = async (app, { config }
       const heartbeat = setInterval(() => {
         if (!done && res.writableLength <= maxBuffered) res.write(': heartbeat\n\n');
       }, SSE_HEARTBEAT_MS);
-      const end = (destroy = false) => {
+      const end = (reason: CloseReason) => {
         if (done) return;
         done = true;
         clearInterval(heartbeat);
         sub.close();
-        if (destroy) res.destroy();
+        // A slow reader's response is dropped (nothing more is queued for it); any other end is a clean one.
+        if (reason === 'slow_reader') res.destroy();
         else {
           // Ending while corked (inside a batch of the hub) loses the corked writes on Node 24: flush them first.
           while (res.writableCorked > 0) res.uncork();
           res.end();
         }
       };
-      const slowReader = () => {
-        app.metrics.slowReaderCloses.inc({ transport: 'sse' });
-        hub.emit('slow-reader', id, 'sse');
-        end(true);
-      };
-      const errorEvent = (error: object) => {
-        if (!res.destroyed) res.write(`event: error\n${sseData(JSON.stringify({ error }))}\n`);
-      };
-      const sink: Sink = {
-        cork: () => res.cork(),
-        uncork: () => res.uncork(),
-        send(ev) {
-          if (done || res.destroyed) return false;
-          if (res.writableLength > maxBuffered) {
-            // A slow reader: drop the response rather than queue more; it resumes from its Last-Event-ID.
-            slowReader();
-            return false;
-          }
-          res.write(ev.sseRecord());
-          if (ev.type === 'session.deleted') {
-            end();
-            return false;
-          }
-          return true;
+      const sink = streamSink(
+        {
+          kind: 'sse',
+          open: () => !done && !res.destroyed,
+          buffered: () => res.writableLength,
+          needsDrain: () => (res.writableNeedDrain ? res : null),
+          write: (ev) => res.write(ev.sseRecord()),
+          cork: () => res.cork(),
+          uncork: () => res.uncork(),
+          error(error) {
+            if (!done && !res.destroyed) res.write(`event: error\n${sseData(JSON.stringify({ error }))}\n`);
+          },
+          close: end,
         },
-        ready: () =>
-          res.writableNeedDrain
-            ? drained(res, stallMs).then((ok) => {
-                if (!ok && !done) slowReader();
-                return ok;
-              })
-            : true,
-        expired(info) {
-          errorEvent(errorBody(cursorExpired(id, info)));
-          end();
+        {
+          sessionId: id,
+          hub,
+          metrics: app.metrics,
+          log: req.log,
+          maxBuffered,
+          stallMs: config.SLOW_READER_TIMEOUT_MS,
         },
-        failed(err) {
-          req.log.warn({ err, session: id }, 'event stream failed');
-          errorEvent(
-            isStoreDown(err)
-              ? storeUnavailable
-              : { code: 'internal_error', message: 'The event stream failed.' },
-          );
-          end();
-        },
-        shutdown: () => end(),
-      };
+      );
       let sub: Subscription;
       try {
         sub = hub.subscribe(id, after, sink);

@@ -5,14 +5,12 @@ import type { FastifyPluginAsyncZod } from 'fastify-type-provider-zod';
 import type { WebSocket } from 'ws';
 import { z } from 'zod';
 import type { Config } from '../src/config.js';
-import { isStoreDown } from '../src/plugins/errors.js';
 import { sessionIdParam } from '../src/schemas.js';
 import { errors } from '../src/openapi/responses.js';
-import { isCursor, parseCursor } from '../src/events/cursor.js';
+import { START, isCursor, parseCursor, placeCursor } from '../src/events/cursor.js';
 import { handleFrame, type ServerFrame } from '../src/events/frames.js';
-import { hubFor, type Sink } from '../src/events/hub.js';
 import { selectProtocol } from '../src/events/protocols.js';
-import { cursorExpired, drained, errorBody, storeUnavailable } from '../src/events/transport.js';
+import { cursorAhead, streamSink, type CloseReason } from '../src/events/sink.js';
 import { componentLog } from '../src/log.js';
 
 export const streamQuery = z.object({
@@ -23,11 +21,14 @@ export const streamQuery = z.object({
     .optional(),
 });
 
-/** Close codes of the stream (besides 1000 `session_deleted`, 1001 `shutting_down`, 1011 `store_unavailable`). */
-export const CLOSE = {
-  slowReader: 1013,
-  cursorExpired: 4410,
-} as const;
+/** The close code of each way a stream ends (the reason is the CloseReason itself). */
+export const CLOSE_CODES: Record<CloseReason, number> = {
+  session_deleted: 1000,
+  shutting_down: 1001,
+  store_unavailable: 1011,
+  slow_reader: 1013,
+  cursor_expired: 4410,
+};
 
 /** Client frames waiting for their answer, per connection; more get `rate_limited` at once. */
 const MAX_PENDING_FRAMES = 32;
@@ -38,7 +39,8 @@ const CLOSE_GRACE_MS = 10_000;
  * GET /v1/sessions/:id/stream (WebSocket, spec §5).
  *
  * Refusals happen before the upgrade, as HTTP errors with the REST body: 401 `unauthorized` (the auth hook),
- * 404 `session_not_found` (also for another tenant's session), 400 `invalid_request` (a malformed `after`).
+ * 404 `session_not_found` (also for another tenant's session), 400 `invalid_request` (a malformed `after`),
+ * 400 `invalid_cursor` (an `after` past the newest event).
  * After the upgrade the server closes with 1013 (slow reader: reconnect with the last id), 4410
  * `cursor_expired` (after an error frame saying how to recover), 1000 `session_deleted`, 1001 `shutting_down`,
  * 1011 `store_unavailable`.
@@ -61,9 +63,7 @@ const routes: FastifyPluginAsyncZod<{ config: Config }> = async (app, { config }
   pinger.unref();
   app.addHook('onClose', async () => clearInterval(pinger));
 
-  const hub = hubFor(app);
-  const maxBuffered = config.WS_MAX_BUFFER_BYTES;
-  const stallMs = config.SLOW_READER_TIMEOUT_MS;
+  const hub = app.eventsHub;
 
   // Browsers authenticate with `Sec-WebSocket-Protocol: bearer, <token>` and require the server to select one of
   // the offered protocols: select `bearer` (ws's default would pick the first offered, possibly the token).
@@ -89,9 +89,16 @@ const routes: FastifyPluginAsyncZod<{ config: Config }> = async (app, { config }
           ...errors(400, 401, 404, 429, 500, 503),
         },
       },
-      // Runs before the upgrade: another tenant's or a missing session is an HTTP 404, never a socket.
+      // Runs before the upgrade: another tenant's or a missing session is an HTTP 404, never a socket; a cursor
+      // past the newest event a 400 (both reads in one round trip, by auto-pipelining).
       preHandler: async (req) => {
-        await app.store.loadFor(req.tenant, req.params.id);
+        const id = req.params.id;
+        const after = parseCursor(req.query.after)!;
+        const [, lastId] = await Promise.all([
+          app.store.loadFor(req.tenant, id),
+          after === START ? null : hub.eventLog.lastId(id),
+        ]);
+        if (after !== START && placeCursor(after, null, lastId) === 'ahead') throw cursorAhead(after, lastId);
       },
       // A refused upgrade (an HTTP error answered on the raw socket) must release that socket: Node's HTTP server no
       // longer tracks it, and @fastify/websocket only destroys it when its own onRequest hook ran, which an
@@ -125,17 +132,12 @@ const routes: FastifyPluginAsyncZod<{ config: Config }> = async (app, { config }
     app.metrics.streamConnections.inc({ transport: 'ws' });
 
     let closing = false;
-    const closeWith = (code: number, reason: string) => {
+    const closeWith = (reason: CloseReason) => {
       if (closing) return;
       closing = true;
       sub.close();
-      if (socket.readyState === socket.OPEN) socket.close(code, reason);
+      if (socket.readyState === socket.OPEN) socket.close(CLOSE_CODES[reason], reason);
       setTimeout(() => socket.terminate(), CLOSE_GRACE_MS).unref();
-    };
-    const slowReader = () => {
-      app.metrics.slowReaderCloses.inc({ transport: 'ws' });
-      hub.emit('slow-reader', id, 'ws');
-      closeWith(CLOSE.slowReader, 'slow_reader');
     };
     const control = (frame: ServerFrame) => {
       if (!closing && socket.readyState === socket.OPEN) socket.send(JSON.stringify(frame));
@@ -147,52 +149,36 @@ const routes: FastifyPluginAsyncZod<{ config: Config }> = async (app, { config }
     const raw = () => (socket as unknown as { _socket?: Socket })._socket;
     // No extension negotiated (the server offers none): frames go out as built, uncompressed.
     const plain = socket.extensions === '';
-    const sink: Sink = {
-      cork: () => raw()?.cork(),
-      uncork: () => raw()?.uncork(),
-      send(ev) {
-        if (closing || socket.readyState !== socket.OPEN) return false;
-        if (socket.bufferedAmount > maxBuffered) {
-          // Never queue more for a reader that fell behind; it reconnects with the id of its last event.
-          slowReader();
-          return false;
-        }
-        // Without extensions ws writes each frame whole and synchronously, so a frame written straight to the
-        // socket never lands inside another; queued bytes still count in `bufferedAmount` (the socket's).
-        const s = raw();
-        if (plain && s) s.write(ev.wsWire());
-        else socket.send(ev.wsFrame(), { binary: false });
-        if (ev.type === 'session.deleted') {
-          closeWith(1000, 'session_deleted');
-          return false;
-        }
-        return true;
+    const sink = streamSink(
+      {
+        kind: 'ws',
+        open: () => !closing && socket.readyState === socket.OPEN,
+        buffered: () => socket.bufferedAmount,
+        needsDrain() {
+          const s = raw();
+          return s?.writableNeedDrain ? s : null;
+        },
+        write(ev) {
+          // Without extensions ws writes each frame whole and synchronously, so a frame written straight to the
+          // socket never lands inside another; queued bytes still count in `bufferedAmount` (the socket's).
+          const s = raw();
+          if (plain && s) s.write(ev.wsWire());
+          else socket.send(ev.wsFrame(), { binary: false });
+        },
+        cork: () => raw()?.cork(),
+        uncork: () => raw()?.uncork(),
+        error: (error) => control({ type: 'error', ref: null, error }),
+        close: closeWith,
       },
-      ready() {
-        const s = raw();
-        if (!s || !s.writableNeedDrain) return true;
-        return drained(s, stallMs).then((ok) => {
-          if (!ok && !closing) slowReader();
-          return ok;
-        });
+      {
+        sessionId: id,
+        hub,
+        metrics: app.metrics,
+        log,
+        maxBuffered: config.WS_MAX_BUFFER_BYTES,
+        stallMs: config.SLOW_READER_TIMEOUT_MS,
       },
-      expired(info) {
-        control({ type: 'error', ref: null, error: errorBody(cursorExpired(id, info)) });
-        closeWith(CLOSE.cursorExpired, 'cursor_expired');
-      },
-      failed(err) {
-        log.warn({ err, session: id }, 'event stream failed');
-        control({
-          type: 'error',
-          ref: null,
-          error: isStoreDown(err)
-            ? storeUnavailable
-            : { code: 'internal_error', message: 'The event stream failed.' },
-        });
-        closeWith(1011, 'store_unavailable');
-      },
-      shutdown: () => closeWith(1001, 'shutting_down'),
-    };
+    );
     const sub = hub.subscribe(id, after, sink);
 
     // Client frames run one at a time, in order; a bad frame gets an error frame and the connection stays.

@@ -12,6 +12,7 @@ import redisPlugin from './plugins/redis.js';
 import anthropicPlugin from './plugins/anthropic.js';
 import enginePlugin from './plugins/engine.js';
 import mcpPlugin from './mcp/plugin.js';
+import eventsHubPlugin from './plugins/events-hub.js';
 import authPlugin from './plugins/auth.js';
 import browserOriginsPlugin from './plugins/cors.js';
 import errorsPlugin from './plugins/errors.js';
@@ -83,6 +84,7 @@ const app: FastifyPluginAsync<AppOptions> = async (fastify, opts) => {
     shutdownGraceMs: config.SHUTDOWN_GRACE_MS,
     maxActiveRuns: config.MAX_ACTIVE_RUNS,
   });
+  await fastify.register(eventsHubPlugin, { pageBytes: config.REPLAY_PAGE_BYTES });
   // At the root, so before the /v1 scope's auth hook: @fastify/websocket's onRequest hook must see an upgrade first,
   // so that an upgrade refused by the auth hook (401) still has its socket destroyed, on every route.
   await fastify.register(websocket, {

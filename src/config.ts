@@ -102,6 +102,11 @@ export const configSchema = z.object({
   WS_PING_MS: positiveMs.default(30_000),
   /** A replaying WebSocket/SSE client whose socket does not drain for this long is closed as a slow reader. */
   SLOW_READER_TIMEOUT_MS: positiveMs.default(30_000),
+  /**
+   * Byte budget of one page of a session's event log (replays, the live relay's reads, JSON pages): a replaying
+   * client holds at most one page (plus one event larger than the budget, which comes alone).
+   */
+  REPLAY_PAGE_BYTES: positiveMs.default(1_048_576),
   /** Longest a client may take to send a whole request (headers and body); then 408 and the socket is closed. */
   REQUEST_TIMEOUT_MS: positiveMs.default(30_000),
   /**

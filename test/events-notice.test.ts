@@ -8,6 +8,8 @@ import type { OutEvent } from '../src/events/envelope.js';
 import { parseNotice } from '../src/events/notice.js';
 import { eventsChannel, sessionKeys } from '../src/store/keys.js';
 import { NOTICE_MAX_BYTES, SessionStore } from '../src/store/store.js';
+import { SessionChannels } from '../src/store/channels.js';
+import { EventLog } from '../src/store/events.js';
 
 /** A sink that keeps what it is sent. */
 function memorySink(): Sink & { got: OutEvent[]; wait(n: number, ms?: number): Promise<void> } {
@@ -57,6 +59,7 @@ describe('event notices (pub/sub carries the events)', () => {
   let sub: Redis;
   let admin: Redis;
   let hub: EventHub;
+  let channels: SessionChannels;
   let store: SessionStore;
 
   before(async () => {
@@ -64,11 +67,13 @@ describe('event notices (pub/sub carries the events)', () => {
     cmd = new Redis(redis.url);
     sub = new Redis(redis.url);
     admin = new Redis(redis.url);
-    hub = new EventHub({ redis: cmd, sub, log: pino({ level: 'silent' }) });
+    channels = new SessionChannels(sub);
+    hub = new EventHub({ eventLog: new EventLog(cmd), channels, logger: pino({ level: 'silent' }) });
     store = new SessionStore(cmd, { eventLogMax: 10_000 });
   });
   after(async () => {
     hub.close();
+    channels.close();
     for (const c of [cmd, sub, admin]) c.disconnect();
     await redis.stop();
   });

@@ -8,7 +8,6 @@ import { Redis } from 'ioredis';
 import { startHarness, type Harness } from './helpers/service.js';
 import { startTestRedis } from './helpers/redis.js';
 import { SessionStore } from '../src/store/store.js';
-import { hubFor } from '../src/events/hub.js';
 import { WebSocket } from 'ws';
 import { wsUrl } from './fixtures/event-clients.js';
 
@@ -105,7 +104,7 @@ describe('slow readers', () => {
 
       const slow = counting(await connectRaw(h.service.url, id, warm.lastId));
       (slow.ws as any)._socket.pause();
-      const cut = once(hubFor(h.service.app), 'slow-reader');
+      const cut = once(h.service.app.eventsHub, 'slow-reader');
       const writing = chat(TOTAL_BYTES);
       await cut;
       // Read again: the client gets what was queued, then the close frame.
@@ -120,7 +119,7 @@ describe('slow readers', () => {
       );
       assert.ok(slow.bytes < TOTAL_BYTES / 4, 'the slow client was cut off early');
       assert.ok(grown < TOTAL_BYTES / 3, `RSS grew by ${(grown / MB).toFixed(1)} MB`);
-      assert.deepEqual(hubFor(h.service.app).counts(), { sessions: 0, clients: 0, live: 0 });
+      assert.deepEqual(h.service.app.eventsHub.counts(), { sessions: 0, clients: 0, live: 0, draining: 0 });
     } finally {
       writerRedis.disconnect();
     }
@@ -140,7 +139,7 @@ describe('slow readers', () => {
           Array.from({ length: 32 }, () => ['stream.event', event] as [string, string]),
         );
       }
-      const cut = once(hubFor(h.service.app), 'slow-reader');
+      const cut = once(h.service.app.eventsHub, 'slow-reader');
       const ws = new WebSocket(wsUrl(h.service.url, id));
       ws.once('upgrade', (res) => res.socket.pause());
       await once(ws, 'open');
@@ -155,10 +154,10 @@ describe('slow readers', () => {
       const [code, reason] = (await closed) as [number, Buffer];
       assert.equal(code, 1013);
       assert.equal(String(reason), 'slow_reader');
-      assert.deepEqual(hubFor(h.service.app).counts(), { sessions: 0, clients: 0, live: 0 });
+      assert.deepEqual(h.service.app.eventsHub.counts(), { sessions: 0, clients: 0, live: 0, draining: 0 });
 
       // The same over SSE: the response is dropped.
-      const sseCut = once(hubFor(h.service.app), 'slow-reader');
+      const sseCut = once(h.service.app.eventsHub, 'slow-reader');
       const req = http.get(`${h.service.url}/v1/sessions/${id}/events`, {
         headers: { accept: 'text/event-stream' },
       });

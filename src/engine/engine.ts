@@ -1,10 +1,10 @@
 import type Anthropic from '@anthropic-ai/sdk';
-import type { Cluster, Redis } from 'ioredis';
 import type { ServerTool } from '../../tools/types.js';
 import { Metrics } from '../observability/metrics.js';
 import { RunTelemetry } from '../observability/run-telemetry.js';
 import { Tracing } from '../observability/tracing.js';
 import type { Toolbox } from '../toolbox.js';
+import type { SessionChannels } from '../store/channels.js';
 import type { SessionStore } from '../store/store.js';
 import { RunHandle, type EngineLogger } from './run-handle.js';
 import { controlListener, drive, type DriveDeps } from './run.js';
@@ -12,8 +12,8 @@ import { controlListener, drive, type DriveDeps } from './run.js';
 export interface EngineOptions {
   store: SessionStore;
   client: Anthropic;
-  /** A connection the engine may put in subscriber mode (control messages). */
-  subscriber: Redis | Cluster;
+  /** The sessions' pub/sub channels: control messages of the runs here arrive on them. */
+  channels: SessionChannels;
   serverTools: ReadonlyMap<string, ServerTool>;
   toolbox: Toolbox;
   logger: EngineLogger;
@@ -68,7 +68,7 @@ export class Engine {
     this.sweepIntervalMs = sweepIntervalMs;
     this.maxActiveRuns = maxActiveRuns;
     this.deps = { ...rest, streamBatchEvents, metrics, tracing, stopping: () => this.stopping };
-    options.subscriber.on('message', controlListener(this.active));
+    options.channels.onControl(controlListener(this.active));
   }
 
   get store(): SessionStore {

@@ -1,7 +1,6 @@
-import type { Cluster, Redis } from 'ioredis';
 import { FencedOut } from '../errors.js';
 import { pendingToolCalls } from '../history.js';
-import { controlChannel, sessionOfControlChannel } from '../store/keys.js';
+import type { SessionChannels } from '../store/channels.js';
 import type { SessionState } from '../store/store.js';
 import { isStoreDown } from '../store/unavailable.js';
 import { budgetExhausted, stopForBudget, totalTokens } from './budget.js';
@@ -15,8 +14,8 @@ import { isAbort, isStreamCut, upstreamError } from './upstream.js';
 const STREAM_CUT_RETRIES = 2;
 
 export interface DriveDeps extends RunDeps {
-  /** A connection in subscriber mode: control messages of the runs here arrive on it. */
-  subscriber: Redis | Cluster;
+  /** The sessions' pub/sub channels: control messages of the runs here arrive on them. */
+  channels: SessionChannels;
   owner: string;
   logger: EngineLogger;
   /** The engine is stopping: a run ends once its turn is done or aborted. */
@@ -28,9 +27,8 @@ export interface DriveDeps extends RunDeps {
  * `params` marks its params stale, `cancel`/`interrupt`/`delete` abort its turn with that reason.
  */
 export function controlListener(active: ReadonlyMap<string, RunHandle>) {
-  return (channel: string, message: string): void => {
-    const id = sessionOfControlChannel(channel);
-    const run = id ? active.get(id) : undefined;
+  return (id: string, message: string): void => {
+    const run = active.get(id);
     if (!run) return;
     if (message === 'params') run.paramsDirty = true;
     else if (message === 'cancel' || message === 'interrupt') run.abort(message);
@@ -61,9 +59,7 @@ export async function drive(deps: DriveDeps, run: RunHandle): Promise<void> {
   const { store, leaseTtlMs, owner } = deps;
   const log = deps.logger.child({ session: run.id });
   const renew = renewLease(deps, run, log);
-  await deps.subscriber
-    .subscribe(controlChannel(run.id))
-    .catch((err) => log.warn({ err }, 'subscribe failed'));
+  await deps.channels.watchControl(run.id).catch((err) => log.warn({ err }, 'subscribe failed'));
   let cutRetries = 0;
   try {
     await store.markDue(run.id, Date.now() + leaseTtlMs);
@@ -110,7 +106,7 @@ export async function drive(deps: DriveDeps, run: RunHandle): Promise<void> {
     if (!(err instanceof FencedOut)) log.error({ err }, 'run crashed; the session is left for recovery');
   } finally {
     clearInterval(renew);
-    await deps.subscriber.unsubscribe(controlChannel(run.id)).catch(() => {});
+    await deps.channels.unwatchControl(run.id);
     await store.release(run.id, owner, run.fence).catch(() => {});
     // Handed over: any replica may claim it now rather than after the lease TTL.
     if (run.reason === 'shutdown') await store.markDue(run.id, Date.now()).catch(() => {});

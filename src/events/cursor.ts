@@ -37,3 +37,23 @@ export function compareIds(a: string, b: string): number {
   const ms = cmpNum(a.slice(0, da), b.slice(0, db));
   return ms !== 0 ? ms : cmpNum(a.slice(da + 1), b.slice(db + 1));
 }
+
+/**
+ * Where a client's cursor stands in a log whose oldest and newest events are `firstId` and `lastId` (null: an
+ * empty log):
+ * - `ok`: the events after it are all retained (START always is);
+ * - `expired`: older than the oldest retained event, so events after it may have been trimmed (410 cursor_expired);
+ * - `ahead`: past the newest event. The log's ids only grow and a client only learns ids from the log, so such a
+ *   cursor was never given by this log (forged, from another session, or lost in a failover of Redis): the
+ *   transports refuse it before they start (400 invalid_cursor, docs/API.md §6).
+ */
+export function placeCursor(
+  after: string,
+  firstId: string | null,
+  lastId: string | null,
+): 'ok' | 'expired' | 'ahead' {
+  if (after === START) return 'ok';
+  if (lastId === null || compareIds(after, lastId) > 0) return 'ahead';
+  if (firstId !== null && compareIds(firstId, after) > 0) return 'expired';
+  return 'ok';
+}

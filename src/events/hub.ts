@@ -1,62 +1,17 @@
 import { EventEmitter } from 'node:events';
-import type { FastifyBaseLogger, FastifyInstance } from 'fastify';
-import type { Cluster, Redis } from 'ioredis';
+import type { FastifyBaseLogger } from 'fastify';
 import type { Metrics } from '../observability/metrics.js';
-import { eventsChannel, sessionKeys } from '../store/keys.js';
-import { parseStreamEntry, type StoredEvent } from '../store/store.js';
-import { START, compareIds } from './cursor.js';
+import type { SessionChannels } from '../store/channels.js';
+import type { EventLog, PageLimits } from '../store/events.js';
+import type { StoredEvent } from '../store/store.js';
+import { START, compareIds, placeCursor } from './cursor.js';
 import { OutEvent } from './envelope.js';
 import { parseNotice } from './notice.js';
-import { componentLog } from '../log.js';
 
-type RedisClient = Redis | Cluster;
-
-/** Events read per XRANGE, for replays and for the live tail alike. */
+/** Most events read per page, for replays and for the live tail alike. */
 export const PAGE_SIZE = 500;
-
-export interface Page {
-  events: StoredEvent[];
-  /** The oldest event still in the log (null: no log). */
-  firstId: string | null;
-  /** Events after the cursor may have been trimmed away: the cursor is older than the oldest retained event. */
-  expired: boolean;
-}
-
-/**
- * One page of a session's log after `after` (exclusive), read atomically (MULTI) with the oldest retained id, so
- * a trim between the two reads cannot hide a gap. `after` is canonical (see cursor.ts); START reads from the start.
- */
-export async function readPage(
-  redis: RedisClient,
-  sessionId: string,
-  after: string,
-  count = PAGE_SIZE,
-): Promise<Page> {
-  const key = sessionKeys(sessionId).events;
-  const res = await redis
-    .multi()
-    .xrange(key, '-', '+', 'COUNT', 1)
-    .xrange(key, after === START ? '-' : `(${after}`, '+', 'COUNT', count)
-    .exec();
-  if (!res) throw new Error('event log read aborted');
-  const [[e1, first], [e2, rows]] = res as [
-    [Error | null, Array<[string, string[]]>],
-    [Error | null, unknown],
-  ];
-  if (e1) throw e1;
-  if (e2) throw e2;
-  const firstId = first[0]?.[0] ?? null;
-  return {
-    events: (rows as Array<[string, string[]]>).map(parseStreamEntry),
-    firstId,
-    expired: after !== START && firstId !== null && compareIds(firstId, after) > 0,
-  };
-}
-
-export async function lastEventId(redis: RedisClient, sessionId: string): Promise<string | null> {
-  const rows = await redis.xrevrange(sessionKeys(sessionId).events, '+', '-', 'COUNT', 1);
-  return rows[0]?.[0] ?? null;
-}
+/** Byte budget of a page (REPLAY_PAGE_BYTES): what one replaying client holds at most, plus one larger event. */
+export const PAGE_BYTES = 1_048_576;
 
 export interface ExpiredInfo {
   /** The cursor the client gave. */
@@ -89,15 +44,17 @@ export interface Sink {
 }
 
 /**
- * One client watching one session: it replays the log from its own cursor in pages (its own XRANGEs, never more
- * than a page in memory), then joins its session's live fan-out. It joins in the same tick as it checks that its
- * cursor has reached the channel's (the id of the last event fanned out), so no event is missed or sent twice:
- * live batches hold exactly the events after the channel's cursor, and each is sent only if it is after the
- * subscription's own cursor.
+ * One client watching one session: it replays the log from its own cursor in pages (bounded in events and bytes:
+ * one page in memory at a time, the next read only once the transport drained), then joins its session's live
+ * fan-out. It joins in the same tick as it checks that its cursor has reached the channel's (the id of the last
+ * event fanned out), so no event is missed or sent twice: live batches hold exactly the events after the channel's
+ * cursor, and each is sent only if it is after the subscription's own cursor.
  */
 export class Subscription {
   live = false;
   closed = false;
+  /** Waiting for its transport to drain during the replay (a reader that does not read stays here). */
+  draining = false;
 
   constructor(
     private readonly channel: Channel,
@@ -146,7 +103,8 @@ export class Subscription {
 
   /**
    * Sends one page of the replay, corked: one write per page (or per transport buffer's worth, when the sink asks
-   * to wait for a drain) rather than one per event. False when the subscription ended.
+   * to wait for a drain) rather than one per event. Returns once the transport has room again (the next page is
+   * read only then); false when the subscription ended.
    */
   private async replayPage(events: StoredEvent[]): Promise<boolean> {
     const sessionId = this.channel.sessionId;
@@ -167,7 +125,10 @@ export class Subscription {
         if (ready !== true) {
           this.sink.uncork?.();
           corked = false;
-          if (!(await ready)) {
+          this.draining = true;
+          const ok = await ready;
+          this.draining = false;
+          if (!ok) {
             this.close();
             return false;
           }
@@ -181,19 +142,20 @@ export class Subscription {
   }
 
   /** @internal the replay, then the switch to live. */
-  async run(redis: RedisClient, pageSize: number, metrics?: Metrics): Promise<void> {
+  async run(hub: EventHub): Promise<void> {
     const ch = this.channel;
     try {
       for (;;) {
-        const page = await readPage(redis, ch.sessionId, this.cursor, pageSize);
-        metrics?.replayPages.inc({ source: 'stream' });
+        const page = await hub.eventLog.page(ch.sessionId, this.cursor, hub.pageLimits);
+        hub.metrics?.replayPages.inc({ source: 'stream' });
         if (this.closed) return;
-        if (page.expired) {
-          const last = await lastEventId(redis, ch.sessionId);
-          return this.expire({ first_event_id: page.firstId, last_event_id: last });
+        // A cursor past the newest event (refused by the routes before they subscribe) simply waits for newer
+        // events: the live fan-out sends only what follows the subscription's cursor.
+        if (placeCursor(this.cursor, page.firstId, page.lastId) === 'expired') {
+          return this.expire({ first_event_id: page.firstId, last_event_id: page.lastId });
         }
         if (!(await this.replayPage(page.events))) return;
-        if (page.events.length === pageSize) continue;
+        if (page.more) continue;
         await ch.ready;
         if (this.closed) return;
         // Caught up with the channel: from now on its fan-out carries every later event. Same tick as the check.
@@ -213,9 +175,9 @@ export class Subscription {
 }
 
 /**
- * A session watched by this process: one SUBSCRIBE on `ev:{id}` however many clients; the events of a notice
- * that follow the id of the last event it fanned out go out as they are, otherwise one XRANGE (pages of
- * PAGE_SIZE) from that id; each event encoded once.
+ * A session watched by this process: one SUBSCRIBE of its events channel however many clients; the events of a
+ * notice that follow the id of the last event it fanned out go out as they are, otherwise the log is read from
+ * that id (bounded pages); each event encoded once.
  */
 class Channel {
   readonly subs = new Set<Subscription>();
@@ -237,15 +199,11 @@ class Channel {
     this.ready.catch(() => {});
   }
 
-  get channelName() {
-    return eventsChannel(this.sessionId);
-  }
-
   private async start(): Promise<void> {
     try {
-      await this.hub.sub.subscribe(this.channelName);
+      await this.hub.channels.watchEvents(this.sessionId);
       // Every event written from now on is notified; every event written before is at or below this id.
-      const last = await lastEventId(this.hub.redis, this.sessionId);
+      const last = await this.hub.eventLog.lastId(this.sessionId);
       if (this.closed) return;
       this.cursor = last ?? START;
     } catch (err) {
@@ -295,24 +253,28 @@ class Channel {
       do {
         this.again = false;
         for (;;) {
-          const page = await readPage(this.hub.redis, this.sessionId, this.cursor, this.hub.pageSize);
+          const page = await this.hub.eventLog.page(this.sessionId, this.cursor, this.hub.pageLimits);
           if (this.closed) return;
-          if (page.expired && this.live.size > 0) {
+          const first = page.firstId;
+          if (
+            first !== null &&
+            this.live.size > 0 &&
+            placeCursor(this.cursor, first, page.lastId) === 'expired'
+          ) {
             // The log moved faster than this process read it: the live clients lost events.
-            const last = await lastEventId(this.hub.redis, this.sessionId);
             for (const s of [...this.live]) {
-              if (compareIds(page.firstId!, s.cursor) > 0)
-                s.expire({ first_event_id: page.firstId, last_event_id: last });
+              if (compareIds(first, s.cursor) > 0)
+                s.expire({ first_event_id: first, last_event_id: page.lastId });
             }
           }
           if (page.events.length === 0) break;
           this.fanOut(page.events);
-          if (page.events.length < this.hub.pageSize) break;
+          if (!page.more) break;
         }
       } while (this.again && !this.closed);
     } catch (err) {
       if (this.closed) return;
-      this.hub.log.warn({ err, session: this.sessionId }, 'event relay read failed; retrying');
+      this.hub.logger.warn({ err, session: this.sessionId }, 'event relay read failed; retrying');
       this.retry ??= setTimeout(() => {
         this.retry = null;
         void this.pull();
@@ -340,12 +302,15 @@ class Channel {
 }
 
 export interface HubOptions {
-  /** Commands (XRANGE). */
-  redis: RedisClient;
-  /** The shared subscriber-mode connection. The hub only (un)subscribes `ev:{…}` channels on it. */
-  sub: RedisClient;
-  log: FastifyBaseLogger;
+  /** Reads of the event logs. */
+  eventLog: EventLog;
+  /** The sessions' pub/sub channels; the hub watches the events channels of the sessions it has clients of. */
+  channels: SessionChannels;
+  logger: FastifyBaseLogger;
+  /** Most events per page (default PAGE_SIZE). */
   pageSize?: number;
+  /** Byte budget of a page (default PAGE_BYTES). */
+  pageBytes?: number;
   metrics?: Metrics | undefined;
 }
 
@@ -353,32 +318,31 @@ export interface HubOptions {
  * The per-process relay of session events to WebSocket and SSE clients. Correctness needs no state shared between
  * processes: every event is in the Redis log, a notice's events are fanned out only when they follow the channel's
  * cursor exactly (otherwise the log is read from it), and a client resumes anywhere from the id of the last event it
- * saw. Emits `slow-reader` (session id) when a sink cuts a client off, for tests and metrics.
+ * saw. Emits `slow-reader` (session id, transport) when a sink cuts a client off, for tests and metrics. It talks to
+ * Redis only through the store (EventLog, SessionChannels); src/plugins/events-hub.ts makes one per service.
  */
 export class EventHub extends EventEmitter {
-  readonly redis: RedisClient;
-  readonly sub: RedisClient;
-  readonly log: FastifyBaseLogger;
-  readonly pageSize: number;
+  readonly eventLog: EventLog;
+  readonly channels: SessionChannels;
+  readonly logger: FastifyBaseLogger;
+  readonly pageLimits: PageLimits;
   readonly metrics: Metrics | undefined;
-  private readonly channels = new Map<string, Channel>();
+  private readonly watched = new Map<string, Channel>();
+  private readonly stopListening: Array<() => void>;
   private closed = false;
 
   constructor(opts: HubOptions) {
     super();
-    this.redis = opts.redis;
-    this.sub = opts.sub;
-    this.log = opts.log;
-    this.pageSize = opts.pageSize ?? PAGE_SIZE;
+    this.eventLog = opts.eventLog;
+    this.channels = opts.channels;
+    this.logger = opts.logger;
+    this.pageLimits = { count: opts.pageSize ?? PAGE_SIZE, maxBytes: opts.pageBytes ?? PAGE_BYTES };
     this.metrics = opts.metrics;
-    this.sub.on('message', this.onMessage);
-    this.sub.on('ready', this.onReconnect);
+    this.stopListening = [
+      this.channels.onEvents((id, message) => this.watched.get(id)?.notify(message)),
+      this.channels.onReconnect(this.onReconnect),
+    ];
   }
-
-  private readonly onMessage = (channel: string, message: string) => {
-    if (!channel.startsWith('ev:{')) return;
-    this.channels.get(channel.slice(4, -1))?.notify(message);
-  };
 
   /**
    * Notifications sent while the subscriber was disconnected are lost: read every watched log again, now and once
@@ -386,7 +350,7 @@ export class EventHub extends EventEmitter {
    */
   private readonly onReconnect = () => {
     const pullAll = () => {
-      for (const ch of this.channels.values()) void ch.pull();
+      for (const ch of this.watched.values()) void ch.pull();
     };
     pullAll();
     setTimeout(pullAll, 1000).unref();
@@ -395,63 +359,44 @@ export class EventHub extends EventEmitter {
   /** Starts streaming `sessionId`'s events after `after` (canonical cursor) to `sink`. */
   subscribe(sessionId: string, after: string, sink: Sink): Subscription {
     if (this.closed) throw new Error('event hub closed');
-    let ch = this.channels.get(sessionId);
+    let ch = this.watched.get(sessionId);
     if (!ch) {
       ch = new Channel(this, sessionId);
-      this.channels.set(sessionId, ch);
+      this.watched.set(sessionId, ch);
     }
     const s = new Subscription(ch, sink, after);
     ch.add(s);
-    void s.run(this.redis, this.pageSize, this.metrics);
+    void s.run(this);
     return s;
   }
 
   /** @internal the channel has no subscriber left (or failed to start). */
   drop(ch: Channel): void {
-    if (this.channels.get(ch.sessionId) !== ch) return;
-    this.channels.delete(ch.sessionId);
+    if (this.watched.get(ch.sessionId) !== ch) return;
+    this.watched.delete(ch.sessionId);
     ch.stop();
-    // Only channels this hub subscribed; the engine's `ctl:{…}` subscriptions on the same connection are its own.
-    this.sub.unsubscribe(ch.channelName).catch(() => {});
+    void this.channels.unwatchEvents(ch.sessionId);
   }
 
-  /** Watched sessions and clients in this process. */
-  counts(): { sessions: number; clients: number; live: number } {
+  /** Watched sessions and clients in this process; `draining`: clients whose replay waits for their socket. */
+  counts(): { sessions: number; clients: number; live: number; draining: number } {
     let clients = 0;
     let live = 0;
-    for (const ch of this.channels.values()) {
+    let draining = 0;
+    for (const ch of this.watched.values()) {
       clients += ch.subs.size;
       live += ch.live.size;
+      for (const s of ch.subs) if (s.draining) draining++;
     }
-    return { sessions: this.channels.size, clients, live };
+    return { sessions: this.watched.size, clients, live, draining };
   }
 
   /** Ends every subscription (sinks close their transports) and leaves every channel. */
   close(): void {
     if (this.closed) return;
     this.closed = true;
-    for (const ch of [...this.channels.values()]) for (const s of [...ch.subs]) s.shutdown();
-    for (const ch of [...this.channels.values()]) this.drop(ch);
-    this.sub.off('message', this.onMessage);
-    this.sub.off('ready', this.onReconnect);
+    for (const ch of [...this.watched.values()]) for (const s of [...ch.subs]) s.shutdown();
+    for (const ch of [...this.watched.values()]) this.drop(ch);
+    for (const stop of this.stopListening) stop();
   }
-}
-
-const hubs = new WeakMap<object, EventHub>();
-
-/** The hub of a service instance (one per process and Redis subscriber), created on first use. */
-export function hubFor(app: FastifyInstance): EventHub {
-  let hub = hubs.get(app.redisSub);
-  if (!hub) {
-    hub = new EventHub({
-      redis: app.redis,
-      sub: app.redisSub,
-      log: componentLog(app.log, 'events'),
-      metrics: app.metrics,
-    });
-    hubs.set(app.redisSub, hub);
-    const h = hub;
-    app.addHook('onClose', async () => h.close());
-  }
-  return hub;
 }

@@ -4,6 +4,7 @@ import { hostname } from 'node:os';
 import { serverTools } from '../../tools/index.js';
 import { Engine } from '../engine/engine.js';
 import { SessionService } from '../sessions/service.js';
+import { SessionChannels } from '../store/channels.js';
 import { SessionStore } from '../store/store.js';
 import { componentLog } from '../log.js';
 import { serverToolProvider, Toolbox } from '../toolbox.js';
@@ -11,6 +12,8 @@ import { serverToolProvider, Toolbox } from '../toolbox.js';
 declare module 'fastify' {
   interface FastifyInstance {
     store: SessionStore;
+    /** The sessions' pub/sub channels on the subscriber connection (events notices, run control). */
+    channels: SessionChannels;
     engine: Engine;
     /** Every source of tools the service runs: server tools, MCP servers, … (`GET /v1/tools`, session checks). */
     toolbox: Toolbox;
@@ -25,16 +28,20 @@ export interface EnginePluginOptions {
   maxActiveRuns: number;
 }
 
-/** The store, the run engine and the session service, on the shared clients. Runs stop first on close. */
+/**
+ * The store (its commands and its channels), the run engine and the session service, on the shared clients. Runs
+ * stop first on close.
+ */
 export default fp<EnginePluginOptions>(
   async (app, opts) => {
     const store = new SessionStore(app.redis, { eventLogMax: opts.eventLogMax });
     // Asked in order: a name is the first provider's.
     const toolbox = new Toolbox([serverToolProvider(serverTools), ...(app.mcp ? [app.mcp] : [])]);
+    const channels = new SessionChannels(app.redisSub);
     const engine = new Engine({
       store,
+      channels,
       client: app.anthropic,
-      subscriber: app.redisSub,
       serverTools,
       toolbox,
       logger: componentLog(app.log, 'engine'),
@@ -46,12 +53,16 @@ export default fp<EnginePluginOptions>(
     });
     app.metrics.observeRuns(engine);
     app.decorate('store', store);
+    app.decorate('channels', channels);
     app.decorate('engine', engine);
     app.decorate('toolbox', toolbox);
     app.decorate('sessions', new SessionService(store, engine, serverTools, toolbox));
     app.addHook('onReady', async () => engine.start());
     // Registered after the redis plugin, so it runs before Redis closes (onClose hooks run in reverse order).
-    app.addHook('onClose', async () => engine.stop(opts.shutdownGraceMs));
+    app.addHook('onClose', async () => {
+      await engine.stop(opts.shutdownGraceMs);
+      channels.close();
+    });
   },
   { name: 'engine', dependencies: ['redis', 'anthropic', 'metrics', 'tracing', 'mcp'] },
 );

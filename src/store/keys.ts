@@ -36,4 +36,8 @@ export const idempotencyKey = (tenant: string, key: string) => `idem:{${tenant}}
 
 /** The session id of a control channel's name, or null for another channel. */
 export const sessionOfControlChannel = (channel: string): string | null =>
-  /^ctl:\{(.+)\}$/.exec(channel)?.[1] ?? null;
+  channel.startsWith('ctl:{') && channel.endsWith('}') ? channel.slice(5, -1) : null;
+
+/** The session id of an events channel's name, or null for another channel. */
+export const sessionOfEventsChannel = (channel: string): string | null =>
+  channel.startsWith('ev:{') && channel.endsWith('}') ? channel.slice(4, -1) : null;

@@ -1,0 +1,165 @@
+import type { Writable } from 'node:stream';
+import type { FastifyBaseLogger } from 'fastify';
+import { AppError, type ErrorCode } from '../errors.js';
+import type { Metrics } from '../observability/metrics.js';
+import { isStoreDown } from '../store/unavailable.js';
+import type { OutEvent } from './envelope.js';
+import type { EventHub, ExpiredInfo, Sink } from './hub.js';
+
+/**
+ * The rules every event stream follows, whatever carries it (SSE in routes/events.ts, WebSocket in
+ * routes/stream.ts): when a reader is too slow, what an expired cursor or a failed read tells the client, and when
+ * the stream ends. A transport only writes bytes, reports its queue, sends an error record and closes.
+ */
+
+/** Why a stream ends; each transport says it its own way (a WebSocket close code, an SSE end or drop). */
+export type CloseReason =
+  'session_deleted' | 'slow_reader' | 'cursor_expired' | 'store_unavailable' | 'shutting_down';
+
+/** The error record a stream sends before it closes (SSE `event: error` data's `error`, a WS error frame's). */
+export interface StreamError {
+  code: ErrorCode;
+  message: string;
+  details?: unknown;
+}
+
+/** What a transport does itself. */
+export interface Transport {
+  readonly kind: 'sse' | 'ws';
+  /** Still open for writes (not closing, not closed). */
+  open(): boolean;
+  /** Bytes queued for the client that the kernel has not taken yet. */
+  buffered(): number;
+  /** The stream to wait on while it is over its high-water mark (null: room, or gone). */
+  needsDrain(): Writable | null;
+  write(ev: OutEvent): void;
+  /** Holds writes until `uncork`, so a batch goes out in one write. */
+  cork(): void;
+  uncork(): void;
+  /** Sends an error record (the stream closes right after). */
+  error(err: StreamError): void;
+  close(reason: CloseReason): void;
+}
+
+export interface SinkContext {
+  sessionId: string;
+  hub: EventHub;
+  metrics: Metrics;
+  log: FastifyBaseLogger;
+  /** WS_MAX_BUFFER_BYTES: more than this queued for a client and it is cut off. */
+  maxBuffered: number;
+  /** SLOW_READER_TIMEOUT_MS: a paced replay that does not drain within this is cut off. */
+  stallMs: number;
+}
+
+/**
+ * The hub's Sink for one client on `t`:
+ * - **slow reader**: more than `maxBuffered` bytes queued when an event is to be sent, or a paced replay that did
+ *   not drain within `stallMs`, closes the stream as `slow_reader` (counted, and the hub emits `slow-reader`); the
+ *   client resumes from the id of the last event it got. Nothing is ever queued past the limit.
+ * - **session.deleted** is the last event: the stream closes after it.
+ * - **expired cursor**: a `cursor_expired` error (how to recover in its details), then close.
+ * - **failure** of the log read: `store_unavailable` (Redis unreachable) or `internal_error`, then close.
+ */
+export function streamSink(t: Transport, ctx: SinkContext): Sink {
+  const slowReader = () => {
+    ctx.metrics.slowReaderCloses.inc({ transport: t.kind });
+    ctx.hub.emit('slow-reader', ctx.sessionId, t.kind);
+    t.close('slow_reader');
+  };
+  return {
+    cork: () => t.cork(),
+    uncork: () => t.uncork(),
+    send(ev) {
+      if (!t.open()) return false;
+      if (t.buffered() > ctx.maxBuffered) {
+        slowReader();
+        return false;
+      }
+      t.write(ev);
+      if (ev.type === 'session.deleted') {
+        t.close('session_deleted');
+        return false;
+      }
+      return true;
+    },
+    ready() {
+      const w = t.needsDrain();
+      if (!w) return true;
+      return drained(w, ctx.stallMs).then((ok) => {
+        if (!ok && t.open()) slowReader();
+        return ok;
+      });
+    },
+    expired(info) {
+      const err = cursorExpired(ctx.sessionId, info);
+      t.error({ code: err.code, message: err.message, details: err.details });
+      t.close('cursor_expired');
+    },
+    failed(err) {
+      ctx.log.warn({ err, session: ctx.sessionId }, 'event stream failed');
+      t.error(
+        isStoreDown(err) ? storeUnavailable : { code: 'internal_error', message: 'The event stream failed.' },
+      );
+      t.close('store_unavailable');
+    },
+    shutdown: () => t.close('shutting_down'),
+  };
+}
+
+/**
+ * Resolves true once `w` drained; false if it closed first, or if it did not drain within `stallMs` (a reader that
+ * stopped reading while its replay was paced: the caller closes it as a slow reader rather than wait forever).
+ */
+export function drained(w: Writable, stallMs: number): Promise<boolean> {
+  return new Promise((resolve) => {
+    const done = (ok: boolean) => () => {
+      clearTimeout(timer);
+      w.off('drain', onDrain);
+      w.off('close', onClose);
+      resolve(ok);
+    };
+    const onDrain = done(true);
+    const onClose = done(false);
+    const timer = setTimeout(done(false), stallMs);
+    w.once('drain', onDrain);
+    w.once('close', onClose);
+  });
+}
+
+/** The `cursor_expired` error, the same for the JSON pages (410), SSE (`event: error`) and WebSocket (close 4410). */
+export function cursorExpired(sessionId: string, info: ExpiredInfo) {
+  return new AppError(
+    410,
+    'cursor_expired',
+    `Events after ${info.cursor} were trimmed from this session's event log, which keeps its most recent events ` +
+      `only. Read the durable history with GET /v1/sessions/${sessionId}/messages, then follow the log again ` +
+      `from last_event_id (after=${info.last_event_id ?? '0'}), or without a cursor to replay what is retained.`,
+    {
+      cursor: info.cursor,
+      first_event_id: info.first_event_id,
+      last_event_id: info.last_event_id,
+      history: `/v1/sessions/${sessionId}/messages`,
+    },
+  );
+}
+
+/**
+ * A cursor past the newest event of the log (docs/API.md §6): 400 `invalid_cursor` on every transport, before any
+ * stream starts. Such a cursor was never an id of this log (ids only grow), so waiting for it would hide a client's
+ * bug or skip events written later with smaller ids.
+ */
+export function cursorAhead(cursor: string, lastEventId: string | null) {
+  return new AppError(
+    400,
+    'invalid_cursor',
+    `${cursor} is past the newest event of this session's log (${lastEventId ?? 'none'}): give the id of an ` +
+      'event this log sent, or 0 for the start.',
+    { cursor, last_event_id: lastEventId },
+  );
+}
+
+export const storeUnavailable: StreamError = {
+  code: 'store_unavailable',
+  message: 'The session store is unavailable; reconnect with the id of the last event you saw.',
+};

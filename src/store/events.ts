@@ -1,0 +1,94 @@
+import { readFileSync } from 'node:fs';
+import type { Cluster, Redis } from 'ioredis';
+import { sessionKeys } from './keys.js';
+import { parseStreamEntry, type StoredEvent } from './store.js';
+
+type RedisClient = Redis | Cluster;
+type StreamEntry = [string, string[]];
+
+type Scripted = RedisClient & {
+  sessReadEvents(key: string, start: string, max: number, budget: number): Promise<unknown[]>;
+};
+
+/** The cursor meaning "from the start of the log" (src/events/cursor.ts START). */
+const START = '0-0';
+const MAX_U64 = (1n << 64n) - 1n;
+
+/**
+ * The first id that can follow `after` (a canonical `<ms>-<seq>` cursor): `<ms>-<seq+1>`, or `<ms+1>-0` when the
+ * sequence is at its maximum; null when `after` is the largest id a stream can hold (nothing can follow it).
+ */
+export function nextId(after: string): string | null {
+  const dash = after.indexOf('-');
+  const ms = BigInt(after.slice(0, dash));
+  const seq = BigInt(after.slice(dash + 1));
+  if (seq < MAX_U64) return `${ms}-${seq + 1n}`;
+  if (ms < MAX_U64) return `${ms + 1n}-0`;
+  return null;
+}
+
+export interface EventPage {
+  /** Events after the cursor, in log order: at least one when any follows it, then within the byte budget. */
+  events: StoredEvent[];
+  /** The oldest event the log holds (null: the log is empty or gone). */
+  firstId: string | null;
+  /** The newest event the log holds (null: the log is empty or gone). */
+  lastId: string | null;
+  /** More events follow this page (its last event is not the newest of the log). */
+  more: boolean;
+}
+
+export interface PageLimits {
+  /** Most events in the page. */
+  count: number;
+  /** Byte budget of the page (sum of the events' stored fields); one larger event still comes alone. */
+  maxBytes: number;
+}
+
+/**
+ * Reads of the session event logs (the streams `s:{id}:e`), for the relay and the JSON pages. Each read is one
+ * script (src/store/lua/read-events-1.lua): one round trip, atomic, so a page and the log's bounds are seen at one
+ * instant. The writes of the log are the SessionStore's (apply, appendEvents, destroy).
+ */
+export class EventLog {
+  private readonly redis: Scripted;
+
+  constructor(redis: RedisClient) {
+    const r = redis as Scripted;
+    // Defined once per client (several readers may share one).
+    if (!('sessReadEvents' in redis)) {
+      const lua = readFileSync(new URL('./lua/read-events-1.lua', import.meta.url), 'utf8');
+      r.defineCommand('sessReadEvents', { numberOfKeys: 1, lua });
+    }
+    this.redis = r;
+  }
+
+  /**
+   * One page of `sessionId`'s log after `after` (exclusive, canonical; START reads from the start), with the log's
+   * oldest and newest ids, read atomically. The page holds at most `limits.count` events and, past its first
+   * event, at most `limits.maxBytes` bytes of stored fields: a reader holds one bounded page, whatever the size
+   * of the events. A cursor at or past the newest event gives an empty page (and never an error, even for the
+   * largest id a stream can hold).
+   */
+  async page(sessionId: string, after: string, limits: PageLimits): Promise<EventPage> {
+    const start = after === START ? '-' : (nextId(after) ?? '');
+    const res = await this.redis.sessReadEvents(
+      sessionKeys(sessionId).events,
+      start,
+      Math.max(1, limits.count),
+      Math.max(1, limits.maxBytes),
+    );
+    const firstId = typeof res[0] === 'string' ? res[0] : null;
+    const lastId = typeof res[1] === 'string' ? res[1] : null;
+    // Lua tables of {id, {field, value, …}}, as XRANGE answers (the script only copies them).
+    const events = (res.slice(2) as StreamEntry[]).map(parseStreamEntry);
+    const tail = events.at(-1);
+    return { events, firstId, lastId, more: tail !== undefined && tail.id !== lastId };
+  }
+
+  /** The newest event id of the log (null: empty or gone). One XREVRANGE. */
+  async lastId(sessionId: string): Promise<string | null> {
+    const rows = await this.redis.xrevrange(sessionKeys(sessionId).events, '+', '-', 'COUNT', 1);
+    return rows[0]?.[0] ?? null;
+  }
+}
