@@ -100,7 +100,10 @@ describe('replay paged by bytes', () => {
     const ws = await connectWs(h.service.url, id);
     const sse = await connectSse(h.service.url, id);
     const all = (_e: Envelope, seen: Envelope[]) => seen.length === logIds.length;
-    await Promise.all([ws.events.wait(all, 'the whole log', 60_000), sse.events.wait(all, 'the whole log', 60_000)]);
+    await Promise.all([
+      ws.events.wait(all, 'the whole log', 60_000),
+      sse.events.wait(all, 'the whole log', 60_000),
+    ]);
     assert.deepEqual(
       ws.events.items.map((e) => e.id),
       logIds,

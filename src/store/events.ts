@@ -1,6 +1,6 @@
-import { readFileSync } from 'node:fs';
 import type { Cluster, Redis } from 'ioredis';
 import { sessionKeys } from './keys.js';
+import { defineLuaCommands } from './lua-commands.js';
 import { parseStreamEntry, type StoredEvent } from './store.js';
 
 type RedisClient = Redis | Cluster;
@@ -54,13 +54,9 @@ export class EventLog {
   private readonly redis: Scripted;
 
   constructor(redis: RedisClient) {
-    const r = redis as Scripted;
-    // Defined once per client (several readers may share one).
-    if (!('sessReadEvents' in redis)) {
-      const lua = readFileSync(new URL('./lua/read-events-1.lua', import.meta.url), 'utf8');
-      r.defineCommand('sessReadEvents', { numberOfKeys: 1, lua });
-    }
-    this.redis = r;
+    // The store's scripts (the SessionStore's too: each is defined once per client).
+    defineLuaCommands(redis, new URL('./lua/', import.meta.url), 'sess');
+    this.redis = redis as Scripted;
   }
 
   /**
