@@ -4,6 +4,7 @@ import type { B1Result } from './scenarios/b1.js';
 import type { B2Result } from './scenarios/b2.js';
 import type { B3Result } from './scenarios/b3.js';
 import type { B6Result } from './scenarios/b6.js';
+import { b7Report } from './scenarios/b7.js';
 import type { ProfileSummary } from './lib/profile.js';
 import { fmt, mb } from './lib/util.js';
 
@@ -508,40 +509,53 @@ export function report(r: Results): string {
   }
 
   // ---- B7
-  L.push('## B7 metrics cost', '', ...loadLine(r, 'B7'));
+  L.push('## B7 upstream bytes', '', ...loadLine(r, 'B7'));
   const b7 = r.B7;
   if (!b7) L.push('Not run.', '');
   else if (isErr(b7)) {
     L.push(`FAILED: ${b7.message}`, '');
-    summary.push('| B7 metrics cost | failed | ≤ 2 % of CPU per iteration | | FAILED |');
+    summary.push('| B7 upstream bytes | failed | ≤ 1.5× | | FAILED |');
+  } else {
+    const section = b7Report(b7);
+    L.push(...section.lines, ...profileSection(r.profiles.B7));
+    summary.push(section.summary);
+  }
+
+  // ---- B8
+  L.push('## B8 metrics cost', '', ...loadLine(r, 'B8'));
+  const b8 = r.B8;
+  if (!b8) L.push('Not run.', '');
+  else if (isErr(b8)) {
+    L.push(`FAILED: ${b8.message}`, '');
+    summary.push('| B8 metrics cost | failed | ≤ 2 % of CPU per iteration | | FAILED |');
   } else {
     const us = (n: number) => `${fmt(n, 2)} µs`;
     L.push(
       'What the Prometheus metrics (prom-client, src/observability/) cost on the hot path. First the calls one streamed ' +
         'tool-loop iteration makes (turn start, reply, tool, commit wrapper, turn end, and ' +
         'four fanned-out relay batches), timed in the bench process against the same loop without them ' +
-        `(${fmt(b7.microIterations, 0)} iterations, best of 3). Then the service under load ` +
-        `(${fmt(b7.sessions, 0)} sessions × 5 iterations at once, as B2; ${b7.rounds} round(s), fresh processes), ` +
-        `unscraped and with a scraper reading \`/metrics\` every ${fmt(b7.scrapeMs, 0)} ms (the compose profile's ` +
+        `(${fmt(b8.microIterations, 0)} iterations, best of 3). Then the service under load ` +
+        `(${fmt(b8.sessions, 0)} sessions × 5 iterations at once, as B2; ${b8.rounds} round(s), fresh processes), ` +
+        `unscraped and with a scraper reading \`/metrics\` every ${fmt(b8.scrapeMs, 0)} ms (the compose profile's ` +
         'Prometheus reads it every 5 s). Traces are off (the default).',
       '',
       '| | |',
       '|---|---:|',
-      `| metrics calls per iteration (CPU) | **${us(b7.instrumentationUsPerIter)}** |`,
-      `| service CPU per iteration, unscraped | ${ms(b7.cpuPerIter.unscraped)} |`,
-      `| service CPU per iteration, scraped every ${fmt(b7.scrapeMs, 0)} ms (${fmt(b7.scrapes, 0)} scrapes) | ${ms(b7.cpuPerIter.scraped)} |`,
-      `| per round: service CPU / iterations, unscraped; scraped | ${b7.perRound.map((p) => `${fmt(p.unscraped[0], 0)} ms / ${fmt(p.unscraped[1], 0)}; ${fmt(p.scraped[0], 0)} ms / ${fmt(p.scraped[1], 0)}`).join(' · ')} |`,
-      `| one scrape after the load: service CPU, answer size | ${ms(b7.perScrape.cpuMs)}, ${fmt(b7.perScrape.bytes / 1024, 1)} kB |`,
+      `| metrics calls per iteration (CPU) | **${us(b8.instrumentationUsPerIter)}** |`,
+      `| service CPU per iteration, unscraped | ${ms(b8.cpuPerIter.unscraped)} |`,
+      `| service CPU per iteration, scraped every ${fmt(b8.scrapeMs, 0)} ms (${fmt(b8.scrapes, 0)} scrapes) | ${ms(b8.cpuPerIter.scraped)} |`,
+      `| per round: service CPU / iterations, unscraped; scraped | ${b8.perRound.map((p) => `${fmt(p.unscraped[0], 0)} ms / ${fmt(p.unscraped[1], 0)}; ${fmt(p.scraped[0], 0)} ms / ${fmt(p.scraped[1], 0)}`).join(' · ')} |`,
+      `| one scrape after the load: service CPU, answer size | ${ms(b8.perScrape.cpuMs)}, ${fmt(b8.perScrape.bytes / 1024, 1)} kB |`,
       '',
-      `- The metrics calls are **${fmt(b7.share * 100, 2)} %** of the service's CPU per iteration. Target: ≤ 2 %. **${b7.verdict}**.`,
+      `- The metrics calls are **${fmt(b8.share * 100, 2)} %** of the service's CPU per iteration. Target: ≤ 2 %. **${b8.verdict}**.`,
       `- A scrape costs the same whatever the load (its size depends on the label sets, which are bounded): at ` +
-        `Prometheus's 5 s interval, ${fmt((b7.perScrape.cpuMs / 5000) * 100, 3)} % of one core. The scraped and ` +
+        `Prometheus's 5 s interval, ${fmt((b8.perScrape.cpuMs / 5000) * 100, 3)} % of one core. The scraped and ` +
         'unscraped CPU per iteration differ by the scrapes plus the noise of a shared machine.',
-      ...profileSection(r.profiles.B7),
+      ...profileSection(r.profiles.B8),
       '',
     );
     summary.push(
-      `| B7 metrics cost | ${us(b7.instrumentationUsPerIter)} per iteration; ${ms(b7.cpuPerIter.unscraped)} vs ${ms(b7.cpuPerIter.scraped)} CPU per iteration unscraped vs scraped | ≤ 2 % of CPU per iteration | ${fmt(b7.share * 100, 2)} % | ${b7.verdict} |`,
+      `| B8 metrics cost | ${us(b8.instrumentationUsPerIter)} per iteration; ${ms(b8.cpuPerIter.unscraped)} vs ${ms(b8.cpuPerIter.scraped)} CPU per iteration unscraped vs scraped | ≤ 2 % of CPU per iteration | ${fmt(b8.share * 100, 2)} % | ${b8.verdict} |`,
     );
   }
 

@@ -2,7 +2,7 @@
  * `npm run bench` — the service against the SDK's in-process tool runner and its relay against `resumable-stream`,
  * in one run, writing docs/BENCHMARKS.md (every figure in it comes from this script).
  *
- *   npm run bench                      full run (B1–B6), CPU profiles of the scenarios that miss their target;
+ *   npm run bench                      full run (B1–B8), CPU profiles of the scenarios that miss their target;
  *                                      writes docs/BENCHMARKS.md
  *   npm run bench -- --quick           smaller loads, no profiles, under 2 minutes; writes .data/BENCHMARKS.quick.md
  *   options: --only B1,B3  --out <file>  --profile (profile misses in --quick too)  --no-profile
@@ -32,6 +32,7 @@ import { b4, b4Profile, type B4Result } from './scenarios/b4.js';
 import { b5, b5Profile, type B5Result } from './scenarios/b5.js';
 import { b6, b6Profile, type B6Result } from './scenarios/b6.js';
 import { b7, b7Profile, type B7Result } from './scenarios/b7.js';
+import { b8, b8Profile, type B8Result } from './scenarios/b8.js';
 import { report } from './report.js';
 
 const { values } = parseArgs({
@@ -49,7 +50,7 @@ const { values } = parseArgs({
 
 const quick = values.quick!;
 const only = new Set(
-  (values.only ?? 'B1,B2,B3,B4,B5,B6,B7')
+  (values.only ?? 'B1,B2,B3,B4,B5,B6,B7,B8')
     .toUpperCase()
     .split(',')
     .map((s) => s.trim()),
@@ -75,6 +76,7 @@ export interface Results {
   B5?: B5Result | Error;
   B6?: B6Result | Error;
   B7?: B7Result | Error;
+  B8?: B8Result | Error;
   profiles: Record<string, ProfileSummary | Error>;
   /** The 1-minute load average when each scenario started (other work on the machine shows here). */
   load: Record<string, number>;
@@ -147,6 +149,7 @@ async function main() {
     ['B5', () => b5(ctx), (p) => b5Profile(ctx, p)],
     ['B6', () => b6(ctx, results.machine.openFiles), (p) => b6Profile(ctx, p)],
     ['B7', () => b7(ctx), (p) => b7Profile(ctx, p)],
+    ['B8', () => b8(ctx), (p) => b8Profile(ctx, p)],
   ];
   try {
     for (const [name, run] of scenarios) {

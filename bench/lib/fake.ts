@@ -4,6 +4,10 @@ import { httpOk } from './util.js';
 export interface FakeRecord {
   body: any;
   messages: any[];
+  system?: unknown;
+  tools?: unknown[];
+  /** Request body bytes as the fake received them. */
+  bytes: number;
   at: number;
   status?: number;
 }

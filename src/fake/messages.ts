@@ -66,6 +66,7 @@ export async function handleMessages(
     tools: parent ? parent.tools : Array.isArray(fields?.tools) ? fields.tools : [],
     headers: req.headers,
     stream: fields?.stream === true,
+    bytes: Buffer.byteLength(raw),
     at: Date.now(),
   };
   const index = state.noteRequest(fr);

@@ -34,6 +34,8 @@ export interface FakeRequest {
   /** Effective `tools` (taken from the thread for a `continue`), `[]` when none. */
   tools: unknown[];
   stream: boolean;
+  /** Size of the request body in bytes, as received (what the client sent upstream); set by the fake. */
+  bytes?: number | undefined;
   /** `Date.now()` when the request was received. */
   at: number;
   /**
