@@ -40,8 +40,6 @@ export class McpUnavailable extends Error {
 /** Most tools kept of one server (pages of `tools/list` are read up to this). */
 const MAX_TOOLS = 1000;
 const MAX_PAGES = 50;
-/** After a failed connect, the next attempt waits this long (ms): a down server is not dialled on every turn. */
-const RETRY_AFTER_MS = 1000;
 
 /**
  * The call in flight in this async context: the transport's fetch reads it to tie a POST's response stream to its
@@ -65,7 +63,6 @@ export class McpServerClient {
   private listing: Promise<Tool[]> | null = null;
   /** Bumped when the list is known to be stale (a change notice, a reconnect): a listing in flight is not trusted. */
   private generation = 0;
-  private retryAt = 0;
   private lastError: string | null = null;
   private closed = false;
 
@@ -84,10 +81,18 @@ export class McpServerClient {
     return this.lastError;
   }
 
-  /** The tool list: cached; listed again when stale. A failed listing falls back to the last list, else throws. */
-  async listTools(): Promise<readonly Tool[]> {
-    const fresh = this.tools && Date.now() - this.tools.at < this.opts.toolsTtlMs;
-    if (this.tools && fresh) return this.tools.list;
+  /**
+   * The tool list, cached. A stale list is answered at once while it is listed again in the background (a run never
+   * waits for a server that stopped answering when it has a list), unless `wait` asks for the listing's outcome.
+   * A failed listing falls back to the last list; with none, throws `McpUnavailable`.
+   */
+  async listTools(opts: { wait?: boolean } = {}): Promise<readonly Tool[]> {
+    const cached = this.tools;
+    if (cached && Date.now() - cached.at < this.opts.toolsTtlMs) return cached.list;
+    if (cached && !opts.wait) {
+      this.refresh().catch(() => {});
+      return cached.list;
+    }
     try {
       return await this.refresh();
     } catch (err) {
@@ -202,21 +207,12 @@ export class McpServerClient {
     }
   }
 
-  /** The live connection, connecting when there is none (at most one connect in flight; a failed one waits a bit). */
+  /** The live connection, connecting when there is none (callers share one connect in flight). */
   private connection(): Promise<Connection> {
     if (this.closed) return Promise.reject(new McpUnavailable(this.config.name, 'the service is stopping'));
     if (this.conn) return this.conn;
-    if (Date.now() < this.retryAt) {
-      return Promise.reject(
-        new McpUnavailable(
-          this.config.name,
-          `the MCP server "${this.config.name}" is unreachable: ${this.lastError ?? 'connect failed'}`,
-        ),
-      );
-    }
     const p = this.connect().catch((err: unknown) => {
       if (this.conn === p) this.conn = null;
-      this.retryAt = Date.now() + RETRY_AFTER_MS;
       this.lastError = describe(err);
       this.opts.log.warn({ err, mcp_server: this.config.name }, 'cannot connect to the MCP server');
       throw new McpUnavailable(
@@ -273,7 +269,6 @@ export class McpServerClient {
     this.live = conn;
     // A new MCP session may be a new server (restarted, redeployed): its tools are listed again.
     this.invalidate();
-    this.retryAt = 0;
     opts.log.info({ mcp_server: config.name }, 'connected to the MCP server');
     return conn;
   }

@@ -89,6 +89,9 @@ export class McpTools implements ToolProvider {
     let tools: readonly Tool[];
     try {
       tools = await server.listTools();
+      // A name missing from a stale list may be a tool added since: look again before refusing it.
+      if ((e.allowed_tools ?? []).some((n) => !tools.some((t) => t.name === n)))
+        tools = await server.listTools({ wait: true });
     } catch (err) {
       this.log.warn(
         { err, tenant, mcp_server: e.mcp_server },
