@@ -133,11 +133,11 @@ describe('MCP servers as tools', { timeout: 240_000 }, () => {
     assert.equal(echoDef.description, 'Echo a text back.');
     assert.equal(echoDef.input_schema.properties.text.type, 'string');
 
-    const first = h.fake.requests[1]!.body.messages.at(-1) as any;
+    const first = h.fake.requests[1]!.messages.at(-1) as any;
     assert.deepEqual(first.content, [
       { type: 'tool_result', tool_use_id: 'toolu_seq', content: [{ type: 'text', text: 'echo: one' }] },
     ]);
-    const second = h.fake.requests[2]!.body.messages.at(-1) as any;
+    const second = h.fake.requests[2]!.messages.at(-1) as any;
     const byId = new Map<string, any>(second.content.map((b: any) => [b.tool_use_id, b]));
     assert.deepEqual(byId.get('toolu_p1').content, [{ type: 'text', text: 'echo: two' }]);
     assert.deepEqual(byId.get('toolu_p2').content, [{ type: 'text', text: '42' }]);
@@ -175,7 +175,7 @@ describe('MCP servers as tools', { timeout: 240_000 }, () => {
     assert.equal(done.status, 'idle', JSON.stringify(done));
     const names = (h.fake.requests[0]!.body.tools as any[]).map((t) => t.name).sort();
     assert.deepEqual(names, ['broken', 'echo'], 'allowed_tools picks the tools offered');
-    const result = (h.fake.requests[1]!.body.messages.at(-1) as any).content[0];
+    const result = (h.fake.requests[1]!.messages.at(-1) as any).content[0];
     assert.deepEqual(result, {
       type: 'tool_result',
       tool_use_id: 'toolu_broken',
@@ -251,7 +251,7 @@ describe('MCP servers as tools', { timeout: 240_000 }, () => {
     assert.equal(decided.status, 202, JSON.stringify(decided.body));
     const done = await api.waitStatus(id, ['idle', 'failed', 'requires_action'], 30_000);
     assert.equal(done.status, 'idle', JSON.stringify(done));
-    const sent = h.fake.requests[1]!.body.messages as any[];
+    const sent = h.fake.requests[1]!.messages as any[];
     assert.deepEqual(sent[1].content[0].input, { text: 'edited' }, 'the history holds the edited call');
     assert.deepEqual(sent[2].content[0].content, [{ type: 'text', text: 'echo: edited' }]);
     const calls = await mcp.calls();
@@ -280,7 +280,7 @@ describe('MCP servers as tools', { timeout: 240_000 }, () => {
     assert.equal(cont.status, 202, JSON.stringify(cont.body));
     const done = await api.waitStatus(id, ['idle', 'failed'], 30_000);
     assert.equal(done.status, 'idle', JSON.stringify(done));
-    const result = (h.fake.requests[1]!.body.messages.at(-1) as any).content[0];
+    const result = (h.fake.requests[1]!.messages.at(-1) as any).content[0];
     assert.deepEqual(result, {
       type: 'tool_result',
       tool_use_id: 'toolu_rev',
@@ -307,7 +307,7 @@ describe('MCP servers as tools', { timeout: 240_000 }, () => {
     // Far below MCP_CALL_TIMEOUT_MS (120 s): the cut stream failed the call, no timeout did.
     const done = await api.waitStatus(id, ['idle', 'failed', 'requires_action'], 60_000);
     assert.equal(done.status, 'idle', JSON.stringify(done));
-    const result = (h.fake.requests[1]!.body.messages.at(-1) as any).content[0];
+    const result = (h.fake.requests[1]!.messages.at(-1) as any).content[0];
     assert.equal(result.tool_use_id, 'toolu_killed');
     assert.equal(result.is_error, true);
     assert.match(JSON.stringify(result.content), /MCP server/);
@@ -320,7 +320,7 @@ describe('MCP servers as tools', { timeout: 240_000 }, () => {
     const down = await api.post('/v1/sessions', { input: 'Echo', tools: [{ mcp_server: 'volatile' }] });
     const downDone = await api.waitStatus(down.body.id, ['idle', 'failed', 'requires_action'], 60_000);
     assert.equal(downDone.status, 'idle', JSON.stringify(downDone));
-    const downResult = (h.fake.requests[1]!.body.messages.at(-1) as any).content[0];
+    const downResult = (h.fake.requests[1]!.messages.at(-1) as any).content[0];
     assert.equal(downResult.is_error, true);
     assert.match(JSON.stringify(downResult.content), /unreachable/);
 
@@ -334,7 +334,7 @@ describe('MCP servers as tools', { timeout: 240_000 }, () => {
     });
     const againDone = await api.waitStatus(again.body.id, ['idle', 'failed', 'requires_action'], 60_000);
     assert.equal(againDone.status, 'idle', JSON.stringify(againDone));
-    const backResult = (h.fake.requests[1]!.body.messages.at(-1) as any).content[0];
+    const backResult = (h.fake.requests[1]!.messages.at(-1) as any).content[0];
     assert.deepEqual(backResult, {
       type: 'tool_result',
       tool_use_id: 'toolu_back',
@@ -367,7 +367,7 @@ describe('MCP servers as tools', { timeout: 240_000 }, () => {
       (h.fake.requests[0]!.body.tools as any[]).map((t) => t.name),
       ['fresh_tool'],
     );
-    const result = (h.fake.requests[1]!.body.messages.at(-1) as any).content[0];
+    const result = (h.fake.requests[1]!.messages.at(-1) as any).content[0];
     assert.deepEqual(result.content, [{ type: 'text', text: 'new tool fresh_tool' }]);
   });
 });
