@@ -1,6 +1,7 @@
 /** docs/BENCHMARKS.md from the results of one run: nothing in it is written by hand. */
 import type { Results } from './run.js';
 import type { B1Result } from './scenarios/b1.js';
+import type { EagerShapeResult } from './scenarios/b1-eager.js';
 import type { B2Result } from './scenarios/b2.js';
 import type { B3Result } from './scenarios/b3.js';
 import type { B6Result } from './scenarios/b6.js';
@@ -38,6 +39,29 @@ const pct = (share: number | null) => (share === null ? 'n/a' : `${fmt(share * 1
 
 function why(lines: string[]): string[] {
   return ['', '**Why it misses, and what would fix it.**', '', ...lines];
+}
+
+function b1EagerSection(b1: B1Result): string[] {
+  const e = b1.eager;
+  const head = '### B1 variant: a 50 ms tool, `run_tools_eagerly` off and on';
+  // `undefined` in results rendered from an older run.
+  if (e === undefined || typeof e === 'string') return [head, '', `FAILED or not run: ${e ?? 'not run'}`, ''];
+  const row = (name: string, s: EagerShapeResult) =>
+    `| ${name} | ${ms(s.offIterMs.p50)} | ${ms(s.onIterMs.p50)} | **${ms(s.gainMs)}** | ${ms(s.offIterMs.p99)} | ${ms(s.onIterMs.p99)} | ${s.samples.off} / ${s.samples.on} |`;
+  return [
+    head,
+    '',
+    `${e.runs} runs a side (after 1 warm-up run each), alternating off/on, of a ${b1.iterations}-iteration loop whose ` +
+      `turns call \`sleep_idempotent\` (${e.toolMs} ms; TEST_TOOLS=1). Iteration = request gap at the fake. ` +
+      '"call last": the call ends the reply, so it is complete only at `message_delta` and at most the last event is ' +
+      'overlapped; "text after": a sentence (4 text deltas) streams after the call, while the call runs.',
+    '',
+    '| reply shape | iteration p50, off | iteration p50, on | gain per iteration (p50 off − on) | p99 off | p99 on | samples off / on |',
+    '|---|---:|---:|---:|---:|---:|---:|',
+    row('call last', e.callLast),
+    row('text after', e.textAfter),
+    '',
+  ];
 }
 
 function b1Remarks(r: Results): string[] {
@@ -298,6 +322,7 @@ export function report(r: Results): string {
       ...b1Remarks(r),
       ...profileSection(r.profiles.B1),
       '',
+      ...b1EagerSection(b1),
     );
     summary.push(
       `| B1 per-iteration overhead | +${ms(b1.addedMs.p50)} p50, +${ms(b1.addedMs.p99)} p99 per iteration; wall ${x(b1.wallRatio)} | p50 ≤ 2 ms added | ${x(b1.addedMs.p50 / 2)} of the bound | ${b1.verdict} |`,

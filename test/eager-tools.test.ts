@@ -12,7 +12,14 @@ import os from 'node:os';
 import path from 'node:path';
 import type { Redis } from 'ioredis';
 import { startFakeAnthropic, type FakeAnthropic } from '../src/fake/server.js';
-import { text, textBlock, toolCalls, toolUse } from '../src/fake/script.js';
+import {
+  TOOL_LOOP_TEXT_AFTER,
+  parseScript,
+  text,
+  textBlock,
+  toolCalls,
+  toolUse,
+} from '../src/fake/script.js';
 import { sseEvents } from '../src/fake/sse.js';
 import { buildMessage } from '../src/fake/reply.js';
 import type { FakeMessageReply } from '../src/fake/wire.js';
@@ -270,5 +277,30 @@ describe('run_tools_eagerly', { timeout: 240_000 }, () => {
         ['toolu_crash_e2', false],
       ],
     );
+  });
+});
+
+describe('the tool-loop script of the B1 eager variant', () => {
+  const request = (assistantTurns: number) => ({
+    body: { model: 'm', max_tokens: 8, messages: [] },
+    headers: {},
+    messages: Array.from({ length: assistantTurns }, () => ({ role: 'assistant' as const, content: 'x' })),
+    system: undefined,
+    tools: [{ name: 'sleep_idempotent' }],
+    stream: true,
+    at: 0,
+  });
+  it('tool-loop:N:tool:ms[:text] calls the tool with {ms}, optionally with a sentence after the call', async () => {
+    const last = await parseScript('tool-loop:3:sleep_idempotent:50')(request(0), 0);
+    assert.equal(last.type, 'message');
+    assert.deepEqual(last.type === 'message' && last.content, [
+      { type: 'tool_use', name: 'sleep_idempotent', input: { ms: 50 } },
+    ]);
+    const after = await parseScript('tool-loop:3:sleep_idempotent:50:text')(request(1), 0);
+    assert.deepEqual(after.type === 'message' && after.content.map((b) => b.type), ['tool_use', 'text']);
+    assert.deepEqual(after.type === 'message' && after.content[1], textBlock(TOOL_LOOP_TEXT_AFTER));
+    const done = await parseScript('tool-loop:3:sleep_idempotent:50:text')(request(2), 0);
+    assert.deepEqual(done.type === 'message' && done.content.map((b) => b.type), ['text']);
+    assert.throws(() => parseScript('tool-loop:3:sleep:x'), /unknown fake script/);
   });
 });

@@ -6,6 +6,7 @@
 import { InprocWorker, type Ctx, type Profiled } from '../lib/context.js';
 import { arrivalsByTag, intervals } from '../lib/fake.js';
 import { httpOk, mean, median, percentile } from '../lib/util.js';
+import { b1Eager, type B1EagerResult } from './b1-eager.js';
 import { createAndFollow, verdict, type Verdict } from './common.js';
 
 export interface B1Result {
@@ -28,6 +29,8 @@ export interface B1Result {
    */
   split: { svc: { upstream: number; between: number }; sdk: { upstream: number; between: number } };
   verdict: Verdict;
+  /** The variant with a 50 ms tool, `run_tools_eagerly` off and on (b1-eager.ts); its error message if it failed. */
+  eager?: B1EagerResult | string;
 }
 
 const ITER = 10;
@@ -127,8 +130,14 @@ export async function b1(ctx: Ctx): Promise<B1Result> {
     samples: { svc: svcIv.length, sdk: sdkIv.length },
     split: { svc: svcSplit, sdk: { upstream: median(sdkUpstream), between: median(sdkBetween) } },
     verdict: 'n/a',
+    eager: 'not run',
   };
   res.verdict = verdict(res.addedMs.p50 <= 2);
+  try {
+    res.eager = await b1Eager(ctx);
+  } catch (err) {
+    res.eager = err instanceof Error ? err.message : String(err);
+  }
   return res;
 }
 

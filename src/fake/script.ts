@@ -78,12 +78,23 @@ export function hang(): FakeReply {
   return { type: 'hang' };
 }
 
+/** What a `tool-loop` turn holds besides its call: a `sleep` tool's `ms`, and a sentence after the call. */
+export interface ToolLoopShape {
+  /** `{ms}` as the call's input (the test-only `sleep` tools). */
+  ms?: number;
+  /** The reply goes on with a sentence after the call, as a model that explains what it waits for. */
+  textAfter?: boolean;
+}
+
+/** The sentence after the call of a `tool-loop` turn with `textAfter`: four text deltas. */
+export const TOOL_LOOP_TEXT_AFTER = 'I am waiting for that tool to finish before I go on with the next step.';
+
 /**
  * A deterministic benchmark script: `n - 1` turns calling a cheap tool, then a final text. The turn is the number of
  * assistant messages in the conversation the model saw, so it works with and without threads and across sessions.
  * The tool is `toolName`, else `calculate_sum` if offered, else the first offered tool, else `calculate_sum`.
  */
-export function toolLoopHandler(n: number, toolName?: string): FakeHandler {
+export function toolLoopHandler(n: number, toolName?: string, shape: ToolLoopShape = {}): FakeHandler {
   return (req) => {
     const turn = req.messages.filter((message) => message?.role === 'assistant').length;
     if (turn >= n - 1) return text(`Finished after ${n} turns.`);
@@ -92,19 +103,31 @@ export function toolLoopHandler(n: number, toolName?: string): FakeHandler {
       toolName ??
       (offered.has('calculate_sum') ? 'calculate_sum' : offered.keys().next().value) ??
       'calculate_sum';
-    const input = name === 'calculate_sum' ? { a: turn + 1, b: 1 } : {};
+    const input =
+      name === 'calculate_sum' ? { a: turn + 1, b: 1 } : shape.ms !== undefined ? { ms: shape.ms } : {};
+    if (shape.textAfter) return reply([toolUse(name, input), textBlock(TOOL_LOOP_TEXT_AFTER)]);
     return toolCall(name, input);
   };
 }
 
-/** The handler of a named script: `offline`, or `tool-loop:N` / `tool-loop:N:toolName`. */
+/**
+ * The handler of a named script: `offline`, or `tool-loop:N[:toolName[:ms[:text]]]` (`ms`: the call's input is
+ * `{ms}`; `text`: a sentence follows the call in each turn).
+ */
 export function parseScript(spec: string): FakeHandler {
   if (spec === 'offline') return offlineHandler;
-  const loop = /^tool-loop:(\d+)(?::(.+))?$/.exec(spec);
+  // Anchored, and no two quantifiers can match the same characters: linear time.
+  const loop = /^tool-loop:(\d+)(?::([\w-]+)(?::(\d+)(:text)?)?)?$/.exec(spec);
   if (loop) {
     const n = Number(loop[1]);
     if (n < 1) throw new Error(`tool-loop needs N >= 1, got ${spec}`);
-    return toolLoopHandler(n, loop[2]);
+    const shape: ToolLoopShape = {
+      ...(loop[3] !== undefined ? { ms: Number(loop[3]) } : {}),
+      ...(loop[4] ? { textAfter: true } : {}),
+    };
+    return toolLoopHandler(n, loop[2], shape);
   }
-  throw new Error(`unknown fake script ${JSON.stringify(spec)}; expected offline or tool-loop:N[:tool]`);
+  throw new Error(
+    `unknown fake script ${JSON.stringify(spec)}; expected offline or tool-loop:N[:tool[:ms[:text]]]`,
+  );
 }
