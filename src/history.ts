@@ -1,3 +1,5 @@
+import { serverBlockProblems } from './tools/server-blocks.js';
+
 /** A history message as stored: the request-side shape (replies are stored as `{role, content}` of the BetaMessage). */
 export interface StoredMessage {
   role: 'user' | 'assistant';
@@ -53,7 +55,8 @@ export function pendingToolCalls(history: StoredMessage[]): ToolCall[] {
  * Checks the Messages API's rules on a history: it starts with a user turn, roles alternate, every `tool_result`
  * answers a `tool_use` of the assistant turn right before it, every `tool_use` followed by a user turn is answered
  * there exactly once, tool_use ids are unique, and tool results come before other blocks of their turn.
- * A trailing assistant turn is allowed (prefill, or calls the service answers first).
+ * A trailing assistant turn is allowed (prefill, or calls the service answers first). Server tool blocks
+ * (`server_tool_use` and its result) are checked by `serverBlockProblems`.
  */
 export function checkHistory(messages: readonly StoredMessage[]): HistoryProblem[] {
   const problems: HistoryProblem[] = [];
@@ -101,6 +104,8 @@ export function checkHistory(messages: readonly StoredMessage[]): HistoryProblem
         problems.push({ index, message: `tool_use ${id} of the previous assistant turn is not answered` });
     }
   });
+  const turns = messages.map((m) => ({ role: m.role, blocks: blocksOf(m) }));
+  for (const [index, message] of serverBlockProblems(turns)) problems.push({ index, message });
   return problems;
 }
 

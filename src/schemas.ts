@@ -1,6 +1,8 @@
 import { Ajv } from 'ajv';
 import { z } from 'zod';
 import { mcpToolEntry } from './mcp/schema.js';
+import { anthropicToolEntry } from './tools/anthropic-tools.js';
+import { serverBlock, serverToolResultBlock } from './tools/server-blocks.js';
 
 /**
  * Client tools' JSON Schemas are checked against the JSON Schema meta-schema, never compiled: compiling would keep
@@ -121,6 +123,8 @@ const assistantBlock = z.discriminatedUnion('type', [
   toolUseBlock,
   thinkingBlock,
   redactedThinkingBlock,
+  serverBlock,
+  serverToolResultBlock,
 ]);
 
 export const userMessage = z.strictObject({
@@ -153,9 +157,11 @@ export const clientTool = z.strictObject({
   name: z.string().regex(/^[A-Za-z0-9_-]{1,128}$/, 'tool names are 1-128 of [A-Za-z0-9_-]'),
   description: z.string().max(10_000).optional(),
   input_schema: jsonSchemaObject,
+  /** Structured outputs for this tool's input: passed through to the Messages API. */
+  strict: z.boolean().optional(),
 });
 export type ClientTool = z.infer<typeof clientTool>;
-export const toolRef = z.union([z.string().min(1), clientTool, mcpToolEntry]);
+export const toolRef = z.union([z.string().min(1), clientTool, mcpToolEntry, anthropicToolEntry]);
 
 /** Messages API params a session sends each turn; `messages`, `tools`, `stream` and `thread` are the service's. */
 export const sessionParams = z

@@ -8,6 +8,7 @@ import type { BetaRunnableTool } from '@anthropic-ai/sdk/lib/tools/BetaRunnableT
 import type { ServerTool } from '../tools/types.js';
 import { AppError } from './errors.js';
 import type { ToolRef } from './store/store.js';
+import { isAnthropicTool } from './tools/anthropic-tools.js';
 
 /** One tool as `GET /v1/tools` lists it. */
 export interface ToolListing {
@@ -92,7 +93,8 @@ export class Toolbox {
     for (const t of tools) {
       const p = this.providers.find((x) => x.claims(t));
       if (p) claimed.set(p, [...(claimed.get(p) ?? []), t]);
-      else if (typeof t === 'object' && 'input_schema' in t) {
+      else if (typeof t === 'object' && ('input_schema' in t || isAnthropicTool(t))) {
+        // A client tool, or an Anthropic-defined tool (run upstream or by a client): a name of the session all the same.
         if (this.providers.some((p) => p.reserved?.has(t.name)))
           throw new AppError(
             400,

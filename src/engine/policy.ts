@@ -1,5 +1,6 @@
 import type { ServerTool } from '../../tools/types.js';
 import type { ToolCall } from '../history.js';
+import { isAnthropicTool, runsOnClient } from '../tools/anthropic-tools.js';
 import type { PendingCall, SessionState, ToolResult } from '../store/store.js';
 
 /** Whether a call waits for approve/deny/edit under the session's `approval` policy. Client tools never do. */
@@ -24,9 +25,15 @@ export function needsReview(s: Pick<SessionState, 'review'>, calls: Array<{ name
   return calls.some((c) => names.includes(c.name));
 }
 
-/** The session's client tools: the entries with an `input_schema` (the others are run by the service or upstream). */
+/** Tools whose calls a client answers: client tools, and Anthropic-defined tools a client runs (bash, …). */
 export function clientToolNames(s: Pick<SessionState, 'tools'>): Set<string> {
-  return new Set(s.tools.flatMap((t) => (typeof t === 'object' && 'input_schema' in t ? [t.name] : [])));
+  return new Set(
+    s.tools.flatMap((t) => {
+      if (typeof t !== 'object') return [];
+      if (isAnthropicTool(t)) return runsOnClient(t) ? [t.name] : [];
+      return 'input_schema' in t ? [t.name] : [];
+    }),
+  );
 }
 
 export function serverToolNames(s: Pick<SessionState, 'tools'>): Set<string> {

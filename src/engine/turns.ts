@@ -4,9 +4,11 @@ import type {
   BetaMessage,
   BetaRawMessageStreamEvent,
   BetaTool,
+  BetaToolUnion,
 } from '@anthropic-ai/sdk/resources/beta/messages/messages';
 import { toolCallsOf, type StoredMessage } from '../history.js';
 import type { SessionParams } from '../schemas.js';
+import { anthropicToolDefinition, isAnthropicTool } from '../tools/anthropic-tools.js';
 import {
   usageIncr,
   type ApplyOps,
@@ -59,19 +61,23 @@ function runnerParams(t: TurnInput): BetaToolRunnerParams & { stream: boolean } 
   return params as unknown as BetaToolRunnerParams & { stream: boolean };
 }
 
-/** The session's client tools as plain definitions (the runner sends them; a client runs them). */
-function clientToolDefs(state: SessionState): BetaTool[] {
-  return state.tools.flatMap((t) =>
-    typeof t !== 'object' || !('input_schema' in t)
-      ? []
-      : [
-          {
-            name: t.name,
-            ...(t.description !== undefined ? { description: t.description } : {}),
-            input_schema: t.input_schema,
-          },
-        ],
-  );
+/**
+ * The session's definitions the runner only sends: client tools (a client runs them) and Anthropic-defined tools
+ * (run upstream, or by a client for bash, text editor and computer), as they were given.
+ */
+function clientToolDefs(state: SessionState): BetaToolUnion[] {
+  return state.tools.flatMap((t): BetaToolUnion[] => {
+    if (typeof t !== 'object') return [];
+    if (isAnthropicTool(t)) return [anthropicToolDefinition(t)];
+    if (!('input_schema' in t)) return [];
+    const def: BetaTool = {
+      name: t.name,
+      ...(t.description !== undefined ? { description: t.description } : {}),
+      input_schema: t.input_schema,
+      ...(t.strict !== undefined ? { strict: t.strict } : {}),
+    };
+    return [def];
+  });
 }
 
 /** A reply's usage, absent counts as 0. */

@@ -3,7 +3,8 @@
  * reads the last user turn: tool results are summarised in text; the newest text of the turn (a follow-up merged into
  * a tool-results turn, say) is what it answers: a question about the weather, a sum, an expression or the time calls
  * the matching tool when the request offers it, any other offered tool (a client tool, say) is called with an input
- * built from its schema, and anything else gets a friendly explanation.
+ * built from its schema, a web search or fetch uses the Anthropic server tool the request defines
+ * (offline-server-tools.ts), and anything else gets a friendly explanation.
  */
 import type {
   BetaMessageParam,
@@ -16,6 +17,7 @@ import { compactionSummaryOf, conversationStart, readSummary } from './compactio
 import { extractExpression, extractNumbers, extractPlaces, extractZoneNames } from './offline-text.js';
 import { inputFor, pickTool, type AnyTool } from './offline-any-tool.js';
 import { isDotOrSpace, trimEndWhere } from './scan.js';
+import { continuePausedTurn, serverToolReply } from './offline-server-tools.js';
 
 export { extractExpression, extractPlaces };
 
@@ -57,6 +59,8 @@ export function offlineReply(req: FakeRequest): FakeMessageReply {
   const tools = availableTools(req);
   // After a compaction the model reads from the summary on; with no user turn after it, it goes on from the summary.
   const messages = req.messages.slice(conversationStart(req.messages));
+  const paused = continuePausedTurn(messages);
+  if (paused) return paused;
   const turn = lastUserTurn(messages) ?? turnFromSummary(messages);
   if (!turn) {
     return say('(offline model) There is nothing new to answer. Ask me something!');
@@ -65,6 +69,8 @@ export function offlineReply(req: FakeRequest): FakeMessageReply {
   const summaries = turn.results.map((result) =>
     summarize(result, findToolUse(turn.previousAssistant, result.tool_use_id)),
   );
+  const upstream = turn.results.length ? undefined : serverToolReply(turn.newest, tools);
+  if (upstream) return upstream;
   // The newest text is the question: a follow-up sent while tools ran (merged after their results) or an interrupt
   // (merged after the question it replaces) is answered, not the question before it.
   const plan = planTools(turn.newest, tools);

@@ -9,6 +9,9 @@ import type { FakeMessageReply, WireBlock, WireMessage } from './wire.js';
  */
 export function buildMessage(reply: FakeMessageReply, model: string, inputChars: number): WireMessage {
   let outputChars = 0;
+  /** The id of the last `server_tool_use` so far: what a result block without `tool_use_id` answers. */
+  let lastServerUse = '';
+  const serverRequests = { web_search_requests: 0, web_fetch_requests: 0 };
   const content = reply.content.map((block): WireBlock => {
     if (block.type === 'text') {
       outputChars += block.text.length;
@@ -27,12 +30,22 @@ export function buildMessage(reply: FakeMessageReply, model: string, inputChars:
         signature: signSummary(block.content),
       };
     }
-    const input = block.input === undefined ? {} : block.input;
-    outputChars += JSON.stringify(input).length + block.name.length;
-    return { type: 'tool_use', id: block.id ?? `toolu_${shortId()}`, name: block.name, input };
+    if (block.type === 'tool_use' || block.type === 'server_tool_use') {
+      const input = block.input === undefined ? {} : block.input;
+      outputChars += JSON.stringify(input).length + block.name.length;
+      if (block.type === 'tool_use')
+        return { type: 'tool_use', id: block.id ?? `toolu_${shortId()}`, name: block.name, input };
+      lastServerUse = block.id ?? `srvtoolu_${shortId()}`;
+      if (block.name === 'web_search') serverRequests.web_search_requests++;
+      if (block.name === 'web_fetch') serverRequests.web_fetch_requests++;
+      return { type: 'server_tool_use', id: lastServerUse, name: block.name, input };
+    }
+    // A server tool's result: the API's own output, not counted as the model's.
+    return { ...block, tool_use_id: block.tool_use_id ?? lastServerUse };
   });
   const hasToolUse = content.some((block) => block.type === 'tool_use');
   const onlyCompaction = content.length > 0 && content.every((block) => block.type === 'compaction');
+  const usedServerTools = content.some((block) => block.type === 'server_tool_use');
   return {
     id: `msg_fake_${shortId()}`,
     type: 'message',
@@ -46,6 +59,7 @@ export function buildMessage(reply: FakeMessageReply, model: string, inputChars:
       output_tokens: Math.max(1, Math.ceil(outputChars / 4)),
       cache_creation_input_tokens: 0,
       cache_read_input_tokens: 0,
+      ...(usedServerTools ? { server_tool_use: serverRequests } : {}),
       ...reply.usage,
     },
   };

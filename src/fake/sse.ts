@@ -161,12 +161,15 @@ export function sseEvents(message: WireMessage): string[] {
         }),
       );
       delta({ type: 'compaction_delta', content: block.content, encrypted_content: block.encrypted_content });
+    } else if (block.type !== 'tool_use' && block.type !== 'server_tool_use') {
+      // A server tool's result arrives whole in its `content_block_start`, as from the API.
+      events.push(sse('content_block_start', { type: 'content_block_start', index, content_block: block }));
     } else {
       events.push(
         sse('content_block_start', {
           type: 'content_block_start',
           index,
-          content_block: { type: 'tool_use', id: block.id, name: block.name, input: {} },
+          content_block: { type: block.type, id: block.id, name: block.name, input: {} },
         }),
       );
       for (const chunk of jsonChunks(JSON.stringify(block.input)))
@@ -183,6 +186,7 @@ export function sseEvents(message: WireMessage): string[] {
         cache_creation_input_tokens: message.usage.cache_creation_input_tokens,
         cache_read_input_tokens: message.usage.cache_read_input_tokens,
         output_tokens: message.usage.output_tokens,
+        ...(message.usage.server_tool_use ? { server_tool_use: message.usage.server_tool_use } : {}),
       },
     }),
   );

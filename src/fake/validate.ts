@@ -5,7 +5,38 @@
  */
 import type http from 'node:http';
 import { compactionBlockProblem, compactionSummaryOf, conversationStart } from './compaction-block.js';
-import { MESSAGE_THREADS_BETA, type ApiErrorSpec } from './wire.js';
+import { MESSAGE_THREADS_BETA, SERVER_TOOL_RESULT_TYPES, type ApiErrorSpec } from './wire.js';
+
+const SERVER_RESULT_TYPES: ReadonlySet<string> = new Set(SERVER_TOOL_RESULT_TYPES);
+
+/**
+ * A server tool block (`server_tool_use`, or a result such as `web_search_tool_result`) as the API checks it: only in
+ * assistant turns, a call with an id (unique among all tool calls) and a name, a result answering a call made earlier
+ * in the same turn (a paused turn and its continuation are one turn, as consecutive assistant messages combine).
+ */
+function checkServerBlock(
+  block: Unchecked<'type' | 'id' | 'name' | 'input' | 'tool_use_id'>,
+  role: string,
+  turnCalls: Set<string>,
+  seenIds: Set<string>,
+  at: string,
+): void {
+  if (role !== 'assistant')
+    throw invalid(`${at}: \`${String(block.type)}\` blocks may only appear in assistant messages`);
+  if (block.type === 'server_tool_use') {
+    if (typeof block.id !== 'string' || typeof block.name !== 'string')
+      throw invalid(`${at}: \`server_tool_use\` blocks need an \`id\` and a \`name\``);
+    if (!unchecked(block.input)) throw invalid(`${at}.input: Input should be a valid dictionary`);
+    if (seenIds.has(block.id)) throw invalid(`${at}: tool use ids must be unique, found ${block.id} again`);
+    seenIds.add(block.id);
+    turnCalls.add(block.id);
+    return;
+  }
+  if (typeof block.tool_use_id !== 'string' || !turnCalls.has(block.tool_use_id))
+    throw invalid(
+      `${at}: \`${String(block.type)}\` block with tool_use_id ${String(block.tool_use_id)} has no corresponding \`server_tool_use\` block before it`,
+    );
+}
 
 /** A request the fake refuses, with the API error it answers. */
 export class RequestError extends Error {
@@ -94,6 +125,8 @@ export function validateConversation(messages: readonly unknown[], strict = fals
     first: number;
     toolUses: Map<string, number>;
     results: Array<{ id: unknown; message: number; block: number }>;
+    /** `server_tool_use` ids of the turn so far: a result block answers one before it in the same turn. */
+    serverUses: Set<string>;
   }
   const turns: Turn[] = [];
   const seenToolUse = new Set<string>();
@@ -142,7 +175,7 @@ export function validateConversation(messages: readonly unknown[], strict = fals
       );
     }
     if (!turn || turn.role !== role) {
-      turn = { role, first: i, toolUses: new Map(), results: [] };
+      turn = { role, first: i, toolUses: new Map(), results: [], serverUses: new Set() };
       turns.push(turn);
     }
     if (typeof content === 'string') return;
@@ -173,6 +206,9 @@ export function validateConversation(messages: readonly unknown[], strict = fals
         }
         seenToolUse.add(block.id);
         turn.toolUses.set(block.id, i);
+      }
+      if (block.type === 'server_tool_use' || SERVER_RESULT_TYPES.has(block.type)) {
+        checkServerBlock(block, role, turn.serverUses, seenToolUse, `messages.${i}.content.${j}`);
       }
       if (block.type === 'tool_result') {
         if (role !== 'user') {

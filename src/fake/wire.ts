@@ -5,7 +5,9 @@
  */
 
 import type {
+  BetaContentBlockParam,
   BetaMessageParam,
+  BetaServerToolUseBlockParam,
   MessageCreateParams,
 } from '@anthropic-ai/sdk/resources/beta/messages/messages';
 
@@ -52,17 +54,42 @@ export interface FakeUsage {
   output_tokens: number;
   cache_creation_input_tokens: number;
   cache_read_input_tokens: number;
+  /** Server tool requests of the reply, when it made any (as the API counts them). */
+  server_tool_use?: { web_search_requests: number; web_fetch_requests: number } | undefined;
 }
 
 export type FakeStopReason =
   'end_turn' | 'tool_use' | 'max_tokens' | 'stop_sequence' | 'refusal' | 'pause_turn' | 'compaction';
+
+/** The result block types of Anthropic server tools (`web_search_tool_result`, …). */
+export const SERVER_TOOL_RESULT_TYPES = [
+  'web_search_tool_result',
+  'web_fetch_tool_result',
+  'code_execution_tool_result',
+  'bash_code_execution_tool_result',
+  'text_editor_code_execution_tool_result',
+  'tool_search_tool_result',
+  'advisor_tool_result',
+] as const;
+export type ServerToolResultType = (typeof SERVER_TOOL_RESULT_TYPES)[number];
+/** A server tool's result block as the SDK types it. */
+export type ServerToolResultBlock = Extract<BetaContentBlockParam, { type: ServerToolResultType }>;
+/** The same, with `tool_use_id` optional (each member of the union on its own). */
+type ScriptedResult<T> = T extends unknown
+  ? Omit<T, 'tool_use_id'> & { tool_use_id?: string | undefined }
+  : never;
+export type ServerToolName = BetaServerToolUseBlockParam['name'];
 
 export type FakeBlock =
   | { type: 'text'; text: string }
   | { type: 'tool_use'; id?: string | undefined; name: string; input: unknown }
   | { type: 'thinking'; thinking: string }
   /** A summary of the conversation (`null`: the compaction produced none); the fake signs it. */
-  | { type: 'compaction'; content: string | null };
+  | { type: 'compaction'; content: string | null }
+  /** A call of a tool the API runs itself (web search, …); the fake makes up a `srvtoolu_…` id unless given. */
+  | { type: 'server_tool_use'; id?: string | undefined; name: ServerToolName; input: unknown }
+  /** Its result; `tool_use_id` defaults to the id of the last `server_tool_use` before it in the reply. */
+  | ScriptedResult<ServerToolResultBlock>;
 
 export interface FakeMessageReply {
   type: 'message';
@@ -137,7 +164,9 @@ export type WireBlock =
   | { type: 'text'; text: string }
   | { type: 'thinking'; thinking: string; signature: string }
   | { type: 'tool_use'; id: string; name: string; input: unknown }
-  | { type: 'compaction'; content: string | null; encrypted_content: null; signature: string | null };
+  | { type: 'compaction'; content: string | null; encrypted_content: null; signature: string | null }
+  | { type: 'server_tool_use'; id: string; name: ServerToolName; input: unknown }
+  | ServerToolResultBlock;
 
 /** The message the fake sends: the JSON body of a non-stream reply, streamed as SSE events otherwise. */
 export interface WireMessage {

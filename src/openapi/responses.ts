@@ -67,7 +67,15 @@ export const sessionStatus = z
 
 const toolRef = z.union([
   z.string(),
-  z.object({ name: z.string(), description: z.string().optional(), input_schema: z.looseObject({}) }),
+  z.object({
+    name: z.string(),
+    description: z.string().optional(),
+    input_schema: z.looseObject({}),
+    strict: z.boolean().optional(),
+  }),
+  z
+    .looseObject({ type: z.string(), name: z.string() })
+    .meta({ description: 'An Anthropic-defined tool (web search, code execution, bash, …), as given.' }),
   z.object({ mcp_server: z.string(), allowed_tools: z.array(z.string()).optional() }),
 ]);
 

@@ -4,6 +4,7 @@ import { FencedOut, AppError, notFound, revisionMismatch, conflict } from '../er
 import type { StoredBlock, StoredMessage } from '../history.js';
 import type { McpToolEntry } from '../mcp/schema.js';
 import type { BudgetPolicy, ClientTool, OnMaxTokens, SessionParams } from '../schemas.js';
+import type { AnthropicToolEntry } from '../tools/anthropic-tools.js';
 import {
   RUNS_KEY,
   controlChannel,
@@ -16,7 +17,7 @@ import { defineLuaCommands } from './lua-commands.js';
 
 export type RedisClient = Redis | Cluster;
 export type Status = 'running' | 'requires_action' | 'idle' | 'failed';
-export type ToolRef = string | ClientTool | McpToolEntry;
+export type ToolRef = string | ClientTool | McpToolEntry | AnthropicToolEntry;
 export type ApprovalPolicy = 'never' | 'always' | 'default' | string[];
 export type ReviewPolicy = boolean | string[];
 

@@ -1,0 +1,91 @@
+/**
+ * The content blocks of Anthropic server tools in a history: `server_tool_use` (the model calls a tool the API runs)
+ * and its result block (`web_search_tool_result`, …), both in assistant turns. Checked as the Messages API checks
+ * them: a result answers a `server_tool_use` before it in the same assistant turn, ids are unique, and a call is left
+ * without its result only at the very end (a turn paused with `pause_turn`, which the next request continues).
+ */
+import { z } from 'zod';
+
+/** The result block types of the SDK's `BetaContentBlockParam` (one per server tool family). */
+export const SERVER_TOOL_RESULT_TYPES = [
+  'web_search_tool_result',
+  'web_fetch_tool_result',
+  'code_execution_tool_result',
+  'bash_code_execution_tool_result',
+  'text_editor_code_execution_tool_result',
+  'tool_search_tool_result',
+  'advisor_tool_result',
+] as const;
+
+const RESULT_TYPES: ReadonlySet<string> = new Set(SERVER_TOOL_RESULT_TYPES);
+
+const blockId = z.string().regex(/^[A-Za-z0-9_-]{1,128}$/);
+const cacheControl = z.strictObject({ type: z.literal('ephemeral'), ttl: z.enum(['5m', '1h']).optional() });
+
+/** A `server_tool_use` block; `caller` and fields the API may add pass through. */
+export const serverBlock = z.looseObject({
+  type: z.literal('server_tool_use'),
+  id: blockId,
+  name: z.string().regex(/^[A-Za-z0-9_-]{1,128}$/),
+  input: z.record(z.string(), z.unknown()),
+  cache_control: cacheControl.nullish(),
+});
+
+/** A server tool's result block: its content is the API's (search results, fetched documents, code output…). */
+export const serverToolResultBlock = z.looseObject({
+  type: z.enum(SERVER_TOOL_RESULT_TYPES),
+  tool_use_id: blockId,
+  content: z.unknown(),
+  cache_control: cacheControl.nullish(),
+});
+
+/** The fields of a stored block that the check reads. */
+interface BlockLike {
+  type: string;
+  id?: string | undefined;
+  tool_use_id?: string | undefined;
+}
+
+export const isServerToolResult = (type: string): boolean => RESULT_TYPES.has(type);
+
+/**
+ * Problems of the server tool blocks of a history, as `[message index, text]`. `turns` are the messages in order with
+ * their role and blocks; consecutive assistant messages (a paused turn and its continuation) form one turn, as the
+ * API combines them.
+ */
+export function serverBlockProblems(
+  turns: ReadonlyArray<{ role: string; blocks: readonly BlockLike[] }>,
+): Array<[number, string]> {
+  const problems: Array<[number, string]> = [];
+  const seen = new Set<string>();
+  /** Calls of the current assistant turn not answered yet, by id → message index. */
+  let open = new Map<string, number>();
+  const closeTurn = () => {
+    for (const [id, index] of open)
+      problems.push([index, `server_tool_use ${id} has no result block in its assistant turn`]);
+    open = new Map();
+  };
+  turns.forEach((m, index) => {
+    if (m.role !== 'assistant') {
+      closeTurn();
+      for (const b of m.blocks)
+        if (b.type === 'server_tool_use' || isServerToolResult(b.type))
+          problems.push([index, `${b.type} blocks belong in assistant turns`]);
+      return;
+    }
+    for (const b of m.blocks) {
+      if (b.type === 'server_tool_use') {
+        const id = String(b.id);
+        if (seen.has(id)) problems.push([index, `server_tool_use id ${id} is used twice`]);
+        seen.add(id);
+        open.set(id, index);
+      } else if (isServerToolResult(b.type)) {
+        const id = String(b.tool_use_id);
+        if (!open.delete(id))
+          problems.push([index, `${b.type} ${id} answers no server_tool_use before it in its turn`]);
+      }
+    }
+  });
+  // A call still open at the very end is a paused turn (`pause_turn`): the next request continues it.
+  return problems;
+}
