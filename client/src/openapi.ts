@@ -651,7 +651,14 @@ export interface components {
             input_schema: {
               [key: string]: unknown;
             };
+            strict?: boolean;
           }
+        | ({
+            type: string;
+            name: string;
+          } & {
+            [key: string]: unknown;
+          })
         | {
             mcp_server: string;
             allowed_tools?: string[];
@@ -1400,11 +1407,18 @@ export interface operations {
                 } & {
                   [key: string]: unknown;
                 };
+                strict?: boolean;
               }
             | {
                 mcp_server: string;
                 allowed_tools?: string[];
               }
+            | ({
+                type: string;
+                name: string;
+              } & {
+                [key: string]: unknown;
+              })
           )[];
           messages?: (
             | {
@@ -1683,6 +1697,44 @@ export interface operations {
                           type: 'redacted_thinking';
                           data: string;
                         }
+                      | ({
+                          /** @enum {string} */
+                          type: 'server_tool_use';
+                          id: string;
+                          name: string;
+                          input: {
+                            [key: string]: unknown;
+                          };
+                          cache_control?: {
+                            /** @enum {string} */
+                            type: 'ephemeral';
+                            /** @enum {string} */
+                            ttl?: '5m' | '1h';
+                          } | null;
+                        } & {
+                          [key: string]: unknown;
+                        })
+                      | ({
+                          /** @enum {string} */
+                          type:
+                            | 'web_search_tool_result'
+                            | 'web_fetch_tool_result'
+                            | 'code_execution_tool_result'
+                            | 'bash_code_execution_tool_result'
+                            | 'text_editor_code_execution_tool_result'
+                            | 'tool_search_tool_result'
+                            | 'advisor_tool_result';
+                          tool_use_id: string;
+                          content: unknown;
+                          cache_control?: {
+                            /** @enum {string} */
+                            type: 'ephemeral';
+                            /** @enum {string} */
+                            ttl?: '5m' | '1h';
+                          } | null;
+                        } & {
+                          [key: string]: unknown;
+                        })
                     )[];
               }
           )[];
