@@ -108,7 +108,7 @@ describe('Anthropic server tools', () => {
     assert.equal(s.stop_reason, 'end_turn');
     assert.equal(s.iteration, 2, 'the paused turn and its continuation');
     assert.equal(h.fake.requests.length, 2);
-    const second = h.fake.requests[1]!.body.messages;
+    const second = h.fake.requests[1]!.messages;
     const paused: any = second.at(-1);
     assert.equal(paused.role, 'assistant', 'the continuation request ends with the paused reply');
     assert.equal(paused.content.at(-1).type, 'server_tool_use');
