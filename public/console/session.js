@@ -538,6 +538,7 @@ const SETTING_KEYS = [
   'on_max_tokens',
   'cache_tool_results',
   'stream',
+  'run_tools_eagerly',
   'metadata',
 ];
 
