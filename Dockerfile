@@ -3,7 +3,8 @@
 # BuildKit build needs no registry for it.
 ARG NODE_IMAGE=node:24-bookworm-slim
 
-# --- build: compiles the TypeScript sources to JavaScript (dist/), with the dev dependencies ---
+# --- build: compiles the TypeScript sources to JavaScript (dist/) and bundles the typed client for browsers
+# (dist/client/browser.js, which the console loads as its API layer), with the dev dependencies ---
 FROM ${NODE_IMAGE} AS build
 WORKDIR /app
 COPY package.json package-lock.json ./
@@ -13,6 +14,8 @@ COPY src ./src
 COPY routes ./routes
 COPY tools ./tools
 RUN npm run build
+COPY client ./client
+RUN npm run build:client
 
 # --- deps: production node_modules only ---
 FROM ${NODE_IMAGE} AS deps
@@ -32,8 +35,10 @@ COPY --chown=node:node package.json ./
 COPY --from=build --chown=node:node /app/dist/src ./dist/src
 COPY --from=build --chown=node:node /app/dist/routes ./dist/routes
 COPY --from=build --chown=node:node /app/dist/tools ./dist/tools
-# The browser console's static files (served by routes/console.ts; Preact and htm come from node_modules).
+# The browser console's static files (served by routes/console.ts; Preact and htm come from node_modules), and the
+# typed client's browser bundle it uses when present (served as /console/vendor/client.js).
 COPY --chown=node:node public ./public
+COPY --from=build --chown=node:node /app/dist/client/browser.js ./dist/client/browser.js
 # The image's unprivileged user (uid 1000).
 USER node
 EXPOSE 3000

@@ -539,6 +539,16 @@ describe(
         // API_KEYS is enforced on 0.0.0.0.
         const anonymous = await fetch(`${base}/v1/sessions`);
         assert.equal(anonymous.status, 401);
+        // The console's API layer is the typed client, bundled for browsers in the image's build stage.
+        const clientJs = await fetch(`${base}/console/vendor/client.js`);
+        assert.equal(clientJs.status, 200, 'the image carries dist/client/browser.js');
+        assert.match(await clientJs.text(), /\/\/# sourceMappingURL=browser\.js\.map\s*$/);
+        const apiJs = await fetch(`${base}/console/api.js`);
+        assert.equal(
+          await apiJs.text(),
+          readFileSync(path.join(root, 'public/console/api-client.js'), 'utf8'),
+          'the console loads its API through the client',
+        );
 
         const apiPorts = JSON.parse(await inspect('api', '{{json .NetworkSettings.Ports}}')) as Record<
           string,
