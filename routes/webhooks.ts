@@ -15,6 +15,7 @@ import {
 import { newSecret } from '../src/webhooks/secrets.js';
 import type { WebhookRecord } from '../src/webhooks/store.js';
 import { parseIfMatch } from './sessions.js';
+import { sealInRecord } from '../src/plugins/idempotency.js';
 import {
   createdWebhook,
   deletedWebhook,
@@ -78,6 +79,8 @@ const routes: FastifyPluginAsyncZod = async (app) => {
       };
       await store.create(w, webhooks.maxPerTenant);
       req.log.info({ webhook: w.id, tenant: w.tenant }, 'webhook created');
+      // A replay of this create (Idempotency-Key) answers with the secret too; its record keeps it sealed.
+      sealInRecord(req, 'secret');
       return send(reply, w, 201, { secret });
     },
   );

@@ -110,7 +110,7 @@ const app: FastifyPluginAsync<AppOptions> = async (fastify, opts) => {
       maxSessions: config.TENANT_MAX_SESSIONS,
       maxWebSockets: config.TENANT_MAX_WEBSOCKETS,
     });
-    await api.register(idempotencyPlugin, { ttlS: config.IDEMPOTENCY_TTL_S });
+    await api.register(idempotencyPlugin, { ttlS: config.IDEMPOTENCY_TTL_S, box: fastify.webhooks.box });
     await api.register(toolRoutes);
     await api.register(sessionRoutes);
     await api.register(eventRoutes, { config });

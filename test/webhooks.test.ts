@@ -5,6 +5,7 @@
  */
 import { after, before, describe, it } from 'node:test';
 import assert from 'node:assert/strict';
+import { createHash } from 'node:crypto';
 import { startHarness, type Harness } from './helpers/service.js';
 import { startTestCluster, startTestRedis, type TestCluster, type TestRedis } from './helpers/redis.js';
 import { startService, type Service } from '../src/boot.js';
@@ -14,8 +15,9 @@ import { WebhookReceiver } from './helpers/webhook-receiver.js';
 import { refusedAddress } from '../src/webhooks/address-guard.js';
 import { retryDelay } from '../src/webhooks/dispatcher.js';
 import { SecretBox, parseSecretKey } from '../src/webhooks/secrets.js';
+import { idempotencyKey } from '../src/store/keys.js';
 
-const KEYS = 'acme:key-acme,globex:key-globex';
+const KEYS = 'acme:key-acme,globex:key-globex,initech:key-initech';
 
 describe('webhook routes', { timeout: 120_000 }, () => {
   let redis: TestRedis;
@@ -96,7 +98,13 @@ describe('webhook routes', { timeout: 120_000 }, () => {
     const first = await acme.post('/v1/webhooks', { url: receiver.url }, { 'idempotency-key': 'k1' });
     const again = await acme.post('/v1/webhooks', { url: receiver.url }, { 'idempotency-key': 'k1' });
     assert.equal(again.status, 201);
-    assert.equal(again.body.id, first.body.id);
+    assert.equal(again.headers.get('idempotent-replayed'), 'true');
+    assert.deepEqual(again.body, first.body, 'the replay shows the secret too');
+    // The idempotency record (kept for IDEMPOTENCY_TTL_S) holds the secret sealed, as the webhook does at rest.
+    const r = h.service.app.redis;
+    const record = await r.get(idempotencyKey('acme', createHash('sha256').update('k1').digest('base64url')));
+    assert.ok(record && !record.includes(first.body.secret), 'no secret in clear in the record');
+    assert.match(JSON.parse(record).sealed.secret, /^enc1:/);
     const other = await acme.post(
       '/v1/webhooks',
       { url: receiver.url, events: ['session.error'] },
@@ -201,6 +209,21 @@ describe('webhook routes', { timeout: 120_000 }, () => {
     assert.deepEqual(got.map((r) => r.id).sort(), want);
     assert.ok(got.every((r) => r.body.type === 'session.status'));
     assert.deepEqual(got.find((r) => r.id === want.at(-1)) && events.at(-1).data.status, 'idle');
+    await acme.req('DELETE', `/v1/webhooks/${w.id}`);
+  });
+
+  it("marks no session of a tenant without webhooks, from the session's first write on", async () => {
+    // acme listens for session.status; initech never had a webhook. The create knows its tenant, so the tap skips
+    // initech's session (no mark, no tenant lookup) and marks acme's, before the write it covers.
+    const w = (await acme.post('/v1/webhooks', { url: receiver.url })).body;
+    receiver.setSecret(w.secret);
+    // The interest cache follows the change by pub/sub: wait until this process's tap sees it.
+    await until(async () => h.service.app.webhooks.listens('acme', 'session.status') || null);
+    const r = h.service.app.redis;
+    const theirs = (await h.api.as('key-initech').post('/v1/sessions', { start: false })).body;
+    const ours = (await acme.post('/v1/sessions', { start: false })).body;
+    assert.equal(await r.zscore('wh:marks', theirs.id), null, "initech's session is not marked");
+    assert.notEqual(await r.zscore('wh:marks', ours.id), null, "acme's session is marked");
     await acme.req('DELETE', `/v1/webhooks/${w.id}`);
   });
 

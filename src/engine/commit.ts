@@ -233,5 +233,6 @@ export async function cancelSession(
     state.id,
     { ...guard, status: guard.fence ? ['running'] : ['running', 'requires_action'] },
     ops,
+    state.tenant,
   );
 }

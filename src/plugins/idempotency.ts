@@ -1,13 +1,24 @@
+import type { FastifyRequest } from 'fastify';
 import fp from 'fastify-plugin';
 import { createHash } from 'node:crypto';
 import { z } from 'zod';
 import { AppError, zodDetails } from '../errors.js';
 import { idempotencyKey } from '../store/keys.js';
+import type { SecretBox } from '../webhooks/secrets.js';
 
 declare module 'fastify' {
   interface FastifyRequest {
-    idempotency?: { key: string; fingerprint: string } | undefined;
+    idempotency?: { key: string; fingerprint: string; sealed?: readonly string[] } | undefined;
   }
+}
+
+/**
+ * Fields of this request's answer (top-level strings of its JSON body) that are secrets shown once, such as a new
+ * webhook's signing secret: its idempotency record keeps them sealed with WEBHOOK_SECRET_KEY, apart from the body,
+ * and a replay opens them again. Without an Idempotency-Key nothing is kept and this does nothing.
+ */
+export function sealInRecord(req: FastifyRequest, ...fields: string[]): void {
+  if (req.idempotency) req.idempotency.sealed = fields;
 }
 
 const keyHeader = z.string().regex(/^[\x21-\x7e]{1,255}$/, 'printable ASCII, 1-255 characters');
@@ -18,15 +29,45 @@ interface Stored {
   status?: number;
   body?: string;
   etag?: string;
+  /** Fields taken out of `body`, each sealed (see `sealInRecord`). */
+  sealed?: Record<string, string>;
+}
+
+type Json = Record<string, unknown>;
+
+/** `body` without `fields`, and those fields sealed; the body as it is when it is not a JSON object. */
+function sealFields(
+  body: string,
+  fields: readonly string[],
+  box: SecretBox,
+): Pick<Stored, 'body' | 'sealed'> {
+  let obj: unknown;
+  try {
+    obj = JSON.parse(body);
+  } catch {
+    return { body };
+  }
+  if (!obj || typeof obj !== 'object' || Array.isArray(obj)) return { body };
+  const rest: Json = { ...(obj as Json) };
+  const sealed: Record<string, string> = {};
+  for (const f of fields) {
+    const v = rest[f];
+    if (typeof v !== 'string') continue;
+    sealed[f] = box.seal(v);
+    delete rest[f];
+  }
+  return { body: JSON.stringify(rest), sealed };
 }
 
 /**
  * `Idempotency-Key` on any POST of the scope it is registered in (the `/v1` scope): the first request's answer is kept in Redis for `ttlS` seconds (so it
  * holds across replicas); the same key with the same body gets that answer again, with another body 422
  * `idempotency_key_reused`, and while the first is still being handled 409 `idempotency_in_progress`.
- * A 5xx answer is not kept, so the client may try again.
+ * A 5xx answer is not kept, so the client may try again. Secrets in an answer (`sealInRecord`) are kept sealed with
+ * `box` (as the webhooks keep them at rest) and opened for a replay; one that cannot be opened any more (the key
+ * changed) is left out of the replay.
  */
-export default fp<{ ttlS: number }>(
+export default fp<{ ttlS: number; box: SecretBox }>(
   async (app, opts) => {
     app.addHook('preHandler', async (req, reply) => {
       const raw = req.headers['idempotency-key'];
@@ -77,7 +118,7 @@ export default fp<{ ttlS: number }>(
       }
       reply.header('idempotent-replayed', 'true').header('content-type', 'application/json; charset=utf-8');
       if (stored.etag) reply.header('etag', stored.etag);
-      return reply.code(stored.status ?? 200).send(stored.body);
+      return reply.code(stored.status ?? 200).send(unsealed(stored, req, opts.box));
     });
     app.addHook('onSend', async (req, reply, payload) => {
       const idem = req.idempotency;
@@ -88,11 +129,12 @@ export default fp<{ ttlS: number }>(
         return payload;
       }
       const etag = reply.getHeader('etag');
+      const body = typeof payload === 'string' ? payload : String(payload ?? '');
       const stored: Stored = {
         state: 'done',
         fp: idem.fingerprint,
         status: reply.statusCode,
-        body: typeof payload === 'string' ? payload : String(payload ?? ''),
+        ...(idem.sealed?.length ? sealFields(body, idem.sealed, opts.box) : { body }),
         ...(typeof etag === 'string' ? { etag } : {}),
       };
       await app.redis.set(idem.key, JSON.stringify(stored), 'EX', opts.ttlS);
@@ -101,3 +143,18 @@ export default fp<{ ttlS: number }>(
   },
   { name: 'idempotency', dependencies: ['redis', 'auth'] },
 );
+
+/** The kept body with its sealed fields opened and put back (last, where the routes put them). */
+function unsealed(stored: Stored, req: FastifyRequest, box: SecretBox): string | undefined {
+  if (!stored.sealed || stored.body === undefined) return stored.body;
+  // Written by `sealFields` from a JSON object.
+  const obj = JSON.parse(stored.body) as Json;
+  for (const [f, v] of Object.entries(stored.sealed)) {
+    try {
+      obj[f] = box.open(v);
+    } catch (err) {
+      req.log.warn({ err }, 'a sealed field of an idempotent answer cannot be opened; replayed without it');
+    }
+  }
+  return JSON.stringify(obj);
+}

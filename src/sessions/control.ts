@@ -117,6 +117,7 @@ export async function cancelRun(
     id,
     { status: ['running'] },
     { hset: { control: 'cancel' }, events: [['session.cancel_requested', '{}']] },
+    tenant,
   );
   await store.publishControl(id, 'cancel');
   // The owner aborts the turn and commits the cancel; wait a bounded time so most callers see the result.

@@ -190,6 +190,7 @@ async function insert(
         ['session.status', statusEvent(state)],
       ],
     },
+    state.tenant,
   );
   state.revision = res.revision;
 }

@@ -72,7 +72,7 @@ export async function mutate(
     checkIfMatch(s, ifMatch);
     const p = await plan(s);
     try {
-      await store.apply(id, p.guard ?? { rev: s.revision }, p.ops);
+      await store.apply(id, p.guard ?? { rev: s.revision }, p.ops, tenant);
     } catch (err) {
       const moved =
         err instanceof AppError &&

@@ -317,15 +317,16 @@ export class SessionStore {
    * Applies `ops` atomically if `guard` holds (fence, revision, status, existence); otherwise writes nothing and
    * throws: FencedOut, 412 revision_mismatch, 409 invalid_status (with the current status), 404 session_not_found.
    * Bumps the revision by one, stamps `updated_at`, writes the events with the new revision, and publishes the
-   * last event id on the session's events channel — all in one round trip.
+   * last event id on the session's events channel — all in one round trip. `tenant`, when the caller knows it (a
+   * create, a request of the tenant), tells the event tap whose session it is from its first write.
    */
-  async apply(id: string, guard: Guard, ops: ApplyOps): Promise<ApplyResult> {
+  async apply(id: string, guard: Guard, ops: ApplyOps, tenant?: string): Promise<ApplyResult> {
     const k = sessionKeys(id);
     // A change that makes the session `running` registers it in the run queue first: should the store fail between
     // the two writes, a due entry without a running session is dropped by the sweep, whereas a running session
     // without a due entry would never run. (`runs:due` is a global key, so it cannot join the session's script.)
     if (setsRunning(ops)) await this.markDue(id, Date.now() + START_DUE_DELAY_MS);
-    const tap = this.eventTap?.(id, opsEventTypes(ops));
+    const tap = this.eventTap?.(id, opsEventTypes(ops), tenant);
     if (tap?.ready) await tap.ready;
     const res = await this.redis.sessApply(
       ...this.keyList(k),

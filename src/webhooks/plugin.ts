@@ -21,6 +21,8 @@ declare module 'fastify' {
       maxPending: number;
       /** Claims the endpoint's due messages in this process now. */
       kick(webhookId: string): void;
+      /** Whether this process's interest cache has an enabled webhook of `tenant` for `type` (what the tap sees). */
+      listens(tenant: string, type: string): boolean;
     };
   }
 }
@@ -113,6 +115,7 @@ export default fp<{ config: Config }>(
       maxPerTenant: config.WEBHOOK_MAX_PER_TENANT,
       maxPending: config.WEBHOOK_MAX_PENDING,
       kick: (id: string) => dispatcher.kick(id),
+      listens: (tenant: string, type: string) => interest.listens([type], tenant),
     });
     app.addHook('onReady', async () => dispatcher.start());
     // Registered after the redis and engine plugins: runs before them on close, while Redis is still there.

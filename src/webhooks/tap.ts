@@ -11,7 +11,9 @@ import type { IndexEntry, WebhookStore } from './store.js';
  * in the session's slot and enqueues into the outboxes, and a *mark* in the global zset `wh:marks` says which
  * sessions may have events not yet fanned out.
  *
- * The store calls `tap` before each write of events. It answers from memory:
+ * The store calls `tap` before each write of events, with the session's tenant where the writer knows it (a create,
+ * a request of the tenant; a run learns it from its first write, by one read, and marks meanwhile). It answers from
+ * memory:
  * - no webhook of any tenant listens for these types, or the session's tenant (when known) has none: undefined,
  *   nothing is done;
  * - else the process fans the session out as soon as the write landed (`landed`), and, unless it marked this
