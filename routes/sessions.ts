@@ -3,6 +3,7 @@ import type { FastifyReply, FastifyRequest } from 'fastify';
 import { z } from 'zod';
 import { AppError, notFound } from '../src/errors.js';
 import {
+  compactBody,
   createSessionBody,
   decisionBody,
   forkBody,
@@ -46,6 +47,7 @@ const read = errors(400, 401, 404, 500, 503);
 
 const toolUseParams = sessionIdParam.extend({ tool_use_id: z.string().min(1).max(128) });
 const iterationParams = sessionIdParam.extend({ n: z.coerce.number().int().min(1) });
+const messagesQuery = z.strictObject({ include: z.enum(['compacted']).optional() });
 
 export function parseIfMatch(req: FastifyRequest): number | undefined {
   const h = req.headers['if-match'];
@@ -143,12 +145,15 @@ const routes: FastifyPluginAsyncZod = async (app) => {
         operationId: 'listMessages',
         summary: 'The history, exactly as the next turn would send it',
         tags,
+        description:
+          'With `include=compacted`, also `compacted`: the messages each compaction summarized, oldest segment first.',
         params: sessionIdParam,
+        querystring: messagesQuery,
         response: { 200: messageList, ...read },
       },
     },
     async (req) => {
-      return svc.messages(req.tenant, req.params.id);
+      return svc.messages(req.tenant, req.params.id, req.query.include === 'compacted');
     },
   );
 
@@ -182,11 +187,13 @@ const routes: FastifyPluginAsyncZod = async (app) => {
       },
     },
     async (req) => {
-      await app.store.loadFor(req.tenant, req.params.id);
+      const s = await app.store.loadFor(req.tenant, req.params.id);
       const [rec] = await app.store.iterationRecords(req.params.id, req.params.n - 1, req.params.n - 1);
       if (!rec) throw notFound('iteration');
       const end = rec.results_index ?? rec.reply_index;
-      const msgs = await app.store.history(req.params.id, rec.reply_index, end);
+      // Indexes count compacted messages too: a reply a compaction summarized is read from its segment.
+      const msgs =
+        rec.reply_index < 0 ? [] : await app.store.messagesAt(req.params.id, s.msgBase, rec.reply_index, end);
       return {
         ...rec,
         reply: msgs[0] ?? null,
@@ -357,6 +364,25 @@ const routes: FastifyPluginAsyncZod = async (app) => {
       },
     },
     async (req, reply) => sendMutation(reply, await svc.resume(req.tenant, req.params.id, parseIfMatch(req))),
+  );
+
+  app.post(
+    '/v1/sessions/:id/compact',
+    {
+      schema: {
+        operationId: 'compactSession',
+        summary: 'Compact the history: a summary replaces it, the messages are kept',
+        description:
+          'Running: scheduled after the current turn and its tool calls (202). Idle or failed: one compaction request now, then the session is back in its status (202). Waiting for a client: 409. The summarized messages stay readable with `GET …/messages?include=compacted`.',
+        tags,
+        params: sessionIdParam,
+        body: compactBody,
+        headers: ifMatchHeader,
+        response: postMutation,
+      },
+    },
+    async (req, reply) =>
+      sendMutation(reply, await svc.compact(req.tenant, req.params.id, req.body, parseIfMatch(req))),
   );
 
   app.post(

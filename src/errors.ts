@@ -46,6 +46,9 @@ export const ERROR_CODES = [
   'budget_exhausted',
   'webhook_disabled',
   'idempotency_in_progress',
+  'compaction_pending',
+  'nothing_to_compact',
+  'unanswered_tool_calls',
   // 410, 412, 413, 415, 422
   'cursor_expired',
   'revision_mismatch',

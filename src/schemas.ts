@@ -163,6 +163,20 @@ export const clientTool = z.strictObject({
 export type ClientTool = z.infer<typeof clientTool>;
 export const toolRef = z.union([z.string().min(1), clientTool, mcpToolEntry, anthropicToolEntry]);
 
+/**
+ * `params.compaction` would make every turn a compaction request (the SDK runner refuses it too): a session compacts
+ * through its route and its policy instead. `null` (what a PATCH sends to remove a field) passes.
+ */
+function refuseCompactionParam(p: Record<string, unknown>, ctx: z.RefinementCtx): void {
+  if (p.compaction === undefined || p.compaction === null) return;
+  ctx.addIssue({
+    code: 'custom',
+    path: ['compaction'],
+    message:
+      '`compaction` is not a session param: every turn would compact again. Compact once with POST /v1/sessions/:id/compact, or let the `compaction` policy ({"at_input_tokens": N}) compact before the next turn once a turn passes N input tokens.',
+  });
+}
+
 /** Messages API params a session sends each turn; `messages`, `tools`, `stream` and `thread` are the service's. */
 export const sessionParams = z
   .looseObject({
@@ -186,6 +200,7 @@ export const sessionParams = z
           message: `\`${key}\` is set by the session, not in params`,
         });
     }
+    refuseCompactionParam(p, ctx);
   });
 export type SessionParams = z.infer<typeof sessionParams>;
 export const paramsPatch = z.looseObject({}).superRefine((p, ctx) => {
@@ -193,6 +208,7 @@ export const paramsPatch = z.looseObject({}).superRefine((p, ctx) => {
     if (key in p)
       ctx.addIssue({ code: 'custom', path: [key], message: `\`${key}\` cannot be changed through params` });
   }
+  refuseCompactionParam(p, ctx);
 });
 
 const toolNameList = z.array(z.string().min(1)).max(256);
@@ -213,6 +229,23 @@ export const budgetPolicy = z
   .strictObject({ total_tokens: z.number().int().positive().max(1_000_000_000_000) })
   .nullable();
 export type BudgetPolicy = z.infer<typeof budgetPolicy>;
+
+/**
+ * Policy `compaction`: after a turn whose input (`input_tokens` + cache reads + cache creation) reaches
+ * `at_input_tokens`, the conversation is compacted before the next turn (src/engine/compaction.ts). `null`: never.
+ */
+export const compactionPolicy = z
+  .strictObject({
+    at_input_tokens: z.number().int().positive().max(100_000_000),
+    instructions: z.string().min(1).max(10_000).optional(),
+  })
+  .nullable();
+export type CompactionPolicy = z.infer<typeof compactionPolicy>;
+
+/** `POST /v1/sessions/:id/compact`. */
+export const compactBody = z
+  .strictObject({ instructions: z.string().min(1).max(10_000).optional() })
+  .nullish();
 
 export const policies = {
   max_iterations: z.number().int().min(1).max(1000),
@@ -248,6 +281,7 @@ export const createSessionBody = z
     stream: z.boolean().default(true),
     budget: budgetPolicy.default(null),
     run_tools_eagerly: z.boolean().default(false),
+    compaction: compactionPolicy.default(null),
     metadata: metadata.default({}),
     start: z.boolean().default(true),
   })
@@ -269,6 +303,7 @@ export const patchSessionBody = z
     stream: z.boolean().optional(),
     budget: budgetPolicy.optional(),
     run_tools_eagerly: z.boolean().optional(),
+    compaction: compactionPolicy.optional(),
     metadata: metadata.optional(),
   })
   .refine((b) => Object.keys(b).length > 0, { message: 'nothing to change' });

@@ -10,6 +10,8 @@ import type { ServerTool } from './types.js';
  * - `sleep` waits `ms` milliseconds and is NOT idempotent: interrupted by a crash, it is answered with an `is_error`
  *   "interrupted" result instead of running again.
  * - `sleep_idempotent` does the same and is idempotent: interrupted by a crash, it runs again.
+ * - `pad` answers `<label>: ` followed by filler up to `bytes` characters, at once (idempotent): long histories
+ *   (the compaction tests) without long tool runs.
  *
  * With `fail: true` either throws after sleeping (the SDK answers a thrown error with an `is_error` result).
  *
@@ -59,10 +61,28 @@ function sleepTool(name: string, idempotent: boolean): ServerTool {
   };
 }
 
+const padTool: ServerTool = {
+  tool: betaZodTool({
+    name: 'pad',
+    description: 'TEST ONLY: answer "<label>: " and filler, `bytes` characters in all.',
+    inputSchema: z.object({
+      bytes: z.number().int().min(0).max(100_000),
+      label: z.string().max(200).default('pad'),
+    }),
+    run: ({ bytes, label }) => {
+      const head = `${label}: `;
+      return head + '.'.repeat(Math.max(0, bytes - head.length));
+    },
+  }),
+  requiresApproval: false,
+  idempotent: true,
+};
+
 /** The test-only tools. */
 export const testingTools: readonly ServerTool[] = [
   sleepTool('sleep', false),
   sleepTool('sleep_idempotent', true),
+  padTool,
 ];
 
 /** Whether the environment enables them (`TEST_TOOLS=1`). */

@@ -41,6 +41,7 @@ export type SubmitToolResultsBody = JsonBody<'submitToolResults'>;
 export type UpdateSessionBody = JsonBody<'updateSession'>;
 export type RetrySessionBody = JsonBody<'retrySession'>;
 export type ForkSessionBody = JsonBody<'forkSession'>;
+export type CompactSessionBody = JsonBody<'compactSession'>;
 
 export interface ClientOptions extends RetryOptions {
   /** Where the service is, e.g. `http://127.0.0.1:3000`. */
@@ -239,8 +240,20 @@ export class SessionsClient {
     );
   }
 
-  listMessages(id: string) {
-    return this.unwrap(this.api.GET('/v1/sessions/{id}/messages', { params: { path: { id } } }));
+  /** Compacts the history: scheduled after the turn in flight (running), or at once (idle, failed). */
+  compactSession(id: string, body: CompactSessionBody = {}, o: MutationOptions = {}): Promise<Session> {
+    return this.unwrap(
+      this.api.POST('/v1/sessions/{id}/compact', {
+        params: { path: { id } },
+        body,
+        headers: this.headers(o),
+      }),
+    );
+  }
+
+  /** The history; with `{include: 'compacted'}` also what each compaction summarized, oldest first. */
+  listMessages(id: string, query: Query<'listMessages'> = {}) {
+    return this.unwrap(this.api.GET('/v1/sessions/{id}/messages', { params: { path: { id }, query } }));
   }
 
   listIterations(id: string) {

@@ -272,7 +272,10 @@ export interface paths {
       path?: never;
       cookie?: never;
     };
-    /** The history, exactly as the next turn would send it */
+    /**
+     * The history, exactly as the next turn would send it
+     * @description With `include=compacted`, also `compacted`: the messages each compaction summarized, oldest segment first.
+     */
     get: operations['listMessages'];
     put?: never;
     /**
@@ -439,6 +442,26 @@ export interface paths {
     put?: never;
     /** Retry the failed step of a failed session */
     post: operations['resumeSession'];
+    delete?: never;
+    options?: never;
+    head?: never;
+    patch?: never;
+    trace?: never;
+  };
+  '/v1/sessions/{id}/compact': {
+    parameters: {
+      query?: never;
+      header?: never;
+      path?: never;
+      cookie?: never;
+    };
+    get?: never;
+    put?: never;
+    /**
+     * Compact the history: a summary replaces it, the messages are kept
+     * @description Running: scheduled after the current turn and its tool calls (202). Idle or failed: one compaction request now, then the session is back in its status (202). Waiting for a client: 409. The summarized messages stay readable with `GET …/messages?include=compacted`.
+     */
+    post: operations['compactSession'];
     delete?: never;
     options?: never;
     head?: never;
@@ -682,6 +705,13 @@ export interface components {
         total_tokens: number;
       } | null;
       run_tools_eagerly: boolean;
+      /** @description Policy: compact before the next turn once a turn passes `at_input_tokens`. */
+      compaction: {
+        at_input_tokens: number;
+        instructions?: string;
+      } | null;
+      /** @description A compaction was asked for (POST …/compact) and is not done yet. */
+      compaction_pending: boolean;
       required_action: components['schemas']['RequiredAction'] | null;
       stop_reason: string | null;
       error: components['schemas']['SessionError'] | null;
@@ -719,9 +749,30 @@ export interface components {
       }[];
       /** @description ids of `tool_use` blocks of the last reply that have no result yet */
       pending_tool_calls: string[];
+      /** @description With `include=compacted`: what each compaction summarized, oldest first (the history as it stood then). */
+      compacted?: {
+        at_iteration: number;
+        messages: {
+          /** @enum {string} */
+          role: 'user' | 'assistant';
+          content:
+            | string
+            | {
+                [key: string]: unknown;
+              }[];
+        }[];
+      }[];
     };
     IterationRecord: {
       iteration: number;
+      /**
+       * @description `compaction` for a compaction; absent for a model turn.
+       * @constant
+       */
+      kind?: 'compaction';
+      /** @description A compaction's: how many messages it summarized (0 when it produced no summary). */
+      summarized_messages?: number;
+      /** @description Index of the reply in the session's whole record (compacted segments, then the history); -1 for a compaction that added no message. */
       reply_index: number;
       results_index: number | null;
       request: {
@@ -746,6 +797,14 @@ export interface components {
     };
     IterationDetail: {
       iteration: number;
+      /**
+       * @description `compaction` for a compaction; absent for a model turn.
+       * @constant
+       */
+      kind?: 'compaction';
+      /** @description A compaction's: how many messages it summarized (0 when it produced no summary). */
+      summarized_messages?: number;
+      /** @description Index of the reply in the session's whole record (compacted segments, then the history); -1 for a compaction that added no message. */
       reply_index: number;
       results_index: number | null;
       request: {
@@ -1768,6 +1827,11 @@ export interface operations {
           } | null;
           /** @default false */
           run_tools_eagerly?: boolean;
+          /** @default null */
+          compaction?: {
+            at_input_tokens: number;
+            instructions?: string;
+          } | null;
           /** @default {} */
           metadata?: {
             [key: string]: string | number | boolean | null;
@@ -2070,6 +2134,10 @@ export interface operations {
             total_tokens: number;
           } | null;
           run_tools_eagerly?: boolean;
+          compaction?: {
+            at_input_tokens: number;
+            instructions?: string;
+          } | null;
           metadata?: {
             [key: string]: string | number | boolean | null;
           };
@@ -2185,7 +2253,9 @@ export interface operations {
   };
   listMessages: {
     parameters: {
-      query?: never;
+      query?: {
+        include?: 'compacted';
+      };
       header?: never;
       path: {
         id: string;
@@ -3743,6 +3813,153 @@ export interface operations {
     requestBody: {
       content: {
         'application/json': Record<string, never> | null;
+      };
+    };
+    responses: {
+      /** @description OK */
+      200: {
+        headers: {
+          ETag: components['headers']['ETag'];
+          'Idempotent-Replayed': components['headers']['IdempotentReplayed'];
+          [name: string]: unknown;
+        };
+        content: {
+          'application/json': components['schemas']['Session'];
+        };
+      };
+      /** @description Accepted: the work was queued (a run started or will start at the next turn boundary). */
+      202: {
+        headers: {
+          ETag: components['headers']['ETag'];
+          'Idempotent-Replayed': components['headers']['IdempotentReplayed'];
+          [name: string]: unknown;
+        };
+        content: {
+          'application/json': components['schemas']['Session'];
+        };
+      };
+      /** @description Invalid request (`invalid_request` with the issues in `details`, `invalid_json`, …). */
+      400: {
+        headers: {
+          [name: string]: unknown;
+        };
+        content: {
+          'application/json': components['schemas']['Error'];
+        };
+      };
+      /** @description No valid bearer key (`unauthorized`). */
+      401: {
+        headers: {
+          'WWW-Authenticate': components['headers']['WwwAuthenticate'];
+          [name: string]: unknown;
+        };
+        content: {
+          'application/json': components['schemas']['Error'];
+        };
+      };
+      /** @description No such resource (`session_not_found`, also for another tenant's; `iteration_not_found`, …). */
+      404: {
+        headers: {
+          [name: string]: unknown;
+        };
+        content: {
+          'application/json': components['schemas']['Error'];
+        };
+      };
+      /** @description The request does not fit the session's state (the code says why), or `idempotency_in_progress`. */
+      409: {
+        headers: {
+          [name: string]: unknown;
+        };
+        content: {
+          'application/json': components['schemas']['Error'];
+        };
+      };
+      /** @description If-Match does not match the revision (`revision_mismatch`; `details.revision`). */
+      412: {
+        headers: {
+          [name: string]: unknown;
+        };
+        content: {
+          'application/json': components['schemas']['Error'];
+        };
+      };
+      /** @description The body is larger than BODY_LIMIT (`payload_too_large`). */
+      413: {
+        headers: {
+          [name: string]: unknown;
+        };
+        content: {
+          'application/json': components['schemas']['Error'];
+        };
+      };
+      /** @description The body is not JSON (`unsupported_media_type`). */
+      415: {
+        headers: {
+          [name: string]: unknown;
+        };
+        content: {
+          'application/json': components['schemas']['Error'];
+        };
+      };
+      /** @description This Idempotency-Key was used with another request (`idempotency_key_reused`). */
+      422: {
+        headers: {
+          [name: string]: unknown;
+        };
+        content: {
+          'application/json': components['schemas']['Error'];
+        };
+      };
+      /** @description Over a rate or quota (`rate_limited` with Retry-After, `quota_exceeded`). */
+      429: {
+        headers: {
+          'Retry-After': components['headers']['RetryAfter'];
+          [name: string]: unknown;
+        };
+        content: {
+          'application/json': components['schemas']['Error'];
+        };
+      };
+      /** @description Something went wrong on the service's side (`internal_error`); the details are in its log. */
+      500: {
+        headers: {
+          [name: string]: unknown;
+        };
+        content: {
+          'application/json': components['schemas']['Error'];
+        };
+      };
+      /** @description The session store is unavailable (`store_unavailable`); try again after Retry-After. */
+      503: {
+        headers: {
+          'Retry-After': components['headers']['RetryAfter'];
+          [name: string]: unknown;
+        };
+        content: {
+          'application/json': components['schemas']['Error'];
+        };
+      };
+    };
+  };
+  compactSession: {
+    parameters: {
+      query?: never;
+      header?: {
+        'if-match'?: string;
+        /** @description Makes the POST safe to retry: the same key with the same body returns the first answer (with `Idempotent-Replayed: true`) for IDEMPOTENCY_TTL_S (24 h by default); with another body 422 `idempotency_key_reused`; while the first is still handled 409 `idempotency_in_progress`. 5xx answers are not kept. */
+        'Idempotency-Key'?: components['parameters']['IdempotencyKey'];
+      };
+      path: {
+        id: string;
+      };
+      cookie?: never;
+    };
+    requestBody: {
+      content: {
+        'application/json': {
+          instructions?: string;
+        } | null;
       };
     };
     responses: {

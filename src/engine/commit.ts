@@ -214,6 +214,8 @@ export async function cancelSession(
   const last = await store.lastMessage(state.id);
   const calls = last ? toolCallsOf(last) : [];
   const ops = idleOps('cancelled');
+  // A cancel drops a compaction asked for and not done yet.
+  ops.hset = { ...ops.hset, compact: '' };
   if (calls.length > 0) {
     const byId = new Map((state.pending?.calls ?? []).map((c) => [c.id, c]));
     const results = calls.map((c) =>

@@ -67,7 +67,14 @@ export class Engine {
     } = options;
     this.sweepIntervalMs = sweepIntervalMs;
     this.maxActiveRuns = maxActiveRuns;
-    this.deps = { ...rest, streamBatchEvents, metrics, tracing, stopping: () => this.stopping };
+    this.deps = {
+      ...rest,
+      streamBatchEvents,
+      metrics,
+      tracing,
+      stopping: () => this.stopping,
+      kick: (id) => this.kick(id),
+    };
     options.channels.onControl(controlListener(this.active));
   }
 

@@ -6,8 +6,9 @@ import { isStoreDown } from '../store/unavailable.js';
 import { budgetExhausted, stopForBudget, totalTokens } from './budget.js';
 import { CommitLanded, cancelSession, commit, commitInterrupt, fail, finish } from './commit.js';
 import type { EngineLogger, RunDeps, RunHandle } from './run-handle.js';
+import { endsWithSummary, leftoverCompaction } from './compaction.js';
 import { toolStep } from './tool-step.js';
-import { runTurns } from './turns.js';
+import { runCompactionOnly, runTurns } from './turns.js';
 import { isAbort, isStreamCut, upstreamError } from './upstream.js';
 
 /** Our own retries of a turn whose stream was cut after it started (the SDK retries only before it starts). */
@@ -20,6 +21,8 @@ export interface DriveDeps extends RunDeps {
   logger: EngineLogger;
   /** The engine is stopping: a run ends once its turn is done or aborted. */
   stopping: () => boolean;
+  /** Claims the run of a session again once this run has returned (a compaction asked for as it ended). */
+  kick?: (id: string) => void;
 }
 
 /**
@@ -77,7 +80,11 @@ export async function drive(deps: DriveDeps, run: RunHandle): Promise<void> {
       try {
         const next = await step(deps, run, state, log);
         cutRetries = 0;
-        if (next === 'done') return;
+        if (next === 'done') {
+          // A compaction asked for during the run's last turn is a run of its own (claimed once this one returned).
+          if (await leftoverCompaction(deps, run.id)) deps.kick?.(run.id);
+          return;
+        }
       } catch (err) {
         if (err instanceof FencedOut) return;
         if (isAbort(err, run)) {
@@ -122,12 +129,16 @@ async function step(
 ): Promise<'done' | 'again'> {
   const { store } = deps;
   const history = await store.history(run.id);
+  // A compaction asked for while the session was idle or failed: this run only compacts.
+  if (state.compactRequest?.resume) return runCompactionOnly(deps, run, state, history, log);
   if (pendingToolCalls(history).length > 0) return toolStep(deps, run, state, history);
 
   const queued = await store.queueLength(run.id);
   const last = history.at(-1);
   // A turn to send, but the budget is spent: the run stops here (after the last turn's tool results).
-  const turnToSend = queued > 0 || (last !== undefined && last.role !== 'assistant');
+  // A summary alone at the end hands the turn back to the model (it answers from it).
+  const turnToSend =
+    queued > 0 || (last !== undefined && (last.role !== 'assistant' || endsWithSummary(history)));
   if (turnToSend && budgetExhausted(state.budget, totalTokens(state.usage))) {
     await stopForBudget(deps, run, last);
     return 'done';
@@ -137,7 +148,7 @@ async function step(
     await commit(deps, run, { queue: last?.role === 'user' ? { into_last: true } : {} });
     return 'again';
   }
-  if (!last || last.role === 'assistant') {
+  if (!last || (last.role === 'assistant' && !endsWithSummary(history))) {
     // Nothing to send: the run is over.
     await finish(deps, run, state, state.stopReason ?? 'end_turn');
     return 'done';

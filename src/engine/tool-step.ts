@@ -201,14 +201,14 @@ export async function afterTools(
     }
   }
   if (record) {
-    record.results_index = history.length;
+    record.results_index = state.msgBase + history.length;
     if (!replyOps) ops.lset_iters = [[record.iteration - 1, JSON.stringify(record)]];
   } else {
     // A tool step of an earlier runner: fill in the record's results index.
     const recs = await deps.store.iterationRecords(run.id, step.iteration - 1, step.iteration - 1);
     const rec = recs[0];
     if (rec && rec.iteration === step.iteration) {
-      rec.results_index = history.length;
+      rec.results_index = state.msgBase + history.length;
       ops.lset_iters = [[step.iteration - 1, JSON.stringify(rec)]];
     }
   }

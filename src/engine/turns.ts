@@ -19,6 +19,7 @@ import {
 } from '../store/store.js';
 import { budgetExhausted, totalTokens } from './budget.js';
 import { commit, idleOps } from './commit.js';
+import { RunCompaction, compactOnly, isUnfinished, paramsFor, withCompactionBeta } from './compaction.js';
 import { interruptedResult, pendingCalls, resultBlock } from './policy.js';
 import type { EngineLogger, RunDeps, RunHandle } from './run-handle.js';
 import { holdUnsafeCalls, runsToolsEagerly } from './eager.js';
@@ -46,7 +47,7 @@ interface TurnInput {
  */
 function runnerParams(t: TurnInput): BetaToolRunnerParams & { stream: boolean } {
   const params = {
-    ...t.params,
+    ...paramsFor(t.params, t.messages),
     messages: t.messages,
     // No `tools` at all rather than an empty list, as a session without tools always sent.
     ...(t.tools.length ? { tools: t.tools } : {}),
@@ -127,6 +128,9 @@ export async function runTurns(
     // The SDK's own request option: its spans of this runner name the session as their conversation.
     { signal: run.controller.signal, openTelemetry: { conversationId: run.id } },
   );
+  // Compactions asked for (route, policy) run before the next turn: see compaction.ts.
+  const compaction = new RunCompaction(deps, run, state, runner);
+  await compaction.atStart(history);
 
   /** The `system` of this runner's thread (JSON). */
   const threadSystem = JSON.stringify(params.system);
@@ -154,6 +158,8 @@ export async function runTurns(
           maxIterations,
           stream,
           budget,
+          compaction: compactionPolicy,
+          compactRequest,
         } = fresh;
         state.runToolsEagerly = fresh.runToolsEagerly;
         Object.assign(state, {
@@ -165,6 +171,8 @@ export async function runTurns(
           maxIterations,
           stream,
           budget,
+          compaction: compactionPolicy,
+          compactRequest,
         });
       }
       run.paramsDirty = false;
@@ -187,6 +195,12 @@ export async function runTurns(
   };
 
   for await (const item of runner) {
+    if (compaction.expecting) {
+      // The runner yields its compaction like a turn; it replaces its history with the reply when it goes on.
+      iteration++;
+      spent += totalTokens(await compaction.commit(item, history, params, iteration));
+      continue;
+    }
     runnerTurns++;
     iteration++;
     const startedAt = Date.now();
@@ -223,7 +237,7 @@ export async function runTurns(
     const calls = toolCallsOf(reply);
     const record: IterationRecord = {
       iteration,
-      reply_index: history.length,
+      reply_index: state.msgBase + history.length,
       results_index: null,
       request: {
         model: params.model,
@@ -278,7 +292,8 @@ export async function runTurns(
 
     const stops = STOP_REASONS_THAT_END.has(message.stop_reason ?? '') || calls.length === 0;
     if (stops) {
-      const ends = message.stop_reason !== 'pause_turn';
+      // An unfinished turn (`pause_turn`, or `compaction` from server-side compaction) is resumed by the runner.
+      const ends = !isUnfinished(message.stop_reason);
       const stopReason = message.stop_reason ?? 'end_turn';
       // Calls of a reply that stopped for another reason (cut at max_tokens, say) are not run — their input may be
       // cut off — but answered at once, so no unanswered tool_use is ever left in the history.
@@ -305,13 +320,14 @@ export async function runTurns(
       });
       history.push(reply);
       run.obs.turnEnded();
-      if (!ends) continue; // pause_turn: the runner resumes the turn
+      if (!ends) continue; // pause_turn, compaction: the runner resumes the turn
       if (res.merged) history.push(JSON.parse(res.merged) as StoredMessage);
       if (res.mergedCount === 0) {
         await store.unmarkDue(run.id);
         return 'done';
       }
       if (budgetLeft(state, iteration) <= 0 || !(await handOver(res.paramsRev))) return 'again';
+      compaction.afterHandOver(usageOf(message), history);
       continue;
     }
 
@@ -382,6 +398,34 @@ export async function runTurns(
     if (outcome !== 'continue') return outcome === 'done' ? 'done' : 'again';
     // What was committed is what the runner sends next: our history, with the results (and any follow-ups).
     if (budgetLeft(state, iteration) <= 0 || !(await handOver(storedRev))) break;
+    compaction.afterHandOver(usageOf(message), history);
   }
   return 'again';
+}
+
+/** A run that only compacts (asked for while the session was idle or failed): one runner, one request. */
+export async function runCompactionOnly(
+  deps: RunDeps,
+  run: RunHandle,
+  state: SessionState,
+  history: StoredMessage[],
+  log: EngineLogger,
+): Promise<'done' | 'again'> {
+  // The tools go with the request as with every turn (the summary reads the calls in the history with them).
+  const tools: BetaToolRunnerParams['tools'] = [
+    ...serverRunnables(deps, await sessionTools(deps, state), new Map()),
+    ...clientToolDefs(state),
+  ];
+  const runner = deps.client.beta.messages.toolRunner(
+    runnerParams({
+      params: withCompactionBeta(state.params),
+      messages: history,
+      tools,
+      maxIterations: 1,
+      stream: state.stream,
+      eager: false,
+    }),
+    { signal: run.controller.signal, openTelemetry: { conversationId: run.id } },
+  );
+  return compactOnly(deps, run, state, history, runner, log);
 }

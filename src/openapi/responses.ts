@@ -100,6 +100,13 @@ export const session = z
     stream: z.boolean(),
     budget: z.object({ total_tokens: z.number().int() }).nullable(),
     run_tools_eagerly: z.boolean(),
+    compaction: z
+      .object({ at_input_tokens: z.number().int(), instructions: z.string().optional() })
+      .nullable()
+      .meta({ description: 'Policy: compact before the next turn once a turn passes `at_input_tokens`.' }),
+    compaction_pending: z
+      .boolean()
+      .meta({ description: 'A compaction was asked for (POST …/compact) and is not done yet.' }),
     required_action: requiredAction.nullable(),
     stop_reason: z.string().nullable(),
     error: sessionError.nullable(),
@@ -142,13 +149,30 @@ export const messageList = z
     pending_tool_calls: z
       .array(z.string())
       .meta({ description: 'ids of `tool_use` blocks of the last reply that have no result yet' }),
+    compacted: z
+      .array(z.object({ at_iteration: z.number().int(), messages: z.array(message) }))
+      .optional()
+      .meta({
+        description:
+          'With `include=compacted`: what each compaction summarized, oldest first (the history as it stood then).',
+      }),
   })
   .meta({ id: 'MessageList' });
 
 export const iterationRecord = z
   .object({
     iteration: z.number().int(),
-    reply_index: z.number().int(),
+    kind: z
+      .literal('compaction')
+      .optional()
+      .meta({ description: '`compaction` for a compaction; absent for a model turn.' }),
+    summarized_messages: z.number().int().optional().meta({
+      description: "A compaction's: how many messages it summarized (0 when it produced no summary).",
+    }),
+    reply_index: z.number().int().meta({
+      description:
+        "Index of the reply in the session's whole record (compacted segments, then the history); -1 for a compaction that added no message.",
+    }),
     results_index: z.number().int().nullable(),
     request: z.looseObject({}),
     stop_reason: z.string().nullable(),

@@ -2,6 +2,7 @@ import type { z } from 'zod';
 import { cancelSession } from '../engine/commit.js';
 import { AppError, conflict } from '../errors.js';
 import type { patchSessionBody, retryBody } from '../schemas.js';
+import { checkCompactionParams } from './compact.js';
 import { encodeFields, type SessionState } from '../store/store.js';
 import {
   checkIfMatch,
@@ -33,6 +34,8 @@ export function patchSession(
     // A budget below what is already spent is accepted: the run stops at its next turn boundary (see budget.ts).
     if (body.budget !== undefined) next.budget = body.budget;
     if (body.run_tools_eagerly !== undefined) next.runToolsEagerly = body.run_tools_eagerly;
+    if (body.compaction !== undefined) next.compaction = body.compaction;
+    checkCompactionParams(next.params ?? s.params, 'compaction' in next ? next.compaction : s.compaction);
     if (body.metadata !== undefined) next.metadata = body.metadata;
     const paramsEvent: Array<[string, string]> = body.params
       ? [['params.updated', JSON.stringify({ params: body.params })]]
@@ -63,6 +66,10 @@ export function retryTurn(
       s.iteration > 0 ? await deps.store.iterationRecords(id, s.iteration - 1, s.iteration - 1) : [];
     const rec = records[0];
     if (!rec) throw conflict('nothing_to_retry', 'The session has no reply to retry.');
+    // A compaction is no reply; a reply before the last compaction is no longer in the history.
+    if (rec.kind === 'compaction' || rec.reply_index < s.msgBase) {
+      throw conflict('nothing_to_retry', 'The last iteration is a compaction, not a reply to send again.');
+    }
     const params = body?.params ? mergeParams(s.params, body.params) : s.params;
     const run = runOps(
       { ...s, status: 'idle' },
@@ -74,7 +81,7 @@ export function retryTurn(
     return {
       ops: {
         ...run,
-        trim_msgs: rec.reply_index,
+        trim_msgs: rec.reply_index - s.msgBase,
         trim_iters: rec.iteration - 1,
         hincr: { params_rev: 1 },
         events: [

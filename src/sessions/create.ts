@@ -4,6 +4,7 @@ import { AppError, badRequest, zodDetails } from '../errors.js';
 import { asBlocks, checkHistory, pendingToolCalls, type StoredMessage } from '../history.js';
 import { sessionParams, type CreateSessionBody, type forkBody } from '../schemas.js';
 import { encodeFields, newSessionId, type IterationRecord, type SessionState } from '../store/store.js';
+import { checkCompactionParams } from './compact.js';
 import { checkIfMatch, startRun, type SessionDeps } from './mutate.js';
 import { sessionView } from './view.js';
 
@@ -40,6 +41,7 @@ export async function createSession(
   });
   if (!params.success) throw badRequest('Invalid params.', zodDetails(params.error.issues, ['params']));
   await deps.toolbox.check(tenant, body.tools);
+  checkCompactionParams(params.data, body.compaction);
   const given: StoredMessage[] =
     body.messages ?? (body.input ? [{ role: 'user' as const, content: body.input }] : []);
   const messages = given.map(normalize);
@@ -83,6 +85,9 @@ export async function createSession(
     stream: body.stream,
     budget: body.budget,
     runToolsEagerly: body.run_tools_eagerly,
+    compaction: body.compaction,
+    compactRequest: null,
+    msgBase: 0,
     pending: null,
     stopReason: null,
     error: null,
@@ -117,13 +122,9 @@ export async function forkSession(
     });
   }
   const records = await store.iterationRecords(id, 0, Math.max(0, body.at_iteration - 1));
-  let end: number;
-  if (body.at_iteration === 0) end = records[0]?.reply_index ?? s.msgCount;
-  else {
-    const rec = records[body.at_iteration - 1]!;
-    end = (rec.results_index ?? rec.reply_index) + 1;
-  }
-  const history = await store.history(id, 0, end - 1);
+  const end = forkEnd(records, body.at_iteration, s.msgBase + s.msgCount);
+  // After a compaction the history starts with its summary: a fork takes the history as it stood at that point.
+  const { messages: history, base } = await store.historyUntil(id, s.msgBase, end);
   const kept = records.slice(0, body.at_iteration);
   const now = Date.now();
   const forked: SessionState = {
@@ -142,10 +143,26 @@ export async function forkSession(
     updatedAt: now,
     fence: 0,
     msgCount: history.length,
+    msgBase: base,
+    compactRequest: null,
     control: '',
   };
   await insert(deps, forked, history, kept, { forked_from: id });
   return forked;
+}
+
+/**
+ * How many messages of the session's whole record (segments, then history) a fork at iteration `at` keeps: through
+ * that iteration's results (or reply); a skipped compaction added none, so it ends where the iteration before it did.
+ */
+function forkEnd(records: IterationRecord[], at: number, total: number): number {
+  for (let n = at; n > 0; n--) {
+    const rec = records[n - 1]!;
+    if (rec.reply_index >= 0) return (rec.results_index ?? rec.reply_index) + 1;
+  }
+  // Iteration 0: what came before the first reply (a first compaction's summary stands after what it summarized).
+  const first = records[0];
+  return first && first.reply_index >= 0 ? first.reply_index : total;
 }
 
 function forkMetadata(

@@ -53,9 +53,19 @@ export function addMessage(
   });
 }
 
-/** The history the next turn sends (pending tool calls are answered first). */
-export async function listMessages(deps: SessionDeps, tenant: string, id: string) {
+/**
+ * The history the next turn sends (pending tool calls are answered first); with `includeCompacted`, also every
+ * segment compactions summarized, oldest first, so nothing the session ever had is out of reach.
+ */
+export async function listMessages(deps: SessionDeps, tenant: string, id: string, includeCompacted = false) {
   await deps.store.loadFor(tenant, id);
-  const history = await deps.store.history(id);
-  return { data: history, pending_tool_calls: pendingToolCalls(history).map((c) => c.id) };
+  const [history, compacted] = await Promise.all([
+    deps.store.history(id),
+    includeCompacted ? deps.store.compacted(id) : undefined,
+  ]);
+  return {
+    data: history,
+    pending_tool_calls: pendingToolCalls(history).map((c) => c.id),
+    ...(compacted ? { compacted } : {}),
+  };
 }

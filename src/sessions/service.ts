@@ -2,6 +2,7 @@ import type { z } from 'zod';
 import type { ServerTool } from '../../tools/types.js';
 import type { Engine } from '../engine/engine.js';
 import type {
+  compactBody,
   CreateSessionBody,
   decisionBody,
   forkBody,
@@ -14,6 +15,7 @@ import type {
 import type { SessionState, SessionStore } from '../store/store.js';
 import type { Toolbox } from '../toolbox.js';
 import { cancelRun, patchSession, removeSession, resumeRun, retryTurn } from './control.js';
+import { compactSession } from './compact.js';
 import { createSession, forkSession } from './create.js';
 import { addMessage, listMessages } from './messages.js';
 import type { MutationResult, SessionDeps } from './mutate.js';
@@ -56,8 +58,17 @@ export class SessionService {
     return addMessage(this.deps, tenant, id, body, ifMatch);
   }
 
-  messages(tenant: string, id: string) {
-    return listMessages(this.deps, tenant, id);
+  messages(tenant: string, id: string, includeCompacted = false) {
+    return listMessages(this.deps, tenant, id, includeCompacted);
+  }
+
+  compact(
+    tenant: string,
+    id: string,
+    body: z.infer<typeof compactBody>,
+    ifMatch?: number,
+  ): Promise<MutationResult> {
+    return compactSession(this.deps, tenant, id, body, ifMatch);
   }
 
   decide(

@@ -21,6 +21,8 @@ export function sessionView(s: SessionState) {
     stream: s.stream,
     budget: s.budget,
     run_tools_eagerly: s.runToolsEagerly,
+    compaction: s.compaction,
+    compaction_pending: s.compactRequest !== null,
     required_action: requiredAction(s.status, s.pending),
     stop_reason: s.stopReason,
     error: s.error,

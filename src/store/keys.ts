@@ -16,6 +16,8 @@ export const sessionKeys = (id: string) => ({
   events: `s:{${id}}:e`,
   /** STRING `<owner>:<fence>` with a TTL: who runs the session now. */
   lease: `s:{${id}}:l`,
+  /** LIST: what compactions summarized, one segment `{"at_iteration", "messages"}` (JSON) each, oldest first. */
+  compacted: `s:{${id}}:c`,
 });
 
 export type SessionKeys = ReturnType<typeof sessionKeys>;

@@ -3,7 +3,7 @@ import { randomBytes } from 'node:crypto';
 import { FencedOut, AppError, notFound, revisionMismatch, conflict } from '../errors.js';
 import type { StoredBlock, StoredMessage } from '../history.js';
 import type { McpToolEntry } from '../mcp/schema.js';
-import type { BudgetPolicy, ClientTool, OnMaxTokens, SessionParams } from '../schemas.js';
+import type { BudgetPolicy, ClientTool, CompactionPolicy, OnMaxTokens, SessionParams } from '../schemas.js';
 import type { AnthropicToolEntry } from '../tools/anthropic-tools.js';
 import {
   RUNS_KEY,
@@ -86,6 +86,16 @@ export interface SessionState {
   budget: BudgetPolicy;
   /** Start calls that are safe to run twice while the reply streams (see src/engine/eager.ts). */
   runToolsEagerly: boolean;
+  /** Policy `compaction`: compact before the next turn once a turn's input passes `at_input_tokens`; null: never. */
+  compaction: CompactionPolicy;
+  /** A compaction asked for (route, or policy) and not done yet; see src/engine/compaction.ts. */
+  compactRequest: CompactRequest | null;
+  /**
+   * Messages moved out of the history by compactions (into the kept segments): the history's element i is message
+   * `msgBase + i` of the session's whole record (the segments, oldest first, then the history). Iteration records
+   * index messages in that whole record.
+   */
+  msgBase: number;
   pending: PendingStep | null;
   stopReason: string | null;
   error: SessionError | null;
@@ -101,8 +111,25 @@ export interface SessionState {
   paramsRev: number;
 }
 
-/** Ops of one `apply` (see lua/apply-6.lua); values already encoded. */
+/** A compaction asked for and not done yet (meta field `compact`). */
+export interface CompactRequest {
+  instructions: string | null;
+  /**
+   * Set when the session was idle or failed: the compaction is a run of its own, after which the session goes back
+   * to this status (with its stop reason, error and pending step). Absent: scheduled in the run in flight.
+   */
+  resume?: {
+    status: 'idle' | 'failed';
+    stop_reason: string | null;
+    error: SessionError | null;
+    pending: PendingStep | null;
+  };
+}
+
+/** Ops of one `apply` (see lua/apply-7.lua); values already encoded. */
 export interface ApplyOps {
+  /** Applied first: the first `count` messages become a kept segment, `summary` (message JSON) their stand-in. */
+  compact?: { count: number; at_iteration: number; summary: string };
   trim_msgs?: number;
   lset_msgs?: Array<[number, string]>;
   push_msgs?: string[];
@@ -178,6 +205,8 @@ export function encodeFields(s: Partial<SessionState>): Record<string, string> {
   json('stream', s.stream);
   if ('budget' in s) out.budget = s.budget ? JSON.stringify(s.budget) : '';
   json('run_tools_eagerly', s.runToolsEagerly);
+  if ('compaction' in s) out.compaction = s.compaction ? JSON.stringify(s.compaction) : '';
+  if ('compactRequest' in s) out.compact = s.compactRequest ? JSON.stringify(s.compactRequest) : '';
   // Nullable fields are stored as '' when null.
   if ('pending' in s) out.pending = s.pending ? JSON.stringify(s.pending) : '';
   if ('stopReason' in s) out.stop_reason = s.stopReason ?? '';
@@ -218,6 +247,9 @@ function decodeFields(h: Record<string, string>): SessionState {
     stream: h.stream !== 'false',
     budget: json(h.budget, null),
     runToolsEagerly: h.run_tools_eagerly === 'true',
+    compaction: json(h.compaction, null),
+    compactRequest: json(h.compact, null),
+    msgBase: Number(h.msg_base ?? 0),
     pending: json(h.pending, null),
     stopReason: h.stop_reason || null,
     error: json(h.error, null),
@@ -310,7 +342,7 @@ export class SessionStore {
   }
 
   private keyList(k: SessionKeys): string[] {
-    return [k.meta, k.msgs, k.iters, k.queue, k.events, k.lease];
+    return [k.meta, k.msgs, k.iters, k.queue, k.events, k.lease, k.compacted];
   }
 
   /**
@@ -384,6 +416,42 @@ export class SessionStore {
   async history(id: string, start = 0, end = -1): Promise<StoredMessage[]> {
     const raw = await this.redis.lrange(sessionKeys(id).msgs, start, end);
     return raw.map((m) => JSON.parse(m) as StoredMessage);
+  }
+
+  /** What compactions summarized: the kept segments, oldest first. One LRANGE. */
+  async compacted(id: string): Promise<CompactedSegment[]> {
+    const raw = await this.redis.lrange(sessionKeys(id).compacted, 0, -1);
+    return raw.map((r) => JSON.parse(r) as CompactedSegment);
+  }
+
+  /**
+   * Messages `from` to `to` (inclusive) of the session's whole record (the kept segments, then the history), as
+   * iteration records index them; `base` is the session's `msgBase`. The history is read alone when it holds them.
+   */
+  async messagesAt(id: string, base: number, from: number, to: number): Promise<StoredMessage[]> {
+    if (from >= base) return this.history(id, from - base, to - base);
+    const segments = await this.compacted(id);
+    const all = [...segments.flatMap((s) => s.messages), ...(to >= base ? await this.history(id) : [])];
+    return all.slice(from, to + 1);
+  }
+
+  /**
+   * The history as it was when the session's whole record had `end` messages (a fork's point): the messages from
+   * the summary that stood first then (or from the start) up to `end`, and the whole-record index of the first.
+   */
+  async historyUntil(
+    id: string,
+    base: number,
+    end: number,
+  ): Promise<{ messages: StoredMessage[]; base: number }> {
+    if (end > base) return { messages: await this.history(id, 0, end - base - 1), base };
+    let start = 0;
+    for (const segment of await this.compacted(id)) {
+      const next = start + segment.messages.length;
+      if (end <= next) return { messages: segment.messages.slice(0, end - start), base: start };
+      start = next;
+    }
+    return { messages: [], base: 0 };
   }
 
   async lastMessage(id: string): Promise<StoredMessage | null> {
@@ -548,9 +616,22 @@ export class SessionStore {
   }
 }
 
+/** What one compaction summarized (an element of the `compacted` list). */
+export interface CompactedSegment {
+  at_iteration: number;
+  messages: StoredMessage[];
+}
+
 export interface IterationRecord {
   iteration: number;
-  /** Index in the history of the reply, and of its tool results once they are in. */
+  /** `compaction` for a compaction (its reply is the summary, or none when skipped); absent for a model turn. */
+  kind?: 'compaction';
+  /** A compaction's: how many messages it summarized (0 when skipped). */
+  summarized_messages?: number;
+  /**
+   * Index of the reply, and of its tool results once they are in, in the session's whole record (see `msgBase`;
+   * without compactions, the history). A skipped compaction added no message: -1.
+   */
   reply_index: number;
   results_index: number | null;
   request: { model: string; max_tokens: number; message_count: number; params_rev: number };

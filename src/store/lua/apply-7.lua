@@ -1,10 +1,13 @@
 -- apply: one atomic, guarded change to a session: history, iteration records, fields, queue and events together.
 -- KEYS[1] meta (hash)  KEYS[2] msgs (list)  KEYS[3] iters (list)  KEYS[4] queue (list)  KEYS[5] events (stream)
--- KEYS[6] lease (string)
+-- KEYS[6] lease (string)  KEYS[7] compacted (list: the segments a compaction summarized, one JSON each, oldest first)
 -- ARGV[1] guard JSON `{create?, fence?, rev?, status?: string[]}`: the change happens only if all hold
 -- ARGV[2] ops JSON (ApplyOps in src/store/store.ts). With `queue`, the queued follow-ups are popped and merged,
 --         behind `queue.base` if given, into one new user message (or, with `queue.into_last`, onto the blocks of
 --         the last message, a user turn); `queue.none` is applied when nothing was queued.
+--         `compact` `{count, at_iteration, summary}` (applied first): the first `count` messages of the history
+--         move, as they are, into a new segment `{"at_iteration":n,"messages":[…]}` pushed to KEYS[7], and the
+--         summary message (JSON) takes their place; `msg_base` grows by `count`.
 -- ARGV[3] event log MAXLEN (approximate trim)
 -- ARGV[4] pub/sub channel of the notice of the events written (includes/notice.lua), so live readers wake up
 -- ARGV[5] notice size limit (bytes)
@@ -49,8 +52,22 @@ local function pushAll(key, list)
   end
 end
 
+-- The history's first `c.count` messages become a kept segment; the summary message takes their place. Built by
+-- concatenation (no JSON decoding), so the messages are kept byte for byte.
+local function compact(c)
+  local moved = redis.call('LRANGE', KEYS[2], 0, c.count - 1)
+  local rest = redis.call('LRANGE', KEYS[2], c.count, -1)
+  redis.call('RPUSH', KEYS[7],
+    '{"at_iteration":' .. c.at_iteration .. ',"messages":[' .. table.concat(moved, ',') .. ']}')
+  redis.call('DEL', KEYS[2])
+  redis.call('RPUSH', KEYS[2], c.summary)
+  pushAll(KEYS[2], rest)
+  redis.call('HINCRBY', meta, 'msg_base', #moved)
+end
+
 local function run(o)
   if not o then return end
+  if o.compact then compact(o.compact) end
   if o.trim_msgs then redis.call('LTRIM', KEYS[2], 0, o.trim_msgs - 1) end
   if o.lset_msgs then for _, p in ipairs(o.lset_msgs) do redis.call('LSET', KEYS[2], p[1], p[2]) end end
   if o.push_msgs then pushAll(KEYS[2], o.push_msgs) end

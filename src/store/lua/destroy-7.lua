@@ -1,11 +1,11 @@
 -- destroy: delete every key of a session but the event log, which keeps only a `session.deleted` event and
 -- expires after ARGV[2] ms so live readers learn of the deletion.
--- KEYS[1] meta  KEYS[2] msgs  KEYS[3] iters  KEYS[4] queue  KEYS[5] events  KEYS[6] lease
+-- KEYS[1] meta  KEYS[2] msgs  KEYS[3] iters  KEYS[4] queue  KEYS[5] events  KEYS[6] lease  KEYS[7] compacted
 -- ARGV[1] event data JSON  ARGV[2] ttl of the event log ms  ARGV[3] event notification channel
 -- Returns 1, or 0 if the session did not exist (nothing written).
 if redis.call('EXISTS', KEYS[1]) == 0 then return 0 end
 local rev = redis.call('HINCRBY', KEYS[1], 'revision', 1)
-redis.call('DEL', KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[6])
+redis.call('DEL', KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[6], KEYS[7])
 local t = redis.call('TIME')
 local now = tostring(tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000))
 local id = redis.call('XADD', KEYS[5], '*', 't', 'session.deleted', 'd', ARGV[1], 'r', rev, 'at', now)

@@ -1,0 +1,333 @@
+/**
+ * Compaction (contract §6.1), through the SDK runner's own `compactBeforeNextTurn()`: the runner sends the request
+ * (`compaction: {type: "summarize"}` with its beta) and, when the reply holds a summary, replaces the history it
+ * summarized with the reply. The service commits the same change in one `apply`: the summarized messages move, as
+ * they were, into a kept segment (`s:{id}:c`, read with `?include=compacted`), the reply takes their place, and the
+ * iteration record (`kind: "compaction"`), the usage and the events go with it.
+ *
+ * When: a compaction asked for by the route while a run is in flight, or by the `compaction` policy after a turn whose
+ * input reached `at_input_tokens`, is scheduled on the runner when it is handed the committed history after that
+ * turn's tools — so it runs before the next turn, as the runner does it. One asked for while the session is idle or
+ * failed is a run of its own (`compactOnly`): one request, then the session goes back to the status it had. A request
+ * the run in flight could no longer take (its last turn ended the run) is turned into such a run when the run ends
+ * (`leftoverCompaction`).
+ *
+ * Invariants: the history a compaction summarizes is exactly the runner's (both are the committed history: the
+ * runner is handed it at each boundary), so the segment is the whole history at that point; a compaction is not a
+ * model turn, so it does not use up `max_iterations` (`run_start` moves with `iteration`); a reply without a summary
+ * changes nothing (`compaction.skipped`), as in the runner.
+ */
+import type { BetaToolRunner } from '@anthropic-ai/sdk/lib/tools/BetaToolRunner';
+import type { BetaMessage } from '@anthropic-ai/sdk/resources/beta/messages/messages';
+import { blocksOf, type StoredMessage } from '../history.js';
+import type { SessionParams } from '../schemas.js';
+import {
+  usageIncr,
+  type ApplyOps,
+  type CompactRequest,
+  type IterationRecord,
+  type SessionState,
+  type Usage,
+} from '../store/store.js';
+import { commit, endOps, mergeOps } from './commit.js';
+import type { EngineLogger, RunDeps, RunHandle } from './run-handle.js';
+import { statusEvent } from './status.js';
+
+/** The beta of a compaction request, and of every request whose history starts with a summary. */
+export const COMPACTION_BETA = 'compact-2026-09-04';
+
+/** What the runner loop yields: a reply's stream, or (without streaming) its pending message (typed as the message). */
+type RunnerItem = { finalMessage(): Promise<BetaMessage> } | BetaMessage | PromiseLike<BetaMessage>;
+
+/** Whether `message` is a compaction's reply: an assistant message whose first block is a `compaction` block. */
+export function isSummary(message: StoredMessage | undefined): boolean {
+  return message?.role === 'assistant' && blocksOf(message)[0]?.type === 'compaction';
+}
+
+/**
+ * Whether the history ends with a summary and nothing after it: the model has a turn to take from there (the
+ * runner's "the compaction hands the turn back before the model answers").
+ */
+export function endsWithSummary(history: readonly StoredMessage[]): boolean {
+  return history.length > 0 && isSummary(history.at(-1));
+}
+
+/** `params` with the compaction beta among its `betas` (once). */
+export function withCompactionBeta(params: SessionParams): SessionParams {
+  const betas = params.betas ?? [];
+  return betas.includes(COMPACTION_BETA) ? params : { ...params, betas: [...betas, COMPACTION_BETA] };
+}
+
+/** The params a turn sends: with the compaction beta when the history holds a summary, which the API needs. */
+export function paramsFor(params: SessionParams, history: readonly StoredMessage[]): SessionParams {
+  return isSummary(history[0]) ? withCompactionBeta(params) : params;
+}
+
+/** A reply the runner resumes rather than answers: `pause_turn`, or `compaction` (server-side compaction). */
+export function isUnfinished(stopReason: string | null | undefined): boolean {
+  return stopReason === 'pause_turn' || stopReason === 'compaction';
+}
+
+/** The input a turn was billed for, as the policy counts it. */
+export const inputTotal = (u: Usage): number =>
+  u.input_tokens + u.cache_read_input_tokens + u.cache_creation_input_tokens;
+
+function usageOf(message: BetaMessage): Usage {
+  return {
+    input_tokens: message.usage?.input_tokens ?? 0,
+    output_tokens: message.usage?.output_tokens ?? 0,
+    cache_creation_input_tokens: message.usage?.cache_creation_input_tokens ?? 0,
+    cache_read_input_tokens: message.usage?.cache_read_input_tokens ?? 0,
+  };
+}
+
+/** The summary of a compaction reply, or null when it has none (a failed compaction). */
+function summaryOf(message: BetaMessage): string | null {
+  for (const block of message.content) {
+    if (block.type === 'compaction' && block.content) return block.content;
+  }
+  return null;
+}
+
+/**
+ * Awaits a compaction item of the runner and commits it with `extra` ops (a run of its own ends in them): the
+ * history becomes the summary (or stays, without one), `history` and `state` follow. Returns the reply's usage.
+ */
+export async function commitCompaction(
+  deps: RunDeps,
+  run: RunHandle,
+  state: SessionState,
+  history: StoredMessage[],
+  item: RunnerItem,
+  params: SessionParams,
+  /** The compaction's iteration number (the runner's count of the session's iterations, plus one). */
+  iteration: number,
+  fromRequest: boolean,
+  extra: ApplyOps = {},
+): Promise<Usage> {
+  const startedAt = Date.now();
+  const t0 = performance.now();
+  // Live news, like `turn.started`: no session field changes until the commit.
+  await deps.store
+    .appendEvents(run.id, [
+      ['compaction.started', JSON.stringify({ iteration, message_count: history.length })],
+    ])
+    .catch(() => {});
+  const message = 'finalMessage' in item ? await item.finalMessage() : await item;
+  const usage = usageOf(message);
+  const summary = summaryOf(message);
+  const count = summary === null ? 0 : history.length;
+  const reply: StoredMessage = { role: 'assistant', content: message.content };
+  const record: IterationRecord = {
+    iteration,
+    kind: 'compaction',
+    summarized_messages: count,
+    // The summary stands where the messages it replaced end, in the session's whole record.
+    reply_index: summary === null ? -1 : state.msgBase + count,
+    results_index: null,
+    request: {
+      model: params.model,
+      max_tokens: params.max_tokens,
+      message_count: history.length,
+      params_rev: state.paramsRev,
+    },
+    stop_reason: message.stop_reason,
+    usage,
+    tool_calls: [],
+    started_at: new Date(startedAt).toISOString(),
+    completed_at: new Date().toISOString(),
+    timings: { upstream_ms: Math.round(performance.now() - t0), first_event_ms: null, tools_ms: null },
+  };
+  const outcome: [string, string] =
+    summary === null
+      ? ['compaction.skipped', JSON.stringify({ iteration, reason: 'no_summary' })]
+      : ['compaction.completed', JSON.stringify({ iteration, summarized_messages: count, message })];
+  const ops: ApplyOps = {
+    ...(summary === null
+      ? {}
+      : { compact: { count, at_iteration: iteration, summary: JSON.stringify(reply) } }),
+    push_iters: [JSON.stringify(record)],
+    // Not a model turn: `run_start` moves with `iteration`, so `max_iterations` counts turns only.
+    hincr: { iteration: 1, run_start: 1, ...usageIncr(message.usage) },
+    // A route's request is done; one the policy made was never stored.
+    ...(fromRequest ? { hset: { compact: '' } } : {}),
+    events: [outcome, ['iteration.persisted', JSON.stringify({ iteration, revision: null }), 'rev']],
+  };
+  await commit(deps, run, mergeOps(ops, extra));
+  state.runStart += 1;
+  if (fromRequest) state.compactRequest = null;
+  if (summary !== null) {
+    history.splice(0, count, reply);
+    state.msgBase += count;
+  }
+  return usage;
+}
+
+/**
+ * The compactions of one runner: scheduled with `compactBeforeNextTurn()` at a turn boundary, told apart from the
+ * turns in the loop (the runner yields the compaction's reply like any other), and committed.
+ */
+export class RunCompaction {
+  /** A compaction is scheduled: the next item the runner yields is its reply. */
+  expecting = false;
+  private fromRequest = false;
+
+  constructor(
+    private readonly deps: RunDeps,
+    private readonly run: RunHandle,
+    private readonly state: SessionState,
+    private readonly runner: BetaToolRunner<boolean>,
+  ) {}
+
+  /**
+   * Before the runner's first turn: a request the last run left, or the policy after the session's last turn (a run
+   * that ended with it compacts before the turn a new message starts). One LINDEX, only with the policy set.
+   */
+  async atStart(history: readonly StoredMessage[]): Promise<void> {
+    const { state } = this;
+    if (state.compactRequest && !state.compactRequest.resume) {
+      return this.schedule(state.compactRequest.instructions, true, history);
+    }
+    if (!state.compaction || state.iteration === 0) return;
+    const [last] = await this.deps.store.iterationRecords(this.run.id, -1, -1);
+    if (last && last.kind !== 'compaction' && inputTotal(last.usage) >= state.compaction.at_input_tokens) {
+      this.schedule(state.compaction.instructions ?? null, false, history);
+    }
+  }
+
+  /** After the runner was handed the history of the next turn: a request that came meanwhile, or the policy. */
+  afterHandOver(usage: Usage, history: readonly StoredMessage[]): void {
+    const { state } = this;
+    if (state.compactRequest && !state.compactRequest.resume) {
+      this.schedule(state.compactRequest.instructions, true, history);
+    } else if (state.compaction && inputTotal(usage) >= state.compaction.at_input_tokens) {
+      this.schedule(state.compaction.instructions ?? null, false, history);
+    }
+  }
+
+  private schedule(instructions: string | null, fromRequest: boolean, history: readonly StoredMessage[]) {
+    // Nothing to summarize yet, or only a summary: the API would summarize a summary.
+    if (this.expecting || history.length === 0 || (history.length === 1 && isSummary(history[0]))) return;
+    this.expecting = true;
+    this.fromRequest = fromRequest;
+    // The compaction request needs its beta; the thread's params are what the runner forks it from.
+    const params = this.runner.params;
+    this.runner.setMessagesParams({
+      ...params,
+      betas: [...new Set([...(params.betas ?? []), COMPACTION_BETA])],
+    });
+    this.runner.compactBeforeNextTurn({ type: 'summarize', ...(instructions ? { instructions } : {}) });
+  }
+
+  /** Commits the compaction the runner just yielded as iteration `iteration`. Returns its usage. */
+  async commit(
+    item: RunnerItem,
+    history: StoredMessage[],
+    params: SessionParams,
+    iteration: number,
+  ): Promise<Usage> {
+    this.expecting = false;
+    return commitCompaction(
+      this.deps,
+      this.run,
+      this.state,
+      history,
+      item,
+      params,
+      iteration,
+      this.fromRequest,
+    );
+  }
+}
+
+/**
+ * A compaction run: the session was idle or failed when it was asked for. One runner that sends only the compaction,
+ * committed together with the end of the run (the status it had, unless follow-ups came meanwhile: then they become
+ * the next user turn and the run goes on).
+ */
+export async function compactOnly(
+  deps: RunDeps,
+  run: RunHandle,
+  state: SessionState,
+  history: StoredMessage[],
+  runner: BetaToolRunner<boolean>,
+  log: EngineLogger,
+): Promise<'done' | 'again'> {
+  const request = state.compactRequest!;
+  const resume = request.resume!;
+  runner.compactBeforeNextTurn({
+    type: 'summarize',
+    ...(request.instructions ? { instructions: request.instructions } : {}),
+  });
+  const it = runner[Symbol.asyncIterator]();
+  try {
+    const first = await it.next();
+    if (first.done) throw new Error('the runner sent no compaction request');
+    const end = endOps({
+      status: resume.status,
+      stopReason: resume.stop_reason,
+      error: resume.error,
+      pending: resume.pending,
+    });
+    const before = history.length;
+    await commitCompaction(deps, run, state, history, first.value, state.params, state.iteration + 1, true, {
+      queue: {
+        // After a summary, follow-ups are a new user turn; without one, onto a trailing user turn.
+        ...(history.length === before && history.at(-1)?.role === 'user' ? { into_last: true } : {}),
+        none: end,
+      },
+    });
+    log.info({ iteration: state.iteration + 1 }, 'compacted');
+  } finally {
+    // The runner would go on to the next turn: this run only compacts.
+    await it.return?.(undefined);
+  }
+  const fresh = await deps.store.load(run.id);
+  if (fresh?.status !== 'running') {
+    await deps.store.unmarkDue(run.id);
+    return 'done';
+  }
+  return 'again';
+}
+
+/**
+ * After a run ended: a compaction asked for while it ran that it could not take (its last turn ended the run) runs
+ * now, as a run of its own. Returns whether one was started (the caller claims the run again).
+ */
+export async function leftoverCompaction(deps: RunDeps, id: string): Promise<boolean> {
+  const s = await deps.store.load(id);
+  const request: CompactRequest | null | undefined = s?.compactRequest;
+  if (!s || !request || request.resume || (s.status !== 'idle' && s.status !== 'failed')) return false;
+  const next: Partial<SessionState> & { status: 'running' } = {
+    status: 'running',
+    compactRequest: {
+      instructions: request.instructions,
+      resume: { status: s.status, stop_reason: s.stopReason, error: s.error, pending: s.pending },
+    },
+  };
+  try {
+    await deps.store.apply(id, { rev: s.revision }, compactRunOps(s, next));
+  } catch {
+    // The session moved on (a message started a run, say): that run's runner takes the request at its start.
+    return false;
+  }
+  return true;
+}
+
+/** Ops that start a compaction run (status `running`, the request with what to go back to). */
+export function compactRunOps(
+  s: SessionState,
+  next: Partial<SessionState> & { status: 'running' },
+): ApplyOps {
+  const merged = { ...s, ...next, stopReason: null, error: null };
+  return {
+    hset: {
+      status: 'running',
+      stop_reason: '',
+      error: '',
+      control: '',
+      compact: JSON.stringify(next.compactRequest),
+    },
+    events: [['session.status', statusEvent(merged)]],
+  };
+}
