@@ -595,6 +595,24 @@ describe('sessions: compaction by the route, the policy and the API', () => {
     assert.equal(last.messages.at(-1)!.role, 'user');
   });
 
+  test('a compaction reply without a summary changes nothing: compaction.skipped, the history as it was', async () => {
+    const s = await create({ input: 'hello there' });
+    const idle = await h.api.waitStatus(s.id, ['idle', 'failed']);
+    const before = (await h.api.get(`/v1/sessions/${s.id}/messages`)).body.data;
+    h.fake.enqueue({ type: 'message', content: [{ type: 'compaction', content: null }] });
+    assert.equal((await compact(s.id)).status, 202);
+    const after = await h.api.waitFor(s.id, (x) => x.status === 'idle' && !x.compaction_pending);
+    assert.equal(after.stop_reason, idle.stop_reason);
+    assert.deepEqual((await h.api.get(`/v1/sessions/${s.id}/messages`)).body.data, before);
+    const msgs = await h.api.get(`/v1/sessions/${s.id}/messages?include=compacted`);
+    assert.deepEqual(msgs.body.compacted, []);
+    const recs = (await h.api.get(`/v1/sessions/${s.id}/iterations`)).body.data;
+    assert.equal(recs.at(-1).kind, 'compaction');
+    assert.equal(recs.at(-1).summarized_messages, 0);
+    assert.equal(recs.at(-1).reply_index, -1);
+    assert.ok((await types(s.id)).includes('compaction.skipped'));
+  });
+
   test('POST …/compact while failed: at once, back to failed with its error; resume goes on from the summary', async () => {
     h.fake.enqueue({ type: 'error', status: 400, errorType: 'invalid_request_error', message: 'scripted' });
     const s = await create({ input: 'What is 2 plus 3?', tools: ['calculate_sum'] });
