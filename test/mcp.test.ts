@@ -343,6 +343,23 @@ describe('MCP servers as tools', { timeout: 240_000 }, () => {
     assert.equal((await volatile.calls())['echo:back']?.finished, 1, 'the restarted server ran it');
   });
 
+  it('the offline model calls an MCP tool the text asks for (name and description match) and reports its result', async () => {
+    // No script queued: the fake answers with the offline model, as a service without ANTHROPIC_API_KEY does.
+    const created = await api.post('/v1/sessions', {
+      input: 'Please add numbers 19 and 23 for me',
+      tools: [{ mcp_server: 'main', allowed_tools: ['echo', 'add_numbers', 'broken'] }],
+    });
+    assert.equal(created.status, 201, JSON.stringify(created.body));
+    const done = await api.waitStatus(created.body.id, ['idle', 'failed', 'requires_action'], 30_000);
+    assert.equal(done.status, 'idle', JSON.stringify(done));
+    const history = (await api.get(`/v1/sessions/${created.body.id}/messages`)).body.data;
+    const use = history[1].content.find((b: any) => b.type === 'tool_use');
+    assert.equal(use.name, 'add_numbers', JSON.stringify(history[1]));
+    assert.deepEqual(use.input, { a: 19, b: 23 });
+    assert.deepEqual(history[2].content[0].content, [{ type: 'text', text: '42' }]);
+    assert.match(JSON.stringify(history.at(-1).content), /42/, 'the final reply reports the result');
+  });
+
   it('a tool added on the server (notifications/tools/list_changed) is listed and offered to the next session', async () => {
     const before = await api.get('/v1/tools');
     assert.ok(!before.body.data.some((t: any) => t.name === 'fresh_tool'));

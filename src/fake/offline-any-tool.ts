@@ -116,9 +116,18 @@ class Said {
   #numbers: number[] | undefined;
   #places: string[] | undefined;
   #trimmed: string | undefined;
+  /** Numbers handed out so far: `{a, b}` of "add 19 and 23" get 19 and 23, in the schema's order. */
+  #numbersUsed = 0;
   constructor(private readonly text: string) {}
   get numbers(): number[] {
     return (this.#numbers ??= extractNumbers(this.text, true));
+  }
+  /** The next number of the text not handed out yet; the last one again once all were. */
+  nextNumber(): number | undefined {
+    const all = this.numbers;
+    const n = all[Math.min(this.#numbersUsed, all.length - 1)];
+    this.#numbersUsed++;
+    return n;
   }
   get places(): string[] {
     return (this.#places ??= extractPlaces(this.text));
@@ -170,7 +179,7 @@ function valueFor(name: string, schema: unknown, text: Said, depth: number, budg
   switch (type) {
     case 'integer':
     case 'number': {
-      const found = text.numbers[0];
+      const found = text.nextNumber();
       let n = found === undefined ? 1 : type === 'integer' ? Math.round(found) : found;
       if (typeof s.minimum === 'number' && n < s.minimum) n = s.minimum;
       if (typeof s.maximum === 'number' && n > s.maximum) n = s.maximum;
