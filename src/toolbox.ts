@@ -128,10 +128,15 @@ export class Toolbox {
     const lists = await Promise.all(
       this.providers.map((p) => (scope.tools.some((t) => p.claims(t)) ? p.runnables(scope) : [])),
     );
+    // A clash the create check could not see (an MCP server that did not answer then) keeps the client tool: the
+    // request never carries two tools of one name.
+    const client = new Set(
+      scope.tools.flatMap((t) => (typeof t === 'object' && 'input_schema' in t ? [t.name] : [])),
+    );
     const out = new Map<string, ServerTool>();
     for (const t of lists.flat()) {
       const name = runnableName(t.tool);
-      if (name && !out.has(name)) out.set(name, t);
+      if (name && !out.has(name) && !client.has(name)) out.set(name, t);
     }
     return out;
   }
