@@ -128,10 +128,12 @@ export class Toolbox {
     const lists = await Promise.all(
       this.providers.map((p) => (scope.tools.some((t) => p.claims(t)) ? p.runnables(scope) : [])),
     );
-    // A clash the create check could not see (an MCP server that did not answer then) keeps the client tool: the
-    // request never carries two tools of one name.
+    // A clash the create check could not see (an MCP server that did not answer then) keeps the client tool (or the
+    // Anthropic-defined one): the request never carries two tools of one name.
     const client = new Set(
-      scope.tools.flatMap((t) => (typeof t === 'object' && 'input_schema' in t ? [t.name] : [])),
+      scope.tools.flatMap((t) =>
+        typeof t === 'object' && ('input_schema' in t || isAnthropicTool(t)) ? [t.name] : [],
+      ),
     );
     const out = new Map<string, ServerTool>();
     for (const t of lists.flat()) {
