@@ -44,6 +44,7 @@ export const ERROR_CODES = [
   'tool_result_not_expected',
   'unknown_tool_use_id',
   'budget_exhausted',
+  'tool_call_pending',
   'webhook_disabled',
   'idempotency_in_progress',
   'compaction_pending',

@@ -2,7 +2,8 @@ import { serverBlockProblems } from './tools/server-blocks.js';
 
 /** A history message as stored: the request-side shape (replies are stored as `{role, content}` of the BetaMessage). */
 export interface StoredMessage {
-  role: 'user' | 'assistant';
+  /** `system`: a tool change (`tool_addition` / `tool_removal` blocks) the runner sent, see src/engine/tools-change.ts. */
+  role: 'user' | 'assistant' | 'system';
   content: string | StoredBlock[];
 }
 

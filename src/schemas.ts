@@ -304,6 +304,8 @@ export const patchSessionBody = z
     budget: budgetPolicy.optional(),
     run_tools_eagerly: z.boolean().optional(),
     compaction: compactionPolicy.optional(),
+    // The whole new set, in create's entry forms; applied from the next turn (src/sessions/tools-patch.ts).
+    tools: z.array(toolRef).max(128).optional(),
     metadata: metadata.optional(),
   })
   .refine((b) => Object.keys(b).length > 0, { message: 'nothing to change' });

@@ -544,7 +544,8 @@ describe('invalid requests are refused with a stable code and leave Redis unchan
       bad('on_tool_error unknown', 'PATCH', P, { on_tool_error: 'explode' }),
       bad('metadata value an object', 'PATCH', P, { metadata: { k: {} } }),
       bad('an unknown field', 'PATCH', P, { status: 'idle' }),
-      bad('tools (not patchable)', 'PATCH', P, { tools: ['get_weather'] }),
+      bad('tools with an unknown entry form', 'PATCH', P, { tools: [{ name: 'x' }] }),
+      bad('tools not a list', 'PATCH', P, { tools: 'get_weather' }),
       bad('a malformed If-Match', 'PATCH', P, { max_iterations: 3 }, { 'if-match': 'seventeen' }),
       {
         name: 'a stale If-Match',

@@ -740,7 +740,7 @@ export interface components {
     MessageList: {
       data: {
         /** @enum {string} */
-        role: 'user' | 'assistant';
+        role: 'user' | 'assistant' | 'system';
         content:
           | string
           | {
@@ -754,7 +754,7 @@ export interface components {
         at_iteration: number;
         messages: {
           /** @enum {string} */
-          role: 'user' | 'assistant';
+          role: 'user' | 'assistant' | 'system';
           content:
             | string
             | {
@@ -826,7 +826,7 @@ export interface components {
       /** @description The reply (`BetaMessage` param) of this iteration. */
       reply: {
         /** @enum {string} */
-        role: 'user' | 'assistant';
+        role: 'user' | 'assistant' | 'system';
         content:
           | string
           | {
@@ -836,7 +836,7 @@ export interface components {
       /** @description The user message with its tool results, once in. */
       tool_results: {
         /** @enum {string} */
-        role: 'user' | 'assistant';
+        role: 'user' | 'assistant' | 'system';
         content:
           | string
           | {
@@ -2138,6 +2138,33 @@ export interface operations {
             at_input_tokens: number;
             instructions?: string;
           } | null;
+          tools?: (
+            | string
+            | {
+                name: string;
+                description?: string;
+                input_schema: {
+                  /** @enum {string} */
+                  type: 'object';
+                  properties?: {
+                    [key: string]: unknown;
+                  };
+                } & {
+                  [key: string]: unknown;
+                };
+                strict?: boolean;
+              }
+            | {
+                mcp_server: string;
+                allowed_tools?: string[];
+              }
+            | ({
+                type: string;
+                name: string;
+              } & {
+                [key: string]: unknown;
+              })
+          )[];
           metadata?: {
             [key: string]: string | number | boolean | null;
           };

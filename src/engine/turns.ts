@@ -3,12 +3,9 @@ import type { BetaToolRunnerParams } from '@anthropic-ai/sdk/lib/tools/BetaToolR
 import type {
   BetaMessage,
   BetaRawMessageStreamEvent,
-  BetaTool,
-  BetaToolUnion,
 } from '@anthropic-ai/sdk/resources/beta/messages/messages';
 import { toolCallsOf, type StoredMessage } from '../history.js';
 import type { SessionParams } from '../schemas.js';
-import { anthropicToolDefinition, isAnthropicTool } from '../tools/anthropic-tools.js';
 import {
   usageIncr,
   type ApplyOps,
@@ -25,6 +22,13 @@ import type { EngineLogger, RunDeps, RunHandle } from './run-handle.js';
 import { holdUnsafeCalls, runsToolsEagerly } from './eager.js';
 import { StreamRelay } from './stream-relay.js';
 import { afterTools, serverRunnables, sessionTools } from './tool-step.js';
+import {
+  INLINE_TOOLS_BETA,
+  applyToolChange,
+  baseTools,
+  clientToolDefs,
+  pendingToolChange,
+} from './tools-change.js';
 
 const STOP_REASONS_THAT_END = new Set(['end_turn', 'stop_sequence', 'max_tokens', 'refusal']);
 
@@ -62,25 +66,6 @@ function runnerParams(t: TurnInput): BetaToolRunnerParams & { stream: boolean } 
   return params as unknown as BetaToolRunnerParams & { stream: boolean };
 }
 
-/**
- * The session's definitions the runner only sends: client tools (a client runs them) and Anthropic-defined tools
- * (run upstream, or by a client for bash, text editor and computer), as they were given.
- */
-function clientToolDefs(state: SessionState): BetaToolUnion[] {
-  return state.tools.flatMap((t): BetaToolUnion[] => {
-    if (typeof t !== 'object') return [];
-    if (isAnthropicTool(t)) return [anthropicToolDefinition(t)];
-    if (!('input_schema' in t)) return [];
-    const def: BetaTool = {
-      name: t.name,
-      ...(t.description !== undefined ? { description: t.description } : {}),
-      input_schema: t.input_schema,
-      ...(t.strict !== undefined ? { strict: t.strict } : {}),
-    };
-    return [def];
-  });
-}
-
 /** A reply's usage, absent counts as 0. */
 function usageOf(message: BetaMessage): Usage {
   return {
@@ -107,10 +92,15 @@ export async function runTurns(
   const durations = new Map<string, number>();
   // Resolved once per runner: an MCP server's tool list change is taken up by the next run.
   const runnable = await sessionTools(deps, state);
-  const tools: BetaToolRunnerParams['tools'] = [
-    ...serverRunnables(deps, runnable, durations),
-    ...clientToolDefs(state),
-  ];
+  // After a PATCH of `tools`, runners still send the set at create as `tools` (src/engine/tools-change.ts).
+  const tools: BetaToolRunnerParams['tools'] = state.toolsBase
+    ? await baseTools(deps, state, durations)
+    : [...serverRunnables(deps, runnable, durations), ...clientToolDefs(state)];
+  /** Once tool changes are in the history (or about to be), their beta goes with every request. */
+  const withToolChanges = (p: SessionParams): SessionParams =>
+    state.toolsSent === null || p.betas?.includes(INLINE_TOOLS_BETA)
+      ? p
+      : { ...p, betas: [...(p.betas ?? []), INLINE_TOOLS_BETA] };
   let params = state.params;
   let paramsRev = state.paramsRev;
   let iteration = state.iteration;
@@ -118,7 +108,7 @@ export async function runTurns(
   let spent = totalTokens(state.usage);
   const runner = deps.client.beta.messages.toolRunner(
     runnerParams({
-      params,
+      params: withToolChanges(params),
       messages: history,
       tools,
       maxIterations: budget,
@@ -131,6 +121,9 @@ export async function runTurns(
   // Compactions asked for (route, policy) run before the next turn: see compaction.ts.
   const compaction = new RunCompaction(deps, run, state, runner);
   await compaction.atStart(history);
+
+  const change = await pendingToolChange(deps, state, durations, true);
+  if (change) await applyToolChange(deps, run, runner, state, history, change);
 
   /** The `system` of this runner's thread (JSON). */
   const threadSystem = JSON.stringify(params.system);
@@ -162,6 +155,8 @@ export async function runTurns(
           compactRequest,
         } = fresh;
         state.runToolsEagerly = fresh.runToolsEagerly;
+        state.tools = fresh.tools;
+        state.toolsSent = fresh.toolsSent;
         Object.assign(state, {
           review,
           approval,
@@ -181,16 +176,22 @@ export async function runTurns(
     // A thread keeps the `system` it was created with (the SDK throws on a change): a new `system` ends this runner,
     // and the next one starts a new thread with it.
     if (JSON.stringify(params.system) !== threadSystem) return false;
-    runner.setMessagesParams(
-      runnerParams({
-        params,
-        messages: [...history],
-        tools,
-        maxIterations: runnerTurns + Math.max(1, budgetLeft(state, iteration)),
-        stream: state.stream,
-        eager: runsToolsEagerly(state),
-      }),
-    );
+    const handTo = () =>
+      runner.setMessagesParams(
+        runnerParams({
+          params: withToolChanges(params),
+          messages: [...history],
+          tools,
+          maxIterations: runnerTurns + Math.max(1, budgetLeft(state, iteration)),
+          stream: state.stream,
+          eager: runsToolsEagerly(state),
+        }),
+      );
+    // A PATCH of `tools`: told to the model ahead of the next turn; the runner gets the history without that message,
+    // which it appends itself.
+    const change = await pendingToolChange(deps, state, durations, false);
+    if (change) await applyToolChange(deps, run, runner, state, history, change, handTo);
+    else handTo();
     return true;
   };
 

@@ -17,6 +17,7 @@ import { DEFAULT_ERROR_MESSAGES, ERROR_STATUS, errorBody, sendApiError, sendJson
 import { streamMessage } from './sse.js';
 import type { FakeState } from './state.js';
 import { checkThread } from './threads.js';
+import { validateToolChanges } from './tool-changes.js';
 import type { BetaMessageParam } from '@anthropic-ai/sdk/resources/beta/messages/messages';
 import { RequestError, unchecked, validateBody, validateConversation } from './validate.js';
 import type { ApiErrorSpec, FakeReply, FakeRequest, WireRequest } from './wire.js';
@@ -54,6 +55,11 @@ export async function handleMessages(
     validateCompactionFields(parsed, req.headers);
     if (thread) checkThread(thread, parent, newMessages, settings.threadsSupported);
     validateConversation(conversation, settings.strictAlternation);
+    validateToolChanges(
+      conversation,
+      parent ? parent.tools : Array.isArray(fields?.tools) ? fields.tools : [],
+      req.headers,
+    );
   } catch (error) {
     if (!(error instanceof RequestError)) throw error;
     rejection = error.spec;

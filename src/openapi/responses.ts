@@ -132,7 +132,7 @@ export const deletedSession = z
 
 /** A Messages API message param (`{role, content}`), as the next turn sends it. */
 const message = z.object({
-  role: z.enum(['user', 'assistant']),
+  role: z.enum(['user', 'assistant', 'system']),
   content: z.union([
     z.string(),
     z.array(

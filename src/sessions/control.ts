@@ -12,6 +12,7 @@ import {
   type MutationResult,
   type SessionDeps,
 } from './mutate.js';
+import { toolsPatch } from './tools-patch.js';
 
 /** Changes params and policies; a run in flight takes them at its next turn boundary. */
 export function patchSession(
@@ -37,6 +38,12 @@ export function patchSession(
     if (body.compaction !== undefined) next.compaction = body.compaction;
     checkCompactionParams(next.params ?? s.params, 'compaction' in next ? next.compaction : s.compaction);
     if (body.metadata !== undefined) next.metadata = body.metadata;
+    const toolsEvent: Array<[string, string]> = [];
+    if (body.tools !== undefined) {
+      const t = await toolsPatch(deps, s, body.tools);
+      Object.assign(next, t.next);
+      toolsEvent.push(t.event);
+    }
     const paramsEvent: Array<[string, string]> = body.params
       ? [['params.updated', JSON.stringify({ params: body.params })]]
       : [];
@@ -44,7 +51,7 @@ export function patchSession(
       ops: {
         hset: encodeFields(next),
         hincr: { params_rev: 1 },
-        events: [...paramsEvent, ['session.updated', JSON.stringify(body)]],
+        events: [...paramsEvent, ...toolsEvent, ['session.updated', JSON.stringify(body)]],
       },
       after: () => deps.store.publishControl(id, 'params'),
     };

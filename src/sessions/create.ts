@@ -76,6 +76,8 @@ export async function createSession(
     runStart: 0,
     params: params.data,
     tools: body.tools,
+    toolsBase: null,
+    toolsSent: null,
     maxIterations: body.max_iterations,
     approval: body.approval,
     review: body.review_tool_results,

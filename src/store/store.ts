@@ -75,6 +75,13 @@ export interface SessionState {
   runStart: number;
   params: SessionParams;
   tools: ToolRef[];
+  /**
+   * The tools the session's runners send as `tools` (the prompt cache's prefix): the set at create. Null until the
+   * first `PATCH` of `tools`; then `tools` is the set from the next turn on (src/engine/tools-change.ts).
+   */
+  toolsBase: ToolRef[] | null;
+  /** The set the model was last told of (`toolsBase` plus the tool changes in the history); null: `tools`. */
+  toolsSent: ToolRef[] | null;
   maxIterations: number;
   approval: ApprovalPolicy;
   review: ReviewPolicy;
@@ -196,6 +203,8 @@ export function encodeFields(s: Partial<SessionState>): Record<string, string> {
   str('run_start', s.runStart);
   json('params', s.params);
   json('tools', s.tools);
+  if (s.toolsBase !== undefined) out.tools_base = s.toolsBase ? JSON.stringify(s.toolsBase) : '';
+  if (s.toolsSent !== undefined) out.tools_sent = s.toolsSent ? JSON.stringify(s.toolsSent) : '';
   str('max_iterations', s.maxIterations);
   json('approval', s.approval);
   json('review', s.review);
@@ -238,6 +247,8 @@ function decodeFields(h: Record<string, string>): SessionState {
     runStart: Number(h.run_start ?? 0),
     params: json(h.params, {} as SessionParams),
     tools: json(h.tools, []),
+    toolsBase: json(h.tools_base, null),
+    toolsSent: json(h.tools_sent, null),
     maxIterations: Number(h.max_iterations ?? 10),
     approval: json(h.approval, 'default' as ApprovalPolicy),
     review: json(h.review, false),
