@@ -26,6 +26,7 @@ import streamRoutes from '../routes/stream.js';
 import consoleRoutes from '../routes/console.js';
 import webhooksPlugin from './webhooks/plugin.js';
 import webhookRoutes from '../routes/webhooks.js';
+import memoryRoutes from '../routes/memory.js';
 import quotasPlugin from './quotas/quotas.js';
 import { selectProtocol } from './events/protocols.js';
 import { metricsPlugin, tracingPlugin, type TracingPluginOptions } from './observability/plugin.js';
@@ -83,6 +84,11 @@ const app: FastifyPluginAsync<AppOptions> = async (fastify, opts) => {
     eventLogMax: config.EVENT_LOG_MAX,
     shutdownGraceMs: config.SHUTDOWN_GRACE_MS,
     maxActiveRuns: config.MAX_ACTIVE_RUNS,
+    memory: {
+      maxFileBytes: config.MEMORY_MAX_FILE_BYTES,
+      maxTenantBytes: config.MEMORY_MAX_TENANT_BYTES,
+      maxFiles: config.MEMORY_MAX_FILES,
+    },
   });
   await fastify.register(eventsHubPlugin, { pageBytes: config.REPLAY_PAGE_BYTES });
   // At the root, so before the /v1 scope's auth hook: @fastify/websocket's onRequest hook must see an upgrade first,
@@ -116,6 +122,7 @@ const app: FastifyPluginAsync<AppOptions> = async (fastify, opts) => {
     await api.register(eventRoutes, { config });
     await api.register(streamRoutes, { config });
     await api.register(webhookRoutes);
+    await api.register(memoryRoutes);
     // Unknown paths under /v1 are answered inside the scope too: 401 without a key, as any /v1 route (no route
     // discovery without one), else 404 `route_not_found`. Preflights (OPTIONS) are left to the CORS plugin.
     api.route({

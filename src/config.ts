@@ -166,6 +166,10 @@ export const configSchema = z.object({
   MCP_TOOLS_TTL_MS: positiveMs.default(300_000),
   /** Connecting to an MCP server (initialize) and listing its tools may take this long (ms). */
   MCP_CONNECT_TIMEOUT_MS: positiveMs.default(10_000),
+  /** The memory tool (src/memory/): most bytes (UTF-8) of one file, of all a tenant's files, and files per tenant. */
+  MEMORY_MAX_FILE_BYTES: z.coerce.number().int().min(1).max(16_777_216).default(65_536),
+  MEMORY_MAX_TENANT_BYTES: z.coerce.number().int().min(1).max(1_073_741_824).default(10_485_760),
+  MEMORY_MAX_FILES: z.coerce.number().int().min(1).max(100_000).default(1000),
   /** Offline model's delay between SSE events (ms). */
   OFFLINE_EVENT_DELAY_MS: z.coerce.number().int().min(0).default(15),
 });

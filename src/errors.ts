@@ -17,6 +17,7 @@ export const ERROR_CODES = [
   'duplicate_tool',
   'unknown_tool',
   'tool_name_conflict',
+  'invalid_memory_path',
   'request_aborted',
   // 401, 403
   'unauthorized',

@@ -13,4 +13,6 @@ export interface ServerTool {
    * with an `is_error` "interrupted" result instead of running twice.
    */
   idempotent: boolean;
+  /** Idempotency call by call, over `idempotent`, for a tool whose commands differ (the memory tool: `view` only). */
+  idempotentFor?: (input: unknown) => boolean;
 }

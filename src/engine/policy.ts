@@ -16,6 +16,12 @@ export function needsApproval(
   return s.approval.includes(name);
 }
 
+/** Whether a call may run again after a crash interrupted it: by its input where the tool says, else the tool's flag. */
+export function callIdempotent(tool: ServerTool | undefined, input: unknown): boolean {
+  if (!tool) return false;
+  return tool.idempotentFor ? tool.idempotentFor(input) : tool.idempotent;
+}
+
 /** Whether the results of the calls wait for review before the model sees them. */
 export function needsReview(s: Pick<SessionState, 'review'>, calls: Array<{ name: string }>): boolean {
   if (calls.length === 0) return false;

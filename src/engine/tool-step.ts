@@ -18,7 +18,7 @@ import type {
   ToolResult,
 } from '../store/store.js';
 import { commit, completedEvents, endRun, mergeOps } from './commit.js';
-import { interruptedResult, needsReview, pendingCalls, resultBlock } from './policy.js';
+import { interruptedResult, needsReview, pendingCalls, resultBlock, callIdempotent } from './policy.js';
 import type { RunDeps, RunHandle } from './run-handle.js';
 
 /** The session's runnable tools (server tools, MCP tools, …) by name, as the toolbox resolves them for this step. */
@@ -80,7 +80,7 @@ export async function toolStep(
       c.result = { content: `Tool call denied${c.reason ? `: ${c.reason}` : '.'}`, is_error: true };
     } else if (c.kind === 'server' && c.approval !== 'required') {
       // Unknown now (an MCP server that does not answer) counts as not idempotent.
-      if (c.started && !tools.get(c.name)?.idempotent) {
+      if (c.started && !callIdempotent(tools.get(c.name), c.input)) {
         c.result = interruptedResult(`the run was interrupted while ${c.name} ran; it was not run again`);
       } else {
         toRun.push(c);

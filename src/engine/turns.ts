@@ -17,7 +17,7 @@ import {
 import { budgetExhausted, totalTokens } from './budget.js';
 import { commit, idleOps } from './commit.js';
 import { RunCompaction, compactOnly, isUnfinished, paramsFor, withCompactionBeta } from './compaction.js';
-import { interruptedResult, pendingCalls, resultBlock } from './policy.js';
+import { interruptedResult, pendingCalls, resultBlock, callIdempotent } from './policy.js';
 import type { EngineLogger, RunDeps, RunHandle } from './run-handle.js';
 import { holdUnsafeCalls, runsToolsEagerly } from './eager.js';
 import { StreamRelay } from './stream-relay.js';
@@ -355,7 +355,8 @@ export async function runTurns(
     // its results. A crash while they run loses the reply, and the turn is sent again — which may run those tools
     // again, harmless as they are idempotent. Otherwise the reply (with its calls marked started) is committed
     // first, so a non-idempotent call interrupted by a crash is answered "interrupted" instead of running twice.
-    const oneCommit = !waits && pending.every((c) => runnable.get(c.name)?.idempotent ?? true);
+    const oneCommit =
+      !waits && pending.every((c) => !runnable.has(c.name) || callIdempotent(runnable.get(c.name), c.input));
     if (oneCommit) {
       // Live clients still see the turn end and the tools start now; these events change no session field.
       void store.appendEvents(run.id, replyEvents).catch(() => {});

@@ -42,6 +42,7 @@ const tags = [
   { name: 'sessions', description: 'Create, read, steer and delete sessions.' },
   { name: 'events', description: 'The event log of a session: JSON pages, Server-Sent Events, WebSocket.' },
   { name: 'tools', description: 'The server tools a session may use.' },
+  { name: 'memory', description: "The memory tool's files of the caller's tenant, shared by its sessions." },
   {
     name: 'webhooks',
     description: 'Signed deliveries of session events to your endpoints (Standard Webhooks).',

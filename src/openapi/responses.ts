@@ -322,3 +322,30 @@ export const deliveryList = z
 export const testDelivery = z
   .object({ message_id: z.string(), type: z.string() })
   .meta({ id: 'TestDelivery', description: 'A `webhook.test` event was queued for delivery.' });
+
+/* The memory tool's files (spec §6.2) */
+
+export const memoryFileList = z
+  .object({
+    data: z.array(
+      z.object({
+        path: z.string().meta({ description: 'Relative to /memories, as in `/v1/memory/<path>`.' }),
+        size_bytes: z.number().int(),
+      }),
+    ),
+    total_bytes: z.number().int(),
+    limits: z.object({
+      max_file_bytes: z.number().int(),
+      max_tenant_bytes: z.number().int(),
+      max_files: z.number().int(),
+    }),
+  })
+  .meta({ id: 'MemoryFileList' });
+
+export const memoryFile = z
+  .object({ path: z.string(), content: z.string(), size_bytes: z.number().int() })
+  .meta({ id: 'MemoryFile' });
+
+export const deletedMemoryFile = z
+  .object({ path: z.string(), deleted: z.literal(true) })
+  .meta({ id: 'DeletedMemoryFile' });

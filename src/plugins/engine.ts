@@ -8,6 +8,8 @@ import { SessionChannels } from '../store/channels.js';
 import { SessionStore } from '../store/store.js';
 import { componentLog } from '../log.js';
 import { serverToolProvider, Toolbox } from '../toolbox.js';
+import { memoryProvider } from '../memory/tool.js';
+import { MemoryStore, type MemoryLimits } from '../store/memory.js';
 
 declare module 'fastify' {
   interface FastifyInstance {
@@ -18,6 +20,8 @@ declare module 'fastify' {
     /** Every source of tools the service runs: server tools, MCP servers, … (`GET /v1/tools`, session checks). */
     toolbox: Toolbox;
     sessions: SessionService;
+    /** The memory tool's files, per tenant (`routes/memory.ts`). */
+    memory: MemoryStore;
   }
 }
 
@@ -26,6 +30,8 @@ export interface EnginePluginOptions {
   eventLogMax: number;
   shutdownGraceMs: number;
   maxActiveRuns: number;
+  /** Caps of the memory tool's files (MEMORY_MAX_*). */
+  memory: MemoryLimits;
 }
 
 /**
@@ -36,7 +42,12 @@ export default fp<EnginePluginOptions>(
   async (app, opts) => {
     const store = new SessionStore(app.redis, { eventLogMax: opts.eventLogMax });
     // Asked in order: a name is the first provider's.
-    const toolbox = new Toolbox([serverToolProvider(serverTools), ...(app.mcp ? [app.mcp] : [])]);
+    const memory = new MemoryStore(app.redis, opts.memory);
+    const toolbox = new Toolbox([
+      serverToolProvider(serverTools),
+      memoryProvider(memory),
+      ...(app.mcp ? [app.mcp] : []),
+    ]);
     const channels = new SessionChannels(app.redisSub);
     const engine = new Engine({
       store,
@@ -56,6 +67,7 @@ export default fp<EnginePluginOptions>(
     app.decorate('channels', channels);
     app.decorate('engine', engine);
     app.decorate('toolbox', toolbox);
+    app.decorate('memory', memory);
     app.decorate('sessions', new SessionService(store, engine, serverTools, toolbox));
     app.addHook('onReady', async () => engine.start());
     // Registered after the redis plugin, so it runs before Redis closes (onClose hooks run in reverse order).

@@ -43,3 +43,11 @@ export const sessionOfControlChannel = (channel: string): string | null =>
 /** The session id of an events channel's name, or null for another channel. */
 export const sessionOfEventsChannel = (channel: string): string | null =>
   channel.startsWith('ev:{') && channel.endsWith('}') ? channel.slice(4, -1) : null;
+
+/** The memory tool's files of a tenant (hash tag: the tenant, so both keys share a Cluster slot). */
+export const memoryKeys = (tenant: string) => ({
+  /** HASH: path (relative to /memories) → content. */
+  files: `mem:{${tenant}}:f`,
+  /** STRING: the UTF-8 bytes of all the tenant's files, kept by the scripts that write them. */
+  bytes: `mem:{${tenant}}:b`,
+});
