@@ -213,7 +213,8 @@ export async function afterTools(
     }
   }
   const res = await commit(deps, run, withReply(ops));
-  history.push(JSON.parse(res.merged) as StoredMessage);
+  const merged: StoredMessage = JSON.parse(res.merged); // our own write of a stored message
+  history.push(merged);
   return { outcome: 'continue', paramsRev: res.paramsRev };
 }
 

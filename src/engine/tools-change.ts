@@ -138,7 +138,7 @@ export async function pendingToolChange(
       tool: { type: 'tool_definition', definition: t.definition },
     })),
   ];
-  const message = JSON.parse(JSON.stringify({ role: 'system', content })) as StoredMessage;
+  const message: StoredMessage = JSON.parse(JSON.stringify({ role: 'system', content }));
   return { removed, added, message };
 }
 

@@ -322,7 +322,10 @@ export async function runTurns(
       history.push(reply);
       run.obs.turnEnded();
       if (!ends) continue; // pause_turn, compaction: the runner resumes the turn
-      if (res.merged) history.push(JSON.parse(res.merged) as StoredMessage);
+      if (res.merged) {
+        const merged: StoredMessage = JSON.parse(res.merged); // our own write of a stored message
+        history.push(merged);
+      }
       if (res.mergedCount === 0) {
         await store.unmarkDue(run.id);
         return 'done';

@@ -64,7 +64,7 @@ export async function handleFrame(
   if (typeof msg !== 'object' || msg === null || Array.isArray(msg)) {
     return errorFrame(null, 'invalid_frame', 'A frame is a JSON object with `type` and `ref`.');
   }
-  const rawRef = (msg as { ref?: unknown }).ref;
+  const rawRef: unknown = 'ref' in msg ? msg.ref : undefined;
   const ref = typeof rawRef === 'string' && rawRef.length <= 200 ? rawRef : null;
   const h = head.safeParse(msg);
   if (!h.success) return errorFrame(ref, 'invalid_request', 'The frame is invalid.', frameDetails(h.error));

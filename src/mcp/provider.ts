@@ -145,7 +145,7 @@ export class McpTools implements ToolProvider {
   async list(tenant: string): Promise<ToolListing[]> {
     const out: ToolListing[] = [];
     for (const s of this.visible(tenant)) {
-      const tools = await s.listTools().catch(() => [] as Tool[]);
+      const tools: readonly Tool[] = await s.listTools().catch(() => []);
       for (const t of tools) {
         if (!API_TOOL_NAME.test(t.name)) continue;
         out.push({

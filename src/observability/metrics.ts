@@ -248,7 +248,10 @@ export const seconds = (ms: number): number => ms / 1000;
 
 /** The kind of an ioredis error, from its code or class (a closed set, whatever the error says). */
 export function redisErrorKind(err: unknown): RedisErrorKind {
-  const e = err as { code?: unknown; name?: unknown; message?: unknown } | null;
+  const e =
+    typeof err === 'object' && err !== null
+      ? { code: get(err, 'code'), name: get(err, 'name'), message: get(err, 'message') }
+      : null;
   const code = typeof e?.code === 'string' ? e.code : '';
   if (code === 'ECONNREFUSED') return 'connection_refused';
   if (code === 'ECONNRESET' || code === 'EPIPE' || code === 'ECONNABORTED') return 'connection_reset';
@@ -256,4 +259,8 @@ export function redisErrorKind(err: unknown): RedisErrorKind {
   if (code === 'ENOTFOUND' || code === 'EAI_AGAIN') return 'dns';
   if (typeof e?.name === 'string' && /Cluster/.test(e.name)) return 'cluster';
   return 'other';
+}
+
+function get(obj: object, key: string): unknown {
+  return key in obj ? Reflect.get(obj, key) : undefined;
 }

@@ -183,8 +183,8 @@ export class Tracing {
 
   /** Flushes and stops the provider if this instance made it. */
   async shutdown(): Promise<void> {
-    const p = this.provider as { shutdown?: () => Promise<void> } | undefined;
-    if (this.owned && p?.shutdown) await p.shutdown();
+    const p = this.provider;
+    if (this.owned && p && 'shutdown' in p && typeof p.shutdown === 'function') await p.shutdown();
   }
 }
 

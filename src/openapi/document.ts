@@ -214,7 +214,7 @@ export const swaggerOptions: FastifyDynamicSwaggerOptions = {
     const docs = docsRoute(url);
     if (docs) return docs;
     // @fastify/websocket hides its routes; the upgrade is part of the API.
-    const s = (route as { websocket?: boolean }).websocket ? { ...schema, hide: false } : schema;
+    const s = 'websocket' in route && route.websocket === true ? { ...schema, hide: false } : schema;
     return jsonSchemaTransform({ schema: s, url, route, ...rest });
   },
   transformObject: (doc) => {

@@ -148,7 +148,7 @@ export default fp<{ ttlS: number; box: SecretBox }>(
 function unsealed(stored: Stored, req: FastifyRequest, box: SecretBox): string | undefined {
   if (!stored.sealed || stored.body === undefined) return stored.body;
   // Written by `sealFields` from a JSON object.
-  const obj = JSON.parse(stored.body) as Json;
+  const obj: Json = JSON.parse(stored.body);
   for (const [f, v] of Object.entries(stored.sealed)) {
     try {
       obj[f] = box.open(v);

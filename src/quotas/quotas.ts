@@ -51,7 +51,7 @@ export default fp<QuotaOptions>(
       const creates =
         methods.includes('POST') && (route.url === '/v1/sessions' || route.url === '/v1/sessions/:id/fork');
       if (creates && opts.maxSessions > 0) append(route, sessionsQuota);
-      if ((route as { websocket?: boolean }).websocket && opts.maxWebSockets > 0)
+      if ('websocket' in route && route.websocket === true && opts.maxWebSockets > 0)
         append(route, webSocketQuota);
     });
   },

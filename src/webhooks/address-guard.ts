@@ -54,11 +54,12 @@ export interface CheckedAddress {
  */
 export async function resolveChecked(host: string, allowPrivate: boolean): Promise<CheckedAddress[]> {
   let addrs: CheckedAddress[];
-  if (isIP(host)) addrs = [{ address: host, family: isIP(host) as 4 | 6 }];
+  const literal = isIP(host);
+  if (literal === 4 || literal === 6) addrs = [{ address: host, family: literal }];
   else {
     try {
       const found = await dnsLookup(host, { all: true, verbatim: true });
-      addrs = found.map((a) => ({ address: a.address, family: a.family as 4 | 6 }));
+      addrs = found.map((a) => ({ address: a.address, family: a.family === 6 ? 6 : 4 }));
     } catch (err) {
       throw invalidUrl(
         `The host ${host} does not resolve (${err instanceof Error && 'code' in err ? String(err.code) : 'error'}).`,
