@@ -261,3 +261,42 @@ describe('offline model through the service: a client tool session', () => {
     assert.match(said, /The sum is 5/);
   });
 });
+
+describe('offline model through the service: the memory tool', () => {
+  let h: Harness;
+  before(async () => {
+    h = await startHarness();
+  });
+  after(async () => h?.close());
+
+  async function run(input: string): Promise<string> {
+    const created = await h.api.post('/v1/sessions', { input, tools: ['memory'] });
+    assert.equal(created.status, 201, JSON.stringify(created.body));
+    const id = created.body.id as string;
+    const done = await h.api.waitStatus(id, ['idle', 'failed', 'requires_action'], 20_000);
+    assert.equal(done.status, 'idle', JSON.stringify(done));
+    const history = (await h.api.get(`/v1/sessions/${id}/messages`)).body.data;
+    return JSON.stringify(history.slice(1));
+  }
+
+  test('one session remembers, a second session of the tenant recalls it', async () => {
+    const wrote = await run('Remember: my favourite colour is teal');
+    assert.match(wrote, /"name":"memory"/);
+    assert.match(wrote, /"command":"create"/);
+    const file = await h.api.get('/v1/memory/notes.md');
+    assert.equal(file.status, 200, JSON.stringify(file.body));
+    assert.match(JSON.stringify(file.body), /my favourite colour is teal/);
+    const recalled = await run('What do you remember about me?');
+    assert.match(recalled, /"command":"view"/);
+    // The second session's answer quotes the file the first one wrote.
+    assert.match(recalled, /favourite colour is teal/);
+  });
+
+  test('"remember" text is read in linear time (generous bound)', () => {
+    const text = `remember ${' '.repeat(200_000)}x`;
+    const start = performance.now();
+    const reply = ask([{ role: 'user', content: text }], [{ type: 'memory_20250818', name: 'memory' }]);
+    assert.ok(performance.now() - start < 2000);
+    assert.equal(reply.type, 'message');
+  });
+});

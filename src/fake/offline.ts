@@ -293,12 +293,47 @@ function planTools(text: string, tools: Map<string, OfferedTool>): Plan {
     plan.notes.push(`look up the time in ${list(zones)}`);
   }
 
+  const memory = tools.has('memory') ? planMemory(text) : undefined;
+  if (memory) {
+    plan.calls.push(memory.call);
+    plan.notes.push(memory.note);
+  }
+
   const math = planMath(text, tools);
   if (math) {
     plan.calls.push(math.call);
     plan.notes.push(math.note);
   }
   return plan;
+}
+
+/** The file the offline model keeps what it is told to remember in (the memory tool's paths start at /memories). */
+export const OFFLINE_MEMORY_FILE = '/memories/notes.md';
+const REMEMBER = /^\s*(?:please\s+)?remember\b[\s:,]*/i;
+const RECALL = /\b(?:what do you remember|recall|your memory|your memories)\b/i;
+
+/**
+ * The memory tool (`betaMemoryTool`, `"memory"` in a session's tools): "remember …" writes the rest of the text to
+ * one notes file, a question about what it remembers views that file. Patterns are anchored or bounded
+ * alternations: linear in the text.
+ */
+function planMemory(text: string): { call: FakeBlock; note: string } | undefined {
+  const remember = REMEMBER.exec(text);
+  if (remember) {
+    const note = text.slice(remember[0].length).trim().slice(0, 4000);
+    if (!note) return undefined;
+    return {
+      call: call('memory', { command: 'create', path: OFFLINE_MEMORY_FILE, file_text: `${note}\n` }),
+      note: 'write that down in my memory',
+    };
+  }
+  if (RECALL.test(text)) {
+    return {
+      call: call('memory', { command: 'view', path: OFFLINE_MEMORY_FILE }),
+      note: 'look in my memory',
+    };
+  }
+  return undefined;
 }
 
 function call(name: string, input: Record<string, unknown>): FakeBlock {
