@@ -81,7 +81,12 @@ const app: FastifyPluginAsync<AppOptions> = async (fastify, opts) => {
   await fastify.register(mcpPlugin, { config });
   await fastify.register(enginePlugin, {
     leaseTtlMs: config.LEASE_TTL_MS,
-    eventLogMax: config.EVENT_LOG_MAX,
+    store: {
+      eventLogMax: config.EVENT_LOG_MAX,
+      eventLogMaxBytes: config.EVENT_LOG_MAX_BYTES,
+      maxTurnBytes: config.MAX_TURN_BYTES,
+      tenantMaxActiveRuns: config.TENANT_MAX_ACTIVE_RUNS,
+    },
     shutdownGraceMs: config.SHUTDOWN_GRACE_MS,
     maxActiveRuns: config.MAX_ACTIVE_RUNS,
     memory: {

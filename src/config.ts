@@ -89,8 +89,15 @@ export const configSchema = z.object({
   LEASE_TTL_MS: positiveMs.default(10_000),
   /** How long SIGTERM waits for running turns before their leases are released. */
   SHUTDOWN_GRACE_MS: positiveMs.default(10_000),
-  /** Approximate number of events kept per session log (XADD MAXLEN ~). */
+  /** Events kept per session log; the oldest are trimmed beyond (src/store/lua/includes/event-log.lua). */
   EVENT_LOG_MAX: positiveMs.default(10_000),
+  /** Bytes of event data kept per session log (type + data + 32 per event); the oldest are trimmed beyond. */
+  EVENT_LOG_MAX_BYTES: positiveMs.default(16 * 1024 * 1024),
+  /**
+   * Bytes one user turn made of follow-ups may reach: the trailing user turn they join (if the history ends with
+   * one) and every follow-up queued for it. A follow-up beyond is refused with 413 `payload_too_large`.
+   */
+  MAX_TURN_BYTES: positiveMs.default(4 * 1024 * 1024),
   /** Request body limit in bytes. */
   BODY_LIMIT: positiveMs.default(1_048_576),
   /** Idempotency records expire after this many seconds. */
@@ -123,6 +130,11 @@ export const configSchema = z.object({
   TENANT_MAX_SESSIONS: z.coerce.number().int().min(0).default(100_000),
   /** Most WebSockets one tenant holds open at once, across replicas (429 `quota_exceeded`). 0: no limit. */
   TENANT_MAX_WEBSOCKETS: z.coerce.number().int().min(0).default(1000),
+  /**
+   * Most sessions of one tenant in `running` at once, across replicas: a request that would start one more run
+   * (create, message, results, decision, continue, retry, resume) answers 429 `quota_exceeded`. 0: no limit.
+   */
+  TENANT_MAX_ACTIVE_RUNS: z.coerce.number().int().min(0).default(100),
   /** Most runs one process drives at once; more wait in `runs:due` (any replica may take them). */
   MAX_ACTIVE_RUNS: positiveMs.default(5000),
   /** Webhooks (spec §6.3; src/webhooks). Private, loopback and link-local targets are refused unless true. */

@@ -95,6 +95,13 @@ export class AppError extends Error {
   }
 }
 
+/** 429 `quota_exceeded`: the tenant holds `limit` of what `quota` (a config variable's name) counts. */
+export const quotaExceeded = (quota: string, limit: number, what: string) =>
+  new AppError(429, 'quota_exceeded', `The tenant already has ${limit} ${what}, the most ${quota} allows.`, {
+    quota,
+    limit,
+  });
+
 export const badRequest = (message: string, details?: unknown) =>
   new AppError(400, 'invalid_request', message, details);
 

@@ -110,6 +110,21 @@ export function checkHistory(messages: readonly StoredMessage[]): HistoryProblem
   return problems;
 }
 
+/**
+ * The history as the store left it after a change that added `appended` (apply's result): a new user turn, or the
+ * blocks after those of the trailing user turn. Only what was written is added; nothing is read back.
+ */
+export function extendHistory(
+  history: StoredMessage[],
+  added: { appended: StoredBlock[] | null; intoLast: boolean },
+): void {
+  if (!added.appended) return;
+  const last = history.at(-1);
+  if (added.intoLast && last)
+    history[history.length - 1] = { ...last, content: [...blocksOf(last), ...added.appended] };
+  else history.push({ role: 'user', content: added.appended });
+}
+
 /** Content as blocks, for merging a user turn into the one before it (roles must alternate). */
 export function asBlocks(content: string | StoredBlock[]): StoredBlock[] {
   return typeof content === 'string' ? [{ type: 'text', text: content }] : content;

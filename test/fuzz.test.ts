@@ -39,7 +39,13 @@ describe('fuzzer', () => {
 
   before(async () => {
     h = await startHarness({
-      env: { API_KEYS: KEYS, RATE_LIMIT_PER_MIN: '0', TENANT_MAX_SESSIONS: '0', LOG_LEVEL: 'silent' },
+      env: {
+        API_KEYS: KEYS,
+        RATE_LIMIT_PER_MIN: '0',
+        TENANT_MAX_SESSIONS: '0',
+        TENANT_MAX_ACTIVE_RUNS: '0',
+        LOG_LEVEL: 'silent',
+      },
     });
     h.fake.setHandler(() => text('ok'));
     for (const token of ['key-acme', 'key-globex']) {

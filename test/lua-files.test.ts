@@ -53,6 +53,8 @@ describe('Lua lives in .lua files', () => {
       'sessReadEvents',
       'sessRelease',
       'sessRenew',
+      'sessRunSlotPrune',
+      'sessRunSlotTake',
     ]);
     // append-events includes the notice: it publishes the events it wrote.
     const sub = new Redis(redis.url);
@@ -63,11 +65,13 @@ describe('Lua lives in .lua files', () => {
       sessAppendEvents(...a: Array<string | number>): Promise<string>;
     };
     const id = await scripted.sessAppendEvents(
+      's:{x}',
       's:{x}:e',
       'ev:{x}',
       100,
       5,
       16384,
+      1_000_000,
       'turn.started',
       '{"iteration":1}',
     );

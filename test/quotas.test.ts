@@ -7,6 +7,7 @@ import { startService, type Service } from '../src/boot.js';
 import { connectWs, UpgradeRefused, type WsClient } from './fixtures/event-clients.js';
 import { loadConfig } from '../src/config.js';
 import { Api } from './helpers/service.js';
+import { Redis } from 'ioredis';
 
 const KEYS = 'acme:key-acme,globex:key-globex';
 const CHROMIUM = '/usr/bin/chromium';
@@ -140,4 +141,108 @@ describe('tenant quotas and rate limit across replicas, security headers', () =>
       }
     },
   );
+});
+
+describe('TENANT_MAX_ACTIVE_RUNS across two service processes', () => {
+  let h: Harness;
+  let second: Service;
+  let probe: Redis;
+  const env = { API_KEYS: KEYS, TENANT_MAX_ACTIVE_RUNS: '2' };
+  /** The fake's turns wait here until the test opens it: runs stay `running` without any timing. */
+  let opened: Promise<void>;
+  let open!: () => void;
+  const closeGate = () => {
+    opened = new Promise<void>((r) => (open = r));
+  };
+  before(async () => {
+    h = await startHarness({ env });
+    second = await startService({
+      PORT: '0',
+      HOST: '127.0.0.1',
+      REDIS_URL: h.redis.url,
+      ANTHROPIC_API_KEY: 'test-key',
+      ANTHROPIC_BASE_URL: h.fake.url,
+      LOG_LEVEL: 'silent',
+      RATE_LIMIT_PER_MIN: '0',
+      ...env,
+    });
+    probe = new Redis(h.redis.url);
+    closeGate();
+    h.fake.setHandler(async () => {
+      await opened;
+      return { type: 'message', content: [{ type: 'text', text: 'done' }] };
+    });
+  });
+  after(async () => {
+    open?.();
+    probe?.disconnect();
+    await second?.close();
+    await h?.close();
+  });
+
+  const refusedRun = (r: { status: number; body: any }) => {
+    assert.equal(r.status, 429, JSON.stringify(r.body));
+    assert.equal(r.body.error.code, 'quota_exceeded');
+    assert.deepEqual(r.body.error.details, { quota: 'TENANT_MAX_ACTIVE_RUNS', limit: 2 });
+  };
+  const slots = (tenant: string) => probe.zrange(`q:{${tenant}}:runs`, 0, -1);
+
+  it('a third concurrent run of a tenant is refused on either replica; others and non-runs are not', async () => {
+    const a1 = h.api.as('key-acme');
+    const a2 = new Api(second.url, 'key-acme');
+    const first = await a1.post('/v1/sessions', { input: 'one' });
+    const other = await a2.post('/v1/sessions', { input: 'two' });
+    assert.equal(first.status, 201);
+    assert.equal(other.status, 201);
+    await h.fake.waitForRequests(2, 20_000);
+    assert.deepEqual((await slots('acme')).sort(), [first.body.id, other.body.id].sort());
+
+    // A create that would run, on either replica: refused, and nothing is created.
+    for (const api of [a1, a2]) refusedRun(await api.post('/v1/sessions', { input: 'three' }));
+    assert.equal((await a1.get('/v1/sessions')).body.data.length, 2);
+    // A session that does not run yet is created; the message that would start its run is refused, unwritten.
+    const idle = await a2.post('/v1/sessions', { start: false });
+    assert.equal(idle.status, 201);
+    refusedRun(await a1.post(`/v1/sessions/${idle.body.id}/messages`, { text: 'go' }));
+    const still = (await a2.get(`/v1/sessions/${idle.body.id}`)).body;
+    assert.equal(still.status, 'idle');
+    assert.equal(still.revision, idle.body.revision);
+    // A follow-up to a running session starts no run: queued as usual.
+    assert.equal((await a2.post(`/v1/sessions/${first.body.id}/messages`, { text: 'later' })).status, 202);
+    // Another tenant runs.
+    const g = await h.api.as('key-globex').post('/v1/sessions', { input: 'globex' });
+    assert.equal(g.status, 201);
+    assert.equal(g.body.status, 'running');
+
+    // Runs end: their slots are given back, and the refused run may start.
+    open();
+    await a1.waitStatus(first.body.id, 'idle', 20_000);
+    await a1.waitStatus(other.body.id, 'idle', 20_000);
+    await h.api.as('key-globex').waitStatus(g.body.id, 'idle', 20_000);
+    for (let i = 0; (await slots('acme')).length > 0; i++) {
+      assert.ok(i < 1000, 'the ended runs gave their slots back');
+      await new Promise((r) => setImmediate(r));
+    }
+    assert.equal((await a2.post(`/v1/sessions/${idle.body.id}/messages`, { text: 'go' })).status, 202);
+    await a2.waitStatus(idle.body.id, 'idle', 20_000);
+  });
+
+  it('slots that outlived their runs (a crash between a run end and its release) do not count', async () => {
+    const a1 = h.api.as('key-acme');
+    const ids = (await a1.get('/v1/sessions')).body.data.map((s: { id: string }) => s.id) as string[];
+    assert.ok(ids.length >= 2);
+    // What a replica that died after the runs' last commits leaves: slots of sessions that are idle, taken long ago.
+    const long = Date.now() - 60_000;
+    await probe.zadd('q:{acme}:runs', long, ids[0]!, long, ids[1]!);
+    closeGate();
+    // The sessions are not running: their slots are dropped, and two new runs start.
+    const ok = [await a1.post('/v1/sessions', { input: 'a' }), await a1.post('/v1/sessions', { input: 'b' })];
+    assert.deepEqual(
+      ok.map((r) => r.status),
+      [201, 201],
+    );
+    refusedRun(await new Api(second.url, 'key-acme').post('/v1/sessions', { input: 'c' }));
+    open();
+    for (const r of ok) await a1.waitStatus(r.body.id, 'idle', 20_000);
+  });
 });

@@ -266,6 +266,7 @@ export async function startService(opts: ServiceOptions): Promise<BenchService> 
     RATE_LIMIT_PER_MIN: '0',
     TENANT_MAX_SESSIONS: '0',
     TENANT_MAX_WEBSOCKETS: '0',
+    TENANT_MAX_ACTIVE_RUNS: '0',
     // An experiment's knob: extra node options for the service only (e.g. V8 heap flags).
     ...(process.env.BENCH_SERVICE_NODE_OPTIONS
       ? { NODE_OPTIONS: process.env.BENCH_SERVICE_NODE_OPTIONS }

@@ -2,14 +2,15 @@ import { randomBytes } from 'node:crypto';
 import { AppError, FencedOut } from '../errors.js';
 import { toolCallsOf } from '../history.js';
 import { isStoreDown } from '../store/unavailable.js';
-import type {
-  ApplyOps,
-  ApplyResult,
-  PendingCall,
-  PendingStep,
-  SessionError,
-  SessionState,
-  SessionStore,
+import {
+  encodeBlocks,
+  type ApplyOps,
+  type ApplyResult,
+  type PendingCall,
+  type PendingStep,
+  type SessionError,
+  type SessionState,
+  type SessionStore,
 } from '../store/store.js';
 import { interruptedResult, resultBlock } from './policy.js';
 import type { EngineLogger, RunDeps, RunHandle } from './run-handle.js';
@@ -166,7 +167,7 @@ export async function finish(
   const res = await commit(deps, run, {
     queue: { none: idleOps(stopReason), ...(intoLast ? { into_last: true } : {}) },
   });
-  if (res.mergedCount === 0) await deps.store.unmarkDue(run.id);
+  if (res.mergedCount === 0) await deps.store.unmarkDue(run.id, state.tenant);
 }
 
 /** An interrupt aborted the turn in flight: its partial reply is dropped, the follow-ups join the last user turn. */
@@ -225,7 +226,7 @@ export async function cancelSession(
         false,
       ),
     );
-    ops.queue = { base: JSON.stringify(results).slice(1, -1) };
+    ops.queue = { base: encodeBlocks(results) };
   } else if (last?.role === 'user') {
     ops.queue = { into_last: true };
   } else {

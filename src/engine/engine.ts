@@ -115,7 +115,7 @@ export class Engine {
       if (this.active.has(id)) continue;
       const state = await store.load(id);
       if (!state || state.status !== 'running') {
-        await store.unmarkDue(id);
+        await store.unmarkDue(id, state?.tenant);
         continue;
       }
       this.kick(id, true);

@@ -1,5 +1,5 @@
 import type { ServerTool } from '../../tools/types.js';
-import type { ToolCall } from '../history.js';
+import type { StoredBlock, ToolCall } from '../history.js';
 import { isAnthropicTool, runsOnClient } from '../tools/anthropic-tools.js';
 import type { PendingCall, SessionState, ToolResult } from '../store/store.js';
 
@@ -71,7 +71,7 @@ export function pendingCalls(
 }
 
 /** The tool_result block of a call. */
-export function resultBlock(id: string, r: ToolResult, cache: boolean): Record<string, unknown> {
+export function resultBlock(id: string, r: ToolResult, cache: boolean): StoredBlock {
   return {
     type: 'tool_result',
     tool_use_id: id,

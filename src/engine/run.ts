@@ -64,15 +64,22 @@ export async function drive(deps: DriveDeps, run: RunHandle): Promise<void> {
   const renew = renewLease(deps, run, log);
   await deps.channels.watchControl(run.id).catch((err) => log.warn({ err }, 'subscribe failed'));
   let cutRetries = 0;
+  let counted = false;
   try {
     await store.markDue(run.id, Date.now() + leaseTtlMs);
     while (!deps.stopping() || run.reason === null) {
       const state = await store.load(run.id);
       if (!state || state.status !== 'running' || state.fence !== run.fence) return;
+      if (!counted) {
+        // The session runs: it counts among its tenant's active runs whatever happened to its slot (a run taken over
+        // after a crash, an end of an earlier run that gave the slot back after this start took it).
+        counted = true;
+        await store.holdRunSlot(state.tenant, run.id);
+      }
       if (state.control === 'cancel' || run.reason === 'cancel') {
         // The history stays valid; see cancelSession.
         await cancelSession(store, state, { fence: run.fence });
-        await store.unmarkDue(run.id);
+        await store.unmarkDue(run.id, state.tenant);
         return;
       }
       if (run.reason === 'shutdown' || run.reason === 'fenced' || run.reason === 'deleted') return;

@@ -6,16 +6,17 @@ import {
 } from '@anthropic-ai/sdk/lib/tools/BetaRunnableTool';
 import type { BetaToolUseBlock } from '@anthropic-ai/sdk/resources/beta/messages/messages';
 import type { ServerTool } from '../../tools/types.js';
-import { blocksOf, pendingToolCalls, type StoredMessage } from '../history.js';
+import { blocksOf, extendHistory, pendingToolCalls, type StoredMessage } from '../history.js';
 import { toolRan } from '../observability/run-telemetry.js';
-import type {
-  ApplyOps,
-  IterationRecord,
-  PendingCall,
-  PendingStep,
-  SessionError,
-  SessionState,
-  ToolResult,
+import {
+  encodeBlocks,
+  type ApplyOps,
+  type IterationRecord,
+  type PendingCall,
+  type PendingStep,
+  type SessionError,
+  type SessionState,
+  type ToolResult,
 } from '../store/store.js';
 import { commit, completedEvents, endRun, mergeOps } from './commit.js';
 import { interruptedResult, needsReview, pendingCalls, resultBlock, callIdempotent } from './policy.js';
@@ -179,7 +180,7 @@ export async function afterTools(
   const results = step.calls.map((c, i) =>
     resultBlock(c.id, c.result ?? interruptedResult('no result'), cache && i === step.calls.length - 1),
   );
-  const base = JSON.stringify(results).slice(1, -1);
+  const base = encodeBlocks(results);
   const ops: ApplyOps = {
     hset: { pending: '' },
     events: [
@@ -213,8 +214,7 @@ export async function afterTools(
     }
   }
   const res = await commit(deps, run, withReply(ops));
-  const merged: StoredMessage = JSON.parse(res.merged); // our own write of a stored message
-  history.push(merged);
+  extendHistory(history, res);
   return { outcome: 'continue', paramsRev: res.paramsRev };
 }
 

@@ -4,9 +4,10 @@ import type {
   BetaMessage,
   BetaRawMessageStreamEvent,
 } from '@anthropic-ai/sdk/resources/beta/messages/messages';
-import { toolCallsOf, type StoredMessage } from '../history.js';
+import { extendHistory, toolCallsOf, type StoredMessage } from '../history.js';
 import type { SessionParams } from '../schemas.js';
 import {
+  encodeBlocks,
   usageIncr,
   type ApplyOps,
   type IterationRecord,
@@ -313,7 +314,7 @@ export async function runTurns(
         ...(ends
           ? {
               queue: {
-                ...(unrun.length ? { base: JSON.stringify(unrun).slice(1, -1) } : {}),
+                ...(unrun.length ? { base: encodeBlocks(unrun) } : {}),
                 none: idleOps(stopReason),
               },
             }
@@ -322,12 +323,9 @@ export async function runTurns(
       history.push(reply);
       run.obs.turnEnded();
       if (!ends) continue; // pause_turn, compaction: the runner resumes the turn
-      if (res.merged) {
-        const merged: StoredMessage = JSON.parse(res.merged); // our own write of a stored message
-        history.push(merged);
-      }
+      extendHistory(history, res);
       if (res.mergedCount === 0) {
-        await store.unmarkDue(run.id);
+        await store.unmarkDue(run.id, state.tenant);
         return 'done';
       }
       if (budgetLeft(state, iteration) <= 0 || !(await handOver(res.paramsRev))) return 'again';

@@ -5,7 +5,7 @@ import { serverTools } from '../../tools/index.js';
 import { Engine } from '../engine/engine.js';
 import { SessionService } from '../sessions/service.js';
 import { SessionChannels } from '../store/channels.js';
-import { SessionStore } from '../store/store.js';
+import { SessionStore, type StoreOptions } from '../store/store.js';
 import { componentLog } from '../log.js';
 import { serverToolProvider, Toolbox } from '../toolbox.js';
 import { memoryProvider } from '../memory/tool.js';
@@ -27,7 +27,7 @@ declare module 'fastify' {
 
 export interface EnginePluginOptions {
   leaseTtlMs: number;
-  eventLogMax: number;
+  store: StoreOptions;
   shutdownGraceMs: number;
   maxActiveRuns: number;
   /** Caps of the memory tool's files (MEMORY_MAX_*). */
@@ -40,7 +40,7 @@ export interface EnginePluginOptions {
  */
 export default fp<EnginePluginOptions>(
   async (app, opts) => {
-    const store = new SessionStore(app.redis, { eventLogMax: opts.eventLogMax });
+    const store = new SessionStore(app.redis, opts.store);
     // Asked in order: a name is the first provider's.
     const memory = new MemoryStore(app.redis, opts.memory);
     const toolbox = new Toolbox([

@@ -1,6 +1,6 @@
 import fp from 'fastify-plugin';
 import type { FastifyRequest, RouteOptions, preHandlerHookHandler } from 'fastify';
-import { AppError } from '../errors.js';
+import { quotaExceeded } from '../errors.js';
 import { tenantIndexKey } from '../store/keys.js';
 import { TenantSlots } from './slots.js';
 
@@ -10,12 +10,6 @@ export interface QuotaOptions {
   /** Most WebSockets a tenant holds open at once, on all replicas together. 0: no limit. */
   maxWebSockets: number;
 }
-
-export const quotaExceeded = (quota: string, limit: number, what: string) =>
-  new AppError(429, 'quota_exceeded', `The tenant already has ${limit} ${what}, the most ${quota} allows.`, {
-    quota,
-    limit,
-  });
 
 /**
  * Per-tenant quotas of spec §6.4, across replicas (the counts live in Redis). Registered inside the `/v1` scope: its

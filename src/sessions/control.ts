@@ -121,7 +121,7 @@ export async function cancelRun(
   if (s.status === 'requires_action' || !(await store.leaseHolder(id))) {
     try {
       await cancelSession(store, s, {});
-      await store.unmarkDue(id);
+      await store.unmarkDue(id, tenant);
     } catch (err) {
       if (!(err instanceof AppError && err.code === 'invalid_status')) throw err;
     }

@@ -2,6 +2,7 @@ import type { z } from 'zod';
 import { asBlocks, pendingToolCalls, type StoredMessage } from '../history.js';
 import type { postMessageBody } from '../schemas.js';
 import { assertBudgetLeft } from '../engine/budget.js';
+import { encodeBlocks } from '../store/store.js';
 import { mutate, runOps, type MutationResult, type SessionDeps } from './mutate.js';
 
 /**
@@ -15,10 +16,10 @@ export function addMessage(
   body: z.infer<typeof postMessageBody>,
   ifMatch?: number,
 ): Promise<MutationResult> {
-  const content = body.content ?? body.text ?? '';
-  const message: StoredMessage = { role: 'user', content: asBlocks(content) };
-  // Queued as the inner JSON of its block array: the store merges follow-ups by concatenation.
-  const inner = JSON.stringify(asBlocks(content)).slice(1, -1);
+  const blocks = asBlocks(body.content ?? body.text ?? '');
+  const message: StoredMessage = { role: 'user', content: blocks };
+  // Encoded once: the store joins it into the next user turn as it is (MAX_TURN_BYTES caps that turn: 413).
+  const queued = encodeBlocks(blocks);
   return mutate(deps, tenant, id, ifMatch, async (s) => {
     // A new message needs budget left, whatever the status: a run in flight would stop before sending it anyway.
     assertBudgetLeft(s);
@@ -32,7 +33,7 @@ export function addMessage(
       return {
         guard,
         ops: {
-          queue_push: [inner],
+          queue_push: [queued],
           events: [queuedEvent],
           ...(interrupt ? { hset: { control: 'interrupt' } } : {}),
         },
@@ -47,7 +48,7 @@ export function addMessage(
     );
     return {
       guard,
-      ops: { ...run, queue_push: [inner], events: [queuedEvent, ...(run.events ?? [])] },
+      ops: { ...run, queue_push: [queued], events: [queuedEvent, ...(run.events ?? [])] },
       starts: true,
     };
   });

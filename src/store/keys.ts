@@ -4,13 +4,13 @@
  * commands (never in a session's script) for the same reason.
  */
 export const sessionKeys = (id: string) => ({
-  /** HASH: the session's fields (status, revision, params, policies, usage, pending tool step, …). */
+  /** HASH: the session's fields (status, revision, params, policies, usage, pending tool step, …; `ev_bytes`: the log's size). */
   meta: `s:{${id}}`,
   /** LIST: the message history, one JSON message per element. Append-only except a bounded edit of its tail. */
   msgs: `s:{${id}}:m`,
   /** LIST: iteration records (JSON), element n-1 is iteration n. */
   iters: `s:{${id}}:i`,
-  /** LIST: queued follow-ups, each the inner JSON of a content-block array (no brackets), merged by concatenation. */
+  /** LIST: queued follow-ups, each the JSON of a content-block array (EncodedBlocks), joined into the next user turn. */
   queue: `s:{${id}}:q`,
   /** STREAM: the event log; entry ids are the clients' cursors. */
   events: `s:{${id}}:e`,
@@ -33,6 +33,12 @@ export const controlChannel = (id: string) => `ctl:{${id}}`;
 
 /** Pub/sub channel told the id of a session's newest event, so relays read the log only when it grew. */
 export const eventsChannel = (id: string) => `ev:{${id}}`;
+
+/**
+ * ZSET of a tenant's sessions that hold a slot among its active runs (TENANT_MAX_ACTIVE_RUNS), scored by the time
+ * (ms) the slot was taken. Hash tag: the tenant (one slot of a Redis Cluster per tenant).
+ */
+export const tenantRunsKey = (tenant: string) => `q:{${tenant}}:runs`;
 
 export const idempotencyKey = (tenant: string, key: string) => `idem:{${tenant}}:${key}`;
 

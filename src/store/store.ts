@@ -1,6 +1,6 @@
 import type { Cluster, Redis } from 'ioredis';
 import { randomBytes } from 'node:crypto';
-import { FencedOut, AppError, notFound, revisionMismatch, conflict } from '../errors.js';
+import { FencedOut, AppError, notFound, revisionMismatch, conflict, quotaExceeded } from '../errors.js';
 import type { StoredBlock, StoredMessage } from '../history.js';
 import type { McpToolEntry } from '../mcp/schema.js';
 import type { BudgetPolicy, ClientTool, CompactionPolicy, OnMaxTokens, SessionParams } from '../schemas.js';
@@ -11,6 +11,7 @@ import {
   eventsChannel,
   sessionKeys,
   tenantIndexKey,
+  tenantRunsKey,
   type SessionKeys,
 } from './keys.js';
 import { defineLuaCommands } from './lua-commands.js';
@@ -133,6 +134,16 @@ export interface CompactRequest {
   };
 }
 
+/**
+ * A turn's content as it travels from where it comes from to the model: the JSON text of a content-block array,
+ * made only by `encodeBlocks` (once, where the blocks come from: a follow-up at its route, tool results in the
+ * engine), written once into the history by `apply`, joined there as text and never re-encoded on the way.
+ */
+export type EncodedBlocks = string & { readonly __encoded: 'blocks' };
+
+export const encodeBlocks = (blocks: readonly StoredBlock[]): EncodedBlocks =>
+  JSON.stringify(blocks) as EncodedBlocks;
+
 /** Ops of one `apply` (see lua/apply-7.lua); values already encoded. */
 export interface ApplyOps {
   /** Applied first: the first `count` messages become a kept segment, `summary` (message JSON) their stand-in. */
@@ -145,11 +156,12 @@ export interface ApplyOps {
   push_iters?: string[];
   hset?: Record<string, string>;
   hincr?: Record<string, number>;
-  queue_push?: string[];
+  /** Follow-ups queued for the next user turn (the store adds the MAX_TURN_BYTES guard). */
+  queue_push?: EncodedBlocks[];
   release_lease?: boolean;
   /** `[type, data]`, or `[type, data, 'rev']` to have `"revision":null` in data replaced by the new revision. */
   events?: Array<[string, string] | [string, string, 'rev']>;
-  queue?: { base?: string; into_last?: boolean; none?: ApplyOps };
+  queue?: { base?: EncodedBlocks; into_last?: boolean; none?: ApplyOps };
 }
 
 export interface Guard {
@@ -157,13 +169,17 @@ export interface Guard {
   rev?: number;
   status?: Status[];
   create?: boolean;
+  /** Bytes the user turn that queued follow-ups form may reach (set by the store from its options). */
+  turn_max?: number;
 }
 
 export interface ApplyResult {
   revision: number;
   mergedCount: number;
-  /** The user message built from queued follow-ups (JSON), when any were merged. */
-  merged: string;
+  /** The blocks the change added to the history as a user turn (tool results, follow-ups), or null. */
+  appended: StoredBlock[] | null;
+  /** `appended` joined the last user turn rather than making a new one. */
+  intoLast: boolean;
   control: SessionState['control'];
   paramsRev: number;
 }
@@ -295,12 +311,14 @@ export function usageIncr(
 type Scripted = RedisClient & {
   sessApply(
     ...args: Array<string | number>
-  ): Promise<[number | string, number | string, string, string, string]>;
+  ): Promise<[number | string, number | string, string, number, string, string]>;
   sessAcquire(...args: Array<string | number>): Promise<number>;
   sessRenew(...args: Array<string | number>): Promise<number>;
   sessRelease(...args: Array<string | number>): Promise<number>;
   sessDestroy(...args: Array<string | number>): Promise<number>;
   sessAppendEvents(...args: Array<string | number>): Promise<string>;
+  sessRunSlotTake(...args: Array<string | number>): Promise<number>;
+  sessRunSlotPrune(...args: Array<string | number>): Promise<number>;
 };
 
 /**
@@ -332,8 +350,25 @@ function opsEventTypes(ops: ApplyOps | undefined, out: string[] = []): string[] 
 }
 
 export interface StoreOptions {
+  /** Most events a session's log keeps (EVENT_LOG_MAX). */
   eventLogMax: number;
+  /** Most bytes a session's log keeps (EVENT_LOG_MAX_BYTES; see lua/includes/event-log.lua). */
+  eventLogMaxBytes?: number;
+  /** Most bytes of the user turn queued follow-ups form (MAX_TURN_BYTES); over it a follow-up is refused (413). */
+  maxTurnBytes?: number;
+  /** Most sessions of one tenant running at once, across replicas (TENANT_MAX_ACTIVE_RUNS); 0 or absent: no limit. */
+  tenantMaxActiveRuns?: number;
 }
+
+/**
+ * A run slot younger than this is never dropped as stale: the write that makes its session `running` may still be
+ * on its way (the slot is taken first).
+ */
+const RUN_SLOT_GRACE_MS = 10_000;
+
+/** Defaults of the optional StoreOptions (the config's). */
+export const EVENT_LOG_MAX_BYTES = 16 * 1024 * 1024;
+export const MAX_TURN_BYTES = 4 * 1024 * 1024;
 
 /**
  * The session store: every read and write of session state goes through here. Writes are single Lua scripts over
@@ -362,22 +397,31 @@ export class SessionStore {
    * Bumps the revision by one, stamps `updated_at`, writes the events with the new revision, and publishes the
    * last event id on the session's events channel — all in one round trip. `tenant`, when the caller knows it (a
    * create, a request of the tenant), tells the event tap whose session it is from its first write.
+   * A change that starts a run (sets `running`) first takes a slot among the tenant's active runs (429
+   * `quota_exceeded` when TENANT_MAX_ACTIVE_RUNS are running) and registers the run as due (the tenant read from
+   * the session when not given).
    */
   async apply(id: string, guard: Guard, ops: ApplyOps, tenant?: string): Promise<ApplyResult> {
     const k = sessionKeys(id);
     // A change that makes the session `running` registers it in the run queue first: should the store fail between
     // the two writes, a due entry without a running session is dropped by the sweep, whereas a running session
     // without a due entry would never run. (`runs:due` is a global key, so it cannot join the session's script.)
-    if (setsRunning(ops)) await this.markDue(id, Date.now() + START_DUE_DELAY_MS);
+    // Its run slot is taken before both, for the same reason: a slot without a running session is dropped later.
+    if (setsRunning(ops)) {
+      await this.takeRunSlot(tenant ?? (await this.redis.hget(k.meta, 'tenant')), id);
+      await this.markDue(id, Date.now() + START_DUE_DELAY_MS);
+    }
     const tap = this.eventTap?.(id, opsEventTypes(ops), tenant);
     if (tap?.ready) await tap.ready;
+    const turnMax = this.options.maxTurnBytes ?? MAX_TURN_BYTES;
     const res = await this.redis.sessApply(
       ...this.keyList(k),
-      JSON.stringify(guard),
+      JSON.stringify(ops.queue_push ? { ...guard, turn_max: turnMax } : guard),
       JSON.stringify(ops),
       this.options.eventLogMax,
       eventsChannel(id),
       NOTICE_MAX_BYTES,
+      this.options.eventLogMaxBytes ?? EVENT_LOG_MAX_BYTES,
     );
     if (res[0] === 'ERR') {
       const code = String(res[1]);
@@ -389,15 +433,25 @@ export class SessionStore {
           status: current,
         });
       if (code === 'exists') throw conflict('session_exists', 'A session with this id exists.');
+      if (code === 'turn_too_large') {
+        throw new AppError(
+          413,
+          'payload_too_large',
+          `The user turn this message joins would be ${current} bytes, more than MAX_TURN_BYTES (${turnMax}).`,
+          { limit: turnMax, turn_bytes: Number(current), quota: 'MAX_TURN_BYTES' },
+        );
+      }
       throw notFound();
     }
     tap?.landed();
     return {
       revision: Number(res[0]),
       mergedCount: Number(res[1]),
-      merged: String(res[2] ?? ''),
-      control: (res[3] || '') as SessionState['control'],
-      paramsRev: Number(res[4] ?? 0),
+      // Parsed once, here: the engine extends the history it holds with exactly what was written.
+      appended: res[2] ? (JSON.parse(res[2]) as StoredBlock[]) : null,
+      intoLast: Number(res[3]) === 1,
+      control: (res[4] || '') as SessionState['control'],
+      paramsRev: Number(res[5] ?? 0),
     };
   }
 
@@ -504,12 +558,15 @@ export class SessionStore {
    */
   async appendEvents(id: string, events: Array<[string, string]>): Promise<void> {
     if (events.length === 0) return;
+    const k = sessionKeys(id);
     const args: Array<string | number> = [
-      sessionKeys(id).events,
+      k.meta,
+      k.events,
       eventsChannel(id),
       this.options.eventLogMax,
       Date.now(),
       NOTICE_MAX_BYTES,
+      this.options.eventLogMaxBytes ?? EVENT_LOG_MAX_BYTES,
     ];
     for (const [type, data] of events) args.push(type, data);
     const tap = this.eventTap?.(
@@ -544,8 +601,56 @@ export class SessionStore {
     await this.redis.zadd(RUNS_KEY, atMs, id);
   }
 
-  async unmarkDue(id: string): Promise<void> {
-    await this.redis.zrem(RUNS_KEY, id);
+  /**
+   * The run is over (the session left `running`, or is gone): drops its due entry and gives back its tenant's
+   * run slot. `tenant` is read from the session when not given (one HGET).
+   */
+  async unmarkDue(id: string, tenant?: string): Promise<void> {
+    const t = tenant ?? (await this.redis.hget(sessionKeys(id).meta, 'tenant'));
+    await Promise.all([
+      this.redis.zrem(RUNS_KEY, id),
+      t !== null ? this.redis.zrem(tenantRunsKey(t), id) : null,
+    ]);
+  }
+
+  /**
+   * Takes a slot among the tenant's active runs for session `id`, or throws 429 `quota_exceeded`
+   * (`details.quota: "TENANT_MAX_ACTIVE_RUNS"`). The count lives in Redis (tenantRunsKey), so it holds across
+   * replicas; it cannot join the session's script (another hash tag), so a slot may outlive its run (a crash
+   * between a run's last commit and `unmarkDue`, a start refused after its slot was taken). At the limit, such
+   * slots are found by reading their sessions — a slot whose session is not `running` is stale — and dropped, so
+   * the count is the number of running sessions, whatever crashed. Without a tenant (a session not written yet), or
+   * with no limit, nothing is counted.
+   */
+  async takeRunSlot(tenant: string | null, id: string): Promise<void> {
+    const max = this.options.tenantMaxActiveRuns ?? 0;
+    if (max <= 0 || tenant === null) return;
+    const key = tenantRunsKey(tenant);
+    for (let attempt = 0; ; attempt++) {
+      const now = Date.now();
+      if ((await this.redis.sessRunSlotTake(key, id, now, max)) === 1) return;
+      if (attempt > 0) throw quotaExceeded('TENANT_MAX_ACTIVE_RUNS', max, 'active runs');
+      const rows = await this.redis.zrangebyscore(key, '-inf', now - RUN_SLOT_GRACE_MS, 'WITHSCORES');
+      const seen: Array<[string, string]> = [];
+      for (let i = 0; i < rows.length; i += 2) seen.push([rows[i]!, rows[i + 1]!]);
+      const states = await Promise.all(
+        seen.map(([sid]) => this.redis.hmget(sessionKeys(sid).meta, 'status', 'tenant')),
+      );
+      const stale = seen.filter((_, i) => states[i]![0] !== 'running' || states[i]![1] !== tenant);
+      if (stale.length === 0) throw quotaExceeded('TENANT_MAX_ACTIVE_RUNS', max, 'active runs');
+      await this.redis.sessRunSlotPrune(key, ...stale.flat());
+    }
+  }
+
+  /** Counts a session that is running among its tenant's active runs, without a check (see `takeRunSlot`). */
+  async holdRunSlot(tenant: string, id: string): Promise<void> {
+    if ((this.options.tenantMaxActiveRuns ?? 0) > 0)
+      await this.redis.zadd(tenantRunsKey(tenant), Date.now(), id);
+  }
+
+  /** The sessions holding a slot among the tenant's active runs (tests, metrics). */
+  runSlots(tenant: string): Promise<string[]> {
+    return this.redis.zrange(tenantRunsKey(tenant), 0, -1);
   }
 
   /** Running sessions whose claim time has passed. */
@@ -618,7 +723,7 @@ export class SessionStore {
       eventsChannel(id),
     );
     if (done === 1) tap?.landed();
-    await Promise.all([this.unindex(tenant, id, createdAt), this.redis.zrem(RUNS_KEY, id)]);
+    await Promise.all([this.unindex(tenant, id, createdAt), this.unmarkDue(id, tenant)]);
     return done === 1;
   }
 

@@ -1,20 +1,27 @@
 -- apply: one atomic, guarded change to a session: history, iteration records, fields, queue and events together.
 -- KEYS[1] meta (hash)  KEYS[2] msgs (list)  KEYS[3] iters (list)  KEYS[4] queue (list)  KEYS[5] events (stream)
 -- KEYS[6] lease (string)  KEYS[7] compacted (list: the segments a compaction summarized, one JSON each, oldest first)
--- ARGV[1] guard JSON `{create?, fence?, rev?, status?: string[]}`: the change happens only if all hold
--- ARGV[2] ops JSON (ApplyOps in src/store/store.ts). With `queue`, the queued follow-ups are popped and merged,
---         behind `queue.base` if given, into one new user message (or, with `queue.into_last`, onto the blocks of
---         the last message, a user turn); `queue.none` is applied when nothing was queued.
+-- ARGV[1] guard JSON `{create?, fence?, rev?, status?: string[], turn_max?}`: the change happens only if all hold;
+--         `turn_max` (bytes) caps the user turn that queued follow-ups will form (see `queue_push` below)
+-- ARGV[2] ops JSON (ApplyOps in src/store/store.ts). `queue_push` and `queue.base` are block arrays as JSON text
+--         (includes/blocks.lua). With `queue`, the queued follow-ups are popped and joined, behind `queue.base` if
+--         given, into one new user turn (or, with `queue.into_last`, after the blocks of the last message, a user
+--         turn); `queue.none` is applied when nothing was queued.
 --         `compact` `{count, at_iteration, summary}` (applied first): the first `count` messages of the history
 --         move, as they are, into a new segment `{"at_iteration":n,"messages":[…]}` pushed to KEYS[7], and the
 --         summary message (JSON) takes their place; `msg_base` grows by `count`.
--- ARGV[3] event log MAXLEN (approximate trim)
--- ARGV[4] pub/sub channel of the notice of the events written (includes/notice.lua), so live readers wake up
--- ARGV[5] notice size limit (bytes)
--- Returns {revision, merged_count, merged_message_json, control, params_rev} (the last two as they stand after
--- the change, so a runner learns of a cancel or a PATCH at its next commit even if it missed the pub/sub message),
--- or {'ERR', code, current} with code `not_found` | `exists` | `fenced` | `revision` | `status` and nothing written.
+-- ARGV[3] most events kept  ARGV[4] pub/sub channel of the notice of the events written (includes/notice.lua)
+-- ARGV[5] notice size limit (bytes)  ARGV[6] most event bytes kept (includes/event-log.lua)
+-- Returns {revision, merged_count, appended, into_last, control, params_rev}: `appended` is the array of blocks
+-- added to the history ('' when none; `into_last` 1 when they joined the last turn, 0 for a new turn), `control`
+-- and `params_rev` as they stand after the change, so a runner learns of a cancel or a PATCH at its next commit
+-- even if it missed the pub/sub message. Or {'ERR', code, current} with nothing written, code `not_found` |
+-- `exists` | `fenced` | `revision` | `status` | `turn_too_large` (current: the bytes the turn would have).
+-- The `message.appended` event carries what was added, not the whole turn: `{index, into_last, role, content}`
+-- (`index`: the turn's place in the live history).
 --- @include "includes/notice"
+--- @include "includes/event-log"
+--- @include "includes/blocks"
 local meta = KEYS[1]
 local guard = cjson.decode(ARGV[1])
 if guard.create then
@@ -32,6 +39,14 @@ if guard.status then
 end
 
 local ops = cjson.decode(ARGV[2])
+if guard.turn_max and ops.queue_push then
+  -- The turn the follow-ups will join: the trailing user turn if the history ends with one, and all queued.
+  local last = redis.call('LINDEX', KEYS[2], -1)
+  local bytes = blocks_is_user(last) and #last or 0
+  for _, e in ipairs(redis.call('LRANGE', KEYS[4], 0, -1)) do bytes = bytes + #e end
+  for _, e in ipairs(ops.queue_push) do bytes = bytes + #e end
+  if bytes > guard.turn_max then return {'ERR', 'turn_too_large', tostring(bytes)} end
+end
 local rev = redis.call('HINCRBY', meta, 'revision', 1)
 local t = redis.call('TIME')
 local now = tostring(tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000))
@@ -42,7 +57,7 @@ local function emit(ev)
   -- A third element asks for the new revision in the data, which only the script knows.
   if ev[3] then data = (string.gsub(data, '"revision":null', '"revision":' .. rev, 1)) end
   notice_before(KEYS[5])
-  local id = redis.call('XADD', KEYS[5], 'MAXLEN', '~', ARGV[3], '*', 't', ev[1], 'd', data, 'r', rev, 'at', now)
+  local id = log_xadd(KEYS[5], ev[1], data, rev, now)
   notice_add(notice_max, id, ev[1], now, rev, data)
 end
 
@@ -87,30 +102,33 @@ end
 
 run(ops)
 local merged_count = 0
-local merged = ''
+local appended = ''
+local into_last = 0
 if ops.queue then
   local entries = redis.call('LRANGE', KEYS[4], 0, -1)
   merged_count = #entries
   local parts = {}
   if ops.queue.base then parts[1] = ops.queue.base end
   for _, e in ipairs(entries) do parts[#parts + 1] = e end
+  local blocks = blocks_join(parts)
   if ops.queue.into_last and merged_count > 0 then
-    -- User turns are stored with array content, so the last one ends in ']}' and blocks append by concatenation.
-    local last = redis.call('LINDEX', KEYS[2], -1)
-    merged = string.sub(last, 1, -3) .. ',' .. table.concat(parts, ',') .. ']}'
-    redis.call('LSET', KEYS[2], -1, merged)
+    redis.call('LSET', KEYS[2], -1, blocks_append(redis.call('LINDEX', KEYS[2], -1), blocks))
+    appended, into_last = blocks, 1
   elseif #parts > 0 and not ops.queue.into_last then
-    merged = '{"role":"user","content":[' .. table.concat(parts, ',') .. ']}'
-    redis.call('RPUSH', KEYS[2], merged)
+    redis.call('RPUSH', KEYS[2], '{"role":"user","content":' .. blocks .. '}')
+    appended = blocks
   end
   if merged_count > 0 then
     redis.call('DEL', KEYS[4])
-    emit({'message.appended', merged})
+    local index = redis.call('LLEN', KEYS[2]) - 1
+    emit({'message.appended', '{"index":' .. index .. ',"into_last":' .. (into_last == 1 and 'true' or 'false') ..
+      ',"role":"user","content":' .. appended .. '}'})
   else
     run(ops.queue.none)
   end
 end
 redis.call('HSET', meta, 'updated_at', now, 'msg_count', redis.call('LLEN', KEYS[2]))
+log_trim(KEYS[5], meta, tonumber(ARGV[3]), tonumber(ARGV[6]))
 notice_publish(ARGV[4])
 local after = redis.call('HMGET', meta, 'control', 'params_rev')
-return {rev, merged_count, merged, after[1] or '', after[2] or '0'}
+return {rev, merged_count, appended, into_last, after[1] or '', after[2] or '0'}

@@ -1,0 +1,24 @@
+-- blocks: a turn's content as it travels: the JSON text of an array of content blocks (`[{...},{...}]`), encoded
+-- once by JSON.stringify where the blocks come from (a follow-up at its route, tool results in the engine) and never
+-- decoded here: the blocks are joined as text, so every byte the client or tool gave reaches the model unchanged
+-- (cjson would turn `[]` into `{}` and round numbers).
+-- Use: blocks_join(list of array texts) -> one array text; a user turn as stored is `{"role":"user","content":<array>}`.
+-- (A queue entry written before this format, the blocks without their brackets, is taken as it is.)
+local function blocks_join(arrays)
+  local inner = {}
+  for _, a in ipairs(arrays) do
+    if string.sub(a, 1, 1) ~= '[' then inner[#inner + 1] = a
+    elseif #a > 2 then inner[#inner + 1] = string.sub(a, 2, -2) end
+  end
+  return '[' .. table.concat(inner, ',') .. ']'
+end
+-- The stored user turn `turn` (its content an array, so it ends in `]}`) with the blocks of `array` after its own.
+local function blocks_append(turn, array)
+  if #array <= 2 then return turn end
+  if string.sub(turn, -3) == '[]}' then return string.sub(turn, 1, -3) .. string.sub(array, 2, -2) .. ']}' end
+  return string.sub(turn, 1, -3) .. ',' .. string.sub(array, 2, -2) .. ']}'
+end
+-- Whether a stored message is a user turn as this service writes them (role first).
+local function blocks_is_user(message)
+  return message ~= false and string.sub(message, 1, 15) == '{"role":"user",'
+end

@@ -1,0 +1,47 @@
+-- event-log: appends to a session's event log (stream), bounded in entries and in bytes.
+-- An entry's size is counted as #type + #data + 32 (the data dominates; 32 stands for the field names, id, revision
+-- and time). The log's total is kept in the meta hash field `ev_bytes`, so a write knows it without reading the log.
+-- Use: log_xadd(...) for each event, then log_trim(...) once at the end of the script.
+-- Trimming drops the oldest entries, exactly (XTRIM MINID), until the log holds at most `maxlen` entries and
+-- `maxbytes` bytes, but never its newest entry. A reader whose cursor is older than the oldest entry kept learns
+-- that its cursor expired (410 `cursor_expired`). The counter is only as exact as the writes that kept it: entries
+-- written before it existed (or by hand) are not in it, so it is clamped at 0 and never trims the newest entry.
+local log_added = 0
+local function log_entry_size(t, d) return #t + #d + 32 end
+-- XADD of one entry (fields t, d, r when `rev` is given, at); returns its id.
+local function log_xadd(key, t, d, rev, at)
+  log_added = log_added + log_entry_size(t, d)
+  if rev then return redis.call('XADD', key, '*', 't', t, 'd', d, 'r', rev, 'at', at) end
+  return redis.call('XADD', key, '*', 't', t, 'd', d, 'at', at)
+end
+local function log_row_size(fields)
+  local t, d = '', ''
+  for i = 1, #fields, 2 do
+    if fields[i] == 't' then t = fields[i + 1] elseif fields[i] == 'd' then d = fields[i + 1] end
+  end
+  return log_entry_size(t, d)
+end
+local function log_trim(key, meta, maxlen, maxbytes)
+  local total = tonumber(redis.call('HINCRBY', meta, 'ev_bytes', log_added))
+  log_added = 0
+  local len = redis.call('XLEN', key)
+  local over_n = len - maxlen
+  local over_b = total - maxbytes
+  if over_n <= 0 and over_b <= 0 then return end
+  local n, b, keep, start = 0, 0, false, '-'
+  while not keep do
+    local rows = redis.call('XRANGE', key, start, '+', 'COUNT', 32)
+    if #rows == 0 then break end
+    for _, row in ipairs(rows) do
+      if (n >= over_n and b >= over_b) or n >= len - 1 then keep = row[1]; break end
+      n = n + 1
+      b = b + log_row_size(row[2])
+    end
+    start = '(' .. rows[#rows][1]
+  end
+  if keep and n > 0 then
+    redis.call('XTRIM', key, 'MINID', keep)
+    if b > total then b = total end
+    redis.call('HINCRBY', meta, 'ev_bytes', -b)
+  end
+end
