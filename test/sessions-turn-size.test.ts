@@ -67,7 +67,7 @@ describe('a user turn merged from follow-ups: events carry what changed', () => 
     await h?.close();
   });
 
-  it('20 follow-ups of 100 kB write about 2 x 2 MB of events, not 20 times the growing turn', async () => {
+  it('20 follow-ups of 100 kB write about 2 x 2 MB of events, not 20 times the growing turn', async (t) => {
     const created = await h.api.post('/v1/sessions', { start: false });
     assert.equal(created.status, 201);
     const id = created.body.id;
@@ -83,6 +83,7 @@ describe('a user turn merged from follow-ups: events carry what changed', () => 
     const log = await logOf(probe, id);
     const total = bytesOf(log);
     const posted = 20 * KB100;
+    t.diagnostic(`event log: ${total} B of type + data in ${log.length} events for ${posted} B posted`);
     // Each follow-up is in the log twice (message.queued, then message.appended with the blocks it added); the
     // whole turn at each merge would be 20 x 21 / 2 x 100 kB = 21 MB more.
     assert.ok(total < 2.5 * posted, `event log ${total} B for ${posted} B posted`);
