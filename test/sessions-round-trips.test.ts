@@ -1,6 +1,6 @@
 import { after, before, describe, it } from 'node:test';
 import assert from 'node:assert/strict';
-import { Redis } from 'ioredis';
+import net from 'node:net';
 import { startHarness, type Harness } from './helpers/service.js';
 import { text, toolCall } from '../src/fake/script.js';
 
@@ -12,20 +12,31 @@ import { text, toolCall } from '../src/fake/script.js';
  */
 describe('Redis round trips per iteration', () => {
   let h: Harness;
-  let client: Redis;
-  let monitor: Awaited<ReturnType<Redis['monitor']>>;
+  let monitor: net.Socket;
+  /** MONITOR lines of commands sent by clients (not run by scripts), as `cmd arg arg …`, lower case. */
   let lines: string[] = [];
   before(async () => {
     h = await startHarness({ env: { LEASE_TTL_MS: '60000' } });
-    client = new Redis(h.redis.url);
-    monitor = await client.monitor();
-    monitor.on('monitor', (_time: string, args: string[], source: string) => {
-      if (!source.includes('lua')) lines.push(args.join(' '));
+    // A plain socket in MONITOR mode (RESP simple strings: `+<time> [<db> <client>] "cmd" "arg" …`).
+    monitor = net.connect(h.redis.port, '127.0.0.1');
+    monitor.setEncoding('utf8');
+    let buf = '';
+    monitor.on('data', (chunk: string) => {
+      buf += chunk;
+      let nl: number;
+      while ((nl = buf.indexOf('\r\n')) >= 0) {
+        const line = buf.slice(0, nl);
+        buf = buf.slice(nl + 2);
+        const m = /^\+\S+ \[\d+ (\S+)\] (.*)$/.exec(line);
+        if (!m || m[1] === 'lua') continue;
+        lines.push(m[2]!.slice(1, -1).split('" "').join(' ').toLowerCase());
+      }
     });
+    await new Promise<void>((resolve) => monitor.once('connect', resolve));
+    monitor.write('MONITOR\r\n');
   });
   after(async () => {
-    monitor?.disconnect();
-    client?.disconnect();
+    monitor?.destroy();
     await h?.close();
   });
 
@@ -39,16 +50,21 @@ describe('Redis round trips per iteration', () => {
     assert.equal(sent.status, 202);
     const s = await h.api.waitStatus(id, 'idle', 20_000);
     assert.equal(s.iteration, iterations);
-    // The run's last command: its due entry dropped (MONITOR lines arrive after the commands ran).
+    // The run's last commands: its due entry dropped, then its lease released (renew-1 and release-1 take the lease
+    // alone; no renewal within the 60 s TTL). MONITOR lines arrive after the commands ran.
     const ended = `zrem runs:due ${id}`.toLowerCase();
-    for (let i = 0; !lines.some((l) => l.toLowerCase() === ended); i++) {
-      assert.ok(i < 1000, 'the run ended');
+    const released = ` 1 s:{${id}}:l `.toLowerCase();
+    const deadline = Date.now() + 60_000;
+    while (!(
+      lines.some((l) => l === ended) && lines.some((l) => l.startsWith('eval') && l.includes(released))
+    )) {
+      assert.ok(Date.now() < deadline, 'the run ended');
       await new Promise((r) => setTimeout(r, 10));
     }
     const counts = new Map<string, number>();
     for (const l of lines) {
-      if (!l.includes(id)) continue;
-      const [cmd, , numkeys, key] = l.toLowerCase().split(' ');
+      if (!l.includes(id.toLowerCase())) continue;
+      const [cmd, , numkeys, key] = l.split(' ');
       // Scripts by their keys: apply has 6, append-events 2 (meta, events).
       const name = cmd === 'evalsha' ? `evalsha/${numkeys}:${key!.replace(id.toLowerCase(), 'id')}` : cmd!;
       counts.set(name, (counts.get(name) ?? 0) + 1);
