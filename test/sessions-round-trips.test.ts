@@ -65,7 +65,7 @@ describe('Redis round trips per iteration', () => {
     for (const l of lines) {
       if (!l.includes(id.toLowerCase())) continue;
       const [cmd, , numkeys, key] = l.split(' ');
-      // Scripts by their keys: apply has 6, append-events 2 (meta, events).
+      // Scripts by their keys: apply has 7, append-events 2 (meta, events).
       const name = cmd === 'evalsha' ? `evalsha/${numkeys}:${key!.replace(id.toLowerCase(), 'id')}` : cmd!;
       counts.set(name, (counts.get(name) ?? 0) + 1);
     }
@@ -86,7 +86,7 @@ describe('Redis round trips per iteration', () => {
     t.diagnostic(`2 iterations: ${JSON.stringify(Object.fromEntries(two))}`);
     // Today: one commit (apply: the reply, the tool's results, the events), the turn's live events (append-events,
     // batched by the stream relay), the state read at each step.
-    assert.equal(byCommand['evalsha/6:s:{id}'], 1, 'one commit per iteration');
+    assert.equal(byCommand['evalsha/7:s:{id}'], 1, 'one commit per iteration');
     assert.ok(per <= 5, `${per} commands per iteration`);
     assert.equal(byCommand.lrange ?? 0, 0, 'the history is not read back at each iteration');
   });
