@@ -77,16 +77,18 @@ describe('Redis round trips per iteration', () => {
   it('one write per iteration at most, a fixed number of commands', async (t) => {
     await commandsFor(2); // warm-up: scripts loaded
     const two = await commandsFor(2);
-    const six = await commandsFor(6);
-    const per = (total(six) - total(two)) / 4;
+    const six = await commandsFor(10);
+    const per = (total(six) - total(two)) / 8;
     const byCommand = Object.fromEntries(
-      [...six.keys()].map((k) => [k, ((six.get(k) ?? 0) - (two.get(k) ?? 0)) / 4]),
+      [...six.keys()].map((k) => [k, ((six.get(k) ?? 0) - (two.get(k) ?? 0)) / 8]),
     );
     t.diagnostic(`commands per iteration: ${per} ${JSON.stringify(byCommand)}`);
     t.diagnostic(`2 iterations: ${JSON.stringify(Object.fromEntries(two))}`);
     // Today: one commit (apply: the reply, the tool's results, the events), the turn's live events (append-events,
     // batched by the stream relay), the state read at each step.
-    assert.equal(byCommand['evalsha/7:s:{id}'], 1, 'one commit per iteration');
+    // A route's guarded write may be tried twice when the run wrote in between (a CAS retry): ±1 write per run, so
+    // the difference of an 8-iteration gap is rounded.
+    assert.equal(Math.round(byCommand['evalsha/7:s:{id}'] ?? 0), 1, 'one commit per iteration');
     assert.ok(per <= 5, `${per} commands per iteration`);
     assert.equal(byCommand.lrange ?? 0, 0, 'the history is not read back at each iteration');
   });

@@ -52,6 +52,16 @@ export class RunHandle {
     this.controller.abort(reason);
   }
 
+  /**
+   * Whether tools cut short now must stay unanswered: after a shutdown, a lost lease or a delete this process may not
+   * commit their (aborted) results — the pending step keeps them `started`, and the replica that resumes the run runs
+   * the idempotent ones again and answers the others "interrupted". (A lost lease whose fence still matches, after a
+   * Redis restart dropped the lease key, would otherwise commit "Error: aborted" as a tool's result.)
+   */
+  get leavesToolsUnanswered(): boolean {
+    return this.reason === 'shutdown' || this.reason === 'fenced' || this.reason === 'deleted';
+  }
+
   /** A fresh controller for each runner: an interrupt aborts one turn, not the run. */
   rearm(): void {
     if (!this.controller.signal.aborted) return;

@@ -114,7 +114,7 @@ export async function toolStep(
       }),
     );
     // As in runTurns: tools cut short by a shutdown are left `started` for the replica that resumes the run.
-    if (run.reason === 'shutdown') throw new APIUserAbortError();
+    if (run.leavesToolsUnanswered) throw new APIUserAbortError();
   }
   const waiting = step.calls.some((c) => c.approval === 'required' || (c.kind === 'client' && !c.result));
   if (waiting) {

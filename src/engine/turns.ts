@@ -378,7 +378,7 @@ export async function runTurns(
     record.timings.tools_ms = Math.round(performance.now() - toolsT0);
     // Tools cut short by a shutdown are not answered here: the pending step keeps them `started`, and the replica
     // that resumes the run runs the idempotent ones again and answers the others "interrupted".
-    if (run.reason === 'shutdown') throw new APIUserAbortError();
+    if (run.leavesToolsUnanswered) throw new APIUserAbortError();
     const blocks = typeof toolMessage?.content === 'object' ? toolMessage.content : [];
     for (const c of pending) {
       const b = blocks.find((x) => x.type === 'tool_result' && x.tool_use_id === c.id);
