@@ -1,3 +1,7 @@
+/**
+ * The /v1/sessions routes: each is schema, auth scope and a call into SessionService; over 400 lines only because
+ * the routes' zod schemas and OpenAPI answers sit beside their handlers, which keeps each route readable in one place.
+ */
 import type { FastifyPluginAsyncZod } from 'fastify-type-provider-zod';
 import type { FastifyReply, FastifyRequest } from 'fastify';
 import { z } from 'zod';

@@ -1,3 +1,9 @@
+/**
+ * A run's turns through the SDK's tool runner: the one typed builder of its params (every SDK cast lives here), the
+ * hand-over of persisted history to a runner, streaming, the max_tokens retry and the commit of each reply. Over
+ * 400 lines because these steps share the runner's state within one loop; tool execution (tool-step.ts), eager
+ * tools (eager.ts), compaction (compaction.ts), tool changes (tools-change.ts) and budgets (budget.ts) are apart.
+ */
 import { APIUserAbortError } from '@anthropic-ai/sdk';
 import type { BetaToolRunnerParams } from '@anthropic-ai/sdk/lib/tools/BetaToolRunner';
 import type {

@@ -1,3 +1,10 @@
+/**
+ * SessionStore: every read and write of a session's keys (meta hash, history, records, queue, events, lease, the
+ * compacted segments), each method one round trip whose atomicity its JSDoc states. Over 400 lines because the
+ * session's keys have one door on purpose: splitting it by operation would let two files build the same keys and
+ * guards; the event log (store/events.ts), channels (store/channels.ts) and memory files (store/memory.ts) are apart
+ * because they touch other keys.
+ */
 import type { Cluster, Redis } from 'ioredis';
 import { randomBytes } from 'node:crypto';
 import { FencedOut, AppError, notFound, revisionMismatch, conflict, quotaExceeded } from '../errors.js';
