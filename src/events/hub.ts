@@ -1,3 +1,8 @@
+/**
+ * The per-process relay of session event logs to WebSocket/SSE readers: live notices fanned out, replays paged by
+ * bytes, one subscription per session with readers. Just over 400 lines because the live tail and the replay share
+ * one reader state (cursor, page, drain) that must not be split across modules.
+ */
 import { EventEmitter } from 'node:events';
 import type { FastifyBaseLogger } from 'fastify';
 import type { Metrics } from '../observability/metrics.js';
