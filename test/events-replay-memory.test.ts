@@ -71,12 +71,20 @@ describe('replay paged by bytes', () => {
     h = await startHarness({
       redis: await startTestRedis({ appendonly: false }),
       // Readers that stop reading are not cut off during the test: what they hold is what is measured.
-      env: { EVENT_LOG_MAX: '100000', SLOW_READER_TIMEOUT_MS: '600000' },
+      // The log (about 42 MB) stays whole: the byte bound of the log is not what is measured here.
+      env: {
+        EVENT_LOG_MAX: '100000',
+        EVENT_LOG_MAX_BYTES: String(256 * 1024 * 1024),
+        SLOW_READER_TIMEOUT_MS: '600000',
+      },
     });
     id = (await h.api.post('/v1/sessions', { start: false })).body.id;
     const writerRedis = new Redis(h.redis.url);
     try {
-      const writer = new SessionStore(writerRedis, { eventLogMax: 100_000 });
+      const writer = new SessionStore(writerRedis, {
+        eventLogMax: 100_000,
+        eventLogMaxBytes: 256 * 1024 * 1024,
+      });
       const event = (n: number, bytes: number) =>
         ['stream.event', JSON.stringify({ n, text: 'z'.repeat(bytes - 40) })] as [string, string];
       for (let n = 0; n < EVENTS; n += 8) {
