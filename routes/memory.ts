@@ -5,7 +5,11 @@ import { canonicalPath, MemoryPathError } from '../src/memory/paths.js';
 import { deletedMemoryFile, errors, memoryFile, memoryFileList } from '../src/openapi/responses.js';
 
 const tags = ['memory'];
-const pathParam = z.object({ '*': z.string().meta({ description: 'The file, relative to /memories.' }) });
+const pathParam = z.object({
+  '*': z
+    .string()
+    .meta({ description: 'The file, relative to /memories; may hold slashes (`notes/today.md`).' }),
+});
 
 /** The file a request names, canonical (400 `invalid_memory_path` for anything that could leave the tenant's files). */
 function filePath(raw: string): string {

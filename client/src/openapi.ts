@@ -613,7 +613,7 @@ export interface paths {
     patch?: never;
     trace?: never;
   };
-  '/v1/memory/{*}': {
+  '/v1/memory/{path}': {
     parameters: {
       query?: never;
       header?: never;
@@ -5199,8 +5199,8 @@ export interface operations {
       query?: never;
       header?: never;
       path: {
-        /** @description The file, relative to /memories. */
-        '*': string;
+        /** @description The file, relative to /memories; may hold slashes (`notes/today.md`). */
+        path: string;
       };
       cookie?: never;
     };
@@ -5279,8 +5279,8 @@ export interface operations {
       query?: never;
       header?: never;
       path: {
-        /** @description The file, relative to /memories. */
-        '*': string;
+        /** @description The file, relative to /memories; may hold slashes (`notes/today.md`). */
+        path: string;
       };
       cookie?: never;
     };

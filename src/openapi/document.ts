@@ -227,11 +227,15 @@ export const swaggerOptions: FastifyDynamicSwaggerOptions = {
       headers,
       parameters: { ...(out.components.parameters as Json | undefined), ...parameters },
     };
+    out.paths = Object.fromEntries(
+      Object.entries(out.paths).map(([path, item]) => [namedWildcard(path), item]),
+    );
     for (const [path, item] of Object.entries(out.paths)) {
       // Every GET answers HEAD too (said in the description); the static files' route declares both.
       delete item.head;
       for (const [method, op] of Object.entries(item)) {
         if (method === 'parameters' || typeof op !== 'object') continue;
+        for (const p of op.parameters ?? []) if (p.in === 'path' && p.name === '*') p.name = 'path';
         completeOperation(path, method, op);
       }
     }
@@ -259,6 +263,12 @@ function usedSchemas(doc: Json & { components: Json & { schemas?: Json } }): Jso
   visit({ ...doc, components: { ...doc.components, schemas: {} } });
   return Object.fromEntries(Object.entries(all).filter(([name]) => used.has(name)));
 }
+
+/**
+ * A route's trailing wildcard (`/v1/memory/*`, which @fastify/swagger writes `{*}`) as a parameter named `path`:
+ * OpenAPI names parameters, and its value may hold slashes (said in the parameter's description).
+ */
+const namedWildcard = (path: string) => (path.endsWith('/{*}') ? `${path.slice(0, -3)}{path}` : path);
 
 /** Resources whose answers carry their revision in `ETag`. */
 const ETAGGED = new Set(
