@@ -397,6 +397,32 @@ function firstText(req: FakeRequest): string {
   return b?.type === 'text' ? b.text : '';
 }
 
+describe('MCP sessions and a shutdown', { timeout: 120_000 }, () => {
+  it('a service that stops ends its MCP session on the server (DELETE), and only then', async () => {
+    const server = await startMcpServer();
+    let h: Harness | undefined;
+    try {
+      h = await startHarness({
+        env: { MCP_SERVERS: JSON.stringify({ tools: { url: server.url } }), TEST_LOG_LEVEL: 'silent' },
+      });
+      assert.equal(await server.openSessions(), 0);
+      const listed = await h.api.get('/v1/tools');
+      assert.equal(listed.status, 200, JSON.stringify(listed.body));
+      assert.ok(
+        listed.body.data.some((t: any) => t.mcp_server === 'tools'),
+        'the MCP tools are listed',
+      );
+      assert.equal(await server.openSessions(), 1, 'one pooled MCP session while the service runs');
+      await h.close();
+      h = undefined;
+      assert.equal(await server.openSessions(), 0, 'the shutdown ended it');
+    } finally {
+      await h?.close();
+      await server.kill();
+    }
+  });
+});
+
 describe('MCP calls and a crash of the service (SIGKILL)', { timeout: 240_000 }, () => {
   let redis: TestRedis;
   let fake: FakeAnthropic;

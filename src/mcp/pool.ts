@@ -48,8 +48,12 @@ const MAX_PAGES = 50;
  */
 const inCall = new AsyncLocalStorage<{ cut: (why: string) => void }>();
 
+/** How long a shutdown waits for an MCP server to end our session (ms). */
+const TERMINATE_TIMEOUT_MS = 1000;
+
 interface Connection {
   client: Client;
+  transport: StreamableHTTPClientTransport;
   /** Calls in flight: a dropped connection is closed when the last one settles. */
   inflight: number;
   dead: boolean;
@@ -254,7 +258,7 @@ export class McpServerClient {
         maxRetries: 2,
       },
     });
-    const conn: Connection = { client, inflight: 0, dead: false };
+    const conn: Connection = { client, transport, inflight: 0, dead: false };
     client.onerror = (err) => {
       // Transport trouble of any stream: a restarted server answers our old MCP session with 404, a stopped one
       // refuses. Drop the connection; calls in flight finish (or fail) on their own.
@@ -302,6 +306,11 @@ export class McpServerClient {
     this.conn = null;
     if (conn) {
       conn.dead = true;
+      // The server's MCP session ends with us (DELETE, as the spec asks of a client that leaves), within
+      // TERMINATE_TIMEOUT_MS: closing the client aborts a DELETE to a server that is down or slow.
+      const timer = setTimeout(() => void conn.client.close().catch(() => {}), TERMINATE_TIMEOUT_MS);
+      await conn.transport.terminateSession().catch(() => {});
+      clearTimeout(timer);
       await conn.client.close().catch(() => {});
     }
   }

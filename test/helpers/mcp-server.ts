@@ -16,6 +16,8 @@ export interface TestMcpServer {
   pid: number;
   /** `{"<tool>:<label>": {started, finished}}`: how often each call ran. */
   calls(): Promise<Record<string, { started: number; finished: number }>>;
+  /** How many MCP sessions are open on the server. */
+  openSessions(): Promise<number>;
   /** Registers a tool `name` on every MCP session (the server sends `notifications/tools/list_changed`). */
   addTool(name: string): Promise<void>;
   /** SIGKILL; resolves once it is gone. */
@@ -67,6 +69,7 @@ export async function startMcpServer(opts: { port?: number; token?: string } = {
     pid: child.pid!,
     calls: async () =>
       (await fetch(`${base}/calls`)).json() as Promise<Record<string, { started: number; finished: number }>>,
+    openSessions: async () => ((await (await fetch(`${base}/sessions`)).json()) as { open: number }).open,
     addTool: async (name) => {
       const res = await fetch(`${base}/add-tool?name=${encodeURIComponent(name)}`, { method: 'POST' });
       if (!res.ok) throw new Error(`add-tool: ${res.status}`);
