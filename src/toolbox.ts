@@ -5,6 +5,7 @@
  * `GET /v1/tools`. Client tools (`{name, description, input_schema}`) are the client's: no provider runs them.
  */
 import type { BetaRunnableTool } from '@anthropic-ai/sdk/lib/tools/BetaRunnableTool';
+import { toolSchemas } from '../tools/index.js';
 import type { ServerTool } from '../tools/types.js';
 import { AppError } from './errors.js';
 import type { ToolRef } from './store/store.js';
@@ -151,22 +152,7 @@ export class Toolbox {
 
 /** The server tools of `tools/`: a `tools` entry that is one's name. */
 export function serverToolProvider(serverTools: ReadonlyMap<string, ServerTool>): ToolProvider {
-  const listing: ToolListing[] = [...serverTools.entries()].map(
-    ([name, { tool, requiresApproval, idempotent }]) => {
-      const def = tool as { description?: unknown; input_schema?: unknown };
-      return {
-        name,
-        description: typeof def.description === 'string' ? def.description : '',
-        input_schema:
-          typeof def.input_schema === 'object' && def.input_schema !== null
-            ? (def.input_schema as Record<string, unknown>)
-            : { type: 'object' },
-        requires_approval: requiresApproval,
-        idempotent,
-        source: 'server',
-      };
-    },
-  );
+  const listing: ToolListing[] = toolSchemas(serverTools).map((t) => ({ ...t, source: 'server' }));
   return {
     reserved: new Set(serverTools.keys()),
     claims: (entry) => typeof entry === 'string' && serverTools.has(entry),

@@ -44,19 +44,22 @@ function byName(tools: readonly ServerTool[]): Map<string, ServerTool> {
 /** The tools the service runs itself, by the name the model calls them by. */
 export const serverTools: ReadonlyMap<string, ServerTool> = byName(all);
 
+/** What `GET /v1/tools` lists for one server tool. */
+export function toolSchema(name: string, { tool, requiresApproval, idempotent }: ServerTool): ToolSchema {
+  const def = tool as { description?: unknown; input_schema?: unknown };
+  return {
+    name,
+    description: typeof def.description === 'string' ? def.description : '',
+    input_schema:
+      typeof def.input_schema === 'object' && def.input_schema !== null
+        ? (def.input_schema as Record<string, unknown>)
+        : { type: 'object' },
+    requires_approval: requiresApproval,
+    idempotent,
+  };
+}
+
 /** The server tools' definitions, for `GET /v1/tools`. */
-export function toolSchemas(): ToolSchema[] {
-  return [...serverTools.entries()].map(([name, { tool, requiresApproval, idempotent }]) => {
-    const def = tool as { description?: unknown; input_schema?: unknown };
-    return {
-      name,
-      description: typeof def.description === 'string' ? def.description : '',
-      input_schema:
-        typeof def.input_schema === 'object' && def.input_schema !== null
-          ? (def.input_schema as Record<string, unknown>)
-          : { type: 'object' },
-      requires_approval: requiresApproval,
-      idempotent,
-    };
-  });
+export function toolSchemas(tools: ReadonlyMap<string, ServerTool> = serverTools): ToolSchema[] {
+  return [...tools].map(([name, t]) => toolSchema(name, t));
 }

@@ -83,6 +83,27 @@ function usageOf(message: BetaMessage): Usage {
   };
 }
 
+/** The fields a PATCH (or a compaction request) may change that a live runner takes up before its next turn. */
+const LIVE_FIELDS = [
+  'review',
+  'approval',
+  'onToolError',
+  'onMaxTokens',
+  'cacheToolResults',
+  'maxIterations',
+  'stream',
+  'budget',
+  'compaction',
+  'compactRequest',
+  'runToolsEagerly',
+  'tools',
+  'toolsSent',
+] as const satisfies readonly (keyof SessionState)[];
+
+function takeUp<K extends keyof SessionState>(to: SessionState, from: SessionState, key: K): void {
+  to[key] = from[key];
+}
+
 const budgetLeft = (state: SessionState, iteration: number) =>
   state.maxIterations - (iteration - state.runStart);
 
@@ -149,33 +170,7 @@ export async function runTurns(
         params = fresh.params;
         paramsRev = fresh.paramsRev;
         spent = totalTokens(fresh.usage);
-        const {
-          review,
-          approval,
-          onToolError,
-          onMaxTokens,
-          cacheToolResults,
-          maxIterations,
-          stream,
-          budget,
-          compaction: compactionPolicy,
-          compactRequest,
-        } = fresh;
-        state.runToolsEagerly = fresh.runToolsEagerly;
-        state.tools = fresh.tools;
-        state.toolsSent = fresh.toolsSent;
-        Object.assign(state, {
-          review,
-          approval,
-          onToolError,
-          onMaxTokens,
-          cacheToolResults,
-          maxIterations,
-          stream,
-          budget,
-          compaction: compactionPolicy,
-          compactRequest,
-        });
+        for (const key of LIVE_FIELDS) takeUp(state, fresh, key);
       }
       run.paramsDirty = false;
     }

@@ -10,6 +10,7 @@ import type {
   BetaServerToolUseBlockParam,
   MessageCreateParams,
 } from '@anthropic-ai/sdk/resources/beta/messages/messages';
+import { SERVER_TOOL_RESULT_TYPES } from '../tools/server-blocks.js';
 
 /** The beta header a request needs to use message threads. */
 export const MESSAGE_THREADS_BETA = 'message-threads-2026-08-12';
@@ -61,16 +62,8 @@ export interface FakeUsage {
 export type FakeStopReason =
   'end_turn' | 'tool_use' | 'max_tokens' | 'stop_sequence' | 'refusal' | 'pause_turn' | 'compaction';
 
-/** The result block types of Anthropic server tools (`web_search_tool_result`, …). */
-export const SERVER_TOOL_RESULT_TYPES = [
-  'web_search_tool_result',
-  'web_fetch_tool_result',
-  'code_execution_tool_result',
-  'bash_code_execution_tool_result',
-  'text_editor_code_execution_tool_result',
-  'tool_search_tool_result',
-  'advisor_tool_result',
-] as const;
+/** The result block types of Anthropic server tools (`web_search_tool_result`, …): one list, the service's. */
+export { SERVER_TOOL_RESULT_TYPES };
 export type ServerToolResultType = (typeof SERVER_TOOL_RESULT_TYPES)[number];
 /** A server tool's result block as the SDK types it. */
 export type ServerToolResultBlock = Extract<BetaContentBlockParam, { type: ServerToolResultType }>;
