@@ -3,7 +3,7 @@ import fp from 'fastify-plugin';
 import { createHash } from 'node:crypto';
 import { z } from 'zod';
 import { AppError, zodDetails } from '../errors.js';
-import { idempotencyKey } from '../store/keys.js';
+import { IdempotencyRecords, type IdempotencyRecord } from '../store/idempotency.js';
 import type { SecretBox } from '../webhooks/secrets.js';
 
 declare module 'fastify' {
@@ -23,16 +23,6 @@ export function sealInRecord(req: FastifyRequest, ...fields: string[]): void {
 
 const keyHeader = z.string().regex(/^[\x21-\x7e]{1,255}$/, 'printable ASCII, 1-255 characters');
 
-interface Stored {
-  state: 'pending' | 'done';
-  fp: string;
-  status?: number;
-  body?: string;
-  etag?: string;
-  /** Fields taken out of `body`, each sealed (see `sealInRecord`). */
-  sealed?: Record<string, string>;
-}
-
 type Json = Record<string, unknown>;
 
 /** `body` without `fields`, and those fields sealed; the body as it is when it is not a JSON object. */
@@ -40,7 +30,7 @@ function sealFields(
   body: string,
   fields: readonly string[],
   box: SecretBox,
-): Pick<Stored, 'body' | 'sealed'> {
+): Pick<IdempotencyRecord, 'body' | 'sealed'> {
   let obj: unknown;
   try {
     obj = JSON.parse(body);
@@ -69,6 +59,7 @@ function sealFields(
  */
 export default fp<{ ttlS: number; box: SecretBox }>(
   async (app, opts) => {
+    const records = new IdempotencyRecords(app.redis, opts.ttlS);
     app.addHook('preHandler', async (req, reply) => {
       const raw = req.headers['idempotency-key'];
       if (req.method !== 'POST' || raw === undefined) return;
@@ -87,15 +78,13 @@ export default fp<{ ttlS: number; box: SecretBox }>(
           `${req.method} ${req.routeOptions.url} ${JSON.stringify(req.params)}\n${JSON.stringify(req.body ?? {})}`,
         )
         .digest('base64url');
-      const key = idempotencyKey(req.tenant, createHash('sha256').update(parsed.data).digest('base64url'));
-      const pending: Stored = { state: 'pending', fp: fingerprint };
-      const set = await app.redis.set(key, JSON.stringify(pending), 'EX', opts.ttlS, 'NX');
-      if (set === 'OK') {
+      const key = records.key(req.tenant, createHash('sha256').update(parsed.data).digest('base64url'));
+      const pending: IdempotencyRecord = { state: 'pending', fp: fingerprint };
+      if (await records.reserve(key, pending)) {
         req.idempotency = { key, fingerprint };
         return;
       }
-      const existing = await app.redis.get(key);
-      const stored: Stored | null = existing ? JSON.parse(existing) : null;
+      const stored = await records.get(key);
       if (!stored)
         throw new AppError(
           409,
@@ -125,19 +114,19 @@ export default fp<{ ttlS: number; box: SecretBox }>(
       if (!idem) return payload;
       delete req.idempotency;
       if (reply.statusCode >= 500) {
-        await app.redis.del(idem.key);
+        await records.drop(idem.key);
         return payload;
       }
       const etag = reply.getHeader('etag');
       const body = typeof payload === 'string' ? payload : String(payload ?? '');
-      const stored: Stored = {
+      const stored: IdempotencyRecord = {
         state: 'done',
         fp: idem.fingerprint,
         status: reply.statusCode,
         ...(idem.sealed?.length ? sealFields(body, idem.sealed, opts.box) : { body }),
         ...(typeof etag === 'string' ? { etag } : {}),
       };
-      await app.redis.set(idem.key, JSON.stringify(stored), 'EX', opts.ttlS);
+      await records.keep(idem.key, stored);
       return payload;
     });
   },
@@ -145,7 +134,7 @@ export default fp<{ ttlS: number; box: SecretBox }>(
 );
 
 /** The kept body with its sealed fields opened and put back (last, where the routes put them). */
-function unsealed(stored: Stored, req: FastifyRequest, box: SecretBox): string | undefined {
+function unsealed(stored: IdempotencyRecord, req: FastifyRequest, box: SecretBox): string | undefined {
   if (!stored.sealed || stored.body === undefined) return stored.body;
   // Written by `sealFields` from a JSON object.
   const obj: Json = JSON.parse(stored.body);

@@ -1,7 +1,6 @@
 import fp from 'fastify-plugin';
 import type { FastifyRequest, RouteOptions, preHandlerHookHandler } from 'fastify';
 import { quotaExceeded } from '../errors.js';
-import { tenantIndexKey } from '../store/keys.js';
 import { TenantSlots } from './slots.js';
 
 export interface QuotaOptions {
@@ -24,7 +23,7 @@ export interface QuotaOptions {
 export default fp<QuotaOptions>(
   async (app, opts) => {
     const sessionsQuota: preHandlerHookHandler = async function (req) {
-      const n = await app.redis.zcard(tenantIndexKey(req.tenant));
+      const n = await app.store.countSessions(req.tenant);
       if (n >= opts.maxSessions) throw quotaExceeded('TENANT_MAX_SESSIONS', opts.maxSessions, 'sessions');
     };
     const sockets = new TenantSlots(app.redis, 'ws');
@@ -49,5 +48,5 @@ export default fp<QuotaOptions>(
         append(route, webSocketQuota);
     });
   },
-  { name: 'quotas', dependencies: ['redis', 'auth'] },
+  { name: 'quotas', dependencies: ['redis', 'engine', 'auth'] },
 );

@@ -674,6 +674,11 @@ export class SessionStore {
     await this.redis.zadd(tenantIndexKey(tenant), 0, this.indexMember(createdAt, id));
   }
 
+  /** How many sessions `tenant` keeps (its index: one ZCARD). */
+  countSessions(tenant: string): Promise<number> {
+    return this.redis.zcard(tenantIndexKey(tenant));
+  }
+
   async unindex(tenant: string, id: string, createdAt: number): Promise<void> {
     await this.redis.zrem(tenantIndexKey(tenant), this.indexMember(createdAt, id));
   }

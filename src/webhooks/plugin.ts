@@ -7,7 +7,7 @@ import { closeAgents } from './attempt.js';
 import { Dispatcher } from './dispatcher.js';
 import { Fanout } from './fanout.js';
 import { parseSecretKey, SecretBox } from './secrets.js';
-import { CHANGED_CHANNEL, WebhookStore } from './store.js';
+import { WebhookStore } from './store.js';
 import { createTap, Interest } from './tap.js';
 import { componentLog } from '../log.js';
 
@@ -92,18 +92,17 @@ export default fp<{ config: Config }>(
 
     // The interest cache follows changes published by any replica, and is reloaded whole after a reconnection
     // (messages sent while the subscriber was away are lost).
-    const onMessage = (channel: string, message: string) => {
-      if (channel !== CHANGED_CHANNEL) return;
-      interest
-        .loadTenant(message)
-        .catch((err: unknown) => log.warn({ err }, 'webhook interest reload failed'));
-    };
-    const onReady = () => {
-      interest.loadAll().catch((err: unknown) => log.warn({ err }, 'webhook interest reload failed'));
-    };
-    app.redisSub.on('message', onMessage);
-    app.redisSub.on('ready', onReady);
-    await app.redisSub.subscribe(CHANGED_CHANNEL);
+    const unfollow = await store.followChanges(
+      app.redisSub,
+      (tenant) => {
+        interest
+          .loadTenant(tenant)
+          .catch((err: unknown) => log.warn({ err }, 'webhook interest reload failed'));
+      },
+      () => {
+        interest.loadAll().catch((err: unknown) => log.warn({ err }, 'webhook interest reload failed'));
+      },
+    );
     await interest.loadAll();
     app.store.eventTap = tapped.tap;
     const reload = tapped.reloadEvery();
@@ -124,8 +123,7 @@ export default fp<{ config: Config }>(
       app.store.eventTap = undefined;
       fanout.close();
       await dispatcher.stop();
-      app.redisSub.off('message', onMessage);
-      app.redisSub.off('ready', onReady);
+      unfollow();
       closeAgents();
     });
   },

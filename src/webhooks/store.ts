@@ -35,7 +35,7 @@ export const TENANTS_KEY = 'wh:tenants';
 export const DUE_KEY = 'wh:due';
 export const MARKS_KEY = 'wh:marks';
 /** Pub/sub: a tenant's set of webhooks changed (message: the tenant). */
-export const CHANGED_CHANNEL = 'wh:changed';
+const CHANGED_CHANNEL = 'wh:changed';
 const fanoutState = (sessionId: string) => `s:{${sessionId}}:wh`;
 const fanoutLease = (sessionId: string) => `s:{${sessionId}}:whl`;
 
@@ -150,6 +150,28 @@ export class WebhookStore {
     // lua/update.lua deletes every key of the webhook: its key count varies with the call (no `-<n>` suffix).
     defineLuaCommands(redis, new URL('./lua/', import.meta.url), 'wh');
     this.redis = redis as Scripted;
+  }
+
+  /**
+   * Follows the changes any replica publishes (a tenant's set of webhooks changed) on `sub`, a connection in
+   * subscriber mode shared with other channels: `onTenant(tenant)` for each change, `onReconnect()` each time the
+   * connection is ready again (changes published while it was away are lost). Returns what stops following.
+   */
+  async followChanges(
+    sub: RedisClient,
+    onTenant: (tenant: string) => void,
+    onReconnect: () => void,
+  ): Promise<() => void> {
+    const onMessage = (channel: string, tenant: string) => {
+      if (channel === CHANGED_CHANNEL) onTenant(tenant);
+    };
+    sub.on('message', onMessage);
+    sub.on('ready', onReconnect);
+    await sub.subscribe(CHANGED_CHANNEL);
+    return () => {
+      sub.off('message', onMessage);
+      sub.off('ready', onReconnect);
+    };
   }
 
   // ---- webhooks ------------------------------------------------------------------------------------------

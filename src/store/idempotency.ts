@@ -1,0 +1,51 @@
+import type { Cluster, Redis } from 'ioredis';
+import { idempotencyKey } from './keys.js';
+
+/** What an `Idempotency-Key` holds: the request's fingerprint, and once answered, the answer. */
+export interface IdempotencyRecord {
+  state: 'pending' | 'done';
+  fp: string;
+  status?: number;
+  body?: string;
+  etag?: string;
+  /** Fields taken out of `body`, each sealed (see `sealInRecord` in plugins/idempotency.ts). */
+  sealed?: Record<string, string>;
+}
+
+/**
+ * The records of `Idempotency-Key`s, one string key per (tenant, key hash), each with a TTL. Every method is one
+ * command, atomic on its own; the first request of a key wins by `reserve` (SET NX).
+ */
+export class IdempotencyRecords {
+  constructor(
+    private readonly redis: Redis | Cluster,
+    private readonly ttlS: number,
+  ) {}
+
+  /** The record's key: the tenant and a hash of the client's key (never the key itself). */
+  key(tenant: string, keyHash: string): string {
+    return idempotencyKey(tenant, keyHash);
+  }
+
+  /** Writes `record` only if the key holds none (atomic: SET NX EX). True when this call wrote it. */
+  async reserve(key: string, record: IdempotencyRecord): Promise<boolean> {
+    return (await this.redis.set(key, JSON.stringify(record), 'EX', this.ttlS, 'NX')) === 'OK';
+  }
+
+  /** The record, or null when none is kept (never written, expired or dropped). */
+  async get(key: string): Promise<IdempotencyRecord | null> {
+    const raw = await this.redis.get(key);
+    // Written by this class only.
+    return raw ? JSON.parse(raw) : null;
+  }
+
+  /** Replaces the record, with a fresh TTL. */
+  async keep(key: string, record: IdempotencyRecord): Promise<void> {
+    await this.redis.set(key, JSON.stringify(record), 'EX', this.ttlS);
+  }
+
+  /** Forgets the record: the key may be used again. */
+  async drop(key: string): Promise<void> {
+    await this.redis.del(key);
+  }
+}
