@@ -47,7 +47,16 @@ function consoleDir(): string {
 }
 
 /** The page's own files: served by name, nothing else of the directory. */
-const OWN_FILES = ['app.js', 'api.js', 'session.js', 'ui.js', 'view.js', 'style.css', 'favicon.svg'];
+const OWN_FILES = [
+  'app.js',
+  'api.js',
+  'api-shared.js',
+  'session.js',
+  'ui.js',
+  'view.js',
+  'style.css',
+  'favicon.svg',
+];
 
 /** The ES module builds of Preact, its hooks and htm (the `import` condition of each package's exports). */
 function vendorFiles(): Record<string, string> {

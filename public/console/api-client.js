@@ -3,24 +3,10 @@
 // is the client's follow() (resumed from the last event, exactly once) plus what a page needs around it: the
 // connection's state for the person, and a hold while the browser is offline.
 
+import { ApiError, compareIds } from './api-shared.js';
 import { SessionsClient } from './vendor/client.js';
 
-export class ApiError extends Error {
-  constructor(status, code, message, details) {
-    super(message);
-    this.name = 'ApiError';
-    this.status = status;
-    this.code = code;
-    this.details = details;
-  }
-}
-
-/** Event ids are `<ms>-<seq>`: compared as numbers, part by part. */
-export function compareIds(a, b) {
-  const [am, as] = a.split('-').map(Number);
-  const [bm, bs] = b.split('-').map(Number);
-  return am - bm || as - bs;
-}
+export { ApiError, compareIds };
 
 /** The client's errors as the console shows them: status, code, message. */
 function asApiError(err) {

@@ -2,22 +2,9 @@
 // over a WebSocket that reconnects from the last event it saw. Everything here is the public API (docs/API.md);
 // swapping this module for the typed client's browser build changes nothing else.
 
-export class ApiError extends Error {
-  constructor(status, code, message, details) {
-    super(message);
-    this.name = 'ApiError';
-    this.status = status;
-    this.code = code;
-    this.details = details;
-  }
-}
+import { ApiError, compareIds } from './api-shared.js';
 
-/** Event ids are `<ms>-<seq>`: compared as numbers, part by part. */
-export function compareIds(a, b) {
-  const [am, as] = a.split('-').map(Number);
-  const [bm, bs] = b.split('-').map(Number);
-  return am - bm || as - bs;
-}
+export { ApiError, compareIds };
 
 /**
  * @param {() => string} getKey the bearer key, read on every request (the person may change it)
