@@ -2,16 +2,6 @@ import { randomUUID } from 'node:crypto';
 import type { Cluster, Redis } from 'ioredis';
 import { defineLuaCommands } from '../store/lua-commands.js';
 
-type Client = (Redis | Cluster) & {
-  quotaAcquireSlot?: (
-    key: string,
-    now: number,
-    expiry: number,
-    max: number,
-    member: string,
-  ) => Promise<number>;
-};
-
 /**
  * Slots a tenant holds across replicas (open WebSockets): one ZSET per tenant in Redis, each slot with an expiry that
  * this replica renews every third of `ttlMs` while the slot is held, so slots of a replica that died lapse by
@@ -44,7 +34,7 @@ export class TenantSlots {
     const key = this.key(tenant);
     const member = `${this.replica}:${++this.seq}`;
     const now = Date.now();
-    const ok = await (this.redis as Client).quotaAcquireSlot!(key, now, now + this.ttlMs, max, member);
+    const ok = await this.redis.quotaAcquireSlot(key, now, now + this.ttlMs, max, member);
     if (ok !== 1) return null;
     let set = this.held.get(key);
     if (!set) this.held.set(key, (set = new Set()));

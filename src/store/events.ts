@@ -4,11 +4,6 @@ import { defineLuaCommands } from './lua-commands.js';
 import { parseStreamEntry, type StoredEvent } from './store.js';
 
 type RedisClient = Redis | Cluster;
-type StreamEntry = [string, string[]];
-
-type Scripted = RedisClient & {
-  sessReadEvents(key: string, start: string, max: number, budget: number): Promise<unknown[]>;
-};
 
 /** The cursor meaning "from the start of the log" (src/events/cursor.ts START). */
 const START = '0-0';
@@ -51,12 +46,9 @@ export interface PageLimits {
  * instant. The writes of the log are the SessionStore's (apply, appendEvents, destroy).
  */
 export class EventLog {
-  private readonly redis: Scripted;
-
-  constructor(redis: RedisClient) {
+  constructor(private readonly redis: RedisClient) {
     // The store's scripts (the SessionStore's too: each is defined once per client).
     defineLuaCommands(redis, new URL('./lua/', import.meta.url), 'sess');
-    this.redis = redis as Scripted;
   }
 
   /**
@@ -68,16 +60,16 @@ export class EventLog {
    */
   async page(sessionId: string, after: string, limits: PageLimits): Promise<EventPage> {
     const start = after === START ? '-' : (nextId(after) ?? '');
-    const res = await this.redis.sessReadEvents(
+    const [first, last, ...entries] = await this.redis.sessReadEvents(
       sessionKeys(sessionId).events,
       start,
       Math.max(1, limits.count),
       Math.max(1, limits.maxBytes),
     );
-    const firstId = typeof res[0] === 'string' ? res[0] : null;
-    const lastId = typeof res[1] === 'string' ? res[1] : null;
+    const firstId = typeof first === 'string' ? first : null;
+    const lastId = typeof last === 'string' ? last : null;
     // Lua tables of {id, {field, value, …}}, as XRANGE answers (the script only copies them).
-    const events = (res.slice(2) as StreamEntry[]).map(parseStreamEntry);
+    const events = entries.map(parseStreamEntry);
     const tail = events.at(-1);
     return { events, firstId, lastId, more: tail !== undefined && tail.id !== lastId };
   }

@@ -38,7 +38,7 @@ export function defineLuaCommands(redis: Redis | Cluster, dir: URL, prefix: stri
     if (!m) throw new Error(`Lua file name ${entry.name} is not <name>[-<numkeys>].lua`);
     const name = prefix + pascal(m[1]!);
     names.push(name);
-    if (typeof (redis as unknown as Record<string, unknown>)[name] === 'function') continue;
+    if (typeof Reflect.get(redis, name) === 'function') continue;
     const lua = readLua(new URL(entry.name, dir));
     redis.defineCommand(name, m[2] === undefined ? { lua } : { numberOfKeys: Number(m[2]), lua });
   }

@@ -13,13 +13,6 @@ export interface MemoryLimits {
 export type WriteOutcome = 'ok' | 'conflict' | 'exists' | 'file_too_big' | 'tenant_full' | 'too_many_files';
 export type RenameOutcome = 'ok' | 'not_found' | 'exists' | 'into_itself';
 
-type Client = (Redis | Cluster) & {
-  sessMemoryWrite?: (...args: Array<string | number>) => Promise<WriteOutcome>;
-  sessMemoryRemove?: (files: string, bytes: string, path: string, fileOnly: string) => Promise<number>;
-  sessMemoryRename?: (files: string, bytes: string, from: string, to: string) => Promise<RenameOutcome>;
-  sessMemoryList?: (files: string, prefix: string) => Promise<Array<string | number>>;
-};
-
 /** SHA-1 (hex) of a file's content as Redis computes it (`redis.sha1hex`): the version a conditional write expects. */
 export const contentVersion = (content: string): string =>
   createHash('sha1').update(content, 'utf8').digest('hex');
@@ -37,10 +30,6 @@ export class MemoryStore {
     defineLuaCommands(redis, new URL('./lua/', import.meta.url), 'sess');
   }
 
-  private get client(): Client {
-    return this.redis;
-  }
-
   /** A file's content, or null. */
   read(tenant: string, path: string): Promise<string | null> {
     return this.redis.hget(memoryKeys(tenant).files, path);
@@ -48,7 +37,7 @@ export class MemoryStore {
 
   /** Files under `dir` (`''`: all) with their sizes in bytes, sorted by path. */
   async list(tenant: string, dir: string): Promise<Array<{ path: string; bytes: number }>> {
-    const flat = await this.client.sessMemoryList!(memoryKeys(tenant).files, dir === '' ? '' : `${dir}/`);
+    const flat = await this.redis.sessMemoryList(memoryKeys(tenant).files, dir === '' ? '' : `${dir}/`);
     const out: Array<{ path: string; bytes: number }> = [];
     for (let i = 0; i + 1 < flat.length; i += 2)
       out.push({ path: String(flat[i]), bytes: Number(flat[i + 1]) });
@@ -67,7 +56,7 @@ export class MemoryStore {
   write(tenant: string, path: string, content: string, expected = ''): Promise<WriteOutcome> {
     const k = memoryKeys(tenant);
     const { maxFileBytes, maxTenantBytes, maxFiles } = this.limits;
-    return this.client.sessMemoryWrite!(
+    return this.redis.sessMemoryWrite(
       k.files,
       k.bytes,
       path,
@@ -82,11 +71,11 @@ export class MemoryStore {
   /** Deletes a file, or (unless `fileOnly`) every file under a directory; returns how many. */
   remove(tenant: string, path: string, opts: { fileOnly?: boolean } = {}): Promise<number> {
     const k = memoryKeys(tenant);
-    return this.client.sessMemoryRemove!(k.files, k.bytes, path, opts.fileOnly ? '1' : '0');
+    return this.redis.sessMemoryRemove(k.files, k.bytes, path, opts.fileOnly ? '1' : '0');
   }
 
   rename(tenant: string, from: string, to: string): Promise<RenameOutcome> {
     const k = memoryKeys(tenant);
-    return this.client.sessMemoryRename!(k.files, k.bytes, from, to);
+    return this.redis.sessMemoryRename(k.files, k.bytes, from, to);
   }
 }

@@ -87,19 +87,6 @@ export interface DeliveryLogEntry {
   outcome?: Outcome;
 }
 
-type Reply = string | number | null | Reply[];
-type Scripted = RedisClient & {
-  whFanoutBegin(...args: Array<string | number>): Promise<Reply[]>;
-  whFanoutEnd(...args: Array<string | number>): Promise<number>;
-  whEnqueue(...args: Array<string | number>): Promise<[number, number]>;
-  whClaim(...args: Array<string | number>): Promise<Reply[]>;
-  whSettle(...args: Array<string | number>): Promise<[string, string]>;
-  whDueSet(...args: Array<string | number>): Promise<number>;
-  whMarkDone(...args: Array<string | number>): Promise<number>;
-  whIndexAdd(...args: Array<string | number>): Promise<number>;
-  whUpdate(...args: Array<string | number>): Promise<[string, string | number, string?]>;
-};
-
 /** The event types of a webhook hash's `events` field (a JSON array of strings, as `create` writes it). */
 function parseEvents(raw: string | undefined): string[] {
   const parsed: unknown = JSON.parse(raw ?? '[]');
@@ -144,12 +131,9 @@ const SETTLED_MAX = 20_000;
 const FANOUT_STATE_TTL_MS = 7 * 86_400_000;
 
 export class WebhookStore {
-  readonly redis: Scripted;
-
-  constructor(redis: RedisClient) {
+  constructor(readonly redis: RedisClient) {
     // lua/update.lua deletes every key of the webhook: its key count varies with the call (no `-<n>` suffix).
     defineLuaCommands(redis, new URL('./lua/', import.meta.url), 'wh');
-    this.redis = redis as Scripted;
   }
 
   /**
@@ -378,7 +362,7 @@ export class WebhookStore {
     return {
       cursor: String(res[1]),
       tenant: String(res[2] ?? ''),
-      rows: res[3] as unknown as Array<[string, string[]]>,
+      rows: res[3],
     };
   }
 
@@ -524,7 +508,7 @@ export class WebhookStore {
       SETTLED_KEEP_MS,
       SETTLED_MAX,
     );
-    return { outcome: outcome as Outcome, next: Number(next) };
+    return { outcome, next: Number(next) };
   }
 
   /** The webhook as stored, whoever its tenant (the dispatcher). */

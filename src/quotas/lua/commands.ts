@@ -1,0 +1,19 @@
+/**
+ * The type of the quotas' script (acquire-slot-1.lua beside this file), defined by
+ * `defineLuaCommands(redis, …, 'quota')` as `quotaAcquireSlot` (src/store/lua-commands.ts); declared once by
+ * augmenting ioredis's `RedisCommander`, as the stores' scripts are (src/store/lua/commands.ts).
+ */
+import type { Result } from 'ioredis';
+
+declare module 'ioredis' {
+  interface RedisCommander<Context> {
+    /** acquire-slot-1.lua: 1 when the slot was taken, 0 when `max` live slots are held. */
+    quotaAcquireSlot(
+      key: string,
+      now: number,
+      expiry: number,
+      max: number,
+      member: string,
+    ): Result<number, Context>;
+  }
+}

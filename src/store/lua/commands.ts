@@ -1,0 +1,83 @@
+/**
+ * The types of the session store's scripts (the `.lua` files beside this one), as ioredis commands: each file
+ * `<name>-<n>.lua` is defined by `defineLuaCommands(redis, …, 'sess')` as `sess<Name>` (src/store/lua-commands.ts).
+ * Declared here, once, by augmenting ioredis's `RedisCommander` (as bullmq does), so `Redis` and `Cluster` (and
+ * their pipelines) both have them typed. Each signature is the script's contract as its header states it: keys
+ * first, then arguments; the reply as the script returns it (Lua false and nil are null).
+ */
+import type { Result } from 'ioredis';
+import type { RenameOutcome, WriteOutcome } from '../memory.js';
+
+/** A stream entry as XRANGE gives it (and the scripts copy it): id, then field, value, … */
+export type StreamEntry = [id: string, fields: string[]];
+
+/** The keys of a session, in the order the scripts that take them all expect (src/store/store.ts `keyList`). */
+export type SessionKeyList = [
+  meta: string,
+  msgs: string,
+  iters: string,
+  queue: string,
+  events: string,
+  lease: string,
+  compacted: string,
+];
+
+declare module 'ioredis' {
+  interface RedisCommander<Context> {
+    /** apply-7.lua: `['ERR', code, detail]`, or revision, merged count, appended blocks (JSON, or ''), into_last, control, params_rev. */
+    sessApply(
+      ...args: [
+        ...keys: SessionKeyList,
+        guard: string,
+        ops: string,
+        eventLogMax: number,
+        channel: string,
+        noticeMaxBytes: number,
+        eventLogMaxBytes: number,
+      ]
+    ): Result<
+      [err: 'ERR', code: string, detail: string] | [number, number, string, number, string, string],
+      Context
+    >;
+    /** acquire-2.lua: the fencing token, or 0. */
+    sessAcquire(meta: string, lease: string, owner: string, ttlMs: number): Result<number, Context>;
+    /** renew-1.lua: 1 when renewed. */
+    sessRenew(lease: string, token: string, ttlMs: number): Result<number, Context>;
+    /** release-1.lua: 1 when released. */
+    sessRelease(lease: string, token: string): Result<number, Context>;
+    /** destroy-7.lua: 1 when the session existed. */
+    sessDestroy(
+      ...args: [...keys: SessionKeyList, deletedEvent: string, ttlMs: number, channel: string]
+    ): Result<number, Context>;
+    /** append-events-2.lua: meta, events, then channel, max, now, notice bytes, max bytes, and type, data pairs. */
+    sessAppendEvents(...args: Array<string | number>): Result<string, Context>;
+    /** run-slot-take-1.lua: 1 when the slot was taken. */
+    sessRunSlotTake(key: string, id: string, now: number, max: number): Result<number, Context>;
+    /** run-slot-prune-1.lua: the key, then session id, score pairs read as stale. */
+    sessRunSlotPrune(key: string, ...memberScores: string[]): Result<number, Context>;
+    /** read-events-1.lua: the oldest and newest ids (null: empty log), then the page's entries. */
+    sessReadEvents(
+      events: string,
+      start: string,
+      max: number,
+      budget: number,
+    ): Result<[oldest: string | null, newest: string | null, ...entries: StreamEntry[]], Context>;
+    /** memory-write-2.lua. */
+    sessMemoryWrite(
+      files: string,
+      bytes: string,
+      path: string,
+      content: string,
+      expected: string,
+      maxFileBytes: number,
+      maxTenantBytes: number,
+      maxFiles: number,
+    ): Result<WriteOutcome, Context>;
+    /** memory-remove-2.lua: how many files were removed. */
+    sessMemoryRemove(files: string, bytes: string, path: string, fileOnly: string): Result<number, Context>;
+    /** memory-rename-2.lua. */
+    sessMemoryRename(files: string, bytes: string, from: string, to: string): Result<RenameOutcome, Context>;
+    /** memory-list-1.lua: path, bytes, path, bytes, … */
+    sessMemoryList(files: string, prefix: string): Result<Array<string | number>, Context>;
+  }
+}
