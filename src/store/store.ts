@@ -7,6 +7,7 @@
  */
 import type { Cluster, Redis } from 'ioredis';
 import { randomBytes } from 'node:crypto';
+import { oneOf } from '../guards.js';
 import { FencedOut, AppError, notFound, revisionMismatch, conflict, quotaExceeded } from '../errors.js';
 import type { StoredBlock, StoredMessage } from '../history.js';
 import type { McpToolEntry } from '../mcp/schema.js';
@@ -22,9 +23,12 @@ import {
   type SessionKeys,
 } from './keys.js';
 import { defineLuaCommands } from './lua-commands.js';
+import type { SessionKeyList } from './lua/commands.js';
 
 export type RedisClient = Redis | Cluster;
-export type Status = 'running' | 'requires_action' | 'idle' | 'failed';
+export const STATUSES = ['running', 'requires_action', 'idle', 'failed'] as const;
+export type Status = (typeof STATUSES)[number];
+const isStatus = oneOf(STATUSES);
 export type ToolRef = string | ClientTool | McpToolEntry | AnthropicToolEntry;
 export type ApprovalPolicy = 'never' | 'always' | 'default' | string[];
 export type ReviewPolicy = boolean | string[];
@@ -93,7 +97,7 @@ export interface SessionState {
   maxIterations: number;
   approval: ApprovalPolicy;
   review: ReviewPolicy;
-  onToolError: 'continue' | 'pause' | 'fail';
+  onToolError: (typeof ON_TOOL_ERROR)[number];
   onMaxTokens: OnMaxTokens;
   cacheToolResults: boolean;
   stream: boolean;
@@ -121,10 +125,17 @@ export interface SessionState {
   fence: number;
   msgCount: number;
   /** A cancel/interrupt asked of the run in flight, seen by the owner at its next commit or by pub/sub. */
-  control: '' | 'cancel' | 'interrupt';
+  control: (typeof CONTROLS)[number];
   /** Bumped by PATCH/retry: the runner takes the new params at the next turn boundary. */
   paramsRev: number;
 }
+
+const ON_TOOL_ERROR = ['continue', 'pause', 'fail'] as const;
+const isOnToolError = oneOf(ON_TOOL_ERROR);
+const CONTROLS = ['', 'cancel', 'interrupt'] as const;
+const isControl = oneOf(CONTROLS);
+const isApprovalMode = oneOf(['never', 'always', 'default']);
+const isStop = oneOf(['stop']);
 
 /** A compaction asked for and not done yet (meta field `compact`). */
 export interface CompactRequest {
@@ -250,33 +261,50 @@ export function encodeFields(s: Partial<SessionState>): Record<string, string> {
   return out;
 }
 
-/** A JSON field, or `fallback` when empty or unreadable (a hand-edited or foreign hash must not break listing). */
-const json = <T>(v: string | undefined, fallback: T): T => {
+/**
+ * JSON text this store wrote, read back as the type it was written as: a meta hash field (`encodeFields`), an
+ * element of the history, iteration or compacted lists, the blocks an `apply` reply carries. The one place the store
+ * trusts what it reads, and the only one: these keys are the store's alone, written only from values of these types
+ * (`JSON.stringify`), so they are not checked again on each read. Data from outside (requests, the Messages API) is
+ * never read through here: it is parsed with its zod schema where it comes in.
+ */
+function decodeStored<T>(text: string): T {
+  return JSON.parse(text) as T;
+}
+
+/**
+ * A JSON field, or `fallback` when empty or unreadable (a hand-edited or foreign hash must not break listing).
+ * `text` keeps unreadable text that is one of the field's string values (`always` written without quotes).
+ */
+function json<T>(v: string | undefined, fallback: T, text?: (raw: string) => raw is Extract<T, string>): T {
   if (!v) return fallback;
   try {
-    return JSON.parse(v) as T;
+    return decodeStored<T>(v);
   } catch {
-    return (typeof fallback === 'string' ? v : fallback) as T;
+    return text?.(v) ? v : fallback;
   }
-};
+}
 
 function decodeFields(h: Record<string, string>): SessionState {
   return {
     id: h.id!,
     tenant: h.tenant!,
-    status: h.status as Status,
+    // A status that is not one of ours (a foreign or hand-edited hash) reads as `failed`: the session is broken.
+    status: isStatus(h.status) ? h.status : 'failed',
     revision: Number(h.revision ?? 0),
     iteration: Number(h.iteration ?? 0),
     runStart: Number(h.run_start ?? 0),
+    // The one cast left here: a hash without params (a foreign or hand-written one; every create writes them) reads
+    // as `{}`, as it always has, though SessionParams requires `model` and `max_tokens`.
     params: json(h.params, {} as SessionParams),
     tools: json(h.tools, []),
     toolsBase: json(h.tools_base, null),
     toolsSent: json(h.tools_sent, null),
     maxIterations: Number(h.max_iterations ?? 10),
-    approval: json(h.approval, 'default' as ApprovalPolicy),
+    approval: json<ApprovalPolicy>(h.approval, 'default', isApprovalMode),
     review: json(h.review, false),
-    onToolError: (h.on_tool_error as SessionState['onToolError']) || 'continue',
-    onMaxTokens: json(h.on_max_tokens, 'stop' as OnMaxTokens),
+    onToolError: isOnToolError(h.on_tool_error) ? h.on_tool_error : 'continue',
+    onMaxTokens: json<OnMaxTokens>(h.on_max_tokens, 'stop', isStop),
     cacheToolResults: h.cache_tool_results === 'true',
     stream: h.stream !== 'false',
     budget: json(h.budget, null),
@@ -298,7 +326,7 @@ function decodeFields(h: Record<string, string>): SessionState {
     updatedAt: Number(h.updated_at ?? 0),
     fence: Number(h.fence ?? 0),
     msgCount: Number(h.msg_count ?? 0),
-    control: (h.control as SessionState['control']) || '',
+    control: isControl(h.control) ? h.control : '',
     paramsRev: Number(h.params_rev ?? 0),
   };
 }
@@ -314,19 +342,6 @@ export function usageIncr(
     u_cr: u?.cache_read_input_tokens ?? 0,
   };
 }
-
-type Scripted = RedisClient & {
-  sessApply(
-    ...args: Array<string | number>
-  ): Promise<[number | string, number | string, string, number, string, string]>;
-  sessAcquire(...args: Array<string | number>): Promise<number>;
-  sessRenew(...args: Array<string | number>): Promise<number>;
-  sessRelease(...args: Array<string | number>): Promise<number>;
-  sessDestroy(...args: Array<string | number>): Promise<number>;
-  sessAppendEvents(...args: Array<string | number>): Promise<string>;
-  sessRunSlotTake(...args: Array<string | number>): Promise<number>;
-  sessRunSlotPrune(...args: Array<string | number>): Promise<number>;
-};
 
 /**
  * Largest notice (bytes of event data, roughly) that carries its events over pub/sub: every process watching the
@@ -382,7 +397,7 @@ export const MAX_TURN_BYTES = 4 * 1024 * 1024;
  * the keys of one session; the guarantees of each are in its JSDoc.
  */
 export class SessionStore {
-  readonly redis: Scripted;
+  readonly redis: RedisClient;
   /** Set by the webhooks plugin; see EventTap. */
   eventTap: EventTap | undefined;
 
@@ -391,10 +406,10 @@ export class SessionStore {
     readonly options: StoreOptions,
   ) {
     defineLuaCommands(redis, new URL('./lua/', import.meta.url), 'sess');
-    this.redis = redis as Scripted;
+    this.redis = redis;
   }
 
-  private keyList(k: SessionKeys): string[] {
+  private keyList(k: SessionKeys): SessionKeyList {
     return [k.meta, k.msgs, k.iters, k.queue, k.events, k.lease, k.compacted];
   }
 
@@ -455,9 +470,9 @@ export class SessionStore {
       revision: Number(res[0]),
       mergedCount: Number(res[1]),
       // Parsed once, here: the engine extends the history it holds with exactly what was written.
-      appended: res[2] ? (JSON.parse(res[2]) as StoredBlock[]) : null,
+      appended: res[2] ? decodeStored<StoredBlock[]>(res[2]) : null,
       intoLast: Number(res[3]) === 1,
-      control: (res[4] || '') as SessionState['control'],
+      control: isControl(res[4]) ? res[4] : '',
       paramsRev: Number(res[5] ?? 0),
     };
   }
@@ -487,13 +502,13 @@ export class SessionStore {
 
   async history(id: string, start = 0, end = -1): Promise<StoredMessage[]> {
     const raw = await this.redis.lrange(sessionKeys(id).msgs, start, end);
-    return raw.map((m) => JSON.parse(m) as StoredMessage);
+    return raw.map((m) => decodeStored<StoredMessage>(m));
   }
 
   /** What compactions summarized: the kept segments, oldest first. One LRANGE. */
   async compacted(id: string): Promise<CompactedSegment[]> {
     const raw = await this.redis.lrange(sessionKeys(id).compacted, 0, -1);
-    return raw.map((r) => JSON.parse(r) as CompactedSegment);
+    return raw.map((r) => decodeStored<CompactedSegment>(r));
   }
 
   /**
@@ -528,12 +543,12 @@ export class SessionStore {
 
   async lastMessage(id: string): Promise<StoredMessage | null> {
     const raw = await this.redis.lindex(sessionKeys(id).msgs, -1);
-    return raw ? (JSON.parse(raw) as StoredMessage) : null;
+    return raw ? decodeStored<StoredMessage>(raw) : null;
   }
 
   async iterationRecords(id: string, start = 0, end = -1): Promise<IterationRecord[]> {
     const raw = await this.redis.lrange(sessionKeys(id).iters, start, end);
-    return raw.map((r) => JSON.parse(r) as IterationRecord);
+    return raw.map((r) => decodeStored<IterationRecord>(r));
   }
 
   async queueLength(id: string): Promise<number> {
