@@ -1,4 +1,5 @@
 import type { FastifyPluginAsyncZod } from 'fastify-type-provider-zod';
+import type { OutgoingHttpHeaders } from 'node:http';
 import { z } from 'zod';
 import type { Config } from '../src/config.js';
 import { badRequest } from '../src/errors.js';
@@ -122,8 +123,12 @@ const routes: FastifyPluginAsyncZod<{ config: Config }> = async (app, { config }
 
       reply.hijack();
       const res = reply.raw;
+      // The headers set on the reply so far (CORS, rate limit, …), as Node takes them: none is unset.
+      const headers: OutgoingHttpHeaders = {};
+      for (const [name, value] of Object.entries(reply.getHeaders()))
+        if (value !== undefined) headers[name] = value;
       res.writeHead(200, {
-        ...(reply.getHeaders() as Record<string, string>),
+        ...headers,
         'content-type': 'text/event-stream; charset=utf-8',
         'cache-control': 'no-cache, no-transform',
         connection: 'keep-alive',

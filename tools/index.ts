@@ -46,13 +46,12 @@ export const serverTools: ReadonlyMap<string, ServerTool> = byName(all);
 
 /** What `GET /v1/tools` lists for one server tool. */
 export function toolSchema(name: string, { tool, requiresApproval, idempotent }: ServerTool): ToolSchema {
-  const def = tool as { description?: unknown; input_schema?: unknown };
   return {
     name,
-    description: typeof def.description === 'string' ? def.description : '',
+    description: 'description' in tool && typeof tool.description === 'string' ? tool.description : '',
     input_schema:
-      typeof def.input_schema === 'object' && def.input_schema !== null
-        ? (def.input_schema as Record<string, unknown>)
+      'input_schema' in tool && typeof tool.input_schema === 'object' && tool.input_schema !== null
+        ? tool.input_schema
         : { type: 'object' },
     requires_approval: requiresApproval,
     idempotent,

@@ -15,7 +15,7 @@ export function signSummary(content: string | null): string | null {
 
 function field(value: unknown, key: string): unknown {
   return typeof value === 'object' && value !== null && !Array.isArray(value)
-    ? (value as Record<string, unknown>)[key]
+    ? Reflect.get(value, key)
     : undefined;
 }
 

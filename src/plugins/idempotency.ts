@@ -38,7 +38,7 @@ function sealFields(
     return { body };
   }
   if (!obj || typeof obj !== 'object' || Array.isArray(obj)) return { body };
-  const rest: Json = { ...(obj as Json) };
+  const rest: Json = { ...obj };
   const sealed: Record<string, string> = {};
   for (const f of fields) {
     const v = rest[f];
