@@ -70,7 +70,8 @@ function runnerParams(t: TurnInput): BetaToolRunnerParams & { stream: boolean } 
     // whenever the thread cannot go on (an edited history, a lost or unsupported thread, a cut stream), so
     // correctness never depends on it; a new runner (each run) starts a new thread. See docs/ARCHITECTURE.md.
   };
-  return params as unknown as BetaToolRunnerParams & { stream: boolean };
+  // Kept cast (see above), a direct one: the compiler still checks that these params overlap the SDK's.
+  return params as BetaToolRunnerParams & { stream: boolean };
 }
 
 /** A reply's usage, absent counts as 0. */

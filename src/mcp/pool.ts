@@ -193,6 +193,8 @@ export class McpServerClient {
       );
       // The compatibility shape (`toolResult`) of protocol versions before 2024-11-05 is not accepted.
       if (!('content' in res) || !Array.isArray(res.content)) throw new Error('the result has no content');
+      // Kept cast: both shapes of the SDK's result have an index signature, so the check above cannot narrow the
+      // union to CallToolResult by itself; it is what tells the two apart.
       return res as CallToolResult;
     } catch (err) {
       if (ac.signal.reason instanceof McpCallCut) throw ac.signal.reason;

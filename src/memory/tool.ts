@@ -5,7 +5,6 @@
  * throws, which the runner turns into an `is_error` result. Text handling is linear (indexOf, split).
  */
 import { betaMemoryTool, type MemoryToolHandlers } from '@anthropic-ai/sdk/helpers/beta/memory';
-import type { BetaMemoryTool20250818Command } from '@anthropic-ai/sdk/resources/beta/messages/messages';
 import { z } from 'zod';
 import type { ServerTool } from '../../tools/types.js';
 import { contentVersion, type MemoryStore, type WriteOutcome } from '../store/memory.js';
@@ -158,7 +157,7 @@ export function memoryServerTool(store: MemoryStore, tenant: string): ServerTool
   const tool = betaMemoryTool(memoryHandlers(store, tenant));
   return {
     // The command's shape is checked (a zod error becomes an `is_error` result); the handlers check the paths.
-    tool: { ...tool, parse: (input: unknown) => memoryCommand.parse(input) as BetaMemoryTool20250818Command },
+    tool: { ...tool, parse: (input: unknown) => memoryCommand.parse(input) },
     requiresApproval: false,
     idempotent: false,
     idempotentFor: memoryCallIdempotent,
