@@ -67,8 +67,7 @@ const routes: FastifyPluginAsyncZod<{ config: Config }> = async (app, { config }
 
   // Browsers authenticate with `Sec-WebSocket-Protocol: bearer, <token>` and require the server to select one of
   // the offered protocols: select `bearer` (ws's default would pick the first offered, possibly the token).
-  const wssOptions = app.websocketServer.options as { handleProtocols?: unknown };
-  wssOptions.handleProtocols ??= selectProtocol;
+  app.websocketServer.options.handleProtocols ??= selectProtocol;
 
   app.get(
     '/v1/sessions/:id/stream',
@@ -116,6 +115,7 @@ const routes: FastifyPluginAsyncZod<{ config: Config }> = async (app, { config }
       const tenant = req.tenant;
       const log = componentLog(req.log, 'stream');
       const after = parseCursor(req.query.after)!;
+      // Kept cast: `_httpMessage` (the response a socket is assigned to) is Node's own field, not in its types.
       const rawSocket = req.raw.socket as Socket & { _httpMessage?: ServerResponse | null };
       rawSocket._httpMessage?.detachSocket(rawSocket);
       socket.removeAllListeners('error');
@@ -146,7 +146,9 @@ const routes: FastifyPluginAsyncZod<{ config: Config }> = async (app, { config }
     alive.set(socket, true);
     socket.on('pong', () => alive.set(socket, true));
 
-    const raw = () => (socket as unknown as { _socket?: Socket })._socket;
+    // Kept cast: ws keeps the TCP socket in its private `_socket` (not in its types); its write buffer says when to
+    // wait for `drain`.
+    const raw = () => (socket as WebSocket & { _socket?: Socket })._socket;
     // No extension negotiated (the server offers none): frames go out as built, uncompressed.
     const plain = socket.extensions === '';
     const sink = streamSink(
