@@ -1,7 +1,9 @@
-import type { FastifyDynamicSwaggerOptions } from '@fastify/swagger';
+import type { FastifyDynamicSwaggerOptions, SwaggerTransformObject } from '@fastify/swagger';
 import type { FastifySchema } from 'fastify';
 import { createJsonSchemaTransform, createJsonSchemaTransformObject } from 'fastify-type-provider-zod';
+import type { OpenAPIV3_1 } from 'openapi-types';
 import type { z } from 'zod';
+import { oneOf } from '../guards.js';
 
 /**
  * The OpenAPI 3.1 document of the service, built by @fastify/swagger from the routes' zod schemas (request and
@@ -52,13 +54,7 @@ const tags = [
   { name: 'console', description: 'Pages for people, served by the service; no key needed.' },
 ];
 
-interface HeaderObject {
-  description: string;
-  schema: Record<string, unknown>;
-  required?: boolean;
-}
-
-const headers: Record<string, HeaderObject> = {
+const headers: Record<string, OpenAPIV3_1.HeaderObject> = {
   ETag: {
     description: 'The resource\'s revision, quoted (`"17"`): give it back in `If-Match`.',
     schema: { type: 'string', pattern: '^"\\d+"$' },
@@ -75,7 +71,7 @@ const headers: Record<string, HeaderObject> = {
   },
 };
 
-const parameters = {
+const parameters: Record<string, OpenAPIV3_1.ParameterObject> = {
   IdempotencyKey: {
     name: 'Idempotency-Key',
     in: 'header',
@@ -111,8 +107,6 @@ const statusText: Record<string, string> = {
   '503': 'The session store is unavailable (`store_unavailable`); try again after Retry-After.',
 };
 
-type Json = Record<string, unknown>;
-
 /**
  * zod → JSON Schema adjustments. A plain `z.object` response schema says which fields a client can rely on, not that
  * there are no others (src/openapi/serializer.ts never strips), so it gets no `additionalProperties: false` (zod
@@ -132,10 +126,14 @@ const zodToJsonConfig = {
 };
 const jsonSchemaTransform = createJsonSchemaTransform({ zodToJsonConfig });
 const jsonSchemaTransformObject = createJsonSchemaTransformObject({ zodToJsonConfig });
-interface Operation extends Json {
-  parameters?: Json[];
-  responses?: Record<string, Json & { description?: string; content?: Record<string, { schema?: Json }> }>;
-}
+type Document = Partial<OpenAPIV3_1.Document>;
+type Operation = OpenAPIV3_1.OperationObject;
+
+/** The transform completes an OpenAPI 3.1 document (`swaggerOptions.openapi`); another would be left as it is. */
+const isOpenApi31 = (doc: ReturnType<SwaggerTransformObject>): doc is Document =>
+  'openapi' in doc && typeof doc.openapi === 'string' && doc.openapi.startsWith('3.1.');
+
+const isMethod = oneOf(['get', 'put', 'post', 'delete', 'options', 'head', 'patch', 'trace']);
 
 /** The routes of @fastify/swagger-ui (hidden by it), documented here: url → schema (already JSON Schema). */
 function docsRoute(url: string): { schema: FastifySchema; url: string } | null {
@@ -161,7 +159,7 @@ function docsRoute(url: string): { schema: FastifySchema; url: string } | null {
           response: {
             200: { description: 'OK', content: { 'application/json': { schema: { type: 'object' } } } },
           },
-        } as FastifySchema,
+        },
       };
     case '/docs/yaml':
       return { url, schema: page('This OpenAPI document (YAML)', 'getOpenApiYaml', 'application/x-yaml') };
@@ -171,11 +169,11 @@ function docsRoute(url: string): { schema: FastifySchema; url: string } | null {
         schema: {
           ...page("The OpenAPI UI's static files", 'getDocsStaticFile', 'application/octet-stream'),
           params: { type: 'object', properties: { path: { type: 'string' } }, required: ['path'] },
-        } as FastifySchema,
+        },
       };
     default:
       // The UI's fixed files under /docs/static/ are the route above again.
-      return url.startsWith('/docs') ? { url, schema: { hide: true } as FastifySchema } : null;
+      return url.startsWith('/docs') ? { url, schema: { hide: true } } : null;
   }
 }
 
@@ -218,28 +216,31 @@ export const swaggerOptions: FastifyDynamicSwaggerOptions = {
     return jsonSchemaTransform({ schema: s, url, route, ...rest });
   },
   transformObject: (doc) => {
-    const out = jsonSchemaTransformObject(doc) as Json & {
-      paths: Record<string, Record<string, Operation>>;
-      components: Json & { schemas?: Json };
-    };
-    out.components = {
+    const out = jsonSchemaTransformObject(doc);
+    if (!isOpenApi31(out)) return out;
+    const components: OpenAPIV3_1.ComponentsObject = {
       ...out.components,
       headers,
-      parameters: { ...(out.components.parameters as Json | undefined), ...parameters },
+      parameters: { ...out.components?.parameters, ...parameters },
     };
-    out.paths = Object.fromEntries(
-      Object.entries(out.paths).map(([path, item]) => [namedWildcard(path), item]),
+    const paths: OpenAPIV3_1.PathsObject = Object.fromEntries(
+      Object.entries(out.paths ?? {}).map(([path, item]) => [namedWildcard(path), item]),
     );
-    for (const [path, item] of Object.entries(out.paths)) {
+    for (const [path, item] of Object.entries(paths)) {
+      if (!item) continue;
       // Every GET answers HEAD too (said in the description); the static files' route declares both.
       delete item.head;
-      for (const [method, op] of Object.entries(item)) {
-        if (method === 'parameters' || typeof op !== 'object') continue;
-        for (const p of op.parameters ?? []) if (p.in === 'path' && p.name === '*') p.name = 'path';
+      for (const method of Object.keys(item)) {
+        const op = isMethod(method) ? item[method] : undefined;
+        if (!op) continue;
+        for (const p of op.parameters ?? [])
+          if (!('$ref' in p) && p.in === 'path' && p.name === '*') p.name = 'path';
         completeOperation(path, method, op);
       }
     }
-    out.components.schemas = usedSchemas(out);
+    components.schemas = usedSchemas({ ...out, paths, components });
+    out.components = components;
+    out.paths = paths;
     return out;
   },
 };
@@ -248,7 +249,9 @@ export const swaggerOptions: FastifyDynamicSwaggerOptions = {
  * The schemas the document refers to. The type provider emits every registered schema twice (`X` for responses,
  * `XInput` for requests); the response schemas are never requests, so most `…Input` copies are unused.
  */
-function usedSchemas(doc: Json & { components: Json & { schemas?: Json } }): Json {
+function usedSchemas(
+  doc: Document & { components: OpenAPIV3_1.ComponentsObject },
+): Record<string, OpenAPIV3_1.SchemaObject> {
   const all = doc.components.schemas ?? {};
   const used = new Set<string>();
   const visit = (value: unknown) => {
@@ -282,17 +285,19 @@ function completeOperation(path: string, method: string, op: Operation): void {
     op.parameters = [...(op.parameters ?? []), ref('parameters', 'IdempotencyKey')];
   }
   for (const [status, res] of Object.entries(op.responses ?? {})) {
+    if ('$ref' in res) continue;
     if (!res.description || res.description === 'Default Response') {
       res.description = statusText[status] ?? 'Answer';
     }
-    const hs: Record<string, Json> = {};
-    const bodyRef = res.content?.['application/json']?.schema?.$ref;
+    const hs: Record<string, OpenAPIV3_1.ReferenceObject> = {};
+    const body = res.content?.['application/json']?.schema;
+    const bodyRef = body && '$ref' in body ? body.$ref : undefined;
     if (typeof bodyRef === 'string' && ETAGGED.has(bodyRef)) hs.ETag = ref('headers', 'ETag');
     if (method === 'post' && path.startsWith('/v1/') && status.startsWith('2')) {
       hs['Idempotent-Replayed'] = ref('headers', 'IdempotentReplayed');
     }
     if (status === '429' || status === '503') hs['Retry-After'] = ref('headers', 'RetryAfter');
     if (status === '401') hs['WWW-Authenticate'] = ref('headers', 'WwwAuthenticate');
-    if (Object.keys(hs).length > 0) res.headers = { ...(res.headers as Json | undefined), ...hs };
+    if (Object.keys(hs).length > 0) res.headers = { ...res.headers, ...hs };
   }
 }
