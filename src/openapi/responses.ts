@@ -262,6 +262,8 @@ export const readiness = z
 
 /** The error envelope for each status given: `response: {200: session, ...errors(400, 404)}`. */
 export function errors<S extends number>(...statuses: S[]): Record<S, typeof errorBody> {
+  // Kept cast: Object.fromEntries types its keys as any string; they are exactly `statuses`, which the routes'
+  // reply types are inferred from.
   return Object.fromEntries(statuses.map((s) => [s, errorBody])) as Record<S, typeof errorBody>;
 }
 
