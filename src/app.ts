@@ -2,7 +2,6 @@ import type { FastifyPluginAsync, RouteOptions } from 'fastify';
 import fp from 'fastify-plugin';
 import swagger from '@fastify/swagger';
 import swaggerUi from '@fastify/swagger-ui';
-import helmet from '@fastify/helmet';
 import websocket from '@fastify/websocket';
 import { validatorCompiler } from 'fastify-type-provider-zod';
 import type { Config } from './config.js';
@@ -18,6 +17,7 @@ import browserOriginsPlugin from './plugins/cors.js';
 import errorsPlugin from './plugins/errors.js';
 import idempotencyPlugin from './plugins/idempotency.js';
 import rateLimitPlugin from './plugins/ratelimit.js';
+import securityHeadersPlugin from './plugins/security-headers.js';
 import healthRoutes from '../routes/health.js';
 import sessionRoutes from '../routes/sessions.js';
 import toolRoutes from '../routes/tools.js';
@@ -68,7 +68,7 @@ const app: FastifyPluginAsync<AppOptions> = async (fastify, opts) => {
   await fastify.register(tracingPlugin, opts.tracing ?? {});
   await fastify.register(swagger, swaggerOptions);
   await fastify.register(swaggerUi, { routePrefix: '/docs' });
-  await fastify.register(helmet, {
+  await fastify.register(securityHeadersPlugin, {
     contentSecurityPolicy: { directives: cspDirectives(fastify.swaggerCSP) },
   });
   await fastify.register(redisPlugin, { url: opts.redisUrl, clusterNodes: config.REDIS_CLUSTER_NODES });

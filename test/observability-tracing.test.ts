@@ -10,7 +10,8 @@ import {
 } from '@opentelemetry/sdk-trace';
 import { startHarness, type Harness } from './helpers/service.js';
 import { text, toolCall } from '../src/fake/script.js';
-import { Tracing, tracerProviderFromEnv, TracingConfigError } from '../src/observability/tracing.js';
+import { tracerProviderFromEnv, TracingConfigError } from '../src/observability/tracing-sdk.js';
+import { Tracing } from '../src/observability/tracing.js';
 
 /**
  * Keeps every ended span, at once (an exporter may export later), and resolves when one with `name` ends (the run span

@@ -1,7 +1,7 @@
 import fp from 'fastify-plugin';
 import type { Config } from '../config.js';
 import { componentLog } from '../log.js';
-import { McpTools } from './provider.js';
+import type { McpTools } from './provider.js';
 
 declare module 'fastify' {
   interface FastifyInstance {
@@ -26,6 +26,8 @@ export default fp<McpPluginOptions>(
       return;
     }
     const log = componentLog(app.log, 'mcp');
+    // Loaded only when servers are declared: the MCP SDK costs about 12 MB of RSS in every replica that loads it.
+    const { McpTools } = await import('./provider.js');
     const mcp = new McpTools(
       servers,
       {

@@ -1,7 +1,7 @@
 import type { TracerProvider } from '@opentelemetry/api';
 import fp from 'fastify-plugin';
 import { Metrics } from './metrics.js';
-import { Tracing, tracerProviderFromEnv } from './tracing.js';
+import { Tracing, tracesExporters } from './tracing.js';
 
 declare module 'fastify' {
   interface FastifyInstance {
@@ -51,9 +51,14 @@ export interface TracingPluginOptions {
 /** This instance's tracing; a provider made from the environment is flushed and shut down on close. */
 export const tracingPlugin = fp<TracingPluginOptions>(
   async (app, opts) => {
-    const tracing = opts.provider
-      ? new Tracing({ provider: opts.provider })
-      : new Tracing({ provider: tracerProviderFromEnv(opts.env ?? process.env), owned: true });
+    const env = opts.env ?? process.env;
+    let tracing = Tracing.off;
+    if (opts.provider || tracesExporters(env).length > 0) {
+      const sdk = await import('./tracing-sdk.js');
+      const provider = opts.provider ?? sdk.tracerProviderFromEnv(env);
+      if (provider) sdk.installGlobals();
+      tracing = new Tracing({ provider, owned: !opts.provider });
+    }
     app.decorate('tracing', tracing);
     if (tracing.enabled) app.log.info('OpenTelemetry tracing is on');
     app.addHook('onClose', async () => tracing.shutdown());

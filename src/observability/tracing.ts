@@ -1,7 +1,6 @@
 import type { OpenTelemetryOptions } from '@anthropic-ai/sdk';
 import {
   context,
-  propagation,
   trace,
   SpanKind,
   SpanStatusCode,
@@ -11,134 +10,29 @@ import {
   type Tracer,
   type TracerProvider,
 } from '@opentelemetry/api';
-import { AsyncLocalStorageContextManager } from '@opentelemetry/context-async-hooks';
-import { W3CTraceContextPropagator } from '@opentelemetry/core';
-import { OTLPTraceExporter } from '@opentelemetry/exporter-trace-otlp-proto';
-import { resourceFromAttributes } from '@opentelemetry/resources';
-import {
-  AlwaysOffSampler,
-  AlwaysOnSampler,
-  BatchSpanProcessor,
-  ConsoleSpanExporter,
-  ParentBasedSampler,
-  TraceIdRatioBasedSampler,
-  TracerProvider as SdkTracerProvider,
-  type Sampler,
-  type SpanProcessor,
-} from '@opentelemetry/sdk-trace';
-import { ConfigError } from '../config.js';
 
 /**
  * OpenTelemetry traces, configured by the standard `OTEL_*` variables and off unless `OTEL_TRACES_EXPORTER` names an
- * exporter. Off, nothing is created: no provider, no context manager, the SDK client gets `openTelemetry: false`, and
- * every helper here runs its function as it is (one `undefined` check).
+ * exporter. Off, nothing is created or loaded: no provider, no context manager, no SDK module (tracing-sdk.ts is
+ * imported only when tracing is on), the SDK client gets `openTelemetry: false`, and every helper here runs its
+ * function as it is (one `undefined` check). Only the OpenTelemetry API is imported here.
  */
+
+/**
+ * The exporters `OTEL_TRACES_EXPORTER` names (`none` left out); none when `OTEL_SDK_DISABLED` is true. Tracing is on
+ * when this is not empty: only then is the OpenTelemetry SDK loaded (tracing-sdk.ts).
+ */
+export function tracesExporters(env: NodeJS.ProcessEnv): string[] {
+  if (env.OTEL_SDK_DISABLED?.trim().toLowerCase() === 'true') return [];
+  return (env.OTEL_TRACES_EXPORTER ?? '')
+    .split(',')
+    .map((s) => s.trim().toLowerCase())
+    .filter((s) => s && s !== 'none');
+}
 
 /** The instrumentation scope of the service's own spans. */
 const SCOPE = 'toolrunner-sessions';
 export const SERVICE_NAME = 'toolrunner-sessions';
-
-/** A bad `OTEL_*` value: the process stops at boot with this message, like any configuration error. */
-export class TracingConfigError extends ConfigError {}
-
-/**
- * A tracer provider from the environment, or undefined when tracing is off (the default). Read:
- * `OTEL_SDK_DISABLED`, `OTEL_TRACES_EXPORTER` (`otlp`, `console`, `none`; a comma list), `OTEL_EXPORTER_OTLP_PROTOCOL`
- * / `OTEL_EXPORTER_OTLP_TRACES_PROTOCOL` (`http/protobuf` only), `OTEL_EXPORTER_OTLP_ENDPOINT` /
- * `OTEL_EXPORTER_OTLP_TRACES_ENDPOINT`, `OTEL_TRACES_SAMPLER` (+ `_ARG`), `OTEL_SERVICE_NAME`,
- * `OTEL_RESOURCE_ATTRIBUTES`. The OTLP exporter reads its own headers, timeout and compression variables.
- */
-export function tracerProviderFromEnv(env: NodeJS.ProcessEnv): SdkTracerProvider | undefined {
-  if (env.OTEL_SDK_DISABLED?.trim().toLowerCase() === 'true') return undefined;
-  const names = (env.OTEL_TRACES_EXPORTER ?? '')
-    .split(',')
-    .map((s) => s.trim().toLowerCase())
-    .filter((s) => s && s !== 'none');
-  if (names.length === 0) return undefined;
-  const spanProcessors: SpanProcessor[] = names.map((name) => {
-    if (name === 'otlp') return new BatchSpanProcessor({ exporter: otlpExporter(env) });
-    if (name === 'console') return new BatchSpanProcessor({ exporter: new ConsoleSpanExporter() });
-    throw new TracingConfigError(`OTEL_TRACES_EXPORTER: unknown exporter "${name}" (otlp, console or none)`);
-  });
-  return new SdkTracerProvider({
-    resource: resourceFromEnv(env),
-    sampler: samplerFromEnv(env),
-    spanProcessors,
-  });
-}
-
-function otlpExporter(env: NodeJS.ProcessEnv): OTLPTraceExporter {
-  const protocol = (
-    env.OTEL_EXPORTER_OTLP_TRACES_PROTOCOL ??
-    env.OTEL_EXPORTER_OTLP_PROTOCOL ??
-    'http/protobuf'
-  )
-    .trim()
-    .toLowerCase();
-  if (protocol !== 'http/protobuf') {
-    throw new TracingConfigError(
-      `OTEL_EXPORTER_OTLP_PROTOCOL: "${protocol}" is not supported; use http/protobuf (port 4318 of a collector)`,
-    );
-  }
-  const signal = env.OTEL_EXPORTER_OTLP_TRACES_ENDPOINT?.trim();
-  const base = env.OTEL_EXPORTER_OTLP_ENDPOINT?.trim();
-  // The signal's endpoint is used as it is; the base endpoint gets the signal's path (the OTLP exporter spec).
-  const url = signal || (base ? `${base.replace(/\/+$/, '')}/v1/traces` : undefined);
-  return new OTLPTraceExporter(url ? { url } : {});
-}
-
-function samplerFromEnv(env: NodeJS.ProcessEnv): Sampler {
-  const name = (env.OTEL_TRACES_SAMPLER ?? 'parentbased_always_on').trim().toLowerCase();
-  const arg = Number(env.OTEL_TRACES_SAMPLER_ARG ?? '1');
-  const ratio = Number.isFinite(arg) && arg >= 0 && arg <= 1 ? arg : 1;
-  switch (name) {
-    case 'always_on':
-      return new AlwaysOnSampler();
-    case 'always_off':
-      return new AlwaysOffSampler();
-    case 'traceidratio':
-      return new TraceIdRatioBasedSampler(ratio);
-    case 'parentbased_always_on':
-      return new ParentBasedSampler({ root: new AlwaysOnSampler() });
-    case 'parentbased_always_off':
-      return new ParentBasedSampler({ root: new AlwaysOffSampler() });
-    case 'parentbased_traceidratio':
-      return new ParentBasedSampler({ root: new TraceIdRatioBasedSampler(ratio) });
-    default:
-      throw new TracingConfigError(`OTEL_TRACES_SAMPLER: unknown sampler "${name}"`);
-  }
-}
-
-/** `service.name` (OTEL_SERVICE_NAME, else this service's name) and the `key=value,…` of OTEL_RESOURCE_ATTRIBUTES. */
-function resourceFromEnv(env: NodeJS.ProcessEnv) {
-  const attributes: Attributes = { 'service.name': SERVICE_NAME };
-  for (const pair of (env.OTEL_RESOURCE_ATTRIBUTES ?? '').split(',')) {
-    const at = pair.indexOf('=');
-    if (at <= 0) continue;
-    try {
-      attributes[decodeURIComponent(pair.slice(0, at).trim())] = decodeURIComponent(
-        pair.slice(at + 1).trim(),
-      );
-    } catch {
-      // A malformed percent-escape: that attribute is skipped, as the spec allows.
-    }
-  }
-  if (env.OTEL_SERVICE_NAME?.trim()) attributes['service.name'] = env.OTEL_SERVICE_NAME.trim();
-  return resourceFromAttributes(attributes);
-}
-
-let globalsInstalled = false;
-
-/**
- * Parent–child links across `await` need a context manager, and the SDK's `traceparent` header a propagator: both are
- * process-wide in the OpenTelemetry API, installed once, and only when some instance traces.
- */
-function installGlobals(): void {
-  if (globalsInstalled) return;
-  globalsInstalled = true;
-  context.setGlobalContextManager(new AsyncLocalStorageContextManager().enable());
-  propagation.setGlobalPropagator(new W3CTraceContextPropagator());
-}
 
 export interface TracingOptions {
   /** The provider of this instance's spans; undefined: tracing is off. */
@@ -156,7 +50,6 @@ export class Tracing {
   constructor(opts: TracingOptions = {}) {
     this.provider = opts.provider;
     this.owned = opts.owned ?? false;
-    if (this.provider) installGlobals();
     this.tracer = this.provider?.getTracer(SCOPE);
   }
 
