@@ -250,6 +250,17 @@ export interface ServiceOptions {
   inspectOnSignal?: boolean | undefined;
 }
 
+/** The node flags of `npm start` (package.json's start script): the service runs here with the runtime flags it has in production. */
+function startFlags(): string[] {
+  const pkg = JSON.parse(readFileSync(path.join(ROOT, 'package.json'), 'utf8')) as {
+    scripts: { start: string };
+  };
+  return pkg.scripts.start
+    .trim()
+    .split(/\s+/)
+    .filter((t) => t.startsWith('--'));
+}
+
 /** The service as its own process: `node src/server.js` (compiled, as `npm start` runs it) with PORT=0 on 127.0.0.1. */
 export async function startService(opts: ServiceOptions): Promise<BenchService> {
   const env: NodeJS.ProcessEnv = { ...process.env };
@@ -274,6 +285,7 @@ export async function startService(opts: ServiceOptions): Promise<BenchService> 
     ...opts.env,
   });
   const nodeArgs = [
+    ...startFlags(),
     ...(opts.cpuProfDir ? ['--cpu-prof', '--cpu-prof-dir', opts.cpuProfDir] : []),
     ...(opts.inspectOnSignal ? ['--inspect-port=127.0.0.1:0'] : []),
   ];
