@@ -64,6 +64,7 @@ const templates: Record<string, Record<string, unknown>> = {
   toolResults: { results: [{ tool_use_id: 'toolu_1', content: 'r' }] },
   decision: { decision: 'approve' },
   fork: { at_iteration: 0 },
+  compact: { instructions: 'keep the numbers' },
   empty: {},
 };
 const schemaKeys: Record<string, string[]> = {
@@ -74,6 +75,7 @@ const schemaKeys: Record<string, string[]> = {
   toolResults: keysOf(toolResultsBody),
   decision: keysOf(decisionBody),
   fork: keysOf(forkBody),
+  compact: ['instructions'],
   empty: ['params'],
 };
 
@@ -170,8 +172,11 @@ export interface FuzzRequest {
   body: string | undefined;
 }
 
-/** Routes: method, path template, body kind. No webhook creation (its URLs would be resolved and called). */
-const routes: Array<[string, string, string | null]> = [
+/**
+ * Routes: method, path template, body kind. Every `/v1` operation of openapi.json but those in `UNFUZZED` (the
+ * fuzzer's test checks it).
+ */
+export const routes: Array<[string, string, string | null]> = [
   ['POST', '/v1/sessions', 'create'],
   ['GET', '/v1/sessions', null],
   ['GET', '/v1/sessions/:id', null],
@@ -189,12 +194,27 @@ const routes: Array<[string, string, string | null]> = [
   ['POST', '/v1/sessions/:id/cancel', 'empty'],
   ['POST', '/v1/sessions/:id/resume', 'empty'],
   ['POST', '/v1/sessions/:id/fork', 'fork'],
+  ['POST', '/v1/sessions/:id/compact', 'compact'],
   ['GET', '/v1/sessions/:id/events', null],
   ['GET', '/v1/tools', null],
   ['GET', '/v1/webhooks', null],
   ['GET', '/v1/webhooks/:id', null],
   ['DELETE', '/v1/webhooks/:id', null],
   ['GET', '/v1/webhooks/:id/deliveries', null],
+  ['GET', '/v1/memory', null],
+  ['GET', '/v1/memory/:path', null],
+  ['DELETE', '/v1/memory/:path', null],
+];
+
+/**
+ * `/v1` operations the fuzzer leaves out: creating a webhook, changing its URL or testing it resolves and calls the
+ * URL it is given (outside this machine for a random host name); the WebSocket upgrade has its own frames fuzzer.
+ */
+export const UNFUZZED = [
+  'POST /v1/webhooks',
+  'PATCH /v1/webhooks/:id',
+  'POST /v1/webhooks/:id/test',
+  'GET /v1/sessions/:id/stream',
 ];
 
 export function requestArb(ids: Ids, token: string): fc.Arbitrary<FuzzRequest> {
@@ -203,7 +223,16 @@ export function requestArb(ids: Ids, token: string): fc.Arbitrary<FuzzRequest> {
       fc.constantFrom(...routes),
       idArb(ids),
       fc.oneof(
-        fc.constantFrom('toolu_1', '1', '0', '-1', '99999999999'),
+        fc.constantFrom(
+          'toolu_1',
+          '1',
+          '0',
+          '-1',
+          '99999999999',
+          'notes/a.md',
+          '..%2F..%2Fetc%2Fpasswd',
+          '%2e%2e/x',
+        ),
         fc.string({ maxLength: 20 }).map(encodeURIComponent),
       ),
       queryArb,
@@ -252,6 +281,7 @@ export function requestArb(ids: Ids, token: string): fc.Arbitrary<FuzzRequest> {
                 : id,
             )
             .replace(':tool_use_id', n)
+            .replace(':path', n)
             .replace(':n', n) + query,
         // Header values must be ByteStrings for fetch: keep the ones that are.
         headers: Object.fromEntries(Object.entries(headers).filter(([, v]) => /^[\x20-\x7e]*$/.test(v))),
