@@ -309,7 +309,10 @@ describe(
     /** The service's node process in the api container, as `[host pid, rss in KiB]` (`docker top`). */
     const nodeProcess = async (): Promise<[number, string]> => {
       const top = await docker(['top', container('api'), '-o', 'pid,rss,args']);
-      const line = top.split('\n').find((l) => /^\s*\d+\s+\d+\s+node dist\/src\/server\.js/.test(l));
+      // `node [flags of the start script] dist/src/server.js` (docker-init's line starts with its own path).
+      const line = top
+        .split('\n')
+        .find((l) => /^\s*\d+\s+\d+\s+node (?:--\S+ )*dist\/src\/server\.js/.test(l));
       assert.ok(line, `the node process in docker top:\n${top}`);
       const [pid, rss] = line.trim().split(/\s+/);
       return [Number(pid), rss ?? ''];

@@ -8,6 +8,7 @@ import { mkdtemp, readFile, writeFile } from 'node:fs/promises';
 import os from 'node:os';
 import path from 'node:path';
 import type { Redis } from 'ioredis';
+import { text } from '../src/fake/script.js';
 import { startFakeAnthropic, type FakeAnthropic } from '../src/fake/server.js';
 import { startTestRedis, type TestRedis } from './helpers/redis.js';
 import { serviceEnv, sleep, spawnService, type ServiceProcess } from './helpers/process.js';
@@ -222,6 +223,53 @@ describe('crash recovery (SIGKILL)', { timeout: 180_000 }, () => {
     const runs = await toolRuns(history[1].content[0].id);
     assert.equal(runs.starts.length, 1, 'ran once');
     assert.equal(runs.ends, 1);
+  });
+
+  it('sends the continuation of a turn the API paused (pause_turn) when the process that got it died', async () => {
+    await ensureTwo();
+    const tag = 'paused-turn';
+    /** The continuations asked for: the first (the owner's) is held until the owner is dead. */
+    let continuations = 0;
+    let release!: () => void;
+    const gate = new Promise<void>((resolve) => (release = resolve));
+    fake.setHandler(async (req) => {
+      if (!JSON.stringify(req.messages[0]).includes(tag)) return text('unrelated');
+      if (req.messages.at(-1)?.role === 'user') return text('Looking it up…', { stop_reason: 'pause_turn' });
+      continuations++;
+      if (continuations === 1) await gate;
+      return text('Here is what I found.');
+    });
+    try {
+      const created = await procs[0]!.api.post('/v1/sessions', { input: tagged(tag) });
+      assert.equal(created.status, 201, JSON.stringify(created.body));
+      const id = created.body.id as string;
+      await until(() => continuations === 1, 30_000, "the owner's continuation");
+      const atCrash = await storedHistory(r, id);
+      assert.deepEqual(
+        atCrash.map((m) => m.role),
+        ['user', 'assistant'],
+        'the paused reply was persisted',
+      );
+      const { survivor } = await killOwner(id);
+      release();
+      const done = await survivor.api.waitStatus(id, ['idle', 'failed'], 40_000);
+      assert.equal(done.status, 'idle', JSON.stringify(done.error));
+      assert.equal(continuations, 2, 'the survivor sent the continuation again');
+      assert.equal(done.stop_reason, 'end_turn');
+      const history = (await survivor.api.get(`/v1/sessions/${id}/messages`)).body.data;
+      assert.deepEqual(
+        history.map((m: any) => m.role),
+        ['user', 'assistant', 'assistant'],
+      );
+      assert.equal(history[2].content[0].text, 'Here is what I found.');
+      const iters = (await survivor.api.get(`/v1/sessions/${id}/iterations`)).body.data;
+      assert.deepEqual(
+        iters.map((i: any) => i.stop_reason),
+        ['pause_turn', 'end_turn'],
+      );
+    } finally {
+      release();
+    }
   });
 
   it('resumes when every process died and one is started again', async () => {

@@ -121,6 +121,35 @@ describe('event notices (pub/sub carries the events)', () => {
     assert.deepEqual(JSON.parse(sink.got[39]!.json).data, { i: 19, second: true });
   });
 
+  it("reads no log on the subscriber connection's first ready (only a reconnection can have lost notices)", async () => {
+    // A hub on a connection still connecting: its first `ready` comes after the channel below started.
+    const freshSub = new Redis(redis.url);
+    const freshChannels = new SessionChannels(freshSub);
+    const freshHub = new EventHub({
+      eventLog: new EventLog(cmd),
+      channels: freshChannels,
+      logger: pino({ level: 'silent' }),
+    });
+    try {
+      assert.notEqual(freshSub.status, 'ready');
+      const id = 'ses_notice000009';
+      const sink = memorySink();
+      const s = freshHub.subscribe(id, '0-0', sink);
+      await until(() => s.live);
+      const before = await xranges(admin);
+      await store.appendEvents(id, [['stream.event', '{"n":1}']]);
+      await sink.wait(1);
+      // A reconnection reads every watched log at once and again a second later: wait past that.
+      await new Promise((r) => setTimeout(r, 1300));
+      assert.equal(await xranges(admin), before, 'no XRANGE: the first ready is no reconnection');
+      assert.equal(sink.got.length, 1);
+    } finally {
+      freshHub.close();
+      freshChannels.close();
+      freshSub.disconnect();
+    }
+  });
+
   it('reads the log when a notice does not follow its cursor (an event written without one)', async () => {
     const id = 'ses_notice000002';
     const sink = await live(id);

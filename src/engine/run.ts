@@ -6,7 +6,7 @@ import { isStoreDown } from '../store/unavailable.js';
 import { budgetExhausted, stopForBudget, totalTokens } from './budget.js';
 import { CommitLanded, cancelSession, commit, commitInterrupt, fail, finish } from './commit.js';
 import type { EngineLogger, RunDeps, RunHandle } from './run-handle.js';
-import { endsWithSummary, leftoverCompaction } from './compaction.js';
+import { endsWithSummary, isUnfinished, leftoverCompaction } from './compaction.js';
 import { toolStep } from './tool-step.js';
 import { runCompactionOnly, runTurns } from './turns.js';
 import { isAbort, isStreamCut, upstreamError } from './upstream.js';
@@ -127,6 +127,12 @@ export async function drive(deps: DriveDeps, run: RunHandle): Promise<void> {
   }
 }
 
+/** Whether the session's last model reply stopped unfinished (`pause_turn`, `compaction`): the API continues it. */
+async function pausedReply(deps: DriveDeps, id: string): Promise<boolean> {
+  const [lastRecord] = await deps.store.iterationRecords(id, -1, -1);
+  return lastRecord !== undefined && lastRecord.kind !== 'compaction' && isUnfinished(lastRecord.stop_reason);
+}
+
 /** One step of a run: answer a pending tool step, or run the SDK's runner until it stops or needs a client. */
 async function step(
   deps: DriveDeps,
@@ -143,9 +149,13 @@ async function step(
   const queued = await store.queueLength(run.id);
   const last = history.at(-1);
   // A turn to send, but the budget is spent: the run stops here (after the last turn's tool results).
-  // A summary alone at the end hands the turn back to the model (it answers from it).
+  // A summary alone at the end hands the turn back to the model (it answers from it). So does a reply the API
+  // paused (`pause_turn`, server-side `compaction`) whose continuation this run has to send: the run that got it
+  // died before its next request. Its iteration record says so (one read, only when the history ends with a reply).
   const turnToSend =
-    queued > 0 || (last !== undefined && (last.role !== 'assistant' || endsWithSummary(history)));
+    queued > 0 ||
+    (last !== undefined &&
+      (last.role !== 'assistant' || endsWithSummary(history) || (await pausedReply(deps, run.id))));
   if (turnToSend && budgetExhausted(state.budget, totalTokens(state.usage))) {
     await stopForBudget(deps, run, last);
     return 'done';
@@ -155,7 +165,7 @@ async function step(
     await commit(deps, run, { queue: last?.role === 'user' ? { into_last: true } : {} });
     return 'again';
   }
-  if (!last || (last.role === 'assistant' && !endsWithSummary(history))) {
+  if (!turnToSend) {
     // Nothing to send: the run is over.
     await finish(deps, run, state, state.stopReason ?? 'end_turn');
     return 'done';

@@ -75,13 +75,20 @@ export class SessionChannels {
   }
 
   /**
-   * Called each time the subscriber connection is (re)connected and ready: messages published while it was down
-   * were lost. ioredis subscribes the channels again on its own right after `ready`, so a listener that reads the
-   * log at once may read before the subscription is back; it reads again a little later (see the hub).
+   * Called each time the subscriber connection is ready again after it was lost: messages published while it was
+   * down were lost. Not on its first `ready`: before it no subscription had taken effect, so none could miss a
+   * message (a channel reads its log's newest id only once its SUBSCRIBE is acknowledged). ioredis subscribes the
+   * channels again on its own right after `ready`, so a listener that reads the log at once may read before the
+   * subscription is back; it reads again a little later (see the hub).
    */
   onReconnect(listener: () => void): () => void {
-    this.sub.on('ready', listener);
-    return () => this.sub.off('ready', listener);
+    let connected = this.sub.status === 'ready';
+    const onReady = () => {
+      if (connected) listener();
+      connected = true;
+    };
+    this.sub.on('ready', onReady);
+    return () => this.sub.off('ready', onReady);
   }
 
   /** Stops delivering messages (the connection itself belongs to the redis plugin). */
