@@ -69,7 +69,7 @@ function b1Remarks(r: Results): string[] {
   if (b1.verdict !== 'MISS') return [];
   const between = b1.split.svc.between - b1.split.sdk.between;
   const upstream = b1.split.svc.upstream - b1.split.sdk.upstream;
-  const p = r.profiles.B1;
+  const p = r.profiles['B1'];
   return why([
     `- Between turns the service takes ${ms(between)} more than the runner (split above): after the tool runs, the ` +
       'reply and its results are committed together (one fenced Lua `apply` for an idempotent tool: a round trip ' +
@@ -97,16 +97,16 @@ function b2Remarks(r: Results): string[] {
   const b2 = r.B2 as B2Result;
   if (b2.verdict !== 'MISS') return [];
   const demand = (b2.sessions * 1000) / b2.baselineIterMs;
-  const svcCpu = b2.cpuPerIter.svc.service! + b2.cpuPerIter.svc.redis!;
+  const svcCpu = b2.cpuPerIter.svc['service']! + b2.cpuPerIter.svc['redis']!;
   const slow = b2.throughputRatio < 0.8;
-  const p = r.profiles.B2;
+  const p = r.profiles['B2'];
   return why([
     `- Both sides are CPU-bound here: ${b2.sessions} sessions with ${ms(b2.baselineIterMs)} iterations would need ` +
       `${fmt(demand, 0)} iterations/s, and ${r.machine.cores} cores are shared by the runner, Redis, the fake ` +
       'upstream and the clients. Throughput is then CPU per iteration: the service process spends ' +
-      `${ms(b2.cpuPerIter.svc.service!)} and Redis ${ms(b2.cpuPerIter.svc.redis!)} per iteration, against ` +
-      `${ms(b2.cpuPerIter.sdk.runner!)} for the in-process runner (${fmt(svcCpu / b2.cpuPerIter.sdk.runner!, 2)}×); ` +
-      `the WebSocket clients add ${ms(b2.cpuPerIter.svc.bench!)} on the same cores. A Node process uses one core.` +
+      `${ms(b2.cpuPerIter.svc['service']!)} and Redis ${ms(b2.cpuPerIter.svc['redis']!)} per iteration, against ` +
+      `${ms(b2.cpuPerIter.sdk['runner']!)} for the in-process runner (${fmt(svcCpu / b2.cpuPerIter.sdk['runner']!, 2)}×); ` +
+      `the WebSocket clients add ${ms(b2.cpuPerIter.svc['bench']!)} on the same cores. A Node process uses one core.` +
       (slow
         ? ''
         : ` The throughput bound is met (${x(b2.throughputRatio)}); the miss is the p99 turn overhead.`),
@@ -156,7 +156,7 @@ function b3Remarks(r: Results): string[] {
     ];
   }
   const lines: string[] = [];
-  const p = r.profiles.B3;
+  const p = r.profiles['B3'];
   if (b3.ratio < 2) {
     lines.push(
       `- Events/s: ${x(b3.ratio)} of resumable-stream's. Each delta is XADDed, read back (XRANGE) and sent to each ` +
@@ -325,7 +325,7 @@ export function report(r: Results): string {
       `- Wall time ratio service / in-process: **${x(b1.wallRatio)}**.`,
       `- Target: p50 ≤ 2 ms added per iteration. **${b1.verdict}**.`,
       ...b1Remarks(r),
-      ...profileSection(r.profiles.B1),
+      ...profileSection(r.profiles['B1']),
       '',
       ...b1EagerSection(b1),
     );
@@ -361,10 +361,10 @@ export function report(r: Results): string {
       `| Redis used_memory after / peak | ${MB(b2.svc.redisUsedBytes)} / ${MB(b2.svc.redisPeakBytes)} | — |`,
       `| errors | ${b2.svc.errors} | ${b2.sdk.errors} |`,
       `| create requests retried: 503/429 after Retry-After, connection errors | ${b2.svc.retries.unavailable}, ${b2.svc.retries.network} | — |`,
-      `| CPU per iteration: the runner's process | ${ms(b2.cpuPerIter.svc.service!)} (service) | ${ms(b2.cpuPerIter.sdk.runner!)} (in-process runner) |`,
-      `| CPU per iteration: Redis | ${ms(b2.cpuPerIter.svc.redis!)} | ${ms(b2.cpuPerIter.sdk.redis!)} |`,
-      `| CPU per iteration: the fake upstream | ${ms(b2.cpuPerIter.svc.fake!)} | ${ms(b2.cpuPerIter.sdk.fake!)} |`,
-      `| CPU per iteration: the bench's clients (REST, WebSocket) | ${ms(b2.cpuPerIter.svc.bench!)} | ${ms(b2.cpuPerIter.sdk.bench!)} |`,
+      `| CPU per iteration: the runner's process | ${ms(b2.cpuPerIter.svc['service']!)} (service) | ${ms(b2.cpuPerIter.sdk['runner']!)} (in-process runner) |`,
+      `| CPU per iteration: Redis | ${ms(b2.cpuPerIter.svc['redis']!)} | ${ms(b2.cpuPerIter.sdk['redis']!)} |`,
+      `| CPU per iteration: the fake upstream | ${ms(b2.cpuPerIter.svc['fake']!)} | ${ms(b2.cpuPerIter.sdk['fake']!)} |`,
+      `| CPU per iteration: the bench's clients (REST, WebSocket) | ${ms(b2.cpuPerIter.svc['bench']!)} | ${ms(b2.cpuPerIter.sdk['bench']!)} |`,
       '',
       `With \`MAX_ACTIVE_RUNS=${b2.capped.maxActiveRuns}\` (one more service run, same load; runs beyond the cap wait ` +
         'for a slot before their first turn):',
@@ -379,7 +379,7 @@ export function report(r: Results): string {
       `- Throughput ratio service / in-process: **${x(b2.throughputRatio)}** (per round: ${b2.ratios.map((v) => x(v)).join(', ')}).`,
       `- Target: ≥ 0.8× the in-process throughput and p99 turn overhead ≤ 20 ms. **${b2.verdict}**.`,
       ...b2Remarks(r),
-      ...profileSection(r.profiles.B2),
+      ...profileSection(r.profiles['B2']),
       '',
     );
     summary.push(
@@ -419,7 +419,7 @@ export function report(r: Results): string {
       `- Events/s ratio service / resumable-stream: **${x(b3.ratio)}** (per round: ${b3.ratios.map((v) => x(v)).join(', ')}).`,
       `- Target: ≥ 2× resumable-stream's events/s at equal or better p99. **${b3.verdict}**.`,
       ...b3Remarks(r),
-      ...profileSection(r.profiles.B3),
+      ...profileSection(r.profiles['B3']),
       '',
     );
     summary.push(
@@ -453,7 +453,7 @@ export function report(r: Results): string {
         "Bytes per iteration grow with the history: see the profile for the writes that carry it (the engine's " +
           'commits should append only the new reply and results).',
       ),
-      ...profileSection(r.profiles.B4),
+      ...profileSection(r.profiles['B4']),
       '',
     );
     summary.push(
@@ -488,7 +488,7 @@ export function report(r: Results): string {
         'The replay grows the heap: events must be read page by page (src/events/hub.ts PAGE_SIZE) and sent only ' +
           "as fast as the socket drains (the sink's `ready()`), never buffered whole.",
       ),
-      ...profileSection(r.profiles.B5),
+      ...profileSection(r.profiles['B5']),
       '',
     );
     summary.push(
@@ -530,7 +530,7 @@ export function report(r: Results): string {
       '',
       `- Target: ≤ 200 MB. **${b6.verdict}**.`,
       ...b6Remarks(r),
-      ...profileSection(r.profiles.B6),
+      ...profileSection(r.profiles['B6']),
       '',
     );
     summary.push(
@@ -547,7 +547,7 @@ export function report(r: Results): string {
     summary.push('| B7 upstream bytes | failed | ≤ 1.5× | | FAILED |');
   } else {
     const section = b7Report(b7);
-    L.push(...section.lines, ...profileSection(r.profiles.B7));
+    L.push(...section.lines, ...profileSection(r.profiles['B7']));
     summary.push(section.summary);
   }
 
@@ -581,7 +581,7 @@ export function report(r: Results): string {
       `- A scrape costs the same whatever the load (its size depends on the label sets, which are bounded): at ` +
         `Prometheus's 5 s interval, ${fmt((b8.perScrape.cpuMs / 5000) * 100, 3)} % of one core. The scraped and ` +
         'unscraped CPU per iteration differ by the scrapes plus the noise of a shared machine.',
-      ...profileSection(r.profiles.B8),
+      ...profileSection(r.profiles['B8']),
       '',
     );
     summary.push(

@@ -131,10 +131,10 @@ const routes: FastifyPluginAsyncZod = async (app) => {
     async (req, reply) => {
       const b = req.body;
       const fields: Record<string, string> = { updated_at: String(Date.now()) };
-      if (b.url !== undefined) fields.url = (await checkWebhookUrl(b.url, webhooks.allowPrivate)).href;
-      if (b.events !== undefined) fields.events = JSON.stringify(b.events);
-      if (b.description !== undefined) fields.description = b.description ?? '';
-      if (b.disabled !== undefined) fields.disabled = b.disabled ? '1' : '0';
+      if (b.url !== undefined) fields['url'] = (await checkWebhookUrl(b.url, webhooks.allowPrivate)).href;
+      if (b.events !== undefined) fields['events'] = JSON.stringify(b.events);
+      if (b.description !== undefined) fields['description'] = b.description ?? '';
+      if (b.disabled !== undefined) fields['disabled'] = b.disabled ? '1' : '0';
       const w = await store.patch(req.tenant, req.params.id, fields, parseIfMatch(req));
       return send(reply, w);
     },

@@ -168,7 +168,7 @@ export const toolRef = z.union([z.string().min(1), clientTool, mcpToolEntry, ant
  * through its route and its policy instead. `null` (what a PATCH sends to remove a field) passes.
  */
 function refuseCompactionParam(p: Record<string, unknown>, ctx: z.RefinementCtx): void {
-  if (p.compaction === undefined || p.compaction === null) return;
+  if (p['compaction'] === undefined || p['compaction'] === null) return;
   ctx.addIssue({
     code: 'custom',
     path: ['compaction'],

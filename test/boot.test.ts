@@ -26,9 +26,9 @@ describe('boot with an empty environment', () => {
       assert.equal(ready.body.model, 'offline');
       assert.ok(Date.now() - t0 < 30_000, `ready after ${Date.now() - t0} ms`);
       // said loudly: a warning at startup
-      const warn = svc.logs().find((l) => l.level === 40 && /OFFLINE model/.test(String(l.msg)));
+      const warn = svc.logs().find((l) => l['level'] === 40 && /OFFLINE model/.test(String(l['msg'])));
       assert.ok(warn, 'a startup warning names the offline model');
-      const embedded = svc.logs().find((l) => /embedded redis-server/.test(String(l.msg)) && l.redis);
+      const embedded = svc.logs().find((l) => /embedded redis-server/.test(String(l['msg'])) && l['redis']);
       assert.ok(embedded, 'an embedded redis-server was started');
       assert.ok(
         (await readdir(path.join(dataDir, 'redis'))).length > 0,
@@ -50,7 +50,7 @@ describe('boot with an empty environment', () => {
       const exit = await svc.stop(20_000);
       assert.equal(exit.code, 0);
       assert.equal(
-        await redisAnswers(String(embedded.redis), 500),
+        await redisAnswers(String(embedded['redis']), 500),
         false,
         'the embedded redis-server stopped too',
       );
@@ -63,7 +63,7 @@ describe('boot with an empty environment', () => {
     const dead = await freeLoopbackPort();
     const run = (env: Record<string, string>) =>
       spawnSync(process.execPath, ['--import', 'tsx', 'src/server.ts'], {
-        env: { PATH: process.env.PATH, PORT: '0', ...env },
+        env: { PATH: process.env['PATH'], PORT: '0', ...env },
         encoding: 'utf8',
         timeout: 30_000,
       });

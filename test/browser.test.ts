@@ -33,7 +33,7 @@ import {
 const CHROMIUM = '/usr/bin/chromium';
 const KEY = 'browser-key-1';
 const WAIT = { timeout: 30_000 };
-const SHOTS = process.env.UPDATE_SCREENSHOTS === '1' ? 'docs' : '.data/screenshots';
+const SHOTS = process.env['UPDATE_SCREENSHOTS'] === '1' ? 'docs' : '.data/screenshots';
 
 /**
  * The typed client's browser bundle (the esbuild half of `npm run build:client`), so that the console's API layer

@@ -36,9 +36,9 @@ import {
   verifyLoopHistory,
 } from './chaos-lib.js';
 
-const SEED = Number(process.env.CHAOS_SEED) || Date.now() % 1_000_000_007;
-const SESSIONS = Number(process.env.CHAOS_SESSIONS) || 20;
-const CHAOS_MS = (Number(process.env.CHAOS_SECONDS) || 35) * 1000;
+const SEED = Number(process.env['CHAOS_SEED']) || Date.now() % 1_000_000_007;
+const SESSIONS = Number(process.env['CHAOS_SESSIONS']) || 20;
+const CHAOS_MS = (Number(process.env['CHAOS_SECONDS']) || 35) * 1000;
 const SETTLE_MS = 90_000;
 const MAX_ACTIONS = 16;
 const REPLICAS = 3;
@@ -384,19 +384,19 @@ describe('chaos', { timeout: 240_000 }, () => {
         continue;
       }
       const state = await r.hgetall(`s:{${s.id}}`);
-      if (state.status !== 'idle') {
+      if (state['status'] !== 'idle') {
         stuck++;
-        problems.push(`${s.tag}: ${state.status} (${state.error || state.stop_reason})`);
+        problems.push(`${s.tag}: ${state['status']} (${state['error'] || state['stop_reason']})`);
         continue;
       }
       const history = await storedHistory(r, s.id);
       messages += history.length;
       const verdict = verifyLoopHistory(history, model, s.tag, {
         result: (turn, b) => {
-          const text = typeof b.content === 'string' ? b.content : JSON.stringify(b.content);
-          if (s.tool === 'calculate_sum') return !b.is_error && text === String(turn + 2) ? null : text;
-          if (!b.is_error && text.startsWith('slept 300 ms')) return null;
-          if (s.tool === 'sleep' && b.is_error && /interrupted/.test(text)) {
+          const text = typeof b['content'] === 'string' ? b['content'] : JSON.stringify(b['content']);
+          if (s.tool === 'calculate_sum') return !b['is_error'] && text === String(turn + 2) ? null : text;
+          if (!b['is_error'] && text.startsWith('slept 300 ms')) return null;
+          if (s.tool === 'sleep' && b['is_error'] && /interrupted/.test(text)) {
             interrupted++;
             return null;
           }
@@ -406,7 +406,8 @@ describe('chaos', { timeout: 240_000 }, () => {
       duplicated += verdict.duplicated;
       problems.push(...verdict.problems.map((p) => `${s.tag}: ${p}`));
       for (const snap of s.snapshots) lost += lostSince(snap, history);
-      if (Number(state.iteration) !== turnsOf(s.tag)) problems.push(`${s.tag}: iteration ${state.iteration}`);
+      if (Number(state['iteration']) !== turnsOf(s.tag))
+        problems.push(`${s.tag}: iteration ${state['iteration']}`);
       const records = await r.llen(`s:{${s.id}}:i`);
       if (records !== turnsOf(s.tag)) problems.push(`${s.tag}: ${records} iteration records`);
       // What the model saw last is the history before its final reply.
@@ -458,7 +459,7 @@ describe('chaos', { timeout: 240_000 }, () => {
       ok: problems.length === 0 && lost === 0 && duplicated === 0 && stuck === 0,
     };
     console.log(`# chaos: ${JSON.stringify({ ...report, killRecoveries: finite(figures.killRecoveries) })}`);
-    if (process.env.UPDATE_DOCS === '1') await writeFigures(report);
+    if (process.env['UPDATE_DOCS'] === '1') await writeFigures(report);
 
     assert.deepEqual(problems, []);
     assert.equal(lost, 0, 'messages lost');
@@ -477,27 +478,27 @@ async function writeFigures(x: Record<string, any>): Promise<void> {
   const section = [
     BEGIN,
     '',
-    `Last run: ${new Date().toISOString().slice(0, 16).replace('T', ' ')} UTC, seed ${x.seed}, ${s(x.elapsedMs)}` +
-      ` — **${x.ok ? 'passed' : 'FAILED'}**.`,
+    `Last run: ${new Date().toISOString().slice(0, 16).replace('T', ' ')} UTC, seed ${x['seed']}, ${s(x['elapsedMs'])}` +
+      ` — **${x['ok'] ? 'passed' : 'FAILED'}**.`,
     '',
     '| figure | value |',
     '|---|---|',
-    `| sessions (tool loops of ${x.minTurns}–${x.maxTurns} turns) | ${x.sessions} (${x.turns} model turns, ${x.messages} messages checked) |`,
-    `| service processes | ${x.replicas}, LEASE_TTL_MS ${LEASE_TTL_MS} |`,
-    `| SIGKILLs of service processes | ${x.kills} |`,
-    `| service process restarts (time to listening) | ${x.startMs.length - REPLICAS} (${s(Math.min(...x.startMs))}–${s(Math.max(...x.startMs))}) |`,
-    `| graceful restarts (SIGTERM) | ${x.gracefulRestarts} |`,
-    `| Redis restarts (SIGKILL, append-only) | ${x.redisRestarts} |`,
-    `| upstream errors injected (429/529/500) | ${x.upstreamErrors} |`,
-    `| streams cut mid-turn | ${x.streamCuts} |`,
-    `| resumes of failed sessions | ${x.resumes} |`,
-    `| non-idempotent tool calls answered "interrupted" | ${x.interrupted} |`,
-    `| idempotent tool calls run again after a crash | ${x.idempotentReruns} |`,
-    `| **messages lost** | **${x.lost}** |`,
-    `| **messages duplicated** | **${x.duplicated}** |`,
-    `| **sessions stuck** | **${x.stuck}** |`,
-    `| longest recovery after a SIGKILL (run taken over) | ${s(x.longestKill)} |`,
-    `| longest time to the next commit after the Redis restart (includes the turn in flight) | ${s(x.longestRedis)} |`,
+    `| sessions (tool loops of ${x['minTurns']}–${x['maxTurns']} turns) | ${x['sessions']} (${x['turns']} model turns, ${x['messages']} messages checked) |`,
+    `| service processes | ${x['replicas']}, LEASE_TTL_MS ${LEASE_TTL_MS} |`,
+    `| SIGKILLs of service processes | ${x['kills']} |`,
+    `| service process restarts (time to listening) | ${x['startMs'].length - REPLICAS} (${s(Math.min(...x['startMs']))}–${s(Math.max(...x['startMs']))}) |`,
+    `| graceful restarts (SIGTERM) | ${x['gracefulRestarts']} |`,
+    `| Redis restarts (SIGKILL, append-only) | ${x['redisRestarts']} |`,
+    `| upstream errors injected (429/529/500) | ${x['upstreamErrors']} |`,
+    `| streams cut mid-turn | ${x['streamCuts']} |`,
+    `| resumes of failed sessions | ${x['resumes']} |`,
+    `| non-idempotent tool calls answered "interrupted" | ${x['interrupted']} |`,
+    `| idempotent tool calls run again after a crash | ${x['idempotentReruns']} |`,
+    `| **messages lost** | **${x['lost']}** |`,
+    `| **messages duplicated** | **${x['duplicated']}** |`,
+    `| **sessions stuck** | **${x['stuck']}** |`,
+    `| longest recovery after a SIGKILL (run taken over) | ${s(x['longestKill'])} |`,
+    `| longest time to the next commit after the Redis restart (includes the turn in flight) | ${s(x['longestRedis'])} |`,
     '',
     END,
   ].join('\n');

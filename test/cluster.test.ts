@@ -41,7 +41,7 @@ describe('Redis Cluster (3 masters)', { timeout: 180_000 }, () => {
     REDIS_CLUSTER_NODES: cluster.nodes.map((n) => `${n.host}:${n.port}`).join(','),
     ANTHROPIC_API_KEY: 'test-key',
     ANTHROPIC_BASE_URL: fake.url,
-    LOG_LEVEL: process.env.TEST_LOG_LEVEL ?? 'silent',
+    LOG_LEVEL: process.env['TEST_LOG_LEVEL'] ?? 'silent',
     LEASE_TTL_MS: '2000',
     UPSTREAM_MAX_RETRIES: '1',
   });

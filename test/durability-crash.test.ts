@@ -118,7 +118,7 @@ describe('crash recovery (SIGKILL)', { timeout: 180_000 }, () => {
     assert.equal(done.iteration, 5);
     const history = (await survivor.api.get(`/v1/sessions/${id}/messages`)).body.data;
     const verdict = verifyLoopHistory(history, model, tag, {
-      result: (turn, b) => (b.content === String(turn + 2) && !b.is_error ? null : JSON.stringify(b)),
+      result: (turn, b) => (b['content'] === String(turn + 2) && !b['is_error'] ? null : JSON.stringify(b)),
     });
     assert.deepEqual(verdict.problems, []);
     assert.equal(lostSince(atCrash, history), 0);

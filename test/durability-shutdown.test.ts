@@ -97,7 +97,7 @@ describe('graceful shutdown (SIGTERM)', { timeout: 180_000 }, () => {
     assert.equal(info.code, 0, JSON.stringify(info));
     assert.ok(ms < GRACE_MS + 2000, `exited after ${ms} ms`);
     const s = await r.hgetall(`s:{${id}}`);
-    assert.equal(s.status, 'idle', 'the turn finished and was committed by the process shutting down');
+    assert.equal(s['status'], 'idle', 'the turn finished and was committed by the process shutting down');
     assert.equal(model.requestsOf('finish').length, 1, 'not sent again');
     assert.equal(await r.get(`s:{${id}}:l`), null);
   });

@@ -54,7 +54,7 @@ const settledRss = () => {
   return process.memoryUsage().rss;
 };
 const EVENT_BYTES = 8 * 1024;
-const TOTAL_BYTES = Number(process.env.SLOW_TOTAL_MB ?? 96) * MB;
+const TOTAL_BYTES = Number(process.env['SLOW_TOTAL_MB'] ?? 96) * MB;
 
 describe('slow readers', () => {
   let h: Harness;
@@ -64,7 +64,7 @@ describe('slow readers', () => {
       redis: await startTestRedis({ appendonly: false }),
       env: {
         EVENT_LOG_MAX: '100000',
-        WS_MAX_BUFFER_BYTES: process.env.SLOW_MAX_BUF ?? String(MB),
+        WS_MAX_BUFFER_BYTES: process.env['SLOW_MAX_BUF'] ?? String(MB),
         SLOW_READER_TIMEOUT_MS: String(STALL_MS),
       },
     });

@@ -13,9 +13,9 @@ import { text } from '../src/fake/script.js';
  * Asserts: no 5xx and no `internal_error`/1011 over WebSocket; the service healthy afterwards; RSS growth bounded;
  * the canaries byte-for-byte unchanged. Prints one `fuzz summary` JSON line (and writes it to FUZZ_REPORT if set).
  */
-const RUNS = Number(process.env.FUZZ_RUNS ?? 1000);
+const RUNS = Number(process.env['FUZZ_RUNS'] ?? 1000);
 const WS_RUNS = Math.ceil(RUNS / 5);
-const SEED = process.env.FUZZ_SEED ? Number(process.env.FUZZ_SEED) : undefined;
+const SEED = process.env['FUZZ_SEED'] ? Number(process.env['FUZZ_SEED']) : undefined;
 const KEYS = 'acme:key-acme,globex:key-globex,mallory:key-mallory';
 const RSS_BOUND_MB = 512;
 
@@ -169,8 +169,8 @@ describe('fuzzer', () => {
       canaries_unchanged: after.every((s, i) => s === canaries[i]!.snapshot),
     };
     console.log(`fuzz summary ${JSON.stringify(summary)}`);
-    if (process.env.FUZZ_REPORT)
-      writeFileSync(process.env.FUZZ_REPORT, JSON.stringify(summary, null, 2) + '\n');
+    if (process.env['FUZZ_REPORT'])
+      writeFileSync(process.env['FUZZ_REPORT'], JSON.stringify(summary, null, 2) + '\n');
 
     assert.deepEqual(failures.slice(0, 20), []);
     assert.equal(health.status, 200);

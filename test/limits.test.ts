@@ -232,19 +232,21 @@ describe('slow clients and connection cap', () => {
     if (got) assert.match(got, /^HTTP\/1\.1 408/);
 
     // A client that gives up mid-upload, once the service has its request.
-    const seen = svc.logs().filter((l) => l.msg === 'incoming request').length;
+    const seen = svc.logs().filter((l) => l['msg'] === 'incoming request').length;
     const s2 = await connect(port);
     s2.write(
       'POST /v1/sessions HTTP/1.1\r\nhost: x\r\nauthorization: Bearer key-acme\r\ncontent-type: application/json\r\n' +
         'content-length: 100\r\n\r\n{"start":',
     );
-    await svc.waitForLog(() => svc.logs().filter((l) => l.msg === 'incoming request').length > seen);
-    const reqId = svc.logs().filter((l) => l.msg === 'incoming request')[seen]!.reqId;
+    await svc.waitForLog(() => svc.logs().filter((l) => l['msg'] === 'incoming request').length > seen);
+    const reqId = svc.logs().filter((l) => l['msg'] === 'incoming request')[seen]!['reqId'];
     s2.destroy();
-    const line = await svc.waitForLog((l) => l.msg === 'client aborted the request' && l.reqId === reqId);
-    assert.equal(line.level, 30);
+    const line = await svc.waitForLog(
+      (l) => l['msg'] === 'client aborted the request' && l['reqId'] === reqId,
+    );
+    assert.equal(line['level'], 30);
     assert.deepEqual(
-      svc.logs().filter((l) => typeof l.level === 'number' && l.level >= 50),
+      svc.logs().filter((l) => typeof l['level'] === 'number' && l['level'] >= 50),
       [],
     );
   });

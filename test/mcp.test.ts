@@ -59,7 +59,7 @@ describe('MCP servers as tools', { timeout: 240_000 }, () => {
         MCP_TEST_TOKEN: 'mcp-secret-token',
         // Far above what any call here takes: a call cut short must not be waiting for this.
         MCP_CALL_TIMEOUT_MS: '120000',
-        TEST_LOG_LEVEL: process.env.TEST_LOG_LEVEL ?? 'silent',
+        TEST_LOG_LEVEL: process.env['TEST_LOG_LEVEL'] ?? 'silent',
       },
     });
     api = h.api;
@@ -528,7 +528,7 @@ describe('MCP_SERVERS at boot', () => {
     const secret = 'Bearer do-not-print-me';
     const out = spawnSync(process.execPath, ['--import', 'tsx', 'src/server.ts'], {
       env: {
-        PATH: process.env.PATH,
+        PATH: process.env['PATH'],
         PORT: '0',
         MCP_SERVERS: JSON.stringify({ main: { url: 'nope', headers: { authorization: secret } } }),
       },
@@ -545,6 +545,6 @@ describe('MCP_SERVERS at boot', () => {
       }),
       TOK: 'abc',
     });
-    assert.equal(ok.MCP_SERVERS?.get('m')?.headers.authorization, 'Bearer abc');
+    assert.equal(ok.MCP_SERVERS?.get('m')?.headers['authorization'], 'Bearer abc');
   });
 });

@@ -98,8 +98,8 @@ describe('observability profile: configs', () => {
       }
       for (const p of s.ports ?? []) assert.match(p, /^127\.0\.0\.1:/, `${name} publishes on loopback only`);
     }
-    assert.equal(compose.services.api?.profiles, undefined, 'the api is not in a profile');
-    assert.equal(compose.services.redis?.profiles, undefined, 'redis is not in a profile');
+    assert.equal(compose.services['api']?.profiles, undefined, 'the api is not in a profile');
+    assert.equal(compose.services['redis']?.profiles, undefined, 'redis is not in a profile');
   });
 
   it('scrapes every api replica, sends the api spans to the collector and the collector to Jaeger', () => {
@@ -117,9 +117,9 @@ describe('observability profile: configs', () => {
       [['A', 3000]],
     );
 
-    const env = compose.services.api!.environment!;
-    assert.equal(env.OTEL_TRACES_EXPORTER, '${OTEL_TRACES_EXPORTER:-none}', 'traces stay off by default');
-    assert.match(env.OTEL_EXPORTER_OTLP_ENDPOINT ?? '', /http:\/\/otel-collector:4318\}$/);
+    const env = compose.services['api']!.environment!;
+    assert.equal(env['OTEL_TRACES_EXPORTER'], '${OTEL_TRACES_EXPORTER:-none}', 'traces stay off by default');
+    assert.match(env['OTEL_EXPORTER_OTLP_ENDPOINT'] ?? '', /http:\/\/otel-collector:4318\}$/);
     const col = parseYaml(read('deploy/observability/otel-collector.yml')) as {
       receivers: { otlp: { protocols: { http: { endpoint: string } } } };
       exporters: Record<string, { endpoint: string }>;
@@ -145,7 +145,7 @@ describe('observability profile: configs', () => {
     ) as {
       providers: Array<{ options: { path: string } }>;
     };
-    const mount = compose.services.grafana!.volumes!.find((v) => v.includes('grafana/dashboards'))!;
+    const mount = compose.services['grafana']!.volumes!.find((v) => v.includes('grafana/dashboards'))!;
     assert.equal(providers.providers[0]!.options.path, mount.split(':')[1]);
     const graphs = dashboard.panels.filter((p) => p.type !== 'row');
     assert.ok(graphs.length >= 10);
@@ -262,11 +262,14 @@ describe('observability profile: docker-compose config', () => {
         >;
       };
       for (const name of PROFILE_SERVICES) assert.ok(cfg.services[name], name);
-      assert.equal(cfg.services.grafana!.image, 'registry.example/grafana:pinned');
-      assert.equal(cfg.services.prometheus!.image, 'prom/prometheus:v3.5.0');
-      assert.equal(cfg.services.api!.environment!.OTEL_TRACES_EXPORTER, 'otlp');
-      assert.equal(cfg.services.api!.environment!.OTEL_EXPORTER_OTLP_ENDPOINT, 'http://otel-collector:4318');
-      const mounts = (cfg.services.prometheus!.volumes ?? []).map((v) =>
+      assert.equal(cfg.services['grafana']!.image, 'registry.example/grafana:pinned');
+      assert.equal(cfg.services['prometheus']!.image, 'prom/prometheus:v3.5.0');
+      assert.equal(cfg.services['api']!.environment!['OTEL_TRACES_EXPORTER'], 'otlp');
+      assert.equal(
+        cfg.services['api']!.environment!['OTEL_EXPORTER_OTLP_ENDPOINT'],
+        'http://otel-collector:4318',
+      );
+      const mounts = (cfg.services['prometheus']!.volumes ?? []).map((v) =>
         typeof v === 'string' ? v.split(':')[0] : v.source,
       );
       assert.ok(mounts.includes(path.join(root, 'deploy/observability/prometheus.yml')), mounts.join(', '));
@@ -277,7 +280,7 @@ describe('observability profile: docker-compose config', () => {
         services: Record<string, { environment?: Record<string, string> }>;
       };
       assert.equal(
-        base.services.api!.environment!.OTEL_TRACES_EXPORTER,
+        base.services['api']!.environment!['OTEL_TRACES_EXPORTER'],
         'none',
         'traces are off without the variable',
       );

@@ -126,7 +126,7 @@ describe('OpenTelemetry traces', () => {
 
     // The model calls carried the trace to the upstream (W3C traceparent).
     for (const r of h.fake.requests) {
-      assert.match(String(r.headers.traceparent), new RegExp(`^00-${traceId}-[0-9a-f]{16}-0[01]$`));
+      assert.match(String(r.headers['traceparent']), new RegExp(`^00-${traceId}-[0-9a-f]{16}-0[01]$`));
     }
   });
 });

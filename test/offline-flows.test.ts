@@ -78,13 +78,13 @@ describe('offline model: tools it has no script for', () => {
     assert.ok(first);
     const [name, input] = first as readonly [string, Record<string, unknown>];
     assert.equal(name, 'sendEmail');
-    assert.equal(input!.priority, 'low', 'the first enum value');
-    assert.equal(input!.copies, 2, 'an integer within its minimum');
-    assert.equal(input!.urgent, true);
-    assert.deepEqual(input!.tags, ['Send an email to Bob in Paris', 'Send an email to Bob in Paris']);
-    assert.deepEqual(input!.sender, { name: 'shop', city: 'Paris' }, 'a default, and a place for a city');
-    assert.match(String(input!.when), /^\d{4}-\d{2}-\d{2}$/);
-    assert.equal(input!.to, 'Send an email to Bob in Paris');
+    assert.equal(input!['priority'], 'low', 'the first enum value');
+    assert.equal(input!['copies'], 2, 'an integer within its minimum');
+    assert.equal(input!['urgent'], true);
+    assert.deepEqual(input!['tags'], ['Send an email to Bob in Paris', 'Send an email to Bob in Paris']);
+    assert.deepEqual(input!['sender'], { name: 'shop', city: 'Paris' }, 'a default, and a place for a city');
+    assert.match(String(input!['when']), /^\d{4}-\d{2}-\d{2}$/);
+    assert.equal(input!['to'], 'Send an email to Bob in Paris');
     assert.deepEqual(Object.keys(input!).sort(), [...sendEmail.input_schema.required].sort());
   });
 

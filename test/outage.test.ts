@@ -107,7 +107,7 @@ describe('Redis outage', { timeout: 180_000 }, () => {
     const after = await svc.api.post('/v1/sessions', { input: tagged('after'), tools: ['calculate_sum'] });
     assert.equal(after.status, 201);
     assert.equal((await svc.api.waitStatus(after.body.id, ['idle', 'failed'], 10_000)).status, 'idle');
-    const fatal = svc.logs().filter((l) => l.level >= 60 || /uncaught|unhandled/i.test(String(l.msg)));
+    const fatal = svc.logs().filter((l) => l['level'] >= 60 || /uncaught|unhandled/i.test(String(l['msg'])));
     assert.deepEqual(fatal, []);
     console.log(
       `# outage: ${rounds} rounds of 503s; ready ${readyMs} ms after Redis came back; running session resumed ` +

@@ -24,7 +24,7 @@ async function logOf(redis: Redis, id: string): Promise<Array<{ id: string; t: s
   return rows.map(([eid, f]) => {
     const m: Record<string, string> = {};
     for (let i = 0; i < f.length; i += 2) m[f[i]!] = f[i + 1]!;
-    return { id: eid, t: m.t ?? '', d: m.d ?? '' };
+    return { id: eid, t: m['t'] ?? '', d: m['d'] ?? '' };
   });
 }
 

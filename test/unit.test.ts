@@ -160,7 +160,7 @@ describe('config', () => {
 
   it('the process stops at boot with a message naming the variable', () => {
     const r = spawnSync(process.execPath, ['--import', 'tsx', 'src/server.ts'], {
-      env: { PATH: process.env.PATH, PORT: '-1' },
+      env: { PATH: process.env['PATH'], PORT: '-1' },
       encoding: 'utf8',
       timeout: 20_000,
     });

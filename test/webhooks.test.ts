@@ -367,7 +367,7 @@ describe('webhooks on a Redis Cluster', { timeout: 120_000 }, () => {
       REDIS_CLUSTER_NODES: cluster.nodes.map((n) => `${n.host}:${n.port}`).join(','),
       ANTHROPIC_API_KEY: 'test-key',
       ANTHROPIC_BASE_URL: fake.url,
-      LOG_LEVEL: process.env.TEST_LOG_LEVEL ?? 'silent',
+      LOG_LEVEL: process.env['TEST_LOG_LEVEL'] ?? 'silent',
       WEBHOOK_ALLOW_PRIVATE: 'true',
       WEBHOOK_POLL_MS: '50',
     });

@@ -26,7 +26,7 @@ const input = z.object({
 });
 
 function note(what: 'start' | 'end', id: string | undefined): void {
-  const file = process.env.TEST_TOOLS_LOG;
+  const file = process.env['TEST_TOOLS_LOG'];
   if (file) appendFileSync(file, `${what} ${id ?? '?'} ${process.pid}\n`);
 }
 
@@ -86,4 +86,4 @@ export const testingTools: readonly ServerTool[] = [
 ];
 
 /** Whether the environment enables them (`TEST_TOOLS=1`). */
-export const testingToolsEnabled = (env: NodeJS.ProcessEnv = process.env) => env.TEST_TOOLS === '1';
+export const testingToolsEnabled = (env: NodeJS.ProcessEnv = process.env) => env['TEST_TOOLS'] === '1';

@@ -279,8 +279,8 @@ export async function startService(opts: ServiceOptions): Promise<BenchService> 
     TENANT_MAX_WEBSOCKETS: '0',
     TENANT_MAX_ACTIVE_RUNS: '0',
     // An experiment's knob: extra node options for the service only (e.g. V8 heap flags).
-    ...(process.env.BENCH_SERVICE_NODE_OPTIONS
-      ? { NODE_OPTIONS: process.env.BENCH_SERVICE_NODE_OPTIONS }
+    ...(process.env['BENCH_SERVICE_NODE_OPTIONS']
+      ? { NODE_OPTIONS: process.env['BENCH_SERVICE_NODE_OPTIONS'] }
       : {}),
     ...opts.env,
   });
@@ -345,7 +345,7 @@ export function cpuMeter(pids: Record<string, number>) {
       }
     }
     const u = process.cpuUsage(self);
-    out.bench = (u.user + u.system) / 1000;
+    out['bench'] = (u.user + u.system) / 1000;
     return out;
   };
 }

@@ -144,7 +144,7 @@ async function round(ctx: Ctx, n: number, r: number, timeoutMs: number): Promise
   let redisPeak = 0;
   const redisTimer = setInterval(() => {
     redisInfo(ctx.redis.admin, 'memory').then(
-      (m) => (redisPeak = Math.max(redisPeak, Number(m.used_memory))),
+      (m) => (redisPeak = Math.max(redisPeak, Number(m['used_memory']))),
       () => {},
     );
   }, 250);
@@ -159,7 +159,7 @@ async function round(ctx: Ctx, n: number, r: number, timeoutMs: number): Promise
     clearInterval(redisTimer);
   }
   const svcMem = svcRss.stop();
-  const redisUsed = Number((await redisInfo(ctx.redis.admin, 'memory')).used_memory);
+  const redisUsed = Number((await redisInfo(ctx.redis.admin, 'memory'))['used_memory']);
   await svc.stop();
 
   const worker = await InprocWorker.start(ctx.fake.url);

@@ -47,9 +47,9 @@ async function counters(ctx: Ctx) {
     if (k.startsWith('cmdstat_')) calls += Number(/calls=(\d+)/.exec(v)?.[1] ?? 0);
   }
   return {
-    input: Number(stats.total_net_input_bytes),
-    output: Number(stats.total_net_output_bytes),
-    aof: Number(pers.aof_current_size),
+    input: Number(stats['total_net_input_bytes']),
+    output: Number(stats['total_net_output_bytes']),
+    aof: Number(pers['aof_current_size']),
     calls,
   };
 }

@@ -103,7 +103,7 @@ export async function b6(ctx: Ctx, openFilesLimit: string): Promise<B6Result> {
     const ids = await createIdle(svc.url, nSessions);
     const createSeconds = (performance.now() - t) / 1000;
     const rssSessions = await settledRss(svc.pid, 1000, 10_000);
-    const redisUsedSessions = Number((await redisInfo(ctx.redis.admin, 'memory')).used_memory);
+    const redisUsedSessions = Number((await redisInfo(ctx.redis.admin, 'memory'))['used_memory']);
     t = performance.now();
     sockets.push(...(await connectIdle(svc.url, ids.slice(0, nConns))));
     const connectSeconds = (performance.now() - t) / 1000;

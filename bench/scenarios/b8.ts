@@ -138,12 +138,12 @@ async function loadRun(ctx: Ctx, n: number, tag: string, scrape: boolean) {
     const m2 = cpuMeter({ service: svc.pid });
     let bytes = 0;
     for (let i = 0; i < k; i++) bytes = (await (await fetch(`${svc.url}/metrics`)).text()).length;
-    perScrape = { cpuMs: m2().service! / k, bytes };
+    perScrape = { cpuMs: m2()['service']! / k, bytes };
   }
   await svc.stop();
   const arr = arrivalsByTag(await ctx.fakeCtl.requests(0), tag);
   const iters = [...arr.values()].reduce((a, l) => a + l.length, 0);
-  return { cpuMs: cpu.service!, iters, cpuPerIter: cpu.service! / iters, scrapes, perScrape };
+  return { cpuMs: cpu['service']!, iters, cpuPerIter: cpu['service']! / iters, scrapes, perScrape };
 }
 
 export async function b8(ctx: Ctx): Promise<B8Result> {

@@ -165,7 +165,7 @@ export async function applyToolChange(
         JSON.stringify({
           message_index: history.length,
           removed: change.removed,
-          added: change.added.map((t) => t.definition.name),
+          added: change.added.map((t) => t.definition['name']),
         }),
       ],
     ],

@@ -206,17 +206,17 @@ export function summarize(messages: readonly BetaMessageParam[], instructions: s
     const blocks = blocksOf(message);
     if (message.role === 'user') {
       const texts = blocks
-        .filter((b) => b.type === 'text' && typeof b.text === 'string')
-        .map((b) => String(b.text));
-      const results = blocks.filter((b) => b.type === 'tool_result');
+        .filter((b) => b['type'] === 'text' && typeof b['text'] === 'string')
+        .map((b) => String(b['text']));
+      const results = blocks.filter((b) => b['type'] === 'tool_result');
       for (const r of results) {
-        const line = byId.get(String(r.tool_use_id));
+        const line = byId.get(String(r['tool_use_id']));
         if (line) {
-          line.result = oneLine(resultText(r.content));
-          line.isError = r.is_error === true;
+          line.result = oneLine(resultText(r['content']));
+          line.isError = r['is_error'] === true;
         }
       }
-      openResults = results.flatMap((r) => byId.get(String(r.tool_use_id)) ?? []);
+      openResults = results.flatMap((r) => byId.get(String(r['tool_use_id'])) ?? []);
       if (texts.length) {
         const text = oneLine(texts.join(' '));
         requests.push(text);
@@ -227,16 +227,16 @@ export function summarize(messages: readonly BetaMessageParam[], instructions: s
     // An assistant turn answers what was open, unless it only calls tools (then the results are still to answer).
     const text = oneLine(
       blocks
-        .filter((b) => b.type === 'text' && typeof b.text === 'string')
-        .map((b) => String(b.text))
+        .filter((b) => b['type'] === 'text' && typeof b['text'] === 'string')
+        .map((b) => String(b['text']))
         .join(' '),
     );
-    const calls = blocks.filter((b) => b.type === 'tool_use');
+    const calls = blocks.filter((b) => b['type'] === 'tool_use');
     for (const c of calls) {
       const line: ToolLine = {
-        id: String(c.id),
-        name: String(c.name),
-        input: JSON.stringify(c.input ?? {}),
+        id: String(c['id']),
+        name: String(c['name']),
+        input: JSON.stringify(c['input'] ?? {}),
         result: null,
         isError: false,
       };

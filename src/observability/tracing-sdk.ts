@@ -49,8 +49,8 @@ export function tracerProviderFromEnv(env: NodeJS.ProcessEnv): SdkTracerProvider
 
 function otlpExporter(env: NodeJS.ProcessEnv): OTLPTraceExporter {
   const protocol = (
-    env.OTEL_EXPORTER_OTLP_TRACES_PROTOCOL ??
-    env.OTEL_EXPORTER_OTLP_PROTOCOL ??
+    env['OTEL_EXPORTER_OTLP_TRACES_PROTOCOL'] ??
+    env['OTEL_EXPORTER_OTLP_PROTOCOL'] ??
     'http/protobuf'
   )
     .trim()
@@ -60,16 +60,16 @@ function otlpExporter(env: NodeJS.ProcessEnv): OTLPTraceExporter {
       `OTEL_EXPORTER_OTLP_PROTOCOL: "${protocol}" is not supported; use http/protobuf (port 4318 of a collector)`,
     );
   }
-  const signal = env.OTEL_EXPORTER_OTLP_TRACES_ENDPOINT?.trim();
-  const base = env.OTEL_EXPORTER_OTLP_ENDPOINT?.trim();
+  const signal = env['OTEL_EXPORTER_OTLP_TRACES_ENDPOINT']?.trim();
+  const base = env['OTEL_EXPORTER_OTLP_ENDPOINT']?.trim();
   // The signal's endpoint is used as it is; the base endpoint gets the signal's path (the OTLP exporter spec).
   const url = signal || (base ? `${base.replace(/\/+$/, '')}/v1/traces` : undefined);
   return new OTLPTraceExporter(url ? { url } : {});
 }
 
 function samplerFromEnv(env: NodeJS.ProcessEnv): Sampler {
-  const name = (env.OTEL_TRACES_SAMPLER ?? 'parentbased_always_on').trim().toLowerCase();
-  const arg = Number(env.OTEL_TRACES_SAMPLER_ARG ?? '1');
+  const name = (env['OTEL_TRACES_SAMPLER'] ?? 'parentbased_always_on').trim().toLowerCase();
+  const arg = Number(env['OTEL_TRACES_SAMPLER_ARG'] ?? '1');
   const ratio = Number.isFinite(arg) && arg >= 0 && arg <= 1 ? arg : 1;
   switch (name) {
     case 'always_on':
@@ -92,7 +92,7 @@ function samplerFromEnv(env: NodeJS.ProcessEnv): Sampler {
 /** `service.name` (OTEL_SERVICE_NAME, else this service's name) and the `key=value,…` of OTEL_RESOURCE_ATTRIBUTES. */
 function resourceFromEnv(env: NodeJS.ProcessEnv) {
   const attributes: Attributes = { 'service.name': SERVICE_NAME };
-  for (const pair of (env.OTEL_RESOURCE_ATTRIBUTES ?? '').split(',')) {
+  for (const pair of (env['OTEL_RESOURCE_ATTRIBUTES'] ?? '').split(',')) {
     const at = pair.indexOf('=');
     if (at <= 0) continue;
     try {
@@ -103,7 +103,7 @@ function resourceFromEnv(env: NodeJS.ProcessEnv) {
       // A malformed percent-escape: that attribute is skipped, as the spec allows.
     }
   }
-  if (env.OTEL_SERVICE_NAME?.trim()) attributes['service.name'] = env.OTEL_SERVICE_NAME.trim();
+  if (env['OTEL_SERVICE_NAME']?.trim()) attributes['service.name'] = env['OTEL_SERVICE_NAME'].trim();
   return resourceFromAttributes(attributes);
 }
 

@@ -23,8 +23,8 @@ import {
  * when this is not empty: only then is the OpenTelemetry SDK loaded (tracing-sdk.ts).
  */
 export function tracesExporters(env: NodeJS.ProcessEnv): string[] {
-  if (env.OTEL_SDK_DISABLED?.trim().toLowerCase() === 'true') return [];
-  return (env.OTEL_TRACES_EXPORTER ?? '')
+  if (env['OTEL_SDK_DISABLED']?.trim().toLowerCase() === 'true') return [];
+  return (env['OTEL_TRACES_EXPORTER'] ?? '')
     .split(',')
     .map((s) => s.trim().toLowerCase())
     .filter((s) => s && s !== 'none');

@@ -292,7 +292,7 @@ function completeOperation(path: string, method: string, op: Operation): void {
     const hs: Record<string, OpenAPIV3_1.ReferenceObject> = {};
     const body = res.content?.['application/json']?.schema;
     const bodyRef = body && '$ref' in body ? body.$ref : undefined;
-    if (typeof bodyRef === 'string' && ETAGGED.has(bodyRef)) hs.ETag = ref('headers', 'ETag');
+    if (typeof bodyRef === 'string' && ETAGGED.has(bodyRef)) hs['ETag'] = ref('headers', 'ETag');
     if (method === 'post' && path.startsWith('/v1/') && status.startsWith('2')) {
       hs['Idempotent-Replayed'] = ref('headers', 'IdempotentReplayed');
     }

@@ -9,7 +9,7 @@ import { mutate, type MutationResult, type SessionDeps } from './mutate.js';
 
 /** Whether `params.context_management` holds a compaction edit (the API compacts server-side then). */
 function hasCompactionEdit(params: SessionParams): boolean {
-  const cm: unknown = params.context_management;
+  const cm: unknown = params['context_management'];
   if (typeof cm !== 'object' || cm === null || !('edits' in cm) || !Array.isArray(cm.edits)) return false;
   return cm.edits.some(
     (e: unknown) =>

@@ -215,7 +215,7 @@ export interface StoredEvent {
 const START_DUE_DELAY_MS = 2000;
 
 function setsRunning(ops: ApplyOps | undefined): boolean {
-  return !!ops && (ops.hset?.status === 'running' || setsRunning(ops.queue?.none));
+  return !!ops && (ops.hset?.['status'] === 'running' || setsRunning(ops.queue?.none));
 }
 
 export const newSessionId = () =>
@@ -237,8 +237,8 @@ export function encodeFields(s: Partial<SessionState>): Record<string, string> {
   str('run_start', s.runStart);
   json('params', s.params);
   json('tools', s.tools);
-  if (s.toolsBase !== undefined) out.tools_base = s.toolsBase ? JSON.stringify(s.toolsBase) : '';
-  if (s.toolsSent !== undefined) out.tools_sent = s.toolsSent ? JSON.stringify(s.toolsSent) : '';
+  if (s.toolsBase !== undefined) out['tools_base'] = s.toolsBase ? JSON.stringify(s.toolsBase) : '';
+  if (s.toolsSent !== undefined) out['tools_sent'] = s.toolsSent ? JSON.stringify(s.toolsSent) : '';
   str('max_iterations', s.maxIterations);
   json('approval', s.approval);
   json('review', s.review);
@@ -246,17 +246,17 @@ export function encodeFields(s: Partial<SessionState>): Record<string, string> {
   json('on_max_tokens', s.onMaxTokens);
   json('cache_tool_results', s.cacheToolResults);
   json('stream', s.stream);
-  if ('budget' in s) out.budget = s.budget ? JSON.stringify(s.budget) : '';
+  if ('budget' in s) out['budget'] = s.budget ? JSON.stringify(s.budget) : '';
   json('run_tools_eagerly', s.runToolsEagerly);
-  if ('compaction' in s) out.compaction = s.compaction ? JSON.stringify(s.compaction) : '';
-  if ('compactRequest' in s) out.compact = s.compactRequest ? JSON.stringify(s.compactRequest) : '';
+  if ('compaction' in s) out['compaction'] = s.compaction ? JSON.stringify(s.compaction) : '';
+  if ('compactRequest' in s) out['compact'] = s.compactRequest ? JSON.stringify(s.compactRequest) : '';
   // Nullable fields are stored as '' when null.
-  if ('pending' in s) out.pending = s.pending ? JSON.stringify(s.pending) : '';
-  if ('stopReason' in s) out.stop_reason = s.stopReason ?? '';
-  if ('error' in s) out.error = s.error ? JSON.stringify(s.error) : '';
+  if ('pending' in s) out['pending'] = s.pending ? JSON.stringify(s.pending) : '';
+  if ('stopReason' in s) out['stop_reason'] = s.stopReason ?? '';
+  if ('error' in s) out['error'] = s.error ? JSON.stringify(s.error) : '';
   json('metadata', s.metadata);
   str('created_at', s.createdAt);
-  if ('control' in s) out.control = s.control ?? '';
+  if ('control' in s) out['control'] = s.control ?? '';
   str('params_rev', s.paramsRev);
   return out;
 }
@@ -287,47 +287,47 @@ function json<T>(v: string | undefined, fallback: T, text?: (raw: string) => raw
 
 function decodeFields(h: Record<string, string>): SessionState {
   return {
-    id: h.id!,
-    tenant: h.tenant!,
+    id: h['id']!,
+    tenant: h['tenant']!,
     // A status that is not one of ours (a foreign or hand-edited hash) reads as `failed`: the session is broken.
-    status: isStatus(h.status) ? h.status : 'failed',
-    revision: Number(h.revision ?? 0),
-    iteration: Number(h.iteration ?? 0),
-    runStart: Number(h.run_start ?? 0),
+    status: isStatus(h['status']) ? h['status'] : 'failed',
+    revision: Number(h['revision'] ?? 0),
+    iteration: Number(h['iteration'] ?? 0),
+    runStart: Number(h['run_start'] ?? 0),
     // The one cast left here: a hash without params (a foreign or hand-written one; every create writes them) reads
     // as `{}`, as it always has, though SessionParams requires `model` and `max_tokens`.
-    params: json(h.params, {} as SessionParams),
-    tools: json(h.tools, []),
-    toolsBase: json(h.tools_base, null),
-    toolsSent: json(h.tools_sent, null),
-    maxIterations: Number(h.max_iterations ?? 10),
-    approval: json<ApprovalPolicy>(h.approval, 'default', isApprovalMode),
-    review: json(h.review, false),
-    onToolError: isOnToolError(h.on_tool_error) ? h.on_tool_error : 'continue',
-    onMaxTokens: json<OnMaxTokens>(h.on_max_tokens, 'stop', isStop),
-    cacheToolResults: h.cache_tool_results === 'true',
-    stream: h.stream !== 'false',
-    budget: json(h.budget, null),
-    runToolsEagerly: h.run_tools_eagerly === 'true',
-    compaction: json(h.compaction, null),
-    compactRequest: json(h.compact, null),
-    msgBase: Number(h.msg_base ?? 0),
-    pending: json(h.pending, null),
-    stopReason: h.stop_reason || null,
-    error: json(h.error, null),
+    params: json(h['params'], {} as SessionParams),
+    tools: json(h['tools'], []),
+    toolsBase: json(h['tools_base'], null),
+    toolsSent: json(h['tools_sent'], null),
+    maxIterations: Number(h['max_iterations'] ?? 10),
+    approval: json<ApprovalPolicy>(h['approval'], 'default', isApprovalMode),
+    review: json(h['review'], false),
+    onToolError: isOnToolError(h['on_tool_error']) ? h['on_tool_error'] : 'continue',
+    onMaxTokens: json<OnMaxTokens>(h['on_max_tokens'], 'stop', isStop),
+    cacheToolResults: h['cache_tool_results'] === 'true',
+    stream: h['stream'] !== 'false',
+    budget: json(h['budget'], null),
+    runToolsEagerly: h['run_tools_eagerly'] === 'true',
+    compaction: json(h['compaction'], null),
+    compactRequest: json(h['compact'], null),
+    msgBase: Number(h['msg_base'] ?? 0),
+    pending: json(h['pending'], null),
+    stopReason: h['stop_reason'] || null,
+    error: json(h['error'], null),
     usage: {
-      input_tokens: Number(h.u_in ?? 0),
-      output_tokens: Number(h.u_out ?? 0),
-      cache_creation_input_tokens: Number(h.u_cc ?? 0),
-      cache_read_input_tokens: Number(h.u_cr ?? 0),
+      input_tokens: Number(h['u_in'] ?? 0),
+      output_tokens: Number(h['u_out'] ?? 0),
+      cache_creation_input_tokens: Number(h['u_cc'] ?? 0),
+      cache_read_input_tokens: Number(h['u_cr'] ?? 0),
     },
-    metadata: json(h.metadata, {}),
-    createdAt: Number(h.created_at ?? 0),
-    updatedAt: Number(h.updated_at ?? 0),
-    fence: Number(h.fence ?? 0),
-    msgCount: Number(h.msg_count ?? 0),
-    control: isControl(h.control) ? h.control : '',
-    paramsRev: Number(h.params_rev ?? 0),
+    metadata: json(h['metadata'], {}),
+    createdAt: Number(h['created_at'] ?? 0),
+    updatedAt: Number(h['updated_at'] ?? 0),
+    fence: Number(h['fence'] ?? 0),
+    msgCount: Number(h['msg_count'] ?? 0),
+    control: isControl(h['control']) ? h['control'] : '',
+    paramsRev: Number(h['params_rev'] ?? 0),
   };
 }
 
@@ -490,7 +490,7 @@ export class SessionStore {
   /** The session, or null. One HGETALL. */
   async load(id: string): Promise<SessionState | null> {
     const h = await this.redis.hgetall(sessionKeys(id).meta);
-    return h.id ? decodeFields(h) : null;
+    return h['id'] ? decodeFields(h) : null;
   }
 
   /** The session if it exists and belongs to `tenant`; 404 otherwise (another tenant's session is not found). */
@@ -791,10 +791,10 @@ function parseEntry([id, fields]: [string, string[]]): StoredEvent {
   for (let i = 0; i < fields.length; i += 2) f[fields[i]!] = fields[i + 1]!;
   return {
     id,
-    type: f.t ?? 'unknown',
-    data: f.d ?? 'null',
-    revision: Number(f.r ?? 0),
-    at: Number(f.at ?? 0),
+    type: f['t'] ?? 'unknown',
+    data: f['d'] ?? 'null',
+    revision: Number(f['r'] ?? 0),
+    at: Number(f['at'] ?? 0),
   };
 }
 

@@ -95,17 +95,17 @@ function parseEvents(raw: string | undefined): string[] {
 
 function decode(h: Record<string, string>): WebhookRecord {
   return {
-    id: h.id!,
-    tenant: h.tenant!,
-    url: h.url!,
-    events: parseEvents(h.events),
-    description: h.description ? h.description : null,
-    secret: h.secret ?? '',
-    createdAt: Number(h.created_at ?? 0),
-    updatedAt: Number(h.updated_at ?? 0),
-    revision: Number(h.revision ?? 1),
-    disabled: h.disabled === '1',
-    failingSince: h.failing_since ? Number(h.failing_since) : null,
+    id: h['id']!,
+    tenant: h['tenant']!,
+    url: h['url']!,
+    events: parseEvents(h['events']),
+    description: h['description'] ? h['description'] : null,
+    secret: h['secret'] ?? '',
+    createdAt: Number(h['created_at'] ?? 0),
+    updatedAt: Number(h['updated_at'] ?? 0),
+    revision: Number(h['revision'] ?? 1),
+    disabled: h['disabled'] === '1',
+    failingSince: h['failing_since'] ? Number(h['failing_since']) : null,
   };
 }
 
@@ -196,7 +196,7 @@ export class WebhookStore {
   /** The webhook if it exists and is `tenant`'s; 404 `webhook_not_found` otherwise. One HGETALL. */
   async get(tenant: string, id: string): Promise<WebhookRecord> {
     const h = await this.redis.hgetall(webhookKeys(id).meta);
-    if (!h.id || h.tenant !== tenant) throw notFound('webhook');
+    if (!h['id'] || h['tenant'] !== tenant) throw notFound('webhook');
     return decode(h);
   }
 
@@ -206,7 +206,7 @@ export class WebhookStore {
     const all = await Promise.all(ids.map((id) => this.redis.hgetall(webhookKeys(id).meta)));
     const out: WebhookRecord[] = [];
     for (const [i, h] of all.entries()) {
-      if (h.id && h.tenant === tenant) out.push(decode(h));
+      if (h['id'] && h['tenant'] === tenant) out.push(decode(h));
       else await this.redis.hdel(tenantWebhooksKey(tenant), ids[i]!);
     }
     return out.sort((a, b) => a.createdAt - b.createdAt || a.id.localeCompare(b.id));
@@ -514,6 +514,6 @@ export class WebhookStore {
   /** The webhook as stored, whoever its tenant (the dispatcher). */
   async load(id: string): Promise<WebhookRecord | null> {
     const h = await this.redis.hgetall(webhookKeys(id).meta);
-    return h.id ? decode(h) : null;
+    return h['id'] ? decode(h) : null;
   }
 }

@@ -33,7 +33,7 @@ export async function startMcpServer(opts: { port?: number; token?: string } = {
   const child = spawn(process.execPath, ['--import', 'tsx', 'test/fixtures/mcp-server.ts'], {
     cwd: ROOT,
     env: {
-      PATH: process.env.PATH ?? '/usr/bin:/bin',
+      PATH: process.env['PATH'] ?? '/usr/bin:/bin',
       MCP_PORT: String(opts.port ?? 0),
       ...(opts.token ? { MCP_TOKEN: opts.token } : {}),
     },

@@ -97,8 +97,8 @@ export async function spawnService(
   const child = spawn(process.execPath, args, {
     cwd: ROOT,
     env: {
-      PATH: process.env.PATH ?? '/usr/bin:/bin',
-      HOME: process.env.HOME ?? '/tmp',
+      PATH: process.env['PATH'] ?? '/usr/bin:/bin',
+      HOME: process.env['HOME'] ?? '/tmp',
       PORT: '0',
       HOST: '127.0.0.1',
       LOG_LEVEL: 'info',
@@ -174,12 +174,12 @@ export async function spawnService(
   let url: string;
   try {
     const line = await Promise.race([
-      waitForLog((l) => LISTENING.test(String(l.msg ?? '')), readyTimeoutMs),
+      waitForLog((l) => LISTENING.test(String(l['msg'] ?? '')), readyTimeoutMs),
       exited.then((e) => {
         throw new Error(`exited (${e.code ?? e.signal}) before listening`);
       }),
     ]);
-    url = LISTENING.exec(String(line.msg))![1]!;
+    url = LISTENING.exec(String(line['msg']))![1]!;
   } catch (err) {
     child.kill('SIGKILL');
     const tail = lines

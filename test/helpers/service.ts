@@ -105,7 +105,7 @@ export async function startHarness(opts: HarnessOptions = {}): Promise<Harness> 
       REDIS_URL: redis.url,
       ANTHROPIC_API_KEY: 'test-key',
       ANTHROPIC_BASE_URL: fake.url,
-      LOG_LEVEL: process.env.TEST_LOG_LEVEL ?? 'silent',
+      LOG_LEVEL: process.env['TEST_LOG_LEVEL'] ?? 'silent',
       LEASE_TTL_MS: '3000',
       SHUTDOWN_GRACE_MS: '2000',
       UPSTREAM_MAX_RETRIES: '1',
@@ -115,7 +115,7 @@ export async function startHarness(opts: HarnessOptions = {}): Promise<Harness> 
     },
     opts.tracerProvider ? { tracerProvider: opts.tracerProvider } : {},
   );
-  const token = opts.env?.API_KEYS ? opts.env.API_KEYS.split(',')[0]!.split(':')[1] : undefined;
+  const token = opts.env?.['API_KEYS'] ? opts.env['API_KEYS'].split(',')[0]!.split(':')[1] : undefined;
   return {
     redis,
     fake,
