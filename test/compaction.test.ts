@@ -595,6 +595,45 @@ describe('sessions: compaction by the route, the policy and the API', () => {
     assert.equal(last.messages.at(-1)!.role, 'user');
   });
 
+  test('a fork keeps the history as the model saw it at that iteration: before a compaction whole, after it from its summary', async () => {
+    const s = await create({ input: "What's the weather in Paris?", tools: ['get_weather'] });
+    const idle = await h.api.waitStatus(s.id, ['idle', 'failed']);
+    assert.equal(idle.status, 'idle');
+    const before = (await h.api.get(`/v1/sessions/${s.id}/messages`)).body.data;
+    assert.ok(before.length >= 2);
+    assert.equal((await compact(s.id)).status, 202);
+    const compacted = await h.api.waitFor(s.id, (x) => x.status === 'idle' && !x.compaction_pending);
+    assert.equal(
+      (await h.api.post(`/v1/sessions/${s.id}/messages`, { text: 'What is 2 plus 3?' })).status,
+      202,
+    );
+    const last = await h.api.waitFor(
+      s.id,
+      (x) => x.status === 'idle' && x.iteration === compacted.iteration + 1,
+    );
+
+    const fork = async (at: number) => {
+      const f = await h.api.post(`/v1/sessions/${s.id}/fork`, { at_iteration: at });
+      assert.equal(f.status, 201, JSON.stringify(f.body));
+      return (await h.api.get(`/v1/sessions/${f.body.id}/messages?include=compacted`)).body;
+    };
+    // Before the compaction: the whole history of that iteration, nothing compacted.
+    const early = await fork(idle.iteration);
+    assert.deepEqual(early.data, before);
+    assert.deepEqual(early.compacted, []);
+    // After it: from the summary, as the model saw it; what the summary replaced stays on the source.
+    const late = await fork(last.iteration);
+    assert.deepEqual(
+      late.data.map((m: { role: string }) => m.role),
+      ['assistant', 'user', 'assistant'],
+    );
+    assert.equal(late.data[0].content[0].type, 'compaction');
+    assert.deepEqual(late.data, (await h.api.get(`/v1/sessions/${s.id}/messages`)).body.data);
+    assert.deepEqual(late.compacted, []);
+    const source = (await h.api.get(`/v1/sessions/${s.id}/messages?include=compacted`)).body;
+    assert.deepEqual(source.compacted[0].messages, before);
+  });
+
   test('a compaction reply without a summary changes nothing: compaction.skipped, the history as it was', async () => {
     const s = await create({ input: 'hello there' });
     const idle = await h.api.waitStatus(s.id, ['idle', 'failed']);
