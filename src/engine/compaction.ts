@@ -72,7 +72,8 @@ export function isUnfinished(stopReason: string | null | undefined): boolean {
 export const inputTotal = (u: Usage): number =>
   u.input_tokens + u.cache_read_input_tokens + u.cache_creation_input_tokens;
 
-function usageOf(message: BetaMessage): Usage {
+/** A reply's usage, absent counts as 0. */
+export function usageOf(message: BetaMessage): Usage {
   return {
     input_tokens: message.usage?.input_tokens ?? 0,
     output_tokens: message.usage?.output_tokens ?? 0,

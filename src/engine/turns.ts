@@ -19,11 +19,17 @@ import {
   type IterationRecord,
   type PendingStep,
   type SessionState,
-  type Usage,
 } from '../store/store.js';
 import { budgetExhausted, totalTokens } from './budget.js';
 import { commit, idleOps } from './commit.js';
-import { RunCompaction, compactOnly, isUnfinished, paramsFor, withCompactionBeta } from './compaction.js';
+import {
+  RunCompaction,
+  compactOnly,
+  isUnfinished,
+  paramsFor,
+  usageOf,
+  withCompactionBeta,
+} from './compaction.js';
 import { interruptedResult, pendingCalls, resultBlock, callIdempotent } from './policy.js';
 import type { EngineLogger, RunDeps, RunHandle } from './run-handle.js';
 import { holdUnsafeCalls, runsToolsEagerly } from './eager.js';
@@ -72,16 +78,6 @@ function runnerParams(t: TurnInput): BetaToolRunnerParams & { stream: boolean } 
   };
   // Kept cast (see above), a direct one: the compiler still checks that these params overlap the SDK's.
   return params as BetaToolRunnerParams & { stream: boolean };
-}
-
-/** A reply's usage, absent counts as 0. */
-function usageOf(message: BetaMessage): Usage {
-  return {
-    input_tokens: message.usage?.input_tokens ?? 0,
-    output_tokens: message.usage?.output_tokens ?? 0,
-    cache_creation_input_tokens: message.usage?.cache_creation_input_tokens ?? 0,
-    cache_read_input_tokens: message.usage?.cache_read_input_tokens ?? 0,
-  };
 }
 
 /** The fields a PATCH (or a compaction request) may change that a live runner takes up before its next turn. */
