@@ -8,7 +8,7 @@ import { mkdtemp, readFile, writeFile } from 'node:fs/promises';
 import os from 'node:os';
 import path from 'node:path';
 import type { Redis } from 'ioredis';
-import { text } from '../src/fake/script.js';
+import { text, toolCall } from '../src/fake/script.js';
 import { startFakeAnthropic, type FakeAnthropic } from '../src/fake/server.js';
 import { startTestRedis, type TestRedis } from './helpers/redis.js';
 import { serviceEnv, sleep, spawnService, type ServiceProcess } from './helpers/process.js';
@@ -19,6 +19,7 @@ import {
   redisClient,
   storedHistory,
   tagged,
+  tagOf,
   until,
   startLoop,
   verifyLoopHistory,
@@ -270,6 +271,78 @@ describe('crash recovery (SIGKILL)', { timeout: 180_000 }, () => {
     } finally {
       release();
     }
+  });
+
+  it('a client result stored by a process that died reaches the model once, byte for byte', async () => {
+    // The process that takes the result runs one session at a time and is busy with another: the result is stored
+    // (in its own field, not in the pending step) and then the process dies before any run commits it.
+    await Promise.all(procs.map((p) => p.kill()));
+    procs.length = 0;
+    const busy = await spawnService({ ...env(), MAX_ACTIVE_RUNS: '1' }, { name: 'busy' });
+    procs.push(busy);
+    const toolUseId = 'toolu_stored_1';
+    const seen: Array<{ tag: string | null; at: number; messages: unknown[] }> = [];
+    fake.setHandler((req) => {
+      const tag = tagOf(req);
+      seen.push({ tag, at: Date.now(), messages: req.messages });
+      if (tag === 'hold') return { type: 'hang' };
+      return req.messages.some((m) => m.role === 'assistant')
+        ? text('Thanks.')
+        : toolCall('lookup', { q: 'x' }, { id: toolUseId });
+    });
+    const lookup = {
+      name: 'lookup',
+      description: 'Look something up.',
+      input_schema: { type: 'object', properties: { q: { type: 'string' } } },
+    };
+    const created = await busy.api.post('/v1/sessions', { input: tagged('stored'), tools: [lookup] });
+    assert.equal(created.status, 201, JSON.stringify(created.body));
+    const id = created.body.id as string;
+    await busy.api.waitStatus(id, ['requires_action'], 20_000);
+    const hold = await busy.api.post('/v1/sessions', { input: tagged('hold') });
+    await until(() => seen.some((q) => q.tag === 'hold'), 10_000, 'the hold turn');
+
+    // Characters JSON encoders disagree on (U+2028, non-ASCII, quotes, an empty array) must reach the model as given.
+    const content = [
+      { type: 'text', text: 'row "1"\u2028✓ \\ end' },
+      { type: 'text', text: 'second', citations: [] },
+    ];
+    const sent = await busy.api.post(`/v1/sessions/${id}/tool-results`, {
+      results: [{ tool_use_id: toolUseId, content }],
+    });
+    assert.equal(sent.status, 202, JSON.stringify(sent.body));
+    const meta = `s:{${id}}`;
+    assert.equal(await r.hget(meta, 'status'), 'running');
+    assert.equal(await r.get(`s:{${id}}:l`), null, 'no run took it: the process is at its limit');
+    const pendingText = (await r.hget(meta, 'pending'))!;
+    assert.ok(
+      pendingText.includes(toolUseId) && !pendingText.includes('row'),
+      'the step is stored without results',
+    );
+    const block = { type: 'tool_result', tool_use_id: toolUseId, content };
+    assert.equal(
+      await r.hget(meta, `result:${toolUseId}`),
+      JSON.stringify(block),
+      'the result, as its block',
+    );
+    const killedAt = Date.now();
+    await busy.kill();
+    procs.length = 0;
+    await ensureTwo();
+
+    const done = await procs[0]!.api.waitStatus(id, ['idle', 'failed'], 20_000);
+    assert.equal(done.status, 'idle', JSON.stringify(done.error));
+    const after = seen.filter((q) => q.tag === 'stored' && q.at >= killedAt);
+    assert.equal(after.length, 1, 'one turn after the crash');
+    assert.deepEqual(after[0]!.messages.at(-1), { role: 'user', content: [block] });
+    // Byte for byte in the store: the results turn is the block the route encoded.
+    assert.equal(await r.lindex(`s:{${id}}:m`, 2), JSON.stringify({ role: 'user', content: [block] }));
+    assert.deepEqual(
+      (await r.hkeys(meta)).filter((f) => f.startsWith('result:')),
+      [],
+      'the stored results went with the step',
+    );
+    await procs[0]!.api.post(`/v1/sessions/${hold.body.id}/cancel`, {});
   });
 
   it('resumes when every process died and one is started again', async () => {

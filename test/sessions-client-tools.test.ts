@@ -1,5 +1,7 @@
 import { after, before, beforeEach, describe, it } from 'node:test';
 import assert from 'node:assert/strict';
+import { Redis } from 'ioredis';
+import { monitorRedis } from './helpers/redis-monitor.js';
 import { startHarness, type Harness } from './helpers/service.js';
 import { assertSnapshotsEqual, snapshotDiff, snapshotRedis } from './helpers/redis-snapshot.js';
 import { text, toolCalls, toolUse } from '../src/fake/script.js';
@@ -137,6 +139,92 @@ describe('client tools', () => {
       { id: 'toolu_sum', name: 'calculate_sum' },
     ]);
     assert.deepEqual(rec.tool_results, next.at(-1));
+  });
+
+  it('a result is written once: the route stores its block, the commit of the results turn only names it', async () => {
+    h.fake.enqueue(
+      toolCalls([
+        toolUse('lookup', { q: 'a' }, 'toolu_o1'),
+        toolUse('calculate_sum', { a: 1, b: 2 }, 'toolu_o2'),
+      ]),
+      text('Done.'),
+    );
+    const id = await create();
+    const s = await h.client.waitFor(id, ['requires_action', 'idle', 'failed'], { timeoutMs: 10_000 });
+    assert.equal(s.status, 'requires_action', JSON.stringify(s));
+    // Every script call while the result goes from the route to the model, with its ops parsed.
+    const monitor = await monitorRedis(h.redis.port);
+    const marker = `marker-${Date.now()}`;
+    const content = [{ type: 'text' as const, text: `${marker} "quoted"\u2028✓` }];
+    await h.client.putToolResult(id, 'toolu_o1', { content });
+    const done = await h.client.waitFor(id, ['idle', 'failed'], { timeoutMs: 10_000 });
+    assert.equal(done.status, 'idle', JSON.stringify(done.error));
+    await new Promise((r) => setTimeout(r, 100));
+    monitor.stop();
+    const applies = monitor.commands
+      .filter((args) => /^evalsha$/i.test(args[0] ?? '') && args[2] === '7' && args[11]?.startsWith('{'))
+      .map((args): Record<string, any> => JSON.parse(args[11]!));
+
+    // Where the result's bytes went, events aside (they tell of it: `tool_result.submitted`, `tool.completed`).
+    const places = applies.flatMap((ops) => {
+      const { events: _e, ...rest } = ops;
+      return JSON.stringify(rest).includes(marker) ? [rest] : [];
+    });
+    assert.equal(places.length, 1, `written once, by the route: ${JSON.stringify(places).slice(0, 2000)}`);
+    assert.deepEqual(
+      Object.keys(places[0]!['hset']).filter((f) => JSON.stringify(places[0]!['hset'][f]).includes(marker)),
+      ['result:toolu_o1'],
+      'into the field of its call, not into the pending step',
+    );
+    const turn = applies.find((ops) => ops['queue']?.['results']);
+    assert.ok(turn, 'the results turn was committed with `queue.results`');
+    assert.deepEqual(turn['queue']['results'][0], ['toolu_o1'], 'the stored result is named, not sent');
+    assert.equal(turn['queue']['results'][1][0], 'toolu_o2');
+    // What the model got is what the client sent.
+    assert.deepEqual(h.fake.requests[1]!.messages.at(-1), {
+      role: 'user',
+      content: [
+        { type: 'tool_result', tool_use_id: 'toolu_o1', content },
+        { type: 'tool_result', tool_use_id: 'toolu_o2', content: '3' },
+      ],
+    });
+  });
+
+  it('a step stored with its results inline (before they had fields of their own) still goes on', async () => {
+    h.fake.enqueue(
+      toolCalls([
+        toolUse('lookup', { q: 'a' }, 'toolu_v1'),
+        toolUse('calculate_sum', { a: 2, b: 2 }, 'toolu_v2'),
+      ]),
+      text('Done.'),
+    );
+    const id = await create();
+    const s = await h.client.waitFor(id, ['requires_action', 'idle', 'failed'], { timeoutMs: 10_000 });
+    assert.equal(s.status, 'requires_action', JSON.stringify(s));
+    // Rewrite the step as an earlier version stored it: each result inside the step's JSON.
+    const r = new Redis(h.redis.url);
+    try {
+      const meta = `s:{${id}}`;
+      const step = JSON.parse((await r.hget(meta, 'pending'))!);
+      const stored = JSON.parse((await r.hget(meta, 'result:toolu_v2'))!);
+      step.calls[1].result = { content: stored.content, is_error: false };
+      await r.hset(meta, 'pending', JSON.stringify(step));
+      await r.hdel(meta, 'result:toolu_v1', 'result:toolu_v2');
+    } finally {
+      r.disconnect();
+    }
+    const view = await h.client.getSession(id);
+    assert.deepEqual(view.required_action, s.required_action, 'read as before');
+    await h.client.putToolResult(id, 'toolu_v1', { content: 'found' });
+    const done = await h.client.waitFor(id, ['idle', 'failed'], { timeoutMs: 10_000 });
+    assert.equal(done.status, 'idle', JSON.stringify(done.error));
+    assert.deepEqual(h.fake.requests[1]!.messages.at(-1), {
+      role: 'user',
+      content: [
+        { type: 'tool_result', tool_use_id: 'toolu_v1', content: 'found' },
+        { type: 'tool_result', tool_use_id: 'toolu_v2', content: '4' },
+      ],
+    });
   });
 
   it('POST tool-results answers several calls; partial answers wait, duplicates and unknown ids are 409', async () => {

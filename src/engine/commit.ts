@@ -2,17 +2,9 @@ import { randomBytes } from 'node:crypto';
 import { AppError, FencedOut } from '../errors.js';
 import { toolCallsOf } from '../history.js';
 import { isStoreDown } from '../store/unavailable.js';
-import {
-  encodeBlocks,
-  type ApplyOps,
-  type ApplyResult,
-  type PendingCall,
-  type PendingStep,
-  type SessionError,
-  type SessionState,
-  type SessionStore,
-} from '../store/store.js';
-import { interruptedResult, resultBlock } from './policy.js';
+import { pendingFields, resultsTurn, type PendingCall, type PendingStep } from '../store/pending.js';
+import type { ApplyOps, ApplyResult, SessionError, SessionState, SessionStore } from '../store/store.js';
+import { interruptedResult } from './policy.js';
 import type { EngineLogger, RunDeps, RunHandle } from './run-handle.js';
 import { statusEvent } from './status.js';
 
@@ -41,7 +33,7 @@ export function endOps(next: RunEnd): ApplyOps {
   return {
     hset: {
       status: st.status,
-      pending: st.pending ? JSON.stringify(st.pending) : '',
+      ...pendingFields(st.pending),
       error: st.error ? JSON.stringify(st.error) : '',
       stop_reason: st.stopReason ?? '',
       control: '',
@@ -219,14 +211,12 @@ export async function cancelSession(
   ops.hset = { ...ops.hset, compact: '' };
   if (calls.length > 0) {
     const byId = new Map((state.pending?.calls ?? []).map((c) => [c.id, c]));
-    const results = calls.map((c) =>
-      resultBlock(
-        c.id,
-        byId.get(c.id)?.result ?? interruptedResult('cancelled before this tool call completed'),
-        false,
+    ops.queue = {
+      results: resultsTurn(
+        calls.map((c) => byId.get(c.id) ?? { id: c.id }),
+        () => interruptedResult('cancelled before this tool call completed'),
       ),
-    );
-    ops.queue = { base: encodeBlocks(results) };
+    };
   } else if (last?.role === 'user') {
     ops.queue = { into_last: true };
   } else {

@@ -268,7 +268,8 @@ export async function compactOnly(
       status: resume.status,
       stopReason: resume.stop_reason,
       error: resume.error,
-      pending: resume.pending,
+      // The step stayed in its field through the compaction run (with its results, stored: not written again).
+      pending: resume.pending ?? state.pending,
     });
     const before = history.length;
     await commitCompaction(deps, run, state, history, first.value, state.params, state.iteration + 1, true, {
@@ -303,7 +304,7 @@ export async function leftoverCompaction(deps: RunDeps, id: string): Promise<boo
     status: 'running',
     compactRequest: {
       instructions: request.instructions,
-      resume: { status: s.status, stop_reason: s.stopReason, error: s.error, pending: s.pending },
+      resume: { status: s.status, stop_reason: s.stopReason, error: s.error },
     },
   };
   try {

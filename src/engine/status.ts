@@ -1,4 +1,5 @@
-import type { PendingStep, SessionState } from '../store/store.js';
+import type { PendingStep } from '../store/pending.js';
+import type { SessionState } from '../store/store.js';
 
 export interface RequiredAction {
   type: 'approve_tool_calls' | 'review_tool_results' | 'submit_tool_results';

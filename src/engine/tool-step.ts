@@ -9,17 +9,17 @@ import type { ServerTool } from '../../tools/types.js';
 import { blocksOf, extendHistory, pendingToolCalls, type StoredMessage } from '../history.js';
 import { toolRan } from '../observability/run-telemetry.js';
 import {
-  encodeBlocks,
-  type ApplyOps,
-  type IterationRecord,
+  markStored,
+  pendingFields,
+  resultsTurn,
+  setResult,
   type PendingCall,
   type PendingStep,
-  type SessionError,
-  type SessionState,
   type ToolResult,
-} from '../store/store.js';
+} from '../store/pending.js';
+import type { ApplyOps, IterationRecord, SessionError, SessionState } from '../store/store.js';
 import { commit, completedEvents, endRun, mergeOps } from './commit.js';
-import { interruptedResult, needsReview, pendingCalls, resultBlock, callIdempotent } from './policy.js';
+import { interruptedResult, needsReview, pendingCalls, callIdempotent } from './policy.js';
 import type { RunDeps, RunHandle } from './run-handle.js';
 
 /** The session's runnable tools (server tools, MCP tools, …) by name, as the toolbox resolves them for this step. */
@@ -78,11 +78,11 @@ export async function toolStep(
   for (const c of step.calls) {
     if (c.result) continue;
     if (c.approval === 'denied') {
-      c.result = { content: `Tool call denied${c.reason ? `: ${c.reason}` : '.'}`, is_error: true };
+      setResult(c, { content: `Tool call denied${c.reason ? `: ${c.reason}` : '.'}`, is_error: true });
     } else if (c.kind === 'server' && c.approval !== 'required') {
       // Unknown now (an MCP server that does not answer) counts as not idempotent.
       if (c.started && !callIdempotent(tools.get(c.name), c.input)) {
-        c.result = interruptedResult(`the run was interrupted while ${c.name} ran; it was not run again`);
+        setResult(c, interruptedResult(`the run was interrupted while ${c.name} ran; it was not run again`));
       } else {
         toRun.push(c);
       }
@@ -91,26 +91,27 @@ export async function toolStep(
   if (toRun.length > 0) {
     for (const c of toRun) c.started = true;
     await commit(deps, run, {
-      hset: { pending: JSON.stringify(step) },
+      hset: pendingFields(step),
       events: toRun.map((c): [string, string] => [
         'tool.started',
         JSON.stringify({ tool_use_id: c.id, name: c.name, input: c.input }),
       ]),
     });
+    markStored(step);
     // Only the session's server tools are here, so a call to any other name is answered "not found".
     const runnables = new Map(serverRunnables(deps, tools, durations).map((t) => [t.name, t]));
     await Promise.all(
       toRun.map(async (c) => {
         const tool = runnables.get(c.name);
         if (!tool) {
-          c.result = { content: `Error: Tool '${c.name}' not found`, is_error: true };
+          setResult(c, { content: `Error: Tool '${c.name}' not found`, is_error: true });
           return;
         }
         const toolUse: BetaToolUseBlock = { type: 'tool_use', id: c.id, name: c.name, input: c.input };
         const out = await run.obs.tool(c.name, c.id, () =>
           runRunnableTool(tool, c.input, { toolUse, toolUseBlock: toolUse, signal: run.controller.signal }),
         );
-        c.result = { content: out.content, is_error: out.isError };
+        setResult(c, { content: out.content, is_error: out.isError });
       }),
     );
     // As in runTurns: tools cut short by a shutdown are left `started` for the replica that resumes the run.
@@ -177,17 +178,17 @@ export async function afterTools(
     return { outcome: 'paused', paramsRev: state.paramsRev };
   }
   const cache = state.cacheToolResults;
-  const results = step.calls.map((c, i) =>
-    resultBlock(c.id, c.result ?? interruptedResult('no result'), cache && i === step.calls.length - 1),
-  );
-  const base = encodeBlocks(results);
   const ops: ApplyOps = {
-    hset: { pending: '' },
+    hset: pendingFields(null),
     events: [
       ...completed,
       ['iteration.persisted', JSON.stringify({ iteration: step.iteration, revision: null }), 'rev'],
     ],
-    queue: { base },
+    // Results already in the store (a client's, a reviewer's) are named, not sent again.
+    queue: {
+      results: resultsTurn(step.calls, () => interruptedResult('no result')),
+      ...(cache ? { cache_last: true } : {}),
+    },
   };
   // One cache breakpoint on tool results at a time: the previous results turn loses its marker in the store (the
   // history a new run sends). The run's own copy (`history`, what its runner was handed) keeps it: an edit there would

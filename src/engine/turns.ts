@@ -12,14 +12,8 @@ import type {
 } from '@anthropic-ai/sdk/resources/beta/messages/messages';
 import { extendHistory, toolCallsOf, type StoredMessage } from '../history.js';
 import type { SessionParams } from '../schemas.js';
-import {
-  encodeBlocks,
-  usageIncr,
-  type ApplyOps,
-  type IterationRecord,
-  type PendingStep,
-  type SessionState,
-} from '../store/store.js';
+import { pendingFields, resultsTurn, setResult, type PendingStep } from '../store/pending.js';
+import { usageIncr, type ApplyOps, type IterationRecord, type SessionState } from '../store/store.js';
 import { budgetExhausted, totalTokens } from './budget.js';
 import { commit, idleOps } from './commit.js';
 import {
@@ -30,7 +24,7 @@ import {
   usageOf,
   withCompactionBeta,
 } from './compaction.js';
-import { interruptedResult, pendingCalls, resultBlock, callIdempotent } from './policy.js';
+import { interruptedResult, pendingCalls, callIdempotent } from './policy.js';
 import type { EngineLogger, RunDeps, RunHandle } from './run-handle.js';
 import { holdUnsafeCalls, runsToolsEagerly } from './eager.js';
 import { StreamRelay } from './stream-relay.js';
@@ -297,8 +291,8 @@ export async function runTurns(
       const stopReason = message.stop_reason ?? 'end_turn';
       // Calls of a reply that stopped for another reason (cut at max_tokens, say) are not run — their input may be
       // cut off — but answered at once, so no unanswered tool_use is ever left in the history.
-      const unrun = calls.map((c) =>
-        resultBlock(c.id, interruptedResult(`not run: the reply stopped with ${stopReason}`), false),
+      const unrun = resultsTurn(calls, () =>
+        interruptedResult(`not run: the reply stopped with ${stopReason}`),
       );
       const res = await commit(deps, run, {
         push_msgs: [JSON.stringify(reply)],
@@ -312,7 +306,7 @@ export async function runTurns(
         ...(ends
           ? {
               queue: {
-                ...(unrun.length ? { base: encodeBlocks(unrun) } : {}),
+                ...(unrun.length ? { results: unrun } : {}),
                 none: idleOps(stopReason),
               },
             }
@@ -364,7 +358,7 @@ export async function runTurns(
       await commit(deps, run, {
         ...replyOps,
         push_iters: [JSON.stringify(record)],
-        hset: { pending: JSON.stringify(step) },
+        hset: pendingFields(step),
       });
     }
     history.push(reply);
@@ -380,10 +374,12 @@ export async function runTurns(
     const blocks = typeof toolMessage?.content === 'object' ? toolMessage.content : [];
     for (const c of pending) {
       const b = blocks.find((x) => x.type === 'tool_result' && x.tool_use_id === c.id);
-      c.result =
+      setResult(
+        c,
         b?.type === 'tool_result'
           ? { content: b.content ?? '', is_error: b.is_error === true }
-          : interruptedResult('no result');
+          : interruptedResult('no result'),
+      );
     }
     const { outcome, paramsRev: storedRev } = await afterTools(
       deps,

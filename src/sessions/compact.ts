@@ -84,7 +84,7 @@ export function compactSession(
     await checkHistoryToCompact(deps, s);
     const request: CompactRequest = {
       instructions,
-      resume: { status: s.status, stop_reason: s.stopReason, error: s.error, pending: s.pending },
+      resume: { status: s.status, stop_reason: s.stopReason, error: s.error },
     };
     const next: SessionState = { ...s, status: 'running', stopReason: null, error: null };
     return {

@@ -3,6 +3,7 @@ import { cancelSession } from '../engine/commit.js';
 import { AppError, conflict } from '../errors.js';
 import type { patchSessionBody, retryBody } from '../schemas.js';
 import { checkCompactionParams } from './compact.js';
+import { clearResult } from '../store/pending.js';
 import { encodeFields, type SessionState } from '../store/store.js';
 import {
   checkIfMatch,
@@ -162,7 +163,7 @@ export function resumeRun(
       pending = structuredClone(pending);
       for (const c of pending.calls) {
         if (c.kind === 'server' && c.result?.is_error && c.approval !== 'denied') {
-          delete c.result;
+          clearResult(c);
           delete c.reported;
           c.started = false;
         }

@@ -3,7 +3,8 @@ import { AppError, conflict, zodDetails } from '../errors.js';
 import { BUDGET_EXHAUSTED, assertBudgetLeft } from '../engine/budget.js';
 import { blocksOf } from '../history.js';
 import type { decisionBody, toolResultsBody } from '../schemas.js';
-import type { ApplyOps, PendingStep, SessionState, ToolResult } from '../store/store.js';
+import { encodeResult, setResult, type PendingStep, type ToolResult } from '../store/pending.js';
+import type { ApplyOps, SessionState } from '../store/store.js';
 import { mutate, runOps, statusOps, type MutationResult, type SessionDeps } from './mutate.js';
 import { sessionView } from './view.js';
 
@@ -93,7 +94,7 @@ export function decide(
     return {
       ops: {
         ...ops,
-        hset: { ...st.hset, pending: JSON.stringify(step) },
+        ...st,
         events: [decided, ...(st.events ?? [])],
       },
       starts: goes,
@@ -110,12 +111,12 @@ function applyResult(step: PendingStep, r: ResultInput): [string, string] {
     });
   const result: ToolResult = { content: r.content, is_error: r.is_error ?? false };
   if (step.review && call.result) {
-    call.result = result;
-    return ['tool_result.replaced', JSON.stringify({ tool_use_id: r.tool_use_id, ...result })];
+    setResult(call, result);
+    return ['tool_result.replaced', encodeResult(r.tool_use_id, result).event];
   }
   if (call.kind === 'client' && !call.result) {
-    call.result = result;
-    return ['tool_result.submitted', JSON.stringify({ tool_use_id: r.tool_use_id, ...result })];
+    setResult(call, result);
+    return ['tool_result.submitted', encodeResult(r.tool_use_id, result).event];
   }
   if (call.result)
     throw conflict('tool_result_already_submitted', `The call ${r.tool_use_id} already has its result.`);
@@ -149,7 +150,7 @@ export function submitResults(
       ? runOps(s, { pending: step })
       : statusOps(s, { status: 'requires_action', pending: step });
     return {
-      ops: { hset: { ...st.hset, pending: JSON.stringify(step) }, events: [...events, ...(st.events ?? [])] },
+      ops: { ...st, events: [...events, ...(st.events ?? [])] },
       starts: goes,
     };
   });

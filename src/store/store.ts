@@ -22,7 +22,9 @@ import {
   tenantRunsKey,
   type SessionKeys,
 } from './keys.js';
+import { decodeStored } from './decode.js';
 import { defineLuaCommands } from './lua-commands.js';
+import { decodePending, pendingFields, type PendingStep, type ResultsEntry } from './pending.js';
 import type { SessionKeyList } from './lua/commands.js';
 
 export type RedisClient = Redis | Cluster;
@@ -44,36 +46,6 @@ export interface SessionError {
   code: string;
   message: string;
   retryable: boolean;
-}
-
-export interface ToolResult {
-  content: string | StoredBlock[];
-  is_error: boolean;
-}
-
-/** One call of the assistant turn that the history ends with, while the service works out its results. */
-export interface PendingCall {
-  id: string;
-  name: string;
-  input: unknown;
-  kind: 'server' | 'client';
-  /** `required` waits for a decision; `auto` needs none. */
-  approval: 'auto' | 'required' | 'approved' | 'denied';
-  reason?: string;
-  /** Set once the call's result is known (ran, denied, submitted, replaced). */
-  result?: ToolResult;
-  /** A server tool that has started: after a crash it runs again only if idempotent. */
-  started?: boolean;
-  /** Its `tool.completed` event was written. */
-  reported?: boolean;
-}
-
-export interface PendingStep {
-  calls: PendingCall[];
-  /** Results wait for review before the model sees them. */
-  review: boolean;
-  /** The iteration these calls belong to. */
-  iteration: number;
 }
 
 /** Everything a session is, as stored in its meta hash. */
@@ -142,13 +114,15 @@ export interface CompactRequest {
   instructions: string | null;
   /**
    * Set when the session was idle or failed: the compaction is a run of its own, after which the session goes back
-   * to this status (with its stop reason, error and pending step). Absent: scheduled in the run in flight.
+   * to this status (with its stop reason and error; its pending step stays in its field meanwhile). Absent:
+   * scheduled in the run in flight.
    */
   resume?: {
     status: 'idle' | 'failed';
     stop_reason: string | null;
     error: SessionError | null;
-    pending: PendingStep | null;
+    /** Only in a request stored before the step stayed in its own field; then it is the step to go back to. */
+    pending?: PendingStep | null;
   };
 }
 
@@ -179,7 +153,17 @@ export interface ApplyOps {
   release_lease?: boolean;
   /** `[type, data]`, or `[type, data, 'rev']` to have `"revision":null` in data replaced by the new revision. */
   events?: Array<[string, string] | [string, string, 'rev']>;
-  queue?: { base?: EncodedBlocks; into_last?: boolean; none?: ApplyOps };
+  /**
+   * Pops the queued follow-ups into one user turn after `base`, or after the tool results `results` (in their order:
+   * a stored result named, see store/pending.ts; `cache_last` marks the last one as a prompt-cache breakpoint).
+   */
+  queue?: {
+    base?: EncodedBlocks;
+    results?: ResultsEntry[];
+    cache_last?: boolean;
+    into_last?: boolean;
+    none?: ApplyOps;
+  };
 }
 
 export interface Guard {
@@ -251,7 +235,7 @@ export function encodeFields(s: Partial<SessionState>): Record<string, string> {
   if ('compaction' in s) out['compaction'] = s.compaction ? JSON.stringify(s.compaction) : '';
   if ('compactRequest' in s) out['compact'] = s.compactRequest ? JSON.stringify(s.compactRequest) : '';
   // Nullable fields are stored as '' when null.
-  if ('pending' in s) out['pending'] = s.pending ? JSON.stringify(s.pending) : '';
+  if ('pending' in s) Object.assign(out, pendingFields(s.pending ?? null));
   if ('stopReason' in s) out['stop_reason'] = s.stopReason ?? '';
   if ('error' in s) out['error'] = s.error ? JSON.stringify(s.error) : '';
   json('metadata', s.metadata);
@@ -259,17 +243,6 @@ export function encodeFields(s: Partial<SessionState>): Record<string, string> {
   if ('control' in s) out['control'] = s.control ?? '';
   str('params_rev', s.paramsRev);
   return out;
-}
-
-/**
- * JSON text this store wrote, read back as the type it was written as: a meta hash field (`encodeFields`), an
- * element of the history, iteration or compacted lists, the blocks an `apply` reply carries. The one place the store
- * trusts what it reads, and the only one: these keys are the store's alone, written only from values of these types
- * (`JSON.stringify`), so they are not checked again on each read. Data from outside (requests, the Messages API) is
- * never read through here: it is parsed with its zod schema where it comes in.
- */
-function decodeStored<T>(text: string): T {
-  return JSON.parse(text) as T;
 }
 
 /**
@@ -312,7 +285,7 @@ function decodeFields(h: Record<string, string>): SessionState {
     compaction: json(h['compaction'], null),
     compactRequest: json(h['compact'], null),
     msgBase: Number(h['msg_base'] ?? 0),
-    pending: json(h['pending'], null),
+    pending: decodePending(h),
     stopReason: h['stop_reason'] || null,
     error: json(h['error'], null),
     usage: {

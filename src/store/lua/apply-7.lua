@@ -7,6 +7,9 @@
 --         (includes/blocks.lua). With `queue`, the queued follow-ups are popped and joined, behind `queue.base` if
 --         given, into one new user turn (or, with `queue.into_last`, after the blocks of the last message, a user
 --         turn); `queue.none` is applied when nothing was queued.
+--         `queue.results` (instead of `queue.base`): the tool results turn, each entry `{id}` (the call's stored result,
+--         meta field `result:<id>`) or `{id, block}`; `queue.cache_last` marks its last block
+--         (includes/blocks.lua `blocks_results`). An `hset` that clears `pending` drops every `result:*` field.
 --         `compact` `{count, at_iteration, summary}` (applied first): the first `count` messages of the history
 --         move, as they are, into a new segment `{"at_iteration":n,"messages":[…]}` pushed to KEYS[7], and the
 --         summary message (JSON) takes their place; `msg_base` grows by `count`.
@@ -93,6 +96,7 @@ local function run(o)
     local args = {}
     for k, v in pairs(o.hset) do args[#args + 1] = k; args[#args + 1] = v end
     if #args > 0 then redis.call('HSET', meta, unpack(args)) end
+    if o.hset.pending == '' then blocks_drop_results(meta) end
   end
   if o.hincr then for k, v in pairs(o.hincr) do redis.call('HINCRBY', meta, k, v) end end
   if o.queue_push then pushAll(KEYS[4], o.queue_push) end
@@ -100,6 +104,10 @@ local function run(o)
   if o.events then for _, ev in ipairs(o.events) do emit(ev) end end
 end
 
+-- The results turn is read before `run`, whose clearing of `pending` drops the stored results.
+if ops.queue and ops.queue.results then
+  ops.queue.base = blocks_results(meta, ops.queue.results, ops.queue.cache_last)
+end
 run(ops)
 local merged_count = 0
 local appended = ''

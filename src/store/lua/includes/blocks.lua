@@ -22,3 +22,30 @@ end
 local function blocks_is_user(message)
   return message ~= false and string.sub(message, 1, 15) == '{"role":"user",'
 end
+-- The tool results turn (an array text) from `entries`, each `{id}` or `{id, block}` (store/pending.ts): a block
+-- given is taken as it is; a named one is the call's stored result, the meta field `result:<id>` of `meta`, moved
+-- without decoding. A call without either gets an error result, so the history stays valid. With `cache_last`, the
+-- last block is a prompt-cache breakpoint (`cache_control` added as its last key).
+local function blocks_results(meta, entries, cache_last)
+  local out = {}
+  for i, e in ipairs(entries) do
+    local b = e[2]
+    if not b then
+      b = redis.call('HGET', meta, 'result:' .. e[1])
+      if not b or b == '' then
+        b = '{"type":"tool_result","tool_use_id":' .. cjson.encode(e[1]) .. ',"content":"Error: no result","is_error":true}'
+      end
+    end
+    if cache_last and i == #entries then b = string.sub(b, 1, -2) .. ',"cache_control":{"type":"ephemeral"}}' end
+    out[i] = b
+  end
+  return '[' .. table.concat(out, ',') .. ']'
+end
+-- Drops every `result:*` field of `meta`: they live as long as its pending step (store/pending.ts).
+local function blocks_drop_results(meta)
+  local drop = {}
+  for _, f in ipairs(redis.call('HKEYS', meta)) do
+    if string.sub(f, 1, 7) == 'result:' then drop[#drop + 1] = f end
+  end
+  if #drop > 0 then redis.call('HDEL', meta, unpack(drop)) end
+end

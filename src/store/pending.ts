@@ -1,0 +1,147 @@
+/**
+ * The pending tool step as stored, and the one format of a tool result from where it is made to the model.
+ *
+ * A result is encoded once, as the text of its `tool_result` block (`encodeResult`), by whoever makes it: the route
+ * for a client's result or a reviewer's replacement, the engine for a server tool's. It is written once:
+ * - into the meta field `result:<tool_use_id>` when the step must wait (a client result, a decision, a review), from
+ *   where the `apply` script moves it, as it is, into the results turn (the engine names the call, it does not send
+ *   the bytes again: lua/includes/blocks.lua `blocks_results`);
+ * - or, when nothing waits, straight into the results turn.
+ * The `pending` field holds the step without its results; the `result:*` fields live exactly as long as the step
+ * (`apply` drops them when it clears `pending`).
+ */
+import type { StoredBlock } from '../history.js';
+import { decodeStored } from './decode.js';
+
+export interface ToolResult {
+  content: string | StoredBlock[];
+  is_error: boolean;
+}
+
+/** One call of the assistant turn that the history ends with, while the service works out its results. */
+export interface PendingCall {
+  id: string;
+  name: string;
+  input: unknown;
+  kind: 'server' | 'client';
+  /** `required` waits for a decision; `auto` needs none. */
+  approval: 'auto' | 'required' | 'approved' | 'denied';
+  reason?: string;
+  /** Set once the call's result is known (ran, denied, submitted, replaced): through `setResult`. */
+  result?: ToolResult;
+  /**
+   * Never stored: `result` is the one in the store (read from its `result:<id>` field), so writing the step again
+   * leaves it be, and the commit of the results turn names it instead of sending it.
+   */
+  resultStored?: boolean;
+  /** A server tool that has started: after a crash it runs again only if idempotent. */
+  started?: boolean;
+  /** Its `tool.completed` event was written. */
+  reported?: boolean;
+}
+
+export interface PendingStep {
+  calls: PendingCall[];
+  /** Results wait for review before the model sees them. */
+  review: boolean;
+  /** The iteration these calls belong to. */
+  iteration: number;
+}
+
+/** The text of one `tool_result` block, made only by `encodeResult`. */
+export type EncodedResult = string & { readonly __encoded: 'tool_result' };
+
+/** The meta field that holds a pending call's result. */
+export const resultField = (toolUseId: string) => `result:${toolUseId}`;
+export const RESULT_FIELD_PREFIX = 'result:';
+
+/**
+ * A result as its `tool_result` block, and as the `{tool_use_id, content, is_error}` data of the event that tells of
+ * it: the content (up to MAX_TURN_BYTES) is encoded once for both.
+ */
+export function encodeResult(toolUseId: string, r: ToolResult): { block: EncodedResult; event: string } {
+  const id = JSON.stringify(toolUseId);
+  const content = JSON.stringify(r.content);
+  // The block's keys in the order the SDK writes them; `is_error` only when true, as the SDK does.
+  const block = `{"type":"tool_result","tool_use_id":${id},"content":${content}${r.is_error ? ',"is_error":true' : ''}}`;
+  return {
+    // The one place a block text is named as such: built from JSON texts above.
+    block: block as EncodedResult,
+    event: `{"tool_use_id":${id},"content":${content},"is_error":${r.is_error}}`,
+  };
+}
+
+/** Gives a call its result (a new one, or a replacement): it is written with the step's next write. */
+export function setResult(call: PendingCall, result: ToolResult): void {
+  call.result = result;
+  delete call.resultStored;
+}
+
+/** Takes a call's result away (a failed server call that runs again): its field is emptied with the next write. */
+export function clearResult(call: PendingCall): void {
+  delete call.result;
+  delete call.resultStored;
+}
+
+/**
+ * Meta fields for `step` (null: none): `pending` (the step without results) and each result not yet stored —
+ * `''` for a call without one, so a result taken away is gone from the store too.
+ */
+export function pendingFields(step: PendingStep | null): Record<string, string> {
+  if (!step) return { pending: '' };
+  const out: Record<string, string> = {
+    pending: JSON.stringify({
+      ...step,
+      calls: step.calls.map(({ result: _r, resultStored: _s, ...call }) => call),
+    }),
+  };
+  for (const c of step.calls) {
+    if (c.resultStored) continue;
+    out[resultField(c.id)] = c.result ? encodeResult(c.id, c.result).block : '';
+  }
+  return out;
+}
+
+/** Marks the step's results as stored, once a write of `pendingFields(step)` landed. */
+export function markStored(step: PendingStep): void {
+  for (const c of step.calls) if (c.result) c.resultStored = true;
+}
+
+/**
+ * The stored step with its results read back from their fields. A step written before results had fields of their
+ * own carries them inline: they stay, as not stored, and are written to their fields with the step's next write.
+ */
+export function decodePending(h: Record<string, string>): PendingStep | null {
+  const text = h['pending'];
+  if (!text) return null;
+  let step: PendingStep;
+  try {
+    step = decodeStored<PendingStep>(text);
+  } catch {
+    return null;
+  }
+  for (const c of step.calls) {
+    const stored = h[resultField(c.id)];
+    if (!stored) continue;
+    const b = decodeStored<{ content: ToolResult['content']; is_error?: boolean }>(stored);
+    c.result = { content: b.content, is_error: b.is_error === true };
+    c.resultStored = true;
+  }
+  return step;
+}
+
+/**
+ * The results turn of `calls`, in their order, as `apply`'s `queue.results`: a call whose result is stored is
+ * named (`[id]`), the others carry their block (`missing` for a call without a result).
+ */
+export function resultsTurn(
+  calls: ReadonlyArray<Pick<PendingCall, 'id' | 'result' | 'resultStored'>>,
+  missing: () => ToolResult,
+): ResultsEntry[] {
+  return calls.map((c) =>
+    c.resultStored && c.result ? [c.id] : [c.id, encodeResult(c.id, c.result ?? missing()).block],
+  );
+}
+
+/** One result of a results turn: a stored result named by its call, or its block. */
+export type ResultsEntry = [string] | [string, EncodedResult];
