@@ -13,7 +13,7 @@ import {
   webhookView,
 } from '../src/webhooks/schemas.js';
 import { newSecret } from '../src/webhooks/secrets.js';
-import type { WebhookRecord } from '../src/webhooks/store.js';
+import type { WebhookRecord } from '../src/webhooks/keys.js';
 import { parseIfMatch } from './sessions.js';
 import { sealInRecord } from '../src/plugins/idempotency.js';
 import {
@@ -172,7 +172,7 @@ const routes: FastifyPluginAsyncZod = async (app) => {
     },
     async (req) => {
       await store.get(req.tenant, req.params.id);
-      return { data: await store.deliveries(req.params.id, req.query.limit) };
+      return { data: await store.outbox.deliveries(req.params.id, req.query.limit) };
     },
   );
 
@@ -204,7 +204,7 @@ const routes: FastifyPluginAsyncZod = async (app) => {
         revision: null,
         data: { webhook_id: w.id },
       });
-      const r = await store.enqueue(w.id, [[msgId, body]], Date.now(), webhooks.maxPending);
+      const r = await store.outbox.enqueue(w.id, [[msgId, body]], Date.now(), webhooks.maxPending);
       if (!r) throw new AppError(409, 'webhook_disabled', 'The webhook is disabled.');
       webhooks.kick(w.id);
       return reply.code(202).send({ message_id: msgId, type: TEST_EVENT_TYPE });

@@ -3,7 +3,8 @@ import type { Metrics } from '../observability/metrics.js';
 import { attempt } from './attempt.js';
 import type { Fanout } from './fanout.js';
 import type { SecretBox } from './secrets.js';
-import type { DeliveryLogEntry, OutboxLimits, WebhookStore } from './store.js';
+import type { DeliveryLogEntry, OutboxLimits } from './outbox.js';
+import type { WebhookStore } from './store.js';
 
 /**
  * Drains the outboxes, on every replica. Each `pollMs` it claims the messages of endpoints that are due in
@@ -99,18 +100,18 @@ export class Dispatcher {
     const { store, log } = this.opts;
     try {
       const now = Date.now();
-      const due = this.inflight < this.opts.processMax ? await store.due(now, 50) : [];
+      const due = this.inflight < this.opts.processMax ? await store.outbox.due(now, 50) : [];
       for (const [id, score] of due) {
         if (this.claiming.has(id)) continue;
         if (this.tenantFull(id)) continue;
         void this.claimAndSend(id, score);
       }
-      const marks = await store.staleMarks(now - this.opts.graceMs, 20);
+      const marks = await store.outbox.staleMarks(now - this.opts.graceMs, 20);
       await Promise.all(
         marks.map(async ([sessionId, score]) => {
           const sweepStart = Date.now();
           if (await this.opts.fanout.sweep(sessionId))
-            await store.markDone(sessionId, score, sweepStart - this.opts.graceMs);
+            await store.outbox.markDone(sessionId, score, sweepStart - this.opts.graceMs);
         }),
       );
       if (this.failing) log.info('webhook poll works again');
@@ -127,13 +128,13 @@ export class Dispatcher {
     const { store, log, limits } = this.opts;
     this.claiming.add(webhookId);
     try {
-      const r = await store.claim(webhookId, Date.now(), limits);
+      const r = await store.outbox.claim(webhookId, Date.now(), limits);
       if (r.kind !== 'ok') {
-        if (seenScore !== undefined) await store.reschedule(webhookId, seenScore, -1);
+        if (seenScore !== undefined) await store.outbox.reschedule(webhookId, seenScore, -1);
         return;
       }
-      if (seenScore !== undefined) await store.reschedule(webhookId, seenScore, r.next);
-      else await store.nudge(webhookId, r.next);
+      if (seenScore !== undefined) await store.outbox.reschedule(webhookId, seenScore, r.next);
+      else await store.outbox.nudge(webhookId, r.next);
       if (this.tenantOf.size > 10_000) this.tenantOf.clear();
       this.tenantOf.set(webhookId, r.tenant);
       if (r.messages.length === 0) return;
@@ -199,7 +200,7 @@ export class Dispatcher {
     };
     try {
       const delay = retryDelay(attemptNo, this.opts.retryBaseMs, this.opts.retryMaxMs);
-      const s = await store.settle(webhookId, msgId, res.ok, Date.now(), delay, entry, limits);
+      const s = await store.outbox.settle(webhookId, msgId, res.ok, Date.now(), delay, entry, limits);
       this.opts.metrics?.webhook(s.outcome);
       log.debug(
         {
@@ -219,7 +220,7 @@ export class Dispatcher {
       }
       if (s.outcome === 'gave_up')
         log.warn({ webhook: webhookId, message: msgId }, 'webhook delivery given up');
-      await store.nudge(webhookId, s.next);
+      await store.outbox.nudge(webhookId, s.next);
       if (s.next >= 0 && s.next <= Date.now()) this.kick(webhookId);
     } catch (err) {
       // Unsettled: the lease expires and the message is claimed again (at least once).

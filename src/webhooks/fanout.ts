@@ -1,7 +1,8 @@
 import type { FastifyBaseLogger as Logger } from 'fastify';
 import { envelope } from '../events/envelope.js';
 import { parseStreamEntry } from '../store/store.js';
-import type { IndexEntry, WebhookStore } from './store.js';
+import type { IndexEntry } from './keys.js';
+import type { WebhookStore } from './store.js';
 
 /**
  * The fan-out: a session's new events, read from its log after the session's webhook cursor, become messages in
@@ -93,13 +94,13 @@ export class Fanout {
   async sweep(sessionId: string): Promise<boolean> {
     const { store, owner } = this.opts;
     for (;;) {
-      const read = await store.fanoutBegin(sessionId, owner, LEASE_MS, BATCH);
+      const read = await store.outbox.fanoutBegin(sessionId, owner, LEASE_MS, BATCH);
       if (!read) return false;
       const tenant =
-        read.tenant || this.opts.tenantOf(sessionId) || (await store.sessionTenant(sessionId)) || '';
+        read.tenant || this.opts.tenantOf(sessionId) || (await store.outbox.sessionTenant(sessionId)) || '';
       const last = read.rows.at(-1)?.[0];
       if (!last) {
-        await store.fanoutEnd(sessionId, owner, read.cursor, tenant, true);
+        await store.outbox.fanoutEnd(sessionId, owner, read.cursor, tenant, true);
         return true;
       }
       if (!tenant) this.opts.log.warn({ session: sessionId }, 'webhook fan-out: session of no known tenant');
@@ -121,7 +122,7 @@ export class Fanout {
       const now = Date.now();
       await Promise.all(
         [...perHook].map(async ([id, msgs]) => {
-          const r = await store.enqueue(id, msgs, now, this.opts.maxPending);
+          const r = await store.outbox.enqueue(id, msgs, now, this.opts.maxPending);
           if (r?.dropped)
             this.opts.log.warn(
               { webhook: id, tenant, dropped: r.dropped },
@@ -131,7 +132,7 @@ export class Fanout {
         }),
       );
       const full = read.rows.length >= BATCH;
-      if (!(await store.fanoutEnd(sessionId, owner, last, tenant, !full))) return false;
+      if (!(await store.outbox.fanoutEnd(sessionId, owner, last, tenant, !full))) return false;
       if (!full) return true;
     }
   }

@@ -1,6 +1,6 @@
 import { z } from 'zod';
 import { MAX_URL_LENGTH } from './address-guard.js';
-import type { WebhookRecord } from './store.js';
+import type { WebhookRecord } from './keys.js';
 
 /** Event types a webhook may name: every type of the contract's sections 4 and 6. */
 export const EVENT_TYPES = [

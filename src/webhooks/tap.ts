@@ -1,6 +1,7 @@
 import type { FastifyBaseLogger as Logger } from 'fastify';
 import type { EventTap } from '../store/store.js';
-import type { IndexEntry, WebhookStore } from './store.js';
+import type { IndexEntry } from './keys.js';
+import type { WebhookStore } from './store.js';
 
 /**
  * How events get from the session store to the webhooks' outboxes without being lost and without a cost on the hot
@@ -112,7 +113,7 @@ export function createTap(opts: TapOptions): {
     if (tenant !== undefined && !interest.listens(types, tenant)) return undefined;
     if (tenant === undefined) {
       // Marked anyway (the sweep finds the tenant); learn it for the next write.
-      store.sessionTenant(sessionId).then(
+      store.outbox.sessionTenant(sessionId).then(
         (t) => t && remember(sessionId, t),
         () => {},
       );
@@ -121,7 +122,7 @@ export function createTap(opts: TapOptions): {
     const last = marked.get(sessionId);
     if (last !== undefined && now - last < opts.refreshMs) return { landed: landed(sessionId) };
     marked.set(sessionId, now);
-    const sent = store.mark(sessionId, now).then(
+    const sent = store.outbox.mark(sessionId, now).then(
       () => {},
       (err: unknown) => {
         // Not marked: the next write marks again. The event write itself most likely failed too.

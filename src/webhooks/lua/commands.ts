@@ -6,7 +6,7 @@
  */
 import type { Result } from 'ioredis';
 import type { StreamEntry } from '../../store/lua/commands.js';
-import type { Outcome } from '../store.js';
+import type { Outcome } from '../outbox.js';
 
 declare module 'ioredis' {
   interface RedisCommander<Context> {

@@ -1,0 +1,257 @@
+import { DUE_KEY, fanoutLease, fanoutState, MARKS_KEY, webhookKeys, type RedisClient } from './keys.js';
+
+/**
+ * The delivery side of the webhooks' store (src/webhooks/store.ts, which builds it as `store.outbox`): sessions
+ * marked as having events to fan out, each session's fan-out cursor, each webhook's outbox and the due set. Every
+ * method is one command or one script (src/webhooks/lua/), or says in which order its steps run; each says what it
+ * guarantees atomically.
+ */
+
+export interface Claimed {
+  msgId: string;
+  attempt: number;
+  firstAttemptAt: number;
+  body: string;
+}
+
+export type ClaimResult =
+  | { kind: 'gone' | 'disabled' }
+  | { kind: 'ok'; next: number; url: string; secret: string; tenant: string; messages: Claimed[] };
+
+export type Outcome = 'delivered' | 'retrying' | 'gave_up' | 'disabled' | 'stale' | 'gone';
+
+export interface DeliveryLogEntry {
+  message_id: string;
+  event_id: string | null;
+  event_type: string;
+  session_id: string | null;
+  attempt: number;
+  status_code: number | null;
+  error: string | null;
+  duration_ms: number;
+  at: string;
+  outcome?: Outcome;
+}
+
+export interface OutboxLimits {
+  maxPending: number;
+  leaseMs: number;
+  concurrency: number;
+  retryForMs: number;
+  disableAfterMs: number;
+  logMax: number;
+}
+
+/** How long settled message ids are remembered against a replayed fan-out, and how many at most. */
+const SETTLED_KEEP_MS = 3_600_000;
+const SETTLED_MAX = 20_000;
+/** A session's fan-out state outlives its log (deleted sessions keep their log for a minute). */
+const FANOUT_STATE_TTL_MS = 7 * 86_400_000;
+
+/** `[member, score]` pairs of a ZRANGEBYSCORE … WITHSCORES reply. */
+function scored(flat: string[]): Array<[string, number]> {
+  const out: Array<[string, number]> = [];
+  for (let i = 0; i + 1 < flat.length; i += 2) out.push([flat[i]!, Number(flat[i + 1])]);
+  return out;
+}
+
+export class WebhookOutbox {
+  /** `redis` has the webhooks' scripts defined (WebhookStore's constructor does it). */
+  constructor(private readonly redis: RedisClient) {}
+
+  // ---- marks (src/webhooks/tap.ts) ------------------------------------------------------------------------
+
+  /** Marks a session as having events to fan out; the score only grows. One ZADD. */
+  mark(sessionId: string, atMs: number): Promise<number> {
+    return this.redis.zadd(MARKS_KEY, 'GT', atMs, sessionId);
+  }
+
+  /** Marks whose newest write is older than `beforeMs`, with their scores. */
+  async staleMarks(beforeMs: number, limit: number): Promise<Array<[string, number]>> {
+    return scored(
+      await this.redis.zrangebyscore(MARKS_KEY, '-inf', beforeMs, 'WITHSCORES', 'LIMIT', 0, limit),
+    );
+  }
+
+  /** Drops the mark if its score is still `score` and at most `maxScore` (atomically). */
+  async markDone(sessionId: string, score: number, maxScore: number): Promise<boolean> {
+    return (await this.redis.whMarkDone(MARKS_KEY, sessionId, score, maxScore)) === 1;
+  }
+
+  // ---- fan-out (src/webhooks/fanout.ts) -------------------------------------------------------------------
+
+  /**
+   * Takes (or renews) the session's fan-out lease and reads up to `count` events after its cursor, atomically.
+   * Null when another process holds the lease.
+   */
+  async fanoutBegin(
+    sessionId: string,
+    owner: string,
+    leaseMs: number,
+    count: number,
+  ): Promise<{ cursor: string; tenant: string; rows: Array<[string, string[]]> } | null> {
+    const res = await this.redis.whFanoutBegin(
+      `s:{${sessionId}}:e`,
+      fanoutState(sessionId),
+      fanoutLease(sessionId),
+      owner,
+      leaseMs,
+      count,
+    );
+    if (res[0] !== 'ok') return null;
+    return {
+      cursor: String(res[1]),
+      tenant: String(res[2] ?? ''),
+      rows: res[3],
+    };
+  }
+
+  /** Moves the cursor (and records the tenant) if the lease is still ours; optionally releases it. Atomic. */
+  async fanoutEnd(
+    sessionId: string,
+    owner: string,
+    cursor: string,
+    tenant: string,
+    release: boolean,
+  ): Promise<boolean> {
+    const ok = await this.redis.whFanoutEnd(
+      fanoutState(sessionId),
+      fanoutLease(sessionId),
+      owner,
+      cursor,
+      tenant,
+      FANOUT_STATE_TTL_MS,
+      release ? '1' : '0',
+    );
+    return ok === 1;
+  }
+
+  /** The tenant of a session, from its meta hash or (deleted sessions) its fan-out state. */
+  async sessionTenant(sessionId: string): Promise<string | null> {
+    const [meta, state] = await Promise.all([
+      this.redis.hget(`s:{${sessionId}}`, 'tenant'),
+      this.redis.hget(fanoutState(sessionId), 't'),
+    ]);
+    return meta || state || null;
+  }
+
+  // ---- outbox ---------------------------------------------------------------------------------------------
+
+  /**
+   * Puts messages in the webhook's outbox, each at most once while pending or lately settled, within
+   * `maxPending` (atomic, one script); then schedules the webhook now in the due set. Null when the webhook is
+   * gone or disabled.
+   */
+  async enqueue(
+    webhookId: string,
+    messages: Array<[string, string]>,
+    now: number,
+    maxPending: number,
+  ): Promise<{ added: number; dropped: number } | null> {
+    const k = webhookKeys(webhookId);
+    const args: Array<string | number> = [
+      k.meta,
+      k.queue,
+      k.payloads,
+      k.attempts,
+      k.settled,
+      now,
+      maxPending,
+    ];
+    for (const [id, body] of messages) args.push(id, body);
+    const [added, dropped] = await this.redis.whEnqueue(...args);
+    if (added < 0) return null;
+    // After the outbox write, so a claim that saw no message yet is followed by a fresh score (see due-set-1.lua);
+    // a fraction makes the score differ from one read in the same millisecond.
+    if (added > 0) await this.redis.zadd(DUE_KEY, now + Math.random() * 0.999, webhookId);
+    return { added, dropped };
+  }
+
+  /** Endpoints with deliveries due by `now`, with the scores read (for `reschedule`). */
+  async due(now: number, limit: number): Promise<Array<[string, number]>> {
+    return scored(await this.redis.zrangebyscore(DUE_KEY, '-inf', now, 'WITHSCORES', 'LIMIT', 0, limit));
+  }
+
+  /** Claims due messages within the endpoint's concurrency limit (atomic; see claim-5.lua). */
+  async claim(webhookId: string, now: number, limits: OutboxLimits): Promise<ClaimResult> {
+    const k = webhookKeys(webhookId);
+    const res = await this.redis.whClaim(
+      k.meta,
+      k.queue,
+      k.payloads,
+      k.attempts,
+      k.inflight,
+      now,
+      limits.leaseMs,
+      limits.concurrency,
+    );
+    if (res[0] === 'gone' || res[0] === 'disabled') return { kind: res[0] };
+    const messages: Claimed[] = [];
+    for (let i = 5; i + 3 < res.length; i += 4) {
+      messages.push({
+        msgId: String(res[i]),
+        attempt: Number(res[i + 1]),
+        firstAttemptAt: Number(res[i + 2]),
+        body: String(res[i + 3]),
+      });
+    }
+    return {
+      kind: 'ok',
+      next: Number(res[1]),
+      url: String(res[2]),
+      secret: String(res[3]),
+      tenant: String(res[4]),
+      messages,
+    };
+  }
+
+  /** Sets the endpoint's due time to `next` (-1 removes it) unless its score changed since it was read. */
+  async reschedule(webhookId: string, seenScore: number, next: number): Promise<void> {
+    await this.redis.whDueSet(DUE_KEY, webhookId, seenScore, next);
+  }
+
+  /** Brings the endpoint's due time forward to `next` (never later). */
+  async nudge(webhookId: string, next: number): Promise<void> {
+    if (next >= 0) await this.redis.zadd(DUE_KEY, 'LT', next, webhookId);
+  }
+
+  /** Records an attempt's outcome atomically (see settle-7.lua). */
+  async settle(
+    webhookId: string,
+    msgId: string,
+    ok: boolean,
+    now: number,
+    retryDelayMs: number,
+    entry: DeliveryLogEntry,
+    limits: OutboxLimits,
+  ): Promise<{ outcome: Outcome; next: number }> {
+    const k = webhookKeys(webhookId);
+    const [outcome, next] = await this.redis.whSettle(
+      k.meta,
+      k.queue,
+      k.payloads,
+      k.attempts,
+      k.inflight,
+      k.log,
+      k.settled,
+      msgId,
+      ok ? '1' : '0',
+      now,
+      retryDelayMs,
+      limits.retryForMs,
+      limits.disableAfterMs,
+      JSON.stringify(entry),
+      limits.logMax,
+      SETTLED_KEEP_MS,
+      SETTLED_MAX,
+    );
+    return { outcome, next: Number(next) };
+  }
+
+  /** The newest `limit` entries of the deliveries log. One LRANGE. */
+  async deliveries(id: string, limit: number): Promise<DeliveryLogEntry[]> {
+    const raw = await this.redis.lrange(webhookKeys(id).log, 0, limit - 1);
+    // Written by `settle` (JSON of a DeliveryLogEntry).
+    return raw.map((r): DeliveryLogEntry => JSON.parse(r));
+  }
+}
