@@ -1,23 +1,19 @@
 /**
  * The offline model: a small deterministic stand-in for Claude, used when the service runs without an API key. It
- * reads the last user turn: tool results are summarised in text; the newest text of the turn (a follow-up merged into
- * a tool-results turn, say) is what it answers: a question about the weather, a sum, an expression or the time calls
- * the matching tool when the request offers it, any other offered tool (a client tool, say) is called with an input
- * built from its schema, a web search or fetch uses the Anthropic server tool the request defines
- * (offline-server-tools.ts), and anything else gets a friendly explanation.
+ * reads the last user turn (offline-turn.ts): tool results are summarised in text (offline-results.ts); the newest
+ * text of the turn (a follow-up merged into a tool-results turn, say) is what it answers: a question about the
+ * weather, a sum, an expression or the time calls the matching tool when the request offers it, any other offered
+ * tool (a client tool, say) is called with an input built from its schema, a web search or fetch uses the Anthropic
+ * server tool the request defines (offline-server-tools.ts), and anything else gets a friendly explanation.
  */
-import type {
-  BetaMessageParam,
-  BetaToolResultBlockParam,
-  BetaToolUseBlockParam,
-} from '@anthropic-ai/sdk/resources/beta/messages/messages';
 import type { FakeBlock, FakeHandler, FakeMessageReply, FakeRequest } from './wire.js';
 import { unchecked, type Unchecked } from './validate.js';
-import { compactionSummaryOf, conversationStart, readSummary } from './compaction.js';
+import { conversationStart } from './compaction.js';
 import { extractExpression, extractNumbers, extractPlaces, extractZoneNames } from './offline-text.js';
 import { inputFor, pickTool, type AnyTool } from './offline-any-tool.js';
-import { isDotOrSpace, trimEndWhere } from './scan.js';
 import { continuePausedTurn, serverToolReply } from './offline-server-tools.js';
+import { findToolUse, lastUserTurn, turnFromSummary, type UserTurn } from './offline-turn.js';
+import { summarizeResult } from './offline-results.js';
 
 export { extractExpression, extractPlaces };
 
@@ -67,7 +63,7 @@ export function offlineReply(req: FakeRequest): FakeMessageReply {
   }
 
   const summaries = turn.results.map((result) =>
-    summarize(result, findToolUse(turn.previousAssistant, result.tool_use_id)),
+    summarizeResult(result, findToolUse(turn.previousAssistant, result.tool_use_id)),
   );
   const upstream = turn.results.length ? undefined : serverToolReply(turn.newest, tools);
   if (upstream) return upstream;
@@ -123,139 +119,6 @@ function otherTool(text: string, tools: Map<string, OfferedTool>, mustMatch: boo
 
 function say(text: string): FakeMessageReply {
   return { type: 'message', content: [{ type: 'text', text }] };
-}
-
-interface UserTurn {
-  /** All text of the turn, oldest first, one block a line. */
-  text: string;
-  /** The last text block of the turn ('' when it has none). */
-  newest: string;
-  results: BetaToolResultBlockParam[];
-  previousAssistant: BetaMessageParam | undefined;
-}
-
-/** The consecutive user messages at the end (system messages skipped) and the assistant message before them. */
-function lastUserTurn(messages: readonly BetaMessageParam[]): UserTurn | undefined {
-  const texts: string[] = [];
-  const results: BetaToolResultBlockParam[] = [];
-  let i = messages.length - 1;
-  let sawUser = false;
-  for (; i >= 0; i--) {
-    const message = messages[i]!;
-    if (message.role === 'system') continue;
-    if (message.role !== 'user') break;
-    sawUser = true;
-    const content = message.content;
-    const blocks = typeof content === 'string' ? [{ type: 'text' as const, text: content }] : content;
-    const ownTexts: string[] = [];
-    const ownResults: BetaToolResultBlockParam[] = [];
-    for (const block of blocks) {
-      if (block.type === 'text' && typeof block.text === 'string') ownTexts.push(block.text);
-      if (block.type === 'tool_result') ownResults.push(block);
-    }
-    texts.unshift(...ownTexts);
-    results.unshift(...ownResults);
-  }
-  if (!sawUser) return undefined;
-  return {
-    text: texts.join('\n'),
-    newest: texts.at(-1) ?? '',
-    results,
-    previousAssistant: i >= 0 ? messages[i] : undefined,
-  };
-}
-
-/**
- * The turn a summary leaves open, when the conversation is a compaction block and nothing the user said after it:
- * the tool results not answered yet (with the calls they answer), else the request still to answer.
- */
-function turnFromSummary(messages: readonly BetaMessageParam[]): UserTurn | undefined {
-  const summary = compactionSummaryOf(messages[0]);
-  if (typeof summary !== 'string' || messages.some((m) => m.role === 'user')) return undefined;
-  const { open, openResults } = readSummary(summary);
-  if (!open && !openResults.length) return undefined;
-  const calls: BetaToolUseBlockParam[] = openResults.map((r, i) => ({
-    type: 'tool_use',
-    id: `summary_${i}`,
-    name: r.name,
-    input: r.input,
-  }));
-  const results: BetaToolResultBlockParam[] = openResults.map((r, i) => ({
-    type: 'tool_result',
-    tool_use_id: `summary_${i}`,
-    content: r.result,
-    ...(r.isError ? { is_error: true } : {}),
-  }));
-  // Results answer the request they were called for: it is not planned again.
-  const text = results.length ? '' : open;
-  return {
-    text,
-    newest: text,
-    results,
-    previousAssistant: { role: 'assistant', content: calls },
-  };
-}
-
-function findToolUse(assistant: BetaMessageParam | undefined, id: string): BetaToolUseBlockParam | undefined {
-  if (!assistant || !Array.isArray(assistant.content)) return undefined;
-  for (const block of assistant.content) if (block.type === 'tool_use' && block.id === id) return block;
-  return undefined;
-}
-
-function resultText(content: BetaToolResultBlockParam['content']): string {
-  if (typeof content === 'string') return content;
-  if (!Array.isArray(content)) return '(no output)';
-  const parts = content.map((block) =>
-    block.type === 'text' && typeof block.text === 'string' ? block.text : `[${String(block.type)}]`,
-  );
-  return parts.join(' ') || '(no output)';
-}
-
-function summarize(result: BetaToolResultBlockParam, toolUse: BetaToolUseBlockParam | undefined): string {
-  let out = trimEndWhere(resultText(result.content).trimStart(), isDotOrSpace);
-  const name: string = toolUse?.name ?? 'the tool';
-  const input =
-    unchecked<'location' | 'city' | 'place' | 'expression' | 'timezone' | 'tz' | 'zone'>(toolUse?.input) ??
-    {};
-  if (result.is_error) return `${name} failed: ${out}.`;
-  switch (name) {
-    case 'get_weather': {
-      const place = input.location ?? input.city ?? input.place;
-      // "Simulated weather in Paris: sunny, 21°C" reads as "The weather in Paris is sunny, 21°C".
-      const prefix = /^([^:]{0,80}):\s*/.exec(out);
-      if (prefix && place && prefix[1]!.toLowerCase().includes(String(place).toLowerCase())) {
-        out = out.slice(prefix[0].length);
-      }
-      if (/^[A-Z][a-z]/.test(out)) out = out[0]!.toLowerCase() + out.slice(1);
-      return place ? `The weather in ${String(place)} is ${out}.` : `The weather is ${out}.`;
-    }
-    case 'calculate_sum':
-      return `The sum is ${out}.`;
-    case 'evaluate_expression':
-      return input.expression ? `${String(input.expression)} = ${out}.` : `The result is ${out}.`;
-    case 'current_time': {
-      const zone = input.timezone ?? input.tz ?? input.zone;
-      const time = parseTime(out);
-      if (time) out = time;
-      return zone ? `The current time in ${String(zone)} is ${out}.` : `The current time is ${out}.`;
-    }
-    default:
-      return `${name} returned: ${out}.`;
-  }
-}
-
-/** `14:03 on Wednesday (2024-05-01T14:03:22+02:00)` from a JSON result with `local_time`, else undefined. */
-function parseTime(out: string): string | undefined {
-  if (!out.startsWith('{')) return undefined;
-  try {
-    const parsed = unchecked<'local_time' | 'weekday'>(JSON.parse(out));
-    if (!parsed || typeof parsed.local_time !== 'string') return undefined;
-    const clock = /T(\d{2}:\d{2})/.exec(parsed.local_time)?.[1];
-    const day = typeof parsed.weekday === 'string' ? ` on ${parsed.weekday}` : '';
-    return clock ? `${clock}${day} (${parsed.local_time})` : parsed.local_time;
-  } catch {
-    return undefined;
-  }
 }
 
 const WEATHER = /\b(weather|forecast|temperature|raining|rain|sunny|snowing)\b/i;
