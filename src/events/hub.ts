@@ -1,7 +1,7 @@
 /**
  * The per-process relay of session event logs to WebSocket/SSE readers: live notices fanned out, replays paged by
- * bytes, one subscription per session with readers. Just over 400 lines because the live tail and the replay share
- * one reader state (cursor, page, drain) that must not be split across modules.
+ * bytes, one subscription per session with readers. The live tail and the replay share one reader state (cursor,
+ * page, drain), so both are here; what the hub asks of a reader's transport is in reader.ts.
  */
 import { EventEmitter } from 'node:events';
 import type { FastifyBaseLogger } from 'fastify';
@@ -12,41 +12,12 @@ import type { StoredEvent } from '../store/store.js';
 import { START, compareIds, placeCursor } from './cursor.js';
 import { OutEvent } from './envelope.js';
 import { parseNotice } from './notice.js';
+import type { ExpiredInfo, Sink } from './reader.js';
 
 /** Most events read per page, for replays and for the live tail alike. */
 export const PAGE_SIZE = 500;
 /** Byte budget of a page (REPLAY_PAGE_BYTES): what one replaying client holds at most, plus one larger event. */
 export const PAGE_BYTES = 1_048_576;
-
-export interface ExpiredInfo {
-  /** The cursor the client gave. */
-  cursor: string;
-  first_event_id: string | null;
-  last_event_id: string | null;
-}
-
-/** Where a subscription's events go: a WebSocket or an SSE response. */
-export interface Sink {
-  /**
-   * Sends one event. Returns false when the sink cannot take more and closed itself (slow reader, socket gone,
-   * end of the session): the subscription then stops.
-   */
-  send(ev: OutEvent): boolean;
-  /** Optional: hold writes until `uncork`, so a batch of events goes out in one write. */
-  cork?(): void;
-  uncork?(): void;
-  /**
-   * Replay pacing: true at once when the transport has room, else resolves when drained (false: closed, or closed by
-   * the sink as a slow reader because it did not drain in time).
-   */
-  ready(): true | Promise<boolean>;
-  /** The cursor was trimmed away; the sink tells the client how to recover and closes. */
-  expired(info: ExpiredInfo): void;
-  /** The store failed (Redis down); the sink closes so the client reconnects later. */
-  failed(err: unknown): void;
-  /** The process shuts down. */
-  shutdown(): void;
-}
 
 /**
  * One client watching one session: it replays the log from its own cursor in pages (bounded in events and bytes:

@@ -4,7 +4,8 @@ import { AppError, type ErrorCode } from '../errors.js';
 import type { Metrics } from '../observability/metrics.js';
 import { isStoreDown } from '../store/unavailable.js';
 import type { OutEvent } from './envelope.js';
-import type { EventHub, ExpiredInfo, Sink } from './hub.js';
+import type { EventHub } from './hub.js';
+import type { ExpiredInfo, Sink } from './reader.js';
 
 /**
  * The rules every event stream follows, whatever carries it (SSE in routes/events.ts, WebSocket in
