@@ -22,7 +22,7 @@ import {
 } from '../src/schemas.js';
 import { sessionView } from '../src/sessions/view.js';
 import type { MutationResult } from '../src/sessions/service.js';
-import type { SessionState } from '../src/store/store.js';
+import type { SessionState } from '../src/store/session-state.js';
 import {
   deletedSession,
   errors,

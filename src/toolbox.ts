@@ -8,7 +8,7 @@ import type { BetaRunnableTool } from '@anthropic-ai/sdk/lib/tools/BetaRunnableT
 import { toolSchemas } from '../tools/index.js';
 import type { ServerTool } from '../tools/types.js';
 import { AppError } from './errors.js';
-import type { ToolRef } from './store/store.js';
+import type { ToolRef } from './store/session-state.js';
 import { isAnthropicTool } from './tools/anthropic-tools.js';
 
 /** One tool as `GET /v1/tools` lists it. */

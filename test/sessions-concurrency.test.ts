@@ -81,7 +81,7 @@ describe('two service processes on one Redis', () => {
           h1.service.app.engine.kick(id);
           h2.service.app.engine.kick(id);
         }
-        const holders = await Promise.all(ids.map((id) => h1.service.app.store.leaseHolder(id)));
+        const holders = await Promise.all(ids.map((id) => h1.service.app.store.runs.leaseHolder(id)));
         for (const hld of holders) if (hld) owners.add(hld.replace(/:\d+$/, ''));
         await new Promise((r) => setTimeout(r, 15));
       }
@@ -151,7 +151,7 @@ describe('two service processes on one Redis', () => {
       await h1.fake.waitForRequests(1);
       assert.ok(h1.service.app.engine.isRunningHere(id), 'h1 runs it');
       // A paused process does not renew: h1 must not learn of the loss before it tries to commit.
-      h1.service.app.store.renew = async () => true;
+      h1.service.app.store.runs.renew = async () => true;
       // The lease expires as if h1 were paused longer than the TTL; h2 takes the run and finishes it.
       await redis.del(`s:{${id}}:l`);
       h2.service.app.engine.kick(id);

@@ -1,7 +1,7 @@
 import { conflict } from '../errors.js';
 import type { StoredMessage } from '../history.js';
 import type { BudgetPolicy } from '../schemas.js';
-import type { SessionState, Usage } from '../store/store.js';
+import type { SessionState, Usage } from '../store/session-state.js';
 import { commit, idleOps } from './commit.js';
 import type { RunDeps, RunHandle } from './run-handle.js';
 
@@ -65,5 +65,5 @@ export async function stopForBudget(
     ...idleOps(BUDGET_EXHAUSTED),
     queue: last?.role === 'user' ? { into_last: true } : {},
   });
-  await deps.store.unmarkDue(run.id);
+  await deps.store.runs.unmarkDue(run.id);
 }

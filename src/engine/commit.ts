@@ -3,7 +3,9 @@ import { AppError, FencedOut } from '../errors.js';
 import { toolCallsOf } from '../history.js';
 import { isStoreDown } from '../store/unavailable.js';
 import { pendingFields, resultsTurn, type PendingCall, type PendingStep } from '../store/pending.js';
-import type { ApplyOps, ApplyResult, SessionError, SessionState, SessionStore } from '../store/store.js';
+import type { SessionStore } from '../store/store.js';
+import type { SessionError, SessionState } from '../store/session-state.js';
+import type { ApplyOps, ApplyResult } from '../store/apply-ops.js';
 import { interruptedResult } from './policy.js';
 import type { EngineLogger, RunDeps, RunHandle } from './run-handle.js';
 import { statusEvent } from './status.js';
@@ -145,7 +147,7 @@ export async function endRun(
 ): Promise<void> {
   const end = endOps(next);
   await commit(deps, run, mergeOps(extra, { ...end, events: [...events, ...(end.events ?? [])] }));
-  await deps.store.unmarkDue(run.id);
+  await deps.store.runs.unmarkDue(run.id);
 }
 
 /** Idle with `stop_reason`, releasing the lease, unless follow-ups are queued (then the loop merges them). */
@@ -159,7 +161,7 @@ export async function finish(
   const res = await commit(deps, run, {
     queue: { none: idleOps(stopReason), ...(intoLast ? { into_last: true } : {}) },
   });
-  if (res.mergedCount === 0) await deps.store.unmarkDue(run.id, state.tenant);
+  if (res.mergedCount === 0) await deps.store.runs.unmarkDue(run.id, state.tenant);
 }
 
 /** An interrupt aborted the turn in flight: its partial reply is dropped, the follow-ups join the last user turn. */

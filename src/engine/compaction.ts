@@ -23,12 +23,12 @@ import { blocksOf, type StoredMessage } from '../history.js';
 import type { SessionParams } from '../schemas.js';
 import {
   usageIncr,
-  type ApplyOps,
   type CompactRequest,
   type IterationRecord,
   type SessionState,
   type Usage,
-} from '../store/store.js';
+} from '../store/session-state.js';
+import type { ApplyOps } from '../store/apply-ops.js';
 import { commit, endOps, mergeOps } from './commit.js';
 import type { EngineLogger, RunDeps, RunHandle } from './run-handle.js';
 import { statusEvent } from './status.js';
@@ -286,7 +286,7 @@ export async function compactOnly(
   }
   const fresh = await deps.store.load(run.id);
   if (fresh?.status !== 'running') {
-    await deps.store.unmarkDue(run.id);
+    await deps.store.runs.unmarkDue(run.id);
     return 'done';
   }
   return 'again';

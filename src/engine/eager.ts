@@ -18,7 +18,7 @@
 import type { BetaRawMessageStreamEvent } from '@anthropic-ai/sdk/resources/beta/messages/messages';
 import type { BetaMessage } from '@anthropic-ai/sdk/resources/beta/messages/messages';
 import type { ServerTool } from '../../tools/types.js';
-import type { SessionState } from '../store/store.js';
+import type { SessionState } from '../store/session-state.js';
 import { clientToolNames, needsApproval } from './policy.js';
 
 type EagerState = Pick<SessionState, 'tools' | 'approval' | 'runToolsEagerly' | 'stream'>;

@@ -110,12 +110,12 @@ export class Engine {
   private async sweep(): Promise<void> {
     if (this.stopping) return;
     const { store } = this.deps;
-    const due = await store.dueRuns(Date.now(), 20);
+    const due = await store.runs.dueRuns(Date.now(), 20);
     for (const id of due) {
       if (this.active.has(id)) continue;
       const state = await store.load(id);
       if (!state || state.status !== 'running') {
-        await store.unmarkDue(id, state?.tenant);
+        await store.runs.unmarkDue(id, state?.tenant);
         continue;
       }
       this.kick(id, true);
@@ -164,11 +164,11 @@ export class Engine {
 
   private async claim(id: string, swept: boolean): Promise<void> {
     const { store, owner, leaseTtlMs } = this.deps;
-    const fence = await store.acquire(id, owner, leaseTtlMs);
+    const fence = await store.runs.acquire(id, owner, leaseTtlMs);
     if (!fence) return;
     if (swept) this.deps.metrics.leaseTakeovers.inc();
     if (this.stopping || this.active.has(id)) {
-      await store.release(id, owner, fence);
+      await store.runs.release(id, owner, fence);
       return;
     }
     const run = new RunHandle(id, fence, new RunTelemetry(this.deps.metrics, this.deps.tracing, id));

@@ -2,7 +2,7 @@ import type { ServerTool } from '../../tools/types.js';
 import type { StoredBlock, ToolCall } from '../history.js';
 import { isAnthropicTool, runsOnClient } from '../tools/anthropic-tools.js';
 import type { PendingCall, ToolResult } from '../store/pending.js';
-import type { SessionState } from '../store/store.js';
+import type { SessionState } from '../store/session-state.js';
 
 /** Whether a call waits for approve/deny/edit under the session's `approval` policy. Client tools never do. */
 export function needsApproval(

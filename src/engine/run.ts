@@ -1,7 +1,7 @@
 import { FencedOut } from '../errors.js';
 import { pendingToolCalls } from '../history.js';
 import type { SessionChannels } from '../store/channels.js';
-import type { SessionState } from '../store/store.js';
+import type { SessionState } from '../store/session-state.js';
 import { isStoreDown } from '../store/unavailable.js';
 import { budgetExhausted, stopForBudget, totalTokens } from './budget.js';
 import { CommitLanded, cancelSession, commit, commitInterrupt, fail, finish } from './commit.js';
@@ -45,8 +45,8 @@ function renewLease(deps: DriveDeps, run: RunHandle, log: EngineLogger): NodeJS.
   return setInterval(
     () => {
       Promise.all([
-        store.renew(run.id, owner, run.fence, leaseTtlMs),
-        store.markDue(run.id, Date.now() + leaseTtlMs),
+        store.runs.renew(run.id, owner, run.fence, leaseTtlMs),
+        store.runs.markDue(run.id, Date.now() + leaseTtlMs),
       ])
         .then(([ok]) => {
           if (!ok) run.abort('fenced');
@@ -66,7 +66,7 @@ export async function drive(deps: DriveDeps, run: RunHandle): Promise<void> {
   let cutRetries = 0;
   let counted = false;
   try {
-    await store.markDue(run.id, Date.now() + leaseTtlMs);
+    await store.runs.markDue(run.id, Date.now() + leaseTtlMs);
     while (!deps.stopping() || run.reason === null) {
       const state = await store.load(run.id);
       if (!state || state.status !== 'running' || state.fence !== run.fence) return;
@@ -74,12 +74,12 @@ export async function drive(deps: DriveDeps, run: RunHandle): Promise<void> {
         // The session runs: it counts among its tenant's active runs whatever happened to its slot (a run taken over
         // after a crash, an end of an earlier run that gave the slot back after this start took it).
         counted = true;
-        await store.holdRunSlot(state.tenant, run.id);
+        await store.runs.holdRunSlot(state.tenant, run.id);
       }
       if (state.control === 'cancel' || run.reason === 'cancel') {
         // The history stays valid; see cancelSession.
         await cancelSession(store, state, { fence: run.fence });
-        await store.unmarkDue(run.id, state.tenant);
+        await store.runs.unmarkDue(run.id, state.tenant);
         return;
       }
       if (run.reason === 'shutdown' || run.reason === 'fenced' || run.reason === 'deleted') return;
@@ -121,9 +121,9 @@ export async function drive(deps: DriveDeps, run: RunHandle): Promise<void> {
   } finally {
     clearInterval(renew);
     await deps.channels.unwatchControl(run.id);
-    await store.release(run.id, owner, run.fence).catch(() => {});
+    await store.runs.release(run.id, owner, run.fence).catch(() => {});
     // Handed over: any replica may claim it now rather than after the lease TTL.
-    if (run.reason === 'shutdown') await store.markDue(run.id, Date.now()).catch(() => {});
+    if (run.reason === 'shutdown') await store.runs.markDue(run.id, Date.now()).catch(() => {});
   }
 }
 

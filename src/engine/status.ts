@@ -1,5 +1,5 @@
 import type { PendingStep } from '../store/pending.js';
-import type { SessionState } from '../store/store.js';
+import type { SessionState } from '../store/session-state.js';
 
 export interface RequiredAction {
   type: 'approve_tool_calls' | 'review_tool_results' | 'submit_tool_results';

@@ -17,7 +17,8 @@ import {
   type PendingStep,
   type ToolResult,
 } from '../store/pending.js';
-import type { ApplyOps, IterationRecord, SessionError, SessionState } from '../store/store.js';
+import type { IterationRecord, SessionError, SessionState } from '../store/session-state.js';
+import type { ApplyOps } from '../store/apply-ops.js';
 import { commit, completedEvents, endRun, mergeOps } from './commit.js';
 import { interruptedResult, needsReview, pendingCalls, callIdempotent } from './policy.js';
 import type { RunDeps, RunHandle } from './run-handle.js';

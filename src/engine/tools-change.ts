@@ -6,7 +6,7 @@ import {
   type BetaToolUnion,
 } from '@anthropic-ai/sdk/resources/beta/messages/messages';
 import type { StoredBlock, StoredMessage } from '../history.js';
-import type { SessionState, ToolRef } from '../store/store.js';
+import type { SessionState, ToolRef } from '../store/session-state.js';
 import { runnableName, type Toolbox, type ToolScope } from '../toolbox.js';
 import { anthropicToolDefinition, isAnthropicTool } from '../tools/anthropic-tools.js';
 import { commit } from './commit.js';

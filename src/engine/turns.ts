@@ -13,7 +13,8 @@ import type {
 import { extendHistory, toolCallsOf, type StoredMessage } from '../history.js';
 import type { SessionParams } from '../schemas.js';
 import { pendingFields, resultsTurn, setResult, type PendingStep } from '../store/pending.js';
-import { usageIncr, type ApplyOps, type IterationRecord, type SessionState } from '../store/store.js';
+import { usageIncr, type IterationRecord, type SessionState } from '../store/session-state.js';
+import type { ApplyOps } from '../store/apply-ops.js';
 import { budgetExhausted, totalTokens } from './budget.js';
 import { commit, idleOps } from './commit.js';
 import {
@@ -317,7 +318,7 @@ export async function runTurns(
       if (!ends) continue; // pause_turn, compaction: the runner resumes the turn
       extendHistory(history, res);
       if (res.mergedCount === 0) {
-        await store.unmarkDue(run.id, state.tenant);
+        await store.runs.unmarkDue(run.id, state.tenant);
         return 'done';
       }
       if (budgetLeft(state, iteration) <= 0 || !(await handOver(res.paramsRev))) return 'again';

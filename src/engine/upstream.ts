@@ -1,5 +1,5 @@
 import { APIError, APIUserAbortError, AnthropicError } from '@anthropic-ai/sdk';
-import type { SessionError } from '../store/store.js';
+import type { SessionError } from '../store/session-state.js';
 import type { RunHandle } from './run-handle.js';
 
 /** The turn was aborted on purpose (cancel, interrupt, shutdown, lost lease, delete), not by a failure. */

@@ -4,7 +4,7 @@ import { statusEvent } from '../engine/status.js';
 import { badRequest, conflict } from '../errors.js';
 import { pendingToolCalls } from '../history.js';
 import type { CompactionPolicy, SessionParams, compactBody } from '../schemas.js';
-import type { CompactRequest, SessionState } from '../store/store.js';
+import type { CompactRequest, SessionState } from '../store/session-state.js';
 import { mutate, type MutationResult, type SessionDeps } from './mutate.js';
 
 /** Whether `params.context_management` holds a compaction edit (the API compacts server-side then). */

@@ -4,7 +4,7 @@ import { AppError, conflict } from '../errors.js';
 import type { patchSessionBody, retryBody } from '../schemas.js';
 import { checkCompactionParams } from './compact.js';
 import { clearResult } from '../store/pending.js';
-import { encodeFields, type SessionState } from '../store/store.js';
+import { encodeFields, type SessionState } from '../store/session-state.js';
 import {
   checkIfMatch,
   mergeParams,
@@ -119,10 +119,10 @@ export async function cancelRun(
   if (s.status === 'idle' || s.status === 'failed') {
     throw conflict('session_not_running', `The session is ${s.status}; there is nothing to cancel.`);
   }
-  if (s.status === 'requires_action' || !(await store.leaseHolder(id))) {
+  if (s.status === 'requires_action' || !(await store.runs.leaseHolder(id))) {
     try {
       await cancelSession(store, s, {});
-      await store.unmarkDue(id, tenant);
+      await store.runs.unmarkDue(id, tenant);
     } catch (err) {
       if (!(err instanceof AppError && err.code === 'invalid_status')) throw err;
     }
@@ -139,7 +139,7 @@ export async function cancelRun(
   for (let i = 0; i < 100; i++) {
     const cur = await store.loadFor(tenant, id);
     if (cur.status !== 'running') return { state: cur, queued: false };
-    if (i > 20 && !(await store.leaseHolder(id))) {
+    if (i > 20 && !(await store.runs.leaseHolder(id))) {
       await cancelSession(store, cur, {}).catch(() => {});
     }
     await new Promise((r) => setTimeout(r, 30));

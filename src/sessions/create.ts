@@ -3,7 +3,12 @@ import { statusEvent } from '../engine/status.js';
 import { AppError, badRequest, zodDetails } from '../errors.js';
 import { asBlocks, checkHistory, pendingToolCalls, type StoredMessage } from '../history.js';
 import { sessionParams, type CreateSessionBody, type forkBody } from '../schemas.js';
-import { encodeFields, newSessionId, type IterationRecord, type SessionState } from '../store/store.js';
+import {
+  encodeFields,
+  newSessionId,
+  type IterationRecord,
+  type SessionState,
+} from '../store/session-state.js';
 import { checkCompactionParams } from './compact.js';
 import { checkIfMatch, startRun, type SessionDeps } from './mutate.js';
 import { sessionView } from './view.js';
@@ -195,7 +200,7 @@ async function insert(
   createdExtra: Record<string, unknown> = {},
 ): Promise<void> {
   // A session that starts running takes its tenant's run slot before anything is written (429 when none is free).
-  if (state.status === 'running') await deps.store.takeRunSlot(state.tenant, state.id);
+  if (state.status === 'running') await deps.store.runs.takeRunSlot(state.tenant, state.id);
   // Indexed first: if the session write then fails, `list` drops the dangling index entry; the other order could
   // leave a session that exists but is never listed.
   await deps.store.index(state.tenant, state.id, state.createdAt);

@@ -2,7 +2,7 @@ import type { z } from 'zod';
 import { asBlocks, pendingToolCalls, type StoredMessage } from '../history.js';
 import type { postMessageBody } from '../schemas.js';
 import { assertBudgetLeft } from '../engine/budget.js';
-import { encodeBlocks } from '../store/store.js';
+import { encodeBlocks } from '../store/apply-ops.js';
 import { mutate, runOps, type MutationResult, type SessionDeps } from './mutate.js';
 
 /**

@@ -4,14 +4,9 @@ import { statusEvent } from '../engine/status.js';
 import { AppError, badRequest, revisionMismatch, zodDetails } from '../errors.js';
 import { sessionParams, type SessionParams } from '../schemas.js';
 import type { Toolbox } from '../toolbox.js';
-import {
-  encodeFields,
-  type ApplyOps,
-  type Guard,
-  type SessionState,
-  type SessionStore,
-  type Status,
-} from '../store/store.js';
+import type { SessionStore } from '../store/store.js';
+import { encodeFields, type SessionState, type Status } from '../store/session-state.js';
+import type { ApplyOps, Guard } from '../store/apply-ops.js';
 
 /** How often a read-compute-write mutation is tried again when the session changed between its read and write. */
 const CAS_ATTEMPTS = 8;
@@ -51,7 +46,7 @@ export function checkIfMatch(s: SessionState, ifMatch: number | undefined): void
 
 /** Registers the run as due (any replica claims it if this one does not), then claims it here. */
 export async function startRun(deps: SessionDeps, id: string): Promise<void> {
-  await deps.store.markDue(id, Date.now() + 2000);
+  await deps.store.runs.markDue(id, Date.now() + 2000);
   deps.engine.kick(id);
 }
 

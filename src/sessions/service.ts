@@ -12,7 +12,8 @@ import type {
   toolResultBody,
   toolResultsBody,
 } from '../schemas.js';
-import type { SessionState, SessionStore } from '../store/store.js';
+import type { SessionStore } from '../store/store.js';
+import type { SessionState } from '../store/session-state.js';
 import type { Toolbox } from '../toolbox.js';
 import { cancelRun, patchSession, removeSession, resumeRun, retryTurn } from './control.js';
 import { compactSession } from './compact.js';

@@ -4,7 +4,8 @@ import { BUDGET_EXHAUSTED, assertBudgetLeft } from '../engine/budget.js';
 import { blocksOf } from '../history.js';
 import type { decisionBody, toolResultsBody } from '../schemas.js';
 import { encodeResult, setResult, type PendingStep, type ToolResult } from '../store/pending.js';
-import type { ApplyOps, SessionState } from '../store/store.js';
+import type { SessionState } from '../store/session-state.js';
+import type { ApplyOps } from '../store/apply-ops.js';
 import { mutate, runOps, statusOps, type MutationResult, type SessionDeps } from './mutate.js';
 import { sessionView } from './view.js';
 

@@ -1,7 +1,7 @@
 import { toolNames } from '../engine/tools-change.js';
 import { conflict } from '../errors.js';
 import { toolCallsOf } from '../history.js';
-import type { SessionState, ToolRef } from '../store/store.js';
+import type { SessionState, ToolRef } from '../store/session-state.js';
 import type { SessionDeps } from './mutate.js';
 
 /**

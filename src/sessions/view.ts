@@ -1,6 +1,6 @@
 import { budgetUsage } from '../engine/budget.js';
 import { requiredAction } from '../engine/status.js';
-import type { SessionState } from '../store/store.js';
+import type { SessionState } from '../store/session-state.js';
 
 /** The session resource of the API (spec §2). */
 export function sessionView(s: SessionState) {

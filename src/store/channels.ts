@@ -1,7 +1,5 @@
-import type { Cluster, Redis } from 'ioredis';
+import type { RedisClient } from './lua-commands.js';
 import { controlChannel, eventsChannel, sessionOfControlChannel, sessionOfEventsChannel } from './keys.js';
-
-type RedisClient = Redis | Cluster;
 
 /** A session channel's message, with the session it is about. */
 export type ChannelListener = (sessionId: string, message: string) => void;

@@ -1,9 +1,6 @@
-import type { Cluster, Redis } from 'ioredis';
 import { sessionKeys } from './keys.js';
-import { defineLuaCommands } from './lua-commands.js';
+import { defineLuaCommands, type RedisClient } from './lua-commands.js';
 import { parseStreamEntry, type StoredEvent } from './store.js';
-
-type RedisClient = Redis | Cluster;
 
 /** The cursor meaning "from the start of the log" (src/events/cursor.ts START). */
 const START = '0-0';

@@ -30,7 +30,10 @@ const pascal = (name: string) => name.replace(/(?:^|-)([a-z0-9])/g, (_m, c: stri
  * Defines a command for every `.lua` file directly in `dir` (not in its subfolders), named `prefix` + the file's
  * name in PascalCase, unless the client has it already (a store built twice on one client). Returns the names.
  */
-export function defineLuaCommands(redis: Redis | Cluster, dir: URL, prefix: string): string[] {
+/** A client of one Redis or of a Redis Cluster: every store takes either. */
+export type RedisClient = Redis | Cluster;
+
+export function defineLuaCommands(redis: RedisClient, dir: URL, prefix: string): string[] {
   const names: string[] = [];
   for (const entry of readdirSync(dir, { withFileTypes: true })) {
     if (!entry.isFile() || !entry.name.endsWith('.lua')) continue;

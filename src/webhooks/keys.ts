@@ -1,5 +1,3 @@
-import type { Cluster, Redis } from 'ioredis';
-
 /**
  * The webhooks' data in Redis: the names of their keys and the fields of a webhook's hash, written and read here.
  * Keys (hash tags keep each script on one slot of a Redis Cluster):
@@ -14,8 +12,6 @@ import type { Cluster, Redis } from 'ioredis';
  *   of its newest mark (a session with events maybe not yet fanned out: src/webhooks/tap.ts).
  * - `s:{S}:wh` HASH (c = fan-out cursor, t = tenant) and `s:{S}:whl` (fan-out lease): in the session's slot.
  */
-
-export type RedisClient = Redis | Cluster;
 
 export const webhookKeys = (id: string) => ({
   meta: `wh:{${id}}`,

@@ -1,4 +1,5 @@
-import { DUE_KEY, fanoutLease, fanoutState, MARKS_KEY, webhookKeys, type RedisClient } from './keys.js';
+import type { RedisClient } from '../store/lua-commands.js';
+import { DUE_KEY, fanoutLease, fanoutState, MARKS_KEY, webhookKeys } from './keys.js';
 
 /**
  * The delivery side of the webhooks' store (src/webhooks/store.ts, which builds it as `store.outbox`): sessions

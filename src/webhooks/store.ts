@@ -1,5 +1,5 @@
 import { AppError, notFound } from '../errors.js';
-import { defineLuaCommands } from '../store/lua-commands.js';
+import { defineLuaCommands, type RedisClient } from '../store/lua-commands.js';
 import {
   CHANGED_CHANNEL,
   decodeWebhook,
@@ -10,7 +10,6 @@ import {
   tenantWebhooksKey,
   webhookKeys,
   type IndexEntry,
-  type RedisClient,
   type WebhookRecord,
 } from './keys.js';
 import { WebhookOutbox } from './outbox.js';

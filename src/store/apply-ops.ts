@@ -1,0 +1,82 @@
+/**
+ * The change one `apply` makes (lua/apply-7.lua): its ops, guard and result, and the one encoder of a turn's
+ * content blocks.
+ */
+import type { StoredBlock } from '../history.js';
+import type { ResultsEntry } from './pending.js';
+import type { SessionState, Status } from './session-state.js';
+
+/**
+ * A turn's content as it travels from where it comes from to the model: the JSON text of a content-block array,
+ * made only by `encodeBlocks` (once, where the blocks come from: a follow-up at its route, tool results in the
+ * engine), written once into the history by `apply`, joined there as text and never re-encoded on the way.
+ */
+export type EncodedBlocks = string & { readonly __encoded: 'blocks' };
+
+export const encodeBlocks = (blocks: readonly StoredBlock[]): EncodedBlocks =>
+  JSON.stringify(blocks) as EncodedBlocks;
+
+/** Ops of one `apply` (see lua/apply-7.lua); values already encoded. */
+export interface ApplyOps {
+  /** Applied first: the first `count` messages become a kept segment, `summary` (message JSON) their stand-in. */
+  compact?: { count: number; at_iteration: number; summary: string };
+  trim_msgs?: number;
+  lset_msgs?: Array<[number, string]>;
+  push_msgs?: string[];
+  trim_iters?: number;
+  lset_iters?: Array<[number, string]>;
+  push_iters?: string[];
+  hset?: Record<string, string>;
+  hincr?: Record<string, number>;
+  /** Follow-ups queued for the next user turn (the store adds the MAX_TURN_BYTES guard). */
+  queue_push?: EncodedBlocks[];
+  release_lease?: boolean;
+  /** `[type, data]`, or `[type, data, 'rev']` to have `"revision":null` in data replaced by the new revision. */
+  events?: Array<[string, string] | [string, string, 'rev']>;
+  /**
+   * Pops the queued follow-ups into one user turn after `base`, or after the tool results `results` (in their order:
+   * a stored result named, see store/pending.ts; `cache_last` marks the last one as a prompt-cache breakpoint).
+   */
+  queue?: {
+    base?: EncodedBlocks;
+    results?: ResultsEntry[];
+    cache_last?: boolean;
+    into_last?: boolean;
+    none?: ApplyOps;
+  };
+}
+
+export interface Guard {
+  fence?: number;
+  rev?: number;
+  status?: Status[];
+  create?: boolean;
+  /** Bytes the user turn that queued follow-ups form may reach (set by the store from its options). */
+  turn_max?: number;
+}
+
+export interface ApplyResult {
+  revision: number;
+  mergedCount: number;
+  /** The blocks the change added to the history as a user turn (tool results, follow-ups), or null. */
+  appended: StoredBlock[] | null;
+  /** `appended` joined the last user turn rather than making a new one. */
+  intoLast: boolean;
+  control: SessionState['control'];
+  paramsRev: number;
+}
+
+export function setsRunning(ops: ApplyOps | undefined): boolean {
+  return !!ops && (ops.hset?.['status'] === 'running' || setsRunning(ops.queue?.none));
+}
+
+/** The event types an `apply` may write (a superset: a queue merge may or may not happen). */
+export function opsEventTypes(ops: ApplyOps | undefined, out: string[] = []): string[] {
+  if (!ops) return out;
+  for (const ev of ops.events ?? []) out.push(ev[0]);
+  if (ops.queue) {
+    out.push('message.appended');
+    opsEventTypes(ops.queue.none, out);
+  }
+  return out;
+}

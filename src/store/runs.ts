@@ -1,0 +1,101 @@
+/**
+ * The run queue: who runs a session (the lease and its fencing token), which running sessions any replica may claim
+ * (`runs:due`), and each tenant's slots among the active runs (TENANT_MAX_ACTIVE_RUNS). Keys from keys.ts; each
+ * method is one command or one script unless its JSDoc says otherwise.
+ */
+import { quotaExceeded } from '../errors.js';
+import { RUNS_KEY, sessionKeys, tenantRunsKey } from './keys.js';
+import type { RedisClient } from './lua-commands.js';
+
+/**
+ * A run slot younger than this is never dropped as stale: the write that makes its session `running` may still be
+ * on its way (the slot is taken first).
+ */
+const RUN_SLOT_GRACE_MS = 10_000;
+
+export class RunQueue {
+  constructor(
+    private readonly redis: RedisClient,
+    /** Most sessions of one tenant running at once (TENANT_MAX_ACTIVE_RUNS); 0: no limit. */
+    private readonly tenantMaxActiveRuns: number,
+  ) {}
+
+  /** Takes the run lease of a `running` session; the fencing token, or 0 if another holds it. */
+  acquire(id: string, owner: string, ttlMs: number): Promise<number> {
+    const k = sessionKeys(id);
+    return this.redis.sessAcquire(k.meta, k.lease, owner, ttlMs).then(Number);
+  }
+
+  renew(id: string, owner: string, fence: number, ttlMs: number): Promise<boolean> {
+    return this.redis.sessRenew(sessionKeys(id).lease, `${owner}:${fence}`, ttlMs).then((r) => r === 1);
+  }
+
+  release(id: string, owner: string, fence: number): Promise<boolean> {
+    return this.redis.sessRelease(sessionKeys(id).lease, `${owner}:${fence}`).then((r) => r === 1);
+  }
+
+  async leaseHolder(id: string): Promise<string | null> {
+    return this.redis.get(sessionKeys(id).lease);
+  }
+
+  /** Marks a running session as claimable by any replica after `atMs` (crash recovery). */
+  async markDue(id: string, atMs: number): Promise<void> {
+    await this.redis.zadd(RUNS_KEY, atMs, id);
+  }
+
+  /**
+   * The run is over (the session left `running`, or is gone): drops its due entry and gives back its tenant's
+   * run slot. `tenant` is read from the session when not given (one HGET).
+   */
+  async unmarkDue(id: string, tenant?: string): Promise<void> {
+    const t = tenant ?? (await this.redis.hget(sessionKeys(id).meta, 'tenant'));
+    await Promise.all([
+      this.redis.zrem(RUNS_KEY, id),
+      t !== null ? this.redis.zrem(tenantRunsKey(t), id) : null,
+    ]);
+  }
+
+  /**
+   * Takes a slot among the tenant's active runs for session `id`, or throws 429 `quota_exceeded`
+   * (`details.quota: "TENANT_MAX_ACTIVE_RUNS"`). The count lives in Redis (tenantRunsKey), so it holds across
+   * replicas; it cannot join the session's script (another hash tag), so a slot may outlive its run (a crash
+   * between a run's last commit and `unmarkDue`, a start refused after its slot was taken). At the limit, such
+   * slots are found by reading their sessions — a slot whose session is not `running` is stale — and dropped, so
+   * the count is the number of running sessions, whatever crashed. Without a tenant (a session not written yet), or
+   * with no limit, nothing is counted.
+   */
+  async takeRunSlot(tenant: string | null, id: string): Promise<void> {
+    const max = this.tenantMaxActiveRuns;
+    if (max <= 0 || tenant === null) return;
+    const key = tenantRunsKey(tenant);
+    for (let attempt = 0; ; attempt++) {
+      const now = Date.now();
+      if ((await this.redis.sessRunSlotTake(key, id, now, max)) === 1) return;
+      if (attempt > 0) throw quotaExceeded('TENANT_MAX_ACTIVE_RUNS', max, 'active runs');
+      const rows = await this.redis.zrangebyscore(key, '-inf', now - RUN_SLOT_GRACE_MS, 'WITHSCORES');
+      const seen: Array<[string, string]> = [];
+      for (let i = 0; i < rows.length; i += 2) seen.push([rows[i]!, rows[i + 1]!]);
+      const states = await Promise.all(
+        seen.map(([sid]) => this.redis.hmget(sessionKeys(sid).meta, 'status', 'tenant')),
+      );
+      const stale = seen.filter((_, i) => states[i]![0] !== 'running' || states[i]![1] !== tenant);
+      if (stale.length === 0) throw quotaExceeded('TENANT_MAX_ACTIVE_RUNS', max, 'active runs');
+      await this.redis.sessRunSlotPrune(key, ...stale.flat());
+    }
+  }
+
+  /** Counts a session that is running among its tenant's active runs, without a check (see `takeRunSlot`). */
+  async holdRunSlot(tenant: string, id: string): Promise<void> {
+    if (this.tenantMaxActiveRuns > 0) await this.redis.zadd(tenantRunsKey(tenant), Date.now(), id);
+  }
+
+  /** The sessions holding a slot among the tenant's active runs (tests, metrics). */
+  runSlots(tenant: string): Promise<string[]> {
+    return this.redis.zrange(tenantRunsKey(tenant), 0, -1);
+  }
+
+  /** Running sessions whose claim time has passed. */
+  dueRuns(nowMs: number, limit: number): Promise<string[]> {
+    return this.redis.zrangebyscore(RUNS_KEY, 0, nowMs, 'LIMIT', 0, limit);
+  }
+}

@@ -1,0 +1,252 @@
+/**
+ * What a session is, as its meta hash stores it: the SessionState type and the stored types around it (iteration
+ * records, compacted segments), and the one encoder and decoder of the hash's fields. Written and read only by the
+ * store (store.ts); the other modules see decoded values.
+ */
+import { randomBytes } from 'node:crypto';
+import { oneOf } from '../guards.js';
+import type { StoredMessage } from '../history.js';
+import type { McpToolEntry } from '../mcp/schema.js';
+import type { BudgetPolicy, ClientTool, CompactionPolicy, OnMaxTokens, SessionParams } from '../schemas.js';
+import type { AnthropicToolEntry } from '../tools/anthropic-tools.js';
+import { decodeStored } from './decode.js';
+import { decodePending, pendingFields, type PendingStep } from './pending.js';
+
+export const STATUSES = ['running', 'requires_action', 'idle', 'failed'] as const;
+export type Status = (typeof STATUSES)[number];
+const isStatus = oneOf(STATUSES);
+export type ToolRef = string | ClientTool | McpToolEntry | AnthropicToolEntry;
+export type ApprovalPolicy = 'never' | 'always' | 'default' | string[];
+export type ReviewPolicy = boolean | string[];
+
+export interface Usage {
+  input_tokens: number;
+  output_tokens: number;
+  cache_creation_input_tokens: number;
+  cache_read_input_tokens: number;
+}
+
+export interface SessionError {
+  code: string;
+  message: string;
+  retryable: boolean;
+}
+
+/** Everything a session is, as stored in its meta hash. */
+export interface SessionState {
+  id: string;
+  tenant: string;
+  status: Status;
+  revision: number;
+  iteration: number;
+  /** `iteration` when the current run started; the run's budget is `max_iterations` from there. */
+  runStart: number;
+  params: SessionParams;
+  tools: ToolRef[];
+  /**
+   * The tools the session's runners send as `tools` (the prompt cache's prefix): the set at create. Null until the
+   * first `PATCH` of `tools`; then `tools` is the set from the next turn on (src/engine/tools-change.ts).
+   */
+  toolsBase: ToolRef[] | null;
+  /** The set the model was last told of (`toolsBase` plus the tool changes in the history); null: `tools`. */
+  toolsSent: ToolRef[] | null;
+  maxIterations: number;
+  approval: ApprovalPolicy;
+  review: ReviewPolicy;
+  onToolError: (typeof ON_TOOL_ERROR)[number];
+  onMaxTokens: OnMaxTokens;
+  cacheToolResults: boolean;
+  stream: boolean;
+  /** Token ceiling of the session's turns (policy `budget`); null: none. */
+  budget: BudgetPolicy;
+  /** Start calls that are safe to run twice while the reply streams (see src/engine/eager.ts). */
+  runToolsEagerly: boolean;
+  /** Policy `compaction`: compact before the next turn once a turn's input passes `at_input_tokens`; null: never. */
+  compaction: CompactionPolicy;
+  /** A compaction asked for (route, or policy) and not done yet; see src/engine/compaction.ts. */
+  compactRequest: CompactRequest | null;
+  /**
+   * Messages moved out of the history by compactions (into the kept segments): the history's element i is message
+   * `msgBase + i` of the session's whole record (the segments, oldest first, then the history). Iteration records
+   * index messages in that whole record.
+   */
+  msgBase: number;
+  pending: PendingStep | null;
+  stopReason: string | null;
+  error: SessionError | null;
+  usage: Usage;
+  metadata: Record<string, unknown>;
+  createdAt: number;
+  updatedAt: number;
+  fence: number;
+  msgCount: number;
+  /** A cancel/interrupt asked of the run in flight, seen by the owner at its next commit or by pub/sub. */
+  control: (typeof CONTROLS)[number];
+  /** Bumped by PATCH/retry: the runner takes the new params at the next turn boundary. */
+  paramsRev: number;
+}
+
+const ON_TOOL_ERROR = ['continue', 'pause', 'fail'] as const;
+const isOnToolError = oneOf(ON_TOOL_ERROR);
+const CONTROLS = ['', 'cancel', 'interrupt'] as const;
+export const isControl = oneOf(CONTROLS);
+const isApprovalMode = oneOf(['never', 'always', 'default']);
+const isStop = oneOf(['stop']);
+
+/** A compaction asked for and not done yet (meta field `compact`). */
+export interface CompactRequest {
+  instructions: string | null;
+  /**
+   * Set when the session was idle or failed: the compaction is a run of its own, after which the session goes back
+   * to this status (with its stop reason and error; its pending step stays in its field meanwhile). Absent:
+   * scheduled in the run in flight.
+   */
+  resume?: {
+    status: 'idle' | 'failed';
+    stop_reason: string | null;
+    error: SessionError | null;
+    /** Only in a request stored before the step stayed in its own field; then it is the step to go back to. */
+    pending?: PendingStep | null;
+  };
+}
+
+export const newSessionId = () =>
+  `ses_${randomBytes(12).toString('base64url').replace(/[-_]/g, '').slice(0, 16)}`;
+
+/** Encodes SessionState fields for HSET. Only the fields given are written. */
+export function encodeFields(s: Partial<SessionState>): Record<string, string> {
+  const out: Record<string, string> = {};
+  const str = (k: string, v: string | number | undefined) => {
+    if (v !== undefined) out[k] = String(v);
+  };
+  const json = (k: string, v: unknown) => {
+    if (v !== undefined) out[k] = JSON.stringify(v);
+  };
+  str('id', s.id);
+  str('tenant', s.tenant);
+  str('status', s.status);
+  str('iteration', s.iteration);
+  str('run_start', s.runStart);
+  json('params', s.params);
+  json('tools', s.tools);
+  if (s.toolsBase !== undefined) out['tools_base'] = s.toolsBase ? JSON.stringify(s.toolsBase) : '';
+  if (s.toolsSent !== undefined) out['tools_sent'] = s.toolsSent ? JSON.stringify(s.toolsSent) : '';
+  str('max_iterations', s.maxIterations);
+  json('approval', s.approval);
+  json('review', s.review);
+  str('on_tool_error', s.onToolError);
+  json('on_max_tokens', s.onMaxTokens);
+  json('cache_tool_results', s.cacheToolResults);
+  json('stream', s.stream);
+  if ('budget' in s) out['budget'] = s.budget ? JSON.stringify(s.budget) : '';
+  json('run_tools_eagerly', s.runToolsEagerly);
+  if ('compaction' in s) out['compaction'] = s.compaction ? JSON.stringify(s.compaction) : '';
+  if ('compactRequest' in s) out['compact'] = s.compactRequest ? JSON.stringify(s.compactRequest) : '';
+  // Nullable fields are stored as '' when null.
+  if ('pending' in s) Object.assign(out, pendingFields(s.pending ?? null));
+  if ('stopReason' in s) out['stop_reason'] = s.stopReason ?? '';
+  if ('error' in s) out['error'] = s.error ? JSON.stringify(s.error) : '';
+  json('metadata', s.metadata);
+  str('created_at', s.createdAt);
+  if ('control' in s) out['control'] = s.control ?? '';
+  str('params_rev', s.paramsRev);
+  return out;
+}
+
+/**
+ * A JSON field, or `fallback` when empty or unreadable (a hand-edited or foreign hash must not break listing).
+ * `text` keeps unreadable text that is one of the field's string values (`always` written without quotes).
+ */
+function json<T>(v: string | undefined, fallback: T, text?: (raw: string) => raw is Extract<T, string>): T {
+  if (!v) return fallback;
+  try {
+    return decodeStored<T>(v);
+  } catch {
+    return text?.(v) ? v : fallback;
+  }
+}
+
+export function decodeFields(h: Record<string, string>): SessionState {
+  return {
+    id: h['id']!,
+    tenant: h['tenant']!,
+    // A status that is not one of ours (a foreign or hand-edited hash) reads as `failed`: the session is broken.
+    status: isStatus(h['status']) ? h['status'] : 'failed',
+    revision: Number(h['revision'] ?? 0),
+    iteration: Number(h['iteration'] ?? 0),
+    runStart: Number(h['run_start'] ?? 0),
+    // The one cast left here: a hash without params (a foreign or hand-written one; every create writes them) reads
+    // as `{}`, as it always has, though SessionParams requires `model` and `max_tokens`.
+    params: json(h['params'], {} as SessionParams),
+    tools: json(h['tools'], []),
+    toolsBase: json(h['tools_base'], null),
+    toolsSent: json(h['tools_sent'], null),
+    maxIterations: Number(h['max_iterations'] ?? 10),
+    approval: json<ApprovalPolicy>(h['approval'], 'default', isApprovalMode),
+    review: json(h['review'], false),
+    onToolError: isOnToolError(h['on_tool_error']) ? h['on_tool_error'] : 'continue',
+    onMaxTokens: json<OnMaxTokens>(h['on_max_tokens'], 'stop', isStop),
+    cacheToolResults: h['cache_tool_results'] === 'true',
+    stream: h['stream'] !== 'false',
+    budget: json(h['budget'], null),
+    runToolsEagerly: h['run_tools_eagerly'] === 'true',
+    compaction: json(h['compaction'], null),
+    compactRequest: json(h['compact'], null),
+    msgBase: Number(h['msg_base'] ?? 0),
+    pending: decodePending(h),
+    stopReason: h['stop_reason'] || null,
+    error: json(h['error'], null),
+    usage: {
+      input_tokens: Number(h['u_in'] ?? 0),
+      output_tokens: Number(h['u_out'] ?? 0),
+      cache_creation_input_tokens: Number(h['u_cc'] ?? 0),
+      cache_read_input_tokens: Number(h['u_cr'] ?? 0),
+    },
+    metadata: json(h['metadata'], {}),
+    createdAt: Number(h['created_at'] ?? 0),
+    updatedAt: Number(h['updated_at'] ?? 0),
+    fence: Number(h['fence'] ?? 0),
+    msgCount: Number(h['msg_count'] ?? 0),
+    control: isControl(h['control']) ? h['control'] : '',
+    paramsRev: Number(h['params_rev'] ?? 0),
+  };
+}
+
+/** HINCRBY ops adding a reply's usage to the session's totals. */
+export function usageIncr(
+  u: { [K in keyof Usage]?: number | null } | null | undefined,
+): Record<string, number> {
+  return {
+    u_in: u?.input_tokens ?? 0,
+    u_out: u?.output_tokens ?? 0,
+    u_cc: u?.cache_creation_input_tokens ?? 0,
+    u_cr: u?.cache_read_input_tokens ?? 0,
+  };
+}
+
+/** What one compaction summarized (an element of the `compacted` list). */
+export interface CompactedSegment {
+  at_iteration: number;
+  messages: StoredMessage[];
+}
+
+export interface IterationRecord {
+  iteration: number;
+  /** `compaction` for a compaction (its reply is the summary, or none when skipped); absent for a model turn. */
+  kind?: 'compaction';
+  /** A compaction's: how many messages it summarized (0 when skipped). */
+  summarized_messages?: number;
+  /**
+   * Index of the reply, and of its tool results once they are in, in the session's whole record (see `msgBase`;
+   * without compactions, the history). A skipped compaction added no message: -1.
+   */
+  reply_index: number;
+  results_index: number | null;
+  request: { model: string; max_tokens: number; message_count: number; params_rev: number };
+  stop_reason: string | null;
+  usage: Usage;
+  tool_calls: Array<{ id: string; name: string }>;
+  started_at: string;
+  completed_at: string;
+  timings: { upstream_ms: number; first_event_ms: number | null; tools_ms: number | null };
+}
