@@ -8,9 +8,9 @@
  * When: a compaction asked for by the route while a run is in flight, or by the `compaction` policy after a turn whose
  * input reached `at_input_tokens`, is scheduled on the runner when it is handed the committed history after that
  * turn's tools — so it runs before the next turn, as the runner does it. One asked for while the session is idle or
- * failed is a run of its own (`compactOnly`): one request, then the session goes back to the status it had. A request
- * the run in flight could no longer take (its last turn ended the run) is turned into such a run when the run ends
- * (`leftoverCompaction`).
+ * failed is a run of its own (compaction-run.ts): one request, then the session goes back to the status it had. A
+ * request the run in flight could no longer take (its last turn ended the run) is turned into such a run when the run
+ * ends (`leftoverCompaction`).
  *
  * Invariants: the history a compaction summarizes is exactly the runner's (both are the committed history: the
  * runner is handed it at each boundary), so the segment is the whole history at that point; a compaction is not a
@@ -29,8 +29,8 @@ import {
   type Usage,
 } from '../store/session-state.js';
 import type { ApplyOps } from '../store/apply-ops.js';
-import { commit, endOps, mergeOps } from './commit.js';
-import type { EngineLogger, RunDeps, RunHandle } from './run-handle.js';
+import { commit, mergeOps } from './commit.js';
+import type { RunDeps, RunHandle } from './run-handle.js';
 import { statusEvent } from './status.js';
 
 /** The beta of a compaction request, and of every request whose history starts with a summary. */
@@ -239,57 +239,6 @@ export class RunCompaction {
       this.fromRequest,
     );
   }
-}
-
-/**
- * A compaction run: the session was idle or failed when it was asked for. One runner that sends only the compaction,
- * committed together with the end of the run (the status it had, unless follow-ups came meanwhile: then they become
- * the next user turn and the run goes on).
- */
-export async function compactOnly(
-  deps: RunDeps,
-  run: RunHandle,
-  state: SessionState,
-  history: StoredMessage[],
-  runner: BetaToolRunner<boolean>,
-  log: EngineLogger,
-): Promise<'done' | 'again'> {
-  const request = state.compactRequest!;
-  const resume = request.resume!;
-  runner.compactBeforeNextTurn({
-    type: 'summarize',
-    ...(request.instructions ? { instructions: request.instructions } : {}),
-  });
-  const it = runner[Symbol.asyncIterator]();
-  try {
-    const first = await it.next();
-    if (first.done) throw new Error('the runner sent no compaction request');
-    const end = endOps({
-      status: resume.status,
-      stopReason: resume.stop_reason,
-      error: resume.error,
-      // The step stayed in its field through the compaction run (with its results, stored: not written again).
-      pending: resume.pending ?? state.pending,
-    });
-    const before = history.length;
-    await commitCompaction(deps, run, state, history, first.value, state.params, state.iteration + 1, true, {
-      queue: {
-        // After a summary, follow-ups are a new user turn; without one, onto a trailing user turn.
-        ...(history.length === before && history.at(-1)?.role === 'user' ? { into_last: true } : {}),
-        none: end,
-      },
-    });
-    log.info({ iteration: state.iteration + 1 }, 'compacted');
-  } finally {
-    // The runner would go on to the next turn: this run only compacts.
-    await it.return?.(undefined);
-  }
-  const fresh = await deps.store.load(run.id);
-  if (fresh?.status !== 'running') {
-    await deps.store.runs.unmarkDue(run.id);
-    return 'done';
-  }
-  return 'again';
 }
 
 /**

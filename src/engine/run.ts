@@ -7,8 +7,9 @@ import { budgetExhausted, stopForBudget, totalTokens } from './budget.js';
 import { CommitLanded, cancelSession, commit, commitInterrupt, fail, finish } from './commit.js';
 import type { EngineLogger, RunDeps, RunHandle } from './run-handle.js';
 import { endsWithSummary, isUnfinished, leftoverCompaction } from './compaction.js';
+import { runCompactionOnly } from './compaction-run.js';
 import { toolStep } from './tool-step.js';
-import { runCompactionOnly, runTurns } from './turns.js';
+import { runTurns } from './turns.js';
 import { isAbort, isStreamCut, upstreamError } from './upstream.js';
 
 /** Our own retries of a turn whose stream was cut after it started (the SDK retries only before it starts). */

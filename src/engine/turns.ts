@@ -1,8 +1,9 @@
 /**
- * A run's turns through the SDK's tool runner: the one typed builder of its params (every SDK cast lives here), the
- * hand-over of persisted history to a runner, streaming, the max_tokens retry and the commit of each reply. Over
- * 400 lines because these steps share the runner's state within one loop; tool execution (tool-step.ts), eager
- * tools (eager.ts), compaction (compaction.ts), tool changes (tools-change.ts) and budgets (budget.ts) are apart.
+ * A run's turns through the SDK's tool runner: the hand-over of persisted history to a runner, streaming, the
+ * max_tokens retry and the commit of each reply, steps that share the runner's state within one loop. The runner's
+ * params (every SDK cast) are built in runner-params.ts; tool execution (tool-step.ts), eager tools (eager.ts),
+ * compaction (compaction.ts; a run that only compacts: compaction-run.ts), tool changes (tools-change.ts) and budgets
+ * (budget.ts) are apart.
  */
 import { APIUserAbortError } from '@anthropic-ai/sdk';
 import type { BetaToolRunnerParams } from '@anthropic-ai/sdk/lib/tools/BetaToolRunner';
@@ -17,17 +18,11 @@ import { usageIncr, type IterationRecord, type SessionState } from '../store/ses
 import type { ApplyOps } from '../store/apply-ops.js';
 import { budgetExhausted, totalTokens } from './budget.js';
 import { commit, idleOps } from './commit.js';
-import {
-  RunCompaction,
-  compactOnly,
-  isUnfinished,
-  paramsFor,
-  usageOf,
-  withCompactionBeta,
-} from './compaction.js';
+import { RunCompaction, isUnfinished, usageOf } from './compaction.js';
 import { interruptedResult, pendingCalls, callIdempotent } from './policy.js';
 import type { EngineLogger, RunDeps, RunHandle } from './run-handle.js';
 import { holdUnsafeCalls, runsToolsEagerly } from './eager.js';
+import { runnerParams } from './runner-params.js';
 import { StreamRelay } from './stream-relay.js';
 import { afterTools, serverRunnables, sessionTools } from './tool-step.js';
 import {
@@ -39,41 +34,6 @@ import {
 } from './tools-change.js';
 
 const STOP_REASONS_THAT_END = new Set(['end_turn', 'stop_sequence', 'max_tokens', 'refusal']);
-
-/** What the runner is given each turn; the rest of its params are the session's `params`. */
-interface TurnInput {
-  params: SessionParams;
-  messages: StoredMessage[];
-  tools: BetaToolRunnerParams['tools'];
-  maxIterations: number;
-  stream: boolean;
-  /** `run_tools_eagerly` with streaming (see eager.ts). */
-  eager: boolean;
-}
-
-/**
- * The runner's params: the one place where the service's stored shapes meet the SDK's request types. `params` were
- * checked by `sessionParams` (the Messages API fields a client may set, `messages`/`tools`/`stream`/`thread` refused)
- * and the history by `checkHistory` or came from the SDK's own replies; both are stored as the JSON of the SDK's
- * request shapes, which zod's looser types do not spell out.
- */
-function runnerParams(t: TurnInput): BetaToolRunnerParams & { stream: boolean } {
-  const params = {
-    ...paramsFor(t.params, t.messages),
-    messages: t.messages,
-    // No `tools` at all rather than an empty list, as a session without tools always sent.
-    ...(t.tools.length ? { tools: t.tools } : {}),
-    max_iterations: t.maxIterations,
-    stream: t.stream,
-    runToolsEagerly: t.eager,
-    // No `thread: false`: the SDK's client threads the conversation (message threads), so within a run each turn
-    // sends only what the history gained since the last reply. The runner falls back to the full history by itself
-    // whenever the thread cannot go on (an edited history, a lost or unsupported thread, a cut stream), so
-    // correctness never depends on it; a new runner (each run) starts a new thread. See docs/ARCHITECTURE.md.
-  };
-  // Kept cast (see above), a direct one: the compiler still checks that these params overlap the SDK's.
-  return params as BetaToolRunnerParams & { stream: boolean };
-}
 
 /** The fields a PATCH (or a compaction request) may change that a live runner takes up before its next turn. */
 const LIVE_FIELDS = [
@@ -399,31 +359,4 @@ export async function runTurns(
     compaction.afterHandOver(usageOf(message), history);
   }
   return 'again';
-}
-
-/** A run that only compacts (asked for while the session was idle or failed): one runner, one request. */
-export async function runCompactionOnly(
-  deps: RunDeps,
-  run: RunHandle,
-  state: SessionState,
-  history: StoredMessage[],
-  log: EngineLogger,
-): Promise<'done' | 'again'> {
-  // The tools go with the request as with every turn (the summary reads the calls in the history with them).
-  const tools: BetaToolRunnerParams['tools'] = [
-    ...serverRunnables(deps, await sessionTools(deps, state), new Map()),
-    ...clientToolDefs(state),
-  ];
-  const runner = deps.client.beta.messages.toolRunner(
-    runnerParams({
-      params: withCompactionBeta(state.params),
-      messages: history,
-      tools,
-      maxIterations: 1,
-      stream: state.stream,
-      eager: false,
-    }),
-    { signal: run.controller.signal, openTelemetry: { conversationId: run.id } },
-  );
-  return compactOnly(deps, run, state, history, runner, log);
 }
