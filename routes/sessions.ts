@@ -1,28 +1,14 @@
 /**
- * The /v1/sessions routes: each is schema, auth scope and a call into SessionService; over 400 lines only because
- * the routes' zod schemas and OpenAPI answers sit beside their handlers, which keeps each route readable in one place.
+ * The /v1/sessions routes of the session itself: create, list, get, delete, its messages (read, add a follow-up) and
+ * its iteration records; each is schema, auth scope and a call into SessionService (or a read of the store). The
+ * routes of the pending tool step are in tool-calls.ts, those that steer a session in control.ts. app.ts registers
+ * the three in this order, sessions.ts first: the OpenAPI document lists paths and methods in registration order.
  */
 import type { FastifyPluginAsyncZod } from 'fastify-type-provider-zod';
-import type { FastifyReply, FastifyRequest } from 'fastify';
 import { z } from 'zod';
 import { AppError, notFound } from '../src/errors.js';
-import {
-  compactBody,
-  createSessionBody,
-  decisionBody,
-  forkBody,
-  listQuery,
-  patchSessionBody,
-  postMessageBody,
-  retryBody,
-  emptyBody,
-  sessionIdParam,
-  toolResultBody,
-  toolResultsBody,
-} from '../src/schemas.js';
+import { createSessionBody, listQuery, postMessageBody, sessionIdParam } from '../src/schemas.js';
 import { sessionView } from '../src/sessions/view.js';
-import type { MutationResult } from '../src/sessions/service.js';
-import type { SessionState } from '../src/store/session-state.js';
 import {
   deletedSession,
   errors,
@@ -32,40 +18,12 @@ import {
   session,
   sessionList,
 } from '../src/openapi/responses.js';
+import { ifMatchHeader, parseIfMatch, postMutation, send, sendMutation } from './mutations.js';
 
-const ifMatchHeader = z.looseObject({
-  'if-match': z
-    .string()
-    .regex(/^(W\/)?"?\d+"?$/, 'If-Match takes the revision from the ETag, e.g. "17"')
-    .optional(),
-});
-
-/** Answers of a mutation: the session, 200 when done, 202 when work was queued; and its errors. */
-const mutation = (...more: Array<409 | 422>) => ({
-  200: session,
-  202: session,
-  ...errors(400, 401, 404, 412, 413, 415, 429, 500, 503, ...more),
-});
-const postMutation = mutation(409, 422);
 const read = errors(400, 401, 404, 500, 503);
 
-const toolUseParams = sessionIdParam.extend({ tool_use_id: z.string().min(1).max(128) });
 const iterationParams = sessionIdParam.extend({ n: z.coerce.number().int().min(1) });
 const messagesQuery = z.strictObject({ include: z.enum(['compacted']).optional() });
-
-export function parseIfMatch(req: FastifyRequest): number | undefined {
-  const h = req.headers['if-match'];
-  if (typeof h !== 'string') return undefined;
-  return Number(h.replace(/^W\//, '').replace(/"/g, ''));
-}
-
-function send(reply: FastifyReply, s: SessionState, code = 200) {
-  return reply.code(code).header('etag', `"${s.revision}"`).send(sessionView(s));
-}
-
-function sendMutation(reply: FastifyReply, r: MutationResult) {
-  return send(reply, r.state, r.queued ? 202 : 200);
-}
 
 const routes: FastifyPluginAsyncZod = async (app) => {
   const svc = app.sessions;
@@ -223,187 +181,6 @@ const routes: FastifyPluginAsyncZod = async (app) => {
     },
     async (req, reply) =>
       sendMutation(reply, await svc.addMessage(req.tenant, req.params.id, req.body, parseIfMatch(req))),
-  );
-
-  app.post(
-    '/v1/sessions/:id/tool-calls/:tool_use_id',
-    {
-      schema: {
-        operationId: 'decideToolCall',
-        summary: 'Approve or deny a tool call (optionally with an edited input)',
-        tags,
-        params: toolUseParams,
-        body: decisionBody,
-        headers: ifMatchHeader,
-        response: postMutation,
-      },
-    },
-    async (req, reply) =>
-      sendMutation(
-        reply,
-        await svc.decide(req.tenant, req.params.id, req.params.tool_use_id, req.body, parseIfMatch(req)),
-      ),
-  );
-
-  app.put(
-    '/v1/sessions/:id/tool-results/:tool_use_id',
-    {
-      schema: {
-        operationId: 'putToolResult',
-        summary: "Replace a result under review, or submit a client tool's result",
-        tags,
-        params: toolUseParams,
-        body: toolResultBody,
-        headers: ifMatchHeader,
-        response: mutation(),
-      },
-    },
-    async (req, reply) =>
-      sendMutation(
-        reply,
-        await svc.putResult(req.tenant, req.params.id, req.params.tool_use_id, req.body, parseIfMatch(req)),
-      ),
-  );
-
-  app.post(
-    '/v1/sessions/:id/tool-results',
-    {
-      schema: {
-        operationId: 'submitToolResults',
-        summary: 'Submit several tool results at once',
-        tags,
-        params: sessionIdParam,
-        body: toolResultsBody,
-        headers: ifMatchHeader,
-        response: postMutation,
-      },
-    },
-    async (req, reply) =>
-      sendMutation(
-        reply,
-        await svc.results(req.tenant, req.params.id, req.body.results, req.body.continue, parseIfMatch(req)),
-      ),
-  );
-
-  app.post(
-    '/v1/sessions/:id/continue',
-    {
-      schema: {
-        operationId: 'continueSession',
-        summary: 'Accept the reviewed tool results as they stand and go on',
-        tags,
-        params: sessionIdParam,
-        body: emptyBody,
-        headers: ifMatchHeader,
-        response: postMutation,
-      },
-    },
-    async (req, reply) =>
-      sendMutation(reply, await svc.continue(req.tenant, req.params.id, parseIfMatch(req))),
-  );
-
-  app.patch(
-    '/v1/sessions/:id',
-    {
-      schema: {
-        operationId: 'updateSession',
-        summary: 'Change params, policies or metadata from the next turn on',
-        tags,
-        params: sessionIdParam,
-        body: patchSessionBody,
-        headers: ifMatchHeader,
-        response: mutation(),
-      },
-    },
-    async (req, reply) =>
-      sendMutation(reply, await svc.patch(req.tenant, req.params.id, req.body, parseIfMatch(req))),
-  );
-
-  app.post(
-    '/v1/sessions/:id/retry',
-    {
-      schema: {
-        operationId: 'retrySession',
-        summary: 'Drop the last reply and send that turn again',
-        description: 'Optionally with `params` changes (e.g. a bigger `max_tokens` for a truncated reply).',
-        tags,
-        params: sessionIdParam,
-        body: retryBody,
-        headers: ifMatchHeader,
-        response: postMutation,
-      },
-    },
-    async (req, reply) =>
-      sendMutation(reply, await svc.retry(req.tenant, req.params.id, req.body ?? {}, parseIfMatch(req))),
-  );
-
-  app.post(
-    '/v1/sessions/:id/cancel',
-    {
-      schema: {
-        operationId: 'cancelSession',
-        summary: 'Abort the turn in flight',
-        description: 'The history stays valid; the session ends `idle` with stop_reason `cancelled`.',
-        tags,
-        params: sessionIdParam,
-        body: emptyBody,
-        headers: ifMatchHeader,
-        response: postMutation,
-      },
-    },
-    async (req, reply) => sendMutation(reply, await svc.cancel(req.tenant, req.params.id, parseIfMatch(req))),
-  );
-
-  app.post(
-    '/v1/sessions/:id/resume',
-    {
-      schema: {
-        operationId: 'resumeSession',
-        summary: 'Retry the failed step of a failed session',
-        tags,
-        params: sessionIdParam,
-        body: emptyBody,
-        headers: ifMatchHeader,
-        response: postMutation,
-      },
-    },
-    async (req, reply) => sendMutation(reply, await svc.resume(req.tenant, req.params.id, parseIfMatch(req))),
-  );
-
-  app.post(
-    '/v1/sessions/:id/compact',
-    {
-      schema: {
-        operationId: 'compactSession',
-        summary: 'Compact the history: a summary replaces it, the messages are kept',
-        description:
-          'Running: scheduled after the current turn and its tool calls (202). Idle or failed: one compaction request now, then the session is back in its status (202). Waiting for a client: 409. The summarized messages stay readable with `GET …/messages?include=compacted`.',
-        tags,
-        params: sessionIdParam,
-        body: compactBody,
-        headers: ifMatchHeader,
-        response: postMutation,
-      },
-    },
-    async (req, reply) =>
-      sendMutation(reply, await svc.compact(req.tenant, req.params.id, req.body, parseIfMatch(req))),
-  );
-
-  app.post(
-    '/v1/sessions/:id/fork',
-    {
-      schema: {
-        operationId: 'forkSession',
-        summary: "Fork a new session from this one's history up to an iteration",
-        tags,
-        params: sessionIdParam,
-        body: forkBody,
-        headers: ifMatchHeader,
-        response: { 201: session, ...errors(400, 401, 404, 409, 412, 413, 415, 422, 429, 500, 503) },
-      },
-    },
-    async (req, reply) =>
-      send(reply, await svc.fork(req.tenant, req.params.id, req.body, parseIfMatch(req)), 201),
   );
 };
 

@@ -14,7 +14,7 @@ import {
 } from '../src/webhooks/schemas.js';
 import { newSecret } from '../src/webhooks/secrets.js';
 import type { WebhookRecord } from '../src/webhooks/keys.js';
-import { parseIfMatch } from './sessions.js';
+import { parseIfMatch } from './mutations.js';
 import { sealInRecord } from '../src/plugins/idempotency.js';
 import {
   createdWebhook,

@@ -20,6 +20,8 @@ import rateLimitPlugin from './plugins/ratelimit.js';
 import securityHeadersPlugin from './plugins/security-headers.js';
 import healthRoutes from '../routes/health.js';
 import sessionRoutes from '../routes/sessions.js';
+import toolCallRoutes from '../routes/tool-calls.js';
+import controlRoutes from '../routes/control.js';
 import toolRoutes from '../routes/tools.js';
 import eventRoutes from '../routes/events.js';
 import streamRoutes from '../routes/stream.js';
@@ -123,7 +125,10 @@ const app: FastifyPluginAsync<AppOptions> = async (fastify, opts) => {
     });
     await api.register(idempotencyPlugin, { ttlS: config.IDEMPOTENCY_TTL_S, box: fastify.webhooks.box });
     await api.register(toolRoutes);
+    // In this order: the OpenAPI document lists paths in registration order (see routes/sessions.ts).
     await api.register(sessionRoutes);
+    await api.register(toolCallRoutes);
+    await api.register(controlRoutes);
     await api.register(eventRoutes, { config });
     await api.register(streamRoutes, { config });
     await api.register(webhookRoutes);

@@ -1,0 +1,127 @@
+/**
+ * The /v1/sessions routes that steer a session: change its params and policies (PATCH), retry the last turn, cancel,
+ * resume a failed session, compact its history, fork a new session from it. app.ts registers them after
+ * tool-calls.ts (sessions.ts says why the order matters).
+ */
+import type { FastifyPluginAsyncZod } from 'fastify-type-provider-zod';
+import {
+  compactBody,
+  emptyBody,
+  forkBody,
+  patchSessionBody,
+  retryBody,
+  sessionIdParam,
+} from '../src/schemas.js';
+import { errors, session } from '../src/openapi/responses.js';
+import { ifMatchHeader, mutation, parseIfMatch, postMutation, send, sendMutation } from './mutations.js';
+
+const routes: FastifyPluginAsyncZod = async (app) => {
+  const svc = app.sessions;
+  const tags = ['sessions'];
+
+  app.patch(
+    '/v1/sessions/:id',
+    {
+      schema: {
+        operationId: 'updateSession',
+        summary: 'Change params, policies or metadata from the next turn on',
+        tags,
+        params: sessionIdParam,
+        body: patchSessionBody,
+        headers: ifMatchHeader,
+        response: mutation(),
+      },
+    },
+    async (req, reply) =>
+      sendMutation(reply, await svc.patch(req.tenant, req.params.id, req.body, parseIfMatch(req))),
+  );
+
+  app.post(
+    '/v1/sessions/:id/retry',
+    {
+      schema: {
+        operationId: 'retrySession',
+        summary: 'Drop the last reply and send that turn again',
+        description: 'Optionally with `params` changes (e.g. a bigger `max_tokens` for a truncated reply).',
+        tags,
+        params: sessionIdParam,
+        body: retryBody,
+        headers: ifMatchHeader,
+        response: postMutation,
+      },
+    },
+    async (req, reply) =>
+      sendMutation(reply, await svc.retry(req.tenant, req.params.id, req.body ?? {}, parseIfMatch(req))),
+  );
+
+  app.post(
+    '/v1/sessions/:id/cancel',
+    {
+      schema: {
+        operationId: 'cancelSession',
+        summary: 'Abort the turn in flight',
+        description: 'The history stays valid; the session ends `idle` with stop_reason `cancelled`.',
+        tags,
+        params: sessionIdParam,
+        body: emptyBody,
+        headers: ifMatchHeader,
+        response: postMutation,
+      },
+    },
+    async (req, reply) => sendMutation(reply, await svc.cancel(req.tenant, req.params.id, parseIfMatch(req))),
+  );
+
+  app.post(
+    '/v1/sessions/:id/resume',
+    {
+      schema: {
+        operationId: 'resumeSession',
+        summary: 'Retry the failed step of a failed session',
+        tags,
+        params: sessionIdParam,
+        body: emptyBody,
+        headers: ifMatchHeader,
+        response: postMutation,
+      },
+    },
+    async (req, reply) => sendMutation(reply, await svc.resume(req.tenant, req.params.id, parseIfMatch(req))),
+  );
+
+  app.post(
+    '/v1/sessions/:id/compact',
+    {
+      schema: {
+        operationId: 'compactSession',
+        summary: 'Compact the history: a summary replaces it, the messages are kept',
+        description:
+          'Running: scheduled after the current turn and its tool calls (202). Idle or failed: one compaction request now, then the session is back in its status (202). Waiting for a client: 409. The summarized messages stay readable with `GET …/messages?include=compacted`.',
+        tags,
+        params: sessionIdParam,
+        body: compactBody,
+        headers: ifMatchHeader,
+        response: postMutation,
+      },
+    },
+    async (req, reply) =>
+      sendMutation(reply, await svc.compact(req.tenant, req.params.id, req.body, parseIfMatch(req))),
+  );
+
+  app.post(
+    '/v1/sessions/:id/fork',
+    {
+      schema: {
+        operationId: 'forkSession',
+        summary: "Fork a new session from this one's history up to an iteration",
+        tags,
+        params: sessionIdParam,
+        body: forkBody,
+        headers: ifMatchHeader,
+        response: { 201: session, ...errors(400, 401, 404, 409, 412, 413, 415, 422, 429, 500, 503) },
+      },
+    },
+    async (req, reply) =>
+      send(reply, await svc.fork(req.tenant, req.params.id, req.body, parseIfMatch(req)), 201),
+  );
+};
+
+export default routes;

@@ -1,0 +1,95 @@
+/**
+ * The /v1/sessions routes of a session's pending tool step: approve or deny a call, submit a client tool's result or
+ * replace one under review, accept the reviewed results and go on. app.ts registers them right after sessions.ts
+ * (which says why the order matters).
+ */
+import type { FastifyPluginAsyncZod } from 'fastify-type-provider-zod';
+import { z } from 'zod';
+import { decisionBody, emptyBody, sessionIdParam, toolResultBody, toolResultsBody } from '../src/schemas.js';
+import { ifMatchHeader, mutation, parseIfMatch, postMutation, sendMutation } from './mutations.js';
+
+const toolUseParams = sessionIdParam.extend({ tool_use_id: z.string().min(1).max(128) });
+
+const routes: FastifyPluginAsyncZod = async (app) => {
+  const svc = app.sessions;
+  const tags = ['sessions'];
+
+  app.post(
+    '/v1/sessions/:id/tool-calls/:tool_use_id',
+    {
+      schema: {
+        operationId: 'decideToolCall',
+        summary: 'Approve or deny a tool call (optionally with an edited input)',
+        tags,
+        params: toolUseParams,
+        body: decisionBody,
+        headers: ifMatchHeader,
+        response: postMutation,
+      },
+    },
+    async (req, reply) =>
+      sendMutation(
+        reply,
+        await svc.decide(req.tenant, req.params.id, req.params.tool_use_id, req.body, parseIfMatch(req)),
+      ),
+  );
+
+  app.put(
+    '/v1/sessions/:id/tool-results/:tool_use_id',
+    {
+      schema: {
+        operationId: 'putToolResult',
+        summary: "Replace a result under review, or submit a client tool's result",
+        tags,
+        params: toolUseParams,
+        body: toolResultBody,
+        headers: ifMatchHeader,
+        response: mutation(),
+      },
+    },
+    async (req, reply) =>
+      sendMutation(
+        reply,
+        await svc.putResult(req.tenant, req.params.id, req.params.tool_use_id, req.body, parseIfMatch(req)),
+      ),
+  );
+
+  app.post(
+    '/v1/sessions/:id/tool-results',
+    {
+      schema: {
+        operationId: 'submitToolResults',
+        summary: 'Submit several tool results at once',
+        tags,
+        params: sessionIdParam,
+        body: toolResultsBody,
+        headers: ifMatchHeader,
+        response: postMutation,
+      },
+    },
+    async (req, reply) =>
+      sendMutation(
+        reply,
+        await svc.results(req.tenant, req.params.id, req.body.results, req.body.continue, parseIfMatch(req)),
+      ),
+  );
+
+  app.post(
+    '/v1/sessions/:id/continue',
+    {
+      schema: {
+        operationId: 'continueSession',
+        summary: 'Accept the reviewed tool results as they stand and go on',
+        tags,
+        params: sessionIdParam,
+        body: emptyBody,
+        headers: ifMatchHeader,
+        response: postMutation,
+      },
+    },
+    async (req, reply) =>
+      sendMutation(reply, await svc.continue(req.tenant, req.params.id, parseIfMatch(req))),
+  );
+};
+
+export default routes;
