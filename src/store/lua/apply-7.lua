@@ -93,10 +93,12 @@ local function run(o)
   if o.lset_iters then for _, p in ipairs(o.lset_iters) do redis.call('LSET', KEYS[3], p[1], p[2]) end end
   if o.push_iters then pushAll(KEYS[3], o.push_iters) end
   if o.hset then
+    -- Result fields exist only beside a step: none to drop when there was none (most iterations).
+    local drops = o.hset.pending == '' and redis.call('HSTRLEN', meta, 'pending') > 0
     local args = {}
     for k, v in pairs(o.hset) do args[#args + 1] = k; args[#args + 1] = v end
     if #args > 0 then redis.call('HSET', meta, unpack(args)) end
-    if o.hset.pending == '' then blocks_drop_results(meta) end
+    if drops then blocks_drop_results(meta) end
   end
   if o.hincr then for k, v in pairs(o.hincr) do redis.call('HINCRBY', meta, k, v) end end
   if o.queue_push then pushAll(KEYS[4], o.queue_push) end
