@@ -1,6 +1,6 @@
 import { after, before, describe, it } from 'node:test';
 import assert from 'node:assert/strict';
-import net from 'node:net';
+import { monitorRedis } from './helpers/redis-monitor.js';
 import { startHarness, type Harness } from './helpers/service.js';
 import { text, toolCall } from '../src/fake/script.js';
 
@@ -12,31 +12,15 @@ import { text, toolCall } from '../src/fake/script.js';
  */
 describe('Redis round trips per iteration', () => {
   let h: Harness;
-  let monitor: net.Socket;
+  let monitor: Awaited<ReturnType<typeof monitorRedis>>;
   /** MONITOR lines of commands sent by clients (not run by scripts), as `cmd arg arg …`, lower case. */
-  let lines: string[] = [];
+  const lines = () => monitor.commands.map((args) => args.join(' ').toLowerCase());
   before(async () => {
     h = await startHarness({ env: { LEASE_TTL_MS: '60000' } });
-    // A plain socket in MONITOR mode (RESP simple strings: `+<time> [<db> <client>] "cmd" "arg" …`).
-    monitor = net.connect(h.redis.port, '127.0.0.1');
-    monitor.setEncoding('utf8');
-    let buf = '';
-    monitor.on('data', (chunk: string) => {
-      buf += chunk;
-      let nl: number;
-      while ((nl = buf.indexOf('\r\n')) >= 0) {
-        const line = buf.slice(0, nl);
-        buf = buf.slice(nl + 2);
-        const m = /^\+\S+ \[\d+ (\S+)\] (.*)$/.exec(line);
-        if (!m || m[1] === 'lua') continue;
-        lines.push(m[2]!.slice(1, -1).split('" "').join(' ').toLowerCase());
-      }
-    });
-    await new Promise<void>((resolve) => monitor.once('connect', resolve));
-    monitor.write('MONITOR\r\n');
+    monitor = await monitorRedis(h.redis.port);
   });
   after(async () => {
-    monitor?.destroy();
+    monitor?.stop();
     await h?.close();
   });
 
@@ -45,7 +29,7 @@ describe('Redis round trips per iteration', () => {
     const id = created.body.id as string;
     for (let i = 0; i < iterations - 1; i++) h.fake.enqueue(toolCall('calculate_sum', { a: i, b: 1 }));
     h.fake.enqueue(text('done'));
-    lines = [];
+    monitor.commands.length = 0;
     const sent = await h.api.post(`/v1/sessions/${id}/messages`, { text: 'add' });
     assert.equal(sent.status, 202);
     const s = await h.api.waitStatus(id, 'idle', 20_000);
@@ -56,13 +40,13 @@ describe('Redis round trips per iteration', () => {
     const released = ` 1 s:{${id}}:l `.toLowerCase();
     const deadline = Date.now() + 60_000;
     while (!(
-      lines.some((l) => l === ended) && lines.some((l) => l.startsWith('eval') && l.includes(released))
+      lines().some((l) => l === ended) && lines().some((l) => l.startsWith('eval') && l.includes(released))
     )) {
       assert.ok(Date.now() < deadline, 'the run ended');
       await new Promise((r) => setTimeout(r, 10));
     }
     const counts = new Map<string, number>();
-    for (const l of lines) {
+    for (const l of lines()) {
       if (!l.includes(id.toLowerCase())) continue;
       const [cmd, , numkeys, key] = l.split(' ');
       // Scripts by their keys: apply has 7, append-events 2 (meta, events).
