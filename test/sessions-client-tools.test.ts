@@ -159,7 +159,13 @@ describe('client tools', () => {
     await h.client.putToolResult(id, 'toolu_o1', { content });
     const done = await h.client.waitFor(id, ['idle', 'failed'], { timeoutMs: 10_000 });
     assert.equal(done.status, 'idle', JSON.stringify(done.error));
-    await new Promise((r) => setTimeout(r, 100));
+    // MONITOR lines come after the commands ran: wait for the run's last one (its due entry dropped).
+    const ended = (args: string[]) =>
+      /^zrem$/i.test(args[0] ?? '') && args[1] === 'runs:due' && args[2] === id;
+    for (const t0 = Date.now(); !monitor.commands.some(ended);) {
+      assert.ok(Date.now() - t0 < 10_000, 'the end of the run shows in MONITOR');
+      await new Promise((r) => setTimeout(r, 10));
+    }
     monitor.stop();
     const applies = monitor.commands
       .filter((args) => /^evalsha$/i.test(args[0] ?? '') && args[2] === '7' && args[11]?.startsWith('{'))

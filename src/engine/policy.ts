@@ -1,5 +1,5 @@
 import type { ServerTool } from '../../tools/types.js';
-import type { StoredBlock, ToolCall } from '../history.js';
+import type { ToolCall } from '../history.js';
 import { isAnthropicTool, runsOnClient } from '../tools/anthropic-tools.js';
 import type { PendingCall, ToolResult } from '../store/pending.js';
 import type { SessionState } from '../store/session-state.js';
@@ -69,17 +69,6 @@ export function pendingCalls(
       approval: !isClient && needsApproval(s, c.name, tool) ? 'required' : 'auto',
     };
   });
-}
-
-/** The tool_result block of a call. */
-export function resultBlock(id: string, r: ToolResult, cache: boolean): StoredBlock {
-  return {
-    type: 'tool_result',
-    tool_use_id: id,
-    content: r.content,
-    ...(r.is_error ? { is_error: true } : {}),
-    ...(cache ? { cache_control: { type: 'ephemeral' } } : {}),
-  };
 }
 
 export const interruptedResult = (why: string): ToolResult => ({ content: `Error: ${why}`, is_error: true });

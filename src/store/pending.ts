@@ -53,7 +53,6 @@ export type EncodedResult = string & { readonly __encoded: 'tool_result' };
 
 /** The meta field that holds a pending call's result. */
 export const resultField = (toolUseId: string) => `result:${toolUseId}`;
-export const RESULT_FIELD_PREFIX = 'result:';
 
 /**
  * A result as its `tool_result` block, and as the `{tool_use_id, content, is_error}` data of the event that tells of
