@@ -1,5 +1,9 @@
 import { after, before, beforeEach, describe, it } from 'node:test';
 import assert from 'node:assert/strict';
+import { createHash } from 'node:crypto';
+import { Redis } from 'ioredis';
+import { IN_FLIGHT_TTL_MS, IdempotencyRecords } from '../src/store/idempotency.js';
+import { idempotencyKey } from '../src/store/keys.js';
 import { startHarness, type Harness } from './helpers/service.js';
 import { text, toolCall, toolCalls, toolUse, reply } from '../src/fake/script.js';
 import { checkHistory } from '../src/history.js';
@@ -383,6 +387,40 @@ describe('steering between turns', () => {
     assert.equal(c.status, 422);
     assert.equal(c.body.error.code, 'idempotency_key_reused');
     await h.api.waitStatus(a.body.id, 'idle');
+  });
+
+  it('Idempotency-Key: a key left in progress by a process that died frees itself within the in-flight TTL', async () => {
+    h.fake.setHandler(() => text('ok'));
+    const body = { input: 'idem-dead', tools: [] };
+    const first = await h.api.post('/v1/sessions', body, { 'idempotency-key': 'k-first' });
+    assert.equal(first.status, 201);
+    const r = new Redis(h.redis.url);
+    try {
+      const recordKey = (k: string) =>
+        idempotencyKey('default', createHash('sha256').update(k).digest('base64url'));
+      const done = JSON.parse((await r.get(recordKey('k-first')))!);
+      // What a process killed between its reservation and its answer leaves: the request's pending record.
+      const records = new IdempotencyRecords(r, 86_400);
+      assert.ok(await records.reserve(recordKey('k-dead'), { state: 'pending', fp: done.fp }));
+      const t0 = Date.now();
+      const busy = await h.api.post('/v1/sessions', body, { 'idempotency-key': 'k-dead' });
+      assert.equal(busy.status, 409);
+      assert.equal(busy.body.error.code, 'idempotency_in_progress');
+      let retried = busy;
+      while (retried.status === 409 && Date.now() - t0 < IN_FLIGHT_TTL_MS + 5_000) {
+        await new Promise((resolve) => setTimeout(resolve, 250));
+        retried = await h.api.post('/v1/sessions', body, { 'idempotency-key': 'k-dead' });
+      }
+      assert.equal(retried.status, 201, JSON.stringify(retried.body));
+      assert.equal(retried.headers.get('idempotent-replayed'), null, 'run by the retry, not replayed');
+      assert.notEqual(retried.body.id, first.body.id);
+      // The retry's answer is kept for the whole TTL, not the in-flight lease.
+      assert.ok((await r.ttl(recordKey('k-dead'))) > 3600);
+      await h.api.waitStatus(retried.body.id, 'idle');
+    } finally {
+      r.disconnect();
+    }
+    await h.api.waitStatus(first.body.id, 'idle');
   });
 
   it('200 follow-ups from parallel clients all land exactly once, in queueing order, none left queued', async () => {

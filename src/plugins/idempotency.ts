@@ -3,12 +3,20 @@ import fp from 'fastify-plugin';
 import { createHash } from 'node:crypto';
 import { z } from 'zod';
 import { AppError, zodDetails } from '../errors.js';
-import { IdempotencyRecords, type IdempotencyRecord } from '../store/idempotency.js';
+import { IN_FLIGHT_RENEW_MS, IdempotencyRecords, type IdempotencyRecord } from '../store/idempotency.js';
 import type { SecretBox } from '../webhooks/secrets.js';
 
 declare module 'fastify' {
   interface FastifyRequest {
-    idempotency?: { key: string; fingerprint: string; sealed?: readonly string[] } | undefined;
+    idempotency?:
+      | {
+          key: string;
+          fingerprint: string;
+          sealed?: readonly string[];
+          /** Renews the key's in-flight lease while the request runs; cleared before its answer is written. */
+          renewal: NodeJS.Timeout;
+        }
+      | undefined;
   }
 }
 
@@ -52,7 +60,8 @@ function sealFields(
 /**
  * `Idempotency-Key` on any POST of the scope it is registered in (the `/v1` scope): the first request's answer is kept in Redis for `ttlS` seconds (so it
  * holds across replicas); the same key with the same body gets that answer again, with another body 422
- * `idempotency_key_reused`, and while the first is still being handled 409 `idempotency_in_progress`.
+ * `idempotency_key_reused`, and while the first is still being handled 409 `idempotency_in_progress` (its key held
+ * under a short lease its process renews, so a process that died frees the key: IN_FLIGHT_TTL_MS).
  * A 5xx answer is not kept, so the client may try again. Secrets in an answer (`sealInRecord`) are kept sealed with
  * `box` (as the webhooks keep them at rest) and opened for a replay; one that cannot be opened any more (the key
  * changed) is left out of the replay.
@@ -81,7 +90,9 @@ export default fp<{ ttlS: number; box: SecretBox }>(
       const key = records.key(req.tenant, createHash('sha256').update(parsed.data).digest('base64url'));
       const pending: IdempotencyRecord = { state: 'pending', fp: fingerprint };
       if (await records.reserve(key, pending)) {
-        req.idempotency = { key, fingerprint };
+        const renewal = setInterval(() => void records.renew(key).catch(() => {}), IN_FLIGHT_RENEW_MS);
+        renewal.unref();
+        req.idempotency = { key, fingerprint, renewal };
         return;
       }
       const stored = await records.get(key);
@@ -112,6 +123,7 @@ export default fp<{ ttlS: number; box: SecretBox }>(
     app.addHook('onSend', async (req, reply, payload) => {
       const idem = req.idempotency;
       if (!idem) return payload;
+      clearInterval(idem.renewal);
       delete req.idempotency;
       if (reply.statusCode >= 500) {
         await records.drop(idem.key);
@@ -129,6 +141,12 @@ export default fp<{ ttlS: number; box: SecretBox }>(
       await records.keep(idem.key, stored);
       return payload;
     });
+    // A request that ends without an answer (the client went away) stops renewing: its key frees itself.
+    const stopRenewing = async (req: FastifyRequest) => {
+      if (req.idempotency) clearInterval(req.idempotency.renewal);
+    };
+    app.addHook('onResponse', stopRenewing);
+    app.addHook('onRequestAbort', stopRenewing);
   },
   { name: 'idempotency', dependencies: ['redis', 'auth'] },
 );

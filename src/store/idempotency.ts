@@ -1,5 +1,5 @@
-import type { Cluster, Redis } from 'ioredis';
 import { idempotencyKey } from './keys.js';
+import type { RedisClient } from './lua-commands.js';
 
 /** What an `Idempotency-Key` holds: the request's fingerprint, and once answered, the answer. */
 export interface IdempotencyRecord {
@@ -13,12 +13,20 @@ export interface IdempotencyRecord {
 }
 
 /**
+ * How long a `pending` record lives unless the process handling its request renews it (`renew`, every
+ * IN_FLIGHT_RENEW_MS while the request runs): a process that died mid-request (SIGKILL, or its answer's write lost to
+ * a Redis restart) leaves the key "in progress" for at most this long, then the client's retry takes it.
+ */
+export const IN_FLIGHT_TTL_MS = 10_000;
+export const IN_FLIGHT_RENEW_MS = 3_000;
+
+/**
  * The records of `Idempotency-Key`s, one string key per (tenant, key hash), each with a TTL. Every method is one
  * command, atomic on its own; the first request of a key wins by `reserve` (SET NX).
  */
 export class IdempotencyRecords {
   constructor(
-    private readonly redis: Redis | Cluster,
+    private readonly redis: RedisClient,
     private readonly ttlS: number,
   ) {}
 
@@ -27,9 +35,20 @@ export class IdempotencyRecords {
     return idempotencyKey(tenant, keyHash);
   }
 
-  /** Writes `record` only if the key holds none (atomic: SET NX EX). True when this call wrote it. */
+  /**
+   * Writes the `pending` record only if the key holds none (atomic: SET NX PX), for IN_FLIGHT_TTL_MS. True when this
+   * call wrote it.
+   */
   async reserve(key: string, record: IdempotencyRecord): Promise<boolean> {
-    return (await this.redis.set(key, JSON.stringify(record), 'EX', this.ttlS, 'NX')) === 'OK';
+    return (await this.redis.set(key, JSON.stringify(record), 'PX', IN_FLIGHT_TTL_MS, 'NX')) === 'OK';
+  }
+
+  /**
+   * The request of a `pending` record still runs: its lease starts again (PEXPIRE). Sent on the connection that later
+   * writes the answer (`keep`), so it never shortens the kept answer's TTL.
+   */
+  async renew(key: string): Promise<void> {
+    await this.redis.pexpire(key, IN_FLIGHT_TTL_MS);
   }
 
   /** The record, or null when none is kept (never written, expired or dropped). */
