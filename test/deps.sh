@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # What the test suite needs besides node_modules, from Debian's packages: redis-server (the tests start private
-# servers), redis-cli (test clusters), Chromium (browser tests via playwright-core) and docker-compose (validates
-# docker-compose.yml without an engine; test/docker/engine.sh installs docker.io and debootstrap itself for the Compose
+# servers), redis-cli (test clusters), Chromium (browser tests via playwright-core), python3-httpx (the Python
+# client's tests) and docker-compose (validates docker-compose.yml without an engine; test/docker/engine.sh installs docker.io and debootstrap itself for the Compose
 # test on a real engine). Runs before `npm test` (the `pretest` script): installs what is missing
 # when it can (root with apt-get), otherwise says what to install and fails.
 set -euo pipefail
@@ -22,6 +22,11 @@ fi
 # test/docker.test.ts validates docker-compose.yml with `docker-compose config` (client-side, no engine needed).
 if ! command -v docker-compose >/dev/null 2>&1; then
   packages+=(docker-compose)
+fi
+
+# The Python client's tests (test/python-client.test.ts) run on Debian's python3 with its httpx.
+if [ ! -x /usr/bin/python3 ] || ! /usr/bin/python3 -c 'import httpx' >/dev/null 2>&1; then
+  packages+=(python3 python3-httpx)
 fi
 
 if [ "${#packages[@]}" -gt 0 ]; then
@@ -47,7 +52,7 @@ if [ "${#packages[@]}" -gt 0 ]; then
     exit "$install_rc"
   fi
 else
-  log "system packages present: redis-server, redis-cli, /usr/bin/chromium, docker-compose"
+  log "system packages present: redis-server, redis-cli, /usr/bin/chromium, docker-compose, python3-httpx"
 fi
 
 log "redis-server: $(redis-server --version)"

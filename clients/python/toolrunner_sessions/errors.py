@@ -1,0 +1,66 @@
+"""Errors of the service, as exceptions carrying the error envelope's stable code.
+
+Every refusal of the service is ``{"error": {"code", "message", "details"?}}`` with an HTTP status; ``ApiError``
+carries all four. ``ConnectionError`` is raised when the service could not be reached (after the client's retries).
+"""
+from __future__ import annotations
+
+from typing import Any, Optional
+
+
+class ServiceError(Exception):
+    """Base class of every error this package raises."""
+
+
+class ApiError(ServiceError):
+    """The service answered with an error envelope (or a non-2xx status without one)."""
+
+    def __init__(
+        self,
+        status: int,
+        code: str,
+        message: str,
+        details: Any = None,
+        retry_after: Optional[float] = None,
+        request_id: Optional[str] = None,
+    ) -> None:
+        super().__init__(f"{status} {code}: {message}")
+        self.status = status
+        self.code = code
+        self.message = message
+        self.details = details
+        self.retry_after = retry_after
+        self.request_id = request_id
+
+    @property
+    def retryable(self) -> bool:
+        """429 and 503 may succeed later (see ``retry_after``)."""
+        return self.status in (429, 503)
+
+
+class CursorExpiredError(ApiError):
+    """The event log no longer holds the cursor (410 ``cursor_expired``): restart from the session's state."""
+
+
+class ConnectionError(ServiceError):  # noqa: A001 - the package's own name, as the TypeScript client's
+    """The service could not be reached."""
+
+
+def error_from_response(status: int, body: Any, headers: Any) -> ApiError:
+    """Builds the exception for a non-2xx answer from its decoded JSON body (or text) and headers."""
+    code, message, details = "http_error", f"HTTP {status}", None
+    if isinstance(body, dict) and isinstance(body.get("error"), dict):
+        err = body["error"]
+        code = str(err.get("code", code))
+        message = str(err.get("message", message))
+        details = err.get("details")
+    retry_after: Optional[float] = None
+    raw = headers.get("retry-after") if headers is not None else None
+    if raw:
+        try:
+            retry_after = float(raw)
+        except ValueError:
+            retry_after = None
+    request_id = headers.get("x-request-id") if headers is not None else None
+    cls = CursorExpiredError if code == "cursor_expired" else ApiError
+    return cls(status, code, message, details, retry_after, request_id)
