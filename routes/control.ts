@@ -29,7 +29,8 @@ const routes: FastifyPluginAsyncZod = async (app) => {
         params: sessionIdParam,
         body: patchSessionBody,
         headers: ifMatchHeader,
-        response: mutation(),
+        // 409 `tool_call_pending`: `tools` cannot change while a call of the step waits.
+        response: mutation(409),
       },
     },
     async (req, reply) =>

@@ -7,6 +7,7 @@ import { z } from 'zod';
 import type { Config } from '../src/config.js';
 import { sessionIdParam } from '../src/schemas.js';
 import { errors } from '../src/openapi/responses.js';
+import { AppError } from '../src/errors.js';
 import { START, isCursor, parseCursor, placeCursor } from '../src/events/cursor.js';
 import { handleFrame, type ServerFrame } from '../src/events/frames.js';
 import { selectProtocol } from '../src/events/protocols.js';
@@ -85,12 +86,22 @@ const routes: FastifyPluginAsyncZod<{ config: Config }> = async (app, { config }
         querystring: streamQuery,
         response: {
           101: z.null().meta({ description: 'Switching Protocols: the WebSocket is open.' }),
-          ...errors(400, 401, 404, 429, 500, 503),
+          // 403 `origin_not_allowed`: an Origin outside CORS_ORIGINS.
+          // 426 `upgrade_required`: a plain GET (not an upgrade).
+          ...errors(400, 401, 403, 404, 426, 429, 500, 503),
         },
       },
       // Runs before the upgrade: another tenant's or a missing session is an HTTP 404, never a socket; a cursor
       // past the newest event a 400 (both reads in one round trip, by auto-pipelining).
       preHandler: async (req) => {
+        if (!req.ws)
+          throw new AppError(
+            426,
+            'upgrade_required',
+            'This route is a WebSocket: send an upgrade request (Connection: Upgrade, Upgrade: websocket).',
+            undefined,
+            { upgrade: 'websocket' },
+          );
         const id = req.params.id;
         const after = parseCursor(req.query.after)!;
         const [, lastId] = await Promise.all([

@@ -44,7 +44,8 @@ const routes: FastifyPluginAsyncZod = async (app) => {
         params: toolUseParams,
         body: toolResultBody,
         headers: ifMatchHeader,
-        response: mutation(),
+        // 409: nothing awaits results, the id is not one the step expects, or it was answered already.
+        response: mutation(409),
       },
     },
     async (req, reply) =>

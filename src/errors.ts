@@ -51,12 +51,13 @@ export const ERROR_CODES = [
   'compaction_pending',
   'nothing_to_compact',
   'unanswered_tool_calls',
-  // 410, 412, 413, 415, 422
+  // 410, 412, 413, 415, 422, 426
   'cursor_expired',
   'revision_mismatch',
   'payload_too_large',
   'unsupported_media_type',
   'idempotency_key_reused',
+  'upgrade_required',
   // 429
   'rate_limited',
   'quota_exceeded',

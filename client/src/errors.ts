@@ -3,51 +3,13 @@
  * `{error: {code, message, details?}}`, with the HTTP status, `Retry-After` (in ms) when the service gave one, and
  * the request id. Subclasses for the answers a program usually handles apart.
  */
+import type { components } from './openapi.js';
 
-/** The service's error codes (docs/API.md §1); a newer service may send others. */
-export type ErrorCode =
-  | 'invalid_request'
-  | 'invalid_json'
-  | 'invalid_history'
-  | 'unknown_tool'
-  | 'tool_name_conflict'
-  | 'duplicate_tool'
-  | 'invalid_tool_input'
-  | 'invalid_cursor'
-  | 'invalid_webhook_url'
-  | 'unauthorized'
-  | 'session_not_found'
-  | 'iteration_not_found'
-  | 'route_not_found'
-  | 'webhook_not_found'
-  | 'nothing_awaits_approval'
-  | 'approval_not_required'
-  | 'tool_call_already_decided'
-  | 'unknown_tool_use_id'
-  | 'nothing_awaits_results'
-  | 'tool_result_already_submitted'
-  | 'tool_result_not_expected'
-  | 'nothing_to_continue'
-  | 'tool_calls_undecided'
-  | 'session_running'
-  | 'nothing_to_retry'
-  | 'session_not_running'
-  | 'session_not_failed'
-  | 'invalid_status'
-  | 'idempotency_in_progress'
-  | 'compaction_pending'
-  | 'nothing_to_compact'
-  | 'unanswered_tool_calls'
-  | 'cursor_expired'
-  | 'revision_mismatch'
-  | 'payload_too_large'
-  | 'unsupported_media_type'
-  | 'idempotency_key_reused'
-  | 'rate_limited'
-  | 'quota_exceeded'
-  | 'internal_error'
-  | 'store_unavailable'
-  | (string & Record<never, never>);
+/**
+ * The service's error codes: the closed set of the OpenAPI document (generated from the server's one list, so it
+ * cannot fall behind); a newer service may send others.
+ */
+export type ErrorCode = components['schemas']['Error']['error']['code'] | (string & Record<never, never>);
 
 export interface ErrorBody {
   code: ErrorCode;

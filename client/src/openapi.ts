@@ -638,8 +638,62 @@ export interface components {
     /** @description Every 4xx and 5xx answer. */
     Error: {
       error: {
-        /** @description A stable snake_case code (see docs/API.md for the closed set). */
-        code: string;
+        /**
+         * @description A stable snake_case code from a closed set (docs/API.md): the same list the service throws from (src/errors.ts `ERROR_CODES`), so a generated client can switch on it.
+         * @enum {string}
+         */
+        code:
+          | 'invalid_request'
+          | 'invalid_json'
+          | 'invalid_cursor'
+          | 'invalid_history'
+          | 'invalid_tool_input'
+          | 'invalid_webhook_url'
+          | 'invalid_frame'
+          | 'duplicate_tool'
+          | 'unknown_tool'
+          | 'tool_name_conflict'
+          | 'invalid_memory_path'
+          | 'request_aborted'
+          | 'unauthorized'
+          | 'origin_not_allowed'
+          | 'session_not_found'
+          | 'iteration_not_found'
+          | 'webhook_not_found'
+          | 'file_not_found'
+          | 'route_not_found'
+          | 'session_exists'
+          | 'invalid_status'
+          | 'session_running'
+          | 'session_not_running'
+          | 'session_not_failed'
+          | 'nothing_to_retry'
+          | 'nothing_to_continue'
+          | 'nothing_awaits_approval'
+          | 'nothing_awaits_results'
+          | 'approval_not_required'
+          | 'tool_call_already_decided'
+          | 'tool_calls_undecided'
+          | 'tool_result_already_submitted'
+          | 'tool_result_not_expected'
+          | 'unknown_tool_use_id'
+          | 'budget_exhausted'
+          | 'tool_call_pending'
+          | 'webhook_disabled'
+          | 'idempotency_in_progress'
+          | 'compaction_pending'
+          | 'nothing_to_compact'
+          | 'unanswered_tool_calls'
+          | 'cursor_expired'
+          | 'revision_mismatch'
+          | 'payload_too_large'
+          | 'unsupported_media_type'
+          | 'idempotency_key_reused'
+          | 'upgrade_required'
+          | 'rate_limited'
+          | 'quota_exceeded'
+          | 'internal_error'
+          | 'store_unavailable';
         /** @description A human sentence; may change. */
         message: string;
         /** @description What went wrong in detail: for `invalid_request` the issues `[{path, code, message}]`. */
@@ -2278,6 +2332,15 @@ export interface operations {
           'application/json': components['schemas']['Error'];
         };
       };
+      /** @description The request does not fit the session's state (the code says why), or `idempotency_in_progress`. */
+      409: {
+        headers: {
+          [name: string]: unknown;
+        };
+        content: {
+          'application/json': components['schemas']['Error'];
+        };
+      };
       /** @description If-Match does not match the revision (`revision_mismatch`; `details.revision`). */
       412: {
         headers: {
@@ -3121,6 +3184,15 @@ export interface operations {
       };
       /** @description No such resource (`session_not_found`, also for another tenant's; `iteration_not_found`, …). */
       404: {
+        headers: {
+          [name: string]: unknown;
+        };
+        content: {
+          'application/json': components['schemas']['Error'];
+        };
+      };
+      /** @description The request does not fit the session's state (the code says why), or `idempotency_in_progress`. */
+      409: {
         headers: {
           [name: string]: unknown;
         };
@@ -4437,8 +4509,26 @@ export interface operations {
           'application/json': components['schemas']['Error'];
         };
       };
+      /** @description Answer */
+      403: {
+        headers: {
+          [name: string]: unknown;
+        };
+        content: {
+          'application/json': components['schemas']['Error'];
+        };
+      };
       /** @description No such resource (`session_not_found`, also for another tenant's; `iteration_not_found`, …). */
       404: {
+        headers: {
+          [name: string]: unknown;
+        };
+        content: {
+          'application/json': components['schemas']['Error'];
+        };
+      };
+      /** @description Answer */
+      426: {
         headers: {
           [name: string]: unknown;
         };

@@ -1,4 +1,5 @@
 import { z } from 'zod';
+import { ERROR_CODES } from '../errors.js';
 
 /**
  * Response bodies of the REST routes, as zod schemas. They do two jobs: the OpenAPI document (each `.meta({id})`
@@ -13,9 +14,11 @@ const isoTime = z.string().meta({ format: 'date-time' });
 export const errorBody = z
   .object({
     error: z.object({
-      code: z
-        .string()
-        .meta({ description: 'A stable snake_case code (see docs/API.md for the closed set).' }),
+      code: z.enum(ERROR_CODES).meta({
+        description:
+          'A stable snake_case code from a closed set (docs/API.md): the same list the service throws from ' +
+          '(src/errors.ts `ERROR_CODES`), so a generated client can switch on it.',
+      }),
       message: z.string().meta({ description: 'A human sentence; may change.' }),
       details: z.unknown().optional().meta({
         description: 'What went wrong in detail: for `invalid_request` the issues `[{path, code, message}]`.',

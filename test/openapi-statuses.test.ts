@@ -1,0 +1,78 @@
+/**
+ * Every status a route answers is declared in the OpenAPI document for that route (a generated client compares
+ * `status === 409` only if the document names 409). Drives the refusals that were once missing from it — a tool
+ * result when nothing awaits one, a PATCH of `tools` while a call waits, the WebSocket route's refused origin and a
+ * plain GET of it — and checks each answer's status and its error envelope against the served document.
+ */
+import { after, before, describe, test } from 'node:test';
+import assert from 'node:assert/strict';
+import { WebSocket } from 'ws';
+import { startHarness, type Harness } from './helpers/service.js';
+
+type Doc = { paths: Record<string, Record<string, { responses: Record<string, unknown> }>> };
+
+describe('statuses answered are statuses declared', () => {
+  let h: Harness;
+  let doc: Doc;
+  const KEY = 'k-statuses';
+  before(async () => {
+    h = await startHarness({ env: { API_KEYS: `acme:${KEY}`, CORS_ORIGINS: 'https://app.example' } });
+    doc = (await h.api.req('GET', '/docs/json')).body as Doc;
+  });
+  after(async () => h.close());
+
+  const declared = (method: string, path: string) =>
+    Object.keys(doc.paths[path]?.[method.toLowerCase()]?.responses ?? {});
+
+  function assertDeclared(method: string, path: string, status: number, body: any, code: string) {
+    assert.equal(body?.error?.code, code, JSON.stringify(body));
+    assert.ok(
+      declared(method, path).includes(String(status)),
+      `${method} ${path} answered ${status} (${code}) but declares only ${declared(method, path).join(', ')}`,
+    );
+  }
+
+  test('PUT …/tool-results/{tool_use_id} with nothing awaiting results: 409, declared', async () => {
+    const s = await h.api.req('POST', '/v1/sessions', { input: 'hi', start: false });
+    const res = await h.api.req('PUT', `/v1/sessions/${s.body.id}/tool-results/toolu_x`, { content: 'x' });
+    assert.equal(res.status, 409);
+    assertDeclared('PUT', '/v1/sessions/{id}/tool-results/{tool_use_id}', 409, res.body, res.body.error.code);
+  });
+
+  test('PATCH /v1/sessions/{id} of tools while a call waits for approval: 409 tool_call_pending, declared', async () => {
+    const s = await h.api.req('POST', '/v1/sessions', {
+      input: 'What is the weather in Paris?',
+      tools: ['get_weather'],
+      approval: 'always',
+    });
+    await h.api.waitStatus(s.body.id, 'requires_action', 30_000);
+    const res = await h.api.req('PATCH', `/v1/sessions/${s.body.id}`, { tools: ['calculate_sum'] });
+    assert.equal(res.status, 409);
+    assertDeclared('PATCH', '/v1/sessions/{id}', 409, res.body, 'tool_call_pending');
+  });
+
+  test('the WebSocket route: an unlisted Origin is a 403 and a plain GET a 426, both in the envelope, declared', async () => {
+    const s = await h.api.req('POST', '/v1/sessions', { input: 'hi', start: false });
+    const path = '/v1/sessions/{id}/stream';
+    const url = `${h.service.url.replace('http', 'ws')}/v1/sessions/${s.body.id}/stream`;
+    const refused = await new Promise<{ status: number; body: string }>((resolve, reject) => {
+      const ws = new WebSocket(url, {
+        headers: { authorization: `Bearer ${KEY}`, origin: 'https://evil.example' },
+      });
+      ws.on('unexpected-response', (_req, res) => {
+        let body = '';
+        res.on('data', (d: Buffer) => (body += d.toString()));
+        res.on('end', () => resolve({ status: res.statusCode ?? 0, body }));
+      });
+      ws.on('open', () => reject(new Error('the upgrade was accepted')));
+      ws.on('error', () => undefined);
+    });
+    assert.equal(refused.status, 403);
+    assertDeclared('GET', path, 403, JSON.parse(refused.body), 'origin_not_allowed');
+
+    const plain = await h.api.req('GET', `/v1/sessions/${s.body.id}/stream`);
+    assert.equal(plain.status, 426);
+    assert.equal(plain.headers.get('upgrade'), 'websocket');
+    assertDeclared('GET', path, 426, plain.body, 'upgrade_required');
+  });
+});
