@@ -580,6 +580,22 @@ describe(
         }
         const user = await docker(['exec', container('api'), 'id', '-u']);
         assert.equal(user, '1000');
+        // Hardened: the runtime user cannot change the code, nor write outside the tmpfs, and holds no capability.
+        for (const target of ['/app/dist/src/server.js', '/app/new-file']) {
+          const touched = await run(
+            dockerBin,
+            ['exec', container('api'), 'touch', target],
+            composeEnv,
+            30_000,
+          );
+          assert.notEqual(touched.code, 0, `${target} is not writable`);
+        }
+        assert.equal(
+          (await run(dockerBin, ['exec', container('api'), 'touch', '/tmp/x'], composeEnv, 30_000)).code,
+          0,
+        );
+        const capabilities = await docker(['exec', container('api'), 'grep', 'CapEff', '/proc/1/status']);
+        assert.match(capabilities, /CapEff:\s+0+$/);
         const rssKb = Number((await nodeProcess())[1]);
         timings['api RSS at idle'] = `${(rssKb / 1024).toFixed(0)} MB`;
       },

@@ -189,6 +189,12 @@ describe('Dockerfile', () => {
     assert.match(entry, /^dist\/src\/.+\.js$/);
   });
 
+  test('the runtime stage leaves the code root-owned (no --chown to the runtime user)', () => {
+    const runtime = read('Dockerfile').split(/^FROM .* AS runtime$/m)[1] ?? '';
+    assert.ok(runtime.includes('COPY'), 'a runtime stage');
+    assert.doesNotMatch(runtime, /--chown/);
+  });
+
   test('runs as a non-root user', () => {
     const users = finalOf('USER');
     assert.ok(users.length > 0, 'USER is set in the final stage');
@@ -242,7 +248,10 @@ describe('Dockerfile', () => {
     const argv = execForm(cmd.args);
     const start = pkg.scripts['start'];
     assert.ok(start, 'package.json has a start script');
-    const startArgv = start.trim().split(/\s+/);
+    const startArgv = start
+      .trim()
+      .replace(/^exec\s+/, '')
+      .split(/\s+/);
     assert.ok(
       JSON.stringify(argv) === JSON.stringify(['npm', 'start']) ||
         JSON.stringify(argv) === JSON.stringify(startArgv),
@@ -309,6 +318,24 @@ describe('docker-compose.yml', () => {
     assert.deepEqual(api['depends_on'], { redis: { condition: 'service_healthy' } });
     assert.equal(api['restart'], 'unless-stopped');
     assert.ok(api['healthcheck'], 'api has a healthcheck');
+  });
+
+  test('api: read-only root filesystem, no capabilities, no privilege gain, bounded memory and pids, rotated logs', () => {
+    assert.equal(api['read_only'], true);
+    assert.deepEqual(api['tmpfs'], ['/tmp']);
+    assert.deepEqual(api['cap_drop'], ['ALL']);
+    assert.deepEqual(api['security_opt'], ['no-new-privileges:true']);
+    assert.match(String(api['mem_limit']), /^\$\{API_MEM_LIMIT:-\d+[mg]\}$/);
+    assert.ok(Number(api['pids_limit']) > 0);
+    assert.equal(api['logging']?.['driver'], 'json-file');
+    assert.ok(api['logging']?.['options']?.['max-size'], 'logs rotate');
+  });
+
+  test('redis: bounded memory that refuses writes when full rather than evicting session state', () => {
+    assert.match(
+      String(redis['command']),
+      /--maxmemory \$\{REDIS_MAXMEMORY:-\w+\} --maxmemory-policy noeviction/,
+    );
   });
 
   test("api: stop_grace_period is above SHUTDOWN_GRACE_MS's default plus the 5 s close delay", () => {

@@ -74,12 +74,15 @@ export function buildService(): void {
   if (out.status !== 0) throw new Error(`build failed: ${out.stdout}${out.stderr}`);
 }
 
-/** package.json's start command as argv after `node`. */
+/** package.json's start command as argv after `node` (its `exec`, which hands npm's signals to node, dropped). */
 function startArgs(): string[] {
   const pkg = JSON.parse(readFileSync(path.join(ROOT, 'package.json'), 'utf8')) as {
     scripts: { start: string };
   };
-  const argv = pkg.scripts.start.trim().split(/\s+/);
+  const argv = pkg.scripts.start
+    .trim()
+    .replace(/^exec\s+/, '')
+    .split(/\s+/);
   if (argv[0] !== 'node') throw new Error(`the start script does not run node: ${pkg.scripts.start}`);
   return argv.slice(1);
 }
