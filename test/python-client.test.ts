@@ -61,6 +61,7 @@ describe('the Python client', () => {
         TRS_API_KEY: 'key-python',
         TRS_OTHER_KEY: 'key-other',
         TRS_OPENAPI: OPENAPI_JSON,
+        PYTHONDONTWRITEBYTECODE: '1',
       },
       stdio: ['ignore', 'pipe', 'pipe'],
       timeout: 120_000,
@@ -86,7 +87,7 @@ describe('the Python client', () => {
       const id: string = created.body.id;
       const waiting = await h.api.waitStatus(id, 'requires_action', 30_000);
       const child = spawn(PYTHON, [path.join(PKG, 'tests/follow_cli.py'), proxy.url, 'key-python', id], {
-        env: { PATH: process.env['PATH'] ?? '' },
+        env: { PATH: process.env['PATH'] ?? '', PYTHONDONTWRITEBYTECODE: '1' },
         stdio: ['ignore', 'pipe', 'inherit'],
         timeout: 60_000,
       });
