@@ -15,6 +15,7 @@ import eventsHubPlugin from './plugins/events-hub.js';
 import authPlugin from './plugins/auth.js';
 import browserOriginsPlugin from './plugins/cors.js';
 import errorsPlugin from './plugins/errors.js';
+import accessLogPlugin from './plugins/access-log.js';
 import idempotencyPlugin from './plugins/idempotency.js';
 import rateLimitPlugin from './plugins/ratelimit.js';
 import securityHeadersPlugin from './plugins/security-headers.js';
@@ -66,6 +67,7 @@ const app: FastifyPluginAsync<AppOptions> = async (fastify, opts) => {
   });
 
   await fastify.register(errorsPlugin);
+  await fastify.register(accessLogPlugin);
   await fastify.register(metricsPlugin);
   await fastify.register(tracingPlugin, opts.tracing ?? {});
   await fastify.register(swagger, swaggerOptions);

@@ -110,9 +110,8 @@ export async function startService(
     bodyLimit: config.BODY_LIMIT,
     requestIdHeader: 'x-request-id',
     genReqId: () => `req_${Math.random().toString(36).slice(2, 12)}`,
-    logController: new LogController({
-      disableRequestLogging: config.LOG_LEVEL !== 'debug' && config.LOG_LEVEL !== 'trace',
-    }),
+    // Fastify's own two lines per request are off: src/plugins/access-log.ts writes one, with the route and tenant.
+    logController: new LogController({ disableRequestLogging: true }),
     forceCloseConnections: true,
     // Slow clients: a whole request within REQUEST_TIMEOUT_MS, no silent socket (idle keep-alive included) beyond
     // CONNECTION_TIMEOUT_MS. Node

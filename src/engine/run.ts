@@ -66,6 +66,7 @@ export async function drive(deps: DriveDeps, run: RunHandle): Promise<void> {
   await deps.channels.watchControl(run.id).catch((err) => log.warn({ err }, 'subscribe failed'));
   let cutRetries = 0;
   let counted = false;
+  const started = Date.now();
   try {
     await store.runs.markDue(run.id, Date.now() + leaseTtlMs);
     while (!deps.stopping() || run.reason === null) {
@@ -76,6 +77,7 @@ export async function drive(deps: DriveDeps, run: RunHandle): Promise<void> {
         // after a crash, an end of an earlier run that gave the slot back after this start took it).
         counted = true;
         await store.runs.holdRunSlot(state.tenant, run.id);
+        log.info({ tenant: state.tenant, iteration: state.iteration, fence: run.fence }, 'run started');
       }
       if (state.control === 'cancel' || run.reason === 'cancel') {
         // The history stays valid; see cancelSession.
@@ -121,6 +123,8 @@ export async function drive(deps: DriveDeps, run: RunHandle): Promise<void> {
     if (!(err instanceof FencedOut)) log.error({ err }, 'run crashed; the session is left for recovery');
   } finally {
     clearInterval(renew);
+    // `abort`: null when the run ended by itself (the session left `running`), else why this process stopped it.
+    if (counted) log.info({ abort: run.reason, ms: Date.now() - started }, 'run ended');
     await deps.channels.unwatchControl(run.id);
     await store.runs.release(run.id, owner, run.fence).catch(() => {});
     // Handed over: any replica may claim it now rather than after the lease TTL.
