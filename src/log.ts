@@ -6,7 +6,7 @@
 import type { FastifyBaseLogger } from 'fastify';
 
 /** The components that log, each through `componentLog(log, name)`. */
-export type Component = 'boot' | 'engine' | 'events' | 'redis' | 'webhooks' | 'stream' | 'quotas' | 'mcp';
+export type Component = 'boot' | 'engine' | 'events' | 'redis' | 'webhooks' | 'stream' | 'quotas' | 'mcp' | 'upstream';
 
 /**
  * The field names of the things a log line is about: a session id, a tenant, an iteration number, a tool name, a

@@ -4,6 +4,7 @@ import { startHarness, type Harness } from './helpers/service.js';
 import { parseExposition, value, type Sample } from './helpers/prometheus.js';
 import { connectSse, connectWs, isFinalStatus, type Envelope } from './fixtures/event-clients.js';
 import { text, toolCall } from '../src/fake/script.js';
+import { overloaded } from '../src/fake/server.js';
 import { compareIds } from '../src/events/cursor.js';
 import { Metrics, redisErrorKind } from '../src/observability/metrics.js';
 
@@ -165,5 +166,26 @@ describe('Prometheus metrics', () => {
       value(parseExposition(await b.text()), 'trs_turns_total', { stop_reason: 'end_turn' }),
       undefined,
     );
+  });
+
+  it('counts every upstream attempt by status class and error type, and the SDK retries', async () => {
+    const before = (await scrape()).samples;
+    const count = (samples: Sample[], labels: Record<string, string>) =>
+      value(samples, 'trs_upstream_requests_total', labels) ?? 0;
+    const retries = (samples: Sample[]) => value(samples, 'trs_upstream_retries_total') ?? 0;
+    // Two 529s, then an answer: three attempts of one SDK call (the harness allows one retry: the second 529 is
+    // the call's failure, and the run's resume makes the third attempt).
+    h.fake.enqueue(overloaded({ retryAfterMs: 5 }), overloaded({ retryAfterMs: 5 }), text('fine'));
+    const created = await h.api.as('key-acme').req('POST', '/v1/sessions', { input: 'hello' });
+    const failed = await h.api.as('key-acme').waitStatus(created.body.id, ['idle', 'failed'], 20_000);
+    assert.equal(failed.status, 'failed');
+    await h.api.as('key-acme').req('POST', `/v1/sessions/${created.body.id}/resume`);
+    await h.api.as('key-acme').waitStatus(created.body.id, 'idle', 20_000);
+    const after = (await scrape()).samples;
+    const overloadedLabels = { status_class: '5xx', error_type: 'overloaded_error' };
+    assert.equal(count(after, overloadedLabels) - count(before, overloadedLabels), 2);
+    const ok = { status_class: '2xx', error_type: 'none' };
+    assert.ok(count(after, ok) - count(before, ok) >= 1);
+    assert.equal(retries(after) - retries(before), 1, 'the second 529 was the SDK retrying');
   });
 });

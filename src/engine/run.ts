@@ -3,6 +3,7 @@ import { pendingToolCalls } from '../history.js';
 import type { SessionChannels } from '../store/channels.js';
 import type { SessionState } from '../store/session-state.js';
 import { isStoreDown } from '../store/unavailable.js';
+import { upstreamContext, type UpstreamContext } from '../observability/upstream-fetch.js';
 import { budgetExhausted, stopForBudget, totalTokens } from './budget.js';
 import { CommitLanded, cancelSession, commit, commitInterrupt, fail, finish } from './commit.js';
 import type { EngineLogger, RunDeps, RunHandle } from './run-handle.js';
@@ -59,7 +60,13 @@ function renewLease(deps: DriveDeps, run: RunHandle, log: EngineLogger): NodeJS.
 }
 
 /** The run: tool steps and runner turns until the session leaves `running` or this process loses it. */
-export async function drive(deps: DriveDeps, run: RunHandle): Promise<void> {
+export function drive(deps: DriveDeps, run: RunHandle): Promise<void> {
+  // The upstream requests of this run (made deep in the SDK) log which session and tenant they were for.
+  const ctx: UpstreamContext = { session: run.id, tenant: null };
+  return upstreamContext.run(ctx, () => driveRun(deps, run, ctx));
+}
+
+async function driveRun(deps: DriveDeps, run: RunHandle, ctx: UpstreamContext): Promise<void> {
   const { store, leaseTtlMs, owner } = deps;
   const log = deps.logger.child({ session: run.id });
   const renew = renewLease(deps, run, log);
@@ -76,6 +83,7 @@ export async function drive(deps: DriveDeps, run: RunHandle): Promise<void> {
         // The session runs: it counts among its tenant's active runs whatever happened to its slot (a run taken over
         // after a crash, an end of an earlier run that gave the slot back after this start took it).
         counted = true;
+        ctx.tenant = state.tenant;
         await store.runs.holdRunSlot(state.tenant, run.id);
         log.info({ tenant: state.tenant, iteration: state.iteration, fence: run.fence }, 'run started');
       }

@@ -72,6 +72,8 @@ export class Metrics {
   readonly slowReaderCloses: Counter<'transport'>;
   // Dependencies and the API surface.
   readonly redisErrors: Counter<'kind'>;
+  readonly upstreamRequests: Counter<'status_class' | 'error_type'>;
+  readonly upstreamRetries: Counter;
   readonly httpErrors: Counter<'route' | 'method' | 'status' | 'code'>;
   /** For the webhooks component: one increment per delivery attempt's outcome. */
   readonly webhookDeliveries: Counter<'outcome'>;
@@ -194,6 +196,17 @@ export class Metrics {
       name: 'trs_redis_errors_total',
       help: 'Errors of the Redis connections (command and subscriber), by kind.',
       labelNames: ['kind'],
+      registers,
+    });
+    this.upstreamRequests = new Counter({
+      name: 'trs_upstream_requests_total',
+      help: 'HTTP attempts to the Messages API (each SDK retry counts), by status class (2xx, 4xx, 5xx, none) and error type.',
+      labelNames: ['status_class', 'error_type'],
+      registers,
+    });
+    this.upstreamRetries = new Counter({
+      name: 'trs_upstream_retries_total',
+      help: 'Attempts the SDK made again after a failed one (429, 5xx, connection errors).',
       registers,
     });
     this.httpErrors = new Counter({

@@ -1,5 +1,7 @@
 import Anthropic from '@anthropic-ai/sdk';
 import fp from 'fastify-plugin';
+import { componentLog } from '../log.js';
+import { countingFetch } from '../observability/upstream-fetch.js';
 
 declare module 'fastify' {
   interface FastifyInstance {
@@ -24,9 +26,11 @@ export default fp<AnthropicPluginOptions>(
       maxRetries: opts.maxRetries,
       // The SDK's own spans (model calls, tool runner, tools) on this instance's provider; none when tracing is off.
       openTelemetry: app.tracing.sdkOption,
+      // Each attempt counted and each failure logged (src/observability/upstream-fetch.ts).
+      fetch: countingFetch(app.metrics, componentLog(app.log, 'upstream')),
     });
     app.decorate('anthropic', client);
     app.decorate('modelBackend', opts.offline ? 'offline' : 'anthropic');
   },
-  { name: 'anthropic', dependencies: ['tracing'] },
+  { name: 'anthropic', dependencies: ['tracing', 'metrics'] },
 );

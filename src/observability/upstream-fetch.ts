@@ -1,0 +1,83 @@
+/**
+ * Every HTTP attempt the SDK makes to the Messages API, seen where it happens: its own `fetch` option. The SDK
+ * retries inside one call (429, 5xx, connection errors), so the engine only ever sees the last attempt; here each
+ * attempt is counted (`trs_upstream_requests_total` by status class and error type, `trs_upstream_retries_total`
+ * from the SDK's own `X-Stainless-Retry-Count` header) and each failed one is logged with the session and tenant of
+ * the run that made it (an AsyncLocalStorage the run enters), the upstream's `request-id` and the attempt number.
+ */
+import { AsyncLocalStorage } from 'node:async_hooks';
+import type { FastifyBaseLogger } from 'fastify';
+import type { Metrics } from './metrics.js';
+
+/** The run a request belongs to; `tenant` is known once the run has read its session. */
+export interface UpstreamContext {
+  session: string;
+  tenant: string | null;
+}
+
+export const upstreamContext = new AsyncLocalStorage<UpstreamContext>();
+
+/** The Messages API's error types by status (what the API names in `error.type`), so no body is read for it. */
+function errorType(status: number): string {
+  if (status < 400) return 'none';
+  const known: Record<number, string> = {
+    400: 'invalid_request_error',
+    401: 'authentication_error',
+    403: 'permission_error',
+    404: 'not_found_error',
+    408: 'timeout_error',
+    413: 'request_too_large',
+    429: 'rate_limit_error',
+    529: 'overloaded_error',
+  };
+  return known[status] ?? (status >= 500 ? 'api_error' : `http_${status}`);
+}
+
+function headerOf(init: RequestInit | undefined, name: string): string | null {
+  const h = init?.headers;
+  if (!h) return null;
+  if (h instanceof Headers) return h.get(name);
+  if (Array.isArray(h)) return h.find(([k]) => k.toLowerCase() === name)?.[1] ?? null;
+  const record = h as Record<string, string | undefined>;
+  for (const key of Object.keys(record)) if (key.toLowerCase() === name) return record[key] ?? null;
+  return null;
+}
+
+export function countingFetch(
+  metrics: Metrics,
+  log: FastifyBaseLogger,
+  inner: typeof fetch = fetch,
+): typeof fetch {
+  return async (input, init) => {
+    const attempt = Number(headerOf(init, 'x-stainless-retry-count') ?? 0);
+    if (attempt > 0) metrics.upstreamRetries.inc();
+    const ctx = upstreamContext.getStore();
+    try {
+      const res = await inner(input, init);
+      const type = errorType(res.status);
+      metrics.upstreamRequests.inc({ status_class: `${Math.floor(res.status / 100)}xx`, error_type: type });
+      if (res.status >= 400)
+        log.warn(
+          {
+            session: ctx?.session,
+            tenant: ctx?.tenant,
+            status: res.status,
+            error_type: type,
+            attempt,
+            upstream_request_id: res.headers.get('request-id'),
+          },
+          'upstream request failed',
+        );
+      return res;
+    } catch (err) {
+      const aborted = init?.signal?.aborted === true;
+      metrics.upstreamRequests.inc({
+        status_class: 'none',
+        error_type: aborted ? 'aborted' : 'connection_error',
+      });
+      if (!aborted)
+        log.warn({ session: ctx?.session, tenant: ctx?.tenant, err, attempt }, 'upstream request failed');
+      throw err;
+    }
+  };
+}
