@@ -2,15 +2,20 @@ import { z } from 'zod';
 import { MAX_URL_LENGTH } from './address-guard.js';
 import type { WebhookRecord } from './keys.js';
 
-/** Event types a webhook may name: every type of the contract's sections 4 and 6. */
+/**
+ * Event types a webhook may name: every type a session's log holds (docs/API.md §5.2; test/webhooks-events.test.ts
+ * checks the two lists are the same).
+ */
 export const EVENT_TYPES = [
   'session.created',
   'session.updated',
   'session.deleted',
   'session.status',
   'session.error',
+  'session.cancel_requested',
   'turn.started',
   'turn.completed',
+  'turn.dropped',
   'stream.event',
   'tool.started',
   'tool.completed',
@@ -18,9 +23,11 @@ export const EVENT_TYPES = [
   'message.queued',
   'message.appended',
   'tool_call.decided',
+  'tool_result.submitted',
   'tool_result.replaced',
   'params.updated',
   'tools.updated',
+  'tools.applied',
   'compaction.started',
   'compaction.completed',
   'compaction.skipped',
