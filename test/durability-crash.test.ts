@@ -11,7 +11,7 @@ import type { Redis } from 'ioredis';
 import { text, toolCall } from '../src/fake/script.js';
 import { startFakeAnthropic, type FakeAnthropic } from '../src/fake/server.js';
 import { startTestRedis, type TestRedis } from './helpers/redis.js';
-import { serviceEnv, sleep, spawnService, type ServiceProcess } from './helpers/process.js';
+import { serviceEnv, spawnService, type ServiceProcess } from './helpers/process.js';
 import {
   LoopModel,
   leaseOwnerPid,
@@ -73,6 +73,20 @@ describe('crash recovery (SIGKILL)', { timeout: 180_000 }, () => {
   });
 
   /** Kills the process that holds the session's lease; returns it, the survivor, and when it died. */
+  /** Resolves once the event log holds a `stream.event` of `iteration`: a kill then lands mid-turn. */
+  const streamingTurn = (id: string, iteration: number) =>
+    until(
+      async () => {
+        const entries = await r.xrevrange(`s:{${id}}:e`, '+', '-', 'COUNT', 50);
+        return entries.some(([, fields]) => {
+          const field = (name: string) => fields[fields.findIndex((f, i) => i % 2 === 0 && f === name) + 1];
+          return field('t') === 'stream.event' && JSON.parse(field('d') ?? '{}').iteration === iteration;
+        });
+      },
+      30_000,
+      `turn ${iteration} streaming`,
+    );
+
   async function killOwner(id: string) {
     const pid = await until(() => leaseOwnerPid(r, id), 5000, 'a lease holder');
     const owner = byPid(pid);
@@ -100,7 +114,7 @@ describe('crash recovery (SIGKILL)', { timeout: 180_000 }, () => {
       30_000,
       'turn 3',
     );
-    await sleep(150);
+    await streamingTurn(id, 3);
     const { survivor, killedAt } = await killOwner(id);
     const atCrash = await storedHistory(r, id);
     assert.equal(atCrash.filter((m) => m.role === 'assistant').length, 2, 'two replies were persisted');
@@ -209,7 +223,7 @@ describe('crash recovery (SIGKILL)', { timeout: 180_000 }, () => {
     const created = await procs[1]!.api.post('/v1/sessions', { input: tagged(tag), tools: ['sleep'] });
     const id = created.body.id as string;
     await until(() => model.requestsOf(tag).length === 2, 20_000, 'the turn after the tool');
-    await sleep(100);
+    await streamingTurn(id, 2);
     const { survivor, killedAt } = await killOwner(id);
     const atCrash = await storedHistory(r, id);
     assert.equal(atCrash.length, 3, 'the tool result was persisted');
@@ -351,7 +365,7 @@ describe('crash recovery (SIGKILL)', { timeout: 180_000 }, () => {
     fake.setHandler(model.handler);
     const tag = 'alldead';
     const id = await startLoop(procs[0]!.api, model, tag);
-    await sleep(100);
+    await streamingTurn(id, 1);
     const killedAt = Date.now();
     await Promise.all(procs.map((p) => p.kill()));
     const atCrash = await storedHistory(r, id);

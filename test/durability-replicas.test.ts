@@ -7,7 +7,7 @@ import assert from 'node:assert/strict';
 import type { Redis } from 'ioredis';
 import { hang, startFakeAnthropic, type FakeAnthropic } from '../src/fake/server.js';
 import { startTestRedis, type TestRedis } from './helpers/redis.js';
-import { serviceEnv, sleep, spawnService, type ServiceProcess } from './helpers/process.js';
+import { serviceEnv, spawnService, type ServiceProcess } from './helpers/process.js';
 import {
   LoopModel,
   leaseOwnerPid,
@@ -160,8 +160,8 @@ describe('several replicas on one Redis', { timeout: 180_000 }, () => {
     } finally {
       owner.resume();
     }
-    // The frozen one wakes up with its turn's reply in its socket buffer and tries to commit it.
-    await sleep(1500);
+    // The frozen one wakes up with its turn's reply in its socket buffer, tries to commit it, and its run ends.
+    await owner.waitForLog((l) => l['msg'] === 'run ended' && l['session'] === id, 15_000);
     const s = (await other.api.get(`/v1/sessions/${id}`)).body;
     assert.equal(s.status, 'idle');
     assert.equal(s.iteration, 4);
@@ -202,7 +202,8 @@ describe('several replicas on one Redis', { timeout: 180_000 }, () => {
       const ms = Date.now() - t0;
       assert.ok(ms < 1000, `${what} reached the owner in ${ms} ms`);
       if (what === 'delete') {
-        await sleep(LEASE_TTL_MS);
+        // The run's last line: it writes nothing after it.
+        await owner.waitForLog((l) => l['msg'] === 'run ended' && l['session'] === id, 5000);
         // Nothing of the session came back (no late write of the aborted run); the event log expires.
         const keys = await r.keys(`s:{${id}}*`);
         assert.deepEqual(keys, [`s:{${id}}:e`]);

@@ -131,12 +131,13 @@ async function driveRun(deps: DriveDeps, run: RunHandle, ctx: UpstreamContext): 
     if (!(err instanceof FencedOut)) log.error({ err }, 'run crashed; the session is left for recovery');
   } finally {
     clearInterval(renew);
-    // `abort`: null when the run ended by itself (the session left `running`), else why this process stopped it.
-    if (counted) log.info({ abort: run.reason, ms: Date.now() - started }, 'run ended');
     await deps.channels.unwatchControl(run.id);
     await store.runs.release(run.id, owner, run.fence).catch(() => {});
     // Handed over: any replica may claim it now rather than after the lease TTL.
     if (run.reason === 'shutdown') await store.runs.markDue(run.id, Date.now()).catch(() => {});
+    // Last: nothing of this run writes after this line. `abort`: null when the run ended by itself (the session
+    // left `running`), else why this process stopped it.
+    if (counted) log.info({ abort: run.reason, ms: Date.now() - started }, 'run ended');
   }
 }
 
