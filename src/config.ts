@@ -1,3 +1,4 @@
+import { readFileSync } from 'node:fs';
 import { z } from 'zod';
 import { mcpServersVar, missingEnvRefs, resolveMcpServers } from './mcp/config.js';
 
@@ -191,9 +192,44 @@ export type Config = z.infer<typeof configSchema>;
 export class ConfigError extends Error {}
 
 /** Parses the environment; a bad value throws a ConfigError that names the variable. */
+/** Secrets that may come from a file (`<NAME>_FILE`: Docker and Compose secrets) rather than the environment. */
+const FILE_SECRETS = ['API_KEYS', 'ANTHROPIC_API_KEY', 'WEBHOOK_SECRET_KEY'] as const;
+
+/**
+ * `<NAME>_FILE` read into `<NAME>` (its content, surrounding white space trimmed): a secret mounted as a file is not
+ * in the process's environment, so `docker inspect` and /proc/<pid>/environ do not show it. Setting both is an
+ * error, and so is a file that cannot be read.
+ */
+function withFileSecrets(env: Record<string, string>): Record<string, string> {
+  const out = { ...env };
+  const problems: string[] = [];
+  for (const name of FILE_SECRETS) {
+    const file = env[`${name}_FILE`];
+    delete out[`${name}_FILE`];
+    if (file === undefined) continue;
+    if (env[name] !== undefined) {
+      problems.push(`  ${name}_FILE: set ${name} or ${name}_FILE, not both`);
+      continue;
+    }
+    try {
+      out[name] = readFileSync(file, 'utf8').trim();
+    } catch (err) {
+      problems.push(
+        `  ${name}_FILE: cannot read ${file} (${(err as NodeJS.ErrnoException).code ?? 'error'})`,
+      );
+    }
+  }
+  if (problems.length) throw new ConfigError(`Invalid configuration:\n${problems.join('\n')}`);
+  return out;
+}
+
 export function loadConfig(env: NodeJS.ProcessEnv = process.env): Config {
   // An empty variable means unset, as in `docker compose` files with `${X:-}`.
-  const cleaned = Object.fromEntries(Object.entries(env).filter(([, v]) => v !== undefined && v !== ''));
+  const cleaned = withFileSecrets(
+    Object.fromEntries(
+      Object.entries(env).filter((e): e is [string, string] => e[1] !== undefined && e[1] !== ''),
+    ),
+  );
   const parsed = configSchema.safeParse(cleaned);
   if (!parsed.success) {
     const lines = parsed.error.issues.map((i) => `  ${i.path.join('.') || '(env)'}: ${i.message}`);
