@@ -151,7 +151,13 @@ class EventReader {
     private readonly key: string,
   ) {}
 
+  /** Connections opened after the first. */
+  reconnects = 0;
+  private opened = false;
+
   async connect(): Promise<void> {
+    if (this.opened) this.reconnects++;
+    this.opened = true;
     const last = this.events.at(-1)?.id;
     const socket = new WebSocket(last ? `${this.url}?after=${encodeURIComponent(last)}` : this.url, {
       headers: { authorization: `Bearer ${this.key}` },
@@ -408,6 +414,7 @@ describe(
           NODE_IMAGE: engine.env['NODE_IMAGE'],
           REDIS_IMAGE: engine.env['REDIS_IMAGE'],
           PROMETHEUS_IMAGE: engine.env['PROMETHEUS_IMAGE'],
+          HAPROXY_IMAGE: engine.env['HAPROXY_IMAGE'],
           API_PUBLISH: `127.0.0.1:${port}`,
           API_KEYS: `ci:${tenantKey}`,
           SHUTDOWN_GRACE_MS: String(shutdownGraceMs),
@@ -553,11 +560,20 @@ describe(
           'the console loads its API through the client',
         );
 
-        const apiPorts = JSON.parse(await inspect('api', '{{json .NetworkSettings.Ports}}')) as Record<
+        // The balancer publishes the port; the api replicas publish nothing.
+        const lbPorts = JSON.parse(await inspect('lb', '{{json .NetworkSettings.Ports}}')) as Record<
           string,
           Array<{ HostIp: string; HostPort: string }> | null
         >;
-        assert.deepEqual(apiPorts['3000/tcp'], [{ HostIp: '127.0.0.1', HostPort: String(port) }]);
+        assert.deepEqual(lbPorts['3000/tcp'], [{ HostIp: '127.0.0.1', HostPort: String(port) }]);
+        const apiPorts = JSON.parse(await inspect('api', '{{json .NetworkSettings.Ports}}')) as Record<
+          string,
+          unknown[] | null
+        >;
+        assert.ok(
+          Object.values(apiPorts).every((bindings) => bindings === null || bindings.length === 0),
+          'api publishes nothing',
+        );
         const redisPorts = JSON.parse(await inspect('redis', '{{json .NetworkSettings.Ports}}')) as Record<
           string,
           unknown[] | null
@@ -566,7 +582,7 @@ describe(
           Object.values(redisPorts).every((bindings) => bindings === null || bindings.length === 0),
           'redis publishes nothing',
         );
-        for (const service of ['api', 'redis']) {
+        for (const service of ['api', 'redis', 'lb']) {
           const networks = Object.keys(
             JSON.parse(await inspect(service, '{{json .NetworkSettings.Networks}}')) as object,
           );
@@ -785,6 +801,101 @@ describe(
           `/api/v1/query?query=${encodeURIComponent('count({job="toolrunner-sessions",__name__=~"trs_.+"})')}`,
         )) as { data: { result: Array<{ value: [number, string] }> } };
         assert.ok(Number(series.data.result[0]?.value[1]) > 0, 'trs_* series scraped from the api');
+      },
+    );
+
+    test(
+      'scale-out: three replicas behind the balancer; one killed mid-run, every session finishes and every WebSocket follower resumes on another replica with nothing missed',
+      { timeout: 600_000 },
+      async (t) => {
+        if (!requireEngine(t)) return;
+        await compose(['up', '-d', '--no-build', '--scale', 'api=3'], 180_000);
+        const replicas = [1, 2, 3].map((n) => `${project}_api_${n}`);
+        for (const c of replicas)
+          await until(
+            `${c} to be healthy`,
+            120_000,
+            async () =>
+              (await docker(['inspect', '--format', '{{.State.Health.Status}}', c])) === 'healthy'
+                ? true
+                : undefined,
+            500,
+          );
+        await untilServing(60_000);
+        const activeRuns = async (c: string): Promise<number> => {
+          const script = `fetch('http://127.0.0.1:3000/readyz').then(async (r) => process.stdout.write(String((await r.json()).active_runs)), () => process.exit(1))`;
+          const r = await run(dockerBin, ['exec', c, 'node', '-e', script], composeEnv, 30_000);
+          return r.code === 0 ? Number(r.stdout) : 0;
+        };
+
+        const sessions: Array<{ id: string; reader: EventReader }> = [];
+        for (let i = 0; i < 6; i++) {
+          const created = await apiFetch<{ id: string }>('POST', '/v1/sessions', {
+            input: longQuestion,
+            tools: ['get_weather'],
+          });
+          assert.equal(created.status, 201);
+          const reader = new EventReader(
+            `ws://127.0.0.1:${port}/v1/sessions/${created.body.id}/stream`,
+            tenantKey,
+          );
+          await reader.connect();
+          sessions.push({ id: created.body.id, reader });
+        }
+        // Every session is streaming a turn, and a replica runs some of them: kill that one's node process.
+        for (const { reader } of sessions)
+          await reader.waitFor('a turn streaming', (e) => e.type === 'stream.event', 120_000);
+        const victim = await until('a replica running sessions', 60_000, async () => {
+          for (const c of replicas) if ((await activeRuns(c)) > 0) return c;
+          return undefined;
+        });
+        const top = await docker(['top', victim, '-o', 'pid,args']);
+        const line = top.split('\n').find((l) => /^\s*\d+\s+node (?:--\S+ )*dist\/src\/server\.js/.test(l));
+        assert.ok(line, `the node process of ${victim}:\n${top}`);
+        process.kill(Number(line.trim().split(/\s+/)[0]), 'SIGKILL');
+
+        // Each follower that was cut reconnects through the balancer (to a live replica) after its last event.
+        const final = (e: Envelope) =>
+          e.type === 'session.status' && e.data['status'] !== 'running' && e.data['status'] !== undefined;
+        await Promise.all(
+          sessions.map(async ({ reader }) => {
+            for (;;) {
+              if (reader.events.some(final)) return;
+              if (reader.closed)
+                await until(
+                  'the follower to reconnect',
+                  60_000,
+                  () =>
+                    reader.connect().then(
+                      () => true,
+                      () => undefined,
+                    ),
+                  500,
+                );
+              await reader.waitFor('the run to end', final, 240_000).catch((err: Error) => {
+                if (!reader.closed) throw err;
+              });
+            }
+          }),
+        );
+        let cut = 0;
+        for (const { id, reader } of sessions) {
+          reader.close();
+          const end = reader.events.find(final)!;
+          assert.equal(end.data['status'], 'idle', `${id}: ${JSON.stringify(end.data)}`);
+          const log = await apiFetch<{ data: Envelope[] }>('GET', `/v1/sessions/${id}/events?limit=1000`);
+          const expected = log.body.data.map((e) => e.id);
+          const seen = reader.events.map((e) => e.id);
+          assert.deepEqual(
+            seen.slice(0, seen.indexOf(end.id) + 1),
+            expected.slice(0, expected.indexOf(end.id) + 1),
+            `${id}: every event once, in order`,
+          );
+          assert.equal(assertValidHistory(await messagesOf(id), longQuestion) >= 2, true);
+          if (reader.reconnects > 0) cut++;
+        }
+        assert.ok(cut > 0, 'some followers were cut by the kill and resumed');
+        timings['scale-out followers resumed'] = String(cut);
       },
     );
   },

