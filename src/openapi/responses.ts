@@ -264,6 +264,17 @@ export const readiness = z
   .meta({ id: 'Readiness' });
 
 /** The error envelope for each status given: `response: {200: session, ...errors(400, 404)}`. */
+/** GET /v1/chat/:id/messages: the AI SDK's `UIMessage[]` (parts as the `ai` package types them). */
+export const uiMessageList = z
+  .array(
+    z.object({
+      id: z.string(),
+      role: z.enum(['user', 'assistant']),
+      parts: z.array(z.looseObject({ type: z.string() })),
+    }),
+  )
+  .meta({ id: 'UIMessageList', description: "The history as the AI SDK's UIMessage[], oldest first." });
+
 export function errors<S extends number>(...statuses: S[]): Record<S, typeof errorBody> {
   // Kept cast: Object.fromEntries types its keys as any string; they are exactly `statuses`, which the routes'
   // reply types are inferred from.

@@ -1,0 +1,265 @@
+/**
+ * The AI SDK's chat routes (spec §7.3, docs/API.md "Use it from a chat UI"): POST /v1/chat (DefaultChatTransport's
+ * `sendMessages`), GET /v1/chat/:id/stream (its `reconnectToStream`), GET /v1/chat/:id/messages (the history as
+ * UIMessage[]). The chat id is a session id: a client creates the session first (POST /v1/sessions) and uses its
+ * id as the chat's `id`; an unknown id is 404 `session_not_found`. The streams are the session's event log
+ * translated by src/chat/chunks.ts; the mutations are the REST routes' own (SessionService).
+ *
+ * Scopes (client tokens, spec §7.2): each route names the scope it needs in its `config.scope`; POST /v1/chat needs
+ * `message` for a user message, `decide` for approval responses, `results` for tool outputs (`needScope` below).
+ */
+import type { FastifyPluginAsyncZod } from 'fastify-type-provider-zod';
+import type { FastifyReply, FastifyRequest } from 'fastify';
+import type { OutgoingHttpHeaders } from 'node:http';
+import { z } from 'zod';
+import type { Config } from '../src/config.js';
+import { badRequest } from '../src/errors.js';
+import { sessionIdParam } from '../src/schemas.js';
+import { errors, uiMessageList } from '../src/openapi/responses.js';
+import { requiredAction } from '../src/engine/status.js';
+import { START } from '../src/events/cursor.js';
+import type { Subscription } from '../src/events/hub.js';
+import { streamSink, type CloseReason } from '../src/events/sink.js';
+import { ChatTranslator, type UIChunk } from '../src/chat/chunks.js';
+import { toUIMessages } from '../src/chat/history.js';
+import { chatBody, decisionsOf, resultsOf, toolCallIdsOf, userMessageOf } from '../src/chat/request.js';
+import { runStartCursor } from '../src/chat/run-start.js';
+import type { MutationResult } from '../src/sessions/service.js';
+import { SSE_HEARTBEAT_MS } from './events.js';
+
+/** The scopes of spec §7.2 a chat route may need. */
+type ChatScope = 'read' | 'message' | 'decide' | 'results';
+
+declare module 'fastify' {
+  interface FastifyContextConfig {
+    /** The client-token scope (spec §7.2) the route needs; tenant keys have every scope. */
+    scope?: ChatScope;
+  }
+}
+
+/** Most UIMessages GET /v1/chat/:id/messages answers (the newest ones). */
+const MAX_UI_MESSAGES = 1000;
+
+const sse = {
+  description: 'The AI SDK UI message stream (SSE `data:` chunks, then `data: [DONE]`).',
+  content: {
+    'text/event-stream': {
+      schema: z.string().meta({ description: 'UI message chunks; see docs/API.md "Use it from a chat UI".' }),
+    },
+  },
+};
+
+/**
+ * The scope a part of the request needs beyond the route's `config.scope`. Tenant keys hold every scope; client
+ * tokens (spec §7.2) are checked here once they exist.
+ */
+function needScope(_req: FastifyRequest, _scope: ChatScope): void {}
+
+const routes: FastifyPluginAsyncZod<{ config: Config }> = async (app, { config }) => {
+  const hub = app.eventsHub;
+  const tags = ['chat'];
+
+  /** Streams the run after `after` as UI message chunks, `head` first; ends after the translator's last chunk. */
+  function stream(
+    req: FastifyRequest,
+    reply: FastifyReply,
+    id: string,
+    after: string,
+    t: ChatTranslator,
+    head: UIChunk[],
+  ) {
+    reply.hijack();
+    const res = reply.raw;
+    const headers: OutgoingHttpHeaders = {};
+    for (const [name, value] of Object.entries(reply.getHeaders()))
+      if (value !== undefined) headers[name] = value;
+    res.writeHead(200, {
+      ...headers,
+      'content-type': 'text/event-stream; charset=utf-8',
+      'cache-control': 'no-cache, no-transform',
+      connection: 'keep-alive',
+      'x-accel-buffering': 'no',
+      'x-vercel-ai-ui-message-stream': 'v1',
+    });
+    app.metrics.streamsOpened.inc({ transport: 'sse' });
+    app.metrics.streamConnections.inc({ transport: 'sse' });
+    res.once('close', () => app.metrics.streamConnections.dec({ transport: 'sse' }));
+    const write = (chunks: UIChunk[]) => {
+      for (const c of chunks) res.write(`data: ${JSON.stringify(c)}\n\n`);
+    };
+    let done = false;
+    let sub: Subscription | undefined;
+    const heartbeat = setInterval(() => {
+      if (!done && res.writableLength <= config.WS_MAX_BUFFER_BYTES) res.write(': heartbeat\n\n');
+    }, SSE_HEARTBEAT_MS);
+    const end = (reason: CloseReason | 'finished') => {
+      if (done) return;
+      done = true;
+      clearInterval(heartbeat);
+      sub?.close();
+      if (reason === 'slow_reader') return void res.destroy();
+      if (reason !== 'finished') write(t.fail(`The stream ended: ${reason}.`));
+      res.write('data: [DONE]\n\n');
+      while (res.writableCorked > 0) res.uncork();
+      res.end();
+    };
+    res.on('close', () => {
+      done = true;
+      clearInterval(heartbeat);
+      sub?.close();
+    });
+    write(head);
+    if (t.done) return end('finished');
+    const sink = streamSink(
+      {
+        kind: 'sse',
+        open: () => !done && !res.destroyed,
+        buffered: () => res.writableLength,
+        needsDrain: () => (res.writableNeedDrain ? res : null),
+        write(ev) {
+          const { data } = JSON.parse(ev.json) as { data: unknown };
+          write(t.event(ev.type, data));
+          if (t.done) end('finished');
+        },
+        cork: () => res.cork(),
+        uncork: () => res.uncork(),
+        error(err) {
+          if (!done && !res.destroyed) write(t.fail(err.message));
+        },
+        close: end,
+      },
+      {
+        sessionId: id,
+        hub,
+        metrics: app.metrics,
+        log: req.log,
+        maxBuffered: config.WS_MAX_BUFFER_BYTES,
+        stallMs: config.SLOW_READER_TIMEOUT_MS,
+      },
+    );
+    try {
+      sub = hub.subscribe(id, after, sink);
+    } catch (err) {
+      req.log.warn({ err }, 'chat stream refused');
+      end('shutting_down');
+    }
+  }
+
+  app.post(
+    '/v1/chat',
+    {
+      config: { scope: 'message' },
+      schema: {
+        operationId: 'chat',
+        summary: "The AI SDK's chat endpoint (useChat / DefaultChatTransport)",
+        description:
+          'Body as `DefaultChatTransport` sends it: `id` (a session id), `messages` (UIMessage[]; only the newest ' +
+          'is read), `trigger`, `messageId`. A user message is posted to the session (as POST …/messages); tool ' +
+          'approval responses and client tool outputs in an assistant message become decisions and results. ' +
+          'The answer is the run as a UI message stream until it stops or needs the client.',
+        tags,
+        body: chatBody,
+        response: { 200: sse, ...errors(400, 401, 404, 409, 412, 413, 415, 422, 429, 500, 503) },
+      },
+    },
+    async (req, reply) => {
+      const { id, messages, trigger } = req.body;
+      if (trigger === 'regenerate-message')
+        throw badRequest('regenerate-message is not supported: use POST /v1/sessions/:id/retry.', {
+          trigger,
+        });
+      const s = await app.store.loadFor(req.tenant, id);
+      const last = messages[messages.length - 1]!;
+      const after = (await hub.eventLog.lastId(id)) ?? START;
+      const svc = app.sessions;
+      let result: MutationResult | undefined;
+      let known: string[] = [];
+      if (last.role === 'user') {
+        needScope(req, 'message');
+        result = await svc.addMessage(req.tenant, id, userMessageOf(last.parts));
+      } else {
+        known = toolCallIdsOf(last.parts);
+        const decisions = decisionsOf(last.parts, requiredAction(s.status, s.pending));
+        if (decisions.length) needScope(req, 'decide');
+        for (const d of decisions) result = await svc.decide(req.tenant, id, d.toolUseId, d.body);
+        const now = result?.state ?? s;
+        const results = resultsOf(last.parts, requiredAction(now.status, now.pending));
+        if (results.length) {
+          needScope(req, 'results');
+          result = await svc.results(req.tenant, id, results, true);
+        }
+        if (!result)
+          throw badRequest(
+            'The newest message holds no user text, and no approval response or tool output the session waits for.',
+          );
+      }
+      const t = new ChatTranslator(last.role === 'assistant' ? last.id : undefined, known);
+      const state = result.state;
+      // Nothing runs (a decision left others undecided, a message queued while the session waits): the stream
+      // says what the session waits for now, and ends.
+      const head =
+        state.status === 'running' || result.queued
+          ? t.start()
+          : [
+              ...t.start(),
+              ...t.event('session.status', {
+                status: state.status,
+                required_action: requiredAction(state.status, state.pending),
+                stop_reason: state.stopReason,
+                error: state.error,
+              }),
+            ];
+      stream(req, reply, id, after, t, head);
+    },
+  );
+
+  app.get(
+    '/v1/chat/:id/stream',
+    {
+      config: { scope: 'read' },
+      schema: {
+        operationId: 'resumeChatStream',
+        summary: "Resume the current run's UI message stream from its start",
+        description: '204 when no run is active (idle, failed, or waiting for the client).',
+        tags,
+        params: sessionIdParam,
+        response: {
+          200: sse,
+          204: z.null().meta({ description: 'No run is active.' }),
+          ...errors(400, 401, 404, 500, 503),
+        },
+      },
+    },
+    async (req, reply) => {
+      const id = req.params.id;
+      const s = await app.store.loadFor(req.tenant, id);
+      const after = s.status === 'running' ? await runStartCursor(app.redis, id, config.EVENT_LOG_MAX) : null;
+      if (after === null) return reply.code(204).send(null);
+      const t = new ChatTranslator(undefined);
+      stream(req, reply, id, after, t, t.start());
+    },
+  );
+
+  app.get(
+    '/v1/chat/:id/messages',
+    {
+      config: { scope: 'read' },
+      schema: {
+        operationId: 'listChatMessages',
+        summary: 'The history as UIMessage[] (the newest 1000)',
+        tags,
+        params: sessionIdParam,
+        response: { 200: uiMessageList, ...errors(400, 401, 404, 500, 503) },
+      },
+    },
+    async (req) => {
+      const s = await app.store.loadFor(req.tenant, req.params.id);
+      const history = await app.store.history(req.params.id);
+      return toUIMessages(s.id, history, s.msgBase, requiredAction(s.status, s.pending)).slice(
+        -MAX_UI_MESSAGES,
+      );
+    },
+  );
+};
+
+export default routes;

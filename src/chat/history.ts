@@ -1,0 +1,103 @@
+/**
+ * A session's history as the AI SDK's `UIMessage[]` (GET /v1/chat/:id/messages): a user message with text (or
+ * images) is a user UIMessage; the replies and tool results that follow it, up to the next user text, are one
+ * assistant UIMessage whose steps (`step-start`) are the model turns. Ids are `<session id>-<index>` of the first
+ * history message each one holds (the index counts compacted messages, so it is stable while the history grows).
+ */
+import { blocksOf, type StoredBlock, type StoredMessage } from '../history.js';
+import type { RequiredAction } from '../engine/status.js';
+import { resultText } from './chunks.js';
+
+export type UIPart = { type: string } & Record<string, unknown>;
+
+export interface UIMessageJson {
+  id: string;
+  role: 'user' | 'assistant';
+  parts: UIPart[];
+}
+
+/** A field the stored block type does not name (blocks pass through as the API gave them). */
+const field = (b: StoredBlock, name: string): unknown => {
+  const rec: Record<string, unknown> = b;
+  return rec[name];
+};
+
+const userPart = (b: StoredBlock): UIPart | null => {
+  if (b.type === 'text' && typeof b.text === 'string') return { type: 'text', text: b.text };
+  const source = field(b, 'source');
+  if (b.type !== 'image' || typeof source !== 'object' || source === null) return null;
+  const { type, media_type: media, data, url } = source as Record<string, unknown>;
+  if (type === 'base64' && typeof media === 'string' && typeof data === 'string')
+    return { type: 'file', mediaType: media, url: `data:${media};base64,${data}` };
+  if (type === 'url' && typeof url === 'string') return { type: 'file', mediaType: 'image/*', url };
+  return null;
+};
+
+function assistantParts(blocks: StoredBlock[], calls: Map<string, UIPart>): UIPart[] {
+  const parts: UIPart[] = [{ type: 'step-start' }];
+  for (const b of blocks) {
+    if (b.type === 'text' && typeof b.text === 'string')
+      parts.push({ type: 'text', text: b.text, state: 'done' });
+    else if (b.type === 'thinking' && typeof field(b, 'thinking') === 'string')
+      parts.push({ type: 'reasoning', text: field(b, 'thinking'), state: 'done' });
+    else if ((b.type === 'tool_use' || b.type === 'server_tool_use') && b.id && b.name) {
+      const part: UIPart = {
+        type: `tool-${b.name}`,
+        toolCallId: b.id,
+        state: 'input-available',
+        input: b.input ?? {},
+        ...(b.type === 'server_tool_use' ? { providerExecuted: true } : {}),
+      };
+      calls.set(b.id, part);
+      parts.push(part);
+    } else if (b.type.endsWith('_tool_result') && b.tool_use_id) {
+      const part = calls.get(b.tool_use_id);
+      if (part) Object.assign(part, { state: 'output-available', output: b.content ?? null });
+    }
+  }
+  return parts;
+}
+
+/** The history (from index `base` of the session's whole record) as UIMessages, the pending approvals marked. */
+export function toUIMessages(
+  sessionId: string,
+  history: StoredMessage[],
+  base: number,
+  action: RequiredAction | null,
+): UIMessageJson[] {
+  const out: UIMessageJson[] = [];
+  const calls = new Map<string, UIPart>();
+  let assistant: UIMessageJson | null = null;
+  history.forEach((m, i) => {
+    const id = `${sessionId}-${base + i}`;
+    if (m.role === 'system') return;
+    const blocks = blocksOf(m);
+    if (m.role === 'assistant') {
+      if (!assistant) {
+        assistant = { id, role: 'assistant', parts: [] };
+        out.push(assistant);
+      }
+      assistant.parts.push(...assistantParts(blocks, calls));
+      return;
+    }
+    for (const b of blocks) {
+      if (b.type !== 'tool_result' || !b.tool_use_id) continue;
+      const part = calls.get(b.tool_use_id);
+      if (!part) continue;
+      if (b.is_error) Object.assign(part, { state: 'output-error', errorText: resultText(b.content) });
+      else Object.assign(part, { state: 'output-available', output: b.content ?? null });
+    }
+    const parts = blocks.map(userPart).filter((p): p is UIPart => p !== null);
+    if (parts.length === 0) return;
+    assistant = null;
+    out.push({ id, role: 'user', parts });
+  });
+  if (action?.type === 'approve_tool_calls') {
+    for (const c of action.tool_calls) {
+      const part = calls.get(c.id);
+      if (part?.['state'] === 'input-available')
+        Object.assign(part, { state: 'approval-requested', approval: { id: c.id } });
+    }
+  }
+  return out;
+}

@@ -1,0 +1,128 @@
+/**
+ * The body `DefaultChatTransport` posts to POST /v1/chat, and what its newest message asks of the session: a user
+ * message to post, or the answers `addToolApprovalResponse` / `addToolOutput` left in the assistant message (the
+ * parts' `approval` and `output`). Only the newest message is read: the session holds the history.
+ */
+import { z } from 'zod';
+import { badRequest, zodDetails } from '../errors.js';
+import type { RequiredAction } from '../engine/status.js';
+import { decisionBody, postMessageBody, toolResultsBody } from '../schemas.js';
+
+/** Most UI messages a request may carry (the whole chat, as `useChat` sends it; only the newest is read). */
+export const CHAT_MAX_MESSAGES = 1000;
+/** Most parts of the newest message. */
+export const CHAT_MAX_PARTS = 256;
+
+const part = z.looseObject({ type: z.string().min(1).max(200) });
+const uiMessage = z.looseObject({
+  id: z.string().max(200),
+  role: z.enum(['system', 'user', 'assistant']),
+  parts: z.array(part).max(CHAT_MAX_PARTS),
+});
+
+export const chatBody = z.looseObject({
+  id: z.string().regex(/^ses_[A-Za-z0-9]{10,40}$/, 'the chat id is the id of a session (POST /v1/sessions)'),
+  messages: z.array(uiMessage).min(1).max(CHAT_MAX_MESSAGES),
+  trigger: z.enum(['submit-message', 'regenerate-message']).optional(),
+  messageId: z.string().max(200).optional(),
+});
+export type ChatBody = z.infer<typeof chatBody>;
+type Part = z.infer<typeof part>;
+
+const textPart = z.looseObject({ type: z.literal('text'), text: z.string() });
+const filePart = z.looseObject({ type: z.literal('file'), mediaType: z.string(), url: z.string() });
+const toolPart = z.looseObject({
+  type: z.string().refine((t) => t.startsWith('tool-') || t === 'dynamic-tool'),
+  toolCallId: z.string().min(1).max(128),
+  state: z.string(),
+  output: z.unknown().optional(),
+  errorText: z.string().optional(),
+  approval: z
+    .looseObject({ id: z.string(), approved: z.boolean().optional(), reason: z.string().optional() })
+    .optional(),
+});
+
+/** The user message's parts as Messages API content blocks: text, and images (data: or https: URLs). */
+export function userMessageOf(parts: Part[]): z.infer<typeof postMessageBody> {
+  const blocks: unknown[] = [];
+  for (const p of parts) {
+    const text = textPart.safeParse(p);
+    if (text.success) {
+      if (text.data.text !== '') blocks.push({ type: 'text', text: text.data.text });
+      continue;
+    }
+    const file = filePart.safeParse(p);
+    if (file.success && file.data.mediaType.startsWith('image/')) {
+      const m = /^data:([^;,]+);base64,(.*)$/s.exec(file.data.url);
+      blocks.push(
+        m
+          ? { type: 'image', source: { type: 'base64', media_type: m[1], data: m[2] } }
+          : { type: 'image', source: { type: 'url', url: file.data.url } },
+      );
+    }
+  }
+  if (blocks.length === 0) throw badRequest('The newest message has no text (or image) part to send.');
+  const body = postMessageBody.safeParse({ content: blocks });
+  if (!body.success)
+    throw badRequest('The newest message is not a valid user turn.', zodDetails(body.error.issues));
+  return body.data;
+}
+
+export interface Decision {
+  toolUseId: string;
+  body: z.infer<typeof decisionBody>;
+}
+
+/** The approval responses of the message's tool parts for the calls `action` waits a decision on. */
+export function decisionsOf(parts: Part[], action: RequiredAction | null): Decision[] {
+  if (action?.type !== 'approve_tool_calls') return [];
+  const waiting = new Set(action.tool_calls.map((c) => c.id));
+  const out: Decision[] = [];
+  for (const p of parts) {
+    const t = toolPart.safeParse(p);
+    const approval = t.data?.approval;
+    if (!t.success || !waiting.has(t.data.toolCallId) || approval?.approved === undefined) continue;
+    const body = decisionBody.safeParse({
+      decision: approval.approved ? 'approve' : 'deny',
+      ...(approval.reason !== undefined ? { reason: approval.reason } : {}),
+    });
+    if (!body.success)
+      throw badRequest('A tool approval response is not valid.', zodDetails(body.error.issues));
+    out.push({ toolUseId: t.data.toolCallId, body: body.data });
+  }
+  return out;
+}
+
+/** The client tool outputs of the message's tool parts for the calls `action` waits results of. */
+export function resultsOf(
+  parts: Part[],
+  action: RequiredAction | null,
+): z.infer<typeof toolResultsBody>['results'] {
+  if (action?.type !== 'submit_tool_results') return [];
+  const waiting = new Set(action.tool_calls.map((c) => c.id));
+  const results: unknown[] = [];
+  for (const p of parts) {
+    const t = toolPart.safeParse(p);
+    if (!t.success || !waiting.has(t.data.toolCallId)) continue;
+    if (t.data.state === 'output-available')
+      results.push({
+        tool_use_id: t.data.toolCallId,
+        content: typeof t.data.output === 'string' ? t.data.output : JSON.stringify(t.data.output ?? null),
+      });
+    else if (t.data.state === 'output-error')
+      results.push({ tool_use_id: t.data.toolCallId, content: t.data.errorText ?? 'error', is_error: true });
+  }
+  if (results.length === 0) return [];
+  const body = toolResultsBody.safeParse({ results, continue: true });
+  if (!body.success)
+    throw badRequest('A tool output is not a valid tool result.', zodDetails(body.error.issues));
+  return body.data.results;
+}
+
+/** The tool call ids of a message's parts (the calls a stream may refer to). */
+export function toolCallIdsOf(parts: Part[]): string[] {
+  return parts.flatMap((p) => {
+    const t = toolPart.safeParse(p);
+    return t.success ? [t.data.toolCallId] : [];
+  });
+}

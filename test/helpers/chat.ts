@@ -1,0 +1,75 @@
+/**
+ * The `ai` package's chat machinery on a plain state (what @ai-sdk/react's useChat keeps in React state): for the
+ * Node tests and the browser page of test/chat.test.ts (bundled with esbuild). Also the stream reader the tests use.
+ */
+import {
+  AbstractChat,
+  DefaultChatTransport,
+  readUIMessageStream,
+  type ChatInit,
+  type ChatState,
+  type ChatStatus,
+  type UIMessage,
+  type UIMessageChunk,
+} from 'ai';
+
+class PlainState implements ChatState<UIMessage> {
+  status: ChatStatus = 'ready';
+  error: Error | undefined = undefined;
+  constructor(public messages: UIMessage[]) {}
+  pushMessage = (m: UIMessage) => {
+    this.messages = [...this.messages, m];
+  };
+  popMessage = () => {
+    this.messages = this.messages.slice(0, -1);
+  };
+  replaceMessage = (i: number, m: UIMessage) => {
+    this.messages = [...this.messages.slice(0, i), m, ...this.messages.slice(i + 1)];
+  };
+  snapshot = <T>(v: T): T => structuredClone(v);
+}
+
+/** `Chat` without a UI framework: its messages are a plain array; `nextFinish()` waits for a response's end. */
+export class PlainChat extends AbstractChat<UIMessage> {
+  private readonly waiting: Array<(m: UIMessage) => void> = [];
+  constructor(init: Omit<ChatInit<UIMessage>, 'state' | 'onFinish'> & { messages?: UIMessage[] }) {
+    const { messages, ...rest } = init;
+    const waiting: Array<(m: UIMessage) => void> = [];
+    super({
+      ...rest,
+      state: new PlainState(messages ?? []),
+      onFinish: ({ message }) => waiting.splice(0).forEach((w) => w(message)),
+    });
+    this.waiting = waiting;
+  }
+
+  /** The message of the `n`th response to finish from now (call it before the action that sends). */
+  nextFinish(n = 1): Promise<UIMessage> {
+    return new Promise((resolve) => {
+      let left = n;
+      const one = (m: UIMessage) => (--left === 0 ? resolve(m) : this.waiting.push(one));
+      this.waiting.push(one);
+    });
+  }
+}
+
+/** The transport a chat UI points at the service: `${base}/v1/chat`, the key as a bearer header. */
+export const chatTransport = (base: string, key?: string) =>
+  new DefaultChatTransport({
+    api: `${base}/v1/chat`,
+    ...(key ? { headers: { authorization: `Bearer ${key}` } } : {}),
+  });
+
+/** Reads a chunk stream to its end: every chunk, and the message `readUIMessageStream` built of them. */
+export async function readAll(stream: ReadableStream<UIMessageChunk>, message?: UIMessage) {
+  const [forChunks, forMessage] = stream.tee();
+  const chunks: UIMessageChunk[] = [];
+  const collect = (async () => {
+    for await (const c of forChunks) chunks.push(c);
+  })();
+  let last: UIMessage | undefined;
+  for await (const m of readUIMessageStream({ stream: forMessage, ...(message ? { message } : {}) }))
+    last = m;
+  await collect;
+  return { chunks, message: last };
+}
