@@ -14,17 +14,37 @@ import {
 } from 'ai';
 
 class PlainState implements ChatState<UIMessage> {
-  status: ChatStatus = 'ready';
+  private current: UIMessage[];
+  private state: ChatStatus = 'ready';
   error: Error | undefined = undefined;
-  constructor(public messages: UIMessage[]) {}
+  constructor(
+    messages: UIMessage[],
+    private readonly changed: () => void,
+  ) {
+    this.current = messages;
+  }
+  get messages() {
+    return this.current;
+  }
+  set messages(m: UIMessage[]) {
+    this.current = m;
+    this.changed();
+  }
+  get status() {
+    return this.state;
+  }
+  set status(s: ChatStatus) {
+    this.state = s;
+    this.changed();
+  }
   pushMessage = (m: UIMessage) => {
-    this.messages = [...this.messages, m];
+    this.messages = [...this.current, m];
   };
   popMessage = () => {
-    this.messages = this.messages.slice(0, -1);
+    this.messages = this.current.slice(0, -1);
   };
   replaceMessage = (i: number, m: UIMessage) => {
-    this.messages = [...this.messages.slice(0, i), m, ...this.messages.slice(i + 1)];
+    this.messages = [...this.current.slice(0, i), m, ...this.current.slice(i + 1)];
   };
   snapshot = <T>(v: T): T => structuredClone(v);
 }
@@ -32,12 +52,18 @@ class PlainState implements ChatState<UIMessage> {
 /** `Chat` without a UI framework: its messages are a plain array; `nextFinish()` waits for a response's end. */
 export class PlainChat extends AbstractChat<UIMessage> {
   private readonly waiting: Array<(m: UIMessage) => void> = [];
-  constructor(init: Omit<ChatInit<UIMessage>, 'state' | 'onFinish'> & { messages?: UIMessage[] }) {
-    const { messages, ...rest } = init;
+  constructor(
+    init: Omit<ChatInit<UIMessage>, 'state' | 'onFinish'> & {
+      messages?: UIMessage[];
+      /** Called on every change of the messages or the status (where a UI framework would re-render). */
+      onChange?: () => void;
+    },
+  ) {
+    const { messages, onChange, ...rest } = init;
     const waiting: Array<(m: UIMessage) => void> = [];
     super({
       ...rest,
-      state: new PlainState(messages ?? []),
+      state: new PlainState(messages ?? [], () => onChange?.()),
       onFinish: ({ message }) => waiting.splice(0).forEach((w) => w(message)),
     });
     this.waiting = waiting;
