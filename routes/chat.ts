@@ -23,7 +23,7 @@ import { streamSink, type CloseReason } from '../src/events/sink.js';
 import { ChatTranslator, type UIChunk } from '../src/chat/chunks.js';
 import { toUIMessages } from '../src/chat/history.js';
 import { chatBody, decisionsOf, resultsOf, toolCallIdsOf, userMessageOf } from '../src/chat/request.js';
-import { runStartCursor } from '../src/chat/run-start.js';
+import { defineChatCommands, runStartCursor } from '../src/chat/run-start.js';
 import type { MutationResult } from '../src/sessions/service.js';
 import { SSE_HEARTBEAT_MS } from './events.js';
 
@@ -58,6 +58,7 @@ function needScope(_req: FastifyRequest, _scope: ChatScope): void {}
 const routes: FastifyPluginAsyncZod<{ config: Config }> = async (app, { config }) => {
   const hub = app.eventsHub;
   const tags = ['chat'];
+  defineChatCommands(app.redis);
 
   /** Streams the run after `after` as UI message chunks, `head` first; ends after the translator's last chunk. */
   function stream(

@@ -15,6 +15,7 @@ import {
   type UIMessageChunk,
 } from 'ai';
 import { hang, reply, text, textBlock, thinking } from '../src/fake/script.js';
+import { ChatTranslator, type UIChunk } from '../src/chat/chunks.js';
 import { PlainChat, chatTransport, readAll } from './helpers/chat.js';
 import { startHarness, type Harness } from './helpers/service.js';
 
@@ -262,8 +263,9 @@ describe('chat routes: the AI SDK UI message stream', () => {
     });
     const reader = first.getReader();
     for (;;) {
-      const { value } = await reader.read();
-      if (value?.type === 'text-delta') break;
+      const { value, done } = await reader.read();
+      assert.ok(!done, 'the stream ended before its first text-delta');
+      if (value.type === 'text-delta') break;
     }
     abort.abort();
     await reader.cancel().catch(() => {});
@@ -289,8 +291,9 @@ describe('chat routes: the AI SDK UI message stream', () => {
     const read = readAll(b);
     const reader = a.getReader();
     for (;;) {
-      const { value } = await reader.read();
-      if (value?.type === 'text-delta') break;
+      const { value, done } = await reader.read();
+      assert.ok(!done, 'the stream ended before its first text-delta');
+      if (value.type === 'text-delta') break;
     }
     void (async () => {
       while (!(await reader.read()).done);
@@ -367,6 +370,16 @@ describe('chat routes: the AI SDK UI message stream', () => {
     assert.ok(doc.paths['/v1/chat/{id}/messages'].get.responses['200']);
   });
 
+  test('a session with "stream": false: each turn rendered from its turn.completed message', async () => {
+    const id = await session({ stream: false, tools: ['get_weather'] });
+    const { chunks, message } = await readAll(await send(id, [userMessage('What is the weather in Paris?')]));
+    assert.ok(types(chunks).includes('text-delta'));
+    assert.equal(message?.parts.filter((p) => p.type === 'step-start').length, 2);
+    const tool = message?.parts.find((p) => p.type === 'tool-get_weather');
+    assert.equal(tool && 'state' in tool && tool.state, 'output-available');
+    assert.match(textOf(message), /Let me check the weather in Paris\.The weather in Paris is/);
+  });
+
   test('a hung upstream: the chat stream stays open and ends when the run is cancelled', async () => {
     const id = await session();
     h.fake.enqueue(hang());
@@ -379,5 +392,62 @@ describe('chat routes: the AI SDK UI message stream', () => {
     const end = chunks.at(-1);
     assert.ok(end && end.type === 'finish');
     assert.equal(end.finishReason, 'interrupted');
+  });
+});
+
+describe('chat translator: a turn started again after a crash', () => {
+  test('the partial turn is reset (reset-step, data-turn-dropped), the retried turn streams in the same step', async () => {
+    const t = new ChatTranslator(undefined);
+    const ev = (type: string, data: unknown) => t.event(type, data);
+    const delta = (text: string) => ({
+      iteration: 1,
+      event: { type: 'content_block_delta', index: 0, delta: { type: 'text_delta', text } },
+    });
+    const blockStart = {
+      iteration: 1,
+      event: { type: 'content_block_start', index: 0, content_block: { type: 'text', text: '' } },
+    };
+    const chunks: UIChunk[] = [
+      ...t.start(),
+      ...ev('session.status', { status: 'running' }),
+      ...ev('turn.started', { iteration: 1 }),
+      ...ev('stream.event', blockStart),
+      ...ev('stream.event', delta('half an ans')),
+      // The replica died here; another took the run over and sends the turn again.
+      ...ev('turn.started', { iteration: 1 }),
+      ...ev('stream.event', blockStart),
+      ...ev('stream.event', delta('The whole answer.')),
+      ...ev('stream.event', { iteration: 1, event: { type: 'content_block_stop', index: 0 } }),
+      ...ev('turn.completed', {
+        iteration: 1,
+        message: { content: [{ type: 'text', text: 'The whole answer.' }] },
+      }),
+      ...ev('session.status', { status: 'idle', stop_reason: 'end_turn' }),
+    ];
+    assert.deepEqual(types(chunks as UIMessageChunk[]), [
+      'start',
+      'start-step',
+      'text-start',
+      'text-delta',
+      'reset-step',
+      'data-turn-dropped',
+      'text-start',
+      'text-delta',
+      'text-end',
+      'finish-step',
+      'finish',
+    ]);
+    assert.equal(t.done, true);
+    const stream = new ReadableStream<UIMessageChunk>({
+      start(c) {
+        for (const chunk of chunks) c.enqueue(chunk as UIMessageChunk);
+        c.close();
+      },
+    });
+    const { message } = await readAll(stream);
+    assert.deepEqual(
+      message?.parts.map((p) => (p.type === 'text' ? p.text : p.type)),
+      ['step-start', 'The whole answer.'],
+    );
   });
 });

@@ -13,13 +13,15 @@ declare module 'ioredis' {
   }
 }
 
-const defined = new WeakSet<RedisClient>();
+/**
+ * Defines the script's command on `redis`: at boot, before any traffic (a command defined later is missing from
+ * the auto-pipelines ioredis has open at that moment).
+ */
+export function defineChatCommands(redis: RedisClient): void {
+  defineLuaCommands(redis, new URL('./lua/', import.meta.url), 'chat');
+}
 
 /** The cursor to replay the session's current run after, or null when no run is active according to its log. */
 export async function runStartCursor(redis: RedisClient, sessionId: string, maxScanned: number) {
-  if (!defined.has(redis)) {
-    defineLuaCommands(redis, new URL('./lua/', import.meta.url), 'chat');
-    defined.add(redis);
-  }
   return redis.chatRunStart(sessionKeys(sessionId).events, Math.max(1, maxScanned));
 }
