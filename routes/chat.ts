@@ -194,6 +194,12 @@ const routes: FastifyPluginAsyncZod<{ config: Config }> = async (app, { config }
             'The newest message holds no user text, and no approval response or tool output the session waits for.',
           );
       }
+      // A stream cannot be replayed: an Idempotency-Key's reservation is let go (it expires by itself) rather than
+      // renewed forever, since a hijacked reply runs no onSend/onResponse hook.
+      if (req.idempotency) {
+        clearInterval(req.idempotency.renewal);
+        delete req.idempotency;
+      }
       const t = new ChatTranslator(last.role === 'assistant' ? last.id : undefined, known);
       const state = result.state;
       // Nothing runs (a decision left others undecided, a message queued while the session waits): the stream

@@ -6,6 +6,7 @@
  */
 import fc from 'fast-check';
 import type { z } from 'zod';
+import { chatBody } from '../src/chat/request.js';
 import {
   createSessionBody,
   decisionBody,
@@ -66,6 +67,11 @@ const templates: Record<string, Record<string, unknown>> = {
   fork: { at_iteration: 0 },
   compact: { instructions: 'keep the numbers' },
   empty: {},
+  chat: {
+    id: 'ses_AAAAAAAAAAAAAAAA',
+    messages: [{ id: 'u1', role: 'user', parts: [{ type: 'text', text: 'hi' }] }],
+    trigger: 'submit-message',
+  },
 };
 const schemaKeys: Record<string, string[]> = {
   create: keysOf(createSessionBody),
@@ -77,6 +83,7 @@ const schemaKeys: Record<string, string[]> = {
   fork: keysOf(forkBody),
   compact: ['instructions'],
   empty: ['params'],
+  chat: keysOf(chatBody),
 };
 
 const bodyFor = (kind: string): fc.Arbitrary<string | undefined> => {
@@ -204,6 +211,9 @@ export const routes: Array<[string, string, string | null]> = [
   ['GET', '/v1/memory', null],
   ['GET', '/v1/memory/:path', null],
   ['DELETE', '/v1/memory/:path', null],
+  ['POST', '/v1/chat', 'chat'],
+  ['GET', '/v1/chat/:id/stream', null],
+  ['GET', '/v1/chat/:id/messages', null],
 ];
 
 /**
@@ -285,7 +295,8 @@ export function requestArb(ids: Ids, token: string): fc.Arbitrary<FuzzRequest> {
             .replace(':n', n) + query,
         // Header values must be ByteStrings for fetch: keep the ones that are.
         headers: Object.fromEntries(Object.entries(headers).filter(([, v]) => /^[\x20-\x7e]*$/.test(v))),
-        body,
+        // The chat route takes its session id in the body: the drawn id (own, a canary, hostile) goes there.
+        body: kind === 'chat' && body ? body.replace('ses_AAAAAAAAAAAAAAAA', id) : body,
       })),
     );
 }
