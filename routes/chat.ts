@@ -119,7 +119,7 @@ const routes: FastifyPluginAsyncZod<{ config: Config }> = async (app, { config }
         needsDrain: () => (res.writableNeedDrain ? res : null),
         write(ev) {
           const { data } = JSON.parse(ev.json) as { data: unknown };
-          write(t.event(ev.type, data));
+          write(t.event(ev.type, data, ev.id));
           if (t.done) end('finished');
         },
         cork: () => res.cork(),
@@ -240,10 +240,10 @@ const routes: FastifyPluginAsyncZod<{ config: Config }> = async (app, { config }
     async (req, reply) => {
       const id = req.params.id;
       const s = await app.store.loadFor(req.tenant, id);
-      const after = s.status === 'running' ? await runStartCursor(app.redis, id, config.EVENT_LOG_MAX) : null;
-      if (after === null) return reply.code(204).send(null);
-      const t = new ChatTranslator(undefined);
-      stream(req, reply, id, after, t, t.start());
+      const start = s.status === 'running' ? await runStartCursor(app.redis, id, config.EVENT_LOG_MAX) : null;
+      if (start === null) return reply.code(204).send(null);
+      const t = new ChatTranslator(undefined, [], start.run);
+      stream(req, reply, id, start.cursor, t, t.start());
     },
   );
 

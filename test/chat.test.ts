@@ -14,7 +14,7 @@ import {
   type UIMessage,
   type UIMessageChunk,
 } from 'ai';
-import { hang, reply, text, textBlock, thinking } from '../src/fake/script.js';
+import { hang, reply, text, textBlock, thinking, toolCall } from '../src/fake/script.js';
 import { ChatTranslator, type UIChunk } from '../src/chat/chunks.js';
 import { PlainChat, chatTransport, readAll } from './helpers/chat.js';
 import { startHarness, type Harness } from './helpers/service.js';
@@ -278,6 +278,51 @@ describe('chat routes: the AI SDK UI message stream', () => {
     assert.equal(textOf(message), long, 'the whole text, from the start of the run');
     await h.api.waitStatus(id, 'idle');
     assert.equal(await transport().reconnectToStream({ chatId: id }), null, '204: no run');
+  });
+
+  test('resume after an approval: the replay holds the whole assistant message, the pause included', async () => {
+    const id = await session({ tools: ['get_weather'], approval: 'always' });
+    const long = Array.from({ length: 30 }, (_, i) => `sunny${i}`).join(' ');
+    h.fake.enqueue(toolCall('get_weather', { location: 'Paris' }), text(long, { eventDelayMs: 40 }));
+    const user = userMessage('What is the weather in Paris?');
+    const asked = await readAll(await send(id, [user]));
+    const call = asked.message!.parts.find((p) => p.type === 'tool-get_weather');
+    assert.ok(call && call.type === 'tool-get_weather' && call.state === 'approval-requested');
+    // What addToolApprovalResponse leaves in the message, sent as useChat sends it.
+    const answered: UIMessage = {
+      ...asked.message!,
+      parts: asked.message!.parts.map((p) =>
+        p === call
+          ? { ...call, state: 'approval-responded', approval: { id: call.approval.id, approved: true } }
+          : p,
+      ),
+    };
+    const abort = new AbortController();
+    const going = await transport().sendMessages({
+      chatId: id,
+      messages: [user, answered],
+      trigger: 'submit-message',
+      messageId: undefined,
+      abortSignal: abort.signal,
+    });
+    const reader = going.getReader();
+    for (;;) {
+      const { value, done } = await reader.read();
+      assert.ok(!done, 'the stream ended before its first text-delta');
+      if (value.type === 'text-delta') break;
+    }
+    abort.abort();
+    await reader.cancel().catch(() => {});
+    const resumed = await transport().reconnectToStream({ chatId: id });
+    assert.ok(resumed);
+    const { chunks, message } = await readAll(resumed);
+    assert.equal(chunks.filter((c) => c.type === 'start').length, 1);
+    assert.equal(chunks.filter((c) => c.type === 'finish').length, 1, 'the pause does not end the replay');
+    assert.ok(types(chunks).includes('tool-approval-request'));
+    const ran = message?.parts.find((p) => p.type === 'tool-get_weather');
+    assert.equal(ran && 'state' in ran && ran.state, 'output-available');
+    assert.equal(message?.parts.filter((p) => p.type === 'step-start').length, 2);
+    assert.equal(textOf(message), long);
   });
 
   test('a dropped turn (interrupt): reset-step and data-turn-dropped, its partial text gone', async () => {

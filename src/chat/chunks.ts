@@ -17,6 +17,7 @@
  * - `session.deleted` → `abort`.
  */
 import { z } from 'zod';
+import { compareIds } from '../events/cursor.js';
 
 /** One UI message chunk (the `ai` package's `UIMessageChunk`), as JSON. */
 export type UIChunk = { type: string } & Record<string, unknown>;
@@ -134,9 +135,15 @@ export class ChatTranslator {
   private readonly known: Set<string>;
   private readonly denied = new Set<string>();
 
+  /**
+   * `messageId`: the assistant message the stream continues (its `start` names it); `known`: the tool calls the
+   * client's message holds; `pausedBefore`: the id of the current run's first event, for a replay of the whole
+   * assistant message: a `requires_action` before it is a pause the client answered, which does not end the stream.
+   */
   constructor(
     private readonly messageId: string | undefined,
     known: Iterable<string> = [],
+    private readonly pausedBefore?: string,
   ) {
     this.known = new Set(known);
   }
@@ -147,7 +154,7 @@ export class ChatTranslator {
   }
 
   /** The chunks of one event of the log (none for the events a chat does not show). */
-  event(type: string, data: unknown): UIChunk[] {
+  event(type: string, data: unknown, id = ''): UIChunk[] {
     if (this.done) return [];
     switch (type) {
       case 'turn.started':
@@ -178,7 +185,8 @@ export class ChatTranslator {
       }
       case 'session.status': {
         const ev = status.safeParse(data);
-        return ev.success ? this.status(ev.data) : [];
+        const paused = this.pausedBefore !== undefined && id !== '' && compareIds(id, this.pausedBefore) < 0;
+        return ev.success ? this.status(ev.data, paused) : [];
       }
       case 'session.deleted':
         this.done = true;
@@ -345,7 +353,7 @@ export class ChatTranslator {
     return out;
   }
 
-  private status(ev: z.infer<typeof status>): UIChunk[] {
+  private status(ev: z.infer<typeof status>, paused: boolean): UIChunk[] {
     if (ev.status === 'running') return [];
     if (ev.status === 'failed') {
       const e = ev.error;
@@ -359,7 +367,7 @@ export class ChatTranslator {
         if (action?.type === 'approve_tool_calls')
           out.push({ type: 'tool-approval-request', approvalId: c.id, toolCallId: c.id });
       }
-      return [...out, ...this.finish('tool-calls')];
+      return paused ? out : [...out, ...this.finish('tool-calls')];
     }
     return this.finish(finishReason(ev.stop_reason));
   }

@@ -1,6 +1,6 @@
 /**
- * Where a session's current run starts in its event log (src/chat/lua/run-start-1.lua), so a resumed chat stream
- * replays the run from its start. The script is defined on the store's client as `chatRunStart`.
+ * Where the assistant message of a session's current run starts in its event log (src/chat/lua/run-start-1.lua),
+ * so a resumed chat stream replays it from its start. The script is defined on the store's client as `chatRunStart`.
  */
 import type { Result } from 'ioredis';
 import { defineLuaCommands, type RedisClient } from '../store/lua-commands.js';
@@ -8,8 +8,8 @@ import { sessionKeys } from '../store/keys.js';
 
 declare module 'ioredis' {
   interface RedisCommander<Context> {
-    /** run-start-1.lua: the id just before the run's `session.status` event ('0-0': the log's start), or null. */
-    chatRunStart(events: string, maxScanned: number): Result<string | null, Context>;
+    /** run-start-1.lua: the replay's cursor ('0-0': the log's start) and the current run's first event, or null. */
+    chatRunStart(events: string, maxScanned: number): Result<[cursor: string, run: string] | null, Context>;
   }
 }
 
@@ -21,7 +21,12 @@ export function defineChatCommands(redis: RedisClient): void {
   defineLuaCommands(redis, new URL('./lua/', import.meta.url), 'chat');
 }
 
-/** The cursor to replay the session's current run after, or null when no run is active according to its log. */
+/**
+ * Where to replay the assistant message of the session's current run from (`cursor`: the runs before it that paused
+ * for the client included) and the id of the current run's first event (`run`); null when no run is active
+ * according to its log.
+ */
 export async function runStartCursor(redis: RedisClient, sessionId: string, maxScanned: number) {
-  return redis.chatRunStart(sessionKeys(sessionId).events, Math.max(1, maxScanned));
+  const found = await redis.chatRunStart(sessionKeys(sessionId).events, Math.max(1, maxScanned));
+  return found ? { cursor: found[0], run: found[1] } : null;
 }

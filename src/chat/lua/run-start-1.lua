@@ -1,16 +1,32 @@
--- run-start: where the current run of a session begins in its event log, for a chat stream resumed from the start
--- of the run (GET /v1/chat/:id/stream). Scans the log backwards from its newest entry for the newest
--- `session.status` event; the run is active when that event says `running`.
+-- run-start: where the assistant message of a session's current run begins in its event log, for a chat stream
+-- resumed from its start (GET /v1/chat/:id/stream). Scans the log backwards from its newest entry: the newest
+-- `session.status` event must say `running` (else no run is active); before it, runs that paused for the client
+-- (`requires_action`, then `running` again once it answered) belong to the same assistant message, so the scan goes
+-- on through them, to the `running` that followed an `idle` or `failed` one (or the oldest one within the scan).
 -- KEYS[1] events (stream)
 -- ARGV[1] most entries scanned (>= 1)
--- Returns the id of the entry just before that `session.status` event ('0-0' when it is the oldest entry), or
--- false when the newest status is not `running` or no status event is within the scan.
+-- Returns {cursor, run}: the id of the entry just before the message's first `running` status ('0-0' when it is
+-- the oldest entry) and the id of the newest `running` status (the current run's start); or false when the newest
+-- status is not `running` or no status event is within the scan.
 local max = tonumber(ARGV[1])
 local last = '+'
 local seen = 0
+local run, start = nil, nil
+-- What the scan looks for next, going back: 'running' (a run's start), or 'pause' (the status before that start).
+local want = 'running'
+local function status_of(d)
+  local ok, data = pcall(cjson.decode, d or 'null')
+  if not ok or type(data) ~= 'table' then return nil end
+  return data['status']
+end
+local function result()
+  if not start then return false end
+  local before = redis.call('XREVRANGE', KEYS[1], '(' .. start, '-', 'COUNT', 1)[1]
+  return { before and before[1] or '0-0', run }
+end
 while seen < max do
   local rows = redis.call('XREVRANGE', KEYS[1], last, '-', 'COUNT', math.min(64, max - seen))
-  if #rows == 0 then return false end
+  if #rows == 0 then return result() end
   for _, row in ipairs(rows) do
     seen = seen + 1
     local fields = row[2]
@@ -19,12 +35,19 @@ while seen < max do
       if fields[i] == 't' then t = fields[i + 1] elseif fields[i] == 'd' then d = fields[i + 1] end
     end
     if t == 'session.status' then
-      local ok, data = pcall(cjson.decode, d or 'null')
-      if not ok or type(data) ~= 'table' or data['status'] ~= 'running' then return false end
-      local before = redis.call('XREVRANGE', KEYS[1], '(' .. row[1], '-', 'COUNT', 1)[1]
-      return before and before[1] or '0-0'
+      local s = status_of(d)
+      if not run then
+        if s ~= 'running' then return false end
+        run, start, want = row[1], row[1], 'pause'
+      elseif s == 'running' then
+        start, want = row[1], 'pause'
+      elseif s == 'requires_action' and want == 'pause' then
+        want = 'running'
+      elseif s ~= 'requires_action' then
+        return result()
+      end
     end
   end
   last = '(' .. rows[#rows][1]
 end
-return false
+return result()
