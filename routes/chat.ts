@@ -205,7 +205,7 @@ const routes: FastifyPluginAsyncZod<{ config: Config }> = async (app, { config }
       // Nothing runs (a decision left others undecided, a message queued while the session waits): the stream
       // says what the session waits for now, and ends.
       const head =
-        state.status === 'running' || result.queued
+        state.status === 'running'
           ? t.start()
           : [
               ...t.start(),

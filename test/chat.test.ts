@@ -195,6 +195,19 @@ describe('chat routes: the AI SDK UI message stream', () => {
     );
   });
 
+  test('a user message while the session waits for an approval: queued, and the stream says what it waits for', async () => {
+    const id = await session({ tools: ['get_weather'], approval: 'always' });
+    const first = await readAll(await send(id, [userMessage('What is the weather in Paris?')]));
+    const asked = first.chunks.find((c) => c.type === 'tool-approval-request');
+    assert.ok(asked);
+    const { chunks } = await readAll(await send(id, [userMessage('And in Tokyo?')]));
+    assert.deepEqual(types(chunks), ['start', 'tool-input-available', 'tool-approval-request', 'finish']);
+    const s = (await h.api.get(`/v1/sessions/${id}`)).body;
+    assert.equal(s.status, 'requires_action');
+    const events = (await h.api.get(`/v1/sessions/${id}/events?limit=1000`)).body.data;
+    assert.ok(events.some((e: { type: string }) => e.type === 'message.queued'));
+  });
+
   test('a denial through Chat: the call is denied with its reason, the model answers without it', async () => {
     const id = await session({ tools: ['get_weather'], approval: 'always' });
     const chat = new PlainChat({

@@ -25,7 +25,7 @@ export type UIChunk = { type: string } & Record<string, unknown>;
 type FinishReason = 'stop' | 'length' | 'content-filter' | 'tool-calls' | 'error' | 'interrupted' | 'other';
 
 /** The stop reasons of spec §2 as the SDK's finish reasons. */
-export function finishReason(stopReason: string | null | undefined): FinishReason {
+function finishReason(stopReason: string | null | undefined): FinishReason {
   switch (stopReason) {
     case 'end_turn':
     case 'stop_sequence':

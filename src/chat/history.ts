@@ -8,9 +8,9 @@ import { blocksOf, type StoredBlock, type StoredMessage } from '../history.js';
 import type { RequiredAction } from '../engine/status.js';
 import { resultText } from './chunks.js';
 
-export type UIPart = { type: string } & Record<string, unknown>;
+type UIPart = { type: string } & Record<string, unknown>;
 
-export interface UIMessageJson {
+interface UIMessageJson {
   id: string;
   role: 'user' | 'assistant';
   parts: UIPart[];

@@ -9,9 +9,9 @@ import type { RequiredAction } from '../engine/status.js';
 import { decisionBody, postMessageBody, toolResultsBody } from '../schemas.js';
 
 /** Most UI messages a request may carry (the whole chat, as `useChat` sends it; only the newest is read). */
-export const CHAT_MAX_MESSAGES = 1000;
+const CHAT_MAX_MESSAGES = 1000;
 /** Most parts of the newest message. */
-export const CHAT_MAX_PARTS = 256;
+const CHAT_MAX_PARTS = 256;
 
 const part = z.looseObject({ type: z.string().min(1).max(200) });
 const uiMessage = z.looseObject({
@@ -26,7 +26,6 @@ export const chatBody = z.looseObject({
   trigger: z.enum(['submit-message', 'regenerate-message']).optional(),
   messageId: z.string().max(200).optional(),
 });
-export type ChatBody = z.infer<typeof chatBody>;
 type Part = z.infer<typeof part>;
 
 const textPart = z.looseObject({ type: z.literal('text'), text: z.string() });
@@ -68,7 +67,7 @@ export function userMessageOf(parts: Part[]): z.infer<typeof postMessageBody> {
   return body.data;
 }
 
-export interface Decision {
+interface Decision {
   toolUseId: string;
   body: z.infer<typeof decisionBody>;
 }
