@@ -14,7 +14,7 @@ import {
   type UIMessage,
   type UIMessageChunk,
 } from 'ai';
-import { hang, reply, text, textBlock, thinking, toolCall } from '../src/fake/script.js';
+import { apiError, hang, reply, text, textBlock, thinking, toolCall } from '../src/fake/script.js';
 import { ChatTranslator, type UIChunk } from '../src/chat/chunks.js';
 import { PlainChat, chatTransport, readAll } from './helpers/chat.js';
 import { startHarness, type Harness } from './helpers/service.js';
@@ -436,6 +436,19 @@ describe('chat routes: the AI SDK UI message stream', () => {
     const tool = message?.parts.find((p) => p.type === 'tool-get_weather');
     assert.equal(tool && 'state' in tool && tool.state, 'output-available');
     assert.match(textOf(message), /Let me check the weather in Paris\.The weather in Paris is/);
+  });
+
+  test('a failed run: an error chunk with the code, then finish (error)', async () => {
+    const id = await session();
+    h.fake.enqueue(apiError(400, 'invalid_request_error', { message: 'prompt is too long' }));
+    const { chunks } = await readAll(await send(id, [userMessage('fail please')]));
+    assert.deepEqual(types(chunks), ['start', 'start-step', 'error', 'finish-step', 'finish']);
+    const [err, , end] = chunks.slice(-3);
+    assert.ok(err && err.type === 'error');
+    assert.match(err.errorText, /^upstream_\w+: /);
+    assert.ok(end && end.type === 'finish');
+    assert.equal(end.finishReason, 'error');
+    assert.equal((await h.api.get(`/v1/sessions/${id}`)).body.status, 'failed');
   });
 
   test('a hung upstream: the chat stream stays open and ends when the run is cancelled', async () => {
