@@ -16,7 +16,7 @@ const routes: FastifyPluginAsyncZod = async (app) => {
     async (req) => {
       const [data, mcpServers] = await Promise.all([
         app.toolbox.list(req.tenant),
-        app.mcp ? app.mcp.status(req.tenant) : [],
+        app.mcp.status(req.tenant),
       ]);
       return { data, mcp_servers: mcpServers };
     },

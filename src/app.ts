@@ -31,6 +31,7 @@ import webhooksPlugin from './webhooks/plugin.js';
 import webhookRoutes from '../routes/webhooks.js';
 import memoryRoutes from '../routes/memory.js';
 import chatRoutes from '../routes/chat.js';
+import mcpServerRoutes from '../routes/mcp-servers.js';
 import quotasPlugin from './quotas/quotas.js';
 import { selectProtocol } from './events/protocols.js';
 import { metricsPlugin, tracingPlugin, type TracingPluginOptions } from './observability/plugin.js';
@@ -137,6 +138,7 @@ const app: FastifyPluginAsync<AppOptions> = async (fastify, opts) => {
     await api.register(webhookRoutes);
     await api.register(memoryRoutes);
     await api.register(chatRoutes, { config });
+    await api.register(mcpServerRoutes);
     // Unknown paths under /v1 are answered inside the scope too: 401 without a key, as any /v1 route (no route
     // discovery without one), else 404 `route_not_found`. Preflights (OPTIONS) are left to the CORS plugin.
     api.route({

@@ -179,6 +179,17 @@ export const configSchema = z.object({
   MCP_TOOLS_TTL_MS: positiveMs.default(300_000),
   /** Connecting to an MCP server (initialize) and listing its tools may take this long (ms). */
   MCP_CONNECT_TIMEOUT_MS: positiveMs.default(10_000),
+  /**
+   * Most bytes of one tool result, from any source the service runs (MCP servers, …): a larger one becomes an
+   * `is_error` result naming this limit. An MCP answer is cut as it is read (at twice this plus 64 KiB on the wire).
+   */
+  TOOL_RESULT_MAX_BYTES: z.coerce.number().int().min(1024).max(67_108_864).default(1_048_576),
+  /** Tenant MCP servers (`/v1/mcp-servers`): most per tenant, connections kept per process, idle time before one closes. */
+  MCP_TENANT_MAX_SERVERS: z.coerce.number().int().min(1).max(1000).default(20),
+  MCP_TENANT_POOL_MAX: z.coerce.number().int().min(1).max(10_000).default(256),
+  MCP_TENANT_IDLE_MS: positiveMs.default(300_000),
+  /** `tool.progress` events kept per MCP call per second (more are dropped; the last one always goes). */
+  MCP_PROGRESS_PER_SEC: z.coerce.number().int().min(1).max(100).default(2),
   /** The memory tool (src/memory/): most bytes (UTF-8) of one file, of all a tenant's files, and files per tenant. */
   MEMORY_MAX_FILE_BYTES: z.coerce.number().int().min(1).max(16_777_216).default(65_536),
   MEMORY_MAX_TENANT_BYTES: z.coerce.number().int().min(1).max(1_073_741_824).default(10_485_760),

@@ -27,6 +27,7 @@ export const ERROR_CODES = [
   'iteration_not_found',
   'webhook_not_found',
   'file_not_found',
+  'mcp_server_not_found',
   'route_not_found',
   // 409: the session (or webhook, or idempotency record) is not in a state that allows the request
   'session_exists',
@@ -107,7 +108,7 @@ export const badRequest = (message: string, details?: unknown) =>
   new AppError(400, 'invalid_request', message, details);
 
 /** What a 404 names; its code is `<what>_not_found`. */
-export type NotFoundKind = 'session' | 'iteration' | 'webhook' | 'file';
+export type NotFoundKind = 'session' | 'iteration' | 'webhook' | 'file' | 'mcp_server';
 
 export const notFound = (what: NotFoundKind = 'session') =>
   new AppError(404, `${what}_not_found`, `No ${what} with this id.`);

@@ -31,6 +31,8 @@ export interface McpServerConfig {
   headers: Record<string, string>;
   /** Tenants that may use the server; `null`: every tenant. */
   tenants: ReadonlySet<string> | null;
+  /** Run before each connect (a tenant's server: its host's addresses checked again, src/webhooks/address-guard.ts). */
+  guard?: () => Promise<void>;
 }
 
 export type McpServersConfig = ReadonlyMap<string, McpServerConfig>;

@@ -22,7 +22,16 @@ export interface McpPoolOptions {
   callTimeoutMs: number;
   toolsTtlMs: number;
   connectTimeoutMs: number;
+  /** TOOL_RESULT_MAX_BYTES: most bytes of a result's content; the wire is cut at twice this plus 64 KiB. */
+  resultMaxBytes: number;
   log: FastifyBaseLogger;
+}
+
+/** A progress notice of a call in flight (MCP `notifications/progress`). */
+export interface McpProgress {
+  progress: number;
+  total?: number;
+  message?: string;
 }
 
 /** A server's tool list could not be had (never listed, and unreachable now). */
@@ -46,7 +55,20 @@ const MAX_PAGES = 50;
  * call, so a stream cut before the result arrives (the server died mid-call) fails that call at once instead of
  * leaving it to wait for its timeout (the SDK resumes only streams that carry event ids, and ours fail at once).
  */
-const inCall = new AsyncLocalStorage<{ cut: (why: string) => void }>();
+const inCall = new AsyncLocalStorage<{ cut: (err: Error) => void }>();
+
+/** A result (or an answer on the wire) larger than TOOL_RESULT_MAX_BYTES: the call's `is_error` names the limit. */
+class McpResultTooLarge extends Error {
+  constructor(server: string, limit: number, what: string) {
+    super(
+      `the MCP server "${server}" ${what}; a tool result may have at most ${limit} bytes (TOOL_RESULT_MAX_BYTES)`,
+    );
+    this.name = 'McpResultTooLarge';
+  }
+}
+
+/** Whether a tool can only be run as an MCP task (`execution.taskSupport: "required"`): such tools are not offered. */
+const needsTask = (t: Tool) => t.execution?.taskSupport === 'required';
 
 /** How long a shutdown waits for an MCP server to end our session (ms). */
 const TERMINATE_TIMEOUT_MS = 1000;
@@ -69,6 +91,8 @@ export class McpServerClient {
   private generation = 0;
   private lastError: string | null = null;
   private closed = false;
+  /** When a call or a listing last used this client (tenant pool eviction). */
+  lastUsed = Date.now();
 
   constructor(
     readonly config: McpServerConfig,
@@ -78,6 +102,11 @@ export class McpServerClient {
   /** Whether `tenant` may use this server. */
   allows(tenant: string): boolean {
     return this.config.tenants === null || this.config.tenants.has(tenant);
+  }
+
+  /** Calls in flight on the live connection (a busy client is not evicted). */
+  get busy(): boolean {
+    return (this.live?.inflight ?? 0) > 0;
   }
 
   /** The last connection or listing failure (null after a success), for `GET /v1/tools`. */
@@ -91,6 +120,7 @@ export class McpServerClient {
    * A failed listing falls back to the last list; with none, throws `McpUnavailable`.
    */
   async listTools(opts: { wait?: boolean } = {}): Promise<readonly Tool[]> {
+    this.lastUsed = Date.now();
     const cached = this.tools;
     if (cached && Date.now() - cached.at < this.opts.toolsTtlMs) return cached.list;
     if (cached && !opts.wait) {
@@ -121,7 +151,8 @@ export class McpServerClient {
         const res = await conn.client
           .listTools(cursor ? { cursor } : undefined, { timeout: this.opts.connectTimeoutMs })
           .catch((err: unknown) => this.failed(conn, err));
-        list.push(...res.tools.slice(0, MAX_TOOLS - list.length));
+        // A tool that must run as an MCP task (call now, fetch the result later) is not offered.
+        list.push(...res.tools.filter((t) => !needsTask(t)).slice(0, MAX_TOOLS - list.length));
         cursor = res.nextCursor;
         if (!cursor) break;
       }
@@ -153,12 +184,15 @@ export class McpServerClient {
     name: string,
     args: Record<string, unknown> | undefined,
     signal: AbortSignal | undefined,
+    onProgress?: (p: McpProgress) => void,
   ): Promise<CallToolResult> {
+    this.lastUsed = Date.now();
     for (let attempt = 0; ; attempt++) {
       const conn = await this.connection();
       try {
-        return await this.callOn(conn, name, args, signal);
+        return await this.callOn(conn, name, args, signal, onProgress);
       } catch (err) {
+        if (err instanceof McpResultTooLarge) throw err;
         const forgotten = err instanceof StreamableHTTPError && (err.code === 404 || err.code === 400);
         if (!(err instanceof McpError) || err.code === ErrorCode.ConnectionClosed) this.drop(conn, err);
         if (forgotten && attempt === 0 && !signal?.aborted) continue;
@@ -172,6 +206,7 @@ export class McpServerClient {
     name: string,
     args: Record<string, unknown> | undefined,
     signal: AbortSignal | undefined,
+    onProgress: ((p: McpProgress) => void) | undefined,
   ): Promise<CallToolResult> {
     // One controller per call, aborted only while the call is in flight (the SDK never removes its abort listener,
     // so a signal that fires after the call would send a cancel notice for a finished request).
@@ -185,19 +220,34 @@ export class McpServerClient {
     if (signal?.aborted) abort(signal.reason);
     conn.inflight++;
     try {
-      const res = await inCall.run({ cut: (why) => abort(new McpCallCut(why)) }, () =>
+      const res = await inCall.run({ cut: (err) => abort(err) }, () =>
         conn.client.callTool({ name, ...(args ? { arguments: args } : {}) }, undefined, {
           signal: ac.signal,
           timeout: this.opts.callTimeoutMs,
+          // A server that reports progress keeps its call alive: each notice starts the timeout again.
+          resetTimeoutOnProgress: true,
+          onprogress: (p) => {
+            if (!onProgress) return;
+            onProgress({
+              progress: p.progress,
+              ...(p.total !== undefined ? { total: p.total } : {}),
+              ...(typeof p.message === 'string' ? { message: p.message.slice(0, 1000) } : {}),
+            });
+          },
         }),
       );
       // The compatibility shape (`toolResult`) of protocol versions before 2024-11-05 is not accepted.
       if (!('content' in res) || !Array.isArray(res.content)) throw new Error('the result has no content');
+      // The wire was bounded as it was read (boundedFetch); the content itself is bounded here, before any history.
+      const bytes = Buffer.byteLength(JSON.stringify(res.content));
+      if (bytes > this.opts.resultMaxBytes)
+        throw new McpResultTooLarge(this.config.name, this.opts.resultMaxBytes, `answered ${bytes} bytes`);
       // Kept cast: both shapes of the SDK's result have an index signature, so the check above cannot narrow the
       // union to CallToolResult by itself; it is what tells the two apart.
       return res as CallToolResult;
     } catch (err) {
-      if (ac.signal.reason instanceof McpCallCut) throw ac.signal.reason;
+      const reason: unknown = ac.signal.reason;
+      if (reason instanceof McpCallCut || reason instanceof McpResultTooLarge) throw reason;
       if (err instanceof McpError && err.code === ErrorCode.RequestTimeout) {
         throw new Error(
           `the MCP server "${this.config.name}" did not answer within ${this.opts.callTimeoutMs} ms`,
@@ -233,6 +283,7 @@ export class McpServerClient {
 
   private async connect(): Promise<Connection> {
     const { config, opts } = this;
+    await config.guard?.();
     const client = new Client(
       { name: 'toolrunner-sessions', version: '0.1.0' },
       {
@@ -250,7 +301,7 @@ export class McpServerClient {
     );
     const transport = new StreamableHTTPClientTransport(config.url, {
       requestInit: { headers: config.headers },
-      fetch: cutAwareFetch,
+      fetch: boundedFetch(config.name, opts.resultMaxBytes),
       // The standalone SSE stream (change notices) is tried again twice; a server gone for longer drops the
       // connection (onerror below) and the next use connects anew.
       reconnectionOptions: {
@@ -326,39 +377,78 @@ export class McpCallCut extends Error {
   }
 }
 
+/** Bytes of one answer (one SSE event, or a JSON body) beyond which it is cut: room for JSON escapes and framing. */
+const wireCap = (resultMaxBytes: number) => resultMaxBytes * 2 + 65_536;
+
 /**
- * The transport's fetch: a POST made for a call (see `inCall`) whose answer is an SSE stream has that stream watched;
- * if it fails or ends while the call still waits for its result, the call is failed at once. The result arrives on
- * the stream before it ends (the SDK hands each event on as it reads it), so a call still waiting a turn of the event
- * loop after the end will get no result from this stream.
+ * The transport's fetch. Every answer's body is bounded as it is read: an SSE event (or a JSON body) longer than
+ * `wireCap` is cut there, never buffered whole; a call's answer cut so fails that call with `McpResultTooLarge`.
+ * A POST made for a call (see `inCall`) whose answer is an SSE stream is watched: if it fails or ends while the
+ * call still waits for its result, the call is failed at once. The result arrives on the stream before it ends
+ * (the SDK hands each event on as it reads it), so a call still waiting a turn of the loop after the end will get
+ * no result from this stream.
  */
-const cutAwareFetch: typeof fetch = async (input, init) => {
-  const call = inCall.getStore();
-  const res = await fetch(input, init);
-  if (!call || init?.method !== 'POST' || !res.body) return res;
-  if (!(res.headers.get('content-type') ?? '').startsWith('text/event-stream')) return res;
-  const reader = res.body.getReader();
-  const watched = new ReadableStream<Uint8Array>({
-    async pull(controller) {
-      try {
-        const { value, done } = await reader.read();
-        if (done) {
-          controller.close();
-          setImmediate(() => call.cut("the MCP server closed the call's stream before its result"));
-          return;
+function boundedFetch(server: string, resultMaxBytes: number): typeof fetch {
+  const cap = wireCap(resultMaxBytes);
+  return async (input, init) => {
+    const call = inCall.getStore();
+    const res = await fetch(input, init);
+    if (!res.body) return res;
+    const sse = (res.headers.get('content-type') ?? '').startsWith('text/event-stream');
+    const watch = !!call && init?.method === 'POST' && sse;
+    const reader = res.body.getReader();
+    /** Bytes since the last event boundary (a blank line), or of the whole JSON body. */
+    let pending = 0;
+    const watched = new ReadableStream<Uint8Array>({
+      async pull(controller) {
+        try {
+          const { value, done } = await reader.read();
+          if (done) {
+            controller.close();
+            if (watch)
+              setImmediate(() =>
+                call.cut(new McpCallCut("the MCP server closed the call's stream before its result")),
+              );
+            return;
+          }
+          pending = sse ? sinceBoundary(value, pending) : pending + value.byteLength;
+          if (pending > cap) {
+            const err = new McpResultTooLarge(
+              server,
+              resultMaxBytes,
+              `sent an answer of more than ${cap} bytes`,
+            );
+            call?.cut(err);
+            controller.error(err);
+            void reader.cancel(err).catch(() => {});
+            return;
+          }
+          controller.enqueue(value);
+        } catch (err) {
+          if (watch)
+            call.cut(new McpCallCut(`the MCP server's connection broke during the call (${describe(err)})`));
+          controller.error(err);
         }
-        controller.enqueue(value);
-      } catch (err) {
-        call.cut(`the MCP server's connection broke during the call (${describe(err)})`);
-        controller.error(err);
-      }
-    },
-    cancel(reason) {
-      return reader.cancel(reason);
-    },
-  });
-  return new Response(watched, { status: res.status, statusText: res.statusText, headers: res.headers });
-};
+      },
+      cancel(reason) {
+        return reader.cancel(reason);
+      },
+    });
+    return new Response(watched, { status: res.status, statusText: res.statusText, headers: res.headers });
+  };
+}
+
+/** The bytes after the last SSE event boundary (`\n\n`, `\r\n\r\n`) once `chunk` is read, `before` carried in. */
+function sinceBoundary(chunk: Uint8Array, before: number): number {
+  for (let i = chunk.byteLength - 1; i > 0; i--) {
+    if (
+      chunk[i] === 0x0a &&
+      (chunk[i - 1] === 0x0a || (chunk[i - 1] === 0x0d && i > 2 && chunk[i - 2] === 0x0a))
+    )
+      return chunk.byteLength - 1 - i;
+  }
+  return before + chunk.byteLength;
+}
 
 function describe(err: unknown): string {
   if (!(err instanceof Error)) return String(err);

@@ -15,8 +15,10 @@ import type { ServerTool } from '../../tools/types.js';
 import { AppError } from '../errors.js';
 import type { ClaimedTool, ToolListing, ToolProvider, ToolScope } from '../toolbox.js';
 import type { McpServersConfig } from './config.js';
-import { McpServerClient, type McpPoolOptions } from './pool.js';
+import { McpServerClient, type McpPoolOptions, type McpProgress } from './pool.js';
 import { isMcpEntry, type McpToolEntry } from './schema.js';
+import { TenantPool, type TenantPoolOptions } from './tenant-pool.js';
+import type { TenantMcpStore } from './tenant-store.js';
 
 /** Names the Messages API accepts for a tool; an MCP tool named otherwise is left out (and logged). */
 const API_TOOL_NAME = /^[A-Za-z0-9_-]{1,128}$/;
@@ -29,34 +31,64 @@ export interface McpServerStatus {
   tool_count: number;
 }
 
-/** The abort signal of the run whose call is in flight (the SDK's `mcpTool` passes the client only the input). */
-const callSignal = new AsyncLocalStorage<AbortSignal | undefined>();
+/** The run's abort signal and progress sink of the call in flight (the SDK's `mcpTool` passes only the input). */
+const callContext = new AsyncLocalStorage<{
+  signal: AbortSignal | undefined;
+  progress: ((p: McpProgress) => void) | undefined;
+}>();
+
+/** Where `tool.progress` events go: the session's event log (set by the engine plugin). */
+export type ProgressSink = (session: string, events: Array<[string, string]>) => void;
+
+/** Most `tool.progress` events of one call (beyond, they are dropped). */
+const MAX_PROGRESS_EVENTS = 500;
 
 /** Whether a crash-interrupted call may run again: the server says the tool is read-only or idempotent. */
 export function idempotentTool(t: Pick<Tool, 'annotations'>): boolean {
   return t.annotations?.readOnlyHint === true || t.annotations?.idempotentHint === true;
 }
 
-/** The MCP servers of `MCP_SERVERS`, one pooled client each, as a tool provider. */
+export interface McpToolsOptions extends McpPoolOptions, TenantPoolOptions {
+  /** `tool.progress` events per call per second (MCP_PROGRESS_PER_SEC). */
+  progressPerSec: number;
+}
+
+/**
+ * The MCP servers of `MCP_SERVERS` (one pooled client each) and the tenants' own (`/v1/mcp-servers`, a client per
+ * (tenant, server) in a bounded pool), as a tool provider. A name resolves to the tenant's server first.
+ */
 export class McpTools implements ToolProvider {
   private readonly servers = new Map<string, McpServerClient>();
+  private readonly tenantPool: TenantPool;
+  /** Set by the engine plugin once the store exists. */
+  progressSink: ProgressSink | null = null;
 
   constructor(
     config: McpServersConfig,
-    opts: McpPoolOptions,
+    private readonly tenants: TenantMcpStore,
+    private readonly opts: McpToolsOptions,
     private readonly log: FastifyBaseLogger,
   ) {
     for (const [name, c] of config) this.servers.set(name, new McpServerClient(c, opts));
+    this.tenantPool = new TenantPool(opts, opts);
   }
 
   claims(entry: unknown): boolean {
     return isMcpEntry(entry);
   }
 
-  private serverFor(tenant: string, name: string): McpServerClient {
+  /** The tenant's server of that name, else the operator's if the tenant may use it, else null. */
+  private async resolve(tenant: string, name: string): Promise<McpServerClient | null> {
+    const own = await this.tenants.get(tenant, name);
+    if (own) return this.tenantPool.client(tenant, own);
     const s = this.servers.get(name);
+    return s && s.allows(tenant) ? s : null;
+  }
+
+  private async serverFor(tenant: string, name: string): Promise<McpServerClient> {
+    const s = await this.resolve(tenant, name);
     // Another tenant's server is not named to this one: the same answer as for no server at all.
-    if (!s || !s.allows(tenant)) {
+    if (!s) {
       throw new AppError(
         400,
         'unknown_tool',
@@ -76,7 +108,7 @@ export class McpTools implements ToolProvider {
           mcp_server: e.mcp_server,
         });
       named.add(e.mcp_server);
-      this.serverFor(tenant, e.mcp_server);
+      await this.serverFor(tenant, e.mcp_server);
     }
     const lists = await Promise.all(mcp.map((e) => this.checkEntry(tenant, e)));
     return lists.flat();
@@ -84,7 +116,7 @@ export class McpTools implements ToolProvider {
 
   /** The tools an entry brings. An unreachable server is accepted: its names are checked when it answers. */
   private async checkEntry(tenant: string, e: McpToolEntry): Promise<ClaimedTool[]> {
-    const server = this.serverFor(tenant, e.mcp_server);
+    const server = await this.serverFor(tenant, e.mcp_server);
     const from = `mcp_server "${e.mcp_server}"`;
     let tools: readonly Tool[];
     try {
@@ -116,8 +148,11 @@ export class McpTools implements ToolProvider {
   async runnables(scope: ToolScope): Promise<ServerTool[]> {
     const lists = await Promise.all(
       scope.tools.filter(isMcpEntry).map(async (e): Promise<ServerTool[]> => {
-        const server = this.servers.get(e.mcp_server);
-        if (!server || !server.allows(scope.tenant)) {
+        const server = await this.resolve(scope.tenant, e.mcp_server).catch((err: unknown) => {
+          this.log.warn({ err, mcp_server: e.mcp_server }, 'cannot read the tenant MCP server');
+          return null;
+        });
+        if (!server) {
           this.log.warn(
             { session: scope.session, tenant: scope.tenant, mcp_server: e.mcp_server },
             'the session names an MCP server it may not use (MCP_SERVERS changed?); its tools are left out',
@@ -136,7 +171,7 @@ export class McpTools implements ToolProvider {
         }
         const allowed = e.allowed_tools ? new Set(e.allowed_tools) : null;
         const picked = tools.filter((t) => API_TOOL_NAME.test(t.name) && (!allowed || allowed.has(t.name)));
-        return runnablesOf(server, picked);
+        return this.runnablesOf(server, picked, scope.session);
       }),
     );
     return lists.flat();
@@ -144,7 +179,7 @@ export class McpTools implements ToolProvider {
 
   async list(tenant: string): Promise<ToolListing[]> {
     const out: ToolListing[] = [];
-    for (const s of this.visible(tenant)) {
+    for (const s of await this.visible(tenant)) {
       const tools: readonly Tool[] = await s.listTools().catch(() => []);
       for (const t of tools) {
         if (!API_TOOL_NAME.test(t.name)) continue;
@@ -166,7 +201,7 @@ export class McpTools implements ToolProvider {
   /** The servers `tenant` may use, whether they answer now, and how many tools they offer. */
   async status(tenant: string): Promise<McpServerStatus[]> {
     return Promise.all(
-      this.visible(tenant).map(async (s) => {
+      (await this.visible(tenant)).map(async (s) => {
         try {
           const tools = await s.listTools();
           return {
@@ -187,31 +222,66 @@ export class McpTools implements ToolProvider {
     );
   }
 
-  private visible(tenant: string): McpServerClient[] {
-    return [...this.servers.values()].filter((s) => s.allows(tenant));
+  /** The servers `tenant` may use: its own, then the operator's of other names. */
+  private async visible(tenant: string): Promise<McpServerClient[]> {
+    const names = await this.tenants.names(tenant);
+    const own = await Promise.all(names.sort().map((n) => this.resolve(tenant, n)));
+    const out = own.filter((s): s is McpServerClient => s !== null);
+    const taken = new Set(names);
+    return [
+      ...out,
+      ...[...this.servers.values()].filter((s) => s.allows(tenant) && !taken.has(s.config.name)),
+    ];
   }
 
   async close(): Promise<void> {
-    await Promise.all([...this.servers.values()].map((s) => s.close()));
+    await Promise.all([...[...this.servers.values()].map((s) => s.close()), this.tenantPool.close()]);
   }
-}
 
-/**
- * The SDK's `mcpTools()` over the pooled client. Its `run` does not pass the run context on, so the call's abort
- * signal reaches the client through `callSignal`.
- */
-function runnablesOf(server: McpServerClient, tools: readonly Tool[]): ServerTool[] {
-  const client: MCPClientLike = {
-    callTool: (params) => server.callTool(params.name, params.arguments, callSignal.getStore()),
-  };
-  // MCP's `Tool` is the SDK's `MCPToolLike` but for zod's looser spelling of `inputSchema`.
-  const defs = tools.map((t): MCPToolLike => ({ ...t, inputSchema: { ...t.inputSchema, type: 'object' } }));
-  return mcpTools(defs, client).map((tool, i): ServerTool => {
-    const wrapped: BetaRunnableTool<Record<string, unknown>> = {
-      ...tool,
-      run: (input: Record<string, unknown>, ctx?: BetaToolRunContext) =>
-        callSignal.run(ctx?.signal ?? undefined, () => tool.run(input, ctx)),
+  /**
+   * The SDK's `mcpTools()` over the pooled client. Its `run` does not pass the run context on, so the call's abort
+   * signal and progress sink reach the client through `callContext`.
+   */
+  private runnablesOf(server: McpServerClient, tools: readonly Tool[], session: string): ServerTool[] {
+    const client: MCPClientLike = {
+      callTool: (params) => {
+        const c = callContext.getStore();
+        return server.callTool(params.name, params.arguments, c?.signal, c?.progress);
+      },
     };
-    return { tool: wrapped, requiresApproval: false, idempotent: idempotentTool(tools[i]!) };
-  });
+    // MCP's `Tool` is the SDK's `MCPToolLike` but for zod's looser spelling of `inputSchema`.
+    const defs = tools.map((t): MCPToolLike => ({ ...t, inputSchema: { ...t.inputSchema, type: 'object' } }));
+    return mcpTools(defs, client).map((tool, i): ServerTool => {
+      const wrapped: BetaRunnableTool<Record<string, unknown>> = {
+        ...tool,
+        run: (input: Record<string, unknown>, ctx?: BetaToolRunContext) => {
+          const progress = ctx?.toolUse.id
+            ? this.progressOf(session, ctx.toolUse.id, tools[i]!.name)
+            : undefined;
+          return callContext.run({ signal: ctx?.signal ?? undefined, progress }, () => tool.run(input, ctx));
+        },
+      };
+      return { tool: wrapped, requiresApproval: false, idempotent: idempotentTool(tools[i]!) };
+    });
+  }
+
+  /**
+   * A call's progress notices as `tool.progress` events, at most `progressPerSec` a second and
+   * `MAX_PROGRESS_EVENTS` in all (the notice that reaches `total` always goes): a chatty server cannot flood the log.
+   */
+  private progressOf(session: string, toolUseId: string, name: string): (p: McpProgress) => void {
+    const interval = 1000 / this.opts.progressPerSec;
+    let last = -Infinity;
+    let sent = 0;
+    return (p) => {
+      const now = performance.now();
+      const final = p.total !== undefined && p.progress >= p.total;
+      if (sent >= MAX_PROGRESS_EVENTS || (!final && now - last < interval)) return;
+      last = now;
+      sent++;
+      this.progressSink?.(session, [
+        ['tool.progress', JSON.stringify({ tool_use_id: toolUseId, name, ...p })],
+      ]);
+    };
+  }
 }

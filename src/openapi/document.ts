@@ -45,6 +45,7 @@ const tags = [
   { name: 'events', description: 'The event log of a session: JSON pages, Server-Sent Events, WebSocket.' },
   { name: 'tools', description: 'The server tools a session may use.' },
   { name: 'chat', description: "The AI SDK's chat protocol (useChat): a session as a UI message stream." },
+  { name: 'mcp-servers', description: "The tenant's own MCP servers, whose tools its sessions may use." },
   { name: 'memory', description: "The memory tool's files of the caller's tenant, shared by its sessions." },
   {
     name: 'webhooks',

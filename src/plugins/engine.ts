@@ -46,7 +46,7 @@ export default fp<EnginePluginOptions>(
     const toolbox = new Toolbox([
       serverToolProvider(serverTools),
       memoryProvider(memory),
-      ...(app.mcp ? [app.mcp] : []),
+      app.mcp,
     ]);
     const channels = new SessionChannels(app.redisSub);
     const engine = new Engine({
@@ -63,6 +63,9 @@ export default fp<EnginePluginOptions>(
       tracing: app.tracing,
     });
     app.metrics.observeRuns(engine);
+    app.mcp.progressSink = (id, events) => {
+      store.appendEvents(id, events).catch(() => {});
+    };
     app.decorate('store', store);
     app.decorate('channels', channels);
     app.decorate('engine', engine);
