@@ -159,6 +159,12 @@ export const clientTool = z.strictObject({
   input_schema: jsonSchemaObject,
   /** Structured outputs for this tool's input: passed through to the Messages API. */
   strict: z.boolean().optional(),
+  /**
+   * The service checks the model's input against `input_schema` before the session waits: an invalid input is
+   * answered at once with an `is_error` result naming the violations (src/engine/client-validation.ts). Never sent
+   * to the Messages API.
+   */
+  validate: z.boolean().optional(),
 });
 export type ClientTool = z.infer<typeof clientTool>;
 export const toolRef = z.union([z.string().min(1), clientTool, mcpToolEntry, anthropicToolEntry]);

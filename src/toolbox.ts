@@ -7,7 +7,8 @@
 import type { BetaRunnableTool } from '@anthropic-ai/sdk/lib/tools/BetaRunnableTool';
 import { toolSchemas } from '../tools/index.js';
 import type { ServerTool } from '../tools/types.js';
-import { AppError } from './errors.js';
+import { validationProblem } from './engine/client-validation.js';
+import { AppError, badRequest } from './errors.js';
 import type { ToolRef } from './store/session-state.js';
 import { isAnthropicTool } from './tools/anthropic-tools.js';
 
@@ -104,6 +105,15 @@ export class Toolbox {
             { tool: t.name },
           );
         add({ name: t.name, from: 'a client tool' });
+        const problem =
+          !isAnthropicTool(t) && t.validate === true ? validationProblem(tenant, t.input_schema) : null;
+        if (problem)
+          throw badRequest(
+            `The input_schema of "${t.name}" cannot validate inputs (validate: true): ${problem}.`,
+            {
+              tool: t.name,
+            },
+          );
       } else if (typeof t === 'string')
         throw new AppError(
           400,

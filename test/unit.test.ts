@@ -125,6 +125,7 @@ describe('policies', () => {
       {
         tools: ['get_weather', { name: 'lookup', input_schema: { type: 'object' } }],
         approval: ['get_weather'],
+        tenant: 'default',
       },
       [
         { id: '1', name: 'get_weather', input: {} },

@@ -1647,6 +1647,7 @@ export interface operations {
                   [key: string]: unknown;
                 };
                 strict?: boolean;
+                validate?: boolean;
               }
             | {
                 mcp_server: string;
@@ -2333,6 +2334,7 @@ export interface operations {
                   [key: string]: unknown;
                 };
                 strict?: boolean;
+                validate?: boolean;
               }
             | {
                 mcp_server: string;

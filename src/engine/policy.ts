@@ -1,8 +1,9 @@
 import type { ServerTool } from '../../tools/types.js';
 import type { ToolCall } from '../history.js';
 import { isAnthropicTool, runsOnClient } from '../tools/anthropic-tools.js';
-import type { PendingCall, ToolResult } from '../store/pending.js';
+import { setResult, type PendingCall, type ToolResult } from '../store/pending.js';
 import type { SessionState } from '../store/session-state.js';
+import { inputViolations } from './client-validation.js';
 
 /** Whether a call waits for approve/deny/edit under the session's `approval` policy. Client tools never do. */
 export function needsApproval(
@@ -53,22 +54,38 @@ export function serverToolNames(s: Pick<SessionState, 'tools'>): Set<string> {
  * call and is answered "not found".
  */
 export function pendingCalls(
-  s: Pick<SessionState, 'tools' | 'approval'>,
+  s: Pick<SessionState, 'tools' | 'approval' | 'tenant'>,
   calls: ToolCall[],
   tools: ReadonlyMap<string, ServerTool>,
 ): PendingCall[] {
   const client = clientToolNames(s);
+  const checked = validatedSchemas(s);
   return calls.map((c) => {
     const isClient = client.has(c.name);
     const tool = isClient ? undefined : tools.get(c.name);
-    return {
+    const call: PendingCall = {
       id: c.id,
       name: c.name,
       input: c.input,
       kind: isClient ? 'client' : 'server',
       approval: !isClient && needsApproval(s, c.name, tool) ? 'required' : 'auto',
     };
+    // A client tool with `validate: true` and an input its schema refuses: answered now, the client never waits.
+    const schema = isClient ? checked.get(c.name) : undefined;
+    const violations = schema ? inputViolations(s.tenant, schema, c.input) : null;
+    if (violations) setResult(call, { content: violations, is_error: true });
+    return call;
   });
+}
+
+/** The input schemas of the session's client tools with `validate: true`, by name. */
+function validatedSchemas(s: Pick<SessionState, 'tools'>): Map<string, Record<string, unknown>> {
+  const out = new Map<string, Record<string, unknown>>();
+  for (const t of s.tools) {
+    if (typeof t !== 'object' || isAnthropicTool(t) || !('input_schema' in t)) continue;
+    if (t.validate === true) out.set(t.name, t.input_schema);
+  }
+  return out;
 }
 
 export const interruptedResult = (why: string): ToolResult => ({ content: `Error: ${why}`, is_error: true });

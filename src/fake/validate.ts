@@ -58,6 +58,30 @@ export function unchecked<K extends string>(value: unknown): Unchecked<K> | unde
 }
 
 /** Checks the body's fields as the API does (the conversation is checked by `validateConversation`). */
+/** The fields of a custom tool definition (the SDK's `BetaTool`); the API refuses any other. */
+const CUSTOM_TOOL_KEYS = new Set([
+  'name',
+  'input_schema',
+  'allowed_callers',
+  'cache_control',
+  'defer_loading',
+  'description',
+  'eager_input_streaming',
+  'input_examples',
+  'strict',
+  'type',
+]);
+
+/** A custom tool (`input_schema`, no other type) with a field the API does not know is refused, as the API does. */
+function checkCustomToolKeys(raw: unknown, i: number): void {
+  const tool = unchecked<'type' | 'input_schema'>(raw);
+  if (!tool || tool.input_schema === undefined) return;
+  if (tool.type !== undefined && tool.type !== null && tool.type !== 'custom') return;
+  for (const key of Object.keys(tool)) {
+    if (!CUSTOM_TOOL_KEYS.has(key)) throw invalid(`tools.${i}.custom.${key}: Extra inputs are not permitted`);
+  }
+}
+
 export function validateBody(raw: unknown, headers: http.IncomingHttpHeaders): void {
   const body = unchecked<'model' | 'max_tokens' | 'messages' | 'stream' | 'tools' | 'thread' | 'system'>(raw);
   if (!body) throw invalid('The request body must be a JSON object');
@@ -77,6 +101,7 @@ export function validateBody(raw: unknown, headers: http.IncomingHttpHeaders): v
     if (!Array.isArray(body.tools)) throw invalid('tools: Input should be a valid list');
     const names = new Set<string>();
     body.tools.forEach((tool: unknown, i: number) => {
+      checkCustomToolKeys(tool, i);
       const name = unchecked<'name'>(tool)?.name;
       if (typeof name !== 'string') return; // server tools of some types have no name
       if (names.has(name)) throw invalid(`tools.${i}: Tool names must be unique: ${name}`);

@@ -1,0 +1,263 @@
+/**
+ * Client tools with `"validate": true` (spec §7.1): the model's input is checked against the tool's `input_schema`
+ * before the session waits for the client; an invalid input is answered at once with an `is_error` result listing
+ * the violations as `betaZodTool` words them (`Error: ` + the zod issues as JSON: the SDK's tool runner answers a
+ * zod `parse` failure with the error's message, which zod makes of its issues).
+ *
+ * Schemas are compiled here (src/schemas.ts only checks them against the meta-schema), each in a fresh Ajv instance
+ * that is dropped with it: nothing one tenant's schema registers (`$id`, anchors) is seen by another compile, and
+ * the root `$id` / `$schema` are left out. Compiled validators are kept in one LRU bounded in entries, in schema
+ * bytes and per tenant. A schema is at most TOOL_SCHEMA_MAX_BYTES; a compile slower than `COMPILE_BUDGET_MS` (or one
+ * that fails) is refused at create (400) and, met at run time, leaves the call unchecked (the client gets it).
+ */
+import { createHash } from 'node:crypto';
+import { Ajv, type ErrorObject, type ValidateFunction } from 'ajv';
+
+const MAX_ENTRIES = 1024;
+const MAX_PER_TENANT = 64;
+const MAX_CACHED_BYTES = 16 * 1024 * 1024;
+const COMPILE_BUDGET_MS = 250;
+/** Most violations listed in one result. */
+const MAX_ISSUES = 20;
+
+type Compiled = { validate: ValidateFunction } | { problem: string };
+
+interface Entry {
+  tenant: string;
+  bytes: number;
+  compiled: Compiled;
+}
+
+/** Least recently used first. */
+const cache = new Map<string, Entry>();
+const perTenant = new Map<string, number>();
+let cachedBytes = 0;
+
+function forget(key: string): void {
+  const e = cache.get(key);
+  if (!e) return;
+  cache.delete(key);
+  cachedBytes -= e.bytes;
+  const n = (perTenant.get(e.tenant) ?? 1) - 1;
+  if (n <= 0) perTenant.delete(e.tenant);
+  else perTenant.set(e.tenant, n);
+}
+
+function compile(schema: Record<string, unknown>): Compiled {
+  const { $id: _id, $schema: _schema, ...rest } = schema;
+  const t0 = performance.now();
+  try {
+    const ajv = new Ajv({
+      strict: false,
+      allErrors: true,
+      verbose: true,
+      addUsedSchema: false,
+      logger: false,
+    });
+    const validate = ajv.compile(rest);
+    const ms = performance.now() - t0;
+    if (ms > COMPILE_BUDGET_MS)
+      return { problem: `the schema took ${Math.round(ms)} ms to compile (at most ${COMPILE_BUDGET_MS})` };
+    return { validate };
+  } catch (err) {
+    return { problem: `the schema cannot be compiled: ${err instanceof Error ? err.message : String(err)}` };
+  }
+}
+
+/** The tenant's compiled validator of `schema`, from the cache or compiled now. */
+function compiledFor(tenant: string, schema: Record<string, unknown>): Compiled {
+  const text = JSON.stringify(schema);
+  const key = `${tenant}\n${createHash('sha256').update(text).digest('base64url')}`;
+  const hit = cache.get(key);
+  if (hit) {
+    cache.delete(key);
+    cache.set(key, hit);
+    return hit.compiled;
+  }
+  const compiled = compile(schema);
+  cache.set(key, { tenant, bytes: text.length, compiled });
+  cachedBytes += text.length;
+  perTenant.set(tenant, (perTenant.get(tenant) ?? 0) + 1);
+  if ((perTenant.get(tenant) ?? 0) > MAX_PER_TENANT) {
+    for (const [k, e] of cache) {
+      if (e.tenant === tenant) {
+        forget(k);
+        break;
+      }
+    }
+  }
+  while (cache.size > MAX_ENTRIES || cachedBytes > MAX_CACHED_BYTES) {
+    const oldest = cache.keys().next();
+    if (oldest.done) break;
+    forget(oldest.value);
+  }
+  return compiled;
+}
+
+/** Why `schema` cannot validate inputs (a create with `validate: true` is refused for it), or null. */
+export function validationProblem(tenant: string, schema: Record<string, unknown>): string | null {
+  const c = compiledFor(tenant, schema);
+  return 'problem' in c ? c.problem : null;
+}
+
+/**
+ * The `is_error` text for an input that breaks the schema (`Error: ` + the violations as zod issues, as
+ * `betaZodTool` answers), or null when it is valid or the schema cannot be used.
+ */
+export function inputViolations(
+  tenant: string,
+  schema: Record<string, unknown>,
+  input: unknown,
+): string | null {
+  const c = compiledFor(tenant, schema);
+  if ('problem' in c || c.validate(input)) return null;
+  const issues = zodIssues(c.validate.errors ?? [], input);
+  return `Error: ${JSON.stringify(issues, null, 2)}`;
+}
+
+type Path = Array<string | number>;
+
+function pathOf(pointer: string): Path {
+  if (pointer === '') return [];
+  return pointer
+    .slice(1)
+    .split('/')
+    .map((s) => s.replace(/~1/g, '/').replace(/~0/g, '~'))
+    .map((s) => (/^(0|[1-9]\d*)$/.test(s) ? Number(s) : s));
+}
+
+function at(value: unknown, path: Path): unknown {
+  let v = value;
+  for (const p of path) {
+    if (typeof v !== 'object' || v === null) return undefined;
+    v = Reflect.get(v, p);
+  }
+  return v;
+}
+
+/** zod's names of a value's type, as its messages use them. */
+function received(v: unknown): string {
+  if (v === null) return 'null';
+  if (Array.isArray(v)) return 'array';
+  return typeof v;
+}
+
+const origin = (v: unknown) => (typeof v === 'string' ? 'string' : Array.isArray(v) ? 'array' : received(v));
+const unit: Record<string, string> = { string: ' characters', array: ' items', object: ' keys' };
+
+function sizeIssue(e: ErrorObject, path: Path, data: unknown, small: boolean): Record<string, unknown> {
+  const limit = Number(Reflect.get(e.params, 'limit'));
+  const inclusive = !e.keyword.startsWith('exclusive');
+  const o = origin(data);
+  const op = `${small ? '>' : '<'}${inclusive ? '=' : ''}`;
+  const message =
+    o === 'number'
+      ? `Too ${small ? 'small' : 'big'}: expected number to be ${op}${limit}`
+      : `Too ${small ? 'small' : 'big'}: expected ${o} to have ${op}${limit}${unit[o] ?? ''}`;
+  return {
+    origin: o,
+    code: small ? 'too_small' : 'too_big',
+    [small ? 'minimum' : 'maximum']: limit,
+    inclusive,
+    path,
+    message,
+  };
+}
+
+function zodIssue(e: ErrorObject, input: unknown): Record<string, unknown> {
+  const path = pathOf(e.instancePath);
+  const data = at(input, path);
+  const p = e.params as Record<string, unknown>;
+  switch (e.keyword) {
+    case 'type': {
+      const expected = Array.isArray(p['type']) ? p['type'].join(' | ') : String(p['type']);
+      return {
+        expected,
+        code: 'invalid_type',
+        path,
+        message: `Invalid input: expected ${expected}, received ${received(data)}`,
+      };
+    }
+    case 'required': {
+      const missing = String(p['missingProperty']);
+      const props = (e.parentSchema as { properties?: Record<string, { type?: unknown }> } | undefined)
+        ?.properties;
+      const t = props?.[missing]?.type;
+      const expected = typeof t === 'string' ? t : 'nonoptional';
+      return {
+        expected,
+        code: 'invalid_type',
+        path: [...path, missing],
+        message: `Invalid input: expected ${expected}, received undefined`,
+      };
+    }
+    case 'additionalProperties': {
+      const key = String(p['additionalProperty']);
+      return {
+        code: 'unrecognized_keys',
+        keys: [key],
+        path,
+        message: `Unrecognized key: ${JSON.stringify(key)}`,
+      };
+    }
+    case 'enum':
+    case 'const': {
+      const values = e.keyword === 'enum' ? (p['allowedValues'] as unknown[]) : [p['allowedValue']];
+      return {
+        code: 'invalid_value',
+        values,
+        path,
+        message: `Invalid option: expected one of ${values.map((v) => JSON.stringify(v)).join('|')}`,
+      };
+    }
+    case 'minimum':
+    case 'exclusiveMinimum':
+    case 'minLength':
+    case 'minItems':
+    case 'minProperties':
+      return sizeIssue(e, path, data, true);
+    case 'maximum':
+    case 'exclusiveMaximum':
+    case 'maxLength':
+    case 'maxItems':
+    case 'maxProperties':
+      return sizeIssue(e, path, data, false);
+    case 'pattern':
+      return {
+        origin: 'string',
+        code: 'invalid_format',
+        format: 'regex',
+        pattern: p['pattern'],
+        path,
+        message: `Invalid string: must match pattern /${String(p['pattern'])}/`,
+      };
+    default:
+      return { code: 'custom', path, message: e.message ?? `fails "${e.keyword}"` };
+  }
+}
+
+/** Ajv's errors as zod issues; unrecognized keys of one object joined into one issue, as zod reports them. */
+function zodIssues(errors: readonly ErrorObject[], input: unknown): Array<Record<string, unknown>> {
+  const out: Array<Record<string, unknown>> = [];
+  const unknownKeys = new Map<string, Record<string, unknown>>();
+  for (const e of errors) {
+    const issue = zodIssue(e, input);
+    if (issue['code'] === 'unrecognized_keys') {
+      const k = JSON.stringify(issue['path']);
+      const before = unknownKeys.get(k);
+      if (before) {
+        const keys = [...(before['keys'] as string[]), ...(issue['keys'] as string[])];
+        before['keys'] = keys;
+        before['message'] = `Unrecognized keys: ${keys.map((x) => JSON.stringify(x)).join(', ')}`;
+        continue;
+      }
+      unknownKeys.set(k, issue);
+    }
+    if (out.length < MAX_ISSUES) out.push(issue);
+  }
+  // zod lists unrecognized keys after the fields' issues.
+  return [
+    ...out.filter((i) => i['code'] !== 'unrecognized_keys'),
+    ...out.filter((i) => i['code'] === 'unrecognized_keys'),
+  ];
+}
