@@ -1,6 +1,6 @@
 import { Ajv } from 'ajv';
 import { z } from 'zod';
-import { mcpToolEntry } from './mcp/schema.js';
+import { mcpToolEntry, mcpToolsetEntry } from './mcp/schema.js';
 import { anthropicToolEntry } from './tools/anthropic-tools.js';
 import { serverBlock, serverToolResultBlock } from './tools/server-blocks.js';
 
@@ -167,7 +167,13 @@ export const clientTool = z.strictObject({
   validate: z.boolean().optional(),
 });
 export type ClientTool = z.infer<typeof clientTool>;
-export const toolRef = z.union([z.string().min(1), clientTool, mcpToolEntry, anthropicToolEntry]);
+export const toolRef = z.union([
+  z.string().min(1),
+  clientTool,
+  mcpToolEntry,
+  mcpToolsetEntry,
+  anthropicToolEntry,
+]);
 
 /**
  * `params.compaction` would make every turn a compaction request (the SDK runner refuses it too): a session compacts

@@ -10,6 +10,7 @@ import type { ServerTool } from '../tools/types.js';
 import { validationProblem } from './engine/client-validation.js';
 import { AppError, badRequest } from './errors.js';
 import type { ToolRef } from './store/session-state.js';
+import { isMcpToolset } from './mcp/schema.js';
 import { isAnthropicTool } from './tools/anthropic-tools.js';
 
 /** One tool as `GET /v1/tools` lists it. */
@@ -95,7 +96,10 @@ export class Toolbox {
     for (const t of tools) {
       const p = this.providers.find((x) => x.claims(t));
       if (p) claimed.set(p, [...(claimed.get(p) ?? []), t]);
-      else if (typeof t === 'object' && ('input_schema' in t || isAnthropicTool(t))) {
+      else if (isMcpToolset(t)) {
+        // Anthropic's MCP connector: the API runs these tools; one entry per server of `params.mcp_servers`.
+        add({ name: `mcp_toolset:${t.mcp_server_name}`, from: `mcp_toolset "${t.mcp_server_name}"` });
+      } else if (typeof t === 'object' && ('input_schema' in t || isAnthropicTool(t))) {
         // A client tool, or an Anthropic-defined tool (run upstream or by a client): a name of the session all the same.
         if (this.providers.some((p) => p.reserved?.has(t.name)))
           throw new AppError(

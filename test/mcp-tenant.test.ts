@@ -47,8 +47,8 @@ describe('tenant MCP servers', { timeout: 240_000 }, () => {
         API_KEYS: 'a:key-a,b:key-b',
         WEBHOOK_ALLOW_PRIVATE: 'true',
         TOOL_RESULT_MAX_BYTES: String(LIMIT),
-        // A call that reports progress outlives this: each notice starts it again.
-        MCP_CALL_TIMEOUT_MS: '4000',
+        // Far above what the server takes to build a 120 MB answer on a busy machine.
+        MCP_CALL_TIMEOUT_MS: '60000',
         TEST_LOG_LEVEL: process.env['TEST_LOG_LEVEL'] ?? 'silent',
       },
     });
@@ -181,8 +181,87 @@ describe('tenant MCP servers', { timeout: 240_000 }, () => {
     assert.equal(JSON.stringify(byId.get('toolu_under')?.content).length > 50_000, true);
   });
 
+  it('the tool list refreshes on notifications/tools/list_changed', async () => {
+    const before = await api.get('/v1/tools');
+    assert.ok(!before.body.data.some((t: any) => t.name === 'fresh_tool'));
+    await mcp.addTool('fresh_tool');
+    await until(async () => {
+      const r = await api.get('/v1/tools');
+      return r.body.data.some((t: any) => t.name === 'fresh_tool' && t.mcp_server === 'mine');
+    }, 'the new tool listed');
+  });
+
+  it("Anthropic's MCP connector (mcp_servers + mcp_toolset) passes through to the Messages API", async () => {
+    h.fake.enqueue(text('Connected.'));
+    const mcpServers = [
+      { type: 'url', name: 'remote', url: 'https://mcp.example.com/mcp', authorization_token: 'tok-remote' },
+    ];
+    const toolset = { type: 'mcp_toolset', mcp_server_name: 'remote', default_config: { enabled: true } };
+    const created = await api.post('/v1/sessions', {
+      input: 'use the remote tools',
+      params: { betas: ['mcp-client-2025-11-20'], mcp_servers: mcpServers },
+      tools: [toolset, { mcp_server: 'mine' }],
+    });
+    assert.equal(created.status, 201, JSON.stringify(created.body));
+    assert.deepEqual(created.body.tools[0], toolset);
+    const done = await api.waitStatus(created.body.id, ['idle', 'failed', 'requires_action'], 30_000);
+    assert.equal(done.status, 'idle', JSON.stringify(done));
+    const sent = h.fake.requests[0]!;
+    assert.deepEqual(sent.body.mcp_servers, mcpServers);
+    assert.deepEqual(
+      (sent.body.tools as any[]).find((t) => t.type === 'mcp_toolset'),
+      toolset,
+    );
+    assert.match(String(sent.headers['anthropic-beta']), /mcp-client-2025-11-20/);
+    // Given twice: refused as any duplicate tool.
+    const twice = await api.post('/v1/sessions', {
+      input: 'x',
+      params: { betas: ['mcp-client-2025-11-20'], mcp_servers: mcpServers },
+      tools: [toolset, toolset],
+    });
+    assert.equal(twice.status, 400, JSON.stringify(twice.body));
+    assert.equal(twice.body.error.code, 'duplicate_tool');
+  });
+
+  it('DELETE forgets the server; a new session cannot name it', async () => {
+    const del = await api.req('DELETE', '/v1/mcp-servers/mine');
+    assert.equal(del.status, 200, JSON.stringify(del.body));
+    assert.deepEqual(del.body, { name: 'mine', object: 'mcp_server', deleted: true });
+    assert.equal((await api.get('/v1/mcp-servers/mine')).status, 404);
+    const s = await api.post('/v1/sessions', { input: 'echo', tools: [{ mcp_server: 'mine' }] });
+    assert.equal(s.status, 400);
+  });
+});
+
+describe('MCP progress notices', { timeout: 120_000 }, () => {
+  let h: Harness;
+  let mcp: TestMcpServer;
+  let api: Api;
+
+  before(async () => {
+    mcp = await startMcpServer({ token: TOKEN });
+    h = await startHarness({
+      env: {
+        WEBHOOK_ALLOW_PRIVATE: 'true',
+        // A call that reports progress outlives this: each notice starts it again.
+        MCP_CALL_TIMEOUT_MS: '1500',
+        TEST_LOG_LEVEL: process.env['TEST_LOG_LEVEL'] ?? 'silent',
+      },
+    });
+    api = h.api;
+    const put = await api.req('PUT', '/v1/mcp-servers/mine', {
+      url: mcp.url,
+      headers: { authorization: `Bearer ${TOKEN}` },
+    });
+    assert.equal(put.status, 201, JSON.stringify(put.body));
+  });
+  after(async () => {
+    await h?.close();
+    await mcp?.kill();
+  });
+
   it('progress notices reset the call timeout and reach clients as tool.progress events, rate-limited', async () => {
-    // 25 notices 250 ms apart: 6 s, beyond the call timeout, with 4 notices a second where the rate allows 2.
+    // 25 notices 250 ms apart: 6 s, four times the call timeout, with 4 notices a second where the rate allows 2.
     h.fake.enqueue(toolCall('progress', { steps: 25, ms: 250 }, { id: 'toolu_prog' }), text('done'));
     const created = await api.post('/v1/sessions', { input: 'progress', tools: [{ mcp_server: 'mine' }] });
     const done = await api.waitStatus(created.body.id, ['idle', 'failed', 'requires_action'], 60_000);
@@ -207,24 +286,5 @@ describe('tenant MCP servers', { timeout: 240_000 }, () => {
       total: 25,
       message: 'step 25',
     });
-  });
-
-  it('the tool list refreshes on notifications/tools/list_changed', async () => {
-    const before = await api.get('/v1/tools');
-    assert.ok(!before.body.data.some((t: any) => t.name === 'fresh_tool'));
-    await mcp.addTool('fresh_tool');
-    await until(async () => {
-      const r = await api.get('/v1/tools');
-      return r.body.data.some((t: any) => t.name === 'fresh_tool' && t.mcp_server === 'mine');
-    }, 'the new tool listed');
-  });
-
-  it('DELETE forgets the server; a new session cannot name it', async () => {
-    const del = await api.req('DELETE', '/v1/mcp-servers/mine');
-    assert.equal(del.status, 200, JSON.stringify(del.body));
-    assert.deepEqual(del.body, { name: 'mine', object: 'mcp_server', deleted: true });
-    assert.equal((await api.get('/v1/mcp-servers/mine')).status, 404);
-    const s = await api.post('/v1/sessions', { input: 'echo', tools: [{ mcp_server: 'mine' }] });
-    assert.equal(s.status, 400);
   });
 });

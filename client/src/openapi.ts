@@ -821,6 +821,7 @@ export interface components {
               [key: string]: unknown;
             };
             strict?: boolean;
+            validate?: boolean;
           }
         | ({
             type: string;
@@ -832,6 +833,13 @@ export interface components {
             mcp_server: string;
             allowed_tools?: string[];
           }
+        | ({
+            /** @constant */
+            type: 'mcp_toolset';
+            mcp_server_name: string;
+          } & {
+            [key: string]: unknown;
+          })
       )[];
       max_iterations: number;
       approval: ('never' | 'always' | 'default') | string[];
@@ -1654,6 +1662,13 @@ export interface operations {
                 allowed_tools?: string[];
               }
             | ({
+                /** @enum {string} */
+                type: 'mcp_toolset';
+                mcp_server_name: string;
+              } & {
+                [key: string]: unknown;
+              })
+            | ({
                 type: string;
                 name: string;
               } & {
@@ -2340,6 +2355,13 @@ export interface operations {
                 mcp_server: string;
                 allowed_tools?: string[];
               }
+            | ({
+                /** @enum {string} */
+                type: 'mcp_toolset';
+                mcp_server_name: string;
+              } & {
+                [key: string]: unknown;
+              })
             | ({
                 type: string;
                 name: string;

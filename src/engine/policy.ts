@@ -1,5 +1,6 @@
 import type { ServerTool } from '../../tools/types.js';
 import type { ToolCall } from '../history.js';
+import { isMcpToolset } from '../mcp/schema.js';
 import { isAnthropicTool, runsOnClient } from '../tools/anthropic-tools.js';
 import { setResult, type PendingCall, type ToolResult } from '../store/pending.js';
 import type { SessionState } from '../store/session-state.js';
@@ -37,7 +38,7 @@ export function needsReview(s: Pick<SessionState, 'review'>, calls: Array<{ name
 export function clientToolNames(s: Pick<SessionState, 'tools'>): Set<string> {
   return new Set(
     s.tools.flatMap((t) => {
-      if (typeof t !== 'object') return [];
+      if (typeof t !== 'object' || isMcpToolset(t)) return [];
       if (isAnthropicTool(t)) return runsOnClient(t) ? [t.name] : [];
       return 'input_schema' in t ? [t.name] : [];
     }),
@@ -82,7 +83,7 @@ export function pendingCalls(
 function validatedSchemas(s: Pick<SessionState, 'tools'>): Map<string, Record<string, unknown>> {
   const out = new Map<string, Record<string, unknown>>();
   for (const t of s.tools) {
-    if (typeof t !== 'object' || isAnthropicTool(t) || !('input_schema' in t)) continue;
+    if (typeof t !== 'object' || isAnthropicTool(t) || isMcpToolset(t) || !('input_schema' in t)) continue;
     if (t.validate === true) out.set(t.name, t.input_schema);
   }
   return out;

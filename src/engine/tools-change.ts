@@ -9,6 +9,7 @@ import type { StoredBlock, StoredMessage } from '../history.js';
 import type { SessionState, ToolRef } from '../store/session-state.js';
 import { runnableName, type Toolbox, type ToolScope } from '../toolbox.js';
 import { anthropicToolDefinition, isAnthropicTool } from '../tools/anthropic-tools.js';
+import { isMcpToolset } from '../mcp/schema.js';
 import { commit } from './commit.js';
 import type { RunDeps, RunHandle } from './run-handle.js';
 import { serverRunnables } from './tool-step.js';
@@ -37,6 +38,8 @@ export function clientToolDefs(state: { tools: readonly ToolRef[] }): BetaToolUn
   return state.tools.flatMap((t): BetaToolUnion[] => {
     if (typeof t !== 'object') return [];
     if (isAnthropicTool(t)) return [anthropicToolDefinition(t)];
+    // Anthropic's MCP connector, as given (the API checks its fields against `params.mcp_servers`).
+    if (isMcpToolset(t)) return [{ ...t }];
     if (!('input_schema' in t)) return [];
     const def: BetaTool = {
       name: t.name,
@@ -81,8 +84,11 @@ async function runnerTools(
   const out = new Map<string, RunnerTool>();
   for (const tool of serverRunnables(deps, runnable, durations))
     out.set(runnableName(tool), { tool, definition: definitionOf(tool) });
-  for (const tool of clientToolDefs({ tools }))
+  for (const tool of clientToolDefs({ tools })) {
     if ('name' in tool) out.set(tool.name, { tool, definition: definitionOf(tool) });
+    else if (tool.type === 'mcp_toolset')
+      out.set(`mcp_toolset:${tool.mcp_server_name}`, { tool, definition: definitionOf(tool) });
+  }
   return out;
 }
 

@@ -82,8 +82,50 @@ function checkCustomToolKeys(raw: unknown, i: number): void {
   }
 }
 
+/** The MCP connector's betas (`mcp_servers` + `mcp_toolset`). */
+const MCP_CLIENT_BETAS = ['mcp-client-2025-11-20', 'mcp-client-2026-09-15'];
+
+/**
+ * The names of `mcp_servers` (Anthropic's MCP connector), checked as the API does: a list of
+ * `{"type": "url", "name", "url"}` with unique names, only with an `mcp-client-…` beta.
+ */
+function mcpServerNames(raw: unknown, headers: http.IncomingHttpHeaders): Set<string> {
+  const names = new Set<string>();
+  if (raw === undefined) return names;
+  const betas = String(headers['anthropic-beta'] ?? '')
+    .split(',')
+    .map((b) => b.trim());
+  if (!betas.some((b) => MCP_CLIENT_BETAS.includes(b)))
+    throw invalid(`mcp_servers: requires the \`anthropic-beta: ${MCP_CLIENT_BETAS[0]}\` header`);
+  if (!Array.isArray(raw)) throw invalid('mcp_servers: Input should be a valid list');
+  raw.forEach((s: unknown, i: number) => {
+    const server = unchecked<'type' | 'name' | 'url'>(s);
+    if (!server || server.type !== 'url') throw invalid(`mcp_servers.${i}.type: Input should be 'url'`);
+    if (typeof server.name !== 'string' || !server.name)
+      throw invalid(`mcp_servers.${i}.name: Field required`);
+    if (typeof server.url !== 'string' || !/^https:\/\//.test(server.url))
+      throw invalid(`mcp_servers.${i}.url: an https URL is required`);
+    if (names.has(server.name))
+      throw invalid(`mcp_servers.${i}: MCP server names must be unique: ${server.name}`);
+    names.add(server.name);
+  });
+  return names;
+}
+
+/** An `mcp_toolset` names a server of `mcp_servers`. */
+function checkMcpToolset(raw: unknown, i: number, servers: ReadonlySet<string>): void {
+  const tool = unchecked<'type' | 'mcp_server_name'>(raw);
+  if (tool?.type !== 'mcp_toolset') return;
+  if (typeof tool.mcp_server_name !== 'string' || !servers.has(tool.mcp_server_name))
+    throw invalid(
+      `tools.${i}.mcp_toolset.mcp_server_name: ${String(tool.mcp_server_name)} is not a server of mcp_servers`,
+    );
+}
+
 export function validateBody(raw: unknown, headers: http.IncomingHttpHeaders): void {
-  const body = unchecked<'model' | 'max_tokens' | 'messages' | 'stream' | 'tools' | 'thread' | 'system'>(raw);
+  const body = unchecked<
+    'model' | 'max_tokens' | 'messages' | 'stream' | 'tools' | 'thread' | 'system' | 'mcp_servers'
+  >(raw);
   if (!body) throw invalid('The request body must be a JSON object');
   if (body.model === undefined) throw invalid('model: Field required');
   if (typeof body.model !== 'string' || !body.model) throw invalid('model: Input should be a valid string');
@@ -100,8 +142,10 @@ export function validateBody(raw: unknown, headers: http.IncomingHttpHeaders): v
   if (body.tools !== undefined) {
     if (!Array.isArray(body.tools)) throw invalid('tools: Input should be a valid list');
     const names = new Set<string>();
+    const mcpServers = mcpServerNames(body.mcp_servers, headers);
     body.tools.forEach((tool: unknown, i: number) => {
       checkCustomToolKeys(tool, i);
+      checkMcpToolset(tool, i, mcpServers);
       const name = unchecked<'name'>(tool)?.name;
       if (typeof name !== 'string') return; // server tools of some types have no name
       if (names.has(name)) throw invalid(`tools.${i}: Tool names must be unique: ${name}`);

@@ -75,11 +75,15 @@ const toolRef = z.union([
     description: z.string().optional(),
     input_schema: z.looseObject({}),
     strict: z.boolean().optional(),
+    validate: z.boolean().optional(),
   }),
   z
     .looseObject({ type: z.string(), name: z.string() })
     .meta({ description: 'An Anthropic-defined tool (web search, code execution, bash, …), as given.' }),
   z.object({ mcp_server: z.string(), allowed_tools: z.array(z.string()).optional() }),
+  z
+    .looseObject({ type: z.literal('mcp_toolset'), mcp_server_name: z.string() })
+    .meta({ description: "Anthropic's MCP connector (a server of `params.mcp_servers`), as given." }),
 ]);
 
 export const session = z

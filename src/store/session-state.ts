@@ -6,7 +6,7 @@
 import { randomBytes } from 'node:crypto';
 import { oneOf } from '../guards.js';
 import type { StoredMessage } from '../history.js';
-import type { McpToolEntry } from '../mcp/schema.js';
+import type { McpToolEntry, McpToolsetEntry } from '../mcp/schema.js';
 import type { BudgetPolicy, ClientTool, CompactionPolicy, OnMaxTokens, SessionParams } from '../schemas.js';
 import type { AnthropicToolEntry } from '../tools/anthropic-tools.js';
 import { decodeStored } from './decode.js';
@@ -15,7 +15,7 @@ import { decodePending, pendingFields, type PendingStep } from './pending.js';
 export const STATUSES = ['running', 'requires_action', 'idle', 'failed'] as const;
 export type Status = (typeof STATUSES)[number];
 const isStatus = oneOf(STATUSES);
-export type ToolRef = string | ClientTool | McpToolEntry | AnthropicToolEntry;
+export type ToolRef = string | ClientTool | McpToolEntry | McpToolsetEntry | AnthropicToolEntry;
 export type ApprovalPolicy = 'never' | 'always' | 'default' | string[];
 export type ReviewPolicy = boolean | string[];
 
