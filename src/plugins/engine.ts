@@ -43,11 +43,7 @@ export default fp<EnginePluginOptions>(
     const store = new SessionStore(app.redis, opts.store);
     // Asked in order: a name is the first provider's.
     const memory = new MemoryStore(app.redis, opts.memory);
-    const toolbox = new Toolbox([
-      serverToolProvider(serverTools),
-      memoryProvider(memory),
-      app.mcp,
-    ]);
+    const toolbox = new Toolbox([serverToolProvider(serverTools), memoryProvider(memory), app.mcp]);
     const channels = new SessionChannels(app.redisSub);
     const engine = new Engine({
       store,
