@@ -100,6 +100,7 @@ const app: FastifyPluginAsync<AppOptions> = async (fastify, opts) => {
       maxTenantBytes: config.MEMORY_MAX_TENANT_BYTES,
       maxFiles: config.MEMORY_MAX_FILES,
     },
+    toolResultMaxBytes: config.TOOL_RESULT_MAX_BYTES,
   });
   await fastify.register(eventsHubPlugin, { pageBytes: config.REPLAY_PAGE_BYTES });
   // At the root, so before the /v1 scope's auth hook: @fastify/websocket's onRequest hook must see an upgrade first,

@@ -67,9 +67,16 @@ export function runnableName(tool: BetaRunnableTool): string {
   return 'name' in tool && typeof tool.name === 'string' ? tool.name : '';
 }
 
+/** TOOL_RESULT_MAX_BYTES's default: most bytes of one tool result the service produces. */
+const DEFAULT_RESULT_MAX_BYTES = 1_048_576;
+
 /** The providers, asked in order. */
 export class Toolbox {
-  constructor(private readonly providers: readonly ToolProvider[]) {}
+  constructor(
+    private readonly providers: readonly ToolProvider[],
+    /** TOOL_RESULT_MAX_BYTES: a larger result of any tool the service runs becomes an `is_error` naming it. */
+    readonly resultMaxBytes = DEFAULT_RESULT_MAX_BYTES,
+  ) {}
 
   /**
    * Checks a session's `tools` at create: every entry is claimed by a provider or is a client tool, and no name is

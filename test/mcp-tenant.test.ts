@@ -233,58 +233,83 @@ describe('tenant MCP servers', { timeout: 240_000 }, () => {
   });
 });
 
-describe('MCP progress notices', { timeout: 120_000 }, () => {
-  let h: Harness;
-  let mcp: TestMcpServer;
-  let api: Api;
+describe(
+  'MCP progress notices; the result bound of every tool the service runs',
+  { timeout: 120_000 },
+  () => {
+    let h: Harness;
+    let mcp: TestMcpServer;
+    let api: Api;
 
-  before(async () => {
-    mcp = await startMcpServer({ token: TOKEN });
-    h = await startHarness({
-      env: {
-        WEBHOOK_ALLOW_PRIVATE: 'true',
-        // A call that reports progress outlives this: each notice starts it again.
-        MCP_CALL_TIMEOUT_MS: '1500',
-        TEST_LOG_LEVEL: process.env['TEST_LOG_LEVEL'] ?? 'silent',
-      },
+    before(async () => {
+      mcp = await startMcpServer({ token: TOKEN });
+      h = await startHarness({
+        env: {
+          WEBHOOK_ALLOW_PRIVATE: 'true',
+          // A call that reports progress outlives this: each notice starts it again.
+          MCP_CALL_TIMEOUT_MS: '1500',
+          TOOL_RESULT_MAX_BYTES: '2048',
+          TEST_LOG_LEVEL: process.env['TEST_LOG_LEVEL'] ?? 'silent',
+        },
+      });
+      api = h.api;
+      const put = await api.req('PUT', '/v1/mcp-servers/mine', {
+        url: mcp.url,
+        headers: { authorization: `Bearer ${TOKEN}` },
+      });
+      assert.equal(put.status, 201, JSON.stringify(put.body));
     });
-    api = h.api;
-    const put = await api.req('PUT', '/v1/mcp-servers/mine', {
-      url: mcp.url,
-      headers: { authorization: `Bearer ${TOKEN}` },
+    after(async () => {
+      await h?.close();
+      await mcp?.kill();
     });
-    assert.equal(put.status, 201, JSON.stringify(put.body));
-  });
-  after(async () => {
-    await h?.close();
-    await mcp?.kill();
-  });
 
-  it('progress notices reset the call timeout and reach clients as tool.progress events, rate-limited', async () => {
-    // 25 notices 250 ms apart: 6 s, four times the call timeout, with 4 notices a second where the rate allows 2.
-    h.fake.enqueue(toolCall('progress', { steps: 25, ms: 250 }, { id: 'toolu_prog' }), text('done'));
-    const created = await api.post('/v1/sessions', { input: 'progress', tools: [{ mcp_server: 'mine' }] });
-    const done = await api.waitStatus(created.body.id, ['idle', 'failed', 'requires_action'], 60_000);
-    assert.equal(done.status, 'idle', JSON.stringify(done));
-    assert.deepEqual(lastResults(h)[0].content, [{ type: 'text', text: 'done after 25' }]);
-    assert.notEqual(lastResults(h)[0].is_error, true);
-    const progress = (await events(api, created.body.id)).filter((e) => e.type === 'tool.progress');
-    assert.ok(progress.length >= 3, `${progress.length} progress events`);
-    assert.ok(progress.length <= 17, `${progress.length} progress events: not rate-limited`);
-    assert.deepEqual(Object.keys(progress[0]!.data).sort(), [
-      'message',
-      'name',
-      'progress',
-      'tool_use_id',
-      'total',
-    ]);
-    assert.equal(progress[0]!.data.tool_use_id, 'toolu_prog');
-    assert.deepEqual(progress.at(-1)!.data, {
-      tool_use_id: 'toolu_prog',
-      name: 'progress',
-      progress: 25,
-      total: 25,
-      message: 'step 25',
+    it('progress notices reset the call timeout and reach clients as tool.progress events, rate-limited', async () => {
+      // 25 notices 250 ms apart: 6 s, four times the call timeout, with 4 notices a second where the rate allows 2.
+      h.fake.enqueue(toolCall('progress', { steps: 25, ms: 250 }, { id: 'toolu_prog' }), text('done'));
+      const created = await api.post('/v1/sessions', { input: 'progress', tools: [{ mcp_server: 'mine' }] });
+      const done = await api.waitStatus(created.body.id, ['idle', 'failed', 'requires_action'], 60_000);
+      assert.equal(done.status, 'idle', JSON.stringify(done));
+      assert.deepEqual(lastResults(h)[0].content, [{ type: 'text', text: 'done after 25' }]);
+      assert.notEqual(lastResults(h)[0].is_error, true);
+      const progress = (await events(api, created.body.id)).filter((e) => e.type === 'tool.progress');
+      assert.ok(progress.length >= 3, `${progress.length} progress events`);
+      assert.ok(progress.length <= 17, `${progress.length} progress events: not rate-limited`);
+      assert.deepEqual(Object.keys(progress[0]!.data).sort(), [
+        'message',
+        'name',
+        'progress',
+        'tool_use_id',
+        'total',
+      ]);
+      assert.equal(progress[0]!.data.tool_use_id, 'toolu_prog');
+      assert.deepEqual(progress.at(-1)!.data, {
+        tool_use_id: 'toolu_prog',
+        name: 'progress',
+        progress: 25,
+        total: 25,
+        message: 'step 25',
+      });
     });
-  });
-});
+
+    it('a server-run tool (memory) whose result passes TOOL_RESULT_MAX_BYTES answers is_error naming the limit', async () => {
+      h.fake.enqueue(
+        toolCall(
+          'memory',
+          { command: 'create', path: '/memories/big.txt', file_text: 'y'.repeat(4000) },
+          { id: 'toolu_c' },
+        ),
+        toolCall('memory', { command: 'view', path: '/memories/big.txt' }, { id: 'toolu_v' }),
+        text('done'),
+      );
+      const created = await api.post('/v1/sessions', { input: 'remember', tools: ['memory'] });
+      assert.equal(created.status, 201, JSON.stringify(created.body));
+      const done = await api.waitStatus(created.body.id, ['idle', 'failed', 'requires_action'], 30_000);
+      assert.equal(done.status, 'idle', JSON.stringify(done));
+      const [view] = lastResults(h);
+      assert.equal(view.tool_use_id, 'toolu_v');
+      assert.equal(view.is_error, true);
+      assert.match(JSON.stringify(view.content), /at most 2048 bytes \(TOOL_RESULT_MAX_BYTES\)/);
+    });
+  },
+);

@@ -43,6 +43,13 @@ export function serverRunnables(
         let ok = false;
         try {
           const out = await tool.run(args, ctx);
+          // Every source (server tools, memory, MCP, …) is bounded here, before the result can enter the history.
+          const bytes = Buffer.byteLength(typeof out === 'string' ? out : JSON.stringify(out));
+          const limit = deps.toolbox.resultMaxBytes;
+          if (bytes > limit)
+            throw new Error(
+              `the result of ${name} is ${bytes} bytes; a tool result may have at most ${limit} bytes (TOOL_RESULT_MAX_BYTES)`,
+            );
           ok = true;
           return out;
         } finally {

@@ -32,6 +32,8 @@ export interface EnginePluginOptions {
   maxActiveRuns: number;
   /** Caps of the memory tool's files (MEMORY_MAX_*). */
   memory: MemoryLimits;
+  /** TOOL_RESULT_MAX_BYTES: most bytes of one tool result the service produces. */
+  toolResultMaxBytes?: number;
 }
 
 /**
@@ -43,7 +45,10 @@ export default fp<EnginePluginOptions>(
     const store = new SessionStore(app.redis, opts.store);
     // Asked in order: a name is the first provider's.
     const memory = new MemoryStore(app.redis, opts.memory);
-    const toolbox = new Toolbox([serverToolProvider(serverTools), memoryProvider(memory), app.mcp]);
+    const toolbox = new Toolbox(
+      [serverToolProvider(serverTools), memoryProvider(memory), app.mcp],
+      opts.toolResultMaxBytes,
+    );
     const channels = new SessionChannels(app.redisSub);
     const engine = new Engine({
       store,
