@@ -66,6 +66,8 @@ const templates: Record<string, Record<string, unknown>> = {
   decision: { decision: 'approve' },
   fork: { at_iteration: 0 },
   compact: { instructions: 'keep the numbers' },
+  // A loopback URL: refused by the address guard (no WEBHOOK_ALLOW_PRIVATE here), never resolved elsewhere.
+  mcpServer: { url: 'http://127.0.0.1:9/mcp', headers: { authorization: 'Bearer x' } },
   empty: {},
   chat: {
     id: 'ses_AAAAAAAAAAAAAAAA',
@@ -82,6 +84,7 @@ const schemaKeys: Record<string, string[]> = {
   decision: keysOf(decisionBody),
   fork: keysOf(forkBody),
   compact: ['instructions'],
+  mcpServer: ['url', 'headers'],
   empty: ['params'],
   chat: keysOf(chatBody),
 };
@@ -214,6 +217,10 @@ export const routes: Array<[string, string, string | null]> = [
   ['POST', '/v1/chat', 'chat'],
   ['GET', '/v1/chat/:id/stream', null],
   ['GET', '/v1/chat/:id/messages', null],
+  ['PUT', '/v1/mcp-servers/:name', 'mcpServer'],
+  ['GET', '/v1/mcp-servers', null],
+  ['GET', '/v1/mcp-servers/:name', null],
+  ['DELETE', '/v1/mcp-servers/:name', null],
 ];
 
 /**
@@ -292,6 +299,7 @@ export function requestArb(ids: Ids, token: string): fc.Arbitrary<FuzzRequest> {
             )
             .replace(':tool_use_id', n)
             .replace(':path', n)
+            .replace(':name', n)
             .replace(':n', n) + query,
         // Header values must be ByteStrings for fetch: keep the ones that are.
         headers: Object.fromEntries(Object.entries(headers).filter(([, v]) => /^[\x20-\x7e]*$/.test(v))),

@@ -18,6 +18,7 @@ export const EVENT_TYPES = [
   'turn.dropped',
   'stream.event',
   'tool.started',
+  'tool.progress',
   'tool.completed',
   'iteration.persisted',
   'message.queued',
