@@ -6,6 +6,7 @@ import { after, before, beforeEach, describe, it } from 'node:test';
 import assert from 'node:assert/strict';
 import { startHarness, type Api, type Harness } from './helpers/service.js';
 import { startMcpServer, type TestMcpServer } from './helpers/mcp-server.js';
+import { Redis } from 'ioredis';
 import { text, toolCall } from '../src/fake/script.js';
 
 const TOKEN = 'tenant-mcp-token-0f3c';
@@ -47,6 +48,7 @@ describe('tenant MCP servers', { timeout: 240_000 }, () => {
         API_KEYS: 'a:key-a,b:key-b',
         WEBHOOK_ALLOW_PRIVATE: 'true',
         TOOL_RESULT_MAX_BYTES: String(LIMIT),
+        WEBHOOK_SECRET_KEY: Buffer.alloc(32, 7).toString('base64'),
         // Far above what the server takes to build a 120 MB answer on a busy machine.
         MCP_CALL_TIMEOUT_MS: '60000',
         TEST_LOG_LEVEL: process.env['TEST_LOG_LEVEL'] ?? 'silent',
@@ -87,11 +89,45 @@ describe('tenant MCP servers', { timeout: 240_000 }, () => {
       const json = JSON.stringify(body);
       assert.ok(!json.includes(TOKEN) && !json.includes('secret-extra'), json);
     }
-    // Sealed at rest too when WEBHOOK_SECRET_KEY is set; here at least the values are not in the answers.
+    // Sealed at rest (WEBHOOK_SECRET_KEY is set): Redis holds neither value.
+    const redis = new Redis(h.redis.url);
+    try {
+      const raw = JSON.stringify(await redis.hgetall('mcps:{a}'));
+      assert.match(raw, /enc1:/);
+      assert.ok(!raw.includes(TOKEN) && !raw.includes('secret-extra'), raw);
+    } finally {
+      redis.disconnect();
+    }
     assert.equal((await apiB.get('/v1/mcp-servers/mine')).status, 404);
     assert.equal((await apiB.get('/v1/mcp-servers/mine')).body.error.code, 'mcp_server_not_found');
     assert.equal((await apiB.req('DELETE', '/v1/mcp-servers/mine')).status, 404);
     assert.deepEqual((await apiB.get('/v1/mcp-servers')).body.data, []);
+  });
+
+  it("another tenant's server of the same name is its own: each session uses its tenant's", async () => {
+    // Tenant b's "mine" sends a wrong token: the MCP server refuses b's calls, never a's.
+    const put = await apiB.req('PUT', '/v1/mcp-servers/mine', {
+      url: mcp.url,
+      headers: { authorization: 'Bearer wrong' },
+    });
+    assert.equal(put.status, 201, JSON.stringify(put.body));
+    try {
+      h.fake.enqueue(toolCall('echo', { text: 'b' }, { id: 'toolu_b' }), text('done'));
+      const b = await apiB.post('/v1/sessions', { input: 'echo', tools: [{ mcp_server: 'mine' }] });
+      assert.equal(b.status, 201, JSON.stringify(b.body));
+      const doneB = await apiB.waitStatus(b.body.id, ['idle', 'failed', 'requires_action'], 30_000);
+      assert.equal(doneB.status, 'idle', JSON.stringify(doneB));
+      const resB = lastResults(h)[0];
+      assert.equal(resB.is_error, true, JSON.stringify(resB));
+      h.fake.reset();
+      h.fake.enqueue(toolCall('echo', { text: 'a' }, { id: 'toolu_a' }), text('done'));
+      const a = await api.post('/v1/sessions', { input: 'echo', tools: [{ mcp_server: 'mine' }] });
+      const doneA = await api.waitStatus(a.body.id, ['idle', 'failed', 'requires_action'], 30_000);
+      assert.equal(doneA.status, 'idle', JSON.stringify(doneA));
+      assert.deepEqual(lastResults(h)[0].content, [{ type: 'text', text: 'echo: a' }]);
+    } finally {
+      assert.equal((await apiB.req('DELETE', '/v1/mcp-servers/mine')).status, 200);
+    }
   });
 
   it('refuses bad input with 400: scheme, credentials, reserved or too many headers, line breaks, bad names', async () => {
