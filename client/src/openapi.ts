@@ -718,6 +718,7 @@ export interface components {
           | 'iteration_not_found'
           | 'webhook_not_found'
           | 'file_not_found'
+          | 'mcp_server_not_found'
           | 'route_not_found'
           | 'session_exists'
           | 'invalid_status'
