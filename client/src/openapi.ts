@@ -688,6 +688,45 @@ export interface paths {
     patch?: never;
     trace?: never;
   };
+  '/v1/mcp-servers/{name}': {
+    parameters: {
+      query?: never;
+      header?: never;
+      path?: never;
+      cookie?: never;
+    };
+    /** One of the tenant's MCP servers */
+    get: operations['getMcpServer'];
+    /**
+     * Register or replace one of the tenant's MCP servers (Streamable HTTP)
+     * @description Sessions name it in `tools` as `{"mcp_server": "<name>"}`; the tenant's server is used before an operator's of the same name. The URL follows the webhooks' address rules; the headers are sealed and never returned.
+     */
+    put: operations['putMcpServer'];
+    post?: never;
+    /** Forget one of the tenant's MCP servers (sessions naming it lose its tools at their next step) */
+    delete: operations['deleteMcpServer'];
+    options?: never;
+    head?: never;
+    patch?: never;
+    trace?: never;
+  };
+  '/v1/mcp-servers': {
+    parameters: {
+      query?: never;
+      header?: never;
+      path?: never;
+      cookie?: never;
+    };
+    /** The tenant's own MCP servers */
+    get: operations['listMcpServers'];
+    put?: never;
+    post?: never;
+    delete?: never;
+    options?: never;
+    head?: never;
+    patch?: never;
+    trace?: never;
+  };
 }
 export type webhooks = Record<string, never>;
 export interface components {
@@ -1157,6 +1196,30 @@ export interface components {
     };
     DeletedMemoryFile: {
       path: string;
+      /** @constant */
+      deleted: true;
+    };
+    McpServer: {
+      name: string;
+      /** @constant */
+      object: 'mcp_server';
+      url: string;
+      /** @description The header names given; their values are never shown. */
+      headers: {
+        [key: string]: '[redacted]';
+      };
+      created_at: string;
+      updated_at: string;
+      revision: number;
+    };
+    McpServerList: {
+      data: components['schemas']['McpServer'][];
+      has_more: boolean;
+    };
+    DeletedMcpServer: {
+      name: string;
+      /** @constant */
+      object: 'mcp_server';
       /** @constant */
       deleted: true;
     };
@@ -5814,6 +5877,330 @@ export interface operations {
       /** @description No such resource (`session_not_found`, also for another tenant's; `iteration_not_found`, …). */
       404: {
         headers: {
+          [name: string]: unknown;
+        };
+        content: {
+          'application/json': components['schemas']['Error'];
+        };
+      };
+      /** @description Something went wrong on the service's side (`internal_error`); the details are in its log. */
+      500: {
+        headers: {
+          [name: string]: unknown;
+        };
+        content: {
+          'application/json': components['schemas']['Error'];
+        };
+      };
+      /** @description The session store is unavailable (`store_unavailable`); try again after Retry-After. */
+      503: {
+        headers: {
+          'Retry-After': components['headers']['RetryAfter'];
+          [name: string]: unknown;
+        };
+        content: {
+          'application/json': components['schemas']['Error'];
+        };
+      };
+    };
+  };
+  getMcpServer: {
+    parameters: {
+      query?: never;
+      header?: never;
+      path: {
+        name: string;
+      };
+      cookie?: never;
+    };
+    requestBody?: never;
+    responses: {
+      /** @description OK */
+      200: {
+        headers: {
+          [name: string]: unknown;
+        };
+        content: {
+          'application/json': components['schemas']['McpServer'];
+        };
+      };
+      /** @description Invalid request (`invalid_request` with the issues in `details`, `invalid_json`, …). */
+      400: {
+        headers: {
+          [name: string]: unknown;
+        };
+        content: {
+          'application/json': components['schemas']['Error'];
+        };
+      };
+      /** @description No valid bearer key (`unauthorized`). */
+      401: {
+        headers: {
+          'WWW-Authenticate': components['headers']['WwwAuthenticate'];
+          [name: string]: unknown;
+        };
+        content: {
+          'application/json': components['schemas']['Error'];
+        };
+      };
+      /** @description No such resource (`session_not_found`, also for another tenant's; `iteration_not_found`, …). */
+      404: {
+        headers: {
+          [name: string]: unknown;
+        };
+        content: {
+          'application/json': components['schemas']['Error'];
+        };
+      };
+      /** @description Over a rate or quota (`rate_limited` with Retry-After, `quota_exceeded`). */
+      429: {
+        headers: {
+          'Retry-After': components['headers']['RetryAfter'];
+          [name: string]: unknown;
+        };
+        content: {
+          'application/json': components['schemas']['Error'];
+        };
+      };
+      /** @description Something went wrong on the service's side (`internal_error`); the details are in its log. */
+      500: {
+        headers: {
+          [name: string]: unknown;
+        };
+        content: {
+          'application/json': components['schemas']['Error'];
+        };
+      };
+      /** @description The session store is unavailable (`store_unavailable`); try again after Retry-After. */
+      503: {
+        headers: {
+          'Retry-After': components['headers']['RetryAfter'];
+          [name: string]: unknown;
+        };
+        content: {
+          'application/json': components['schemas']['Error'];
+        };
+      };
+    };
+  };
+  putMcpServer: {
+    parameters: {
+      query?: never;
+      header?: never;
+      path: {
+        name: string;
+      };
+      cookie?: never;
+    };
+    requestBody: {
+      content: {
+        'application/json': {
+          url: string;
+          /** @description Sent with every request to the server (e.g. `authorization`); sealed, never returned. */
+          headers?: {
+            [key: string]: string;
+          };
+        };
+      };
+    };
+    responses: {
+      /** @description OK */
+      200: {
+        headers: {
+          [name: string]: unknown;
+        };
+        content: {
+          'application/json': components['schemas']['McpServer'];
+        };
+      };
+      /** @description Created */
+      201: {
+        headers: {
+          [name: string]: unknown;
+        };
+        content: {
+          'application/json': components['schemas']['McpServer'];
+        };
+      };
+      /** @description Invalid request (`invalid_request` with the issues in `details`, `invalid_json`, …). */
+      400: {
+        headers: {
+          [name: string]: unknown;
+        };
+        content: {
+          'application/json': components['schemas']['Error'];
+        };
+      };
+      /** @description No valid bearer key (`unauthorized`). */
+      401: {
+        headers: {
+          'WWW-Authenticate': components['headers']['WwwAuthenticate'];
+          [name: string]: unknown;
+        };
+        content: {
+          'application/json': components['schemas']['Error'];
+        };
+      };
+      /** @description The body is larger than BODY_LIMIT (`payload_too_large`). */
+      413: {
+        headers: {
+          [name: string]: unknown;
+        };
+        content: {
+          'application/json': components['schemas']['Error'];
+        };
+      };
+      /** @description The body is not JSON (`unsupported_media_type`). */
+      415: {
+        headers: {
+          [name: string]: unknown;
+        };
+        content: {
+          'application/json': components['schemas']['Error'];
+        };
+      };
+      /** @description Over a rate or quota (`rate_limited` with Retry-After, `quota_exceeded`). */
+      429: {
+        headers: {
+          'Retry-After': components['headers']['RetryAfter'];
+          [name: string]: unknown;
+        };
+        content: {
+          'application/json': components['schemas']['Error'];
+        };
+      };
+      /** @description Something went wrong on the service's side (`internal_error`); the details are in its log. */
+      500: {
+        headers: {
+          [name: string]: unknown;
+        };
+        content: {
+          'application/json': components['schemas']['Error'];
+        };
+      };
+      /** @description The session store is unavailable (`store_unavailable`); try again after Retry-After. */
+      503: {
+        headers: {
+          'Retry-After': components['headers']['RetryAfter'];
+          [name: string]: unknown;
+        };
+        content: {
+          'application/json': components['schemas']['Error'];
+        };
+      };
+    };
+  };
+  deleteMcpServer: {
+    parameters: {
+      query?: never;
+      header?: never;
+      path: {
+        name: string;
+      };
+      cookie?: never;
+    };
+    requestBody?: never;
+    responses: {
+      /** @description OK */
+      200: {
+        headers: {
+          [name: string]: unknown;
+        };
+        content: {
+          'application/json': components['schemas']['DeletedMcpServer'];
+        };
+      };
+      /** @description Invalid request (`invalid_request` with the issues in `details`, `invalid_json`, …). */
+      400: {
+        headers: {
+          [name: string]: unknown;
+        };
+        content: {
+          'application/json': components['schemas']['Error'];
+        };
+      };
+      /** @description No valid bearer key (`unauthorized`). */
+      401: {
+        headers: {
+          'WWW-Authenticate': components['headers']['WwwAuthenticate'];
+          [name: string]: unknown;
+        };
+        content: {
+          'application/json': components['schemas']['Error'];
+        };
+      };
+      /** @description No such resource (`session_not_found`, also for another tenant's; `iteration_not_found`, …). */
+      404: {
+        headers: {
+          [name: string]: unknown;
+        };
+        content: {
+          'application/json': components['schemas']['Error'];
+        };
+      };
+      /** @description Over a rate or quota (`rate_limited` with Retry-After, `quota_exceeded`). */
+      429: {
+        headers: {
+          'Retry-After': components['headers']['RetryAfter'];
+          [name: string]: unknown;
+        };
+        content: {
+          'application/json': components['schemas']['Error'];
+        };
+      };
+      /** @description Something went wrong on the service's side (`internal_error`); the details are in its log. */
+      500: {
+        headers: {
+          [name: string]: unknown;
+        };
+        content: {
+          'application/json': components['schemas']['Error'];
+        };
+      };
+      /** @description The session store is unavailable (`store_unavailable`); try again after Retry-After. */
+      503: {
+        headers: {
+          'Retry-After': components['headers']['RetryAfter'];
+          [name: string]: unknown;
+        };
+        content: {
+          'application/json': components['schemas']['Error'];
+        };
+      };
+    };
+  };
+  listMcpServers: {
+    parameters: {
+      query?: never;
+      header?: never;
+      path?: never;
+      cookie?: never;
+    };
+    requestBody?: never;
+    responses: {
+      /** @description OK */
+      200: {
+        headers: {
+          [name: string]: unknown;
+        };
+        content: {
+          'application/json': components['schemas']['McpServerList'];
+        };
+      };
+      /** @description No valid bearer key (`unauthorized`). */
+      401: {
+        headers: {
+          'WWW-Authenticate': components['headers']['WwwAuthenticate'];
+          [name: string]: unknown;
+        };
+        content: {
+          'application/json': components['schemas']['Error'];
+        };
+      };
+      /** @description Over a rate or quota (`rate_limited` with Retry-After, `quota_exceeded`). */
+      429: {
+        headers: {
+          'Retry-After': components['headers']['RetryAfter'];
           [name: string]: unknown;
         };
         content: {
