@@ -6,7 +6,14 @@ import websocket from '@fastify/websocket';
 import { validatorCompiler } from 'fastify-type-provider-zod';
 import type { Config } from './config.js';
 import { AppError, badRequest } from './errors.js';
-import { DEFAULT_JSON_MAX_DEPTH, jsonTooDeep, tooDeepMessage } from './json-depth.js';
+import {
+  DEFAULT_JSON_MAX_DEPTH,
+  DEFAULT_JSON_MAX_KEYS,
+  jsonTooDeep,
+  jsonTooWide,
+  tooDeepMessage,
+  tooWideMessage,
+} from './json-depth.js';
 import redisPlugin from './plugins/redis.js';
 import anthropicPlugin from './plugins/anthropic.js';
 import enginePlugin from './plugins/engine.js';
@@ -51,9 +58,14 @@ export interface AppOptions {
 const app: FastifyPluginAsync<AppOptions> = async (fastify, opts) => {
   const { config } = opts;
   fastify.setValidatorCompiler(validatorCompiler);
-  fastify.setSerializerCompiler(checkedSerializer);
+  fastify.setSerializerCompiler(
+    checkedSerializer(
+      config.RESPONSE_CHECK_MAX_BYTES ?? (process.env['NODE_ENV'] === 'production' ? 65_536 : Infinity),
+    ),
+  );
   // An empty JSON body reads as no body (routes without one accept that), else Fastify's own parser (which also
-  // refuses __proto__ / constructor poisoning). Nesting is bounded before the parse (400 `invalid_request`).
+  // refuses __proto__ / constructor poisoning). Nesting and the keys of each object are bounded before the parse (400
+  // `invalid_request`).
   const jsonParser = fastify.getDefaultJsonParser('error', 'error');
   fastify.removeContentTypeParser('application/json');
   fastify.addContentTypeParser('application/json', { parseAs: 'string' }, (req, body, done) => {
@@ -64,6 +76,8 @@ const app: FastifyPluginAsync<AppOptions> = async (fastify, opts) => {
         badRequest(tooDeepMessage(DEFAULT_JSON_MAX_DEPTH), { max_depth: DEFAULT_JSON_MAX_DEPTH }),
         undefined,
       );
+    if (jsonTooWide(text, DEFAULT_JSON_MAX_KEYS))
+      return done(badRequest(tooWideMessage(DEFAULT_JSON_MAX_KEYS), { max_keys: DEFAULT_JSON_MAX_KEYS }), undefined);
     return jsonParser(req, text, done);
   });
 

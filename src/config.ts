@@ -183,6 +183,12 @@ export const configSchema = z.object({
   MEMORY_MAX_FILE_BYTES: z.coerce.number().int().min(1).max(16_777_216).default(65_536),
   MEMORY_MAX_TENANT_BYTES: z.coerce.number().int().min(1).max(1_073_741_824).default(10_485_760),
   MEMORY_MAX_FILES: z.coerce.number().int().min(1).max(100_000).default(1000),
+  /**
+   * Answers up to this many bytes of JSON are checked against their route's response schema before they are sent;
+   * larger ones are sent unchecked (see src/openapi/serializer.ts). Unset: 65536 when NODE_ENV=production, else
+   * every answer (the tests' drift check).
+   */
+  RESPONSE_CHECK_MAX_BYTES: z.coerce.number().int().min(0).optional(),
   /** Offline model's delay between SSE events (ms). */
   OFFLINE_EVENT_DELAY_MS: z.coerce.number().int().min(0).default(15),
 });
