@@ -77,7 +77,10 @@ const app: FastifyPluginAsync<AppOptions> = async (fastify, opts) => {
         undefined,
       );
     if (jsonTooWide(text, DEFAULT_JSON_MAX_KEYS))
-      return done(badRequest(tooWideMessage(DEFAULT_JSON_MAX_KEYS), { max_keys: DEFAULT_JSON_MAX_KEYS }), undefined);
+      return done(
+        badRequest(tooWideMessage(DEFAULT_JSON_MAX_KEYS), { max_keys: DEFAULT_JSON_MAX_KEYS }),
+        undefined,
+      );
     return jsonParser(req, text, done);
   });
 
@@ -105,6 +108,7 @@ const app: FastifyPluginAsync<AppOptions> = async (fastify, opts) => {
       eventLogMaxBytes: config.EVENT_LOG_MAX_BYTES,
       maxTurnBytes: config.MAX_TURN_BYTES,
       tenantMaxActiveRuns: config.TENANT_MAX_ACTIVE_RUNS,
+      tenantMaxBytes: config.TENANT_MAX_BYTES,
     },
     shutdownGraceMs: config.SHUTDOWN_GRACE_MS,
     maxActiveRuns: config.MAX_ACTIVE_RUNS,

@@ -136,6 +136,11 @@ export const configSchema = z.object({
    * (create, message, results, decision, continue, retry, resume) answers 429 `quota_exceeded`. 0: no limit.
    */
   TENANT_MAX_ACTIVE_RUNS: z.coerce.number().int().min(0).default(100),
+  /**
+   * Most bytes one tenant stores, across replicas (history, iteration records, queued follow-ups, events; see
+   * src/store/storage-quota.ts): beyond, a client's write answers 429 `quota_exceeded` `storage_bytes`. 0: no limit.
+   */
+  TENANT_MAX_BYTES: z.coerce.number().int().min(0).default(1_073_741_824),
   /** Most runs one process drives at once; more wait in `runs:due` (any replica may take them). */
   MAX_ACTIVE_RUNS: positiveMs.default(5000),
   /** Webhooks (spec §6.3; src/webhooks). Private, loopback and link-local targets are refused unless true. */
