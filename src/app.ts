@@ -43,6 +43,7 @@ import { selectProtocol } from './events/protocols.js';
 import { metricsPlugin, tracingPlugin, type TracingPluginOptions } from './observability/plugin.js';
 import { swaggerOptions } from './openapi/document.js';
 import { checkedSerializer } from './openapi/serializer.js';
+import writeGuardPlugin from './plugins/write-guard.js';
 
 export interface AppOptions {
   config: Config;
@@ -142,7 +143,12 @@ const app: FastifyPluginAsync<AppOptions> = async (fastify, opts) => {
     await api.register(rateLimitPlugin, { perMinute: config.RATE_LIMIT_PER_MIN });
     await api.register(quotasPlugin, {
       maxSessions: config.TENANT_MAX_SESSIONS,
-      maxWebSockets: config.TENANT_MAX_WEBSOCKETS,
+      maxStreams: config.TENANT_MAX_STREAMS,
+    });
+    await api.register(writeGuardPlugin, {
+      writeTimeoutMs: config.RESPONSE_WRITE_TIMEOUT_MS,
+      tenantMaxBytes: config.TENANT_MAX_BUFFERED_BYTES,
+      connectionMaxBytes: config.CONNECTION_MAX_BUFFERED_BYTES,
     });
     await api.register(idempotencyPlugin, { ttlS: config.IDEMPOTENCY_TTL_S, box: fastify.webhooks.box });
     await api.register(toolRoutes);

@@ -129,8 +129,17 @@ export const configSchema = z.object({
   RATE_LIMIT_PER_MIN: z.coerce.number().int().min(0).default(1200),
   /** Most sessions one tenant keeps (429 `quota_exceeded`). 0: no limit. */
   TENANT_MAX_SESSIONS: z.coerce.number().int().min(0).default(100_000),
-  /** Most WebSockets one tenant holds open at once, across replicas (429 `quota_exceeded`). 0: no limit. */
-  TENANT_MAX_WEBSOCKETS: z.coerce.number().int().min(0).default(1000),
+  /**
+   * Most event streams (WebSockets and SSE together) one tenant holds open at once, across replicas (429
+   * `quota_exceeded`). 0: no limit. The old name TENANT_MAX_WEBSOCKETS is still read when this one is unset.
+   */
+  TENANT_MAX_STREAMS: z.coerce.number().int().min(0).default(1000),
+  /** A REST answer not taken whole by its client within this long (ms) has its connection cut. */
+  RESPONSE_WRITE_TIMEOUT_MS: positiveMs.default(30_000),
+  /** Bytes of answers one tenant's clients may leave unread at once, per process (429 `quota_exceeded`). */
+  TENANT_MAX_BUFFERED_BYTES: positiveMs.default(67_108_864),
+  /** Bytes one connection may hold unflushed; beyond, it is cut. */
+  CONNECTION_MAX_BUFFERED_BYTES: positiveMs.default(33_554_432),
   /**
    * Most sessions of one tenant in `running` at once, across replicas: a request that would start one more run
    * (create, message, results, decision, continue, retry, resume) answers 429 `quota_exceeded`. 0: no limit.
@@ -241,6 +250,8 @@ export function loadConfig(env: NodeJS.ProcessEnv = process.env): Config {
       Object.entries(env).filter((e): e is [string, string] => e[1] !== undefined && e[1] !== ''),
     ),
   );
+  if (cleaned['TENANT_MAX_STREAMS'] === undefined && cleaned['TENANT_MAX_WEBSOCKETS'] !== undefined)
+    cleaned['TENANT_MAX_STREAMS'] = cleaned['TENANT_MAX_WEBSOCKETS'];
   const parsed = configSchema.safeParse(cleaned);
   if (!parsed.success) {
     const lines = parsed.error.issues.map((i) => `  ${i.path.join('.') || '(env)'}: ${i.message}`);
