@@ -128,7 +128,7 @@ const app: FastifyPluginAsync<AppOptions> = async (fastify, opts) => {
   });
   // At the root, before the /v1 scope: preflights are answered without a key, and a WebSocket from a foreign origin
   // is refused (403) before its key is read.
-  await fastify.register(browserOriginsPlugin, { origins: config.CORS_ORIGINS });
+  await fastify.register(browserOriginsPlugin, { origins: config.CORS_ORIGINS, open: !config.API_KEYS });
   await fastify.register(v1Guard);
   await fastify.register(healthRoutes);
   await fastify.register(consoleRoutes);

@@ -22,6 +22,8 @@ export const ERROR_CODES = [
   // 401, 403
   'unauthorized',
   'origin_not_allowed',
+  // 421
+  'host_not_allowed',
   // 404
   'session_not_found',
   'iteration_not_found',
