@@ -100,6 +100,8 @@ const app: FastifyPluginAsync<AppOptions> = async (fastify, opts) => {
     baseURL: opts.anthropic.baseURL,
     maxRetries: config.UPSTREAM_MAX_RETRIES,
     offline: opts.anthropic.offline,
+    timeoutMs: config.UPSTREAM_TIMEOUT_MS,
+    idleMs: config.UPSTREAM_IDLE_MS,
   });
   await fastify.register(mcpPlugin, { config });
   await fastify.register(enginePlugin, {

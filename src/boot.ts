@@ -8,6 +8,7 @@ import { startFakeAnthropic, type FakeAnthropic } from './fake/server.js';
 import { offlineHandler } from './fake/offline.js';
 import { findRedisServerBinary, redisAnswers, startEmbeddedRedis } from './redis/embedded.js';
 import { componentLog } from './log.js';
+import { clientErrorHandler, frameworkErrors, requestId } from './plugins/edge-errors.js';
 
 export const loggerOptions = (config: Config) => ({
   level: config.LOG_LEVEL,
@@ -108,8 +109,11 @@ export async function startService(
   const fastify = Fastify({
     logger: loggerOptions(config),
     bodyLimit: config.BODY_LIMIT,
-    requestIdHeader: 'x-request-id',
-    genReqId: () => `req_${Math.random().toString(36).slice(2, 12)}`,
+    // A client's x-request-id only when well-formed (see edge-errors.ts); echoed on every answer (errors plugin).
+    requestIdHeader: false,
+    genReqId: requestId,
+    frameworkErrors,
+    clientErrorHandler,
     // Fastify's own two lines per request are off: src/plugins/access-log.ts writes one, with the route and tenant.
     logController: new LogController({ disableRequestLogging: true }),
     forceCloseConnections: true,

@@ -105,6 +105,10 @@ export const configSchema = z.object({
   IDEMPOTENCY_TTL_S: positiveMs.default(86_400),
   /** SDK retries of 408/409/429/5xx/connection errors for each turn. */
   UPSTREAM_MAX_RETRIES: z.coerce.number().int().min(0).max(10).default(2),
+  /** The SDK's `timeout` of each upstream request (ms): until its answer's headers, or a non-streamed answer. */
+  UPSTREAM_TIMEOUT_MS: positiveMs.default(600_000),
+  /** A streamed upstream answer silent this long (ms; the API pings meanwhile) is aborted: a retryable failure. */
+  UPSTREAM_IDLE_MS: positiveMs.default(120_000),
   /** Queued WebSocket bytes after which a slow reader is closed with 1013. */
   WS_MAX_BUFFER_BYTES: positiveMs.default(1_048_576),
   WS_PING_MS: positiveMs.default(30_000),

@@ -60,6 +60,8 @@ export const ERROR_CODES = [
   'unsupported_media_type',
   'idempotency_key_reused',
   'upgrade_required',
+  // 431
+  'headers_too_large',
   // 429
   'rate_limited',
   'quota_exceeded',

@@ -93,7 +93,7 @@ export interface paths {
       path?: never;
       cookie?: never;
     };
-    /** Readiness: Redis answers; which model backend answers turns */
+    /** Readiness: Redis takes writes; which model backend answers turns */
     get: operations['getReadiness'];
     put?: never;
     post?: never;
@@ -1292,7 +1292,7 @@ export interface operations {
           'application/json': components['schemas']['Readiness'];
         };
       };
-      /** @description Not ready (Redis does not answer); with Retry-After. */
+      /** @description Not ready (Redis does not answer or refuses writes); with Retry-After. */
       503: {
         headers: {
           'Retry-After': components['headers']['RetryAfter'];
