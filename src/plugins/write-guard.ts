@@ -65,7 +65,7 @@ export default fp<WriteGuardOptions>(
           'rate_limited',
           `At most ${HISTORY_READS} reads of a whole history at once per tenant; try again shortly.`,
           undefined,
-          { 'retry-after': '1' },
+          { 'retry-after': '1', connection: 'close' },
         );
       reading.set(tenant, n + 1);
       let done = false;
