@@ -69,11 +69,10 @@ export default fp<AnthropicPluginOptions>(
       ...(opts.baseURL ? { baseURL: opts.baseURL } : {}),
       maxRetries: opts.maxRetries,
       timeout: opts.timeoutMs,
-      fetch: idleBoundedFetch(opts.idleMs),
       // The SDK's own spans (model calls, tool runner, tools) on this instance's provider; none when tracing is off.
       openTelemetry: app.tracing.sdkOption,
-      // Each attempt counted and each failure logged (src/observability/upstream-fetch.ts).
-      fetch: countingFetch(app.metrics, componentLog(app.log, 'upstream')),
+      // Each attempt counted and each failure logged (src/observability/upstream-fetch.ts); a silent stream cut.
+      fetch: countingFetch(app.metrics, componentLog(app.log, 'upstream'), idleBoundedFetch(opts.idleMs)),
     });
     app.decorate('anthropic', client);
     app.decorate('modelBackend', opts.offline ? 'offline' : 'anthropic');
