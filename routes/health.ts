@@ -17,18 +17,23 @@ const routes: FastifyPluginAsyncZod = async (app) => {
     async () => ({ status: 'ok' as const }),
   );
 
-  /** Ready when Redis answers PING within a second; says which model backend answers turns. */
+  /**
+   * Ready when Redis takes a write within a second (a tiny SET with PX on a health key: refused while Redis is out
+   * of memory, read-only or loading, where a PING would still answer); says which model backend answers turns.
+   */
   app.get(
     '/readyz',
     {
       schema: {
         operationId: 'getReadiness',
-        summary: 'Readiness: Redis answers; which model backend answers turns',
+        summary: 'Readiness: Redis takes writes; which model backend answers turns',
         tags: ['health'],
         security: [],
         response: {
           200: readiness,
-          503: readiness.meta({ description: 'Not ready (Redis does not answer); with Retry-After.' }),
+          503: readiness.meta({
+            description: 'Not ready (Redis does not answer or refuses writes); with Retry-After.',
+          }),
         },
       },
     },
@@ -36,7 +41,7 @@ const routes: FastifyPluginAsyncZod = async (app) => {
       let redis: 'ok' | 'unavailable' = 'ok';
       try {
         await Promise.race([
-          app.redis.ping(),
+          app.redis.set('health:write', '1', 'PX', 10_000),
           new Promise((_, reject) => setTimeout(() => reject(new Error('timeout')), 1000)),
         ]);
       } catch {

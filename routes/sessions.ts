@@ -19,8 +19,12 @@ import {
   sessionList,
 } from '../src/openapi/responses.js';
 import { ifMatchHeader, parseIfMatch, postMutation, send, sendMutation } from './mutations.js';
+import type { SessionState } from '../src/store/session-state.js';
 
 const read = errors(400, 401, 404, 500, 503);
+
+/** A page of GET /v1/sessions stops before the session that would take it over this many bytes (never empty). */
+const LIST_PAGE_MAX_BYTES = 1_048_576;
 
 const iterationParams = sessionIdParam.extend({ n: z.coerce.number().int().min(1) });
 const messagesQuery = z.strictObject({ include: z.enum(['compacted']).optional() });
@@ -59,8 +63,20 @@ const routes: FastifyPluginAsyncZod = async (app) => {
       },
     },
     async (req) => {
-      const page = await app.store.list(req.tenant, req.query);
-      return { data: page.items.map(sessionView), next_cursor: page.next, has_more: page.next !== null };
+      const views = new Map<SessionState, ReturnType<typeof sessionView>>();
+      const page = await app.store.list(req.tenant, req.query, {
+        maxBytes: LIST_PAGE_MAX_BYTES,
+        sizeOf: (s) => {
+          const v = sessionView(s);
+          views.set(s, v);
+          return JSON.stringify(v).length;
+        },
+      });
+      return {
+        data: page.items.map((s) => views.get(s) ?? sessionView(s)),
+        next_cursor: page.next,
+        has_more: page.next !== null,
+      };
     },
   );
 

@@ -4,6 +4,7 @@ import { randomBytes } from 'node:crypto';
 import { z } from 'zod';
 import { AppError } from '../src/errors.js';
 import { checkWebhookUrl } from '../src/webhooks/address-guard.js';
+import { releaseAgents } from '../src/webhooks/attempt.js';
 import {
   createWebhookBody,
   deliveriesQuery,
@@ -136,6 +137,8 @@ const routes: FastifyPluginAsyncZod = async (app) => {
       if (b.description !== undefined) fields['description'] = b.description ?? '';
       if (b.disabled !== undefined) fields['disabled'] = b.disabled ? '1' : '0';
       const w = await store.patch(req.tenant, req.params.id, fields, parseIfMatch(req));
+      // Sockets to the old URL are not kept (another replica's close after AGENT_IDLE_MS).
+      if (b.url !== undefined) releaseAgents(w.id);
       return send(reply, w);
     },
   );
@@ -154,6 +157,7 @@ const routes: FastifyPluginAsyncZod = async (app) => {
     },
     async (req) => {
       await store.remove(req.tenant, req.params.id, parseIfMatch(req));
+      releaseAgents(req.params.id);
       return { id: req.params.id, object: 'webhook' as const, deleted: true as const };
     },
   );

@@ -6,7 +6,14 @@ import websocket from '@fastify/websocket';
 import { validatorCompiler } from 'fastify-type-provider-zod';
 import type { Config } from './config.js';
 import { AppError, badRequest } from './errors.js';
-import { DEFAULT_JSON_MAX_DEPTH, jsonTooDeep, tooDeepMessage } from './json-depth.js';
+import {
+  DEFAULT_JSON_MAX_DEPTH,
+  DEFAULT_JSON_MAX_KEYS,
+  jsonTooDeep,
+  jsonTooWide,
+  tooDeepMessage,
+  tooWideMessage,
+} from './json-depth.js';
 import redisPlugin from './plugins/redis.js';
 import anthropicPlugin from './plugins/anthropic.js';
 import enginePlugin from './plugins/engine.js';
@@ -37,6 +44,7 @@ import { selectProtocol } from './events/protocols.js';
 import { metricsPlugin, tracingPlugin, type TracingPluginOptions } from './observability/plugin.js';
 import { swaggerOptions } from './openapi/document.js';
 import { checkedSerializer } from './openapi/serializer.js';
+import writeGuardPlugin from './plugins/write-guard.js';
 
 export interface AppOptions {
   config: Config;
@@ -52,9 +60,14 @@ export interface AppOptions {
 const app: FastifyPluginAsync<AppOptions> = async (fastify, opts) => {
   const { config } = opts;
   fastify.setValidatorCompiler(validatorCompiler);
-  fastify.setSerializerCompiler(checkedSerializer);
+  fastify.setSerializerCompiler(
+    checkedSerializer(
+      config.RESPONSE_CHECK_MAX_BYTES ?? (process.env['NODE_ENV'] === 'production' ? 65_536 : Infinity),
+    ),
+  );
   // An empty JSON body reads as no body (routes without one accept that), else Fastify's own parser (which also
-  // refuses __proto__ / constructor poisoning). Nesting is bounded before the parse (400 `invalid_request`).
+  // refuses __proto__ / constructor poisoning). Nesting and the keys of each object are bounded before the parse (400
+  // `invalid_request`).
   const jsonParser = fastify.getDefaultJsonParser('error', 'error');
   fastify.removeContentTypeParser('application/json');
   fastify.addContentTypeParser('application/json', { parseAs: 'string' }, (req, body, done) => {
@@ -63,6 +76,11 @@ const app: FastifyPluginAsync<AppOptions> = async (fastify, opts) => {
     if (jsonTooDeep(text, DEFAULT_JSON_MAX_DEPTH))
       return done(
         badRequest(tooDeepMessage(DEFAULT_JSON_MAX_DEPTH), { max_depth: DEFAULT_JSON_MAX_DEPTH }),
+        undefined,
+      );
+    if (jsonTooWide(text, DEFAULT_JSON_MAX_KEYS))
+      return done(
+        badRequest(tooWideMessage(DEFAULT_JSON_MAX_KEYS), { max_keys: DEFAULT_JSON_MAX_KEYS }),
         undefined,
       );
     return jsonParser(req, text, done);
@@ -83,6 +101,8 @@ const app: FastifyPluginAsync<AppOptions> = async (fastify, opts) => {
     baseURL: opts.anthropic.baseURL,
     maxRetries: config.UPSTREAM_MAX_RETRIES,
     offline: opts.anthropic.offline,
+    timeoutMs: config.UPSTREAM_TIMEOUT_MS,
+    idleMs: config.UPSTREAM_IDLE_MS,
   });
   await fastify.register(mcpPlugin, { config });
   await fastify.register(enginePlugin, {
@@ -92,6 +112,7 @@ const app: FastifyPluginAsync<AppOptions> = async (fastify, opts) => {
       eventLogMaxBytes: config.EVENT_LOG_MAX_BYTES,
       maxTurnBytes: config.MAX_TURN_BYTES,
       tenantMaxActiveRuns: config.TENANT_MAX_ACTIVE_RUNS,
+      tenantMaxBytes: config.TENANT_MAX_BYTES,
     },
     shutdownGraceMs: config.SHUTDOWN_GRACE_MS,
     maxActiveRuns: config.MAX_ACTIVE_RUNS,
@@ -111,7 +132,7 @@ const app: FastifyPluginAsync<AppOptions> = async (fastify, opts) => {
   });
   // At the root, before the /v1 scope: preflights are answered without a key, and a WebSocket from a foreign origin
   // is refused (403) before its key is read.
-  await fastify.register(browserOriginsPlugin, { origins: config.CORS_ORIGINS });
+  await fastify.register(browserOriginsPlugin, { origins: config.CORS_ORIGINS, open: !config.API_KEYS });
   await fastify.register(v1Guard);
   await fastify.register(healthRoutes);
   await fastify.register(consoleRoutes);
@@ -126,7 +147,12 @@ const app: FastifyPluginAsync<AppOptions> = async (fastify, opts) => {
     await api.register(rateLimitPlugin, { perMinute: config.RATE_LIMIT_PER_MIN });
     await api.register(quotasPlugin, {
       maxSessions: config.TENANT_MAX_SESSIONS,
-      maxWebSockets: config.TENANT_MAX_WEBSOCKETS,
+      maxStreams: config.TENANT_MAX_STREAMS,
+    });
+    await api.register(writeGuardPlugin, {
+      writeTimeoutMs: config.RESPONSE_WRITE_TIMEOUT_MS,
+      tenantMaxBytes: config.TENANT_MAX_BUFFERED_BYTES,
+      connectionMaxBytes: config.CONNECTION_MAX_BUFFERED_BYTES,
     });
     await api.register(idempotencyPlugin, { ttlS: config.IDEMPOTENCY_TTL_S, box: fastify.webhooks.box });
     await api.register(toolRoutes);

@@ -8,6 +8,7 @@ import { startFakeAnthropic, type FakeAnthropic } from './fake/server.js';
 import { offlineHandler } from './fake/offline.js';
 import { findRedisServerBinary, redisAnswers, startEmbeddedRedis } from './redis/embedded.js';
 import { componentLog } from './log.js';
+import { clientErrorHandler, frameworkErrors, requestId } from './plugins/edge-errors.js';
 
 export const loggerOptions = (config: Config) => ({
   level: config.LOG_LEVEL,
@@ -108,10 +109,16 @@ export async function startService(
   const fastify = Fastify({
     logger: loggerOptions(config),
     bodyLimit: config.BODY_LIMIT,
-    requestIdHeader: 'x-request-id',
-    genReqId: () => `req_${Math.random().toString(36).slice(2, 12)}`,
-    // Fastify's own two lines per request are off: src/plugins/access-log.ts writes one, with the route and tenant.
-    logController: new LogController({ disableRequestLogging: true }),
+    // A client's x-request-id only when well-formed (see edge-errors.ts); echoed on every answer (errors plugin).
+    requestIdHeader: false,
+    genReqId: requestId,
+    frameworkErrors,
+    clientErrorHandler,
+    // src/plugins/access-log.ts writes one line per request, with the route and tenant; Fastify's own two lines
+    // (`incoming request` as it arrives, `request completed`) are added at debug and below.
+    logController: new LogController({
+      disableRequestLogging: config.LOG_LEVEL !== 'debug' && config.LOG_LEVEL !== 'trace',
+    }),
     forceCloseConnections: true,
     // Slow clients: a whole request within REQUEST_TIMEOUT_MS, no silent socket (idle keep-alive included) beyond
     // CONNECTION_TIMEOUT_MS. Node

@@ -105,6 +105,10 @@ export const configSchema = z.object({
   IDEMPOTENCY_TTL_S: positiveMs.default(86_400),
   /** SDK retries of 408/409/429/5xx/connection errors for each turn. */
   UPSTREAM_MAX_RETRIES: z.coerce.number().int().min(0).max(10).default(2),
+  /** The SDK's `timeout` of each upstream request (ms): until its answer's headers, or a non-streamed answer. */
+  UPSTREAM_TIMEOUT_MS: positiveMs.default(600_000),
+  /** A streamed upstream answer silent this long (ms; the API pings meanwhile) is aborted: a retryable failure. */
+  UPSTREAM_IDLE_MS: positiveMs.default(120_000),
   /** Queued WebSocket bytes after which a slow reader is closed with 1013. */
   WS_MAX_BUFFER_BYTES: positiveMs.default(1_048_576),
   WS_PING_MS: positiveMs.default(30_000),
@@ -129,13 +133,27 @@ export const configSchema = z.object({
   RATE_LIMIT_PER_MIN: z.coerce.number().int().min(0).default(1200),
   /** Most sessions one tenant keeps (429 `quota_exceeded`). 0: no limit. */
   TENANT_MAX_SESSIONS: z.coerce.number().int().min(0).default(100_000),
-  /** Most WebSockets one tenant holds open at once, across replicas (429 `quota_exceeded`). 0: no limit. */
-  TENANT_MAX_WEBSOCKETS: z.coerce.number().int().min(0).default(1000),
+  /**
+   * Most event streams (WebSockets and SSE together) one tenant holds open at once, across replicas (429
+   * `quota_exceeded`). 0: no limit. The old name TENANT_MAX_WEBSOCKETS is still read when this one is unset.
+   */
+  TENANT_MAX_STREAMS: z.coerce.number().int().min(0).default(1000),
+  /** A REST answer not taken whole by its client within this long (ms) has its connection cut. */
+  RESPONSE_WRITE_TIMEOUT_MS: positiveMs.default(30_000),
+  /** Bytes of answers one tenant's clients may leave unread at once, per process (429 `quota_exceeded`). */
+  TENANT_MAX_BUFFERED_BYTES: positiveMs.default(67_108_864),
+  /** Bytes one connection may hold unflushed; beyond, it is cut. */
+  CONNECTION_MAX_BUFFERED_BYTES: positiveMs.default(33_554_432),
   /**
    * Most sessions of one tenant in `running` at once, across replicas: a request that would start one more run
    * (create, message, results, decision, continue, retry, resume) answers 429 `quota_exceeded`. 0: no limit.
    */
   TENANT_MAX_ACTIVE_RUNS: z.coerce.number().int().min(0).default(100),
+  /**
+   * Most bytes one tenant stores, across replicas (history, iteration records, queued follow-ups, events; see
+   * src/store/storage-quota.ts): beyond, a client's write answers 429 `quota_exceeded` `storage_bytes`. 0: no limit.
+   */
+  TENANT_MAX_BYTES: z.coerce.number().int().min(0).default(1_073_741_824),
   /** Most runs one process drives at once; more wait in `runs:due` (any replica may take them). */
   MAX_ACTIVE_RUNS: positiveMs.default(5000),
   /** Webhooks (spec §6.3; src/webhooks). Private, loopback and link-local targets are refused unless true. */
@@ -194,6 +212,12 @@ export const configSchema = z.object({
   MEMORY_MAX_FILE_BYTES: z.coerce.number().int().min(1).max(16_777_216).default(65_536),
   MEMORY_MAX_TENANT_BYTES: z.coerce.number().int().min(1).max(1_073_741_824).default(10_485_760),
   MEMORY_MAX_FILES: z.coerce.number().int().min(1).max(100_000).default(1000),
+  /**
+   * Answers up to this many bytes of JSON are checked against their route's response schema before they are sent;
+   * larger ones are sent unchecked (see src/openapi/serializer.ts). Unset: 65536 when NODE_ENV=production, else
+   * every answer (the tests' drift check).
+   */
+  RESPONSE_CHECK_MAX_BYTES: z.coerce.number().int().min(0).optional(),
   /** Offline model's delay between SSE events (ms). */
   OFFLINE_EVENT_DELAY_MS: z.coerce.number().int().min(0).default(15),
 });
@@ -241,6 +265,8 @@ export function loadConfig(env: NodeJS.ProcessEnv = process.env): Config {
       Object.entries(env).filter((e): e is [string, string] => e[1] !== undefined && e[1] !== ''),
     ),
   );
+  if (cleaned['TENANT_MAX_STREAMS'] === undefined && cleaned['TENANT_MAX_WEBSOCKETS'] !== undefined)
+    cleaned['TENANT_MAX_STREAMS'] = cleaned['TENANT_MAX_WEBSOCKETS'];
   const parsed = configSchema.safeParse(cleaned);
   if (!parsed.success) {
     const lines = parsed.error.issues.map((i) => `  ${i.path.join('.') || '(env)'}: ${i.message}`);

@@ -22,6 +22,8 @@ export const ERROR_CODES = [
   // 401, 403
   'unauthorized',
   'origin_not_allowed',
+  // 421
+  'host_not_allowed',
   // 404
   'session_not_found',
   'iteration_not_found',
@@ -59,6 +61,8 @@ export const ERROR_CODES = [
   'unsupported_media_type',
   'idempotency_key_reused',
   'upgrade_required',
+  // 431
+  'headers_too_large',
   // 429
   'rate_limited',
   'quota_exceeded',

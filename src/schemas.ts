@@ -189,6 +189,14 @@ function refuseCompactionParam(p: Record<string, unknown>, ctx: z.RefinementCtx)
   });
 }
 
+/** The Messages API's `metadata` (e.g. `user_id`): flat, at most 64 keys of ≤ 64 chars, values ≤ 512 chars. */
+const paramsMetadata = z
+  .record(z.string().max(64), z.union([z.string().max(512), z.number(), z.boolean(), z.null()]))
+  .refine((m) => Object.keys(m).length <= 64, { message: 'at most 64 metadata keys' });
+
+/** Top-level keys `params` may hold once merged (each PATCH may add some; a JSON body's objects have ≤ 256 keys). */
+const PARAMS_MAX_KEYS = 64;
+
 /** Messages API params a session sends each turn; `messages`, `tools`, `stream` and `thread` are the service's. */
 export const sessionParams = z
   .looseObject({
@@ -200,7 +208,7 @@ export const sessionParams = z
     top_k: z.number().int().positive().optional(),
     stop_sequences: z.array(z.string()).optional(),
     tool_choice: z.looseObject({ type: z.enum(['auto', 'any', 'tool', 'none']) }).optional(),
-    metadata: z.looseObject({}).optional(),
+    metadata: paramsMetadata.optional(),
     betas: z.array(z.string()).optional(),
   })
   .superRefine((p, ctx) => {
@@ -212,6 +220,8 @@ export const sessionParams = z
           message: `\`${key}\` is set by the session, not in params`,
         });
     }
+    if (Object.keys(p).length > PARAMS_MAX_KEYS)
+      ctx.addIssue({ code: 'custom', path: [], message: `at most ${PARAMS_MAX_KEYS} params keys` });
     refuseCompactionParam(p, ctx);
   });
 export type SessionParams = z.infer<typeof sessionParams>;

@@ -16,6 +16,7 @@ import {
   toolResultBody,
   toolResultsBody,
 } from '../src/schemas.js';
+import { createWebhookBody, patchWebhookBody } from '../src/webhooks/schemas.js';
 
 /** Keys of a zod object schema (the body schemas are strict objects, possibly refined). */
 const keysOf = (schema: z.ZodType): string[] => Object.keys((schema as unknown as { shape: object }).shape);
@@ -74,6 +75,9 @@ const templates: Record<string, Record<string, unknown>> = {
     messages: [{ id: 'u1', role: 'user', parts: [{ type: 'text', text: 'hi' }] }],
     trigger: 'submit-message',
   },
+  // Loopback only: the fuzz service allows private targets, and port 9 (discard) refuses at once.
+  webhookCreate: { url: 'http://127.0.0.1:9/hook', events: ['session.status'] },
+  webhookPatch: { description: 'd', url: 'http://127.0.0.1:9/other' },
 };
 const schemaKeys: Record<string, string[]> = {
   create: keysOf(createSessionBody),
@@ -87,6 +91,8 @@ const schemaKeys: Record<string, string[]> = {
   mcpServer: ['url', 'headers'],
   empty: ['params'],
   chat: keysOf(chatBody),
+  webhookCreate: keysOf(createWebhookBody),
+  webhookPatch: keysOf(patchWebhookBody),
 };
 
 const bodyFor = (kind: string): fc.Arbitrary<string | undefined> => {
@@ -221,18 +227,26 @@ export const routes: Array<[string, string, string | null]> = [
   ['GET', '/v1/mcp-servers', null],
   ['GET', '/v1/mcp-servers/:name', null],
   ['DELETE', '/v1/mcp-servers/:name', null],
+  ['POST', '/v1/webhooks', 'webhookCreate'],
+  ['PATCH', '/v1/webhooks/:id', 'webhookPatch'],
+  ['POST', '/v1/webhooks/:id/test', 'empty'],
+  // Outside /v1 (no key needed; the key sent is ignored): health, metrics, docs, console, with hostile paths.
+  ['GET', '/healthz', null],
+  ['GET', '/readyz', null],
+  ['GET', '/metrics', null],
+  ['GET', '/docs', null],
+  ['GET', '/docs/json', null],
+  ['GET', '/docs/static/:path', null],
+  ['GET', '/console/', null],
+  ['GET', '/console/:path', null],
+  ['OPTIONS', '/v1/sessions', null],
 ];
 
 /**
- * `/v1` operations the fuzzer leaves out: creating a webhook, changing its URL or testing it resolves and calls the
- * URL it is given (outside this machine for a random host name); the WebSocket upgrade has its own frames fuzzer.
+ * `/v1` operations the fuzzer leaves out of its REST phase: the WebSocket upgrade, fuzzed by its own upgrade
+ * requests and frames. (Webhook URLs are loopback ones: see the webhook templates.)
  */
-export const UNFUZZED = [
-  'POST /v1/webhooks',
-  'PATCH /v1/webhooks/:id',
-  'POST /v1/webhooks/:id/test',
-  'GET /v1/sessions/:id/stream',
-];
+export const UNFUZZED = ['GET /v1/sessions/:id/stream'];
 
 export function requestArb(ids: Ids, token: string): fc.Arbitrary<FuzzRequest> {
   return fc

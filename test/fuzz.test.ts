@@ -18,6 +18,11 @@ const WS_RUNS = Math.ceil(RUNS / 5);
 const SEED = process.env['FUZZ_SEED'] ? Number(process.env['FUZZ_SEED']) : undefined;
 const KEYS = 'acme:key-acme,globex:key-globex,mallory:key-mallory';
 const RSS_BOUND_MB = 512;
+/**
+ * A request answered slower than this is a failure to look at (issue 22). `npm run fuzz` (FUZZ_RUNS set) holds
+ * the issue's 100 ms; the short run of `npm test` shares a 2-core machine with the rest of the suite and holds 2 s.
+ */
+const MAX_MS = Number(process.env['FUZZ_MAX_MS'] ?? (process.env['FUZZ_RUNS'] ? 100 : 2000));
 
 describe('fuzzer routes', () => {
   it('cover every /v1 operation of openapi.json, but the few it says it leaves out', () => {
@@ -65,6 +70,9 @@ describe('fuzzer', () => {
         TENANT_MAX_SESSIONS: '0',
         TENANT_MAX_ACTIVE_RUNS: '0',
         LOG_LEVEL: 'silent',
+        // Webhook bodies name loopback URLs only (see fuzz-lib.ts): nothing leaves the machine.
+        WEBHOOK_ALLOW_PRIVATE: 'true',
+        WEBHOOK_SECRET_KEY: Buffer.alloc(32, 7).toString('base64'),
       },
     });
     h.fake.setHandler(() => text('ok'));
@@ -85,12 +93,14 @@ describe('fuzzer', () => {
     const statuses: Record<string, number> = {};
     const failures: string[] = [];
     const rss0 = process.memoryUsage().rss;
+    let slowest = 0;
     let rssMax = rss0;
     const t0 = Date.now();
 
     await fc.assert(
       fc.asyncProperty(requestArb(ids, 'key-mallory'), async (r) => {
         let status: string;
+        const started = performance.now();
         try {
           const res = await fetch(h.service.url + r.path, {
             method: r.method,
@@ -100,6 +110,9 @@ describe('fuzzer', () => {
           });
           await res.arrayBuffer();
           status = String(res.status);
+          const ms = performance.now() - started;
+          slowest = Math.max(slowest, ms);
+          if (ms > MAX_MS) failures.push(`${r.method} ${r.path.slice(0, 200)} took ${ms.toFixed(0)} ms`);
           if (res.status >= 500)
             failures.push(
               `${r.method} ${r.path.slice(0, 200)} → ${res.status} (body ${r.body?.slice(0, 200)})`,
@@ -163,6 +176,7 @@ describe('fuzzer', () => {
         .reduce((n, [, k]) => n + k, 0),
       frame_answers: frameAnswers,
       failures: failures.length,
+      slowest_ms: Math.round(slowest),
       rss_start_mb: Math.round(rss0 / 2 ** 20),
       rss_max_mb: Math.round(rssMax / 2 ** 20),
       seconds: Math.round((Date.now() - t0) / 1000),

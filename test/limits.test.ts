@@ -78,7 +78,8 @@ describe('bounded input: JSON depth and client tool schemas', () => {
       }
     }
     // Moderate nesting is fine; listing still works.
-    const ok = await h.api.post('/v1/sessions', { start: false, params: { metadata: nested(40) } });
+    // (`params.metadata` is flat since issue 22: a free-form param of the upstream's carries the nesting.)
+    const ok = await h.api.post('/v1/sessions', { start: false, params: { context_management: nested(40) } });
     assert.equal(ok.status, 201, JSON.stringify(ok.body));
     const list = await h.api.get('/v1/sessions');
     assert.equal(list.status, 200);
@@ -118,7 +119,8 @@ describe('bounded input: JSON depth and client tool schemas', () => {
   it('bounds client tool schemas in size and refuses references outside the schema', async () => {
     const properties: Record<string, unknown> = {};
     for (let i = 0; JSON.stringify(properties).length <= TOOL_SCHEMA_MAX_BYTES; i++)
-      properties[`p${i}`] = { type: 'string', description: 'x'.repeat(20) };
+      // Long descriptions: fewer than the 256 keys an object of a body may have (issue 22).
+      properties[`p${i}`] = { type: 'string', description: 'x'.repeat(300) };
     const big = await h.api.post('/v1/sessions', {
       start: false,
       tools: [{ name: 'big', input_schema: { type: 'object', properties } }],

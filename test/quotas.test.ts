@@ -43,7 +43,7 @@ describe('tenant quotas and rate limit across replicas, security headers', () =>
     const config = loadConfig({});
     assert.ok(config.RATE_LIMIT_PER_MIN > 0);
     assert.ok(config.TENANT_MAX_SESSIONS > 0);
-    assert.ok(config.TENANT_MAX_WEBSOCKETS > 0);
+    assert.ok(config.TENANT_MAX_STREAMS > 0);
   });
 
   it('TENANT_MAX_SESSIONS and RATE_LIMIT_PER_MIN hold across replicas; other tenants are not affected', async () => {
@@ -90,7 +90,7 @@ describe('tenant quotas and rate limit across replicas, security headers', () =>
           assert.ok(err instanceof UpgradeRefused, String(err));
           assert.equal(err.status, 429);
           assert.equal(err.body.error.code, 'quota_exceeded');
-          assert.equal(err.body.error.details.quota, 'TENANT_MAX_WEBSOCKETS');
+          assert.equal(err.body.error.details.quota, 'TENANT_MAX_STREAMS');
           return true;
         });
       }

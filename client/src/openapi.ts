@@ -93,7 +93,7 @@ export interface paths {
       path?: never;
       cookie?: never;
     };
-    /** Readiness: Redis answers; which model backend answers turns */
+    /** Readiness: Redis takes writes; which model backend answers turns */
     get: operations['getReadiness'];
     put?: never;
     post?: never;
@@ -753,6 +753,7 @@ export interface components {
           | 'request_aborted'
           | 'unauthorized'
           | 'origin_not_allowed'
+          | 'host_not_allowed'
           | 'session_not_found'
           | 'iteration_not_found'
           | 'webhook_not_found'
@@ -787,6 +788,7 @@ export interface components {
           | 'unsupported_media_type'
           | 'idempotency_key_reused'
           | 'upgrade_required'
+          | 'headers_too_large'
           | 'rate_limited'
           | 'quota_exceeded'
           | 'internal_error'
@@ -1364,7 +1366,7 @@ export interface operations {
           'application/json': components['schemas']['Readiness'];
         };
       };
-      /** @description Not ready (Redis does not answer); with Retry-After. */
+      /** @description Not ready (Redis does not answer or refuses writes); with Retry-After. */
       503: {
         headers: {
           'Retry-After': components['headers']['RetryAfter'];

@@ -123,7 +123,10 @@ async function driveRun(deps: DriveDeps, run: RunHandle, ctx: UpstreamContext): 
           log.warn({ err, attempt: cutRetries }, 'stream cut mid-turn; sending the turn again');
           continue;
         }
-        await fail(deps, run, upstreamError(err), log);
+        const error = upstreamError(err);
+        // The session shows a generic message for an internal error: its cause is only here, in the log.
+        if (error.code === 'internal_error') log.error({ err }, 'run failed with an internal error');
+        await fail(deps, run, error, log);
         return;
       }
     }

@@ -5,9 +5,18 @@ import type { SessionStore } from '../store/store.js';
  * flight, and what arrives meanwhile is written as the next batch when that write returns (at most `maxEvents` per
  * pipeline). So an event waits at most one round trip, and a fast stream costs one round trip per batch, not per event.
  * One write at a time keeps the log in the events' order.
+ *
+ * The buffer is bounded (MAX_BUFFERED events): while a write is slower than the stream (Redis busy, a huge turn of
+ * tiny deltas), events past the bound are dropped rather than held — live clients miss some deltas, the turn's
+ * reply is whole in the history and in `turn.completed`, and memory stays bounded whatever the upstream sends.
  */
+/** Events a relay holds unwritten at most. */
+const MAX_BUFFERED = 4096;
+
 export class StreamRelay {
   private buf: Array<[string, string]>;
+  /** Events dropped at the bound (see above). */
+  dropped = 0;
   private writing: Promise<void> | null = null;
   private scheduled: NodeJS.Immediate | null = null;
 
@@ -22,6 +31,10 @@ export class StreamRelay {
   }
 
   push(ev: [string, string]): void {
+    if (this.buf.length >= MAX_BUFFERED) {
+      this.dropped++;
+      return;
+    }
     this.buf.push(ev);
     // Written at the end of this turn of the event loop, not at once: the events the SDK parses from one upstream
     // read (several, once the process is busy) then go out in one script call and one notice, which the relays

@@ -177,7 +177,8 @@ export async function runTurns(
         message = await item.finalMessage();
       } finally {
         buffered.length = 0;
-        buffered.push(...(await relay.drain()));
+        // Not `push(...rest)`: spreading a long array into arguments overflows the stack (RangeError).
+        for (const ev of await relay.drain()) buffered.push(ev);
       }
     } else {
       // Live news only, like the stream relay's writes: a store outage here must not cost the turn, whose

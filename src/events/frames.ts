@@ -2,7 +2,14 @@ import { z } from 'zod';
 import type { FastifyBaseLogger } from 'fastify';
 import { AppError, zodDetails, type ErrorCode } from '../errors.js';
 import { isStoreDown } from '../plugins/errors.js';
-import { DEFAULT_JSON_MAX_DEPTH, jsonTooDeep, tooDeepMessage } from '../json-depth.js';
+import {
+  DEFAULT_JSON_MAX_DEPTH,
+  DEFAULT_JSON_MAX_KEYS,
+  jsonTooDeep,
+  jsonTooWide,
+  tooDeepMessage,
+  tooWideMessage,
+} from '../json-depth.js';
 import { decisionBody, postMessageBody, toolResultBody } from '../schemas.js';
 import type { MutationResult, SessionService } from '../sessions/service.js';
 
@@ -56,6 +63,8 @@ export async function handleFrame(
   let msg: unknown;
   if (jsonTooDeep(raw, DEFAULT_JSON_MAX_DEPTH))
     return errorFrame(null, 'invalid_request', tooDeepMessage(DEFAULT_JSON_MAX_DEPTH));
+  if (jsonTooWide(raw, DEFAULT_JSON_MAX_KEYS))
+    return errorFrame(null, 'invalid_request', tooWideMessage(DEFAULT_JSON_MAX_KEYS));
   try {
     msg = JSON.parse(raw);
   } catch {

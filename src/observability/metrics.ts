@@ -70,6 +70,8 @@ export class Metrics {
   readonly streamsOpened: Counter<'transport'>;
   readonly streamConnections: Gauge<'transport'>;
   readonly slowReaderCloses: Counter<'transport'>;
+  /** Bytes of answers handed to sockets and not yet flushed to the kernel (see plugins/write-guard.ts). */
+  readonly responseBytesHeld: Gauge;
   // Dependencies and the API surface.
   readonly redisErrors: Counter<'kind'>;
   readonly upstreamRequests: Counter<'status_class' | 'error_type'>;
@@ -184,6 +186,11 @@ export class Metrics {
       name: 'trs_event_stream_connections',
       help: 'Event streams open now, by transport.',
       labelNames: ['transport'],
+      registers,
+    });
+    this.responseBytesHeld = new Gauge({
+      name: 'trs_response_bytes_held',
+      help: 'Bytes of REST answers written and not yet taken by their clients.',
       registers,
     });
     this.slowReaderCloses = new Counter({

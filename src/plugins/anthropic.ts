@@ -1,4 +1,4 @@
-import Anthropic from '@anthropic-ai/sdk';
+import Anthropic, { AnthropicError } from '@anthropic-ai/sdk';
 import fp from 'fastify-plugin';
 import { componentLog } from '../log.js';
 import { countingFetch } from '../observability/upstream-fetch.js';
@@ -16,6 +16,50 @@ export interface AnthropicPluginOptions {
   baseURL?: string | undefined;
   maxRetries: number;
   offline: boolean;
+  /** The SDK's `timeout` of each request (UPSTREAM_TIMEOUT_MS). */
+  timeoutMs: number;
+  /** A streamed answer that sends nothing for this long is aborted (UPSTREAM_IDLE_MS). */
+  idleMs: number;
+}
+
+/**
+ * `fetch` whose event-stream bodies fail when they stay silent for `idleMs` (the API sends `ping` events while a
+ * turn thinks): the SDK's stream then rejects with an AnthropicError, which the engine records as a retryable
+ * `upstream_error` — where a stalled upstream would otherwise hold the run for as long as the socket lives.
+ */
+function idleBoundedFetch(idleMs: number): typeof fetch {
+  return async (input, init) => {
+    const res = await fetch(input, init);
+    if (!res.body || !/\btext\/event-stream\b/.test(res.headers.get('content-type') ?? '')) return res;
+    const reader = res.body.getReader();
+    const body = new ReadableStream<Uint8Array>({
+      async pull(ctrl) {
+        let timer: NodeJS.Timeout | undefined;
+        const idle = new Promise<never>((_, reject) => {
+          // Decided after the poll phase: data that arrived while the event loop was busy is read first.
+          timer = setTimeout(
+            () =>
+              setImmediate(() =>
+                reject(new AnthropicError(`The upstream stream sent nothing for ${idleMs} ms; aborted.`)),
+              ),
+            idleMs,
+          );
+        });
+        try {
+          const r = await Promise.race([reader.read(), idle]);
+          if (r.done) ctrl.close();
+          else ctrl.enqueue(r.value);
+        } catch (err) {
+          reader.cancel(err).catch(() => {});
+          ctrl.error(err);
+        } finally {
+          clearTimeout(timer);
+        }
+      },
+      cancel: (reason) => reader.cancel(reason),
+    });
+    return new Response(body, { status: res.status, statusText: res.statusText, headers: res.headers });
+  };
 }
 
 export default fp<AnthropicPluginOptions>(
@@ -24,10 +68,11 @@ export default fp<AnthropicPluginOptions>(
       apiKey: opts.apiKey,
       ...(opts.baseURL ? { baseURL: opts.baseURL } : {}),
       maxRetries: opts.maxRetries,
+      timeout: opts.timeoutMs,
       // The SDK's own spans (model calls, tool runner, tools) on this instance's provider; none when tracing is off.
       openTelemetry: app.tracing.sdkOption,
-      // Each attempt counted and each failure logged (src/observability/upstream-fetch.ts).
-      fetch: countingFetch(app.metrics, componentLog(app.log, 'upstream')),
+      // Each attempt counted and each failure logged (src/observability/upstream-fetch.ts); a silent stream cut.
+      fetch: countingFetch(app.metrics, componentLog(app.log, 'upstream'), idleBoundedFetch(opts.idleMs)),
     });
     app.decorate('anthropic', client);
     app.decorate('modelBackend', opts.offline ? 'offline' : 'anthropic');

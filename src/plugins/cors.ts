@@ -6,6 +6,15 @@ import { AppError } from '../errors.js';
 export interface BrowserOriginOptions {
   /** `CORS_ORIGINS`: origins whose pages may use the API; undefined: no CORS headers, any WebSocket Origin. */
   origins: string[] | undefined;
+  /** Open mode (no API_KEYS): only loopback `Host` values are answered (421 `host_not_allowed`). */
+  open: boolean;
+}
+
+/** `localhost`, `127.x.y.z` or `[::1]`, with any port: the names a page on this machine reaches the service by. */
+const LOOPBACK_HOST = /^(localhost|127(\.\d{1,3}){3}|\[::1\])(:\d{1,5})?$/i;
+
+function isLoopbackHost(host: string | undefined): boolean {
+  return host !== undefined && LOOPBACK_HOST.test(host);
 }
 
 /** Request headers a browser page sends to the API (the preflight lists them). */
@@ -21,23 +30,35 @@ const ALLOWED_HEADERS = [
 const EXPOSED_HEADERS = ['etag', 'retry-after', 'location', 'x-request-id'];
 
 /**
- * Whether the page that sent `origin` is served by this service itself (the console): the Origin's host is the
- * request's Host. Browsers never let a page choose either header, so a foreign page cannot pass this.
+ * Whether the page that sent `origin` is the service's own console on this machine: the Origin's host is the
+ * request's Host and that Host is a loopback name. A Host is whatever name the page was loaded by — a name of the
+ * attacker's that rebinds to the service's address is "same origin" too — so beyond loopback only the configured
+ * CORS_ORIGINS count (list the console's public origin there).
  */
 function sameOrigin(req: FastifyRequest, origin: string): boolean {
   const host = req.headers.host;
-  return host !== undefined && (origin === `http://${host}` || origin === `https://${host}`);
+  return isLoopbackHost(host) && (origin === `http://${host}` || origin === `https://${host}`);
 }
 
 /**
  * Browsers (spec §6.5). Registered before the auth hook, so both of its hooks run first:
  * - `@fastify/cors` answers preflights (`OPTIONS`) in its own onRequest hook, without a key, and adds
  *   `Access-Control-Allow-Origin` only for listed origins (a browser then refuses the answer to any other page);
- * - a WebSocket upgrade whose `Origin` is neither listed nor this service's own origin gets 403
+ * - a WebSocket upgrade whose `Origin` is neither listed nor this service's own loopback origin gets 403
  *   `origin_not_allowed` before the upgrade. Requests without `Origin` (servers, not browsers) pass.
  */
 export default fp<BrowserOriginOptions>(
-  async (app, { origins }) => {
+  async (app, { origins, open }) => {
+    // DNS rebinding: without keys, a page whose name resolves to 127.0.0.1 would be same-origin with the service.
+    if (open)
+      app.addHook('onRequest', async (req) => {
+        if (!isLoopbackHost(req.headers.host))
+          throw new AppError(
+            421,
+            'host_not_allowed',
+            'Without API_KEYS the service answers only to localhost, 127.x.y.z and [::1] as Host.',
+          );
+      });
     if (!origins) return;
     const listed = new Set(origins);
     await app.register(cors, {
@@ -47,6 +68,15 @@ export default fp<BrowserOriginOptions>(
       exposedHeaders: EXPOSED_HEADERS,
       // Seconds a browser may reuse a preflight's answer.
       maxAge: 600,
+    });
+    // @fastify/cors answers a preflight of any origin with the allowed methods and headers: an unlisted origin
+    // gets none of them (only listed ones learn what the API allows).
+    app.addHook('onSend', async (req, reply, payload) => {
+      if (req.method !== 'OPTIONS' || (req.headers.origin !== undefined && listed.has(req.headers.origin)))
+        return payload;
+      for (const name of Object.keys(reply.getHeaders()))
+        if (name.startsWith('access-control-')) reply.removeHeader(name);
+      return payload;
     });
     app.addHook('onRequest', async (req) => {
       if (req.headers.upgrade?.toLowerCase() !== 'websocket') return;

@@ -9,6 +9,9 @@ export { isStoreDown };
 /** One error handler: stable `{error: {code, message, details?}}`, 5xx internals only in the log. */
 export default fp(
   async (app) => {
+    app.addHook('onRequest', async (req, reply) => {
+      reply.header('x-request-id', req.id);
+    });
     app.setErrorHandler((err: FastifyError, req, reply) => {
       if (hasZodFastifySchemaValidationErrors(err)) {
         return reply.code(400).send({
@@ -60,6 +63,15 @@ export default fp(
       }
       if (err.statusCode === 429) {
         return reply.code(429).send(errorBody('rate_limited', 'Too many requests.'));
+      }
+      // A plugin's client error (@fastify/static's 403 for `/docs/static/../..`, its 404…): never a 500. A path
+      // refused or not found is answered as not found; any other 4xx keeps its status.
+      if (typeof err.statusCode === 'number' && err.statusCode >= 400 && err.statusCode < 500) {
+        if (err.statusCode === 403 || err.statusCode === 404)
+          return reply
+            .code(404)
+            .send(errorBody('route_not_found', `No route ${req.method} ${req.url.split('?')[0]}.`));
+        return reply.code(err.statusCode).send(errorBody('invalid_request', 'The request is not valid.'));
       }
       req.log.error({ err }, 'unhandled error');
       return reply.code(500).send(errorBody('internal_error', 'Something went wrong on our side.'));

@@ -6,8 +6,8 @@ import { TenantSlots } from './slots.js';
 export interface QuotaOptions {
   /** Most sessions a tenant keeps (creates and forks beyond are refused). 0: no limit. */
   maxSessions: number;
-  /** Most WebSockets a tenant holds open at once, on all replicas together. 0: no limit. */
-  maxWebSockets: number;
+  /** Most event streams (WebSockets and SSE) a tenant holds open at once, on all replicas together. 0: no limit. */
+  maxStreams: number;
 }
 
 /**
@@ -16,8 +16,9 @@ export interface QuotaOptions {
  * pattern, never by a request's URL):
  * - `TENANT_MAX_SESSIONS`: POST /v1/sessions and POST /v1/sessions/:id/fork count the tenant's session index
  *   (ZCARD). Concurrent creates may each see room: the quota can be passed by the creates in flight at once.
- * - `TENANT_MAX_WEBSOCKETS`: a WebSocket route takes a slot (TenantSlots) after the route's own checks and before
- *   the upgrade, and gives it back when the socket closes.
+ * - `TENANT_MAX_STREAMS`: a WebSocket route takes a slot (TenantSlots) after the route's own checks and before
+ *   the upgrade, and gives it back when the socket closes; an SSE request of GET /v1/sessions/:id/events takes one
+ *   from the same count and gives it back when its response closes.
  * Over a quota: 429 `quota_exceeded`, `details: {quota, limit}`.
  */
 export default fp<QuotaOptions>(
@@ -26,13 +27,21 @@ export default fp<QuotaOptions>(
       const n = await app.store.countSessions(req.tenant);
       if (n >= opts.maxSessions) throw quotaExceeded('TENANT_MAX_SESSIONS', opts.maxSessions, 'sessions');
     };
+    // The slots keep their key name ('ws') from before SSE was counted: replicas of both versions share the count.
     const sockets = new TenantSlots(app.redis, 'ws');
     app.addHook('onClose', async () => sockets.close());
+    const take = async (req: FastifyRequest) => {
+      const release = await sockets.acquire(req.tenant, opts.maxStreams);
+      if (!release) throw quotaExceeded('TENANT_MAX_STREAMS', opts.maxStreams, 'open event streams');
+      return release;
+    };
     const webSocketQuota = async function (req: FastifyRequest) {
       if (!req.ws) return; // a plain GET of a WebSocket route is refused by @fastify/websocket itself
-      const release = await sockets.acquire(req.tenant, opts.maxWebSockets);
-      if (!release) throw quotaExceeded('TENANT_MAX_WEBSOCKETS', opts.maxWebSockets, 'open WebSockets');
-      req.raw.socket.once('close', release);
+      req.raw.socket.once('close', await take(req));
+    };
+    const sseQuota: preHandlerHookHandler = async function (req, reply) {
+      if (!/\btext\/event-stream\b/.test(req.headers.accept ?? '')) return;
+      reply.raw.once('close', await take(req));
     };
 
     const append = (route: RouteOptions, hook: preHandlerHookHandler) => {
@@ -44,8 +53,10 @@ export default fp<QuotaOptions>(
       const creates =
         methods.includes('POST') && (route.url === '/v1/sessions' || route.url === '/v1/sessions/:id/fork');
       if (creates && opts.maxSessions > 0) append(route, sessionsQuota);
-      if ('websocket' in route && route.websocket === true && opts.maxWebSockets > 0)
+      if ('websocket' in route && route.websocket === true && opts.maxStreams > 0)
         append(route, webSocketQuota);
+      if (methods.includes('GET') && route.url === '/v1/sessions/:id/events' && opts.maxStreams > 0)
+        append(route, sseQuota);
     });
   },
   { name: 'quotas', dependencies: ['redis', 'engine', 'auth'] },

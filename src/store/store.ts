@@ -13,6 +13,8 @@ import { decodeStored } from './decode.js';
 import { defineLuaCommands, type RedisClient } from './lua-commands.js';
 import type { SessionKeyList } from './lua/commands.js';
 import { RunQueue } from './runs.js';
+import { addedBytes, StorageQuota } from './storage-quota.js';
+import { isOutOfMemory } from './unavailable.js';
 import {
   decodeFields,
   isControl,
@@ -59,6 +61,8 @@ export interface StoreOptions {
   maxTurnBytes?: number;
   /** Most sessions of one tenant running at once, across replicas (TENANT_MAX_ACTIVE_RUNS); 0 or absent: no limit. */
   tenantMaxActiveRuns?: number;
+  /** Most bytes one tenant stores (TENANT_MAX_BYTES, see storage-quota.ts); 0 or absent: no limit. */
+  tenantMaxBytes?: number;
 }
 
 /** Defaults of the optional StoreOptions (the config's). */
@@ -75,6 +79,9 @@ export class SessionStore {
   readonly runs: RunQueue;
   /** Set by the webhooks plugin; see EventTap. */
   eventTap: EventTap | undefined;
+  private readonly storage: StorageQuota;
+  /** Tenants of sessions seen by `load` (a session's tenant never changes): a run's commits count its bytes. */
+  private readonly tenants = new Map<string, string>();
 
   constructor(
     redis: RedisClient,
@@ -83,6 +90,11 @@ export class SessionStore {
     defineLuaCommands(redis, new URL('./lua/', import.meta.url), 'sess');
     this.redis = redis;
     this.runs = new RunQueue(redis, options.tenantMaxActiveRuns ?? 0);
+    this.storage = new StorageQuota(redis, options.tenantMaxBytes ?? 0);
+  }
+
+  private async tenantOf(id: string, known?: string): Promise<string | null> {
+    return known ?? this.tenants.get(id) ?? (await this.redis.hget(sessionKeys(id).meta, 'tenant'));
   }
 
   private keyList(k: SessionKeys): SessionKeyList {
@@ -101,6 +113,13 @@ export class SessionStore {
    */
   async apply(id: string, guard: Guard, ops: ApplyOps, tenant?: string): Promise<ApplyResult> {
     const k = sessionKeys(id);
+    // Bytes added are counted in the session (same script) and then the tenant (see storage-quota.ts).
+    let added = addedBytes(ops, guard);
+    const owner = added > 0 ? await this.tenantOf(id, tenant) : null;
+    if (owner !== null) {
+      added = await this.storage.check(owner, ops, guard);
+      ops = { ...ops, hincr: { ...ops.hincr, bytes: added } };
+    }
     // A change that makes the session `running` registers it in the run queue first: should the store fail between
     // the two writes, a due entry without a running session is dropped by the sweep, whereas a running session
     // without a due entry would never run. (`runs:due` is a global key, so it cannot join the session's script.)
@@ -142,6 +161,7 @@ export class SessionStore {
       throw notFound();
     }
     tap?.landed();
+    if (owner !== null) await this.storage.add(owner, added);
     return {
       revision: Number(res[0]),
       mergedCount: Number(res[1]),
@@ -166,7 +186,11 @@ export class SessionStore {
   /** The session, or null. One HGETALL. */
   async load(id: string): Promise<SessionState | null> {
     const h = await this.redis.hgetall(sessionKeys(id).meta);
-    return h['id'] ? decodeFields(h) : null;
+    if (!h['id']) return null;
+    const s = decodeFields(h);
+    if (this.tenants.size >= 10_000) this.tenants.clear();
+    this.tenants.set(id, s.tenant);
+    return s;
   }
 
   /** The session if it exists and belongs to `tenant`; 404 otherwise (another tenant's session is not found). */
@@ -302,6 +326,8 @@ export class SessionStore {
   async list(
     tenant: string,
     opts: { limit: number; cursor?: string | undefined; status?: Status | undefined },
+    /** A page stops before the item that would take it over `maxBytes` (as `sizeOf` counts); never empty. */
+    bound?: { maxBytes: number; sizeOf: (s: SessionState) => number },
   ): Promise<{ items: SessionState[]; next: string | null }> {
     const key = tenantIndexKey(tenant);
     if (opts.cursor && !/^\d{15}:ses_[A-Za-z0-9]+$/.test(opts.cursor)) {
@@ -312,17 +338,27 @@ export class SessionStore {
     let lastMember: string | null = null;
     let exhausted = false;
     const pageSize = opts.status ? 100 : opts.limit;
-    for (let round = 0; round < 20 && items.length < opts.limit; round++) {
+    let bytes = 0;
+    let full = false;
+    for (let round = 0; round < 20 && items.length < opts.limit && !full; round++) {
       const members = await this.redis.zrevrangebylex(key, max, '-', 'LIMIT', 0, pageSize);
       const states = await Promise.all(members.map((m) => this.load(m.slice(16))));
       let read = 0;
       for (; read < members.length && items.length < opts.limit; read++) {
         const member = members[read]!;
         const s = states[read];
+        if (s && bound && (!opts.status || s.status === opts.status)) {
+          bytes += bound.sizeOf(s);
+          if (bytes > bound.maxBytes && items.length > 0) {
+            full = true;
+            break;
+          }
+        }
         lastMember = member;
         if (!s) await this.redis.zrem(key, member);
         else if (!opts.status || s.status === opts.status) items.push(s);
       }
+      if (full) break;
       if (members.length < pageSize && read === members.length) {
         exhausted = true;
         break;
@@ -330,7 +366,7 @@ export class SessionStore {
       max = `(${lastMember}`;
     }
     // A short page with a cursor means the bounded scan stopped before the end of the index: ask again from there.
-    const more = items.length === opts.limit || !exhausted;
+    const more = items.length === opts.limit || !exhausted || full;
     return { items, next: more && lastMember ? lastMember : null };
   }
 
@@ -339,14 +375,32 @@ export class SessionStore {
     const k = sessionKeys(id);
     const tap = this.eventTap?.(id, ['session.deleted'], tenant);
     if (tap?.ready) await tap.ready;
-    const done = await this.redis.sessDestroy(
-      ...this.keyList(k),
-      JSON.stringify({ id }),
-      ttlMs,
-      eventsChannel(id),
-    );
+    const bytes = Number((await this.redis.hget(k.meta, 'bytes')) ?? 0);
+    let done: number;
+    try {
+      done = await this.redis.sessDestroy(
+        ...this.keyList(k),
+        JSON.stringify({ id }),
+        ttlMs,
+        eventsChannel(id),
+      );
+    } catch (err) {
+      // Redis full (noeviction): a delete frees memory, so it must work then too. Plain UNLINKs are never refused
+      // for memory (the script is, when its first write would add); live readers then learn of it by the 404.
+      if (!isOutOfMemory(err)) throw err;
+      done = (await this.redis.unlink(...this.keyList(k))) > 0 ? 1 : 0;
+    }
     if (done === 1) tap?.landed();
-    await Promise.all([this.unindex(tenant, id, createdAt), this.runs.unmarkDue(id, tenant)]);
+    this.tenants.delete(id);
+    await Promise.all([
+      this.unindex(tenant, id, createdAt),
+      this.runs.unmarkDue(id, tenant),
+      done === 1
+        ? this.storage.add(tenant, -bytes).catch((err: unknown) => {
+            if (!isOutOfMemory(err)) throw err; // still full after the delete: the count stays high (an upper bound)
+          })
+        : null,
+    ]);
     return done === 1;
   }
 

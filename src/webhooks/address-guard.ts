@@ -9,7 +9,7 @@ import { AppError } from '../errors.js';
  * `http.request`), so a name that resolves elsewhere a second time (DNS rebinding) cannot reach a refused address.
  * Only globally routable unicast addresses pass: loopback, private (RFC 1918, unique local), link-local (with the
  * cloud metadata address 169.254.169.254), unspecified, carrier-grade NAT, multicast, reserved, and IPv6 forms that
- * embed an IPv4 address (IPv4-mapped, NAT64, 6to4, Teredo) are refused, unless `allowPrivate`.
+ * embed an IPv4 address (IPv4-mapped, IPv4-compatible, NAT64, 6to4, Teredo) are refused, unless `allowPrivate`.
  */
 
 export const MAX_URL_LENGTH = 2048;
@@ -20,6 +20,10 @@ export const invalidUrl = (message: string) => new AppError(400, 'invalid_webhoo
 export function refusedAddress(address: string): string | null {
   if (!ipaddr.isValid(address)) return 'not an IP address';
   const ip = ipaddr.parse(address);
+  // IPv4-compatible IPv6 (`::a.b.c.d`, ::/96, deprecated by RFC 4291): ipaddr.js calls it unicast, but a stack
+  // may route it to the embedded IPv4 address (`[::127.0.0.1]` is loopback there).
+  if (ip.kind() === 'ipv6' && (ip as ipaddr.IPv6).parts.slice(0, 6).every((p) => p === 0))
+    return 'ipv4Compatible';
   const range = ip.range();
   return range === 'unicast' ? null : range;
 }

@@ -10,6 +10,11 @@ import { hostOf, parseWebhookUrl, resolveChecked } from './address-guard.js';
  * `standardwebhooks` package (`webhook-id`, `webhook-timestamp`, `webhook-signature`), within `timeoutMs` from
  * resolving the host to the end of the answer's headers. The host's addresses are checked at this moment and the
  * socket connects to a checked one (see address-guard.ts). Redirects are not followed; any 2xx is success.
+ *
+ * The deadline stays armed until the answer's body ends: a receiver that answers and then trickles its body is cut
+ * (its socket destroyed) at `timeoutMs`, and a body over MAX_ANSWER_BYTES is cut at once. Each webhook has its own
+ * keep-alive agents with at most AGENT_MAX_SOCKETS sockets per origin, idle sockets closed after AGENT_IDLE_MS, and
+ * dropped (every socket destroyed) when the webhook is deleted or its URL changes (`releaseAgents`).
  */
 
 export interface AttemptResult {
@@ -19,20 +24,51 @@ export interface AttemptResult {
   durationMs: number;
 }
 
-const agents = {
-  http: new http.Agent({ keepAlive: true, maxSockets: 256 }),
-  https: new https.Agent({ keepAlive: true, maxSockets: 256 }),
-};
+/** Sockets one webhook may hold per origin (attempts beyond it wait for a socket, within their deadline). */
+export const AGENT_MAX_SOCKETS = 8;
+/** A kept-alive socket unused this long is closed. */
+export const AGENT_IDLE_MS = 5_000;
+
+interface Agents {
+  http: http.Agent;
+  https: https.Agent;
+}
+
+const byWebhook = new Map<string, Agents>();
+
+function agentsOf(webhookId: string): Agents {
+  let a = byWebhook.get(webhookId);
+  if (!a) {
+    const opts = {
+      keepAlive: true,
+      maxSockets: AGENT_MAX_SOCKETS,
+      maxFreeSockets: AGENT_MAX_SOCKETS,
+      timeout: AGENT_IDLE_MS,
+    };
+    a = { http: new http.Agent(opts), https: new https.Agent(opts) };
+    byWebhook.set(webhookId, a);
+  }
+  return a;
+}
+
+/** Destroys the webhook's sockets (on delete, or when its URL changes); the next attempt opens new ones. */
+export function releaseAgents(webhookId: string): void {
+  const a = byWebhook.get(webhookId);
+  if (!a) return;
+  byWebhook.delete(webhookId);
+  a.http.destroy();
+  a.https.destroy();
+}
 
 export function closeAgents(): void {
-  agents.http.destroy();
-  agents.https.destroy();
+  for (const id of [...byWebhook.keys()]) releaseAgents(id);
 }
 
 /** The answer body read at most (then dropped): an endpoint cannot make us buffer. */
 const MAX_ANSWER_BYTES = 64 * 1024;
 
 export async function attempt(opts: {
+  webhookId: string;
   url: string;
   secret: string;
   msgId: string;
@@ -77,11 +113,13 @@ export async function attempt(opts: {
       signal.removeEventListener('abort', onAbort);
       resolve(r);
     };
+    // Set once the headers are in: the outcome, reported when the body ends (or is cut by the deadline).
+    let outcome: AttemptResult | undefined;
     const req = (isTls ? https : http).request(
       url,
       {
         method: 'POST',
-        agent: isTls ? agents.https : agents.http,
+        agent: isTls ? agentsOf(opts.webhookId).https : agentsOf(opts.webhookId).http,
         ...(isIP(hostOf(url)) ? {} : { lookup }),
         headers: {
           'content-type': 'application/json',
@@ -95,23 +133,31 @@ export async function attempt(opts: {
       (res) => {
         const status = res.statusCode ?? 0;
         let read = 0;
+        const ok = status >= 200 && status < 300;
+        outcome = done(ok, status, ok ? null : `HTTP ${status}`);
+        const settle = () => finish(outcome!);
         res.on('data', (chunk: Buffer) => {
           read += chunk.length;
-          if (read > MAX_ANSWER_BYTES) res.destroy();
+          if (read > MAX_ANSWER_BYTES) {
+            res.destroy();
+            settle();
+          }
         });
-        res.on('error', () => {});
-        res.on('close', () => {});
-        const ok = status >= 200 && status < 300;
-        finish(done(ok, status, ok ? null : `HTTP ${status}`));
+        res.on('end', settle);
+        res.on('error', settle);
+        res.on('close', settle);
         res.resume();
       },
     );
     const onAbort = () => {
+      // Before the headers, or while the body trickles: the socket is destroyed either way (never kept alive).
       req.destroy();
-      finish(done(false, null, 'timeout'));
+      finish(outcome ?? done(false, null, 'timeout'));
     };
     signal.addEventListener('abort', onAbort, { once: true });
-    req.on('error', (err: NodeJS.ErrnoException) => finish(done(false, null, err.code ?? err.message)));
+    req.on('error', (err: NodeJS.ErrnoException) =>
+      finish(outcome ?? done(false, null, err.code ?? err.message)),
+    );
     req.end(opts.body);
   });
 }

@@ -178,6 +178,7 @@ export class Dispatcher {
     const at = new Date();
     const res = secret
       ? await attempt({
+          webhookId,
           url,
           secret,
           msgId,

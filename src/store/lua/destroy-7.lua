@@ -3,8 +3,10 @@
 -- KEYS[1] meta  KEYS[2] msgs  KEYS[3] iters  KEYS[4] queue  KEYS[5] events  KEYS[6] lease  KEYS[7] compacted
 -- ARGV[1] event data JSON  ARGV[2] ttl of the event log ms  ARGV[3] event notification channel
 -- Returns 1, or 0 if the session did not exist (nothing written).
+-- The first write is the DEL, which Redis never refuses for memory: with maxmemory reached (noeviction) a script
+-- is refused only when its first write is one that may add memory, so a delete still runs when Redis is full.
 if redis.call('EXISTS', KEYS[1]) == 0 then return 0 end
-local rev = redis.call('HINCRBY', KEYS[1], 'revision', 1)
+local rev = tonumber(redis.call('HGET', KEYS[1], 'revision') or '0') + 1
 redis.call('DEL', KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[6], KEYS[7])
 local t = redis.call('TIME')
 local now = tostring(tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000))

@@ -1,0 +1,52 @@
+import type { Redis, Cluster } from 'ioredis';
+import { quotaExceeded } from '../errors.js';
+import type { ApplyOps, Guard } from './apply-ops.js';
+
+/**
+ * The per-tenant storage quota (TENANT_MAX_BYTES). Each write of a session counts the bytes it adds — the messages
+ * and iteration records it pushes, the follow-ups it queues, the events it logs, a compaction's summary, and the
+ * whole state at creation — into the session's `bytes` field, in the same script as the write (an `hincr` of the
+ * apply), and then into the tenant's counter `t:{tenant}:bytes` (one INCRBY: a global key cannot join the session's
+ * script in a Redis Cluster). A destroy takes the session's `bytes` back off. The count is an upper bound of what
+ * the tenant keeps (events and history trimmed later are not subtracted), shared by every replica.
+ *
+ * A client's write (create, follow-up, result, PATCH…: every apply without a run's fence) is refused with 429
+ * `quota_exceeded` (`details.quota: "storage_bytes"`) once the tenant's count reaches the limit; a run's own
+ * commits are not (a turn's size is bounded by MAX_TURN_BYTES), so a run in flight ends normally.
+ */
+export const storageKey = (tenant: string) => `t:{${tenant}}:bytes`;
+
+/** Bytes `ops` adds to a session (0 for a write that only changes state). */
+export function addedBytes(ops: ApplyOps, guard: Guard): number {
+  let n = 0;
+  for (const m of ops.push_msgs ?? []) n += m.length;
+  for (const m of ops.push_iters ?? []) n += m.length;
+  for (const q of ops.queue_push ?? []) n += q.length;
+  for (const e of ops.events ?? []) n += e[1].length;
+  if (ops.compact) n += ops.compact.summary.length;
+  if (guard.create) for (const v of Object.values(ops.hset ?? {})) n += v.length;
+  return n;
+}
+
+export class StorageQuota {
+  constructor(
+    private readonly redis: Redis | Cluster,
+    /** TENANT_MAX_BYTES; 0: no limit (the bytes are counted all the same). */
+    private readonly maxBytes: number,
+  ) {}
+
+  /** Throws 429 when a client's write of `tenant` would add bytes while the tenant is at its limit. */
+  async check(tenant: string, ops: ApplyOps, guard: Guard): Promise<number> {
+    const n = addedBytes(ops, guard);
+    if (n > 0 && this.maxBytes > 0 && guard.fence === undefined) {
+      const used = Number((await this.redis.get(storageKey(tenant))) ?? 0);
+      if (used + n > this.maxBytes)
+        throw quotaExceeded('storage_bytes', this.maxBytes, 'bytes stored (TENANT_MAX_BYTES)');
+    }
+    return n;
+  }
+
+  async add(tenant: string, n: number): Promise<void> {
+    if (n !== 0) await this.redis.incrby(storageKey(tenant), n);
+  }
+}
