@@ -31,6 +31,8 @@ import webhooksPlugin from './webhooks/plugin.js';
 import webhookRoutes from '../routes/webhooks.js';
 import memoryRoutes from '../routes/memory.js';
 import chatRoutes from '../routes/chat.js';
+import schedulesPlugin from './schedules/plugin.js';
+import scheduleRoutes from '../routes/schedules.js';
 import quotasPlugin from './quotas/quotas.js';
 import { selectProtocol } from './events/protocols.js';
 import { metricsPlugin, tracingPlugin, type TracingPluginOptions } from './observability/plugin.js';
@@ -114,6 +116,7 @@ const app: FastifyPluginAsync<AppOptions> = async (fastify, opts) => {
   await fastify.register(healthRoutes);
   await fastify.register(consoleRoutes);
   await fastify.register(webhooksPlugin, { config });
+  await fastify.register(schedulesPlugin, { config });
   // The API: every /v1 route lives in this one encapsulated scope, whose hooks (key, rate limit, idempotency)
   // run for whatever the router matched, however the path was spelled. New /v1 routes are registered here.
   await fastify.register(async function v1(api) {
@@ -137,6 +140,7 @@ const app: FastifyPluginAsync<AppOptions> = async (fastify, opts) => {
     await api.register(webhookRoutes);
     await api.register(memoryRoutes);
     await api.register(chatRoutes, { config });
+    await api.register(scheduleRoutes);
     // Unknown paths under /v1 are answered inside the scope too: 401 without a key, as any /v1 route (no route
     // discovery without one), else 404 `route_not_found`. Preflights (OPTIONS) are left to the CORS plugin.
     api.route({

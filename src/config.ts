@@ -183,6 +183,14 @@ export const configSchema = z.object({
   MEMORY_MAX_FILE_BYTES: z.coerce.number().int().min(1).max(16_777_216).default(65_536),
   MEMORY_MAX_TENANT_BYTES: z.coerce.number().int().min(1).max(1_073_741_824).default(10_485_760),
   MEMORY_MAX_FILES: z.coerce.number().int().min(1).max(100_000).default(1000),
+  /** Schedules (spec §7.6; src/schedules): most per tenant, and how often each replica looks for due fires (ms). */
+  SCHEDULES_MAX_PER_TENANT: z.coerce.number().int().min(1).max(10_000).default(100),
+  SCHEDULE_SWEEP_MS: positiveMs.default(1000),
+  /** Tests only: a schedule's cron may have 6 fields (seconds first), so fires come every second. */
+  SCHEDULES_TEST_SECONDS: z
+    .enum(['true', 'false', '1', '0'])
+    .default('false')
+    .transform((v) => v === 'true' || v === '1'),
   /** Offline model's delay between SSE events (ms). */
   OFFLINE_EVENT_DELAY_MS: z.coerce.number().int().min(0).default(15),
 });

@@ -30,12 +30,28 @@ const emptyUsage = () => ({
   cache_read_input_tokens: 0,
 });
 
-/** A new session from the create body: params, tools and history checked, written, and its run started. */
+/**
+ * A new session from the create body: params, tools and history checked, written, and its run started. `id`: a
+ * deterministic id (a schedule's fire): a second create with it fails with 409 `session_exists` and writes nothing.
+ */
 export async function createSession(
   deps: SessionDeps,
   tenant: string,
   body: CreateSessionBody,
+  id?: string,
 ): Promise<SessionState> {
+  const { state, messages, start } = await buildSession(deps, tenant, body, id ?? newSessionId());
+  await insert(deps, state, messages, []);
+  if (start) await startRun(deps, state.id);
+  return state;
+}
+
+/** The checks of a create without its write: what a schedule's `session` body must pass when it is created. */
+export async function checkCreate(deps: SessionDeps, tenant: string, body: CreateSessionBody): Promise<void> {
+  await buildSession(deps, tenant, body, newSessionId());
+}
+
+async function buildSession(deps: SessionDeps, tenant: string, body: CreateSessionBody, id: string) {
   const params = sessionParams.safeParse({
     model: DEFAULT_MODEL,
     max_tokens: DEFAULT_MAX_TOKENS,
@@ -73,7 +89,7 @@ export async function createSession(
   const now = Date.now();
   const start = body.start && messages.length > 0;
   const state: SessionState = {
-    id: newSessionId(),
+    id,
     tenant,
     status: start ? 'running' : 'idle',
     revision: 0,
@@ -107,9 +123,7 @@ export async function createSession(
     control: '',
     paramsRev: 0,
   };
-  await insert(deps, state, messages, []);
-  if (start) await startRun(deps, state.id);
-  return state;
+  return { state, messages, start };
 }
 
 /** A new idle session with the history of `id` up to the end of iteration `at_iteration`. */
@@ -204,19 +218,26 @@ async function insert(
   // Indexed first: if the session write then fails, `list` drops the dangling index entry; the other order could
   // leave a session that exists but is never listed.
   await deps.store.index(state.tenant, state.id, state.createdAt);
-  const res = await deps.store.apply(
-    state.id,
-    { create: true },
-    {
-      hset: encodeFields(state),
-      push_msgs: history.map((m) => JSON.stringify(m)),
-      push_iters: records.map((r) => JSON.stringify(r)),
-      events: [
-        ['session.created', JSON.stringify({ ...sessionView({ ...state, revision: 1 }), ...createdExtra })],
-        ['session.status', statusEvent(state)],
-      ],
-    },
-    state.tenant,
-  );
+  const res = await deps.store
+    .apply(
+      state.id,
+      { create: true },
+      {
+        hset: encodeFields(state),
+        push_msgs: history.map((m) => JSON.stringify(m)),
+        push_iters: records.map((r) => JSON.stringify(r)),
+        events: [
+          ['session.created', JSON.stringify({ ...sessionView({ ...state, revision: 1 }), ...createdExtra })],
+          ['session.status', statusEvent(state)],
+        ],
+      },
+      state.tenant,
+    )
+    .catch(async (err: unknown) => {
+      // A deterministic id created before (a schedule's fire retried): drop this attempt's index entry.
+      if (err instanceof AppError && err.code === 'session_exists')
+        await deps.store.unindex(state.tenant, state.id, state.createdAt);
+      throw err;
+    });
   state.revision = res.revision;
 }
