@@ -12,6 +12,7 @@ import { startHarness, type Api, type Harness } from './helpers/service.js';
 import { startTestRedis, type TestRedis } from './helpers/redis.js';
 import { WebhookReceiver } from './helpers/webhook-receiver.js';
 import { until } from './chaos-lib.js';
+import { cronProblem, newestMissed, nextFire } from '../src/schedules/cron.js';
 
 const KEYS = 'a:key-a,b:key-b';
 const ENV = {
@@ -26,6 +27,38 @@ const lookup = {
   description: 'a client tool: the session waits for its result',
   input_schema: { type: 'object', properties: {} },
 };
+
+describe('schedule times (croner)', () => {
+  it('follows DST in the time zone and collapses missed fires into the newest', () => {
+    const t = { cron: '30 2 * * *', at: null, timezone: 'Europe/Paris' };
+    const times = (from: string, n: number) => {
+      const out: string[] = [];
+      let x = Date.parse(from);
+      for (let i = 0; i < n; i++) out.push(new Date((x = nextFire(t, x)!)).toISOString());
+      return out;
+    };
+    // 02:30 does not exist on 29 March (02:00 → 03:00): it fires at 03:00 CEST; on 25 October it exists twice: once.
+    assert.deepEqual(times('2026-03-28T12:00:00Z', 2), [
+      '2026-03-29T01:00:00.000Z',
+      '2026-03-30T00:30:00.000Z',
+    ]);
+    assert.deepEqual(times('2026-10-24T12:00:00Z', 2), [
+      '2026-10-25T00:30:00.000Z',
+      '2026-10-26T01:30:00.000Z',
+    ]);
+    const weekdays = { cron: '0 9 * * 1-5', at: null, timezone: 'America/New_York' };
+    // Due Friday 09:00, nobody ran until Tuesday noon: one fire, Tuesday 09:00 (EST = UTC-5).
+    const missed = newestMissed(
+      weekdays,
+      Date.parse('2026-12-04T14:00:00Z'),
+      Date.parse('2026-12-08T17:00:00Z'),
+    );
+    assert.equal(new Date(missed).toISOString(), '2026-12-08T14:00:00.000Z');
+    assert.equal(cronProblem('* * * * * *', 'UTC', false), 'a cron expression has 5 fields');
+    assert.equal(cronProblem('@daily', 'UTC', false), 'a cron expression has 5 fields');
+    assert.equal(cronProblem('*/5 9-17 * * MON-FRI', 'UTC', false), null);
+  });
+});
 
 describe('schedules', { timeout: 240_000 }, () => {
   let redis: TestRedis;
