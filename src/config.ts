@@ -186,6 +186,8 @@ export const configSchema = z.object({
   /** Schedules (spec §7.6; src/schedules): most per tenant, and how often each replica looks for due fires (ms). */
   SCHEDULES_MAX_PER_TENANT: z.coerce.number().int().min(1).max(10_000).default(100),
   SCHEDULE_SWEEP_MS: positiveMs.default(1000),
+  /** How often each replica looks for sub-agent calls to start and children that ended (ms). */
+  AGENT_SWEEP_MS: positiveMs.default(250),
   /** Tests only: a schedule's cron may have 6 fields (seconds first), so fires come every second. */
   SCHEDULES_TEST_SECONDS: z
     .enum(['true', 'false', '1', '0'])

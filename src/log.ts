@@ -16,7 +16,8 @@ export type Component =
   | 'quotas'
   | 'mcp'
   | 'upstream'
-  | 'schedules';
+  | 'schedules'
+  | 'agents';
 
 /**
  * The field names of the things a log line is about: a session id, a tenant, an iteration number, a tool name, a

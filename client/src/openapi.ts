@@ -765,6 +765,23 @@ export interface paths {
     patch?: never;
     trace?: never;
   };
+  '/v1/sessions/{id}/children': {
+    parameters: {
+      query?: never;
+      header?: never;
+      path?: never;
+      cookie?: never;
+    };
+    /** The sessions the session's sub-agent calls created, oldest first */
+    get: operations['listChildren'];
+    put?: never;
+    post?: never;
+    delete?: never;
+    options?: never;
+    head?: never;
+    patch?: never;
+    trace?: never;
+  };
 }
 export type webhooks = Record<string, never>;
 export interface components {
@@ -944,6 +961,11 @@ export interface components {
       metadata: {
         [key: string]: unknown;
       };
+      /** @description A sub-agent's session: the parent's call it answers. */
+      parent: {
+        session_id: string;
+        tool_use_id: string;
+      } | null;
       /** Format: date-time */
       created_at: string;
       /** Format: date-time */
@@ -1773,6 +1795,38 @@ export interface operations {
               } & {
                 [key: string]: unknown;
               })
+            | {
+                /** @enum {string} */
+                type: 'agent';
+                name: string;
+                description: string;
+                session: {
+                  [key: string]: unknown;
+                };
+                /**
+                 * @default {
+                 *       "type": "object",
+                 *       "properties": {
+                 *         "prompt": {
+                 *           "type": "string",
+                 *           "description": "The task for the sub-agent, in full."
+                 *         }
+                 *       },
+                 *       "required": [
+                 *         "prompt"
+                 *       ]
+                 *     }
+                 */
+                input_schema?: {
+                  /** @enum {string} */
+                  type: 'object';
+                  properties?: {
+                    [key: string]: unknown;
+                  };
+                } & {
+                  [key: string]: unknown;
+                };
+              }
           )[];
           messages?: (
             | {
@@ -2459,6 +2513,38 @@ export interface operations {
               } & {
                 [key: string]: unknown;
               })
+            | {
+                /** @enum {string} */
+                type: 'agent';
+                name: string;
+                description: string;
+                session: {
+                  [key: string]: unknown;
+                };
+                /**
+                 * @default {
+                 *       "type": "object",
+                 *       "properties": {
+                 *         "prompt": {
+                 *           "type": "string",
+                 *           "description": "The task for the sub-agent, in full."
+                 *         }
+                 *       },
+                 *       "required": [
+                 *         "prompt"
+                 *       ]
+                 *     }
+                 */
+                input_schema?: {
+                  /** @enum {string} */
+                  type: 'object';
+                  properties?: {
+                    [key: string]: unknown;
+                  };
+                } & {
+                  [key: string]: unknown;
+                };
+              }
           )[];
           metadata?: {
             [key: string]: string | number | boolean | null;
@@ -6076,6 +6162,38 @@ export interface operations {
                 } & {
                   [key: string]: unknown;
                 })
+              | {
+                  /** @enum {string} */
+                  type: 'agent';
+                  name: string;
+                  description: string;
+                  session: {
+                    [key: string]: unknown;
+                  };
+                  /**
+                   * @default {
+                   *       "type": "object",
+                   *       "properties": {
+                   *         "prompt": {
+                   *           "type": "string",
+                   *           "description": "The task for the sub-agent, in full."
+                   *         }
+                   *       },
+                   *       "required": [
+                   *         "prompt"
+                   *       ]
+                   *     }
+                   */
+                  input_schema?: {
+                    /** @enum {string} */
+                    type: 'object';
+                    properties?: {
+                      [key: string]: unknown;
+                    };
+                  } & {
+                    [key: string]: unknown;
+                  };
+                }
             )[];
             messages?: (
               | {
@@ -6787,6 +6905,38 @@ export interface operations {
                 } & {
                   [key: string]: unknown;
                 })
+              | {
+                  /** @enum {string} */
+                  type: 'agent';
+                  name: string;
+                  description: string;
+                  session: {
+                    [key: string]: unknown;
+                  };
+                  /**
+                   * @default {
+                   *       "type": "object",
+                   *       "properties": {
+                   *         "prompt": {
+                   *           "type": "string",
+                   *           "description": "The task for the sub-agent, in full."
+                   *         }
+                   *       },
+                   *       "required": [
+                   *         "prompt"
+                   *       ]
+                   *     }
+                   */
+                  input_schema?: {
+                    /** @enum {string} */
+                    type: 'object';
+                    properties?: {
+                      [key: string]: unknown;
+                    };
+                  } & {
+                    [key: string]: unknown;
+                  };
+                }
             )[];
             messages?: (
               | {
@@ -7347,6 +7497,75 @@ export interface operations {
         };
         content: {
           'application/json': components['schemas']['EventPage'];
+        };
+      };
+      /** @description Invalid request (`invalid_request` with the issues in `details`, `invalid_json`, …). */
+      400: {
+        headers: {
+          [name: string]: unknown;
+        };
+        content: {
+          'application/json': components['schemas']['Error'];
+        };
+      };
+      /** @description No valid bearer key (`unauthorized`). */
+      401: {
+        headers: {
+          'WWW-Authenticate': components['headers']['WwwAuthenticate'];
+          [name: string]: unknown;
+        };
+        content: {
+          'application/json': components['schemas']['Error'];
+        };
+      };
+      /** @description No such resource (`session_not_found`, also for another tenant's; `iteration_not_found`, …). */
+      404: {
+        headers: {
+          [name: string]: unknown;
+        };
+        content: {
+          'application/json': components['schemas']['Error'];
+        };
+      };
+      /** @description Something went wrong on the service's side (`internal_error`); the details are in its log. */
+      500: {
+        headers: {
+          [name: string]: unknown;
+        };
+        content: {
+          'application/json': components['schemas']['Error'];
+        };
+      };
+      /** @description The session store is unavailable (`store_unavailable`); try again after Retry-After. */
+      503: {
+        headers: {
+          'Retry-After': components['headers']['RetryAfter'];
+          [name: string]: unknown;
+        };
+        content: {
+          'application/json': components['schemas']['Error'];
+        };
+      };
+    };
+  };
+  listChildren: {
+    parameters: {
+      query?: never;
+      header?: never;
+      path: {
+        id: string;
+      };
+      cookie?: never;
+    };
+    requestBody?: never;
+    responses: {
+      /** @description OK */
+      200: {
+        headers: {
+          [name: string]: unknown;
+        };
+        content: {
+          'application/json': components['schemas']['SessionList'];
         };
       };
       /** @description Invalid request (`invalid_request` with the issues in `details`, `invalid_json`, …). */

@@ -13,7 +13,7 @@ import type {
   toolResultsBody,
 } from '../schemas.js';
 import type { SessionStore } from '../store/store.js';
-import type { SessionState } from '../store/session-state.js';
+import type { ParentRef, SessionState } from '../store/session-state.js';
 import type { Toolbox } from '../toolbox.js';
 import { cancelRun, patchSession, removeSession, resumeRun, retryTurn } from './control.js';
 import { compactSession } from './compact.js';
@@ -43,8 +43,8 @@ export class SessionService {
   }
 
   /** `id`: a deterministic id (a schedule's fire), else a new one. */
-  create(tenant: string, body: CreateSessionBody, id?: string): Promise<SessionState> {
-    return createSession(this.deps, tenant, body, id);
+  create(tenant: string, body: CreateSessionBody, id?: string, parent?: ParentRef): Promise<SessionState> {
+    return createSession(this.deps, tenant, body, id, parent);
   }
 
   /** Checks a create body as `create` does, writing nothing (a schedule's `session`). */
