@@ -6,31 +6,10 @@ import { after, before, describe, it } from 'node:test';
 import assert from 'node:assert/strict';
 import { Redis } from 'ioredis';
 import { startFakeAnthropic, type FakeAnthropic } from '../src/fake/server.js';
-import type { FakeRequest } from '../src/fake/wire.js';
-import { text, toolCall } from '../src/fake/script.js';
+import { writerResearcher } from './helpers/agents.js';
 import { startHarness, type Api, type Harness } from './helpers/service.js';
 import { startTestRedis, type TestRedis } from './helpers/redis.js';
 import { until } from './chaos-lib.js';
-
-const systemOf = (req: FakeRequest) =>
-  typeof req.body.system === 'string' ? req.body.system : (req.body.system ?? []).map((b) => b.text).join('');
-
-/** The writer asks its researcher, then writes from the findings; the researcher answers (or waits, `slow`). */
-export function writerResearcher(req: FakeRequest) {
-  const sys = systemOf(req);
-  const last = req.body.messages.at(-1);
-  const blocks = Array.isArray(last?.content) ? last.content : [];
-  const result = blocks.find((b) => b.type === 'tool_result');
-  if (sys.includes('researcher')) {
-    if (sys.includes('waits') && !result) return toolCall('lookup', {});
-    return text('Findings: Rayleigh scattering makes the sky blue.');
-  }
-  if (!result) return toolCall('researcher', { prompt: 'Why is the sky blue?' });
-  const content = result.type === 'tool_result' ? result.content : '';
-  const found =
-    typeof content === 'string' ? content : (content ?? []).map((c) => ('text' in c ? c.text : '')).join('');
-  return text(`Article, from the research: ${found}`);
-}
 
 const researcher = (session: Record<string, unknown> = {}) => ({
   type: 'agent',
