@@ -18,6 +18,7 @@ export default fp<{ config: Config }>(
       service: app.sessions,
       log: componentLog(app.log, 'agents'),
       sweepMs: config.AGENT_SWEEP_MS,
+      maxSessions: config.TENANT_MAX_SESSIONS,
     });
     app.decorate('agents', sweep);
     app.addHook('onReady', async () => sweep.start());

@@ -34,6 +34,8 @@ export interface AgentSweepOptions {
   service: SessionService;
   log: Logger;
   sweepMs: number;
+  /** TENANT_MAX_SESSIONS (0: none): children count like created sessions. */
+  maxSessions: number;
 }
 
 type Result = { content: string; is_error: boolean };
@@ -131,6 +133,12 @@ export class AgentSweep {
       return { content: 'Error: give the sub-agent a `prompt` (a string).', is_error: true };
     const body = createSessionBody.safeParse({ ...agent.session, input: prompt });
     if (!body.success) return { content: `Error: the sub-agent's session is invalid.`, is_error: true };
+    const max = this.opts.maxSessions;
+    if (max > 0 && (await this.opts.store.countSessions(parent.tenant)) >= max)
+      return {
+        content: `Error: the sub-agent could not start: TENANT_MAX_SESSIONS (${max}) reached.`,
+        is_error: true,
+      };
     await this.opts.redis.zadd(childrenKey(parent.id), 0, childId);
     try {
       const depth = (parent.parent?.depth ?? 1) + 1;
