@@ -129,4 +129,18 @@ describe('sub-agents', { timeout: 120_000 }, () => {
       'the child deleted',
     );
   });
+
+  it('a sub-agent added by PATCH works as one given at create', async () => {
+    const s = (await a.post('/v1/sessions', { system: 'You are a writer.', input: 'x', start: false })).body;
+    const bad = await a.req('PATCH', `/v1/sessions/${s.id}`, { tools: [researcher({ messages: [] })] });
+    assert.equal(bad.status, 400);
+    assert.equal((await a.req('PATCH', `/v1/sessions/${s.id}`, { tools: [researcher()] })).status, 200);
+    assert.ok(
+      (await a.post(`/v1/sessions/${s.id}/messages`, { content: 'Write about the sky.' })).status < 300,
+    );
+    await a.waitFor(s.id, (x) => x.status === 'idle' && x.iteration >= 2, 30_000);
+    const last = (await a.get(`/v1/sessions/${s.id}/messages`)).body.data.at(-1);
+    assert.match(JSON.stringify(last.content), /Findings: Rayleigh/);
+    assert.equal((await a.get(`/v1/sessions/${s.id}/children`)).body.data.length, 1);
+  });
 });

@@ -70,7 +70,7 @@ export const MAX_AGENT_DEPTH = 3;
  * Checks the sub-agents of a tools list at `depth` (1: a session created by a client): each one's `session` must
  * be a create body without a history, whose own sub-agents are checked one level down; none deeper than 3.
  */
-async function checkAgents(
+export async function checkAgents(
   deps: SessionDeps,
   tenant: string,
   tools: CreateSessionBody['tools'],
