@@ -59,7 +59,10 @@ describe('sub-agents', { timeout: 120_000 }, () => {
     assert.equal(parent.stop_reason, 'end_turn');
     const history = (await a.get(`/v1/sessions/${parent.id}/messages`)).body.data;
     const last = history.at(-1);
-    assert.match(JSON.stringify(last.content), /Article, from the research: Findings: Rayleigh/);
+    assert.match(
+      JSON.stringify(last.content),
+      /Article, from the research \(error: false\): Findings: Rayleigh/,
+    );
     const children = (await a.get(`/v1/sessions/${parent.id}/children`)).body.data;
     assert.equal(children.length, 1);
     const child = children[0];
@@ -142,5 +145,16 @@ describe('sub-agents', { timeout: 120_000 }, () => {
     const last = (await a.get(`/v1/sessions/${s.id}/messages`)).body.data.at(-1);
     assert.match(JSON.stringify(last.content), /Findings: Rayleigh/);
     assert.equal((await a.get(`/v1/sessions/${s.id}/children`)).body.data.length, 1);
+  });
+
+  it("a child that fails answers the parent's call with is_error", async () => {
+    const broken = researcher({ system: 'You are a broken researcher.' });
+    const s = (await a.post('/v1/sessions', { system: 'You are a writer.', input: 'go', tools: [broken] }))
+      .body;
+    await a.waitFor(s.id, (x) => x.status === 'idle', 30_000);
+    const child = (await a.get(`/v1/sessions/${s.id}/children`)).body.data[0];
+    assert.equal(child.status, 'failed');
+    const last = (await a.get(`/v1/sessions/${s.id}/messages`)).body.data.at(-1);
+    assert.match(JSON.stringify(last.content), /error: true\): Error: the sub-agent failed: /);
   });
 });
