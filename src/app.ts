@@ -39,6 +39,10 @@ import webhookRoutes from '../routes/webhooks.js';
 import memoryRoutes from '../routes/memory.js';
 import chatRoutes from '../routes/chat.js';
 import mcpServerRoutes from '../routes/mcp-servers.js';
+import schedulesPlugin from './schedules/plugin.js';
+import scheduleRoutes from '../routes/schedules.js';
+import agentsPlugin from './agents/plugin.js';
+import agentRoutes from '../routes/agents.js';
 import quotasPlugin from './quotas/quotas.js';
 import { selectProtocol } from './events/protocols.js';
 import { metricsPlugin, tracingPlugin, type TracingPluginOptions } from './observability/plugin.js';
@@ -137,6 +141,8 @@ const app: FastifyPluginAsync<AppOptions> = async (fastify, opts) => {
   await fastify.register(healthRoutes);
   await fastify.register(consoleRoutes);
   await fastify.register(webhooksPlugin, { config });
+  await fastify.register(schedulesPlugin, { config });
+  await fastify.register(agentsPlugin, { config });
   // The API: every /v1 route lives in this one encapsulated scope, whose hooks (key, rate limit, idempotency)
   // run for whatever the router matched, however the path was spelled. New /v1 routes are registered here.
   await fastify.register(async function v1(api) {
@@ -166,6 +172,8 @@ const app: FastifyPluginAsync<AppOptions> = async (fastify, opts) => {
     await api.register(memoryRoutes);
     await api.register(chatRoutes, { config });
     await api.register(mcpServerRoutes);
+    await api.register(scheduleRoutes);
+    await api.register(agentRoutes);
     // Unknown paths under /v1 are answered inside the scope too: 401 without a key, as any /v1 route (no route
     // discovery without one), else 404 `route_not_found`. Preflights (OPTIONS) are left to the CORS plugin.
     api.route({

@@ -218,6 +218,16 @@ export const configSchema = z.object({
    * every answer (the tests' drift check).
    */
   RESPONSE_CHECK_MAX_BYTES: z.coerce.number().int().min(0).optional(),
+  /** Schedules (spec §7.6; src/schedules): most per tenant, and how often each replica looks for due fires (ms). */
+  SCHEDULES_MAX_PER_TENANT: z.coerce.number().int().min(1).max(10_000).default(100),
+  SCHEDULE_SWEEP_MS: positiveMs.default(1000),
+  /** How often each replica looks for sub-agent calls to start and children that ended (ms). */
+  AGENT_SWEEP_MS: positiveMs.default(250),
+  /** Tests only: a schedule's cron may have 6 fields (seconds first), so fires come every second. */
+  SCHEDULES_TEST_SECONDS: z
+    .enum(['true', 'false', '1', '0'])
+    .default('false')
+    .transform((v) => v === 'true' || v === '1'),
   /** Offline model's delay between SSE events (ms). */
   OFFLINE_EVENT_DELAY_MS: z.coerce.number().int().min(0).default(15),
 });

@@ -30,6 +30,7 @@ export const ERROR_CODES = [
   'webhook_not_found',
   'file_not_found',
   'mcp_server_not_found',
+  'schedule_not_found',
   'route_not_found',
   // 409: the session (or webhook, or idempotency record) is not in a state that allows the request
   'session_exists',

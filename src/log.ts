@@ -6,7 +6,18 @@
 import type { FastifyBaseLogger } from 'fastify';
 
 /** The components that log, each through `componentLog(log, name)`. */
-export type Component = 'boot' | 'engine' | 'events' | 'redis' | 'webhooks' | 'stream' | 'quotas' | 'mcp' | 'upstream';
+export type Component =
+  | 'boot'
+  | 'engine'
+  | 'events'
+  | 'redis'
+  | 'webhooks'
+  | 'stream'
+  | 'quotas'
+  | 'mcp'
+  | 'upstream'
+  | 'schedules'
+  | 'agents';
 
 /**
  * The field names of the things a log line is about: a session id, a tenant, an iteration number, a tool name, a

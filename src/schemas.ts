@@ -167,12 +167,34 @@ export const clientTool = z.strictObject({
   validate: z.boolean().optional(),
 });
 export type ClientTool = z.infer<typeof clientTool>;
+/** What the model sends a sub-agent: the task of the child session. */
+export const AGENT_INPUT_SCHEMA = {
+  type: 'object' as const,
+  properties: { prompt: { type: 'string', description: 'The task for the sub-agent, in full.' } },
+  required: ['prompt'],
+};
+/**
+ * A sub-agent (spec §7.6): a call creates a child session from `session` (a create body without `messages`,
+ * `input`, `start`) with the call's `prompt` as its input; the child's final text is the result. It is a client
+ * tool to the engine (`input_schema` is filled in), answered by the service (src/agents/).
+ */
+export const agentTool = z.strictObject({
+  type: z.literal('agent'),
+  name: z.string().regex(/^[A-Za-z0-9_-]{1,128}$/, 'tool names are 1-128 of [A-Za-z0-9_-]'),
+  description: z.string().min(1).max(10_000),
+  session: z.looseObject({}),
+  input_schema: jsonSchemaObject.default(AGENT_INPUT_SCHEMA),
+});
+export type AgentTool = z.infer<typeof agentTool>;
+export const isAgentTool = (t: unknown): t is AgentTool =>
+  typeof t === 'object' && t !== null && 'type' in t && t.type === 'agent';
 export const toolRef = z.union([
   z.string().min(1),
   clientTool,
   mcpToolEntry,
   mcpToolsetEntry,
   anthropicToolEntry,
+  agentTool,
 ]);
 
 /**

@@ -120,6 +120,10 @@ export const session = z
     usage: sessionUsage,
     message_count: z.number().int(),
     metadata: z.record(z.string(), z.unknown()),
+    parent: z
+      .object({ session_id: z.string(), tool_use_id: z.string() })
+      .nullable()
+      .meta({ description: "A sub-agent's session: the parent's call it answers." }),
     created_at: isoTime,
     updated_at: isoTime,
   })

@@ -2,11 +2,18 @@ import type { z } from 'zod';
 import { statusEvent } from '../engine/status.js';
 import { AppError, badRequest, zodDetails } from '../errors.js';
 import { asBlocks, checkHistory, pendingToolCalls, type StoredMessage } from '../history.js';
-import { sessionParams, type CreateSessionBody, type forkBody } from '../schemas.js';
+import {
+  createSessionBody,
+  isAgentTool,
+  sessionParams,
+  type CreateSessionBody,
+  type forkBody,
+} from '../schemas.js';
 import {
   encodeFields,
   newSessionId,
   type IterationRecord,
+  type ParentRef,
   type SessionState,
 } from '../store/session-state.js';
 import { checkCompactionParams } from './compact.js';
@@ -30,12 +37,71 @@ const emptyUsage = () => ({
   cache_read_input_tokens: 0,
 });
 
-/** A new session from the create body: params, tools and history checked, written, and its run started. */
+/**
+ * A new session from the create body: params, tools and history checked, written, and its run started. `id`: a
+ * deterministic id (a schedule's fire): a second create with it fails with 409 `session_exists` and writes nothing.
+ */
 export async function createSession(
   deps: SessionDeps,
   tenant: string,
   body: CreateSessionBody,
+  id?: string,
+  parent?: ParentRef,
 ): Promise<SessionState> {
+  const built = await buildSession(deps, tenant, body, id ?? newSessionId(), parent?.depth ?? 1);
+  const { state, messages, start } = built;
+  if (parent) state.parent = parent;
+  // A session of a sub-agent tree is watched before it exists: its runs' ends then wake the agents' sweep.
+  if (parent || body.tools.some(isAgentTool)) await deps.store.runs.watchTree(state.id, Date.now() + 60_000);
+  await insert(deps, state, messages, []);
+  if (start) await startRun(deps, state.id);
+  return state;
+}
+
+/** The checks of a create without its write: what a schedule's `session` body must pass when it is created. */
+export async function checkCreate(deps: SessionDeps, tenant: string, body: CreateSessionBody): Promise<void> {
+  await buildSession(deps, tenant, body, newSessionId(), 1);
+}
+
+/** Most levels of a tree of sessions: a session, its sub-agents' children, theirs. */
+export const MAX_AGENT_DEPTH = 3;
+
+/**
+ * Checks the sub-agents of a tools list at `depth` (1: a session created by a client): each one's `session` must
+ * be a create body without a history, whose own sub-agents are checked one level down; none deeper than 3.
+ */
+export async function checkAgents(
+  deps: SessionDeps,
+  tenant: string,
+  tools: CreateSessionBody['tools'],
+  depth: number,
+) {
+  for (const t of tools.filter(isAgentTool)) {
+    if (depth >= MAX_AGENT_DEPTH)
+      throw badRequest(`Sub-agents nest at most ${MAX_AGENT_DEPTH} levels deep.`, {
+        tool: t.name,
+        max_depth: MAX_AGENT_DEPTH,
+      });
+    const given = Object.keys(t.session).filter((k) => ['messages', 'input', 'start'].includes(k));
+    if (given.length)
+      throw badRequest(`A sub-agent's session takes no ${given.join(', ')}: the call's prompt is its input.`);
+    const child = createSessionBody.safeParse({ ...t.session, input: 'check' });
+    if (!child.success)
+      throw badRequest(
+        `Invalid session of sub-agent ${t.name}.`,
+        zodDetails(child.error.issues, ['session']),
+      );
+    await buildSession(deps, tenant, child.data, newSessionId(), depth + 1);
+  }
+}
+
+async function buildSession(
+  deps: SessionDeps,
+  tenant: string,
+  body: CreateSessionBody,
+  id: string,
+  depth: number,
+) {
   const params = sessionParams.safeParse({
     model: DEFAULT_MODEL,
     max_tokens: DEFAULT_MAX_TOKENS,
@@ -46,6 +112,7 @@ export async function createSession(
   });
   if (!params.success) throw badRequest('Invalid params.', zodDetails(params.error.issues, ['params']));
   await deps.toolbox.check(tenant, body.tools);
+  await checkAgents(deps, tenant, body.tools, depth);
   checkCompactionParams(params.data, body.compaction);
   const given: StoredMessage[] =
     body.messages ?? (body.input ? [{ role: 'user' as const, content: body.input }] : []);
@@ -73,7 +140,7 @@ export async function createSession(
   const now = Date.now();
   const start = body.start && messages.length > 0;
   const state: SessionState = {
-    id: newSessionId(),
+    id,
     tenant,
     status: start ? 'running' : 'idle',
     revision: 0,
@@ -107,9 +174,7 @@ export async function createSession(
     control: '',
     paramsRev: 0,
   };
-  await insert(deps, state, messages, []);
-  if (start) await startRun(deps, state.id);
-  return state;
+  return { state, messages, start };
 }
 
 /** A new idle session with the history of `id` up to the end of iteration `at_iteration`. */
@@ -204,19 +269,26 @@ async function insert(
   // Indexed first: if the session write then fails, `list` drops the dangling index entry; the other order could
   // leave a session that exists but is never listed.
   await deps.store.index(state.tenant, state.id, state.createdAt);
-  const res = await deps.store.apply(
-    state.id,
-    { create: true },
-    {
-      hset: encodeFields(state),
-      push_msgs: history.map((m) => JSON.stringify(m)),
-      push_iters: records.map((r) => JSON.stringify(r)),
-      events: [
-        ['session.created', JSON.stringify({ ...sessionView({ ...state, revision: 1 }), ...createdExtra })],
-        ['session.status', statusEvent(state)],
-      ],
-    },
-    state.tenant,
-  );
+  const res = await deps.store
+    .apply(
+      state.id,
+      { create: true },
+      {
+        hset: encodeFields(state),
+        push_msgs: history.map((m) => JSON.stringify(m)),
+        push_iters: records.map((r) => JSON.stringify(r)),
+        events: [
+          ['session.created', JSON.stringify({ ...sessionView({ ...state, revision: 1 }), ...createdExtra })],
+          ['session.status', statusEvent(state)],
+        ],
+      },
+      state.tenant,
+    )
+    .catch(async (err: unknown) => {
+      // A deterministic id created before (a schedule's fire retried): drop this attempt's index entry.
+      if (err instanceof AppError && err.code === 'session_exists')
+        await deps.store.unindex(state.tenant, state.id, state.createdAt);
+      throw err;
+    });
   state.revision = res.revision;
 }

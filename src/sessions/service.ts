@@ -13,11 +13,11 @@ import type {
   toolResultsBody,
 } from '../schemas.js';
 import type { SessionStore } from '../store/store.js';
-import type { SessionState } from '../store/session-state.js';
+import type { ParentRef, SessionState } from '../store/session-state.js';
 import type { Toolbox } from '../toolbox.js';
 import { cancelRun, patchSession, removeSession, resumeRun, retryTurn } from './control.js';
 import { compactSession } from './compact.js';
-import { createSession, forkSession } from './create.js';
+import { checkCreate, createSession, forkSession } from './create.js';
 import { addMessage, listMessages } from './messages.js';
 import type { MutationResult, SessionDeps } from './mutate.js';
 import { continueRun, decide, submitResults } from './tool-calls.js';
@@ -42,8 +42,14 @@ export class SessionService {
     this.deps = { store, engine, serverTools, toolbox };
   }
 
-  create(tenant: string, body: CreateSessionBody): Promise<SessionState> {
-    return createSession(this.deps, tenant, body);
+  /** `id`: a deterministic id (a schedule's fire), else a new one. */
+  create(tenant: string, body: CreateSessionBody, id?: string, parent?: ParentRef): Promise<SessionState> {
+    return createSession(this.deps, tenant, body, id, parent);
+  }
+
+  /** Checks a create body as `create` does, writing nothing (a schedule's `session`). */
+  checkCreate(tenant: string, body: CreateSessionBody): Promise<void> {
+    return checkCreate(this.deps, tenant, body);
   }
 
   fork(tenant: string, id: string, body: z.infer<typeof forkBody>, ifMatch?: number): Promise<SessionState> {

@@ -1,6 +1,8 @@
 import { toolNames } from '../engine/tools-change.js';
 import { conflict } from '../errors.js';
 import { toolCallsOf } from '../history.js';
+import { isAgentTool } from '../schemas.js';
+import { checkAgents } from './create.js';
 import type { SessionState, ToolRef } from '../store/session-state.js';
 import type { SessionDeps } from './mutate.js';
 
@@ -19,6 +21,9 @@ export async function toolsPatch(
   tools: ToolRef[],
 ): Promise<{ next: Partial<SessionState>; event: [string, string] }> {
   await deps.toolbox.check(s.tenant, tools);
+  await checkAgents(deps, s.tenant, tools, s.parent?.depth ?? 1);
+  // A session given a sub-agent is watched by the agents' sweep from now on (src/agents/sweep.ts).
+  if (tools.some(isAgentTool)) await deps.store.runs.watchTree(s.id, Date.now() + 60_000);
   const scope = { tenant: s.tenant, session: s.id };
   const [before, after] = await Promise.all([
     toolNames(deps.toolbox, { ...scope, tools: s.tools }),

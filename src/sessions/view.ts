@@ -29,6 +29,7 @@ export function sessionView(s: SessionState) {
     usage: { ...s.usage, ...budgetUsage(s) },
     message_count: s.msgCount,
     metadata: s.metadata,
+    parent: s.parent ? { session_id: s.parent.session_id, tool_use_id: s.parent.tool_use_id } : null,
     created_at: new Date(s.createdAt).toISOString(),
     updated_at: new Date(s.updatedAt || s.createdAt).toISOString(),
   };

@@ -28,6 +28,12 @@ export const tenantIndexKey = (tenant: string) => `t:{${tenant}}:sessions`;
 /** ZSET of sessions with status `running`, scored by the time (ms) after which any replica may claim the run. */
 export const RUNS_KEY = 'runs:due';
 
+/**
+ * ZSET of the sessions of sub-agent trees (parents with `agent` tools, and children), scored by when the agents'
+ * sweep should look at them (src/agents/); a run's end moves an existing member to now (`ZADD XX`).
+ */
+export const AGENTS_DUE_KEY = 'agents:due';
+
 /** Pub/sub channel on which cancel/interrupt/delete reach the replica running a session. */
 export const controlChannel = (id: string) => `ctl:{${id}}`;
 

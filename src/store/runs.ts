@@ -4,7 +4,7 @@
  * method is one command or one script unless its JSDoc says otherwise.
  */
 import { quotaExceeded } from '../errors.js';
-import { RUNS_KEY, sessionKeys, tenantRunsKey } from './keys.js';
+import { AGENTS_DUE_KEY, RUNS_KEY, sessionKeys, tenantRunsKey } from './keys.js';
 import type { RedisClient } from './lua-commands.js';
 
 /**
@@ -43,6 +43,11 @@ export class RunQueue {
     await this.redis.zadd(RUNS_KEY, atMs, id);
   }
 
+  /** Makes the session a member of the sub-agent trees' due set, looked at by the agents' sweep after `atMs`. */
+  async watchTree(id: string, atMs: number): Promise<void> {
+    await this.redis.zadd(AGENTS_DUE_KEY, atMs, id);
+  }
+
   /**
    * The run is over (the session left `running`, or is gone): drops its due entry and gives back its tenant's
    * run slot. `tenant` is read from the session when not given (one HGET).
@@ -52,6 +57,8 @@ export class RunQueue {
     await Promise.all([
       this.redis.zrem(RUNS_KEY, id),
       t !== null ? this.redis.zrem(tenantRunsKey(t), id) : null,
+      // A session of a sub-agent tree: its run ended, the agents' sweep looks at it now (others are not members).
+      this.redis.zadd(AGENTS_DUE_KEY, 'XX', Date.now(), id),
     ]);
   }
 

@@ -84,6 +84,14 @@ export interface SessionState {
   control: (typeof CONTROLS)[number];
   /** Bumped by PATCH/retry: the runner takes the new params at the next turn boundary. */
   paramsRev: number;
+  /** A sub-agent's session (spec §7.6): the call of its parent it answers, and its depth (the parent's + 1). */
+  parent?: ParentRef | null;
+}
+
+export interface ParentRef {
+  session_id: string;
+  tool_use_id: string;
+  depth: number;
 }
 
 const ON_TOOL_ERROR = ['continue', 'pause', 'fail'] as const;
@@ -150,6 +158,7 @@ export function encodeFields(s: Partial<SessionState>): Record<string, string> {
   str('created_at', s.createdAt);
   if ('control' in s) out['control'] = s.control ?? '';
   str('params_rev', s.paramsRev);
+  if (s.parent) out['parent'] = JSON.stringify(s.parent);
   return out;
 }
 
@@ -209,6 +218,7 @@ export function decodeFields(h: Record<string, string>): SessionState {
     msgCount: Number(h['msg_count'] ?? 0),
     control: isControl(h['control']) ? h['control'] : '',
     paramsRev: Number(h['params_rev'] ?? 0),
+    parent: json(h['parent'], null),
   };
 }
 

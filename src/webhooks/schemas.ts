@@ -32,6 +32,8 @@ export const EVENT_TYPES = [
   'compaction.started',
   'compaction.completed',
   'compaction.skipped',
+  'schedule.fired',
+  'schedule.skipped',
 ] as const;
 
 /** The type of the event a test delivery carries (`POST /v1/webhooks/:id/test`). */

@@ -1,0 +1,30 @@
+import type { FastifyPluginAsyncZod } from 'fastify-type-provider-zod';
+import { errors, sessionList } from '../src/openapi/responses.js';
+import { sessionIdParam } from '../src/schemas.js';
+import { sessionView } from '../src/sessions/view.js';
+import type { SessionState } from '../src/store/session-state.js';
+
+/** Spec §7.6: the children of a session (its sub-agents' sessions). */
+const routes: FastifyPluginAsyncZod = async (app) => {
+  app.get(
+    '/v1/sessions/:id/children',
+    {
+      schema: {
+        operationId: 'listChildren',
+        summary: "The sessions the session's sub-agent calls created, oldest first",
+        tags: ['sessions'],
+        params: sessionIdParam,
+        response: { 200: sessionList, ...errors(400, 401, 404, 500, 503) },
+      },
+    },
+    async (req) => {
+      const s = await app.store.loadFor(req.tenant, req.params.id);
+      const ids = await app.agents.children(s.id);
+      const states = await Promise.all(ids.map((id) => app.store.load(id)));
+      const data = states.filter((c): c is SessionState => c !== null && c.tenant === req.tenant);
+      return { data: data.map(sessionView), next_cursor: null, has_more: false };
+    },
+  );
+};
+
+export default routes;

@@ -1,0 +1,243 @@
+import type { FastifyPluginAsyncZod } from 'fastify-type-provider-zod';
+import type { FastifyReply } from 'fastify';
+import { z } from 'zod';
+import { AppError, badRequest } from '../src/errors.js';
+import { envelope } from '../src/events/envelope.js';
+import { errors, eventPage, sessionList } from '../src/openapi/responses.js';
+import { cronProblem, nextFire, validTimezone, type Timing } from '../src/schedules/cron.js';
+import { newScheduleId, type ScheduleRecord } from '../src/schedules/keys.js';
+import {
+  createScheduleBody,
+  deletedSchedule,
+  pageQuery,
+  patchScheduleBody,
+  schedule,
+  scheduleIdParam,
+  scheduleList,
+  scheduleView,
+} from '../src/schedules/schemas.js';
+import { sessionView } from '../src/sessions/view.js';
+import type { SessionState } from '../src/store/session-state.js';
+import { ifMatchHeader, parseIfMatch } from './mutations.js';
+
+/** Spec §7.6: a tenant's schedules. Another tenant's schedule is 404 `schedule_not_found`. */
+
+/** An `at` this far in the past is refused (a clock a little behind is not). */
+const AT_PAST_MS = 60_000;
+
+const eventsQuery = z.strictObject({
+  after: z
+    .string()
+    .regex(/^\d+-\d+$/, 'an event id')
+    .optional(),
+  limit: z.coerce.number().int().min(1).max(500).default(100),
+});
+
+function send(reply: FastifyReply, s: ScheduleRecord, code = 200) {
+  return reply.code(code).header('etag', `"${s.revision}"`).send(scheduleView(s));
+}
+
+/** Checks a schedule's times (400 `invalid_request` naming the field) and answers its next fire from now. */
+function checkTiming(t: Timing, secondsCron: boolean, atGiven: boolean): number | null {
+  if (!validTimezone(t.timezone))
+    throw badRequest('Unknown time zone.', [{ path: '/timezone', message: 'not an IANA time zone' }]);
+  if (t.cron !== null) {
+    const problem = cronProblem(t.cron, t.timezone, secondsCron);
+    if (problem)
+      throw badRequest(`Invalid cron expression: ${problem}.`, [{ path: '/cron', message: problem }]);
+  }
+  const now = Date.now();
+  if (atGiven && t.at !== null && t.at < now - AT_PAST_MS)
+    throw badRequest('`at` is in the past.', [{ path: '/at', message: 'in the past' }]);
+  return t.at !== null ? t.at : nextFire(t, now);
+}
+
+const routes: FastifyPluginAsyncZod = async (app) => {
+  const tags = ['schedules'];
+  const { store, maxPerTenant, secondsCron } = app.schedules;
+
+  app.post(
+    '/v1/schedules',
+    {
+      schema: {
+        operationId: 'createSchedule',
+        summary: 'Create a schedule: a session created at each fire of a cron, or once at a time',
+        tags,
+        body: createScheduleBody,
+        response: { 201: schedule, ...errors(400, 401, 409, 413, 415, 422, 429, 500, 503) },
+      },
+    },
+    async (req, reply) => {
+      const b = req.body;
+      const at = b.at === undefined ? null : Date.parse(b.at);
+      const timing = { cron: b.cron ?? null, at, timezone: b.timezone };
+      const next = checkTiming(timing, secondsCron, true);
+      await app.sessions.checkCreate(req.tenant, b.session);
+      const now = Date.now();
+      const s: ScheduleRecord = {
+        id: newScheduleId(),
+        tenant: req.tenant,
+        revision: 1,
+        ...timing,
+        overlap: b.overlap,
+        paused: b.paused,
+        session: JSON.stringify(b.session),
+        nextRunAt: next,
+        pending: null,
+        pendingUntil: 0,
+        lastFireAt: null,
+        lastSession: null,
+        fires: 0,
+        skips: 0,
+        createdAt: now,
+        updatedAt: now,
+      };
+      await store.create(s, maxPerTenant);
+      req.log.info({ schedule: s.id, tenant: s.tenant }, 'schedule created');
+      return send(reply, s, 201);
+    },
+  );
+
+  app.get(
+    '/v1/schedules',
+    {
+      schema: {
+        operationId: 'listSchedules',
+        summary: "The caller's schedules, newest first",
+        tags,
+        querystring: pageQuery,
+        response: { 200: scheduleList, ...errors(400, 401, 500, 503) },
+      },
+    },
+    async (req) => {
+      const page = await store.list(req.tenant, req.query.limit, req.query.cursor);
+      return { data: page.items.map(scheduleView), next_cursor: page.next, has_more: page.next !== null };
+    },
+  );
+
+  app.get(
+    '/v1/schedules/:id',
+    {
+      schema: {
+        operationId: 'getSchedule',
+        summary: 'A schedule',
+        tags,
+        params: scheduleIdParam,
+        response: { 200: schedule, ...errors(400, 401, 404, 500, 503) },
+      },
+    },
+    async (req, reply) => send(reply, await store.get(req.tenant, req.params.id)),
+  );
+
+  app.patch(
+    '/v1/schedules/:id',
+    {
+      schema: {
+        operationId: 'updateSchedule',
+        summary: 'Pause, resume or change a schedule',
+        description:
+          'A change of `cron`, `at` or `timezone`, or a resume, computes `next_run_at` from now: fires missed while paused are not made up.',
+        tags,
+        params: scheduleIdParam,
+        body: patchScheduleBody,
+        headers: ifMatchHeader,
+        response: { 200: schedule, ...errors(400, 401, 404, 412, 413, 415, 429, 500, 503) },
+      },
+    },
+    async (req, reply) => {
+      const b = req.body;
+      const s = await store.get(req.tenant, req.params.id);
+      const set: Record<string, string> = { updated_at: String(Date.now()) };
+      const del: string[] = [];
+      const timing: Timing = { cron: s.cron, at: s.at, timezone: s.timezone };
+      if (b.cron !== undefined) Object.assign(timing, { cron: b.cron, at: null });
+      if (b.at !== undefined) Object.assign(timing, { cron: null, at: Date.parse(b.at) });
+      if (b.timezone !== undefined) timing.timezone = b.timezone;
+      const retimed = b.cron !== undefined || b.at !== undefined || b.timezone !== undefined;
+      if (retimed || (b.paused === false && s.paused)) {
+        const next = checkTiming(timing, secondsCron, b.at !== undefined);
+        Object.assign(set, { cron: timing.cron ?? '', at: timing.at ?? '', timezone: timing.timezone });
+        if (next === null) del.push('next_run_at');
+        else set['next_run_at'] = String(next);
+      }
+      if (b.session !== undefined) {
+        await app.sessions.checkCreate(req.tenant, b.session);
+        set['session'] = JSON.stringify(b.session);
+      }
+      if (b.overlap !== undefined) set['overlap'] = b.overlap;
+      if (b.paused !== undefined) set['paused'] = b.paused ? '1' : '0';
+      return send(reply, await store.update(req.tenant, s.id, set, del, parseIfMatch(req)));
+    },
+  );
+
+  app.delete(
+    '/v1/schedules/:id',
+    {
+      schema: {
+        operationId: 'deleteSchedule',
+        summary: 'Delete a schedule (the sessions it created are kept)',
+        tags,
+        params: scheduleIdParam,
+        headers: ifMatchHeader,
+        response: { 200: deletedSchedule, ...errors(400, 401, 404, 412, 429, 500, 503) },
+      },
+    },
+    async (req) => {
+      await store.remove(req.tenant, req.params.id, parseIfMatch(req));
+      return { id: req.params.id, object: 'schedule' as const, deleted: true as const };
+    },
+  );
+
+  app.get(
+    '/v1/schedules/:id/runs',
+    {
+      schema: {
+        operationId: 'listScheduleRuns',
+        summary: 'The sessions the schedule created, newest fire first',
+        tags,
+        params: scheduleIdParam,
+        querystring: pageQuery,
+        response: { 200: sessionList, ...errors(400, 401, 404, 500, 503) },
+      },
+    },
+    async (req) => {
+      const s = await store.get(req.tenant, req.params.id);
+      const { cursor, limit } = req.query;
+      if (cursor !== undefined && !/^\d{1,15}$/.test(cursor))
+        throw new AppError(400, 'invalid_cursor', 'The cursor is not one this service gave.');
+      const page = await store.runs(s.id, limit, cursor === undefined ? undefined : Number(cursor));
+      const states = await Promise.all(page.ids.map((id) => app.store.load(id)));
+      const data: SessionState[] = [];
+      for (const [i, st] of states.entries()) {
+        if (st && st.tenant === req.tenant) data.push(st);
+        else await store.dropRun(s.id, page.ids[i]!);
+      }
+      const next = page.next === null ? null : String(page.next);
+      return { data: data.map(sessionView), next_cursor: next, has_more: next !== null };
+    },
+  );
+
+  app.get(
+    '/v1/schedules/:id/events',
+    {
+      schema: {
+        operationId: 'listScheduleEvents',
+        summary: "The schedule's events (`schedule.fired`, `schedule.skipped`), oldest first",
+        description: 'The envelope of section 4, whose `session_id` is the schedule id.',
+        tags,
+        params: scheduleIdParam,
+        querystring: eventsQuery,
+        response: { 200: eventPage, ...errors(400, 401, 404, 500, 503) },
+      },
+    },
+    async (req) => {
+      const s = await store.get(req.tenant, req.params.id);
+      const rows = await app.store.events(s.id, req.query.after ?? '0', req.query.limit + 1);
+      const page = rows.slice(0, req.query.limit).map((ev) => envelope(s.id, ev));
+      const more = rows.length > req.query.limit;
+      return { data: page, next_cursor: more ? page.at(-1)!.id : null, has_more: more };
+    },
+  );
+};
+
+export default routes;

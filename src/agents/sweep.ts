@@ -1,0 +1,232 @@
+import { createHash } from 'node:crypto';
+import type { FastifyBaseLogger as Logger } from 'fastify';
+import { AppError } from '../errors.js';
+import { createSessionBody, isAgentTool, type AgentTool } from '../schemas.js';
+import type { SessionService } from '../sessions/service.js';
+import { AGENTS_DUE_KEY } from '../store/keys.js';
+import type { RedisClient } from '../store/lua-commands.js';
+import type { SessionState } from '../store/session-state.js';
+import type { SessionStore } from '../store/store.js';
+
+/**
+ * Sub-agents (spec §7.6). A call to an `agent` tool is a client call to the engine: the parent's run ends at
+ * `requires_action` (it holds no run slot). This sweep answers it: it creates the child session under an id
+ * derived from the parent and the call (so a sweep that runs twice, on any replica, creates it once), and when the
+ * child's run ends (`idle`, `failed`) it submits the child's final text as the call's result with `continue`, which
+ * starts the parent's next run. Every session of a tree is a member of `agents:due`; the end of any of its runs
+ * moves it to now (RunQueue.unmarkDue, which the runs' own sweep retries after a crash), so a child that ends while
+ * its parent's replica is dead still wakes the parent. A parked parent is looked at again every RECHECK_MS.
+ */
+
+const BATCH = 50;
+const RECHECK_MS = 10_000;
+/** Members with nothing to do wait this long before a look (their next run end brings them back sooner). */
+const IDLE_MS = 3_600_000;
+
+export const childrenKey = (parentId: string) => `s:{${parentId}}:children`;
+
+export const childSessionId = (parentId: string, toolUseId: string) =>
+  `ses_sub${createHash('sha256').update(`${parentId}:${toolUseId}`).digest('hex').slice(0, 24)}`;
+
+export interface AgentSweepOptions {
+  redis: RedisClient;
+  store: SessionStore;
+  service: SessionService;
+  log: Logger;
+  sweepMs: number;
+  /** TENANT_MAX_SESSIONS (0: none): children count like created sessions. */
+  maxSessions: number;
+}
+
+type Result = { content: string; is_error: boolean };
+
+export class AgentSweep {
+  private timer: NodeJS.Timeout | null = null;
+  private stopped = false;
+  private sweeping: Promise<void> = Promise.resolve();
+
+  constructor(private readonly opts: AgentSweepOptions) {}
+
+  start(): void {
+    const loop = () => {
+      this.sweeping = this.sweep()
+        .catch((err: unknown) => this.opts.log.warn({ err }, 'agents sweep failed'))
+        .finally(() => {
+          if (!this.stopped) this.timer = setTimeout(loop, this.opts.sweepMs);
+        });
+    };
+    this.timer = setTimeout(loop, Math.min(50, this.opts.sweepMs));
+  }
+
+  async stop(): Promise<void> {
+    this.stopped = true;
+    if (this.timer) clearTimeout(this.timer);
+    await this.sweeping;
+  }
+
+  private async sweep(): Promise<void> {
+    const { redis } = this.opts;
+    const ids = await redis.zrangebyscore(AGENTS_DUE_KEY, '-inf', Date.now(), 'LIMIT', 0, BATCH);
+    for (const id of ids) {
+      if (this.stopped) return;
+      await this.tick(id).catch((err: unknown) =>
+        this.opts.log.warn({ err, session: id }, 'agents tick failed'),
+      );
+    }
+  }
+
+  private async tick(id: string): Promise<void> {
+    const { redis, store } = this.opts;
+    const s = await store.load(id);
+    if (!s) {
+      await this.removeChildren(id);
+      await redis.zrem(AGENTS_DUE_KEY, id);
+      return;
+    }
+    let next = Date.now() + IDLE_MS;
+    if (s.status === 'idle' || s.status === 'failed') {
+      if (s.parent) await this.deliver(s);
+      await this.cancelChildren(s);
+    } else if (s.status === 'requires_action' && (await this.spawn(s))) {
+      next = Date.now() + RECHECK_MS;
+    }
+    await redis.zadd(AGENTS_DUE_KEY, 'XX', next, id);
+  }
+
+  /** Creates the children of the parent's unanswered agent calls (once each); answers those already done. */
+  private async spawn(parent: SessionState): Promise<boolean> {
+    const agents = new Map(parent.tools.filter(isAgentTool).map((t) => [t.name, t]));
+    const calls = (parent.pending?.calls ?? []).filter(
+      (c) => c.kind === 'client' && !c.result && agents.has(c.name),
+    );
+    for (const c of calls) {
+      const childId = childSessionId(parent.id, c.id);
+      const child = await this.opts.store.load(childId);
+      if (child) {
+        if (child.status === 'idle' || child.status === 'failed') await this.deliver(child);
+        continue;
+      }
+      // Score 0: the create may not have happened (a crash); above 0: the child existed and was deleted.
+      if (Number((await this.opts.redis.zscore(childrenKey(parent.id), childId)) ?? 0) > 0) {
+        await this.answer(parent, c.id, {
+          content: "Error: the sub-agent's session was deleted.",
+          is_error: true,
+        });
+        continue;
+      }
+      const refused = await this.create(parent, agents.get(c.name)!, c.id, c.input, childId);
+      if (refused) await this.answer(parent, c.id, refused);
+    }
+    return calls.length > 0;
+  }
+
+  /** Creates the child; the result to answer the call with when the create is refused, else null. */
+  private async create(
+    parent: SessionState,
+    agent: AgentTool,
+    toolUseId: string,
+    input: unknown,
+    childId: string,
+  ): Promise<Result | null> {
+    const prompt = (input as { prompt?: unknown } | null)?.prompt;
+    if (typeof prompt !== 'string' || prompt === '')
+      return { content: 'Error: give the sub-agent a `prompt` (a string).', is_error: true };
+    const body = createSessionBody.safeParse({ ...agent.session, input: prompt });
+    if (!body.success) return { content: `Error: the sub-agent's session is invalid.`, is_error: true };
+    const max = this.opts.maxSessions;
+    if (max > 0 && (await this.opts.store.countSessions(parent.tenant)) >= max)
+      return {
+        content: `Error: the sub-agent could not start: TENANT_MAX_SESSIONS (${max}) reached.`,
+        is_error: true,
+      };
+    await this.opts.redis.zadd(childrenKey(parent.id), 0, childId);
+    try {
+      const depth = (parent.parent?.depth ?? 1) + 1;
+      await this.opts.service.create(parent.tenant, body.data, childId, {
+        session_id: parent.id,
+        tool_use_id: toolUseId,
+        depth,
+      });
+      await this.opts.redis.zadd(childrenKey(parent.id), Date.now(), childId);
+      this.opts.log.info({ session: parent.id, child: childId, tenant: parent.tenant }, 'sub-agent started');
+      return null;
+    } catch (err) {
+      if (err instanceof AppError && err.code === 'session_exists') return null;
+      if (err instanceof AppError && err.statusCode < 500)
+        return { content: `Error: the sub-agent could not start: ${err.message}`, is_error: true };
+      throw err;
+    }
+  }
+
+  /** The ended child's result into its parent's call (409 and 404 mean it was answered, or the parent is gone). */
+  private async deliver(child: SessionState): Promise<void> {
+    const ref = child.parent!;
+    const parent = await this.opts.store.load(ref.session_id);
+    if (!parent || parent.status !== 'requires_action') return;
+    await this.answer(parent, ref.tool_use_id, await this.resultOf(child));
+  }
+
+  private async answer(parent: SessionState, toolUseId: string, result: Result): Promise<void> {
+    try {
+      await this.opts.service.results(
+        parent.tenant,
+        parent.id,
+        [{ tool_use_id: toolUseId, ...result }],
+        true,
+      );
+    } catch (err) {
+      if (err instanceof AppError && (err.statusCode === 409 || err.statusCode === 404)) return;
+      throw err;
+    }
+  }
+
+  private async resultOf(child: SessionState): Promise<Result> {
+    if (child.status === 'failed')
+      return {
+        content: `Error: the sub-agent failed: ${child.error?.message ?? 'unknown error'}`,
+        is_error: true,
+      };
+    if (child.stopReason === 'cancelled')
+      return { content: 'Error: the sub-agent was cancelled.', is_error: true };
+    const history = await this.opts.store.history(child.id);
+    for (let i = history.length - 1; i >= 0; i--) {
+      const m = history[i]!;
+      if (m.role !== 'assistant') continue;
+      const text =
+        typeof m.content === 'string'
+          ? m.content
+          : m.content.flatMap((b) => (b.type === 'text' ? [b.text] : [])).join('\n');
+      if (text) return { content: text, is_error: false };
+    }
+    return { content: '(the sub-agent gave no text)', is_error: false };
+  }
+
+  /** A parent that stopped (cancelled, failed, idle): its children still working are cancelled. */
+  private async cancelChildren(parent: SessionState): Promise<void> {
+    for (const id of await this.opts.redis.zrange(childrenKey(parent.id), 0, -1)) {
+      const c = await this.opts.store.load(id);
+      if (!c || (c.status !== 'running' && c.status !== 'requires_action')) continue;
+      await this.opts.service.cancel(c.tenant, id).catch((err: unknown) => {
+        if (!(err instanceof AppError)) throw err;
+      });
+    }
+  }
+
+  /** A deleted parent: its children are deleted too (each its own children in turn, when swept). */
+  private async removeChildren(parentId: string): Promise<void> {
+    const key = childrenKey(parentId);
+    for (const id of await this.opts.redis.zrange(key, 0, -1)) {
+      const c = await this.opts.store.load(id);
+      if (c)
+        await this.opts.service.remove(c.tenant, id).catch((err: unknown) => {
+          if (!(err instanceof AppError)) throw err;
+        });
+    }
+    await this.opts.redis.del(key);
+  }
+
+  /** The children of a session, oldest first. */
+  children(parentId: string): Promise<string[]> {
+    return this.opts.redis.zrange(childrenKey(parentId), 0, -1);
+  }
+}

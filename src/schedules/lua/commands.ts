@@ -1,0 +1,27 @@
+/**
+ * The types of the schedules' scripts (the `.lua` files beside this one), defined by
+ * `defineLuaCommands(redis, …, 'sched')` as `sched<Name>` (src/store/lua-commands.ts), keys first, then arguments.
+ */
+import type { Result } from 'ioredis';
+
+declare module 'ioredis' {
+  interface RedisCommander<Context> {
+    /** claim-2.lua. */
+    schedClaim(meta: string, events: string, ...args: Array<string | number>): Result<string, Context>;
+    /** finish-3.lua: 1, or 0 when the fire is not pending. */
+    schedFinish(
+      meta: string,
+      events: string,
+      runs: string,
+      ...args: Array<string | number>
+    ): Result<number, Context>;
+    /** update-1.lua. */
+    schedUpdate(
+      meta: string,
+      tenant: string,
+      revision: string,
+      set: string,
+      del: string,
+    ): Result<[code: number, revision: number], Context>;
+  }
+}

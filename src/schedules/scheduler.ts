@@ -1,0 +1,136 @@
+import type { FastifyBaseLogger as Logger } from 'fastify';
+import { AppError, badRequest, quotaExceeded, zodDetails } from '../errors.js';
+import { createSessionBody } from '../schemas.js';
+import type { SessionService } from '../sessions/service.js';
+import type { SessionStore } from '../store/store.js';
+import { newestMissed, nextFire, type Timing } from './cron.js';
+import { fireSessionId, type ScheduleRecord } from './keys.js';
+import type { ScheduleStore } from './store.js';
+
+/** How long the replica that claimed a fire has to create its session before any other replica retries it. */
+const FIRE_LEASE_MS = 10_000;
+const SWEEP_BATCH = 50;
+
+export interface SchedulerOptions {
+  store: ScheduleStore;
+  sessions: SessionStore;
+  service: SessionService;
+  log: Logger;
+  sweepMs: number;
+  /** TENANT_MAX_SESSIONS (0: none): scheduled sessions count like created ones. */
+  maxSessions: number;
+}
+
+const timingOf = (s: ScheduleRecord): Timing => ({ cron: s.cron, at: s.at, timezone: s.timezone });
+
+/**
+ * Fires schedules. Every replica sweeps `schedules:due`; for a schedule due now, claim-2.lua takes the fire once
+ * (the schedule's `next_run_at` as the guard) and moves the schedule to its next time in the same script; the fire
+ * stays `pending` until finish-3.lua records its session. The session's id is derived from the fire (schedule id +
+ * time), so a replica killed between the claim and the create leaves a pending fire that another replica retries
+ * once its lease is over: the retry finds the session (or creates it), never a second one.
+ */
+export class Scheduler {
+  private timer: NodeJS.Timeout | null = null;
+  private stopped = false;
+  private sweeping: Promise<void> = Promise.resolve();
+
+  constructor(private readonly opts: SchedulerOptions) {}
+
+  start(): void {
+    const loop = () => {
+      this.sweeping = this.sweep()
+        .catch((err: unknown) => this.opts.log.warn({ err }, 'schedule sweep failed'))
+        .finally(() => {
+          if (!this.stopped) this.timer = setTimeout(loop, this.opts.sweepMs);
+        });
+    };
+    this.timer = setTimeout(loop, Math.min(50, this.opts.sweepMs));
+  }
+
+  async stop(): Promise<void> {
+    this.stopped = true;
+    if (this.timer) clearTimeout(this.timer);
+    await this.sweeping;
+  }
+
+  private async sweep(): Promise<void> {
+    const ids = await this.opts.store.due(Date.now(), SWEEP_BATCH);
+    for (const id of ids) {
+      if (this.stopped) return;
+      await this.tick(id).catch((err: unknown) =>
+        this.opts.log.warn({ err, schedule: id }, 'schedule tick failed'),
+      );
+    }
+  }
+
+  /** Looks at one due schedule: retries its pending fire, or claims the fire now due; then re-files it. */
+  private async tick(id: string): Promise<void> {
+    const { store } = this.opts;
+    const s = await store.read(id);
+    const now = Date.now();
+    if (s && s.pending !== null && s.pendingUntil <= now) {
+      await this.fire(s, s.pending);
+    } else if (s && s.pending === null && !s.paused && s.nextRunAt !== null && s.nextRunAt <= now) {
+      const t = timingOf(s);
+      const fireAt = newestMissed(t, s.nextRunAt, now);
+      const next = nextFire(t, Math.max(now, fireAt));
+      const running = await this.lastStillRuns(s);
+      const decision = running ? 'skip' : 'fire';
+      const skipped = {
+        schedule_id: s.id,
+        scheduled_for: new Date(fireAt).toISOString(),
+        reason: 'overlap',
+        session_id: s.lastSession,
+      };
+      const r = await store.claim(s, fireAt, next, decision, now + FIRE_LEASE_MS, skipped);
+      if (r === 'ok' && decision === 'fire') await this.fire(s, fireAt);
+      if (r === 'ok')
+        this.opts.log.info({ schedule: id, tenant: s.tenant, fireAt, decision }, 'schedule fire');
+    }
+    await store.resync(id);
+  }
+
+  /** With overlap `skip`: whether the session of the schedule's last fire still runs (or waits for a client). */
+  private async lastStillRuns(s: ScheduleRecord): Promise<boolean> {
+    if (s.overlap === 'allow' || !s.lastSession) return false;
+    const last = await this.opts.sessions.load(s.lastSession);
+    return last !== null && (last.status === 'running' || last.status === 'requires_action');
+  }
+
+  /**
+   * Creates the fire's session through the create path (quotas, checks) under its deterministic id, then ends the
+   * pending fire. A 4xx of the create (a quota, a tool since deleted) ends it as skipped with that reason; anything
+   * else leaves it pending, retried after the lease.
+   */
+  private async fire(s: ScheduleRecord, fireAt: number): Promise<void> {
+    const { sessions, service, store, maxSessions } = this.opts;
+    const sessionId = fireSessionId(s.id, fireAt);
+    const scheduledFor = new Date(fireAt).toISOString();
+    const base = { schedule_id: s.id, scheduled_for: scheduledFor };
+    try {
+      if ((await sessions.load(sessionId)) === null) {
+        if (maxSessions > 0 && (await sessions.countSessions(s.tenant)) >= maxSessions)
+          throw quotaExceeded('TENANT_MAX_SESSIONS', maxSessions, 'sessions');
+        const given = JSON.parse(s.session) as { metadata?: Record<string, unknown> };
+        const body = createSessionBody.safeParse({ ...given, metadata: { ...given.metadata, ...base } });
+        if (!body.success)
+          throw badRequest("The schedule's session body is refused.", zodDetails(body.error.issues));
+        await service.create(s.tenant, body.data, sessionId);
+      }
+    } catch (err) {
+      const exists = err instanceof AppError && err.code === 'session_exists';
+      if (!exists) {
+        if (!(err instanceof AppError) || err.statusCode >= 500) throw err;
+        const error = { code: err.code, message: err.message, details: err.details };
+        await store.finish(s, fireAt, 'skipped', '', { ...base, reason: err.code, error });
+        return;
+      }
+    }
+    await store.finish(s, fireAt, 'fired', sessionId, {
+      ...base,
+      session_id: sessionId,
+      late_ms: Math.max(0, Date.now() - fireAt),
+    });
+  }
+}

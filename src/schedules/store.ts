@@ -1,0 +1,221 @@
+import { AppError, quotaExceeded, revisionMismatch } from '../errors.js';
+import { eventsChannel } from '../store/keys.js';
+import { defineLuaCommands, type RedisClient } from '../store/lua-commands.js';
+import { EVENT_LOG_MAX_BYTES, NOTICE_MAX_BYTES, type SessionStore } from '../store/store.js';
+import {
+  decodeSchedule,
+  dueScore,
+  encodeSchedule,
+  SCHEDULES_DUE_KEY,
+  scheduleKeys,
+  tenantSchedulesKey,
+  type ScheduleRecord,
+} from './keys.js';
+import './lua/commands.js';
+
+/** Sessions kept in a schedule's runs list (the newest). */
+const RUNS_MAX = 1000;
+
+const scheduleNotFound = () => new AppError(404, 'schedule_not_found', 'No schedule with this id.');
+
+/**
+ * The schedules' door to Redis (keys in keys.ts). Every method is one command or one script unless it says in
+ * which order its steps go. Writes of events go through the session store's event tap, so webhooks see them.
+ */
+export class ScheduleStore {
+  constructor(
+    private readonly redis: RedisClient,
+    private readonly sessions: SessionStore,
+  ) {
+    defineLuaCommands(redis, new URL('./lua/', import.meta.url), 'sched');
+  }
+
+  private indexMember(s: ScheduleRecord): string {
+    return `${String(s.createdAt).padStart(15, '0')}:${s.id}`;
+  }
+
+  /**
+   * Writes a new schedule: due entry first, then the record, then the index (a due entry or index member without
+   * a record is dropped when met). Refuses with 429 `quota_exceeded` beyond `maxPerTenant`.
+   */
+  async create(s: ScheduleRecord, maxPerTenant: number): Promise<void> {
+    const n = await this.redis.zcard(tenantSchedulesKey(s.tenant));
+    if (n >= maxPerTenant) throw quotaExceeded('SCHEDULES_MAX_PER_TENANT', maxPerTenant, 'schedules');
+    const score = dueScore(s);
+    if (score !== null) await this.redis.zadd(SCHEDULES_DUE_KEY, score, s.id);
+    await this.redis.hset(scheduleKeys(s.id).meta, encodeSchedule(s));
+    await this.redis.zadd(tenantSchedulesKey(s.tenant), 0, this.indexMember(s));
+  }
+
+  async read(id: string): Promise<ScheduleRecord | null> {
+    return decodeSchedule(id, await this.redis.hgetall(scheduleKeys(id).meta));
+  }
+
+  /** The tenant's schedule, or 404 `schedule_not_found` (also for another tenant's). */
+  async get(tenant: string, id: string): Promise<ScheduleRecord> {
+    const s = await this.read(id);
+    if (!s || s.tenant !== tenant) throw scheduleNotFound();
+    return s;
+  }
+
+  /** Changes fields (If-Match: `revision`), then puts the schedule's due entry where the record says. */
+  async update(
+    tenant: string,
+    id: string,
+    set: Record<string, string>,
+    del: string[],
+    revision?: number,
+  ): Promise<ScheduleRecord> {
+    const [code, rev] = await this.redis.schedUpdate(
+      scheduleKeys(id).meta,
+      tenant,
+      revision === undefined ? '' : String(revision),
+      JSON.stringify(set),
+      JSON.stringify(del),
+    );
+    if (code === 0) throw scheduleNotFound();
+    if (code === -1) throw revisionMismatch(rev);
+    return this.resync(id).then((s) => s ?? Promise.reject(scheduleNotFound()));
+  }
+
+  /** Deletes the schedule's keys, then its index and due entries. The sessions it created are kept. */
+  async remove(tenant: string, id: string, revision?: number): Promise<void> {
+    const s = await this.get(tenant, id);
+    if (revision !== undefined && revision !== s.revision) throw revisionMismatch(s.revision);
+    const k = scheduleKeys(id);
+    await this.redis.del(k.meta, k.events, k.runs);
+    await Promise.all([
+      this.redis.zrem(tenantSchedulesKey(tenant), this.indexMember(s)),
+      this.redis.zrem(SCHEDULES_DUE_KEY, id),
+    ]);
+  }
+
+  /** A page of the tenant's schedules, newest first; the cursor is the index member of the previous page's last. */
+  async list(
+    tenant: string,
+    limit: number,
+    cursor?: string,
+  ): Promise<{ items: ScheduleRecord[]; next: string | null }> {
+    if (cursor && !/^\d{15}:sch_[A-Za-z0-9]+$/.test(cursor))
+      throw new AppError(400, 'invalid_cursor', 'The cursor is not one this service gave.');
+    const key = tenantSchedulesKey(tenant);
+    const members = await this.redis.zrevrangebylex(key, cursor ? `(${cursor}` : '+', '-', 'LIMIT', 0, limit);
+    const items: ScheduleRecord[] = [];
+    for (const m of members) {
+      const s = await this.read(m.slice(16));
+      if (s && s.tenant === tenant) items.push(s);
+      else await this.redis.zrem(key, m);
+    }
+    return { items, next: members.length === limit ? members.at(-1)! : null };
+  }
+
+  /** Ids of schedules due by `now`, oldest first. */
+  due(now: number, count: number): Promise<string[]> {
+    return this.redis.zrangebyscore(SCHEDULES_DUE_KEY, '-inf', now, 'LIMIT', 0, count);
+  }
+
+  /** Puts the schedule's due entry where its record says (or drops it); the record, or null when it is gone. */
+  async resync(id: string): Promise<ScheduleRecord | null> {
+    const s = await this.read(id);
+    const score = s ? dueScore(s) : null;
+    if (score === null) await this.redis.zrem(SCHEDULES_DUE_KEY, id);
+    else await this.redis.zadd(SCHEDULES_DUE_KEY, score, id);
+    return s;
+  }
+
+  /** claim-2.lua: 'ok', or 'gone' | 'paused' | 'pending' | 'moved'. */
+  async claim(
+    s: ScheduleRecord,
+    fireAt: number,
+    next: number | null,
+    decision: 'fire' | 'skip',
+    leaseUntil: number,
+    skipped: Record<string, unknown>,
+  ): Promise<string> {
+    const k = scheduleKeys(s.id);
+    const now = Date.now();
+    return this.withTap(s, decision === 'skip' ? ['schedule.skipped'] : [], () =>
+      this.redis.schedClaim(
+        k.meta,
+        k.events,
+        String(s.nextRunAt ?? ''),
+        fireAt,
+        next === null ? '' : next,
+        decision,
+        now,
+        leaseUntil,
+        JSON.stringify(skipped),
+        ...this.logArgs(s.id),
+      ),
+    );
+  }
+
+  /** finish-3.lua: true when this call ended the pending fire. */
+  async finish(
+    s: ScheduleRecord,
+    fireAt: number,
+    outcome: 'fired' | 'skipped',
+    sessionId: string,
+    data: Record<string, unknown>,
+  ): Promise<boolean> {
+    const k = scheduleKeys(s.id);
+    const [channel, max, notice, bytes] = this.logArgs(s.id);
+    const type = outcome === 'fired' ? 'schedule.fired' : 'schedule.skipped';
+    const r = await this.withTap(s, [type], () =>
+      this.redis.schedFinish(
+        k.meta,
+        k.events,
+        k.runs,
+        fireAt,
+        outcome,
+        sessionId,
+        Date.now(),
+        JSON.stringify(data),
+        channel,
+        max,
+        notice,
+        bytes,
+        RUNS_MAX,
+      ),
+    );
+    return r === 1;
+  }
+
+  /** A page of the sessions the schedule created, newest fire first; the cursor is the previous page's last fire. */
+  async runs(id: string, limit: number, before?: number): Promise<{ ids: string[]; next: number | null }> {
+    const rows = await this.redis.zrevrangebyscore(
+      scheduleKeys(id).runs,
+      before === undefined ? '+inf' : `(${before}`,
+      '-inf',
+      'WITHSCORES',
+      'LIMIT',
+      0,
+      limit,
+    );
+    const ids: string[] = [];
+    let last: number | null = null;
+    for (let i = 0; i < rows.length; i += 2) {
+      ids.push(rows[i]!);
+      last = Number(rows[i + 1]);
+    }
+    return { ids, next: ids.length === limit ? last : null };
+  }
+
+  async dropRun(id: string, sessionId: string): Promise<void> {
+    await this.redis.zrem(scheduleKeys(id).runs, sessionId);
+  }
+
+  private logArgs(id: string): [string, number, number, number] {
+    const o = this.sessions.options;
+    return [eventsChannel(id), o.eventLogMax, NOTICE_MAX_BYTES, o.eventLogMaxBytes ?? EVENT_LOG_MAX_BYTES];
+  }
+
+  /** Runs a write of events of these types with the webhooks' tap around it (see src/webhooks/tap.ts). */
+  private async withTap<T>(s: ScheduleRecord, types: string[], write: () => Promise<T>): Promise<T> {
+    const tap = types.length ? this.sessions.eventTap?.(s.id, types, s.tenant) : undefined;
+    if (tap?.ready) await tap.ready;
+    const r = await write();
+    tap?.landed();
+    return r;
+  }
+}

@@ -1,0 +1,160 @@
+/**
+ * Sub-agents (spec §7.6): a writer session calls its `researcher` sub-agent; the child session runs with the call's
+ * prompt and its final text becomes the call's result. Cancel and delete reach the children; depth is bounded.
+ */
+import { after, before, describe, it } from 'node:test';
+import assert from 'node:assert/strict';
+import { Redis } from 'ioredis';
+import { startFakeAnthropic, type FakeAnthropic } from '../src/fake/server.js';
+import { writerResearcher } from './helpers/agents.js';
+import { startHarness, type Api, type Harness } from './helpers/service.js';
+import { startTestRedis, type TestRedis } from './helpers/redis.js';
+import { until } from './chaos-lib.js';
+
+const researcher = (session: Record<string, unknown> = {}) => ({
+  type: 'agent',
+  name: 'researcher',
+  description: 'Researches a question and answers with findings.',
+  session: { system: 'You are a researcher.', ...session },
+});
+const lookup = {
+  name: 'lookup',
+  description: 'a client tool',
+  input_schema: { type: 'object', properties: {} },
+};
+
+describe('sub-agents', { timeout: 120_000 }, () => {
+  let redis: TestRedis;
+  let fake: FakeAnthropic;
+  let h: Harness;
+  let r: Redis;
+  let a: Api;
+
+  before(async () => {
+    [redis, fake] = await Promise.all([startTestRedis(), startFakeAnthropic({ strictAlternation: true })]);
+    fake.setHandler(writerResearcher);
+    h = await startHarness({
+      env: { API_KEYS: 'a:key-a,b:key-b', AGENT_SWEEP_MS: '50' },
+      redis,
+      fakeServer: fake,
+    });
+    a = h.api.as('key-a');
+    r = new Redis(redis.url);
+  });
+  after(async () => {
+    r.disconnect();
+    await h.close();
+    await fake.close();
+    await redis.stop();
+  });
+
+  it('a writer delegates to its researcher: the child runs, its final text is the result', async () => {
+    const res = await a.post('/v1/sessions', {
+      system: 'You are a writer.',
+      input: 'Write a short article on why the sky is blue.',
+      tools: [researcher()],
+    });
+    assert.equal(res.status, 201, JSON.stringify(res.body));
+    const parent = await a.waitFor(res.body.id, (s) => s.status === 'idle', 30_000);
+    assert.equal(parent.stop_reason, 'end_turn');
+    const history = (await a.get(`/v1/sessions/${parent.id}/messages`)).body.data;
+    const last = history.at(-1);
+    assert.match(
+      JSON.stringify(last.content),
+      /Article, from the research \(error: false\): Findings: Rayleigh/,
+    );
+    const children = (await a.get(`/v1/sessions/${parent.id}/children`)).body.data;
+    assert.equal(children.length, 1);
+    const child = children[0];
+    assert.equal(child.status, 'idle');
+    assert.equal(child.parent.session_id, parent.id);
+    const call = history.find((m: { role: string; content: unknown }) => m.role === 'assistant');
+    assert.equal(
+      child.parent.tool_use_id,
+      call.content.find((b: { type: string }) => b.type === 'tool_use').id,
+    );
+    const childHistory = (await a.get(`/v1/sessions/${child.id}/messages`)).body.data;
+    assert.match(JSON.stringify(childHistory[0].content), /Why is the sky blue\?/);
+    // Another tenant sees neither.
+    assert.equal((await h.api.as('key-b').get(`/v1/sessions/${parent.id}/children`)).status, 404);
+    assert.equal((await h.api.as('key-b').get(`/v1/sessions/${child.id}`)).status, 404);
+  });
+
+  it('refuses sub-agents nested deeper than 3 levels, and a sub-agent session with a history', async () => {
+    const level = (inner: unknown[]) => researcher({ tools: inner });
+    const ok = await a.post('/v1/sessions', { input: 'x', start: false, tools: [level([level([])])] });
+    assert.equal(ok.status, 201, JSON.stringify(ok.body));
+    const deep = await a.post('/v1/sessions', {
+      input: 'x',
+      start: false,
+      tools: [level([level([level([])])])],
+    });
+    assert.equal(deep.status, 400);
+    assert.equal(deep.body.error.code, 'invalid_request');
+    assert.match(deep.body.error.message, /at most 3/);
+    const hist = await a.post('/v1/sessions', {
+      input: 'x',
+      start: false,
+      tools: [researcher({ input: 'hi' })],
+    });
+    assert.equal(hist.status, 400);
+  });
+
+  it('cancel and delete of the parent reach the child', async () => {
+    const waiting = researcher({ system: 'You are a researcher who waits.', tools: [lookup] });
+    const p = (await a.post('/v1/sessions', { system: 'You are a writer.', input: 'go', tools: [waiting] }))
+      .body;
+    const child = await until(
+      async () => (await a.get(`/v1/sessions/${p.id}/children`)).body.data[0],
+      20_000,
+      'the child',
+    );
+    await a.waitStatus(child.id, 'requires_action', 20_000);
+    assert.equal(
+      (await a.waitStatus(p.id, 'requires_action')).required_action.tool_calls[0].name,
+      'researcher',
+    );
+    assert.equal((await a.post(`/v1/sessions/${p.id}/cancel`)).status < 300, true);
+    const cancelled = await a.waitFor(child.id, (s) => s.status === 'idle', 30_000);
+    assert.equal(cancelled.stop_reason, 'cancelled');
+
+    const p2 = (await a.post('/v1/sessions', { system: 'You are a writer.', input: 'go', tools: [waiting] }))
+      .body;
+    const child2 = await until(
+      async () => (await a.get(`/v1/sessions/${p2.id}/children`)).body.data[0],
+      20_000,
+      'the child',
+    );
+    assert.equal((await a.req('DELETE', `/v1/sessions/${p2.id}`)).status, 200);
+    await until(
+      async () => (await a.get(`/v1/sessions/${child2.id}`)).status === 404,
+      30_000,
+      'the child deleted',
+    );
+  });
+
+  it('a sub-agent added by PATCH works as one given at create', async () => {
+    const s = (await a.post('/v1/sessions', { system: 'You are a writer.', input: 'x', start: false })).body;
+    const bad = await a.req('PATCH', `/v1/sessions/${s.id}`, { tools: [researcher({ messages: [] })] });
+    assert.equal(bad.status, 400);
+    assert.equal((await a.req('PATCH', `/v1/sessions/${s.id}`, { tools: [researcher()] })).status, 200);
+    assert.ok(
+      (await a.post(`/v1/sessions/${s.id}/messages`, { content: 'Write about the sky.' })).status < 300,
+    );
+    await a.waitFor(s.id, (x) => x.status === 'idle' && x.iteration >= 2, 30_000);
+    const last = (await a.get(`/v1/sessions/${s.id}/messages`)).body.data.at(-1);
+    assert.match(JSON.stringify(last.content), /Findings: Rayleigh/);
+    assert.equal((await a.get(`/v1/sessions/${s.id}/children`)).body.data.length, 1);
+  });
+
+  it("a child that fails answers the parent's call with is_error", async () => {
+    const broken = researcher({ system: 'You are a broken researcher.' });
+    const s = (await a.post('/v1/sessions', { system: 'You are a writer.', input: 'go', tools: [broken] }))
+      .body;
+    await a.waitFor(s.id, (x) => x.status === 'idle', 30_000);
+    const child = (await a.get(`/v1/sessions/${s.id}/children`)).body.data[0];
+    assert.equal(child.status, 'failed');
+    const last = (await a.get(`/v1/sessions/${s.id}/messages`)).body.data.at(-1);
+    assert.match(JSON.stringify(last.content), /error: true\): Error: the sub-agent failed: /);
+  });
+});
