@@ -33,8 +33,6 @@ import {
   pendingToolChange,
 } from './tools-change.js';
 
-const STOP_REASONS_THAT_END = new Set(['end_turn', 'stop_sequence', 'max_tokens', 'refusal']);
-
 /** The fields a PATCH (or a compaction request) may change that a live runner takes up before its next turn. */
 const LIVE_FIELDS = [
   'review',
@@ -245,7 +243,10 @@ export async function runTurns(
       continue;
     }
 
-    const stops = STOP_REASONS_THAT_END.has(message.stop_reason ?? '') || calls.length === 0;
+    // As the SDK's runner: only `tool_use` (with calls) runs tools and goes on; `pause_turn` and `compaction` resume
+    // the turn; every other reason (`end_turn`, `stop_sequence`, `max_tokens`, `refusal`,
+    // `model_context_window_exceeded`, or one this code does not know) stops the run with its calls not run.
+    const stops = message.stop_reason !== 'tool_use' || calls.length === 0;
     if (stops) {
       // An unfinished turn (`pause_turn`, or `compaction` from server-side compaction) is resumed by the runner.
       const ends = !isUnfinished(message.stop_reason);

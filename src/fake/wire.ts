@@ -59,8 +59,17 @@ export interface FakeUsage {
   server_tool_use?: { web_search_requests: number; web_fetch_requests: number } | undefined;
 }
 
+/** The stop reasons the API documents; a script may also give any other string (a reason a client does not know). */
 export type FakeStopReason =
-  'end_turn' | 'tool_use' | 'max_tokens' | 'stop_sequence' | 'refusal' | 'pause_turn' | 'compaction';
+  | 'end_turn'
+  | 'tool_use'
+  | 'max_tokens'
+  | 'stop_sequence'
+  | 'refusal'
+  | 'pause_turn'
+  | 'compaction'
+  | 'model_context_window_exceeded'
+  | (string & {});
 
 /** The result block types of Anthropic server tools (`web_search_tool_result`, …): one list, the service's. */
 export { SERVER_TOOL_RESULT_TYPES };

@@ -1,0 +1,175 @@
+import { after, before, beforeEach, describe, it } from 'node:test';
+import assert from 'node:assert/strict';
+import { startHarness, type Harness } from './helpers/service.js';
+import { reply, text, textBlock, toolUse } from '../src/fake/script.js';
+import type { FakeStopReason } from '../src/fake/wire.js';
+
+/** The SDK runner's rules (contract §7.5): stop reasons. */
+
+const events = async (h: Harness, id: string): Promise<Array<{ type: string; data: any }>> =>
+  (await h.api.get(`/v1/sessions/${id}/events?limit=1000`)).body.data;
+const history = async (h: Harness, id: string): Promise<any[]> =>
+  (await h.api.get(`/v1/sessions/${id}/messages`)).body.data;
+
+const STOPPING: FakeStopReason[] = [
+  'end_turn',
+  'stop_sequence',
+  'max_tokens',
+  'refusal',
+  'model_context_window_exceeded',
+  'a_reason_from_the_future',
+];
+
+describe('stop reasons, as the SDK runner', () => {
+  let h: Harness;
+  before(async () => {
+    // A paused turn and its continuation are two assistant messages in a row, which the API combines.
+    h = await startHarness({ fake: { strictAlternation: false } });
+  });
+  after(async () => h?.close());
+  beforeEach(() => h.fake.reset());
+
+  /** A session whose first reply calls a tool and stops with `reason`: stopped, its call answered, never run. */
+  async function stoppedWith(reason: FakeStopReason): Promise<string> {
+    h.fake.enqueue(
+      reply([textBlock('Let me add.'), toolUse('calculate_sum', { a: 1, b: 2 }, 'toolu_stop1')], {
+        stop_reason: reason,
+      }),
+    );
+    const r = await h.api.post('/v1/sessions', { input: 'Add 1 and 2', tools: ['calculate_sum'] });
+    assert.equal(r.status, 201, JSON.stringify(r.body));
+    const s = await h.api.waitStatus(r.body.id, ['idle', 'failed']);
+    assert.equal(s.status, 'idle', JSON.stringify(s.error));
+    assert.equal(s.stop_reason, reason);
+    assert.equal(h.fake.requests.length, 1, `${reason}: no second request`);
+    const log = await events(h, r.body.id);
+    assert.equal(log.filter((e) => e.type === 'tool.started').length, 0, `${reason}: the tool never ran`);
+    const msgs = await history(h, r.body.id);
+    assert.equal(msgs.length, 3);
+    const result = msgs[2].content[0];
+    assert.equal(result.type, 'tool_result');
+    assert.equal(result.tool_use_id, 'toolu_stop1');
+    assert.equal(result.is_error, true);
+    const resultText = typeof result.content === 'string' ? result.content : result.content[0].text;
+    assert.match(resultText, /^Error: not run: /);
+    return r.body.id;
+  }
+
+  for (const reason of STOPPING) {
+    it(`${reason} with a tool call: the run stops, the call is answered "not run"; a message goes on`, async () => {
+      const id = await stoppedWith(reason);
+      h.fake.enqueue(text('Fine.'));
+      const m = await h.api.post(`/v1/sessions/${id}/messages`, { text: 'Go on.' });
+      assert.equal(m.status, 202, JSON.stringify(m.body));
+      const s = await h.api.waitFor(id, (x) => x.status !== 'running' && x.iteration === 2);
+      assert.equal(s.status, 'idle', JSON.stringify(s.error));
+      assert.equal(h.fake.requests[1]!.status, 200, 'the API took the history');
+    });
+
+    it(`${reason} with a tool call: continue is refused, retry sends the turn again`, async () => {
+      const id = await stoppedWith(reason);
+      const c = await h.api.post(`/v1/sessions/${id}/continue`);
+      assert.equal(c.status, 409);
+      assert.equal(c.body.error.code, 'nothing_to_continue');
+      h.fake.enqueue(text('3.'));
+      const r = await h.api.post(`/v1/sessions/${id}/retry`);
+      assert.equal(r.status, 202, JSON.stringify(r.body));
+      const s = await h.api.waitFor(id, (x) => x.status !== 'running' && h.fake.requests.length === 2);
+      assert.equal(s.status, 'idle', JSON.stringify(s.error));
+      assert.equal(h.fake.requests[1]!.status, 200);
+      assert.equal(
+        h.fake.requests[1]!.messages.length,
+        1,
+        'the turn again: the reply and its answer dropped',
+      );
+      assert.equal((await history(h, id)).length, 2);
+    });
+  }
+
+  /** A session stopped by `max_iterations: 1` after a `pause_turn` whose server tool call has no result yet. */
+  async function pausedAtMaxIterations(): Promise<string> {
+    h.fake.enqueue(
+      reply(
+        [
+          textBlock('Searching.'),
+          { type: 'server_tool_use', id: 'srvtoolu_p1', name: 'web_search', input: { query: 'x' } },
+        ],
+        {
+          stop_reason: 'pause_turn',
+        },
+      ),
+    );
+    const r = await h.api.post('/v1/sessions', {
+      input: 'Search x',
+      tools: [{ type: 'web_search_20250305', name: 'web_search' }],
+      max_iterations: 1,
+    });
+    assert.equal(r.status, 201, JSON.stringify(r.body));
+    const s = await h.api.waitStatus(r.body.id, ['idle', 'failed']);
+    assert.equal(s.status, 'idle', JSON.stringify(s.error));
+    assert.equal(s.stop_reason, 'max_iterations');
+    return r.body.id;
+  }
+  const searchResult = {
+    type: 'web_search_tool_result' as const,
+    tool_use_id: 'srvtoolu_p1',
+    content: [
+      { type: 'web_search_result' as const, url: 'https://example.com', title: 'x', encrypted_content: 'e' },
+    ],
+  };
+
+  it('max_iterations mid pause_turn, then a message: the paused turn is resumed first, then the message', async () => {
+    const id = await pausedAtMaxIterations();
+    h.fake.enqueue(reply([searchResult, textBlock('Found x.')]), text('Sure.'));
+    const m = await h.api.post(`/v1/sessions/${id}/messages`, { text: 'And y?' });
+    assert.equal(m.status, 202, JSON.stringify(m.body));
+    // The run's one iteration resumes the paused turn; the message joins the history after it.
+    let s = await h.api.waitFor(id, (x) => x.status !== 'running' && h.fake.requests.length === 2);
+    assert.equal(s.status, 'idle', JSON.stringify(s.error));
+    assert.equal(s.stop_reason, 'max_iterations');
+    assert.equal(h.fake.requests[1]!.body.messages.length, 2, 'the continuation: no new user turn yet');
+    assert.deepEqual(
+      (await history(h, id)).map((x) => x.role),
+      ['user', 'assistant', 'assistant', 'user'],
+    );
+    const c = await h.api.post(`/v1/sessions/${id}/continue`);
+    assert.equal(c.status, 202, JSON.stringify(c.body));
+    s = await h.api.waitFor(id, (x) => x.status !== 'running' && h.fake.requests.length === 3);
+    assert.equal(s.status, 'idle', JSON.stringify(s.error));
+    for (const r of h.fake.requests) assert.equal(r.status, 200, JSON.stringify(r.messages));
+    assert.equal((await history(h, id)).at(-1).role, 'assistant');
+  });
+
+  it('max_iterations mid pause_turn: continue resumes it; retry sends it again', async () => {
+    const id = await pausedAtMaxIterations();
+    h.fake.enqueue(reply([searchResult, textBlock('Found x.')]));
+    const c = await h.api.post(`/v1/sessions/${id}/continue`);
+    assert.equal(c.status, 202, JSON.stringify(c.body));
+    let s = await h.api.waitFor(id, (x) => x.status !== 'running' && h.fake.requests.length === 2);
+    assert.equal(s.status, 'idle', JSON.stringify(s.error));
+    assert.equal(s.stop_reason, 'end_turn');
+    assert.equal(h.fake.requests[1]!.status, 200);
+
+    const id2 = await pausedAtMaxIterations();
+    h.fake.enqueue(reply([textBlock('Again.')]));
+    const r = await h.api.post(`/v1/sessions/${id2}/retry`);
+    assert.equal(r.status, 202, JSON.stringify(r.body));
+    s = await h.api.waitFor(id2, (x) => x.status !== 'running' && h.fake.requests.length === 4);
+    assert.equal(s.status, 'idle', JSON.stringify(s.error));
+    assert.equal(h.fake.requests[3]!.status, 200);
+    assert.equal(h.fake.requests[3]!.messages.length, 1);
+  });
+
+  it('the fake refuses a user turn after an unanswered server_tool_use', async () => {
+    const { validateConversation } = await import('../src/fake/server.js');
+    const paused = {
+      role: 'assistant',
+      content: [{ type: 'server_tool_use', id: 'srvtoolu_1', name: 'web_search', input: {} }],
+    };
+    assert.doesNotThrow(() => validateConversation([{ role: 'user', content: 'x' }, paused]));
+    assert.throws(
+      () => validateConversation([{ role: 'user', content: 'x' }, paused, { role: 'user', content: 'y' }]),
+      /without a result block/,
+    );
+  });
+});
