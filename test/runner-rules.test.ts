@@ -173,3 +173,80 @@ describe('stop reasons, as the SDK runner', () => {
     );
   });
 });
+
+describe('at most 4 cache breakpoints, thread history included', () => {
+  let h: Harness;
+  before(async () => {
+    h = await startHarness();
+  });
+  after(async () => h?.close());
+  beforeEach(() => h.fake.reset());
+
+  it('the fake counts breakpoints over the whole threaded conversation and refuses a fifth', async () => {
+    const { cacheMarks } = await import('../src/fake/cache-marks.js');
+    const marked = { type: 'text', text: 'x', cache_control: { type: 'ephemeral' } };
+    assert.equal(cacheMarks([{ role: 'user', content: [marked, marked] }]), 2);
+    assert.equal(
+      cacheMarks([{ role: 'user', content: [{ type: 'tool_result', tool_use_id: 't', content: [marked] }] }]),
+      1,
+    );
+    const post = (body: unknown) =>
+      fetch(`${h.fake.url}/v1/messages`, {
+        method: 'POST',
+        headers: {
+          'content-type': 'application/json',
+          'x-api-key': 'test-key',
+          'anthropic-beta': 'message-threads-2026-08-12',
+        },
+        body: JSON.stringify(body),
+      });
+    h.fake.enqueue(text('One.'), text('Two.'));
+    const userTurn = (t: string, n: number) => ({
+      role: 'user',
+      content: Array.from({ length: n }, () => ({ ...marked, text: t })),
+    });
+    const first = await post({
+      model: 'm',
+      max_tokens: 10,
+      system: [{ ...marked, text: 'sys' }],
+      messages: [userTurn('a', 2)],
+      thread: { type: 'create' },
+    });
+    assert.equal(first.status, 200);
+    const id = ((await first.json()) as { id: string }).id;
+    const second = await post({
+      model: 'm',
+      max_tokens: 10,
+      messages: [userTurn('b', 2)],
+      thread: { type: 'continue', previous_message_id: id },
+    });
+    assert.equal(second.status, 400);
+    const err = (await second.json()) as { error: { message: string } };
+    assert.equal(err.error.message, 'A maximum of 4 blocks with cache_control may be provided. Found 5.');
+  });
+
+  it('a 7-step tool loop with cache_tool_results: no request holds more than 4 breakpoints', async () => {
+    const { cacheMarks } = await import('../src/fake/cache-marks.js');
+    for (let i = 1; i <= 7; i++) h.fake.enqueue(reply([toolUse('calculate_sum', { a: i, b: i })]));
+    h.fake.enqueue(text('Done.'));
+    const r = await h.api.post('/v1/sessions', {
+      input: 'Add things',
+      tools: ['calculate_sum'],
+      cache_tool_results: true,
+    });
+    assert.equal(r.status, 201, JSON.stringify(r.body));
+    const s = await h.api.waitStatus(r.body.id, ['idle', 'failed']);
+    assert.equal(s.status, 'idle', JSON.stringify(s.error));
+    assert.equal(s.iteration, 8);
+    const reqs = h.fake.requests;
+    assert.equal(reqs.length, 8);
+    for (const q of reqs) {
+      assert.equal(q.status, 200);
+      assert.ok(cacheMarks(q.messages) + cacheMarks(q.system) + cacheMarks(q.tools) <= 4);
+    }
+    // The markers still move: the last request's newest results turn carries one.
+    const last = reqs.at(-1)!.messages.at(-1)!;
+    assert.equal(cacheMarks(last), 1);
+    assert.ok(reqs.filter((q) => q.body.thread?.type === 'continue').length >= 4, 'threads still go on');
+  });
+});

@@ -17,6 +17,7 @@ import { pendingFields, resultsTurn, setResult, type PendingStep } from '../stor
 import { usageIncr, type IterationRecord, type SessionState } from '../store/session-state.js';
 import type { ApplyOps } from '../store/apply-ops.js';
 import { budgetExhausted, totalTokens } from './budget.js';
+import { cacheMarks, capCacheMarks } from './cache-breakpoints.js';
 import { commit, idleOps } from './commit.js';
 import { RunCompaction, isUnfinished, usageOf } from './compaction.js';
 import { interruptedResult, pendingCalls, callIdempotent } from './policy.js';
@@ -84,6 +85,9 @@ export async function runTurns(
   let iteration = state.iteration;
   /** The session's total tokens (policy `budget`): as stored at the start, plus each reply of this runner. */
   let spent = totalTokens(state.usage);
+  // At most 4 cache breakpoints in what the model sees, the thread's stored history included (cache-breakpoints.ts).
+  const capMarks = () => capCacheMarks(history, cacheMarks(params.system) + cacheMarks(tools));
+  capMarks();
   const runner = deps.client.beta.messages.toolRunner(
     runnerParams({
       params: withToolChanges(params),
@@ -128,7 +132,8 @@ export async function runTurns(
     // A thread keeps the `system` it was created with (the SDK throws on a change): a new `system` ends this runner,
     // and the next one starts a new thread with it.
     if (JSON.stringify(params.system) !== threadSystem) return false;
-    const handTo = () =>
+    const handTo = () => {
+      capMarks();
       runner.setMessagesParams(
         runnerParams({
           params: withToolChanges(params),
@@ -139,6 +144,7 @@ export async function runTurns(
           eager: runsToolsEagerly(state),
         }),
       );
+    };
     // A PATCH of `tools`: told to the model ahead of the next turn; the runner gets the history without that message,
     // which it appends itself.
     const change = await pendingToolChange(deps, state, durations, false);
