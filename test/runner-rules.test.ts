@@ -127,7 +127,7 @@ describe('stop reasons, as the SDK runner', () => {
     let s = await h.api.waitFor(id, (x) => x.status !== 'running' && h.fake.requests.length === 2);
     assert.equal(s.status, 'idle', JSON.stringify(s.error));
     assert.equal(s.stop_reason, 'max_iterations');
-    assert.equal(h.fake.requests[1]!.body.messages.length, 2, 'the continuation: no new user turn yet');
+    assert.equal(h.fake.requests[1]!.messages.length, 2, 'the continuation: no new user turn yet');
     assert.deepEqual(
       (await history(h, id)).map((x) => x.role),
       ['user', 'assistant', 'assistant', 'user'],
@@ -248,5 +248,85 @@ describe('at most 4 cache breakpoints, thread history included', () => {
     const last = reqs.at(-1)!.messages.at(-1)!;
     assert.equal(cacheMarks(last), 1);
     assert.ok(reqs.filter((q) => q.body.thread?.type === 'continue').length >= 4, 'threads still go on');
+  });
+});
+
+describe('state carried across turns and runs: container, message thread', () => {
+  let h: Harness;
+  before(async () => {
+    h = await startHarness();
+  });
+  after(async () => h?.close());
+  beforeEach(() => h.fake.reset());
+
+  it('the container of a reply is sent with every later request, in this run and the next', async () => {
+    h.fake.enqueue(
+      reply([toolUse('calculate_sum', { a: 1, b: 2 })], { container: { id: 'container_123' } }),
+      text('3.'),
+      text('Still here.'),
+    );
+    const r = await h.api.post('/v1/sessions', { input: 'Add 1 and 2', tools: ['calculate_sum'] });
+    assert.equal(r.status, 201, JSON.stringify(r.body));
+    await h.api.waitFor(r.body.id, (x) => x.status === 'idle' && x.iteration === 2);
+    const m = await h.api.post(`/v1/sessions/${r.body.id}/messages`, { text: 'Again?' });
+    assert.equal(m.status, 202);
+    await h.api.waitFor(r.body.id, (x) => x.status === 'idle' && x.iteration === 3);
+    const reqs = h.fake.requests;
+    assert.equal(reqs.length, 3);
+    assert.equal(reqs[0]!.body.container, undefined);
+    assert.equal(reqs[1]!.body.container, 'container_123', 'the next turn');
+    assert.equal(reqs[2]!.body.container, 'container_123', 'the next run');
+  });
+
+  it('a chat: each run continues the session thread with the new message only (O(n) bytes)', async () => {
+    const n = 10;
+    for (let i = 0; i < n; i++) h.fake.enqueue(text(`Answer ${i}.`));
+    const r = await h.api.post('/v1/sessions', { input: 'Message 0' });
+    assert.equal(r.status, 201, JSON.stringify(r.body));
+    const id = r.body.id;
+    await h.api.waitFor(id, (x) => x.status === 'idle' && x.iteration === 1);
+    for (let i = 1; i < n; i++) {
+      const m = await h.api.post(`/v1/sessions/${id}/messages`, { text: `Message ${i}` });
+      assert.equal(m.status, 202, JSON.stringify(m.body));
+      await h.api.waitFor(id, (x) => x.status === 'idle' && x.iteration === i + 1);
+    }
+    const reqs = h.fake.requests;
+    assert.equal(reqs.length, n);
+    assert.deepEqual(reqs[0]!.body.thread, { type: 'create' });
+    for (let i = 1; i < n; i++) {
+      const q = reqs[i]!;
+      assert.equal(q.status, 200);
+      assert.deepEqual(q.body.thread, { type: 'continue', previous_message_id: reqs[i - 1]!.replyId });
+      assert.equal(q.body.messages.length, 1, `run ${i}: the new message only`);
+      assert.equal(q.messages.length, 2 * i + 1, 'the model saw the whole conversation');
+    }
+    const [second, lastOne] = [reqs[1]!.bytes ?? 0, reqs[n - 1]!.bytes ?? 0];
+    assert.ok(second > 0 && lastOne <= 1.5 * second, `${lastOne} vs ${second} bytes`);
+    // A rewritten history (retry) starts a new thread.
+    h.fake.enqueue(text('Again.'));
+    const rt = await h.api.post(`/v1/sessions/${id}/retry`);
+    assert.equal(rt.status, 202);
+    await h.api.waitFor(id, (x) => x.status === 'idle' && h.fake.requests.length === n + 1);
+    const again = h.fake.requests[n]!;
+    assert.deepEqual(again.body.thread, { type: 'create' });
+    assert.equal(again.body.messages.length, 2 * n - 1);
+  });
+
+  it('a lost thread across runs: the SDK replays the whole history', async () => {
+    h.fake.enqueue(text('One.'), text('Two.'));
+    const r = await h.api.post('/v1/sessions', { input: 'Hi' });
+    assert.equal(r.status, 201);
+    await h.api.waitFor(r.body.id, (x) => x.status === 'idle' && x.iteration === 1);
+    h.fake.forgetThreads();
+    const m = await h.api.post(`/v1/sessions/${r.body.id}/messages`, { text: 'Again' });
+    assert.equal(m.status, 202);
+    const s = await h.api.waitFor(r.body.id, (x) => x.status !== 'running' && x.iteration === 2);
+    assert.equal(s.status, 'idle', JSON.stringify(s.error));
+    const reqs = h.fake.requests;
+    assert.equal(reqs.length, 3);
+    assert.equal(reqs[1]!.body.thread?.type, 'continue');
+    assert.equal(reqs[1]!.status, 404);
+    assert.equal(reqs[2]!.body.thread?.type, 'create');
+    assert.equal(reqs[2]!.body.messages.length, 3);
   });
 });

@@ -24,6 +24,7 @@ import { interruptedResult, pendingCalls, callIdempotent } from './policy.js';
 import type { EngineLogger, RunDeps, RunHandle } from './run-handle.js';
 import { holdUnsafeCalls, runsToolsEagerly } from './eager.js';
 import { runnerParams } from './runner-params.js';
+import { anchorOf, startRunner } from './thread-anchor.js';
 import { StreamRelay } from './stream-relay.js';
 import { afterTools, serverRunnables, sessionTools } from './tool-step.js';
 import {
@@ -88,7 +89,11 @@ export async function runTurns(
   // At most 4 cache breakpoints in what the model sees, the thread's stored history included (cache-breakpoints.ts).
   const capMarks = () => capCacheMarks(history, cacheMarks(params.system) + cacheMarks(tools));
   capMarks();
-  const runner = deps.client.beta.messages.toolRunner(
+  /** The code-execution container the session's requests go on in (the SDK's runner adopts it from each reply). */
+  let container = state.container;
+  // Over the session's message thread when it still holds the history (thread-anchor.ts).
+  const runner = startRunner(
+    deps.client,
     runnerParams({
       params: withToolChanges(params),
       messages: history,
@@ -96,9 +101,11 @@ export async function runTurns(
       maxIterations: budget,
       stream: state.stream,
       eager: runsToolsEagerly(state),
+      container,
     }),
     // The SDK's own request option: its spans of this runner name the session as their conversation.
     { signal: run.controller.signal, openTelemetry: { conversationId: run.id } },
+    state.thread,
   );
   // Compactions asked for (route, policy) run before the next turn: see compaction.ts.
   const compaction = new RunCompaction(deps, run, state, runner);
@@ -142,6 +149,7 @@ export async function runTurns(
           maxIterations: runnerTurns + Math.max(1, budgetLeft(state, iteration)),
           stream: state.stream,
           eager: runsToolsEagerly(state),
+          container,
         }),
       );
     };
@@ -194,6 +202,13 @@ export async function runTurns(
     spent += totalTokens(usageOf(message));
     const reply: StoredMessage = { role: 'assistant', content: message.content };
     const calls = toolCallsOf(reply);
+    // Persisted with the reply: the container it ran in, the thread it ends (thread-anchor.ts).
+    if (message.container?.id) container = message.container.id;
+    const anchor = anchorOf(message, [...history, reply], params.system, tools);
+    const carried: Record<string, string> = {
+      thread: anchor ? JSON.stringify(anchor) : '',
+      ...(container !== state.container ? { container: container ?? '' } : {}),
+    };
     const record: IterationRecord = {
       iteration,
       reply_index: state.msgBase + history.length,
@@ -231,7 +246,8 @@ export async function runTurns(
         'reply cut at max_tokens; sending the turn again with a bigger budget',
       );
       const res = await commit(deps, run, {
-        hset: { params: JSON.stringify(params) },
+        // The dropped reply ended the thread, which the next turn does not continue.
+        hset: { params: JSON.stringify(params), thread: '' },
         hincr: { params_rev: 1, ...usageIncr(message.usage) },
         events: [
           ...buffered,
@@ -265,6 +281,7 @@ export async function runTurns(
       const res = await commit(deps, run, {
         push_msgs: [JSON.stringify(reply)],
         push_iters: [JSON.stringify(record)],
+        hset: carried,
         hincr: { iteration: 1, ...usageIncr(message.usage) },
         events: [
           ...buffered,
@@ -309,6 +326,7 @@ export async function runTurns(
     const replyEvents: Array<[string, string]> = [...buffered, completedEvent, ...started];
     const replyOps: ApplyOps = {
       push_msgs: [JSON.stringify(reply)],
+      hset: carried,
       hincr: { iteration: 1, ...usageIncr(message.usage) },
       events: replyEvents,
     };
@@ -326,7 +344,7 @@ export async function runTurns(
       await commit(deps, run, {
         ...replyOps,
         push_iters: [JSON.stringify(record)],
-        hset: pendingFields(step),
+        hset: { ...carried, ...pendingFields(step) },
       });
     }
     history.push(reply);

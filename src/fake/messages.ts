@@ -180,7 +180,7 @@ export async function handleMessages(
     return sendJson(res, reply.status, errorBody(reply.errorType, message, reply.details), headers);
   }
 
-  const message = buildMessage(reply, body.model, inputChars);
+  const message = buildMessage(reply, body.model, inputChars, body.container);
   const store = () => {
     fr.replyId = message.id;
     if (thread) {

@@ -101,6 +101,8 @@ export interface FakeMessageReply {
   usage?: Partial<FakeUsage> | undefined;
   /** Default: echoes `body.model`. */
   model?: string | undefined;
+  /** The code-execution container the reply ran in; default: the request's `container`, if it names one. */
+  container?: { id: string } | undefined;
   /** Wait this long before sending the response headers. */
   delayMs?: number | undefined;
   /** Delay before each SSE event; overrides the server's pacing. */
@@ -180,4 +182,5 @@ export interface WireMessage {
   stop_reason: string;
   stop_sequence: null;
   usage: FakeUsage;
+  container: { id: string; expires_at: string; skills: null } | null;
 }

@@ -106,6 +106,8 @@ export async function createSession(
     msgCount: messages.length,
     control: '',
     paramsRev: 0,
+    thread: null,
+    container: null,
   };
   await insert(deps, state, messages, []);
   if (start) await startRun(deps, state.id);
@@ -153,6 +155,8 @@ export async function forkSession(
     msgBase: base,
     compactRequest: null,
     control: '',
+    // A fork's history is its own: its first run starts a new thread.
+    thread: null,
   };
   await insert(deps, forked, history, kept, { forked_from: id });
   return forked;

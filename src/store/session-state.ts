@@ -84,6 +84,22 @@ export interface SessionState {
   control: (typeof CONTROLS)[number];
   /** Bumped by PATCH/retry: the runner takes the new params at the next turn boundary. */
   paramsRev: number;
+  /** The message thread the next run continues (src/engine/thread-anchor.ts); null: it creates a new one. */
+  thread: ThreadAnchor | null;
+  /** The code-execution container of the last reply that named one: sent with every later request. */
+  container: string | null;
+}
+
+/** A message thread the API holds: its last reply, and what it holds (checked before a new run continues it). */
+export interface ThreadAnchor {
+  /** The id of the reply the thread ends with (`previous_message_id`). */
+  id: string;
+  /** The reply's stop reason (a paused reply is continued with no new message). */
+  stop: string;
+  /** How many messages of the history the thread holds (through that reply). */
+  len: number;
+  /** A digest of those messages and the thread's `system` and `tools`. */
+  digest: string;
 }
 
 const ON_TOOL_ERROR = ['continue', 'pause', 'fail'] as const;
@@ -150,6 +166,8 @@ export function encodeFields(s: Partial<SessionState>): Record<string, string> {
   str('created_at', s.createdAt);
   if ('control' in s) out['control'] = s.control ?? '';
   str('params_rev', s.paramsRev);
+  if ('thread' in s) out['thread'] = s.thread ? JSON.stringify(s.thread) : '';
+  if ('container' in s) out['container'] = s.container ?? '';
   return out;
 }
 
@@ -209,6 +227,8 @@ export function decodeFields(h: Record<string, string>): SessionState {
     msgCount: Number(h['msg_count'] ?? 0),
     control: isControl(h['control']) ? h['control'] : '',
     paramsRev: Number(h['params_rev'] ?? 0),
+    thread: json(h['thread'], null),
+    container: h['container'] || null,
   };
 }
 
