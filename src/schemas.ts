@@ -111,12 +111,34 @@ const thinkingBlock = z.strictObject({
 });
 const redactedThinkingBlock = z.strictObject({ type: z.literal('redacted_thinking'), data: z.string() });
 
+/** A file uploaded into the code-execution container. */
+const containerUploadBlock = z.strictObject({
+  type: z.literal('container_upload'),
+  file_id: z.string().min(1),
+  ...withCache,
+});
+/** A compaction's summary (`null`: a compaction that produced none), sent back as it was returned. */
+const compactionBlock = z.strictObject({
+  type: z.literal('compaction'),
+  content: z.string().nullable(),
+  encrypted_content: z.string().nullish(),
+  signature: z.string().nullish(),
+  ...withCache,
+});
+/** A tool change told to the model (`tool_addition` / `tool_removal`, beta `inline-tools-2026-09-15`). */
+const toolChangeBlock = z.strictObject({
+  type: z.enum(['tool_addition', 'tool_removal']),
+  tool: z.looseObject({ type: z.enum(['tool_definition', 'tool_reference']) }),
+  ...withCache,
+});
+
 const userBlock = z.discriminatedUnion('type', [
   textBlock,
   imageBlock,
   documentBlock,
   searchResultBlock,
   toolResultBlock,
+  containerUploadBlock,
 ]);
 const assistantBlock = z.discriminatedUnion('type', [
   textBlock,
@@ -125,6 +147,7 @@ const assistantBlock = z.discriminatedUnion('type', [
   redactedThinkingBlock,
   serverBlock,
   serverToolResultBlock,
+  compactionBlock,
 ]);
 
 export const userMessage = z.strictObject({
@@ -135,7 +158,12 @@ export const assistantMessage = z.strictObject({
   role: z.literal('assistant'),
   content: z.union([z.string().min(1), z.array(assistantBlock).min(1)]),
 });
-export const messageParam = z.discriminatedUnion('role', [userMessage, assistantMessage]);
+/** A tool change the runner sent (src/engine/tools-change.ts): `GET …/messages` answers it, create takes it back. */
+const systemMessage = z.strictObject({
+  role: z.literal('system'),
+  content: z.array(toolChangeBlock).min(1),
+});
+export const messageParam = z.discriminatedUnion('role', [userMessage, assistantMessage, systemMessage]);
 export type MessageParam = z.infer<typeof messageParam>;
 
 /** Content a client adds as a user turn (follow-ups): no tool results, those go through the tool-result routes. */

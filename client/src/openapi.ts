@@ -1884,6 +1884,17 @@ export interface operations {
                             ttl?: '5m' | '1h';
                           } | null;
                         }
+                      | {
+                          /** @enum {string} */
+                          type: 'container_upload';
+                          file_id: string;
+                          cache_control?: {
+                            /** @enum {string} */
+                            type: 'ephemeral';
+                            /** @enum {string} */
+                            ttl?: '5m' | '1h';
+                          } | null;
+                        }
                     )[];
               }
             | {
@@ -1974,7 +1985,40 @@ export interface operations {
                         } & {
                           [key: string]: unknown;
                         })
+                      | {
+                          /** @enum {string} */
+                          type: 'compaction';
+                          content: string | null;
+                          encrypted_content?: string | null;
+                          signature?: string | null;
+                          cache_control?: {
+                            /** @enum {string} */
+                            type: 'ephemeral';
+                            /** @enum {string} */
+                            ttl?: '5m' | '1h';
+                          } | null;
+                        }
                     )[];
+              }
+            | {
+                /** @enum {string} */
+                role: 'system';
+                content: {
+                  /** @enum {string} */
+                  type: 'tool_addition' | 'tool_removal';
+                  tool: {
+                    /** @enum {string} */
+                    type: 'tool_definition' | 'tool_reference';
+                  } & {
+                    [key: string]: unknown;
+                  };
+                  cache_control?: {
+                    /** @enum {string} */
+                    type: 'ephemeral';
+                    /** @enum {string} */
+                    ttl?: '5m' | '1h';
+                  } | null;
+                }[];
               }
           )[];
           input?: string;

@@ -76,9 +76,11 @@ export async function runTurns(
   const tools: BetaToolRunnerParams['tools'] = state.toolsBase
     ? await baseTools(deps, state, durations)
     : [...serverRunnables(deps, runnable, durations), ...clientToolDefs(state)];
+  /** A history given at create may hold tool changes (`system` messages) of another session's runs. */
+  const toolChangesIn = history.some((m) => m.role === 'system');
   /** Once tool changes are in the history (or about to be), their beta goes with every request. */
   const withToolChanges = (p: SessionParams): SessionParams =>
-    state.toolsSent === null || p.betas?.includes(INLINE_TOOLS_BETA)
+    (state.toolsSent === null && !toolChangesIn) || p.betas?.includes(INLINE_TOOLS_BETA)
       ? p
       : { ...p, betas: [...(p.betas ?? []), INLINE_TOOLS_BETA] };
   let params = state.params;
