@@ -372,6 +372,8 @@ export const decisionBody = z.strictObject({
   reason: z.string().max(10_000).optional(),
 });
 export const retryBody = z.strictObject({ params: paramsPatch.optional() }).nullish();
+/** `PUT /v1/sessions/:id/messages`: the whole new history (the runner's `setMessagesParams`). */
+export const replaceMessagesBody = z.strictObject({ messages: z.array(messageParam).min(1).max(10_000) });
 export const forkBody = z.strictObject({
   at_iteration: z.number().int().min(0),
   metadata: metadata.optional(),

@@ -2,7 +2,7 @@ import { after, before, beforeEach, describe, it } from 'node:test';
 import assert from 'node:assert/strict';
 import fc from 'fast-check';
 import { startHarness, type Harness } from './helpers/service.js';
-import { text } from '../src/fake/script.js';
+import { hang, text } from '../src/fake/script.js';
 import { signSummary } from '../src/fake/compaction-block.js';
 
 /**
@@ -159,5 +159,69 @@ describe('history round trip', () => {
       }),
       { numRuns: 15 },
     );
+  });
+});
+
+describe('PUT /v1/sessions/:id/messages', () => {
+  let h: Harness;
+  before(async () => {
+    h = await startHarness();
+  });
+  after(async () => h?.close());
+  beforeEach(() => h.fake.reset());
+  const put = (id: string, body: unknown, headers?: Record<string, string>) =>
+    h.api.req('PUT', `/v1/sessions/${id}/messages`, body, headers);
+
+  it('replaces the whole history of an idle session; the next run starts a new thread with it', async () => {
+    h.fake.enqueue(text('One.'), text('Two.'));
+    const r = await h.api.post('/v1/sessions', { input: 'Hi' });
+    const s = await h.api.waitFor(r.body.id, (x) => x.status === 'idle' && x.iteration === 1);
+    const messages = [
+      { role: 'user', content: [{ type: 'text', text: 'Another start' }] },
+      { role: 'assistant', content: [{ type: 'text', text: 'Another answer.' }] },
+      { role: 'user', content: [{ type: 'text', text: 'Then?' }] },
+    ];
+    const stale = await put(r.body.id, { messages }, { 'if-match': `"${s.revision - 1}"` });
+    assert.equal(stale.status, 412, JSON.stringify(stale.body));
+    const p = await put(r.body.id, { messages }, { 'if-match': `"${s.revision}"` });
+    assert.equal(p.status, 200, JSON.stringify(p.body));
+    assert.equal(p.body.message_count, 3);
+    assert.deepEqual((await h.api.get(`/v1/sessions/${r.body.id}/messages`)).body.data, messages);
+    const log = (await h.api.get(`/v1/sessions/${r.body.id}/events?limit=1000`)).body.data;
+    assert.deepEqual(log.find((e: any) => e.type === 'messages.replaced')?.data, { message_count: 3 });
+    const retry = await h.api.post(`/v1/sessions/${r.body.id}/retry`);
+    assert.equal(retry.status, 409);
+    assert.equal(retry.body.error.code, 'nothing_to_retry');
+    const m = await h.api.post(`/v1/sessions/${r.body.id}/messages`, { text: 'Go.' });
+    assert.equal(m.status, 202);
+    await h.api.waitFor(r.body.id, (x) => x.status === 'idle' && x.iteration === 2);
+    const next = h.fake.requests[1]!;
+    assert.deepEqual(next.body.thread, { type: 'create' });
+    assert.deepEqual(next.messages.slice(0, 2), messages.slice(0, 2));
+    // Shorter than before too: a history of one message.
+    const one = await put(r.body.id, { messages: [messages[0]] });
+    assert.equal(one.status, 200, JSON.stringify(one.body));
+    assert.equal((await h.api.get(`/v1/sessions/${r.body.id}/messages`)).body.data.length, 1);
+  });
+
+  it('refuses a running session (409), a broken history (400) and an unknown session (404)', async () => {
+    h.fake.enqueue(hang());
+    const r = await h.api.post('/v1/sessions', { input: 'Hi' });
+    await h.api.waitFor(r.body.id, () => h.fake.requests.length === 1);
+    const messages = [{ role: 'user', content: 'x' }];
+    const busy = await put(r.body.id, { messages });
+    assert.equal(busy.status, 409);
+    assert.equal(busy.body.error.code, 'session_not_replaceable');
+    await h.api.post(`/v1/sessions/${r.body.id}/cancel`);
+    await h.api.waitStatus(r.body.id, 'idle');
+    const broken = await put(r.body.id, {
+      messages: [{ role: 'user', content: [{ type: 'tool_result', tool_use_id: 'x' }] }],
+    });
+    assert.equal(broken.status, 400);
+    assert.equal(broken.body.error.code, 'invalid_history');
+    const empty = await put(r.body.id, { messages: [] });
+    assert.equal(empty.status, 400);
+    const none = await put('ses_doesnotexist0000', { messages });
+    assert.equal(none.status, 404);
   });
 });

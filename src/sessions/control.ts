@@ -74,6 +74,13 @@ export function retryTurn(
       s.iteration > 0 ? await deps.store.iterationRecords(id, s.iteration - 1, s.iteration - 1) : [];
     const rec = records[0];
     if (!rec) throw conflict('nothing_to_retry', 'The session has no reply to retry.');
+    // A replaced history holds no reply of the records before it.
+    if (rec.iteration <= s.replacedAt) {
+      throw conflict(
+        'nothing_to_retry',
+        'The history was replaced since the last reply; there is no reply to retry.',
+      );
+    }
     // A compaction is no reply; a reply before the last compaction is no longer in the history.
     if (rec.kind === 'compaction' || rec.reply_index < s.msgBase) {
       throw conflict('nothing_to_retry', 'The last iteration is a compaction, not a reply to send again.');

@@ -108,6 +108,7 @@ export async function createSession(
     paramsRev: 0,
     thread: null,
     container: null,
+    replacedAt: -1,
   };
   await insert(deps, state, messages, []);
   if (start) await startRun(deps, state.id);

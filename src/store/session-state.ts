@@ -88,6 +88,8 @@ export interface SessionState {
   thread: ThreadAnchor | null;
   /** The code-execution container of the last reply that named one: sent with every later request. */
   container: string | null;
+  /** `iteration` when the history was last replaced (`PUT …/messages`): no earlier reply is retried. -1: never. */
+  replacedAt: number;
 }
 
 /** A message thread the API holds: its last reply, and what it holds (checked before a new run continues it). */
@@ -168,6 +170,7 @@ export function encodeFields(s: Partial<SessionState>): Record<string, string> {
   str('params_rev', s.paramsRev);
   if ('thread' in s) out['thread'] = s.thread ? JSON.stringify(s.thread) : '';
   if ('container' in s) out['container'] = s.container ?? '';
+  str('replaced_at', s.replacedAt);
   return out;
 }
 
@@ -229,6 +232,7 @@ export function decodeFields(h: Record<string, string>): SessionState {
     paramsRev: Number(h['params_rev'] ?? 0),
     thread: json(h['thread'], null),
     container: h['container'] || null,
+    replacedAt: Number(h['replaced_at'] ?? -1),
   };
 }
 
