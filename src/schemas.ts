@@ -284,6 +284,7 @@ export const policies = {
   cache_tool_results: z.boolean(),
   stream: z.boolean(),
   run_tools_eagerly: z.boolean(),
+  pause_after_turn: z.boolean(),
 };
 
 export const metadata = z
@@ -309,6 +310,7 @@ export const createSessionBody = z
     stream: z.boolean().default(true),
     budget: budgetPolicy.default(null),
     run_tools_eagerly: z.boolean().default(false),
+    pause_after_turn: z.boolean().default(false),
     compaction: compactionPolicy.default(null),
     metadata: metadata.default({}),
     start: z.boolean().default(true),
@@ -331,6 +333,7 @@ export const patchSessionBody = z
     stream: z.boolean().optional(),
     budget: budgetPolicy.optional(),
     run_tools_eagerly: z.boolean().optional(),
+    pause_after_turn: z.boolean().optional(),
     compaction: compactionPolicy.optional(),
     // The whole new set, in create's entry forms; applied from the next turn (src/sessions/tools-patch.ts).
     tools: z.array(toolRef).max(128).optional(),

@@ -782,7 +782,7 @@ export interface components {
     /** @description What a client must do before the run goes on. */
     RequiredAction: {
       /** @enum {string} */
-      type: 'approve_tool_calls' | 'review_tool_results' | 'submit_tool_results';
+      type: 'approve_tool_calls' | 'review_tool_results' | 'submit_tool_results' | 'review_turn';
       tool_calls: {
         id: string;
         name: string;
@@ -793,6 +793,13 @@ export interface components {
         content: unknown;
         is_error: boolean;
       }[];
+      /** @description `review_turn`: the reply under review (policy `pause_after_turn`). */
+      message?: {
+        /** @constant */
+        role: 'assistant';
+        content: unknown;
+        stop_reason: string | null;
+      };
     };
     SessionError: {
       code: string;
@@ -855,6 +862,7 @@ export interface components {
         total_tokens: number;
       } | null;
       run_tools_eagerly: boolean;
+      pause_after_turn: boolean;
       /** @description Policy: compact before the next turn once a turn passes `at_input_tokens`. */
       compaction: {
         at_input_tokens: number;
@@ -2055,6 +2063,8 @@ export interface operations {
           } | null;
           /** @default false */
           run_tools_eagerly?: boolean;
+          /** @default false */
+          pause_after_turn?: boolean;
           /** @default null */
           compaction?: {
             at_input_tokens: number;
@@ -2362,6 +2372,7 @@ export interface operations {
             total_tokens: number;
           } | null;
           run_tools_eagerly?: boolean;
+          pause_after_turn?: boolean;
           compaction?: {
             at_input_tokens: number;
             instructions?: string;

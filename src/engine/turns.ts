@@ -25,6 +25,7 @@ import type { EngineLogger, RunDeps, RunHandle } from './run-handle.js';
 import { holdUnsafeCalls, runsToolsEagerly } from './eager.js';
 import { runnerParams } from './runner-params.js';
 import { anchorOf, startRunner } from './thread-anchor.js';
+import { pauseForReview, reviewsTurn } from './review-turn.js';
 import { StreamRelay } from './stream-relay.js';
 import { afterTools, serverRunnables, sessionTools } from './tool-step.js';
 import {
@@ -48,6 +49,7 @@ const LIVE_FIELDS = [
   'compaction',
   'compactRequest',
   'runToolsEagerly',
+  'pauseAfterTurn',
   'tools',
   'toolsSent',
 ] as const satisfies readonly (keyof SessionState)[];
@@ -267,6 +269,15 @@ export async function runTurns(
       continue;
     }
 
+    // Policy `pause_after_turn`: the reply waits for review before its calls run (review-turn.ts). A reply that stops
+    // with calls (cut at max_tokens, say) is not reviewed: the run stops there anyway, its calls answered "not run".
+    const stopsWithCalls = message.stop_reason !== 'tool_use' && calls.length > 0;
+    if (reviewsTurn(state, isUnfinished(message.stop_reason)) && !stopsWithCalls) {
+      const events = [...buffered, completedEvent];
+      await pauseForReview(deps, run, state, runnable, { message, reply, calls, record, events, carried });
+      run.obs.turnEnded();
+      return 'done';
+    }
     // As the SDK's runner: only `tool_use` (with calls) runs tools and goes on; `pause_turn` and `compaction` resume
     // the turn; every other reason (`end_turn`, `stop_sequence`, `max_tokens`, `refusal`,
     // `model_context_window_exceeded`, or one this code does not know) stops the run with its calls not run.

@@ -36,6 +36,7 @@ export function patchSession(
     // A budget below what is already spent is accepted: the run stops at its next turn boundary (see budget.ts).
     if (body.budget !== undefined) next.budget = body.budget;
     if (body.run_tools_eagerly !== undefined) next.runToolsEagerly = body.run_tools_eagerly;
+    if (body.pause_after_turn !== undefined) next.pauseAfterTurn = body.pause_after_turn;
     if (body.compaction !== undefined) next.compaction = body.compaction;
     checkCompactionParams(next.params ?? s.params, 'compaction' in next ? next.compaction : s.compaction);
     if (body.metadata !== undefined) next.metadata = body.metadata;

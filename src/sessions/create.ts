@@ -92,6 +92,7 @@ export async function createSession(
     stream: body.stream,
     budget: body.budget,
     runToolsEagerly: body.run_tools_eagerly,
+    pauseAfterTurn: body.pause_after_turn,
     compaction: body.compaction,
     compactRequest: null,
     msgBase: 0,

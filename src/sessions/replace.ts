@@ -27,11 +27,12 @@ export function replaceMessages(
     );
   }
   return mutate(deps, tenant, id, ifMatch, async (s) => {
-    if (s.status !== 'idle' && s.status !== 'failed') {
+    const reviewing = s.status === 'requires_action' && s.pending?.turn !== undefined;
+    if (s.status !== 'idle' && s.status !== 'failed' && !reviewing) {
       throw new AppError(
         409,
         'session_not_replaceable',
-        `The session is ${s.status}; its history can be replaced only while idle or failed.`,
+        `The session is ${s.status}; its history can be replaced only while idle, failed or reviewing a turn.`,
         { status: s.status },
       );
     }

@@ -61,6 +61,8 @@ export interface SessionState {
   budget: BudgetPolicy;
   /** Start calls that are safe to run twice while the reply streams (see src/engine/eager.ts). */
   runToolsEagerly: boolean;
+  /** Policy `pause_after_turn`: each reply waits for review (`review_turn`) before its tools run. */
+  pauseAfterTurn: boolean;
   /** Policy `compaction`: compact before the next turn once a turn's input passes `at_input_tokens`; null: never. */
   compaction: CompactionPolicy;
   /** A compaction asked for (route, or policy) and not done yet; see src/engine/compaction.ts. */
@@ -158,6 +160,7 @@ export function encodeFields(s: Partial<SessionState>): Record<string, string> {
   json('stream', s.stream);
   if ('budget' in s) out['budget'] = s.budget ? JSON.stringify(s.budget) : '';
   json('run_tools_eagerly', s.runToolsEagerly);
+  json('pause_after_turn', s.pauseAfterTurn);
   if ('compaction' in s) out['compaction'] = s.compaction ? JSON.stringify(s.compaction) : '';
   if ('compactRequest' in s) out['compact'] = s.compactRequest ? JSON.stringify(s.compactRequest) : '';
   // Nullable fields are stored as '' when null.
@@ -211,6 +214,7 @@ export function decodeFields(h: Record<string, string>): SessionState {
     stream: h['stream'] !== 'false',
     budget: json(h['budget'], null),
     runToolsEagerly: h['run_tools_eagerly'] === 'true',
+    pauseAfterTurn: h['pause_after_turn'] === 'true',
     compaction: json(h['compaction'], null),
     compactRequest: json(h['compact'], null),
     msgBase: Number(h['msg_base'] ?? 0),
