@@ -9,6 +9,7 @@ import {
   emptyBody,
   forkBody,
   patchSessionBody,
+  replaceMessagesBody,
   retryBody,
   sessionIdParam,
 } from '../src/schemas.js';
@@ -53,6 +54,30 @@ const routes: FastifyPluginAsyncZod = async (app) => {
     },
     async (req, reply) =>
       sendMutation(reply, await svc.retry(req.tenant, req.params.id, req.body ?? {}, parseIfMatch(req))),
+  );
+
+  app.put(
+    '/v1/sessions/:id/messages',
+    {
+      schema: {
+        operationId: 'replaceSessionMessages',
+        summary: "Replace the whole history (the runner's setMessagesParams)",
+        description:
+          'Only while `idle` or `failed` (409 `session_not_replaceable` otherwise). The history is checked as create ' +
+          'checks one (400 `invalid_history`); the session goes `idle`, its message thread is dropped. Event ' +
+          '`messages.replaced {message_count}`.',
+        tags,
+        params: sessionIdParam,
+        body: replaceMessagesBody,
+        headers: ifMatchHeader,
+        response: mutation(409),
+      },
+    },
+    async (req, reply) =>
+      sendMutation(
+        reply,
+        await svc.replaceMessages(req.tenant, req.params.id, req.body.messages, parseIfMatch(req)),
+      ),
   );
 
   app.post(

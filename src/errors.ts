@@ -39,6 +39,7 @@ export const ERROR_CODES = [
   'session_not_running',
   'session_not_failed',
   'nothing_to_retry',
+  'session_not_replaceable',
   'nothing_to_continue',
   'nothing_awaits_approval',
   'nothing_awaits_results',

@@ -53,24 +53,24 @@ export function pendingToolCalls(history: StoredMessage[]): ToolCall[] {
 }
 
 /**
- * Checks the Messages API's rules on a history: it starts with a user turn, roles alternate, every `tool_result`
- * answers a `tool_use` of the assistant turn right before it, every `tool_use` followed by a user turn is answered
- * there exactly once, tool_use ids are unique, and tool results come before other blocks of their turn.
- * A trailing assistant turn is allowed (prefill, or calls the service answers first). Server tool blocks
- * (`server_tool_use` and its result) are checked by `serverBlockProblems`.
+ * Checks the Messages API's rules on a history, over its turns: consecutive messages of one role are one turn (the API
+ * combines them: a paused reply and its continuation, a user message after tool results), and `system` messages (the
+ * tool changes the runner sent) sit between turns. The first turn is a user turn, unless the history starts with a
+ * compaction's summary; every `tool_result` answers a `tool_use` of the assistant turn right before it, every
+ * `tool_use` followed by a user turn is answered there exactly once, tool_use ids are unique, and tool results come
+ * before other blocks of their turn. A trailing assistant turn is allowed (prefill, or calls the service answers
+ * first). Server tool blocks (`server_tool_use` and its result) are checked by `serverBlockProblems`. So every
+ * history the service answers (`GET …/messages`) passes.
  */
 export function checkHistory(messages: readonly StoredMessage[]): HistoryProblem[] {
   const problems: HistoryProblem[] = [];
   const seen = new Set<string>();
-  messages.forEach((message, index) => {
-    if (index === 0 && message.role !== 'user')
+  const turns = turnsOf(messages);
+  turns.forEach((turn, t) => {
+    const { index, role, blocks } = turn;
+    if (t === 0 && role !== 'user' && blocks[0]?.type !== 'compaction')
       problems.push({ index, message: 'the first message must be a user turn' });
-    const prev = messages[index - 1];
-    if (prev && prev.role === message.role) {
-      problems.push({ index, message: `two ${message.role} turns in a row: roles must alternate` });
-    }
-    const blocks = blocksOf(message);
-    if (message.role === 'assistant') {
+    if (role === 'assistant') {
       for (const b of blocks) {
         if (b.type !== 'tool_use') continue;
         const id = String(b.id);
@@ -79,7 +79,12 @@ export function checkHistory(messages: readonly StoredMessage[]): HistoryProblem
       }
       return;
     }
-    const asked = new Set(toolCallsOf(prev).map((c) => c.id));
+    const prev = turns[t - 1];
+    const asked = new Set(
+      prev?.role === 'assistant'
+        ? prev.blocks.filter((b) => b.type === 'tool_use').map((b) => String(b.id))
+        : [],
+    );
     const answered = new Set<string>();
     let afterOther = false;
     for (const b of blocks) {
@@ -105,9 +110,23 @@ export function checkHistory(messages: readonly StoredMessage[]): HistoryProblem
         problems.push({ index, message: `tool_use ${id} of the previous assistant turn is not answered` });
     }
   });
-  const turns = messages.map((m) => ({ role: m.role, blocks: blocksOf(m) }));
-  for (const [index, message] of serverBlockProblems(turns)) problems.push({ index, message });
+  const serverTurns = messages.map((m) => ({ role: m.role, blocks: blocksOf(m) }));
+  for (const [index, message] of serverBlockProblems(serverTurns)) problems.push({ index, message });
   return problems;
+}
+
+/** The history's turns: consecutive user or assistant messages combined, `system` messages left out. */
+function turnsOf(
+  messages: readonly StoredMessage[],
+): Array<{ index: number; role: 'user' | 'assistant'; blocks: StoredBlock[] }> {
+  const turns: Array<{ index: number; role: 'user' | 'assistant'; blocks: StoredBlock[] }> = [];
+  messages.forEach((m, index) => {
+    if (m.role === 'system') return;
+    const last = turns.at(-1);
+    if (last?.role === m.role) last.blocks.push(...blocksOf(m));
+    else turns.push({ index, role: m.role, blocks: [...blocksOf(m)] });
+  });
+  return turns;
 }
 
 /**

@@ -111,12 +111,34 @@ const thinkingBlock = z.strictObject({
 });
 const redactedThinkingBlock = z.strictObject({ type: z.literal('redacted_thinking'), data: z.string() });
 
+/** A file uploaded into the code-execution container. */
+const containerUploadBlock = z.strictObject({
+  type: z.literal('container_upload'),
+  file_id: z.string().min(1),
+  ...withCache,
+});
+/** A compaction's summary (`null`: a compaction that produced none), sent back as it was returned. */
+const compactionBlock = z.strictObject({
+  type: z.literal('compaction'),
+  content: z.string().nullable(),
+  encrypted_content: z.string().nullish(),
+  signature: z.string().nullish(),
+  ...withCache,
+});
+/** A tool change told to the model (`tool_addition` / `tool_removal`, beta `inline-tools-2026-09-15`). */
+const toolChangeBlock = z.strictObject({
+  type: z.enum(['tool_addition', 'tool_removal']),
+  tool: z.looseObject({ type: z.enum(['tool_definition', 'tool_reference']) }),
+  ...withCache,
+});
+
 const userBlock = z.discriminatedUnion('type', [
   textBlock,
   imageBlock,
   documentBlock,
   searchResultBlock,
   toolResultBlock,
+  containerUploadBlock,
 ]);
 const assistantBlock = z.discriminatedUnion('type', [
   textBlock,
@@ -125,6 +147,7 @@ const assistantBlock = z.discriminatedUnion('type', [
   redactedThinkingBlock,
   serverBlock,
   serverToolResultBlock,
+  compactionBlock,
 ]);
 
 export const userMessage = z.strictObject({
@@ -135,7 +158,12 @@ export const assistantMessage = z.strictObject({
   role: z.literal('assistant'),
   content: z.union([z.string().min(1), z.array(assistantBlock).min(1)]),
 });
-export const messageParam = z.discriminatedUnion('role', [userMessage, assistantMessage]);
+/** A tool change the runner sent (src/engine/tools-change.ts): `GET …/messages` answers it, create takes it back. */
+const systemMessage = z.strictObject({
+  role: z.literal('system'),
+  content: z.array(toolChangeBlock).min(1),
+});
+export const messageParam = z.discriminatedUnion('role', [userMessage, assistantMessage, systemMessage]);
 export type MessageParam = z.infer<typeof messageParam>;
 
 /** Content a client adds as a user turn (follow-ups): no tool results, those go through the tool-result routes. */
@@ -300,6 +328,7 @@ export const policies = {
   cache_tool_results: z.boolean(),
   stream: z.boolean(),
   run_tools_eagerly: z.boolean(),
+  pause_after_turn: z.boolean(),
 };
 
 export const metadata = z
@@ -325,6 +354,7 @@ export const createSessionBody = z
     stream: z.boolean().default(true),
     budget: budgetPolicy.default(null),
     run_tools_eagerly: z.boolean().default(false),
+    pause_after_turn: z.boolean().default(false),
     compaction: compactionPolicy.default(null),
     metadata: metadata.default({}),
     start: z.boolean().default(true),
@@ -347,6 +377,7 @@ export const patchSessionBody = z
     stream: z.boolean().optional(),
     budget: budgetPolicy.optional(),
     run_tools_eagerly: z.boolean().optional(),
+    pause_after_turn: z.boolean().optional(),
     compaction: compactionPolicy.optional(),
     // The whole new set, in create's entry forms; applied from the next turn (src/sessions/tools-patch.ts).
     tools: z.array(toolRef).max(128).optional(),
@@ -388,6 +419,8 @@ export const decisionBody = z.strictObject({
   reason: z.string().max(10_000).optional(),
 });
 export const retryBody = z.strictObject({ params: paramsPatch.optional() }).nullish();
+/** `PUT /v1/sessions/:id/messages`: the whole new history (the runner's `setMessagesParams`). */
+export const replaceMessagesBody = z.strictObject({ messages: z.array(messageParam).min(1).max(10_000) });
 export const forkBody = z.strictObject({
   at_iteration: z.number().int().min(0),
   metadata: metadata.optional(),

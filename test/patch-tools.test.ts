@@ -93,10 +93,12 @@ describe('PATCH tools between turns', () => {
     await h.api.post(`/v1/sessions/${id}/messages`, { text: 'And Tokyo?' });
     const end = await h.api.waitFor(id, (x) => x.status === 'idle' && x.iteration === 7);
     assert.equal(end.stop_reason, 'end_turn');
+    // It continues the session's thread (contract §7.5), whose `tools` are still the set at create.
     const next = reqs[5]!;
-    assert.equal(next.body.thread?.type, 'create');
+    assert.equal(next.body.thread?.type, 'continue');
+    assert.equal(next.body.tools, undefined);
     assert.deepEqual(
-      (next.body.tools ?? []).map((t: any) => t.name),
+      next.tools.map((t: any) => t.name),
       ['calculate_sum'],
     );
     assert.deepEqual(names(next), ['get_weather']);

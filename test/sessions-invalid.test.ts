@@ -168,8 +168,15 @@ describe('invalid requests are refused with a stable code and leave Redis unchan
       }),
       bad('tool_use in a user turn', 'POST', P, { messages: [u([use('toolu_1')])] }),
       bad('tool_result in an assistant turn', 'POST', P, { messages: [u('x'), a([result('toolu_1')])] }),
-      history('roles not alternating (user, user)', [u('a'), u('b')]),
-      history('roles not alternating (assistant, assistant)', [u('a'), a('b'), a('c')]),
+      // Consecutive turns of one role are accepted (the API combines them; GET …/messages answers such histories).
+      history('a user turn answering the calls of an assistant turn three messages back', [
+        u('a'),
+        a([use('toolu_x')]),
+        u([result('toolu_x')]),
+        a('b'),
+        a('c'),
+        u([result('toolu_x')]),
+      ]),
       history('first message from the assistant', [a('hi')]),
       history('a tool_result answering nothing', [u('a'), a('b'), u([result('toolu_nothing')])]),
       history('a tool_result answering a call two turns back', [

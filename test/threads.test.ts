@@ -57,7 +57,7 @@ describe('message threads upstream', () => {
     assert.deepEqual(checkHistory(msgs), []);
   });
 
-  it('a new run starts a new thread with the whole history (the anchor lives in the runner)', async () => {
+  it('a new run continues the session thread (its anchor is persisted) with the new message only', async () => {
     h.fake.enqueue(toolCall('calculate_sum', { a: 1, b: 2 }), text('3.'), text('Yes.'));
     const s = await create({ input: 'Add 1 and 2' });
     await h.api.waitFor(s.id, (x) => x.status === 'idle' && x.iteration === 2);
@@ -65,9 +65,9 @@ describe('message threads upstream', () => {
     assert.equal(m.status, 202);
     await h.api.waitFor(s.id, (x) => x.status === 'idle' && x.iteration === 3);
     const third = h.fake.requests[2]!;
-    assert.deepEqual(threadOf(third), { type: 'create' });
-    assert.equal(third.body.messages.length, 5, 'the whole history again');
-    assert.deepEqual(third.body.messages, (await history(s.id)).slice(0, -1));
+    assert.deepEqual(threadOf(third), { type: 'continue', previous_message_id: h.fake.requests[1]!.replyId });
+    assert.equal(third.body.messages.length, 1, 'the new message only');
+    assert.deepEqual(third.messages, (await history(s.id)).slice(0, -1));
   });
 
   it('a thread the API no longer has: the runner replays the whole history and the run goes on', async () => {

@@ -58,9 +58,12 @@ export function withCompactionBeta(params: SessionParams): SessionParams {
   return betas.includes(COMPACTION_BETA) ? params : { ...params, betas: [...betas, COMPACTION_BETA] };
 }
 
-/** The params a turn sends: with the compaction beta when the history holds a summary, which the API needs. */
+/**
+ * The params a turn sends: with the compaction beta when the history holds a summary, which the API needs (first
+ * after a compaction here; anywhere in a history given at create).
+ */
 export function paramsFor(params: SessionParams, history: readonly StoredMessage[]): SessionParams {
-  return isSummary(history[0]) ? withCompactionBeta(params) : params;
+  return isSummary(history[0]) || history.some(isSummary) ? withCompactionBeta(params) : params;
 }
 
 /** A reply the runner resumes rather than answers: `pause_turn`, or `compaction` (server-side compaction). */

@@ -168,16 +168,18 @@ async function step(
   // A turn to send, but the budget is spent: the run stops here (after the last turn's tool results).
   // A summary alone at the end hands the turn back to the model (it answers from it). So does a reply the API
   // paused (`pause_turn`, server-side `compaction`) whose continuation this run has to send: the run that got it
-  // died before its next request. Its iteration record says so (one read, only when the history ends with a reply).
+  // died before its next request, or stopped at `max_iterations`. Its iteration record says so (one read, only when
+  // the history ends with a reply).
+  const paused = last?.role === 'assistant' && (await pausedReply(deps, run.id));
   const turnToSend =
-    queued > 0 ||
-    (last !== undefined &&
-      (last.role !== 'assistant' || endsWithSummary(history) || (await pausedReply(deps, run.id))));
+    queued > 0 || (last !== undefined && (last.role !== 'assistant' || endsWithSummary(history) || paused));
   if (turnToSend && budgetExhausted(state.budget, totalTokens(state.usage))) {
     await stopForBudget(deps, run, last);
     return 'done';
   }
-  if (queued > 0) {
+  // A paused reply is resumed before follow-ups join the history: the API refuses a user turn after an assistant turn
+  // whose server tool call has no result yet. The runner's reply merges them once the turn ends.
+  if (queued > 0 && !paused) {
     // Follow-ups become a user turn: merged onto a trailing user turn, or a new one after an assistant turn.
     await commit(deps, run, { queue: last?.role === 'user' ? { into_last: true } : {} });
     return 'again';

@@ -16,6 +16,18 @@ export interface TurnInput {
   stream: boolean;
   /** `run_tools_eagerly` with streaming (see eager.ts). */
   eager: boolean;
+  /** The session's code-execution container (from the last reply that named one), sent with the request. */
+  container?: string | null;
+}
+
+/** `params.container` with the session's container: its id, unless the client set one. */
+function withContainer(params: SessionParams, container: string | null | undefined): SessionParams {
+  if (!container) return params;
+  const own = params['container'];
+  if (own == null) return { ...params, container };
+  if (typeof own === 'object' && !('id' in own && own.id))
+    return { ...params, container: { ...own, id: container } };
+  return params;
 }
 
 /**
@@ -26,7 +38,7 @@ export interface TurnInput {
  */
 export function runnerParams(t: TurnInput): BetaToolRunnerParams & { stream: boolean } {
   const params = {
-    ...paramsFor(t.params, t.messages),
+    ...paramsFor(withContainer(t.params, t.container), t.messages),
     messages: t.messages,
     // No `tools` at all rather than an empty list, as a session without tools always sent.
     ...(t.tools.length ? { tools: t.tools } : {}),

@@ -2,9 +2,11 @@ import type { PendingStep } from '../store/pending.js';
 import type { SessionState } from '../store/session-state.js';
 
 export interface RequiredAction {
-  type: 'approve_tool_calls' | 'review_tool_results' | 'submit_tool_results';
+  type: 'approve_tool_calls' | 'review_tool_results' | 'submit_tool_results' | 'review_turn';
   tool_calls: Array<{ id: string; name: string; input: unknown }>;
   tool_results: Array<{ tool_use_id: string; content: unknown; is_error: boolean }>;
+  /** `review_turn`: the reply under review. */
+  message?: { role: 'assistant'; content: unknown; stop_reason: string | null };
 }
 
 /**
@@ -16,6 +18,14 @@ export function requiredAction(
   pending: PendingStep | null,
 ): RequiredAction | null {
   if (status !== 'requires_action' || !pending) return null;
+  if (pending.turn) {
+    return {
+      type: 'review_turn',
+      tool_calls: pending.calls.map(({ id, name, input }) => ({ id, name, input })),
+      tool_results: [],
+      message: { role: 'assistant', content: pending.turn.content, stop_reason: pending.turn.stop_reason },
+    };
+  }
   const results = pending.calls.flatMap((c) =>
     c.result ? [{ tool_use_id: c.id, content: c.result.content, is_error: c.result.is_error }] : [],
   );

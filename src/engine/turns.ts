@@ -17,12 +17,15 @@ import { pendingFields, resultsTurn, setResult, type PendingStep } from '../stor
 import { usageIncr, type IterationRecord, type SessionState } from '../store/session-state.js';
 import type { ApplyOps } from '../store/apply-ops.js';
 import { budgetExhausted, totalTokens } from './budget.js';
+import { cacheMarks, capCacheMarks } from './cache-breakpoints.js';
 import { commit, idleOps } from './commit.js';
 import { RunCompaction, isUnfinished, usageOf } from './compaction.js';
 import { interruptedResult, pendingCalls, callIdempotent } from './policy.js';
 import type { EngineLogger, RunDeps, RunHandle } from './run-handle.js';
 import { holdUnsafeCalls, runsToolsEagerly } from './eager.js';
 import { runnerParams } from './runner-params.js';
+import { anchorOf, startRunner } from './thread-anchor.js';
+import { pauseForReview, reviewsTurn } from './review-turn.js';
 import { StreamRelay } from './stream-relay.js';
 import { afterTools, serverRunnables, sessionTools } from './tool-step.js';
 import {
@@ -32,8 +35,6 @@ import {
   clientToolDefs,
   pendingToolChange,
 } from './tools-change.js';
-
-const STOP_REASONS_THAT_END = new Set(['end_turn', 'stop_sequence', 'max_tokens', 'refusal']);
 
 /** The fields a PATCH (or a compaction request) may change that a live runner takes up before its next turn. */
 const LIVE_FIELDS = [
@@ -48,6 +49,7 @@ const LIVE_FIELDS = [
   'compaction',
   'compactRequest',
   'runToolsEagerly',
+  'pauseAfterTurn',
   'tools',
   'toolsSent',
 ] as const satisfies readonly (keyof SessionState)[];
@@ -76,9 +78,11 @@ export async function runTurns(
   const tools: BetaToolRunnerParams['tools'] = state.toolsBase
     ? await baseTools(deps, state, durations)
     : [...serverRunnables(deps, runnable, durations), ...clientToolDefs(state)];
+  /** A history given at create may hold tool changes (`system` messages) of another session's runs. */
+  const toolChangesIn = history.some((m) => m.role === 'system');
   /** Once tool changes are in the history (or about to be), their beta goes with every request. */
   const withToolChanges = (p: SessionParams): SessionParams =>
-    state.toolsSent === null || p.betas?.includes(INLINE_TOOLS_BETA)
+    (state.toolsSent === null && !toolChangesIn) || p.betas?.includes(INLINE_TOOLS_BETA)
       ? p
       : { ...p, betas: [...(p.betas ?? []), INLINE_TOOLS_BETA] };
   let params = state.params;
@@ -86,7 +90,14 @@ export async function runTurns(
   let iteration = state.iteration;
   /** The session's total tokens (policy `budget`): as stored at the start, plus each reply of this runner. */
   let spent = totalTokens(state.usage);
-  const runner = deps.client.beta.messages.toolRunner(
+  // At most 4 cache breakpoints in what the model sees, the thread's stored history included (cache-breakpoints.ts).
+  const capMarks = () => capCacheMarks(history, cacheMarks(params.system) + cacheMarks(tools));
+  capMarks();
+  /** The code-execution container the session's requests go on in (the SDK's runner adopts it from each reply). */
+  let container = state.container;
+  // Over the session's message thread when it still holds the history (thread-anchor.ts).
+  const runner = startRunner(
+    deps.client,
     runnerParams({
       params: withToolChanges(params),
       messages: history,
@@ -94,9 +105,11 @@ export async function runTurns(
       maxIterations: budget,
       stream: state.stream,
       eager: runsToolsEagerly(state),
+      container,
     }),
     // The SDK's own request option: its spans of this runner name the session as their conversation.
     { signal: run.controller.signal, openTelemetry: { conversationId: run.id } },
+    state.thread,
   );
   // Compactions asked for (route, policy) run before the next turn: see compaction.ts.
   const compaction = new RunCompaction(deps, run, state, runner);
@@ -130,7 +143,8 @@ export async function runTurns(
     // A thread keeps the `system` it was created with (the SDK throws on a change): a new `system` ends this runner,
     // and the next one starts a new thread with it.
     if (JSON.stringify(params.system) !== threadSystem) return false;
-    const handTo = () =>
+    const handTo = () => {
+      capMarks();
       runner.setMessagesParams(
         runnerParams({
           params: withToolChanges(params),
@@ -139,8 +153,10 @@ export async function runTurns(
           maxIterations: runnerTurns + Math.max(1, budgetLeft(state, iteration)),
           stream: state.stream,
           eager: runsToolsEagerly(state),
+          container,
         }),
       );
+    };
     // A PATCH of `tools`: told to the model ahead of the next turn; the runner gets the history without that message,
     // which it appends itself.
     const change = await pendingToolChange(deps, state, durations, false);
@@ -191,6 +207,13 @@ export async function runTurns(
     spent += totalTokens(usageOf(message));
     const reply: StoredMessage = { role: 'assistant', content: message.content };
     const calls = toolCallsOf(reply);
+    // Persisted with the reply: the container it ran in, the thread it ends (thread-anchor.ts).
+    if (message.container?.id) container = message.container.id;
+    const anchor = anchorOf(message, [...history, reply], params.system, tools);
+    const carried: Record<string, string> = {
+      thread: anchor ? JSON.stringify(anchor) : '',
+      ...(container !== state.container ? { container: container ?? '' } : {}),
+    };
     const record: IterationRecord = {
       iteration,
       reply_index: state.msgBase + history.length,
@@ -228,7 +251,8 @@ export async function runTurns(
         'reply cut at max_tokens; sending the turn again with a bigger budget',
       );
       const res = await commit(deps, run, {
-        hset: { params: JSON.stringify(params) },
+        // The dropped reply ended the thread, which the next turn does not continue.
+        hset: { params: JSON.stringify(params), thread: '' },
         hincr: { params_rev: 1, ...usageIncr(message.usage) },
         events: [
           ...buffered,
@@ -246,7 +270,19 @@ export async function runTurns(
       continue;
     }
 
-    const stops = STOP_REASONS_THAT_END.has(message.stop_reason ?? '') || calls.length === 0;
+    // Policy `pause_after_turn`: the reply waits for review before its calls run (review-turn.ts). A reply that stops
+    // with calls (cut at max_tokens, say) is not reviewed: the run stops there anyway, its calls answered "not run".
+    const stopsWithCalls = message.stop_reason !== 'tool_use' && calls.length > 0;
+    if (reviewsTurn(state, isUnfinished(message.stop_reason)) && !stopsWithCalls) {
+      const events = [...buffered, completedEvent];
+      await pauseForReview(deps, run, state, runnable, { message, reply, calls, record, events, carried });
+      run.obs.turnEnded();
+      return 'done';
+    }
+    // As the SDK's runner: only `tool_use` (with calls) runs tools and goes on; `pause_turn` and `compaction` resume
+    // the turn; every other reason (`end_turn`, `stop_sequence`, `max_tokens`, `refusal`,
+    // `model_context_window_exceeded`, or one this code does not know) stops the run with its calls not run.
+    const stops = message.stop_reason !== 'tool_use' || calls.length === 0;
     if (stops) {
       // An unfinished turn (`pause_turn`, or `compaction` from server-side compaction) is resumed by the runner.
       const ends = !isUnfinished(message.stop_reason);
@@ -259,6 +295,7 @@ export async function runTurns(
       const res = await commit(deps, run, {
         push_msgs: [JSON.stringify(reply)],
         push_iters: [JSON.stringify(record)],
+        hset: carried,
         hincr: { iteration: 1, ...usageIncr(message.usage) },
         events: [
           ...buffered,
@@ -303,6 +340,7 @@ export async function runTurns(
     const replyEvents: Array<[string, string]> = [...buffered, completedEvent, ...started];
     const replyOps: ApplyOps = {
       push_msgs: [JSON.stringify(reply)],
+      hset: carried,
       hincr: { iteration: 1, ...usageIncr(message.usage) },
       events: replyEvents,
     };
@@ -320,7 +358,7 @@ export async function runTurns(
       await commit(deps, run, {
         ...replyOps,
         push_iters: [JSON.stringify(record)],
-        hset: pendingFields(step),
+        hset: { ...carried, ...pendingFields(step) },
       });
     }
     history.push(reply);

@@ -16,6 +16,7 @@ import { buildMessage } from './reply.js';
 import { DEFAULT_ERROR_MESSAGES, ERROR_STATUS, errorBody, sendApiError, sendJson } from './respond.js';
 import { streamMessage } from './sse.js';
 import type { FakeState } from './state.js';
+import { validateCacheMarks } from './cache-marks.js';
 import { checkThread } from './threads.js';
 import { validateToolChanges } from './tool-changes.js';
 import type { BetaMessageParam } from '@anthropic-ai/sdk/resources/beta/messages/messages';
@@ -55,6 +56,11 @@ export async function handleMessages(
     validateCompactionFields(parsed, req.headers);
     if (thread) checkThread(thread, parent, newMessages, settings.threadsSupported);
     validateConversation(conversation, settings.strictAlternation);
+    validateCacheMarks(
+      conversation,
+      parent ? parent.system : fields?.system,
+      parent ? parent.tools : fields?.tools,
+    );
     validateToolChanges(
       conversation,
       parent ? parent.tools : Array.isArray(fields?.tools) ? fields.tools : [],
@@ -174,7 +180,7 @@ export async function handleMessages(
     return sendJson(res, reply.status, errorBody(reply.errorType, message, reply.details), headers);
   }
 
-  const message = buildMessage(reply, body.model, inputChars);
+  const message = buildMessage(reply, body.model, inputChars, body.container);
   const store = () => {
     fr.replyId = message.id;
     if (thread) {

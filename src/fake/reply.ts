@@ -7,7 +7,13 @@ import type { FakeMessageReply, WireBlock, WireMessage } from './wire.js';
  * `model` is the request's; `inputChars` is the JSON size of the conversation the model saw; tokens are estimated at four characters each
  * (`reply.usage` overrides any of them).
  */
-export function buildMessage(reply: FakeMessageReply, model: string, inputChars: number): WireMessage {
+export function buildMessage(
+  reply: FakeMessageReply,
+  model: string,
+  inputChars: number,
+  /** The request's `container` (an id, or `{id}`): the reply runs in it. */
+  requestContainer?: unknown,
+): WireMessage {
   let outputChars = 0;
   /** The id of the last `server_tool_use` so far: what a result block without `tool_use_id` answers. */
   let lastServerUse = '';
@@ -54,6 +60,7 @@ export function buildMessage(reply: FakeMessageReply, model: string, inputChars:
     content,
     stop_reason: reply.stop_reason ?? (hasToolUse ? 'tool_use' : onlyCompaction ? 'compaction' : 'end_turn'),
     stop_sequence: null,
+    container: containerOf(reply.container?.id ?? requestContainer),
     usage: {
       input_tokens: Math.max(1, Math.ceil(inputChars / 4)),
       output_tokens: Math.max(1, Math.ceil(outputChars / 4)),
@@ -63,4 +70,16 @@ export function buildMessage(reply: FakeMessageReply, model: string, inputChars:
       ...reply.usage,
     },
   };
+}
+
+/** A reply's `container` from a request's (`"id"` or `{id}`), or null when it names none. */
+function containerOf(container: unknown): WireMessage['container'] {
+  const id =
+    typeof container === 'string'
+      ? container
+      : typeof container === 'object' && container !== null && 'id' in container
+        ? container.id
+        : undefined;
+  if (typeof id !== 'string' || !id) return null;
+  return { id, expires_at: new Date(Date.now() + 3_600_000).toISOString(), skills: null };
 }

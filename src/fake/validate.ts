@@ -196,6 +196,8 @@ export function validateConversation(messages: readonly unknown[], strict = fals
     results: Array<{ id: unknown; message: number; block: number }>;
     /** `server_tool_use` ids of the turn so far: a result block answers one before it in the same turn. */
     serverUses: Set<string>;
+    /** Those without a result yet: only the last turn may leave one open (a paused turn the API resumes). */
+    serverOpen: Set<string>;
   }
   const turns: Turn[] = [];
   const seenToolUse = new Set<string>();
@@ -244,7 +246,14 @@ export function validateConversation(messages: readonly unknown[], strict = fals
       );
     }
     if (!turn || turn.role !== role) {
-      turn = { role, first: i, toolUses: new Map(), results: [], serverUses: new Set() };
+      turn = {
+        role,
+        first: i,
+        toolUses: new Map(),
+        results: [],
+        serverUses: new Set(),
+        serverOpen: new Set(),
+      };
       turns.push(turn);
     }
     if (typeof content === 'string') return;
@@ -278,6 +287,8 @@ export function validateConversation(messages: readonly unknown[], strict = fals
       }
       if (block.type === 'server_tool_use' || SERVER_RESULT_TYPES.has(block.type)) {
         checkServerBlock(block, role, turn.serverUses, seenToolUse, `messages.${i}.content.${j}`);
+        if (block.type === 'server_tool_use') turn.serverOpen.add(String(block.id));
+        else turn.serverOpen.delete(String(block.tool_use_id));
       }
       if (block.type === 'tool_result') {
         if (role !== 'user') {
@@ -291,6 +302,11 @@ export function validateConversation(messages: readonly unknown[], strict = fals
   });
 
   turns.forEach((turn, t) => {
+    if (turn.role === 'assistant' && t < turns.length - 1 && turn.serverOpen.size) {
+      throw invalid(
+        `messages.${turn.first}: \`server_tool_use\` ids were found without a result block in the same turn: ${[...turn.serverOpen].join(', ')}. A turn may end with an unanswered server tool call only as the last message, which the API resumes.`,
+      );
+    }
     if (turn.role !== 'user') return;
     const previous = t > 0 ? turns[t - 1] : undefined;
     const answered = new Set<unknown>();

@@ -59,8 +59,17 @@ export interface FakeUsage {
   server_tool_use?: { web_search_requests: number; web_fetch_requests: number } | undefined;
 }
 
+/** The stop reasons the API documents; a script may also give any other string (a reason a client does not know). */
 export type FakeStopReason =
-  'end_turn' | 'tool_use' | 'max_tokens' | 'stop_sequence' | 'refusal' | 'pause_turn' | 'compaction';
+  | 'end_turn'
+  | 'tool_use'
+  | 'max_tokens'
+  | 'stop_sequence'
+  | 'refusal'
+  | 'pause_turn'
+  | 'compaction'
+  | 'model_context_window_exceeded'
+  | (string & {});
 
 /** The result block types of Anthropic server tools (`web_search_tool_result`, …): one list, the service's. */
 export { SERVER_TOOL_RESULT_TYPES };
@@ -92,6 +101,8 @@ export interface FakeMessageReply {
   usage?: Partial<FakeUsage> | undefined;
   /** Default: echoes `body.model`. */
   model?: string | undefined;
+  /** The code-execution container the reply ran in; default: the request's `container`, if it names one. */
+  container?: { id: string } | undefined;
   /** Wait this long before sending the response headers. */
   delayMs?: number | undefined;
   /** Delay before each SSE event; overrides the server's pacing. */
@@ -171,4 +182,5 @@ export interface WireMessage {
   stop_reason: string;
   stop_sequence: null;
   usage: FakeUsage;
+  container: { id: string; expires_at: string; skills: null } | null;
 }

@@ -54,9 +54,13 @@ const toolResult = z.object({ tool_use_id: z.string(), content: z.unknown(), is_
 
 export const requiredAction = z
   .object({
-    type: z.enum(['approve_tool_calls', 'review_tool_results', 'submit_tool_results']),
+    type: z.enum(['approve_tool_calls', 'review_tool_results', 'submit_tool_results', 'review_turn']),
     tool_calls: z.array(toolCall),
     tool_results: z.array(toolResult),
+    message: z
+      .object({ role: z.literal('assistant'), content: z.unknown(), stop_reason: z.string().nullable() })
+      .optional()
+      .meta({ description: '`review_turn`: the reply under review (policy `pause_after_turn`).' }),
   })
   .meta({ id: 'RequiredAction', description: 'What a client must do before the run goes on.' });
 
@@ -107,6 +111,7 @@ export const session = z
     stream: z.boolean(),
     budget: z.object({ total_tokens: z.number().int() }).nullable(),
     run_tools_eagerly: z.boolean(),
+    pause_after_turn: z.boolean(),
     compaction: z
       .object({ at_input_tokens: z.number().int(), instructions: z.string().optional() })
       .nullable()

@@ -36,6 +36,7 @@ export function patchSession(
     // A budget below what is already spent is accepted: the run stops at its next turn boundary (see budget.ts).
     if (body.budget !== undefined) next.budget = body.budget;
     if (body.run_tools_eagerly !== undefined) next.runToolsEagerly = body.run_tools_eagerly;
+    if (body.pause_after_turn !== undefined) next.pauseAfterTurn = body.pause_after_turn;
     if (body.compaction !== undefined) next.compaction = body.compaction;
     checkCompactionParams(next.params ?? s.params, 'compaction' in next ? next.compaction : s.compaction);
     if (body.metadata !== undefined) next.metadata = body.metadata;
@@ -74,6 +75,13 @@ export function retryTurn(
       s.iteration > 0 ? await deps.store.iterationRecords(id, s.iteration - 1, s.iteration - 1) : [];
     const rec = records[0];
     if (!rec) throw conflict('nothing_to_retry', 'The session has no reply to retry.');
+    // A replaced history holds no reply of the records before it.
+    if (rec.iteration <= s.replacedAt) {
+      throw conflict(
+        'nothing_to_retry',
+        'The history was replaced since the last reply; there is no reply to retry.',
+      );
+    }
     // A compaction is no reply; a reply before the last compaction is no longer in the history.
     if (rec.kind === 'compaction' || rec.reply_index < s.msgBase) {
       throw conflict('nothing_to_retry', 'The last iteration is a compaction, not a reply to send again.');

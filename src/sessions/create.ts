@@ -159,6 +159,7 @@ async function buildSession(
     stream: body.stream,
     budget: body.budget,
     runToolsEagerly: body.run_tools_eagerly,
+    pauseAfterTurn: body.pause_after_turn,
     compaction: body.compaction,
     compactRequest: null,
     msgBase: 0,
@@ -173,6 +174,9 @@ async function buildSession(
     msgCount: messages.length,
     control: '',
     paramsRev: 0,
+    thread: null,
+    container: null,
+    replacedAt: -1,
   };
   return { state, messages, start };
 }
@@ -218,6 +222,8 @@ export async function forkSession(
     msgBase: base,
     compactRequest: null,
     control: '',
+    // A fork's history is its own: its first run starts a new thread.
+    thread: null,
   };
   await insert(deps, forked, history, kept, { forked_from: id });
   return forked;

@@ -3,6 +3,8 @@ import { asBlocks, pendingToolCalls, type StoredMessage } from '../history.js';
 import type { postMessageBody } from '../schemas.js';
 import { assertBudgetLeft } from '../engine/budget.js';
 import { encodeBlocks } from '../store/apply-ops.js';
+import { resultsTurn } from '../store/pending.js';
+import { interruptedResult } from '../engine/policy.js';
 import { mutate, runOps, type MutationResult, type SessionDeps } from './mutate.js';
 
 /**
@@ -28,6 +30,24 @@ export function addMessage(
       JSON.stringify({ message, interrupt: body.interrupt }),
     ];
     const guard = { status: [s.status], ...(ifMatch !== undefined ? { rev: ifMatch } : {}) };
+    if (s.status === 'requires_action' && s.pending?.turn) {
+      // A message instead of the reviewed reply's calls: they are answered "not run", the message follows them in
+      // the same user turn, and a run starts.
+      const unrun = resultsTurn(s.pending.calls, () =>
+        interruptedResult('not run: the turn was reviewed and answered with a message'),
+      );
+      const run = runOps(s, { pending: null });
+      return {
+        guard,
+        ops: {
+          ...run,
+          queue_push: [queued],
+          ...(unrun.length ? { queue: { results: unrun } } : {}),
+          events: [queuedEvent, ...(run.events ?? [])],
+        },
+        starts: true,
+      };
+    }
     if (s.status === 'running' || s.status === 'requires_action') {
       const interrupt = body.interrupt && s.status === 'running';
       return {

@@ -14,11 +14,13 @@ import type {
 } from '../schemas.js';
 import type { SessionStore } from '../store/store.js';
 import type { ParentRef, SessionState } from '../store/session-state.js';
+import type { StoredMessage } from '../history.js';
 import type { Toolbox } from '../toolbox.js';
 import { cancelRun, patchSession, removeSession, resumeRun, retryTurn } from './control.js';
 import { compactSession } from './compact.js';
 import { checkCreate, createSession, forkSession } from './create.js';
 import { addMessage, listMessages } from './messages.js';
+import { replaceMessages } from './replace.js';
 import type { MutationResult, SessionDeps } from './mutate.js';
 import { continueRun, decide, submitResults } from './tool-calls.js';
 
@@ -119,6 +121,16 @@ export class SessionService {
     ifMatch?: number,
   ): Promise<MutationResult> {
     return patchSession(this.deps, tenant, id, body, ifMatch);
+  }
+
+  /** Replaces the whole history of an idle or failed session. */
+  replaceMessages(
+    tenant: string,
+    id: string,
+    messages: StoredMessage[],
+    ifMatch?: number,
+  ): Promise<MutationResult> {
+    return replaceMessages(this.deps, tenant, id, messages, ifMatch);
   }
 
   retry(

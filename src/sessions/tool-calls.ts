@@ -173,6 +173,15 @@ export function continueRun(
     }
     if (s.status !== 'requires_action' || !s.pending)
       throw conflict('nothing_to_continue', `The session is ${s.status}.`);
+    const { turn, ...step } = s.pending;
+    if (turn) {
+      // A reviewed reply (`pause_after_turn`): as the runner goes on, its calls are run (with their approvals and
+      // client results as usual), and a reply without calls ends the run with its stop reason.
+      const next = step.calls.length
+        ? { pending: step }
+        : { pending: null, stopReason: turn.stop_reason ?? 'end_turn' };
+      return { ops: runOps(s, next), starts: true };
+    }
     if (!ready(s.pending)) {
       throw conflict('tool_calls_undecided', 'Some calls still wait for a decision or a client result.', {
         required_action: sessionView(s).required_action,

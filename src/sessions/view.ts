@@ -21,6 +21,7 @@ export function sessionView(s: SessionState) {
     stream: s.stream,
     budget: s.budget,
     run_tools_eagerly: s.runToolsEagerly,
+    pause_after_turn: s.pauseAfterTurn,
     compaction: s.compaction,
     compaction_pending: s.compactRequest !== null,
     required_action: requiredAction(s.status, s.pending),

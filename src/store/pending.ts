@@ -46,6 +46,8 @@ export interface PendingStep {
   review: boolean;
   /** The iteration these calls belong to. */
   iteration: number;
+  /** Policy `pause_after_turn`: the reply (the history's last message) waits for review before its calls run. */
+  turn?: { content: unknown; stop_reason: string | null } | undefined;
 }
 
 /** The text of one `tool_result` block, made only by `encodeResult`. */

@@ -61,6 +61,8 @@ export interface SessionState {
   budget: BudgetPolicy;
   /** Start calls that are safe to run twice while the reply streams (see src/engine/eager.ts). */
   runToolsEagerly: boolean;
+  /** Policy `pause_after_turn`: each reply waits for review (`review_turn`) before its tools run. */
+  pauseAfterTurn: boolean;
   /** Policy `compaction`: compact before the next turn once a turn's input passes `at_input_tokens`; null: never. */
   compaction: CompactionPolicy;
   /** A compaction asked for (route, or policy) and not done yet; see src/engine/compaction.ts. */
@@ -86,12 +88,30 @@ export interface SessionState {
   paramsRev: number;
   /** A sub-agent's session (spec §7.6): the call of its parent it answers, and its depth (the parent's + 1). */
   parent?: ParentRef | null;
+  /** The message thread the next run continues (src/engine/thread-anchor.ts); null: it creates a new one. */
+  thread: ThreadAnchor | null;
+  /** The code-execution container of the last reply that named one: sent with every later request. */
+  container: string | null;
+  /** `iteration` when the history was last replaced (`PUT …/messages`): no earlier reply is retried. -1: never. */
+  replacedAt: number;
 }
 
 export interface ParentRef {
   session_id: string;
   tool_use_id: string;
   depth: number;
+}
+
+/** A message thread the API holds: its last reply, and what it holds (checked before a new run continues it). */
+export interface ThreadAnchor {
+  /** The id of the reply the thread ends with (`previous_message_id`). */
+  id: string;
+  /** The reply's stop reason (a paused reply is continued with no new message). */
+  stop: string;
+  /** How many messages of the history the thread holds (through that reply). */
+  len: number;
+  /** A digest of those messages and the thread's `system` and `tools`. */
+  digest: string;
 }
 
 const ON_TOOL_ERROR = ['continue', 'pause', 'fail'] as const;
@@ -148,6 +168,7 @@ export function encodeFields(s: Partial<SessionState>): Record<string, string> {
   json('stream', s.stream);
   if ('budget' in s) out['budget'] = s.budget ? JSON.stringify(s.budget) : '';
   json('run_tools_eagerly', s.runToolsEagerly);
+  json('pause_after_turn', s.pauseAfterTurn);
   if ('compaction' in s) out['compaction'] = s.compaction ? JSON.stringify(s.compaction) : '';
   if ('compactRequest' in s) out['compact'] = s.compactRequest ? JSON.stringify(s.compactRequest) : '';
   // Nullable fields are stored as '' when null.
@@ -159,6 +180,9 @@ export function encodeFields(s: Partial<SessionState>): Record<string, string> {
   if ('control' in s) out['control'] = s.control ?? '';
   str('params_rev', s.paramsRev);
   if (s.parent) out['parent'] = JSON.stringify(s.parent);
+  if ('thread' in s) out['thread'] = s.thread ? JSON.stringify(s.thread) : '';
+  if ('container' in s) out['container'] = s.container ?? '';
+  str('replaced_at', s.replacedAt);
   return out;
 }
 
@@ -199,6 +223,7 @@ export function decodeFields(h: Record<string, string>): SessionState {
     stream: h['stream'] !== 'false',
     budget: json(h['budget'], null),
     runToolsEagerly: h['run_tools_eagerly'] === 'true',
+    pauseAfterTurn: h['pause_after_turn'] === 'true',
     compaction: json(h['compaction'], null),
     compactRequest: json(h['compact'], null),
     msgBase: Number(h['msg_base'] ?? 0),
@@ -219,6 +244,9 @@ export function decodeFields(h: Record<string, string>): SessionState {
     control: isControl(h['control']) ? h['control'] : '',
     paramsRev: Number(h['params_rev'] ?? 0),
     parent: json(h['parent'], null),
+    thread: json(h['thread'], null),
+    container: h['container'] || null,
+    replacedAt: Number(h['replaced_at'] ?? -1),
   };
 }
 

@@ -23,6 +23,7 @@ export const EVENT_TYPES = [
   'iteration.persisted',
   'message.queued',
   'message.appended',
+  'messages.replaced',
   'tool_call.decided',
   'tool_result.submitted',
   'tool_result.replaced',

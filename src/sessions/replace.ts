@@ -1,0 +1,57 @@
+/**
+ * `PUT /v1/sessions/:id/messages`: the whole history replaced (the runner's `setMessagesParams`), on a session that is
+ * not running and waits for no client (`idle`, `failed`). The history is checked as create checks one; the session's
+ * message thread is dropped (the next run creates one), and so is a failed step's pending state.
+ */
+import { AppError } from '../errors.js';
+import { checkHistory, type StoredMessage } from '../history.js';
+import type { ApplyOps } from '../store/apply-ops.js';
+import { normalize } from './create.js';
+import { mutate, statusOps, type MutationResult, type SessionDeps } from './mutate.js';
+
+export function replaceMessages(
+  deps: SessionDeps,
+  tenant: string,
+  id: string,
+  given: StoredMessage[],
+  ifMatch?: number,
+): Promise<MutationResult> {
+  const messages = given.map(normalize);
+  const problems = checkHistory(messages);
+  if (problems.length) {
+    throw new AppError(
+      400,
+      'invalid_history',
+      `The messages break the Messages API's rules: ${problems[0]!.message}.`,
+      problems,
+    );
+  }
+  return mutate(deps, tenant, id, ifMatch, async (s) => {
+    const reviewing = s.status === 'requires_action' && s.pending?.turn !== undefined;
+    if (s.status !== 'idle' && s.status !== 'failed' && !reviewing) {
+      throw new AppError(
+        409,
+        'session_not_replaceable',
+        `The session is ${s.status}; its history can be replaced only while idle, failed or reviewing a turn.`,
+        { status: s.status },
+      );
+    }
+    const current = s.msgCount;
+    const kept = Math.min(current, messages.length);
+    const encoded = messages.map((m) => JSON.stringify(m));
+    const status = statusOps(s, { status: 'idle', pending: null, error: null, stopReason: s.stopReason });
+    const ops: ApplyOps = {
+      ...status,
+      // The list keeps its first `kept` entries, rewritten in place; the rest are pushed (a history is never empty).
+      ...(kept > 0 && kept < current ? { trim_msgs: kept } : {}),
+      ...(kept > 0 ? { lset_msgs: encoded.slice(0, kept).map((m, i): [number, string] => [i, m]) } : {}),
+      ...(messages.length > kept ? { push_msgs: encoded.slice(kept) } : {}),
+      hset: { ...status.hset, thread: '', replaced_at: String(s.iteration) },
+      events: [
+        ['messages.replaced', JSON.stringify({ message_count: messages.length })],
+        ...(s.status !== 'idle' ? (status.events ?? []) : []),
+      ],
+    };
+    return { guard: { rev: s.revision, status: [s.status] }, ops };
+  });
+}
