@@ -43,6 +43,8 @@ import schedulesPlugin from './schedules/plugin.js';
 import scheduleRoutes from '../routes/schedules.js';
 import agentsPlugin from './agents/plugin.js';
 import agentRoutes from '../routes/agents.js';
+import tenantToolRoutes from '../routes/tenant-tools.js';
+import toolTaskRoutes from '../routes/tool-tasks.js';
 import quotasPlugin from './quotas/quotas.js';
 import { selectProtocol } from './events/protocols.js';
 import { metricsPlugin, tracingPlugin, type TracingPluginOptions } from './observability/plugin.js';
@@ -126,6 +128,12 @@ const app: FastifyPluginAsync<AppOptions> = async (fastify, opts) => {
       maxFiles: config.MEMORY_MAX_FILES,
     },
     toolResultMaxBytes: config.TOOL_RESULT_MAX_BYTES,
+    tenantTools: {
+      leaseMs: config.TOOL_TASK_LEASE_MS,
+      maxTools: config.TENANT_MAX_TOOLS,
+      maxTasks: config.TOOL_TASKS_MAX_PER_TENANT,
+      maxResultBytes: config.TOOL_RESULT_MAX_BYTES,
+    },
   });
   await fastify.register(eventsHubPlugin, { pageBytes: config.REPLAY_PAGE_BYTES });
   // At the root, so before the /v1 scope's auth hook: @fastify/websocket's onRequest hook must see an upgrade first,
@@ -174,6 +182,8 @@ const app: FastifyPluginAsync<AppOptions> = async (fastify, opts) => {
     await api.register(mcpServerRoutes);
     await api.register(scheduleRoutes);
     await api.register(agentRoutes);
+    await api.register(tenantToolRoutes);
+    await api.register(toolTaskRoutes);
     // Unknown paths under /v1 are answered inside the scope too: 401 without a key, as any /v1 route (no route
     // discovery without one), else 404 `route_not_found`. Preflights (OPTIONS) are left to the CORS plugin.
     api.route({

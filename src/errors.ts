@@ -28,6 +28,8 @@ export const ERROR_CODES = [
   'session_not_found',
   'iteration_not_found',
   'webhook_not_found',
+  'tool_not_found',
+  'task_not_found',
   'file_not_found',
   'mcp_server_not_found',
   'schedule_not_found',
@@ -56,6 +58,9 @@ export const ERROR_CODES = [
   'compaction_pending',
   'nothing_to_compact',
   'unanswered_tool_calls',
+  'task_lease_lost',
+  'task_already_completed',
+  'task_cancelled',
   // 410, 412, 413, 415, 422, 426
   'cursor_expired',
   'revision_mismatch',
@@ -114,7 +119,7 @@ export const badRequest = (message: string, details?: unknown) =>
   new AppError(400, 'invalid_request', message, details);
 
 /** What a 404 names; its code is `<what>_not_found`. */
-export type NotFoundKind = 'session' | 'iteration' | 'webhook' | 'file' | 'mcp_server';
+export type NotFoundKind = 'session' | 'iteration' | 'webhook' | 'file' | 'mcp_server' | 'tool' | 'task';
 
 export const notFound = (what: NotFoundKind = 'session') =>
   new AppError(404, `${what}_not_found`, `No ${what} with this id.`);

@@ -17,7 +17,8 @@ export type Component =
   | 'mcp'
   | 'upstream'
   | 'schedules'
-  | 'agents';
+  | 'agents'
+  | 'tool-tasks';
 
 /**
  * The field names of the things a log line is about: a session id, a tenant, an iteration number, a tool name, a

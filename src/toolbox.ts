@@ -12,6 +12,7 @@ import { AppError, badRequest } from './errors.js';
 import type { ToolRef } from './store/session-state.js';
 import { isMcpToolset } from './mcp/schema.js';
 import { isAnthropicTool } from './tools/anthropic-tools.js';
+import type { TenantToolDef, TenantToolRunner } from './tenant-tools/types.js';
 
 /** One tool as `GET /v1/tools` lists it. */
 export interface ToolListing {
@@ -20,8 +21,12 @@ export interface ToolListing {
   input_schema: Record<string, unknown>;
   requires_approval: boolean;
   idempotent: boolean;
-  /** Where the tool comes from: `server` (tools/), `mcp` (an MCP server of MCP_SERVERS), `memory`. */
-  source: 'server' | 'mcp' | 'memory';
+  /** Where the tool comes from: `server` (tools/), `mcp` (an MCP server of MCP_SERVERS), `memory`, `tenant`. */
+  source: 'server' | 'mcp' | 'memory' | 'tenant';
+  /** A tenant tool's runner. */
+  runner?: TenantToolRunner;
+  /** A worker tool's workers: how many claimed or heartbeated within two leases, and when one was last seen. */
+  workers?: { active: number; last_seen_at: string | null };
   /** The MCP server, for `source: "mcp"`. */
   mcp_server?: string;
   /** The MCP server's annotations of the tool (`readOnlyHint`, `idempotentHint`, `destructiveHint`, …). */
@@ -33,6 +38,8 @@ export interface ToolScope {
   tenant: string;
   session: string;
   tools: readonly ToolRef[];
+  /** The session's copies of the tenant tools it names (src/tenant-tools/registry.ts). */
+  tenantTools?: Readonly<Record<string, TenantToolDef>>;
 }
 
 /** A tool brought by an entry, for the name checks at create. */
@@ -40,6 +47,8 @@ export interface ClaimedTool {
   name: string;
   /** The entry that brought it, for messages: `"get_weather"`, `mcp_server "files"`. */
   from: string;
+  /** A tenant tool's definition, copied into the session. */
+  copy?: TenantToolDef;
 }
 
 /** One source of tools the service runs. */
@@ -81,8 +90,9 @@ export class Toolbox {
   /**
    * Checks a session's `tools` at create: every entry is claimed by a provider or is a client tool, and no name is
    * brought twice (400 `duplicate_tool` for the same entry given twice, `tool_name_conflict` across entries).
+   * Returns the copies of the tenant tools it names, by name.
    */
-  async check(tenant: string, tools: readonly ToolRef[]): Promise<void> {
+  async check(tenant: string, tools: readonly ToolRef[]): Promise<Record<string, TenantToolDef>> {
     const seen = new Map<string, string>();
     const add = (t: ClaimedTool) => {
       const before = seen.get(t.name);
@@ -143,6 +153,12 @@ export class Toolbox {
     seen.clear();
     for (const t of provided) add(t);
     for (const [name, from] of client) add({ name, from });
+    return Object.fromEntries(provided.flatMap((t) => (t.copy ? [[t.name, t.copy]] : [])));
+  }
+
+  /** Names a tenant tool may not take: the server tools' (and the memory tool's). */
+  reservedNames(): Set<string> {
+    return new Set(this.providers.flatMap((p) => [...(p.reserved ?? [])]));
   }
 
   /** The session's runnable tools by name; a name brought twice keeps its first provider's tool. */

@@ -15,4 +15,6 @@ export interface ServerTool {
   idempotent: boolean;
   /** Idempotency call by call, over `idempotent`, for a tool whose commands differ (the memory tool: `view` only). */
   idempotentFor?: (input: unknown) => boolean;
+  /** A tenant tool's copy: its calls become tool tasks (src/tenant-tools/) instead of running here. */
+  runner?: 'worker' | 'http';
 }

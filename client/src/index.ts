@@ -356,3 +356,4 @@ export class SessionsClient {
 
 /** `new SessionsClient(options)`. */
 export const createClient = (options: ClientOptions) => new SessionsClient(options);
+export { ToolWorker, type ToolWorkerOptions, type WorkerTool, type ToolTask } from './tool-worker.js';

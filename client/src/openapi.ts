@@ -93,7 +93,7 @@ export interface paths {
       path?: never;
       cookie?: never;
     };
-    /** Readiness: Redis takes writes; which model backend answers turns */
+    /** Readiness: Redis answers; which model backend answers turns */
     get: operations['getReadiness'];
     put?: never;
     post?: never;
@@ -277,11 +277,7 @@ export interface paths {
      * @description With `include=compacted`, also `compacted`: the messages each compaction summarized, oldest segment first.
      */
     get: operations['listMessages'];
-    /**
-     * Replace the whole history (the runner's setMessagesParams)
-     * @description Only while `idle` or `failed` (409 `session_not_replaceable` otherwise). The history is checked as create checks one (400 `invalid_history`); the session goes `idle`, its message thread is dropped. Event `messages.replaced {message_count}`.
-     */
-    put: operations['replaceSessionMessages'];
+    put?: never;
     /**
      * Add a user message (a follow-up)
      * @description Running: queued for the next turn boundary (202); idle or failed: appended and a run starts (202). `interrupt: true` aborts the turn in flight.
@@ -635,7 +631,26 @@ export interface paths {
     patch?: never;
     trace?: never;
   };
-  '/v1/chat': {
+  '/v1/tools/{name}': {
+    parameters: {
+      query?: never;
+      header?: never;
+      path?: never;
+      cookie?: never;
+    };
+    /** A tenant tool, with its workers */
+    get: operations['getTool'];
+    /** Register or replace a tenant tool (an http runner’s signing secret is shown only when it is made) */
+    put: operations['putTool'];
+    post?: never;
+    /** Remove a tenant tool (sessions already using it keep their copy) */
+    delete: operations['deleteTool'];
+    options?: never;
+    head?: never;
+    patch?: never;
+    trace?: never;
+  };
+  '/v1/tool-tasks/claim': {
     parameters: {
       query?: never;
       header?: never;
@@ -644,181 +659,42 @@ export interface paths {
     };
     get?: never;
     put?: never;
-    /**
-     * The AI SDK's chat endpoint (useChat / DefaultChatTransport)
-     * @description Body as `DefaultChatTransport` sends it: `id` (a session id), `messages` (UIMessage[]; only the newest is read), `trigger`, `messageId`. A user message is posted to the session (as POST …/messages); tool approval responses and client tool outputs in an assistant message become decisions and results. The answer is the run as a UI message stream until it stops or needs the client.
-     */
-    post: operations['chat'];
+    /** Claim calls of the given tenant tools (long-poll up to wait_ms); each comes with a lease */
+    post: operations['claimToolTasks'];
     delete?: never;
     options?: never;
     head?: never;
     patch?: never;
     trace?: never;
   };
-  '/v1/chat/{id}/stream': {
+  '/v1/tool-tasks/{id}/heartbeat': {
     parameters: {
       query?: never;
       header?: never;
       path?: never;
       cookie?: never;
     };
-    /**
-     * Resume the current run's UI message stream from its start
-     * @description 204 when no run is active (idle, failed, or waiting for the client).
-     */
-    get: operations['resumeChatStream'];
+    get?: never;
     put?: never;
-    post?: never;
+    /** Renew the lease of a claimed task */
+    post: operations['heartbeatToolTask'];
     delete?: never;
     options?: never;
     head?: never;
     patch?: never;
     trace?: never;
   };
-  '/v1/chat/{id}/messages': {
+  '/v1/tool-tasks/{id}/result': {
     parameters: {
       query?: never;
       header?: never;
       path?: never;
       cookie?: never;
     };
-    /** The history as UIMessage[] (the newest 1000) */
-    get: operations['listChatMessages'];
+    get?: never;
     put?: never;
-    post?: never;
-    delete?: never;
-    options?: never;
-    head?: never;
-    patch?: never;
-    trace?: never;
-  };
-  '/v1/mcp-servers/{name}': {
-    parameters: {
-      query?: never;
-      header?: never;
-      path?: never;
-      cookie?: never;
-    };
-    /** One of the tenant's MCP servers */
-    get: operations['getMcpServer'];
-    /**
-     * Register or replace one of the tenant's MCP servers (Streamable HTTP)
-     * @description Sessions name it in `tools` as `{"mcp_server": "<name>"}`; the tenant's server is used before an operator's of the same name. The URL follows the webhooks' address rules; the headers are sealed and never returned.
-     */
-    put: operations['putMcpServer'];
-    post?: never;
-    /** Forget one of the tenant's MCP servers (sessions naming it lose its tools at their next step) */
-    delete: operations['deleteMcpServer'];
-    options?: never;
-    head?: never;
-    patch?: never;
-    trace?: never;
-  };
-  '/v1/mcp-servers': {
-    parameters: {
-      query?: never;
-      header?: never;
-      path?: never;
-      cookie?: never;
-    };
-    /** The tenant's own MCP servers */
-    get: operations['listMcpServers'];
-    put?: never;
-    post?: never;
-    delete?: never;
-    options?: never;
-    head?: never;
-    patch?: never;
-    trace?: never;
-  };
-  '/v1/schedules': {
-    parameters: {
-      query?: never;
-      header?: never;
-      path?: never;
-      cookie?: never;
-    };
-    /** The caller's schedules, newest first */
-    get: operations['listSchedules'];
-    put?: never;
-    /** Create a schedule: a session created at each fire of a cron, or once at a time */
-    post: operations['createSchedule'];
-    delete?: never;
-    options?: never;
-    head?: never;
-    patch?: never;
-    trace?: never;
-  };
-  '/v1/schedules/{id}': {
-    parameters: {
-      query?: never;
-      header?: never;
-      path?: never;
-      cookie?: never;
-    };
-    /** A schedule */
-    get: operations['getSchedule'];
-    put?: never;
-    post?: never;
-    /** Delete a schedule (the sessions it created are kept) */
-    delete: operations['deleteSchedule'];
-    options?: never;
-    head?: never;
-    /**
-     * Pause, resume or change a schedule
-     * @description A change of `cron`, `at` or `timezone`, or a resume, computes `next_run_at` from now: fires missed while paused are not made up.
-     */
-    patch: operations['updateSchedule'];
-    trace?: never;
-  };
-  '/v1/schedules/{id}/runs': {
-    parameters: {
-      query?: never;
-      header?: never;
-      path?: never;
-      cookie?: never;
-    };
-    /** The sessions the schedule created, newest fire first */
-    get: operations['listScheduleRuns'];
-    put?: never;
-    post?: never;
-    delete?: never;
-    options?: never;
-    head?: never;
-    patch?: never;
-    trace?: never;
-  };
-  '/v1/schedules/{id}/events': {
-    parameters: {
-      query?: never;
-      header?: never;
-      path?: never;
-      cookie?: never;
-    };
-    /**
-     * The schedule's events (`schedule.fired`, `schedule.skipped`), oldest first
-     * @description The envelope of section 4, whose `session_id` is the schedule id.
-     */
-    get: operations['listScheduleEvents'];
-    put?: never;
-    post?: never;
-    delete?: never;
-    options?: never;
-    head?: never;
-    patch?: never;
-    trace?: never;
-  };
-  '/v1/sessions/{id}/children': {
-    parameters: {
-      query?: never;
-      header?: never;
-      path?: never;
-      cookie?: never;
-    };
-    /** The sessions the session's sub-agent calls created, oldest first */
-    get: operations['listChildren'];
-    put?: never;
-    post?: never;
+    /** The result of a claimed task */
+    post: operations['submitToolTaskResult'];
     delete?: never;
     options?: never;
     head?: never;
@@ -832,67 +708,8 @@ export interface components {
     /** @description Every 4xx and 5xx answer. */
     Error: {
       error: {
-        /**
-         * @description A stable snake_case code from a closed set (docs/API.md): the same list the service throws from (src/errors.ts `ERROR_CODES`), so a generated client can switch on it.
-         * @enum {string}
-         */
-        code:
-          | 'invalid_request'
-          | 'invalid_json'
-          | 'invalid_cursor'
-          | 'invalid_history'
-          | 'invalid_tool_input'
-          | 'invalid_webhook_url'
-          | 'invalid_frame'
-          | 'duplicate_tool'
-          | 'unknown_tool'
-          | 'tool_name_conflict'
-          | 'invalid_memory_path'
-          | 'request_aborted'
-          | 'unauthorized'
-          | 'origin_not_allowed'
-          | 'host_not_allowed'
-          | 'session_not_found'
-          | 'iteration_not_found'
-          | 'webhook_not_found'
-          | 'file_not_found'
-          | 'mcp_server_not_found'
-          | 'schedule_not_found'
-          | 'route_not_found'
-          | 'session_exists'
-          | 'invalid_status'
-          | 'session_running'
-          | 'session_not_running'
-          | 'session_not_failed'
-          | 'nothing_to_retry'
-          | 'session_not_replaceable'
-          | 'nothing_to_continue'
-          | 'nothing_awaits_approval'
-          | 'nothing_awaits_results'
-          | 'approval_not_required'
-          | 'tool_call_already_decided'
-          | 'tool_calls_undecided'
-          | 'tool_result_already_submitted'
-          | 'tool_result_not_expected'
-          | 'unknown_tool_use_id'
-          | 'budget_exhausted'
-          | 'tool_call_pending'
-          | 'webhook_disabled'
-          | 'idempotency_in_progress'
-          | 'compaction_pending'
-          | 'nothing_to_compact'
-          | 'unanswered_tool_calls'
-          | 'cursor_expired'
-          | 'revision_mismatch'
-          | 'payload_too_large'
-          | 'unsupported_media_type'
-          | 'idempotency_key_reused'
-          | 'upgrade_required'
-          | 'headers_too_large'
-          | 'rate_limited'
-          | 'quota_exceeded'
-          | 'internal_error'
-          | 'store_unavailable';
+        /** @description A stable snake_case code (see docs/API.md for the closed set). */
+        code: string;
         /** @description A human sentence; may change. */
         message: string;
         /** @description What went wrong in detail: for `invalid_request` the issues `[{path, code, message}]`. */
@@ -920,7 +737,7 @@ export interface components {
     /** @description What a client must do before the run goes on. */
     RequiredAction: {
       /** @enum {string} */
-      type: 'approve_tool_calls' | 'review_tool_results' | 'submit_tool_results' | 'review_turn';
+      type: 'approve_tool_calls' | 'review_tool_results' | 'submit_tool_results';
       tool_calls: {
         id: string;
         name: string;
@@ -931,13 +748,6 @@ export interface components {
         content: unknown;
         is_error: boolean;
       }[];
-      /** @description `review_turn`: the reply under review (policy `pause_after_turn`). */
-      message?: {
-        /** @constant */
-        role: 'assistant';
-        content: unknown;
-        stop_reason: string | null;
-      };
     };
     SessionError: {
       code: string;
@@ -970,7 +780,6 @@ export interface components {
               [key: string]: unknown;
             };
             strict?: boolean;
-            validate?: boolean;
           }
         | ({
             type: string;
@@ -982,13 +791,6 @@ export interface components {
             mcp_server: string;
             allowed_tools?: string[];
           }
-        | ({
-            /** @constant */
-            type: 'mcp_toolset';
-            mcp_server_name: string;
-          } & {
-            [key: string]: unknown;
-          })
       )[];
       max_iterations: number;
       approval: ('never' | 'always' | 'default') | string[];
@@ -1008,7 +810,6 @@ export interface components {
         total_tokens: number;
       } | null;
       run_tools_eagerly: boolean;
-      pause_after_turn: boolean;
       /** @description Policy: compact before the next turn once a turn passes `at_input_tokens`. */
       compaction: {
         at_input_tokens: number;
@@ -1024,11 +825,6 @@ export interface components {
       metadata: {
         [key: string]: unknown;
       };
-      /** @description A sub-agent's session: the parent's call it answers. */
-      parent: {
-        session_id: string;
-        tool_use_id: string;
-      } | null;
       /** Format: date-time */
       created_at: string;
       /** Format: date-time */
@@ -1169,6 +965,66 @@ export interface components {
       next_cursor: string | null;
       has_more: boolean;
     };
+    TenantToolRunner:
+      | {
+          /** @constant */
+          type: 'worker';
+        }
+      | {
+          /** @constant */
+          type: 'http';
+          url: string;
+          timeout_ms?: number;
+        };
+    TenantTool: {
+      name: string;
+      description: string;
+      input_schema: {
+        [key: string]: unknown;
+      };
+      runner: components['schemas']['TenantToolRunner'];
+      idempotent: boolean;
+      read_only: boolean;
+      timeout_ms: number;
+      max_attempts: number;
+      created_at: string;
+      updated_at: string;
+      /** @description Workers that claimed or heartbeated for this tool within two leases. */
+      workers?: {
+        active: number;
+        last_seen_at: string | null;
+      };
+      /** @description An http runner's signing secret (`whsec_…`): in the answer of the PUT that set it only. */
+      secret?: string;
+    };
+    DeletedTool: {
+      name: string;
+      /** @constant */
+      deleted: true;
+    };
+    ToolTask: {
+      /** @description This offer of the call (`tt_…`): heartbeat and result name it. */
+      id: string;
+      session_id: string;
+      tool_use_id: string;
+      name: string;
+      input: unknown;
+      attempt: number;
+      /** @description `<session_id>:<tool_use_id>`, the same for every attempt. */
+      idempotency_key: string;
+      lease_expires_at: string;
+    };
+    ClaimedToolTasks: {
+      tasks: components['schemas']['ToolTask'][];
+    };
+    ToolTaskLease: {
+      lease_expires_at: string;
+    };
+    ToolTaskResultAccepted: {
+      id: string;
+      /** @constant */
+      accepted: true;
+    };
     ToolList: {
       data: {
         name: string;
@@ -1179,10 +1035,17 @@ export interface components {
         requires_approval: boolean;
         idempotent: boolean;
         /**
-         * @description server: a tool of tools/; mcp: a tool of an MCP server of MCP_SERVERS; memory: the memory tool
+         * @description server: a tool of tools/; mcp: a tool of an MCP server of MCP_SERVERS; memory: the memory tool; tenant: a tool of the tenant (PUT /v1/tools/{name})
          * @enum {string}
          */
-        source: 'server' | 'mcp' | 'memory';
+        source: 'server' | 'mcp' | 'memory' | 'tenant';
+        /** @description A tenant tool's runner. */
+        runner?: components['schemas']['TenantToolRunner'];
+        /** @description Workers that claimed or heartbeated for this tool within two leases. */
+        workers?: {
+          active: number;
+          last_seen_at: string | null;
+        };
         /** @description The MCP server, for `source: "mcp"`. */
         mcp_server?: string;
         /** @description The MCP server's annotations (readOnlyHint, idempotentHint, destructiveHint, …). */
@@ -1212,17 +1075,6 @@ export interface components {
       active_runs: number;
       waiting_runs: number;
     };
-    /** @description The history as the AI SDK's UIMessage[], oldest first. */
-    UIMessageList: {
-      id: string;
-      /** @enum {string} */
-      role: 'user' | 'assistant';
-      parts: ({
-        type: string;
-      } & {
-        [key: string]: unknown;
-      })[];
-    }[];
     Webhook: {
       id: string;
       /** @constant */
@@ -1311,67 +1163,6 @@ export interface components {
     };
     DeletedMemoryFile: {
       path: string;
-      /** @constant */
-      deleted: true;
-    };
-    McpServer: {
-      name: string;
-      /** @constant */
-      object: 'mcp_server';
-      url: string;
-      /** @description The header names given; their values are never shown. */
-      headers: {
-        [key: string]: '[redacted]';
-      };
-      created_at: string;
-      updated_at: string;
-      revision: number;
-    };
-    McpServerList: {
-      data: components['schemas']['McpServer'][];
-      has_more: boolean;
-    };
-    DeletedMcpServer: {
-      name: string;
-      /** @constant */
-      object: 'mcp_server';
-      /** @constant */
-      deleted: true;
-    };
-    Schedule: {
-      id: string;
-      /** @constant */
-      object: 'schedule';
-      cron: string | null;
-      at: string | null;
-      timezone: string;
-      /** @enum {string} */
-      overlap: 'skip' | 'allow';
-      paused: boolean;
-      session: {
-        [key: string]: unknown;
-      };
-      /** @description The next fire; null when paused or done. */
-      next_run_at: string | null;
-      last_fire_at: string | null;
-      last_session_id: string | null;
-      /** @description Fires that created a session. */
-      fires: number;
-      /** @description Fires skipped (overlap, a quota, a refused body). */
-      skips: number;
-      revision: number;
-      created_at: string;
-      updated_at: string;
-    };
-    ScheduleList: {
-      data: components['schemas']['Schedule'][];
-      next_cursor: string | null;
-      has_more: boolean;
-    };
-    DeletedSchedule: {
-      id: string;
-      /** @constant */
-      object: 'schedule';
       /** @constant */
       deleted: true;
     };
@@ -1516,7 +1307,7 @@ export interface operations {
           'application/json': components['schemas']['Readiness'];
         };
       };
-      /** @description Not ready (Redis does not answer or refuses writes); with Retry-After. */
+      /** @description Not ready (Redis does not answer); with Retry-After. */
       503: {
         headers: {
           'Retry-After': components['headers']['RetryAfter'];
@@ -1871,57 +1662,17 @@ export interface operations {
                   [key: string]: unknown;
                 };
                 strict?: boolean;
-                validate?: boolean;
               }
             | {
                 mcp_server: string;
                 allowed_tools?: string[];
               }
             | ({
-                /** @enum {string} */
-                type: 'mcp_toolset';
-                mcp_server_name: string;
-              } & {
-                [key: string]: unknown;
-              })
-            | ({
                 type: string;
                 name: string;
               } & {
                 [key: string]: unknown;
               })
-            | {
-                /** @enum {string} */
-                type: 'agent';
-                name: string;
-                description: string;
-                session: {
-                  [key: string]: unknown;
-                };
-                /**
-                 * @default {
-                 *       "type": "object",
-                 *       "properties": {
-                 *         "prompt": {
-                 *           "type": "string",
-                 *           "description": "The task for the sub-agent, in full."
-                 *         }
-                 *       },
-                 *       "required": [
-                 *         "prompt"
-                 *       ]
-                 *     }
-                 */
-                input_schema?: {
-                  /** @enum {string} */
-                  type: 'object';
-                  properties?: {
-                    [key: string]: unknown;
-                  };
-                } & {
-                  [key: string]: unknown;
-                };
-              }
           )[];
           messages?: (
             | {
@@ -2148,17 +1899,6 @@ export interface operations {
                             ttl?: '5m' | '1h';
                           } | null;
                         }
-                      | {
-                          /** @enum {string} */
-                          type: 'container_upload';
-                          file_id: string;
-                          cache_control?: {
-                            /** @enum {string} */
-                            type: 'ephemeral';
-                            /** @enum {string} */
-                            ttl?: '5m' | '1h';
-                          } | null;
-                        }
                     )[];
               }
             | {
@@ -2249,40 +1989,7 @@ export interface operations {
                         } & {
                           [key: string]: unknown;
                         })
-                      | {
-                          /** @enum {string} */
-                          type: 'compaction';
-                          content: string | null;
-                          encrypted_content?: string | null;
-                          signature?: string | null;
-                          cache_control?: {
-                            /** @enum {string} */
-                            type: 'ephemeral';
-                            /** @enum {string} */
-                            ttl?: '5m' | '1h';
-                          } | null;
-                        }
                     )[];
-              }
-            | {
-                /** @enum {string} */
-                role: 'system';
-                content: {
-                  /** @enum {string} */
-                  type: 'tool_addition' | 'tool_removal';
-                  tool: {
-                    /** @enum {string} */
-                    type: 'tool_definition' | 'tool_reference';
-                  } & {
-                    [key: string]: unknown;
-                  };
-                  cache_control?: {
-                    /** @enum {string} */
-                    type: 'ephemeral';
-                    /** @enum {string} */
-                    ttl?: '5m' | '1h';
-                  } | null;
-                }[];
               }
           )[];
           input?: string;
@@ -2315,8 +2022,6 @@ export interface operations {
           } | null;
           /** @default false */
           run_tools_eagerly?: boolean;
-          /** @default false */
-          pause_after_turn?: boolean;
           /** @default null */
           compaction?: {
             at_input_tokens: number;
@@ -2624,7 +2329,6 @@ export interface operations {
             total_tokens: number;
           } | null;
           run_tools_eagerly?: boolean;
-          pause_after_turn?: boolean;
           compaction?: {
             at_input_tokens: number;
             instructions?: string;
@@ -2644,57 +2348,17 @@ export interface operations {
                   [key: string]: unknown;
                 };
                 strict?: boolean;
-                validate?: boolean;
               }
             | {
                 mcp_server: string;
                 allowed_tools?: string[];
               }
             | ({
-                /** @enum {string} */
-                type: 'mcp_toolset';
-                mcp_server_name: string;
-              } & {
-                [key: string]: unknown;
-              })
-            | ({
                 type: string;
                 name: string;
               } & {
                 [key: string]: unknown;
               })
-            | {
-                /** @enum {string} */
-                type: 'agent';
-                name: string;
-                description: string;
-                session: {
-                  [key: string]: unknown;
-                };
-                /**
-                 * @default {
-                 *       "type": "object",
-                 *       "properties": {
-                 *         "prompt": {
-                 *           "type": "string",
-                 *           "description": "The task for the sub-agent, in full."
-                 *         }
-                 *       },
-                 *       "required": [
-                 *         "prompt"
-                 *       ]
-                 *     }
-                 */
-                input_schema?: {
-                  /** @enum {string} */
-                  type: 'object';
-                  properties?: {
-                    [key: string]: unknown;
-                  };
-                } & {
-                  [key: string]: unknown;
-                };
-              }
           )[];
           metadata?: {
             [key: string]: string | number | boolean | null;
@@ -2744,15 +2408,6 @@ export interface operations {
       };
       /** @description No such resource (`session_not_found`, also for another tenant's; `iteration_not_found`, …). */
       404: {
-        headers: {
-          [name: string]: unknown;
-        };
-        content: {
-          'application/json': components['schemas']['Error'];
-        };
-      };
-      /** @description The request does not fit the session's state (the code says why), or `idempotency_in_progress`. */
-      409: {
         headers: {
           [name: string]: unknown;
         };
@@ -2862,501 +2517,6 @@ export interface operations {
       /** @description No such resource (`session_not_found`, also for another tenant's; `iteration_not_found`, …). */
       404: {
         headers: {
-          [name: string]: unknown;
-        };
-        content: {
-          'application/json': components['schemas']['Error'];
-        };
-      };
-      /** @description Something went wrong on the service's side (`internal_error`); the details are in its log. */
-      500: {
-        headers: {
-          [name: string]: unknown;
-        };
-        content: {
-          'application/json': components['schemas']['Error'];
-        };
-      };
-      /** @description The session store is unavailable (`store_unavailable`); try again after Retry-After. */
-      503: {
-        headers: {
-          'Retry-After': components['headers']['RetryAfter'];
-          [name: string]: unknown;
-        };
-        content: {
-          'application/json': components['schemas']['Error'];
-        };
-      };
-    };
-  };
-  replaceSessionMessages: {
-    parameters: {
-      query?: never;
-      header?: {
-        'if-match'?: string;
-      };
-      path: {
-        id: string;
-      };
-      cookie?: never;
-    };
-    requestBody: {
-      content: {
-        'application/json': {
-          messages: (
-            | {
-                /** @enum {string} */
-                role: 'user';
-                content:
-                  | string
-                  | (
-                      | {
-                          /** @enum {string} */
-                          type: 'text';
-                          text: string;
-                          citations?:
-                            | ({
-                                type: string;
-                              } & {
-                                [key: string]: unknown;
-                              })[]
-                            | null;
-                          cache_control?: {
-                            /** @enum {string} */
-                            type: 'ephemeral';
-                            /** @enum {string} */
-                            ttl?: '5m' | '1h';
-                          } | null;
-                        }
-                      | {
-                          /** @enum {string} */
-                          type: 'image';
-                          source:
-                            | {
-                                /** @enum {string} */
-                                type: 'base64';
-                                /** @enum {string} */
-                                media_type: 'image/jpeg' | 'image/png' | 'image/gif' | 'image/webp';
-                                data: string;
-                              }
-                            | {
-                                /** @enum {string} */
-                                type: 'url';
-                                /** Format: uri */
-                                url: string;
-                              }
-                            | {
-                                /** @enum {string} */
-                                type: 'file';
-                                file_id: string;
-                              };
-                          cache_control?: {
-                            /** @enum {string} */
-                            type: 'ephemeral';
-                            /** @enum {string} */
-                            ttl?: '5m' | '1h';
-                          } | null;
-                        }
-                      | {
-                          /** @enum {string} */
-                          type: 'document';
-                          source: {
-                            /** @enum {string} */
-                            type: 'base64' | 'text' | 'url' | 'content' | 'file';
-                          } & {
-                            [key: string]: unknown;
-                          };
-                          title?: string | null;
-                          context?: string | null;
-                          citations?: {
-                            [key: string]: unknown;
-                          } | null;
-                          cache_control?: {
-                            /** @enum {string} */
-                            type: 'ephemeral';
-                            /** @enum {string} */
-                            ttl?: '5m' | '1h';
-                          } | null;
-                        }
-                      | {
-                          /** @enum {string} */
-                          type: 'search_result';
-                          source: string;
-                          title: string;
-                          content: {
-                            /** @enum {string} */
-                            type: 'text';
-                            text: string;
-                            citations?:
-                              | ({
-                                  type: string;
-                                } & {
-                                  [key: string]: unknown;
-                                })[]
-                              | null;
-                            cache_control?: {
-                              /** @enum {string} */
-                              type: 'ephemeral';
-                              /** @enum {string} */
-                              ttl?: '5m' | '1h';
-                            } | null;
-                          }[];
-                          citations?: {
-                            [key: string]: unknown;
-                          } | null;
-                          cache_control?: {
-                            /** @enum {string} */
-                            type: 'ephemeral';
-                            /** @enum {string} */
-                            ttl?: '5m' | '1h';
-                          } | null;
-                        }
-                      | {
-                          /** @enum {string} */
-                          type: 'tool_result';
-                          tool_use_id: string;
-                          content?:
-                            | string
-                            | (
-                                | {
-                                    /** @enum {string} */
-                                    type: 'text';
-                                    text: string;
-                                    citations?:
-                                      | ({
-                                          type: string;
-                                        } & {
-                                          [key: string]: unknown;
-                                        })[]
-                                      | null;
-                                    cache_control?: {
-                                      /** @enum {string} */
-                                      type: 'ephemeral';
-                                      /** @enum {string} */
-                                      ttl?: '5m' | '1h';
-                                    } | null;
-                                  }
-                                | {
-                                    /** @enum {string} */
-                                    type: 'image';
-                                    source:
-                                      | {
-                                          /** @enum {string} */
-                                          type: 'base64';
-                                          /** @enum {string} */
-                                          media_type: 'image/jpeg' | 'image/png' | 'image/gif' | 'image/webp';
-                                          data: string;
-                                        }
-                                      | {
-                                          /** @enum {string} */
-                                          type: 'url';
-                                          /** Format: uri */
-                                          url: string;
-                                        }
-                                      | {
-                                          /** @enum {string} */
-                                          type: 'file';
-                                          file_id: string;
-                                        };
-                                    cache_control?: {
-                                      /** @enum {string} */
-                                      type: 'ephemeral';
-                                      /** @enum {string} */
-                                      ttl?: '5m' | '1h';
-                                    } | null;
-                                  }
-                                | {
-                                    /** @enum {string} */
-                                    type: 'document';
-                                    source: {
-                                      /** @enum {string} */
-                                      type: 'base64' | 'text' | 'url' | 'content' | 'file';
-                                    } & {
-                                      [key: string]: unknown;
-                                    };
-                                    title?: string | null;
-                                    context?: string | null;
-                                    citations?: {
-                                      [key: string]: unknown;
-                                    } | null;
-                                    cache_control?: {
-                                      /** @enum {string} */
-                                      type: 'ephemeral';
-                                      /** @enum {string} */
-                                      ttl?: '5m' | '1h';
-                                    } | null;
-                                  }
-                                | {
-                                    /** @enum {string} */
-                                    type: 'search_result';
-                                    source: string;
-                                    title: string;
-                                    content: {
-                                      /** @enum {string} */
-                                      type: 'text';
-                                      text: string;
-                                      citations?:
-                                        | ({
-                                            type: string;
-                                          } & {
-                                            [key: string]: unknown;
-                                          })[]
-                                        | null;
-                                      cache_control?: {
-                                        /** @enum {string} */
-                                        type: 'ephemeral';
-                                        /** @enum {string} */
-                                        ttl?: '5m' | '1h';
-                                      } | null;
-                                    }[];
-                                    citations?: {
-                                      [key: string]: unknown;
-                                    } | null;
-                                    cache_control?: {
-                                      /** @enum {string} */
-                                      type: 'ephemeral';
-                                      /** @enum {string} */
-                                      ttl?: '5m' | '1h';
-                                    } | null;
-                                  }
-                              )[];
-                          is_error?: boolean;
-                          cache_control?: {
-                            /** @enum {string} */
-                            type: 'ephemeral';
-                            /** @enum {string} */
-                            ttl?: '5m' | '1h';
-                          } | null;
-                        }
-                      | {
-                          /** @enum {string} */
-                          type: 'container_upload';
-                          file_id: string;
-                          cache_control?: {
-                            /** @enum {string} */
-                            type: 'ephemeral';
-                            /** @enum {string} */
-                            ttl?: '5m' | '1h';
-                          } | null;
-                        }
-                    )[];
-              }
-            | {
-                /** @enum {string} */
-                role: 'assistant';
-                content:
-                  | string
-                  | (
-                      | {
-                          /** @enum {string} */
-                          type: 'text';
-                          text: string;
-                          citations?:
-                            | ({
-                                type: string;
-                              } & {
-                                [key: string]: unknown;
-                              })[]
-                            | null;
-                          cache_control?: {
-                            /** @enum {string} */
-                            type: 'ephemeral';
-                            /** @enum {string} */
-                            ttl?: '5m' | '1h';
-                          } | null;
-                        }
-                      | {
-                          /** @enum {string} */
-                          type: 'tool_use';
-                          id: string;
-                          name: string;
-                          input: {
-                            [key: string]: unknown;
-                          };
-                          cache_control?: {
-                            /** @enum {string} */
-                            type: 'ephemeral';
-                            /** @enum {string} */
-                            ttl?: '5m' | '1h';
-                          } | null;
-                        }
-                      | {
-                          /** @enum {string} */
-                          type: 'thinking';
-                          thinking: string;
-                          signature: string;
-                        }
-                      | {
-                          /** @enum {string} */
-                          type: 'redacted_thinking';
-                          data: string;
-                        }
-                      | ({
-                          /** @enum {string} */
-                          type: 'server_tool_use';
-                          id: string;
-                          name: string;
-                          input: {
-                            [key: string]: unknown;
-                          };
-                          cache_control?: {
-                            /** @enum {string} */
-                            type: 'ephemeral';
-                            /** @enum {string} */
-                            ttl?: '5m' | '1h';
-                          } | null;
-                        } & {
-                          [key: string]: unknown;
-                        })
-                      | ({
-                          /** @enum {string} */
-                          type:
-                            | 'web_search_tool_result'
-                            | 'web_fetch_tool_result'
-                            | 'code_execution_tool_result'
-                            | 'bash_code_execution_tool_result'
-                            | 'text_editor_code_execution_tool_result'
-                            | 'tool_search_tool_result'
-                            | 'advisor_tool_result';
-                          tool_use_id: string;
-                          content: unknown;
-                          cache_control?: {
-                            /** @enum {string} */
-                            type: 'ephemeral';
-                            /** @enum {string} */
-                            ttl?: '5m' | '1h';
-                          } | null;
-                        } & {
-                          [key: string]: unknown;
-                        })
-                      | {
-                          /** @enum {string} */
-                          type: 'compaction';
-                          content: string | null;
-                          encrypted_content?: string | null;
-                          signature?: string | null;
-                          cache_control?: {
-                            /** @enum {string} */
-                            type: 'ephemeral';
-                            /** @enum {string} */
-                            ttl?: '5m' | '1h';
-                          } | null;
-                        }
-                    )[];
-              }
-            | {
-                /** @enum {string} */
-                role: 'system';
-                content: {
-                  /** @enum {string} */
-                  type: 'tool_addition' | 'tool_removal';
-                  tool: {
-                    /** @enum {string} */
-                    type: 'tool_definition' | 'tool_reference';
-                  } & {
-                    [key: string]: unknown;
-                  };
-                  cache_control?: {
-                    /** @enum {string} */
-                    type: 'ephemeral';
-                    /** @enum {string} */
-                    ttl?: '5m' | '1h';
-                  } | null;
-                }[];
-              }
-          )[];
-        };
-      };
-    };
-    responses: {
-      /** @description OK */
-      200: {
-        headers: {
-          ETag: components['headers']['ETag'];
-          [name: string]: unknown;
-        };
-        content: {
-          'application/json': components['schemas']['Session'];
-        };
-      };
-      /** @description Accepted: the work was queued (a run started or will start at the next turn boundary). */
-      202: {
-        headers: {
-          ETag: components['headers']['ETag'];
-          [name: string]: unknown;
-        };
-        content: {
-          'application/json': components['schemas']['Session'];
-        };
-      };
-      /** @description Invalid request (`invalid_request` with the issues in `details`, `invalid_json`, …). */
-      400: {
-        headers: {
-          [name: string]: unknown;
-        };
-        content: {
-          'application/json': components['schemas']['Error'];
-        };
-      };
-      /** @description No valid bearer key (`unauthorized`). */
-      401: {
-        headers: {
-          'WWW-Authenticate': components['headers']['WwwAuthenticate'];
-          [name: string]: unknown;
-        };
-        content: {
-          'application/json': components['schemas']['Error'];
-        };
-      };
-      /** @description No such resource (`session_not_found`, also for another tenant's; `iteration_not_found`, …). */
-      404: {
-        headers: {
-          [name: string]: unknown;
-        };
-        content: {
-          'application/json': components['schemas']['Error'];
-        };
-      };
-      /** @description The request does not fit the session's state (the code says why), or `idempotency_in_progress`. */
-      409: {
-        headers: {
-          [name: string]: unknown;
-        };
-        content: {
-          'application/json': components['schemas']['Error'];
-        };
-      };
-      /** @description If-Match does not match the revision (`revision_mismatch`; `details.revision`). */
-      412: {
-        headers: {
-          [name: string]: unknown;
-        };
-        content: {
-          'application/json': components['schemas']['Error'];
-        };
-      };
-      /** @description The body is larger than BODY_LIMIT (`payload_too_large`). */
-      413: {
-        headers: {
-          [name: string]: unknown;
-        };
-        content: {
-          'application/json': components['schemas']['Error'];
-        };
-      };
-      /** @description The body is not JSON (`unsupported_media_type`). */
-      415: {
-        headers: {
-          [name: string]: unknown;
-        };
-        content: {
-          'application/json': components['schemas']['Error'];
-        };
-      };
-      /** @description Over a rate or quota (`rate_limited` with Retry-After, `quota_exceeded`). */
-      429: {
-        headers: {
-          'Retry-After': components['headers']['RetryAfter'];
           [name: string]: unknown;
         };
         content: {
@@ -4098,15 +3258,6 @@ export interface operations {
       };
       /** @description No such resource (`session_not_found`, also for another tenant's; `iteration_not_found`, …). */
       404: {
-        headers: {
-          [name: string]: unknown;
-        };
-        content: {
-          'application/json': components['schemas']['Error'];
-        };
-      };
-      /** @description The request does not fit the session's state (the code says why), or `idempotency_in_progress`. */
-      409: {
         headers: {
           [name: string]: unknown;
         };
@@ -5423,26 +4574,8 @@ export interface operations {
           'application/json': components['schemas']['Error'];
         };
       };
-      /** @description Answer */
-      403: {
-        headers: {
-          [name: string]: unknown;
-        };
-        content: {
-          'application/json': components['schemas']['Error'];
-        };
-      };
       /** @description No such resource (`session_not_found`, also for another tenant's; `iteration_not_found`, …). */
       404: {
-        headers: {
-          [name: string]: unknown;
-        };
-        content: {
-          'application/json': components['schemas']['Error'];
-        };
-      };
-      /** @description Answer */
-      426: {
         headers: {
           [name: string]: unknown;
         };
@@ -5550,29 +4683,21 @@ export interface operations {
             | 'session.deleted'
             | 'session.status'
             | 'session.error'
-            | 'session.cancel_requested'
             | 'turn.started'
             | 'turn.completed'
-            | 'turn.dropped'
             | 'stream.event'
             | 'tool.started'
-            | 'tool.progress'
             | 'tool.completed'
             | 'iteration.persisted'
             | 'message.queued'
             | 'message.appended'
-            | 'messages.replaced'
             | 'tool_call.decided'
-            | 'tool_result.submitted'
             | 'tool_result.replaced'
             | 'params.updated'
             | 'tools.updated'
-            | 'tools.applied'
             | 'compaction.started'
             | 'compaction.completed'
             | 'compaction.skipped'
-            | 'schedule.fired'
-            | 'schedule.skipped'
           )[];
           description?: string;
         };
@@ -5857,29 +4982,21 @@ export interface operations {
             | 'session.deleted'
             | 'session.status'
             | 'session.error'
-            | 'session.cancel_requested'
             | 'turn.started'
             | 'turn.completed'
-            | 'turn.dropped'
             | 'stream.event'
             | 'tool.started'
-            | 'tool.progress'
             | 'tool.completed'
             | 'iteration.persisted'
             | 'message.queued'
             | 'message.appended'
-            | 'messages.replaced'
             | 'tool_call.decided'
-            | 'tool_result.submitted'
             | 'tool_result.replaced'
             | 'params.updated'
             | 'tools.updated'
-            | 'tools.applied'
             | 'compaction.started'
             | 'compaction.completed'
             | 'compaction.skipped'
-            | 'schedule.fired'
-            | 'schedule.skipped'
           )[];
           description?: string | null;
           disabled?: boolean;
@@ -6374,49 +5491,146 @@ export interface operations {
       };
     };
   };
-  chat: {
+  getTool: {
     parameters: {
       query?: never;
-      header?: {
-        /** @description Makes the POST safe to retry: the same key with the same body returns the first answer (with `Idempotent-Replayed: true`) for IDEMPOTENCY_TTL_S (24 h by default); with another body 422 `idempotency_key_reused`; while the first is still handled 409 `idempotency_in_progress`. 5xx answers are not kept. */
-        'Idempotency-Key'?: components['parameters']['IdempotencyKey'];
+      header?: never;
+      path: {
+        name: string;
       };
-      path?: never;
+      cookie?: never;
+    };
+    requestBody?: never;
+    responses: {
+      /** @description OK */
+      200: {
+        headers: {
+          [name: string]: unknown;
+        };
+        content: {
+          'application/json': components['schemas']['TenantTool'];
+        };
+      };
+      /** @description Invalid request (`invalid_request` with the issues in `details`, `invalid_json`, …). */
+      400: {
+        headers: {
+          [name: string]: unknown;
+        };
+        content: {
+          'application/json': components['schemas']['Error'];
+        };
+      };
+      /** @description No valid bearer key (`unauthorized`). */
+      401: {
+        headers: {
+          'WWW-Authenticate': components['headers']['WwwAuthenticate'];
+          [name: string]: unknown;
+        };
+        content: {
+          'application/json': components['schemas']['Error'];
+        };
+      };
+      /** @description No such resource (`session_not_found`, also for another tenant's; `iteration_not_found`, …). */
+      404: {
+        headers: {
+          [name: string]: unknown;
+        };
+        content: {
+          'application/json': components['schemas']['Error'];
+        };
+      };
+      /** @description Over a rate or quota (`rate_limited` with Retry-After, `quota_exceeded`). */
+      429: {
+        headers: {
+          'Retry-After': components['headers']['RetryAfter'];
+          [name: string]: unknown;
+        };
+        content: {
+          'application/json': components['schemas']['Error'];
+        };
+      };
+      /** @description Something went wrong on the service's side (`internal_error`); the details are in its log. */
+      500: {
+        headers: {
+          [name: string]: unknown;
+        };
+        content: {
+          'application/json': components['schemas']['Error'];
+        };
+      };
+      /** @description The session store is unavailable (`store_unavailable`); try again after Retry-After. */
+      503: {
+        headers: {
+          'Retry-After': components['headers']['RetryAfter'];
+          [name: string]: unknown;
+        };
+        content: {
+          'application/json': components['schemas']['Error'];
+        };
+      };
+    };
+  };
+  putTool: {
+    parameters: {
+      query?: never;
+      header?: never;
+      path: {
+        name: string;
+      };
       cookie?: never;
     };
     requestBody: {
       content: {
         'application/json': {
-          id: string;
-          messages: ({
-            id: string;
+          description: string;
+          input_schema: {
             /** @enum {string} */
-            role: 'system' | 'user' | 'assistant';
-            parts: ({
-              type: string;
-            } & {
+            type: 'object';
+            properties?: {
               [key: string]: unknown;
-            })[];
+            };
           } & {
             [key: string]: unknown;
-          })[];
-          /** @enum {string} */
-          trigger?: 'submit-message' | 'regenerate-message';
-          messageId?: string;
-        } & {
-          [key: string]: unknown;
+          };
+          runner:
+            | {
+                /** @enum {string} */
+                type: 'worker';
+              }
+            | {
+                /** @enum {string} */
+                type: 'http';
+                url: string;
+                timeout_ms?: number;
+              };
+          /** @default false */
+          idempotent?: boolean;
+          /** @default false */
+          read_only?: boolean;
+          /** @default 600000 */
+          timeout_ms?: number;
+          /** @default 3 */
+          max_attempts?: number;
         };
       };
     };
     responses: {
-      /** @description The AI SDK UI message stream (SSE `data:` chunks, then `data: [DONE]`). */
+      /** @description OK */
       200: {
         headers: {
-          'Idempotent-Replayed': components['headers']['IdempotentReplayed'];
           [name: string]: unknown;
         };
         content: {
-          'text/event-stream': string;
+          'application/json': components['schemas']['TenantTool'];
+        };
+      };
+      /** @description Created */
+      201: {
+        headers: {
+          [name: string]: unknown;
+        };
+        content: {
+          'application/json': components['schemas']['TenantTool'];
         };
       };
       /** @description Invalid request (`invalid_request` with the issues in `details`, `invalid_json`, …). */
@@ -6438,26 +5652,8 @@ export interface operations {
           'application/json': components['schemas']['Error'];
         };
       };
-      /** @description No such resource (`session_not_found`, also for another tenant's; `iteration_not_found`, …). */
-      404: {
-        headers: {
-          [name: string]: unknown;
-        };
-        content: {
-          'application/json': components['schemas']['Error'];
-        };
-      };
       /** @description The request does not fit the session's state (the code says why), or `idempotency_in_progress`. */
       409: {
-        headers: {
-          [name: string]: unknown;
-        };
-        content: {
-          'application/json': components['schemas']['Error'];
-        };
-      };
-      /** @description If-Match does not match the revision (`revision_mismatch`; `details.revision`). */
-      412: {
         headers: {
           [name: string]: unknown;
         };
@@ -6523,152 +5719,7 @@ export interface operations {
       };
     };
   };
-  resumeChatStream: {
-    parameters: {
-      query?: never;
-      header?: never;
-      path: {
-        id: string;
-      };
-      cookie?: never;
-    };
-    requestBody?: never;
-    responses: {
-      /** @description The AI SDK UI message stream (SSE `data:` chunks, then `data: [DONE]`). */
-      200: {
-        headers: {
-          [name: string]: unknown;
-        };
-        content: {
-          'text/event-stream': string;
-        };
-      };
-      /** @description No run is active. */
-      204: {
-        headers: {
-          [name: string]: unknown;
-        };
-        content?: never;
-      };
-      /** @description Invalid request (`invalid_request` with the issues in `details`, `invalid_json`, …). */
-      400: {
-        headers: {
-          [name: string]: unknown;
-        };
-        content: {
-          'application/json': components['schemas']['Error'];
-        };
-      };
-      /** @description No valid bearer key (`unauthorized`). */
-      401: {
-        headers: {
-          'WWW-Authenticate': components['headers']['WwwAuthenticate'];
-          [name: string]: unknown;
-        };
-        content: {
-          'application/json': components['schemas']['Error'];
-        };
-      };
-      /** @description No such resource (`session_not_found`, also for another tenant's; `iteration_not_found`, …). */
-      404: {
-        headers: {
-          [name: string]: unknown;
-        };
-        content: {
-          'application/json': components['schemas']['Error'];
-        };
-      };
-      /** @description Something went wrong on the service's side (`internal_error`); the details are in its log. */
-      500: {
-        headers: {
-          [name: string]: unknown;
-        };
-        content: {
-          'application/json': components['schemas']['Error'];
-        };
-      };
-      /** @description The session store is unavailable (`store_unavailable`); try again after Retry-After. */
-      503: {
-        headers: {
-          'Retry-After': components['headers']['RetryAfter'];
-          [name: string]: unknown;
-        };
-        content: {
-          'application/json': components['schemas']['Error'];
-        };
-      };
-    };
-  };
-  listChatMessages: {
-    parameters: {
-      query?: never;
-      header?: never;
-      path: {
-        id: string;
-      };
-      cookie?: never;
-    };
-    requestBody?: never;
-    responses: {
-      /** @description OK */
-      200: {
-        headers: {
-          [name: string]: unknown;
-        };
-        content: {
-          'application/json': components['schemas']['UIMessageList'];
-        };
-      };
-      /** @description Invalid request (`invalid_request` with the issues in `details`, `invalid_json`, …). */
-      400: {
-        headers: {
-          [name: string]: unknown;
-        };
-        content: {
-          'application/json': components['schemas']['Error'];
-        };
-      };
-      /** @description No valid bearer key (`unauthorized`). */
-      401: {
-        headers: {
-          'WWW-Authenticate': components['headers']['WwwAuthenticate'];
-          [name: string]: unknown;
-        };
-        content: {
-          'application/json': components['schemas']['Error'];
-        };
-      };
-      /** @description No such resource (`session_not_found`, also for another tenant's; `iteration_not_found`, …). */
-      404: {
-        headers: {
-          [name: string]: unknown;
-        };
-        content: {
-          'application/json': components['schemas']['Error'];
-        };
-      };
-      /** @description Something went wrong on the service's side (`internal_error`); the details are in its log. */
-      500: {
-        headers: {
-          [name: string]: unknown;
-        };
-        content: {
-          'application/json': components['schemas']['Error'];
-        };
-      };
-      /** @description The session store is unavailable (`store_unavailable`); try again after Retry-After. */
-      503: {
-        headers: {
-          'Retry-After': components['headers']['RetryAfter'];
-          [name: string]: unknown;
-        };
-        content: {
-          'application/json': components['schemas']['Error'];
-        };
-      };
-    };
-  };
-  getMcpServer: {
+  deleteTool: {
     parameters: {
       query?: never;
       header?: never;
@@ -6685,7 +5736,7 @@ export interface operations {
           [name: string]: unknown;
         };
         content: {
-          'application/json': components['schemas']['McpServer'];
+          'application/json': components['schemas']['DeletedTool'];
         };
       };
       /** @description Invalid request (`invalid_request` with the issues in `details`, `invalid_json`, …). */
@@ -6747,313 +5798,7 @@ export interface operations {
       };
     };
   };
-  putMcpServer: {
-    parameters: {
-      query?: never;
-      header?: never;
-      path: {
-        name: string;
-      };
-      cookie?: never;
-    };
-    requestBody: {
-      content: {
-        'application/json': {
-          url: string;
-          /** @description Sent with every request to the server (e.g. `authorization`); sealed, never returned. */
-          headers?: {
-            [key: string]: string;
-          };
-        };
-      };
-    };
-    responses: {
-      /** @description OK */
-      200: {
-        headers: {
-          [name: string]: unknown;
-        };
-        content: {
-          'application/json': components['schemas']['McpServer'];
-        };
-      };
-      /** @description Created */
-      201: {
-        headers: {
-          [name: string]: unknown;
-        };
-        content: {
-          'application/json': components['schemas']['McpServer'];
-        };
-      };
-      /** @description Invalid request (`invalid_request` with the issues in `details`, `invalid_json`, …). */
-      400: {
-        headers: {
-          [name: string]: unknown;
-        };
-        content: {
-          'application/json': components['schemas']['Error'];
-        };
-      };
-      /** @description No valid bearer key (`unauthorized`). */
-      401: {
-        headers: {
-          'WWW-Authenticate': components['headers']['WwwAuthenticate'];
-          [name: string]: unknown;
-        };
-        content: {
-          'application/json': components['schemas']['Error'];
-        };
-      };
-      /** @description The body is larger than BODY_LIMIT (`payload_too_large`). */
-      413: {
-        headers: {
-          [name: string]: unknown;
-        };
-        content: {
-          'application/json': components['schemas']['Error'];
-        };
-      };
-      /** @description The body is not JSON (`unsupported_media_type`). */
-      415: {
-        headers: {
-          [name: string]: unknown;
-        };
-        content: {
-          'application/json': components['schemas']['Error'];
-        };
-      };
-      /** @description Over a rate or quota (`rate_limited` with Retry-After, `quota_exceeded`). */
-      429: {
-        headers: {
-          'Retry-After': components['headers']['RetryAfter'];
-          [name: string]: unknown;
-        };
-        content: {
-          'application/json': components['schemas']['Error'];
-        };
-      };
-      /** @description Something went wrong on the service's side (`internal_error`); the details are in its log. */
-      500: {
-        headers: {
-          [name: string]: unknown;
-        };
-        content: {
-          'application/json': components['schemas']['Error'];
-        };
-      };
-      /** @description The session store is unavailable (`store_unavailable`); try again after Retry-After. */
-      503: {
-        headers: {
-          'Retry-After': components['headers']['RetryAfter'];
-          [name: string]: unknown;
-        };
-        content: {
-          'application/json': components['schemas']['Error'];
-        };
-      };
-    };
-  };
-  deleteMcpServer: {
-    parameters: {
-      query?: never;
-      header?: never;
-      path: {
-        name: string;
-      };
-      cookie?: never;
-    };
-    requestBody?: never;
-    responses: {
-      /** @description OK */
-      200: {
-        headers: {
-          [name: string]: unknown;
-        };
-        content: {
-          'application/json': components['schemas']['DeletedMcpServer'];
-        };
-      };
-      /** @description Invalid request (`invalid_request` with the issues in `details`, `invalid_json`, …). */
-      400: {
-        headers: {
-          [name: string]: unknown;
-        };
-        content: {
-          'application/json': components['schemas']['Error'];
-        };
-      };
-      /** @description No valid bearer key (`unauthorized`). */
-      401: {
-        headers: {
-          'WWW-Authenticate': components['headers']['WwwAuthenticate'];
-          [name: string]: unknown;
-        };
-        content: {
-          'application/json': components['schemas']['Error'];
-        };
-      };
-      /** @description No such resource (`session_not_found`, also for another tenant's; `iteration_not_found`, …). */
-      404: {
-        headers: {
-          [name: string]: unknown;
-        };
-        content: {
-          'application/json': components['schemas']['Error'];
-        };
-      };
-      /** @description Over a rate or quota (`rate_limited` with Retry-After, `quota_exceeded`). */
-      429: {
-        headers: {
-          'Retry-After': components['headers']['RetryAfter'];
-          [name: string]: unknown;
-        };
-        content: {
-          'application/json': components['schemas']['Error'];
-        };
-      };
-      /** @description Something went wrong on the service's side (`internal_error`); the details are in its log. */
-      500: {
-        headers: {
-          [name: string]: unknown;
-        };
-        content: {
-          'application/json': components['schemas']['Error'];
-        };
-      };
-      /** @description The session store is unavailable (`store_unavailable`); try again after Retry-After. */
-      503: {
-        headers: {
-          'Retry-After': components['headers']['RetryAfter'];
-          [name: string]: unknown;
-        };
-        content: {
-          'application/json': components['schemas']['Error'];
-        };
-      };
-    };
-  };
-  listMcpServers: {
-    parameters: {
-      query?: never;
-      header?: never;
-      path?: never;
-      cookie?: never;
-    };
-    requestBody?: never;
-    responses: {
-      /** @description OK */
-      200: {
-        headers: {
-          [name: string]: unknown;
-        };
-        content: {
-          'application/json': components['schemas']['McpServerList'];
-        };
-      };
-      /** @description No valid bearer key (`unauthorized`). */
-      401: {
-        headers: {
-          'WWW-Authenticate': components['headers']['WwwAuthenticate'];
-          [name: string]: unknown;
-        };
-        content: {
-          'application/json': components['schemas']['Error'];
-        };
-      };
-      /** @description Over a rate or quota (`rate_limited` with Retry-After, `quota_exceeded`). */
-      429: {
-        headers: {
-          'Retry-After': components['headers']['RetryAfter'];
-          [name: string]: unknown;
-        };
-        content: {
-          'application/json': components['schemas']['Error'];
-        };
-      };
-      /** @description Something went wrong on the service's side (`internal_error`); the details are in its log. */
-      500: {
-        headers: {
-          [name: string]: unknown;
-        };
-        content: {
-          'application/json': components['schemas']['Error'];
-        };
-      };
-      /** @description The session store is unavailable (`store_unavailable`); try again after Retry-After. */
-      503: {
-        headers: {
-          'Retry-After': components['headers']['RetryAfter'];
-          [name: string]: unknown;
-        };
-        content: {
-          'application/json': components['schemas']['Error'];
-        };
-      };
-    };
-  };
-  listSchedules: {
-    parameters: {
-      query?: {
-        limit?: number;
-        cursor?: string;
-      };
-      header?: never;
-      path?: never;
-      cookie?: never;
-    };
-    requestBody?: never;
-    responses: {
-      /** @description OK */
-      200: {
-        headers: {
-          [name: string]: unknown;
-        };
-        content: {
-          'application/json': components['schemas']['ScheduleList'];
-        };
-      };
-      /** @description Invalid request (`invalid_request` with the issues in `details`, `invalid_json`, …). */
-      400: {
-        headers: {
-          [name: string]: unknown;
-        };
-        content: {
-          'application/json': components['schemas']['Error'];
-        };
-      };
-      /** @description No valid bearer key (`unauthorized`). */
-      401: {
-        headers: {
-          'WWW-Authenticate': components['headers']['WwwAuthenticate'];
-          [name: string]: unknown;
-        };
-        content: {
-          'application/json': components['schemas']['Error'];
-        };
-      };
-      /** @description Something went wrong on the service's side (`internal_error`); the details are in its log. */
-      500: {
-        headers: {
-          [name: string]: unknown;
-        };
-        content: {
-          'application/json': components['schemas']['Error'];
-        };
-      };
-      /** @description The session store is unavailable (`store_unavailable`); try again after Retry-After. */
-      503: {
-        headers: {
-          'Retry-After': components['headers']['RetryAfter'];
-          [name: string]: unknown;
-        };
-        content: {
-          'application/json': components['schemas']['Error'];
-        };
-      };
-    };
-  };
-  createSchedule: {
+  claimToolTasks: {
     parameters: {
       query?: never;
       header?: {
@@ -7066,543 +5811,25 @@ export interface operations {
     requestBody: {
       content: {
         'application/json': {
-          /**
-           * @description A 5-field cron expression (minute hour day-of-month month day-of-week), in `timezone`.
-           * @example 0 9 * * 1-5
-           */
-          cron?: string;
-          /**
-           * Format: date-time
-           * @description One fire at this time (ISO 8601).
-           */
-          at?: string;
-          /**
-           * @description IANA time zone.
-           * @default UTC
-           * @example Europe/Paris
-           */
-          timezone?: string;
-          session: {
-            params?: {
-              [key: string]: unknown;
-            };
-            model?: string;
-            max_tokens?: number;
-            system?:
-              | string
-              | {
-                  /** @enum {string} */
-                  type: 'text';
-                  text: string;
-                  citations?:
-                    | ({
-                        type: string;
-                      } & {
-                        [key: string]: unknown;
-                      })[]
-                    | null;
-                  cache_control?: {
-                    /** @enum {string} */
-                    type: 'ephemeral';
-                    /** @enum {string} */
-                    ttl?: '5m' | '1h';
-                  } | null;
-                }[];
-            /** @default [] */
-            tools?: (
-              | string
-              | {
-                  name: string;
-                  description?: string;
-                  input_schema: {
-                    /** @enum {string} */
-                    type: 'object';
-                    properties?: {
-                      [key: string]: unknown;
-                    };
-                  } & {
-                    [key: string]: unknown;
-                  };
-                  strict?: boolean;
-                  validate?: boolean;
-                }
-              | {
-                  mcp_server: string;
-                  allowed_tools?: string[];
-                }
-              | ({
-                  /** @enum {string} */
-                  type: 'mcp_toolset';
-                  mcp_server_name: string;
-                } & {
-                  [key: string]: unknown;
-                })
-              | ({
-                  type: string;
-                  name: string;
-                } & {
-                  [key: string]: unknown;
-                })
-              | {
-                  /** @enum {string} */
-                  type: 'agent';
-                  name: string;
-                  description: string;
-                  session: {
-                    [key: string]: unknown;
-                  };
-                  /**
-                   * @default {
-                   *       "type": "object",
-                   *       "properties": {
-                   *         "prompt": {
-                   *           "type": "string",
-                   *           "description": "The task for the sub-agent, in full."
-                   *         }
-                   *       },
-                   *       "required": [
-                   *         "prompt"
-                   *       ]
-                   *     }
-                   */
-                  input_schema?: {
-                    /** @enum {string} */
-                    type: 'object';
-                    properties?: {
-                      [key: string]: unknown;
-                    };
-                  } & {
-                    [key: string]: unknown;
-                  };
-                }
-            )[];
-            messages?: (
-              | {
-                  /** @enum {string} */
-                  role: 'user';
-                  content:
-                    | string
-                    | (
-                        | {
-                            /** @enum {string} */
-                            type: 'text';
-                            text: string;
-                            citations?:
-                              | ({
-                                  type: string;
-                                } & {
-                                  [key: string]: unknown;
-                                })[]
-                              | null;
-                            cache_control?: {
-                              /** @enum {string} */
-                              type: 'ephemeral';
-                              /** @enum {string} */
-                              ttl?: '5m' | '1h';
-                            } | null;
-                          }
-                        | {
-                            /** @enum {string} */
-                            type: 'image';
-                            source:
-                              | {
-                                  /** @enum {string} */
-                                  type: 'base64';
-                                  /** @enum {string} */
-                                  media_type: 'image/jpeg' | 'image/png' | 'image/gif' | 'image/webp';
-                                  data: string;
-                                }
-                              | {
-                                  /** @enum {string} */
-                                  type: 'url';
-                                  /** Format: uri */
-                                  url: string;
-                                }
-                              | {
-                                  /** @enum {string} */
-                                  type: 'file';
-                                  file_id: string;
-                                };
-                            cache_control?: {
-                              /** @enum {string} */
-                              type: 'ephemeral';
-                              /** @enum {string} */
-                              ttl?: '5m' | '1h';
-                            } | null;
-                          }
-                        | {
-                            /** @enum {string} */
-                            type: 'document';
-                            source: {
-                              /** @enum {string} */
-                              type: 'base64' | 'text' | 'url' | 'content' | 'file';
-                            } & {
-                              [key: string]: unknown;
-                            };
-                            title?: string | null;
-                            context?: string | null;
-                            citations?: {
-                              [key: string]: unknown;
-                            } | null;
-                            cache_control?: {
-                              /** @enum {string} */
-                              type: 'ephemeral';
-                              /** @enum {string} */
-                              ttl?: '5m' | '1h';
-                            } | null;
-                          }
-                        | {
-                            /** @enum {string} */
-                            type: 'search_result';
-                            source: string;
-                            title: string;
-                            content: {
-                              /** @enum {string} */
-                              type: 'text';
-                              text: string;
-                              citations?:
-                                | ({
-                                    type: string;
-                                  } & {
-                                    [key: string]: unknown;
-                                  })[]
-                                | null;
-                              cache_control?: {
-                                /** @enum {string} */
-                                type: 'ephemeral';
-                                /** @enum {string} */
-                                ttl?: '5m' | '1h';
-                              } | null;
-                            }[];
-                            citations?: {
-                              [key: string]: unknown;
-                            } | null;
-                            cache_control?: {
-                              /** @enum {string} */
-                              type: 'ephemeral';
-                              /** @enum {string} */
-                              ttl?: '5m' | '1h';
-                            } | null;
-                          }
-                        | {
-                            /** @enum {string} */
-                            type: 'tool_result';
-                            tool_use_id: string;
-                            content?:
-                              | string
-                              | (
-                                  | {
-                                      /** @enum {string} */
-                                      type: 'text';
-                                      text: string;
-                                      citations?:
-                                        | ({
-                                            type: string;
-                                          } & {
-                                            [key: string]: unknown;
-                                          })[]
-                                        | null;
-                                      cache_control?: {
-                                        /** @enum {string} */
-                                        type: 'ephemeral';
-                                        /** @enum {string} */
-                                        ttl?: '5m' | '1h';
-                                      } | null;
-                                    }
-                                  | {
-                                      /** @enum {string} */
-                                      type: 'image';
-                                      source:
-                                        | {
-                                            /** @enum {string} */
-                                            type: 'base64';
-                                            /** @enum {string} */
-                                            media_type:
-                                              'image/jpeg' | 'image/png' | 'image/gif' | 'image/webp';
-                                            data: string;
-                                          }
-                                        | {
-                                            /** @enum {string} */
-                                            type: 'url';
-                                            /** Format: uri */
-                                            url: string;
-                                          }
-                                        | {
-                                            /** @enum {string} */
-                                            type: 'file';
-                                            file_id: string;
-                                          };
-                                      cache_control?: {
-                                        /** @enum {string} */
-                                        type: 'ephemeral';
-                                        /** @enum {string} */
-                                        ttl?: '5m' | '1h';
-                                      } | null;
-                                    }
-                                  | {
-                                      /** @enum {string} */
-                                      type: 'document';
-                                      source: {
-                                        /** @enum {string} */
-                                        type: 'base64' | 'text' | 'url' | 'content' | 'file';
-                                      } & {
-                                        [key: string]: unknown;
-                                      };
-                                      title?: string | null;
-                                      context?: string | null;
-                                      citations?: {
-                                        [key: string]: unknown;
-                                      } | null;
-                                      cache_control?: {
-                                        /** @enum {string} */
-                                        type: 'ephemeral';
-                                        /** @enum {string} */
-                                        ttl?: '5m' | '1h';
-                                      } | null;
-                                    }
-                                  | {
-                                      /** @enum {string} */
-                                      type: 'search_result';
-                                      source: string;
-                                      title: string;
-                                      content: {
-                                        /** @enum {string} */
-                                        type: 'text';
-                                        text: string;
-                                        citations?:
-                                          | ({
-                                              type: string;
-                                            } & {
-                                              [key: string]: unknown;
-                                            })[]
-                                          | null;
-                                        cache_control?: {
-                                          /** @enum {string} */
-                                          type: 'ephemeral';
-                                          /** @enum {string} */
-                                          ttl?: '5m' | '1h';
-                                        } | null;
-                                      }[];
-                                      citations?: {
-                                        [key: string]: unknown;
-                                      } | null;
-                                      cache_control?: {
-                                        /** @enum {string} */
-                                        type: 'ephemeral';
-                                        /** @enum {string} */
-                                        ttl?: '5m' | '1h';
-                                      } | null;
-                                    }
-                                )[];
-                            is_error?: boolean;
-                            cache_control?: {
-                              /** @enum {string} */
-                              type: 'ephemeral';
-                              /** @enum {string} */
-                              ttl?: '5m' | '1h';
-                            } | null;
-                          }
-                        | {
-                            /** @enum {string} */
-                            type: 'container_upload';
-                            file_id: string;
-                            cache_control?: {
-                              /** @enum {string} */
-                              type: 'ephemeral';
-                              /** @enum {string} */
-                              ttl?: '5m' | '1h';
-                            } | null;
-                          }
-                      )[];
-                }
-              | {
-                  /** @enum {string} */
-                  role: 'assistant';
-                  content:
-                    | string
-                    | (
-                        | {
-                            /** @enum {string} */
-                            type: 'text';
-                            text: string;
-                            citations?:
-                              | ({
-                                  type: string;
-                                } & {
-                                  [key: string]: unknown;
-                                })[]
-                              | null;
-                            cache_control?: {
-                              /** @enum {string} */
-                              type: 'ephemeral';
-                              /** @enum {string} */
-                              ttl?: '5m' | '1h';
-                            } | null;
-                          }
-                        | {
-                            /** @enum {string} */
-                            type: 'tool_use';
-                            id: string;
-                            name: string;
-                            input: {
-                              [key: string]: unknown;
-                            };
-                            cache_control?: {
-                              /** @enum {string} */
-                              type: 'ephemeral';
-                              /** @enum {string} */
-                              ttl?: '5m' | '1h';
-                            } | null;
-                          }
-                        | {
-                            /** @enum {string} */
-                            type: 'thinking';
-                            thinking: string;
-                            signature: string;
-                          }
-                        | {
-                            /** @enum {string} */
-                            type: 'redacted_thinking';
-                            data: string;
-                          }
-                        | ({
-                            /** @enum {string} */
-                            type: 'server_tool_use';
-                            id: string;
-                            name: string;
-                            input: {
-                              [key: string]: unknown;
-                            };
-                            cache_control?: {
-                              /** @enum {string} */
-                              type: 'ephemeral';
-                              /** @enum {string} */
-                              ttl?: '5m' | '1h';
-                            } | null;
-                          } & {
-                            [key: string]: unknown;
-                          })
-                        | ({
-                            /** @enum {string} */
-                            type:
-                              | 'web_search_tool_result'
-                              | 'web_fetch_tool_result'
-                              | 'code_execution_tool_result'
-                              | 'bash_code_execution_tool_result'
-                              | 'text_editor_code_execution_tool_result'
-                              | 'tool_search_tool_result'
-                              | 'advisor_tool_result';
-                            tool_use_id: string;
-                            content: unknown;
-                            cache_control?: {
-                              /** @enum {string} */
-                              type: 'ephemeral';
-                              /** @enum {string} */
-                              ttl?: '5m' | '1h';
-                            } | null;
-                          } & {
-                            [key: string]: unknown;
-                          })
-                        | {
-                            /** @enum {string} */
-                            type: 'compaction';
-                            content: string | null;
-                            encrypted_content?: string | null;
-                            signature?: string | null;
-                            cache_control?: {
-                              /** @enum {string} */
-                              type: 'ephemeral';
-                              /** @enum {string} */
-                              ttl?: '5m' | '1h';
-                            } | null;
-                          }
-                      )[];
-                }
-              | {
-                  /** @enum {string} */
-                  role: 'system';
-                  content: {
-                    /** @enum {string} */
-                    type: 'tool_addition' | 'tool_removal';
-                    tool: {
-                      /** @enum {string} */
-                      type: 'tool_definition' | 'tool_reference';
-                    } & {
-                      [key: string]: unknown;
-                    };
-                    cache_control?: {
-                      /** @enum {string} */
-                      type: 'ephemeral';
-                      /** @enum {string} */
-                      ttl?: '5m' | '1h';
-                    } | null;
-                  }[];
-                }
-            )[];
-            input?: string;
-            /** @default 10 */
-            max_iterations?: number;
-            /** @default default */
-            approval?: ('never' | 'always' | 'default') | string[];
-            /** @default false */
-            review_tool_results?: boolean | string[];
-            /**
-             * @default continue
-             * @enum {string}
-             */
-            on_tool_error?: 'continue' | 'pause' | 'fail';
-            /** @default stop */
-            on_max_tokens?:
-              | 'stop'
-              | {
-                  /** @enum {string} */
-                  retry: 'double';
-                  ceiling: number;
-                };
-            /** @default false */
-            cache_tool_results?: boolean;
-            /** @default true */
-            stream?: boolean;
-            /** @default null */
-            budget?: {
-              total_tokens: number;
-            } | null;
-            /** @default false */
-            run_tools_eagerly?: boolean;
-            /** @default false */
-            pause_after_turn?: boolean;
-            /** @default null */
-            compaction?: {
-              at_input_tokens: number;
-              instructions?: string;
-            } | null;
-            /** @default {} */
-            metadata?: {
-              [key: string]: string | number | boolean | null;
-            };
-            /** @default true */
-            start?: boolean;
-          };
-          /**
-           * @description `skip`: no session is created while the last one still runs (`running` or `requires_action`); `allow`: always.
-           * @default skip
-           * @enum {string}
-           */
-          overlap?: 'skip' | 'allow';
-          /** @default false */
-          paused?: boolean;
+          tools: string[];
+          /** @default 1 */
+          max?: number;
+          /** @default 0 */
+          wait_ms?: number;
+          /** @default anonymous */
+          worker_id?: string;
         };
       };
     };
     responses: {
-      /** @description Created */
-      201: {
+      /** @description OK */
+      200: {
         headers: {
           'Idempotent-Replayed': components['headers']['IdempotentReplayed'];
           [name: string]: unknown;
         };
         content: {
-          'application/json': components['schemas']['Schedule'];
+          'application/json': components['schemas']['ClaimedToolTasks'];
         };
       };
       /** @description Invalid request (`invalid_request` with the issues in `details`, `invalid_json`, …). */
@@ -7618,6 +5845,310 @@ export interface operations {
       401: {
         headers: {
           'WWW-Authenticate': components['headers']['WwwAuthenticate'];
+          [name: string]: unknown;
+        };
+        content: {
+          'application/json': components['schemas']['Error'];
+        };
+      };
+      /** @description The body is larger than BODY_LIMIT (`payload_too_large`). */
+      413: {
+        headers: {
+          [name: string]: unknown;
+        };
+        content: {
+          'application/json': components['schemas']['Error'];
+        };
+      };
+      /** @description The body is not JSON (`unsupported_media_type`). */
+      415: {
+        headers: {
+          [name: string]: unknown;
+        };
+        content: {
+          'application/json': components['schemas']['Error'];
+        };
+      };
+      /** @description Over a rate or quota (`rate_limited` with Retry-After, `quota_exceeded`). */
+      429: {
+        headers: {
+          'Retry-After': components['headers']['RetryAfter'];
+          [name: string]: unknown;
+        };
+        content: {
+          'application/json': components['schemas']['Error'];
+        };
+      };
+      /** @description Something went wrong on the service's side (`internal_error`); the details are in its log. */
+      500: {
+        headers: {
+          [name: string]: unknown;
+        };
+        content: {
+          'application/json': components['schemas']['Error'];
+        };
+      };
+      /** @description The session store is unavailable (`store_unavailable`); try again after Retry-After. */
+      503: {
+        headers: {
+          'Retry-After': components['headers']['RetryAfter'];
+          [name: string]: unknown;
+        };
+        content: {
+          'application/json': components['schemas']['Error'];
+        };
+      };
+    };
+  };
+  heartbeatToolTask: {
+    parameters: {
+      query?: never;
+      header?: {
+        /** @description Makes the POST safe to retry: the same key with the same body returns the first answer (with `Idempotent-Replayed: true`) for IDEMPOTENCY_TTL_S (24 h by default); with another body 422 `idempotency_key_reused`; while the first is still handled 409 `idempotency_in_progress`. 5xx answers are not kept. */
+        'Idempotency-Key'?: components['parameters']['IdempotencyKey'];
+      };
+      path: {
+        id: string;
+      };
+      cookie?: never;
+    };
+    requestBody?: never;
+    responses: {
+      /** @description OK */
+      200: {
+        headers: {
+          'Idempotent-Replayed': components['headers']['IdempotentReplayed'];
+          [name: string]: unknown;
+        };
+        content: {
+          'application/json': components['schemas']['ToolTaskLease'];
+        };
+      };
+      /** @description Invalid request (`invalid_request` with the issues in `details`, `invalid_json`, …). */
+      400: {
+        headers: {
+          [name: string]: unknown;
+        };
+        content: {
+          'application/json': components['schemas']['Error'];
+        };
+      };
+      /** @description No valid bearer key (`unauthorized`). */
+      401: {
+        headers: {
+          'WWW-Authenticate': components['headers']['WwwAuthenticate'];
+          [name: string]: unknown;
+        };
+        content: {
+          'application/json': components['schemas']['Error'];
+        };
+      };
+      /** @description No such resource (`session_not_found`, also for another tenant's; `iteration_not_found`, …). */
+      404: {
+        headers: {
+          [name: string]: unknown;
+        };
+        content: {
+          'application/json': components['schemas']['Error'];
+        };
+      };
+      /** @description The request does not fit the session's state (the code says why), or `idempotency_in_progress`. */
+      409: {
+        headers: {
+          [name: string]: unknown;
+        };
+        content: {
+          'application/json': components['schemas']['Error'];
+        };
+      };
+      /** @description Over a rate or quota (`rate_limited` with Retry-After, `quota_exceeded`). */
+      429: {
+        headers: {
+          'Retry-After': components['headers']['RetryAfter'];
+          [name: string]: unknown;
+        };
+        content: {
+          'application/json': components['schemas']['Error'];
+        };
+      };
+      /** @description Something went wrong on the service's side (`internal_error`); the details are in its log. */
+      500: {
+        headers: {
+          [name: string]: unknown;
+        };
+        content: {
+          'application/json': components['schemas']['Error'];
+        };
+      };
+      /** @description The session store is unavailable (`store_unavailable`); try again after Retry-After. */
+      503: {
+        headers: {
+          'Retry-After': components['headers']['RetryAfter'];
+          [name: string]: unknown;
+        };
+        content: {
+          'application/json': components['schemas']['Error'];
+        };
+      };
+    };
+  };
+  submitToolTaskResult: {
+    parameters: {
+      query?: never;
+      header?: {
+        /** @description Makes the POST safe to retry: the same key with the same body returns the first answer (with `Idempotent-Replayed: true`) for IDEMPOTENCY_TTL_S (24 h by default); with another body 422 `idempotency_key_reused`; while the first is still handled 409 `idempotency_in_progress`. 5xx answers are not kept. */
+        'Idempotency-Key'?: components['parameters']['IdempotencyKey'];
+      };
+      path: {
+        id: string;
+      };
+      cookie?: never;
+    };
+    requestBody: {
+      content: {
+        'application/json': {
+          content:
+            | string
+            | (
+                | {
+                    /** @enum {string} */
+                    type: 'text';
+                    text: string;
+                    citations?:
+                      | ({
+                          type: string;
+                        } & {
+                          [key: string]: unknown;
+                        })[]
+                      | null;
+                    cache_control?: {
+                      /** @enum {string} */
+                      type: 'ephemeral';
+                      /** @enum {string} */
+                      ttl?: '5m' | '1h';
+                    } | null;
+                  }
+                | {
+                    /** @enum {string} */
+                    type: 'image';
+                    source:
+                      | {
+                          /** @enum {string} */
+                          type: 'base64';
+                          /** @enum {string} */
+                          media_type: 'image/jpeg' | 'image/png' | 'image/gif' | 'image/webp';
+                          data: string;
+                        }
+                      | {
+                          /** @enum {string} */
+                          type: 'url';
+                          /** Format: uri */
+                          url: string;
+                        }
+                      | {
+                          /** @enum {string} */
+                          type: 'file';
+                          file_id: string;
+                        };
+                    cache_control?: {
+                      /** @enum {string} */
+                      type: 'ephemeral';
+                      /** @enum {string} */
+                      ttl?: '5m' | '1h';
+                    } | null;
+                  }
+                | {
+                    /** @enum {string} */
+                    type: 'document';
+                    source: {
+                      /** @enum {string} */
+                      type: 'base64' | 'text' | 'url' | 'content' | 'file';
+                    } & {
+                      [key: string]: unknown;
+                    };
+                    title?: string | null;
+                    context?: string | null;
+                    citations?: {
+                      [key: string]: unknown;
+                    } | null;
+                    cache_control?: {
+                      /** @enum {string} */
+                      type: 'ephemeral';
+                      /** @enum {string} */
+                      ttl?: '5m' | '1h';
+                    } | null;
+                  }
+                | {
+                    /** @enum {string} */
+                    type: 'search_result';
+                    source: string;
+                    title: string;
+                    content: {
+                      /** @enum {string} */
+                      type: 'text';
+                      text: string;
+                      citations?:
+                        | ({
+                            type: string;
+                          } & {
+                            [key: string]: unknown;
+                          })[]
+                        | null;
+                      cache_control?: {
+                        /** @enum {string} */
+                        type: 'ephemeral';
+                        /** @enum {string} */
+                        ttl?: '5m' | '1h';
+                      } | null;
+                    }[];
+                    citations?: {
+                      [key: string]: unknown;
+                    } | null;
+                    cache_control?: {
+                      /** @enum {string} */
+                      type: 'ephemeral';
+                      /** @enum {string} */
+                      ttl?: '5m' | '1h';
+                    } | null;
+                  }
+              )[];
+          is_error?: boolean;
+        };
+      };
+    };
+    responses: {
+      /** @description OK */
+      200: {
+        headers: {
+          'Idempotent-Replayed': components['headers']['IdempotentReplayed'];
+          [name: string]: unknown;
+        };
+        content: {
+          'application/json': components['schemas']['ToolTaskResultAccepted'];
+        };
+      };
+      /** @description Invalid request (`invalid_request` with the issues in `details`, `invalid_json`, …). */
+      400: {
+        headers: {
+          [name: string]: unknown;
+        };
+        content: {
+          'application/json': components['schemas']['Error'];
+        };
+      };
+      /** @description No valid bearer key (`unauthorized`). */
+      401: {
+        headers: {
+          'WWW-Authenticate': components['headers']['WwwAuthenticate'];
+          [name: string]: unknown;
+        };
+        content: {
+          'application/json': components['schemas']['Error'];
+        };
+      };
+      /** @description No such resource (`session_not_found`, also for another tenant's; `iteration_not_found`, …). */
+      404: {
+        headers: {
           [name: string]: unknown;
         };
         content: {
@@ -7651,1026 +6182,10 @@ export interface operations {
           'application/json': components['schemas']['Error'];
         };
       };
-      /** @description This Idempotency-Key was used with another request (`idempotency_key_reused`). */
-      422: {
-        headers: {
-          [name: string]: unknown;
-        };
-        content: {
-          'application/json': components['schemas']['Error'];
-        };
-      };
       /** @description Over a rate or quota (`rate_limited` with Retry-After, `quota_exceeded`). */
       429: {
         headers: {
           'Retry-After': components['headers']['RetryAfter'];
-          [name: string]: unknown;
-        };
-        content: {
-          'application/json': components['schemas']['Error'];
-        };
-      };
-      /** @description Something went wrong on the service's side (`internal_error`); the details are in its log. */
-      500: {
-        headers: {
-          [name: string]: unknown;
-        };
-        content: {
-          'application/json': components['schemas']['Error'];
-        };
-      };
-      /** @description The session store is unavailable (`store_unavailable`); try again after Retry-After. */
-      503: {
-        headers: {
-          'Retry-After': components['headers']['RetryAfter'];
-          [name: string]: unknown;
-        };
-        content: {
-          'application/json': components['schemas']['Error'];
-        };
-      };
-    };
-  };
-  getSchedule: {
-    parameters: {
-      query?: never;
-      header?: never;
-      path: {
-        id: string;
-      };
-      cookie?: never;
-    };
-    requestBody?: never;
-    responses: {
-      /** @description OK */
-      200: {
-        headers: {
-          [name: string]: unknown;
-        };
-        content: {
-          'application/json': components['schemas']['Schedule'];
-        };
-      };
-      /** @description Invalid request (`invalid_request` with the issues in `details`, `invalid_json`, …). */
-      400: {
-        headers: {
-          [name: string]: unknown;
-        };
-        content: {
-          'application/json': components['schemas']['Error'];
-        };
-      };
-      /** @description No valid bearer key (`unauthorized`). */
-      401: {
-        headers: {
-          'WWW-Authenticate': components['headers']['WwwAuthenticate'];
-          [name: string]: unknown;
-        };
-        content: {
-          'application/json': components['schemas']['Error'];
-        };
-      };
-      /** @description No such resource (`session_not_found`, also for another tenant's; `iteration_not_found`, …). */
-      404: {
-        headers: {
-          [name: string]: unknown;
-        };
-        content: {
-          'application/json': components['schemas']['Error'];
-        };
-      };
-      /** @description Something went wrong on the service's side (`internal_error`); the details are in its log. */
-      500: {
-        headers: {
-          [name: string]: unknown;
-        };
-        content: {
-          'application/json': components['schemas']['Error'];
-        };
-      };
-      /** @description The session store is unavailable (`store_unavailable`); try again after Retry-After. */
-      503: {
-        headers: {
-          'Retry-After': components['headers']['RetryAfter'];
-          [name: string]: unknown;
-        };
-        content: {
-          'application/json': components['schemas']['Error'];
-        };
-      };
-    };
-  };
-  deleteSchedule: {
-    parameters: {
-      query?: never;
-      header?: {
-        'if-match'?: string;
-      };
-      path: {
-        id: string;
-      };
-      cookie?: never;
-    };
-    requestBody?: never;
-    responses: {
-      /** @description OK */
-      200: {
-        headers: {
-          [name: string]: unknown;
-        };
-        content: {
-          'application/json': components['schemas']['DeletedSchedule'];
-        };
-      };
-      /** @description Invalid request (`invalid_request` with the issues in `details`, `invalid_json`, …). */
-      400: {
-        headers: {
-          [name: string]: unknown;
-        };
-        content: {
-          'application/json': components['schemas']['Error'];
-        };
-      };
-      /** @description No valid bearer key (`unauthorized`). */
-      401: {
-        headers: {
-          'WWW-Authenticate': components['headers']['WwwAuthenticate'];
-          [name: string]: unknown;
-        };
-        content: {
-          'application/json': components['schemas']['Error'];
-        };
-      };
-      /** @description No such resource (`session_not_found`, also for another tenant's; `iteration_not_found`, …). */
-      404: {
-        headers: {
-          [name: string]: unknown;
-        };
-        content: {
-          'application/json': components['schemas']['Error'];
-        };
-      };
-      /** @description If-Match does not match the revision (`revision_mismatch`; `details.revision`). */
-      412: {
-        headers: {
-          [name: string]: unknown;
-        };
-        content: {
-          'application/json': components['schemas']['Error'];
-        };
-      };
-      /** @description Over a rate or quota (`rate_limited` with Retry-After, `quota_exceeded`). */
-      429: {
-        headers: {
-          'Retry-After': components['headers']['RetryAfter'];
-          [name: string]: unknown;
-        };
-        content: {
-          'application/json': components['schemas']['Error'];
-        };
-      };
-      /** @description Something went wrong on the service's side (`internal_error`); the details are in its log. */
-      500: {
-        headers: {
-          [name: string]: unknown;
-        };
-        content: {
-          'application/json': components['schemas']['Error'];
-        };
-      };
-      /** @description The session store is unavailable (`store_unavailable`); try again after Retry-After. */
-      503: {
-        headers: {
-          'Retry-After': components['headers']['RetryAfter'];
-          [name: string]: unknown;
-        };
-        content: {
-          'application/json': components['schemas']['Error'];
-        };
-      };
-    };
-  };
-  updateSchedule: {
-    parameters: {
-      query?: never;
-      header?: {
-        'if-match'?: string;
-      };
-      path: {
-        id: string;
-      };
-      cookie?: never;
-    };
-    requestBody: {
-      content: {
-        'application/json': {
-          /**
-           * @description A 5-field cron expression (minute hour day-of-month month day-of-week), in `timezone`.
-           * @example 0 9 * * 1-5
-           */
-          cron?: string;
-          /**
-           * Format: date-time
-           * @description One fire at this time (ISO 8601).
-           */
-          at?: string;
-          /**
-           * @description IANA time zone.
-           * @example Europe/Paris
-           */
-          timezone?: string;
-          session?: {
-            params?: {
-              [key: string]: unknown;
-            };
-            model?: string;
-            max_tokens?: number;
-            system?:
-              | string
-              | {
-                  /** @enum {string} */
-                  type: 'text';
-                  text: string;
-                  citations?:
-                    | ({
-                        type: string;
-                      } & {
-                        [key: string]: unknown;
-                      })[]
-                    | null;
-                  cache_control?: {
-                    /** @enum {string} */
-                    type: 'ephemeral';
-                    /** @enum {string} */
-                    ttl?: '5m' | '1h';
-                  } | null;
-                }[];
-            /** @default [] */
-            tools?: (
-              | string
-              | {
-                  name: string;
-                  description?: string;
-                  input_schema: {
-                    /** @enum {string} */
-                    type: 'object';
-                    properties?: {
-                      [key: string]: unknown;
-                    };
-                  } & {
-                    [key: string]: unknown;
-                  };
-                  strict?: boolean;
-                  validate?: boolean;
-                }
-              | {
-                  mcp_server: string;
-                  allowed_tools?: string[];
-                }
-              | ({
-                  /** @enum {string} */
-                  type: 'mcp_toolset';
-                  mcp_server_name: string;
-                } & {
-                  [key: string]: unknown;
-                })
-              | ({
-                  type: string;
-                  name: string;
-                } & {
-                  [key: string]: unknown;
-                })
-              | {
-                  /** @enum {string} */
-                  type: 'agent';
-                  name: string;
-                  description: string;
-                  session: {
-                    [key: string]: unknown;
-                  };
-                  /**
-                   * @default {
-                   *       "type": "object",
-                   *       "properties": {
-                   *         "prompt": {
-                   *           "type": "string",
-                   *           "description": "The task for the sub-agent, in full."
-                   *         }
-                   *       },
-                   *       "required": [
-                   *         "prompt"
-                   *       ]
-                   *     }
-                   */
-                  input_schema?: {
-                    /** @enum {string} */
-                    type: 'object';
-                    properties?: {
-                      [key: string]: unknown;
-                    };
-                  } & {
-                    [key: string]: unknown;
-                  };
-                }
-            )[];
-            messages?: (
-              | {
-                  /** @enum {string} */
-                  role: 'user';
-                  content:
-                    | string
-                    | (
-                        | {
-                            /** @enum {string} */
-                            type: 'text';
-                            text: string;
-                            citations?:
-                              | ({
-                                  type: string;
-                                } & {
-                                  [key: string]: unknown;
-                                })[]
-                              | null;
-                            cache_control?: {
-                              /** @enum {string} */
-                              type: 'ephemeral';
-                              /** @enum {string} */
-                              ttl?: '5m' | '1h';
-                            } | null;
-                          }
-                        | {
-                            /** @enum {string} */
-                            type: 'image';
-                            source:
-                              | {
-                                  /** @enum {string} */
-                                  type: 'base64';
-                                  /** @enum {string} */
-                                  media_type: 'image/jpeg' | 'image/png' | 'image/gif' | 'image/webp';
-                                  data: string;
-                                }
-                              | {
-                                  /** @enum {string} */
-                                  type: 'url';
-                                  /** Format: uri */
-                                  url: string;
-                                }
-                              | {
-                                  /** @enum {string} */
-                                  type: 'file';
-                                  file_id: string;
-                                };
-                            cache_control?: {
-                              /** @enum {string} */
-                              type: 'ephemeral';
-                              /** @enum {string} */
-                              ttl?: '5m' | '1h';
-                            } | null;
-                          }
-                        | {
-                            /** @enum {string} */
-                            type: 'document';
-                            source: {
-                              /** @enum {string} */
-                              type: 'base64' | 'text' | 'url' | 'content' | 'file';
-                            } & {
-                              [key: string]: unknown;
-                            };
-                            title?: string | null;
-                            context?: string | null;
-                            citations?: {
-                              [key: string]: unknown;
-                            } | null;
-                            cache_control?: {
-                              /** @enum {string} */
-                              type: 'ephemeral';
-                              /** @enum {string} */
-                              ttl?: '5m' | '1h';
-                            } | null;
-                          }
-                        | {
-                            /** @enum {string} */
-                            type: 'search_result';
-                            source: string;
-                            title: string;
-                            content: {
-                              /** @enum {string} */
-                              type: 'text';
-                              text: string;
-                              citations?:
-                                | ({
-                                    type: string;
-                                  } & {
-                                    [key: string]: unknown;
-                                  })[]
-                                | null;
-                              cache_control?: {
-                                /** @enum {string} */
-                                type: 'ephemeral';
-                                /** @enum {string} */
-                                ttl?: '5m' | '1h';
-                              } | null;
-                            }[];
-                            citations?: {
-                              [key: string]: unknown;
-                            } | null;
-                            cache_control?: {
-                              /** @enum {string} */
-                              type: 'ephemeral';
-                              /** @enum {string} */
-                              ttl?: '5m' | '1h';
-                            } | null;
-                          }
-                        | {
-                            /** @enum {string} */
-                            type: 'tool_result';
-                            tool_use_id: string;
-                            content?:
-                              | string
-                              | (
-                                  | {
-                                      /** @enum {string} */
-                                      type: 'text';
-                                      text: string;
-                                      citations?:
-                                        | ({
-                                            type: string;
-                                          } & {
-                                            [key: string]: unknown;
-                                          })[]
-                                        | null;
-                                      cache_control?: {
-                                        /** @enum {string} */
-                                        type: 'ephemeral';
-                                        /** @enum {string} */
-                                        ttl?: '5m' | '1h';
-                                      } | null;
-                                    }
-                                  | {
-                                      /** @enum {string} */
-                                      type: 'image';
-                                      source:
-                                        | {
-                                            /** @enum {string} */
-                                            type: 'base64';
-                                            /** @enum {string} */
-                                            media_type:
-                                              'image/jpeg' | 'image/png' | 'image/gif' | 'image/webp';
-                                            data: string;
-                                          }
-                                        | {
-                                            /** @enum {string} */
-                                            type: 'url';
-                                            /** Format: uri */
-                                            url: string;
-                                          }
-                                        | {
-                                            /** @enum {string} */
-                                            type: 'file';
-                                            file_id: string;
-                                          };
-                                      cache_control?: {
-                                        /** @enum {string} */
-                                        type: 'ephemeral';
-                                        /** @enum {string} */
-                                        ttl?: '5m' | '1h';
-                                      } | null;
-                                    }
-                                  | {
-                                      /** @enum {string} */
-                                      type: 'document';
-                                      source: {
-                                        /** @enum {string} */
-                                        type: 'base64' | 'text' | 'url' | 'content' | 'file';
-                                      } & {
-                                        [key: string]: unknown;
-                                      };
-                                      title?: string | null;
-                                      context?: string | null;
-                                      citations?: {
-                                        [key: string]: unknown;
-                                      } | null;
-                                      cache_control?: {
-                                        /** @enum {string} */
-                                        type: 'ephemeral';
-                                        /** @enum {string} */
-                                        ttl?: '5m' | '1h';
-                                      } | null;
-                                    }
-                                  | {
-                                      /** @enum {string} */
-                                      type: 'search_result';
-                                      source: string;
-                                      title: string;
-                                      content: {
-                                        /** @enum {string} */
-                                        type: 'text';
-                                        text: string;
-                                        citations?:
-                                          | ({
-                                              type: string;
-                                            } & {
-                                              [key: string]: unknown;
-                                            })[]
-                                          | null;
-                                        cache_control?: {
-                                          /** @enum {string} */
-                                          type: 'ephemeral';
-                                          /** @enum {string} */
-                                          ttl?: '5m' | '1h';
-                                        } | null;
-                                      }[];
-                                      citations?: {
-                                        [key: string]: unknown;
-                                      } | null;
-                                      cache_control?: {
-                                        /** @enum {string} */
-                                        type: 'ephemeral';
-                                        /** @enum {string} */
-                                        ttl?: '5m' | '1h';
-                                      } | null;
-                                    }
-                                )[];
-                            is_error?: boolean;
-                            cache_control?: {
-                              /** @enum {string} */
-                              type: 'ephemeral';
-                              /** @enum {string} */
-                              ttl?: '5m' | '1h';
-                            } | null;
-                          }
-                        | {
-                            /** @enum {string} */
-                            type: 'container_upload';
-                            file_id: string;
-                            cache_control?: {
-                              /** @enum {string} */
-                              type: 'ephemeral';
-                              /** @enum {string} */
-                              ttl?: '5m' | '1h';
-                            } | null;
-                          }
-                      )[];
-                }
-              | {
-                  /** @enum {string} */
-                  role: 'assistant';
-                  content:
-                    | string
-                    | (
-                        | {
-                            /** @enum {string} */
-                            type: 'text';
-                            text: string;
-                            citations?:
-                              | ({
-                                  type: string;
-                                } & {
-                                  [key: string]: unknown;
-                                })[]
-                              | null;
-                            cache_control?: {
-                              /** @enum {string} */
-                              type: 'ephemeral';
-                              /** @enum {string} */
-                              ttl?: '5m' | '1h';
-                            } | null;
-                          }
-                        | {
-                            /** @enum {string} */
-                            type: 'tool_use';
-                            id: string;
-                            name: string;
-                            input: {
-                              [key: string]: unknown;
-                            };
-                            cache_control?: {
-                              /** @enum {string} */
-                              type: 'ephemeral';
-                              /** @enum {string} */
-                              ttl?: '5m' | '1h';
-                            } | null;
-                          }
-                        | {
-                            /** @enum {string} */
-                            type: 'thinking';
-                            thinking: string;
-                            signature: string;
-                          }
-                        | {
-                            /** @enum {string} */
-                            type: 'redacted_thinking';
-                            data: string;
-                          }
-                        | ({
-                            /** @enum {string} */
-                            type: 'server_tool_use';
-                            id: string;
-                            name: string;
-                            input: {
-                              [key: string]: unknown;
-                            };
-                            cache_control?: {
-                              /** @enum {string} */
-                              type: 'ephemeral';
-                              /** @enum {string} */
-                              ttl?: '5m' | '1h';
-                            } | null;
-                          } & {
-                            [key: string]: unknown;
-                          })
-                        | ({
-                            /** @enum {string} */
-                            type:
-                              | 'web_search_tool_result'
-                              | 'web_fetch_tool_result'
-                              | 'code_execution_tool_result'
-                              | 'bash_code_execution_tool_result'
-                              | 'text_editor_code_execution_tool_result'
-                              | 'tool_search_tool_result'
-                              | 'advisor_tool_result';
-                            tool_use_id: string;
-                            content: unknown;
-                            cache_control?: {
-                              /** @enum {string} */
-                              type: 'ephemeral';
-                              /** @enum {string} */
-                              ttl?: '5m' | '1h';
-                            } | null;
-                          } & {
-                            [key: string]: unknown;
-                          })
-                        | {
-                            /** @enum {string} */
-                            type: 'compaction';
-                            content: string | null;
-                            encrypted_content?: string | null;
-                            signature?: string | null;
-                            cache_control?: {
-                              /** @enum {string} */
-                              type: 'ephemeral';
-                              /** @enum {string} */
-                              ttl?: '5m' | '1h';
-                            } | null;
-                          }
-                      )[];
-                }
-              | {
-                  /** @enum {string} */
-                  role: 'system';
-                  content: {
-                    /** @enum {string} */
-                    type: 'tool_addition' | 'tool_removal';
-                    tool: {
-                      /** @enum {string} */
-                      type: 'tool_definition' | 'tool_reference';
-                    } & {
-                      [key: string]: unknown;
-                    };
-                    cache_control?: {
-                      /** @enum {string} */
-                      type: 'ephemeral';
-                      /** @enum {string} */
-                      ttl?: '5m' | '1h';
-                    } | null;
-                  }[];
-                }
-            )[];
-            input?: string;
-            /** @default 10 */
-            max_iterations?: number;
-            /** @default default */
-            approval?: ('never' | 'always' | 'default') | string[];
-            /** @default false */
-            review_tool_results?: boolean | string[];
-            /**
-             * @default continue
-             * @enum {string}
-             */
-            on_tool_error?: 'continue' | 'pause' | 'fail';
-            /** @default stop */
-            on_max_tokens?:
-              | 'stop'
-              | {
-                  /** @enum {string} */
-                  retry: 'double';
-                  ceiling: number;
-                };
-            /** @default false */
-            cache_tool_results?: boolean;
-            /** @default true */
-            stream?: boolean;
-            /** @default null */
-            budget?: {
-              total_tokens: number;
-            } | null;
-            /** @default false */
-            run_tools_eagerly?: boolean;
-            /** @default false */
-            pause_after_turn?: boolean;
-            /** @default null */
-            compaction?: {
-              at_input_tokens: number;
-              instructions?: string;
-            } | null;
-            /** @default {} */
-            metadata?: {
-              [key: string]: string | number | boolean | null;
-            };
-            /** @default true */
-            start?: boolean;
-          };
-          /**
-           * @description `skip`: no session is created while the last one still runs (`running` or `requires_action`); `allow`: always.
-           * @enum {string}
-           */
-          overlap?: 'skip' | 'allow';
-          paused?: boolean;
-        };
-      };
-    };
-    responses: {
-      /** @description OK */
-      200: {
-        headers: {
-          [name: string]: unknown;
-        };
-        content: {
-          'application/json': components['schemas']['Schedule'];
-        };
-      };
-      /** @description Invalid request (`invalid_request` with the issues in `details`, `invalid_json`, …). */
-      400: {
-        headers: {
-          [name: string]: unknown;
-        };
-        content: {
-          'application/json': components['schemas']['Error'];
-        };
-      };
-      /** @description No valid bearer key (`unauthorized`). */
-      401: {
-        headers: {
-          'WWW-Authenticate': components['headers']['WwwAuthenticate'];
-          [name: string]: unknown;
-        };
-        content: {
-          'application/json': components['schemas']['Error'];
-        };
-      };
-      /** @description No such resource (`session_not_found`, also for another tenant's; `iteration_not_found`, …). */
-      404: {
-        headers: {
-          [name: string]: unknown;
-        };
-        content: {
-          'application/json': components['schemas']['Error'];
-        };
-      };
-      /** @description If-Match does not match the revision (`revision_mismatch`; `details.revision`). */
-      412: {
-        headers: {
-          [name: string]: unknown;
-        };
-        content: {
-          'application/json': components['schemas']['Error'];
-        };
-      };
-      /** @description The body is larger than BODY_LIMIT (`payload_too_large`). */
-      413: {
-        headers: {
-          [name: string]: unknown;
-        };
-        content: {
-          'application/json': components['schemas']['Error'];
-        };
-      };
-      /** @description The body is not JSON (`unsupported_media_type`). */
-      415: {
-        headers: {
-          [name: string]: unknown;
-        };
-        content: {
-          'application/json': components['schemas']['Error'];
-        };
-      };
-      /** @description Over a rate or quota (`rate_limited` with Retry-After, `quota_exceeded`). */
-      429: {
-        headers: {
-          'Retry-After': components['headers']['RetryAfter'];
-          [name: string]: unknown;
-        };
-        content: {
-          'application/json': components['schemas']['Error'];
-        };
-      };
-      /** @description Something went wrong on the service's side (`internal_error`); the details are in its log. */
-      500: {
-        headers: {
-          [name: string]: unknown;
-        };
-        content: {
-          'application/json': components['schemas']['Error'];
-        };
-      };
-      /** @description The session store is unavailable (`store_unavailable`); try again after Retry-After. */
-      503: {
-        headers: {
-          'Retry-After': components['headers']['RetryAfter'];
-          [name: string]: unknown;
-        };
-        content: {
-          'application/json': components['schemas']['Error'];
-        };
-      };
-    };
-  };
-  listScheduleRuns: {
-    parameters: {
-      query?: {
-        limit?: number;
-        cursor?: string;
-      };
-      header?: never;
-      path: {
-        id: string;
-      };
-      cookie?: never;
-    };
-    requestBody?: never;
-    responses: {
-      /** @description OK */
-      200: {
-        headers: {
-          [name: string]: unknown;
-        };
-        content: {
-          'application/json': components['schemas']['SessionList'];
-        };
-      };
-      /** @description Invalid request (`invalid_request` with the issues in `details`, `invalid_json`, …). */
-      400: {
-        headers: {
-          [name: string]: unknown;
-        };
-        content: {
-          'application/json': components['schemas']['Error'];
-        };
-      };
-      /** @description No valid bearer key (`unauthorized`). */
-      401: {
-        headers: {
-          'WWW-Authenticate': components['headers']['WwwAuthenticate'];
-          [name: string]: unknown;
-        };
-        content: {
-          'application/json': components['schemas']['Error'];
-        };
-      };
-      /** @description No such resource (`session_not_found`, also for another tenant's; `iteration_not_found`, …). */
-      404: {
-        headers: {
-          [name: string]: unknown;
-        };
-        content: {
-          'application/json': components['schemas']['Error'];
-        };
-      };
-      /** @description Something went wrong on the service's side (`internal_error`); the details are in its log. */
-      500: {
-        headers: {
-          [name: string]: unknown;
-        };
-        content: {
-          'application/json': components['schemas']['Error'];
-        };
-      };
-      /** @description The session store is unavailable (`store_unavailable`); try again after Retry-After. */
-      503: {
-        headers: {
-          'Retry-After': components['headers']['RetryAfter'];
-          [name: string]: unknown;
-        };
-        content: {
-          'application/json': components['schemas']['Error'];
-        };
-      };
-    };
-  };
-  listScheduleEvents: {
-    parameters: {
-      query?: {
-        after?: string;
-        limit?: number;
-      };
-      header?: never;
-      path: {
-        id: string;
-      };
-      cookie?: never;
-    };
-    requestBody?: never;
-    responses: {
-      /** @description OK */
-      200: {
-        headers: {
-          [name: string]: unknown;
-        };
-        content: {
-          'application/json': components['schemas']['EventPage'];
-        };
-      };
-      /** @description Invalid request (`invalid_request` with the issues in `details`, `invalid_json`, …). */
-      400: {
-        headers: {
-          [name: string]: unknown;
-        };
-        content: {
-          'application/json': components['schemas']['Error'];
-        };
-      };
-      /** @description No valid bearer key (`unauthorized`). */
-      401: {
-        headers: {
-          'WWW-Authenticate': components['headers']['WwwAuthenticate'];
-          [name: string]: unknown;
-        };
-        content: {
-          'application/json': components['schemas']['Error'];
-        };
-      };
-      /** @description No such resource (`session_not_found`, also for another tenant's; `iteration_not_found`, …). */
-      404: {
-        headers: {
-          [name: string]: unknown;
-        };
-        content: {
-          'application/json': components['schemas']['Error'];
-        };
-      };
-      /** @description Something went wrong on the service's side (`internal_error`); the details are in its log. */
-      500: {
-        headers: {
-          [name: string]: unknown;
-        };
-        content: {
-          'application/json': components['schemas']['Error'];
-        };
-      };
-      /** @description The session store is unavailable (`store_unavailable`); try again after Retry-After. */
-      503: {
-        headers: {
-          'Retry-After': components['headers']['RetryAfter'];
-          [name: string]: unknown;
-        };
-        content: {
-          'application/json': components['schemas']['Error'];
-        };
-      };
-    };
-  };
-  listChildren: {
-    parameters: {
-      query?: never;
-      header?: never;
-      path: {
-        id: string;
-      };
-      cookie?: never;
-    };
-    requestBody?: never;
-    responses: {
-      /** @description OK */
-      200: {
-        headers: {
-          [name: string]: unknown;
-        };
-        content: {
-          'application/json': components['schemas']['SessionList'];
-        };
-      };
-      /** @description Invalid request (`invalid_request` with the issues in `details`, `invalid_json`, …). */
-      400: {
-        headers: {
-          [name: string]: unknown;
-        };
-        content: {
-          'application/json': components['schemas']['Error'];
-        };
-      };
-      /** @description No valid bearer key (`unauthorized`). */
-      401: {
-        headers: {
-          'WWW-Authenticate': components['headers']['WwwAuthenticate'];
-          [name: string]: unknown;
-        };
-        content: {
-          'application/json': components['schemas']['Error'];
-        };
-      };
-      /** @description No such resource (`session_not_found`, also for another tenant's; `iteration_not_found`, …). */
-      404: {
-        headers: {
           [name: string]: unknown;
         };
         content: {

@@ -6,6 +6,7 @@ import { Tracing } from '../observability/tracing.js';
 import type { Toolbox } from '../toolbox.js';
 import type { SessionChannels } from '../store/channels.js';
 import type { SessionStore } from '../store/store.js';
+import type { TaskQueue } from '../tenant-tools/tasks.js';
 import { RunHandle, type EngineLogger } from './run-handle.js';
 import { controlListener, drive, type DriveDeps } from './run.js';
 
@@ -32,6 +33,8 @@ export interface EngineOptions {
   /** Where the runs' metrics go (default: a registry of their own) and their spans (default: none). */
   metrics?: Metrics;
   tracing?: Tracing;
+  /** The tenant tools' task queue: calls of tenant tools become tasks there. */
+  tasks?: TaskQueue;
 }
 
 /** Runs waiting here for a slot (ids only; `runs:due` is their durable record, which any replica sweeps). */

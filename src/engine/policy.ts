@@ -70,6 +70,7 @@ export function pendingCalls(
       input: c.input,
       kind: isClient ? 'client' : 'server',
       approval: !isClient && needsApproval(s, c.name, tool) ? 'required' : 'auto',
+      ...(tool?.runner ? { runner: tool.runner } : {}),
     };
     // A client tool with `validate: true` and an input its schema refuses: answered now, the client never waits.
     const schema = isClient ? checked.get(c.name) : undefined;

@@ -6,6 +6,7 @@ import type { RunTelemetry } from '../observability/run-telemetry.js';
 import type { Tracing } from '../observability/tracing.js';
 import type { Toolbox } from '../toolbox.js';
 import type { SessionStore } from '../store/store.js';
+import type { TaskQueue } from '../tenant-tools/tasks.js';
 
 /** Why a run's AbortController fired. */
 export type AbortReason = 'cancel' | 'interrupt' | 'shutdown' | 'fenced' | 'deleted';
@@ -25,6 +26,8 @@ export interface RunDeps {
   streamBatchEvents: number;
   metrics: Metrics;
   tracing: Tracing;
+  /** The tool tasks of tenant tools (absent: a call of one is answered with an error). */
+  tasks?: TaskQueue;
 }
 
 /**

@@ -20,12 +20,18 @@ import {
 import type { IterationRecord, SessionError, SessionState } from '../store/session-state.js';
 import type { ApplyOps } from '../store/apply-ops.js';
 import { commit, completedEvents, endRun, mergeOps } from './commit.js';
+import { outstandingTasks, parkForTasks } from './tool-tasks.js';
 import { interruptedResult, needsReview, pendingCalls, callIdempotent } from './policy.js';
 import type { RunDeps, RunHandle } from './run-handle.js';
 
 /** The session's runnable tools (server tools, MCP tools, …) by name, as the toolbox resolves them for this step. */
 export function sessionTools(deps: RunDeps, state: SessionState): Promise<Map<string, ServerTool>> {
-  return deps.toolbox.forSession({ tenant: state.tenant, session: state.id, tools: state.tools });
+  return deps.toolbox.forSession({
+    tenant: state.tenant,
+    session: state.id,
+    tools: state.tools,
+    tenantTools: state.tenantTools,
+  });
 }
 
 /** The session's runnable tools as the SDK runs them, each timed into `durations` by tool_use id. */
@@ -87,6 +93,8 @@ export async function toolStep(
     if (c.result) continue;
     if (c.approval === 'denied') {
       setResult(c, { content: `Tool call denied${c.reason ? `: ${c.reason}` : '.'}`, is_error: true });
+    } else if (c.runner) {
+      // A tenant tool's call: a task answers it (parkForTasks below).
     } else if (c.kind === 'server' && c.approval !== 'required') {
       // Unknown now (an MCP server that does not answer) counts as not idempotent.
       if (c.started && !callIdempotent(tools.get(c.name), c.input)) {
@@ -135,6 +143,8 @@ export async function toolStep(
     );
     return 'done';
   }
+  const tasks = outstandingTasks(step);
+  if (tasks.length > 0) return parkForTasks(deps, run, state, step, tasks);
   const { outcome } = await afterTools(deps, run, state, history, step, null, durations);
   return outcome === 'continue' ? 'again' : 'done';
 }

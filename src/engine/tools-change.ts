@@ -80,7 +80,12 @@ async function runnerTools(
   tools: ToolRef[],
   durations: Map<string, number>,
 ): Promise<Map<string, RunnerTool>> {
-  const runnable = await deps.toolbox.forSession({ tenant: state.tenant, session: state.id, tools });
+  const runnable = await deps.toolbox.forSession({
+    tenant: state.tenant,
+    session: state.id,
+    tools,
+    tenantTools: state.tenantTools,
+  });
   const out = new Map<string, RunnerTool>();
   for (const tool of serverRunnables(deps, runnable, durations))
     out.set(runnableName(tool), { tool, definition: definitionOf(tool) });

@@ -327,7 +327,8 @@ export async function runTurns(
     // The reply calls tools. Calls that wait for a client (approval, client tools) end this runner: the reply is
     // committed with its pending step, and the next step answers it.
     const pending = pendingCalls(state, calls, runnable);
-    const waits = pending.some((c) => c.approval === 'required' || c.kind === 'client');
+    // A tenant tool's call waits too: the tool step makes it a task (src/engine/tool-tasks.ts).
+    const waits = pending.some((c) => c.approval === 'required' || c.kind === 'client' || c.runner);
     const autoServer = pending.filter((c) => c.kind === 'server' && c.approval === 'auto');
     for (const c of autoServer) if (!waits) c.started = true;
     const step: PendingStep = { calls: pending, review: false, iteration };

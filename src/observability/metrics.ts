@@ -79,6 +79,10 @@ export class Metrics {
   readonly httpErrors: Counter<'route' | 'method' | 'status' | 'code'>;
   /** For the webhooks component: one increment per delivery attempt's outcome. */
   readonly webhookDeliveries: Counter<'outcome'>;
+  // Tool tasks (tenant tools, spec §7.1).
+  readonly toolTasks: Counter<'event'>;
+  readonly toolTaskClaimLatency: Histogram;
+  readonly toolWorkersActive: Gauge;
 
   constructor(opts: MetricsOptions = {}) {
     const registers = [this.registry];
@@ -228,6 +232,25 @@ export class Metrics {
       labelNames: ['outcome'],
       registers,
     });
+    this.toolTasks = new Counter({
+      name: 'trs_tool_tasks_total',
+      help: 'Tool tasks by event: queued, claimed, retried (a lease lost), timed_out (failed: no worker answered), completed, cancelled.',
+      labelNames: ['event'],
+      registers,
+    });
+    this.toolTaskClaimLatency = new Histogram({
+      name: 'trs_tool_task_claim_latency_seconds',
+      help: 'From a tool task queued (or offered again) to its claim by a worker.',
+      buckets: [0.005, 0.02, 0.1, 0.5, 1, 5, 30, 120, 600],
+      registers,
+    });
+    this.toolWorkersActive = new Gauge({
+      name: 'trs_tool_workers_active',
+      help: 'Distinct workers (worker_id) that claimed or heartbeated on this replica within the task lease.',
+      registers,
+    });
+    for (const event of ['queued', 'claimed', 'retried', 'timed_out', 'completed', 'cancelled'])
+      this.toolTasks.inc({ event }, 0);
     // Zero series for the label values every dashboard panel reads, so a query finds them before the first event.
     for (const transport of ['ws', 'sse'] as const) {
       this.streamsOpened.inc({ transport }, 0);

@@ -232,6 +232,65 @@ export const eventPage = z
   })
   .meta({ id: 'EventPage' });
 
+export const tenantToolRunner = z
+  .discriminatedUnion('type', [
+    z.object({ type: z.literal('worker') }),
+    z.object({ type: z.literal('http'), url: z.string(), timeout_ms: z.number().int().optional() }),
+  ])
+  .meta({ id: 'TenantToolRunner' });
+
+const toolWorkers = z
+  .object({ active: z.number().int(), last_seen_at: z.string().nullable() })
+  .meta({ description: 'Workers that claimed or heartbeated for this tool within two leases.' });
+
+export const tenantTool = z
+  .object({
+    name: z.string(),
+    description: z.string(),
+    input_schema: z.looseObject({}),
+    runner: tenantToolRunner,
+    idempotent: z.boolean(),
+    read_only: z.boolean(),
+    timeout_ms: z.number().int(),
+    max_attempts: z.number().int(),
+    created_at: z.string(),
+    updated_at: z.string(),
+    workers: toolWorkers.optional(),
+    secret: z
+      .string()
+      .optional()
+      .meta({
+        description:
+          "An http runner's signing secret (`whsec_…`): in the answer of the PUT that set it only.",
+      }),
+  })
+  .meta({ id: 'TenantTool' });
+
+export const deletedTool = z
+  .object({ name: z.string(), deleted: z.literal(true) })
+  .meta({ id: 'DeletedTool' });
+
+export const toolTask = z
+  .object({
+    id: z.string().meta({ description: 'This offer of the call (`tt_…`): heartbeat and result name it.' }),
+    session_id: z.string(),
+    tool_use_id: z.string(),
+    name: z.string(),
+    input: z.unknown(),
+    attempt: z.number().int(),
+    idempotency_key: z
+      .string()
+      .meta({ description: '`<session_id>:<tool_use_id>`, the same for every attempt.' }),
+    lease_expires_at: z.string(),
+  })
+  .meta({ id: 'ToolTask' });
+
+export const claimedTasks = z.object({ tasks: z.array(toolTask) }).meta({ id: 'ClaimedToolTasks' });
+export const taskLease = z.object({ lease_expires_at: z.string() }).meta({ id: 'ToolTaskLease' });
+export const taskAccepted = z
+  .object({ id: z.string(), accepted: z.literal(true) })
+  .meta({ id: 'ToolTaskResultAccepted' });
+
 export const toolList = z
   .object({
     data: z.array(
@@ -241,10 +300,12 @@ export const toolList = z
         input_schema: z.looseObject({}),
         requires_approval: z.boolean(),
         idempotent: z.boolean(),
-        source: z.enum(['server', 'mcp', 'memory']).meta({
+        source: z.enum(['server', 'mcp', 'memory', 'tenant']).meta({
           description:
-            'server: a tool of tools/; mcp: a tool of an MCP server of MCP_SERVERS; memory: the memory tool',
+            'server: a tool of tools/; mcp: a tool of an MCP server of MCP_SERVERS; memory: the memory tool; tenant: a tool of the tenant (PUT /v1/tools/{name})',
         }),
+        runner: tenantToolRunner.optional().meta({ description: "A tenant tool's runner." }),
+        workers: toolWorkers.optional(),
         mcp_server: z.string().optional().meta({ description: 'The MCP server, for `source: "mcp"`.' }),
         annotations: z.looseObject({}).optional().meta({
           description: "The MCP server's annotations (readOnlyHint, idempotentHint, destructiveHint, …).",

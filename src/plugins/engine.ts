@@ -10,6 +10,9 @@ import { componentLog } from '../log.js';
 import { serverToolProvider, Toolbox } from '../toolbox.js';
 import { memoryProvider } from '../memory/tool.js';
 import { MemoryStore, type MemoryLimits } from '../store/memory.js';
+import { TenantToolRegistry, tenantToolProvider } from '../tenant-tools/registry.js';
+import { ToolTasks } from '../tenant-tools/service.js';
+import { TaskQueue } from '../tenant-tools/tasks.js';
 
 declare module 'fastify' {
   interface FastifyInstance {
@@ -22,6 +25,10 @@ declare module 'fastify' {
     sessions: SessionService;
     /** The memory tool's files, per tenant (`routes/memory.ts`). */
     memory: MemoryStore;
+    /** The tenants' own tools (`routes/tenant-tools.ts`). */
+    tenantTools: TenantToolRegistry;
+    /** Their calls as tool tasks (`routes/tool-tasks.ts`). */
+    toolTasks: ToolTasks;
   }
 }
 
@@ -34,6 +41,8 @@ export interface EnginePluginOptions {
   memory: MemoryLimits;
   /** TOOL_RESULT_MAX_BYTES: most bytes of one tool result the service produces. */
   toolResultMaxBytes?: number;
+  /** Tenant tools and tool tasks (TOOL_TASK_LEASE_MS, TENANT_MAX_TOOLS, TOOL_TASKS_MAX_PER_TENANT, TOOL_RESULT_MAX_BYTES). */
+  tenantTools: { leaseMs: number; maxTools: number; maxTasks: number; maxResultBytes: number };
 }
 
 /**
@@ -45,8 +54,17 @@ export default fp<EnginePluginOptions>(
     const store = new SessionStore(app.redis, opts.store);
     // Asked in order: a name is the first provider's.
     const memory = new MemoryStore(app.redis, opts.memory);
+    const tt = opts.tenantTools;
+    const registry = new TenantToolRegistry(app.redis, tt.maxTools);
+    const tasks = new TaskQueue(app.redis, tt.leaseMs, tt.maxTasks);
     const toolbox = new Toolbox(
-      [serverToolProvider(serverTools), memoryProvider(memory), app.mcp],
+      [
+        serverToolProvider(serverTools),
+        memoryProvider(memory),
+        app.mcp,
+        // Last: it claims every name the others did not.
+        tenantToolProvider(registry, tasks),
+      ],
       opts.toolResultMaxBytes,
     );
     const channels = new SessionChannels(app.redisSub);
@@ -62,6 +80,15 @@ export default fp<EnginePluginOptions>(
       maxActiveRuns: opts.maxActiveRuns,
       metrics: app.metrics,
       tracing: app.tracing,
+      tasks,
+    });
+    const toolTasks = new ToolTasks({
+      queue: tasks,
+      deps: { store, engine, serverTools, toolbox },
+      sub: app.redisSub,
+      metrics: app.metrics,
+      log: componentLog(app.log, 'tool-tasks'),
+      maxResultBytes: tt.maxResultBytes,
     });
     app.metrics.observeRuns(engine);
     app.mcp.progressSink = (id, events) => {
@@ -72,10 +99,16 @@ export default fp<EnginePluginOptions>(
     app.decorate('engine', engine);
     app.decorate('toolbox', toolbox);
     app.decorate('memory', memory);
+    app.decorate('tenantTools', registry);
+    app.decorate('toolTasks', toolTasks);
     app.decorate('sessions', new SessionService(store, engine, serverTools, toolbox));
-    app.addHook('onReady', async () => engine.start());
+    app.addHook('onReady', async () => {
+      engine.start();
+      toolTasks.start();
+    });
     // Registered after the redis plugin, so it runs before Redis closes (onClose hooks run in reverse order).
     app.addHook('onClose', async () => {
+      toolTasks.stop();
       await engine.stop(opts.shutdownGraceMs);
       channels.close();
     });

@@ -174,6 +174,8 @@ export function resumeRun(
           clearResult(c);
           delete c.reported;
           c.started = false;
+          // A tenant tool's call runs anew as a task of its own.
+          if (c.runner) c.round = (c.round ?? 0) + 1;
         }
       }
     }

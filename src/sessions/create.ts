@@ -111,7 +111,7 @@ async function buildSession(
     ...(body.system !== undefined ? { system: body.system } : {}),
   });
   if (!params.success) throw badRequest('Invalid params.', zodDetails(params.error.issues, ['params']));
-  await deps.toolbox.check(tenant, body.tools);
+  const tenantTools = await deps.toolbox.check(tenant, body.tools);
   await checkAgents(deps, tenant, body.tools, depth);
   checkCompactionParams(params.data, body.compaction);
   const given: StoredMessage[] =
@@ -150,6 +150,7 @@ async function buildSession(
     tools: body.tools,
     toolsBase: null,
     toolsSent: null,
+    tenantTools,
     maxIterations: body.max_iterations,
     approval: body.approval,
     review: body.review_tool_results,

@@ -20,13 +20,16 @@ export async function toolsPatch(
   s: SessionState,
   tools: ToolRef[],
 ): Promise<{ next: Partial<SessionState>; event: [string, string] }> {
-  await deps.toolbox.check(s.tenant, tools);
+  const copies = await deps.toolbox.check(s.tenant, tools);
   await checkAgents(deps, s.tenant, tools, s.parent?.depth ?? 1);
   // A session given a sub-agent is watched by the agents' sweep from now on (src/agents/sweep.ts).
   if (tools.some(isAgentTool)) await deps.store.runs.watchTree(s.id, Date.now() + 60_000);
-  const scope = { tenant: s.tenant, session: s.id };
+  // The tools of earlier sets keep their copies (the runners may still send them: tools_base); named again, a tool
+  // is copied anew.
+  const tenantTools = { ...s.tenantTools, ...copies };
+  const scope = { tenant: s.tenant, session: s.id, tenantTools };
   const [before, after] = await Promise.all([
-    toolNames(deps.toolbox, { ...scope, tools: s.tools }),
+    toolNames(deps.toolbox, { ...scope, tools: s.tools, tenantTools: s.tenantTools }),
     toolNames(deps.toolbox, { ...scope, tools }),
   ]);
   const removed = [...before].filter((n) => !after.has(n));
@@ -47,7 +50,7 @@ export async function toolsPatch(
       }
     }
   }
-  const next: Partial<SessionState> = { tools };
+  const next: Partial<SessionState> = { tools, tenantTools };
   // Before the first change the runners send `tools` as created and the model knows exactly that.
   if (s.toolsBase === null) next.toolsBase = s.tools;
   if (s.toolsSent === null) next.toolsSent = s.toolsBase ?? s.tools;

@@ -38,6 +38,10 @@ export interface PendingCall {
   started?: boolean;
   /** Its `tool.completed` event was written. */
   reported?: boolean;
+  /** A tenant tool's call: a tool task answers it (src/tenant-tools/), not the service. */
+  runner?: 'worker' | 'http';
+  /** Times a failed tenant-tool call was given back to be run anew (resume): each round is a task of its own. */
+  round?: number;
 }
 
 export interface PendingStep {

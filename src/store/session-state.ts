@@ -9,6 +9,7 @@ import type { StoredMessage } from '../history.js';
 import type { McpToolEntry, McpToolsetEntry } from '../mcp/schema.js';
 import type { BudgetPolicy, ClientTool, CompactionPolicy, OnMaxTokens, SessionParams } from '../schemas.js';
 import type { AnthropicToolEntry } from '../tools/anthropic-tools.js';
+import type { TenantToolDef } from '../tenant-tools/types.js';
 import { decodeStored } from './decode.js';
 import { decodePending, pendingFields, type PendingStep } from './pending.js';
 
@@ -50,6 +51,8 @@ export interface SessionState {
   toolsBase: ToolRef[] | null;
   /** The set the model was last told of (`toolsBase` plus the tool changes in the history); null: `tools`. */
   toolsSent: ToolRef[] | null;
+  /** Copies of the tenant tools `tools` names, taken at create and PATCH (meta field `tenant_tools`). */
+  tenantTools: Record<string, TenantToolDef>;
   maxIterations: number;
   approval: ApprovalPolicy;
   review: ReviewPolicy;
@@ -159,6 +162,8 @@ export function encodeFields(s: Partial<SessionState>): Record<string, string> {
   json('tools', s.tools);
   if (s.toolsBase !== undefined) out['tools_base'] = s.toolsBase ? JSON.stringify(s.toolsBase) : '';
   if (s.toolsSent !== undefined) out['tools_sent'] = s.toolsSent ? JSON.stringify(s.toolsSent) : '';
+  if (s.tenantTools !== undefined)
+    out['tenant_tools'] = Object.keys(s.tenantTools).length ? JSON.stringify(s.tenantTools) : '';
   str('max_iterations', s.maxIterations);
   json('approval', s.approval);
   json('review', s.review);
@@ -214,6 +219,7 @@ export function decodeFields(h: Record<string, string>): SessionState {
     tools: json(h['tools'], []),
     toolsBase: json(h['tools_base'], null),
     toolsSent: json(h['tools_sent'], null),
+    tenantTools: json(h['tenant_tools'], {}),
     maxIterations: Number(h['max_iterations'] ?? 10),
     approval: json<ApprovalPolicy>(h['approval'], 'default', isApprovalMode),
     review: json(h['review'], false),

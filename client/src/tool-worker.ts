@@ -1,0 +1,241 @@
+/**
+ * `ToolWorker`: runs a tenant's tools in your process for the service's sessions (spec §7.1, docs/API.md "Tool
+ * workers"). It takes the SDK's own runnable tools — the objects `betaZodTool` / `betaTool` return, as
+ * `client.beta.messages.toolRunner` takes them — registers them (`PUT /v1/tools/:name`, runner `worker`), claims
+ * their calls (long-poll), runs each as the SDK's runner does (the tool's `parse`, then `run`; a `ToolError`'s
+ * content or `Error: <message>` as an `is_error` result), heartbeats while it runs, submits the result (retried
+ * with backoff), rides out a restart of the service, and stops gracefully. No dependency on the SDK: the tools are
+ * used through their shape.
+ */
+import type { FetchLike } from './http.js';
+
+type ResultContent = string | Array<Record<string, unknown> & { type: string }>;
+
+/** A runnable tool as the SDK's `betaZodTool` / `betaTool` make it. */
+export interface WorkerTool {
+  name: string;
+  description?: string | undefined;
+  input_schema: Record<string, unknown>;
+  parse?: ((input: unknown) => unknown) | undefined;
+  run: (input: never, context?: never) => unknown;
+}
+
+/** A claimed call (the service's `ToolTask`). */
+export interface ToolTask {
+  id: string;
+  session_id: string;
+  tool_use_id: string;
+  name: string;
+  input: unknown;
+  attempt: number;
+  idempotency_key: string;
+  lease_expires_at: string;
+}
+
+export interface ToolWorkerOptions {
+  baseUrl: string;
+  apiKey?: string | undefined;
+  tools: WorkerTool[];
+  /** Calls run at once (default 4). */
+  concurrency?: number | undefined;
+  /** Names this worker in `tool.started` events and in `GET /v1/tools` (default: random). */
+  workerId?: string | undefined;
+  /** Register the tools at start (default true); their `timeout_ms` / `max_attempts` / `idempotent` if given. */
+  register?: boolean | { timeout_ms?: number; max_attempts?: number; idempotent?: boolean } | undefined;
+  /** How long one claim waits for a call (ms, default 20000, at most 30000). */
+  waitMs?: number | undefined;
+  fetch?: FetchLike | undefined;
+  /** Told of failures the worker rides out (a claim or a submit retried). */
+  onError?: ((err: unknown, what: string) => void) | undefined;
+}
+
+/** What the SDK's runner makes of a thrown value: a ToolError's content, else `Error: <message>`. */
+function thrownContent(e: unknown): ResultContent {
+  if (e instanceof Error && 'content' in e && (typeof e.content === 'string' || Array.isArray(e.content)))
+    return e.content as ResultContent;
+  return `Error: ${e instanceof Error ? e.message : String(e)}`;
+}
+
+class HttpStatus extends Error {
+  constructor(
+    readonly status: number,
+    readonly code: string,
+  ) {
+    super(`HTTP ${status} ${code}`);
+  }
+}
+
+const sleep = (ms: number, signal?: AbortSignal) =>
+  new Promise<void>((resolve) => {
+    const t = setTimeout(resolve, ms);
+    signal?.addEventListener('abort', () => (clearTimeout(t), resolve()), { once: true });
+  });
+
+/** Exponential backoff with full jitter: attempt 0 → up to 200 ms, doubling up to 5 s. */
+const backoff = (attempt: number) => Math.random() * Math.min(5000, 200 * 2 ** attempt);
+
+export class ToolWorker {
+  readonly workerId: string;
+  private readonly tools = new Map<string, WorkerTool>();
+  private readonly concurrency: number;
+  private readonly fetchFn: FetchLike;
+  private readonly inFlight = new Set<Promise<void>>();
+  private stopping = new AbortController();
+  private loop: Promise<void> | null = null;
+
+  constructor(private readonly o: ToolWorkerOptions) {
+    for (const t of o.tools) this.tools.set(t.name, t);
+    this.concurrency = Math.max(1, o.concurrency ?? 4);
+    this.workerId = o.workerId ?? `worker-${Math.random().toString(36).slice(2, 10)}`;
+    this.fetchFn = o.fetch ?? ((req: Request) => fetch(req));
+  }
+
+  /** Calls running now. */
+  get running(): number {
+    return this.inFlight.size;
+  }
+
+  private async call<T>(method: string, path: string, body?: unknown, signal?: AbortSignal): Promise<T> {
+    const res = await this.fetchFn(
+      new Request(this.o.baseUrl.replace(/\/$/, '') + path, {
+        method,
+        headers: {
+          'content-type': 'application/json',
+          ...(this.o.apiKey ? { authorization: `Bearer ${this.o.apiKey}` } : {}),
+        },
+        body: JSON.stringify(body ?? {}),
+        ...(signal ? { signal } : {}),
+      }),
+    );
+    const text = await res.text();
+    const parsed: unknown = text ? JSON.parse(text) : null;
+    if (!res.ok) {
+      const code =
+        typeof parsed === 'object' && parsed !== null && 'error' in parsed
+          ? String((parsed.error as { code?: unknown }).code)
+          : 'unknown';
+      throw new HttpStatus(res.status, code);
+    }
+    return parsed as T;
+  }
+
+  /** Registers the tools (unless `register: false`), then claims and runs calls until `stop()`. */
+  async start(): Promise<void> {
+    if (this.loop) return;
+    this.stopping = new AbortController();
+    if (this.o.register !== false) await this.registerAll();
+    this.loop = this.claimLoop();
+  }
+
+  private async registerAll(): Promise<void> {
+    const extra = typeof this.o.register === 'object' ? this.o.register : {};
+    for (const t of this.tools.values()) {
+      await this.call('PUT', `/v1/tools/${encodeURIComponent(t.name)}`, {
+        description: t.description ?? '',
+        input_schema: t.input_schema,
+        runner: { type: 'worker' },
+        ...extra,
+      });
+    }
+  }
+
+  private async claimLoop(): Promise<void> {
+    const signal = this.stopping.signal;
+    let failures = 0;
+    while (!signal.aborted) {
+      if (this.inFlight.size >= this.concurrency) {
+        await Promise.race(this.inFlight);
+        continue;
+      }
+      let tasks: ToolTask[];
+      try {
+        const r = await this.call<{ tasks: ToolTask[] }>(
+          'POST',
+          '/v1/tool-tasks/claim',
+          {
+            tools: [...this.tools.keys()],
+            max: this.concurrency - this.inFlight.size,
+            wait_ms: Math.min(this.o.waitMs ?? 20_000, 30_000),
+            worker_id: this.workerId,
+          },
+          signal,
+        );
+        tasks = r.tasks;
+        if (failures > 0 && this.o.register !== false) await this.registerAll();
+        failures = 0;
+      } catch (err) {
+        if (signal.aborted) break;
+        this.o.onError?.(err, 'claim');
+        // The service restarting, a network cut: claim again after a backoff.
+        await sleep(backoff(failures++), signal);
+        continue;
+      }
+      for (const task of tasks) {
+        const p: Promise<void> = this.runTask(task).finally(() => this.inFlight.delete(p));
+        this.inFlight.add(p);
+      }
+    }
+  }
+
+  /** Runs one call, heartbeating meanwhile, and submits its result. */
+  private async runTask(task: ToolTask): Promise<void> {
+    const lost = new AbortController();
+    const leaseMs = Math.max(1000, Date.parse(task.lease_expires_at) - Date.now());
+    const beat = setInterval(
+      () => {
+        this.call('POST', `/v1/tool-tasks/${task.id}/heartbeat`).catch((err: unknown) => {
+          // Lost, cancelled or completed: this attempt is over; the tool is told through its signal.
+          if (err instanceof HttpStatus && (err.status === 409 || err.status === 404)) lost.abort();
+        });
+      },
+      Math.floor(leaseMs / 3),
+    );
+    let result: { content: ResultContent; is_error: boolean };
+    try {
+      result = await this.execute(task, lost.signal);
+    } finally {
+      clearInterval(beat);
+    }
+    if (lost.signal.aborted) return;
+    for (let attempt = 0; ; attempt++) {
+      try {
+        await this.call('POST', `/v1/tool-tasks/${task.id}/result`, result);
+        return;
+      } catch (err) {
+        // 4xx: the service will not take it (lease lost, cancelled, already completed): nothing to retry.
+        if (err instanceof HttpStatus && err.status < 500 && err.status !== 429) return;
+        this.o.onError?.(err, 'result');
+        if (attempt >= 12) return;
+        await sleep(backoff(attempt));
+      }
+    }
+  }
+
+  /** As the SDK's runner runs a tool: parse, run, and errors as `is_error` results. */
+  private async execute(
+    task: ToolTask,
+    signal: AbortSignal,
+  ): Promise<{ content: ResultContent; is_error: boolean }> {
+    const tool = this.tools.get(task.name);
+    if (!tool) return { content: `Error: Tool '${task.name}' not found`, is_error: true };
+    const toolUse = { type: 'tool_use', id: task.tool_use_id, name: task.name, input: task.input };
+    try {
+      const input = tool.parse ? tool.parse(task.input) : task.input;
+      const run = tool.run as (input: unknown, context: unknown) => unknown;
+      // The SDK's run context, plus the task (its attempt and idempotency key) for tools that want them.
+      const context = { toolUse, toolUseBlock: toolUse, signal, task };
+      const content = (await run(input, context)) as ResultContent;
+      return { content, is_error: false };
+    } catch (e) {
+      return { content: thrownContent(e), is_error: true };
+    }
+  }
+
+  /** Stops claiming, lets the calls in flight finish and submit, then resolves. */
+  async stop(): Promise<void> {
+    this.stopping.abort();
+    await this.loop;
+    this.loop = null;
+    await Promise.allSettled([...this.inFlight]);
+  }
+}

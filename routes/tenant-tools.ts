@@ -1,0 +1,120 @@
+import type { FastifyPluginAsyncZod } from 'fastify-type-provider-zod';
+import { AppError, notFound } from '../src/errors.js';
+import { deletedTool, errors, tenantTool } from '../src/openapi/responses.js';
+import { toolView } from '../src/tenant-tools/registry.js';
+import { putToolBody, toolNameParam } from '../src/tenant-tools/schemas.js';
+import type { TenantToolDef } from '../src/tenant-tools/types.js';
+import { checkWebhookUrl } from '../src/webhooks/address-guard.js';
+import { newSecret } from '../src/webhooks/secrets.js';
+
+/** Spec §7.1: a tenant's own tools. Another tenant's tool is 404 `tool_not_found`. */
+const routes: FastifyPluginAsyncZod = async (app) => {
+  const tags = ['tools'];
+  const registry = app.tenantTools;
+
+  app.put(
+    '/v1/tools/:name',
+    {
+      schema: {
+        operationId: 'putTool',
+        summary:
+          'Register or replace a tenant tool (an http runner’s signing secret is shown only when it is made)',
+        tags,
+        params: toolNameParam,
+        body: putToolBody,
+        response: {
+          200: tenantTool,
+          201: tenantTool,
+          ...errors(400, 401, 409, 413, 415, 422, 429, 500, 503),
+        },
+      },
+    },
+    async (req, reply) => {
+      const { name } = req.params;
+      if (app.toolbox.reservedNames().has(name))
+        throw new AppError(
+          409,
+          'tool_name_conflict',
+          `"${name}" is the name of a server tool; name the tool otherwise.`,
+          {
+            tool: name,
+          },
+        );
+      const body = req.body;
+      const before = await registry.get(req.tenant, name);
+      const now = Date.now();
+      let secret: string | undefined;
+      let runner = body.runner;
+      if (runner.type === 'http') {
+        const url = await checkWebhookUrl(runner.url, app.webhooks.allowPrivate);
+        runner = { ...runner, url: url.href };
+        // A replaced http tool keeps its secret; a new one (or one that was a worker tool) gets one, shown once.
+        if (before?.secret === undefined) secret = newSecret();
+      }
+      const sealed =
+        runner.type !== 'http'
+          ? undefined
+          : secret !== undefined
+            ? app.webhooks.box.seal(secret)
+            : before?.secret;
+      const def: TenantToolDef = {
+        name,
+        description: body.description,
+        input_schema: body.input_schema,
+        runner,
+        idempotent: body.idempotent,
+        read_only: body.read_only,
+        timeout_ms: body.timeout_ms,
+        max_attempts: body.max_attempts,
+        ...(sealed !== undefined ? { secret: sealed } : {}),
+        created_at: before?.created_at ?? now,
+        updated_at: now,
+      };
+      const outcome = await registry.put(req.tenant, def);
+      return reply
+        .code(outcome === 'created' ? 201 : 200)
+        .send({ ...toolView(def), ...(secret !== undefined ? { secret } : {}) });
+    },
+  );
+
+  app.get(
+    '/v1/tools/:name',
+    {
+      schema: {
+        operationId: 'getTool',
+        summary: 'A tenant tool, with its workers',
+        tags,
+        params: toolNameParam,
+        response: { 200: tenantTool, ...errors(400, 401, 404, 429, 500, 503) },
+      },
+    },
+    async (req) => {
+      const def = await registry.get(req.tenant, req.params.name);
+      if (!def) throw notFound('tool');
+      const workers = def.runner.type === 'worker' ? await app.toolTasks.queue.workers(req.tenant) : null;
+      return {
+        ...toolView(def),
+        ...(workers ? { workers: workers.get(def.name) ?? { active: 0, last_seen_at: null } } : {}),
+      };
+    },
+  );
+
+  app.delete(
+    '/v1/tools/:name',
+    {
+      schema: {
+        operationId: 'deleteTool',
+        summary: 'Remove a tenant tool (sessions already using it keep their copy)',
+        tags,
+        params: toolNameParam,
+        response: { 200: deletedTool, ...errors(400, 401, 404, 429, 500, 503) },
+      },
+    },
+    async (req) => {
+      if (!(await registry.remove(req.tenant, req.params.name))) throw notFound('tool');
+      return { name: req.params.name, deleted: true as const };
+    },
+  );
+};
+
+export default routes;

@@ -1,0 +1,66 @@
+import type { FastifyPluginAsyncZod } from 'fastify-type-provider-zod';
+import { claimedTasks, errors, taskAccepted, taskLease } from '../src/openapi/responses.js';
+import { claimBody, taskIdParam, taskResultBody } from '../src/tenant-tools/schemas.js';
+
+/** Spec §7.1: the worker protocol. A task of another tenant is 404 `task_not_found`. */
+const routes: FastifyPluginAsyncZod = async (app) => {
+  const tags = ['tool-tasks'];
+  const tasks = app.toolTasks;
+
+  app.post(
+    '/v1/tool-tasks/claim',
+    {
+      schema: {
+        operationId: 'claimToolTasks',
+        summary: 'Claim calls of the given tenant tools (long-poll up to wait_ms); each comes with a lease',
+        tags,
+        body: claimBody,
+        response: { 200: claimedTasks, ...errors(400, 401, 413, 415, 429, 500, 503) },
+      },
+    },
+    async (req) => {
+      const abort = new AbortController();
+      const onClose = () => abort.abort();
+      req.raw.once('close', onClose);
+      try {
+        return { tasks: await tasks.claim(req.tenant, req.body, abort.signal) };
+      } finally {
+        req.raw.off('close', onClose);
+      }
+    },
+  );
+
+  app.post(
+    '/v1/tool-tasks/:id/heartbeat',
+    {
+      schema: {
+        operationId: 'heartbeatToolTask',
+        summary: 'Renew the lease of a claimed task',
+        tags,
+        params: taskIdParam,
+        response: { 200: taskLease, ...errors(400, 401, 404, 409, 429, 500, 503) },
+      },
+    },
+    async (req) => tasks.heartbeat(req.tenant, req.params.id),
+  );
+
+  app.post(
+    '/v1/tool-tasks/:id/result',
+    {
+      schema: {
+        operationId: 'submitToolTaskResult',
+        summary: 'The result of a claimed task',
+        tags,
+        params: taskIdParam,
+        body: taskResultBody,
+        response: { 200: taskAccepted, ...errors(400, 401, 404, 409, 413, 415, 429, 500, 503) },
+      },
+    },
+    async (req) => {
+      await tasks.submit(req.tenant, req.params.id, req.body);
+      return { id: req.params.id, accepted: true as const };
+    },
+  );
+};
+
+export default routes;

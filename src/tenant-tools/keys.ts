@@ -1,0 +1,39 @@
+/**
+ * Tenant tools and tool tasks in Redis. Every key of one tenant carries the hash tag `{tt:<tenant>}`, so in a Redis
+ * Cluster a tenant's queue lives in one slot and one script claims, renews, completes and sweeps its tasks
+ * atomically (a tenant's tasks never spread over slots; tenants do). The one global key, `tt:due`, is written in
+ * its own command, never in a tenant's script.
+ *
+ * - `tt:{tt:T}:tools` HASH name → tool definition (JSON, the http secret sealed)
+ * - `tt:{tt:T}:workers` ZSET `<tool> <worker_id>` → last claim or heartbeat (ms)
+ * - `tt:{tt:T}:calls` HASH call → record (JSON of scalars: state, attempt, offer, lease, deadline, …); a call is
+ *   `<session_id>:<tool_use_id>#<round>` (the round counts resumes of a failed step)
+ * - `tt:{tt:T}:inputs` HASH call → the call's input (JSON text, never decoded in Lua)
+ * - `tt:{tt:T}:results` HASH call → its result `{"content","is_error"}` (JSON text)
+ * - `tt:{tt:T}:ready` ZSET `<tool> <call>` → queued at (ms): calls waiting for a worker, oldest first
+ * - `tt:{tt:T}:leased` ZSET call → lease expiry (ms)
+ * - `tt:{tt:T}:deadline` ZSET call → when it times out (ms)
+ * - `tt:{tt:T}:done` ZSET call → completed at (ms): results not yet delivered to their session (an outbox)
+ * - `tt:{tt:T}:gc` ZSET call → when its delivered record (a tombstone against a second enqueue) may go
+ * - `tt:{tt:T}:offers` HASH offer id (`tt_…`) → call
+ * - `tt:due` ZSET tenant → when its queue needs a sweep (a lease or deadline falls due, an undelivered result)
+ * - channel `tt:{tt:T}:wake`: published when a call is queued; long-polling claims wait on it
+ */
+const tag = (tenant: string) => `tt:{tt:${tenant}}`;
+
+export const toolsKey = (tenant: string) => `${tag(tenant)}:tools`;
+export const workersKey = (tenant: string) => `${tag(tenant)}:workers`;
+export const wakeChannel = (tenant: string) => `${tag(tenant)}:wake`;
+export const TASKS_DUE_KEY = 'tt:due';
+
+export const taskKeys = (tenant: string) => ({
+  calls: `${tag(tenant)}:calls`,
+  inputs: `${tag(tenant)}:inputs`,
+  results: `${tag(tenant)}:results`,
+  ready: `${tag(tenant)}:ready`,
+  leased: `${tag(tenant)}:leased`,
+  deadline: `${tag(tenant)}:deadline`,
+  done: `${tag(tenant)}:done`,
+  gc: `${tag(tenant)}:gc`,
+  offers: `${tag(tenant)}:offers`,
+});

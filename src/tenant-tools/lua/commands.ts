@@ -1,0 +1,55 @@
+/**
+ * The types of the tool-task scripts (the `.lua` files beside this one), defined by
+ * `defineLuaCommands(redis, …, 'tt')` as `tt<Name>` (src/store/lua-commands.ts); declared once by augmenting
+ * ioredis's `RedisCommander`, as the session store's scripts are (src/store/lua/commands.ts). Keys first, in the
+ * order of each script's header, then its arguments.
+ */
+import type { Result } from 'ioredis';
+
+type Keys<N extends number, A extends string[] = []> = A['length'] extends N ? A : Keys<N, [...A, string]>;
+
+declare module 'ioredis' {
+  interface RedisCommander<Context> {
+    /** enqueue-6.lua: 1 queued, 0 known already, -1 the tenant's queue is full. */
+    ttEnqueue(
+      ...args: [
+        ...keys: Keys<6>,
+        call: string,
+        record: string,
+        input: string,
+        tool: string,
+        now: number,
+        deadline: number,
+        max: number,
+        channel: string,
+      ]
+    ): Result<number, Context>;
+    /** claim-5.lua: record, input pairs. */
+    ttClaim(
+      ...args: [
+        ...keys: Keys<5>,
+        now: number,
+        leaseMs: number,
+        max: number,
+        worker: string,
+        scan: number,
+        prefix: string,
+        ...tools: string[],
+      ]
+    ): Result<string[], Context>;
+    /** heartbeat-3.lua: `['ok', record]` or `[refusal]`. */
+    ttHeartbeat(
+      ...args: [...keys: Keys<3>, offer: string, now: number, leaseMs: number]
+    ): Result<string[], Context>;
+    /** complete-6.lua: `['ok', record]` or `[refusal]`. */
+    ttComplete(
+      ...args: [...keys: Keys<6>, offer: string, now: number, result: string]
+    ): Result<string[], Context>;
+    /** settle-8.lua: 1 when the call was known. */
+    ttSettle(...args: [...keys: Keys<8>, call: string, state: string, gcAt: number]): Result<number, Context>;
+    /** sweep-9.lua: next due (ms, -1: none), then kind, record pairs. */
+    ttSweep(
+      ...args: [...keys: Keys<9>, now: number, limit: number, channel: string]
+    ): Result<Array<number | string>, Context>;
+  }
+}

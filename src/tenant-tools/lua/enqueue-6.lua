@@ -1,0 +1,15 @@
+-- enqueue: queue one tool call for a worker, unless it was queued before (its record, kept a day after delivery,
+-- is the tombstone that keeps a second run of the same step from queueing it again).
+-- KEYS[1] calls  KEYS[2] inputs  KEYS[3] ready  KEYS[4] deadline  KEYS[5] leased  KEYS[6] done
+-- ARGV[1] call  ARGV[2] record (JSON)  ARGV[3] input (JSON text)  ARGV[4] tool name  ARGV[5] now ms
+-- ARGV[6] deadline ms  ARGV[7] most calls of the tenant in flight  ARGV[8] wake channel
+-- Returns 1 queued, 0 known already, -1 the tenant's queue is full.
+if redis.call('HEXISTS', KEYS[1], ARGV[1]) == 1 then return 0 end
+local n = redis.call('ZCARD', KEYS[3]) + redis.call('ZCARD', KEYS[5]) + redis.call('ZCARD', KEYS[6])
+if n >= tonumber(ARGV[7]) then return -1 end
+redis.call('HSET', KEYS[1], ARGV[1], ARGV[2])
+redis.call('HSET', KEYS[2], ARGV[1], ARGV[3])
+redis.call('ZADD', KEYS[3], ARGV[5], ARGV[4] .. ' ' .. ARGV[1])
+redis.call('ZADD', KEYS[4], ARGV[6], ARGV[1])
+redis.call('PUBLISH', ARGV[8], ARGV[4])
+return 1

@@ -1,0 +1,138 @@
+/**
+ * A tenant's tools (spec §7.1): `PUT|GET|DELETE /v1/tools/:name`, one Redis hash per tenant (keys.ts `toolsKey`),
+ * bounded by TENANT_MAX_TOOLS; and the provider that makes them the session's tools. A session names one in `tools`
+ * like a server tool; its definition is copied into the session at create and PATCH (`ClaimedTool.copy`, kept in
+ * the meta field `tenant_tools`), so a later PUT or DELETE never changes a session already using it.
+ */
+import type { BetaRunnableTool } from '@anthropic-ai/sdk/lib/tools/BetaRunnableTool';
+import type { ServerTool } from '../../tools/types.js';
+import { AppError, quotaExceeded } from '../errors.js';
+import { decodeStored } from '../store/decode.js';
+import type { RedisClient } from '../store/lua-commands.js';
+import type { ToolListing, ToolProvider } from '../toolbox.js';
+import { toolsKey } from './keys.js';
+import type { TaskQueue } from './tasks.js';
+import type { TenantToolDef } from './types.js';
+
+export class TenantToolRegistry {
+  constructor(
+    private readonly redis: RedisClient,
+    /** TENANT_MAX_TOOLS. */
+    readonly maxPerTenant: number,
+  ) {}
+
+  /** Stores `def`: 'created' or 'replaced'; 429 `quota_exceeded` past the bound (a replace always goes). */
+  async put(tenant: string, def: TenantToolDef): Promise<'created' | 'replaced'> {
+    const key = toolsKey(tenant);
+    const exists = await this.redis.hexists(key, def.name);
+    if (!exists && (await this.redis.hlen(key)) >= this.maxPerTenant)
+      throw quotaExceeded('TENANT_MAX_TOOLS', this.maxPerTenant, 'tools');
+    await this.redis.hset(key, def.name, JSON.stringify(def));
+    return exists ? 'replaced' : 'created';
+  }
+
+  async get(tenant: string, name: string): Promise<TenantToolDef | null> {
+    const raw = await this.redis.hget(toolsKey(tenant), name);
+    return raw ? decodeStored<TenantToolDef>(raw) : null;
+  }
+
+  async getMany(tenant: string, names: readonly string[]): Promise<Map<string, TenantToolDef>> {
+    const out = new Map<string, TenantToolDef>();
+    if (names.length === 0) return out;
+    const rows = await this.redis.hmget(toolsKey(tenant), ...names);
+    rows.forEach((raw) => {
+      if (raw) {
+        const d = decodeStored<TenantToolDef>(raw);
+        out.set(d.name, d);
+      }
+    });
+    return out;
+  }
+
+  async list(tenant: string): Promise<TenantToolDef[]> {
+    const all = await this.redis.hvals(toolsKey(tenant));
+    return all.map((raw) => decodeStored<TenantToolDef>(raw)).sort((a, b) => a.name.localeCompare(b.name));
+  }
+
+  /** True when it existed. */
+  async remove(tenant: string, name: string): Promise<boolean> {
+    return (await this.redis.hdel(toolsKey(tenant), name)) === 1;
+  }
+}
+
+/** A tenant tool's definition as it is listed and answered (never its secret). */
+export function toolView(d: TenantToolDef) {
+  return {
+    name: d.name,
+    description: d.description,
+    input_schema: d.input_schema,
+    runner: d.runner,
+    idempotent: d.idempotent,
+    read_only: d.read_only,
+    timeout_ms: d.timeout_ms,
+    max_attempts: d.max_attempts,
+    created_at: new Date(d.created_at).toISOString(),
+    updated_at: new Date(d.updated_at).toISOString(),
+  };
+}
+
+/**
+ * The copy of a tenant tool as the runner sends it to the model. Its `run` is never called by the service's
+ * runners (a call of a tenant tool ends the runner's turn and becomes a task: src/engine/tool-step.ts); should one
+ * call it all the same, the call is answered with an error instead of running anywhere.
+ */
+function runnableCopy(d: TenantToolDef): ServerTool {
+  const tool: BetaRunnableTool = {
+    name: d.name,
+    description: d.description,
+    input_schema: { type: 'object', ...d.input_schema },
+    parse: (x: unknown) => x,
+    run: () => `Error: ${d.name} runs in a ${d.runner.type} runner, not in the service`,
+  };
+  return { tool, requiresApproval: false, idempotent: false, runner: d.runner.type };
+}
+
+/**
+ * The tenant's tools as a tool source: it claims every name no provider before it claimed, so it goes last in the
+ * toolbox. A name that is no tenant tool either is 400 `unknown_tool`.
+ */
+export function tenantToolProvider(registry: TenantToolRegistry, tasks: TaskQueue): ToolProvider {
+  return {
+    claims: (entry) => typeof entry === 'string',
+    check: async (tenant, entries) => {
+      const names = entries.filter((e): e is string => typeof e === 'string');
+      const found = await registry.getMany(tenant, names);
+      return names.map((n) => {
+        const copy = found.get(n);
+        if (!copy)
+          throw new AppError(
+            400,
+            'unknown_tool',
+            `There is no server tool or tenant tool named "${n}". GET /v1/tools lists them.`,
+            { tool: n },
+          );
+        return { name: n, from: `tenant tool "${n}"`, copy };
+      });
+    },
+    runnables: async (scope) =>
+      scope.tools.flatMap((e) => {
+        const d = typeof e === 'string' ? scope.tenantTools?.[e] : undefined;
+        return d ? [runnableCopy(d)] : [];
+      }),
+    list: async (tenant) => {
+      const [defs, workers] = await Promise.all([registry.list(tenant), tasks.workers(tenant)]);
+      return defs.map((d): ToolListing => ({
+        name: d.name,
+        description: d.description,
+        input_schema: d.input_schema,
+        requires_approval: false,
+        idempotent: d.idempotent,
+        source: 'tenant',
+        runner: d.runner,
+        ...(d.runner.type === 'worker'
+          ? { workers: workers.get(d.name) ?? { active: 0, last_seen_at: null } }
+          : {}),
+      }));
+    },
+  };
+}

@@ -1,0 +1,303 @@
+/**
+ * The tool tasks' operations (spec §7.1) behind `/v1/tool-tasks`: long-poll claims woken by the tenant's `wake`
+ * channel (never by polling Redis), heartbeats, results, and their delivery to the session; and the sweep every
+ * replica runs (lost leases offered again, timeouts failed, results left undelivered by a dead replica delivered).
+ *
+ * Delivery writes the call's `result:<id>` field of the session's pending step (a guarded read-check-write, like a
+ * client's result), then marks the run due and kicks it; the call is settled in the queue only after that, so a
+ * replica dying at any point leaves the result in the outbox for the sweep to deliver again (writing it is
+ * idempotent: a call that has its result takes no other).
+ */
+import type { FastifyBaseLogger } from 'fastify';
+import { AppError, conflict, notFound } from '../errors.js';
+import type { Metrics } from '../observability/metrics.js';
+import { mutate, startRun, type SessionDeps } from '../sessions/mutate.js';
+import type { StoredBlock } from '../history.js';
+import { pendingFields, setResult } from '../store/pending.js';
+import type { RedisClient } from '../store/lua-commands.js';
+import { wakeChannel } from './keys.js';
+import {
+  claimedTask,
+  type ClaimedTask,
+  type OfferRefusal,
+  type TaskQueue,
+  type TaskRecord,
+  type TaskResult,
+} from './tasks.js';
+
+export interface ToolTaskOptions {
+  queue: TaskQueue;
+  deps: SessionDeps;
+  /** The subscriber connection (the `wake` channels). */
+  sub: RedisClient;
+  metrics: Metrics;
+  log: FastifyBaseLogger;
+  /** Largest result accepted as it is (JSON bytes); a larger one becomes an `is_error` result naming the limit. */
+  maxResultBytes: number;
+  sweepIntervalMs?: number;
+}
+
+/** The session no longer waits for the call (cancelled, deleted, answered otherwise). */
+class NotAwaited extends Error {}
+/** The call has its result already. */
+class AlreadyDelivered extends Error {}
+
+const refusal = (r: OfferRefusal, id: string): AppError => {
+  if (r === 'unknown') return notFound('task');
+  if (r === 'lost')
+    return conflict(
+      'task_lease_lost',
+      `The lease of task ${id} expired; the call is offered again under a new id.`,
+    );
+  if (r === 'cancelled')
+    return conflict(
+      'task_cancelled',
+      `The session no longer waits for task ${id} (cancelled or deleted): stop working on it.`,
+    );
+  return conflict('task_already_completed', `Task ${id} already has its result.`);
+};
+
+export class ToolTasks {
+  private readonly waiters = new Map<string, Set<(tool: string) => void>>();
+  private timer: NodeJS.Timeout | null = null;
+  private stopped = false;
+  private readonly workersSeen = new Map<string, number>();
+
+  constructor(private readonly o: ToolTaskOptions) {
+    o.sub.on('message', this.onMessage);
+  }
+
+  get queue(): TaskQueue {
+    return this.o.queue;
+  }
+
+  private readonly onMessage = (channel: string, tool: string): void => {
+    for (const w of this.waiters.get(channel) ?? []) w(tool);
+  };
+
+  /** Resolves when a call of `tools` is queued for the tenant, or after `ms`. */
+  private async wake(
+    tenant: string,
+    tools: readonly string[],
+    ms: number,
+    signal: AbortSignal,
+  ): Promise<void> {
+    const channel = wakeChannel(tenant);
+    let set = this.waiters.get(channel);
+    if (!set) {
+      this.waiters.set(channel, (set = new Set()));
+      await this.o.sub.subscribe(channel);
+    }
+    let done!: () => void;
+    const woken = new Promise<void>((r) => (done = r));
+    const waiter = (tool: string) => {
+      if (tool === '' || tools.includes(tool)) done();
+    };
+    set.add(waiter);
+    const timer = setTimeout(done, ms);
+    signal.addEventListener('abort', done, { once: true });
+    try {
+      await woken;
+    } finally {
+      clearTimeout(timer);
+      signal.removeEventListener('abort', done);
+      set.delete(waiter);
+      if (set.size === 0 && this.waiters.get(channel) === set) {
+        this.waiters.delete(channel);
+        await this.o.sub.unsubscribe(channel).catch(() => {});
+      }
+    }
+  }
+
+  /** `POST /v1/tool-tasks/claim`: up to `max` calls of `tools`, waiting up to `waitMs` for one. */
+  async claim(
+    tenant: string,
+    body: { tools: string[]; max: number; wait_ms: number; worker_id: string },
+    signal: AbortSignal,
+  ): Promise<ClaimedTask[]> {
+    const until = Date.now() + body.wait_ms;
+    this.noteWorker(body.worker_id);
+    for (;;) {
+      const got = await this.o.queue.claim(tenant, body.tools, body.max, body.worker_id);
+      const out: ClaimedTask[] = [];
+      for (const { rec, input } of got) {
+        if (await this.stillAwaited(rec)) {
+          out.push(claimedTask(rec, input));
+          this.o.metrics.toolTasks.inc({ event: 'claimed' });
+          this.o.metrics.toolTaskClaimLatency.observe((Date.now() - rec.queued_at) / 1000);
+          void this.o.deps.store
+            .appendEvents(rec.session, [
+              [
+                'tool.started',
+                JSON.stringify({
+                  tool_use_id: rec.tool_use_id,
+                  name: rec.name,
+                  attempt: rec.attempt,
+                  worker_id: rec.worker,
+                  task_id: rec.offer,
+                }),
+              ],
+            ])
+            .catch(() => {});
+        } else {
+          await this.o.queue.settle(tenant, rec.call, 'cancelled');
+          this.o.metrics.toolTasks.inc({ event: 'cancelled' });
+        }
+      }
+      const left = until - Date.now();
+      if (out.length > 0 || left <= 0 || signal.aborted || this.stopped) return out;
+      await this.wake(tenant, body.tools, left, signal);
+    }
+  }
+
+  /** Whether the call's session still waits for it (it runs and its step holds the call without a result). */
+  private async stillAwaited(rec: TaskRecord): Promise<boolean> {
+    const s = await this.o.deps.store.load(rec.session);
+    if (!s || s.tenant !== rec.tenant || s.status !== 'running') return false;
+    const call = s.pending?.calls.find((c) => c.id === rec.tool_use_id);
+    return call !== undefined && !call.result;
+  }
+
+  private noteWorker(id: string): void {
+    const now = Date.now();
+    this.workersSeen.set(id, now);
+    const since = now - this.o.queue.leaseMs;
+    for (const [w, at] of this.workersSeen) if (at < since) this.workersSeen.delete(w);
+    this.o.metrics.toolWorkersActive.set(this.workersSeen.size);
+  }
+
+  /** `POST /v1/tool-tasks/:id/heartbeat`. */
+  async heartbeat(tenant: string, id: string): Promise<{ lease_expires_at: string }> {
+    const r = await this.o.queue.heartbeat(tenant, id);
+    if (typeof r === 'string') throw refusal(r, id);
+    this.noteWorker(r.worker);
+    if (!(await this.stillAwaited(r))) {
+      await this.o.queue.settle(tenant, r.call, 'cancelled');
+      this.o.metrics.toolTasks.inc({ event: 'cancelled' });
+      throw refusal('cancelled', id);
+    }
+    await this.o.queue.seen(tenant, [r.name], r.worker);
+    return { lease_expires_at: new Date(r.lease).toISOString() };
+  }
+
+  /** `POST /v1/tool-tasks/:id/result`. */
+  async submit(
+    tenant: string,
+    id: string,
+    result: { content: string | StoredBlock[]; is_error?: boolean | undefined },
+  ): Promise<void> {
+    const r: TaskResult = { content: result.content, is_error: result.is_error ?? false };
+    let text = JSON.stringify(r);
+    const bytes = Buffer.byteLength(text);
+    if (bytes > this.o.maxResultBytes) {
+      text = JSON.stringify({
+        content: `Error: the tool's result is ${bytes} bytes, more than TOOL_RESULT_MAX_BYTES (${this.o.maxResultBytes})`,
+        is_error: true,
+      });
+    }
+    const rec = await this.o.queue.complete(tenant, id, text);
+    if (typeof rec === 'string') throw refusal(rec, id);
+    this.o.metrics.toolTasks.inc({ event: 'completed' });
+    const outcome = await this.deliver(tenant, rec.call);
+    if (outcome === 'cancelled') throw refusal('cancelled', id);
+  }
+
+  /** Delivers a completed call's result to its session, then settles it. */
+  async deliver(tenant: string, call: string): Promise<'delivered' | 'cancelled' | 'gone'> {
+    const got = await this.o.queue.record(tenant, call);
+    if (!got || !got.result) return 'gone';
+    const { rec, result } = got;
+    const content =
+      typeof result.content === 'string' || Array.isArray(result.content)
+        ? result.content
+        : JSON.stringify(result.content);
+    const res = { content: content as string | StoredBlock[], is_error: result.is_error === true };
+    try {
+      await mutate(this.o.deps, tenant, rec.session, undefined, async (s) => {
+        const step = s.status === 'running' && s.pending ? structuredClone(s.pending) : null;
+        const c = step?.calls.find((x) => x.id === rec.tool_use_id);
+        if (!step || !c) throw new NotAwaited();
+        // A call that has its result takes no other: this is a second delivery (its first one's replica died before
+        // settling it), and the run is kicked again below.
+        if (c.result) throw new AlreadyDelivered();
+        setResult(c, res);
+        c.reported = true;
+        const completed = JSON.stringify({
+          tool_use_id: c.id,
+          name: c.name,
+          input: c.input,
+          content: res.content,
+          is_error: res.is_error,
+          duration_ms: null,
+          attempt: rec.attempt,
+        });
+        return { ops: { hset: pendingFields(step), events: [['tool.completed', completed]] } };
+      });
+    } catch (err) {
+      if (err instanceof AlreadyDelivered) return this.settleDelivered(tenant, rec, call);
+      if (!(err instanceof NotAwaited || (err instanceof AppError && err.statusCode === 404))) throw err;
+      await this.o.queue.settle(tenant, call, 'cancelled');
+      return 'cancelled';
+    }
+    return this.settleDelivered(tenant, rec, call);
+  }
+
+  private async settleDelivered(tenant: string, rec: TaskRecord, call: string): Promise<'delivered'> {
+    await startRun(this.o.deps, rec.session);
+    await this.o.queue.settle(tenant, call, 'delivered');
+    return 'delivered';
+  }
+
+  /** One sweep of every tenant queue that is due (any replica; the scripts make a double sweep harmless). */
+  async sweep(): Promise<void> {
+    const now = Date.now();
+    for (const tenant of await this.o.queue.dueTenants(now, 50)) {
+      for (const { kind, rec } of await this.o.queue.sweep(tenant)) {
+        if (kind === 'retried') {
+          this.o.metrics.toolTasks.inc({ event: 'retried' });
+          await this.o.deps.store
+            .appendEvents(rec.session, [
+              [
+                'tool_task.retried',
+                JSON.stringify({
+                  tool_use_id: rec.tool_use_id,
+                  name: rec.name,
+                  attempt: rec.attempt,
+                  next_attempt: rec.attempt + 1,
+                  worker_id: rec.worker,
+                  reason: 'lease_expired',
+                }),
+              ],
+            ])
+            .catch(() => {});
+        } else this.o.metrics.toolTasks.inc({ event: 'timed_out' });
+      }
+      // Results completed a while ago and still here: their replica died before delivering them (or this sweep
+      // failed them just now).
+      for (const call of await this.o.queue.undelivered(tenant, Date.now() - 1000)) {
+        await this.deliver(tenant, call).catch((err) =>
+          this.o.log.warn({ err, tenant }, 'tool task delivery failed'),
+        );
+      }
+    }
+  }
+
+  start(): void {
+    const every = this.o.sweepIntervalMs ?? 500;
+    const tick = () => {
+      this.sweep()
+        .catch((err) => this.o.log.warn({ err }, 'tool task sweep failed'))
+        .finally(() => {
+          if (!this.stopped) this.timer = setTimeout(tick, every);
+        });
+    };
+    this.timer = setTimeout(tick, every);
+  }
+
+  stop(): void {
+    this.stopped = true;
+    if (this.timer) clearTimeout(this.timer);
+    this.o.sub.off('message', this.onMessage);
+    for (const set of this.waiters.values()) for (const w of set) w('');
+  }
+}

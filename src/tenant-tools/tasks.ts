@@ -1,0 +1,318 @@
+/**
+ * The durable per-tenant queue of tool tasks (spec §7.1): a call of a tenant tool waits here for a worker (or the
+ * service's HTTP caller), is offered to one claimant at a time under a lease, offered again with the next attempt
+ * when the lease expires, failed after `max_attempts` or `timeout_ms`, and its result waits in an outbox until it is
+ * delivered to its session (src/tenant-tools/service.ts). Keys in keys.ts; each method one script or command unless
+ * its JSDoc says otherwise.
+ */
+import { randomBytes } from 'node:crypto';
+import { decodeStored } from '../store/decode.js';
+import { defineLuaCommands, type RedisClient } from '../store/lua-commands.js';
+import { TASKS_DUE_KEY, taskKeys, wakeChannel, workersKey } from './keys.js';
+import type { TenantToolRunner } from './types.js';
+
+export type TaskState = 'queued' | 'leased' | 'done' | 'delivered' | 'cancelled';
+
+/** A call's record in the queue (JSON of scalars only: the scripts decode it). */
+export interface TaskRecord {
+  call: string;
+  tenant: string;
+  session: string;
+  tool_use_id: string;
+  name: string;
+  runner: TenantToolRunner['type'];
+  attempt: number;
+  max_attempts: number;
+  timeout_ms: number;
+  deadline: number;
+  queued_at: number;
+  state: TaskState;
+  /** The offer holding the call now ('' when none), and every offer it had, space-separated. */
+  offer: string;
+  offers: string;
+  worker: string;
+  lease: number;
+}
+
+/** A call as a claim answers it (spec §7.1). */
+export interface ClaimedTask {
+  id: string;
+  session_id: string;
+  tool_use_id: string;
+  name: string;
+  input: unknown;
+  attempt: number;
+  idempotency_key: string;
+  lease_expires_at: string;
+}
+
+export interface TaskResult {
+  content: unknown;
+  is_error: boolean;
+}
+
+export type OfferRefusal = 'unknown' | 'lost' | 'completed' | 'cancelled';
+
+/** How long a delivered call's record stays to keep a second run of its step from queueing it again. */
+const TOMBSTONE_MS = 86_400_000;
+/** Most queued calls one claim looks at (the queue is bounded per tenant anyway). */
+const CLAIM_SCAN = 1000;
+/** A tenant with nothing in its queue is looked at again after this, whatever happened meanwhile. */
+const IDLE_SWEEP_MS = 60_000;
+
+export interface NewTask {
+  session: string;
+  toolUseId: string;
+  round: number;
+  name: string;
+  input: unknown;
+  runner: TenantToolRunner['type'];
+  maxAttempts: number;
+  timeoutMs: number;
+}
+
+export const idempotencyKey = (r: Pick<TaskRecord, 'session' | 'tool_use_id'>) =>
+  `${r.session}:${r.tool_use_id}`;
+
+export const claimedTask = (rec: TaskRecord, input: unknown): ClaimedTask => ({
+  id: rec.offer,
+  session_id: rec.session,
+  tool_use_id: rec.tool_use_id,
+  name: rec.name,
+  input,
+  attempt: rec.attempt,
+  idempotency_key: idempotencyKey(rec),
+  lease_expires_at: new Date(rec.lease).toISOString(),
+});
+
+const keyList = (tenant: string) => taskKeys(tenant);
+
+export class TaskQueue {
+  constructor(
+    private readonly redis: RedisClient,
+    readonly leaseMs: number,
+    /** Most calls of one tenant queued, leased or undelivered at once (TOOL_TASKS_MAX_PER_TENANT). */
+    readonly maxPerTenant: number,
+  ) {
+    defineLuaCommands(redis, new URL('./lua/', import.meta.url), 'tt');
+  }
+
+  /** Queues a call unless it was queued before: 'queued', 'known', or 'full' (the tenant's bound). */
+  async enqueue(tenant: string, t: NewTask): Promise<'queued' | 'known' | 'full'> {
+    const k = keyList(tenant);
+    const now = Date.now();
+    const call = `${t.session}:${t.toolUseId}#${t.round}`;
+    const rec: TaskRecord = {
+      call,
+      tenant,
+      session: t.session,
+      tool_use_id: t.toolUseId,
+      name: t.name,
+      runner: t.runner,
+      attempt: 0,
+      max_attempts: t.maxAttempts,
+      timeout_ms: t.timeoutMs,
+      deadline: now + t.timeoutMs,
+      queued_at: now,
+      state: 'queued',
+      offer: '',
+      offers: '',
+      worker: '',
+      lease: 0,
+    };
+    const r = await this.redis.ttEnqueue(
+      k.calls,
+      k.inputs,
+      k.ready,
+      k.deadline,
+      k.leased,
+      k.done,
+      call,
+      JSON.stringify(rec),
+      JSON.stringify(t.input ?? {}),
+      t.name,
+      now,
+      rec.deadline,
+      this.maxPerTenant,
+      wakeChannel(tenant),
+    );
+    if (r === 1) await this.schedule(tenant, rec.deadline);
+    return r === 1 ? 'queued' : r === 0 ? 'known' : 'full';
+  }
+
+  /** Offers up to `max` queued calls of `tools` to `worker`; records the worker as seen (one script, two ZADDs). */
+  async claim(
+    tenant: string,
+    tools: readonly string[],
+    max: number,
+    worker: string,
+  ): Promise<Array<{ rec: TaskRecord; input: unknown }>> {
+    const k = keyList(tenant);
+    const now = Date.now();
+    const prefix = `tt_${randomBytes(9).toString('base64url').replace(/[-_]/g, 'x')}`;
+    const [rows] = await Promise.all([
+      this.redis.ttClaim(
+        k.calls,
+        k.inputs,
+        k.ready,
+        k.leased,
+        k.offers,
+        now,
+        this.leaseMs,
+        max,
+        worker,
+        CLAIM_SCAN,
+        prefix,
+        ...tools,
+      ),
+      this.seen(tenant, tools, worker, now),
+    ]);
+    const out: Array<{ rec: TaskRecord; input: unknown }> = [];
+    for (let i = 0; i + 1 < rows.length; i += 2) {
+      out.push({ rec: decodeStored<TaskRecord>(rows[i]!), input: decodeStored<unknown>(rows[i + 1]!) });
+    }
+    if (out.length > 0) await this.schedule(tenant, now + this.leaseMs);
+    return out;
+  }
+
+  /** Workers seen now for `tools`. */
+  async seen(tenant: string, tools: readonly string[], worker: string, now = Date.now()): Promise<void> {
+    if (tools.length === 0) return;
+    const args = tools.flatMap((t) => [now, `${t} ${worker}`]);
+    await this.redis.zadd(workersKey(tenant), ...args);
+  }
+
+  /** Workers seen for each tool within the last two leases, and when one was last seen. */
+  async workers(tenant: string): Promise<Map<string, { active: number; last_seen_at: string | null }>> {
+    const rows = await this.redis.zrange(workersKey(tenant), 0, -1, 'WITHSCORES');
+    const out = new Map<string, { active: number; last_seen_at: string | null }>();
+    const since = Date.now() - 2 * this.leaseMs;
+    for (let i = 0; i + 1 < rows.length; i += 2) {
+      const tool = rows[i]!.split(' ')[0]!;
+      const at = Number(rows[i + 1]);
+      const w = out.get(tool) ?? { active: 0, last_seen_at: null };
+      if (at >= since) w.active++;
+      if (w.last_seen_at === null || at > Date.parse(w.last_seen_at))
+        w.last_seen_at = new Date(at).toISOString();
+      out.set(tool, w);
+    }
+    return out;
+  }
+
+  /** Renews an offer's lease. */
+  async heartbeat(tenant: string, offer: string): Promise<TaskRecord | OfferRefusal> {
+    const k = keyList(tenant);
+    const r = await this.redis.ttHeartbeat(k.offers, k.calls, k.leased, offer, Date.now(), this.leaseMs);
+    return r[0] === 'ok' ? decodeStored<TaskRecord>(r[1]!) : (r[0] as OfferRefusal);
+  }
+
+  /** Takes an offer's result (it waits in the outbox until delivered). */
+  async complete(tenant: string, offer: string, result: string): Promise<TaskRecord | OfferRefusal> {
+    const k = keyList(tenant);
+    const now = Date.now();
+    const r = await this.redis.ttComplete(
+      k.offers,
+      k.calls,
+      k.leased,
+      k.deadline,
+      k.results,
+      k.done,
+      offer,
+      now,
+      result,
+    );
+    if (r[0] !== 'ok') return r[0] as OfferRefusal;
+    // Should this process die before delivering it, a sweep delivers it shortly.
+    await this.schedule(tenant, now + 2000);
+    return decodeStored<TaskRecord>(r[1]!);
+  }
+
+  /** The call is over for the queue: delivered, or its session no longer waits for it. */
+  async settle(tenant: string, call: string, state: 'delivered' | 'cancelled'): Promise<void> {
+    const k = keyList(tenant);
+    await this.redis.ttSettle(
+      k.calls,
+      k.inputs,
+      k.results,
+      k.ready,
+      k.leased,
+      k.deadline,
+      k.done,
+      k.gc,
+      call,
+      state,
+      Date.now() + TOMBSTONE_MS,
+    );
+  }
+
+  /** A call's record and its result (null until it has one). Two HGETs in one pipeline. */
+  async record(tenant: string, call: string): Promise<{ rec: TaskRecord; result: TaskResult | null } | null> {
+    const k = keyList(tenant);
+    const [rec, result] = await Promise.all([
+      this.redis.hget(k.calls, call),
+      this.redis.hget(k.results, call),
+    ]);
+    if (!rec) return null;
+    return { rec: decodeStored<TaskRecord>(rec), result: result ? decodeStored<TaskResult>(result) : null };
+  }
+
+  /** The call an offer is of (an offer of another tenant is not found: the keys are the tenant's). */
+  async offerCall(tenant: string, offer: string): Promise<string | null> {
+    return this.redis.hget(keyList(tenant).offers, offer);
+  }
+
+  /** Results completed before `before` and not delivered yet. */
+  undelivered(tenant: string, before: number, limit = 100): Promise<string[]> {
+    return this.redis.zrangebyscore(keyList(tenant).done, '-inf', before, 'LIMIT', 0, limit);
+  }
+
+  /** One sweep of a tenant's queue; reschedules it. */
+  async sweep(tenant: string, limit = 100): Promise<Array<{ kind: 'retried' | 'failed'; rec: TaskRecord }>> {
+    const k = keyList(tenant);
+    const now = Date.now();
+    const [next, ...rows] = await this.redis.ttSweep(
+      k.calls,
+      k.inputs,
+      k.results,
+      k.ready,
+      k.leased,
+      k.deadline,
+      k.done,
+      k.gc,
+      k.offers,
+      now,
+      limit,
+      wakeChannel(tenant),
+    );
+    const at =
+      Number(next) < 0
+        ? now + IDLE_SWEEP_MS
+        : Math.min(Math.max(Number(next), now + 250), now + this.leaseMs);
+    await this.redis.zadd(TASKS_DUE_KEY, at, tenant);
+    const out: Array<{ kind: 'retried' | 'failed'; rec: TaskRecord }> = [];
+    for (let i = 0; i + 1 < rows.length; i += 2) {
+      out.push({
+        kind: rows[i] === 'retried' ? 'retried' : 'failed',
+        rec: decodeStored<TaskRecord>(String(rows[i + 1])),
+      });
+    }
+    return out;
+  }
+
+  /** Tenants whose queue is due for a sweep. */
+  dueTenants(now: number, limit: number): Promise<string[]> {
+    return this.redis.zrangebyscore(TASKS_DUE_KEY, '-inf', now, 'LIMIT', 0, limit);
+  }
+
+  /** The tenant's queue needs a sweep by `at` (never later than it was already due). */
+  private async schedule(tenant: string, at: number): Promise<void> {
+    await this.redis.zadd(TASKS_DUE_KEY, 'LT', at, tenant);
+  }
+
+  /** Counts for metrics: calls queued and leased of a tenant. */
+  async depth(tenant: string): Promise<{ queued: number; leased: number }> {
+    const k = keyList(tenant);
+    const [queued, leased] = await Promise.all([this.redis.zcard(k.ready), this.redis.zcard(k.leased)]);
+    return { queued, leased };
+  }
+}

@@ -1,0 +1,24 @@
+/**
+ * A tenant tool (spec §7.1) as its registry stores it and as a session keeps its copy (the meta field
+ * `tenant_tools`): the tool's code runs outside the service, in a worker that claims its calls (`worker`) or behind
+ * a URL the service calls (`http`).
+ */
+export type TenantToolRunner =
+  { type: 'worker' } | { type: 'http'; url: string; timeout_ms?: number | undefined };
+
+export interface TenantToolDef {
+  name: string;
+  description: string;
+  input_schema: Record<string, unknown>;
+  runner: TenantToolRunner;
+  idempotent: boolean;
+  read_only: boolean;
+  /** No worker answered within this (ms, from the call's first offer): the call gets an `is_error` result. */
+  timeout_ms: number;
+  /** Offers of one call, a lost lease each (then the call gets an `is_error` result). */
+  max_attempts: number;
+  /** The http runner's signing secret, sealed as webhook secrets are; never answered after the PUT. */
+  secret?: string;
+  created_at: number;
+  updated_at: number;
+}
