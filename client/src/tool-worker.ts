@@ -15,7 +15,8 @@ type ResultContent = string | Array<Record<string, unknown> & { type: string }>;
 export interface WorkerTool {
   name: string;
   description?: string | undefined;
-  input_schema: Record<string, unknown>;
+  /** Absent on the SDK's Anthropic-defined tools (bash, …): those cannot be worker tools. */
+  input_schema?: object | undefined;
   parse?: ((input: unknown) => unknown) | undefined;
   run: (input: never, context?: never) => unknown;
 }
@@ -130,6 +131,7 @@ export class ToolWorker {
   private async registerAll(): Promise<void> {
     const extra = typeof this.o.register === 'object' ? this.o.register : {};
     for (const t of this.tools.values()) {
+      if (!t.input_schema) throw new Error(`${t.name}: a worker tool needs an input_schema`);
       await this.call('PUT', `/v1/tools/${encodeURIComponent(t.name)}`, {
         description: t.description ?? '',
         input_schema: t.input_schema,
