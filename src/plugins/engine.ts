@@ -11,6 +11,7 @@ import { serverToolProvider, Toolbox } from '../toolbox.js';
 import { memoryProvider } from '../memory/tool.js';
 import { MemoryStore, type MemoryLimits } from '../store/memory.js';
 import { TenantToolRegistry, tenantToolProvider } from '../tenant-tools/registry.js';
+import { HttpToolCaller } from '../tenant-tools/http-caller.js';
 import { ToolTasks } from '../tenant-tools/service.js';
 import { TaskQueue } from '../tenant-tools/tasks.js';
 
@@ -102,13 +103,26 @@ export default fp<EnginePluginOptions>(
     app.decorate('tenantTools', registry);
     app.decorate('toolTasks', toolTasks);
     app.decorate('sessions', new SessionService(store, engine, serverTools, toolbox));
+    let httpCaller: HttpToolCaller | null = null;
     app.addHook('onReady', async () => {
       engine.start();
       toolTasks.start();
+      // Built here: the webhooks plugin (secrets, address rules) is registered after this one.
+      httpCaller = new HttpToolCaller({
+        queue: tasks,
+        tasks: toolTasks,
+        store,
+        box: app.webhooks.box,
+        allowPrivate: app.webhooks.allowPrivate,
+        maxResultBytes: tt.maxResultBytes,
+        log: componentLog(app.log, 'tool-tasks'),
+      });
+      httpCaller.start();
     });
     // Registered after the redis plugin, so it runs before Redis closes (onClose hooks run in reverse order).
     app.addHook('onClose', async () => {
       toolTasks.stop();
+      httpCaller?.stop();
       await engine.stop(opts.shutdownGraceMs);
       channels.close();
     });

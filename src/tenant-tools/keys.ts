@@ -10,12 +10,14 @@
  *   `<session_id>:<tool_use_id>#<round>` (the round counts resumes of a failed step)
  * - `tt:{tt:T}:inputs` HASH call → the call's input (JSON text, never decoded in Lua)
  * - `tt:{tt:T}:results` HASH call → its result `{"content","is_error"}` (JSON text)
- * - `tt:{tt:T}:ready` ZSET `<tool> <call>` → queued at (ms): calls waiting for a worker, oldest first
+ * - `tt:{tt:T}:ready` ZSET `<queue> <call>` → claimable from (ms): calls waiting, oldest first; the queue is the
+ *   tool's name (workers claim by it) or `~http` (the service's HTTP caller)
  * - `tt:{tt:T}:leased` ZSET call → lease expiry (ms)
  * - `tt:{tt:T}:deadline` ZSET call → when it times out (ms)
  * - `tt:{tt:T}:done` ZSET call → completed at (ms): results not yet delivered to their session (an outbox)
  * - `tt:{tt:T}:gc` ZSET call → when its delivered record (a tombstone against a second enqueue) may go
  * - `tt:{tt:T}:offers` HASH offer id (`tt_…`) → call
+ * - `tt:http` SET of tenants that had calls of http tools queued (the service's HTTP caller looks at their queues)
  * - `tt:due` ZSET tenant → when its queue needs a sweep (a lease or deadline falls due, an undelivered result)
  * - channel `tt:{tt:T}:wake`: published when a call is queued; long-polling claims wait on it
  */
@@ -25,6 +27,7 @@ export const toolsKey = (tenant: string) => `${tag(tenant)}:tools`;
 export const workersKey = (tenant: string) => `${tag(tenant)}:workers`;
 export const wakeChannel = (tenant: string) => `${tag(tenant)}:wake`;
 export const TASKS_DUE_KEY = 'tt:due';
+export const HTTP_TENANTS_KEY = 'tt:http';
 
 export const taskKeys = (tenant: string) => ({
   calls: `${tag(tenant)}:calls`,

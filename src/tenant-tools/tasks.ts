@@ -8,7 +8,7 @@
 import { randomBytes } from 'node:crypto';
 import { decodeStored } from '../store/decode.js';
 import { defineLuaCommands, type RedisClient } from '../store/lua-commands.js';
-import { TASKS_DUE_KEY, taskKeys, wakeChannel, workersKey } from './keys.js';
+import { HTTP_TENANTS_KEY, TASKS_DUE_KEY, taskKeys, wakeChannel, workersKey } from './keys.js';
 import type { TenantToolRunner } from './types.js';
 
 export type TaskState = 'queued' | 'leased' | 'done' | 'delivered' | 'cancelled';
@@ -21,6 +21,8 @@ export interface TaskRecord {
   tool_use_id: string;
   name: string;
   runner: TenantToolRunner['type'];
+  /** Where it waits: the tool's name (workers claim by it), or `~http` (the service's HTTP caller). */
+  queue: string;
   attempt: number;
   max_attempts: number;
   timeout_ms: number;
@@ -52,6 +54,9 @@ export interface TaskResult {
 }
 
 export type OfferRefusal = 'unknown' | 'lost' | 'completed' | 'cancelled';
+
+/** The queue of the calls of http tools (not a tool name: no worker claims it). */
+export const HTTP_QUEUE = '~http';
 
 /** How long a delivered call's record stays to keep a second run of its step from queueing it again. */
 const TOMBSTONE_MS = 86_400_000;
@@ -109,6 +114,7 @@ export class TaskQueue {
       tool_use_id: t.toolUseId,
       name: t.name,
       runner: t.runner,
+      queue: t.runner === 'http' ? HTTP_QUEUE : t.name,
       attempt: 0,
       max_attempts: t.maxAttempts,
       timeout_ms: t.timeoutMs,
@@ -130,13 +136,14 @@ export class TaskQueue {
       call,
       JSON.stringify(rec),
       JSON.stringify(t.input ?? {}),
-      t.name,
+      rec.queue,
       now,
       rec.deadline,
       this.maxPerTenant,
       wakeChannel(tenant),
     );
     if (r === 1) await this.schedule(tenant, rec.deadline);
+    if (r === 1 && t.runner === 'http') await this.redis.sadd(HTTP_TENANTS_KEY, tenant);
     return r === 1 ? 'queued' : r === 0 ? 'known' : 'full';
   }
 
@@ -177,6 +184,7 @@ export class TaskQueue {
 
   /** Workers seen now for `tools`. */
   async seen(tenant: string, tools: readonly string[], worker: string, now = Date.now()): Promise<void> {
+    tools = tools.filter((t) => t !== HTTP_QUEUE);
     if (tools.length === 0) return;
     const args = tools.flatMap((t) => [now, `${t} ${worker}`]);
     await this.redis.zadd(workersKey(tenant), ...args);
@@ -225,6 +233,39 @@ export class TaskQueue {
     // Should this process die before delivering it, a sweep delivers it shortly.
     await this.schedule(tenant, now + 2000);
     return decodeStored<TaskRecord>(r[1]!);
+  }
+
+  /**
+   * Gives an offer's call back after a failed try: offered again after `delayMs`, or failed with `error` when it
+   * had its last attempt.
+   */
+  async release(
+    tenant: string,
+    offer: string,
+    delayMs: number,
+    error: string,
+  ): Promise<'retried' | 'failed' | OfferRefusal> {
+    const k = keyList(tenant);
+    const r = await this.redis.ttRelease(
+      k.offers,
+      k.calls,
+      k.leased,
+      k.ready,
+      k.deadline,
+      k.results,
+      k.done,
+      offer,
+      Date.now(),
+      delayMs,
+      error,
+    );
+    if (r[0] === 'failed') await this.schedule(tenant, Date.now() + 2000);
+    return r[0] as 'retried' | 'failed' | OfferRefusal;
+  }
+
+  /** Tenants that had calls of http tools queued. */
+  httpTenants(): Promise<string[]> {
+    return this.redis.smembers(HTTP_TENANTS_KEY);
   }
 
   /** The call is over for the queue: delivered, or its session no longer waits for it. */

@@ -1,7 +1,8 @@
--- claim: offer the oldest queued calls of the given tools to one worker, each under a new offer id and a lease.
+-- claim: offer the oldest queued calls of the given queues (tool names, or `~http`) that are due to one claimant,
+-- each under a new offer id and a lease.
 -- KEYS[1] calls  KEYS[2] inputs  KEYS[3] ready  KEYS[4] leased  KEYS[5] offers
 -- ARGV[1] now ms  ARGV[2] lease ms  ARGV[3] most calls  ARGV[4] worker id  ARGV[5] most queued calls looked at
--- ARGV[6] offer id prefix (random; the offer's index is appended)  ARGV[7..] tool names
+-- ARGV[6] offer id prefix (random; the offer's index is appended)  ARGV[7..] queues
 -- Returns record (JSON), input (JSON text) pairs, one per call offered.
 local want = {}
 for i = 7, #ARGV do want[ARGV[i]] = true end
@@ -9,7 +10,7 @@ local now = tonumber(ARGV[1])
 local max = tonumber(ARGV[3])
 local out = {}
 local n = 0
-for _, m in ipairs(redis.call('ZRANGE', KEYS[3], 0, tonumber(ARGV[5]) - 1)) do
+for _, m in ipairs(redis.call('ZRANGEBYSCORE', KEYS[3], '-inf', now, 'LIMIT', 0, tonumber(ARGV[5]))) do
   if n >= max then break end
   local sp = string.find(m, ' ', 1, true)
   if sp and want[string.sub(m, 1, sp - 1)] then

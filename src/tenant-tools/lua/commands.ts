@@ -45,6 +45,10 @@ declare module 'ioredis' {
     ttComplete(
       ...args: [...keys: Keys<6>, offer: string, now: number, result: string]
     ): Result<string[], Context>;
+    /** release-7.lua: `['retried' | 'failed', record]` or `[refusal]`. */
+    ttRelease(
+      ...args: [...keys: Keys<7>, offer: string, now: number, delayMs: number, error: string]
+    ): Result<string[], Context>;
     /** settle-8.lua: 1 when the call was known. */
     ttSettle(...args: [...keys: Keys<8>, call: string, state: string, gcAt: number]): Result<number, Context>;
     /** sweep-9.lua: next due (ms, -1: none), then kind, record pairs. */

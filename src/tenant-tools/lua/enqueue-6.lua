@@ -1,7 +1,8 @@
 -- enqueue: queue one tool call for a worker, unless it was queued before (its record, kept a day after delivery,
 -- is the tombstone that keeps a second run of the same step from queueing it again).
 -- KEYS[1] calls  KEYS[2] inputs  KEYS[3] ready  KEYS[4] deadline  KEYS[5] leased  KEYS[6] done
--- ARGV[1] call  ARGV[2] record (JSON)  ARGV[3] input (JSON text)  ARGV[4] tool name  ARGV[5] now ms
+-- ARGV[1] call  ARGV[2] record (JSON)  ARGV[3] input (JSON text)  ARGV[4] queue (the tool's name, or `~http`)
+-- ARGV[5] now ms
 -- ARGV[6] deadline ms  ARGV[7] most calls of the tenant in flight  ARGV[8] wake channel
 -- Returns 1 queued, 0 known already, -1 the tenant's queue is full.
 if redis.call('HEXISTS', KEYS[1], ARGV[1]) == 1 then return 0 end

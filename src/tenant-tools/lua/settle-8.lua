@@ -6,7 +6,7 @@
 local raw = redis.call('HGET', KEYS[1], ARGV[1])
 if not raw then return 0 end
 local rec = cjson.decode(raw)
-redis.call('ZREM', KEYS[4], rec.name .. ' ' .. ARGV[1])
+redis.call('ZREM', KEYS[4], rec.queue .. ' ' .. ARGV[1])
 redis.call('ZREM', KEYS[5], ARGV[1])
 redis.call('ZREM', KEYS[6], ARGV[1])
 redis.call('ZREM', KEYS[7], ARGV[1])

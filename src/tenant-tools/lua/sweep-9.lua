@@ -31,8 +31,8 @@ for _, call in ipairs(redis.call('ZRANGEBYSCORE', KEYS[5], '-inf', now, 'LIMIT',
         rec.offer = ''
         local enc = cjson.encode(rec)
         redis.call('HSET', KEYS[1], call, enc)
-        redis.call('ZADD', KEYS[4], rec.queued_at, rec.name .. ' ' .. call)
-        redis.call('PUBLISH', ARGV[3], rec.name)
+        redis.call('ZADD', KEYS[4], rec.queued_at, rec.queue .. ' ' .. call)
+        redis.call('PUBLISH', ARGV[3], rec.queue)
         out[#out + 1] = 'retried'
         out[#out + 1] = enc
       end
@@ -47,7 +47,7 @@ for _, call in ipairs(redis.call('ZRANGEBYSCORE', KEYS[6], '-inf', now, 'LIMIT',
   if raw then
     local rec = cjson.decode(raw)
     if rec.state == 'queued' or rec.state == 'leased' then
-      redis.call('ZREM', KEYS[4], rec.name .. ' ' .. call)
+      redis.call('ZREM', KEYS[4], rec.queue .. ' ' .. call)
       redis.call('ZREM', KEYS[5], call)
       fail(call, rec, 'Error: no worker answered within ' .. rec.timeout_ms .. ' ms (the tool\'s timeout_ms)')
     end

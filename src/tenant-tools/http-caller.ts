@@ -1,0 +1,160 @@
+/**
+ * The service's own claimant of http tools' calls: every replica claims from the `~http` queue of the tenants that
+ * have such calls (`tt:http`), so a call is durable exactly as a worker's is: claimed under a lease it renews while
+ * the URL answers, offered again after a failed try with backoff and jitter (`release`), failed after
+ * `max_attempts`, taken over by another replica when this one dies mid-call (its lease lapses). The queues are looked
+ * at every `pollMs` (a handful of tenants: one SMEMBERS and a claim each).
+ */
+import type { FastifyBaseLogger } from 'fastify';
+import { toolResultBody } from '../schemas.js';
+import type { SessionStore } from '../store/store.js';
+import type { SecretBox } from '../webhooks/secrets.js';
+import { callToolUrl } from './http-call.js';
+import type { ToolTasks } from './service.js';
+import { HTTP_QUEUE, idempotencyKey, type TaskQueue, type TaskRecord } from './tasks.js';
+
+export interface HttpCallerOptions {
+  queue: TaskQueue;
+  tasks: ToolTasks;
+  store: SessionStore;
+  box: SecretBox;
+  allowPrivate: boolean;
+  maxResultBytes: number;
+  log: FastifyBaseLogger;
+  /** Calls in flight on this replica at most. */
+  concurrency?: number;
+  pollMs?: number;
+}
+
+/** Default deadline of one try (ms), when the tool's runner gives none. */
+const DEFAULT_TRY_MS = 30_000;
+
+/** Backoff before the next try: 1 s doubling per attempt up to 60 s, with full jitter over its upper half. */
+const retryDelay = (attempt: number) => {
+  const base = Math.min(60_000, 1000 * 2 ** Math.max(0, attempt - 1));
+  return Math.round(base / 2 + (Math.random() * base) / 2);
+};
+
+export class HttpToolCaller {
+  private inFlight = 0;
+  private timer: NodeJS.Timeout | null = null;
+  private stopped = false;
+  private readonly worker = `service-${process.pid}`;
+
+  constructor(private readonly o: HttpCallerOptions) {}
+
+  start(): void {
+    const tick = () => {
+      this.poll()
+        .catch((err) => this.o.log.warn({ err }, 'http tool poll failed'))
+        .finally(() => {
+          if (!this.stopped) this.timer = setTimeout(tick, this.o.pollMs ?? 250);
+        });
+    };
+    this.timer = setTimeout(tick, this.o.pollMs ?? 250);
+  }
+
+  stop(): void {
+    this.stopped = true;
+    if (this.timer) clearTimeout(this.timer);
+  }
+
+  private async poll(): Promise<void> {
+    const max = this.o.concurrency ?? 8;
+    for (const tenant of await this.o.queue.httpTenants()) {
+      const free = max - this.inFlight;
+      if (free <= 0 || this.stopped) return;
+      for (const { rec, input } of await this.o.queue.claim(tenant, [HTTP_QUEUE], free, this.worker)) {
+        this.inFlight++;
+        void this.run(rec, input)
+          .catch((err) => this.o.log.warn({ err, tenant, tool: rec.name }, 'http tool call failed'))
+          .finally(() => this.inFlight--);
+      }
+    }
+  }
+
+  private async run(rec: TaskRecord, input: unknown): Promise<void> {
+    const { queue } = this.o;
+    const s = await this.o.store.load(rec.session);
+    const def = s?.tenant === rec.tenant ? s.tenantTools[rec.name] : undefined;
+    if (!s || !def || def.runner.type !== 'http' || !def.secret) {
+      await queue.settle(rec.tenant, rec.call, 'cancelled');
+      return;
+    }
+    void this.o.store
+      .appendEvents(rec.session, [
+        [
+          'tool.started',
+          JSON.stringify({
+            tool_use_id: rec.tool_use_id,
+            name: rec.name,
+            attempt: rec.attempt,
+            worker_id: this.worker,
+            task_id: rec.offer,
+          }),
+        ],
+      ])
+      .catch(() => {});
+    const beat = setInterval(
+      () => void queue.heartbeat(rec.tenant, rec.offer).catch(() => {}),
+      queue.leaseMs / 3,
+    );
+    let outcome: Awaited<ReturnType<typeof callToolUrl>>;
+    try {
+      outcome = await callToolUrl({
+        url: def.runner.url,
+        secret: this.o.box.open(def.secret),
+        msgId: rec.offer,
+        body: JSON.stringify({
+          id: rec.offer,
+          session_id: rec.session,
+          tool_use_id: rec.tool_use_id,
+          name: rec.name,
+          input,
+          attempt: rec.attempt,
+          idempotency_key: idempotencyKey(rec),
+        }),
+        timeoutMs: def.runner.timeout_ms ?? DEFAULT_TRY_MS,
+        maxBytes: this.o.maxResultBytes,
+        allowPrivate: this.o.allowPrivate,
+      });
+    } finally {
+      clearInterval(beat);
+    }
+    let result: string | null = null;
+    let failure: string | null = null;
+    if (outcome.kind === 'too_large') {
+      result = JSON.stringify({
+        content: `Error: the tool's answer is more than TOOL_RESULT_MAX_BYTES (${this.o.maxResultBytes}) bytes`,
+        is_error: true,
+      });
+    } else if (outcome.kind === 'failed') failure = outcome.error;
+    else if (outcome.status < 200 || outcome.status > 299) failure = `HTTP ${outcome.status}`;
+    else {
+      const parsed = parseAnswer(outcome.body);
+      if (parsed) result = JSON.stringify(parsed);
+      else failure = 'the answer is not JSON {"content", "is_error"?}';
+    }
+    if (result !== null) {
+      const done = await queue.complete(rec.tenant, rec.offer, result);
+      if (typeof done !== 'string') await this.o.tasks.deliver(rec.tenant, rec.call);
+      return;
+    }
+    const next = await queue.release(
+      rec.tenant,
+      rec.offer,
+      retryDelay(rec.attempt),
+      `Error: ${rec.name} failed ${rec.attempt} time(s); the last: ${failure}`,
+    );
+    if (next === 'failed') await this.o.tasks.deliver(rec.tenant, rec.call);
+  }
+}
+
+function parseAnswer(body: string): { content: unknown; is_error: boolean } | null {
+  try {
+    const r = toolResultBody.safeParse(JSON.parse(body));
+    return r.success ? { content: r.data.content, is_error: r.data.is_error ?? false } : null;
+  } catch {
+    return null;
+  }
+}
