@@ -18,14 +18,16 @@ const routes: FastifyPluginAsyncZod = async (app) => {
         response: { 200: claimedTasks, ...errors(400, 401, 413, 415, 429, 500, 503) },
       },
     },
-    async (req) => {
+    async (req, reply) => {
+      // A worker gone mid-wait (its socket closed) takes no task: the answer's `close` before it was sent says so
+      // (the request's own `close` fires once its body is read).
       const abort = new AbortController();
       const onClose = () => abort.abort();
-      req.raw.once('close', onClose);
+      reply.raw.once('close', onClose);
       try {
         return { tasks: await tasks.claim(req.tenant, req.body, abort.signal) };
       } finally {
-        req.raw.off('close', onClose);
+        reply.raw.off('close', onClose);
       }
     },
   );

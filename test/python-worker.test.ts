@@ -17,7 +17,7 @@ const python = spawnSync('python3', ['--version']).status === 0 ? 'python3' : nu
 
 function workerSource(): string {
   const doc = readFileSync(path.join(ROOT, 'docs/API.md'), 'utf8');
-  const m = /<!-- python-worker -->\n```python\n([\s\S]*?)\n```/.exec(doc);
+  const m = /<!-- python-worker -->\n+```python\n([\s\S]*?)\n```/.exec(doc);
   assert.ok(m, 'docs/API.md has the python worker block');
   return m[1]!;
 }

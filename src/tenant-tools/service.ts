@@ -118,6 +118,7 @@ export class ToolTasks {
     const until = Date.now() + body.wait_ms;
     this.noteWorker(body.worker_id);
     for (;;) {
+      if (signal.aborted || this.stopped) return [];
       const got = await this.o.queue.claim(tenant, body.tools, body.max, body.worker_id);
       const out: ClaimedTask[] = [];
       for (const { rec, input } of got) {
