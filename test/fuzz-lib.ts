@@ -17,6 +17,7 @@ import {
   toolResultsBody,
 } from '../src/schemas.js';
 import { createWebhookBody, patchWebhookBody } from '../src/webhooks/schemas.js';
+import { claimBody, putToolBody } from '../src/tenant-tools/schemas.js';
 
 /** Keys of a zod object schema (the body schemas are strict objects, possibly refined). */
 const keysOf = (schema: z.ZodType): string[] => Object.keys((schema as unknown as { shape: object }).shape);
@@ -78,6 +79,8 @@ const templates: Record<string, Record<string, unknown>> = {
   // Loopback only: the fuzz service allows private targets, and port 9 (discard) refuses at once.
   webhookCreate: { url: 'http://127.0.0.1:9/hook', events: ['session.status'] },
   webhookPatch: { description: 'd', url: 'http://127.0.0.1:9/other' },
+  tool: { description: 'd', input_schema: { type: 'object' }, runner: { type: 'worker' } },
+  claim: { tools: ['fuzz_tool'], wait_ms: 0 },
 };
 const schemaKeys: Record<string, string[]> = {
   create: keysOf(createSessionBody),
@@ -93,6 +96,8 @@ const schemaKeys: Record<string, string[]> = {
   chat: keysOf(chatBody),
   webhookCreate: keysOf(createWebhookBody),
   webhookPatch: keysOf(patchWebhookBody),
+  tool: keysOf(putToolBody),
+  claim: keysOf(claimBody),
 };
 
 const bodyFor = (kind: string): fc.Arbitrary<string | undefined> => {
@@ -240,6 +245,12 @@ export const routes: Array<[string, string, string | null]> = [
   ['GET', '/console/', null],
   ['GET', '/console/:path', null],
   ['OPTIONS', '/v1/sessions', null],
+  ['PUT', '/v1/tools/:name', 'tool'],
+  ['GET', '/v1/tools/:name', null],
+  ['DELETE', '/v1/tools/:name', null],
+  ['POST', '/v1/tool-tasks/claim', 'claim'],
+  ['POST', '/v1/tool-tasks/:id/heartbeat', 'empty'],
+  ['POST', '/v1/tool-tasks/:id/result', 'toolResult'],
 ];
 
 /**
