@@ -15,7 +15,7 @@ const routes: FastifyPluginAsyncZod = async (app) => {
         summary: 'Claim calls of the given tenant tools (long-poll up to wait_ms); each comes with a lease',
         tags,
         body: claimBody,
-        response: { 200: claimedTasks, ...errors(400, 401, 413, 415, 429, 500, 503) },
+        response: { 200: claimedTasks, ...errors(400, 401, 409, 413, 415, 422, 429, 500, 503) },
       },
     },
     async (req, reply) => {
@@ -40,7 +40,7 @@ const routes: FastifyPluginAsyncZod = async (app) => {
         summary: 'Renew the lease of a claimed task',
         tags,
         params: taskIdParam,
-        response: { 200: taskLease, ...errors(400, 401, 404, 409, 429, 500, 503) },
+        response: { 200: taskLease, ...errors(400, 401, 404, 409, 413, 415, 422, 429, 500, 503) },
       },
     },
     async (req) => tasks.heartbeat(req.tenant, req.params.id),
@@ -55,7 +55,7 @@ const routes: FastifyPluginAsyncZod = async (app) => {
         tags,
         params: taskIdParam,
         body: taskResultBody,
-        response: { 200: taskAccepted, ...errors(400, 401, 404, 409, 413, 415, 429, 500, 503) },
+        response: { 200: taskAccepted, ...errors(400, 401, 404, 409, 413, 415, 422, 429, 500, 503) },
       },
     },
     async (req) => {
