@@ -7,6 +7,7 @@
 import { after, before, beforeEach, describe, it } from 'node:test';
 import assert from 'node:assert/strict';
 import { spawn, type ChildProcess } from 'node:child_process';
+import { createServer, type AddressInfo } from 'node:net';
 import { createInterface } from 'node:readline';
 import { betaZodTool } from '@anthropic-ai/sdk/helpers/beta/zod';
 import { ToolError } from '@anthropic-ai/sdk/lib/tools/ToolError';
@@ -198,5 +199,60 @@ describe('a service replica SIGKILLed while a task is out', { timeout: 240_000 }
     const done = await a2.waitStatus(id, 'idle', 30_000);
     assert.equal(done.stop_reason, 'end_turn');
     assert.equal(resultsSent(fake, 1)[0].content, 'shipped');
+  });
+});
+
+describe('a ToolWorker across a restart of the service', { timeout: 240_000 }, () => {
+  let redis: TestRedis;
+  let fake: FakeAnthropic;
+  let svc: ServiceProcess | null = null;
+  after(async () => {
+    await svc?.kill();
+    await fake?.close();
+    await redis?.stop();
+  });
+
+  it('claims again once the service is back, and runs the next session’s calls', async () => {
+    [redis, fake] = await Promise.all([startTestRedis(), startFakeAnthropic({ strictAlternation: true })]);
+    const port = await new Promise<number>((resolve) => {
+      const srv = createServer().listen(0, '127.0.0.1', () => {
+        const p = (srv.address() as AddressInfo).port;
+        srv.close(() => resolve(p));
+      });
+    });
+    const env = serviceEnv(redis.url, fake.url, { API_KEYS: 'acme:key-a', PORT: String(port) });
+    svc = await spawnService(env, { name: 'first' });
+    const errors: string[] = [];
+    const worker = new ToolWorker({
+      baseUrl: svc.url,
+      apiKey: 'key-a',
+      tools: [shipOrder('steady')],
+      workerId: 'steady',
+      waitMs: 1000,
+      onError: (_e, what) => errors.push(what),
+    });
+    await worker.start();
+    try {
+      const run = async (api: Api, order: number) => {
+        fake.enqueue(toolCalls([toolUse('ship_order', { order }, `toolu_r${order}`)]), text('Shipped.'));
+        const id = (await api.post('/v1/sessions', { input: `ship ${order}`, tools: ['ship_order'] })).body
+          .id;
+        await api.waitStatus(id, 'idle', 60_000);
+        return id;
+      };
+      const first = await run(svc.api.as('key-a'), 1);
+      assert.match(resultsSent(fake, 1)[0].content, /order 1 shipped by steady/);
+      await svc.kill();
+      svc = await spawnService(env, { name: 'second' });
+      const second = await run(svc.api.as('key-a'), 2);
+      assert.notEqual(first, second);
+      assert.match(
+        resultsSent(fake, 3)[0].content,
+        new RegExp(`order 2 shipped by steady \\(${second}:toolu_r2\\)`),
+      );
+      assert.ok(errors.includes('claim'), 'the worker saw the service go and rode it out');
+    } finally {
+      await worker.stop();
+    }
   });
 });
