@@ -631,6 +631,63 @@ export interface paths {
     patch?: never;
     trace?: never;
   };
+  '/v1/chat': {
+    parameters: {
+      query?: never;
+      header?: never;
+      path?: never;
+      cookie?: never;
+    };
+    get?: never;
+    put?: never;
+    /**
+     * The AI SDK's chat endpoint (useChat / DefaultChatTransport)
+     * @description Body as `DefaultChatTransport` sends it: `id` (a session id), `messages` (UIMessage[]; only the newest is read), `trigger`, `messageId`. A user message is posted to the session (as POST …/messages); tool approval responses and client tool outputs in an assistant message become decisions and results. The answer is the run as a UI message stream until it stops or needs the client.
+     */
+    post: operations['chat'];
+    delete?: never;
+    options?: never;
+    head?: never;
+    patch?: never;
+    trace?: never;
+  };
+  '/v1/chat/{id}/stream': {
+    parameters: {
+      query?: never;
+      header?: never;
+      path?: never;
+      cookie?: never;
+    };
+    /**
+     * Resume the current run's UI message stream from its start
+     * @description 204 when no run is active (idle, failed, or waiting for the client).
+     */
+    get: operations['resumeChatStream'];
+    put?: never;
+    post?: never;
+    delete?: never;
+    options?: never;
+    head?: never;
+    patch?: never;
+    trace?: never;
+  };
+  '/v1/chat/{id}/messages': {
+    parameters: {
+      query?: never;
+      header?: never;
+      path?: never;
+      cookie?: never;
+    };
+    /** The history as UIMessage[] (the newest 1000) */
+    get: operations['listChatMessages'];
+    put?: never;
+    post?: never;
+    delete?: never;
+    options?: never;
+    head?: never;
+    patch?: never;
+    trace?: never;
+  };
   '/v1/tools/{name}': {
     parameters: {
       query?: never;
@@ -708,8 +765,67 @@ export interface components {
     /** @description Every 4xx and 5xx answer. */
     Error: {
       error: {
-        /** @description A stable snake_case code (see docs/API.md for the closed set). */
-        code: string;
+        /**
+         * @description A stable snake_case code from a closed set (docs/API.md): the same list the service throws from (src/errors.ts `ERROR_CODES`), so a generated client can switch on it.
+         * @enum {string}
+         */
+        code:
+          | 'invalid_request'
+          | 'invalid_json'
+          | 'invalid_cursor'
+          | 'invalid_history'
+          | 'invalid_tool_input'
+          | 'invalid_webhook_url'
+          | 'invalid_frame'
+          | 'duplicate_tool'
+          | 'unknown_tool'
+          | 'tool_name_conflict'
+          | 'invalid_memory_path'
+          | 'request_aborted'
+          | 'unauthorized'
+          | 'origin_not_allowed'
+          | 'session_not_found'
+          | 'iteration_not_found'
+          | 'webhook_not_found'
+          | 'tool_not_found'
+          | 'task_not_found'
+          | 'file_not_found'
+          | 'route_not_found'
+          | 'session_exists'
+          | 'invalid_status'
+          | 'session_running'
+          | 'session_not_running'
+          | 'session_not_failed'
+          | 'nothing_to_retry'
+          | 'nothing_to_continue'
+          | 'nothing_awaits_approval'
+          | 'nothing_awaits_results'
+          | 'approval_not_required'
+          | 'tool_call_already_decided'
+          | 'tool_calls_undecided'
+          | 'tool_result_already_submitted'
+          | 'tool_result_not_expected'
+          | 'unknown_tool_use_id'
+          | 'budget_exhausted'
+          | 'tool_call_pending'
+          | 'webhook_disabled'
+          | 'idempotency_in_progress'
+          | 'compaction_pending'
+          | 'nothing_to_compact'
+          | 'unanswered_tool_calls'
+          | 'task_lease_lost'
+          | 'task_already_completed'
+          | 'task_cancelled'
+          | 'cursor_expired'
+          | 'revision_mismatch'
+          | 'payload_too_large'
+          | 'unsupported_media_type'
+          | 'idempotency_key_reused'
+          | 'upgrade_required'
+          | 'rate_limited'
+          | 'quota_exceeded'
+          | 'internal_error'
+          | 'store_unavailable';
         /** @description A human sentence; may change. */
         message: string;
         /** @description What went wrong in detail: for `invalid_request` the issues `[{path, code, message}]`. */
@@ -1075,6 +1191,17 @@ export interface components {
       active_runs: number;
       waiting_runs: number;
     };
+    /** @description The history as the AI SDK's UIMessage[], oldest first. */
+    UIMessageList: {
+      id: string;
+      /** @enum {string} */
+      role: 'user' | 'assistant';
+      parts: ({
+        type: string;
+      } & {
+        [key: string]: unknown;
+      })[];
+    }[];
     Webhook: {
       id: string;
       /** @constant */
@@ -2415,6 +2542,15 @@ export interface operations {
           'application/json': components['schemas']['Error'];
         };
       };
+      /** @description The request does not fit the session's state (the code says why), or `idempotency_in_progress`. */
+      409: {
+        headers: {
+          [name: string]: unknown;
+        };
+        content: {
+          'application/json': components['schemas']['Error'];
+        };
+      };
       /** @description If-Match does not match the revision (`revision_mismatch`; `details.revision`). */
       412: {
         headers: {
@@ -3258,6 +3394,15 @@ export interface operations {
       };
       /** @description No such resource (`session_not_found`, also for another tenant's; `iteration_not_found`, …). */
       404: {
+        headers: {
+          [name: string]: unknown;
+        };
+        content: {
+          'application/json': components['schemas']['Error'];
+        };
+      };
+      /** @description The request does not fit the session's state (the code says why), or `idempotency_in_progress`. */
+      409: {
         headers: {
           [name: string]: unknown;
         };
@@ -4574,8 +4719,26 @@ export interface operations {
           'application/json': components['schemas']['Error'];
         };
       };
+      /** @description Answer */
+      403: {
+        headers: {
+          [name: string]: unknown;
+        };
+        content: {
+          'application/json': components['schemas']['Error'];
+        };
+      };
       /** @description No such resource (`session_not_found`, also for another tenant's; `iteration_not_found`, …). */
       404: {
+        headers: {
+          [name: string]: unknown;
+        };
+        content: {
+          'application/json': components['schemas']['Error'];
+        };
+      };
+      /** @description Answer */
+      426: {
         headers: {
           [name: string]: unknown;
         };
@@ -4683,8 +4846,10 @@ export interface operations {
             | 'session.deleted'
             | 'session.status'
             | 'session.error'
+            | 'session.cancel_requested'
             | 'turn.started'
             | 'turn.completed'
+            | 'turn.dropped'
             | 'stream.event'
             | 'tool.started'
             | 'tool.completed'
@@ -4692,9 +4857,11 @@ export interface operations {
             | 'message.queued'
             | 'message.appended'
             | 'tool_call.decided'
+            | 'tool_result.submitted'
             | 'tool_result.replaced'
             | 'params.updated'
             | 'tools.updated'
+            | 'tools.applied'
             | 'compaction.started'
             | 'compaction.completed'
             | 'compaction.skipped'
@@ -4982,8 +5149,10 @@ export interface operations {
             | 'session.deleted'
             | 'session.status'
             | 'session.error'
+            | 'session.cancel_requested'
             | 'turn.started'
             | 'turn.completed'
+            | 'turn.dropped'
             | 'stream.event'
             | 'tool.started'
             | 'tool.completed'
@@ -4991,9 +5160,11 @@ export interface operations {
             | 'message.queued'
             | 'message.appended'
             | 'tool_call.decided'
+            | 'tool_result.submitted'
             | 'tool_result.replaced'
             | 'params.updated'
             | 'tools.updated'
+            | 'tools.applied'
             | 'compaction.started'
             | 'compaction.completed'
             | 'compaction.skipped'
@@ -5464,6 +5635,300 @@ export interface operations {
       429: {
         headers: {
           'Retry-After': components['headers']['RetryAfter'];
+          [name: string]: unknown;
+        };
+        content: {
+          'application/json': components['schemas']['Error'];
+        };
+      };
+      /** @description Something went wrong on the service's side (`internal_error`); the details are in its log. */
+      500: {
+        headers: {
+          [name: string]: unknown;
+        };
+        content: {
+          'application/json': components['schemas']['Error'];
+        };
+      };
+      /** @description The session store is unavailable (`store_unavailable`); try again after Retry-After. */
+      503: {
+        headers: {
+          'Retry-After': components['headers']['RetryAfter'];
+          [name: string]: unknown;
+        };
+        content: {
+          'application/json': components['schemas']['Error'];
+        };
+      };
+    };
+  };
+  chat: {
+    parameters: {
+      query?: never;
+      header?: {
+        /** @description Makes the POST safe to retry: the same key with the same body returns the first answer (with `Idempotent-Replayed: true`) for IDEMPOTENCY_TTL_S (24 h by default); with another body 422 `idempotency_key_reused`; while the first is still handled 409 `idempotency_in_progress`. 5xx answers are not kept. */
+        'Idempotency-Key'?: components['parameters']['IdempotencyKey'];
+      };
+      path?: never;
+      cookie?: never;
+    };
+    requestBody: {
+      content: {
+        'application/json': {
+          id: string;
+          messages: ({
+            id: string;
+            /** @enum {string} */
+            role: 'system' | 'user' | 'assistant';
+            parts: ({
+              type: string;
+            } & {
+              [key: string]: unknown;
+            })[];
+          } & {
+            [key: string]: unknown;
+          })[];
+          /** @enum {string} */
+          trigger?: 'submit-message' | 'regenerate-message';
+          messageId?: string;
+        } & {
+          [key: string]: unknown;
+        };
+      };
+    };
+    responses: {
+      /** @description The AI SDK UI message stream (SSE `data:` chunks, then `data: [DONE]`). */
+      200: {
+        headers: {
+          'Idempotent-Replayed': components['headers']['IdempotentReplayed'];
+          [name: string]: unknown;
+        };
+        content: {
+          'text/event-stream': string;
+        };
+      };
+      /** @description Invalid request (`invalid_request` with the issues in `details`, `invalid_json`, …). */
+      400: {
+        headers: {
+          [name: string]: unknown;
+        };
+        content: {
+          'application/json': components['schemas']['Error'];
+        };
+      };
+      /** @description No valid bearer key (`unauthorized`). */
+      401: {
+        headers: {
+          'WWW-Authenticate': components['headers']['WwwAuthenticate'];
+          [name: string]: unknown;
+        };
+        content: {
+          'application/json': components['schemas']['Error'];
+        };
+      };
+      /** @description No such resource (`session_not_found`, also for another tenant's; `iteration_not_found`, …). */
+      404: {
+        headers: {
+          [name: string]: unknown;
+        };
+        content: {
+          'application/json': components['schemas']['Error'];
+        };
+      };
+      /** @description The request does not fit the session's state (the code says why), or `idempotency_in_progress`. */
+      409: {
+        headers: {
+          [name: string]: unknown;
+        };
+        content: {
+          'application/json': components['schemas']['Error'];
+        };
+      };
+      /** @description If-Match does not match the revision (`revision_mismatch`; `details.revision`). */
+      412: {
+        headers: {
+          [name: string]: unknown;
+        };
+        content: {
+          'application/json': components['schemas']['Error'];
+        };
+      };
+      /** @description The body is larger than BODY_LIMIT (`payload_too_large`). */
+      413: {
+        headers: {
+          [name: string]: unknown;
+        };
+        content: {
+          'application/json': components['schemas']['Error'];
+        };
+      };
+      /** @description The body is not JSON (`unsupported_media_type`). */
+      415: {
+        headers: {
+          [name: string]: unknown;
+        };
+        content: {
+          'application/json': components['schemas']['Error'];
+        };
+      };
+      /** @description This Idempotency-Key was used with another request (`idempotency_key_reused`). */
+      422: {
+        headers: {
+          [name: string]: unknown;
+        };
+        content: {
+          'application/json': components['schemas']['Error'];
+        };
+      };
+      /** @description Over a rate or quota (`rate_limited` with Retry-After, `quota_exceeded`). */
+      429: {
+        headers: {
+          'Retry-After': components['headers']['RetryAfter'];
+          [name: string]: unknown;
+        };
+        content: {
+          'application/json': components['schemas']['Error'];
+        };
+      };
+      /** @description Something went wrong on the service's side (`internal_error`); the details are in its log. */
+      500: {
+        headers: {
+          [name: string]: unknown;
+        };
+        content: {
+          'application/json': components['schemas']['Error'];
+        };
+      };
+      /** @description The session store is unavailable (`store_unavailable`); try again after Retry-After. */
+      503: {
+        headers: {
+          'Retry-After': components['headers']['RetryAfter'];
+          [name: string]: unknown;
+        };
+        content: {
+          'application/json': components['schemas']['Error'];
+        };
+      };
+    };
+  };
+  resumeChatStream: {
+    parameters: {
+      query?: never;
+      header?: never;
+      path: {
+        id: string;
+      };
+      cookie?: never;
+    };
+    requestBody?: never;
+    responses: {
+      /** @description The AI SDK UI message stream (SSE `data:` chunks, then `data: [DONE]`). */
+      200: {
+        headers: {
+          [name: string]: unknown;
+        };
+        content: {
+          'text/event-stream': string;
+        };
+      };
+      /** @description No run is active. */
+      204: {
+        headers: {
+          [name: string]: unknown;
+        };
+        content?: never;
+      };
+      /** @description Invalid request (`invalid_request` with the issues in `details`, `invalid_json`, …). */
+      400: {
+        headers: {
+          [name: string]: unknown;
+        };
+        content: {
+          'application/json': components['schemas']['Error'];
+        };
+      };
+      /** @description No valid bearer key (`unauthorized`). */
+      401: {
+        headers: {
+          'WWW-Authenticate': components['headers']['WwwAuthenticate'];
+          [name: string]: unknown;
+        };
+        content: {
+          'application/json': components['schemas']['Error'];
+        };
+      };
+      /** @description No such resource (`session_not_found`, also for another tenant's; `iteration_not_found`, …). */
+      404: {
+        headers: {
+          [name: string]: unknown;
+        };
+        content: {
+          'application/json': components['schemas']['Error'];
+        };
+      };
+      /** @description Something went wrong on the service's side (`internal_error`); the details are in its log. */
+      500: {
+        headers: {
+          [name: string]: unknown;
+        };
+        content: {
+          'application/json': components['schemas']['Error'];
+        };
+      };
+      /** @description The session store is unavailable (`store_unavailable`); try again after Retry-After. */
+      503: {
+        headers: {
+          'Retry-After': components['headers']['RetryAfter'];
+          [name: string]: unknown;
+        };
+        content: {
+          'application/json': components['schemas']['Error'];
+        };
+      };
+    };
+  };
+  listChatMessages: {
+    parameters: {
+      query?: never;
+      header?: never;
+      path: {
+        id: string;
+      };
+      cookie?: never;
+    };
+    requestBody?: never;
+    responses: {
+      /** @description OK */
+      200: {
+        headers: {
+          [name: string]: unknown;
+        };
+        content: {
+          'application/json': components['schemas']['UIMessageList'];
+        };
+      };
+      /** @description Invalid request (`invalid_request` with the issues in `details`, `invalid_json`, …). */
+      400: {
+        headers: {
+          [name: string]: unknown;
+        };
+        content: {
+          'application/json': components['schemas']['Error'];
+        };
+      };
+      /** @description No valid bearer key (`unauthorized`). */
+      401: {
+        headers: {
+          'WWW-Authenticate': components['headers']['WwwAuthenticate'];
+          [name: string]: unknown;
+        };
+        content: {
+          'application/json': components['schemas']['Error'];
+        };
+      };
+      /** @description No such resource (`session_not_found`, also for another tenant's; `iteration_not_found`, …). */
+      404: {
+        headers: {
           [name: string]: unknown;
         };
         content: {
