@@ -232,7 +232,7 @@ export const eventPage = z
   })
   .meta({ id: 'EventPage' });
 
-export const tenantToolRunner = z
+const tenantToolRunner = z
   .discriminatedUnion('type', [
     z.object({ type: z.literal('worker') }),
     z.object({ type: z.literal('http'), url: z.string(), timeout_ms: z.number().int().optional() }),
@@ -256,13 +256,9 @@ export const tenantTool = z
     created_at: z.string(),
     updated_at: z.string(),
     workers: toolWorkers.optional(),
-    secret: z
-      .string()
-      .optional()
-      .meta({
-        description:
-          "An http runner's signing secret (`whsec_…`): in the answer of the PUT that set it only.",
-      }),
+    secret: z.string().optional().meta({
+      description: "An http runner's signing secret (`whsec_…`): in the answer of the PUT that set it only.",
+    }),
   })
   .meta({ id: 'TenantTool' });
 
@@ -270,7 +266,7 @@ export const deletedTool = z
   .object({ name: z.string(), deleted: z.literal(true) })
   .meta({ id: 'DeletedTool' });
 
-export const toolTask = z
+const toolTask = z
   .object({
     id: z.string().meta({ description: 'This offer of the call (`tt_…`): heartbeat and result name it.' }),
     session_id: z.string(),

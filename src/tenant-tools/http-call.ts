@@ -10,7 +10,7 @@ import { isIP, type LookupFunction } from 'node:net';
 import { Webhook } from 'standardwebhooks';
 import { hostOf, parseWebhookUrl, resolveChecked } from '../webhooks/address-guard.js';
 
-export type HttpCallOutcome =
+type HttpCallOutcome =
   | { kind: 'answer'; status: number; body: string }
   | { kind: 'too_large' }
   | { kind: 'failed'; error: string };

@@ -13,7 +13,7 @@ import { callToolUrl } from './http-call.js';
 import type { ToolTasks } from './service.js';
 import { HTTP_QUEUE, idempotencyKey, type TaskQueue, type TaskRecord } from './tasks.js';
 
-export interface HttpCallerOptions {
+interface HttpCallerOptions {
   queue: TaskQueue;
   tasks: ToolTasks;
   store: SessionStore;

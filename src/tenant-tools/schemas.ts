@@ -2,7 +2,7 @@
 import { z } from 'zod';
 import { clientTool, toolResultBody } from '../schemas.js';
 
-export const TOOL_NAME = /^[a-zA-Z0-9_-]{1,64}$/;
+const TOOL_NAME = /^[a-zA-Z0-9_-]{1,64}$/;
 const toolName = z.string().regex(TOOL_NAME, 'tool names are 1-64 of [a-zA-Z0-9_-]');
 
 export const toolNameParam = z.strictObject({ name: toolName });

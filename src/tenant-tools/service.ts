@@ -25,7 +25,7 @@ import {
   type TaskResult,
 } from './tasks.js';
 
-export interface ToolTaskOptions {
+interface ToolTaskOptions {
   queue: TaskQueue;
   deps: SessionDeps;
   /** The subscriber connection (the `wake` channels). */

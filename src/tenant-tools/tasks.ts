@@ -11,7 +11,7 @@ import { defineLuaCommands, type RedisClient } from '../store/lua-commands.js';
 import { HTTP_TENANTS_KEY, TASKS_DUE_KEY, taskKeys, wakeChannel, workersKey } from './keys.js';
 import type { TenantToolRunner } from './types.js';
 
-export type TaskState = 'queued' | 'leased' | 'done' | 'delivered' | 'cancelled';
+type TaskState = 'queued' | 'leased' | 'done' | 'delivered' | 'cancelled';
 
 /** A call's record in the queue (JSON of scalars only: the scripts decode it). */
 export interface TaskRecord {
@@ -65,7 +65,7 @@ const CLAIM_SCAN = 1000;
 /** A tenant with nothing in its queue is looked at again after this, whatever happened meanwhile. */
 const IDLE_SWEEP_MS = 60_000;
 
-export interface NewTask {
+interface NewTask {
   session: string;
   toolUseId: string;
   round: number;
@@ -297,11 +297,6 @@ export class TaskQueue {
     return { rec: decodeStored<TaskRecord>(rec), result: result ? decodeStored<TaskResult>(result) : null };
   }
 
-  /** The call an offer is of (an offer of another tenant is not found: the keys are the tenant's). */
-  async offerCall(tenant: string, offer: string): Promise<string | null> {
-    return this.redis.hget(keyList(tenant).offers, offer);
-  }
-
   /** Results completed before `before` and not delivered yet. */
   undelivered(tenant: string, before: number, limit = 100): Promise<string[]> {
     return this.redis.zrangebyscore(keyList(tenant).done, '-inf', before, 'LIMIT', 0, limit);
@@ -348,12 +343,5 @@ export class TaskQueue {
   /** The tenant's queue needs a sweep by `at` (never later than it was already due). */
   private async schedule(tenant: string, at: number): Promise<void> {
     await this.redis.zadd(TASKS_DUE_KEY, 'LT', at, tenant);
-  }
-
-  /** Counts for metrics: calls queued and leased of a tenant. */
-  async depth(tenant: string): Promise<{ queued: number; leased: number }> {
-    const k = keyList(tenant);
-    const [queued, leased] = await Promise.all([this.redis.zcard(k.ready), this.redis.zcard(k.leased)]);
-    return { queued, leased };
   }
 }

@@ -20,6 +20,7 @@ export const EVENT_TYPES = [
   'tool.started',
   'tool.progress',
   'tool.completed',
+  'tool_task.retried',
   'iteration.persisted',
   'message.queued',
   'message.appended',
