@@ -1,5 +1,5 @@
 /**
- * The Python worker of docs/API.md §7.4 (the block after `<!-- python-worker -->`), run as it is by the machine's
+ * The Python worker of docs/API.md §7.5 (the block after `<!-- python-worker -->`), run as it is by the machine's
  * python3 against the service: it registers its tool, claims the session's calls, answers them (an exception as an
  * `is_error` result), and the session completes.
  */

@@ -93,7 +93,7 @@ export interface paths {
       path?: never;
       cookie?: never;
     };
-    /** Readiness: Redis answers; which model backend answers turns */
+    /** Readiness: Redis takes writes; which model backend answers turns */
     get: operations['getReadiness'];
     put?: never;
     post?: never;
@@ -688,6 +688,139 @@ export interface paths {
     patch?: never;
     trace?: never;
   };
+  '/v1/mcp-servers/{name}': {
+    parameters: {
+      query?: never;
+      header?: never;
+      path?: never;
+      cookie?: never;
+    };
+    /** One of the tenant's MCP servers */
+    get: operations['getMcpServer'];
+    /**
+     * Register or replace one of the tenant's MCP servers (Streamable HTTP)
+     * @description Sessions name it in `tools` as `{"mcp_server": "<name>"}`; the tenant's server is used before an operator's of the same name. The URL follows the webhooks' address rules; the headers are sealed and never returned.
+     */
+    put: operations['putMcpServer'];
+    post?: never;
+    /** Forget one of the tenant's MCP servers (sessions naming it lose its tools at their next step) */
+    delete: operations['deleteMcpServer'];
+    options?: never;
+    head?: never;
+    patch?: never;
+    trace?: never;
+  };
+  '/v1/mcp-servers': {
+    parameters: {
+      query?: never;
+      header?: never;
+      path?: never;
+      cookie?: never;
+    };
+    /** The tenant's own MCP servers */
+    get: operations['listMcpServers'];
+    put?: never;
+    post?: never;
+    delete?: never;
+    options?: never;
+    head?: never;
+    patch?: never;
+    trace?: never;
+  };
+  '/v1/schedules': {
+    parameters: {
+      query?: never;
+      header?: never;
+      path?: never;
+      cookie?: never;
+    };
+    /** The caller's schedules, newest first */
+    get: operations['listSchedules'];
+    put?: never;
+    /** Create a schedule: a session created at each fire of a cron, or once at a time */
+    post: operations['createSchedule'];
+    delete?: never;
+    options?: never;
+    head?: never;
+    patch?: never;
+    trace?: never;
+  };
+  '/v1/schedules/{id}': {
+    parameters: {
+      query?: never;
+      header?: never;
+      path?: never;
+      cookie?: never;
+    };
+    /** A schedule */
+    get: operations['getSchedule'];
+    put?: never;
+    post?: never;
+    /** Delete a schedule (the sessions it created are kept) */
+    delete: operations['deleteSchedule'];
+    options?: never;
+    head?: never;
+    /**
+     * Pause, resume or change a schedule
+     * @description A change of `cron`, `at` or `timezone`, or a resume, computes `next_run_at` from now: fires missed while paused are not made up.
+     */
+    patch: operations['updateSchedule'];
+    trace?: never;
+  };
+  '/v1/schedules/{id}/runs': {
+    parameters: {
+      query?: never;
+      header?: never;
+      path?: never;
+      cookie?: never;
+    };
+    /** The sessions the schedule created, newest fire first */
+    get: operations['listScheduleRuns'];
+    put?: never;
+    post?: never;
+    delete?: never;
+    options?: never;
+    head?: never;
+    patch?: never;
+    trace?: never;
+  };
+  '/v1/schedules/{id}/events': {
+    parameters: {
+      query?: never;
+      header?: never;
+      path?: never;
+      cookie?: never;
+    };
+    /**
+     * The schedule's events (`schedule.fired`, `schedule.skipped`), oldest first
+     * @description The envelope of section 4, whose `session_id` is the schedule id.
+     */
+    get: operations['listScheduleEvents'];
+    put?: never;
+    post?: never;
+    delete?: never;
+    options?: never;
+    head?: never;
+    patch?: never;
+    trace?: never;
+  };
+  '/v1/sessions/{id}/children': {
+    parameters: {
+      query?: never;
+      header?: never;
+      path?: never;
+      cookie?: never;
+    };
+    /** The sessions the session's sub-agent calls created, oldest first */
+    get: operations['listChildren'];
+    put?: never;
+    post?: never;
+    delete?: never;
+    options?: never;
+    head?: never;
+    patch?: never;
+    trace?: never;
+  };
   '/v1/tools/{name}': {
     parameters: {
       query?: never;
@@ -784,12 +917,15 @@ export interface components {
           | 'request_aborted'
           | 'unauthorized'
           | 'origin_not_allowed'
+          | 'host_not_allowed'
           | 'session_not_found'
           | 'iteration_not_found'
           | 'webhook_not_found'
           | 'tool_not_found'
           | 'task_not_found'
           | 'file_not_found'
+          | 'mcp_server_not_found'
+          | 'schedule_not_found'
           | 'route_not_found'
           | 'session_exists'
           | 'invalid_status'
@@ -822,6 +958,7 @@ export interface components {
           | 'unsupported_media_type'
           | 'idempotency_key_reused'
           | 'upgrade_required'
+          | 'headers_too_large'
           | 'rate_limited'
           | 'quota_exceeded'
           | 'internal_error'
@@ -896,6 +1033,7 @@ export interface components {
               [key: string]: unknown;
             };
             strict?: boolean;
+            validate?: boolean;
           }
         | ({
             type: string;
@@ -907,6 +1045,13 @@ export interface components {
             mcp_server: string;
             allowed_tools?: string[];
           }
+        | ({
+            /** @constant */
+            type: 'mcp_toolset';
+            mcp_server_name: string;
+          } & {
+            [key: string]: unknown;
+          })
       )[];
       max_iterations: number;
       approval: ('never' | 'always' | 'default') | string[];
@@ -941,6 +1086,11 @@ export interface components {
       metadata: {
         [key: string]: unknown;
       };
+      /** @description A sub-agent's session: the parent's call it answers. */
+      parent: {
+        session_id: string;
+        tool_use_id: string;
+      } | null;
       /** Format: date-time */
       created_at: string;
       /** Format: date-time */
@@ -1293,6 +1443,67 @@ export interface components {
       /** @constant */
       deleted: true;
     };
+    McpServer: {
+      name: string;
+      /** @constant */
+      object: 'mcp_server';
+      url: string;
+      /** @description The header names given; their values are never shown. */
+      headers: {
+        [key: string]: '[redacted]';
+      };
+      created_at: string;
+      updated_at: string;
+      revision: number;
+    };
+    McpServerList: {
+      data: components['schemas']['McpServer'][];
+      has_more: boolean;
+    };
+    DeletedMcpServer: {
+      name: string;
+      /** @constant */
+      object: 'mcp_server';
+      /** @constant */
+      deleted: true;
+    };
+    Schedule: {
+      id: string;
+      /** @constant */
+      object: 'schedule';
+      cron: string | null;
+      at: string | null;
+      timezone: string;
+      /** @enum {string} */
+      overlap: 'skip' | 'allow';
+      paused: boolean;
+      session: {
+        [key: string]: unknown;
+      };
+      /** @description The next fire; null when paused or done. */
+      next_run_at: string | null;
+      last_fire_at: string | null;
+      last_session_id: string | null;
+      /** @description Fires that created a session. */
+      fires: number;
+      /** @description Fires skipped (overlap, a quota, a refused body). */
+      skips: number;
+      revision: number;
+      created_at: string;
+      updated_at: string;
+    };
+    ScheduleList: {
+      data: components['schemas']['Schedule'][];
+      next_cursor: string | null;
+      has_more: boolean;
+    };
+    DeletedSchedule: {
+      id: string;
+      /** @constant */
+      object: 'schedule';
+      /** @constant */
+      deleted: true;
+    };
   };
   responses: never;
   parameters: {
@@ -1434,7 +1645,7 @@ export interface operations {
           'application/json': components['schemas']['Readiness'];
         };
       };
-      /** @description Not ready (Redis does not answer); with Retry-After. */
+      /** @description Not ready (Redis does not answer or refuses writes); with Retry-After. */
       503: {
         headers: {
           'Retry-After': components['headers']['RetryAfter'];
@@ -1789,17 +2000,57 @@ export interface operations {
                   [key: string]: unknown;
                 };
                 strict?: boolean;
+                validate?: boolean;
               }
             | {
                 mcp_server: string;
                 allowed_tools?: string[];
               }
             | ({
+                /** @enum {string} */
+                type: 'mcp_toolset';
+                mcp_server_name: string;
+              } & {
+                [key: string]: unknown;
+              })
+            | ({
                 type: string;
                 name: string;
               } & {
                 [key: string]: unknown;
               })
+            | {
+                /** @enum {string} */
+                type: 'agent';
+                name: string;
+                description: string;
+                session: {
+                  [key: string]: unknown;
+                };
+                /**
+                 * @default {
+                 *       "type": "object",
+                 *       "properties": {
+                 *         "prompt": {
+                 *           "type": "string",
+                 *           "description": "The task for the sub-agent, in full."
+                 *         }
+                 *       },
+                 *       "required": [
+                 *         "prompt"
+                 *       ]
+                 *     }
+                 */
+                input_schema?: {
+                  /** @enum {string} */
+                  type: 'object';
+                  properties?: {
+                    [key: string]: unknown;
+                  };
+                } & {
+                  [key: string]: unknown;
+                };
+              }
           )[];
           messages?: (
             | {
@@ -2475,17 +2726,57 @@ export interface operations {
                   [key: string]: unknown;
                 };
                 strict?: boolean;
+                validate?: boolean;
               }
             | {
                 mcp_server: string;
                 allowed_tools?: string[];
               }
             | ({
+                /** @enum {string} */
+                type: 'mcp_toolset';
+                mcp_server_name: string;
+              } & {
+                [key: string]: unknown;
+              })
+            | ({
                 type: string;
                 name: string;
               } & {
                 [key: string]: unknown;
               })
+            | {
+                /** @enum {string} */
+                type: 'agent';
+                name: string;
+                description: string;
+                session: {
+                  [key: string]: unknown;
+                };
+                /**
+                 * @default {
+                 *       "type": "object",
+                 *       "properties": {
+                 *         "prompt": {
+                 *           "type": "string",
+                 *           "description": "The task for the sub-agent, in full."
+                 *         }
+                 *       },
+                 *       "required": [
+                 *         "prompt"
+                 *       ]
+                 *     }
+                 */
+                input_schema?: {
+                  /** @enum {string} */
+                  type: 'object';
+                  properties?: {
+                    [key: string]: unknown;
+                  };
+                } & {
+                  [key: string]: unknown;
+                };
+              }
           )[];
           metadata?: {
             [key: string]: string | number | boolean | null;
@@ -4852,6 +5143,7 @@ export interface operations {
             | 'turn.dropped'
             | 'stream.event'
             | 'tool.started'
+            | 'tool.progress'
             | 'tool.completed'
             | 'tool_task.retried'
             | 'iteration.persisted'
@@ -4866,6 +5158,8 @@ export interface operations {
             | 'compaction.started'
             | 'compaction.completed'
             | 'compaction.skipped'
+            | 'schedule.fired'
+            | 'schedule.skipped'
           )[];
           description?: string;
         };
@@ -5156,6 +5450,7 @@ export interface operations {
             | 'turn.dropped'
             | 'stream.event'
             | 'tool.started'
+            | 'tool.progress'
             | 'tool.completed'
             | 'tool_task.retried'
             | 'iteration.persisted'
@@ -5170,6 +5465,8 @@ export interface operations {
             | 'compaction.started'
             | 'compaction.completed'
             | 'compaction.skipped'
+            | 'schedule.fired'
+            | 'schedule.skipped'
           )[];
           description?: string | null;
           disabled?: boolean;
@@ -5907,6 +6204,1944 @@ export interface operations {
         };
         content: {
           'application/json': components['schemas']['UIMessageList'];
+        };
+      };
+      /** @description Invalid request (`invalid_request` with the issues in `details`, `invalid_json`, …). */
+      400: {
+        headers: {
+          [name: string]: unknown;
+        };
+        content: {
+          'application/json': components['schemas']['Error'];
+        };
+      };
+      /** @description No valid bearer key (`unauthorized`). */
+      401: {
+        headers: {
+          'WWW-Authenticate': components['headers']['WwwAuthenticate'];
+          [name: string]: unknown;
+        };
+        content: {
+          'application/json': components['schemas']['Error'];
+        };
+      };
+      /** @description No such resource (`session_not_found`, also for another tenant's; `iteration_not_found`, …). */
+      404: {
+        headers: {
+          [name: string]: unknown;
+        };
+        content: {
+          'application/json': components['schemas']['Error'];
+        };
+      };
+      /** @description Something went wrong on the service's side (`internal_error`); the details are in its log. */
+      500: {
+        headers: {
+          [name: string]: unknown;
+        };
+        content: {
+          'application/json': components['schemas']['Error'];
+        };
+      };
+      /** @description The session store is unavailable (`store_unavailable`); try again after Retry-After. */
+      503: {
+        headers: {
+          'Retry-After': components['headers']['RetryAfter'];
+          [name: string]: unknown;
+        };
+        content: {
+          'application/json': components['schemas']['Error'];
+        };
+      };
+    };
+  };
+  getMcpServer: {
+    parameters: {
+      query?: never;
+      header?: never;
+      path: {
+        name: string;
+      };
+      cookie?: never;
+    };
+    requestBody?: never;
+    responses: {
+      /** @description OK */
+      200: {
+        headers: {
+          [name: string]: unknown;
+        };
+        content: {
+          'application/json': components['schemas']['McpServer'];
+        };
+      };
+      /** @description Invalid request (`invalid_request` with the issues in `details`, `invalid_json`, …). */
+      400: {
+        headers: {
+          [name: string]: unknown;
+        };
+        content: {
+          'application/json': components['schemas']['Error'];
+        };
+      };
+      /** @description No valid bearer key (`unauthorized`). */
+      401: {
+        headers: {
+          'WWW-Authenticate': components['headers']['WwwAuthenticate'];
+          [name: string]: unknown;
+        };
+        content: {
+          'application/json': components['schemas']['Error'];
+        };
+      };
+      /** @description No such resource (`session_not_found`, also for another tenant's; `iteration_not_found`, …). */
+      404: {
+        headers: {
+          [name: string]: unknown;
+        };
+        content: {
+          'application/json': components['schemas']['Error'];
+        };
+      };
+      /** @description Over a rate or quota (`rate_limited` with Retry-After, `quota_exceeded`). */
+      429: {
+        headers: {
+          'Retry-After': components['headers']['RetryAfter'];
+          [name: string]: unknown;
+        };
+        content: {
+          'application/json': components['schemas']['Error'];
+        };
+      };
+      /** @description Something went wrong on the service's side (`internal_error`); the details are in its log. */
+      500: {
+        headers: {
+          [name: string]: unknown;
+        };
+        content: {
+          'application/json': components['schemas']['Error'];
+        };
+      };
+      /** @description The session store is unavailable (`store_unavailable`); try again after Retry-After. */
+      503: {
+        headers: {
+          'Retry-After': components['headers']['RetryAfter'];
+          [name: string]: unknown;
+        };
+        content: {
+          'application/json': components['schemas']['Error'];
+        };
+      };
+    };
+  };
+  putMcpServer: {
+    parameters: {
+      query?: never;
+      header?: never;
+      path: {
+        name: string;
+      };
+      cookie?: never;
+    };
+    requestBody: {
+      content: {
+        'application/json': {
+          url: string;
+          /** @description Sent with every request to the server (e.g. `authorization`); sealed, never returned. */
+          headers?: {
+            [key: string]: string;
+          };
+        };
+      };
+    };
+    responses: {
+      /** @description OK */
+      200: {
+        headers: {
+          [name: string]: unknown;
+        };
+        content: {
+          'application/json': components['schemas']['McpServer'];
+        };
+      };
+      /** @description Created */
+      201: {
+        headers: {
+          [name: string]: unknown;
+        };
+        content: {
+          'application/json': components['schemas']['McpServer'];
+        };
+      };
+      /** @description Invalid request (`invalid_request` with the issues in `details`, `invalid_json`, …). */
+      400: {
+        headers: {
+          [name: string]: unknown;
+        };
+        content: {
+          'application/json': components['schemas']['Error'];
+        };
+      };
+      /** @description No valid bearer key (`unauthorized`). */
+      401: {
+        headers: {
+          'WWW-Authenticate': components['headers']['WwwAuthenticate'];
+          [name: string]: unknown;
+        };
+        content: {
+          'application/json': components['schemas']['Error'];
+        };
+      };
+      /** @description The body is larger than BODY_LIMIT (`payload_too_large`). */
+      413: {
+        headers: {
+          [name: string]: unknown;
+        };
+        content: {
+          'application/json': components['schemas']['Error'];
+        };
+      };
+      /** @description The body is not JSON (`unsupported_media_type`). */
+      415: {
+        headers: {
+          [name: string]: unknown;
+        };
+        content: {
+          'application/json': components['schemas']['Error'];
+        };
+      };
+      /** @description Over a rate or quota (`rate_limited` with Retry-After, `quota_exceeded`). */
+      429: {
+        headers: {
+          'Retry-After': components['headers']['RetryAfter'];
+          [name: string]: unknown;
+        };
+        content: {
+          'application/json': components['schemas']['Error'];
+        };
+      };
+      /** @description Something went wrong on the service's side (`internal_error`); the details are in its log. */
+      500: {
+        headers: {
+          [name: string]: unknown;
+        };
+        content: {
+          'application/json': components['schemas']['Error'];
+        };
+      };
+      /** @description The session store is unavailable (`store_unavailable`); try again after Retry-After. */
+      503: {
+        headers: {
+          'Retry-After': components['headers']['RetryAfter'];
+          [name: string]: unknown;
+        };
+        content: {
+          'application/json': components['schemas']['Error'];
+        };
+      };
+    };
+  };
+  deleteMcpServer: {
+    parameters: {
+      query?: never;
+      header?: never;
+      path: {
+        name: string;
+      };
+      cookie?: never;
+    };
+    requestBody?: never;
+    responses: {
+      /** @description OK */
+      200: {
+        headers: {
+          [name: string]: unknown;
+        };
+        content: {
+          'application/json': components['schemas']['DeletedMcpServer'];
+        };
+      };
+      /** @description Invalid request (`invalid_request` with the issues in `details`, `invalid_json`, …). */
+      400: {
+        headers: {
+          [name: string]: unknown;
+        };
+        content: {
+          'application/json': components['schemas']['Error'];
+        };
+      };
+      /** @description No valid bearer key (`unauthorized`). */
+      401: {
+        headers: {
+          'WWW-Authenticate': components['headers']['WwwAuthenticate'];
+          [name: string]: unknown;
+        };
+        content: {
+          'application/json': components['schemas']['Error'];
+        };
+      };
+      /** @description No such resource (`session_not_found`, also for another tenant's; `iteration_not_found`, …). */
+      404: {
+        headers: {
+          [name: string]: unknown;
+        };
+        content: {
+          'application/json': components['schemas']['Error'];
+        };
+      };
+      /** @description Over a rate or quota (`rate_limited` with Retry-After, `quota_exceeded`). */
+      429: {
+        headers: {
+          'Retry-After': components['headers']['RetryAfter'];
+          [name: string]: unknown;
+        };
+        content: {
+          'application/json': components['schemas']['Error'];
+        };
+      };
+      /** @description Something went wrong on the service's side (`internal_error`); the details are in its log. */
+      500: {
+        headers: {
+          [name: string]: unknown;
+        };
+        content: {
+          'application/json': components['schemas']['Error'];
+        };
+      };
+      /** @description The session store is unavailable (`store_unavailable`); try again after Retry-After. */
+      503: {
+        headers: {
+          'Retry-After': components['headers']['RetryAfter'];
+          [name: string]: unknown;
+        };
+        content: {
+          'application/json': components['schemas']['Error'];
+        };
+      };
+    };
+  };
+  listMcpServers: {
+    parameters: {
+      query?: never;
+      header?: never;
+      path?: never;
+      cookie?: never;
+    };
+    requestBody?: never;
+    responses: {
+      /** @description OK */
+      200: {
+        headers: {
+          [name: string]: unknown;
+        };
+        content: {
+          'application/json': components['schemas']['McpServerList'];
+        };
+      };
+      /** @description No valid bearer key (`unauthorized`). */
+      401: {
+        headers: {
+          'WWW-Authenticate': components['headers']['WwwAuthenticate'];
+          [name: string]: unknown;
+        };
+        content: {
+          'application/json': components['schemas']['Error'];
+        };
+      };
+      /** @description Over a rate or quota (`rate_limited` with Retry-After, `quota_exceeded`). */
+      429: {
+        headers: {
+          'Retry-After': components['headers']['RetryAfter'];
+          [name: string]: unknown;
+        };
+        content: {
+          'application/json': components['schemas']['Error'];
+        };
+      };
+      /** @description Something went wrong on the service's side (`internal_error`); the details are in its log. */
+      500: {
+        headers: {
+          [name: string]: unknown;
+        };
+        content: {
+          'application/json': components['schemas']['Error'];
+        };
+      };
+      /** @description The session store is unavailable (`store_unavailable`); try again after Retry-After. */
+      503: {
+        headers: {
+          'Retry-After': components['headers']['RetryAfter'];
+          [name: string]: unknown;
+        };
+        content: {
+          'application/json': components['schemas']['Error'];
+        };
+      };
+    };
+  };
+  listSchedules: {
+    parameters: {
+      query?: {
+        limit?: number;
+        cursor?: string;
+      };
+      header?: never;
+      path?: never;
+      cookie?: never;
+    };
+    requestBody?: never;
+    responses: {
+      /** @description OK */
+      200: {
+        headers: {
+          [name: string]: unknown;
+        };
+        content: {
+          'application/json': components['schemas']['ScheduleList'];
+        };
+      };
+      /** @description Invalid request (`invalid_request` with the issues in `details`, `invalid_json`, …). */
+      400: {
+        headers: {
+          [name: string]: unknown;
+        };
+        content: {
+          'application/json': components['schemas']['Error'];
+        };
+      };
+      /** @description No valid bearer key (`unauthorized`). */
+      401: {
+        headers: {
+          'WWW-Authenticate': components['headers']['WwwAuthenticate'];
+          [name: string]: unknown;
+        };
+        content: {
+          'application/json': components['schemas']['Error'];
+        };
+      };
+      /** @description Something went wrong on the service's side (`internal_error`); the details are in its log. */
+      500: {
+        headers: {
+          [name: string]: unknown;
+        };
+        content: {
+          'application/json': components['schemas']['Error'];
+        };
+      };
+      /** @description The session store is unavailable (`store_unavailable`); try again after Retry-After. */
+      503: {
+        headers: {
+          'Retry-After': components['headers']['RetryAfter'];
+          [name: string]: unknown;
+        };
+        content: {
+          'application/json': components['schemas']['Error'];
+        };
+      };
+    };
+  };
+  createSchedule: {
+    parameters: {
+      query?: never;
+      header?: {
+        /** @description Makes the POST safe to retry: the same key with the same body returns the first answer (with `Idempotent-Replayed: true`) for IDEMPOTENCY_TTL_S (24 h by default); with another body 422 `idempotency_key_reused`; while the first is still handled 409 `idempotency_in_progress`. 5xx answers are not kept. */
+        'Idempotency-Key'?: components['parameters']['IdempotencyKey'];
+      };
+      path?: never;
+      cookie?: never;
+    };
+    requestBody: {
+      content: {
+        'application/json': {
+          /**
+           * @description A 5-field cron expression (minute hour day-of-month month day-of-week), in `timezone`.
+           * @example 0 9 * * 1-5
+           */
+          cron?: string;
+          /**
+           * Format: date-time
+           * @description One fire at this time (ISO 8601).
+           */
+          at?: string;
+          /**
+           * @description IANA time zone.
+           * @default UTC
+           * @example Europe/Paris
+           */
+          timezone?: string;
+          session: {
+            params?: {
+              [key: string]: unknown;
+            };
+            model?: string;
+            max_tokens?: number;
+            system?:
+              | string
+              | {
+                  /** @enum {string} */
+                  type: 'text';
+                  text: string;
+                  citations?:
+                    | ({
+                        type: string;
+                      } & {
+                        [key: string]: unknown;
+                      })[]
+                    | null;
+                  cache_control?: {
+                    /** @enum {string} */
+                    type: 'ephemeral';
+                    /** @enum {string} */
+                    ttl?: '5m' | '1h';
+                  } | null;
+                }[];
+            /** @default [] */
+            tools?: (
+              | string
+              | {
+                  name: string;
+                  description?: string;
+                  input_schema: {
+                    /** @enum {string} */
+                    type: 'object';
+                    properties?: {
+                      [key: string]: unknown;
+                    };
+                  } & {
+                    [key: string]: unknown;
+                  };
+                  strict?: boolean;
+                  validate?: boolean;
+                }
+              | {
+                  mcp_server: string;
+                  allowed_tools?: string[];
+                }
+              | ({
+                  /** @enum {string} */
+                  type: 'mcp_toolset';
+                  mcp_server_name: string;
+                } & {
+                  [key: string]: unknown;
+                })
+              | ({
+                  type: string;
+                  name: string;
+                } & {
+                  [key: string]: unknown;
+                })
+              | {
+                  /** @enum {string} */
+                  type: 'agent';
+                  name: string;
+                  description: string;
+                  session: {
+                    [key: string]: unknown;
+                  };
+                  /**
+                   * @default {
+                   *       "type": "object",
+                   *       "properties": {
+                   *         "prompt": {
+                   *           "type": "string",
+                   *           "description": "The task for the sub-agent, in full."
+                   *         }
+                   *       },
+                   *       "required": [
+                   *         "prompt"
+                   *       ]
+                   *     }
+                   */
+                  input_schema?: {
+                    /** @enum {string} */
+                    type: 'object';
+                    properties?: {
+                      [key: string]: unknown;
+                    };
+                  } & {
+                    [key: string]: unknown;
+                  };
+                }
+            )[];
+            messages?: (
+              | {
+                  /** @enum {string} */
+                  role: 'user';
+                  content:
+                    | string
+                    | (
+                        | {
+                            /** @enum {string} */
+                            type: 'text';
+                            text: string;
+                            citations?:
+                              | ({
+                                  type: string;
+                                } & {
+                                  [key: string]: unknown;
+                                })[]
+                              | null;
+                            cache_control?: {
+                              /** @enum {string} */
+                              type: 'ephemeral';
+                              /** @enum {string} */
+                              ttl?: '5m' | '1h';
+                            } | null;
+                          }
+                        | {
+                            /** @enum {string} */
+                            type: 'image';
+                            source:
+                              | {
+                                  /** @enum {string} */
+                                  type: 'base64';
+                                  /** @enum {string} */
+                                  media_type: 'image/jpeg' | 'image/png' | 'image/gif' | 'image/webp';
+                                  data: string;
+                                }
+                              | {
+                                  /** @enum {string} */
+                                  type: 'url';
+                                  /** Format: uri */
+                                  url: string;
+                                }
+                              | {
+                                  /** @enum {string} */
+                                  type: 'file';
+                                  file_id: string;
+                                };
+                            cache_control?: {
+                              /** @enum {string} */
+                              type: 'ephemeral';
+                              /** @enum {string} */
+                              ttl?: '5m' | '1h';
+                            } | null;
+                          }
+                        | {
+                            /** @enum {string} */
+                            type: 'document';
+                            source: {
+                              /** @enum {string} */
+                              type: 'base64' | 'text' | 'url' | 'content' | 'file';
+                            } & {
+                              [key: string]: unknown;
+                            };
+                            title?: string | null;
+                            context?: string | null;
+                            citations?: {
+                              [key: string]: unknown;
+                            } | null;
+                            cache_control?: {
+                              /** @enum {string} */
+                              type: 'ephemeral';
+                              /** @enum {string} */
+                              ttl?: '5m' | '1h';
+                            } | null;
+                          }
+                        | {
+                            /** @enum {string} */
+                            type: 'search_result';
+                            source: string;
+                            title: string;
+                            content: {
+                              /** @enum {string} */
+                              type: 'text';
+                              text: string;
+                              citations?:
+                                | ({
+                                    type: string;
+                                  } & {
+                                    [key: string]: unknown;
+                                  })[]
+                                | null;
+                              cache_control?: {
+                                /** @enum {string} */
+                                type: 'ephemeral';
+                                /** @enum {string} */
+                                ttl?: '5m' | '1h';
+                              } | null;
+                            }[];
+                            citations?: {
+                              [key: string]: unknown;
+                            } | null;
+                            cache_control?: {
+                              /** @enum {string} */
+                              type: 'ephemeral';
+                              /** @enum {string} */
+                              ttl?: '5m' | '1h';
+                            } | null;
+                          }
+                        | {
+                            /** @enum {string} */
+                            type: 'tool_result';
+                            tool_use_id: string;
+                            content?:
+                              | string
+                              | (
+                                  | {
+                                      /** @enum {string} */
+                                      type: 'text';
+                                      text: string;
+                                      citations?:
+                                        | ({
+                                            type: string;
+                                          } & {
+                                            [key: string]: unknown;
+                                          })[]
+                                        | null;
+                                      cache_control?: {
+                                        /** @enum {string} */
+                                        type: 'ephemeral';
+                                        /** @enum {string} */
+                                        ttl?: '5m' | '1h';
+                                      } | null;
+                                    }
+                                  | {
+                                      /** @enum {string} */
+                                      type: 'image';
+                                      source:
+                                        | {
+                                            /** @enum {string} */
+                                            type: 'base64';
+                                            /** @enum {string} */
+                                            media_type:
+                                              'image/jpeg' | 'image/png' | 'image/gif' | 'image/webp';
+                                            data: string;
+                                          }
+                                        | {
+                                            /** @enum {string} */
+                                            type: 'url';
+                                            /** Format: uri */
+                                            url: string;
+                                          }
+                                        | {
+                                            /** @enum {string} */
+                                            type: 'file';
+                                            file_id: string;
+                                          };
+                                      cache_control?: {
+                                        /** @enum {string} */
+                                        type: 'ephemeral';
+                                        /** @enum {string} */
+                                        ttl?: '5m' | '1h';
+                                      } | null;
+                                    }
+                                  | {
+                                      /** @enum {string} */
+                                      type: 'document';
+                                      source: {
+                                        /** @enum {string} */
+                                        type: 'base64' | 'text' | 'url' | 'content' | 'file';
+                                      } & {
+                                        [key: string]: unknown;
+                                      };
+                                      title?: string | null;
+                                      context?: string | null;
+                                      citations?: {
+                                        [key: string]: unknown;
+                                      } | null;
+                                      cache_control?: {
+                                        /** @enum {string} */
+                                        type: 'ephemeral';
+                                        /** @enum {string} */
+                                        ttl?: '5m' | '1h';
+                                      } | null;
+                                    }
+                                  | {
+                                      /** @enum {string} */
+                                      type: 'search_result';
+                                      source: string;
+                                      title: string;
+                                      content: {
+                                        /** @enum {string} */
+                                        type: 'text';
+                                        text: string;
+                                        citations?:
+                                          | ({
+                                              type: string;
+                                            } & {
+                                              [key: string]: unknown;
+                                            })[]
+                                          | null;
+                                        cache_control?: {
+                                          /** @enum {string} */
+                                          type: 'ephemeral';
+                                          /** @enum {string} */
+                                          ttl?: '5m' | '1h';
+                                        } | null;
+                                      }[];
+                                      citations?: {
+                                        [key: string]: unknown;
+                                      } | null;
+                                      cache_control?: {
+                                        /** @enum {string} */
+                                        type: 'ephemeral';
+                                        /** @enum {string} */
+                                        ttl?: '5m' | '1h';
+                                      } | null;
+                                    }
+                                )[];
+                            is_error?: boolean;
+                            cache_control?: {
+                              /** @enum {string} */
+                              type: 'ephemeral';
+                              /** @enum {string} */
+                              ttl?: '5m' | '1h';
+                            } | null;
+                          }
+                      )[];
+                }
+              | {
+                  /** @enum {string} */
+                  role: 'assistant';
+                  content:
+                    | string
+                    | (
+                        | {
+                            /** @enum {string} */
+                            type: 'text';
+                            text: string;
+                            citations?:
+                              | ({
+                                  type: string;
+                                } & {
+                                  [key: string]: unknown;
+                                })[]
+                              | null;
+                            cache_control?: {
+                              /** @enum {string} */
+                              type: 'ephemeral';
+                              /** @enum {string} */
+                              ttl?: '5m' | '1h';
+                            } | null;
+                          }
+                        | {
+                            /** @enum {string} */
+                            type: 'tool_use';
+                            id: string;
+                            name: string;
+                            input: {
+                              [key: string]: unknown;
+                            };
+                            cache_control?: {
+                              /** @enum {string} */
+                              type: 'ephemeral';
+                              /** @enum {string} */
+                              ttl?: '5m' | '1h';
+                            } | null;
+                          }
+                        | {
+                            /** @enum {string} */
+                            type: 'thinking';
+                            thinking: string;
+                            signature: string;
+                          }
+                        | {
+                            /** @enum {string} */
+                            type: 'redacted_thinking';
+                            data: string;
+                          }
+                        | ({
+                            /** @enum {string} */
+                            type: 'server_tool_use';
+                            id: string;
+                            name: string;
+                            input: {
+                              [key: string]: unknown;
+                            };
+                            cache_control?: {
+                              /** @enum {string} */
+                              type: 'ephemeral';
+                              /** @enum {string} */
+                              ttl?: '5m' | '1h';
+                            } | null;
+                          } & {
+                            [key: string]: unknown;
+                          })
+                        | ({
+                            /** @enum {string} */
+                            type:
+                              | 'web_search_tool_result'
+                              | 'web_fetch_tool_result'
+                              | 'code_execution_tool_result'
+                              | 'bash_code_execution_tool_result'
+                              | 'text_editor_code_execution_tool_result'
+                              | 'tool_search_tool_result'
+                              | 'advisor_tool_result';
+                            tool_use_id: string;
+                            content: unknown;
+                            cache_control?: {
+                              /** @enum {string} */
+                              type: 'ephemeral';
+                              /** @enum {string} */
+                              ttl?: '5m' | '1h';
+                            } | null;
+                          } & {
+                            [key: string]: unknown;
+                          })
+                      )[];
+                }
+            )[];
+            input?: string;
+            /** @default 10 */
+            max_iterations?: number;
+            /** @default default */
+            approval?: ('never' | 'always' | 'default') | string[];
+            /** @default false */
+            review_tool_results?: boolean | string[];
+            /**
+             * @default continue
+             * @enum {string}
+             */
+            on_tool_error?: 'continue' | 'pause' | 'fail';
+            /** @default stop */
+            on_max_tokens?:
+              | 'stop'
+              | {
+                  /** @enum {string} */
+                  retry: 'double';
+                  ceiling: number;
+                };
+            /** @default false */
+            cache_tool_results?: boolean;
+            /** @default true */
+            stream?: boolean;
+            /** @default null */
+            budget?: {
+              total_tokens: number;
+            } | null;
+            /** @default false */
+            run_tools_eagerly?: boolean;
+            /** @default null */
+            compaction?: {
+              at_input_tokens: number;
+              instructions?: string;
+            } | null;
+            /** @default {} */
+            metadata?: {
+              [key: string]: string | number | boolean | null;
+            };
+            /** @default true */
+            start?: boolean;
+          };
+          /**
+           * @description `skip`: no session is created while the last one still runs (`running` or `requires_action`); `allow`: always.
+           * @default skip
+           * @enum {string}
+           */
+          overlap?: 'skip' | 'allow';
+          /** @default false */
+          paused?: boolean;
+        };
+      };
+    };
+    responses: {
+      /** @description Created */
+      201: {
+        headers: {
+          'Idempotent-Replayed': components['headers']['IdempotentReplayed'];
+          [name: string]: unknown;
+        };
+        content: {
+          'application/json': components['schemas']['Schedule'];
+        };
+      };
+      /** @description Invalid request (`invalid_request` with the issues in `details`, `invalid_json`, …). */
+      400: {
+        headers: {
+          [name: string]: unknown;
+        };
+        content: {
+          'application/json': components['schemas']['Error'];
+        };
+      };
+      /** @description No valid bearer key (`unauthorized`). */
+      401: {
+        headers: {
+          'WWW-Authenticate': components['headers']['WwwAuthenticate'];
+          [name: string]: unknown;
+        };
+        content: {
+          'application/json': components['schemas']['Error'];
+        };
+      };
+      /** @description The request does not fit the session's state (the code says why), or `idempotency_in_progress`. */
+      409: {
+        headers: {
+          [name: string]: unknown;
+        };
+        content: {
+          'application/json': components['schemas']['Error'];
+        };
+      };
+      /** @description The body is larger than BODY_LIMIT (`payload_too_large`). */
+      413: {
+        headers: {
+          [name: string]: unknown;
+        };
+        content: {
+          'application/json': components['schemas']['Error'];
+        };
+      };
+      /** @description The body is not JSON (`unsupported_media_type`). */
+      415: {
+        headers: {
+          [name: string]: unknown;
+        };
+        content: {
+          'application/json': components['schemas']['Error'];
+        };
+      };
+      /** @description This Idempotency-Key was used with another request (`idempotency_key_reused`). */
+      422: {
+        headers: {
+          [name: string]: unknown;
+        };
+        content: {
+          'application/json': components['schemas']['Error'];
+        };
+      };
+      /** @description Over a rate or quota (`rate_limited` with Retry-After, `quota_exceeded`). */
+      429: {
+        headers: {
+          'Retry-After': components['headers']['RetryAfter'];
+          [name: string]: unknown;
+        };
+        content: {
+          'application/json': components['schemas']['Error'];
+        };
+      };
+      /** @description Something went wrong on the service's side (`internal_error`); the details are in its log. */
+      500: {
+        headers: {
+          [name: string]: unknown;
+        };
+        content: {
+          'application/json': components['schemas']['Error'];
+        };
+      };
+      /** @description The session store is unavailable (`store_unavailable`); try again after Retry-After. */
+      503: {
+        headers: {
+          'Retry-After': components['headers']['RetryAfter'];
+          [name: string]: unknown;
+        };
+        content: {
+          'application/json': components['schemas']['Error'];
+        };
+      };
+    };
+  };
+  getSchedule: {
+    parameters: {
+      query?: never;
+      header?: never;
+      path: {
+        id: string;
+      };
+      cookie?: never;
+    };
+    requestBody?: never;
+    responses: {
+      /** @description OK */
+      200: {
+        headers: {
+          [name: string]: unknown;
+        };
+        content: {
+          'application/json': components['schemas']['Schedule'];
+        };
+      };
+      /** @description Invalid request (`invalid_request` with the issues in `details`, `invalid_json`, …). */
+      400: {
+        headers: {
+          [name: string]: unknown;
+        };
+        content: {
+          'application/json': components['schemas']['Error'];
+        };
+      };
+      /** @description No valid bearer key (`unauthorized`). */
+      401: {
+        headers: {
+          'WWW-Authenticate': components['headers']['WwwAuthenticate'];
+          [name: string]: unknown;
+        };
+        content: {
+          'application/json': components['schemas']['Error'];
+        };
+      };
+      /** @description No such resource (`session_not_found`, also for another tenant's; `iteration_not_found`, …). */
+      404: {
+        headers: {
+          [name: string]: unknown;
+        };
+        content: {
+          'application/json': components['schemas']['Error'];
+        };
+      };
+      /** @description Something went wrong on the service's side (`internal_error`); the details are in its log. */
+      500: {
+        headers: {
+          [name: string]: unknown;
+        };
+        content: {
+          'application/json': components['schemas']['Error'];
+        };
+      };
+      /** @description The session store is unavailable (`store_unavailable`); try again after Retry-After. */
+      503: {
+        headers: {
+          'Retry-After': components['headers']['RetryAfter'];
+          [name: string]: unknown;
+        };
+        content: {
+          'application/json': components['schemas']['Error'];
+        };
+      };
+    };
+  };
+  deleteSchedule: {
+    parameters: {
+      query?: never;
+      header?: {
+        'if-match'?: string;
+      };
+      path: {
+        id: string;
+      };
+      cookie?: never;
+    };
+    requestBody?: never;
+    responses: {
+      /** @description OK */
+      200: {
+        headers: {
+          [name: string]: unknown;
+        };
+        content: {
+          'application/json': components['schemas']['DeletedSchedule'];
+        };
+      };
+      /** @description Invalid request (`invalid_request` with the issues in `details`, `invalid_json`, …). */
+      400: {
+        headers: {
+          [name: string]: unknown;
+        };
+        content: {
+          'application/json': components['schemas']['Error'];
+        };
+      };
+      /** @description No valid bearer key (`unauthorized`). */
+      401: {
+        headers: {
+          'WWW-Authenticate': components['headers']['WwwAuthenticate'];
+          [name: string]: unknown;
+        };
+        content: {
+          'application/json': components['schemas']['Error'];
+        };
+      };
+      /** @description No such resource (`session_not_found`, also for another tenant's; `iteration_not_found`, …). */
+      404: {
+        headers: {
+          [name: string]: unknown;
+        };
+        content: {
+          'application/json': components['schemas']['Error'];
+        };
+      };
+      /** @description If-Match does not match the revision (`revision_mismatch`; `details.revision`). */
+      412: {
+        headers: {
+          [name: string]: unknown;
+        };
+        content: {
+          'application/json': components['schemas']['Error'];
+        };
+      };
+      /** @description Over a rate or quota (`rate_limited` with Retry-After, `quota_exceeded`). */
+      429: {
+        headers: {
+          'Retry-After': components['headers']['RetryAfter'];
+          [name: string]: unknown;
+        };
+        content: {
+          'application/json': components['schemas']['Error'];
+        };
+      };
+      /** @description Something went wrong on the service's side (`internal_error`); the details are in its log. */
+      500: {
+        headers: {
+          [name: string]: unknown;
+        };
+        content: {
+          'application/json': components['schemas']['Error'];
+        };
+      };
+      /** @description The session store is unavailable (`store_unavailable`); try again after Retry-After. */
+      503: {
+        headers: {
+          'Retry-After': components['headers']['RetryAfter'];
+          [name: string]: unknown;
+        };
+        content: {
+          'application/json': components['schemas']['Error'];
+        };
+      };
+    };
+  };
+  updateSchedule: {
+    parameters: {
+      query?: never;
+      header?: {
+        'if-match'?: string;
+      };
+      path: {
+        id: string;
+      };
+      cookie?: never;
+    };
+    requestBody: {
+      content: {
+        'application/json': {
+          /**
+           * @description A 5-field cron expression (minute hour day-of-month month day-of-week), in `timezone`.
+           * @example 0 9 * * 1-5
+           */
+          cron?: string;
+          /**
+           * Format: date-time
+           * @description One fire at this time (ISO 8601).
+           */
+          at?: string;
+          /**
+           * @description IANA time zone.
+           * @example Europe/Paris
+           */
+          timezone?: string;
+          session?: {
+            params?: {
+              [key: string]: unknown;
+            };
+            model?: string;
+            max_tokens?: number;
+            system?:
+              | string
+              | {
+                  /** @enum {string} */
+                  type: 'text';
+                  text: string;
+                  citations?:
+                    | ({
+                        type: string;
+                      } & {
+                        [key: string]: unknown;
+                      })[]
+                    | null;
+                  cache_control?: {
+                    /** @enum {string} */
+                    type: 'ephemeral';
+                    /** @enum {string} */
+                    ttl?: '5m' | '1h';
+                  } | null;
+                }[];
+            /** @default [] */
+            tools?: (
+              | string
+              | {
+                  name: string;
+                  description?: string;
+                  input_schema: {
+                    /** @enum {string} */
+                    type: 'object';
+                    properties?: {
+                      [key: string]: unknown;
+                    };
+                  } & {
+                    [key: string]: unknown;
+                  };
+                  strict?: boolean;
+                  validate?: boolean;
+                }
+              | {
+                  mcp_server: string;
+                  allowed_tools?: string[];
+                }
+              | ({
+                  /** @enum {string} */
+                  type: 'mcp_toolset';
+                  mcp_server_name: string;
+                } & {
+                  [key: string]: unknown;
+                })
+              | ({
+                  type: string;
+                  name: string;
+                } & {
+                  [key: string]: unknown;
+                })
+              | {
+                  /** @enum {string} */
+                  type: 'agent';
+                  name: string;
+                  description: string;
+                  session: {
+                    [key: string]: unknown;
+                  };
+                  /**
+                   * @default {
+                   *       "type": "object",
+                   *       "properties": {
+                   *         "prompt": {
+                   *           "type": "string",
+                   *           "description": "The task for the sub-agent, in full."
+                   *         }
+                   *       },
+                   *       "required": [
+                   *         "prompt"
+                   *       ]
+                   *     }
+                   */
+                  input_schema?: {
+                    /** @enum {string} */
+                    type: 'object';
+                    properties?: {
+                      [key: string]: unknown;
+                    };
+                  } & {
+                    [key: string]: unknown;
+                  };
+                }
+            )[];
+            messages?: (
+              | {
+                  /** @enum {string} */
+                  role: 'user';
+                  content:
+                    | string
+                    | (
+                        | {
+                            /** @enum {string} */
+                            type: 'text';
+                            text: string;
+                            citations?:
+                              | ({
+                                  type: string;
+                                } & {
+                                  [key: string]: unknown;
+                                })[]
+                              | null;
+                            cache_control?: {
+                              /** @enum {string} */
+                              type: 'ephemeral';
+                              /** @enum {string} */
+                              ttl?: '5m' | '1h';
+                            } | null;
+                          }
+                        | {
+                            /** @enum {string} */
+                            type: 'image';
+                            source:
+                              | {
+                                  /** @enum {string} */
+                                  type: 'base64';
+                                  /** @enum {string} */
+                                  media_type: 'image/jpeg' | 'image/png' | 'image/gif' | 'image/webp';
+                                  data: string;
+                                }
+                              | {
+                                  /** @enum {string} */
+                                  type: 'url';
+                                  /** Format: uri */
+                                  url: string;
+                                }
+                              | {
+                                  /** @enum {string} */
+                                  type: 'file';
+                                  file_id: string;
+                                };
+                            cache_control?: {
+                              /** @enum {string} */
+                              type: 'ephemeral';
+                              /** @enum {string} */
+                              ttl?: '5m' | '1h';
+                            } | null;
+                          }
+                        | {
+                            /** @enum {string} */
+                            type: 'document';
+                            source: {
+                              /** @enum {string} */
+                              type: 'base64' | 'text' | 'url' | 'content' | 'file';
+                            } & {
+                              [key: string]: unknown;
+                            };
+                            title?: string | null;
+                            context?: string | null;
+                            citations?: {
+                              [key: string]: unknown;
+                            } | null;
+                            cache_control?: {
+                              /** @enum {string} */
+                              type: 'ephemeral';
+                              /** @enum {string} */
+                              ttl?: '5m' | '1h';
+                            } | null;
+                          }
+                        | {
+                            /** @enum {string} */
+                            type: 'search_result';
+                            source: string;
+                            title: string;
+                            content: {
+                              /** @enum {string} */
+                              type: 'text';
+                              text: string;
+                              citations?:
+                                | ({
+                                    type: string;
+                                  } & {
+                                    [key: string]: unknown;
+                                  })[]
+                                | null;
+                              cache_control?: {
+                                /** @enum {string} */
+                                type: 'ephemeral';
+                                /** @enum {string} */
+                                ttl?: '5m' | '1h';
+                              } | null;
+                            }[];
+                            citations?: {
+                              [key: string]: unknown;
+                            } | null;
+                            cache_control?: {
+                              /** @enum {string} */
+                              type: 'ephemeral';
+                              /** @enum {string} */
+                              ttl?: '5m' | '1h';
+                            } | null;
+                          }
+                        | {
+                            /** @enum {string} */
+                            type: 'tool_result';
+                            tool_use_id: string;
+                            content?:
+                              | string
+                              | (
+                                  | {
+                                      /** @enum {string} */
+                                      type: 'text';
+                                      text: string;
+                                      citations?:
+                                        | ({
+                                            type: string;
+                                          } & {
+                                            [key: string]: unknown;
+                                          })[]
+                                        | null;
+                                      cache_control?: {
+                                        /** @enum {string} */
+                                        type: 'ephemeral';
+                                        /** @enum {string} */
+                                        ttl?: '5m' | '1h';
+                                      } | null;
+                                    }
+                                  | {
+                                      /** @enum {string} */
+                                      type: 'image';
+                                      source:
+                                        | {
+                                            /** @enum {string} */
+                                            type: 'base64';
+                                            /** @enum {string} */
+                                            media_type:
+                                              'image/jpeg' | 'image/png' | 'image/gif' | 'image/webp';
+                                            data: string;
+                                          }
+                                        | {
+                                            /** @enum {string} */
+                                            type: 'url';
+                                            /** Format: uri */
+                                            url: string;
+                                          }
+                                        | {
+                                            /** @enum {string} */
+                                            type: 'file';
+                                            file_id: string;
+                                          };
+                                      cache_control?: {
+                                        /** @enum {string} */
+                                        type: 'ephemeral';
+                                        /** @enum {string} */
+                                        ttl?: '5m' | '1h';
+                                      } | null;
+                                    }
+                                  | {
+                                      /** @enum {string} */
+                                      type: 'document';
+                                      source: {
+                                        /** @enum {string} */
+                                        type: 'base64' | 'text' | 'url' | 'content' | 'file';
+                                      } & {
+                                        [key: string]: unknown;
+                                      };
+                                      title?: string | null;
+                                      context?: string | null;
+                                      citations?: {
+                                        [key: string]: unknown;
+                                      } | null;
+                                      cache_control?: {
+                                        /** @enum {string} */
+                                        type: 'ephemeral';
+                                        /** @enum {string} */
+                                        ttl?: '5m' | '1h';
+                                      } | null;
+                                    }
+                                  | {
+                                      /** @enum {string} */
+                                      type: 'search_result';
+                                      source: string;
+                                      title: string;
+                                      content: {
+                                        /** @enum {string} */
+                                        type: 'text';
+                                        text: string;
+                                        citations?:
+                                          | ({
+                                              type: string;
+                                            } & {
+                                              [key: string]: unknown;
+                                            })[]
+                                          | null;
+                                        cache_control?: {
+                                          /** @enum {string} */
+                                          type: 'ephemeral';
+                                          /** @enum {string} */
+                                          ttl?: '5m' | '1h';
+                                        } | null;
+                                      }[];
+                                      citations?: {
+                                        [key: string]: unknown;
+                                      } | null;
+                                      cache_control?: {
+                                        /** @enum {string} */
+                                        type: 'ephemeral';
+                                        /** @enum {string} */
+                                        ttl?: '5m' | '1h';
+                                      } | null;
+                                    }
+                                )[];
+                            is_error?: boolean;
+                            cache_control?: {
+                              /** @enum {string} */
+                              type: 'ephemeral';
+                              /** @enum {string} */
+                              ttl?: '5m' | '1h';
+                            } | null;
+                          }
+                      )[];
+                }
+              | {
+                  /** @enum {string} */
+                  role: 'assistant';
+                  content:
+                    | string
+                    | (
+                        | {
+                            /** @enum {string} */
+                            type: 'text';
+                            text: string;
+                            citations?:
+                              | ({
+                                  type: string;
+                                } & {
+                                  [key: string]: unknown;
+                                })[]
+                              | null;
+                            cache_control?: {
+                              /** @enum {string} */
+                              type: 'ephemeral';
+                              /** @enum {string} */
+                              ttl?: '5m' | '1h';
+                            } | null;
+                          }
+                        | {
+                            /** @enum {string} */
+                            type: 'tool_use';
+                            id: string;
+                            name: string;
+                            input: {
+                              [key: string]: unknown;
+                            };
+                            cache_control?: {
+                              /** @enum {string} */
+                              type: 'ephemeral';
+                              /** @enum {string} */
+                              ttl?: '5m' | '1h';
+                            } | null;
+                          }
+                        | {
+                            /** @enum {string} */
+                            type: 'thinking';
+                            thinking: string;
+                            signature: string;
+                          }
+                        | {
+                            /** @enum {string} */
+                            type: 'redacted_thinking';
+                            data: string;
+                          }
+                        | ({
+                            /** @enum {string} */
+                            type: 'server_tool_use';
+                            id: string;
+                            name: string;
+                            input: {
+                              [key: string]: unknown;
+                            };
+                            cache_control?: {
+                              /** @enum {string} */
+                              type: 'ephemeral';
+                              /** @enum {string} */
+                              ttl?: '5m' | '1h';
+                            } | null;
+                          } & {
+                            [key: string]: unknown;
+                          })
+                        | ({
+                            /** @enum {string} */
+                            type:
+                              | 'web_search_tool_result'
+                              | 'web_fetch_tool_result'
+                              | 'code_execution_tool_result'
+                              | 'bash_code_execution_tool_result'
+                              | 'text_editor_code_execution_tool_result'
+                              | 'tool_search_tool_result'
+                              | 'advisor_tool_result';
+                            tool_use_id: string;
+                            content: unknown;
+                            cache_control?: {
+                              /** @enum {string} */
+                              type: 'ephemeral';
+                              /** @enum {string} */
+                              ttl?: '5m' | '1h';
+                            } | null;
+                          } & {
+                            [key: string]: unknown;
+                          })
+                      )[];
+                }
+            )[];
+            input?: string;
+            /** @default 10 */
+            max_iterations?: number;
+            /** @default default */
+            approval?: ('never' | 'always' | 'default') | string[];
+            /** @default false */
+            review_tool_results?: boolean | string[];
+            /**
+             * @default continue
+             * @enum {string}
+             */
+            on_tool_error?: 'continue' | 'pause' | 'fail';
+            /** @default stop */
+            on_max_tokens?:
+              | 'stop'
+              | {
+                  /** @enum {string} */
+                  retry: 'double';
+                  ceiling: number;
+                };
+            /** @default false */
+            cache_tool_results?: boolean;
+            /** @default true */
+            stream?: boolean;
+            /** @default null */
+            budget?: {
+              total_tokens: number;
+            } | null;
+            /** @default false */
+            run_tools_eagerly?: boolean;
+            /** @default null */
+            compaction?: {
+              at_input_tokens: number;
+              instructions?: string;
+            } | null;
+            /** @default {} */
+            metadata?: {
+              [key: string]: string | number | boolean | null;
+            };
+            /** @default true */
+            start?: boolean;
+          };
+          /**
+           * @description `skip`: no session is created while the last one still runs (`running` or `requires_action`); `allow`: always.
+           * @enum {string}
+           */
+          overlap?: 'skip' | 'allow';
+          paused?: boolean;
+        };
+      };
+    };
+    responses: {
+      /** @description OK */
+      200: {
+        headers: {
+          [name: string]: unknown;
+        };
+        content: {
+          'application/json': components['schemas']['Schedule'];
+        };
+      };
+      /** @description Invalid request (`invalid_request` with the issues in `details`, `invalid_json`, …). */
+      400: {
+        headers: {
+          [name: string]: unknown;
+        };
+        content: {
+          'application/json': components['schemas']['Error'];
+        };
+      };
+      /** @description No valid bearer key (`unauthorized`). */
+      401: {
+        headers: {
+          'WWW-Authenticate': components['headers']['WwwAuthenticate'];
+          [name: string]: unknown;
+        };
+        content: {
+          'application/json': components['schemas']['Error'];
+        };
+      };
+      /** @description No such resource (`session_not_found`, also for another tenant's; `iteration_not_found`, …). */
+      404: {
+        headers: {
+          [name: string]: unknown;
+        };
+        content: {
+          'application/json': components['schemas']['Error'];
+        };
+      };
+      /** @description If-Match does not match the revision (`revision_mismatch`; `details.revision`). */
+      412: {
+        headers: {
+          [name: string]: unknown;
+        };
+        content: {
+          'application/json': components['schemas']['Error'];
+        };
+      };
+      /** @description The body is larger than BODY_LIMIT (`payload_too_large`). */
+      413: {
+        headers: {
+          [name: string]: unknown;
+        };
+        content: {
+          'application/json': components['schemas']['Error'];
+        };
+      };
+      /** @description The body is not JSON (`unsupported_media_type`). */
+      415: {
+        headers: {
+          [name: string]: unknown;
+        };
+        content: {
+          'application/json': components['schemas']['Error'];
+        };
+      };
+      /** @description Over a rate or quota (`rate_limited` with Retry-After, `quota_exceeded`). */
+      429: {
+        headers: {
+          'Retry-After': components['headers']['RetryAfter'];
+          [name: string]: unknown;
+        };
+        content: {
+          'application/json': components['schemas']['Error'];
+        };
+      };
+      /** @description Something went wrong on the service's side (`internal_error`); the details are in its log. */
+      500: {
+        headers: {
+          [name: string]: unknown;
+        };
+        content: {
+          'application/json': components['schemas']['Error'];
+        };
+      };
+      /** @description The session store is unavailable (`store_unavailable`); try again after Retry-After. */
+      503: {
+        headers: {
+          'Retry-After': components['headers']['RetryAfter'];
+          [name: string]: unknown;
+        };
+        content: {
+          'application/json': components['schemas']['Error'];
+        };
+      };
+    };
+  };
+  listScheduleRuns: {
+    parameters: {
+      query?: {
+        limit?: number;
+        cursor?: string;
+      };
+      header?: never;
+      path: {
+        id: string;
+      };
+      cookie?: never;
+    };
+    requestBody?: never;
+    responses: {
+      /** @description OK */
+      200: {
+        headers: {
+          [name: string]: unknown;
+        };
+        content: {
+          'application/json': components['schemas']['SessionList'];
+        };
+      };
+      /** @description Invalid request (`invalid_request` with the issues in `details`, `invalid_json`, …). */
+      400: {
+        headers: {
+          [name: string]: unknown;
+        };
+        content: {
+          'application/json': components['schemas']['Error'];
+        };
+      };
+      /** @description No valid bearer key (`unauthorized`). */
+      401: {
+        headers: {
+          'WWW-Authenticate': components['headers']['WwwAuthenticate'];
+          [name: string]: unknown;
+        };
+        content: {
+          'application/json': components['schemas']['Error'];
+        };
+      };
+      /** @description No such resource (`session_not_found`, also for another tenant's; `iteration_not_found`, …). */
+      404: {
+        headers: {
+          [name: string]: unknown;
+        };
+        content: {
+          'application/json': components['schemas']['Error'];
+        };
+      };
+      /** @description Something went wrong on the service's side (`internal_error`); the details are in its log. */
+      500: {
+        headers: {
+          [name: string]: unknown;
+        };
+        content: {
+          'application/json': components['schemas']['Error'];
+        };
+      };
+      /** @description The session store is unavailable (`store_unavailable`); try again after Retry-After. */
+      503: {
+        headers: {
+          'Retry-After': components['headers']['RetryAfter'];
+          [name: string]: unknown;
+        };
+        content: {
+          'application/json': components['schemas']['Error'];
+        };
+      };
+    };
+  };
+  listScheduleEvents: {
+    parameters: {
+      query?: {
+        after?: string;
+        limit?: number;
+      };
+      header?: never;
+      path: {
+        id: string;
+      };
+      cookie?: never;
+    };
+    requestBody?: never;
+    responses: {
+      /** @description OK */
+      200: {
+        headers: {
+          [name: string]: unknown;
+        };
+        content: {
+          'application/json': components['schemas']['EventPage'];
+        };
+      };
+      /** @description Invalid request (`invalid_request` with the issues in `details`, `invalid_json`, …). */
+      400: {
+        headers: {
+          [name: string]: unknown;
+        };
+        content: {
+          'application/json': components['schemas']['Error'];
+        };
+      };
+      /** @description No valid bearer key (`unauthorized`). */
+      401: {
+        headers: {
+          'WWW-Authenticate': components['headers']['WwwAuthenticate'];
+          [name: string]: unknown;
+        };
+        content: {
+          'application/json': components['schemas']['Error'];
+        };
+      };
+      /** @description No such resource (`session_not_found`, also for another tenant's; `iteration_not_found`, …). */
+      404: {
+        headers: {
+          [name: string]: unknown;
+        };
+        content: {
+          'application/json': components['schemas']['Error'];
+        };
+      };
+      /** @description Something went wrong on the service's side (`internal_error`); the details are in its log. */
+      500: {
+        headers: {
+          [name: string]: unknown;
+        };
+        content: {
+          'application/json': components['schemas']['Error'];
+        };
+      };
+      /** @description The session store is unavailable (`store_unavailable`); try again after Retry-After. */
+      503: {
+        headers: {
+          'Retry-After': components['headers']['RetryAfter'];
+          [name: string]: unknown;
+        };
+        content: {
+          'application/json': components['schemas']['Error'];
+        };
+      };
+    };
+  };
+  listChildren: {
+    parameters: {
+      query?: never;
+      header?: never;
+      path: {
+        id: string;
+      };
+      cookie?: never;
+    };
+    requestBody?: never;
+    responses: {
+      /** @description OK */
+      200: {
+        headers: {
+          [name: string]: unknown;
+        };
+        content: {
+          'application/json': components['schemas']['SessionList'];
         };
       };
       /** @description Invalid request (`invalid_request` with the issues in `details`, `invalid_json`, …). */
