@@ -277,7 +277,11 @@ export interface paths {
      * @description With `include=compacted`, also `compacted`: the messages each compaction summarized, oldest segment first.
      */
     get: operations['listMessages'];
-    put?: never;
+    /**
+     * Replace the whole history (the runner's setMessagesParams)
+     * @description Only while `idle` or `failed` (409 `session_not_replaceable` otherwise). The history is checked as create checks one (400 `invalid_history`); the session goes `idle`, its message thread is dropped. Event `messages.replaced {message_count}`.
+     */
+    put: operations['replaceSessionMessages'];
     /**
      * Add a user message (a follow-up)
      * @description Running: queued for the next turn boundary (202); idle or failed: appended and a run starts (202). `interrupt: true` aborts the turn in flight.
@@ -933,6 +937,7 @@ export interface components {
           | 'session_not_running'
           | 'session_not_failed'
           | 'nothing_to_retry'
+          | 'session_not_replaceable'
           | 'nothing_to_continue'
           | 'nothing_awaits_approval'
           | 'nothing_awaits_results'
@@ -990,7 +995,7 @@ export interface components {
     /** @description What a client must do before the run goes on. */
     RequiredAction: {
       /** @enum {string} */
-      type: 'approve_tool_calls' | 'review_tool_results' | 'submit_tool_results';
+      type: 'approve_tool_calls' | 'review_tool_results' | 'submit_tool_results' | 'review_turn';
       tool_calls: {
         id: string;
         name: string;
@@ -1001,6 +1006,13 @@ export interface components {
         content: unknown;
         is_error: boolean;
       }[];
+      /** @description `review_turn`: the reply under review (policy `pause_after_turn`). */
+      message?: {
+        /** @constant */
+        role: 'assistant';
+        content: unknown;
+        stop_reason: string | null;
+      };
     };
     SessionError: {
       code: string;
@@ -1071,6 +1083,7 @@ export interface components {
         total_tokens: number;
       } | null;
       run_tools_eagerly: boolean;
+      pause_after_turn: boolean;
       /** @description Policy: compact before the next turn once a turn passes `at_input_tokens`. */
       compaction: {
         at_input_tokens: number;
@@ -2277,6 +2290,17 @@ export interface operations {
                             ttl?: '5m' | '1h';
                           } | null;
                         }
+                      | {
+                          /** @enum {string} */
+                          type: 'container_upload';
+                          file_id: string;
+                          cache_control?: {
+                            /** @enum {string} */
+                            type: 'ephemeral';
+                            /** @enum {string} */
+                            ttl?: '5m' | '1h';
+                          } | null;
+                        }
                     )[];
               }
             | {
@@ -2367,7 +2391,40 @@ export interface operations {
                         } & {
                           [key: string]: unknown;
                         })
+                      | {
+                          /** @enum {string} */
+                          type: 'compaction';
+                          content: string | null;
+                          encrypted_content?: string | null;
+                          signature?: string | null;
+                          cache_control?: {
+                            /** @enum {string} */
+                            type: 'ephemeral';
+                            /** @enum {string} */
+                            ttl?: '5m' | '1h';
+                          } | null;
+                        }
                     )[];
+              }
+            | {
+                /** @enum {string} */
+                role: 'system';
+                content: {
+                  /** @enum {string} */
+                  type: 'tool_addition' | 'tool_removal';
+                  tool: {
+                    /** @enum {string} */
+                    type: 'tool_definition' | 'tool_reference';
+                  } & {
+                    [key: string]: unknown;
+                  };
+                  cache_control?: {
+                    /** @enum {string} */
+                    type: 'ephemeral';
+                    /** @enum {string} */
+                    ttl?: '5m' | '1h';
+                  } | null;
+                }[];
               }
           )[];
           input?: string;
@@ -2400,6 +2457,8 @@ export interface operations {
           } | null;
           /** @default false */
           run_tools_eagerly?: boolean;
+          /** @default false */
+          pause_after_turn?: boolean;
           /** @default null */
           compaction?: {
             at_input_tokens: number;
@@ -2707,6 +2766,7 @@ export interface operations {
             total_tokens: number;
           } | null;
           run_tools_eagerly?: boolean;
+          pause_after_turn?: boolean;
           compaction?: {
             at_input_tokens: number;
             instructions?: string;
@@ -2944,6 +3004,501 @@ export interface operations {
       /** @description No such resource (`session_not_found`, also for another tenant's; `iteration_not_found`, …). */
       404: {
         headers: {
+          [name: string]: unknown;
+        };
+        content: {
+          'application/json': components['schemas']['Error'];
+        };
+      };
+      /** @description Something went wrong on the service's side (`internal_error`); the details are in its log. */
+      500: {
+        headers: {
+          [name: string]: unknown;
+        };
+        content: {
+          'application/json': components['schemas']['Error'];
+        };
+      };
+      /** @description The session store is unavailable (`store_unavailable`); try again after Retry-After. */
+      503: {
+        headers: {
+          'Retry-After': components['headers']['RetryAfter'];
+          [name: string]: unknown;
+        };
+        content: {
+          'application/json': components['schemas']['Error'];
+        };
+      };
+    };
+  };
+  replaceSessionMessages: {
+    parameters: {
+      query?: never;
+      header?: {
+        'if-match'?: string;
+      };
+      path: {
+        id: string;
+      };
+      cookie?: never;
+    };
+    requestBody: {
+      content: {
+        'application/json': {
+          messages: (
+            | {
+                /** @enum {string} */
+                role: 'user';
+                content:
+                  | string
+                  | (
+                      | {
+                          /** @enum {string} */
+                          type: 'text';
+                          text: string;
+                          citations?:
+                            | ({
+                                type: string;
+                              } & {
+                                [key: string]: unknown;
+                              })[]
+                            | null;
+                          cache_control?: {
+                            /** @enum {string} */
+                            type: 'ephemeral';
+                            /** @enum {string} */
+                            ttl?: '5m' | '1h';
+                          } | null;
+                        }
+                      | {
+                          /** @enum {string} */
+                          type: 'image';
+                          source:
+                            | {
+                                /** @enum {string} */
+                                type: 'base64';
+                                /** @enum {string} */
+                                media_type: 'image/jpeg' | 'image/png' | 'image/gif' | 'image/webp';
+                                data: string;
+                              }
+                            | {
+                                /** @enum {string} */
+                                type: 'url';
+                                /** Format: uri */
+                                url: string;
+                              }
+                            | {
+                                /** @enum {string} */
+                                type: 'file';
+                                file_id: string;
+                              };
+                          cache_control?: {
+                            /** @enum {string} */
+                            type: 'ephemeral';
+                            /** @enum {string} */
+                            ttl?: '5m' | '1h';
+                          } | null;
+                        }
+                      | {
+                          /** @enum {string} */
+                          type: 'document';
+                          source: {
+                            /** @enum {string} */
+                            type: 'base64' | 'text' | 'url' | 'content' | 'file';
+                          } & {
+                            [key: string]: unknown;
+                          };
+                          title?: string | null;
+                          context?: string | null;
+                          citations?: {
+                            [key: string]: unknown;
+                          } | null;
+                          cache_control?: {
+                            /** @enum {string} */
+                            type: 'ephemeral';
+                            /** @enum {string} */
+                            ttl?: '5m' | '1h';
+                          } | null;
+                        }
+                      | {
+                          /** @enum {string} */
+                          type: 'search_result';
+                          source: string;
+                          title: string;
+                          content: {
+                            /** @enum {string} */
+                            type: 'text';
+                            text: string;
+                            citations?:
+                              | ({
+                                  type: string;
+                                } & {
+                                  [key: string]: unknown;
+                                })[]
+                              | null;
+                            cache_control?: {
+                              /** @enum {string} */
+                              type: 'ephemeral';
+                              /** @enum {string} */
+                              ttl?: '5m' | '1h';
+                            } | null;
+                          }[];
+                          citations?: {
+                            [key: string]: unknown;
+                          } | null;
+                          cache_control?: {
+                            /** @enum {string} */
+                            type: 'ephemeral';
+                            /** @enum {string} */
+                            ttl?: '5m' | '1h';
+                          } | null;
+                        }
+                      | {
+                          /** @enum {string} */
+                          type: 'tool_result';
+                          tool_use_id: string;
+                          content?:
+                            | string
+                            | (
+                                | {
+                                    /** @enum {string} */
+                                    type: 'text';
+                                    text: string;
+                                    citations?:
+                                      | ({
+                                          type: string;
+                                        } & {
+                                          [key: string]: unknown;
+                                        })[]
+                                      | null;
+                                    cache_control?: {
+                                      /** @enum {string} */
+                                      type: 'ephemeral';
+                                      /** @enum {string} */
+                                      ttl?: '5m' | '1h';
+                                    } | null;
+                                  }
+                                | {
+                                    /** @enum {string} */
+                                    type: 'image';
+                                    source:
+                                      | {
+                                          /** @enum {string} */
+                                          type: 'base64';
+                                          /** @enum {string} */
+                                          media_type: 'image/jpeg' | 'image/png' | 'image/gif' | 'image/webp';
+                                          data: string;
+                                        }
+                                      | {
+                                          /** @enum {string} */
+                                          type: 'url';
+                                          /** Format: uri */
+                                          url: string;
+                                        }
+                                      | {
+                                          /** @enum {string} */
+                                          type: 'file';
+                                          file_id: string;
+                                        };
+                                    cache_control?: {
+                                      /** @enum {string} */
+                                      type: 'ephemeral';
+                                      /** @enum {string} */
+                                      ttl?: '5m' | '1h';
+                                    } | null;
+                                  }
+                                | {
+                                    /** @enum {string} */
+                                    type: 'document';
+                                    source: {
+                                      /** @enum {string} */
+                                      type: 'base64' | 'text' | 'url' | 'content' | 'file';
+                                    } & {
+                                      [key: string]: unknown;
+                                    };
+                                    title?: string | null;
+                                    context?: string | null;
+                                    citations?: {
+                                      [key: string]: unknown;
+                                    } | null;
+                                    cache_control?: {
+                                      /** @enum {string} */
+                                      type: 'ephemeral';
+                                      /** @enum {string} */
+                                      ttl?: '5m' | '1h';
+                                    } | null;
+                                  }
+                                | {
+                                    /** @enum {string} */
+                                    type: 'search_result';
+                                    source: string;
+                                    title: string;
+                                    content: {
+                                      /** @enum {string} */
+                                      type: 'text';
+                                      text: string;
+                                      citations?:
+                                        | ({
+                                            type: string;
+                                          } & {
+                                            [key: string]: unknown;
+                                          })[]
+                                        | null;
+                                      cache_control?: {
+                                        /** @enum {string} */
+                                        type: 'ephemeral';
+                                        /** @enum {string} */
+                                        ttl?: '5m' | '1h';
+                                      } | null;
+                                    }[];
+                                    citations?: {
+                                      [key: string]: unknown;
+                                    } | null;
+                                    cache_control?: {
+                                      /** @enum {string} */
+                                      type: 'ephemeral';
+                                      /** @enum {string} */
+                                      ttl?: '5m' | '1h';
+                                    } | null;
+                                  }
+                              )[];
+                          is_error?: boolean;
+                          cache_control?: {
+                            /** @enum {string} */
+                            type: 'ephemeral';
+                            /** @enum {string} */
+                            ttl?: '5m' | '1h';
+                          } | null;
+                        }
+                      | {
+                          /** @enum {string} */
+                          type: 'container_upload';
+                          file_id: string;
+                          cache_control?: {
+                            /** @enum {string} */
+                            type: 'ephemeral';
+                            /** @enum {string} */
+                            ttl?: '5m' | '1h';
+                          } | null;
+                        }
+                    )[];
+              }
+            | {
+                /** @enum {string} */
+                role: 'assistant';
+                content:
+                  | string
+                  | (
+                      | {
+                          /** @enum {string} */
+                          type: 'text';
+                          text: string;
+                          citations?:
+                            | ({
+                                type: string;
+                              } & {
+                                [key: string]: unknown;
+                              })[]
+                            | null;
+                          cache_control?: {
+                            /** @enum {string} */
+                            type: 'ephemeral';
+                            /** @enum {string} */
+                            ttl?: '5m' | '1h';
+                          } | null;
+                        }
+                      | {
+                          /** @enum {string} */
+                          type: 'tool_use';
+                          id: string;
+                          name: string;
+                          input: {
+                            [key: string]: unknown;
+                          };
+                          cache_control?: {
+                            /** @enum {string} */
+                            type: 'ephemeral';
+                            /** @enum {string} */
+                            ttl?: '5m' | '1h';
+                          } | null;
+                        }
+                      | {
+                          /** @enum {string} */
+                          type: 'thinking';
+                          thinking: string;
+                          signature: string;
+                        }
+                      | {
+                          /** @enum {string} */
+                          type: 'redacted_thinking';
+                          data: string;
+                        }
+                      | ({
+                          /** @enum {string} */
+                          type: 'server_tool_use';
+                          id: string;
+                          name: string;
+                          input: {
+                            [key: string]: unknown;
+                          };
+                          cache_control?: {
+                            /** @enum {string} */
+                            type: 'ephemeral';
+                            /** @enum {string} */
+                            ttl?: '5m' | '1h';
+                          } | null;
+                        } & {
+                          [key: string]: unknown;
+                        })
+                      | ({
+                          /** @enum {string} */
+                          type:
+                            | 'web_search_tool_result'
+                            | 'web_fetch_tool_result'
+                            | 'code_execution_tool_result'
+                            | 'bash_code_execution_tool_result'
+                            | 'text_editor_code_execution_tool_result'
+                            | 'tool_search_tool_result'
+                            | 'advisor_tool_result';
+                          tool_use_id: string;
+                          content: unknown;
+                          cache_control?: {
+                            /** @enum {string} */
+                            type: 'ephemeral';
+                            /** @enum {string} */
+                            ttl?: '5m' | '1h';
+                          } | null;
+                        } & {
+                          [key: string]: unknown;
+                        })
+                      | {
+                          /** @enum {string} */
+                          type: 'compaction';
+                          content: string | null;
+                          encrypted_content?: string | null;
+                          signature?: string | null;
+                          cache_control?: {
+                            /** @enum {string} */
+                            type: 'ephemeral';
+                            /** @enum {string} */
+                            ttl?: '5m' | '1h';
+                          } | null;
+                        }
+                    )[];
+              }
+            | {
+                /** @enum {string} */
+                role: 'system';
+                content: {
+                  /** @enum {string} */
+                  type: 'tool_addition' | 'tool_removal';
+                  tool: {
+                    /** @enum {string} */
+                    type: 'tool_definition' | 'tool_reference';
+                  } & {
+                    [key: string]: unknown;
+                  };
+                  cache_control?: {
+                    /** @enum {string} */
+                    type: 'ephemeral';
+                    /** @enum {string} */
+                    ttl?: '5m' | '1h';
+                  } | null;
+                }[];
+              }
+          )[];
+        };
+      };
+    };
+    responses: {
+      /** @description OK */
+      200: {
+        headers: {
+          ETag: components['headers']['ETag'];
+          [name: string]: unknown;
+        };
+        content: {
+          'application/json': components['schemas']['Session'];
+        };
+      };
+      /** @description Accepted: the work was queued (a run started or will start at the next turn boundary). */
+      202: {
+        headers: {
+          ETag: components['headers']['ETag'];
+          [name: string]: unknown;
+        };
+        content: {
+          'application/json': components['schemas']['Session'];
+        };
+      };
+      /** @description Invalid request (`invalid_request` with the issues in `details`, `invalid_json`, …). */
+      400: {
+        headers: {
+          [name: string]: unknown;
+        };
+        content: {
+          'application/json': components['schemas']['Error'];
+        };
+      };
+      /** @description No valid bearer key (`unauthorized`). */
+      401: {
+        headers: {
+          'WWW-Authenticate': components['headers']['WwwAuthenticate'];
+          [name: string]: unknown;
+        };
+        content: {
+          'application/json': components['schemas']['Error'];
+        };
+      };
+      /** @description No such resource (`session_not_found`, also for another tenant's; `iteration_not_found`, …). */
+      404: {
+        headers: {
+          [name: string]: unknown;
+        };
+        content: {
+          'application/json': components['schemas']['Error'];
+        };
+      };
+      /** @description The request does not fit the session's state (the code says why), or `idempotency_in_progress`. */
+      409: {
+        headers: {
+          [name: string]: unknown;
+        };
+        content: {
+          'application/json': components['schemas']['Error'];
+        };
+      };
+      /** @description If-Match does not match the revision (`revision_mismatch`; `details.revision`). */
+      412: {
+        headers: {
+          [name: string]: unknown;
+        };
+        content: {
+          'application/json': components['schemas']['Error'];
+        };
+      };
+      /** @description The body is larger than BODY_LIMIT (`payload_too_large`). */
+      413: {
+        headers: {
+          [name: string]: unknown;
+        };
+        content: {
+          'application/json': components['schemas']['Error'];
+        };
+      };
+      /** @description The body is not JSON (`unsupported_media_type`). */
+      415: {
+        headers: {
+          [name: string]: unknown;
+        };
+        content: {
+          'application/json': components['schemas']['Error'];
+        };
+      };
+      /** @description Over a rate or quota (`rate_limited` with Retry-After, `quota_exceeded`). */
+      429: {
+        headers: {
+          'Retry-After': components['headers']['RetryAfter'];
           [name: string]: unknown;
         };
         content: {
@@ -5149,6 +5704,7 @@ export interface operations {
             | 'iteration.persisted'
             | 'message.queued'
             | 'message.appended'
+            | 'messages.replaced'
             | 'tool_call.decided'
             | 'tool_result.submitted'
             | 'tool_result.replaced'
@@ -5456,6 +6012,7 @@ export interface operations {
             | 'iteration.persisted'
             | 'message.queued'
             | 'message.appended'
+            | 'messages.replaced'
             | 'tool_call.decided'
             | 'tool_result.submitted'
             | 'tool_result.replaced'
@@ -6989,6 +7546,17 @@ export interface operations {
                               ttl?: '5m' | '1h';
                             } | null;
                           }
+                        | {
+                            /** @enum {string} */
+                            type: 'container_upload';
+                            file_id: string;
+                            cache_control?: {
+                              /** @enum {string} */
+                              type: 'ephemeral';
+                              /** @enum {string} */
+                              ttl?: '5m' | '1h';
+                            } | null;
+                          }
                       )[];
                 }
               | {
@@ -7079,7 +7647,40 @@ export interface operations {
                           } & {
                             [key: string]: unknown;
                           })
+                        | {
+                            /** @enum {string} */
+                            type: 'compaction';
+                            content: string | null;
+                            encrypted_content?: string | null;
+                            signature?: string | null;
+                            cache_control?: {
+                              /** @enum {string} */
+                              type: 'ephemeral';
+                              /** @enum {string} */
+                              ttl?: '5m' | '1h';
+                            } | null;
+                          }
                       )[];
+                }
+              | {
+                  /** @enum {string} */
+                  role: 'system';
+                  content: {
+                    /** @enum {string} */
+                    type: 'tool_addition' | 'tool_removal';
+                    tool: {
+                      /** @enum {string} */
+                      type: 'tool_definition' | 'tool_reference';
+                    } & {
+                      [key: string]: unknown;
+                    };
+                    cache_control?: {
+                      /** @enum {string} */
+                      type: 'ephemeral';
+                      /** @enum {string} */
+                      ttl?: '5m' | '1h';
+                    } | null;
+                  }[];
                 }
             )[];
             input?: string;
@@ -7112,6 +7713,8 @@ export interface operations {
             } | null;
             /** @default false */
             run_tools_eagerly?: boolean;
+            /** @default false */
+            pause_after_turn?: boolean;
             /** @default null */
             compaction?: {
               at_input_tokens: number;
@@ -7740,6 +8343,17 @@ export interface operations {
                               ttl?: '5m' | '1h';
                             } | null;
                           }
+                        | {
+                            /** @enum {string} */
+                            type: 'container_upload';
+                            file_id: string;
+                            cache_control?: {
+                              /** @enum {string} */
+                              type: 'ephemeral';
+                              /** @enum {string} */
+                              ttl?: '5m' | '1h';
+                            } | null;
+                          }
                       )[];
                 }
               | {
@@ -7830,7 +8444,40 @@ export interface operations {
                           } & {
                             [key: string]: unknown;
                           })
+                        | {
+                            /** @enum {string} */
+                            type: 'compaction';
+                            content: string | null;
+                            encrypted_content?: string | null;
+                            signature?: string | null;
+                            cache_control?: {
+                              /** @enum {string} */
+                              type: 'ephemeral';
+                              /** @enum {string} */
+                              ttl?: '5m' | '1h';
+                            } | null;
+                          }
                       )[];
+                }
+              | {
+                  /** @enum {string} */
+                  role: 'system';
+                  content: {
+                    /** @enum {string} */
+                    type: 'tool_addition' | 'tool_removal';
+                    tool: {
+                      /** @enum {string} */
+                      type: 'tool_definition' | 'tool_reference';
+                    } & {
+                      [key: string]: unknown;
+                    };
+                    cache_control?: {
+                      /** @enum {string} */
+                      type: 'ephemeral';
+                      /** @enum {string} */
+                      ttl?: '5m' | '1h';
+                    } | null;
+                  }[];
                 }
             )[];
             input?: string;
@@ -7863,6 +8510,8 @@ export interface operations {
             } | null;
             /** @default false */
             run_tools_eagerly?: boolean;
+            /** @default false */
+            pause_after_turn?: boolean;
             /** @default null */
             compaction?: {
               at_input_tokens: number;
