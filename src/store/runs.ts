@@ -3,6 +3,7 @@
  * (`runs:due`), and each tenant's slots among the active runs (TENANT_MAX_ACTIVE_RUNS). Keys from keys.ts; each
  * method is one command or one script unless its JSDoc says otherwise.
  */
+import { isOutOfMemory } from './unavailable.js';
 import { quotaExceeded } from '../errors.js';
 import { AGENTS_DUE_KEY, RUNS_KEY, sessionKeys, tenantRunsKey } from './keys.js';
 import type { RedisClient } from './lua-commands.js';
@@ -52,13 +53,22 @@ export class RunQueue {
    * The run is over (the session left `running`, or is gone): drops its due entry and gives back its tenant's
    * run slot. `tenant` is read from the session when not given (one HGET).
    */
-  async unmarkDue(id: string, tenant?: string): Promise<void> {
+  /**
+   * The run of `id` ended (or the session is gone: `deleted`). A delete must work when Redis is full, which refuses
+   * the ZADD: then the agents' sweep comes to a deleted tree member at its earlier due time instead of now.
+   */
+  async unmarkDue(id: string, tenant?: string, deleted = false): Promise<void> {
     const t = tenant ?? (await this.redis.hget(sessionKeys(id).meta, 'tenant'));
+    // A session of a sub-agent tree: its run ended, the agents' sweep looks at it now (others are not members).
+    const agentsDue = this.redis.zadd(AGENTS_DUE_KEY, 'XX', Date.now(), id);
     await Promise.all([
       this.redis.zrem(RUNS_KEY, id),
       t !== null ? this.redis.zrem(tenantRunsKey(t), id) : null,
-      // A session of a sub-agent tree: its run ended, the agents' sweep looks at it now (others are not members).
-      this.redis.zadd(AGENTS_DUE_KEY, 'XX', Date.now(), id),
+      deleted
+        ? agentsDue.catch((err: unknown) => {
+            if (!isOutOfMemory(err)) throw err;
+          })
+        : agentsDue,
     ]);
   }
 

@@ -394,7 +394,7 @@ export class SessionStore {
     this.tenants.delete(id);
     await Promise.all([
       this.unindex(tenant, id, createdAt),
-      this.runs.unmarkDue(id, tenant),
+      this.runs.unmarkDue(id, tenant, true),
       done === 1
         ? this.storage.add(tenant, -bytes).catch((err: unknown) => {
             if (!isOutOfMemory(err)) throw err; // still full after the delete: the count stays high (an upper bound)
