@@ -13,11 +13,13 @@ import {
   forkBody,
   patchSessionBody,
   postMessageBody,
+  replaceMessagesBody,
   toolResultBody,
   toolResultsBody,
 } from '../src/schemas.js';
 import { createWebhookBody, patchWebhookBody } from '../src/webhooks/schemas.js';
 import { claimBody, putToolBody } from '../src/tenant-tools/schemas.js';
+import { createScheduleBody, patchScheduleBody } from '../src/schedules/schemas.js';
 
 /** Keys of a zod object schema (the body schemas are strict objects, possibly refined). */
 const keysOf = (schema: z.ZodType): string[] => Object.keys((schema as unknown as { shape: object }).shape);
@@ -81,6 +83,9 @@ const templates: Record<string, Record<string, unknown>> = {
   webhookPatch: { description: 'd', url: 'http://127.0.0.1:9/other' },
   tool: { description: 'd', input_schema: { type: 'object' }, runner: { type: 'worker' } },
   claim: { tools: ['fuzz_tool'], wait_ms: 0 },
+  schedule: { cron: '0 9 * * 1-5', timezone: 'Europe/Paris', session: { input: 'report', start: false } },
+  schedulePatch: { paused: true },
+  replaceMessages: { messages: [{ role: 'user', content: 'hello again' }] },
 };
 const schemaKeys: Record<string, string[]> = {
   create: keysOf(createSessionBody),
@@ -98,6 +103,9 @@ const schemaKeys: Record<string, string[]> = {
   webhookPatch: keysOf(patchWebhookBody),
   tool: keysOf(putToolBody),
   claim: keysOf(claimBody),
+  schedule: keysOf(createScheduleBody),
+  schedulePatch: keysOf(patchScheduleBody),
+  replaceMessages: keysOf(replaceMessagesBody),
 };
 
 const bodyFor = (kind: string): fc.Arbitrary<string | undefined> => {
@@ -251,6 +259,15 @@ export const routes: Array<[string, string, string | null]> = [
   ['POST', '/v1/tool-tasks/claim', 'claim'],
   ['POST', '/v1/tool-tasks/:id/heartbeat', 'empty'],
   ['POST', '/v1/tool-tasks/:id/result', 'toolResult'],
+  ['PUT', '/v1/sessions/:id/messages', 'replaceMessages'],
+  ['GET', '/v1/sessions/:id/children', null],
+  ['POST', '/v1/schedules', 'schedule'],
+  ['GET', '/v1/schedules', null],
+  ['GET', '/v1/schedules/:id', null],
+  ['PATCH', '/v1/schedules/:id', 'schedulePatch'],
+  ['DELETE', '/v1/schedules/:id', null],
+  ['GET', '/v1/schedules/:id/runs', null],
+  ['GET', '/v1/schedules/:id/events', null],
 ];
 
 /**
