@@ -45,6 +45,7 @@ import agentsPlugin from './agents/plugin.js';
 import agentRoutes from '../routes/agents.js';
 import tenantToolRoutes from '../routes/tenant-tools.js';
 import toolTaskRoutes from '../routes/tool-tasks.js';
+import usageRoutes from '../routes/usage.js';
 import quotasPlugin from './quotas/quotas.js';
 import { selectProtocol } from './events/protocols.js';
 import { metricsPlugin, tracingPlugin, type TracingPluginOptions } from './observability/plugin.js';
@@ -94,7 +95,7 @@ const app: FastifyPluginAsync<AppOptions> = async (fastify, opts) => {
 
   await fastify.register(errorsPlugin);
   await fastify.register(accessLogPlugin);
-  await fastify.register(metricsPlugin);
+  await fastify.register(metricsPlugin, { tenantLabel: config.METRICS_TENANT_LABEL });
   await fastify.register(tracingPlugin, opts.tracing ?? {});
   await fastify.register(swagger, swaggerOptions);
   await fastify.register(swaggerUi, { routePrefix: '/docs' });
@@ -119,6 +120,9 @@ const app: FastifyPluginAsync<AppOptions> = async (fastify, opts) => {
       maxTurnBytes: config.MAX_TURN_BYTES,
       tenantMaxActiveRuns: config.TENANT_MAX_ACTIVE_RUNS,
       tenantMaxBytes: config.TENANT_MAX_BYTES,
+      modelPrices: config.MODEL_PRICES,
+      tenantMaxCostUsdPerDay: config.TENANT_MAX_COST_USD_PER_DAY,
+      usageRetentionDays: config.USAGE_RETENTION_DAYS,
     },
     shutdownGraceMs: config.SHUTDOWN_GRACE_MS,
     maxActiveRuns: config.MAX_ACTIVE_RUNS,
@@ -184,6 +188,7 @@ const app: FastifyPluginAsync<AppOptions> = async (fastify, opts) => {
     await api.register(agentRoutes);
     await api.register(tenantToolRoutes);
     await api.register(toolTaskRoutes);
+    await api.register(usageRoutes);
     // Unknown paths under /v1 are answered inside the scope too: 401 without a key, as any /v1 route (no route
     // discovery without one), else 404 `route_not_found`. Preflights (OPTIONS) are left to the CORS plugin.
     api.route({

@@ -1,6 +1,7 @@
 import { readFileSync } from 'node:fs';
 import { z } from 'zod';
 import { mcpServersVar, missingEnvRefs, resolveMcpServers } from './mcp/config.js';
+import { modelPricesSchema } from './cost/prices.js';
 
 const port = z.coerce.number().int().min(0).max(65535);
 const positiveMs = z.coerce.number().int().positive();
@@ -68,6 +69,27 @@ const origins = z.string().transform((raw, ctx) =>
       return o;
     }),
 );
+
+/** MODEL_PRICES: JSON `{"<family>": {"input", "output", …}}` (src/cost/prices.ts), checked at boot. */
+const modelPrices = z.string().transform((raw, ctx) => {
+  let json: unknown;
+  try {
+    json = JSON.parse(raw);
+  } catch (err) {
+    ctx.addIssue({
+      code: 'custom',
+      message: `not JSON (${err instanceof Error ? err.message : String(err)}); expected {"claude-…": {"input": 3, "output": 15}}`,
+    });
+    return z.NEVER;
+  }
+  const parsed = modelPricesSchema.safeParse(json);
+  if (!parsed.success) {
+    for (const issue of parsed.error.issues)
+      ctx.addIssue({ code: 'custom', path: issue.path, message: issue.message });
+    return z.NEVER;
+  }
+  return parsed.data;
+});
 
 const logLevel = z.enum(['fatal', 'error', 'warn', 'info', 'debug', 'trace', 'silent']);
 
@@ -231,6 +253,17 @@ export const configSchema = z.object({
   AGENT_SWEEP_MS: positiveMs.default(250),
   /** Tests only: a schedule's cron may have 6 fields (seconds first), so fires come every second. */
   SCHEDULES_TEST_SECONDS: z
+    .enum(['true', 'false', '1', '0'])
+    .default('false')
+    .transform((v) => v === 'true' || v === '1'),
+  /** §7.4 cost: prices per model family over the list prices (JSON; src/cost/prices.ts). */
+  MODEL_PRICES: modelPrices.optional(),
+  /** Dollars one tenant's turns may cost per UTC day, across replicas (then `tenant_budget_exhausted`). 0: no cap. */
+  TENANT_MAX_COST_USD_PER_DAY: z.coerce.number().min(0).max(1_000_000_000).default(0),
+  /** Days a tenant's daily usage (GET /v1/usage) is kept. */
+  USAGE_RETENTION_DAYS: z.coerce.number().int().min(2).max(3660).default(400),
+  /** The token and cost metrics carry a `tenant` label (one series per tenant: mind the cardinality). */
+  METRICS_TENANT_LABEL: z
     .enum(['true', 'false', '1', '0'])
     .default('false')
     .transform((v) => v === 'true' || v === '1'),

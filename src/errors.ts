@@ -19,6 +19,7 @@ export const ERROR_CODES = [
   'tool_name_conflict',
   'invalid_memory_path',
   'request_aborted',
+  'unknown_model_price',
   // 401, 403
   'unauthorized',
   'origin_not_allowed',
@@ -61,6 +62,7 @@ export const ERROR_CODES = [
   'task_lease_lost',
   'task_already_completed',
   'task_cancelled',
+  'action_timed_out',
   // 410, 412, 413, 415, 422, 426
   'cursor_expired',
   'revision_mismatch',

@@ -294,11 +294,18 @@ export const onMaxTokens = z.union([
 export type OnMaxTokens = z.infer<typeof onMaxTokens>;
 
 /**
- * Policy `budget`: a ceiling on the tokens the session's turns may use in total (input + output + cache creation +
- * cache read, the session's `usage`). `null` is no ceiling. See src/engine/budget.ts.
+ * Policy `budget`: ceilings on the tokens the session's turns may use in total (input + output + cache creation +
+ * cache read, the session's `usage`) and on their cost in dollars. `null` is no ceiling. See src/engine/budget.ts.
  */
 export const budgetPolicy = z
-  .strictObject({ total_tokens: z.number().int().positive().max(1_000_000_000_000) })
+  .strictObject({
+    total_tokens: z.number().int().positive().max(1_000_000_000_000).optional(),
+    /** Dollars at list prices (src/cost/prices.ts); refused for a model without a price. */
+    cost_usd: z.number().positive().max(1_000_000_000).optional(),
+  })
+  .refine((b) => b.total_tokens !== undefined || b.cost_usd !== undefined, {
+    message: 'give `total_tokens`, `cost_usd` or both (null: no budget)',
+  })
   .nullable();
 export type BudgetPolicy = z.infer<typeof budgetPolicy>;
 

@@ -8,7 +8,7 @@ import assert from 'node:assert/strict';
 
 // A plain JavaScript module for browsers: loaded by URL so the type checker does not look for its declarations.
 const viewUrl = new URL('../public/console/view.js', import.meta.url).href;
-const { SessionModel, conversation, estimateCost, formatCost } = await import(viewUrl);
+const { SessionModel, conversation, sessionCost, formatCost } = await import(viewUrl);
 
 let seq = 0;
 const ev = (type: string, data: unknown, revision: number | null = null) => ({
@@ -175,15 +175,10 @@ describe('console view model', () => {
     assert.equal(after[1].queued, undefined, 'merged: an ordinary user turn until the history is read');
   });
 
-  it('estimates cost from usage at the model family list prices', () => {
-    const usage = {
-      input_tokens: 1_000_000,
-      output_tokens: 100_000,
-      cache_creation_input_tokens: 0,
-      cache_read_input_tokens: 1_000_000,
-    };
-    assert.equal(formatCost(estimateCost('claude-sonnet-5-5', usage)), '$4.80');
-    assert.equal(estimateCost('some-other-model', usage), null);
+  it("shows the server's cost figure", () => {
+    assert.equal(formatCost(sessionCost({ usage: { cost_usd: 4.8 } })), '$4.80');
+    assert.equal(formatCost(sessionCost({ usage: { cost_usd: 0.0042 } })), '$0.0042');
+    assert.equal(sessionCost({ usage: { cost_usd: null } }), null);
     assert.equal(formatCost(null), '—');
   });
 });

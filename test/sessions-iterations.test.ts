@@ -110,6 +110,11 @@ describe('iterations, max_iterations and usage', () => {
       total_tokens: 606 + 66 + 57 + 110,
       budget_total_tokens: null,
       budget_remaining_tokens: null,
+      // At the list prices of the default model (claude-sonnet-5-5), each turn rounded to the micro-dollar.
+      cost_usd: 0.002037,
+      server_tool_use: {},
+      budget_cost_usd: null,
+      budget_remaining_cost_usd: null,
     });
 
     const msgs = (await h.api.get(`/v1/sessions/${id}/messages`)).body.data;
@@ -126,7 +131,10 @@ describe('iterations, max_iterations and usage', () => {
       const rec = r.body;
       const req = h.fake.requests[n - 1]!;
       assert.equal(rec.iteration, n);
-      assert.deepEqual(rec.usage, usages[n - 1]);
+      const { cost_usd, server_tool_use, ...tokens } = rec.usage;
+      assert.deepEqual(tokens, usages[n - 1]);
+      assert.equal(typeof cost_usd, 'number');
+      assert.deepEqual(server_tool_use, {});
       assert.equal(rec.request.model, req.body.model);
       assert.equal(rec.request.max_tokens, 777);
       assert.equal(req.body.max_tokens, 777);

@@ -5,7 +5,7 @@ import { render } from 'preact';
 import { useCallback, useEffect, useState } from 'preact/hooks';
 import { SessionView } from './session.js';
 import { ErrorNote, KEY_STORAGE, StatusBadge, api, html, readKey } from './ui.js';
-import { ago, estimateCost, formatCost, totalTokens } from './view.js';
+import { ago, sessionCost, formatCost, totalTokens } from './view.js';
 
 /** How often the session list is read again while the page is visible (ms). */
 const LIST_POLL_MS = 2000;
@@ -114,7 +114,7 @@ function listMeta(s, now) {
   return [
     `${s.iteration} turn${s.iteration === 1 ? '' : 's'}`,
     `${totalTokens(s.usage).toLocaleString()} tokens`,
-    formatCost(estimateCost(s.params?.model, s.usage)),
+    formatCost(sessionCost(s)),
     ago(s.updated_at, now),
   ].join(' · ');
 }

@@ -5,7 +5,7 @@
 
 import { useEffect, useMemo, useRef, useState } from 'preact/hooks';
 import { ErrorNote, StatusBadge, api, html, pretty } from './ui.js';
-import { SessionModel, conversation, estimateCost, eventSummary, formatCost, resultText } from './view.js';
+import { SessionModel, conversation, sessionCost, eventSummary, formatCost, resultText } from './view.js';
 
 /** Re-render at most this often while deltas stream (ms). */
 const RENDER_EVERY_MS = 30;
@@ -145,7 +145,7 @@ export function SessionView({ id, onChange }) {
 
 function SessionHeader({ s, conn }) {
   const u = s.usage ?? {};
-  const cost = estimateCost(s.params?.model, s.usage);
+  const cost = sessionCost(s);
   return html`<header class="session-head">
     <h2 id="session-title"><code>${s.id}</code> <${StatusBadge} status=${s.status} /></h2>
     <p class="conn conn-${conn}" role="status" aria-live="polite" data-conn=${conn}>${connLabel(conn)}</p>
@@ -177,8 +177,8 @@ function SessionHeader({ s, conn }) {
         </dd>
       </div>
       <div>
-        <dt>Est. cost</dt>
-        <dd class="cost" title="list prices of the model's family">${formatCost(cost)}</dd>
+        <dt>Cost</dt>
+        <dd class="cost" title="at list prices, as the server counts it">${formatCost(cost)}</dd>
       </div>
     </dl>
   </header>`;

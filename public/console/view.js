@@ -299,31 +299,16 @@ export function conversation(model) {
 }
 
 /**
- * Estimated cost in US dollars from token usage, at list prices per million tokens of the model's family (cache
- * writes at 1.25× input, cache reads at 0.1× input). An estimate for a person, not billing.
+ * A session's cost as the server counts it (`usage.cost_usd`: list prices of the model's family, MODEL_PRICES over
+ * them; null when the model has no price), or null.
  */
-const PRICES = [
-  [/opus/i, 15, 75],
-  [/haiku/i, 1, 5],
-  [/sonnet|claude/i, 3, 15],
-];
-
-export function estimateCost(model, usage) {
-  if (!usage) return null;
-  const price = PRICES.find(([re]) => re.test(model ?? ''));
-  if (!price) return null;
-  const [, inp, out] = price;
-  const dollars =
-    (usage.input_tokens * inp +
-      usage.output_tokens * out +
-      (usage.cache_creation_input_tokens ?? 0) * inp * 1.25 +
-      (usage.cache_read_input_tokens ?? 0) * inp * 0.1) /
-    1e6;
-  return dollars;
+export function sessionCost(session) {
+  const c = session?.usage?.cost_usd;
+  return typeof c === 'number' ? c : null;
 }
 
 export function formatCost(dollars) {
-  if (dollars === null) return '—';
+  if (dollars === null || dollars === undefined) return '—';
   return dollars < 0.01 ? `$${dollars.toFixed(4)}` : `$${dollars.toFixed(2)}`;
 }
 

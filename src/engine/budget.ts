@@ -1,3 +1,4 @@
+import { microsToUsd, usdToMicros } from '../cost/prices.js';
 import { conflict } from '../errors.js';
 import type { StoredMessage } from '../history.js';
 import type { BudgetPolicy } from '../schemas.js';
@@ -6,12 +7,14 @@ import { commit, idleOps } from './commit.js';
 import type { RunDeps, RunHandle } from './run-handle.js';
 
 /**
- * Policy `budget` (`{"total_tokens": N}`): the tokens a session's turns may use in total. Tokens are counted as the
- * session's `usage` counts them: input + output + cache creation + cache read, every turn of every run (a reply
- * dropped by an `on_max_tokens` retry included: it was billed). The check sits where a run would send its next turn:
- * once the total is N or more, the run stops there — after the tool results of the turn that crossed the line — with
+ * Policy `budget` (`{"total_tokens"?: N, "cost_usd"?: D}`): the tokens, and the dollars at list prices
+ * (src/cost/prices.ts), a session's turns may use in total. Tokens are counted as the session's `usage` counts them:
+ * input + output + cache creation + cache read, every turn of every run (a reply dropped by an `on_max_tokens` retry
+ * included: it was billed), and so is the cost. The check sits where a run would send its next turn: once either
+ * total reaches its ceiling, the run stops there — after the tool results of the turn that crossed the line — with
  * `stop_reason: "budget_exhausted"`, and the session is idle. A turn already sent is never cut: a budget is a limit
- * on turns started, so the total may end above N by one turn's usage.
+ * on turns started, so the total may end above it by one turn's usage. The tenant's daily cap
+ * (TENANT_MAX_COST_USD_PER_DAY) is checked at the same places and stops the run with `tenant_budget_exhausted`.
  */
 
 export const BUDGET_EXHAUSTED = 'budget_exhausted';
@@ -21,18 +24,44 @@ export function totalTokens(u: Usage): number {
   return u.input_tokens + u.output_tokens + u.cache_creation_input_tokens + u.cache_read_input_tokens;
 }
 
-/** Whether `spent` tokens leave nothing of `budget` (no budget: never). */
-export function budgetExhausted(budget: BudgetPolicy, spent: number): boolean {
-  return budget !== null && spent >= budget.total_tokens;
+/** What a session's turns used, as the budget counts it. */
+export interface Spent {
+  tokens: number;
+  /** Micro-dollars of its priced turns. */
+  micros: number;
 }
 
-/** The budget's part of the session's `usage` in the API: the total and what is left of the budget. */
-export function budgetUsage(s: Pick<SessionState, 'usage' | 'budget'>) {
+export const spentOf = (s: Pick<SessionState, 'usage' | 'cost'>): Spent => ({
+  tokens: totalTokens(s.usage),
+  micros: s.cost.micros,
+});
+
+/** Whether `spent` leaves nothing of `budget` (no budget: never). */
+export function budgetExhausted(budget: BudgetPolicy, spent: Spent): boolean {
+  if (budget === null) return false;
+  if (budget.total_tokens !== undefined && spent.tokens >= budget.total_tokens) return true;
+  return budget.cost_usd !== undefined && spent.micros >= usdToMicros(budget.cost_usd);
+}
+
+/** The session's `cost_usd`: null once a turn of a model without a price was counted. */
+export const sessionCostUsd = (s: Pick<SessionState, 'cost'>): number | null =>
+  s.cost.unpriced > 0 ? null : microsToUsd(s.cost.micros);
+
+/** The budget's part of the session's `usage` in the API: the totals and what is left of the budget. */
+export function budgetUsage(s: Pick<SessionState, 'usage' | 'budget' | 'cost'>) {
   const total = totalTokens(s.usage);
+  const cost = sessionCostUsd(s);
+  const costCap = s.budget?.cost_usd;
   return {
     total_tokens: total,
     budget_total_tokens: s.budget?.total_tokens ?? null,
-    budget_remaining_tokens: s.budget ? Math.max(0, s.budget.total_tokens - total) : null,
+    budget_remaining_tokens:
+      s.budget?.total_tokens !== undefined ? Math.max(0, s.budget.total_tokens - total) : null,
+    cost_usd: cost,
+    server_tool_use: s.cost.serverToolUse,
+    budget_cost_usd: costCap ?? null,
+    budget_remaining_cost_usd:
+      costCap !== undefined ? microsToUsd(Math.max(0, usdToMicros(costCap) - s.cost.micros)) : null,
   };
 }
 
@@ -40,11 +69,14 @@ export function budgetUsage(s: Pick<SessionState, 'usage' | 'budget'>) {
  * 409 `budget_exhausted` for a request that would start turns (a new message, `continue`) while the session's budget
  * is spent: the client raises it first (PATCH `budget`).
  */
-export function assertBudgetLeft(s: Pick<SessionState, 'usage' | 'budget'>): void {
-  if (!budgetExhausted(s.budget, totalTokens(s.usage))) return;
+export function assertBudgetLeft(s: Pick<SessionState, 'usage' | 'budget' | 'cost'>): void {
+  if (!budgetExhausted(s.budget, spentOf(s))) return;
+  const tokensSpent = s.budget?.total_tokens !== undefined && totalTokens(s.usage) >= s.budget.total_tokens;
   throw conflict(
     BUDGET_EXHAUSTED,
-    `The session has used ${totalTokens(s.usage)} tokens of its budget of ${s.budget?.total_tokens}; raise \`budget.total_tokens\` with PATCH first.`,
+    tokensSpent
+      ? `The session has used ${totalTokens(s.usage)} tokens of its budget of ${s.budget?.total_tokens}; raise \`budget.total_tokens\` with PATCH first.`
+      : `The session has cost ${sessionCostUsd(s)} USD of its budget of ${s.budget?.cost_usd}; raise \`budget.cost_usd\` with PATCH first.`,
     budgetUsage(s),
   );
 }
@@ -58,11 +90,12 @@ export async function stopForBudget(
   deps: RunDeps,
   run: RunHandle,
   last: StoredMessage | undefined,
+  stopReason: string = BUDGET_EXHAUSTED,
 ): Promise<void> {
   // Idle whether or not anything was queued; the queue merge (after the status ops, in the same script) keeps the
   // follow-ups.
   await commit(deps, run, {
-    ...idleOps(BUDGET_EXHAUSTED),
+    ...idleOps(stopReason),
     queue: last?.role === 'user' ? { into_last: true } : {},
   });
   await deps.store.runs.unmarkDue(run.id);

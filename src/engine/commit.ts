@@ -4,7 +4,7 @@ import { toolCallsOf } from '../history.js';
 import { isStoreDown } from '../store/unavailable.js';
 import { pendingFields, resultsTurn, type PendingCall, type PendingStep } from '../store/pending.js';
 import type { SessionStore } from '../store/store.js';
-import type { SessionError, SessionState } from '../store/session-state.js';
+import { spendOfIncr, type SessionError, type SessionState } from '../store/session-state.js';
 import type { ApplyOps, ApplyResult } from '../store/apply-ops.js';
 import { interruptedResult } from './policy.js';
 import type { EngineLogger, RunDeps, RunHandle } from './run-handle.js';
@@ -99,7 +99,36 @@ export async function commit(deps: RunDeps, run: RunHandle, ops: ApplyOps): Prom
     throw err;
   }
   if (res.control === 'cancel' && !run.reason) run.abort('cancel');
+  await recordSpend(deps, run, ops);
   return res;
+}
+
+/**
+ * Adds a committed turn's usage and cost to its tenant's day (another hash tag than the session's, so a command of
+ * its own after the commit: a crash between the two leaves that turn out of the tenant's day, never in it twice).
+ */
+async function recordSpend(deps: RunDeps, run: RunHandle, ops: ApplyOps): Promise<void> {
+  const spend = spendOfIncr(ops.hincr);
+  if (!spend || run.tenant === null) return;
+  await deps.store.spend.record(run.tenant, spend).catch(() => {});
+}
+
+/** The spend metrics of a turn of `model` whose usage counters are `hincr` (usageIncr's). */
+export function countSpend(
+  deps: RunDeps,
+  tenant: string,
+  model: string,
+  hincr: Record<string, number>,
+): void {
+  const s = spendOfIncr(hincr);
+  if (!s) return;
+  deps.metrics.spend(deps.store.spend.prices.family(model), tenant, {
+    input: s.in,
+    output: s.out,
+    cache_write: s.cw,
+    cache_read: s.cr,
+    costMicros: s.nc ? null : s.cost,
+  });
 }
 
 /**

@@ -29,7 +29,8 @@ import {
   type Usage,
 } from '../store/session-state.js';
 import type { ApplyOps } from '../store/apply-ops.js';
-import { commit, mergeOps } from './commit.js';
+import { microsToUsd } from '../cost/prices.js';
+import { commit, countSpend, mergeOps } from './commit.js';
 import type { RunDeps, RunHandle } from './run-handle.js';
 import { statusEvent } from './status.js';
 
@@ -85,6 +86,18 @@ export function usageOf(message: BetaMessage): Usage {
   };
 }
 
+/** A turn's usage as its iteration record and `turn.completed` show it: with `cost_usd` and `server_tool_use`. */
+export function recordedUsage(message: BetaMessage, costMicros: number | null): IterationRecord['usage'] {
+  const serverToolUse: Record<string, number> = {};
+  for (const [name, n] of Object.entries(message.usage?.server_tool_use ?? {}))
+    if (typeof n === 'number') serverToolUse[name] = n;
+  return {
+    ...usageOf(message),
+    cost_usd: costMicros === null ? null : microsToUsd(costMicros),
+    server_tool_use: serverToolUse,
+  };
+}
+
 /** The summary of a compaction reply, or null when it has none (a failed compaction). */
 function summaryOf(message: BetaMessage): string | null {
   for (const block of message.content) {
@@ -108,7 +121,7 @@ export async function commitCompaction(
   iteration: number,
   fromRequest: boolean,
   extra: ApplyOps = {},
-): Promise<Usage> {
+): Promise<IterationRecord['usage']> {
   const startedAt = Date.now();
   const t0 = performance.now();
   // Live news, like `turn.started`: no session field changes until the commit.
@@ -118,7 +131,10 @@ export async function commitCompaction(
     ])
     .catch(() => {});
   const message = 'finalMessage' in item ? await item.finalMessage() : await item;
-  const usage = usageOf(message);
+  const costMicros = deps.store.spend.prices.turnCost(params.model, message.usage);
+  const usageIncrs = usageIncr(message.usage, costMicros);
+  countSpend(deps, state.tenant, params.model, usageIncrs);
+  const usage = recordedUsage(message, costMicros);
   const summary = summaryOf(message);
   const count = summary === null ? 0 : history.length;
   const reply: StoredMessage = { role: 'assistant', content: message.content };
@@ -152,7 +168,7 @@ export async function commitCompaction(
       : { compact: { count, at_iteration: iteration, summary: JSON.stringify(reply) } }),
     push_iters: [JSON.stringify(record)],
     // Not a model turn: `run_start` moves with `iteration`, so `max_iterations` counts turns only.
-    hincr: { iteration: 1, run_start: 1, ...usageIncr(message.usage) },
+    hincr: { iteration: 1, run_start: 1, ...usageIncrs },
     // A route's request is done; one the policy made was never stored.
     ...(fromRequest ? { hset: { compact: '' } } : {}),
     events: [outcome, ['iteration.persisted', JSON.stringify({ iteration, revision: null }), 'rev']],
@@ -229,7 +245,7 @@ export class RunCompaction {
     history: StoredMessage[],
     params: SessionParams,
     iteration: number,
-  ): Promise<Usage> {
+  ): Promise<IterationRecord['usage']> {
     this.expecting = false;
     return commitCompaction(
       this.deps,

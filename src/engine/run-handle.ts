@@ -41,6 +41,8 @@ export class RunHandle {
   /** A PATCH changed params or policies: the runner takes them at the next turn boundary. */
   paramsDirty = false;
   done: Promise<void> = Promise.resolve();
+  /** The session's tenant, once the run read the session (its turns are added to the tenant's day of spend). */
+  tenant: string | null = null;
 
   constructor(
     readonly id: string,

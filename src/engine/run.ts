@@ -4,7 +4,8 @@ import type { SessionChannels } from '../store/channels.js';
 import type { SessionState } from '../store/session-state.js';
 import { isStoreDown } from '../store/unavailable.js';
 import { upstreamContext, type UpstreamContext } from '../observability/upstream-fetch.js';
-import { budgetExhausted, stopForBudget, totalTokens } from './budget.js';
+import { TENANT_BUDGET_EXHAUSTED } from '../cost/spend.js';
+import { budgetExhausted, spentOf, stopForBudget } from './budget.js';
 import { CommitLanded, cancelSession, commit, commitInterrupt, fail, finish } from './commit.js';
 import type { EngineLogger, RunDeps, RunHandle } from './run-handle.js';
 import { endsWithSummary, isUnfinished, leftoverCompaction } from './compaction.js';
@@ -79,6 +80,7 @@ async function driveRun(deps: DriveDeps, run: RunHandle, ctx: UpstreamContext): 
     while (!deps.stopping() || run.reason === null) {
       const state = await store.load(run.id);
       if (!state || state.status !== 'running' || state.fence !== run.fence) return;
+      run.tenant = state.tenant;
       if (!counted) {
         // The session runs: it counts among its tenant's active runs whatever happened to its slot (a run taken over
         // after a crash, an end of an earlier run that gave the slot back after this start took it).
@@ -173,8 +175,13 @@ async function step(
   const paused = last?.role === 'assistant' && (await pausedReply(deps, run.id));
   const turnToSend =
     queued > 0 || (last !== undefined && (last.role !== 'assistant' || endsWithSummary(history) || paused));
-  if (turnToSend && budgetExhausted(state.budget, totalTokens(state.usage))) {
+  if (turnToSend && budgetExhausted(state.budget, spentOf(state))) {
     await stopForBudget(deps, run, last);
+    return 'done';
+  }
+  // The tenant's daily dollar cap, across replicas: checked before every model request.
+  if (turnToSend && (await store.spend.overCap(state.tenant))) {
+    await stopForBudget(deps, run, last, TENANT_BUDGET_EXHAUSTED);
     return 'done';
   }
   // A paused reply is resumed before follow-ups join the history: the API refuses a user turn after an assistant turn

@@ -16,10 +16,11 @@ import type { SessionParams } from '../schemas.js';
 import { pendingFields, resultsTurn, setResult, type PendingStep } from '../store/pending.js';
 import { usageIncr, type IterationRecord, type SessionState } from '../store/session-state.js';
 import type { ApplyOps } from '../store/apply-ops.js';
-import { budgetExhausted, totalTokens } from './budget.js';
+import { usdToMicros } from '../cost/prices.js';
+import { budgetExhausted, spentOf, totalTokens, type Spent } from './budget.js';
 import { cacheMarks, capCacheMarks } from './cache-breakpoints.js';
-import { commit, idleOps } from './commit.js';
-import { RunCompaction, isUnfinished, usageOf } from './compaction.js';
+import { commit, countSpend, idleOps } from './commit.js';
+import { RunCompaction, isUnfinished, recordedUsage, usageOf } from './compaction.js';
 import { interruptedResult, pendingCalls, callIdempotent } from './policy.js';
 import type { EngineLogger, RunDeps, RunHandle } from './run-handle.js';
 import { holdUnsafeCalls, runsToolsEagerly } from './eager.js';
@@ -58,6 +59,12 @@ function takeUp<K extends keyof SessionState>(to: SessionState, from: SessionSta
   to[key] = from[key];
 }
 
+/** Adds a turn's usage (as recorded) to what the budget counts. */
+function addSpent(spent: Spent, u: IterationRecord['usage']): void {
+  spent.tokens += totalTokens(u);
+  spent.micros += u.cost_usd ? usdToMicros(u.cost_usd) : 0;
+}
+
 const budgetLeft = (state: SessionState, iteration: number) =>
   state.maxIterations - (iteration - state.runStart);
 
@@ -89,7 +96,7 @@ export async function runTurns(
   let paramsRev = state.paramsRev;
   let iteration = state.iteration;
   /** The session's total tokens (policy `budget`): as stored at the start, plus each reply of this runner. */
-  let spent = totalTokens(state.usage);
+  let spent = spentOf(state);
   // At most 4 cache breakpoints in what the model sees, the thread's stored history included (cache-breakpoints.ts).
   const capMarks = () => capCacheMarks(history, cacheMarks(params.system) + cacheMarks(tools));
   capMarks();
@@ -134,12 +141,14 @@ export async function runTurns(
       if (fresh) {
         params = fresh.params;
         paramsRev = fresh.paramsRev;
-        spent = totalTokens(fresh.usage);
+        spent = spentOf(fresh);
         for (const key of LIVE_FIELDS) takeUp(state, fresh, key);
       }
       run.paramsDirty = false;
     }
     if (budgetExhausted(state.budget, spent)) return false;
+    // Over the tenant's daily cap: no next request from this runner; the run's next step stops the run.
+    if (await store.spend.overCap(state.tenant)) return false;
     // A thread keeps the `system` it was created with (the SDK throws on a change): a new `system` ends this runner,
     // and the next one starts a new thread with it.
     if (JSON.stringify(params.system) !== threadSystem) return false;
@@ -169,7 +178,7 @@ export async function runTurns(
     if (compaction.expecting) {
       // The runner yields its compaction like a turn; it replaces its history with the reply when it goes on.
       iteration++;
-      spent += totalTokens(await compaction.commit(item, history, params, iteration));
+      addSpent(spent, await compaction.commit(item, history, params, iteration));
       continue;
     }
     runnerTurns++;
@@ -204,7 +213,11 @@ export async function runTurns(
       message = await item;
     }
     const upstreamMs = Math.round(performance.now() - t0);
-    spent += totalTokens(usageOf(message));
+    // Counted once per turn, with its usage, in the commit that stores the turn (or drops it: it was billed).
+    const costMicros = store.spend.prices.turnCost(params.model, message.usage);
+    const usageIncrs = usageIncr(message.usage, costMicros);
+    countSpend(deps, state.tenant, params.model, usageIncrs);
+    addSpent(spent, recordedUsage(message, costMicros));
     const reply: StoredMessage = { role: 'assistant', content: message.content };
     const calls = toolCallsOf(reply);
     // Persisted with the reply: the container it ran in, the thread it ends (thread-anchor.ts).
@@ -225,14 +238,17 @@ export async function runTurns(
         params_rev: paramsRev,
       },
       stop_reason: message.stop_reason,
-      usage: usageOf(message),
+      usage: recordedUsage(message, costMicros),
       tool_calls: calls.map(({ id, name }) => ({ id, name })),
       started_at: new Date(startedAt).toISOString(),
       completed_at: new Date().toISOString(),
       timings: { upstream_ms: upstreamMs, first_event_ms: firstEventMs, tools_ms: null },
     };
     run.obs.turnReplied(message, record.timings);
-    const completedEvent: [string, string] = ['turn.completed', JSON.stringify({ iteration, message })];
+    const completedEvent: [string, string] = [
+      'turn.completed',
+      JSON.stringify({ iteration, message, usage: record.usage }),
+    ];
 
     // on_max_tokens: retry the cut turn with twice the budget, up to the ceiling; the cut reply is dropped.
     const omt = state.onMaxTokens;
@@ -253,7 +269,7 @@ export async function runTurns(
       const res = await commit(deps, run, {
         // The dropped reply ended the thread, which the next turn does not continue.
         hset: { params: JSON.stringify(params), thread: '' },
-        hincr: { params_rev: 1, ...usageIncr(message.usage) },
+        hincr: { params_rev: 1, ...usageIncrs },
         events: [
           ...buffered,
           completedEvent,
@@ -296,7 +312,7 @@ export async function runTurns(
         push_msgs: [JSON.stringify(reply)],
         push_iters: [JSON.stringify(record)],
         hset: carried,
-        hincr: { iteration: 1, ...usageIncr(message.usage) },
+        hincr: { iteration: 1, ...usageIncrs },
         events: [
           ...buffered,
           completedEvent,
@@ -342,7 +358,7 @@ export async function runTurns(
     const replyOps: ApplyOps = {
       push_msgs: [JSON.stringify(reply)],
       hset: carried,
-      hincr: { iteration: 1, ...usageIncr(message.usage) },
+      hincr: { iteration: 1, ...usageIncrs },
       events: replyEvents,
     };
     // One round trip per iteration when every call is to an idempotent server tool: the reply is committed with

@@ -68,6 +68,10 @@ export function buildMessage(
       cache_read_input_tokens: 0,
       ...(usedServerTools ? { server_tool_use: serverRequests } : {}),
       ...reply.usage,
+      cache_creation: reply.usage?.cache_creation ?? {
+        ephemeral_5m_input_tokens: reply.usage?.cache_creation_input_tokens ?? 0,
+        ephemeral_1h_input_tokens: 0,
+      },
     },
   };
 }

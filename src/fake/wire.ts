@@ -57,6 +57,8 @@ export interface FakeUsage {
   cache_read_input_tokens: number;
   /** Server tool requests of the reply, when it made any (as the API counts them). */
   server_tool_use?: { web_search_requests: number; web_fetch_requests: number } | undefined;
+  /** The cache writes split by TTL (default: all of `cache_creation_input_tokens` as 5-minute writes). */
+  cache_creation?: { ephemeral_5m_input_tokens: number; ephemeral_1h_input_tokens: number } | undefined;
 }
 
 /** The stop reasons the API documents; a script may also give any other string (a reason a client does not know). */

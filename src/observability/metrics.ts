@@ -38,6 +38,18 @@ const TOOL_BUCKETS = [0.0005, 0.001, 0.005, 0.01, 0.05, 0.1, 0.5, 1, 5, 10, 30];
 export interface MetricsOptions {
   /** Node's process and event-loop metrics (prom-client's defaults). Default true. */
   defaultMetrics?: boolean;
+  /** METRICS_TENANT_LABEL: the token and cost series also carry a `tenant` label. Default false. */
+  tenantLabel?: boolean;
+}
+
+/** A turn's tokens by kind and its cost, as the spend metrics count them. */
+export interface TurnSpend {
+  input: number;
+  output: number;
+  cache_write: number;
+  cache_read: number;
+  /** Micro-dollars; null without a price (no cost counted). */
+  costMicros: number | null;
 }
 
 /** What the gauges read when scraped (the engine's counts), so nothing is updated on the hot path for them. */
@@ -83,6 +95,10 @@ export class Metrics {
   readonly toolTasks: Counter<'event'>;
   readonly toolTaskClaimLatency: Histogram;
   readonly toolWorkersActive: Gauge;
+  // Spend (§7.4): by model family (a closed set: the price table's families, or `unknown`), tenant only if asked.
+  readonly tokens: Counter<'model_family' | 'kind' | 'tenant'>;
+  readonly costUsd: Counter<'model_family' | 'tenant'>;
+  private readonly tenantLabel: boolean;
 
   constructor(opts: MetricsOptions = {}) {
     const registers = [this.registry];
@@ -251,6 +267,20 @@ export class Metrics {
     });
     for (const event of ['queued', 'claimed', 'retried', 'timed_out', 'completed', 'cancelled'])
       this.toolTasks.inc({ event }, 0);
+    this.tenantLabel = opts.tenantLabel ?? false;
+    const tenant = this.tenantLabel ? (['tenant'] as const) : [];
+    this.tokens = new Counter({
+      name: 'trs_tokens_total',
+      help: 'Tokens of model turns, by model family and kind (input, output, cache_write, cache_read).',
+      labelNames: ['model_family', 'kind', ...tenant],
+      registers,
+    });
+    this.costUsd = new Counter({
+      name: 'trs_cost_usd_total',
+      help: 'Cost of model turns at list prices (US dollars), by model family; turns without a price add nothing.',
+      labelNames: ['model_family', ...tenant],
+      registers,
+    });
     // Zero series for the label values every dashboard panel reads, so a query finds them before the first event.
     for (const transport of ['ws', 'sse'] as const) {
       this.streamsOpened.inc({ transport }, 0);
@@ -274,6 +304,14 @@ export class Metrics {
   /** Counts a turn by its stop reason (a closed set). */
   turn(stopReason: string | null | undefined): void {
     this.turns.inc({ stop_reason: stopReason && STOP_REASONS.has(stopReason) ? stopReason : 'other' });
+  }
+
+  /** Counts a turn's tokens and cost (`family` null: the model has no price). */
+  spend(family: string | null, tenant: string, t: TurnSpend): void {
+    const base = { model_family: family ?? 'unknown', ...(this.tenantLabel ? { tenant } : {}) };
+    for (const kind of ['input', 'output', 'cache_write', 'cache_read'] as const)
+      if (t[kind] > 0) this.tokens.inc({ ...base, kind }, t[kind]);
+    if (t.costMicros) this.costUsd.inc(base, t.costMicros / 1e6);
   }
 
   /** Prometheus text exposition of every metric. */

@@ -19,9 +19,12 @@ const ERROR_CODE = /^\{"error":\{"code":"([a-z_]{1,40})"/;
  * The metrics registry of this instance, with Node's default metrics, and the count of every 4xx/5xx answer by route
  * pattern (never the URL), method, status and the body's error code (a closed set: the service's own codes).
  */
-export const metricsPlugin = fp<{ defaultMetrics?: boolean }>(
+export const metricsPlugin = fp<{ defaultMetrics?: boolean; tenantLabel?: boolean }>(
   async (app, opts) => {
-    const metrics = new Metrics({ defaultMetrics: opts.defaultMetrics ?? true });
+    const metrics = new Metrics({
+      defaultMetrics: opts.defaultMetrics ?? true,
+      tenantLabel: opts.tenantLabel ?? false,
+    });
     app.decorate('metrics', metrics);
     // A callback hook, not an async one: no promise per answer on the hot path.
     app.addHook('onSend', (req, reply, payload, done) => {

@@ -47,6 +47,7 @@ const tags = [
   { name: 'chat', description: "The AI SDK's chat protocol (useChat): a session as a UI message stream." },
   { name: 'mcp-servers', description: "The tenant's own MCP servers, whose tools its sessions may use." },
   { name: 'memory', description: "The memory tool's files of the caller's tenant, shared by its sessions." },
+  { name: 'usage', description: "The tenant's tokens and cost per UTC day (§7.4)." },
   {
     name: 'webhooks',
     description: 'Signed deliveries of session events to your endpoints (Standard Webhooks).',

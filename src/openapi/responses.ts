@@ -46,6 +46,18 @@ export const sessionUsage = usage
     budget_remaining_tokens: z.number().nullable().meta({
       description: 'What is left of the budget (0 once spent: new messages and `continue` answer 409).',
     }),
+    cost_usd: z.number().nullable().meta({
+      description:
+        'Dollars at list prices (MODEL_PRICES over them) of every turn, compactions included; null once a turn of a model without a price was counted.',
+    }),
+    server_tool_use: z
+      .record(z.string(), z.number())
+      .meta({ description: 'Server tool requests of every reply added up (`web_search_requests`, …).' }),
+    budget_cost_usd: z
+      .number()
+      .nullable()
+      .meta({ description: "The `budget` policy's `cost_usd`; null without." }),
+    budget_remaining_cost_usd: z.number().nullable(),
   })
   .meta({ id: 'SessionUsage' });
 
@@ -109,7 +121,9 @@ export const session = z
     ]),
     cache_tool_results: z.boolean(),
     stream: z.boolean(),
-    budget: z.object({ total_tokens: z.number().int() }).nullable(),
+    budget: z
+      .object({ total_tokens: z.number().int().optional(), cost_usd: z.number().optional() })
+      .nullable(),
     run_tools_eagerly: z.boolean(),
     pause_after_turn: z.boolean(),
     compaction: z
@@ -192,7 +206,14 @@ export const iterationRecord = z
     results_index: z.number().int().nullable(),
     request: z.looseObject({}),
     stop_reason: z.string().nullable(),
-    usage,
+    usage: usage.extend({
+      cost_usd: z
+        .number()
+        .nullable()
+        .optional()
+        .meta({ description: "The turn's dollars at list prices; null: the model has no price." }),
+      server_tool_use: z.record(z.string(), z.number()).optional(),
+    }),
     tool_calls: z.array(z.object({ id: z.string(), name: z.string() })),
     started_at: isoTime,
     completed_at: isoTime,
@@ -353,6 +374,33 @@ export function errors<S extends number>(...statuses: S[]): Record<S, typeof err
 
 /** What every /v1 route may answer besides its own errors: no key, too many requests, Redis down. */
 export const v1Errors = [401, 429, 500, 503] as const;
+
+/* Usage (spec §7.4) */
+
+const dayUsage = z
+  .object({
+    date: z.string().meta({ description: 'The UTC day, YYYY-MM-DD.' }),
+    input_tokens: z.number().int(),
+    output_tokens: z.number().int(),
+    cache_creation_input_tokens: z.number().int(),
+    cache_read_input_tokens: z.number().int(),
+    cost_usd: z.number().meta({ description: 'Dollars at list prices of the priced turns.' }),
+    unpriced_turns: z
+      .number()
+      .int()
+      .meta({ description: 'Turns of models without a price: tokens counted, no cost.' }),
+  })
+  .meta({ id: 'DayUsage' });
+
+export const usageDays = z
+  .object({
+    object: z.literal('usage'),
+    from: z.string(),
+    to: z.string(),
+    cost_usd: z.number().meta({ description: 'The days added up.' }),
+    data: z.array(dayUsage),
+  })
+  .meta({ id: 'UsageDays' });
 
 /* Webhooks (spec §6.3) */
 

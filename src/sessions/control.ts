@@ -39,6 +39,12 @@ export function patchSession(
     if (body.pause_after_turn !== undefined) next.pauseAfterTurn = body.pause_after_turn;
     if (body.compaction !== undefined) next.compaction = body.compaction;
     checkCompactionParams(next.params ?? s.params, 'compaction' in next ? next.compaction : s.compaction);
+    // A dollar ceiling (the budget's, the tenant's cap) needs the model's price (400 `unknown_model_price`).
+    if (body.params || body.budget !== undefined)
+      deps.store.spend.assertPriced(
+        (next.params ?? s.params).model,
+        ('budget' in next ? next.budget : s.budget)?.cost_usd,
+      );
     if (body.metadata !== undefined) next.metadata = body.metadata;
     const toolsEvent: Array<[string, string]> = [];
     if (body.tools !== undefined) {

@@ -137,6 +137,8 @@ async function buildSession(
   if (body.start && messages.length === 0) {
     throw badRequest('Give `messages` or `input` to start a session, or `start: false`.');
   }
+  // A dollar ceiling (the budget's, the tenant's cap) needs the model's price (400 `unknown_model_price`).
+  deps.store.spend.assertPriced(params.data.model, body.budget?.cost_usd);
   const now = Date.now();
   const start = body.start && messages.length > 0;
   const state: SessionState = {
@@ -168,6 +170,7 @@ async function buildSession(
     stopReason: null,
     error: null,
     usage: emptyUsage(),
+    cost: { micros: 0, unpriced: 0, serverToolUse: {} },
     metadata: body.metadata,
     createdAt: now,
     updatedAt: now,

@@ -1,6 +1,7 @@
 import type { z } from 'zod';
 import { AppError, conflict, zodDetails } from '../errors.js';
 import { BUDGET_EXHAUSTED, assertBudgetLeft } from '../engine/budget.js';
+import { TENANT_BUDGET_EXHAUSTED } from '../cost/spend.js';
 import { blocksOf } from '../history.js';
 import type { decisionBody, toolResultsBody } from '../schemas.js';
 import { encodeResult, setResult, type PendingStep, type ToolResult } from '../store/pending.js';
@@ -166,7 +167,12 @@ export function continueRun(
 ): Promise<MutationResult> {
   return mutate(deps, tenant, id, ifMatch, async (s: SessionState) => {
     assertBudgetLeft(s);
-    if (s.status === 'idle' && (s.stopReason === 'max_iterations' || s.stopReason === BUDGET_EXHAUSTED)) {
+    if (
+      s.status === 'idle' &&
+      (s.stopReason === 'max_iterations' ||
+        s.stopReason === BUDGET_EXHAUSTED ||
+        s.stopReason === TENANT_BUDGET_EXHAUSTED)
+    ) {
       // After a budget stop (the budget raised since: checked above), the run goes on from where it stopped.
       // A fresh iteration budget: the run goes on from the tool results it stopped after.
       return { ops: runOps(s), starts: true };

@@ -4,6 +4,7 @@
  * store (store.ts); the other modules see decoded values.
  */
 import { randomBytes } from 'node:crypto';
+import type { SpendIncr } from '../cost/spend.js';
 import { oneOf } from '../guards.js';
 import type { StoredMessage } from '../history.js';
 import type { McpToolEntry, McpToolsetEntry } from '../mcp/schema.js';
@@ -25,6 +26,16 @@ export interface Usage {
   output_tokens: number;
   cache_creation_input_tokens: number;
   cache_read_input_tokens: number;
+}
+
+/** The session's cost totals (meta fields `u_cost`, `u_nc`, `u_st_<counter>`). */
+export interface SessionCost {
+  /** Micro-dollars of the priced turns. */
+  micros: number;
+  /** Turns of a model without a price: with any, the session's `cost_usd` is null. */
+  unpriced: number;
+  /** `usage.server_tool_use` of every reply added up (`web_search_requests`, …). */
+  serverToolUse: Record<string, number>;
 }
 
 export interface SessionError {
@@ -80,6 +91,7 @@ export interface SessionState {
   stopReason: string | null;
   error: SessionError | null;
   usage: Usage;
+  cost: SessionCost;
   metadata: Record<string, unknown>;
   createdAt: number;
   updatedAt: number;
@@ -242,6 +254,7 @@ export function decodeFields(h: Record<string, string>): SessionState {
       cache_creation_input_tokens: Number(h['u_cc'] ?? 0),
       cache_read_input_tokens: Number(h['u_cr'] ?? 0),
     },
+    cost: decodeCost(h),
     metadata: json(h['metadata'], {}),
     createdAt: Number(h['created_at'] ?? 0),
     updatedAt: Number(h['updated_at'] ?? 0),
@@ -256,15 +269,51 @@ export function decodeFields(h: Record<string, string>): SessionState {
   };
 }
 
-/** HINCRBY ops adding a reply's usage to the session's totals. */
+const SERVER_TOOL_PREFIX = 'u_st_';
+
+function decodeCost(h: Record<string, string>): SessionCost {
+  const serverToolUse: Record<string, number> = {};
+  for (const [k, v] of Object.entries(h))
+    if (k.startsWith(SERVER_TOOL_PREFIX)) serverToolUse[k.slice(SERVER_TOOL_PREFIX.length)] = Number(v);
+  return { micros: Number(h['u_cost'] ?? 0), unpriced: Number(h['u_nc'] ?? 0), serverToolUse };
+}
+
+/** A reply's usage as the API reports it (the part the counters read). */
+type ReplyCounts = { [K in keyof Usage]?: number | null } & {
+  server_tool_use?: object | null;
+};
+
+/**
+ * HINCRBY ops adding a reply's usage to the session's totals: tokens, server tool requests, and its cost in
+ * micro-dollars (`null`: the model has no price, counted in `u_nc`; `undefined`: not a billed turn).
+ */
 export function usageIncr(
-  u: { [K in keyof Usage]?: number | null } | null | undefined,
+  u: ReplyCounts | null | undefined,
+  costMicros?: number | null,
 ): Record<string, number> {
-  return {
+  const out: Record<string, number> = {
     u_in: u?.input_tokens ?? 0,
     u_out: u?.output_tokens ?? 0,
     u_cc: u?.cache_creation_input_tokens ?? 0,
     u_cr: u?.cache_read_input_tokens ?? 0,
+  };
+  if (costMicros === null) out['u_nc'] = 1;
+  else if (costMicros !== undefined) out['u_cost'] = costMicros;
+  for (const [name, n] of Object.entries(u?.server_tool_use ?? {}))
+    if (typeof n === 'number' && n > 0 && /^[a-z_]{1,64}$/.test(name)) out[SERVER_TOOL_PREFIX + name] = n;
+  return out;
+}
+
+/** The tenant's day counters of a commit's HINCRBY ops (src/cost/spend.ts), or null when it counts no turn. */
+export function spendOfIncr(hincr: Record<string, number> | undefined): SpendIncr | null {
+  if (!hincr || !('u_in' in hincr)) return null;
+  return {
+    in: hincr['u_in'] ?? 0,
+    out: hincr['u_out'] ?? 0,
+    cw: hincr['u_cc'] ?? 0,
+    cr: hincr['u_cr'] ?? 0,
+    cost: hincr['u_cost'] ?? 0,
+    nc: hincr['u_nc'] ?? 0,
   };
 }
 
@@ -288,7 +337,8 @@ export interface IterationRecord {
   results_index: number | null;
   request: { model: string; max_tokens: number; message_count: number; params_rev: number };
   stop_reason: string | null;
-  usage: Usage;
+  /** With the turn's `cost_usd` (null: no price) and `server_tool_use`; absent in records written before them. */
+  usage: Usage & { cost_usd?: number | null; server_tool_use?: Record<string, number> };
   tool_calls: Array<{ id: string; name: string }>;
   started_at: string;
   completed_at: string;

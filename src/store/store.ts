@@ -15,6 +15,8 @@ import type { SessionKeyList } from './lua/commands.js';
 import { RunQueue } from './runs.js';
 import { addedBytes, StorageQuota } from './storage-quota.js';
 import { isOutOfMemory } from './unavailable.js';
+import { PriceTable, type ModelPrices } from '../cost/prices.js';
+import { TenantSpend } from '../cost/spend.js';
 import {
   decodeFields,
   isControl,
@@ -63,6 +65,12 @@ export interface StoreOptions {
   tenantMaxActiveRuns?: number;
   /** Most bytes one tenant stores (TENANT_MAX_BYTES, see storage-quota.ts); 0 or absent: no limit. */
   tenantMaxBytes?: number;
+  /** MODEL_PRICES: over the list prices (src/cost/prices.ts). */
+  modelPrices?: ModelPrices | undefined;
+  /** TENANT_MAX_COST_USD_PER_DAY; 0 or absent: no cap. */
+  tenantMaxCostUsdPerDay?: number;
+  /** USAGE_RETENTION_DAYS: how long a tenant's day of usage is kept (default 400). */
+  usageRetentionDays?: number;
 }
 
 /** Defaults of the optional StoreOptions (the config's). */
@@ -77,6 +85,8 @@ export class SessionStore {
   readonly redis: RedisClient;
   /** Leases, the due runs and the tenants' run slots (runs.ts). */
   readonly runs: RunQueue;
+  /** Tenants' spend per UTC day, the price table, the daily cap (src/cost/spend.ts). */
+  readonly spend: TenantSpend;
   /** Set by the webhooks plugin; see EventTap. */
   eventTap: EventTap | undefined;
   private readonly storage: StorageQuota;
@@ -90,6 +100,11 @@ export class SessionStore {
     defineLuaCommands(redis, new URL('./lua/', import.meta.url), 'sess');
     this.redis = redis;
     this.runs = new RunQueue(redis, options.tenantMaxActiveRuns ?? 0);
+    this.spend = new TenantSpend(redis, {
+      prices: new PriceTable(options.modelPrices),
+      capUsdPerDay: options.tenantMaxCostUsdPerDay ?? 0,
+      retentionDays: options.usageRetentionDays ?? 400,
+    });
     this.storage = new StorageQuota(redis, options.tenantMaxBytes ?? 0);
   }
 
@@ -125,7 +140,10 @@ export class SessionStore {
     // without a due entry would never run. (`runs:due` is a global key, so it cannot join the session's script.)
     // Its run slot is taken before both, for the same reason: a slot without a running session is dropped later.
     if (setsRunning(ops)) {
-      await this.runs.takeRunSlot(tenant ?? (await this.redis.hget(k.meta, 'tenant')), id);
+      const t = tenant ?? (await this.redis.hget(k.meta, 'tenant'));
+      // Over the tenant's daily dollar cap, no run starts (429 `quota_exceeded`, `cost_usd_per_day`).
+      await this.spend.assertUnderCap(t);
+      await this.runs.takeRunSlot(t, id);
       await this.runs.markDue(id, Date.now() + START_DUE_DELAY_MS);
     }
     const tap = this.eventTap?.(id, opsEventTypes(ops), tenant);

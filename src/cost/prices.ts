@@ -1,0 +1,158 @@
+/**
+ * The one price table (§7.4): list prices per model family, in US dollars — per million tokens for input, output,
+ * cache writes (5 minutes, 1 hour) and cache reads, per request for billed server tools (web search: $10 per
+ * 1,000). `MODEL_PRICES` (JSON, validated at boot by src/config.ts) overrides a family or adds one. A turn's cost is
+ * counted in integer micro-dollars (one rounding per turn), so Redis counters add up without float drift; the API
+ * shows dollars. Sonnet's long-context (> 200k input) rates and batch discounts are not modelled.
+ */
+import { z } from 'zod';
+
+const dollars = z.number().min(0).max(1_000_000);
+
+/** One family's prices; the cache rates default to the API's multipliers of `input` (1.25×, 2×, 0.1×). */
+export const modelPriceSchema = z.strictObject({
+  input: dollars,
+  output: dollars,
+  cache_write_5m: dollars.optional(),
+  cache_write_1h: dollars.optional(),
+  cache_read: dollars.optional(),
+  /** Dollars per request, by the name of the counter in `usage.server_tool_use` (`web_search_requests`, …). */
+  server_tools: z.record(z.string().regex(/^[a-z_]{1,64}$/), dollars).optional(),
+});
+export type ModelPriceInput = z.infer<typeof modelPriceSchema>;
+
+/** `MODEL_PRICES`: `{"<family>": prices}`; a family is a model id without its date (`claude-sonnet-4-5`). */
+export const modelPricesSchema = z.record(z.string().regex(/^[a-z0-9][a-z0-9._-]{0,99}$/), modelPriceSchema);
+export type ModelPrices = z.infer<typeof modelPricesSchema>;
+
+export interface ModelPrice {
+  input: number;
+  output: number;
+  cache_write_5m: number;
+  cache_write_1h: number;
+  cache_read: number;
+  server_tools: Record<string, number>;
+}
+
+/** Billed per request by default: web search ($10 / 1,000); web fetch costs only its tokens. */
+const SERVER_TOOLS = { web_search_requests: 0.01, web_fetch_requests: 0 };
+
+/**
+ * List prices ($ per MTok), from Anthropic's pricing page. Cache rates not given follow from input. Haiku 5.5 is at
+ * its rate for prompts up to 100k tokens (its long-prompt tier is not modelled).
+ */
+const LIST: Record<string, ModelPriceInput> = {
+  'claude-fable-5-1': { input: 10, output: 50, cache_read: 0.25 },
+  'claude-mythos-5-1': { input: 10, output: 50, cache_read: 0.25 },
+  'claude-fable-5': { input: 10, output: 50 },
+  'claude-mythos-5': { input: 10, output: 50 },
+  'claude-opus-5-5': { input: 4, output: 20, cache_read: 0.2 },
+  'claude-opus-5': { input: 5, output: 25 },
+  'claude-opus-4-8': { input: 5, output: 25 },
+  'claude-opus-4-7': { input: 5, output: 25 },
+  'claude-opus-4-6': { input: 5, output: 25 },
+  'claude-opus-4-5': { input: 5, output: 25 },
+  'claude-opus-4-1': { input: 15, output: 75 },
+  'claude-opus-4': { input: 15, output: 75 },
+  'claude-opus-4-0': { input: 15, output: 75 },
+  'claude-3-opus': { input: 15, output: 75 },
+  'claude-sonnet-5-5': { input: 2, output: 10 },
+  'claude-sonnet-5': { input: 2, output: 10 },
+  'claude-sonnet-4-6': { input: 3, output: 15 },
+  'claude-sonnet-4-5': { input: 3, output: 15 },
+  'claude-sonnet-4': { input: 3, output: 15 },
+  'claude-sonnet-4-0': { input: 3, output: 15 },
+  'claude-3-7-sonnet': { input: 3, output: 15 },
+  'claude-3-5-sonnet': { input: 3, output: 15 },
+  'claude-haiku-5-5': { input: 0.1, output: 0.5, cache_read: 0.01 },
+  'claude-haiku-4-5': { input: 1, output: 5 },
+  'claude-3-5-haiku': { input: 0.8, output: 4 },
+  'claude-3-haiku': { input: 0.25, output: 1.25, cache_write_5m: 0.3, cache_write_1h: 0.5, cache_read: 0.03 },
+};
+
+function complete(p: ModelPriceInput): ModelPrice {
+  return {
+    input: p.input,
+    output: p.output,
+    cache_write_5m: p.cache_write_5m ?? p.input * 1.25,
+    cache_write_1h: p.cache_write_1h ?? p.input * 2,
+    cache_read: p.cache_read ?? p.input * 0.1,
+    server_tools: { ...SERVER_TOOLS, ...p.server_tools },
+  };
+}
+
+/** Model families and their prices: the list prices, then `MODEL_PRICES` over them. */
+export class PriceTable {
+  private readonly families = new Map<string, ModelPrice>();
+  /** Longest family first, so `claude-opus-4-1` wins over `claude-opus-4`. */
+  private readonly order: string[];
+
+  constructor(overrides: ModelPrices = {}) {
+    for (const [family, p] of Object.entries(LIST)) this.families.set(family, complete(p));
+    for (const [family, p] of Object.entries(overrides)) this.families.set(family, complete(p));
+    this.order = [...this.families.keys()].sort((a, b) => b.length - a.length);
+  }
+
+  /**
+   * The family of a model id, or null: the id itself, or it followed by a date (`-20250929`, `@20250929`),
+   * `-latest` or a provider's version (`-v1:0`), with a provider's prefix (`anthropic.`, `us.anthropic.`) ignored.
+   * An id of a newer generation is not priced as an older one: `claude-opus-4-7` is unknown, not `claude-opus-4`.
+   */
+  family(model: string): string | null {
+    const id = model.toLowerCase().replace(/^([a-z]{2,4}\.)?anthropic\./, '');
+    for (const f of this.order) {
+      if (id === f) return f;
+      if (!id.startsWith(f)) continue;
+      if (/^(?:[-@]\d{8}|-latest)?(?:-v\d+(?::\d+)?)?$/.test(id.slice(f.length))) return f;
+    }
+    return null;
+  }
+
+  price(model: string): ModelPrice | null {
+    const f = this.family(model);
+    return f === null ? null : (this.families.get(f) ?? null);
+  }
+
+  /** A reply of `model`: its cost in micro-dollars, or null when the model has no price. */
+  turnCost(model: string, u: ReplyUsage | null | undefined): number | null {
+    return turnCostMicros(u, this.price(model));
+  }
+}
+
+/** A reply's usage as the API reports it (the SDK's `BetaUsage`, every field optional). */
+export interface ReplyUsage {
+  input_tokens?: number | null;
+  output_tokens?: number | null;
+  cache_creation_input_tokens?: number | null;
+  cache_read_input_tokens?: number | null;
+  cache_creation?: { ephemeral_5m_input_tokens?: number; ephemeral_1h_input_tokens?: number } | null;
+  /** Requests by counter (`BetaServerToolUsage`); counters other than numbers are ignored. */
+  server_tool_use?: object | null;
+}
+
+/**
+ * A reply's cost in micro-dollars (rounded once), or null when the model has no price. Cache writes are split by
+ * `cache_creation` when the reply has it; the rest of `cache_creation_input_tokens` is priced as 5-minute writes.
+ */
+export function turnCostMicros(u: ReplyUsage | null | undefined, price: ModelPrice | null): number | null {
+  if (price === null) return null;
+  if (!u) return 0;
+  const write = u.cache_creation_input_tokens ?? 0;
+  const w1h = Math.min(write, u.cache_creation?.ephemeral_1h_input_tokens ?? 0);
+  let perMTok =
+    (u.input_tokens ?? 0) * price.input +
+    (u.output_tokens ?? 0) * price.output +
+    (write - w1h) * price.cache_write_5m +
+    w1h * price.cache_write_1h +
+    (u.cache_read_input_tokens ?? 0) * price.cache_read;
+  // $ per MTok × tokens = micro-dollars; $ per request × 1e6 = micro-dollars.
+  for (const [name, n] of Object.entries(u.server_tool_use ?? {}))
+    if (typeof n === 'number') perMTok += n * (price.server_tools[name] ?? 0) * 1e6;
+  return Math.round(perMTok);
+}
+
+/** Micro-dollars as dollars (a number; at most 6 decimals). */
+export const microsToUsd = (micros: number): number => Math.round(micros) / 1e6;
+
+/** Dollars as micro-dollars (budgets and caps are compared in micro-dollars). */
+export const usdToMicros = (usd: number): number => Math.round(usd * 1e6);

@@ -1,0 +1,131 @@
+/**
+ * What each tenant spends per UTC day (§7.4): one hash per tenant per day, `q:{<tenant>}:usage:<YYYY-MM-DD>`, whose
+ * fields are HINCRBY counters (tokens by kind, `cost` in micro-dollars, turns without a price) added once per
+ * committed turn. The same hash is the `TENANT_MAX_COST_USD_PER_DAY` counter (checked before every model request, on
+ * any replica) and the source of `GET /v1/usage`; it expires USAGE_RETENTION_DAYS after its day. The owner of the
+ * keys: no other module touches them.
+ */
+import { AppError } from '../errors.js';
+import type { RedisClient } from '../store/lua-commands.js';
+import { microsToUsd, usdToMicros, type PriceTable } from './prices.js';
+
+/** `usage.cost_usd` ceilings refuse a run of a model without a price (400 `unknown_model_price`). */
+export const unknownModelPrice = (model: string, why: string) =>
+  new AppError(
+    400,
+    'unknown_model_price',
+    `The price of model "${model}" is unknown, so ${why} cannot be kept; add it to MODEL_PRICES.`,
+    { model },
+  );
+
+/** The counters of one turn, as HINCRBY fields of both the session's hash and the tenant's day. */
+export interface SpendIncr {
+  in: number;
+  out: number;
+  cw: number;
+  cr: number;
+  /** Micro-dollars, 0 when unpriced. */
+  cost: number;
+  /** 1 when the turn's model has no price. */
+  nc: number;
+}
+
+export const TENANT_BUDGET_EXHAUSTED = 'tenant_budget_exhausted';
+
+/** `YYYY-MM-DD` of a time (UTC). */
+export const utcDay = (ms: number): string => new Date(ms).toISOString().slice(0, 10);
+
+const usageKey = (tenant: string, day: string) => `q:{${tenant}}:usage:${day}`;
+
+export interface DayUsage {
+  date: string;
+  input_tokens: number;
+  output_tokens: number;
+  cache_creation_input_tokens: number;
+  cache_read_input_tokens: number;
+  cost_usd: number;
+  /** Turns of models without a price (their tokens are counted, their cost is not). */
+  unpriced_turns: number;
+}
+
+export interface SpendOptions {
+  prices: PriceTable;
+  /** TENANT_MAX_COST_USD_PER_DAY; 0: no cap. */
+  capUsdPerDay: number;
+  /** Days a tenant's day of usage is kept (GET /v1/usage reaches back this far). */
+  retentionDays: number;
+}
+
+export class TenantSpend {
+  readonly prices: PriceTable;
+  private readonly capMicros: number;
+
+  constructor(
+    private readonly redis: RedisClient,
+    private readonly options: SpendOptions,
+  ) {
+    this.prices = options.prices;
+    this.capMicros = usdToMicros(options.capUsdPerDay);
+  }
+
+  get capped(): boolean {
+    return this.capMicros > 0;
+  }
+
+  /** Adds a committed turn's counters to its tenant's day (now, UTC). */
+  async record(tenant: string, incr: SpendIncr, now = Date.now()): Promise<void> {
+    const key = usageKey(tenant, utcDay(now));
+    const m = this.redis.multi();
+    for (const [f, n] of Object.entries(incr)) if (n) m.hincrby(key, f, n);
+    m.expire(key, this.options.retentionDays * 86_400);
+    await m.exec();
+  }
+
+  /** Whether the tenant's spend today reached TENANT_MAX_COST_USD_PER_DAY (never without a cap). */
+  async overCap(tenant: string, now = Date.now()): Promise<boolean> {
+    if (!this.capped) return false;
+    const spent = Number((await this.redis.hget(usageKey(tenant, utcDay(now)), 'cost')) ?? 0);
+    return spent >= this.capMicros;
+  }
+
+  /** 429 `quota_exceeded` (`details.quota: "cost_usd_per_day"`) for a run the tenant's cap does not allow. */
+  async assertUnderCap(tenant: string | null): Promise<void> {
+    if (tenant === null || !(await this.overCap(tenant))) return;
+    const limit = microsToUsd(this.capMicros);
+    throw new AppError(
+      429,
+      'quota_exceeded',
+      `The tenant has spent its ${limit} USD of today (UTC), the most TENANT_MAX_COST_USD_PER_DAY allows.`,
+      { quota: 'cost_usd_per_day', limit },
+    );
+  }
+
+  /** 400 `unknown_model_price` when a dollar ceiling (the session's budget, the tenant cap) applies to `model`. */
+  assertPriced(model: string, budgetUsd: number | undefined): void {
+    if (this.prices.price(model) !== null) return;
+    if (budgetUsd !== undefined) throw unknownModelPrice(model, 'a `budget.cost_usd`');
+    if (this.capped) throw unknownModelPrice(model, 'TENANT_MAX_COST_USD_PER_DAY');
+  }
+
+  /** The tenant's usage per day from `from` to `to` (inclusive, `YYYY-MM-DD`), days without usage as zeros. */
+  async days(tenant: string, from: string, to: string): Promise<DayUsage[]> {
+    const dates: string[] = [];
+    for (let t = Date.parse(`${from}T00:00:00Z`); utcDay(t) <= to; t += 86_400_000) dates.push(utcDay(t));
+    const m = this.redis.multi();
+    for (const d of dates) m.hgetall(usageKey(tenant, d));
+    const rows = (await m.exec()) ?? [];
+    return dates.map((date, i) => {
+      const h = (rows[i]?.[1] ?? {}) as Record<string, string>;
+      const n = (f: string) => Number(h[f] ?? 0);
+      return {
+        date,
+        input_tokens: n('in'),
+        output_tokens: n('out'),
+        cache_creation_input_tokens: n('cw'),
+        cache_read_input_tokens: n('cr'),
+        cost_usd: microsToUsd(n('cost')),
+        unpriced_turns: n('nc'),
+      };
+    });
+  }
+}
