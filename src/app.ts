@@ -123,7 +123,11 @@ const app: FastifyPluginAsync<AppOptions> = async (fastify, opts) => {
       modelPrices: config.MODEL_PRICES,
       tenantMaxCostUsdPerDay: config.TENANT_MAX_COST_USD_PER_DAY,
       usageRetentionDays: config.USAGE_RETENTION_DAYS,
+      sessionTtlS: config.SESSION_TTL_S,
+      actionTimeoutMinS: config.ACTION_TIMEOUT_MIN_S,
+      deletedLogTtlMs: config.DELETED_LOG_TTL_MS,
     },
+    deadlineSweepMs: config.DEADLINE_SWEEP_MS,
     shutdownGraceMs: config.SHUTDOWN_GRACE_MS,
     maxActiveRuns: config.MAX_ACTIVE_RUNS,
     memory: {

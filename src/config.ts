@@ -267,6 +267,14 @@ export const configSchema = z.object({
     .enum(['true', 'false', '1', '0'])
     .default('false')
     .transform((v) => v === 'true' || v === '1'),
+  /** §7.4 retention: the `ttl_s` of sessions created without one (seconds); 0: kept for ever. */
+  SESSION_TTL_S: z.coerce.number().int().min(0).max(3_153_600_000).default(0),
+  /** How often each replica sweeps the due action deadlines and session expiries (ms). */
+  DEADLINE_SWEEP_MS: positiveMs.default(1000),
+  /** Tests only: the least `action_timeout_s` (the contract's is 10). */
+  ACTION_TIMEOUT_MIN_S: z.coerce.number().int().min(1).max(10).default(10),
+  /** Tests only: how long the event log of a session deleted by its TTL keeps its `session.deleted` event (ms). */
+  DELETED_LOG_TTL_MS: positiveMs.default(60_000),
   /** Offline model's delay between SSE events (ms). */
   OFFLINE_EVENT_DELAY_MS: z.coerce.number().int().min(0).default(15),
 });

@@ -338,6 +338,15 @@ export const policies = {
   pause_after_turn: z.boolean(),
 };
 
+/**
+ * Policy `action_timeout_s` (§7.4): how long a `requires_action` session waits for its client; null: for ever. The
+ * lower bound (10 s) is checked where the policy is set, against ACTION_TIMEOUT_MIN_S (lower only in tests).
+ */
+export const actionTimeoutPolicy = z.number().int().min(1).max(2_592_000).nullable();
+export const onActionTimeoutPolicy = z.enum(['deny', 'fail']);
+/** Policy `ttl_s` (§7.4): an idle or failed session unchanged this long is deleted; null: kept for ever. */
+export const ttlPolicy = z.number().int().min(1).max(3_153_600_000).nullable();
+
 export const metadata = z
   .record(z.string().max(64), z.union([z.string().max(512), z.number(), z.boolean(), z.null()]))
   .refine((m) => Object.keys(m).length <= 32, { message: 'at most 32 metadata keys' });
@@ -363,6 +372,10 @@ export const createSessionBody = z
     run_tools_eagerly: z.boolean().default(false),
     pause_after_turn: z.boolean().default(false),
     compaction: compactionPolicy.default(null),
+    action_timeout_s: actionTimeoutPolicy.default(null),
+    on_action_timeout: onActionTimeoutPolicy.default('deny'),
+    /** Absent: SESSION_TTL_S. */
+    ttl_s: ttlPolicy.optional(),
     metadata: metadata.default({}),
     start: z.boolean().default(true),
   })
@@ -386,6 +399,9 @@ export const patchSessionBody = z
     run_tools_eagerly: z.boolean().optional(),
     pause_after_turn: z.boolean().optional(),
     compaction: compactionPolicy.optional(),
+    action_timeout_s: actionTimeoutPolicy.optional(),
+    on_action_timeout: onActionTimeoutPolicy.optional(),
+    ttl_s: ttlPolicy.optional(),
     // The whole new set, in create's entry forms; applied from the next turn (src/sessions/tools-patch.ts).
     tools: z.array(toolRef).max(128).optional(),
     metadata: metadata.optional(),

@@ -4,7 +4,7 @@ import { toolCallsOf } from '../history.js';
 import { isStoreDown } from '../store/unavailable.js';
 import { pendingFields, resultsTurn, type PendingCall, type PendingStep } from '../store/pending.js';
 import type { SessionStore } from '../store/store.js';
-import { spendOfIncr, type SessionError, type SessionState } from '../store/session-state.js';
+import { deadlineFields, spendOfIncr, type SessionError, type SessionState } from '../store/session-state.js';
 import type { ApplyOps, ApplyResult } from '../store/apply-ops.js';
 import { interruptedResult } from './policy.js';
 import type { EngineLogger, RunDeps, RunHandle } from './run-handle.js';
@@ -24,6 +24,8 @@ export interface RunEnd {
   pending?: PendingStep | null;
   error?: SessionError | null;
   stopReason?: string | null;
+  /** `requires_action`: the session's `action_timeout_s`, the deadline of the new action (null: none). */
+  actionTimeoutS?: number | null;
 }
 
 /**
@@ -32,8 +34,11 @@ export interface RunEnd {
  */
 export function endOps(next: RunEnd): ApplyOps {
   const st = { pending: null, error: null, stopReason: null, ...next };
+  // A new action's deadline, or none (src/sessions/deadlines.ts).
+  const deadline = deadlineFields(st.status === 'requires_action' ? (st.actionTimeoutS ?? null) : null);
   return {
     hset: {
+      ...deadline,
       status: st.status,
       ...pendingFields(st.pending),
       error: st.error ? JSON.stringify(st.error) : '',
@@ -41,7 +46,7 @@ export function endOps(next: RunEnd): ApplyOps {
       control: '',
     },
     release_lease: true,
-    events: [['session.status', statusEvent(st)]],
+    events: [['session.status', statusEvent({ ...st, actionDue: Number(deadline['act_due']) || null })]],
   };
 }
 

@@ -7,6 +7,8 @@ export interface RequiredAction {
   tool_results: Array<{ tool_use_id: string; content: unknown; is_error: boolean }>;
   /** `review_turn`: the reply under review. */
   message?: { role: 'assistant'; content: unknown; stop_reason: string | null };
+  /** When the action times out (policy `action_timeout_s`); null: never. */
+  expires_at: string | null;
 }
 
 /**
@@ -16,14 +18,17 @@ export interface RequiredAction {
 export function requiredAction(
   status: SessionState['status'],
   pending: PendingStep | null,
+  due: number | null = null,
 ): RequiredAction | null {
   if (status !== 'requires_action' || !pending) return null;
+  const expires_at = due ? new Date(due).toISOString() : null;
   if (pending.turn) {
     return {
       type: 'review_turn',
       tool_calls: pending.calls.map(({ id, name, input }) => ({ id, name, input })),
       tool_results: [],
       message: { role: 'assistant', content: pending.turn.content, stop_reason: pending.turn.stop_reason },
+      expires_at,
     };
   }
   const results = pending.calls.flatMap((c) =>
@@ -35,6 +40,7 @@ export function requiredAction(
       type: 'approve_tool_calls',
       tool_calls: undecided.map(({ id, name, input }) => ({ id, name, input })),
       tool_results: results,
+      expires_at,
     };
   }
   const missing = pending.calls.filter((c) => c.kind === 'client' && !c.result);
@@ -43,16 +49,19 @@ export function requiredAction(
       type: 'submit_tool_results',
       tool_calls: missing.map(({ id, name, input }) => ({ id, name, input })),
       tool_results: results,
+      expires_at,
     };
   }
-  return { type: 'review_tool_results', tool_calls: [], tool_results: results };
+  return { type: 'review_tool_results', tool_calls: [], tool_results: results, expires_at };
 }
 
 /** `session.status` event data. */
-export function statusEvent(s: Pick<SessionState, 'status' | 'pending' | 'stopReason' | 'error'>): string {
+export function statusEvent(
+  s: Pick<SessionState, 'status' | 'pending' | 'stopReason' | 'error'> & { actionDue?: number | null },
+): string {
   return JSON.stringify({
     status: s.status,
-    required_action: requiredAction(s.status, s.pending),
+    required_action: requiredAction(s.status, s.pending, s.actionDue ?? null),
     stop_reason: s.stopReason,
     error: s.error,
   });

@@ -138,7 +138,7 @@ export async function toolStep(
     await endRun(
       deps,
       run,
-      { status: 'requires_action', pending: step },
+      { status: 'requires_action', pending: step, actionTimeoutS: state.actionTimeoutS },
       completedEvents(step.calls, durations),
     );
     return 'done';
@@ -192,7 +192,13 @@ export async function afterTools(
     (needsReview(state, serverResults) || (failed.length > 0 && state.onToolError === 'pause'));
   if (review) {
     step.review = true;
-    await endRun(deps, run, { status: 'requires_action', pending: step }, completed, withReply({}));
+    await endRun(
+      deps,
+      run,
+      { status: 'requires_action', pending: step, actionTimeoutS: state.actionTimeoutS },
+      completed,
+      withReply({}),
+    );
     return { outcome: 'paused', paramsRev: state.paramsRev };
   }
   const cache = state.cacheToolResults;

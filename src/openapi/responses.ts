@@ -73,6 +73,9 @@ export const requiredAction = z
       .object({ role: z.literal('assistant'), content: z.unknown(), stop_reason: z.string().nullable() })
       .optional()
       .meta({ description: '`review_turn`: the reply under review (policy `pause_after_turn`).' }),
+    expires_at: isoTime.nullable().optional().meta({
+      description: 'When the action times out (policy `action_timeout_s`); null: never.',
+    }),
   })
   .meta({ id: 'RequiredAction', description: 'What a client must do before the run goes on.' });
 
@@ -133,6 +136,12 @@ export const session = z
     compaction_pending: z
       .boolean()
       .meta({ description: 'A compaction was asked for (POST …/compact) and is not done yet.' }),
+    action_timeout_s: z.number().int().nullable().optional(),
+    on_action_timeout: z.enum(['deny', 'fail']).optional(),
+    ttl_s: z.number().int().nullable().optional(),
+    expires_at: isoTime.nullable().optional().meta({
+      description: 'When the TTL deletes the session if nothing changes it (idle or failed); null: not now.',
+    }),
     required_action: requiredAction.nullable(),
     stop_reason: z.string().nullable(),
     error: sessionError.nullable(),

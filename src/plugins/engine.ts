@@ -4,6 +4,8 @@ import { hostname } from 'node:os';
 import { serverTools } from '../../tools/index.js';
 import { Engine } from '../engine/engine.js';
 import { SessionService } from '../sessions/service.js';
+import { DeadlineSweeper } from '../sessions/deadlines.js';
+import { RetentionSweeper } from '../sessions/retention.js';
 import { SessionChannels } from '../store/channels.js';
 import { SessionStore, type StoreOptions } from '../store/store.js';
 import { componentLog } from '../log.js';
@@ -44,6 +46,8 @@ export interface EnginePluginOptions {
   toolResultMaxBytes?: number;
   /** Tenant tools and tool tasks (TOOL_TASK_LEASE_MS, TENANT_MAX_TOOLS, TOOL_TASKS_MAX_PER_TENANT, TOOL_RESULT_MAX_BYTES). */
   tenantTools: { leaseMs: number; maxTools: number; maxTasks: number; maxResultBytes: number };
+  /** How often this replica sweeps the action deadlines and the sessions' expiry (DEADLINE_SWEEP_MS). */
+  deadlineSweepMs?: number;
 }
 
 /**
@@ -103,10 +107,19 @@ export default fp<EnginePluginOptions>(
     app.decorate('tenantTools', registry);
     app.decorate('toolTasks', toolTasks);
     app.decorate('sessions', new SessionService(store, engine, serverTools, toolbox));
+    const sweepMs = opts.deadlineSweepMs ?? 1000;
+    const deadlines = new DeadlineSweeper(
+      { store, engine, serverTools, toolbox },
+      componentLog(app.log, 'engine'),
+      sweepMs,
+    );
+    const retention = new RetentionSweeper(store, componentLog(app.log, 'engine'), sweepMs);
     let httpCaller: HttpToolCaller | null = null;
     app.addHook('onReady', async () => {
       engine.start();
       toolTasks.start();
+      deadlines.start();
+      retention.start();
       // Built here: the webhooks plugin (secrets, address rules) is registered after this one.
       httpCaller = new HttpToolCaller({
         queue: tasks,
@@ -121,6 +134,7 @@ export default fp<EnginePluginOptions>(
     });
     // Registered after the redis plugin, so it runs before Redis closes (onClose hooks run in reverse order).
     app.addHook('onClose', async () => {
+      await Promise.all([deadlines.stop(), retention.stop()]);
       toolTasks.stop();
       httpCaller?.stop();
       await engine.stop(opts.shutdownGraceMs);

@@ -3,6 +3,7 @@ import { cancelSession } from '../engine/commit.js';
 import { AppError, conflict } from '../errors.js';
 import type { patchSessionBody, retryBody } from '../schemas.js';
 import { checkCompactionParams } from './compact.js';
+import { checkActionTimeout } from './create.js';
 import { clearResult } from '../store/pending.js';
 import { encodeFields, type SessionState } from '../store/session-state.js';
 import {
@@ -46,6 +47,15 @@ export function patchSession(
         ('budget' in next ? next.budget : s.budget)?.cost_usd,
       );
     if (body.metadata !== undefined) next.metadata = body.metadata;
+    // From the next action on; the one waiting now keeps its deadline.
+    if (body.action_timeout_s !== undefined)
+      next.actionTimeoutS = checkActionTimeout(deps, body.action_timeout_s);
+    if (body.on_action_timeout !== undefined) next.onActionTimeout = body.on_action_timeout;
+    if (body.ttl_s !== undefined) {
+      next.ttlS = body.ttl_s;
+      // The sweep finds it at the new time (an entry may be early, never late: src/store/due.ts).
+      if (body.ttl_s) await deps.store.expiryDue.add(id, Date.now() + body.ttl_s * 1000);
+    }
     const toolsEvent: Array<[string, string]> = [];
     if (body.tools !== undefined) {
       const t = await toolsPatch(deps, s, body.tools);

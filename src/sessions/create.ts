@@ -37,6 +37,14 @@ const emptyUsage = () => ({
   cache_read_input_tokens: 0,
 });
 
+/** `action_timeout_s` as given, or 400 below ACTION_TIMEOUT_MIN_S (10 s outside tests). */
+export function checkActionTimeout(deps: SessionDeps, t: number | null): number | null {
+  const min = deps.store.options.actionTimeoutMinS ?? 10;
+  if (t !== null && t < min)
+    throw badRequest(`\`action_timeout_s\` is null or ${min}..2592000.`, { min, max: 2_592_000 });
+  return t;
+}
+
 /**
  * A new session from the create body: params, tools and history checked, written, and its run started. `id`: a
  * deterministic id (a schedule's fire): a second create with it fails with 409 `session_exists` and writes nothing.
@@ -181,6 +189,10 @@ async function buildSession(
     thread: null,
     container: null,
     replacedAt: -1,
+    actionTimeoutS: checkActionTimeout(deps, body.action_timeout_s),
+    onActionTimeout: body.on_action_timeout,
+    action: { due: null, warnAt: null, fired: false },
+    ttlS: body.ttl_s === undefined ? deps.store.options.sessionTtlS || null : body.ttl_s,
   };
   return { state, messages, start };
 }
@@ -279,6 +291,8 @@ async function insert(
   // Indexed first: if the session write then fails, `list` drops the dangling index entry; the other order could
   // leave a session that exists but is never listed.
   await deps.store.index(state.tenant, state.id, state.createdAt);
+  // Registered before the write (src/store/due.ts): the retention sweep finds it then, or later if it changed.
+  if (state.ttlS) await deps.store.expiryDue.add(state.id, Date.now() + state.ttlS * 1000);
   const res = await deps.store
     .apply(
       state.id,

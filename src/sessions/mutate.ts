@@ -88,7 +88,7 @@ export function statusOps(s: SessionState, next: Partial<SessionState> & { statu
   const merged = { ...s, ...next };
   return {
     hset: encodeFields(next),
-    events: [['session.status', statusEvent(merged)]],
+    events: [['session.status', statusEvent({ ...merged, actionDue: merged.action.due })]],
   };
 }
 

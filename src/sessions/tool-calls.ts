@@ -2,6 +2,7 @@ import type { z } from 'zod';
 import { AppError, conflict, zodDetails } from '../errors.js';
 import { BUDGET_EXHAUSTED, assertBudgetLeft } from '../engine/budget.js';
 import { TENANT_BUDGET_EXHAUSTED } from '../cost/spend.js';
+import { assertActionOpen } from './deadlines.js';
 import { blocksOf } from '../history.js';
 import type { decisionBody, toolResultsBody } from '../schemas.js';
 import { encodeResult, setResult, type PendingStep, type ToolResult } from '../store/pending.js';
@@ -34,6 +35,7 @@ export function decide(
   ifMatch?: number,
 ): Promise<MutationResult> {
   return mutate(deps, tenant, id, ifMatch, async (s) => {
+    assertActionOpen(s);
     if (s.status !== 'requires_action' || !s.pending?.calls.some((c) => c.approval !== 'auto')) {
       throw conflict('nothing_awaits_approval', 'No tool call of this session waits for a decision.');
     }
@@ -141,6 +143,7 @@ export function submitResults(
   ifMatch?: number,
 ): Promise<MutationResult> {
   return mutate(deps, tenant, id, ifMatch, async (s) => {
+    assertActionOpen(s);
     if (s.status !== 'requires_action' || !s.pending) {
       throw conflict('nothing_awaits_results', `The session is ${s.status}; no tool result is expected.`);
     }
@@ -166,6 +169,7 @@ export function continueRun(
   ifMatch?: number,
 ): Promise<MutationResult> {
   return mutate(deps, tenant, id, ifMatch, async (s: SessionState) => {
+    assertActionOpen(s);
     assertBudgetLeft(s);
     if (
       s.status === 'idle' &&

@@ -2,6 +2,14 @@ import { budgetUsage } from '../engine/budget.js';
 import { requiredAction } from '../engine/status.js';
 import type { SessionState } from '../store/session-state.js';
 
+/** When the session's TTL deletes it if nothing changes it (idle or failed only); null: not while it is so. */
+export function expiresAt(
+  s: Pick<SessionState, 'ttlS' | 'status' | 'updatedAt' | 'createdAt'>,
+): string | null {
+  if (!s.ttlS || (s.status !== 'idle' && s.status !== 'failed')) return null;
+  return new Date((s.updatedAt || s.createdAt) + s.ttlS * 1000).toISOString();
+}
+
 /** The session resource of the API (spec §2). */
 export function sessionView(s: SessionState) {
   return {
@@ -24,7 +32,11 @@ export function sessionView(s: SessionState) {
     pause_after_turn: s.pauseAfterTurn,
     compaction: s.compaction,
     compaction_pending: s.compactRequest !== null,
-    required_action: requiredAction(s.status, s.pending),
+    action_timeout_s: s.actionTimeoutS,
+    on_action_timeout: s.onActionTimeout,
+    ttl_s: s.ttlS,
+    expires_at: expiresAt(s),
+    required_action: requiredAction(s.status, s.pending, s.action.due),
     stop_reason: s.stopReason,
     error: s.error,
     usage: { ...s.usage, ...budgetUsage(s) },

@@ -109,6 +109,13 @@ export interface SessionState {
   container: string | null;
   /** `iteration` when the history was last replaced (`PUT …/messages`): no earlier reply is retried. -1: never. */
   replacedAt: number;
+  /** Policy `action_timeout_s` (null: none) and what a timeout does (src/sessions/deadlines.ts). */
+  actionTimeoutS: number | null;
+  onActionTimeout: 'deny' | 'fail';
+  /** The deadline of the action the session waits for (meta `act_due`, `act_warn`, `act_fired`). */
+  action: ActionDeadline;
+  /** Policy `ttl_s`: deleted once idle or failed and unchanged this long (src/sessions/retention.ts); null: never. */
+  ttlS: number | null;
 }
 
 export interface ParentRef {
@@ -127,6 +134,27 @@ export interface ThreadAnchor {
   len: number;
   /** A digest of those messages and the thread's `system` and `tools`. */
   digest: string;
+}
+
+/** The deadline of a pending action: any action a `requires_action` session waits for (approval, results, review…). */
+export interface ActionDeadline {
+  /** When it times out (ms); null: no deadline. */
+  due: number | null;
+  /** When `action.expiring` is due (ms); null once told (or without a deadline). */
+  warnAt: number | null;
+  /** The last action timed out (a decision still on its way gets 409 `action_timed_out`). */
+  fired: boolean;
+}
+
+/**
+ * The meta fields of the deadline of the action a session starts waiting for now (`timeoutS` null: none), or of no
+ * deadline: every write that makes a session `requires_action` with a new action includes them (and the store
+ * registers the deadline in its due set: src/store/deadlines.ts). The one place they are made.
+ */
+export function deadlineFields(timeoutS: number | null, now = Date.now()): Record<string, string> {
+  if (!timeoutS) return { act_due: '', act_warn: '', act_fired: '' };
+  const ms = timeoutS * 1000;
+  return { act_due: String(now + ms), act_warn: String(now + Math.floor(ms * 0.8)), act_fired: '' };
 }
 
 const ON_TOOL_ERROR = ['continue', 'pause', 'fail'] as const;
@@ -200,6 +228,9 @@ export function encodeFields(s: Partial<SessionState>): Record<string, string> {
   if ('thread' in s) out['thread'] = s.thread ? JSON.stringify(s.thread) : '';
   if ('container' in s) out['container'] = s.container ?? '';
   str('replaced_at', s.replacedAt);
+  if ('actionTimeoutS' in s) out['action_timeout'] = s.actionTimeoutS ? String(s.actionTimeoutS) : '';
+  str('on_action_timeout', s.onActionTimeout);
+  if ('ttlS' in s) out['ttl'] = s.ttlS ? String(s.ttlS) : '';
   return out;
 }
 
@@ -266,6 +297,14 @@ export function decodeFields(h: Record<string, string>): SessionState {
     thread: json(h['thread'], null),
     container: h['container'] || null,
     replacedAt: Number(h['replaced_at'] ?? -1),
+    actionTimeoutS: Number(h['action_timeout']) || null,
+    onActionTimeout: h['on_action_timeout'] === 'fail' ? 'fail' : 'deny',
+    action: {
+      due: Number(h['act_due']) || null,
+      warnAt: Number(h['act_warn']) || null,
+      fired: h['act_fired'] === '1',
+    },
+    ttlS: Number(h['ttl']) || null,
   };
 }
 

@@ -15,6 +15,7 @@ import type { SessionKeyList } from './lua/commands.js';
 import { RunQueue } from './runs.js';
 import { addedBytes, StorageQuota } from './storage-quota.js';
 import { isOutOfMemory } from './unavailable.js';
+import { ACTIONS_DUE_KEY, DueSet, EXPIRY_DUE_KEY } from './due.js';
 import { PriceTable, type ModelPrices } from '../cost/prices.js';
 import { TenantSpend } from '../cost/spend.js';
 import {
@@ -71,6 +72,12 @@ export interface StoreOptions {
   tenantMaxCostUsdPerDay?: number;
   /** USAGE_RETENTION_DAYS: how long a tenant's day of usage is kept (default 400). */
   usageRetentionDays?: number;
+  /** SESSION_TTL_S: the `ttl_s` of a session created without one; 0 or absent: kept for ever. */
+  sessionTtlS?: number;
+  /** ACTION_TIMEOUT_MIN_S: the least `action_timeout_s` (default 10; lower only in tests). */
+  actionTimeoutMinS?: number;
+  /** How long the event log of a session deleted by its TTL keeps its `session.deleted` event (ms; default 60000). */
+  deletedLogTtlMs?: number;
 }
 
 /** Defaults of the optional StoreOptions (the config's). */
@@ -85,6 +92,14 @@ export class SessionStore {
   readonly redis: RedisClient;
   /** Leases, the due runs and the tenants' run slots (runs.ts). */
   readonly runs: RunQueue;
+  /** Deadlines of the actions `requires_action` sessions wait for, and sessions' expiry times (due.ts). */
+  readonly actionsDue: DueSet;
+  readonly expiryDue: DueSet;
+  /**
+   * Run by `destroy` once a session's keys are gone (a client's DELETE or its TTL): what other features keep for a
+   * session outside its keys (client tokens, tool tasks, …) is dropped here. Each hook gets the session and tenant.
+   */
+  readonly destroyHooks: Array<(id: string, tenant: string) => Promise<void>> = [];
   /** Tenants' spend per UTC day, the price table, the daily cap (src/cost/spend.ts). */
   readonly spend: TenantSpend;
   /** Set by the webhooks plugin; see EventTap. */
@@ -100,6 +115,8 @@ export class SessionStore {
     defineLuaCommands(redis, new URL('./lua/', import.meta.url), 'sess');
     this.redis = redis;
     this.runs = new RunQueue(redis, options.tenantMaxActiveRuns ?? 0);
+    this.actionsDue = new DueSet(redis, ACTIONS_DUE_KEY);
+    this.expiryDue = new DueSet(redis, EXPIRY_DUE_KEY);
     this.spend = new TenantSpend(redis, {
       prices: new PriceTable(options.modelPrices),
       capUsdPerDay: options.tenantMaxCostUsdPerDay ?? 0,
@@ -146,6 +163,9 @@ export class SessionStore {
       await this.runs.takeRunSlot(t, id);
       await this.runs.markDue(id, Date.now() + START_DUE_DELAY_MS);
     }
+    // A new action deadline is registered before the write that sets it (an early entry is moved on by the sweep).
+    const warnAt = Number(ops.hset?.['act_warn'] ?? ops.queue?.none?.hset?.['act_warn']);
+    if (warnAt > 0) await this.actionsDue.add(id, warnAt);
     const tap = this.eventTap?.(id, opsEventTypes(ops), tenant);
     if (tap?.ready) await tap.ready;
     const turnMax = this.options.maxTurnBytes ?? MAX_TURN_BYTES;
@@ -388,8 +408,18 @@ export class SessionStore {
     return { items, next: more && lastMember ? lastMember : null };
   }
 
-  /** Deletes every key of the session; its event log keeps a `session.deleted` event for `ttlMs`. */
-  async destroy(id: string, tenant: string, createdAt: number, ttlMs = 60_000): Promise<boolean> {
+  /**
+   * Deletes every key of the session; its event log keeps a `session.deleted` event (`data`: `{"id"}` and what
+   * `reason` adds) for `ttlMs`. With `revision`, only while the session is still at it: false, nothing written, when
+   * a write came first (a swept delete never races a new message). Then the tenant index entry, the due entries and
+   * what the `destroyHooks` drop.
+   */
+  async destroy(
+    id: string,
+    tenant: string,
+    createdAt: number,
+    opts: { ttlMs?: number; revision?: number; reason?: string } = {},
+  ): Promise<boolean> {
     const k = sessionKeys(id);
     const tap = this.eventTap?.(id, ['session.deleted'], tenant);
     if (tap?.ready) await tap.ready;
@@ -398,16 +428,19 @@ export class SessionStore {
     try {
       done = await this.redis.sessDestroy(
         ...this.keyList(k),
-        JSON.stringify({ id }),
-        ttlMs,
+        JSON.stringify(opts.reason ? { id, reason: opts.reason } : { id }),
+        opts.ttlMs ?? 60_000,
         eventsChannel(id),
+        opts.revision === undefined ? '' : String(opts.revision),
       );
     } catch (err) {
       // Redis full (noeviction): a delete frees memory, so it must work then too. Plain UNLINKs are never refused
       // for memory (the script is, when its first write would add); live readers then learn of it by the 404.
-      if (!isOutOfMemory(err)) throw err;
+      // (A swept delete, guarded by a revision, is not forced: it is tried again by the next sweep.)
+      if (!isOutOfMemory(err) || opts.revision !== undefined) throw err;
       done = (await this.redis.unlink(...this.keyList(k))) > 0 ? 1 : 0;
     }
+    if (done === -1) return false;
     if (done === 1) tap?.landed();
     this.tenants.delete(id);
     await Promise.all([
@@ -418,6 +451,9 @@ export class SessionStore {
             if (!isOutOfMemory(err)) throw err; // still full after the delete: the count stays high (an upper bound)
           })
         : null,
+      this.redis.zrem(ACTIONS_DUE_KEY, id),
+      this.redis.zrem(EXPIRY_DUE_KEY, id),
+      ...this.destroyHooks.map((hook) => hook(id, tenant)),
     ]);
     return done === 1;
   }

@@ -36,6 +36,8 @@ export const EVENT_TYPES = [
   'compaction.skipped',
   'schedule.fired',
   'schedule.skipped',
+  'action.expiring',
+  'action.timed_out',
 ] as const;
 
 /** The type of the event a test delivery carries (`POST /v1/webhooks/:id/test`). */

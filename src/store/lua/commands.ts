@@ -45,10 +45,12 @@ declare module 'ioredis' {
     sessRenew(lease: string, token: string, ttlMs: number): Result<number, Context>;
     /** release-1.lua: 1 when released. */
     sessRelease(lease: string, token: string): Result<number, Context>;
-    /** destroy-7.lua: 1 when the session existed. */
+    /** destroy-7.lua: 1 when the session existed, -1 when it moved past the revision given. */
     sessDestroy(
-      ...args: [...keys: SessionKeyList, deletedEvent: string, ttlMs: number, channel: string]
+      ...args: [...keys: SessionKeyList, deletedEvent: string, ttlMs: number, channel: string, revision: string]
     ): Result<number, Context>;
+    /** due-settle-1.lua: 1 when the member still had the score read and was moved (or dropped). */
+    sessDueSettle(key: string, member: string, score: string, next: string): Result<number, Context>;
     /** append-events-2.lua: meta, events, then channel, max, now, notice bytes, max bytes, and type, data pairs. */
     sessAppendEvents(...args: Array<string | number>): Result<string, Context>;
     /** run-slot-take-1.lua: 1 when the slot was taken. */

@@ -1,0 +1,174 @@
+/**
+ * Deadlines of pending actions (§7.4, policy `action_timeout_s` / `on_action_timeout`). Whatever a `requires_action`
+ * session waits for (approvals, client results, a review; any action another feature adds: it only has to write
+ * `deadlineFields` with its status, as the engine's `endOps` does) has its deadline in the meta fields `act_due` /
+ * `act_warn` and an entry in the due set `actions:due` (src/store/due.ts), written before the session write. Any
+ * replica sweeps the set; each step is one `apply` guarded by the revision it read and by `requires_action`, so
+ * `action.expiring` (at 80 %) and `action.timed_out` are written once whatever the number of replicas and restarts,
+ * and a decision racing the deadline either lands first (the sweep then finds nothing to time out) or is refused
+ * with 409 `action_timed_out` — never both. On time out, `deny` (default) denies pending approvals (reason
+ * `timed out`), answers missing client results `Error: no result within N s` (is_error), accepts results under
+ * review as they stand, and the run goes on; `fail` fails the session with `action_timed_out`.
+ */
+import { AppError, conflict } from '../errors.js';
+import { requiredAction } from '../engine/status.js';
+import type { EngineLogger } from '../engine/run-handle.js';
+import type { DueEntry } from '../store/due.js';
+import { encodeResult, setResult } from '../store/pending.js';
+import type { ApplyOps } from '../store/apply-ops.js';
+import type { SessionState } from '../store/session-state.js';
+import { runOps, startRun, statusOps, type SessionDeps } from './mutate.js';
+
+export const ACTION_TIMED_OUT = 'action_timed_out';
+
+/** Cleared deadline fields, the action marked as timed out (a late decision gets 409 `action_timed_out`). */
+const FIRED = { act_due: '', act_warn: '', act_fired: '1' };
+
+/**
+ * 409 `action_timed_out` for a decision, result or `continue` that comes at or after the deadline of the action
+ * it answers (even before a sweep fired it), or after the action timed out.
+ */
+export function assertActionOpen(s: SessionState, now = Date.now()): void {
+  const late = s.status === 'requires_action' && s.action.due !== null && now >= s.action.due;
+  if (!late && !(s.status !== 'requires_action' && s.action.fired)) return;
+  throw conflict(ACTION_TIMED_OUT, 'The action this answers timed out (policy `action_timeout_s`).', {
+    expires_at: s.action.due ? new Date(s.action.due).toISOString() : null,
+  });
+}
+
+/** What `action.expiring` and `action.timed_out` tell. */
+function actionData(s: SessionState, extra: Record<string, unknown> = {}): string {
+  const action = requiredAction(s.status, s.pending, s.action.due);
+  return JSON.stringify({
+    type: action?.type ?? null,
+    tool_use_ids: action?.tool_calls.map((c) => c.id) ?? [],
+    expires_at: action?.expires_at ?? null,
+    action_timeout_s: s.actionTimeoutS,
+    ...extra,
+  });
+}
+
+/** The ops that time the action out as the session's `on_action_timeout` says; `starts`: the run goes on. */
+export function timeoutOps(s: SessionState): { ops: ApplyOps; starts: boolean } {
+  const n = s.actionTimeoutS ?? Math.round(((s.action.due ?? 0) - s.updatedAt) / 1000);
+  const timedOut: [string, string] = [
+    'action.timed_out',
+    actionData(s, { on_action_timeout: s.onActionTimeout }),
+  ];
+  if (s.onActionTimeout === 'fail' || !s.pending) {
+    const error = { code: ACTION_TIMED_OUT, message: `No answer within ${n} s.`, retryable: false };
+    const st = statusOps(s, { status: 'failed', error });
+    return {
+      ops: {
+        ...st,
+        hset: { ...st.hset, ...FIRED },
+        events: [timedOut, ['session.error', JSON.stringify(error)], ...(st.events ?? [])],
+      },
+      starts: false,
+    };
+  }
+  const reviewing = requiredAction(s.status, s.pending)?.type === 'review_tool_results';
+  const step = structuredClone(s.pending);
+  const events: Array<[string, string]> = [timedOut];
+  for (const c of step.calls) {
+    if (c.approval === 'required') {
+      c.approval = 'denied';
+      c.reason = 'timed out';
+      events.push([
+        'tool_call.decided',
+        JSON.stringify({ tool_use_id: c.id, decision: 'deny', reason: 'timed out', by: 'timeout' }),
+      ]);
+    } else if (c.kind === 'client' && !c.result) {
+      const result = { content: `Error: no result within ${n} s`, is_error: true };
+      setResult(c, result);
+      events.push(['tool_result.submitted', encodeResult(c.id, result).event]);
+    }
+  }
+  // Results under review are accepted as they stand (as `continue` does).
+  if (reviewing) step.review = true;
+  const st = runOps(s, { pending: step });
+  return {
+    ops: { ...st, hset: { ...st.hset, ...FIRED }, events: [...events, ...(st.events ?? [])] },
+    starts: true,
+  };
+}
+
+/** Sweeps `actions:due` on a timer: every replica runs one; their writes are guarded, so any number may. */
+export class DeadlineSweeper {
+  private timer: NodeJS.Timeout | null = null;
+  private running: Promise<void> | null = null;
+
+  constructor(
+    private readonly deps: SessionDeps,
+    private readonly log: EngineLogger,
+    private readonly intervalMs: number,
+  ) {}
+
+  start(): void {
+    this.timer = setInterval(() => {
+      if (!this.running) this.running = this.sweep().finally(() => (this.running = null));
+    }, this.intervalMs);
+    this.timer.unref();
+  }
+
+  async stop(): Promise<void> {
+    if (this.timer) clearInterval(this.timer);
+    this.timer = null;
+    await this.running;
+  }
+
+  /** One pass: every entry due by `now`. */
+  async sweep(now = Date.now()): Promise<void> {
+    const entries = await this.deps.store.actionsDue.due(now, 100).catch((err: unknown) => {
+      this.log.warn({ err }, 'reading the action deadlines failed');
+      return [];
+    });
+    for (const e of entries) {
+      await this.one(e, now).catch((err: unknown) =>
+        this.log.warn({ err, session: e.id }, 'action deadline failed'),
+      );
+    }
+  }
+
+  /** An entry: warned, timed out, moved to its true time, or dropped (the session no longer waits). */
+  private async one(e: DueEntry, now: number): Promise<void> {
+    const { store } = this.deps;
+    for (let attempt = 0; attempt < 3; attempt++) {
+      const s = await store.load(e.id);
+      const due = s?.status === 'requires_action' ? s.action.due : null;
+      if (!s || due === null) {
+        await store.actionsDue.settle(e, null);
+        return;
+      }
+      const warnAt = s.action.warnAt;
+      if (now < due && (warnAt === null || now < warnAt)) {
+        await store.actionsDue.settle(e, warnAt ?? due);
+        return;
+      }
+      const guard = { rev: s.revision, status: ['requires_action' as const] };
+      try {
+        if (now < due) {
+          await store.apply(
+            s.id,
+            guard,
+            { hset: { act_warn: '' }, events: [['action.expiring', actionData(s)]] },
+            s.tenant,
+          );
+          await store.actionsDue.settle(e, due);
+          return;
+        }
+        const { ops, starts } = timeoutOps(s);
+        await store.apply(s.id, guard, ops, s.tenant);
+        this.log.info({ session: s.id, tenant: s.tenant }, 'action timed out');
+        await store.actionsDue.settle(e, null);
+        if (starts) await startRun(this.deps, s.id);
+        return;
+      } catch (err) {
+        // Another write came first (a decision, another replica's sweep): read again.
+        if (err instanceof AppError && (err.code === 'revision_mismatch' || err.code === 'invalid_status'))
+          continue;
+        throw err;
+      }
+    }
+  }
+}

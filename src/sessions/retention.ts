@@ -1,0 +1,73 @@
+/**
+ * Retention (§7.4, policy `ttl_s`, default SESSION_TTL_S): an idle or failed session not changed for `ttl_s` is
+ * deleted with every key, its tenant index entry and what other features keep for it (the store's `destroyHooks`),
+ * after a `session.deleted` event (`"reason": "expired"`; webhooks get it as for a DELETE). Any replica sweeps the due
+ * set `sessions:expiry` (src/store/due.ts): an entry is written when the session is created (or its `ttl_s` changed)
+ * and moved on to `updated_at + ttl_s` whenever the sweep finds the session changed since. The delete is guarded by
+ * the revision the sweep read (destroy-7.lua), so a new message that lands first wins and the TTL starts again.
+ */
+import type { EngineLogger } from '../engine/run-handle.js';
+import type { DueEntry } from '../store/due.js';
+import type { SessionStore } from '../store/store.js';
+
+export class RetentionSweeper {
+  private timer: NodeJS.Timeout | null = null;
+  private running: Promise<void> | null = null;
+
+  constructor(
+    private readonly store: SessionStore,
+    private readonly log: EngineLogger,
+    private readonly intervalMs: number,
+  ) {}
+
+  start(): void {
+    this.timer = setInterval(() => {
+      if (!this.running) this.running = this.sweep().finally(() => (this.running = null));
+    }, this.intervalMs);
+    this.timer.unref();
+  }
+
+  async stop(): Promise<void> {
+    if (this.timer) clearInterval(this.timer);
+    this.timer = null;
+    await this.running;
+  }
+
+  async sweep(now = Date.now()): Promise<void> {
+    const entries = await this.store.expiryDue.due(now, 100).catch((err: unknown) => {
+      this.log.warn({ err }, 'reading the session expiry set failed');
+      return [];
+    });
+    for (const e of entries) {
+      await this.one(e, now).catch((err: unknown) =>
+        this.log.warn({ err, session: e.id }, 'session expiry failed'),
+      );
+    }
+  }
+
+  private async one(e: DueEntry, now: number): Promise<void> {
+    const s = await this.store.load(e.id);
+    if (!s || !s.ttlS) {
+      await this.store.expiryDue.settle(e, null);
+      return;
+    }
+    const ttlMs = s.ttlS * 1000;
+    const expires = (s.updatedAt || s.createdAt) + ttlMs;
+    // Running or waiting for a client: not deleted; looked at again a TTL from now.
+    if (s.status !== 'idle' && s.status !== 'failed') {
+      await this.store.expiryDue.settle(e, now + ttlMs);
+      return;
+    }
+    if (now < expires) {
+      await this.store.expiryDue.settle(e, expires);
+      return;
+    }
+    const deleted = await this.store.destroy(s.id, s.tenant, s.createdAt, {
+      revision: s.revision,
+      reason: 'expired',
+      ttlMs: this.store.options.deletedLogTtlMs ?? 60_000,
+    });
+    // Not deleted: a write came first; the next pass reads it again.
+    if (deleted) this.log.info({ session: s.id, tenant: s.tenant }, 'session expired and deleted');
+  }
+}

@@ -1,0 +1,50 @@
+/**
+ * Due sets: global sorted sets of session ids scored by the time (ms) something is due for them, swept by any
+ * replica (as `runs:due` is): `actions:due` (the deadline of the action a `requires_action` session waits for:
+ * src/sessions/deadlines.ts) and `sessions:expiry` (retention: src/sessions/retention.ts). An entry may be early —
+ * the sweeper reads the session and moves the entry to the true time — but never late or missing: it is written
+ * before the session write that makes it due. Moves and drops are guarded by the score read (due-settle-1.lua).
+ */
+import type { RedisClient } from './lua-commands.js';
+
+export const ACTIONS_DUE_KEY = 'actions:due';
+export const EXPIRY_DUE_KEY = 'sessions:expiry';
+
+export interface DueEntry {
+  id: string;
+  /** The score as read (a string: given back as is to `settle`). */
+  score: string;
+  at: number;
+}
+
+export class DueSet {
+  constructor(
+    private readonly redis: RedisClient,
+    readonly key: string,
+  ) {}
+
+  /** Registers `id` as due at `at` (an earlier entry is kept: the sweeper moves it on). */
+  async add(id: string, at: number): Promise<void> {
+    await this.redis.zadd(this.key, 'LT', at, id);
+  }
+
+  /** Entries due by `now`, oldest first. */
+  async due(now: number, limit: number): Promise<DueEntry[]> {
+    const rows = await this.redis.zrangebyscore(this.key, '-inf', now, 'WITHSCORES', 'LIMIT', 0, limit);
+    const out: DueEntry[] = [];
+    for (let i = 0; i < rows.length; i += 2)
+      out.push({ id: rows[i]!, score: rows[i + 1]!, at: Number(rows[i + 1]) });
+    return out;
+  }
+
+  /** Moves the entry to `next` (null: drops it) if it still has the score read. */
+  async settle(e: DueEntry, next: number | null): Promise<boolean> {
+    return (await this.redis.sessDueSettle(this.key, e.id, e.score, next === null ? '' : String(next))) === 1;
+  }
+
+  /** The entry of `id`, if any (tests, diagnostics). */
+  async score(id: string): Promise<number | null> {
+    const s = await this.redis.zscore(this.key, id);
+    return s === null ? null : Number(s);
+  }
+}
