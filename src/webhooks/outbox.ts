@@ -118,6 +118,7 @@ export class WebhookOutbox {
     const ok = await this.redis.whFanoutEnd(
       fanoutState(sessionId),
       fanoutLease(sessionId),
+      `s:{${sessionId}}:e`,
       owner,
       cursor,
       tenant,

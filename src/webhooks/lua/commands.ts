@@ -22,10 +22,11 @@ declare module 'ioredis' {
       [status: 'busy'] | [status: 'ok', cursor: string, tenant: string, entries: StreamEntry[]],
       Context
     >;
-    /** fanout-end-2.lua: 1, or 0 when the lease is no longer ours. */
+    /** fanout-end-3.lua: 1, or 0 when the lease is no longer ours. */
     whFanoutEnd(
       state: string,
       lease: string,
+      events: string,
       owner: string,
       cursor: string,
       tenant: string,
