@@ -50,6 +50,7 @@ describe('Lua lives in .lua files', () => {
       'sessAppendEvents',
       'sessApply',
       'sessDestroy',
+      'sessDueSettle',
       'sessMemoryList',
       'sessMemoryRemove',
       'sessMemoryRename',

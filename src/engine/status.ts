@@ -7,8 +7,8 @@ export interface RequiredAction {
   tool_results: Array<{ tool_use_id: string; content: unknown; is_error: boolean }>;
   /** `review_turn`: the reply under review. */
   message?: { role: 'assistant'; content: unknown; stop_reason: string | null };
-  /** When the action times out (policy `action_timeout_s`); null: never. */
-  expires_at: string | null;
+  /** When the action times out (policy `action_timeout_s`); absent: never. */
+  expires_at?: string;
 }
 
 /**
@@ -21,14 +21,14 @@ export function requiredAction(
   due: number | null = null,
 ): RequiredAction | null {
   if (status !== 'requires_action' || !pending) return null;
-  const expires_at = due ? new Date(due).toISOString() : null;
+  const deadline = due ? { expires_at: new Date(due).toISOString() } : {};
   if (pending.turn) {
     return {
       type: 'review_turn',
       tool_calls: pending.calls.map(({ id, name, input }) => ({ id, name, input })),
       tool_results: [],
       message: { role: 'assistant', content: pending.turn.content, stop_reason: pending.turn.stop_reason },
-      expires_at,
+      ...deadline,
     };
   }
   const results = pending.calls.flatMap((c) =>
@@ -40,7 +40,7 @@ export function requiredAction(
       type: 'approve_tool_calls',
       tool_calls: undecided.map(({ id, name, input }) => ({ id, name, input })),
       tool_results: results,
-      expires_at,
+      ...deadline,
     };
   }
   const missing = pending.calls.filter((c) => c.kind === 'client' && !c.result);
@@ -49,10 +49,10 @@ export function requiredAction(
       type: 'submit_tool_results',
       tool_calls: missing.map(({ id, name, input }) => ({ id, name, input })),
       tool_results: results,
-      expires_at,
+      ...deadline,
     };
   }
-  return { type: 'review_tool_results', tool_calls: [], tool_results: results, expires_at };
+  return { type: 'review_tool_results', tool_calls: [], tool_results: results, ...deadline };
 }
 
 /** `session.status` event data. */

@@ -73,8 +73,8 @@ export const requiredAction = z
       .object({ role: z.literal('assistant'), content: z.unknown(), stop_reason: z.string().nullable() })
       .optional()
       .meta({ description: '`review_turn`: the reply under review (policy `pause_after_turn`).' }),
-    expires_at: isoTime.nullable().optional().meta({
-      description: 'When the action times out (policy `action_timeout_s`); null: never.',
+    expires_at: isoTime.optional().meta({
+      description: 'When the action times out (policy `action_timeout_s`); absent: never.',
     }),
   })
   .meta({ id: 'RequiredAction', description: 'What a client must do before the run goes on.' });
