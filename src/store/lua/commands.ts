@@ -47,7 +47,13 @@ declare module 'ioredis' {
     sessRelease(lease: string, token: string): Result<number, Context>;
     /** destroy-7.lua: 1 when the session existed, -1 when it moved past the revision given. */
     sessDestroy(
-      ...args: [...keys: SessionKeyList, deletedEvent: string, ttlMs: number, channel: string, revision: string]
+      ...args: [
+        ...keys: SessionKeyList,
+        deletedEvent: string,
+        ttlMs: number,
+        channel: string,
+        revision: string,
+      ]
     ): Result<number, Context>;
     /** due-settle-1.lua: 1 when the member still had the score read and was moved (or dropped). */
     sessDueSettle(key: string, member: string, score: string, next: string): Result<number, Context>;
