@@ -10,7 +10,7 @@ import { z } from 'zod';
 const dollars = z.number().min(0).max(1_000_000);
 
 /** One family's prices; the cache rates default to the API's multipliers of `input` (1.25×, 2×, 0.1×). */
-export const modelPriceSchema = z.strictObject({
+const modelPriceSchema = z.strictObject({
   input: dollars,
   output: dollars,
   cache_write_5m: dollars.optional(),
@@ -19,13 +19,13 @@ export const modelPriceSchema = z.strictObject({
   /** Dollars per request, by the name of the counter in `usage.server_tool_use` (`web_search_requests`, …). */
   server_tools: z.record(z.string().regex(/^[a-z_]{1,64}$/), dollars).optional(),
 });
-export type ModelPriceInput = z.infer<typeof modelPriceSchema>;
+type ModelPriceInput = z.infer<typeof modelPriceSchema>;
 
 /** `MODEL_PRICES`: `{"<family>": prices}`; a family is a model id without its date (`claude-sonnet-4-5`). */
 export const modelPricesSchema = z.record(z.string().regex(/^[a-z0-9][a-z0-9._-]{0,99}$/), modelPriceSchema);
 export type ModelPrices = z.infer<typeof modelPricesSchema>;
 
-export interface ModelPrice {
+interface ModelPrice {
   input: number;
   output: number;
   cache_write_5m: number;
@@ -120,7 +120,7 @@ export class PriceTable {
 }
 
 /** A reply's usage as the API reports it (the SDK's `BetaUsage`, every field optional). */
-export interface ReplyUsage {
+interface ReplyUsage {
   input_tokens?: number | null;
   output_tokens?: number | null;
   cache_creation_input_tokens?: number | null;
@@ -134,7 +134,7 @@ export interface ReplyUsage {
  * A reply's cost in micro-dollars (rounded once), or null when the model has no price. Cache writes are split by
  * `cache_creation` when the reply has it; the rest of `cache_creation_input_tokens` is priced as 5-minute writes.
  */
-export function turnCostMicros(u: ReplyUsage | null | undefined, price: ModelPrice | null): number | null {
+function turnCostMicros(u: ReplyUsage | null | undefined, price: ModelPrice | null): number | null {
   if (price === null) return null;
   if (!u) return 0;
   const write = u.cache_creation_input_tokens ?? 0;

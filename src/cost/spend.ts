@@ -10,7 +10,7 @@ import type { RedisClient } from '../store/lua-commands.js';
 import { microsToUsd, usdToMicros, type PriceTable } from './prices.js';
 
 /** `usage.cost_usd` ceilings refuse a run of a model without a price (400 `unknown_model_price`). */
-export const unknownModelPrice = (model: string, why: string) =>
+const unknownModelPrice = (model: string, why: string) =>
   new AppError(
     400,
     'unknown_model_price',
@@ -37,7 +37,7 @@ export const utcDay = (ms: number): string => new Date(ms).toISOString().slice(0
 
 const usageKey = (tenant: string, day: string) => `q:{${tenant}}:usage:${day}`;
 
-export interface DayUsage {
+interface DayUsage {
   date: string;
   input_tokens: number;
   output_tokens: number;
@@ -48,7 +48,7 @@ export interface DayUsage {
   unpriced_turns: number;
 }
 
-export interface SpendOptions {
+interface SpendOptions {
   prices: PriceTable;
   /** TENANT_MAX_COST_USD_PER_DAY; 0: no cap. */
   capUsdPerDay: number;

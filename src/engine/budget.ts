@@ -44,7 +44,7 @@ export function budgetExhausted(budget: BudgetPolicy, spent: Spent): boolean {
 }
 
 /** The session's `cost_usd`: null once a turn of a model without a price was counted. */
-export const sessionCostUsd = (s: Pick<SessionState, 'cost'>): number | null =>
+const sessionCostUsd = (s: Pick<SessionState, 'cost'>): number | null =>
   s.cost.unpriced > 0 ? null : microsToUsd(s.cost.micros);
 
 /** The budget's part of the session's `usage` in the API: the totals and what is left of the budget. */

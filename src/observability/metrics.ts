@@ -43,7 +43,7 @@ export interface MetricsOptions {
 }
 
 /** A turn's tokens by kind and its cost, as the spend metrics count them. */
-export interface TurnSpend {
+interface TurnSpend {
   input: number;
   output: number;
   cache_write: number;

@@ -19,7 +19,7 @@ import type { ApplyOps } from '../store/apply-ops.js';
 import type { SessionState } from '../store/session-state.js';
 import { runOps, startRun, statusOps, type SessionDeps } from './mutate.js';
 
-export const ACTION_TIMED_OUT = 'action_timed_out';
+const ACTION_TIMED_OUT = 'action_timed_out';
 
 /** Cleared deadline fields, the action marked as timed out (a late decision gets 409 `action_timed_out`). */
 const FIRED = { act_due: '', act_warn: '', act_fired: '1' };
@@ -49,7 +49,7 @@ function actionData(s: SessionState, extra: Record<string, unknown> = {}): strin
 }
 
 /** The ops that time the action out as the session's `on_action_timeout` says; `starts`: the run goes on. */
-export function timeoutOps(s: SessionState): { ops: ApplyOps; starts: boolean } {
+function timeoutOps(s: SessionState): { ops: ApplyOps; starts: boolean } {
   const n = s.actionTimeoutS ?? Math.round(((s.action.due ?? 0) - s.updatedAt) / 1000);
   const timedOut: [string, string] = [
     'action.timed_out',

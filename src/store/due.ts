@@ -41,10 +41,4 @@ export class DueSet {
   async settle(e: DueEntry, next: number | null): Promise<boolean> {
     return (await this.redis.sessDueSettle(this.key, e.id, e.score, next === null ? '' : String(next))) === 1;
   }
-
-  /** The entry of `id`, if any (tests, diagnostics). */
-  async score(id: string): Promise<number | null> {
-    const s = await this.redis.zscore(this.key, id);
-    return s === null ? null : Number(s);
-  }
 }

@@ -29,7 +29,7 @@ export interface Usage {
 }
 
 /** The session's cost totals (meta fields `u_cost`, `u_nc`, `u_st_<counter>`). */
-export interface SessionCost {
+interface SessionCost {
   /** Micro-dollars of the priced turns. */
   micros: number;
   /** Turns of a model without a price: with any, the session's `cost_usd` is null. */
@@ -137,7 +137,7 @@ export interface ThreadAnchor {
 }
 
 /** The deadline of a pending action: any action a `requires_action` session waits for (approval, results, review…). */
-export interface ActionDeadline {
+interface ActionDeadline {
   /** When it times out (ms); null: no deadline. */
   due: number | null;
   /** When `action.expiring` is due (ms); null once told (or without a deadline). */
