@@ -67,6 +67,8 @@ function timeoutOps(s: SessionState): { ops: ApplyOps; starts: boolean } {
       starts: false,
     };
   }
+  // A new kind of action (a `review_turn`, a tool task) says here what its timeout does; without a pending step it
+  // fails (above) unless its feature adds its case.
   const reviewing = requiredAction(s.status, s.pending)?.type === 'review_tool_results';
   const step = structuredClone(s.pending);
   const events: Array<[string, string]> = [timedOut];
