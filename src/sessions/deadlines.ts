@@ -21,6 +21,9 @@ import { runOps, startRun, statusOps, type SessionDeps } from './mutate.js';
 
 const ACTION_TIMED_OUT = 'action_timed_out';
 
+/** A timeout whose run a tenant quota refuses is tried again this much later. */
+const QUOTA_RETRY_MS = 60_000;
+
 /** Cleared deadline fields, the action marked as timed out (a late decision gets 409 `action_timed_out`). */
 const FIRED = { act_due: '', act_warn: '', act_fired: '1' };
 
@@ -169,6 +172,11 @@ export class DeadlineSweeper {
         // Another write came first (a decision, another replica's sweep): read again.
         if (err instanceof AppError && (err.code === 'revision_mismatch' || err.code === 'invalid_status'))
           continue;
+        // The run the timeout resumes is over a tenant quota (active runs, the daily cost cap): tried again later.
+        if (err instanceof AppError && err.code === 'quota_exceeded') {
+          await store.actionsDue.settle(e, now + QUOTA_RETRY_MS);
+          return;
+        }
         throw err;
       }
     }
