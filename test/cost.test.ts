@@ -1,7 +1,7 @@
 import { after, before, beforeEach, describe, it } from 'node:test';
 import assert from 'node:assert/strict';
 import { startHarness, type Harness } from './helpers/service.js';
-import { text, toolCall } from '../src/fake/script.js';
+import { reply, text, toolCall } from '../src/fake/script.js';
 import { PriceTable, modelPricesSchema } from '../src/cost/prices.js';
 import { loadConfig, ConfigError } from '../src/config.js';
 
@@ -123,6 +123,25 @@ describe('cost: usage.cost_usd of sessions, iterations and turn.completed', () =
     assert.match(metrics, /trs_cost_usd_total\{model_family="claude-sonnet-5-5"\} 0\.03235/);
     assert.match(metrics, /trs_tokens_total\{model_family="claude-sonnet-5-5",kind="cache_read"\} 3000/);
     assert.doesNotMatch(metrics, /trs_cost_usd_total\{[^}]*tenant=/);
+  });
+
+  it('a compaction turn is counted too', async () => {
+    h.fake.enqueue(text('Hello.', { usage: { input_tokens: 1000, output_tokens: 100 } }));
+    const r = await h.api.post('/v1/sessions', { input: 'Hi' });
+    await h.api.waitStatus(r.body.id, 'idle');
+    // claude-sonnet-5-5: 1000×2 + 100×10 = 3,000 µ$; the compaction 2000×2 + 300×10 = 7,000 µ$.
+    h.fake.enqueue(
+      reply([{ type: 'compaction', content: 'They said hi.' }], {
+        usage: { input_tokens: 2000, output_tokens: 300 },
+      }),
+    );
+    const c = await h.api.post(`/v1/sessions/${r.body.id}/compact`);
+    assert.equal(c.status, 202, JSON.stringify(c.body));
+    const done = await h.api.waitFor(r.body.id, (s) => s.status === 'idle' && !s.compaction_pending);
+    const iters = (await h.api.get(`/v1/sessions/${r.body.id}/iterations`)).body.data;
+    assert.equal(iters.at(-1).kind, 'compaction');
+    assert.equal(iters.at(-1).usage.cost_usd, 0.007);
+    assert.equal(done.usage.cost_usd, 0.01);
   });
 
   it('a model without a price: cost_usd null, and a dollar budget is refused with 400 unknown_model_price', async () => {
