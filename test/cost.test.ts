@@ -218,15 +218,14 @@ describe('cost: usage.cost_usd of sessions, iterations and turn.completed', () =
 
 describe('cost: TENANT_MAX_COST_USD_PER_DAY', () => {
   let h: Harness;
+  const capEnv = {
+    API_KEYS: 'a:key-a,b:key-b',
+    TENANT_MAX_COST_USD_PER_DAY: '0.02',
+    METRICS_TENANT_LABEL: 'true',
+  };
   const spend = { input_tokens: 1000, output_tokens: 1300 }; // $0.015 on claude-sonnet-5-5
   before(async () => {
-    h = await startHarness({
-      env: {
-        API_KEYS: 'a:key-a,b:key-b',
-        TENANT_MAX_COST_USD_PER_DAY: '0.02',
-        METRICS_TENANT_LABEL: 'true',
-      },
-    });
+    h = await startHarness({ env: capEnv });
   });
   after(async () => h.close());
 
@@ -260,6 +259,17 @@ describe('cost: TENANT_MAX_COST_USD_PER_DAY', () => {
     assert.equal(c.body.error.details.quota, 'cost_usd_per_day');
     const cont = await a.post(`/v1/sessions/${s.body.id}/continue`);
     assert.equal(cont.status, 429);
+    // Another replica on the same Redis counts the same day.
+    const replica2 = await startHarness({ redis: h.redis, fakeServer: h.fake, env: capEnv });
+    try {
+      const again = await replica2.api
+        .as('key-a')
+        .post('/v1/sessions', { model: 'claude-sonnet-5-5', input: 'Hi' });
+      assert.equal(again.status, 429);
+      assert.equal(again.body.error.details.quota, 'cost_usd_per_day');
+    } finally {
+      await replica2.close();
+    }
 
     // Another tenant's day is its own.
     h.fake.reset();
