@@ -43,11 +43,14 @@ export async function pauseForReview(
     iteration: record.iteration,
     turn: { content: message.content, stop_reason: message.stop_reason },
   };
-  await endRun(deps, run, { status: 'requires_action', pending: step }, [], {
+  // The turn's cost counted with its usage, as every turn's (src/cost/prices.ts); its review has a deadline too.
+  const costMicros = deps.store.spend.prices.turnCost(record.request.model, message.usage);
+  const next = { status: 'requires_action' as const, pending: step, actionTimeoutS: state.actionTimeoutS };
+  await endRun(deps, run, next, [], {
     push_msgs: [JSON.stringify(reply)],
     push_iters: [JSON.stringify(record)],
     hset: turn.carried,
-    hincr: { iteration: 1, ...usageIncr(message.usage) },
+    hincr: { iteration: 1, ...usageIncr(message.usage, costMicros) },
     events: [
       ...turn.events,
       ['iteration.persisted', JSON.stringify({ iteration: record.iteration, revision: null }), 'rev'],

@@ -70,8 +70,20 @@ function timeoutOps(s: SessionState): { ops: ApplyOps; starts: boolean } {
       starts: false,
     };
   }
-  // A new kind of action (a `review_turn`, a tool task) says here what its timeout does; without a pending step it
+  // A new kind of action (a tool task, …) says here what its timeout does; without a pending step it
   // fails (above) unless its feature adds its case.
+  const { turn, ...rest } = s.pending;
+  if (turn) {
+    // A reply under review (`review_turn`): accepted as it stands, as `continue` does.
+    const next = rest.calls.length
+      ? { pending: rest }
+      : { pending: null, stopReason: turn.stop_reason ?? 'end_turn' };
+    const st = runOps(s, next);
+    return {
+      ops: { ...st, hset: { ...st.hset, ...FIRED }, events: [timedOut, ...(st.events ?? [])] },
+      starts: true,
+    };
+  }
   const reviewing = requiredAction(s.status, s.pending)?.type === 'review_tool_results';
   const step = structuredClone(s.pending);
   const events: Array<[string, string]> = [timedOut];
