@@ -895,6 +895,23 @@ export interface paths {
     patch?: never;
     trace?: never;
   };
+  '/v1/usage': {
+    parameters: {
+      query?: never;
+      header?: never;
+      path?: never;
+      cookie?: never;
+    };
+    /** The tenant's tokens and cost per UTC day (§7.4) */
+    get: operations['getUsage'];
+    put?: never;
+    post?: never;
+    delete?: never;
+    options?: never;
+    head?: never;
+    patch?: never;
+    trace?: never;
+  };
 }
 export type webhooks = Record<string, never>;
 export interface components {
@@ -919,6 +936,7 @@ export interface components {
           | 'tool_name_conflict'
           | 'invalid_memory_path'
           | 'request_aborted'
+          | 'unknown_model_price'
           | 'unauthorized'
           | 'origin_not_allowed'
           | 'host_not_allowed'
@@ -957,6 +975,7 @@ export interface components {
           | 'task_lease_lost'
           | 'task_already_completed'
           | 'task_cancelled'
+          | 'action_timed_out'
           | 'cursor_expired'
           | 'revision_mismatch'
           | 'payload_too_large'
@@ -974,12 +993,6 @@ export interface components {
         details?: unknown;
       };
     };
-    Usage: {
-      input_tokens: number;
-      output_tokens: number;
-      cache_creation_input_tokens: number;
-      cache_read_input_tokens: number;
-    };
     SessionUsage: {
       input_tokens: number;
       output_tokens: number;
@@ -991,6 +1004,15 @@ export interface components {
       budget_total_tokens: number | null;
       /** @description What is left of the budget (0 once spent: new messages and `continue` answer 409). */
       budget_remaining_tokens: number | null;
+      /** @description Dollars at list prices (MODEL_PRICES over them) of every turn, compactions included; null once a turn of a model without a price was counted. */
+      cost_usd: number | null;
+      /** @description Server tool requests of every reply added up (`web_search_requests`, …). */
+      server_tool_use: {
+        [key: string]: number;
+      };
+      /** @description The `budget` policy's `cost_usd`; null without. */
+      budget_cost_usd: number | null;
+      budget_remaining_cost_usd: number | null;
     };
     /** @description What a client must do before the run goes on. */
     RequiredAction: {
@@ -1013,6 +1035,11 @@ export interface components {
         content: unknown;
         stop_reason: string | null;
       };
+      /**
+       * Format: date-time
+       * @description When the action times out (policy `action_timeout_s`); absent: never.
+       */
+      expires_at?: string;
     };
     SessionError: {
       code: string;
@@ -1080,7 +1107,8 @@ export interface components {
       cache_tool_results: boolean;
       stream: boolean;
       budget: {
-        total_tokens: number;
+        total_tokens?: number;
+        cost_usd?: number;
       } | null;
       run_tools_eagerly: boolean;
       pause_after_turn: boolean;
@@ -1091,6 +1119,12 @@ export interface components {
       } | null;
       /** @description A compaction was asked for (POST …/compact) and is not done yet. */
       compaction_pending: boolean;
+      action_timeout_s?: number | null;
+      /** @enum {string} */
+      on_action_timeout?: 'deny' | 'fail';
+      ttl_s?: number | null;
+      /** @description When the TTL deletes the session if nothing changes it (idle or failed); null: not now. */
+      expires_at?: string | null;
       required_action: components['schemas']['RequiredAction'] | null;
       stop_reason: string | null;
       error: components['schemas']['SessionError'] | null;
@@ -1163,7 +1197,17 @@ export interface components {
         [key: string]: unknown;
       };
       stop_reason: string | null;
-      usage: components['schemas']['Usage'];
+      usage: {
+        input_tokens: number;
+        output_tokens: number;
+        cache_creation_input_tokens: number;
+        cache_read_input_tokens: number;
+        /** @description The turn's dollars at list prices; null: the model has no price. */
+        cost_usd?: number | null;
+        server_tool_use?: {
+          [key: string]: number;
+        };
+      };
       tool_calls: {
         id: string;
         name: string;
@@ -1195,7 +1239,17 @@ export interface components {
         [key: string]: unknown;
       };
       stop_reason: string | null;
-      usage: components['schemas']['Usage'];
+      usage: {
+        input_tokens: number;
+        output_tokens: number;
+        cache_creation_input_tokens: number;
+        cache_read_input_tokens: number;
+        /** @description The turn's dollars at list prices; null: the model has no price. */
+        cost_usd?: number | null;
+        server_tool_use?: {
+          [key: string]: number;
+        };
+      };
       tool_calls: {
         id: string;
         name: string;
@@ -1365,6 +1419,27 @@ export interface components {
         [key: string]: unknown;
       })[];
     }[];
+    DayUsage: {
+      /** @description The UTC day, YYYY-MM-DD. */
+      date: string;
+      input_tokens: number;
+      output_tokens: number;
+      cache_creation_input_tokens: number;
+      cache_read_input_tokens: number;
+      /** @description Dollars at list prices of the priced turns. */
+      cost_usd: number;
+      /** @description Turns of models without a price: tokens counted, no cost. */
+      unpriced_turns: number;
+    };
+    UsageDays: {
+      /** @constant */
+      object: 'usage';
+      from: string;
+      to: string;
+      /** @description The days added up. */
+      cost_usd: number;
+      data: components['schemas']['DayUsage'][];
+    };
     Webhook: {
       id: string;
       /** @constant */
@@ -2453,7 +2528,8 @@ export interface operations {
           stream?: boolean;
           /** @default null */
           budget?: {
-            total_tokens: number;
+            total_tokens?: number;
+            cost_usd?: number;
           } | null;
           /** @default false */
           run_tools_eagerly?: boolean;
@@ -2464,6 +2540,14 @@ export interface operations {
             at_input_tokens: number;
             instructions?: string;
           } | null;
+          /** @default null */
+          action_timeout_s?: number | null;
+          /**
+           * @default deny
+           * @enum {string}
+           */
+          on_action_timeout?: 'deny' | 'fail';
+          ttl_s?: number | null;
           /** @default {} */
           metadata?: {
             [key: string]: string | number | boolean | null;
@@ -2763,7 +2847,8 @@ export interface operations {
           cache_tool_results?: boolean;
           stream?: boolean;
           budget?: {
-            total_tokens: number;
+            total_tokens?: number;
+            cost_usd?: number;
           } | null;
           run_tools_eagerly?: boolean;
           pause_after_turn?: boolean;
@@ -2771,6 +2856,10 @@ export interface operations {
             at_input_tokens: number;
             instructions?: string;
           } | null;
+          action_timeout_s?: number | null;
+          /** @enum {string} */
+          on_action_timeout?: 'deny' | 'fail';
+          ttl_s?: number | null;
           tools?: (
             | string
             | {
@@ -5716,6 +5805,8 @@ export interface operations {
             | 'compaction.skipped'
             | 'schedule.fired'
             | 'schedule.skipped'
+            | 'action.expiring'
+            | 'action.timed_out'
           )[];
           description?: string;
         };
@@ -6024,6 +6115,8 @@ export interface operations {
             | 'compaction.skipped'
             | 'schedule.fired'
             | 'schedule.skipped'
+            | 'action.expiring'
+            | 'action.timed_out'
           )[];
           description?: string | null;
           disabled?: boolean;
@@ -7709,7 +7802,8 @@ export interface operations {
             stream?: boolean;
             /** @default null */
             budget?: {
-              total_tokens: number;
+              total_tokens?: number;
+              cost_usd?: number;
             } | null;
             /** @default false */
             run_tools_eagerly?: boolean;
@@ -7720,6 +7814,14 @@ export interface operations {
               at_input_tokens: number;
               instructions?: string;
             } | null;
+            /** @default null */
+            action_timeout_s?: number | null;
+            /**
+             * @default deny
+             * @enum {string}
+             */
+            on_action_timeout?: 'deny' | 'fail';
+            ttl_s?: number | null;
             /** @default {} */
             metadata?: {
               [key: string]: string | number | boolean | null;
@@ -8506,7 +8608,8 @@ export interface operations {
             stream?: boolean;
             /** @default null */
             budget?: {
-              total_tokens: number;
+              total_tokens?: number;
+              cost_usd?: number;
             } | null;
             /** @default false */
             run_tools_eagerly?: boolean;
@@ -8517,6 +8620,14 @@ export interface operations {
               at_input_tokens: number;
               instructions?: string;
             } | null;
+            /** @default null */
+            action_timeout_s?: number | null;
+            /**
+             * @default deny
+             * @enum {string}
+             */
+            on_action_timeout?: 'deny' | 'fail';
+            ttl_s?: number | null;
             /** @default {} */
             metadata?: {
               [key: string]: string | number | boolean | null;
@@ -9581,6 +9692,79 @@ export interface operations {
       /** @description This Idempotency-Key was used with another request (`idempotency_key_reused`). */
       422: {
         headers: {
+          [name: string]: unknown;
+        };
+        content: {
+          'application/json': components['schemas']['Error'];
+        };
+      };
+      /** @description Over a rate or quota (`rate_limited` with Retry-After, `quota_exceeded`). */
+      429: {
+        headers: {
+          'Retry-After': components['headers']['RetryAfter'];
+          [name: string]: unknown;
+        };
+        content: {
+          'application/json': components['schemas']['Error'];
+        };
+      };
+      /** @description Something went wrong on the service's side (`internal_error`); the details are in its log. */
+      500: {
+        headers: {
+          [name: string]: unknown;
+        };
+        content: {
+          'application/json': components['schemas']['Error'];
+        };
+      };
+      /** @description The session store is unavailable (`store_unavailable`); try again after Retry-After. */
+      503: {
+        headers: {
+          'Retry-After': components['headers']['RetryAfter'];
+          [name: string]: unknown;
+        };
+        content: {
+          'application/json': components['schemas']['Error'];
+        };
+      };
+    };
+  };
+  getUsage: {
+    parameters: {
+      query?: {
+        /** @description First day (UTC), default `to`. */
+        from?: string;
+        /** @description Last day (UTC), default today. */
+        to?: string;
+      };
+      header?: never;
+      path?: never;
+      cookie?: never;
+    };
+    requestBody?: never;
+    responses: {
+      /** @description OK */
+      200: {
+        headers: {
+          [name: string]: unknown;
+        };
+        content: {
+          'application/json': components['schemas']['UsageDays'];
+        };
+      };
+      /** @description Invalid request (`invalid_request` with the issues in `details`, `invalid_json`, …). */
+      400: {
+        headers: {
+          [name: string]: unknown;
+        };
+        content: {
+          'application/json': components['schemas']['Error'];
+        };
+      };
+      /** @description No valid bearer key (`unauthorized`). */
+      401: {
+        headers: {
+          'WWW-Authenticate': components['headers']['WwwAuthenticate'];
           [name: string]: unknown;
         };
         content: {
