@@ -7,6 +7,7 @@ import { AGENTS_DUE_KEY } from '../store/keys.js';
 import type { RedisClient } from '../store/lua-commands.js';
 import type { SessionState } from '../store/session-state.js';
 import type { SessionStore } from '../store/store.js';
+import { SweepLoop } from '../sweep-loop.js';
 
 /**
  * Sub-agents (spec §7.6). A call to an `agent` tool is a client call to the engine: the parent's run ends at
@@ -41,34 +42,29 @@ export interface AgentSweepOptions {
 type Result = { content: string; is_error: boolean };
 
 export class AgentSweep {
-  private timer: NodeJS.Timeout | null = null;
-  private stopped = false;
-  private sweeping: Promise<void> = Promise.resolve();
+  private readonly loop: SweepLoop;
 
-  constructor(private readonly opts: AgentSweepOptions) {}
-
-  start(): void {
-    const loop = () => {
-      this.sweeping = this.sweep()
-        .catch((err: unknown) => this.opts.log.warn({ err }, 'agents sweep failed'))
-        .finally(() => {
-          if (!this.stopped) this.timer = setTimeout(loop, this.opts.sweepMs);
-        });
-    };
-    this.timer = setTimeout(loop, Math.min(50, this.opts.sweepMs));
+  constructor(private readonly opts: AgentSweepOptions) {
+    this.loop = new SweepLoop(
+      () => this.sweep(),
+      opts.sweepMs,
+      (err) => opts.log.warn({ err }, 'agents sweep failed'),
+    );
   }
 
-  async stop(): Promise<void> {
-    this.stopped = true;
-    if (this.timer) clearTimeout(this.timer);
-    await this.sweeping;
+  start(): void {
+    this.loop.start();
+  }
+
+  stop(): Promise<void> {
+    return this.loop.stop();
   }
 
   private async sweep(): Promise<void> {
     const { redis } = this.opts;
     const ids = await redis.zrangebyscore(AGENTS_DUE_KEY, '-inf', Date.now(), 'LIMIT', 0, BATCH);
     for (const id of ids) {
-      if (this.stopped) return;
+      if (this.loop.stopping) return;
       await this.tick(id).catch((err: unknown) =>
         this.opts.log.warn({ err, session: id }, 'agents tick failed'),
       );

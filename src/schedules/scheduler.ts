@@ -6,6 +6,7 @@ import type { SessionStore } from '../store/store.js';
 import { newestMissed, nextFire, type Timing } from './cron.js';
 import { fireSessionId, type ScheduleRecord } from './keys.js';
 import type { ScheduleStore } from './store.js';
+import { SweepLoop } from '../sweep-loop.js';
 
 /** How long the replica that claimed a fire has to create its session before any other replica retries it. */
 const FIRE_LEASE_MS = 10_000;
@@ -31,33 +32,28 @@ const timingOf = (s: ScheduleRecord): Timing => ({ cron: s.cron, at: s.at, timez
  * once its lease is over: the retry finds the session (or creates it), never a second one.
  */
 export class Scheduler {
-  private timer: NodeJS.Timeout | null = null;
-  private stopped = false;
-  private sweeping: Promise<void> = Promise.resolve();
+  private readonly loop: SweepLoop;
 
-  constructor(private readonly opts: SchedulerOptions) {}
-
-  start(): void {
-    const loop = () => {
-      this.sweeping = this.sweep()
-        .catch((err: unknown) => this.opts.log.warn({ err }, 'schedule sweep failed'))
-        .finally(() => {
-          if (!this.stopped) this.timer = setTimeout(loop, this.opts.sweepMs);
-        });
-    };
-    this.timer = setTimeout(loop, Math.min(50, this.opts.sweepMs));
+  constructor(private readonly opts: SchedulerOptions) {
+    this.loop = new SweepLoop(
+      () => this.sweep(),
+      opts.sweepMs,
+      (err) => opts.log.warn({ err }, 'schedule sweep failed'),
+    );
   }
 
-  async stop(): Promise<void> {
-    this.stopped = true;
-    if (this.timer) clearTimeout(this.timer);
-    await this.sweeping;
+  start(): void {
+    this.loop.start();
+  }
+
+  stop(): Promise<void> {
+    return this.loop.stop();
   }
 
   private async sweep(): Promise<void> {
     const ids = await this.opts.store.due(Date.now(), SWEEP_BATCH);
     for (const id of ids) {
-      if (this.stopped) return;
+      if (this.loop.stopping) return;
       await this.tick(id).catch((err: unknown) =>
         this.opts.log.warn({ err, schedule: id }, 'schedule tick failed'),
       );

@@ -18,6 +18,7 @@ import { encodeResult, setResult } from '../store/pending.js';
 import type { ApplyOps } from '../store/apply-ops.js';
 import type { SessionState } from '../store/session-state.js';
 import { runOps, startRun, statusOps, type SessionDeps } from './mutate.js';
+import { SweepLoop } from '../sweep-loop.js';
 
 const ACTION_TIMED_OUT = 'action_timed_out';
 
@@ -112,26 +113,26 @@ function timeoutOps(s: SessionState): { ops: ApplyOps; starts: boolean } {
 
 /** Sweeps `actions:due` on a timer: every replica runs one; their writes are guarded, so any number may. */
 export class DeadlineSweeper {
-  private timer: NodeJS.Timeout | null = null;
-  private running: Promise<void> | null = null;
+  private readonly loop: SweepLoop;
 
   constructor(
     private readonly deps: SessionDeps,
     private readonly log: EngineLogger,
-    private readonly intervalMs: number,
-  ) {}
-
-  start(): void {
-    this.timer = setInterval(() => {
-      if (!this.running) this.running = this.sweep().finally(() => (this.running = null));
-    }, this.intervalMs);
-    this.timer.unref();
+    intervalMs: number,
+  ) {
+    this.loop = new SweepLoop(
+      () => this.sweep(),
+      intervalMs,
+      (err) => log.warn({ err }, 'the deadline sweep failed'),
+    );
   }
 
-  async stop(): Promise<void> {
-    if (this.timer) clearInterval(this.timer);
-    this.timer = null;
-    await this.running;
+  start(): void {
+    this.loop.start();
+  }
+
+  stop(): Promise<void> {
+    return this.loop.stop();
   }
 
   /** One pass: every entry due by `now`. */

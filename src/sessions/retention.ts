@@ -9,28 +9,29 @@
 import type { EngineLogger } from '../engine/run-handle.js';
 import type { DueEntry } from '../store/due.js';
 import type { SessionStore } from '../store/store.js';
+import { SweepLoop } from '../sweep-loop.js';
 
 export class RetentionSweeper {
-  private timer: NodeJS.Timeout | null = null;
-  private running: Promise<void> | null = null;
+  private readonly loop: SweepLoop;
 
   constructor(
     private readonly store: SessionStore,
     private readonly log: EngineLogger,
     private readonly intervalMs: number,
-  ) {}
-
-  start(): void {
-    this.timer = setInterval(() => {
-      if (!this.running) this.running = this.sweep().finally(() => (this.running = null));
-    }, this.intervalMs);
-    this.timer.unref();
+  ) {
+    this.loop = new SweepLoop(
+      () => this.sweep(),
+      intervalMs,
+      (err) => log.warn({ err }, 'the retention sweep failed'),
+    );
   }
 
-  async stop(): Promise<void> {
-    if (this.timer) clearInterval(this.timer);
-    this.timer = null;
-    await this.running;
+  start(): void {
+    this.loop.start(this.intervalMs);
+  }
+
+  stop(): Promise<void> {
+    return this.loop.stop();
   }
 
   async sweep(now = Date.now()): Promise<void> {
