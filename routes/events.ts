@@ -9,9 +9,7 @@ import { START, isCursor, parseCursor, placeCursor } from '../src/events/cursor.
 import { OutEvent, sseData } from '../src/events/envelope.js';
 import type { Subscription } from '../src/events/hub.js';
 import { cursorAhead, cursorExpired, streamSink, type CloseReason } from '../src/events/sink.js';
-
-/** SSE comment lines sent while nothing happens, so proxies and clients keep the stream open. */
-export const SSE_HEARTBEAT_MS = 15_000;
+import { watchToken } from '../src/plugins/auth.js';
 
 const cursor = z
   .string()
@@ -37,7 +35,7 @@ export const eventsQuery = z.object({
  *   REPLAY_PAGE_BYTES of them (one larger event comes alone); 410 `cursor_expired` when `after` was trimmed away,
  *   400 `invalid_cursor` when it is past the newest event.
  * - `Accept: text/event-stream`: SSE (`id:` event id, `event:` type, `data:` envelope), replaying after
- *   `Last-Event-ID` (or `after`), then live; `: heartbeat` comments every 15 s; the stream ends after
+ *   `Last-Event-ID` (or `after`), then live; `: ping` comments every STREAM_HEARTBEAT_MS (15 s); the stream ends after
  *   `session.deleted`, after an `event: error` (cursor_expired, store_unavailable), or when the client reads too
  *   slowly (src/events/sink.ts; the response is dropped, and EventSource reconnects with Last-Event-ID by itself).
  *   A cursor past the newest event is refused before the stream starts (400 `invalid_cursor`).
@@ -49,6 +47,7 @@ const routes: FastifyPluginAsyncZod<{ config: Config }> = async (app, { config }
   app.get(
     '/v1/sessions/:id/events',
     {
+      config: { scope: 'read' },
       schema: {
         operationId: 'listEvents',
         summary: 'The event log: JSON pages, or Server-Sent Events',
@@ -141,12 +140,21 @@ const routes: FastifyPluginAsyncZod<{ config: Config }> = async (app, { config }
 
       let done = false;
       const heartbeat = setInterval(() => {
-        if (!done && res.writableLength <= maxBuffered) res.write(': heartbeat\n\n');
-      }, SSE_HEARTBEAT_MS);
+        if (!done && res.writableLength <= maxBuffered) res.write(': ping\n\n');
+      }, config.STREAM_HEARTBEAT_MS);
+      // A client token's stream ends with the token: at its expiry, or once it is found revoked.
+      const watch = watchToken(app.clientTokens, req.clientToken, config.STREAM_HEARTBEAT_MS, (err) => {
+        if (!done && !res.destroyed)
+          res.write(
+            `event: error\n${sseData(JSON.stringify({ error: { code: err.code, message: err.message } }))}\n`,
+          );
+        end(err.code === 'token_expired' ? 'token_expired' : 'token_revoked');
+      });
       const end = (reason: CloseReason) => {
         if (done) return;
         done = true;
         clearInterval(heartbeat);
+        watch.stop();
         sub.close();
         // A slow reader's response is dropped (nothing more is queued for it); any other end is a clean one.
         if (reason === 'slow_reader') res.destroy();
@@ -187,12 +195,14 @@ const routes: FastifyPluginAsyncZod<{ config: Config }> = async (app, { config }
         req.log.warn({ err }, 'event stream refused');
         done = true;
         clearInterval(heartbeat);
+        watch.stop();
         res.end();
         return;
       }
       res.on('close', () => {
         done = true;
         clearInterval(heartbeat);
+        watch.stop();
         sub.close();
       });
     },

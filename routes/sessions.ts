@@ -18,6 +18,7 @@ import {
   session,
   sessionList,
 } from '../src/openapi/responses.js';
+import { actorOf } from '../src/plugins/auth.js';
 import { ifMatchHeader, parseIfMatch, postMutation, send, sendMutation } from './mutations.js';
 import type { SessionState } from '../src/store/session-state.js';
 
@@ -83,6 +84,7 @@ const routes: FastifyPluginAsyncZod = async (app) => {
   app.get(
     '/v1/sessions/:id',
     {
+      config: { scope: 'read' },
       schema: {
         operationId: 'getSession',
         summary: 'Get a session',
@@ -119,6 +121,7 @@ const routes: FastifyPluginAsyncZod = async (app) => {
   app.get(
     '/v1/sessions/:id/messages',
     {
+      config: { scope: 'read' },
       schema: {
         operationId: 'listMessages',
         summary: 'The history, exactly as the next turn would send it',
@@ -138,6 +141,7 @@ const routes: FastifyPluginAsyncZod = async (app) => {
   app.get(
     '/v1/sessions/:id/iterations',
     {
+      config: { scope: 'read' },
       schema: {
         operationId: 'listIterations',
         summary: 'The persisted iteration records',
@@ -156,6 +160,7 @@ const routes: FastifyPluginAsyncZod = async (app) => {
   app.get(
     '/v1/sessions/:id/iterations/:n',
     {
+      config: { scope: 'read' },
       schema: {
         operationId: 'getIteration',
         summary: 'One iteration record with its reply and tool results',
@@ -183,6 +188,7 @@ const routes: FastifyPluginAsyncZod = async (app) => {
   app.post(
     '/v1/sessions/:id/messages',
     {
+      config: { scope: 'message' },
       schema: {
         operationId: 'addMessage',
         summary: 'Add a user message (a follow-up)',
@@ -196,7 +202,16 @@ const routes: FastifyPluginAsyncZod = async (app) => {
       },
     },
     async (req, reply) =>
-      sendMutation(reply, await svc.addMessage(req.tenant, req.params.id, req.body, parseIfMatch(req))),
+      sendMutation(
+        reply,
+        await svc.addMessage(
+          req.tenant,
+          req.params.id,
+          req.body,
+          parseIfMatch(req),
+          actorOf(req.clientToken),
+        ),
+      ),
   );
 };
 

@@ -13,6 +13,8 @@ import { handleFrame, type ServerFrame } from '../src/events/frames.js';
 import { selectProtocol } from '../src/events/protocols.js';
 import { cursorAhead, streamSink, type CloseReason } from '../src/events/sink.js';
 import { componentLog } from '../src/log.js';
+import { watchToken } from '../src/plugins/auth.js';
+import type { ClientTokenRecord } from '../src/store/client-tokens.js';
 
 export const streamQuery = z.object({
   after: z
@@ -29,6 +31,8 @@ export const CLOSE_CODES: Record<CloseReason, number> = {
   store_unavailable: 1011,
   slow_reader: 1013,
   cursor_expired: 4410,
+  token_expired: 4401,
+  token_revoked: 4401,
 };
 
 /** Client frames waiting for their answer, per connection; more get `rate_limited` at once. */
@@ -74,6 +78,7 @@ const routes: FastifyPluginAsyncZod<{ config: Config }> = async (app, { config }
     '/v1/sessions/:id/stream',
     {
       websocket: true,
+      config: { scope: 'read' },
       schema: {
         operationId: 'streamEvents',
         summary: 'The event stream over a WebSocket (replay after `after`, then live; client frames)',
@@ -134,11 +139,21 @@ const routes: FastifyPluginAsyncZod<{ config: Config }> = async (app, { config }
         log.debug({ err, session: id }, 'websocket error');
         socket.terminate();
       });
-      openStream(socket, id, tenant, log, after);
+      openStream(socket, { id, tenant, log, after, token: req.clientToken });
     },
   );
 
-  function openStream(socket: WebSocket, id: string, tenant: string, log: FastifyBaseLogger, after: string) {
+  function openStream(
+    socket: WebSocket,
+    opened: {
+      id: string;
+      tenant: string;
+      log: FastifyBaseLogger;
+      after: string;
+      token: ClientTokenRecord | null;
+    },
+  ) {
+    const { id, tenant, log, after, token } = opened;
     app.metrics.streamsOpened.inc({ transport: 'ws' });
     app.metrics.streamConnections.inc({ transport: 'ws' });
 
@@ -193,11 +208,16 @@ const routes: FastifyPluginAsyncZod<{ config: Config }> = async (app, { config }
       },
     );
     const sub = hub.subscribe(id, after, sink);
+    // A client token's connection ends with the token: at its expiry, or once it is found revoked.
+    const watch = watchToken(app.clientTokens, token, config.STREAM_HEARTBEAT_MS, (err) => {
+      control({ type: 'error', ref: null, error: { code: err.code, message: err.message } });
+      closeWith(err.code === 'token_expired' ? 'token_expired' : 'token_revoked');
+    });
 
     // Client frames run one at a time, in order; a bad frame gets an error frame and the connection stays.
     let chain: Promise<void> = Promise.resolve();
     let pending = 0;
-    const ctx = { tenant, sessionId: id, sessions: app.sessions, log };
+    const ctx = { tenant, sessionId: id, sessions: app.sessions, log, token };
     socket.on('message', (data, isBinary) => {
       alive.set(socket, true);
       if (isBinary) {
@@ -217,9 +237,11 @@ const routes: FastifyPluginAsyncZod<{ config: Config }> = async (app, { config }
       pending++;
       const text = data.toString();
       chain = chain.then(async () => {
-        const out = await handleFrame(text, ctx);
+        // Each frame of a client token's connection checks the token first: a revoked one ends the connection.
+        const refused = await watch.check();
+        const out = refused ? null : await handleFrame(text, ctx);
         pending--;
-        control(out);
+        if (out) control(out);
       });
     });
     socket.on('close', () => {
@@ -227,6 +249,7 @@ const routes: FastifyPluginAsyncZod<{ config: Config }> = async (app, { config }
       closing = true;
       alive.delete(socket);
       sub.close();
+      watch.stop();
     });
   }
 };

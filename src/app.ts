@@ -46,6 +46,7 @@ import agentRoutes from '../routes/agents.js';
 import tenantToolRoutes from '../routes/tenant-tools.js';
 import toolTaskRoutes from '../routes/tool-tasks.js';
 import usageRoutes from '../routes/usage.js';
+import clientTokenRoutes from '../routes/client-tokens.js';
 import quotasPlugin from './quotas/quotas.js';
 import { selectProtocol } from './events/protocols.js';
 import { metricsPlugin, tracingPlugin, type TracingPluginOptions } from './observability/plugin.js';
@@ -193,6 +194,7 @@ const app: FastifyPluginAsync<AppOptions> = async (fastify, opts) => {
     await api.register(tenantToolRoutes);
     await api.register(toolTaskRoutes);
     await api.register(usageRoutes);
+    await api.register(clientTokenRoutes);
     // Unknown paths under /v1 are answered inside the scope too: 401 without a key, as any /v1 route (no route
     // discovery without one), else 404 `route_not_found`. Preflights (OPTIONS) are left to the CORS plugin.
     api.route({

@@ -15,7 +15,14 @@ import type { ExpiredInfo, Sink } from './reader.js';
 
 /** Why a stream ends; each transport says it its own way (a WebSocket close code, an SSE end or drop). */
 export type CloseReason =
-  'session_deleted' | 'slow_reader' | 'cursor_expired' | 'store_unavailable' | 'shutting_down';
+  | 'session_deleted'
+  | 'slow_reader'
+  | 'cursor_expired'
+  | 'store_unavailable'
+  | 'shutting_down'
+  /** The client token the stream was opened with expired, or was revoked (routes/stream.ts, routes/events.ts). */
+  | 'token_expired'
+  | 'token_revoked';
 
 /** The error record a stream sends before it closes (SSE `event: error` data's `error`, a WS error frame's). */
 export interface StreamError {

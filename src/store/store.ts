@@ -409,7 +409,7 @@ export class SessionStore {
   }
 
   /**
-   * Deletes every key of the session; its event log keeps a `session.deleted` event (`data`: `{"id"}` and what
+   * Deletes every key of the session (its client tokens too); its event log keeps a `session.deleted` event (`data`: `{"id"}` and what
    * `reason` adds) for `ttlMs`. With `revision`, only while the session is still at it: false, nothing written, when
    * a write came first (a swept delete never races a new message). Then the tenant index entry, the due entries and
    * what the `destroyHooks` drop.
@@ -428,6 +428,7 @@ export class SessionStore {
     try {
       done = await this.redis.sessDestroy(
         ...this.keyList(k),
+        k.tokens,
         JSON.stringify(opts.reason ? { id, reason: opts.reason } : { id }),
         opts.ttlMs ?? 60_000,
         eventsChannel(id),
@@ -438,7 +439,7 @@ export class SessionStore {
       // for memory (the script is, when its first write would add); live readers then learn of it by the 404.
       // (A swept delete, guarded by a revision, is not forced: it is tried again by the next sweep.)
       if (!isOutOfMemory(err) || opts.revision !== undefined) throw err;
-      done = (await this.redis.unlink(...this.keyList(k))) > 0 ? 1 : 0;
+      done = (await this.redis.unlink(...this.keyList(k), k.tokens)) > 0 ? 1 : 0;
     }
     if (done === -1) return false;
     if (done === 1) tap?.landed();
