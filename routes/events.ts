@@ -8,7 +8,7 @@ import { errors, eventPage } from '../src/openapi/responses.js';
 import { START, isCursor, parseCursor, placeCursor } from '../src/events/cursor.js';
 import { OutEvent, sseData } from '../src/events/envelope.js';
 import type { Subscription } from '../src/events/hub.js';
-import { cursorAhead, cursorExpired, streamSink, type CloseReason } from '../src/events/sink.js';
+import { cursorAhead, cursorExpired, endFrame, streamSink, type CloseReason } from '../src/events/sink.js';
 import { watchToken } from '../src/plugins/auth.js';
 
 const cursor = z
@@ -26,6 +26,14 @@ const eventsHeaders = z.looseObject({
 export const eventsQuery = z.object({
   after: cursor.optional(),
   limit: z.coerce.number().int().min(1).max(1000).default(100),
+  until: z
+    .enum(['run_end'])
+    .optional()
+    .meta({
+      description:
+        'SSE only. `run_end`: the stream ends (an `end` record with reason `run_ended`) after the first ' +
+        '`session.status` event after the cursor whose status is not `running`.',
+    }),
 });
 
 /**
@@ -139,6 +147,8 @@ const routes: FastifyPluginAsyncZod<{ config: Config }> = async (app, { config }
       res.once('close', () => app.metrics.streamConnections.dec({ transport: 'sse' }));
 
       let done = false;
+      /** The id of the last event written (the `end` record's `last_event_id`). */
+      let lastSent: string | null = null;
       const heartbeat = setInterval(() => {
         if (!done && res.writableLength <= maxBuffered) res.write(': ping\n\n');
       }, config.STREAM_HEARTBEAT_MS);
@@ -156,9 +166,12 @@ const routes: FastifyPluginAsyncZod<{ config: Config }> = async (app, { config }
         clearInterval(heartbeat);
         watch.stop();
         sub.close();
-        // A slow reader's response is dropped (nothing more is queued for it); any other end is a clean one.
+        // A slow reader's response is dropped (nothing more is queued for it); any other end is a clean one, whose
+        // last record says whether anything more will come.
         if (reason === 'slow_reader') res.destroy();
         else {
+          if (!res.destroyed)
+            res.write(`event: end\n${sseData(JSON.stringify(endFrame(reason, lastSent)))}\n`);
           // Ending while corked (inside a batch of the hub) loses the corked writes on Node 24: flush them first.
           while (res.writableCorked > 0) res.uncork();
           res.end();
@@ -170,7 +183,10 @@ const routes: FastifyPluginAsyncZod<{ config: Config }> = async (app, { config }
           open: () => !done && !res.destroyed,
           buffered: () => res.writableLength,
           needsDrain: () => (res.writableNeedDrain ? res : null),
-          write: (ev) => res.write(ev.sseRecord()),
+          write: (ev) => {
+            lastSent = ev.id;
+            return res.write(ev.sseRecord());
+          },
           cork: () => res.cork(),
           uncork: () => res.uncork(),
           error(error) {
@@ -185,6 +201,7 @@ const routes: FastifyPluginAsyncZod<{ config: Config }> = async (app, { config }
           log: req.log,
           maxBuffered,
           stallMs: config.SLOW_READER_TIMEOUT_MS,
+          untilRunEnd: req.query.until === 'run_end',
         },
       );
       let sub: Subscription;

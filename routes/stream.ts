@@ -11,7 +11,7 @@ import { AppError } from '../src/errors.js';
 import { START, isCursor, parseCursor, placeCursor } from '../src/events/cursor.js';
 import { handleFrame, type ServerFrame } from '../src/events/frames.js';
 import { selectProtocol } from '../src/events/protocols.js';
-import { cursorAhead, streamSink, type CloseReason } from '../src/events/sink.js';
+import { cursorAhead, endFrame, streamSink, type CloseReason } from '../src/events/sink.js';
 import { componentLog } from '../src/log.js';
 import { watchToken } from '../src/plugins/auth.js';
 import type { ClientTokenRecord } from '../src/store/client-tokens.js';
@@ -22,6 +22,14 @@ export const streamQuery = z.object({
     .max(64)
     .refine(isCursor, 'not an event id: give the `id` of an event (`<ms>-<seq>`), or 0 for the start')
     .optional(),
+  until: z
+    .enum(['run_end'])
+    .optional()
+    .meta({
+      description:
+        '`run_end`: the stream ends (an `end` frame with reason `run_ended`, then close 1000) after the first ' +
+        '`session.status` event after the cursor whose status is not `running`.',
+    }),
 });
 
 /** The close code of each way a stream ends (the reason is the CloseReason itself). */
@@ -33,7 +41,10 @@ export const CLOSE_CODES: Record<CloseReason, number> = {
   cursor_expired: 4410,
   token_expired: 4401,
   token_revoked: 4401,
+  run_ended: 1000,
 };
+
+const PING_FRAME = JSON.stringify({ type: 'ping' });
 
 /** Client frames waiting for their answer, per connection; more get `rate_limited` at once. */
 const MAX_PENDING_FRAMES = 32;
@@ -66,7 +77,16 @@ const routes: FastifyPluginAsyncZod<{ config: Config }> = async (app, { config }
     }
   }, config.WS_PING_MS);
   pinger.unref();
-  app.addHook('onClose', async () => clearInterval(pinger));
+  // Heartbeats browsers can see (they never see protocol pings): `{"type":"ping"}` to every socket not behind.
+  const heartbeat = setInterval(() => {
+    for (const socket of alive.keys())
+      if (socket.readyState === socket.OPEN && socket.bufferedAmount === 0) socket.send(PING_FRAME);
+  }, config.STREAM_HEARTBEAT_MS);
+  heartbeat.unref();
+  app.addHook('onClose', async () => {
+    clearInterval(pinger);
+    clearInterval(heartbeat);
+  });
 
   const hub = app.eventsHub;
 
@@ -139,7 +159,7 @@ const routes: FastifyPluginAsyncZod<{ config: Config }> = async (app, { config }
         log.debug({ err, session: id }, 'websocket error');
         socket.terminate();
       });
-      openStream(socket, { id, tenant, log, after, token: req.clientToken });
+      openStream(socket, { id, tenant, log, after, token: req.clientToken, untilRunEnd: !!req.query.until });
     },
   );
 
@@ -151,9 +171,12 @@ const routes: FastifyPluginAsyncZod<{ config: Config }> = async (app, { config }
       log: FastifyBaseLogger;
       after: string;
       token: ClientTokenRecord | null;
+      untilRunEnd: boolean;
     },
   ) {
-    const { id, tenant, log, after, token } = opened;
+    const { id, tenant, log, after, token, untilRunEnd } = opened;
+    /** The id of the last event written to this socket (the `end` frame's `last_event_id`). */
+    let lastSent: string | null = null;
     app.metrics.streamsOpened.inc({ transport: 'ws' });
     app.metrics.streamConnections.inc({ transport: 'ws' });
 
@@ -162,6 +185,10 @@ const routes: FastifyPluginAsyncZod<{ config: Config }> = async (app, { config }
       if (closing) return;
       closing = true;
       sub.close();
+      // The end frame says whether anything more will come; a slow reader gets none (its queue is full).
+      if (socket.readyState === socket.OPEN && reason !== 'slow_reader') {
+        socket.send(JSON.stringify(endFrame(reason, lastSent)));
+      }
       if (socket.readyState === socket.OPEN) socket.close(CLOSE_CODES[reason], reason);
       setTimeout(() => socket.terminate(), CLOSE_GRACE_MS).unref();
     };
@@ -187,6 +214,7 @@ const routes: FastifyPluginAsyncZod<{ config: Config }> = async (app, { config }
           return s?.writableNeedDrain ? s : null;
         },
         write(ev) {
+          lastSent = ev.id;
           // Without extensions ws writes each frame whole and synchronously, so a frame written straight to the
           // socket never lands inside another; queued bytes still count in `bufferedAmount` (the socket's).
           const s = raw();
@@ -205,6 +233,7 @@ const routes: FastifyPluginAsyncZod<{ config: Config }> = async (app, { config }
         log,
         maxBuffered: config.WS_MAX_BUFFER_BYTES,
         stallMs: config.SLOW_READER_TIMEOUT_MS,
+        untilRunEnd,
       },
     );
     const sub = hub.subscribe(id, after, sink);

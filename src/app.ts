@@ -150,6 +150,14 @@ const app: FastifyPluginAsync<AppOptions> = async (fastify, opts) => {
   await fastify.register(websocket, {
     // Browsers authenticate with the subprotocols `bearer, <key>`: the server selects `bearer`, never the key.
     options: { maxPayload: 1_048_576, handleProtocols: selectProtocol },
+    // On shutdown the hub ends every stream first (an `end` frame, then 1001 `shutting_down`: reconnect elsewhere)
+    // rather than the plugin's bare close of each socket; then the server closes.
+    preClose(done) {
+      this.eventsHub.close();
+      for (const client of this.websocketServer.clients) client.close(1001, 'shutting_down');
+      this.websocketServer.close();
+      done();
+    },
   });
   // At the root, before the /v1 scope: preflights are answered without a key, and a WebSocket from a foreign origin
   // is refused (403) before its key is read.
