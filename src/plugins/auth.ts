@@ -59,11 +59,6 @@ export function bearerOf(req: FastifyRequest): string | undefined {
   return undefined;
 }
 
-/**
- * Requires a key on every route of the scope it is registered in (the `/v1` scope of app.ts): an `onRequest` hook
- * of that encapsulated context, so it runs for whatever spelling of a path the router matched to one of its routes
- * (`/%761/…`, `//v1/…`, absolute-form targets…), and never depends on the raw URL. Sets `req.tenant`.
- */
 const unauthorized = (message = 'A valid bearer API key is required.') =>
   new AppError(401, 'unauthorized', message, undefined, { 'www-authenticate': 'Bearer' });
 
@@ -159,16 +154,21 @@ async function authenticateToken(req: FastifyRequest, tokens: ClientTokens, bear
   const rec = await tokens.lookup(bearer);
   const refused = tokenRefusal(rec);
   if (refused || !rec) throw refused ?? unauthorized();
-  const token = rec;
   const scope = req.routeOptions.config.scope;
   if (!scope) throw scopeDenied(undefined);
-  if (sessionParam(req.params) !== token.session_id)
+  if (sessionParam(req.params) !== rec.session_id)
     throw new AppError(404, 'session_not_found', 'No session with this id.');
-  requireScope(token, scope);
-  req.tenant = token.tenant;
-  req.clientToken = token;
+  requireScope(rec, scope);
+  req.tenant = rec.tenant;
+  req.clientToken = rec;
 }
 
+/**
+ * Requires a key on every route of the scope it is registered in (the `/v1` scope of app.ts): an `onRequest` hook
+ * of that encapsulated context, so it runs for whatever spelling of a path the router matched to one of its routes
+ * (`/%761/…`, `//v1/…`, absolute-form targets…), and never depends on the raw URL. Sets `req.tenant`
+ * (and `req.clientToken` for a client token, which it holds to its session and to the scope the route declares).
+ */
 export default fp<AuthOptions>(
   async (app, opts) => {
     const tokens = new ClientTokens(app.redis);
