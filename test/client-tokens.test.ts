@@ -346,6 +346,26 @@ describe('client tokens in open mode', () => {
   });
 });
 
+describe('client tokens and the tenant rate limit', () => {
+  let h: Harness;
+  before(async () => {
+    h = await startHarness({ env: { API_KEYS: KEYS, RATE_LIMIT_PER_MIN: '3' } });
+  });
+  after(async () => h.close());
+
+  it("count in their tenant's rate limit, with its key's requests", async () => {
+    h.fake.enqueue(text('Hi.'));
+    const id = (await h.api.post('/v1/sessions', { start: false })).body.id as string; // 1
+    const t = await token(h.api, id, ['message']); // 2
+    assert.equal((await h.api.as(t).post(`/v1/sessions/${id}/messages`, { text: 'one' })).status, 202); // 3
+    const over = await h.api.post('/v1/sessions', { start: false });
+    assert.equal(over.status, 429);
+    assert.equal(over.body.error.code, 'rate_limited');
+    // Another tenant is not counted with it.
+    assert.equal((await h.api.as('key-globex').post('/v1/sessions', { start: false })).status, 201);
+  });
+});
+
 describe('client tokens across replicas', { timeout: 180_000 }, () => {
   let redis: TestRedis;
   let fake: FakeAnthropic;
