@@ -278,6 +278,36 @@ describe('client tokens', () => {
     assert.equal(s.stop_reason, 'cancelled');
   });
 
+  it('chat routes: read for the stream and messages; POST /v1/chat needs the scope of what it posts', async () => {
+    h.fake.enqueue(text('Hello from chat.'));
+    const id = (await h.api.post('/v1/sessions', { start: false })).body.id as string;
+    const other = (await h.api.post('/v1/sessions', { start: false })).body.id as string;
+    const body = (sid: string) => ({
+      id: sid,
+      trigger: 'submit-message',
+      messages: [{ id: 'm1', role: 'user', parts: [{ type: 'text', text: 'Hi' }] }],
+    });
+    const reader = h.api.as(await token(h.api, id, ['read']));
+    assert.equal((await reader.get(`/v1/chat/${id}/messages`)).status, 200);
+    assert.equal((await reader.get(`/v1/chat/${other}/messages`)).status, 404);
+    const denied = await reader.post('/v1/chat', body(id));
+    assert.equal(denied.status, 403);
+    assert.equal(denied.body.error.code, 'scope_denied');
+    const decider = h.api.as(await token(h.api, id, ['decide']));
+    const noMessage = await decider.post('/v1/chat', body(id));
+    assert.equal(noMessage.status, 403, 'a user message needs `message`');
+    const writer = h.api.as(await token(h.api, id, ['read', 'message'], 'chat-user'));
+    assert.equal((await writer.post('/v1/chat', body(other))).status, 404, 'another session');
+    const ok = await writer.post('/v1/chat', body(id));
+    assert.equal(ok.status, 200);
+    assert.match(String(ok.body), /Hello from chat/);
+    const queued = (await readLog(h.service.url, id, 'key-acme')).filter((e) => e.type === 'message.queued');
+    assert.deepEqual(
+      queued.map((e) => e.data.by),
+      ['chat-user'],
+    );
+  });
+
   it('expired: 401 token_expired on REST and on the upgrade; an hour later unknown', async () => {
     const id = (await h.api.post('/v1/sessions', { start: false })).body.id as string;
     const t = await token(h.api, id, ['read']);

@@ -21,10 +21,13 @@ declare module 'fastify' {
   }
   interface FastifyContextConfig {
     /**
-     * The client-token scope a route of one session (`/v1/sessions/:id/…`) needs; a client token is refused on a
-     * route without one (403 `scope_denied`). Tenant keys pass whatever the route declares.
+     * The client-token scope a route of one session (`/v1/sessions/:id/…`, `/v1/chat…`) needs (a list: any of them,
+     * the handler checking the one each part of the request needs with `requireScope`); a client token is refused
+     * on a route without one (403 `scope_denied`). Tenant keys pass whatever the route declares.
      */
-    scope?: ClientScope;
+    scope?: ClientScope | readonly ClientScope[];
+    /** Where the route's session id is: the `:id` param (default), or the body's `id` (checked before the handler). */
+    sessionIn?: 'params' | 'body';
   }
 }
 
@@ -140,7 +143,9 @@ const scopeDenied = (scope: ClientScope | undefined) =>
     scope ? { scope } : undefined,
   );
 
-/** The `:id` of a session route, as the router matched it. */
+const sessionNotFound = () => new AppError(404, 'session_not_found', 'No session with this id.');
+
+/** The `:id` of a session route, as the router matched it (or the body's `id`: `sessionIn: 'body'`). */
 const sessionParam = (params: unknown): string | undefined => {
   if (typeof params !== 'object' || params === null || !('id' in params)) return undefined;
   return typeof params.id === 'string' ? params.id : undefined;
@@ -154,11 +159,11 @@ async function authenticateToken(req: FastifyRequest, tokens: ClientTokens, bear
   const rec = await tokens.lookup(bearer);
   const refused = tokenRefusal(rec);
   if (refused || !rec) throw refused ?? unauthorized();
-  const scope = req.routeOptions.config.scope;
+  const { scope, sessionIn } = req.routeOptions.config;
   if (!scope) throw scopeDenied(undefined);
-  if (sessionParam(req.params) !== rec.session_id)
-    throw new AppError(404, 'session_not_found', 'No session with this id.');
-  requireScope(rec, scope);
+  if (sessionIn !== 'body' && sessionParam(req.params) !== rec.session_id) throw sessionNotFound();
+  const any = typeof scope === 'string' ? [scope] : scope;
+  if (!any.some((s) => rec.scopes.includes(s))) throw scopeDenied(any[0]);
   req.tenant = rec.tenant;
   req.clientToken = rec;
 }
@@ -189,6 +194,11 @@ export default fp<AuthOptions>(
         return;
       }
       throw unauthorized();
+    });
+    // A route whose session is named in its body: the token's session, checked once the body is parsed.
+    app.addHook('preHandler', async (req) => {
+      if (!req.clientToken || req.routeOptions.config.sessionIn !== 'body') return;
+      if (sessionParam(req.body) !== req.clientToken.session_id) throw sessionNotFound();
     });
   },
   { name: 'auth' },
