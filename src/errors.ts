@@ -124,7 +124,8 @@ export const badRequest = (message: string, details?: unknown) =>
   new AppError(400, 'invalid_request', message, details);
 
 /** What a 404 names; its code is `<what>_not_found`. */
-export type NotFoundKind = 'session' | 'iteration' | 'webhook' | 'file' | 'mcp_server' | 'tool' | 'task' | 'client_token';
+export type NotFoundKind =
+  'session' | 'iteration' | 'webhook' | 'file' | 'mcp_server' | 'tool' | 'task' | 'client_token';
 
 export const notFound = (what: NotFoundKind = 'session') =>
   new AppError(404, `${what}_not_found`, `No ${what} with this id.`);
