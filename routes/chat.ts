@@ -25,17 +25,8 @@ import { toUIMessages } from '../src/chat/history.js';
 import { chatBody, decisionsOf, resultsOf, toolCallIdsOf, userMessageOf } from '../src/chat/request.js';
 import { defineChatCommands, runStartCursor } from '../src/chat/run-start.js';
 import type { MutationResult } from '../src/sessions/service.js';
-import { SSE_HEARTBEAT_MS } from './events.js';
-
-/** The scopes of spec §7.2 a chat route may need. */
-type ChatScope = 'read' | 'message' | 'decide' | 'results';
-
-declare module 'fastify' {
-  interface FastifyContextConfig {
-    /** The client-token scope (spec §7.2) the route needs; tenant keys have every scope. */
-    scope?: ChatScope;
-  }
-}
+import { actorOf, requireScope } from '../src/plugins/auth.js';
+import type { ClientScope } from '../src/store/client-tokens.js';
 
 /** Most UIMessages GET /v1/chat/:id/messages answers (the newest ones). */
 const MAX_UI_MESSAGES = 1000;
@@ -50,10 +41,12 @@ const sse = {
 };
 
 /**
- * The scope a part of the request needs beyond the route's `config.scope`. Tenant keys hold every scope; client
- * tokens (spec §7.2) are checked here once they exist.
+ * The scope a part of the request needs beyond the route's `config.scope` (any of message, decide, results): 403
+ * `scope_denied` for a client token without it (spec §7.2); tenant keys hold every scope.
  */
-function needScope(_req: FastifyRequest, _scope: ChatScope): void {}
+function needScope(req: FastifyRequest, scope: ClientScope): void {
+  requireScope(req.clientToken, scope);
+}
 
 const routes: FastifyPluginAsyncZod<{ config: Config }> = async (app, { config }) => {
   const hub = app.eventsHub;
@@ -91,8 +84,8 @@ const routes: FastifyPluginAsyncZod<{ config: Config }> = async (app, { config }
     let done = false;
     let sub: Subscription | undefined;
     const heartbeat = setInterval(() => {
-      if (!done && res.writableLength <= config.WS_MAX_BUFFER_BYTES) res.write(': heartbeat\n\n');
-    }, SSE_HEARTBEAT_MS);
+      if (!done && res.writableLength <= config.WS_MAX_BUFFER_BYTES) res.write(': ping\n\n');
+    }, config.STREAM_HEARTBEAT_MS);
     const end = (reason: CloseReason | 'finished') => {
       if (done) return;
       done = true;
@@ -149,7 +142,8 @@ const routes: FastifyPluginAsyncZod<{ config: Config }> = async (app, { config }
   app.post(
     '/v1/chat',
     {
-      config: { scope: 'message' },
+      // Any of the three: each part of the body needs its own (needScope); the session is the body's `id`.
+      config: { scope: ['message', 'decide', 'results'], sessionIn: 'body' },
       schema: {
         operationId: 'chat',
         summary: "The AI SDK's chat endpoint (useChat / DefaultChatTransport)",
@@ -177,12 +171,19 @@ const routes: FastifyPluginAsyncZod<{ config: Config }> = async (app, { config }
       let known: string[] = [];
       if (last.role === 'user') {
         needScope(req, 'message');
-        result = await svc.addMessage(req.tenant, id, userMessageOf(last.parts));
+        result = await svc.addMessage(
+          req.tenant,
+          id,
+          userMessageOf(last.parts),
+          undefined,
+          actorOf(req.clientToken),
+        );
       } else {
         known = toolCallIdsOf(last.parts);
         const decisions = decisionsOf(last.parts, requiredAction(s.status, s.pending));
         if (decisions.length) needScope(req, 'decide');
-        for (const d of decisions) result = await svc.decide(req.tenant, id, d.toolUseId, d.body);
+        for (const d of decisions)
+          result = await svc.decide(req.tenant, id, d.toolUseId, d.body, undefined, actorOf(req.clientToken));
         const now = result?.state ?? s;
         const results = resultsOf(last.parts, requiredAction(now.status, now.pending));
         if (results.length) {

@@ -83,6 +83,7 @@ const routes: FastifyPluginAsyncZod = async (app) => {
   app.post(
     '/v1/sessions/:id/cancel',
     {
+      config: { scope: 'cancel' },
       schema: {
         operationId: 'cancelSession',
         summary: 'Abort the turn in flight',

@@ -8,10 +8,8 @@ import { errors, eventPage } from '../src/openapi/responses.js';
 import { START, isCursor, parseCursor, placeCursor } from '../src/events/cursor.js';
 import { OutEvent, sseData } from '../src/events/envelope.js';
 import type { Subscription } from '../src/events/hub.js';
-import { cursorAhead, cursorExpired, streamSink, type CloseReason } from '../src/events/sink.js';
-
-/** SSE comment lines sent while nothing happens, so proxies and clients keep the stream open. */
-export const SSE_HEARTBEAT_MS = 15_000;
+import { cursorAhead, cursorExpired, endFrame, streamSink, type CloseReason } from '../src/events/sink.js';
+import { watchToken } from '../src/plugins/auth.js';
 
 const cursor = z
   .string()
@@ -28,6 +26,14 @@ const eventsHeaders = z.looseObject({
 export const eventsQuery = z.object({
   after: cursor.optional(),
   limit: z.coerce.number().int().min(1).max(1000).default(100),
+  until: z
+    .enum(['run_end'])
+    .optional()
+    .meta({
+      description:
+        'SSE only. `run_end`: the stream ends (an `end` record with reason `run_ended`) after the first ' +
+        '`session.status` event after the cursor whose status is not `running`.',
+    }),
 });
 
 /**
@@ -37,7 +43,7 @@ export const eventsQuery = z.object({
  *   REPLAY_PAGE_BYTES of them (one larger event comes alone); 410 `cursor_expired` when `after` was trimmed away,
  *   400 `invalid_cursor` when it is past the newest event.
  * - `Accept: text/event-stream`: SSE (`id:` event id, `event:` type, `data:` envelope), replaying after
- *   `Last-Event-ID` (or `after`), then live; `: heartbeat` comments every 15 s; the stream ends after
+ *   `Last-Event-ID` (or `after`), then live; `: ping` comments every STREAM_HEARTBEAT_MS (15 s); the stream ends after
  *   `session.deleted`, after an `event: error` (cursor_expired, store_unavailable), or when the client reads too
  *   slowly (src/events/sink.ts; the response is dropped, and EventSource reconnects with Last-Event-ID by itself).
  *   A cursor past the newest event is refused before the stream starts (400 `invalid_cursor`).
@@ -49,6 +55,7 @@ const routes: FastifyPluginAsyncZod<{ config: Config }> = async (app, { config }
   app.get(
     '/v1/sessions/:id/events',
     {
+      config: { scope: 'read' },
       schema: {
         operationId: 'listEvents',
         summary: 'The event log: JSON pages, or Server-Sent Events',
@@ -140,17 +147,31 @@ const routes: FastifyPluginAsyncZod<{ config: Config }> = async (app, { config }
       res.once('close', () => app.metrics.streamConnections.dec({ transport: 'sse' }));
 
       let done = false;
+      /** The id of the last event written (the `end` record's `last_event_id`). */
+      let lastSent: string | null = null;
       const heartbeat = setInterval(() => {
-        if (!done && res.writableLength <= maxBuffered) res.write(': heartbeat\n\n');
-      }, SSE_HEARTBEAT_MS);
+        if (!done && res.writableLength <= maxBuffered) res.write(': ping\n\n');
+      }, config.STREAM_HEARTBEAT_MS);
+      // A client token's stream ends with the token: at its expiry, or once it is found revoked.
+      const watch = watchToken(app.clientTokens, req.clientToken, config.STREAM_HEARTBEAT_MS, (err) => {
+        if (!done && !res.destroyed)
+          res.write(
+            `event: error\n${sseData(JSON.stringify({ error: { code: err.code, message: err.message } }))}\n`,
+          );
+        end(err.code === 'token_expired' ? 'token_expired' : 'token_revoked');
+      });
       const end = (reason: CloseReason) => {
         if (done) return;
         done = true;
         clearInterval(heartbeat);
+        watch.stop();
         sub.close();
-        // A slow reader's response is dropped (nothing more is queued for it); any other end is a clean one.
+        // A slow reader's response is dropped (nothing more is queued for it); any other end is a clean one, whose
+        // last record says whether anything more will come.
         if (reason === 'slow_reader') res.destroy();
         else {
+          if (!res.destroyed)
+            res.write(`event: end\n${sseData(JSON.stringify(endFrame(reason, lastSent)))}\n`);
           // Ending while corked (inside a batch of the hub) loses the corked writes on Node 24: flush them first.
           while (res.writableCorked > 0) res.uncork();
           res.end();
@@ -162,7 +183,10 @@ const routes: FastifyPluginAsyncZod<{ config: Config }> = async (app, { config }
           open: () => !done && !res.destroyed,
           buffered: () => res.writableLength,
           needsDrain: () => (res.writableNeedDrain ? res : null),
-          write: (ev) => res.write(ev.sseRecord()),
+          write: (ev) => {
+            lastSent = ev.id;
+            return res.write(ev.sseRecord());
+          },
           cork: () => res.cork(),
           uncork: () => res.uncork(),
           error(error) {
@@ -177,6 +201,7 @@ const routes: FastifyPluginAsyncZod<{ config: Config }> = async (app, { config }
           log: req.log,
           maxBuffered,
           stallMs: config.SLOW_READER_TIMEOUT_MS,
+          untilRunEnd: req.query.until === 'run_end',
         },
       );
       let sub: Subscription;
@@ -187,12 +212,14 @@ const routes: FastifyPluginAsyncZod<{ config: Config }> = async (app, { config }
         req.log.warn({ err }, 'event stream refused');
         done = true;
         clearInterval(heartbeat);
+        watch.stop();
         res.end();
         return;
       }
       res.on('close', () => {
         done = true;
         clearInterval(heartbeat);
+        watch.stop();
         sub.close();
       });
     },

@@ -10,6 +10,12 @@ import { AppError, notFound } from '../src/errors.js';
 import { createSessionBody, listQuery, postMessageBody, sessionIdParam } from '../src/schemas.js';
 import { sessionView } from '../src/sessions/view.js';
 import {
+  MAX_METADATA_FILTERS,
+  MAX_METADATA_KEY,
+  MAX_METADATA_VALUE,
+  type MetadataPair,
+} from '../src/store/metadata-index.js';
+import {
   deletedSession,
   errors,
   iterationDetail,
@@ -18,6 +24,7 @@ import {
   session,
   sessionList,
 } from '../src/openapi/responses.js';
+import { actorOf } from '../src/plugins/auth.js';
 import { ifMatchHeader, parseIfMatch, postMutation, send, sendMutation } from './mutations.js';
 import type { SessionState } from '../src/store/session-state.js';
 
@@ -28,6 +35,40 @@ const LIST_PAGE_MAX_BYTES = 1_048_576;
 
 const iterationParams = sessionIdParam.extend({ n: z.coerce.number().int().min(1) });
 const messagesQuery = z.strictObject({ include: z.enum(['compacted']).optional() });
+
+const METADATA_PARAM = /^metadata\.(.+)$/s;
+
+/**
+ * `GET /v1/sessions`'s query: `limit`, `cursor`, `status`, and up to MAX_METADATA_FILTERS `metadata.<key>=<value>`
+ * filters (key 1–64, value 0–512 characters; a string, number or boolean value matches its text). Anything else is
+ * refused, as by the strict schema it extends.
+ */
+const listSessionsQuery = listQuery.catchall(z.string().max(MAX_METADATA_VALUE)).superRefine((q, ctx) => {
+  let filters = 0;
+  for (const key of Object.keys(q)) {
+    if (key in listQuery.shape) continue;
+    const m = METADATA_PARAM.exec(key);
+    if (!m || m[1]!.length > MAX_METADATA_KEY)
+      ctx.addIssue({
+        code: 'custom',
+        path: [key],
+        message: `unknown query parameter (filters are metadata.<key>, key 1-${MAX_METADATA_KEY} characters)`,
+      });
+    else if (++filters > MAX_METADATA_FILTERS)
+      ctx.addIssue({
+        code: 'custom',
+        path: [key],
+        message: `at most ${MAX_METADATA_FILTERS} metadata filters`,
+      });
+  }
+});
+
+/** The `metadata.<key>=<value>` pairs of a (validated) list query. */
+const metadataFilters = (q: Record<string, unknown>): MetadataPair[] =>
+  Object.entries(q).flatMap(([k, v]) => {
+    const m = METADATA_PARAM.exec(k);
+    return m && typeof v === 'string' ? [[m[1]!, v] as MetadataPair] : [];
+  });
 
 const routes: FastifyPluginAsyncZod = async (app) => {
   const svc = app.sessions;
@@ -57,21 +98,29 @@ const routes: FastifyPluginAsyncZod = async (app) => {
       schema: {
         operationId: 'listSessions',
         summary: "List the caller's sessions, newest first",
+        description:
+          'Filters: `status`, and up to 3 `metadata.<key>=<value>` (all must hold; key 1-64, value up to 512 ' +
+          'characters; a string, number or boolean metadata value matches its text), answered from an index.',
         tags,
-        querystring: listQuery,
+        querystring: listSessionsQuery,
         response: { 200: sessionList, ...errors(400, 401, 500, 503) },
       },
     },
     async (req) => {
       const views = new Map<SessionState, ReturnType<typeof sessionView>>();
-      const page = await app.store.list(req.tenant, req.query, {
-        maxBytes: LIST_PAGE_MAX_BYTES,
-        sizeOf: (s) => {
-          const v = sessionView(s);
-          views.set(s, v);
-          return JSON.stringify(v).length;
+      const { limit, cursor, status } = req.query;
+      const page = await app.store.list(
+        req.tenant,
+        { limit, cursor, status, metadata: metadataFilters(req.query) },
+        {
+          maxBytes: LIST_PAGE_MAX_BYTES,
+          sizeOf: (s) => {
+            const v = sessionView(s);
+            views.set(s, v);
+            return JSON.stringify(v).length;
+          },
         },
-      });
+      );
       return {
         data: page.items.map((s) => views.get(s) ?? sessionView(s)),
         next_cursor: page.next,
@@ -83,6 +132,7 @@ const routes: FastifyPluginAsyncZod = async (app) => {
   app.get(
     '/v1/sessions/:id',
     {
+      config: { scope: 'read' },
       schema: {
         operationId: 'getSession',
         summary: 'Get a session',
@@ -119,6 +169,7 @@ const routes: FastifyPluginAsyncZod = async (app) => {
   app.get(
     '/v1/sessions/:id/messages',
     {
+      config: { scope: 'read' },
       schema: {
         operationId: 'listMessages',
         summary: 'The history, exactly as the next turn would send it',
@@ -138,6 +189,7 @@ const routes: FastifyPluginAsyncZod = async (app) => {
   app.get(
     '/v1/sessions/:id/iterations',
     {
+      config: { scope: 'read' },
       schema: {
         operationId: 'listIterations',
         summary: 'The persisted iteration records',
@@ -156,6 +208,7 @@ const routes: FastifyPluginAsyncZod = async (app) => {
   app.get(
     '/v1/sessions/:id/iterations/:n',
     {
+      config: { scope: 'read' },
       schema: {
         operationId: 'getIteration',
         summary: 'One iteration record with its reply and tool results',
@@ -183,6 +236,7 @@ const routes: FastifyPluginAsyncZod = async (app) => {
   app.post(
     '/v1/sessions/:id/messages',
     {
+      config: { scope: 'message' },
       schema: {
         operationId: 'addMessage',
         summary: 'Add a user message (a follow-up)',
@@ -196,7 +250,16 @@ const routes: FastifyPluginAsyncZod = async (app) => {
       },
     },
     async (req, reply) =>
-      sendMutation(reply, await svc.addMessage(req.tenant, req.params.id, req.body, parseIfMatch(req))),
+      sendMutation(
+        reply,
+        await svc.addMessage(
+          req.tenant,
+          req.params.id,
+          req.body,
+          parseIfMatch(req),
+          actorOf(req.clientToken),
+        ),
+      ),
   );
 };
 

@@ -11,8 +11,10 @@ import { AppError } from '../src/errors.js';
 import { START, isCursor, parseCursor, placeCursor } from '../src/events/cursor.js';
 import { handleFrame, type ServerFrame } from '../src/events/frames.js';
 import { selectProtocol } from '../src/events/protocols.js';
-import { cursorAhead, streamSink, type CloseReason } from '../src/events/sink.js';
+import { cursorAhead, endFrame, streamSink, type CloseReason } from '../src/events/sink.js';
 import { componentLog } from '../src/log.js';
+import { watchToken } from '../src/plugins/auth.js';
+import type { ClientTokenRecord } from '../src/store/client-tokens.js';
 
 export const streamQuery = z.object({
   after: z
@@ -20,6 +22,14 @@ export const streamQuery = z.object({
     .max(64)
     .refine(isCursor, 'not an event id: give the `id` of an event (`<ms>-<seq>`), or 0 for the start')
     .optional(),
+  until: z
+    .enum(['run_end'])
+    .optional()
+    .meta({
+      description:
+        '`run_end`: the stream ends (an `end` frame with reason `run_ended`, then close 1000) after the first ' +
+        '`session.status` event after the cursor whose status is not `running`.',
+    }),
 });
 
 /** The close code of each way a stream ends (the reason is the CloseReason itself). */
@@ -29,7 +39,12 @@ export const CLOSE_CODES: Record<CloseReason, number> = {
   store_unavailable: 1011,
   slow_reader: 1013,
   cursor_expired: 4410,
+  token_expired: 4401,
+  token_revoked: 4401,
+  run_ended: 1000,
 };
+
+const PING_FRAME = JSON.stringify({ type: 'ping' });
 
 /** Client frames waiting for their answer, per connection; more get `rate_limited` at once. */
 const MAX_PENDING_FRAMES = 32;
@@ -62,7 +77,16 @@ const routes: FastifyPluginAsyncZod<{ config: Config }> = async (app, { config }
     }
   }, config.WS_PING_MS);
   pinger.unref();
-  app.addHook('onClose', async () => clearInterval(pinger));
+  // Heartbeats browsers can see (they never see protocol pings): `{"type":"ping"}` to every socket not behind.
+  const heartbeat = setInterval(() => {
+    for (const socket of alive.keys())
+      if (socket.readyState === socket.OPEN && socket.bufferedAmount === 0) socket.send(PING_FRAME);
+  }, config.STREAM_HEARTBEAT_MS);
+  heartbeat.unref();
+  app.addHook('onClose', async () => {
+    clearInterval(pinger);
+    clearInterval(heartbeat);
+  });
 
   const hub = app.eventsHub;
 
@@ -74,6 +98,7 @@ const routes: FastifyPluginAsyncZod<{ config: Config }> = async (app, { config }
     '/v1/sessions/:id/stream',
     {
       websocket: true,
+      config: { scope: 'read' },
       schema: {
         operationId: 'streamEvents',
         summary: 'The event stream over a WebSocket (replay after `after`, then live; client frames)',
@@ -134,11 +159,24 @@ const routes: FastifyPluginAsyncZod<{ config: Config }> = async (app, { config }
         log.debug({ err, session: id }, 'websocket error');
         socket.terminate();
       });
-      openStream(socket, id, tenant, log, after);
+      openStream(socket, { id, tenant, log, after, token: req.clientToken, untilRunEnd: !!req.query.until });
     },
   );
 
-  function openStream(socket: WebSocket, id: string, tenant: string, log: FastifyBaseLogger, after: string) {
+  function openStream(
+    socket: WebSocket,
+    opened: {
+      id: string;
+      tenant: string;
+      log: FastifyBaseLogger;
+      after: string;
+      token: ClientTokenRecord | null;
+      untilRunEnd: boolean;
+    },
+  ) {
+    const { id, tenant, log, after, token, untilRunEnd } = opened;
+    /** The id of the last event written to this socket (the `end` frame's `last_event_id`). */
+    let lastSent: string | null = null;
     app.metrics.streamsOpened.inc({ transport: 'ws' });
     app.metrics.streamConnections.inc({ transport: 'ws' });
 
@@ -147,6 +185,10 @@ const routes: FastifyPluginAsyncZod<{ config: Config }> = async (app, { config }
       if (closing) return;
       closing = true;
       sub.close();
+      // The end frame says whether anything more will come; a slow reader gets none (its queue is full).
+      if (socket.readyState === socket.OPEN && reason !== 'slow_reader') {
+        socket.send(JSON.stringify(endFrame(reason, lastSent)));
+      }
       if (socket.readyState === socket.OPEN) socket.close(CLOSE_CODES[reason], reason);
       setTimeout(() => socket.terminate(), CLOSE_GRACE_MS).unref();
     };
@@ -172,6 +214,7 @@ const routes: FastifyPluginAsyncZod<{ config: Config }> = async (app, { config }
           return s?.writableNeedDrain ? s : null;
         },
         write(ev) {
+          lastSent = ev.id;
           // Without extensions ws writes each frame whole and synchronously, so a frame written straight to the
           // socket never lands inside another; queued bytes still count in `bufferedAmount` (the socket's).
           const s = raw();
@@ -190,14 +233,20 @@ const routes: FastifyPluginAsyncZod<{ config: Config }> = async (app, { config }
         log,
         maxBuffered: config.WS_MAX_BUFFER_BYTES,
         stallMs: config.SLOW_READER_TIMEOUT_MS,
+        untilRunEnd,
       },
     );
     const sub = hub.subscribe(id, after, sink);
+    // A client token's connection ends with the token: at its expiry, or once it is found revoked.
+    const watch = watchToken(app.clientTokens, token, config.STREAM_HEARTBEAT_MS, (err) => {
+      control({ type: 'error', ref: null, error: { code: err.code, message: err.message } });
+      closeWith(err.code === 'token_expired' ? 'token_expired' : 'token_revoked');
+    });
 
     // Client frames run one at a time, in order; a bad frame gets an error frame and the connection stays.
     let chain: Promise<void> = Promise.resolve();
     let pending = 0;
-    const ctx = { tenant, sessionId: id, sessions: app.sessions, log };
+    const ctx = { tenant, sessionId: id, sessions: app.sessions, log, token };
     socket.on('message', (data, isBinary) => {
       alive.set(socket, true);
       if (isBinary) {
@@ -217,9 +266,11 @@ const routes: FastifyPluginAsyncZod<{ config: Config }> = async (app, { config }
       pending++;
       const text = data.toString();
       chain = chain.then(async () => {
-        const out = await handleFrame(text, ctx);
+        // Each frame of a client token's connection checks the token first: a revoked one ends the connection.
+        const refused = await watch.check();
+        const out = refused ? null : await handleFrame(text, ctx);
         pending--;
-        control(out);
+        if (out) control(out);
       });
     });
     socket.on('close', () => {
@@ -227,6 +278,7 @@ const routes: FastifyPluginAsyncZod<{ config: Config }> = async (app, { config }
       closing = true;
       alive.delete(socket);
       sub.close();
+      watch.stop();
     });
   }
 };

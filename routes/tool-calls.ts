@@ -6,6 +6,7 @@
 import type { FastifyPluginAsyncZod } from 'fastify-type-provider-zod';
 import { z } from 'zod';
 import { decisionBody, emptyBody, sessionIdParam, toolResultBody, toolResultsBody } from '../src/schemas.js';
+import { actorOf } from '../src/plugins/auth.js';
 import { ifMatchHeader, mutation, parseIfMatch, postMutation, sendMutation } from './mutations.js';
 
 const toolUseParams = sessionIdParam.extend({ tool_use_id: z.string().min(1).max(128) });
@@ -17,6 +18,7 @@ const routes: FastifyPluginAsyncZod = async (app) => {
   app.post(
     '/v1/sessions/:id/tool-calls/:tool_use_id',
     {
+      config: { scope: 'decide' },
       schema: {
         operationId: 'decideToolCall',
         summary: 'Approve or deny a tool call (optionally with an edited input)',
@@ -30,13 +32,21 @@ const routes: FastifyPluginAsyncZod = async (app) => {
     async (req, reply) =>
       sendMutation(
         reply,
-        await svc.decide(req.tenant, req.params.id, req.params.tool_use_id, req.body, parseIfMatch(req)),
+        await svc.decide(
+          req.tenant,
+          req.params.id,
+          req.params.tool_use_id,
+          req.body,
+          parseIfMatch(req),
+          actorOf(req.clientToken),
+        ),
       ),
   );
 
   app.put(
     '/v1/sessions/:id/tool-results/:tool_use_id',
     {
+      config: { scope: 'results' },
       schema: {
         operationId: 'putToolResult',
         summary: "Replace a result under review, or submit a client tool's result",
@@ -58,6 +68,7 @@ const routes: FastifyPluginAsyncZod = async (app) => {
   app.post(
     '/v1/sessions/:id/tool-results',
     {
+      config: { scope: 'results' },
       schema: {
         operationId: 'submitToolResults',
         summary: 'Submit several tool results at once',
@@ -78,6 +89,7 @@ const routes: FastifyPluginAsyncZod = async (app) => {
   app.post(
     '/v1/sessions/:id/continue',
     {
+      config: { scope: 'results' },
       schema: {
         operationId: 'continueSession',
         summary: 'Accept the reviewed tool results as they stand and go on',

@@ -46,6 +46,7 @@ import agentRoutes from '../routes/agents.js';
 import tenantToolRoutes from '../routes/tenant-tools.js';
 import toolTaskRoutes from '../routes/tool-tasks.js';
 import usageRoutes from '../routes/usage.js';
+import clientTokenRoutes from '../routes/client-tokens.js';
 import quotasPlugin from './quotas/quotas.js';
 import { selectProtocol } from './events/protocols.js';
 import { metricsPlugin, tracingPlugin, type TracingPluginOptions } from './observability/plugin.js';
@@ -149,6 +150,14 @@ const app: FastifyPluginAsync<AppOptions> = async (fastify, opts) => {
   await fastify.register(websocket, {
     // Browsers authenticate with the subprotocols `bearer, <key>`: the server selects `bearer`, never the key.
     options: { maxPayload: 1_048_576, handleProtocols: selectProtocol },
+    // On shutdown the hub ends every stream first (an `end` frame, then 1001 `shutting_down`: reconnect elsewhere)
+    // rather than the plugin's bare close of each socket; then the server closes.
+    preClose(done) {
+      this.eventsHub.close();
+      for (const client of this.websocketServer.clients) client.close(1001, 'shutting_down');
+      this.websocketServer.close();
+      done();
+    },
   });
   // At the root, before the /v1 scope: preflights are answered without a key, and a WebSocket from a foreign origin
   // is refused (403) before its key is read.
@@ -193,6 +202,7 @@ const app: FastifyPluginAsync<AppOptions> = async (fastify, opts) => {
     await api.register(tenantToolRoutes);
     await api.register(toolTaskRoutes);
     await api.register(usageRoutes);
+    await api.register(clientTokenRoutes);
     // Unknown paths under /v1 are answered inside the scope too: 401 without a key, as any /v1 route (no route
     // discovery without one), else 404 `route_not_found`. Preflights (OPTIONS) are left to the CORS plugin.
     api.route({

@@ -21,6 +21,8 @@ export const loggerOptions = (config: Config) => ({
       '*.apiKey',
       '*.ANTHROPIC_API_KEY',
       '*.API_KEYS',
+      // Client tokens (spec §7.2) should a body or an object holding one ever be logged.
+      '*.token',
       // MCP servers' header values (tokens, after `${ENV}` substitution): src/mcp/config.ts.
       'MCP_SERVERS',
       '*.MCP_SERVERS',

@@ -140,6 +140,11 @@ export const configSchema = z.object({
   /** Queued WebSocket bytes after which a slow reader is closed with 1013. */
   WS_MAX_BUFFER_BYTES: positiveMs.default(1_048_576),
   WS_PING_MS: positiveMs.default(30_000),
+  /**
+   * SSE `: ping` comments and WebSocket `{"type":"ping"}` frames are sent this often on an event stream that is
+   * otherwise quiet (proxies and clients learn it is alive); a client token's stream is re-checked as often.
+   */
+  STREAM_HEARTBEAT_MS: z.coerce.number().int().min(100).max(300_000).default(15_000),
   /** A replaying WebSocket/SSE client whose socket does not drain for this long is closed as a slow reader. */
   SLOW_READER_TIMEOUT_MS: positiveMs.default(30_000),
   /**

@@ -22,7 +22,9 @@ export const ERROR_CODES = [
   'unknown_model_price',
   // 401, 403
   'unauthorized',
+  'token_expired',
   'origin_not_allowed',
+  'scope_denied',
   // 421
   'host_not_allowed',
   // 404
@@ -34,6 +36,7 @@ export const ERROR_CODES = [
   'file_not_found',
   'mcp_server_not_found',
   'schedule_not_found',
+  'client_token_not_found',
   'route_not_found',
   // 409: the session (or webhook, or idempotency record) is not in a state that allows the request
   'session_exists',
@@ -121,7 +124,8 @@ export const badRequest = (message: string, details?: unknown) =>
   new AppError(400, 'invalid_request', message, details);
 
 /** What a 404 names; its code is `<what>_not_found`. */
-export type NotFoundKind = 'session' | 'iteration' | 'webhook' | 'file' | 'mcp_server' | 'tool' | 'task';
+export type NotFoundKind =
+  'session' | 'iteration' | 'webhook' | 'file' | 'mcp_server' | 'tool' | 'task' | 'client_token';
 
 export const notFound = (what: NotFoundKind = 'session') =>
   new AppError(404, `${what}_not_found`, `No ${what} with this id.`);

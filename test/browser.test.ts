@@ -512,6 +512,68 @@ describe(
       }
     });
 
+    it('opens a session from a client token in the fragment; the README example shows each turn once', async () => {
+      const context = await browser.newContext({ viewport: { width: 1280, height: 900 } });
+      const page = await context.newPage();
+      const problems: string[] = [];
+      page.on('pageerror', (err) => problems.push(`pageerror: ${String(err)}`));
+      const requested: string[] = [];
+      page.on('request', (r) => requested.push(r.url()));
+      try {
+        // The README's example: two get_weather calls run at once (no pause), then the answer; forked, titled.
+        h.fake.enqueue(
+          toolCalls([
+            toolUse('get_weather', { location: 'Paris' }),
+            toolUse('get_weather', { location: 'Tokyo' }),
+          ]),
+          text('Paris is mild and Tokyo is warm.'),
+        );
+        const created = await h.api.post('/v1/sessions', {
+          input: 'What is the weather in Paris and Tokyo?',
+          tools: ['get_weather'],
+        });
+        const parent = created.body.id;
+        await h.api.waitStatus(parent, 'idle');
+        const forked = await h.api.post(`/v1/sessions/${parent}/fork`, { at_iteration: 2 });
+        assert.equal(forked.status, 201);
+        const id = forked.body.id;
+        const minted = await h.api.post('/v1/client-tokens', { session_id: parent, scopes: ['read'] });
+        const token = minted.body.token as string;
+
+        const turns = () =>
+          page.$$eval('.turn.assistant', (els) => els.map((e) => e.getAttribute('data-turn')));
+        await page.goto(`${h.service.url}/console#session=${parent}&token=${token}`);
+        await page.waitForSelector(
+          'article.session[data-status="idle"] .turn.assistant[data-turn="2"]',
+          WAIT,
+        );
+        await page.waitForSelector('.tool-card[data-tool="get_weather"][data-state="done"]', WAIT);
+        assert.deepEqual(await turns(), ['1', '2'], 'no phantom "Assistant turn 1" after the answer');
+        assert.match((await page.textContent('.session-name'))!, /What is the weather in Paris and Tokyo\?/);
+        assert.match((await page.textContent('.token-note'))!, /client token/);
+        // The token left the address bar; no request carried it in a URL.
+        assert.ok(!page.url().includes(token), page.url());
+        assert.ok(page.url().endsWith(`#/sessions/${parent}`));
+        assert.ok(requested.every((u) => !u.includes(token)));
+        // After a reload (the history only, the events replayed): still each turn once.
+        await page.reload();
+        await page.waitForSelector('.turn.assistant[data-turn="2"]', WAIT);
+        await page.waitForSelector('.tool-card[data-tool="get_weather"][data-state="done"]', WAIT);
+        assert.deepEqual(await turns(), ['1', '2']);
+
+        // With the key: the fork links to its parent.
+        await page.click('button:has-text("Forget token")');
+        await page.fill('#api-key', KEY);
+        await page.click('button:has-text("Use key")');
+        await page.goto(`${h.service.url}/console#/sessions/${id}`);
+        const link = await page.waitForSelector(`.forked-from a[href="#/sessions/${parent}"]`, WAIT);
+        assert.match((await link.textContent())!, new RegExp(parent));
+        assert.deepEqual(problems, []);
+      } finally {
+        await context.close();
+      }
+    });
+
     it('pages of a listed origin use REST and the WebSocket; others get neither (CORS, 403)', async () => {
       const s = await h.api.post('/v1/sessions', { input: 'Hello', start: false });
       assert.equal(s.status, 201);

@@ -414,6 +414,7 @@ describe('chat routes: the AI SDK UI message stream', () => {
       '200',
       '400',
       '401',
+      '403',
       '404',
       '409',
       '412',

@@ -8,7 +8,9 @@ import assert from 'node:assert/strict';
 
 // A plain JavaScript module for browsers: loaded by URL so the type checker does not look for its declarations.
 const viewUrl = new URL('../public/console/view.js', import.meta.url).href;
-const { SessionModel, conversation, sessionCost, formatCost } = await import(viewUrl);
+const { SessionModel, canContinue, conversation, sessionCost, formatCost, sessionTitle } = await import(
+  viewUrl
+);
 
 let seq = 0;
 const ev = (type: string, data: unknown, revision: number | null = null) => ({
@@ -180,5 +182,102 @@ describe('console view model', () => {
     assert.equal(formatCost(sessionCost({ usage: { cost_usd: 0.0042 } })), '$0.0042');
     assert.equal(sessionCost({ usage: { cost_usd: null } }), null);
     assert.equal(formatCost(null), '—');
+  });
+  it('shows no phantom turn for the README example: a turn whose events carry no revision (Paris/Tokyo)', () => {
+    // What the service writes when a turn's server tools are idempotent: `turn.completed` and `tool.started` apart
+    // from the commit (revision null); the reply lands with its results in one commit later.
+    const m = new SessionModel('ses_test');
+    const ask = {
+      role: 'user',
+      content: [{ type: 'text', text: 'What is the weather in Paris and Tokyo?' }],
+    };
+    m.setSnapshot(session({ revision: 1 }), [ask]);
+    const calls = {
+      role: 'assistant',
+      content: [
+        { type: 'tool_use', id: 'p', name: 'get_weather', input: { location: 'Paris' } },
+        { type: 'tool_use', id: 't', name: 'get_weather', input: { location: 'Tokyo' } },
+      ],
+      stop_reason: 'tool_use',
+    };
+    const results = {
+      role: 'user',
+      content: [
+        { type: 'tool_result', tool_use_id: 'p', content: 'Paris: 18°C' },
+        { type: 'tool_result', tool_use_id: 't', content: 'Tokyo: 22°C' },
+      ],
+    };
+    const answer = { role: 'assistant', content: [{ type: 'text', text: 'Paris 18°C, Tokyo 22°C.' }] };
+    m.apply(ev('turn.started', { iteration: 1, message_count: 1 }), false);
+    m.apply(ev('turn.completed', { iteration: 1, message: calls }, null), false);
+    for (const c of calls.content)
+      m.apply(ev('tool.started', { tool_use_id: c.id, name: c.name, input: c.input }), false);
+    for (const c of calls.content)
+      m.apply(
+        ev('tool.completed', { tool_use_id: c.id, name: c.name, content: 'ok', is_error: false }, 2),
+        true,
+      );
+    // The read after the results' commit: iteration 1 is in the history.
+    m.setSnapshot(session({ revision: 2, iteration: 1 }), [ask, calls, results]);
+    assert.equal(conversation(m).filter((i: any) => i.kind === 'assistant').length, 1);
+    m.apply(ev('turn.started', { iteration: 2, message_count: 3 }), false);
+    m.apply(ev('turn.completed', { iteration: 2, message: answer }, 3), true);
+    m.setSnapshot(session({ revision: 4, iteration: 2, status: 'idle' }), [ask, calls, results, answer]);
+    const turns = conversation(m).filter((i: any) => i.kind === 'assistant');
+    assert.deepEqual(
+      turns.map((t: any) => t.turn),
+      [1, 2],
+      'each assistant turn once',
+    );
+    assert.deepEqual(
+      turns[0].blocks.map((b: any) => b.call.state),
+      ['done', 'done'],
+    );
+    // Before the history holds it, such a turn is still shown (live) once.
+    const early = new SessionModel('ses_test');
+    early.setSnapshot(session({ revision: 1 }), [ask]);
+    early.apply(ev('turn.started', { iteration: 1, message_count: 1 }), false);
+    early.apply(ev('turn.completed', { iteration: 1, message: calls }, null), false);
+    assert.equal(conversation(early).filter((i: any) => i.kind === 'assistant').length, 1);
+  });
+
+  it('shows denied calls as denied, enables Continue only when the API allows it, titles sessions', () => {
+    const m = new SessionModel('ses_test');
+    const reply = {
+      role: 'assistant',
+      content: [{ type: 'tool_use', id: 'a', name: 'get_weather', input: { location: 'Paris' } }],
+    };
+    m.apply(
+      ev('tool_call.decided', { tool_use_id: 'a', decision: 'deny', reason: 'not now', by: 'u1' }, 3),
+      true,
+    );
+    m.setSnapshot(session({ status: 'running', revision: 3 }), [
+      user,
+      reply,
+      {
+        role: 'user',
+        content: [{ type: 'tool_result', tool_use_id: 'a', content: 'not now', is_error: true }],
+      },
+    ]);
+    const call = conversation(m)[1].blocks[0].call;
+    assert.equal(call.state, 'denied');
+    assert.equal(call.result.is_error, true);
+
+    const awaiting = (type: string) => session({ status: 'requires_action', required_action: { type } });
+    assert.equal(canContinue(awaiting('approve_tool_calls')), false, 'undecided approvals: 409');
+    assert.equal(canContinue(awaiting('submit_tool_results')), false, 'missing results: 409');
+    assert.equal(canContinue(awaiting('review_tool_results')), true);
+    assert.equal(canContinue(session({ status: 'idle', stop_reason: 'budget_exhausted' })), true);
+    assert.equal(canContinue(session({ status: 'idle', stop_reason: 'max_iterations' })), true);
+    assert.equal(canContinue(session({ status: 'idle', stop_reason: 'end_turn' })), false);
+    assert.equal(canContinue(session({ status: 'running' })), false);
+
+    assert.equal(sessionTitle(session({ metadata: { title: ' Trip ' } }), [user]), 'Trip');
+    assert.equal(sessionTitle(session({ metadata: {} }), [user]), 'Hi');
+    assert.equal(
+      sessionTitle(session({ metadata: {} }), [{ role: 'user', content: 'x'.repeat(100) }]).length,
+      80,
+    );
+    assert.equal(sessionTitle(session({ metadata: {} }), []), null);
   });
 });

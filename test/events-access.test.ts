@@ -206,7 +206,14 @@ describe('retention', () => {
     const sse = await connectSse(h.service.url, id, { lastEventId: firstId });
     await sse.ended;
     assert.equal(sse.events.items.length, 0);
-    const rec = sse.records.items.at(-1)!;
+    // The error record, then the stream's `end` (not final: recover, then follow again).
+    const rec = sse.records.items.at(-2)!;
+    assert.deepEqual(JSON.parse(sse.records.items.at(-1)!.data), {
+      type: 'end',
+      reason: 'cursor_expired',
+      final: false,
+      last_event_id: null,
+    });
     assert.equal(rec.event, 'error');
     assert.equal(JSON.parse(rec.data).error.code, 'cursor_expired');
     assert.equal(JSON.parse(rec.data).error.details.last_event_id, lastId);

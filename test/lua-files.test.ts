@@ -49,6 +49,8 @@ describe('Lua lives in .lua files', () => {
       'sessAcquire',
       'sessAppendEvents',
       'sessApply',
+      'sessClientTokenMint',
+      'sessClientTokenRevoke',
       'sessDestroy',
       'sessDueSettle',
       'sessMemoryList',

@@ -229,7 +229,10 @@ export interface paths {
       path?: never;
       cookie?: never;
     };
-    /** List the caller's sessions, newest first */
+    /**
+     * List the caller's sessions, newest first
+     * @description Filters: `status`, and up to 3 `metadata.<key>=<value>` (all must hold; key 1-64, value up to 512 characters; a string, number or boolean metadata value matches its text), answered from an index.
+     */
     get: operations['listSessions'];
     put?: never;
     /**
@@ -912,10 +915,55 @@ export interface paths {
     patch?: never;
     trace?: never;
   };
+  '/v1/client-tokens': {
+    parameters: {
+      query?: never;
+      header?: never;
+      path?: never;
+      cookie?: never;
+    };
+    get?: never;
+    put?: never;
+    /**
+     * Mint a client token for one session (a browser bearer; shown only in this answer)
+     * @description Only a tenant key mints (a client token is refused with 403 `scope_denied`). The token authenticates the routes of its one session that its scopes allow; see docs/API.md "Client tokens".
+     */
+    post: operations['createClientToken'];
+    delete?: never;
+    options?: never;
+    head?: never;
+    patch?: never;
+    trace?: never;
+  };
+  '/v1/client-tokens/{id}': {
+    parameters: {
+      query?: never;
+      header?: never;
+      path?: never;
+      cookie?: never;
+    };
+    get?: never;
+    put?: never;
+    post?: never;
+    /** Revoke a client token (at once, on every replica) */
+    delete: operations['deleteClientToken'];
+    options?: never;
+    head?: never;
+    patch?: never;
+    trace?: never;
+  };
 }
 export type webhooks = Record<string, never>;
 export interface components {
   schemas: {
+    CreateClientTokenInput: {
+      session_id: string;
+      scopes: ('read' | 'message' | 'decide' | 'results' | 'cancel')[];
+      /** @default 900 */
+      ttl_s: number;
+      /** @description Who holds the token (your user id): recorded as `by` on what it does. */
+      subject?: string;
+    };
     /** @description Every 4xx and 5xx answer. */
     Error: {
       error: {
@@ -938,7 +986,9 @@ export interface components {
           | 'request_aborted'
           | 'unknown_model_price'
           | 'unauthorized'
+          | 'token_expired'
           | 'origin_not_allowed'
+          | 'scope_denied'
           | 'host_not_allowed'
           | 'session_not_found'
           | 'iteration_not_found'
@@ -948,6 +998,7 @@ export interface components {
           | 'file_not_found'
           | 'mcp_server_not_found'
           | 'schedule_not_found'
+          | 'client_token_not_found'
           | 'route_not_found'
           | 'session_exists'
           | 'invalid_status'
@@ -1592,6 +1643,28 @@ export interface components {
       /** @constant */
       deleted: true;
     };
+    ClientToken: {
+      /** @description `ctk_…`: names the token to revoke it. */
+      id: string;
+      /** @constant */
+      object: 'client_token';
+      /** @description `ct_…`: the bearer. Shown only in this answer. */
+      token: string;
+      session_id: string;
+      scopes: ('read' | 'message' | 'decide' | 'results' | 'cancel')[];
+      subject: string | null;
+      /** Format: date-time */
+      expires_at: string;
+      /** Format: date-time */
+      created_at: string;
+    };
+    DeletedClientToken: {
+      id: string;
+      /** @constant */
+      object: 'client_token';
+      /** @constant */
+      deleted: true;
+    };
   };
   responses: never;
   parameters: {
@@ -1951,10 +2024,19 @@ export interface operations {
           'application/json': components['schemas']['ToolList'];
         };
       };
-      /** @description No valid bearer key (`unauthorized`). */
+      /** @description No valid bearer key or client token (`unauthorized`; `token_expired` for an expired client token). */
       401: {
         headers: {
           'WWW-Authenticate': components['headers']['WwwAuthenticate'];
+          [name: string]: unknown;
+        };
+        content: {
+          'application/json': components['schemas']['Error'];
+        };
+      };
+      /** @description A client token outside its session's routes or scopes (`scope_denied`), or a WebSocket from an unlisted origin. */
+      403: {
+        headers: {
           [name: string]: unknown;
         };
         content: {
@@ -2003,10 +2085,19 @@ export interface operations {
           'application/json': components['schemas']['Error'];
         };
       };
-      /** @description No valid bearer key (`unauthorized`). */
+      /** @description No valid bearer key or client token (`unauthorized`; `token_expired` for an expired client token). */
       401: {
         headers: {
           'WWW-Authenticate': components['headers']['WwwAuthenticate'];
+          [name: string]: unknown;
+        };
+        content: {
+          'application/json': components['schemas']['Error'];
+        };
+      };
+      /** @description A client token outside its session's routes or scopes (`scope_denied`), or a WebSocket from an unlisted origin. */
+      403: {
+        headers: {
           [name: string]: unknown;
         };
         content: {
@@ -2578,10 +2669,19 @@ export interface operations {
           'application/json': components['schemas']['Error'];
         };
       };
-      /** @description No valid bearer key (`unauthorized`). */
+      /** @description No valid bearer key or client token (`unauthorized`; `token_expired` for an expired client token). */
       401: {
         headers: {
           'WWW-Authenticate': components['headers']['WwwAuthenticate'];
+          [name: string]: unknown;
+        };
+        content: {
+          'application/json': components['schemas']['Error'];
+        };
+      };
+      /** @description A client token outside its session's routes or scopes (`scope_denied`), or a WebSocket from an unlisted origin. */
+      403: {
+        headers: {
           [name: string]: unknown;
         };
         content: {
@@ -2685,10 +2785,19 @@ export interface operations {
           'application/json': components['schemas']['Error'];
         };
       };
-      /** @description No valid bearer key (`unauthorized`). */
+      /** @description No valid bearer key or client token (`unauthorized`; `token_expired` for an expired client token). */
       401: {
         headers: {
           'WWW-Authenticate': components['headers']['WwwAuthenticate'];
+          [name: string]: unknown;
+        };
+        content: {
+          'application/json': components['schemas']['Error'];
+        };
+      };
+      /** @description A client token outside its session's routes or scopes (`scope_denied`), or a WebSocket from an unlisted origin. */
+      403: {
+        headers: {
           [name: string]: unknown;
         };
         content: {
@@ -2756,10 +2865,19 @@ export interface operations {
           'application/json': components['schemas']['Error'];
         };
       };
-      /** @description No valid bearer key (`unauthorized`). */
+      /** @description No valid bearer key or client token (`unauthorized`; `token_expired` for an expired client token). */
       401: {
         headers: {
           'WWW-Authenticate': components['headers']['WwwAuthenticate'];
+          [name: string]: unknown;
+        };
+        content: {
+          'application/json': components['schemas']['Error'];
+        };
+      };
+      /** @description A client token outside its session's routes or scopes (`scope_denied`), or a WebSocket from an unlisted origin. */
+      403: {
+        headers: {
           [name: string]: unknown;
         };
         content: {
@@ -2963,10 +3081,19 @@ export interface operations {
           'application/json': components['schemas']['Error'];
         };
       };
-      /** @description No valid bearer key (`unauthorized`). */
+      /** @description No valid bearer key or client token (`unauthorized`; `token_expired` for an expired client token). */
       401: {
         headers: {
           'WWW-Authenticate': components['headers']['WwwAuthenticate'];
+          [name: string]: unknown;
+        };
+        content: {
+          'application/json': components['schemas']['Error'];
+        };
+      };
+      /** @description A client token outside its session's routes or scopes (`scope_denied`), or a WebSocket from an unlisted origin. */
+      403: {
+        headers: {
           [name: string]: unknown;
         };
         content: {
@@ -3080,10 +3207,19 @@ export interface operations {
           'application/json': components['schemas']['Error'];
         };
       };
-      /** @description No valid bearer key (`unauthorized`). */
+      /** @description No valid bearer key or client token (`unauthorized`; `token_expired` for an expired client token). */
       401: {
         headers: {
           'WWW-Authenticate': components['headers']['WwwAuthenticate'];
+          [name: string]: unknown;
+        };
+        content: {
+          'application/json': components['schemas']['Error'];
+        };
+      };
+      /** @description A client token outside its session's routes or scopes (`scope_denied`), or a WebSocket from an unlisted origin. */
+      403: {
+        headers: {
           [name: string]: unknown;
         };
         content: {
@@ -3529,10 +3665,19 @@ export interface operations {
           'application/json': components['schemas']['Error'];
         };
       };
-      /** @description No valid bearer key (`unauthorized`). */
+      /** @description No valid bearer key or client token (`unauthorized`; `token_expired` for an expired client token). */
       401: {
         headers: {
           'WWW-Authenticate': components['headers']['WwwAuthenticate'];
+          [name: string]: unknown;
+        };
+        content: {
+          'application/json': components['schemas']['Error'];
+        };
+      };
+      /** @description A client token outside its session's routes or scopes (`scope_denied`), or a WebSocket from an unlisted origin. */
+      403: {
+        headers: {
           [name: string]: unknown;
         };
         content: {
@@ -3776,10 +3921,19 @@ export interface operations {
           'application/json': components['schemas']['Error'];
         };
       };
-      /** @description No valid bearer key (`unauthorized`). */
+      /** @description No valid bearer key or client token (`unauthorized`; `token_expired` for an expired client token). */
       401: {
         headers: {
           'WWW-Authenticate': components['headers']['WwwAuthenticate'];
+          [name: string]: unknown;
+        };
+        content: {
+          'application/json': components['schemas']['Error'];
+        };
+      };
+      /** @description A client token outside its session's routes or scopes (`scope_denied`), or a WebSocket from an unlisted origin. */
+      403: {
+        headers: {
           [name: string]: unknown;
         };
         content: {
@@ -3900,10 +4054,19 @@ export interface operations {
           'application/json': components['schemas']['Error'];
         };
       };
-      /** @description No valid bearer key (`unauthorized`). */
+      /** @description No valid bearer key or client token (`unauthorized`; `token_expired` for an expired client token). */
       401: {
         headers: {
           'WWW-Authenticate': components['headers']['WwwAuthenticate'];
+          [name: string]: unknown;
+        };
+        content: {
+          'application/json': components['schemas']['Error'];
+        };
+      };
+      /** @description A client token outside its session's routes or scopes (`scope_denied`), or a WebSocket from an unlisted origin. */
+      403: {
+        headers: {
           [name: string]: unknown;
         };
         content: {
@@ -3970,10 +4133,19 @@ export interface operations {
           'application/json': components['schemas']['Error'];
         };
       };
-      /** @description No valid bearer key (`unauthorized`). */
+      /** @description No valid bearer key or client token (`unauthorized`; `token_expired` for an expired client token). */
       401: {
         headers: {
           'WWW-Authenticate': components['headers']['WwwAuthenticate'];
+          [name: string]: unknown;
+        };
+        content: {
+          'application/json': components['schemas']['Error'];
+        };
+      };
+      /** @description A client token outside its session's routes or scopes (`scope_denied`), or a WebSocket from an unlisted origin. */
+      403: {
+        headers: {
           [name: string]: unknown;
         };
         content: {
@@ -4068,10 +4240,19 @@ export interface operations {
           'application/json': components['schemas']['Error'];
         };
       };
-      /** @description No valid bearer key (`unauthorized`). */
+      /** @description No valid bearer key or client token (`unauthorized`; `token_expired` for an expired client token). */
       401: {
         headers: {
           'WWW-Authenticate': components['headers']['WwwAuthenticate'];
+          [name: string]: unknown;
+        };
+        content: {
+          'application/json': components['schemas']['Error'];
+        };
+      };
+      /** @description A client token outside its session's routes or scopes (`scope_denied`), or a WebSocket from an unlisted origin. */
+      403: {
+        headers: {
           [name: string]: unknown;
         };
         content: {
@@ -4317,10 +4498,19 @@ export interface operations {
           'application/json': components['schemas']['Error'];
         };
       };
-      /** @description No valid bearer key (`unauthorized`). */
+      /** @description No valid bearer key or client token (`unauthorized`; `token_expired` for an expired client token). */
       401: {
         headers: {
           'WWW-Authenticate': components['headers']['WwwAuthenticate'];
+          [name: string]: unknown;
+        };
+        content: {
+          'application/json': components['schemas']['Error'];
+        };
+      };
+      /** @description A client token outside its session's routes or scopes (`scope_denied`), or a WebSocket from an unlisted origin. */
+      403: {
+        headers: {
           [name: string]: unknown;
         };
         content: {
@@ -4565,10 +4755,19 @@ export interface operations {
           'application/json': components['schemas']['Error'];
         };
       };
-      /** @description No valid bearer key (`unauthorized`). */
+      /** @description No valid bearer key or client token (`unauthorized`; `token_expired` for an expired client token). */
       401: {
         headers: {
           'WWW-Authenticate': components['headers']['WwwAuthenticate'];
+          [name: string]: unknown;
+        };
+        content: {
+          'application/json': components['schemas']['Error'];
+        };
+      };
+      /** @description A client token outside its session's routes or scopes (`scope_denied`), or a WebSocket from an unlisted origin. */
+      403: {
+        headers: {
           [name: string]: unknown;
         };
         content: {
@@ -4710,10 +4909,19 @@ export interface operations {
           'application/json': components['schemas']['Error'];
         };
       };
-      /** @description No valid bearer key (`unauthorized`). */
+      /** @description No valid bearer key or client token (`unauthorized`; `token_expired` for an expired client token). */
       401: {
         headers: {
           'WWW-Authenticate': components['headers']['WwwAuthenticate'];
+          [name: string]: unknown;
+        };
+        content: {
+          'application/json': components['schemas']['Error'];
+        };
+      };
+      /** @description A client token outside its session's routes or scopes (`scope_denied`), or a WebSocket from an unlisted origin. */
+      403: {
+        headers: {
           [name: string]: unknown;
         };
         content: {
@@ -4859,10 +5067,19 @@ export interface operations {
           'application/json': components['schemas']['Error'];
         };
       };
-      /** @description No valid bearer key (`unauthorized`). */
+      /** @description No valid bearer key or client token (`unauthorized`; `token_expired` for an expired client token). */
       401: {
         headers: {
           'WWW-Authenticate': components['headers']['WwwAuthenticate'];
+          [name: string]: unknown;
+        };
+        content: {
+          'application/json': components['schemas']['Error'];
+        };
+      };
+      /** @description A client token outside its session's routes or scopes (`scope_denied`), or a WebSocket from an unlisted origin. */
+      403: {
+        headers: {
           [name: string]: unknown;
         };
         content: {
@@ -5004,10 +5221,19 @@ export interface operations {
           'application/json': components['schemas']['Error'];
         };
       };
-      /** @description No valid bearer key (`unauthorized`). */
+      /** @description No valid bearer key or client token (`unauthorized`; `token_expired` for an expired client token). */
       401: {
         headers: {
           'WWW-Authenticate': components['headers']['WwwAuthenticate'];
+          [name: string]: unknown;
+        };
+        content: {
+          'application/json': components['schemas']['Error'];
+        };
+      };
+      /** @description A client token outside its session's routes or scopes (`scope_denied`), or a WebSocket from an unlisted origin. */
+      403: {
+        headers: {
           [name: string]: unknown;
         };
         content: {
@@ -5149,10 +5375,19 @@ export interface operations {
           'application/json': components['schemas']['Error'];
         };
       };
-      /** @description No valid bearer key (`unauthorized`). */
+      /** @description No valid bearer key or client token (`unauthorized`; `token_expired` for an expired client token). */
       401: {
         headers: {
           'WWW-Authenticate': components['headers']['WwwAuthenticate'];
+          [name: string]: unknown;
+        };
+        content: {
+          'application/json': components['schemas']['Error'];
+        };
+      };
+      /** @description A client token outside its session's routes or scopes (`scope_denied`), or a WebSocket from an unlisted origin. */
+      403: {
+        headers: {
           [name: string]: unknown;
         };
         content: {
@@ -5296,10 +5531,19 @@ export interface operations {
           'application/json': components['schemas']['Error'];
         };
       };
-      /** @description No valid bearer key (`unauthorized`). */
+      /** @description No valid bearer key or client token (`unauthorized`; `token_expired` for an expired client token). */
       401: {
         headers: {
           'WWW-Authenticate': components['headers']['WwwAuthenticate'];
+          [name: string]: unknown;
+        };
+        content: {
+          'application/json': components['schemas']['Error'];
+        };
+      };
+      /** @description A client token outside its session's routes or scopes (`scope_denied`), or a WebSocket from an unlisted origin. */
+      403: {
+        headers: {
           [name: string]: unknown;
         };
         content: {
@@ -5435,10 +5679,19 @@ export interface operations {
           'application/json': components['schemas']['Error'];
         };
       };
-      /** @description No valid bearer key (`unauthorized`). */
+      /** @description No valid bearer key or client token (`unauthorized`; `token_expired` for an expired client token). */
       401: {
         headers: {
           'WWW-Authenticate': components['headers']['WwwAuthenticate'];
+          [name: string]: unknown;
+        };
+        content: {
+          'application/json': components['schemas']['Error'];
+        };
+      };
+      /** @description A client token outside its session's routes or scopes (`scope_denied`), or a WebSocket from an unlisted origin. */
+      403: {
+        headers: {
           [name: string]: unknown;
         };
         content: {
@@ -5535,6 +5788,8 @@ export interface operations {
       query?: {
         after?: string;
         limit?: number;
+        /** @description SSE only. `run_end`: the stream ends (an `end` record with reason `run_ended`) after the first `session.status` event after the cursor whose status is not `running`. */
+        until?: 'run_end';
       };
       header?: {
         /** @description SSE: resume after this event id (what EventSource sends when it reconnects); wins over `after`. */
@@ -5566,10 +5821,19 @@ export interface operations {
           'application/json': components['schemas']['Error'];
         };
       };
-      /** @description No valid bearer key (`unauthorized`). */
+      /** @description No valid bearer key or client token (`unauthorized`; `token_expired` for an expired client token). */
       401: {
         headers: {
           'WWW-Authenticate': components['headers']['WwwAuthenticate'];
+          [name: string]: unknown;
+        };
+        content: {
+          'application/json': components['schemas']['Error'];
+        };
+      };
+      /** @description A client token outside its session's routes or scopes (`scope_denied`), or a WebSocket from an unlisted origin. */
+      403: {
+        headers: {
           [name: string]: unknown;
         };
         content: {
@@ -5619,6 +5883,8 @@ export interface operations {
     parameters: {
       query?: {
         after?: string;
+        /** @description `run_end`: the stream ends (an `end` frame with reason `run_ended`, then close 1000) after the first `session.status` event after the cursor whose status is not `running`. */
+        until?: 'run_end';
       };
       header?: never;
       path: {
@@ -5644,7 +5910,7 @@ export interface operations {
           'application/json': components['schemas']['Error'];
         };
       };
-      /** @description No valid bearer key (`unauthorized`). */
+      /** @description No valid bearer key or client token (`unauthorized`; `token_expired` for an expired client token). */
       401: {
         headers: {
           'WWW-Authenticate': components['headers']['WwwAuthenticate'];
@@ -5654,7 +5920,7 @@ export interface operations {
           'application/json': components['schemas']['Error'];
         };
       };
-      /** @description Answer */
+      /** @description A client token outside its session's routes or scopes (`scope_denied`), or a WebSocket from an unlisted origin. */
       403: {
         headers: {
           [name: string]: unknown;
@@ -5730,10 +5996,19 @@ export interface operations {
           'application/json': components['schemas']['WebhookList'];
         };
       };
-      /** @description No valid bearer key (`unauthorized`). */
+      /** @description No valid bearer key or client token (`unauthorized`; `token_expired` for an expired client token). */
       401: {
         headers: {
           'WWW-Authenticate': components['headers']['WwwAuthenticate'];
+          [name: string]: unknown;
+        };
+        content: {
+          'application/json': components['schemas']['Error'];
+        };
+      };
+      /** @description A client token outside its session's routes or scopes (`scope_denied`), or a WebSocket from an unlisted origin. */
+      403: {
+        headers: {
           [name: string]: unknown;
         };
         content: {
@@ -5833,10 +6108,19 @@ export interface operations {
           'application/json': components['schemas']['Error'];
         };
       };
-      /** @description No valid bearer key (`unauthorized`). */
+      /** @description No valid bearer key or client token (`unauthorized`; `token_expired` for an expired client token). */
       401: {
         headers: {
           'WWW-Authenticate': components['headers']['WwwAuthenticate'];
+          [name: string]: unknown;
+        };
+        content: {
+          'application/json': components['schemas']['Error'];
+        };
+      };
+      /** @description A client token outside its session's routes or scopes (`scope_denied`), or a WebSocket from an unlisted origin. */
+      403: {
+        headers: {
           [name: string]: unknown;
         };
         content: {
@@ -5940,10 +6224,19 @@ export interface operations {
           'application/json': components['schemas']['Error'];
         };
       };
-      /** @description No valid bearer key (`unauthorized`). */
+      /** @description No valid bearer key or client token (`unauthorized`; `token_expired` for an expired client token). */
       401: {
         headers: {
           'WWW-Authenticate': components['headers']['WwwAuthenticate'];
+          [name: string]: unknown;
+        };
+        content: {
+          'application/json': components['schemas']['Error'];
+        };
+      };
+      /** @description A client token outside its session's routes or scopes (`scope_denied`), or a WebSocket from an unlisted origin. */
+      403: {
+        headers: {
           [name: string]: unknown;
         };
         content: {
@@ -6011,10 +6304,19 @@ export interface operations {
           'application/json': components['schemas']['Error'];
         };
       };
-      /** @description No valid bearer key (`unauthorized`). */
+      /** @description No valid bearer key or client token (`unauthorized`; `token_expired` for an expired client token). */
       401: {
         headers: {
           'WWW-Authenticate': components['headers']['WwwAuthenticate'];
+          [name: string]: unknown;
+        };
+        content: {
+          'application/json': components['schemas']['Error'];
+        };
+      };
+      /** @description A client token outside its session's routes or scopes (`scope_denied`), or a WebSocket from an unlisted origin. */
+      403: {
+        headers: {
           [name: string]: unknown;
         };
         content: {
@@ -6143,10 +6445,19 @@ export interface operations {
           'application/json': components['schemas']['Error'];
         };
       };
-      /** @description No valid bearer key (`unauthorized`). */
+      /** @description No valid bearer key or client token (`unauthorized`; `token_expired` for an expired client token). */
       401: {
         headers: {
           'WWW-Authenticate': components['headers']['WwwAuthenticate'];
+          [name: string]: unknown;
+        };
+        content: {
+          'application/json': components['schemas']['Error'];
+        };
+      };
+      /** @description A client token outside its session's routes or scopes (`scope_denied`), or a WebSocket from an unlisted origin. */
+      403: {
+        headers: {
           [name: string]: unknown;
         };
         content: {
@@ -6251,10 +6562,19 @@ export interface operations {
           'application/json': components['schemas']['Error'];
         };
       };
-      /** @description No valid bearer key (`unauthorized`). */
+      /** @description No valid bearer key or client token (`unauthorized`; `token_expired` for an expired client token). */
       401: {
         headers: {
           'WWW-Authenticate': components['headers']['WwwAuthenticate'];
+          [name: string]: unknown;
+        };
+        content: {
+          'application/json': components['schemas']['Error'];
+        };
+      };
+      /** @description A client token outside its session's routes or scopes (`scope_denied`), or a WebSocket from an unlisted origin. */
+      403: {
+        headers: {
           [name: string]: unknown;
         };
         content: {
@@ -6324,10 +6644,19 @@ export interface operations {
           'application/json': components['schemas']['Error'];
         };
       };
-      /** @description No valid bearer key (`unauthorized`). */
+      /** @description No valid bearer key or client token (`unauthorized`; `token_expired` for an expired client token). */
       401: {
         headers: {
           'WWW-Authenticate': components['headers']['WwwAuthenticate'];
+          [name: string]: unknown;
+        };
+        content: {
+          'application/json': components['schemas']['Error'];
+        };
+      };
+      /** @description A client token outside its session's routes or scopes (`scope_denied`), or a WebSocket from an unlisted origin. */
+      403: {
+        headers: {
           [name: string]: unknown;
         };
         content: {
@@ -6410,10 +6739,19 @@ export interface operations {
           'application/json': components['schemas']['MemoryFileList'];
         };
       };
-      /** @description No valid bearer key (`unauthorized`). */
+      /** @description No valid bearer key or client token (`unauthorized`; `token_expired` for an expired client token). */
       401: {
         headers: {
           'WWW-Authenticate': components['headers']['WwwAuthenticate'];
+          [name: string]: unknown;
+        };
+        content: {
+          'application/json': components['schemas']['Error'];
+        };
+      };
+      /** @description A client token outside its session's routes or scopes (`scope_denied`), or a WebSocket from an unlisted origin. */
+      403: {
+        headers: {
           [name: string]: unknown;
         };
         content: {
@@ -6481,10 +6819,19 @@ export interface operations {
           'application/json': components['schemas']['Error'];
         };
       };
-      /** @description No valid bearer key (`unauthorized`). */
+      /** @description No valid bearer key or client token (`unauthorized`; `token_expired` for an expired client token). */
       401: {
         headers: {
           'WWW-Authenticate': components['headers']['WwwAuthenticate'];
+          [name: string]: unknown;
+        };
+        content: {
+          'application/json': components['schemas']['Error'];
+        };
+      };
+      /** @description A client token outside its session's routes or scopes (`scope_denied`), or a WebSocket from an unlisted origin. */
+      403: {
+        headers: {
           [name: string]: unknown;
         };
         content: {
@@ -6561,10 +6908,19 @@ export interface operations {
           'application/json': components['schemas']['Error'];
         };
       };
-      /** @description No valid bearer key (`unauthorized`). */
+      /** @description No valid bearer key or client token (`unauthorized`; `token_expired` for an expired client token). */
       401: {
         headers: {
           'WWW-Authenticate': components['headers']['WwwAuthenticate'];
+          [name: string]: unknown;
+        };
+        content: {
+          'application/json': components['schemas']['Error'];
+        };
+      };
+      /** @description A client token outside its session's routes or scopes (`scope_denied`), or a WebSocket from an unlisted origin. */
+      403: {
+        headers: {
           [name: string]: unknown;
         };
         content: {
@@ -6665,10 +7021,19 @@ export interface operations {
           'application/json': components['schemas']['Error'];
         };
       };
-      /** @description No valid bearer key (`unauthorized`). */
+      /** @description No valid bearer key or client token (`unauthorized`; `token_expired` for an expired client token). */
       401: {
         headers: {
           'WWW-Authenticate': components['headers']['WwwAuthenticate'];
+          [name: string]: unknown;
+        };
+        content: {
+          'application/json': components['schemas']['Error'];
+        };
+      };
+      /** @description A client token outside its session's routes or scopes (`scope_denied`), or a WebSocket from an unlisted origin. */
+      403: {
+        headers: {
           [name: string]: unknown;
         };
         content: {
@@ -6796,10 +7161,19 @@ export interface operations {
           'application/json': components['schemas']['Error'];
         };
       };
-      /** @description No valid bearer key (`unauthorized`). */
+      /** @description No valid bearer key or client token (`unauthorized`; `token_expired` for an expired client token). */
       401: {
         headers: {
           'WWW-Authenticate': components['headers']['WwwAuthenticate'];
+          [name: string]: unknown;
+        };
+        content: {
+          'application/json': components['schemas']['Error'];
+        };
+      };
+      /** @description A client token outside its session's routes or scopes (`scope_denied`), or a WebSocket from an unlisted origin. */
+      403: {
+        headers: {
           [name: string]: unknown;
         };
         content: {
@@ -6865,10 +7239,19 @@ export interface operations {
           'application/json': components['schemas']['Error'];
         };
       };
-      /** @description No valid bearer key (`unauthorized`). */
+      /** @description No valid bearer key or client token (`unauthorized`; `token_expired` for an expired client token). */
       401: {
         headers: {
           'WWW-Authenticate': components['headers']['WwwAuthenticate'];
+          [name: string]: unknown;
+        };
+        content: {
+          'application/json': components['schemas']['Error'];
+        };
+      };
+      /** @description A client token outside its session's routes or scopes (`scope_denied`), or a WebSocket from an unlisted origin. */
+      403: {
+        headers: {
           [name: string]: unknown;
         };
         content: {
@@ -6934,10 +7317,19 @@ export interface operations {
           'application/json': components['schemas']['Error'];
         };
       };
-      /** @description No valid bearer key (`unauthorized`). */
+      /** @description No valid bearer key or client token (`unauthorized`; `token_expired` for an expired client token). */
       401: {
         headers: {
           'WWW-Authenticate': components['headers']['WwwAuthenticate'];
+          [name: string]: unknown;
+        };
+        content: {
+          'application/json': components['schemas']['Error'];
+        };
+      };
+      /** @description A client token outside its session's routes or scopes (`scope_denied`), or a WebSocket from an unlisted origin. */
+      403: {
+        headers: {
           [name: string]: unknown;
         };
         content: {
@@ -7032,10 +7424,19 @@ export interface operations {
           'application/json': components['schemas']['Error'];
         };
       };
-      /** @description No valid bearer key (`unauthorized`). */
+      /** @description No valid bearer key or client token (`unauthorized`; `token_expired` for an expired client token). */
       401: {
         headers: {
           'WWW-Authenticate': components['headers']['WwwAuthenticate'];
+          [name: string]: unknown;
+        };
+        content: {
+          'application/json': components['schemas']['Error'];
+        };
+      };
+      /** @description A client token outside its session's routes or scopes (`scope_denied`), or a WebSocket from an unlisted origin. */
+      403: {
+        headers: {
           [name: string]: unknown;
         };
         content: {
@@ -7120,10 +7521,19 @@ export interface operations {
           'application/json': components['schemas']['Error'];
         };
       };
-      /** @description No valid bearer key (`unauthorized`). */
+      /** @description No valid bearer key or client token (`unauthorized`; `token_expired` for an expired client token). */
       401: {
         headers: {
           'WWW-Authenticate': components['headers']['WwwAuthenticate'];
+          [name: string]: unknown;
+        };
+        content: {
+          'application/json': components['schemas']['Error'];
+        };
+      };
+      /** @description A client token outside its session's routes or scopes (`scope_denied`), or a WebSocket from an unlisted origin. */
+      403: {
+        headers: {
           [name: string]: unknown;
         };
         content: {
@@ -7188,10 +7598,19 @@ export interface operations {
           'application/json': components['schemas']['McpServerList'];
         };
       };
-      /** @description No valid bearer key (`unauthorized`). */
+      /** @description No valid bearer key or client token (`unauthorized`; `token_expired` for an expired client token). */
       401: {
         headers: {
           'WWW-Authenticate': components['headers']['WwwAuthenticate'];
+          [name: string]: unknown;
+        };
+        content: {
+          'application/json': components['schemas']['Error'];
+        };
+      };
+      /** @description A client token outside its session's routes or scopes (`scope_denied`), or a WebSocket from an unlisted origin. */
+      403: {
+        headers: {
           [name: string]: unknown;
         };
         content: {
@@ -7259,10 +7678,19 @@ export interface operations {
           'application/json': components['schemas']['Error'];
         };
       };
-      /** @description No valid bearer key (`unauthorized`). */
+      /** @description No valid bearer key or client token (`unauthorized`; `token_expired` for an expired client token). */
       401: {
         headers: {
           'WWW-Authenticate': components['headers']['WwwAuthenticate'];
+          [name: string]: unknown;
+        };
+        content: {
+          'application/json': components['schemas']['Error'];
+        };
+      };
+      /** @description A client token outside its session's routes or scopes (`scope_denied`), or a WebSocket from an unlisted origin. */
+      403: {
+        headers: {
           [name: string]: unknown;
         };
         content: {
@@ -7860,10 +8288,19 @@ export interface operations {
           'application/json': components['schemas']['Error'];
         };
       };
-      /** @description No valid bearer key (`unauthorized`). */
+      /** @description No valid bearer key or client token (`unauthorized`; `token_expired` for an expired client token). */
       401: {
         headers: {
           'WWW-Authenticate': components['headers']['WwwAuthenticate'];
+          [name: string]: unknown;
+        };
+        content: {
+          'application/json': components['schemas']['Error'];
+        };
+      };
+      /** @description A client token outside its session's routes or scopes (`scope_denied`), or a WebSocket from an unlisted origin. */
+      403: {
+        headers: {
           [name: string]: unknown;
         };
         content: {
@@ -7966,10 +8403,19 @@ export interface operations {
           'application/json': components['schemas']['Error'];
         };
       };
-      /** @description No valid bearer key (`unauthorized`). */
+      /** @description No valid bearer key or client token (`unauthorized`; `token_expired` for an expired client token). */
       401: {
         headers: {
           'WWW-Authenticate': components['headers']['WwwAuthenticate'];
+          [name: string]: unknown;
+        };
+        content: {
+          'application/json': components['schemas']['Error'];
+        };
+      };
+      /** @description A client token outside its session's routes or scopes (`scope_denied`), or a WebSocket from an unlisted origin. */
+      403: {
+        headers: {
           [name: string]: unknown;
         };
         content: {
@@ -8037,10 +8483,19 @@ export interface operations {
           'application/json': components['schemas']['Error'];
         };
       };
-      /** @description No valid bearer key (`unauthorized`). */
+      /** @description No valid bearer key or client token (`unauthorized`; `token_expired` for an expired client token). */
       401: {
         headers: {
           'WWW-Authenticate': components['headers']['WwwAuthenticate'];
+          [name: string]: unknown;
+        };
+        content: {
+          'application/json': components['schemas']['Error'];
+        };
+      };
+      /** @description A client token outside its session's routes or scopes (`scope_denied`), or a WebSocket from an unlisted origin. */
+      403: {
+        headers: {
           [name: string]: unknown;
         };
         content: {
@@ -8663,10 +9118,19 @@ export interface operations {
           'application/json': components['schemas']['Error'];
         };
       };
-      /** @description No valid bearer key (`unauthorized`). */
+      /** @description No valid bearer key or client token (`unauthorized`; `token_expired` for an expired client token). */
       401: {
         headers: {
           'WWW-Authenticate': components['headers']['WwwAuthenticate'];
+          [name: string]: unknown;
+        };
+        content: {
+          'application/json': components['schemas']['Error'];
+        };
+      };
+      /** @description A client token outside its session's routes or scopes (`scope_denied`), or a WebSocket from an unlisted origin. */
+      403: {
+        headers: {
           [name: string]: unknown;
         };
         content: {
@@ -8772,10 +9236,19 @@ export interface operations {
           'application/json': components['schemas']['Error'];
         };
       };
-      /** @description No valid bearer key (`unauthorized`). */
+      /** @description No valid bearer key or client token (`unauthorized`; `token_expired` for an expired client token). */
       401: {
         headers: {
           'WWW-Authenticate': components['headers']['WwwAuthenticate'];
+          [name: string]: unknown;
+        };
+        content: {
+          'application/json': components['schemas']['Error'];
+        };
+      };
+      /** @description A client token outside its session's routes or scopes (`scope_denied`), or a WebSocket from an unlisted origin. */
+      403: {
+        headers: {
           [name: string]: unknown;
         };
         content: {
@@ -8844,10 +9317,19 @@ export interface operations {
           'application/json': components['schemas']['Error'];
         };
       };
-      /** @description No valid bearer key (`unauthorized`). */
+      /** @description No valid bearer key or client token (`unauthorized`; `token_expired` for an expired client token). */
       401: {
         headers: {
           'WWW-Authenticate': components['headers']['WwwAuthenticate'];
+          [name: string]: unknown;
+        };
+        content: {
+          'application/json': components['schemas']['Error'];
+        };
+      };
+      /** @description A client token outside its session's routes or scopes (`scope_denied`), or a WebSocket from an unlisted origin. */
+      403: {
+        headers: {
           [name: string]: unknown;
         };
         content: {
@@ -8913,10 +9395,19 @@ export interface operations {
           'application/json': components['schemas']['Error'];
         };
       };
-      /** @description No valid bearer key (`unauthorized`). */
+      /** @description No valid bearer key or client token (`unauthorized`; `token_expired` for an expired client token). */
       401: {
         headers: {
           'WWW-Authenticate': components['headers']['WwwAuthenticate'];
+          [name: string]: unknown;
+        };
+        content: {
+          'application/json': components['schemas']['Error'];
+        };
+      };
+      /** @description A client token outside its session's routes or scopes (`scope_denied`), or a WebSocket from an unlisted origin. */
+      403: {
+        headers: {
           [name: string]: unknown;
         };
         content: {
@@ -8982,10 +9473,19 @@ export interface operations {
           'application/json': components['schemas']['Error'];
         };
       };
-      /** @description No valid bearer key (`unauthorized`). */
+      /** @description No valid bearer key or client token (`unauthorized`; `token_expired` for an expired client token). */
       401: {
         headers: {
           'WWW-Authenticate': components['headers']['WwwAuthenticate'];
+          [name: string]: unknown;
+        };
+        content: {
+          'application/json': components['schemas']['Error'];
+        };
+      };
+      /** @description A client token outside its session's routes or scopes (`scope_denied`), or a WebSocket from an unlisted origin. */
+      403: {
+        headers: {
           [name: string]: unknown;
         };
         content: {
@@ -9104,10 +9604,19 @@ export interface operations {
           'application/json': components['schemas']['Error'];
         };
       };
-      /** @description No valid bearer key (`unauthorized`). */
+      /** @description No valid bearer key or client token (`unauthorized`; `token_expired` for an expired client token). */
       401: {
         headers: {
           'WWW-Authenticate': components['headers']['WwwAuthenticate'];
+          [name: string]: unknown;
+        };
+        content: {
+          'application/json': components['schemas']['Error'];
+        };
+      };
+      /** @description A client token outside its session's routes or scopes (`scope_denied`), or a WebSocket from an unlisted origin. */
+      403: {
+        headers: {
           [name: string]: unknown;
         };
         content: {
@@ -9210,10 +9719,19 @@ export interface operations {
           'application/json': components['schemas']['Error'];
         };
       };
-      /** @description No valid bearer key (`unauthorized`). */
+      /** @description No valid bearer key or client token (`unauthorized`; `token_expired` for an expired client token). */
       401: {
         headers: {
           'WWW-Authenticate': components['headers']['WwwAuthenticate'];
+          [name: string]: unknown;
+        };
+        content: {
+          'application/json': components['schemas']['Error'];
+        };
+      };
+      /** @description A client token outside its session's routes or scopes (`scope_denied`), or a WebSocket from an unlisted origin. */
+      403: {
+        headers: {
           [name: string]: unknown;
         };
         content: {
@@ -9303,10 +9821,19 @@ export interface operations {
           'application/json': components['schemas']['Error'];
         };
       };
-      /** @description No valid bearer key (`unauthorized`). */
+      /** @description No valid bearer key or client token (`unauthorized`; `token_expired` for an expired client token). */
       401: {
         headers: {
           'WWW-Authenticate': components['headers']['WwwAuthenticate'];
+          [name: string]: unknown;
+        };
+        content: {
+          'application/json': components['schemas']['Error'];
+        };
+      };
+      /** @description A client token outside its session's routes or scopes (`scope_denied`), or a WebSocket from an unlisted origin. */
+      403: {
+        headers: {
           [name: string]: unknown;
         };
         content: {
@@ -9413,10 +9940,19 @@ export interface operations {
           'application/json': components['schemas']['Error'];
         };
       };
-      /** @description No valid bearer key (`unauthorized`). */
+      /** @description No valid bearer key or client token (`unauthorized`; `token_expired` for an expired client token). */
       401: {
         headers: {
           'WWW-Authenticate': components['headers']['WwwAuthenticate'];
+          [name: string]: unknown;
+        };
+        content: {
+          'application/json': components['schemas']['Error'];
+        };
+      };
+      /** @description A client token outside its session's routes or scopes (`scope_denied`), or a WebSocket from an unlisted origin. */
+      403: {
+        headers: {
           [name: string]: unknown;
         };
         content: {
@@ -9643,10 +10179,19 @@ export interface operations {
           'application/json': components['schemas']['Error'];
         };
       };
-      /** @description No valid bearer key (`unauthorized`). */
+      /** @description No valid bearer key or client token (`unauthorized`; `token_expired` for an expired client token). */
       401: {
         headers: {
           'WWW-Authenticate': components['headers']['WwwAuthenticate'];
+          [name: string]: unknown;
+        };
+        content: {
+          'application/json': components['schemas']['Error'];
+        };
+      };
+      /** @description A client token outside its session's routes or scopes (`scope_denied`), or a WebSocket from an unlisted origin. */
+      403: {
+        headers: {
           [name: string]: unknown;
         };
         content: {
@@ -9761,10 +10306,228 @@ export interface operations {
           'application/json': components['schemas']['Error'];
         };
       };
-      /** @description No valid bearer key (`unauthorized`). */
+      /** @description No valid bearer key or client token (`unauthorized`; `token_expired` for an expired client token). */
       401: {
         headers: {
           'WWW-Authenticate': components['headers']['WwwAuthenticate'];
+          [name: string]: unknown;
+        };
+        content: {
+          'application/json': components['schemas']['Error'];
+        };
+      };
+      /** @description A client token outside its session's routes or scopes (`scope_denied`), or a WebSocket from an unlisted origin. */
+      403: {
+        headers: {
+          [name: string]: unknown;
+        };
+        content: {
+          'application/json': components['schemas']['Error'];
+        };
+      };
+      /** @description Over a rate or quota (`rate_limited` with Retry-After, `quota_exceeded`). */
+      429: {
+        headers: {
+          'Retry-After': components['headers']['RetryAfter'];
+          [name: string]: unknown;
+        };
+        content: {
+          'application/json': components['schemas']['Error'];
+        };
+      };
+      /** @description Something went wrong on the service's side (`internal_error`); the details are in its log. */
+      500: {
+        headers: {
+          [name: string]: unknown;
+        };
+        content: {
+          'application/json': components['schemas']['Error'];
+        };
+      };
+      /** @description The session store is unavailable (`store_unavailable`); try again after Retry-After. */
+      503: {
+        headers: {
+          'Retry-After': components['headers']['RetryAfter'];
+          [name: string]: unknown;
+        };
+        content: {
+          'application/json': components['schemas']['Error'];
+        };
+      };
+    };
+  };
+  createClientToken: {
+    parameters: {
+      query?: never;
+      header?: {
+        /** @description Makes the POST safe to retry: the same key with the same body returns the first answer (with `Idempotent-Replayed: true`) for IDEMPOTENCY_TTL_S (24 h by default); with another body 422 `idempotency_key_reused`; while the first is still handled 409 `idempotency_in_progress`. 5xx answers are not kept. */
+        'Idempotency-Key'?: components['parameters']['IdempotencyKey'];
+      };
+      path?: never;
+      cookie?: never;
+    };
+    requestBody: {
+      content: {
+        'application/json': components['schemas']['CreateClientTokenInput'];
+      };
+    };
+    responses: {
+      /** @description Created */
+      201: {
+        headers: {
+          'Idempotent-Replayed': components['headers']['IdempotentReplayed'];
+          [name: string]: unknown;
+        };
+        content: {
+          'application/json': components['schemas']['ClientToken'];
+        };
+      };
+      /** @description Invalid request (`invalid_request` with the issues in `details`, `invalid_json`, …). */
+      400: {
+        headers: {
+          [name: string]: unknown;
+        };
+        content: {
+          'application/json': components['schemas']['Error'];
+        };
+      };
+      /** @description No valid bearer key or client token (`unauthorized`; `token_expired` for an expired client token). */
+      401: {
+        headers: {
+          'WWW-Authenticate': components['headers']['WwwAuthenticate'];
+          [name: string]: unknown;
+        };
+        content: {
+          'application/json': components['schemas']['Error'];
+        };
+      };
+      /** @description A client token outside its session's routes or scopes (`scope_denied`), or a WebSocket from an unlisted origin. */
+      403: {
+        headers: {
+          [name: string]: unknown;
+        };
+        content: {
+          'application/json': components['schemas']['Error'];
+        };
+      };
+      /** @description No such resource (`session_not_found`, also for another tenant's; `iteration_not_found`, …). */
+      404: {
+        headers: {
+          [name: string]: unknown;
+        };
+        content: {
+          'application/json': components['schemas']['Error'];
+        };
+      };
+      /** @description The body is larger than BODY_LIMIT (`payload_too_large`). */
+      413: {
+        headers: {
+          [name: string]: unknown;
+        };
+        content: {
+          'application/json': components['schemas']['Error'];
+        };
+      };
+      /** @description The body is not JSON (`unsupported_media_type`). */
+      415: {
+        headers: {
+          [name: string]: unknown;
+        };
+        content: {
+          'application/json': components['schemas']['Error'];
+        };
+      };
+      /** @description This Idempotency-Key was used with another request (`idempotency_key_reused`). */
+      422: {
+        headers: {
+          [name: string]: unknown;
+        };
+        content: {
+          'application/json': components['schemas']['Error'];
+        };
+      };
+      /** @description Over a rate or quota (`rate_limited` with Retry-After, `quota_exceeded`). */
+      429: {
+        headers: {
+          'Retry-After': components['headers']['RetryAfter'];
+          [name: string]: unknown;
+        };
+        content: {
+          'application/json': components['schemas']['Error'];
+        };
+      };
+      /** @description Something went wrong on the service's side (`internal_error`); the details are in its log. */
+      500: {
+        headers: {
+          [name: string]: unknown;
+        };
+        content: {
+          'application/json': components['schemas']['Error'];
+        };
+      };
+      /** @description The session store is unavailable (`store_unavailable`); try again after Retry-After. */
+      503: {
+        headers: {
+          'Retry-After': components['headers']['RetryAfter'];
+          [name: string]: unknown;
+        };
+        content: {
+          'application/json': components['schemas']['Error'];
+        };
+      };
+    };
+  };
+  deleteClientToken: {
+    parameters: {
+      query?: never;
+      header?: never;
+      path: {
+        id: string;
+      };
+      cookie?: never;
+    };
+    requestBody?: never;
+    responses: {
+      /** @description OK */
+      200: {
+        headers: {
+          [name: string]: unknown;
+        };
+        content: {
+          'application/json': components['schemas']['DeletedClientToken'];
+        };
+      };
+      /** @description Invalid request (`invalid_request` with the issues in `details`, `invalid_json`, …). */
+      400: {
+        headers: {
+          [name: string]: unknown;
+        };
+        content: {
+          'application/json': components['schemas']['Error'];
+        };
+      };
+      /** @description No valid bearer key or client token (`unauthorized`; `token_expired` for an expired client token). */
+      401: {
+        headers: {
+          'WWW-Authenticate': components['headers']['WwwAuthenticate'];
+          [name: string]: unknown;
+        };
+        content: {
+          'application/json': components['schemas']['Error'];
+        };
+      };
+      /** @description A client token outside its session's routes or scopes (`scope_denied`), or a WebSocket from an unlisted origin. */
+      403: {
+        headers: {
+          [name: string]: unknown;
+        };
+        content: {
+          'application/json': components['schemas']['Error'];
+        };
+      };
+      /** @description No such resource (`session_not_found`, also for another tenant's; `iteration_not_found`, …). */
+      404: {
+        headers: {
           [name: string]: unknown;
         };
         content: {

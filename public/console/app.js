@@ -98,6 +98,7 @@ function SessionList({ current, version, onError }) {
                 (s) =>
                   html`<li key=${s.id} data-session=${s.id} data-status=${s.status}>
                     <a href=${`#/sessions/${s.id}`} aria-current=${s.id === current ? 'page' : undefined}>
+                      ${s.metadata?.title ? html`<span class="title">${String(s.metadata.title).slice(0, 80)}</span>` : ''}
                       <span class="sid">${s.id}</span>
                       <${StatusBadge} status=${s.status} />
                       <span class="meta">${listMeta(s, now)}</span>
@@ -306,9 +307,46 @@ function NewSession({ onCreated }) {
 /** Whether the person chose to go on without a key (a service without API_KEYS), for this tab. */
 const OPEN_STORAGE = 'toolrunner-sessions.open';
 
+/** The session a client token was given for (with the token as the tab's bearer): the console shows only it. */
+const TOKEN_SESSION_STORAGE = 'toolrunner-sessions.token-session';
+
+/**
+ * `/console#session=ses_…&token=ct_…` (docs/API.md "Client tokens"): a page handed a client token for one session.
+ * A fragment never reaches the server; the token moves to this tab's sessionStorage at once and the address bar
+ * keeps only the session's route, so the token is not left in the history or in a copied link.
+ */
+function takeFragmentToken() {
+  const p = new URLSearchParams(location.hash.slice(1));
+  const session = p.get('session');
+  const token = p.get('token');
+  if (!session || !token || !/^ses_[A-Za-z0-9]+$/.test(session) || !/^ct_[A-Za-z0-9_-]+$/.test(token)) return;
+  sessionStorage.setItem(KEY_STORAGE, token);
+  sessionStorage.setItem(TOKEN_SESSION_STORAGE, session);
+  history.replaceState(null, '', `${location.pathname}${location.search}#/sessions/${session}`);
+}
+
+/** The session of the tab's client token, or null when the tab holds a key (or nothing). */
+const tokenSession = () =>
+  readKey().startsWith('ct_') ? sessionStorage.getItem(TOKEN_SESSION_STORAGE) : null;
+
+/** A tab holding a client token: its one session, nothing else (the token opens nothing else). */
+function TokenApp({ session, onForget }) {
+  return html`<header class="top">
+      <h1>Session</h1>
+      <p class="token-note">
+        Opened with a client token for this session only.
+        <button type="button" onClick=${onForget}>Forget token</button>
+      </p>
+    </header>
+    <main id="main" class="layout single">
+      <${SessionView} id=${session} onChange=${() => {}} />
+    </main>`;
+}
+
 function App() {
   const route = useRoute();
   const [keySet, setKeySet] = useState(() => readKey() !== '');
+  const [tokenFor, setTokenFor] = useState(tokenSession);
   const [open, setOpen] = useState(() => sessionStorage.getItem(OPEN_STORAGE) === '1');
   /** Bumped when the key changes: views start over with it. */
   const [keyVersion, setKeyVersion] = useState(0);
@@ -323,12 +361,15 @@ function App() {
   };
   const saveKey = (k) => {
     if (k) sessionStorage.setItem(KEY_STORAGE, k);
+    setTokenFor(tokenSession());
     setKeySet(readKey() !== '');
     rekey();
   };
   const forget = () => {
     sessionStorage.removeItem(KEY_STORAGE);
     sessionStorage.removeItem(OPEN_STORAGE);
+    sessionStorage.removeItem(TOKEN_SESSION_STORAGE);
+    setTokenFor(null);
     setKeySet(false);
     setOpen(false);
     rekey();
@@ -338,6 +379,7 @@ function App() {
     setOpen(true);
     rekey();
   };
+  if (tokenFor) return html`<${TokenApp} session=${tokenFor} onForget=${forget} />`;
   // Nothing is asked of the API before a key is given (or declared unneeded): no 401 in the console.
   const ready = keySet || open;
   return html`<header class="top">
@@ -386,6 +428,7 @@ function App() {
     }`;
 }
 
+takeFragmentToken();
 const root = document.getElementById('app');
 root.textContent = '';
 render(html`<${App} />`, root);

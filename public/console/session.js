@@ -5,7 +5,16 @@
 
 import { useEffect, useMemo, useRef, useState } from 'preact/hooks';
 import { ErrorNote, StatusBadge, api, html, pretty } from './ui.js';
-import { SessionModel, conversation, sessionCost, eventSummary, formatCost, resultText } from './view.js';
+import {
+  SessionModel,
+  canContinue,
+  conversation,
+  sessionCost,
+  eventSummary,
+  formatCost,
+  resultText,
+  sessionTitle,
+} from './view.js';
 
 /** Re-render at most this often while deltas stream (ms). */
 const RENDER_EVERY_MS = 30;
@@ -115,7 +124,7 @@ export function SessionView({ id, onChange }) {
     data-status=${s.status}
     aria-labelledby="session-title"
   >
-    <${SessionHeader} s=${s} conn=${conn} />
+    <${SessionHeader} s=${s} conn=${conn} title=${sessionTitle(s, model.history)} />
     <${ErrorNote} error=${loadError} />
     <${Required} s=${s} act=${act} busy=${busy} />
     <section class="conversation" aria-label="Conversation">
@@ -143,11 +152,24 @@ export function SessionView({ id, onChange }) {
   </article>`;
 }
 
-function SessionHeader({ s, conn }) {
+function SessionHeader({ s, conn, title }) {
   const u = s.usage ?? {};
   const cost = sessionCost(s);
+  const parent = typeof s.metadata?.forked_from === 'string' ? s.metadata.forked_from : null;
   return html`<header class="session-head">
+    ${title && html`<p class="session-name">${title}</p>`}
     <h2 id="session-title"><code>${s.id}</code> <${StatusBadge} status=${s.status} /></h2>
+    ${
+      parent &&
+      html`<p class="forked-from">
+        Forked from <a href=${`#/sessions/${parent}`}><code>${parent}</code></a
+        >${
+          s.metadata.forked_at_iteration !== undefined
+            ? ` at iteration ${s.metadata.forked_at_iteration}`
+            : ''
+        }
+      </p>`
+    }
     <p class="conn conn-${conn}" role="status" aria-live="polite" data-conn=${conn}>${connLabel(conn)}</p>
     <dl class="figures">
       <div>
@@ -271,6 +293,7 @@ function Block({ block: b }) {
 
 const CALL_STATES = {
   done: 'done',
+  denied: 'denied',
   running: 'running',
   awaiting_approval: 'awaiting approval',
   awaiting_result: 'awaiting result',
@@ -456,7 +479,6 @@ function Actions({ s, act, busy }) {
   const st = s.status;
   const canCancel = st === 'running' || st === 'requires_action';
   const canRetry = st === 'idle' || st === 'requires_action' || st === 'failed';
-  const canContinue = st === 'requires_action' || (st === 'idle' && s.stop_reason === 'max_iterations');
   const fork = async () => {
     const r = await act(() => api.fork(s.id, forkAt === '' ? s.iteration : Number(forkAt)));
     if (r) location.hash = `#/sessions/${r.id}`;
@@ -475,7 +497,7 @@ function Actions({ s, act, busy }) {
       </button>
       <button
         class="continue"
-        disabled=${busy || !canContinue}
+        disabled=${busy || !canContinue(s)}
         onClick=${() => act(() => api.continue(s.id))}
       >
         Continue

@@ -15,6 +15,10 @@ export class SessionModel {
     this.history = [];
     /** Revision of the session fetched with `history` (the history is at least this recent). */
     this.historyRevision = -1;
+    /** Model turns the history read holds (the session's `iteration` when it was read). */
+    this.historyIteration = -1;
+    /** tool_use_id → {decision, reason, by} from `tool_call.decided`. */
+    this.decisions = new Map();
     /** Every event received, in order, each once. */
     this.events = [];
     this.eventIds = new Set();
@@ -59,7 +63,9 @@ export class SessionModel {
       case 'turn.completed': {
         const t = this.liveTurn(d.iteration);
         t.state = 'completed';
-        t.completedRevision = ev.revision ?? Number.MAX_SAFE_INTEGER;
+        // Null when the turn's reply is committed later, with its tool results (the events were written apart):
+        // then the session's iteration count says when the history holds it (`inHistory`).
+        t.completedRevision = ev.revision ?? null;
         if (Array.isArray(d.message?.content)) t.blocks = d.message.content.map((b) => ({ ...b }));
         t.stopReason = d.message?.stop_reason ?? null;
         break;
@@ -76,6 +82,13 @@ export class SessionModel {
           input: d.input,
           started: this.tools.get(d.tool_use_id)?.started ?? null,
           result: { content: d.content, is_error: d.is_error, duration_ms: d.duration_ms },
+        });
+        break;
+      case 'tool_call.decided':
+        this.decisions.set(d.tool_use_id, {
+          decision: d.decision,
+          reason: d.reason ?? null,
+          by: d.by ?? null,
         });
         break;
       case 'session.error':
@@ -134,16 +147,25 @@ export class SessionModel {
     this.session = session;
     this.history = history;
     this.historyRevision = session.revision;
+    this.historyIteration = session.iteration ?? -1;
     // Completed turns the history now holds are shown from the history only.
-    for (const [it, t] of this.live) {
-      if (t.state === 'completed' && t.completedRevision <= this.historyRevision) this.live.delete(it);
-    }
+    for (const [it, t] of this.live) if (this.inHistory(t)) this.live.delete(it);
+  }
+
+  /**
+   * Whether the history read holds this completed turn's reply: its commit is at most the history's revision, or
+   * (for a turn whose events carry no revision, committed later with its results) the session had counted it.
+   */
+  inHistory(t) {
+    if (t.state !== 'completed') return false;
+    if (t.completedRevision !== null && t.completedRevision <= this.historyRevision) return true;
+    return this.historyIteration >= t.iteration;
   }
 
   /** Turns to show after the history: streaming, or completed but not yet in the history we hold. */
   liveTurns() {
     return [...this.live.values()]
-      .filter((t) => t.state === 'streaming' || t.completedRevision > this.historyRevision)
+      .filter((t) => !this.inHistory(t))
       .sort((a, b) => a.iteration - b.iteration);
   }
 
@@ -212,8 +234,8 @@ export function resultText(content) {
 
 /**
  * The conversation as a person reads it: `{kind: 'user'|'assistant', …}` items. Tool results are not items of their
- * own: each `tool_use` block carries `call` = {id, name, input, result, state}, where state is `done`, `running`,
- * `awaiting_approval`, `awaiting_result`, `under_review` or `pending`.
+ * own: each `tool_use` block carries `call` = {id, name, input, result, state}, where state is `done`, `denied`,
+ * `running`, `awaiting_approval`, `awaiting_result`, `under_review` or `pending`.
  */
 export function conversation(model) {
   const s = model.session;
@@ -233,6 +255,7 @@ export function conversation(model) {
     const inHistory = results.get(id);
     const pendingResult = reviewed.get(id);
     const ev = model.tools.get(id);
+    const denied = model.decisions.get(id)?.decision === 'deny';
     let state = 'pending';
     let result = inHistory ?? null;
     if (inHistory) state = 'done';
@@ -245,6 +268,8 @@ export function conversation(model) {
       result = ev.result;
       state = 'done';
     } else if (ev) state = 'running';
+    // A denied call is answered with its reason as an error: shown as denied, unless its result is under review.
+    if (denied && state !== 'under_review') state = 'denied';
     return {
       id,
       name: b.name,
@@ -296,6 +321,29 @@ export function conversation(model) {
     });
   }
   return items;
+}
+
+/** Whether `POST …/continue` can answer 2xx now (docs/API.md: `continue`), so the button is enabled only then. */
+export function canContinue(s) {
+  if (!s) return false;
+  if (s.status === 'requires_action') return s.required_action?.type === 'review_tool_results';
+  return s.status === 'idle' && (s.stop_reason === 'max_iterations' || s.stop_reason === 'budget_exhausted');
+}
+
+/** A session's title: `metadata.title`, else the first user text of its history (cut to 80 chars), else null. */
+export function sessionTitle(session, history = []) {
+  const t = session?.metadata?.title;
+  if (typeof t === 'string' && t.trim()) return t.trim().slice(0, 80);
+  for (const m of history) {
+    if (m.role !== 'user') continue;
+    const text =
+      typeof m.content === 'string' ? m.content : m.content?.find?.((b) => b.type === 'text')?.text;
+    if (typeof text === 'string' && text.trim()) {
+      const one = text.trim().replace(/\s+/g, ' ');
+      return one.length > 80 ? `${one.slice(0, 79)}…` : one;
+    }
+  }
+  return null;
 }
 
 /**

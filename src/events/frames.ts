@@ -12,6 +12,8 @@ import {
 } from '../json-depth.js';
 import { decisionBody, postMessageBody, toolResultBody } from '../schemas.js';
 import type { MutationResult, SessionService } from '../sessions/service.js';
+import { actorOf, requireScope } from '../plugins/auth.js';
+import type { ClientScope, ClientTokenRecord } from '../store/client-tokens.js';
 
 /**
  * Frames a WebSocket client may send (spec §5). Each frame is `{type, ref, …}` where `…` is exactly the body of the
@@ -25,7 +27,8 @@ import type { MutationResult, SessionService } from '../sessions/service.js';
  * | `{type:'cancel', ref}`                                  | POST /v1/sessions/:id/cancel                 |
  *
  * Any frame may carry `if_match: <revision>` (the REST routes' `If-Match`). Answers: `{type:'ack', ref, revision,
- * status}` or `{type:'error', ref, error:{code, message, details?}}` with the REST routes' codes.
+ * status}` or `{type:'error', ref, error:{code, message, details?}}` with the REST routes' codes. On a connection
+ * opened with a client token, each frame needs the scope of its REST route (`scope_denied` otherwise).
  */
 const head = z.looseObject({
   type: z.enum(['message', 'tool_result', 'tool_call.decide', 'cancel']),
@@ -36,6 +39,14 @@ const toolUseId = z.string().min(1).max(128);
 const toolResultFrame = toolResultBody.extend({ tool_use_id: toolUseId });
 const decideFrame = decisionBody.extend({ tool_use_id: toolUseId });
 const cancelFrame = z.strictObject({});
+
+/** The client-token scope each frame needs: its REST route's. */
+const FRAME_SCOPES: Record<z.infer<typeof head>['type'], ClientScope> = {
+  message: 'message',
+  tool_result: 'results',
+  'tool_call.decide': 'decide',
+  cancel: 'cancel',
+};
 
 export type ServerFrame =
   | { type: 'ack'; ref: string; revision: number; status: string }
@@ -58,7 +69,14 @@ const frameDetails = (err: z.ZodError) => zodDetails(err.issues);
 /** Runs one client frame for `tenant` on session `id`; never throws. */
 export async function handleFrame(
   raw: string,
-  ctx: { tenant: string; sessionId: string; sessions: SessionService; log: FastifyBaseLogger },
+  ctx: {
+    tenant: string;
+    sessionId: string;
+    sessions: SessionService;
+    log: FastifyBaseLogger;
+    /** The client token the connection was opened with (null: a tenant key). */
+    token?: ClientTokenRecord | null;
+  },
 ): Promise<ServerFrame> {
   let msg: unknown;
   if (jsonTooDeep(raw, DEFAULT_JSON_MAX_DEPTH))
@@ -79,11 +97,14 @@ export async function handleFrame(
   if (!h.success) return errorFrame(ref, 'invalid_request', 'The frame is invalid.', frameDetails(h.error));
   const { type, ref: _r, if_match: ifMatch, ...body } = h.data;
   const { tenant, sessionId: id, sessions } = ctx;
+  const token = ctx.token ?? null;
+  const by = actorOf(token);
   try {
+    requireScope(token, FRAME_SCOPES[type]);
     let res: MutationResult;
     switch (type) {
       case 'message':
-        res = await sessions.addMessage(tenant, id, postMessageBody.parse(body), ifMatch);
+        res = await sessions.addMessage(tenant, id, postMessageBody.parse(body), ifMatch, by);
         break;
       case 'tool_result': {
         const { tool_use_id, ...rest } = toolResultFrame.parse(body);
@@ -92,7 +113,7 @@ export async function handleFrame(
       }
       case 'tool_call.decide': {
         const { tool_use_id, ...rest } = decideFrame.parse(body);
-        res = await sessions.decide(tenant, id, tool_use_id, rest, ifMatch);
+        res = await sessions.decide(tenant, id, tool_use_id, rest, ifMatch, by);
         break;
       }
       case 'cancel':

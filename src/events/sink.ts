@@ -15,7 +15,54 @@ import type { ExpiredInfo, Sink } from './reader.js';
 
 /** Why a stream ends; each transport says it its own way (a WebSocket close code, an SSE end or drop). */
 export type CloseReason =
-  'session_deleted' | 'slow_reader' | 'cursor_expired' | 'store_unavailable' | 'shutting_down';
+  | 'session_deleted'
+  | 'slow_reader'
+  | 'cursor_expired'
+  | 'store_unavailable'
+  | 'shutting_down'
+  /** The client token the stream was opened with expired, or was revoked (routes/stream.ts, routes/events.ts). */
+  | 'token_expired'
+  | 'token_revoked'
+  /** `until=run_end`: the run stopped (a `session.status` other than `running` was sent). */
+  | 'run_ended';
+
+/**
+ * The last record of a stream the server ends (SSE `event: end`, a WebSocket `{"type": "end"}` frame before the
+ * close), so a client tells "the run ended" from "this connection closed, the session goes on": `final` says whether
+ * reconnecting (with `last_event_id`) gets anything more. A connection lost without one (a proxy's cap, a network
+ * cut, a slow reader dropped) is never final: reconnect.
+ */
+export interface EndFrame {
+  type: 'end';
+  reason: CloseReason;
+  final: boolean;
+  /** The id of the last event sent on this connection (null: none); resume after it. */
+  last_event_id: string | null;
+}
+
+/** Whether nothing more will come for a client after a close for `reason` (else: reconnect after the last id). */
+const FINAL: Record<CloseReason, boolean> = {
+  session_deleted: true,
+  run_ended: true,
+  token_expired: true,
+  token_revoked: true,
+  slow_reader: false,
+  cursor_expired: false,
+  store_unavailable: false,
+  shutting_down: false,
+};
+
+export const endFrame = (reason: CloseReason, lastEventId: string | null): EndFrame => ({
+  type: 'end',
+  reason,
+  final: FINAL[reason],
+  last_event_id: lastEventId,
+});
+
+/** A `session.status` event whose status is not `running`: the run it belongs to stopped. */
+const stopsRun = (ev: OutEvent) =>
+  ev.type === 'session.status' &&
+  !/^\{"status":"running"/.test(ev.json.slice(ev.json.indexOf('"data":') + 7));
 
 /** The error record a stream sends before it closes (SSE `event: error` data's `error`, a WS error frame's). */
 export interface StreamError {
@@ -44,6 +91,8 @@ export interface Transport {
 
 export interface SinkContext {
   sessionId: string;
+  /** `until=run_end`: the stream ends (`run_ended`) after the first event that says the run stopped. */
+  untilRunEnd?: boolean;
   hub: EventHub;
   metrics: Metrics;
   log: FastifyBaseLogger;
@@ -80,6 +129,10 @@ export function streamSink(t: Transport, ctx: SinkContext): Sink {
       t.write(ev);
       if (ev.type === 'session.deleted') {
         t.close('session_deleted');
+        return false;
+      }
+      if (ctx.untilRunEnd && stopsRun(ev)) {
+        t.close('run_ended');
         return false;
       }
       return true;

@@ -46,6 +46,11 @@ const tags = [
   { name: 'tools', description: 'The server tools a session may use.' },
   { name: 'chat', description: "The AI SDK's chat protocol (useChat): a session as a UI message stream." },
   { name: 'mcp-servers', description: "The tenant's own MCP servers, whose tools its sessions may use." },
+  {
+    name: 'client-tokens',
+    description:
+      'Short-lived bearer tokens for browsers, scoped to one session (docs/API.md "Client tokens").',
+  },
   { name: 'memory', description: "The memory tool's files of the caller's tenant, shared by its sessions." },
   { name: 'usage', description: "The tenant's tokens and cost per UTC day (§7.4)." },
   {
@@ -95,7 +100,9 @@ const statusText: Record<string, string> = {
   '202': 'Accepted: the work was queued (a run started or will start at the next turn boundary).',
   '101': 'Switching Protocols: the WebSocket is open (frames and close codes: docs/API.md §6.3).',
   '400': 'Invalid request (`invalid_request` with the issues in `details`, `invalid_json`, …).',
-  '401': 'No valid bearer key (`unauthorized`).',
+  '401': 'No valid bearer key or client token (`unauthorized`; `token_expired` for an expired client token).',
+  '403':
+    "A client token outside its session's routes or scopes (`scope_denied`), or a WebSocket from an unlisted origin.",
   '404': "No such resource (`session_not_found`, also for another tenant's; `iteration_not_found`, …).",
   '409': "The request does not fit the session's state (the code says why), or `idempotency_in_progress`.",
   '410': 'The cursor was trimmed from the event log (`cursor_expired`; `details` says how to recover).',
@@ -287,6 +294,10 @@ function completeOperation(path: string, method: string, op: Operation): void {
   if (method === 'post' && path.startsWith('/v1/')) {
     op.parameters = [...(op.parameters ?? []), ref('parameters', 'IdempotencyKey')];
   }
+  // A client token is refused with 403 `scope_denied` on any /v1 route outside its scopes.
+  const unauthorized = op.responses?.['401'];
+  if (path.startsWith('/v1/') && op.responses && unauthorized && !op.responses['403'])
+    op.responses['403'] = { ...structuredClone(unauthorized), description: statusText['403']! };
   for (const [status, res] of Object.entries(op.responses ?? {})) {
     if ('$ref' in res) continue;
     if (!res.description || res.description === 'Default Response') {

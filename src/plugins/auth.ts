@@ -2,10 +2,32 @@ import fp from 'fastify-plugin';
 import { timingSafeEqual, createHash } from 'node:crypto';
 import type { FastifyRequest } from 'fastify';
 import { AppError } from '../errors.js';
+import {
+  ClientTokens,
+  isClientToken,
+  type ClientScope,
+  type ClientTokenRecord,
+} from '../store/client-tokens.js';
 
 declare module 'fastify' {
   interface FastifyRequest {
     tenant: string;
+    /** The client token the request authenticated with (spec §7.2), or null for a tenant key (or open mode). */
+    clientToken: ClientTokenRecord | null;
+  }
+  interface FastifyInstance {
+    /** Client tokens (spec §7.2): minted by routes/client-tokens.ts, checked here. */
+    clientTokens: ClientTokens;
+  }
+  interface FastifyContextConfig {
+    /**
+     * The client-token scope a route of one session (`/v1/sessions/:id/…`, `/v1/chat…`) needs (a list: any of them,
+     * the handler checking the one each part of the request needs with `requireScope`); a client token is refused
+     * on a route without one (403 `scope_denied`). Tenant keys pass whatever the route declares.
+     */
+    scope?: ClientScope | readonly ClientScope[];
+    /** Where the route's session id is: the `:id` param (default), or the body's `id` (checked before the handler). */
+    sessionIn?: 'params' | 'body';
   }
 }
 
@@ -40,26 +62,143 @@ export function bearerOf(req: FastifyRequest): string | undefined {
   return undefined;
 }
 
+const unauthorized = (message = 'A valid bearer API key is required.') =>
+  new AppError(401, 'unauthorized', message, undefined, { 'www-authenticate': 'Bearer' });
+
+/**
+ * Why a client token's record does not authenticate now: revoked or unknown (null), or expired. Also asked again
+ * by open streams (routes/stream.ts, routes/events.ts) so a revocation ends them.
+ */
+export function tokenRefusal(rec: ClientTokenRecord | null, now = Date.now()): AppError | null {
+  if (!rec) return unauthorized('The client token is unknown or revoked.');
+  if (rec.expires_at <= now) return tokenExpired();
+  return null;
+}
+
+const tokenExpired = () =>
+  new AppError(401, 'token_expired', 'The client token has expired.', undefined, {
+    'www-authenticate': 'Bearer error="invalid_token"',
+  });
+
+/**
+ * Watches the client token an open stream was authenticated with: `end` is called once, at its expiry, or at the
+ * first check (every `everyMs`, and when `check()` is called, e.g. before a client frame) that finds it revoked
+ * (or its session deleted). A failed read (Redis down) keeps the stream. Returns the watcher; `stop()` when the
+ * stream ends. Without a token it does nothing.
+ */
+export function watchToken(
+  tokens: ClientTokens,
+  rec: ClientTokenRecord | null,
+  everyMs: number,
+  end: (err: AppError) => void,
+): { check(): Promise<AppError | null>; stop(): void } {
+  if (!rec) return { check: async () => null, stop() {} };
+  let done = false;
+  const finish = (err: AppError) => {
+    if (done) return;
+    stop();
+    end(err);
+  };
+  const check = async (): Promise<AppError | null> => {
+    if (done) return unauthorized('The client token is unknown or revoked.');
+    const refused =
+      tokenRefusal(rec) ?? ((await tokens.isLive(rec).catch(() => true)) ? null : tokenRefusal(null));
+    if (refused) finish(refused);
+    return refused;
+  };
+  const expiry = setTimeout(
+    () => finish(tokenExpired()),
+    Math.min(Math.max(rec.expires_at - Date.now(), 0), 2_147_483_647),
+  );
+  const timer = setInterval(() => void check(), everyMs);
+  expiry.unref();
+  timer.unref();
+  function stop() {
+    done = true;
+    clearTimeout(expiry);
+    clearInterval(timer);
+  }
+  return { check, stop };
+}
+
+/**
+ * Who a request acts as, recorded as `by` on what it does (`message.queued`, `tool_call.decided`): a client token's
+ * subject, or its id when it was minted without one; undefined for a tenant key.
+ */
+export const actorOf = (token: ClientTokenRecord | null): string | undefined =>
+  token ? (token.subject ?? token.id) : undefined;
+
+/** 403 `scope_denied` unless the client token (if any) holds `scope`. For WebSocket frames, which share a route. */
+export function requireScope(token: ClientTokenRecord | null, scope: ClientScope): void {
+  if (token && !token.scopes.includes(scope)) throw scopeDenied(scope);
+}
+
+const scopeDenied = (scope: ClientScope | undefined) =>
+  new AppError(
+    403,
+    'scope_denied',
+    scope
+      ? `This client token does not hold the scope "${scope}".`
+      : 'A client token cannot be used on this route.',
+    scope ? { scope } : undefined,
+  );
+
+const sessionNotFound = () => new AppError(404, 'session_not_found', 'No session with this id.');
+
+/** The `:id` of a session route, as the router matched it (or the body's `id`: `sessionIn: 'body'`). */
+const sessionParam = (params: unknown): string | undefined => {
+  if (typeof params !== 'object' || params === null || !('id' in params)) return undefined;
+  return typeof params.id === 'string' ? params.id : undefined;
+};
+
+/**
+ * A request with a client token: the token's record must exist and be current, the route must declare a scope the
+ * token holds, and the route's session must be the token's (another session: 404, as for another tenant's).
+ */
+async function authenticateToken(req: FastifyRequest, tokens: ClientTokens, bearer: string): Promise<void> {
+  const rec = await tokens.lookup(bearer);
+  const refused = tokenRefusal(rec);
+  if (refused || !rec) throw refused ?? unauthorized();
+  const { scope, sessionIn } = req.routeOptions.config;
+  if (!scope) throw scopeDenied(undefined);
+  if (sessionIn !== 'body' && sessionParam(req.params) !== rec.session_id) throw sessionNotFound();
+  const any = typeof scope === 'string' ? [scope] : scope;
+  if (!any.some((s) => rec.scopes.includes(s))) throw scopeDenied(any[0]);
+  req.tenant = rec.tenant;
+  req.clientToken = rec;
+}
+
 /**
  * Requires a key on every route of the scope it is registered in (the `/v1` scope of app.ts): an `onRequest` hook
  * of that encapsulated context, so it runs for whatever spelling of a path the router matched to one of its routes
- * (`/%761/…`, `//v1/…`, absolute-form targets…), and never depends on the raw URL. Sets `req.tenant`.
+ * (`/%761/…`, `//v1/…`, absolute-form targets…), and never depends on the raw URL. Sets `req.tenant`
+ * (and `req.clientToken` for a client token, which it holds to its session and to the scope the route declares).
  */
 export default fp<AuthOptions>(
   async (app, opts) => {
+    const tokens = new ClientTokens(app.redis);
+    app.decorate('clientTokens', tokens);
     app.decorateRequest('tenant', '');
+    app.decorateRequest('clientToken', null);
     app.addHook('onRequest', async (req) => {
+      const bearer = bearerOf(req);
+      const tenant = opts.keys && bearer ? tenantOf(opts.keys, bearer) : undefined;
+      if (tenant) {
+        req.tenant = tenant;
+        return;
+      }
+      // A client token is one in open mode too: it restricts the request to its session and scopes.
+      if (bearer && isClientToken(bearer)) return authenticateToken(req, tokens, bearer);
       if (!opts.keys) {
         req.tenant = 'default';
         return;
       }
-      const token = bearerOf(req);
-      const tenant = token ? tenantOf(opts.keys, token) : undefined;
-      if (!tenant)
-        throw new AppError(401, 'unauthorized', 'A valid bearer API key is required.', undefined, {
-          'www-authenticate': 'Bearer',
-        });
-      req.tenant = tenant;
+      throw unauthorized();
+    });
+    // A route whose session is named in its body: the token's session, checked once the body is parsed.
+    app.addHook('preHandler', async (req) => {
+      if (!req.clientToken || req.routeOptions.config.sessionIn !== 'body') return;
+      if (sessionParam(req.body) !== req.clientToken.session_id) throw sessionNotFound();
     });
   },
   { name: 'auth' },

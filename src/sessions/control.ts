@@ -5,6 +5,7 @@ import type { patchSessionBody, retryBody } from '../schemas.js';
 import { checkCompactionParams } from './compact.js';
 import { checkActionTimeout } from './create.js';
 import { clearResult } from '../store/pending.js';
+import { metadataPairs } from '../store/metadata-index.js';
 import { encodeFields, type SessionState } from '../store/session-state.js';
 import {
   checkIfMatch,
@@ -71,7 +72,10 @@ export function patchSession(
         hincr: { params_rev: 1 },
         events: [...paramsEvent, ...toolsEvent, ['session.updated', JSON.stringify(body)]],
       },
-      after: () => deps.store.publishControl(id, 'params'),
+      after: async () => {
+        await deps.store.publishControl(id, 'params');
+        if (body.metadata !== undefined) await reindexMetadata(deps, s, body.metadata);
+      },
     };
   });
 }
@@ -199,6 +203,24 @@ export function resumeRun(
   });
 }
 
+/**
+ * The metadata index follows a PATCH of `metadata` (src/store/metadata-index.ts): the pairs that left are dropped,
+ * then those of the session as it is now are added (concurrent PATCHes converge on the last one's).
+ */
+async function reindexMetadata(deps: SessionDeps, s: SessionState, after: Record<string, unknown>) {
+  const { store } = deps;
+  await store.metadataIndex.replace(
+    s.tenant,
+    store.indexMember(s.createdAt, s.id),
+    s.metadata,
+    after,
+    async () => {
+      const now = await store.load(s.id);
+      return now && now.tenant === s.tenant ? now.metadata : null;
+    },
+  );
+}
+
 /** Deletes the session; a run in flight is told to stop. */
 export async function removeSession(
   deps: SessionDeps,
@@ -210,4 +232,9 @@ export async function removeSession(
   checkIfMatch(s, ifMatch);
   if (s.status === 'running') await deps.store.publishControl(id, 'delete');
   await deps.store.destroy(id, tenant, s.createdAt);
+  await deps.store.metadataIndex.remove(
+    tenant,
+    deps.store.indexMember(s.createdAt, id),
+    metadataPairs(s.metadata),
+  );
 }

@@ -290,7 +290,7 @@ async function insert(
   if (state.status === 'running') await deps.store.runs.takeRunSlot(state.tenant, state.id);
   // Indexed first: if the session write then fails, `list` drops the dangling index entry; the other order could
   // leave a session that exists but is never listed.
-  await deps.store.index(state.tenant, state.id, state.createdAt);
+  await deps.store.index(state.tenant, state.id, state.createdAt, state.metadata);
   // Registered before the write (src/store/due.ts): the retention sweep finds it then, or later if it changed.
   if (state.ttlS) await deps.store.expiryDue.add(state.id, Date.now() + state.ttlS * 1000);
   const res = await deps.store

@@ -9,7 +9,8 @@ import { mutate, runOps, type MutationResult, type SessionDeps } from './mutate.
 
 /**
  * A follow-up user message. While a run is in flight (or waits for a client) it is queued and joins the next user
- * turn; `interrupt` also aborts the turn in flight. Otherwise it starts a run.
+ * turn; `interrupt` also aborts the turn in flight. Otherwise it starts a run. `by`: who posted it (a client
+ * token's subject), recorded on `message.queued`.
  */
 export function addMessage(
   deps: SessionDeps,
@@ -17,6 +18,7 @@ export function addMessage(
   id: string,
   body: z.infer<typeof postMessageBody>,
   ifMatch?: number,
+  by?: string,
 ): Promise<MutationResult> {
   const blocks = asBlocks(body.content ?? body.text ?? '');
   const message: StoredMessage = { role: 'user', content: blocks };
@@ -27,7 +29,7 @@ export function addMessage(
     assertBudgetLeft(s);
     const queuedEvent: [string, string] = [
       'message.queued',
-      JSON.stringify({ message, interrupt: body.interrupt }),
+      JSON.stringify({ message, interrupt: body.interrupt, by }),
     ];
     const guard = { status: [s.status], ...(ifMatch !== undefined ? { rev: ifMatch } : {}) };
     if (s.status === 'requires_action' && s.pending?.turn) {

@@ -63,8 +63,9 @@ export class SessionService {
     id: string,
     body: z.infer<typeof postMessageBody>,
     ifMatch?: number,
+    by?: string,
   ): Promise<MutationResult> {
-    return addMessage(this.deps, tenant, id, body, ifMatch);
+    return addMessage(this.deps, tenant, id, body, ifMatch, by);
   }
 
   messages(tenant: string, id: string, includeCompacted = false) {
@@ -86,8 +87,9 @@ export class SessionService {
     toolUseId: string,
     body: z.infer<typeof decisionBody>,
     ifMatch?: number,
+    by?: string,
   ): Promise<MutationResult> {
-    return decide(this.deps, tenant, id, toolUseId, body, ifMatch);
+    return decide(this.deps, tenant, id, toolUseId, body, ifMatch, by);
   }
 
   putResult(

@@ -33,6 +33,7 @@ export function decide(
   toolUseId: string,
   body: z.infer<typeof decisionBody>,
   ifMatch?: number,
+  by?: string,
 ): Promise<MutationResult> {
   return mutate(deps, tenant, id, ifMatch, async (s) => {
     assertActionOpen(s);
@@ -89,6 +90,7 @@ export function decide(
         decision: body.decision,
         input: body.input,
         reason: body.reason,
+        by,
       }),
     ];
     const goes = !step.calls.some((c) => c.approval === 'required');

@@ -18,6 +18,8 @@ export const sessionKeys = (id: string) => ({
   lease: `s:{${id}}:l`,
   /** LIST: what compactions summarized, one segment `{"at_iteration", "messages"}` (JSON) each, oldest first. */
   compacted: `s:{${id}}:c`,
+  /** HASH: the session's client tokens (src/store/client-tokens.ts), deleted with the session. */
+  tokens: `s:{${id}}:ct`,
 });
 
 export type SessionKeys = ReturnType<typeof sessionKeys>;

@@ -19,6 +19,13 @@ import { ACTIONS_DUE_KEY, DueSet, EXPIRY_DUE_KEY } from './due.js';
 import { PriceTable, type ModelPrices } from '../cost/prices.js';
 import { TenantSpend } from '../cost/spend.js';
 import {
+  MetadataIndex,
+  matchesMetadata,
+  metadataIndexKey,
+  metadataPairs,
+  type MetadataPair,
+} from './metadata-index.js';
+import {
   decodeFields,
   isControl,
   type CompactedSegment,
@@ -107,6 +114,8 @@ export class SessionStore {
   private readonly storage: StorageQuota;
   /** Tenants of sessions seen by `load` (a session's tenant never changes): a run's commits count its bytes. */
   private readonly tenants = new Map<string, string>();
+  /** The tenants' metadata pairs → sessions (metadata-index.ts), for `metadata.<key>` list filters. */
+  readonly metadataIndex: MetadataIndex;
 
   constructor(
     redis: RedisClient,
@@ -123,6 +132,7 @@ export class SessionStore {
       retentionDays: options.usageRetentionDays ?? 400,
     });
     this.storage = new StorageQuota(redis, options.tenantMaxBytes ?? 0);
+    this.metadataIndex = new MetadataIndex(redis);
   }
 
   private async tenantOf(id: string, known?: string): Promise<string | null> {
@@ -339,12 +349,22 @@ export class SessionStore {
   }
 
   /** Index members sort by creation time then id, so a lexicographic range pages the list exactly. */
-  private indexMember(createdAt: number, id: string): string {
+  indexMember(createdAt: number, id: string): string {
     return `${String(createdAt).padStart(15, '0')}:${id}`;
   }
 
-  async index(tenant: string, id: string, createdAt: number): Promise<void> {
-    await this.redis.zadd(tenantIndexKey(tenant), 0, this.indexMember(createdAt, id));
+  /** Lists the session in its tenant's index, and under each of its metadata pairs (`metadata`). */
+  async index(
+    tenant: string,
+    id: string,
+    createdAt: number,
+    metadata: Record<string, unknown> = {},
+  ): Promise<void> {
+    const member = this.indexMember(createdAt, id);
+    await Promise.all([
+      this.redis.zadd(tenantIndexKey(tenant), 0, member),
+      this.metadataIndex.add(tenant, member, metadataPairs(metadata)),
+    ]);
   }
 
   /** How many sessions `tenant` keeps (its index: one ZCARD). */
@@ -359,15 +379,24 @@ export class SessionStore {
   /**
    * A tenant's sessions, newest first. The cursor is the index member of the last item of the previous page.
    * Entries whose session is gone are dropped from the index on the way; a status filter reads at most 20 index
-   * pages per call, so one request stays bounded.
+   * pages per call, so one request stays bounded. Metadata filters page the index of the narrowest pair instead
+   * (metadata-index.ts), every candidate checked against the session (a stale entry is dropped).
    */
   async list(
     tenant: string,
-    opts: { limit: number; cursor?: string | undefined; status?: Status | undefined },
+    opts: {
+      limit: number;
+      cursor?: string | undefined;
+      status?: Status | undefined;
+      metadata?: readonly MetadataPair[] | undefined;
+    },
     /** A page stops before the item that would take it over `maxBytes` (as `sizeOf` counts); never empty. */
     bound?: { maxBytes: number; sizeOf: (s: SessionState) => number },
   ): Promise<{ items: SessionState[]; next: string | null }> {
-    const key = tenantIndexKey(tenant);
+    const filters = opts.metadata ?? [];
+    // With filters: the index of one pair (`own`), whose members that no longer have it are dropped.
+    const own = filters.length ? await this.metadataIndex.narrowest(tenant, filters) : null;
+    const key = own ? metadataIndexKey(tenant, own) : tenantIndexKey(tenant);
     if (opts.cursor && !/^\d{15}:ses_[A-Za-z0-9]+$/.test(opts.cursor)) {
       throw new AppError(400, 'invalid_cursor', 'The cursor is not one this service gave.');
     }
@@ -375,7 +404,7 @@ export class SessionStore {
     const items: SessionState[] = [];
     let lastMember: string | null = null;
     let exhausted = false;
-    const pageSize = opts.status ? 100 : opts.limit;
+    const pageSize = opts.status || filters.length > 1 ? 100 : opts.limit;
     let bytes = 0;
     let full = false;
     for (let round = 0; round < 20 && items.length < opts.limit && !full; round++) {
@@ -385,7 +414,12 @@ export class SessionStore {
       for (; read < members.length && items.length < opts.limit; read++) {
         const member = members[read]!;
         const s = states[read];
-        if (s && bound && (!opts.status || s.status === opts.status)) {
+        if (
+          s &&
+          bound &&
+          (!opts.status || s.status === opts.status) &&
+          matchesMetadata(s.metadata, filters)
+        ) {
           bytes += bound.sizeOf(s);
           if (bytes > bound.maxBytes && items.length > 0) {
             full = true;
@@ -393,8 +427,9 @@ export class SessionStore {
           }
         }
         lastMember = member;
-        if (!s) await this.redis.zrem(key, member);
-        else if (!opts.status || s.status === opts.status) items.push(s);
+        if (!s || (own && !matchesMetadata(s.metadata, [own]))) await this.redis.zrem(key, member);
+        else if ((!opts.status || s.status === opts.status) && matchesMetadata(s.metadata, filters))
+          items.push(s);
       }
       if (full) break;
       if (members.length < pageSize && read === members.length) {
@@ -409,7 +444,7 @@ export class SessionStore {
   }
 
   /**
-   * Deletes every key of the session; its event log keeps a `session.deleted` event (`data`: `{"id"}` and what
+   * Deletes every key of the session (its client tokens too); its event log keeps a `session.deleted` event (`data`: `{"id"}` and what
    * `reason` adds) for `ttlMs`. With `revision`, only while the session is still at it: false, nothing written, when
    * a write came first (a swept delete never races a new message). Then the tenant index entry, the due entries and
    * what the `destroyHooks` drop.
@@ -428,6 +463,7 @@ export class SessionStore {
     try {
       done = await this.redis.sessDestroy(
         ...this.keyList(k),
+        k.tokens,
         JSON.stringify(opts.reason ? { id, reason: opts.reason } : { id }),
         opts.ttlMs ?? 60_000,
         eventsChannel(id),
@@ -438,7 +474,7 @@ export class SessionStore {
       // for memory (the script is, when its first write would add); live readers then learn of it by the 404.
       // (A swept delete, guarded by a revision, is not forced: it is tried again by the next sweep.)
       if (!isOutOfMemory(err) || opts.revision !== undefined) throw err;
-      done = (await this.redis.unlink(...this.keyList(k))) > 0 ? 1 : 0;
+      done = (await this.redis.unlink(...this.keyList(k), k.tokens)) > 0 ? 1 : 0;
     }
     if (done === -1) return false;
     if (done === 1) tap?.landed();

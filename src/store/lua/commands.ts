@@ -45,10 +45,11 @@ declare module 'ioredis' {
     sessRenew(lease: string, token: string, ttlMs: number): Result<number, Context>;
     /** release-1.lua: 1 when released. */
     sessRelease(lease: string, token: string): Result<number, Context>;
-    /** destroy-7.lua: 1 when the session existed, -1 when it moved past the revision given. */
+    /** destroy-8.lua: 1 when the session existed, -1 when it moved past the revision given. */
     sessDestroy(
       ...args: [
         ...keys: SessionKeyList,
+        tokens: string,
         deletedEvent: string,
         ttlMs: number,
         channel: string,
@@ -57,6 +58,22 @@ declare module 'ioredis' {
     ): Result<number, Context>;
     /** due-settle-1.lua: 1 when the member still had the score read and was moved (or dropped). */
     sessDueSettle(key: string, member: string, score: string, next: string): Result<number, Context>;
+    /** client-token-mint-2.lua: 1 stored, 0 no session, -1 too many tokens. */
+    sessClientTokenMint(
+      ...args: [
+        meta: string,
+        tokens: string,
+        hash: string,
+        id: string,
+        record: string,
+        keepUntil: number,
+        now: number,
+        max: number,
+        graceMs: number,
+      ]
+    ): Result<number, Context>;
+    /** client-token-revoke-1.lua: 1 when removed. */
+    sessClientTokenRevoke(tokens: string, id: string): Result<number, Context>;
     /** append-events-2.lua: meta, events, then channel, max, now, notice bytes, max bytes, and type, data pairs. */
     sessAppendEvents(...args: Array<string | number>): Result<string, Context>;
     /** run-slot-take-1.lua: 1 when the slot was taken. */
