@@ -86,6 +86,7 @@ const templates: Record<string, Record<string, unknown>> = {
   schedule: { cron: '0 9 * * 1-5', timezone: 'Europe/Paris', session: { input: 'report', start: false } },
   schedulePatch: { paused: true },
   replaceMessages: { messages: [{ role: 'user', content: 'hello again' }] },
+  clientToken: { session_id: 'ses_AAAAAAAAAAAAAAAA', scopes: ['read'], ttl_s: 60, subject: 'user-1' },
 };
 const schemaKeys: Record<string, string[]> = {
   create: keysOf(createSessionBody),
@@ -106,6 +107,7 @@ const schemaKeys: Record<string, string[]> = {
   schedule: keysOf(createScheduleBody),
   schedulePatch: keysOf(patchScheduleBody),
   replaceMessages: keysOf(replaceMessagesBody),
+  clientToken: ['session_id', 'scopes', 'ttl_s', 'subject'],
 };
 
 const bodyFor = (kind: string): fc.Arbitrary<string | undefined> => {
@@ -268,6 +270,9 @@ export const routes: Array<[string, string, string | null]> = [
   ['DELETE', '/v1/schedules/:id', null],
   ['GET', '/v1/schedules/:id/runs', null],
   ['GET', '/v1/schedules/:id/events', null],
+  ['POST', '/v1/client-tokens', 'clientToken'],
+  ['DELETE', '/v1/client-tokens/:id', null],
+  ['GET', '/v1/usage', null],
 ];
 
 /**

@@ -48,7 +48,8 @@ export function runnerParams(t: TurnInput): BetaToolRunnerParams & { stream: boo
     // No `thread: false`: the SDK's client threads the conversation (message threads), so within a run each turn
     // sends only what the history gained since the last reply. The runner falls back to the full history by itself
     // whenever the thread cannot go on (an edited history, a lost or unsupported thread, a cut stream), so
-    // correctness never depends on it; a new runner (each run) starts a new thread. See docs/ARCHITECTURE.md.
+    // correctness never depends on it. A new run continues the session's stored thread when the history still
+    // extends it (src/engine/thread-anchor.ts).
   };
   // Kept cast (see above), a direct one: the compiler still checks that these params overlap the SDK's.
   return params as BetaToolRunnerParams & { stream: boolean };
