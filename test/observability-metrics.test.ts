@@ -65,6 +65,8 @@ describe('Prometheus metrics', () => {
     await ws.waitEvent((e) => runEnded(e, ws.events.items), 'the run end over WebSocket');
     await sse.waitEvent((e) => runEnded(e, sse.events.items), 'the run end over SSE');
 
+    // A turn's duration is observed once its commit returned, which may be after the client saw the run end.
+    await scrapeUntil((s) => value(s, 'trs_turn_duration_seconds_count') === 2, 'both turns timed');
     const { text: body, samples } = await scrape();
     assert.equal(value(samples, 'trs_runs_started_total'), 1);
     assert.equal(value(samples, 'trs_turns_total', { stop_reason: 'tool_use' }), 1);

@@ -180,7 +180,7 @@ class TypesTest(unittest.TestCase):
             schemas = json.load(f)["components"]["schemas"]
         pairs = {
             t.Session: "Session",
-            t.Usage: "Usage",
+            t.Usage: "SessionUsage",
             t.RequiredAction: "RequiredAction",
             t.SessionError: "SessionError",
             t.Event: "Event",
