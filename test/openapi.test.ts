@@ -86,6 +86,42 @@ describe('OpenAPI document', () => {
     }
   });
 
+  it('passes Spectral (spectral:oas + OWASP, .spectral.yaml) with no errors, rate-limit headers declared', async () => {
+    const dir = await mkdtemp(path.join(os.tmpdir(), 'openapi-'));
+    try {
+      const file = path.join(dir, 'openapi.json');
+      await writeFile(file, JSON.stringify(api.document));
+      const out = await run(
+        process.execPath,
+        [
+          path.join(ROOT, 'node_modules/@stoplight/spectral-cli/dist/index.js'),
+          'lint',
+          file,
+          '-r',
+          path.join(ROOT, '.spectral.yaml'),
+          '-f',
+          'json',
+          '--fail-severity',
+          'error',
+        ],
+        { cwd: ROOT, maxBuffer: 64 * 1024 * 1024 },
+      ).catch((err: { stdout?: string }) => ({ stdout: err.stdout ?? '' }));
+      const problems = JSON.parse(out.stdout) as Array<{ code: string; severity: number; path: string[] }>;
+      assert.ok(problems.length > 0, 'Spectral ran the rulesets (their warnings are kept)');
+      const errors = problems.filter((p) => p.severity === 0);
+      assert.deepEqual(errors, [], JSON.stringify(errors.slice(0, 20), null, 2));
+    } finally {
+      await rm(dir, { recursive: true, force: true });
+    }
+    // What the OWASP rate-limit rules ask for, on a mutating /v1 route: X-RateLimit-* on its answers, Retry-After on 429.
+    const create = api.document.paths['/v1/sessions']!['post'] as unknown as Operation;
+    for (const status of ['201', '429'])
+      for (const h of ['X-RateLimit-Limit', 'X-RateLimit-Remaining', 'X-RateLimit-Reset'])
+        assert.ok(create.responses[status]?.headers?.[h], `${h} on POST /v1/sessions ${status}`);
+    assert.ok(create.responses['429']?.headers?.['Retry-After']);
+    assert.ok(create.responses['503']?.headers?.['Retry-After']);
+  });
+
   it('has every route the service answers (HEAD aside: every GET answers it)', () => {
     const documented = new Map(
       Object.entries(api.document.paths).map(([p, item]) => [

@@ -959,7 +959,10 @@ export interface components {
     CreateClientTokenInput: {
       session_id: string;
       scopes: ('read' | 'message' | 'decide' | 'results' | 'cancel')[];
-      /** @default 900 */
+      /**
+       * Format: int64
+       * @default 900
+       */
       ttl_s: number;
       /** @description Who holds the token (your user id): recorded as `by` on what it does. */
       subject?: string;
@@ -1104,12 +1107,19 @@ export interface components {
       /** @constant */
       object: 'session';
       status: components['schemas']['SessionStatus'];
-      /** @description Increases by 1 with every persisted change; the ETag. */
+      /**
+       * Format: int64
+       * @description Increases by 1 with every persisted change; the ETag.
+       */
       revision: number;
-      /** @description Model turns completed. */
+      /**
+       * Format: int64
+       * @description Model turns completed.
+       */
       iteration: number;
       params: {
         model: string;
+        /** Format: int64 */
         max_tokens: number;
       } & {
         [key: string]: unknown;
@@ -1143,6 +1153,7 @@ export interface components {
             [key: string]: unknown;
           })
       )[];
+      /** Format: int64 */
       max_iterations: number;
       approval: ('never' | 'always' | 'default') | string[];
       review_tool_results: boolean | string[];
@@ -1153,11 +1164,13 @@ export interface components {
         | {
             /** @constant */
             retry: 'double';
+            /** Format: int64 */
             ceiling: number;
           };
       cache_tool_results: boolean;
       stream: boolean;
       budget: {
+        /** Format: int64 */
         total_tokens?: number;
         cost_usd?: number;
       } | null;
@@ -1165,6 +1178,7 @@ export interface components {
       pause_after_turn: boolean;
       /** @description Policy: compact before the next turn once a turn passes `at_input_tokens`. */
       compaction: {
+        /** Format: int64 */
         at_input_tokens: number;
         instructions?: string;
       } | null;
@@ -1180,6 +1194,7 @@ export interface components {
       stop_reason: string | null;
       error: components['schemas']['SessionError'] | null;
       usage: components['schemas']['SessionUsage'];
+      /** Format: int64 */
       message_count: number;
       metadata: {
         [key: string]: unknown;
@@ -1220,6 +1235,7 @@ export interface components {
       pending_tool_calls: string[];
       /** @description With `include=compacted`: what each compaction summarized, oldest first (the history as it stood then). */
       compacted?: {
+        /** Format: int64 */
         at_iteration: number;
         messages: {
           /** @enum {string} */
@@ -1233,15 +1249,22 @@ export interface components {
       }[];
     };
     IterationRecord: {
+      /** Format: int64 */
       iteration: number;
       /**
        * @description `compaction` for a compaction; absent for a model turn.
        * @constant
        */
       kind?: 'compaction';
-      /** @description A compaction's: how many messages it summarized (0 when it produced no summary). */
+      /**
+       * Format: int64
+       * @description A compaction's: how many messages it summarized (0 when it produced no summary).
+       */
       summarized_messages?: number;
-      /** @description Index of the reply in the session's whole record (compacted segments, then the history); -1 for a compaction that added no message. */
+      /**
+       * Format: int64
+       * @description Index of the reply in the session's whole record (compacted segments, then the history); -1 for a compaction that added no message.
+       */
       reply_index: number;
       results_index: number | null;
       request: {
@@ -1275,15 +1298,22 @@ export interface components {
       data: components['schemas']['IterationRecord'][];
     };
     IterationDetail: {
+      /** Format: int64 */
       iteration: number;
       /**
        * @description `compaction` for a compaction; absent for a model turn.
        * @constant
        */
       kind?: 'compaction';
-      /** @description A compaction's: how many messages it summarized (0 when it produced no summary). */
+      /**
+       * Format: int64
+       * @description A compaction's: how many messages it summarized (0 when it produced no summary).
+       */
       summarized_messages?: number;
-      /** @description Index of the reply in the session's whole record (compacted segments, then the history); -1 for a compaction that added no message. */
+      /**
+       * Format: int64
+       * @description Index of the reply in the session's whole record (compacted segments, then the history); -1 for a compaction that added no message.
+       */
       reply_index: number;
       results_index: number | null;
       request: {
@@ -1358,6 +1388,7 @@ export interface components {
           /** @constant */
           type: 'http';
           url: string;
+          /** Format: int64 */
           timeout_ms?: number;
         };
     TenantTool: {
@@ -1369,12 +1400,15 @@ export interface components {
       runner: components['schemas']['TenantToolRunner'];
       idempotent: boolean;
       read_only: boolean;
+      /** Format: int64 */
       timeout_ms: number;
+      /** Format: int64 */
       max_attempts: number;
       created_at: string;
       updated_at: string;
       /** @description Workers that claimed or heartbeated for this tool within two leases. */
       workers?: {
+        /** Format: int64 */
         active: number;
         last_seen_at: string | null;
       };
@@ -1393,6 +1427,7 @@ export interface components {
       tool_use_id: string;
       name: string;
       input: unknown;
+      /** Format: int64 */
       attempt: number;
       /** @description `<session_id>:<tool_use_id>`, the same for every attempt. */
       idempotency_key: string;
@@ -1427,6 +1462,7 @@ export interface components {
         runner?: components['schemas']['TenantToolRunner'];
         /** @description Workers that claimed or heartbeated for this tool within two leases. */
         workers?: {
+          /** Format: int64 */
           active: number;
           last_seen_at: string | null;
         };
@@ -1442,6 +1478,7 @@ export interface components {
         name: string;
         reachable: boolean;
         error: string | null;
+        /** Format: int64 */
         tool_count: number;
       }[];
     };
@@ -1456,7 +1493,9 @@ export interface components {
       redis: 'ok' | 'unavailable';
       /** @enum {string} */
       model: 'offline' | 'anthropic';
+      /** Format: int64 */
       active_runs: number;
+      /** Format: int64 */
       waiting_runs: number;
     };
     /** @description The history as the AI SDK's UIMessage[], oldest first. */
@@ -1473,13 +1512,20 @@ export interface components {
     DayUsage: {
       /** @description The UTC day, YYYY-MM-DD. */
       date: string;
+      /** Format: int64 */
       input_tokens: number;
+      /** Format: int64 */
       output_tokens: number;
+      /** Format: int64 */
       cache_creation_input_tokens: number;
+      /** Format: int64 */
       cache_read_input_tokens: number;
       /** @description Dollars at list prices of the priced turns. */
       cost_usd: number;
-      /** @description Turns of models without a price: tokens counted, no cost. */
+      /**
+       * Format: int64
+       * @description Turns of models without a price: tokens counted, no cost.
+       */
       unpriced_turns: number;
     };
     UsageDays: {
@@ -1501,7 +1547,10 @@ export interface components {
       /** @description true after 24 h of failed deliveries, or when PATCHed so. */
       disabled: boolean;
       failing_since: string | null;
-      /** @description The ETag; give it back in If-Match. */
+      /**
+       * Format: int64
+       * @description The ETag; give it back in If-Match.
+       */
       revision: number;
       /** Format: date-time */
       created_at: string;
@@ -1518,7 +1567,10 @@ export interface components {
       /** @description true after 24 h of failed deliveries, or when PATCHed so. */
       disabled: boolean;
       failing_since: string | null;
-      /** @description The ETag; give it back in If-Match. */
+      /**
+       * Format: int64
+       * @description The ETag; give it back in If-Match.
+       */
       revision: number;
       /** Format: date-time */
       created_at: string;
@@ -1546,6 +1598,7 @@ export interface components {
         event_id: string | null;
         event_type: string;
         session_id: string | null;
+        /** Format: int64 */
         attempt: number;
         status_code: number | null;
         error: string | null;
@@ -1563,18 +1616,24 @@ export interface components {
       data: {
         /** @description Relative to /memories, as in `/v1/memory/<path>`. */
         path: string;
+        /** Format: int64 */
         size_bytes: number;
       }[];
+      /** Format: int64 */
       total_bytes: number;
       limits: {
+        /** Format: int64 */
         max_file_bytes: number;
+        /** Format: int64 */
         max_tenant_bytes: number;
+        /** Format: int64 */
         max_files: number;
       };
     };
     MemoryFile: {
       path: string;
       content: string;
+      /** Format: int64 */
       size_bytes: number;
     };
     DeletedMemoryFile: {
@@ -1593,6 +1652,7 @@ export interface components {
       };
       created_at: string;
       updated_at: string;
+      /** Format: int64 */
       revision: number;
     };
     McpServerList: {
@@ -1623,10 +1683,17 @@ export interface components {
       next_run_at: string | null;
       last_fire_at: string | null;
       last_session_id: string | null;
-      /** @description Fires that created a session. */
+      /**
+       * Format: int64
+       * @description Fires that created a session.
+       */
       fires: number;
-      /** @description Fires skipped (overlap, a quota, a refused body). */
+      /**
+       * Format: int64
+       * @description Fires skipped (overlap, a quota, a refused body).
+       */
       skips: number;
+      /** Format: int64 */
       revision: number;
       created_at: string;
       updated_at: string;
@@ -1677,6 +1744,12 @@ export interface components {
     ETag: string;
     /** @description Seconds to wait before trying again. */
     RetryAfter: number;
+    /** @description Mutating requests a tenant may make per minute (RATE_LIMIT_PER_MIN). */
+    RateLimitLimit: number;
+    /** @description Mutating requests left in the current minute. */
+    RateLimitRemaining: number;
+    /** @description Seconds until the current minute ends and the count starts again. */
+    RateLimitReset: number;
     /** @description `Bearer` */
     WwwAuthenticate: string;
     /** @description `true` when this is the stored answer of an earlier request with the same `Idempotency-Key`. */
@@ -2142,6 +2215,7 @@ export interface operations {
             [key: string]: unknown;
           };
           model?: string;
+          /** Format: int64 */
           max_tokens?: number;
           system?:
             | string
@@ -2594,7 +2668,10 @@ export interface operations {
               }
           )[];
           input?: string;
-          /** @default 10 */
+          /**
+           * Format: int64
+           * @default 10
+           */
           max_iterations?: number;
           /** @default default */
           approval?: ('never' | 'always' | 'default') | string[];
@@ -2611,6 +2688,7 @@ export interface operations {
             | {
                 /** @enum {string} */
                 retry: 'double';
+                /** Format: int64 */
                 ceiling: number;
               };
           /** @default false */
@@ -2619,6 +2697,7 @@ export interface operations {
           stream?: boolean;
           /** @default null */
           budget?: {
+            /** Format: int64 */
             total_tokens?: number;
             cost_usd?: number;
           } | null;
@@ -2628,6 +2707,7 @@ export interface operations {
           pause_after_turn?: boolean;
           /** @default null */
           compaction?: {
+            /** Format: int64 */
             at_input_tokens: number;
             instructions?: string;
           } | null;
@@ -2654,6 +2734,9 @@ export interface operations {
         headers: {
           ETag: components['headers']['ETag'];
           'Idempotent-Replayed': components['headers']['IdempotentReplayed'];
+          'X-RateLimit-Limit': components['headers']['RateLimitLimit'];
+          'X-RateLimit-Remaining': components['headers']['RateLimitRemaining'];
+          'X-RateLimit-Reset': components['headers']['RateLimitReset'];
           [name: string]: unknown;
         };
         content: {
@@ -2691,6 +2774,9 @@ export interface operations {
       /** @description The request does not fit the session's state (the code says why), or `idempotency_in_progress`. */
       409: {
         headers: {
+          'X-RateLimit-Limit': components['headers']['RateLimitLimit'];
+          'X-RateLimit-Remaining': components['headers']['RateLimitRemaining'];
+          'X-RateLimit-Reset': components['headers']['RateLimitReset'];
           [name: string]: unknown;
         };
         content: {
@@ -2718,6 +2804,9 @@ export interface operations {
       /** @description This Idempotency-Key was used with another request (`idempotency_key_reused`). */
       422: {
         headers: {
+          'X-RateLimit-Limit': components['headers']['RateLimitLimit'];
+          'X-RateLimit-Remaining': components['headers']['RateLimitRemaining'];
+          'X-RateLimit-Reset': components['headers']['RateLimitReset'];
           [name: string]: unknown;
         };
         content: {
@@ -2727,6 +2816,9 @@ export interface operations {
       /** @description Over a rate or quota (`rate_limited` with Retry-After, `quota_exceeded`). */
       429: {
         headers: {
+          'X-RateLimit-Limit': components['headers']['RateLimitLimit'];
+          'X-RateLimit-Remaining': components['headers']['RateLimitRemaining'];
+          'X-RateLimit-Reset': components['headers']['RateLimitReset'];
           'Retry-After': components['headers']['RetryAfter'];
           [name: string]: unknown;
         };
@@ -2850,6 +2942,9 @@ export interface operations {
       /** @description OK */
       200: {
         headers: {
+          'X-RateLimit-Limit': components['headers']['RateLimitLimit'];
+          'X-RateLimit-Remaining': components['headers']['RateLimitRemaining'];
+          'X-RateLimit-Reset': components['headers']['RateLimitReset'];
           [name: string]: unknown;
         };
         content: {
@@ -2887,6 +2982,9 @@ export interface operations {
       /** @description No such resource (`session_not_found`, also for another tenant's; `iteration_not_found`, …). */
       404: {
         headers: {
+          'X-RateLimit-Limit': components['headers']['RateLimitLimit'];
+          'X-RateLimit-Remaining': components['headers']['RateLimitRemaining'];
+          'X-RateLimit-Reset': components['headers']['RateLimitReset'];
           [name: string]: unknown;
         };
         content: {
@@ -2896,6 +2994,9 @@ export interface operations {
       /** @description If-Match does not match the revision (`revision_mismatch`; `details.revision`). */
       412: {
         headers: {
+          'X-RateLimit-Limit': components['headers']['RateLimitLimit'];
+          'X-RateLimit-Remaining': components['headers']['RateLimitRemaining'];
+          'X-RateLimit-Reset': components['headers']['RateLimitReset'];
           [name: string]: unknown;
         };
         content: {
@@ -2905,6 +3006,9 @@ export interface operations {
       /** @description Over a rate or quota (`rate_limited` with Retry-After, `quota_exceeded`). */
       429: {
         headers: {
+          'X-RateLimit-Limit': components['headers']['RateLimitLimit'];
+          'X-RateLimit-Remaining': components['headers']['RateLimitRemaining'];
+          'X-RateLimit-Reset': components['headers']['RateLimitReset'];
           'Retry-After': components['headers']['RetryAfter'];
           [name: string]: unknown;
         };
@@ -2950,6 +3054,7 @@ export interface operations {
           params?: {
             [key: string]: unknown;
           };
+          /** Format: int64 */
           max_iterations?: number;
           approval?: ('never' | 'always' | 'default') | string[];
           review_tool_results?: boolean | string[];
@@ -2960,17 +3065,20 @@ export interface operations {
             | {
                 /** @enum {string} */
                 retry: 'double';
+                /** Format: int64 */
                 ceiling: number;
               };
           cache_tool_results?: boolean;
           stream?: boolean;
           budget?: {
+            /** Format: int64 */
             total_tokens?: number;
             cost_usd?: number;
           } | null;
           run_tools_eagerly?: boolean;
           pause_after_turn?: boolean;
           compaction?: {
+            /** Format: int64 */
             at_input_tokens: number;
             instructions?: string;
           } | null;
@@ -3056,6 +3164,9 @@ export interface operations {
       200: {
         headers: {
           ETag: components['headers']['ETag'];
+          'X-RateLimit-Limit': components['headers']['RateLimitLimit'];
+          'X-RateLimit-Remaining': components['headers']['RateLimitRemaining'];
+          'X-RateLimit-Reset': components['headers']['RateLimitReset'];
           [name: string]: unknown;
         };
         content: {
@@ -3066,6 +3177,9 @@ export interface operations {
       202: {
         headers: {
           ETag: components['headers']['ETag'];
+          'X-RateLimit-Limit': components['headers']['RateLimitLimit'];
+          'X-RateLimit-Remaining': components['headers']['RateLimitRemaining'];
+          'X-RateLimit-Reset': components['headers']['RateLimitReset'];
           [name: string]: unknown;
         };
         content: {
@@ -3103,6 +3217,9 @@ export interface operations {
       /** @description No such resource (`session_not_found`, also for another tenant's; `iteration_not_found`, …). */
       404: {
         headers: {
+          'X-RateLimit-Limit': components['headers']['RateLimitLimit'];
+          'X-RateLimit-Remaining': components['headers']['RateLimitRemaining'];
+          'X-RateLimit-Reset': components['headers']['RateLimitReset'];
           [name: string]: unknown;
         };
         content: {
@@ -3112,6 +3229,9 @@ export interface operations {
       /** @description The request does not fit the session's state (the code says why), or `idempotency_in_progress`. */
       409: {
         headers: {
+          'X-RateLimit-Limit': components['headers']['RateLimitLimit'];
+          'X-RateLimit-Remaining': components['headers']['RateLimitRemaining'];
+          'X-RateLimit-Reset': components['headers']['RateLimitReset'];
           [name: string]: unknown;
         };
         content: {
@@ -3121,6 +3241,9 @@ export interface operations {
       /** @description If-Match does not match the revision (`revision_mismatch`; `details.revision`). */
       412: {
         headers: {
+          'X-RateLimit-Limit': components['headers']['RateLimitLimit'];
+          'X-RateLimit-Remaining': components['headers']['RateLimitRemaining'];
+          'X-RateLimit-Reset': components['headers']['RateLimitReset'];
           [name: string]: unknown;
         };
         content: {
@@ -3148,6 +3271,9 @@ export interface operations {
       /** @description Over a rate or quota (`rate_limited` with Retry-After, `quota_exceeded`). */
       429: {
         headers: {
+          'X-RateLimit-Limit': components['headers']['RateLimitLimit'];
+          'X-RateLimit-Remaining': components['headers']['RateLimitRemaining'];
+          'X-RateLimit-Reset': components['headers']['RateLimitReset'];
           'Retry-After': components['headers']['RetryAfter'];
           [name: string]: unknown;
         };
@@ -3640,6 +3766,9 @@ export interface operations {
       200: {
         headers: {
           ETag: components['headers']['ETag'];
+          'X-RateLimit-Limit': components['headers']['RateLimitLimit'];
+          'X-RateLimit-Remaining': components['headers']['RateLimitRemaining'];
+          'X-RateLimit-Reset': components['headers']['RateLimitReset'];
           [name: string]: unknown;
         };
         content: {
@@ -3650,6 +3779,9 @@ export interface operations {
       202: {
         headers: {
           ETag: components['headers']['ETag'];
+          'X-RateLimit-Limit': components['headers']['RateLimitLimit'];
+          'X-RateLimit-Remaining': components['headers']['RateLimitRemaining'];
+          'X-RateLimit-Reset': components['headers']['RateLimitReset'];
           [name: string]: unknown;
         };
         content: {
@@ -3687,6 +3819,9 @@ export interface operations {
       /** @description No such resource (`session_not_found`, also for another tenant's; `iteration_not_found`, …). */
       404: {
         headers: {
+          'X-RateLimit-Limit': components['headers']['RateLimitLimit'];
+          'X-RateLimit-Remaining': components['headers']['RateLimitRemaining'];
+          'X-RateLimit-Reset': components['headers']['RateLimitReset'];
           [name: string]: unknown;
         };
         content: {
@@ -3696,6 +3831,9 @@ export interface operations {
       /** @description The request does not fit the session's state (the code says why), or `idempotency_in_progress`. */
       409: {
         headers: {
+          'X-RateLimit-Limit': components['headers']['RateLimitLimit'];
+          'X-RateLimit-Remaining': components['headers']['RateLimitRemaining'];
+          'X-RateLimit-Reset': components['headers']['RateLimitReset'];
           [name: string]: unknown;
         };
         content: {
@@ -3705,6 +3843,9 @@ export interface operations {
       /** @description If-Match does not match the revision (`revision_mismatch`; `details.revision`). */
       412: {
         headers: {
+          'X-RateLimit-Limit': components['headers']['RateLimitLimit'];
+          'X-RateLimit-Remaining': components['headers']['RateLimitRemaining'];
+          'X-RateLimit-Reset': components['headers']['RateLimitReset'];
           [name: string]: unknown;
         };
         content: {
@@ -3732,6 +3873,9 @@ export interface operations {
       /** @description Over a rate or quota (`rate_limited` with Retry-After, `quota_exceeded`). */
       429: {
         headers: {
+          'X-RateLimit-Limit': components['headers']['RateLimitLimit'];
+          'X-RateLimit-Remaining': components['headers']['RateLimitRemaining'];
+          'X-RateLimit-Reset': components['headers']['RateLimitReset'];
           'Retry-After': components['headers']['RetryAfter'];
           [name: string]: unknown;
         };
@@ -3895,6 +4039,9 @@ export interface operations {
         headers: {
           ETag: components['headers']['ETag'];
           'Idempotent-Replayed': components['headers']['IdempotentReplayed'];
+          'X-RateLimit-Limit': components['headers']['RateLimitLimit'];
+          'X-RateLimit-Remaining': components['headers']['RateLimitRemaining'];
+          'X-RateLimit-Reset': components['headers']['RateLimitReset'];
           [name: string]: unknown;
         };
         content: {
@@ -3906,6 +4053,9 @@ export interface operations {
         headers: {
           ETag: components['headers']['ETag'];
           'Idempotent-Replayed': components['headers']['IdempotentReplayed'];
+          'X-RateLimit-Limit': components['headers']['RateLimitLimit'];
+          'X-RateLimit-Remaining': components['headers']['RateLimitRemaining'];
+          'X-RateLimit-Reset': components['headers']['RateLimitReset'];
           [name: string]: unknown;
         };
         content: {
@@ -3943,6 +4093,9 @@ export interface operations {
       /** @description No such resource (`session_not_found`, also for another tenant's; `iteration_not_found`, …). */
       404: {
         headers: {
+          'X-RateLimit-Limit': components['headers']['RateLimitLimit'];
+          'X-RateLimit-Remaining': components['headers']['RateLimitRemaining'];
+          'X-RateLimit-Reset': components['headers']['RateLimitReset'];
           [name: string]: unknown;
         };
         content: {
@@ -3952,6 +4105,9 @@ export interface operations {
       /** @description The request does not fit the session's state (the code says why), or `idempotency_in_progress`. */
       409: {
         headers: {
+          'X-RateLimit-Limit': components['headers']['RateLimitLimit'];
+          'X-RateLimit-Remaining': components['headers']['RateLimitRemaining'];
+          'X-RateLimit-Reset': components['headers']['RateLimitReset'];
           [name: string]: unknown;
         };
         content: {
@@ -3961,6 +4117,9 @@ export interface operations {
       /** @description If-Match does not match the revision (`revision_mismatch`; `details.revision`). */
       412: {
         headers: {
+          'X-RateLimit-Limit': components['headers']['RateLimitLimit'];
+          'X-RateLimit-Remaining': components['headers']['RateLimitRemaining'];
+          'X-RateLimit-Reset': components['headers']['RateLimitReset'];
           [name: string]: unknown;
         };
         content: {
@@ -3988,6 +4147,9 @@ export interface operations {
       /** @description This Idempotency-Key was used with another request (`idempotency_key_reused`). */
       422: {
         headers: {
+          'X-RateLimit-Limit': components['headers']['RateLimitLimit'];
+          'X-RateLimit-Remaining': components['headers']['RateLimitRemaining'];
+          'X-RateLimit-Reset': components['headers']['RateLimitReset'];
           [name: string]: unknown;
         };
         content: {
@@ -3997,6 +4159,9 @@ export interface operations {
       /** @description Over a rate or quota (`rate_limited` with Retry-After, `quota_exceeded`). */
       429: {
         headers: {
+          'X-RateLimit-Limit': components['headers']['RateLimitLimit'];
+          'X-RateLimit-Remaining': components['headers']['RateLimitRemaining'];
+          'X-RateLimit-Reset': components['headers']['RateLimitReset'];
           'Retry-After': components['headers']['RetryAfter'];
           [name: string]: unknown;
         };
@@ -4214,6 +4379,9 @@ export interface operations {
         headers: {
           ETag: components['headers']['ETag'];
           'Idempotent-Replayed': components['headers']['IdempotentReplayed'];
+          'X-RateLimit-Limit': components['headers']['RateLimitLimit'];
+          'X-RateLimit-Remaining': components['headers']['RateLimitRemaining'];
+          'X-RateLimit-Reset': components['headers']['RateLimitReset'];
           [name: string]: unknown;
         };
         content: {
@@ -4225,6 +4393,9 @@ export interface operations {
         headers: {
           ETag: components['headers']['ETag'];
           'Idempotent-Replayed': components['headers']['IdempotentReplayed'];
+          'X-RateLimit-Limit': components['headers']['RateLimitLimit'];
+          'X-RateLimit-Remaining': components['headers']['RateLimitRemaining'];
+          'X-RateLimit-Reset': components['headers']['RateLimitReset'];
           [name: string]: unknown;
         };
         content: {
@@ -4262,6 +4433,9 @@ export interface operations {
       /** @description No such resource (`session_not_found`, also for another tenant's; `iteration_not_found`, …). */
       404: {
         headers: {
+          'X-RateLimit-Limit': components['headers']['RateLimitLimit'];
+          'X-RateLimit-Remaining': components['headers']['RateLimitRemaining'];
+          'X-RateLimit-Reset': components['headers']['RateLimitReset'];
           [name: string]: unknown;
         };
         content: {
@@ -4271,6 +4445,9 @@ export interface operations {
       /** @description The request does not fit the session's state (the code says why), or `idempotency_in_progress`. */
       409: {
         headers: {
+          'X-RateLimit-Limit': components['headers']['RateLimitLimit'];
+          'X-RateLimit-Remaining': components['headers']['RateLimitRemaining'];
+          'X-RateLimit-Reset': components['headers']['RateLimitReset'];
           [name: string]: unknown;
         };
         content: {
@@ -4280,6 +4457,9 @@ export interface operations {
       /** @description If-Match does not match the revision (`revision_mismatch`; `details.revision`). */
       412: {
         headers: {
+          'X-RateLimit-Limit': components['headers']['RateLimitLimit'];
+          'X-RateLimit-Remaining': components['headers']['RateLimitRemaining'];
+          'X-RateLimit-Reset': components['headers']['RateLimitReset'];
           [name: string]: unknown;
         };
         content: {
@@ -4307,6 +4487,9 @@ export interface operations {
       /** @description This Idempotency-Key was used with another request (`idempotency_key_reused`). */
       422: {
         headers: {
+          'X-RateLimit-Limit': components['headers']['RateLimitLimit'];
+          'X-RateLimit-Remaining': components['headers']['RateLimitRemaining'];
+          'X-RateLimit-Reset': components['headers']['RateLimitReset'];
           [name: string]: unknown;
         };
         content: {
@@ -4316,6 +4499,9 @@ export interface operations {
       /** @description Over a rate or quota (`rate_limited` with Retry-After, `quota_exceeded`). */
       429: {
         headers: {
+          'X-RateLimit-Limit': components['headers']['RateLimitLimit'];
+          'X-RateLimit-Remaining': components['headers']['RateLimitRemaining'];
+          'X-RateLimit-Reset': components['headers']['RateLimitReset'];
           'Retry-After': components['headers']['RetryAfter'];
           [name: string]: unknown;
         };
@@ -4473,6 +4659,9 @@ export interface operations {
       200: {
         headers: {
           ETag: components['headers']['ETag'];
+          'X-RateLimit-Limit': components['headers']['RateLimitLimit'];
+          'X-RateLimit-Remaining': components['headers']['RateLimitRemaining'];
+          'X-RateLimit-Reset': components['headers']['RateLimitReset'];
           [name: string]: unknown;
         };
         content: {
@@ -4483,6 +4672,9 @@ export interface operations {
       202: {
         headers: {
           ETag: components['headers']['ETag'];
+          'X-RateLimit-Limit': components['headers']['RateLimitLimit'];
+          'X-RateLimit-Remaining': components['headers']['RateLimitRemaining'];
+          'X-RateLimit-Reset': components['headers']['RateLimitReset'];
           [name: string]: unknown;
         };
         content: {
@@ -4520,6 +4712,9 @@ export interface operations {
       /** @description No such resource (`session_not_found`, also for another tenant's; `iteration_not_found`, …). */
       404: {
         headers: {
+          'X-RateLimit-Limit': components['headers']['RateLimitLimit'];
+          'X-RateLimit-Remaining': components['headers']['RateLimitRemaining'];
+          'X-RateLimit-Reset': components['headers']['RateLimitReset'];
           [name: string]: unknown;
         };
         content: {
@@ -4529,6 +4724,9 @@ export interface operations {
       /** @description The request does not fit the session's state (the code says why), or `idempotency_in_progress`. */
       409: {
         headers: {
+          'X-RateLimit-Limit': components['headers']['RateLimitLimit'];
+          'X-RateLimit-Remaining': components['headers']['RateLimitRemaining'];
+          'X-RateLimit-Reset': components['headers']['RateLimitReset'];
           [name: string]: unknown;
         };
         content: {
@@ -4538,6 +4736,9 @@ export interface operations {
       /** @description If-Match does not match the revision (`revision_mismatch`; `details.revision`). */
       412: {
         headers: {
+          'X-RateLimit-Limit': components['headers']['RateLimitLimit'];
+          'X-RateLimit-Remaining': components['headers']['RateLimitRemaining'];
+          'X-RateLimit-Reset': components['headers']['RateLimitReset'];
           [name: string]: unknown;
         };
         content: {
@@ -4565,6 +4766,9 @@ export interface operations {
       /** @description Over a rate or quota (`rate_limited` with Retry-After, `quota_exceeded`). */
       429: {
         headers: {
+          'X-RateLimit-Limit': components['headers']['RateLimitLimit'];
+          'X-RateLimit-Remaining': components['headers']['RateLimitRemaining'];
+          'X-RateLimit-Reset': components['headers']['RateLimitReset'];
           'Retry-After': components['headers']['RetryAfter'];
           [name: string]: unknown;
         };
@@ -4729,6 +4933,9 @@ export interface operations {
         headers: {
           ETag: components['headers']['ETag'];
           'Idempotent-Replayed': components['headers']['IdempotentReplayed'];
+          'X-RateLimit-Limit': components['headers']['RateLimitLimit'];
+          'X-RateLimit-Remaining': components['headers']['RateLimitRemaining'];
+          'X-RateLimit-Reset': components['headers']['RateLimitReset'];
           [name: string]: unknown;
         };
         content: {
@@ -4740,6 +4947,9 @@ export interface operations {
         headers: {
           ETag: components['headers']['ETag'];
           'Idempotent-Replayed': components['headers']['IdempotentReplayed'];
+          'X-RateLimit-Limit': components['headers']['RateLimitLimit'];
+          'X-RateLimit-Remaining': components['headers']['RateLimitRemaining'];
+          'X-RateLimit-Reset': components['headers']['RateLimitReset'];
           [name: string]: unknown;
         };
         content: {
@@ -4777,6 +4987,9 @@ export interface operations {
       /** @description No such resource (`session_not_found`, also for another tenant's; `iteration_not_found`, …). */
       404: {
         headers: {
+          'X-RateLimit-Limit': components['headers']['RateLimitLimit'];
+          'X-RateLimit-Remaining': components['headers']['RateLimitRemaining'];
+          'X-RateLimit-Reset': components['headers']['RateLimitReset'];
           [name: string]: unknown;
         };
         content: {
@@ -4786,6 +4999,9 @@ export interface operations {
       /** @description The request does not fit the session's state (the code says why), or `idempotency_in_progress`. */
       409: {
         headers: {
+          'X-RateLimit-Limit': components['headers']['RateLimitLimit'];
+          'X-RateLimit-Remaining': components['headers']['RateLimitRemaining'];
+          'X-RateLimit-Reset': components['headers']['RateLimitReset'];
           [name: string]: unknown;
         };
         content: {
@@ -4795,6 +5011,9 @@ export interface operations {
       /** @description If-Match does not match the revision (`revision_mismatch`; `details.revision`). */
       412: {
         headers: {
+          'X-RateLimit-Limit': components['headers']['RateLimitLimit'];
+          'X-RateLimit-Remaining': components['headers']['RateLimitRemaining'];
+          'X-RateLimit-Reset': components['headers']['RateLimitReset'];
           [name: string]: unknown;
         };
         content: {
@@ -4822,6 +5041,9 @@ export interface operations {
       /** @description This Idempotency-Key was used with another request (`idempotency_key_reused`). */
       422: {
         headers: {
+          'X-RateLimit-Limit': components['headers']['RateLimitLimit'];
+          'X-RateLimit-Remaining': components['headers']['RateLimitRemaining'];
+          'X-RateLimit-Reset': components['headers']['RateLimitReset'];
           [name: string]: unknown;
         };
         content: {
@@ -4831,6 +5053,9 @@ export interface operations {
       /** @description Over a rate or quota (`rate_limited` with Retry-After, `quota_exceeded`). */
       429: {
         headers: {
+          'X-RateLimit-Limit': components['headers']['RateLimitLimit'];
+          'X-RateLimit-Remaining': components['headers']['RateLimitRemaining'];
+          'X-RateLimit-Reset': components['headers']['RateLimitReset'];
           'Retry-After': components['headers']['RetryAfter'];
           [name: string]: unknown;
         };
@@ -4883,6 +5108,9 @@ export interface operations {
         headers: {
           ETag: components['headers']['ETag'];
           'Idempotent-Replayed': components['headers']['IdempotentReplayed'];
+          'X-RateLimit-Limit': components['headers']['RateLimitLimit'];
+          'X-RateLimit-Remaining': components['headers']['RateLimitRemaining'];
+          'X-RateLimit-Reset': components['headers']['RateLimitReset'];
           [name: string]: unknown;
         };
         content: {
@@ -4894,6 +5122,9 @@ export interface operations {
         headers: {
           ETag: components['headers']['ETag'];
           'Idempotent-Replayed': components['headers']['IdempotentReplayed'];
+          'X-RateLimit-Limit': components['headers']['RateLimitLimit'];
+          'X-RateLimit-Remaining': components['headers']['RateLimitRemaining'];
+          'X-RateLimit-Reset': components['headers']['RateLimitReset'];
           [name: string]: unknown;
         };
         content: {
@@ -4931,6 +5162,9 @@ export interface operations {
       /** @description No such resource (`session_not_found`, also for another tenant's; `iteration_not_found`, …). */
       404: {
         headers: {
+          'X-RateLimit-Limit': components['headers']['RateLimitLimit'];
+          'X-RateLimit-Remaining': components['headers']['RateLimitRemaining'];
+          'X-RateLimit-Reset': components['headers']['RateLimitReset'];
           [name: string]: unknown;
         };
         content: {
@@ -4940,6 +5174,9 @@ export interface operations {
       /** @description The request does not fit the session's state (the code says why), or `idempotency_in_progress`. */
       409: {
         headers: {
+          'X-RateLimit-Limit': components['headers']['RateLimitLimit'];
+          'X-RateLimit-Remaining': components['headers']['RateLimitRemaining'];
+          'X-RateLimit-Reset': components['headers']['RateLimitReset'];
           [name: string]: unknown;
         };
         content: {
@@ -4949,6 +5186,9 @@ export interface operations {
       /** @description If-Match does not match the revision (`revision_mismatch`; `details.revision`). */
       412: {
         headers: {
+          'X-RateLimit-Limit': components['headers']['RateLimitLimit'];
+          'X-RateLimit-Remaining': components['headers']['RateLimitRemaining'];
+          'X-RateLimit-Reset': components['headers']['RateLimitReset'];
           [name: string]: unknown;
         };
         content: {
@@ -4976,6 +5216,9 @@ export interface operations {
       /** @description This Idempotency-Key was used with another request (`idempotency_key_reused`). */
       422: {
         headers: {
+          'X-RateLimit-Limit': components['headers']['RateLimitLimit'];
+          'X-RateLimit-Remaining': components['headers']['RateLimitRemaining'];
+          'X-RateLimit-Reset': components['headers']['RateLimitReset'];
           [name: string]: unknown;
         };
         content: {
@@ -4985,6 +5228,9 @@ export interface operations {
       /** @description Over a rate or quota (`rate_limited` with Retry-After, `quota_exceeded`). */
       429: {
         headers: {
+          'X-RateLimit-Limit': components['headers']['RateLimitLimit'];
+          'X-RateLimit-Remaining': components['headers']['RateLimitRemaining'];
+          'X-RateLimit-Reset': components['headers']['RateLimitReset'];
           'Retry-After': components['headers']['RetryAfter'];
           [name: string]: unknown;
         };
@@ -5041,6 +5287,9 @@ export interface operations {
         headers: {
           ETag: components['headers']['ETag'];
           'Idempotent-Replayed': components['headers']['IdempotentReplayed'];
+          'X-RateLimit-Limit': components['headers']['RateLimitLimit'];
+          'X-RateLimit-Remaining': components['headers']['RateLimitRemaining'];
+          'X-RateLimit-Reset': components['headers']['RateLimitReset'];
           [name: string]: unknown;
         };
         content: {
@@ -5052,6 +5301,9 @@ export interface operations {
         headers: {
           ETag: components['headers']['ETag'];
           'Idempotent-Replayed': components['headers']['IdempotentReplayed'];
+          'X-RateLimit-Limit': components['headers']['RateLimitLimit'];
+          'X-RateLimit-Remaining': components['headers']['RateLimitRemaining'];
+          'X-RateLimit-Reset': components['headers']['RateLimitReset'];
           [name: string]: unknown;
         };
         content: {
@@ -5089,6 +5341,9 @@ export interface operations {
       /** @description No such resource (`session_not_found`, also for another tenant's; `iteration_not_found`, …). */
       404: {
         headers: {
+          'X-RateLimit-Limit': components['headers']['RateLimitLimit'];
+          'X-RateLimit-Remaining': components['headers']['RateLimitRemaining'];
+          'X-RateLimit-Reset': components['headers']['RateLimitReset'];
           [name: string]: unknown;
         };
         content: {
@@ -5098,6 +5353,9 @@ export interface operations {
       /** @description The request does not fit the session's state (the code says why), or `idempotency_in_progress`. */
       409: {
         headers: {
+          'X-RateLimit-Limit': components['headers']['RateLimitLimit'];
+          'X-RateLimit-Remaining': components['headers']['RateLimitRemaining'];
+          'X-RateLimit-Reset': components['headers']['RateLimitReset'];
           [name: string]: unknown;
         };
         content: {
@@ -5107,6 +5365,9 @@ export interface operations {
       /** @description If-Match does not match the revision (`revision_mismatch`; `details.revision`). */
       412: {
         headers: {
+          'X-RateLimit-Limit': components['headers']['RateLimitLimit'];
+          'X-RateLimit-Remaining': components['headers']['RateLimitRemaining'];
+          'X-RateLimit-Reset': components['headers']['RateLimitReset'];
           [name: string]: unknown;
         };
         content: {
@@ -5134,6 +5395,9 @@ export interface operations {
       /** @description This Idempotency-Key was used with another request (`idempotency_key_reused`). */
       422: {
         headers: {
+          'X-RateLimit-Limit': components['headers']['RateLimitLimit'];
+          'X-RateLimit-Remaining': components['headers']['RateLimitRemaining'];
+          'X-RateLimit-Reset': components['headers']['RateLimitReset'];
           [name: string]: unknown;
         };
         content: {
@@ -5143,6 +5407,9 @@ export interface operations {
       /** @description Over a rate or quota (`rate_limited` with Retry-After, `quota_exceeded`). */
       429: {
         headers: {
+          'X-RateLimit-Limit': components['headers']['RateLimitLimit'];
+          'X-RateLimit-Remaining': components['headers']['RateLimitRemaining'];
+          'X-RateLimit-Reset': components['headers']['RateLimitReset'];
           'Retry-After': components['headers']['RetryAfter'];
           [name: string]: unknown;
         };
@@ -5195,6 +5462,9 @@ export interface operations {
         headers: {
           ETag: components['headers']['ETag'];
           'Idempotent-Replayed': components['headers']['IdempotentReplayed'];
+          'X-RateLimit-Limit': components['headers']['RateLimitLimit'];
+          'X-RateLimit-Remaining': components['headers']['RateLimitRemaining'];
+          'X-RateLimit-Reset': components['headers']['RateLimitReset'];
           [name: string]: unknown;
         };
         content: {
@@ -5206,6 +5476,9 @@ export interface operations {
         headers: {
           ETag: components['headers']['ETag'];
           'Idempotent-Replayed': components['headers']['IdempotentReplayed'];
+          'X-RateLimit-Limit': components['headers']['RateLimitLimit'];
+          'X-RateLimit-Remaining': components['headers']['RateLimitRemaining'];
+          'X-RateLimit-Reset': components['headers']['RateLimitReset'];
           [name: string]: unknown;
         };
         content: {
@@ -5243,6 +5516,9 @@ export interface operations {
       /** @description No such resource (`session_not_found`, also for another tenant's; `iteration_not_found`, …). */
       404: {
         headers: {
+          'X-RateLimit-Limit': components['headers']['RateLimitLimit'];
+          'X-RateLimit-Remaining': components['headers']['RateLimitRemaining'];
+          'X-RateLimit-Reset': components['headers']['RateLimitReset'];
           [name: string]: unknown;
         };
         content: {
@@ -5252,6 +5528,9 @@ export interface operations {
       /** @description The request does not fit the session's state (the code says why), or `idempotency_in_progress`. */
       409: {
         headers: {
+          'X-RateLimit-Limit': components['headers']['RateLimitLimit'];
+          'X-RateLimit-Remaining': components['headers']['RateLimitRemaining'];
+          'X-RateLimit-Reset': components['headers']['RateLimitReset'];
           [name: string]: unknown;
         };
         content: {
@@ -5261,6 +5540,9 @@ export interface operations {
       /** @description If-Match does not match the revision (`revision_mismatch`; `details.revision`). */
       412: {
         headers: {
+          'X-RateLimit-Limit': components['headers']['RateLimitLimit'];
+          'X-RateLimit-Remaining': components['headers']['RateLimitRemaining'];
+          'X-RateLimit-Reset': components['headers']['RateLimitReset'];
           [name: string]: unknown;
         };
         content: {
@@ -5288,6 +5570,9 @@ export interface operations {
       /** @description This Idempotency-Key was used with another request (`idempotency_key_reused`). */
       422: {
         headers: {
+          'X-RateLimit-Limit': components['headers']['RateLimitLimit'];
+          'X-RateLimit-Remaining': components['headers']['RateLimitRemaining'];
+          'X-RateLimit-Reset': components['headers']['RateLimitReset'];
           [name: string]: unknown;
         };
         content: {
@@ -5297,6 +5582,9 @@ export interface operations {
       /** @description Over a rate or quota (`rate_limited` with Retry-After, `quota_exceeded`). */
       429: {
         headers: {
+          'X-RateLimit-Limit': components['headers']['RateLimitLimit'];
+          'X-RateLimit-Remaining': components['headers']['RateLimitRemaining'];
+          'X-RateLimit-Reset': components['headers']['RateLimitReset'];
           'Retry-After': components['headers']['RetryAfter'];
           [name: string]: unknown;
         };
@@ -5349,6 +5637,9 @@ export interface operations {
         headers: {
           ETag: components['headers']['ETag'];
           'Idempotent-Replayed': components['headers']['IdempotentReplayed'];
+          'X-RateLimit-Limit': components['headers']['RateLimitLimit'];
+          'X-RateLimit-Remaining': components['headers']['RateLimitRemaining'];
+          'X-RateLimit-Reset': components['headers']['RateLimitReset'];
           [name: string]: unknown;
         };
         content: {
@@ -5360,6 +5651,9 @@ export interface operations {
         headers: {
           ETag: components['headers']['ETag'];
           'Idempotent-Replayed': components['headers']['IdempotentReplayed'];
+          'X-RateLimit-Limit': components['headers']['RateLimitLimit'];
+          'X-RateLimit-Remaining': components['headers']['RateLimitRemaining'];
+          'X-RateLimit-Reset': components['headers']['RateLimitReset'];
           [name: string]: unknown;
         };
         content: {
@@ -5397,6 +5691,9 @@ export interface operations {
       /** @description No such resource (`session_not_found`, also for another tenant's; `iteration_not_found`, …). */
       404: {
         headers: {
+          'X-RateLimit-Limit': components['headers']['RateLimitLimit'];
+          'X-RateLimit-Remaining': components['headers']['RateLimitRemaining'];
+          'X-RateLimit-Reset': components['headers']['RateLimitReset'];
           [name: string]: unknown;
         };
         content: {
@@ -5406,6 +5703,9 @@ export interface operations {
       /** @description The request does not fit the session's state (the code says why), or `idempotency_in_progress`. */
       409: {
         headers: {
+          'X-RateLimit-Limit': components['headers']['RateLimitLimit'];
+          'X-RateLimit-Remaining': components['headers']['RateLimitRemaining'];
+          'X-RateLimit-Reset': components['headers']['RateLimitReset'];
           [name: string]: unknown;
         };
         content: {
@@ -5415,6 +5715,9 @@ export interface operations {
       /** @description If-Match does not match the revision (`revision_mismatch`; `details.revision`). */
       412: {
         headers: {
+          'X-RateLimit-Limit': components['headers']['RateLimitLimit'];
+          'X-RateLimit-Remaining': components['headers']['RateLimitRemaining'];
+          'X-RateLimit-Reset': components['headers']['RateLimitReset'];
           [name: string]: unknown;
         };
         content: {
@@ -5442,6 +5745,9 @@ export interface operations {
       /** @description This Idempotency-Key was used with another request (`idempotency_key_reused`). */
       422: {
         headers: {
+          'X-RateLimit-Limit': components['headers']['RateLimitLimit'];
+          'X-RateLimit-Remaining': components['headers']['RateLimitRemaining'];
+          'X-RateLimit-Reset': components['headers']['RateLimitReset'];
           [name: string]: unknown;
         };
         content: {
@@ -5451,6 +5757,9 @@ export interface operations {
       /** @description Over a rate or quota (`rate_limited` with Retry-After, `quota_exceeded`). */
       429: {
         headers: {
+          'X-RateLimit-Limit': components['headers']['RateLimitLimit'];
+          'X-RateLimit-Remaining': components['headers']['RateLimitRemaining'];
+          'X-RateLimit-Reset': components['headers']['RateLimitReset'];
           'Retry-After': components['headers']['RetryAfter'];
           [name: string]: unknown;
         };
@@ -5505,6 +5814,9 @@ export interface operations {
         headers: {
           ETag: components['headers']['ETag'];
           'Idempotent-Replayed': components['headers']['IdempotentReplayed'];
+          'X-RateLimit-Limit': components['headers']['RateLimitLimit'];
+          'X-RateLimit-Remaining': components['headers']['RateLimitRemaining'];
+          'X-RateLimit-Reset': components['headers']['RateLimitReset'];
           [name: string]: unknown;
         };
         content: {
@@ -5516,6 +5828,9 @@ export interface operations {
         headers: {
           ETag: components['headers']['ETag'];
           'Idempotent-Replayed': components['headers']['IdempotentReplayed'];
+          'X-RateLimit-Limit': components['headers']['RateLimitLimit'];
+          'X-RateLimit-Remaining': components['headers']['RateLimitRemaining'];
+          'X-RateLimit-Reset': components['headers']['RateLimitReset'];
           [name: string]: unknown;
         };
         content: {
@@ -5553,6 +5868,9 @@ export interface operations {
       /** @description No such resource (`session_not_found`, also for another tenant's; `iteration_not_found`, …). */
       404: {
         headers: {
+          'X-RateLimit-Limit': components['headers']['RateLimitLimit'];
+          'X-RateLimit-Remaining': components['headers']['RateLimitRemaining'];
+          'X-RateLimit-Reset': components['headers']['RateLimitReset'];
           [name: string]: unknown;
         };
         content: {
@@ -5562,6 +5880,9 @@ export interface operations {
       /** @description The request does not fit the session's state (the code says why), or `idempotency_in_progress`. */
       409: {
         headers: {
+          'X-RateLimit-Limit': components['headers']['RateLimitLimit'];
+          'X-RateLimit-Remaining': components['headers']['RateLimitRemaining'];
+          'X-RateLimit-Reset': components['headers']['RateLimitReset'];
           [name: string]: unknown;
         };
         content: {
@@ -5571,6 +5892,9 @@ export interface operations {
       /** @description If-Match does not match the revision (`revision_mismatch`; `details.revision`). */
       412: {
         headers: {
+          'X-RateLimit-Limit': components['headers']['RateLimitLimit'];
+          'X-RateLimit-Remaining': components['headers']['RateLimitRemaining'];
+          'X-RateLimit-Reset': components['headers']['RateLimitReset'];
           [name: string]: unknown;
         };
         content: {
@@ -5598,6 +5922,9 @@ export interface operations {
       /** @description This Idempotency-Key was used with another request (`idempotency_key_reused`). */
       422: {
         headers: {
+          'X-RateLimit-Limit': components['headers']['RateLimitLimit'];
+          'X-RateLimit-Remaining': components['headers']['RateLimitRemaining'];
+          'X-RateLimit-Reset': components['headers']['RateLimitReset'];
           [name: string]: unknown;
         };
         content: {
@@ -5607,6 +5934,9 @@ export interface operations {
       /** @description Over a rate or quota (`rate_limited` with Retry-After, `quota_exceeded`). */
       429: {
         headers: {
+          'X-RateLimit-Limit': components['headers']['RateLimitLimit'];
+          'X-RateLimit-Remaining': components['headers']['RateLimitRemaining'];
+          'X-RateLimit-Reset': components['headers']['RateLimitReset'];
           'Retry-After': components['headers']['RetryAfter'];
           [name: string]: unknown;
         };
@@ -5651,6 +5981,7 @@ export interface operations {
     requestBody: {
       content: {
         'application/json': {
+          /** Format: int64 */
           at_iteration: number;
           metadata?: {
             [key: string]: string | number | boolean | null;
@@ -5664,6 +5995,9 @@ export interface operations {
         headers: {
           ETag: components['headers']['ETag'];
           'Idempotent-Replayed': components['headers']['IdempotentReplayed'];
+          'X-RateLimit-Limit': components['headers']['RateLimitLimit'];
+          'X-RateLimit-Remaining': components['headers']['RateLimitRemaining'];
+          'X-RateLimit-Reset': components['headers']['RateLimitReset'];
           [name: string]: unknown;
         };
         content: {
@@ -5701,6 +6035,9 @@ export interface operations {
       /** @description No such resource (`session_not_found`, also for another tenant's; `iteration_not_found`, …). */
       404: {
         headers: {
+          'X-RateLimit-Limit': components['headers']['RateLimitLimit'];
+          'X-RateLimit-Remaining': components['headers']['RateLimitRemaining'];
+          'X-RateLimit-Reset': components['headers']['RateLimitReset'];
           [name: string]: unknown;
         };
         content: {
@@ -5710,6 +6047,9 @@ export interface operations {
       /** @description The request does not fit the session's state (the code says why), or `idempotency_in_progress`. */
       409: {
         headers: {
+          'X-RateLimit-Limit': components['headers']['RateLimitLimit'];
+          'X-RateLimit-Remaining': components['headers']['RateLimitRemaining'];
+          'X-RateLimit-Reset': components['headers']['RateLimitReset'];
           [name: string]: unknown;
         };
         content: {
@@ -5719,6 +6059,9 @@ export interface operations {
       /** @description If-Match does not match the revision (`revision_mismatch`; `details.revision`). */
       412: {
         headers: {
+          'X-RateLimit-Limit': components['headers']['RateLimitLimit'];
+          'X-RateLimit-Remaining': components['headers']['RateLimitRemaining'];
+          'X-RateLimit-Reset': components['headers']['RateLimitReset'];
           [name: string]: unknown;
         };
         content: {
@@ -5746,6 +6089,9 @@ export interface operations {
       /** @description This Idempotency-Key was used with another request (`idempotency_key_reused`). */
       422: {
         headers: {
+          'X-RateLimit-Limit': components['headers']['RateLimitLimit'];
+          'X-RateLimit-Remaining': components['headers']['RateLimitRemaining'];
+          'X-RateLimit-Reset': components['headers']['RateLimitReset'];
           [name: string]: unknown;
         };
         content: {
@@ -5755,6 +6101,9 @@ export interface operations {
       /** @description Over a rate or quota (`rate_limited` with Retry-After, `quota_exceeded`). */
       429: {
         headers: {
+          'X-RateLimit-Limit': components['headers']['RateLimitLimit'];
+          'X-RateLimit-Remaining': components['headers']['RateLimitRemaining'];
+          'X-RateLimit-Reset': components['headers']['RateLimitReset'];
           'Retry-After': components['headers']['RetryAfter'];
           [name: string]: unknown;
         };
@@ -6093,6 +6442,9 @@ export interface operations {
         headers: {
           ETag: components['headers']['ETag'];
           'Idempotent-Replayed': components['headers']['IdempotentReplayed'];
+          'X-RateLimit-Limit': components['headers']['RateLimitLimit'];
+          'X-RateLimit-Remaining': components['headers']['RateLimitRemaining'];
+          'X-RateLimit-Reset': components['headers']['RateLimitReset'];
           [name: string]: unknown;
         };
         content: {
@@ -6130,6 +6482,9 @@ export interface operations {
       /** @description The request does not fit the session's state (the code says why), or `idempotency_in_progress`. */
       409: {
         headers: {
+          'X-RateLimit-Limit': components['headers']['RateLimitLimit'];
+          'X-RateLimit-Remaining': components['headers']['RateLimitRemaining'];
+          'X-RateLimit-Reset': components['headers']['RateLimitReset'];
           [name: string]: unknown;
         };
         content: {
@@ -6157,6 +6512,9 @@ export interface operations {
       /** @description This Idempotency-Key was used with another request (`idempotency_key_reused`). */
       422: {
         headers: {
+          'X-RateLimit-Limit': components['headers']['RateLimitLimit'];
+          'X-RateLimit-Remaining': components['headers']['RateLimitRemaining'];
+          'X-RateLimit-Reset': components['headers']['RateLimitReset'];
           [name: string]: unknown;
         };
         content: {
@@ -6166,6 +6524,9 @@ export interface operations {
       /** @description Over a rate or quota (`rate_limited` with Retry-After, `quota_exceeded`). */
       429: {
         headers: {
+          'X-RateLimit-Limit': components['headers']['RateLimitLimit'];
+          'X-RateLimit-Remaining': components['headers']['RateLimitRemaining'];
+          'X-RateLimit-Reset': components['headers']['RateLimitReset'];
           'Retry-After': components['headers']['RetryAfter'];
           [name: string]: unknown;
         };
@@ -6289,6 +6650,9 @@ export interface operations {
       /** @description OK */
       200: {
         headers: {
+          'X-RateLimit-Limit': components['headers']['RateLimitLimit'];
+          'X-RateLimit-Remaining': components['headers']['RateLimitRemaining'];
+          'X-RateLimit-Reset': components['headers']['RateLimitReset'];
           [name: string]: unknown;
         };
         content: {
@@ -6326,6 +6690,9 @@ export interface operations {
       /** @description No such resource (`session_not_found`, also for another tenant's; `iteration_not_found`, …). */
       404: {
         headers: {
+          'X-RateLimit-Limit': components['headers']['RateLimitLimit'];
+          'X-RateLimit-Remaining': components['headers']['RateLimitRemaining'];
+          'X-RateLimit-Reset': components['headers']['RateLimitReset'];
           [name: string]: unknown;
         };
         content: {
@@ -6335,6 +6702,9 @@ export interface operations {
       /** @description If-Match does not match the revision (`revision_mismatch`; `details.revision`). */
       412: {
         headers: {
+          'X-RateLimit-Limit': components['headers']['RateLimitLimit'];
+          'X-RateLimit-Remaining': components['headers']['RateLimitRemaining'];
+          'X-RateLimit-Reset': components['headers']['RateLimitReset'];
           [name: string]: unknown;
         };
         content: {
@@ -6344,6 +6714,9 @@ export interface operations {
       /** @description Over a rate or quota (`rate_limited` with Retry-After, `quota_exceeded`). */
       429: {
         headers: {
+          'X-RateLimit-Limit': components['headers']['RateLimitLimit'];
+          'X-RateLimit-Remaining': components['headers']['RateLimitRemaining'];
+          'X-RateLimit-Reset': components['headers']['RateLimitReset'];
           'Retry-After': components['headers']['RetryAfter'];
           [name: string]: unknown;
         };
@@ -6430,6 +6803,9 @@ export interface operations {
       200: {
         headers: {
           ETag: components['headers']['ETag'];
+          'X-RateLimit-Limit': components['headers']['RateLimitLimit'];
+          'X-RateLimit-Remaining': components['headers']['RateLimitRemaining'];
+          'X-RateLimit-Reset': components['headers']['RateLimitReset'];
           [name: string]: unknown;
         };
         content: {
@@ -6467,6 +6843,9 @@ export interface operations {
       /** @description No such resource (`session_not_found`, also for another tenant's; `iteration_not_found`, …). */
       404: {
         headers: {
+          'X-RateLimit-Limit': components['headers']['RateLimitLimit'];
+          'X-RateLimit-Remaining': components['headers']['RateLimitRemaining'];
+          'X-RateLimit-Reset': components['headers']['RateLimitReset'];
           [name: string]: unknown;
         };
         content: {
@@ -6476,6 +6855,9 @@ export interface operations {
       /** @description If-Match does not match the revision (`revision_mismatch`; `details.revision`). */
       412: {
         headers: {
+          'X-RateLimit-Limit': components['headers']['RateLimitLimit'];
+          'X-RateLimit-Remaining': components['headers']['RateLimitRemaining'];
+          'X-RateLimit-Reset': components['headers']['RateLimitReset'];
           [name: string]: unknown;
         };
         content: {
@@ -6503,6 +6885,9 @@ export interface operations {
       /** @description Over a rate or quota (`rate_limited` with Retry-After, `quota_exceeded`). */
       429: {
         headers: {
+          'X-RateLimit-Limit': components['headers']['RateLimitLimit'];
+          'X-RateLimit-Remaining': components['headers']['RateLimitRemaining'];
+          'X-RateLimit-Reset': components['headers']['RateLimitReset'];
           'Retry-After': components['headers']['RetryAfter'];
           [name: string]: unknown;
         };
@@ -6629,6 +7014,9 @@ export interface operations {
       202: {
         headers: {
           'Idempotent-Replayed': components['headers']['IdempotentReplayed'];
+          'X-RateLimit-Limit': components['headers']['RateLimitLimit'];
+          'X-RateLimit-Remaining': components['headers']['RateLimitRemaining'];
+          'X-RateLimit-Reset': components['headers']['RateLimitReset'];
           [name: string]: unknown;
         };
         content: {
@@ -6666,6 +7054,9 @@ export interface operations {
       /** @description No such resource (`session_not_found`, also for another tenant's; `iteration_not_found`, …). */
       404: {
         headers: {
+          'X-RateLimit-Limit': components['headers']['RateLimitLimit'];
+          'X-RateLimit-Remaining': components['headers']['RateLimitRemaining'];
+          'X-RateLimit-Reset': components['headers']['RateLimitReset'];
           [name: string]: unknown;
         };
         content: {
@@ -6675,6 +7066,9 @@ export interface operations {
       /** @description The request does not fit the session's state (the code says why), or `idempotency_in_progress`. */
       409: {
         headers: {
+          'X-RateLimit-Limit': components['headers']['RateLimitLimit'];
+          'X-RateLimit-Remaining': components['headers']['RateLimitRemaining'];
+          'X-RateLimit-Reset': components['headers']['RateLimitReset'];
           [name: string]: unknown;
         };
         content: {
@@ -6684,6 +7078,9 @@ export interface operations {
       /** @description This Idempotency-Key was used with another request (`idempotency_key_reused`). */
       422: {
         headers: {
+          'X-RateLimit-Limit': components['headers']['RateLimitLimit'];
+          'X-RateLimit-Remaining': components['headers']['RateLimitRemaining'];
+          'X-RateLimit-Reset': components['headers']['RateLimitReset'];
           [name: string]: unknown;
         };
         content: {
@@ -6693,6 +7090,9 @@ export interface operations {
       /** @description Over a rate or quota (`rate_limited` with Retry-After, `quota_exceeded`). */
       429: {
         headers: {
+          'X-RateLimit-Limit': components['headers']['RateLimitLimit'];
+          'X-RateLimit-Remaining': components['headers']['RateLimitRemaining'];
+          'X-RateLimit-Reset': components['headers']['RateLimitReset'];
           'Retry-After': components['headers']['RetryAfter'];
           [name: string]: unknown;
         };
@@ -6893,6 +7293,9 @@ export interface operations {
       /** @description OK */
       200: {
         headers: {
+          'X-RateLimit-Limit': components['headers']['RateLimitLimit'];
+          'X-RateLimit-Remaining': components['headers']['RateLimitRemaining'];
+          'X-RateLimit-Reset': components['headers']['RateLimitReset'];
           [name: string]: unknown;
         };
         content: {
@@ -6930,6 +7333,9 @@ export interface operations {
       /** @description No such resource (`session_not_found`, also for another tenant's; `iteration_not_found`, …). */
       404: {
         headers: {
+          'X-RateLimit-Limit': components['headers']['RateLimitLimit'];
+          'X-RateLimit-Remaining': components['headers']['RateLimitRemaining'];
+          'X-RateLimit-Reset': components['headers']['RateLimitReset'];
           [name: string]: unknown;
         };
         content: {
@@ -6939,6 +7345,9 @@ export interface operations {
       /** @description Over a rate or quota (`rate_limited` with Retry-After, `quota_exceeded`). */
       429: {
         headers: {
+          'X-RateLimit-Limit': components['headers']['RateLimitLimit'];
+          'X-RateLimit-Remaining': components['headers']['RateLimitRemaining'];
+          'X-RateLimit-Reset': components['headers']['RateLimitReset'];
           'Retry-After': components['headers']['RetryAfter'];
           [name: string]: unknown;
         };
@@ -7006,6 +7415,9 @@ export interface operations {
       200: {
         headers: {
           'Idempotent-Replayed': components['headers']['IdempotentReplayed'];
+          'X-RateLimit-Limit': components['headers']['RateLimitLimit'];
+          'X-RateLimit-Remaining': components['headers']['RateLimitRemaining'];
+          'X-RateLimit-Reset': components['headers']['RateLimitReset'];
           [name: string]: unknown;
         };
         content: {
@@ -7043,6 +7455,9 @@ export interface operations {
       /** @description No such resource (`session_not_found`, also for another tenant's; `iteration_not_found`, …). */
       404: {
         headers: {
+          'X-RateLimit-Limit': components['headers']['RateLimitLimit'];
+          'X-RateLimit-Remaining': components['headers']['RateLimitRemaining'];
+          'X-RateLimit-Reset': components['headers']['RateLimitReset'];
           [name: string]: unknown;
         };
         content: {
@@ -7052,6 +7467,9 @@ export interface operations {
       /** @description The request does not fit the session's state (the code says why), or `idempotency_in_progress`. */
       409: {
         headers: {
+          'X-RateLimit-Limit': components['headers']['RateLimitLimit'];
+          'X-RateLimit-Remaining': components['headers']['RateLimitRemaining'];
+          'X-RateLimit-Reset': components['headers']['RateLimitReset'];
           [name: string]: unknown;
         };
         content: {
@@ -7061,6 +7479,9 @@ export interface operations {
       /** @description If-Match does not match the revision (`revision_mismatch`; `details.revision`). */
       412: {
         headers: {
+          'X-RateLimit-Limit': components['headers']['RateLimitLimit'];
+          'X-RateLimit-Remaining': components['headers']['RateLimitRemaining'];
+          'X-RateLimit-Reset': components['headers']['RateLimitReset'];
           [name: string]: unknown;
         };
         content: {
@@ -7088,6 +7509,9 @@ export interface operations {
       /** @description This Idempotency-Key was used with another request (`idempotency_key_reused`). */
       422: {
         headers: {
+          'X-RateLimit-Limit': components['headers']['RateLimitLimit'];
+          'X-RateLimit-Remaining': components['headers']['RateLimitRemaining'];
+          'X-RateLimit-Reset': components['headers']['RateLimitReset'];
           [name: string]: unknown;
         };
         content: {
@@ -7097,6 +7521,9 @@ export interface operations {
       /** @description Over a rate or quota (`rate_limited` with Retry-After, `quota_exceeded`). */
       429: {
         headers: {
+          'X-RateLimit-Limit': components['headers']['RateLimitLimit'];
+          'X-RateLimit-Remaining': components['headers']['RateLimitRemaining'];
+          'X-RateLimit-Reset': components['headers']['RateLimitReset'];
           'Retry-After': components['headers']['RetryAfter'];
           [name: string]: unknown;
         };
@@ -7400,6 +7827,9 @@ export interface operations {
       /** @description OK */
       200: {
         headers: {
+          'X-RateLimit-Limit': components['headers']['RateLimitLimit'];
+          'X-RateLimit-Remaining': components['headers']['RateLimitRemaining'];
+          'X-RateLimit-Reset': components['headers']['RateLimitReset'];
           [name: string]: unknown;
         };
         content: {
@@ -7409,6 +7839,9 @@ export interface operations {
       /** @description Created */
       201: {
         headers: {
+          'X-RateLimit-Limit': components['headers']['RateLimitLimit'];
+          'X-RateLimit-Remaining': components['headers']['RateLimitRemaining'];
+          'X-RateLimit-Reset': components['headers']['RateLimitReset'];
           [name: string]: unknown;
         };
         content: {
@@ -7464,6 +7897,9 @@ export interface operations {
       /** @description Over a rate or quota (`rate_limited` with Retry-After, `quota_exceeded`). */
       429: {
         headers: {
+          'X-RateLimit-Limit': components['headers']['RateLimitLimit'];
+          'X-RateLimit-Remaining': components['headers']['RateLimitRemaining'];
+          'X-RateLimit-Reset': components['headers']['RateLimitReset'];
           'Retry-After': components['headers']['RetryAfter'];
           [name: string]: unknown;
         };
@@ -7506,6 +7942,9 @@ export interface operations {
       /** @description OK */
       200: {
         headers: {
+          'X-RateLimit-Limit': components['headers']['RateLimitLimit'];
+          'X-RateLimit-Remaining': components['headers']['RateLimitRemaining'];
+          'X-RateLimit-Reset': components['headers']['RateLimitReset'];
           [name: string]: unknown;
         };
         content: {
@@ -7543,6 +7982,9 @@ export interface operations {
       /** @description No such resource (`session_not_found`, also for another tenant's; `iteration_not_found`, …). */
       404: {
         headers: {
+          'X-RateLimit-Limit': components['headers']['RateLimitLimit'];
+          'X-RateLimit-Remaining': components['headers']['RateLimitRemaining'];
+          'X-RateLimit-Reset': components['headers']['RateLimitReset'];
           [name: string]: unknown;
         };
         content: {
@@ -7552,6 +7994,9 @@ export interface operations {
       /** @description Over a rate or quota (`rate_limited` with Retry-After, `quota_exceeded`). */
       429: {
         headers: {
+          'X-RateLimit-Limit': components['headers']['RateLimitLimit'];
+          'X-RateLimit-Remaining': components['headers']['RateLimitRemaining'];
+          'X-RateLimit-Reset': components['headers']['RateLimitReset'];
           'Retry-After': components['headers']['RetryAfter'];
           [name: string]: unknown;
         };
@@ -7752,6 +8197,7 @@ export interface operations {
               [key: string]: unknown;
             };
             model?: string;
+            /** Format: int64 */
             max_tokens?: number;
             system?:
               | string
@@ -8205,7 +8651,10 @@ export interface operations {
                 }
             )[];
             input?: string;
-            /** @default 10 */
+            /**
+             * Format: int64
+             * @default 10
+             */
             max_iterations?: number;
             /** @default default */
             approval?: ('never' | 'always' | 'default') | string[];
@@ -8222,6 +8671,7 @@ export interface operations {
               | {
                   /** @enum {string} */
                   retry: 'double';
+                  /** Format: int64 */
                   ceiling: number;
                 };
             /** @default false */
@@ -8230,6 +8680,7 @@ export interface operations {
             stream?: boolean;
             /** @default null */
             budget?: {
+              /** Format: int64 */
               total_tokens?: number;
               cost_usd?: number;
             } | null;
@@ -8239,6 +8690,7 @@ export interface operations {
             pause_after_turn?: boolean;
             /** @default null */
             compaction?: {
+              /** Format: int64 */
               at_input_tokens: number;
               instructions?: string;
             } | null;
@@ -8273,6 +8725,9 @@ export interface operations {
       201: {
         headers: {
           'Idempotent-Replayed': components['headers']['IdempotentReplayed'];
+          'X-RateLimit-Limit': components['headers']['RateLimitLimit'];
+          'X-RateLimit-Remaining': components['headers']['RateLimitRemaining'];
+          'X-RateLimit-Reset': components['headers']['RateLimitReset'];
           [name: string]: unknown;
         };
         content: {
@@ -8310,6 +8765,9 @@ export interface operations {
       /** @description The request does not fit the session's state (the code says why), or `idempotency_in_progress`. */
       409: {
         headers: {
+          'X-RateLimit-Limit': components['headers']['RateLimitLimit'];
+          'X-RateLimit-Remaining': components['headers']['RateLimitRemaining'];
+          'X-RateLimit-Reset': components['headers']['RateLimitReset'];
           [name: string]: unknown;
         };
         content: {
@@ -8337,6 +8795,9 @@ export interface operations {
       /** @description This Idempotency-Key was used with another request (`idempotency_key_reused`). */
       422: {
         headers: {
+          'X-RateLimit-Limit': components['headers']['RateLimitLimit'];
+          'X-RateLimit-Remaining': components['headers']['RateLimitRemaining'];
+          'X-RateLimit-Reset': components['headers']['RateLimitReset'];
           [name: string]: unknown;
         };
         content: {
@@ -8346,6 +8807,9 @@ export interface operations {
       /** @description Over a rate or quota (`rate_limited` with Retry-After, `quota_exceeded`). */
       429: {
         headers: {
+          'X-RateLimit-Limit': components['headers']['RateLimitLimit'];
+          'X-RateLimit-Remaining': components['headers']['RateLimitRemaining'];
+          'X-RateLimit-Reset': components['headers']['RateLimitReset'];
           'Retry-After': components['headers']['RetryAfter'];
           [name: string]: unknown;
         };
@@ -8468,6 +8932,9 @@ export interface operations {
       /** @description OK */
       200: {
         headers: {
+          'X-RateLimit-Limit': components['headers']['RateLimitLimit'];
+          'X-RateLimit-Remaining': components['headers']['RateLimitRemaining'];
+          'X-RateLimit-Reset': components['headers']['RateLimitReset'];
           [name: string]: unknown;
         };
         content: {
@@ -8505,6 +8972,9 @@ export interface operations {
       /** @description No such resource (`session_not_found`, also for another tenant's; `iteration_not_found`, …). */
       404: {
         headers: {
+          'X-RateLimit-Limit': components['headers']['RateLimitLimit'];
+          'X-RateLimit-Remaining': components['headers']['RateLimitRemaining'];
+          'X-RateLimit-Reset': components['headers']['RateLimitReset'];
           [name: string]: unknown;
         };
         content: {
@@ -8514,6 +8984,9 @@ export interface operations {
       /** @description If-Match does not match the revision (`revision_mismatch`; `details.revision`). */
       412: {
         headers: {
+          'X-RateLimit-Limit': components['headers']['RateLimitLimit'];
+          'X-RateLimit-Remaining': components['headers']['RateLimitRemaining'];
+          'X-RateLimit-Reset': components['headers']['RateLimitReset'];
           [name: string]: unknown;
         };
         content: {
@@ -8523,6 +8996,9 @@ export interface operations {
       /** @description Over a rate or quota (`rate_limited` with Retry-After, `quota_exceeded`). */
       429: {
         headers: {
+          'X-RateLimit-Limit': components['headers']['RateLimitLimit'];
+          'X-RateLimit-Remaining': components['headers']['RateLimitRemaining'];
+          'X-RateLimit-Reset': components['headers']['RateLimitReset'];
           'Retry-After': components['headers']['RetryAfter'];
           [name: string]: unknown;
         };
@@ -8585,6 +9061,7 @@ export interface operations {
               [key: string]: unknown;
             };
             model?: string;
+            /** Format: int64 */
             max_tokens?: number;
             system?:
               | string
@@ -9038,7 +9515,10 @@ export interface operations {
                 }
             )[];
             input?: string;
-            /** @default 10 */
+            /**
+             * Format: int64
+             * @default 10
+             */
             max_iterations?: number;
             /** @default default */
             approval?: ('never' | 'always' | 'default') | string[];
@@ -9055,6 +9535,7 @@ export interface operations {
               | {
                   /** @enum {string} */
                   retry: 'double';
+                  /** Format: int64 */
                   ceiling: number;
                 };
             /** @default false */
@@ -9063,6 +9544,7 @@ export interface operations {
             stream?: boolean;
             /** @default null */
             budget?: {
+              /** Format: int64 */
               total_tokens?: number;
               cost_usd?: number;
             } | null;
@@ -9072,6 +9554,7 @@ export interface operations {
             pause_after_turn?: boolean;
             /** @default null */
             compaction?: {
+              /** Format: int64 */
               at_input_tokens: number;
               instructions?: string;
             } | null;
@@ -9103,6 +9586,9 @@ export interface operations {
       /** @description OK */
       200: {
         headers: {
+          'X-RateLimit-Limit': components['headers']['RateLimitLimit'];
+          'X-RateLimit-Remaining': components['headers']['RateLimitRemaining'];
+          'X-RateLimit-Reset': components['headers']['RateLimitReset'];
           [name: string]: unknown;
         };
         content: {
@@ -9140,6 +9626,9 @@ export interface operations {
       /** @description No such resource (`session_not_found`, also for another tenant's; `iteration_not_found`, …). */
       404: {
         headers: {
+          'X-RateLimit-Limit': components['headers']['RateLimitLimit'];
+          'X-RateLimit-Remaining': components['headers']['RateLimitRemaining'];
+          'X-RateLimit-Reset': components['headers']['RateLimitReset'];
           [name: string]: unknown;
         };
         content: {
@@ -9149,6 +9638,9 @@ export interface operations {
       /** @description If-Match does not match the revision (`revision_mismatch`; `details.revision`). */
       412: {
         headers: {
+          'X-RateLimit-Limit': components['headers']['RateLimitLimit'];
+          'X-RateLimit-Remaining': components['headers']['RateLimitRemaining'];
+          'X-RateLimit-Reset': components['headers']['RateLimitReset'];
           [name: string]: unknown;
         };
         content: {
@@ -9176,6 +9668,9 @@ export interface operations {
       /** @description Over a rate or quota (`rate_limited` with Retry-After, `quota_exceeded`). */
       429: {
         headers: {
+          'X-RateLimit-Limit': components['headers']['RateLimitLimit'];
+          'X-RateLimit-Remaining': components['headers']['RateLimitRemaining'];
+          'X-RateLimit-Reset': components['headers']['RateLimitReset'];
           'Retry-After': components['headers']['RetryAfter'];
           [name: string]: unknown;
         };
@@ -9563,15 +10058,22 @@ export interface operations {
                 /** @enum {string} */
                 type: 'http';
                 url: string;
+                /** Format: int64 */
                 timeout_ms?: number;
               };
           /** @default false */
           idempotent?: boolean;
           /** @default false */
           read_only?: boolean;
-          /** @default 600000 */
+          /**
+           * Format: int64
+           * @default 600000
+           */
           timeout_ms?: number;
-          /** @default 3 */
+          /**
+           * Format: int64
+           * @default 3
+           */
           max_attempts?: number;
         };
       };
@@ -9580,6 +10082,9 @@ export interface operations {
       /** @description OK */
       200: {
         headers: {
+          'X-RateLimit-Limit': components['headers']['RateLimitLimit'];
+          'X-RateLimit-Remaining': components['headers']['RateLimitRemaining'];
+          'X-RateLimit-Reset': components['headers']['RateLimitReset'];
           [name: string]: unknown;
         };
         content: {
@@ -9589,6 +10094,9 @@ export interface operations {
       /** @description Created */
       201: {
         headers: {
+          'X-RateLimit-Limit': components['headers']['RateLimitLimit'];
+          'X-RateLimit-Remaining': components['headers']['RateLimitRemaining'];
+          'X-RateLimit-Reset': components['headers']['RateLimitReset'];
           [name: string]: unknown;
         };
         content: {
@@ -9626,6 +10134,9 @@ export interface operations {
       /** @description The request does not fit the session's state (the code says why), or `idempotency_in_progress`. */
       409: {
         headers: {
+          'X-RateLimit-Limit': components['headers']['RateLimitLimit'];
+          'X-RateLimit-Remaining': components['headers']['RateLimitRemaining'];
+          'X-RateLimit-Reset': components['headers']['RateLimitReset'];
           [name: string]: unknown;
         };
         content: {
@@ -9653,6 +10164,9 @@ export interface operations {
       /** @description This Idempotency-Key was used with another request (`idempotency_key_reused`). */
       422: {
         headers: {
+          'X-RateLimit-Limit': components['headers']['RateLimitLimit'];
+          'X-RateLimit-Remaining': components['headers']['RateLimitRemaining'];
+          'X-RateLimit-Reset': components['headers']['RateLimitReset'];
           [name: string]: unknown;
         };
         content: {
@@ -9662,6 +10176,9 @@ export interface operations {
       /** @description Over a rate or quota (`rate_limited` with Retry-After, `quota_exceeded`). */
       429: {
         headers: {
+          'X-RateLimit-Limit': components['headers']['RateLimitLimit'];
+          'X-RateLimit-Remaining': components['headers']['RateLimitRemaining'];
+          'X-RateLimit-Reset': components['headers']['RateLimitReset'];
           'Retry-After': components['headers']['RetryAfter'];
           [name: string]: unknown;
         };
@@ -9704,6 +10221,9 @@ export interface operations {
       /** @description OK */
       200: {
         headers: {
+          'X-RateLimit-Limit': components['headers']['RateLimitLimit'];
+          'X-RateLimit-Remaining': components['headers']['RateLimitRemaining'];
+          'X-RateLimit-Reset': components['headers']['RateLimitReset'];
           [name: string]: unknown;
         };
         content: {
@@ -9741,6 +10261,9 @@ export interface operations {
       /** @description No such resource (`session_not_found`, also for another tenant's; `iteration_not_found`, …). */
       404: {
         headers: {
+          'X-RateLimit-Limit': components['headers']['RateLimitLimit'];
+          'X-RateLimit-Remaining': components['headers']['RateLimitRemaining'];
+          'X-RateLimit-Reset': components['headers']['RateLimitReset'];
           [name: string]: unknown;
         };
         content: {
@@ -9750,6 +10273,9 @@ export interface operations {
       /** @description Over a rate or quota (`rate_limited` with Retry-After, `quota_exceeded`). */
       429: {
         headers: {
+          'X-RateLimit-Limit': components['headers']['RateLimitLimit'];
+          'X-RateLimit-Remaining': components['headers']['RateLimitRemaining'];
+          'X-RateLimit-Reset': components['headers']['RateLimitReset'];
           'Retry-After': components['headers']['RetryAfter'];
           [name: string]: unknown;
         };
@@ -9792,9 +10318,15 @@ export interface operations {
       content: {
         'application/json': {
           tools: string[];
-          /** @default 1 */
+          /**
+           * Format: int64
+           * @default 1
+           */
           max?: number;
-          /** @default 0 */
+          /**
+           * Format: int64
+           * @default 0
+           */
           wait_ms?: number;
           /** @default anonymous */
           worker_id?: string;
@@ -9806,6 +10338,9 @@ export interface operations {
       200: {
         headers: {
           'Idempotent-Replayed': components['headers']['IdempotentReplayed'];
+          'X-RateLimit-Limit': components['headers']['RateLimitLimit'];
+          'X-RateLimit-Remaining': components['headers']['RateLimitRemaining'];
+          'X-RateLimit-Reset': components['headers']['RateLimitReset'];
           [name: string]: unknown;
         };
         content: {
@@ -9843,6 +10378,9 @@ export interface operations {
       /** @description The request does not fit the session's state (the code says why), or `idempotency_in_progress`. */
       409: {
         headers: {
+          'X-RateLimit-Limit': components['headers']['RateLimitLimit'];
+          'X-RateLimit-Remaining': components['headers']['RateLimitRemaining'];
+          'X-RateLimit-Reset': components['headers']['RateLimitReset'];
           [name: string]: unknown;
         };
         content: {
@@ -9870,6 +10408,9 @@ export interface operations {
       /** @description This Idempotency-Key was used with another request (`idempotency_key_reused`). */
       422: {
         headers: {
+          'X-RateLimit-Limit': components['headers']['RateLimitLimit'];
+          'X-RateLimit-Remaining': components['headers']['RateLimitRemaining'];
+          'X-RateLimit-Reset': components['headers']['RateLimitReset'];
           [name: string]: unknown;
         };
         content: {
@@ -9879,6 +10420,9 @@ export interface operations {
       /** @description Over a rate or quota (`rate_limited` with Retry-After, `quota_exceeded`). */
       429: {
         headers: {
+          'X-RateLimit-Limit': components['headers']['RateLimitLimit'];
+          'X-RateLimit-Remaining': components['headers']['RateLimitRemaining'];
+          'X-RateLimit-Reset': components['headers']['RateLimitReset'];
           'Retry-After': components['headers']['RetryAfter'];
           [name: string]: unknown;
         };
@@ -9925,6 +10469,9 @@ export interface operations {
       200: {
         headers: {
           'Idempotent-Replayed': components['headers']['IdempotentReplayed'];
+          'X-RateLimit-Limit': components['headers']['RateLimitLimit'];
+          'X-RateLimit-Remaining': components['headers']['RateLimitRemaining'];
+          'X-RateLimit-Reset': components['headers']['RateLimitReset'];
           [name: string]: unknown;
         };
         content: {
@@ -9962,6 +10509,9 @@ export interface operations {
       /** @description No such resource (`session_not_found`, also for another tenant's; `iteration_not_found`, …). */
       404: {
         headers: {
+          'X-RateLimit-Limit': components['headers']['RateLimitLimit'];
+          'X-RateLimit-Remaining': components['headers']['RateLimitRemaining'];
+          'X-RateLimit-Reset': components['headers']['RateLimitReset'];
           [name: string]: unknown;
         };
         content: {
@@ -9971,6 +10521,9 @@ export interface operations {
       /** @description The request does not fit the session's state (the code says why), or `idempotency_in_progress`. */
       409: {
         headers: {
+          'X-RateLimit-Limit': components['headers']['RateLimitLimit'];
+          'X-RateLimit-Remaining': components['headers']['RateLimitRemaining'];
+          'X-RateLimit-Reset': components['headers']['RateLimitReset'];
           [name: string]: unknown;
         };
         content: {
@@ -9998,6 +10551,9 @@ export interface operations {
       /** @description This Idempotency-Key was used with another request (`idempotency_key_reused`). */
       422: {
         headers: {
+          'X-RateLimit-Limit': components['headers']['RateLimitLimit'];
+          'X-RateLimit-Remaining': components['headers']['RateLimitRemaining'];
+          'X-RateLimit-Reset': components['headers']['RateLimitReset'];
           [name: string]: unknown;
         };
         content: {
@@ -10007,6 +10563,9 @@ export interface operations {
       /** @description Over a rate or quota (`rate_limited` with Retry-After, `quota_exceeded`). */
       429: {
         headers: {
+          'X-RateLimit-Limit': components['headers']['RateLimitLimit'];
+          'X-RateLimit-Remaining': components['headers']['RateLimitRemaining'];
+          'X-RateLimit-Reset': components['headers']['RateLimitReset'];
           'Retry-After': components['headers']['RetryAfter'];
           [name: string]: unknown;
         };
@@ -10164,6 +10723,9 @@ export interface operations {
       200: {
         headers: {
           'Idempotent-Replayed': components['headers']['IdempotentReplayed'];
+          'X-RateLimit-Limit': components['headers']['RateLimitLimit'];
+          'X-RateLimit-Remaining': components['headers']['RateLimitRemaining'];
+          'X-RateLimit-Reset': components['headers']['RateLimitReset'];
           [name: string]: unknown;
         };
         content: {
@@ -10201,6 +10763,9 @@ export interface operations {
       /** @description No such resource (`session_not_found`, also for another tenant's; `iteration_not_found`, …). */
       404: {
         headers: {
+          'X-RateLimit-Limit': components['headers']['RateLimitLimit'];
+          'X-RateLimit-Remaining': components['headers']['RateLimitRemaining'];
+          'X-RateLimit-Reset': components['headers']['RateLimitReset'];
           [name: string]: unknown;
         };
         content: {
@@ -10210,6 +10775,9 @@ export interface operations {
       /** @description The request does not fit the session's state (the code says why), or `idempotency_in_progress`. */
       409: {
         headers: {
+          'X-RateLimit-Limit': components['headers']['RateLimitLimit'];
+          'X-RateLimit-Remaining': components['headers']['RateLimitRemaining'];
+          'X-RateLimit-Reset': components['headers']['RateLimitReset'];
           [name: string]: unknown;
         };
         content: {
@@ -10237,6 +10805,9 @@ export interface operations {
       /** @description This Idempotency-Key was used with another request (`idempotency_key_reused`). */
       422: {
         headers: {
+          'X-RateLimit-Limit': components['headers']['RateLimitLimit'];
+          'X-RateLimit-Remaining': components['headers']['RateLimitRemaining'];
+          'X-RateLimit-Reset': components['headers']['RateLimitReset'];
           [name: string]: unknown;
         };
         content: {
@@ -10246,6 +10817,9 @@ export interface operations {
       /** @description Over a rate or quota (`rate_limited` with Retry-After, `quota_exceeded`). */
       429: {
         headers: {
+          'X-RateLimit-Limit': components['headers']['RateLimitLimit'];
+          'X-RateLimit-Remaining': components['headers']['RateLimitRemaining'];
+          'X-RateLimit-Reset': components['headers']['RateLimitReset'];
           'Retry-After': components['headers']['RetryAfter'];
           [name: string]: unknown;
         };
@@ -10376,6 +10950,9 @@ export interface operations {
       201: {
         headers: {
           'Idempotent-Replayed': components['headers']['IdempotentReplayed'];
+          'X-RateLimit-Limit': components['headers']['RateLimitLimit'];
+          'X-RateLimit-Remaining': components['headers']['RateLimitRemaining'];
+          'X-RateLimit-Reset': components['headers']['RateLimitReset'];
           [name: string]: unknown;
         };
         content: {
@@ -10413,6 +10990,9 @@ export interface operations {
       /** @description No such resource (`session_not_found`, also for another tenant's; `iteration_not_found`, …). */
       404: {
         headers: {
+          'X-RateLimit-Limit': components['headers']['RateLimitLimit'];
+          'X-RateLimit-Remaining': components['headers']['RateLimitRemaining'];
+          'X-RateLimit-Reset': components['headers']['RateLimitReset'];
           [name: string]: unknown;
         };
         content: {
@@ -10440,6 +11020,9 @@ export interface operations {
       /** @description This Idempotency-Key was used with another request (`idempotency_key_reused`). */
       422: {
         headers: {
+          'X-RateLimit-Limit': components['headers']['RateLimitLimit'];
+          'X-RateLimit-Remaining': components['headers']['RateLimitRemaining'];
+          'X-RateLimit-Reset': components['headers']['RateLimitReset'];
           [name: string]: unknown;
         };
         content: {
@@ -10449,6 +11032,9 @@ export interface operations {
       /** @description Over a rate or quota (`rate_limited` with Retry-After, `quota_exceeded`). */
       429: {
         headers: {
+          'X-RateLimit-Limit': components['headers']['RateLimitLimit'];
+          'X-RateLimit-Remaining': components['headers']['RateLimitRemaining'];
+          'X-RateLimit-Reset': components['headers']['RateLimitReset'];
           'Retry-After': components['headers']['RetryAfter'];
           [name: string]: unknown;
         };
@@ -10491,6 +11077,9 @@ export interface operations {
       /** @description OK */
       200: {
         headers: {
+          'X-RateLimit-Limit': components['headers']['RateLimitLimit'];
+          'X-RateLimit-Remaining': components['headers']['RateLimitRemaining'];
+          'X-RateLimit-Reset': components['headers']['RateLimitReset'];
           [name: string]: unknown;
         };
         content: {
@@ -10528,6 +11117,9 @@ export interface operations {
       /** @description No such resource (`session_not_found`, also for another tenant's; `iteration_not_found`, …). */
       404: {
         headers: {
+          'X-RateLimit-Limit': components['headers']['RateLimitLimit'];
+          'X-RateLimit-Remaining': components['headers']['RateLimitRemaining'];
+          'X-RateLimit-Reset': components['headers']['RateLimitReset'];
           [name: string]: unknown;
         };
         content: {
@@ -10537,6 +11129,9 @@ export interface operations {
       /** @description Over a rate or quota (`rate_limited` with Retry-After, `quota_exceeded`). */
       429: {
         headers: {
+          'X-RateLimit-Limit': components['headers']['RateLimitLimit'];
+          'X-RateLimit-Remaining': components['headers']['RateLimitRemaining'];
+          'X-RateLimit-Reset': components['headers']['RateLimitReset'];
           'Retry-After': components['headers']['RetryAfter'];
           [name: string]: unknown;
         };

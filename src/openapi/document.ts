@@ -69,7 +69,20 @@ const headers: Record<string, OpenAPIV3_1.HeaderObject> = {
   },
   RetryAfter: {
     description: 'Seconds to wait before trying again.',
-    schema: { type: 'integer', minimum: 0 },
+    schema: { type: 'integer', format: 'int32', minimum: 0, maximum: 86_400 },
+  },
+  // @fastify/rate-limit's headers (src/plugins/ratelimit.ts), on the mutating /v1 routes when RATE_LIMIT_PER_MIN > 0.
+  RateLimitLimit: {
+    description: 'Mutating requests a tenant may make per minute (RATE_LIMIT_PER_MIN).',
+    schema: { type: 'integer', format: 'int32', minimum: 0, maximum: 2_147_483_647 },
+  },
+  RateLimitRemaining: {
+    description: 'Mutating requests left in the current minute.',
+    schema: { type: 'integer', format: 'int32', minimum: 0, maximum: 2_147_483_647 },
+  },
+  RateLimitReset: {
+    description: 'Seconds until the current minute ends and the count starts again.',
+    schema: { type: 'integer', format: 'int32', minimum: 0, maximum: 60 },
   },
   WwwAuthenticate: { description: '`Bearer`', schema: { type: 'string' } },
   IdempotentReplayed: {
@@ -129,6 +142,8 @@ const zodToJsonConfig = {
     if (def.type === 'object' && !def.catchall && ctx.jsonSchema.additionalProperties === false) {
       delete ctx.jsonSchema.additionalProperties;
     }
+    // Integers get a format (what generated clients size them by): JavaScript's safe integers fit in int64.
+    if (ctx.jsonSchema.type === 'integer' && !ctx.jsonSchema.format) ctx.jsonSchema.format = 'int64';
     if (def.type === 'union' && ctx.jsonSchema.anyOf) {
       ctx.jsonSchema.anyOf = ctx.jsonSchema.anyOf.filter((b) => Object.keys(b).length > 0);
     }
@@ -187,6 +202,18 @@ function docsRoute(url: string): { schema: FastifySchema; url: string } | null {
   }
 }
 
+/** `x-internal`: the audience (OWASP API9), a service for a team's own backends, not a public API. */
+const server: OpenAPIV3_1.ServerObject & { 'x-internal': boolean } = {
+  url: '{scheme}://{host}',
+  description:
+    'The service: local by default (127.0.0.1:3000); in staging or production, where it is deployed',
+  'x-internal': true,
+  variables: {
+    scheme: { default: 'http', enum: ['http', 'https'] },
+    host: { default: '127.0.0.1:3000', description: 'host and port' },
+  },
+};
+
 export const swaggerOptions: FastifyDynamicSwaggerOptions = {
   openapi: {
     openapi: '3.1.0',
@@ -196,16 +223,7 @@ export const swaggerOptions: FastifyDynamicSwaggerOptions = {
       description,
       license: { name: 'UNLICENSED', identifier: 'UNLICENSED' },
     },
-    servers: [
-      {
-        url: '{scheme}://{host}',
-        description: 'The service (by default on 127.0.0.1:3000)',
-        variables: {
-          scheme: { default: 'http', enum: ['http', 'https'] },
-          host: { default: '127.0.0.1:3000', description: 'host and port' },
-        },
-      },
-    ],
+    servers: [server],
     tags,
     components: {
       securitySchemes: {
@@ -288,6 +306,15 @@ const ETAGGED = new Set(
   ['Session', 'Webhook', 'CreatedWebhook'].map((name) => `#/components/schemas/${name}`),
 );
 
+/**
+ * Answers that carry @fastify/rate-limit's headers: those of the mutating /v1 routes (reads are not counted) that
+ * pass its preHandler hook, so not the refusals of auth (401, 403) or of body parsing and validation (400, 413, 415).
+ */
+const RATE_LIMITED = (path: string, method: string, status: string) =>
+  path.startsWith('/v1/') &&
+  method !== 'get' &&
+  (status.startsWith('2') || ['404', '409', '410', '412', '422', '429'].includes(status));
+
 const ref = (kind: string, name: string) => ({ $ref: `#/components/${kind}/${name}` });
 
 function completeOperation(path: string, method: string, op: Operation): void {
@@ -309,6 +336,11 @@ function completeOperation(path: string, method: string, op: Operation): void {
     if (typeof bodyRef === 'string' && ETAGGED.has(bodyRef)) hs['ETag'] = ref('headers', 'ETag');
     if (method === 'post' && path.startsWith('/v1/') && status.startsWith('2')) {
       hs['Idempotent-Replayed'] = ref('headers', 'IdempotentReplayed');
+    }
+    if (RATE_LIMITED(path, method, status)) {
+      hs['X-RateLimit-Limit'] = ref('headers', 'RateLimitLimit');
+      hs['X-RateLimit-Remaining'] = ref('headers', 'RateLimitRemaining');
+      hs['X-RateLimit-Reset'] = ref('headers', 'RateLimitReset');
     }
     if (status === '429' || status === '503') hs['Retry-After'] = ref('headers', 'RetryAfter');
     if (status === '401') hs['WWW-Authenticate'] = ref('headers', 'WwwAuthenticate');
