@@ -16,7 +16,9 @@ describe('statuses answered are statuses declared', () => {
   let doc: Doc;
   const KEY = 'k-statuses';
   before(async () => {
-    h = await startHarness({ env: { API_KEYS: `acme:${KEY}`, CORS_ORIGINS: 'https://app.example' } });
+    h = await startHarness({
+      env: { API_KEYS: `acme:${KEY}`, CORS_ORIGINS: 'https://app.example', RATE_LIMIT_PER_MIN: '1000' },
+    });
     doc = (await h.api.req('GET', '/docs/json')).body as Doc;
   });
   after(async () => h.close());
@@ -49,6 +51,29 @@ describe('statuses answered are statuses declared', () => {
     const res = await h.api.req('PATCH', `/v1/sessions/${s.body.id}`, { tools: ['calculate_sum'] });
     assert.equal(res.status, 409);
     assertDeclared('PATCH', '/v1/sessions/{id}', 409, res.body, 'tool_call_pending');
+  });
+
+  test("the rate limiter's headers on a created session and on a 409 are the ones declared", async () => {
+    const created = await h.api.req('POST', '/v1/sessions', { input: 'hi', start: false });
+    const refused = await h.api.req('PUT', `/v1/sessions/${created.body.id}/tool-results/toolu_x`, {
+      content: 'x',
+    });
+    const answers: Array<[string, string, number, Headers]> = [
+      ['post', '/v1/sessions', created.status, created.headers],
+      ['put', '/v1/sessions/{id}/tool-results/{tool_use_id}', refused.status, refused.headers],
+    ];
+    assert.deepEqual(
+      answers.map((a) => a[2]),
+      [201, 409],
+    );
+    for (const [method, path, status, headers] of answers) {
+      const res = doc.paths[path]?.[method]?.responses[String(status)] as { headers?: object } | undefined;
+      const names = Object.keys(res?.headers ?? {}).map((n) => n.toLowerCase());
+      for (const h of ['x-ratelimit-limit', 'x-ratelimit-remaining', 'x-ratelimit-reset']) {
+        assert.match(headers.get(h) ?? '', /^\d+$/, `${method} ${path} ${status} sends ${h}`);
+        assert.ok(names.includes(h), `${method} ${path} ${status} declares ${h}: ${names.join(', ')}`);
+      }
+    }
   });
 
   test('the WebSocket route: an unlisted Origin is a 403 and a plain GET a 426, both in the envelope, declared', async () => {
