@@ -5,7 +5,7 @@ import { createSessionBody, isAgentTool, type AgentTool } from '../schemas.js';
 import type { SessionService } from '../sessions/service.js';
 import { AGENTS_DUE_KEY } from '../store/keys.js';
 import type { RedisClient } from '../store/lua-commands.js';
-import type { SessionState } from '../store/session-state.js';
+import { childUsageIncr, type SessionState } from '../store/session-state.js';
 import type { SessionStore } from '../store/store.js';
 import { SweepLoop } from '../sweep-loop.js';
 
@@ -159,16 +159,24 @@ export class AgentSweep {
     const ref = child.parent!;
     const parent = await this.opts.store.load(ref.session_id);
     if (!parent || parent.status !== 'requires_action') return;
-    await this.answer(parent, ref.tool_use_id, await this.resultOf(child));
+    // The child's usage goes into the parent's `u_child_*` in the write of the result: once, as the result is.
+    await this.answer(parent, ref.tool_use_id, await this.resultOf(child), childUsageIncr(child));
   }
 
-  private async answer(parent: SessionState, toolUseId: string, result: Result): Promise<void> {
+  private async answer(
+    parent: SessionState,
+    toolUseId: string,
+    result: Result,
+    hincr?: Record<string, number>,
+  ): Promise<void> {
     try {
       await this.opts.service.results(
         parent.tenant,
         parent.id,
         [{ tool_use_id: toolUseId, ...result }],
         true,
+        undefined,
+        hincr,
       );
     } catch (err) {
       if (err instanceof AppError && (err.statusCode === 409 || err.statusCode === 404)) return;

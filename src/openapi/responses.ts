@@ -58,6 +58,10 @@ export const sessionUsage = usage
       .nullable()
       .meta({ description: "The `budget` policy's `cost_usd`; null without." }),
     budget_remaining_cost_usd: z.number().nullable(),
+    children: usage.extend({ total_tokens: z.number(), cost_usd: z.number().nullable() }).meta({
+      description:
+        "What the session's sub-agents used (theirs and their own children's), added as each answered its call: not in the counts above, but in what is left of `budget`.",
+    }),
   })
   .meta({ id: 'SessionUsage' });
 
