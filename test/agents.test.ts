@@ -156,10 +156,19 @@ describe('sub-agents', { timeout: 120_000 }, () => {
       'the child',
     );
     await a.waitStatus(child.id, 'requires_action', 20_000);
-    assert.equal(
-      (await a.waitStatus(p.id, 'requires_action')).required_action.tool_calls[0].name,
-      'researcher',
-    );
+    const waitingParent = await a.waitStatus(p.id, 'requires_action');
+    assert.equal(waitingParent.required_action.tool_calls[0].name, 'researcher');
+    // The child's pending action surfaces on the parent (GET only), naming the child and the call it answers.
+    const childAction = (await a.get(`/v1/sessions/${child.id}`)).body.required_action;
+    assert.equal(childAction.tool_calls[0].name, 'lookup');
+    const surfaced = (await a.get(`/v1/sessions/${p.id}`)).body.required_action;
+    assert.deepEqual(surfaced.children_waiting, [
+      {
+        session_id: child.id,
+        tool_use_id: waitingParent.required_action.tool_calls[0].id,
+        required_action: childAction,
+      },
+    ]);
     assert.equal((await a.post(`/v1/sessions/${p.id}/cancel`)).status < 300, true);
     const cancelled = await a.waitFor(child.id, (s) => s.status === 'idle', 30_000);
     assert.equal(cancelled.stop_reason, 'cancelled');

@@ -1100,6 +1100,12 @@ export interface components {
        * @description When the action times out (policy `action_timeout_s`); absent: never.
        */
       expires_at?: string;
+      /** @description `GET /v1/sessions/:id` only: the sub-agent sessions the open agent calls wait for that wait for a client themselves, with their `required_action` (nested the same way). */
+      children_waiting?: {
+        session_id: string;
+        tool_use_id: string;
+        required_action: unknown;
+      }[];
     };
     SessionError: {
       code: string;

@@ -80,6 +80,19 @@ export const requiredAction = z
     expires_at: isoTime.optional().meta({
       description: 'When the action times out (policy `action_timeout_s`); absent: never.',
     }),
+    children_waiting: z
+      .array(
+        z.object({
+          session_id: z.string(),
+          tool_use_id: z.string(),
+          required_action: z.unknown(),
+        }),
+      )
+      .optional()
+      .meta({
+        description:
+          '`GET /v1/sessions/:id` only: the sub-agent sessions the open agent calls wait for that wait for a client themselves, with their `required_action` (nested the same way).',
+      }),
   })
   .meta({ id: 'RequiredAction', description: 'What a client must do before the run goes on.' });
 
