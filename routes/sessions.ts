@@ -143,7 +143,13 @@ const routes: FastifyPluginAsyncZod = async (app) => {
     },
     async (req, reply) => {
       const s = await app.store.loadFor(req.tenant, req.params.id);
-      return send(reply, s);
+      // A parent waiting for its sub-agents names those that wait for a client (spec §7.6).
+      const waiting = await app.agents.waiting(s);
+      const v = sessionView(s);
+      if (!waiting.length || !v.required_action) return send(reply, s);
+      return reply
+        .header('etag', `"${s.revision}"`)
+        .send({ ...v, required_action: { ...v.required_action, children_waiting: waiting } });
     },
   );
 

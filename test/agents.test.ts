@@ -23,12 +23,21 @@ const lookup = {
   input_schema: { type: 'object', properties: {} },
 };
 
+const tokens = (u: Record<string, number>) =>
+  u['input_tokens']! +
+  u['output_tokens']! +
+  u['cache_creation_input_tokens']! +
+  u['cache_read_input_tokens']!;
+
 describe('sub-agents', { timeout: 120_000 }, () => {
   let redis: TestRedis;
   let fake: FakeAnthropic;
   let h: Harness;
   let r: Redis;
   let a: Api;
+  /** From the first test: the usage of the writer's first turn, and its researcher's tokens. */
+  let firstTurn: Record<string, number>;
+  let childTokens = 0;
 
   before(async () => {
     [redis, fake] = await Promise.all([startTestRedis(), startFakeAnthropic({ strictAlternation: true })]);
@@ -75,9 +84,46 @@ describe('sub-agents', { timeout: 120_000 }, () => {
     );
     const childHistory = (await a.get(`/v1/sessions/${child.id}/messages`)).body.data;
     assert.match(JSON.stringify(childHistory[0].content), /Why is the sky blue\?/);
+    // The child's usage shows on the parent as `usage.children`, and counts in what is left of its budget.
+    const kids = parent.usage.children;
+    assert.ok(child.usage.total_tokens > 0);
+    assert.equal(kids.input_tokens, child.usage.input_tokens);
+    assert.equal(kids.output_tokens, child.usage.output_tokens);
+    assert.equal(kids.total_tokens, child.usage.total_tokens);
+    assert.equal(kids.total_tokens, tokens(kids));
+    assert.equal(kids.cost_usd, child.usage.cost_usd);
+    // The parent's own totals stay its own.
+    assert.equal(parent.usage.total_tokens, tokens(parent.usage));
+    firstTurn = (await a.get(`/v1/sessions/${parent.id}/iterations`)).body.data[0].usage;
+    childTokens = kids.total_tokens;
     // Another tenant sees neither.
     assert.equal((await h.api.as('key-b').get(`/v1/sessions/${parent.id}/children`)).status, 404);
     assert.equal((await h.api.as('key-b').get(`/v1/sessions/${child.id}`)).status, 404);
+  });
+
+  it("the child's usage counts toward the parent's budget, once", async () => {
+    assert.ok(childTokens > 1, 'the first test ran');
+    // Room for the writer's first turn, not for it and its researcher's usage: without the child counted, the writer
+    // would go on to its article.
+    const budget = { total_tokens: tokens(firstTurn) + Math.ceil(childTokens / 2) };
+    const res = await a.post('/v1/sessions', {
+      system: 'You are a writer.',
+      input: 'Write a short article on why the sky is blue.',
+      tools: [researcher()],
+      budget,
+    });
+    assert.equal(res.status, 201, JSON.stringify(res.body));
+    const parent = await a.waitFor(res.body.id, (s) => s.status === 'idle', 30_000);
+    assert.equal(parent.stop_reason, 'budget_exhausted');
+    assert.equal(parent.iteration, 1);
+    assert.equal(parent.usage.children.total_tokens, childTokens);
+    assert.equal(parent.usage.budget_remaining_tokens, 0);
+    // The result went in once, and so did the usage: the counters match the one child.
+    const child = (await a.get(`/v1/sessions/${parent.id}/children`)).body.data[0];
+    assert.equal(parent.usage.children.total_tokens, child.usage.total_tokens);
+    const cont = await a.post(`/v1/sessions/${parent.id}/continue`, {});
+    assert.equal(cont.status, 409);
+    assert.equal(cont.body.error.code, 'budget_exhausted');
   });
 
   it('refuses sub-agents nested deeper than 3 levels, and a sub-agent session with a history', async () => {
@@ -110,10 +156,19 @@ describe('sub-agents', { timeout: 120_000 }, () => {
       'the child',
     );
     await a.waitStatus(child.id, 'requires_action', 20_000);
-    assert.equal(
-      (await a.waitStatus(p.id, 'requires_action')).required_action.tool_calls[0].name,
-      'researcher',
-    );
+    const waitingParent = await a.waitStatus(p.id, 'requires_action');
+    assert.equal(waitingParent.required_action.tool_calls[0].name, 'researcher');
+    // The child's pending action surfaces on the parent (GET only), naming the child and the call it answers.
+    const childAction = (await a.get(`/v1/sessions/${child.id}`)).body.required_action;
+    assert.equal(childAction.tool_calls[0].name, 'lookup');
+    const surfaced = (await a.get(`/v1/sessions/${p.id}`)).body.required_action;
+    assert.deepEqual(surfaced.children_waiting, [
+      {
+        session_id: child.id,
+        tool_use_id: waitingParent.required_action.tool_calls[0].id,
+        required_action: childAction,
+      },
+    ]);
     assert.equal((await a.post(`/v1/sessions/${p.id}/cancel`)).status < 300, true);
     const cancelled = await a.waitFor(child.id, (s) => s.status === 'idle', 30_000);
     assert.equal(cancelled.stop_reason, 'cancelled');

@@ -115,6 +115,14 @@ describe('iterations, max_iterations and usage', () => {
       server_tool_use: {},
       budget_cost_usd: null,
       budget_remaining_cost_usd: null,
+      children: {
+        input_tokens: 0,
+        output_tokens: 0,
+        cache_creation_input_tokens: 0,
+        cache_read_input_tokens: 0,
+        total_tokens: 0,
+        cost_usd: 0,
+      },
     });
 
     const msgs = (await h.api.get(`/v1/sessions/${id}/messages`)).body.data;

@@ -1067,6 +1067,15 @@ export interface components {
       /** @description The `budget` policy's `cost_usd`; null without. */
       budget_cost_usd: number | null;
       budget_remaining_cost_usd: number | null;
+      /** @description What the session's sub-agents used (theirs and their own children's), added as each answered its call: not in the counts above, but in what is left of `budget`. */
+      children: {
+        input_tokens: number;
+        output_tokens: number;
+        cache_creation_input_tokens: number;
+        cache_read_input_tokens: number;
+        total_tokens: number;
+        cost_usd: number | null;
+      };
     };
     /** @description What a client must do before the run goes on. */
     RequiredAction: {
@@ -1094,6 +1103,12 @@ export interface components {
        * @description When the action times out (policy `action_timeout_s`); absent: never.
        */
       expires_at?: string;
+      /** @description `GET /v1/sessions/:id` only: the sub-agent sessions the open agent calls wait for that wait for a client themselves, with their `required_action` (nested the same way). */
+      children_waiting?: {
+        session_id: string;
+        tool_use_id: string;
+        required_action: unknown;
+      }[];
     };
     SessionError: {
       code: string;

@@ -3,9 +3,10 @@ import type { FastifyBaseLogger as Logger } from 'fastify';
 import { AppError } from '../errors.js';
 import { createSessionBody, isAgentTool, type AgentTool } from '../schemas.js';
 import type { SessionService } from '../sessions/service.js';
+import { sessionView, type SessionView } from '../sessions/view.js';
 import { AGENTS_DUE_KEY } from '../store/keys.js';
 import type { RedisClient } from '../store/lua-commands.js';
-import type { SessionState } from '../store/session-state.js';
+import { childUsageIncr, type SessionState } from '../store/session-state.js';
 import type { SessionStore } from '../store/store.js';
 import { SweepLoop } from '../sweep-loop.js';
 
@@ -40,6 +41,15 @@ export interface AgentSweepOptions {
 }
 
 type Result = { content: string; is_error: boolean };
+
+type Action = NonNullable<SessionView['required_action']>;
+/** A child that waits for a client, as its parent's `required_action.children_waiting` names it. */
+export interface ChildWaiting {
+  session_id: string;
+  /** The parent's agent call the child answers. */
+  tool_use_id: string;
+  required_action: Action & { children_waiting?: ChildWaiting[] };
+}
 
 export class AgentSweep {
   private readonly loop: SweepLoop;
@@ -159,16 +169,24 @@ export class AgentSweep {
     const ref = child.parent!;
     const parent = await this.opts.store.load(ref.session_id);
     if (!parent || parent.status !== 'requires_action') return;
-    await this.answer(parent, ref.tool_use_id, await this.resultOf(child));
+    // The child's usage goes into the parent's `u_child_*` in the write of the result: once, as the result is.
+    await this.answer(parent, ref.tool_use_id, await this.resultOf(child), childUsageIncr(child));
   }
 
-  private async answer(parent: SessionState, toolUseId: string, result: Result): Promise<void> {
+  private async answer(
+    parent: SessionState,
+    toolUseId: string,
+    result: Result,
+    hincr?: Record<string, number>,
+  ): Promise<void> {
     try {
       await this.opts.service.results(
         parent.tenant,
         parent.id,
         [{ tool_use_id: toolUseId, ...result }],
         true,
+        undefined,
+        hincr,
       );
     } catch (err) {
       if (err instanceof AppError && (err.statusCode === 409 || err.statusCode === 404)) return;
@@ -219,6 +237,30 @@ export class AgentSweep {
         });
     }
     await this.opts.redis.del(key);
+  }
+
+  /**
+   * The children the session's open agent calls wait for that wait for a client themselves (`requires_action`),
+   * with their `required_action` (and theirs, in turn): what `GET /v1/sessions/:id` shows as
+   * `required_action.children_waiting`.
+   */
+  async waiting(s: SessionState): Promise<ChildWaiting[]> {
+    if (s.status !== 'requires_action') return [];
+    const agents = new Set(s.tools.filter(isAgentTool).map((t) => t.name));
+    const out: ChildWaiting[] = [];
+    for (const c of s.pending?.calls ?? []) {
+      if (c.kind !== 'client' || c.result || !agents.has(c.name)) continue;
+      const child = await this.opts.store.load(childSessionId(s.id, c.id));
+      const action = child && child.tenant === s.tenant ? sessionView(child).required_action : null;
+      if (!child || !action) continue;
+      const below = await this.waiting(child);
+      out.push({
+        session_id: child.id,
+        tool_use_id: c.id,
+        required_action: below.length ? { ...action, children_waiting: below } : action,
+      });
+    }
+    return out;
   }
 
   /** The children of a session, oldest first. */

@@ -31,9 +31,10 @@ export interface Spent {
   micros: number;
 }
 
-export const spentOf = (s: Pick<SessionState, 'usage' | 'cost'>): Spent => ({
-  tokens: totalTokens(s.usage),
-  micros: s.cost.micros,
+/** Its sub-agents' usage included (`childUsage`: added as each answered its call). */
+export const spentOf = (s: Pick<SessionState, 'usage' | 'cost' | 'childUsage'>): Spent => ({
+  tokens: totalTokens(s.usage) + totalTokens(s.childUsage),
+  micros: s.cost.micros + s.childUsage.micros,
 });
 
 /** Whether `spent` leaves nothing of `budget` (no budget: never). */
@@ -48,20 +49,31 @@ const sessionCostUsd = (s: Pick<SessionState, 'cost'>): number | null =>
   s.cost.unpriced > 0 ? null : microsToUsd(s.cost.micros);
 
 /** The budget's part of the session's `usage` in the API: the totals and what is left of the budget. */
-export function budgetUsage(s: Pick<SessionState, 'usage' | 'budget' | 'cost'>) {
+export function budgetUsage(s: Pick<SessionState, 'usage' | 'budget' | 'cost' | 'childUsage'>) {
   const total = totalTokens(s.usage);
   const cost = sessionCostUsd(s);
   const costCap = s.budget?.cost_usd;
+  const spent = spentOf(s);
+  const k = s.childUsage;
   return {
     total_tokens: total,
     budget_total_tokens: s.budget?.total_tokens ?? null,
     budget_remaining_tokens:
-      s.budget?.total_tokens !== undefined ? Math.max(0, s.budget.total_tokens - total) : null,
+      s.budget?.total_tokens !== undefined ? Math.max(0, s.budget.total_tokens - spent.tokens) : null,
     cost_usd: cost,
     server_tool_use: s.cost.serverToolUse,
     budget_cost_usd: costCap ?? null,
     budget_remaining_cost_usd:
-      costCap !== undefined ? microsToUsd(Math.max(0, usdToMicros(costCap) - s.cost.micros)) : null,
+      costCap !== undefined ? microsToUsd(Math.max(0, usdToMicros(costCap) - spent.micros)) : null,
+    /** The sub-agents' (and theirs'): counted in the budget's remaining, not in the session's own totals. */
+    children: {
+      input_tokens: k.input_tokens,
+      output_tokens: k.output_tokens,
+      cache_creation_input_tokens: k.cache_creation_input_tokens,
+      cache_read_input_tokens: k.cache_read_input_tokens,
+      total_tokens: totalTokens(k),
+      cost_usd: k.unpriced > 0 ? null : microsToUsd(k.micros),
+    },
   };
 }
 
@@ -69,14 +81,15 @@ export function budgetUsage(s: Pick<SessionState, 'usage' | 'budget' | 'cost'>) 
  * 409 `budget_exhausted` for a request that would start turns (a new message, `continue`) while the session's budget
  * is spent: the client raises it first (PATCH `budget`).
  */
-export function assertBudgetLeft(s: Pick<SessionState, 'usage' | 'budget' | 'cost'>): void {
-  if (!budgetExhausted(s.budget, spentOf(s))) return;
-  const tokensSpent = s.budget?.total_tokens !== undefined && totalTokens(s.usage) >= s.budget.total_tokens;
+export function assertBudgetLeft(s: Pick<SessionState, 'usage' | 'budget' | 'cost' | 'childUsage'>): void {
+  const spent = spentOf(s);
+  if (!budgetExhausted(s.budget, spent)) return;
+  const tokensSpent = s.budget?.total_tokens !== undefined && spent.tokens >= s.budget.total_tokens;
   throw conflict(
     BUDGET_EXHAUSTED,
     tokensSpent
-      ? `The session has used ${totalTokens(s.usage)} tokens of its budget of ${s.budget?.total_tokens}; raise \`budget.total_tokens\` with PATCH first.`
-      : `The session has cost ${sessionCostUsd(s)} USD of its budget of ${s.budget?.cost_usd}; raise \`budget.cost_usd\` with PATCH first.`,
+      ? `The session (with its sub-agents) has used ${spent.tokens} tokens of its budget of ${s.budget?.total_tokens}; raise \`budget.total_tokens\` with PATCH first.`
+      : `The session (with its sub-agents) has cost ${microsToUsd(spent.micros)} USD of its budget of ${s.budget?.cost_usd}; raise \`budget.cost_usd\` with PATCH first.`,
     budgetUsage(s),
   );
 }

@@ -58,6 +58,10 @@ export const sessionUsage = usage
       .nullable()
       .meta({ description: "The `budget` policy's `cost_usd`; null without." }),
     budget_remaining_cost_usd: z.number().nullable(),
+    children: usage.extend({ total_tokens: z.number(), cost_usd: z.number().nullable() }).meta({
+      description:
+        "What the session's sub-agents used (theirs and their own children's), added as each answered its call: not in the counts above, but in what is left of `budget`.",
+    }),
   })
   .meta({ id: 'SessionUsage' });
 
@@ -76,6 +80,19 @@ export const requiredAction = z
     expires_at: isoTime.optional().meta({
       description: 'When the action times out (policy `action_timeout_s`); absent: never.',
     }),
+    children_waiting: z
+      .array(
+        z.object({
+          session_id: z.string(),
+          tool_use_id: z.string(),
+          required_action: z.unknown(),
+        }),
+      )
+      .optional()
+      .meta({
+        description:
+          '`GET /v1/sessions/:id` only: the sub-agent sessions the open agent calls wait for that wait for a client themselves, with their `required_action` (nested the same way).',
+      }),
   })
   .meta({ id: 'RequiredAction', description: 'What a client must do before the run goes on.' });
 

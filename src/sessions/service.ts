@@ -108,8 +108,10 @@ export class SessionService {
     results: z.infer<typeof toolResultsBody>['results'],
     go: boolean,
     ifMatch?: number,
+    /** Counters added in the same write (a sub-agent's usage, src/agents/sweep.ts). */
+    hincr?: Record<string, number>,
   ): Promise<MutationResult> {
-    return submitResults(this.deps, tenant, id, results, go, ifMatch);
+    return submitResults(this.deps, tenant, id, results, go, ifMatch, hincr);
   }
 
   continue(tenant: string, id: string, ifMatch?: number): Promise<MutationResult> {

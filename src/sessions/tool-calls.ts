@@ -143,6 +143,7 @@ export function submitResults(
   results: ResultInput[],
   go: boolean,
   ifMatch?: number,
+  hincr?: Record<string, number>,
 ): Promise<MutationResult> {
   return mutate(deps, tenant, id, ifMatch, async (s) => {
     assertActionOpen(s);
@@ -157,7 +158,11 @@ export function submitResults(
       ? runOps(s, { pending: step })
       : statusOps(s, { status: 'requires_action', pending: step });
     return {
-      ops: { ...st, events: [...events, ...(st.events ?? [])] },
+      ops: {
+        ...st,
+        events: [...events, ...(st.events ?? [])],
+        ...(hincr ? { hincr: { ...st.hincr, ...hincr } } : {}),
+      },
       starts: goes,
     };
   });

@@ -38,6 +38,12 @@ interface SessionCost {
   serverToolUse: Record<string, number>;
 }
 
+/** The usage of a session's sub-agents, added up (meta fields `u_child_*`). */
+export interface ChildUsage extends Usage {
+  micros: number;
+  unpriced: number;
+}
+
 export interface SessionError {
   code: string;
   message: string;
@@ -92,6 +98,8 @@ export interface SessionState {
   error: SessionError | null;
   usage: Usage;
   cost: SessionCost;
+  /** What its sub-agents used (theirs and their children's), added as each answered its call (`u_child_*`). */
+  childUsage: ChildUsage;
   metadata: Record<string, unknown>;
   createdAt: number;
   updatedAt: number;
@@ -286,6 +294,14 @@ export function decodeFields(h: Record<string, string>): SessionState {
       cache_read_input_tokens: Number(h['u_cr'] ?? 0),
     },
     cost: decodeCost(h),
+    childUsage: {
+      input_tokens: Number(h['u_child_in'] ?? 0),
+      output_tokens: Number(h['u_child_out'] ?? 0),
+      cache_creation_input_tokens: Number(h['u_child_cc'] ?? 0),
+      cache_read_input_tokens: Number(h['u_child_cr'] ?? 0),
+      micros: Number(h['u_child_cost'] ?? 0),
+      unpriced: Number(h['u_child_nc'] ?? 0),
+    },
     metadata: json(h['metadata'], {}),
     createdAt: Number(h['created_at'] ?? 0),
     updatedAt: Number(h['updated_at'] ?? 0),
@@ -341,6 +357,25 @@ export function usageIncr(
   for (const [name, n] of Object.entries(u?.server_tool_use ?? {}))
     if (typeof n === 'number' && n > 0 && /^[a-z_]{1,64}$/.test(name)) out[SERVER_TOOL_PREFIX + name] = n;
   return out;
+}
+
+/**
+ * HINCRBY ops adding a sub-agent's usage (its own and its children's) to its parent's `u_child_*` fields: written
+ * with the result that answers the parent's call, so it is counted once. Not the tenant's day counters (the child's
+ * turns were counted there already).
+ */
+export function childUsageIncr(
+  c: Pick<SessionState, 'usage' | 'cost' | 'childUsage'>,
+): Record<string, number> {
+  const k = c.childUsage;
+  return {
+    u_child_in: c.usage.input_tokens + k.input_tokens,
+    u_child_out: c.usage.output_tokens + k.output_tokens,
+    u_child_cc: c.usage.cache_creation_input_tokens + k.cache_creation_input_tokens,
+    u_child_cr: c.usage.cache_read_input_tokens + k.cache_read_input_tokens,
+    u_child_cost: c.cost.micros + k.micros,
+    u_child_nc: c.cost.unpriced + k.unpriced,
+  };
 }
 
 /** The tenant's day counters of a commit's HINCRBY ops (src/cost/spend.ts), or null when it counts no turn. */
