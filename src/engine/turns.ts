@@ -4,6 +4,9 @@
  * params (every SDK cast) are built in runner-params.ts; tool execution (tool-step.ts), eager tools (eager.ts),
  * compaction (compaction.ts; a run that only compacts: compaction-run.ts), tool changes (tools-change.ts) and budgets
  * (budget.ts) are apart.
+ *
+ * Over 400 lines because `runTurns` holds the runner's loop state (history, thread, spend, iteration) in one
+ * closure; it becomes methods of one `Run` object in the design step (issue 23), which splits this file.
  */
 import { APIUserAbortError } from '@anthropic-ai/sdk';
 import type { BetaToolRunnerParams } from '@anthropic-ai/sdk/lib/tools/BetaToolRunner';

@@ -7,6 +7,9 @@
  * The tool list is listed again when the server says it changed (`notifications/tools/list_changed`, on the
  * standalone SSE stream) or after `MCP_TOOLS_TTL_MS`; while a server is unreachable its last list stays in use, so a
  * session keeps offering the tools and its calls get `is_error` results rather than vanishing from the model's view.
+ *
+ * Over 400 lines: the connection, its byte-counting transport fetch and the call (timeouts, progress, result bound)
+ * share the client's lifecycle; the bounded fetch is the part to move out next.
  */
 import { AsyncLocalStorage } from 'node:async_hooks';
 import { Client } from '@modelcontextprotocol/sdk/client/index.js';

@@ -7,6 +7,9 @@ import { ERROR_CODES } from '../errors.js';
  * themselves, which are checked against them before they are sent (src/openapi/serializer.ts). So the document cannot
  * say what the service does not send. Only what clients rely on is spelled out; fields added later pass through
  * (the serializer checks, it never strips), and the document says so (no `additionalProperties: false`).
+ *
+ * One file over 400 lines: every response schema of the document, so their shared parts (usage, errors, the
+ * session) are defined once; split by resource when it grows further.
  */
 
 const isoTime = z.string().meta({ format: 'date-time' });

@@ -2,6 +2,9 @@
  * What a session is, as its meta hash stores it: the SessionState type and the stored types around it (iteration
  * records, compacted segments), and the one encoder and decoder of the hash's fields. Written and read only by the
  * store (store.ts); the other modules see decoded values.
+ *
+ * One file over 400 lines on purpose: the type, the encoder and the decoder of each field sit together, so a new
+ * field is added in one place and cannot be written one way and read another.
  */
 import { randomBytes } from 'node:crypto';
 import type { SpendIncr } from '../cost/spend.js';
