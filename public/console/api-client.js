@@ -45,14 +45,8 @@ export function createApi(getKey) {
 
   return {
     tools: () => call((x) => x.listTools()),
-    listSessions: ({ limit = 50, status, metadata } = {}) =>
-      call((x) =>
-        x.listSessions({
-          limit,
-          ...(status ? { status } : {}),
-          ...(metadata ? { [`metadata.${metadata.key}`]: metadata.value } : {}),
-        }),
-      ),
+    listSessions: ({ limit = 50, status } = {}) =>
+      call((x) => x.listSessions({ limit, ...(status ? { status } : {}) })),
     getSession: (id) => call((x) => x.getSession(id)),
     messages: (id) => call((x) => x.listMessages(id)),
     iterations: (id) => call((x) => x.listIterations(id)),
@@ -68,7 +62,6 @@ export function createApi(getKey) {
     retry: (id, body) => call((x) => x.retrySession(id, body ?? {})),
     cancel: (id) => call((x) => x.cancelSession(id)),
     resume: (id) => call((x) => x.resumeSession(id)),
-    compact: (id) => call((x) => x.compactSession(id)),
     fork: (id, atIteration) => call((x) => x.forkSession(id, { at_iteration: atIteration })),
     remove: (id) => call((x) => x.deleteSession(id)),
     follow: (id, handlers) => follow(id, c, handlers),
