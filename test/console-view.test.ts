@@ -8,9 +8,18 @@ import assert from 'node:assert/strict';
 
 // A plain JavaScript module for browsers: loaded by URL so the type checker does not look for its declarations.
 const viewUrl = new URL('../public/console/view.js', import.meta.url).href;
-const { SessionModel, canContinue, conversation, sessionCost, formatCost, sessionTitle } = await import(
-  viewUrl
-);
+const {
+  SessionModel,
+  canCompact,
+  canContinue,
+  conversation,
+  formatFigures,
+  matchesSearch,
+  parseSearch,
+  sessionCost,
+  formatCost,
+  sessionTitle,
+} = await import(viewUrl);
 
 let seq = 0;
 const ev = (type: string, data: unknown, revision: number | null = null) => ({
@@ -279,5 +288,56 @@ describe('console view model', () => {
       80,
     );
     assert.equal(sessionTitle(session({ metadata: {} }), []), null);
+  });
+
+  it('searches sessions: key=value asks the server, text matches id, title and metadata', () => {
+    assert.equal(parseSearch('  '), null);
+    assert.deepEqual(parseSearch(' chat_id=c_42 '), { metadata: { key: 'chat_id', value: 'c_42' } });
+    assert.deepEqual(parseSearch('Paris Trip'), { text: 'paris trip' });
+    assert.deepEqual(parseSearch('a b=c'), { text: 'a b=c' }, 'a key has no spaces');
+    assert.deepEqual(parseSearch('k='), { text: 'k=' }, 'an empty value is text');
+    assert.deepEqual(parseSearch(`${'k'.repeat(65)}=v`), { text: `${'k'.repeat(65)}=v` });
+    const s = session({ id: 'ses_AbC', metadata: { title: 'Trip to Paris', owner: 'u7', n: 5 } });
+    assert.equal(matchesSearch(s, 'abc'), true, 'id, any case');
+    assert.equal(matchesSearch(s, 'paris'), true, 'title');
+    assert.equal(matchesSearch(s, 'u7'), true, 'a metadata value');
+    assert.equal(matchesSearch(s, 'n=5'), true, 'a metadata pair');
+    assert.equal(matchesSearch(s, 'tokyo'), false);
+    assert.equal(matchesSearch(session({ metadata: {} }), 'hi', [user]), true, 'the first user text');
+  });
+
+  it("enables Compact only when the API answers 202, and shows each turn's time and cost", () => {
+    assert.equal(canCompact(session({ status: 'idle' })), true);
+    assert.equal(canCompact(session({ status: 'failed' })), true);
+    assert.equal(canCompact(session({ status: 'running' })), true);
+    assert.equal(canCompact(session({ status: 'requires_action' })), false, '409 invalid_status');
+    assert.equal(canCompact(session({ status: 'idle', compaction_pending: true })), false, '409');
+
+    const m = new SessionModel('ses_test');
+    const summary = { role: 'assistant', content: [{ type: 'compaction', content: 'Earlier: hi.' }] };
+    const reply = { role: 'assistant', content: [{ type: 'text', text: 'Hello' }] };
+    m.setSnapshot(session({ status: 'running', revision: 5, iteration: 3 }), [summary, reply]);
+    // Two messages (turn 1) went into the compaction's segment: the whole record's index 2 is the history's 0.
+    m.setIterations([
+      { iteration: 1, reply_index: 1, usage: { cost_usd: 0.5 }, timings: { upstream_ms: 100 } },
+      { iteration: 2, kind: 'compaction', reply_index: 2, usage: { cost_usd: 0.002 }, timings: {} },
+      {
+        iteration: 3,
+        reply_index: 3,
+        usage: { cost_usd: 0.25 },
+        started_at: '2026-01-01T00:00:00.000Z',
+        completed_at: '2026-01-01T00:00:01.500Z',
+        timings: {},
+      },
+    ]);
+    m.apply(ev('turn.started', { iteration: 4, message_count: 3 }), false);
+    m.apply(ev('turn.completed', { iteration: 4, message: reply, usage: { cost_usd: 0.125 } }, 6), true);
+    const items = conversation(m).filter((i: { kind: string }) => i.kind === 'assistant');
+    assert.deepEqual(
+      items.map((i: { figures: unknown }) => formatFigures(i.figures)),
+      ['$0.0020', '1.5 s · $0.25', '$0.13'],
+    );
+    assert.equal(formatFigures({ ms: 420, cost: null }), '420 ms');
+    assert.equal(formatFigures(null), '');
   });
 });

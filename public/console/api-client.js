@@ -45,8 +45,14 @@ export function createApi(getKey) {
 
   return {
     tools: () => call((x) => x.listTools()),
-    listSessions: ({ limit = 50, status } = {}) =>
-      call((x) => x.listSessions({ limit, ...(status ? { status } : {}) })),
+    listSessions: ({ limit = 50, status, metadata } = {}) =>
+      call((x) =>
+        x.listSessions({
+          limit,
+          ...(status ? { status } : {}),
+          ...(metadata ? { [`metadata.${metadata.key}`]: metadata.value } : {}),
+        }),
+      ),
     getSession: (id) => call((x) => x.getSession(id)),
     messages: (id) => call((x) => x.listMessages(id)),
     iterations: (id) => call((x) => x.listIterations(id)),
@@ -62,6 +68,7 @@ export function createApi(getKey) {
     retry: (id, body) => call((x) => x.retrySession(id, body ?? {})),
     cancel: (id) => call((x) => x.cancelSession(id)),
     resume: (id) => call((x) => x.resumeSession(id)),
+    compact: (id) => call((x) => x.compactSession(id)),
     fork: (id, atIteration) => call((x) => x.forkSession(id, { at_iteration: atIteration })),
     remove: (id) => call((x) => x.deleteSession(id)),
     follow: (id, handlers) => follow(id, c, handlers),

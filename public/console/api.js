@@ -45,8 +45,12 @@ export function createApi(getKey) {
   return {
     request,
     tools: () => request('GET', '/v1/tools'),
-    listSessions: ({ limit = 50, status } = {}) =>
-      request('GET', `/v1/sessions?limit=${limit}${status ? `&status=${encodeURIComponent(status)}` : ''}`),
+    listSessions: ({ limit = 50, status, metadata } = {}) => {
+      const q = new URLSearchParams({ limit: String(limit) });
+      if (status) q.set('status', status);
+      if (metadata) q.set(`metadata.${metadata.key}`, metadata.value);
+      return request('GET', `/v1/sessions?${q}`);
+    },
     getSession: (id) => request('GET', s(id)),
     messages: (id) => request('GET', `${s(id)}/messages`),
     iterations: (id) => request('GET', `${s(id)}/iterations`),
@@ -62,6 +66,7 @@ export function createApi(getKey) {
     retry: (id, body) => request('POST', `${s(id)}/retry`, body),
     cancel: (id) => request('POST', `${s(id)}/cancel`),
     resume: (id) => request('POST', `${s(id)}/resume`),
+    compact: (id) => request('POST', `${s(id)}/compact`),
     fork: (id, atIteration) => request('POST', `${s(id)}/fork`, { at_iteration: atIteration }),
     remove: (id) => request('DELETE', s(id)),
     follow: (id, handlers) => follow(id, getKey, handlers),

@@ -5,7 +5,15 @@ import { render } from 'preact';
 import { useCallback, useEffect, useState } from 'preact/hooks';
 import { SessionView } from './session.js';
 import { ErrorNote, KEY_STORAGE, StatusBadge, api, html, readKey } from './ui.js';
-import { ago, sessionCost, formatCost, totalTokens } from './view.js';
+import {
+  ago,
+  formatCost,
+  matchesSearch,
+  parseSearch,
+  sessionCost,
+  sessionTitle,
+  totalTokens,
+} from './view.js';
 
 /** How often the session list is read again while the page is visible (ms). */
 const LIST_POLL_MS = 2000;
@@ -50,6 +58,10 @@ function KeyBar({ keySet, onSave, onForget }) {
 function SessionList({ current, version, onError }) {
   const [sessions, setSessions] = useState(null);
   const [filter, setFilter] = useState('');
+  const [query, setQuery] = useState('');
+  const search = parseSearch(query);
+  /** The server's metadata filter (`key=value`), as one string: the list is read again when it changes. */
+  const metaKey = search?.metadata ? `${search.metadata.key}=${search.metadata.value}` : '';
   useEffect(() => {
     let stopped = false;
     let timer = null;
@@ -58,7 +70,11 @@ function SessionList({ current, version, onError }) {
       // Not while hidden or offline: nobody looks, or the request would only fail.
       if (document.visibilityState === 'visible' && navigator.onLine) {
         try {
-          const page = await api.listSessions({ limit: 50, status: filter || undefined });
+          const page = await api.listSessions({
+            limit: 50,
+            status: filter || undefined,
+            metadata: search?.metadata,
+          });
           if (!stopped) {
             setSessions(page.data);
             onError(null);
@@ -74,8 +90,9 @@ function SessionList({ current, version, onError }) {
       stopped = true;
       clearTimeout(timer);
     };
-  }, [filter, version]);
+  }, [filter, metaKey, version]);
   const now = Date.now();
+  const shown = sessions && search?.text ? sessions.filter((s) => matchesSearch(s, search.text)) : sessions;
   return html`<nav class="sessions" aria-label="Sessions">
     <div class="sessions-head">
       <h2>Sessions</h2>
@@ -87,18 +104,27 @@ function SessionList({ current, version, onError }) {
         </select>
       </label>
     </div>
+    <input
+      class="session-search"
+      type="search"
+      aria-label="Search sessions"
+      placeholder="id, title, or key=value"
+      title="Text filters the sessions listed by id, title and metadata; key=value asks the service (metadata.key)"
+      value=${query}
+      onInput=${(e) => setQuery(e.currentTarget.value)}
+    />
     <a class="button new-session" href="#/">New session</a>
     ${
-      sessions === null
+      shown === null
         ? html`<p class="muted">Loading…</p>`
-        : sessions.length === 0
-          ? html`<p class="muted">No sessions yet.</p>`
+        : shown.length === 0
+          ? html`<p class="muted">${search ? 'No session matches.' : 'No sessions yet.'}</p>`
           : html`<ul class="session-list">
-              ${sessions.map(
+              ${shown.map(
                 (s) =>
                   html`<li key=${s.id} data-session=${s.id} data-status=${s.status}>
                     <a href=${`#/sessions/${s.id}`} aria-current=${s.id === current ? 'page' : undefined}>
-                      ${s.metadata?.title ? html`<span class="title">${String(s.metadata.title).slice(0, 80)}</span>` : ''}
+                      ${sessionTitle(s) ? html`<span class="title">${sessionTitle(s)}</span>` : ''}
                       <span class="sid">${s.id}</span>
                       <${StatusBadge} status=${s.status} />
                       <span class="meta">${listMeta(s, now)}</span>

@@ -7,7 +7,9 @@ import { useEffect, useMemo, useRef, useState } from 'preact/hooks';
 import { ErrorNote, StatusBadge, api, html, pretty } from './ui.js';
 import {
   SessionModel,
+  canCompact,
   canContinue,
+  formatFigures,
   conversation,
   sessionCost,
   eventSummary,
@@ -55,8 +57,11 @@ export function SessionView({ id, onChange }) {
           try {
             const s = await api.getSession(id);
             const m = await api.messages(id);
+            // The turns' time and cost; the conversation shows without them if they cannot be read.
+            const r = await api.iterations(id).catch(() => null);
             if (stopped) return;
             model.setSnapshot(s, m.data);
+            if (r) model.setIterations(r.data);
             setLoadError(null);
           } catch (err) {
             if (!stopped) setLoadError(err);
@@ -253,6 +258,11 @@ function AssistantTurn({ item, s, act, busy }) {
     <div class="who">
       ${'Assistant '}<span class="muted">turn ${item.turn}</span>${item.live ? ' ' : ''}${
         item.live && html`<span class="badge live">streaming</span>`
+      }${
+        formatFigures(item.figures) &&
+        html` <span class="muted turn-figures" title="upstream time · cost at list prices"
+          >${formatFigures(item.figures)}</span
+        >`
       }
     </div>
     ${item.blocks.map((b) =>
@@ -504,6 +514,14 @@ function Actions({ s, act, busy }) {
       </button>
       <button class="resume" disabled=${busy || st !== 'failed'} onClick=${() => act(() => api.resume(s.id))}>
         Resume
+      </button>
+      <button
+        class="compact"
+        disabled=${busy || !canCompact(s)}
+        title="Summarize the history (POST …/compact)"
+        onClick=${() => act(() => api.compact(s.id))}
+      >
+        Compact
       </button>
     </div>
     <div class="row">

@@ -32,6 +32,10 @@ export class SessionModel {
     this.appended = [];
     this.lastAppendedRevision = -1;
     this.compactions = [];
+    /** Iteration records (GET …/iterations), read with the history. */
+    this.iterations = [];
+    /** iteration → cost in dollars, from `turn.completed` (`data.usage.cost_usd`): turns not yet in a record read. */
+    this.turnCosts = new Map();
   }
 
   /**
@@ -68,6 +72,7 @@ export class SessionModel {
         t.completedRevision = ev.revision ?? null;
         if (Array.isArray(d.message?.content)) t.blocks = d.message.content.map((b) => ({ ...b }));
         t.stopReason = d.message?.stop_reason ?? null;
+        if (typeof d.usage?.cost_usd === 'number') this.turnCosts.set(d.iteration, d.usage.cost_usd);
         break;
       }
       case 'turn.dropped':
@@ -150,6 +155,11 @@ export class SessionModel {
     this.historyIteration = session.iteration ?? -1;
     // Completed turns the history now holds are shown from the history only.
     for (const [it, t] of this.live) if (this.inHistory(t)) this.live.delete(it);
+  }
+
+  /** The iteration records, read with a snapshot (an array; anything else is ignored). */
+  setIterations(records) {
+    if (Array.isArray(records)) this.iterations = records;
   }
 
   /**
@@ -280,9 +290,10 @@ export function conversation(model) {
     };
   };
 
+  const figures = turnFigures(model);
   const items = [];
   let turn = 0;
-  for (const m of model.history) {
+  for (const [index, m] of model.history.entries()) {
     const blocks = typeof m.content === 'string' ? [{ type: 'text', text: m.content }] : m.content;
     if (m.role === 'user') {
       const shown = blocks.filter((b) => b.type !== 'tool_result');
@@ -293,6 +304,7 @@ export function conversation(model) {
         kind: 'assistant',
         turn,
         live: false,
+        figures: figures.byIndex.get(index) ?? null,
         blocks: blocks.map((b) => (b.type === 'tool_use' ? { ...b, call: call(b) } : b)),
       });
     }
@@ -308,6 +320,7 @@ export function conversation(model) {
       kind: 'assistant',
       turn: t.iteration,
       live: t.state === 'streaming',
+      figures: figures.byIteration.get(t.iteration) ?? null,
       blocks: t.blocks.filter(Boolean).map((b) => (b.type === 'tool_use' ? { ...b, call: call(b) } : b)),
     });
   }
@@ -328,6 +341,74 @@ export function canContinue(s) {
   if (!s) return false;
   if (s.status === 'requires_action') return s.required_action?.type === 'review_tool_results';
   return s.status === 'idle' && (s.stop_reason === 'max_iterations' || s.stop_reason === 'budget_exhausted');
+}
+
+/**
+ * Time and cost of each turn, from the iteration records: `byIndex` (index in the history read → figures) and
+ * `byIteration` (iteration → figures, with the cost of `turn.completed` for a turn no record read holds yet). A
+ * record's `reply_index` counts the compacted segments too: the history starts at the latest summary's index.
+ * Figures: `{ms, cost}` — `ms` the upstream time (`timings.upstream_ms`, else completed_at − started_at), `cost`
+ * `usage.cost_usd`; either may be null.
+ */
+export function turnFigures(model) {
+  const records = model.iterations ?? [];
+  let offset = 0;
+  for (const r of records) if (r.kind === 'compaction' && r.reply_index >= 0) offset = r.reply_index;
+  const byIndex = new Map();
+  const byIteration = new Map();
+  for (const r of records) {
+    const f = { ms: recordMs(r), cost: typeof r.usage?.cost_usd === 'number' ? r.usage.cost_usd : null };
+    byIteration.set(r.iteration, f);
+    if (typeof r.reply_index === 'number' && r.reply_index >= offset) byIndex.set(r.reply_index - offset, f);
+  }
+  for (const [it, cost] of model.turnCosts ?? [])
+    if (!byIteration.has(it)) byIteration.set(it, { ms: null, cost });
+  return { byIndex, byIteration };
+}
+
+function recordMs(r) {
+  if (typeof r.timings?.upstream_ms === 'number') return r.timings.upstream_ms;
+  const ms = Date.parse(r.completed_at) - Date.parse(r.started_at);
+  return Number.isFinite(ms) ? ms : null;
+}
+
+/** "1.2 s · $0.0042" for a turn's figures ("" without any). */
+export function formatFigures(f) {
+  if (!f) return '';
+  const parts = [];
+  if (typeof f.ms === 'number') parts.push(f.ms < 1000 ? `${f.ms} ms` : `${(f.ms / 1000).toFixed(1)} s`);
+  if (typeof f.cost === 'number') parts.push(formatCost(f.cost));
+  return parts.join(' · ');
+}
+
+/** Whether `POST …/compact` can answer 202 now: idle, failed or running, and no compaction pending already. */
+export function canCompact(s) {
+  if (!s || s.compaction_pending === true) return false;
+  return s.status === 'idle' || s.status === 'failed' || s.status === 'running';
+}
+
+/**
+ * The session search box: `key=value` is the server's metadata filter (`?metadata.<key>=<value>`: the key 1–64
+ * characters without `=` or spaces, the value at most 512); anything else filters the page loaded by id, title and
+ * metadata (`{text}`, lower-cased); empty is null.
+ */
+export function parseSearch(query) {
+  const q = (query ?? '').trim();
+  if (!q) return null;
+  const m = /^([^=\s]{1,64})=([^]{0,512})$/.exec(q);
+  if (m && m[2].trim()) return { metadata: { key: m[1], value: m[2].trim() } };
+  return { text: q.toLowerCase() };
+}
+
+/** Whether a listed session matches a text search: its id, its title, a metadata key or value. */
+export function matchesSearch(session, text, history = []) {
+  if (!text) return true;
+  const meta = Object.entries(session?.metadata ?? {}).map(
+    ([k, v]) => `${k}=${typeof v === 'string' ? v : JSON.stringify(v)}`,
+  );
+  return [session?.id ?? '', sessionTitle(session, history) ?? '', ...meta].some((x) =>
+    x.toLowerCase().includes(text),
+  );
 }
 
 /** A session's title: `metadata.title`, else the first user text of its history (cut to 80 chars), else null. */
