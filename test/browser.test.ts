@@ -281,6 +281,15 @@ describe(
           WAIT,
         );
         assert.match((await page.textContent('.figures .cost'))!, /^\$\d/);
+        // Each turn shows its time and cost (from the iteration records).
+        await page.waitForFunction(
+          () =>
+            [...document.querySelectorAll('.turn.assistant .turn-figures')].filter((e) =>
+              /^\d+(\.\d)? m?s · \$\d/.test(e.textContent ?? ''),
+            ).length === 4,
+          undefined,
+          WAIT,
+        );
 
         // Fork at iteration 2 (after the client tool's result): the page opens the fork.
         await page.fill('#fork-at', '2');
@@ -360,6 +369,39 @@ describe(
         await page.goto(`${h.service.url}/console#/`);
         await page.waitForSelector(`.session-list li[data-session="${forkId}"]`, WAIT);
         await page.screenshot({ path: `${SHOTS}/console-sessions.png` });
+
+        // The search box: text filters the page listed (by id); key=value asks the service (the fork's forked_from).
+        const listed = () => page.$$eval('.session-list li', (lis) => lis.map((li) => li.dataset['session']));
+        const search = page.getByRole('searchbox', { name: 'Search sessions' });
+        await search.fill(forkId.slice(4).toLowerCase());
+        await page.waitForFunction(
+          () => document.querySelectorAll('.session-list li').length === 1,
+          undefined,
+          WAIT,
+        );
+        assert.deepEqual(await listed(), [forkId]);
+        await search.fill(`forked_from=${id}`);
+        await page.waitForSelector(`.session-list li[data-session="${forkId}"]`, WAIT);
+        await page.waitForFunction(
+          () => document.querySelectorAll('.session-list li').length === 1,
+          undefined,
+          WAIT,
+        );
+        assert.deepEqual(await listed(), [forkId]);
+        await search.fill('no such session');
+        await page.waitForSelector('.sessions p.muted:has-text("No session matches.")', WAIT);
+        await search.fill('');
+        await page.waitForSelector(`.session-list li[data-session="${id}"]`, WAIT);
+
+        // Compact: the history then starts with the summary, and the session is idle again.
+        await page.click(`.session-list li[data-session="${id}"] a`);
+        await sessionStatus(page, 'idle');
+        await page.waitForSelector('button.compact:not([disabled])', WAIT);
+        await page.click('button.compact');
+        await page.waitForSelector('.conversation .compaction', WAIT);
+        await sessionStatus(page, 'idle');
+        const compacted = (await h.api.get(`/v1/sessions/${id}/messages`)).body.data;
+        assert.equal(compacted[0].content[0].type, 'compaction');
 
         // The favicon loads and the page logged nothing (no CSP violation, no failed request, no error).
         assert.equal((await fetch(`${h.service.url}/console/favicon.svg`)).status, 200);
