@@ -233,6 +233,42 @@ describe('tool runner against the fake', () => {
       ],
     );
   });
+
+  test('a scripted paced:TURNS:MIN:MAX:DELAY handler streams indexed, stamped deltas at its own pace', async () => {
+    fake.setHandler(parseScript('paced:3:2:4:5'));
+    const { calls, tools } = makeTools();
+    const turns: string[][] = [];
+    const runner = client().beta.messages.toolRunner({
+      model: MODEL,
+      max_tokens: 256,
+      messages: [{ role: 'user', content: 'paced' }],
+      tools,
+      max_iterations: 10,
+      stream: true,
+    });
+    for await (const stream of runner) {
+      const deltas: string[] = [];
+      stream.on('streamEvent', (ev) => {
+        if (ev.type === 'content_block_delta' && ev.delta.type === 'text_delta') deltas.push(ev.delta.text);
+      });
+      await stream.finalMessage();
+      turns.push(deltas);
+    }
+    assert.equal(turns.length, 3);
+    for (const deltas of turns) {
+      assert.ok(deltas.length >= 2 && deltas.length <= 4, `${deltas.length} deltas`);
+      assert.match(deltas[0]!, /^#0 s\d{13} y $/);
+      deltas.slice(1).forEach((d, k) => assert.equal(d, `#${k + 1} x y `));
+    }
+    assert.deepEqual(
+      calls.map((call) => call.input),
+      [
+        { a: 1, b: 1 },
+        { a: 2, b: 1 },
+      ],
+    );
+    assert.throws(() => parseScript('paced:3:5:4:50'), /MIN <= MAX/);
+  });
 });
 
 describe('errors and retries', () => {

@@ -111,8 +111,31 @@ export function toolLoopHandler(n: number, toolName?: string, shape: ToolLoopSha
 }
 
 /**
- * The handler of a named script: `offline`, or `tool-loop:N[:toolName[:ms[:text]]]` (`ms`: the call's input is
- * `{ms}`; `text`: a sentence follows the call in each turn).
+ * A model at realistic pacing (bench B9): `turns - 1` turns of text then a calculate_sum call, then a final text;
+ * each reply streams `eventDelayMs` apart, its text in `min`..`max` deltas (chosen per conversation and turn, so a
+ * turn lasts `min`..`max` times the delay). Delta k's text starts with `#k`; delta 0 carries the time the reply
+ * was built as `s<ms since epoch>`, so a reader can tell each delta's lateness from the fake's schedule: delta k is
+ * the reply's event k + 3 (after `message_start`, `ping`, `content_block_start`), written (k + 4) × delay after it.
+ */
+export function pacedHandler(turns: number, min: number, max: number, eventDelayMs: number): FakeHandler {
+  return (req) => {
+    const turn = req.messages.filter((message) => message?.role === 'assistant').length;
+    const first: unknown = req.messages[0]?.content;
+    const tag = typeof first === 'string' ? first : JSON.stringify(first ?? '');
+    let h = turn * 7919;
+    for (let i = 0; i < tag.length; i++) h = (h * 31 + tag.charCodeAt(i)) >>> 0;
+    const deltas = min + (h % (max - min + 1));
+    const words = [`#0 s${Date.now()} y`];
+    for (let k = 1; k < deltas; k++) words.push(`#${k} x y`);
+    const body = `${words.join(' ')} `;
+    if (turn >= turns - 1) return text(body, { eventDelayMs });
+    return reply([textBlock(body), toolUse('calculate_sum', { a: turn + 1, b: 1 })], { eventDelayMs });
+  };
+}
+
+/**
+ * The handler of a named script: `offline`, `tool-loop:N[:toolName[:ms[:text]]]` (`ms`: the call's input is
+ * `{ms}`; `text`: a sentence follows the call in each turn), or `paced:TURNS:MIN:MAX:DELAY_MS` (pacedHandler).
  */
 export function parseScript(spec: string): FakeHandler {
   if (spec === 'offline') return offlineHandler;
@@ -127,7 +150,14 @@ export function parseScript(spec: string): FakeHandler {
     };
     return toolLoopHandler(n, loop[2], shape);
   }
+  const paced = /^paced:(\d+):(\d+):(\d+):(\d+)$/.exec(spec);
+  if (paced) {
+    const [turns, min, max, delay] = paced.slice(1).map(Number) as [number, number, number, number];
+    if (turns < 1 || min < 1 || max < min)
+      throw new Error(`paced needs TURNS >= 1 and 1 <= MIN <= MAX: ${spec}`);
+    return pacedHandler(turns, min, max, delay);
+  }
   throw new Error(
-    `unknown fake script ${JSON.stringify(spec)}; expected offline or tool-loop:N[:tool[:ms[:text]]]`,
+    `unknown fake script ${JSON.stringify(spec)}; expected offline, tool-loop:N[:tool[:ms[:text]]] or paced:TURNS:MIN:MAX:DELAY_MS`,
   );
 }
