@@ -5,11 +5,18 @@
  *   {"op":"run","id":1,"count":1000,"tagPrefix":"b2-sdk-","maxIterations":10}
  *   → {"id":1,"ok":true,"walls":[ms…],"t0":…,"t1":…,"iterations":…,"errors":[…]}
  *
+ *   {"op":"paced","id":2,"count":500,"tagPrefix":"b9-sdk-","maxIterations":10,"staggerMs":2000,"eventDelayMs":50}
+ *   → {"id":2,"ok":true,"lateness":{p50,p99,max,count},"eventLoop":{p99,max},"t0":…,"t1":…,"iterations":…,…}
+ *
  * Each runner is the same loop the service drives: streaming, `thread: false`, the project's calculate_sum tool.
+ * `paced` (B9) starts the runners spread over `staggerMs` and measures each text delta's lateness from the fake's
+ * schedule (pacedLateness) and this process's event-loop delay.
  */
 import Anthropic from '@anthropic-ai/sdk';
+import { monitorEventLoopDelay } from 'node:perf_hooks';
 import { createInterface } from 'node:readline';
 import calculateSum from '../tools/calculate_sum.js';
+import { pacedLateness } from './lib/util.js';
 
 const baseURL = process.argv[2];
 if (!baseURL) {
@@ -21,11 +28,72 @@ if (!baseURL) {
 const client = new Anthropic({ apiKey: 'bench-key', baseURL, maxRetries: 2 });
 
 interface RunCommand {
-  op: 'run';
+  op: 'run' | 'paced';
   id: number;
   count: number;
   tagPrefix: string;
   maxIterations: number;
+  staggerMs?: number;
+  eventDelayMs?: number;
+}
+
+function summary(values: number[]) {
+  values.sort((a, b) => a - b);
+  const at = (p: number) => values[Math.min(values.length - 1, Math.floor((p / 100) * values.length))] ?? NaN;
+  return { p50: at(50), p99: at(99), max: values.at(-1) ?? NaN, count: values.length };
+}
+
+async function pacedRun(tag: string, cmd: RunCommand, late: number[]): Promise<number> {
+  const delay = cmd.eventDelayMs ?? 50;
+  const runner = client.beta.messages.toolRunner({
+    model: 'claude-sonnet-5-5',
+    max_tokens: 1024,
+    messages: [{ role: 'user', content: [{ type: 'text', text: tag }] }],
+    tools: [calculateSum.tool],
+    max_iterations: cmd.maxIterations,
+    stream: true,
+    thread: false,
+  } as any);
+  let iterations = 0;
+  const state = { start: 0 };
+  for await (const stream of runner as AsyncIterable<any>) {
+    stream.on('streamEvent', (ev: any) => {
+      if (ev.type !== 'content_block_delta' || ev.delta?.type !== 'text_delta') return;
+      const v = pacedLateness(ev.delta.text, Date.now(), delay, state);
+      if (v !== undefined) late.push(v);
+    });
+    await stream.finalMessage();
+    iterations++;
+  }
+  return iterations;
+}
+
+async function paced(cmd: RunCommand) {
+  const eld = monitorEventLoopDelay({ resolution: 10 });
+  eld.enable();
+  const late: number[] = [];
+  const t0 = performance.timeOrigin + performance.now();
+  const results = await Promise.allSettled(
+    Array.from({ length: cmd.count }, async (_, i) => {
+      await new Promise((r) => setTimeout(r, ((cmd.staggerMs ?? 0) * i) / cmd.count));
+      return pacedRun(`${cmd.tagPrefix}${i}`, cmd, late);
+    }),
+  );
+  const t1 = performance.timeOrigin + performance.now();
+  eld.disable();
+  const errors = results.flatMap((r) => (r.status === 'rejected' ? [String(r.reason).slice(0, 300)] : []));
+  return {
+    id: cmd.id,
+    ok: errors.length === 0,
+    lateness: summary(late),
+    eventLoop: { p99: eld.percentile(99) / 1e6, max: eld.max / 1e6 },
+    iterations: results.reduce((a, r) => a + (r.status === 'fulfilled' ? r.value : 0), 0),
+    t0,
+    t1,
+    walls: [],
+    errors: errors.slice(0, 5),
+    errorCount: errors.length,
+  };
 }
 
 interface RunOut {
@@ -90,7 +158,7 @@ const rl = createInterface({ input: process.stdin });
 rl.on('line', (line) => {
   if (!line.trim()) return;
   const cmd = JSON.parse(line) as RunCommand;
-  run(cmd).then(
+  (cmd.op === 'paced' ? paced(cmd) : run(cmd)).then(
     (res) => process.stdout.write(`${JSON.stringify(res)}\n`),
     (err) => process.stdout.write(`${JSON.stringify({ id: cmd.id, ok: false, errors: [String(err)] })}\n`),
   );

@@ -6,6 +6,7 @@ import type { B2Result } from './scenarios/b2.js';
 import type { B3Result } from './scenarios/b3.js';
 import type { B6Result } from './scenarios/b6.js';
 import { b7Report } from './scenarios/b7.js';
+import { b9Report } from './scenarios/b9-report.js';
 import type { ProfileSummary } from './lib/profile.js';
 import { fmt, mb } from './lib/util.js';
 
@@ -36,6 +37,31 @@ function packageShare(p: ProfileSummary | Error | undefined, name: string): numb
 }
 
 const pct = (share: number | null) => (share === null ? 'n/a' : `${fmt(share * 100, 0)} %`);
+
+/** B2's run without followers: what the WebSocket followers cost (absent in results of older runs). */
+function b2BareLines(b2: B2Result): string[] {
+  const b = b2.bare;
+  if (!b) return [];
+  const cpu = (k: string, c: Record<string, number>) => ms(c[k] ?? NaN);
+  return [
+    `The same load with nobody following (each round, a third run between the two sides: the sessions created in ` +
+      "the same burst, the end read from the fake's request count):",
+    '',
+    '| | service, followed | service, no followers |',
+    '|---|---:|---:|',
+    `| iterations/s (median) | ${fmt(b2.svc.itersPerSec, 0)} | ${fmt(b.itersPerSec, 0)} |`,
+    `| ratio to in-process (per round) | ${x(b2.throughputRatio)} (${b2.ratios.map((v) => x(v)).join(', ')}) | **${x(b.ratio)}** (${b.ratios.map((v) => x(v)).join(', ')}) |`,
+    ...['service', 'redis', 'fake', 'bench'].map(
+      (k) => `| CPU per iteration: ${k} | ${cpu(k, b2.cpuPerIter.svc)} | ${cpu(k, b.cpuPerIter)} |`,
+    ),
+    `| errors | ${b2.svc.errors} | ${b.errors} |`,
+    '',
+    `- The followers' cost, per iteration: ${ms((b2.cpuPerIter.svc['service'] ?? NaN) - (b.cpuPerIter['service'] ?? NaN))} ` +
+      `in the service (WebSocket upgrades, replay, frames) and ${ms((b2.cpuPerIter.svc['bench'] ?? NaN) - (b.cpuPerIter['bench'] ?? NaN))} ` +
+      'in the clients, on the same 2 cores.',
+    '',
+  ];
+}
 
 function why(lines: string[]): string[] {
   return ['', '**Why it misses, and what would fix it.**', '', ...lines];
@@ -232,6 +258,13 @@ function profileSection(p: ProfileSummary | Error | undefined): string[] {
   return lines;
 }
 
+/** The lowest and highest 1-minute load average seen at the scenarios' starts. */
+function loadRange(r: Results): string {
+  const v = Object.values(r.load);
+  if (!v.length) return 'n/a';
+  return `${fmt(Math.min(...v), 2)} to ${fmt(Math.max(...v), 2)} at the scenarios' starts`;
+}
+
 function loadLine(r: Results, name: string): string[] {
   const load = r.load[name];
   return load === undefined
@@ -252,10 +285,17 @@ export function report(r: Results): string {
     `Written by \`npm run bench${r.mode === 'quick' ? ' -- --quick' : ''}\` (bench/run.ts) on ${m.date}, ` +
       `${r.mode} run, ${fmt(r.seconds, 0)} s. Every figure below comes from that run; rerun the command to replace them.`,
     '',
+    ...(r.overlay?.scenarios.length
+      ? [
+          `Except ${r.overlay.scenarios.join(', ')}: from a ${r.overlay.mode} run on ${r.overlay.date} ` +
+            '(`--render … --overlay …`), at the sizes of the targets.',
+          '',
+        ]
+      : []),
     ...(r.mode === 'quick'
       ? [
           '**Quick run**: reduced sizes (B1 6 runs a side, B2 200 sessions in 1 round, B3 fewer deltas in 1 round, ' +
-            'B4 1 session per length, B5 50,000 events, B6 1,000 sessions and 500 connections); the verdicts apply to ' +
+            'B4 1 session per length, B5 50,000 events, B6 1,000 sessions and 500 connections, B9 N of 50 and 100); the verdicts apply to ' +
             'those sizes. ' +
             '`npm run bench` runs the sizes of the targets.',
           '',
@@ -272,6 +312,7 @@ export function report(r: Results): string {
     `| Node.js | ${m.node} |`,
     `| Redis | ${m.redis} (private redis-server, appendonly yes, appendfsync everysec, no RDB) |`,
     `| open files limit | ${m.openFiles} |`,
+    `| load average (1 min) | ${loadRange(r)} — the machine is shared (other engineers' builds and tests run on the same ${m.cores} cores), so absolute times carry their noise; ratios are measured within one run, both sides alternating |`,
     '',
     '## Setup',
     '',
@@ -376,6 +417,7 @@ export function report(r: Results): string {
       `| turn overhead p50 / p99 | ${ms(b2.capped.overheadMs.p50)} / **${ms(b2.capped.overheadMs.p99)}** |`,
       `| errors | ${b2.capped.errors} |`,
       '',
+      ...b2BareLines(b2),
       `- Throughput ratio service / in-process: **${x(b2.throughputRatio)}** (per round: ${b2.ratios.map((v) => x(v)).join(', ')}).`,
       `- Target: ≥ 0.8× the in-process throughput and p99 turn overhead ≤ 20 ms. **${b2.verdict}**.`,
       ...b2Remarks(r),
@@ -383,7 +425,7 @@ export function report(r: Results): string {
       '',
     );
     summary.push(
-      `| B2 concurrency (${b2.sessions} × ${b2.iterations}) | ${fmt(b2.svc.itersPerSec, 0)} vs ${fmt(b2.sdk.itersPerSec, 0)} iterations/s; p99 overhead ${ms(b2.svc.overheadMs.p99)}; RSS ${MB(b2.svc.rss.peak)} vs ${MB(b2.sdk.rss.peak)}; Redis ${MB(b2.svc.redisUsedBytes)} | ≥ 0.8×, p99 ≤ 20 ms | ${x(b2.throughputRatio)} | ${b2.verdict} |`,
+      `| B2 concurrency (${b2.sessions} × ${b2.iterations}) | ${fmt(b2.svc.itersPerSec, 0)} vs ${fmt(b2.sdk.itersPerSec, 0)} iterations/s${b2.bare ? ` (${x(b2.bare.ratio)} without the followers)` : ''}; p99 overhead ${ms(b2.svc.overheadMs.p99)}; RSS ${MB(b2.svc.rss.peak)} vs ${MB(b2.sdk.rss.peak)}; Redis ${MB(b2.svc.redisUsedBytes)} | ≥ 0.8×, p99 ≤ 20 ms | ${x(b2.throughputRatio)} | ${b2.verdict} |`,
     );
   }
 
@@ -587,6 +629,19 @@ export function report(r: Results): string {
     summary.push(
       `| B8 metrics cost | ${us(b8.instrumentationUsPerIter)} per iteration; ${ms(b8.cpuPerIter.unscraped)} vs ${ms(b8.cpuPerIter.scraped)} CPU per iteration unscraped vs scraped | ≤ 2 % of CPU per iteration | ${fmt(b8.share * 100, 2)} % | ${b8.verdict} |`,
     );
+  }
+
+  // ---- B9
+  L.push('## B9 capacity at realistic pacing', '', ...loadLine(r, 'B9'));
+  const b9 = r.B9;
+  if (!b9) L.push('Not run.', '');
+  else if (isErr(b9)) {
+    L.push(`FAILED: ${b9.message}`, '');
+    summary.push('| B9 capacity at realistic pacing | failed | ≥ 0.8× | | FAILED |');
+  } else {
+    const section = b9Report(b9);
+    L.push(...section.lines);
+    summary.push(section.summary);
   }
 
   const head = L.indexOf('## Setup');

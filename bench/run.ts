@@ -2,11 +2,14 @@
  * `npm run bench` — the service against the SDK's in-process tool runner and its relay against `resumable-stream`,
  * in one run, writing docs/BENCHMARKS.md (every figure in it comes from this script).
  *
- *   npm run bench                      full run (B1–B8), CPU profiles of the scenarios that miss their target;
+ *   npm run bench                      full run (B1–B9), CPU profiles of the scenarios that miss their target;
  *                                      writes docs/BENCHMARKS.md
- *   npm run bench -- --quick           smaller loads, no profiles, under 2 minutes; writes .data/BENCHMARKS.quick.md
+ *   npm run bench -- --quick           smaller loads, no profiles, a few minutes on a quiet machine; writes
+ *                                      .data/BENCHMARKS.quick.md
  *   options: --only B1,B3  --out <file>  --profile (profile misses in --quick too)  --no-profile
  *            --render .data/bench-results.json   (the report again from the figures of an earlier run)
+ *            --render a.json --overlay b.json --overlay-only B6   (the scenarios named taken from run b, e.g. a
+ *                                      full-size B6 into a quick run's report; the report says so)
  *
  * Processes (all on 127.0.0.1, free ports): a private redis-server (append-only, as the service's embedded Redis
  * runs), the fake Messages API (src/fake/main.ts), a fresh service process per scenario (src/server.ts), the
@@ -33,6 +36,7 @@ import { b5, b5Profile, type B5Result } from './scenarios/b5.js';
 import { b6, b6Profile, type B6Result } from './scenarios/b6.js';
 import { b7, b7Profile, type B7Result } from './scenarios/b7.js';
 import { b8, b8Profile, type B8Result } from './scenarios/b8.js';
+import { b9, type B9Result } from './scenarios/b9.js';
 import { report } from './report.js';
 
 const { values } = parseArgs({
@@ -43,6 +47,8 @@ const { values } = parseArgs({
     profile: { type: 'boolean' },
     'profile-dir': { type: 'string' },
     render: { type: 'string' },
+    overlay: { type: 'string' },
+    'overlay-only': { type: 'string' },
     'no-profile': { type: 'boolean', default: false },
   },
   strict: true,
@@ -50,7 +56,7 @@ const { values } = parseArgs({
 
 const quick = values.quick!;
 const only = new Set(
-  (values.only ?? 'B1,B2,B3,B4,B5,B6,B7,B8')
+  (values.only ?? 'B1,B2,B3,B4,B5,B6,B7,B8,B9')
     .toUpperCase()
     .split(',')
     .map((s) => s.trim()),
@@ -61,7 +67,7 @@ const doProfile = values['no-profile'] ? false : (values.profile ?? !quick);
 // The profiles of misses are kept (for speedscope or Chrome DevTools); *.cpuprofile is git-ignored.
 const profileDir = path.resolve(ROOT, values['profile-dir'] ?? '.data/bench-profiles');
 // Hard bound of the whole run: a stuck scenario cannot keep the machine busy.
-const HARD_LIMIT_MS = quick ? 300_000 : 40 * 60_000;
+const HARD_LIMIT_MS = quick ? 30 * 60_000 : 40 * 60_000;
 
 export interface Results {
   mode: 'full' | 'quick';
@@ -77,9 +83,12 @@ export interface Results {
   B6?: B6Result | Error;
   B7?: B7Result | Error;
   B8?: B8Result | Error;
+  B9?: B9Result | Error;
   profiles: Record<string, ProfileSummary | Error>;
   /** The 1-minute load average when each scenario started (other work on the machine shows here). */
   load: Record<string, number>;
+  /** Scenarios whose figures come from another run (`--overlay`): that run's mode and date. */
+  overlay?: { scenarios: string[]; mode: 'full' | 'quick'; date: string };
 }
 
 const started = performance.now();
@@ -141,7 +150,7 @@ async function main() {
     load: {},
   };
 
-  const scenarios: Array<[keyof Results & string, () => Promise<any>, (p: Profiled) => Promise<void>]> = [
+  const scenarios: Array<[keyof Results & string, () => Promise<any>, ((p: Profiled) => Promise<void>)?]> = [
     ['B1', () => b1(ctx), (p) => b1Profile(ctx, p)],
     ['B2', () => b2(ctx), (p) => b2Profile(ctx, p)],
     ['B3', () => b3(ctx), (p) => b3Profile(ctx, p)],
@@ -150,6 +159,8 @@ async function main() {
     ['B6', () => b6(ctx, results.machine.openFiles), (p) => b6Profile(ctx, p)],
     ['B7', () => b7(ctx), (p) => b7Profile(ctx, p)],
     ['B8', () => b8(ctx), (p) => b8Profile(ctx, p)],
+    // No profile: B9 is a ramp; its CPU split per step is in the report.
+    ['B9', () => b9(ctx)],
   ];
   try {
     for (const [name, run] of scenarios) {
@@ -169,7 +180,7 @@ async function main() {
     if (doProfile) {
       for (const [name, , profile] of scenarios) {
         const r = (results as any)[name];
-        if (!r || r instanceof Error || r.verdict !== 'MISS') continue;
+        if (!profile || !r || r instanceof Error || r.verdict !== 'MISS') continue;
         log(`${name} missed its target: running its service side again under the CPU profiler …`);
         try {
           let prof: CpuProfile | undefined;
@@ -225,6 +236,16 @@ function deserialize(text: string): Results {
 // `--render <results.json>`: writes the report again from the figures of an earlier run (no measuring).
 if (values.render) {
   const results = deserialize(await readFile(path.resolve(ROOT, values.render), 'utf8'));
+  if (values.overlay) {
+    const other = deserialize(await readFile(path.resolve(ROOT, values.overlay), 'utf8'));
+    const names = (values['overlay-only'] ?? '').toUpperCase().split(',').filter(Boolean);
+    const picked = names.filter((n) => (other as any)[n] !== undefined);
+    for (const n of picked) {
+      (results as any)[n] = (other as any)[n];
+      if (other.load[n] !== undefined) results.load[n] = other.load[n]!;
+    }
+    results.overlay = { scenarios: picked, mode: other.mode, date: other.machine.date };
+  }
   await writeFile(out, report(results));
   log(`rendered ${path.relative(ROOT, out)} from ${values.render} (run of ${results.machine.date})`);
   process.exit(0);

@@ -62,6 +62,9 @@ export interface InprocResult {
   t1: number;
   errors: string[];
   errorCount: number;
+  /** `paced` only: text-delta lateness from the fake's schedule (ms), and this process's event-loop delay (ms). */
+  lateness?: { p50: number; p99: number; max: number; count: number };
+  eventLoop?: { p99: number; max: number };
 }
 
 /** The in-process SDK tool runner (bench/inproc.ts) as a worker process. */
@@ -97,6 +100,20 @@ export class InprocWorker {
     const p = new Promise<InprocResult>((resolve) => this.waiting.set(id, resolve));
     this.child.child.stdin!.write(`${JSON.stringify({ op: 'run', id, count, tagPrefix, maxIterations })}\n`);
     return withTimeout(p, timeoutMs, `in-process runs ${tagPrefix}`);
+  }
+
+  /** B9: `count` runners of the fake's `paced` script, started spread over `staggerMs`. */
+  paced(
+    count: number,
+    tagPrefix: string,
+    opts: { staggerMs: number; eventDelayMs: number; timeoutMs: number },
+  ): Promise<InprocResult> {
+    const id = ++this.seq;
+    const p = new Promise<InprocResult>((resolve) => this.waiting.set(id, resolve));
+    const { timeoutMs, ...rest } = opts;
+    const cmd = { op: 'paced', id, count, tagPrefix, maxIterations: 10, ...rest };
+    this.child.child.stdin!.write(`${JSON.stringify(cmd)}\n`);
+    return withTimeout(p, timeoutMs, `in-process paced runs ${tagPrefix}`);
   }
 
   stop(): Promise<void> {

@@ -113,3 +113,15 @@ export const fmt = (n: number, digits = 1) =>
     : 'n/a';
 
 export const mb = (bytes: number) => bytes / (1024 * 1024);
+
+/**
+ * Lateness (ms) of a text delta of the fake's `paced` script from the fake's schedule: delta k is written
+ * (k + 4) × delay after the reply was built, whose time delta 0 carries (`#0 s<ms> …`). `starts` keeps that time
+ * per reader; undefined for other text.
+ */
+export function pacedLateness(text: string, at: number, delay: number, state: { start: number }) {
+  const m = /^#(\d+) (?:s(\d+))?/.exec(text);
+  if (!m) return undefined;
+  if (m[2] !== undefined) state.start = Number(m[2]);
+  return at - (state.start + (Number(m[1]) + 4) * delay);
+}

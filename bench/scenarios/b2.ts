@@ -5,8 +5,8 @@
 import { InprocWorker, type Ctx, type Profiled } from '../lib/context.js';
 import { arrivalsByTag, intervals } from '../lib/fake.js';
 import { RssSampler, cpuMeter, redisInfo } from '../lib/procs.js';
-import { median, nowMs, percentile, pool } from '../lib/util.js';
-import { createAndFollow, verdict, type RetryCount, type Verdict } from './common.js';
+import { median, nowMs, percentile, pool, sleep } from '../lib/util.js';
+import { createAndFollow, postWithRetry, verdict, type RetryCount, type Verdict } from './common.js';
 
 export interface B2Result {
   sessions: number;
@@ -20,6 +20,17 @@ export interface B2Result {
   ratios: number[];
   /** CPU ms per iteration of each process (median over the rounds): the service side, the in-process side. */
   cpuPerIter: { svc: Record<string, number>; sdk: Record<string, number> };
+  /**
+   * The same load on the service with nobody following (each round, between its two sides): what the 1,000
+   * WebSocket followers cost, as throughput ratio to the in-process runners and as CPU per iteration.
+   */
+  bare: {
+    itersPerSec: number;
+    ratio: number;
+    ratios: number[];
+    cpuPerIter: Record<string, number>;
+    errors: number;
+  };
   /** One more service run with MAX_ACTIVE_RUNS set: admission control's effect on the turn overhead. */
   capped: {
     maxActiveRuns: number;
@@ -111,6 +122,48 @@ export async function serviceConcurrent(
   return { t0, t1, errors, retries };
 }
 
+/**
+ * The same load without followers: the sessions are created (same bodies, same burst) and nobody subscribes; the
+ * run ends when the fake has seen every session's ITER requests (polled from its own process) and the last reply
+ * has streamed (one unloaded iteration, `lastTurnMs`, after the last request).
+ */
+async function serviceUnfollowed(
+  ctx: Ctx,
+  base: string,
+  n: number,
+  prefix: string,
+  timeoutMs: number,
+  lastTurnMs: number,
+) {
+  const since = (await ctx.fakeCtl.stats()).requests;
+  const t0 = nowMs();
+  let errors = 0;
+  const retries: RetryCount = { unavailable: 0, network: 0 };
+  await pool(
+    Array.from({ length: n }, (_, i) => i),
+    n,
+    async (i) => {
+      try {
+        await postWithRetry(
+          `${base}/v1/sessions`,
+          { tools: ['calculate_sum'], input: `${prefix}${i}`, max_iterations: 10 },
+          retries,
+        );
+      } catch (err) {
+        if (errors++ < 3) ctx.log(`  B2 session ${i} (no followers): ${String(err).slice(0, 200)}`);
+      }
+    },
+  );
+  const deadline = Date.now() + timeoutMs;
+  while ((await ctx.fakeCtl.stats()).requests - since < (n - errors) * ITER) {
+    if (Date.now() > deadline) throw new Error('B2 without followers: timed out');
+    await sleep(50);
+  }
+  const arr = arrivalsByTag(await ctx.fakeCtl.requests(since), prefix);
+  const last = Math.max(...[...arr.values()].map((l) => l.at(-1)!));
+  return { t0, t1: last + lastTurnMs, errors, retries };
+}
+
 async function prepareFake(ctx: Ctx) {
   await ctx.fakeCtl.reset();
   await ctx.fakeCtl.script(`tool-loop:${ITER}`);
@@ -128,6 +181,8 @@ interface Round {
     redisPeak: number;
   };
   sdk: { t0: number; t1: number; errors: number; rss: Side['rss'] };
+  /** The service with the same load and no followers: iterations/s and CPU. */
+  bare: { itersPerSec: number; cpu: Record<string, number>; iters: number; errors: number };
   svcGaps: number[];
   sdkGaps: number[];
   svcIters: number;
@@ -137,7 +192,7 @@ interface Round {
 }
 
 /** One round: the service, then the in-process runners, each in a fresh process, on a reset fake. */
-async function round(ctx: Ctx, n: number, r: number, timeoutMs: number): Promise<Round> {
+async function round(ctx: Ctx, n: number, r: number, timeoutMs: number, baseline: number): Promise<Round> {
   await prepareFake(ctx);
   await ctx.redis.admin.flushall();
   const svc = await ctx.service();
@@ -162,6 +217,18 @@ async function round(ctx: Ctx, n: number, r: number, timeoutMs: number): Promise
   const redisUsed = Number((await redisInfo(ctx.redis.admin, 'memory'))['used_memory']);
   await svc.stop();
 
+  await ctx.redis.admin.flushall();
+  const bareSvc = await ctx.service();
+  const bareMeter = cpuMeter({ service: bareSvc.pid, redis: ctx.redis.pid, fake: ctx.fake.child.pid });
+  let bareRun;
+  let bareCpu: Record<string, number>;
+  try {
+    bareRun = await serviceUnfollowed(ctx, bareSvc.url, n, `b2-bare-${r}-`, timeoutMs, baseline);
+  } finally {
+    bareCpu = bareMeter();
+    await bareSvc.stop();
+  }
+
   const worker = await InprocWorker.start(ctx.fake.url);
   const sdkRss = new RssSampler(worker.pid);
   const sdkMeter = cpuMeter({ runner: worker.pid, redis: ctx.redis.pid, fake: ctx.fake.child.pid });
@@ -174,7 +241,14 @@ async function round(ctx: Ctx, n: number, r: number, timeoutMs: number): Promise
   const svcArr = arrivalsByTag(records, `b2-svc-${r}-`);
   const sdkArr = arrivalsByTag(records, `b2-sdk-${r}-`);
   const count = (arr: Map<string, number[]>) => [...arr.values()].reduce((a, l) => a + l.length, 0);
+  const bareIters = count(arrivalsByTag(records, `b2-bare-${r}-`));
   return {
+    bare: {
+      itersPerSec: bareIters / ((bareRun.t1 - bareRun.t0) / 1000),
+      cpu: bareCpu,
+      iters: bareIters,
+      errors: bareRun.errors,
+    },
     svc: { ...svcRun, rss: svcMem, redisUsed, redisPeak: Math.max(redisPeak, redisUsed) },
     sdk: { t0: sdkRun.t0, t1: sdkRun.t1, errors: sdkRun.errorCount, rss: sdkMem },
     svcGaps: intervals(svcArr),
@@ -205,11 +279,12 @@ export async function b2(ctx: Ctx): Promise<B2Result> {
 
   const all: Round[] = [];
   for (let r = 0; r < rounds; r++) {
-    all.push(await round(ctx, n, r, timeoutMs));
+    all.push(await round(ctx, n, r, timeoutMs, baseline));
     const last = all.at(-1)!;
     ctx.log(
       `  B2 round ${r + 1}/${rounds}: service ${(last.svcIters / ((last.svc.t1 - last.svc.t0) / 1000)).toFixed(0)} ` +
-        `iterations/s, in-process ${(last.sdkIters / ((last.sdk.t1 - last.sdk.t0) / 1000)).toFixed(0)}`,
+        `iterations/s, without followers ${last.bare.itersPerSec.toFixed(0)}, ` +
+        `in-process ${(last.sdkIters / ((last.sdk.t1 - last.sdk.t0) / 1000)).toFixed(0)}`,
     );
   }
   const side = (which: 'svc' | 'sdk'): Side => {
@@ -239,6 +314,10 @@ export async function b2(ctx: Ctx): Promise<B2Result> {
     (x) => x.svcIters / ((x.svc.t1 - x.svc.t0) / 1000) / (x.sdkIters / ((x.sdk.t1 - x.sdk.t0) / 1000)),
   );
   const ratio = median(ratios);
+  const bareRatios = all.map((x) => x.bare.itersPerSec / (x.sdkIters / ((x.sdk.t1 - x.sdk.t0) / 1000)));
+  const bareCpuPerIter = Object.fromEntries(
+    Object.keys(all[0]!.bare.cpu).map((k) => [k, median(all.map((x) => x.bare.cpu[k]! / x.bare.iters))]),
+  );
   const last = all.at(-1)!;
   const cpuPerIter = (which: 'svc' | 'sdk') => {
     const keys = Object.keys(which === 'svc' ? all[0]!.svcCpu : all[0]!.sdkCpu);
@@ -251,6 +330,13 @@ export async function b2(ctx: Ctx): Promise<B2Result> {
   };
   return {
     cpuPerIter: { svc: cpuPerIter('svc'), sdk: cpuPerIter('sdk') },
+    bare: {
+      itersPerSec: median(all.map((x) => x.bare.itersPerSec)),
+      ratio: median(bareRatios),
+      ratios: bareRatios,
+      cpuPerIter: bareCpuPerIter,
+      errors: all.reduce((a, x) => a + x.bare.errors, 0),
+    },
     capped,
     sessions: n,
     iterations: ITER,

@@ -1,0 +1,62 @@
+/** The B9 section of docs/BENCHMARKS.md (bench/report.ts calls it). */
+import { fmt, mb } from '../lib/util.js';
+import type { B9Result, B9Step } from './b9.js';
+
+const ms = (n: number) => `${fmt(n, 1)} ms`;
+const MB = (bytes: number) => `${fmt(mb(bytes), 1)} MB`;
+
+function row(side: string, s: B9Step): string {
+  const cpu = Object.entries(s.cpu)
+    .map(([k, v]) => `${k} ${fmt(v / 1000 / s.seconds, 2)}`)
+    .join(', ');
+  return (
+    `| ${side} | ${fmt(s.n, 0)} | ${ms(s.lateness.p50)} / **${ms(s.lateness.p99)}** / ${ms(s.lateness.max)} | ` +
+    `**${ms(s.eventLoopP99Ms)}**${s.clientLoopP99Ms === undefined ? '' : ` (clients ${ms(s.clientLoopP99Ms)})`} | ` +
+    `${MB(s.rssPeak)} | ${fmt(s.seconds, 1)} s | ${fmt(s.lateness.count, 0)} | ${s.errors} | ${cpu} | ` +
+    `${s.ok ? 'held' : 'missed'} |`
+  );
+}
+
+export function b9Report(b9: B9Result): { lines: string[]; summary: string } {
+  const at = (list: B9Step[], n: number) => list.find((s) => s.n === n);
+  const svcAt = at(b9.svc, b9.svcN);
+  const sdkAt = at(b9.sdk, b9.sdkN);
+  const top = (list: B9Step[], n: number) =>
+    n === b9.steps.at(-1) && list.at(-1)?.ok ? `≥ ${fmt(n, 0)}` : fmt(n, 0);
+  const [lo, hi] = b9.deltasPerTurn;
+  const ratio = Number.isFinite(b9.ratio) ? `${fmt(b9.ratio, 2)}×` : 'n/a';
+  return {
+    lines: [
+      `N sessions of ${b9.turns} turns each (text, then a calculate_sum call; the last turn text only), every reply ` +
+        `streaming one SSE event each ${b9.eventDelayMs} ms (${fmt(1000 / b9.eventDelayMs, 0)} deltas/s) with ` +
+        `${lo}–${hi} text deltas, so a turn lasts ${fmt(((lo + 8) * b9.eventDelayMs) / 1000, 1)}–` +
+        `${fmt(((hi + 10) * b9.eventDelayMs) / 1000, 1)} s (the fake's \`paced\` script). Service: each session ` +
+        'created over REST and followed over its own WebSocket. Peer: N in-process SDK runners at the same pacing ' +
+        `(bench/inproc.ts). Starts spread over ${fmt(b9.staggerMs / 1000, 1)} s on both sides. N steps through ` +
+        `${b9.steps.map((n) => fmt(n, 0)).join(', ')}, the two sides alternating at each N (fresh processes), and a ` +
+        'side stops at its first miss.',
+      '',
+      '- Relay lateness: receipt of each text delta (at the WebSocket follower, or in the in-process runner) minus the ' +
+        "time the fake's schedule wrote it (the reply carries its start time). A late fake shows on both sides.",
+      "- Event-loop delay p99 of the runner's process: the service's `nodejs_eventloop_lag_p99_seconds` over the step " +
+        "(one scrape resets it before, one reads it after); the in-process runner's `monitorEventLoopDelay`. " +
+        '"clients": the bench process\'s own, which holds the N WebSocket followers.',
+      '- A step holds with lateness p99 ≤ 100 ms, event-loop delay p99 ≤ 50 ms, no error and every delta received.',
+      '- CPU: cores used on average over the step, by process.',
+      '',
+      '| side | N | lateness p50 / p99 / max | event-loop delay p99 | peak RSS | time | deltas | errors | CPU (cores) | |',
+      '|---|---:|---:|---:|---:|---:|---:|---:|---|---|',
+      ...b9.svc.map((s) => row('service', s)),
+      ...b9.sdk.map((s) => row('in-process', s)),
+      '',
+      `- Largest N held: service **${top(b9.svc, b9.svcN)}**${svcAt ? ` (RSS ${MB(svcAt.rssPeak)})` : ''}, ` +
+        `in-process **${top(b9.sdk, b9.sdkN)}**${sdkAt ? ` (RSS ${MB(sdkAt.rssPeak)})` : ''}: **${ratio}**. ` +
+        `Target: ≥ 0.8× of the in-process N. **${b9.verdict}**.`,
+      '',
+    ],
+    summary:
+      `| B9 capacity at realistic pacing | N held ${top(b9.svc, b9.svcN)} vs ${top(b9.sdk, b9.sdkN)} ` +
+      `(lateness p99 ≤ 100 ms, event-loop p99 ≤ 50 ms); RSS ${svcAt ? MB(svcAt.rssPeak) : 'n/a'} vs ` +
+      `${sdkAt ? MB(sdkAt.rssPeak) : 'n/a'} | ≥ 0.8× | ${ratio} | ${b9.verdict} |`,
+  };
+}

@@ -1,0 +1,234 @@
+/**
+ * B9 capacity at realistic pacing: N sessions whose turns stream 20 deltas a second for 2–5 s (the fake's `paced`
+ * script, src/fake/script.ts: TURNS turns, text then a calculate_sum call, the last one text only), each created
+ * over REST and followed over its own WebSocket, against N in-process SDK runners at the same pacing
+ * (bench/inproc.ts `paced`). Starts are spread over STAGGER_MS, as real arrivals are. N steps up (STEPS) until a
+ * side misses a bound; the largest N each side holds is its capacity:
+ *
+ * - relay lateness p99 ≤ 100 ms: each text delta's receipt (at the WebSocket follower, or in the runner) minus the
+ *   time the fake's schedule wrote it (pacedLateness, bench/lib/util.ts); the same measure on both sides, so a late
+ *   fake shows on both;
+ * - event-loop delay p99 ≤ 50 ms of the runner's process (the service's from its /metrics gauge
+ *   `nodejs_eventloop_lag_p99_seconds`, whose histogram a scrape resets: one scrape before the load, one after; the
+ *   in-process runner's from `monitorEventLoopDelay` over the same span);
+ * - no error and every run finished.
+ */
+import WebSocket from 'ws';
+import { InprocWorker, type Ctx } from '../lib/context.js';
+import { RssSampler, cpuMeter } from '../lib/procs.js';
+import { frameType, listen, openWs, streamUrl, type Envelope } from '../lib/ws.js';
+import { nowMs, pacedLateness, percentile, sleep, withTimeout } from '../lib/util.js';
+import { postWithRetry, verdict, type Verdict } from './common.js';
+
+const TURNS = 3;
+const MIN_DELTAS = 36;
+const MAX_DELTAS = 90;
+const DELAY_MS = 50;
+const STAGGER_MS = 2_000;
+const LATE_P99_MS = 100;
+const LOOP_P99_MS = 50;
+
+export interface B9Step {
+  n: number;
+  lateness: { p50: number; p99: number; max: number; count: number };
+  eventLoopP99Ms: number;
+  /** The bench process's own event-loop delay p99 (its clients share the cores): service side only. */
+  clientLoopP99Ms?: number;
+  rssPeak: number;
+  seconds: number;
+  errors: number;
+  /** CPU ms of each process over the step. */
+  cpu: Record<string, number>;
+  ok: boolean;
+}
+
+export interface B9Result {
+  turns: number;
+  deltasPerTurn: [number, number];
+  eventDelayMs: number;
+  staggerMs: number;
+  steps: number[];
+  svc: B9Step[];
+  sdk: B9Step[];
+  /** The largest N that held (0 when the first step missed). */
+  svcN: number;
+  sdkN: number;
+  ratio: number;
+  verdict: Verdict;
+}
+
+const ok = (s: Omit<B9Step, 'ok'>, expected: number) =>
+  s.errors === 0 &&
+  s.lateness.count >= expected &&
+  s.lateness.p99 <= LATE_P99_MS &&
+  s.eventLoopP99Ms <= LOOP_P99_MS;
+
+/** Follows one session over its WebSocket until its run ends, noting each text delta's lateness. */
+async function followPaced(base: string, id: string, late: number[], timeoutMs: number): Promise<void> {
+  const ws: WebSocket = await openWs(streamUrl(base, id), timeoutMs);
+  const state = { start: 0 };
+  try {
+    await withTimeout(
+      new Promise<void>((resolve, reject) => {
+        let running = false;
+        listen(ws, (raw) => {
+          const at = Date.now();
+          const type = frameType(raw);
+          if (type === 'stream.event') {
+            // Only text deltas carry `"text":"#`; no parse needed for the figure.
+            const i = raw.indexOf('"text":"#');
+            if (i < 0) return;
+            const v = pacedLateness(raw.slice(i + 8, i + 40), at, DELAY_MS, state);
+            if (v !== undefined) late.push(v);
+          } else if (type === 'session.status') {
+            const status = (JSON.parse(raw) as Envelope).data?.status;
+            if (status === 'running') running = true;
+            if (status === 'failed') reject(new Error(`session ${id} failed`));
+            if (running && status === 'idle') resolve();
+          }
+        });
+        ws.once('close', () => reject(new Error(`stream of ${id} closed`)));
+      }),
+      timeoutMs,
+      `following ${id}`,
+    );
+  } finally {
+    ws.removeAllListeners('close');
+    ws.on('error', () => {});
+    ws.terminate();
+  }
+}
+
+async function loopP99(base: string): Promise<number> {
+  const text = await (await fetch(`${base}/metrics`)).text();
+  const m = /^nodejs_eventloop_lag_p99_seconds(?:\{[^}]*\})? ([\d.e+-]+)$/m.exec(text);
+  return m ? Number(m[1]) * 1000 : NaN;
+}
+
+async function prepare(ctx: Ctx) {
+  await ctx.fakeCtl.reset();
+  await ctx.fakeCtl.script(`paced:${TURNS}:${MIN_DELTAS}:${MAX_DELTAS}:${DELAY_MS}`);
+  await ctx.redis.admin.flushall();
+}
+
+function summary(values: number[]) {
+  return {
+    p50: percentile(values, 50),
+    p99: percentile(values, 99),
+    max: values.reduce((a, b) => Math.max(a, b), -Infinity),
+    count: values.length,
+  };
+}
+
+async function serviceStep(ctx: Ctx, n: number, timeoutMs: number): Promise<B9Step> {
+  await prepare(ctx);
+  const svc = await ctx.service();
+  try {
+    const rss = new RssSampler(svc.pid);
+    const meter = cpuMeter({ service: svc.pid, redis: ctx.redis.pid, fake: ctx.fake.child.pid });
+    const clientLoop = (await import('node:perf_hooks')).monitorEventLoopDelay({ resolution: 10 });
+    await loopP99(svc.url); // resets the service's histogram
+    clientLoop.enable();
+    const late: number[] = [];
+    let errors = 0;
+    const t0 = nowMs();
+    await Promise.all(
+      Array.from({ length: n }, async (_, i) => {
+        await sleep((STAGGER_MS * i) / n);
+        try {
+          const s = await postWithRetry(`${svc.url}/v1/sessions`, {
+            tools: ['calculate_sum'],
+            input: `b9-svc-${n}-${i}`,
+            max_iterations: 10,
+          });
+          await followPaced(svc.url, s.id, late, timeoutMs);
+        } catch (err) {
+          if (errors++ < 3) ctx.log(`  B9 session ${i}: ${String(err).slice(0, 200)}`);
+        }
+      }),
+    );
+    const seconds = (nowMs() - t0) / 1000;
+    clientLoop.disable();
+    const eventLoopP99Ms = await loopP99(svc.url);
+    const cpu = meter();
+    const step = {
+      n,
+      lateness: summary(late),
+      eventLoopP99Ms,
+      clientLoopP99Ms: clientLoop.percentile(99) / 1e6,
+      rssPeak: rss.stop().peak,
+      seconds,
+      errors,
+      cpu,
+    };
+    return { ...step, ok: ok(step, n * TURNS * MIN_DELTAS) };
+  } finally {
+    await svc.stop();
+  }
+}
+
+async function sdkStep(ctx: Ctx, n: number, timeoutMs: number): Promise<B9Step> {
+  await prepare(ctx);
+  const worker = await InprocWorker.start(ctx.fake.url);
+  try {
+    const rss = new RssSampler(worker.pid);
+    const meter = cpuMeter({ runner: worker.pid, redis: ctx.redis.pid, fake: ctx.fake.child.pid });
+    const r = await worker.paced(n, `b9-sdk-${n}-`, {
+      staggerMs: STAGGER_MS,
+      eventDelayMs: DELAY_MS,
+      timeoutMs,
+    });
+    const step = {
+      n,
+      lateness: r.lateness ?? { p50: NaN, p99: NaN, max: NaN, count: 0 },
+      eventLoopP99Ms: r.eventLoop?.p99 ?? NaN,
+      rssPeak: rss.stop().peak,
+      seconds: (r.t1 - r.t0) / 1000,
+      errors: r.errorCount + Math.max(0, n * TURNS - r.iterations),
+      cpu: meter(),
+    };
+    return { ...step, ok: ok(step, n * TURNS * MIN_DELTAS) };
+  } finally {
+    await worker.stop();
+  }
+}
+
+const line = (side: string, s: B9Step) =>
+  `  B9 ${side} N=${s.n}: lateness p99 ${s.lateness.p99.toFixed(1)} ms, event loop p99 ` +
+  `${s.eventLoopP99Ms.toFixed(1)} ms, RSS ${(s.rssPeak / 1e6).toFixed(0)} MB, ${s.errors} errors: ${s.ok ? 'held' : 'missed'}`;
+
+export async function b9(ctx: Ctx): Promise<B9Result> {
+  const steps = ctx.quick ? [50, 100] : [50, 100, 250, 500, 1000, 2000, 4000];
+  const timeoutMs = 120_000;
+  const svc: B9Step[] = [];
+  const sdk: B9Step[] = [];
+  // Alternating sides at each N, so both see the machine in the same state; a side stops at its first miss.
+  for (const n of steps) {
+    if (svc.every((s) => s.ok)) {
+      svc.push(await serviceStep(ctx, n, timeoutMs));
+      ctx.log(line('service', svc.at(-1)!));
+    }
+    if (sdk.every((s) => s.ok)) {
+      sdk.push(await sdkStep(ctx, n, timeoutMs));
+      ctx.log(line('in-process', sdk.at(-1)!));
+    }
+    if (!svc.every((s) => s.ok) && !sdk.every((s) => s.ok)) break;
+  }
+  const held = (list: B9Step[]) => list.filter((s) => s.ok).reduce((a, s) => Math.max(a, s.n), 0);
+  const svcN = held(svc);
+  const sdkN = held(sdk);
+  const ratio = sdkN > 0 ? svcN / sdkN : NaN;
+  return {
+    turns: TURNS,
+    deltasPerTurn: [MIN_DELTAS, MAX_DELTAS],
+    eventDelayMs: DELAY_MS,
+    staggerMs: STAGGER_MS,
+    steps,
+    svc,
+    sdk,
+    svcN,
+    sdkN,
+    ratio,
+    verdict: verdict(sdkN > 0 ? ratio >= 0.8 : null),
+  };
+}
