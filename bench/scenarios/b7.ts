@@ -10,6 +10,7 @@
 import type { Ctx, Profiled } from '../lib/context.js';
 import type { FakeRecord } from '../lib/fake.js';
 import { fmt, httpOk, mean, sleep } from '../lib/util.js';
+import { follow, openWs, streamUrl, untilRunEnds } from '../lib/ws.js';
 import { followRunEnd, verdict, type Verdict } from './common.js';
 import { history } from './b4.js';
 
@@ -56,13 +57,21 @@ async function chat(ctx: Ctx, base: string): Promise<B7Chat> {
   const s = await httpOk('POST', `${base}/v1/sessions`, { start: false, messages: history(1) });
   const bytes: number[] = [];
   let continued = 0;
+  // The id of the last event seen: each run is followed from there, so the replay of an earlier run's
+  // running → idle cannot end the wait for this one.
+  let lastId: string | undefined;
   for (let i = 0; i < CHAT; i++) {
     await ctx.fakeCtl.enqueue([
       { type: 'message', content: [{ type: 'text', text: `Answer number ${i}.` }] },
     ]);
     const since = (await ctx.fakeCtl.stats()).requests;
-    const followed = followRunEnd(ctx, base, s.id, 60_000);
-    await sleep(20); // subscribed before the run starts
+    // Subscribed (the socket open) before the message starts the run.
+    const ws = await openWs(streamUrl(base, s.id, lastId), 60_000);
+    const followed = follow(base, s.id, {
+      ws,
+      timeoutMs: 60_000,
+      onEvent: untilRunEnds((ev) => (lastId = ev.id)),
+    });
     await httpOk('POST', `${base}/v1/sessions/${s.id}/messages`, {
       text: `Chat message number ${i}, please.`,
     });
