@@ -59,7 +59,9 @@ export function matchWire(method: string, path: string): WireRoute | undefined {
   if (method !== 'POST') return undefined;
   if (path === '/v1/messages') return { wire: 'anthropic' };
   const v = VERTEX_PATH.exec(path);
-  if (v) return { wire: 'vertex', model: decode(v[3]!), stream: v[4] === 'streamRawPredict' };
+  // `models/count-tokens:rawPredict` is Vertex's token counter, which the fake does not serve (a 404).
+  if (v && v[3] !== 'count-tokens')
+    return { wire: 'vertex', model: decode(v[3]!), stream: v[4] === 'streamRawPredict' };
   const b = BEDROCK_PATH.exec(path);
   if (b) return { wire: 'bedrock', model: decode(b[1]!), stream: b[2] === 'invoke-with-response-stream' };
   return undefined;
