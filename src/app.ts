@@ -16,6 +16,7 @@ import {
 } from './json-depth.js';
 import redisPlugin from './plugins/redis.js';
 import anthropicPlugin from './plugins/anthropic.js';
+import type { ProviderOptions } from './providers.js';
 import enginePlugin from './plugins/engine.js';
 import mcpPlugin from './mcp/plugin.js';
 import eventsHubPlugin from './plugins/events-hub.js';
@@ -58,8 +59,8 @@ export interface AppOptions {
   config: Config;
   /** Where Redis is (resolved at boot: REDIS_URL, a server on 6379, or the embedded one). */
   redisUrl?: string | undefined;
-  /** The upstream: the real API, or the offline model's loopback URL. */
-  anthropic: { apiKey: string; baseURL?: string | undefined; offline: boolean };
+  /** The upstream: the real API (or Bedrock, Vertex), or the offline model's loopback URL. */
+  anthropic: ProviderOptions;
   /** OpenTelemetry: a provider to use, or the environment to configure one from (`OTEL_*`; off by default). */
   tracing?: TracingPluginOptions;
 }
@@ -105,10 +106,8 @@ const app: FastifyPluginAsync<AppOptions> = async (fastify, opts) => {
   });
   await fastify.register(redisPlugin, { url: opts.redisUrl, clusterNodes: config.REDIS_CLUSTER_NODES });
   await fastify.register(anthropicPlugin, {
-    apiKey: opts.anthropic.apiKey,
-    baseURL: opts.anthropic.baseURL,
+    provider: opts.anthropic,
     maxRetries: config.UPSTREAM_MAX_RETRIES,
-    offline: opts.anthropic.offline,
     timeoutMs: config.UPSTREAM_TIMEOUT_MS,
     idleMs: config.UPSTREAM_IDLE_MS,
   });

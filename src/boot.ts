@@ -8,6 +8,7 @@ import { startFakeAnthropic, type FakeAnthropic } from './fake/server.js';
 import { offlineHandler } from './fake/offline.js';
 import { findRedisServerBinary, redisAnswers, startEmbeddedRedis } from './redis/embedded.js';
 import { componentLog } from './log.js';
+import { ProviderError, providerOptions } from './providers.js';
 import { clientErrorHandler, frameworkErrors, requestId } from './plugins/edge-errors.js';
 
 export const loggerOptions = (config: Config) => ({
@@ -20,6 +21,13 @@ export const loggerOptions = (config: Config) => ({
       'headers.authorization',
       '*.apiKey',
       '*.ANTHROPIC_API_KEY',
+      '*.AWS_SECRET_ACCESS_KEY',
+      '*.AWS_SESSION_TOKEN',
+      '*.AWS_BEARER_TOKEN_BEDROCK',
+      '*.ANTHROPIC_VERTEX_ACCESS_TOKEN',
+      '*.secretAccessKey',
+      '*.sessionToken',
+      '*.accessToken',
       '*.API_KEYS',
       // Client tokens (spec §7.2) should a body or an object holding one ever be logged.
       '*.token',
@@ -139,7 +147,8 @@ export async function startService(
     if (redis.stop) cleanups.push(redis.stop);
 
     let offline: FakeAnthropic | undefined;
-    if (!config.ANTHROPIC_API_KEY) {
+    const cloud = providerOptions(config);
+    if (!cloud && !config.ANTHROPIC_API_KEY) {
       offline = await startFakeAnthropic({
         handler: offlineHandler,
         eventDelayMs: config.OFFLINE_EVENT_DELAY_MS,
@@ -161,9 +170,16 @@ export async function startService(
     await fastify.register(app, {
       config,
       redisUrl: redis.url,
-      anthropic: offline
-        ? { apiKey: 'offline', baseURL: offline.url, offline: true }
-        : { apiKey: config.ANTHROPIC_API_KEY!, baseURL: config.ANTHROPIC_BASE_URL, offline: false },
+      anthropic:
+        cloud ??
+        (offline
+          ? { provider: 'anthropic', apiKey: 'offline', baseURL: offline.url, offline: true }
+          : {
+              provider: 'anthropic',
+              apiKey: config.ANTHROPIC_API_KEY!,
+              baseURL: config.ANTHROPIC_BASE_URL,
+              offline: false,
+            }),
       tracing: { env, provider: extras.tracerProvider },
     });
     fastify.server.maxConnections = config.MAX_CONNECTIONS;
@@ -173,6 +189,7 @@ export async function startService(
     for (const c of cleanups.reverse()) await c().catch(() => {});
     if (err instanceof Error && /Redis Cluster was not ready/.test(err.message))
       throw new BootError(err.message);
+    if (err instanceof ProviderError) throw new BootError(err.message);
     throw err;
   }
   const addr = fastify.server.address();

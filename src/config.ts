@@ -91,6 +91,9 @@ const modelPrices = z.string().transform((raw, ctx) => {
   return parsed.data;
 });
 
+/** A cloud region name: `us-east-1`, `us-east5`, `global`. */
+const cloudRegion = z.string().regex(/^[a-z][a-z0-9-]{1,30}[a-z0-9]$/, 'expected a region such as us-east-1');
+
 const logLevel = z.enum(['fatal', 'error', 'warn', 'info', 'debug', 'trace', 'silent']);
 
 export const configSchema = z.object({
@@ -102,6 +105,25 @@ export const configSchema = z.object({
   LOCAL_REDIS_URL: z.url({ protocol: /^rediss?$/ }).default('redis://127.0.0.1:6379'),
   ANTHROPIC_API_KEY: z.string().min(1).optional(),
   ANTHROPIC_BASE_URL: z.url().optional(),
+  /** Which SDK client reaches the model (src/providers.ts); the others' variables are ignored. */
+  ANTHROPIC_PROVIDER: z.enum(['anthropic', 'bedrock', 'vertex']).default('anthropic'),
+  /** Bedrock: the region (required), and a base URL instead of `https://bedrock-runtime.<region>.amazonaws.com`. */
+  AWS_REGION: cloudRegion.optional(),
+  ANTHROPIC_BEDROCK_BASE_URL: z.url().optional(),
+  /** Bedrock credentials: a static key pair (else the AWS default chain: profile, SSO, IMDS…), or an API key. */
+  AWS_ACCESS_KEY_ID: z.string().min(1).optional(),
+  AWS_SECRET_ACCESS_KEY: z.string().min(1).optional(),
+  AWS_SESSION_TOKEN: z.string().min(1).optional(),
+  AWS_BEARER_TOKEN_BEDROCK: z.string().min(1).optional(),
+  /** Vertex: region (`us-east5`, `global`…) and project (both required), a base URL instead of Google's. */
+  CLOUD_ML_REGION: cloudRegion.optional(),
+  ANTHROPIC_VERTEX_PROJECT_ID: z
+    .string()
+    .regex(/^[a-z0-9][a-z0-9:.-]{0,62}$/, 'expected a Google Cloud project id')
+    .optional(),
+  ANTHROPIC_VERTEX_BASE_URL: z.url().optional(),
+  /** Vertex: a static OAuth access token (tests, or a token kept fresh outside); else Application Default Credentials. */
+  ANTHROPIC_VERTEX_ACCESS_TOKEN: z.string().min(1).optional(),
   API_KEYS: apiKeys.optional(),
   /** Origins whose pages may call the REST API (CORS) and open WebSockets; unset: no CORS, any Origin upgrades. */
   CORS_ORIGINS: origins.optional(),
@@ -341,6 +363,9 @@ export function loadConfig(env: NodeJS.ProcessEnv = process.env): Config {
       throw new ConfigError(`Invalid configuration:\n${missing.map((m) => `  MCP_SERVERS.${m}`).join('\n')}`);
     config.MCP_SERVERS = resolveMcpServers(config.MCP_SERVERS, env);
   }
+  const provider = providerProblems(config);
+  if (provider.length)
+    throw new ConfigError(`Invalid configuration:\n${provider.map((p) => `  ${p}`).join('\n')}`);
   if (!config.API_KEYS && !isLoopback(config.HOST)) {
     throw new ConfigError(
       `Invalid configuration:\n  API_KEYS: required when HOST (${config.HOST}) is not a loopback address; ` +
@@ -348,6 +373,28 @@ export function loadConfig(env: NodeJS.ProcessEnv = process.env): Config {
     );
   }
   return config;
+}
+
+/** What ANTHROPIC_PROVIDER needs besides its own variable, checked at boot rather than at the first turn. */
+function providerProblems(config: Config): string[] {
+  const problems: string[] = [];
+  const needs = (name: keyof Config, what: string) => {
+    if (config[name] === undefined)
+      problems.push(`${name}: required when ANTHROPIC_PROVIDER=${config.ANTHROPIC_PROVIDER} (${what})`);
+  };
+  if (config.ANTHROPIC_PROVIDER === 'bedrock') {
+    needs('AWS_REGION', 'the Bedrock region, e.g. us-east-1');
+    if ((config.AWS_ACCESS_KEY_ID === undefined) !== (config.AWS_SECRET_ACCESS_KEY === undefined))
+      problems.push(
+        'AWS_ACCESS_KEY_ID, AWS_SECRET_ACCESS_KEY: set both or neither (neither: the AWS default chain)',
+      );
+    if (config.AWS_SESSION_TOKEN !== undefined && config.AWS_ACCESS_KEY_ID === undefined)
+      problems.push('AWS_SESSION_TOKEN: needs AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY');
+  } else if (config.ANTHROPIC_PROVIDER === 'vertex') {
+    needs('CLOUD_ML_REGION', 'the Vertex AI region, e.g. us-east5 or global');
+    needs('ANTHROPIC_VERTEX_PROJECT_ID', 'the Google Cloud project that serves Claude');
+  }
+  return problems;
 }
 
 export function isLoopback(host: string): boolean {

@@ -1507,7 +1507,7 @@ export interface components {
       /** @enum {string} */
       redis: 'ok' | 'unavailable';
       /** @enum {string} */
-      model: 'offline' | 'anthropic';
+      model: 'offline' | 'anthropic' | 'bedrock' | 'vertex';
       /** Format: int64 */
       active_runs: number;
       /** Format: int64 */

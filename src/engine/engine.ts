@@ -1,4 +1,4 @@
-import type Anthropic from '@anthropic-ai/sdk';
+import type { ModelClient } from '../model-client.js';
 import type { ServerTool } from '../../tools/types.js';
 import { Metrics } from '../observability/metrics.js';
 import { RunTelemetry } from '../observability/run-telemetry.js';
@@ -12,7 +12,7 @@ import { controlListener, drive, type DriveDeps } from './run.js';
 
 export interface EngineOptions {
   store: SessionStore;
-  client: Anthropic;
+  client: ModelClient;
   /** The sessions' pub/sub channels: control messages of the runs here arrive on them. */
   channels: SessionChannels;
   serverTools: ReadonlyMap<string, ServerTool>;

@@ -1,4 +1,4 @@
-import type Anthropic from '@anthropic-ai/sdk';
+import type { ModelClient } from '../model-client.js';
 import type { FastifyBaseLogger } from 'fastify';
 import type { ServerTool } from '../../tools/types.js';
 import type { Metrics } from '../observability/metrics.js';
@@ -16,7 +16,7 @@ export type EngineLogger = FastifyBaseLogger;
 /** What every phase of a run works with: the shared clients and the engine's settings. */
 export interface RunDeps {
   store: SessionStore;
-  client: Anthropic;
+  client: ModelClient;
   serverTools: ReadonlyMap<string, ServerTool>;
   /** Every source of tools the service runs (server tools, MCP servers, …), resolved per session at each step. */
   toolbox: Toolbox;

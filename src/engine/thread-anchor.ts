@@ -7,7 +7,7 @@
  * the SDK does for a rewritten history. A thread the API no longer has is replayed by the SDK itself.
  */
 import { createHash } from 'node:crypto';
-import type Anthropic from '@anthropic-ai/sdk';
+import type { ModelClient } from '../model-client.js';
 import type { BetaMessageThread } from '@anthropic-ai/sdk/lib/threads/BetaMessageThread';
 import type {
   BetaToolRunner,
@@ -80,7 +80,7 @@ const stateOf = (thread: BetaMessageThread<unknown>): ThreadStateTurns =>
  * otherwise the SDK's own (a new thread with the whole history).
  */
 export function startRunner(
-  client: Anthropic,
+  client: ModelClient,
   params: BetaToolRunnerParams & { stream: boolean },
   options: BetaToolRunnerRequestOptions,
   anchor: ThreadAnchor | null,

@@ -1,5 +1,5 @@
 /**
- * `POST /v1/messages`: parse and record the request, check the key, the body, the thread and the conversation, pick
+ * A model request (`POST /v1/messages`, or its Vertex or Bedrock form turned into it: provider-wires.ts): parse and record the request, check the key, the body, the thread and the conversation, pick
  * the reply (the script queue, else the handler), then answer it as JSON, as an SSE stream, as an error, or not at all.
  */
 import type http from 'node:http';
@@ -21,15 +21,16 @@ import { checkThread } from './threads.js';
 import { validateToolChanges } from './tool-changes.js';
 import type { BetaMessageParam } from '@anthropic-ai/sdk/resources/beta/messages/messages';
 import { RequestError, unchecked, validateBody, validateConversation } from './validate.js';
+import type { Inbound } from './provider-wires.js';
 import type { ApiErrorSpec, FakeReply, FakeRequest, WireRequest } from './wire.js';
 
 export async function handleMessages(
   state: FakeState,
-  req: http.IncomingMessage,
+  call: Inbound,
   res: http.ServerResponse,
-  raw: string,
 ): Promise<void> {
   const { settings } = state;
+  const { raw, headers } = call;
   let parsed: unknown;
   try {
     parsed = JSON.parse(raw);
@@ -52,8 +53,8 @@ export async function handleMessages(
   // Checked before the request is recorded, answered after (an authentication error first).
   let rejection: ApiErrorSpec | undefined;
   try {
-    validateBody(parsed, req.headers);
-    validateCompactionFields(parsed, req.headers);
+    validateBody(parsed, headers);
+    validateCompactionFields(parsed, headers);
     if (thread) checkThread(thread, parent, newMessages, settings.threadsSupported);
     validateConversation(conversation, settings.strictAlternation);
     validateCacheMarks(
@@ -64,7 +65,7 @@ export async function handleMessages(
     validateToolChanges(
       conversation,
       parent ? parent.tools : Array.isArray(fields?.tools) ? fields.tools : [],
-      req.headers,
+      headers,
     );
   } catch (error) {
     if (!(error instanceof RequestError)) throw error;
@@ -76,10 +77,12 @@ export async function handleMessages(
     messages: conversation as BetaMessageParam[],
     system: parent ? parent.system : fields?.system,
     tools: parent ? parent.tools : Array.isArray(fields?.tools) ? fields.tools : [],
-    headers: req.headers,
+    headers,
     stream: fields?.stream === true,
-    bytes: Buffer.byteLength(raw),
+    bytes: call.bytes,
     at: Date.now(),
+    wire: call.wire,
+    path: call.path,
   };
   const index = state.noteRequest(fr);
   const answer = (spec: ApiErrorSpec) => {
@@ -87,13 +90,16 @@ export async function handleMessages(
     sendApiError(res, spec);
   };
 
-  if (settings.apiKey !== undefined) {
-    const auth = req.headers['authorization'];
-    const key = req.headers['x-api-key'];
+  // The cloud wires carry their own credentials (checked in provider-wires.ts), never the API key.
+  if (call.rejection?.status === 401 || call.rejection?.status === 403) return answer(call.rejection);
+  if (settings.apiKey !== undefined && call.wire === 'anthropic') {
+    const auth = headers['authorization'];
+    const key = headers['x-api-key'];
     if (auth !== `Bearer ${settings.apiKey}` && key !== settings.apiKey) {
       return answer({ status: 401, type: 'authentication_error', message: 'invalid x-api-key' });
     }
   }
+  rejection = call.rejection ?? rejection;
   if (rejection) return answer(rejection);
   // Accepted: `parsed` is a valid body with a `model` string (validateBody).
   const body = fr.body;
@@ -172,12 +178,12 @@ export async function handleMessages(
   if (reply.type === 'error') {
     end(false);
     fr.status = reply.status;
-    const headers: http.OutgoingHttpHeaders = {};
-    if (reply.retryAfter !== undefined) headers['retry-after'] = String(reply.retryAfter);
-    if (reply.retryAfterMs !== undefined) headers['retry-after-ms'] = String(reply.retryAfterMs);
-    if (reply.shouldRetry !== undefined) headers['x-should-retry'] = String(reply.shouldRetry);
+    const out: http.OutgoingHttpHeaders = {};
+    if (reply.retryAfter !== undefined) out['retry-after'] = String(reply.retryAfter);
+    if (reply.retryAfterMs !== undefined) out['retry-after-ms'] = String(reply.retryAfterMs);
+    if (reply.shouldRetry !== undefined) out['x-should-retry'] = String(reply.shouldRetry);
     const message = reply.message ?? DEFAULT_ERROR_MESSAGES[reply.errorType] ?? reply.errorType;
-    return sendJson(res, reply.status, errorBody(reply.errorType, message, reply.details), headers);
+    return sendJson(res, reply.status, errorBody(reply.errorType, message, reply.details), out);
   }
 
   const message = buildMessage(reply, body.model, inputChars, body.container);
@@ -219,7 +225,7 @@ export async function handleMessages(
       store();
       return sendJson(res, 200, JSON.stringify(message));
     }
-    streamMessage(state, res, fr, message, reply, store, () => end(false));
+    streamMessage(state, res, fr, message, reply, call.framing, store, () => end(false));
   };
   if (reply.delayMs !== undefined && reply.delayMs > 0) state.later(respond, reply.delayMs);
   else respond();

@@ -5,6 +5,9 @@
  * Replies come from a FIFO script (`enqueue`), then from a handler (default: the offline model). Every request is
  * recorded with the conversation the model saw, so tests can assert on it.
  *
+ * The same handler answers Vertex's (`…:rawPredict`, `…:streamRawPredict`) and Bedrock's (`/model/{id}/invoke`,
+ * `…/invoke-with-response-stream`, in the AWS event-stream framing) wires: `provider-wires.ts`.
+ *
  * This file starts the HTTP server and routes requests; what happens to them lives in `messages.ts` (the
  * `/v1/messages` handler), `validate.ts`, `threads.ts`, `reply.ts`, `sse.ts`, `control.ts` (`/_fake/*`) and
  * `respond.ts`. The types are in `wire.ts`, the offline model in `offline.ts`, the reply builders in `script.ts`.
@@ -14,6 +17,7 @@ import type { Socket } from 'node:net';
 import { handleControl, notFound } from './control.js';
 import { handleMessages } from './messages.js';
 import { offlineHandler } from './offline.js';
+import { inbound, matchWire } from './provider-wires.js';
 import { errorBody, sendApiError, sendJson } from './respond.js';
 import { FakeState } from './state.js';
 import type { FakeHandler, FakeReply, FakeRequest } from './wire.js';
@@ -114,9 +118,9 @@ export async function startFakeAnthropic(opts: FakeAnthropicOptions = {}): Promi
       const method = req.method ?? 'GET';
       const url = new URL(req.url ?? '/', 'http://fake');
       const path = url.pathname;
-      const isMessages = path === '/v1/messages' && method === 'POST';
+      const route = matchWire(method, path);
       const isControl = control && path.startsWith('/_fake/');
-      if (!isMessages && !isControl) {
+      if (!route && !isControl) {
         req.resume();
         return notFound(res, method, path);
       }
@@ -137,8 +141,8 @@ export async function startFakeAnthropic(opts: FakeAnthropicOptions = {}): Promi
       req.on('end', () => {
         if (tooLarge) return;
         const raw = Buffer.concat(chunks).toString('utf8');
-        if (isControl) return handleControl(state, path, url, res, raw, method);
-        handleMessages(state, req, res, raw).catch((error: unknown) => {
+        if (!route) return handleControl(state, path, url, res, raw, method);
+        handleMessages(state, inbound(route, path, raw, req.headers), res).catch((error: unknown) => {
           sendApiError(res, {
             status: 500,
             type: 'api_error',

@@ -1,9 +1,10 @@
 /**
  * The SSE writer: a message as the API streams it (`message_start`, blocks of deltas, `message_delta`,
- * `message_stop`), paced event by event, and the scripted failures of a stream (a cut socket, an `event: error`).
+ * `message_stop`), paced event by event, in the wire's framing (SSE text, or Bedrock's binary frames), and the scripted failures of a stream (a cut socket, an `event: error`).
  */
 import type http from 'node:http';
 import { DEFAULT_ERROR_MESSAGES, errorBody, shortId } from './respond.js';
+import type { StreamFraming } from './provider-wires.js';
 import type { FakeState } from './state.js';
 import { textChunks } from './scan.js';
 import type { FakeMessageReply, FakeRequest, WireMessage } from './wire.js';
@@ -18,6 +19,7 @@ export function streamMessage(
   fr: FakeRequest,
   message: WireMessage,
   reply: FakeMessageReply,
+  framing: StreamFraming,
   store: () => void,
   fail: () => void,
 ): void {
@@ -40,7 +42,9 @@ export function streamMessage(
     const text = reply.streamErrorMessage ?? DEFAULT_ERROR_MESSAGES[type] ?? type;
     return `event: error\ndata: ${errorBody(type, text)}\n\n`;
   };
-  const finish = (chunk: string) => {
+  /** The last events (maybe none), then the stream's scripted end. */
+  const finish = (last: string[]) => {
+    const chunk = last.length ? framing.encode(last) : '';
     if (tail === 'end') {
       // Stored before `message_stop` leaves, so a client that continues at once finds the thread.
       store();
@@ -48,13 +52,13 @@ export function streamMessage(
     } else if (tail === 'hang') {
       // The reply is never complete: nothing is stored; the socket stays open until the client or `close` ends it.
       fail();
-      if (chunk) res.write(chunk);
+      if (last.length) res.write(chunk);
     } else if (tail === 'error') {
       fail();
-      res.end(chunk + errorEvent());
+      res.end(framing.encode([...last, errorEvent()]));
     } else {
       fail();
-      if (chunk) res.write(chunk, () => res.socket?.destroy());
+      if (last.length) res.write(chunk, () => res.socket?.destroy());
       else res.socket?.destroy();
     }
   };
@@ -68,7 +72,7 @@ export function streamMessage(
   }
   fr.status = 200;
   res.writeHead(200, {
-    'content-type': 'text/event-stream; charset=utf-8',
+    'content-type': framing.contentType,
     'cache-control': 'no-cache',
     'request-id': `req_fake_${shortId()}`,
   });
@@ -76,7 +80,7 @@ export function streamMessage(
   // Headers leave at once, as from the real API; the events follow at the pace.
   if (delay > 0) res.flushHeaders();
   if (!(delay > 0)) {
-    finish(events.slice(0, count).join(''));
+    finish(events.slice(0, count));
     return;
   }
   // Each event waits `delay` after the previous one's due time, so K events take at least K * delay.
@@ -86,17 +90,17 @@ export function streamMessage(
     if (res.destroyed || state.closed) return fail();
     const wait = due - performance.now();
     if (wait > 0) return state.later(step, Math.ceil(wait));
-    if (i >= count) return finish('');
+    if (i >= count) return finish([]);
     if (i === count - 1) {
       i++;
-      return finish(events[i - 1]!);
+      return finish([events[i - 1]!]);
     }
-    res.write(events[i++]!);
+    res.write(framing.encode([events[i++]!]));
     due += delay;
     state.later(step, delay);
   };
   // With no event to write first, only an `event: error` is left (a cut at 0 returned above).
-  if (count === 0) state.later(() => (res.destroyed || state.closed ? fail() : finish('')), delay);
+  if (count === 0) state.later(() => (res.destroyed || state.closed ? fail() : finish([])), delay);
   else state.later(step, delay);
 }
 

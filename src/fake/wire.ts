@@ -19,7 +19,10 @@ export const COMPACTION_BETA = 'compact-2026-09-04';
 /** The beta of server-side compaction (`context_management` with a `compact_20260112` edit). */
 export const CONTEXT_COMPACTION_BETA = 'compact-2026-01-12';
 
-/** One recorded `POST /v1/messages`. */
+/** The wires the fake answers (provider-wires.ts). */
+export type WireName = 'anthropic' | 'bedrock' | 'vertex';
+
+/** One recorded model request (`POST /v1/messages`, or the same on Vertex's or Bedrock's wire: provider-wires.ts). */
 export interface FakeRequest {
   /**
    * The JSON body as received, typed as the API defines it. Only a request the fake accepted is known to match
@@ -48,6 +51,10 @@ export interface FakeRequest {
   status?: number | undefined;
   /** The `id` of the message the fake replied with, if it replied with one. */
   replyId?: string | undefined;
+  /** The wire it came on (`/v1/messages`, Vertex's `:rawPredict`, Bedrock's `invoke`); set by the fake. */
+  wire?: WireName | undefined;
+  /** Its URL path; set by the fake. */
+  path?: string | undefined;
 }
 
 export interface FakeUsage {

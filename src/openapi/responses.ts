@@ -377,7 +377,8 @@ export const readiness = z
   .object({
     status: z.enum(['ready', 'not_ready']),
     redis: z.enum(['ok', 'unavailable']),
-    model: z.enum(['offline', 'anthropic']),
+    /** The model backend: the offline fake, or ANTHROPIC_PROVIDER. */
+    model: z.enum(['offline', 'anthropic', 'bedrock', 'vertex']),
     active_runs: z.number().int(),
     waiting_runs: z.number().int(),
   })

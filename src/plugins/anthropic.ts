@@ -1,21 +1,22 @@
-import Anthropic, { AnthropicError } from '@anthropic-ai/sdk';
+import { AnthropicError } from '@anthropic-ai/sdk';
 import fp from 'fastify-plugin';
 import { componentLog } from '../log.js';
+import type { ModelClient } from '../model-client.js';
 import { countingFetch } from '../observability/upstream-fetch.js';
+import { createModelClient, type ProviderOptions } from '../providers.js';
 
 declare module 'fastify' {
   interface FastifyInstance {
-    anthropic: Anthropic;
-    /** `offline` when the built-in fake model answers (no ANTHROPIC_API_KEY), else `anthropic`. */
-    modelBackend: 'offline' | 'anthropic';
+    /** The SDK client of ANTHROPIC_PROVIDER: `Anthropic`, `AnthropicBedrock` or `AnthropicVertex`. */
+    anthropic: ModelClient;
+    /** `offline` when the built-in fake model answers (no ANTHROPIC_API_KEY), else the provider. */
+    modelBackend: 'offline' | 'anthropic' | 'bedrock' | 'vertex';
   }
 }
 
 export interface AnthropicPluginOptions {
-  apiKey: string;
-  baseURL?: string | undefined;
+  provider: ProviderOptions;
   maxRetries: number;
-  offline: boolean;
   /** The SDK's `timeout` of each request (UPSTREAM_TIMEOUT_MS). */
   timeoutMs: number;
   /** A streamed answer that sends nothing for this long is aborted (UPSTREAM_IDLE_MS). */
@@ -30,7 +31,9 @@ export interface AnthropicPluginOptions {
 function idleBoundedFetch(idleMs: number): typeof fetch {
   return async (input, init) => {
     const res = await fetch(input, init);
-    if (!res.body || !/\btext\/event-stream\b/.test(res.headers.get('content-type') ?? '')) return res;
+    // SSE, or Bedrock's binary event stream (the SDK turns it into SSE after this fetch).
+    const type = res.headers.get('content-type') ?? '';
+    if (!res.body || !/\b(text\/event-stream|application\/vnd\.amazon\.eventstream)\b/.test(type)) return res;
     const reader = res.body.getReader();
     const body = new ReadableStream<Uint8Array>({
       async pull(ctrl) {
@@ -64,9 +67,7 @@ function idleBoundedFetch(idleMs: number): typeof fetch {
 
 export default fp<AnthropicPluginOptions>(
   async (app, opts) => {
-    const client = new Anthropic({
-      apiKey: opts.apiKey,
-      ...(opts.baseURL ? { baseURL: opts.baseURL } : {}),
+    const client = await createModelClient(opts.provider, {
       maxRetries: opts.maxRetries,
       timeout: opts.timeoutMs,
       // The SDK's own spans (model calls, tool runner, tools) on this instance's provider; none when tracing is off.
@@ -74,8 +75,16 @@ export default fp<AnthropicPluginOptions>(
       // Each attempt counted and each failure logged (src/observability/upstream-fetch.ts); a silent stream cut.
       fetch: countingFetch(app.metrics, componentLog(app.log, 'upstream'), idleBoundedFetch(opts.idleMs)),
     });
-    app.decorate('anthropic', client);
-    app.decorate('modelBackend', opts.offline ? 'offline' : 'anthropic');
+    app.decorate<ModelClient>('anthropic', client);
+    const { provider } = opts;
+    app.decorate(
+      'modelBackend',
+      provider.provider === 'bedrock' || provider.provider === 'vertex'
+        ? provider.provider
+        : provider.offline
+          ? 'offline'
+          : 'anthropic',
+    );
   },
   { name: 'anthropic', dependencies: ['tracing', 'metrics'] },
 );
