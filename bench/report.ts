@@ -276,7 +276,7 @@ export function report(r: Results): string {
     '## Setup',
     '',
     '- Every process runs on this machine on 127.0.0.1: a private `redis-server` on a free port (never 6379), the fake ' +
-      'Messages API in its own process (`node src/fake/main.js`), and the service in its own process ' +
+      'Messages API in its own process (`node test/fake/main.js`), and the service in its own process ' +
       '(`node src/server.js`, `PORT=0`), a fresh one for each scenario. No scenario runs the service in the bench ' +
       'process. The bench first compiles the sources to JavaScript (`bench/tsconfig.build.json`, into ' +
       '`.data/bench-dist`): the service, the fake and the peers run as `npm start` and the image run the service, ' +

@@ -22,7 +22,7 @@ import {
   startFakeAnthropic,
   type FakeAnthropic,
   type FakeReply,
-} from '../src/fake/server.js';
+} from './fake/server.js';
 import type { StoredMessage } from '../src/history.js';
 import { startTestRedis, type TestRedis } from './helpers/redis.js';
 import { serviceEnv, sleep, spawnService, type ServiceProcess } from './helpers/process.js';

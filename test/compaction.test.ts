@@ -18,10 +18,10 @@ import {
   text,
   toolCall,
   type FakeAnthropic,
-} from '../src/fake/server.js';
-import { offlineReply } from '../src/fake/offline.js';
-import { conversationStart, readSummary, signSummary } from '../src/fake/compaction.js';
-import type { FakeHandler, FakeRequest } from '../src/fake/wire.js';
+} from './fake/server.js';
+import { offlineReply } from './fake/offline.js';
+import { conversationStart, readSummary, signSummary } from './fake/compaction.js';
+import type { FakeHandler, FakeRequest } from './fake/wire.js';
 import { checkHistory } from '../src/history.js';
 import { startHarness, type Harness } from './helpers/service.js';
 

@@ -8,8 +8,8 @@ import { mkdtemp, readFile, writeFile } from 'node:fs/promises';
 import os from 'node:os';
 import path from 'node:path';
 import type { Redis } from 'ioredis';
-import { text, toolCall } from '../src/fake/script.js';
-import { startFakeAnthropic, type FakeAnthropic } from '../src/fake/server.js';
+import { text, toolCall } from './fake/script.js';
+import { startFakeAnthropic, type FakeAnthropic } from './fake/server.js';
 import { startTestRedis, type TestRedis } from './helpers/redis.js';
 import { serviceEnv, spawnService, type ServiceProcess } from './helpers/process.js';
 import {

@@ -11,7 +11,7 @@ import { mkdtemp, readFile, writeFile } from 'node:fs/promises';
 import os from 'node:os';
 import path from 'node:path';
 import type { Redis } from 'ioredis';
-import { startFakeAnthropic, type FakeAnthropic } from '../src/fake/server.js';
+import { startFakeAnthropic, type FakeAnthropic } from './fake/server.js';
 import {
   TOOL_LOOP_TEXT_AFTER,
   parseScript,
@@ -19,10 +19,10 @@ import {
   textBlock,
   toolCalls,
   toolUse,
-} from '../src/fake/script.js';
-import { sseEvents } from '../src/fake/sse.js';
-import { buildMessage } from '../src/fake/reply.js';
-import type { FakeMessageReply } from '../src/fake/wire.js';
+} from './fake/script.js';
+import { sseEvents } from './fake/sse.js';
+import { buildMessage } from './fake/reply.js';
+import type { FakeMessageReply } from './fake/wire.js';
 import { startTestRedis, type TestRedis } from './helpers/redis.js';
 import { serviceEnv, spawnService, type ServiceProcess } from './helpers/process.js';
 import { leaseOwnerPid, redisClient, until } from './chaos-lib.js';
