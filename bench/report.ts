@@ -52,7 +52,7 @@ function b1EagerSection(b1: B1Result): string[] {
     head,
     '',
     `${e.runs} runs a side (after 1 warm-up run each), alternating off/on, of a ${b1.iterations}-iteration loop whose ` +
-      `turns call \`sleep_idempotent\` (${e.toolMs} ms; TEST_TOOLS=1). Iteration = request gap at the fake. ` +
+      `turns call \`sleep_idempotent\` (${e.toolMs} ms; SERVER_TOOLS_MODULE=test/tools/testing.ts). Iteration = request gap at the fake. ` +
       '"call last": the call ends the reply, so it is complete only at `message_delta` and at most the last event is ' +
       'overlapped; "text after": a sentence (4 text deltas) streams after the call, while the call runs.',
     '',

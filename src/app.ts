@@ -59,7 +59,13 @@ export interface AppOptions {
   /** Where Redis is (resolved at boot: REDIS_URL, a server on 6379, or the embedded one). */
   redisUrl?: string | undefined;
   /** The upstream: the real API, or the offline model's loopback URL. */
-  anthropic: { apiKey: string; baseURL?: string | undefined; offline: boolean };
+  /** `fetch`: the offline model (src/offline/fetch.ts) in place of the network. */
+  anthropic: {
+    apiKey: string;
+    baseURL?: string | undefined;
+    fetch?: typeof fetch | undefined;
+    offline: boolean;
+  };
   /** OpenTelemetry: a provider to use, or the environment to configure one from (`OTEL_*`; off by default). */
   tracing?: TracingPluginOptions;
 }
@@ -107,6 +113,7 @@ const app: FastifyPluginAsync<AppOptions> = async (fastify, opts) => {
   await fastify.register(anthropicPlugin, {
     apiKey: opts.anthropic.apiKey,
     baseURL: opts.anthropic.baseURL,
+    fetch: opts.anthropic.fetch,
     maxRetries: config.UPSTREAM_MAX_RETRIES,
     offline: opts.anthropic.offline,
     timeoutMs: config.UPSTREAM_TIMEOUT_MS,

@@ -19,9 +19,9 @@ import {
   toolCall,
   type FakeAnthropic,
 } from './fake/server.js';
-import { offlineReply } from './fake/offline.js';
-import { conversationStart, readSummary, signSummary } from './fake/compaction.js';
-import type { FakeHandler, FakeRequest } from './fake/wire.js';
+import { offlineReply } from '../src/offline/model.js';
+import { conversationStart, readSummary, signSummary } from '../src/offline/compaction.js';
+import type { FakeHandler, FakeRequest } from '../src/offline/wire.js';
 import { checkHistory } from '../src/history.js';
 import { startHarness, type Harness } from './helpers/service.js';
 

@@ -25,7 +25,7 @@ import {
   type FakeAnthropic,
   type FakeRequest,
 } from './fake/server.js';
-import { offlineReply } from './fake/offline.js';
+import { offlineReply } from '../src/offline/model.js';
 
 const MODEL = 'claude-fake-1';
 const ROOT = fileURLToPath(new URL('..', import.meta.url));

@@ -12,7 +12,7 @@ import { text, toolCall, toolCalls, toolUse } from './fake/script.js';
 import { validateConversation } from './fake/server.js';
 import { ConfigError, loadConfig } from '../src/config.js';
 import { startFakeAnthropic, type FakeAnthropic } from './fake/server.js';
-import type { FakeRequest } from './fake/wire.js';
+import type { FakeRequest } from '../src/offline/wire.js';
 import { startTestRedis, type TestRedis } from './helpers/redis.js';
 import { serviceEnv, spawnService, type ServiceProcess } from './helpers/process.js';
 import { leaseOwnerPid, redisClient } from './chaos-lib.js';

@@ -3,7 +3,7 @@ import assert from 'node:assert/strict';
 import { startHarness, type Harness } from './helpers/service.js';
 import { availableTools, text, toolCall } from './fake/script.js';
 import { checkHistory } from '../src/history.js';
-import type { FakeRequest } from './fake/wire.js';
+import type { FakeRequest } from '../src/offline/wire.js';
 
 const names = (r: FakeRequest) => [...availableTools(r).keys()].sort();
 const betas = (r: FakeRequest) => String(r.headers['anthropic-beta'] ?? '');

@@ -2,7 +2,7 @@ import { after, before, beforeEach, describe, it } from 'node:test';
 import assert from 'node:assert/strict';
 import { startHarness, type Harness } from './helpers/service.js';
 import { reply, text, textBlock, toolUse } from './fake/script.js';
-import type { FakeStopReason } from './fake/wire.js';
+import type { FakeStopReason } from '../src/offline/wire.js';
 
 /** The SDK runner's rules (contract §7.5): stop reasons. */
 

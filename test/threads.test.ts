@@ -3,7 +3,7 @@ import assert from 'node:assert/strict';
 import { startHarness, type Harness } from './helpers/service.js';
 import { apiError, text, toolCall } from './fake/script.js';
 import { checkHistory } from '../src/history.js';
-import type { FakeRequest } from './fake/wire.js';
+import type { FakeRequest } from '../src/offline/wire.js';
 
 const threadOf = (r: FakeRequest) => r.body.thread;
 

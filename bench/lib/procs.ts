@@ -417,5 +417,3 @@ export async function settledRss(pid: number, gapMs = 500, maxMs = 5_000): Promi
   }
   return last;
 }
-
-export const fileExists = existsSync;

@@ -14,6 +14,8 @@ declare module 'fastify' {
 export interface AnthropicPluginOptions {
   apiKey: string;
   baseURL?: string | undefined;
+  /** What the SDK calls in place of the network (the offline model); default the global `fetch`. */
+  fetch?: typeof fetch | undefined;
   maxRetries: number;
   offline: boolean;
   /** The SDK's `timeout` of each request (UPSTREAM_TIMEOUT_MS). */
@@ -27,9 +29,9 @@ export interface AnthropicPluginOptions {
  * turn thinks): the SDK's stream then rejects with an AnthropicError, which the engine records as a retryable
  * `upstream_error` — where a stalled upstream would otherwise hold the run for as long as the socket lives.
  */
-function idleBoundedFetch(idleMs: number): typeof fetch {
+function idleBoundedFetch(idleMs: number, inner: typeof fetch): typeof fetch {
   return async (input, init) => {
-    const res = await fetch(input, init);
+    const res = await inner(input, init);
     if (!res.body || !/\btext\/event-stream\b/.test(res.headers.get('content-type') ?? '')) return res;
     const reader = res.body.getReader();
     const body = new ReadableStream<Uint8Array>({
@@ -72,7 +74,11 @@ export default fp<AnthropicPluginOptions>(
       // The SDK's own spans (model calls, tool runner, tools) on this instance's provider; none when tracing is off.
       openTelemetry: app.tracing.sdkOption,
       // Each attempt counted and each failure logged (src/observability/upstream-fetch.ts); a silent stream cut.
-      fetch: countingFetch(app.metrics, componentLog(app.log, 'upstream'), idleBoundedFetch(opts.idleMs)),
+      fetch: countingFetch(
+        app.metrics,
+        componentLog(app.log, 'upstream'),
+        idleBoundedFetch(opts.idleMs, opts.fetch ?? fetch),
+      ),
     });
     app.decorate('anthropic', client);
     app.decorate('modelBackend', opts.offline ? 'offline' : 'anthropic');

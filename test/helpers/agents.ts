@@ -1,4 +1,4 @@
-import type { FakeRequest } from '../fake/wire.js';
+import type { FakeRequest } from '../../src/offline/wire.js';
 import { apiError, text, toolCall } from '../fake/script.js';
 
 const systemOf = (req: FakeRequest) =>

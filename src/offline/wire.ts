@@ -10,7 +10,7 @@ import type {
   BetaServerToolUseBlockParam,
   MessageCreateParams,
 } from '@anthropic-ai/sdk/resources/beta/messages/messages';
-import { SERVER_TOOL_RESULT_TYPES } from '../../src/tools/server-blocks.js';
+import { SERVER_TOOL_RESULT_TYPES } from '../tools/server-blocks.js';
 
 /** The beta header a request needs to use message threads. */
 export const MESSAGE_THREADS_BETA = 'message-threads-2026-08-12';
