@@ -8,6 +8,14 @@ module.exports = {
       from: {},
       to: { circular: true },
     },
+    {
+      name: 'no-test-code-in-the-service',
+      severity: 'error',
+      comment:
+        'The image holds src, routes and tools only: they never import test code (the fake lives in test/fake).',
+      from: { path: '^(src|routes|tools)/' },
+      to: { path: '^(test|bench)/' },
+    },
   ],
   options: {
     doNotFollow: { path: 'node_modules' },

@@ -78,7 +78,7 @@ function b1EagerSection(b1: B1Result): string[] {
     head,
     '',
     `${e.runs} runs a side (after 1 warm-up run each), alternating off/on, of a ${b1.iterations}-iteration loop whose ` +
-      `turns call \`sleep_idempotent\` (${e.toolMs} ms; TEST_TOOLS=1). Iteration = request gap at the fake. ` +
+      `turns call \`sleep_idempotent\` (${e.toolMs} ms; SERVER_TOOLS_MODULE=test/tools/testing.ts). Iteration = request gap at the fake. ` +
       '"call last": the call ends the reply, so it is complete only at `message_delta` and at most the last event is ' +
       'overlapped; "text after": a sentence (4 text deltas) streams after the call, while the call runs.',
     '',
@@ -317,7 +317,7 @@ export function report(r: Results): string {
     '## Setup',
     '',
     '- Every process runs on this machine on 127.0.0.1: a private `redis-server` on a free port (never 6379), the fake ' +
-      'Messages API in its own process (`node src/fake/main.js`), and the service in its own process ' +
+      'Messages API in its own process (`node test/fake/main.js`), and the service in its own process ' +
       '(`node src/server.js`, `PORT=0`), a fresh one for each scenario. No scenario runs the service in the bench ' +
       'process. The bench first compiles the sources to JavaScript (`bench/tsconfig.build.json`, into ' +
       '`.data/bench-dist`): the service, the fake and the peers run as `npm start` and the image run the service, ' +

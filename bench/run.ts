@@ -12,7 +12,7 @@
  *                                      full-size B6 into a quick run's report; the report says so)
  *
  * Processes (all on 127.0.0.1, free ports): a private redis-server (append-only, as the service's embedded Redis
- * runs), the fake Messages API (src/fake/main.ts), a fresh service process per scenario (src/server.ts), the
+ * runs), the fake Messages API (test/fake/main.ts), a fresh service process per scenario (src/server.ts), the
  * in-process SDK runner (bench/inproc.ts), the resumable-stream peer (bench/peer-resumable.ts) and, for B3, a tap
  * in front of the fake (bench/tap.ts); the clients (REST, WebSocket subscribers) live in this process. Every wait is
  * bounded, and the whole run too (HARD_LIMIT_MS).

@@ -6,7 +6,7 @@
  */
 import type { FastifyPluginAsyncZod } from 'fastify-type-provider-zod';
 import { z } from 'zod';
-import { AppError, notFound } from '../src/errors.js';
+import { notFound } from '../src/errors.js';
 import { createSessionBody, listQuery, postMessageBody, sessionIdParam } from '../src/schemas.js';
 import { sessionView } from '../src/sessions/view.js';
 import {
@@ -270,4 +270,3 @@ const routes: FastifyPluginAsyncZod = async (app) => {
 };
 
 export default routes;
-export { AppError };

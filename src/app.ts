@@ -59,7 +59,7 @@ export interface AppOptions {
   config: Config;
   /** Where Redis is (resolved at boot: REDIS_URL, a server on 6379, or the embedded one). */
   redisUrl?: string | undefined;
-  /** The upstream: the real API (or Bedrock, Vertex), or the offline model's loopback URL. */
+  /** The upstream: the real API (or Bedrock, Vertex), or the offline model (its `fetch`). */
   anthropic: ProviderOptions;
   /** OpenTelemetry: a provider to use, or the environment to configure one from (`OTEL_*`; off by default). */
   tracing?: TracingPluginOptions;

@@ -4,8 +4,7 @@ import path from 'node:path';
 import type { FastifyBaseLogger as Logger } from 'fastify';
 import app from './app.js';
 import { loadConfig, isLoopback, type Config } from './config.js';
-import { startFakeAnthropic, type FakeAnthropic } from './fake/server.js';
-import { offlineHandler } from './fake/offline.js';
+import { offlineFetch } from './offline/fetch.js';
 import { findRedisServerBinary, redisAnswers, startEmbeddedRedis } from './redis/embedded.js';
 import { componentLog } from './log.js';
 import { ProviderError, providerOptions } from './providers.js';
@@ -146,18 +145,11 @@ export async function startService(
     const redis = await resolveRedis(config, log);
     if (redis.stop) cleanups.push(redis.stop);
 
-    let offline: FakeAnthropic | undefined;
     const cloud = providerOptions(config);
-    if (!cloud && !config.ANTHROPIC_API_KEY) {
-      offline = await startFakeAnthropic({
-        handler: offlineHandler,
-        eventDelayMs: config.OFFLINE_EVENT_DELAY_MS,
-        record: false,
-        control: false,
-      });
-      cleanups.push(() => offline!.close());
+    const offline = !cloud && !config.ANTHROPIC_API_KEY;
+    if (offline) {
       log.warn(
-        { model: 'offline', url: offline.url },
+        { model: 'offline' },
         'ANTHROPIC_API_KEY is not set: turns are answered by the built-in OFFLINE model (a scripted fake), not by Claude',
       );
     }
@@ -173,7 +165,12 @@ export async function startService(
       anthropic:
         cloud ??
         (offline
-          ? { provider: 'anthropic', apiKey: 'offline', baseURL: offline.url, offline: true }
+          ? {
+              provider: 'anthropic',
+              apiKey: 'offline',
+              fetch: offlineFetch({ eventDelayMs: config.OFFLINE_EVENT_DELAY_MS }),
+              offline: true,
+            }
           : {
               provider: 'anthropic',
               apiKey: config.ANTHROPIC_API_KEY!,

@@ -136,16 +136,6 @@ export const conflict = (code: ErrorCode, message: string, details?: unknown) =>
 export const revisionMismatch = (current: number) =>
   new AppError(412, 'revision_mismatch', `The session is at revision ${current}.`, { revision: current });
 
-export const storeUnavailable = (cause?: unknown) =>
-  new AppError(
-    503,
-    'store_unavailable',
-    'The session store is unavailable; try again shortly.',
-    undefined,
-    { 'retry-after': '2' },
-    cause === undefined ? undefined : { cause },
-  );
-
 /** Raised by the store when a fenced write comes from a process that no longer owns the run. */
 export class FencedOut extends Error {
   constructor(readonly sessionId: string) {

@@ -17,7 +17,14 @@ import type { Config } from './config.js';
 import type { ModelClient } from './model-client.js';
 
 export type ProviderOptions =
-  | { provider?: 'anthropic' | undefined; apiKey: string; baseURL?: string | undefined; offline: boolean }
+  | {
+      provider?: 'anthropic' | undefined;
+      apiKey: string;
+      baseURL?: string | undefined;
+      /** What the SDK calls in place of the network: the offline model (src/offline/fetch.ts). */
+      fetch?: typeof fetch | undefined;
+      offline: boolean;
+    }
   | {
       provider: 'bedrock';
       region: string;

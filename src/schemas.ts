@@ -169,7 +169,6 @@ const systemMessage = z.strictObject({
   content: z.array(toolChangeBlock).min(1),
 });
 export const messageParam = z.discriminatedUnion('role', [userMessage, assistantMessage, systemMessage]);
-export type MessageParam = z.infer<typeof messageParam>;
 
 /** Content a client adds as a user turn (follow-ups): no tool results, those go through the tool-result routes. */
 export const userContent = z.union([

@@ -5,7 +5,7 @@
 import { after, before, describe, it } from 'node:test';
 import assert from 'node:assert/strict';
 import { Redis } from 'ioredis';
-import { startFakeAnthropic, type FakeAnthropic } from '../src/fake/server.js';
+import { startFakeAnthropic, type FakeAnthropic } from './fake/server.js';
 import { writerResearcher } from './helpers/agents.js';
 import { startHarness, type Api, type Harness } from './helpers/service.js';
 import { startTestRedis, type TestRedis } from './helpers/redis.js';

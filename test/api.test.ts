@@ -1,7 +1,7 @@
 import { after, before, describe, it } from 'node:test';
 import assert from 'node:assert/strict';
 import { startHarness, type Harness } from './helpers/service.js';
-import { text } from '../src/fake/script.js';
+import { text } from './fake/script.js';
 
 describe('API surface', () => {
   let h: Harness;

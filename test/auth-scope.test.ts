@@ -4,7 +4,7 @@ import net from 'node:net';
 import Fastify, { type FastifyInstance } from 'fastify';
 import { startHarness, type Harness } from './helpers/service.js';
 import { startTestRedis } from './helpers/redis.js';
-import { text } from '../src/fake/script.js';
+import { text } from './fake/script.js';
 import app from '../src/app.js';
 import { loadConfig } from '../src/config.js';
 

@@ -28,7 +28,7 @@ import {
   toolCall,
   toolCalls,
   toolUse,
-} from '../src/fake/script.js';
+} from './fake/script.js';
 
 const CHROMIUM = '/usr/bin/chromium';
 const KEY = 'browser-key-1';

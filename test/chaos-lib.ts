@@ -4,7 +4,7 @@
  */
 import { Redis } from 'ioredis';
 import { checkHistory, type StoredMessage } from '../src/history.js';
-import { text, toolCall, type FakeHandler, type FakeReply, type FakeRequest } from '../src/fake/server.js';
+import { text, toolCall, type FakeHandler, type FakeReply, type FakeRequest } from './fake/server.js';
 
 export interface SentReply {
   tag: string;

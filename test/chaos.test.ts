@@ -22,8 +22,9 @@ import {
   startFakeAnthropic,
   type FakeAnthropic,
   type FakeReply,
-} from '../src/fake/server.js';
+} from './fake/server.js';
 import type { StoredMessage } from '../src/history.js';
+import { TEST_TOOLS_MODULE } from './helpers/test-tools.js';
 import { startTestRedis, type TestRedis } from './helpers/redis.js';
 import { serviceEnv, sleep, spawnService, type ServiceProcess } from './helpers/process.js';
 import {
@@ -149,7 +150,7 @@ describe('chaos', { timeout: 240_000 }, () => {
       LEASE_TTL_MS: String(LEASE_TTL_MS),
       SHUTDOWN_GRACE_MS: '1000',
       UPSTREAM_MAX_RETRIES: '1',
-      TEST_TOOLS: '1',
+      SERVER_TOOLS_MODULE: TEST_TOOLS_MODULE,
       TEST_TOOLS_LOG: toolLog,
       LOG_LEVEL: 'warn',
     });

@@ -14,7 +14,7 @@ import {
   type UIMessage,
   type UIMessageChunk,
 } from 'ai';
-import { apiError, hang, reply, text, textBlock, thinking, toolCall } from '../src/fake/script.js';
+import { apiError, hang, reply, text, textBlock, thinking, toolCall } from './fake/script.js';
 import { ChatTranslator, type UIChunk } from '../src/chat/chunks.js';
 import { PlainChat, chatTransport, readAll } from './helpers/chat.js';
 import { startHarness, type Harness } from './helpers/service.js';

@@ -5,7 +5,7 @@ import { existsSync, readFileSync } from 'node:fs';
 import path from 'node:path';
 import { chromium, type Browser } from 'playwright-core';
 import { Webhook } from 'standardwebhooks';
-import { text } from '../src/fake/script.js';
+import { text } from './fake/script.js';
 import { ROOT } from './helpers/openapi.js';
 import { startHarness, type Harness } from './helpers/service.js';
 

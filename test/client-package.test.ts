@@ -5,7 +5,7 @@ import { mkdirSync, mkdtempSync, readdirSync, readFileSync, rmSync, writeFileSyn
 import { tmpdir } from 'node:os';
 import path from 'node:path';
 import { promisify } from 'node:util';
-import { text } from '../src/fake/script.js';
+import { text } from './fake/script.js';
 import { ROOT } from './helpers/openapi.js';
 import { startHarness, type Harness } from './helpers/service.js';
 

@@ -9,8 +9,8 @@ import { Redis } from 'ioredis';
 import { startHarness, type Api, type Harness } from './helpers/service.js';
 import { startTestRedis, type TestRedis } from './helpers/redis.js';
 import { serviceEnv, spawnService, type ServiceProcess } from './helpers/process.js';
-import { hang, text, toolCalls, toolUse } from '../src/fake/script.js';
-import { startFakeAnthropic, type FakeAnthropic } from '../src/fake/server.js';
+import { hang, text, toolCalls, toolUse } from './fake/script.js';
+import { startFakeAnthropic, type FakeAnthropic } from './fake/server.js';
 import { connectSse, connectWs, readLog, UpgradeRefused } from './fixtures/event-clients.js';
 
 const KEYS = 'acme:key-acme,globex:key-globex';

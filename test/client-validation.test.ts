@@ -8,7 +8,7 @@ import { z } from 'zod/v4';
 import { betaZodTool } from '@anthropic-ai/sdk/helpers/beta/zod';
 import { runRunnableTool } from '@anthropic-ai/sdk/lib/tools/BetaRunnableTool';
 import { startHarness, type Api, type Harness } from './helpers/service.js';
-import { text, toolCall, toolCalls, toolUse } from '../src/fake/script.js';
+import { text, toolCall, toolCalls, toolUse } from './fake/script.js';
 
 const fetchPage = {
   name: 'fetch_page',

@@ -14,8 +14,8 @@ import {
   verifyWebhook,
   type Event,
 } from '../client/src/index.js';
-import { text, toolCalls, toolUse } from '../src/fake/script.js';
-import { startFakeAnthropic, type FakeAnthropic } from '../src/fake/server.js';
+import { text, toolCalls, toolUse } from './fake/script.js';
+import { startFakeAnthropic, type FakeAnthropic } from './fake/server.js';
 import { serviceEnv, spawnService, type ServiceProcess } from './helpers/process.js';
 import { startTestRedis, type TestRedis } from './helpers/redis.js';
 import { clientFor, startHarness, type Harness } from './helpers/service.js';

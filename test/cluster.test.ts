@@ -7,7 +7,7 @@ import { after, before, describe, it } from 'node:test';
 import assert from 'node:assert/strict';
 import { Redis } from 'ioredis';
 import { BootError, startService, type Service } from '../src/boot.js';
-import { hang, startFakeAnthropic, text, toolCall, type FakeAnthropic } from '../src/fake/server.js';
+import { hang, startFakeAnthropic, text, toolCall, type FakeAnthropic } from './fake/server.js';
 import {
   controlChannel,
   eventsChannel,

@@ -18,10 +18,10 @@ import {
   text,
   toolCall,
   type FakeAnthropic,
-} from '../src/fake/server.js';
-import { offlineReply } from '../src/fake/offline.js';
-import { conversationStart, readSummary, signSummary } from '../src/fake/compaction.js';
-import type { FakeHandler, FakeRequest } from '../src/fake/wire.js';
+} from './fake/server.js';
+import { offlineReply } from '../src/offline/model.js';
+import { conversationStart, readSummary, signSummary } from '../src/offline/compaction.js';
+import type { FakeHandler, FakeRequest } from '../src/offline/wire.js';
 import { checkHistory } from '../src/history.js';
 import { startHarness, type Harness } from './helpers/service.js';
 

@@ -1,7 +1,7 @@
 import { after, before, beforeEach, describe, it } from 'node:test';
 import assert from 'node:assert/strict';
 import { startHarness, type Harness } from './helpers/service.js';
-import { reply, text, toolCall } from '../src/fake/script.js';
+import { reply, text, toolCall } from './fake/script.js';
 import { PriceTable, modelPricesSchema } from '../src/cost/prices.js';
 import { loadConfig, ConfigError } from '../src/config.js';
 

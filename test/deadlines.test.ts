@@ -2,8 +2,8 @@ import { after, before, beforeEach, describe, it } from 'node:test';
 import assert from 'node:assert/strict';
 import { startHarness, type Harness, type Api } from './helpers/service.js';
 import { startTestRedis, type TestRedis } from './helpers/redis.js';
-import { startFakeAnthropic, type FakeAnthropic } from '../src/fake/server.js';
-import { text, toolCall } from '../src/fake/script.js';
+import { startFakeAnthropic, type FakeAnthropic } from './fake/server.js';
+import { text, toolCall } from './fake/script.js';
 
 /**
  * Deadlines of pending actions with the test-only floor ACTION_TIMEOUT_MIN_S=1 (the contract's floor is 10 s) and a

@@ -8,8 +8,9 @@ import { mkdtemp, readFile, writeFile } from 'node:fs/promises';
 import os from 'node:os';
 import path from 'node:path';
 import type { Redis } from 'ioredis';
-import { text, toolCall } from '../src/fake/script.js';
-import { startFakeAnthropic, type FakeAnthropic } from '../src/fake/server.js';
+import { text, toolCall } from './fake/script.js';
+import { startFakeAnthropic, type FakeAnthropic } from './fake/server.js';
+import { TEST_TOOLS_MODULE } from './helpers/test-tools.js';
 import { startTestRedis, type TestRedis } from './helpers/redis.js';
 import { serviceEnv, spawnService, type ServiceProcess } from './helpers/process.js';
 import {
@@ -39,7 +40,7 @@ describe('crash recovery (SIGKILL)', { timeout: 180_000 }, () => {
   const env = () =>
     serviceEnv(redis.url, fake.url, {
       LEASE_TTL_MS: String(LEASE_TTL_MS),
-      TEST_TOOLS: '1',
+      SERVER_TOOLS_MODULE: TEST_TOOLS_MODULE,
       TEST_TOOLS_LOG: toolLog,
     });
   const start = (name: string) => spawnService(env(), { name });

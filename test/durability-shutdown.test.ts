@@ -8,7 +8,8 @@ import { mkdtemp, readFile, writeFile } from 'node:fs/promises';
 import os from 'node:os';
 import path from 'node:path';
 import type { Redis } from 'ioredis';
-import { startFakeAnthropic, type FakeAnthropic } from '../src/fake/server.js';
+import { startFakeAnthropic, type FakeAnthropic } from './fake/server.js';
+import { TEST_TOOLS_MODULE } from './helpers/test-tools.js';
 import { startTestRedis, type TestRedis } from './helpers/redis.js';
 import { serviceEnv, spawnService, type ServiceProcess } from './helpers/process.js';
 import {
@@ -37,7 +38,7 @@ describe('graceful shutdown (SIGTERM)', { timeout: 180_000 }, () => {
       serviceEnv(redis.url, fake.url, {
         LEASE_TTL_MS: String(LEASE_TTL_MS),
         SHUTDOWN_GRACE_MS: String(GRACE_MS),
-        TEST_TOOLS: '1',
+        SERVER_TOOLS_MODULE: TEST_TOOLS_MODULE,
         TEST_TOOLS_LOG: toolLog,
       }),
       { name },

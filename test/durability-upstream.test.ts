@@ -5,7 +5,7 @@
  */
 import { after, before, beforeEach, describe, it } from 'node:test';
 import assert from 'node:assert/strict';
-import { overloaded, rateLimited, serverError, text, toolCall, type FakeReply } from '../src/fake/server.js';
+import { overloaded, rateLimited, serverError, text, toolCall, type FakeReply } from './fake/server.js';
 import { checkHistory } from '../src/history.js';
 import { startHarness, type Harness } from './helpers/service.js';
 

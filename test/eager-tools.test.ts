@@ -11,18 +11,12 @@ import { mkdtemp, readFile, writeFile } from 'node:fs/promises';
 import os from 'node:os';
 import path from 'node:path';
 import type { Redis } from 'ioredis';
-import { startFakeAnthropic, type FakeAnthropic } from '../src/fake/server.js';
-import {
-  TOOL_LOOP_TEXT_AFTER,
-  parseScript,
-  text,
-  textBlock,
-  toolCalls,
-  toolUse,
-} from '../src/fake/script.js';
-import { sseEvents } from '../src/fake/sse.js';
-import { buildMessage } from '../src/fake/reply.js';
-import type { FakeMessageReply } from '../src/fake/wire.js';
+import { startFakeAnthropic, type FakeAnthropic } from './fake/server.js';
+import { TOOL_LOOP_TEXT_AFTER, parseScript, text, textBlock, toolCalls, toolUse } from './fake/script.js';
+import { sseEvents } from '../src/offline/sse-events.js';
+import { buildMessage } from '../src/offline/reply.js';
+import type { FakeMessageReply } from '../src/offline/wire.js';
+import { TEST_TOOLS_MODULE } from './helpers/test-tools.js';
 import { startTestRedis, type TestRedis } from './helpers/redis.js';
 import { serviceEnv, spawnService, type ServiceProcess } from './helpers/process.js';
 import { leaseOwnerPid, redisClient, until } from './chaos-lib.js';
@@ -57,7 +51,7 @@ describe('run_tools_eagerly', { timeout: 240_000 }, () => {
     spawnService(
       serviceEnv(redis.url, fake.url, {
         LEASE_TTL_MS: String(LEASE_TTL_MS),
-        TEST_TOOLS: '1',
+        SERVER_TOOLS_MODULE: TEST_TOOLS_MODULE,
         TEST_TOOLS_LOG: toolLog,
       }),
       { name },

@@ -1,7 +1,7 @@
 import { after, before, beforeEach, describe, it } from 'node:test';
 import assert from 'node:assert/strict';
 import { startHarness, type Harness } from './helpers/service.js';
-import { text, toolCall, toolCalls, toolUse } from '../src/fake/script.js';
+import { text, toolCall, toolCalls, toolUse } from './fake/script.js';
 
 describe('sessions engine', () => {
   let h: Harness;

@@ -3,7 +3,7 @@ import assert from 'node:assert/strict';
 import { once } from 'node:events';
 import { WebSocket } from 'ws';
 import { startHarness, type Harness } from './helpers/service.js';
-import { hang, text, toolCall } from '../src/fake/script.js';
+import { hang, text, toolCall } from './fake/script.js';
 import { compareIds } from '../src/events/cursor.js';
 import {
   connectSse,

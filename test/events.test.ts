@@ -4,7 +4,7 @@ import { Redis } from 'ioredis';
 import { createRequire } from 'node:module';
 import type { Writable } from 'node:stream';
 import { startHarness, type Harness } from './helpers/service.js';
-import { text, toolCall } from '../src/fake/script.js';
+import { text, toolCall } from './fake/script.js';
 import { envelope, OutEvent } from '../src/events/envelope.js';
 import { compareIds, parseCursor } from '../src/events/cursor.js';
 import {

@@ -8,7 +8,7 @@ import assert from 'node:assert/strict';
 import http from 'node:http';
 import net from 'node:net';
 import { once } from 'node:events';
-import { startFakeAnthropic, text, type FakeAnthropic } from '../src/fake/server.js';
+import { startFakeAnthropic, text, type FakeAnthropic } from './fake/server.js';
 
 const N = 200_000;
 /**

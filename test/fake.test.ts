@@ -24,8 +24,8 @@ import {
   toolUse,
   type FakeAnthropic,
   type FakeRequest,
-} from '../src/fake/server.js';
-import { offlineReply } from '../src/fake/offline.js';
+} from './fake/server.js';
+import { offlineReply } from '../src/offline/model.js';
 
 const MODEL = 'claude-fake-1';
 const ROOT = fileURLToPath(new URL('..', import.meta.url));
@@ -902,7 +902,7 @@ describe('standalone process', () => {
   test('prints its url, answers, and is scriptable over /_fake/*', async () => {
     const child = spawn(
       process.execPath,
-      ['--import', 'tsx', 'src/fake/main.ts', '--port', '0', '--event-delay-ms', '0'],
+      ['--import', 'tsx', 'test/fake/main.ts', '--port', '0', '--event-delay-ms', '0'],
       {
         cwd: ROOT,
         stdio: ['ignore', 'pipe', 'inherit'],

@@ -5,7 +5,7 @@ import fc from 'fast-check';
 import { startHarness, type Harness } from './helpers/service.js';
 import { connectWs, type WsClient } from './fixtures/event-clients.js';
 import { frameArb, requestArb, routes, UNFUZZED, type Ids } from './fuzz-lib.js';
-import { text } from '../src/fake/script.js';
+import { text } from './fake/script.js';
 
 /**
  * Property-based fuzzing of the whole API surface (issue 11): FUZZ_RUNS REST requests (default 1000, `npm run fuzz`

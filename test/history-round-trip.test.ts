@@ -2,8 +2,8 @@ import { after, before, beforeEach, describe, it } from 'node:test';
 import assert from 'node:assert/strict';
 import fc from 'fast-check';
 import { startHarness, type Harness } from './helpers/service.js';
-import { hang, text } from '../src/fake/script.js';
-import { signSummary } from '../src/fake/compaction-block.js';
+import { hang, text } from './fake/script.js';
+import { signSummary } from '../src/offline/compaction-block.js';
 
 /**
  * History in, history out (contract §7.5): every history `GET …/messages` answers — compaction summaries, tool-change

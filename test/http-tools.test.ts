@@ -9,7 +9,7 @@ import assert from 'node:assert/strict';
 import http from 'node:http';
 import type { AddressInfo } from 'node:net';
 import { Webhook } from 'standardwebhooks';
-import { text, toolCalls, toolUse } from '../src/fake/script.js';
+import { text, toolCalls, toolUse } from './fake/script.js';
 import { startHarness, type Harness } from './helpers/service.js';
 
 type Handler = (body: any, res: http.ServerResponse) => void;

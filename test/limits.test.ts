@@ -4,7 +4,7 @@ import net from 'node:net';
 import { startHarness, type Harness } from './helpers/service.js';
 import { spawnService, serviceEnv, type ServiceProcess } from './helpers/process.js';
 import { startTestRedis, type TestRedis } from './helpers/redis.js';
-import { startFakeAnthropic, type FakeAnthropic } from '../src/fake/server.js';
+import { startFakeAnthropic, type FakeAnthropic } from './fake/server.js';
 import { connectWs } from './fixtures/event-clients.js';
 import { DEFAULT_JSON_MAX_DEPTH, jsonTooDeep } from '../src/json-depth.js';
 import { TOOL_SCHEMA_MAX_BYTES } from '../src/schemas.js';

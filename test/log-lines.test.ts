@@ -5,7 +5,7 @@
  */
 import { after, before, test } from 'node:test';
 import assert from 'node:assert/strict';
-import { startFakeAnthropic, type FakeAnthropic } from '../src/fake/server.js';
+import { startFakeAnthropic, type FakeAnthropic } from './fake/server.js';
 import { serviceEnv, spawnService, type ServiceProcess } from './helpers/process.js';
 import { startTestRedis, type TestRedis } from './helpers/redis.js';
 

@@ -7,7 +7,7 @@ import assert from 'node:assert/strict';
 import { startHarness, type Api, type Harness } from './helpers/service.js';
 import { startMcpServer, type TestMcpServer } from './helpers/mcp-server.js';
 import { Redis } from 'ioredis';
-import { text, toolCall } from '../src/fake/script.js';
+import { text, toolCall } from './fake/script.js';
 
 const TOKEN = 'tenant-mcp-token-0f3c';
 const LIMIT = 100_000;

@@ -1,7 +1,7 @@
 import { after, before, beforeEach, describe, it } from 'node:test';
 import assert from 'node:assert/strict';
 import { startHarness, type Harness, type Api } from './helpers/service.js';
-import { text, toolCall, toolCalls, toolUse } from '../src/fake/script.js';
+import { text, toolCall, toolCalls, toolUse } from './fake/script.js';
 
 /** The memory tool: files per tenant in Redis, shared by the tenant's sessions, behind `/v1/memory`. */
 

@@ -8,7 +8,7 @@ import { after, before, describe, it } from 'node:test';
 import { fileURLToPath } from 'node:url';
 import { parse as parseYaml } from 'yaml';
 import { findExecutable } from '../src/redis/embedded.js';
-import { text, toolCall } from '../src/fake/script.js';
+import { text, toolCall } from './fake/script.js';
 import { startHarness, type Harness } from './helpers/service.js';
 import { families } from './helpers/prometheus.js';
 

@@ -3,8 +3,8 @@ import assert from 'node:assert/strict';
 import { startHarness, type Harness } from './helpers/service.js';
 import { parseExposition, value, type Sample } from './helpers/prometheus.js';
 import { connectSse, connectWs, isFinalStatus, type Envelope } from './fixtures/event-clients.js';
-import { text, toolCall } from '../src/fake/script.js';
-import { overloaded } from '../src/fake/server.js';
+import { text, toolCall } from './fake/script.js';
+import { overloaded } from './fake/server.js';
 import { compareIds } from '../src/events/cursor.js';
 import { Metrics, redisErrorKind } from '../src/observability/metrics.js';
 

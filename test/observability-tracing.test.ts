@@ -9,7 +9,7 @@ import {
   type SpanProcessor,
 } from '@opentelemetry/sdk-trace';
 import { startHarness, type Harness } from './helpers/service.js';
-import { text, toolCall } from '../src/fake/script.js';
+import { text, toolCall } from './fake/script.js';
 import { tracerProviderFromEnv, TracingConfigError } from '../src/observability/tracing-sdk.js';
 import { Tracing } from '../src/observability/tracing.js';
 

@@ -7,8 +7,8 @@
 import { after, before, describe, test } from 'node:test';
 import assert from 'node:assert/strict';
 import type { BetaMessageParam } from '@anthropic-ai/sdk/resources/beta/messages/messages';
-import { offlineReply } from '../src/fake/offline.js';
-import type { FakeBlock, FakeRequest } from '../src/fake/wire.js';
+import { offlineReply } from '../src/offline/model.js';
+import type { FakeBlock, FakeRequest } from '../src/offline/wire.js';
 import { startHarness, type Harness } from './helpers/service.js';
 
 const SCRIPTED = ['calculate_sum', 'evaluate_expression', 'current_time', 'get_weather'].map((name) => ({

@@ -6,7 +6,7 @@
 import { after, before, describe, it } from 'node:test';
 import assert from 'node:assert/strict';
 import type { Redis } from 'ioredis';
-import { startFakeAnthropic, type FakeAnthropic } from '../src/fake/server.js';
+import { startFakeAnthropic, type FakeAnthropic } from './fake/server.js';
 import { startTestRedis, type TestRedis } from './helpers/redis.js';
 import { serviceEnv, sleep, spawnService, type ServiceProcess } from './helpers/process.js';
 import { startHarness, type Api } from './helpers/service.js';

@@ -1,9 +1,9 @@
 import { after, before, beforeEach, describe, it } from 'node:test';
 import assert from 'node:assert/strict';
 import { startHarness, type Harness } from './helpers/service.js';
-import { availableTools, text, toolCall } from '../src/fake/script.js';
+import { availableTools, text, toolCall } from './fake/script.js';
 import { checkHistory } from '../src/history.js';
-import type { FakeRequest } from '../src/fake/wire.js';
+import type { FakeRequest } from '../src/offline/wire.js';
 
 const names = (r: FakeRequest) => [...availableTools(r).keys()].sort();
 const betas = (r: FakeRequest) => String(r.headers['anthropic-beta'] ?? '');

@@ -1,7 +1,7 @@
 /**
  * ANTHROPIC_PROVIDER (contract §7.5): the engine's core flows through each SDK client — `Anthropic`,
  * `AnthropicBedrock` (SigV4 with dummy keys), `AnthropicVertex` (a static OAuth token) — against the fake on that
- * provider's own wire (src/fake/provider-wires.ts): create → tool turns → approval → follow-up → compaction →
+ * provider's own wire (test/fake/provider-wires.ts): create → tool turns → approval → follow-up → compaction →
  * completed, streamed and not, with the raw stream events relayed.
  */
 import { after, before, beforeEach, describe, it } from 'node:test';
@@ -18,7 +18,7 @@ import {
   toolCall,
   type FakeAnthropic,
   type FakeRequest,
-} from '../src/fake/server.js';
+} from './fake/server.js';
 import { startHarness, type Harness } from './helpers/service.js';
 
 type Provider = 'anthropic' | 'bedrock' | 'vertex';

@@ -9,7 +9,7 @@ import { spawn, spawnSync } from 'node:child_process';
 import { readFileSync, writeFileSync, mkdtempSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import path from 'node:path';
-import { text, toolCalls, toolUse } from '../src/fake/script.js';
+import { text, toolCalls, toolUse } from './fake/script.js';
 import { ROOT } from './helpers/openapi.js';
 import { startHarness, type Harness } from './helpers/service.js';
 

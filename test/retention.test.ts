@@ -4,7 +4,7 @@ import { Redis } from 'ioredis';
 import { startHarness, type Harness } from './helpers/service.js';
 import { startTestRedis, type TestRedis } from './helpers/redis.js';
 import { WebhookReceiver } from './helpers/webhook-receiver.js';
-import { text } from '../src/fake/script.js';
+import { text } from './fake/script.js';
 
 /** Keys of a session (its hash tag) left in Redis, by SCAN. */
 async function sessionKeys(redis: Redis, id: string): Promise<string[]> {

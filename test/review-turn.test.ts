@@ -1,7 +1,7 @@
 import { after, before, beforeEach, describe, it } from 'node:test';
 import assert from 'node:assert/strict';
 import { startHarness, type Harness } from './helpers/service.js';
-import { text, toolCall } from '../src/fake/script.js';
+import { text, toolCall } from './fake/script.js';
 
 /** Policy `pause_after_turn` and the `review_turn` action (contract §7.5): the loop body of the docs. */
 describe('pause_after_turn', () => {

@@ -1,8 +1,8 @@
 import { after, before, beforeEach, describe, it } from 'node:test';
 import assert from 'node:assert/strict';
 import { startHarness, type Harness } from './helpers/service.js';
-import { reply, text, textBlock, toolUse } from '../src/fake/script.js';
-import type { FakeStopReason } from '../src/fake/wire.js';
+import { reply, text, textBlock, toolUse } from './fake/script.js';
+import type { FakeStopReason } from '../src/offline/wire.js';
 
 /** The SDK runner's rules (contract §7.5): stop reasons. */
 
@@ -161,7 +161,7 @@ describe('stop reasons, as the SDK runner', () => {
   });
 
   it('the fake refuses a user turn after an unanswered server_tool_use', async () => {
-    const { validateConversation } = await import('../src/fake/server.js');
+    const { validateConversation } = await import('./fake/server.js');
     const paused = {
       role: 'assistant',
       content: [{ type: 'server_tool_use', id: 'srvtoolu_1', name: 'web_search', input: {} }],
@@ -183,7 +183,7 @@ describe('at most 4 cache breakpoints, thread history included', () => {
   beforeEach(() => h.fake.reset());
 
   it('the fake counts breakpoints over the whole threaded conversation and refuses a fifth', async () => {
-    const { cacheMarks } = await import('../src/fake/cache-marks.js');
+    const { cacheMarks } = await import('./fake/cache-marks.js');
     const marked = { type: 'text', text: 'x', cache_control: { type: 'ephemeral' } };
     assert.equal(cacheMarks([{ role: 'user', content: [marked, marked] }]), 2);
     assert.equal(
@@ -226,7 +226,7 @@ describe('at most 4 cache breakpoints, thread history included', () => {
   });
 
   it('a 7-step tool loop with cache_tool_results: no request holds more than 4 breakpoints', async () => {
-    const { cacheMarks } = await import('../src/fake/cache-marks.js');
+    const { cacheMarks } = await import('./fake/cache-marks.js');
     for (let i = 1; i <= 7; i++) h.fake.enqueue(reply([toolUse('calculate_sum', { a: i, b: i })]));
     h.fake.enqueue(text('Done.'));
     const r = await h.api.post('/v1/sessions', {

@@ -8,7 +8,7 @@ import { after, before, describe, it } from 'node:test';
 import assert from 'node:assert/strict';
 import { createHash } from 'node:crypto';
 import { Redis } from 'ioredis';
-import { startFakeAnthropic, type FakeAnthropic } from '../src/fake/server.js';
+import { startFakeAnthropic, type FakeAnthropic } from './fake/server.js';
 import { startTestRedis, type TestRedis } from './helpers/redis.js';
 import { serviceEnv, spawnService, type ServiceProcess } from './helpers/process.js';
 import { until } from './chaos-lib.js';

@@ -6,8 +6,8 @@
 import { after, before, describe, it } from 'node:test';
 import assert from 'node:assert/strict';
 import { Redis } from 'ioredis';
-import { startFakeAnthropic, type FakeAnthropic } from '../src/fake/server.js';
-import { text, toolCall } from '../src/fake/script.js';
+import { startFakeAnthropic, type FakeAnthropic } from './fake/server.js';
+import { text, toolCall } from './fake/script.js';
 import { startHarness, type Api, type Harness } from './helpers/service.js';
 import { startTestRedis, type TestRedis } from './helpers/redis.js';
 import { WebhookReceiver } from './helpers/webhook-receiver.js';

@@ -10,7 +10,7 @@ import assert from 'node:assert/strict';
 import net from 'node:net';
 import { startHarness, type Api, type Harness } from './helpers/service.js';
 import { refusedAddress } from '../src/webhooks/address-guard.js';
-import { text } from '../src/fake/script.js';
+import { text } from './fake/script.js';
 
 /** Sends `raw` on a new connection and reads the whole answer (the service closes or the answer ends). */
 function raw(base: string, request: string): Promise<{ status: number; head: string; body: string }> {

@@ -17,7 +17,7 @@ import { Worker } from 'node:worker_threads';
 import { Api } from './helpers/service.js';
 import { serviceEnv, spawnService, type ServiceProcess } from './helpers/process.js';
 import { startTestRedis, type TestRedis } from './helpers/redis.js';
-import { startFakeAnthropic, type FakeAnthropic } from '../src/fake/server.js';
+import { startFakeAnthropic, type FakeAnthropic } from './fake/server.js';
 
 async function timedGets(api: Api, path: string, n: number): Promise<number[]> {
   const out: number[] = [];

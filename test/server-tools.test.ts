@@ -1,8 +1,8 @@
 import { after, before, beforeEach, describe, it } from 'node:test';
 import assert from 'node:assert/strict';
 import { startHarness, type Harness } from './helpers/service.js';
-import { reply, text } from '../src/fake/script.js';
-import { validateConversation } from '../src/fake/server.js';
+import { reply, text } from './fake/script.js';
+import { validateConversation } from './fake/server.js';
 
 /** Anthropic server tools (web search, …) pass through as definitions; their blocks come back in history and events. */
 

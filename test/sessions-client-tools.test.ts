@@ -4,8 +4,8 @@ import { Redis } from 'ioredis';
 import { monitorRedis } from './helpers/redis-monitor.js';
 import { startHarness, type Harness } from './helpers/service.js';
 import { assertSnapshotsEqual, snapshotDiff, snapshotRedis } from './helpers/redis-snapshot.js';
-import { text, toolCalls, toolUse } from '../src/fake/script.js';
-import { validateConversation } from '../src/fake/server.js';
+import { text, toolCalls, toolUse } from './fake/script.js';
+import { validateConversation } from './fake/server.js';
 import { ApiError, type SubmitToolResultsBody } from '../client/src/index.js';
 
 /**

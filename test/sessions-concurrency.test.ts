@@ -2,8 +2,8 @@ import { after, before, describe, it } from 'node:test';
 import assert from 'node:assert/strict';
 import { startHarness, type Harness } from './helpers/service.js';
 import { Redis } from 'ioredis';
-import { text, toolCall } from '../src/fake/script.js';
-import { validateConversation, type FakeRequest } from '../src/fake/server.js';
+import { text, toolCall } from './fake/script.js';
+import { validateConversation, type FakeRequest } from './fake/server.js';
 
 const SESSIONS = 10;
 /** Tool turns per session before the final text turn. */

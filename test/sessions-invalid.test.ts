@@ -2,7 +2,7 @@ import { after, before, describe, it } from 'node:test';
 import assert from 'node:assert/strict';
 import { startHarness, type Harness } from './helpers/service.js';
 import { snapshotDiff, snapshotRedis } from './helpers/redis-snapshot.js';
-import { text, toolCall, toolCalls, toolUse } from '../src/fake/script.js';
+import { text, toolCall, toolCalls, toolUse } from './fake/script.js';
 
 const BODY_LIMIT = 65_536;
 const big = 'x'.repeat(BODY_LIMIT + 1000);

@@ -1,7 +1,7 @@
 import { after, before, describe, it } from 'node:test';
 import assert from 'node:assert/strict';
 import { startHarness, type ApiResponse, type Harness } from './helpers/service.js';
-import { hang, text, toolCall } from '../src/fake/script.js';
+import { hang, text, toolCall } from './fake/script.js';
 
 const lookup = { name: 'lookup', input_schema: { type: 'object', properties: { q: { type: 'string' } } } };
 const TOTAL = 25;

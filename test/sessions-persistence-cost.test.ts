@@ -2,7 +2,7 @@ import { after, before, describe, it } from 'node:test';
 import assert from 'node:assert/strict';
 import { Redis } from 'ioredis';
 import { startHarness, type Harness } from './helpers/service.js';
-import { toolCall } from '../src/fake/script.js';
+import { toolCall } from './fake/script.js';
 
 /** Bytes of a command as RESP on the wire (what `total_net_input_bytes` counts for it). */
 function respBytes(args: string[]): number {

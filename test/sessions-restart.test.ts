@@ -4,8 +4,8 @@ import { startHarness, Api, type Harness } from './helpers/service.js';
 import { startTestRedis, type TestRedis } from './helpers/redis.js';
 import { assertSnapshotsEqual, snapshotRedis } from './helpers/redis-snapshot.js';
 import { spawnService, type ServiceProcess as ChildService } from './helpers/process.js';
-import { startFakeAnthropic, type FakeAnthropic } from '../src/fake/server.js';
-import { hang, text, toolCall, toolCalls, toolUse } from '../src/fake/script.js';
+import { startFakeAnthropic, type FakeAnthropic } from './fake/server.js';
+import { hang, text, toolCall, toolCalls, toolUse } from './fake/script.js';
 
 /** Everything the API shows about a session: the resource, its history and every iteration record. */
 async function view(api: Api, id: string) {

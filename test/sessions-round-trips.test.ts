@@ -2,7 +2,7 @@ import { after, before, describe, it } from 'node:test';
 import assert from 'node:assert/strict';
 import { monitorRedis } from './helpers/redis-monitor.js';
 import { startHarness, type Harness } from './helpers/service.js';
-import { text, toolCall } from '../src/fake/script.js';
+import { text, toolCall } from './fake/script.js';
 
 /**
  * Redis commands the service sends for one iteration of a run (a turn that calls a server tool, and the tool's

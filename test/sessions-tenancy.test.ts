@@ -6,7 +6,7 @@ import { startHarness, Api, type Harness } from './helpers/service.js';
 import { assertSnapshotsEqual, snapshotRedis } from './helpers/redis-snapshot.js';
 import { startTestRedis, type TestRedis } from './helpers/redis.js';
 import { spawnService, type ServiceProcess as ChildService } from './helpers/process.js';
-import { text, toolCalls, toolUse } from '../src/fake/script.js';
+import { text, toolCalls, toolUse } from './fake/script.js';
 
 const lookup = { name: 'lookup', input_schema: { type: 'object', properties: { q: { type: 'string' } } } };
 

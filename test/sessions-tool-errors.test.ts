@@ -1,8 +1,8 @@
 import { after, before, beforeEach, describe, it } from 'node:test';
 import assert from 'node:assert/strict';
 import { startHarness, type Harness } from './helpers/service.js';
-import { text, toolCall, toolCalls, toolUse } from '../src/fake/script.js';
-import { validateConversation } from '../src/fake/server.js';
+import { text, toolCall, toolCalls, toolUse } from './fake/script.js';
+import { validateConversation } from './fake/server.js';
 
 describe('a throwing tool', () => {
   let h: Harness;

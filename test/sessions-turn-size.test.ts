@@ -2,7 +2,7 @@ import { after, before, describe, it } from 'node:test';
 import assert from 'node:assert/strict';
 import { Redis } from 'ioredis';
 import { startHarness, type Harness } from './helpers/service.js';
-import { apiError } from '../src/fake/script.js';
+import { apiError } from './fake/script.js';
 import { checkHistory, type StoredMessage } from '../src/history.js';
 
 /**

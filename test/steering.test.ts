@@ -5,7 +5,7 @@ import { Redis } from 'ioredis';
 import { IN_FLIGHT_TTL_MS, IdempotencyRecords } from '../src/store/idempotency.js';
 import { idempotencyKey } from '../src/store/keys.js';
 import { startHarness, type Harness } from './helpers/service.js';
-import { text, toolCall, toolCalls, toolUse, reply } from '../src/fake/script.js';
+import { text, toolCall, toolCalls, toolUse, reply } from './fake/script.js';
 import { checkHistory } from '../src/history.js';
 import {
   ApiError,

@@ -8,7 +8,7 @@ import { after, before, beforeEach, describe, it } from 'node:test';
 import assert from 'node:assert/strict';
 import { WebSocket } from 'ws';
 import { startHarness, type Harness } from './helpers/service.js';
-import { hang, text } from '../src/fake/script.js';
+import { hang, text } from './fake/script.js';
 import { connectSse, connectWs, readLog } from './fixtures/event-clients.js';
 
 const KEY = 'key-acme';

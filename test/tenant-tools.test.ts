@@ -1,7 +1,7 @@
 import { after, before, beforeEach, describe, it } from 'node:test';
 import assert from 'node:assert/strict';
 import { startHarness, type Api, type Harness } from './helpers/service.js';
-import { text, toolCalls, toolUse } from '../src/fake/script.js';
+import { text, toolCalls, toolUse } from './fake/script.js';
 
 const lookup = {
   description: 'Look an order up in the tenant’s database.',

@@ -9,7 +9,7 @@ import { createHash } from 'node:crypto';
 import { startHarness, type Harness } from './helpers/service.js';
 import { startTestCluster, startTestRedis, type TestCluster, type TestRedis } from './helpers/redis.js';
 import { startService, type Service } from '../src/boot.js';
-import { startFakeAnthropic, type FakeAnthropic } from '../src/fake/server.js';
+import { startFakeAnthropic, type FakeAnthropic } from './fake/server.js';
 import { Api } from './helpers/service.js';
 import { WebhookReceiver } from './helpers/webhook-receiver.js';
 import { refusedAddress } from '../src/webhooks/address-guard.js';

@@ -2,7 +2,7 @@ import calculateSum from './calculate_sum.js';
 import currentTime from './current_time.js';
 import evaluateExpression from './evaluate_expression.js';
 import getWeather from './get_weather.js';
-import { testingTools, testingToolsEnabled } from './testing.js';
+import { pathToFileURL } from 'node:url';
 import type { ServerTool } from './types.js';
 
 export type { ServerTool } from './types.js';
@@ -22,13 +22,31 @@ function nameOf(serverTool: ServerTool): string {
   return tool.name;
 }
 
+/**
+ * The operator's own in-process server tools: `SERVER_TOOLS_MODULE` names a module (a path, or a file: URL) whose
+ * default export is an array of `ServerTool`s (tools/types.ts). Read once, when this module loads; a module that
+ * fails to load or exports something else stops the boot. The tests load test/tools/testing.ts this way.
+ */
+async function extraTools(specifier: string | undefined): Promise<readonly ServerTool[]> {
+  if (!specifier) return [];
+  const url = specifier.startsWith('file:') ? specifier : pathToFileURL(specifier).href;
+  const loaded: unknown = ((await import(url)) as { default?: unknown }).default;
+  if (!Array.isArray(loaded) || !loaded.every(isServerTool)) {
+    throw new Error(`SERVER_TOOLS_MODULE=${specifier}: its default export must be an array of server tools`);
+  }
+  return loaded;
+}
+
+function isServerTool(value: unknown): value is ServerTool {
+  return typeof value === 'object' && value !== null && 'tool' in value && 'requiresApproval' in value;
+}
+
 const all: readonly ServerTool[] = [
   getWeather,
   calculateSum,
   evaluateExpression,
   currentTime,
-  // Test-only tools (`sleep`, `sleep_idempotent`), never registered unless TEST_TOOLS=1: see tools/testing.ts.
-  ...(testingToolsEnabled() ? testingTools : []),
+  ...(await extraTools(process.env['SERVER_TOOLS_MODULE'])),
 ];
 
 function byName(tools: readonly ServerTool[]): Map<string, ServerTool> {

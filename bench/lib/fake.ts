@@ -1,4 +1,4 @@
-/** The fake Messages API's control routes (`/_fake/*`, src/fake/server.ts) and what the bench reads from them. */
+/** The fake Messages API's control routes (`/_fake/*`, test/fake/server.ts) and what the bench reads from them. */
 import { httpOk } from './util.js';
 
 export interface FakeRecord {

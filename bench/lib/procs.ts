@@ -1,5 +1,5 @@
 /**
- * The processes of a benchmark run: a private redis-server, the fake Messages API (src/fake/main.ts), the service
+ * The processes of a benchmark run: a private redis-server, the fake Messages API (test/fake/main.ts), the service
  * (src/server.ts), and helper processes of the bench itself. All bind 127.0.0.1 on free ports; every child is
  * killed when the bench process exits.
  */
@@ -212,9 +212,9 @@ export interface BenchFake {
   stop(): Promise<void>;
 }
 
-/** The fake Messages API in its own process: `node src/fake/main.js --port 0 …` (compiled). */
+/** The fake Messages API in its own process: `node test/fake/main.js --port 0 …` (compiled). */
 export async function startFake(eventDelayMs: number, script: string): Promise<BenchFake> {
-  const child = spawnNode('src/fake/main.ts', [
+  const child = spawnNode('test/fake/main.ts', [
     '--port',
     '0',
     '--event-delay-ms',
@@ -417,5 +417,3 @@ export async function settledRss(pid: number, gapMs = 500, maxMs = 5_000): Promi
   }
   return last;
 }
-
-export const fileExists = existsSync;

@@ -1,6 +1,4 @@
 /** Summaries of V8 CPU profiles (`node --cpu-prof`): where the self time went, by function and by package. */
-import { readdirSync, readFileSync } from 'node:fs';
-import path from 'node:path';
 
 interface ProfileNode {
   id: number;
@@ -54,10 +52,6 @@ function shortWhere(url: string, line: number): string {
   return `${rel.replace(/^file:\/\//, '')}:${line + 1}`;
 }
 
-export function summarizeProfile(file: string, top = 15): ProfileSummary {
-  return summarize(JSON.parse(readFileSync(file, 'utf8')) as CpuProfile, file, top);
-}
-
 export function summarize(prof: CpuProfile, file: string, top = 15): ProfileSummary {
   const byId = new Map(prof.nodes.map((n) => [n.id, n]));
   const self = new Map<number, number>();
@@ -97,15 +91,4 @@ export function summarize(prof: CpuProfile, file: string, top = 15): ProfileSumm
       .slice(0, top)
       .map((r) => ({ ...r, share: busy > 0 ? r.selfMs / busy : 0 }));
   return { file, totalMs: total, busyMs: busy, functions: rank(fns.values()), packages: rank(pkgs.values()) };
-}
-
-/**
- * The main thread's `.cpuprofile` in `dir` (names are `CPU.<date>.<time>.<pid>.<thread>.<seq>.cpuprofile`; thread 0
- * is the main thread, the others are worker threads).
- */
-export function newestProfile(dir: string): string | null {
-  const files = readdirSync(dir)
-    .filter((f) => /\.0\.\d+\.cpuprofile$/.test(f))
-    .sort();
-  return files.length ? path.join(dir, files.at(-1)!) : null;
 }

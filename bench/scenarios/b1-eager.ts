@@ -1,13 +1,15 @@
 /**
  * B1, eager-tools variant: the same 10-iteration loop through the service, but each turn calls a tool that takes
- * 50 ms (the test-only `sleep_idempotent`, TEST_TOOLS=1), run with `run_tools_eagerly` off and on, alternating. Two
+ * 50 ms (the test-only `sleep_idempotent`, loaded through SERVER_TOOLS_MODULE), run with `run_tools_eagerly` off and on, alternating. Two
  * reply shapes: the call ends the reply (the usual shape: the call is complete only at `message_delta`, so at most
  * the last event's time is saved), and a sentence follows the call (the call starts while the sentence streams).
  * Iteration time is read on the fake's side (the gap between two requests of a conversation); the gain is the
  * difference of the medians, off minus on.
  */
+import path from 'node:path';
 import type { Ctx } from '../lib/context.js';
 import { arrivalsByTag, intervals } from '../lib/fake.js';
+import { BENCH_DIST } from '../lib/procs.js';
 import { median, percentile } from '../lib/util.js';
 import { createAndFollow } from './common.js';
 
@@ -68,7 +70,9 @@ async function shape(ctx: Ctx, base: string, script: string, runs: number, tag: 
 export async function b1Eager(ctx: Ctx): Promise<B1EagerResult> {
   const runs = ctx.quick ? 6 : 20;
   await ctx.redis.admin.flushall();
-  const svc = await ctx.service({ TEST_TOOLS: '1' });
+  const svc = await ctx.service({
+    SERVER_TOOLS_MODULE: path.join(BENCH_DIST, 'test', 'tools', 'testing.js'),
+  });
   try {
     const base = `tool-loop:${ITER}:sleep_idempotent:${TOOL_MS}`;
     const callLast = await shape(ctx, svc.url, base, runs, 'b1e-last');

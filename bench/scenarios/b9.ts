@@ -1,6 +1,6 @@
 /**
  * B9 capacity at realistic pacing: N sessions whose turns stream 20 deltas a second for 2–5 s (the fake's `paced`
- * script, src/fake/script.ts: TURNS turns, text then a calculate_sum call, the last one text only), each created
+ * script, test/fake/script.ts: TURNS turns, text then a calculate_sum call, the last one text only), each created
  * over REST and followed over its own WebSocket, against N in-process SDK runners at the same pacing
  * (bench/inproc.ts `paced`). Starts are spread over STAGGER_MS, as real arrivals are. N steps up (STEPS) until a
  * side misses a bound; the largest N each side holds is its capacity:

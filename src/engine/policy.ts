@@ -45,10 +45,6 @@ export function clientToolNames(s: Pick<SessionState, 'tools'>): Set<string> {
   );
 }
 
-export function serverToolNames(s: Pick<SessionState, 'tools'>): Set<string> {
-  return new Set(s.tools.flatMap((t) => (typeof t === 'string' ? [t] : [])));
-}
-
 /**
  * The pending step for the calls of a reply, before anything ran. `tools` are the session's runnable tools (server
  * tools, MCP tools, …: `Toolbox.forSession`); a call to any other name that is not a client tool runs as a server

@@ -23,7 +23,7 @@ const iso = (ev: StoredEvent) => {
   return lastIso;
 };
 
-/** The envelope as an object (data parsed): for code that inspects events. The wire uses `encodeEvent`. */
+/** The envelope as an object (data parsed): for code that inspects events. The wire uses `OutEvent`. */
 export function envelope(sessionId: string, ev: StoredEvent): EventEnvelope {
   return {
     id: ev.id,
@@ -114,5 +114,3 @@ export function sseData(text: string): string {
         .join('')
     : `data: ${text}\n`;
 }
-
-export const encodeEvent = (sessionId: string, ev: StoredEvent) => new OutEvent(sessionId, ev);

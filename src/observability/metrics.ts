@@ -9,10 +9,6 @@ import { Counter, Gauge, Histogram, Registry, collectDefaultMetrics } from 'prom
 
 /** Outcomes of a settled webhook delivery attempt (`trs_webhook_deliveries_total{outcome}`; settle-7.lua's). */
 export type WebhookOutcome = 'delivered' | 'retrying' | 'gave_up' | 'disabled' | 'stale' | 'gone';
-/** Event-stream transports (`transport` label). */
-export type Transport = 'ws' | 'sse';
-/** Where a page of the event log went: a WS/SSE replay, or a JSON page of `GET /events` (`source` label). */
-export type PageSource = 'stream' | 'poll';
 /** Redis client errors, by what went wrong (`kind` label). */
 export type RedisErrorKind =
   'connection_refused' | 'connection_reset' | 'timeout' | 'dns' | 'cluster' | 'other';

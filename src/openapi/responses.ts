@@ -402,9 +402,6 @@ export function errors<S extends number>(...statuses: S[]): Record<S, typeof err
   return Object.fromEntries(statuses.map((s) => [s, errorBody])) as Record<S, typeof errorBody>;
 }
 
-/** What every /v1 route may answer besides its own errors: no key, too many requests, Redis down. */
-export const v1Errors = [401, 429, 500, 503] as const;
-
 /* Usage (spec §7.4) */
 
 const dayUsage = z

@@ -28,9 +28,9 @@ export interface AnthropicPluginOptions {
  * turn thinks): the SDK's stream then rejects with an AnthropicError, which the engine records as a retryable
  * `upstream_error` — where a stalled upstream would otherwise hold the run for as long as the socket lives.
  */
-function idleBoundedFetch(idleMs: number): typeof fetch {
+function idleBoundedFetch(idleMs: number, inner: typeof fetch): typeof fetch {
   return async (input, init) => {
-    const res = await fetch(input, init);
+    const res = await inner(input, init);
     // SSE, or Bedrock's binary event stream (the SDK turns it into SSE after this fetch).
     const type = res.headers.get('content-type') ?? '';
     if (!res.body || !/\b(text\/event-stream|application\/vnd\.amazon\.eventstream)\b/.test(type)) return res;
@@ -73,7 +73,11 @@ export default fp<AnthropicPluginOptions>(
       // The SDK's own spans (model calls, tool runner, tools) on this instance's provider; none when tracing is off.
       openTelemetry: app.tracing.sdkOption,
       // Each attempt counted and each failure logged (src/observability/upstream-fetch.ts); a silent stream cut.
-      fetch: countingFetch(app.metrics, componentLog(app.log, 'upstream'), idleBoundedFetch(opts.idleMs)),
+      fetch: countingFetch(
+        app.metrics,
+        componentLog(app.log, 'upstream'),
+        idleBoundedFetch(opts.idleMs, ('fetch' in opts.provider && opts.provider.fetch) || fetch),
+      ),
     });
     app.decorate<ModelClient>('anthropic', client);
     const { provider } = opts;

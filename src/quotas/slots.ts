@@ -1,6 +1,7 @@
 import { randomUUID } from 'node:crypto';
 import type { Cluster, Redis } from 'ioredis';
 import { defineLuaCommands } from '../store/lua-commands.js';
+import './lua/commands.js';
 
 /**
  * Slots a tenant holds across replicas (open WebSockets): one ZSET per tenant in Redis, each slot with an expiry that

@@ -10,6 +10,7 @@ import { decodeStored } from '../store/decode.js';
 import { defineLuaCommands, type RedisClient } from '../store/lua-commands.js';
 import { HTTP_TENANTS_KEY, TASKS_DUE_KEY, taskKeys, wakeChannel, workersKey } from './keys.js';
 import type { TenantToolRunner } from './types.js';
+import './lua/commands.js';
 
 type TaskState = 'queued' | 'leased' | 'done' | 'delivered' | 'cancelled';
 

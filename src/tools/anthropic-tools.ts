@@ -68,9 +68,6 @@ const TYPES: ReadonlyMap<string, ToolType> = new Map<string, ToolType>([
   ]),
 ]);
 
-/** Every type an entry may have, for documentation (`GET /v1/tools`, API.md). */
-export const anthropicToolTypes = (): string[] => [...TYPES.keys()];
-
 /**
  * A `tools` entry with a `type`: one of the types above, with its name, at most `ANTHROPIC_TOOL_MAX_BYTES` as JSON.
  * The other fields pass through unchecked (the Messages API checks them); `memory_20250818` is refused with a pointer

@@ -1,5 +1,5 @@
-import type { FakeRequest } from '../../src/fake/wire.js';
-import { apiError, text, toolCall } from '../../src/fake/script.js';
+import type { FakeRequest } from '../../src/offline/wire.js';
+import { apiError, text, toolCall } from '../fake/script.js';
 
 const systemOf = (req: FakeRequest) =>
   typeof req.body.system === 'string' ? req.body.system : (req.body.system ?? []).map((b) => b.text).join('');

@@ -2,7 +2,7 @@ import type { TracerProvider } from '@opentelemetry/api';
 import { WebSocket } from 'ws';
 import { SessionsClient } from '../../client/src/index.js';
 import { startService, type Service } from '../../src/boot.js';
-import { startFakeAnthropic, type FakeAnthropic, type FakeAnthropicOptions } from '../../src/fake/server.js';
+import { startFakeAnthropic, type FakeAnthropic, type FakeAnthropicOptions } from '../fake/server.js';
 import { startTestRedis, type TestRedis } from './redis.js';
 
 export interface Harness {

@@ -1,5 +1,7 @@
 /**
- * Imported first by a test that runs the service in its own process with the test-only tools (tools/testing.ts):
- * the tool list is read from the environment when `tools/index.ts` loads, which a later import would be too late for.
+ * Imported first by a test that builds the service in its own process with the test-only tools: the tool list is
+ * read when `tools/index.ts` loads (SERVER_TOOLS_MODULE), which a later import would be too late for.
  */
-process.env['TEST_TOOLS'] = '1';
+import { TEST_TOOLS_MODULE } from './test-tools.js';
+
+process.env['SERVER_TOOLS_MODULE'] = TEST_TOOLS_MODULE;

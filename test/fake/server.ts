@@ -16,18 +16,18 @@ import http from 'node:http';
 import type { Socket } from 'node:net';
 import { handleControl, notFound } from './control.js';
 import { handleMessages } from './messages.js';
-import { offlineHandler } from './offline.js';
+import { offlineHandler } from '../../src/offline/model.js';
 import { inbound, matchWire } from './provider-wires.js';
 import { errorBody, sendApiError, sendJson } from './respond.js';
 import { FakeState } from './state.js';
-import type { FakeHandler, FakeReply, FakeRequest } from './wire.js';
+import type { FakeHandler, FakeReply, FakeRequest } from '../../src/offline/wire.js';
 
-export * from './wire.js';
+export * from '../../src/offline/wire.js';
 export * from './script.js';
-export { offlineHandler, offlineReply } from './offline.js';
+export { offlineHandler, offlineReply } from '../../src/offline/model.js';
 export { validateConversation } from './validate.js';
-export { jsonChunks } from './sse.js';
-export { textChunks } from './scan.js';
+export { jsonChunks } from '../../src/offline/sse-events.js';
+export { textChunks } from '../../src/offline/scan.js';
 
 export interface FakeAnthropic {
   /** e.g. `http://127.0.0.1:PORT`; give it to the SDK as `baseURL`. */

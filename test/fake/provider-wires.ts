@@ -17,7 +17,7 @@
  */
 import { EventStreamCodec } from '@smithy/eventstream-codec';
 import type http from 'node:http';
-import type { ApiErrorSpec, WireName } from './wire.js';
+import type { ApiErrorSpec, WireName } from '../../src/offline/wire.js';
 
 /** How a stream's SSE events go on the wire: as text, or one binary frame each. */
 export interface StreamFraming {

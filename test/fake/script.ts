@@ -1,6 +1,12 @@
 /** Small builders for fake replies, and the named scripts of the standalone fake (`--script`). */
-import type { FakeBlock, FakeErrorReply, FakeHandler, FakeMessageReply, FakeReply } from './wire.js';
-import { availableTools, offlineHandler } from './offline.js';
+import type {
+  FakeBlock,
+  FakeErrorReply,
+  FakeHandler,
+  FakeMessageReply,
+  FakeReply,
+} from '../../src/offline/wire.js';
+import { availableTools, offlineHandler } from '../../src/offline/model.js';
 
 export { availableTools };
 

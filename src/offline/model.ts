@@ -7,13 +7,13 @@
  * server tool the request defines (offline-server-tools.ts), and anything else gets a friendly explanation.
  */
 import type { FakeBlock, FakeHandler, FakeMessageReply, FakeRequest } from './wire.js';
-import { unchecked, type Unchecked } from './validate.js';
+import { unchecked, type Unchecked } from './unchecked.js';
 import { conversationStart } from './compaction.js';
-import { extractExpression, extractNumbers, extractPlaces, extractZoneNames } from './offline-text.js';
-import { inputFor, pickTool, type AnyTool } from './offline-any-tool.js';
-import { continuePausedTurn, serverToolReply } from './offline-server-tools.js';
-import { findToolUse, lastUserTurn, turnFromSummary, type UserTurn } from './offline-turn.js';
-import { summarizeResult } from './offline-results.js';
+import { extractExpression, extractNumbers, extractPlaces, extractZoneNames } from './text.js';
+import { inputFor, pickTool, type AnyTool } from './any-tool.js';
+import { continuePausedTurn, serverToolReply } from './server-tools.js';
+import { findToolUse, lastUserTurn, turnFromSummary, type UserTurn } from './turn.js';
+import { summarizeResult } from './results.js';
 
 export { extractExpression, extractPlaces };
 

@@ -1,7 +1,7 @@
 /** Writing the fake's HTTP answers: JSON bodies with a `request-id`, and errors in the API's envelope. */
 import type http from 'node:http';
-import { randomUUID } from 'node:crypto';
-import type { ApiErrorSpec } from './wire.js';
+import { errorBody, shortId } from '../../src/offline/envelope.js';
+import type { ApiErrorSpec } from '../../src/offline/wire.js';
 
 /** The message the real API sends for each error type when a script gives none. */
 export const DEFAULT_ERROR_MESSAGES: Record<string, string> = {
@@ -26,17 +26,6 @@ export const ERROR_STATUS: Record<string, number> = {
   overloaded_error: 529,
 };
 
-/** 24 hex characters, for message, tool-use and request ids. */
-export function shortId(): string {
-  return randomUUID().replace(/-/g, '').slice(0, 24);
-}
-
-export function errorBody(type: string, message: string, details?: Record<string, unknown>): string {
-  const error: Record<string, unknown> = { type, message };
-  if (details) error['details'] = details;
-  return JSON.stringify({ type: 'error', error });
-}
-
 /** Sends `body` (JSON text) unless a response has already started or the socket is gone. */
 export function sendJson(
   res: http.ServerResponse,
@@ -57,3 +46,5 @@ export function sendJson(
 export function sendApiError(res: http.ServerResponse, spec: ApiErrorSpec): void {
   sendJson(res, spec.status, errorBody(spec.type, spec.message, spec.details));
 }
+
+export { errorBody, shortId };

@@ -7,7 +7,7 @@ import { parseScript } from './script.js';
 import { sendApiError, sendJson } from './respond.js';
 import type { FakeState } from './state.js';
 import { unchecked } from './validate.js';
-import type { FakeReply } from './wire.js';
+import type { FakeReply } from '../../src/offline/wire.js';
 
 export function handleControl(
   state: FakeState,

@@ -2,8 +2,8 @@
  * The mutable state of one running fake, shared by its request handlers: the script queue, the handler, the pacing,
  * the stored threads, the recorded requests, and the timers and waiters to clear on close.
  */
-import type { FakeHandler, FakeReply, FakeRequest } from './wire.js';
-import { ThreadStore } from './threads.js';
+import type { FakeHandler, FakeReply, FakeRequest } from '../../src/offline/wire.js';
+import { ThreadStore } from '../../src/offline/threads.js';
 
 export interface FakeSettings {
   defaultHandler: FakeHandler;

@@ -3,16 +3,10 @@
  * the reply (the script queue, else the handler), then answer it as JSON, as an SSE stream, as an error, or not at all.
  */
 import type http from 'node:http';
-import {
-  compactionEditOf,
-  compactionReply,
-  compactionSummaryOf,
-  conversationStart,
-  signSummary,
-  summarize,
-  validateCompactionFields,
-} from './compaction.js';
-import { buildMessage } from './reply.js';
+import { conversationStart } from '../../src/offline/compaction.js';
+import { chooseReply } from '../../src/offline/reply-choice.js';
+import { validateCompactionFields } from './compaction-check.js';
+import { buildMessage } from '../../src/offline/reply.js';
 import { DEFAULT_ERROR_MESSAGES, ERROR_STATUS, errorBody, sendApiError, sendJson } from './respond.js';
 import { streamMessage } from './sse.js';
 import type { FakeState } from './state.js';
@@ -22,7 +16,7 @@ import { validateToolChanges } from './tool-changes.js';
 import type { BetaMessageParam } from '@anthropic-ai/sdk/resources/beta/messages/messages';
 import { RequestError, unchecked, validateBody, validateConversation } from './validate.js';
 import type { Inbound } from './provider-wires.js';
-import type { ApiErrorSpec, FakeReply, FakeRequest, WireRequest } from './wire.js';
+import type { ApiErrorSpec, FakeReply, FakeRequest, WireRequest } from '../../src/offline/wire.js';
 
 export async function handleMessages(
   state: FakeState,
@@ -131,39 +125,10 @@ export async function handleMessages(
   const head = state.queue[0];
   const scripted =
     head && (!body.compaction || (head.type === 'message' && head.content[0]?.type === 'compaction'));
-  const edit = body.compaction ? undefined : compactionEditOf(body);
-  const lastMessage = fr.messages.findLast((m) => m.role !== 'system');
   try {
-    if (scripted) {
-      reply = state.queue.shift()!;
-    } else if (body.compaction) {
-      reply = compactionReply(fr.messages, body.compaction.instructions ?? null);
-    } else if (
-      edit &&
-      Math.ceil(inputChars / 4) >= edit.trigger &&
-      compactionSummaryOf(lastMessage) === undefined
-    ) {
-      // Server-side compaction: the summary first; then, unless it pauses, the model's answer to what it summarizes.
-      const summary = summarize(fr.messages, edit.instructions);
-      const block = { type: 'compaction' as const, content: summary };
-      if (edit.pauseAfter) {
-        reply = { type: 'message', content: [block], stop_reason: 'compaction' };
-      } else {
-        const compacted: FakeRequest = {
-          ...fr,
-          messages: [
-            {
-              role: 'assistant',
-              content: [{ type: 'compaction', content: summary, signature: signSummary(summary) }],
-            },
-          ],
-        };
-        const answer = await state.handler(compacted, index);
-        reply = answer.type === 'message' ? { ...answer, content: [block, ...answer.content] } : answer;
-      }
-    } else {
-      reply = await state.handler(fr, index);
-    }
+    reply = scripted
+      ? state.queue.shift()!
+      : await chooseReply(fr, inputChars, (r) => state.handler(r, index));
   } catch (error) {
     end(false);
     return answer({

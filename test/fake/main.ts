@@ -1,7 +1,7 @@
 /**
  * The fake Anthropic API as its own process:
  *
- *   node --import tsx src/fake/main.ts --port 0 --event-delay-ms 20 [--script tool-loop:N[:tool]] [--api-key K]
+ *   node --import tsx test/fake/main.ts --port 0 --event-delay-ms 20 [--script tool-loop:N[:tool]] [--api-key K]
  *
  * Prints one line of JSON, `{"url":"http://127.0.0.1:PORT"}`, once listening, and exits on SIGTERM / SIGINT. Other
  * processes script it over HTTP: `POST /_fake/enqueue` (a reply or an array of replies), `GET /_fake/requests`,

@@ -6,7 +6,7 @@ import type {
   BetaToolResultBlockParam,
   BetaToolUseBlockParam,
 } from '@anthropic-ai/sdk/resources/beta/messages/messages';
-import { unchecked } from './validate.js';
+import { unchecked } from './unchecked.js';
 import { isDotOrSpace, trimEndWhere } from './scan.js';
 
 function resultText(content: BetaToolResultBlockParam['content']): string {

@@ -1,6 +1,6 @@
 /** The message the fake sends for a scripted reply: ids, signatures, stop reason and a token estimate filled in. */
 import { signSummary } from './compaction-block.js';
-import { shortId } from './respond.js';
+import { shortId } from './envelope.js';
 import type { FakeMessageReply, WireBlock, WireMessage } from './wire.js';
 
 /**

@@ -7,8 +7,8 @@
  * Text and schemas come from clients, so the words are read by one linear scan, and the schema walk is bounded in
  * depth and in the number of properties it fills.
  */
-import { extractNumbers, extractPlaces } from './offline-text.js';
-import { unchecked } from './validate.js';
+import { extractNumbers, extractPlaces } from './text.js';
+import { unchecked } from './unchecked.js';
 
 /** A tool as offered in a request, read only as far as picking and filling it needs. */
 export interface AnyTool {

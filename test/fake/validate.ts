@@ -4,8 +4,13 @@
  * `RequestError` carrying the API error to answer with.
  */
 import type http from 'node:http';
-import { compactionBlockProblem, compactionSummaryOf, conversationStart } from './compaction-block.js';
-import { MESSAGE_THREADS_BETA, SERVER_TOOL_RESULT_TYPES, type ApiErrorSpec } from './wire.js';
+import {
+  compactionBlockProblem,
+  compactionSummaryOf,
+  conversationStart,
+} from '../../src/offline/compaction-block.js';
+import { unchecked, type Unchecked } from '../../src/offline/unchecked.js';
+import { MESSAGE_THREADS_BETA, SERVER_TOOL_RESULT_TYPES, type ApiErrorSpec } from '../../src/offline/wire.js';
 
 const SERVER_RESULT_TYPES: ReadonlySet<string> = new Set(SERVER_TOOL_RESULT_TYPES);
 
@@ -47,14 +52,6 @@ export class RequestError extends Error {
 
 export function invalid(message: string): RequestError {
   return new RequestError({ status: 400, type: 'invalid_request_error', message });
-}
-
-/** A JSON object whose named fields are not checked yet. */
-export type Unchecked<K extends string> = { readonly [P in K]?: unknown };
-
-/** `value` as an object whose fields `K` are still to check, or undefined when it is not a (non-array) object. */
-export function unchecked<K extends string>(value: unknown): Unchecked<K> | undefined {
-  return typeof value === 'object' && value !== null && !Array.isArray(value) ? value : undefined;
 }
 
 /** Checks the body's fields as the API does (the conversation is checked by `validateConversation`). */
@@ -333,3 +330,5 @@ export function validateConversation(messages: readonly unknown[], strict = fals
     }
   });
 }
+
+export { unchecked, type Unchecked } from '../../src/offline/unchecked.js';

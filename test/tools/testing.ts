@@ -1,11 +1,12 @@
 import { appendFileSync } from 'node:fs';
 import { betaZodTool } from '@anthropic-ai/sdk/helpers/beta/zod';
 import { z } from 'zod';
-import type { ServerTool } from './types.js';
+import type { ServerTool } from '../../tools/types.js';
 
 /**
- * Test-only server tools, registered only when the environment says `TEST_TOOLS=1` (see tools/index.ts): the
- * durability tests need a tool that is still running when they kill a process.
+ * Test-only server tools, loaded by a service started with `SERVER_TOOLS_MODULE` naming this file (tools/index.ts;
+ * test/helpers/test-tools-env.ts): the durability tests need a tool that is still running when they kill a process.
+ * They live under test/, so the image never holds them.
  *
  * - `sleep` waits `ms` milliseconds and is NOT idempotent: interrupted by a crash, it is answered with an `is_error`
  *   "interrupted" result instead of running again.
@@ -78,12 +79,10 @@ const padTool: ServerTool = {
   idempotent: true,
 };
 
-/** The test-only tools. */
-export const testingTools: readonly ServerTool[] = [
+/** The test-only tools: this module's default export, as SERVER_TOOLS_MODULE expects. */
+const testingTools: readonly ServerTool[] = [
   sleepTool('sleep', false),
   sleepTool('sleep_idempotent', true),
   padTool,
 ];
-
-/** Whether the environment enables them (`TEST_TOOLS=1`). */
-export const testingToolsEnabled = (env: NodeJS.ProcessEnv = process.env) => env['TEST_TOOLS'] === '1';
+export default testingTools;

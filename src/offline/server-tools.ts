@@ -8,7 +8,7 @@
  */
 import type { BetaMessageParam } from '@anthropic-ai/sdk/resources/beta/messages/messages';
 import type { FakeBlock, FakeMessageReply } from './wire.js';
-import { unchecked, type Unchecked } from './validate.js';
+import { unchecked, type Unchecked } from './unchecked.js';
 import { isDotOrSpace, isSpaceCode, trimWhere } from './scan.js';
 
 type OfferedTool = Unchecked<'name' | 'type' | 'input_schema'>;

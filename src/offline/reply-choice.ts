@@ -1,0 +1,45 @@
+/**
+ * Which reply a Messages request gets, once it is accepted: a compaction request (`compaction: {type: "summarize"}`,
+ * the SDK's `compactBeforeNextTurn()`) its summary; a request whose `compact_20260112` edit triggers the summary
+ * first and then (unless the edit pauses) the model's answer to what it summarizes; anything else the model's answer.
+ * Shared by the offline model (fetch.ts) and the fake Messages API of the tests (test/fake/messages.ts).
+ */
+import {
+  compactionEditOf,
+  compactionReply,
+  compactionSummaryOf,
+  signSummary,
+  summarize,
+} from './compaction.js';
+import type { FakeReply, FakeRequest } from './wire.js';
+
+export type ModelAnswer = (req: FakeRequest) => FakeReply | Promise<FakeReply>;
+
+/** `inputChars`: the JSON size of the conversation the model reads, for the edit's token trigger (4 chars a token). */
+export async function chooseReply(
+  fr: FakeRequest,
+  inputChars: number,
+  answer: ModelAnswer,
+): Promise<FakeReply> {
+  const body = fr.body;
+  if (body.compaction) return compactionReply(fr.messages, body.compaction.instructions ?? null);
+  const edit = compactionEditOf(body);
+  const lastMessage = fr.messages.findLast((m) => m.role !== 'system');
+  if (!edit || Math.ceil(inputChars / 4) < edit.trigger || compactionSummaryOf(lastMessage) !== undefined) {
+    return answer(fr);
+  }
+  const summary = summarize(fr.messages, edit.instructions);
+  const block = { type: 'compaction' as const, content: summary };
+  if (edit.pauseAfter) return { type: 'message', content: [block], stop_reason: 'compaction' };
+  const compacted: FakeRequest = {
+    ...fr,
+    messages: [
+      {
+        role: 'assistant',
+        content: [{ type: 'compaction', content: summary, signature: signSummary(summary) }],
+      },
+    ],
+  };
+  const reply = await answer(compacted);
+  return reply.type === 'message' ? { ...reply, content: [block, ...reply.content] } : reply;
+}
