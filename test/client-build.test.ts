@@ -19,8 +19,15 @@ function buildClient(): void {
     if (out.status !== 0) throw new Error(`${cmd} ${args.join(' ')}: ${out.stdout}${out.stderr}`);
   };
   const script = JSON.parse(readFileSync(path.join(ROOT, 'package.json'), 'utf8')).scripts['build:client'];
-  assert.match(script, /^tsc -p packages\/client\/tsconfig\.json && esbuild packages\/client\/src\/index\.ts /);
-  run(process.execPath, [path.join(ROOT, 'node_modules/typescript/bin/tsc'), '-p', 'packages/client/tsconfig.json']);
+  assert.match(
+    script,
+    /^tsc -p packages\/client\/tsconfig\.json && esbuild packages\/client\/src\/index\.ts /,
+  );
+  run(process.execPath, [
+    path.join(ROOT, 'node_modules/typescript/bin/tsc'),
+    '-p',
+    'packages/client/tsconfig.json',
+  ]);
   run(path.join(ROOT, 'node_modules/.bin/esbuild'), script.split(' && ')[1].split(' ').slice(1));
 }
 
