@@ -14,7 +14,7 @@ COPY src ./src
 COPY routes ./routes
 COPY tools ./tools
 RUN npm run build
-COPY client ./client
+COPY packages/client ./packages/client
 RUN npm run build:client
 
 # --- deps: production node_modules only ---

@@ -3,7 +3,7 @@ import tseslint from 'typescript-eslint';
 import globals from 'globals';
 
 export default tseslint.config(
-  { ignores: ['node_modules/**', '.data/**', 'coverage/**', 'dist/**', 'client/dist/**'] },
+  { ignores: ['node_modules/**', '.data/**', 'coverage/**', 'dist/**', 'packages/client/dist/**'] },
   js.configs.recommended,
   ...tseslint.configs.recommended,
   {

@@ -19,8 +19,15 @@ function buildClient(): void {
     if (out.status !== 0) throw new Error(`${cmd} ${args.join(' ')}: ${out.stdout}${out.stderr}`);
   };
   const script = JSON.parse(readFileSync(path.join(ROOT, 'package.json'), 'utf8')).scripts['build:client'];
-  assert.match(script, /^tsc -p client\/tsconfig\.json && esbuild client\/src\/index\.ts /);
-  run(process.execPath, [path.join(ROOT, 'node_modules/typescript/bin/tsc'), '-p', 'client/tsconfig.json']);
+  assert.match(
+    script,
+    /^tsc -p packages\/client\/tsconfig\.json && esbuild packages\/client\/src\/index\.ts /,
+  );
+  run(process.execPath, [
+    path.join(ROOT, 'node_modules/typescript/bin/tsc'),
+    '-p',
+    'packages/client/tsconfig.json',
+  ]);
   run(path.join(ROOT, 'node_modules/.bin/esbuild'), script.split(' && ')[1].split(' ').slice(1));
 }
 
@@ -39,7 +46,7 @@ describe('the built client: the package subpath in Node, the browser bundle in C
   it('`toolrunner-sessions/client` resolves through package.json exports to the compiled ES module', async () => {
     // Through the package name (a self-reference), not a relative path: what a consumer's import resolves to.
     const specifier = 'toolrunner-sessions/client';
-    const mod = (await import(specifier)) as typeof import('../client/src/index.js');
+    const mod = (await import(specifier)) as typeof import('../packages/client/src/index.js');
     assert.match(import.meta.resolve(specifier), /\/dist\/client\/index\.js$/);
     assert.equal(typeof mod.SessionsClient, 'function');
     assert.equal(typeof mod.verifyWebhook, 'function');

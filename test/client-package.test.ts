@@ -11,7 +11,7 @@ import { startHarness, type Harness } from './helpers/service.js';
 
 const run = promisify(execFile);
 const KEY = 'pkg-key-1';
-const CLIENT_DIR = path.join(ROOT, 'client');
+const CLIENT_DIR = path.join(ROOT, 'packages/client');
 const NAME = '@toolrunner/sessions-client';
 const SERVER_DEPS = ['fastify', 'ioredis', '@anthropic-ai/sdk', 'zod', 'pino'];
 
@@ -54,7 +54,7 @@ describe('the client package: npm pack, then a scratch project installs the tarb
   let tarball: string;
   before(async () => {
     work = mkdtempSync(path.join(tmpdir(), 'client-pkg-'));
-    // `prepare` builds client/dist (tsc + the esbuild browser bundle) before npm packs it.
+    // `prepare` builds packages/client/dist (tsc + the esbuild browser bundle) before npm packs it.
     await run('npm', ['pack', '--pack-destination', work], { cwd: CLIENT_DIR, maxBuffer: 16 << 20 });
     const tgz = readdirSync(work).filter((f) => f.endsWith('.tgz'));
     assert.equal(tgz.length, 1, `one tarball in ${work}: ${tgz.join(', ')}`);

@@ -13,7 +13,7 @@ import {
   WaitTimeoutError,
   verifyWebhook,
   type Event,
-} from '../client/src/index.js';
+} from '../packages/client/src/index.js';
 import { text, toolCalls, toolUse } from './fake/script.js';
 import { startFakeAnthropic, type FakeAnthropic } from './fake/server.js';
 import { serviceEnv, spawnService, type ServiceProcess } from './helpers/process.js';

@@ -230,7 +230,7 @@ describe('OpenAPI document', () => {
     const types = await readFile(CLIENT_TYPES, 'utf8');
     assert.ok(
       types === (await clientTypesText(api.document)),
-      'client/src/openapi.ts is stale: run `npm run openapi`',
+      'packages/client/src/openapi.ts is stale: run `npm run openapi`',
     );
   });
 });

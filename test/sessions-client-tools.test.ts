@@ -6,7 +6,7 @@ import { startHarness, type Harness } from './helpers/service.js';
 import { assertSnapshotsEqual, snapshotDiff, snapshotRedis } from './helpers/redis-snapshot.js';
 import { text, toolCalls, toolUse } from './fake/script.js';
 import { validateConversation } from './fake/server.js';
-import { ApiError, type SubmitToolResultsBody } from '../client/src/index.js';
+import { ApiError, type SubmitToolResultsBody } from '../packages/client/src/index.js';
 
 /**
  * Bookkeeping a refused request still leaves: idempotency records (`idem:{tenant}:…`, the answers kept for the

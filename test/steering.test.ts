@@ -13,7 +13,7 @@ import {
   RevisionMismatchError,
   type CreateSessionBody,
   type SessionStatus,
-} from '../client/src/index.js';
+} from '../packages/client/src/index.js';
 
 const blocks = (m: any): any[] =>
   typeof m.content === 'string' ? [{ type: 'text', text: m.content }] : m.content;

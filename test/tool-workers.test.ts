@@ -12,7 +12,7 @@ import { createInterface } from 'node:readline';
 import { betaZodTool } from '@anthropic-ai/sdk/helpers/beta/zod';
 import { ToolError } from '@anthropic-ai/sdk/lib/tools/ToolError';
 import { z } from 'zod';
-import { ToolWorker } from '../client/src/index.js';
+import { ToolWorker } from '../packages/client/src/index.js';
 import { startFakeAnthropic, type FakeAnthropic } from './fake/server.js';
 import { text, toolCalls, toolUse } from './fake/script.js';
 import { startHarness, type Api, type Harness } from './helpers/service.js';

@@ -9,6 +9,7 @@ import type { ApplyOps, ApplyResult } from '../store/apply-ops.js';
 import { interruptedResult } from './policy.js';
 import type { EngineLogger, RunDeps, RunHandle } from './run-handle.js';
 import { statusEvent } from './status.js';
+import { eventOf } from '../events/schemas.js';
 
 /** A commit whose answer was lost was applied after all (see `applyThroughOutage`). */
 export class CommitLanded extends Error {
@@ -76,9 +77,8 @@ export function completedEvents(
   for (const c of calls) {
     if (!c.result || c.reported) continue;
     c.reported = true;
-    out.push([
-      'tool.completed',
-      JSON.stringify({
+    out.push(
+      eventOf('tool.completed', {
         tool_use_id: c.id,
         name: c.name,
         input: c.input,
@@ -86,7 +86,7 @@ export function completedEvents(
         is_error: c.result.is_error,
         duration_ms: durations.get(c.id) ?? null,
       }),
-    ]);
+    );
   }
   return out;
 }
@@ -203,9 +203,7 @@ export async function commitInterrupt(deps: RunDeps, run: RunHandle): Promise<vo
   const [last, state] = await Promise.all([deps.store.lastMessage(run.id), deps.store.load(run.id)]);
   await commit(deps, run, {
     hset: { control: '' },
-    events: [
-      ['turn.dropped', JSON.stringify({ iteration: (state?.iteration ?? 0) + 1, reason: 'interrupt' })],
-    ],
+    events: [eventOf('turn.dropped', { iteration: (state?.iteration ?? 0) + 1, reason: 'interrupt' })],
     queue: last?.role === 'user' ? { into_last: true } : {},
   });
 }

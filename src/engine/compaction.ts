@@ -33,6 +33,7 @@ import { microsToUsd } from '../cost/prices.js';
 import { commit, countSpend, mergeOps } from './commit.js';
 import type { RunDeps, RunHandle } from './run-handle.js';
 import { statusEvent } from './status.js';
+import { eventOf } from '../events/schemas.js';
 
 /** The beta of a compaction request, and of every request whose history starts with a summary. */
 export const COMPACTION_BETA = 'compact-2026-09-04';
@@ -126,9 +127,7 @@ export async function commitCompaction(
   const t0 = performance.now();
   // Live news, like `turn.started`: no session field changes until the commit.
   await deps.store
-    .appendEvents(run.id, [
-      ['compaction.started', JSON.stringify({ iteration, message_count: history.length })],
-    ])
+    .appendEvents(run.id, [eventOf('compaction.started', { iteration, message_count: history.length })])
     .catch(() => {});
   const message = 'finalMessage' in item ? await item.finalMessage() : await item;
   const costMicros = deps.store.spend.prices.turnCost(params.model, message.usage);
@@ -160,7 +159,7 @@ export async function commitCompaction(
   };
   const outcome: [string, string] =
     summary === null
-      ? ['compaction.skipped', JSON.stringify({ iteration, reason: 'no_summary' })]
+      ? eventOf('compaction.skipped', { iteration, reason: 'no_summary' })
       : ['compaction.completed', JSON.stringify({ iteration, summarized_messages: count, message })];
   const ops: ApplyOps = {
     ...(summary === null

@@ -23,6 +23,7 @@ import { commit, completedEvents, endRun, mergeOps } from './commit.js';
 import { outstandingTasks, parkForTasks } from './tool-tasks.js';
 import { interruptedResult, needsReview, pendingCalls, callIdempotent } from './policy.js';
 import type { RunDeps, RunHandle } from './run-handle.js';
+import { eventOf } from '../events/schemas.js';
 
 /** The session's runnable tools (server tools, MCP tools, …) by name, as the toolbox resolves them for this step. */
 export function sessionTools(deps: RunDeps, state: SessionState): Promise<Map<string, ServerTool>> {
@@ -108,10 +109,9 @@ export async function toolStep(
     for (const c of toRun) c.started = true;
     await commit(deps, run, {
       hset: pendingFields(step),
-      events: toRun.map((c): [string, string] => [
-        'tool.started',
-        JSON.stringify({ tool_use_id: c.id, name: c.name, input: c.input }),
-      ]),
+      events: toRun.map((c): [string, string] =>
+        eventOf('tool.started', { tool_use_id: c.id, name: c.name, input: c.input }),
+      ),
     });
     markStored(step);
     // Only the session's server tools are here, so a call to any other name is answered "not found".

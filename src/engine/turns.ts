@@ -39,6 +39,7 @@ import {
   clientToolDefs,
   pendingToolChange,
 } from './tools-change.js';
+import { eventOf } from '../events/schemas.js';
 
 /** The fields a PATCH (or a compaction request) may change that a live runner takes up before its next turn. */
 const LIVE_FIELDS = [
@@ -191,7 +192,7 @@ export async function runTurns(
     run.obs.turnStarted(iteration, params);
     let firstEventMs: number | null = null;
     const buffered: Array<[string, string]> = [
-      ['turn.started', JSON.stringify({ iteration, message_count: history.length })],
+      eventOf('turn.started', { iteration, message_count: history.length }),
     ];
     let message: BetaMessage;
     if ('finalMessage' in item) {
@@ -276,8 +277,8 @@ export async function runTurns(
         events: [
           ...buffered,
           completedEvent,
-          ['turn.dropped', JSON.stringify({ iteration: iteration + 1, reason: 'max_tokens_retry' })],
-          ['params.updated', JSON.stringify({ params: { max_tokens: bigger }, reason: 'max_tokens_retry' })],
+          eventOf('turn.dropped', { iteration: iteration + 1, reason: 'max_tokens_retry' }),
+          eventOf('params.updated', { params: { max_tokens: bigger }, reason: 'max_tokens_retry' }),
         ],
       });
       paramsRev = res.paramsRev;
@@ -353,10 +354,9 @@ export async function runTurns(
     const step: PendingStep = { calls: pending, review: false, iteration };
     const started = waits
       ? []
-      : autoServer.map((c): [string, string] => [
-          'tool.started',
-          JSON.stringify({ tool_use_id: c.id, name: c.name, input: c.input }),
-        ]);
+      : autoServer.map((c): [string, string] =>
+          eventOf('tool.started', { tool_use_id: c.id, name: c.name, input: c.input }),
+        );
     const replyEvents: Array<[string, string]> = [...buffered, completedEvent, ...started];
     const replyOps: ApplyOps = {
       push_msgs: [JSON.stringify(reply)],

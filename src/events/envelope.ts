@@ -1,10 +1,11 @@
 import type { StoredEvent } from '../store/store.js';
+import type { EventType } from './schemas.js';
 
 /** What clients receive for each event (spec §4). `revision` is null for events that changed no session field. */
 export interface EventEnvelope {
   id: string;
   session_id: string;
-  type: string;
+  type: EventType;
   at: string;
   revision: number | null;
   data: unknown;
@@ -28,7 +29,8 @@ export function envelope(sessionId: string, ev: StoredEvent): EventEnvelope {
   return {
     id: ev.id,
     session_id: sessionId,
-    type: ev.type,
+    // The log holds only types the service writes (its schemas, src/events/schemas.ts, check the pages sent).
+    type: ev.type as EventType,
     at: iso(ev),
     revision: ev.revision > 0 ? ev.revision : null,
     data: JSON.parse(ev.data || 'null'),

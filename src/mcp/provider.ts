@@ -19,6 +19,7 @@ import { McpServerClient, type McpPoolOptions, type McpProgress } from './pool.j
 import { isMcpEntry, type McpToolEntry } from './schema.js';
 import { TenantPool, type TenantPoolOptions } from './tenant-pool.js';
 import type { TenantMcpStore } from './tenant-store.js';
+import { eventOf } from '../events/schemas.js';
 
 /** Names the Messages API accepts for a tool; an MCP tool named otherwise is left out (and logged). */
 const API_TOOL_NAME = /^[A-Za-z0-9_-]{1,128}$/;
@@ -279,9 +280,7 @@ export class McpTools implements ToolProvider {
       if (sent >= MAX_PROGRESS_EVENTS || (!final && now - last < interval)) return;
       last = now;
       sent++;
-      this.progressSink?.(session, [
-        ['tool.progress', JSON.stringify({ tool_use_id: toolUseId, name, ...p })],
-      ]);
+      this.progressSink?.(session, [eventOf('tool.progress', { tool_use_id: toolUseId, name, ...p })]);
     };
   }
 }

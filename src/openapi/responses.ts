@@ -1,5 +1,7 @@
 import { z } from 'zod';
 import { ERROR_CODES } from '../errors.js';
+import { discriminator, eventDataSchemas, nonEmpty } from '../events/schemas.js';
+import { EVENT_TYPES } from '../webhooks/schemas.js';
 
 /**
  * Response bodies of the REST routes, as zod schemas. They do two jobs: the OpenAPI document (each `.meta({id})`
@@ -261,18 +263,34 @@ export const iterationDetail = iterationRecord
   })
   .meta({ id: 'IterationDetail' });
 
+const envelopeFields = {
+  id: z.string().meta({ description: 'The event id (`<ms>-<seq>`): the cursor to resume after this event.' }),
+  session_id: z.string(),
+  at: isoTime,
+  revision: z.number().int().nullable(),
+};
+
+const eventId = (t: string) =>
+  `${t
+    .split(/[._]/)
+    .map((p) => p[0]!.toUpperCase() + p.slice(1))
+    .join('')}Event`;
+const eventData = eventDataSchemas(session);
+
+/**
+ * An event (docs/API.md §5): a `oneOf` discriminated by `type`, one member per event type with its `data` schema
+ * (src/events/schemas.ts), so a generated client narrows `data` by `type`.
+ */
 export const eventEnvelope = z
-  .object({
-    id: z
-      .string()
-      .meta({ description: 'The event id (`<ms>-<seq>`): the cursor to resume after this event.' }),
-    session_id: z.string(),
-    type: z.string().meta({ description: 'One of the event types of docs/API.md (e.g. `session.status`).' }),
-    at: isoTime,
-    revision: z.number().int().nullable(),
-    data: z.unknown(),
-  })
-  .meta({ id: 'Event' });
+  .discriminatedUnion(
+    'type',
+    nonEmpty(
+      EVENT_TYPES.map((t) =>
+        z.object({ ...envelopeFields, type: z.literal(t), data: eventData[t] }).meta({ id: eventId(t) }),
+      ),
+    ),
+  )
+  .meta({ id: 'Event', discriminator: discriminator(EVENT_TYPES, eventId) });
 
 export const eventPage = z
   .object({

@@ -6,6 +6,7 @@ import { pendingToolCalls } from '../history.js';
 import type { CompactionPolicy, SessionParams, compactBody } from '../schemas.js';
 import type { CompactRequest, SessionState } from '../store/session-state.js';
 import { mutate, type MutationResult, type SessionDeps } from './mutate.js';
+import { eventOf } from '../events/schemas.js';
 
 /** Whether `params.context_management` holds a compaction edit (the API compacts server-side then). */
 function hasCompactionEdit(params: SessionParams): boolean {
@@ -74,7 +75,7 @@ export function compactSession(
           hset: { compact: JSON.stringify(request) },
           // The runner reloads the session at its next boundary (as after a PATCH) and schedules the compaction.
           hincr: { params_rev: 1 },
-          events: [['session.updated', JSON.stringify({ compaction_requested: { instructions } })]],
+          events: [eventOf('session.updated', { compaction_requested: { instructions } })],
         },
         queued: true,
         after: () => deps.store.publishControl(id, 'params'),
@@ -98,7 +99,7 @@ export function compactSession(
           compact: JSON.stringify(request),
         },
         events: [
-          ['session.updated', JSON.stringify({ compaction_requested: { instructions } })],
+          eventOf('session.updated', { compaction_requested: { instructions } }),
           ['session.status', statusEvent(next)],
         ],
       },

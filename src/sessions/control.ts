@@ -16,6 +16,7 @@ import {
   type SessionDeps,
 } from './mutate.js';
 import { toolsPatch } from './tools-patch.js';
+import { eventOf } from '../events/schemas.js';
 
 /** Changes params and policies; a run in flight takes them at its next turn boundary. */
 export function patchSession(
@@ -64,13 +65,13 @@ export function patchSession(
       toolsEvent.push(t.event);
     }
     const paramsEvent: Array<[string, string]> = body.params
-      ? [['params.updated', JSON.stringify({ params: body.params })]]
+      ? [eventOf('params.updated', { params: body.params })]
       : [];
     return {
       ops: {
         hset: encodeFields(next),
         hincr: { params_rev: 1 },
-        events: [...paramsEvent, ...toolsEvent, ['session.updated', JSON.stringify(body)]],
+        events: [...paramsEvent, ...toolsEvent, eventOf('session.updated', body)],
       },
       after: async () => {
         await deps.store.publishControl(id, 'params');
@@ -112,7 +113,7 @@ export function retryTurn(
       { pending: null, params, iteration: s.iteration - 1, runStart: s.iteration - 1 },
     );
     const paramsEvent: Array<[string, string]> = body?.params
-      ? [['params.updated', JSON.stringify({ params: body.params })]]
+      ? [eventOf('params.updated', { params: body.params })]
       : [];
     return {
       ops: {
@@ -121,7 +122,7 @@ export function retryTurn(
         trim_iters: rec.iteration - 1,
         hincr: { params_rev: 1 },
         events: [
-          ['turn.dropped', JSON.stringify({ iteration: rec.iteration, reason: 'retry' })],
+          eventOf('turn.dropped', { iteration: rec.iteration, reason: 'retry' }),
           ...paramsEvent,
           ...(run.events ?? []),
         ],

@@ -19,6 +19,7 @@ import type { ApplyOps } from '../store/apply-ops.js';
 import type { SessionState } from '../store/session-state.js';
 import { runOps, startRun, statusOps, type SessionDeps } from './mutate.js';
 import { SweepLoop } from '../sweep-loop.js';
+import { eventOf } from '../events/schemas.js';
 
 const ACTION_TIMED_OUT = 'action_timed_out';
 
@@ -66,7 +67,7 @@ function timeoutOps(s: SessionState): { ops: ApplyOps; starts: boolean } {
       ops: {
         ...st,
         hset: { ...st.hset, ...FIRED },
-        events: [timedOut, ['session.error', JSON.stringify(error)], ...(st.events ?? [])],
+        events: [timedOut, eventOf('session.error', error), ...(st.events ?? [])],
       },
       starts: false,
     };
@@ -92,10 +93,14 @@ function timeoutOps(s: SessionState): { ops: ApplyOps; starts: boolean } {
     if (c.approval === 'required') {
       c.approval = 'denied';
       c.reason = 'timed out';
-      events.push([
-        'tool_call.decided',
-        JSON.stringify({ tool_use_id: c.id, decision: 'deny', reason: 'timed out', by: 'timeout' }),
-      ]);
+      events.push(
+        eventOf('tool_call.decided', {
+          tool_use_id: c.id,
+          decision: 'deny',
+          reason: 'timed out',
+          by: 'timeout',
+        }),
+      );
     } else if (c.kind === 'client' && !c.result) {
       const result = { content: `Error: no result within ${n} s`, is_error: true };
       setResult(c, result);

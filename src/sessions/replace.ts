@@ -8,6 +8,7 @@ import { checkHistory, type StoredMessage } from '../history.js';
 import type { ApplyOps } from '../store/apply-ops.js';
 import { normalize } from './create.js';
 import { mutate, statusOps, type MutationResult, type SessionDeps } from './mutate.js';
+import { eventOf } from '../events/schemas.js';
 
 export function replaceMessages(
   deps: SessionDeps,
@@ -48,7 +49,7 @@ export function replaceMessages(
       ...(messages.length > kept ? { push_msgs: encoded.slice(kept) } : {}),
       hset: { ...status.hset, thread: '', replaced_at: String(s.iteration) },
       events: [
-        ['messages.replaced', JSON.stringify({ message_count: messages.length })],
+        eventOf('messages.replaced', { message_count: messages.length }),
         ...(s.status !== 'idle' ? (status.events ?? []) : []),
       ],
     };

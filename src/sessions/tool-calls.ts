@@ -10,6 +10,7 @@ import type { SessionState } from '../store/session-state.js';
 import type { ApplyOps } from '../store/apply-ops.js';
 import { mutate, runOps, statusOps, type MutationResult, type SessionDeps } from './mutate.js';
 import { sessionView } from './view.js';
+import { eventOf } from '../events/schemas.js';
 
 type ResultInput = z.infer<typeof toolResultsBody>['results'][number];
 
@@ -83,16 +84,13 @@ export function decide(
         ops.lset_msgs = [[s.msgCount - 1, JSON.stringify(edited)]];
       }
     }
-    const decided: [string, string] = [
-      'tool_call.decided',
-      JSON.stringify({
-        tool_use_id: toolUseId,
-        decision: body.decision,
-        input: body.input,
-        reason: body.reason,
-        by,
-      }),
-    ];
+    const decided: [string, string] = eventOf('tool_call.decided', {
+      tool_use_id: toolUseId,
+      decision: body.decision,
+      input: body.input,
+      reason: body.reason,
+      by,
+    });
     const goes = !step.calls.some((c) => c.approval === 'required');
     const st = goes
       ? runOps(s, { pending: step })

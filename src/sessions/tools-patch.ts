@@ -5,6 +5,7 @@ import { isAgentTool } from '../schemas.js';
 import { checkAgents } from './create.js';
 import type { SessionState, ToolRef } from '../store/session-state.js';
 import type { SessionDeps } from './mutate.js';
+import { eventOf } from '../events/schemas.js';
 
 /**
  * `PATCH /v1/sessions/:id` with `tools`: the session's new tool set, in create's entry forms, checked as create checks
@@ -54,5 +55,5 @@ export async function toolsPatch(
   // Before the first change the runners send `tools` as created and the model knows exactly that.
   if (s.toolsBase === null) next.toolsBase = s.tools;
   if (s.toolsSent === null) next.toolsSent = s.toolsBase ?? s.tools;
-  return { next, event: ['tools.updated', JSON.stringify({ tools, added, removed, applies: 'next_turn' })] };
+  return { next, event: eventOf('tools.updated', { tools, added, removed, applies: 'next_turn' }) };
 }

@@ -12,6 +12,7 @@ import type { SecretBox } from '../webhooks/secrets.js';
 import { callToolUrl } from './http-call.js';
 import type { ToolTasks } from './service.js';
 import { HTTP_QUEUE, idempotencyKey, type TaskQueue, type TaskRecord } from './tasks.js';
+import { eventOf } from '../events/schemas.js';
 
 interface HttpCallerOptions {
   queue: TaskQueue;
@@ -83,16 +84,13 @@ export class HttpToolCaller {
     }
     void this.o.store
       .appendEvents(rec.session, [
-        [
-          'tool.started',
-          JSON.stringify({
-            tool_use_id: rec.tool_use_id,
-            name: rec.name,
-            attempt: rec.attempt,
-            worker_id: this.worker,
-            task_id: rec.offer,
-          }),
-        ],
+        eventOf('tool.started', {
+          tool_use_id: rec.tool_use_id,
+          name: rec.name,
+          attempt: rec.attempt,
+          worker_id: this.worker,
+          task_id: rec.offer,
+        }),
       ])
       .catch(() => {});
     const beat = setInterval(

@@ -24,6 +24,7 @@ import {
   type TaskRecord,
   type TaskResult,
 } from './tasks.js';
+import { eventOf } from '../events/schemas.js';
 
 interface ToolTaskOptions {
   queue: TaskQueue;
@@ -128,16 +129,13 @@ export class ToolTasks {
           this.o.metrics.toolTaskClaimLatency.observe((Date.now() - rec.queued_at) / 1000);
           void this.o.deps.store
             .appendEvents(rec.session, [
-              [
-                'tool.started',
-                JSON.stringify({
-                  tool_use_id: rec.tool_use_id,
-                  name: rec.name,
-                  attempt: rec.attempt,
-                  worker_id: rec.worker,
-                  task_id: rec.offer,
-                }),
-              ],
+              eventOf('tool.started', {
+                tool_use_id: rec.tool_use_id,
+                name: rec.name,
+                attempt: rec.attempt,
+                worker_id: rec.worker,
+                task_id: rec.offer,
+              }),
             ])
             .catch(() => {});
         } else {
@@ -258,17 +256,14 @@ export class ToolTasks {
           this.o.metrics.toolTasks.inc({ event: 'retried' });
           await this.o.deps.store
             .appendEvents(rec.session, [
-              [
-                'tool_task.retried',
-                JSON.stringify({
-                  tool_use_id: rec.tool_use_id,
-                  name: rec.name,
-                  attempt: rec.attempt,
-                  next_attempt: rec.attempt + 1,
-                  worker_id: rec.worker,
-                  reason: 'lease_expired',
-                }),
-              ],
+              eventOf('tool_task.retried', {
+                tool_use_id: rec.tool_use_id,
+                name: rec.name,
+                attempt: rec.attempt,
+                next_attempt: rec.attempt + 1,
+                worker_id: rec.worker,
+                reason: 'lease_expired',
+              }),
             ])
             .catch(() => {});
         } else this.o.metrics.toolTasks.inc({ event: 'timed_out' });

@@ -16,7 +16,7 @@ import { startTestRedis } from './redis.js';
 export const ROOT = path.resolve(path.dirname(fileURLToPath(import.meta.url)), '../..');
 /** The committed document, and the client's types generated from it. */
 export const OPENAPI_JSON = path.join(ROOT, 'openapi.json');
-export const CLIENT_TYPES = path.join(ROOT, 'client/src/openapi.ts');
+export const CLIENT_TYPES = path.join(ROOT, 'packages/client/src/openapi.ts');
 
 export interface OpenApiDocument {
   openapi: string;
@@ -72,7 +72,7 @@ async function format(text: string, filepath: string): Promise<string> {
 /** openapi.json as committed: the document, formatted as `prettier --check` wants it. */
 export const documentText = (doc: OpenApiDocument) => format(JSON.stringify(doc), OPENAPI_JSON);
 
-/** client/src/openapi.ts: the types openapi-typescript generates from the document, formatted. */
+/** packages/client/src/openapi.ts: the types openapi-typescript generates from the document, formatted. */
 export async function clientTypesText(doc: OpenApiDocument): Promise<string> {
   const ast = await openapiTS(doc as unknown as Parameters<typeof openapiTS>[0]);
   const header =

@@ -1,6 +1,6 @@
 import type { TracerProvider } from '@opentelemetry/api';
 import { WebSocket } from 'ws';
-import { SessionsClient } from '../../client/src/index.js';
+import { SessionsClient } from '../../packages/client/src/index.js';
 import { startService, type Service } from '../../src/boot.js';
 import { startFakeAnthropic, type FakeAnthropic, type FakeAnthropicOptions } from '../fake/server.js';
 import { startTestRedis, type TestRedis } from './redis.js';

@@ -17,6 +17,14 @@ export type Session = components['schemas']['Session'];
 export type SessionStatus = components['schemas']['SessionStatus'];
 export type SessionList = components['schemas']['SessionList'];
 export type EventPage = components['schemas']['EventPage'];
+/** An event type, and the event of one type: `if (ev.type === 'session.status') ev.data.status` needs no cast. */
+export type EventType = Event['type'];
+export type EventOf<T extends EventType> = Extract<Event, { type: T }>;
+/** A content block: narrow by `type` against the known ones (`KnownContentBlock`); newer types pass through. */
+export type ContentBlock = components['schemas']['ContentBlock'];
+export type KnownContentBlock = components['schemas']['KnownContentBlock'];
+/** The SDK's stop reasons, or a newer string: switch on the known values and keep a default branch. */
+export type StopReason = components['schemas']['StopReason'];
 export type { Event, FollowOptions, WebSocketConstructor, WebSocketLike } from './follow.js';
 export type { RetryOptions } from './http.js';
 export type { components, operations, paths } from './openapi.js';

@@ -967,6 +967,308 @@ export interface components {
       /** @description Who holds the token (your user id): recorded as `by` on what it does. */
       subject?: string;
     };
+    /** @enum {string} */
+    KnownStopReason:
+      | 'end_turn'
+      | 'max_tokens'
+      | 'stop_sequence'
+      | 'tool_use'
+      | 'pause_turn'
+      | 'compaction'
+      | 'refusal'
+      | 'model_context_window_exceeded';
+    /** @description The reply's `stop_reason` (the SDK's `BetaStopReason`). */
+    StopReason: components['schemas']['KnownStopReason'] | string;
+    TextBlock: {
+      /**
+       * @description discriminator enum property added by openapi-typescript
+       * @enum {string}
+       */
+      type: 'text';
+      text: string;
+    } & {
+      [key: string]: unknown;
+    };
+    ImageBlock: {
+      /**
+       * @description discriminator enum property added by openapi-typescript
+       * @enum {string}
+       */
+      type: 'image';
+    } & {
+      [key: string]: unknown;
+    };
+    DocumentBlock: {
+      /**
+       * @description discriminator enum property added by openapi-typescript
+       * @enum {string}
+       */
+      type: 'document';
+    } & {
+      [key: string]: unknown;
+    };
+    SearchResultBlock: {
+      /**
+       * @description discriminator enum property added by openapi-typescript
+       * @enum {string}
+       */
+      type: 'search_result';
+    } & {
+      [key: string]: unknown;
+    };
+    ThinkingBlock: {
+      /**
+       * @description discriminator enum property added by openapi-typescript
+       * @enum {string}
+       */
+      type: 'thinking';
+      thinking: string;
+    } & {
+      [key: string]: unknown;
+    };
+    RedactedThinkingBlock: {
+      /**
+       * @description discriminator enum property added by openapi-typescript
+       * @enum {string}
+       */
+      type: 'redacted_thinking';
+    } & {
+      [key: string]: unknown;
+    };
+    ToolUseBlock: {
+      /**
+       * @description discriminator enum property added by openapi-typescript
+       * @enum {string}
+       */
+      type: 'tool_use';
+      id: string;
+      name: string;
+      input: unknown;
+    } & {
+      [key: string]: unknown;
+    };
+    ToolResultBlock: {
+      /**
+       * @description discriminator enum property added by openapi-typescript
+       * @enum {string}
+       */
+      type: 'tool_result';
+      tool_use_id: string;
+      content?: unknown;
+      is_error?: boolean;
+    } & {
+      [key: string]: unknown;
+    };
+    ServerToolUseBlock: {
+      /**
+       * @description discriminator enum property added by openapi-typescript
+       * @enum {string}
+       */
+      type: 'server_tool_use';
+      id: string;
+      name: string;
+      input: unknown;
+    } & {
+      [key: string]: unknown;
+    };
+    WebSearchToolResultBlock: {
+      /**
+       * @description discriminator enum property added by openapi-typescript
+       * @enum {string}
+       */
+      type: 'web_search_tool_result';
+      tool_use_id: string;
+      content: unknown;
+    } & {
+      [key: string]: unknown;
+    };
+    WebFetchToolResultBlock: {
+      /**
+       * @description discriminator enum property added by openapi-typescript
+       * @enum {string}
+       */
+      type: 'web_fetch_tool_result';
+    } & {
+      [key: string]: unknown;
+    };
+    AdvisorToolResultBlock: {
+      /**
+       * @description discriminator enum property added by openapi-typescript
+       * @enum {string}
+       */
+      type: 'advisor_tool_result';
+    } & {
+      [key: string]: unknown;
+    };
+    CodeExecutionToolResultBlock: {
+      /**
+       * @description discriminator enum property added by openapi-typescript
+       * @enum {string}
+       */
+      type: 'code_execution_tool_result';
+    } & {
+      [key: string]: unknown;
+    };
+    BashCodeExecutionToolResultBlock: {
+      /**
+       * @description discriminator enum property added by openapi-typescript
+       * @enum {string}
+       */
+      type: 'bash_code_execution_tool_result';
+    } & {
+      [key: string]: unknown;
+    };
+    TextEditorCodeExecutionToolResultBlock: {
+      /**
+       * @description discriminator enum property added by openapi-typescript
+       * @enum {string}
+       */
+      type: 'text_editor_code_execution_tool_result';
+    } & {
+      [key: string]: unknown;
+    };
+    ToolSearchToolResultBlock: {
+      /**
+       * @description discriminator enum property added by openapi-typescript
+       * @enum {string}
+       */
+      type: 'tool_search_tool_result';
+    } & {
+      [key: string]: unknown;
+    };
+    MCPToolUseBlock: {
+      /**
+       * @description discriminator enum property added by openapi-typescript
+       * @enum {string}
+       */
+      type: 'mcp_tool_use';
+      id: string;
+      name: string;
+      input: unknown;
+    } & {
+      [key: string]: unknown;
+    };
+    MCPToolResultBlock: {
+      /**
+       * @description discriminator enum property added by openapi-typescript
+       * @enum {string}
+       */
+      type: 'mcp_tool_result';
+    } & {
+      [key: string]: unknown;
+    };
+    ContainerUploadBlock: {
+      /**
+       * @description discriminator enum property added by openapi-typescript
+       * @enum {string}
+       */
+      type: 'container_upload';
+    } & {
+      [key: string]: unknown;
+    };
+    CompactionBlock: {
+      /**
+       * @description discriminator enum property added by openapi-typescript
+       * @enum {string}
+       */
+      type: 'compaction';
+      content: string | null;
+    } & {
+      [key: string]: unknown;
+    };
+    FallbackBlock: {
+      /**
+       * @description discriminator enum property added by openapi-typescript
+       * @enum {string}
+       */
+      type: 'fallback';
+    } & {
+      [key: string]: unknown;
+    };
+    MCPToolListingBlock: {
+      /**
+       * @description discriminator enum property added by openapi-typescript
+       * @enum {string}
+       */
+      type: 'mcp_tool_listing';
+    } & {
+      [key: string]: unknown;
+    };
+    ToolAdditionBlock: {
+      /**
+       * @description discriminator enum property added by openapi-typescript
+       * @enum {string}
+       */
+      type: 'tool_addition';
+    } & {
+      [key: string]: unknown;
+    };
+    ToolRemovalBlock: {
+      /**
+       * @description discriminator enum property added by openapi-typescript
+       * @enum {string}
+       */
+      type: 'tool_removal';
+    } & {
+      [key: string]: unknown;
+    };
+    KnownContentBlock:
+      | components['schemas']['TextBlock']
+      | components['schemas']['ImageBlock']
+      | components['schemas']['DocumentBlock']
+      | components['schemas']['SearchResultBlock']
+      | components['schemas']['ThinkingBlock']
+      | components['schemas']['RedactedThinkingBlock']
+      | components['schemas']['ToolUseBlock']
+      | components['schemas']['ToolResultBlock']
+      | components['schemas']['ServerToolUseBlock']
+      | components['schemas']['WebSearchToolResultBlock']
+      | components['schemas']['WebFetchToolResultBlock']
+      | components['schemas']['AdvisorToolResultBlock']
+      | components['schemas']['CodeExecutionToolResultBlock']
+      | components['schemas']['BashCodeExecutionToolResultBlock']
+      | components['schemas']['TextEditorCodeExecutionToolResultBlock']
+      | components['schemas']['ToolSearchToolResultBlock']
+      | components['schemas']['MCPToolUseBlock']
+      | components['schemas']['MCPToolResultBlock']
+      | components['schemas']['ContainerUploadBlock']
+      | components['schemas']['CompactionBlock']
+      | components['schemas']['FallbackBlock']
+      | components['schemas']['MCPToolListingBlock']
+      | components['schemas']['ToolAdditionBlock']
+      | components['schemas']['ToolRemovalBlock'];
+    OtherContentBlock: {
+      type: string;
+    } & {
+      [key: string]: unknown;
+    };
+    /** @description A content block of the Messages API: one of the SDK's block types (`KnownContentBlock`, discriminated by `type`), or a newer type (`OtherContentBlock`). */
+    ContentBlock: components['schemas']['KnownContentBlock'] | components['schemas']['OtherContentBlock'];
+    MessageParam: {
+      /** @enum {string} */
+      role: 'user' | 'assistant' | 'system';
+      content: string | components['schemas']['ContentBlock'][];
+    } & {
+      [key: string]: unknown;
+    };
+    BetaMessage: {
+      id: string;
+      /** @constant */
+      type: 'message';
+      /** @constant */
+      role: 'assistant';
+      model: string;
+      content: components['schemas']['ContentBlock'][];
+      stop_reason: components['schemas']['StopReason'] | null;
+      usage: {
+        input_tokens: number;
+        output_tokens: number;
+      } & {
+        [key: string]: unknown;
+      };
+    } & {
+      [key: string]: unknown;
+    };
     /** @description Every 4xx and 5xx answer. */
     Error: {
       error: {
@@ -1378,17 +1680,700 @@ export interface components {
             }[];
       } | null;
     };
-    Event: {
+    SessionCreatedEvent: {
       /** @description The event id (`<ms>-<seq>`): the cursor to resume after this event. */
       id: string;
       session_id: string;
-      /** @description One of the event types of docs/API.md (e.g. `session.status`). */
-      type: string;
       /** Format: date-time */
       at: string;
       revision: number | null;
-      data: unknown;
+      /**
+       * @description discriminator enum property added by openapi-typescript
+       * @enum {string}
+       */
+      type: 'session.created';
+      data: components['schemas']['Session'];
     };
+    SessionUpdatedEvent: {
+      /** @description The event id (`<ms>-<seq>`): the cursor to resume after this event. */
+      id: string;
+      session_id: string;
+      /** Format: date-time */
+      at: string;
+      revision: number | null;
+      /**
+       * @description discriminator enum property added by openapi-typescript
+       * @enum {string}
+       */
+      type: 'session.updated';
+      /** @description The PATCH body (or what a route changed). */
+      data: {
+        [key: string]: unknown;
+      };
+    };
+    SessionDeletedEvent: {
+      /** @description The event id (`<ms>-<seq>`): the cursor to resume after this event. */
+      id: string;
+      session_id: string;
+      /** Format: date-time */
+      at: string;
+      revision: number | null;
+      /**
+       * @description discriminator enum property added by openapi-typescript
+       * @enum {string}
+       */
+      type: 'session.deleted';
+      data: {
+        id: string;
+        /** @constant */
+        reason?: 'expired';
+      } & {
+        [key: string]: unknown;
+      };
+    };
+    SessionStatusEvent: {
+      /** @description The event id (`<ms>-<seq>`): the cursor to resume after this event. */
+      id: string;
+      session_id: string;
+      /** Format: date-time */
+      at: string;
+      revision: number | null;
+      /**
+       * @description discriminator enum property added by openapi-typescript
+       * @enum {string}
+       */
+      type: 'session.status';
+      data: {
+        /** @enum {string} */
+        status: 'running' | 'requires_action' | 'idle' | 'failed';
+        required_action:
+          | ({
+              /** @enum {string} */
+              type: 'approve_tool_calls' | 'review_tool_results' | 'submit_tool_results' | 'review_turn';
+            } & {
+              [key: string]: unknown;
+            })
+          | null;
+        stop_reason: components['schemas']['StopReason'] | null;
+        error:
+          | ({
+              code: string;
+              message: string;
+              retryable: boolean;
+            } & {
+              [key: string]: unknown;
+            })
+          | null;
+      } & {
+        [key: string]: unknown;
+      };
+    };
+    SessionErrorEvent: {
+      /** @description The event id (`<ms>-<seq>`): the cursor to resume after this event. */
+      id: string;
+      session_id: string;
+      /** Format: date-time */
+      at: string;
+      revision: number | null;
+      /**
+       * @description discriminator enum property added by openapi-typescript
+       * @enum {string}
+       */
+      type: 'session.error';
+      data: {
+        code: string;
+        message: string;
+        retryable: boolean;
+      } & {
+        [key: string]: unknown;
+      };
+    };
+    SessionCancelRequestedEvent: {
+      /** @description The event id (`<ms>-<seq>`): the cursor to resume after this event. */
+      id: string;
+      session_id: string;
+      /** Format: date-time */
+      at: string;
+      revision: number | null;
+      /**
+       * @description discriminator enum property added by openapi-typescript
+       * @enum {string}
+       */
+      type: 'session.cancel_requested';
+      data: {
+        [key: string]: unknown;
+      };
+    };
+    TurnStartedEvent: {
+      /** @description The event id (`<ms>-<seq>`): the cursor to resume after this event. */
+      id: string;
+      session_id: string;
+      /** Format: date-time */
+      at: string;
+      revision: number | null;
+      /**
+       * @description discriminator enum property added by openapi-typescript
+       * @enum {string}
+       */
+      type: 'turn.started';
+      data: {
+        /** Format: int64 */
+        iteration: number;
+        /** Format: int64 */
+        message_count: number;
+      } & {
+        [key: string]: unknown;
+      };
+    };
+    TurnCompletedEvent: {
+      /** @description The event id (`<ms>-<seq>`): the cursor to resume after this event. */
+      id: string;
+      session_id: string;
+      /** Format: date-time */
+      at: string;
+      revision: number | null;
+      /**
+       * @description discriminator enum property added by openapi-typescript
+       * @enum {string}
+       */
+      type: 'turn.completed';
+      data: {
+        /** Format: int64 */
+        iteration: number;
+        message: components['schemas']['BetaMessage'];
+        usage: {
+          [key: string]: unknown;
+        };
+      } & {
+        [key: string]: unknown;
+      };
+    };
+    TurnDroppedEvent: {
+      /** @description The event id (`<ms>-<seq>`): the cursor to resume after this event. */
+      id: string;
+      session_id: string;
+      /** Format: date-time */
+      at: string;
+      revision: number | null;
+      /**
+       * @description discriminator enum property added by openapi-typescript
+       * @enum {string}
+       */
+      type: 'turn.dropped';
+      data: {
+        /** Format: int64 */
+        iteration: number;
+        /** @enum {string} */
+        reason: 'retry' | 'interrupt' | 'max_tokens_retry';
+      } & {
+        [key: string]: unknown;
+      };
+    };
+    StreamEventEvent: {
+      /** @description The event id (`<ms>-<seq>`): the cursor to resume after this event. */
+      id: string;
+      session_id: string;
+      /** Format: date-time */
+      at: string;
+      revision: number | null;
+      /**
+       * @description discriminator enum property added by openapi-typescript
+       * @enum {string}
+       */
+      type: 'stream.event';
+      data: {
+        /** Format: int64 */
+        iteration: number;
+        /** @description A raw Messages API stream event. */
+        event: {
+          type: string;
+        } & {
+          [key: string]: unknown;
+        };
+      } & {
+        [key: string]: unknown;
+      };
+    };
+    ToolStartedEvent: {
+      /** @description The event id (`<ms>-<seq>`): the cursor to resume after this event. */
+      id: string;
+      session_id: string;
+      /** Format: date-time */
+      at: string;
+      revision: number | null;
+      /**
+       * @description discriminator enum property added by openapi-typescript
+       * @enum {string}
+       */
+      type: 'tool.started';
+      data: {
+        tool_use_id: string;
+        name: string;
+      } & {
+        [key: string]: unknown;
+      };
+    };
+    ToolProgressEvent: {
+      /** @description The event id (`<ms>-<seq>`): the cursor to resume after this event. */
+      id: string;
+      session_id: string;
+      /** Format: date-time */
+      at: string;
+      revision: number | null;
+      /**
+       * @description discriminator enum property added by openapi-typescript
+       * @enum {string}
+       */
+      type: 'tool.progress';
+      data: {
+        tool_use_id: string;
+        name: string;
+        progress: number;
+        total?: number;
+        message?: string;
+      } & {
+        [key: string]: unknown;
+      };
+    };
+    ToolCompletedEvent: {
+      /** @description The event id (`<ms>-<seq>`): the cursor to resume after this event. */
+      id: string;
+      session_id: string;
+      /** Format: date-time */
+      at: string;
+      revision: number | null;
+      /**
+       * @description discriminator enum property added by openapi-typescript
+       * @enum {string}
+       */
+      type: 'tool.completed';
+      data: {
+        tool_use_id: string;
+        name: string;
+        input: unknown;
+        /** @description A tool result: a string or content blocks. */
+        content: unknown;
+        is_error: boolean;
+        duration_ms: number | null;
+      } & {
+        [key: string]: unknown;
+      };
+    };
+    ToolTaskRetriedEvent: {
+      /** @description The event id (`<ms>-<seq>`): the cursor to resume after this event. */
+      id: string;
+      session_id: string;
+      /** Format: date-time */
+      at: string;
+      revision: number | null;
+      /**
+       * @description discriminator enum property added by openapi-typescript
+       * @enum {string}
+       */
+      type: 'tool_task.retried';
+      data: {
+        tool_use_id: string;
+        name: string;
+        /** Format: int64 */
+        attempt: number;
+        /** Format: int64 */
+        next_attempt: number;
+        reason: string;
+      } & {
+        [key: string]: unknown;
+      };
+    };
+    IterationPersistedEvent: {
+      /** @description The event id (`<ms>-<seq>`): the cursor to resume after this event. */
+      id: string;
+      session_id: string;
+      /** Format: date-time */
+      at: string;
+      revision: number | null;
+      /**
+       * @description discriminator enum property added by openapi-typescript
+       * @enum {string}
+       */
+      type: 'iteration.persisted';
+      data: {
+        /** Format: int64 */
+        iteration: number;
+        revision: number | null;
+      } & {
+        [key: string]: unknown;
+      };
+    };
+    MessageQueuedEvent: {
+      /** @description The event id (`<ms>-<seq>`): the cursor to resume after this event. */
+      id: string;
+      session_id: string;
+      /** Format: date-time */
+      at: string;
+      revision: number | null;
+      /**
+       * @description discriminator enum property added by openapi-typescript
+       * @enum {string}
+       */
+      type: 'message.queued';
+      data: {
+        message: components['schemas']['MessageParam'];
+        interrupt?: boolean;
+      } & {
+        [key: string]: unknown;
+      };
+    };
+    MessageAppendedEvent: {
+      /** @description The event id (`<ms>-<seq>`): the cursor to resume after this event. */
+      id: string;
+      session_id: string;
+      /** Format: date-time */
+      at: string;
+      revision: number | null;
+      /**
+       * @description discriminator enum property added by openapi-typescript
+       * @enum {string}
+       */
+      type: 'message.appended';
+      data: {
+        /** Format: int64 */
+        index: number;
+        into_last: boolean;
+        /** @enum {string} */
+        role: 'user' | 'assistant' | 'system';
+        content: components['schemas']['ContentBlock'][];
+      } & {
+        [key: string]: unknown;
+      };
+    };
+    MessagesReplacedEvent: {
+      /** @description The event id (`<ms>-<seq>`): the cursor to resume after this event. */
+      id: string;
+      session_id: string;
+      /** Format: date-time */
+      at: string;
+      revision: number | null;
+      /**
+       * @description discriminator enum property added by openapi-typescript
+       * @enum {string}
+       */
+      type: 'messages.replaced';
+      data: {
+        /** Format: int64 */
+        message_count: number;
+      } & {
+        [key: string]: unknown;
+      };
+    };
+    ToolCallDecidedEvent: {
+      /** @description The event id (`<ms>-<seq>`): the cursor to resume after this event. */
+      id: string;
+      session_id: string;
+      /** Format: date-time */
+      at: string;
+      revision: number | null;
+      /**
+       * @description discriminator enum property added by openapi-typescript
+       * @enum {string}
+       */
+      type: 'tool_call.decided';
+      data: {
+        tool_use_id: string;
+        /** @enum {string} */
+        decision: 'approve' | 'deny';
+        input?: unknown;
+        reason?: string;
+      } & {
+        [key: string]: unknown;
+      };
+    };
+    ToolResultSubmittedEvent: {
+      /** @description The event id (`<ms>-<seq>`): the cursor to resume after this event. */
+      id: string;
+      session_id: string;
+      /** Format: date-time */
+      at: string;
+      revision: number | null;
+      /**
+       * @description discriminator enum property added by openapi-typescript
+       * @enum {string}
+       */
+      type: 'tool_result.submitted';
+      data: {
+        tool_use_id: string;
+        /** @description A tool result: a string or content blocks. */
+        content: unknown;
+        is_error: boolean;
+      } & {
+        [key: string]: unknown;
+      };
+    };
+    ToolResultReplacedEvent: {
+      /** @description The event id (`<ms>-<seq>`): the cursor to resume after this event. */
+      id: string;
+      session_id: string;
+      /** Format: date-time */
+      at: string;
+      revision: number | null;
+      /**
+       * @description discriminator enum property added by openapi-typescript
+       * @enum {string}
+       */
+      type: 'tool_result.replaced';
+      data: {
+        tool_use_id: string;
+        /** @description A tool result: a string or content blocks. */
+        content: unknown;
+        is_error: boolean;
+      } & {
+        [key: string]: unknown;
+      };
+    };
+    ParamsUpdatedEvent: {
+      /** @description The event id (`<ms>-<seq>`): the cursor to resume after this event. */
+      id: string;
+      session_id: string;
+      /** Format: date-time */
+      at: string;
+      revision: number | null;
+      /**
+       * @description discriminator enum property added by openapi-typescript
+       * @enum {string}
+       */
+      type: 'params.updated';
+      data: {
+        params: {
+          [key: string]: unknown;
+        };
+        /** @constant */
+        reason?: 'max_tokens_retry';
+      } & {
+        [key: string]: unknown;
+      };
+    };
+    ToolsUpdatedEvent: {
+      /** @description The event id (`<ms>-<seq>`): the cursor to resume after this event. */
+      id: string;
+      session_id: string;
+      /** Format: date-time */
+      at: string;
+      revision: number | null;
+      /**
+       * @description discriminator enum property added by openapi-typescript
+       * @enum {string}
+       */
+      type: 'tools.updated';
+      data: {
+        tools: unknown[];
+        added: string[];
+        removed: string[];
+        /** @constant */
+        applies: 'next_turn';
+      } & {
+        [key: string]: unknown;
+      };
+    };
+    ToolsAppliedEvent: {
+      /** @description The event id (`<ms>-<seq>`): the cursor to resume after this event. */
+      id: string;
+      session_id: string;
+      /** Format: date-time */
+      at: string;
+      revision: number | null;
+      /**
+       * @description discriminator enum property added by openapi-typescript
+       * @enum {string}
+       */
+      type: 'tools.applied';
+      data: {
+        /** Format: int64 */
+        message_index: number;
+        added: string[];
+        removed: string[];
+      } & {
+        [key: string]: unknown;
+      };
+    };
+    CompactionStartedEvent: {
+      /** @description The event id (`<ms>-<seq>`): the cursor to resume after this event. */
+      id: string;
+      session_id: string;
+      /** Format: date-time */
+      at: string;
+      revision: number | null;
+      /**
+       * @description discriminator enum property added by openapi-typescript
+       * @enum {string}
+       */
+      type: 'compaction.started';
+      data: {
+        /** Format: int64 */
+        iteration: number;
+        /** Format: int64 */
+        message_count: number;
+      } & {
+        [key: string]: unknown;
+      };
+    };
+    CompactionCompletedEvent: {
+      /** @description The event id (`<ms>-<seq>`): the cursor to resume after this event. */
+      id: string;
+      session_id: string;
+      /** Format: date-time */
+      at: string;
+      revision: number | null;
+      /**
+       * @description discriminator enum property added by openapi-typescript
+       * @enum {string}
+       */
+      type: 'compaction.completed';
+      data: {
+        /** Format: int64 */
+        iteration: number;
+        /** Format: int64 */
+        summarized_messages: number;
+        message: components['schemas']['BetaMessage'];
+      } & {
+        [key: string]: unknown;
+      };
+    };
+    CompactionSkippedEvent: {
+      /** @description The event id (`<ms>-<seq>`): the cursor to resume after this event. */
+      id: string;
+      session_id: string;
+      /** Format: date-time */
+      at: string;
+      revision: number | null;
+      /**
+       * @description discriminator enum property added by openapi-typescript
+       * @enum {string}
+       */
+      type: 'compaction.skipped';
+      data: {
+        /** Format: int64 */
+        iteration: number;
+        reason: string;
+      } & {
+        [key: string]: unknown;
+      };
+    };
+    ScheduleFiredEvent: {
+      /** @description The event id (`<ms>-<seq>`): the cursor to resume after this event. */
+      id: string;
+      session_id: string;
+      /** Format: date-time */
+      at: string;
+      revision: number | null;
+      /**
+       * @description discriminator enum property added by openapi-typescript
+       * @enum {string}
+       */
+      type: 'schedule.fired';
+      data: {
+        schedule_id: string;
+        scheduled_for: string;
+        session_id: string;
+        late_ms: number;
+      } & {
+        [key: string]: unknown;
+      };
+    };
+    ScheduleSkippedEvent: {
+      /** @description The event id (`<ms>-<seq>`): the cursor to resume after this event. */
+      id: string;
+      session_id: string;
+      /** Format: date-time */
+      at: string;
+      revision: number | null;
+      /**
+       * @description discriminator enum property added by openapi-typescript
+       * @enum {string}
+       */
+      type: 'schedule.skipped';
+      data: {
+        schedule_id: string;
+        scheduled_for: string;
+        reason: string;
+        error?: unknown;
+      } & {
+        [key: string]: unknown;
+      };
+    };
+    ActionExpiringEvent: {
+      /** @description The event id (`<ms>-<seq>`): the cursor to resume after this event. */
+      id: string;
+      session_id: string;
+      /** Format: date-time */
+      at: string;
+      revision: number | null;
+      /**
+       * @description discriminator enum property added by openapi-typescript
+       * @enum {string}
+       */
+      type: 'action.expiring';
+      data: {
+        type: ('approve_tool_calls' | 'review_tool_results' | 'submit_tool_results' | 'review_turn') | null;
+        tool_use_ids: string[];
+        expires_at: string | null;
+        action_timeout_s: number | null;
+      } & {
+        [key: string]: unknown;
+      };
+    };
+    ActionTimedOutEvent: {
+      /** @description The event id (`<ms>-<seq>`): the cursor to resume after this event. */
+      id: string;
+      session_id: string;
+      /** Format: date-time */
+      at: string;
+      revision: number | null;
+      /**
+       * @description discriminator enum property added by openapi-typescript
+       * @enum {string}
+       */
+      type: 'action.timed_out';
+      data: {
+        type: ('approve_tool_calls' | 'review_tool_results' | 'submit_tool_results' | 'review_turn') | null;
+        tool_use_ids: string[];
+        expires_at: string | null;
+        action_timeout_s: number | null;
+        /** @enum {string} */
+        on_action_timeout: 'deny' | 'fail';
+      } & {
+        [key: string]: unknown;
+      };
+    };
+    Event:
+      | components['schemas']['SessionCreatedEvent']
+      | components['schemas']['SessionUpdatedEvent']
+      | components['schemas']['SessionDeletedEvent']
+      | components['schemas']['SessionStatusEvent']
+      | components['schemas']['SessionErrorEvent']
+      | components['schemas']['SessionCancelRequestedEvent']
+      | components['schemas']['TurnStartedEvent']
+      | components['schemas']['TurnCompletedEvent']
+      | components['schemas']['TurnDroppedEvent']
+      | components['schemas']['StreamEventEvent']
+      | components['schemas']['ToolStartedEvent']
+      | components['schemas']['ToolProgressEvent']
+      | components['schemas']['ToolCompletedEvent']
+      | components['schemas']['ToolTaskRetriedEvent']
+      | components['schemas']['IterationPersistedEvent']
+      | components['schemas']['MessageQueuedEvent']
+      | components['schemas']['MessageAppendedEvent']
+      | components['schemas']['MessagesReplacedEvent']
+      | components['schemas']['ToolCallDecidedEvent']
+      | components['schemas']['ToolResultSubmittedEvent']
+      | components['schemas']['ToolResultReplacedEvent']
+      | components['schemas']['ParamsUpdatedEvent']
+      | components['schemas']['ToolsUpdatedEvent']
+      | components['schemas']['ToolsAppliedEvent']
+      | components['schemas']['CompactionStartedEvent']
+      | components['schemas']['CompactionCompletedEvent']
+      | components['schemas']['CompactionSkippedEvent']
+      | components['schemas']['ScheduleFiredEvent']
+      | components['schemas']['ScheduleSkippedEvent']
+      | components['schemas']['ActionExpiringEvent']
+      | components['schemas']['ActionTimedOutEvent'];
     EventPage: {
       data: components['schemas']['Event'][];
       next_cursor: string | null;
