@@ -136,11 +136,14 @@ export const conflict = (code: ErrorCode, message: string, details?: unknown) =>
 export const revisionMismatch = (current: number) =>
   new AppError(412, 'revision_mismatch', `The session is at revision ${current}.`, { revision: current });
 
+/** The one message of `store_unavailable` to a request (HTTP or a WebSocket frame). */
+export const STORE_UNAVAILABLE_MESSAGE = 'The session store is unavailable; try again shortly.';
+
 export const storeUnavailable = (cause?: unknown) =>
   new AppError(
     503,
     'store_unavailable',
-    'The session store is unavailable; try again shortly.',
+    STORE_UNAVAILABLE_MESSAGE,
     undefined,
     { 'retry-after': '2' },
     cause === undefined ? undefined : { cause },
