@@ -136,6 +136,9 @@ export const conflict = (code: ErrorCode, message: string, details?: unknown) =>
 export const revisionMismatch = (current: number) =>
   new AppError(412, 'revision_mismatch', `The session is at revision ${current}.`, { revision: current });
 
+/** The one message of `store_unavailable` to a request (HTTP or a WebSocket frame). */
+export const STORE_UNAVAILABLE_MESSAGE = 'The session store is unavailable; try again shortly.';
+
 /** Raised by the store when a fenced write comes from a process that no longer owns the run. */
 export class FencedOut extends Error {
   constructor(readonly sessionId: string) {

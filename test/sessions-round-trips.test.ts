@@ -2,7 +2,8 @@ import { after, before, describe, it } from 'node:test';
 import assert from 'node:assert/strict';
 import { monitorRedis } from './helpers/redis-monitor.js';
 import { startHarness, type Harness } from './helpers/service.js';
-import { text, toolCall } from './fake/script.js';
+import { Redis } from 'ioredis';
+import { hang, text, toolCall } from './fake/script.js';
 
 /**
  * Redis commands the service sends for one iteration of a run (a turn that calls a server tool, and the tool's
@@ -75,5 +76,56 @@ describe('Redis round trips per iteration', () => {
     assert.equal(Math.round(byCommand['evalsha/7:s:{id}'] ?? 0), 1, 'one commit per iteration');
     assert.ok(per <= 5, `${per} commands per iteration`);
     assert.equal(byCommand['lrange'] ?? 0, 0, 'the history is not read back at each iteration');
+  });
+
+  /**
+   * A follow-up to an idle session, from its POST to the model request it causes: the route's write, the claim, the
+   * run's one read of the session and its history, the commit that makes the follow-up a user turn. Counted up to a
+   * marker command sent once the fake Anthropic API has the request (its reply hangs, so the run sends nothing more).
+   */
+  it('a follow-up reaches the model in at most 11 commands, one LRANGE of the history', async (t) => {
+    const marker = new Redis(h.redis.url);
+    try {
+      const created = await h.api.post('/v1/sessions', { input: 'hi' });
+      const id = created.body.id as string;
+      await h.api.waitStatus(id, 'idle', 20_000);
+      // The first run's last command: its lease released (release-1 takes the lease key alone).
+      const released = (c: string[]) =>
+        c[0]!.toLowerCase().startsWith('eval') && c[2] === '1' && c[3] === `s:{${id}}:l`;
+      const ended = Date.now() + 20_000;
+      while (!monitor.commands.some(released)) {
+        assert.ok(Date.now() < ended, 'the first run ended');
+        await new Promise((r) => setTimeout(r, 10));
+      }
+      h.fake.enqueue(hang());
+      const before = h.fake.requests.length;
+      monitor.commands.length = 0;
+      const sent = await h.api.post(`/v1/sessions/${id}/messages`, { text: 'and then?' });
+      assert.equal(sent.status, 202);
+      await h.fake.waitForRequests(before + 1, 20_000);
+      const mark = `marker-${id}`;
+      await marker.echo(mark);
+      const deadline = Date.now() + 20_000;
+      while (!monitor.commands.some((c) => c[1] === mark)) {
+        assert.ok(Date.now() < deadline, 'the marker reached MONITOR');
+        await new Promise((r) => setTimeout(r, 10));
+      }
+      const upTo = monitor.commands.findIndex((c) => c[1] === mark);
+      const naming = monitor.commands.slice(0, upTo).filter((c) => c.join(' ').includes(id));
+      const counts: Record<string, number> = {};
+      for (const c of naming) {
+        const name = c[0]!.toLowerCase();
+        counts[name] = (counts[name] ?? 0) + 1;
+      }
+      t.diagnostic(`follow-up to model request: ${naming.length} commands ${JSON.stringify(counts)}`);
+      t.diagnostic(naming.map((c) => c.slice(0, 4).join(' ').slice(0, 120)).join('\n'));
+      const lranges = naming.filter((c) => c[0]!.toLowerCase() === 'lrange' && c[1] === `s:{${id}}:m`);
+      assert.equal(lranges.length, 1, 'one LRANGE of the history');
+      assert.ok(naming.length <= 11, `${naming.length} commands`);
+      await h.api.post(`/v1/sessions/${id}/cancel`);
+      await h.api.waitStatus(id, 'idle', 20_000);
+    } finally {
+      marker.disconnect();
+    }
   });
 });

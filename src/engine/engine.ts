@@ -8,7 +8,7 @@ import type { SessionChannels } from '../store/channels.js';
 import type { SessionStore } from '../store/store.js';
 import type { TaskQueue } from '../tenant-tools/tasks.js';
 import { RunHandle, type EngineLogger } from './run-handle.js';
-import { controlListener, drive, type DriveDeps } from './run.js';
+import { Run, controlListener, type DriveDeps } from './run.js';
 
 export interface EngineOptions {
   store: SessionStore;
@@ -167,17 +167,17 @@ export class Engine {
 
   private async claim(id: string, swept: boolean): Promise<void> {
     const { store, owner, leaseTtlMs } = this.deps;
-    const fence = await store.runs.acquire(id, owner, leaseTtlMs);
-    if (!fence) return;
+    const claimed = await store.runs.acquire(id, owner, leaseTtlMs);
+    if (!claimed) return;
     if (swept) this.deps.metrics.leaseTakeovers.inc();
     if (this.stopping || this.active.has(id)) {
-      await store.runs.release(id, owner, fence);
+      await store.runs.release(id, owner, claimed.fence);
       return;
     }
-    const run = new RunHandle(id, fence, new RunTelemetry(this.deps.metrics, this.deps.tracing, id));
+    const run = new RunHandle(id, claimed.fence, new RunTelemetry(this.deps.metrics, this.deps.tracing, id));
     this.active.set(id, run);
     run.done = run.obs
-      .run(() => drive(this.deps, run))
+      .run(() => new Run(this.deps, run, claimed, swept).drive())
       .finally(() => {
         this.active.delete(id);
         if (this.rekick.delete(id)) this.kick(id);

@@ -1,7 +1,8 @@
 import { FencedOut } from '../errors.js';
-import { pendingToolCalls } from '../history.js';
+import { extendHistory, pendingToolCalls, type StoredMessage } from '../history.js';
 import type { SessionChannels } from '../store/channels.js';
-import type { SessionState } from '../store/session-state.js';
+import type { Claimed } from '../store/runs.js';
+import type { IterationRecord, SessionState } from '../store/session-state.js';
 import { isStoreDown } from '../store/unavailable.js';
 import { upstreamContext, type UpstreamContext } from '../observability/upstream-fetch.js';
 import { TENANT_BUDGET_EXHAUSTED } from '../cost/spend.js';
@@ -42,164 +43,254 @@ export function controlListener(active: ReadonlyMap<string, RunHandle>) {
   };
 }
 
-/** Renews the run's lease (and its due time) every third of the TTL; a lost lease aborts the run as `fenced`. */
-function renewLease(deps: DriveDeps, run: RunHandle, log: EngineLogger): NodeJS.Timeout {
-  const { store, leaseTtlMs, owner } = deps;
-  return setInterval(
-    () => {
-      Promise.all([
-        store.runs.renew(run.id, owner, run.fence, leaseTtlMs),
-        store.runs.markDue(run.id, Date.now() + leaseTtlMs),
-      ])
-        .then(([ok]) => {
-          if (!ok) run.abort('fenced');
-        })
-        .catch((err) => log.warn({ err }, 'lease renewal failed'));
-    },
-    Math.floor(leaseTtlMs / 3),
-  );
+/**
+ * The session as the run knows it without reading it: from the claim (which read it with the lease), or from a commit
+ * of this run whose revision shows nobody else wrote in between. Null fields are read when needed.
+ */
+interface Known {
+  state: SessionState;
+  history: StoredMessage[] | null;
+  /** Follow-ups queued; null: not known. */
+  queued: number | null;
+  /** The session's last iteration record (null: none; undefined: not known). */
+  lastRecord: IterationRecord | null | undefined;
 }
 
-/** The run: tool steps and runner turns until the session leaves `running` or this process loses it. */
-export function drive(deps: DriveDeps, run: RunHandle): Promise<void> {
-  // The upstream requests of this run (made deep in the SDK) log which session and tenant they were for.
-  const ctx: UpstreamContext = { session: run.id, tenant: null };
-  return upstreamContext.run(ctx, () => driveRun(deps, run, ctx));
-}
+/**
+ * One run of one claimed session in this process: tool steps and runner turns until the session leaves `running` or
+ * this process loses it. It holds the session as last read (or as its own commits left it) and reads it again only
+ * when that may be stale: after a step whose commits it does not follow (turns, tool steps), or when the revision
+ * its commit answers shows another writer.
+ */
+export class Run {
+  private readonly log: EngineLogger;
+  private readonly ctx: UpstreamContext;
+  private known: Known | null;
+  private cutRetries = 0;
+  private counted = false;
+  private readonly started = Date.now();
 
-async function driveRun(deps: DriveDeps, run: RunHandle, ctx: UpstreamContext): Promise<void> {
-  const { store, leaseTtlMs, owner } = deps;
-  const log = deps.logger.child({ session: run.id });
-  const renew = renewLease(deps, run, log);
-  await deps.channels.watchControl(run.id).catch((err) => log.warn({ err }, 'subscribe failed'));
-  let cutRetries = 0;
-  let counted = false;
-  const started = Date.now();
-  try {
-    await store.runs.markDue(run.id, Date.now() + leaseTtlMs);
-    while (!deps.stopping() || run.reason === null) {
-      const state = await store.load(run.id);
-      if (!state || state.status !== 'running' || state.fence !== run.fence) return;
-      run.tenant = state.tenant;
-      if (!counted) {
-        // The session runs: it counts among its tenant's active runs whatever happened to its slot (a run taken over
-        // after a crash, an end of an earlier run that gave the slot back after this start took it).
-        counted = true;
-        ctx.tenant = state.tenant;
-        await store.runs.holdRunSlot(state.tenant, run.id);
-        log.info({ tenant: state.tenant, iteration: state.iteration, fence: run.fence }, 'run started');
+  constructor(
+    private readonly deps: DriveDeps,
+    private readonly run: RunHandle,
+    claimed: Claimed,
+    /** Claimed by the due sweep (a takeover, a hand-over): the run may not hold its tenant's slot. */
+    private readonly swept = false,
+  ) {
+    this.log = deps.logger.child({ session: run.id });
+    // The upstream requests of this run (made deep in the SDK) log which session and tenant they were for.
+    this.ctx = { session: run.id, tenant: null };
+    this.known = {
+      state: claimed.state,
+      history: null,
+      queued: claimed.queued,
+      lastRecord: claimed.lastRecord,
+    };
+  }
+
+  drive(): Promise<void> {
+    return upstreamContext.run(this.ctx, () => this.loop());
+  }
+
+  private async loop(): Promise<void> {
+    const { deps, run, log } = this;
+    const renew = this.renewLease();
+    await deps.channels.watchControl(run.id).catch((err) => log.warn({ err }, 'subscribe failed'));
+    try {
+      await deps.store.runs.markDue(run.id, Date.now() + deps.leaseTtlMs);
+      while (!deps.stopping() || run.reason === null) {
+        const known = await this.current();
+        if (!known) return;
+        if ((await this.before(known.state)) === 'stop') return;
+        if ((await this.attempt(known)) === 'stop') return;
       }
-      if (state.control === 'cancel' || run.reason === 'cancel') {
-        // The history stays valid; see cancelSession.
-        await cancelSession(store, state, { fence: run.fence });
-        await store.runs.unmarkDue(run.id, state.tenant);
-        return;
-      }
-      if (run.reason === 'shutdown' || run.reason === 'fenced' || run.reason === 'deleted') return;
-      run.rearm();
-      try {
-        const next = await step(deps, run, state, log);
-        cutRetries = 0;
-        if (next === 'done') {
-          // A compaction asked for during the run's last turn is a run of its own (claimed once this one returned).
-          if (await leftoverCompaction(deps, run.id)) deps.kick?.(run.id);
-          return;
-        }
-      } catch (err) {
-        if (err instanceof FencedOut) return;
-        if (isAbort(err, run)) {
-          if (run.reason === 'interrupt') {
-            await commitInterrupt(deps, run);
-            continue;
-          }
-          if (run.reason === 'cancel') continue; // the loop's top finishes the cancel
-          return;
-        }
-        // A commit that the store turned out to have applied after all: go on from what it holds.
-        if (err instanceof CommitLanded) continue;
-        // The store stayed unreachable longer than a commit waits: leave the run for recovery (the session is
-        // still `running` and due), rather than failing the session for a Redis outage.
-        if (isStoreDown(err)) throw err;
-        if (isStreamCut(err) && cutRetries < STREAM_CUT_RETRIES) {
-          cutRetries++;
-          log.warn({ err, attempt: cutRetries }, 'stream cut mid-turn; sending the turn again');
-          continue;
-        }
-        const error = upstreamError(err);
-        // The session shows a generic message for an internal error: its cause is only here, in the log.
-        if (error.code === 'internal_error') log.error({ err }, 'run failed with an internal error');
-        await fail(deps, run, error, log);
-        return;
-      }
+    } catch (err) {
+      if (!(err instanceof FencedOut)) log.error({ err }, 'run crashed; the session is left for recovery');
+    } finally {
+      clearInterval(renew);
+      await this.end();
     }
-  } catch (err) {
-    if (!(err instanceof FencedOut)) log.error({ err }, 'run crashed; the session is left for recovery');
-  } finally {
-    clearInterval(renew);
-    await deps.channels.unwatchControl(run.id);
-    await store.runs.release(run.id, owner, run.fence).catch(() => {});
-    // Handed over: any replica may claim it now rather than after the lease TTL.
-    if (run.reason === 'shutdown') await store.runs.markDue(run.id, Date.now()).catch(() => {});
-    // Last: nothing of this run writes after this line. `abort`: null when the run ended by itself (the session
-    // left `running`), else why this process stopped it.
-    if (counted) log.info({ abort: run.reason, ms: Date.now() - started }, 'run ended');
   }
-}
 
-/** Whether the session's last model reply stopped unfinished (`pause_turn`, `compaction`): the API continues it. */
-async function pausedReply(deps: DriveDeps, id: string): Promise<boolean> {
-  const [lastRecord] = await deps.store.iterationRecords(id, -1, -1);
-  return lastRecord !== undefined && lastRecord.kind !== 'compaction' && isUnfinished(lastRecord.stop_reason);
-}
-
-/** One step of a run: answer a pending tool step, or run the SDK's runner until it stops or needs a client. */
-async function step(
-  deps: DriveDeps,
-  run: RunHandle,
-  state: SessionState,
-  log: EngineLogger,
-): Promise<'done' | 'again'> {
-  const { store } = deps;
-  const history = await store.history(run.id);
-  // A compaction asked for while the session was idle or failed: this run only compacts.
-  if (state.compactRequest?.resume) return runCompactionOnly(deps, run, state, history, log);
-  if (pendingToolCalls(history).length > 0) return toolStep(deps, run, state, history);
-
-  const queued = await store.queueLength(run.id);
-  const last = history.at(-1);
-  // A turn to send, but the budget is spent: the run stops here (after the last turn's tool results).
-  // A summary alone at the end hands the turn back to the model (it answers from it). So does a reply the API
-  // paused (`pause_turn`, server-side `compaction`) whose continuation this run has to send: the run that got it
-  // died before its next request, or stopped at `max_iterations`. Its iteration record says so (one read, only when
-  // the history ends with a reply).
-  const paused = last?.role === 'assistant' && (await pausedReply(deps, run.id));
-  const turnToSend =
-    queued > 0 || (last !== undefined && (last.role !== 'assistant' || endsWithSummary(history) || paused));
-  if (turnToSend && budgetExhausted(state.budget, spentOf(state))) {
-    await stopForBudget(deps, run, last);
-    return 'done';
+  /** The session as known, or read again; null once it is not this run's to drive (left `running`, fenced). */
+  private async current(): Promise<Known | null> {
+    const known = this.known ?? (await this.reload());
+    this.known = null;
+    if (!known || known.state.status !== 'running' || known.state.fence !== this.run.fence) return null;
+    return known;
   }
-  // The tenant's daily dollar cap, across replicas: checked before every model request.
-  if (turnToSend && (await store.spend.overCap(state.tenant))) {
-    await stopForBudget(deps, run, last, TENANT_BUDGET_EXHAUSTED);
-    return 'done';
+
+  private async reload(): Promise<Known | null> {
+    const state = await this.deps.store.load(this.run.id);
+    return state ? { state, history: null, queued: null, lastRecord: undefined } : null;
   }
-  // A paused reply is resumed before follow-ups join the history: the API refuses a user turn after an assistant turn
-  // whose server tool call has no result yet. The runner's reply merges them once the turn ends.
-  if (queued > 0 && !paused) {
-    // Follow-ups become a user turn: merged onto a trailing user turn, or a new one after an assistant turn.
-    await commit(deps, run, { queue: last?.role === 'user' ? { into_last: true } : {} });
+
+  /** Before each step: the start is counted once; a cancel or an abort that ends the run ends it here. */
+  private async before(state: SessionState): Promise<'stop' | 'go'> {
+    const { deps, run } = this;
+    run.tenant = state.tenant;
+    if (!this.counted) {
+      this.counted = true;
+      this.ctx.tenant = state.tenant;
+      // A run taken over (after a crash, a hand-over) counts among its tenant's active runs whatever happened to its
+      // slot; a run started by a route holds the slot the route took (the lease renewal holds it again, should an
+      // earlier run's end have given it back after the start took it).
+      if (this.swept) await deps.store.runs.holdRunSlot(state.tenant, run.id);
+      this.log.info({ tenant: state.tenant, iteration: state.iteration, fence: run.fence }, 'run started');
+    }
+    if (state.control === 'cancel' || run.reason === 'cancel') {
+      // The history stays valid; see cancelSession.
+      await cancelSession(deps.store, state, { fence: run.fence });
+      await deps.store.runs.unmarkDue(run.id, state.tenant);
+      return 'stop';
+    }
+    if (run.reason === 'shutdown' || run.reason === 'fenced' || run.reason === 'deleted') return 'stop';
+    run.rearm();
+    return 'go';
+  }
+
+  /** One step, and what its failure means: go on (an interrupt, a cut stream, a commit that landed) or stop. */
+  private async attempt(known: Known): Promise<'stop' | 'go'> {
+    const { deps, run, log } = this;
+    try {
+      const next = await this.step(known);
+      this.cutRetries = 0;
+      if (next === 'again') return 'go';
+      // A compaction asked for during the run's last turn is a run of its own (claimed once this one returned).
+      if (await leftoverCompaction(deps, run.id)) deps.kick?.(run.id);
+      return 'stop';
+    } catch (err) {
+      if (err instanceof FencedOut) return 'stop';
+      if (isAbort(err, run)) {
+        if (run.reason === 'interrupt') {
+          await commitInterrupt(deps, run);
+          return 'go';
+        }
+        // A cancel: the loop's top finishes it.
+        return run.reason === 'cancel' ? 'go' : 'stop';
+      }
+      // A commit that the store turned out to have applied after all: go on from what it holds.
+      if (err instanceof CommitLanded) return 'go';
+      // The store stayed unreachable longer than a commit waits: leave the run for recovery (the session is
+      // still `running` and due), rather than failing the session for a Redis outage.
+      if (isStoreDown(err)) throw err;
+      if (isStreamCut(err) && this.cutRetries < STREAM_CUT_RETRIES) {
+        this.cutRetries++;
+        log.warn({ err, attempt: this.cutRetries }, 'stream cut mid-turn; sending the turn again');
+        return 'go';
+      }
+      const error = upstreamError(err);
+      // The session shows a generic message for an internal error: its cause is only here, in the log.
+      if (error.code === 'internal_error') log.error({ err }, 'run failed with an internal error');
+      await fail(deps, run, error, log);
+      return 'stop';
+    }
+  }
+
+  /** One step of a run: answer a pending tool step, or run the SDK's runner until it stops or needs a client. */
+  private async step(known: Known): Promise<'done' | 'again'> {
+    const { deps, run, log } = this;
+    const { store } = deps;
+    const { state } = known;
+    const history = known.history ?? (await store.history(run.id));
+    // A compaction asked for while the session was idle or failed: this run only compacts.
+    if (state.compactRequest?.resume) return runCompactionOnly(deps, run, state, history, log);
+    if (pendingToolCalls(history).length > 0) return toolStep(deps, run, state, history);
+
+    const queued = known.queued ?? (await store.queueLength(run.id));
+    const last = history.at(-1);
+    // A turn to send, but the budget is spent: the run stops here (after the last turn's tool results).
+    // A summary alone at the end hands the turn back to the model (it answers from it). So does a reply the API
+    // paused (`pause_turn`, server-side `compaction`) whose continuation this run has to send: the run that got it
+    // died before its next request, or stopped at `max_iterations`. Its iteration record says so (read by the claim,
+    // or once here, only when the history ends with a reply).
+    const paused = last?.role === 'assistant' && (await this.pausedReply(known));
+    const turnToSend =
+      queued > 0 || (last !== undefined && (last.role !== 'assistant' || endsWithSummary(history) || paused));
+    if (turnToSend && budgetExhausted(state.budget, spentOf(state))) {
+      await stopForBudget(deps, run, last);
+      return 'done';
+    }
+    // The tenant's daily dollar cap, across replicas: checked before every model request.
+    if (turnToSend && (await store.spend.overCap(state.tenant))) {
+      await stopForBudget(deps, run, last, TENANT_BUDGET_EXHAUSTED);
+      return 'done';
+    }
+    // A paused reply is resumed before follow-ups join the history: the API refuses a user turn after an assistant turn
+    // whose server tool call has no result yet. The runner's reply merges them once the turn ends.
+    if (queued > 0 && !paused) return this.commitFollowUps(known, history);
+    if (!turnToSend) {
+      // Nothing to send: the run is over.
+      await finish(deps, run, state, state.stopReason ?? 'end_turn');
+      return 'done';
+    }
+    const budget = state.maxIterations - (state.iteration - state.runStart);
+    if (budget <= 0) {
+      await finish(deps, run, state, 'max_iterations');
+      return 'done';
+    }
+    return runTurns(deps, run, state, history, budget, log);
+  }
+
+  /**
+   * Follow-ups become a user turn: merged onto a trailing user turn, or a new one after an assistant turn. When the
+   * commit's revision is the next one (nobody else wrote since the session was read), what it answers is all that
+   * changed: the next step goes on from the history held here, extended with the turn it wrote.
+   */
+  private async commitFollowUps(known: Known, history: StoredMessage[]): Promise<'again'> {
+    const { state } = known;
+    const res = await commit(this.deps, this.run, {
+      queue: history.at(-1)?.role === 'user' ? { into_last: true } : {},
+    });
+    if (res.revision === state.revision + 1 && res.mergedCount > 0) {
+      extendHistory(history, res);
+      const next = { ...state, revision: res.revision, control: res.control, msgCount: history.length };
+      this.known = { state: next, history, queued: 0, lastRecord: known.lastRecord };
+    }
     return 'again';
   }
-  if (!turnToSend) {
-    // Nothing to send: the run is over.
-    await finish(deps, run, state, state.stopReason ?? 'end_turn');
-    return 'done';
+
+  /** Whether the session's last model reply stopped unfinished (`pause_turn`, `compaction`): the API continues it. */
+  private async pausedReply(known: Known): Promise<boolean> {
+    const lastRecord =
+      known.lastRecord !== undefined
+        ? known.lastRecord
+        : ((await this.deps.store.iterationRecords(this.run.id, -1, -1))[0] ?? null);
+    return lastRecord !== null && lastRecord.kind !== 'compaction' && isUnfinished(lastRecord.stop_reason);
   }
-  const budget = state.maxIterations - (state.iteration - state.runStart);
-  if (budget <= 0) {
-    await finish(deps, run, state, 'max_iterations');
-    return 'done';
+
+  /**
+   * Renews the run's lease (and its due time, and its tenant's slot) every third of the TTL; a lost lease aborts the
+   * run as `fenced`.
+   */
+  private renewLease(): NodeJS.Timeout {
+    const { deps, run, log } = this;
+    const { store, leaseTtlMs, owner } = deps;
+    return setInterval(
+      () => {
+        Promise.all([
+          store.runs.renew(run.id, owner, run.fence, leaseTtlMs),
+          store.runs.markDue(run.id, Date.now() + leaseTtlMs),
+          run.tenant !== null ? store.runs.holdRunSlot(run.tenant, run.id) : null,
+        ])
+          .then(([ok]) => {
+            if (!ok) run.abort('fenced');
+          })
+          .catch((err) => log.warn({ err }, 'lease renewal failed'));
+      },
+      Math.floor(leaseTtlMs / 3),
+    );
   }
-  return runTurns(deps, run, state, history, budget, log);
+
+  /** The run's end, whatever ended it: the control channel left, the lease released. */
+  private async end(): Promise<void> {
+    const { deps, run } = this;
+    await deps.channels.unwatchControl(run.id);
+    await deps.store.runs.release(run.id, deps.owner, run.fence).catch(() => {});
+    // Handed over: any replica may claim it now rather than after the lease TTL.
+    if (run.reason === 'shutdown') await deps.store.runs.markDue(run.id, Date.now()).catch(() => {});
+    // Last: nothing of this run writes after this line. `abort`: null when the run ended by itself (the session
+    // left `running`), else why this process stopped it.
+    if (this.counted) this.log.info({ abort: run.reason, ms: Date.now() - this.started }, 'run ended');
+  }
 }

@@ -1,6 +1,6 @@
 import { z } from 'zod';
 import type { FastifyBaseLogger } from 'fastify';
-import { AppError, zodDetails, type ErrorCode } from '../errors.js';
+import { AppError, STORE_UNAVAILABLE_MESSAGE, zodDetails, type ErrorCode } from '../errors.js';
 import { isStoreDown } from '../plugins/errors.js';
 import {
   DEFAULT_JSON_MAX_DEPTH,
@@ -128,11 +128,7 @@ export async function handleFrame(
     }
     if (err instanceof AppError) return errorFrame(h.data.ref, err.code, err.message, err.details);
     if (isStoreDown(err)) {
-      return errorFrame(
-        h.data.ref,
-        'store_unavailable',
-        'The session store is unavailable; try again shortly.',
-      );
+      return errorFrame(h.data.ref, 'store_unavailable', STORE_UNAVAILABLE_MESSAGE);
     }
     ctx.log.error({ err, session: id }, 'websocket frame failed');
     return errorFrame(h.data.ref, 'internal_error', 'Something went wrong on our side.');

@@ -1,7 +1,7 @@
 import type { FastifyError } from 'fastify';
 import fp from 'fastify-plugin';
 import { hasZodFastifySchemaValidationErrors } from 'fastify-type-provider-zod';
-import { AppError, errorBody } from '../errors.js';
+import { AppError, STORE_UNAVAILABLE_MESSAGE, errorBody } from '../errors.js';
 import { isStoreDown } from '../store/unavailable.js';
 
 export { isStoreDown };
@@ -59,7 +59,7 @@ export default fp(
         return reply
           .code(503)
           .header('retry-after', '2')
-          .send(errorBody('store_unavailable', 'The session store is unavailable; try again shortly.'));
+          .send(errorBody('store_unavailable', STORE_UNAVAILABLE_MESSAGE));
       }
       if (err.statusCode === 429) {
         return reply.code(429).send(errorBody('rate_limited', 'Too many requests.'));

@@ -76,7 +76,8 @@ export async function mutate(
       if (moved && attempt < CAS_ATTEMPTS) continue;
       throw err;
     }
-    if (p.starts) await startRun(deps, id);
+    // The write registered the run as due (store.apply, as it made the session `running`): claimed here now.
+    if (p.starts) deps.engine.kick(id);
     if (p.after) await p.after();
     const state = await store.loadFor(tenant, id);
     return { state, queued: Boolean(p.starts || p.queued) };

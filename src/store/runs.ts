@@ -7,6 +7,18 @@ import { isOutOfMemory } from './unavailable.js';
 import { quotaExceeded } from '../errors.js';
 import { AGENTS_DUE_KEY, RUNS_KEY, sessionKeys, tenantRunsKey } from './keys.js';
 import type { RedisClient } from './lua-commands.js';
+import { decodeStored } from './decode.js';
+import { decodeFields, type IterationRecord, type SessionState } from './session-state.js';
+
+/** What a claim finds: the run's fencing token and the session as it was when the lease was taken. */
+export interface Claimed {
+  fence: number;
+  state: SessionState;
+  /** Follow-ups queued for the next user turn. */
+  queued: number;
+  /** The session's last iteration record (null: none). */
+  lastRecord: IterationRecord | null;
+}
 
 /**
  * A run slot younger than this is never dropped as stale: the write that makes its session `running` may still be
@@ -21,10 +33,23 @@ export class RunQueue {
     private readonly tenantMaxActiveRuns: number,
   ) {}
 
-  /** Takes the run lease of a `running` session; the fencing token, or 0 if another holds it. */
-  acquire(id: string, owner: string, ttlMs: number): Promise<number> {
+  /**
+   * Takes the run lease of a `running` session and reads the session in the same round trip (acquire-4.lua); null
+   * if another holds the lease or the session is not running.
+   */
+  async acquire(id: string, owner: string, ttlMs: number): Promise<Claimed | null> {
     const k = sessionKeys(id);
-    return this.redis.sessAcquire(k.meta, k.lease, owner, ttlMs).then(Number);
+    const res = await this.redis.sessAcquire(k.meta, k.lease, k.queue, k.iters, owner, ttlMs);
+    if (res === 0) return null;
+    const [fence, flat, queued, last] = res;
+    const h: Record<string, string> = {};
+    for (let i = 0; i + 1 < flat.length; i += 2) h[flat[i]!] = flat[i + 1]!;
+    return {
+      fence: Number(fence),
+      state: decodeFields(h),
+      queued: Number(queued),
+      lastRecord: last ? decodeStored<IterationRecord>(last) : null,
+    };
   }
 
   renew(id: string, owner: string, fence: number, ttlMs: number): Promise<boolean> {

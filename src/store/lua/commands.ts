@@ -39,8 +39,15 @@ declare module 'ioredis' {
       [err: 'ERR', code: string, detail: string] | [number, number, string, number, string, string],
       Context
     >;
-    /** acquire-2.lua: the fencing token, or 0. */
-    sessAcquire(meta: string, lease: string, owner: string, ttlMs: number): Result<number, Context>;
+    /** acquire-4.lua: 0, or the fencing token, the session's fields (flat), its queue length, its last record. */
+    sessAcquire(
+      meta: string,
+      lease: string,
+      queue: string,
+      iters: string,
+      owner: string,
+      ttlMs: number,
+    ): Result<0 | [number, string[], number, string | null], Context>;
     /** renew-1.lua: 1 when renewed. */
     sessRenew(lease: string, token: string, ttlMs: number): Result<number, Context>;
     /** release-1.lua: 1 when released. */

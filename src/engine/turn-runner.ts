@@ -1,0 +1,297 @@
+/**
+ * The state of one SDK tool runner over a session's history, and what sending a turn takes: the runner built (its
+ * params: runner-params.ts), a turn sent and its stream relayed, its reply's record and usage, the next turn handed
+ * over with what a PATCH changed. `Turns` (turns.ts) commits what the turns bring.
+ */
+import type { BetaToolRunner, BetaToolRunnerParams } from '@anthropic-ai/sdk/lib/tools/BetaToolRunner';
+import type {
+  BetaMessage,
+  BetaRawMessageStreamEvent,
+} from '@anthropic-ai/sdk/resources/beta/messages/messages';
+import { toolCallsOf, type StoredMessage } from '../history.js';
+import type { SessionParams } from '../schemas.js';
+import { usageIncr, type IterationRecord, type SessionState } from '../store/session-state.js';
+import { usdToMicros } from '../cost/prices.js';
+import { budgetExhausted, spentOf, totalTokens, type Spent } from './budget.js';
+import { cacheMarks, capCacheMarks } from './cache-breakpoints.js';
+import { countSpend } from './commit.js';
+import { RunCompaction, recordedUsage } from './compaction.js';
+import type { EngineLogger, RunDeps, RunHandle } from './run-handle.js';
+import { holdUnsafeCalls, runsToolsEagerly } from './eager.js';
+import { runnerParams } from './runner-params.js';
+import { anchorOf, startRunner } from './thread-anchor.js';
+import { StreamRelay } from './stream-relay.js';
+import { serverRunnables, sessionTools } from './tool-step.js';
+import {
+  INLINE_TOOLS_BETA,
+  applyToolChange,
+  baseTools,
+  clientToolDefs,
+  pendingToolChange,
+} from './tools-change.js';
+import { eventOf } from '../events/schemas.js';
+
+/** The fields a PATCH (or a compaction request) may change that a live runner takes up before its next turn. */
+const LIVE_FIELDS = [
+  'review',
+  'approval',
+  'onToolError',
+  'onMaxTokens',
+  'cacheToolResults',
+  'maxIterations',
+  'stream',
+  'budget',
+  'compaction',
+  'compactRequest',
+  'runToolsEagerly',
+  'pauseAfterTurn',
+  'tools',
+  'toolsSent',
+] as const satisfies readonly (keyof SessionState)[];
+
+function takeUp<K extends keyof SessionState>(to: SessionState, from: SessionState, key: K): void {
+  to[key] = from[key];
+}
+
+/** Adds a turn's usage (as recorded) to what the budget counts. */
+export function addSpent(spent: Spent, u: IterationRecord['usage']): void {
+  spent.tokens += totalTokens(u);
+  spent.micros += u.cost_usd ? usdToMicros(u.cost_usd) : 0;
+}
+
+export const budgetLeft = (state: SessionState, iteration: number) =>
+  state.maxIterations - (iteration - state.runStart);
+
+export type Runner = BetaToolRunner<boolean>;
+/** What the runner yields for each turn: its stream, or (without streaming) its pending reply. */
+export type TurnItem = Runner extends AsyncIterable<infer T> ? T : never;
+type Runnables = Awaited<ReturnType<typeof sessionTools>>;
+/** What the turn loop does after a turn: go on with the runner, leave it (the run's next step), or end the run. */
+export type TurnNext = 'continue' | 'break' | 'done' | 'again';
+
+/** A turn as the model answered it: the reply and what is committed with it. */
+export interface Replied {
+  message: BetaMessage;
+  reply: StoredMessage;
+  calls: ReturnType<typeof toolCallsOf>;
+  record: IterationRecord;
+  /** Session fields that go with the reply's commit (thread, container). */
+  carried: Record<string, string>;
+  usageIncrs: Record<string, number>;
+  /** The turn's events not written yet (stream relay leftovers), then `turn.completed`. */
+  events: Array<[string, string]>;
+}
+
+export abstract class TurnRunner {
+  protected readonly durations = new Map<string, number>();
+  protected runnable: Runnables = new Map();
+  protected tools: BetaToolRunnerParams['tools'] = [];
+  /** A history given at create may hold tool changes (`system` messages) of another session's runs. */
+  protected readonly toolChangesIn: boolean;
+  protected params: SessionParams;
+  protected paramsRev: number;
+  protected iteration: number;
+  /** The session's total tokens (policy `budget`): as stored at the start, plus each reply of this runner. */
+  protected spent: Spent;
+  /** The code-execution container the session's requests go on in (the SDK's runner adopts it from each reply). */
+  protected container: string | null;
+  protected runner!: Runner;
+  protected compaction!: RunCompaction;
+  /** The `system` of this runner's thread (JSON). */
+  protected readonly threadSystem: string;
+  /** Turns this runner sent (its own `max_iterations` counts them, dropped retries included). */
+  protected runnerTurns = 0;
+
+  constructor(
+    protected readonly deps: RunDeps,
+    protected readonly run: RunHandle,
+    protected readonly state: SessionState,
+    protected readonly history: StoredMessage[],
+    protected readonly log: EngineLogger,
+  ) {
+    this.toolChangesIn = history.some((m) => m.role === 'system');
+    this.params = state.params;
+    this.paramsRev = state.paramsRev;
+    this.iteration = state.iteration;
+    this.spent = spentOf(state);
+    this.container = state.container;
+    this.threadSystem = JSON.stringify(this.params.system);
+  }
+
+  /** Once tool changes are in the history (or about to be), their beta goes with every request. */
+  protected withToolChanges(p: SessionParams): SessionParams {
+    return (this.state.toolsSent === null && !this.toolChangesIn) || p.betas?.includes(INLINE_TOOLS_BETA)
+      ? p
+      : { ...p, betas: [...(p.betas ?? []), INLINE_TOOLS_BETA] };
+  }
+
+  /** At most 4 cache breakpoints in what the model sees, the thread's stored history included (cache-breakpoints.ts). */
+  protected capMarks(): void {
+    capCacheMarks(this.history, cacheMarks(this.params.system) + cacheMarks(this.tools));
+  }
+
+  protected runnerParamsNow(maxIterations: number, messages: StoredMessage[]) {
+    return runnerParams({
+      params: this.withToolChanges(this.params),
+      messages,
+      tools: this.tools,
+      maxIterations,
+      stream: this.state.stream,
+      eager: runsToolsEagerly(this.state),
+      container: this.container,
+    });
+  }
+
+  /** The runner, over the session's tools and history: compactions asked for and a pending tool change go first. */
+  async start(budget: number): Promise<void> {
+    const { deps, run, state, history } = this;
+    // Resolved once per runner: an MCP server's tool list change is taken up by the next run.
+    this.runnable = await sessionTools(deps, state);
+    // After a PATCH of `tools`, runners still send the set at create as `tools` (src/engine/tools-change.ts).
+    this.tools = state.toolsBase
+      ? await baseTools(deps, state, this.durations)
+      : [...serverRunnables(deps, this.runnable, this.durations), ...clientToolDefs(state)];
+    this.capMarks();
+    // Over the session's message thread when it still holds the history (thread-anchor.ts).
+    this.runner = startRunner(
+      deps.client,
+      this.runnerParamsNow(budget, history),
+      // The SDK's own request option: its spans of this runner name the session as their conversation.
+      { signal: run.controller.signal, openTelemetry: { conversationId: run.id } },
+      state.thread,
+    );
+    // Compactions asked for (route, policy) run before the next turn: see compaction.ts.
+    this.compaction = new RunCompaction(deps, run, state, this.runner);
+    await this.compaction.atStart(history);
+    const change = await pendingToolChange(deps, state, this.durations, true);
+    if (change) await applyToolChange(deps, run, this.runner, state, history, change);
+  }
+
+  /** Sends the turn (the runner's request), relaying its stream; the reply with its record and usage. */
+  protected async sendTurn(item: TurnItem): Promise<Replied> {
+    const { deps, run, state, history } = this;
+    const { store } = deps;
+    const iteration = this.iteration;
+    const startedAt = Date.now();
+    const t0 = performance.now();
+    run.obs.turnStarted(iteration, this.params);
+    let firstEventMs: number | null = null;
+    const buffered: Array<[string, string]> = [
+      eventOf('turn.started', { iteration, message_count: history.length }),
+    ];
+    let message: BetaMessage;
+    if ('finalMessage' in item) {
+      const relay = new StreamRelay(store, run.id, deps.streamBatchEvents, buffered);
+      holdUnsafeCalls(this.runner, item, state, this.runnable);
+      item.on('streamEvent', (event: BetaRawMessageStreamEvent) => {
+        if (firstEventMs === null) firstEventMs = Math.round(performance.now() - t0);
+        relay.push(['stream.event', `{"iteration":${iteration},"event":${JSON.stringify(event)}}`]);
+      });
+      try {
+        message = await item.finalMessage();
+      } finally {
+        buffered.length = 0;
+        // Not `push(...rest)`: spreading a long array into arguments overflows the stack (RangeError).
+        for (const ev of await relay.drain()) buffered.push(ev);
+      }
+    } else {
+      // Live news only, like the stream relay's writes: a store outage here must not cost the turn, whose
+      // request is already on its way (its commit rides the outage out).
+      await store.appendEvents(run.id, buffered.splice(0)).catch(() => {});
+      // Without streaming the runner yields the turn's pending reply.
+      message = await item;
+    }
+    const upstreamMs = Math.round(performance.now() - t0);
+    return this.replied(message, buffered, startedAt, {
+      upstream_ms: upstreamMs,
+      first_event_ms: firstEventMs,
+    });
+  }
+
+  /** The reply's record, usage (counted here, once per turn) and carried fields. */
+  protected replied(
+    message: BetaMessage,
+    buffered: Array<[string, string]>,
+    startedAt: number,
+    timings: { upstream_ms: number; first_event_ms: number | null },
+  ): Replied {
+    const { deps, state, history, params, iteration } = this;
+    // Counted once per turn, with its usage, in the commit that stores the turn (or drops it: it was billed).
+    const costMicros = deps.store.spend.prices.turnCost(params.model, message.usage);
+    const usageIncrs = usageIncr(message.usage, costMicros);
+    countSpend(deps, state.tenant, params.model, usageIncrs);
+    addSpent(this.spent, recordedUsage(message, costMicros));
+    const reply: StoredMessage = { role: 'assistant', content: message.content };
+    const calls = toolCallsOf(reply);
+    // Persisted with the reply: the container it ran in, the thread it ends (thread-anchor.ts).
+    if (message.container?.id) this.container = message.container.id;
+    const anchor = anchorOf(message, [...history, reply], params.system, this.tools);
+    const carried: Record<string, string> = {
+      thread: anchor ? JSON.stringify(anchor) : '',
+      ...(this.container !== state.container ? { container: this.container ?? '' } : {}),
+    };
+    const record: IterationRecord = {
+      iteration,
+      reply_index: state.msgBase + history.length,
+      results_index: null,
+      request: {
+        model: params.model,
+        max_tokens: params.max_tokens,
+        message_count: history.length,
+        params_rev: this.paramsRev,
+      },
+      stop_reason: message.stop_reason,
+      usage: recordedUsage(message, costMicros),
+      tool_calls: calls.map(({ id, name }) => ({ id, name })),
+      started_at: new Date(startedAt).toISOString(),
+      completed_at: new Date().toISOString(),
+      timings: { ...timings, tools_ms: null },
+    };
+    this.run.obs.turnReplied(message, record.timings);
+    const completed: [string, string] = [
+      'turn.completed',
+      JSON.stringify({ iteration, message, usage: record.usage }),
+    ];
+    return { message, reply, calls, record, carried, usageIncrs, events: [...buffered, completed] };
+  }
+
+  /**
+   * Hands the runner the committed history for the next turn, with the params and policies a PATCH may have
+   * changed since (seen through `params_rev` in the commit's answer, or the `ctl` channel). False when this runner
+   * sends no next turn: the budget is spent (the run's next step stops the run), or `system` changed (the next step
+   * builds a new runner).
+   */
+  protected async handOver(storedRev: number): Promise<boolean> {
+    const { deps, run, state } = this;
+    if (run.paramsDirty || storedRev !== this.paramsRev) await this.takeUpChanges();
+    if (budgetExhausted(state.budget, this.spent)) return false;
+    // Over the tenant's daily cap: no next request from this runner; the run's next step stops the run.
+    if (await deps.store.spend.overCap(state.tenant)) return false;
+    // A thread keeps the `system` it was created with (the SDK throws on a change): a new `system` ends this runner,
+    // and the next one starts a new thread with it.
+    if (JSON.stringify(this.params.system) !== this.threadSystem) return false;
+    const handTo = () => {
+      this.capMarks();
+      const max = this.runnerTurns + Math.max(1, budgetLeft(state, this.iteration));
+      this.runner.setMessagesParams(this.runnerParamsNow(max, [...this.history]));
+    };
+    // A PATCH of `tools`: told to the model ahead of the next turn; the runner gets the history without that message,
+    // which it appends itself.
+    const change = await pendingToolChange(deps, state, this.durations, false);
+    if (change) await applyToolChange(deps, run, this.runner, state, this.history, change, handTo);
+    else handTo();
+    return true;
+  }
+
+  /** A PATCH changed the session since this runner read it: the fields a live runner takes up, read again. */
+  protected async takeUpChanges(): Promise<void> {
+    const fresh = await this.deps.store.load(this.run.id);
+    if (fresh) {
+      this.params = fresh.params;
+      this.paramsRev = fresh.paramsRev;
+      this.spent = spentOf(fresh);
+      for (const key of LIVE_FIELDS) takeUp(this.state, fresh, key);
+    }
+    this.run.paramsDirty = false;
+  }
+}
