@@ -2,6 +2,7 @@ import fp from 'fastify-plugin';
 import { Redis, Cluster, type ClusterOptions, type RedisOptions } from 'ioredis';
 import { redisErrorKind } from '../observability/metrics.js';
 import { componentLog } from '../log.js';
+import { guardRedis } from '../redis/health.js';
 
 declare module 'fastify' {
   interface FastifyInstance {
@@ -31,6 +32,8 @@ export interface RedisPluginOptions {
  *   never sent again on the new connection. Its effect is unknown (it may have run); sending it again could apply a
  *   write twice. The store's writes are guarded Lua scripts, and the engine reads the state back before going on.
  * - The client reconnects by itself, backing off up to `RECONNECT_MAX_MS`; a service recovers without a restart.
+ * - A Redis that hangs (the connection stays open) is found by src/redis/health.ts's probe within ~1 s; from then on
+ *   commands are refused at once (→ 503) instead of each waiting out the command timeout.
  */
 export const COMMAND_TIMEOUT_MS = 3000;
 const CONNECT_TIMEOUT_MS = 2000;
@@ -128,9 +131,17 @@ export default fp<RedisPluginOptions>(
         failures = 0;
       });
     }
+    const guard = guardRedis(redis, {
+      onCommandTimeout: () => app.metrics.redisErrors.inc({ kind: 'command_timeout' }),
+      onChange: (down) => {
+        if (down) log.warn({ conn: 'redis' }, 'redis does not answer; refusing commands until it does');
+        else log.info({ conn: 'redis' }, 'redis answers again');
+      },
+    });
     app.decorate<Redis | Cluster>('redis', redis);
     app.decorate<Redis | Cluster>('redisSub', sub);
     app.addHook('onClose', async () => {
+      guard.stop();
       await Promise.allSettled([redis.quit(), sub.quit()]);
       redis.disconnect();
       sub.disconnect();
