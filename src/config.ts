@@ -100,6 +100,20 @@ export const configSchema = z.object({
   REDIS_CLUSTER_NODES: hostPort.optional(),
   /** Without REDIS_URL: a Redis answering here is used before an embedded redis-server is started. */
   LOCAL_REDIS_URL: z.url({ protocol: /^rediss?$/ }).default('redis://127.0.0.1:6379'),
+  /**
+   * Put before every key the service writes and every pub/sub channel it uses, so services (or other applications)
+   * sharing one Redis never see each other's data. No braces: the keys' Cluster hash tags `{…}` must stay the first.
+   * `none`: no prefix (the layout before the prefix existed; an empty variable means unset, so the default).
+   */
+  REDIS_KEY_PREFIX: z
+    .string()
+    .max(64)
+    .regex(
+      /^[A-Za-z0-9:._-]*$/,
+      'letters, digits and : . _ - only (no braces: they would move the hash tags)',
+    )
+    .default('trs:')
+    .transform((p) => (p === 'none' ? '' : p)),
   ANTHROPIC_API_KEY: z.string().min(1).optional(),
   ANTHROPIC_BASE_URL: z.url().optional(),
   API_KEYS: apiKeys.optional(),

@@ -18,6 +18,8 @@ export interface RedisPluginOptions {
   clusterNodes?: Array<{ host: string; port: number }> | undefined;
   /** How long the plugin waits for a Redis Cluster to be ready at boot (ms). Default 10 s. */
   clusterReadyTimeoutMs?: number | undefined;
+  /** REDIS_KEY_PREFIX: put before every key by the client (ioredis `keyPrefix`); channels: keys.ts `channelName`. */
+  keyPrefix?: string | undefined;
 }
 
 /**
@@ -61,9 +63,11 @@ const { commandTimeout: _commandTimeout, ...subscriberOptions } = redisOptions;
  * that went away are retried on the refreshed topology (`retryDelayOnFailover`, at most `maxRedirections` times).
  */
 function clusterOptions(base: RedisOptions): ClusterOptions {
-  const { retryStrategy: _r, enableAutoPipelining: _p, ...nodeOptions } = base;
+  const { retryStrategy: _r, enableAutoPipelining: _p, keyPrefix, ...nodeOptions } = base;
   return {
     redisOptions: nodeOptions,
+    // The cluster client builds the commands (and so prefixes their keys); its node clients only send them.
+    keyPrefix: keyPrefix ?? '',
     enableAutoPipelining: true,
     enableOfflineQueue: true,
     clusterRetryStrategy: reconnect,
@@ -79,7 +83,10 @@ export function createRedis(
   opts: RedisPluginOptions,
   role: 'commands' | 'subscriber' = 'commands',
 ): Redis | Cluster {
-  const base = role === 'commands' ? redisOptions : subscriberOptions;
+  const base = {
+    ...(role === 'commands' ? redisOptions : subscriberOptions),
+    keyPrefix: opts.keyPrefix ?? '',
+  };
   if (opts.clusterNodes?.length) {
     const cluster = new Cluster(opts.clusterNodes, clusterOptions(base));
     // Queue commands only until the first `ready` (boot); from then on a cluster outage fails commands at once.
