@@ -53,8 +53,10 @@ export function guardRedis(client: Redis | Cluster, hooks: RedisGuardHooks): Red
     hooks.onChange(value);
   };
 
+  // Only on a connection that is up: while ioredis (re)connects, its own handshake (the ready check's INFO) must go
+  // through, and commands fail fast anyway (maxRetriesPerRequest 0).
   const guarded: Send = (command, ...rest) => {
-    if (down) {
+    if (down && client.status === 'ready') {
       command.reject(new Error(NOT_ANSWERING));
       return command.promise;
     }
@@ -108,10 +110,8 @@ export function guardRedis(client: Redis | Cluster, hooks: RedisGuardHooks): Red
     send(ping);
   }
 
-  // A new connection is worth a probe at once (Redis restarted); a client that ends stops the probe.
-  client.on('ready', () => {
-    if (down && !probing) probe();
-  });
+  // A new connection answered its handshake: Redis answers. A client that ends stops the probe.
+  client.on('ready', () => setDown(false));
   client.on('end', () => {
     stopped = true;
     clearTimeout(timer);
