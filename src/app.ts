@@ -104,7 +104,11 @@ const app: FastifyPluginAsync<AppOptions> = async (fastify, opts) => {
   await fastify.register(securityHeadersPlugin, {
     contentSecurityPolicy: { directives: cspDirectives(fastify.swaggerCSP) },
   });
-  await fastify.register(redisPlugin, { url: opts.redisUrl, clusterNodes: config.REDIS_CLUSTER_NODES });
+  await fastify.register(redisPlugin, {
+    url: opts.redisUrl,
+    clusterNodes: config.REDIS_CLUSTER_NODES,
+    keyPrefix: config.REDIS_KEY_PREFIX,
+  });
   await fastify.register(anthropicPlugin, {
     provider: opts.anthropic,
     maxRetries: config.UPSTREAM_MAX_RETRIES,

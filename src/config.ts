@@ -101,8 +101,24 @@ export const configSchema = z.object({
   HOST: z.string().min(1).default('127.0.0.1'),
   REDIS_URL: z.url({ protocol: /^rediss?$/ }).optional(),
   REDIS_CLUSTER_NODES: hostPort.optional(),
+  /** The password of REDIS_URL's Redis (`requirepass`), when the URL has none; `REDIS_PASSWORD_FILE` reads it. */
+  REDIS_PASSWORD: z.string().min(1).max(512).optional(),
   /** Without REDIS_URL: a Redis answering here is used before an embedded redis-server is started. */
   LOCAL_REDIS_URL: z.url({ protocol: /^rediss?$/ }).default('redis://127.0.0.1:6379'),
+  /**
+   * Put before every key the service writes and every pub/sub channel it uses, so services (or other applications)
+   * sharing one Redis never see each other's data. No braces: the keys' Cluster hash tags `{…}` must stay the first.
+   * `none`: no prefix (the layout before the prefix existed; an empty variable means unset, so the default).
+   */
+  REDIS_KEY_PREFIX: z
+    .string()
+    .max(64)
+    .regex(
+      /^[A-Za-z0-9:._-]*$/,
+      'letters, digits and : . _ - only (no braces: they would move the hash tags)',
+    )
+    .default('trs:')
+    .transform((p) => (p === 'none' ? '' : p)),
   ANTHROPIC_API_KEY: z.string().min(1).optional(),
   ANTHROPIC_BASE_URL: z.url().optional(),
   /** Which SDK client reaches the model (src/providers.ts); the others' variables are ignored. */
@@ -312,12 +328,13 @@ export class ConfigError extends Error {}
 
 /** Parses the environment; a bad value throws a ConfigError that names the variable. */
 /** Secrets that may come from a file (`<NAME>_FILE`: Docker and Compose secrets) rather than the environment. */
-const FILE_SECRETS = ['API_KEYS', 'ANTHROPIC_API_KEY', 'WEBHOOK_SECRET_KEY'] as const;
+const FILE_SECRETS = ['API_KEYS', 'ANTHROPIC_API_KEY', 'WEBHOOK_SECRET_KEY', 'REDIS_PASSWORD'] as const;
 
 /**
  * `<NAME>_FILE` read into `<NAME>` (its content, surrounding white space trimmed): a secret mounted as a file is not
  * in the process's environment, so `docker inspect` and /proc/<pid>/environ do not show it. Setting both is an
- * error, and so is a file that cannot be read.
+ * error, and so is a file that cannot be read. An empty file means unset, as an empty variable does (a Compose
+ * secret file left empty for an optional secret).
  */
 function withFileSecrets(env: Record<string, string>): Record<string, string> {
   const out = { ...env };
@@ -331,7 +348,8 @@ function withFileSecrets(env: Record<string, string>): Record<string, string> {
       continue;
     }
     try {
-      out[name] = readFileSync(file, 'utf8').trim();
+      const value = readFileSync(file, 'utf8').trim();
+      if (value !== '') out[name] = value;
     } catch (err) {
       problems.push(
         `  ${name}_FILE: cannot read ${file} (${(err as NodeJS.ErrnoException).code ?? 'error'})`,
@@ -357,6 +375,13 @@ export function loadConfig(env: NodeJS.ProcessEnv = process.env): Config {
     throw new ConfigError(`Invalid configuration:\n${lines.join('\n')}`);
   }
   const config = parsed.data;
+  if (config.REDIS_PASSWORD !== undefined) {
+    if (!config.REDIS_URL)
+      throw new ConfigError('Invalid configuration:\n  REDIS_PASSWORD: set REDIS_URL too');
+    const url = new URL(config.REDIS_URL);
+    url.password = encodeURIComponent(config.REDIS_PASSWORD);
+    config.REDIS_URL = url.toString();
+  }
   if (config.MCP_SERVERS) {
     const missing = missingEnvRefs(config.MCP_SERVERS, env);
     if (missing.length)

@@ -20,7 +20,7 @@ import assert from 'node:assert/strict';
 import { type ChildProcessWithoutNullStreams, execFile, spawn } from 'node:child_process';
 import { randomBytes } from 'node:crypto';
 import { readFileSync } from 'node:fs';
-import { mkdtemp, rm, writeFile } from 'node:fs/promises';
+import { mkdir, mkdtemp, rm, writeFile } from 'node:fs/promises';
 import net from 'node:net';
 import os from 'node:os';
 import path from 'node:path';
@@ -32,6 +32,7 @@ const root = path.resolve(path.dirname(fileURLToPath(import.meta.url)), '..');
 const engineScript = path.join(root, 'test/docker/engine.sh');
 const project = 'trs-dockertest';
 const tenantKey = `k${randomBytes(16).toString('hex')}`;
+const redisPassword = randomBytes(18).toString('hex');
 /** The test's SHUTDOWN_GRACE_MS (the Compose file's stop_grace_period, 30 s, must exceed it plus 5 s). */
 const shutdownGraceMs = 5000;
 const isCI = process.env['CI'] === 'true';
@@ -387,6 +388,17 @@ describe(
       async () => {
         envDir = await mkdtemp(path.join(os.tmpdir(), 'toolrunner-compose-'));
         await writeFile(path.join(envDir, 'empty.env'), '');
+        // The Compose secrets (docker-compose.yml `secrets:`), as a deployment writes them; the optional two empty.
+        const secretsDir = path.join(envDir, 'secrets');
+        await mkdir(secretsDir, { mode: 0o755 });
+        const secrets = {
+          api_keys: `ci:${tenantKey}`,
+          redis_password: redisPassword,
+          anthropic_api_key: '',
+          webhook_secret_key: '',
+        };
+        for (const [name, value] of Object.entries(secrets))
+          await writeFile(path.join(secretsDir, name), `${value}\n`, { mode: 0o644 });
         const started = Date.now();
         try {
           engine = await startEngine();
@@ -416,7 +428,7 @@ describe(
           PROMETHEUS_IMAGE: engine.env['PROMETHEUS_IMAGE'],
           HAPROXY_IMAGE: engine.env['HAPROXY_IMAGE'],
           API_PUBLISH: `127.0.0.1:${port}`,
-          API_KEYS: `ci:${tenantKey}`,
+          SECRETS_DIR: secretsDir,
           SHUTDOWN_GRACE_MS: String(shutdownGraceMs),
           LOG_LEVEL: 'info',
         };
@@ -546,6 +558,19 @@ describe(
         assert.equal(ready.status, 200);
         assert.equal(readyBody.redis, 'ok');
         assert.equal(readyBody.model, 'offline', 'no ANTHROPIC_API_KEY: the offline model answers');
+        // Redis takes no client without the password (the api has it, from its secret file, so it is ready).
+        const noAuth = await run(
+          dockerBin,
+          ['exec', container('redis'), 'redis-cli', 'ping'],
+          composeEnv,
+          30_000,
+        );
+        assert.match(noAuth.stdout + noAuth.stderr, /NOAUTH/, 'redis refuses an unauthenticated client');
+        const env = await inspect('api', '{{json .Config.Env}}');
+        assert.ok(
+          !env.includes(tenantKey) && !env.includes(redisPassword),
+          'no secret in the container environment',
+        );
         // API_KEYS is enforced on 0.0.0.0.
         const anonymous = await fetch(`${base}/v1/sessions`);
         assert.equal(anonymous.status, 401);

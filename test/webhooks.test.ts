@@ -365,6 +365,7 @@ describe('webhooks on a Redis Cluster', { timeout: 120_000 }, () => {
       PORT: '0',
       HOST: '127.0.0.1',
       REDIS_CLUSTER_NODES: cluster.nodes.map((n) => `${n.host}:${n.port}`).join(','),
+      REDIS_KEY_PREFIX: 'none',
       ANTHROPIC_API_KEY: 'test-key',
       ANTHROPIC_BASE_URL: fake.url,
       LOG_LEVEL: process.env['TEST_LOG_LEVEL'] ?? 'silent',

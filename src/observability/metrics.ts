@@ -11,7 +11,7 @@ import { Counter, Gauge, Histogram, Registry, collectDefaultMetrics } from 'prom
 export type WebhookOutcome = 'delivered' | 'retrying' | 'gave_up' | 'disabled' | 'stale' | 'gone';
 /** Redis client errors, by what went wrong (`kind` label). */
 export type RedisErrorKind =
-  'connection_refused' | 'connection_reset' | 'timeout' | 'dns' | 'cluster' | 'other';
+  'connection_refused' | 'connection_reset' | 'timeout' | 'command_timeout' | 'dns' | 'cluster' | 'other';
 
 /** The stop reasons the Messages API sends; anything else (a newer API) is counted as `other`. */
 const STOP_REASONS = new Set([
@@ -217,7 +217,7 @@ export class Metrics {
     });
     this.redisErrors = new Counter({
       name: 'trs_redis_errors_total',
-      help: 'Errors of the Redis connections (command and subscriber), by kind.',
+      help: 'Errors of the Redis connections (command and subscriber) and commands that timed out (kind command_timeout), by kind.',
       labelNames: ['kind'],
       registers,
     });

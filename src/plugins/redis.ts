@@ -2,6 +2,7 @@ import fp from 'fastify-plugin';
 import { Redis, Cluster, type ClusterOptions, type RedisOptions } from 'ioredis';
 import { redisErrorKind } from '../observability/metrics.js';
 import { componentLog } from '../log.js';
+import { guardRedis } from '../redis/health.js';
 
 declare module 'fastify' {
   interface FastifyInstance {
@@ -17,6 +18,8 @@ export interface RedisPluginOptions {
   clusterNodes?: Array<{ host: string; port: number }> | undefined;
   /** How long the plugin waits for a Redis Cluster to be ready at boot (ms). Default 10 s. */
   clusterReadyTimeoutMs?: number | undefined;
+  /** REDIS_KEY_PREFIX: put before every key by the client (ioredis `keyPrefix`); channels: keys.ts `channelName`. */
+  keyPrefix?: string | undefined;
 }
 
 /**
@@ -31,6 +34,8 @@ export interface RedisPluginOptions {
  *   never sent again on the new connection. Its effect is unknown (it may have run); sending it again could apply a
  *   write twice. The store's writes are guarded Lua scripts, and the engine reads the state back before going on.
  * - The client reconnects by itself, backing off up to `RECONNECT_MAX_MS`; a service recovers without a restart.
+ * - A Redis that hangs (the connection stays open) is found by src/redis/health.ts's probe within ~1 s; from then on
+ *   commands are refused at once (→ 503) instead of each waiting out the command timeout.
  */
 export const COMMAND_TIMEOUT_MS = 3000;
 const CONNECT_TIMEOUT_MS = 2000;
@@ -58,9 +63,11 @@ const { commandTimeout: _commandTimeout, ...subscriberOptions } = redisOptions;
  * that went away are retried on the refreshed topology (`retryDelayOnFailover`, at most `maxRedirections` times).
  */
 function clusterOptions(base: RedisOptions): ClusterOptions {
-  const { retryStrategy: _r, enableAutoPipelining: _p, ...nodeOptions } = base;
+  const { retryStrategy: _r, enableAutoPipelining: _p, keyPrefix, ...nodeOptions } = base;
   return {
     redisOptions: nodeOptions,
+    // The cluster client builds the commands (and so prefixes their keys); its node clients only send them.
+    keyPrefix: keyPrefix ?? '',
     enableAutoPipelining: true,
     enableOfflineQueue: true,
     clusterRetryStrategy: reconnect,
@@ -76,7 +83,10 @@ export function createRedis(
   opts: RedisPluginOptions,
   role: 'commands' | 'subscriber' = 'commands',
 ): Redis | Cluster {
-  const base = role === 'commands' ? redisOptions : subscriberOptions;
+  const base = {
+    ...(role === 'commands' ? redisOptions : subscriberOptions),
+    keyPrefix: opts.keyPrefix ?? '',
+  };
   if (opts.clusterNodes?.length) {
     const cluster = new Cluster(opts.clusterNodes, clusterOptions(base));
     // Queue commands only until the first `ready` (boot); from then on a cluster outage fails commands at once.
@@ -128,9 +138,17 @@ export default fp<RedisPluginOptions>(
         failures = 0;
       });
     }
+    const guard = guardRedis(redis, {
+      onCommandTimeout: () => app.metrics.redisErrors.inc({ kind: 'command_timeout' }),
+      onChange: (down) => {
+        if (down) log.warn({ conn: 'redis' }, 'redis does not answer; refusing commands until it does');
+        else log.info({ conn: 'redis' }, 'redis answers again');
+      },
+    });
     app.decorate<Redis | Cluster>('redis', redis);
     app.decorate<Redis | Cluster>('redisSub', sub);
     app.addHook('onClose', async () => {
+      guard.stop();
       await Promise.allSettled([redis.quit(), sub.quit()]);
       redis.disconnect();
       sub.disconnect();

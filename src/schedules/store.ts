@@ -1,5 +1,5 @@
 import { AppError, quotaExceeded, revisionMismatch } from '../errors.js';
-import { eventsChannel } from '../store/keys.js';
+import { channelName, eventsChannel } from '../store/keys.js';
 import { defineLuaCommands, type RedisClient } from '../store/lua-commands.js';
 import { EVENT_LOG_MAX_BYTES, NOTICE_MAX_BYTES, type SessionStore } from '../store/store.js';
 import {
@@ -207,7 +207,12 @@ export class ScheduleStore {
 
   private logArgs(id: string): [string, number, number, number] {
     const o = this.sessions.options;
-    return [eventsChannel(id), o.eventLogMax, NOTICE_MAX_BYTES, o.eventLogMaxBytes ?? EVENT_LOG_MAX_BYTES];
+    return [
+      channelName(this.redis, eventsChannel(id)),
+      o.eventLogMax,
+      NOTICE_MAX_BYTES,
+      o.eventLogMaxBytes ?? EVENT_LOG_MAX_BYTES,
+    ];
   }
 
   /** Runs a write of events of these types with the webhooks' tap around it (see src/webhooks/tap.ts). */

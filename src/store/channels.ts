@@ -1,5 +1,12 @@
 import type { RedisClient } from './lua-commands.js';
-import { controlChannel, eventsChannel, sessionOfControlChannel, sessionOfEventsChannel } from './keys.js';
+import {
+  channelName,
+  controlChannel,
+  eventsChannel,
+  sessionOfControlChannel,
+  sessionOfEventsChannel,
+  unprefixedChannel,
+} from './keys.js';
 
 /** A session channel's message, with the session it is about. */
 export type ChannelListener = (sessionId: string, message: string) => void;
@@ -17,7 +24,7 @@ export type ChannelListener = (sessionId: string, message: string) => void;
  * message published while the connection is down is lost: ioredis subscribes the channels again once it is back,
  * and `onReconnect` listeners must then read what they might have missed (the log is the source of truth).
  * Other subscribers of the same connection (webhooks' `wh:changed`) are left alone: listeners here only see the
- * two session kinds.
+ * two session kinds. Channel names carry the key prefix (keys.ts `channelName`).
  */
 export class SessionChannels {
   private readonly eventListeners = new Set<ChannelListener>();
@@ -27,7 +34,9 @@ export class SessionChannels {
     sub.on('message', this.onMessage);
   }
 
-  private readonly onMessage = (channel: string, message: string): void => {
+  private readonly onMessage = (prefixed: string, message: string): void => {
+    const channel = unprefixedChannel(this.sub, prefixed);
+    if (channel === null) return;
     const ev = sessionOfEventsChannel(channel);
     if (ev !== null) {
       for (const l of this.eventListeners) l(ev, message);
@@ -42,22 +51,22 @@ export class SessionChannels {
    * of `onEvents` (while the connection stays up). Subscribing twice is harmless (one subscription).
    */
   async watchEvents(sessionId: string): Promise<void> {
-    await this.sub.subscribe(eventsChannel(sessionId));
+    await this.sub.subscribe(channelName(this.sub, eventsChannel(sessionId)));
   }
 
   /** UNSUBSCRIBE `ev:{id}`; never throws (a connection that is down has no subscription to drop). */
   async unwatchEvents(sessionId: string): Promise<void> {
-    await this.sub.unsubscribe(eventsChannel(sessionId)).catch(() => {});
+    await this.sub.unsubscribe(channelName(this.sub, eventsChannel(sessionId))).catch(() => {});
   }
 
   /** SUBSCRIBE `ctl:{id}`; resolves once Redis answered (see watchEvents). */
   async watchControl(sessionId: string): Promise<void> {
-    await this.sub.subscribe(controlChannel(sessionId));
+    await this.sub.subscribe(channelName(this.sub, controlChannel(sessionId)));
   }
 
   /** UNSUBSCRIBE `ctl:{id}`; never throws. */
   async unwatchControl(sessionId: string): Promise<void> {
-    await this.sub.unsubscribe(controlChannel(sessionId)).catch(() => {});
+    await this.sub.unsubscribe(channelName(this.sub, controlChannel(sessionId))).catch(() => {});
   }
 
   /** Listens to every events channel watched here; returns the function that stops listening. */

@@ -1,7 +1,15 @@
+import type { RedisClient } from './lua-commands.js';
+
 /**
  * Redis keys. Every key of one session carries the hash tag `{<id>}`, so a Redis Cluster keeps them in one slot
  * and a Lua script may touch them all. The tenant index and the run queue are global keys, written in their own
  * commands (never in a session's script) for the same reason.
+ *
+ * Prefix: the names here are unprefixed; the clients of src/plugins/redis.ts prepend REDIS_KEY_PREFIX (default
+ * `trs:`) to every key of every command and to the KEYS of every script (ioredis's `keyPrefix`), so Lua scripts take
+ * every key they touch as KEYS (never build one from ARGV or from another key) and no code
+ * lists keys by pattern (SCAN/KEYS would not be prefixed). The prefix holds no `{`/`}`, so the hash tags stay the
+ * first braces of each key. Pub/sub channels are not keys: their names go through {@link channelName}.
  */
 export const sessionKeys = (id: string) => ({
   /** HASH: the session's fields (status, revision, params, policies, usage, pending tool step, …; `ev_bytes`: the log's size). */
@@ -35,6 +43,20 @@ export const RUNS_KEY = 'runs:due';
  * sweep should look at them (src/agents/); a run's end moves an existing member to now (`ZADD XX`).
  */
 export const AGENTS_DUE_KEY = 'agents:due';
+
+/**
+ * The name a pub/sub channel has on `redis`: the key prefix (which ioredis puts on keys, not on channels), then
+ * `name`. Services with different prefixes on one Redis never hear each other's channels. Every SUBSCRIBE and
+ * PUBLISH, and every channel given to a script, is named by it; {@link unprefixedChannel} undoes it for a message.
+ */
+export const channelName = (redis: RedisClient, name: string): string =>
+  (redis.options.keyPrefix ?? '') + name;
+
+/** The name of a channel a message came on, without `redis`'s prefix; null for a channel of another prefix. */
+export function unprefixedChannel(redis: RedisClient, channel: string): string | null {
+  const prefix = redis.options.keyPrefix ?? '';
+  return channel.startsWith(prefix) ? channel.slice(prefix.length) : null;
+}
 
 /** Pub/sub channel on which cancel/interrupt/delete reach the replica running a session. */
 export const controlChannel = (id: string) => `ctl:{${id}}`;

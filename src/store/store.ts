@@ -11,7 +11,14 @@
 import { FencedOut, AppError, notFound, revisionMismatch, conflict } from '../errors.js';
 import type { StoredBlock, StoredMessage } from '../history.js';
 import { opsEventTypes, setsRunning, type ApplyOps, type ApplyResult, type Guard } from './apply-ops.js';
-import { controlChannel, eventsChannel, sessionKeys, tenantIndexKey, type SessionKeys } from './keys.js';
+import {
+  channelName,
+  controlChannel,
+  eventsChannel,
+  sessionKeys,
+  tenantIndexKey,
+  type SessionKeys,
+} from './keys.js';
 import { decodeStored } from './decode.js';
 import { defineLuaCommands, type RedisClient } from './lua-commands.js';
 import type { SessionKeyList } from './lua/commands.js';
@@ -187,7 +194,7 @@ export class SessionStore {
       JSON.stringify(ops.queue_push ? { ...guard, turn_max: turnMax } : guard),
       JSON.stringify(ops),
       this.options.eventLogMax,
-      eventsChannel(id),
+      channelName(this.redis, eventsChannel(id)),
       NOTICE_MAX_BYTES,
       this.options.eventLogMaxBytes ?? EVENT_LOG_MAX_BYTES,
     );
@@ -335,7 +342,7 @@ export class SessionStore {
     const args: Array<string | number> = [
       k.meta,
       k.events,
-      eventsChannel(id),
+      channelName(this.redis, eventsChannel(id)),
       this.options.eventLogMax,
       Date.now(),
       NOTICE_MAX_BYTES,
@@ -469,7 +476,7 @@ export class SessionStore {
         k.tokens,
         JSON.stringify(opts.reason ? { id, reason: opts.reason } : { id }),
         opts.ttlMs ?? 60_000,
-        eventsChannel(id),
+        channelName(this.redis, eventsChannel(id)),
         opts.revision === undefined ? '' : String(opts.revision),
       );
     } catch (err) {
@@ -498,7 +505,7 @@ export class SessionStore {
   }
 
   async publishControl(id: string, what: 'cancel' | 'interrupt' | 'delete' | 'params'): Promise<void> {
-    await this.redis.publish(controlChannel(id), what);
+    await this.redis.publish(channelName(this.redis, controlChannel(id)), what);
   }
 }
 

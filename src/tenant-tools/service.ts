@@ -13,6 +13,7 @@ import { AppError, conflict, notFound } from '../errors.js';
 import type { Metrics } from '../observability/metrics.js';
 import { mutate, startRun, type SessionDeps } from '../sessions/mutate.js';
 import type { StoredBlock } from '../history.js';
+import { channelName } from '../store/keys.js';
 import { pendingFields, setResult } from '../store/pending.js';
 import type { RedisClient } from '../store/lua-commands.js';
 import { wakeChannel } from './keys.js';
@@ -83,7 +84,7 @@ export class ToolTasks {
     ms: number,
     signal: AbortSignal,
   ): Promise<void> {
-    const channel = wakeChannel(tenant);
+    const channel = channelName(this.o.sub, wakeChannel(tenant));
     let set = this.waiters.get(channel);
     if (!set) {
       this.waiters.set(channel, (set = new Set()));

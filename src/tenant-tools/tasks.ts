@@ -7,6 +7,7 @@
  */
 import { randomBytes } from 'node:crypto';
 import { decodeStored } from '../store/decode.js';
+import { channelName } from '../store/keys.js';
 import { defineLuaCommands, type RedisClient } from '../store/lua-commands.js';
 import { HTTP_TENANTS_KEY, TASKS_DUE_KEY, taskKeys, wakeChannel, workersKey } from './keys.js';
 import type { TenantToolRunner } from './types.js';
@@ -141,7 +142,7 @@ export class TaskQueue {
       now,
       rec.deadline,
       this.maxPerTenant,
-      wakeChannel(tenant),
+      channelName(this.redis, wakeChannel(tenant)),
     );
     if (r === 1) await this.schedule(tenant, rec.deadline);
     if (r === 1 && t.runner === 'http') await this.redis.sadd(HTTP_TENANTS_KEY, tenant);
@@ -319,7 +320,7 @@ export class TaskQueue {
       k.offers,
       now,
       limit,
-      wakeChannel(tenant),
+      channelName(this.redis, wakeChannel(tenant)),
     );
     const at =
       Number(next) < 0

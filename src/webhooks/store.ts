@@ -1,4 +1,5 @@
 import { AppError, notFound } from '../errors.js';
+import { channelName } from '../store/keys.js';
 import { defineLuaCommands, type RedisClient } from '../store/lua-commands.js';
 import {
   CHANGED_CHANNEL,
@@ -41,12 +42,13 @@ export class WebhookStore {
     onTenant: (tenant: string) => void,
     onReconnect: () => void,
   ): Promise<() => void> {
+    const changed = channelName(sub, CHANGED_CHANNEL);
     const onMessage = (channel: string, tenant: string) => {
-      if (channel === CHANGED_CHANNEL) onTenant(tenant);
+      if (channel === changed) onTenant(tenant);
     };
     sub.on('message', onMessage);
     sub.on('ready', onReconnect);
-    await sub.subscribe(CHANGED_CHANNEL);
+    await sub.subscribe(changed);
     return () => {
       sub.off('message', onMessage);
       sub.off('ready', onReconnect);
@@ -194,7 +196,7 @@ export class WebhookStore {
 
   /** Tells every replica that the tenant's set of webhooks changed. One PUBLISH. */
   async changed(tenant: string): Promise<void> {
-    await this.redis.publish(CHANGED_CHANNEL, tenant);
+    await this.redis.publish(channelName(this.redis, CHANGED_CHANNEL), tenant);
   }
 
   /** The webhook as stored, whoever its tenant (the dispatcher). */
