@@ -52,6 +52,7 @@ import { selectProtocol } from './events/protocols.js';
 import { metricsPlugin, tracingPlugin, type TracingPluginOptions } from './observability/plugin.js';
 import { swaggerOptions } from './openapi/document.js';
 import { checkedSerializer } from './openapi/serializer.js';
+import { servedDocument } from './openapi/served.js';
 import writeGuardPlugin from './plugins/write-guard.js';
 
 export interface AppOptions {
@@ -99,7 +100,10 @@ const app: FastifyPluginAsync<AppOptions> = async (fastify, opts) => {
   await fastify.register(metricsPlugin, { tenantLabel: config.METRICS_TENANT_LABEL });
   await fastify.register(tracingPlugin, opts.tracing ?? {});
   await fastify.register(swagger, swaggerOptions);
-  await fastify.register(swaggerUi, { routePrefix: '/docs' });
+  await fastify.register(swaggerUi, {
+    routePrefix: '/docs',
+    uiHooks: { onRequest: servedDocument(fastify) },
+  });
   await fastify.register(securityHeadersPlugin, {
     contentSecurityPolicy: { directives: cspDirectives(fastify.swaggerCSP) },
   });
