@@ -165,7 +165,7 @@ const app: FastifyPluginAsync<AppOptions> = async (fastify, opts) => {
     },
   });
   // Right after it: a malformed handshake, or an upgrade on a route that is not a WebSocket, answers 400 in the
-  // envelope (not ws's bare text, nor a handshake closed at once).
+  // envelope (not ws's bare text, nor a handshake closed at once), after the key check.
   await fastify.register(wsHandshakePlugin);
   // At the root, before the /v1 scope: preflights are answered without a key, and a WebSocket from a foreign origin
   // is refused (403) before its key is read.

@@ -24,7 +24,8 @@ export function servedDocument(fastify: FastifyInstance): onRequestHookHandler {
   return (req, reply, done) => {
     const url = req.routeOptions.url ?? '';
     const form = forms[url];
-    if (!form || !ready) return done();
+    // An upgrade is left to src/plugins/ws-handshake.ts (400: this route does not upgrade).
+    if (!form || !ready || req.ws) return done();
     let body = bytes.get(url);
     if (!body) {
       body = Buffer.from(form.build());

@@ -9,8 +9,7 @@ import { AppError } from '../errors.js';
  * at once). Registered after @fastify/websocket, whose `onRequest` hook sets `req.ws` for requests that came by
  * the server's `upgrade` event.
  *
- * - Only the routes declared `websocket: true` upgrade: another route, or an unknown one, answers 400 (the same
- *   answer with or without a key, and for a route that exists or not: it tells nothing of the routes).
+ * - Only the routes declared `websocket: true` upgrade: another route answers 400 (once its key is checked).
  * - `Sec-WebSocket-Key`: one value, base64 of 16 bytes (RFC 6455 §4.1); `Sec-WebSocket-Version`: 13 (or 8, which
  *   `ws` also speaks), else 400 with `Sec-WebSocket-Version: 13` (§4.4).
  * - `Sec-WebSocket-Protocol`: comma-separated tokens, none twice, at most MAX_PROTOCOLS of them, as `ws` requires
@@ -68,8 +67,11 @@ export default fp(
     app.addHook('onRoute', (route) => {
       if (route.websocket === true) wsRoutes.add(route.url);
     });
-    app.addHook('onRequest', async (req) => {
-      if (!req.ws) return;
+    // preValidation: after every `onRequest` hook, so the /v1 scope's key check comes first (an upgrade without a
+    // key answers 401 on every /v1 path, as any request: no route discovery), and before the routes' preHandlers
+    // (the stream quota's slot is never taken for a refused handshake). Unknown routes keep their 404.
+    app.addHook('preValidation', async (req) => {
+      if (!req.ws || req.is404) return;
       const refused = refusal(req, wsRoutes);
       if (refused) throw refused;
     });
