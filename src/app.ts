@@ -53,7 +53,9 @@ import { selectProtocol } from './events/protocols.js';
 import { metricsPlugin, tracingPlugin, type TracingPluginOptions } from './observability/plugin.js';
 import { swaggerOptions } from './openapi/document.js';
 import { checkedSerializer } from './openapi/serializer.js';
+import { servedDocument } from './openapi/served.js';
 import writeGuardPlugin from './plugins/write-guard.js';
+import wsHandshakePlugin from './plugins/ws-handshake.js';
 
 export interface AppOptions {
   config: Config;
@@ -100,7 +102,10 @@ const app: FastifyPluginAsync<AppOptions> = async (fastify, opts) => {
   await fastify.register(metricsPlugin, { tenantLabel: config.METRICS_TENANT_LABEL });
   await fastify.register(tracingPlugin, opts.tracing ?? {});
   await fastify.register(swagger, swaggerOptions);
-  await fastify.register(swaggerUi, { routePrefix: '/docs' });
+  await fastify.register(swaggerUi, {
+    routePrefix: '/docs',
+    uiHooks: { onRequest: servedDocument(fastify) },
+  });
   await fastify.register(securityHeadersPlugin, {
     contentSecurityPolicy: { directives: cspDirectives(fastify.swaggerCSP) },
   });
@@ -162,6 +167,9 @@ const app: FastifyPluginAsync<AppOptions> = async (fastify, opts) => {
       done();
     },
   });
+  // Right after it: a malformed handshake, or an upgrade on a route that is not a WebSocket, answers 400 in the
+  // envelope (not ws's bare text, nor a handshake closed at once), after the key check.
+  await fastify.register(wsHandshakePlugin);
   // At the root, before the /v1 scope: preflights are answered without a key, and a WebSocket from a foreign origin
   // is refused (403) before its key is read.
   await fastify.register(browserOriginsPlugin, { origins: config.CORS_ORIGINS, open: !config.API_KEYS });

@@ -130,12 +130,18 @@ export async function startService(
     }),
     forceCloseConnections: true,
     // Slow clients: a whole request within REQUEST_TIMEOUT_MS, no silent socket (idle keep-alive included) beyond
-    // CONNECTION_TIMEOUT_MS. Node
-    // checks the request deadline every `connectionsCheckingInterval` (its default is 30 s: far too coarse).
+    // CONNECTION_TIMEOUT_MS. Node checks the request deadline every `connectionsCheckingInterval` (its default is
+    // 30 s: far too coarse). Both deadlines go to http.createServer itself: Fastify sets `requestTimeout` only after
+    // the server is built, when Node has already fixed `headersTimeout` at its 60 s default, and that is the deadline
+    // Node applied to a trickled body (cut at 60 s, not 30: test/limits.test.ts).
     requestTimeout: config.REQUEST_TIMEOUT_MS,
     connectionTimeout: config.CONNECTION_TIMEOUT_MS,
     keepAliveTimeout: config.CONNECTION_TIMEOUT_MS,
-    http: { connectionsCheckingInterval: Math.min(1000, Math.ceil(config.REQUEST_TIMEOUT_MS / 4)) },
+    http: {
+      connectionsCheckingInterval: Math.min(1000, Math.ceil(config.REQUEST_TIMEOUT_MS / 4)),
+      requestTimeout: config.REQUEST_TIMEOUT_MS,
+      headersTimeout: config.REQUEST_TIMEOUT_MS,
+    },
     // tool_use ids may be up to 128 characters; the routes' schemas give the 400 beyond.
     routerOptions: { maxParamLength: 256 },
   });

@@ -197,6 +197,8 @@ const queryArb = fc.oneof(
 );
 
 export interface FuzzRequest {
+  /** The route as `routes` names it (`GET /v1/sessions/:id`), for the per-route figures. */
+  route: string;
   method: string;
   path: string;
   headers: Record<string, string>;
@@ -333,6 +335,7 @@ export function requestArb(ids: Ids, token: string): fc.Arbitrary<FuzzRequest> {
     )
     .chain(([[method, template, kind], id, n, query, headers]) =>
       (kind ? bodyFor(kind) : fc.constant(undefined)).map((body) => ({
+        route: `${method} ${template}`,
         method,
         path:
           template

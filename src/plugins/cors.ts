@@ -72,6 +72,18 @@ export default fp<BrowserOriginOptions>(
     // @fastify/cors answers a preflight of any origin with the allowed methods and headers: an unlisted origin
     // gets none of them (only listed ones learn what the API allows).
     app.addHook('onSend', async (req, reply, payload) => {
+      // @fastify/cors answers an OPTIONS that is no preflight (no Origin or no Access-Control-Request-Method) with
+      // a bare-text 400: the same answer, in the envelope.
+      if (req.method === 'OPTIONS' && reply.statusCode === 400 && payload === 'Invalid Preflight Request') {
+        reply.type('application/json; charset=utf-8');
+        return JSON.stringify({
+          error: {
+            code: 'invalid_request',
+            message:
+              'An OPTIONS request is a CORS preflight: it needs Origin and Access-Control-Request-Method.',
+          },
+        });
+      }
       if (req.method !== 'OPTIONS' || (req.headers.origin !== undefined && listed.has(req.headers.origin)))
         return payload;
       for (const name of Object.keys(reply.getHeaders()))
