@@ -46,8 +46,8 @@ describe('console view model', () => {
   it('assembles a streaming turn, then shows it from the history once the history holds it', () => {
     const m = new SessionModel('ses_test');
     m.setSnapshot(session(), [user]);
-    m.apply(ev('turn.started', { iteration: 1, message_count: 1 }), false);
-    const stream = (event: unknown) => m.apply(ev('stream.event', { iteration: 1, event }), false);
+    m.apply(ev('turn.started', { iteration: 1, message_count: 1 }));
+    const stream = (event: unknown) => m.apply(ev('stream.event', { iteration: 1, event }));
     stream({ type: 'message_start', message: {} });
     stream({ type: 'content_block_start', index: 0, content_block: { type: 'thinking', thinking: '' } });
     stream({ type: 'content_block_delta', index: 0, delta: { type: 'thinking_delta', thinking: 'Hmm.' } });
@@ -89,7 +89,7 @@ describe('console view model', () => {
       content: [{ type: 'text', text: 'Hello' }],
       stop_reason: 'end_turn',
     };
-    m.apply(ev('turn.completed', { iteration: 1, message }, 2), true);
+    m.apply(ev('turn.completed', { iteration: 1, message }, 2));
     items = conversation(m);
     assert.equal(items.at(-1).live, false, 'completed, still shown until the history holds it');
     m.setSnapshot(session({ revision: 2, status: 'idle' }), [user, message]);
@@ -102,15 +102,87 @@ describe('console view model', () => {
     const m = new SessionModel('ses_test');
     m.setSnapshot(session({ status: 'idle', revision: 9 }), [user]);
     const old = ev('session.status', { status: 'running', required_action: null }, 3);
-    m.apply(old, false);
+    m.apply(old);
     assert.equal(m.session.status, 'idle');
-    m.apply(old, false);
+    m.apply(old);
     assert.equal(m.events.length, 1);
     const earlier = { ...old, id: '999-0' };
-    m.apply(earlier, false);
+    m.apply(earlier);
     assert.equal(m.events.length, 1);
-    m.apply(ev('session.status', { status: 'running', required_action: null }, 10), true);
+    m.apply(ev('session.status', { status: 'running', required_action: null }, 10));
     assert.equal(m.session.status, 'running');
+  });
+
+  it('a snapshot read before an event the stream already delivered does not take its status back', () => {
+    // The stream ran ahead of a read in flight: the read's (older) status must not replace the event's, or a card
+    // that waits for a result goes back to "pending" (its field gone) until the next read.
+    const m = new SessionModel('ses_test');
+    const reply = {
+      role: 'assistant',
+      content: [{ type: 'tool_use', id: 'c', name: 'lookup_order', input: {} }],
+      stop_reason: 'tool_use',
+    };
+    m.setSnapshot(session({ revision: 2 }), [user]);
+    m.apply(ev('turn.started', { iteration: 1, message_count: 1 }));
+    m.apply(ev('turn.completed', { iteration: 1, message: reply }, 3));
+    const waiting = {
+      type: 'submit_tool_results',
+      tool_calls: [{ id: 'c', name: 'lookup_order', input: {} }],
+    };
+    m.apply(ev('session.status', { status: 'requires_action', required_action: waiting }, 3));
+    const state = () => conversation(m).at(-1).blocks[0].call.state;
+    assert.equal(state(), 'awaiting_result');
+    // The read that was on its way when the event came: revision 2, still running.
+    m.setSnapshot(session({ revision: 2, status: 'running' }), [user]);
+    assert.equal(m.session.status, 'requires_action');
+    assert.equal(state(), 'awaiting_result');
+    // The next read holds the reply; a later status event still wins over it, an earlier one not.
+    m.setSnapshot(
+      session({ revision: 3, iteration: 1, status: 'requires_action', required_action: waiting }),
+      [user, reply],
+    );
+    assert.equal(state(), 'awaiting_result');
+    assert.equal(conversation(m).filter((i: any) => i.kind === 'assistant').length, 1);
+    m.apply(ev('session.status', { status: 'running', required_action: null }, 4));
+    assert.equal(m.session.status, 'running');
+    m.setSnapshot(session({ revision: 5, iteration: 1, status: 'idle', stop_reason: 'end_turn' }), [
+      user,
+      reply,
+    ]);
+    assert.equal(m.session.status, 'idle');
+  });
+
+  it('a replay after a read that holds every turn shows each turn once, at every step', () => {
+    // Opening a finished session: the read returns first, then the stream replays the log from its start — a
+    // turn's `turn.started` and deltas (no revision) come before its `turn.completed`.
+    const m = new SessionModel('ses_test');
+    const first = { role: 'assistant', content: [{ type: 'text', text: 'One.' }], stop_reason: 'end_turn' };
+    const second = { role: 'assistant', content: [{ type: 'text', text: 'Two.' }], stop_reason: 'end_turn' };
+    const again = { role: 'user', content: [{ type: 'text', text: 'Again?' }] };
+    m.setSnapshot(session({ revision: 6, iteration: 2, status: 'idle' }), [user, first, again, second]);
+    const turns = () =>
+      conversation(m)
+        .filter((i: any) => i.kind === 'assistant')
+        .map((t: any) => t.turn);
+    const replay = [
+      ev('turn.started', { iteration: 1, message_count: 1 }),
+      ev('stream.event', { iteration: 1, event: { type: 'message_start', message: {} } }),
+      ev('stream.event', {
+        iteration: 1,
+        event: { type: 'content_block_start', index: 0, content_block: { type: 'text', text: 'One.' } },
+      }),
+      ev('turn.completed', { iteration: 1, message: first }, 2),
+      ev('message.appended', again, 4),
+      ev('turn.started', { iteration: 2, message_count: 3 }),
+      ev('turn.completed', { iteration: 2, message: second }, null),
+    ];
+    for (const e of replay) {
+      m.apply(e);
+      assert.deepEqual(turns(), [1, 2], `after ${e.type}`);
+    }
+    // A turn the read does not count yet is shown live, once.
+    m.apply(ev('turn.started', { iteration: 3, message_count: 5 }));
+    assert.deepEqual(turns(), [1, 2, 3]);
   });
 
   it('pairs tool calls with their state: approval, client results, review, running, done', () => {
@@ -134,7 +206,7 @@ describe('console view model', () => {
       }),
       [user, reply],
     );
-    m.apply(ev('tool.started', { tool_use_id: 'b', name: 'lookup', input: {} }), false);
+    m.apply(ev('tool.started', { tool_use_id: 'b', name: 'lookup', input: {} }));
     const calls = conversation(m)[1].blocks.map((b: any) => [b.call.id, b.call.state]);
     assert.deepEqual(calls, [
       ['a', 'awaiting_approval'],
@@ -176,11 +248,11 @@ describe('console view model', () => {
       content: [{ type: 'compaction', content: 'The user asked about Paris.', encrypted_content: null }],
     };
     m.setSnapshot(session({ revision: 4 }), [compacted]);
-    m.apply(ev('message.queued', { message: { role: 'user', content: 'Later' }, interrupt: false }, 5), true);
+    m.apply(ev('message.queued', { message: { role: 'user', content: 'Later' }, interrupt: false }, 5));
     const items = conversation(m);
     assert.equal(items[0].blocks[0].type, 'compaction');
     assert.equal(items[1].queued, true);
-    m.apply(ev('message.appended', { role: 'user', content: [{ type: 'text', text: 'Later' }] }, 6), true);
+    m.apply(ev('message.appended', { role: 'user', content: [{ type: 'text', text: 'Later' }] }, 6));
     const after = conversation(m);
     assert.equal(after.length, 2);
     assert.equal(after[1].queued, undefined, 'merged: an ordinary user turn until the history is read');
@@ -217,20 +289,17 @@ describe('console view model', () => {
       ],
     };
     const answer = { role: 'assistant', content: [{ type: 'text', text: 'Paris 18°C, Tokyo 22°C.' }] };
-    m.apply(ev('turn.started', { iteration: 1, message_count: 1 }), false);
-    m.apply(ev('turn.completed', { iteration: 1, message: calls }, null), false);
+    m.apply(ev('turn.started', { iteration: 1, message_count: 1 }));
+    m.apply(ev('turn.completed', { iteration: 1, message: calls }, null));
     for (const c of calls.content)
-      m.apply(ev('tool.started', { tool_use_id: c.id, name: c.name, input: c.input }), false);
+      m.apply(ev('tool.started', { tool_use_id: c.id, name: c.name, input: c.input }));
     for (const c of calls.content)
-      m.apply(
-        ev('tool.completed', { tool_use_id: c.id, name: c.name, content: 'ok', is_error: false }, 2),
-        true,
-      );
+      m.apply(ev('tool.completed', { tool_use_id: c.id, name: c.name, content: 'ok', is_error: false }, 2));
     // The read after the results' commit: iteration 1 is in the history.
     m.setSnapshot(session({ revision: 2, iteration: 1 }), [ask, calls, results]);
     assert.equal(conversation(m).filter((i: any) => i.kind === 'assistant').length, 1);
-    m.apply(ev('turn.started', { iteration: 2, message_count: 3 }), false);
-    m.apply(ev('turn.completed', { iteration: 2, message: answer }, 3), true);
+    m.apply(ev('turn.started', { iteration: 2, message_count: 3 }));
+    m.apply(ev('turn.completed', { iteration: 2, message: answer }, 3));
     m.setSnapshot(session({ revision: 4, iteration: 2, status: 'idle' }), [ask, calls, results, answer]);
     const turns = conversation(m).filter((i: any) => i.kind === 'assistant');
     assert.deepEqual(
@@ -245,8 +314,8 @@ describe('console view model', () => {
     // Before the history holds it, such a turn is still shown (live) once.
     const early = new SessionModel('ses_test');
     early.setSnapshot(session({ revision: 1 }), [ask]);
-    early.apply(ev('turn.started', { iteration: 1, message_count: 1 }), false);
-    early.apply(ev('turn.completed', { iteration: 1, message: calls }, null), false);
+    early.apply(ev('turn.started', { iteration: 1, message_count: 1 }));
+    early.apply(ev('turn.completed', { iteration: 1, message: calls }, null));
     assert.equal(conversation(early).filter((i: any) => i.kind === 'assistant').length, 1);
   });
 
@@ -256,10 +325,7 @@ describe('console view model', () => {
       role: 'assistant',
       content: [{ type: 'tool_use', id: 'a', name: 'get_weather', input: { location: 'Paris' } }],
     };
-    m.apply(
-      ev('tool_call.decided', { tool_use_id: 'a', decision: 'deny', reason: 'not now', by: 'u1' }, 3),
-      true,
-    );
+    m.apply(ev('tool_call.decided', { tool_use_id: 'a', decision: 'deny', reason: 'not now', by: 'u1' }, 3));
     m.setSnapshot(session({ status: 'running', revision: 3 }), [
       user,
       reply,
@@ -330,8 +396,8 @@ describe('console view model', () => {
         timings: {},
       },
     ]);
-    m.apply(ev('turn.started', { iteration: 4, message_count: 3 }), false);
-    m.apply(ev('turn.completed', { iteration: 4, message: reply, usage: { cost_usd: 0.125 } }, 6), true);
+    m.apply(ev('turn.started', { iteration: 4, message_count: 3 }));
+    m.apply(ev('turn.completed', { iteration: 4, message: reply, usage: { cost_usd: 0.125 } }, 6));
     const items = conversation(m).filter((i: { kind: string }) => i.kind === 'assistant');
     assert.deepEqual(
       items.map((i: { figures: unknown }) => formatFigures(i.figures)),

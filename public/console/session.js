@@ -23,6 +23,29 @@ const RENDER_EVERY_MS = 30;
 /** Events listed in the raw panel (the newest). */
 const PANEL_EVENTS = 2000;
 
+/** Reads of the history before settling for one the session moved on during (each retry: it moved on again). */
+const SNAPSHOT_TRIES = 4;
+
+/**
+ * The session, its history and its iteration records, as of one revision. Three GETs are not one read: a commit
+ * landing between them gives a history newer than the session's revision, whose turns the view then shows twice
+ * (from the history, and live from events it takes for newer). So the session is read again after the others:
+ * the same revision means nothing changed in between (every change moves it). When it moved, the later read is
+ * the lower bound next time. After SNAPSHOT_TRIES the last read is taken with the revision before it: the events
+ * of what moved have a higher revision, so they make the view read again.
+ */
+async function readSnapshot(id) {
+  let s = await api.getSession(id);
+  for (let attempt = 1; ; attempt++) {
+    const m = await api.messages(id);
+    // The turns' time and cost; the conversation shows without them if they cannot be read.
+    const r = await api.iterations(id).catch(() => null);
+    const again = await api.getSession(id);
+    if (again.revision === s.revision || attempt >= SNAPSHOT_TRIES) return { s, m, r };
+    s = again;
+  }
+}
+
 export function SessionView({ id, onChange }) {
   const model = useMemo(() => new SessionModel(id), [id]);
   const [, setTick] = useState(0);
@@ -55,10 +78,7 @@ export function SessionView({ id, onChange }) {
         do {
           again = false;
           try {
-            const s = await api.getSession(id);
-            const m = await api.messages(id);
-            // The turns' time and cost; the conversation shows without them if they cannot be read.
-            const r = await api.iterations(id).catch(() => null);
+            const { s, m, r } = await readSnapshot(id);
             if (stopped) return;
             model.setSnapshot(s, m.data);
             if (r) model.setIterations(r.data);
@@ -76,9 +96,8 @@ export function SessionView({ id, onChange }) {
     refresh();
     const stream = api.follow(id, {
       onEvent(ev) {
-        const newer =
-          ev.revision !== null && ev.revision !== undefined && ev.revision > model.historyRevision;
-        model.apply(ev, newer);
+        const newer = typeof ev.revision === 'number' && ev.revision > model.historyRevision;
+        model.apply(ev);
         // A deleted session has nothing left to read.
         if (ev.type === 'session.deleted') deleted = true;
         if (newer && !deleted) {
