@@ -145,7 +145,8 @@ describe(
       page.on('pageerror', (err) => problem(`pageerror: ${String(err)}`));
       page.on('requestfailed', (r) => problem(`requestfailed: ${r.url()} ${r.failure()?.errorText}`));
       page.on('console', (m) => {
-        if (m.type() === 'error' || m.type() === 'warning') problem(`${m.type()}: ${m.text()}`);
+        if (m.type() === 'error' || m.type() === 'warning')
+          problem(`${m.type()}: ${m.text()} ${m.location().url}`);
       });
       try {
         // /demo redirects to the console, served with its CSP.
@@ -227,17 +228,25 @@ describe(
         await page.keyboard.type('Order 1234: shipped');
         // Nothing the stream delivers meanwhile re-creates the field (what is typed would be lost).
         assert.equal(await draft.inputValue(), 'Order 1234: shipped');
+        // Every text a streaming turn showed, recorded on each change of the page (not sampled by a poll, which a
+        // loaded machine may let run only after the last delta).
+        await page.evaluate(() => {
+          const shown: string[] = [];
+          Object.assign(window, { streamedTexts: shown });
+          new MutationObserver(() => {
+            for (const el of document.querySelectorAll('.turn.assistant.streaming .text'))
+              shown.push(el.textContent ?? '');
+          }).observe(document.body, { subtree: true, childList: true, characterData: true });
+        });
         await page.click('.tool-card[data-tool="lookup_order"] button.submit-result');
-        const streaming = await page.waitForSelector('.turn.assistant.streaming .text', WAIT);
+        // The text grows while the turn is still running: a part of at least 4 words is shown first.
         await page.waitForFunction(
-          (el) => (el as HTMLElement).textContent!.split(' ').length >= 4,
-          streaming,
+          (full) =>
+            (window as unknown as { streamedTexts: string[] }).streamedTexts.some(
+              (t) => t.split(' ').length >= 4 && t.length < full.length && full.startsWith(t),
+            ),
+          answer,
           WAIT,
-        );
-        const partial = (await streaming.textContent())!;
-        assert.ok(
-          partial.length < answer.length && answer.startsWith(partial),
-          `partial text first: ${partial}`,
         );
         await page.screenshot({ path: `${SHOTS}/console-streaming.png` });
         await sessionStatus(page, 'idle');
@@ -421,7 +430,8 @@ describe(
       const problems: string[] = [];
       page.on('pageerror', (err) => problems.push(`pageerror: ${String(err)}`));
       page.on('console', (m) => {
-        if (m.type() === 'error' || m.type() === 'warning') problems.push(`${m.type()}: ${m.text()}`);
+        if (m.type() === 'error' || m.type() === 'warning')
+          problems.push(`${m.type()}: ${m.text()} ${m.location().url}`);
       });
       const lastText = async (id: string) => {
         const h2 = (await h.api.get(`/v1/sessions/${id}/messages`)).body.data;
@@ -614,6 +624,96 @@ describe(
         await page.goto(`${h.service.url}/console#/sessions/${id}`);
         const link = await page.waitForSelector(`.forked-from a[href="#/sessions/${parent}"]`, WAIT);
         assert.match((await link.textContent())!, new RegExp(parent));
+        assert.deepEqual(problems, []);
+      } finally {
+        await context.close();
+      }
+    });
+
+    it("nests a sub-agent's session under its call; its approval is given from the parent's page", async () => {
+      const context = await browser.newContext({ viewport: { width: 1280, height: 900 } });
+      const page = await context.newPage();
+      const problems: string[] = [];
+      page.on('pageerror', (err) => problems.push(`pageerror: ${String(err)}`));
+      page.on('console', (m) => {
+        if (m.type() === 'error' || m.type() === 'warning')
+          problems.push(`${m.type()}: ${m.text()} ${m.location().url}`);
+      });
+      try {
+        // The writer calls its researcher; the researcher's get_weather waits for approval; then each answers.
+        // (One fake upstream, its replies in order: the parent waits while its child works.)
+        h.fake.enqueue(
+          toolCall('researcher', { prompt: 'What is the weather in Paris?' }),
+          toolCall('get_weather', { location: 'Paris' }),
+          text('Findings: Paris is sunny.'),
+          text('Article: the research says Paris is sunny.'),
+        );
+        const created = await h.api.post('/v1/sessions', {
+          system: 'You are a writer.',
+          input: 'Write a line on the weather in Paris.',
+          tools: [
+            {
+              type: 'agent',
+              name: 'researcher',
+              description: 'Researches one question.',
+              session: { system: 'You are a researcher.', tools: ['get_weather'], approval: 'always' },
+            },
+          ],
+        });
+        assert.equal(created.status, 201, JSON.stringify(created.body));
+        const parent = created.body.id as string;
+        await page.goto(`${h.service.url}/console`);
+        await page.fill('#api-key', KEY);
+        await page.click('button:has-text("Use key")');
+        await page.goto(`${h.service.url}/console#/sessions/${parent}`);
+
+        // Under the researcher call: its child, waiting for the approval of its own call, which this page gives.
+        const nested = '.tool-card[data-tool="researcher"] .child';
+        await page.waitForSelector(`${nested}[data-status="requires_action"]`, WAIT);
+        const children = (await h.api.get(`/v1/sessions/${parent}/children`)).body.data;
+        assert.equal(children.length, 1);
+        const child = children[0].id as string;
+        assert.equal(await page.getAttribute(`${nested} a.child-link`, 'href'), `#/sessions/${child}`);
+        assert.match((await page.textContent(`${nested} .child-title`))!, /weather in Paris/);
+        const approve = `${nested} .child-waiting[data-session="${child}"] .child-call[data-tool="get_weather"] button.approve`;
+        await page.waitForSelector(approve, WAIT);
+        await page.screenshot({ path: `${SHOTS}/console-subagent.png` });
+        await page.click(approve);
+
+        // The child ends (its status follows here), its findings answer the call, and the parent finishes.
+        await page.waitForSelector(`${nested}[data-status="idle"]`, WAIT);
+        await sessionStatus(page, 'idle');
+        await page.waitForFunction(
+          () =>
+            [...document.querySelectorAll('.turn.assistant .text')].some(
+              (e) => e.textContent === 'Article: the research says Paris is sunny.',
+            ),
+          undefined,
+          WAIT,
+        );
+        await page.waitForSelector('.tool-card[data-tool="researcher"][data-state="done"]', WAIT);
+        assert.match(
+          (await page.textContent('.tool-card[data-tool="researcher"] .tool-result'))!,
+          /Findings: Paris is sunny\./,
+        );
+        assert.equal(await page.$$eval('.child-waiting', (els) => els.length), 0);
+        const childHistory = (await h.api.get(`/v1/sessions/${child}/messages`)).body.data;
+        assert.ok(
+          childHistory.some(
+            (m: any) =>
+              Array.isArray(m.content) &&
+              m.content.some(
+                (b: any) => b.type === 'tool_result' && /Simulated weather/.test(JSON.stringify(b)),
+              ),
+          ),
+          'the approved call ran in the child',
+        );
+
+        // The child opens from its link, and links back to its parent.
+        await page.click(`${nested} a.child-link`);
+        await page.waitForSelector(`article.session[data-session="${child}"][data-status="idle"]`, WAIT);
+        await page.waitForSelector(`.parent-link a[href="#/sessions/${parent}"]`, WAIT);
+        await page.waitForSelector('.tool-card[data-tool="get_weather"][data-state="done"]', WAIT);
         assert.deepEqual(problems, []);
       } finally {
         await context.close();

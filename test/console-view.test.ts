@@ -407,3 +407,90 @@ describe('console view model', () => {
     assert.equal(formatFigures(null), '');
   });
 });
+
+describe('console sub-agent tree', async () => {
+  const treeUrl = new URL('../public/console/tree.js', import.meta.url).href;
+  const { agentToolNames, childrenByCall, childTitle, treeActive, waitingBelow, waitingFor } = await import(
+    treeUrl
+  );
+  const agentTool = { type: 'agent', name: 'researcher', description: 'd', session: {} };
+  const approve = (id: string) => ({
+    type: 'approve_tool_calls',
+    tool_calls: [{ id, name: 'get_weather', input: {} }],
+    tool_results: [],
+  });
+
+  it('nests each child under the call that created it, and lists what waits below each call', () => {
+    const required = {
+      type: 'submit_tool_results',
+      tool_calls: [
+        { id: 'call_a', name: 'researcher', input: { prompt: 'Why is the sky blue?' } },
+        { id: 'call_b', name: 'researcher', input: { prompt: 'And the sea?' } },
+      ],
+      tool_results: [],
+      children_waiting: [
+        { session_id: 'ses_a', tool_use_id: 'call_a', required_action: approve('toolu_1') },
+        {
+          session_id: 'ses_b',
+          tool_use_id: 'call_b',
+          required_action: {
+            type: 'submit_tool_results',
+            tool_calls: [{ id: 'call_c', name: 'helper', input: {} }],
+            tool_results: [],
+            children_waiting: [
+              { session_id: 'ses_c', tool_use_id: 'call_c', required_action: approve('toolu_2') },
+            ],
+          },
+        },
+      ],
+    };
+    const parent = session({
+      status: 'requires_action',
+      tools: ['get_weather', agentTool],
+      required_action: required,
+    });
+    assert.deepEqual([...agentToolNames(parent)], ['researcher']);
+    const a = { id: 'ses_a', status: 'running', parent: { session_id: 'ses_test', tool_use_id: 'call_a' } };
+    const b = {
+      id: 'ses_b',
+      status: 'requires_action',
+      tools: [{ ...agentTool, name: 'helper' }],
+      required_action: required.children_waiting[1]!.required_action,
+      parent: { session_id: 'ses_test', tool_use_id: 'call_b' },
+    };
+    const byCall = childrenByCall([a, b]);
+    assert.equal(byCall.get('call_a'), a);
+    assert.equal(byCall.get('call_b'), b);
+    const below = waitingBelow(required);
+    // The children list is fresher than the parent's read: ses_a runs again, so its approval is not shown.
+    assert.deepEqual(waitingFor(a, below.get('call_a')), []);
+    // ses_b waits only for its own sub-agent: the grandchild's approval is shown under call_b instead.
+    assert.deepEqual(
+      waitingFor(b, below.get('call_b')).map((w: any) => [w.session_id, w.depth, w.required_action.type]),
+      [['ses_c', 2, 'approve_tool_calls']],
+    );
+    assert.equal(treeActive(parent, [a, b], agentToolNames(parent)), true);
+    assert.equal(childTitle(a, { prompt: 'Why   is the sky\nblue?' }), 'Why is the sky blue?');
+    assert.equal(childTitle({ ...a, metadata: { title: 'Sky' } }, { prompt: 'x' }), 'Sky');
+  });
+
+  it('stops reading the children once none works and no agent call is open', () => {
+    const agents = new Set(['researcher']);
+    const done = { id: 'ses_a', status: 'idle', parent: { session_id: 'ses_test', tool_use_id: 'call_a' } };
+    assert.equal(treeActive(session({ status: 'idle' }), [done], agents), false);
+    // The call is open and its child not listed yet: read again.
+    const open = session({
+      status: 'requires_action',
+      required_action: {
+        type: 'submit_tool_results',
+        tool_calls: [{ id: 'call_b', name: 'researcher', input: {} }],
+        tool_results: [],
+      },
+    });
+    assert.equal(treeActive(open, [done], agents), true);
+    assert.equal(
+      treeActive(open, [done, { ...done, id: 'ses_b', parent: { tool_use_id: 'call_b' } }], agents),
+      false,
+    );
+  });
+});

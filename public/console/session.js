@@ -5,6 +5,7 @@
 
 import { useEffect, useMemo, useRef, useState } from 'preact/hooks';
 import { ErrorNote, StatusBadge, api, html, pretty } from './ui.js';
+import { ChildPanel, useTree } from './children.js';
 import {
   SessionModel,
   canCompact,
@@ -53,11 +54,14 @@ export function SessionView({ id, onChange }) {
   const [loadError, setLoadError] = useState(null);
   const [actionError, setActionError] = useState(null);
   const [busy, setBusy] = useState(false);
-  const refreshRef = useRef(() => Promise.resolve());
+  /** The effect's `refresh` and `remove`, for the action bar. */
+  const calls = useRef({ refresh: () => Promise.resolve(), remove: () => Promise.resolve() });
 
   useEffect(() => {
     let stopped = false;
+    /** Set once the session is deleted (or its DELETE is on its way): nothing is read of it any more. */
     let deleted = false;
+    let deleting = false;
     let renderTimer = null;
     const bump = () => {
       if (renderTimer === null)
@@ -70,6 +74,7 @@ export function SessionView({ id, onChange }) {
     let inflight = null;
     let again = false;
     const refresh = () => {
+      if (deleted || deleting) return Promise.resolve();
       if (inflight) {
         again = true;
         return inflight;
@@ -87,12 +92,25 @@ export function SessionView({ id, onChange }) {
             if (!stopped) setLoadError(err);
           }
           bump();
-        } while (again && !stopped);
+        } while (again && !stopped && !deleted && !deleting);
         inflight = null;
       })();
       return inflight;
     };
-    refreshRef.current = refresh;
+    // No read of the session is on its way when it goes (it would answer 404, an error in the page's log): the read
+    // in flight ends first, and none starts until the DELETE has answered.
+    const remove = async () => {
+      deleting = true;
+      try {
+        await inflight;
+        const r = await api.remove(id);
+        deleted = true;
+        return r;
+      } finally {
+        deleting = false;
+      }
+    };
+    calls.current = { refresh, remove };
     refresh();
     const stream = api.follow(id, {
       onEvent(ev) {
@@ -130,11 +148,13 @@ export function SessionView({ id, onChange }) {
       return undefined;
     } finally {
       setBusy(false);
-      if (reread) refreshRef.current();
+      if (reread) calls.current.refresh();
     }
   };
 
   const s = model.session;
+  // Before the early return: a hook is called on every render.
+  const tree = useTree(s);
   if (!s) {
     return html`<section class="panel">
       <h2>Session <code>${id}</code></h2>
@@ -156,7 +176,7 @@ export function SessionView({ id, onChange }) {
       ${items.map((it, i) =>
         it.kind === 'user'
           ? html`<${UserTurn} key=${`u${i}`} item=${it} />`
-          : html`<${AssistantTurn} key=${`a${i}`} item=${it} s=${s} act=${act} busy=${busy} />`,
+          : html`<${AssistantTurn} key=${`a${i}`} item=${it} s=${s} act=${act} busy=${busy} tree=${tree} />`,
       )}
       ${
         s.status === 'failed' &&
@@ -170,7 +190,7 @@ export function SessionView({ id, onChange }) {
     </section>
     <${ErrorNote} error=${actionError} />
     <${Composer} s=${s} act=${act} busy=${busy} />
-    <${Actions} s=${s} act=${act} busy=${busy} />
+    <${Actions} s=${s} act=${act} busy=${busy} remove=${() => calls.current.remove()} />
     <${Settings} s=${s} act=${act} busy=${busy} />
     <${EventsPanel} model=${model} />
   </article>`;
@@ -180,6 +200,7 @@ function SessionHeader({ s, conn, title }) {
   const u = s.usage ?? {};
   const cost = sessionCost(s);
   const parent = typeof s.metadata?.forked_from === 'string' ? s.metadata.forked_from : null;
+  const caller = s.parent?.session_id ?? null;
   return html`<header class="session-head">
     ${title && html`<p class="session-name">${title}</p>`}
     <h2 id="session-title"><code>${s.id}</code> <${StatusBadge} status=${s.status} /></h2>
@@ -192,6 +213,13 @@ function SessionHeader({ s, conn, title }) {
             ? ` at iteration ${s.metadata.forked_at_iteration}`
             : ''
         }
+      </p>`
+    }
+    ${
+      caller &&
+      html`<p class="parent-link">
+        Sub-agent session of <a href=${`#/sessions/${caller}`}><code>${caller}</code></a> (call
+        <code>${s.parent.tool_use_id}</code>)
       </p>`
     }
     <p class="conn conn-${conn}" role="status" aria-live="polite" data-conn=${conn}>${connLabel(conn)}</p>
@@ -272,7 +300,7 @@ function UserTurn({ item }) {
   </div>`;
 }
 
-function AssistantTurn({ item, s, act, busy }) {
+function AssistantTurn({ item, s, act, busy, tree }) {
   return html`<div class=${`turn assistant${item.live ? ' streaming' : ''}`} data-turn=${item.turn}>
     <div class="who">
       ${'Assistant '}<span class="muted">turn ${item.turn}</span>${item.live ? ' ' : ''}${
@@ -286,7 +314,7 @@ function AssistantTurn({ item, s, act, busy }) {
     </div>
     ${item.blocks.map((b) =>
       b.type === 'tool_use' && b.call
-        ? html`<${ToolCard} key=${b.id} call=${b.call} s=${s} act=${act} busy=${busy} />`
+        ? html`<${ToolCard} key=${b.id} call=${b.call} s=${s} act=${act} busy=${busy} tree=${tree} />`
         : html`<${Block} block=${b} />`,
     )}
   </div>`;
@@ -330,7 +358,7 @@ const CALL_STATES = {
   pending: 'pending',
 };
 
-function ToolCard({ call, s, act, busy }) {
+function ToolCard({ call, s, act, busy, tree }) {
   const isError = call.result?.is_error === true;
   const [editing, setEditing] = useState(false);
   const [inputText, setInputText] = useState(pretty(call.input ?? {}));
@@ -377,6 +405,7 @@ function ToolCard({ call, s, act, busy }) {
           <pre class=${`tool-result${isError ? ' error-text' : ''}`}>${resultText(call.result.content)}</pre>`
       }
     </div>
+    ${tree.agents.has(call.name) && html`<${ChildPanel} call=${call} tree=${tree} act=${act} busy=${busy} />`}
     ${
       call.state === 'awaiting_approval' &&
       html`<div class="tool-actions">
@@ -500,7 +529,7 @@ function Composer({ s, act, busy }) {
   </form>`;
 }
 
-function Actions({ s, act, busy }) {
+function Actions({ s, act, busy, remove }) {
   const [retryTokens, setRetryTokens] = useState('');
   /** Empty: the latest iteration. */
   const [forkAt, setForkAt] = useState('');
@@ -574,8 +603,7 @@ function Actions({ s, act, busy }) {
           ? html`<button
                 class="danger"
                 disabled=${busy}
-                onClick=${async () =>
-                  (await act(() => api.remove(s.id), { reread: false })) && (location.hash = '#/')}
+                onClick=${async () => (await act(remove, { reread: false })) && (location.hash = '#/')}
               >
                 Delete for good
               </button>
