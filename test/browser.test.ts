@@ -420,11 +420,18 @@ describe(
         assert.equal((await fetch(`${h.service.url}/console/favicon.svg`)).status, 200);
         assert.deepEqual(problems, []);
       } finally {
+        // A failed flow says what the page logged, and shows how it looked then.
+        for (const p of problems) t.diagnostic(p);
+        await page
+          .screenshot({
+            path: `.data/screenshots/last-${t.name.slice(0, 24).replace(/\W+/g, '-')}.png`,
+          })
+          .catch(() => undefined);
         await context.close();
       }
     });
 
-    it('denies by keyboard, replaces a reviewed result, continues, retries, patches, interrupts and resumes', async () => {
+    it('denies by keyboard, replaces a reviewed result, continues, retries, patches, interrupts and resumes', async (t) => {
       const context = await browser.newContext({ viewport: { width: 1440, height: 1000 } });
       const page = await context.newPage();
       const problems: string[] = [];
@@ -564,11 +571,18 @@ describe(
         assert.equal((await h.api.get(`/v1/sessions/${id}`)).status, 404);
         assert.deepEqual(problems, []);
       } finally {
+        // A failed flow says what the page logged, and shows how it looked then.
+        for (const p of problems) t.diagnostic(p);
+        await page
+          .screenshot({
+            path: `.data/screenshots/last-${t.name.slice(0, 24).replace(/\W+/g, '-')}.png`,
+          })
+          .catch(() => undefined);
         await context.close();
       }
     });
 
-    it('opens a session from a client token in the fragment; the README example shows each turn once', async () => {
+    it('opens a session from a client token in the fragment; the README example shows each turn once', async (t) => {
       const context = await browser.newContext({ viewport: { width: 1280, height: 900 } });
       const page = await context.newPage();
       const problems: string[] = [];
@@ -626,11 +640,18 @@ describe(
         assert.match((await link.textContent())!, new RegExp(parent));
         assert.deepEqual(problems, []);
       } finally {
+        // A failed flow says what the page logged, and shows how it looked then.
+        for (const p of problems) t.diagnostic(p);
+        await page
+          .screenshot({
+            path: `.data/screenshots/last-${t.name.slice(0, 24).replace(/\W+/g, '-')}.png`,
+          })
+          .catch(() => undefined);
         await context.close();
       }
     });
 
-    it("nests a sub-agent's session under its call; its approval is given from the parent's page", async () => {
+    it("nests a sub-agent's session under its call; its approval is given from the parent's page", async (t) => {
       const context = await browser.newContext({ viewport: { width: 1280, height: 900 } });
       const page = await context.newPage();
       const problems: string[] = [];
@@ -716,6 +737,13 @@ describe(
         await page.waitForSelector('.tool-card[data-tool="get_weather"][data-state="done"]', WAIT);
         assert.deepEqual(problems, []);
       } finally {
+        // A failed flow says what the page logged, and shows how it looked then.
+        for (const p of problems) t.diagnostic(p);
+        await page
+          .screenshot({
+            path: `.data/screenshots/last-${t.name.slice(0, 24).replace(/\W+/g, '-')}.png`,
+          })
+          .catch(() => undefined);
         await context.close();
       }
     });
