@@ -696,6 +696,7 @@ describe(
         const child = children[0].id as string;
         assert.equal(await page.getAttribute(`${nested} a.child-link`, 'href'), `#/sessions/${child}`);
         assert.match((await page.textContent(`${nested} .child-title`))!, /weather in Paris/);
+        assert.match((await page.textContent('.required'))!, /1 sub-agent call waits for its session/);
         const approve = `${nested} .child-waiting[data-session="${child}"] .child-call[data-tool="get_weather"] button.approve`;
         await page.waitForSelector(approve, WAIT);
         await page.screenshot({ path: `${SHOTS}/console-subagent.png` });

@@ -91,8 +91,9 @@ function Waiting({ w, decide, busy }) {
   const link = html`<a href=${`#/sessions/${w.session_id}`}><code>${w.session_id}</code></a>`;
   return html`<div class="child-waiting" data-session=${w.session_id} data-type=${r.type}>
     <p>
-      ${w.depth > 1 ? html`A session below it, ${link},` : 'It'}
-      ${WAITS_FOR[r.type] ?? r.type}${r.type === 'approve_tool_calls' ? ':' : html`: open ${link} to act.`}
+      ${w.depth > 1 ? html`A session below it, ${link}, ` : 'It '}${`${WAITS_FOR[r.type] ?? r.type}: `}${
+        r.type === 'approve_tool_calls' ? '' : html`open ${link} to act.`
+      }
     </p>
     ${
       r.type === 'approve_tool_calls' &&

@@ -170,7 +170,7 @@ export function SessionView({ id, onChange }) {
   >
     <${SessionHeader} s=${s} conn=${conn} title=${sessionTitle(s, model.history)} />
     <${ErrorNote} error=${loadError} />
-    <${Required} s=${s} act=${act} busy=${busy} />
+    <${Required} s=${s} act=${act} busy=${busy} agents=${tree.agents} />
     <section class="conversation" aria-label="Conversation">
       ${items.length === 0 && html`<p class="muted">No messages yet.</p>`}
       ${items.map((it, i) =>
@@ -272,15 +272,19 @@ function connLabel(conn) {
 }
 
 /** What the session waits for, in words, and the step-wide action (continue after a review). */
-function Required({ s, act, busy }) {
+function Required({ s, act, busy, agents }) {
   const r = s.required_action;
   if (s.status !== 'requires_action' || !r) return null;
   const n = r.tool_calls.length;
-  const text = {
-    approve_tool_calls: `${n} tool call${n === 1 ? '' : 's'} wait${n === 1 ? 's' : ''} for approval: approve, edit or deny ${n === 1 ? 'it' : 'each'} below.`,
-    submit_tool_results: `${n} client tool call${n === 1 ? '' : 's'} wait${n === 1 ? 's' : ''} for a result: submit ${n === 1 ? 'it' : 'each'} below.`,
-    review_tool_results: `The tool results wait for review: replace any below, then continue.`,
-  }[r.type];
+  const subAgents =
+    r.type === 'submit_tool_results' && n > 0 && r.tool_calls.every((c) => agents.has(c.name));
+  const text = subAgents
+    ? `${n} sub-agent call${n === 1 ? '' : 's'} wait${n === 1 ? 's' : ''} for ${n === 1 ? 'its session' : 'their sessions'}: see below what ${n === 1 ? 'it waits' : 'they wait'} for.`
+    : {
+        approve_tool_calls: `${n} tool call${n === 1 ? '' : 's'} wait${n === 1 ? 's' : ''} for approval: approve, edit or deny ${n === 1 ? 'it' : 'each'} below.`,
+        submit_tool_results: `${n} client tool call${n === 1 ? '' : 's'} wait${n === 1 ? 's' : ''} for a result: submit ${n === 1 ? 'it' : 'each'} below.`,
+        review_tool_results: `The tool results wait for review: replace any below, then continue.`,
+      }[r.type];
   return html`<div class="required" role="region" aria-label="Required action" data-type=${r.type}>
     <strong>Action needed.</strong> ${text}${' '}${
       r.type === 'review_tool_results' &&
@@ -458,38 +462,49 @@ function ToolCard({ call, s, act, busy, tree }) {
     }
     ${
       (call.state === 'awaiting_result' || call.state === 'under_review') &&
-      html`<div class="tool-actions">
-        <label for=${`result-${call.id}`}
-          >${call.state === 'awaiting_result' ? 'Result to submit' : 'Replace the result'}</label
-        >
-        <textarea
-          id=${`result-${call.id}`}
-          class="mono result-draft"
-          rows="3"
-          value=${resultDraft}
-          onInput=${(e) => setResultDraft(e.currentTarget.value)}
-        ></textarea>
-        <div class="row">
-          <label class="check"
-            ><input
-              type="checkbox"
-              checked=${resultIsError}
-              onChange=${(e) => setResultIsError(e.currentTarget.checked)}
-            />
-            is an error</label
+      html`<${tree.agents.has(call.name) && call.state === 'awaiting_result' ? AnswerYourself : Plain}>
+        <div class="tool-actions">
+          <label for=${`result-${call.id}`}
+            >${call.state === 'awaiting_result' ? 'Result to submit' : 'Replace the result'}</label
           >
-          <button
-            class="primary submit-result"
-            disabled=${busy || resultDraft === ''}
-            onClick=${submitResult}
-          >
-            ${call.state === 'awaiting_result' ? 'Submit result' : 'Replace result'}
-          </button>
-        </div>
-      </div>`
+          <textarea
+            id=${`result-${call.id}`}
+            class="mono result-draft"
+            rows="3"
+            value=${resultDraft}
+            onInput=${(e) => setResultDraft(e.currentTarget.value)}
+          ></textarea>
+          <div class="row">
+            <label class="check"
+              ><input
+                type="checkbox"
+                checked=${resultIsError}
+                onChange=${(e) => setResultIsError(e.currentTarget.checked)}
+              />
+              is an error</label
+            >
+            <button
+              class="primary submit-result"
+              disabled=${busy || resultDraft === ''}
+              onClick=${submitResult}
+            >
+              ${call.state === 'awaiting_result' ? 'Submit result' : 'Replace result'}
+            </button>
+          </div>
+        </div><//
+      >`
     }
   </section>`;
 }
+
+const Plain = ({ children }) => children;
+
+/** An agent call's result form, folded: its sub-agent answers it (a result given here drops the child's). */
+const AnswerYourself = ({ children }) =>
+  html`<details class="answer-yourself">
+    <summary>Answer the call yourself (the sub-agent's result is then dropped)</summary>
+    ${children}
+  </details>`;
 
 function Composer({ s, act, busy }) {
   const [text, setText] = useState('');
