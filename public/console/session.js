@@ -47,7 +47,7 @@ async function readSnapshot(id) {
   }
 }
 
-export function SessionView({ id, onChange }) {
+export function SessionView({ id, onChange, onStatus }) {
   const model = useMemo(() => new SessionModel(id), [id]);
   const [, setTick] = useState(0);
   const [conn, setConn] = useState('connecting');
@@ -155,6 +155,10 @@ export function SessionView({ id, onChange }) {
   const s = model.session;
   // Before the early return: a hook is called on every render.
   const tree = useTree(s);
+  // The status this view follows live, for the session list (which reads every session only every few seconds).
+  useEffect(() => {
+    if (s) onStatus?.(id, s.status);
+  }, [s?.status]);
   if (!s) {
     return html`<section class="panel">
       <h2>Session <code>${id}</code></h2>
