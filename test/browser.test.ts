@@ -7,7 +7,7 @@
  * Screenshots (session list, waiting for approval, streamed answer) go to `.data/screenshots/`, or to `docs/` with
  * UPDATE_SCREENSHOTS=1 (how the ones linked from the README were made).
  */
-import { after, before, describe, it } from 'node:test';
+import { after, before, describe, it, type TestContext } from 'node:test';
 import assert from 'node:assert/strict';
 import http from 'node:http';
 import { spawnSync } from 'node:child_process';
@@ -85,6 +85,19 @@ async function pageEventIds(page: Page): Promise<string[]> {
   if (!open) await page.click('details.events > summary');
   await page.waitForSelector('.event-list li[data-id]', WAIT);
   return page.$$eval('.event-list li[data-id]', (lis) => lis.map((li) => li.getAttribute('data-id')!));
+}
+
+/**
+ * A failed flow: how the page looked (`.data/screenshots/failed-<flow>-<time>.png`, which later runs do not
+ * overwrite) and the session list's text, so that the failure says more than its timeout. (What the page logged is
+ * listed after every flow.)
+ */
+async function explainFailure(t: TestContext, page: Page): Promise<void> {
+  const name = t.name.slice(0, 24).replace(/\W+/g, '-');
+  await page
+    .screenshot({ path: `.data/screenshots/failed-${name}-${Date.now()}.png` })
+    .catch(() => undefined);
+  t.diagnostic(`session list: ${await page.textContent('.sessions').catch((e: unknown) => String(e))}`);
 }
 
 const sessionStatus = (page: Page, status: string) =>
@@ -419,14 +432,11 @@ describe(
         // The favicon loads and the page logged nothing (no CSP violation, no failed request, no error).
         assert.equal((await fetch(`${h.service.url}/console/favicon.svg`)).status, 200);
         assert.deepEqual(problems, []);
+      } catch (err) {
+        await explainFailure(t, page);
+        throw err;
       } finally {
-        // A failed flow says what the page logged, and shows how it looked then.
         for (const p of problems) t.diagnostic(p);
-        await page
-          .screenshot({
-            path: `.data/screenshots/last-${t.name.slice(0, 24).replace(/\W+/g, '-')}.png`,
-          })
-          .catch(() => undefined);
         await context.close();
       }
     });
@@ -570,14 +580,11 @@ describe(
         await page.waitForSelector('#new-input', WAIT);
         assert.equal((await h.api.get(`/v1/sessions/${id}`)).status, 404);
         assert.deepEqual(problems, []);
+      } catch (err) {
+        await explainFailure(t, page);
+        throw err;
       } finally {
-        // A failed flow says what the page logged, and shows how it looked then.
         for (const p of problems) t.diagnostic(p);
-        await page
-          .screenshot({
-            path: `.data/screenshots/last-${t.name.slice(0, 24).replace(/\W+/g, '-')}.png`,
-          })
-          .catch(() => undefined);
         await context.close();
       }
     });
@@ -639,14 +646,11 @@ describe(
         const link = await page.waitForSelector(`.forked-from a[href="#/sessions/${parent}"]`, WAIT);
         assert.match((await link.textContent())!, new RegExp(parent));
         assert.deepEqual(problems, []);
+      } catch (err) {
+        await explainFailure(t, page);
+        throw err;
       } finally {
-        // A failed flow says what the page logged, and shows how it looked then.
         for (const p of problems) t.diagnostic(p);
-        await page
-          .screenshot({
-            path: `.data/screenshots/last-${t.name.slice(0, 24).replace(/\W+/g, '-')}.png`,
-          })
-          .catch(() => undefined);
         await context.close();
       }
     });
@@ -737,14 +741,11 @@ describe(
         await page.waitForSelector(`.parent-link a[href="#/sessions/${parent}"]`, WAIT);
         await page.waitForSelector('.tool-card[data-tool="get_weather"][data-state="done"]', WAIT);
         assert.deepEqual(problems, []);
+      } catch (err) {
+        await explainFailure(t, page);
+        throw err;
       } finally {
-        // A failed flow says what the page logged, and shows how it looked then.
         for (const p of problems) t.diagnostic(p);
-        await page
-          .screenshot({
-            path: `.data/screenshots/last-${t.name.slice(0, 24).replace(/\W+/g, '-')}.png`,
-          })
-          .catch(() => undefined);
         await context.close();
       }
     });
