@@ -152,6 +152,33 @@ describe('console view model', () => {
     assert.equal(m.session.status, 'idle');
   });
 
+  it('a call approved with an edited input shows that input before the history read holds it', () => {
+    const m = new SessionModel('ses_test');
+    const reply = {
+      role: 'assistant',
+      content: [{ type: 'tool_use', id: 'w', name: 'get_weather', input: { location: 'Paris' } }],
+      stop_reason: 'tool_use',
+    };
+    m.setSnapshot(session({ revision: 3, iteration: 1 }), [user, reply]);
+    m.apply(
+      ev(
+        'tool_call.decided',
+        { tool_use_id: 'w', decision: 'approve', input: { location: 'Paris, France' } },
+        4,
+      ),
+    );
+    m.apply(
+      ev(
+        'tool.completed',
+        { tool_use_id: 'w', name: 'get_weather', input: { location: 'Paris, France' }, content: 'sunny' },
+        5,
+      ),
+    );
+    const call = conversation(m)[1].blocks[0].call;
+    assert.equal(call.state, 'done');
+    assert.deepEqual(call.input, { location: 'Paris, France' });
+  });
+
   it('a replay after a read that holds every turn shows each turn once, at every step', () => {
     // Opening a finished session: the read returns first, then the stream replays the log from its start — a
     // turn's `turn.started` and deltas (no revision) come before its `turn.completed`.

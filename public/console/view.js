@@ -100,6 +100,8 @@ export class SessionModel {
           decision: d.decision,
           reason: d.reason ?? null,
           by: d.by ?? null,
+          // An approval with an edited input: the call runs with it (the history read next holds it too).
+          input: d.input,
         });
         break;
       case 'session.error':
@@ -306,7 +308,9 @@ export function conversation(model) {
     return {
       id,
       name: b.name,
-      input: waiting.get(id)?.input ?? b.input,
+      // The input the call runs with: the edited one of its approval (or of its tool events) may be newer than the
+      // history read, whose tool_use block still has the model's.
+      input: waiting.get(id)?.input ?? model.decisions.get(id)?.input ?? ev?.input ?? b.input,
       result,
       state,
       duration: ev?.result?.duration_ms,
