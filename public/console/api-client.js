@@ -56,6 +56,7 @@ export function createApi(getKey) {
     getSession: (id) => call((x) => x.getSession(id)),
     messages: (id) => call((x) => x.listMessages(id)),
     iterations: (id) => call((x) => x.listIterations(id)),
+    children: (id) => call((x) => x.listChildren(id)),
     events: (id, after, limit = 1000) =>
       call((x) => x.listEvents(id, { limit, ...(after ? { after } : {}) })),
     create: (body) => call((x) => x.createSession(body)),

@@ -54,6 +54,7 @@ export function createApi(getKey) {
     getSession: (id) => request('GET', s(id)),
     messages: (id) => request('GET', `${s(id)}/messages`),
     iterations: (id) => request('GET', `${s(id)}/iterations`),
+    children: (id) => request('GET', `${s(id)}/children`),
     events: (id, after, limit = 1000) =>
       request('GET', `${s(id)}/events?limit=${limit}${after ? `&after=${encodeURIComponent(after)}` : ''}`),
     create: (body) => request('POST', '/v1/sessions', body),

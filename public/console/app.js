@@ -55,7 +55,11 @@ function KeyBar({ keySet, onSave, onForget }) {
   </form>`;
 }
 
-function SessionList({ current, version, onError }) {
+/**
+ * The tenant's sessions, read every LIST_POLL_MS (and when a session changes). `open`: `{id, status}` of the session
+ * shown beside the list, whose status its view follows live: shown for it instead of the one read last.
+ */
+function SessionList({ current, version, onError, open }) {
   const [sessions, setSessions] = useState(null);
   const [filter, setFilter] = useState('');
   const [query, setQuery] = useState('');
@@ -120,17 +124,17 @@ function SessionList({ current, version, onError }) {
         : shown.length === 0
           ? html`<p class="muted">${search ? 'No session matches.' : 'No sessions yet.'}</p>`
           : html`<ul class="session-list">
-              ${shown.map(
-                (s) =>
-                  html`<li key=${s.id} data-session=${s.id} data-status=${s.status}>
-                    <a href=${`#/sessions/${s.id}`} aria-current=${s.id === current ? 'page' : undefined}>
-                      ${sessionTitle(s) ? html`<span class="title">${sessionTitle(s)}</span>` : ''}
-                      <span class="sid">${s.id}</span>
-                      <${StatusBadge} status=${s.status} />
-                      <span class="meta">${listMeta(s, now)}</span>
-                    </a>
-                  </li>`,
-              )}
+              ${shown.map((listed) => {
+                const s = open?.id === listed.id ? { ...listed, status: open.status } : listed;
+                return html`<li key=${s.id} data-session=${s.id} data-status=${s.status}>
+                  <a href=${`#/sessions/${s.id}`} aria-current=${s.id === current ? 'page' : undefined}>
+                    ${sessionTitle(s) ? html`<span class="title">${sessionTitle(s)}</span>` : ''}
+                    <span class="sid">${s.id}</span>
+                    <${StatusBadge} status=${s.status} />
+                    <span class="meta">${listMeta(s, now)}</span>
+                  </a>
+                </li>`;
+              })}
             </ul>`
     }
   </nav>`;
@@ -379,6 +383,9 @@ function App() {
   /** Bumped when a session changes: the list is read again at once. */
   const [version, setVersion] = useState(0);
   const [listError, setListError] = useState(null);
+  /** `{id, status}` of the session open beside the list, as its view follows it. */
+  const [openStatus, setOpenStatus] = useState(null);
+  const onStatus = useCallback((id, status) => setOpenStatus({ id, status }), []);
   const onListError = useCallback((err) => setListError(err), []);
   const bump = () => setVersion((v) => v + 1);
   const rekey = () => {
@@ -420,7 +427,12 @@ function App() {
     ${
       ready
         ? html`<div class="layout">
-            <${SessionList} current=${route.session} version=${version} onError=${onListError} />
+            <${SessionList}
+              current=${route.session}
+              version=${version}
+              onError=${onListError}
+              open=${route.session && openStatus?.id === route.session ? openStatus : null}
+            />
             <main id="main">
               ${
                 route.session
@@ -428,6 +440,7 @@ function App() {
                       key=${`${route.session}:${keyVersion}`}
                       id=${route.session}
                       onChange=${bump}
+                      onStatus=${onStatus}
                     />`
                   : html`<${NewSession}
                       key=${keyVersion}

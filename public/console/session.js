@@ -5,6 +5,7 @@
 
 import { useEffect, useMemo, useRef, useState } from 'preact/hooks';
 import { ErrorNote, StatusBadge, api, html, pretty } from './ui.js';
+import { ChildPanel, useTree } from './children.js';
 import {
   SessionModel,
   canCompact,
@@ -23,18 +24,44 @@ const RENDER_EVERY_MS = 30;
 /** Events listed in the raw panel (the newest). */
 const PANEL_EVENTS = 2000;
 
-export function SessionView({ id, onChange }) {
+/** Reads of the history before settling for one the session moved on during (each retry: it moved on again). */
+const SNAPSHOT_TRIES = 4;
+
+/**
+ * The session, its history and its iteration records, as of one revision. Three GETs are not one read: a commit
+ * landing between them gives a history newer than the session's revision, whose turns the view then shows twice
+ * (from the history, and live from events it takes for newer). So the session is read again after the others:
+ * the same revision means nothing changed in between (every change moves it). When it moved, the later read is
+ * the lower bound next time. After SNAPSHOT_TRIES the last read is taken with the revision before it: the events
+ * of what moved have a higher revision, so they make the view read again.
+ */
+async function readSnapshot(id) {
+  let s = await api.getSession(id);
+  for (let attempt = 1; ; attempt++) {
+    const m = await api.messages(id);
+    // The turns' time and cost; the conversation shows without them if they cannot be read.
+    const r = await api.iterations(id).catch(() => null);
+    const again = await api.getSession(id);
+    if (again.revision === s.revision || attempt >= SNAPSHOT_TRIES) return { s, m, r };
+    s = again;
+  }
+}
+
+export function SessionView({ id, onChange, onStatus }) {
   const model = useMemo(() => new SessionModel(id), [id]);
   const [, setTick] = useState(0);
   const [conn, setConn] = useState('connecting');
   const [loadError, setLoadError] = useState(null);
   const [actionError, setActionError] = useState(null);
   const [busy, setBusy] = useState(false);
-  const refreshRef = useRef(() => Promise.resolve());
+  /** The effect's `refresh` and `remove`, for the action bar. */
+  const calls = useRef({ refresh: () => Promise.resolve(), remove: () => Promise.resolve() });
 
   useEffect(() => {
     let stopped = false;
+    /** Set once the session is deleted (or its DELETE is on its way): nothing is read of it any more. */
     let deleted = false;
+    let deleting = false;
     let renderTimer = null;
     const bump = () => {
       if (renderTimer === null)
@@ -47,6 +74,7 @@ export function SessionView({ id, onChange }) {
     let inflight = null;
     let again = false;
     const refresh = () => {
+      if (deleted || deleting) return Promise.resolve();
       if (inflight) {
         again = true;
         return inflight;
@@ -55,10 +83,7 @@ export function SessionView({ id, onChange }) {
         do {
           again = false;
           try {
-            const s = await api.getSession(id);
-            const m = await api.messages(id);
-            // The turns' time and cost; the conversation shows without them if they cannot be read.
-            const r = await api.iterations(id).catch(() => null);
+            const { s, m, r } = await readSnapshot(id);
             if (stopped) return;
             model.setSnapshot(s, m.data);
             if (r) model.setIterations(r.data);
@@ -67,18 +92,30 @@ export function SessionView({ id, onChange }) {
             if (!stopped) setLoadError(err);
           }
           bump();
-        } while (again && !stopped);
+        } while (again && !stopped && !deleted && !deleting);
         inflight = null;
       })();
       return inflight;
     };
-    refreshRef.current = refresh;
+    // No read of the session is on its way when it goes (it would answer 404, an error in the page's log): the read
+    // in flight ends first, and none starts until the DELETE has answered.
+    const remove = async () => {
+      deleting = true;
+      try {
+        await inflight;
+        const r = await api.remove(id);
+        deleted = true;
+        return r;
+      } finally {
+        deleting = false;
+      }
+    };
+    calls.current = { refresh, remove };
     refresh();
     const stream = api.follow(id, {
       onEvent(ev) {
-        const newer =
-          ev.revision !== null && ev.revision !== undefined && ev.revision > model.historyRevision;
-        model.apply(ev, newer);
+        const newer = typeof ev.revision === 'number' && ev.revision > model.historyRevision;
+        model.apply(ev);
         // A deleted session has nothing left to read.
         if (ev.type === 'session.deleted') deleted = true;
         if (newer && !deleted) {
@@ -111,11 +148,17 @@ export function SessionView({ id, onChange }) {
       return undefined;
     } finally {
       setBusy(false);
-      if (reread) refreshRef.current();
+      if (reread) calls.current.refresh();
     }
   };
 
   const s = model.session;
+  // Before the early return: a hook is called on every render.
+  const tree = useTree(s);
+  // The status this view follows live, for the session list (which reads every session only every few seconds).
+  useEffect(() => {
+    if (s) onStatus?.(id, s.status);
+  }, [s?.status]);
   if (!s) {
     return html`<section class="panel">
       <h2>Session <code>${id}</code></h2>
@@ -131,13 +174,13 @@ export function SessionView({ id, onChange }) {
   >
     <${SessionHeader} s=${s} conn=${conn} title=${sessionTitle(s, model.history)} />
     <${ErrorNote} error=${loadError} />
-    <${Required} s=${s} act=${act} busy=${busy} />
+    <${Required} s=${s} act=${act} busy=${busy} agents=${tree.agents} />
     <section class="conversation" aria-label="Conversation">
       ${items.length === 0 && html`<p class="muted">No messages yet.</p>`}
       ${items.map((it, i) =>
         it.kind === 'user'
           ? html`<${UserTurn} key=${`u${i}`} item=${it} />`
-          : html`<${AssistantTurn} key=${`a${i}`} item=${it} s=${s} act=${act} busy=${busy} />`,
+          : html`<${AssistantTurn} key=${`a${i}`} item=${it} s=${s} act=${act} busy=${busy} tree=${tree} />`,
       )}
       ${
         s.status === 'failed' &&
@@ -151,7 +194,7 @@ export function SessionView({ id, onChange }) {
     </section>
     <${ErrorNote} error=${actionError} />
     <${Composer} s=${s} act=${act} busy=${busy} />
-    <${Actions} s=${s} act=${act} busy=${busy} />
+    <${Actions} s=${s} act=${act} busy=${busy} remove=${() => calls.current.remove()} />
     <${Settings} s=${s} act=${act} busy=${busy} />
     <${EventsPanel} model=${model} />
   </article>`;
@@ -161,6 +204,7 @@ function SessionHeader({ s, conn, title }) {
   const u = s.usage ?? {};
   const cost = sessionCost(s);
   const parent = typeof s.metadata?.forked_from === 'string' ? s.metadata.forked_from : null;
+  const caller = s.parent?.session_id ?? null;
   return html`<header class="session-head">
     ${title && html`<p class="session-name">${title}</p>`}
     <h2 id="session-title"><code>${s.id}</code> <${StatusBadge} status=${s.status} /></h2>
@@ -173,6 +217,13 @@ function SessionHeader({ s, conn, title }) {
             ? ` at iteration ${s.metadata.forked_at_iteration}`
             : ''
         }
+      </p>`
+    }
+    ${
+      caller &&
+      html`<p class="parent-link">
+        Sub-agent session of <a href=${`#/sessions/${caller}`}><code>${caller}</code></a> (call
+        <code>${s.parent.tool_use_id}</code>)
       </p>`
     }
     <p class="conn conn-${conn}" role="status" aria-live="polite" data-conn=${conn}>${connLabel(conn)}</p>
@@ -225,15 +276,19 @@ function connLabel(conn) {
 }
 
 /** What the session waits for, in words, and the step-wide action (continue after a review). */
-function Required({ s, act, busy }) {
+function Required({ s, act, busy, agents }) {
   const r = s.required_action;
   if (s.status !== 'requires_action' || !r) return null;
   const n = r.tool_calls.length;
-  const text = {
-    approve_tool_calls: `${n} tool call${n === 1 ? '' : 's'} wait${n === 1 ? 's' : ''} for approval: approve, edit or deny ${n === 1 ? 'it' : 'each'} below.`,
-    submit_tool_results: `${n} client tool call${n === 1 ? '' : 's'} wait${n === 1 ? 's' : ''} for a result: submit ${n === 1 ? 'it' : 'each'} below.`,
-    review_tool_results: `The tool results wait for review: replace any below, then continue.`,
-  }[r.type];
+  const subAgents =
+    r.type === 'submit_tool_results' && n > 0 && r.tool_calls.every((c) => agents.has(c.name));
+  const text = subAgents
+    ? `${n} sub-agent call${n === 1 ? '' : 's'} wait${n === 1 ? 's' : ''} for ${n === 1 ? 'its session' : 'their sessions'}: see below what ${n === 1 ? 'it waits' : 'they wait'} for.`
+    : {
+        approve_tool_calls: `${n} tool call${n === 1 ? '' : 's'} wait${n === 1 ? 's' : ''} for approval: approve, edit or deny ${n === 1 ? 'it' : 'each'} below.`,
+        submit_tool_results: `${n} client tool call${n === 1 ? '' : 's'} wait${n === 1 ? 's' : ''} for a result: submit ${n === 1 ? 'it' : 'each'} below.`,
+        review_tool_results: `The tool results wait for review: replace any below, then continue.`,
+      }[r.type];
   return html`<div class="required" role="region" aria-label="Required action" data-type=${r.type}>
     <strong>Action needed.</strong> ${text}${' '}${
       r.type === 'review_tool_results' &&
@@ -253,7 +308,7 @@ function UserTurn({ item }) {
   </div>`;
 }
 
-function AssistantTurn({ item, s, act, busy }) {
+function AssistantTurn({ item, s, act, busy, tree }) {
   return html`<div class=${`turn assistant${item.live ? ' streaming' : ''}`} data-turn=${item.turn}>
     <div class="who">
       ${'Assistant '}<span class="muted">turn ${item.turn}</span>${item.live ? ' ' : ''}${
@@ -267,7 +322,7 @@ function AssistantTurn({ item, s, act, busy }) {
     </div>
     ${item.blocks.map((b) =>
       b.type === 'tool_use' && b.call
-        ? html`<${ToolCard} key=${b.id} call=${b.call} s=${s} act=${act} busy=${busy} />`
+        ? html`<${ToolCard} key=${b.id} call=${b.call} s=${s} act=${act} busy=${busy} tree=${tree} />`
         : html`<${Block} block=${b} />`,
     )}
   </div>`;
@@ -311,7 +366,7 @@ const CALL_STATES = {
   pending: 'pending',
 };
 
-function ToolCard({ call, s, act, busy }) {
+function ToolCard({ call, s, act, busy, tree }) {
   const isError = call.result?.is_error === true;
   const [editing, setEditing] = useState(false);
   const [inputText, setInputText] = useState(pretty(call.input ?? {}));
@@ -358,6 +413,7 @@ function ToolCard({ call, s, act, busy }) {
           <pre class=${`tool-result${isError ? ' error-text' : ''}`}>${resultText(call.result.content)}</pre>`
       }
     </div>
+    ${tree.agents.has(call.name) && html`<${ChildPanel} call=${call} tree=${tree} act=${act} busy=${busy} />`}
     ${
       call.state === 'awaiting_approval' &&
       html`<div class="tool-actions">
@@ -410,38 +466,49 @@ function ToolCard({ call, s, act, busy }) {
     }
     ${
       (call.state === 'awaiting_result' || call.state === 'under_review') &&
-      html`<div class="tool-actions">
-        <label for=${`result-${call.id}`}
-          >${call.state === 'awaiting_result' ? 'Result to submit' : 'Replace the result'}</label
-        >
-        <textarea
-          id=${`result-${call.id}`}
-          class="mono result-draft"
-          rows="3"
-          value=${resultDraft}
-          onInput=${(e) => setResultDraft(e.currentTarget.value)}
-        ></textarea>
-        <div class="row">
-          <label class="check"
-            ><input
-              type="checkbox"
-              checked=${resultIsError}
-              onChange=${(e) => setResultIsError(e.currentTarget.checked)}
-            />
-            is an error</label
+      html`<${tree.agents.has(call.name) && call.state === 'awaiting_result' ? AnswerYourself : Plain}>
+        <div class="tool-actions">
+          <label for=${`result-${call.id}`}
+            >${call.state === 'awaiting_result' ? 'Result to submit' : 'Replace the result'}</label
           >
-          <button
-            class="primary submit-result"
-            disabled=${busy || resultDraft === ''}
-            onClick=${submitResult}
-          >
-            ${call.state === 'awaiting_result' ? 'Submit result' : 'Replace result'}
-          </button>
-        </div>
-      </div>`
+          <textarea
+            id=${`result-${call.id}`}
+            class="mono result-draft"
+            rows="3"
+            value=${resultDraft}
+            onInput=${(e) => setResultDraft(e.currentTarget.value)}
+          ></textarea>
+          <div class="row">
+            <label class="check"
+              ><input
+                type="checkbox"
+                checked=${resultIsError}
+                onChange=${(e) => setResultIsError(e.currentTarget.checked)}
+              />
+              is an error</label
+            >
+            <button
+              class="primary submit-result"
+              disabled=${busy || resultDraft === ''}
+              onClick=${submitResult}
+            >
+              ${call.state === 'awaiting_result' ? 'Submit result' : 'Replace result'}
+            </button>
+          </div>
+        </div><//
+      >`
     }
   </section>`;
 }
+
+const Plain = ({ children }) => children;
+
+/** An agent call's result form, folded: its sub-agent answers it (a result given here drops the child's). */
+const AnswerYourself = ({ children }) =>
+  html`<details class="answer-yourself">
+    <summary>Answer the call yourself (the sub-agent's result is then dropped)</summary>
+    ${children}
+  </details>`;
 
 function Composer({ s, act, busy }) {
   const [text, setText] = useState('');
@@ -481,7 +548,7 @@ function Composer({ s, act, busy }) {
   </form>`;
 }
 
-function Actions({ s, act, busy }) {
+function Actions({ s, act, busy, remove }) {
   const [retryTokens, setRetryTokens] = useState('');
   /** Empty: the latest iteration. */
   const [forkAt, setForkAt] = useState('');
@@ -555,8 +622,7 @@ function Actions({ s, act, busy }) {
           ? html`<button
                 class="danger"
                 disabled=${busy}
-                onClick=${async () =>
-                  (await act(() => api.remove(s.id), { reread: false })) && (location.hash = '#/')}
+                onClick=${async () => (await act(remove, { reread: false })) && (location.hash = '#/')}
               >
                 Delete for good
               </button>

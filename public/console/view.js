@@ -36,13 +36,19 @@ export class SessionModel {
     this.iterations = [];
     /** iteration → cost in dollars, from `turn.completed` (`data.usage.cost_usd`): turns not yet in a record read. */
     this.turnCosts = new Map();
+    /**
+     * The newest `session.status` event applied, `{revision, data}`. A snapshot read while the stream ran ahead of
+     * it (its revision below this one's) shows this status, not its own older one (`withLatestStatus`).
+     */
+    this.latestStatus = null;
   }
 
   /**
-   * Applies one event. `newer`: the event is more recent than the session read last (its revision is higher), so
-   * its status may replace the one read; older events (a replay) only fill in the log, turns and tool timings.
+   * Applies one event, once (a repeated or earlier id is ignored). An event more recent than the snapshot (its
+   * revision higher) may change the status shown; older events (a replay) only fill in the log, turns and tool
+   * timings. Returns whether the event was new.
    */
-  apply(ev, newer) {
+  apply(ev) {
     if (this.eventIds.has(ev.id)) return false;
     const prev = this.events.at(-1);
     if (prev && compareIds(ev.id, prev.id) <= 0) return false;
@@ -94,6 +100,8 @@ export class SessionModel {
           decision: d.decision,
           reason: d.reason ?? null,
           by: d.by ?? null,
+          // An approval with an edited input: the call runs with it (the history read next holds it too).
+          input: d.input,
         });
         break;
       case 'session.error':
@@ -104,15 +112,10 @@ export class SessionModel {
           // A turn cut short (cancel, failure) never completes: its partial text is not in the history.
           for (const [it, t] of this.live) if (t.state === 'streaming') this.live.delete(it);
         }
-        if (this.session && newer) {
-          this.session = {
-            ...this.session,
-            status: d.status,
-            required_action: d.required_action,
-            stop_reason: d.stop_reason,
-            error: d.error,
-          };
-        }
+        // A replay (`revision` at most the snapshot's) only fills in the log: the snapshot is fresher.
+        if (typeof ev.revision === 'number' && ev.revision >= (this.latestStatus?.revision ?? -1))
+          this.latestStatus = { revision: ev.revision, data: d };
+        this.session = this.withLatestStatus(this.session);
         break;
       case 'message.queued':
         this.queued.push({ revision: ev.revision ?? 0, message: d.message, interrupt: d.interrupt });
@@ -147,14 +150,32 @@ export class SessionModel {
     return t;
   }
 
-  /** A fresh read of the session and its history. */
+  /**
+   * A read of the session and its history, consistent with each other: the history is the one of the session's
+   * revision (session.js reads the session again after the history, and again while the revision moved). Events
+   * the stream delivered before this read returned may be newer than it: the latest status among them still shows.
+   */
   setSnapshot(session, history) {
-    this.session = session;
     this.history = history;
     this.historyRevision = session.revision;
     this.historyIteration = session.iteration ?? -1;
-    // Completed turns the history now holds are shown from the history only.
+    this.session = this.withLatestStatus(session);
+    // Turns the history now holds are shown from the history only.
     for (const [it, t] of this.live) if (this.inHistory(t)) this.live.delete(it);
+  }
+
+  /** `s` with the status of the newest `session.status` event, when that event is newer than the snapshot. */
+  withLatestStatus(s) {
+    const latest = this.latestStatus;
+    if (!s || !latest || latest.revision <= this.historyRevision) return s;
+    const d = latest.data;
+    return {
+      ...s,
+      status: d.status,
+      required_action: d.required_action,
+      stop_reason: d.stop_reason,
+      error: d.error,
+    };
   }
 
   /** The iteration records, read with a snapshot (an array; anything else is ignored). */
@@ -163,12 +184,16 @@ export class SessionModel {
   }
 
   /**
-   * Whether the history read holds this completed turn's reply: its commit is at most the history's revision, or
-   * (for a turn whose events carry no revision, committed later with its results) the session had counted it.
+   * Whether the history read holds this turn's reply. A turn completed in a commit: that commit is at most the
+   * history's revision. A turn whose events carry no revision — one still streaming (`turn.started`,
+   * `stream.event`), or completed outside a commit (its reply committed later, with its results): the session read
+   * had counted its iteration. (A replay delivers a turn's `turn.started` after a snapshot that already holds it;
+   * shown live, it would be shown twice. A turn started again after a drop — retry, interrupt — has an iteration the
+   * snapshot still counts only until the refresh that the drop's event, which has a revision, asks for.)
    */
   inHistory(t) {
-    if (t.state !== 'completed') return false;
-    if (t.completedRevision !== null && t.completedRevision <= this.historyRevision) return true;
+    if (t.state === 'completed' && t.completedRevision !== null)
+      return t.completedRevision <= this.historyRevision;
     return this.historyIteration >= t.iteration;
   }
 
@@ -283,7 +308,9 @@ export function conversation(model) {
     return {
       id,
       name: b.name,
-      input: waiting.get(id)?.input ?? b.input,
+      // The input the call runs with: the edited one of its approval (or of its tool events) may be newer than the
+      // history read, whose tool_use block still has the model's.
+      input: waiting.get(id)?.input ?? model.decisions.get(id)?.input ?? ev?.input ?? b.input,
       result,
       state,
       duration: ev?.result?.duration_ms,

@@ -264,6 +264,11 @@ export class SessionsClient {
     return this.unwrap(this.api.GET('/v1/sessions/{id}/messages', { params: { path: { id }, query } }));
   }
 
+  /** The sessions the session's sub-agent calls created, oldest first; each child's `parent` names its call. */
+  listChildren(id: string) {
+    return this.unwrap(this.api.GET('/v1/sessions/{id}/children', { params: { path: { id } } }));
+  }
+
   listIterations(id: string) {
     return this.unwrap(this.api.GET('/v1/sessions/{id}/iterations', { params: { path: { id } } }));
   }
