@@ -6446,6 +6446,7 @@ export interface operations {
             | 'schedule.skipped'
             | 'action.expiring'
             | 'action.timed_out'
+            | 'children.waiting'
           )[];
           description?: string;
         };
@@ -6807,6 +6808,7 @@ export interface operations {
             | 'schedule.skipped'
             | 'action.expiring'
             | 'action.timed_out'
+            | 'children.waiting'
           )[];
           description?: string | null;
           disabled?: boolean;
