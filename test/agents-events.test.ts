@@ -16,13 +16,13 @@ import { connectWs, type Envelope } from './fixtures/event-clients.js';
 import { defineLuaCommands } from '../src/store/lua-commands.js';
 import '../src/agents/lua/commands.js';
 
-const systemOf = (req: FakeRequest) =>
-  typeof req.body.system === 'string' ? req.body.system : (req.body.system ?? []).map((b) => b.text).join('');
+/** The effective system prompt (a thread's `continue` request carries none: the fake keeps it). */
+const systemOf = (req: FakeRequest) => JSON.stringify(req.system ?? '');
 
 /** Each level calls the one below once (the fetcher calls `get_weather`), then answers with a text. */
 function tree(req: FakeRequest) {
   const sys = systemOf(req);
-  const last = req.body.messages.at(-1);
+  const last = req.messages.at(-1);
   const answered = Array.isArray(last?.content) && last.content.some((b) => b.type === 'tool_result');
   if (sys.includes('fetcher'))
     return answered ? text('Fetched: sunny.') : toolCall('get_weather', { location: 'Paris' });
@@ -155,5 +155,57 @@ describe('sub-agents: the parent tells what its descendants wait for', { timeout
     );
     assert.equal(await tell('f2', 'gone'), 0);
     assert.equal(await r.exists('s:{gone}:e'), 0);
+  });
+});
+
+describe('sub-agents and the quotas', { timeout: 120_000 }, () => {
+  let redis: TestRedis;
+  let fake: FakeAnthropic;
+  let h: Harness;
+
+  before(async () => {
+    [redis, fake] = await Promise.all([startTestRedis(), startFakeAnthropic({ strictAlternation: true })]);
+    fake.setHandler(tree);
+    h = await startHarness({
+      env: {
+        API_KEYS: 'a:key-a',
+        AGENT_SWEEP_MS: '50',
+        TENANT_MAX_ACTIVE_RUNS: '1',
+        TENANT_MAX_SESSIONS: '2',
+      },
+      redis,
+      fakeServer: fake,
+    });
+  });
+  after(async () => {
+    await h.close();
+    await fake.close();
+    await redis.stop();
+  });
+
+  it('a waiting parent holds no run slot; its child counts in TENANT_MAX_SESSIONS', async () => {
+    const a = h.api.as('key-a');
+    const researcher = agent('researcher', { system: 'You are a researcher.' });
+    const root = await a.post('/v1/sessions', {
+      system: 'You are a writer.',
+      input: 'Write.',
+      tools: [researcher],
+    });
+    assert.equal(root.status, 201, JSON.stringify(root.body));
+    const done = await a.waitFor(root.body.id, (s) => s.status === 'idle', 30_000);
+    assert.equal(done.stop_reason, 'end_turn');
+    // With one run slot for the tenant, the child ran while its parent waited: its text is the result, no error.
+    const history = (await a.get(`/v1/sessions/${root.body.id}/messages`)).body.data;
+    const result = history
+      .flatMap((m: { content: unknown }) => (Array.isArray(m.content) ? m.content : []))
+      .find((b: { type: string }) => b.type === 'tool_result');
+    assert.equal(result.is_error ?? false, false, JSON.stringify(result));
+    assert.match(JSON.stringify(result.content), /Findings: it is sunny/);
+    const children = (await a.get(`/v1/sessions/${root.body.id}/children`)).body.data;
+    assert.equal(children.length, 1);
+    // The parent and its child are the tenant's 2 sessions: a third is refused.
+    const third = await a.post('/v1/sessions', { input: 'x', start: false });
+    assert.equal(third.status, 429);
+    assert.equal(third.body.error.details.quota, 'TENANT_MAX_SESSIONS');
   });
 });
