@@ -4,6 +4,9 @@
  * graceful restarts, one Redis crash + restart, upstream errors and cut streams injected. Then every session must
  * reach `idle` (failed ones are resumed), and every history must be valid and match what the model sent: roles
  * alternate, each tool_use answered exactly once, no assistant turn twice, no cut reply, nothing persisted lost.
+ * Meanwhile two schedules fire every 2 and 3 s (`overlap` allow and skip) and sub-agent trees of two levels run
+ * (root → researcher → fetcher calling the non-idempotent `sleep`; chaos-agents.ts): every fire must have created
+ * exactly one session, every tree must complete with one child per call, and no `sleep` call may have run twice.
  *
  * It prints its figures; with UPDATE_DOCS=1 it also writes them into docs/RELIABILITY.md (the section between the chaos
  * markers), so that `npm test` leaves the tree clean. Knobs: CHAOS_SEED, CHAOS_SESSIONS, CHAOS_SECONDS.
@@ -34,12 +37,22 @@ import {
   redisClient,
   storedHistory,
   tagged,
+  until,
   verifyLoopHistory,
 } from './chaos-lib.js';
+import {
+  TreeModel,
+  treeRootSystem,
+  treeTools,
+  verifySchedule,
+  verifyTree,
+  storedSessions,
+} from './chaos-agents.js';
 
 const SEED = Number(process.env['CHAOS_SEED']) || Date.now() % 1_000_000_007;
 const SESSIONS = Number(process.env['CHAOS_SESSIONS']) || 20;
 const CHAOS_MS = (Number(process.env['CHAOS_SECONDS']) || 35) * 1000;
+const TREES = Number(process.env['CHAOS_TREES']) || 6;
 const SETTLE_MS = 90_000;
 const MAX_ACTIONS = 16;
 const REPLICAS = 3;
@@ -70,7 +83,7 @@ interface Tracked {
   resumes: number;
 }
 
-describe('chaos', { timeout: 240_000 }, () => {
+describe('chaos', { timeout: 290_000 }, () => {
   const rnd = prng(SEED);
   const pick = <T>(xs: T[]): T => xs[Math.floor(rnd() * xs.length)]!;
   let redis: TestRedis;
@@ -103,7 +116,11 @@ describe('chaos', { timeout: 240_000 }, () => {
     resumes: 0,
   }));
   const byTag = new Map(sessions.map((s) => [s.tag, s]));
-  const turnsOf = (tag: string) => 14 + ((byTag.get(tag)?.index ?? 0) % 7);
+  /** Loops of 14–20 turns; the schedules' sessions (tag `sched…`) are loops of 3. */
+  const turnsOf = (tag: string) => (byTag.has(tag) ? 14 + (byTag.get(tag)!.index % 7) : 3);
+  const trees = Array.from({ length: TREES }, (_, i) => ({ tag: `tree${i}`, id: null as string | null }));
+  const schedules: Array<{ id: string; overlap: 'allow' | 'skip' }> = [];
+  const tree = new TreeModel();
 
   const model = new LoopModel({
     turns: turnsOf,
@@ -115,7 +132,8 @@ describe('chaos', { timeout: 240_000 }, () => {
         : { name: tool, input: { ms: 300, label: `${tag}/${turn}` } };
     },
     fault: (tag) => {
-      if (!faultsOn) return null;
+      // Upstream faults hit the tracked loops only (the trees' and schedules' sessions meet the kills).
+      if (!faultsOn || !byTag.has(tag)) return null;
       const error = () => {
         figures.upstreamErrors++;
         return pick<() => FakeReply>([
@@ -153,6 +171,9 @@ describe('chaos', { timeout: 240_000 }, () => {
       SERVER_TOOLS_MODULE: TEST_TOOLS_MODULE,
       TEST_TOOLS_LOG: toolLog,
       LOG_LEVEL: 'warn',
+      SCHEDULES_TEST_SECONDS: 'true',
+      SCHEDULE_SWEEP_MS: '200',
+      AGENT_SWEEP_MS: '100',
     });
   const startSlot = async (slot: number) => {
     procs[slot] = null;
@@ -161,7 +182,7 @@ describe('chaos', { timeout: 240_000 }, () => {
       try {
         procs[slot] = await spawnService(
           { ...env(), LOG_LEVEL: 'info' },
-          { name: `chaos${slot}`, readyTimeoutMs: 45_000 },
+          { name: `chaos${slot}`, readyTimeoutMs: 90_000 },
         );
         figures.startMs.push(Date.now() - t0);
         return;
@@ -201,6 +222,57 @@ describe('chaos', { timeout: 240_000 }, () => {
         await sleep(200);
       }
     }
+  }
+
+  async function createTree(t: { tag: string; id: string | null }): Promise<void> {
+    const body = { system: treeRootSystem, input: tagged(t.tag), tools: treeTools() };
+    for (let attempt = 0; attempt < 200 && !t.id; attempt++) {
+      const res = await anyReplica('POST', '/v1/sessions', body, {
+        'idempotency-key': `chaos-${SEED}-${t.tag}`,
+      });
+      if (res?.status === 201) t.id = res.body.id;
+      else await sleep(200);
+    }
+  }
+
+  /** Created before the chaos (a create is not idempotent): fires every 2 s (allow) and every 3 s (skip). */
+  async function createSchedules(): Promise<void> {
+    for (const [cron, overlap, tag] of [
+      ['*/2 * * * * *', 'allow', 'schedA'],
+      ['*/3 * * * * *', 'skip', 'schedS'],
+    ] as const) {
+      const session = { input: tagged(tag), tools: ['calculate_sum'], max_iterations: 20 };
+      const res = await anyReplica('POST', '/v1/schedules', { cron, overlap, session });
+      assert.equal(res?.status, 201, JSON.stringify(res?.body));
+      schedules.push({ id: res!.body.id, overlap });
+    }
+  }
+
+  /** Pauses the schedules (retried through the chaos' aftermath) and waits until no fire of theirs is pending. */
+  async function stopSchedules(): Promise<void> {
+    for (const sc of schedules) {
+      await until(
+        async () => (await anyReplica('PATCH', `/v1/schedules/${sc.id}`, { paused: true }))?.status === 200,
+        30_000,
+        'pause',
+      );
+      await until(async () => (await r.hget(`s:{${sc.id}}`, 'pending')) === null, 30_000, 'no fire pending');
+    }
+  }
+
+  /** Waits until every tree root and scheduled session is idle; failed ones are resumed (none should fail). */
+  async function settleOthers(deadline: number): Promise<number> {
+    let resumed = 0;
+    while (Date.now() < deadline) {
+      const all = await storedSessions(r);
+      const mine = all.filter((x) => !sessions.some((s) => s.id === x.id) && x.parent === null);
+      const open = mine.filter((x) => x.status !== 'idle');
+      if (open.length === 0 && trees.every((t) => t.id)) return resumed;
+      for (const x of open.filter((o) => o.status === 'failed'))
+        if (((await anyReplica('POST', `/v1/sessions/${x.id}/resume`))?.status ?? 500) < 300) resumed++;
+      await sleep(250);
+    }
+    return resumed;
   }
 
   /** Polls every session through random replicas: snapshots histories, resumes failed ones, notes finished ones. */
@@ -334,7 +406,10 @@ describe('chaos', { timeout: 240_000 }, () => {
     await writeFile(toolLog, '');
     [redis, fake] = await Promise.all([
       startTestRedis({ appendonly: true }),
-      startFakeAnthropic({ strictAlternation: true, handler: model.handler }),
+      startFakeAnthropic({
+        strictAlternation: true,
+        handler: (req, i) => (TreeModel.roleOf(req) ? tree.handler(req) : model.handler(req, i)),
+      }),
     ]);
     r = redisClient(redis.url);
     await Promise.all(Array.from({ length: REPLICAS }, (_, i) => startSlot(i)));
@@ -351,18 +426,21 @@ describe('chaos', { timeout: 240_000 }, () => {
     console.log(`# chaos seed ${SEED} (replay with CHAOS_SEED=${SEED})`);
     const firstWave = sessions.slice(0, Math.ceil(SESSIONS / 2));
     const secondWave = sessions.slice(firstWave.length);
-    await Promise.all(firstWave.map(create));
+    await createSchedules();
+    await Promise.all([...firstWave.map(create), ...trees.slice(0, TREES / 2).map(createTree)]);
     let chaosOver = false;
     const driver = drive(t0 + CHAOS_MS + SETTLE_MS, () => sessions.every((s) => s.done));
     const chaosRun = chaos(t0 + CHAOS_MS).finally(() => (chaosOver = true));
     await sleep(CHAOS_MS / 4);
-    await Promise.all(secondWave.map(create));
+    await Promise.all([...secondWave.map(create), ...trees.slice(TREES / 2).map(createTree)]);
     await chaosRun;
     assert.ok(chaosOver);
+    await stopSchedules();
     // Settle: faults off, every replica up; failed sessions are resumed by the driver until all are idle.
     faultsOn = false;
     for (let slot = 0; slot < REPLICAS; slot++) if (!procs[slot]?.running()) await startSlot(slot);
     await driver;
+    const othersResumed = await settleOthers(t0 + CHAOS_MS + SETTLE_MS);
     const elapsedMs = Date.now() - t0;
 
     // ---- verification ----
@@ -429,6 +507,53 @@ describe('chaos', { timeout: 240_000 }, () => {
         }
       }
     }
+    // The trees: complete, one child per call, no `sleep` of theirs run twice; the schedules: one session per fire.
+    const stored = await storedSessions(r);
+    const agents = {
+      trees: TREES,
+      treeSessions: 0,
+      sleeps: 0,
+      fires: 0,
+      skips: 0,
+      scheduled: 0,
+      othersResumed,
+    };
+    for (const t of trees) {
+      if (!t.id) {
+        problems.push(`${t.tag}: never created`);
+        continue;
+      }
+      const v = await verifyTree(r, stored, t.id, t.tag);
+      problems.push(...v.problems);
+      agents.treeSessions += 3;
+      for (const id of v.sleepCalls) {
+        agents.sleeps++;
+        if ((starts.get(id) ?? 0) > 1)
+          problems.push(`${t.tag}: non-idempotent ${id} ran ${starts.get(id)} times`);
+      }
+    }
+    for (const sc of schedules) {
+      const v = await verifySchedule(r, stored, sc.id);
+      problems.push(...v.problems);
+      agents.fires += v.fires;
+      agents.skips += v.skips;
+      agents.scheduled += v.sessions.length;
+      if (sc.overlap === 'allow' && v.skips > 0) problems.push(`${sc.id}: overlap allow skipped ${v.skips}`);
+      for (const id of v.sessions) {
+        const tag = sc.overlap === 'allow' ? 'schedA' : 'schedS';
+        const verdict = verifyLoopHistory(await storedHistory(r, id), model, tag);
+        duplicated += verdict.duplicated;
+        problems.push(...verdict.problems.map((p) => `${sc.id} ${id}: ${p}`));
+      }
+    }
+    if (agents.fires < 5) problems.push(`the schedules fired ${agents.fires} times only`);
+    // Sessions that are no tracked loop, tree node or fire: a client create retried after its replica died before
+    // the answer (its Idempotency-Key not yet recorded). Counted, not failed; none may be left running (below).
+    const known = new Set([...sessions.map((x) => x.id), ...trees.map((t) => t.id)]);
+    const extra = stored.filter(
+      (x) => !known.has(x.id) && x.parent === null && x.metadata['schedule_id'] === undefined,
+    );
+    Object.assign(agents, { unaccountedCreates: extra.length });
     // Nothing else in the store is left running (e.g. a session a failed create left behind).
     const metas = (await r.keys('s:{*}')).filter((k) => /^s:\{[^}]+\}$/.test(k));
     for (const k of metas) {
@@ -449,6 +574,7 @@ describe('chaos', { timeout: 240_000 }, () => {
       maxTurns: Math.max(...sessions.map((s) => turnsOf(s.tag))),
       messages,
       ...figures,
+      ...agents,
       lost,
       duplicated,
       stuck,
@@ -495,6 +621,8 @@ async function writeFigures(x: Record<string, any>): Promise<void> {
     `| resumes of failed sessions | ${x['resumes']} |`,
     `| non-idempotent tool calls answered "interrupted" | ${x['interrupted']} |`,
     `| idempotent tool calls run again after a crash | ${x['idempotentReruns']} |`,
+    `| sub-agent trees (root → researcher → fetcher) completed | ${x['trees']} (${x['treeSessions']} sessions, ${x['sleeps']} non-idempotent calls, none run twice) |`,
+    `| schedule fires (every 2 s allow, every 3 s skip): sessions created | ${x['fires']}: ${x['scheduled']} (${x['skips']} skipped for overlap) |`,
     `| **messages lost** | **${x['lost']}** |`,
     `| **messages duplicated** | **${x['duplicated']}** |`,
     `| **sessions stuck** | **${x['stuck']}** |`,

@@ -1,14 +1,13 @@
-import { createHash } from 'node:crypto';
 import type { FastifyBaseLogger as Logger } from 'fastify';
 import { AppError } from '../errors.js';
 import { createSessionBody, isAgentTool, type AgentTool } from '../schemas.js';
 import type { SessionService } from '../sessions/service.js';
-import { sessionView, type SessionView } from '../sessions/view.js';
 import { AGENTS_DUE_KEY } from '../store/keys.js';
 import type { RedisClient } from '../store/lua-commands.js';
 import { childUsageIncr, type SessionState } from '../store/session-state.js';
 import type { SessionStore } from '../store/store.js';
 import { SweepLoop } from '../sweep-loop.js';
+import { childSessionId, WaitingTree, type ChildWaiting } from './waiting.js';
 
 /**
  * Sub-agents (spec §7.6). A call to an `agent` tool is a client call to the engine: the parent's run ends at
@@ -27,9 +26,6 @@ const IDLE_MS = 3_600_000;
 
 export const childrenKey = (parentId: string) => `s:{${parentId}}:children`;
 
-export const childSessionId = (parentId: string, toolUseId: string) =>
-  `ses_sub${createHash('sha256').update(`${parentId}:${toolUseId}`).digest('hex').slice(0, 24)}`;
-
 export interface AgentSweepOptions {
   redis: RedisClient;
   store: SessionStore;
@@ -42,19 +38,12 @@ export interface AgentSweepOptions {
 
 type Result = { content: string; is_error: boolean };
 
-type Action = NonNullable<SessionView['required_action']>;
-/** A child that waits for a client, as its parent's `required_action.children_waiting` names it. */
-export interface ChildWaiting {
-  session_id: string;
-  /** The parent's agent call the child answers. */
-  tool_use_id: string;
-  required_action: Action & { children_waiting?: ChildWaiting[] };
-}
-
 export class AgentSweep {
   private readonly loop: SweepLoop;
+  private readonly tree: WaitingTree;
 
   constructor(private readonly opts: AgentSweepOptions) {
+    this.tree = new WaitingTree(opts.redis, opts.store);
     this.loop = new SweepLoop(
       () => this.sweep(),
       opts.sweepMs,
@@ -96,6 +85,8 @@ export class AgentSweep {
     } else if (s.status === 'requires_action' && (await this.spawn(s))) {
       next = Date.now() + RECHECK_MS;
     }
+    // Before the member is moved on: a crash here leaves it due, so the next look tells what this one did not.
+    await this.tree.tellUp(id);
     await redis.zadd(AGENTS_DUE_KEY, 'XX', next, id);
   }
 
@@ -239,28 +230,9 @@ export class AgentSweep {
     await this.opts.redis.del(key);
   }
 
-  /**
-   * The children the session's open agent calls wait for that wait for a client themselves (`requires_action`),
-   * with their `required_action` (and theirs, in turn): what `GET /v1/sessions/:id` shows as
-   * `required_action.children_waiting`.
-   */
-  async waiting(s: SessionState): Promise<ChildWaiting[]> {
-    if (s.status !== 'requires_action') return [];
-    const agents = new Set(s.tools.filter(isAgentTool).map((t) => t.name));
-    const out: ChildWaiting[] = [];
-    for (const c of s.pending?.calls ?? []) {
-      if (c.kind !== 'client' || c.result || !agents.has(c.name)) continue;
-      const child = await this.opts.store.load(childSessionId(s.id, c.id));
-      const action = child && child.tenant === s.tenant ? sessionView(child).required_action : null;
-      if (!child || !action) continue;
-      const below = await this.waiting(child);
-      out.push({
-        session_id: child.id,
-        tool_use_id: c.id,
-        required_action: below.length ? { ...action, children_waiting: below } : action,
-      });
-    }
-    return out;
+  /** What `GET /v1/sessions/:id` shows as `required_action.children_waiting` (waiting.ts). */
+  waiting(s: SessionState): Promise<ChildWaiting[]> {
+    return this.tree.waiting(s);
   }
 
   /** The children of a session, oldest first. */

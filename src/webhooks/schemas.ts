@@ -38,6 +38,7 @@ export const EVENT_TYPES = [
   'schedule.skipped',
   'action.expiring',
   'action.timed_out',
+  'children.waiting',
 ] as const;
 
 /** The type of the event a test delivery carries (`POST /v1/webhooks/:id/test`). */

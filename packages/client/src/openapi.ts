@@ -7431,6 +7431,7 @@ export interface operations {
             | 'schedule.skipped'
             | 'action.expiring'
             | 'action.timed_out'
+            | 'children.waiting'
           )[];
           description?: string;
         };
@@ -7792,6 +7793,7 @@ export interface operations {
             | 'schedule.skipped'
             | 'action.expiring'
             | 'action.timed_out'
+            | 'children.waiting'
           )[];
           description?: string | null;
           disabled?: boolean;

@@ -1,0 +1,16 @@
+/**
+ * The types of the sub-agents' scripts (the `.lua` files beside this one), defined by
+ * `defineLuaCommands(redis, …, 'agents')` as `agents<Name>` (src/store/lua-commands.ts), keys first, then arguments.
+ */
+import type { Result } from 'ioredis';
+
+declare module 'ioredis' {
+  interface RedisCommander<Context> {
+    /** children-waiting-2.lua: 1 when the event was written, 0 when the list is unchanged. */
+    agentsChildrenWaiting(
+      meta: string,
+      events: string,
+      ...args: Array<string | number>
+    ): Result<number, Context>;
+  }
+}
