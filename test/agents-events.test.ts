@@ -7,9 +7,9 @@
 import { after, before, describe, it } from 'node:test';
 import assert from 'node:assert/strict';
 import { Redis } from 'ioredis';
-import { startFakeAnthropic, type FakeAnthropic } from '../src/fake/server.js';
-import { text, toolCall } from '../src/fake/script.js';
-import type { FakeRequest } from '../src/fake/wire.js';
+import { startFakeAnthropic, type FakeAnthropic } from './fake/server.js';
+import { text, toolCall } from './fake/script.js';
+import type { FakeRequest } from '../src/offline/wire.js';
 import { startHarness, type Api, type Harness } from './helpers/service.js';
 import { startTestRedis, type TestRedis } from './helpers/redis.js';
 import { connectWs, type Envelope } from './fixtures/event-clients.js';

@@ -6,7 +6,7 @@
  */
 import type { Redis } from 'ioredis';
 import { checkHistory, type StoredMessage } from '../src/history.js';
-import { text, toolCall, type FakeReply, type FakeRequest } from '../src/fake/server.js';
+import { text, toolCall, type FakeReply, type FakeRequest } from './fake/server.js';
 import { storedHistory, tagOf } from './chaos-lib.js';
 
 const ROLES = ['root', 'researcher', 'fetcher'] as const;

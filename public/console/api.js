@@ -10,6 +10,11 @@ export { ApiError, compareIds };
  * @param {() => string} getKey the bearer key, read on every request (the person may change it)
  */
 export function createApi(getKey) {
+  /**
+   * A read that hangs (a stalled socket, a request queued behind the browser's per-host connection limit) is given
+   * up after GET_TIMEOUT_MS, so a view that polls reads again instead of waiting on it forever.
+   */
+  const GET_TIMEOUT_MS = 10_000;
   async function request(method, path, body) {
     const key = getKey();
     const headers = {};
@@ -21,6 +26,7 @@ export function createApi(getKey) {
         method,
         headers,
         body: body === undefined ? undefined : JSON.stringify(body),
+        signal: method === 'GET' ? AbortSignal.timeout(GET_TIMEOUT_MS) : undefined,
       });
     } catch (err) {
       throw new ApiError(0, 'network_error', `The service cannot be reached (${err.message}).`);

@@ -1,7 +1,7 @@
 import { createHash } from 'node:crypto';
 import { isAgentTool } from '../schemas.js';
 import { sessionView, type SessionView } from '../sessions/view.js';
-import { eventsChannel, sessionKeys } from '../store/keys.js';
+import { channelName, eventsChannel, sessionKeys } from '../store/keys.js';
 import { defineLuaCommands, type RedisClient } from '../store/lua-commands.js';
 import type { SessionState } from '../store/session-state.js';
 import { EVENT_LOG_MAX_BYTES, NOTICE_MAX_BYTES, type SessionStore } from '../store/store.js';
@@ -102,7 +102,7 @@ export class WaitingTree {
       k.events,
       fp,
       data,
-      eventsChannel(s.id),
+      channelName(this.redis, eventsChannel(s.id)),
       o.eventLogMax,
       Date.now(),
       NOTICE_MAX_BYTES,

@@ -290,6 +290,16 @@ export function eventDataSchemas(session: z.ZodType) {
     }),
     'action.expiring': z.looseObject(actionData),
     'action.timed_out': z.looseObject({ ...actionData, on_action_timeout: z.enum(['deny', 'fail']) }),
+    // The descendants waiting for a client, as the parent's `required_action.children_waiting` (src/agents/waiting.ts).
+    'children.waiting': z.looseObject({
+      children_waiting: z.array(
+        z.looseObject({
+          session_id: z.string(),
+          tool_use_id: z.string(),
+          required_action: z.looseObject({}),
+        }),
+      ),
+    }),
   } satisfies Record<EventType, z.ZodType>;
 }
 

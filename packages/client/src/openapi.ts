@@ -2342,6 +2342,32 @@ export interface components {
         [key: string]: unknown;
       };
     };
+    ChildrenWaitingEvent: {
+      /** @description The event id (`<ms>-<seq>`): the cursor to resume after this event. */
+      id: string;
+      session_id: string;
+      /** Format: date-time */
+      at: string;
+      revision: number | null;
+      /**
+       * @description discriminator enum property added by openapi-typescript
+       * @enum {string}
+       */
+      type: 'children.waiting';
+      data: {
+        children_waiting: ({
+          session_id: string;
+          tool_use_id: string;
+          required_action: {
+            [key: string]: unknown;
+          };
+        } & {
+          [key: string]: unknown;
+        })[];
+      } & {
+        [key: string]: unknown;
+      };
+    };
     Event:
       | components['schemas']['SessionCreatedEvent']
       | components['schemas']['SessionUpdatedEvent']
@@ -2373,7 +2399,8 @@ export interface components {
       | components['schemas']['ScheduleFiredEvent']
       | components['schemas']['ScheduleSkippedEvent']
       | components['schemas']['ActionExpiringEvent']
-      | components['schemas']['ActionTimedOutEvent'];
+      | components['schemas']['ActionTimedOutEvent']
+      | components['schemas']['ChildrenWaitingEvent'];
     EventPage: {
       data: components['schemas']['Event'][];
       next_cursor: string | null;
