@@ -297,7 +297,14 @@ describe('docker-compose.yml', () => {
 
   test('redis: ${REDIS_IMAGE:-redis:7-alpine} with AOF on a named volume and a ping healthcheck', () => {
     assert.equal(redis['image'], '${REDIS_IMAGE:-redis:7-alpine}');
-    assert.match(String(redis['command']), /^redis-server\b.*--appendonly yes/);
+    const command = ([] as unknown[]).concat(redis['command']).join(' ');
+    assert.match(command, /\bredis-server\b.*--appendonly yes/);
+    assert.match(
+      command,
+      /--requirepass "\$\$\(cat \/run\/secrets\/redis_password\)"/,
+      'a password from its secret',
+    );
+    assert.deepEqual(redis['secrets'], ['redis_password']);
     assert.deepEqual(redis['volumes'], ['redis-data:/data']);
     assert.ok(compose.volumes && 'redis-data' in compose.volumes, 'named volume redis-data is declared');
     const testCmd = (redis['healthcheck'] as { test: string[] | string }).test;
@@ -313,8 +320,19 @@ describe('docker-compose.yml', () => {
     assert.deepEqual(api['deploy'], { replicas: '${API_REPLICAS:-1}' });
     const env = api['environment'] as Record<string, string>;
     assert.equal(env['REDIS_URL'], 'redis://redis:6379');
-    assert.equal(env['ANTHROPIC_API_KEY'], '${ANTHROPIC_API_KEY:-}');
-    assert.match(env['API_KEYS'] ?? '', /^\$\{API_KEYS:\?[^}]+\}$/, 'API_KEYS is required');
+    // Secrets are Compose secrets read through *_FILE: none is in the container's environment.
+    assert.equal(env['API_KEYS_FILE'], '/run/secrets/api_keys');
+    assert.equal(env['ANTHROPIC_API_KEY_FILE'], '/run/secrets/anthropic_api_key');
+    assert.equal(env['WEBHOOK_SECRET_KEY_FILE'], '/run/secrets/webhook_secret_key');
+    assert.equal(env['REDIS_PASSWORD_FILE'], '/run/secrets/redis_password');
+    for (const name of ['API_KEYS', 'ANTHROPIC_API_KEY', 'WEBHOOK_SECRET_KEY', 'REDIS_PASSWORD'])
+      assert.ok(!(name in env), `${name} is not in the environment`);
+    assert.deepEqual(api['secrets'], [
+      'api_keys',
+      'anthropic_api_key',
+      'webhook_secret_key',
+      'redis_password',
+    ]);
     assert.ok('LOG_LEVEL' in env);
     assert.deepEqual(api['depends_on'], { redis: { condition: 'service_healthy' } });
     assert.equal(api['restart'], 'unless-stopped');
@@ -333,9 +351,11 @@ describe('docker-compose.yml', () => {
   });
 
   test('redis: bounded memory that refuses writes when full rather than evicting session state', () => {
+    const command = ([] as unknown[]).concat(redis['command']).join(' ');
+    assert.match(command, /--maxmemory "\$\$\{REDIS_MAXMEMORY\}"\s+--maxmemory-policy noeviction/);
     assert.match(
-      String(redis['command']),
-      /--maxmemory \$\{REDIS_MAXMEMORY:-\w+\} --maxmemory-policy noeviction/,
+      String((redis['environment'] as Record<string, string>)['REDIS_MAXMEMORY']),
+      /^\$\{REDIS_MAXMEMORY:-\w+\}$/,
     );
   });
 
@@ -419,17 +439,22 @@ describe('docker-compose.yml', () => {
       });
     }
 
-    test('is valid with API_KEYS set, and resolves as expected', { skip }, async () => {
-      const quiet = await compose(['config', '-q'], { API_KEYS: 'ci:test-key' });
+    test('is valid, and resolves as expected: every secret a file under SECRETS_DIR', { skip }, async () => {
+      const quiet = await compose(['config', '-q'], {});
       assert.equal(quiet.code, 0, quiet.out);
 
-      const resolved = await compose(['config'], { API_KEYS: 'ci:test-key', LOG_LEVEL: 'debug' });
+      const secretsDir = path.join(envDir, 'secrets');
+      const resolved = await compose(['config'], { SECRETS_DIR: secretsDir, LOG_LEVEL: 'debug' });
       assert.equal(resolved.code, 0, resolved.out);
-      const config = parseYaml(resolved.out) as { services: Record<string, Service> };
+      const config = parseYaml(resolved.out) as {
+        services: Record<string, Service>;
+        secrets: Record<string, { file: string }>;
+      };
       const env = config.services['api']?.['environment'] as Record<string, string>;
-      assert.equal(env['API_KEYS'], 'ci:test-key');
+      assert.equal(env['API_KEYS_FILE'], '/run/secrets/api_keys');
       assert.equal(env['LOG_LEVEL'], 'debug');
-      assert.equal(env['ANTHROPIC_API_KEY'], '');
+      for (const name of ['api_keys', 'anthropic_api_key', 'webhook_secret_key', 'redis_password'])
+        assert.equal(config.secrets[name]?.file, path.join(secretsDir, name), `secret ${name}`);
       assert.equal(config.services['api']?.['depends_on']?.['redis']?.['condition'], 'service_healthy');
       const ports = config.services['lb']?.['ports'] as Array<{
         published: number | string;
@@ -444,7 +469,6 @@ describe('docker-compose.yml', () => {
 
     test('takes the published address and the base images from the environment', { skip }, async () => {
       const resolved = await compose(['config'], {
-        API_KEYS: 'ci:test-key',
         API_PUBLISH: '127.0.0.1:4010',
         NODE_IMAGE: 'local/node:24',
         REDIS_IMAGE: 'local/redis:7',
@@ -461,12 +485,6 @@ describe('docker-compose.yml', () => {
       assert.equal(Number(published), 4010);
       assert.equal(config.services['redis']?.['image'], 'local/redis:7');
       assert.equal(config.services['api']?.['build']?.['args']?.['NODE_IMAGE'], 'local/node:24');
-    });
-
-    test('refuses to resolve without API_KEYS, naming it', { skip }, async () => {
-      const result = await compose(['config', '-q'], {});
-      assert.notEqual(result.code, 0);
-      assert.match(result.out, /API_KEYS/);
     });
 
     test('rejects an invalid compose file (the validator is real)', { skip }, async () => {
