@@ -19,6 +19,13 @@ function asApiError(err) {
  * @param {() => string} getKey the bearer key, read on every call (the person may change it)
  */
 export function createApi(getKey) {
+  /**
+   * A read that hangs (a stalled socket, a request queued behind the browser's per-host connection limit) is given
+   * up after GET_TIMEOUT_MS, so a view that polls reads again instead of waiting on it forever (as api.js does).
+   */
+  const GET_TIMEOUT_MS = 10_000;
+  const timedFetch = (req) =>
+    req.method === 'GET' ? fetch(req, { signal: AbortSignal.timeout(GET_TIMEOUT_MS) }) : fetch(req);
   let client = null;
   let clientKey = null;
   const c = (WebSocketClass) => {
@@ -30,7 +37,7 @@ export function createApi(getKey) {
         WebSocket: WebSocketClass,
       });
     if (!client || key !== clientKey) {
-      client = new SessionsClient({ baseUrl: location.origin, apiKey: key || undefined });
+      client = new SessionsClient({ baseUrl: location.origin, apiKey: key || undefined, fetch: timedFetch });
       clientKey = key;
     }
     return client;
