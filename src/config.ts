@@ -1,3 +1,8 @@
+/**
+ * The environment as one validated `Config` (zod): every variable the service reads, its default and its bounds,
+ * plus the `*_FILE` secrets. One file over 400 lines on purpose: it is the one place an operator's setting is
+ * parsed, and docs/API.md §8 lists the same variables in the same words.
+ */
 import { readFileSync } from 'node:fs';
 import { z } from 'zod';
 import { mcpServersVar, missingEnvRefs, resolveMcpServers } from './mcp/config.js';
