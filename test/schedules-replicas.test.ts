@@ -99,7 +99,8 @@ describe('schedules across replicas', { timeout: 280_000 }, () => {
     await r.zadd('schedules:due', Date.now() - 1, id);
     await until(async () => (await fires(id)) === 1, 30_000, 'the retried fire');
     const sessions = await sessionsOf(id);
-    assert.equal(sessions.length, 1);
+    // The ids in the message: a clean-clone run once found 2 here (not explained yet; see the stop note).
+    assert.equal(sessions.length, 1, `sessions of the fire: ${JSON.stringify(sessions.map((s) => s.id))}`);
     const expected = `ses_${createHash('sha256').update(`${id}:${fireAt}`).digest('hex').slice(0, 24)}`;
     assert.equal(sessions[0]!.id, expected, 'the id derived from the fire');
     // Replayed again (a second replica's late retry): the session exists, nothing new is created.
