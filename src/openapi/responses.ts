@@ -1,3 +1,8 @@
+/**
+ * The response schemas of the OpenAPI document: the session resource, pages, events (a `oneOf` on `type`), errors,
+ * and every other answer a route gives; the answers are checked against them. One file over 400 lines on purpose:
+ * it is the document's answer side, read as one, and each route file names its answers from here.
+ */
 import { z } from 'zod';
 import { ERROR_CODES } from '../errors.js';
 import { discriminator, eventDataSchemas, nonEmpty } from '../events/schemas.js';
