@@ -141,6 +141,31 @@ describe('GET /v1/sessions', () => {
       expected.slice(14),
     );
   });
+
+  it('an index entry that is not its session yet (a create in flight, a lost create of the same id) is never listed', async () => {
+    const { Redis } = await import('ioredis');
+    const r = new Redis(h.redis.url);
+    try {
+      const [key] = await r.keys('t:{*}:sessions');
+      const members = await r.zrange(key!, 0, -1);
+      const real = members.find((m) => m.endsWith(created[3]!))!;
+      // A create that lost the race for this id indexed it under its own time; a create in flight, an id not
+      // written yet; an entry of a session gone long ago.
+      const lost = `${String(Date.now()).padStart(15, '0')}:${created[3]}`;
+      const inFlight = `${String(Date.now()).padStart(15, '0')}:ses_notwrittenyet`;
+      const gone = `${String(Date.now() - 3_600_000).padStart(15, '0')}:ses_deletedlongago`;
+      await r.zadd(key!, 0, lost, 0, inFlight, 0, gone);
+      const { ids } = await pages('', 100);
+      assert.equal(ids.filter((id) => id === created[3]).length, 1, 'the session once');
+      assert.ok(!ids.includes('ses_notwrittenyet') && !ids.includes('ses_deletedlongago'));
+      const left = await r.zrange(key!, 0, -1);
+      assert.ok(left.includes(real) && left.includes(inFlight), 'the fresh entries stay for their create');
+      assert.ok(!left.includes(gone), 'the old dangling entry is dropped');
+      await r.zrem(key!, lost, inFlight);
+    } finally {
+      r.disconnect();
+    }
+  });
 });
 
 describe('GET /v1/sessions?status= over many sessions', () => {

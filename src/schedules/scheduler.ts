@@ -29,7 +29,8 @@ const timingOf = (s: ScheduleRecord): Timing => ({ cron: s.cron, at: s.at, timez
  * (the schedule's `next_run_at` as the guard) and moves the schedule to its next time in the same script; the fire
  * stays `pending` until finish-3.lua records its session. The session's id is derived from the fire (schedule id +
  * time), so a replica killed between the claim and the create leaves a pending fire that another replica retries
- * once its lease is over: the retry finds the session (or creates it), never a second one.
+ * once its lease is over (retake-1.lua hands the lease to one of them): the retry finds the session (or creates
+ * it), never a second one.
  */
 export class Scheduler {
   private readonly loop: SweepLoop;
@@ -66,7 +67,8 @@ export class Scheduler {
     const s = await store.read(id);
     const now = Date.now();
     if (s && s.pending !== null && s.pendingUntil <= now) {
-      await this.fire(s, s.pending);
+      // One replica per lease period retries it; the fire's session id keeps a retry after a slow one from creating twice.
+      if (await store.retake(id, s.pending, now + FIRE_LEASE_MS)) await this.fire(s, s.pending);
     } else if (s && s.pending === null && !s.paused && s.nextRunAt !== null && s.nextRunAt <= now) {
       const t = timingOf(s);
       const fireAt = newestMissed(t, s.nextRunAt, now);

@@ -150,6 +150,11 @@ export class ScheduleStore {
     );
   }
 
+  /** retake-1.lua: true when the caller took over the pending fire `fireAt`, its lease ending at `leaseUntil`. */
+  async retake(id: string, fireAt: number, leaseUntil: number): Promise<boolean> {
+    return (await this.redis.schedRetake(scheduleKeys(id).meta, fireAt, Date.now(), leaseUntil)) === 1;
+  }
+
   /** finish-3.lua: true when this call ended the pending fire. */
   async finish(
     s: ScheduleRecord,

@@ -55,6 +55,8 @@ export interface StoredEvent {
 
 /** A session put in `running` by a route is claimable by any replica after this long if no process took it. */
 const START_DUE_DELAY_MS = 2000;
+/** How old an index entry without its session must be before a list drops it (ms): older than any create's write. */
+const INDEX_GRACE_MS = 60_000;
 
 /**
  * Largest notice (bytes of event data, roughly) that carries its events over pub/sub: every process watching the
@@ -387,8 +389,18 @@ export class SessionStore {
   }
 
   /**
+   * The session an index entry stands for, or null: an entry is the session's only when its time is the session's
+   * `created_at`. A create indexes before it writes, so for a moment an entry has no session yet, and a create that
+   * lost the race for a deterministic id (`session_exists`) has an entry of its own time until it unindexes it.
+   */
+  private entryOf(member: string, s: SessionState | null): SessionState | null {
+    return s && this.indexMember(s.createdAt, s.id) === member ? s : null;
+  }
+
+  /**
    * A tenant's sessions, newest first. The cursor is the index member of the last item of the previous page.
-   * Entries whose session is gone are dropped from the index on the way; a status filter reads at most 20 index
+   * Entries whose session is gone are dropped from the index on the way (once older than INDEX_GRACE_MS, so the
+   * entry of a create in flight stays); a status filter reads at most 20 index
    * pages per call, so one request stays bounded. Metadata filters page the index of the narrowest pair instead
    * (metadata-index.ts), every candidate checked against the session (a stale entry is dropped).
    */
@@ -423,7 +435,7 @@ export class SessionStore {
       let read = 0;
       for (; read < members.length && items.length < opts.limit; read++) {
         const member = members[read]!;
-        const s = states[read];
+        const s = this.entryOf(member, states[read] ?? null);
         if (
           s &&
           bound &&
@@ -437,7 +449,9 @@ export class SessionStore {
           }
         }
         lastMember = member;
-        if (!s || (own && !matchesMetadata(s.metadata, [own]))) await this.redis.zrem(key, member);
+        if (!s) {
+          if (Number(member.slice(0, 15)) < Date.now() - INDEX_GRACE_MS) await this.redis.zrem(key, member);
+        } else if (own && !matchesMetadata(s.metadata, [own])) await this.redis.zrem(key, member);
         else if ((!opts.status || s.status === opts.status) && matchesMetadata(s.metadata, filters))
           items.push(s);
       }
