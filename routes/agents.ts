@@ -9,12 +9,15 @@ const routes: FastifyPluginAsyncZod = async (app) => {
   app.get(
     '/v1/sessions/:id/children',
     {
+      // A client token of the parent with `read` lists its children (their views; each child's own reads need a
+      // token of that child).
+      config: { scope: 'read' },
       schema: {
         operationId: 'listChildren',
         summary: "The sessions the session's sub-agent calls created, oldest first",
         tags: ['sessions'],
         params: sessionIdParam,
-        response: { 200: sessionList, ...errors(400, 401, 404, 500, 503) },
+        response: { 200: sessionList, ...errors(400, 401, 403, 404, 500, 503) },
       },
     },
     async (req) => {

@@ -98,6 +98,24 @@ describe('sub-agents', { timeout: 120_000 }, () => {
     childTokens = kids.total_tokens;
     // Another tenant sees neither.
     assert.equal((await h.api.as('key-b').get(`/v1/sessions/${parent.id}/children`)).status, 404);
+    // A browser's client token: `read` of the parent lists its children; another scope is refused; a token of the
+    // child does not reach the parent's list.
+    const mint = async (session: string, scopes: string[]) =>
+      (await a.post('/v1/client-tokens', { session_id: session, scopes })).body.token as string;
+    const reader = h.api.as(await mint(parent.id, ['read']));
+    const listed = await reader.get(`/v1/sessions/${parent.id}/children`);
+    assert.equal(listed.status, 200, JSON.stringify(listed.body));
+    assert.deepEqual(
+      listed.body.data.map((c: { id: string }) => c.id),
+      [child.id],
+    );
+    const sender = await h.api
+      .as(await mint(parent.id, ['message']))
+      .get(`/v1/sessions/${parent.id}/children`);
+    assert.equal(sender.status, 403);
+    assert.equal(sender.body.error.code, 'scope_denied');
+    const ofChild = h.api.as(await mint(child.id, ['read']));
+    assert.equal((await ofChild.get(`/v1/sessions/${parent.id}/children`)).status, 404);
     assert.equal((await h.api.as('key-b').get(`/v1/sessions/${child.id}`)).status, 404);
   });
 
