@@ -210,4 +210,60 @@ describe('iterations: model turns, compactions and record numbers', () => {
     for (const r of recs.filter((x) => x.kind === undefined))
       assert.notEqual(r.results_index, null, `record ${r.n}`);
   });
+  test('a tool step after a compaction fills in its own record: approved calls of turns 1 and 2 answered in records 1 and 3', async () => {
+    let turns = 0;
+    h.fake.setHandler(async () => {
+      turns++;
+      return turns <= 2 ? toolCall('calculate_sum', { a: turns, b: 1 }) : text('Done.');
+    });
+    // Every call waits for approval (its reply is committed alone; the tool step of the next run fills in the
+    // record's results); the policy compacts before each next turn.
+    const s = await create({
+      input: 'Add twice.',
+      tools: ['calculate_sum'],
+      approval: 'always',
+      compaction: { at_input_tokens: 1 },
+    });
+    for (let round = 1; round <= 2; round++) {
+      const waiting = await h.api.waitFor(
+        s.id,
+        (x) => x.status === 'requires_action' && x.iteration === round,
+      );
+      const callId = waiting.required_action.tool_calls[0].id;
+      const d = await h.api.post(`/v1/sessions/${s.id}/tool-calls/${callId}`, { decision: 'approve' });
+      assert.equal(d.status, 202, JSON.stringify(d.body));
+    }
+    const done = await h.api.waitStatus(s.id, ['idle', 'failed']);
+    assert.equal(done.status, 'idle', JSON.stringify(done.error));
+    assert.deepEqual([done.iteration, done.compactions], [3, 2]);
+    const recs = await records(s.id);
+    assert.deepEqual(
+      recs.map((r) => [r.n, r.kind ?? 'turn', r.iteration]),
+      [
+        [1, 'turn', 1],
+        [2, 'compaction', 1],
+        [3, 'turn', 2],
+        [4, 'compaction', 2],
+        [5, 'turn', 3],
+      ],
+    );
+    // Each turn's results are in its own record; the compactions' records are as they were committed.
+    for (const n of [1, 3]) {
+      const r = await h.api.get(`/v1/sessions/${s.id}/iterations/${n}`);
+      assert.notEqual(r.body.results_index, null, `record ${n}`);
+      assert.equal(r.body.tool_results.content[0].type, 'tool_result', `record ${n}`);
+      assert.equal(r.body.tool_results.content[0].tool_use_id, r.body.tool_calls[0].id, `record ${n}`);
+    }
+    for (const r of recs.filter((x) => x.kind === 'compaction')) assert.equal(r.results_index, null);
+    const persisted = (await events(s.id))
+      .filter((e) => e.type === 'iteration.persisted')
+      .map((e) => [e.data.iteration, e.data.n]);
+    assert.deepEqual(persisted, [
+      [1, 1],
+      [1, 2],
+      [2, 3],
+      [2, 4],
+      [3, 5],
+    ]);
+  });
 });
