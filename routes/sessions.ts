@@ -207,7 +207,8 @@ const routes: FastifyPluginAsyncZod = async (app) => {
     async (req) => {
       await app.store.loadFor(req.tenant, req.params.id);
       const records = await app.store.iterationRecords(req.params.id);
-      return { data: records };
+      // Record n is entry n - 1 (records stored before they carried `n` get it from their place).
+      return { data: records.map((r, i) => ({ ...r, n: i + 1 })) };
     },
   );
 
@@ -233,6 +234,7 @@ const routes: FastifyPluginAsyncZod = async (app) => {
         rec.reply_index < 0 ? [] : await app.store.messagesAt(req.params.id, s.msgBase, rec.reply_index, end);
       return {
         ...rec,
+        n: req.params.n,
         reply: msgs[0] ?? null,
         tool_results: rec.results_index !== null ? (msgs.at(-1) ?? null) : null,
       };

@@ -418,7 +418,17 @@ describe('sessions: compaction', () => {
     const turns = recs.filter((r) => r.kind === undefined);
     assert.equal(turns.length, STEPS + 1, 'one turn per step and the final answer');
     assert.ok(compactions.length >= 10, `compacted ${compactions.length} times`);
-    assert.equal(done.iteration, recs.length);
+    // `iteration` counts model turns only; compactions have their own count; the records hold both, numbered.
+    assert.equal(done.iteration, turns.length);
+    assert.equal(done.compactions, compactions.length);
+    assert.deepEqual(
+      recs.map((r) => r.n),
+      recs.map((_, i) => i + 1),
+    );
+    assert.deepEqual(
+      turns.map((r) => r.iteration),
+      turns.map((_, i) => i + 1),
+    );
     // Every request the fake received stays under the bound: the threshold, plus the growth of the turn that crossed
     // it (a turn just under the threshold grows by one 2 kB result, the next one crosses it, its result comes in).
     const bound = AT + 1500;
@@ -436,11 +446,10 @@ describe('sessions: compaction', () => {
     assert.ok(Math.max(...recs.map((r) => r.usage.input_tokens)) <= bound);
     // Each compaction came after a turn that reached the threshold, and the next turn went on from it.
     for (const c of compactions) {
-      const before = recs[c.iteration - 2];
-      assert.ok(
-        before.usage.input_tokens >= AT,
-        `compaction ${c.iteration} after ${before.usage.input_tokens}`,
-      );
+      const before = recs[c.n - 2];
+      assert.ok(before.usage.input_tokens >= AT, `compaction ${c.n} after ${before.usage.input_tokens}`);
+      // A compaction's `iteration` is the model turns completed before it.
+      assert.equal(c.iteration, before.iteration);
       assert.equal(c.summarized_messages > 0, true);
     }
     const msgs = await h.api.get(`/v1/sessions/${s.id}/messages?include=compacted`);
@@ -451,13 +460,12 @@ describe('sessions: compaction', () => {
     assert.equal(
       segments.length,
       compactions.length,
-      JSON.stringify(
-        compactions.map((c) => [c.iteration, c.summarized_messages, c.reply_index, c.stop_reason]),
-      ) + JSON.stringify(segments.map((g) => [g.at_iteration, g.messages.length])),
+      JSON.stringify(compactions.map((c) => [c.n, c.summarized_messages, c.reply_index, c.stop_reason])) +
+        JSON.stringify(segments.map((g) => [g.at_iteration, g.messages.length])),
     );
     assert.deepEqual(
       segments.map((g) => g.at_iteration),
-      compactions.map((c) => c.iteration),
+      compactions.map((c) => c.n),
     );
     const everything = [...segments.flatMap((g) => g.messages), ...msgs.body.data];
     assert.equal(allText(everything[0]), `Count to ${STEPS} with the pad tool.`);
@@ -478,7 +486,7 @@ describe('sessions: compaction', () => {
     assert.match(allText(first.body.tool_results), /^step 1: /);
     const lastTurn = await h.api.get(`/v1/sessions/${s.id}/iterations/${recs.length}`);
     assert.equal(allText(lastTurn.body.reply), `Done after ${STEPS} steps.`);
-    const aCompaction = await h.api.get(`/v1/sessions/${s.id}/iterations/${compactions[0].iteration}`);
+    const aCompaction = await h.api.get(`/v1/sessions/${s.id}/iterations/${compactions[0].n}`);
     assert.equal(aCompaction.body.kind, 'compaction');
     assert.equal(aCompaction.body.reply.content[0].type, 'compaction');
     // Usage of compactions counts toward the session's totals.
@@ -488,6 +496,7 @@ describe('sessions: compaction', () => {
     const evs = await events(s.id);
     const lastCompleted = evs.filter((e) => e.type === 'compaction.completed').at(-1)!;
     assert.equal(lastCompleted.data.iteration, compactions.at(-1).iteration);
+    assert.equal(lastCompleted.data.n, compactions.at(-1).n);
     assert.equal(lastCompleted.data.summarized_messages, compactions.at(-1).summarized_messages);
     assert.equal(lastCompleted.data.message.content[0].type, 'compaction');
   });
@@ -622,7 +631,9 @@ describe('sessions: compaction by the route, the policy and the API', () => {
     assert.deepEqual(early.data, before);
     assert.deepEqual(early.compacted, []);
     // After it: from the summary, as the model saw it; what the summary replaced stays on the source.
-    const late = await fork(last.iteration);
+    // Fork numbers records (turns and compactions): the last one is `iteration + compactions`.
+    assert.equal(last.compactions, 1);
+    const late = await fork(last.iteration + last.compactions);
     assert.deepEqual(
       late.data.map((m: { role: string }) => m.role),
       ['assistant', 'user', 'assistant'],

@@ -102,6 +102,11 @@ describe('cost: usage.cost_usd of sessions, iterations and turn.completed', () =
       iters.map((i: any) => i.usage.cost_usd),
       [turn1, turn2],
     );
+    // Each record has its turn's server tool requests; the session's totals add them up.
+    assert.deepEqual(
+      iters.map((i: any) => i.usage.server_tool_use),
+      [{}, { web_search_requests: 2, web_fetch_requests: 1 }],
+    );
     const events = (await h.api.get(`/v1/sessions/${r.body.id}/events?limit=1000`)).body.data;
     const completed = events.filter((e: any) => e.type === 'turn.completed');
     assert.deepEqual(

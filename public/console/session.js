@@ -550,14 +550,15 @@ function Composer({ s, act, busy }) {
 
 function Actions({ s, act, busy, remove }) {
   const [retryTokens, setRetryTokens] = useState('');
-  /** Empty: the latest iteration. */
+  /** Empty: the latest iteration record (fork numbers records, turns and compactions: `iteration + compactions`). */
   const [forkAt, setForkAt] = useState('');
+  const records = s.iteration + (s.compactions ?? 0);
   const [confirmDelete, setConfirmDelete] = useState(false);
   const st = s.status;
   const canCancel = st === 'running' || st === 'requires_action';
   const canRetry = st === 'idle' || st === 'requires_action' || st === 'failed';
   const fork = async () => {
-    const r = await act(() => api.fork(s.id, forkAt === '' ? s.iteration : Number(forkAt)));
+    const r = await act(() => api.fork(s.id, forkAt === '' ? records : Number(forkAt)));
     if (r) location.hash = `#/sessions/${r.id}`;
   };
   const retry = () =>
@@ -604,14 +605,14 @@ function Actions({ s, act, busy, remove }) {
       <button class="retry" disabled=${busy || !canRetry} onClick=${retry}>Retry last turn</button>
     </div>
     <div class="row">
-      <label class="inline" for="fork-at">Fork at iteration</label>
+      <label class="inline" for="fork-at">Fork at record</label>
       <input
         id="fork-at"
         type="number"
         min="0"
-        max=${s.iteration}
+        max=${records}
         value=${forkAt}
-        placeholder=${`latest (${s.iteration})`}
+        placeholder=${`latest (${records})`}
         onInput=${(e) => setForkAt(e.currentTarget.value)}
       />
       <button class="fork" disabled=${busy} onClick=${fork}>Fork</button>

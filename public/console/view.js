@@ -385,7 +385,8 @@ export function turnFigures(model) {
   const byIteration = new Map();
   for (const r of records) {
     const f = { ms: recordMs(r), cost: typeof r.usage?.cost_usd === 'number' ? r.usage.cost_usd : null };
-    byIteration.set(r.iteration, f);
+    // A compaction's `iteration` is the turn's before it (it is no model turn): only turns are keyed by it.
+    if (r.kind !== 'compaction') byIteration.set(r.iteration, f);
     if (typeof r.reply_index === 'number' && r.reply_index >= offset) byIndex.set(r.reply_index - offset, f);
   }
   for (const [it, cost] of model.turnCosts ?? [])

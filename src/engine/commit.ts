@@ -54,6 +54,15 @@ export function endOps(next: RunEnd): ApplyOps {
 /** Ops that make the session `idle` with `stopReason`, releasing the lease. */
 export const idleOps = (stopReason: string): ApplyOps => endOps({ status: 'idle', stopReason });
 
+/**
+ * The `iteration.persisted` event of a record: `iteration` (model turns completed with it), `n` (its record number,
+ * `GET …/iterations/:n`), `kind` for a compaction; the revision is stamped by the script.
+ */
+export function persistedEvent(iteration: number, n: number, kind?: 'compaction'): [string, string, 'rev'] {
+  const data = { iteration, n, ...(kind ? { kind } : {}), revision: null };
+  return ['iteration.persisted', JSON.stringify(data), 'rev'];
+}
+
 /** `a` then `b` as one commit: lists concatenated in that order, fields of `b` over those of `a`. */
 export function mergeOps(a: ApplyOps, b: ApplyOps): ApplyOps {
   const out: ApplyOps = { ...a, ...b };

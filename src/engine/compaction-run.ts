@@ -4,7 +4,7 @@
  */
 import type { BetaToolRunner, BetaToolRunnerParams } from '@anthropic-ai/sdk/lib/tools/BetaToolRunner';
 import type { StoredMessage } from '../history.js';
-import type { SessionState } from '../store/session-state.js';
+import { recordCount, type SessionState } from '../store/session-state.js';
 import { endOps } from './commit.js';
 import { commitCompaction, withCompactionBeta } from './compaction.js';
 import type { EngineLogger, RunDeps, RunHandle } from './run-handle.js';
@@ -70,14 +70,16 @@ async function compactOnly(
       pending: resume.pending ?? state.pending,
     });
     const before = history.length;
-    await commitCompaction(deps, run, state, history, first.value, state.params, state.iteration + 1, true, {
+    // A record of its own after the session's last one; `iteration` (model turns) stays.
+    const at = { iteration: state.iteration, n: recordCount(state) + 1 };
+    await commitCompaction(deps, run, state, history, first.value, state.params, at, true, {
       queue: {
         // After a summary, follow-ups are a new user turn; without one, onto a trailing user turn.
         ...(history.length === before && history.at(-1)?.role === 'user' ? { into_last: true } : {}),
         none: end,
       },
     });
-    log.info({ iteration: state.iteration + 1 }, 'compacted');
+    log.info(at, 'compacted');
   } finally {
     // The runner would go on to the next turn: this run only compacts.
     await it.return?.(undefined);

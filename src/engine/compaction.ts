@@ -14,8 +14,9 @@
  *
  * Invariants: the history a compaction summarizes is exactly the runner's (both are the committed history: the
  * runner is handed it at each boundary), so the segment is the whole history at that point; a compaction is not a
- * model turn, so it does not use up `max_iterations` (`run_start` moves with `iteration`); a reply without a summary
- * changes nothing (`compaction.skipped`), as in the runner.
+ * model turn: it is an iteration record of its own (the list holds turns and compactions in order, record n at entry
+ * n − 1) counted in `compactions`, while `iteration` — and with it the `max_iterations` budget — counts model turns
+ * only; a reply without a summary changes nothing (`compaction.skipped`) but its record, as in the runner.
  */
 import type { BetaToolRunner } from '@anthropic-ai/sdk/lib/tools/BetaToolRunner';
 import type { BetaMessage } from '@anthropic-ai/sdk/resources/beta/messages/messages';
@@ -30,7 +31,7 @@ import {
 } from '../store/session-state.js';
 import type { ApplyOps } from '../store/apply-ops.js';
 import { microsToUsd } from '../cost/prices.js';
-import { commit, countSpend, mergeOps } from './commit.js';
+import { commit, countSpend, mergeOps, persistedEvent } from './commit.js';
 import type { RunDeps, RunHandle } from './run-handle.js';
 import { statusEvent } from './status.js';
 import { eventOf } from '../events/schemas.js';
@@ -118,16 +119,17 @@ export async function commitCompaction(
   history: StoredMessage[],
   item: RunnerItem,
   params: SessionParams,
-  /** The compaction's iteration number (the runner's count of the session's iterations, plus one). */
-  iteration: number,
+  /** Model turns completed before it (`iteration`, which it leaves as it is), and its own record number `n`. */
+  at: { iteration: number; n: number },
   fromRequest: boolean,
   extra: ApplyOps = {},
 ): Promise<IterationRecord['usage']> {
+  const { iteration, n } = at;
   const startedAt = Date.now();
   const t0 = performance.now();
   // Live news, like `turn.started`: no session field changes until the commit.
   await deps.store
-    .appendEvents(run.id, [eventOf('compaction.started', { iteration, message_count: history.length })])
+    .appendEvents(run.id, [eventOf('compaction.started', { iteration, n, message_count: history.length })])
     .catch(() => {});
   const message = 'finalMessage' in item ? await item.finalMessage() : await item;
   const costMicros = deps.store.spend.prices.turnCost(params.model, message.usage);
@@ -138,6 +140,7 @@ export async function commitCompaction(
   const count = summary === null ? 0 : history.length;
   const reply: StoredMessage = { role: 'assistant', content: message.content };
   const record: IterationRecord = {
+    n,
     iteration,
     kind: 'compaction',
     summarized_messages: count,
@@ -159,21 +162,21 @@ export async function commitCompaction(
   };
   const outcome: [string, string] =
     summary === null
-      ? eventOf('compaction.skipped', { iteration, reason: 'no_summary' })
-      : ['compaction.completed', JSON.stringify({ iteration, summarized_messages: count, message })];
+      ? eventOf('compaction.skipped', { iteration, n, reason: 'no_summary' })
+      : ['compaction.completed', JSON.stringify({ iteration, n, summarized_messages: count, message })];
   const ops: ApplyOps = {
     ...(summary === null
       ? {}
-      : { compact: { count, at_iteration: iteration, summary: JSON.stringify(reply) } }),
+      : // The segment names the record of the compaction that made it.
+        { compact: { count, at_iteration: n, summary: JSON.stringify(reply) } }),
     push_iters: [JSON.stringify(record)],
-    // Not a model turn: `run_start` moves with `iteration`, so `max_iterations` counts turns only.
-    hincr: { iteration: 1, run_start: 1, ...usageIncrs },
+    // Not a model turn: `iteration` stays, so `max_iterations` counts turns only.
+    hincr: { compactions: 1, ...usageIncrs },
     // A route's request is done; one the policy made was never stored.
     ...(fromRequest ? { hset: { compact: '' } } : {}),
-    events: [outcome, ['iteration.persisted', JSON.stringify({ iteration, revision: null }), 'rev']],
+    events: [outcome, persistedEvent(iteration, n, 'compaction')],
   };
   await commit(deps, run, mergeOps(ops, extra));
-  state.runStart += 1;
   if (fromRequest) state.compactRequest = null;
   if (summary !== null) {
     history.splice(0, count, reply);
@@ -238,24 +241,15 @@ export class RunCompaction {
     this.runner.compactBeforeNextTurn({ type: 'summarize', ...(instructions ? { instructions } : {}) });
   }
 
-  /** Commits the compaction the runner just yielded as iteration `iteration`. Returns its usage. */
+  /** Commits the compaction the runner just yielded as record `at.n`, after `at.iteration` turns. Returns its usage. */
   async commit(
     item: RunnerItem,
     history: StoredMessage[],
     params: SessionParams,
-    iteration: number,
+    at: { iteration: number; n: number },
   ): Promise<IterationRecord['usage']> {
     this.expecting = false;
-    return commitCompaction(
-      this.deps,
-      this.run,
-      this.state,
-      history,
-      item,
-      params,
-      iteration,
-      this.fromRequest,
-    );
+    return commitCompaction(this.deps, this.run, this.state, history, item, params, at, this.fromRequest);
   }
 }
 

@@ -10,7 +10,7 @@ import type { ServerTool } from '../../tools/types.js';
 import type { StoredMessage, ToolCall } from '../history.js';
 import type { PendingStep } from '../store/pending.js';
 import { usageIncr, type IterationRecord, type SessionState } from '../store/session-state.js';
-import { endRun } from './commit.js';
+import { endRun, persistedEvent } from './commit.js';
 import { pendingCalls } from './policy.js';
 import type { RunDeps, RunHandle } from './run-handle.js';
 
@@ -37,10 +37,13 @@ export async function pauseForReview(
   },
 ): Promise<void> {
   const { message, reply, calls, record } = turn;
+  // A record made by this runner always has its number.
+  const n = record.n ?? record.iteration;
   const step: PendingStep = {
     calls: message.stop_reason === 'tool_use' ? pendingCalls(state, calls, runnable) : [],
     review: false,
     iteration: record.iteration,
+    record: n,
     turn: { content: message.content, stop_reason: message.stop_reason },
   };
   // The turn's cost counted with its usage, as every turn's (src/cost/prices.ts); its review has a deadline too.
@@ -51,9 +54,6 @@ export async function pauseForReview(
     push_iters: [JSON.stringify(record)],
     hset: turn.carried,
     hincr: { iteration: 1, ...usageIncr(message.usage, costMicros) },
-    events: [
-      ...turn.events,
-      ['iteration.persisted', JSON.stringify({ iteration: record.iteration, revision: null }), 'rev'],
-    ],
+    events: [...turn.events, persistedEvent(record.iteration, n)],
   });
 }

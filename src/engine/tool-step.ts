@@ -17,9 +17,14 @@ import {
   type PendingStep,
   type ToolResult,
 } from '../store/pending.js';
-import type { IterationRecord, SessionError, SessionState } from '../store/session-state.js';
+import {
+  recordCount,
+  type IterationRecord,
+  type SessionError,
+  type SessionState,
+} from '../store/session-state.js';
 import type { ApplyOps } from '../store/apply-ops.js';
-import { commit, completedEvents, endRun, mergeOps } from './commit.js';
+import { commit, completedEvents, endRun, mergeOps, persistedEvent } from './commit.js';
 import { outstandingTasks, parkForTasks } from './tool-tasks.js';
 import { interruptedResult, needsReview, pendingCalls, callIdempotent } from './policy.js';
 import type { RunDeps, RunHandle } from './run-handle.js';
@@ -87,6 +92,8 @@ export async function toolStep(
     calls: pendingCalls(state, calls, tools),
     review: false,
     iteration: state.iteration,
+    // The reply these calls are of is the last record (a history given with unanswered calls has none).
+    record: recordCount(state),
   };
   const durations = new Map<string, number>();
   const toRun: PendingCall[] = [];
@@ -204,10 +211,7 @@ export async function afterTools(
   const cache = state.cacheToolResults;
   const ops: ApplyOps = {
     hset: pendingFields(null),
-    events: [
-      ...completed,
-      ['iteration.persisted', JSON.stringify({ iteration: step.iteration, revision: null }), 'rev'],
-    ],
+    events: [...completed, persistedEvent(step.iteration, stepRecord(step))],
     // Results already in the store (a client's, a reviewer's) are named, not sent again.
     queue: {
       results: resultsTurn(step.calls, () => interruptedResult('no result')),
@@ -226,22 +230,26 @@ export async function afterTools(
       ops.lset_msgs = [[prev, JSON.stringify(stripped)]];
     }
   }
+  // Record n is entry n - 1 of the list (turns and compactions in order).
+  const at = stepRecord(step) - 1;
   if (record) {
     record.results_index = state.msgBase + history.length;
-    if (!replyOps) ops.lset_iters = [[record.iteration - 1, JSON.stringify(record)]];
-  } else {
+    if (!replyOps) ops.lset_iters = [[at, JSON.stringify(record)]];
+  } else if (at >= 0) {
     // A tool step of an earlier runner: fill in the record's results index.
-    const recs = await deps.store.iterationRecords(run.id, step.iteration - 1, step.iteration - 1);
-    const rec = recs[0];
-    if (rec && rec.iteration === step.iteration) {
+    const [rec] = await deps.store.iterationRecords(run.id, at, at);
+    if (rec && rec.kind !== 'compaction' && rec.iteration === step.iteration) {
       rec.results_index = state.msgBase + history.length;
-      ops.lset_iters = [[step.iteration - 1, JSON.stringify(rec)]];
+      ops.lset_iters = [[at, JSON.stringify(rec)]];
     }
   }
   const res = await commit(deps, run, withReply(ops));
   extendHistory(history, res);
   return { outcome: 'continue', paramsRev: res.paramsRev };
 }
+
+/** The number of the record a step's calls are of (a step stored before records had numbers: its iteration). */
+const stepRecord = (step: PendingStep): number => step.record ?? step.iteration;
 
 function textOf(content: ToolResult['content']): string {
   return typeof content === 'string'

@@ -10,7 +10,7 @@ import type {
 } from '@anthropic-ai/sdk/resources/beta/messages/messages';
 import { toolCallsOf, type StoredMessage } from '../history.js';
 import type { SessionParams } from '../schemas.js';
-import { usageIncr, type IterationRecord, type SessionState } from '../store/session-state.js';
+import { recordCount, usageIncr, type IterationRecord, type SessionState } from '../store/session-state.js';
 import { usdToMicros } from '../cost/prices.js';
 import { budgetExhausted, spentOf, totalTokens, type Spent } from './budget.js';
 import { cacheMarks, capCacheMarks } from './cache-breakpoints.js';
@@ -90,7 +90,10 @@ export abstract class TurnRunner {
   protected readonly toolChangesIn: boolean;
   protected params: SessionParams;
   protected paramsRev: number;
+  /** Model turns of the session, this runner's included (a compaction is not one). */
   protected iteration: number;
+  /** Iteration records of the session (turns and compactions), this runner's included: the last one's number. */
+  protected records: number;
   /** The session's total tokens (policy `budget`): as stored at the start, plus each reply of this runner. */
   protected spent: Spent;
   /** The code-execution container the session's requests go on in (the SDK's runner adopts it from each reply). */
@@ -113,6 +116,7 @@ export abstract class TurnRunner {
     this.params = state.params;
     this.paramsRev = state.paramsRev;
     this.iteration = state.iteration;
+    this.records = recordCount(state);
     this.spent = spentOf(state);
     this.container = state.container;
     this.threadSystem = JSON.stringify(this.params.system);
@@ -231,6 +235,7 @@ export abstract class TurnRunner {
       ...(this.container !== state.container ? { container: this.container ?? '' } : {}),
     };
     const record: IterationRecord = {
+      n: this.records,
       iteration,
       reply_index: state.msgBase + history.length,
       results_index: null,

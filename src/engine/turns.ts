@@ -23,7 +23,7 @@ import {
 import type { IterationRecord, SessionState } from '../store/session-state.js';
 import type { ApplyOps } from '../store/apply-ops.js';
 import { budgetExhausted } from './budget.js';
-import { commit, idleOps } from './commit.js';
+import { commit, idleOps, persistedEvent } from './commit.js';
 import { isUnfinished, usageOf } from './compaction.js';
 import { interruptedResult, pendingCalls, callIdempotent } from './policy.js';
 import type { EngineLogger, RunDeps, RunHandle } from './run-handle.js';
@@ -57,9 +57,11 @@ class Turns extends TurnRunner {
   async loop(): Promise<'done' | 'again'> {
     for await (const item of this.runner) {
       if (this.compaction.expecting) {
-        // The runner yields its compaction like a turn; it replaces its history with the reply when it goes on.
-        this.iteration++;
-        addSpent(this.spent, await this.compaction.commit(item, this.history, this.params, this.iteration));
+        // The runner yields its compaction like a turn; it replaces its history with the reply when it goes on. It is
+        // a record of its own, not a model turn: `iteration` (and so the `max_iterations` budget) does not move.
+        this.records++;
+        const at = { iteration: this.iteration, n: this.records };
+        addSpent(this.spent, await this.compaction.commit(item, this.history, this.params, at));
         continue;
       }
       const next = await this.turn(item);
@@ -73,6 +75,7 @@ class Turns extends TurnRunner {
   private async turn(item: TurnItem): Promise<TurnNext> {
     this.runnerTurns++;
     this.iteration++;
+    this.records++;
     const replied = await this.sendTurn(item);
     const { message, calls } = replied;
     if (this.retriesMaxTokens(message)) return this.retryMaxTokens(replied);
@@ -119,6 +122,7 @@ class Turns extends TurnRunner {
     const bigger = Math.min(this.params.max_tokens * 2, omt.ceiling);
     this.params = { ...this.params, max_tokens: bigger };
     this.iteration--;
+    this.records--;
     const iteration = this.iteration;
     this.log.info(
       { iteration, max_tokens: bigger },
@@ -160,10 +164,7 @@ class Turns extends TurnRunner {
       push_iters: [JSON.stringify(record)],
       hset: carried,
       hincr: { iteration: 1, ...usageIncrs },
-      events: [
-        ...events,
-        ['iteration.persisted', JSON.stringify({ iteration: this.iteration, revision: null }), 'rev'],
-      ],
+      events: [...events, persistedEvent(this.iteration, this.records)],
       ...(ends ? { queue: { ...(unrun.length ? { results: unrun } : {}), none: idleOps(stopReason) } } : {}),
     });
     history.push(reply);
@@ -191,7 +192,12 @@ class Turns extends TurnRunner {
     const waits = pending.some((c) => c.approval === 'required' || c.kind === 'client' || c.runner);
     const autoServer = pending.filter((c) => c.kind === 'server' && c.approval === 'auto');
     for (const c of autoServer) if (!waits) c.started = true;
-    const step: PendingStep = { calls: pending, review: false, iteration: this.iteration };
+    const step: PendingStep = {
+      calls: pending,
+      review: false,
+      iteration: this.iteration,
+      record: this.records,
+    };
     const replyOps = await this.commitReply(replied, step, waits, autoServer);
     this.history.push(replied.reply);
     if (waits) return 'again';

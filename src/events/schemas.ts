@@ -168,7 +168,12 @@ export const betaMessage = z
   .meta({ id: 'BetaMessage' });
 
 const toolContent = z.unknown().meta({ description: 'A tool result: a string or content blocks.' });
-const iteration = z.number().int();
+const iteration = z.number().int().meta({ description: 'Model turns (a compaction is not one).' });
+/** The record number of an iteration record (`GET …/iterations/:n`): turns and compactions in order, from 1. */
+const recordNumber = z
+  .number()
+  .int()
+  .meta({ description: 'The iteration record number (`GET …/iterations/:n`).' });
 const requiredActionType = z.enum([
   'approve_tool_calls',
   'review_tool_results',
@@ -229,7 +234,12 @@ export function eventDataSchemas(session: z.ZodType) {
       next_attempt: z.number().int(),
       reason: z.string(),
     }),
-    'iteration.persisted': z.looseObject({ iteration, revision: z.number().int().nullable() }),
+    'iteration.persisted': z.looseObject({
+      iteration,
+      n: recordNumber,
+      kind: z.literal('compaction').optional(),
+      revision: z.number().int().nullable(),
+    }),
     'message.queued': z.looseObject({ message: messageParam, interrupt: z.boolean().optional() }),
     'message.appended': z.looseObject({
       index: z.number().int(),
@@ -269,13 +279,14 @@ export function eventDataSchemas(session: z.ZodType) {
       added: z.array(z.string()),
       removed: z.array(z.string()),
     }),
-    'compaction.started': z.looseObject({ iteration, message_count: z.number().int() }),
+    'compaction.started': z.looseObject({ iteration, n: recordNumber, message_count: z.number().int() }),
     'compaction.completed': z.looseObject({
       iteration,
+      n: recordNumber,
       summarized_messages: z.number().int(),
       message: betaMessage,
     }),
-    'compaction.skipped': z.looseObject({ iteration, reason: z.string() }),
+    'compaction.skipped': z.looseObject({ iteration, n: recordNumber, reason: z.string() }),
     'schedule.fired': z.looseObject({
       schedule_id: z.string(),
       scheduled_for: z.string(),

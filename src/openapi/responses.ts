@@ -138,7 +138,11 @@ export const session = z
     object: z.literal('session'),
     status: sessionStatus,
     revision: z.number().int().meta({ description: 'Increases by 1 with every persisted change; the ETag.' }),
-    iteration: z.number().int().meta({ description: 'Model turns completed.' }),
+    iteration: z.number().int().meta({ description: 'Model turns completed (a compaction is not one).' }),
+    compactions: z.number().int().meta({
+      description:
+        'Compactions committed (skipped ones included). The iteration records number `iteration + compactions`.',
+    }),
     params: z.looseObject({ model: z.string(), max_tokens: z.number().int() }),
     tools: z.array(toolRef),
     max_iterations: z.number().int(),
@@ -216,7 +220,15 @@ export const messageList = z
       .array(z.string())
       .meta({ description: 'ids of `tool_use` blocks of the last reply that have no result yet' }),
     compacted: z
-      .array(z.object({ at_iteration: z.number().int(), messages: z.array(message) }))
+      .array(
+        z.object({
+          at_iteration: z
+            .number()
+            .int()
+            .meta({ description: 'The record number `n` of the compaction that summarized them.' }),
+          messages: z.array(message),
+        }),
+      )
       .optional()
       .meta({
         description:
@@ -227,7 +239,13 @@ export const messageList = z
 
 export const iterationRecord = z
   .object({
-    iteration: z.number().int(),
+    n: z.number().int().meta({
+      description:
+        'The record number (`GET …/iterations/:n`, `at_iteration` of fork): turns and compactions in order, from 1.',
+    }),
+    iteration: z.number().int().meta({
+      description: "A turn's model turn number; a compaction's: the model turns completed before it.",
+    }),
     kind: z
       .literal('compaction')
       .optional()

@@ -6,7 +6,7 @@ import { checkCompactionParams } from './compact.js';
 import { checkActionTimeout } from './create.js';
 import { clearResult } from '../store/pending.js';
 import { metadataPairs } from '../store/metadata-index.js';
-import { encodeFields, type SessionState } from '../store/session-state.js';
+import { encodeFields, recordCount, type SessionState } from '../store/session-state.js';
 import {
   checkIfMatch,
   mergeParams,
@@ -92,12 +92,13 @@ export function retryTurn(
   return mutate(deps, tenant, id, ifMatch, async (s) => {
     if (s.status === 'running')
       throw conflict('session_running', 'A turn is in progress; cancel it first or wait.');
-    const records =
-      s.iteration > 0 ? await deps.store.iterationRecords(id, s.iteration - 1, s.iteration - 1) : [];
+    // The last record, n = turns + compactions (entry n - 1 of the list).
+    const last = recordCount(s);
+    const records = last > 0 ? await deps.store.iterationRecords(id, last - 1, last - 1) : [];
     const rec = records[0];
     if (!rec) throw conflict('nothing_to_retry', 'The session has no reply to retry.');
     // A replaced history holds no reply of the records before it.
-    if (rec.iteration <= s.replacedAt) {
+    if (last <= s.replacedAt) {
       throw conflict(
         'nothing_to_retry',
         'The history was replaced since the last reply; there is no reply to retry.',
@@ -119,7 +120,7 @@ export function retryTurn(
       ops: {
         ...run,
         trim_msgs: rec.reply_index - s.msgBase,
-        trim_iters: rec.iteration - 1,
+        trim_iters: last - 1,
         hincr: { params_rev: 1 },
         events: [
           eventOf('turn.dropped', { iteration: rec.iteration, reason: 'retry' }),

@@ -12,6 +12,7 @@ import {
 import {
   encodeFields,
   newSessionId,
+  recordCount,
   type IterationRecord,
   type ParentRef,
   type SessionState,
@@ -155,6 +156,7 @@ async function buildSession(
     status: start ? 'running' : 'idle',
     revision: 0,
     iteration: 0,
+    compactions: 0,
     runStart: 0,
     params: params.data,
     tools: body.tools,
@@ -205,7 +207,10 @@ async function buildSession(
   return { state, messages, start };
 }
 
-/** A new idle session with the history of `id` up to the end of iteration `at_iteration`. */
+/**
+ * A new idle session with the history of `id` up to the end of iteration record `at_iteration` (record n, as
+ * `GET …/iterations/:n` numbers them: turns and compactions in order; 0: before the first).
+ */
 export async function forkSession(
   deps: SessionDeps,
   tenant: string,
@@ -216,9 +221,11 @@ export async function forkSession(
   const { store } = deps;
   const s = await store.loadFor(tenant, id);
   checkIfMatch(s, ifMatch);
-  if (body.at_iteration > s.iteration) {
-    throw new AppError(404, 'iteration_not_found', `The session has ${s.iteration} iterations.`, {
+  const count = recordCount(s);
+  if (body.at_iteration > count) {
+    throw new AppError(404, 'iteration_not_found', `The session has ${count} iteration records.`, {
       iteration: s.iteration,
+      records: count,
     });
   }
   const records = await store.iterationRecords(id, 0, Math.max(0, body.at_iteration - 1));
@@ -226,14 +233,18 @@ export async function forkSession(
   // After a compaction the history starts with its summary: a fork takes the history as it stood at that point.
   const { messages: history, base } = await store.historyUntil(id, s.msgBase, end);
   const kept = records.slice(0, body.at_iteration);
+  // The fork's counts are those of the records it keeps: its model turns, and its compactions.
+  const compactions = kept.filter((r) => r.kind === 'compaction').length;
+  const turns = kept.length - compactions;
   const now = Date.now();
   const forked: SessionState = {
     ...s,
     id: newSessionId(),
     status: 'idle',
     revision: 0,
-    iteration: body.at_iteration,
-    runStart: body.at_iteration,
+    iteration: turns,
+    compactions,
+    runStart: turns,
     pending: null,
     stopReason: null,
     error: null,

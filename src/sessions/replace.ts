@@ -6,6 +6,7 @@
 import { AppError } from '../errors.js';
 import { checkHistory, type StoredMessage } from '../history.js';
 import type { ApplyOps } from '../store/apply-ops.js';
+import { recordCount } from '../store/session-state.js';
 import { normalize } from './create.js';
 import { mutate, statusOps, type MutationResult, type SessionDeps } from './mutate.js';
 import { eventOf } from '../events/schemas.js';
@@ -47,7 +48,7 @@ export function replaceMessages(
       ...(kept > 0 && kept < current ? { trim_msgs: kept } : {}),
       ...(kept > 0 ? { lset_msgs: encoded.slice(0, kept).map((m, i): [number, string] => [i, m]) } : {}),
       ...(messages.length > kept ? { push_msgs: encoded.slice(kept) } : {}),
-      hset: { ...status.hset, thread: '', replaced_at: String(s.iteration) },
+      hset: { ...status.hset, thread: '', replaced_at: String(recordCount(s)) },
       events: [
         eventOf('messages.replaced', { message_count: messages.length }),
         ...(s.status !== 'idle' ? (status.events ?? []) : []),

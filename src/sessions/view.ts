@@ -18,6 +18,7 @@ export function sessionView(s: SessionState) {
     status: s.status,
     revision: s.revision,
     iteration: s.iteration,
+    compactions: s.compactions,
     params: s.params,
     tools: s.tools,
     max_iterations: s.maxIterations,

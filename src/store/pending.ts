@@ -48,8 +48,13 @@ export interface PendingStep {
   calls: PendingCall[];
   /** Results wait for review before the model sees them. */
   review: boolean;
-  /** The iteration these calls belong to. */
+  /** The iteration (model turn) these calls belong to. */
   iteration: number;
+  /**
+   * The number of that turn's iteration record (`GET …/iterations/:n`). Absent in steps stored before records had
+   * numbers apart from `iteration`: then it is `iteration`.
+   */
+  record?: number;
   /** Policy `pause_after_turn`: the reply (the history's last message) waits for review before its calls run. */
   turn?: { content: unknown; stop_reason: string | null } | undefined;
 }

@@ -59,8 +59,14 @@ export interface SessionState {
   tenant: string;
   status: Status;
   revision: number;
+  /** Model turns completed (a compaction is not one: `compactions` counts those). */
   iteration: number;
-  /** `iteration` when the current run started; the run's budget is `max_iterations` from there. */
+  /**
+   * Compactions committed (skipped ones included). The iteration records are one list of `iteration + compactions`
+   * entries, turns and compactions in order; record n (1-based, `GET …/iterations/:n`) is its entry n − 1.
+   */
+  compactions: number;
+  /** `iteration` when the current run started; the run's budget is `max_iterations` model turns from there. */
   runStart: number;
   params: SessionParams;
   tools: ToolRef[];
@@ -118,7 +124,7 @@ export interface SessionState {
   thread: ThreadAnchor | null;
   /** The code-execution container of the last reply that named one: sent with every later request. */
   container: string | null;
-  /** `iteration` when the history was last replaced (`PUT …/messages`): no earlier reply is retried. -1: never. */
+  /** Iteration records when the history was last replaced (`PUT …/messages`): none of them is retried. -1: never. */
   replacedAt: number;
   /** Policy `action_timeout_s` (null: none) and what a timeout does (src/sessions/deadlines.ts). */
   actionTimeoutS: number | null;
@@ -128,6 +134,10 @@ export interface SessionState {
   /** Policy `ttl_s`: deleted once idle or failed and unchanged this long (src/sessions/retention.ts); null: never. */
   ttlS: number | null;
 }
+
+/** How many iteration records the session has (turns and compactions): the number of the last one. */
+export const recordCount = (s: Pick<SessionState, 'iteration' | 'compactions'>): number =>
+  s.iteration + s.compactions;
 
 export interface ParentRef {
   session_id: string;
@@ -208,6 +218,7 @@ export function encodeFields(s: Partial<SessionState>): Record<string, string> {
   str('tenant', s.tenant);
   str('status', s.status);
   str('iteration', s.iteration);
+  str('compactions', s.compactions);
   str('run_start', s.runStart);
   json('params', s.params);
   json('tools', s.tools);
@@ -266,6 +277,9 @@ export function decodeFields(h: Record<string, string>): SessionState {
     status: isStatus(h['status']) ? h['status'] : 'failed',
     revision: Number(h['revision'] ?? 0),
     iteration: Number(h['iteration'] ?? 0),
+    // Absent in sessions stored before compactions had their own count (their `iteration` counted them): the
+    // record list is `iteration + compactions` long either way.
+    compactions: Number(h['compactions'] ?? 0),
     runStart: Number(h['run_start'] ?? 0),
     // The one cast left here: a hash without params (a foreign or hand-written one; every create writes them) reads
     // as `{}`, as it always has, though SessionParams requires `model` and `max_tokens`.
@@ -396,11 +410,18 @@ export function spendOfIncr(hincr: Record<string, number> | undefined): SpendInc
 
 /** What one compaction summarized (an element of the `compacted` list). */
 export interface CompactedSegment {
+  /** The record number n of the compaction that summarized it. */
   at_iteration: number;
   messages: StoredMessage[];
 }
 
 export interface IterationRecord {
+  /**
+   * The record's number: record n is `GET …/iterations/:n`, entry n − 1 of the list (turns and compactions in
+   * order). Absent in records stored before it; the routes answer it from the position.
+   */
+  n?: number;
+  /** A turn's: its model turn number. A compaction's: the model turns completed before it. */
   iteration: number;
   /** `compaction` for a compaction (its reply is the summary, or none when skipped); absent for a model turn. */
   kind?: 'compaction';

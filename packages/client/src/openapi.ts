@@ -1431,9 +1431,14 @@ export interface components {
       revision: number;
       /**
        * Format: int64
-       * @description Model turns completed.
+       * @description Model turns completed (a compaction is not one).
        */
       iteration: number;
+      /**
+       * Format: int64
+       * @description Compactions committed (skipped ones included). The iteration records number `iteration + compactions`.
+       */
+      compactions: number;
       params: {
         model: string;
         /** Format: int64 */
@@ -1552,7 +1557,10 @@ export interface components {
       pending_tool_calls: string[];
       /** @description With `include=compacted`: what each compaction summarized, oldest first (the history as it stood then). */
       compacted?: {
-        /** Format: int64 */
+        /**
+         * Format: int64
+         * @description The record number `n` of the compaction that summarized them.
+         */
         at_iteration: number;
         messages: {
           /** @enum {string} */
@@ -1566,7 +1574,15 @@ export interface components {
       }[];
     };
     IterationRecord: {
-      /** Format: int64 */
+      /**
+       * Format: int64
+       * @description The record number (`GET …/iterations/:n`, `at_iteration` of fork): turns and compactions in order, from 1.
+       */
+      n: number;
+      /**
+       * Format: int64
+       * @description A turn's model turn number; a compaction's: the model turns completed before it.
+       */
       iteration: number;
       /**
        * @description `compaction` for a compaction; absent for a model turn.
@@ -1615,7 +1631,15 @@ export interface components {
       data: components['schemas']['IterationRecord'][];
     };
     IterationDetail: {
-      /** Format: int64 */
+      /**
+       * Format: int64
+       * @description The record number (`GET …/iterations/:n`, `at_iteration` of fork): turns and compactions in order, from 1.
+       */
+      n: number;
+      /**
+       * Format: int64
+       * @description A turn's model turn number; a compaction's: the model turns completed before it.
+       */
       iteration: number;
       /**
        * @description `compaction` for a compaction; absent for a model turn.
@@ -1817,7 +1841,10 @@ export interface components {
        */
       type: 'turn.started';
       data: {
-        /** Format: int64 */
+        /**
+         * Format: int64
+         * @description Model turns (a compaction is not one).
+         */
         iteration: number;
         /** Format: int64 */
         message_count: number;
@@ -1838,7 +1865,10 @@ export interface components {
        */
       type: 'turn.completed';
       data: {
-        /** Format: int64 */
+        /**
+         * Format: int64
+         * @description Model turns (a compaction is not one).
+         */
         iteration: number;
         message: components['schemas']['BetaMessage'];
         usage: {
@@ -1861,7 +1891,10 @@ export interface components {
        */
       type: 'turn.dropped';
       data: {
-        /** Format: int64 */
+        /**
+         * Format: int64
+         * @description Model turns (a compaction is not one).
+         */
         iteration: number;
         /** @enum {string} */
         reason: 'retry' | 'interrupt' | 'max_tokens_retry';
@@ -1882,7 +1915,10 @@ export interface components {
        */
       type: 'stream.event';
       data: {
-        /** Format: int64 */
+        /**
+         * Format: int64
+         * @description Model turns (a compaction is not one).
+         */
         iteration: number;
         /** @description A raw Messages API stream event. */
         event: {
@@ -1996,8 +2032,18 @@ export interface components {
        */
       type: 'iteration.persisted';
       data: {
-        /** Format: int64 */
+        /**
+         * Format: int64
+         * @description Model turns (a compaction is not one).
+         */
         iteration: number;
+        /**
+         * Format: int64
+         * @description The iteration record number (`GET …/iterations/:n`).
+         */
+        n: number;
+        /** @constant */
+        kind?: 'compaction';
         revision: number | null;
       } & {
         [key: string]: unknown;
@@ -2206,8 +2252,16 @@ export interface components {
        */
       type: 'compaction.started';
       data: {
-        /** Format: int64 */
+        /**
+         * Format: int64
+         * @description Model turns (a compaction is not one).
+         */
         iteration: number;
+        /**
+         * Format: int64
+         * @description The iteration record number (`GET …/iterations/:n`).
+         */
+        n: number;
         /** Format: int64 */
         message_count: number;
       } & {
@@ -2227,8 +2281,16 @@ export interface components {
        */
       type: 'compaction.completed';
       data: {
-        /** Format: int64 */
+        /**
+         * Format: int64
+         * @description Model turns (a compaction is not one).
+         */
         iteration: number;
+        /**
+         * Format: int64
+         * @description The iteration record number (`GET …/iterations/:n`).
+         */
+        n: number;
         /** Format: int64 */
         summarized_messages: number;
         message: components['schemas']['BetaMessage'];
@@ -2249,8 +2311,16 @@ export interface components {
        */
       type: 'compaction.skipped';
       data: {
-        /** Format: int64 */
+        /**
+         * Format: int64
+         * @description Model turns (a compaction is not one).
+         */
         iteration: number;
+        /**
+         * Format: int64
+         * @description The iteration record number (`GET …/iterations/:n`).
+         */
+        n: number;
         reason: string;
       } & {
         [key: string]: unknown;
