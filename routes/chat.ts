@@ -3,11 +3,13 @@
  * `sendMessages`), GET /v1/chat/:id/stream (its `reconnectToStream`), GET /v1/chat/:id/messages (the history as
  * UIMessage[]). The chat id is a session id: a client creates the session first (POST /v1/sessions) and uses its
  * id as the chat's `id`; an unknown id is 404 `session_not_found`. The streams are the session's event log
- * translated by src/chat/chunks.ts; the mutations are the REST routes' own (SessionService).
+ * translated by src/chat/chunks.ts; the mutations are the REST routes' own (src/sessions/).
  *
  * Scopes (client tokens, spec §7.2): each route names the scope it needs in its `config.scope`; POST /v1/chat needs
  * `message` for a user message, `decide` for approval responses, `results` for tool outputs (`needScope` below).
  */
+import { addMessage } from '../src/sessions/messages.js';
+import { decide, submitResults } from '../src/sessions/tool-calls.js';
 import type { FastifyPluginAsyncZod } from 'fastify-type-provider-zod';
 import type { FastifyReply, FastifyRequest } from 'fastify';
 import type { OutgoingHttpHeaders } from 'node:http';
@@ -24,7 +26,7 @@ import { ChatTranslator, type UIChunk } from '../src/chat/chunks.js';
 import { toUIMessages } from '../src/chat/history.js';
 import { chatBody, decisionsOf, resultsOf, toolCallIdsOf, userMessageOf } from '../src/chat/request.js';
 import { defineChatCommands, runStartCursor } from '../src/chat/run-start.js';
-import type { MutationResult } from '../src/sessions/service.js';
+import type { MutationResult } from '../src/sessions/mutate.js';
 import { actorOf, requireScope } from '../src/plugins/auth.js';
 import type { ClientScope } from '../src/store/client-tokens.js';
 
@@ -166,12 +168,13 @@ const routes: FastifyPluginAsyncZod<{ config: Config }> = async (app, { config }
       const s = await app.store.loadFor(req.tenant, id);
       const last = messages[messages.length - 1]!;
       const after = (await hub.eventLog.lastId(id)) ?? START;
-      const svc = app.sessions;
+      const deps = app.sessionDeps;
       let result: MutationResult | undefined;
       let known: string[] = [];
       if (last.role === 'user') {
         needScope(req, 'message');
-        result = await svc.addMessage(
+        result = await addMessage(
+          deps,
           req.tenant,
           id,
           userMessageOf(last.parts),
@@ -183,12 +186,20 @@ const routes: FastifyPluginAsyncZod<{ config: Config }> = async (app, { config }
         const decisions = decisionsOf(last.parts, requiredAction(s.status, s.pending));
         if (decisions.length) needScope(req, 'decide');
         for (const d of decisions)
-          result = await svc.decide(req.tenant, id, d.toolUseId, d.body, undefined, actorOf(req.clientToken));
+          result = await decide(
+            deps,
+            req.tenant,
+            id,
+            d.toolUseId,
+            d.body,
+            undefined,
+            actorOf(req.clientToken),
+          );
         const now = result?.state ?? s;
         const results = resultsOf(last.parts, requiredAction(now.status, now.pending));
         if (results.length) {
           needScope(req, 'results');
-          result = await svc.results(req.tenant, id, results, true);
+          result = await submitResults(deps, req.tenant, id, results, true);
         }
         if (!result)
           throw badRequest(

@@ -3,6 +3,10 @@
  * resume a failed session, compact its history, fork a new session from it. app.ts registers them after
  * tool-calls.ts (sessions.ts says why the order matters).
  */
+import { compactSession } from '../src/sessions/compact.js';
+import { cancelRun, patchSession, resumeRun, retryTurn } from '../src/sessions/control.js';
+import { forkSession } from '../src/sessions/create.js';
+import { replaceMessages } from '../src/sessions/replace.js';
 import type { FastifyPluginAsyncZod } from 'fastify-type-provider-zod';
 import {
   compactBody,
@@ -17,7 +21,7 @@ import { errors, session } from '../src/openapi/responses.js';
 import { ifMatchHeader, mutation, parseIfMatch, postMutation, send, sendMutation } from './mutations.js';
 
 const routes: FastifyPluginAsyncZod = async (app) => {
-  const svc = app.sessions;
+  const deps = app.sessionDeps;
   const tags = ['sessions'];
 
   app.patch(
@@ -35,7 +39,7 @@ const routes: FastifyPluginAsyncZod = async (app) => {
       },
     },
     async (req, reply) =>
-      sendMutation(reply, await svc.patch(req.tenant, req.params.id, req.body, parseIfMatch(req))),
+      sendMutation(reply, await patchSession(deps, req.tenant, req.params.id, req.body, parseIfMatch(req))),
   );
 
   app.post(
@@ -53,7 +57,10 @@ const routes: FastifyPluginAsyncZod = async (app) => {
       },
     },
     async (req, reply) =>
-      sendMutation(reply, await svc.retry(req.tenant, req.params.id, req.body ?? {}, parseIfMatch(req))),
+      sendMutation(
+        reply,
+        await retryTurn(deps, req.tenant, req.params.id, req.body ?? {}, parseIfMatch(req)),
+      ),
   );
 
   app.put(
@@ -76,7 +83,7 @@ const routes: FastifyPluginAsyncZod = async (app) => {
     async (req, reply) =>
       sendMutation(
         reply,
-        await svc.replaceMessages(req.tenant, req.params.id, req.body.messages, parseIfMatch(req)),
+        await replaceMessages(deps, req.tenant, req.params.id, req.body.messages, parseIfMatch(req)),
       ),
   );
 
@@ -95,7 +102,8 @@ const routes: FastifyPluginAsyncZod = async (app) => {
         response: postMutation,
       },
     },
-    async (req, reply) => sendMutation(reply, await svc.cancel(req.tenant, req.params.id, parseIfMatch(req))),
+    async (req, reply) =>
+      sendMutation(reply, await cancelRun(deps, req.tenant, req.params.id, parseIfMatch(req))),
   );
 
   app.post(
@@ -111,7 +119,8 @@ const routes: FastifyPluginAsyncZod = async (app) => {
         response: postMutation,
       },
     },
-    async (req, reply) => sendMutation(reply, await svc.resume(req.tenant, req.params.id, parseIfMatch(req))),
+    async (req, reply) =>
+      sendMutation(reply, await resumeRun(deps, req.tenant, req.params.id, parseIfMatch(req))),
   );
 
   app.post(
@@ -130,7 +139,7 @@ const routes: FastifyPluginAsyncZod = async (app) => {
       },
     },
     async (req, reply) =>
-      sendMutation(reply, await svc.compact(req.tenant, req.params.id, req.body, parseIfMatch(req))),
+      sendMutation(reply, await compactSession(deps, req.tenant, req.params.id, req.body, parseIfMatch(req))),
   );
 
   app.post(
@@ -147,7 +156,7 @@ const routes: FastifyPluginAsyncZod = async (app) => {
       },
     },
     async (req, reply) =>
-      send(reply, await svc.fork(req.tenant, req.params.id, req.body, parseIfMatch(req)), 201),
+      send(reply, await forkSession(deps, req.tenant, req.params.id, req.body, parseIfMatch(req)), 201),
   );
 };
 

@@ -4,7 +4,7 @@
  */
 import type { FastifyReply, FastifyRequest } from 'fastify';
 import { z } from 'zod';
-import type { MutationResult } from '../src/sessions/service.js';
+import type { MutationResult } from '../src/sessions/mutate.js';
 import { sessionView } from '../src/sessions/view.js';
 import type { SessionState } from '../src/store/session-state.js';
 import { errors, session } from '../src/openapi/responses.js';

@@ -1,4 +1,5 @@
 import type { FastifyPluginAsyncZod } from 'fastify-type-provider-zod';
+import { checkCreate } from '../src/sessions/create.js';
 import type { FastifyReply } from 'fastify';
 import { z } from 'zod';
 import { AppError, badRequest } from '../src/errors.js';
@@ -72,7 +73,7 @@ const routes: FastifyPluginAsyncZod = async (app) => {
       const at = b.at === undefined ? null : Date.parse(b.at);
       const timing = { cron: b.cron ?? null, at, timezone: b.timezone };
       const next = checkTiming(timing, secondsCron, true);
-      await app.sessions.checkCreate(req.tenant, b.session);
+      await checkCreate(app.sessionDeps, req.tenant, b.session);
       const now = Date.now();
       const s: ScheduleRecord = {
         id: newScheduleId(),
@@ -161,7 +162,7 @@ const routes: FastifyPluginAsyncZod = async (app) => {
         else set['next_run_at'] = String(next);
       }
       if (b.session !== undefined) {
-        await app.sessions.checkCreate(req.tenant, b.session);
+        await checkCreate(app.sessionDeps, req.tenant, b.session);
         set['session'] = JSON.stringify(b.session);
       }
       if (b.overlap !== undefined) set['overlap'] = b.overlap;

@@ -1,9 +1,13 @@
 /**
  * The /v1/sessions routes of the session itself: create, list, get, delete, its messages (read, add a follow-up) and
- * its iteration records; each is schema, auth scope and a call into SessionService (or a read of the store). The
- * routes of the pending tool step are in tool-calls.ts, those that steer a session in control.ts. app.ts registers
- * the three in this order, sessions.ts first: the OpenAPI document lists paths and methods in registration order.
+ * its iteration records; each is schema, auth scope and a call into an operation of src/sessions/ with
+ * `app.sessionDeps` (or a read of the store). The routes of the pending tool step are in tool-calls.ts, those that
+ * steer a session in control.ts. app.ts registers the three in this order, sessions.ts first: the OpenAPI document
+ * lists paths and methods in registration order.
  */
+import { removeSession } from '../src/sessions/control.js';
+import { createSession } from '../src/sessions/create.js';
+import { addMessage, listMessages } from '../src/sessions/messages.js';
 import type { FastifyPluginAsyncZod } from 'fastify-type-provider-zod';
 import { z } from 'zod';
 import { notFound } from '../src/errors.js';
@@ -71,7 +75,7 @@ const metadataFilters = (q: Record<string, unknown>): MetadataPair[] =>
   });
 
 const routes: FastifyPluginAsyncZod = async (app) => {
-  const svc = app.sessions;
+  const deps = app.sessionDeps;
   const tags = ['sessions'];
 
   app.post(
@@ -87,7 +91,7 @@ const routes: FastifyPluginAsyncZod = async (app) => {
       },
     },
     async (req, reply) => {
-      const s = await svc.create(req.tenant, req.body);
+      const s = await createSession(deps, req.tenant, req.body);
       return send(reply, s, 201);
     },
   );
@@ -167,7 +171,7 @@ const routes: FastifyPluginAsyncZod = async (app) => {
       },
     },
     async (req) => {
-      await svc.remove(req.tenant, req.params.id, parseIfMatch(req));
+      await removeSession(deps, req.tenant, req.params.id, parseIfMatch(req));
       return { id: req.params.id, object: 'session' as const, deleted: true as const };
     },
   );
@@ -188,7 +192,7 @@ const routes: FastifyPluginAsyncZod = async (app) => {
       },
     },
     async (req) => {
-      return svc.messages(req.tenant, req.params.id, req.query.include === 'compacted');
+      return listMessages(deps, req.tenant, req.params.id, req.query.include === 'compacted');
     },
   );
 
@@ -260,7 +264,8 @@ const routes: FastifyPluginAsyncZod = async (app) => {
     async (req, reply) =>
       sendMutation(
         reply,
-        await svc.addMessage(
+        await addMessage(
+          deps,
           req.tenant,
           req.params.id,
           req.body,

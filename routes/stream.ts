@@ -246,7 +246,7 @@ const routes: FastifyPluginAsyncZod<{ config: Config }> = async (app, { config }
     // Client frames run one at a time, in order; a bad frame gets an error frame and the connection stays.
     let chain: Promise<void> = Promise.resolve();
     let pending = 0;
-    const ctx = { tenant, sessionId: id, sessions: app.sessions, log, token };
+    const ctx = { tenant, sessionId: id, deps: app.sessionDeps, log, token };
     socket.on('message', (data, isBinary) => {
       alive.set(socket, true);
       if (isBinary) {

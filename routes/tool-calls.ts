@@ -3,6 +3,7 @@
  * replace one under review, accept the reviewed results and go on. app.ts registers them right after sessions.ts
  * (which says why the order matters).
  */
+import { continueRun, decide, putResult, submitResults } from '../src/sessions/tool-calls.js';
 import type { FastifyPluginAsyncZod } from 'fastify-type-provider-zod';
 import { z } from 'zod';
 import { decisionBody, emptyBody, sessionIdParam, toolResultBody, toolResultsBody } from '../src/schemas.js';
@@ -12,7 +13,7 @@ import { ifMatchHeader, mutation, parseIfMatch, postMutation, sendMutation } fro
 const toolUseParams = sessionIdParam.extend({ tool_use_id: z.string().min(1).max(128) });
 
 const routes: FastifyPluginAsyncZod = async (app) => {
-  const svc = app.sessions;
+  const deps = app.sessionDeps;
   const tags = ['sessions'];
 
   app.post(
@@ -32,7 +33,8 @@ const routes: FastifyPluginAsyncZod = async (app) => {
     async (req, reply) =>
       sendMutation(
         reply,
-        await svc.decide(
+        await decide(
+          deps,
           req.tenant,
           req.params.id,
           req.params.tool_use_id,
@@ -61,7 +63,7 @@ const routes: FastifyPluginAsyncZod = async (app) => {
     async (req, reply) =>
       sendMutation(
         reply,
-        await svc.putResult(req.tenant, req.params.id, req.params.tool_use_id, req.body, parseIfMatch(req)),
+        await putResult(deps, req.tenant, req.params.id, req.params.tool_use_id, req.body, parseIfMatch(req)),
       ),
   );
 
@@ -82,7 +84,14 @@ const routes: FastifyPluginAsyncZod = async (app) => {
     async (req, reply) =>
       sendMutation(
         reply,
-        await svc.results(req.tenant, req.params.id, req.body.results, req.body.continue, parseIfMatch(req)),
+        await submitResults(
+          deps,
+          req.tenant,
+          req.params.id,
+          req.body.results,
+          req.body.continue,
+          parseIfMatch(req),
+        ),
       ),
   );
 
@@ -101,7 +110,7 @@ const routes: FastifyPluginAsyncZod = async (app) => {
       },
     },
     async (req, reply) =>
-      sendMutation(reply, await svc.continue(req.tenant, req.params.id, parseIfMatch(req))),
+      sendMutation(reply, await continueRun(deps, req.tenant, req.params.id, parseIfMatch(req))),
   );
 };
 

@@ -15,7 +15,7 @@ export default fp<{ config: Config }>(
     const sweep = new AgentSweep({
       redis: app.redis,
       store: app.store,
-      service: app.sessions,
+      deps: app.sessionDeps,
       log: componentLog(app.log, 'agents'),
       sweepMs: config.AGENT_SWEEP_MS,
       maxSessions: config.TENANT_MAX_SESSIONS,

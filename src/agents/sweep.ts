@@ -1,7 +1,10 @@
 import type { FastifyBaseLogger as Logger } from 'fastify';
 import { AppError } from '../errors.js';
 import { createSessionBody, isAgentTool, type AgentTool } from '../schemas.js';
-import type { SessionService } from '../sessions/service.js';
+import { cancelRun, removeSession } from '../sessions/control.js';
+import { createSession } from '../sessions/create.js';
+import type { SessionDeps } from '../sessions/mutate.js';
+import { submitResults } from '../sessions/tool-calls.js';
 import { AGENTS_DUE_KEY } from '../store/keys.js';
 import type { RedisClient } from '../store/lua-commands.js';
 import { childUsageIncr, type SessionState } from '../store/session-state.js';
@@ -15,7 +18,7 @@ import { childSessionId, WaitingTree, type ChildWaiting } from './waiting.js';
  * derived from the parent and the call (so a sweep that runs twice, on any replica, creates it once), and when the
  * child's run ends (`idle`, `failed`) it submits the child's final text as the call's result with `continue`, which
  * starts the parent's next run. Every session of a tree is a member of `agents:due`; the end of any of its runs
- * moves it to now (RunQueue.unmarkDue, which the runs' own sweep retries after a crash), so a child that ends while
+ * moves it to now (RunQueue.end, which the runs' own sweep retries after a crash), so a child that ends while
  * its parent's replica is dead still wakes the parent. A parked parent is looked at again every RECHECK_MS.
  */
 
@@ -29,7 +32,8 @@ export const childrenKey = (parentId: string) => `s:{${parentId}}:children`;
 export interface AgentSweepOptions {
   redis: RedisClient;
   store: SessionStore;
-  service: SessionService;
+  /** What the operations on sessions need (src/sessions/*.ts): a child's create, a result, a cancel, a delete. */
+  deps: SessionDeps;
   log: Logger;
   sweepMs: number;
   /** TENANT_MAX_SESSIONS (0: none): children count like created sessions. */
@@ -139,7 +143,7 @@ export class AgentSweep {
     await this.opts.redis.zadd(childrenKey(parent.id), 0, childId);
     try {
       const depth = (parent.parent?.depth ?? 1) + 1;
-      await this.opts.service.create(parent.tenant, body.data, childId, {
+      await createSession(this.opts.deps, parent.tenant, body.data, childId, {
         session_id: parent.id,
         tool_use_id: toolUseId,
         depth,
@@ -171,7 +175,8 @@ export class AgentSweep {
     hincr?: Record<string, number>,
   ): Promise<void> {
     try {
-      await this.opts.service.results(
+      await submitResults(
+        this.opts.deps,
         parent.tenant,
         parent.id,
         [{ tool_use_id: toolUseId, ...result }],
@@ -211,7 +216,7 @@ export class AgentSweep {
     for (const id of await this.opts.redis.zrange(childrenKey(parent.id), 0, -1)) {
       const c = await this.opts.store.load(id);
       if (!c || (c.status !== 'running' && c.status !== 'requires_action')) continue;
-      await this.opts.service.cancel(c.tenant, id).catch((err: unknown) => {
+      await cancelRun(this.opts.deps, c.tenant, id).catch((err: unknown) => {
         if (!(err instanceof AppError)) throw err;
       });
     }
@@ -223,7 +228,7 @@ export class AgentSweep {
     for (const id of await this.opts.redis.zrange(key, 0, -1)) {
       const c = await this.opts.store.load(id);
       if (c)
-        await this.opts.service.remove(c.tenant, id).catch((err: unknown) => {
+        await removeSession(this.opts.deps, c.tenant, id).catch((err: unknown) => {
           if (!(err instanceof AppError)) throw err;
         });
     }

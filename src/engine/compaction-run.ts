@@ -86,7 +86,7 @@ async function compactOnly(
   }
   const fresh = await deps.store.load(run.id);
   if (fresh?.status !== 'running') {
-    await deps.store.runs.unmarkDue(run.id);
+    await deps.store.runs.end(run.id);
     return 'done';
   }
   return 'again';

@@ -113,16 +113,12 @@ export class Engine {
   private async sweep(): Promise<void> {
     if (this.stopping) return;
     const { store } = this.deps;
-    const due = await store.runs.dueRuns(Date.now(), 20);
-    for (const id of due) {
-      if (this.active.has(id)) continue;
-      const state = await store.load(id);
-      if (!state || state.status !== 'running') {
-        await store.runs.unmarkDue(id, state?.tenant);
-        continue;
-      }
-      this.kick(id, true);
-    }
+    const lapsed = await store.runs.sweep(
+      20,
+      (id) => this.active.has(id),
+      (id) => store.load(id),
+    );
+    for (const id of lapsed) this.kick(id, true);
   }
 
   /** Tries to take the run of a `running` session in this process. Returns at once; the run goes on in the background. */
@@ -167,7 +163,7 @@ export class Engine {
 
   private async claim(id: string, swept: boolean): Promise<void> {
     const { store, owner, leaseTtlMs } = this.deps;
-    const claimed = await store.runs.acquire(id, owner, leaseTtlMs);
+    const claimed = await store.runs.claim(id, owner, leaseTtlMs);
     if (!claimed) return;
     if (swept) this.deps.metrics.leaseTakeovers.inc();
     if (this.stopping || this.active.has(id)) {

@@ -97,7 +97,7 @@ export class Run {
     const renew = this.renewLease();
     await deps.channels.watchControl(run.id).catch((err) => log.warn({ err }, 'subscribe failed'));
     try {
-      await deps.store.runs.markDue(run.id, Date.now() + deps.leaseTtlMs);
+      await this.begin();
       while (!deps.stopping() || run.reason === null) {
         const known = await this.current();
         if (!known) return;
@@ -110,6 +110,18 @@ export class Run {
       clearInterval(renew);
       await this.end();
     }
+  }
+
+  /**
+   * The run begins here: taken over by the sweep only once its lease could have lapsed. A run taken over (after a
+   * crash, a hand-over) counts among its tenant's active runs whatever happened to its slot; a run started by a
+   * route holds the slot the route took (the heartbeat holds it again, should an earlier run's end have given it
+   * back after the start took it).
+   */
+  private async begin(): Promise<void> {
+    const { deps, run, swept } = this;
+    const tenant = swept && this.known ? this.known.state.tenant : null;
+    await deps.store.runs.keep(run.id, deps.leaseTtlMs, tenant);
   }
 
   /** The session as known, or read again; null once it is not this run's to drive (left `running`, fenced). */
@@ -132,16 +144,12 @@ export class Run {
     if (!this.counted) {
       this.counted = true;
       this.ctx.tenant = state.tenant;
-      // A run taken over (after a crash, a hand-over) counts among its tenant's active runs whatever happened to its
-      // slot; a run started by a route holds the slot the route took (the lease renewal holds it again, should an
-      // earlier run's end have given it back after the start took it).
-      if (this.swept) await deps.store.runs.holdRunSlot(state.tenant, run.id);
       this.log.info({ tenant: state.tenant, iteration: state.iteration, fence: run.fence }, 'run started');
     }
     if (state.control === 'cancel' || run.reason === 'cancel') {
       // The history stays valid; see cancelSession.
       await cancelSession(deps.store, state, { fence: run.fence });
-      await deps.store.runs.unmarkDue(run.id, state.tenant);
+      await deps.store.runs.end(run.id, state.tenant);
       return 'stop';
     }
     if (run.reason === 'shutdown' || run.reason === 'fenced' || run.reason === 'deleted') return 'stop';
@@ -268,12 +276,9 @@ export class Run {
     const { store, leaseTtlMs, owner } = deps;
     return setInterval(
       () => {
-        Promise.all([
-          store.runs.renew(run.id, owner, run.fence, leaseTtlMs),
-          store.runs.markDue(run.id, Date.now() + leaseTtlMs),
-          run.tenant !== null ? store.runs.holdRunSlot(run.tenant, run.id) : null,
-        ])
-          .then(([ok]) => {
+        store.runs
+          .heartbeat(run, owner, leaseTtlMs)
+          .then((ok) => {
             if (!ok) run.abort('fenced');
           })
           .catch((err) => log.warn({ err }, 'lease renewal failed'));
@@ -286,9 +291,8 @@ export class Run {
   private async end(): Promise<void> {
     const { deps, run } = this;
     await deps.channels.unwatchControl(run.id);
-    await deps.store.runs.release(run.id, deps.owner, run.fence).catch(() => {});
-    // Handed over: any replica may claim it now rather than after the lease TTL.
-    if (run.reason === 'shutdown') await deps.store.runs.markDue(run.id, Date.now()).catch(() => {});
+    // Handed over (a shutdown): any replica may claim it now rather than after the lease TTL.
+    await deps.store.runs.release(run.id, deps.owner, run.fence, run.reason === 'shutdown').catch(() => {});
     // Last: nothing of this run writes after this line. `abort`: null when the run ended by itself (the session
     // left `running`), else why this process stopped it.
     if (this.counted) this.log.info({ abort: run.reason, ms: Date.now() - this.started }, 'run ended');

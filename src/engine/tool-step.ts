@@ -175,9 +175,31 @@ export async function afterTools(
   const withReply = (ops: ApplyOps): ApplyOps =>
     replyOps && record ? mergeOps({ ...replyOps, push_iters: [JSON.stringify(record)] }, ops) : ops;
   const completed = completedEvents(step.calls, durations);
+  const held = await holdResults(deps, run, state, step, completed, withReply);
+  if (held) return { outcome: held, paramsRev: state.paramsRev };
+  const ops = resultsOps(state, history, step, completed);
+  await indexResults(deps, run, state, history, step, record, ops, replyOps !== null);
+  const res = await commit(deps, run, withReply(ops));
+  extendHistory(history, res);
+  return { outcome: 'continue', paramsRev: res.paramsRev };
+}
+
+/**
+ * The results do not go to the model yet when the policy says so: a failed server tool fails the session
+ * (`on_tool_error: fail`), or the session waits at `requires_action` for a review (the tools' review policy, or
+ * `on_tool_error: pause`). Null: they go on. `step.review` marks results a client accepted (continue, or a message
+ * after a failure): they go as they are.
+ */
+async function holdResults(
+  deps: RunDeps,
+  run: RunHandle,
+  state: SessionState,
+  step: PendingStep,
+  completed: Array<[string, string]>,
+  withReply: (ops: ApplyOps) => ApplyOps,
+): Promise<'done' | 'paused' | null> {
   const serverResults = step.calls.filter((c) => c.kind === 'server' && c.approval !== 'denied');
   const failed = serverResults.filter((c) => c.result?.is_error);
-  // `step.review` marks results a client accepted (continue, or a message after a failure): they go as they are.
   const firstFailed = failed[0]?.result;
   if (firstFailed && state.onToolError === 'fail' && !step.review) {
     const error: SessionError = {
@@ -192,22 +214,30 @@ export async function afterTools(
       [...completed, ['session.error', JSON.stringify(error)]],
       withReply({}),
     );
-    return { outcome: 'done', paramsRev: state.paramsRev };
+    return 'done';
   }
   const review =
     !step.review &&
     (needsReview(state, serverResults) || (failed.length > 0 && state.onToolError === 'pause'));
-  if (review) {
-    step.review = true;
-    await endRun(
-      deps,
-      run,
-      { status: 'requires_action', pending: step, actionTimeoutS: state.actionTimeoutS },
-      completed,
-      withReply({}),
-    );
-    return { outcome: 'paused', paramsRev: state.paramsRev };
-  }
+  if (!review) return null;
+  step.review = true;
+  await endRun(
+    deps,
+    run,
+    { status: 'requires_action', pending: step, actionTimeoutS: state.actionTimeoutS },
+    completed,
+    withReply({}),
+  );
+  return 'paused';
+}
+
+/** The results commit: the step's fields dropped, its results (and queued follow-ups) as the next user turn. */
+function resultsOps(
+  state: SessionState,
+  history: StoredMessage[],
+  step: PendingStep,
+  completed: Array<[string, string]>,
+): ApplyOps {
   const cache = state.cacheToolResults;
   const ops: ApplyOps = {
     hset: pendingFields(null),
@@ -230,22 +260,36 @@ export async function afterTools(
       ops.lset_msgs = [[prev, JSON.stringify(stripped)]];
     }
   }
+  return ops;
+}
+
+/**
+ * The iteration record learns where its results turn is (`results_index`): the run's own record (written with the
+ * reply when `withReply`, else rewritten by `ops`), or, for a tool step of an earlier runner, the stored one.
+ */
+async function indexResults(
+  deps: RunDeps,
+  run: RunHandle,
+  state: SessionState,
+  history: StoredMessage[],
+  step: PendingStep,
+  record: IterationRecord | null,
+  ops: ApplyOps,
+  withReply: boolean,
+): Promise<void> {
   // Record n is entry n - 1 of the list (turns and compactions in order).
   const at = stepRecord(step) - 1;
   if (record) {
     record.results_index = state.msgBase + history.length;
-    if (!replyOps) ops.lset_iters = [[at, JSON.stringify(record)]];
-  } else if (at >= 0) {
-    // A tool step of an earlier runner: fill in the record's results index.
-    const [rec] = await deps.store.iterationRecords(run.id, at, at);
-    if (rec && rec.kind !== 'compaction' && rec.iteration === step.iteration) {
-      rec.results_index = state.msgBase + history.length;
-      ops.lset_iters = [[at, JSON.stringify(rec)]];
-    }
+    if (!withReply) ops.lset_iters = [[at, JSON.stringify(record)]];
+    return;
   }
-  const res = await commit(deps, run, withReply(ops));
-  extendHistory(history, res);
-  return { outcome: 'continue', paramsRev: res.paramsRev };
+  if (at < 0) return;
+  const [rec] = await deps.store.iterationRecords(run.id, at, at);
+  if (rec && rec.kind !== 'compaction' && rec.iteration === step.iteration) {
+    rec.results_index = state.msgBase + history.length;
+    ops.lset_iters = [[at, JSON.stringify(rec)]];
+  }
 }
 
 /** The number of the record a step's calls are of (a step stored before records had numbers: its iteration). */

@@ -73,12 +73,12 @@ export async function parkForTasks(
     markStored(step);
     if (full.length === calls.length) return 'again';
   }
-  await deps.store.runs.unmarkDue(run.id, state.tenant);
+  await deps.store.runs.end(run.id, state.tenant);
   // A result delivered between this run's read and its giving up found the run still holding the lease: go on here.
   const fresh = await deps.store.load(run.id);
   const ids = new Set(calls.map((c) => c.id));
   if (fresh?.pending?.calls.some((c) => ids.has(c.id) && c.result)) {
-    await deps.store.runs.markDue(run.id, Date.now() + deps.leaseTtlMs);
+    await deps.store.runs.keep(run.id, deps.leaseTtlMs);
     return 'again';
   }
   return 'done';

@@ -11,13 +11,16 @@ import {
   tooWideMessage,
 } from '../json-depth.js';
 import { decisionBody, postMessageBody, toolResultBody } from '../schemas.js';
-import type { MutationResult, SessionService } from '../sessions/service.js';
+import { cancelRun } from '../sessions/control.js';
+import { addMessage } from '../sessions/messages.js';
+import type { MutationResult, SessionDeps } from '../sessions/mutate.js';
+import { decide, putResult } from '../sessions/tool-calls.js';
 import { actorOf, requireScope } from '../plugins/auth.js';
 import type { ClientScope, ClientTokenRecord } from '../store/client-tokens.js';
 
 /**
  * Frames a WebSocket client may send (spec §5). Each frame is `{type, ref, …}` where `…` is exactly the body of the
- * matching REST route, validated by the same zod schema and run by the same SessionService method:
+ * matching REST route, validated by the same zod schema and run by the same operation (src/sessions/*.ts):
  *
  * | frame                                                   | REST route                                   |
  * |---------------------------------------------------------|----------------------------------------------|
@@ -72,7 +75,8 @@ export async function handleFrame(
   ctx: {
     tenant: string;
     sessionId: string;
-    sessions: SessionService;
+    /** What the operations on sessions need (src/sessions/*.ts). */
+    deps: SessionDeps;
     log: FastifyBaseLogger;
     /** The client token the connection was opened with (null: a tenant key). */
     token?: ClientTokenRecord | null;
@@ -96,7 +100,7 @@ export async function handleFrame(
   const h = head.safeParse(msg);
   if (!h.success) return errorFrame(ref, 'invalid_request', 'The frame is invalid.', frameDetails(h.error));
   const { type, ref: _r, if_match: ifMatch, ...body } = h.data;
-  const { tenant, sessionId: id, sessions } = ctx;
+  const { tenant, sessionId: id, deps } = ctx;
   const token = ctx.token ?? null;
   const by = actorOf(token);
   try {
@@ -104,21 +108,21 @@ export async function handleFrame(
     let res: MutationResult;
     switch (type) {
       case 'message':
-        res = await sessions.addMessage(tenant, id, postMessageBody.parse(body), ifMatch, by);
+        res = await addMessage(deps, tenant, id, postMessageBody.parse(body), ifMatch, by);
         break;
       case 'tool_result': {
         const { tool_use_id, ...rest } = toolResultFrame.parse(body);
-        res = await sessions.putResult(tenant, id, tool_use_id, rest, ifMatch);
+        res = await putResult(deps, tenant, id, tool_use_id, rest, ifMatch);
         break;
       }
       case 'tool_call.decide': {
         const { tool_use_id, ...rest } = decideFrame.parse(body);
-        res = await sessions.decide(tenant, id, tool_use_id, rest, ifMatch, by);
+        res = await decide(deps, tenant, id, tool_use_id, rest, ifMatch, by);
         break;
       }
       case 'cancel':
         cancelFrame.parse(body);
-        res = await sessions.cancel(tenant, id, ifMatch);
+        res = await cancelRun(deps, tenant, id, ifMatch);
         break;
     }
     return { type: 'ack', ref: h.data.ref, revision: res.state.revision, status: res.state.status };

@@ -3,7 +3,7 @@ import { randomBytes } from 'node:crypto';
 import { hostname } from 'node:os';
 import { serverTools } from '../../tools/index.js';
 import { Engine } from '../engine/engine.js';
-import { SessionService } from '../sessions/service.js';
+import type { SessionDeps } from '../sessions/mutate.js';
 import { DeadlineSweeper } from '../sessions/deadlines.js';
 import { RetentionSweeper } from '../sessions/retention.js';
 import { SessionChannels } from '../store/channels.js';
@@ -25,7 +25,11 @@ declare module 'fastify' {
     engine: Engine;
     /** Every source of tools the service runs: server tools, MCP servers, … (`GET /v1/tools`, session checks). */
     toolbox: Toolbox;
-    sessions: SessionService;
+    /**
+     * What the operations on sessions (src/sessions/*.ts) need: the routes, the WebSocket frames and the sweeps call
+     * them with it.
+     */
+    sessionDeps: SessionDeps;
     /** The memory tool's files, per tenant (`routes/memory.ts`). */
     memory: MemoryStore;
     /** The tenants' own tools (`routes/tenant-tools.ts`). */
@@ -87,9 +91,10 @@ export default fp<EnginePluginOptions>(
       tracing: app.tracing,
       tasks,
     });
+    const sessionDeps: SessionDeps = { store, engine, serverTools, toolbox };
     const toolTasks = new ToolTasks({
       queue: tasks,
-      deps: { store, engine, serverTools, toolbox },
+      deps: sessionDeps,
       sub: app.redisSub,
       metrics: app.metrics,
       log: componentLog(app.log, 'tool-tasks'),
@@ -106,13 +111,9 @@ export default fp<EnginePluginOptions>(
     app.decorate('memory', memory);
     app.decorate('tenantTools', registry);
     app.decorate('toolTasks', toolTasks);
-    app.decorate('sessions', new SessionService(store, engine, serverTools, toolbox));
+    app.decorate('sessionDeps', sessionDeps);
     const sweepMs = opts.deadlineSweepMs ?? 1000;
-    const deadlines = new DeadlineSweeper(
-      { store, engine, serverTools, toolbox },
-      componentLog(app.log, 'engine'),
-      sweepMs,
-    );
+    const deadlines = new DeadlineSweeper(sessionDeps, componentLog(app.log, 'engine'), sweepMs);
     const retention = new RetentionSweeper(store, componentLog(app.log, 'engine'), sweepMs);
     let httpCaller: HttpToolCaller | null = null;
     app.addHook('onReady', async () => {

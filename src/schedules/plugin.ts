@@ -25,7 +25,7 @@ export default fp<{ config: Config }>(
     const scheduler = new Scheduler({
       store,
       sessions: app.store,
-      service: app.sessions,
+      deps: app.sessionDeps,
       log: componentLog(app.log, 'schedules'),
       sweepMs: config.SCHEDULE_SWEEP_MS,
       maxSessions: config.TENANT_MAX_SESSIONS,

@@ -1,7 +1,8 @@
 import type { FastifyBaseLogger as Logger } from 'fastify';
 import { AppError, badRequest, quotaExceeded, zodDetails } from '../errors.js';
 import { createSessionBody } from '../schemas.js';
-import type { SessionService } from '../sessions/service.js';
+import { createSession } from '../sessions/create.js';
+import type { SessionDeps } from '../sessions/mutate.js';
 import type { SessionStore } from '../store/store.js';
 import { newestMissed, nextFire, type Timing } from './cron.js';
 import { fireSessionId, type ScheduleRecord } from './keys.js';
@@ -15,7 +16,8 @@ const SWEEP_BATCH = 50;
 export interface SchedulerOptions {
   store: ScheduleStore;
   sessions: SessionStore;
-  service: SessionService;
+  /** What a create needs (src/sessions/create.ts). */
+  deps: SessionDeps;
   log: Logger;
   sweepMs: number;
   /** TENANT_MAX_SESSIONS (0: none): scheduled sessions count like created ones. */
@@ -102,7 +104,7 @@ export class Scheduler {
    * else leaves it pending, retried after the lease.
    */
   private async fire(s: ScheduleRecord, fireAt: number): Promise<void> {
-    const { sessions, service, store, maxSessions } = this.opts;
+    const { sessions, deps, store, maxSessions } = this.opts;
     const sessionId = fireSessionId(s.id, fireAt);
     const scheduledFor = new Date(fireAt).toISOString();
     const base = { schedule_id: s.id, scheduled_for: scheduledFor };
@@ -114,7 +116,7 @@ export class Scheduler {
         const body = createSessionBody.safeParse({ ...given, metadata: { ...given.metadata, ...base } });
         if (!body.success)
           throw badRequest("The schedule's session body is refused.", zodDetails(body.error.issues));
-        await service.create(s.tenant, body.data, sessionId);
+        await createSession(deps, s.tenant, body.data, sessionId);
       }
     } catch (err) {
       const exists = err instanceof AppError && err.code === 'session_exists';

@@ -152,7 +152,7 @@ export async function cancelRun(
   if (s.status === 'requires_action' || !(await store.runs.leaseHolder(id))) {
     try {
       await cancelSession(store, s, {});
-      await store.runs.unmarkDue(id, tenant);
+      await store.runs.end(id, tenant);
     } catch (err) {
       if (!(err instanceof AppError && err.code === 'invalid_status')) throw err;
     }

@@ -306,7 +306,7 @@ async function insert(
   createdExtra: Record<string, unknown> = {},
 ): Promise<void> {
   // A session that starts running takes its tenant's run slot before anything is written (429 when none is free).
-  if (state.status === 'running') await deps.store.runs.takeRunSlot(state.tenant, state.id);
+  if (state.status === 'running') await deps.store.runs.admit(state.tenant, state.id);
   // Indexed first: if the session write then fails, `list` drops the dangling index entry; the other order could
   // leave a session that exists but is never listed.
   await deps.store.index(state.tenant, state.id, state.createdAt, state.metadata);

@@ -46,7 +46,7 @@ export function checkIfMatch(s: SessionState, ifMatch: number | undefined): void
 
 /** Registers the run as due (any replica claims it if this one does not), then claims it here. */
 export async function startRun(deps: SessionDeps, id: string): Promise<void> {
-  await deps.store.runs.markDue(id, Date.now() + 2000);
+  await deps.store.runs.wake(id);
   deps.engine.kick(id);
 }
 

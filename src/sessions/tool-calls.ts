@@ -4,7 +4,7 @@ import { BUDGET_EXHAUSTED, assertBudgetLeft } from '../engine/budget.js';
 import { TENANT_BUDGET_EXHAUSTED } from '../cost/spend.js';
 import { assertActionOpen } from './deadlines.js';
 import { blocksOf } from '../history.js';
-import type { decisionBody, toolResultsBody } from '../schemas.js';
+import type { decisionBody, toolResultBody, toolResultsBody } from '../schemas.js';
 import { encodeResult, setResult, type PendingStep, type ToolResult } from '../store/pending.js';
 import type { SessionState } from '../store/session-state.js';
 import type { ApplyOps } from '../store/apply-ops.js';
@@ -134,6 +134,18 @@ function applyResult(step: PendingStep, r: ResultInput): [string, string] {
  * Results of client tools, or replacements of results under review. The run goes on once nothing else waits:
  * at once for client results, on `go` (or `continue`) for reviewed ones.
  */
+/** One client tool's result (`PUT …/tool-results/:id`, a WebSocket frame): `submitResults` without `continue`. */
+export function putResult(
+  deps: SessionDeps,
+  tenant: string,
+  id: string,
+  toolUseId: string,
+  body: z.infer<typeof toolResultBody>,
+  ifMatch?: number,
+): Promise<MutationResult> {
+  return submitResults(deps, tenant, id, [{ tool_use_id: toolUseId, ...body }], false, ifMatch);
+}
+
 export function submitResults(
   deps: SessionDeps,
   tenant: string,

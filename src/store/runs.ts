@@ -1,7 +1,9 @@
 /**
  * The run queue: who runs a session (the lease and its fencing token), which running sessions any replica may claim
- * (`runs:due`), and each tenant's slots among the active runs (TENANT_MAX_ACTIVE_RUNS). Keys from keys.ts; each
- * method is one command or one script unless its JSDoc says otherwise.
+ * (`runs:due`), and each tenant's slots among the active runs (TENANT_MAX_ACTIVE_RUNS). The only door to those keys:
+ * the rest of the service says what happens to a run (`start`, `claim`, `heartbeat`, `end`, …), and the eslint rule
+ * in eslint.config.js keeps the keys and the low-level calls here. Keys from keys.ts; each operation's JSDoc says
+ * what it sends.
  */
 import { isOutOfMemory } from './unavailable.js';
 import { quotaExceeded } from '../errors.js';
@@ -26,6 +28,18 @@ export interface Claimed {
  */
 const RUN_SLOT_GRACE_MS = 10_000;
 
+/** A session made runnable (`start`, `wake`) is claimable by any replica after this long if no process took it. */
+const START_DUE_DELAY_MS = 2000;
+
+/** The run of one session as this replica holds it: what a heartbeat renews. */
+export interface HeldRun {
+  id: string;
+  /** The fencing token of the claim. */
+  fence: number;
+  /** The session's tenant, once known (null: the heartbeat holds no run slot). */
+  tenant: string | null;
+}
+
 export class RunQueue {
   constructor(
     private readonly redis: RedisClient,
@@ -34,10 +48,39 @@ export class RunQueue {
   ) {}
 
   /**
-   * Takes the run lease of a `running` session and reads the session in the same round trip (acquire-4.lua); null
-   * if another holds the lease or the session is not running.
+   * A session is about to be written `running` (a create): takes its tenant's run slot first, or throws 429
+   * `quota_exceeded`. The slot is taken before the write: a slot without a running session is dropped later
+   * (see `takeRunSlot`), whereas the other order could run more than the limit.
    */
-  async acquire(id: string, owner: string, ttlMs: number): Promise<Claimed | null> {
+  admit(tenant: string | null, id: string): Promise<void> {
+    return this.takeRunSlot(tenant, id);
+  }
+
+  /**
+   * A session becomes runnable (a write that sets `running`, before that write): takes its tenant's run slot (429
+   * `quota_exceeded` at the limit), then registers the run as due after START_DUE_DELAY_MS, so any replica claims it
+   * should the one that kicked it not. Before the write: a due entry without a running session is dropped by the
+   * sweep, whereas a running session without a due entry would never run.
+   */
+  async start(tenant: string | null, id: string): Promise<void> {
+    await this.takeRunSlot(tenant, id);
+    await this.markDue(id, Date.now() + START_DUE_DELAY_MS);
+  }
+
+  /**
+   * A running session without a run in any process has what it waited for (a tool task's result, a session
+   * written running just before): due after START_DUE_DELAY_MS (one ZADD), for any replica should the kick here
+   * not claim it. Its run slot is held again by the run's heartbeat.
+   */
+  async wake(id: string): Promise<void> {
+    await this.markDue(id, Date.now() + START_DUE_DELAY_MS);
+  }
+
+  /**
+   * A replica takes the run lease of a `running` session and reads the session in the same round trip
+   * (acquire-4.lua); null if another holds the lease or the session is not running.
+   */
+  async claim(id: string, owner: string, ttlMs: number): Promise<Claimed | null> {
     const k = sessionKeys(id);
     const res = await this.redis.sessAcquire(k.meta, k.lease, k.queue, k.iters, owner, ttlMs);
     if (res === 0) return null;
@@ -52,37 +95,55 @@ export class RunQueue {
     };
   }
 
-  renew(id: string, owner: string, fence: number, ttlMs: number): Promise<boolean> {
-    return this.redis.sessRenew(sessionKeys(id).lease, `${owner}:${fence}`, ttlMs).then((r) => r === 1);
+  /**
+   * The run goes on in the replica holding its lease (it began, or a parked run found its result after all): due
+   * only once the lease could have lapsed (`ttlMs` from now, one ZADD), so the sweep takes it over only then.
+   * `slotOf`: the tenant whose run slot the run holds again, without a check (a claim by the sweep: a takeover, a
+   * hand-over, whose slot may have been given back).
+   */
+  async keep(id: string, ttlMs: number, slotOf: string | null = null): Promise<void> {
+    await Promise.all([
+      this.markDue(id, Date.now() + ttlMs),
+      slotOf !== null ? this.holdRunSlot(slotOf, id) : null,
+    ]);
   }
 
-  release(id: string, owner: string, fence: number): Promise<boolean> {
-    return this.redis.sessRelease(sessionKeys(id).lease, `${owner}:${fence}`).then((r) => r === 1);
+  /**
+   * Renews the run's lease for `ttlMs`, its due time with it and its tenant's slot (`keep`), in parallel; false when
+   * the lease is no longer this run's (another replica took it over).
+   */
+  async heartbeat(run: HeldRun, owner: string, ttlMs: number): Promise<boolean> {
+    const [ok] = await Promise.all([
+      this.renew(run.id, owner, run.fence, ttlMs),
+      this.keep(run.id, ttlMs, run.tenant),
+    ]);
+    return ok;
   }
 
+  /**
+   * Lets go of the lease (release-1.lua; a no-op if it is not this claim's). `handOver` (this process stops): the run
+   * is due now, for any replica, rather than after the lease TTL (even when the release failed).
+   */
+  async release(id: string, owner: string, fence: number, handOver = false): Promise<void> {
+    try {
+      await this.redis.sessRelease(sessionKeys(id).lease, `${owner}:${fence}`);
+    } finally {
+      if (handOver) await this.markDue(id, Date.now());
+    }
+  }
+
+  /** The lease's holder (`owner:fence`), or null when no process runs the session. */
   async leaseHolder(id: string): Promise<string | null> {
     return this.redis.get(sessionKeys(id).lease);
   }
 
-  /** Marks a running session as claimable by any replica after `atMs` (crash recovery). */
-  async markDue(id: string, atMs: number): Promise<void> {
-    await this.redis.zadd(RUNS_KEY, atMs, id);
-  }
-
-  /** Makes the session a member of the sub-agent trees' due set, looked at by the agents' sweep after `atMs`. */
-  async watchTree(id: string, atMs: number): Promise<void> {
-    await this.redis.zadd(AGENTS_DUE_KEY, atMs, id);
-  }
-
   /**
-   * The run is over (the session left `running`, or is gone): drops its due entry and gives back its tenant's
-   * run slot. `tenant` is read from the session when not given (one HGET).
+   * The run is over (the session left `running`, is gone, or waits without a run for a worker): drops its due
+   * entry and gives back its tenant's run slot; a session of a sub-agent tree wakes the agents' sweep. `tenant` is
+   * read from the session when not given (one HGET). A delete (`deleted`) must work when Redis is full, which
+   * refuses the ZADD: then the agents' sweep comes to a deleted tree member at its earlier due time instead of now.
    */
-  /**
-   * The run of `id` ended (or the session is gone: `deleted`). A delete must work when Redis is full, which refuses
-   * the ZADD: then the agents' sweep comes to a deleted tree member at its earlier due time instead of now.
-   */
-  async unmarkDue(id: string, tenant?: string, deleted = false): Promise<void> {
+  async end(id: string, tenant?: string, deleted = false): Promise<void> {
     const t = tenant ?? (await this.redis.hget(sessionKeys(id).meta, 'tenant'));
     // A session of a sub-agent tree: its run ended, the agents' sweep looks at it now (others are not members).
     const agentsDue = this.redis.zadd(AGENTS_DUE_KEY, 'XX', Date.now(), id);
@@ -98,15 +159,53 @@ export class RunQueue {
   }
 
   /**
+   * The sweep: up to `limit` due runs (their lease lapsed, or they were never claimed, or handed over) that are
+   * still `running`, for the caller to claim (a takeover). Due entries of sessions that are not running (or gone)
+   * are dropped (`end`). `busy`: runs this process drives (not read); `load` reads a session.
+   */
+  async sweep(
+    limit: number,
+    busy: (id: string) => boolean,
+    load: (id: string) => Promise<SessionState | null>,
+  ): Promise<string[]> {
+    const due = await this.redis.zrangebyscore(RUNS_KEY, 0, Date.now(), 'LIMIT', 0, limit);
+    const out: string[] = [];
+    for (const id of due) {
+      if (busy(id)) continue;
+      const state = await load(id);
+      if (!state || state.status !== 'running') await this.end(id, state?.tenant);
+      else out.push(id);
+    }
+    return out;
+  }
+
+  /** Makes the session a member of the sub-agent trees' due set, looked at by the agents' sweep after `atMs`. */
+  async watchTree(id: string, atMs: number): Promise<void> {
+    await this.redis.zadd(AGENTS_DUE_KEY, atMs, id);
+  }
+
+  /**
+   * The lease part of `heartbeat` (renew-1.lua). Not private only so that a test can make a process stop renewing
+   * (test/sessions-concurrency.test.ts); the service calls `heartbeat`.
+   */
+  renew(id: string, owner: string, fence: number, ttlMs: number): Promise<boolean> {
+    return this.redis.sessRenew(sessionKeys(id).lease, `${owner}:${fence}`, ttlMs).then((r) => r === 1);
+  }
+
+  private async markDue(id: string, atMs: number): Promise<void> {
+    await this.redis.zadd(RUNS_KEY, atMs, id);
+  }
+
+  /**
    * Takes a slot among the tenant's active runs for session `id`, or throws 429 `quota_exceeded`
    * (`details.quota: "TENANT_MAX_ACTIVE_RUNS"`). The count lives in Redis (tenantRunsKey), so it holds across
    * replicas; it cannot join the session's script (another hash tag), so a slot may outlive its run (a crash
-   * between a run's last commit and `unmarkDue`, a start refused after its slot was taken). At the limit, such
-   * slots are found by reading their sessions — a slot whose session is not `running` is stale — and dropped, so
-   * the count is the number of running sessions, whatever crashed. Without a tenant (a session not written yet), or
+   * between a run's last commit and `end`, a start refused after its slot was taken). At the limit, such slots
+   * are found by reading their sessions — a slot whose session is not `running` is stale — and dropped, so the
+   * count is the number of running sessions, whatever crashed. Without a tenant (a session not written yet), or
    * with no limit, nothing is counted.
    */
-  async takeRunSlot(tenant: string | null, id: string): Promise<void> {
+  private async takeRunSlot(tenant: string | null, id: string): Promise<void> {
     const max = this.tenantMaxActiveRuns;
     if (max <= 0 || tenant === null) return;
     const key = tenantRunsKey(tenant);
@@ -127,17 +226,7 @@ export class RunQueue {
   }
 
   /** Counts a session that is running among its tenant's active runs, without a check (see `takeRunSlot`). */
-  async holdRunSlot(tenant: string, id: string): Promise<void> {
+  private async holdRunSlot(tenant: string, id: string): Promise<void> {
     if (this.tenantMaxActiveRuns > 0) await this.redis.zadd(tenantRunsKey(tenant), Date.now(), id);
-  }
-
-  /** The sessions holding a slot among the tenant's active runs (tests, metrics). */
-  runSlots(tenant: string): Promise<string[]> {
-    return this.redis.zrange(tenantRunsKey(tenant), 0, -1);
-  }
-
-  /** Running sessions whose claim time has passed. */
-  dueRuns(nowMs: number, limit: number): Promise<string[]> {
-    return this.redis.zrangebyscore(RUNS_KEY, 0, nowMs, 'LIMIT', 0, limit);
   }
 }

@@ -53,8 +53,6 @@ export interface StoredEvent {
   at: number;
 }
 
-/** A session put in `running` by a route is claimable by any replica after this long if no process took it. */
-const START_DUE_DELAY_MS = 2000;
 /** How old an index entry without its session must be before a list drops it (ms): older than any create's write. */
 const INDEX_GRACE_MS = 60_000;
 
@@ -182,8 +180,7 @@ export class SessionStore {
       const t = tenant ?? (await this.redis.hget(k.meta, 'tenant'));
       // Over the tenant's daily dollar cap, no run starts (429 `quota_exceeded`, `cost_usd_per_day`).
       await this.spend.assertUnderCap(t);
-      await this.runs.takeRunSlot(t, id);
-      await this.runs.markDue(id, Date.now() + START_DUE_DELAY_MS);
+      await this.runs.start(t, id);
     }
     // A new action deadline is registered before the write that sets it (an early entry is moved on by the sweep).
     const warnAt = Number(ops.hset?.['act_warn'] ?? ops.queue?.none?.hset?.['act_warn']);
@@ -505,7 +502,7 @@ export class SessionStore {
     this.tenants.delete(id);
     await Promise.all([
       this.unindex(tenant, id, createdAt),
-      this.runs.unmarkDue(id, tenant, true),
+      this.runs.end(id, tenant, true),
       done === 1
         ? this.storage.add(tenant, -bytes).catch((err: unknown) => {
             if (!isOutOfMemory(err)) throw err; // still full after the delete: the count stays high (an upper bound)
