@@ -111,5 +111,5 @@ export async function stopForBudget(
     ...idleOps(stopReason),
     queue: last?.role === 'user' ? { into_last: true } : {},
   });
-  await deps.store.runs.end(run.id);
+  await deps.store.runs.end(run);
 }

@@ -190,7 +190,7 @@ export async function endRun(
 ): Promise<void> {
   const end = endOps(next);
   await commit(deps, run, mergeOps(extra, { ...end, events: [...events, ...(end.events ?? [])] }));
-  await deps.store.runs.end(run.id);
+  await deps.store.runs.end(run);
 }
 
 /** Idle with `stop_reason`, releasing the lease, unless follow-ups are queued (then the loop merges them). */
@@ -204,7 +204,7 @@ export async function finish(
   const res = await commit(deps, run, {
     queue: { none: idleOps(stopReason), ...(intoLast ? { into_last: true } : {}) },
   });
-  if (res.mergedCount === 0) await deps.store.runs.end(run.id, state.tenant);
+  if (res.mergedCount === 0) await deps.store.runs.end(run, state.tenant);
 }
 
 /** An interrupt aborted the turn in flight: its partial reply is dropped, the follow-ups join the last user turn. */

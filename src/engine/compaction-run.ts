@@ -86,7 +86,7 @@ async function compactOnly(
   }
   const fresh = await deps.store.load(run.id);
   if (fresh?.status !== 'running') {
-    await deps.store.runs.end(run.id);
+    await deps.store.runs.end(run);
     return 'done';
   }
   return 'again';

@@ -43,6 +43,8 @@ export class RunHandle {
   done: Promise<void> = Promise.resolve();
   /** The session's tenant, once the run read the session (its turns are added to the tenant's day of spend). */
   tenant: string | null = null;
+  /** The run's end was written (src/store/runs.ts `HeldRun.ended`): its heartbeat sends nothing more. */
+  ended = false;
 
   constructor(
     readonly id: string,

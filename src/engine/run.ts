@@ -149,7 +149,7 @@ export class Run {
     if (state.control === 'cancel' || run.reason === 'cancel') {
       // The history stays valid; see cancelSession.
       await cancelSession(deps.store, state, { fence: run.fence });
-      await deps.store.runs.end(run.id, state.tenant);
+      await deps.store.runs.end(run, state.tenant);
       return 'stop';
     }
     if (run.reason === 'shutdown' || run.reason === 'fenced' || run.reason === 'deleted') return 'stop';

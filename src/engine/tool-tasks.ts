@@ -73,6 +73,7 @@ export async function parkForTasks(
     markStored(step);
     if (full.length === calls.length) return 'again';
   }
+  // By id, not as the run's end (`HeldRun.ended`): the run may go on below, its heartbeat still renewing.
   await deps.store.runs.end(run.id, state.tenant);
   // A result delivered between this run's read and its giving up found the run still holding the lease: go on here.
   const fresh = await deps.store.load(run.id);

@@ -172,7 +172,7 @@ class Turns extends TurnRunner {
     if (!ends) return 'continue'; // pause_turn, compaction: the runner resumes the turn
     extendHistory(history, res);
     if (res.mergedCount === 0) {
-      await deps.store.runs.end(run.id, state.tenant);
+      await deps.store.runs.end(run, state.tenant);
       return 'done';
     }
     if (budgetLeft(state, this.iteration) <= 0 || !(await this.handOver(res.paramsRev))) return 'again';

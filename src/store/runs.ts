@@ -38,6 +38,12 @@ export interface HeldRun {
   fence: number;
   /** The session's tenant, once known (null: the heartbeat holds no run slot). */
   tenant: string | null;
+  /**
+   * Set by `end`, before its first command: a heartbeat that fires after it sends nothing, so its ZADDs cannot land
+   * after end's ZREMs and leave the ended run due and holding a slot. (One that fired before is sent before them on
+   * the same connection, so Redis runs it first.)
+   */
+  ended?: boolean;
 }
 
 export class RunQueue {
@@ -113,6 +119,7 @@ export class RunQueue {
    * the lease is no longer this run's (another replica took it over).
    */
   async heartbeat(run: HeldRun, owner: string, ttlMs: number): Promise<boolean> {
+    if (run.ended) return true;
     const [ok] = await Promise.all([
       this.renew(run.id, owner, run.fence, ttlMs),
       this.keep(run.id, ttlMs, run.tenant),
@@ -142,8 +149,11 @@ export class RunQueue {
    * entry and gives back its tenant's run slot; a session of a sub-agent tree wakes the agents' sweep. `tenant` is
    * read from the session when not given (one HGET). A delete (`deleted`) must work when Redis is full, which
    * refuses the ZADD: then the agents' sweep comes to a deleted tree member at its earlier due time instead of now.
+   * A run ending itself passes its `HeldRun` (see `ended`).
    */
-  async end(id: string, tenant?: string, deleted = false): Promise<void> {
+  async end(of: string | HeldRun, tenant?: string, deleted = false): Promise<void> {
+    if (typeof of !== 'string') of.ended = true;
+    const id = typeof of === 'string' ? of : of.id;
     const t = tenant ?? (await this.redis.hget(sessionKeys(id).meta, 'tenant'));
     // A session of a sub-agent tree: its run ended, the agents' sweep looks at it now (others are not members).
     const agentsDue = this.redis.zadd(AGENTS_DUE_KEY, 'XX', Date.now(), id);
