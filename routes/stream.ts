@@ -2,7 +2,7 @@ import type { FastifyBaseLogger } from 'fastify';
 import type { ServerResponse } from 'node:http';
 import type { Socket } from 'node:net';
 import type { FastifyPluginAsyncZod } from 'fastify-type-provider-zod';
-import type { WebSocket } from 'ws';
+import type { RawData, WebSocket } from 'ws';
 import { z } from 'zod';
 import type { Config } from '../src/config.js';
 import { sessionIdParam } from '../src/schemas.js';
@@ -11,10 +11,22 @@ import { AppError } from '../src/errors.js';
 import { START, isCursor, parseCursor, placeCursor } from '../src/events/cursor.js';
 import { handleFrame, type ServerFrame } from '../src/events/frames.js';
 import { selectProtocol } from '../src/events/protocols.js';
-import { cursorAhead, endFrame, streamSink, type CloseReason } from '../src/events/sink.js';
+import type { OutEvent } from '../src/events/envelope.js';
+import type { EventHub, Subscription } from '../src/events/hub.js';
+import {
+  cursorAhead,
+  endFrame,
+  streamSink,
+  type CloseReason,
+  type SinkContext,
+  type StreamError,
+  type Transport,
+} from '../src/events/sink.js';
+import type { Metrics } from '../src/observability/metrics.js';
+import type { SessionDeps } from '../src/sessions/mutate.js';
+import type { ClientTokenRecord, ClientTokens } from '../src/store/client-tokens.js';
 import { componentLog } from '../src/log.js';
-import { watchToken } from '../src/plugins/auth.js';
-import type { ClientTokenRecord } from '../src/store/client-tokens.js';
+import { watchToken, type TokenWatch } from '../src/plugins/auth.js';
 
 export const streamQuery = z.object({
   after: z
@@ -62,24 +74,23 @@ const CLOSE_GRACE_MS = 10_000;
  * 1011 `store_unavailable`.
  */
 const routes: FastifyPluginAsyncZod<{ config: Config }> = async (app, { config }) => {
-  // Pings: one timer for all connections (a timer per idle socket costs memory). A peer that has not answered the
-  // previous ping (or sent anything) by the next one is gone.
-  const alive = new Map<WebSocket, boolean>();
+  // Every open connection of this process. Pings: one timer for all of them (a timer per idle socket costs memory).
+  // A peer that has not answered the previous ping (or sent anything) by the next one is gone: its `close` cleans up.
+  const conns = new Map<WebSocket, WsConn>();
   const pinger = setInterval(() => {
-    for (const [socket, ok] of alive) {
-      if (!ok) {
-        alive.delete(socket);
-        socket.terminate();
+    for (const c of conns.values()) {
+      if (!c.alive) {
+        c.socket.terminate();
         continue;
       }
-      alive.set(socket, false);
-      socket.ping();
+      c.alive = false;
+      c.socket.ping();
     }
   }, config.WS_PING_MS);
   pinger.unref();
   // Heartbeats browsers can see (they never see protocol pings): `{"type":"ping"}` to every socket not behind.
   const heartbeat = setInterval(() => {
-    for (const socket of alive.keys())
+    for (const socket of conns.keys())
       if (socket.readyState === socket.OPEN && socket.bufferedAmount === 0) socket.send(PING_FRAME);
   }, config.STREAM_HEARTBEAT_MS);
   heartbeat.unref();
@@ -87,6 +98,34 @@ const routes: FastifyPluginAsyncZod<{ config: Config }> = async (app, { config }
     clearInterval(pinger);
     clearInterval(heartbeat);
   });
+
+  // What every connection shares (the connection itself keeps only its own fields), and its socket's listeners: one
+  // function each for all sockets (`this` is the socket), not closures per connection.
+  const shared: StreamShared = {
+    hub: app.eventsHub,
+    metrics: app.metrics,
+    deps: app.sessionDeps,
+    clientTokens: app.clientTokens,
+    log: componentLog(app.log, 'stream'),
+    config,
+  };
+  function onPong(this: WebSocket) {
+    const c = conns.get(this);
+    if (c) c.alive = true;
+  }
+  function onMessage(this: WebSocket, data: RawData, isBinary: boolean) {
+    conns.get(this)?.frame(data, isBinary);
+  }
+  function onClose(this: WebSocket) {
+    const c = conns.get(this);
+    if (!c) return;
+    conns.delete(this);
+    c.closed();
+  }
+  function onError(this: WebSocket, err: Error) {
+    conns.get(this)?.log.debug({ err, session: conns.get(this)?.sessionId }, 'websocket error');
+    this.terminate();
+  }
 
   const hub = app.eventsHub;
 
@@ -147,140 +186,206 @@ const routes: FastifyPluginAsyncZod<{ config: Config }> = async (app, { config }
       // its fields and let the rest go (request, response, their headers and logger were half of an idle
       // connection's memory). @fastify/websocket ties them to the connection in two places: the response holds the
       // raw socket (`assignSocket`), and its `error` listener on the WebSocket closes over request and reply.
-      const id = req.params.id;
-      const tenant = req.tenant;
-      const log = componentLog(req.log, 'stream');
-      const after = parseCursor(req.query.after)!;
       // Kept cast: `_httpMessage` (the response a socket is assigned to) is Node's own field, not in its types.
       const rawSocket = req.raw.socket as Socket & { _httpMessage?: ServerResponse | null };
       rawSocket._httpMessage?.detachSocket(rawSocket);
       socket.removeAllListeners('error');
-      socket.on('error', (err) => {
-        log.debug({ err, session: id }, 'websocket error');
-        socket.terminate();
+      const c = new WsConn(shared, socket, {
+        sessionId: req.params.id,
+        tenant: req.tenant,
+        token: req.clientToken,
+        untilRunEnd: !!req.query.until,
+        reqId: req.id,
       });
-      openStream(socket, { id, tenant, log, after, token: req.clientToken, untilRunEnd: !!req.query.until });
+      conns.set(socket, c);
+      socket.on('error', onError);
+      socket.on('pong', onPong);
+      socket.on('message', onMessage);
+      socket.on('close', onClose);
+      c.start(parseCursor(req.query.after)!);
     },
   );
+};
 
-  function openStream(
-    socket: WebSocket,
+/** What the connections of one service share. */
+interface StreamShared {
+  hub: EventHub;
+  metrics: Metrics;
+  deps: SessionDeps;
+  clientTokens: ClientTokens;
+  /** The `stream` component's logger; a connection's own child (with its `reqId`) is made when it first logs. */
+  log: FastifyBaseLogger;
+  config: Config;
+}
+
+/** A resolved promise: the client frame chain of every connection starts from it. */
+const IDLE: Promise<void> = Promise.resolve();
+
+/**
+ * One open WebSocket: the transport its sink writes to (Transport), the sink's and the client frames' context, and
+ * the connection's state. A class, so its behaviour lives on the prototype: thousands of idle connections each
+ * keep only these fields (closures per connection, a logger per connection and a context object each for the sink
+ * and the frames cost ~2 kB more each: docs/BENCHMARKS.md, B6).
+ */
+class WsConn implements Transport, SinkContext {
+  /** Answered the last ping (or sent anything) since. */
+  alive = true;
+  private closing = false;
+  /** The id of the last event written to this socket (the `end` frame's `last_event_id`). */
+  private lastSent: string | null = null;
+  private sub: Subscription | null = null;
+  private watch: TokenWatch | null = null;
+  /** Client frames run one at a time, in order. */
+  private chain = IDLE;
+  private pending = 0;
+  private logger: FastifyBaseLogger | null = null;
+  readonly sessionId: string;
+  readonly tenant: string;
+  readonly token: ClientTokenRecord | null;
+  readonly untilRunEnd: boolean;
+  private readonly reqId: string;
+
+  constructor(
+    private readonly shared: StreamShared,
+    readonly socket: WebSocket,
     opened: {
-      id: string;
+      sessionId: string;
       tenant: string;
-      log: FastifyBaseLogger;
-      after: string;
       token: ClientTokenRecord | null;
       untilRunEnd: boolean;
+      reqId: string;
     },
   ) {
-    const { id, tenant, log, after, token, untilRunEnd } = opened;
-    /** The id of the last event written to this socket (the `end` frame's `last_event_id`). */
-    let lastSent: string | null = null;
-    app.metrics.streamsOpened.inc({ transport: 'ws' });
-    app.metrics.streamConnections.inc({ transport: 'ws' });
+    this.sessionId = opened.sessionId;
+    this.tenant = opened.tenant;
+    this.token = opened.token;
+    this.untilRunEnd = opened.untilRunEnd;
+    this.reqId = opened.reqId;
+  }
 
-    let closing = false;
-    const closeWith = (reason: CloseReason) => {
-      if (closing) return;
-      closing = true;
-      sub.close();
-      // The end frame says whether anything more will come; a slow reader gets none (its queue is full).
-      if (socket.readyState === socket.OPEN && reason !== 'slow_reader') {
-        socket.send(JSON.stringify(endFrame(reason, lastSent)));
-      }
-      if (socket.readyState === socket.OPEN) socket.close(CLOSE_CODES[reason], reason);
-      setTimeout(() => socket.terminate(), CLOSE_GRACE_MS).unref();
-    };
-    const control = (frame: ServerFrame) => {
-      if (!closing && socket.readyState === socket.OPEN) socket.send(JSON.stringify(frame));
-    };
+  // ---- SinkContext and the frames' context: the shared parts ----
+  get hub(): EventHub {
+    return this.shared.hub;
+  }
+  get metrics(): Metrics {
+    return this.shared.metrics;
+  }
+  get deps(): SessionDeps {
+    return this.shared.deps;
+  }
+  get maxBuffered(): number {
+    return this.shared.config.WS_MAX_BUFFER_BYTES;
+  }
+  get stallMs(): number {
+    return this.shared.config.SLOW_READER_TIMEOUT_MS;
+  }
+  /** The connection's logger (`component: stream`, its upgrade's `reqId`), made when it first logs. */
+  get log(): FastifyBaseLogger {
+    return (this.logger ??= this.shared.log.child({ reqId: this.reqId }));
+  }
 
-    alive.set(socket, true);
-    socket.on('pong', () => alive.set(socket, true));
-
-    // Kept cast: ws keeps the TCP socket in its private `_socket` (not in its types); its write buffer says when to
-    // wait for `drain`.
-    const raw = () => (socket as WebSocket & { _socket?: Socket })._socket;
-    // No extension negotiated (the server offers none): frames go out as built, uncompressed.
-    const plain = socket.extensions === '';
-    const sink = streamSink(
-      {
-        kind: 'ws',
-        open: () => !closing && socket.readyState === socket.OPEN,
-        buffered: () => socket.bufferedAmount,
-        needsDrain() {
-          const s = raw();
-          return s?.writableNeedDrain ? s : null;
-        },
-        write(ev) {
-          lastSent = ev.id;
-          // Without extensions ws writes each frame whole and synchronously, so a frame written straight to the
-          // socket never lands inside another; queued bytes still count in `bufferedAmount` (the socket's).
-          const s = raw();
-          if (plain && s) s.write(ev.wsWire());
-          else socket.send(ev.wsFrame(), { binary: false });
-        },
-        cork: () => raw()?.cork(),
-        uncork: () => raw()?.uncork(),
-        error: (error) => control({ type: 'error', ref: null, error }),
-        close: closeWith,
-      },
-      {
-        sessionId: id,
-        hub,
-        metrics: app.metrics,
-        log,
-        maxBuffered: config.WS_MAX_BUFFER_BYTES,
-        stallMs: config.SLOW_READER_TIMEOUT_MS,
-        untilRunEnd,
-      },
-    );
-    const sub = hub.subscribe(id, after, sink);
+  /** Subscribes to the session's events after `after`, and watches the client token it was opened with. */
+  start(after: string): void {
+    const { metrics, config } = this.shared;
+    metrics.streamsOpened.inc({ transport: 'ws' });
+    metrics.streamConnections.inc({ transport: 'ws' });
+    this.sub = this.hub.subscribe(this.sessionId, after, streamSink(this, this));
     // A client token's connection ends with the token: at its expiry, or once it is found revoked.
-    const watch = watchToken(app.clientTokens, token, config.STREAM_HEARTBEAT_MS, (err) => {
-      control({ type: 'error', ref: null, error: { code: err.code, message: err.message } });
-      closeWith(err.code === 'token_expired' ? 'token_expired' : 'token_revoked');
-    });
-
-    // Client frames run one at a time, in order; a bad frame gets an error frame and the connection stays.
-    let chain: Promise<void> = Promise.resolve();
-    let pending = 0;
-    const ctx = { tenant, sessionId: id, deps: app.sessionDeps, log, token };
-    socket.on('message', (data, isBinary) => {
-      alive.set(socket, true);
-      if (isBinary) {
-        return control({
-          type: 'error',
-          ref: null,
-          error: { code: 'invalid_frame', message: 'Frames are JSON text.' },
-        });
-      }
-      if (pending >= MAX_PENDING_FRAMES) {
-        return control({
-          type: 'error',
-          ref: null,
-          error: { code: 'rate_limited', message: 'Too many frames waiting for their answer.' },
-        });
-      }
-      pending++;
-      const text = data.toString();
-      chain = chain.then(async () => {
-        // Each frame of a client token's connection checks the token first: a revoked one ends the connection.
-        const refused = await watch.check();
-        const out = refused ? null : await handleFrame(text, ctx);
-        pending--;
-        if (out) control(out);
-      });
-    });
-    socket.on('close', () => {
-      app.metrics.streamConnections.dec({ transport: 'ws' });
-      closing = true;
-      alive.delete(socket);
-      sub.close();
-      watch.stop();
+    this.watch = watchToken(this.shared.clientTokens, this.token, config.STREAM_HEARTBEAT_MS, (err) => {
+      this.control({ type: 'error', ref: null, error: { code: err.code, message: err.message } });
+      this.close(err.code === 'token_expired' ? 'token_expired' : 'token_revoked');
     });
   }
-};
+
+  /** The socket closed (either side). */
+  closed(): void {
+    this.metrics.streamConnections.dec({ transport: 'ws' });
+    this.closing = true;
+    this.sub?.close();
+    this.watch?.stop();
+  }
+
+  /** A client frame: run after the ones before it; a bad frame gets an error frame and the connection stays. */
+  frame(data: RawData, isBinary: boolean): void {
+    this.alive = true;
+    if (isBinary) {
+      return this.control({
+        type: 'error',
+        ref: null,
+        error: { code: 'invalid_frame', message: 'Frames are JSON text.' },
+      });
+    }
+    if (this.pending >= MAX_PENDING_FRAMES) {
+      return this.control({
+        type: 'error',
+        ref: null,
+        error: { code: 'rate_limited', message: 'Too many frames waiting for their answer.' },
+      });
+    }
+    this.pending++;
+    const text = data.toString();
+    this.chain = this.chain.then(async () => {
+      // Each frame of a client token's connection checks the token first: a revoked one ends the connection.
+      const refused = this.watch ? await this.watch.check() : null;
+      const out = refused ? null : await handleFrame(text, this);
+      this.pending--;
+      if (out) this.control(out);
+    });
+  }
+
+  private control(frame: ServerFrame): void {
+    if (!this.closing && this.socket.readyState === this.socket.OPEN) this.socket.send(JSON.stringify(frame));
+  }
+
+  // ---- Transport ----
+  get kind(): 'ws' {
+    return 'ws';
+  }
+  // Kept cast: ws keeps the TCP socket in its private `_socket` (not in its types); its write buffer says when to
+  // wait for `drain`.
+  private raw(): Socket | undefined {
+    return (this.socket as WebSocket & { _socket?: Socket })._socket;
+  }
+  open(): boolean {
+    return !this.closing && this.socket.readyState === this.socket.OPEN;
+  }
+  buffered(): number {
+    return this.socket.bufferedAmount;
+  }
+  needsDrain(): Socket | null {
+    const s = this.raw();
+    return s?.writableNeedDrain ? s : null;
+  }
+  write(ev: OutEvent): void {
+    this.lastSent = ev.id;
+    // No extension negotiated (the server offers none): without extensions ws writes each frame whole and
+    // synchronously, so a frame written straight to the socket never lands inside another; queued bytes still count
+    // in `bufferedAmount` (the socket's).
+    const s = this.raw();
+    if (this.socket.extensions === '' && s) s.write(ev.wsWire());
+    else this.socket.send(ev.wsFrame(), { binary: false });
+  }
+  cork(): void {
+    this.raw()?.cork();
+  }
+  uncork(): void {
+    this.raw()?.uncork();
+  }
+  error(error: StreamError): void {
+    this.control({ type: 'error', ref: null, error });
+  }
+  close(reason: CloseReason): void {
+    if (this.closing) return;
+    this.closing = true;
+    this.sub?.close();
+    const socket = this.socket;
+    // The end frame says whether anything more will come; a slow reader gets none (its queue is full).
+    if (socket.readyState === socket.OPEN && reason !== 'slow_reader') {
+      socket.send(JSON.stringify(endFrame(reason, this.lastSent)));
+    }
+    if (socket.readyState === socket.OPEN) socket.close(CLOSE_CODES[reason], reason);
+    setTimeout(() => socket.terminate(), CLOSE_GRACE_MS).unref();
+  }
+}
 
 export default routes;

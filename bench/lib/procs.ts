@@ -250,22 +250,37 @@ export interface ServiceOptions {
   inspectOnSignal?: boolean | undefined;
 }
 
-/** The node flags of `npm start` (package.json's start script): the service runs here with the runtime flags it has in production. */
-function startFlags(): string[] {
+function startScript(): string[] {
   const pkg = JSON.parse(readFileSync(path.join(ROOT, 'package.json'), 'utf8')) as {
     scripts: { start: string };
   };
-  return pkg.scripts.start
-    .trim()
-    .split(/\s+/)
-    .filter((t) => t.startsWith('--'));
+  return pkg.scripts.start.trim().split(/\s+/);
+}
+
+/** The node flags of `npm start` (package.json's start script): the service runs here with the runtime flags it has in production. */
+function startFlags(): string[] {
+  return startScript().filter((t) => t.startsWith('--'));
+}
+
+/**
+ * The environment `npm start` sets before it execs node (`NAME=${NAME:-default}` or `NAME=value`, e.g.
+ * MALLOC_ARENA_MAX), resolved against this process's environment as the shell would.
+ */
+function startEnv(): Record<string, string> {
+  const out: Record<string, string> = {};
+  for (const t of startScript()) {
+    const m = /^([A-Z_]+)=(?:\$\{\1:-(.*)\}|(.*))$/.exec(t);
+    if (!m) break;
+    out[m[1]!] = m[2] !== undefined ? process.env[m[1]!] || m[2] : m[3]!;
+  }
+  return out;
 }
 
 /** The service as its own process: `node src/server.js` (compiled, as `npm start` runs it) with PORT=0 on 127.0.0.1. */
 export async function startService(opts: ServiceOptions): Promise<BenchService> {
   const env: NodeJS.ProcessEnv = { ...process.env };
   for (const k of ['API_KEYS', 'REDIS_CLUSTER_NODES', 'NODE_OPTIONS']) delete env[k];
-  Object.assign(env, {
+  Object.assign(env, startEnv(), {
     PORT: '0',
     HOST: '127.0.0.1',
     REDIS_URL: opts.redisUrl,

@@ -112,53 +112,78 @@ export interface SinkContext {
  * - **failure** of the log read: `store_unavailable` (Redis unreachable) or `internal_error`, then close.
  */
 export function streamSink(t: Transport, ctx: SinkContext): Sink {
-  const slowReader = () => {
-    ctx.metrics.slowReaderCloses.inc({ transport: t.kind });
-    ctx.hub.emit('slow-reader', ctx.sessionId, t.kind);
-    t.close('slow_reader');
-  };
-  return {
-    cork: () => t.cork(),
-    uncork: () => t.uncork(),
-    send(ev) {
-      if (!t.open()) return false;
-      if (t.buffered() > ctx.maxBuffered) {
-        slowReader();
-        return false;
-      }
-      t.write(ev);
-      if (ev.type === 'session.deleted') {
-        t.close('session_deleted');
-        return false;
-      }
-      if (ctx.untilRunEnd && stopsRun(ev)) {
-        t.close('run_ended');
-        return false;
-      }
-      return true;
-    },
-    ready() {
-      const w = t.needsDrain();
-      if (!w) return true;
-      return drained(w, ctx.stallMs).then((ok) => {
-        if (!ok && t.open()) slowReader();
-        return ok;
-      });
-    },
-    expired(info) {
-      const err = cursorExpired(ctx.sessionId, info);
-      t.error({ code: err.code, message: err.message, details: err.details });
-      t.close('cursor_expired');
-    },
-    failed(err) {
-      ctx.log.warn({ err, session: ctx.sessionId }, 'event stream failed');
-      t.error(
-        isStoreDown(err) ? storeUnavailable : { code: 'internal_error', message: 'The event stream failed.' },
-      );
-      t.close('store_unavailable');
-    },
-    shutdown: () => t.close('shutting_down'),
-  };
+  return new StreamSink(t, ctx);
+}
+
+/**
+ * One per open stream, so its methods live on the prototype: a sink of closures cost every idle connection about
+ * 0.5 kB more (docs/BENCHMARKS.md, B6). The hub calls them as methods.
+ */
+class StreamSink implements Sink {
+  constructor(
+    private readonly t: Transport,
+    private readonly ctx: SinkContext,
+  ) {}
+
+  private slowReader(): void {
+    this.ctx.metrics.slowReaderCloses.inc({ transport: this.t.kind });
+    this.ctx.hub.emit('slow-reader', this.ctx.sessionId, this.t.kind);
+    this.t.close('slow_reader');
+  }
+
+  cork(): void {
+    this.t.cork();
+  }
+
+  uncork(): void {
+    this.t.uncork();
+  }
+
+  send(ev: OutEvent): boolean {
+    const t = this.t;
+    if (!t.open()) return false;
+    if (t.buffered() > this.ctx.maxBuffered) {
+      this.slowReader();
+      return false;
+    }
+    t.write(ev);
+    if (ev.type === 'session.deleted') {
+      t.close('session_deleted');
+      return false;
+    }
+    if (this.ctx.untilRunEnd && stopsRun(ev)) {
+      t.close('run_ended');
+      return false;
+    }
+    return true;
+  }
+
+  ready(): true | Promise<boolean> {
+    const w = this.t.needsDrain();
+    if (!w) return true;
+    return drained(w, this.ctx.stallMs).then((ok) => {
+      if (!ok && this.t.open()) this.slowReader();
+      return ok;
+    });
+  }
+
+  expired(info: ExpiredInfo): void {
+    const err = cursorExpired(this.ctx.sessionId, info);
+    this.t.error({ code: err.code, message: err.message, details: err.details });
+    this.t.close('cursor_expired');
+  }
+
+  failed(err: unknown): void {
+    this.ctx.log.warn({ err, session: this.ctx.sessionId }, 'event stream failed');
+    this.t.error(
+      isStoreDown(err) ? storeUnavailable : { code: 'internal_error', message: 'The event stream failed.' },
+    );
+    this.t.close('store_unavailable');
+  }
+
+  shutdown(): void {
+    this.t.close('shutting_down');
+  }
 }
 
 /**

@@ -80,6 +80,15 @@ const tokenExpired = () =>
     'www-authenticate': 'Bearer error="invalid_token"',
   });
 
+/** What watchToken returns: `check()` before acting for the token, `stop()` when the stream ends. */
+export interface TokenWatch {
+  check(): Promise<AppError | null>;
+  stop(): void;
+}
+
+/** A stream opened with a tenant key watches nothing: one watcher for all of them (none per connection). */
+const NO_WATCH: TokenWatch = { check: async () => null, stop() {} };
+
 /**
  * Watches the client token an open stream was authenticated with: `end` is called once, at its expiry, or at the
  * first check (every `everyMs`, and when `check()` is called, e.g. before a client frame) that finds it revoked
@@ -91,8 +100,8 @@ export function watchToken(
   rec: ClientTokenRecord | null,
   everyMs: number,
   end: (err: AppError) => void,
-): { check(): Promise<AppError | null>; stop(): void } {
-  if (!rec) return { check: async () => null, stop() {} };
+): TokenWatch {
+  if (!rec) return NO_WATCH;
   let done = false;
   const finish = (err: AppError) => {
     if (done) return;
