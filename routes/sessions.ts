@@ -13,6 +13,7 @@ import { z } from 'zod';
 import { notFound } from '../src/errors.js';
 import { createSessionBody, listQuery, postMessageBody, sessionIdParam } from '../src/schemas.js';
 import { sessionView } from '../src/sessions/view.js';
+import { withText } from '../src/openapi/serializer.js';
 import {
   MAX_METADATA_FILTERS,
   MAX_METADATA_KEY,
@@ -67,6 +68,12 @@ const listSessionsQuery = listQuery.catchall(z.string().max(MAX_METADATA_VALUE))
   }
 });
 
+/** A session's view and its JSON text. */
+function viewOf(s: SessionState) {
+  const view = sessionView(s);
+  return { view, text: JSON.stringify(view) };
+}
+
 /** The `metadata.<key>=<value>` pairs of a (validated) list query. */
 const metadataFilters = (q: Record<string, unknown>): MetadataPair[] =>
   Object.entries(q).flatMap(([k, v]) => {
@@ -111,7 +118,8 @@ const routes: FastifyPluginAsyncZod = async (app) => {
       },
     },
     async (req) => {
-      const views = new Map<SessionState, ReturnType<typeof sessionView>>();
+      // Each session's view and its JSON text, made once: the text measures the page and is the page.
+      const views = new Map<SessionState, { view: ReturnType<typeof sessionView>; text: string }>();
       const { limit, cursor, status } = req.query;
       const page = await app.store.list(
         req.tenant,
@@ -119,17 +127,17 @@ const routes: FastifyPluginAsyncZod = async (app) => {
         {
           maxBytes: LIST_PAGE_MAX_BYTES,
           sizeOf: (s) => {
-            const v = sessionView(s);
-            views.set(s, v);
-            return JSON.stringify(v).length;
+            const view = sessionView(s);
+            const text = JSON.stringify(view);
+            views.set(s, { view, text });
+            return text.length;
           },
         },
       );
-      return {
-        data: page.items.map((s) => views.get(s) ?? sessionView(s)),
-        next_cursor: page.next,
-        has_more: page.next !== null,
-      };
+      const items = page.items.map((s) => views.get(s) ?? viewOf(s));
+      const body = { data: items.map((i) => i.view), next_cursor: page.next, has_more: page.next !== null };
+      const text = `{"data":[${items.map((i) => i.text).join(',')}],"next_cursor":${JSON.stringify(body.next_cursor)},"has_more":${body.has_more}}`;
+      return withText(body, text);
     },
   );
 

@@ -9,8 +9,8 @@ import { AppError, badRequest } from './errors.js';
 import {
   DEFAULT_JSON_MAX_DEPTH,
   DEFAULT_JSON_MAX_KEYS,
-  jsonTooDeep,
-  jsonTooWide,
+  isBlank,
+  jsonBoundsExceeded,
   tooDeepMessage,
   tooWideMessage,
 } from './json-depth.js';
@@ -81,20 +81,22 @@ const app: FastifyPluginAsync<AppOptions> = async (fastify, opts) => {
   // `invalid_request`).
   const jsonParser = fastify.getDefaultJsonParser('error', 'error');
   fastify.removeContentTypeParser('application/json');
-  fastify.addContentTypeParser('application/json', { parseAs: 'string' }, (req, body, done) => {
-    const text = String(body);
-    if (text.trim() === '') return done(null, undefined);
-    if (jsonTooDeep(text, DEFAULT_JSON_MAX_DEPTH))
+  // The body as bytes: a refused body is never decoded to a string (the scan reads bytes, see json-depth.ts).
+  fastify.addContentTypeParser('application/json', { parseAs: 'buffer' }, (req, body, done) => {
+    const bytes = typeof body === 'string' ? Buffer.from(body) : body;
+    if (isBlank(bytes)) return done(null, undefined);
+    const breach = jsonBoundsExceeded(bytes, DEFAULT_JSON_MAX_DEPTH, DEFAULT_JSON_MAX_KEYS);
+    if (breach === 'depth')
       return done(
         badRequest(tooDeepMessage(DEFAULT_JSON_MAX_DEPTH), { max_depth: DEFAULT_JSON_MAX_DEPTH }),
         undefined,
       );
-    if (jsonTooWide(text, DEFAULT_JSON_MAX_KEYS))
+    if (breach === 'keys')
       return done(
         badRequest(tooWideMessage(DEFAULT_JSON_MAX_KEYS), { max_keys: DEFAULT_JSON_MAX_KEYS }),
         undefined,
       );
-    return jsonParser(req, text, done);
+    return jsonParser(req, bytes.toString('utf8'), done);
   });
 
   await fastify.register(errorsPlugin);

@@ -5,8 +5,7 @@ import { isStoreDown } from '../plugins/errors.js';
 import {
   DEFAULT_JSON_MAX_DEPTH,
   DEFAULT_JSON_MAX_KEYS,
-  jsonTooDeep,
-  jsonTooWide,
+  jsonBoundsExceeded,
   tooDeepMessage,
   tooWideMessage,
 } from '../json-depth.js';
@@ -83,10 +82,9 @@ export async function handleFrame(
   },
 ): Promise<ServerFrame> {
   let msg: unknown;
-  if (jsonTooDeep(raw, DEFAULT_JSON_MAX_DEPTH))
-    return errorFrame(null, 'invalid_request', tooDeepMessage(DEFAULT_JSON_MAX_DEPTH));
-  if (jsonTooWide(raw, DEFAULT_JSON_MAX_KEYS))
-    return errorFrame(null, 'invalid_request', tooWideMessage(DEFAULT_JSON_MAX_KEYS));
+  const breach = jsonBoundsExceeded(Buffer.from(raw), DEFAULT_JSON_MAX_DEPTH, DEFAULT_JSON_MAX_KEYS);
+  if (breach === 'depth') return errorFrame(null, 'invalid_request', tooDeepMessage(DEFAULT_JSON_MAX_DEPTH));
+  if (breach === 'keys') return errorFrame(null, 'invalid_request', tooWideMessage(DEFAULT_JSON_MAX_KEYS));
   try {
     msg = JSON.parse(raw);
   } catch {
