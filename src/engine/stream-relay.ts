@@ -6,19 +6,32 @@ import type { SessionStore } from '../store/store.js';
  * pipeline). So an event waits at most one round trip, and a fast stream costs one round trip per batch, not per event.
  * One write at a time keeps the log in the events' order.
  *
- * The buffer is bounded (MAX_BUFFERED events): while a write is slower than the stream (Redis busy, a huge turn of
- * tiny deltas), events past the bound are dropped rather than held — live clients miss some deltas, the turn's
- * reply is whole in the history and in `turn.completed`, and memory stays bounded whatever the upstream sends.
+ * Backpressure, then a bound. While a write is slower than the stream (Redis busy, a huge turn of tiny deltas) and
+ * PAUSE_AT events wait, `gate()` hands the upstream body's reader (src/plugins/anthropic.ts) a promise to wait on
+ * before its next read: the SDK gets no new events until the buffer is under PAUSE_AT again, for at most
+ * MAX_PAUSE_MS per stall (a longer one would hold the upstream request open and billed while Redis is away). Past
+ * that the stream runs at its own pace again and events over MAX_BUFFERED are dropped rather than held — live
+ * clients miss some deltas, the turn's reply is whole in the history and in `turn.completed`, and memory stays
+ * bounded whatever the upstream sends.
  */
 /** Events a relay holds unwritten at most. */
 const MAX_BUFFERED = 4096;
+/** Events waiting past which the upstream's reads pause (one read carries at most a few hundred). */
+const PAUSE_AT = 1024;
+/** The longest the upstream's reads pause in one stall (ms); the idle deadline is counted after it. */
+const MAX_PAUSE_MS = 2000;
 
 export class StreamRelay {
   private buf: Array<[string, string]>;
   /** Events dropped at the bound (see above). */
   dropped = 0;
+  /** Upstream reads paused (each a `gate()` waited on). */
+  pauses = 0;
   private writing: Promise<void> | null = null;
   private scheduled: NodeJS.Immediate | null = null;
+  /** When the current stall began (the buffer reached PAUSE_AT), null while under it. */
+  private stallSince: number | null = null;
+  private waiters: Array<() => void> = [];
 
   constructor(
     private readonly store: SessionStore,
@@ -42,6 +55,35 @@ export class StreamRelay {
     if (!this.writing && !this.scheduled) this.scheduled = setImmediate(this.flush);
   }
 
+  /**
+   * What the upstream's reader waits on before its next read: null while fewer than PAUSE_AT events wait (or the
+   * stall has lasted MAX_PAUSE_MS), else a promise that settles once they are under it, or when the pause is up.
+   */
+  gate(): Promise<void> | null {
+    if (this.buf.length < PAUSE_AT) {
+      this.stallSince = null;
+      return null;
+    }
+    const now = Date.now();
+    this.stallSince ??= now;
+    const left = this.stallSince + MAX_PAUSE_MS - now;
+    if (left <= 0) return null;
+    this.pauses++;
+    return new Promise((resolve) => {
+      const timer = setTimeout(resolve, left);
+      this.waiters.push(() => {
+        clearTimeout(timer);
+        resolve();
+      });
+    });
+  }
+
+  private release(): void {
+    const waiters = this.waiters;
+    this.waiters = [];
+    for (const w of waiters) w();
+  }
+
   private readonly flush = () => {
     this.scheduled = null;
     if (!this.writing) this.write();
@@ -57,6 +99,10 @@ export class StreamRelay {
       })
       .then(() => {
         this.writing = null;
+        if (this.buf.length < PAUSE_AT) {
+          this.stallSince = null;
+          this.release();
+        }
         if (this.buf.length) this.write();
       });
   }
@@ -71,6 +117,7 @@ export class StreamRelay {
     this.scheduled = null;
     const rest = this.buf;
     this.buf = [];
+    this.release();
     if (this.store.isCluster) await this.writing;
     return rest;
   }

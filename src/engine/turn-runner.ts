@@ -21,6 +21,7 @@ import { holdUnsafeCalls, runsToolsEagerly } from './eager.js';
 import { runnerParams } from './runner-params.js';
 import { anchorOf, startRunner } from './thread-anchor.js';
 import { StreamRelay } from './stream-relay.js';
+import { upstreamContext } from '../observability/upstream-fetch.js';
 import { serverRunnables, sessionTools } from './tool-step.js';
 import {
   INLINE_TOOLS_BETA,
@@ -186,6 +187,9 @@ export abstract class TurnRunner {
     let message: BetaMessage;
     if ('finalMessage' in item) {
       const relay = new StreamRelay(store, run.id, deps.streamBatchEvents, buffered);
+      // The upstream body's reads wait while the relay is behind (backpressure; see StreamRelay).
+      const ctx = upstreamContext.getStore();
+      if (ctx) ctx.gate = () => relay.gate();
       holdUnsafeCalls(this.runner, item, state, this.runnable);
       item.on('streamEvent', (event: BetaRawMessageStreamEvent) => {
         if (firstEventMs === null) firstEventMs = Math.round(performance.now() - t0);
@@ -194,6 +198,7 @@ export abstract class TurnRunner {
       try {
         message = await item.finalMessage();
       } finally {
+        if (ctx) ctx.gate = undefined;
         buffered.length = 0;
         // Not `push(...rest)`: spreading a long array into arguments overflows the stack (RangeError).
         for (const ev of await relay.drain()) buffered.push(ev);

@@ -13,6 +13,11 @@ import type { Metrics } from './metrics.js';
 export interface UpstreamContext {
   session: string;
   tenant: string | null;
+  /**
+   * The stream relay of the turn in flight (src/engine/stream-relay.ts `gate`): a promise the upstream body's reader
+   * waits on before its next read while the relay is behind, else null. Set by the turn, cleared after it.
+   */
+  gate?: (() => Promise<void> | null) | undefined;
 }
 
 export const upstreamContext = new AsyncLocalStorage<UpstreamContext>();

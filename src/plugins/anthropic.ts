@@ -2,7 +2,7 @@ import { AnthropicError } from '@anthropic-ai/sdk';
 import fp from 'fastify-plugin';
 import { componentLog } from '../log.js';
 import type { ModelClient } from '../model-client.js';
-import { countingFetch } from '../observability/upstream-fetch.js';
+import { countingFetch, upstreamContext } from '../observability/upstream-fetch.js';
 import { createModelClient, type ProviderOptions } from '../providers.js';
 
 declare module 'fastify' {
@@ -35,8 +35,13 @@ function idleBoundedFetch(idleMs: number, inner: typeof fetch): typeof fetch {
     const type = res.headers.get('content-type') ?? '';
     if (!res.body || !/\b(text\/event-stream|application\/vnd\.amazon\.eventstream)\b/.test(type)) return res;
     const reader = res.body.getReader();
+    // The run this request is of (its AsyncLocalStorage, entered by the run): its relay may ask reads to wait.
+    const ctx = upstreamContext.getStore();
     const body = new ReadableStream<Uint8Array>({
       async pull(ctrl) {
+        // Backpressure: the relay is behind writing the stream's events; the idle deadline starts after the wait.
+        const gate = ctx?.gate?.();
+        if (gate) await gate;
         let timer: NodeJS.Timeout | undefined;
         const idle = new Promise<never>((_, reject) => {
           // Decided after the poll phase: data that arrived while the event loop was busy is read first.
