@@ -1,15 +1,20 @@
 import { channel } from 'node:diagnostics_channel';
 import { readFileSync } from 'node:fs';
+import { after } from 'node:test';
 import type { FastifyInstance } from 'fastify';
 
 const OPENAPI_JSON = new URL('../../openapi.json', import.meta.url);
 
 /**
  * Every status the tests cause is a status the OpenAPI document declares for the route that answered it (issue 28:
- * a generated client compares `status === 409` only if the document names 409). The harness records each answer's
- * (method, route pattern, status) and fails at close when one is not declared; a spawned service's answers are read
- * from its access-log lines (src/plugins/access-log.ts). Nothing of this is in the service: the in-process harness
- * adds an `onResponse` hook to the Fastify instance from here, before its routes are registered (see `recording`).
+ * a generated client compares `status === 409` only if the document names 409). Each harness records its service's
+ * answers as (method, route pattern, status); a spawned service's are read from its access-log lines
+ * (src/plugins/access-log.ts). Nothing of this is in the service: the in-process harness adds an `onResponse` hook
+ * to the Fastify instance from here, before its routes are registered (see `recording`).
+ *
+ * The check runs once, after every test of the file (a root `after` hook: the file fails, naming each undeclared
+ * answer and the service that gave it), not in `close()`: a throw there would skip the rest of a test's cleanup
+ * (its Redis, its other services) and leave the file hanging on their handles instead of failing.
  */
 
 export interface Answer {
@@ -33,6 +38,11 @@ export const documentPath = (url: string) =>
 /** The answers of one service, each (method, route, status) once, with how often it was seen. */
 export class AnswerLog {
   private readonly seen = new Map<string, Answer & { count: number }>();
+
+  /** `who`: the service, in the file's failure message. */
+  constructor(readonly who = 'a service') {
+    logs.add(this);
+  }
 
   /** `route` as Fastify names it; a request that matched no route (`undefined`) is no operation's answer. */
   add(method: string, route: string | undefined, status: number, hidden = false): void {
@@ -65,16 +75,6 @@ export class AnswerLog {
         return `${a.method} ${a.path} → ${a.status} (declares ${has})`;
       })
       .sort();
-  }
-
-  /** Throws naming every undeclared answer (the harness calls it at close). */
-  assertDeclared(who: string): void {
-    const missing = this.undeclared();
-    if (missing.length === 0) return;
-    throw new Error(
-      `${who} answered statuses openapi.json does not declare for the route (add them to the route's ` +
-        `errors(...) list, then \`npm run openapi\`):\n  ${missing.join('\n  ')}`,
-    );
   }
 
   /** Records every answer `fastify` gives. Before its `ready()`: Fastify takes no hook after. */
@@ -110,6 +110,18 @@ export function recording<T>(log: AnswerLog, build: () => T): T {
     ch.unsubscribe(onInit);
   }
 }
+
+/** Every log of this process's services; checked after the file's last test. */
+const logs = new Set<AnswerLog>();
+
+after(() => {
+  const missing = [...logs].flatMap((log) => log.undeclared().map((line) => `${log.who}: ${line}`));
+  if (missing.length === 0) return;
+  throw new Error(
+    `answered statuses openapi.json does not declare for their route (add each to the route's errors(...) ` +
+      `list, then \`npm run openapi\`):\n  ${[...new Set(missing)].join('\n  ')}`,
+  );
+});
 
 let committed: { paths: Responses } | undefined;
 /**
