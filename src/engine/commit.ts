@@ -221,7 +221,7 @@ export async function fail(
     const state = await deps.store.load(run.id);
     // A failed tool step keeps its pending calls, so `resume` runs the failed step again.
     await endRun(deps, run, { status: 'failed', pending: state?.pending ?? null, error }, [
-      ['session.error', JSON.stringify(error)],
+      eventOf('session.error', error),
     ]);
   } catch (err) {
     if (!(err instanceof FencedOut)) throw err;

@@ -33,7 +33,7 @@ import { microsToUsd } from '../cost/prices.js';
 import { commit, countSpend, mergeOps } from './commit.js';
 import type { RunDeps, RunHandle } from './run-handle.js';
 import { statusEvent } from './status.js';
-import { eventOf } from '../events/schemas.js';
+import { eventAtRevision, eventOf } from '../events/schemas.js';
 
 /** The beta of a compaction request, and of every request whose history starts with a summary. */
 export const COMPACTION_BETA = 'compact-2026-09-04';
@@ -160,7 +160,7 @@ export async function commitCompaction(
   const outcome: [string, string] =
     summary === null
       ? eventOf('compaction.skipped', { iteration, reason: 'no_summary' })
-      : ['compaction.completed', JSON.stringify({ iteration, summarized_messages: count, message })];
+      : eventOf('compaction.completed', { iteration, summarized_messages: count, message });
   const ops: ApplyOps = {
     ...(summary === null
       ? {}
@@ -170,7 +170,7 @@ export async function commitCompaction(
     hincr: { iteration: 1, run_start: 1, ...usageIncrs },
     // A route's request is done; one the policy made was never stored.
     ...(fromRequest ? { hset: { compact: '' } } : {}),
-    events: [outcome, ['iteration.persisted', JSON.stringify({ iteration, revision: null }), 'rev']],
+    events: [outcome, eventAtRevision('iteration.persisted', { iteration, revision: null })],
   };
   await commit(deps, run, mergeOps(ops, extra));
   state.runStart += 1;

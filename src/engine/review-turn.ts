@@ -7,6 +7,7 @@
  */
 import type { BetaMessage } from '@anthropic-ai/sdk/resources/beta/messages/messages';
 import type { ServerTool } from '../../tools/types.js';
+import { eventAtRevision } from '../events/schemas.js';
 import type { StoredMessage, ToolCall } from '../history.js';
 import type { PendingStep } from '../store/pending.js';
 import { usageIncr, type IterationRecord, type SessionState } from '../store/session-state.js';
@@ -53,7 +54,7 @@ export async function pauseForReview(
     hincr: { iteration: 1, ...usageIncr(message.usage, costMicros) },
     events: [
       ...turn.events,
-      ['iteration.persisted', JSON.stringify({ iteration: record.iteration, revision: null }), 'rev'],
+      eventAtRevision('iteration.persisted', { iteration: record.iteration, revision: null }),
     ],
   });
 }

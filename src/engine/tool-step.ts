@@ -23,7 +23,7 @@ import { commit, completedEvents, endRun, mergeOps } from './commit.js';
 import { outstandingTasks, parkForTasks } from './tool-tasks.js';
 import { interruptedResult, needsReview, pendingCalls, callIdempotent } from './policy.js';
 import type { RunDeps, RunHandle } from './run-handle.js';
-import { eventOf } from '../events/schemas.js';
+import { eventAtRevision, eventOf } from '../events/schemas.js';
 
 /** The session's runnable tools (server tools, MCP tools, …) by name, as the toolbox resolves them for this step. */
 export function sessionTools(deps: RunDeps, state: SessionState): Promise<Map<string, ServerTool>> {
@@ -182,7 +182,7 @@ export async function afterTools(
       deps,
       run,
       { status: 'failed', pending: step, error },
-      [...completed, ['session.error', JSON.stringify(error)]],
+      [...completed, eventOf('session.error', error)],
       withReply({}),
     );
     return { outcome: 'done', paramsRev: state.paramsRev };
@@ -206,7 +206,7 @@ export async function afterTools(
     hset: pendingFields(null),
     events: [
       ...completed,
-      ['iteration.persisted', JSON.stringify({ iteration: step.iteration, revision: null }), 'rev'],
+      eventAtRevision('iteration.persisted', { iteration: step.iteration, revision: null }),
     ],
     // Results already in the store (a client's, a reviewer's) are named, not sent again.
     queue: {

@@ -37,7 +37,7 @@ import {
   type TurnItem,
   type TurnNext,
 } from './turn-runner.js';
-import { eventOf } from '../events/schemas.js';
+import { eventAtRevision, eventOf } from '../events/schemas.js';
 
 /** Drives one SDK tool runner over the persisted history, committing each iteration. */
 export async function runTurns(
@@ -162,7 +162,7 @@ class Turns extends TurnRunner {
       hincr: { iteration: 1, ...usageIncrs },
       events: [
         ...events,
-        ['iteration.persisted', JSON.stringify({ iteration: this.iteration, revision: null }), 'rev'],
+        eventAtRevision('iteration.persisted', { iteration: this.iteration, revision: null }),
       ],
       ...(ends ? { queue: { ...(unrun.length ? { results: unrun } : {}), none: idleOps(stopReason) } } : {}),
     });
