@@ -169,6 +169,7 @@ function docsRoute(url: string): { schema: FastifySchema; url: string } | null {
     security: [],
     response: { 200: { description: 'OK', content: { [type]: { schema: { type: 'string' } } } } },
   });
+  const staticFiles = page("The OpenAPI UI's static files", 'getDocsStaticFile', 'application/octet-stream');
   switch (url) {
     case '/docs':
     case '/docs/':
@@ -192,7 +193,15 @@ function docsRoute(url: string): { schema: FastifySchema; url: string } | null {
       return {
         url: '/docs/static/{path}',
         schema: {
-          ...page("The OpenAPI UI's static files", 'getDocsStaticFile', 'application/octet-stream'),
+          ...staticFiles,
+          // A path that names no file falls through to the not-found handler: 404 `route_not_found`.
+          response: {
+            ...staticFiles.response,
+            404: {
+              description: 'Not Found',
+              content: { 'application/json': { schema: { $ref: '#/components/schemas/Error' } } },
+            },
+          },
           params: { type: 'object', properties: { path: { type: 'string' } }, required: ['path'] },
         },
       };

@@ -90,7 +90,9 @@ export class AnswerLog {
     if (line['msg'] !== 'request' || typeof line['status'] !== 'number') return;
     const route =
       typeof line['route'] === 'string' && line['route'] !== '(no route)' ? line['route'] : undefined;
-    this.add(String(line['method']), route, line['status']);
+    // A log line does not say whether its route is hidden (the `/v1/*` catch-all's 401 and 404 are no operation):
+    // checked only when the document has the route. test/openapi.test.ts checks every shown route is there.
+    this.add(String(line['method']), route, line['status'], true);
   }
 }
 
@@ -118,7 +120,8 @@ after(() => {
   const missing = [...logs].flatMap((log) => log.undeclared().map((line) => `${log.who}: ${line}`));
   if (missing.length === 0) return;
   throw new Error(
-    `answered statuses openapi.json does not declare for their route (add each to the route's errors(...) ` +
+    `${process.argv[1] ?? 'the tests'} caused answers whose status openapi.json does not declare for their ` +
+      `route (add each to the route's errors(...) ` +
       `list, then \`npm run openapi\`):\n  ${[...new Set(missing)].join('\n  ')}`,
   );
 });

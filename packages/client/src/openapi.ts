@@ -2866,6 +2866,15 @@ export interface operations {
           'application/octet-stream': string;
         };
       };
+      /** @description Not Found */
+      404: {
+        headers: {
+          [name: string]: unknown;
+        };
+        content: {
+          'application/json': components['schemas']['Error'];
+        };
+      };
     };
   };
   getHealth: {
