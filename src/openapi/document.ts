@@ -330,6 +330,14 @@ function completeOperation(path: string, method: string, op: Operation): void {
   if (method === 'post' && path.startsWith('/v1/')) {
     op.parameters = [...(op.parameters ?? []), ref('parameters', 'IdempotencyKey')];
   }
+  // Every GET answers a WebSocket upgrade it does not take with 400 `invalid_request` (src/plugins/ws-handshake.ts),
+  // before its own handler, whatever else it answers.
+  if (method === 'get' && op.responses && !op.responses['400'])
+    op.responses['400'] = {
+      description:
+        'Invalid request: a WebSocket upgrade of a route that does not upgrade (`invalid_request`).',
+      content: { 'application/json': { schema: ref('schemas', 'Error') } },
+    };
   // A client token is refused with 403 `scope_denied` on any /v1 route outside its scopes.
   const unauthorized = op.responses?.['401'];
   if (path.startsWith('/v1/') && op.responses && unauthorized && !op.responses['403'])

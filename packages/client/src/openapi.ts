@@ -2804,6 +2804,15 @@ export interface operations {
           'text/html': string;
         };
       };
+      /** @description Invalid request: a WebSocket upgrade of a route that does not upgrade (`invalid_request`). */
+      400: {
+        headers: {
+          [name: string]: unknown;
+        };
+        content: {
+          'application/json': components['schemas']['Error'];
+        };
+      };
     };
   };
   getOpenApiJson: {
@@ -2822,6 +2831,15 @@ export interface operations {
         };
         content: {
           'application/json': Record<string, never>;
+        };
+      };
+      /** @description Invalid request: a WebSocket upgrade of a route that does not upgrade (`invalid_request`). */
+      400: {
+        headers: {
+          [name: string]: unknown;
+        };
+        content: {
+          'application/json': components['schemas']['Error'];
         };
       };
     };
@@ -2844,6 +2862,15 @@ export interface operations {
           'application/x-yaml': string;
         };
       };
+      /** @description Invalid request: a WebSocket upgrade of a route that does not upgrade (`invalid_request`). */
+      400: {
+        headers: {
+          [name: string]: unknown;
+        };
+        content: {
+          'application/json': components['schemas']['Error'];
+        };
+      };
     };
   };
   getDocsStaticFile: {
@@ -2864,6 +2891,15 @@ export interface operations {
         };
         content: {
           'application/octet-stream': string;
+        };
+      };
+      /** @description Invalid request: a WebSocket upgrade of a route that does not upgrade (`invalid_request`). */
+      400: {
+        headers: {
+          [name: string]: unknown;
+        };
+        content: {
+          'application/json': components['schemas']['Error'];
         };
       };
       /** @description Not Found */
@@ -2895,6 +2931,15 @@ export interface operations {
           'application/json': components['schemas']['Health'];
         };
       };
+      /** @description Invalid request: a WebSocket upgrade of a route that does not upgrade (`invalid_request`). */
+      400: {
+        headers: {
+          [name: string]: unknown;
+        };
+        content: {
+          'application/json': components['schemas']['Error'];
+        };
+      };
     };
   };
   getReadiness: {
@@ -2913,6 +2958,15 @@ export interface operations {
         };
         content: {
           'application/json': components['schemas']['Readiness'];
+        };
+      };
+      /** @description Invalid request: a WebSocket upgrade of a route that does not upgrade (`invalid_request`). */
+      400: {
+        headers: {
+          [name: string]: unknown;
+        };
+        content: {
+          'application/json': components['schemas']['Error'];
         };
       };
       /** @description Not ready (Redis does not answer or refuses writes); with Retry-After. */
@@ -2945,6 +2999,15 @@ export interface operations {
           'text/plain': string;
         };
       };
+      /** @description Invalid request: a WebSocket upgrade of a route that does not upgrade (`invalid_request`). */
+      400: {
+        headers: {
+          [name: string]: unknown;
+        };
+        content: {
+          'application/json': components['schemas']['Error'];
+        };
+      };
     };
   };
   getConsole: {
@@ -2971,6 +3034,15 @@ export interface operations {
           [name: string]: unknown;
         };
         content?: never;
+      };
+      /** @description Invalid request: a WebSocket upgrade of a route that does not upgrade (`invalid_request`). */
+      400: {
+        headers: {
+          [name: string]: unknown;
+        };
+        content: {
+          'application/json': components['schemas']['Error'];
+        };
       };
     };
   };
@@ -3095,6 +3167,15 @@ export interface operations {
         };
         content?: never;
       };
+      /** @description Invalid request: a WebSocket upgrade of a route that does not upgrade (`invalid_request`). */
+      400: {
+        headers: {
+          [name: string]: unknown;
+        };
+        content: {
+          'application/json': components['schemas']['Error'];
+        };
+      };
     };
   };
   getDemo: {
@@ -3112,6 +3193,15 @@ export interface operations {
           [name: string]: unknown;
         };
         content?: never;
+      };
+      /** @description Invalid request: a WebSocket upgrade of a route that does not upgrade (`invalid_request`). */
+      400: {
+        headers: {
+          [name: string]: unknown;
+        };
+        content: {
+          'application/json': components['schemas']['Error'];
+        };
       };
     };
   };
@@ -3131,6 +3221,15 @@ export interface operations {
         };
         content: {
           'application/json': components['schemas']['ToolList'];
+        };
+      };
+      /** @description Invalid request: a WebSocket upgrade of a route that does not upgrade (`invalid_request`). */
+      400: {
+        headers: {
+          [name: string]: unknown;
+        };
+        content: {
+          'application/json': components['schemas']['Error'];
         };
       };
       /** @description No valid bearer key or client token (`unauthorized`; `token_expired` for an expired client token). */
@@ -7381,6 +7480,15 @@ export interface operations {
           'application/json': components['schemas']['WebhookList'];
         };
       };
+      /** @description Invalid request: a WebSocket upgrade of a route that does not upgrade (`invalid_request`). */
+      400: {
+        headers: {
+          [name: string]: unknown;
+        };
+        content: {
+          'application/json': components['schemas']['Error'];
+        };
+      };
       /** @description No valid bearer key or client token (`unauthorized`; `token_expired` for an expired client token). */
       401: {
         headers: {
@@ -8175,6 +8283,15 @@ export interface operations {
         };
         content: {
           'application/json': components['schemas']['MemoryFileList'];
+        };
+      };
+      /** @description Invalid request: a WebSocket upgrade of a route that does not upgrade (`invalid_request`). */
+      400: {
+        headers: {
+          [name: string]: unknown;
+        };
+        content: {
+          'application/json': components['schemas']['Error'];
         };
       };
       /** @description No valid bearer key or client token (`unauthorized`; `token_expired` for an expired client token). */
@@ -9079,6 +9196,15 @@ export interface operations {
         };
         content: {
           'application/json': components['schemas']['McpServerList'];
+        };
+      };
+      /** @description Invalid request: a WebSocket upgrade of a route that does not upgrade (`invalid_request`). */
+      400: {
+        headers: {
+          [name: string]: unknown;
+        };
+        content: {
+          'application/json': components['schemas']['Error'];
         };
       };
       /** @description No valid bearer key or client token (`unauthorized`; `token_expired` for an expired client token). */
