@@ -152,7 +152,7 @@ const routes: FastifyPluginAsyncZod = async (app) => {
         tags,
         params: webhookIdParam,
         headers: ifMatchHeader,
-        response: { 200: deletedWebhook, ...errors(400, 401, 404, 412, 429, 500, 503) },
+        response: { 200: deletedWebhook, ...errors(400, 401, 404, 412, 413, 415, 429, 500, 503) },
       },
     },
     async (req) => {

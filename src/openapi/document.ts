@@ -169,6 +169,7 @@ function docsRoute(url: string): { schema: FastifySchema; url: string } | null {
     security: [],
     response: { 200: { description: 'OK', content: { [type]: { schema: { type: 'string' } } } } },
   });
+  const errorContent = { 'application/json': { schema: { $ref: '#/components/schemas/Error' } } };
   const staticFiles = page("The OpenAPI UI's static files", 'getDocsStaticFile', 'application/octet-stream');
   switch (url) {
     case '/docs':
@@ -194,13 +195,21 @@ function docsRoute(url: string): { schema: FastifySchema; url: string } | null {
         url: '/docs/static/{path}',
         schema: {
           ...staticFiles,
-          // A path that names no file falls through to the not-found handler: 404 `route_not_found`.
+          // @fastify/static's answers: a range (206, 416), a precondition (304, 412); a path that names no file falls
+          // through to the not-found handler (404 `route_not_found`). Its refusals are in the envelope.
           response: {
             ...staticFiles.response,
-            404: {
-              description: 'Not Found',
-              content: { 'application/json': { schema: { $ref: '#/components/schemas/Error' } } },
+            206: {
+              description: 'Partial Content: the `Range` asked for',
+              content: { 'application/octet-stream': { schema: { type: 'string' } } },
             },
+            304: { description: 'Not Modified' },
+            404: { description: 'Not Found', content: errorContent },
+            412: {
+              description: 'Precondition Failed (`If-Match`, `If-Unmodified-Since`)',
+              content: errorContent,
+            },
+            416: { description: 'Range Not Satisfiable', content: errorContent },
           },
           params: { type: 'object', properties: { path: { type: 'string' } }, required: ['path'] },
         },

@@ -2893,6 +2893,24 @@ export interface operations {
           'application/octet-stream': string;
         };
       };
+      /** @description Partial Content: the `Range` asked for */
+      206: {
+        headers: {
+          [name: string]: unknown;
+        };
+        content: {
+          'application/octet-stream': string;
+        };
+      };
+      /** @description Not Modified */
+      304: {
+        headers: {
+          [name: string]: unknown;
+        };
+        content: {
+          'application/json': unknown;
+        };
+      };
       /** @description Invalid request: a WebSocket upgrade of a route that does not upgrade (`invalid_request`). */
       400: {
         headers: {
@@ -2904,6 +2922,24 @@ export interface operations {
       };
       /** @description Not Found */
       404: {
+        headers: {
+          [name: string]: unknown;
+        };
+        content: {
+          'application/json': components['schemas']['Error'];
+        };
+      };
+      /** @description Precondition Failed (`If-Match`, `If-Unmodified-Since`) */
+      412: {
+        headers: {
+          [name: string]: unknown;
+        };
+        content: {
+          'application/json': components['schemas']['Error'];
+        };
+      };
+      /** @description Range Not Satisfiable */
+      416: {
         headers: {
           [name: string]: unknown;
         };
@@ -4132,6 +4168,24 @@ export interface operations {
           'X-RateLimit-Limit': components['headers']['RateLimitLimit'];
           'X-RateLimit-Remaining': components['headers']['RateLimitRemaining'];
           'X-RateLimit-Reset': components['headers']['RateLimitReset'];
+          [name: string]: unknown;
+        };
+        content: {
+          'application/json': components['schemas']['Error'];
+        };
+      };
+      /** @description The body is larger than BODY_LIMIT (`payload_too_large`). */
+      413: {
+        headers: {
+          [name: string]: unknown;
+        };
+        content: {
+          'application/json': components['schemas']['Error'];
+        };
+      };
+      /** @description The body is not JSON (`unsupported_media_type`). */
+      415: {
+        headers: {
           [name: string]: unknown;
         };
         content: {
@@ -7856,6 +7910,24 @@ export interface operations {
           'application/json': components['schemas']['Error'];
         };
       };
+      /** @description The body is larger than BODY_LIMIT (`payload_too_large`). */
+      413: {
+        headers: {
+          [name: string]: unknown;
+        };
+        content: {
+          'application/json': components['schemas']['Error'];
+        };
+      };
+      /** @description The body is not JSON (`unsupported_media_type`). */
+      415: {
+        headers: {
+          [name: string]: unknown;
+        };
+        content: {
+          'application/json': components['schemas']['Error'];
+        };
+      };
       /** @description Over a rate or quota (`rate_limited` with Retry-After, `quota_exceeded`). */
       429: {
         headers: {
@@ -8491,6 +8563,24 @@ export interface operations {
           'X-RateLimit-Limit': components['headers']['RateLimitLimit'];
           'X-RateLimit-Remaining': components['headers']['RateLimitRemaining'];
           'X-RateLimit-Reset': components['headers']['RateLimitReset'];
+          [name: string]: unknown;
+        };
+        content: {
+          'application/json': components['schemas']['Error'];
+        };
+      };
+      /** @description The body is larger than BODY_LIMIT (`payload_too_large`). */
+      413: {
+        headers: {
+          [name: string]: unknown;
+        };
+        content: {
+          'application/json': components['schemas']['Error'];
+        };
+      };
+      /** @description The body is not JSON (`unsupported_media_type`). */
+      415: {
+        headers: {
           [name: string]: unknown;
         };
         content: {
@@ -9140,6 +9230,24 @@ export interface operations {
           'X-RateLimit-Limit': components['headers']['RateLimitLimit'];
           'X-RateLimit-Remaining': components['headers']['RateLimitRemaining'];
           'X-RateLimit-Reset': components['headers']['RateLimitReset'];
+          [name: string]: unknown;
+        };
+        content: {
+          'application/json': components['schemas']['Error'];
+        };
+      };
+      /** @description The body is larger than BODY_LIMIT (`payload_too_large`). */
+      413: {
+        headers: {
+          [name: string]: unknown;
+        };
+        content: {
+          'application/json': components['schemas']['Error'];
+        };
+      };
+      /** @description The body is not JSON (`unsupported_media_type`). */
+      415: {
+        headers: {
           [name: string]: unknown;
         };
         content: {
@@ -10151,6 +10259,24 @@ export interface operations {
           'X-RateLimit-Limit': components['headers']['RateLimitLimit'];
           'X-RateLimit-Remaining': components['headers']['RateLimitRemaining'];
           'X-RateLimit-Reset': components['headers']['RateLimitReset'];
+          [name: string]: unknown;
+        };
+        content: {
+          'application/json': components['schemas']['Error'];
+        };
+      };
+      /** @description The body is larger than BODY_LIMIT (`payload_too_large`). */
+      413: {
+        headers: {
+          [name: string]: unknown;
+        };
+        content: {
+          'application/json': components['schemas']['Error'];
+        };
+      };
+      /** @description The body is not JSON (`unsupported_media_type`). */
+      415: {
+        headers: {
           [name: string]: unknown;
         };
         content: {
@@ -11434,6 +11560,24 @@ export interface operations {
           'application/json': components['schemas']['Error'];
         };
       };
+      /** @description The body is larger than BODY_LIMIT (`payload_too_large`). */
+      413: {
+        headers: {
+          [name: string]: unknown;
+        };
+        content: {
+          'application/json': components['schemas']['Error'];
+        };
+      };
+      /** @description The body is not JSON (`unsupported_media_type`). */
+      415: {
+        headers: {
+          [name: string]: unknown;
+        };
+        content: {
+          'application/json': components['schemas']['Error'];
+        };
+      };
       /** @description Over a rate or quota (`rate_limited` with Retry-After, `quota_exceeded`). */
       429: {
         headers: {
@@ -12284,6 +12428,24 @@ export interface operations {
           'X-RateLimit-Limit': components['headers']['RateLimitLimit'];
           'X-RateLimit-Remaining': components['headers']['RateLimitRemaining'];
           'X-RateLimit-Reset': components['headers']['RateLimitReset'];
+          [name: string]: unknown;
+        };
+        content: {
+          'application/json': components['schemas']['Error'];
+        };
+      };
+      /** @description The body is larger than BODY_LIMIT (`payload_too_large`). */
+      413: {
+        headers: {
+          [name: string]: unknown;
+        };
+        content: {
+          'application/json': components['schemas']['Error'];
+        };
+      };
+      /** @description The body is not JSON (`unsupported_media_type`). */
+      415: {
+        headers: {
           [name: string]: unknown;
         };
         content: {
