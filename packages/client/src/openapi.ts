@@ -8293,6 +8293,24 @@ export interface operations {
           'application/json': components['schemas']['Error'];
         };
       };
+      /** @description The body is larger than BODY_LIMIT (`payload_too_large`). */
+      413: {
+        headers: {
+          [name: string]: unknown;
+        };
+        content: {
+          'application/json': components['schemas']['Error'];
+        };
+      };
+      /** @description The body is not JSON (`unsupported_media_type`). */
+      415: {
+        headers: {
+          [name: string]: unknown;
+        };
+        content: {
+          'application/json': components['schemas']['Error'];
+        };
+      };
       /** @description This Idempotency-Key was used with another request (`idempotency_key_reused`). */
       422: {
         headers: {
