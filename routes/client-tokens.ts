@@ -101,7 +101,7 @@ const routes: FastifyPluginAsyncZod = async (app) => {
         summary: 'Revoke a client token (at once, on every replica)',
         tags,
         params: tokenIdParam,
-        response: { 200: deletedClientToken, ...errors(400, 401, 403, 404, 429, 500, 503) },
+        response: { 200: deletedClientToken, ...errors(400, 401, 403, 404, 413, 415, 429, 500, 503) },
       },
     },
     async (req) => {

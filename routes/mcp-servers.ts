@@ -160,7 +160,7 @@ const routes: FastifyPluginAsyncZod = async (app) => {
           "Forget one of the tenant's MCP servers (sessions naming it lose its tools at their next step)",
         tags,
         params: nameParam,
-        response: { 200: deletedMcpServer, ...errors(400, 401, 404, 429, 500, 503) },
+        response: { 200: deletedMcpServer, ...errors(400, 401, 404, 413, 415, 429, 500, 503) },
       },
     },
     async (req) => {

@@ -91,7 +91,7 @@ const routes: FastifyPluginAsyncZod = async (app) => {
         summary: 'Delete one memory file',
         tags,
         params: pathParam,
-        response: { 200: deletedMemoryFile, ...errors(400, 401, 404, 429, 500, 503) },
+        response: { 200: deletedMemoryFile, ...errors(400, 401, 404, 413, 415, 429, 500, 503) },
       },
     },
     async (req) => {

@@ -180,7 +180,7 @@ const routes: FastifyPluginAsyncZod = async (app) => {
         tags,
         params: scheduleIdParam,
         headers: ifMatchHeader,
-        response: { 200: deletedSchedule, ...errors(400, 401, 404, 412, 429, 500, 503) },
+        response: { 200: deletedSchedule, ...errors(400, 401, 404, 412, 413, 415, 429, 500, 503) },
       },
     },
     async (req) => {

@@ -175,7 +175,7 @@ const routes: FastifyPluginAsyncZod = async (app) => {
         tags,
         params: sessionIdParam,
         headers: ifMatchHeader,
-        response: { 200: deletedSession, ...errors(400, 401, 404, 412, 429, 500, 503) },
+        response: { 200: deletedSession, ...errors(400, 401, 404, 412, 413, 415, 429, 500, 503) },
       },
     },
     async (req) => {

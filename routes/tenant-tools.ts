@@ -107,7 +107,7 @@ const routes: FastifyPluginAsyncZod = async (app) => {
         summary: 'Remove a tenant tool (sessions already using it keep their copy)',
         tags,
         params: toolNameParam,
-        response: { 200: deletedTool, ...errors(400, 401, 404, 429, 500, 503) },
+        response: { 200: deletedTool, ...errors(400, 401, 404, 413, 415, 429, 500, 503) },
       },
     },
     async (req) => {

@@ -152,7 +152,7 @@ const routes: FastifyPluginAsyncZod = async (app) => {
         tags,
         params: webhookIdParam,
         headers: ifMatchHeader,
-        response: { 200: deletedWebhook, ...errors(400, 401, 404, 412, 429, 500, 503) },
+        response: { 200: deletedWebhook, ...errors(400, 401, 404, 412, 413, 415, 429, 500, 503) },
       },
     },
     async (req) => {
@@ -188,7 +188,7 @@ const routes: FastifyPluginAsyncZod = async (app) => {
         summary: 'Queue a `webhook.test` event for delivery to the endpoint',
         tags,
         params: webhookIdParam,
-        response: { 202: testDelivery, ...errors(400, 401, 404, 409, 422, 429, 500, 503) },
+        response: { 202: testDelivery, ...errors(400, 401, 404, 409, 413, 415, 422, 429, 500, 503) },
       },
     },
     async (req, reply) => {

@@ -11,8 +11,9 @@ import { text } from './fake/script.js';
 /**
  * Property-based fuzzing of the whole API surface (issue 11): FUZZ_RUNS REST requests (default 1000, `npm run fuzz`
  * 20,000) and a fifth as many WebSocket frames, as a third tenant, against two other tenants' canary sessions.
- * Asserts: no 5xx and no `internal_error`/1011 over WebSocket; the service healthy afterwards; RSS growth bounded;
- * the canaries byte-for-byte unchanged. Prints one `fuzz summary` JSON line (and writes it to FUZZ_REPORT if set).
+ * Asserts: no 5xx and no `internal_error`/1011 over WebSocket; every status answered declared by the served document
+ * (/docs/json) for the route that answered it (the harness records each answer by route pattern); the service
+ * healthy afterwards; RSS growth bounded; the canaries byte-for-byte unchanged. Prints one `fuzz summary` JSON line (and writes it to FUZZ_REPORT if set).
  */
 const RUNS = Number(process.env['FUZZ_RUNS'] ?? 1000);
 const WS_RUNS = Math.ceil(RUNS / 5);
@@ -57,6 +58,7 @@ describe('fuzzer', () => {
   let h: Harness;
   const canaries: Array<{ token: string; id: string; snapshot: string }> = [];
   let own = '';
+  let served: Parameters<Harness['answers']['undeclared']>[0];
 
   const snapshot = async (token: string, id: string) => {
     const api = h.api.as(token);
@@ -99,6 +101,7 @@ describe('fuzzer', () => {
     // loaded on first need: src/mcp/hub.ts), which mallory's first `GET /v1/tools` with an MCP server triggers.
     const mallory = h.api.as('key-mallory');
     for (const p of ['/docs/json', '/docs/yaml']) assert.equal((await h.api.get(p)).status, 200);
+    served = (await h.api.get('/docs/json')).body;
     const mcp = await mallory.req('PUT', '/v1/mcp-servers/warm', { url: 'http://127.0.0.1:9/mcp' });
     assert.equal(mcp.status, 201, JSON.stringify(mcp.body));
     assert.equal((await mallory.get('/v1/tools')).status, 200);
@@ -203,6 +206,9 @@ describe('fuzzer', () => {
     );
     ws?.close();
 
+    // Every (method, route, status) of the run, the set-up's and the frames' upgrades included.
+    const undeclared = h.answers.undeclared(served);
+    failures.push(...undeclared.map((a) => `undeclared: ${a}`));
     const health = await h.api.get('/healthz');
     const ready = await h.api.get('/readyz');
     const after = await Promise.all(canaries.map((c) => snapshot(c.token, c.id)));
@@ -215,6 +221,9 @@ describe('fuzzer', () => {
         .reduce((n, [, k]) => n + k, 0),
       frame_answers: frameAnswers,
       failures: failures.length,
+      // Distinct (method, route, status) answered, and those the served document does not declare.
+      answers: h.answers.answers().length,
+      undeclared,
       slowest_ms: Math.round(slowest),
       costliest_cpu_ms: Math.round(costliest),
       // Cases whose wall time was held (the machine not oversubscribed at the time).

@@ -136,9 +136,9 @@ describe('every operation answers its refusals with a declared status and the de
     }
   });
 
-  test('a body that is not JSON: 400; another media type: 415', async () => {
+  test('a body that is not JSON: 400; another media type: 415 (a route that takes no body parses one too)', async () => {
     for (const op of ops) {
-      if (!op.hasBody) continue;
+      if (op.method === 'GET') continue;
       if (op.responses['400']) {
         assert.equal(await drive(op, fill(op.path), { body: '{"a":', type: 'application/json' }), 400);
       }

@@ -2,11 +2,14 @@
  * Every status a route answers is declared in the OpenAPI document for that route (a generated client compares
  * `status === 409` only if the document names 409). Drives the refusals that were once missing from it — a tool
  * result when nothing awaits one, a PATCH of `tools` while a call waits, the WebSocket route's refused origin and a
- * plain GET of it — and checks each answer's status and its error envelope against the served document.
+ * plain GET of it — and checks each answer's status and its error envelope against the served document. Every
+ * other test checks the same of whatever it causes: the harness (test/helpers/declared-statuses.ts) records each
+ * answer and fails at close on a status openapi.json does not declare for its route.
  */
 import { after, before, describe, test } from 'node:test';
 import assert from 'node:assert/strict';
 import { WebSocket } from 'ws';
+import { AnswerLog } from './helpers/declared-statuses.js';
 import { startHarness, type Harness } from './helpers/service.js';
 
 type Doc = { paths: Record<string, Record<string, { responses: Record<string, unknown> }>> };
@@ -99,5 +102,29 @@ describe('statuses answered are statuses declared', () => {
     assert.equal(plain.status, 426);
     assert.equal(plain.headers.get('upgrade'), 'websocket');
     assertDeclared('GET', path, 426, plain.body, 'upgrade_required');
+  });
+
+  test('the harness records every answer by route pattern, and its check names one the document lacks', () => {
+    const seen = h.answers.answers().map((a) => `${a.method} ${a.path} ${a.status}`);
+    for (const want of [
+      'POST /v1/sessions 201',
+      'PUT /v1/sessions/{id}/tool-results/{tool_use_id} 409',
+      'PATCH /v1/sessions/{id} 409',
+      'GET /v1/sessions/{id}/stream 403',
+      'GET /v1/sessions/{id}/stream 426',
+    ])
+      assert.ok(seen.includes(want), `${want} not recorded: ${seen.join('; ')}`);
+    assert.deepEqual(h.answers.undeclared(), []);
+    const log = new AnswerLog();
+    log.add('PATCH', '/v1/sessions/:id', 409);
+    log.add('HEAD', '/v1/memory/*', 404);
+    log.add('OPTIONS', '/*', 204);
+    log.add('GET', undefined, 404);
+    const lacking = { paths: { '/v1/sessions/{id}': { patch: { responses: { '200': {} } } } } };
+    assert.deepEqual(log.undeclared(lacking), [
+      'GET /v1/memory/{path} → 404 (declares no such operation)',
+      'PATCH /v1/sessions/{id} → 409 (declares 200)',
+    ]);
+    assert.deepEqual(log.undeclared(), []);
   });
 });

@@ -9,7 +9,7 @@ import type { ApplyOps, ApplyResult } from '../store/apply-ops.js';
 import { interruptedResult } from './policy.js';
 import type { EngineLogger, RunDeps, RunHandle } from './run-handle.js';
 import { statusEvent } from './status.js';
-import { eventOf } from '../events/schemas.js';
+import { eventAtRevision, eventOf } from '../events/schemas.js';
 
 /** A commit whose answer was lost was applied after all (see `applyThroughOutage`). */
 export class CommitLanded extends Error {
@@ -58,9 +58,8 @@ export const idleOps = (stopReason: string): ApplyOps => endOps({ status: 'idle'
  * The `iteration.persisted` event of a record: `iteration` (model turns completed with it), `n` (its record number,
  * `GET …/iterations/:n`), `kind` for a compaction; the revision is stamped by the script.
  */
-export function persistedEvent(iteration: number, n: number, kind?: 'compaction'): [string, string, 'rev'] {
-  const data = { iteration, n, ...(kind ? { kind } : {}), revision: null };
-  return ['iteration.persisted', JSON.stringify(data), 'rev'];
+export function persistedEvent(iteration: number, n: number, kind?: 'compaction') {
+  return eventAtRevision('iteration.persisted', { iteration, n, ...(kind ? { kind } : {}), revision: null });
 }
 
 /** `a` then `b` as one commit: lists concatenated in that order, fields of `b` over those of `a`. */
@@ -230,7 +229,7 @@ export async function fail(
     const state = await deps.store.load(run.id);
     // A failed tool step keeps its pending calls, so `resume` runs the failed step again.
     await endRun(deps, run, { status: 'failed', pending: state?.pending ?? null, error }, [
-      ['session.error', JSON.stringify(error)],
+      eventOf('session.error', error),
     ]);
   } catch (err) {
     if (!(err instanceof FencedOut)) throw err;

@@ -163,7 +163,7 @@ export async function commitCompaction(
   const outcome: [string, string] =
     summary === null
       ? eventOf('compaction.skipped', { iteration, n, reason: 'no_summary' })
-      : ['compaction.completed', JSON.stringify({ iteration, n, summarized_messages: count, message })];
+      : eventOf('compaction.completed', { iteration, n, summarized_messages: count, message });
   const ops: ApplyOps = {
     ...(summary === null
       ? {}

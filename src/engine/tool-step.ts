@@ -211,7 +211,7 @@ async function holdResults(
       deps,
       run,
       { status: 'failed', pending: step, error },
-      [...completed, ['session.error', JSON.stringify(error)]],
+      [...completed, eventOf('session.error', error)],
       withReply({}),
     );
     return 'done';

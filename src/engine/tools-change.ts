@@ -5,6 +5,7 @@ import {
   type BetaTool,
   type BetaToolUnion,
 } from '@anthropic-ai/sdk/resources/beta/messages/messages';
+import { eventOf } from '../events/schemas.js';
 import type { StoredBlock, StoredMessage } from '../history.js';
 import type { SessionState, ToolRef } from '../store/session-state.js';
 import { runnableName, type Toolbox, type ToolScope } from '../toolbox.js';
@@ -60,6 +61,8 @@ export async function toolNames(toolbox: Toolbox, scope: ToolScope): Promise<Set
 
 /** One tool as a runner takes it: runnable (a tool the service runs) or a raw definition (a client's). */
 interface RunnerTool {
+  /** Its key in the set: the tool's name, `mcp_toolset:<server>` for a toolset (whose definition has no name). */
+  name: string;
   tool: BetaRunnableTool | BetaToolUnion;
   /** The API fields, as the runner writes them into a `tool_addition` (its `toolDefinition()`). */
   definition: Record<string, unknown>;
@@ -87,12 +90,12 @@ async function runnerTools(
     tenantTools: state.tenantTools,
   });
   const out = new Map<string, RunnerTool>();
-  for (const tool of serverRunnables(deps, runnable, durations))
-    out.set(runnableName(tool), { tool, definition: definitionOf(tool) });
+  const add = (name: string, tool: BetaRunnableTool | BetaToolUnion) =>
+    out.set(name, { name, tool, definition: definitionOf(tool) });
+  for (const tool of serverRunnables(deps, runnable, durations)) add(runnableName(tool), tool);
   for (const tool of clientToolDefs({ tools })) {
-    if ('name' in tool) out.set(tool.name, { tool, definition: definitionOf(tool) });
-    else if (tool.type === 'mcp_toolset')
-      out.set(`mcp_toolset:${tool.mcp_server_name}`, { tool, definition: definitionOf(tool) });
+    if ('name' in tool) add(tool.name, tool);
+    else if (tool.type === 'mcp_toolset') add(`mcp_toolset:${tool.mcp_server_name}`, tool);
   }
   return out;
 }
@@ -171,14 +174,12 @@ export async function applyToolChange(
     push_msgs: [JSON.stringify(change.message)],
     hset: { tools_sent: JSON.stringify(state.tools) },
     events: [
-      [
-        'tools.applied',
-        JSON.stringify({
-          message_index: history.length,
-          removed: change.removed,
-          added: change.added.map((t) => t.definition['name']),
-        }),
-      ],
+      eventOf('tools.applied', {
+        message_index: history.length,
+        removed: change.removed,
+        // Named as `removed` names them: an added MCP toolset was `null` here (its definition has no `name`).
+        added: change.added.map((t) => t.name),
+      }),
     ],
   });
   state.toolsSent = state.tools;

@@ -314,11 +314,50 @@ export function eventDataSchemas(session: z.ZodType) {
   } satisfies Record<EventType, z.ZodType>;
 }
 
-/** The data of an event of type T, as the emit sites build it. */
-export type EventData<T extends EventType> = z.input<ReturnType<typeof eventDataSchemas>[T]>;
+/**
+ * A loose schema's input type without its index signatures: an SDK interface (`BetaTextBlock`, …) declares none,
+ * so TypeScript would not assign it to `{[k: string]: unknown, type: string}`, though the schema accepts it. The
+ * known keys are still checked.
+ */
+type Known<T> = T extends readonly (infer U)[]
+  ? Known<U>[]
+  : T extends object
+    ? { [K in keyof T as string extends K ? never : K]: Known<T[K]> }
+    : T;
+
+type DataInput<T extends EventType> = z.input<ReturnType<typeof eventDataSchemas>[T]>;
+
+/**
+ * The data of an event of type T, as the emit sites build it: the top level keeps its index signature (a site may
+ * add a key its schema leaves open, as `tool.started`'s `input`), the levels below are `Known`.
+ */
+export type EventData<T extends EventType> = { [K in keyof DataInput<T>]: Known<DataInput<T>[K]> };
 
 /** An event to append, `[type, data as JSON]`, its data typed by the event's schema. */
 export const eventOf = <T extends Exclude<EventType, 'session.created'>>(
   type: T,
   data: EventData<T>,
 ): [T, string] => [type, JSON.stringify(data)];
+
+/** Types whose data carries the session's `revision` (null until the write that makes it knows it). */
+type RevisedType = {
+  [T in Exclude<EventType, 'session.created'>]: EventData<T> extends { revision: number | null } ? T : never;
+}[Exclude<EventType, 'session.created'>];
+
+/**
+ * An event whose `"revision":null` the apply script replaces with the revision it writes (`[type, data, 'rev']`,
+ * src/store/apply-ops.ts): its data typed by the event's schema, with `revision: null` as the script expects.
+ */
+export const eventAtRevision = <T extends RevisedType>(
+  type: T,
+  data: EventData<T> & { revision: null },
+): [T, string, 'rev'] => [type, JSON.stringify(data), 'rev'];
+
+/**
+ * `session.created`: its data is the session resource, whose schema src/openapi/responses.ts defines (and this file
+ * cannot import: responses.ts imports it), so the caller names it and the data is typed by it.
+ */
+export const createdEventOf = <S extends z.ZodType>(
+  _resource: S,
+  data: z.input<S>,
+): ['session.created', string] => ['session.created', JSON.stringify(data)];

@@ -169,6 +169,8 @@ function docsRoute(url: string): { schema: FastifySchema; url: string } | null {
     security: [],
     response: { 200: { description: 'OK', content: { [type]: { schema: { type: 'string' } } } } },
   });
+  const errorContent = { 'application/json': { schema: { $ref: '#/components/schemas/Error' } } };
+  const staticFiles = page("The OpenAPI UI's static files", 'getDocsStaticFile', 'application/octet-stream');
   switch (url) {
     case '/docs':
     case '/docs/':
@@ -192,7 +194,23 @@ function docsRoute(url: string): { schema: FastifySchema; url: string } | null {
       return {
         url: '/docs/static/{path}',
         schema: {
-          ...page("The OpenAPI UI's static files", 'getDocsStaticFile', 'application/octet-stream'),
+          ...staticFiles,
+          // @fastify/static's answers: a range (206, 416), a precondition (304, 412); a path that names no file falls
+          // through to the not-found handler (404 `route_not_found`). Its refusals are in the envelope.
+          response: {
+            ...staticFiles.response,
+            206: {
+              description: 'Partial Content: the `Range` asked for',
+              content: { 'application/octet-stream': { schema: { type: 'string' } } },
+            },
+            304: { description: 'Not Modified' },
+            404: { description: 'Not Found', content: errorContent },
+            412: {
+              description: 'Precondition Failed (`If-Match`, `If-Unmodified-Since`)',
+              content: errorContent,
+            },
+            416: { description: 'Range Not Satisfiable', content: errorContent },
+          },
           params: { type: 'object', properties: { path: { type: 'string' } }, required: ['path'] },
         },
       };
@@ -321,6 +339,14 @@ function completeOperation(path: string, method: string, op: Operation): void {
   if (method === 'post' && path.startsWith('/v1/')) {
     op.parameters = [...(op.parameters ?? []), ref('parameters', 'IdempotencyKey')];
   }
+  // Every GET answers a WebSocket upgrade it does not take with 400 `invalid_request` (src/plugins/ws-handshake.ts),
+  // before its own handler, whatever else it answers.
+  if (method === 'get' && op.responses && !op.responses['400'])
+    op.responses['400'] = {
+      description:
+        'Invalid request: a WebSocket upgrade of a route that does not upgrade (`invalid_request`).',
+      content: { 'application/json': { schema: ref('schemas', 'Error') } },
+    };
   // A client token is refused with 403 `scope_denied` on any /v1 route outside its scopes.
   const unauthorized = op.responses?.['401'];
   if (path.startsWith('/v1/') && op.responses && unauthorized && !op.responses['403'])

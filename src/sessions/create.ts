@@ -1,6 +1,7 @@
 import type { z } from 'zod';
 import { statusEvent } from '../engine/status.js';
 import { AppError, badRequest, zodDetails } from '../errors.js';
+import { createdEventOf } from '../events/schemas.js';
 import { asBlocks, checkHistory, pendingToolCalls, type StoredMessage } from '../history.js';
 import {
   createSessionBody,
@@ -17,6 +18,7 @@ import {
   type ParentRef,
   type SessionState,
 } from '../store/session-state.js';
+import { session } from '../openapi/responses.js';
 import { checkCompactionParams } from './compact.js';
 import { checkIfMatch, startRun, type SessionDeps } from './mutate.js';
 import { sessionView } from './view.js';
@@ -321,7 +323,7 @@ async function insert(
         push_msgs: history.map((m) => JSON.stringify(m)),
         push_iters: records.map((r) => JSON.stringify(r)),
         events: [
-          ['session.created', JSON.stringify({ ...sessionView({ ...state, revision: 1 }), ...createdExtra })],
+          createdEventOf(session, { ...sessionView({ ...state, revision: 1 }), ...createdExtra }),
           ['session.status', statusEvent(state)],
         ],
       },

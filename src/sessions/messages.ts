@@ -2,6 +2,7 @@ import type { z } from 'zod';
 import { asBlocks, pendingToolCalls, type StoredMessage } from '../history.js';
 import type { postMessageBody } from '../schemas.js';
 import { assertBudgetLeft } from '../engine/budget.js';
+import { eventOf } from '../events/schemas.js';
 import { encodeBlocks } from '../store/apply-ops.js';
 import { resultsTurn } from '../store/pending.js';
 import { interruptedResult } from '../engine/policy.js';
@@ -27,10 +28,7 @@ export function addMessage(
   return mutate(deps, tenant, id, ifMatch, async (s) => {
     // A new message needs budget left, whatever the status: a run in flight would stop before sending it anyway.
     assertBudgetLeft(s);
-    const queuedEvent: [string, string] = [
-      'message.queued',
-      JSON.stringify({ message, interrupt: body.interrupt, by }),
-    ];
+    const queuedEvent = eventOf('message.queued', { message, interrupt: body.interrupt, by });
     const guard = { status: [s.status], ...(ifMatch !== undefined ? { rev: ifMatch } : {}) };
     if (s.status === 'requires_action' && s.pending?.turn) {
       // A message instead of the reviewed reply's calls: they are answered "not run", the message follows them in

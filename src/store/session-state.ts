@@ -47,11 +47,12 @@ export interface ChildUsage extends Usage {
   unpriced: number;
 }
 
-export interface SessionError {
+/** A type, not an interface: it is a `session.error` event's data as is, which is typed as an open object. */
+export type SessionError = {
   code: string;
   message: string;
   retryable: boolean;
-}
+};
 
 /** Everything a session is, as stored in its meta hash. */
 export interface SessionState {

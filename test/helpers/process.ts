@@ -2,6 +2,7 @@ import { spawn, spawnSync, type ChildProcess } from 'node:child_process';
 import { readFileSync } from 'node:fs';
 import path from 'node:path';
 import { fileURLToPath } from 'node:url';
+import { AnswerLog } from './declared-statuses.js';
 import { Api } from './service.js';
 
 /**
@@ -31,6 +32,11 @@ export interface ServiceProcess {
   logs(): Array<Record<string, any>>;
   /** Resolves with the first log line (already printed or to come) that `pred` accepts. */
   waitForLog(pred: (line: Record<string, any>) => boolean, timeoutMs?: number): Promise<Record<string, any>>;
+  /**
+   * Every (method, route, status) of its access-log lines (at LOG_LEVEL info or below); the file fails after its
+   * last test when openapi.json does not declare one (test/helpers/declared-statuses.ts).
+   */
+  readonly answers: AnswerLog;
   /** SIGKILL, like a crash; resolves once it is gone. */
   kill(): Promise<ExitInfo>;
   /** SIGTERM (graceful shutdown); SIGKILL after `timeoutMs`. Resolves once it is gone. */
@@ -116,6 +122,7 @@ export async function spawnService(
   });
   track(child);
   const lines: Array<Record<string, any>> = [];
+  const answers = new AnswerLog(`service process ${name}`);
   const watchers = new Set<{ pred: (l: Record<string, any>) => boolean; resolve: (l: any) => void }>();
   const onLine = (raw: string) => {
     if (!raw.trim()) return;
@@ -127,6 +134,7 @@ export async function spawnService(
       line = { msg: raw };
     }
     lines.push(line);
+    answers.addLogLine(line);
     if (lines.length > MAX_LINES) lines.splice(0, lines.length - MAX_LINES);
     if (opts.echo) process.stderr.write(`[${name}] ${raw}\n`);
     for (const w of watchers) {
@@ -217,6 +225,7 @@ export async function spawnService(
     exited,
     running: () => exitInfo === null,
     logs: () => [...lines],
+    answers,
     waitForLog,
     kill: () => signalAndWait('SIGKILL'),
     stop: (timeoutMs = 30_000) => signalAndWait('SIGTERM', timeoutMs),

@@ -3,6 +3,7 @@ import { WebSocket } from 'ws';
 import { SessionsClient } from '../../packages/client/src/index.js';
 import { startService, type Service } from '../../src/boot.js';
 import { startFakeAnthropic, type FakeAnthropic, type FakeAnthropicOptions } from '../fake/server.js';
+import { AnswerLog, recording } from './declared-statuses.js';
 import { startTestRedis, type TestRedis } from './redis.js';
 
 export interface Harness {
@@ -12,6 +13,11 @@ export interface Harness {
   api: Api;
   /** The typed client (`toolrunner-sessions/client`) on this service, with the harness's key. */
   client: SessionsClient;
+  /**
+   * Every (method, route, status) the service answered; the file fails after its last test when openapi.json does
+   * not declare one (test/helpers/declared-statuses.ts).
+   */
+  answers: AnswerLog;
   close(): Promise<void>;
 }
 
@@ -98,24 +104,27 @@ export interface HarnessOptions {
 export async function startHarness(opts: HarnessOptions = {}): Promise<Harness> {
   const redis = opts.redis ?? (await startTestRedis());
   const fake = opts.fakeServer ?? (await startFakeAnthropic({ strictAlternation: true, ...opts.fake }));
-  const service = await startService(
-    {
-      PORT: '0',
-      HOST: '127.0.0.1',
-      REDIS_URL: redis.url,
-      ANTHROPIC_API_KEY: 'test-key',
-      ANTHROPIC_BASE_URL: fake.url,
-      LOG_LEVEL: process.env['TEST_LOG_LEVEL'] ?? 'silent',
-      LEASE_TTL_MS: '3000',
-      // Tests read keys by their unprefixed names; test/redis-prefix.test.ts covers REDIS_KEY_PREFIX.
-      REDIS_KEY_PREFIX: 'none',
-      SHUTDOWN_GRACE_MS: '2000',
-      UPSTREAM_MAX_RETRIES: '1',
-      // The per-tenant rate limit is on by default; tests that check it set it themselves.
-      RATE_LIMIT_PER_MIN: '0',
-      ...opts.env,
-    },
-    opts.tracerProvider ? { tracerProvider: opts.tracerProvider } : {},
+  const answers = new AnswerLog('the harness service');
+  const service = await recording(answers, () =>
+    startService(
+      {
+        PORT: '0',
+        HOST: '127.0.0.1',
+        REDIS_URL: redis.url,
+        ANTHROPIC_API_KEY: 'test-key',
+        ANTHROPIC_BASE_URL: fake.url,
+        LOG_LEVEL: process.env['TEST_LOG_LEVEL'] ?? 'silent',
+        LEASE_TTL_MS: '3000',
+        // Tests read keys by their unprefixed names; test/redis-prefix.test.ts covers REDIS_KEY_PREFIX.
+        REDIS_KEY_PREFIX: 'none',
+        SHUTDOWN_GRACE_MS: '2000',
+        UPSTREAM_MAX_RETRIES: '1',
+        // The per-tenant rate limit is on by default; tests that check it set it themselves.
+        RATE_LIMIT_PER_MIN: '0',
+        ...opts.env,
+      },
+      opts.tracerProvider ? { tracerProvider: opts.tracerProvider } : {},
+    ),
   );
   const token = opts.env?.['API_KEYS'] ? opts.env['API_KEYS'].split(',')[0]!.split(':')[1] : undefined;
   return {
@@ -124,6 +133,7 @@ export async function startHarness(opts: HarnessOptions = {}): Promise<Harness> 
     service,
     api: new Api(service.url, token),
     client: clientFor(service.url, token),
+    answers,
     close: async () => {
       await service.close();
       if (!opts.fakeServer) await fake.close();

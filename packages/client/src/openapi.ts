@@ -2874,6 +2874,15 @@ export interface operations {
           'text/html': string;
         };
       };
+      /** @description Invalid request: a WebSocket upgrade of a route that does not upgrade (`invalid_request`). */
+      400: {
+        headers: {
+          [name: string]: unknown;
+        };
+        content: {
+          'application/json': components['schemas']['Error'];
+        };
+      };
     };
   };
   getOpenApiJson: {
@@ -2894,6 +2903,15 @@ export interface operations {
           'application/json': Record<string, never>;
         };
       };
+      /** @description Invalid request: a WebSocket upgrade of a route that does not upgrade (`invalid_request`). */
+      400: {
+        headers: {
+          [name: string]: unknown;
+        };
+        content: {
+          'application/json': components['schemas']['Error'];
+        };
+      };
     };
   };
   getOpenApiYaml: {
@@ -2912,6 +2930,15 @@ export interface operations {
         };
         content: {
           'application/x-yaml': string;
+        };
+      };
+      /** @description Invalid request: a WebSocket upgrade of a route that does not upgrade (`invalid_request`). */
+      400: {
+        headers: {
+          [name: string]: unknown;
+        };
+        content: {
+          'application/json': components['schemas']['Error'];
         };
       };
     };
@@ -2936,6 +2963,60 @@ export interface operations {
           'application/octet-stream': string;
         };
       };
+      /** @description Partial Content: the `Range` asked for */
+      206: {
+        headers: {
+          [name: string]: unknown;
+        };
+        content: {
+          'application/octet-stream': string;
+        };
+      };
+      /** @description Not Modified */
+      304: {
+        headers: {
+          [name: string]: unknown;
+        };
+        content: {
+          'application/json': unknown;
+        };
+      };
+      /** @description Invalid request: a WebSocket upgrade of a route that does not upgrade (`invalid_request`). */
+      400: {
+        headers: {
+          [name: string]: unknown;
+        };
+        content: {
+          'application/json': components['schemas']['Error'];
+        };
+      };
+      /** @description Not Found */
+      404: {
+        headers: {
+          [name: string]: unknown;
+        };
+        content: {
+          'application/json': components['schemas']['Error'];
+        };
+      };
+      /** @description Precondition Failed (`If-Match`, `If-Unmodified-Since`) */
+      412: {
+        headers: {
+          [name: string]: unknown;
+        };
+        content: {
+          'application/json': components['schemas']['Error'];
+        };
+      };
+      /** @description Range Not Satisfiable */
+      416: {
+        headers: {
+          [name: string]: unknown;
+        };
+        content: {
+          'application/json': components['schemas']['Error'];
+        };
+      };
     };
   };
   getHealth: {
@@ -2956,6 +3037,15 @@ export interface operations {
           'application/json': components['schemas']['Health'];
         };
       };
+      /** @description Invalid request: a WebSocket upgrade of a route that does not upgrade (`invalid_request`). */
+      400: {
+        headers: {
+          [name: string]: unknown;
+        };
+        content: {
+          'application/json': components['schemas']['Error'];
+        };
+      };
     };
   };
   getReadiness: {
@@ -2974,6 +3064,15 @@ export interface operations {
         };
         content: {
           'application/json': components['schemas']['Readiness'];
+        };
+      };
+      /** @description Invalid request: a WebSocket upgrade of a route that does not upgrade (`invalid_request`). */
+      400: {
+        headers: {
+          [name: string]: unknown;
+        };
+        content: {
+          'application/json': components['schemas']['Error'];
         };
       };
       /** @description Not ready (Redis does not answer or refuses writes); with Retry-After. */
@@ -3006,6 +3105,15 @@ export interface operations {
           'text/plain': string;
         };
       };
+      /** @description Invalid request: a WebSocket upgrade of a route that does not upgrade (`invalid_request`). */
+      400: {
+        headers: {
+          [name: string]: unknown;
+        };
+        content: {
+          'application/json': components['schemas']['Error'];
+        };
+      };
     };
   };
   getConsole: {
@@ -3032,6 +3140,15 @@ export interface operations {
           [name: string]: unknown;
         };
         content?: never;
+      };
+      /** @description Invalid request: a WebSocket upgrade of a route that does not upgrade (`invalid_request`). */
+      400: {
+        headers: {
+          [name: string]: unknown;
+        };
+        content: {
+          'application/json': components['schemas']['Error'];
+        };
       };
     };
   };
@@ -3156,6 +3273,15 @@ export interface operations {
         };
         content?: never;
       };
+      /** @description Invalid request: a WebSocket upgrade of a route that does not upgrade (`invalid_request`). */
+      400: {
+        headers: {
+          [name: string]: unknown;
+        };
+        content: {
+          'application/json': components['schemas']['Error'];
+        };
+      };
     };
   };
   getDemo: {
@@ -3173,6 +3299,15 @@ export interface operations {
           [name: string]: unknown;
         };
         content?: never;
+      };
+      /** @description Invalid request: a WebSocket upgrade of a route that does not upgrade (`invalid_request`). */
+      400: {
+        headers: {
+          [name: string]: unknown;
+        };
+        content: {
+          'application/json': components['schemas']['Error'];
+        };
       };
     };
   };
@@ -3192,6 +3327,15 @@ export interface operations {
         };
         content: {
           'application/json': components['schemas']['ToolList'];
+        };
+      };
+      /** @description Invalid request: a WebSocket upgrade of a route that does not upgrade (`invalid_request`). */
+      400: {
+        headers: {
+          [name: string]: unknown;
+        };
+        content: {
+          'application/json': components['schemas']['Error'];
         };
       };
       /** @description No valid bearer key or client token (`unauthorized`; `token_expired` for an expired client token). */
@@ -4094,6 +4238,24 @@ export interface operations {
           'X-RateLimit-Limit': components['headers']['RateLimitLimit'];
           'X-RateLimit-Remaining': components['headers']['RateLimitRemaining'];
           'X-RateLimit-Reset': components['headers']['RateLimitReset'];
+          [name: string]: unknown;
+        };
+        content: {
+          'application/json': components['schemas']['Error'];
+        };
+      };
+      /** @description The body is larger than BODY_LIMIT (`payload_too_large`). */
+      413: {
+        headers: {
+          [name: string]: unknown;
+        };
+        content: {
+          'application/json': components['schemas']['Error'];
+        };
+      };
+      /** @description The body is not JSON (`unsupported_media_type`). */
+      415: {
+        headers: {
           [name: string]: unknown;
         };
         content: {
@@ -7442,6 +7604,15 @@ export interface operations {
           'application/json': components['schemas']['WebhookList'];
         };
       };
+      /** @description Invalid request: a WebSocket upgrade of a route that does not upgrade (`invalid_request`). */
+      400: {
+        headers: {
+          [name: string]: unknown;
+        };
+        content: {
+          'application/json': components['schemas']['Error'];
+        };
+      };
       /** @description No valid bearer key or client token (`unauthorized`; `token_expired` for an expired client token). */
       401: {
         headers: {
@@ -7803,6 +7974,24 @@ export interface operations {
           'X-RateLimit-Limit': components['headers']['RateLimitLimit'];
           'X-RateLimit-Remaining': components['headers']['RateLimitRemaining'];
           'X-RateLimit-Reset': components['headers']['RateLimitReset'];
+          [name: string]: unknown;
+        };
+        content: {
+          'application/json': components['schemas']['Error'];
+        };
+      };
+      /** @description The body is larger than BODY_LIMIT (`payload_too_large`). */
+      413: {
+        headers: {
+          [name: string]: unknown;
+        };
+        content: {
+          'application/json': components['schemas']['Error'];
+        };
+      };
+      /** @description The body is not JSON (`unsupported_media_type`). */
+      415: {
+        headers: {
           [name: string]: unknown;
         };
         content: {
@@ -8174,6 +8363,24 @@ export interface operations {
           'application/json': components['schemas']['Error'];
         };
       };
+      /** @description The body is larger than BODY_LIMIT (`payload_too_large`). */
+      413: {
+        headers: {
+          [name: string]: unknown;
+        };
+        content: {
+          'application/json': components['schemas']['Error'];
+        };
+      };
+      /** @description The body is not JSON (`unsupported_media_type`). */
+      415: {
+        headers: {
+          [name: string]: unknown;
+        };
+        content: {
+          'application/json': components['schemas']['Error'];
+        };
+      };
       /** @description This Idempotency-Key was used with another request (`idempotency_key_reused`). */
       422: {
         headers: {
@@ -8236,6 +8443,15 @@ export interface operations {
         };
         content: {
           'application/json': components['schemas']['MemoryFileList'];
+        };
+      };
+      /** @description Invalid request: a WebSocket upgrade of a route that does not upgrade (`invalid_request`). */
+      400: {
+        headers: {
+          [name: string]: unknown;
+        };
+        content: {
+          'application/json': components['schemas']['Error'];
         };
       };
       /** @description No valid bearer key or client token (`unauthorized`; `token_expired` for an expired client token). */
@@ -8435,6 +8651,24 @@ export interface operations {
           'X-RateLimit-Limit': components['headers']['RateLimitLimit'];
           'X-RateLimit-Remaining': components['headers']['RateLimitRemaining'];
           'X-RateLimit-Reset': components['headers']['RateLimitReset'];
+          [name: string]: unknown;
+        };
+        content: {
+          'application/json': components['schemas']['Error'];
+        };
+      };
+      /** @description The body is larger than BODY_LIMIT (`payload_too_large`). */
+      413: {
+        headers: {
+          [name: string]: unknown;
+        };
+        content: {
+          'application/json': components['schemas']['Error'];
+        };
+      };
+      /** @description The body is not JSON (`unsupported_media_type`). */
+      415: {
+        headers: {
           [name: string]: unknown;
         };
         content: {
@@ -9090,6 +9324,24 @@ export interface operations {
           'application/json': components['schemas']['Error'];
         };
       };
+      /** @description The body is larger than BODY_LIMIT (`payload_too_large`). */
+      413: {
+        headers: {
+          [name: string]: unknown;
+        };
+        content: {
+          'application/json': components['schemas']['Error'];
+        };
+      };
+      /** @description The body is not JSON (`unsupported_media_type`). */
+      415: {
+        headers: {
+          [name: string]: unknown;
+        };
+        content: {
+          'application/json': components['schemas']['Error'];
+        };
+      };
       /** @description Over a rate or quota (`rate_limited` with Retry-After, `quota_exceeded`). */
       429: {
         headers: {
@@ -9140,6 +9392,15 @@ export interface operations {
         };
         content: {
           'application/json': components['schemas']['McpServerList'];
+        };
+      };
+      /** @description Invalid request: a WebSocket upgrade of a route that does not upgrade (`invalid_request`). */
+      400: {
+        headers: {
+          [name: string]: unknown;
+        };
+        content: {
+          'application/json': components['schemas']['Error'];
         };
       };
       /** @description No valid bearer key or client token (`unauthorized`; `token_expired` for an expired client token). */
@@ -10086,6 +10347,24 @@ export interface operations {
           'X-RateLimit-Limit': components['headers']['RateLimitLimit'];
           'X-RateLimit-Remaining': components['headers']['RateLimitRemaining'];
           'X-RateLimit-Reset': components['headers']['RateLimitReset'];
+          [name: string]: unknown;
+        };
+        content: {
+          'application/json': components['schemas']['Error'];
+        };
+      };
+      /** @description The body is larger than BODY_LIMIT (`payload_too_large`). */
+      413: {
+        headers: {
+          [name: string]: unknown;
+        };
+        content: {
+          'application/json': components['schemas']['Error'];
+        };
+      };
+      /** @description The body is not JSON (`unsupported_media_type`). */
+      415: {
+        headers: {
           [name: string]: unknown;
         };
         content: {
@@ -11369,6 +11648,24 @@ export interface operations {
           'application/json': components['schemas']['Error'];
         };
       };
+      /** @description The body is larger than BODY_LIMIT (`payload_too_large`). */
+      413: {
+        headers: {
+          [name: string]: unknown;
+        };
+        content: {
+          'application/json': components['schemas']['Error'];
+        };
+      };
+      /** @description The body is not JSON (`unsupported_media_type`). */
+      415: {
+        headers: {
+          [name: string]: unknown;
+        };
+        content: {
+          'application/json': components['schemas']['Error'];
+        };
+      };
       /** @description Over a rate or quota (`rate_limited` with Retry-After, `quota_exceeded`). */
       429: {
         headers: {
@@ -12219,6 +12516,24 @@ export interface operations {
           'X-RateLimit-Limit': components['headers']['RateLimitLimit'];
           'X-RateLimit-Remaining': components['headers']['RateLimitRemaining'];
           'X-RateLimit-Reset': components['headers']['RateLimitReset'];
+          [name: string]: unknown;
+        };
+        content: {
+          'application/json': components['schemas']['Error'];
+        };
+      };
+      /** @description The body is larger than BODY_LIMIT (`payload_too_large`). */
+      413: {
+        headers: {
+          [name: string]: unknown;
+        };
+        content: {
+          'application/json': components['schemas']['Error'];
+        };
+      };
+      /** @description The body is not JSON (`unsupported_media_type`). */
+      415: {
+        headers: {
           [name: string]: unknown;
         };
         content: {
