@@ -5,7 +5,7 @@
  */
 import type { FastifyPluginAsyncZod } from 'fastify-type-provider-zod';
 import { z } from 'zod';
-import { AppError, notFound } from '../src/errors.js';
+import { notFound, QuotaExceeded } from '../src/errors.js';
 import { errors } from '../src/openapi/responses.js';
 import { sealInRecord } from '../src/plugins/idempotency.js';
 import { sessionIdParam } from '../src/schemas.js';
@@ -71,8 +71,7 @@ const routes: FastifyPluginAsyncZod = async (app) => {
       const out = await tokens.mint(req.tenant, sessionId, scopes, ttlS, subject ?? null);
       if (!out.ok) {
         if (out.reason === 'no_session') throw notFound();
-        throw new AppError(
-          429,
+        throw new QuotaExceeded(
           'quota_exceeded',
           `The session already holds ${MAX_TOKENS_PER_SESSION} client tokens; revoke some or let them expire.`,
           { quota: 'client_tokens_per_session', limit: MAX_TOKENS_PER_SESSION },

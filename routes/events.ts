@@ -10,6 +10,7 @@ import { OutEvent, sseData } from '../src/events/envelope.js';
 import type { Subscription } from '../src/events/hub.js';
 import { cursorAhead, cursorExpired, endFrame, streamSink, type CloseReason } from '../src/events/sink.js';
 import { watchToken } from '../src/plugins/auth.js';
+import { TokenExpired } from '../src/plugins/error-status.js';
 
 const cursor = z
   .string()
@@ -158,7 +159,7 @@ const routes: FastifyPluginAsyncZod<{ config: Config }> = async (app, { config }
           res.write(
             `event: error\n${sseData(JSON.stringify({ error: { code: err.code, message: err.message } }))}\n`,
           );
-        end(err.code === 'token_expired' ? 'token_expired' : 'token_revoked');
+        end(err instanceof TokenExpired ? 'token_expired' : 'token_revoked');
       });
       const end = (reason: CloseReason) => {
         if (done) return;

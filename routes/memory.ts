@@ -1,6 +1,6 @@
 import type { FastifyPluginAsyncZod } from 'fastify-type-provider-zod';
 import { z } from 'zod';
-import { AppError } from '../src/errors.js';
+import { NotFound, InvalidRequest } from '../src/errors.js';
 import { canonicalPath, MemoryPathError } from '../src/memory/paths.js';
 import { deletedMemoryFile, errors, memoryFile, memoryFileList } from '../src/openapi/responses.js';
 
@@ -19,22 +19,14 @@ function filePath(raw: string): string {
     return rel;
   } catch (err) {
     if (err instanceof MemoryPathError)
-      throw new AppError(
-        400,
-        'invalid_memory_path',
-        `Not a memory file path: ${err.message}.`,
-        undefined,
-        undefined,
-        {
-          cause: err,
-        },
-      );
+      throw new InvalidRequest('invalid_memory_path', `Not a memory file path: ${err.message}.`, undefined, {
+        cause: err,
+      });
     throw err;
   }
 }
 
-const notFound = (rel: string) =>
-  new AppError(404, 'file_not_found', `There is no memory file ${rel}.`, { path: rel });
+const notFound = (rel: string) => new NotFound('file', `There is no memory file ${rel}.`, { path: rel });
 
 /**
  * The memory tool's files of the caller's tenant (the files every session of the tenant with `"memory"` shares):

@@ -1,7 +1,7 @@
 import type { FastifyPluginAsyncZod } from 'fastify-type-provider-zod';
 import type { FastifyReply } from 'fastify';
 import { z } from 'zod';
-import { AppError, badRequest } from '../src/errors.js';
+import { badRequest, InvalidRequest } from '../src/errors.js';
 import { envelope } from '../src/events/envelope.js';
 import { errors, eventPage, sessionList } from '../src/openapi/responses.js';
 import { cronProblem, nextFire, validTimezone, type Timing } from '../src/schedules/cron.js';
@@ -204,7 +204,7 @@ const routes: FastifyPluginAsyncZod = async (app) => {
       const s = await store.get(req.tenant, req.params.id);
       const { cursor, limit } = req.query;
       if (cursor !== undefined && !/^\d{1,15}$/.test(cursor))
-        throw new AppError(400, 'invalid_cursor', 'The cursor is not one this service gave.');
+        throw new InvalidRequest('invalid_cursor', 'The cursor is not one this service gave.');
       const page = await store.runs(s.id, limit, cursor === undefined ? undefined : Number(cursor));
       const states = await Promise.all(page.ids.map((id) => app.store.load(id)));
       const data: SessionState[] = [];

@@ -7,7 +7,7 @@ import { z } from 'zod';
 import type { Config } from '../src/config.js';
 import { sessionIdParam } from '../src/schemas.js';
 import { errors } from '../src/openapi/responses.js';
-import { AppError } from '../src/errors.js';
+import { HttpRefusal, TokenExpired } from '../src/plugins/error-status.js';
 import { START, isCursor, parseCursor, placeCursor } from '../src/events/cursor.js';
 import { handleFrame, type ServerFrame } from '../src/events/frames.js';
 import { selectProtocol } from '../src/events/protocols.js';
@@ -120,8 +120,7 @@ const routes: FastifyPluginAsyncZod<{ config: Config }> = async (app, { config }
       // past the newest event a 400 (both reads in one round trip, by auto-pipelining).
       preHandler: async (req) => {
         if (!req.ws)
-          throw new AppError(
-            426,
+          throw new HttpRefusal(
             'upgrade_required',
             'This route is a WebSocket: send an upgrade request (Connection: Upgrade, Upgrade: websocket).',
             undefined,
@@ -240,7 +239,7 @@ const routes: FastifyPluginAsyncZod<{ config: Config }> = async (app, { config }
     // A client token's connection ends with the token: at its expiry, or once it is found revoked.
     const watch = watchToken(app.clientTokens, token, config.STREAM_HEARTBEAT_MS, (err) => {
       control({ type: 'error', ref: null, error: { code: err.code, message: err.message } });
-      closeWith(err.code === 'token_expired' ? 'token_expired' : 'token_revoked');
+      closeWith(err instanceof TokenExpired ? 'token_expired' : 'token_revoked');
     });
 
     // Client frames run one at a time, in order; a bad frame gets an error frame and the connection stays.

@@ -1,5 +1,5 @@
 import type { FastifyPluginAsyncZod } from 'fastify-type-provider-zod';
-import { AppError, notFound } from '../src/errors.js';
+import { notFound, Conflict } from '../src/errors.js';
 import { deletedTool, errors, tenantTool } from '../src/openapi/responses.js';
 import { toolView } from '../src/tenant-tools/registry.js';
 import { putToolBody, toolNameParam } from '../src/tenant-tools/schemas.js';
@@ -32,8 +32,7 @@ const routes: FastifyPluginAsyncZod = async (app) => {
     async (req, reply) => {
       const { name } = req.params;
       if (app.toolbox.reservedNames().has(name))
-        throw new AppError(
-          409,
+        throw new Conflict(
           'tool_name_conflict',
           `"${name}" is the name of a server tool; name the tool otherwise.`,
           {

@@ -2,7 +2,7 @@ import type { FastifyPluginAsyncZod } from 'fastify-type-provider-zod';
 import type { FastifyReply } from 'fastify';
 import { randomBytes } from 'node:crypto';
 import { z } from 'zod';
-import { AppError } from '../src/errors.js';
+import { Conflict } from '../src/errors.js';
 import { checkWebhookUrl } from '../src/webhooks/address-guard.js';
 import { releaseAgents } from '../src/webhooks/attempt.js';
 import {
@@ -194,11 +194,7 @@ const routes: FastifyPluginAsyncZod = async (app) => {
     async (req, reply) => {
       const w = await store.get(req.tenant, req.params.id);
       if (w.disabled)
-        throw new AppError(
-          409,
-          'webhook_disabled',
-          'The webhook is disabled; PATCH {"disabled": false} first.',
-        );
+        throw new Conflict('webhook_disabled', 'The webhook is disabled; PATCH {"disabled": false} first.');
       const msgId = `msg_test_${randomBytes(9).toString('base64url')}`;
       const body = JSON.stringify({
         id: msgId,
@@ -209,7 +205,7 @@ const routes: FastifyPluginAsyncZod = async (app) => {
         data: { webhook_id: w.id },
       });
       const r = await store.outbox.enqueue(w.id, [[msgId, body]], Date.now(), webhooks.maxPending);
-      if (!r) throw new AppError(409, 'webhook_disabled', 'The webhook is disabled.');
+      if (!r) throw new Conflict('webhook_disabled', 'The webhook is disabled.');
       webhooks.kick(w.id);
       return reply.code(202).send({ message_id: msgId, type: TEST_EVENT_TYPE });
     },

@@ -1,5 +1,5 @@
 import type { FastifyBaseLogger as Logger } from 'fastify';
-import { AppError } from '../errors.js';
+import { Conflict, NotFound, SessionExists, isRefusal } from '../errors.js';
 import { createSessionBody, isAgentTool, type AgentTool } from '../schemas.js';
 import type { SessionService } from '../sessions/service.js';
 import { AGENTS_DUE_KEY } from '../store/keys.js';
@@ -148,8 +148,8 @@ export class AgentSweep {
       this.opts.log.info({ session: parent.id, child: childId, tenant: parent.tenant }, 'sub-agent started');
       return null;
     } catch (err) {
-      if (err instanceof AppError && err.code === 'session_exists') return null;
-      if (err instanceof AppError && err.statusCode < 500)
+      if (err instanceof SessionExists) return null;
+      if (isRefusal(err))
         return { content: `Error: the sub-agent could not start: ${err.message}`, is_error: true };
       throw err;
     }
@@ -180,7 +180,7 @@ export class AgentSweep {
         hincr,
       );
     } catch (err) {
-      if (err instanceof AppError && (err.statusCode === 409 || err.statusCode === 404)) return;
+      if (err instanceof Conflict || err instanceof NotFound) return;
       throw err;
     }
   }
@@ -212,7 +212,7 @@ export class AgentSweep {
       const c = await this.opts.store.load(id);
       if (!c || (c.status !== 'running' && c.status !== 'requires_action')) continue;
       await this.opts.service.cancel(c.tenant, id).catch((err: unknown) => {
-        if (!(err instanceof AppError)) throw err;
+        if (!isRefusal(err)) throw err;
       });
     }
   }
@@ -224,7 +224,7 @@ export class AgentSweep {
       const c = await this.opts.store.load(id);
       if (c)
         await this.opts.service.remove(c.tenant, id).catch((err: unknown) => {
-          if (!(err instanceof AppError)) throw err;
+          if (!isRefusal(err)) throw err;
         });
     }
     await this.opts.redis.del(key);
