@@ -2,7 +2,17 @@ import type { FastifyPluginAsyncZod } from 'fastify-type-provider-zod';
 import { z } from 'zod';
 import { NotFound, InvalidRequest } from '../src/errors.js';
 import { canonicalPath, MemoryPathError } from '../src/memory/paths.js';
-import { deletedMemoryFile, errors, memoryFile, memoryFileList } from '../src/openapi/responses.js';
+import {
+  deletedMemoryFile,
+  errors,
+  memoryFile,
+  memoryFileList,
+  routeErrors,
+  type RouteCodes,
+} from '../src/openapi/responses.js';
+
+/** The 404 of this file's routes names one thing (src/openapi/responses.ts `routeErrors`). */
+const NOT_FOUND = { 404: ['file_not_found'] } as const satisfies RouteCodes;
 
 const tags = ['memory'];
 const pathParam = z.object({
@@ -64,7 +74,7 @@ const routes: FastifyPluginAsyncZod = async (app) => {
         summary: 'One memory file',
         tags,
         params: pathParam,
-        response: { 200: memoryFile, ...errors(400, 401, 404, 429, 500, 503) },
+        response: { 200: memoryFile, ...routeErrors(NOT_FOUND, 400, 401, 404, 429, 500, 503) },
       },
     },
     async (req) => {
@@ -83,7 +93,7 @@ const routes: FastifyPluginAsyncZod = async (app) => {
         summary: 'Delete one memory file',
         tags,
         params: pathParam,
-        response: { 200: deletedMemoryFile, ...errors(400, 401, 404, 429, 500, 503) },
+        response: { 200: deletedMemoryFile, ...routeErrors(NOT_FOUND, 400, 401, 404, 429, 500, 503) },
       },
     },
     async (req) => {

@@ -3,7 +3,7 @@ import type { FastifyReply } from 'fastify';
 import { z } from 'zod';
 import { badRequest, InvalidRequest } from '../src/errors.js';
 import { envelope } from '../src/events/envelope.js';
-import { errors, eventPage, sessionList } from '../src/openapi/responses.js';
+import { errors, eventPage, sessionList, routeErrors, type RouteCodes } from '../src/openapi/responses.js';
 import { cronProblem, nextFire, validTimezone, type Timing } from '../src/schedules/cron.js';
 import { newScheduleId, type ScheduleRecord } from '../src/schedules/keys.js';
 import {
@@ -19,6 +19,9 @@ import {
 import { sessionView } from '../src/sessions/view.js';
 import type { SessionState } from '../src/store/session-state.js';
 import { ifMatchHeader, parseIfMatch } from './mutations.js';
+
+/** The 404 of this file's routes names one thing (src/openapi/responses.ts `routeErrors`). */
+const NOT_FOUND = { 404: ['schedule_not_found'] } as const satisfies RouteCodes;
 
 /** Spec §7.6: a tenant's schedules. Another tenant's schedule is 404 `schedule_not_found`. */
 
@@ -123,7 +126,7 @@ const routes: FastifyPluginAsyncZod = async (app) => {
         summary: 'A schedule',
         tags,
         params: scheduleIdParam,
-        response: { 200: schedule, ...errors(400, 401, 404, 500, 503) },
+        response: { 200: schedule, ...routeErrors(NOT_FOUND, 400, 401, 404, 500, 503) },
       },
     },
     async (req, reply) => send(reply, await store.get(req.tenant, req.params.id)),
@@ -141,7 +144,7 @@ const routes: FastifyPluginAsyncZod = async (app) => {
         params: scheduleIdParam,
         body: patchScheduleBody,
         headers: ifMatchHeader,
-        response: { 200: schedule, ...errors(400, 401, 404, 412, 413, 415, 429, 500, 503) },
+        response: { 200: schedule, ...routeErrors(NOT_FOUND, 400, 401, 404, 412, 413, 415, 429, 500, 503) },
       },
     },
     async (req, reply) => {
@@ -179,7 +182,7 @@ const routes: FastifyPluginAsyncZod = async (app) => {
         tags,
         params: scheduleIdParam,
         headers: ifMatchHeader,
-        response: { 200: deletedSchedule, ...errors(400, 401, 404, 412, 429, 500, 503) },
+        response: { 200: deletedSchedule, ...routeErrors(NOT_FOUND, 400, 401, 404, 412, 429, 500, 503) },
       },
     },
     async (req) => {
@@ -197,7 +200,7 @@ const routes: FastifyPluginAsyncZod = async (app) => {
         tags,
         params: scheduleIdParam,
         querystring: pageQuery,
-        response: { 200: sessionList, ...errors(400, 401, 404, 500, 503) },
+        response: { 200: sessionList, ...routeErrors(NOT_FOUND, 400, 401, 404, 500, 503) },
       },
     },
     async (req) => {
@@ -227,7 +230,7 @@ const routes: FastifyPluginAsyncZod = async (app) => {
         tags,
         params: scheduleIdParam,
         querystring: eventsQuery,
-        response: { 200: eventPage, ...errors(400, 401, 404, 500, 503) },
+        response: { 200: eventPage, ...routeErrors(NOT_FOUND, 400, 401, 404, 500, 503) },
       },
     },
     async (req) => {

@@ -6,7 +6,7 @@ import type { WebSocket } from 'ws';
 import { z } from 'zod';
 import type { Config } from '../src/config.js';
 import { sessionIdParam } from '../src/schemas.js';
-import { errors } from '../src/openapi/responses.js';
+import { routeErrors, type RouteCodes } from '../src/openapi/responses.js';
 import { HttpRefusal, TokenExpired } from '../src/plugins/error-status.js';
 import { START, isCursor, parseCursor, placeCursor } from '../src/events/cursor.js';
 import { handleFrame, type ServerFrame } from '../src/events/frames.js';
@@ -15,6 +15,9 @@ import { cursorAhead, endFrame, streamSink, type CloseReason } from '../src/even
 import { componentLog } from '../src/log.js';
 import { watchToken } from '../src/plugins/auth.js';
 import type { ClientTokenRecord } from '../src/store/client-tokens.js';
+
+/** The 404 of this file's routes names one thing (src/openapi/responses.ts `routeErrors`). */
+const NOT_FOUND = { 404: ['session_not_found'] } as const satisfies RouteCodes;
 
 export const streamQuery = z.object({
   after: z
@@ -113,7 +116,7 @@ const routes: FastifyPluginAsyncZod<{ config: Config }> = async (app, { config }
           101: z.null().meta({ description: 'Switching Protocols: the WebSocket is open.' }),
           // 403 `origin_not_allowed`: an Origin outside CORS_ORIGINS.
           // 426 `upgrade_required`: a plain GET (not an upgrade).
-          ...errors(400, 401, 403, 404, 426, 429, 500, 503),
+          ...routeErrors(NOT_FOUND, 400, 401, 403, 404, 426, 429, 500, 503),
         },
       },
       // Runs before the upgrade: another tenant's or a missing session is an HTTP 404, never a socket; a cursor

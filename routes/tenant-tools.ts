@@ -1,11 +1,14 @@
 import type { FastifyPluginAsyncZod } from 'fastify-type-provider-zod';
 import { notFound, Conflict } from '../src/errors.js';
-import { deletedTool, errors, tenantTool } from '../src/openapi/responses.js';
+import { deletedTool, errors, tenantTool, routeErrors, type RouteCodes } from '../src/openapi/responses.js';
 import { toolView } from '../src/tenant-tools/registry.js';
 import { putToolBody, toolNameParam } from '../src/tenant-tools/schemas.js';
 import type { TenantToolDef } from '../src/tenant-tools/types.js';
 import { checkWebhookUrl } from '../src/webhooks/address-guard.js';
 import { newSecret } from '../src/webhooks/secrets.js';
+
+/** The 404 of this file's routes names one thing (src/openapi/responses.ts `routeErrors`). */
+const NOT_FOUND = { 404: ['tool_not_found'] } as const satisfies RouteCodes;
 
 /** Spec §7.1: a tenant's own tools. Another tenant's tool is 404 `tool_not_found`. */
 const routes: FastifyPluginAsyncZod = async (app) => {
@@ -84,7 +87,7 @@ const routes: FastifyPluginAsyncZod = async (app) => {
         summary: 'A tenant tool, with its workers',
         tags,
         params: toolNameParam,
-        response: { 200: tenantTool, ...errors(400, 401, 404, 429, 500, 503) },
+        response: { 200: tenantTool, ...routeErrors(NOT_FOUND, 400, 401, 404, 429, 500, 503) },
       },
     },
     async (req) => {
@@ -106,7 +109,7 @@ const routes: FastifyPluginAsyncZod = async (app) => {
         summary: 'Remove a tenant tool (sessions already using it keep their copy)',
         tags,
         params: toolNameParam,
-        response: { 200: deletedTool, ...errors(400, 401, 404, 429, 500, 503) },
+        response: { 200: deletedTool, ...routeErrors(NOT_FOUND, 400, 401, 404, 429, 500, 503) },
       },
     },
     async (req) => {

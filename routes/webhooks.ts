@@ -25,7 +25,12 @@ import {
   testDelivery,
   webhook,
   webhookList,
+  routeErrors,
+  type RouteCodes,
 } from '../src/openapi/responses.js';
+
+/** The 404 of this file's routes names one thing (src/openapi/responses.ts `routeErrors`). */
+const NOT_FOUND = { 404: ['webhook_not_found'] } as const satisfies RouteCodes;
 
 /** Spec §6.3: a tenant's webhooks. Another tenant's webhook is 404 `webhook_not_found`. */
 
@@ -110,7 +115,7 @@ const routes: FastifyPluginAsyncZod = async (app) => {
         summary: 'A webhook endpoint',
         tags,
         params: webhookIdParam,
-        response: { 200: webhook, ...errors(400, 401, 404, 500, 503) },
+        response: { 200: webhook, ...routeErrors(NOT_FOUND, 400, 401, 404, 500, 503) },
       },
     },
     async (req, reply) => send(reply, await store.get(req.tenant, req.params.id)),
@@ -126,7 +131,7 @@ const routes: FastifyPluginAsyncZod = async (app) => {
         params: webhookIdParam,
         body: patchWebhookBody,
         headers: ifMatchHeader,
-        response: { 200: webhook, ...errors(400, 401, 404, 412, 413, 415, 429, 500, 503) },
+        response: { 200: webhook, ...routeErrors(NOT_FOUND, 400, 401, 404, 412, 413, 415, 429, 500, 503) },
       },
     },
     async (req, reply) => {
@@ -152,7 +157,7 @@ const routes: FastifyPluginAsyncZod = async (app) => {
         tags,
         params: webhookIdParam,
         headers: ifMatchHeader,
-        response: { 200: deletedWebhook, ...errors(400, 401, 404, 412, 429, 500, 503) },
+        response: { 200: deletedWebhook, ...routeErrors(NOT_FOUND, 400, 401, 404, 412, 429, 500, 503) },
       },
     },
     async (req) => {
@@ -171,7 +176,7 @@ const routes: FastifyPluginAsyncZod = async (app) => {
         tags,
         params: webhookIdParam,
         querystring: deliveriesQuery,
-        response: { 200: deliveryList, ...errors(400, 401, 404, 500, 503) },
+        response: { 200: deliveryList, ...routeErrors(NOT_FOUND, 400, 401, 404, 500, 503) },
       },
     },
     async (req) => {
@@ -188,7 +193,7 @@ const routes: FastifyPluginAsyncZod = async (app) => {
         summary: 'Queue a `webhook.test` event for delivery to the endpoint',
         tags,
         params: webhookIdParam,
-        response: { 202: testDelivery, ...errors(400, 401, 404, 409, 422, 429, 500, 503) },
+        response: { 202: testDelivery, ...routeErrors(NOT_FOUND, 400, 401, 404, 409, 422, 429, 500, 503) },
       },
     },
     async (req, reply) => {

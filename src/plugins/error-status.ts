@@ -75,8 +75,6 @@ export const ERROR_STATUS = {
   store_unavailable: 503,
 } as const satisfies Record<ErrorCode, number>;
 
-export type ErrorStatus = (typeof ERROR_STATUS)[ErrorCode];
-
 /** A refusal made by the HTTP layer itself (auth, limits) with headers of its answer (`www-authenticate`, `retry-after`). */
 export class HttpRefusal extends DomainError {
   constructor(

@@ -2668,6 +2668,190 @@ export interface components {
       /** @constant */
       deleted: true;
     };
+    /** @description A 400 answer: `error.code` is one of `invalid_request`, `invalid_json`, `invalid_cursor`, `invalid_history`, `invalid_tool_input`, `invalid_webhook_url`, `invalid_frame`, `duplicate_tool`, `unknown_tool`, `tool_name_conflict`, `invalid_memory_path`, `request_aborted`, `unknown_model_price`. */
+    Error400: components['schemas']['Error'] &
+      ({
+        error: {
+          /** @enum {string} */
+          code:
+            | 'invalid_request'
+            | 'invalid_json'
+            | 'invalid_cursor'
+            | 'invalid_history'
+            | 'invalid_tool_input'
+            | 'invalid_webhook_url'
+            | 'invalid_frame'
+            | 'duplicate_tool'
+            | 'unknown_tool'
+            | 'tool_name_conflict'
+            | 'invalid_memory_path'
+            | 'request_aborted'
+            | 'unknown_model_price';
+        } & {
+          [key: string]: unknown;
+        };
+      } & {
+        [key: string]: unknown;
+      });
+    /** @description A 401 answer: `error.code` is one of `unauthorized`, `token_expired`. */
+    Error401: components['schemas']['Error'] &
+      ({
+        error: {
+          /** @enum {string} */
+          code: 'unauthorized' | 'token_expired';
+        } & {
+          [key: string]: unknown;
+        };
+      } & {
+        [key: string]: unknown;
+      });
+    /** @description A 404 answer: `error.code` is one of `session_not_found`. */
+    Error404SessionNotFound: components['schemas']['Error'] &
+      ({
+        error: {
+          /** @enum {string} */
+          code: 'session_not_found';
+        } & {
+          [key: string]: unknown;
+        };
+      } & {
+        [key: string]: unknown;
+      });
+    /** @description A 412 answer: `error.code` is one of `revision_mismatch`. */
+    Error412: components['schemas']['Error'] &
+      ({
+        error: {
+          /** @enum {string} */
+          code: 'revision_mismatch';
+        } & {
+          [key: string]: unknown;
+        };
+      } & {
+        [key: string]: unknown;
+      });
+    /** @description A 413 answer: `error.code` is one of `payload_too_large`. */
+    Error413: components['schemas']['Error'] &
+      ({
+        error: {
+          /** @enum {string} */
+          code: 'payload_too_large';
+        } & {
+          [key: string]: unknown;
+        };
+      } & {
+        [key: string]: unknown;
+      });
+    /** @description A 415 answer: `error.code` is one of `unsupported_media_type`. */
+    Error415: components['schemas']['Error'] &
+      ({
+        error: {
+          /** @enum {string} */
+          code: 'unsupported_media_type';
+        } & {
+          [key: string]: unknown;
+        };
+      } & {
+        [key: string]: unknown;
+      });
+    /** @description A 429 answer: `error.code` is one of `rate_limited`, `quota_exceeded`. */
+    Error429: components['schemas']['Error'] &
+      ({
+        error: {
+          /** @enum {string} */
+          code: 'rate_limited' | 'quota_exceeded';
+        } & {
+          [key: string]: unknown;
+        };
+      } & {
+        [key: string]: unknown;
+      });
+    /** @description A 500 answer: `error.code` is one of `internal_error`. */
+    Error500: components['schemas']['Error'] &
+      ({
+        error: {
+          /** @enum {string} */
+          code: 'internal_error';
+        } & {
+          [key: string]: unknown;
+        };
+      } & {
+        [key: string]: unknown;
+      });
+    /** @description A 503 answer: `error.code` is one of `store_unavailable`. */
+    Error503: components['schemas']['Error'] &
+      ({
+        error: {
+          /** @enum {string} */
+          code: 'store_unavailable';
+        } & {
+          [key: string]: unknown;
+        };
+      } & {
+        [key: string]: unknown;
+      });
+    /** @description A 409 answer: `error.code` is one of `session_exists`, `invalid_status`, `session_running`, `session_not_running`, `session_not_failed`, `nothing_to_retry`, `session_not_replaceable`, `nothing_to_continue`, `nothing_awaits_approval`, `nothing_awaits_results`, `approval_not_required`, `tool_call_already_decided`, `tool_calls_undecided`, `tool_result_already_submitted`, `tool_result_not_expected`, `unknown_tool_use_id`, `budget_exhausted`, `tool_call_pending`, `webhook_disabled`, `idempotency_in_progress`, `compaction_pending`, `nothing_to_compact`, `unanswered_tool_calls`, `task_lease_lost`, `task_already_completed`, `task_cancelled`, `action_timed_out`. */
+    Error409: components['schemas']['Error'] &
+      ({
+        error: {
+          /** @enum {string} */
+          code:
+            | 'session_exists'
+            | 'invalid_status'
+            | 'session_running'
+            | 'session_not_running'
+            | 'session_not_failed'
+            | 'nothing_to_retry'
+            | 'session_not_replaceable'
+            | 'nothing_to_continue'
+            | 'nothing_awaits_approval'
+            | 'nothing_awaits_results'
+            | 'approval_not_required'
+            | 'tool_call_already_decided'
+            | 'tool_calls_undecided'
+            | 'tool_result_already_submitted'
+            | 'tool_result_not_expected'
+            | 'unknown_tool_use_id'
+            | 'budget_exhausted'
+            | 'tool_call_pending'
+            | 'webhook_disabled'
+            | 'idempotency_in_progress'
+            | 'compaction_pending'
+            | 'nothing_to_compact'
+            | 'unanswered_tool_calls'
+            | 'task_lease_lost'
+            | 'task_already_completed'
+            | 'task_cancelled'
+            | 'action_timed_out';
+        } & {
+          [key: string]: unknown;
+        };
+      } & {
+        [key: string]: unknown;
+      });
+    /** @description A 422 answer: `error.code` is one of `idempotency_key_reused`. */
+    Error422: components['schemas']['Error'] &
+      ({
+        error: {
+          /** @enum {string} */
+          code: 'idempotency_key_reused';
+        } & {
+          [key: string]: unknown;
+        };
+      } & {
+        [key: string]: unknown;
+      });
+    /** @description A 404 answer: `error.code` is one of `session_not_found`, `iteration_not_found`. */
+    Error404SessionNotFoundIterationNotFound: components['schemas']['Error'] &
+      ({
+        error: {
+          /** @enum {string} */
+          code: 'session_not_found' | 'iteration_not_found';
+        } & {
+          [key: string]: unknown;
+        };
+      } & {
+        [key: string]: unknown;
+      });
     McpServer: {
       name: string;
       /** @constant */
@@ -2759,6 +2943,148 @@ export interface components {
       /** @constant */
       deleted: true;
     };
+    /** @description A 403 answer: `error.code` is one of `origin_not_allowed`, `scope_denied`. */
+    Error403: components['schemas']['Error'] &
+      ({
+        error: {
+          /** @enum {string} */
+          code: 'origin_not_allowed' | 'scope_denied';
+        } & {
+          [key: string]: unknown;
+        };
+      } & {
+        [key: string]: unknown;
+      });
+    /** @description A 404 answer: `error.code` is one of `session_not_found`, `iteration_not_found`, `webhook_not_found`, `tool_not_found`, `task_not_found`, `file_not_found`, `mcp_server_not_found`, `schedule_not_found`, `client_token_not_found`, `route_not_found`. */
+    Error404: components['schemas']['Error'] &
+      ({
+        error: {
+          /** @enum {string} */
+          code:
+            | 'session_not_found'
+            | 'iteration_not_found'
+            | 'webhook_not_found'
+            | 'tool_not_found'
+            | 'task_not_found'
+            | 'file_not_found'
+            | 'mcp_server_not_found'
+            | 'schedule_not_found'
+            | 'client_token_not_found'
+            | 'route_not_found';
+        } & {
+          [key: string]: unknown;
+        };
+      } & {
+        [key: string]: unknown;
+      });
+    /** @description A 410 answer: `error.code` is one of `cursor_expired`. */
+    Error410: components['schemas']['Error'] &
+      ({
+        error: {
+          /** @enum {string} */
+          code: 'cursor_expired';
+        } & {
+          [key: string]: unknown;
+        };
+      } & {
+        [key: string]: unknown;
+      });
+    /** @description A 426 answer: `error.code` is one of `upgrade_required`. */
+    Error426: components['schemas']['Error'] &
+      ({
+        error: {
+          /** @enum {string} */
+          code: 'upgrade_required';
+        } & {
+          [key: string]: unknown;
+        };
+      } & {
+        [key: string]: unknown;
+      });
+    /** @description A 404 answer: `error.code` is one of `webhook_not_found`. */
+    Error404WebhookNotFound: components['schemas']['Error'] &
+      ({
+        error: {
+          /** @enum {string} */
+          code: 'webhook_not_found';
+        } & {
+          [key: string]: unknown;
+        };
+      } & {
+        [key: string]: unknown;
+      });
+    /** @description A 404 answer: `error.code` is one of `file_not_found`. */
+    Error404FileNotFound: components['schemas']['Error'] &
+      ({
+        error: {
+          /** @enum {string} */
+          code: 'file_not_found';
+        } & {
+          [key: string]: unknown;
+        };
+      } & {
+        [key: string]: unknown;
+      });
+    /** @description A 404 answer: `error.code` is one of `mcp_server_not_found`. */
+    Error404McpServerNotFound: components['schemas']['Error'] &
+      ({
+        error: {
+          /** @enum {string} */
+          code: 'mcp_server_not_found';
+        } & {
+          [key: string]: unknown;
+        };
+      } & {
+        [key: string]: unknown;
+      });
+    /** @description A 404 answer: `error.code` is one of `schedule_not_found`. */
+    Error404ScheduleNotFound: components['schemas']['Error'] &
+      ({
+        error: {
+          /** @enum {string} */
+          code: 'schedule_not_found';
+        } & {
+          [key: string]: unknown;
+        };
+      } & {
+        [key: string]: unknown;
+      });
+    /** @description A 404 answer: `error.code` is one of `tool_not_found`. */
+    Error404ToolNotFound: components['schemas']['Error'] &
+      ({
+        error: {
+          /** @enum {string} */
+          code: 'tool_not_found';
+        } & {
+          [key: string]: unknown;
+        };
+      } & {
+        [key: string]: unknown;
+      });
+    /** @description A 404 answer: `error.code` is one of `task_not_found`. */
+    Error404TaskNotFound: components['schemas']['Error'] &
+      ({
+        error: {
+          /** @enum {string} */
+          code: 'task_not_found';
+        } & {
+          [key: string]: unknown;
+        };
+      } & {
+        [key: string]: unknown;
+      });
+    /** @description A 404 answer: `error.code` is one of `client_token_not_found`. */
+    Error404ClientTokenNotFound: components['schemas']['Error'] &
+      ({
+        error: {
+          /** @enum {string} */
+          code: 'client_token_not_found';
+        } & {
+          [key: string]: unknown;
+        };
+      } & {
+        [key: string]: unknown;
+      });
   };
   responses: never;
   parameters: {
@@ -3000,7 +3326,7 @@ export interface operations {
           [name: string]: unknown;
         };
         content: {
-          'application/json': components['schemas']['Error'];
+          'application/json': components['schemas']['Error400'];
         };
       };
       /** @description No such resource (`session_not_found`, also for another tenant's; `iteration_not_found`, …). */
@@ -3009,7 +3335,7 @@ export interface operations {
           [name: string]: unknown;
         };
         content: {
-          'application/json': components['schemas']['Error'];
+          'application/json': components['schemas']['Error404'];
         };
       };
     };
@@ -3047,7 +3373,7 @@ export interface operations {
           [name: string]: unknown;
         };
         content: {
-          'application/json': components['schemas']['Error'];
+          'application/json': components['schemas']['Error400'];
         };
       };
       /** @description No such resource (`session_not_found`, also for another tenant's; `iteration_not_found`, …). */
@@ -3056,7 +3382,7 @@ export interface operations {
           [name: string]: unknown;
         };
         content: {
-          'application/json': components['schemas']['Error'];
+          'application/json': components['schemas']['Error404'];
         };
       };
     };
@@ -3131,7 +3457,7 @@ export interface operations {
           [name: string]: unknown;
         };
         content: {
-          'application/json': components['schemas']['Error'];
+          'application/json': components['schemas']['Error401'];
         };
       };
       /** @description A client token outside its session's routes or scopes (`scope_denied`), or a WebSocket from an unlisted origin. */
@@ -3140,7 +3466,7 @@ export interface operations {
           [name: string]: unknown;
         };
         content: {
-          'application/json': components['schemas']['Error'];
+          'application/json': components['schemas']['Error403'];
         };
       };
       /** @description Something went wrong on the service's side (`internal_error`); the details are in its log. */
@@ -3149,7 +3475,7 @@ export interface operations {
           [name: string]: unknown;
         };
         content: {
-          'application/json': components['schemas']['Error'];
+          'application/json': components['schemas']['Error500'];
         };
       };
     };
@@ -3182,7 +3508,7 @@ export interface operations {
           [name: string]: unknown;
         };
         content: {
-          'application/json': components['schemas']['Error'];
+          'application/json': components['schemas']['Error400'];
         };
       };
       /** @description No valid bearer key or client token (`unauthorized`; `token_expired` for an expired client token). */
@@ -3192,7 +3518,7 @@ export interface operations {
           [name: string]: unknown;
         };
         content: {
-          'application/json': components['schemas']['Error'];
+          'application/json': components['schemas']['Error401'];
         };
       };
       /** @description A client token outside its session's routes or scopes (`scope_denied`), or a WebSocket from an unlisted origin. */
@@ -3201,7 +3527,7 @@ export interface operations {
           [name: string]: unknown;
         };
         content: {
-          'application/json': components['schemas']['Error'];
+          'application/json': components['schemas']['Error403'];
         };
       };
       /** @description Something went wrong on the service's side (`internal_error`); the details are in its log. */
@@ -3210,7 +3536,7 @@ export interface operations {
           [name: string]: unknown;
         };
         content: {
-          'application/json': components['schemas']['Error'];
+          'application/json': components['schemas']['Error500'];
         };
       };
       /** @description The session store is unavailable (`store_unavailable`); try again after Retry-After. */
@@ -3220,7 +3546,7 @@ export interface operations {
           [name: string]: unknown;
         };
         content: {
-          'application/json': components['schemas']['Error'];
+          'application/json': components['schemas']['Error503'];
         };
       };
     };
@@ -3776,7 +4102,7 @@ export interface operations {
           [name: string]: unknown;
         };
         content: {
-          'application/json': components['schemas']['Error'];
+          'application/json': components['schemas']['Error400'];
         };
       };
       /** @description No valid bearer key or client token (`unauthorized`; `token_expired` for an expired client token). */
@@ -3786,7 +4112,7 @@ export interface operations {
           [name: string]: unknown;
         };
         content: {
-          'application/json': components['schemas']['Error'];
+          'application/json': components['schemas']['Error401'];
         };
       };
       /** @description A client token outside its session's routes or scopes (`scope_denied`), or a WebSocket from an unlisted origin. */
@@ -3795,7 +4121,7 @@ export interface operations {
           [name: string]: unknown;
         };
         content: {
-          'application/json': components['schemas']['Error'];
+          'application/json': components['schemas']['Error403'];
         };
       };
       /** @description The request does not fit the session's state (the code says why), or `idempotency_in_progress`. */
@@ -3807,7 +4133,7 @@ export interface operations {
           [name: string]: unknown;
         };
         content: {
-          'application/json': components['schemas']['Error'];
+          'application/json': components['schemas']['Error409'];
         };
       };
       /** @description The body is larger than BODY_LIMIT (`payload_too_large`). */
@@ -3816,7 +4142,7 @@ export interface operations {
           [name: string]: unknown;
         };
         content: {
-          'application/json': components['schemas']['Error'];
+          'application/json': components['schemas']['Error413'];
         };
       };
       /** @description The body is not JSON (`unsupported_media_type`). */
@@ -3825,7 +4151,7 @@ export interface operations {
           [name: string]: unknown;
         };
         content: {
-          'application/json': components['schemas']['Error'];
+          'application/json': components['schemas']['Error415'];
         };
       };
       /** @description This Idempotency-Key was used with another request (`idempotency_key_reused`). */
@@ -3837,7 +4163,7 @@ export interface operations {
           [name: string]: unknown;
         };
         content: {
-          'application/json': components['schemas']['Error'];
+          'application/json': components['schemas']['Error422'];
         };
       };
       /** @description Over a rate or quota (`rate_limited` with Retry-After, `quota_exceeded`). */
@@ -3850,7 +4176,7 @@ export interface operations {
           [name: string]: unknown;
         };
         content: {
-          'application/json': components['schemas']['Error'];
+          'application/json': components['schemas']['Error429'];
         };
       };
       /** @description Something went wrong on the service's side (`internal_error`); the details are in its log. */
@@ -3859,7 +4185,7 @@ export interface operations {
           [name: string]: unknown;
         };
         content: {
-          'application/json': components['schemas']['Error'];
+          'application/json': components['schemas']['Error500'];
         };
       };
       /** @description The session store is unavailable (`store_unavailable`); try again after Retry-After. */
@@ -3869,7 +4195,7 @@ export interface operations {
           [name: string]: unknown;
         };
         content: {
-          'application/json': components['schemas']['Error'];
+          'application/json': components['schemas']['Error503'];
         };
       };
     };
@@ -3901,7 +4227,7 @@ export interface operations {
           [name: string]: unknown;
         };
         content: {
-          'application/json': components['schemas']['Error'];
+          'application/json': components['schemas']['Error400'];
         };
       };
       /** @description No valid bearer key or client token (`unauthorized`; `token_expired` for an expired client token). */
@@ -3911,7 +4237,7 @@ export interface operations {
           [name: string]: unknown;
         };
         content: {
-          'application/json': components['schemas']['Error'];
+          'application/json': components['schemas']['Error401'];
         };
       };
       /** @description A client token outside its session's routes or scopes (`scope_denied`), or a WebSocket from an unlisted origin. */
@@ -3920,7 +4246,7 @@ export interface operations {
           [name: string]: unknown;
         };
         content: {
-          'application/json': components['schemas']['Error'];
+          'application/json': components['schemas']['Error403'];
         };
       };
       /** @description No such resource (`session_not_found`, also for another tenant's; `iteration_not_found`, …). */
@@ -3929,7 +4255,7 @@ export interface operations {
           [name: string]: unknown;
         };
         content: {
-          'application/json': components['schemas']['Error'];
+          'application/json': components['schemas']['Error404SessionNotFound'];
         };
       };
       /** @description Something went wrong on the service's side (`internal_error`); the details are in its log. */
@@ -3938,7 +4264,7 @@ export interface operations {
           [name: string]: unknown;
         };
         content: {
-          'application/json': components['schemas']['Error'];
+          'application/json': components['schemas']['Error500'];
         };
       };
       /** @description The session store is unavailable (`store_unavailable`); try again after Retry-After. */
@@ -3948,7 +4274,7 @@ export interface operations {
           [name: string]: unknown;
         };
         content: {
-          'application/json': components['schemas']['Error'];
+          'application/json': components['schemas']['Error503'];
         };
       };
     };
@@ -3984,7 +4310,7 @@ export interface operations {
           [name: string]: unknown;
         };
         content: {
-          'application/json': components['schemas']['Error'];
+          'application/json': components['schemas']['Error400'];
         };
       };
       /** @description No valid bearer key or client token (`unauthorized`; `token_expired` for an expired client token). */
@@ -3994,7 +4320,7 @@ export interface operations {
           [name: string]: unknown;
         };
         content: {
-          'application/json': components['schemas']['Error'];
+          'application/json': components['schemas']['Error401'];
         };
       };
       /** @description A client token outside its session's routes or scopes (`scope_denied`), or a WebSocket from an unlisted origin. */
@@ -4003,7 +4329,7 @@ export interface operations {
           [name: string]: unknown;
         };
         content: {
-          'application/json': components['schemas']['Error'];
+          'application/json': components['schemas']['Error403'];
         };
       };
       /** @description No such resource (`session_not_found`, also for another tenant's; `iteration_not_found`, …). */
@@ -4015,7 +4341,7 @@ export interface operations {
           [name: string]: unknown;
         };
         content: {
-          'application/json': components['schemas']['Error'];
+          'application/json': components['schemas']['Error404SessionNotFound'];
         };
       };
       /** @description If-Match does not match the revision (`revision_mismatch`; `details.revision`). */
@@ -4027,7 +4353,7 @@ export interface operations {
           [name: string]: unknown;
         };
         content: {
-          'application/json': components['schemas']['Error'];
+          'application/json': components['schemas']['Error412'];
         };
       };
       /** @description Over a rate or quota (`rate_limited` with Retry-After, `quota_exceeded`). */
@@ -4040,7 +4366,7 @@ export interface operations {
           [name: string]: unknown;
         };
         content: {
-          'application/json': components['schemas']['Error'];
+          'application/json': components['schemas']['Error429'];
         };
       };
       /** @description Something went wrong on the service's side (`internal_error`); the details are in its log. */
@@ -4049,7 +4375,7 @@ export interface operations {
           [name: string]: unknown;
         };
         content: {
-          'application/json': components['schemas']['Error'];
+          'application/json': components['schemas']['Error500'];
         };
       };
       /** @description The session store is unavailable (`store_unavailable`); try again after Retry-After. */
@@ -4059,7 +4385,7 @@ export interface operations {
           [name: string]: unknown;
         };
         content: {
-          'application/json': components['schemas']['Error'];
+          'application/json': components['schemas']['Error503'];
         };
       };
     };
@@ -4219,7 +4545,7 @@ export interface operations {
           [name: string]: unknown;
         };
         content: {
-          'application/json': components['schemas']['Error'];
+          'application/json': components['schemas']['Error400'];
         };
       };
       /** @description No valid bearer key or client token (`unauthorized`; `token_expired` for an expired client token). */
@@ -4229,7 +4555,7 @@ export interface operations {
           [name: string]: unknown;
         };
         content: {
-          'application/json': components['schemas']['Error'];
+          'application/json': components['schemas']['Error401'];
         };
       };
       /** @description A client token outside its session's routes or scopes (`scope_denied`), or a WebSocket from an unlisted origin. */
@@ -4238,7 +4564,7 @@ export interface operations {
           [name: string]: unknown;
         };
         content: {
-          'application/json': components['schemas']['Error'];
+          'application/json': components['schemas']['Error403'];
         };
       };
       /** @description No such resource (`session_not_found`, also for another tenant's; `iteration_not_found`, …). */
@@ -4250,7 +4576,7 @@ export interface operations {
           [name: string]: unknown;
         };
         content: {
-          'application/json': components['schemas']['Error'];
+          'application/json': components['schemas']['Error404SessionNotFound'];
         };
       };
       /** @description The request does not fit the session's state (the code says why), or `idempotency_in_progress`. */
@@ -4262,7 +4588,7 @@ export interface operations {
           [name: string]: unknown;
         };
         content: {
-          'application/json': components['schemas']['Error'];
+          'application/json': components['schemas']['Error409'];
         };
       };
       /** @description If-Match does not match the revision (`revision_mismatch`; `details.revision`). */
@@ -4274,7 +4600,7 @@ export interface operations {
           [name: string]: unknown;
         };
         content: {
-          'application/json': components['schemas']['Error'];
+          'application/json': components['schemas']['Error412'];
         };
       };
       /** @description The body is larger than BODY_LIMIT (`payload_too_large`). */
@@ -4283,7 +4609,7 @@ export interface operations {
           [name: string]: unknown;
         };
         content: {
-          'application/json': components['schemas']['Error'];
+          'application/json': components['schemas']['Error413'];
         };
       };
       /** @description The body is not JSON (`unsupported_media_type`). */
@@ -4292,7 +4618,7 @@ export interface operations {
           [name: string]: unknown;
         };
         content: {
-          'application/json': components['schemas']['Error'];
+          'application/json': components['schemas']['Error415'];
         };
       };
       /** @description Over a rate or quota (`rate_limited` with Retry-After, `quota_exceeded`). */
@@ -4305,7 +4631,7 @@ export interface operations {
           [name: string]: unknown;
         };
         content: {
-          'application/json': components['schemas']['Error'];
+          'application/json': components['schemas']['Error429'];
         };
       };
       /** @description Something went wrong on the service's side (`internal_error`); the details are in its log. */
@@ -4314,7 +4640,7 @@ export interface operations {
           [name: string]: unknown;
         };
         content: {
-          'application/json': components['schemas']['Error'];
+          'application/json': components['schemas']['Error500'];
         };
       };
       /** @description The session store is unavailable (`store_unavailable`); try again after Retry-After. */
@@ -4324,7 +4650,7 @@ export interface operations {
           [name: string]: unknown;
         };
         content: {
-          'application/json': components['schemas']['Error'];
+          'application/json': components['schemas']['Error503'];
         };
       };
     };
@@ -4357,7 +4683,7 @@ export interface operations {
           [name: string]: unknown;
         };
         content: {
-          'application/json': components['schemas']['Error'];
+          'application/json': components['schemas']['Error400'];
         };
       };
       /** @description No valid bearer key or client token (`unauthorized`; `token_expired` for an expired client token). */
@@ -4367,7 +4693,7 @@ export interface operations {
           [name: string]: unknown;
         };
         content: {
-          'application/json': components['schemas']['Error'];
+          'application/json': components['schemas']['Error401'];
         };
       };
       /** @description A client token outside its session's routes or scopes (`scope_denied`), or a WebSocket from an unlisted origin. */
@@ -4376,7 +4702,7 @@ export interface operations {
           [name: string]: unknown;
         };
         content: {
-          'application/json': components['schemas']['Error'];
+          'application/json': components['schemas']['Error403'];
         };
       };
       /** @description No such resource (`session_not_found`, also for another tenant's; `iteration_not_found`, …). */
@@ -4385,7 +4711,7 @@ export interface operations {
           [name: string]: unknown;
         };
         content: {
-          'application/json': components['schemas']['Error'];
+          'application/json': components['schemas']['Error404SessionNotFound'];
         };
       };
       /** @description Something went wrong on the service's side (`internal_error`); the details are in its log. */
@@ -4394,7 +4720,7 @@ export interface operations {
           [name: string]: unknown;
         };
         content: {
-          'application/json': components['schemas']['Error'];
+          'application/json': components['schemas']['Error500'];
         };
       };
       /** @description The session store is unavailable (`store_unavailable`); try again after Retry-After. */
@@ -4404,7 +4730,7 @@ export interface operations {
           [name: string]: unknown;
         };
         content: {
-          'application/json': components['schemas']['Error'];
+          'application/json': components['schemas']['Error503'];
         };
       };
     };
@@ -4821,7 +5147,7 @@ export interface operations {
           [name: string]: unknown;
         };
         content: {
-          'application/json': components['schemas']['Error'];
+          'application/json': components['schemas']['Error400'];
         };
       };
       /** @description No valid bearer key or client token (`unauthorized`; `token_expired` for an expired client token). */
@@ -4831,7 +5157,7 @@ export interface operations {
           [name: string]: unknown;
         };
         content: {
-          'application/json': components['schemas']['Error'];
+          'application/json': components['schemas']['Error401'];
         };
       };
       /** @description A client token outside its session's routes or scopes (`scope_denied`), or a WebSocket from an unlisted origin. */
@@ -4840,7 +5166,7 @@ export interface operations {
           [name: string]: unknown;
         };
         content: {
-          'application/json': components['schemas']['Error'];
+          'application/json': components['schemas']['Error403'];
         };
       };
       /** @description No such resource (`session_not_found`, also for another tenant's; `iteration_not_found`, …). */
@@ -4852,7 +5178,7 @@ export interface operations {
           [name: string]: unknown;
         };
         content: {
-          'application/json': components['schemas']['Error'];
+          'application/json': components['schemas']['Error404SessionNotFound'];
         };
       };
       /** @description The request does not fit the session's state (the code says why), or `idempotency_in_progress`. */
@@ -4864,7 +5190,7 @@ export interface operations {
           [name: string]: unknown;
         };
         content: {
-          'application/json': components['schemas']['Error'];
+          'application/json': components['schemas']['Error409'];
         };
       };
       /** @description If-Match does not match the revision (`revision_mismatch`; `details.revision`). */
@@ -4876,7 +5202,7 @@ export interface operations {
           [name: string]: unknown;
         };
         content: {
-          'application/json': components['schemas']['Error'];
+          'application/json': components['schemas']['Error412'];
         };
       };
       /** @description The body is larger than BODY_LIMIT (`payload_too_large`). */
@@ -4885,7 +5211,7 @@ export interface operations {
           [name: string]: unknown;
         };
         content: {
-          'application/json': components['schemas']['Error'];
+          'application/json': components['schemas']['Error413'];
         };
       };
       /** @description The body is not JSON (`unsupported_media_type`). */
@@ -4894,7 +5220,7 @@ export interface operations {
           [name: string]: unknown;
         };
         content: {
-          'application/json': components['schemas']['Error'];
+          'application/json': components['schemas']['Error415'];
         };
       };
       /** @description Over a rate or quota (`rate_limited` with Retry-After, `quota_exceeded`). */
@@ -4907,7 +5233,7 @@ export interface operations {
           [name: string]: unknown;
         };
         content: {
-          'application/json': components['schemas']['Error'];
+          'application/json': components['schemas']['Error429'];
         };
       };
       /** @description Something went wrong on the service's side (`internal_error`); the details are in its log. */
@@ -4916,7 +5242,7 @@ export interface operations {
           [name: string]: unknown;
         };
         content: {
-          'application/json': components['schemas']['Error'];
+          'application/json': components['schemas']['Error500'];
         };
       };
       /** @description The session store is unavailable (`store_unavailable`); try again after Retry-After. */
@@ -4926,7 +5252,7 @@ export interface operations {
           [name: string]: unknown;
         };
         content: {
-          'application/json': components['schemas']['Error'];
+          'application/json': components['schemas']['Error503'];
         };
       };
     };
@@ -5095,7 +5421,7 @@ export interface operations {
           [name: string]: unknown;
         };
         content: {
-          'application/json': components['schemas']['Error'];
+          'application/json': components['schemas']['Error400'];
         };
       };
       /** @description No valid bearer key or client token (`unauthorized`; `token_expired` for an expired client token). */
@@ -5105,7 +5431,7 @@ export interface operations {
           [name: string]: unknown;
         };
         content: {
-          'application/json': components['schemas']['Error'];
+          'application/json': components['schemas']['Error401'];
         };
       };
       /** @description A client token outside its session's routes or scopes (`scope_denied`), or a WebSocket from an unlisted origin. */
@@ -5114,7 +5440,7 @@ export interface operations {
           [name: string]: unknown;
         };
         content: {
-          'application/json': components['schemas']['Error'];
+          'application/json': components['schemas']['Error403'];
         };
       };
       /** @description No such resource (`session_not_found`, also for another tenant's; `iteration_not_found`, …). */
@@ -5126,7 +5452,7 @@ export interface operations {
           [name: string]: unknown;
         };
         content: {
-          'application/json': components['schemas']['Error'];
+          'application/json': components['schemas']['Error404SessionNotFound'];
         };
       };
       /** @description The request does not fit the session's state (the code says why), or `idempotency_in_progress`. */
@@ -5138,7 +5464,7 @@ export interface operations {
           [name: string]: unknown;
         };
         content: {
-          'application/json': components['schemas']['Error'];
+          'application/json': components['schemas']['Error409'];
         };
       };
       /** @description If-Match does not match the revision (`revision_mismatch`; `details.revision`). */
@@ -5150,7 +5476,7 @@ export interface operations {
           [name: string]: unknown;
         };
         content: {
-          'application/json': components['schemas']['Error'];
+          'application/json': components['schemas']['Error412'];
         };
       };
       /** @description The body is larger than BODY_LIMIT (`payload_too_large`). */
@@ -5159,7 +5485,7 @@ export interface operations {
           [name: string]: unknown;
         };
         content: {
-          'application/json': components['schemas']['Error'];
+          'application/json': components['schemas']['Error413'];
         };
       };
       /** @description The body is not JSON (`unsupported_media_type`). */
@@ -5168,7 +5494,7 @@ export interface operations {
           [name: string]: unknown;
         };
         content: {
-          'application/json': components['schemas']['Error'];
+          'application/json': components['schemas']['Error415'];
         };
       };
       /** @description This Idempotency-Key was used with another request (`idempotency_key_reused`). */
@@ -5180,7 +5506,7 @@ export interface operations {
           [name: string]: unknown;
         };
         content: {
-          'application/json': components['schemas']['Error'];
+          'application/json': components['schemas']['Error422'];
         };
       };
       /** @description Over a rate or quota (`rate_limited` with Retry-After, `quota_exceeded`). */
@@ -5193,7 +5519,7 @@ export interface operations {
           [name: string]: unknown;
         };
         content: {
-          'application/json': components['schemas']['Error'];
+          'application/json': components['schemas']['Error429'];
         };
       };
       /** @description Something went wrong on the service's side (`internal_error`); the details are in its log. */
@@ -5202,7 +5528,7 @@ export interface operations {
           [name: string]: unknown;
         };
         content: {
-          'application/json': components['schemas']['Error'];
+          'application/json': components['schemas']['Error500'];
         };
       };
       /** @description The session store is unavailable (`store_unavailable`); try again after Retry-After. */
@@ -5212,7 +5538,7 @@ export interface operations {
           [name: string]: unknown;
         };
         content: {
-          'application/json': components['schemas']['Error'];
+          'application/json': components['schemas']['Error503'];
         };
       };
     };
@@ -5243,7 +5569,7 @@ export interface operations {
           [name: string]: unknown;
         };
         content: {
-          'application/json': components['schemas']['Error'];
+          'application/json': components['schemas']['Error400'];
         };
       };
       /** @description No valid bearer key or client token (`unauthorized`; `token_expired` for an expired client token). */
@@ -5253,7 +5579,7 @@ export interface operations {
           [name: string]: unknown;
         };
         content: {
-          'application/json': components['schemas']['Error'];
+          'application/json': components['schemas']['Error401'];
         };
       };
       /** @description A client token outside its session's routes or scopes (`scope_denied`), or a WebSocket from an unlisted origin. */
@@ -5262,7 +5588,7 @@ export interface operations {
           [name: string]: unknown;
         };
         content: {
-          'application/json': components['schemas']['Error'];
+          'application/json': components['schemas']['Error403'];
         };
       };
       /** @description No such resource (`session_not_found`, also for another tenant's; `iteration_not_found`, …). */
@@ -5271,7 +5597,7 @@ export interface operations {
           [name: string]: unknown;
         };
         content: {
-          'application/json': components['schemas']['Error'];
+          'application/json': components['schemas']['Error404SessionNotFound'];
         };
       };
       /** @description Something went wrong on the service's side (`internal_error`); the details are in its log. */
@@ -5280,7 +5606,7 @@ export interface operations {
           [name: string]: unknown;
         };
         content: {
-          'application/json': components['schemas']['Error'];
+          'application/json': components['schemas']['Error500'];
         };
       };
       /** @description The session store is unavailable (`store_unavailable`); try again after Retry-After. */
@@ -5290,7 +5616,7 @@ export interface operations {
           [name: string]: unknown;
         };
         content: {
-          'application/json': components['schemas']['Error'];
+          'application/json': components['schemas']['Error503'];
         };
       };
     };
@@ -5322,7 +5648,7 @@ export interface operations {
           [name: string]: unknown;
         };
         content: {
-          'application/json': components['schemas']['Error'];
+          'application/json': components['schemas']['Error400'];
         };
       };
       /** @description No valid bearer key or client token (`unauthorized`; `token_expired` for an expired client token). */
@@ -5332,7 +5658,7 @@ export interface operations {
           [name: string]: unknown;
         };
         content: {
-          'application/json': components['schemas']['Error'];
+          'application/json': components['schemas']['Error401'];
         };
       };
       /** @description A client token outside its session's routes or scopes (`scope_denied`), or a WebSocket from an unlisted origin. */
@@ -5341,7 +5667,7 @@ export interface operations {
           [name: string]: unknown;
         };
         content: {
-          'application/json': components['schemas']['Error'];
+          'application/json': components['schemas']['Error403'];
         };
       };
       /** @description No such resource (`session_not_found`, also for another tenant's; `iteration_not_found`, …). */
@@ -5350,7 +5676,7 @@ export interface operations {
           [name: string]: unknown;
         };
         content: {
-          'application/json': components['schemas']['Error'];
+          'application/json': components['schemas']['Error404SessionNotFoundIterationNotFound'];
         };
       };
       /** @description Something went wrong on the service's side (`internal_error`); the details are in its log. */
@@ -5359,7 +5685,7 @@ export interface operations {
           [name: string]: unknown;
         };
         content: {
-          'application/json': components['schemas']['Error'];
+          'application/json': components['schemas']['Error500'];
         };
       };
       /** @description The session store is unavailable (`store_unavailable`); try again after Retry-After. */
@@ -5369,7 +5695,7 @@ export interface operations {
           [name: string]: unknown;
         };
         content: {
-          'application/json': components['schemas']['Error'];
+          'application/json': components['schemas']['Error503'];
         };
       };
     };
@@ -5435,7 +5761,7 @@ export interface operations {
           [name: string]: unknown;
         };
         content: {
-          'application/json': components['schemas']['Error'];
+          'application/json': components['schemas']['Error400'];
         };
       };
       /** @description No valid bearer key or client token (`unauthorized`; `token_expired` for an expired client token). */
@@ -5445,7 +5771,7 @@ export interface operations {
           [name: string]: unknown;
         };
         content: {
-          'application/json': components['schemas']['Error'];
+          'application/json': components['schemas']['Error401'];
         };
       };
       /** @description A client token outside its session's routes or scopes (`scope_denied`), or a WebSocket from an unlisted origin. */
@@ -5454,7 +5780,7 @@ export interface operations {
           [name: string]: unknown;
         };
         content: {
-          'application/json': components['schemas']['Error'];
+          'application/json': components['schemas']['Error403'];
         };
       };
       /** @description No such resource (`session_not_found`, also for another tenant's; `iteration_not_found`, …). */
@@ -5466,7 +5792,7 @@ export interface operations {
           [name: string]: unknown;
         };
         content: {
-          'application/json': components['schemas']['Error'];
+          'application/json': components['schemas']['Error404SessionNotFound'];
         };
       };
       /** @description The request does not fit the session's state (the code says why), or `idempotency_in_progress`. */
@@ -5478,7 +5804,7 @@ export interface operations {
           [name: string]: unknown;
         };
         content: {
-          'application/json': components['schemas']['Error'];
+          'application/json': components['schemas']['Error409'];
         };
       };
       /** @description If-Match does not match the revision (`revision_mismatch`; `details.revision`). */
@@ -5490,7 +5816,7 @@ export interface operations {
           [name: string]: unknown;
         };
         content: {
-          'application/json': components['schemas']['Error'];
+          'application/json': components['schemas']['Error412'];
         };
       };
       /** @description The body is larger than BODY_LIMIT (`payload_too_large`). */
@@ -5499,7 +5825,7 @@ export interface operations {
           [name: string]: unknown;
         };
         content: {
-          'application/json': components['schemas']['Error'];
+          'application/json': components['schemas']['Error413'];
         };
       };
       /** @description The body is not JSON (`unsupported_media_type`). */
@@ -5508,7 +5834,7 @@ export interface operations {
           [name: string]: unknown;
         };
         content: {
-          'application/json': components['schemas']['Error'];
+          'application/json': components['schemas']['Error415'];
         };
       };
       /** @description This Idempotency-Key was used with another request (`idempotency_key_reused`). */
@@ -5520,7 +5846,7 @@ export interface operations {
           [name: string]: unknown;
         };
         content: {
-          'application/json': components['schemas']['Error'];
+          'application/json': components['schemas']['Error422'];
         };
       };
       /** @description Over a rate or quota (`rate_limited` with Retry-After, `quota_exceeded`). */
@@ -5533,7 +5859,7 @@ export interface operations {
           [name: string]: unknown;
         };
         content: {
-          'application/json': components['schemas']['Error'];
+          'application/json': components['schemas']['Error429'];
         };
       };
       /** @description Something went wrong on the service's side (`internal_error`); the details are in its log. */
@@ -5542,7 +5868,7 @@ export interface operations {
           [name: string]: unknown;
         };
         content: {
-          'application/json': components['schemas']['Error'];
+          'application/json': components['schemas']['Error500'];
         };
       };
       /** @description The session store is unavailable (`store_unavailable`); try again after Retry-After. */
@@ -5552,7 +5878,7 @@ export interface operations {
           [name: string]: unknown;
         };
         content: {
-          'application/json': components['schemas']['Error'];
+          'application/json': components['schemas']['Error503'];
         };
       };
     };
@@ -5714,7 +6040,7 @@ export interface operations {
           [name: string]: unknown;
         };
         content: {
-          'application/json': components['schemas']['Error'];
+          'application/json': components['schemas']['Error400'];
         };
       };
       /** @description No valid bearer key or client token (`unauthorized`; `token_expired` for an expired client token). */
@@ -5724,7 +6050,7 @@ export interface operations {
           [name: string]: unknown;
         };
         content: {
-          'application/json': components['schemas']['Error'];
+          'application/json': components['schemas']['Error401'];
         };
       };
       /** @description A client token outside its session's routes or scopes (`scope_denied`), or a WebSocket from an unlisted origin. */
@@ -5733,7 +6059,7 @@ export interface operations {
           [name: string]: unknown;
         };
         content: {
-          'application/json': components['schemas']['Error'];
+          'application/json': components['schemas']['Error403'];
         };
       };
       /** @description No such resource (`session_not_found`, also for another tenant's; `iteration_not_found`, …). */
@@ -5745,7 +6071,7 @@ export interface operations {
           [name: string]: unknown;
         };
         content: {
-          'application/json': components['schemas']['Error'];
+          'application/json': components['schemas']['Error404SessionNotFound'];
         };
       };
       /** @description The request does not fit the session's state (the code says why), or `idempotency_in_progress`. */
@@ -5757,7 +6083,7 @@ export interface operations {
           [name: string]: unknown;
         };
         content: {
-          'application/json': components['schemas']['Error'];
+          'application/json': components['schemas']['Error409'];
         };
       };
       /** @description If-Match does not match the revision (`revision_mismatch`; `details.revision`). */
@@ -5769,7 +6095,7 @@ export interface operations {
           [name: string]: unknown;
         };
         content: {
-          'application/json': components['schemas']['Error'];
+          'application/json': components['schemas']['Error412'];
         };
       };
       /** @description The body is larger than BODY_LIMIT (`payload_too_large`). */
@@ -5778,7 +6104,7 @@ export interface operations {
           [name: string]: unknown;
         };
         content: {
-          'application/json': components['schemas']['Error'];
+          'application/json': components['schemas']['Error413'];
         };
       };
       /** @description The body is not JSON (`unsupported_media_type`). */
@@ -5787,7 +6113,7 @@ export interface operations {
           [name: string]: unknown;
         };
         content: {
-          'application/json': components['schemas']['Error'];
+          'application/json': components['schemas']['Error415'];
         };
       };
       /** @description Over a rate or quota (`rate_limited` with Retry-After, `quota_exceeded`). */
@@ -5800,7 +6126,7 @@ export interface operations {
           [name: string]: unknown;
         };
         content: {
-          'application/json': components['schemas']['Error'];
+          'application/json': components['schemas']['Error429'];
         };
       };
       /** @description Something went wrong on the service's side (`internal_error`); the details are in its log. */
@@ -5809,7 +6135,7 @@ export interface operations {
           [name: string]: unknown;
         };
         content: {
-          'application/json': components['schemas']['Error'];
+          'application/json': components['schemas']['Error500'];
         };
       };
       /** @description The session store is unavailable (`store_unavailable`); try again after Retry-After. */
@@ -5819,7 +6145,7 @@ export interface operations {
           [name: string]: unknown;
         };
         content: {
-          'application/json': components['schemas']['Error'];
+          'application/json': components['schemas']['Error503'];
         };
       };
     };
@@ -5989,7 +6315,7 @@ export interface operations {
           [name: string]: unknown;
         };
         content: {
-          'application/json': components['schemas']['Error'];
+          'application/json': components['schemas']['Error400'];
         };
       };
       /** @description No valid bearer key or client token (`unauthorized`; `token_expired` for an expired client token). */
@@ -5999,7 +6325,7 @@ export interface operations {
           [name: string]: unknown;
         };
         content: {
-          'application/json': components['schemas']['Error'];
+          'application/json': components['schemas']['Error401'];
         };
       };
       /** @description A client token outside its session's routes or scopes (`scope_denied`), or a WebSocket from an unlisted origin. */
@@ -6008,7 +6334,7 @@ export interface operations {
           [name: string]: unknown;
         };
         content: {
-          'application/json': components['schemas']['Error'];
+          'application/json': components['schemas']['Error403'];
         };
       };
       /** @description No such resource (`session_not_found`, also for another tenant's; `iteration_not_found`, …). */
@@ -6020,7 +6346,7 @@ export interface operations {
           [name: string]: unknown;
         };
         content: {
-          'application/json': components['schemas']['Error'];
+          'application/json': components['schemas']['Error404SessionNotFound'];
         };
       };
       /** @description The request does not fit the session's state (the code says why), or `idempotency_in_progress`. */
@@ -6032,7 +6358,7 @@ export interface operations {
           [name: string]: unknown;
         };
         content: {
-          'application/json': components['schemas']['Error'];
+          'application/json': components['schemas']['Error409'];
         };
       };
       /** @description If-Match does not match the revision (`revision_mismatch`; `details.revision`). */
@@ -6044,7 +6370,7 @@ export interface operations {
           [name: string]: unknown;
         };
         content: {
-          'application/json': components['schemas']['Error'];
+          'application/json': components['schemas']['Error412'];
         };
       };
       /** @description The body is larger than BODY_LIMIT (`payload_too_large`). */
@@ -6053,7 +6379,7 @@ export interface operations {
           [name: string]: unknown;
         };
         content: {
-          'application/json': components['schemas']['Error'];
+          'application/json': components['schemas']['Error413'];
         };
       };
       /** @description The body is not JSON (`unsupported_media_type`). */
@@ -6062,7 +6388,7 @@ export interface operations {
           [name: string]: unknown;
         };
         content: {
-          'application/json': components['schemas']['Error'];
+          'application/json': components['schemas']['Error415'];
         };
       };
       /** @description This Idempotency-Key was used with another request (`idempotency_key_reused`). */
@@ -6074,7 +6400,7 @@ export interface operations {
           [name: string]: unknown;
         };
         content: {
-          'application/json': components['schemas']['Error'];
+          'application/json': components['schemas']['Error422'];
         };
       };
       /** @description Over a rate or quota (`rate_limited` with Retry-After, `quota_exceeded`). */
@@ -6087,7 +6413,7 @@ export interface operations {
           [name: string]: unknown;
         };
         content: {
-          'application/json': components['schemas']['Error'];
+          'application/json': components['schemas']['Error429'];
         };
       };
       /** @description Something went wrong on the service's side (`internal_error`); the details are in its log. */
@@ -6096,7 +6422,7 @@ export interface operations {
           [name: string]: unknown;
         };
         content: {
-          'application/json': components['schemas']['Error'];
+          'application/json': components['schemas']['Error500'];
         };
       };
       /** @description The session store is unavailable (`store_unavailable`); try again after Retry-After. */
@@ -6106,7 +6432,7 @@ export interface operations {
           [name: string]: unknown;
         };
         content: {
-          'application/json': components['schemas']['Error'];
+          'application/json': components['schemas']['Error503'];
         };
       };
     };
@@ -6164,7 +6490,7 @@ export interface operations {
           [name: string]: unknown;
         };
         content: {
-          'application/json': components['schemas']['Error'];
+          'application/json': components['schemas']['Error400'];
         };
       };
       /** @description No valid bearer key or client token (`unauthorized`; `token_expired` for an expired client token). */
@@ -6174,7 +6500,7 @@ export interface operations {
           [name: string]: unknown;
         };
         content: {
-          'application/json': components['schemas']['Error'];
+          'application/json': components['schemas']['Error401'];
         };
       };
       /** @description A client token outside its session's routes or scopes (`scope_denied`), or a WebSocket from an unlisted origin. */
@@ -6183,7 +6509,7 @@ export interface operations {
           [name: string]: unknown;
         };
         content: {
-          'application/json': components['schemas']['Error'];
+          'application/json': components['schemas']['Error403'];
         };
       };
       /** @description No such resource (`session_not_found`, also for another tenant's; `iteration_not_found`, …). */
@@ -6195,7 +6521,7 @@ export interface operations {
           [name: string]: unknown;
         };
         content: {
-          'application/json': components['schemas']['Error'];
+          'application/json': components['schemas']['Error404SessionNotFound'];
         };
       };
       /** @description The request does not fit the session's state (the code says why), or `idempotency_in_progress`. */
@@ -6207,7 +6533,7 @@ export interface operations {
           [name: string]: unknown;
         };
         content: {
-          'application/json': components['schemas']['Error'];
+          'application/json': components['schemas']['Error409'];
         };
       };
       /** @description If-Match does not match the revision (`revision_mismatch`; `details.revision`). */
@@ -6219,7 +6545,7 @@ export interface operations {
           [name: string]: unknown;
         };
         content: {
-          'application/json': components['schemas']['Error'];
+          'application/json': components['schemas']['Error412'];
         };
       };
       /** @description The body is larger than BODY_LIMIT (`payload_too_large`). */
@@ -6228,7 +6554,7 @@ export interface operations {
           [name: string]: unknown;
         };
         content: {
-          'application/json': components['schemas']['Error'];
+          'application/json': components['schemas']['Error413'];
         };
       };
       /** @description The body is not JSON (`unsupported_media_type`). */
@@ -6237,7 +6563,7 @@ export interface operations {
           [name: string]: unknown;
         };
         content: {
-          'application/json': components['schemas']['Error'];
+          'application/json': components['schemas']['Error415'];
         };
       };
       /** @description This Idempotency-Key was used with another request (`idempotency_key_reused`). */
@@ -6249,7 +6575,7 @@ export interface operations {
           [name: string]: unknown;
         };
         content: {
-          'application/json': components['schemas']['Error'];
+          'application/json': components['schemas']['Error422'];
         };
       };
       /** @description Over a rate or quota (`rate_limited` with Retry-After, `quota_exceeded`). */
@@ -6262,7 +6588,7 @@ export interface operations {
           [name: string]: unknown;
         };
         content: {
-          'application/json': components['schemas']['Error'];
+          'application/json': components['schemas']['Error429'];
         };
       };
       /** @description Something went wrong on the service's side (`internal_error`); the details are in its log. */
@@ -6271,7 +6597,7 @@ export interface operations {
           [name: string]: unknown;
         };
         content: {
-          'application/json': components['schemas']['Error'];
+          'application/json': components['schemas']['Error500'];
         };
       };
       /** @description The session store is unavailable (`store_unavailable`); try again after Retry-After. */
@@ -6281,7 +6607,7 @@ export interface operations {
           [name: string]: unknown;
         };
         content: {
-          'application/json': components['schemas']['Error'];
+          'application/json': components['schemas']['Error503'];
         };
       };
     };
@@ -6343,7 +6669,7 @@ export interface operations {
           [name: string]: unknown;
         };
         content: {
-          'application/json': components['schemas']['Error'];
+          'application/json': components['schemas']['Error400'];
         };
       };
       /** @description No valid bearer key or client token (`unauthorized`; `token_expired` for an expired client token). */
@@ -6353,7 +6679,7 @@ export interface operations {
           [name: string]: unknown;
         };
         content: {
-          'application/json': components['schemas']['Error'];
+          'application/json': components['schemas']['Error401'];
         };
       };
       /** @description A client token outside its session's routes or scopes (`scope_denied`), or a WebSocket from an unlisted origin. */
@@ -6362,7 +6688,7 @@ export interface operations {
           [name: string]: unknown;
         };
         content: {
-          'application/json': components['schemas']['Error'];
+          'application/json': components['schemas']['Error403'];
         };
       };
       /** @description No such resource (`session_not_found`, also for another tenant's; `iteration_not_found`, …). */
@@ -6374,7 +6700,7 @@ export interface operations {
           [name: string]: unknown;
         };
         content: {
-          'application/json': components['schemas']['Error'];
+          'application/json': components['schemas']['Error404SessionNotFound'];
         };
       };
       /** @description The request does not fit the session's state (the code says why), or `idempotency_in_progress`. */
@@ -6386,7 +6712,7 @@ export interface operations {
           [name: string]: unknown;
         };
         content: {
-          'application/json': components['schemas']['Error'];
+          'application/json': components['schemas']['Error409'];
         };
       };
       /** @description If-Match does not match the revision (`revision_mismatch`; `details.revision`). */
@@ -6398,7 +6724,7 @@ export interface operations {
           [name: string]: unknown;
         };
         content: {
-          'application/json': components['schemas']['Error'];
+          'application/json': components['schemas']['Error412'];
         };
       };
       /** @description The body is larger than BODY_LIMIT (`payload_too_large`). */
@@ -6407,7 +6733,7 @@ export interface operations {
           [name: string]: unknown;
         };
         content: {
-          'application/json': components['schemas']['Error'];
+          'application/json': components['schemas']['Error413'];
         };
       };
       /** @description The body is not JSON (`unsupported_media_type`). */
@@ -6416,7 +6742,7 @@ export interface operations {
           [name: string]: unknown;
         };
         content: {
-          'application/json': components['schemas']['Error'];
+          'application/json': components['schemas']['Error415'];
         };
       };
       /** @description This Idempotency-Key was used with another request (`idempotency_key_reused`). */
@@ -6428,7 +6754,7 @@ export interface operations {
           [name: string]: unknown;
         };
         content: {
-          'application/json': components['schemas']['Error'];
+          'application/json': components['schemas']['Error422'];
         };
       };
       /** @description Over a rate or quota (`rate_limited` with Retry-After, `quota_exceeded`). */
@@ -6441,7 +6767,7 @@ export interface operations {
           [name: string]: unknown;
         };
         content: {
-          'application/json': components['schemas']['Error'];
+          'application/json': components['schemas']['Error429'];
         };
       };
       /** @description Something went wrong on the service's side (`internal_error`); the details are in its log. */
@@ -6450,7 +6776,7 @@ export interface operations {
           [name: string]: unknown;
         };
         content: {
-          'application/json': components['schemas']['Error'];
+          'application/json': components['schemas']['Error500'];
         };
       };
       /** @description The session store is unavailable (`store_unavailable`); try again after Retry-After. */
@@ -6460,7 +6786,7 @@ export interface operations {
           [name: string]: unknown;
         };
         content: {
-          'application/json': components['schemas']['Error'];
+          'application/json': components['schemas']['Error503'];
         };
       };
     };
@@ -6518,7 +6844,7 @@ export interface operations {
           [name: string]: unknown;
         };
         content: {
-          'application/json': components['schemas']['Error'];
+          'application/json': components['schemas']['Error400'];
         };
       };
       /** @description No valid bearer key or client token (`unauthorized`; `token_expired` for an expired client token). */
@@ -6528,7 +6854,7 @@ export interface operations {
           [name: string]: unknown;
         };
         content: {
-          'application/json': components['schemas']['Error'];
+          'application/json': components['schemas']['Error401'];
         };
       };
       /** @description A client token outside its session's routes or scopes (`scope_denied`), or a WebSocket from an unlisted origin. */
@@ -6537,7 +6863,7 @@ export interface operations {
           [name: string]: unknown;
         };
         content: {
-          'application/json': components['schemas']['Error'];
+          'application/json': components['schemas']['Error403'];
         };
       };
       /** @description No such resource (`session_not_found`, also for another tenant's; `iteration_not_found`, …). */
@@ -6549,7 +6875,7 @@ export interface operations {
           [name: string]: unknown;
         };
         content: {
-          'application/json': components['schemas']['Error'];
+          'application/json': components['schemas']['Error404SessionNotFound'];
         };
       };
       /** @description The request does not fit the session's state (the code says why), or `idempotency_in_progress`. */
@@ -6561,7 +6887,7 @@ export interface operations {
           [name: string]: unknown;
         };
         content: {
-          'application/json': components['schemas']['Error'];
+          'application/json': components['schemas']['Error409'];
         };
       };
       /** @description If-Match does not match the revision (`revision_mismatch`; `details.revision`). */
@@ -6573,7 +6899,7 @@ export interface operations {
           [name: string]: unknown;
         };
         content: {
-          'application/json': components['schemas']['Error'];
+          'application/json': components['schemas']['Error412'];
         };
       };
       /** @description The body is larger than BODY_LIMIT (`payload_too_large`). */
@@ -6582,7 +6908,7 @@ export interface operations {
           [name: string]: unknown;
         };
         content: {
-          'application/json': components['schemas']['Error'];
+          'application/json': components['schemas']['Error413'];
         };
       };
       /** @description The body is not JSON (`unsupported_media_type`). */
@@ -6591,7 +6917,7 @@ export interface operations {
           [name: string]: unknown;
         };
         content: {
-          'application/json': components['schemas']['Error'];
+          'application/json': components['schemas']['Error415'];
         };
       };
       /** @description This Idempotency-Key was used with another request (`idempotency_key_reused`). */
@@ -6603,7 +6929,7 @@ export interface operations {
           [name: string]: unknown;
         };
         content: {
-          'application/json': components['schemas']['Error'];
+          'application/json': components['schemas']['Error422'];
         };
       };
       /** @description Over a rate or quota (`rate_limited` with Retry-After, `quota_exceeded`). */
@@ -6616,7 +6942,7 @@ export interface operations {
           [name: string]: unknown;
         };
         content: {
-          'application/json': components['schemas']['Error'];
+          'application/json': components['schemas']['Error429'];
         };
       };
       /** @description Something went wrong on the service's side (`internal_error`); the details are in its log. */
@@ -6625,7 +6951,7 @@ export interface operations {
           [name: string]: unknown;
         };
         content: {
-          'application/json': components['schemas']['Error'];
+          'application/json': components['schemas']['Error500'];
         };
       };
       /** @description The session store is unavailable (`store_unavailable`); try again after Retry-After. */
@@ -6635,7 +6961,7 @@ export interface operations {
           [name: string]: unknown;
         };
         content: {
-          'application/json': components['schemas']['Error'];
+          'application/json': components['schemas']['Error503'];
         };
       };
     };
@@ -6693,7 +7019,7 @@ export interface operations {
           [name: string]: unknown;
         };
         content: {
-          'application/json': components['schemas']['Error'];
+          'application/json': components['schemas']['Error400'];
         };
       };
       /** @description No valid bearer key or client token (`unauthorized`; `token_expired` for an expired client token). */
@@ -6703,7 +7029,7 @@ export interface operations {
           [name: string]: unknown;
         };
         content: {
-          'application/json': components['schemas']['Error'];
+          'application/json': components['schemas']['Error401'];
         };
       };
       /** @description A client token outside its session's routes or scopes (`scope_denied`), or a WebSocket from an unlisted origin. */
@@ -6712,7 +7038,7 @@ export interface operations {
           [name: string]: unknown;
         };
         content: {
-          'application/json': components['schemas']['Error'];
+          'application/json': components['schemas']['Error403'];
         };
       };
       /** @description No such resource (`session_not_found`, also for another tenant's; `iteration_not_found`, …). */
@@ -6724,7 +7050,7 @@ export interface operations {
           [name: string]: unknown;
         };
         content: {
-          'application/json': components['schemas']['Error'];
+          'application/json': components['schemas']['Error404SessionNotFound'];
         };
       };
       /** @description The request does not fit the session's state (the code says why), or `idempotency_in_progress`. */
@@ -6736,7 +7062,7 @@ export interface operations {
           [name: string]: unknown;
         };
         content: {
-          'application/json': components['schemas']['Error'];
+          'application/json': components['schemas']['Error409'];
         };
       };
       /** @description If-Match does not match the revision (`revision_mismatch`; `details.revision`). */
@@ -6748,7 +7074,7 @@ export interface operations {
           [name: string]: unknown;
         };
         content: {
-          'application/json': components['schemas']['Error'];
+          'application/json': components['schemas']['Error412'];
         };
       };
       /** @description The body is larger than BODY_LIMIT (`payload_too_large`). */
@@ -6757,7 +7083,7 @@ export interface operations {
           [name: string]: unknown;
         };
         content: {
-          'application/json': components['schemas']['Error'];
+          'application/json': components['schemas']['Error413'];
         };
       };
       /** @description The body is not JSON (`unsupported_media_type`). */
@@ -6766,7 +7092,7 @@ export interface operations {
           [name: string]: unknown;
         };
         content: {
-          'application/json': components['schemas']['Error'];
+          'application/json': components['schemas']['Error415'];
         };
       };
       /** @description This Idempotency-Key was used with another request (`idempotency_key_reused`). */
@@ -6778,7 +7104,7 @@ export interface operations {
           [name: string]: unknown;
         };
         content: {
-          'application/json': components['schemas']['Error'];
+          'application/json': components['schemas']['Error422'];
         };
       };
       /** @description Over a rate or quota (`rate_limited` with Retry-After, `quota_exceeded`). */
@@ -6791,7 +7117,7 @@ export interface operations {
           [name: string]: unknown;
         };
         content: {
-          'application/json': components['schemas']['Error'];
+          'application/json': components['schemas']['Error429'];
         };
       };
       /** @description Something went wrong on the service's side (`internal_error`); the details are in its log. */
@@ -6800,7 +7126,7 @@ export interface operations {
           [name: string]: unknown;
         };
         content: {
-          'application/json': components['schemas']['Error'];
+          'application/json': components['schemas']['Error500'];
         };
       };
       /** @description The session store is unavailable (`store_unavailable`); try again after Retry-After. */
@@ -6810,7 +7136,7 @@ export interface operations {
           [name: string]: unknown;
         };
         content: {
-          'application/json': components['schemas']['Error'];
+          'application/json': components['schemas']['Error503'];
         };
       };
     };
@@ -6870,7 +7196,7 @@ export interface operations {
           [name: string]: unknown;
         };
         content: {
-          'application/json': components['schemas']['Error'];
+          'application/json': components['schemas']['Error400'];
         };
       };
       /** @description No valid bearer key or client token (`unauthorized`; `token_expired` for an expired client token). */
@@ -6880,7 +7206,7 @@ export interface operations {
           [name: string]: unknown;
         };
         content: {
-          'application/json': components['schemas']['Error'];
+          'application/json': components['schemas']['Error401'];
         };
       };
       /** @description A client token outside its session's routes or scopes (`scope_denied`), or a WebSocket from an unlisted origin. */
@@ -6889,7 +7215,7 @@ export interface operations {
           [name: string]: unknown;
         };
         content: {
-          'application/json': components['schemas']['Error'];
+          'application/json': components['schemas']['Error403'];
         };
       };
       /** @description No such resource (`session_not_found`, also for another tenant's; `iteration_not_found`, …). */
@@ -6901,7 +7227,7 @@ export interface operations {
           [name: string]: unknown;
         };
         content: {
-          'application/json': components['schemas']['Error'];
+          'application/json': components['schemas']['Error404SessionNotFound'];
         };
       };
       /** @description The request does not fit the session's state (the code says why), or `idempotency_in_progress`. */
@@ -6913,7 +7239,7 @@ export interface operations {
           [name: string]: unknown;
         };
         content: {
-          'application/json': components['schemas']['Error'];
+          'application/json': components['schemas']['Error409'];
         };
       };
       /** @description If-Match does not match the revision (`revision_mismatch`; `details.revision`). */
@@ -6925,7 +7251,7 @@ export interface operations {
           [name: string]: unknown;
         };
         content: {
-          'application/json': components['schemas']['Error'];
+          'application/json': components['schemas']['Error412'];
         };
       };
       /** @description The body is larger than BODY_LIMIT (`payload_too_large`). */
@@ -6934,7 +7260,7 @@ export interface operations {
           [name: string]: unknown;
         };
         content: {
-          'application/json': components['schemas']['Error'];
+          'application/json': components['schemas']['Error413'];
         };
       };
       /** @description The body is not JSON (`unsupported_media_type`). */
@@ -6943,7 +7269,7 @@ export interface operations {
           [name: string]: unknown;
         };
         content: {
-          'application/json': components['schemas']['Error'];
+          'application/json': components['schemas']['Error415'];
         };
       };
       /** @description This Idempotency-Key was used with another request (`idempotency_key_reused`). */
@@ -6955,7 +7281,7 @@ export interface operations {
           [name: string]: unknown;
         };
         content: {
-          'application/json': components['schemas']['Error'];
+          'application/json': components['schemas']['Error422'];
         };
       };
       /** @description Over a rate or quota (`rate_limited` with Retry-After, `quota_exceeded`). */
@@ -6968,7 +7294,7 @@ export interface operations {
           [name: string]: unknown;
         };
         content: {
-          'application/json': components['schemas']['Error'];
+          'application/json': components['schemas']['Error429'];
         };
       };
       /** @description Something went wrong on the service's side (`internal_error`); the details are in its log. */
@@ -6977,7 +7303,7 @@ export interface operations {
           [name: string]: unknown;
         };
         content: {
-          'application/json': components['schemas']['Error'];
+          'application/json': components['schemas']['Error500'];
         };
       };
       /** @description The session store is unavailable (`store_unavailable`); try again after Retry-After. */
@@ -6987,7 +7313,7 @@ export interface operations {
           [name: string]: unknown;
         };
         content: {
-          'application/json': components['schemas']['Error'];
+          'application/json': components['schemas']['Error503'];
         };
       };
     };
@@ -7037,7 +7363,7 @@ export interface operations {
           [name: string]: unknown;
         };
         content: {
-          'application/json': components['schemas']['Error'];
+          'application/json': components['schemas']['Error400'];
         };
       };
       /** @description No valid bearer key or client token (`unauthorized`; `token_expired` for an expired client token). */
@@ -7047,7 +7373,7 @@ export interface operations {
           [name: string]: unknown;
         };
         content: {
-          'application/json': components['schemas']['Error'];
+          'application/json': components['schemas']['Error401'];
         };
       };
       /** @description A client token outside its session's routes or scopes (`scope_denied`), or a WebSocket from an unlisted origin. */
@@ -7056,7 +7382,7 @@ export interface operations {
           [name: string]: unknown;
         };
         content: {
-          'application/json': components['schemas']['Error'];
+          'application/json': components['schemas']['Error403'];
         };
       };
       /** @description No such resource (`session_not_found`, also for another tenant's; `iteration_not_found`, …). */
@@ -7068,7 +7394,7 @@ export interface operations {
           [name: string]: unknown;
         };
         content: {
-          'application/json': components['schemas']['Error'];
+          'application/json': components['schemas']['Error404SessionNotFoundIterationNotFound'];
         };
       };
       /** @description The request does not fit the session's state (the code says why), or `idempotency_in_progress`. */
@@ -7080,7 +7406,7 @@ export interface operations {
           [name: string]: unknown;
         };
         content: {
-          'application/json': components['schemas']['Error'];
+          'application/json': components['schemas']['Error409'];
         };
       };
       /** @description If-Match does not match the revision (`revision_mismatch`; `details.revision`). */
@@ -7092,7 +7418,7 @@ export interface operations {
           [name: string]: unknown;
         };
         content: {
-          'application/json': components['schemas']['Error'];
+          'application/json': components['schemas']['Error412'];
         };
       };
       /** @description The body is larger than BODY_LIMIT (`payload_too_large`). */
@@ -7101,7 +7427,7 @@ export interface operations {
           [name: string]: unknown;
         };
         content: {
-          'application/json': components['schemas']['Error'];
+          'application/json': components['schemas']['Error413'];
         };
       };
       /** @description The body is not JSON (`unsupported_media_type`). */
@@ -7110,7 +7436,7 @@ export interface operations {
           [name: string]: unknown;
         };
         content: {
-          'application/json': components['schemas']['Error'];
+          'application/json': components['schemas']['Error415'];
         };
       };
       /** @description This Idempotency-Key was used with another request (`idempotency_key_reused`). */
@@ -7122,7 +7448,7 @@ export interface operations {
           [name: string]: unknown;
         };
         content: {
-          'application/json': components['schemas']['Error'];
+          'application/json': components['schemas']['Error422'];
         };
       };
       /** @description Over a rate or quota (`rate_limited` with Retry-After, `quota_exceeded`). */
@@ -7135,7 +7461,7 @@ export interface operations {
           [name: string]: unknown;
         };
         content: {
-          'application/json': components['schemas']['Error'];
+          'application/json': components['schemas']['Error429'];
         };
       };
       /** @description Something went wrong on the service's side (`internal_error`); the details are in its log. */
@@ -7144,7 +7470,7 @@ export interface operations {
           [name: string]: unknown;
         };
         content: {
-          'application/json': components['schemas']['Error'];
+          'application/json': components['schemas']['Error500'];
         };
       };
       /** @description The session store is unavailable (`store_unavailable`); try again after Retry-After. */
@@ -7154,7 +7480,7 @@ export interface operations {
           [name: string]: unknown;
         };
         content: {
-          'application/json': components['schemas']['Error'];
+          'application/json': components['schemas']['Error503'];
         };
       };
     };
@@ -7194,7 +7520,7 @@ export interface operations {
           [name: string]: unknown;
         };
         content: {
-          'application/json': components['schemas']['Error'];
+          'application/json': components['schemas']['Error400'];
         };
       };
       /** @description No valid bearer key or client token (`unauthorized`; `token_expired` for an expired client token). */
@@ -7204,7 +7530,7 @@ export interface operations {
           [name: string]: unknown;
         };
         content: {
-          'application/json': components['schemas']['Error'];
+          'application/json': components['schemas']['Error401'];
         };
       };
       /** @description A client token outside its session's routes or scopes (`scope_denied`), or a WebSocket from an unlisted origin. */
@@ -7213,7 +7539,7 @@ export interface operations {
           [name: string]: unknown;
         };
         content: {
-          'application/json': components['schemas']['Error'];
+          'application/json': components['schemas']['Error403'];
         };
       };
       /** @description No such resource (`session_not_found`, also for another tenant's; `iteration_not_found`, …). */
@@ -7222,7 +7548,7 @@ export interface operations {
           [name: string]: unknown;
         };
         content: {
-          'application/json': components['schemas']['Error'];
+          'application/json': components['schemas']['Error404SessionNotFound'];
         };
       };
       /** @description The cursor was trimmed from the event log (`cursor_expired`; `details` says how to recover). */
@@ -7231,7 +7557,7 @@ export interface operations {
           [name: string]: unknown;
         };
         content: {
-          'application/json': components['schemas']['Error'];
+          'application/json': components['schemas']['Error410'];
         };
       };
       /** @description Something went wrong on the service's side (`internal_error`); the details are in its log. */
@@ -7240,7 +7566,7 @@ export interface operations {
           [name: string]: unknown;
         };
         content: {
-          'application/json': components['schemas']['Error'];
+          'application/json': components['schemas']['Error500'];
         };
       };
       /** @description The session store is unavailable (`store_unavailable`); try again after Retry-After. */
@@ -7250,7 +7576,7 @@ export interface operations {
           [name: string]: unknown;
         };
         content: {
-          'application/json': components['schemas']['Error'];
+          'application/json': components['schemas']['Error503'];
         };
       };
     };
@@ -7283,7 +7609,7 @@ export interface operations {
           [name: string]: unknown;
         };
         content: {
-          'application/json': components['schemas']['Error'];
+          'application/json': components['schemas']['Error400'];
         };
       };
       /** @description No valid bearer key or client token (`unauthorized`; `token_expired` for an expired client token). */
@@ -7293,7 +7619,7 @@ export interface operations {
           [name: string]: unknown;
         };
         content: {
-          'application/json': components['schemas']['Error'];
+          'application/json': components['schemas']['Error401'];
         };
       };
       /** @description A client token outside its session's routes or scopes (`scope_denied`), or a WebSocket from an unlisted origin. */
@@ -7302,7 +7628,7 @@ export interface operations {
           [name: string]: unknown;
         };
         content: {
-          'application/json': components['schemas']['Error'];
+          'application/json': components['schemas']['Error403'];
         };
       };
       /** @description No such resource (`session_not_found`, also for another tenant's; `iteration_not_found`, …). */
@@ -7311,7 +7637,7 @@ export interface operations {
           [name: string]: unknown;
         };
         content: {
-          'application/json': components['schemas']['Error'];
+          'application/json': components['schemas']['Error404SessionNotFound'];
         };
       };
       /** @description Answer */
@@ -7320,7 +7646,7 @@ export interface operations {
           [name: string]: unknown;
         };
         content: {
-          'application/json': components['schemas']['Error'];
+          'application/json': components['schemas']['Error426'];
         };
       };
       /** @description Over a rate or quota (`rate_limited` with Retry-After, `quota_exceeded`). */
@@ -7330,7 +7656,7 @@ export interface operations {
           [name: string]: unknown;
         };
         content: {
-          'application/json': components['schemas']['Error'];
+          'application/json': components['schemas']['Error429'];
         };
       };
       /** @description Something went wrong on the service's side (`internal_error`); the details are in its log. */
@@ -7339,7 +7665,7 @@ export interface operations {
           [name: string]: unknown;
         };
         content: {
-          'application/json': components['schemas']['Error'];
+          'application/json': components['schemas']['Error500'];
         };
       };
       /** @description The session store is unavailable (`store_unavailable`); try again after Retry-After. */
@@ -7349,7 +7675,7 @@ export interface operations {
           [name: string]: unknown;
         };
         content: {
-          'application/json': components['schemas']['Error'];
+          'application/json': components['schemas']['Error503'];
         };
       };
     };
@@ -7379,7 +7705,7 @@ export interface operations {
           [name: string]: unknown;
         };
         content: {
-          'application/json': components['schemas']['Error'];
+          'application/json': components['schemas']['Error401'];
         };
       };
       /** @description A client token outside its session's routes or scopes (`scope_denied`), or a WebSocket from an unlisted origin. */
@@ -7388,7 +7714,7 @@ export interface operations {
           [name: string]: unknown;
         };
         content: {
-          'application/json': components['schemas']['Error'];
+          'application/json': components['schemas']['Error403'];
         };
       };
       /** @description Something went wrong on the service's side (`internal_error`); the details are in its log. */
@@ -7397,7 +7723,7 @@ export interface operations {
           [name: string]: unknown;
         };
         content: {
-          'application/json': components['schemas']['Error'];
+          'application/json': components['schemas']['Error500'];
         };
       };
       /** @description The session store is unavailable (`store_unavailable`); try again after Retry-After. */
@@ -7407,7 +7733,7 @@ export interface operations {
           [name: string]: unknown;
         };
         content: {
-          'application/json': components['schemas']['Error'];
+          'application/json': components['schemas']['Error503'];
         };
       };
     };
@@ -7485,7 +7811,7 @@ export interface operations {
           [name: string]: unknown;
         };
         content: {
-          'application/json': components['schemas']['Error'];
+          'application/json': components['schemas']['Error400'];
         };
       };
       /** @description No valid bearer key or client token (`unauthorized`; `token_expired` for an expired client token). */
@@ -7495,7 +7821,7 @@ export interface operations {
           [name: string]: unknown;
         };
         content: {
-          'application/json': components['schemas']['Error'];
+          'application/json': components['schemas']['Error401'];
         };
       };
       /** @description A client token outside its session's routes or scopes (`scope_denied`), or a WebSocket from an unlisted origin. */
@@ -7504,7 +7830,7 @@ export interface operations {
           [name: string]: unknown;
         };
         content: {
-          'application/json': components['schemas']['Error'];
+          'application/json': components['schemas']['Error403'];
         };
       };
       /** @description The request does not fit the session's state (the code says why), or `idempotency_in_progress`. */
@@ -7516,7 +7842,7 @@ export interface operations {
           [name: string]: unknown;
         };
         content: {
-          'application/json': components['schemas']['Error'];
+          'application/json': components['schemas']['Error409'];
         };
       };
       /** @description The body is larger than BODY_LIMIT (`payload_too_large`). */
@@ -7525,7 +7851,7 @@ export interface operations {
           [name: string]: unknown;
         };
         content: {
-          'application/json': components['schemas']['Error'];
+          'application/json': components['schemas']['Error413'];
         };
       };
       /** @description The body is not JSON (`unsupported_media_type`). */
@@ -7534,7 +7860,7 @@ export interface operations {
           [name: string]: unknown;
         };
         content: {
-          'application/json': components['schemas']['Error'];
+          'application/json': components['schemas']['Error415'];
         };
       };
       /** @description This Idempotency-Key was used with another request (`idempotency_key_reused`). */
@@ -7546,7 +7872,7 @@ export interface operations {
           [name: string]: unknown;
         };
         content: {
-          'application/json': components['schemas']['Error'];
+          'application/json': components['schemas']['Error422'];
         };
       };
       /** @description Over a rate or quota (`rate_limited` with Retry-After, `quota_exceeded`). */
@@ -7559,7 +7885,7 @@ export interface operations {
           [name: string]: unknown;
         };
         content: {
-          'application/json': components['schemas']['Error'];
+          'application/json': components['schemas']['Error429'];
         };
       };
       /** @description Something went wrong on the service's side (`internal_error`); the details are in its log. */
@@ -7568,7 +7894,7 @@ export interface operations {
           [name: string]: unknown;
         };
         content: {
-          'application/json': components['schemas']['Error'];
+          'application/json': components['schemas']['Error500'];
         };
       };
       /** @description The session store is unavailable (`store_unavailable`); try again after Retry-After. */
@@ -7578,7 +7904,7 @@ export interface operations {
           [name: string]: unknown;
         };
         content: {
-          'application/json': components['schemas']['Error'];
+          'application/json': components['schemas']['Error503'];
         };
       };
     };
@@ -7610,7 +7936,7 @@ export interface operations {
           [name: string]: unknown;
         };
         content: {
-          'application/json': components['schemas']['Error'];
+          'application/json': components['schemas']['Error400'];
         };
       };
       /** @description No valid bearer key or client token (`unauthorized`; `token_expired` for an expired client token). */
@@ -7620,7 +7946,7 @@ export interface operations {
           [name: string]: unknown;
         };
         content: {
-          'application/json': components['schemas']['Error'];
+          'application/json': components['schemas']['Error401'];
         };
       };
       /** @description A client token outside its session's routes or scopes (`scope_denied`), or a WebSocket from an unlisted origin. */
@@ -7629,7 +7955,7 @@ export interface operations {
           [name: string]: unknown;
         };
         content: {
-          'application/json': components['schemas']['Error'];
+          'application/json': components['schemas']['Error403'];
         };
       };
       /** @description No such resource (`session_not_found`, also for another tenant's; `iteration_not_found`, …). */
@@ -7638,7 +7964,7 @@ export interface operations {
           [name: string]: unknown;
         };
         content: {
-          'application/json': components['schemas']['Error'];
+          'application/json': components['schemas']['Error404WebhookNotFound'];
         };
       };
       /** @description Something went wrong on the service's side (`internal_error`); the details are in its log. */
@@ -7647,7 +7973,7 @@ export interface operations {
           [name: string]: unknown;
         };
         content: {
-          'application/json': components['schemas']['Error'];
+          'application/json': components['schemas']['Error500'];
         };
       };
       /** @description The session store is unavailable (`store_unavailable`); try again after Retry-After. */
@@ -7657,7 +7983,7 @@ export interface operations {
           [name: string]: unknown;
         };
         content: {
-          'application/json': components['schemas']['Error'];
+          'application/json': components['schemas']['Error503'];
         };
       };
     };
@@ -7693,7 +8019,7 @@ export interface operations {
           [name: string]: unknown;
         };
         content: {
-          'application/json': components['schemas']['Error'];
+          'application/json': components['schemas']['Error400'];
         };
       };
       /** @description No valid bearer key or client token (`unauthorized`; `token_expired` for an expired client token). */
@@ -7703,7 +8029,7 @@ export interface operations {
           [name: string]: unknown;
         };
         content: {
-          'application/json': components['schemas']['Error'];
+          'application/json': components['schemas']['Error401'];
         };
       };
       /** @description A client token outside its session's routes or scopes (`scope_denied`), or a WebSocket from an unlisted origin. */
@@ -7712,7 +8038,7 @@ export interface operations {
           [name: string]: unknown;
         };
         content: {
-          'application/json': components['schemas']['Error'];
+          'application/json': components['schemas']['Error403'];
         };
       };
       /** @description No such resource (`session_not_found`, also for another tenant's; `iteration_not_found`, …). */
@@ -7724,7 +8050,7 @@ export interface operations {
           [name: string]: unknown;
         };
         content: {
-          'application/json': components['schemas']['Error'];
+          'application/json': components['schemas']['Error404WebhookNotFound'];
         };
       };
       /** @description If-Match does not match the revision (`revision_mismatch`; `details.revision`). */
@@ -7736,7 +8062,7 @@ export interface operations {
           [name: string]: unknown;
         };
         content: {
-          'application/json': components['schemas']['Error'];
+          'application/json': components['schemas']['Error412'];
         };
       };
       /** @description Over a rate or quota (`rate_limited` with Retry-After, `quota_exceeded`). */
@@ -7749,7 +8075,7 @@ export interface operations {
           [name: string]: unknown;
         };
         content: {
-          'application/json': components['schemas']['Error'];
+          'application/json': components['schemas']['Error429'];
         };
       };
       /** @description Something went wrong on the service's side (`internal_error`); the details are in its log. */
@@ -7758,7 +8084,7 @@ export interface operations {
           [name: string]: unknown;
         };
         content: {
-          'application/json': components['schemas']['Error'];
+          'application/json': components['schemas']['Error500'];
         };
       };
       /** @description The session store is unavailable (`store_unavailable`); try again after Retry-After. */
@@ -7768,7 +8094,7 @@ export interface operations {
           [name: string]: unknown;
         };
         content: {
-          'application/json': components['schemas']['Error'];
+          'application/json': components['schemas']['Error503'];
         };
       };
     };
@@ -7847,7 +8173,7 @@ export interface operations {
           [name: string]: unknown;
         };
         content: {
-          'application/json': components['schemas']['Error'];
+          'application/json': components['schemas']['Error400'];
         };
       };
       /** @description No valid bearer key or client token (`unauthorized`; `token_expired` for an expired client token). */
@@ -7857,7 +8183,7 @@ export interface operations {
           [name: string]: unknown;
         };
         content: {
-          'application/json': components['schemas']['Error'];
+          'application/json': components['schemas']['Error401'];
         };
       };
       /** @description A client token outside its session's routes or scopes (`scope_denied`), or a WebSocket from an unlisted origin. */
@@ -7866,7 +8192,7 @@ export interface operations {
           [name: string]: unknown;
         };
         content: {
-          'application/json': components['schemas']['Error'];
+          'application/json': components['schemas']['Error403'];
         };
       };
       /** @description No such resource (`session_not_found`, also for another tenant's; `iteration_not_found`, …). */
@@ -7878,7 +8204,7 @@ export interface operations {
           [name: string]: unknown;
         };
         content: {
-          'application/json': components['schemas']['Error'];
+          'application/json': components['schemas']['Error404WebhookNotFound'];
         };
       };
       /** @description If-Match does not match the revision (`revision_mismatch`; `details.revision`). */
@@ -7890,7 +8216,7 @@ export interface operations {
           [name: string]: unknown;
         };
         content: {
-          'application/json': components['schemas']['Error'];
+          'application/json': components['schemas']['Error412'];
         };
       };
       /** @description The body is larger than BODY_LIMIT (`payload_too_large`). */
@@ -7899,7 +8225,7 @@ export interface operations {
           [name: string]: unknown;
         };
         content: {
-          'application/json': components['schemas']['Error'];
+          'application/json': components['schemas']['Error413'];
         };
       };
       /** @description The body is not JSON (`unsupported_media_type`). */
@@ -7908,7 +8234,7 @@ export interface operations {
           [name: string]: unknown;
         };
         content: {
-          'application/json': components['schemas']['Error'];
+          'application/json': components['schemas']['Error415'];
         };
       };
       /** @description Over a rate or quota (`rate_limited` with Retry-After, `quota_exceeded`). */
@@ -7921,7 +8247,7 @@ export interface operations {
           [name: string]: unknown;
         };
         content: {
-          'application/json': components['schemas']['Error'];
+          'application/json': components['schemas']['Error429'];
         };
       };
       /** @description Something went wrong on the service's side (`internal_error`); the details are in its log. */
@@ -7930,7 +8256,7 @@ export interface operations {
           [name: string]: unknown;
         };
         content: {
-          'application/json': components['schemas']['Error'];
+          'application/json': components['schemas']['Error500'];
         };
       };
       /** @description The session store is unavailable (`store_unavailable`); try again after Retry-After. */
@@ -7940,7 +8266,7 @@ export interface operations {
           [name: string]: unknown;
         };
         content: {
-          'application/json': components['schemas']['Error'];
+          'application/json': components['schemas']['Error503'];
         };
       };
     };
@@ -7973,7 +8299,7 @@ export interface operations {
           [name: string]: unknown;
         };
         content: {
-          'application/json': components['schemas']['Error'];
+          'application/json': components['schemas']['Error400'];
         };
       };
       /** @description No valid bearer key or client token (`unauthorized`; `token_expired` for an expired client token). */
@@ -7983,7 +8309,7 @@ export interface operations {
           [name: string]: unknown;
         };
         content: {
-          'application/json': components['schemas']['Error'];
+          'application/json': components['schemas']['Error401'];
         };
       };
       /** @description A client token outside its session's routes or scopes (`scope_denied`), or a WebSocket from an unlisted origin. */
@@ -7992,7 +8318,7 @@ export interface operations {
           [name: string]: unknown;
         };
         content: {
-          'application/json': components['schemas']['Error'];
+          'application/json': components['schemas']['Error403'];
         };
       };
       /** @description No such resource (`session_not_found`, also for another tenant's; `iteration_not_found`, …). */
@@ -8001,7 +8327,7 @@ export interface operations {
           [name: string]: unknown;
         };
         content: {
-          'application/json': components['schemas']['Error'];
+          'application/json': components['schemas']['Error404WebhookNotFound'];
         };
       };
       /** @description Something went wrong on the service's side (`internal_error`); the details are in its log. */
@@ -8010,7 +8336,7 @@ export interface operations {
           [name: string]: unknown;
         };
         content: {
-          'application/json': components['schemas']['Error'];
+          'application/json': components['schemas']['Error500'];
         };
       };
       /** @description The session store is unavailable (`store_unavailable`); try again after Retry-After. */
@@ -8020,7 +8346,7 @@ export interface operations {
           [name: string]: unknown;
         };
         content: {
-          'application/json': components['schemas']['Error'];
+          'application/json': components['schemas']['Error503'];
         };
       };
     };
@@ -8058,7 +8384,7 @@ export interface operations {
           [name: string]: unknown;
         };
         content: {
-          'application/json': components['schemas']['Error'];
+          'application/json': components['schemas']['Error400'];
         };
       };
       /** @description No valid bearer key or client token (`unauthorized`; `token_expired` for an expired client token). */
@@ -8068,7 +8394,7 @@ export interface operations {
           [name: string]: unknown;
         };
         content: {
-          'application/json': components['schemas']['Error'];
+          'application/json': components['schemas']['Error401'];
         };
       };
       /** @description A client token outside its session's routes or scopes (`scope_denied`), or a WebSocket from an unlisted origin. */
@@ -8077,7 +8403,7 @@ export interface operations {
           [name: string]: unknown;
         };
         content: {
-          'application/json': components['schemas']['Error'];
+          'application/json': components['schemas']['Error403'];
         };
       };
       /** @description No such resource (`session_not_found`, also for another tenant's; `iteration_not_found`, …). */
@@ -8089,7 +8415,7 @@ export interface operations {
           [name: string]: unknown;
         };
         content: {
-          'application/json': components['schemas']['Error'];
+          'application/json': components['schemas']['Error404WebhookNotFound'];
         };
       };
       /** @description The request does not fit the session's state (the code says why), or `idempotency_in_progress`. */
@@ -8101,7 +8427,7 @@ export interface operations {
           [name: string]: unknown;
         };
         content: {
-          'application/json': components['schemas']['Error'];
+          'application/json': components['schemas']['Error409'];
         };
       };
       /** @description This Idempotency-Key was used with another request (`idempotency_key_reused`). */
@@ -8113,7 +8439,7 @@ export interface operations {
           [name: string]: unknown;
         };
         content: {
-          'application/json': components['schemas']['Error'];
+          'application/json': components['schemas']['Error422'];
         };
       };
       /** @description Over a rate or quota (`rate_limited` with Retry-After, `quota_exceeded`). */
@@ -8126,7 +8452,7 @@ export interface operations {
           [name: string]: unknown;
         };
         content: {
-          'application/json': components['schemas']['Error'];
+          'application/json': components['schemas']['Error429'];
         };
       };
       /** @description Something went wrong on the service's side (`internal_error`); the details are in its log. */
@@ -8135,7 +8461,7 @@ export interface operations {
           [name: string]: unknown;
         };
         content: {
-          'application/json': components['schemas']['Error'];
+          'application/json': components['schemas']['Error500'];
         };
       };
       /** @description The session store is unavailable (`store_unavailable`); try again after Retry-After. */
@@ -8145,7 +8471,7 @@ export interface operations {
           [name: string]: unknown;
         };
         content: {
-          'application/json': components['schemas']['Error'];
+          'application/json': components['schemas']['Error503'];
         };
       };
     };
@@ -8175,7 +8501,7 @@ export interface operations {
           [name: string]: unknown;
         };
         content: {
-          'application/json': components['schemas']['Error'];
+          'application/json': components['schemas']['Error401'];
         };
       };
       /** @description A client token outside its session's routes or scopes (`scope_denied`), or a WebSocket from an unlisted origin. */
@@ -8184,7 +8510,7 @@ export interface operations {
           [name: string]: unknown;
         };
         content: {
-          'application/json': components['schemas']['Error'];
+          'application/json': components['schemas']['Error403'];
         };
       };
       /** @description Over a rate or quota (`rate_limited` with Retry-After, `quota_exceeded`). */
@@ -8194,7 +8520,7 @@ export interface operations {
           [name: string]: unknown;
         };
         content: {
-          'application/json': components['schemas']['Error'];
+          'application/json': components['schemas']['Error429'];
         };
       };
       /** @description Something went wrong on the service's side (`internal_error`); the details are in its log. */
@@ -8203,7 +8529,7 @@ export interface operations {
           [name: string]: unknown;
         };
         content: {
-          'application/json': components['schemas']['Error'];
+          'application/json': components['schemas']['Error500'];
         };
       };
       /** @description The session store is unavailable (`store_unavailable`); try again after Retry-After. */
@@ -8213,7 +8539,7 @@ export interface operations {
           [name: string]: unknown;
         };
         content: {
-          'application/json': components['schemas']['Error'];
+          'application/json': components['schemas']['Error503'];
         };
       };
     };
@@ -8245,7 +8571,7 @@ export interface operations {
           [name: string]: unknown;
         };
         content: {
-          'application/json': components['schemas']['Error'];
+          'application/json': components['schemas']['Error400'];
         };
       };
       /** @description No valid bearer key or client token (`unauthorized`; `token_expired` for an expired client token). */
@@ -8255,7 +8581,7 @@ export interface operations {
           [name: string]: unknown;
         };
         content: {
-          'application/json': components['schemas']['Error'];
+          'application/json': components['schemas']['Error401'];
         };
       };
       /** @description A client token outside its session's routes or scopes (`scope_denied`), or a WebSocket from an unlisted origin. */
@@ -8264,7 +8590,7 @@ export interface operations {
           [name: string]: unknown;
         };
         content: {
-          'application/json': components['schemas']['Error'];
+          'application/json': components['schemas']['Error403'];
         };
       };
       /** @description No such resource (`session_not_found`, also for another tenant's; `iteration_not_found`, …). */
@@ -8273,7 +8599,7 @@ export interface operations {
           [name: string]: unknown;
         };
         content: {
-          'application/json': components['schemas']['Error'];
+          'application/json': components['schemas']['Error404FileNotFound'];
         };
       };
       /** @description Over a rate or quota (`rate_limited` with Retry-After, `quota_exceeded`). */
@@ -8283,7 +8609,7 @@ export interface operations {
           [name: string]: unknown;
         };
         content: {
-          'application/json': components['schemas']['Error'];
+          'application/json': components['schemas']['Error429'];
         };
       };
       /** @description Something went wrong on the service's side (`internal_error`); the details are in its log. */
@@ -8292,7 +8618,7 @@ export interface operations {
           [name: string]: unknown;
         };
         content: {
-          'application/json': components['schemas']['Error'];
+          'application/json': components['schemas']['Error500'];
         };
       };
       /** @description The session store is unavailable (`store_unavailable`); try again after Retry-After. */
@@ -8302,7 +8628,7 @@ export interface operations {
           [name: string]: unknown;
         };
         content: {
-          'application/json': components['schemas']['Error'];
+          'application/json': components['schemas']['Error503'];
         };
       };
     };
@@ -8337,7 +8663,7 @@ export interface operations {
           [name: string]: unknown;
         };
         content: {
-          'application/json': components['schemas']['Error'];
+          'application/json': components['schemas']['Error400'];
         };
       };
       /** @description No valid bearer key or client token (`unauthorized`; `token_expired` for an expired client token). */
@@ -8347,7 +8673,7 @@ export interface operations {
           [name: string]: unknown;
         };
         content: {
-          'application/json': components['schemas']['Error'];
+          'application/json': components['schemas']['Error401'];
         };
       };
       /** @description A client token outside its session's routes or scopes (`scope_denied`), or a WebSocket from an unlisted origin. */
@@ -8356,7 +8682,7 @@ export interface operations {
           [name: string]: unknown;
         };
         content: {
-          'application/json': components['schemas']['Error'];
+          'application/json': components['schemas']['Error403'];
         };
       };
       /** @description No such resource (`session_not_found`, also for another tenant's; `iteration_not_found`, …). */
@@ -8368,7 +8694,7 @@ export interface operations {
           [name: string]: unknown;
         };
         content: {
-          'application/json': components['schemas']['Error'];
+          'application/json': components['schemas']['Error404FileNotFound'];
         };
       };
       /** @description Over a rate or quota (`rate_limited` with Retry-After, `quota_exceeded`). */
@@ -8381,7 +8707,7 @@ export interface operations {
           [name: string]: unknown;
         };
         content: {
-          'application/json': components['schemas']['Error'];
+          'application/json': components['schemas']['Error429'];
         };
       };
       /** @description Something went wrong on the service's side (`internal_error`); the details are in its log. */
@@ -8390,7 +8716,7 @@ export interface operations {
           [name: string]: unknown;
         };
         content: {
-          'application/json': components['schemas']['Error'];
+          'application/json': components['schemas']['Error500'];
         };
       };
       /** @description The session store is unavailable (`store_unavailable`); try again after Retry-After. */
@@ -8400,7 +8726,7 @@ export interface operations {
           [name: string]: unknown;
         };
         content: {
-          'application/json': components['schemas']['Error'];
+          'application/json': components['schemas']['Error503'];
         };
       };
     };
@@ -8459,7 +8785,7 @@ export interface operations {
           [name: string]: unknown;
         };
         content: {
-          'application/json': components['schemas']['Error'];
+          'application/json': components['schemas']['Error400'];
         };
       };
       /** @description No valid bearer key or client token (`unauthorized`; `token_expired` for an expired client token). */
@@ -8469,7 +8795,7 @@ export interface operations {
           [name: string]: unknown;
         };
         content: {
-          'application/json': components['schemas']['Error'];
+          'application/json': components['schemas']['Error401'];
         };
       };
       /** @description A client token outside its session's routes or scopes (`scope_denied`), or a WebSocket from an unlisted origin. */
@@ -8478,7 +8804,7 @@ export interface operations {
           [name: string]: unknown;
         };
         content: {
-          'application/json': components['schemas']['Error'];
+          'application/json': components['schemas']['Error403'];
         };
       };
       /** @description No such resource (`session_not_found`, also for another tenant's; `iteration_not_found`, …). */
@@ -8490,7 +8816,7 @@ export interface operations {
           [name: string]: unknown;
         };
         content: {
-          'application/json': components['schemas']['Error'];
+          'application/json': components['schemas']['Error404SessionNotFound'];
         };
       };
       /** @description The request does not fit the session's state (the code says why), or `idempotency_in_progress`. */
@@ -8502,7 +8828,7 @@ export interface operations {
           [name: string]: unknown;
         };
         content: {
-          'application/json': components['schemas']['Error'];
+          'application/json': components['schemas']['Error409'];
         };
       };
       /** @description If-Match does not match the revision (`revision_mismatch`; `details.revision`). */
@@ -8514,7 +8840,7 @@ export interface operations {
           [name: string]: unknown;
         };
         content: {
-          'application/json': components['schemas']['Error'];
+          'application/json': components['schemas']['Error412'];
         };
       };
       /** @description The body is larger than BODY_LIMIT (`payload_too_large`). */
@@ -8523,7 +8849,7 @@ export interface operations {
           [name: string]: unknown;
         };
         content: {
-          'application/json': components['schemas']['Error'];
+          'application/json': components['schemas']['Error413'];
         };
       };
       /** @description The body is not JSON (`unsupported_media_type`). */
@@ -8532,7 +8858,7 @@ export interface operations {
           [name: string]: unknown;
         };
         content: {
-          'application/json': components['schemas']['Error'];
+          'application/json': components['schemas']['Error415'];
         };
       };
       /** @description This Idempotency-Key was used with another request (`idempotency_key_reused`). */
@@ -8544,7 +8870,7 @@ export interface operations {
           [name: string]: unknown;
         };
         content: {
-          'application/json': components['schemas']['Error'];
+          'application/json': components['schemas']['Error422'];
         };
       };
       /** @description Over a rate or quota (`rate_limited` with Retry-After, `quota_exceeded`). */
@@ -8557,7 +8883,7 @@ export interface operations {
           [name: string]: unknown;
         };
         content: {
-          'application/json': components['schemas']['Error'];
+          'application/json': components['schemas']['Error429'];
         };
       };
       /** @description Something went wrong on the service's side (`internal_error`); the details are in its log. */
@@ -8566,7 +8892,7 @@ export interface operations {
           [name: string]: unknown;
         };
         content: {
-          'application/json': components['schemas']['Error'];
+          'application/json': components['schemas']['Error500'];
         };
       };
       /** @description The session store is unavailable (`store_unavailable`); try again after Retry-After. */
@@ -8576,7 +8902,7 @@ export interface operations {
           [name: string]: unknown;
         };
         content: {
-          'application/json': components['schemas']['Error'];
+          'application/json': components['schemas']['Error503'];
         };
       };
     };
@@ -8614,7 +8940,7 @@ export interface operations {
           [name: string]: unknown;
         };
         content: {
-          'application/json': components['schemas']['Error'];
+          'application/json': components['schemas']['Error400'];
         };
       };
       /** @description No valid bearer key or client token (`unauthorized`; `token_expired` for an expired client token). */
@@ -8624,7 +8950,7 @@ export interface operations {
           [name: string]: unknown;
         };
         content: {
-          'application/json': components['schemas']['Error'];
+          'application/json': components['schemas']['Error401'];
         };
       };
       /** @description A client token outside its session's routes or scopes (`scope_denied`), or a WebSocket from an unlisted origin. */
@@ -8633,7 +8959,7 @@ export interface operations {
           [name: string]: unknown;
         };
         content: {
-          'application/json': components['schemas']['Error'];
+          'application/json': components['schemas']['Error403'];
         };
       };
       /** @description No such resource (`session_not_found`, also for another tenant's; `iteration_not_found`, …). */
@@ -8642,7 +8968,7 @@ export interface operations {
           [name: string]: unknown;
         };
         content: {
-          'application/json': components['schemas']['Error'];
+          'application/json': components['schemas']['Error404SessionNotFound'];
         };
       };
       /** @description Something went wrong on the service's side (`internal_error`); the details are in its log. */
@@ -8651,7 +8977,7 @@ export interface operations {
           [name: string]: unknown;
         };
         content: {
-          'application/json': components['schemas']['Error'];
+          'application/json': components['schemas']['Error500'];
         };
       };
       /** @description The session store is unavailable (`store_unavailable`); try again after Retry-After. */
@@ -8661,7 +8987,7 @@ export interface operations {
           [name: string]: unknown;
         };
         content: {
-          'application/json': components['schemas']['Error'];
+          'application/json': components['schemas']['Error503'];
         };
       };
     };
@@ -8692,7 +9018,7 @@ export interface operations {
           [name: string]: unknown;
         };
         content: {
-          'application/json': components['schemas']['Error'];
+          'application/json': components['schemas']['Error400'];
         };
       };
       /** @description No valid bearer key or client token (`unauthorized`; `token_expired` for an expired client token). */
@@ -8702,7 +9028,7 @@ export interface operations {
           [name: string]: unknown;
         };
         content: {
-          'application/json': components['schemas']['Error'];
+          'application/json': components['schemas']['Error401'];
         };
       };
       /** @description A client token outside its session's routes or scopes (`scope_denied`), or a WebSocket from an unlisted origin. */
@@ -8711,7 +9037,7 @@ export interface operations {
           [name: string]: unknown;
         };
         content: {
-          'application/json': components['schemas']['Error'];
+          'application/json': components['schemas']['Error403'];
         };
       };
       /** @description No such resource (`session_not_found`, also for another tenant's; `iteration_not_found`, …). */
@@ -8720,7 +9046,7 @@ export interface operations {
           [name: string]: unknown;
         };
         content: {
-          'application/json': components['schemas']['Error'];
+          'application/json': components['schemas']['Error404SessionNotFound'];
         };
       };
       /** @description Something went wrong on the service's side (`internal_error`); the details are in its log. */
@@ -8729,7 +9055,7 @@ export interface operations {
           [name: string]: unknown;
         };
         content: {
-          'application/json': components['schemas']['Error'];
+          'application/json': components['schemas']['Error500'];
         };
       };
       /** @description The session store is unavailable (`store_unavailable`); try again after Retry-After. */
@@ -8739,7 +9065,7 @@ export interface operations {
           [name: string]: unknown;
         };
         content: {
-          'application/json': components['schemas']['Error'];
+          'application/json': components['schemas']['Error503'];
         };
       };
     };
@@ -8770,7 +9096,7 @@ export interface operations {
           [name: string]: unknown;
         };
         content: {
-          'application/json': components['schemas']['Error'];
+          'application/json': components['schemas']['Error400'];
         };
       };
       /** @description No valid bearer key or client token (`unauthorized`; `token_expired` for an expired client token). */
@@ -8780,7 +9106,7 @@ export interface operations {
           [name: string]: unknown;
         };
         content: {
-          'application/json': components['schemas']['Error'];
+          'application/json': components['schemas']['Error401'];
         };
       };
       /** @description A client token outside its session's routes or scopes (`scope_denied`), or a WebSocket from an unlisted origin. */
@@ -8789,7 +9115,7 @@ export interface operations {
           [name: string]: unknown;
         };
         content: {
-          'application/json': components['schemas']['Error'];
+          'application/json': components['schemas']['Error403'];
         };
       };
       /** @description No such resource (`session_not_found`, also for another tenant's; `iteration_not_found`, …). */
@@ -8798,7 +9124,7 @@ export interface operations {
           [name: string]: unknown;
         };
         content: {
-          'application/json': components['schemas']['Error'];
+          'application/json': components['schemas']['Error404McpServerNotFound'];
         };
       };
       /** @description Over a rate or quota (`rate_limited` with Retry-After, `quota_exceeded`). */
@@ -8808,7 +9134,7 @@ export interface operations {
           [name: string]: unknown;
         };
         content: {
-          'application/json': components['schemas']['Error'];
+          'application/json': components['schemas']['Error429'];
         };
       };
       /** @description Something went wrong on the service's side (`internal_error`); the details are in its log. */
@@ -8817,7 +9143,7 @@ export interface operations {
           [name: string]: unknown;
         };
         content: {
-          'application/json': components['schemas']['Error'];
+          'application/json': components['schemas']['Error500'];
         };
       };
       /** @description The session store is unavailable (`store_unavailable`); try again after Retry-After. */
@@ -8827,7 +9153,7 @@ export interface operations {
           [name: string]: unknown;
         };
         content: {
-          'application/json': components['schemas']['Error'];
+          'application/json': components['schemas']['Error503'];
         };
       };
     };
@@ -8883,7 +9209,7 @@ export interface operations {
           [name: string]: unknown;
         };
         content: {
-          'application/json': components['schemas']['Error'];
+          'application/json': components['schemas']['Error400'];
         };
       };
       /** @description No valid bearer key or client token (`unauthorized`; `token_expired` for an expired client token). */
@@ -8893,7 +9219,7 @@ export interface operations {
           [name: string]: unknown;
         };
         content: {
-          'application/json': components['schemas']['Error'];
+          'application/json': components['schemas']['Error401'];
         };
       };
       /** @description A client token outside its session's routes or scopes (`scope_denied`), or a WebSocket from an unlisted origin. */
@@ -8902,7 +9228,7 @@ export interface operations {
           [name: string]: unknown;
         };
         content: {
-          'application/json': components['schemas']['Error'];
+          'application/json': components['schemas']['Error403'];
         };
       };
       /** @description The body is larger than BODY_LIMIT (`payload_too_large`). */
@@ -8911,7 +9237,7 @@ export interface operations {
           [name: string]: unknown;
         };
         content: {
-          'application/json': components['schemas']['Error'];
+          'application/json': components['schemas']['Error413'];
         };
       };
       /** @description The body is not JSON (`unsupported_media_type`). */
@@ -8920,7 +9246,7 @@ export interface operations {
           [name: string]: unknown;
         };
         content: {
-          'application/json': components['schemas']['Error'];
+          'application/json': components['schemas']['Error415'];
         };
       };
       /** @description Over a rate or quota (`rate_limited` with Retry-After, `quota_exceeded`). */
@@ -8933,7 +9259,7 @@ export interface operations {
           [name: string]: unknown;
         };
         content: {
-          'application/json': components['schemas']['Error'];
+          'application/json': components['schemas']['Error429'];
         };
       };
       /** @description Something went wrong on the service's side (`internal_error`); the details are in its log. */
@@ -8942,7 +9268,7 @@ export interface operations {
           [name: string]: unknown;
         };
         content: {
-          'application/json': components['schemas']['Error'];
+          'application/json': components['schemas']['Error500'];
         };
       };
       /** @description The session store is unavailable (`store_unavailable`); try again after Retry-After. */
@@ -8952,7 +9278,7 @@ export interface operations {
           [name: string]: unknown;
         };
         content: {
-          'application/json': components['schemas']['Error'];
+          'application/json': components['schemas']['Error503'];
         };
       };
     };
@@ -8986,7 +9312,7 @@ export interface operations {
           [name: string]: unknown;
         };
         content: {
-          'application/json': components['schemas']['Error'];
+          'application/json': components['schemas']['Error400'];
         };
       };
       /** @description No valid bearer key or client token (`unauthorized`; `token_expired` for an expired client token). */
@@ -8996,7 +9322,7 @@ export interface operations {
           [name: string]: unknown;
         };
         content: {
-          'application/json': components['schemas']['Error'];
+          'application/json': components['schemas']['Error401'];
         };
       };
       /** @description A client token outside its session's routes or scopes (`scope_denied`), or a WebSocket from an unlisted origin. */
@@ -9005,7 +9331,7 @@ export interface operations {
           [name: string]: unknown;
         };
         content: {
-          'application/json': components['schemas']['Error'];
+          'application/json': components['schemas']['Error403'];
         };
       };
       /** @description No such resource (`session_not_found`, also for another tenant's; `iteration_not_found`, …). */
@@ -9017,7 +9343,7 @@ export interface operations {
           [name: string]: unknown;
         };
         content: {
-          'application/json': components['schemas']['Error'];
+          'application/json': components['schemas']['Error404McpServerNotFound'];
         };
       };
       /** @description Over a rate or quota (`rate_limited` with Retry-After, `quota_exceeded`). */
@@ -9030,7 +9356,7 @@ export interface operations {
           [name: string]: unknown;
         };
         content: {
-          'application/json': components['schemas']['Error'];
+          'application/json': components['schemas']['Error429'];
         };
       };
       /** @description Something went wrong on the service's side (`internal_error`); the details are in its log. */
@@ -9039,7 +9365,7 @@ export interface operations {
           [name: string]: unknown;
         };
         content: {
-          'application/json': components['schemas']['Error'];
+          'application/json': components['schemas']['Error500'];
         };
       };
       /** @description The session store is unavailable (`store_unavailable`); try again after Retry-After. */
@@ -9049,7 +9375,7 @@ export interface operations {
           [name: string]: unknown;
         };
         content: {
-          'application/json': components['schemas']['Error'];
+          'application/json': components['schemas']['Error503'];
         };
       };
     };
@@ -9079,7 +9405,7 @@ export interface operations {
           [name: string]: unknown;
         };
         content: {
-          'application/json': components['schemas']['Error'];
+          'application/json': components['schemas']['Error401'];
         };
       };
       /** @description A client token outside its session's routes or scopes (`scope_denied`), or a WebSocket from an unlisted origin. */
@@ -9088,7 +9414,7 @@ export interface operations {
           [name: string]: unknown;
         };
         content: {
-          'application/json': components['schemas']['Error'];
+          'application/json': components['schemas']['Error403'];
         };
       };
       /** @description Over a rate or quota (`rate_limited` with Retry-After, `quota_exceeded`). */
@@ -9098,7 +9424,7 @@ export interface operations {
           [name: string]: unknown;
         };
         content: {
-          'application/json': components['schemas']['Error'];
+          'application/json': components['schemas']['Error429'];
         };
       };
       /** @description Something went wrong on the service's side (`internal_error`); the details are in its log. */
@@ -9107,7 +9433,7 @@ export interface operations {
           [name: string]: unknown;
         };
         content: {
-          'application/json': components['schemas']['Error'];
+          'application/json': components['schemas']['Error500'];
         };
       };
       /** @description The session store is unavailable (`store_unavailable`); try again after Retry-After. */
@@ -9117,7 +9443,7 @@ export interface operations {
           [name: string]: unknown;
         };
         content: {
-          'application/json': components['schemas']['Error'];
+          'application/json': components['schemas']['Error503'];
         };
       };
     };
@@ -9149,7 +9475,7 @@ export interface operations {
           [name: string]: unknown;
         };
         content: {
-          'application/json': components['schemas']['Error'];
+          'application/json': components['schemas']['Error400'];
         };
       };
       /** @description No valid bearer key or client token (`unauthorized`; `token_expired` for an expired client token). */
@@ -9159,7 +9485,7 @@ export interface operations {
           [name: string]: unknown;
         };
         content: {
-          'application/json': components['schemas']['Error'];
+          'application/json': components['schemas']['Error401'];
         };
       };
       /** @description A client token outside its session's routes or scopes (`scope_denied`), or a WebSocket from an unlisted origin. */
@@ -9168,7 +9494,7 @@ export interface operations {
           [name: string]: unknown;
         };
         content: {
-          'application/json': components['schemas']['Error'];
+          'application/json': components['schemas']['Error403'];
         };
       };
       /** @description Something went wrong on the service's side (`internal_error`); the details are in its log. */
@@ -9177,7 +9503,7 @@ export interface operations {
           [name: string]: unknown;
         };
         content: {
-          'application/json': components['schemas']['Error'];
+          'application/json': components['schemas']['Error500'];
         };
       };
       /** @description The session store is unavailable (`store_unavailable`); try again after Retry-After. */
@@ -9187,7 +9513,7 @@ export interface operations {
           [name: string]: unknown;
         };
         content: {
-          'application/json': components['schemas']['Error'];
+          'application/json': components['schemas']['Error503'];
         };
       };
     };
@@ -9769,7 +10095,7 @@ export interface operations {
           [name: string]: unknown;
         };
         content: {
-          'application/json': components['schemas']['Error'];
+          'application/json': components['schemas']['Error400'];
         };
       };
       /** @description No valid bearer key or client token (`unauthorized`; `token_expired` for an expired client token). */
@@ -9779,7 +10105,7 @@ export interface operations {
           [name: string]: unknown;
         };
         content: {
-          'application/json': components['schemas']['Error'];
+          'application/json': components['schemas']['Error401'];
         };
       };
       /** @description A client token outside its session's routes or scopes (`scope_denied`), or a WebSocket from an unlisted origin. */
@@ -9788,7 +10114,7 @@ export interface operations {
           [name: string]: unknown;
         };
         content: {
-          'application/json': components['schemas']['Error'];
+          'application/json': components['schemas']['Error403'];
         };
       };
       /** @description The request does not fit the session's state (the code says why), or `idempotency_in_progress`. */
@@ -9800,7 +10126,7 @@ export interface operations {
           [name: string]: unknown;
         };
         content: {
-          'application/json': components['schemas']['Error'];
+          'application/json': components['schemas']['Error409'];
         };
       };
       /** @description The body is larger than BODY_LIMIT (`payload_too_large`). */
@@ -9809,7 +10135,7 @@ export interface operations {
           [name: string]: unknown;
         };
         content: {
-          'application/json': components['schemas']['Error'];
+          'application/json': components['schemas']['Error413'];
         };
       };
       /** @description The body is not JSON (`unsupported_media_type`). */
@@ -9818,7 +10144,7 @@ export interface operations {
           [name: string]: unknown;
         };
         content: {
-          'application/json': components['schemas']['Error'];
+          'application/json': components['schemas']['Error415'];
         };
       };
       /** @description This Idempotency-Key was used with another request (`idempotency_key_reused`). */
@@ -9830,7 +10156,7 @@ export interface operations {
           [name: string]: unknown;
         };
         content: {
-          'application/json': components['schemas']['Error'];
+          'application/json': components['schemas']['Error422'];
         };
       };
       /** @description Over a rate or quota (`rate_limited` with Retry-After, `quota_exceeded`). */
@@ -9843,7 +10169,7 @@ export interface operations {
           [name: string]: unknown;
         };
         content: {
-          'application/json': components['schemas']['Error'];
+          'application/json': components['schemas']['Error429'];
         };
       };
       /** @description Something went wrong on the service's side (`internal_error`); the details are in its log. */
@@ -9852,7 +10178,7 @@ export interface operations {
           [name: string]: unknown;
         };
         content: {
-          'application/json': components['schemas']['Error'];
+          'application/json': components['schemas']['Error500'];
         };
       };
       /** @description The session store is unavailable (`store_unavailable`); try again after Retry-After. */
@@ -9862,7 +10188,7 @@ export interface operations {
           [name: string]: unknown;
         };
         content: {
-          'application/json': components['schemas']['Error'];
+          'application/json': components['schemas']['Error503'];
         };
       };
     };
@@ -9893,7 +10219,7 @@ export interface operations {
           [name: string]: unknown;
         };
         content: {
-          'application/json': components['schemas']['Error'];
+          'application/json': components['schemas']['Error400'];
         };
       };
       /** @description No valid bearer key or client token (`unauthorized`; `token_expired` for an expired client token). */
@@ -9903,7 +10229,7 @@ export interface operations {
           [name: string]: unknown;
         };
         content: {
-          'application/json': components['schemas']['Error'];
+          'application/json': components['schemas']['Error401'];
         };
       };
       /** @description A client token outside its session's routes or scopes (`scope_denied`), or a WebSocket from an unlisted origin. */
@@ -9912,7 +10238,7 @@ export interface operations {
           [name: string]: unknown;
         };
         content: {
-          'application/json': components['schemas']['Error'];
+          'application/json': components['schemas']['Error403'];
         };
       };
       /** @description No such resource (`session_not_found`, also for another tenant's; `iteration_not_found`, …). */
@@ -9921,7 +10247,7 @@ export interface operations {
           [name: string]: unknown;
         };
         content: {
-          'application/json': components['schemas']['Error'];
+          'application/json': components['schemas']['Error404ScheduleNotFound'];
         };
       };
       /** @description Something went wrong on the service's side (`internal_error`); the details are in its log. */
@@ -9930,7 +10256,7 @@ export interface operations {
           [name: string]: unknown;
         };
         content: {
-          'application/json': components['schemas']['Error'];
+          'application/json': components['schemas']['Error500'];
         };
       };
       /** @description The session store is unavailable (`store_unavailable`); try again after Retry-After. */
@@ -9940,7 +10266,7 @@ export interface operations {
           [name: string]: unknown;
         };
         content: {
-          'application/json': components['schemas']['Error'];
+          'application/json': components['schemas']['Error503'];
         };
       };
     };
@@ -9976,7 +10302,7 @@ export interface operations {
           [name: string]: unknown;
         };
         content: {
-          'application/json': components['schemas']['Error'];
+          'application/json': components['schemas']['Error400'];
         };
       };
       /** @description No valid bearer key or client token (`unauthorized`; `token_expired` for an expired client token). */
@@ -9986,7 +10312,7 @@ export interface operations {
           [name: string]: unknown;
         };
         content: {
-          'application/json': components['schemas']['Error'];
+          'application/json': components['schemas']['Error401'];
         };
       };
       /** @description A client token outside its session's routes or scopes (`scope_denied`), or a WebSocket from an unlisted origin. */
@@ -9995,7 +10321,7 @@ export interface operations {
           [name: string]: unknown;
         };
         content: {
-          'application/json': components['schemas']['Error'];
+          'application/json': components['schemas']['Error403'];
         };
       };
       /** @description No such resource (`session_not_found`, also for another tenant's; `iteration_not_found`, …). */
@@ -10007,7 +10333,7 @@ export interface operations {
           [name: string]: unknown;
         };
         content: {
-          'application/json': components['schemas']['Error'];
+          'application/json': components['schemas']['Error404ScheduleNotFound'];
         };
       };
       /** @description If-Match does not match the revision (`revision_mismatch`; `details.revision`). */
@@ -10019,7 +10345,7 @@ export interface operations {
           [name: string]: unknown;
         };
         content: {
-          'application/json': components['schemas']['Error'];
+          'application/json': components['schemas']['Error412'];
         };
       };
       /** @description Over a rate or quota (`rate_limited` with Retry-After, `quota_exceeded`). */
@@ -10032,7 +10358,7 @@ export interface operations {
           [name: string]: unknown;
         };
         content: {
-          'application/json': components['schemas']['Error'];
+          'application/json': components['schemas']['Error429'];
         };
       };
       /** @description Something went wrong on the service's side (`internal_error`); the details are in its log. */
@@ -10041,7 +10367,7 @@ export interface operations {
           [name: string]: unknown;
         };
         content: {
-          'application/json': components['schemas']['Error'];
+          'application/json': components['schemas']['Error500'];
         };
       };
       /** @description The session store is unavailable (`store_unavailable`); try again after Retry-After. */
@@ -10051,7 +10377,7 @@ export interface operations {
           [name: string]: unknown;
         };
         content: {
-          'application/json': components['schemas']['Error'];
+          'application/json': components['schemas']['Error503'];
         };
       };
     };
@@ -10630,7 +10956,7 @@ export interface operations {
           [name: string]: unknown;
         };
         content: {
-          'application/json': components['schemas']['Error'];
+          'application/json': components['schemas']['Error400'];
         };
       };
       /** @description No valid bearer key or client token (`unauthorized`; `token_expired` for an expired client token). */
@@ -10640,7 +10966,7 @@ export interface operations {
           [name: string]: unknown;
         };
         content: {
-          'application/json': components['schemas']['Error'];
+          'application/json': components['schemas']['Error401'];
         };
       };
       /** @description A client token outside its session's routes or scopes (`scope_denied`), or a WebSocket from an unlisted origin. */
@@ -10649,7 +10975,7 @@ export interface operations {
           [name: string]: unknown;
         };
         content: {
-          'application/json': components['schemas']['Error'];
+          'application/json': components['schemas']['Error403'];
         };
       };
       /** @description No such resource (`session_not_found`, also for another tenant's; `iteration_not_found`, …). */
@@ -10661,7 +10987,7 @@ export interface operations {
           [name: string]: unknown;
         };
         content: {
-          'application/json': components['schemas']['Error'];
+          'application/json': components['schemas']['Error404ScheduleNotFound'];
         };
       };
       /** @description If-Match does not match the revision (`revision_mismatch`; `details.revision`). */
@@ -10673,7 +10999,7 @@ export interface operations {
           [name: string]: unknown;
         };
         content: {
-          'application/json': components['schemas']['Error'];
+          'application/json': components['schemas']['Error412'];
         };
       };
       /** @description The body is larger than BODY_LIMIT (`payload_too_large`). */
@@ -10682,7 +11008,7 @@ export interface operations {
           [name: string]: unknown;
         };
         content: {
-          'application/json': components['schemas']['Error'];
+          'application/json': components['schemas']['Error413'];
         };
       };
       /** @description The body is not JSON (`unsupported_media_type`). */
@@ -10691,7 +11017,7 @@ export interface operations {
           [name: string]: unknown;
         };
         content: {
-          'application/json': components['schemas']['Error'];
+          'application/json': components['schemas']['Error415'];
         };
       };
       /** @description Over a rate or quota (`rate_limited` with Retry-After, `quota_exceeded`). */
@@ -10704,7 +11030,7 @@ export interface operations {
           [name: string]: unknown;
         };
         content: {
-          'application/json': components['schemas']['Error'];
+          'application/json': components['schemas']['Error429'];
         };
       };
       /** @description Something went wrong on the service's side (`internal_error`); the details are in its log. */
@@ -10713,7 +11039,7 @@ export interface operations {
           [name: string]: unknown;
         };
         content: {
-          'application/json': components['schemas']['Error'];
+          'application/json': components['schemas']['Error500'];
         };
       };
       /** @description The session store is unavailable (`store_unavailable`); try again after Retry-After. */
@@ -10723,7 +11049,7 @@ export interface operations {
           [name: string]: unknown;
         };
         content: {
-          'application/json': components['schemas']['Error'];
+          'application/json': components['schemas']['Error503'];
         };
       };
     };
@@ -10757,7 +11083,7 @@ export interface operations {
           [name: string]: unknown;
         };
         content: {
-          'application/json': components['schemas']['Error'];
+          'application/json': components['schemas']['Error400'];
         };
       };
       /** @description No valid bearer key or client token (`unauthorized`; `token_expired` for an expired client token). */
@@ -10767,7 +11093,7 @@ export interface operations {
           [name: string]: unknown;
         };
         content: {
-          'application/json': components['schemas']['Error'];
+          'application/json': components['schemas']['Error401'];
         };
       };
       /** @description A client token outside its session's routes or scopes (`scope_denied`), or a WebSocket from an unlisted origin. */
@@ -10776,7 +11102,7 @@ export interface operations {
           [name: string]: unknown;
         };
         content: {
-          'application/json': components['schemas']['Error'];
+          'application/json': components['schemas']['Error403'];
         };
       };
       /** @description No such resource (`session_not_found`, also for another tenant's; `iteration_not_found`, …). */
@@ -10785,7 +11111,7 @@ export interface operations {
           [name: string]: unknown;
         };
         content: {
-          'application/json': components['schemas']['Error'];
+          'application/json': components['schemas']['Error404ScheduleNotFound'];
         };
       };
       /** @description Something went wrong on the service's side (`internal_error`); the details are in its log. */
@@ -10794,7 +11120,7 @@ export interface operations {
           [name: string]: unknown;
         };
         content: {
-          'application/json': components['schemas']['Error'];
+          'application/json': components['schemas']['Error500'];
         };
       };
       /** @description The session store is unavailable (`store_unavailable`); try again after Retry-After. */
@@ -10804,7 +11130,7 @@ export interface operations {
           [name: string]: unknown;
         };
         content: {
-          'application/json': components['schemas']['Error'];
+          'application/json': components['schemas']['Error503'];
         };
       };
     };
@@ -10838,7 +11164,7 @@ export interface operations {
           [name: string]: unknown;
         };
         content: {
-          'application/json': components['schemas']['Error'];
+          'application/json': components['schemas']['Error400'];
         };
       };
       /** @description No valid bearer key or client token (`unauthorized`; `token_expired` for an expired client token). */
@@ -10848,7 +11174,7 @@ export interface operations {
           [name: string]: unknown;
         };
         content: {
-          'application/json': components['schemas']['Error'];
+          'application/json': components['schemas']['Error401'];
         };
       };
       /** @description A client token outside its session's routes or scopes (`scope_denied`), or a WebSocket from an unlisted origin. */
@@ -10857,7 +11183,7 @@ export interface operations {
           [name: string]: unknown;
         };
         content: {
-          'application/json': components['schemas']['Error'];
+          'application/json': components['schemas']['Error403'];
         };
       };
       /** @description No such resource (`session_not_found`, also for another tenant's; `iteration_not_found`, …). */
@@ -10866,7 +11192,7 @@ export interface operations {
           [name: string]: unknown;
         };
         content: {
-          'application/json': components['schemas']['Error'];
+          'application/json': components['schemas']['Error404ScheduleNotFound'];
         };
       };
       /** @description Something went wrong on the service's side (`internal_error`); the details are in its log. */
@@ -10875,7 +11201,7 @@ export interface operations {
           [name: string]: unknown;
         };
         content: {
-          'application/json': components['schemas']['Error'];
+          'application/json': components['schemas']['Error500'];
         };
       };
       /** @description The session store is unavailable (`store_unavailable`); try again after Retry-After. */
@@ -10885,7 +11211,7 @@ export interface operations {
           [name: string]: unknown;
         };
         content: {
-          'application/json': components['schemas']['Error'];
+          'application/json': components['schemas']['Error503'];
         };
       };
     };
@@ -10916,7 +11242,7 @@ export interface operations {
           [name: string]: unknown;
         };
         content: {
-          'application/json': components['schemas']['Error'];
+          'application/json': components['schemas']['Error400'];
         };
       };
       /** @description No valid bearer key or client token (`unauthorized`; `token_expired` for an expired client token). */
@@ -10926,7 +11252,7 @@ export interface operations {
           [name: string]: unknown;
         };
         content: {
-          'application/json': components['schemas']['Error'];
+          'application/json': components['schemas']['Error401'];
         };
       };
       /** @description A client token outside its session's routes or scopes (`scope_denied`), or a WebSocket from an unlisted origin. */
@@ -10935,7 +11261,7 @@ export interface operations {
           [name: string]: unknown;
         };
         content: {
-          'application/json': components['schemas']['Error'];
+          'application/json': components['schemas']['Error403'];
         };
       };
       /** @description No such resource (`session_not_found`, also for another tenant's; `iteration_not_found`, …). */
@@ -10944,7 +11270,7 @@ export interface operations {
           [name: string]: unknown;
         };
         content: {
-          'application/json': components['schemas']['Error'];
+          'application/json': components['schemas']['Error404SessionNotFound'];
         };
       };
       /** @description Something went wrong on the service's side (`internal_error`); the details are in its log. */
@@ -10953,7 +11279,7 @@ export interface operations {
           [name: string]: unknown;
         };
         content: {
-          'application/json': components['schemas']['Error'];
+          'application/json': components['schemas']['Error500'];
         };
       };
       /** @description The session store is unavailable (`store_unavailable`); try again after Retry-After. */
@@ -10963,7 +11289,7 @@ export interface operations {
           [name: string]: unknown;
         };
         content: {
-          'application/json': components['schemas']['Error'];
+          'application/json': components['schemas']['Error503'];
         };
       };
     };
@@ -10994,7 +11320,7 @@ export interface operations {
           [name: string]: unknown;
         };
         content: {
-          'application/json': components['schemas']['Error'];
+          'application/json': components['schemas']['Error400'];
         };
       };
       /** @description No valid bearer key or client token (`unauthorized`; `token_expired` for an expired client token). */
@@ -11004,7 +11330,7 @@ export interface operations {
           [name: string]: unknown;
         };
         content: {
-          'application/json': components['schemas']['Error'];
+          'application/json': components['schemas']['Error401'];
         };
       };
       /** @description A client token outside its session's routes or scopes (`scope_denied`), or a WebSocket from an unlisted origin. */
@@ -11013,7 +11339,7 @@ export interface operations {
           [name: string]: unknown;
         };
         content: {
-          'application/json': components['schemas']['Error'];
+          'application/json': components['schemas']['Error403'];
         };
       };
       /** @description No such resource (`session_not_found`, also for another tenant's; `iteration_not_found`, …). */
@@ -11022,7 +11348,7 @@ export interface operations {
           [name: string]: unknown;
         };
         content: {
-          'application/json': components['schemas']['Error'];
+          'application/json': components['schemas']['Error404ToolNotFound'];
         };
       };
       /** @description Over a rate or quota (`rate_limited` with Retry-After, `quota_exceeded`). */
@@ -11032,7 +11358,7 @@ export interface operations {
           [name: string]: unknown;
         };
         content: {
-          'application/json': components['schemas']['Error'];
+          'application/json': components['schemas']['Error429'];
         };
       };
       /** @description Something went wrong on the service's side (`internal_error`); the details are in its log. */
@@ -11041,7 +11367,7 @@ export interface operations {
           [name: string]: unknown;
         };
         content: {
-          'application/json': components['schemas']['Error'];
+          'application/json': components['schemas']['Error500'];
         };
       };
       /** @description The session store is unavailable (`store_unavailable`); try again after Retry-After. */
@@ -11051,7 +11377,7 @@ export interface operations {
           [name: string]: unknown;
         };
         content: {
-          'application/json': components['schemas']['Error'];
+          'application/json': components['schemas']['Error503'];
         };
       };
     };
@@ -11138,7 +11464,7 @@ export interface operations {
           [name: string]: unknown;
         };
         content: {
-          'application/json': components['schemas']['Error'];
+          'application/json': components['schemas']['Error400'];
         };
       };
       /** @description No valid bearer key or client token (`unauthorized`; `token_expired` for an expired client token). */
@@ -11148,7 +11474,7 @@ export interface operations {
           [name: string]: unknown;
         };
         content: {
-          'application/json': components['schemas']['Error'];
+          'application/json': components['schemas']['Error401'];
         };
       };
       /** @description A client token outside its session's routes or scopes (`scope_denied`), or a WebSocket from an unlisted origin. */
@@ -11157,7 +11483,7 @@ export interface operations {
           [name: string]: unknown;
         };
         content: {
-          'application/json': components['schemas']['Error'];
+          'application/json': components['schemas']['Error403'];
         };
       };
       /** @description The request does not fit the session's state (the code says why), or `idempotency_in_progress`. */
@@ -11169,7 +11495,7 @@ export interface operations {
           [name: string]: unknown;
         };
         content: {
-          'application/json': components['schemas']['Error'];
+          'application/json': components['schemas']['Error409'];
         };
       };
       /** @description The body is larger than BODY_LIMIT (`payload_too_large`). */
@@ -11178,7 +11504,7 @@ export interface operations {
           [name: string]: unknown;
         };
         content: {
-          'application/json': components['schemas']['Error'];
+          'application/json': components['schemas']['Error413'];
         };
       };
       /** @description The body is not JSON (`unsupported_media_type`). */
@@ -11187,7 +11513,7 @@ export interface operations {
           [name: string]: unknown;
         };
         content: {
-          'application/json': components['schemas']['Error'];
+          'application/json': components['schemas']['Error415'];
         };
       };
       /** @description This Idempotency-Key was used with another request (`idempotency_key_reused`). */
@@ -11199,7 +11525,7 @@ export interface operations {
           [name: string]: unknown;
         };
         content: {
-          'application/json': components['schemas']['Error'];
+          'application/json': components['schemas']['Error422'];
         };
       };
       /** @description Over a rate or quota (`rate_limited` with Retry-After, `quota_exceeded`). */
@@ -11212,7 +11538,7 @@ export interface operations {
           [name: string]: unknown;
         };
         content: {
-          'application/json': components['schemas']['Error'];
+          'application/json': components['schemas']['Error429'];
         };
       };
       /** @description Something went wrong on the service's side (`internal_error`); the details are in its log. */
@@ -11221,7 +11547,7 @@ export interface operations {
           [name: string]: unknown;
         };
         content: {
-          'application/json': components['schemas']['Error'];
+          'application/json': components['schemas']['Error500'];
         };
       };
       /** @description The session store is unavailable (`store_unavailable`); try again after Retry-After. */
@@ -11231,7 +11557,7 @@ export interface operations {
           [name: string]: unknown;
         };
         content: {
-          'application/json': components['schemas']['Error'];
+          'application/json': components['schemas']['Error503'];
         };
       };
     };
@@ -11265,7 +11591,7 @@ export interface operations {
           [name: string]: unknown;
         };
         content: {
-          'application/json': components['schemas']['Error'];
+          'application/json': components['schemas']['Error400'];
         };
       };
       /** @description No valid bearer key or client token (`unauthorized`; `token_expired` for an expired client token). */
@@ -11275,7 +11601,7 @@ export interface operations {
           [name: string]: unknown;
         };
         content: {
-          'application/json': components['schemas']['Error'];
+          'application/json': components['schemas']['Error401'];
         };
       };
       /** @description A client token outside its session's routes or scopes (`scope_denied`), or a WebSocket from an unlisted origin. */
@@ -11284,7 +11610,7 @@ export interface operations {
           [name: string]: unknown;
         };
         content: {
-          'application/json': components['schemas']['Error'];
+          'application/json': components['schemas']['Error403'];
         };
       };
       /** @description No such resource (`session_not_found`, also for another tenant's; `iteration_not_found`, …). */
@@ -11296,7 +11622,7 @@ export interface operations {
           [name: string]: unknown;
         };
         content: {
-          'application/json': components['schemas']['Error'];
+          'application/json': components['schemas']['Error404ToolNotFound'];
         };
       };
       /** @description Over a rate or quota (`rate_limited` with Retry-After, `quota_exceeded`). */
@@ -11309,7 +11635,7 @@ export interface operations {
           [name: string]: unknown;
         };
         content: {
-          'application/json': components['schemas']['Error'];
+          'application/json': components['schemas']['Error429'];
         };
       };
       /** @description Something went wrong on the service's side (`internal_error`); the details are in its log. */
@@ -11318,7 +11644,7 @@ export interface operations {
           [name: string]: unknown;
         };
         content: {
-          'application/json': components['schemas']['Error'];
+          'application/json': components['schemas']['Error500'];
         };
       };
       /** @description The session store is unavailable (`store_unavailable`); try again after Retry-After. */
@@ -11328,7 +11654,7 @@ export interface operations {
           [name: string]: unknown;
         };
         content: {
-          'application/json': components['schemas']['Error'];
+          'application/json': components['schemas']['Error503'];
         };
       };
     };
@@ -11382,7 +11708,7 @@ export interface operations {
           [name: string]: unknown;
         };
         content: {
-          'application/json': components['schemas']['Error'];
+          'application/json': components['schemas']['Error400'];
         };
       };
       /** @description No valid bearer key or client token (`unauthorized`; `token_expired` for an expired client token). */
@@ -11392,7 +11718,7 @@ export interface operations {
           [name: string]: unknown;
         };
         content: {
-          'application/json': components['schemas']['Error'];
+          'application/json': components['schemas']['Error401'];
         };
       };
       /** @description A client token outside its session's routes or scopes (`scope_denied`), or a WebSocket from an unlisted origin. */
@@ -11401,7 +11727,7 @@ export interface operations {
           [name: string]: unknown;
         };
         content: {
-          'application/json': components['schemas']['Error'];
+          'application/json': components['schemas']['Error403'];
         };
       };
       /** @description The request does not fit the session's state (the code says why), or `idempotency_in_progress`. */
@@ -11413,7 +11739,7 @@ export interface operations {
           [name: string]: unknown;
         };
         content: {
-          'application/json': components['schemas']['Error'];
+          'application/json': components['schemas']['Error409'];
         };
       };
       /** @description The body is larger than BODY_LIMIT (`payload_too_large`). */
@@ -11422,7 +11748,7 @@ export interface operations {
           [name: string]: unknown;
         };
         content: {
-          'application/json': components['schemas']['Error'];
+          'application/json': components['schemas']['Error413'];
         };
       };
       /** @description The body is not JSON (`unsupported_media_type`). */
@@ -11431,7 +11757,7 @@ export interface operations {
           [name: string]: unknown;
         };
         content: {
-          'application/json': components['schemas']['Error'];
+          'application/json': components['schemas']['Error415'];
         };
       };
       /** @description This Idempotency-Key was used with another request (`idempotency_key_reused`). */
@@ -11443,7 +11769,7 @@ export interface operations {
           [name: string]: unknown;
         };
         content: {
-          'application/json': components['schemas']['Error'];
+          'application/json': components['schemas']['Error422'];
         };
       };
       /** @description Over a rate or quota (`rate_limited` with Retry-After, `quota_exceeded`). */
@@ -11456,7 +11782,7 @@ export interface operations {
           [name: string]: unknown;
         };
         content: {
-          'application/json': components['schemas']['Error'];
+          'application/json': components['schemas']['Error429'];
         };
       };
       /** @description Something went wrong on the service's side (`internal_error`); the details are in its log. */
@@ -11465,7 +11791,7 @@ export interface operations {
           [name: string]: unknown;
         };
         content: {
-          'application/json': components['schemas']['Error'];
+          'application/json': components['schemas']['Error500'];
         };
       };
       /** @description The session store is unavailable (`store_unavailable`); try again after Retry-After. */
@@ -11475,7 +11801,7 @@ export interface operations {
           [name: string]: unknown;
         };
         content: {
-          'application/json': components['schemas']['Error'];
+          'application/json': components['schemas']['Error503'];
         };
       };
     };
@@ -11513,7 +11839,7 @@ export interface operations {
           [name: string]: unknown;
         };
         content: {
-          'application/json': components['schemas']['Error'];
+          'application/json': components['schemas']['Error400'];
         };
       };
       /** @description No valid bearer key or client token (`unauthorized`; `token_expired` for an expired client token). */
@@ -11523,7 +11849,7 @@ export interface operations {
           [name: string]: unknown;
         };
         content: {
-          'application/json': components['schemas']['Error'];
+          'application/json': components['schemas']['Error401'];
         };
       };
       /** @description A client token outside its session's routes or scopes (`scope_denied`), or a WebSocket from an unlisted origin. */
@@ -11532,7 +11858,7 @@ export interface operations {
           [name: string]: unknown;
         };
         content: {
-          'application/json': components['schemas']['Error'];
+          'application/json': components['schemas']['Error403'];
         };
       };
       /** @description No such resource (`session_not_found`, also for another tenant's; `iteration_not_found`, …). */
@@ -11544,7 +11870,7 @@ export interface operations {
           [name: string]: unknown;
         };
         content: {
-          'application/json': components['schemas']['Error'];
+          'application/json': components['schemas']['Error404TaskNotFound'];
         };
       };
       /** @description The request does not fit the session's state (the code says why), or `idempotency_in_progress`. */
@@ -11556,7 +11882,7 @@ export interface operations {
           [name: string]: unknown;
         };
         content: {
-          'application/json': components['schemas']['Error'];
+          'application/json': components['schemas']['Error409'];
         };
       };
       /** @description The body is larger than BODY_LIMIT (`payload_too_large`). */
@@ -11565,7 +11891,7 @@ export interface operations {
           [name: string]: unknown;
         };
         content: {
-          'application/json': components['schemas']['Error'];
+          'application/json': components['schemas']['Error413'];
         };
       };
       /** @description The body is not JSON (`unsupported_media_type`). */
@@ -11574,7 +11900,7 @@ export interface operations {
           [name: string]: unknown;
         };
         content: {
-          'application/json': components['schemas']['Error'];
+          'application/json': components['schemas']['Error415'];
         };
       };
       /** @description This Idempotency-Key was used with another request (`idempotency_key_reused`). */
@@ -11586,7 +11912,7 @@ export interface operations {
           [name: string]: unknown;
         };
         content: {
-          'application/json': components['schemas']['Error'];
+          'application/json': components['schemas']['Error422'];
         };
       };
       /** @description Over a rate or quota (`rate_limited` with Retry-After, `quota_exceeded`). */
@@ -11599,7 +11925,7 @@ export interface operations {
           [name: string]: unknown;
         };
         content: {
-          'application/json': components['schemas']['Error'];
+          'application/json': components['schemas']['Error429'];
         };
       };
       /** @description Something went wrong on the service's side (`internal_error`); the details are in its log. */
@@ -11608,7 +11934,7 @@ export interface operations {
           [name: string]: unknown;
         };
         content: {
-          'application/json': components['schemas']['Error'];
+          'application/json': components['schemas']['Error500'];
         };
       };
       /** @description The session store is unavailable (`store_unavailable`); try again after Retry-After. */
@@ -11618,7 +11944,7 @@ export interface operations {
           [name: string]: unknown;
         };
         content: {
-          'application/json': components['schemas']['Error'];
+          'application/json': components['schemas']['Error503'];
         };
       };
     };
@@ -11767,7 +12093,7 @@ export interface operations {
           [name: string]: unknown;
         };
         content: {
-          'application/json': components['schemas']['Error'];
+          'application/json': components['schemas']['Error400'];
         };
       };
       /** @description No valid bearer key or client token (`unauthorized`; `token_expired` for an expired client token). */
@@ -11777,7 +12103,7 @@ export interface operations {
           [name: string]: unknown;
         };
         content: {
-          'application/json': components['schemas']['Error'];
+          'application/json': components['schemas']['Error401'];
         };
       };
       /** @description A client token outside its session's routes or scopes (`scope_denied`), or a WebSocket from an unlisted origin. */
@@ -11786,7 +12112,7 @@ export interface operations {
           [name: string]: unknown;
         };
         content: {
-          'application/json': components['schemas']['Error'];
+          'application/json': components['schemas']['Error403'];
         };
       };
       /** @description No such resource (`session_not_found`, also for another tenant's; `iteration_not_found`, …). */
@@ -11798,7 +12124,7 @@ export interface operations {
           [name: string]: unknown;
         };
         content: {
-          'application/json': components['schemas']['Error'];
+          'application/json': components['schemas']['Error404TaskNotFound'];
         };
       };
       /** @description The request does not fit the session's state (the code says why), or `idempotency_in_progress`. */
@@ -11810,7 +12136,7 @@ export interface operations {
           [name: string]: unknown;
         };
         content: {
-          'application/json': components['schemas']['Error'];
+          'application/json': components['schemas']['Error409'];
         };
       };
       /** @description The body is larger than BODY_LIMIT (`payload_too_large`). */
@@ -11819,7 +12145,7 @@ export interface operations {
           [name: string]: unknown;
         };
         content: {
-          'application/json': components['schemas']['Error'];
+          'application/json': components['schemas']['Error413'];
         };
       };
       /** @description The body is not JSON (`unsupported_media_type`). */
@@ -11828,7 +12154,7 @@ export interface operations {
           [name: string]: unknown;
         };
         content: {
-          'application/json': components['schemas']['Error'];
+          'application/json': components['schemas']['Error415'];
         };
       };
       /** @description This Idempotency-Key was used with another request (`idempotency_key_reused`). */
@@ -11840,7 +12166,7 @@ export interface operations {
           [name: string]: unknown;
         };
         content: {
-          'application/json': components['schemas']['Error'];
+          'application/json': components['schemas']['Error422'];
         };
       };
       /** @description Over a rate or quota (`rate_limited` with Retry-After, `quota_exceeded`). */
@@ -11853,7 +12179,7 @@ export interface operations {
           [name: string]: unknown;
         };
         content: {
-          'application/json': components['schemas']['Error'];
+          'application/json': components['schemas']['Error429'];
         };
       };
       /** @description Something went wrong on the service's side (`internal_error`); the details are in its log. */
@@ -11862,7 +12188,7 @@ export interface operations {
           [name: string]: unknown;
         };
         content: {
-          'application/json': components['schemas']['Error'];
+          'application/json': components['schemas']['Error500'];
         };
       };
       /** @description The session store is unavailable (`store_unavailable`); try again after Retry-After. */
@@ -11872,7 +12198,7 @@ export interface operations {
           [name: string]: unknown;
         };
         content: {
-          'application/json': components['schemas']['Error'];
+          'application/json': components['schemas']['Error503'];
         };
       };
     };
@@ -11906,7 +12232,7 @@ export interface operations {
           [name: string]: unknown;
         };
         content: {
-          'application/json': components['schemas']['Error'];
+          'application/json': components['schemas']['Error400'];
         };
       };
       /** @description No valid bearer key or client token (`unauthorized`; `token_expired` for an expired client token). */
@@ -11916,7 +12242,7 @@ export interface operations {
           [name: string]: unknown;
         };
         content: {
-          'application/json': components['schemas']['Error'];
+          'application/json': components['schemas']['Error401'];
         };
       };
       /** @description A client token outside its session's routes or scopes (`scope_denied`), or a WebSocket from an unlisted origin. */
@@ -11925,7 +12251,7 @@ export interface operations {
           [name: string]: unknown;
         };
         content: {
-          'application/json': components['schemas']['Error'];
+          'application/json': components['schemas']['Error403'];
         };
       };
       /** @description Over a rate or quota (`rate_limited` with Retry-After, `quota_exceeded`). */
@@ -11935,7 +12261,7 @@ export interface operations {
           [name: string]: unknown;
         };
         content: {
-          'application/json': components['schemas']['Error'];
+          'application/json': components['schemas']['Error429'];
         };
       };
       /** @description Something went wrong on the service's side (`internal_error`); the details are in its log. */
@@ -11944,7 +12270,7 @@ export interface operations {
           [name: string]: unknown;
         };
         content: {
-          'application/json': components['schemas']['Error'];
+          'application/json': components['schemas']['Error500'];
         };
       };
       /** @description The session store is unavailable (`store_unavailable`); try again after Retry-After. */
@@ -11954,7 +12280,7 @@ export interface operations {
           [name: string]: unknown;
         };
         content: {
-          'application/json': components['schemas']['Error'];
+          'application/json': components['schemas']['Error503'];
         };
       };
     };
@@ -11994,7 +12320,7 @@ export interface operations {
           [name: string]: unknown;
         };
         content: {
-          'application/json': components['schemas']['Error'];
+          'application/json': components['schemas']['Error400'];
         };
       };
       /** @description No valid bearer key or client token (`unauthorized`; `token_expired` for an expired client token). */
@@ -12004,7 +12330,7 @@ export interface operations {
           [name: string]: unknown;
         };
         content: {
-          'application/json': components['schemas']['Error'];
+          'application/json': components['schemas']['Error401'];
         };
       };
       /** @description A client token outside its session's routes or scopes (`scope_denied`), or a WebSocket from an unlisted origin. */
@@ -12013,7 +12339,7 @@ export interface operations {
           [name: string]: unknown;
         };
         content: {
-          'application/json': components['schemas']['Error'];
+          'application/json': components['schemas']['Error403'];
         };
       };
       /** @description No such resource (`session_not_found`, also for another tenant's; `iteration_not_found`, …). */
@@ -12025,7 +12351,7 @@ export interface operations {
           [name: string]: unknown;
         };
         content: {
-          'application/json': components['schemas']['Error'];
+          'application/json': components['schemas']['Error404SessionNotFound'];
         };
       };
       /** @description The body is larger than BODY_LIMIT (`payload_too_large`). */
@@ -12034,7 +12360,7 @@ export interface operations {
           [name: string]: unknown;
         };
         content: {
-          'application/json': components['schemas']['Error'];
+          'application/json': components['schemas']['Error413'];
         };
       };
       /** @description The body is not JSON (`unsupported_media_type`). */
@@ -12043,7 +12369,7 @@ export interface operations {
           [name: string]: unknown;
         };
         content: {
-          'application/json': components['schemas']['Error'];
+          'application/json': components['schemas']['Error415'];
         };
       };
       /** @description This Idempotency-Key was used with another request (`idempotency_key_reused`). */
@@ -12055,7 +12381,7 @@ export interface operations {
           [name: string]: unknown;
         };
         content: {
-          'application/json': components['schemas']['Error'];
+          'application/json': components['schemas']['Error422'];
         };
       };
       /** @description Over a rate or quota (`rate_limited` with Retry-After, `quota_exceeded`). */
@@ -12068,7 +12394,7 @@ export interface operations {
           [name: string]: unknown;
         };
         content: {
-          'application/json': components['schemas']['Error'];
+          'application/json': components['schemas']['Error429'];
         };
       };
       /** @description Something went wrong on the service's side (`internal_error`); the details are in its log. */
@@ -12077,7 +12403,7 @@ export interface operations {
           [name: string]: unknown;
         };
         content: {
-          'application/json': components['schemas']['Error'];
+          'application/json': components['schemas']['Error500'];
         };
       };
       /** @description The session store is unavailable (`store_unavailable`); try again after Retry-After. */
@@ -12087,7 +12413,7 @@ export interface operations {
           [name: string]: unknown;
         };
         content: {
-          'application/json': components['schemas']['Error'];
+          'application/json': components['schemas']['Error503'];
         };
       };
     };
@@ -12121,7 +12447,7 @@ export interface operations {
           [name: string]: unknown;
         };
         content: {
-          'application/json': components['schemas']['Error'];
+          'application/json': components['schemas']['Error400'];
         };
       };
       /** @description No valid bearer key or client token (`unauthorized`; `token_expired` for an expired client token). */
@@ -12131,7 +12457,7 @@ export interface operations {
           [name: string]: unknown;
         };
         content: {
-          'application/json': components['schemas']['Error'];
+          'application/json': components['schemas']['Error401'];
         };
       };
       /** @description A client token outside its session's routes or scopes (`scope_denied`), or a WebSocket from an unlisted origin. */
@@ -12140,7 +12466,7 @@ export interface operations {
           [name: string]: unknown;
         };
         content: {
-          'application/json': components['schemas']['Error'];
+          'application/json': components['schemas']['Error403'];
         };
       };
       /** @description No such resource (`session_not_found`, also for another tenant's; `iteration_not_found`, …). */
@@ -12152,7 +12478,7 @@ export interface operations {
           [name: string]: unknown;
         };
         content: {
-          'application/json': components['schemas']['Error'];
+          'application/json': components['schemas']['Error404ClientTokenNotFound'];
         };
       };
       /** @description Over a rate or quota (`rate_limited` with Retry-After, `quota_exceeded`). */
@@ -12165,7 +12491,7 @@ export interface operations {
           [name: string]: unknown;
         };
         content: {
-          'application/json': components['schemas']['Error'];
+          'application/json': components['schemas']['Error429'];
         };
       };
       /** @description Something went wrong on the service's side (`internal_error`); the details are in its log. */
@@ -12174,7 +12500,7 @@ export interface operations {
           [name: string]: unknown;
         };
         content: {
-          'application/json': components['schemas']['Error'];
+          'application/json': components['schemas']['Error500'];
         };
       };
       /** @description The session store is unavailable (`store_unavailable`); try again after Retry-After. */
@@ -12184,7 +12510,7 @@ export interface operations {
           [name: string]: unknown;
         };
         content: {
-          'application/json': components['schemas']['Error'];
+          'application/json': components['schemas']['Error503'];
         };
       };
     };
