@@ -1,6 +1,13 @@
 import type { FastifyPluginAsyncZod } from 'fastify-type-provider-zod';
-import { notFound, Conflict } from '../src/errors.js';
-import { deletedTool, errors, tenantTool, routeErrors, type RouteCodes } from '../src/openapi/responses.js';
+import { notFound } from '../src/errors.js';
+import { HttpRefusal } from '../src/plugins/error-status.js';
+import {
+  codesOfStatus,
+  deletedTool,
+  tenantTool,
+  routeErrors,
+  type RouteCodes,
+} from '../src/openapi/responses.js';
 import { toolView } from '../src/tenant-tools/registry.js';
 import { putToolBody, toolNameParam } from '../src/tenant-tools/schemas.js';
 import type { TenantToolDef } from '../src/tenant-tools/types.js';
@@ -28,19 +35,30 @@ const routes: FastifyPluginAsyncZod = async (app) => {
         response: {
           200: tenantTool,
           201: tenantTool,
-          ...errors(400, 401, 409, 413, 415, 422, 429, 500, 503),
+          ...routeErrors(
+            { 409: [...codesOfStatus(409), 'tool_name_conflict'] },
+            400,
+            401,
+            409,
+            413,
+            415,
+            422,
+            429,
+            500,
+            503,
+          ),
         },
       },
     },
     async (req, reply) => {
       const { name } = req.params;
       if (app.toolbox.reservedNames().has(name))
-        throw new Conflict(
+        throw new HttpRefusal(
           'tool_name_conflict',
           `"${name}" is the name of a server tool; name the tool otherwise.`,
-          {
-            tool: name,
-          },
+          { tool: name },
+          undefined,
+          409,
         );
       const body = req.body;
       const before = await registry.get(req.tenant, name);

@@ -167,7 +167,7 @@ export class RevisionMismatch extends DomainError {
 /** A tenant's quota (a config variable's) or rate is used up: `quota_exceeded` or `rate_limited`. */
 export class QuotaExceeded extends DomainError {}
 
-/** The request is not valid (the 400 family of codes), as found past the route's own validation. */
+/** The request itself is refused for what it holds (the 400 codes; a turn over MAX_TURN_BYTES), past the route's own validation. */
 export class InvalidRequest extends DomainError {}
 
 /** The one message of `store_unavailable` to a request (HTTP or a WebSocket frame). */

@@ -11,7 +11,7 @@ import { readFileSync } from 'node:fs';
 import Fastify from 'fastify';
 import { validatorCompiler } from 'fastify-type-provider-zod';
 import { ERROR_CODES, NotFound, type ErrorCode } from '../src/errors.js';
-import { ERROR_STATUS } from '../src/plugins/error-status.js';
+import { ERROR_STATUS, answersWith } from '../src/plugins/error-status.js';
 import errorsPlugin from '../src/plugins/errors.js';
 import { checkedSerializer } from '../src/openapi/serializer.js';
 import { codesOfStatus, routeErrors } from '../src/openapi/responses.js';
@@ -48,7 +48,7 @@ describe('error codes per route in openapi.json', () => {
           const codes = declaredCodes(method, path, Number(status));
           assert.ok(codes.length > 0);
           for (const c of codes)
-            assert.equal(ERROR_STATUS[c as ErrorCode], Number(status), `${method} ${path} ${status}: ${c}`);
+            assert.ok(answersWith(c as ErrorCode, Number(status)), `${method} ${path} ${status}: ${c}`);
           if (codes.length < codesOfStatus(Number(status)).length) narrowed++;
         }
       }

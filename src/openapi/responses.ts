@@ -5,7 +5,7 @@
  */
 import { z } from 'zod';
 import { ERROR_CODES, type ErrorCode } from '../errors.js';
-import { ERROR_STATUS } from '../plugins/error-status.js';
+import { ERROR_STATUS, answersWith } from '../plugins/error-status.js';
 import { discriminator, eventDataSchemas, nonEmpty } from '../events/schemas.js';
 import { EVENT_TYPES } from '../webhooks/schemas.js';
 
@@ -420,7 +420,7 @@ export const uiMessageList = z
   .meta({ id: 'UIMessageList', description: "The history as the AI SDK's UIMessage[], oldest first." });
 
 /** Which codes a route answers at a status, where it knows better than the status's default (all its codes). */
-export type RouteCodes = Partial<Record<number, readonly [ErrorCode, ...ErrorCode[]]>>;
+export type RouteCodes = Partial<Record<number, readonly ErrorCode[]>>;
 
 /** The codes a status carries: those whose status it is (src/plugins/error-status.ts, what the error handler uses). */
 export const codesOfStatus = (status: number): ErrorCode[] =>
@@ -432,6 +432,17 @@ const pascal = (code: string) =>
     .map((p) => p[0]!.toUpperCase() + p.slice(1))
     .join('');
 
+/** `SessionNotFound` for a subset of the status's codes; `AndToolNameConflict` for all of them and another. */
+function ownName(status: number, codes: readonly ErrorCode[]): string {
+  const all = codesOfStatus(status);
+  const kept = codes.filter((c) => all.includes(c));
+  const extra = codes.filter((c) => !all.includes(c));
+  return (
+    (kept.length === all.length ? '' : kept.map(pascal).join('')) +
+    (extra.length > 0 ? `And${extra.map(pascal).join('')}` : '')
+  );
+}
+
 /** One component per (status, codes): `Error409` for a status's default, `Error404SessionNotFound` for a route's. */
 const narrowed = new Map<string, z.ZodType<ErrorEnvelope>>();
 type ErrorEnvelope = z.infer<typeof errorBody>;
@@ -442,13 +453,13 @@ type ErrorEnvelope = z.infer<typeof errorBody>;
  * (src/openapi/serializer.ts), so in the tests a route answering a code its document does not list fails (a 500).
  */
 function errorBodyOf(status: number, codes: readonly ErrorCode[], own: boolean): z.ZodType<ErrorEnvelope> {
-  const id = `Error${status}${own ? codes.map(pascal).join('') : ''}`;
+  const id = `Error${status}${own ? ownName(status, codes) : ''}`;
   let schema = narrowed.get(id);
   if (!schema) {
     const [first, ...rest] = codes;
     if (first === undefined) throw new Error(`no error code has the status ${status}`);
-    const other = codes.find((c) => ERROR_STATUS[c] !== status);
-    if (other) throw new Error(`${other} is answered with ${ERROR_STATUS[other]}, not ${status}`);
+    const other = codes.find((c) => !answersWith(c, status));
+    if (other) throw new Error(`${other} is not answered with ${status}`);
     schema = z
       .intersection(errorBody, z.looseObject({ error: z.looseObject({ code: z.enum([first, ...rest]) }) }))
       .meta({

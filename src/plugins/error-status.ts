@@ -75,6 +75,19 @@ export const ERROR_STATUS = {
   store_unavailable: 503,
 } as const satisfies Record<ErrorCode, number>;
 
+/**
+ * Codes a route answers with another status than their own, and which (an `HttpRefusal` with its `status`): the
+ * document may list them there too (src/openapi/responses.ts checks a route's codes against these two maps).
+ */
+const OTHER_STATUSES: Partial<Record<ErrorCode, readonly number[]>> = {
+  // PUT /v1/tools/{name} naming a server tool: the name is taken (409); a session's `tools` naming one twice is 400.
+  tool_name_conflict: [409],
+};
+
+/** Whether `code` may be answered with `status`. */
+export const answersWith = (code: ErrorCode, status: number): boolean =>
+  ERROR_STATUS[code] === status || (OTHER_STATUSES[code]?.includes(status) ?? false);
+
 /** A refusal made by the HTTP layer itself (auth, limits) with headers of its answer (`www-authenticate`, `retry-after`). */
 export class HttpRefusal extends DomainError {
   constructor(
@@ -82,6 +95,8 @@ export class HttpRefusal extends DomainError {
     message: string,
     details?: unknown,
     readonly headers?: Record<string, string>,
+    /** Another status than the code's own (OTHER_STATUSES). */
+    readonly status?: number,
   ) {
     super(code, message, details);
   }

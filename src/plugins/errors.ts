@@ -33,7 +33,8 @@ export default fp(
       // A lost lease inside a request is a bug of ours, answered as any other (below); the store's outage is a 503.
       if (err instanceof DomainError && !(err instanceof FencedOut) && !(err instanceof StoreUnavailable)) {
         if (err instanceof HttpRefusal && err.headers) reply.headers(err.headers);
-        return reply.code(ERROR_STATUS[err.code]).send({
+        const status = err instanceof HttpRefusal && err.status ? err.status : ERROR_STATUS[err.code];
+        return reply.code(status).send({
           error: {
             code: err.code,
             message: err.message,

@@ -3049,6 +3049,46 @@ export interface components {
       } & {
         [key: string]: unknown;
       });
+    /** @description A 409 answer: `error.code` is one of `session_exists`, `invalid_status`, `session_running`, `session_not_running`, `session_not_failed`, `nothing_to_retry`, `session_not_replaceable`, `nothing_to_continue`, `nothing_awaits_approval`, `nothing_awaits_results`, `approval_not_required`, `tool_call_already_decided`, `tool_calls_undecided`, `tool_result_already_submitted`, `tool_result_not_expected`, `unknown_tool_use_id`, `budget_exhausted`, `tool_call_pending`, `webhook_disabled`, `idempotency_in_progress`, `compaction_pending`, `nothing_to_compact`, `unanswered_tool_calls`, `task_lease_lost`, `task_already_completed`, `task_cancelled`, `action_timed_out`, `tool_name_conflict`. */
+    Error409AndToolNameConflict: components['schemas']['Error'] &
+      ({
+        error: {
+          /** @enum {string} */
+          code:
+            | 'session_exists'
+            | 'invalid_status'
+            | 'session_running'
+            | 'session_not_running'
+            | 'session_not_failed'
+            | 'nothing_to_retry'
+            | 'session_not_replaceable'
+            | 'nothing_to_continue'
+            | 'nothing_awaits_approval'
+            | 'nothing_awaits_results'
+            | 'approval_not_required'
+            | 'tool_call_already_decided'
+            | 'tool_calls_undecided'
+            | 'tool_result_already_submitted'
+            | 'tool_result_not_expected'
+            | 'unknown_tool_use_id'
+            | 'budget_exhausted'
+            | 'tool_call_pending'
+            | 'webhook_disabled'
+            | 'idempotency_in_progress'
+            | 'compaction_pending'
+            | 'nothing_to_compact'
+            | 'unanswered_tool_calls'
+            | 'task_lease_lost'
+            | 'task_already_completed'
+            | 'task_cancelled'
+            | 'action_timed_out'
+            | 'tool_name_conflict';
+        } & {
+          [key: string]: unknown;
+        };
+      } & {
+        [key: string]: unknown;
+      });
     /** @description A 404 answer: `error.code` is one of `tool_not_found`. */
     Error404ToolNotFound: components['schemas']['Error'] &
       ({
@@ -11495,7 +11535,7 @@ export interface operations {
           [name: string]: unknown;
         };
         content: {
-          'application/json': components['schemas']['Error409'];
+          'application/json': components['schemas']['Error409AndToolNameConflict'];
         };
       };
       /** @description The body is larger than BODY_LIMIT (`payload_too_large`). */
