@@ -1,8 +1,11 @@
 import type { FastifyPluginAsyncZod } from 'fastify-type-provider-zod';
-import { errors, sessionList } from '../src/openapi/responses.js';
+import { sessionList, routeErrors, type RouteCodes } from '../src/openapi/responses.js';
 import { sessionIdParam } from '../src/schemas.js';
 import { sessionView } from '../src/sessions/view.js';
 import type { SessionState } from '../src/store/session-state.js';
+
+/** The 404 of this file's routes names one thing (src/openapi/responses.ts `routeErrors`). */
+const NOT_FOUND = { 404: ['session_not_found'] } as const satisfies RouteCodes;
 
 /** Spec §7.6: the children of a session (its sub-agents' sessions). */
 const routes: FastifyPluginAsyncZod = async (app) => {
@@ -17,7 +20,7 @@ const routes: FastifyPluginAsyncZod = async (app) => {
         summary: "The sessions the session's sub-agent calls created, oldest first",
         tags: ['sessions'],
         params: sessionIdParam,
-        response: { 200: sessionList, ...errors(400, 401, 403, 404, 500, 503) },
+        response: { 200: sessionList, ...routeErrors(NOT_FOUND, 400, 401, 403, 404, 500, 503) },
       },
     },
     async (req) => {

@@ -17,7 +17,7 @@ import { z } from 'zod';
 import type { Config } from '../src/config.js';
 import { badRequest } from '../src/errors.js';
 import { sessionIdParam } from '../src/schemas.js';
-import { errors, uiMessageList } from '../src/openapi/responses.js';
+import { uiMessageList, routeErrors, type RouteCodes } from '../src/openapi/responses.js';
 import { requiredAction } from '../src/engine/status.js';
 import { START } from '../src/events/cursor.js';
 import type { Subscription } from '../src/events/hub.js';
@@ -29,6 +29,9 @@ import { defineChatCommands, runStartCursor } from '../src/chat/run-start.js';
 import type { MutationResult } from '../src/sessions/mutate.js';
 import { actorOf, requireScope } from '../src/plugins/auth.js';
 import type { ClientScope } from '../src/store/client-tokens.js';
+
+/** The 404 of this file's routes names one thing (src/openapi/responses.ts `routeErrors`). */
+const NOT_FOUND = { 404: ['session_not_found'] } as const satisfies RouteCodes;
 
 /** Most UIMessages GET /v1/chat/:id/messages answers (the newest ones). */
 const MAX_UI_MESSAGES = 1000;
@@ -156,7 +159,10 @@ const routes: FastifyPluginAsyncZod<{ config: Config }> = async (app, { config }
           'The answer is the run as a UI message stream until it stops or needs the client.',
         tags,
         body: chatBody,
-        response: { 200: sse, ...errors(400, 401, 404, 409, 412, 413, 415, 422, 429, 500, 503) },
+        response: {
+          200: sse,
+          ...routeErrors(NOT_FOUND, 400, 401, 404, 409, 412, 413, 415, 422, 429, 500, 503),
+        },
       },
     },
     async (req, reply) => {
@@ -245,7 +251,7 @@ const routes: FastifyPluginAsyncZod<{ config: Config }> = async (app, { config }
         response: {
           200: sse,
           204: z.null().meta({ description: 'No run is active.' }),
-          ...errors(400, 401, 404, 500, 503),
+          ...routeErrors(NOT_FOUND, 400, 401, 404, 500, 503),
         },
       },
     },
@@ -268,7 +274,7 @@ const routes: FastifyPluginAsyncZod<{ config: Config }> = async (app, { config }
         summary: 'The history as UIMessage[] (the newest 1000)',
         tags,
         params: sessionIdParam,
-        response: { 200: uiMessageList, ...errors(400, 401, 404, 500, 503) },
+        response: { 200: uiMessageList, ...routeErrors(NOT_FOUND, 400, 401, 404, 500, 503) },
       },
     },
     async (req) => {

@@ -5,8 +5,9 @@
  */
 import type { FastifyPluginAsyncZod } from 'fastify-type-provider-zod';
 import { z } from 'zod';
-import { AppError, notFound } from '../src/errors.js';
-import { errors } from '../src/openapi/responses.js';
+import { notFound, QuotaExceeded } from '../src/errors.js';
+import { routeErrors } from '../src/openapi/responses.js';
+import { SESSION_NOT_FOUND } from './mutations.js';
 import { sealInRecord } from '../src/plugins/idempotency.js';
 import { sessionIdParam } from '../src/schemas.js';
 import { CLIENT_SCOPES, MAX_TOKENS_PER_SESSION, sessionOfTokenId } from '../src/store/client-tokens.js';
@@ -62,7 +63,10 @@ const routes: FastifyPluginAsyncZod = async (app) => {
           'the routes of its one session that its scopes allow; see docs/API.md "Client tokens".',
         tags,
         body: mintBody,
-        response: { 201: clientToken, ...errors(400, 401, 403, 404, 413, 415, 422, 429, 500, 503) },
+        response: {
+          201: clientToken,
+          ...routeErrors(SESSION_NOT_FOUND, 400, 401, 403, 404, 413, 415, 422, 429, 500, 503),
+        },
       },
     },
     async (req, reply) => {
@@ -71,8 +75,7 @@ const routes: FastifyPluginAsyncZod = async (app) => {
       const out = await tokens.mint(req.tenant, sessionId, scopes, ttlS, subject ?? null);
       if (!out.ok) {
         if (out.reason === 'no_session') throw notFound();
-        throw new AppError(
-          429,
+        throw new QuotaExceeded(
           'quota_exceeded',
           `The session already holds ${MAX_TOKENS_PER_SESSION} client tokens; revoke some or let them expire.`,
           { quota: 'client_tokens_per_session', limit: MAX_TOKENS_PER_SESSION },
@@ -101,7 +104,10 @@ const routes: FastifyPluginAsyncZod = async (app) => {
         summary: 'Revoke a client token (at once, on every replica)',
         tags,
         params: tokenIdParam,
-        response: { 200: deletedClientToken, ...errors(400, 401, 403, 404, 413, 415, 429, 500, 503) },
+        response: {
+          200: deletedClientToken,
+          ...routeErrors({ 404: ['client_token_not_found'] }, 400, 401, 403, 404, 413, 415, 429, 500, 503),
+        },
       },
     },
     async (req) => {

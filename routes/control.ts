@@ -17,7 +17,7 @@ import {
   retryBody,
   sessionIdParam,
 } from '../src/schemas.js';
-import { errors, session } from '../src/openapi/responses.js';
+import { routeErrors, session } from '../src/openapi/responses.js';
 import { ifMatchHeader, mutation, parseIfMatch, postMutation, send, sendMutation } from './mutations.js';
 
 const routes: FastifyPluginAsyncZod = async (app) => {
@@ -152,7 +152,23 @@ const routes: FastifyPluginAsyncZod = async (app) => {
         params: sessionIdParam,
         body: forkBody,
         headers: ifMatchHeader,
-        response: { 201: session, ...errors(400, 401, 404, 409, 412, 413, 415, 422, 429, 500, 503) },
+        response: {
+          201: session,
+          ...routeErrors(
+            { 404: ['session_not_found', 'iteration_not_found'] },
+            400,
+            401,
+            404,
+            409,
+            412,
+            413,
+            415,
+            422,
+            429,
+            500,
+            503,
+          ),
+        },
       },
     },
     async (req, reply) =>

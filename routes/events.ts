@@ -4,12 +4,16 @@ import { z } from 'zod';
 import type { Config } from '../src/config.js';
 import { badRequest } from '../src/errors.js';
 import { sessionIdParam } from '../src/schemas.js';
-import { errors, eventPage } from '../src/openapi/responses.js';
+import { eventPage, routeErrors, type RouteCodes } from '../src/openapi/responses.js';
 import { START, isCursor, parseCursor, placeCursor } from '../src/events/cursor.js';
 import { OutEvent, sseData } from '../src/events/envelope.js';
 import type { Subscription } from '../src/events/hub.js';
 import { cursorAhead, cursorExpired, endFrame, streamSink, type CloseReason } from '../src/events/sink.js';
 import { watchToken } from '../src/plugins/auth.js';
+import { TokenExpired } from '../src/plugins/error-status.js';
+
+/** The 404 of this file's routes names one thing (src/openapi/responses.ts `routeErrors`). */
+const NOT_FOUND = { 404: ['session_not_found'] } as const satisfies RouteCodes;
 
 const cursor = z
   .string()
@@ -77,7 +81,7 @@ const routes: FastifyPluginAsyncZod<{ config: Config }> = async (app, { config }
               },
             },
           },
-          ...errors(400, 401, 404, 410, 500, 503),
+          ...routeErrors(NOT_FOUND, 400, 401, 404, 410, 500, 503),
         },
       },
     },
@@ -158,7 +162,7 @@ const routes: FastifyPluginAsyncZod<{ config: Config }> = async (app, { config }
           res.write(
             `event: error\n${sseData(JSON.stringify({ error: { code: err.code, message: err.message } }))}\n`,
           );
-        end(err.code === 'token_expired' ? 'token_expired' : 'token_revoked');
+        end(err instanceof TokenExpired ? 'token_expired' : 'token_revoked');
       });
       const end = (reason: CloseReason) => {
         if (done) return;

@@ -2,7 +2,10 @@ import type { FastifyPluginAsyncZod } from 'fastify-type-provider-zod';
 import { z } from 'zod';
 import { MCP_SERVER_NAME } from '../src/mcp/config.js';
 import { checkWebhookUrl } from '../src/webhooks/address-guard.js';
-import { errors } from '../src/openapi/responses.js';
+import { errors, routeErrors, type RouteCodes } from '../src/openapi/responses.js';
+
+/** The 404 of this file's routes names one thing (src/openapi/responses.ts `routeErrors`). */
+const NOT_FOUND = { 404: ['mcp_server_not_found'] } as const satisfies RouteCodes;
 
 /** Spec §7.1: a tenant's own MCP servers. Another tenant's server is 404 `mcp_server_not_found`. */
 
@@ -145,7 +148,7 @@ const routes: FastifyPluginAsyncZod = async (app) => {
         summary: "One of the tenant's MCP servers",
         tags,
         params: nameParam,
-        response: { 200: mcpServer, ...errors(400, 401, 404, 429, 500, 503) },
+        response: { 200: mcpServer, ...routeErrors(NOT_FOUND, 400, 401, 404, 429, 500, 503) },
       },
     },
     async (req) => shown(await store.view(req.tenant, req.params.name)),
@@ -160,7 +163,10 @@ const routes: FastifyPluginAsyncZod = async (app) => {
           "Forget one of the tenant's MCP servers (sessions naming it lose its tools at their next step)",
         tags,
         params: nameParam,
-        response: { 200: deletedMcpServer, ...errors(400, 401, 404, 413, 415, 429, 500, 503) },
+        response: {
+          200: deletedMcpServer,
+          ...routeErrors(NOT_FOUND, 400, 401, 404, 413, 415, 429, 500, 503),
+        },
       },
     },
     async (req) => {

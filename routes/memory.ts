@@ -1,8 +1,18 @@
 import type { FastifyPluginAsyncZod } from 'fastify-type-provider-zod';
 import { z } from 'zod';
-import { AppError } from '../src/errors.js';
+import { NotFound, InvalidRequest } from '../src/errors.js';
 import { canonicalPath, MemoryPathError } from '../src/memory/paths.js';
-import { deletedMemoryFile, errors, memoryFile, memoryFileList } from '../src/openapi/responses.js';
+import {
+  deletedMemoryFile,
+  errors,
+  memoryFile,
+  memoryFileList,
+  routeErrors,
+  type RouteCodes,
+} from '../src/openapi/responses.js';
+
+/** The 404 of this file's routes names one thing (src/openapi/responses.ts `routeErrors`). */
+const NOT_FOUND = { 404: ['file_not_found'] } as const satisfies RouteCodes;
 
 const tags = ['memory'];
 const pathParam = z.object({
@@ -19,22 +29,14 @@ function filePath(raw: string): string {
     return rel;
   } catch (err) {
     if (err instanceof MemoryPathError)
-      throw new AppError(
-        400,
-        'invalid_memory_path',
-        `Not a memory file path: ${err.message}.`,
-        undefined,
-        undefined,
-        {
-          cause: err,
-        },
-      );
+      throw new InvalidRequest('invalid_memory_path', `Not a memory file path: ${err.message}.`, undefined, {
+        cause: err,
+      });
     throw err;
   }
 }
 
-const notFound = (rel: string) =>
-  new AppError(404, 'file_not_found', `There is no memory file ${rel}.`, { path: rel });
+const notFound = (rel: string) => new NotFound('file', `There is no memory file ${rel}.`, { path: rel });
 
 /**
  * The memory tool's files of the caller's tenant (the files every session of the tenant with `"memory"` shares):
@@ -72,7 +74,7 @@ const routes: FastifyPluginAsyncZod = async (app) => {
         summary: 'One memory file',
         tags,
         params: pathParam,
-        response: { 200: memoryFile, ...errors(400, 401, 404, 429, 500, 503) },
+        response: { 200: memoryFile, ...routeErrors(NOT_FOUND, 400, 401, 404, 429, 500, 503) },
       },
     },
     async (req) => {
@@ -91,7 +93,10 @@ const routes: FastifyPluginAsyncZod = async (app) => {
         summary: 'Delete one memory file',
         tags,
         params: pathParam,
-        response: { 200: deletedMemoryFile, ...errors(400, 401, 404, 413, 415, 429, 500, 503) },
+        response: {
+          200: deletedMemoryFile,
+          ...routeErrors(NOT_FOUND, 400, 401, 404, 413, 415, 429, 500, 503),
+        },
       },
     },
     async (req) => {

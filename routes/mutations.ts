@@ -7,7 +7,7 @@ import { z } from 'zod';
 import type { MutationResult } from '../src/sessions/mutate.js';
 import { sessionView } from '../src/sessions/view.js';
 import type { SessionState } from '../src/store/session-state.js';
-import { errors, session } from '../src/openapi/responses.js';
+import { routeErrors, session, type RouteCodes } from '../src/openapi/responses.js';
 
 export const ifMatchHeader = z.looseObject({
   'if-match': z
@@ -16,11 +16,14 @@ export const ifMatchHeader = z.looseObject({
     .optional(),
 });
 
+/** A session route's 404: the session (another tenant's, or another session than a client token's, is not found). */
+export const SESSION_NOT_FOUND = { 404: ['session_not_found'] } as const satisfies RouteCodes;
+
 /** Answers of a mutation: the session, 200 when done, 202 when work was queued; and its errors. */
 export const mutation = (...more: Array<409 | 422>) => ({
   200: session,
   202: session,
-  ...errors(400, 401, 404, 412, 413, 415, 429, 500, 503, ...more),
+  ...routeErrors(SESSION_NOT_FOUND, 400, 401, 404, 412, 413, 415, 429, 500, 503, ...more),
 });
 export const postMutation = mutation(409, 422);
 

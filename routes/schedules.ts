@@ -2,9 +2,9 @@ import type { FastifyPluginAsyncZod } from 'fastify-type-provider-zod';
 import { checkCreate } from '../src/sessions/create.js';
 import type { FastifyReply } from 'fastify';
 import { z } from 'zod';
-import { AppError, badRequest } from '../src/errors.js';
+import { badRequest, InvalidRequest } from '../src/errors.js';
 import { envelope } from '../src/events/envelope.js';
-import { errors, eventPage, sessionList } from '../src/openapi/responses.js';
+import { errors, eventPage, sessionList, routeErrors, type RouteCodes } from '../src/openapi/responses.js';
 import { cronProblem, nextFire, validTimezone, type Timing } from '../src/schedules/cron.js';
 import { newScheduleId, type ScheduleRecord } from '../src/schedules/keys.js';
 import {
@@ -20,6 +20,9 @@ import {
 import { sessionView } from '../src/sessions/view.js';
 import type { SessionState } from '../src/store/session-state.js';
 import { ifMatchHeader, parseIfMatch } from './mutations.js';
+
+/** The 404 of this file's routes names one thing (src/openapi/responses.ts `routeErrors`). */
+const NOT_FOUND = { 404: ['schedule_not_found'] } as const satisfies RouteCodes;
 
 /** Spec §7.6: a tenant's schedules. Another tenant's schedule is 404 `schedule_not_found`. */
 
@@ -124,7 +127,7 @@ const routes: FastifyPluginAsyncZod = async (app) => {
         summary: 'A schedule',
         tags,
         params: scheduleIdParam,
-        response: { 200: schedule, ...errors(400, 401, 404, 500, 503) },
+        response: { 200: schedule, ...routeErrors(NOT_FOUND, 400, 401, 404, 500, 503) },
       },
     },
     async (req, reply) => send(reply, await store.get(req.tenant, req.params.id)),
@@ -142,7 +145,7 @@ const routes: FastifyPluginAsyncZod = async (app) => {
         params: scheduleIdParam,
         body: patchScheduleBody,
         headers: ifMatchHeader,
-        response: { 200: schedule, ...errors(400, 401, 404, 412, 413, 415, 429, 500, 503) },
+        response: { 200: schedule, ...routeErrors(NOT_FOUND, 400, 401, 404, 412, 413, 415, 429, 500, 503) },
       },
     },
     async (req, reply) => {
@@ -180,7 +183,10 @@ const routes: FastifyPluginAsyncZod = async (app) => {
         tags,
         params: scheduleIdParam,
         headers: ifMatchHeader,
-        response: { 200: deletedSchedule, ...errors(400, 401, 404, 412, 413, 415, 429, 500, 503) },
+        response: {
+          200: deletedSchedule,
+          ...routeErrors(NOT_FOUND, 400, 401, 404, 412, 413, 415, 429, 500, 503),
+        },
       },
     },
     async (req) => {
@@ -198,14 +204,14 @@ const routes: FastifyPluginAsyncZod = async (app) => {
         tags,
         params: scheduleIdParam,
         querystring: pageQuery,
-        response: { 200: sessionList, ...errors(400, 401, 404, 500, 503) },
+        response: { 200: sessionList, ...routeErrors(NOT_FOUND, 400, 401, 404, 500, 503) },
       },
     },
     async (req) => {
       const s = await store.get(req.tenant, req.params.id);
       const { cursor, limit } = req.query;
       if (cursor !== undefined && !/^\d{1,15}$/.test(cursor))
-        throw new AppError(400, 'invalid_cursor', 'The cursor is not one this service gave.');
+        throw new InvalidRequest('invalid_cursor', 'The cursor is not one this service gave.');
       const page = await store.runs(s.id, limit, cursor === undefined ? undefined : Number(cursor));
       const states = await Promise.all(page.ids.map((id) => app.store.load(id)));
       const data: SessionState[] = [];
@@ -228,7 +234,7 @@ const routes: FastifyPluginAsyncZod = async (app) => {
         tags,
         params: scheduleIdParam,
         querystring: eventsQuery,
-        response: { 200: eventPage, ...errors(400, 401, 404, 500, 503) },
+        response: { 200: eventPage, ...routeErrors(NOT_FOUND, 400, 401, 404, 500, 503) },
       },
     },
     async (req) => {

@@ -23,6 +23,7 @@ import {
 import {
   deletedSession,
   errors,
+  routeErrors,
   iterationDetail,
   iterationList,
   messageList,
@@ -30,10 +31,25 @@ import {
   sessionList,
 } from '../src/openapi/responses.js';
 import { actorOf } from '../src/plugins/auth.js';
-import { ifMatchHeader, parseIfMatch, postMutation, send, sendMutation } from './mutations.js';
+import {
+  SESSION_NOT_FOUND,
+  ifMatchHeader,
+  parseIfMatch,
+  postMutation,
+  send,
+  sendMutation,
+} from './mutations.js';
 import type { SessionState } from '../src/store/session-state.js';
 
-const read = errors(400, 401, 404, 500, 503);
+const read = routeErrors(SESSION_NOT_FOUND, 400, 401, 404, 500, 503);
+const readIteration = routeErrors(
+  { 404: ['session_not_found', 'iteration_not_found'] },
+  400,
+  401,
+  404,
+  500,
+  503,
+);
 
 /** A page of GET /v1/sessions stops before the session that would take it over this many bytes (never empty). */
 const LIST_PAGE_MAX_BYTES = 1_048_576;
@@ -175,7 +191,10 @@ const routes: FastifyPluginAsyncZod = async (app) => {
         tags,
         params: sessionIdParam,
         headers: ifMatchHeader,
-        response: { 200: deletedSession, ...errors(400, 401, 404, 412, 413, 415, 429, 500, 503) },
+        response: {
+          200: deletedSession,
+          ...routeErrors(SESSION_NOT_FOUND, 400, 401, 404, 412, 413, 415, 429, 500, 503),
+        },
       },
     },
     async (req) => {
@@ -233,7 +252,7 @@ const routes: FastifyPluginAsyncZod = async (app) => {
         summary: 'One iteration record with its reply and tool results',
         tags,
         params: iterationParams,
-        response: { 200: iterationDetail, ...read },
+        response: { 200: iterationDetail, ...readIteration },
       },
     },
     async (req) => {

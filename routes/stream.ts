@@ -6,8 +6,8 @@ import type { RawData, WebSocket } from 'ws';
 import { z } from 'zod';
 import type { Config } from '../src/config.js';
 import { sessionIdParam } from '../src/schemas.js';
-import { errors } from '../src/openapi/responses.js';
-import { AppError } from '../src/errors.js';
+import { routeErrors, type RouteCodes } from '../src/openapi/responses.js';
+import { HttpRefusal, TokenExpired } from '../src/plugins/error-status.js';
 import { START, isCursor, parseCursor, placeCursor } from '../src/events/cursor.js';
 import { handleFrame, type ServerFrame } from '../src/events/frames.js';
 import { selectProtocol } from '../src/events/protocols.js';
@@ -27,6 +27,9 @@ import type { SessionDeps } from '../src/sessions/mutate.js';
 import type { ClientTokenRecord, ClientTokens } from '../src/store/client-tokens.js';
 import { componentLog } from '../src/log.js';
 import { watchToken, type TokenWatch } from '../src/plugins/auth.js';
+
+/** The 404 of this file's routes names one thing (src/openapi/responses.ts `routeErrors`). */
+const NOT_FOUND = { 404: ['session_not_found'] } as const satisfies RouteCodes;
 
 export const streamQuery = z.object({
   after: z
@@ -152,15 +155,14 @@ const routes: FastifyPluginAsyncZod<{ config: Config }> = async (app, { config }
           101: z.null().meta({ description: 'Switching Protocols: the WebSocket is open.' }),
           // 403 `origin_not_allowed`: an Origin outside CORS_ORIGINS.
           // 426 `upgrade_required`: a plain GET (not an upgrade).
-          ...errors(400, 401, 403, 404, 426, 429, 500, 503),
+          ...routeErrors(NOT_FOUND, 400, 401, 403, 404, 426, 429, 500, 503),
         },
       },
       // Runs before the upgrade: another tenant's or a missing session is an HTTP 404, never a socket; a cursor
       // past the newest event a 400 (both reads in one round trip, by auto-pipelining).
       preHandler: async (req) => {
         if (!req.ws)
-          throw new AppError(
-            426,
+          throw new HttpRefusal(
             'upgrade_required',
             'This route is a WebSocket: send an upgrade request (Connection: Upgrade, Upgrade: websocket).',
             undefined,
@@ -293,7 +295,7 @@ class WsConn implements Transport, SinkContext {
     // A client token's connection ends with the token: at its expiry, or once it is found revoked.
     this.watch = watchToken(this.shared.clientTokens, this.token, config.STREAM_HEARTBEAT_MS, (err) => {
       this.control({ type: 'error', ref: null, error: { code: err.code, message: err.message } });
-      this.close(err.code === 'token_expired' ? 'token_expired' : 'token_revoked');
+      this.close(err instanceof TokenExpired ? 'token_expired' : 'token_revoked');
     });
   }
 

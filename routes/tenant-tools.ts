@@ -1,11 +1,21 @@
 import type { FastifyPluginAsyncZod } from 'fastify-type-provider-zod';
-import { AppError, notFound } from '../src/errors.js';
-import { deletedTool, errors, tenantTool } from '../src/openapi/responses.js';
+import { notFound } from '../src/errors.js';
+import { HttpRefusal } from '../src/plugins/error-status.js';
+import {
+  codesOfStatus,
+  deletedTool,
+  tenantTool,
+  routeErrors,
+  type RouteCodes,
+} from '../src/openapi/responses.js';
 import { toolView } from '../src/tenant-tools/registry.js';
 import { putToolBody, toolNameParam } from '../src/tenant-tools/schemas.js';
 import type { TenantToolDef } from '../src/tenant-tools/types.js';
 import { checkWebhookUrl } from '../src/webhooks/address-guard.js';
 import { newSecret } from '../src/webhooks/secrets.js';
+
+/** The 404 of this file's routes names one thing (src/openapi/responses.ts `routeErrors`). */
+const NOT_FOUND = { 404: ['tool_not_found'] } as const satisfies RouteCodes;
 
 /** Spec §7.1: a tenant's own tools. Another tenant's tool is 404 `tool_not_found`. */
 const routes: FastifyPluginAsyncZod = async (app) => {
@@ -25,20 +35,30 @@ const routes: FastifyPluginAsyncZod = async (app) => {
         response: {
           200: tenantTool,
           201: tenantTool,
-          ...errors(400, 401, 409, 413, 415, 422, 429, 500, 503),
+          ...routeErrors(
+            { 409: [...codesOfStatus(409), 'tool_name_conflict'] },
+            400,
+            401,
+            409,
+            413,
+            415,
+            422,
+            429,
+            500,
+            503,
+          ),
         },
       },
     },
     async (req, reply) => {
       const { name } = req.params;
       if (app.toolbox.reservedNames().has(name))
-        throw new AppError(
-          409,
+        throw new HttpRefusal(
           'tool_name_conflict',
           `"${name}" is the name of a server tool; name the tool otherwise.`,
-          {
-            tool: name,
-          },
+          { tool: name },
+          undefined,
+          409,
         );
       const body = req.body;
       const before = await registry.get(req.tenant, name);
@@ -85,7 +105,7 @@ const routes: FastifyPluginAsyncZod = async (app) => {
         summary: 'A tenant tool, with its workers',
         tags,
         params: toolNameParam,
-        response: { 200: tenantTool, ...errors(400, 401, 404, 429, 500, 503) },
+        response: { 200: tenantTool, ...routeErrors(NOT_FOUND, 400, 401, 404, 429, 500, 503) },
       },
     },
     async (req) => {
@@ -107,7 +127,7 @@ const routes: FastifyPluginAsyncZod = async (app) => {
         summary: 'Remove a tenant tool (sessions already using it keep their copy)',
         tags,
         params: toolNameParam,
-        response: { 200: deletedTool, ...errors(400, 401, 404, 413, 415, 429, 500, 503) },
+        response: { 200: deletedTool, ...routeErrors(NOT_FOUND, 400, 401, 404, 413, 415, 429, 500, 503) },
       },
     },
     async (req) => {

@@ -1,6 +1,16 @@
 import type { FastifyPluginAsyncZod } from 'fastify-type-provider-zod';
-import { claimedTasks, errors, taskAccepted, taskLease } from '../src/openapi/responses.js';
+import {
+  claimedTasks,
+  errors,
+  taskAccepted,
+  taskLease,
+  routeErrors,
+  type RouteCodes,
+} from '../src/openapi/responses.js';
 import { claimBody, taskIdParam, taskResultBody } from '../src/tenant-tools/schemas.js';
+
+/** The 404 of this file's routes names one thing (src/openapi/responses.ts `routeErrors`). */
+const NOT_FOUND = { 404: ['task_not_found'] } as const satisfies RouteCodes;
 
 /** Spec §7.1: the worker protocol. A task of another tenant is 404 `task_not_found`. */
 const routes: FastifyPluginAsyncZod = async (app) => {
@@ -40,7 +50,10 @@ const routes: FastifyPluginAsyncZod = async (app) => {
         summary: 'Renew the lease of a claimed task',
         tags,
         params: taskIdParam,
-        response: { 200: taskLease, ...errors(400, 401, 404, 409, 413, 415, 422, 429, 500, 503) },
+        response: {
+          200: taskLease,
+          ...routeErrors(NOT_FOUND, 400, 401, 404, 409, 413, 415, 422, 429, 500, 503),
+        },
       },
     },
     async (req) => tasks.heartbeat(req.tenant, req.params.id),
@@ -55,7 +68,10 @@ const routes: FastifyPluginAsyncZod = async (app) => {
         tags,
         params: taskIdParam,
         body: taskResultBody,
-        response: { 200: taskAccepted, ...errors(400, 401, 404, 409, 413, 415, 422, 429, 500, 503) },
+        response: {
+          200: taskAccepted,
+          ...routeErrors(NOT_FOUND, 400, 401, 404, 409, 413, 415, 422, 429, 500, 503),
+        },
       },
     },
     async (req) => {

@@ -2,7 +2,7 @@ import type { FastifyPluginAsyncZod } from 'fastify-type-provider-zod';
 import type { FastifyReply } from 'fastify';
 import { randomBytes } from 'node:crypto';
 import { z } from 'zod';
-import { AppError } from '../src/errors.js';
+import { Conflict } from '../src/errors.js';
 import { checkWebhookUrl } from '../src/webhooks/address-guard.js';
 import { releaseAgents } from '../src/webhooks/attempt.js';
 import {
@@ -25,7 +25,12 @@ import {
   testDelivery,
   webhook,
   webhookList,
+  routeErrors,
+  type RouteCodes,
 } from '../src/openapi/responses.js';
+
+/** The 404 of this file's routes names one thing (src/openapi/responses.ts `routeErrors`). */
+const NOT_FOUND = { 404: ['webhook_not_found'] } as const satisfies RouteCodes;
 
 /** Spec §6.3: a tenant's webhooks. Another tenant's webhook is 404 `webhook_not_found`. */
 
@@ -110,7 +115,7 @@ const routes: FastifyPluginAsyncZod = async (app) => {
         summary: 'A webhook endpoint',
         tags,
         params: webhookIdParam,
-        response: { 200: webhook, ...errors(400, 401, 404, 500, 503) },
+        response: { 200: webhook, ...routeErrors(NOT_FOUND, 400, 401, 404, 500, 503) },
       },
     },
     async (req, reply) => send(reply, await store.get(req.tenant, req.params.id)),
@@ -126,7 +131,7 @@ const routes: FastifyPluginAsyncZod = async (app) => {
         params: webhookIdParam,
         body: patchWebhookBody,
         headers: ifMatchHeader,
-        response: { 200: webhook, ...errors(400, 401, 404, 412, 413, 415, 429, 500, 503) },
+        response: { 200: webhook, ...routeErrors(NOT_FOUND, 400, 401, 404, 412, 413, 415, 429, 500, 503) },
       },
     },
     async (req, reply) => {
@@ -152,7 +157,10 @@ const routes: FastifyPluginAsyncZod = async (app) => {
         tags,
         params: webhookIdParam,
         headers: ifMatchHeader,
-        response: { 200: deletedWebhook, ...errors(400, 401, 404, 412, 413, 415, 429, 500, 503) },
+        response: {
+          200: deletedWebhook,
+          ...routeErrors(NOT_FOUND, 400, 401, 404, 412, 413, 415, 429, 500, 503),
+        },
       },
     },
     async (req) => {
@@ -171,7 +179,7 @@ const routes: FastifyPluginAsyncZod = async (app) => {
         tags,
         params: webhookIdParam,
         querystring: deliveriesQuery,
-        response: { 200: deliveryList, ...errors(400, 401, 404, 500, 503) },
+        response: { 200: deliveryList, ...routeErrors(NOT_FOUND, 400, 401, 404, 500, 503) },
       },
     },
     async (req) => {
@@ -188,17 +196,16 @@ const routes: FastifyPluginAsyncZod = async (app) => {
         summary: 'Queue a `webhook.test` event for delivery to the endpoint',
         tags,
         params: webhookIdParam,
-        response: { 202: testDelivery, ...errors(400, 401, 404, 409, 413, 415, 422, 429, 500, 503) },
+        response: {
+          202: testDelivery,
+          ...routeErrors(NOT_FOUND, 400, 401, 404, 409, 413, 415, 422, 429, 500, 503),
+        },
       },
     },
     async (req, reply) => {
       const w = await store.get(req.tenant, req.params.id);
       if (w.disabled)
-        throw new AppError(
-          409,
-          'webhook_disabled',
-          'The webhook is disabled; PATCH {"disabled": false} first.',
-        );
+        throw new Conflict('webhook_disabled', 'The webhook is disabled; PATCH {"disabled": false} first.');
       const msgId = `msg_test_${randomBytes(9).toString('base64url')}`;
       const body = JSON.stringify({
         id: msgId,
@@ -209,7 +216,7 @@ const routes: FastifyPluginAsyncZod = async (app) => {
         data: { webhook_id: w.id },
       });
       const r = await store.outbox.enqueue(w.id, [[msgId, body]], Date.now(), webhooks.maxPending);
-      if (!r) throw new AppError(409, 'webhook_disabled', 'The webhook is disabled.');
+      if (!r) throw new Conflict('webhook_disabled', 'The webhook is disabled.');
       webhooks.kick(w.id);
       return reply.code(202).send({ message_id: msgId, type: TEST_EVENT_TYPE });
     },

@@ -5,7 +5,7 @@ import swaggerUi from '@fastify/swagger-ui';
 import websocket from '@fastify/websocket';
 import { validatorCompiler } from 'fastify-type-provider-zod';
 import type { Config } from './config.js';
-import { AppError, badRequest } from './errors.js';
+import { badRequest, NotFound } from './errors.js';
 import {
   DEFAULT_JSON_MAX_DEPTH,
   DEFAULT_JSON_MAX_KEYS,
@@ -223,7 +223,7 @@ const app: FastifyPluginAsync<AppOptions> = async (fastify, opts) => {
       url: '/v1/*',
       schema: { hide: true },
       handler: async (req) => {
-        throw new AppError(404, 'route_not_found', `No route ${req.method} ${req.url.split('?')[0]}.`);
+        throw new NotFound('route', `No route ${req.method} ${req.url.split('?')[0]}.`);
       },
     });
   });

@@ -2,7 +2,7 @@ import type { z } from 'zod';
 
 /**
  * Every code the API answers an error with, by HTTP status: the closed set clients can rely on (`error.code` of a
- * JSON error, of an SSE `event: error`, of a WebSocket `error` frame). `AppError` takes only these, so a new code is
+ * JSON error, of an SSE `event: error`, of a WebSocket `error` frame). `DomainError` takes only these, so a new code is
  * added here first, where it is seen next to the others.
  */
 export const ERROR_CODES = [
@@ -95,57 +95,129 @@ export function errorBody(code: ErrorCode, message: string, details?: unknown): 
 }
 
 /**
- * Typed errors with a stable `code` from `ERROR_CODES`. The error handler turns an AppError into
- * `{"error": {"code", "message", "details"?}}` with its status; anything else is a 500 whose internals stay in the
- * log. `cause` keeps the error this one stands for (a Redis or upstream error), for the log.
+ * What the store, the engine and the operations behind the routes throw when they refuse: a `code` from
+ * `ERROR_CODES`, a message and `details` for the error envelope, `cause` (a Redis or upstream error) for the log.
+ * They say nothing of HTTP: only the HTTP layer (src/plugins/errors.ts, with the status of each code in
+ * src/plugins/error-status.ts) turns one into a status and the `{"error": {...}}` envelope. Code that must tell one
+ * refusal from another uses the subclasses below (`instanceof`), never the code's text.
  */
-export class AppError extends Error {
+export class DomainError extends Error {
   constructor(
-    readonly statusCode: number,
     readonly code: ErrorCode,
     message: string,
     readonly details?: unknown,
-    readonly headers?: Record<string, string>,
     options?: { cause?: unknown },
   ) {
     super(message, options);
-    this.name = 'AppError';
+    this.name = new.target.name;
   }
 }
 
-/** 429 `quota_exceeded`: the tenant holds `limit` of what `quota` (a config variable's name) counts. */
+/** What a not-found names; its code is `<what>_not_found`. */
+export type NotFoundKind =
+  | 'session'
+  | 'iteration'
+  | 'webhook'
+  | 'file'
+  | 'mcp_server'
+  | 'tool'
+  | 'task'
+  | 'client_token'
+  | 'schedule'
+  | 'route';
+
+/** Nothing of this kind has this id (or path): `<kind>_not_found`. */
+export class NotFound extends DomainError {
+  constructor(
+    readonly kind: NotFoundKind,
+    message = `No ${kind} with this id.`,
+    details?: unknown,
+  ) {
+    super(`${kind}_not_found`, message, details);
+  }
+}
+
+/** The session (or webhook, task, idempotency record) is not in a state that allows the request. */
+export class Conflict extends DomainError {}
+
+/** A guarded write found the session in another status (`details.status`). */
+export class InvalidStatus extends Conflict {
+  constructor(readonly status: string) {
+    super('invalid_status', `Not possible while the session is ${status}.`, { status });
+  }
+}
+
+/** A create found a session with its id (a deterministic id: a schedule's fire, a sub-agent's call). */
+export class SessionExists extends Conflict {
+  constructor() {
+    super('session_exists', 'A session with this id exists.');
+  }
+}
+
+/** A write guarded by a revision (If-Match) found another one: `details.revision` is the current one. */
+export class RevisionMismatch extends DomainError {
+  constructor(
+    readonly revision: number,
+    what: 'session' | 'webhook' = 'session',
+  ) {
+    super('revision_mismatch', `The ${what} is at revision ${revision}.`, { revision });
+  }
+}
+
+/** A tenant's quota (a config variable's) or rate is used up: `quota_exceeded` or `rate_limited`. */
+export class QuotaExceeded extends DomainError {}
+
+/** The request itself is refused for what it holds (the 400 codes; a turn over MAX_TURN_BYTES), past the route's own validation. */
+export class InvalidRequest extends DomainError {}
+
+/** The one message of `store_unavailable` to a request (HTTP or a WebSocket frame). */
+export const STORE_UNAVAILABLE_MESSAGE = 'The session store is unavailable; try again shortly.';
+
+/** Redis did not answer or refused writes for a while (see src/store/unavailable.ts); `cause` is its error. */
+export class StoreUnavailable extends DomainError {
+  constructor(cause: unknown) {
+    super('store_unavailable', STORE_UNAVAILABLE_MESSAGE, undefined, { cause });
+  }
+}
+
+/** Something failed on our side (`internal_error`): `cause` says what, for the log. */
+export class InternalError extends DomainError {
+  constructor(message: string, options?: { cause?: unknown }) {
+    super('internal_error', message, undefined, options);
+  }
+}
+
+/**
+ * Raised by the store when a fenced write comes from a process that no longer owns the run: the engine stops that
+ * run. Never a refusal of a request (one that reaches the HTTP layer is a bug there: a 500 whose text stays in the
+ * log).
+ */
+export class FencedOut extends InternalError {
+  constructor(readonly sessionId: string) {
+    super(`lost ownership of session ${sessionId}`);
+  }
+}
+
+/** Whether `err` is a refusal (the request or the state is at fault), not a failure of the service. */
+export const isRefusal = (err: unknown): err is DomainError =>
+  err instanceof DomainError && !(err instanceof InternalError) && !(err instanceof StoreUnavailable);
+
+/** `quota_exceeded`: the tenant holds `limit` of what `quota` (a config variable's name) counts. */
 export const quotaExceeded = (quota: string, limit: number, what: string) =>
-  new AppError(429, 'quota_exceeded', `The tenant already has ${limit} ${what}, the most ${quota} allows.`, {
+  new QuotaExceeded('quota_exceeded', `The tenant already has ${limit} ${what}, the most ${quota} allows.`, {
     quota,
     limit,
   });
 
 export const badRequest = (message: string, details?: unknown) =>
-  new AppError(400, 'invalid_request', message, details);
+  new InvalidRequest('invalid_request', message, details);
 
-/** What a 404 names; its code is `<what>_not_found`. */
-export type NotFoundKind =
-  'session' | 'iteration' | 'webhook' | 'file' | 'mcp_server' | 'tool' | 'task' | 'client_token';
-
-export const notFound = (what: NotFoundKind = 'session') =>
-  new AppError(404, `${what}_not_found`, `No ${what} with this id.`);
+export const notFound = (what: NotFoundKind = 'session') => new NotFound(what);
 
 export const conflict = (code: ErrorCode, message: string, details?: unknown) =>
-  new AppError(409, code, message, details);
+  new Conflict(code, message, details);
 
-export const revisionMismatch = (current: number) =>
-  new AppError(412, 'revision_mismatch', `The session is at revision ${current}.`, { revision: current });
-
-/** The one message of `store_unavailable` to a request (HTTP or a WebSocket frame). */
-export const STORE_UNAVAILABLE_MESSAGE = 'The session store is unavailable; try again shortly.';
-
-/** Raised by the store when a fenced write comes from a process that no longer owns the run. */
-export class FencedOut extends Error {
-  constructor(readonly sessionId: string) {
-    super(`lost ownership of session ${sessionId}`);
-    this.name = 'FencedOut';
-  }
-}
+export const revisionMismatch = (current: number) => new RevisionMismatch(current);
 
 /** Zod issues as the error envelope's `details`: `{path, code, message}` with a JSON-pointer path, as route validation gives. */
 export function zodDetails(issues: readonly z.core.$ZodIssue[], prefix: Array<string | number> = []) {

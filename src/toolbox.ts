@@ -8,7 +8,7 @@ import type { BetaRunnableTool } from '@anthropic-ai/sdk/lib/tools/BetaRunnableT
 import { toolSchemas } from '../tools/index.js';
 import type { ServerTool } from '../tools/types.js';
 import { validationProblem } from './engine/client-validation.js';
-import { AppError, badRequest } from './errors.js';
+import { badRequest, InvalidRequest } from './errors.js';
 import type { ToolRef } from './store/session-state.js';
 import { isMcpToolset } from './mcp/schema.js';
 import { isAnthropicTool } from './tools/anthropic-tools.js';
@@ -56,7 +56,7 @@ export interface ToolProvider {
   /** Whether this provider owns the `tools` entry. */
   claims(entry: ToolRef): boolean;
   /**
-   * Checks the entries it claims at create (or PATCH) for `tenant` (throws a 400 AppError) and returns the tools
+   * Checks the entries it claims at create (or PATCH) for `tenant` (throws an InvalidRequest) and returns the tools
    * they bring, as far as it knows them now.
    */
   check(tenant: string, entries: readonly ToolRef[]): Promise<ClaimedTool[]>;
@@ -101,9 +101,8 @@ export class Toolbox {
         return;
       }
       if (before === t.from)
-        throw new AppError(400, 'duplicate_tool', `The tool "${t.name}" is given twice.`, { tool: t.name });
-      throw new AppError(
-        400,
+        throw new InvalidRequest('duplicate_tool', `The tool "${t.name}" is given twice.`, { tool: t.name });
+      throw new InvalidRequest(
         'tool_name_conflict',
         `Two tools of the session are named "${t.name}" (${before} and ${t.from}); name the client tool otherwise or leave one out (allowed_tools).`,
         { tool: t.name, sources: [before, t.from] },
@@ -119,8 +118,7 @@ export class Toolbox {
       } else if (typeof t === 'object' && ('input_schema' in t || isAnthropicTool(t))) {
         // A client tool, or an Anthropic-defined tool (run upstream or by a client): a name of the session all the same.
         if (this.providers.some((p) => p.reserved?.has(t.name)))
-          throw new AppError(
-            400,
+          throw new InvalidRequest(
             'tool_name_conflict',
             `"${t.name}" is the name of a server tool; name the client tool otherwise.`,
             { tool: t.name },
@@ -136,15 +134,14 @@ export class Toolbox {
             },
           );
       } else if (typeof t === 'string')
-        throw new AppError(
-          400,
+        throw new InvalidRequest(
           'unknown_tool',
           `There is no server tool named "${t}". GET /v1/tools lists them.`,
           {
             tool: t,
           },
         );
-      else throw new AppError(400, 'unknown_tool', 'A tools entry of an unknown form.');
+      else throw new InvalidRequest('unknown_tool', 'A tools entry of an unknown form.');
     }
     // Provider tools first, so a client tool that takes one of their names is the one reported.
     const lists = await Promise.all([...claimed].map(([p, entries]) => p.check(tenant, entries)));

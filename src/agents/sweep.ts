@@ -1,5 +1,5 @@
 import type { FastifyBaseLogger as Logger } from 'fastify';
-import { AppError } from '../errors.js';
+import { Conflict, NotFound, SessionExists, isRefusal } from '../errors.js';
 import { createSessionBody, isAgentTool, type AgentTool } from '../schemas.js';
 import { cancelRun, removeSession } from '../sessions/control.js';
 import { createSession } from '../sessions/create.js';
@@ -152,8 +152,8 @@ export class AgentSweep {
       this.opts.log.info({ session: parent.id, child: childId, tenant: parent.tenant }, 'sub-agent started');
       return null;
     } catch (err) {
-      if (err instanceof AppError && err.code === 'session_exists') return null;
-      if (err instanceof AppError && err.statusCode < 500)
+      if (err instanceof SessionExists) return null;
+      if (isRefusal(err))
         return { content: `Error: the sub-agent could not start: ${err.message}`, is_error: true };
       throw err;
     }
@@ -185,7 +185,7 @@ export class AgentSweep {
         hincr,
       );
     } catch (err) {
-      if (err instanceof AppError && (err.statusCode === 409 || err.statusCode === 404)) return;
+      if (err instanceof Conflict || err instanceof NotFound) return;
       throw err;
     }
   }
@@ -217,7 +217,7 @@ export class AgentSweep {
       const c = await this.opts.store.load(id);
       if (!c || (c.status !== 'running' && c.status !== 'requires_action')) continue;
       await cancelRun(this.opts.deps, c.tenant, id).catch((err: unknown) => {
-        if (!(err instanceof AppError)) throw err;
+        if (!isRefusal(err)) throw err;
       });
     }
   }
@@ -229,7 +229,7 @@ export class AgentSweep {
       const c = await this.opts.store.load(id);
       if (c)
         await removeSession(this.opts.deps, c.tenant, id).catch((err: unknown) => {
-          if (!(err instanceof AppError)) throw err;
+          if (!isRefusal(err)) throw err;
         });
     }
     await this.opts.redis.del(key);

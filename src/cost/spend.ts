@@ -5,14 +5,13 @@
  * any replica) and the source of `GET /v1/usage`; it expires USAGE_RETENTION_DAYS after its day. The owner of the
  * keys: no other module touches them.
  */
-import { AppError } from '../errors.js';
+import { InvalidRequest, QuotaExceeded } from '../errors.js';
 import type { RedisClient } from '../store/lua-commands.js';
 import { microsToUsd, usdToMicros, type PriceTable } from './prices.js';
 
 /** `usage.cost_usd` ceilings refuse a run of a model without a price (400 `unknown_model_price`). */
 const unknownModelPrice = (model: string, why: string) =>
-  new AppError(
-    400,
+  new InvalidRequest(
     'unknown_model_price',
     `The price of model "${model}" is unknown, so ${why} cannot be kept; add it to MODEL_PRICES.`,
     { model },
@@ -92,8 +91,7 @@ export class TenantSpend {
   async assertUnderCap(tenant: string | null): Promise<void> {
     if (tenant === null || !(await this.overCap(tenant))) return;
     const limit = microsToUsd(this.capMicros);
-    throw new AppError(
-      429,
+    throw new QuotaExceeded(
       'quota_exceeded',
       `The tenant has spent its ${limit} USD of today (UTC), the most TENANT_MAX_COST_USD_PER_DAY allows.`,
       { quota: 'cost_usd_per_day', limit },

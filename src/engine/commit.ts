@@ -1,5 +1,5 @@
 import { randomBytes } from 'node:crypto';
-import { AppError, FencedOut } from '../errors.js';
+import { FencedOut, InvalidStatus, NotFound } from '../errors.js';
 import { toolCallsOf } from '../history.js';
 import { isStoreDown } from '../store/unavailable.js';
 import { pendingFields, resultsTurn, type PendingCall, type PendingStep } from '../store/pending.js';
@@ -106,7 +106,7 @@ export async function commit(deps: RunDeps, run: RunHandle, ops: ApplyOps): Prom
     res = await run.obs.commit(() => applyThroughOutage(deps, run, ops));
   } catch (err) {
     // The session left `running` under us (cancelled or deleted by a route): this run is over.
-    if (err instanceof AppError && (err.code === 'invalid_status' || err.code === 'session_not_found')) {
+    if (err instanceof InvalidStatus || err instanceof NotFound) {
       throw new FencedOut(run.id);
     }
     throw err;

@@ -1,6 +1,6 @@
 import { z } from 'zod';
 import type { FastifyBaseLogger } from 'fastify';
-import { AppError, STORE_UNAVAILABLE_MESSAGE, zodDetails, type ErrorCode } from '../errors.js';
+import { DomainError, FencedOut, STORE_UNAVAILABLE_MESSAGE, zodDetails, type ErrorCode } from '../errors.js';
 import { isStoreDown } from '../plugins/errors.js';
 import {
   DEFAULT_JSON_MAX_DEPTH,
@@ -128,7 +128,9 @@ export async function handleFrame(
     if (err instanceof z.ZodError) {
       return errorFrame(h.data.ref, 'invalid_request', 'The frame is invalid.', frameDetails(err));
     }
-    if (err instanceof AppError) return errorFrame(h.data.ref, err.code, err.message, err.details);
+    // A lost lease is not the frame's fault: a bug of ours, answered as one (below).
+    if (err instanceof DomainError && !(err instanceof FencedOut))
+      return errorFrame(h.data.ref, err.code, err.message, err.details);
     if (isStoreDown(err)) {
       return errorFrame(h.data.ref, 'store_unavailable', STORE_UNAVAILABLE_MESSAGE);
     }

@@ -1,6 +1,6 @@
 import type { Writable } from 'node:stream';
 import type { FastifyBaseLogger } from 'fastify';
-import { AppError, type ErrorCode } from '../errors.js';
+import { type ErrorCode, DomainError, InvalidRequest } from '../errors.js';
 import type { Metrics } from '../observability/metrics.js';
 import { isStoreDown } from '../store/unavailable.js';
 import type { OutEvent } from './envelope.js';
@@ -208,8 +208,7 @@ export function drained(w: Writable, stallMs: number): Promise<boolean> {
 
 /** The `cursor_expired` error, the same for the JSON pages (410), SSE (`event: error`) and WebSocket (close 4410). */
 export function cursorExpired(sessionId: string, info: ExpiredInfo) {
-  return new AppError(
-    410,
+  return new DomainError(
     'cursor_expired',
     `Events after ${info.cursor} were trimmed from this session's event log, which keeps its most recent events ` +
       `only. Read the durable history with GET /v1/sessions/${sessionId}/messages, then follow the log again ` +
@@ -229,8 +228,7 @@ export function cursorExpired(sessionId: string, info: ExpiredInfo) {
  * bug or skip events written later with smaller ids.
  */
 export function cursorAhead(cursor: string, lastEventId: string | null) {
-  return new AppError(
-    400,
+  return new InvalidRequest(
     'invalid_cursor',
     `${cursor} is past the newest event of this session's log (${lastEventId ?? 'none'}): give the id of an ` +
       'event this log sent, or 0 for the start.',

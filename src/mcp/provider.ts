@@ -12,7 +12,7 @@ import type { BetaRunnableTool, BetaToolRunContext } from '@anthropic-ai/sdk/lib
 import type { Tool } from '@modelcontextprotocol/sdk/types.js';
 import type { FastifyBaseLogger } from 'fastify';
 import type { ServerTool } from '../../tools/types.js';
-import { AppError } from '../errors.js';
+import { InvalidRequest } from '../errors.js';
 import type { ClaimedTool, ToolListing, ToolProvider, ToolScope } from '../toolbox.js';
 import type { McpServersConfig } from './config.js';
 import { McpServerClient, type McpPoolOptions, type McpProgress } from './pool.js';
@@ -90,8 +90,7 @@ export class McpTools implements ToolProvider {
     const s = await this.resolve(tenant, name);
     // Another tenant's server is not named to this one: the same answer as for no server at all.
     if (!s) {
-      throw new AppError(
-        400,
+      throw new InvalidRequest(
         'unknown_tool',
         `There is no MCP server named "${name}" for this tenant. GET /v1/tools lists the servers' tools.`,
         { mcp_server: name },
@@ -105,7 +104,7 @@ export class McpTools implements ToolProvider {
     const named = new Set<string>();
     for (const e of mcp) {
       if (named.has(e.mcp_server))
-        throw new AppError(400, 'duplicate_tool', `The MCP server "${e.mcp_server}" is given twice.`, {
+        throw new InvalidRequest('duplicate_tool', `The MCP server "${e.mcp_server}" is given twice.`, {
           mcp_server: e.mcp_server,
         });
       named.add(e.mcp_server);
@@ -135,8 +134,7 @@ export class McpTools implements ToolProvider {
     const offered = new Set(tools.map((t) => t.name).filter((n) => API_TOOL_NAME.test(n)));
     for (const name of e.allowed_tools ?? []) {
       if (!offered.has(name)) {
-        throw new AppError(
-          400,
+        throw new InvalidRequest(
           'unknown_tool',
           `The MCP server "${e.mcp_server}" has no tool named "${name}".`,
           { mcp_server: e.mcp_server, tool: name },

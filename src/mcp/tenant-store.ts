@@ -1,5 +1,5 @@
 import { z } from 'zod';
-import { AppError, notFound, quotaExceeded } from '../errors.js';
+import { InternalError, notFound, quotaExceeded } from '../errors.js';
 import { defineLuaCommands, type RedisClient } from '../store/lua-commands.js';
 import type { SecretBox } from '../webhooks/secrets.js';
 import './lua/commands.js';
@@ -122,16 +122,7 @@ export class TenantMcpStore {
     try {
       headers = z.record(z.string(), z.string()).parse(JSON.parse(this.box.open(r.headers)));
     } catch (err) {
-      throw new AppError(
-        500,
-        'internal_error',
-        'The headers of the MCP server cannot be opened.',
-        undefined,
-        undefined,
-        {
-          cause: err,
-        },
-      );
+      throw new InternalError('The headers of the MCP server cannot be opened.', { cause: err });
     }
     return { name, url: r.url, headers, revision: r.revision };
   }

@@ -4,6 +4,7 @@ import { createJsonSchemaTransform, createJsonSchemaTransformObject } from 'fast
 import type { OpenAPIV3_1 } from 'openapi-types';
 import type { z } from 'zod';
 import { oneOf } from '../guards.js';
+import { errors } from './responses.js';
 
 /**
  * The OpenAPI 3.1 document of the service, built by @fastify/swagger from the routes' zod schemas (request and
@@ -335,6 +336,9 @@ const RATE_LIMITED = (path: string, method: string, status: string) =>
 
 const ref = (kind: string, name: string) => ({ $ref: `#/components/${kind}/${name}` });
 
+/** The envelope of a 403 (its codes: `scope_denied`, `origin_not_allowed`), registered for the 403 added below. */
+const forbidden = errors(403)[403];
+
 function completeOperation(path: string, method: string, op: Operation): void {
   if (method === 'post' && path.startsWith('/v1/')) {
     op.parameters = [...(op.parameters ?? []), ref('parameters', 'IdempotencyKey')];
@@ -350,7 +354,10 @@ function completeOperation(path: string, method: string, op: Operation): void {
   // A client token is refused with 403 `scope_denied` on any /v1 route outside its scopes.
   const unauthorized = op.responses?.['401'];
   if (path.startsWith('/v1/') && op.responses && unauthorized && !op.responses['403'])
-    op.responses['403'] = { ...structuredClone(unauthorized), description: statusText['403']! };
+    op.responses['403'] = {
+      description: statusText['403']!,
+      content: { 'application/json': { schema: ref('schemas', String(forbidden.meta()?.id)) } },
+    };
   for (const [status, res] of Object.entries(op.responses ?? {})) {
     if ('$ref' in res) continue;
     if (!res.description || res.description === 'Default Response') {

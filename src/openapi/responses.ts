@@ -4,7 +4,8 @@
  * it is the document's answer side, read as one, and each route file names its answers from here.
  */
 import { z } from 'zod';
-import { ERROR_CODES } from '../errors.js';
+import { ERROR_CODES, type ErrorCode } from '../errors.js';
+import { ERROR_STATUS, answersWith } from '../plugins/error-status.js';
 import { discriminator, eventDataSchemas, nonEmpty } from '../events/schemas.js';
 import { EVENT_TYPES } from '../webhooks/schemas.js';
 
@@ -425,7 +426,6 @@ export const readiness = z
   })
   .meta({ id: 'Readiness' });
 
-/** The error envelope for each status given: `response: {200: session, ...errors(400, 404)}`. */
 /** GET /v1/chat/:id/messages: the AI SDK's `UIMessage[]` (parts as the `ai` package types them). */
 export const uiMessageList = z
   .array(
@@ -437,10 +437,79 @@ export const uiMessageList = z
   )
   .meta({ id: 'UIMessageList', description: "The history as the AI SDK's UIMessage[], oldest first." });
 
-export function errors<S extends number>(...statuses: S[]): Record<S, typeof errorBody> {
+/** Which codes a route answers at a status, where it knows better than the status's default (all its codes). */
+export type RouteCodes = Partial<Record<number, readonly ErrorCode[]>>;
+
+/** The codes a status carries: those whose status it is (src/plugins/error-status.ts, what the error handler uses). */
+export const codesOfStatus = (status: number): ErrorCode[] =>
+  ERROR_CODES.filter((c) => ERROR_STATUS[c] === status);
+
+const pascal = (code: string) =>
+  code
+    .split('_')
+    .map((p) => p[0]!.toUpperCase() + p.slice(1))
+    .join('');
+
+/** `SessionNotFound` for a subset of the status's codes; `AndToolNameConflict` for all of them and another. */
+function ownName(status: number, codes: readonly ErrorCode[]): string {
+  const all = codesOfStatus(status);
+  const kept = codes.filter((c) => all.includes(c));
+  const extra = codes.filter((c) => !all.includes(c));
+  return (
+    (kept.length === all.length ? '' : kept.map(pascal).join('')) +
+    (extra.length > 0 ? `And${extra.map(pascal).join('')}` : '')
+  );
+}
+
+/** One component per (status, codes): `Error409` for a status's default, `Error404SessionNotFound` for a route's. */
+const narrowed = new Map<string, z.ZodType<ErrorEnvelope>>();
+type ErrorEnvelope = z.infer<typeof errorBody>;
+
+/**
+ * The error envelope of one status, `error.code` narrowed to the codes given: `allOf` the `Error` component and an
+ * `enum`, so a generated client narrows `code` by status. The answers are checked against it like any body
+ * (src/openapi/serializer.ts), so in the tests a route answering a code its document does not list fails (a 500).
+ */
+function errorBodyOf(status: number, codes: readonly ErrorCode[], own: boolean): z.ZodType<ErrorEnvelope> {
+  const id = `Error${status}${own ? ownName(status, codes) : ''}`;
+  let schema = narrowed.get(id);
+  if (!schema) {
+    const [first, ...rest] = codes;
+    if (first === undefined) throw new Error(`no error code has the status ${status}`);
+    const other = codes.find((c) => !answersWith(c, status));
+    if (other) throw new Error(`${other} is not answered with ${status}`);
+    schema = z
+      .intersection(errorBody, z.looseObject({ error: z.looseObject({ code: z.enum([first, ...rest]) }) }))
+      .meta({
+        id,
+        description: `A ${status} answer: \`error.code\` is one of ${codes.map((c) => `\`${c}\``).join(', ')}.`,
+      });
+    narrowed.set(id, schema);
+  }
+  return schema;
+}
+
+/**
+ * The error envelope for each status given: `response: {200: session, ...errors(400, 404)}`. Each status's
+ * `error.code` is the enum of the codes of that status; `routeErrors` narrows it further for a route.
+ */
+export function errors<S extends number>(...statuses: S[]): Record<S, z.ZodType<ErrorEnvelope>> {
+  return routeErrors({}, ...statuses);
+}
+
+/** `errors(...)` with the codes the route answers at some of its statuses: `routeErrors({404: ['session_not_found']}, 400, 404)`. */
+export function routeErrors<S extends number>(
+  codes: RouteCodes,
+  ...statuses: S[]
+): Record<S, z.ZodType<ErrorEnvelope>> {
   // Kept cast: Object.fromEntries types its keys as any string; they are exactly `statuses`, which the routes'
   // reply types are inferred from.
-  return Object.fromEntries(statuses.map((s) => [s, errorBody])) as Record<S, typeof errorBody>;
+  return Object.fromEntries(
+    statuses.map((s) => {
+      const own = codes[s];
+      return [s, errorBodyOf(s, own ?? codesOfStatus(s), own !== undefined)];
+    }),
+  ) as Record<S, z.ZodType<ErrorEnvelope>>;
 }
 
 /* Usage (spec §7.4) */

@@ -1,7 +1,8 @@
 import fp from 'fastify-plugin';
 import { timingSafeEqual, createHash } from 'node:crypto';
 import type { FastifyRequest } from 'fastify';
-import { AppError } from '../errors.js';
+import { DomainError, NotFound } from '../errors.js';
+import { HttpRefusal, TokenExpired } from './error-status.js';
 import {
   ClientTokens,
   isClientToken,
@@ -63,26 +64,26 @@ export function bearerOf(req: FastifyRequest): string | undefined {
 }
 
 const unauthorized = (message = 'A valid bearer API key is required.') =>
-  new AppError(401, 'unauthorized', message, undefined, { 'www-authenticate': 'Bearer' });
+  new HttpRefusal('unauthorized', message, undefined, { 'www-authenticate': 'Bearer' });
 
 /**
  * Why a client token's record does not authenticate now: revoked or unknown (null), or expired. Also asked again
  * by open streams (routes/stream.ts, routes/events.ts) so a revocation ends them.
  */
-export function tokenRefusal(rec: ClientTokenRecord | null, now = Date.now()): AppError | null {
+export function tokenRefusal(rec: ClientTokenRecord | null, now = Date.now()): DomainError | null {
   if (!rec) return unauthorized('The client token is unknown or revoked.');
   if (rec.expires_at <= now) return tokenExpired();
   return null;
 }
 
 const tokenExpired = () =>
-  new AppError(401, 'token_expired', 'The client token has expired.', undefined, {
+  new TokenExpired('The client token has expired.', undefined, {
     'www-authenticate': 'Bearer error="invalid_token"',
   });
 
 /** What watchToken returns: `check()` before acting for the token, `stop()` when the stream ends. */
 export interface TokenWatch {
-  check(): Promise<AppError | null>;
+  check(): Promise<DomainError | null>;
   stop(): void;
 }
 
@@ -99,16 +100,16 @@ export function watchToken(
   tokens: ClientTokens,
   rec: ClientTokenRecord | null,
   everyMs: number,
-  end: (err: AppError) => void,
+  end: (err: DomainError) => void,
 ): TokenWatch {
   if (!rec) return NO_WATCH;
   let done = false;
-  const finish = (err: AppError) => {
+  const finish = (err: DomainError) => {
     if (done) return;
     stop();
     end(err);
   };
-  const check = async (): Promise<AppError | null> => {
+  const check = async (): Promise<DomainError | null> => {
     if (done) return unauthorized('The client token is unknown or revoked.');
     const refused =
       tokenRefusal(rec) ?? ((await tokens.isLive(rec).catch(() => true)) ? null : tokenRefusal(null));
@@ -143,8 +144,7 @@ export function requireScope(token: ClientTokenRecord | null, scope: ClientScope
 }
 
 const scopeDenied = (scope: ClientScope | undefined) =>
-  new AppError(
-    403,
+  new DomainError(
     'scope_denied',
     scope
       ? `This client token does not hold the scope "${scope}".`
@@ -152,7 +152,7 @@ const scopeDenied = (scope: ClientScope | undefined) =>
     scope ? { scope } : undefined,
   );
 
-const sessionNotFound = () => new AppError(404, 'session_not_found', 'No session with this id.');
+const sessionNotFound = () => new NotFound('session');
 
 /** The `:id` of a session route, as the router matched it (or the body's `id`: `sessionIn: 'body'`). */
 const sessionParam = (params: unknown): string | undefined => {

@@ -1,7 +1,7 @@
 import fp from 'fastify-plugin';
 import cors from '@fastify/cors';
 import type { FastifyRequest } from 'fastify';
-import { AppError } from '../errors.js';
+import { DomainError } from '../errors.js';
 
 export interface BrowserOriginOptions {
   /** `CORS_ORIGINS`: origins whose pages may use the API; undefined: no CORS headers, any WebSocket Origin. */
@@ -53,8 +53,7 @@ export default fp<BrowserOriginOptions>(
     if (open)
       app.addHook('onRequest', async (req) => {
         if (!isLoopbackHost(req.headers.host))
-          throw new AppError(
-            421,
+          throw new DomainError(
             'host_not_allowed',
             'Without API_KEYS the service answers only to localhost, 127.x.y.z and [::1] as Host.',
           );
@@ -94,11 +93,7 @@ export default fp<BrowserOriginOptions>(
       if (req.headers.upgrade?.toLowerCase() !== 'websocket') return;
       const origin = req.headers.origin;
       if (origin === undefined || listed.has(origin) || sameOrigin(req, origin)) return;
-      throw new AppError(
-        403,
-        'origin_not_allowed',
-        'WebSocket connections from this origin are not allowed.',
-      );
+      throw new DomainError('origin_not_allowed', 'WebSocket connections from this origin are not allowed.');
     });
   },
   { name: 'browser-origins' },

@@ -1,12 +1,16 @@
 import type { FastifyError } from 'fastify';
 import fp from 'fastify-plugin';
 import { hasZodFastifySchemaValidationErrors } from 'fastify-type-provider-zod';
-import { AppError, STORE_UNAVAILABLE_MESSAGE, errorBody } from '../errors.js';
+import { DomainError, FencedOut, STORE_UNAVAILABLE_MESSAGE, StoreUnavailable, errorBody } from '../errors.js';
 import { isStoreDown } from '../store/unavailable.js';
+import { ERROR_STATUS, HttpRefusal } from './error-status.js';
 
 export { isStoreDown };
 
-/** One error handler: stable `{error: {code, message, details?}}`, 5xx internals only in the log. */
+/**
+ * One error handler: stable `{error: {code, message, details?}}`, 5xx internals only in the log. The only place a
+ * domain error (src/errors.ts) becomes an answer: its status is its code's (ERROR_STATUS), its body the envelope.
+ */
 export default fp(
   async (app) => {
     app.addHook('onRequest', async (req, reply) => {
@@ -26,9 +30,11 @@ export default fp(
           },
         });
       }
-      if (err instanceof AppError) {
-        if (err.headers) reply.headers(err.headers);
-        return reply.code(err.statusCode).send({
+      // A lost lease inside a request is a bug of ours, answered as any other (below); the store's outage is a 503.
+      if (err instanceof DomainError && !(err instanceof FencedOut) && !(err instanceof StoreUnavailable)) {
+        if (err instanceof HttpRefusal && err.headers) reply.headers(err.headers);
+        const status = err instanceof HttpRefusal && err.status ? err.status : ERROR_STATUS[err.code];
+        return reply.code(status).send({
           error: {
             code: err.code,
             message: err.message,

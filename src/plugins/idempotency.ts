@@ -2,7 +2,7 @@ import type { FastifyRequest } from 'fastify';
 import fp from 'fastify-plugin';
 import { createHash } from 'node:crypto';
 import { z } from 'zod';
-import { AppError, zodDetails } from '../errors.js';
+import { zodDetails, DomainError, Conflict, InvalidRequest } from '../errors.js';
 import { IN_FLIGHT_RENEW_MS, IdempotencyRecords, type IdempotencyRecord } from '../store/idempotency.js';
 import type { SecretBox } from '../webhooks/secrets.js';
 
@@ -74,8 +74,7 @@ export default fp<{ ttlS: number; box: SecretBox }>(
       if (req.method !== 'POST' || raw === undefined) return;
       const parsed = keyHeader.safeParse(raw);
       if (!parsed.success)
-        throw new AppError(
-          400,
+        throw new InvalidRequest(
           'invalid_request',
           'Invalid Idempotency-Key header.',
           zodDetails(parsed.error.issues, ['headers', 'idempotency-key']),
@@ -97,24 +96,15 @@ export default fp<{ ttlS: number; box: SecretBox }>(
       }
       const stored = await records.get(key);
       if (!stored)
-        throw new AppError(
-          409,
-          'idempotency_in_progress',
-          'A request with this Idempotency-Key is in progress.',
-        );
+        throw new Conflict('idempotency_in_progress', 'A request with this Idempotency-Key is in progress.');
       if (stored.fp !== fingerprint) {
-        throw new AppError(
-          422,
+        throw new DomainError(
           'idempotency_key_reused',
           'This Idempotency-Key was used with another request.',
         );
       }
       if (stored.state === 'pending') {
-        throw new AppError(
-          409,
-          'idempotency_in_progress',
-          'A request with this Idempotency-Key is in progress.',
-        );
+        throw new Conflict('idempotency_in_progress', 'A request with this Idempotency-Key is in progress.');
       }
       reply.header('idempotent-replayed', 'true').header('content-type', 'application/json; charset=utf-8');
       if (stored.etag) reply.header('etag', stored.etag);

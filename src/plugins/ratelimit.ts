@@ -1,6 +1,6 @@
 import fp from 'fastify-plugin';
 import rateLimit from '@fastify/rate-limit';
-import { AppError } from '../errors.js';
+import { QuotaExceeded } from '../errors.js';
 
 /**
  * `RATE_LIMIT_PER_MIN` mutating requests per tenant per minute, through `@fastify/rate-limit` with its Redis store
@@ -35,7 +35,7 @@ export default fp<{ perMinute: number }>(
         'retry-after': true,
       },
       errorResponseBuilder: (_req, ctx) =>
-        new AppError(429, 'rate_limited', `More than ${ctx.max} mutating requests a minute.`, {
+        new QuotaExceeded('rate_limited', `More than ${ctx.max} mutating requests a minute.`, {
           limit: ctx.max,
           retry_after_s: Math.ceil(ctx.ttl / 1000),
         }),

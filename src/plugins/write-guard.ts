@@ -1,6 +1,7 @@
 import fp from 'fastify-plugin';
 import type { FastifyReply, FastifyRequest } from 'fastify';
-import { AppError, errorBody } from '../errors.js';
+import { errorBody } from '../errors.js';
+import { HttpRefusal } from './error-status.js';
 
 declare module 'fastify' {
   interface FastifyRequest {
@@ -11,8 +12,7 @@ declare module 'fastify' {
 
 /** 429 for a tenant whose clients leave too many bytes unread; the connection is not kept (its client does not read). */
 const overBytes = (limit: number) =>
-  new AppError(
-    429,
+  new HttpRefusal(
     'quota_exceeded',
     `The tenant's clients leave ${limit} bytes of answers unread, the most TENANT_MAX_BUFFERED_BYTES allows.`,
     { quota: 'buffered_bytes', limit },
@@ -60,8 +60,7 @@ export default fp<WriteGuardOptions>(
       if (req.routeOptions.url !== '/v1/sessions/:id/messages') return;
       const n = reading.get(tenant) ?? 0;
       if (n >= HISTORY_READS)
-        throw new AppError(
-          429,
+        throw new HttpRefusal(
           'rate_limited',
           `At most ${HISTORY_READS} reads of a whole history at once per tenant; try again shortly.`,
           undefined,

@@ -1,6 +1,7 @@
 import fp from 'fastify-plugin';
 import type { FastifyRequest } from 'fastify';
-import { AppError } from '../errors.js';
+import { DomainError, InvalidRequest } from '../errors.js';
+import { HttpRefusal } from './error-status.js';
 
 /**
  * The WebSocket handshake checked before anything else of an upgrade (issue 22): a malformed one is answered 400
@@ -21,23 +22,21 @@ const TOKEN = /^[!#$%&'*+\-.^_`|~0-9A-Za-z]+$/;
 /** Most subprotocols one upgrade may offer: the service selects `bearer` or none, so a few are plenty. */
 const MAX_PROTOCOLS = 16;
 
-function refusal(req: FastifyRequest, wsRoutes: ReadonlySet<string>): AppError | null {
+function refusal(req: FastifyRequest, wsRoutes: ReadonlySet<string>): DomainError | null {
   if (!wsRoutes.has(req.routeOptions.url ?? ''))
-    return new AppError(400, 'invalid_request', 'This route does not upgrade to a WebSocket.');
-  if (req.method !== 'GET') return new AppError(400, 'invalid_request', 'A WebSocket upgrade is a GET.');
+    return new InvalidRequest('invalid_request', 'This route does not upgrade to a WebSocket.');
+  if (req.method !== 'GET') return new InvalidRequest('invalid_request', 'A WebSocket upgrade is a GET.');
   if (req.headers.upgrade?.toLowerCase() !== 'websocket')
-    return new AppError(400, 'invalid_request', 'The Upgrade header must be "websocket".');
+    return new InvalidRequest('invalid_request', 'The Upgrade header must be "websocket".');
   const key = req.headers['sec-websocket-key'];
   if (typeof key !== 'string' || !KEY.test(key.trim()))
-    return new AppError(
-      400,
+    return new InvalidRequest(
       'invalid_request',
       'Sec-WebSocket-Key must be one value: the base64 of 16 random bytes.',
     );
   const version = req.headers['sec-websocket-version'];
   if (version !== '13' && version !== '8')
-    return new AppError(
-      400,
+    return new HttpRefusal(
       'invalid_request',
       'Sec-WebSocket-Version must be 13.',
       { supported: [13] },
@@ -51,8 +50,7 @@ function refusal(req: FastifyRequest, wsRoutes: ReadonlySet<string>): AppError |
       !list.every((p) => TOKEN.test(p)) ||
       new Set(list).size !== list.length
     )
-      return new AppError(
-        400,
+      return new InvalidRequest(
         'invalid_request',
         `Sec-WebSocket-Protocol must list at most ${MAX_PROTOCOLS} distinct tokens, separated by commas.`,
         { max_protocols: MAX_PROTOCOLS },

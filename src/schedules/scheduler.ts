@@ -1,5 +1,5 @@
 import type { FastifyBaseLogger as Logger } from 'fastify';
-import { AppError, badRequest, quotaExceeded, zodDetails } from '../errors.js';
+import { SessionExists, badRequest, isRefusal, quotaExceeded, zodDetails } from '../errors.js';
 import { createSessionBody } from '../schemas.js';
 import { createSession } from '../sessions/create.js';
 import type { SessionDeps } from '../sessions/mutate.js';
@@ -119,9 +119,8 @@ export class Scheduler {
         await createSession(deps, s.tenant, body.data, sessionId);
       }
     } catch (err) {
-      const exists = err instanceof AppError && err.code === 'session_exists';
-      if (!exists) {
-        if (!(err instanceof AppError) || err.statusCode >= 500) throw err;
+      if (!(err instanceof SessionExists)) {
+        if (!isRefusal(err)) throw err;
         const error = { code: err.code, message: err.message, details: err.details };
         await store.finish(s, fireAt, 'skipped', '', { ...base, reason: err.code, error });
         return;

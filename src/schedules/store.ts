@@ -1,4 +1,4 @@
-import { AppError, quotaExceeded, revisionMismatch } from '../errors.js';
+import { quotaExceeded, revisionMismatch, NotFound, InvalidRequest } from '../errors.js';
 import { channelName, eventsChannel } from '../store/keys.js';
 import { defineLuaCommands, type RedisClient } from '../store/lua-commands.js';
 import { EVENT_LOG_MAX_BYTES, NOTICE_MAX_BYTES, type SessionStore } from '../store/store.js';
@@ -16,7 +16,7 @@ import './lua/commands.js';
 /** Sessions kept in a schedule's runs list (the newest). */
 const RUNS_MAX = 1000;
 
-const scheduleNotFound = () => new AppError(404, 'schedule_not_found', 'No schedule with this id.');
+const scheduleNotFound = () => new NotFound('schedule');
 
 /**
  * The schedules' door to Redis (keys in keys.ts). Every method is one command or one script unless it says in
@@ -97,7 +97,7 @@ export class ScheduleStore {
     cursor?: string,
   ): Promise<{ items: ScheduleRecord[]; next: string | null }> {
     if (cursor && !/^\d{15}:sch_[A-Za-z0-9]+$/.test(cursor))
-      throw new AppError(400, 'invalid_cursor', 'The cursor is not one this service gave.');
+      throw new InvalidRequest('invalid_cursor', 'The cursor is not one this service gave.');
     const key = tenantSchedulesKey(tenant);
     const members = await this.redis.zrevrangebylex(key, cursor ? `(${cursor}` : '+', '-', 'LIMIT', 0, limit);
     const items: ScheduleRecord[] = [];

@@ -1,6 +1,6 @@
 import type { z } from 'zod';
 import { cancelSession } from '../engine/commit.js';
-import { AppError, conflict } from '../errors.js';
+import { InvalidStatus, conflict } from '../errors.js';
 import type { patchSessionBody, retryBody } from '../schemas.js';
 import { checkCompactionParams } from './compact.js';
 import { checkActionTimeout } from './create.js';
@@ -154,7 +154,7 @@ export async function cancelRun(
       await cancelSession(store, s, {});
       await store.runs.end(id, tenant);
     } catch (err) {
-      if (!(err instanceof AppError && err.code === 'invalid_status')) throw err;
+      if (!(err instanceof InvalidStatus)) throw err;
     }
     return { state: await store.loadFor(tenant, id), queued: false };
   }

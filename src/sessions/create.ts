@@ -1,6 +1,6 @@
 import type { z } from 'zod';
 import { statusEvent } from '../engine/status.js';
-import { AppError, badRequest, zodDetails } from '../errors.js';
+import { InvalidRequest, NotFound, SessionExists, badRequest, zodDetails } from '../errors.js';
 import { createdEventOf } from '../events/schemas.js';
 import { asBlocks, checkHistory, pendingToolCalls, type StoredMessage } from '../history.js';
 import {
@@ -130,8 +130,7 @@ async function buildSession(
   const messages = given.map(normalize);
   const problems = checkHistory(messages);
   if (problems.length) {
-    throw new AppError(
-      400,
+    throw new InvalidRequest(
       'invalid_history',
       `The messages break the Messages API's rules: ${problems[0]!.message}.`,
       problems,
@@ -139,8 +138,7 @@ async function buildSession(
   }
   const last = messages.at(-1);
   if (body.start && last?.role === 'assistant' && pendingToolCalls(messages).length === 0) {
-    throw new AppError(
-      400,
+    throw new InvalidRequest(
       'invalid_history',
       'To start a run the history must end with a user turn, or with an assistant turn whose tool calls the service answers (assistant prefill is not supported).',
     );
@@ -225,7 +223,7 @@ export async function forkSession(
   checkIfMatch(s, ifMatch);
   const count = recordCount(s);
   if (body.at_iteration > count) {
-    throw new AppError(404, 'iteration_not_found', `The session has ${count} iteration records.`, {
+    throw new NotFound('iteration', `The session has ${count} iteration records.`, {
       iteration: s.iteration,
       records: count,
     });
@@ -331,8 +329,7 @@ async function insert(
     )
     .catch(async (err: unknown) => {
       // A deterministic id created before (a schedule's fire retried): drop this attempt's index entry.
-      if (err instanceof AppError && err.code === 'session_exists')
-        await deps.store.unindex(state.tenant, state.id, state.createdAt);
+      if (err instanceof SessionExists) await deps.store.unindex(state.tenant, state.id, state.createdAt);
       throw err;
     });
   state.revision = res.revision;

@@ -10,7 +10,7 @@
  * `timed out`), answers missing client results `Error: no result within N s` (is_error), accepts results under
  * review as they stand, and the run goes on; `fail` fails the session with `action_timed_out`.
  */
-import { AppError, conflict } from '../errors.js';
+import { InvalidStatus, QuotaExceeded, RevisionMismatch, conflict } from '../errors.js';
 import { requiredAction } from '../engine/status.js';
 import type { EngineLogger } from '../engine/run-handle.js';
 import type { DueEntry } from '../store/due.js';
@@ -188,10 +188,9 @@ export class DeadlineSweeper {
         return;
       } catch (err) {
         // Another write came first (a decision, another replica's sweep): read again.
-        if (err instanceof AppError && (err.code === 'revision_mismatch' || err.code === 'invalid_status'))
-          continue;
+        if (err instanceof RevisionMismatch || err instanceof InvalidStatus) continue;
         // The run the timeout resumes is over a tenant quota (active runs, the daily cost cap): tried again later.
-        if (err instanceof AppError && err.code === 'quota_exceeded') {
+        if (err instanceof QuotaExceeded) {
           await store.actionsDue.settle(e, now + QUOTA_RETRY_MS);
           return;
         }

@@ -1,7 +1,7 @@
 import type { ServerTool } from '../../tools/types.js';
 import type { Engine } from '../engine/engine.js';
 import { statusEvent } from '../engine/status.js';
-import { AppError, badRequest, revisionMismatch, zodDetails } from '../errors.js';
+import { InvalidStatus, RevisionMismatch, badRequest, revisionMismatch, zodDetails } from '../errors.js';
 import { sessionParams, type SessionParams } from '../schemas.js';
 import type { Toolbox } from '../toolbox.js';
 import type { SessionStore } from '../store/store.js';
@@ -70,9 +70,8 @@ export async function mutate(
       await store.apply(id, p.guard ?? { rev: s.revision }, p.ops, tenant);
     } catch (err) {
       const moved =
-        err instanceof AppError &&
-        ((err.code === 'revision_mismatch' && ifMatch === undefined) ||
-          (err.code === 'invalid_status' && p.guard?.status));
+        (err instanceof RevisionMismatch && ifMatch === undefined) ||
+        (err instanceof InvalidStatus && p.guard?.status);
       if (moved && attempt < CAS_ATTEMPTS) continue;
       throw err;
     }

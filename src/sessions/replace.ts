@@ -3,7 +3,7 @@
  * not running and waits for no client (`idle`, `failed`). The history is checked as create checks one; the session's
  * message thread is dropped (the next run creates one), and so is a failed step's pending state.
  */
-import { AppError } from '../errors.js';
+import { Conflict, InvalidRequest } from '../errors.js';
 import { checkHistory, type StoredMessage } from '../history.js';
 import type { ApplyOps } from '../store/apply-ops.js';
 import { recordCount } from '../store/session-state.js';
@@ -21,8 +21,7 @@ export function replaceMessages(
   const messages = given.map(normalize);
   const problems = checkHistory(messages);
   if (problems.length) {
-    throw new AppError(
-      400,
+    throw new InvalidRequest(
       'invalid_history',
       `The messages break the Messages API's rules: ${problems[0]!.message}.`,
       problems,
@@ -31,8 +30,7 @@ export function replaceMessages(
   return mutate(deps, tenant, id, ifMatch, async (s) => {
     const reviewing = s.status === 'requires_action' && s.pending?.turn !== undefined;
     if (s.status !== 'idle' && s.status !== 'failed' && !reviewing) {
-      throw new AppError(
-        409,
+      throw new Conflict(
         'session_not_replaceable',
         `The session is ${s.status}; its history can be replaced only while idle, failed or reviewing a turn.`,
         { status: s.status },

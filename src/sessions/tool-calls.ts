@@ -1,5 +1,5 @@
 import type { z } from 'zod';
-import { AppError, conflict, zodDetails } from '../errors.js';
+import { conflict, zodDetails, InvalidRequest } from '../errors.js';
 import { BUDGET_EXHAUSTED, assertBudgetLeft } from '../engine/budget.js';
 import { TENANT_BUDGET_EXHAUSTED } from '../cost/spend.js';
 import { assertActionOpen } from './deadlines.js';
@@ -64,8 +64,7 @@ export function decide(
           tool?.tool.parse?.(body.input);
         } catch (err) {
           const issues = zodIssues(err);
-          throw new AppError(
-            400,
+          throw new InvalidRequest(
             'invalid_tool_input',
             `The edited input does not fit ${call.name}'s schema.`,
             issues ? zodDetails(issues, ['input']) : String(err),

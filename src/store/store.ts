@@ -8,7 +8,14 @@
  * Over 400 lines: every session read and write is one method here, which keeps the keys behind one door; the
  * listing (`list`, with the metadata filter) is the next part to move to a module of its own.
  */
-import { FencedOut, AppError, notFound, revisionMismatch, conflict } from '../errors.js';
+import {
+  FencedOut,
+  InvalidRequest,
+  InvalidStatus,
+  SessionExists,
+  notFound,
+  revisionMismatch,
+} from '../errors.js';
 import type { StoredBlock, StoredMessage } from '../history.js';
 import { opsEventTypes, setsRunning, type ApplyOps, type ApplyResult, type Guard } from './apply-ops.js';
 import {
@@ -24,7 +31,7 @@ import { defineLuaCommands, type RedisClient } from './lua-commands.js';
 import type { SessionKeyList } from './lua/commands.js';
 import { RunQueue } from './runs.js';
 import { addedBytes, StorageQuota } from './storage-quota.js';
-import { isOutOfMemory } from './unavailable.js';
+import { asStoreError, isOutOfMemory } from './unavailable.js';
 import { ACTIONS_DUE_KEY, DueSet, EXPIRY_DUE_KEY } from './due.js';
 import { PriceTable, type ModelPrices } from '../cost/prices.js';
 import { TenantSpend } from '../cost/spend.js';
@@ -203,28 +210,28 @@ export class SessionStore {
     const tap = this.eventTap?.(id, opsEventTypes(ops), tenant);
     if (tap?.ready) await tap.ready;
     const turnMax = this.options.maxTurnBytes ?? MAX_TURN_BYTES;
-    const res = await this.redis.sessApply(
-      ...this.keyList(k),
-      JSON.stringify(ops.queue_push ? { ...guard, turn_max: turnMax } : guard),
-      JSON.stringify(ops),
-      this.options.eventLogMax,
-      channelName(this.redis, eventsChannel(id)),
-      NOTICE_MAX_BYTES,
-      this.options.eventLogMaxBytes ?? EVENT_LOG_MAX_BYTES,
-    );
+    const res = await this.redis
+      .sessApply(
+        ...this.keyList(k),
+        JSON.stringify(ops.queue_push ? { ...guard, turn_max: turnMax } : guard),
+        JSON.stringify(ops),
+        this.options.eventLogMax,
+        channelName(this.redis, eventsChannel(id)),
+        NOTICE_MAX_BYTES,
+        this.options.eventLogMaxBytes ?? EVENT_LOG_MAX_BYTES,
+      )
+      .catch((err: unknown) => {
+        throw asStoreError(err);
+      });
     if (res[0] === 'ERR') {
       const code = String(res[1]);
       const current = String(res[2]);
       if (code === 'fenced') throw new FencedOut(id);
       if (code === 'revision') throw revisionMismatch(Number(current));
-      if (code === 'status')
-        throw conflict('invalid_status', `Not possible while the session is ${current}.`, {
-          status: current,
-        });
-      if (code === 'exists') throw conflict('session_exists', 'A session with this id exists.');
+      if (code === 'status') throw new InvalidStatus(current);
+      if (code === 'exists') throw new SessionExists();
       if (code === 'turn_too_large') {
-        throw new AppError(
-          413,
+        throw new InvalidRequest(
           'payload_too_large',
           `The user turn this message joins would be ${current} bytes, more than MAX_TURN_BYTES (${turnMax}).`,
           { limit: turnMax, turn_bytes: Number(current), quota: 'MAX_TURN_BYTES' },
@@ -257,7 +264,9 @@ export class SessionStore {
 
   /** The session, or null. One HGETALL. */
   async load(id: string): Promise<SessionState | null> {
-    const h = await this.redis.hgetall(sessionKeys(id).meta);
+    const h = await this.redis.hgetall(sessionKeys(id).meta).catch((err: unknown) => {
+      throw asStoreError(err);
+    });
     if (!h['id']) return null;
     const s = decodeFields(h);
     if (this.tenants.size >= 10_000) this.tenants.clear();
@@ -432,7 +441,7 @@ export class SessionStore {
     const own = filters.length ? await this.metadataIndex.narrowest(tenant, filters) : null;
     const key = own ? metadataIndexKey(tenant, own) : tenantIndexKey(tenant);
     if (opts.cursor && !/^\d{15}:ses_[A-Za-z0-9]+$/.test(opts.cursor)) {
-      throw new AppError(400, 'invalid_cursor', 'The cursor is not one this service gave.');
+      throw new InvalidRequest('invalid_cursor', 'The cursor is not one this service gave.');
     }
     let max = opts.cursor ? `(${opts.cursor}` : '+';
     const items: SessionState[] = [];

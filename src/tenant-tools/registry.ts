@@ -6,7 +6,7 @@
  */
 import type { BetaRunnableTool } from '@anthropic-ai/sdk/lib/tools/BetaRunnableTool';
 import type { ServerTool } from '../../tools/types.js';
-import { AppError, quotaExceeded } from '../errors.js';
+import { quotaExceeded, InvalidRequest } from '../errors.js';
 import { decodeStored } from '../store/decode.js';
 import type { RedisClient } from '../store/lua-commands.js';
 import type { ToolListing, ToolProvider } from '../toolbox.js';
@@ -105,8 +105,7 @@ export function tenantToolProvider(registry: TenantToolRegistry, tasks: TaskQueu
       return names.map((n) => {
         const copy = found.get(n);
         if (!copy)
-          throw new AppError(
-            400,
+          throw new InvalidRequest(
             'unknown_tool',
             `There is no server tool or tenant tool named "${n}". GET /v1/tools lists them.`,
             { tool: n },

@@ -9,7 +9,7 @@
  * idempotent: a call that has its result takes no other).
  */
 import type { FastifyBaseLogger } from 'fastify';
-import { AppError, conflict, notFound } from '../errors.js';
+import { NotFound, conflict, notFound, type DomainError } from '../errors.js';
 import type { Metrics } from '../observability/metrics.js';
 import { mutate, startRun, type SessionDeps } from '../sessions/mutate.js';
 import type { StoredBlock } from '../history.js';
@@ -44,7 +44,7 @@ class NotAwaited extends Error {}
 /** The call has its result already. */
 class AlreadyDelivered extends Error {}
 
-const refusal = (r: OfferRefusal, id: string): AppError => {
+const refusal = (r: OfferRefusal, id: string): DomainError => {
   if (r === 'unknown') return notFound('task');
   if (r === 'lost')
     return conflict(
@@ -235,7 +235,7 @@ export class ToolTasks {
       });
     } catch (err) {
       if (err instanceof AlreadyDelivered) return this.settleDelivered(tenant, rec, call);
-      if (!(err instanceof NotAwaited || (err instanceof AppError && err.statusCode === 404))) throw err;
+      if (!(err instanceof NotAwaited || err instanceof NotFound)) throw err;
       await this.o.queue.settle(tenant, call, 'cancelled');
       return 'cancelled';
     }

@@ -1,7 +1,7 @@
 import ipaddr from 'ipaddr.js';
 import { lookup as dnsLookup } from 'node:dns/promises';
 import { isIP } from 'node:net';
-import { AppError } from '../errors.js';
+import { InvalidRequest } from '../errors.js';
 
 /**
  * The SSRF guard of webhook URLs. A URL is checked when a webhook is created or changed, and its host's addresses
@@ -14,7 +14,7 @@ import { AppError } from '../errors.js';
 
 export const MAX_URL_LENGTH = 2048;
 
-export const invalidUrl = (message: string) => new AppError(400, 'invalid_webhook_url', message);
+export const invalidUrl = (message: string) => new InvalidRequest('invalid_webhook_url', message);
 
 /** Why the address may not be a webhook target, or null when it may. */
 export function refusedAddress(address: string): string | null {

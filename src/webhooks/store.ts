@@ -1,4 +1,4 @@
-import { AppError, notFound } from '../errors.js';
+import { notFound, QuotaExceeded, RevisionMismatch } from '../errors.js';
 import { channelName } from '../store/keys.js';
 import { defineLuaCommands, type RedisClient } from '../store/lua-commands.js';
 import {
@@ -71,7 +71,7 @@ export class WebhookStore {
       max,
     );
     if (ok !== 1)
-      throw new AppError(429, 'quota_exceeded', `A tenant has at most ${max} webhooks.`, {
+      throw new QuotaExceeded('quota_exceeded', `A tenant has at most ${max} webhooks.`, {
         quota: 'WEBHOOK_MAX_PER_TENANT',
         limit: max,
       });
@@ -165,7 +165,7 @@ export class WebhookStore {
     if (res[0] !== 'ERR') return;
     if (res[1] === 'revision') {
       const cur = Number(res[2]);
-      throw new AppError(412, 'revision_mismatch', `The webhook is at revision ${cur}.`, { revision: cur });
+      throw new RevisionMismatch(cur, 'webhook');
     }
     throw notFound('webhook');
   }

@@ -2738,6 +2738,190 @@ export interface components {
       /** @constant */
       deleted: true;
     };
+    /** @description A 400 answer: `error.code` is one of `invalid_request`, `invalid_json`, `invalid_cursor`, `invalid_history`, `invalid_tool_input`, `invalid_webhook_url`, `invalid_frame`, `duplicate_tool`, `unknown_tool`, `tool_name_conflict`, `invalid_memory_path`, `request_aborted`, `unknown_model_price`. */
+    Error400: components['schemas']['Error'] &
+      ({
+        error: {
+          /** @enum {string} */
+          code:
+            | 'invalid_request'
+            | 'invalid_json'
+            | 'invalid_cursor'
+            | 'invalid_history'
+            | 'invalid_tool_input'
+            | 'invalid_webhook_url'
+            | 'invalid_frame'
+            | 'duplicate_tool'
+            | 'unknown_tool'
+            | 'tool_name_conflict'
+            | 'invalid_memory_path'
+            | 'request_aborted'
+            | 'unknown_model_price';
+        } & {
+          [key: string]: unknown;
+        };
+      } & {
+        [key: string]: unknown;
+      });
+    /** @description A 401 answer: `error.code` is one of `unauthorized`, `token_expired`. */
+    Error401: components['schemas']['Error'] &
+      ({
+        error: {
+          /** @enum {string} */
+          code: 'unauthorized' | 'token_expired';
+        } & {
+          [key: string]: unknown;
+        };
+      } & {
+        [key: string]: unknown;
+      });
+    /** @description A 404 answer: `error.code` is one of `session_not_found`. */
+    Error404SessionNotFound: components['schemas']['Error'] &
+      ({
+        error: {
+          /** @enum {string} */
+          code: 'session_not_found';
+        } & {
+          [key: string]: unknown;
+        };
+      } & {
+        [key: string]: unknown;
+      });
+    /** @description A 412 answer: `error.code` is one of `revision_mismatch`. */
+    Error412: components['schemas']['Error'] &
+      ({
+        error: {
+          /** @enum {string} */
+          code: 'revision_mismatch';
+        } & {
+          [key: string]: unknown;
+        };
+      } & {
+        [key: string]: unknown;
+      });
+    /** @description A 413 answer: `error.code` is one of `payload_too_large`. */
+    Error413: components['schemas']['Error'] &
+      ({
+        error: {
+          /** @enum {string} */
+          code: 'payload_too_large';
+        } & {
+          [key: string]: unknown;
+        };
+      } & {
+        [key: string]: unknown;
+      });
+    /** @description A 415 answer: `error.code` is one of `unsupported_media_type`. */
+    Error415: components['schemas']['Error'] &
+      ({
+        error: {
+          /** @enum {string} */
+          code: 'unsupported_media_type';
+        } & {
+          [key: string]: unknown;
+        };
+      } & {
+        [key: string]: unknown;
+      });
+    /** @description A 429 answer: `error.code` is one of `rate_limited`, `quota_exceeded`. */
+    Error429: components['schemas']['Error'] &
+      ({
+        error: {
+          /** @enum {string} */
+          code: 'rate_limited' | 'quota_exceeded';
+        } & {
+          [key: string]: unknown;
+        };
+      } & {
+        [key: string]: unknown;
+      });
+    /** @description A 500 answer: `error.code` is one of `internal_error`. */
+    Error500: components['schemas']['Error'] &
+      ({
+        error: {
+          /** @enum {string} */
+          code: 'internal_error';
+        } & {
+          [key: string]: unknown;
+        };
+      } & {
+        [key: string]: unknown;
+      });
+    /** @description A 503 answer: `error.code` is one of `store_unavailable`. */
+    Error503: components['schemas']['Error'] &
+      ({
+        error: {
+          /** @enum {string} */
+          code: 'store_unavailable';
+        } & {
+          [key: string]: unknown;
+        };
+      } & {
+        [key: string]: unknown;
+      });
+    /** @description A 409 answer: `error.code` is one of `session_exists`, `invalid_status`, `session_running`, `session_not_running`, `session_not_failed`, `nothing_to_retry`, `session_not_replaceable`, `nothing_to_continue`, `nothing_awaits_approval`, `nothing_awaits_results`, `approval_not_required`, `tool_call_already_decided`, `tool_calls_undecided`, `tool_result_already_submitted`, `tool_result_not_expected`, `unknown_tool_use_id`, `budget_exhausted`, `tool_call_pending`, `webhook_disabled`, `idempotency_in_progress`, `compaction_pending`, `nothing_to_compact`, `unanswered_tool_calls`, `task_lease_lost`, `task_already_completed`, `task_cancelled`, `action_timed_out`. */
+    Error409: components['schemas']['Error'] &
+      ({
+        error: {
+          /** @enum {string} */
+          code:
+            | 'session_exists'
+            | 'invalid_status'
+            | 'session_running'
+            | 'session_not_running'
+            | 'session_not_failed'
+            | 'nothing_to_retry'
+            | 'session_not_replaceable'
+            | 'nothing_to_continue'
+            | 'nothing_awaits_approval'
+            | 'nothing_awaits_results'
+            | 'approval_not_required'
+            | 'tool_call_already_decided'
+            | 'tool_calls_undecided'
+            | 'tool_result_already_submitted'
+            | 'tool_result_not_expected'
+            | 'unknown_tool_use_id'
+            | 'budget_exhausted'
+            | 'tool_call_pending'
+            | 'webhook_disabled'
+            | 'idempotency_in_progress'
+            | 'compaction_pending'
+            | 'nothing_to_compact'
+            | 'unanswered_tool_calls'
+            | 'task_lease_lost'
+            | 'task_already_completed'
+            | 'task_cancelled'
+            | 'action_timed_out';
+        } & {
+          [key: string]: unknown;
+        };
+      } & {
+        [key: string]: unknown;
+      });
+    /** @description A 422 answer: `error.code` is one of `idempotency_key_reused`. */
+    Error422: components['schemas']['Error'] &
+      ({
+        error: {
+          /** @enum {string} */
+          code: 'idempotency_key_reused';
+        } & {
+          [key: string]: unknown;
+        };
+      } & {
+        [key: string]: unknown;
+      });
+    /** @description A 404 answer: `error.code` is one of `session_not_found`, `iteration_not_found`. */
+    Error404SessionNotFoundIterationNotFound: components['schemas']['Error'] &
+      ({
+        error: {
+          /** @enum {string} */
+          code: 'session_not_found' | 'iteration_not_found';
+        } & {
+          [key: string]: unknown;
+        };
+      } & {
+        [key: string]: unknown;
+      });
     McpServer: {
       name: string;
       /** @constant */
@@ -2829,6 +3013,188 @@ export interface components {
       /** @constant */
       deleted: true;
     };
+    /** @description A 403 answer: `error.code` is one of `origin_not_allowed`, `scope_denied`. */
+    Error403: components['schemas']['Error'] &
+      ({
+        error: {
+          /** @enum {string} */
+          code: 'origin_not_allowed' | 'scope_denied';
+        } & {
+          [key: string]: unknown;
+        };
+      } & {
+        [key: string]: unknown;
+      });
+    /** @description A 404 answer: `error.code` is one of `session_not_found`, `iteration_not_found`, `webhook_not_found`, `tool_not_found`, `task_not_found`, `file_not_found`, `mcp_server_not_found`, `schedule_not_found`, `client_token_not_found`, `route_not_found`. */
+    Error404: components['schemas']['Error'] &
+      ({
+        error: {
+          /** @enum {string} */
+          code:
+            | 'session_not_found'
+            | 'iteration_not_found'
+            | 'webhook_not_found'
+            | 'tool_not_found'
+            | 'task_not_found'
+            | 'file_not_found'
+            | 'mcp_server_not_found'
+            | 'schedule_not_found'
+            | 'client_token_not_found'
+            | 'route_not_found';
+        } & {
+          [key: string]: unknown;
+        };
+      } & {
+        [key: string]: unknown;
+      });
+    /** @description A 410 answer: `error.code` is one of `cursor_expired`. */
+    Error410: components['schemas']['Error'] &
+      ({
+        error: {
+          /** @enum {string} */
+          code: 'cursor_expired';
+        } & {
+          [key: string]: unknown;
+        };
+      } & {
+        [key: string]: unknown;
+      });
+    /** @description A 426 answer: `error.code` is one of `upgrade_required`. */
+    Error426: components['schemas']['Error'] &
+      ({
+        error: {
+          /** @enum {string} */
+          code: 'upgrade_required';
+        } & {
+          [key: string]: unknown;
+        };
+      } & {
+        [key: string]: unknown;
+      });
+    /** @description A 404 answer: `error.code` is one of `webhook_not_found`. */
+    Error404WebhookNotFound: components['schemas']['Error'] &
+      ({
+        error: {
+          /** @enum {string} */
+          code: 'webhook_not_found';
+        } & {
+          [key: string]: unknown;
+        };
+      } & {
+        [key: string]: unknown;
+      });
+    /** @description A 404 answer: `error.code` is one of `file_not_found`. */
+    Error404FileNotFound: components['schemas']['Error'] &
+      ({
+        error: {
+          /** @enum {string} */
+          code: 'file_not_found';
+        } & {
+          [key: string]: unknown;
+        };
+      } & {
+        [key: string]: unknown;
+      });
+    /** @description A 404 answer: `error.code` is one of `mcp_server_not_found`. */
+    Error404McpServerNotFound: components['schemas']['Error'] &
+      ({
+        error: {
+          /** @enum {string} */
+          code: 'mcp_server_not_found';
+        } & {
+          [key: string]: unknown;
+        };
+      } & {
+        [key: string]: unknown;
+      });
+    /** @description A 404 answer: `error.code` is one of `schedule_not_found`. */
+    Error404ScheduleNotFound: components['schemas']['Error'] &
+      ({
+        error: {
+          /** @enum {string} */
+          code: 'schedule_not_found';
+        } & {
+          [key: string]: unknown;
+        };
+      } & {
+        [key: string]: unknown;
+      });
+    /** @description A 409 answer: `error.code` is one of `session_exists`, `invalid_status`, `session_running`, `session_not_running`, `session_not_failed`, `nothing_to_retry`, `session_not_replaceable`, `nothing_to_continue`, `nothing_awaits_approval`, `nothing_awaits_results`, `approval_not_required`, `tool_call_already_decided`, `tool_calls_undecided`, `tool_result_already_submitted`, `tool_result_not_expected`, `unknown_tool_use_id`, `budget_exhausted`, `tool_call_pending`, `webhook_disabled`, `idempotency_in_progress`, `compaction_pending`, `nothing_to_compact`, `unanswered_tool_calls`, `task_lease_lost`, `task_already_completed`, `task_cancelled`, `action_timed_out`, `tool_name_conflict`. */
+    Error409AndToolNameConflict: components['schemas']['Error'] &
+      ({
+        error: {
+          /** @enum {string} */
+          code:
+            | 'session_exists'
+            | 'invalid_status'
+            | 'session_running'
+            | 'session_not_running'
+            | 'session_not_failed'
+            | 'nothing_to_retry'
+            | 'session_not_replaceable'
+            | 'nothing_to_continue'
+            | 'nothing_awaits_approval'
+            | 'nothing_awaits_results'
+            | 'approval_not_required'
+            | 'tool_call_already_decided'
+            | 'tool_calls_undecided'
+            | 'tool_result_already_submitted'
+            | 'tool_result_not_expected'
+            | 'unknown_tool_use_id'
+            | 'budget_exhausted'
+            | 'tool_call_pending'
+            | 'webhook_disabled'
+            | 'idempotency_in_progress'
+            | 'compaction_pending'
+            | 'nothing_to_compact'
+            | 'unanswered_tool_calls'
+            | 'task_lease_lost'
+            | 'task_already_completed'
+            | 'task_cancelled'
+            | 'action_timed_out'
+            | 'tool_name_conflict';
+        } & {
+          [key: string]: unknown;
+        };
+      } & {
+        [key: string]: unknown;
+      });
+    /** @description A 404 answer: `error.code` is one of `tool_not_found`. */
+    Error404ToolNotFound: components['schemas']['Error'] &
+      ({
+        error: {
+          /** @enum {string} */
+          code: 'tool_not_found';
+        } & {
+          [key: string]: unknown;
+        };
+      } & {
+        [key: string]: unknown;
+      });
+    /** @description A 404 answer: `error.code` is one of `task_not_found`. */
+    Error404TaskNotFound: components['schemas']['Error'] &
+      ({
+        error: {
+          /** @enum {string} */
+          code: 'task_not_found';
+        } & {
+          [key: string]: unknown;
+        };
+      } & {
+        [key: string]: unknown;
+      });
+    /** @description A 404 answer: `error.code` is one of `client_token_not_found`. */
+    Error404ClientTokenNotFound: components['schemas']['Error'] &
+      ({
+        error: {
+          /** @enum {string} */
+          code: 'client_token_not_found';
+        } & {
+          [key: string]: unknown;
+        };
+      } & {
+        [key: string]: unknown;
+      });
   };
   responses: never;
   parameters: {
@@ -3187,7 +3553,7 @@ export interface operations {
           [name: string]: unknown;
         };
         content: {
-          'application/json': components['schemas']['Error'];
+          'application/json': components['schemas']['Error400'];
         };
       };
       /** @description No such resource (`session_not_found`, also for another tenant's; `iteration_not_found`, …). */
@@ -3196,7 +3562,7 @@ export interface operations {
           [name: string]: unknown;
         };
         content: {
-          'application/json': components['schemas']['Error'];
+          'application/json': components['schemas']['Error404'];
         };
       };
     };
@@ -3234,7 +3600,7 @@ export interface operations {
           [name: string]: unknown;
         };
         content: {
-          'application/json': components['schemas']['Error'];
+          'application/json': components['schemas']['Error400'];
         };
       };
       /** @description No such resource (`session_not_found`, also for another tenant's; `iteration_not_found`, …). */
@@ -3243,7 +3609,7 @@ export interface operations {
           [name: string]: unknown;
         };
         content: {
-          'application/json': components['schemas']['Error'];
+          'application/json': components['schemas']['Error404'];
         };
       };
     };
@@ -3345,7 +3711,7 @@ export interface operations {
           [name: string]: unknown;
         };
         content: {
-          'application/json': components['schemas']['Error'];
+          'application/json': components['schemas']['Error401'];
         };
       };
       /** @description A client token outside its session's routes or scopes (`scope_denied`), or a WebSocket from an unlisted origin. */
@@ -3354,7 +3720,7 @@ export interface operations {
           [name: string]: unknown;
         };
         content: {
-          'application/json': components['schemas']['Error'];
+          'application/json': components['schemas']['Error403'];
         };
       };
       /** @description Something went wrong on the service's side (`internal_error`); the details are in its log. */
@@ -3363,7 +3729,7 @@ export interface operations {
           [name: string]: unknown;
         };
         content: {
-          'application/json': components['schemas']['Error'];
+          'application/json': components['schemas']['Error500'];
         };
       };
     };
@@ -3396,7 +3762,7 @@ export interface operations {
           [name: string]: unknown;
         };
         content: {
-          'application/json': components['schemas']['Error'];
+          'application/json': components['schemas']['Error400'];
         };
       };
       /** @description No valid bearer key or client token (`unauthorized`; `token_expired` for an expired client token). */
@@ -3406,7 +3772,7 @@ export interface operations {
           [name: string]: unknown;
         };
         content: {
-          'application/json': components['schemas']['Error'];
+          'application/json': components['schemas']['Error401'];
         };
       };
       /** @description A client token outside its session's routes or scopes (`scope_denied`), or a WebSocket from an unlisted origin. */
@@ -3415,7 +3781,7 @@ export interface operations {
           [name: string]: unknown;
         };
         content: {
-          'application/json': components['schemas']['Error'];
+          'application/json': components['schemas']['Error403'];
         };
       };
       /** @description Something went wrong on the service's side (`internal_error`); the details are in its log. */
@@ -3424,7 +3790,7 @@ export interface operations {
           [name: string]: unknown;
         };
         content: {
-          'application/json': components['schemas']['Error'];
+          'application/json': components['schemas']['Error500'];
         };
       };
       /** @description The session store is unavailable (`store_unavailable`); try again after Retry-After. */
@@ -3434,7 +3800,7 @@ export interface operations {
           [name: string]: unknown;
         };
         content: {
-          'application/json': components['schemas']['Error'];
+          'application/json': components['schemas']['Error503'];
         };
       };
     };
@@ -3990,7 +4356,7 @@ export interface operations {
           [name: string]: unknown;
         };
         content: {
-          'application/json': components['schemas']['Error'];
+          'application/json': components['schemas']['Error400'];
         };
       };
       /** @description No valid bearer key or client token (`unauthorized`; `token_expired` for an expired client token). */
@@ -4000,7 +4366,7 @@ export interface operations {
           [name: string]: unknown;
         };
         content: {
-          'application/json': components['schemas']['Error'];
+          'application/json': components['schemas']['Error401'];
         };
       };
       /** @description A client token outside its session's routes or scopes (`scope_denied`), or a WebSocket from an unlisted origin. */
@@ -4009,7 +4375,7 @@ export interface operations {
           [name: string]: unknown;
         };
         content: {
-          'application/json': components['schemas']['Error'];
+          'application/json': components['schemas']['Error403'];
         };
       };
       /** @description The request does not fit the session's state (the code says why), or `idempotency_in_progress`. */
@@ -4021,7 +4387,7 @@ export interface operations {
           [name: string]: unknown;
         };
         content: {
-          'application/json': components['schemas']['Error'];
+          'application/json': components['schemas']['Error409'];
         };
       };
       /** @description The body is larger than BODY_LIMIT (`payload_too_large`). */
@@ -4030,7 +4396,7 @@ export interface operations {
           [name: string]: unknown;
         };
         content: {
-          'application/json': components['schemas']['Error'];
+          'application/json': components['schemas']['Error413'];
         };
       };
       /** @description The body is not JSON (`unsupported_media_type`). */
@@ -4039,7 +4405,7 @@ export interface operations {
           [name: string]: unknown;
         };
         content: {
-          'application/json': components['schemas']['Error'];
+          'application/json': components['schemas']['Error415'];
         };
       };
       /** @description This Idempotency-Key was used with another request (`idempotency_key_reused`). */
@@ -4051,7 +4417,7 @@ export interface operations {
           [name: string]: unknown;
         };
         content: {
-          'application/json': components['schemas']['Error'];
+          'application/json': components['schemas']['Error422'];
         };
       };
       /** @description Over a rate or quota (`rate_limited` with Retry-After, `quota_exceeded`). */
@@ -4064,7 +4430,7 @@ export interface operations {
           [name: string]: unknown;
         };
         content: {
-          'application/json': components['schemas']['Error'];
+          'application/json': components['schemas']['Error429'];
         };
       };
       /** @description Something went wrong on the service's side (`internal_error`); the details are in its log. */
@@ -4073,7 +4439,7 @@ export interface operations {
           [name: string]: unknown;
         };
         content: {
-          'application/json': components['schemas']['Error'];
+          'application/json': components['schemas']['Error500'];
         };
       };
       /** @description The session store is unavailable (`store_unavailable`); try again after Retry-After. */
@@ -4083,7 +4449,7 @@ export interface operations {
           [name: string]: unknown;
         };
         content: {
-          'application/json': components['schemas']['Error'];
+          'application/json': components['schemas']['Error503'];
         };
       };
     };
@@ -4115,7 +4481,7 @@ export interface operations {
           [name: string]: unknown;
         };
         content: {
-          'application/json': components['schemas']['Error'];
+          'application/json': components['schemas']['Error400'];
         };
       };
       /** @description No valid bearer key or client token (`unauthorized`; `token_expired` for an expired client token). */
@@ -4125,7 +4491,7 @@ export interface operations {
           [name: string]: unknown;
         };
         content: {
-          'application/json': components['schemas']['Error'];
+          'application/json': components['schemas']['Error401'];
         };
       };
       /** @description A client token outside its session's routes or scopes (`scope_denied`), or a WebSocket from an unlisted origin. */
@@ -4134,7 +4500,7 @@ export interface operations {
           [name: string]: unknown;
         };
         content: {
-          'application/json': components['schemas']['Error'];
+          'application/json': components['schemas']['Error403'];
         };
       };
       /** @description No such resource (`session_not_found`, also for another tenant's; `iteration_not_found`, …). */
@@ -4143,7 +4509,7 @@ export interface operations {
           [name: string]: unknown;
         };
         content: {
-          'application/json': components['schemas']['Error'];
+          'application/json': components['schemas']['Error404SessionNotFound'];
         };
       };
       /** @description Something went wrong on the service's side (`internal_error`); the details are in its log. */
@@ -4152,7 +4518,7 @@ export interface operations {
           [name: string]: unknown;
         };
         content: {
-          'application/json': components['schemas']['Error'];
+          'application/json': components['schemas']['Error500'];
         };
       };
       /** @description The session store is unavailable (`store_unavailable`); try again after Retry-After. */
@@ -4162,7 +4528,7 @@ export interface operations {
           [name: string]: unknown;
         };
         content: {
-          'application/json': components['schemas']['Error'];
+          'application/json': components['schemas']['Error503'];
         };
       };
     };
@@ -4198,7 +4564,7 @@ export interface operations {
           [name: string]: unknown;
         };
         content: {
-          'application/json': components['schemas']['Error'];
+          'application/json': components['schemas']['Error400'];
         };
       };
       /** @description No valid bearer key or client token (`unauthorized`; `token_expired` for an expired client token). */
@@ -4208,7 +4574,7 @@ export interface operations {
           [name: string]: unknown;
         };
         content: {
-          'application/json': components['schemas']['Error'];
+          'application/json': components['schemas']['Error401'];
         };
       };
       /** @description A client token outside its session's routes or scopes (`scope_denied`), or a WebSocket from an unlisted origin. */
@@ -4217,7 +4583,7 @@ export interface operations {
           [name: string]: unknown;
         };
         content: {
-          'application/json': components['schemas']['Error'];
+          'application/json': components['schemas']['Error403'];
         };
       };
       /** @description No such resource (`session_not_found`, also for another tenant's; `iteration_not_found`, …). */
@@ -4229,7 +4595,7 @@ export interface operations {
           [name: string]: unknown;
         };
         content: {
-          'application/json': components['schemas']['Error'];
+          'application/json': components['schemas']['Error404SessionNotFound'];
         };
       };
       /** @description If-Match does not match the revision (`revision_mismatch`; `details.revision`). */
@@ -4241,7 +4607,7 @@ export interface operations {
           [name: string]: unknown;
         };
         content: {
-          'application/json': components['schemas']['Error'];
+          'application/json': components['schemas']['Error412'];
         };
       };
       /** @description The body is larger than BODY_LIMIT (`payload_too_large`). */
@@ -4272,7 +4638,7 @@ export interface operations {
           [name: string]: unknown;
         };
         content: {
-          'application/json': components['schemas']['Error'];
+          'application/json': components['schemas']['Error429'];
         };
       };
       /** @description Something went wrong on the service's side (`internal_error`); the details are in its log. */
@@ -4281,7 +4647,7 @@ export interface operations {
           [name: string]: unknown;
         };
         content: {
-          'application/json': components['schemas']['Error'];
+          'application/json': components['schemas']['Error500'];
         };
       };
       /** @description The session store is unavailable (`store_unavailable`); try again after Retry-After. */
@@ -4291,7 +4657,7 @@ export interface operations {
           [name: string]: unknown;
         };
         content: {
-          'application/json': components['schemas']['Error'];
+          'application/json': components['schemas']['Error503'];
         };
       };
     };
@@ -4451,7 +4817,7 @@ export interface operations {
           [name: string]: unknown;
         };
         content: {
-          'application/json': components['schemas']['Error'];
+          'application/json': components['schemas']['Error400'];
         };
       };
       /** @description No valid bearer key or client token (`unauthorized`; `token_expired` for an expired client token). */
@@ -4461,7 +4827,7 @@ export interface operations {
           [name: string]: unknown;
         };
         content: {
-          'application/json': components['schemas']['Error'];
+          'application/json': components['schemas']['Error401'];
         };
       };
       /** @description A client token outside its session's routes or scopes (`scope_denied`), or a WebSocket from an unlisted origin. */
@@ -4470,7 +4836,7 @@ export interface operations {
           [name: string]: unknown;
         };
         content: {
-          'application/json': components['schemas']['Error'];
+          'application/json': components['schemas']['Error403'];
         };
       };
       /** @description No such resource (`session_not_found`, also for another tenant's; `iteration_not_found`, …). */
@@ -4482,7 +4848,7 @@ export interface operations {
           [name: string]: unknown;
         };
         content: {
-          'application/json': components['schemas']['Error'];
+          'application/json': components['schemas']['Error404SessionNotFound'];
         };
       };
       /** @description The request does not fit the session's state (the code says why), or `idempotency_in_progress`. */
@@ -4494,7 +4860,7 @@ export interface operations {
           [name: string]: unknown;
         };
         content: {
-          'application/json': components['schemas']['Error'];
+          'application/json': components['schemas']['Error409'];
         };
       };
       /** @description If-Match does not match the revision (`revision_mismatch`; `details.revision`). */
@@ -4506,7 +4872,7 @@ export interface operations {
           [name: string]: unknown;
         };
         content: {
-          'application/json': components['schemas']['Error'];
+          'application/json': components['schemas']['Error412'];
         };
       };
       /** @description The body is larger than BODY_LIMIT (`payload_too_large`). */
@@ -4515,7 +4881,7 @@ export interface operations {
           [name: string]: unknown;
         };
         content: {
-          'application/json': components['schemas']['Error'];
+          'application/json': components['schemas']['Error413'];
         };
       };
       /** @description The body is not JSON (`unsupported_media_type`). */
@@ -4524,7 +4890,7 @@ export interface operations {
           [name: string]: unknown;
         };
         content: {
-          'application/json': components['schemas']['Error'];
+          'application/json': components['schemas']['Error415'];
         };
       };
       /** @description Over a rate or quota (`rate_limited` with Retry-After, `quota_exceeded`). */
@@ -4537,7 +4903,7 @@ export interface operations {
           [name: string]: unknown;
         };
         content: {
-          'application/json': components['schemas']['Error'];
+          'application/json': components['schemas']['Error429'];
         };
       };
       /** @description Something went wrong on the service's side (`internal_error`); the details are in its log. */
@@ -4546,7 +4912,7 @@ export interface operations {
           [name: string]: unknown;
         };
         content: {
-          'application/json': components['schemas']['Error'];
+          'application/json': components['schemas']['Error500'];
         };
       };
       /** @description The session store is unavailable (`store_unavailable`); try again after Retry-After. */
@@ -4556,7 +4922,7 @@ export interface operations {
           [name: string]: unknown;
         };
         content: {
-          'application/json': components['schemas']['Error'];
+          'application/json': components['schemas']['Error503'];
         };
       };
     };
@@ -4589,7 +4955,7 @@ export interface operations {
           [name: string]: unknown;
         };
         content: {
-          'application/json': components['schemas']['Error'];
+          'application/json': components['schemas']['Error400'];
         };
       };
       /** @description No valid bearer key or client token (`unauthorized`; `token_expired` for an expired client token). */
@@ -4599,7 +4965,7 @@ export interface operations {
           [name: string]: unknown;
         };
         content: {
-          'application/json': components['schemas']['Error'];
+          'application/json': components['schemas']['Error401'];
         };
       };
       /** @description A client token outside its session's routes or scopes (`scope_denied`), or a WebSocket from an unlisted origin. */
@@ -4608,7 +4974,7 @@ export interface operations {
           [name: string]: unknown;
         };
         content: {
-          'application/json': components['schemas']['Error'];
+          'application/json': components['schemas']['Error403'];
         };
       };
       /** @description No such resource (`session_not_found`, also for another tenant's; `iteration_not_found`, …). */
@@ -4617,7 +4983,7 @@ export interface operations {
           [name: string]: unknown;
         };
         content: {
-          'application/json': components['schemas']['Error'];
+          'application/json': components['schemas']['Error404SessionNotFound'];
         };
       };
       /** @description Something went wrong on the service's side (`internal_error`); the details are in its log. */
@@ -4626,7 +4992,7 @@ export interface operations {
           [name: string]: unknown;
         };
         content: {
-          'application/json': components['schemas']['Error'];
+          'application/json': components['schemas']['Error500'];
         };
       };
       /** @description The session store is unavailable (`store_unavailable`); try again after Retry-After. */
@@ -4636,7 +5002,7 @@ export interface operations {
           [name: string]: unknown;
         };
         content: {
-          'application/json': components['schemas']['Error'];
+          'application/json': components['schemas']['Error503'];
         };
       };
     };
@@ -5053,7 +5419,7 @@ export interface operations {
           [name: string]: unknown;
         };
         content: {
-          'application/json': components['schemas']['Error'];
+          'application/json': components['schemas']['Error400'];
         };
       };
       /** @description No valid bearer key or client token (`unauthorized`; `token_expired` for an expired client token). */
@@ -5063,7 +5429,7 @@ export interface operations {
           [name: string]: unknown;
         };
         content: {
-          'application/json': components['schemas']['Error'];
+          'application/json': components['schemas']['Error401'];
         };
       };
       /** @description A client token outside its session's routes or scopes (`scope_denied`), or a WebSocket from an unlisted origin. */
@@ -5072,7 +5438,7 @@ export interface operations {
           [name: string]: unknown;
         };
         content: {
-          'application/json': components['schemas']['Error'];
+          'application/json': components['schemas']['Error403'];
         };
       };
       /** @description No such resource (`session_not_found`, also for another tenant's; `iteration_not_found`, …). */
@@ -5084,7 +5450,7 @@ export interface operations {
           [name: string]: unknown;
         };
         content: {
-          'application/json': components['schemas']['Error'];
+          'application/json': components['schemas']['Error404SessionNotFound'];
         };
       };
       /** @description The request does not fit the session's state (the code says why), or `idempotency_in_progress`. */
@@ -5096,7 +5462,7 @@ export interface operations {
           [name: string]: unknown;
         };
         content: {
-          'application/json': components['schemas']['Error'];
+          'application/json': components['schemas']['Error409'];
         };
       };
       /** @description If-Match does not match the revision (`revision_mismatch`; `details.revision`). */
@@ -5108,7 +5474,7 @@ export interface operations {
           [name: string]: unknown;
         };
         content: {
-          'application/json': components['schemas']['Error'];
+          'application/json': components['schemas']['Error412'];
         };
       };
       /** @description The body is larger than BODY_LIMIT (`payload_too_large`). */
@@ -5117,7 +5483,7 @@ export interface operations {
           [name: string]: unknown;
         };
         content: {
-          'application/json': components['schemas']['Error'];
+          'application/json': components['schemas']['Error413'];
         };
       };
       /** @description The body is not JSON (`unsupported_media_type`). */
@@ -5126,7 +5492,7 @@ export interface operations {
           [name: string]: unknown;
         };
         content: {
-          'application/json': components['schemas']['Error'];
+          'application/json': components['schemas']['Error415'];
         };
       };
       /** @description Over a rate or quota (`rate_limited` with Retry-After, `quota_exceeded`). */
@@ -5139,7 +5505,7 @@ export interface operations {
           [name: string]: unknown;
         };
         content: {
-          'application/json': components['schemas']['Error'];
+          'application/json': components['schemas']['Error429'];
         };
       };
       /** @description Something went wrong on the service's side (`internal_error`); the details are in its log. */
@@ -5148,7 +5514,7 @@ export interface operations {
           [name: string]: unknown;
         };
         content: {
-          'application/json': components['schemas']['Error'];
+          'application/json': components['schemas']['Error500'];
         };
       };
       /** @description The session store is unavailable (`store_unavailable`); try again after Retry-After. */
@@ -5158,7 +5524,7 @@ export interface operations {
           [name: string]: unknown;
         };
         content: {
-          'application/json': components['schemas']['Error'];
+          'application/json': components['schemas']['Error503'];
         };
       };
     };
@@ -5327,7 +5693,7 @@ export interface operations {
           [name: string]: unknown;
         };
         content: {
-          'application/json': components['schemas']['Error'];
+          'application/json': components['schemas']['Error400'];
         };
       };
       /** @description No valid bearer key or client token (`unauthorized`; `token_expired` for an expired client token). */
@@ -5337,7 +5703,7 @@ export interface operations {
           [name: string]: unknown;
         };
         content: {
-          'application/json': components['schemas']['Error'];
+          'application/json': components['schemas']['Error401'];
         };
       };
       /** @description A client token outside its session's routes or scopes (`scope_denied`), or a WebSocket from an unlisted origin. */
@@ -5346,7 +5712,7 @@ export interface operations {
           [name: string]: unknown;
         };
         content: {
-          'application/json': components['schemas']['Error'];
+          'application/json': components['schemas']['Error403'];
         };
       };
       /** @description No such resource (`session_not_found`, also for another tenant's; `iteration_not_found`, …). */
@@ -5358,7 +5724,7 @@ export interface operations {
           [name: string]: unknown;
         };
         content: {
-          'application/json': components['schemas']['Error'];
+          'application/json': components['schemas']['Error404SessionNotFound'];
         };
       };
       /** @description The request does not fit the session's state (the code says why), or `idempotency_in_progress`. */
@@ -5370,7 +5736,7 @@ export interface operations {
           [name: string]: unknown;
         };
         content: {
-          'application/json': components['schemas']['Error'];
+          'application/json': components['schemas']['Error409'];
         };
       };
       /** @description If-Match does not match the revision (`revision_mismatch`; `details.revision`). */
@@ -5382,7 +5748,7 @@ export interface operations {
           [name: string]: unknown;
         };
         content: {
-          'application/json': components['schemas']['Error'];
+          'application/json': components['schemas']['Error412'];
         };
       };
       /** @description The body is larger than BODY_LIMIT (`payload_too_large`). */
@@ -5391,7 +5757,7 @@ export interface operations {
           [name: string]: unknown;
         };
         content: {
-          'application/json': components['schemas']['Error'];
+          'application/json': components['schemas']['Error413'];
         };
       };
       /** @description The body is not JSON (`unsupported_media_type`). */
@@ -5400,7 +5766,7 @@ export interface operations {
           [name: string]: unknown;
         };
         content: {
-          'application/json': components['schemas']['Error'];
+          'application/json': components['schemas']['Error415'];
         };
       };
       /** @description This Idempotency-Key was used with another request (`idempotency_key_reused`). */
@@ -5412,7 +5778,7 @@ export interface operations {
           [name: string]: unknown;
         };
         content: {
-          'application/json': components['schemas']['Error'];
+          'application/json': components['schemas']['Error422'];
         };
       };
       /** @description Over a rate or quota (`rate_limited` with Retry-After, `quota_exceeded`). */
@@ -5425,7 +5791,7 @@ export interface operations {
           [name: string]: unknown;
         };
         content: {
-          'application/json': components['schemas']['Error'];
+          'application/json': components['schemas']['Error429'];
         };
       };
       /** @description Something went wrong on the service's side (`internal_error`); the details are in its log. */
@@ -5434,7 +5800,7 @@ export interface operations {
           [name: string]: unknown;
         };
         content: {
-          'application/json': components['schemas']['Error'];
+          'application/json': components['schemas']['Error500'];
         };
       };
       /** @description The session store is unavailable (`store_unavailable`); try again after Retry-After. */
@@ -5444,7 +5810,7 @@ export interface operations {
           [name: string]: unknown;
         };
         content: {
-          'application/json': components['schemas']['Error'];
+          'application/json': components['schemas']['Error503'];
         };
       };
     };
@@ -5475,7 +5841,7 @@ export interface operations {
           [name: string]: unknown;
         };
         content: {
-          'application/json': components['schemas']['Error'];
+          'application/json': components['schemas']['Error400'];
         };
       };
       /** @description No valid bearer key or client token (`unauthorized`; `token_expired` for an expired client token). */
@@ -5485,7 +5851,7 @@ export interface operations {
           [name: string]: unknown;
         };
         content: {
-          'application/json': components['schemas']['Error'];
+          'application/json': components['schemas']['Error401'];
         };
       };
       /** @description A client token outside its session's routes or scopes (`scope_denied`), or a WebSocket from an unlisted origin. */
@@ -5494,7 +5860,7 @@ export interface operations {
           [name: string]: unknown;
         };
         content: {
-          'application/json': components['schemas']['Error'];
+          'application/json': components['schemas']['Error403'];
         };
       };
       /** @description No such resource (`session_not_found`, also for another tenant's; `iteration_not_found`, …). */
@@ -5503,7 +5869,7 @@ export interface operations {
           [name: string]: unknown;
         };
         content: {
-          'application/json': components['schemas']['Error'];
+          'application/json': components['schemas']['Error404SessionNotFound'];
         };
       };
       /** @description Something went wrong on the service's side (`internal_error`); the details are in its log. */
@@ -5512,7 +5878,7 @@ export interface operations {
           [name: string]: unknown;
         };
         content: {
-          'application/json': components['schemas']['Error'];
+          'application/json': components['schemas']['Error500'];
         };
       };
       /** @description The session store is unavailable (`store_unavailable`); try again after Retry-After. */
@@ -5522,7 +5888,7 @@ export interface operations {
           [name: string]: unknown;
         };
         content: {
-          'application/json': components['schemas']['Error'];
+          'application/json': components['schemas']['Error503'];
         };
       };
     };
@@ -5554,7 +5920,7 @@ export interface operations {
           [name: string]: unknown;
         };
         content: {
-          'application/json': components['schemas']['Error'];
+          'application/json': components['schemas']['Error400'];
         };
       };
       /** @description No valid bearer key or client token (`unauthorized`; `token_expired` for an expired client token). */
@@ -5564,7 +5930,7 @@ export interface operations {
           [name: string]: unknown;
         };
         content: {
-          'application/json': components['schemas']['Error'];
+          'application/json': components['schemas']['Error401'];
         };
       };
       /** @description A client token outside its session's routes or scopes (`scope_denied`), or a WebSocket from an unlisted origin. */
@@ -5573,7 +5939,7 @@ export interface operations {
           [name: string]: unknown;
         };
         content: {
-          'application/json': components['schemas']['Error'];
+          'application/json': components['schemas']['Error403'];
         };
       };
       /** @description No such resource (`session_not_found`, also for another tenant's; `iteration_not_found`, …). */
@@ -5582,7 +5948,7 @@ export interface operations {
           [name: string]: unknown;
         };
         content: {
-          'application/json': components['schemas']['Error'];
+          'application/json': components['schemas']['Error404SessionNotFoundIterationNotFound'];
         };
       };
       /** @description Something went wrong on the service's side (`internal_error`); the details are in its log. */
@@ -5591,7 +5957,7 @@ export interface operations {
           [name: string]: unknown;
         };
         content: {
-          'application/json': components['schemas']['Error'];
+          'application/json': components['schemas']['Error500'];
         };
       };
       /** @description The session store is unavailable (`store_unavailable`); try again after Retry-After. */
@@ -5601,7 +5967,7 @@ export interface operations {
           [name: string]: unknown;
         };
         content: {
-          'application/json': components['schemas']['Error'];
+          'application/json': components['schemas']['Error503'];
         };
       };
     };
@@ -5667,7 +6033,7 @@ export interface operations {
           [name: string]: unknown;
         };
         content: {
-          'application/json': components['schemas']['Error'];
+          'application/json': components['schemas']['Error400'];
         };
       };
       /** @description No valid bearer key or client token (`unauthorized`; `token_expired` for an expired client token). */
@@ -5677,7 +6043,7 @@ export interface operations {
           [name: string]: unknown;
         };
         content: {
-          'application/json': components['schemas']['Error'];
+          'application/json': components['schemas']['Error401'];
         };
       };
       /** @description A client token outside its session's routes or scopes (`scope_denied`), or a WebSocket from an unlisted origin. */
@@ -5686,7 +6052,7 @@ export interface operations {
           [name: string]: unknown;
         };
         content: {
-          'application/json': components['schemas']['Error'];
+          'application/json': components['schemas']['Error403'];
         };
       };
       /** @description No such resource (`session_not_found`, also for another tenant's; `iteration_not_found`, …). */
@@ -5698,7 +6064,7 @@ export interface operations {
           [name: string]: unknown;
         };
         content: {
-          'application/json': components['schemas']['Error'];
+          'application/json': components['schemas']['Error404SessionNotFound'];
         };
       };
       /** @description The request does not fit the session's state (the code says why), or `idempotency_in_progress`. */
@@ -5710,7 +6076,7 @@ export interface operations {
           [name: string]: unknown;
         };
         content: {
-          'application/json': components['schemas']['Error'];
+          'application/json': components['schemas']['Error409'];
         };
       };
       /** @description If-Match does not match the revision (`revision_mismatch`; `details.revision`). */
@@ -5722,7 +6088,7 @@ export interface operations {
           [name: string]: unknown;
         };
         content: {
-          'application/json': components['schemas']['Error'];
+          'application/json': components['schemas']['Error412'];
         };
       };
       /** @description The body is larger than BODY_LIMIT (`payload_too_large`). */
@@ -5731,7 +6097,7 @@ export interface operations {
           [name: string]: unknown;
         };
         content: {
-          'application/json': components['schemas']['Error'];
+          'application/json': components['schemas']['Error413'];
         };
       };
       /** @description The body is not JSON (`unsupported_media_type`). */
@@ -5740,7 +6106,7 @@ export interface operations {
           [name: string]: unknown;
         };
         content: {
-          'application/json': components['schemas']['Error'];
+          'application/json': components['schemas']['Error415'];
         };
       };
       /** @description This Idempotency-Key was used with another request (`idempotency_key_reused`). */
@@ -5752,7 +6118,7 @@ export interface operations {
           [name: string]: unknown;
         };
         content: {
-          'application/json': components['schemas']['Error'];
+          'application/json': components['schemas']['Error422'];
         };
       };
       /** @description Over a rate or quota (`rate_limited` with Retry-After, `quota_exceeded`). */
@@ -5765,7 +6131,7 @@ export interface operations {
           [name: string]: unknown;
         };
         content: {
-          'application/json': components['schemas']['Error'];
+          'application/json': components['schemas']['Error429'];
         };
       };
       /** @description Something went wrong on the service's side (`internal_error`); the details are in its log. */
@@ -5774,7 +6140,7 @@ export interface operations {
           [name: string]: unknown;
         };
         content: {
-          'application/json': components['schemas']['Error'];
+          'application/json': components['schemas']['Error500'];
         };
       };
       /** @description The session store is unavailable (`store_unavailable`); try again after Retry-After. */
@@ -5784,7 +6150,7 @@ export interface operations {
           [name: string]: unknown;
         };
         content: {
-          'application/json': components['schemas']['Error'];
+          'application/json': components['schemas']['Error503'];
         };
       };
     };
@@ -5946,7 +6312,7 @@ export interface operations {
           [name: string]: unknown;
         };
         content: {
-          'application/json': components['schemas']['Error'];
+          'application/json': components['schemas']['Error400'];
         };
       };
       /** @description No valid bearer key or client token (`unauthorized`; `token_expired` for an expired client token). */
@@ -5956,7 +6322,7 @@ export interface operations {
           [name: string]: unknown;
         };
         content: {
-          'application/json': components['schemas']['Error'];
+          'application/json': components['schemas']['Error401'];
         };
       };
       /** @description A client token outside its session's routes or scopes (`scope_denied`), or a WebSocket from an unlisted origin. */
@@ -5965,7 +6331,7 @@ export interface operations {
           [name: string]: unknown;
         };
         content: {
-          'application/json': components['schemas']['Error'];
+          'application/json': components['schemas']['Error403'];
         };
       };
       /** @description No such resource (`session_not_found`, also for another tenant's; `iteration_not_found`, …). */
@@ -5977,7 +6343,7 @@ export interface operations {
           [name: string]: unknown;
         };
         content: {
-          'application/json': components['schemas']['Error'];
+          'application/json': components['schemas']['Error404SessionNotFound'];
         };
       };
       /** @description The request does not fit the session's state (the code says why), or `idempotency_in_progress`. */
@@ -5989,7 +6355,7 @@ export interface operations {
           [name: string]: unknown;
         };
         content: {
-          'application/json': components['schemas']['Error'];
+          'application/json': components['schemas']['Error409'];
         };
       };
       /** @description If-Match does not match the revision (`revision_mismatch`; `details.revision`). */
@@ -6001,7 +6367,7 @@ export interface operations {
           [name: string]: unknown;
         };
         content: {
-          'application/json': components['schemas']['Error'];
+          'application/json': components['schemas']['Error412'];
         };
       };
       /** @description The body is larger than BODY_LIMIT (`payload_too_large`). */
@@ -6010,7 +6376,7 @@ export interface operations {
           [name: string]: unknown;
         };
         content: {
-          'application/json': components['schemas']['Error'];
+          'application/json': components['schemas']['Error413'];
         };
       };
       /** @description The body is not JSON (`unsupported_media_type`). */
@@ -6019,7 +6385,7 @@ export interface operations {
           [name: string]: unknown;
         };
         content: {
-          'application/json': components['schemas']['Error'];
+          'application/json': components['schemas']['Error415'];
         };
       };
       /** @description Over a rate or quota (`rate_limited` with Retry-After, `quota_exceeded`). */
@@ -6032,7 +6398,7 @@ export interface operations {
           [name: string]: unknown;
         };
         content: {
-          'application/json': components['schemas']['Error'];
+          'application/json': components['schemas']['Error429'];
         };
       };
       /** @description Something went wrong on the service's side (`internal_error`); the details are in its log. */
@@ -6041,7 +6407,7 @@ export interface operations {
           [name: string]: unknown;
         };
         content: {
-          'application/json': components['schemas']['Error'];
+          'application/json': components['schemas']['Error500'];
         };
       };
       /** @description The session store is unavailable (`store_unavailable`); try again after Retry-After. */
@@ -6051,7 +6417,7 @@ export interface operations {
           [name: string]: unknown;
         };
         content: {
-          'application/json': components['schemas']['Error'];
+          'application/json': components['schemas']['Error503'];
         };
       };
     };
@@ -6221,7 +6587,7 @@ export interface operations {
           [name: string]: unknown;
         };
         content: {
-          'application/json': components['schemas']['Error'];
+          'application/json': components['schemas']['Error400'];
         };
       };
       /** @description No valid bearer key or client token (`unauthorized`; `token_expired` for an expired client token). */
@@ -6231,7 +6597,7 @@ export interface operations {
           [name: string]: unknown;
         };
         content: {
-          'application/json': components['schemas']['Error'];
+          'application/json': components['schemas']['Error401'];
         };
       };
       /** @description A client token outside its session's routes or scopes (`scope_denied`), or a WebSocket from an unlisted origin. */
@@ -6240,7 +6606,7 @@ export interface operations {
           [name: string]: unknown;
         };
         content: {
-          'application/json': components['schemas']['Error'];
+          'application/json': components['schemas']['Error403'];
         };
       };
       /** @description No such resource (`session_not_found`, also for another tenant's; `iteration_not_found`, …). */
@@ -6252,7 +6618,7 @@ export interface operations {
           [name: string]: unknown;
         };
         content: {
-          'application/json': components['schemas']['Error'];
+          'application/json': components['schemas']['Error404SessionNotFound'];
         };
       };
       /** @description The request does not fit the session's state (the code says why), or `idempotency_in_progress`. */
@@ -6264,7 +6630,7 @@ export interface operations {
           [name: string]: unknown;
         };
         content: {
-          'application/json': components['schemas']['Error'];
+          'application/json': components['schemas']['Error409'];
         };
       };
       /** @description If-Match does not match the revision (`revision_mismatch`; `details.revision`). */
@@ -6276,7 +6642,7 @@ export interface operations {
           [name: string]: unknown;
         };
         content: {
-          'application/json': components['schemas']['Error'];
+          'application/json': components['schemas']['Error412'];
         };
       };
       /** @description The body is larger than BODY_LIMIT (`payload_too_large`). */
@@ -6285,7 +6651,7 @@ export interface operations {
           [name: string]: unknown;
         };
         content: {
-          'application/json': components['schemas']['Error'];
+          'application/json': components['schemas']['Error413'];
         };
       };
       /** @description The body is not JSON (`unsupported_media_type`). */
@@ -6294,7 +6660,7 @@ export interface operations {
           [name: string]: unknown;
         };
         content: {
-          'application/json': components['schemas']['Error'];
+          'application/json': components['schemas']['Error415'];
         };
       };
       /** @description This Idempotency-Key was used with another request (`idempotency_key_reused`). */
@@ -6306,7 +6672,7 @@ export interface operations {
           [name: string]: unknown;
         };
         content: {
-          'application/json': components['schemas']['Error'];
+          'application/json': components['schemas']['Error422'];
         };
       };
       /** @description Over a rate or quota (`rate_limited` with Retry-After, `quota_exceeded`). */
@@ -6319,7 +6685,7 @@ export interface operations {
           [name: string]: unknown;
         };
         content: {
-          'application/json': components['schemas']['Error'];
+          'application/json': components['schemas']['Error429'];
         };
       };
       /** @description Something went wrong on the service's side (`internal_error`); the details are in its log. */
@@ -6328,7 +6694,7 @@ export interface operations {
           [name: string]: unknown;
         };
         content: {
-          'application/json': components['schemas']['Error'];
+          'application/json': components['schemas']['Error500'];
         };
       };
       /** @description The session store is unavailable (`store_unavailable`); try again after Retry-After. */
@@ -6338,7 +6704,7 @@ export interface operations {
           [name: string]: unknown;
         };
         content: {
-          'application/json': components['schemas']['Error'];
+          'application/json': components['schemas']['Error503'];
         };
       };
     };
@@ -6396,7 +6762,7 @@ export interface operations {
           [name: string]: unknown;
         };
         content: {
-          'application/json': components['schemas']['Error'];
+          'application/json': components['schemas']['Error400'];
         };
       };
       /** @description No valid bearer key or client token (`unauthorized`; `token_expired` for an expired client token). */
@@ -6406,7 +6772,7 @@ export interface operations {
           [name: string]: unknown;
         };
         content: {
-          'application/json': components['schemas']['Error'];
+          'application/json': components['schemas']['Error401'];
         };
       };
       /** @description A client token outside its session's routes or scopes (`scope_denied`), or a WebSocket from an unlisted origin. */
@@ -6415,7 +6781,7 @@ export interface operations {
           [name: string]: unknown;
         };
         content: {
-          'application/json': components['schemas']['Error'];
+          'application/json': components['schemas']['Error403'];
         };
       };
       /** @description No such resource (`session_not_found`, also for another tenant's; `iteration_not_found`, …). */
@@ -6427,7 +6793,7 @@ export interface operations {
           [name: string]: unknown;
         };
         content: {
-          'application/json': components['schemas']['Error'];
+          'application/json': components['schemas']['Error404SessionNotFound'];
         };
       };
       /** @description The request does not fit the session's state (the code says why), or `idempotency_in_progress`. */
@@ -6439,7 +6805,7 @@ export interface operations {
           [name: string]: unknown;
         };
         content: {
-          'application/json': components['schemas']['Error'];
+          'application/json': components['schemas']['Error409'];
         };
       };
       /** @description If-Match does not match the revision (`revision_mismatch`; `details.revision`). */
@@ -6451,7 +6817,7 @@ export interface operations {
           [name: string]: unknown;
         };
         content: {
-          'application/json': components['schemas']['Error'];
+          'application/json': components['schemas']['Error412'];
         };
       };
       /** @description The body is larger than BODY_LIMIT (`payload_too_large`). */
@@ -6460,7 +6826,7 @@ export interface operations {
           [name: string]: unknown;
         };
         content: {
-          'application/json': components['schemas']['Error'];
+          'application/json': components['schemas']['Error413'];
         };
       };
       /** @description The body is not JSON (`unsupported_media_type`). */
@@ -6469,7 +6835,7 @@ export interface operations {
           [name: string]: unknown;
         };
         content: {
-          'application/json': components['schemas']['Error'];
+          'application/json': components['schemas']['Error415'];
         };
       };
       /** @description This Idempotency-Key was used with another request (`idempotency_key_reused`). */
@@ -6481,7 +6847,7 @@ export interface operations {
           [name: string]: unknown;
         };
         content: {
-          'application/json': components['schemas']['Error'];
+          'application/json': components['schemas']['Error422'];
         };
       };
       /** @description Over a rate or quota (`rate_limited` with Retry-After, `quota_exceeded`). */
@@ -6494,7 +6860,7 @@ export interface operations {
           [name: string]: unknown;
         };
         content: {
-          'application/json': components['schemas']['Error'];
+          'application/json': components['schemas']['Error429'];
         };
       };
       /** @description Something went wrong on the service's side (`internal_error`); the details are in its log. */
@@ -6503,7 +6869,7 @@ export interface operations {
           [name: string]: unknown;
         };
         content: {
-          'application/json': components['schemas']['Error'];
+          'application/json': components['schemas']['Error500'];
         };
       };
       /** @description The session store is unavailable (`store_unavailable`); try again after Retry-After. */
@@ -6513,7 +6879,7 @@ export interface operations {
           [name: string]: unknown;
         };
         content: {
-          'application/json': components['schemas']['Error'];
+          'application/json': components['schemas']['Error503'];
         };
       };
     };
@@ -6575,7 +6941,7 @@ export interface operations {
           [name: string]: unknown;
         };
         content: {
-          'application/json': components['schemas']['Error'];
+          'application/json': components['schemas']['Error400'];
         };
       };
       /** @description No valid bearer key or client token (`unauthorized`; `token_expired` for an expired client token). */
@@ -6585,7 +6951,7 @@ export interface operations {
           [name: string]: unknown;
         };
         content: {
-          'application/json': components['schemas']['Error'];
+          'application/json': components['schemas']['Error401'];
         };
       };
       /** @description A client token outside its session's routes or scopes (`scope_denied`), or a WebSocket from an unlisted origin. */
@@ -6594,7 +6960,7 @@ export interface operations {
           [name: string]: unknown;
         };
         content: {
-          'application/json': components['schemas']['Error'];
+          'application/json': components['schemas']['Error403'];
         };
       };
       /** @description No such resource (`session_not_found`, also for another tenant's; `iteration_not_found`, …). */
@@ -6606,7 +6972,7 @@ export interface operations {
           [name: string]: unknown;
         };
         content: {
-          'application/json': components['schemas']['Error'];
+          'application/json': components['schemas']['Error404SessionNotFound'];
         };
       };
       /** @description The request does not fit the session's state (the code says why), or `idempotency_in_progress`. */
@@ -6618,7 +6984,7 @@ export interface operations {
           [name: string]: unknown;
         };
         content: {
-          'application/json': components['schemas']['Error'];
+          'application/json': components['schemas']['Error409'];
         };
       };
       /** @description If-Match does not match the revision (`revision_mismatch`; `details.revision`). */
@@ -6630,7 +6996,7 @@ export interface operations {
           [name: string]: unknown;
         };
         content: {
-          'application/json': components['schemas']['Error'];
+          'application/json': components['schemas']['Error412'];
         };
       };
       /** @description The body is larger than BODY_LIMIT (`payload_too_large`). */
@@ -6639,7 +7005,7 @@ export interface operations {
           [name: string]: unknown;
         };
         content: {
-          'application/json': components['schemas']['Error'];
+          'application/json': components['schemas']['Error413'];
         };
       };
       /** @description The body is not JSON (`unsupported_media_type`). */
@@ -6648,7 +7014,7 @@ export interface operations {
           [name: string]: unknown;
         };
         content: {
-          'application/json': components['schemas']['Error'];
+          'application/json': components['schemas']['Error415'];
         };
       };
       /** @description This Idempotency-Key was used with another request (`idempotency_key_reused`). */
@@ -6660,7 +7026,7 @@ export interface operations {
           [name: string]: unknown;
         };
         content: {
-          'application/json': components['schemas']['Error'];
+          'application/json': components['schemas']['Error422'];
         };
       };
       /** @description Over a rate or quota (`rate_limited` with Retry-After, `quota_exceeded`). */
@@ -6673,7 +7039,7 @@ export interface operations {
           [name: string]: unknown;
         };
         content: {
-          'application/json': components['schemas']['Error'];
+          'application/json': components['schemas']['Error429'];
         };
       };
       /** @description Something went wrong on the service's side (`internal_error`); the details are in its log. */
@@ -6682,7 +7048,7 @@ export interface operations {
           [name: string]: unknown;
         };
         content: {
-          'application/json': components['schemas']['Error'];
+          'application/json': components['schemas']['Error500'];
         };
       };
       /** @description The session store is unavailable (`store_unavailable`); try again after Retry-After. */
@@ -6692,7 +7058,7 @@ export interface operations {
           [name: string]: unknown;
         };
         content: {
-          'application/json': components['schemas']['Error'];
+          'application/json': components['schemas']['Error503'];
         };
       };
     };
@@ -6750,7 +7116,7 @@ export interface operations {
           [name: string]: unknown;
         };
         content: {
-          'application/json': components['schemas']['Error'];
+          'application/json': components['schemas']['Error400'];
         };
       };
       /** @description No valid bearer key or client token (`unauthorized`; `token_expired` for an expired client token). */
@@ -6760,7 +7126,7 @@ export interface operations {
           [name: string]: unknown;
         };
         content: {
-          'application/json': components['schemas']['Error'];
+          'application/json': components['schemas']['Error401'];
         };
       };
       /** @description A client token outside its session's routes or scopes (`scope_denied`), or a WebSocket from an unlisted origin. */
@@ -6769,7 +7135,7 @@ export interface operations {
           [name: string]: unknown;
         };
         content: {
-          'application/json': components['schemas']['Error'];
+          'application/json': components['schemas']['Error403'];
         };
       };
       /** @description No such resource (`session_not_found`, also for another tenant's; `iteration_not_found`, …). */
@@ -6781,7 +7147,7 @@ export interface operations {
           [name: string]: unknown;
         };
         content: {
-          'application/json': components['schemas']['Error'];
+          'application/json': components['schemas']['Error404SessionNotFound'];
         };
       };
       /** @description The request does not fit the session's state (the code says why), or `idempotency_in_progress`. */
@@ -6793,7 +7159,7 @@ export interface operations {
           [name: string]: unknown;
         };
         content: {
-          'application/json': components['schemas']['Error'];
+          'application/json': components['schemas']['Error409'];
         };
       };
       /** @description If-Match does not match the revision (`revision_mismatch`; `details.revision`). */
@@ -6805,7 +7171,7 @@ export interface operations {
           [name: string]: unknown;
         };
         content: {
-          'application/json': components['schemas']['Error'];
+          'application/json': components['schemas']['Error412'];
         };
       };
       /** @description The body is larger than BODY_LIMIT (`payload_too_large`). */
@@ -6814,7 +7180,7 @@ export interface operations {
           [name: string]: unknown;
         };
         content: {
-          'application/json': components['schemas']['Error'];
+          'application/json': components['schemas']['Error413'];
         };
       };
       /** @description The body is not JSON (`unsupported_media_type`). */
@@ -6823,7 +7189,7 @@ export interface operations {
           [name: string]: unknown;
         };
         content: {
-          'application/json': components['schemas']['Error'];
+          'application/json': components['schemas']['Error415'];
         };
       };
       /** @description This Idempotency-Key was used with another request (`idempotency_key_reused`). */
@@ -6835,7 +7201,7 @@ export interface operations {
           [name: string]: unknown;
         };
         content: {
-          'application/json': components['schemas']['Error'];
+          'application/json': components['schemas']['Error422'];
         };
       };
       /** @description Over a rate or quota (`rate_limited` with Retry-After, `quota_exceeded`). */
@@ -6848,7 +7214,7 @@ export interface operations {
           [name: string]: unknown;
         };
         content: {
-          'application/json': components['schemas']['Error'];
+          'application/json': components['schemas']['Error429'];
         };
       };
       /** @description Something went wrong on the service's side (`internal_error`); the details are in its log. */
@@ -6857,7 +7223,7 @@ export interface operations {
           [name: string]: unknown;
         };
         content: {
-          'application/json': components['schemas']['Error'];
+          'application/json': components['schemas']['Error500'];
         };
       };
       /** @description The session store is unavailable (`store_unavailable`); try again after Retry-After. */
@@ -6867,7 +7233,7 @@ export interface operations {
           [name: string]: unknown;
         };
         content: {
-          'application/json': components['schemas']['Error'];
+          'application/json': components['schemas']['Error503'];
         };
       };
     };
@@ -6925,7 +7291,7 @@ export interface operations {
           [name: string]: unknown;
         };
         content: {
-          'application/json': components['schemas']['Error'];
+          'application/json': components['schemas']['Error400'];
         };
       };
       /** @description No valid bearer key or client token (`unauthorized`; `token_expired` for an expired client token). */
@@ -6935,7 +7301,7 @@ export interface operations {
           [name: string]: unknown;
         };
         content: {
-          'application/json': components['schemas']['Error'];
+          'application/json': components['schemas']['Error401'];
         };
       };
       /** @description A client token outside its session's routes or scopes (`scope_denied`), or a WebSocket from an unlisted origin. */
@@ -6944,7 +7310,7 @@ export interface operations {
           [name: string]: unknown;
         };
         content: {
-          'application/json': components['schemas']['Error'];
+          'application/json': components['schemas']['Error403'];
         };
       };
       /** @description No such resource (`session_not_found`, also for another tenant's; `iteration_not_found`, …). */
@@ -6956,7 +7322,7 @@ export interface operations {
           [name: string]: unknown;
         };
         content: {
-          'application/json': components['schemas']['Error'];
+          'application/json': components['schemas']['Error404SessionNotFound'];
         };
       };
       /** @description The request does not fit the session's state (the code says why), or `idempotency_in_progress`. */
@@ -6968,7 +7334,7 @@ export interface operations {
           [name: string]: unknown;
         };
         content: {
-          'application/json': components['schemas']['Error'];
+          'application/json': components['schemas']['Error409'];
         };
       };
       /** @description If-Match does not match the revision (`revision_mismatch`; `details.revision`). */
@@ -6980,7 +7346,7 @@ export interface operations {
           [name: string]: unknown;
         };
         content: {
-          'application/json': components['schemas']['Error'];
+          'application/json': components['schemas']['Error412'];
         };
       };
       /** @description The body is larger than BODY_LIMIT (`payload_too_large`). */
@@ -6989,7 +7355,7 @@ export interface operations {
           [name: string]: unknown;
         };
         content: {
-          'application/json': components['schemas']['Error'];
+          'application/json': components['schemas']['Error413'];
         };
       };
       /** @description The body is not JSON (`unsupported_media_type`). */
@@ -6998,7 +7364,7 @@ export interface operations {
           [name: string]: unknown;
         };
         content: {
-          'application/json': components['schemas']['Error'];
+          'application/json': components['schemas']['Error415'];
         };
       };
       /** @description This Idempotency-Key was used with another request (`idempotency_key_reused`). */
@@ -7010,7 +7376,7 @@ export interface operations {
           [name: string]: unknown;
         };
         content: {
-          'application/json': components['schemas']['Error'];
+          'application/json': components['schemas']['Error422'];
         };
       };
       /** @description Over a rate or quota (`rate_limited` with Retry-After, `quota_exceeded`). */
@@ -7023,7 +7389,7 @@ export interface operations {
           [name: string]: unknown;
         };
         content: {
-          'application/json': components['schemas']['Error'];
+          'application/json': components['schemas']['Error429'];
         };
       };
       /** @description Something went wrong on the service's side (`internal_error`); the details are in its log. */
@@ -7032,7 +7398,7 @@ export interface operations {
           [name: string]: unknown;
         };
         content: {
-          'application/json': components['schemas']['Error'];
+          'application/json': components['schemas']['Error500'];
         };
       };
       /** @description The session store is unavailable (`store_unavailable`); try again after Retry-After. */
@@ -7042,7 +7408,7 @@ export interface operations {
           [name: string]: unknown;
         };
         content: {
-          'application/json': components['schemas']['Error'];
+          'application/json': components['schemas']['Error503'];
         };
       };
     };
@@ -7102,7 +7468,7 @@ export interface operations {
           [name: string]: unknown;
         };
         content: {
-          'application/json': components['schemas']['Error'];
+          'application/json': components['schemas']['Error400'];
         };
       };
       /** @description No valid bearer key or client token (`unauthorized`; `token_expired` for an expired client token). */
@@ -7112,7 +7478,7 @@ export interface operations {
           [name: string]: unknown;
         };
         content: {
-          'application/json': components['schemas']['Error'];
+          'application/json': components['schemas']['Error401'];
         };
       };
       /** @description A client token outside its session's routes or scopes (`scope_denied`), or a WebSocket from an unlisted origin. */
@@ -7121,7 +7487,7 @@ export interface operations {
           [name: string]: unknown;
         };
         content: {
-          'application/json': components['schemas']['Error'];
+          'application/json': components['schemas']['Error403'];
         };
       };
       /** @description No such resource (`session_not_found`, also for another tenant's; `iteration_not_found`, …). */
@@ -7133,7 +7499,7 @@ export interface operations {
           [name: string]: unknown;
         };
         content: {
-          'application/json': components['schemas']['Error'];
+          'application/json': components['schemas']['Error404SessionNotFound'];
         };
       };
       /** @description The request does not fit the session's state (the code says why), or `idempotency_in_progress`. */
@@ -7145,7 +7511,7 @@ export interface operations {
           [name: string]: unknown;
         };
         content: {
-          'application/json': components['schemas']['Error'];
+          'application/json': components['schemas']['Error409'];
         };
       };
       /** @description If-Match does not match the revision (`revision_mismatch`; `details.revision`). */
@@ -7157,7 +7523,7 @@ export interface operations {
           [name: string]: unknown;
         };
         content: {
-          'application/json': components['schemas']['Error'];
+          'application/json': components['schemas']['Error412'];
         };
       };
       /** @description The body is larger than BODY_LIMIT (`payload_too_large`). */
@@ -7166,7 +7532,7 @@ export interface operations {
           [name: string]: unknown;
         };
         content: {
-          'application/json': components['schemas']['Error'];
+          'application/json': components['schemas']['Error413'];
         };
       };
       /** @description The body is not JSON (`unsupported_media_type`). */
@@ -7175,7 +7541,7 @@ export interface operations {
           [name: string]: unknown;
         };
         content: {
-          'application/json': components['schemas']['Error'];
+          'application/json': components['schemas']['Error415'];
         };
       };
       /** @description This Idempotency-Key was used with another request (`idempotency_key_reused`). */
@@ -7187,7 +7553,7 @@ export interface operations {
           [name: string]: unknown;
         };
         content: {
-          'application/json': components['schemas']['Error'];
+          'application/json': components['schemas']['Error422'];
         };
       };
       /** @description Over a rate or quota (`rate_limited` with Retry-After, `quota_exceeded`). */
@@ -7200,7 +7566,7 @@ export interface operations {
           [name: string]: unknown;
         };
         content: {
-          'application/json': components['schemas']['Error'];
+          'application/json': components['schemas']['Error429'];
         };
       };
       /** @description Something went wrong on the service's side (`internal_error`); the details are in its log. */
@@ -7209,7 +7575,7 @@ export interface operations {
           [name: string]: unknown;
         };
         content: {
-          'application/json': components['schemas']['Error'];
+          'application/json': components['schemas']['Error500'];
         };
       };
       /** @description The session store is unavailable (`store_unavailable`); try again after Retry-After. */
@@ -7219,7 +7585,7 @@ export interface operations {
           [name: string]: unknown;
         };
         content: {
-          'application/json': components['schemas']['Error'];
+          'application/json': components['schemas']['Error503'];
         };
       };
     };
@@ -7269,7 +7635,7 @@ export interface operations {
           [name: string]: unknown;
         };
         content: {
-          'application/json': components['schemas']['Error'];
+          'application/json': components['schemas']['Error400'];
         };
       };
       /** @description No valid bearer key or client token (`unauthorized`; `token_expired` for an expired client token). */
@@ -7279,7 +7645,7 @@ export interface operations {
           [name: string]: unknown;
         };
         content: {
-          'application/json': components['schemas']['Error'];
+          'application/json': components['schemas']['Error401'];
         };
       };
       /** @description A client token outside its session's routes or scopes (`scope_denied`), or a WebSocket from an unlisted origin. */
@@ -7288,7 +7654,7 @@ export interface operations {
           [name: string]: unknown;
         };
         content: {
-          'application/json': components['schemas']['Error'];
+          'application/json': components['schemas']['Error403'];
         };
       };
       /** @description No such resource (`session_not_found`, also for another tenant's; `iteration_not_found`, …). */
@@ -7300,7 +7666,7 @@ export interface operations {
           [name: string]: unknown;
         };
         content: {
-          'application/json': components['schemas']['Error'];
+          'application/json': components['schemas']['Error404SessionNotFoundIterationNotFound'];
         };
       };
       /** @description The request does not fit the session's state (the code says why), or `idempotency_in_progress`. */
@@ -7312,7 +7678,7 @@ export interface operations {
           [name: string]: unknown;
         };
         content: {
-          'application/json': components['schemas']['Error'];
+          'application/json': components['schemas']['Error409'];
         };
       };
       /** @description If-Match does not match the revision (`revision_mismatch`; `details.revision`). */
@@ -7324,7 +7690,7 @@ export interface operations {
           [name: string]: unknown;
         };
         content: {
-          'application/json': components['schemas']['Error'];
+          'application/json': components['schemas']['Error412'];
         };
       };
       /** @description The body is larger than BODY_LIMIT (`payload_too_large`). */
@@ -7333,7 +7699,7 @@ export interface operations {
           [name: string]: unknown;
         };
         content: {
-          'application/json': components['schemas']['Error'];
+          'application/json': components['schemas']['Error413'];
         };
       };
       /** @description The body is not JSON (`unsupported_media_type`). */
@@ -7342,7 +7708,7 @@ export interface operations {
           [name: string]: unknown;
         };
         content: {
-          'application/json': components['schemas']['Error'];
+          'application/json': components['schemas']['Error415'];
         };
       };
       /** @description This Idempotency-Key was used with another request (`idempotency_key_reused`). */
@@ -7354,7 +7720,7 @@ export interface operations {
           [name: string]: unknown;
         };
         content: {
-          'application/json': components['schemas']['Error'];
+          'application/json': components['schemas']['Error422'];
         };
       };
       /** @description Over a rate or quota (`rate_limited` with Retry-After, `quota_exceeded`). */
@@ -7367,7 +7733,7 @@ export interface operations {
           [name: string]: unknown;
         };
         content: {
-          'application/json': components['schemas']['Error'];
+          'application/json': components['schemas']['Error429'];
         };
       };
       /** @description Something went wrong on the service's side (`internal_error`); the details are in its log. */
@@ -7376,7 +7742,7 @@ export interface operations {
           [name: string]: unknown;
         };
         content: {
-          'application/json': components['schemas']['Error'];
+          'application/json': components['schemas']['Error500'];
         };
       };
       /** @description The session store is unavailable (`store_unavailable`); try again after Retry-After. */
@@ -7386,7 +7752,7 @@ export interface operations {
           [name: string]: unknown;
         };
         content: {
-          'application/json': components['schemas']['Error'];
+          'application/json': components['schemas']['Error503'];
         };
       };
     };
@@ -7426,7 +7792,7 @@ export interface operations {
           [name: string]: unknown;
         };
         content: {
-          'application/json': components['schemas']['Error'];
+          'application/json': components['schemas']['Error400'];
         };
       };
       /** @description No valid bearer key or client token (`unauthorized`; `token_expired` for an expired client token). */
@@ -7436,7 +7802,7 @@ export interface operations {
           [name: string]: unknown;
         };
         content: {
-          'application/json': components['schemas']['Error'];
+          'application/json': components['schemas']['Error401'];
         };
       };
       /** @description A client token outside its session's routes or scopes (`scope_denied`), or a WebSocket from an unlisted origin. */
@@ -7445,7 +7811,7 @@ export interface operations {
           [name: string]: unknown;
         };
         content: {
-          'application/json': components['schemas']['Error'];
+          'application/json': components['schemas']['Error403'];
         };
       };
       /** @description No such resource (`session_not_found`, also for another tenant's; `iteration_not_found`, …). */
@@ -7454,7 +7820,7 @@ export interface operations {
           [name: string]: unknown;
         };
         content: {
-          'application/json': components['schemas']['Error'];
+          'application/json': components['schemas']['Error404SessionNotFound'];
         };
       };
       /** @description The cursor was trimmed from the event log (`cursor_expired`; `details` says how to recover). */
@@ -7463,7 +7829,7 @@ export interface operations {
           [name: string]: unknown;
         };
         content: {
-          'application/json': components['schemas']['Error'];
+          'application/json': components['schemas']['Error410'];
         };
       };
       /** @description Something went wrong on the service's side (`internal_error`); the details are in its log. */
@@ -7472,7 +7838,7 @@ export interface operations {
           [name: string]: unknown;
         };
         content: {
-          'application/json': components['schemas']['Error'];
+          'application/json': components['schemas']['Error500'];
         };
       };
       /** @description The session store is unavailable (`store_unavailable`); try again after Retry-After. */
@@ -7482,7 +7848,7 @@ export interface operations {
           [name: string]: unknown;
         };
         content: {
-          'application/json': components['schemas']['Error'];
+          'application/json': components['schemas']['Error503'];
         };
       };
     };
@@ -7515,7 +7881,7 @@ export interface operations {
           [name: string]: unknown;
         };
         content: {
-          'application/json': components['schemas']['Error'];
+          'application/json': components['schemas']['Error400'];
         };
       };
       /** @description No valid bearer key or client token (`unauthorized`; `token_expired` for an expired client token). */
@@ -7525,7 +7891,7 @@ export interface operations {
           [name: string]: unknown;
         };
         content: {
-          'application/json': components['schemas']['Error'];
+          'application/json': components['schemas']['Error401'];
         };
       };
       /** @description A client token outside its session's routes or scopes (`scope_denied`), or a WebSocket from an unlisted origin. */
@@ -7534,7 +7900,7 @@ export interface operations {
           [name: string]: unknown;
         };
         content: {
-          'application/json': components['schemas']['Error'];
+          'application/json': components['schemas']['Error403'];
         };
       };
       /** @description No such resource (`session_not_found`, also for another tenant's; `iteration_not_found`, …). */
@@ -7543,7 +7909,7 @@ export interface operations {
           [name: string]: unknown;
         };
         content: {
-          'application/json': components['schemas']['Error'];
+          'application/json': components['schemas']['Error404SessionNotFound'];
         };
       };
       /** @description Answer */
@@ -7552,7 +7918,7 @@ export interface operations {
           [name: string]: unknown;
         };
         content: {
-          'application/json': components['schemas']['Error'];
+          'application/json': components['schemas']['Error426'];
         };
       };
       /** @description Over a rate or quota (`rate_limited` with Retry-After, `quota_exceeded`). */
@@ -7562,7 +7928,7 @@ export interface operations {
           [name: string]: unknown;
         };
         content: {
-          'application/json': components['schemas']['Error'];
+          'application/json': components['schemas']['Error429'];
         };
       };
       /** @description Something went wrong on the service's side (`internal_error`); the details are in its log. */
@@ -7571,7 +7937,7 @@ export interface operations {
           [name: string]: unknown;
         };
         content: {
-          'application/json': components['schemas']['Error'];
+          'application/json': components['schemas']['Error500'];
         };
       };
       /** @description The session store is unavailable (`store_unavailable`); try again after Retry-After. */
@@ -7581,7 +7947,7 @@ export interface operations {
           [name: string]: unknown;
         };
         content: {
-          'application/json': components['schemas']['Error'];
+          'application/json': components['schemas']['Error503'];
         };
       };
     };
@@ -7620,7 +7986,7 @@ export interface operations {
           [name: string]: unknown;
         };
         content: {
-          'application/json': components['schemas']['Error'];
+          'application/json': components['schemas']['Error401'];
         };
       };
       /** @description A client token outside its session's routes or scopes (`scope_denied`), or a WebSocket from an unlisted origin. */
@@ -7629,7 +7995,7 @@ export interface operations {
           [name: string]: unknown;
         };
         content: {
-          'application/json': components['schemas']['Error'];
+          'application/json': components['schemas']['Error403'];
         };
       };
       /** @description Something went wrong on the service's side (`internal_error`); the details are in its log. */
@@ -7638,7 +8004,7 @@ export interface operations {
           [name: string]: unknown;
         };
         content: {
-          'application/json': components['schemas']['Error'];
+          'application/json': components['schemas']['Error500'];
         };
       };
       /** @description The session store is unavailable (`store_unavailable`); try again after Retry-After. */
@@ -7648,7 +8014,7 @@ export interface operations {
           [name: string]: unknown;
         };
         content: {
-          'application/json': components['schemas']['Error'];
+          'application/json': components['schemas']['Error503'];
         };
       };
     };
@@ -7726,7 +8092,7 @@ export interface operations {
           [name: string]: unknown;
         };
         content: {
-          'application/json': components['schemas']['Error'];
+          'application/json': components['schemas']['Error400'];
         };
       };
       /** @description No valid bearer key or client token (`unauthorized`; `token_expired` for an expired client token). */
@@ -7736,7 +8102,7 @@ export interface operations {
           [name: string]: unknown;
         };
         content: {
-          'application/json': components['schemas']['Error'];
+          'application/json': components['schemas']['Error401'];
         };
       };
       /** @description A client token outside its session's routes or scopes (`scope_denied`), or a WebSocket from an unlisted origin. */
@@ -7745,7 +8111,7 @@ export interface operations {
           [name: string]: unknown;
         };
         content: {
-          'application/json': components['schemas']['Error'];
+          'application/json': components['schemas']['Error403'];
         };
       };
       /** @description The request does not fit the session's state (the code says why), or `idempotency_in_progress`. */
@@ -7757,7 +8123,7 @@ export interface operations {
           [name: string]: unknown;
         };
         content: {
-          'application/json': components['schemas']['Error'];
+          'application/json': components['schemas']['Error409'];
         };
       };
       /** @description The body is larger than BODY_LIMIT (`payload_too_large`). */
@@ -7766,7 +8132,7 @@ export interface operations {
           [name: string]: unknown;
         };
         content: {
-          'application/json': components['schemas']['Error'];
+          'application/json': components['schemas']['Error413'];
         };
       };
       /** @description The body is not JSON (`unsupported_media_type`). */
@@ -7775,7 +8141,7 @@ export interface operations {
           [name: string]: unknown;
         };
         content: {
-          'application/json': components['schemas']['Error'];
+          'application/json': components['schemas']['Error415'];
         };
       };
       /** @description This Idempotency-Key was used with another request (`idempotency_key_reused`). */
@@ -7787,7 +8153,7 @@ export interface operations {
           [name: string]: unknown;
         };
         content: {
-          'application/json': components['schemas']['Error'];
+          'application/json': components['schemas']['Error422'];
         };
       };
       /** @description Over a rate or quota (`rate_limited` with Retry-After, `quota_exceeded`). */
@@ -7800,7 +8166,7 @@ export interface operations {
           [name: string]: unknown;
         };
         content: {
-          'application/json': components['schemas']['Error'];
+          'application/json': components['schemas']['Error429'];
         };
       };
       /** @description Something went wrong on the service's side (`internal_error`); the details are in its log. */
@@ -7809,7 +8175,7 @@ export interface operations {
           [name: string]: unknown;
         };
         content: {
-          'application/json': components['schemas']['Error'];
+          'application/json': components['schemas']['Error500'];
         };
       };
       /** @description The session store is unavailable (`store_unavailable`); try again after Retry-After. */
@@ -7819,7 +8185,7 @@ export interface operations {
           [name: string]: unknown;
         };
         content: {
-          'application/json': components['schemas']['Error'];
+          'application/json': components['schemas']['Error503'];
         };
       };
     };
@@ -7851,7 +8217,7 @@ export interface operations {
           [name: string]: unknown;
         };
         content: {
-          'application/json': components['schemas']['Error'];
+          'application/json': components['schemas']['Error400'];
         };
       };
       /** @description No valid bearer key or client token (`unauthorized`; `token_expired` for an expired client token). */
@@ -7861,7 +8227,7 @@ export interface operations {
           [name: string]: unknown;
         };
         content: {
-          'application/json': components['schemas']['Error'];
+          'application/json': components['schemas']['Error401'];
         };
       };
       /** @description A client token outside its session's routes or scopes (`scope_denied`), or a WebSocket from an unlisted origin. */
@@ -7870,7 +8236,7 @@ export interface operations {
           [name: string]: unknown;
         };
         content: {
-          'application/json': components['schemas']['Error'];
+          'application/json': components['schemas']['Error403'];
         };
       };
       /** @description No such resource (`session_not_found`, also for another tenant's; `iteration_not_found`, …). */
@@ -7879,7 +8245,7 @@ export interface operations {
           [name: string]: unknown;
         };
         content: {
-          'application/json': components['schemas']['Error'];
+          'application/json': components['schemas']['Error404WebhookNotFound'];
         };
       };
       /** @description Something went wrong on the service's side (`internal_error`); the details are in its log. */
@@ -7888,7 +8254,7 @@ export interface operations {
           [name: string]: unknown;
         };
         content: {
-          'application/json': components['schemas']['Error'];
+          'application/json': components['schemas']['Error500'];
         };
       };
       /** @description The session store is unavailable (`store_unavailable`); try again after Retry-After. */
@@ -7898,7 +8264,7 @@ export interface operations {
           [name: string]: unknown;
         };
         content: {
-          'application/json': components['schemas']['Error'];
+          'application/json': components['schemas']['Error503'];
         };
       };
     };
@@ -7934,7 +8300,7 @@ export interface operations {
           [name: string]: unknown;
         };
         content: {
-          'application/json': components['schemas']['Error'];
+          'application/json': components['schemas']['Error400'];
         };
       };
       /** @description No valid bearer key or client token (`unauthorized`; `token_expired` for an expired client token). */
@@ -7944,7 +8310,7 @@ export interface operations {
           [name: string]: unknown;
         };
         content: {
-          'application/json': components['schemas']['Error'];
+          'application/json': components['schemas']['Error401'];
         };
       };
       /** @description A client token outside its session's routes or scopes (`scope_denied`), or a WebSocket from an unlisted origin. */
@@ -7953,7 +8319,7 @@ export interface operations {
           [name: string]: unknown;
         };
         content: {
-          'application/json': components['schemas']['Error'];
+          'application/json': components['schemas']['Error403'];
         };
       };
       /** @description No such resource (`session_not_found`, also for another tenant's; `iteration_not_found`, …). */
@@ -7965,7 +8331,7 @@ export interface operations {
           [name: string]: unknown;
         };
         content: {
-          'application/json': components['schemas']['Error'];
+          'application/json': components['schemas']['Error404WebhookNotFound'];
         };
       };
       /** @description If-Match does not match the revision (`revision_mismatch`; `details.revision`). */
@@ -7977,7 +8343,7 @@ export interface operations {
           [name: string]: unknown;
         };
         content: {
-          'application/json': components['schemas']['Error'];
+          'application/json': components['schemas']['Error412'];
         };
       };
       /** @description The body is larger than BODY_LIMIT (`payload_too_large`). */
@@ -8008,7 +8374,7 @@ export interface operations {
           [name: string]: unknown;
         };
         content: {
-          'application/json': components['schemas']['Error'];
+          'application/json': components['schemas']['Error429'];
         };
       };
       /** @description Something went wrong on the service's side (`internal_error`); the details are in its log. */
@@ -8017,7 +8383,7 @@ export interface operations {
           [name: string]: unknown;
         };
         content: {
-          'application/json': components['schemas']['Error'];
+          'application/json': components['schemas']['Error500'];
         };
       };
       /** @description The session store is unavailable (`store_unavailable`); try again after Retry-After. */
@@ -8027,7 +8393,7 @@ export interface operations {
           [name: string]: unknown;
         };
         content: {
-          'application/json': components['schemas']['Error'];
+          'application/json': components['schemas']['Error503'];
         };
       };
     };
@@ -8106,7 +8472,7 @@ export interface operations {
           [name: string]: unknown;
         };
         content: {
-          'application/json': components['schemas']['Error'];
+          'application/json': components['schemas']['Error400'];
         };
       };
       /** @description No valid bearer key or client token (`unauthorized`; `token_expired` for an expired client token). */
@@ -8116,7 +8482,7 @@ export interface operations {
           [name: string]: unknown;
         };
         content: {
-          'application/json': components['schemas']['Error'];
+          'application/json': components['schemas']['Error401'];
         };
       };
       /** @description A client token outside its session's routes or scopes (`scope_denied`), or a WebSocket from an unlisted origin. */
@@ -8125,7 +8491,7 @@ export interface operations {
           [name: string]: unknown;
         };
         content: {
-          'application/json': components['schemas']['Error'];
+          'application/json': components['schemas']['Error403'];
         };
       };
       /** @description No such resource (`session_not_found`, also for another tenant's; `iteration_not_found`, …). */
@@ -8137,7 +8503,7 @@ export interface operations {
           [name: string]: unknown;
         };
         content: {
-          'application/json': components['schemas']['Error'];
+          'application/json': components['schemas']['Error404WebhookNotFound'];
         };
       };
       /** @description If-Match does not match the revision (`revision_mismatch`; `details.revision`). */
@@ -8149,7 +8515,7 @@ export interface operations {
           [name: string]: unknown;
         };
         content: {
-          'application/json': components['schemas']['Error'];
+          'application/json': components['schemas']['Error412'];
         };
       };
       /** @description The body is larger than BODY_LIMIT (`payload_too_large`). */
@@ -8158,7 +8524,7 @@ export interface operations {
           [name: string]: unknown;
         };
         content: {
-          'application/json': components['schemas']['Error'];
+          'application/json': components['schemas']['Error413'];
         };
       };
       /** @description The body is not JSON (`unsupported_media_type`). */
@@ -8167,7 +8533,7 @@ export interface operations {
           [name: string]: unknown;
         };
         content: {
-          'application/json': components['schemas']['Error'];
+          'application/json': components['schemas']['Error415'];
         };
       };
       /** @description Over a rate or quota (`rate_limited` with Retry-After, `quota_exceeded`). */
@@ -8180,7 +8546,7 @@ export interface operations {
           [name: string]: unknown;
         };
         content: {
-          'application/json': components['schemas']['Error'];
+          'application/json': components['schemas']['Error429'];
         };
       };
       /** @description Something went wrong on the service's side (`internal_error`); the details are in its log. */
@@ -8189,7 +8555,7 @@ export interface operations {
           [name: string]: unknown;
         };
         content: {
-          'application/json': components['schemas']['Error'];
+          'application/json': components['schemas']['Error500'];
         };
       };
       /** @description The session store is unavailable (`store_unavailable`); try again after Retry-After. */
@@ -8199,7 +8565,7 @@ export interface operations {
           [name: string]: unknown;
         };
         content: {
-          'application/json': components['schemas']['Error'];
+          'application/json': components['schemas']['Error503'];
         };
       };
     };
@@ -8232,7 +8598,7 @@ export interface operations {
           [name: string]: unknown;
         };
         content: {
-          'application/json': components['schemas']['Error'];
+          'application/json': components['schemas']['Error400'];
         };
       };
       /** @description No valid bearer key or client token (`unauthorized`; `token_expired` for an expired client token). */
@@ -8242,7 +8608,7 @@ export interface operations {
           [name: string]: unknown;
         };
         content: {
-          'application/json': components['schemas']['Error'];
+          'application/json': components['schemas']['Error401'];
         };
       };
       /** @description A client token outside its session's routes or scopes (`scope_denied`), or a WebSocket from an unlisted origin. */
@@ -8251,7 +8617,7 @@ export interface operations {
           [name: string]: unknown;
         };
         content: {
-          'application/json': components['schemas']['Error'];
+          'application/json': components['schemas']['Error403'];
         };
       };
       /** @description No such resource (`session_not_found`, also for another tenant's; `iteration_not_found`, …). */
@@ -8260,7 +8626,7 @@ export interface operations {
           [name: string]: unknown;
         };
         content: {
-          'application/json': components['schemas']['Error'];
+          'application/json': components['schemas']['Error404WebhookNotFound'];
         };
       };
       /** @description Something went wrong on the service's side (`internal_error`); the details are in its log. */
@@ -8269,7 +8635,7 @@ export interface operations {
           [name: string]: unknown;
         };
         content: {
-          'application/json': components['schemas']['Error'];
+          'application/json': components['schemas']['Error500'];
         };
       };
       /** @description The session store is unavailable (`store_unavailable`); try again after Retry-After. */
@@ -8279,7 +8645,7 @@ export interface operations {
           [name: string]: unknown;
         };
         content: {
-          'application/json': components['schemas']['Error'];
+          'application/json': components['schemas']['Error503'];
         };
       };
     };
@@ -8317,7 +8683,7 @@ export interface operations {
           [name: string]: unknown;
         };
         content: {
-          'application/json': components['schemas']['Error'];
+          'application/json': components['schemas']['Error400'];
         };
       };
       /** @description No valid bearer key or client token (`unauthorized`; `token_expired` for an expired client token). */
@@ -8327,7 +8693,7 @@ export interface operations {
           [name: string]: unknown;
         };
         content: {
-          'application/json': components['schemas']['Error'];
+          'application/json': components['schemas']['Error401'];
         };
       };
       /** @description A client token outside its session's routes or scopes (`scope_denied`), or a WebSocket from an unlisted origin. */
@@ -8336,7 +8702,7 @@ export interface operations {
           [name: string]: unknown;
         };
         content: {
-          'application/json': components['schemas']['Error'];
+          'application/json': components['schemas']['Error403'];
         };
       };
       /** @description No such resource (`session_not_found`, also for another tenant's; `iteration_not_found`, …). */
@@ -8348,7 +8714,7 @@ export interface operations {
           [name: string]: unknown;
         };
         content: {
-          'application/json': components['schemas']['Error'];
+          'application/json': components['schemas']['Error404WebhookNotFound'];
         };
       };
       /** @description The request does not fit the session's state (the code says why), or `idempotency_in_progress`. */
@@ -8360,7 +8726,7 @@ export interface operations {
           [name: string]: unknown;
         };
         content: {
-          'application/json': components['schemas']['Error'];
+          'application/json': components['schemas']['Error409'];
         };
       };
       /** @description The body is larger than BODY_LIMIT (`payload_too_large`). */
@@ -8390,7 +8756,7 @@ export interface operations {
           [name: string]: unknown;
         };
         content: {
-          'application/json': components['schemas']['Error'];
+          'application/json': components['schemas']['Error422'];
         };
       };
       /** @description Over a rate or quota (`rate_limited` with Retry-After, `quota_exceeded`). */
@@ -8403,7 +8769,7 @@ export interface operations {
           [name: string]: unknown;
         };
         content: {
-          'application/json': components['schemas']['Error'];
+          'application/json': components['schemas']['Error429'];
         };
       };
       /** @description Something went wrong on the service's side (`internal_error`); the details are in its log. */
@@ -8412,7 +8778,7 @@ export interface operations {
           [name: string]: unknown;
         };
         content: {
-          'application/json': components['schemas']['Error'];
+          'application/json': components['schemas']['Error500'];
         };
       };
       /** @description The session store is unavailable (`store_unavailable`); try again after Retry-After. */
@@ -8422,7 +8788,7 @@ export interface operations {
           [name: string]: unknown;
         };
         content: {
-          'application/json': components['schemas']['Error'];
+          'application/json': components['schemas']['Error503'];
         };
       };
     };
@@ -8461,7 +8827,7 @@ export interface operations {
           [name: string]: unknown;
         };
         content: {
-          'application/json': components['schemas']['Error'];
+          'application/json': components['schemas']['Error401'];
         };
       };
       /** @description A client token outside its session's routes or scopes (`scope_denied`), or a WebSocket from an unlisted origin. */
@@ -8470,7 +8836,7 @@ export interface operations {
           [name: string]: unknown;
         };
         content: {
-          'application/json': components['schemas']['Error'];
+          'application/json': components['schemas']['Error403'];
         };
       };
       /** @description Over a rate or quota (`rate_limited` with Retry-After, `quota_exceeded`). */
@@ -8480,7 +8846,7 @@ export interface operations {
           [name: string]: unknown;
         };
         content: {
-          'application/json': components['schemas']['Error'];
+          'application/json': components['schemas']['Error429'];
         };
       };
       /** @description Something went wrong on the service's side (`internal_error`); the details are in its log. */
@@ -8489,7 +8855,7 @@ export interface operations {
           [name: string]: unknown;
         };
         content: {
-          'application/json': components['schemas']['Error'];
+          'application/json': components['schemas']['Error500'];
         };
       };
       /** @description The session store is unavailable (`store_unavailable`); try again after Retry-After. */
@@ -8499,7 +8865,7 @@ export interface operations {
           [name: string]: unknown;
         };
         content: {
-          'application/json': components['schemas']['Error'];
+          'application/json': components['schemas']['Error503'];
         };
       };
     };
@@ -8531,7 +8897,7 @@ export interface operations {
           [name: string]: unknown;
         };
         content: {
-          'application/json': components['schemas']['Error'];
+          'application/json': components['schemas']['Error400'];
         };
       };
       /** @description No valid bearer key or client token (`unauthorized`; `token_expired` for an expired client token). */
@@ -8541,7 +8907,7 @@ export interface operations {
           [name: string]: unknown;
         };
         content: {
-          'application/json': components['schemas']['Error'];
+          'application/json': components['schemas']['Error401'];
         };
       };
       /** @description A client token outside its session's routes or scopes (`scope_denied`), or a WebSocket from an unlisted origin. */
@@ -8550,7 +8916,7 @@ export interface operations {
           [name: string]: unknown;
         };
         content: {
-          'application/json': components['schemas']['Error'];
+          'application/json': components['schemas']['Error403'];
         };
       };
       /** @description No such resource (`session_not_found`, also for another tenant's; `iteration_not_found`, …). */
@@ -8559,7 +8925,7 @@ export interface operations {
           [name: string]: unknown;
         };
         content: {
-          'application/json': components['schemas']['Error'];
+          'application/json': components['schemas']['Error404FileNotFound'];
         };
       };
       /** @description Over a rate or quota (`rate_limited` with Retry-After, `quota_exceeded`). */
@@ -8569,7 +8935,7 @@ export interface operations {
           [name: string]: unknown;
         };
         content: {
-          'application/json': components['schemas']['Error'];
+          'application/json': components['schemas']['Error429'];
         };
       };
       /** @description Something went wrong on the service's side (`internal_error`); the details are in its log. */
@@ -8578,7 +8944,7 @@ export interface operations {
           [name: string]: unknown;
         };
         content: {
-          'application/json': components['schemas']['Error'];
+          'application/json': components['schemas']['Error500'];
         };
       };
       /** @description The session store is unavailable (`store_unavailable`); try again after Retry-After. */
@@ -8588,7 +8954,7 @@ export interface operations {
           [name: string]: unknown;
         };
         content: {
-          'application/json': components['schemas']['Error'];
+          'application/json': components['schemas']['Error503'];
         };
       };
     };
@@ -8623,7 +8989,7 @@ export interface operations {
           [name: string]: unknown;
         };
         content: {
-          'application/json': components['schemas']['Error'];
+          'application/json': components['schemas']['Error400'];
         };
       };
       /** @description No valid bearer key or client token (`unauthorized`; `token_expired` for an expired client token). */
@@ -8633,7 +8999,7 @@ export interface operations {
           [name: string]: unknown;
         };
         content: {
-          'application/json': components['schemas']['Error'];
+          'application/json': components['schemas']['Error401'];
         };
       };
       /** @description A client token outside its session's routes or scopes (`scope_denied`), or a WebSocket from an unlisted origin. */
@@ -8642,7 +9008,7 @@ export interface operations {
           [name: string]: unknown;
         };
         content: {
-          'application/json': components['schemas']['Error'];
+          'application/json': components['schemas']['Error403'];
         };
       };
       /** @description No such resource (`session_not_found`, also for another tenant's; `iteration_not_found`, …). */
@@ -8654,7 +9020,7 @@ export interface operations {
           [name: string]: unknown;
         };
         content: {
-          'application/json': components['schemas']['Error'];
+          'application/json': components['schemas']['Error404FileNotFound'];
         };
       };
       /** @description The body is larger than BODY_LIMIT (`payload_too_large`). */
@@ -8685,7 +9051,7 @@ export interface operations {
           [name: string]: unknown;
         };
         content: {
-          'application/json': components['schemas']['Error'];
+          'application/json': components['schemas']['Error429'];
         };
       };
       /** @description Something went wrong on the service's side (`internal_error`); the details are in its log. */
@@ -8694,7 +9060,7 @@ export interface operations {
           [name: string]: unknown;
         };
         content: {
-          'application/json': components['schemas']['Error'];
+          'application/json': components['schemas']['Error500'];
         };
       };
       /** @description The session store is unavailable (`store_unavailable`); try again after Retry-After. */
@@ -8704,7 +9070,7 @@ export interface operations {
           [name: string]: unknown;
         };
         content: {
-          'application/json': components['schemas']['Error'];
+          'application/json': components['schemas']['Error503'];
         };
       };
     };
@@ -8763,7 +9129,7 @@ export interface operations {
           [name: string]: unknown;
         };
         content: {
-          'application/json': components['schemas']['Error'];
+          'application/json': components['schemas']['Error400'];
         };
       };
       /** @description No valid bearer key or client token (`unauthorized`; `token_expired` for an expired client token). */
@@ -8773,7 +9139,7 @@ export interface operations {
           [name: string]: unknown;
         };
         content: {
-          'application/json': components['schemas']['Error'];
+          'application/json': components['schemas']['Error401'];
         };
       };
       /** @description A client token outside its session's routes or scopes (`scope_denied`), or a WebSocket from an unlisted origin. */
@@ -8782,7 +9148,7 @@ export interface operations {
           [name: string]: unknown;
         };
         content: {
-          'application/json': components['schemas']['Error'];
+          'application/json': components['schemas']['Error403'];
         };
       };
       /** @description No such resource (`session_not_found`, also for another tenant's; `iteration_not_found`, …). */
@@ -8794,7 +9160,7 @@ export interface operations {
           [name: string]: unknown;
         };
         content: {
-          'application/json': components['schemas']['Error'];
+          'application/json': components['schemas']['Error404SessionNotFound'];
         };
       };
       /** @description The request does not fit the session's state (the code says why), or `idempotency_in_progress`. */
@@ -8806,7 +9172,7 @@ export interface operations {
           [name: string]: unknown;
         };
         content: {
-          'application/json': components['schemas']['Error'];
+          'application/json': components['schemas']['Error409'];
         };
       };
       /** @description If-Match does not match the revision (`revision_mismatch`; `details.revision`). */
@@ -8818,7 +9184,7 @@ export interface operations {
           [name: string]: unknown;
         };
         content: {
-          'application/json': components['schemas']['Error'];
+          'application/json': components['schemas']['Error412'];
         };
       };
       /** @description The body is larger than BODY_LIMIT (`payload_too_large`). */
@@ -8827,7 +9193,7 @@ export interface operations {
           [name: string]: unknown;
         };
         content: {
-          'application/json': components['schemas']['Error'];
+          'application/json': components['schemas']['Error413'];
         };
       };
       /** @description The body is not JSON (`unsupported_media_type`). */
@@ -8836,7 +9202,7 @@ export interface operations {
           [name: string]: unknown;
         };
         content: {
-          'application/json': components['schemas']['Error'];
+          'application/json': components['schemas']['Error415'];
         };
       };
       /** @description This Idempotency-Key was used with another request (`idempotency_key_reused`). */
@@ -8848,7 +9214,7 @@ export interface operations {
           [name: string]: unknown;
         };
         content: {
-          'application/json': components['schemas']['Error'];
+          'application/json': components['schemas']['Error422'];
         };
       };
       /** @description Over a rate or quota (`rate_limited` with Retry-After, `quota_exceeded`). */
@@ -8861,7 +9227,7 @@ export interface operations {
           [name: string]: unknown;
         };
         content: {
-          'application/json': components['schemas']['Error'];
+          'application/json': components['schemas']['Error429'];
         };
       };
       /** @description Something went wrong on the service's side (`internal_error`); the details are in its log. */
@@ -8870,7 +9236,7 @@ export interface operations {
           [name: string]: unknown;
         };
         content: {
-          'application/json': components['schemas']['Error'];
+          'application/json': components['schemas']['Error500'];
         };
       };
       /** @description The session store is unavailable (`store_unavailable`); try again after Retry-After. */
@@ -8880,7 +9246,7 @@ export interface operations {
           [name: string]: unknown;
         };
         content: {
-          'application/json': components['schemas']['Error'];
+          'application/json': components['schemas']['Error503'];
         };
       };
     };
@@ -8918,7 +9284,7 @@ export interface operations {
           [name: string]: unknown;
         };
         content: {
-          'application/json': components['schemas']['Error'];
+          'application/json': components['schemas']['Error400'];
         };
       };
       /** @description No valid bearer key or client token (`unauthorized`; `token_expired` for an expired client token). */
@@ -8928,7 +9294,7 @@ export interface operations {
           [name: string]: unknown;
         };
         content: {
-          'application/json': components['schemas']['Error'];
+          'application/json': components['schemas']['Error401'];
         };
       };
       /** @description A client token outside its session's routes or scopes (`scope_denied`), or a WebSocket from an unlisted origin. */
@@ -8937,7 +9303,7 @@ export interface operations {
           [name: string]: unknown;
         };
         content: {
-          'application/json': components['schemas']['Error'];
+          'application/json': components['schemas']['Error403'];
         };
       };
       /** @description No such resource (`session_not_found`, also for another tenant's; `iteration_not_found`, …). */
@@ -8946,7 +9312,7 @@ export interface operations {
           [name: string]: unknown;
         };
         content: {
-          'application/json': components['schemas']['Error'];
+          'application/json': components['schemas']['Error404SessionNotFound'];
         };
       };
       /** @description Something went wrong on the service's side (`internal_error`); the details are in its log. */
@@ -8955,7 +9321,7 @@ export interface operations {
           [name: string]: unknown;
         };
         content: {
-          'application/json': components['schemas']['Error'];
+          'application/json': components['schemas']['Error500'];
         };
       };
       /** @description The session store is unavailable (`store_unavailable`); try again after Retry-After. */
@@ -8965,7 +9331,7 @@ export interface operations {
           [name: string]: unknown;
         };
         content: {
-          'application/json': components['schemas']['Error'];
+          'application/json': components['schemas']['Error503'];
         };
       };
     };
@@ -8996,7 +9362,7 @@ export interface operations {
           [name: string]: unknown;
         };
         content: {
-          'application/json': components['schemas']['Error'];
+          'application/json': components['schemas']['Error400'];
         };
       };
       /** @description No valid bearer key or client token (`unauthorized`; `token_expired` for an expired client token). */
@@ -9006,7 +9372,7 @@ export interface operations {
           [name: string]: unknown;
         };
         content: {
-          'application/json': components['schemas']['Error'];
+          'application/json': components['schemas']['Error401'];
         };
       };
       /** @description A client token outside its session's routes or scopes (`scope_denied`), or a WebSocket from an unlisted origin. */
@@ -9015,7 +9381,7 @@ export interface operations {
           [name: string]: unknown;
         };
         content: {
-          'application/json': components['schemas']['Error'];
+          'application/json': components['schemas']['Error403'];
         };
       };
       /** @description No such resource (`session_not_found`, also for another tenant's; `iteration_not_found`, …). */
@@ -9024,7 +9390,7 @@ export interface operations {
           [name: string]: unknown;
         };
         content: {
-          'application/json': components['schemas']['Error'];
+          'application/json': components['schemas']['Error404SessionNotFound'];
         };
       };
       /** @description Something went wrong on the service's side (`internal_error`); the details are in its log. */
@@ -9033,7 +9399,7 @@ export interface operations {
           [name: string]: unknown;
         };
         content: {
-          'application/json': components['schemas']['Error'];
+          'application/json': components['schemas']['Error500'];
         };
       };
       /** @description The session store is unavailable (`store_unavailable`); try again after Retry-After. */
@@ -9043,7 +9409,7 @@ export interface operations {
           [name: string]: unknown;
         };
         content: {
-          'application/json': components['schemas']['Error'];
+          'application/json': components['schemas']['Error503'];
         };
       };
     };
@@ -9074,7 +9440,7 @@ export interface operations {
           [name: string]: unknown;
         };
         content: {
-          'application/json': components['schemas']['Error'];
+          'application/json': components['schemas']['Error400'];
         };
       };
       /** @description No valid bearer key or client token (`unauthorized`; `token_expired` for an expired client token). */
@@ -9084,7 +9450,7 @@ export interface operations {
           [name: string]: unknown;
         };
         content: {
-          'application/json': components['schemas']['Error'];
+          'application/json': components['schemas']['Error401'];
         };
       };
       /** @description A client token outside its session's routes or scopes (`scope_denied`), or a WebSocket from an unlisted origin. */
@@ -9093,7 +9459,7 @@ export interface operations {
           [name: string]: unknown;
         };
         content: {
-          'application/json': components['schemas']['Error'];
+          'application/json': components['schemas']['Error403'];
         };
       };
       /** @description No such resource (`session_not_found`, also for another tenant's; `iteration_not_found`, …). */
@@ -9102,7 +9468,7 @@ export interface operations {
           [name: string]: unknown;
         };
         content: {
-          'application/json': components['schemas']['Error'];
+          'application/json': components['schemas']['Error404McpServerNotFound'];
         };
       };
       /** @description Over a rate or quota (`rate_limited` with Retry-After, `quota_exceeded`). */
@@ -9112,7 +9478,7 @@ export interface operations {
           [name: string]: unknown;
         };
         content: {
-          'application/json': components['schemas']['Error'];
+          'application/json': components['schemas']['Error429'];
         };
       };
       /** @description Something went wrong on the service's side (`internal_error`); the details are in its log. */
@@ -9121,7 +9487,7 @@ export interface operations {
           [name: string]: unknown;
         };
         content: {
-          'application/json': components['schemas']['Error'];
+          'application/json': components['schemas']['Error500'];
         };
       };
       /** @description The session store is unavailable (`store_unavailable`); try again after Retry-After. */
@@ -9131,7 +9497,7 @@ export interface operations {
           [name: string]: unknown;
         };
         content: {
-          'application/json': components['schemas']['Error'];
+          'application/json': components['schemas']['Error503'];
         };
       };
     };
@@ -9187,7 +9553,7 @@ export interface operations {
           [name: string]: unknown;
         };
         content: {
-          'application/json': components['schemas']['Error'];
+          'application/json': components['schemas']['Error400'];
         };
       };
       /** @description No valid bearer key or client token (`unauthorized`; `token_expired` for an expired client token). */
@@ -9197,7 +9563,7 @@ export interface operations {
           [name: string]: unknown;
         };
         content: {
-          'application/json': components['schemas']['Error'];
+          'application/json': components['schemas']['Error401'];
         };
       };
       /** @description A client token outside its session's routes or scopes (`scope_denied`), or a WebSocket from an unlisted origin. */
@@ -9206,7 +9572,7 @@ export interface operations {
           [name: string]: unknown;
         };
         content: {
-          'application/json': components['schemas']['Error'];
+          'application/json': components['schemas']['Error403'];
         };
       };
       /** @description The body is larger than BODY_LIMIT (`payload_too_large`). */
@@ -9215,7 +9581,7 @@ export interface operations {
           [name: string]: unknown;
         };
         content: {
-          'application/json': components['schemas']['Error'];
+          'application/json': components['schemas']['Error413'];
         };
       };
       /** @description The body is not JSON (`unsupported_media_type`). */
@@ -9224,7 +9590,7 @@ export interface operations {
           [name: string]: unknown;
         };
         content: {
-          'application/json': components['schemas']['Error'];
+          'application/json': components['schemas']['Error415'];
         };
       };
       /** @description Over a rate or quota (`rate_limited` with Retry-After, `quota_exceeded`). */
@@ -9237,7 +9603,7 @@ export interface operations {
           [name: string]: unknown;
         };
         content: {
-          'application/json': components['schemas']['Error'];
+          'application/json': components['schemas']['Error429'];
         };
       };
       /** @description Something went wrong on the service's side (`internal_error`); the details are in its log. */
@@ -9246,7 +9612,7 @@ export interface operations {
           [name: string]: unknown;
         };
         content: {
-          'application/json': components['schemas']['Error'];
+          'application/json': components['schemas']['Error500'];
         };
       };
       /** @description The session store is unavailable (`store_unavailable`); try again after Retry-After. */
@@ -9256,7 +9622,7 @@ export interface operations {
           [name: string]: unknown;
         };
         content: {
-          'application/json': components['schemas']['Error'];
+          'application/json': components['schemas']['Error503'];
         };
       };
     };
@@ -9290,7 +9656,7 @@ export interface operations {
           [name: string]: unknown;
         };
         content: {
-          'application/json': components['schemas']['Error'];
+          'application/json': components['schemas']['Error400'];
         };
       };
       /** @description No valid bearer key or client token (`unauthorized`; `token_expired` for an expired client token). */
@@ -9300,7 +9666,7 @@ export interface operations {
           [name: string]: unknown;
         };
         content: {
-          'application/json': components['schemas']['Error'];
+          'application/json': components['schemas']['Error401'];
         };
       };
       /** @description A client token outside its session's routes or scopes (`scope_denied`), or a WebSocket from an unlisted origin. */
@@ -9309,7 +9675,7 @@ export interface operations {
           [name: string]: unknown;
         };
         content: {
-          'application/json': components['schemas']['Error'];
+          'application/json': components['schemas']['Error403'];
         };
       };
       /** @description No such resource (`session_not_found`, also for another tenant's; `iteration_not_found`, …). */
@@ -9321,7 +9687,7 @@ export interface operations {
           [name: string]: unknown;
         };
         content: {
-          'application/json': components['schemas']['Error'];
+          'application/json': components['schemas']['Error404McpServerNotFound'];
         };
       };
       /** @description The body is larger than BODY_LIMIT (`payload_too_large`). */
@@ -9352,7 +9718,7 @@ export interface operations {
           [name: string]: unknown;
         };
         content: {
-          'application/json': components['schemas']['Error'];
+          'application/json': components['schemas']['Error429'];
         };
       };
       /** @description Something went wrong on the service's side (`internal_error`); the details are in its log. */
@@ -9361,7 +9727,7 @@ export interface operations {
           [name: string]: unknown;
         };
         content: {
-          'application/json': components['schemas']['Error'];
+          'application/json': components['schemas']['Error500'];
         };
       };
       /** @description The session store is unavailable (`store_unavailable`); try again after Retry-After. */
@@ -9371,7 +9737,7 @@ export interface operations {
           [name: string]: unknown;
         };
         content: {
-          'application/json': components['schemas']['Error'];
+          'application/json': components['schemas']['Error503'];
         };
       };
     };
@@ -9410,7 +9776,7 @@ export interface operations {
           [name: string]: unknown;
         };
         content: {
-          'application/json': components['schemas']['Error'];
+          'application/json': components['schemas']['Error401'];
         };
       };
       /** @description A client token outside its session's routes or scopes (`scope_denied`), or a WebSocket from an unlisted origin. */
@@ -9419,7 +9785,7 @@ export interface operations {
           [name: string]: unknown;
         };
         content: {
-          'application/json': components['schemas']['Error'];
+          'application/json': components['schemas']['Error403'];
         };
       };
       /** @description Over a rate or quota (`rate_limited` with Retry-After, `quota_exceeded`). */
@@ -9429,7 +9795,7 @@ export interface operations {
           [name: string]: unknown;
         };
         content: {
-          'application/json': components['schemas']['Error'];
+          'application/json': components['schemas']['Error429'];
         };
       };
       /** @description Something went wrong on the service's side (`internal_error`); the details are in its log. */
@@ -9438,7 +9804,7 @@ export interface operations {
           [name: string]: unknown;
         };
         content: {
-          'application/json': components['schemas']['Error'];
+          'application/json': components['schemas']['Error500'];
         };
       };
       /** @description The session store is unavailable (`store_unavailable`); try again after Retry-After. */
@@ -9448,7 +9814,7 @@ export interface operations {
           [name: string]: unknown;
         };
         content: {
-          'application/json': components['schemas']['Error'];
+          'application/json': components['schemas']['Error503'];
         };
       };
     };
@@ -9480,7 +9846,7 @@ export interface operations {
           [name: string]: unknown;
         };
         content: {
-          'application/json': components['schemas']['Error'];
+          'application/json': components['schemas']['Error400'];
         };
       };
       /** @description No valid bearer key or client token (`unauthorized`; `token_expired` for an expired client token). */
@@ -9490,7 +9856,7 @@ export interface operations {
           [name: string]: unknown;
         };
         content: {
-          'application/json': components['schemas']['Error'];
+          'application/json': components['schemas']['Error401'];
         };
       };
       /** @description A client token outside its session's routes or scopes (`scope_denied`), or a WebSocket from an unlisted origin. */
@@ -9499,7 +9865,7 @@ export interface operations {
           [name: string]: unknown;
         };
         content: {
-          'application/json': components['schemas']['Error'];
+          'application/json': components['schemas']['Error403'];
         };
       };
       /** @description Something went wrong on the service's side (`internal_error`); the details are in its log. */
@@ -9508,7 +9874,7 @@ export interface operations {
           [name: string]: unknown;
         };
         content: {
-          'application/json': components['schemas']['Error'];
+          'application/json': components['schemas']['Error500'];
         };
       };
       /** @description The session store is unavailable (`store_unavailable`); try again after Retry-After. */
@@ -9518,7 +9884,7 @@ export interface operations {
           [name: string]: unknown;
         };
         content: {
-          'application/json': components['schemas']['Error'];
+          'application/json': components['schemas']['Error503'];
         };
       };
     };
@@ -10100,7 +10466,7 @@ export interface operations {
           [name: string]: unknown;
         };
         content: {
-          'application/json': components['schemas']['Error'];
+          'application/json': components['schemas']['Error400'];
         };
       };
       /** @description No valid bearer key or client token (`unauthorized`; `token_expired` for an expired client token). */
@@ -10110,7 +10476,7 @@ export interface operations {
           [name: string]: unknown;
         };
         content: {
-          'application/json': components['schemas']['Error'];
+          'application/json': components['schemas']['Error401'];
         };
       };
       /** @description A client token outside its session's routes or scopes (`scope_denied`), or a WebSocket from an unlisted origin. */
@@ -10119,7 +10485,7 @@ export interface operations {
           [name: string]: unknown;
         };
         content: {
-          'application/json': components['schemas']['Error'];
+          'application/json': components['schemas']['Error403'];
         };
       };
       /** @description The request does not fit the session's state (the code says why), or `idempotency_in_progress`. */
@@ -10131,7 +10497,7 @@ export interface operations {
           [name: string]: unknown;
         };
         content: {
-          'application/json': components['schemas']['Error'];
+          'application/json': components['schemas']['Error409'];
         };
       };
       /** @description The body is larger than BODY_LIMIT (`payload_too_large`). */
@@ -10140,7 +10506,7 @@ export interface operations {
           [name: string]: unknown;
         };
         content: {
-          'application/json': components['schemas']['Error'];
+          'application/json': components['schemas']['Error413'];
         };
       };
       /** @description The body is not JSON (`unsupported_media_type`). */
@@ -10149,7 +10515,7 @@ export interface operations {
           [name: string]: unknown;
         };
         content: {
-          'application/json': components['schemas']['Error'];
+          'application/json': components['schemas']['Error415'];
         };
       };
       /** @description This Idempotency-Key was used with another request (`idempotency_key_reused`). */
@@ -10161,7 +10527,7 @@ export interface operations {
           [name: string]: unknown;
         };
         content: {
-          'application/json': components['schemas']['Error'];
+          'application/json': components['schemas']['Error422'];
         };
       };
       /** @description Over a rate or quota (`rate_limited` with Retry-After, `quota_exceeded`). */
@@ -10174,7 +10540,7 @@ export interface operations {
           [name: string]: unknown;
         };
         content: {
-          'application/json': components['schemas']['Error'];
+          'application/json': components['schemas']['Error429'];
         };
       };
       /** @description Something went wrong on the service's side (`internal_error`); the details are in its log. */
@@ -10183,7 +10549,7 @@ export interface operations {
           [name: string]: unknown;
         };
         content: {
-          'application/json': components['schemas']['Error'];
+          'application/json': components['schemas']['Error500'];
         };
       };
       /** @description The session store is unavailable (`store_unavailable`); try again after Retry-After. */
@@ -10193,7 +10559,7 @@ export interface operations {
           [name: string]: unknown;
         };
         content: {
-          'application/json': components['schemas']['Error'];
+          'application/json': components['schemas']['Error503'];
         };
       };
     };
@@ -10224,7 +10590,7 @@ export interface operations {
           [name: string]: unknown;
         };
         content: {
-          'application/json': components['schemas']['Error'];
+          'application/json': components['schemas']['Error400'];
         };
       };
       /** @description No valid bearer key or client token (`unauthorized`; `token_expired` for an expired client token). */
@@ -10234,7 +10600,7 @@ export interface operations {
           [name: string]: unknown;
         };
         content: {
-          'application/json': components['schemas']['Error'];
+          'application/json': components['schemas']['Error401'];
         };
       };
       /** @description A client token outside its session's routes or scopes (`scope_denied`), or a WebSocket from an unlisted origin. */
@@ -10243,7 +10609,7 @@ export interface operations {
           [name: string]: unknown;
         };
         content: {
-          'application/json': components['schemas']['Error'];
+          'application/json': components['schemas']['Error403'];
         };
       };
       /** @description No such resource (`session_not_found`, also for another tenant's; `iteration_not_found`, …). */
@@ -10252,7 +10618,7 @@ export interface operations {
           [name: string]: unknown;
         };
         content: {
-          'application/json': components['schemas']['Error'];
+          'application/json': components['schemas']['Error404ScheduleNotFound'];
         };
       };
       /** @description Something went wrong on the service's side (`internal_error`); the details are in its log. */
@@ -10261,7 +10627,7 @@ export interface operations {
           [name: string]: unknown;
         };
         content: {
-          'application/json': components['schemas']['Error'];
+          'application/json': components['schemas']['Error500'];
         };
       };
       /** @description The session store is unavailable (`store_unavailable`); try again after Retry-After. */
@@ -10271,7 +10637,7 @@ export interface operations {
           [name: string]: unknown;
         };
         content: {
-          'application/json': components['schemas']['Error'];
+          'application/json': components['schemas']['Error503'];
         };
       };
     };
@@ -10307,7 +10673,7 @@ export interface operations {
           [name: string]: unknown;
         };
         content: {
-          'application/json': components['schemas']['Error'];
+          'application/json': components['schemas']['Error400'];
         };
       };
       /** @description No valid bearer key or client token (`unauthorized`; `token_expired` for an expired client token). */
@@ -10317,7 +10683,7 @@ export interface operations {
           [name: string]: unknown;
         };
         content: {
-          'application/json': components['schemas']['Error'];
+          'application/json': components['schemas']['Error401'];
         };
       };
       /** @description A client token outside its session's routes or scopes (`scope_denied`), or a WebSocket from an unlisted origin. */
@@ -10326,7 +10692,7 @@ export interface operations {
           [name: string]: unknown;
         };
         content: {
-          'application/json': components['schemas']['Error'];
+          'application/json': components['schemas']['Error403'];
         };
       };
       /** @description No such resource (`session_not_found`, also for another tenant's; `iteration_not_found`, …). */
@@ -10338,7 +10704,7 @@ export interface operations {
           [name: string]: unknown;
         };
         content: {
-          'application/json': components['schemas']['Error'];
+          'application/json': components['schemas']['Error404ScheduleNotFound'];
         };
       };
       /** @description If-Match does not match the revision (`revision_mismatch`; `details.revision`). */
@@ -10350,7 +10716,7 @@ export interface operations {
           [name: string]: unknown;
         };
         content: {
-          'application/json': components['schemas']['Error'];
+          'application/json': components['schemas']['Error412'];
         };
       };
       /** @description The body is larger than BODY_LIMIT (`payload_too_large`). */
@@ -10381,7 +10747,7 @@ export interface operations {
           [name: string]: unknown;
         };
         content: {
-          'application/json': components['schemas']['Error'];
+          'application/json': components['schemas']['Error429'];
         };
       };
       /** @description Something went wrong on the service's side (`internal_error`); the details are in its log. */
@@ -10390,7 +10756,7 @@ export interface operations {
           [name: string]: unknown;
         };
         content: {
-          'application/json': components['schemas']['Error'];
+          'application/json': components['schemas']['Error500'];
         };
       };
       /** @description The session store is unavailable (`store_unavailable`); try again after Retry-After. */
@@ -10400,7 +10766,7 @@ export interface operations {
           [name: string]: unknown;
         };
         content: {
-          'application/json': components['schemas']['Error'];
+          'application/json': components['schemas']['Error503'];
         };
       };
     };
@@ -10979,7 +11345,7 @@ export interface operations {
           [name: string]: unknown;
         };
         content: {
-          'application/json': components['schemas']['Error'];
+          'application/json': components['schemas']['Error400'];
         };
       };
       /** @description No valid bearer key or client token (`unauthorized`; `token_expired` for an expired client token). */
@@ -10989,7 +11355,7 @@ export interface operations {
           [name: string]: unknown;
         };
         content: {
-          'application/json': components['schemas']['Error'];
+          'application/json': components['schemas']['Error401'];
         };
       };
       /** @description A client token outside its session's routes or scopes (`scope_denied`), or a WebSocket from an unlisted origin. */
@@ -10998,7 +11364,7 @@ export interface operations {
           [name: string]: unknown;
         };
         content: {
-          'application/json': components['schemas']['Error'];
+          'application/json': components['schemas']['Error403'];
         };
       };
       /** @description No such resource (`session_not_found`, also for another tenant's; `iteration_not_found`, …). */
@@ -11010,7 +11376,7 @@ export interface operations {
           [name: string]: unknown;
         };
         content: {
-          'application/json': components['schemas']['Error'];
+          'application/json': components['schemas']['Error404ScheduleNotFound'];
         };
       };
       /** @description If-Match does not match the revision (`revision_mismatch`; `details.revision`). */
@@ -11022,7 +11388,7 @@ export interface operations {
           [name: string]: unknown;
         };
         content: {
-          'application/json': components['schemas']['Error'];
+          'application/json': components['schemas']['Error412'];
         };
       };
       /** @description The body is larger than BODY_LIMIT (`payload_too_large`). */
@@ -11031,7 +11397,7 @@ export interface operations {
           [name: string]: unknown;
         };
         content: {
-          'application/json': components['schemas']['Error'];
+          'application/json': components['schemas']['Error413'];
         };
       };
       /** @description The body is not JSON (`unsupported_media_type`). */
@@ -11040,7 +11406,7 @@ export interface operations {
           [name: string]: unknown;
         };
         content: {
-          'application/json': components['schemas']['Error'];
+          'application/json': components['schemas']['Error415'];
         };
       };
       /** @description Over a rate or quota (`rate_limited` with Retry-After, `quota_exceeded`). */
@@ -11053,7 +11419,7 @@ export interface operations {
           [name: string]: unknown;
         };
         content: {
-          'application/json': components['schemas']['Error'];
+          'application/json': components['schemas']['Error429'];
         };
       };
       /** @description Something went wrong on the service's side (`internal_error`); the details are in its log. */
@@ -11062,7 +11428,7 @@ export interface operations {
           [name: string]: unknown;
         };
         content: {
-          'application/json': components['schemas']['Error'];
+          'application/json': components['schemas']['Error500'];
         };
       };
       /** @description The session store is unavailable (`store_unavailable`); try again after Retry-After. */
@@ -11072,7 +11438,7 @@ export interface operations {
           [name: string]: unknown;
         };
         content: {
-          'application/json': components['schemas']['Error'];
+          'application/json': components['schemas']['Error503'];
         };
       };
     };
@@ -11106,7 +11472,7 @@ export interface operations {
           [name: string]: unknown;
         };
         content: {
-          'application/json': components['schemas']['Error'];
+          'application/json': components['schemas']['Error400'];
         };
       };
       /** @description No valid bearer key or client token (`unauthorized`; `token_expired` for an expired client token). */
@@ -11116,7 +11482,7 @@ export interface operations {
           [name: string]: unknown;
         };
         content: {
-          'application/json': components['schemas']['Error'];
+          'application/json': components['schemas']['Error401'];
         };
       };
       /** @description A client token outside its session's routes or scopes (`scope_denied`), or a WebSocket from an unlisted origin. */
@@ -11125,7 +11491,7 @@ export interface operations {
           [name: string]: unknown;
         };
         content: {
-          'application/json': components['schemas']['Error'];
+          'application/json': components['schemas']['Error403'];
         };
       };
       /** @description No such resource (`session_not_found`, also for another tenant's; `iteration_not_found`, …). */
@@ -11134,7 +11500,7 @@ export interface operations {
           [name: string]: unknown;
         };
         content: {
-          'application/json': components['schemas']['Error'];
+          'application/json': components['schemas']['Error404ScheduleNotFound'];
         };
       };
       /** @description Something went wrong on the service's side (`internal_error`); the details are in its log. */
@@ -11143,7 +11509,7 @@ export interface operations {
           [name: string]: unknown;
         };
         content: {
-          'application/json': components['schemas']['Error'];
+          'application/json': components['schemas']['Error500'];
         };
       };
       /** @description The session store is unavailable (`store_unavailable`); try again after Retry-After. */
@@ -11153,7 +11519,7 @@ export interface operations {
           [name: string]: unknown;
         };
         content: {
-          'application/json': components['schemas']['Error'];
+          'application/json': components['schemas']['Error503'];
         };
       };
     };
@@ -11187,7 +11553,7 @@ export interface operations {
           [name: string]: unknown;
         };
         content: {
-          'application/json': components['schemas']['Error'];
+          'application/json': components['schemas']['Error400'];
         };
       };
       /** @description No valid bearer key or client token (`unauthorized`; `token_expired` for an expired client token). */
@@ -11197,7 +11563,7 @@ export interface operations {
           [name: string]: unknown;
         };
         content: {
-          'application/json': components['schemas']['Error'];
+          'application/json': components['schemas']['Error401'];
         };
       };
       /** @description A client token outside its session's routes or scopes (`scope_denied`), or a WebSocket from an unlisted origin. */
@@ -11206,7 +11572,7 @@ export interface operations {
           [name: string]: unknown;
         };
         content: {
-          'application/json': components['schemas']['Error'];
+          'application/json': components['schemas']['Error403'];
         };
       };
       /** @description No such resource (`session_not_found`, also for another tenant's; `iteration_not_found`, …). */
@@ -11215,7 +11581,7 @@ export interface operations {
           [name: string]: unknown;
         };
         content: {
-          'application/json': components['schemas']['Error'];
+          'application/json': components['schemas']['Error404ScheduleNotFound'];
         };
       };
       /** @description Something went wrong on the service's side (`internal_error`); the details are in its log. */
@@ -11224,7 +11590,7 @@ export interface operations {
           [name: string]: unknown;
         };
         content: {
-          'application/json': components['schemas']['Error'];
+          'application/json': components['schemas']['Error500'];
         };
       };
       /** @description The session store is unavailable (`store_unavailable`); try again after Retry-After. */
@@ -11234,7 +11600,7 @@ export interface operations {
           [name: string]: unknown;
         };
         content: {
-          'application/json': components['schemas']['Error'];
+          'application/json': components['schemas']['Error503'];
         };
       };
     };
@@ -11265,7 +11631,7 @@ export interface operations {
           [name: string]: unknown;
         };
         content: {
-          'application/json': components['schemas']['Error'];
+          'application/json': components['schemas']['Error400'];
         };
       };
       /** @description No valid bearer key or client token (`unauthorized`; `token_expired` for an expired client token). */
@@ -11275,7 +11641,7 @@ export interface operations {
           [name: string]: unknown;
         };
         content: {
-          'application/json': components['schemas']['Error'];
+          'application/json': components['schemas']['Error401'];
         };
       };
       /** @description A client token outside its session's routes or scopes (`scope_denied`), or a WebSocket from an unlisted origin. */
@@ -11284,7 +11650,7 @@ export interface operations {
           [name: string]: unknown;
         };
         content: {
-          'application/json': components['schemas']['Error'];
+          'application/json': components['schemas']['Error403'];
         };
       };
       /** @description No such resource (`session_not_found`, also for another tenant's; `iteration_not_found`, …). */
@@ -11293,7 +11659,7 @@ export interface operations {
           [name: string]: unknown;
         };
         content: {
-          'application/json': components['schemas']['Error'];
+          'application/json': components['schemas']['Error404SessionNotFound'];
         };
       };
       /** @description Something went wrong on the service's side (`internal_error`); the details are in its log. */
@@ -11302,7 +11668,7 @@ export interface operations {
           [name: string]: unknown;
         };
         content: {
-          'application/json': components['schemas']['Error'];
+          'application/json': components['schemas']['Error500'];
         };
       };
       /** @description The session store is unavailable (`store_unavailable`); try again after Retry-After. */
@@ -11312,7 +11678,7 @@ export interface operations {
           [name: string]: unknown;
         };
         content: {
-          'application/json': components['schemas']['Error'];
+          'application/json': components['schemas']['Error503'];
         };
       };
     };
@@ -11343,7 +11709,7 @@ export interface operations {
           [name: string]: unknown;
         };
         content: {
-          'application/json': components['schemas']['Error'];
+          'application/json': components['schemas']['Error400'];
         };
       };
       /** @description No valid bearer key or client token (`unauthorized`; `token_expired` for an expired client token). */
@@ -11353,7 +11719,7 @@ export interface operations {
           [name: string]: unknown;
         };
         content: {
-          'application/json': components['schemas']['Error'];
+          'application/json': components['schemas']['Error401'];
         };
       };
       /** @description A client token outside its session's routes or scopes (`scope_denied`), or a WebSocket from an unlisted origin. */
@@ -11362,7 +11728,7 @@ export interface operations {
           [name: string]: unknown;
         };
         content: {
-          'application/json': components['schemas']['Error'];
+          'application/json': components['schemas']['Error403'];
         };
       };
       /** @description No such resource (`session_not_found`, also for another tenant's; `iteration_not_found`, …). */
@@ -11371,7 +11737,7 @@ export interface operations {
           [name: string]: unknown;
         };
         content: {
-          'application/json': components['schemas']['Error'];
+          'application/json': components['schemas']['Error404ToolNotFound'];
         };
       };
       /** @description Over a rate or quota (`rate_limited` with Retry-After, `quota_exceeded`). */
@@ -11381,7 +11747,7 @@ export interface operations {
           [name: string]: unknown;
         };
         content: {
-          'application/json': components['schemas']['Error'];
+          'application/json': components['schemas']['Error429'];
         };
       };
       /** @description Something went wrong on the service's side (`internal_error`); the details are in its log. */
@@ -11390,7 +11756,7 @@ export interface operations {
           [name: string]: unknown;
         };
         content: {
-          'application/json': components['schemas']['Error'];
+          'application/json': components['schemas']['Error500'];
         };
       };
       /** @description The session store is unavailable (`store_unavailable`); try again after Retry-After. */
@@ -11400,7 +11766,7 @@ export interface operations {
           [name: string]: unknown;
         };
         content: {
-          'application/json': components['schemas']['Error'];
+          'application/json': components['schemas']['Error503'];
         };
       };
     };
@@ -11487,7 +11853,7 @@ export interface operations {
           [name: string]: unknown;
         };
         content: {
-          'application/json': components['schemas']['Error'];
+          'application/json': components['schemas']['Error400'];
         };
       };
       /** @description No valid bearer key or client token (`unauthorized`; `token_expired` for an expired client token). */
@@ -11497,7 +11863,7 @@ export interface operations {
           [name: string]: unknown;
         };
         content: {
-          'application/json': components['schemas']['Error'];
+          'application/json': components['schemas']['Error401'];
         };
       };
       /** @description A client token outside its session's routes or scopes (`scope_denied`), or a WebSocket from an unlisted origin. */
@@ -11506,7 +11872,7 @@ export interface operations {
           [name: string]: unknown;
         };
         content: {
-          'application/json': components['schemas']['Error'];
+          'application/json': components['schemas']['Error403'];
         };
       };
       /** @description The request does not fit the session's state (the code says why), or `idempotency_in_progress`. */
@@ -11518,7 +11884,7 @@ export interface operations {
           [name: string]: unknown;
         };
         content: {
-          'application/json': components['schemas']['Error'];
+          'application/json': components['schemas']['Error409AndToolNameConflict'];
         };
       };
       /** @description The body is larger than BODY_LIMIT (`payload_too_large`). */
@@ -11527,7 +11893,7 @@ export interface operations {
           [name: string]: unknown;
         };
         content: {
-          'application/json': components['schemas']['Error'];
+          'application/json': components['schemas']['Error413'];
         };
       };
       /** @description The body is not JSON (`unsupported_media_type`). */
@@ -11536,7 +11902,7 @@ export interface operations {
           [name: string]: unknown;
         };
         content: {
-          'application/json': components['schemas']['Error'];
+          'application/json': components['schemas']['Error415'];
         };
       };
       /** @description This Idempotency-Key was used with another request (`idempotency_key_reused`). */
@@ -11548,7 +11914,7 @@ export interface operations {
           [name: string]: unknown;
         };
         content: {
-          'application/json': components['schemas']['Error'];
+          'application/json': components['schemas']['Error422'];
         };
       };
       /** @description Over a rate or quota (`rate_limited` with Retry-After, `quota_exceeded`). */
@@ -11561,7 +11927,7 @@ export interface operations {
           [name: string]: unknown;
         };
         content: {
-          'application/json': components['schemas']['Error'];
+          'application/json': components['schemas']['Error429'];
         };
       };
       /** @description Something went wrong on the service's side (`internal_error`); the details are in its log. */
@@ -11570,7 +11936,7 @@ export interface operations {
           [name: string]: unknown;
         };
         content: {
-          'application/json': components['schemas']['Error'];
+          'application/json': components['schemas']['Error500'];
         };
       };
       /** @description The session store is unavailable (`store_unavailable`); try again after Retry-After. */
@@ -11580,7 +11946,7 @@ export interface operations {
           [name: string]: unknown;
         };
         content: {
-          'application/json': components['schemas']['Error'];
+          'application/json': components['schemas']['Error503'];
         };
       };
     };
@@ -11614,7 +11980,7 @@ export interface operations {
           [name: string]: unknown;
         };
         content: {
-          'application/json': components['schemas']['Error'];
+          'application/json': components['schemas']['Error400'];
         };
       };
       /** @description No valid bearer key or client token (`unauthorized`; `token_expired` for an expired client token). */
@@ -11624,7 +11990,7 @@ export interface operations {
           [name: string]: unknown;
         };
         content: {
-          'application/json': components['schemas']['Error'];
+          'application/json': components['schemas']['Error401'];
         };
       };
       /** @description A client token outside its session's routes or scopes (`scope_denied`), or a WebSocket from an unlisted origin. */
@@ -11633,7 +11999,7 @@ export interface operations {
           [name: string]: unknown;
         };
         content: {
-          'application/json': components['schemas']['Error'];
+          'application/json': components['schemas']['Error403'];
         };
       };
       /** @description No such resource (`session_not_found`, also for another tenant's; `iteration_not_found`, …). */
@@ -11645,7 +12011,7 @@ export interface operations {
           [name: string]: unknown;
         };
         content: {
-          'application/json': components['schemas']['Error'];
+          'application/json': components['schemas']['Error404ToolNotFound'];
         };
       };
       /** @description The body is larger than BODY_LIMIT (`payload_too_large`). */
@@ -11676,7 +12042,7 @@ export interface operations {
           [name: string]: unknown;
         };
         content: {
-          'application/json': components['schemas']['Error'];
+          'application/json': components['schemas']['Error429'];
         };
       };
       /** @description Something went wrong on the service's side (`internal_error`); the details are in its log. */
@@ -11685,7 +12051,7 @@ export interface operations {
           [name: string]: unknown;
         };
         content: {
-          'application/json': components['schemas']['Error'];
+          'application/json': components['schemas']['Error500'];
         };
       };
       /** @description The session store is unavailable (`store_unavailable`); try again after Retry-After. */
@@ -11695,7 +12061,7 @@ export interface operations {
           [name: string]: unknown;
         };
         content: {
-          'application/json': components['schemas']['Error'];
+          'application/json': components['schemas']['Error503'];
         };
       };
     };
@@ -11749,7 +12115,7 @@ export interface operations {
           [name: string]: unknown;
         };
         content: {
-          'application/json': components['schemas']['Error'];
+          'application/json': components['schemas']['Error400'];
         };
       };
       /** @description No valid bearer key or client token (`unauthorized`; `token_expired` for an expired client token). */
@@ -11759,7 +12125,7 @@ export interface operations {
           [name: string]: unknown;
         };
         content: {
-          'application/json': components['schemas']['Error'];
+          'application/json': components['schemas']['Error401'];
         };
       };
       /** @description A client token outside its session's routes or scopes (`scope_denied`), or a WebSocket from an unlisted origin. */
@@ -11768,7 +12134,7 @@ export interface operations {
           [name: string]: unknown;
         };
         content: {
-          'application/json': components['schemas']['Error'];
+          'application/json': components['schemas']['Error403'];
         };
       };
       /** @description The request does not fit the session's state (the code says why), or `idempotency_in_progress`. */
@@ -11780,7 +12146,7 @@ export interface operations {
           [name: string]: unknown;
         };
         content: {
-          'application/json': components['schemas']['Error'];
+          'application/json': components['schemas']['Error409'];
         };
       };
       /** @description The body is larger than BODY_LIMIT (`payload_too_large`). */
@@ -11789,7 +12155,7 @@ export interface operations {
           [name: string]: unknown;
         };
         content: {
-          'application/json': components['schemas']['Error'];
+          'application/json': components['schemas']['Error413'];
         };
       };
       /** @description The body is not JSON (`unsupported_media_type`). */
@@ -11798,7 +12164,7 @@ export interface operations {
           [name: string]: unknown;
         };
         content: {
-          'application/json': components['schemas']['Error'];
+          'application/json': components['schemas']['Error415'];
         };
       };
       /** @description This Idempotency-Key was used with another request (`idempotency_key_reused`). */
@@ -11810,7 +12176,7 @@ export interface operations {
           [name: string]: unknown;
         };
         content: {
-          'application/json': components['schemas']['Error'];
+          'application/json': components['schemas']['Error422'];
         };
       };
       /** @description Over a rate or quota (`rate_limited` with Retry-After, `quota_exceeded`). */
@@ -11823,7 +12189,7 @@ export interface operations {
           [name: string]: unknown;
         };
         content: {
-          'application/json': components['schemas']['Error'];
+          'application/json': components['schemas']['Error429'];
         };
       };
       /** @description Something went wrong on the service's side (`internal_error`); the details are in its log. */
@@ -11832,7 +12198,7 @@ export interface operations {
           [name: string]: unknown;
         };
         content: {
-          'application/json': components['schemas']['Error'];
+          'application/json': components['schemas']['Error500'];
         };
       };
       /** @description The session store is unavailable (`store_unavailable`); try again after Retry-After. */
@@ -11842,7 +12208,7 @@ export interface operations {
           [name: string]: unknown;
         };
         content: {
-          'application/json': components['schemas']['Error'];
+          'application/json': components['schemas']['Error503'];
         };
       };
     };
@@ -11880,7 +12246,7 @@ export interface operations {
           [name: string]: unknown;
         };
         content: {
-          'application/json': components['schemas']['Error'];
+          'application/json': components['schemas']['Error400'];
         };
       };
       /** @description No valid bearer key or client token (`unauthorized`; `token_expired` for an expired client token). */
@@ -11890,7 +12256,7 @@ export interface operations {
           [name: string]: unknown;
         };
         content: {
-          'application/json': components['schemas']['Error'];
+          'application/json': components['schemas']['Error401'];
         };
       };
       /** @description A client token outside its session's routes or scopes (`scope_denied`), or a WebSocket from an unlisted origin. */
@@ -11899,7 +12265,7 @@ export interface operations {
           [name: string]: unknown;
         };
         content: {
-          'application/json': components['schemas']['Error'];
+          'application/json': components['schemas']['Error403'];
         };
       };
       /** @description No such resource (`session_not_found`, also for another tenant's; `iteration_not_found`, …). */
@@ -11911,7 +12277,7 @@ export interface operations {
           [name: string]: unknown;
         };
         content: {
-          'application/json': components['schemas']['Error'];
+          'application/json': components['schemas']['Error404TaskNotFound'];
         };
       };
       /** @description The request does not fit the session's state (the code says why), or `idempotency_in_progress`. */
@@ -11923,7 +12289,7 @@ export interface operations {
           [name: string]: unknown;
         };
         content: {
-          'application/json': components['schemas']['Error'];
+          'application/json': components['schemas']['Error409'];
         };
       };
       /** @description The body is larger than BODY_LIMIT (`payload_too_large`). */
@@ -11932,7 +12298,7 @@ export interface operations {
           [name: string]: unknown;
         };
         content: {
-          'application/json': components['schemas']['Error'];
+          'application/json': components['schemas']['Error413'];
         };
       };
       /** @description The body is not JSON (`unsupported_media_type`). */
@@ -11941,7 +12307,7 @@ export interface operations {
           [name: string]: unknown;
         };
         content: {
-          'application/json': components['schemas']['Error'];
+          'application/json': components['schemas']['Error415'];
         };
       };
       /** @description This Idempotency-Key was used with another request (`idempotency_key_reused`). */
@@ -11953,7 +12319,7 @@ export interface operations {
           [name: string]: unknown;
         };
         content: {
-          'application/json': components['schemas']['Error'];
+          'application/json': components['schemas']['Error422'];
         };
       };
       /** @description Over a rate or quota (`rate_limited` with Retry-After, `quota_exceeded`). */
@@ -11966,7 +12332,7 @@ export interface operations {
           [name: string]: unknown;
         };
         content: {
-          'application/json': components['schemas']['Error'];
+          'application/json': components['schemas']['Error429'];
         };
       };
       /** @description Something went wrong on the service's side (`internal_error`); the details are in its log. */
@@ -11975,7 +12341,7 @@ export interface operations {
           [name: string]: unknown;
         };
         content: {
-          'application/json': components['schemas']['Error'];
+          'application/json': components['schemas']['Error500'];
         };
       };
       /** @description The session store is unavailable (`store_unavailable`); try again after Retry-After. */
@@ -11985,7 +12351,7 @@ export interface operations {
           [name: string]: unknown;
         };
         content: {
-          'application/json': components['schemas']['Error'];
+          'application/json': components['schemas']['Error503'];
         };
       };
     };
@@ -12134,7 +12500,7 @@ export interface operations {
           [name: string]: unknown;
         };
         content: {
-          'application/json': components['schemas']['Error'];
+          'application/json': components['schemas']['Error400'];
         };
       };
       /** @description No valid bearer key or client token (`unauthorized`; `token_expired` for an expired client token). */
@@ -12144,7 +12510,7 @@ export interface operations {
           [name: string]: unknown;
         };
         content: {
-          'application/json': components['schemas']['Error'];
+          'application/json': components['schemas']['Error401'];
         };
       };
       /** @description A client token outside its session's routes or scopes (`scope_denied`), or a WebSocket from an unlisted origin. */
@@ -12153,7 +12519,7 @@ export interface operations {
           [name: string]: unknown;
         };
         content: {
-          'application/json': components['schemas']['Error'];
+          'application/json': components['schemas']['Error403'];
         };
       };
       /** @description No such resource (`session_not_found`, also for another tenant's; `iteration_not_found`, …). */
@@ -12165,7 +12531,7 @@ export interface operations {
           [name: string]: unknown;
         };
         content: {
-          'application/json': components['schemas']['Error'];
+          'application/json': components['schemas']['Error404TaskNotFound'];
         };
       };
       /** @description The request does not fit the session's state (the code says why), or `idempotency_in_progress`. */
@@ -12177,7 +12543,7 @@ export interface operations {
           [name: string]: unknown;
         };
         content: {
-          'application/json': components['schemas']['Error'];
+          'application/json': components['schemas']['Error409'];
         };
       };
       /** @description The body is larger than BODY_LIMIT (`payload_too_large`). */
@@ -12186,7 +12552,7 @@ export interface operations {
           [name: string]: unknown;
         };
         content: {
-          'application/json': components['schemas']['Error'];
+          'application/json': components['schemas']['Error413'];
         };
       };
       /** @description The body is not JSON (`unsupported_media_type`). */
@@ -12195,7 +12561,7 @@ export interface operations {
           [name: string]: unknown;
         };
         content: {
-          'application/json': components['schemas']['Error'];
+          'application/json': components['schemas']['Error415'];
         };
       };
       /** @description This Idempotency-Key was used with another request (`idempotency_key_reused`). */
@@ -12207,7 +12573,7 @@ export interface operations {
           [name: string]: unknown;
         };
         content: {
-          'application/json': components['schemas']['Error'];
+          'application/json': components['schemas']['Error422'];
         };
       };
       /** @description Over a rate or quota (`rate_limited` with Retry-After, `quota_exceeded`). */
@@ -12220,7 +12586,7 @@ export interface operations {
           [name: string]: unknown;
         };
         content: {
-          'application/json': components['schemas']['Error'];
+          'application/json': components['schemas']['Error429'];
         };
       };
       /** @description Something went wrong on the service's side (`internal_error`); the details are in its log. */
@@ -12229,7 +12595,7 @@ export interface operations {
           [name: string]: unknown;
         };
         content: {
-          'application/json': components['schemas']['Error'];
+          'application/json': components['schemas']['Error500'];
         };
       };
       /** @description The session store is unavailable (`store_unavailable`); try again after Retry-After. */
@@ -12239,7 +12605,7 @@ export interface operations {
           [name: string]: unknown;
         };
         content: {
-          'application/json': components['schemas']['Error'];
+          'application/json': components['schemas']['Error503'];
         };
       };
     };
@@ -12273,7 +12639,7 @@ export interface operations {
           [name: string]: unknown;
         };
         content: {
-          'application/json': components['schemas']['Error'];
+          'application/json': components['schemas']['Error400'];
         };
       };
       /** @description No valid bearer key or client token (`unauthorized`; `token_expired` for an expired client token). */
@@ -12283,7 +12649,7 @@ export interface operations {
           [name: string]: unknown;
         };
         content: {
-          'application/json': components['schemas']['Error'];
+          'application/json': components['schemas']['Error401'];
         };
       };
       /** @description A client token outside its session's routes or scopes (`scope_denied`), or a WebSocket from an unlisted origin. */
@@ -12292,7 +12658,7 @@ export interface operations {
           [name: string]: unknown;
         };
         content: {
-          'application/json': components['schemas']['Error'];
+          'application/json': components['schemas']['Error403'];
         };
       };
       /** @description Over a rate or quota (`rate_limited` with Retry-After, `quota_exceeded`). */
@@ -12302,7 +12668,7 @@ export interface operations {
           [name: string]: unknown;
         };
         content: {
-          'application/json': components['schemas']['Error'];
+          'application/json': components['schemas']['Error429'];
         };
       };
       /** @description Something went wrong on the service's side (`internal_error`); the details are in its log. */
@@ -12311,7 +12677,7 @@ export interface operations {
           [name: string]: unknown;
         };
         content: {
-          'application/json': components['schemas']['Error'];
+          'application/json': components['schemas']['Error500'];
         };
       };
       /** @description The session store is unavailable (`store_unavailable`); try again after Retry-After. */
@@ -12321,7 +12687,7 @@ export interface operations {
           [name: string]: unknown;
         };
         content: {
-          'application/json': components['schemas']['Error'];
+          'application/json': components['schemas']['Error503'];
         };
       };
     };
@@ -12361,7 +12727,7 @@ export interface operations {
           [name: string]: unknown;
         };
         content: {
-          'application/json': components['schemas']['Error'];
+          'application/json': components['schemas']['Error400'];
         };
       };
       /** @description No valid bearer key or client token (`unauthorized`; `token_expired` for an expired client token). */
@@ -12371,7 +12737,7 @@ export interface operations {
           [name: string]: unknown;
         };
         content: {
-          'application/json': components['schemas']['Error'];
+          'application/json': components['schemas']['Error401'];
         };
       };
       /** @description A client token outside its session's routes or scopes (`scope_denied`), or a WebSocket from an unlisted origin. */
@@ -12380,7 +12746,7 @@ export interface operations {
           [name: string]: unknown;
         };
         content: {
-          'application/json': components['schemas']['Error'];
+          'application/json': components['schemas']['Error403'];
         };
       };
       /** @description No such resource (`session_not_found`, also for another tenant's; `iteration_not_found`, …). */
@@ -12392,7 +12758,7 @@ export interface operations {
           [name: string]: unknown;
         };
         content: {
-          'application/json': components['schemas']['Error'];
+          'application/json': components['schemas']['Error404SessionNotFound'];
         };
       };
       /** @description The body is larger than BODY_LIMIT (`payload_too_large`). */
@@ -12401,7 +12767,7 @@ export interface operations {
           [name: string]: unknown;
         };
         content: {
-          'application/json': components['schemas']['Error'];
+          'application/json': components['schemas']['Error413'];
         };
       };
       /** @description The body is not JSON (`unsupported_media_type`). */
@@ -12410,7 +12776,7 @@ export interface operations {
           [name: string]: unknown;
         };
         content: {
-          'application/json': components['schemas']['Error'];
+          'application/json': components['schemas']['Error415'];
         };
       };
       /** @description This Idempotency-Key was used with another request (`idempotency_key_reused`). */
@@ -12422,7 +12788,7 @@ export interface operations {
           [name: string]: unknown;
         };
         content: {
-          'application/json': components['schemas']['Error'];
+          'application/json': components['schemas']['Error422'];
         };
       };
       /** @description Over a rate or quota (`rate_limited` with Retry-After, `quota_exceeded`). */
@@ -12435,7 +12801,7 @@ export interface operations {
           [name: string]: unknown;
         };
         content: {
-          'application/json': components['schemas']['Error'];
+          'application/json': components['schemas']['Error429'];
         };
       };
       /** @description Something went wrong on the service's side (`internal_error`); the details are in its log. */
@@ -12444,7 +12810,7 @@ export interface operations {
           [name: string]: unknown;
         };
         content: {
-          'application/json': components['schemas']['Error'];
+          'application/json': components['schemas']['Error500'];
         };
       };
       /** @description The session store is unavailable (`store_unavailable`); try again after Retry-After. */
@@ -12454,7 +12820,7 @@ export interface operations {
           [name: string]: unknown;
         };
         content: {
-          'application/json': components['schemas']['Error'];
+          'application/json': components['schemas']['Error503'];
         };
       };
     };
@@ -12488,7 +12854,7 @@ export interface operations {
           [name: string]: unknown;
         };
         content: {
-          'application/json': components['schemas']['Error'];
+          'application/json': components['schemas']['Error400'];
         };
       };
       /** @description No valid bearer key or client token (`unauthorized`; `token_expired` for an expired client token). */
@@ -12498,7 +12864,7 @@ export interface operations {
           [name: string]: unknown;
         };
         content: {
-          'application/json': components['schemas']['Error'];
+          'application/json': components['schemas']['Error401'];
         };
       };
       /** @description A client token outside its session's routes or scopes (`scope_denied`), or a WebSocket from an unlisted origin. */
@@ -12507,7 +12873,7 @@ export interface operations {
           [name: string]: unknown;
         };
         content: {
-          'application/json': components['schemas']['Error'];
+          'application/json': components['schemas']['Error403'];
         };
       };
       /** @description No such resource (`session_not_found`, also for another tenant's; `iteration_not_found`, …). */
@@ -12519,7 +12885,7 @@ export interface operations {
           [name: string]: unknown;
         };
         content: {
-          'application/json': components['schemas']['Error'];
+          'application/json': components['schemas']['Error404ClientTokenNotFound'];
         };
       };
       /** @description The body is larger than BODY_LIMIT (`payload_too_large`). */
@@ -12550,7 +12916,7 @@ export interface operations {
           [name: string]: unknown;
         };
         content: {
-          'application/json': components['schemas']['Error'];
+          'application/json': components['schemas']['Error429'];
         };
       };
       /** @description Something went wrong on the service's side (`internal_error`); the details are in its log. */
@@ -12559,7 +12925,7 @@ export interface operations {
           [name: string]: unknown;
         };
         content: {
-          'application/json': components['schemas']['Error'];
+          'application/json': components['schemas']['Error500'];
         };
       };
       /** @description The session store is unavailable (`store_unavailable`); try again after Retry-After. */
@@ -12569,7 +12935,7 @@ export interface operations {
           [name: string]: unknown;
         };
         content: {
-          'application/json': components['schemas']['Error'];
+          'application/json': components['schemas']['Error503'];
         };
       };
     };
