@@ -2910,18 +2910,6 @@ export interface components {
       } & {
         [key: string]: unknown;
       });
-    /** @description A 404 answer: `error.code` is one of `session_not_found`, `iteration_not_found`. */
-    Error404SessionNotFoundIterationNotFound: components['schemas']['Error'] &
-      ({
-        error: {
-          /** @enum {string} */
-          code: 'session_not_found' | 'iteration_not_found';
-        } & {
-          [key: string]: unknown;
-        };
-      } & {
-        [key: string]: unknown;
-      });
     McpServer: {
       name: string;
       /** @constant */
@@ -3019,6 +3007,18 @@ export interface components {
         error: {
           /** @enum {string} */
           code: 'origin_not_allowed' | 'scope_denied';
+        } & {
+          [key: string]: unknown;
+        };
+      } & {
+        [key: string]: unknown;
+      });
+    /** @description A 404 answer: `error.code` is one of `session_not_found`, `iteration_not_found`. */
+    Error404SessionNotFoundIterationNotFound: components['schemas']['Error'] &
+      ({
+        error: {
+          /** @enum {string} */
+          code: 'session_not_found' | 'iteration_not_found';
         } & {
           [key: string]: unknown;
         };
@@ -4616,7 +4616,7 @@ export interface operations {
           [name: string]: unknown;
         };
         content: {
-          'application/json': components['schemas']['Error'];
+          'application/json': components['schemas']['Error413'];
         };
       };
       /** @description The body is not JSON (`unsupported_media_type`). */
@@ -4625,7 +4625,7 @@ export interface operations {
           [name: string]: unknown;
         };
         content: {
-          'application/json': components['schemas']['Error'];
+          'application/json': components['schemas']['Error415'];
         };
       };
       /** @description Over a rate or quota (`rate_limited` with Retry-After, `quota_exceeded`). */
@@ -8352,7 +8352,7 @@ export interface operations {
           [name: string]: unknown;
         };
         content: {
-          'application/json': components['schemas']['Error'];
+          'application/json': components['schemas']['Error413'];
         };
       };
       /** @description The body is not JSON (`unsupported_media_type`). */
@@ -8361,7 +8361,7 @@ export interface operations {
           [name: string]: unknown;
         };
         content: {
-          'application/json': components['schemas']['Error'];
+          'application/json': components['schemas']['Error415'];
         };
       };
       /** @description Over a rate or quota (`rate_limited` with Retry-After, `quota_exceeded`). */
@@ -8735,7 +8735,7 @@ export interface operations {
           [name: string]: unknown;
         };
         content: {
-          'application/json': components['schemas']['Error'];
+          'application/json': components['schemas']['Error413'];
         };
       };
       /** @description The body is not JSON (`unsupported_media_type`). */
@@ -8744,7 +8744,7 @@ export interface operations {
           [name: string]: unknown;
         };
         content: {
-          'application/json': components['schemas']['Error'];
+          'application/json': components['schemas']['Error415'];
         };
       };
       /** @description This Idempotency-Key was used with another request (`idempotency_key_reused`). */
@@ -9029,7 +9029,7 @@ export interface operations {
           [name: string]: unknown;
         };
         content: {
-          'application/json': components['schemas']['Error'];
+          'application/json': components['schemas']['Error413'];
         };
       };
       /** @description The body is not JSON (`unsupported_media_type`). */
@@ -9038,7 +9038,7 @@ export interface operations {
           [name: string]: unknown;
         };
         content: {
-          'application/json': components['schemas']['Error'];
+          'application/json': components['schemas']['Error415'];
         };
       };
       /** @description Over a rate or quota (`rate_limited` with Retry-After, `quota_exceeded`). */
@@ -9696,7 +9696,7 @@ export interface operations {
           [name: string]: unknown;
         };
         content: {
-          'application/json': components['schemas']['Error'];
+          'application/json': components['schemas']['Error413'];
         };
       };
       /** @description The body is not JSON (`unsupported_media_type`). */
@@ -9705,7 +9705,7 @@ export interface operations {
           [name: string]: unknown;
         };
         content: {
-          'application/json': components['schemas']['Error'];
+          'application/json': components['schemas']['Error415'];
         };
       };
       /** @description Over a rate or quota (`rate_limited` with Retry-After, `quota_exceeded`). */
@@ -10725,7 +10725,7 @@ export interface operations {
           [name: string]: unknown;
         };
         content: {
-          'application/json': components['schemas']['Error'];
+          'application/json': components['schemas']['Error413'];
         };
       };
       /** @description The body is not JSON (`unsupported_media_type`). */
@@ -10734,7 +10734,7 @@ export interface operations {
           [name: string]: unknown;
         };
         content: {
-          'application/json': components['schemas']['Error'];
+          'application/json': components['schemas']['Error415'];
         };
       };
       /** @description Over a rate or quota (`rate_limited` with Retry-After, `quota_exceeded`). */
@@ -12020,7 +12020,7 @@ export interface operations {
           [name: string]: unknown;
         };
         content: {
-          'application/json': components['schemas']['Error'];
+          'application/json': components['schemas']['Error413'];
         };
       };
       /** @description The body is not JSON (`unsupported_media_type`). */
@@ -12029,7 +12029,7 @@ export interface operations {
           [name: string]: unknown;
         };
         content: {
-          'application/json': components['schemas']['Error'];
+          'application/json': components['schemas']['Error415'];
         };
       };
       /** @description Over a rate or quota (`rate_limited` with Retry-After, `quota_exceeded`). */
@@ -12894,7 +12894,7 @@ export interface operations {
           [name: string]: unknown;
         };
         content: {
-          'application/json': components['schemas']['Error'];
+          'application/json': components['schemas']['Error413'];
         };
       };
       /** @description The body is not JSON (`unsupported_media_type`). */
@@ -12903,7 +12903,7 @@ export interface operations {
           [name: string]: unknown;
         };
         content: {
-          'application/json': components['schemas']['Error'];
+          'application/json': components['schemas']['Error415'];
         };
       };
       /** @description Over a rate or quota (`rate_limited` with Retry-After, `quota_exceeded`). */
