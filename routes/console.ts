@@ -10,7 +10,7 @@ import { errors } from '../src/openapi/responses.js';
 
 /**
  * GET /console: the browser console (spec §6.5), a single page of static files in `public/console/` plus Preact,
- * its hooks and htm served from `node_modules` (no build step, no CDN). The page speaks only the public API, with a
+ * its hooks and htm served from `node_modules` (no CDN), and the typed client's browser build. The page speaks only the public API, with a
  * key the person pastes. `/demo` (the former demo page) redirects here.
  */
 
@@ -29,8 +29,10 @@ const TYPES: Record<string, string> = {
 };
 
 function asset(path: string): Asset {
-  const body = readFileSync(path);
-  const ext = /\.[a-z]+$/.exec(path)?.[0] ?? '';
+  return assetOf(readFileSync(path), /\.[a-z]+$/.exec(path)?.[0] ?? '');
+}
+
+function assetOf(body: Buffer, ext: string): Asset {
   const etag = `"${createHash('sha256').update(body).digest('base64url').slice(0, 22)}"`;
   return { body, type: TYPES[ext] ?? 'application/octet-stream', etag };
 }
@@ -50,7 +52,6 @@ function consoleDir(): string {
 const OWN_FILES = [
   'app.js',
   'api.js',
-  'api-shared.js',
   'children.js',
   'session.js',
   'tree.js',
@@ -64,6 +65,44 @@ const OWN_FILES = [
 function vendorFiles(): Record<string, string> {
   const path = (specifier: string) => fileURLToPath(import.meta.resolve(specifier));
   return { 'preact.mjs': path('preact'), 'hooks.mjs': path('preact/hooks'), 'htm.mjs': path('htm') };
+}
+
+/**
+ * The typed client's browser build (packages/client), served as /console/vendor/client.js: the console's API layer
+ * (public/console/api.js) is the client. Compiled (`dist/routes/console.js`), the service serves
+ * `dist/client/browser.js`, which `npm run build:client` writes (`npm start` and the image's build stage run it).
+ * From source (tsx: the tests, `npm run dev`) it bundles the client's source in memory with esbuild (a dev
+ * dependency), once, on the first request, so the console never runs a stale build. Without either, 404.
+ */
+function clientBuild(dir: string): () => Promise<Asset | undefined> {
+  const root = join(dir, '..', '..');
+  const built = join(root, 'dist', 'client', 'browser.js');
+  const fromSource = import.meta.url.endsWith('.ts') || !existsSync(built);
+  let bundle: Promise<Asset | undefined> | undefined;
+  return () => {
+    bundle ??= fromSource
+      ? bundleClient(join(root, 'packages', 'client', 'src', 'index.ts'))
+      : Promise.resolve(asset(built));
+    return bundle;
+  };
+}
+
+/** esbuild with the options of `npm run build:client` (bar the source map file), to memory. */
+async function bundleClient(entry: string): Promise<Asset | undefined> {
+  if (!existsSync(entry)) return undefined;
+  const esbuild = await import('esbuild').catch(() => undefined);
+  if (!esbuild) return undefined;
+  const out = await esbuild.build({
+    entryPoints: [entry],
+    bundle: true,
+    format: 'esm',
+    platform: 'browser',
+    target: 'es2022',
+    sourcemap: 'inline',
+    write: false,
+    logLevel: 'silent',
+  });
+  return assetOf(Buffer.from(out.outputFiles[0]!.contents), '.js');
 }
 
 /**
@@ -94,16 +133,7 @@ const routes: FastifyPluginAsync = async (plain) => {
   const csp = consoleCsp(createHash('sha256').update(importMap).digest('base64'));
   const own = new Map(OWN_FILES.map((f) => [f, asset(join(dir, f))]));
   const vendor = new Map(Object.entries(vendorFiles()).map(([name, path]) => [name, asset(path)]));
-  // The typed client's browser build (`npm run build:client`), when built: the console's API layer is then the
-  // client (api-client.js served as api.js); without it, the console's own module. A build being written right now
-  // (it ends with its source map comment once complete) counts as absent.
-  const clientBuild = join(dir, '..', '..', 'dist', 'client', 'browser.js');
-  const client = existsSync(clientBuild) ? asset(clientBuild) : undefined;
-  if (client && /\/\/# sourceMappingURL=\S+\s*$/.test(client.body.toString('utf8'))) {
-    vendor.set('client.js', client);
-    own.set('api.js', asset(join(dir, 'api-client.js')));
-  }
-
+  const client = clientBuild(dir);
   const send = (req: FastifyRequest, reply: FastifyReply, a: Asset) => {
     // Revalidated on every load (`no-cache`), so a new version of the service never runs with stale scripts.
     reply
@@ -150,7 +180,7 @@ const routes: FastifyPluginAsync = async (plain) => {
     },
   );
   const vendorFile = file(
-    'A library module of the console (Preact, its hooks, htm)',
+    'A library module of the console (Preact, its hooks, htm, the typed client)',
     'getConsoleVendorFile',
     ['text/javascript'],
   );
@@ -158,7 +188,7 @@ const routes: FastifyPluginAsync = async (plain) => {
     '/console/vendor/:file',
     { schema: { ...vendorFile, params: fileParams, response: { ...vendorFile.response, ...notFoundFile } } },
     async (req, reply) => {
-      const a = vendor.get(req.params.file);
+      const a = req.params.file === 'client.js' ? await client() : vendor.get(req.params.file);
       if (!a) throw notFound('file');
       return send(req, reply, a);
     },

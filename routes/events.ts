@@ -133,6 +133,9 @@ const routes: FastifyPluginAsyncZod<{ config: Config }> = async (app, { config }
       if (after !== START && placeCursor(after, null, lastId) === 'ahead') throw cursorAhead(after, lastId);
 
       reply.hijack();
+      // The client went away while the session was read: its response's 'close' has fired already, so the handler
+      // below would never run and the heartbeat, the subscription and the connection gauge would leak.
+      if (reply.raw.destroyed) return;
       const res = reply.raw;
       // The headers set on the reply so far (CORS, rate limit, …), as Node takes them: none is unset.
       const headers: OutgoingHttpHeaders = {};

@@ -10,13 +10,10 @@
 import { after, before, describe, it, type TestContext } from 'node:test';
 import assert from 'node:assert/strict';
 import http from 'node:http';
-import { spawnSync } from 'node:child_process';
-import { existsSync, mkdirSync, readFileSync } from 'node:fs';
-import path from 'node:path';
+import { existsSync, mkdirSync } from 'node:fs';
 import type { AddressInfo } from 'node:net';
 import { chromium, type Browser, type BrowserContext, type Page } from 'playwright-core';
 import NodeWebSocket from 'ws';
-import { ROOT } from './helpers/openapi.js';
 import { startHarness, type Harness } from './helpers/service.js';
 import {
   apiError,
@@ -34,23 +31,6 @@ const CHROMIUM = '/usr/bin/chromium';
 const KEY = 'browser-key-1';
 const WAIT = { timeout: 30_000 };
 const SHOTS = process.env['UPDATE_SCREENSHOTS'] === '1' ? 'docs' : '.data/screenshots';
-
-/**
- * The typed client's browser bundle (the esbuild half of `npm run build:client`), so that the console's API layer
- * is the client's (routes/console.ts serves it when built). A build test may write the same file meanwhile: the
- * route then serves the console's own module, which these tests pass with as well.
- */
-function buildClientBundle(): void {
-  const script: string | undefined = JSON.parse(readFileSync(path.join(ROOT, 'package.json'), 'utf8'))
-    .scripts['build:client'];
-  const esbuild = script?.split(' && ').find((part) => part.startsWith('esbuild '));
-  if (!esbuild) return;
-  const out = spawnSync(path.join(ROOT, 'node_modules/.bin/esbuild'), esbuild.split(' ').slice(1), {
-    cwd: ROOT,
-    encoding: 'utf8',
-  });
-  assert.equal(out.status, 0, `${esbuild}: ${out.stdout}${out.stderr}`);
-}
 
 /** A page server on loopback: one blank HTML page, so a test page has an origin of its own. */
 async function startPageServer(): Promise<{ url: string; close(): Promise<void> }> {
@@ -116,7 +96,6 @@ describe(
     let listed: Awaited<ReturnType<typeof startPageServer>>;
     let unlisted: Awaited<ReturnType<typeof startPageServer>>;
     before(async () => {
-      buildClientBundle();
       listed = await startPageServer();
       unlisted = await startPageServer();
       h = await startHarness({ env: { API_KEYS: `acme:${KEY}`, CORS_ORIGINS: listed.url } });
@@ -142,10 +121,12 @@ describe(
     });
 
     it('drives a whole steered session, then resumes after a network cut with nothing missed or repeated', async (t) => {
+      // The console's one API layer is the typed client's browser build.
       const layer = await (await fetch(`${h.service.url}/console/api.js`)).text();
-      t.diagnostic(
-        `console API layer: ${layer.includes('SessionsClient') ? 'the typed client' : 'its own module'}`,
-      );
+      assert.match(layer, /from '\.\/vendor\/client\.js'/);
+      const client = await fetch(`${h.service.url}/console/vendor/client.js`);
+      assert.equal(client.status, 200);
+      assert.match(await client.text(), /SessionsClient/);
       const context: BrowserContext = await browser.newContext({ viewport: { width: 1440, height: 1000 } });
       const page = await context.newPage();
       const problems: string[] = [];

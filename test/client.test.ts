@@ -113,6 +113,54 @@ describe('typed client', () => {
     assert.equal(rest.at(-1)!.type, 'session.deleted');
   });
 
+  it('follow() tells onConnection of each socket: connecting, open, closed with its code', async () => {
+    h.fake.enqueue(text('Short.'));
+    const s = await h.client.createSession({ input: 'Hi' });
+    await h.client.waitFor(s.id, 'idle', { timeoutMs: 15_000 });
+    const states: string[] = [];
+    const onConnection = (state: string, info?: { code: number }) =>
+      states.push(info ? `${state} ${info.code}` : state);
+    let killed = false;
+    const following = (async () => {
+      for await (const ev of h.client.follow(s.id, { onConnection })) {
+        if (!killed && ev.type === 'session.status') {
+          killed = true;
+          // A server-side kill: the client sees 1006 and reconnects after the last event.
+          for (const ws of h.service.app.websocketServer.clients) ws.terminate();
+        }
+      }
+    })();
+    while (states.filter((x) => x === 'open').length < 2) await new Promise((r) => setTimeout(r, 5));
+    await h.client.deleteSession(s.id);
+    await following;
+    assert.deepEqual(states.slice(0, 4), ['connecting', 'open', 'closed 1006', 'connecting']);
+    assert.equal(states[4], 'open');
+  });
+
+  it('readTimeoutMs: a GET without an answer is given up once, not retried', async () => {
+    let gets = 0;
+    const stalled = http.createServer((req) => {
+      if (req.method === 'GET') gets++;
+      // Never answers.
+    });
+    await new Promise<void>((resolve) => stalled.listen(0, '127.0.0.1', resolve));
+    try {
+      const url = `http://127.0.0.1:${(stalled.address() as AddressInfo).port}`;
+      const client = new SessionsClient({ baseUrl: url, readTimeoutMs: 200 });
+      const t0 = Date.now();
+      await assert.rejects(client.getSession('ses_x'), (err: Error) => {
+        assert.equal(err.name, 'ConnectionError');
+        assert.match(err.message, /no answer in 200 ms/);
+        return true;
+      });
+      assert.ok(Date.now() - t0 < 2000, 'given up after the timeout, without retries');
+      assert.equal(gets, 1);
+    } finally {
+      stalled.closeAllConnections();
+      await new Promise((resolve) => stalled.close(resolve));
+    }
+  });
+
   it('waitFor: resolves at once, on a status event, or times out; a deleted session is a NotFoundError', async () => {
     h.fake.enqueue(toolCalls([toolUse('lookup', { q: 'x' }, 'toolu_l1')]), text('Thanks.'));
     const lookup = { name: 'lookup', input_schema: { type: 'object' as const, properties: {} } };

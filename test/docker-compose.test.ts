@@ -581,7 +581,7 @@ describe(
         const apiJs = await fetch(`${base}/console/api.js`);
         assert.equal(
           await apiJs.text(),
-          readFileSync(path.join(root, 'public/console/api-client.js'), 'utf8'),
+          readFileSync(path.join(root, 'public/console/api.js'), 'utf8'),
           'the console loads its API through the client',
         );
 

@@ -2,7 +2,13 @@
 // persisted history (GET …/messages) plus the turn still streaming (its `stream.event`s); tool calls are paired with
 // their results (from the history, the pending `required_action`, or `tool.*` events).
 
-import { compareIds } from './api.js';
+/** Event ids are `<ms>-<seq>`: compared as numbers, part by part (the client's `isAfter`, kept here so that this
+ * module runs without the client's build, under Node in test/console-view.test.ts). */
+function compareIds(a, b) {
+  const [am, as] = a.split('-').map(Number);
+  const [bm, bs] = b.split('-').map(Number);
+  return am - bm || as - bs;
+}
 
 /** Events kept per open session (the service keeps about 10 000 per log). */
 const MAX_EVENTS = 10_000;

@@ -5,6 +5,7 @@ import { startService, type Service } from '../../src/boot.js';
 import { startFakeAnthropic, type FakeAnthropic, type FakeAnthropicOptions } from '../fake/server.js';
 import { AnswerLog, recording } from './declared-statuses.js';
 import { startTestRedis, type TestRedis } from './redis.js';
+import { SessionChanges } from './session-changes.js';
 
 export interface Harness {
   redis: TestRedis;
@@ -30,6 +31,9 @@ export interface ApiResponse<T = any> {
   body: T;
   headers: Headers;
 }
+
+/** The slowest `Api.waitFor` reads a session when its event stream says nothing (lost, refused, quiet). */
+const WAIT_POLL_MS = 1000;
 
 /** A tiny JSON client of the service's REST API. */
 export class Api {
@@ -72,15 +76,29 @@ export class Api {
   post = <T = any>(path: string, body?: unknown, headers?: Record<string, string>) =>
     this.req<T>('POST', path, body ?? {}, headers);
 
-  /** Polls the session until `pred` holds (the API has no "wait" route; events are the push alternative). */
+  /**
+   * Resolves with the session once `pred` holds: at once when the first read says so; else it follows the session's
+   * event stream and reads the session again after each batch the stream delivers, and at least every WAIT_POLL_MS
+   * should the stream be lost or refused. The stream replays the log from its start, so a change made between the
+   * first read and the subscription is not missed.
+   */
   async waitFor(id: string, pred: (s: any) => boolean, timeoutMs = 10_000): Promise<any> {
     const deadline = Date.now() + timeoutMs;
+    let changes: SessionChanges | undefined;
     let last: any;
-    while (Date.now() < deadline) {
-      const r = await this.get(`/v1/sessions/${id}`);
-      last = r.body;
-      if (r.status === 200 && pred(r.body)) return r.body;
-      await new Promise((res) => setTimeout(res, 20));
+    try {
+      for (;;) {
+        changes?.clear();
+        const r = await this.get(`/v1/sessions/${id}`);
+        last = r.body;
+        if (r.status === 200 && pred(r.body)) return r.body;
+        const left = deadline - Date.now();
+        if (left <= 0) break;
+        changes ??= new SessionChanges(this.base, this.token, id);
+        await changes.next(Math.min(left, WAIT_POLL_MS));
+      }
+    } finally {
+      changes?.close();
     }
     throw new Error(`timed out waiting for session ${id}; last: ${JSON.stringify(last)}`);
   }

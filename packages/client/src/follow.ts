@@ -25,7 +25,15 @@ export interface FollowOptions {
   signal?: AbortSignal | undefined;
   /** Reconnections in a row without receiving an event before giving up (default: no limit). */
   maxReconnects?: number | undefined;
+  /**
+   * Told about each WebSocket the follow opens: `connecting` when it opens one, `open` once the server accepted it,
+   * `closed` (with the close code) when it ends, whether a reconnection follows or not. For a page that shows the
+   * connection to a person; the events themselves come from the iterator only.
+   */
+  onConnection?: ((state: ConnectionState, info?: { code: number }) => void) | undefined;
 }
+
+export type ConnectionState = 'connecting' | 'open' | 'closed';
 
 export interface FollowContext {
   baseUrl: string;
@@ -70,7 +78,7 @@ export async function* follow(
   let failures = 0;
   for (;;) {
     signal?.throwIfAborted();
-    const conn = connect(ctx, sessionId, last);
+    const conn = connect(ctx, sessionId, last, options.onConnection);
     let closed: Extract<Item, { kind: 'close' }>;
     let frameError: ErrorBody | undefined;
     try {
@@ -124,7 +132,12 @@ function streamUrl(baseUrl: string, sessionId: string, after: string | undefined
 }
 
 /** One WebSocket connection as a queue of items, read with `next()`. */
-function connect(ctx: FollowContext, sessionId: string, after: string | undefined) {
+function connect(
+  ctx: FollowContext,
+  sessionId: string,
+  after: string | undefined,
+  onConnection: FollowOptions['onConnection'],
+) {
   const queue: Item[] = [];
   let wake: (() => void) | null = null;
   const push = (item: Item) => {
@@ -133,6 +146,7 @@ function connect(ctx: FollowContext, sessionId: string, after: string | undefine
     wake = null;
   };
   let opened = false;
+  onConnection?.('connecting');
   // Browsers cannot set headers on a WebSocket: the key travels as the subprotocol pair `bearer, <key>`.
   const ws = new ctx.WebSocket(
     streamUrl(ctx.baseUrl, sessionId, after),
@@ -140,6 +154,7 @@ function connect(ctx: FollowContext, sessionId: string, after: string | undefine
   );
   ws.onopen = () => {
     opened = true;
+    onConnection?.('open');
   };
   ws.onmessage = (m: { data: unknown }) => {
     if (typeof m.data !== 'string') return;
@@ -158,8 +173,10 @@ function connect(ctx: FollowContext, sessionId: string, after: string | undefine
   ws.onerror = () => {
     /* a close follows */
   };
-  ws.onclose = (e: { code: number; reason: string }) =>
+  ws.onclose = (e: { code: number; reason: string }) => {
+    onConnection?.('closed', { code: e.code });
     push({ kind: 'close', code: e.code, reason: e.reason, opened });
+  };
   return {
     async next(signal: AbortSignal | undefined): Promise<Item> {
       while (queue.length === 0) {

@@ -19,6 +19,11 @@ export interface RetryOptions {
   maxRetryDelayMs?: number;
   /** First backoff when the service gave no Retry-After (default 200 ms; doubles, with jitter, up to 5 s). */
   baseDelayMs?: number;
+  /**
+   * A GET whose answer (headers and body) has not come after this long is given up with a ConnectionError and not
+   * retried, so a caller that polls reads again instead of waiting behind a stalled connection (default: no limit).
+   */
+  readTimeoutMs?: number;
 }
 
 export type FetchLike = (input: Request) => Promise<Response>;
@@ -54,6 +59,27 @@ export function sleep(ms: number, signal?: AbortSignal | null): Promise<void> {
 }
 
 export function retryingFetch(fetchImpl: FetchLike, opts: RetryOptions = {}): FetchLike {
+  const retrying = retryLoop(fetchImpl, opts);
+  const readTimeoutMs = opts.readTimeoutMs;
+  if (readTimeoutMs === undefined) return retrying;
+  return async (input) => {
+    if (input.method !== 'GET') return retrying(input);
+    // The timeout rides on the request's signal and the body is read within it: a body that stalls after the
+    // headers came is given up as well. (A GET's answer is a JSON document: buffering it costs nothing.)
+    const timeout = AbortSignal.timeout(readTimeoutMs);
+    const req = new Request(input, { signal: AbortSignal.any([input.signal, timeout]) });
+    try {
+      const res = await retrying(req);
+      const body = await res.arrayBuffer();
+      return new Response(res.status === 204 || res.status === 304 ? null : body, res);
+    } catch (err) {
+      if (!timeout.aborted || input.signal.aborted) throw err;
+      throw new ConnectionError(`GET ${input.url}: no answer in ${readTimeoutMs} ms`, { cause: err });
+    }
+  };
+}
+
+function retryLoop(fetchImpl: FetchLike, opts: RetryOptions): FetchLike {
   const maxRetries = opts.maxRetries ?? 3;
   const maxDelay = opts.maxRetryDelayMs ?? 60_000;
   const base = opts.baseDelayMs ?? 200;

@@ -25,7 +25,7 @@ export type ContentBlock = components['schemas']['ContentBlock'];
 export type KnownContentBlock = components['schemas']['KnownContentBlock'];
 /** The SDK's stop reasons, or a newer string: switch on the known values and keep a default branch. */
 export type StopReason = components['schemas']['StopReason'];
-export type { Event, FollowOptions, WebSocketConstructor, WebSocketLike } from './follow.js';
+export type { ConnectionState, Event, FollowOptions, WebSocketConstructor, WebSocketLike } from './follow.js';
 export type { RetryOptions } from './http.js';
 export type { components, operations, paths } from './openapi.js';
 export * from './errors.js';

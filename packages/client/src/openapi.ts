@@ -161,7 +161,7 @@ export interface paths {
       path?: never;
       cookie?: never;
     };
-    /** A library module of the console (Preact, its hooks, htm) */
+    /** A library module of the console (Preact, its hooks, htm, the typed client) */
     get: operations['getConsoleVendorFile'];
     put?: never;
     post?: never;
