@@ -9,7 +9,7 @@ import {
 
 /**
  * `npm run openapi`: writes the OpenAPI document the service serves at /docs/json to openapi.json, and the client's
- * types generated from it to packages/client/src/openapi.ts. Both are committed; test/openapi.test.ts fails when either is
+ * types generated from it to packages/client/src/openapi.ts. Both are committed; test/openapi/openapi.test.ts fails when either is
  * stale. Needs redis-server (the service runs in this process on a private one).
  */
 const { document } = await servedApi();

@@ -133,7 +133,7 @@ export async function startService(
     // CONNECTION_TIMEOUT_MS. Node checks the request deadline every `connectionsCheckingInterval` (its default is
     // 30 s: far too coarse). Both deadlines go to http.createServer itself: Fastify sets `requestTimeout` only after
     // the server is built, when Node has already fixed `headersTimeout` at its 60 s default, and that is the deadline
-    // Node applied to a trickled body (cut at 60 s, not 30: test/limits.test.ts).
+    // Node applied to a trickled body (cut at 60 s, not 30: test/quotas/limits.test.ts).
     requestTimeout: config.REQUEST_TIMEOUT_MS,
     connectionTimeout: config.CONNECTION_TIMEOUT_MS,
     keepAliveTimeout: config.CONNECTION_TIMEOUT_MS,

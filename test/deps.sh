@@ -19,12 +19,12 @@ fi
 if [ ! -x /usr/bin/chromium ]; then
   packages+=(chromium)
 fi
-# test/docker.test.ts validates docker-compose.yml with `docker-compose config` (client-side, no engine needed).
+# test/ops/docker.test.ts validates docker-compose.yml with `docker-compose config` (client-side, no engine needed).
 if ! command -v docker-compose >/dev/null 2>&1; then
   packages+=(docker-compose)
 fi
 
-# The Python client's tests (test/python-client.test.ts) run on Debian's python3 with its httpx.
+# The Python client's tests (test/clients/python-client.test.ts) run on Debian's python3 with its httpx.
 if [ ! -x /usr/bin/python3 ] || ! /usr/bin/python3 -c 'import httpx' >/dev/null 2>&1; then
   packages+=(python3 python3-httpx)
 fi

@@ -3,7 +3,7 @@
 // their results (from the history, the pending `required_action`, or `tool.*` events).
 
 /** Event ids are `<ms>-<seq>`: compared as numbers, part by part (the client's `isAfter`, kept here so that this
- * module runs without the client's build, under Node in test/console-view.test.ts). */
+ * module runs without the client's build, under Node in test/console/console-view.test.ts). */
 function compareIds(a, b) {
   const [am, as] = a.split('-').map(Number);
   const [bm, bs] = b.split('-').map(Number);

@@ -1,6 +1,6 @@
 /**
  * A session's event log (spec §4) as the AI SDK's UI message stream (spec §7.3): the chunks `useChat` and
- * `readUIMessageStream` read, made here without the `ai` package (its schema checks them in test/chat.test.ts).
+ * `readUIMessageStream` read, made here without the `ai` package (its schema checks them in test/chat/chat.test.ts).
  * One `ChatTranslator` per stream: it is fed the events of one run in log order and says when the stream ends.
  *
  * - A step (`start-step` … `finish-step`) is one model turn and the server tools it ran.

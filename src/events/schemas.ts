@@ -12,7 +12,7 @@ import { EVENT_TYPES } from '../webhooks/schemas.js';
  * sent (src/openapi/serializer.ts), and `eventData()` types the emit sites written in TypeScript by them, so a
  * field an emit site adds or drops fails the type check or the response check. Events written by Lua (the
  * `rev`-stamped `iteration.persisted`, `message.appended`, `session.deleted`, schedules) are checked by
- * test/openapi-events.test.ts, which validates the events of real sessions against openapi.json.
+ * test/openapi/openapi-events.test.ts, which validates the events of real sessions against openapi.json.
  *
  * Every object is loose: a field added later reaches clients before the schema names it.
  */

@@ -20,7 +20,7 @@ import { errors } from './responses.js';
  *   un-hides it and documents the upgrade) and the OpenAPI UI's own routes (/docs…).
  *
  * The WebSocket and SSE protocols themselves (records, frames, close codes, resuming) are specified in docs/API.md
- * §6.2 and §6.3 and the events in §5, linked from the description. `npm run openapi` writes the document to openapi.json; test/openapi.test.ts lints it with
+ * §6.2 and §6.3 and the events in §5, linked from the description. `npm run openapi` writes the document to openapi.json; test/openapi/openapi.test.ts lints it with
  * Redocly's recommended rules and checks that every route the service answers is in it.
  */
 

@@ -196,7 +196,7 @@ export class RunQueue {
 
   /**
    * The lease part of `heartbeat` (renew-1.lua). Not private only so that a test can make a process stop renewing
-   * (test/sessions-concurrency.test.ts); the service calls `heartbeat`.
+   * (test/sessions/sessions-concurrency.test.ts); the service calls `heartbeat`.
    */
   renew(id: string, owner: string, fence: number, ttlMs: number): Promise<boolean> {
     return this.redis.sessRenew(sessionKeys(id).lease, `${owner}:${fence}`, ttlMs).then((r) => r === 1);

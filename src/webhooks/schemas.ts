@@ -3,7 +3,7 @@ import { MAX_URL_LENGTH } from './address-guard.js';
 import type { WebhookRecord } from './keys.js';
 
 /**
- * Event types a webhook may name: every type a session's log holds (docs/API.md §5.2; test/webhooks-events.test.ts
+ * Event types a webhook may name: every type a session's log holds (docs/API.md §5.2; test/webhooks/webhooks-events.test.ts
  * checks the two lists are the same).
  */
 export const EVENT_TYPES = [

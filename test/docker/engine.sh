@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# A private Docker engine for the Compose test (test/docker-compose.test.ts), on a Debian machine as root:
+# A private Docker engine for the Compose test (test/ops/docker-compose.test.ts), on a Debian machine as root:
 #   1. installs docker.io, docker-compose and debootstrap from Debian's packages when missing;
 #   2. starts its own dockerd: socket, pidfile and exec root under $RUN_DIR, data root under $CACHE_DIR (kept between
 #      runs, so images and build layers are cached); no iptables/NAT, no IP forwarding, no default bridge: containers

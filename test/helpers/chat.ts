@@ -1,6 +1,6 @@
 /**
  * The `ai` package's chat machinery on a plain state (what @ai-sdk/react's useChat keeps in React state): for the
- * Node tests and the browser page of test/chat.test.ts (bundled with esbuild). Also the stream reader the tests use.
+ * Node tests and the browser page of test/chat/chat.test.ts (bundled with esbuild). Also the stream reader the tests use.
  */
 import {
   AbstractChat,

@@ -91,7 +91,7 @@ export class AnswerLog {
     const route =
       typeof line['route'] === 'string' && line['route'] !== '(no route)' ? line['route'] : undefined;
     // A log line does not say whether its route is hidden (the `/v1/*` catch-all's 401 and 404 are no operation):
-    // checked only when the document has the route. test/openapi.test.ts checks every shown route is there.
+    // checked only when the document has the route. test/openapi/openapi.test.ts checks every shown route is there.
     this.add(String(line['method']), route, line['status'], true);
   }
 }
@@ -128,7 +128,7 @@ after(() => {
 
 let committed: { paths: Responses } | undefined;
 /**
- * openapi.json as committed: the served document (test/openapi.test.ts fails when it is stale), read once per
+ * openapi.json as committed: the served document (test/openapi/openapi.test.ts fails when it is stale), read once per
  * process instead of building it from every harness's routes (~0.3 s of CPU each: src/openapi/served.ts).
  */
 export function committedDocument(): { paths: Responses } {

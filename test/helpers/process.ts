@@ -114,7 +114,7 @@ export async function spawnService(
       ANTHROPIC_API_KEY: 'x',
       // The per-tenant rate limit is on by default; tests that check it set it themselves.
       RATE_LIMIT_PER_MIN: '0',
-      // Tests read keys by their unprefixed names; test/redis-prefix.test.ts covers REDIS_KEY_PREFIX.
+      // Tests read keys by their unprefixed names; test/store/redis-prefix.test.ts covers REDIS_KEY_PREFIX.
       REDIS_KEY_PREFIX: 'none',
       ...env,
     },

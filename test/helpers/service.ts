@@ -133,7 +133,7 @@ export async function startHarness(opts: HarnessOptions = {}): Promise<Harness> 
         ANTHROPIC_BASE_URL: fake.url,
         LOG_LEVEL: process.env['TEST_LOG_LEVEL'] ?? 'silent',
         LEASE_TTL_MS: '3000',
-        // Tests read keys by their unprefixed names; test/redis-prefix.test.ts covers REDIS_KEY_PREFIX.
+        // Tests read keys by their unprefixed names; test/store/redis-prefix.test.ts covers REDIS_KEY_PREFIX.
         REDIS_KEY_PREFIX: 'none',
         SHUTDOWN_GRACE_MS: '2000',
         UPSTREAM_MAX_RETRIES: '1',

@@ -1,0 +1,233 @@
+/**
+ * Sub-agents (spec §7.6): a writer session calls its `researcher` sub-agent; the child session runs with the call's
+ * prompt and its final text becomes the call's result. Cancel and delete reach the children; depth is bounded.
+ */
+import { after, before, describe, it } from 'node:test';
+import assert from 'node:assert/strict';
+import { Redis } from 'ioredis';
+import { startFakeAnthropic, type FakeAnthropic } from '../fake/server.js';
+import { writerResearcher } from '../helpers/agents.js';
+import { startHarness, type Api, type Harness } from '../helpers/service.js';
+import { startTestRedis, type TestRedis } from '../helpers/redis.js';
+import { until } from '../durability/chaos-lib.js';
+
+const researcher = (session: Record<string, unknown> = {}) => ({
+  type: 'agent',
+  name: 'researcher',
+  description: 'Researches a question and answers with findings.',
+  session: { system: 'You are a researcher.', ...session },
+});
+const lookup = {
+  name: 'lookup',
+  description: 'a client tool',
+  input_schema: { type: 'object', properties: {} },
+};
+
+const tokens = (u: Record<string, number>) =>
+  u['input_tokens']! +
+  u['output_tokens']! +
+  u['cache_creation_input_tokens']! +
+  u['cache_read_input_tokens']!;
+
+describe('sub-agents', { timeout: 120_000 }, () => {
+  let redis: TestRedis;
+  let fake: FakeAnthropic;
+  let h: Harness;
+  let r: Redis;
+  let a: Api;
+  /** From the first test: the usage of the writer's first turn, and its researcher's tokens. */
+  let firstTurn: Record<string, number>;
+  let childTokens = 0;
+
+  before(async () => {
+    [redis, fake] = await Promise.all([startTestRedis(), startFakeAnthropic({ strictAlternation: true })]);
+    fake.setHandler(writerResearcher);
+    h = await startHarness({
+      env: { API_KEYS: 'a:key-a,b:key-b', AGENT_SWEEP_MS: '50' },
+      redis,
+      fakeServer: fake,
+    });
+    a = h.api.as('key-a');
+    r = new Redis(redis.url);
+  });
+  after(async () => {
+    r.disconnect();
+    await h.close();
+    await fake.close();
+    await redis.stop();
+  });
+
+  it('a writer delegates to its researcher: the child runs, its final text is the result', async () => {
+    const res = await a.post('/v1/sessions', {
+      system: 'You are a writer.',
+      input: 'Write a short article on why the sky is blue.',
+      tools: [researcher()],
+    });
+    assert.equal(res.status, 201, JSON.stringify(res.body));
+    const parent = await a.waitFor(res.body.id, (s) => s.status === 'idle', 30_000);
+    assert.equal(parent.stop_reason, 'end_turn');
+    const history = (await a.get(`/v1/sessions/${parent.id}/messages`)).body.data;
+    const last = history.at(-1);
+    assert.match(
+      JSON.stringify(last.content),
+      /Article, from the research \(error: false\): Findings: Rayleigh/,
+    );
+    const children = (await a.get(`/v1/sessions/${parent.id}/children`)).body.data;
+    assert.equal(children.length, 1);
+    const child = children[0];
+    assert.equal(child.status, 'idle');
+    assert.equal(child.parent.session_id, parent.id);
+    const call = history.find((m: { role: string; content: unknown }) => m.role === 'assistant');
+    assert.equal(
+      child.parent.tool_use_id,
+      call.content.find((b: { type: string }) => b.type === 'tool_use').id,
+    );
+    const childHistory = (await a.get(`/v1/sessions/${child.id}/messages`)).body.data;
+    assert.match(JSON.stringify(childHistory[0].content), /Why is the sky blue\?/);
+    // The child's usage shows on the parent as `usage.children`, and counts in what is left of its budget.
+    const kids = parent.usage.children;
+    assert.ok(child.usage.total_tokens > 0);
+    assert.equal(kids.input_tokens, child.usage.input_tokens);
+    assert.equal(kids.output_tokens, child.usage.output_tokens);
+    assert.equal(kids.total_tokens, child.usage.total_tokens);
+    assert.equal(kids.total_tokens, tokens(kids));
+    assert.equal(kids.cost_usd, child.usage.cost_usd);
+    // The parent's own totals stay its own.
+    assert.equal(parent.usage.total_tokens, tokens(parent.usage));
+    firstTurn = (await a.get(`/v1/sessions/${parent.id}/iterations`)).body.data[0].usage;
+    childTokens = kids.total_tokens;
+    // Another tenant sees neither.
+    assert.equal((await h.api.as('key-b').get(`/v1/sessions/${parent.id}/children`)).status, 404);
+    // A browser's client token: `read` of the parent lists its children; another scope is refused; a token of the
+    // child does not reach the parent's list.
+    const mint = async (session: string, scopes: string[]) =>
+      (await a.post('/v1/client-tokens', { session_id: session, scopes })).body.token as string;
+    const reader = h.api.as(await mint(parent.id, ['read']));
+    const listed = await reader.get(`/v1/sessions/${parent.id}/children`);
+    assert.equal(listed.status, 200, JSON.stringify(listed.body));
+    assert.deepEqual(
+      listed.body.data.map((c: { id: string }) => c.id),
+      [child.id],
+    );
+    const sender = await h.api
+      .as(await mint(parent.id, ['message']))
+      .get(`/v1/sessions/${parent.id}/children`);
+    assert.equal(sender.status, 403);
+    assert.equal(sender.body.error.code, 'scope_denied');
+    const ofChild = h.api.as(await mint(child.id, ['read']));
+    assert.equal((await ofChild.get(`/v1/sessions/${parent.id}/children`)).status, 404);
+    assert.equal((await h.api.as('key-b').get(`/v1/sessions/${child.id}`)).status, 404);
+  });
+
+  it("the child's usage counts toward the parent's budget, once", async () => {
+    assert.ok(childTokens > 1, 'the first test ran');
+    // Room for the writer's first turn, not for it and its researcher's usage: without the child counted, the writer
+    // would go on to its article.
+    const budget = { total_tokens: tokens(firstTurn) + Math.ceil(childTokens / 2) };
+    const res = await a.post('/v1/sessions', {
+      system: 'You are a writer.',
+      input: 'Write a short article on why the sky is blue.',
+      tools: [researcher()],
+      budget,
+    });
+    assert.equal(res.status, 201, JSON.stringify(res.body));
+    const parent = await a.waitFor(res.body.id, (s) => s.status === 'idle', 30_000);
+    assert.equal(parent.stop_reason, 'budget_exhausted');
+    assert.equal(parent.iteration, 1);
+    assert.equal(parent.usage.children.total_tokens, childTokens);
+    assert.equal(parent.usage.budget_remaining_tokens, 0);
+    // The result went in once, and so did the usage: the counters match the one child.
+    const child = (await a.get(`/v1/sessions/${parent.id}/children`)).body.data[0];
+    assert.equal(parent.usage.children.total_tokens, child.usage.total_tokens);
+    const cont = await a.post(`/v1/sessions/${parent.id}/continue`, {});
+    assert.equal(cont.status, 409);
+    assert.equal(cont.body.error.code, 'budget_exhausted');
+  });
+
+  it('refuses sub-agents nested deeper than 3 levels, and a sub-agent session with a history', async () => {
+    const level = (inner: unknown[]) => researcher({ tools: inner });
+    const ok = await a.post('/v1/sessions', { input: 'x', start: false, tools: [level([level([])])] });
+    assert.equal(ok.status, 201, JSON.stringify(ok.body));
+    const deep = await a.post('/v1/sessions', {
+      input: 'x',
+      start: false,
+      tools: [level([level([level([])])])],
+    });
+    assert.equal(deep.status, 400);
+    assert.equal(deep.body.error.code, 'invalid_request');
+    assert.match(deep.body.error.message, /at most 3/);
+    const hist = await a.post('/v1/sessions', {
+      input: 'x',
+      start: false,
+      tools: [researcher({ input: 'hi' })],
+    });
+    assert.equal(hist.status, 400);
+  });
+
+  it('cancel and delete of the parent reach the child', async () => {
+    const waiting = researcher({ system: 'You are a researcher who waits.', tools: [lookup] });
+    const p = (await a.post('/v1/sessions', { system: 'You are a writer.', input: 'go', tools: [waiting] }))
+      .body;
+    const child = await until(
+      async () => (await a.get(`/v1/sessions/${p.id}/children`)).body.data[0],
+      20_000,
+      'the child',
+    );
+    await a.waitStatus(child.id, 'requires_action', 20_000);
+    const waitingParent = await a.waitStatus(p.id, 'requires_action');
+    assert.equal(waitingParent.required_action.tool_calls[0].name, 'researcher');
+    // The child's pending action surfaces on the parent (GET only), naming the child and the call it answers.
+    const childAction = (await a.get(`/v1/sessions/${child.id}`)).body.required_action;
+    assert.equal(childAction.tool_calls[0].name, 'lookup');
+    const surfaced = (await a.get(`/v1/sessions/${p.id}`)).body.required_action;
+    assert.deepEqual(surfaced.children_waiting, [
+      {
+        session_id: child.id,
+        tool_use_id: waitingParent.required_action.tool_calls[0].id,
+        required_action: childAction,
+      },
+    ]);
+    assert.equal((await a.post(`/v1/sessions/${p.id}/cancel`)).status < 300, true);
+    const cancelled = await a.waitFor(child.id, (s) => s.status === 'idle', 30_000);
+    assert.equal(cancelled.stop_reason, 'cancelled');
+
+    const p2 = (await a.post('/v1/sessions', { system: 'You are a writer.', input: 'go', tools: [waiting] }))
+      .body;
+    const child2 = await until(
+      async () => (await a.get(`/v1/sessions/${p2.id}/children`)).body.data[0],
+      20_000,
+      'the child',
+    );
+    assert.equal((await a.req('DELETE', `/v1/sessions/${p2.id}`)).status, 200);
+    await until(
+      async () => (await a.get(`/v1/sessions/${child2.id}`)).status === 404,
+      30_000,
+      'the child deleted',
+    );
+  });
+
+  it('a sub-agent added by PATCH works as one given at create', async () => {
+    const s = (await a.post('/v1/sessions', { system: 'You are a writer.', input: 'x', start: false })).body;
+    const bad = await a.req('PATCH', `/v1/sessions/${s.id}`, { tools: [researcher({ messages: [] })] });
+    assert.equal(bad.status, 400);
+    assert.equal((await a.req('PATCH', `/v1/sessions/${s.id}`, { tools: [researcher()] })).status, 200);
+    assert.ok(
+      (await a.post(`/v1/sessions/${s.id}/messages`, { content: 'Write about the sky.' })).status < 300,
+    );
+    await a.waitFor(s.id, (x) => x.status === 'idle' && x.iteration >= 2, 30_000);
+    const last = (await a.get(`/v1/sessions/${s.id}/messages`)).body.data.at(-1);
+    assert.match(JSON.stringify(last.content), /Findings: Rayleigh/);
+    assert.equal((await a.get(`/v1/sessions/${s.id}/children`)).body.data.length, 1);
+  });
+
+  it("a child that fails answers the parent's call with is_error", async () => {
+    const broken = researcher({ system: 'You are a broken researcher.' });
+    const s = (await a.post('/v1/sessions', { system: 'You are a writer.', input: 'go', tools: [broken] }))
+      .body;
+    await a.waitFor(s.id, (x) => x.status === 'idle', 30_000);
+    const child = (await a.get(`/v1/sessions/${s.id}/children`)).body.data[0];
+    assert.equal(child.status, 'failed');
+    const last = (await a.get(`/v1/sessions/${s.id}/messages`)).body.data.at(-1);
+    assert.match(JSON.stringify(last.content), /error: true\): Error: the sub-agent failed: /);
+  });
+});

@@ -1,0 +1,525 @@
+/**
+ * The AI SDK's chat routes (spec §7.3) driven by the `ai` package itself against the running service and its fake
+ * upstream: DefaultChatTransport (sendMessages, reconnectToStream; it checks every chunk against the package's own
+ * schema), readUIMessageStream, and the package's Chat on a plain state (test/helpers/chat.ts) for the
+ * addToolApprovalResponse / addToolOutput round trips. The history answers are checked with validateUIMessages.
+ */
+import { after, before, describe, test } from 'node:test';
+import assert from 'node:assert/strict';
+import {
+  lastAssistantMessageIsCompleteWithApprovalResponses,
+  lastAssistantMessageIsCompleteWithToolCalls,
+  uiMessageChunkSchema,
+  validateUIMessages,
+  type UIMessage,
+  type UIMessageChunk,
+} from 'ai';
+import { apiError, hang, reply, text, textBlock, thinking, toolCall } from '../fake/script.js';
+import { ChatTranslator, type UIChunk } from '../../src/chat/chunks.js';
+import { PlainChat, chatTransport, readAll } from '../helpers/chat.js';
+import { startHarness, type Harness } from '../helpers/service.js';
+
+const KEY = 'chat-key-1';
+const OTHER = 'chat-key-2';
+const params = { model: 'claude-test', max_tokens: 256 };
+const lookupOrder = {
+  name: 'lookup_order',
+  description: 'Find an order by its number and tell its delivery status.',
+  input_schema: { type: 'object', properties: { order_id: { type: 'string' } }, required: ['order_id'] },
+};
+
+const userMessage = (t: string, id = `u-${Math.random().toString(36).slice(2)}`): UIMessage => ({
+  id,
+  role: 'user',
+  parts: [{ type: 'text', text: t }],
+});
+
+const types = (chunks: UIMessageChunk[]) => chunks.map((c) => c.type);
+/** The chunk types with runs of one type collapsed (deltas come in as many pieces as the fake cut them). */
+const shape = (chunks: UIMessageChunk[]) => types(chunks).filter((t, i, all) => t !== all[i - 1]);
+const textOf = (m: UIMessage | undefined) =>
+  (m?.parts ?? []).flatMap((p) => (p.type === 'text' ? [p.text] : [])).join('');
+
+describe('chat routes: the AI SDK UI message stream', () => {
+  let h: Harness;
+  before(async () => {
+    h = await startHarness({ env: { API_KEYS: `acme:${KEY},other:${OTHER}` } });
+  });
+  after(() => h?.close());
+
+  const transport = () => chatTransport(h.service.url, KEY);
+  async function session(body: Record<string, unknown> = {}) {
+    const r = await h.api.post('/v1/sessions', { params, start: false, ...body });
+    assert.equal(r.status, 201, JSON.stringify(r.body));
+    return r.body.id as string;
+  }
+  const send = (chatId: string, messages: UIMessage[]) =>
+    transport().sendMessages({
+      chatId,
+      messages,
+      trigger: 'submit-message',
+      messageId: undefined,
+      abortSignal: undefined,
+    });
+  async function history(id: string) {
+    const r = await h.api.get(`/v1/chat/${id}/messages`);
+    assert.equal(r.status, 200, JSON.stringify(r.body));
+    return validateUIMessages<UIMessage>({ messages: r.body });
+  }
+
+  test('plain text and reasoning: one step, the parts in order, finish stop; the history says the same', async () => {
+    const id = await session();
+    h.fake.enqueue(reply([thinking('Let me think about it.'), textBlock('Hello from the fake model.')]));
+    const { chunks, message } = await readAll(await send(id, [userMessage('hi')]));
+    assert.deepEqual(shape(chunks), [
+      'start',
+      'start-step',
+      'reasoning-start',
+      'reasoning-delta',
+      'reasoning-end',
+      'text-start',
+      'text-delta',
+      'text-end',
+      'finish-step',
+      'finish',
+    ]);
+    const end = chunks.at(-1);
+    assert.equal(end?.type === 'finish' && end.finishReason, 'stop');
+    assert.deepEqual(
+      message?.parts.map((p) => p.type),
+      ['step-start', 'reasoning', 'text'],
+    );
+    assert.equal(textOf(message), 'Hello from the fake model.');
+    const msgs = await history(id);
+    assert.deepEqual(
+      msgs.map((m) => [m.role, m.parts.map((p) => p.type)]),
+      [
+        ['user', ['text']],
+        ['assistant', ['step-start', 'reasoning', 'text']],
+      ],
+    );
+    assert.equal(textOf(msgs[1]), 'Hello from the fake model.');
+    const again = await history(id);
+    assert.deepEqual(
+      again.map((m) => m.id),
+      msgs.map((m) => m.id),
+      'ids are stable',
+    );
+  });
+
+  test('the raw answer: SSE with the v1 header, every data line valid for the schema, then [DONE]', async () => {
+    const id = await session();
+    h.fake.enqueue(text('Raw stream.'));
+    const res = await fetch(`${h.service.url}/v1/chat`, {
+      method: 'POST',
+      headers: { authorization: `Bearer ${KEY}`, 'content-type': 'application/json' },
+      body: JSON.stringify({ id, messages: [userMessage('raw')], trigger: 'submit-message' }),
+    });
+    assert.equal(res.status, 200);
+    assert.equal(res.headers.get('x-vercel-ai-ui-message-stream'), 'v1');
+    assert.match(res.headers.get('content-type') ?? '', /^text\/event-stream/);
+    const body = await res.text();
+    const data = body
+      .split('\n')
+      .filter((l) => l.startsWith('data: '))
+      .map((l) => l.slice(6));
+    assert.equal(data.at(-1), '[DONE]');
+    const schema = uiMessageChunkSchema();
+    for (const d of data.slice(0, -1)) {
+      const checked = await schema.validate!(JSON.parse(d));
+      assert.ok(checked.success, `${d}: ${JSON.stringify(checked)}`);
+    }
+  });
+
+  test('a server tool (get_weather): its call and output in the first step, the answer in the second', async () => {
+    const id = await session({ tools: ['get_weather'] });
+    const { chunks, message } = await readAll(await send(id, [userMessage('What is the weather in Paris?')]));
+    assert.deepEqual(
+      types(chunks).filter((t) => t.startsWith('tool-') || t.endsWith('-step')),
+      [
+        'start-step',
+        'tool-input-start',
+        'tool-input-delta',
+        'tool-input-delta',
+        'tool-input-available',
+        'tool-output-available',
+        'finish-step',
+        'start-step',
+        'finish-step',
+      ],
+    );
+    const tool = message?.parts.find((p) => p.type === 'tool-get_weather');
+    assert.ok(tool && tool.type === 'tool-get_weather');
+    assert.equal(tool.state, 'output-available');
+    assert.deepEqual(tool.input, { location: 'Paris' });
+    assert.match(String(tool.output), /Simulated weather in Paris/);
+    assert.match(textOf(message), /The weather in Paris is/);
+    const msgs = await history(id);
+    assert.equal(msgs.length, 2, 'one assistant message for the whole run');
+    const past = msgs[1]!.parts.find((p) => p.type === 'tool-get_weather');
+    assert.equal(past && 'state' in past && past.state, 'output-available');
+    assert.equal(msgs[1]!.parts.filter((p) => p.type === 'step-start').length, 2);
+  });
+
+  test('an approval round trip with Chat: approval-requested, addToolApprovalResponse, the run goes on', async () => {
+    const id = await session({ tools: ['get_weather'], approval: 'always' });
+    const chat = new PlainChat({
+      id,
+      transport: transport(),
+      sendAutomaticallyWhen: lastAssistantMessageIsCompleteWithApprovalResponses,
+    });
+    await chat.sendMessage({ text: 'What is the weather in Paris?' });
+    const asked = chat.messages.at(-1)!;
+    const part = asked.parts.find((p) => p.type === 'tool-get_weather');
+    assert.ok(part && part.type === 'tool-get_weather');
+    assert.equal(part.state, 'approval-requested');
+    assert.equal((await h.api.get(`/v1/sessions/${id}`)).body.status, 'requires_action');
+    // The history shows the same pending approval (a page reloaded at this point).
+    const pending = (await history(id))[1]!.parts.find((p) => p.type === 'tool-get_weather');
+    assert.equal(pending && 'state' in pending && pending.state, 'approval-requested');
+
+    const finished = chat.nextFinish();
+    await chat.addToolApprovalResponse({ id: part.approval!.id, approved: true });
+    assert.match(textOf(await finished), /The weather in Paris is/);
+    const done = chat.messages.at(-1)!;
+    assert.equal(chat.messages.length, 2, 'the answer continues the same assistant message');
+    const ran = done.parts.find((p) => p.type === 'tool-get_weather');
+    assert.equal(ran && 'state' in ran && ran.state, 'output-available');
+    const s = (await h.api.get(`/v1/sessions/${id}`)).body;
+    assert.equal(s.status, 'idle');
+    const events = (await h.api.get(`/v1/sessions/${id}/events?limit=1000`)).body.data;
+    const decided = events.filter((e: { type: string }) => e.type === 'tool_call.decided');
+    assert.deepEqual(
+      decided.map((e: { data: { decision: string } }) => e.data.decision),
+      ['approve'],
+    );
+  });
+
+  test('a user message while the session waits for an approval: queued, and the stream says what it waits for', async () => {
+    const id = await session({ tools: ['get_weather'], approval: 'always' });
+    const first = await readAll(await send(id, [userMessage('What is the weather in Paris?')]));
+    const asked = first.chunks.find((c) => c.type === 'tool-approval-request');
+    assert.ok(asked);
+    const { chunks } = await readAll(await send(id, [userMessage('And in Tokyo?')]));
+    assert.deepEqual(types(chunks), ['start', 'tool-input-available', 'tool-approval-request', 'finish']);
+    const s = (await h.api.get(`/v1/sessions/${id}`)).body;
+    assert.equal(s.status, 'requires_action');
+    const events = (await h.api.get(`/v1/sessions/${id}/events?limit=1000`)).body.data;
+    assert.ok(events.some((e: { type: string }) => e.type === 'message.queued'));
+  });
+
+  test('a denial through Chat: the call is denied with its reason, the model answers without it', async () => {
+    const id = await session({ tools: ['get_weather'], approval: 'always' });
+    const chat = new PlainChat({
+      id,
+      transport: transport(),
+      sendAutomaticallyWhen: lastAssistantMessageIsCompleteWithApprovalResponses,
+    });
+    await chat.sendMessage({ text: 'What is the weather in Paris?' });
+    const part = chat.messages.at(-1)!.parts.find((p) => p.type === 'tool-get_weather');
+    assert.ok(part && part.type === 'tool-get_weather' && part.approval);
+    const finished = chat.nextFinish();
+    await chat.addToolApprovalResponse({ id: part.approval.id, approved: false, reason: 'not now' });
+    await finished;
+    assert.equal((await h.api.get(`/v1/sessions/${id}`)).body.status, 'idle');
+    const denied = chat.messages.at(-1)!.parts.find((p) => p.type === 'tool-get_weather');
+    assert.equal(denied && 'state' in denied && denied.state, 'output-denied');
+    const msgs = (await h.api.get(`/v1/sessions/${id}/messages`)).body.data;
+    const result = msgs[2].content.find((b: { type: string }) => b.type === 'tool_result');
+    assert.equal(result.is_error, true);
+    assert.match(JSON.stringify(result.content), /not now/);
+  });
+
+  test('a client tool output with Chat: input-available, addToolOutput, the result reaches the model', async () => {
+    const id = await session({ tools: [lookupOrder] });
+    const calls: string[] = [];
+    const chat: PlainChat = new PlainChat({
+      id,
+      transport: transport(),
+      sendAutomaticallyWhen: lastAssistantMessageIsCompleteWithToolCalls,
+      onToolCall: ({ toolCall }) => {
+        calls.push(toolCall.toolName);
+        void chat.addToolOutput({
+          tool: 'lookup_order',
+          toolCallId: toolCall.toolCallId,
+          output: { status: 'shipped', order_id: '4711' },
+        });
+      },
+    });
+    // The call's response, then the one that sends the output onToolCall added (by itself).
+    const both = chat.nextFinish(2);
+    await chat.sendMessage({ text: 'Where is my order 4711?' });
+    await both;
+    const s = (await h.api.get(`/v1/sessions/${id}`)).body;
+    assert.equal(s.status, 'idle');
+    assert.equal(s.iteration, 2);
+    assert.deepEqual(calls, ['lookup_order'], 'onToolCall once');
+    const msgs = (await h.api.get(`/v1/sessions/${id}/messages`)).body.data;
+    const result = msgs[2].content.find((b: { type: string }) => b.type === 'tool_result');
+    assert.deepEqual(JSON.parse(result.content), { status: 'shipped', order_id: '4711' });
+    const ui = await history(id);
+    const part = ui[1]!.parts.find((p) => p.type === 'tool-lookup_order');
+    assert.equal(part && 'state' in part && part.state, 'output-available');
+  });
+
+  test('resume mid-stream: reconnectToStream replays the run from its start to its end; 204 once idle', async () => {
+    const id = await session();
+    const long = Array.from({ length: 30 }, (_, i) => `word${i}`).join(' ');
+    h.fake.enqueue(text(long, { eventDelayMs: 40 }));
+    const abort = new AbortController();
+    const first = await transport().sendMessages({
+      chatId: id,
+      messages: [userMessage('tell me a long story')],
+      trigger: 'submit-message',
+      messageId: undefined,
+      abortSignal: abort.signal,
+    });
+    const reader = first.getReader();
+    for (;;) {
+      const { value, done } = await reader.read();
+      assert.ok(!done, 'the stream ended before its first text-delta');
+      if (value.type === 'text-delta') break;
+    }
+    abort.abort();
+    await reader.cancel().catch(() => {});
+    const resumed = await transport().reconnectToStream({ chatId: id });
+    assert.ok(resumed, 'a run is active');
+    const { chunks, message } = await readAll(resumed);
+    assert.equal(chunks[0]?.type, 'start');
+    assert.equal(chunks.filter((c) => c.type === 'start-step').length, 1);
+    assert.equal(chunks.at(-1)?.type, 'finish');
+    assert.equal(textOf(message), long, 'the whole text, from the start of the run');
+    await h.api.waitStatus(id, 'idle');
+    assert.equal(await transport().reconnectToStream({ chatId: id }), null, '204: no run');
+  });
+
+  test('resume after an approval: the replay holds the whole assistant message, the pause included', async () => {
+    const id = await session({ tools: ['get_weather'], approval: 'always' });
+    const long = Array.from({ length: 30 }, (_, i) => `sunny${i}`).join(' ');
+    h.fake.enqueue(toolCall('get_weather', { location: 'Paris' }), text(long, { eventDelayMs: 40 }));
+    const user = userMessage('What is the weather in Paris?');
+    const asked = await readAll(await send(id, [user]));
+    const call = asked.message!.parts.find((p) => p.type === 'tool-get_weather');
+    assert.ok(call && call.type === 'tool-get_weather' && call.state === 'approval-requested');
+    // What addToolApprovalResponse leaves in the message, sent as useChat sends it.
+    const answered: UIMessage = {
+      ...asked.message!,
+      parts: asked.message!.parts.map((p) =>
+        p === call
+          ? { ...call, state: 'approval-responded', approval: { id: call.approval.id, approved: true } }
+          : p,
+      ),
+    };
+    const abort = new AbortController();
+    const going = await transport().sendMessages({
+      chatId: id,
+      messages: [user, answered],
+      trigger: 'submit-message',
+      messageId: undefined,
+      abortSignal: abort.signal,
+    });
+    const reader = going.getReader();
+    for (;;) {
+      const { value, done } = await reader.read();
+      assert.ok(!done, 'the stream ended before its first text-delta');
+      if (value.type === 'text-delta') break;
+    }
+    abort.abort();
+    await reader.cancel().catch(() => {});
+    const resumed = await transport().reconnectToStream({ chatId: id });
+    assert.ok(resumed);
+    const { chunks, message } = await readAll(resumed);
+    assert.equal(chunks.filter((c) => c.type === 'start').length, 1);
+    assert.equal(chunks.filter((c) => c.type === 'finish').length, 1, 'the pause does not end the replay');
+    assert.ok(types(chunks).includes('tool-approval-request'));
+    const ran = message?.parts.find((p) => p.type === 'tool-get_weather');
+    assert.equal(ran && 'state' in ran && ran.state, 'output-available');
+    assert.equal(message?.parts.filter((p) => p.type === 'step-start').length, 2);
+    assert.equal(textOf(message), long);
+  });
+
+  test('a dropped turn (interrupt): reset-step and data-turn-dropped, its partial text gone', async () => {
+    const id = await session();
+    h.fake.enqueue(
+      text('This partial answer will be dropped.', { hangAfterEvents: 4 }),
+      text('The new answer.'),
+    );
+    const stream = await send(id, [userMessage('first question')]);
+    const [a, b] = stream.tee();
+    const read = readAll(b);
+    const reader = a.getReader();
+    for (;;) {
+      const { value, done } = await reader.read();
+      assert.ok(!done, 'the stream ended before its first text-delta');
+      if (value.type === 'text-delta') break;
+    }
+    void (async () => {
+      while (!(await reader.read()).done);
+    })();
+    const r = await h.api.post(`/v1/sessions/${id}/messages`, { text: 'second question', interrupt: true });
+    assert.equal(r.status, 202, JSON.stringify(r.body));
+    const { chunks, message } = await read;
+    const at = types(chunks).indexOf('reset-step');
+    assert.ok(at > 0, types(chunks).join(','));
+    const marker = chunks[at + 1];
+    assert.ok(marker && marker.type === 'data-turn-dropped');
+    assert.deepEqual(marker.data, { iteration: 1, reason: 'interrupt' });
+    assert.equal(textOf(message), 'The new answer.');
+    assert.equal(message?.parts.filter((p) => p.type === 'step-start').length, 1);
+  });
+
+  test('refusals: bad bodies 400, unknown or foreign sessions 404, no key 401, regenerate 400', async () => {
+    const id = await session();
+    const post = (body: unknown, key = KEY) =>
+      h.api.as(key).post('/v1/chat', body, { 'content-type': 'application/json' });
+    const cases: Array<[unknown, number, string]> = [
+      [{ id, messages: [] }, 400, 'invalid_request'],
+      [{ id: 'nope', messages: [userMessage('x')] }, 400, 'invalid_request'],
+      [{ id, messages: [{ id: 'x', role: 'user', parts: 'no' }] }, 400, 'invalid_request'],
+      [{ id, messages: Array.from({ length: 1001 }, () => userMessage('x')) }, 400, 'invalid_request'],
+      [
+        { id, messages: [{ id: 'x', role: 'user', parts: [{ type: 'text', text: '' }] }] },
+        400,
+        'invalid_request',
+      ],
+      [{ id, messages: [userMessage('x')], trigger: 'regenerate-message' }, 400, 'invalid_request'],
+      [
+        { id, messages: [{ id: 'a', role: 'assistant', parts: [{ type: 'text', text: 'hi' }] }] },
+        400,
+        'invalid_request',
+      ],
+      [{ id: 'ses_doesnotexist000', messages: [userMessage('x')] }, 404, 'session_not_found'],
+    ];
+    for (const [body, status, code] of cases) {
+      const r = await post(body);
+      assert.equal(r.status, status, `${JSON.stringify(body).slice(0, 200)} → ${JSON.stringify(r.body)}`);
+      assert.equal(r.body.error.code, code);
+    }
+    const foreign = await post({ id, messages: [userMessage('x')] }, OTHER);
+    assert.equal(foreign.status, 404);
+    assert.equal(foreign.body.error.code, 'session_not_found');
+    for (const path of [`/v1/chat/${id}/stream`, `/v1/chat/${id}/messages`]) {
+      assert.equal((await h.api.as(OTHER).get(path)).status, 404, path);
+      assert.equal((await h.api.get(path.replace(id, 'not-a-session'))).status, 400, path);
+      assert.equal((await fetch(h.service.url + path)).status, 401, path);
+    }
+    assert.equal((await h.api.get(`/v1/chat/${id}/stream`)).status, 204);
+    const big = await post({ id, messages: [userMessage('x'.repeat(1_100_000))] });
+    assert.equal(big.status, 413);
+  });
+
+  test('the OpenAPI document declares the chat routes with their statuses', async () => {
+    const doc = (await h.api.get('/docs/json')).body;
+    assert.deepEqual(Object.keys(doc.paths['/v1/chat'].post.responses).sort(), [
+      '200',
+      '400',
+      '401',
+      '403',
+      '404',
+      '409',
+      '412',
+      '413',
+      '415',
+      '422',
+      '429',
+      '500',
+      '503',
+    ]);
+    assert.ok(doc.paths['/v1/chat/{id}/stream'].get.responses['204']);
+    assert.ok(doc.paths['/v1/chat/{id}/messages'].get.responses['200']);
+  });
+
+  test('a session with "stream": false: each turn rendered from its turn.completed message', async () => {
+    const id = await session({ stream: false, tools: ['get_weather'] });
+    const { chunks, message } = await readAll(await send(id, [userMessage('What is the weather in Paris?')]));
+    assert.ok(types(chunks).includes('text-delta'));
+    assert.equal(message?.parts.filter((p) => p.type === 'step-start').length, 2);
+    const tool = message?.parts.find((p) => p.type === 'tool-get_weather');
+    assert.equal(tool && 'state' in tool && tool.state, 'output-available');
+    assert.match(textOf(message), /Let me check the weather in Paris\.The weather in Paris is/);
+  });
+
+  test('a failed run: an error chunk with the code, then finish (error)', async () => {
+    const id = await session();
+    h.fake.enqueue(apiError(400, 'invalid_request_error', { message: 'prompt is too long' }));
+    const { chunks } = await readAll(await send(id, [userMessage('fail please')]));
+    assert.deepEqual(types(chunks), ['start', 'start-step', 'error', 'finish-step', 'finish']);
+    const [err, , end] = chunks.slice(-3);
+    assert.ok(err && err.type === 'error');
+    assert.match(err.errorText, /^upstream_\w+: /);
+    assert.ok(end && end.type === 'finish');
+    assert.equal(end.finishReason, 'error');
+    assert.equal((await h.api.get(`/v1/sessions/${id}`)).body.status, 'failed');
+  });
+
+  test('a hung upstream: the chat stream stays open and ends when the run is cancelled', async () => {
+    const id = await session();
+    h.fake.enqueue(hang());
+    const stream = await send(id, [userMessage('hang')]);
+    await h.api.waitFor(id, (s) => s.status === 'running');
+    const read = readAll(stream);
+    const r = await h.api.post(`/v1/sessions/${id}/cancel`);
+    assert.equal(r.status < 300, true, JSON.stringify(r.body));
+    const { chunks } = await read;
+    const end = chunks.at(-1);
+    assert.ok(end && end.type === 'finish');
+    assert.equal(end.finishReason, 'interrupted');
+  });
+});
+
+describe('chat translator: a turn started again after a crash', () => {
+  test('the partial turn is reset (reset-step, data-turn-dropped), the retried turn streams in the same step', async () => {
+    const t = new ChatTranslator(undefined);
+    const ev = (type: string, data: unknown) => t.event(type, data);
+    const delta = (text: string) => ({
+      iteration: 1,
+      event: { type: 'content_block_delta', index: 0, delta: { type: 'text_delta', text } },
+    });
+    const blockStart = {
+      iteration: 1,
+      event: { type: 'content_block_start', index: 0, content_block: { type: 'text', text: '' } },
+    };
+    const chunks: UIChunk[] = [
+      ...t.start(),
+      ...ev('session.status', { status: 'running' }),
+      ...ev('turn.started', { iteration: 1 }),
+      ...ev('stream.event', blockStart),
+      ...ev('stream.event', delta('half an ans')),
+      // The replica died here; another took the run over and sends the turn again.
+      ...ev('turn.started', { iteration: 1 }),
+      ...ev('stream.event', blockStart),
+      ...ev('stream.event', delta('The whole answer.')),
+      ...ev('stream.event', { iteration: 1, event: { type: 'content_block_stop', index: 0 } }),
+      ...ev('turn.completed', {
+        iteration: 1,
+        message: { content: [{ type: 'text', text: 'The whole answer.' }] },
+      }),
+      ...ev('session.status', { status: 'idle', stop_reason: 'end_turn' }),
+    ];
+    assert.deepEqual(types(chunks as UIMessageChunk[]), [
+      'start',
+      'start-step',
+      'text-start',
+      'text-delta',
+      'reset-step',
+      'data-turn-dropped',
+      'text-start',
+      'text-delta',
+      'text-end',
+      'finish-step',
+      'finish',
+    ]);
+    assert.equal(t.done, true);
+    const stream = new ReadableStream<UIMessageChunk>({
+      start(c) {
+        for (const chunk of chunks) c.enqueue(chunk as UIMessageChunk);
+        c.close();
+      },
+    });
+    const { message } = await readAll(stream);
+    assert.deepEqual(
+      message?.parts.map((p) => (p.type === 'text' ? p.text : p.type)),
+      ['step-start', 'The whole answer.'],
+    );
+  });
+});

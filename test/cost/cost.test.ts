@@ -1,0 +1,300 @@
+import { after, before, beforeEach, describe, it } from 'node:test';
+import assert from 'node:assert/strict';
+import { startHarness, type Harness } from '../helpers/service.js';
+import { reply, text, toolCall } from '../fake/script.js';
+import { PriceTable, modelPricesSchema } from '../../src/cost/prices.js';
+import { loadConfig, ConfigError } from '../../src/config.js';
+
+const today = () => new Date().toISOString().slice(0, 10);
+
+describe('cost: the price table', () => {
+  it('resolves model ids to families, newer generations unknown, and MODEL_PRICES over the list', () => {
+    const t = new PriceTable();
+    assert.equal(t.family('claude-sonnet-5-5-20260901'), 'claude-sonnet-5-5');
+    assert.equal(t.family('claude-opus-4-1'), 'claude-opus-4-1');
+    assert.equal(t.family('claude-opus-4-20250514'), 'claude-opus-4');
+    assert.equal(t.family('us.anthropic.claude-haiku-4-5-20251001-v1:0'), 'claude-haiku-4-5');
+    assert.equal(t.family('claude-sonnet-4-5@20250929'), 'claude-sonnet-4-5');
+    assert.equal(t.family('claude-opus-4-9'), null, 'not priced as claude-opus-4');
+    assert.equal(t.price('claude-fake-1'), null);
+    const o = new PriceTable({
+      'claude-fake': { input: 1, output: 2 },
+      'claude-opus-4-5': { input: 7, output: 9 },
+    });
+    assert.deepEqual(o.price('claude-fake-20260101'), {
+      input: 1,
+      output: 2,
+      cache_write_5m: 1.25,
+      cache_write_1h: 2,
+      cache_read: 0.1,
+      server_tools: { web_search_requests: 0.01, web_fetch_requests: 0 },
+    });
+    assert.equal(o.price('claude-opus-4-5')?.output, 9);
+  });
+
+  it('MODEL_PRICES is validated at boot', () => {
+    const base = { HOST: '127.0.0.1' };
+    assert.throws(() => loadConfig({ ...base, MODEL_PRICES: '{nope' }), ConfigError);
+    assert.throws(
+      () => loadConfig({ ...base, MODEL_PRICES: '{"claude-x": {"input": -1, "output": 2}}' }),
+      /MODEL_PRICES/,
+    );
+    assert.throws(() => loadConfig({ ...base, MODEL_PRICES: '{"claude-x": {"input": 1}}' }), /MODEL_PRICES/);
+    const ok = loadConfig({ ...base, MODEL_PRICES: '{"claude-x": {"input": 1, "output": 2}}' });
+    assert.deepEqual(ok.MODEL_PRICES, { 'claude-x': { input: 1, output: 2 } });
+    assert.equal(modelPricesSchema.safeParse({ 'Bad Name': { input: 1, output: 1 } }).success, false);
+  });
+});
+
+describe('cost: usage.cost_usd of sessions, iterations and turn.completed', () => {
+  let h: Harness;
+  before(async () => {
+    h = await startHarness();
+  });
+  after(async () => h.close());
+  beforeEach(() => h.fake.reset());
+
+  it('a scripted run with cache writes (5 min and 1 h), cache reads and web searches costs the hand-computed figure', async () => {
+    // claude-sonnet-5-5: $2 in, $10 out, $2.50 5-min writes, $4 1-h writes, $0.20 reads per MTok; $10 / 1,000 searches.
+    h.fake.enqueue(
+      toolCall(
+        'calculate_sum',
+        { a: 1, b: 2 },
+        {
+          usage: {
+            input_tokens: 1000,
+            output_tokens: 200,
+            cache_creation_input_tokens: 2000,
+            cache_creation: { ephemeral_5m_input_tokens: 1500, ephemeral_1h_input_tokens: 500 },
+            cache_read_input_tokens: 0,
+          },
+        },
+      ),
+      text('It is 3.', {
+        usage: {
+          input_tokens: 500,
+          output_tokens: 100,
+          cache_creation_input_tokens: 0,
+          cache_read_input_tokens: 3000,
+          server_tool_use: { web_search_requests: 2, web_fetch_requests: 1 },
+        },
+      }),
+    );
+    const r = await h.api.post('/v1/sessions', {
+      model: 'claude-sonnet-5-5-20260901',
+      tools: ['calculate_sum'],
+      input: 'Add 1 and 2',
+    });
+    assert.equal(r.status, 201, JSON.stringify(r.body));
+    assert.equal(r.body.usage.cost_usd, 0);
+    const done = await h.api.waitStatus(r.body.id, ['idle', 'failed']);
+    assert.equal(done.stop_reason, 'end_turn');
+    // Turn 1: 1000×2 + 200×10 + 1500×2.5 + 500×4 = 9,750 µ$. Turn 2: 500×2 + 100×10 + 3000×0.2 + 2×10,000 = 22,600 µ$.
+    const turn1 = 0.00975;
+    const turn2 = 0.0226;
+    assert.equal(done.usage.cost_usd, 0.03235);
+    assert.equal(Math.round(done.usage.cost_usd * 100), 3, 'to the cent: $0.03');
+    assert.deepEqual(done.usage.server_tool_use, { web_search_requests: 2, web_fetch_requests: 1 });
+    assert.equal(done.usage.cache_read_input_tokens, 3000);
+
+    const iters = (await h.api.get(`/v1/sessions/${r.body.id}/iterations`)).body.data;
+    assert.deepEqual(
+      iters.map((i: any) => i.usage.cost_usd),
+      [turn1, turn2],
+    );
+    // Each record has its turn's server tool requests; the session's totals add them up.
+    assert.deepEqual(
+      iters.map((i: any) => i.usage.server_tool_use),
+      [{}, { web_search_requests: 2, web_fetch_requests: 1 }],
+    );
+    const events = (await h.api.get(`/v1/sessions/${r.body.id}/events?limit=1000`)).body.data;
+    const completed = events.filter((e: any) => e.type === 'turn.completed');
+    assert.deepEqual(
+      completed.map((e: any) => e.data.usage.cost_usd),
+      [turn1, turn2],
+    );
+    assert.equal(completed[1].data.usage.server_tool_use.web_search_requests, 2);
+
+    // The tenant's day counts the same, once.
+    const u = await h.api.get(`/v1/usage?from=${today()}&to=${today()}`);
+    assert.equal(u.status, 200, JSON.stringify(u.body));
+    assert.equal(u.body.data.length, 1);
+    assert.equal(u.body.data[0].cost_usd, 0.03235);
+    assert.equal(u.body.data[0].input_tokens, 1500);
+    assert.equal(u.body.data[0].cache_creation_input_tokens, 2000);
+    assert.equal(u.body.data[0].cache_read_input_tokens, 3000);
+
+    const metrics = await (await fetch(`${h.service.url}/metrics`)).text();
+    assert.match(metrics, /trs_cost_usd_total\{model_family="claude-sonnet-5-5"\} 0\.03235/);
+    assert.match(metrics, /trs_tokens_total\{model_family="claude-sonnet-5-5",kind="cache_read"\} 3000/);
+    assert.doesNotMatch(metrics, /trs_cost_usd_total\{[^}]*tenant=/);
+  });
+
+  it('a compaction turn is counted too', async () => {
+    h.fake.enqueue(text('Hello.', { usage: { input_tokens: 1000, output_tokens: 100 } }));
+    const r = await h.api.post('/v1/sessions', { input: 'Hi' });
+    await h.api.waitStatus(r.body.id, 'idle');
+    // claude-sonnet-5-5: 1000×2 + 100×10 = 3,000 µ$; the compaction 2000×2 + 300×10 = 7,000 µ$.
+    h.fake.enqueue(
+      reply([{ type: 'compaction', content: 'They said hi.' }], {
+        usage: { input_tokens: 2000, output_tokens: 300 },
+      }),
+    );
+    const c = await h.api.post(`/v1/sessions/${r.body.id}/compact`);
+    assert.equal(c.status, 202, JSON.stringify(c.body));
+    const done = await h.api.waitFor(r.body.id, (s) => s.status === 'idle' && !s.compaction_pending);
+    const iters = (await h.api.get(`/v1/sessions/${r.body.id}/iterations`)).body.data;
+    assert.equal(iters.at(-1).kind, 'compaction');
+    assert.equal(iters.at(-1).usage.cost_usd, 0.007);
+    assert.equal(done.usage.cost_usd, 0.01);
+  });
+
+  it('a model without a price: cost_usd null, and a dollar budget is refused with 400 unknown_model_price', async () => {
+    h.fake.enqueue(text('Hi.', { usage: { input_tokens: 10, output_tokens: 5 } }));
+    const r = await h.api.post('/v1/sessions', { model: 'claude-fake-1', input: 'Hello' });
+    assert.equal(r.status, 201);
+    const done = await h.api.waitStatus(r.body.id, ['idle', 'failed']);
+    assert.equal(done.usage.cost_usd, null);
+    assert.equal(done.usage.total_tokens, 15);
+    const iters = (await h.api.get(`/v1/sessions/${r.body.id}/iterations`)).body.data;
+    assert.equal(iters[0].usage.cost_usd, null);
+
+    const b = await h.api.post('/v1/sessions', {
+      model: 'claude-fake-1',
+      input: 'Hi',
+      budget: { cost_usd: 1 },
+    });
+    assert.equal(b.status, 400);
+    assert.equal(b.body.error.code, 'unknown_model_price');
+    const p = await h.api.req('PATCH', `/v1/sessions/${r.body.id}`, { budget: { cost_usd: 1 } });
+    assert.equal(p.status, 400);
+    assert.equal(p.body.error.code, 'unknown_model_price');
+  });
+
+  it('budget.cost_usd stops the run once the dollars are spent', async () => {
+    // $0.015 a turn on claude-sonnet-5-5 (1000×2 + 1300×10 µ$).
+    const spend = { input_tokens: 1000, output_tokens: 1300 };
+    h.fake.enqueue(
+      toolCall('calculate_sum', { a: 1, b: 1 }, { usage: spend }),
+      toolCall('calculate_sum', { a: 2, b: 2 }, { usage: spend }),
+      toolCall('calculate_sum', { a: 3, b: 3 }, { usage: spend }),
+    );
+    const r = await h.api.post('/v1/sessions', {
+      model: 'claude-sonnet-5-5',
+      tools: ['calculate_sum'],
+      input: 'Add',
+      budget: { cost_usd: 0.02 },
+    });
+    assert.equal(r.status, 201, JSON.stringify(r.body));
+    const done = await h.api.waitStatus(r.body.id, ['idle', 'failed']);
+    assert.equal(done.stop_reason, 'budget_exhausted');
+    assert.equal(h.fake.requests.length, 2);
+    assert.equal(done.usage.cost_usd, 0.03);
+    assert.equal(done.usage.budget_remaining_cost_usd, 0);
+    const m = await h.api.post(`/v1/sessions/${r.body.id}/messages`, { text: 'More' });
+    assert.equal(m.status, 409);
+    assert.equal(m.body.error.code, 'budget_exhausted');
+  });
+
+  it('GET /v1/usage: bounded, validated ranges', async () => {
+    for (const q of [
+      'from=2026-02-30',
+      'to=yesterday',
+      'from=2026-05-02&to=2026-05-01',
+      'from=2024-01-01&to=2026-01-01',
+      'x=1',
+    ]) {
+      const r = await h.api.get(`/v1/usage?${q}`);
+      assert.equal(r.status, 400, q);
+      assert.equal(r.body.error.code, 'invalid_request', q);
+    }
+    const r = await h.api.get('/v1/usage?from=2026-01-01&to=2026-01-03');
+    assert.equal(r.status, 200);
+    assert.deepEqual(
+      r.body.data.map((d: any) => [d.date, d.cost_usd]),
+      [
+        ['2026-01-01', 0],
+        ['2026-01-02', 0],
+        ['2026-01-03', 0],
+      ],
+    );
+  });
+});
+
+describe('cost: TENANT_MAX_COST_USD_PER_DAY', () => {
+  let h: Harness;
+  const capEnv = {
+    API_KEYS: 'a:key-a,b:key-b',
+    TENANT_MAX_COST_USD_PER_DAY: '0.02',
+    METRICS_TENANT_LABEL: 'true',
+  };
+  const spend = { input_tokens: 1000, output_tokens: 1300 }; // $0.015 on claude-sonnet-5-5
+  before(async () => {
+    h = await startHarness({ env: capEnv });
+  });
+  after(async () => h.close());
+
+  it('a tenant over its daily cap is stopped before the next request, refused new runs; another tenant is not', async () => {
+    const a = h.api.as('key-a');
+    const b = h.api.as('key-b');
+    h.fake.enqueue(
+      toolCall('calculate_sum', { a: 1, b: 1 }, { usage: spend }),
+      toolCall('calculate_sum', { a: 2, b: 2 }, { usage: spend }),
+      toolCall('calculate_sum', { a: 3, b: 3 }, { usage: spend }),
+    );
+    const s = await a.post('/v1/sessions', {
+      model: 'claude-sonnet-5-5',
+      tools: ['calculate_sum'],
+      input: 'Add',
+    });
+    assert.equal(s.status, 201, JSON.stringify(s.body));
+    const done = await a.waitStatus(s.body.id, ['idle', 'failed']);
+    assert.equal(done.stop_reason, 'tenant_budget_exhausted');
+    // $0.015 after turn 1 (under $0.02): turn 2 sent; $0.03 after it: no third request.
+    assert.equal(h.fake.requests.length, 2);
+    const msgs = (await a.get(`/v1/sessions/${s.body.id}/messages`)).body.data;
+    assert.equal(msgs.at(-1).content[0].type, 'tool_result', "stopped after the turn's tool results");
+
+    const m = await a.post(`/v1/sessions/${s.body.id}/messages`, { text: 'More' });
+    assert.equal(m.status, 429);
+    assert.equal(m.body.error.code, 'quota_exceeded');
+    assert.equal(m.body.error.details.quota, 'cost_usd_per_day');
+    const c = await a.post('/v1/sessions', { model: 'claude-sonnet-5-5', input: 'Hi' });
+    assert.equal(c.status, 429);
+    assert.equal(c.body.error.details.quota, 'cost_usd_per_day');
+    const cont = await a.post(`/v1/sessions/${s.body.id}/continue`);
+    assert.equal(cont.status, 429);
+    // Another replica on the same Redis counts the same day.
+    const replica2 = await startHarness({ redis: h.redis, fakeServer: h.fake, env: capEnv });
+    try {
+      const again = await replica2.api
+        .as('key-a')
+        .post('/v1/sessions', { model: 'claude-sonnet-5-5', input: 'Hi' });
+      assert.equal(again.status, 429);
+      assert.equal(again.body.error.details.quota, 'cost_usd_per_day');
+    } finally {
+      await replica2.close();
+    }
+
+    // Another tenant's day is its own.
+    h.fake.reset();
+    h.fake.enqueue(text('Fine.', { usage: spend }));
+    const other = await b.post('/v1/sessions', { model: 'claude-sonnet-5-5', input: 'Hi' });
+    assert.equal(other.status, 201, JSON.stringify(other.body));
+    const ok = await b.waitStatus(other.body.id, ['idle', 'failed']);
+    assert.equal(ok.stop_reason, 'end_turn');
+    assert.equal(h.fake.requests.length, 1);
+
+    // With a cap, a model without a price cannot run.
+    const u = await b.post('/v1/sessions', { model: 'claude-fake-1', input: 'Hi' });
+    assert.equal(u.status, 400);
+    assert.equal(u.body.error.code, 'unknown_model_price');
+
+    const usageA = (await a.get('/v1/usage')).body;
+    assert.equal(usageA.cost_usd, 0.03);
+    const usageB = (await b.get('/v1/usage')).body;
+    assert.equal(usageB.cost_usd, 0.015);
+    const metrics = await (await fetch(`${h.service.url}/metrics`)).text();
+    assert.match(metrics, /trs_cost_usd_total\{model_family="claude-sonnet-5-5",tenant="a"\} 0\.03/);
+  });
+});

@@ -1,0 +1,391 @@
+/**
+ * Crash recovery: a service process SIGKILLed mid-turn or mid-tool; another process (or the same one, restarted)
+ * resumes the session from its last persisted iteration within the lease TTL plus a few seconds.
+ */
+import { after, before, describe, it } from 'node:test';
+import assert from 'node:assert/strict';
+import { mkdtemp, readFile, writeFile } from 'node:fs/promises';
+import os from 'node:os';
+import path from 'node:path';
+import type { Redis } from 'ioredis';
+import { text, toolCall } from '../fake/script.js';
+import { startFakeAnthropic, type FakeAnthropic } from '../fake/server.js';
+import { TEST_TOOLS_MODULE } from '../helpers/test-tools.js';
+import { startTestRedis, type TestRedis } from '../helpers/redis.js';
+import { serviceEnv, spawnService, type ServiceProcess } from '../helpers/process.js';
+import {
+  LoopModel,
+  leaseOwnerPid,
+  lostSince,
+  redisClient,
+  storedHistory,
+  tagged,
+  tagOf,
+  until,
+  startLoop,
+  verifyLoopHistory,
+} from './chaos-lib.js';
+
+const LEASE_TTL_MS = 2000;
+/** Lease TTL + one sweep interval + slack for a loaded CI machine (typically ~2.5 s in all). */
+const RECOVERY_BOUND_MS = LEASE_TTL_MS + 6000;
+
+describe('crash recovery (SIGKILL)', { timeout: 180_000 }, () => {
+  let redis: TestRedis;
+  let r: Redis;
+  let fake: FakeAnthropic;
+  let toolLog: string;
+  const procs: ServiceProcess[] = [];
+
+  const env = () =>
+    serviceEnv(redis.url, fake.url, {
+      LEASE_TTL_MS: String(LEASE_TTL_MS),
+      SERVER_TOOLS_MODULE: TEST_TOOLS_MODULE,
+      TEST_TOOLS_LOG: toolLog,
+    });
+  const start = (name: string) => spawnService(env(), { name });
+  /** Keeps two live processes in `procs`. */
+  const ensureTwo = async () => {
+    for (let i = procs.length - 1; i >= 0; i--) if (!procs[i]!.running()) procs.splice(i, 1);
+    while (procs.length < 2) procs.push(await start(`svc${procs.length}`));
+  };
+  const byPid = (pid: number | null) => procs.find((p) => p.pid === pid);
+  const toolRuns = async (id: string) => {
+    const lines = (await readFile(toolLog, 'utf8')).split('\n').filter((l) => l.includes(` ${id} `));
+    return {
+      starts: lines.filter((l) => l.startsWith('start')).map((l) => Number(l.split(' ')[2])),
+      ends: lines.filter((l) => l.startsWith('end')).length,
+    };
+  };
+
+  before(async () => {
+    const dir = await mkdtemp(path.join(os.tmpdir(), 'toolrunner-crash-'));
+    toolLog = path.join(dir, 'tools.log');
+    await writeFile(toolLog, '');
+    [redis, fake] = await Promise.all([startTestRedis(), startFakeAnthropic({ strictAlternation: true })]);
+    r = redisClient(redis.url);
+    await ensureTwo();
+  });
+  after(async () => {
+    await Promise.all(procs.map((p) => p.kill()));
+    r?.disconnect();
+    await fake?.close();
+    await redis?.stop();
+  });
+
+  /** Kills the process that holds the session's lease; returns it, the survivor, and when it died. */
+  /** Resolves once the event log holds a `stream.event` of `iteration`: a kill then lands mid-turn. */
+  const streamingTurn = (id: string, iteration: number) =>
+    until(
+      async () => {
+        const entries = await r.xrevrange(`s:{${id}}:e`, '+', '-', 'COUNT', 50);
+        return entries.some(([, fields]) => {
+          const field = (name: string) => fields[fields.findIndex((f, i) => i % 2 === 0 && f === name) + 1];
+          return field('t') === 'stream.event' && JSON.parse(field('d') ?? '{}').iteration === iteration;
+        });
+      },
+      30_000,
+      `turn ${iteration} streaming`,
+    );
+
+  async function killOwner(id: string) {
+    const pid = await until(() => leaseOwnerPid(r, id), 5000, 'a lease holder');
+    const owner = byPid(pid);
+    assert.ok(owner, `the lease holder ${pid} is one of our processes`);
+    const killedAt = Date.now();
+    await owner.kill();
+    const survivor = procs.find((p) => p !== owner && p.running())!;
+    return { owner, survivor, killedAt };
+  }
+
+  it('resumes a session killed mid-turn on another process, from the last persisted iteration', async () => {
+    await ensureTwo();
+    const model = new LoopModel({ turns: 5, eventDelayMs: 60 });
+    fake.setHandler(model.handler);
+    const tag = 'midturn';
+    const created = await procs[0]!.api.post('/v1/sessions', {
+      input: tagged(tag),
+      tools: ['calculate_sum'],
+    });
+    assert.equal(created.status, 201, JSON.stringify(created.body));
+    const id = created.body.id as string;
+    // Turn 3 (two replies persisted) is streaming.
+    await until(
+      () => model.requestsOf(tag).some((q) => q.messages.filter((m) => m.role === 'assistant').length === 2),
+      30_000,
+      'turn 3',
+    );
+    await streamingTurn(id, 3);
+    const { survivor, killedAt } = await killOwner(id);
+    const atCrash = await storedHistory(r, id);
+    assert.equal(atCrash.filter((m) => m.role === 'assistant').length, 2, 'two replies were persisted');
+
+    const resumed = await until(
+      () => model.requestsOf(tag, killedAt)[0],
+      RECOVERY_BOUND_MS,
+      'the resumed turn',
+    );
+    const recoveryMs = resumed.at - killedAt;
+    assert.ok(recoveryMs <= RECOVERY_BOUND_MS, `resumed after ${recoveryMs} ms`);
+    assert.deepEqual(resumed.messages, atCrash, 'the resumed turn sends exactly the persisted history');
+
+    const done = await survivor.api.waitStatus(id, ['idle', 'failed'], 40_000);
+    assert.equal(done.status, 'idle', JSON.stringify(done.error));
+    assert.equal(done.iteration, 5);
+    const history = (await survivor.api.get(`/v1/sessions/${id}/messages`)).body.data;
+    const verdict = verifyLoopHistory(history, model, tag, {
+      result: (turn, b) => (b['content'] === String(turn + 2) && !b['is_error'] ? null : JSON.stringify(b)),
+    });
+    assert.deepEqual(verdict.problems, []);
+    assert.equal(lostSince(atCrash, history), 0);
+    const iters = (await survivor.api.get(`/v1/sessions/${id}/iterations`)).body.data;
+    assert.deepEqual(
+      iters.map((i: any) => i.iteration),
+      [1, 2, 3, 4, 5],
+    );
+    assert.equal(await r.get(`s:{${id}}:l`), null, 'no lease left behind');
+    assert.equal(await r.zscore('runs:due', id), null, 'not due any more');
+    console.log(`# mid-turn crash: resumed after ${recoveryMs} ms`);
+  });
+
+  it('answers a non-idempotent tool killed mid-run with an is_error "interrupted" result, never runs it again', async () => {
+    await ensureTwo();
+    const model = new LoopModel({ turns: 2, call: () => ({ name: 'sleep', input: { ms: 8000 } }) });
+    fake.setHandler(model.handler);
+    const tag = 'midtool';
+    const created = await procs[1]!.api.post('/v1/sessions', { input: tagged(tag), tools: ['sleep'] });
+    const id = created.body.id as string;
+    const callId = await until(() => model.sent.find((s) => s.tag === tag)?.key, 20_000, 'the tool call');
+    await until(async () => (await toolRuns(callId)).starts.length === 1, 20_000, 'the tool to start');
+    const { survivor, killedAt } = await killOwner(id);
+
+    const done = await survivor.api.waitStatus(id, ['idle', 'failed'], RECOVERY_BOUND_MS + 15_000);
+    assert.equal(done.status, 'idle', JSON.stringify(done.error));
+    const resumed = model.requestsOf(tag, killedAt)[0]!;
+    assert.ok(resumed.at - killedAt <= RECOVERY_BOUND_MS, `resumed after ${resumed.at - killedAt} ms`);
+    const history = (await survivor.api.get(`/v1/sessions/${id}/messages`)).body.data;
+    const result = history[2].content[0];
+    assert.equal(result.type, 'tool_result');
+    assert.equal(result.tool_use_id, callId);
+    assert.equal(result.is_error, true);
+    assert.match(JSON.stringify(result.content), /interrupted/);
+    assert.deepEqual(verifyLoopHistory(history, model, tag).problems, []);
+    const runs = await toolRuns(callId);
+    assert.equal(runs.starts.length, 1, 'the non-idempotent tool ran once');
+    assert.equal(runs.ends, 0);
+  });
+
+  it('runs an idempotent tool killed mid-run again (its turn is sent again)', async () => {
+    await ensureTwo();
+    const model = new LoopModel({
+      turns: 2,
+      call: () => ({ name: 'sleep_idempotent', input: { ms: 1500 } }),
+    });
+    fake.setHandler(model.handler);
+    const tag = 'midtoolidem';
+    const created = await procs[0]!.api.post('/v1/sessions', {
+      input: tagged(tag),
+      tools: ['sleep_idempotent'],
+    });
+    const id = created.body.id as string;
+    const callId = await until(() => model.sent.find((s) => s.tag === tag)?.key, 20_000, 'the tool call');
+    await until(async () => (await toolRuns(callId)).starts.length === 1, 20_000, 'the tool to start');
+    const { owner, survivor } = await killOwner(id);
+
+    const done = await survivor.api.waitStatus(id, ['idle', 'failed'], RECOVERY_BOUND_MS + 15_000);
+    assert.equal(done.status, 'idle', JSON.stringify(done.error));
+    // Calls to idempotent tools are committed with their reply in one round trip, so the reply of the killed turn
+    // never landed: the survivor sent the turn again, and the model's new call ran there.
+    const history = (await survivor.api.get(`/v1/sessions/${id}/messages`)).body.data;
+    const use = history[1].content.find((b: any) => b.type === 'tool_use');
+    assert.notEqual(use.id, callId, 'the reply of the killed turn is not in the history');
+    const result = history[2].content[0];
+    assert.equal(result.is_error, undefined, JSON.stringify(result));
+    assert.equal(result.content, 'slept 1500 ms');
+    assert.equal(result.tool_use_id, use.id);
+    const first = await toolRuns(callId);
+    assert.deepEqual(first.starts, [owner.pid], 'the first call started on the killed process only');
+    assert.equal(first.ends, 0);
+    const again = await toolRuns(use.id);
+    assert.deepEqual(again.starts, [survivor.pid], 'the tool ran again on the survivor');
+    assert.equal(again.ends, 1);
+  });
+
+  it('never runs a tool again once its result was persisted', async () => {
+    await ensureTwo();
+    const model = new LoopModel({
+      turns: 2,
+      call: () => ({ name: 'sleep', input: { ms: 50 } }),
+      // The final turn streams slowly, so the kill lands after the tool result was committed.
+      eventDelayMs: 40,
+    });
+    fake.setHandler(model.handler);
+    const tag = 'afterresult';
+    const created = await procs[1]!.api.post('/v1/sessions', { input: tagged(tag), tools: ['sleep'] });
+    const id = created.body.id as string;
+    await until(() => model.requestsOf(tag).length === 2, 20_000, 'the turn after the tool');
+    await streamingTurn(id, 2);
+    const { survivor, killedAt } = await killOwner(id);
+    const atCrash = await storedHistory(r, id);
+    assert.equal(atCrash.length, 3, 'the tool result was persisted');
+
+    const done = await survivor.api.waitStatus(id, ['idle', 'failed'], RECOVERY_BOUND_MS + 15_000);
+    assert.equal(done.status, 'idle', JSON.stringify(done.error));
+    const resumed = model.requestsOf(tag, killedAt)[0]!;
+    assert.deepEqual(resumed.messages, atCrash);
+    const history = (await survivor.api.get(`/v1/sessions/${id}/messages`)).body.data;
+    assert.deepEqual(verifyLoopHistory(history, model, tag).problems, []);
+    assert.equal(history[2].content[0].content, 'slept 50 ms');
+    const runs = await toolRuns(history[1].content[0].id);
+    assert.equal(runs.starts.length, 1, 'ran once');
+    assert.equal(runs.ends, 1);
+  });
+
+  it('sends the continuation of a turn the API paused (pause_turn) when the process that got it died', async () => {
+    await ensureTwo();
+    const tag = 'paused-turn';
+    /** The continuations asked for: the first (the owner's) is held until the owner is dead. */
+    let continuations = 0;
+    let release!: () => void;
+    const gate = new Promise<void>((resolve) => (release = resolve));
+    fake.setHandler(async (req) => {
+      if (!JSON.stringify(req.messages[0]).includes(tag)) return text('unrelated');
+      if (req.messages.at(-1)?.role === 'user') return text('Looking it up…', { stop_reason: 'pause_turn' });
+      continuations++;
+      if (continuations === 1) await gate;
+      return text('Here is what I found.');
+    });
+    try {
+      const created = await procs[0]!.api.post('/v1/sessions', { input: tagged(tag) });
+      assert.equal(created.status, 201, JSON.stringify(created.body));
+      const id = created.body.id as string;
+      await until(() => continuations === 1, 30_000, "the owner's continuation");
+      const atCrash = await storedHistory(r, id);
+      assert.deepEqual(
+        atCrash.map((m) => m.role),
+        ['user', 'assistant'],
+        'the paused reply was persisted',
+      );
+      const { survivor } = await killOwner(id);
+      release();
+      const done = await survivor.api.waitStatus(id, ['idle', 'failed'], 40_000);
+      assert.equal(done.status, 'idle', JSON.stringify(done.error));
+      assert.equal(continuations, 2, 'the survivor sent the continuation again');
+      assert.equal(done.stop_reason, 'end_turn');
+      const history = (await survivor.api.get(`/v1/sessions/${id}/messages`)).body.data;
+      assert.deepEqual(
+        history.map((m: any) => m.role),
+        ['user', 'assistant', 'assistant'],
+      );
+      assert.equal(history[2].content[0].text, 'Here is what I found.');
+      const iters = (await survivor.api.get(`/v1/sessions/${id}/iterations`)).body.data;
+      assert.deepEqual(
+        iters.map((i: any) => i.stop_reason),
+        ['pause_turn', 'end_turn'],
+      );
+    } finally {
+      release();
+    }
+  });
+
+  it('a client result stored by a process that died reaches the model once, byte for byte', async () => {
+    // The process that takes the result runs one session at a time and is busy with another: the result is stored
+    // (in its own field, not in the pending step) and then the process dies before any run commits it.
+    await Promise.all(procs.map((p) => p.kill()));
+    procs.length = 0;
+    const busy = await spawnService({ ...env(), MAX_ACTIVE_RUNS: '1' }, { name: 'busy' });
+    procs.push(busy);
+    const toolUseId = 'toolu_stored_1';
+    const seen: Array<{ tag: string | null; at: number; messages: unknown[] }> = [];
+    fake.setHandler((req) => {
+      const tag = tagOf(req);
+      seen.push({ tag, at: Date.now(), messages: req.messages });
+      if (tag === 'hold') return { type: 'hang' };
+      return req.messages.some((m) => m.role === 'assistant')
+        ? text('Thanks.')
+        : toolCall('lookup', { q: 'x' }, { id: toolUseId });
+    });
+    const lookup = {
+      name: 'lookup',
+      description: 'Look something up.',
+      input_schema: { type: 'object', properties: { q: { type: 'string' } } },
+    };
+    const created = await busy.api.post('/v1/sessions', { input: tagged('stored'), tools: [lookup] });
+    assert.equal(created.status, 201, JSON.stringify(created.body));
+    const id = created.body.id as string;
+    await busy.api.waitStatus(id, ['requires_action'], 20_000);
+    const hold = await busy.api.post('/v1/sessions', { input: tagged('hold') });
+    await until(() => seen.some((q) => q.tag === 'hold'), 10_000, 'the hold turn');
+
+    // Characters JSON encoders disagree on (U+2028, non-ASCII, quotes, an empty array) must reach the model as given.
+    const content = [
+      { type: 'text', text: 'row "1"\u2028✓ \\ end' },
+      { type: 'text', text: 'second', citations: [] },
+    ];
+    const sent = await busy.api.post(`/v1/sessions/${id}/tool-results`, {
+      results: [{ tool_use_id: toolUseId, content }],
+    });
+    assert.equal(sent.status, 202, JSON.stringify(sent.body));
+    const meta = `s:{${id}}`;
+    assert.equal(await r.hget(meta, 'status'), 'running');
+    assert.equal(await r.get(`s:{${id}}:l`), null, 'no run took it: the process is at its limit');
+    const pendingText = (await r.hget(meta, 'pending'))!;
+    assert.ok(
+      pendingText.includes(toolUseId) && !pendingText.includes('row'),
+      'the step is stored without results',
+    );
+    const block = { type: 'tool_result', tool_use_id: toolUseId, content };
+    assert.equal(
+      await r.hget(meta, `result:${toolUseId}`),
+      JSON.stringify(block),
+      'the result, as its block',
+    );
+    const killedAt = Date.now();
+    await busy.kill();
+    procs.length = 0;
+    await ensureTwo();
+
+    const done = await procs[0]!.api.waitStatus(id, ['idle', 'failed'], 20_000);
+    assert.equal(done.status, 'idle', JSON.stringify(done.error));
+    const after = seen.filter((q) => q.tag === 'stored' && q.at >= killedAt);
+    assert.equal(after.length, 1, 'one turn after the crash');
+    assert.deepEqual(after[0]!.messages.at(-1), { role: 'user', content: [block] });
+    // Byte for byte in the store: the results turn is the block the route encoded.
+    assert.equal(await r.lindex(`s:{${id}}:m`, 2), JSON.stringify({ role: 'user', content: [block] }));
+    assert.deepEqual(
+      (await r.hkeys(meta)).filter((f) => f.startsWith('result:')),
+      [],
+      'the stored results went with the step',
+    );
+    await procs[0]!.api.post(`/v1/sessions/${hold.body.id}/cancel`, {});
+  });
+
+  it('resumes when every process died and one is started again', async () => {
+    await ensureTwo();
+    const model = new LoopModel({ turns: 4, eventDelayMs: 60 });
+    fake.setHandler(model.handler);
+    const tag = 'alldead';
+    const id = await startLoop(procs[0]!.api, model, tag);
+    await streamingTurn(id, 1);
+    const killedAt = Date.now();
+    await Promise.all(procs.map((p) => p.kill()));
+    const atCrash = await storedHistory(r, id);
+    const fresh = await start('restarted');
+    procs.push(fresh);
+    const listeningAt = Date.now();
+    const resumed = await until(
+      () => model.requestsOf(tag, killedAt)[0],
+      RECOVERY_BOUND_MS,
+      'the resumed turn',
+    );
+    assert.deepEqual(resumed.messages, atCrash);
+    const done = await fresh.api.waitStatus(id, ['idle', 'failed'], 40_000);
+    assert.equal(done.status, 'idle', JSON.stringify(done.error));
+    const history = (await fresh.api.get(`/v1/sessions/${id}/messages`)).body.data;
+    assert.deepEqual(verifyLoopHistory(history, model, tag).problems, []);
+    assert.equal(lostSince(atCrash, history), 0);
+    console.log(
+      `# all processes dead: resumed ${resumed.at - killedAt} ms after the kill, ${resumed.at - listeningAt} ms after the restart`,
+    );
+  });
+});

@@ -1,0 +1,195 @@
+import { after, before, beforeEach, describe, it } from 'node:test';
+import assert from 'node:assert/strict';
+import { startHarness, type Harness, type Api } from '../helpers/service.js';
+import { startTestRedis, type TestRedis } from '../helpers/redis.js';
+import { startFakeAnthropic, type FakeAnthropic } from '../fake/server.js';
+import { text, toolCall } from '../fake/script.js';
+
+/**
+ * Deadlines of pending actions with the test-only floor ACTION_TIMEOUT_MIN_S=1 (the contract's floor is 10 s) and a
+ * fast sweep; every wait is for an event or a state, never a sleep.
+ */
+const env = { ACTION_TIMEOUT_MIN_S: '1', DEADLINE_SWEEP_MS: '50' };
+
+async function events(api: Api, id: string): Promise<Array<{ type: string; data: any }>> {
+  return (await api.get(`/v1/sessions/${id}/events?limit=1000`)).body.data;
+}
+
+/** Polls the event log until an event of `type` is in it (the event is the condition). */
+async function waitForEvent(api: Api, id: string, type: string, timeoutMs = 15_000) {
+  const deadline = Date.now() + timeoutMs;
+  while (Date.now() < deadline) {
+    const found = (await events(api, id)).find((e) => e.type === type);
+    if (found) return found;
+    await new Promise((r) => setTimeout(r, 25));
+  }
+  throw new Error(`no ${type} event in session ${id}`);
+}
+
+const count = (evs: Array<{ type: string }>, type: string) => evs.filter((e) => e.type === type).length;
+
+describe('action deadlines (action_timeout_s)', () => {
+  let redis: TestRedis;
+  let fake: FakeAnthropic;
+  let a: Harness;
+  let b: Harness;
+  before(async () => {
+    redis = await startTestRedis();
+    fake = await startFakeAnthropic({ strictAlternation: true });
+    a = await startHarness({ redis, fakeServer: fake, env });
+    b = await startHarness({ redis, fakeServer: fake, env });
+  });
+  after(async () => {
+    await a.close();
+    await b.close();
+    await fake.close();
+    await redis.stop();
+  });
+  beforeEach(() => fake.reset());
+
+  it('refuses a timeout under the floor and shows the policy', async () => {
+    const bad = await a.api.post('/v1/sessions', { input: 'x', action_timeout_s: 0 });
+    assert.equal(bad.status, 400);
+    const ok = await a.api.post('/v1/sessions', { input: 'x', start: false, action_timeout_s: 30 });
+    assert.equal(ok.status, 201, JSON.stringify(ok.body));
+    assert.equal(ok.body.action_timeout_s, 30);
+    assert.equal(ok.body.on_action_timeout, 'deny');
+    const p = await a.api.req('PATCH', `/v1/sessions/${ok.body.id}`, { on_action_timeout: 'fail' });
+    assert.equal(p.status, 200, JSON.stringify(p.body));
+    assert.equal(p.body.on_action_timeout, 'fail');
+  });
+
+  it('an approval that times out is denied exactly once, with two replicas and a restart in between', async () => {
+    fake.enqueue(
+      toolCall('get_weather', { location: 'Oslo' }, { id: 'toolu_late' }),
+      text('No weather then.'),
+    );
+    const created = await a.api.post('/v1/sessions', {
+      input: 'Weather in Oslo?',
+      tools: ['get_weather'],
+      approval: 'always',
+      action_timeout_s: 2,
+    });
+    assert.equal(created.status, 201, JSON.stringify(created.body));
+    const id = created.body.id;
+    const waiting = await a.api.waitStatus(id, 'requires_action');
+    const expiresAt = Date.parse(waiting.required_action.expires_at);
+    assert.ok(expiresAt > Date.now() && expiresAt <= Date.now() + 2000, waiting.required_action.expires_at);
+
+    // Replica A restarts while the session waits; B sweeps meanwhile, the new A after.
+    await a.close();
+    a = await startHarness({ redis, fakeServer: fake, env });
+
+    const expiring = await waitForEvent(b.api, id, 'action.expiring');
+    assert.equal(expiring.data.type, 'approve_tool_calls');
+    assert.deepEqual(expiring.data.tool_use_ids, ['toolu_late']);
+    const timedOut = await waitForEvent(a.api, id, 'action.timed_out');
+    assert.equal(timedOut.data.on_action_timeout, 'deny');
+    const done = await a.api.waitStatus(id, ['idle', 'failed']);
+    assert.equal(done.status, 'idle', JSON.stringify(done.error));
+
+    const evs = await events(a.api, id);
+    assert.equal(count(evs, 'action.expiring'), 1);
+    assert.equal(count(evs, 'action.timed_out'), 1);
+    const decided = evs.filter((e) => e.type === 'tool_call.decided');
+    assert.deepEqual(
+      decided.map((e) => [e.data.decision, e.data.reason]),
+      [['deny', 'timed out']],
+    );
+    // The model was told the call was denied, once; the tool never ran.
+    assert.equal(fake.requests.length, 2);
+    const results = fake.requests[1]!.messages.at(-1)!.content as any[];
+    assert.equal(results.length, 1);
+    assert.equal(results[0].tool_use_id, 'toolu_late');
+    assert.match(JSON.stringify(results[0].content), /timed out/);
+    assert.equal(count(evs, 'tool.started'), 0);
+    // A decision now is refused as timed out.
+    const late = await b.api.post(`/v1/sessions/${id}/tool-calls/toolu_late`, { decision: 'approve' });
+    assert.equal(late.status, 409);
+  });
+
+  it('a decision racing the deadline either lands or gets 409 action_timed_out, never both', async () => {
+    const n = 6;
+    for (let i = 0; i < n; i++)
+      fake.enqueue(toolCall('get_weather', { location: `City ${i}` }, { id: `toolu_race${i}` }));
+    const created = await Promise.all(
+      Array.from({ length: n }, (_, i) =>
+        a.api.post('/v1/sessions', {
+          input: `Weather ${i}?`,
+          tools: ['get_weather'],
+          approval: 'always',
+          action_timeout_s: 3,
+        }),
+      ),
+    );
+    for (const r of created) assert.equal(r.status, 201, JSON.stringify(r.body));
+    const ids: string[] = created.map((r) => r.body.id);
+    const sessions = await Promise.all(ids.map((id) => a.api.waitStatus(id, 'requires_action')));
+    // After these, every session gets its final answer.
+    for (let i = 0; i < n; i++) fake.enqueue(text('Done.'));
+    // Each decision is sent at its deadline, give or take a few ms either way, to either replica.
+    const answers = await Promise.all(
+      sessions.map(async (s, i) => {
+        const at = Date.parse(s.required_action.expires_at) + (i % 3) * 4 - 4;
+        await new Promise((r) => setTimeout(r, Math.max(0, at - Date.now())));
+        const api = i % 2 ? a.api : b.api;
+        const call = s.required_action.tool_calls[0].id;
+        return api.post(`/v1/sessions/${s.id}/tool-calls/${call}`, { decision: 'approve' });
+      }),
+    );
+    let landed = 0;
+    for (let i = 0; i < n; i++) {
+      const id = ids[i]!;
+      const res = answers[i]!;
+      await a.api.waitStatus(id, ['idle', 'failed']);
+      const evs = await events(a.api, id);
+      const decided = evs.filter((e) => e.type === 'tool_call.decided');
+      assert.equal(decided.length, 1, `one decision in ${id}`);
+      if (res.status === 200 || res.status === 202) {
+        landed++;
+        assert.equal(decided[0]!.data.decision, 'approve');
+        assert.equal(count(evs, 'action.timed_out'), 0, `${id}: landed, so not timed out`);
+        assert.equal(count(evs, 'tool.started'), 1);
+      } else {
+        assert.equal(res.status, 409, JSON.stringify(res.body));
+        assert.equal(res.body.error.code, 'action_timed_out');
+        assert.equal(decided[0]!.data.reason, 'timed out');
+        assert.equal(count(evs, 'action.timed_out'), 1);
+        assert.equal(count(evs, 'tool.started'), 0);
+      }
+    }
+    assert.ok(landed <= n);
+  });
+
+  it('client results: deny answers them as errors; fail fails the session with action_timed_out', async () => {
+    const clientTool = {
+      name: 'pick_color',
+      description: 'Asks the user for a color',
+      input_schema: { type: 'object', properties: {} },
+    };
+    fake.enqueue(toolCall('pick_color', {}, { id: 'toolu_c1' }), text('No color.'));
+    const r = await a.api.post('/v1/sessions', { input: 'Color?', tools: [clientTool], action_timeout_s: 1 });
+    assert.equal(r.status, 201, JSON.stringify(r.body));
+    await waitForEvent(a.api, r.body.id, 'action.timed_out');
+    await a.api.waitStatus(r.body.id, 'idle');
+    const results = fake.requests[1]!.messages.at(-1)!.content as any[];
+    assert.equal(results[0].is_error, true);
+    assert.match(JSON.stringify(results[0].content), /Error: no result within 1 s/);
+
+    fake.reset();
+    fake.enqueue(toolCall('pick_color', {}, { id: 'toolu_c2' }));
+    const f = await a.api.post('/v1/sessions', {
+      input: 'Color?',
+      tools: [clientTool],
+      action_timeout_s: 1,
+      on_action_timeout: 'fail',
+    });
+    const failed = await a.api.waitStatus(f.body.id, 'failed');
+    assert.equal(failed.error.code, 'action_timed_out');
+    const late = await a.api.post(`/v1/sessions/${f.body.id}/tool-results`, {
+      results: [{ tool_use_id: 'toolu_c2', content: 'red' }],
+    });
+    assert.equal(late.status, 409);
+    assert.equal(late.body.error.code, 'action_timed_out');
+  });
+});

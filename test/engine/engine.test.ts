@@ -1,0 +1,59 @@
+import { after, before, beforeEach, describe, it } from 'node:test';
+import assert from 'node:assert/strict';
+import { startHarness, type Harness } from '../helpers/service.js';
+import { text, toolCall, toolCalls, toolUse } from '../fake/script.js';
+
+describe('sessions engine', () => {
+  let h: Harness;
+  before(async () => {
+    h = await startHarness();
+  });
+  after(async () => h.close());
+  beforeEach(() => h.fake.reset());
+
+  for (const stream of [true, false]) {
+    it(`runs two sequential tool calls and a parallel pair to end_turn (stream: ${stream})`, async () => {
+      h.fake.enqueue(
+        toolCall('calculate_sum', { a: 1, b: 2 }),
+        toolCall('get_weather', { location: 'Paris' }),
+        toolCalls([toolUse('calculate_sum', { a: 3, b: 4 }), toolUse('get_weather', { location: 'Tokyo' })]),
+        text('All done.'),
+      );
+      const created = await h.api.post('/v1/sessions', {
+        input: 'Do things',
+        tools: ['calculate_sum', 'get_weather'],
+        stream,
+      });
+      assert.equal(created.status, 201, JSON.stringify(created.body));
+      assert.equal(created.headers.get('etag'), `"${created.body.revision}"`);
+      const done = await h.api.waitStatus(created.body.id, ['idle', 'failed']);
+      assert.equal(done.status, 'idle', JSON.stringify(done.error));
+      assert.equal(done.stop_reason, 'end_turn');
+      assert.equal(done.iteration, 4);
+      assert.equal(h.fake.requests.length, 4);
+      const msgs = (await h.api.get(`/v1/sessions/${created.body.id}/messages`)).body.data;
+      const lastReq = h.fake.requests.at(-1)!;
+      assert.deepEqual(msgs.slice(0, -1), lastReq.messages);
+      assert.equal(msgs.at(-1).role, 'assistant');
+      assert.equal(msgs.at(-1).content[0].text, 'All done.');
+      // Message threads: the first turn creates the thread with the whole history, later turns of the run send
+      // only what the history gained since the reply they continue (test/engine/threads.test.ts).
+      assert.equal(h.fake.requests[0]!.body.thread?.type, 'create');
+      assert.equal(lastReq.body.thread?.type, 'continue');
+      assert.equal(lastReq.body.messages.length, 1, 'the last tool results only');
+      // the parallel pair answered in one user turn, in the model's order
+      const pair = msgs[6];
+      assert.equal(pair.role, 'user');
+      assert.deepEqual(
+        pair.content.map((b: any) => b.type),
+        ['tool_result', 'tool_result'],
+      );
+      assert.equal(pair.content[0].content, '7');
+      const iters = (await h.api.get(`/v1/sessions/${created.body.id}/iterations`)).body.data;
+      assert.equal(iters.length, 4);
+      for (const it of iters) assert.ok(it.usage.input_tokens > 0 && it.usage.output_tokens > 0);
+      const sum = iters.reduce((a: number, it: any) => a + it.usage.output_tokens, 0);
+      assert.equal(done.usage.output_tokens, sum);
+    });
+  }
+});

@@ -1,0 +1,227 @@
+import { after, before, beforeEach, describe, it } from 'node:test';
+import assert from 'node:assert/strict';
+import fc from 'fast-check';
+import { startHarness, type Harness } from '../helpers/service.js';
+import { hang, text } from '../fake/script.js';
+import { signSummary } from '../../src/offline/compaction-block.js';
+
+/**
+ * History in, history out (contract §7.5): every history `GET …/messages` answers — compaction summaries, tool-change
+ * `system` messages, `container_upload`, server tool blocks, consecutive turns of one role — is accepted by create,
+ * and the new session sends the same next request.
+ */
+
+const TOOLS = ['calculate_sum', { type: 'web_search_20250305', name: 'web_search' }];
+
+/** One stretch of history after a user turn, ending with a user turn; `n` makes its ids unique. */
+function stretch(kind: number, n: number, word: string): any[] {
+  const user = { role: 'user', content: [{ type: 'text', text: `${word} ${n}` }] };
+  switch (kind) {
+    case 0: // a plain answer
+      return [{ role: 'assistant', content: [{ type: 'text', text: `Answer ${n}.` }] }, user];
+    case 1: // a tool call, its result, then a message of its own (two user messages in a row)
+      return [
+        {
+          role: 'assistant',
+          content: [{ type: 'tool_use', id: `toolu_${n}`, name: 'calculate_sum', input: { a: n, b: 1 } }],
+        },
+        {
+          role: 'user',
+          content: [{ type: 'tool_result', tool_use_id: `toolu_${n}`, content: String(n + 1) }],
+        },
+        user,
+      ];
+    case 2: // a paused server tool turn and its continuation (two assistant messages in a row)
+      return [
+        {
+          role: 'assistant',
+          content: [
+            { type: 'server_tool_use', id: `srvtoolu_${n}`, name: 'web_search', input: { query: word } },
+          ],
+        },
+        {
+          role: 'assistant',
+          content: [
+            {
+              type: 'web_search_tool_result',
+              tool_use_id: `srvtoolu_${n}`,
+              content: [
+                {
+                  type: 'web_search_result',
+                  url: 'https://example.com',
+                  title: word,
+                  encrypted_content: 'e',
+                },
+              ],
+            },
+            { type: 'text', text: `Found ${word}.` },
+          ],
+        },
+        user,
+      ];
+    case 3: // a tool change the runner told the model of, then a user turn with a container upload
+      return [
+        { role: 'assistant', content: [{ type: 'text', text: `Noted ${n}.` }] },
+        {
+          role: 'system',
+          content: [
+            {
+              type: 'tool_addition',
+              tool: {
+                type: 'tool_definition',
+                definition: {
+                  name: `lookup_${n}`,
+                  description: 'Look up.',
+                  input_schema: { type: 'object' },
+                },
+              },
+            },
+          ],
+        },
+        {
+          role: 'user',
+          content: [
+            { type: 'container_upload', file_id: `file_${n}` },
+            { type: 'text', text: word },
+          ],
+        },
+      ];
+    default: // a compaction's summary
+      return [
+        {
+          role: 'assistant',
+          content: [
+            {
+              type: 'compaction',
+              content: `Summary ${n}`,
+              encrypted_content: null,
+              signature: signSummary(`Summary ${n}`),
+            },
+          ],
+        },
+        user,
+      ];
+  }
+}
+
+const historyArb = fc
+  .record({
+    startsWithSummary: fc.boolean(),
+    kinds: fc.array(fc.integer({ min: 0, max: 4 }), { minLength: 1, maxLength: 6 }),
+    word: fc.constantFrom('redis', 'tokyo', 'paris'),
+  })
+  .map(({ startsWithSummary, kinds, word }) => {
+    const first = { role: 'user', content: [{ type: 'text', text: `Hello ${word}` }] };
+    const head = startsWithSummary ? stretch(4, 0, word).slice(0, 1) : [];
+    return [...head, first, ...kinds.flatMap((k, i) => stretch(k, i + 1, word))];
+  });
+
+describe('history round trip', () => {
+  let h: Harness;
+  before(async () => {
+    h = await startHarness({ fake: { strictAlternation: false } });
+  });
+  after(async () => h?.close());
+  beforeEach(() => h.fake.reset());
+
+  const create = async (messages: unknown[]) => {
+    const r = await h.api.post('/v1/sessions', { messages, tools: TOOLS, start: false });
+    assert.equal(r.status, 201, JSON.stringify(r.body));
+    return r.body.id as string;
+  };
+  const messagesOf = async (id: string) => (await h.api.get(`/v1/sessions/${id}/messages`)).body.data;
+  const nextRequest = async (id: string) => {
+    const before = h.fake.requests.length;
+    h.fake.enqueue(text('Next.'));
+    const m = await h.api.post(`/v1/sessions/${id}/messages`, { text: 'And now?' });
+    assert.equal(m.status, 202, JSON.stringify(m.body));
+    const s = await h.api.waitFor(id, (x) => x.status !== 'running' && h.fake.requests.length > before);
+    assert.equal(s.status, 'idle', JSON.stringify(s.error));
+    return h.fake.requests[before]!;
+  };
+
+  it('every answered history is accepted by create and gives the same next request', async () => {
+    await fc.assert(
+      fc.asyncProperty(historyArb, async (history) => {
+        const a = await create(history);
+        const answered = await messagesOf(a);
+        assert.deepEqual(answered, history);
+        const b = await create(answered);
+        assert.deepEqual(await messagesOf(b), answered);
+        const [ra, rb] = [await nextRequest(a), await nextRequest(b)];
+        assert.equal(ra.status, 200, JSON.stringify(ra.messages));
+        assert.equal(rb.status, 200);
+        assert.deepEqual(rb.messages, ra.messages);
+        assert.deepEqual(rb.tools, ra.tools);
+        assert.deepEqual(rb.system, ra.system);
+        // And what that run answered is taken back too.
+        await create(await messagesOf(b));
+      }),
+      { numRuns: 15 },
+    );
+  });
+});
+
+describe('PUT /v1/sessions/:id/messages', () => {
+  let h: Harness;
+  before(async () => {
+    h = await startHarness();
+  });
+  after(async () => h?.close());
+  beforeEach(() => h.fake.reset());
+  const put = (id: string, body: unknown, headers?: Record<string, string>) =>
+    h.api.req('PUT', `/v1/sessions/${id}/messages`, body, headers);
+
+  it('replaces the whole history of an idle session; the next run starts a new thread with it', async () => {
+    h.fake.enqueue(text('One.'), text('Two.'));
+    const r = await h.api.post('/v1/sessions', { input: 'Hi' });
+    const s = await h.api.waitFor(r.body.id, (x) => x.status === 'idle' && x.iteration === 1);
+    const messages = [
+      { role: 'user', content: [{ type: 'text', text: 'Another start' }] },
+      { role: 'assistant', content: [{ type: 'text', text: 'Another answer.' }] },
+      { role: 'user', content: [{ type: 'text', text: 'Then?' }] },
+    ];
+    const stale = await put(r.body.id, { messages }, { 'if-match': `"${s.revision - 1}"` });
+    assert.equal(stale.status, 412, JSON.stringify(stale.body));
+    const p = await put(r.body.id, { messages }, { 'if-match': `"${s.revision}"` });
+    assert.equal(p.status, 200, JSON.stringify(p.body));
+    assert.equal(p.body.message_count, 3);
+    assert.deepEqual((await h.api.get(`/v1/sessions/${r.body.id}/messages`)).body.data, messages);
+    const log = (await h.api.get(`/v1/sessions/${r.body.id}/events?limit=1000`)).body.data;
+    assert.deepEqual(log.find((e: any) => e.type === 'messages.replaced')?.data, { message_count: 3 });
+    const retry = await h.api.post(`/v1/sessions/${r.body.id}/retry`);
+    assert.equal(retry.status, 409);
+    assert.equal(retry.body.error.code, 'nothing_to_retry');
+    const m = await h.api.post(`/v1/sessions/${r.body.id}/messages`, { text: 'Go.' });
+    assert.equal(m.status, 202);
+    await h.api.waitFor(r.body.id, (x) => x.status === 'idle' && x.iteration === 2);
+    const next = h.fake.requests[1]!;
+    assert.deepEqual(next.body.thread, { type: 'create' });
+    assert.deepEqual(next.messages.slice(0, 2), messages.slice(0, 2));
+    // Shorter than before too: a history of one message.
+    const one = await put(r.body.id, { messages: [messages[0]] });
+    assert.equal(one.status, 200, JSON.stringify(one.body));
+    assert.equal((await h.api.get(`/v1/sessions/${r.body.id}/messages`)).body.data.length, 1);
+  });
+
+  it('refuses a running session (409), a broken history (400) and an unknown session (404)', async () => {
+    h.fake.enqueue(hang());
+    const r = await h.api.post('/v1/sessions', { input: 'Hi' });
+    await h.api.waitFor(r.body.id, () => h.fake.requests.length === 1);
+    const messages = [{ role: 'user', content: 'x' }];
+    const busy = await put(r.body.id, { messages });
+    assert.equal(busy.status, 409);
+    assert.equal(busy.body.error.code, 'session_not_replaceable');
+    await h.api.post(`/v1/sessions/${r.body.id}/cancel`);
+    await h.api.waitStatus(r.body.id, 'idle');
+    const broken = await put(r.body.id, {
+      messages: [{ role: 'user', content: [{ type: 'tool_result', tool_use_id: 'x' }] }],
+    });
+    assert.equal(broken.status, 400);
+    assert.equal(broken.body.error.code, 'invalid_history');
+    const empty = await put(r.body.id, { messages: [] });
+    assert.equal(empty.status, 400);
+    const none = await put('ses_doesnotexist0000', { messages });
+    assert.equal(none.status, 404);
+  });
+});

@@ -1,0 +1,92 @@
+import { after, before, beforeEach, describe, it } from 'node:test';
+import assert from 'node:assert/strict';
+import { startHarness, type Harness } from '../helpers/service.js';
+import { text, toolCall } from '../fake/script.js';
+
+/** Policy `pause_after_turn` and the `review_turn` action (contract §7.5): the loop body of the docs. */
+describe('pause_after_turn', () => {
+  let h: Harness;
+  before(async () => {
+    h = await startHarness();
+  });
+  after(async () => h?.close());
+  beforeEach(() => h.fake.reset());
+
+  const events = async (id: string): Promise<any[]> =>
+    (await h.api.get(`/v1/sessions/${id}/events?limit=1000`)).body.data;
+  async function reviewing(): Promise<any> {
+    h.fake.enqueue(toolCall('calculate_sum', { a: 1, b: 2 }, { id: 'toolu_r1' }));
+    const r = await h.api.post('/v1/sessions', {
+      input: 'Add 1 and 2',
+      tools: ['calculate_sum'],
+      pause_after_turn: true,
+    });
+    assert.equal(r.status, 201, JSON.stringify(r.body));
+    assert.equal(r.body.pause_after_turn, true);
+    const s = await h.api.waitStatus(r.body.id, ['requires_action', 'idle', 'failed']);
+    assert.equal(s.status, 'requires_action', JSON.stringify(s.error));
+    assert.equal(s.required_action.type, 'review_turn');
+    assert.equal(s.required_action.message.stop_reason, 'tool_use');
+    assert.equal(s.required_action.message.content[0].id, 'toolu_r1');
+    assert.deepEqual(
+      s.required_action.tool_calls.map((c: any) => c.id),
+      ['toolu_r1'],
+    );
+    assert.equal((await events(s.id)).filter((e) => e.type === 'tool.started').length, 0, 'not run yet');
+    return s;
+  }
+
+  it('continue goes on as the runner would: the calls run, the next reply is reviewed too', async () => {
+    const s = await reviewing();
+    h.fake.enqueue(text('3.'));
+    const c = await h.api.post(`/v1/sessions/${s.id}/continue`);
+    assert.equal(c.status, 202, JSON.stringify(c.body));
+    const next = await h.api.waitFor(s.id, (x) => x.status !== 'running' && x.iteration === 2);
+    assert.equal(next.status, 'requires_action');
+    assert.equal(next.required_action.type, 'review_turn');
+    assert.equal(next.required_action.message.content[0].text, '3.');
+    const result = h.fake.requests[1]!.messages.at(-1)!.content as any[];
+    assert.equal(result[0].content, '3');
+    const c2 = await h.api.post(`/v1/sessions/${s.id}/continue`);
+    assert.equal(c2.status, 202);
+    const end = await h.api.waitFor(s.id, (x) => x.status !== 'running');
+    assert.equal(end.status, 'idle');
+    assert.equal(end.stop_reason, 'end_turn');
+    assert.equal(h.fake.requests.length, 2);
+  });
+
+  it('a message answers the calls "not run" and goes in the same user turn', async () => {
+    const s = await reviewing();
+    h.fake.enqueue(text('Fine.'));
+    const m = await h.api.post(`/v1/sessions/${s.id}/messages`, { text: 'Do not add, just say fine.' });
+    assert.equal(m.status, 202, JSON.stringify(m.body));
+    await h.api.waitFor(s.id, (x) => x.status === 'requires_action' && x.iteration === 2);
+    const req = h.fake.requests[1]!;
+    assert.equal(req.status, 200);
+    const turn = req.messages.at(-1)!.content as any[];
+    assert.equal(turn[0].type, 'tool_result');
+    assert.equal(turn[0].is_error, true);
+    assert.match(turn[0].content, /^Error: not run: /);
+    assert.equal(turn[1].text, 'Do not add, just say fine.');
+    assert.equal((await events(s.id)).filter((e) => e.type === 'tool.started').length, 0);
+  });
+
+  it('retry sends the turn again; PUT …/messages takes over the history', async () => {
+    const s = await reviewing();
+    h.fake.enqueue(toolCall('calculate_sum', { a: 1, b: 2 }, { id: 'toolu_r2' }));
+    const r = await h.api.post(`/v1/sessions/${s.id}/retry`);
+    assert.equal(r.status, 202, JSON.stringify(r.body));
+    const again = await h.api.waitFor(
+      s.id,
+      (x) => x.status === 'requires_action' && h.fake.requests.length === 2,
+    );
+    assert.equal(again.required_action.message.content[0].id, 'toolu_r2');
+    assert.equal(h.fake.requests[1]!.messages.length, 1);
+    const messages = [{ role: 'user', content: [{ type: 'text', text: 'Something else' }] }];
+    const p = await h.api.req('PUT', `/v1/sessions/${s.id}/messages`, { messages });
+    assert.equal(p.status, 200, JSON.stringify(p.body));
+    assert.equal(p.body.status, 'idle');
+    assert.equal(p.body.required_action, null);
+    assert.deepEqual((await h.api.get(`/v1/sessions/${s.id}/messages`)).body.data, messages);
+  });
+});

@@ -1,0 +1,332 @@
+import { after, before, beforeEach, describe, it } from 'node:test';
+import assert from 'node:assert/strict';
+import { startHarness, type Harness } from '../helpers/service.js';
+import { reply, text, textBlock, toolUse } from '../fake/script.js';
+import type { FakeStopReason } from '../../src/offline/wire.js';
+
+/** The SDK runner's rules (contract §7.5): stop reasons. */
+
+const events = async (h: Harness, id: string): Promise<Array<{ type: string; data: any }>> =>
+  (await h.api.get(`/v1/sessions/${id}/events?limit=1000`)).body.data;
+const history = async (h: Harness, id: string): Promise<any[]> =>
+  (await h.api.get(`/v1/sessions/${id}/messages`)).body.data;
+
+const STOPPING: FakeStopReason[] = [
+  'end_turn',
+  'stop_sequence',
+  'max_tokens',
+  'refusal',
+  'model_context_window_exceeded',
+  'a_reason_from_the_future',
+];
+
+describe('stop reasons, as the SDK runner', () => {
+  let h: Harness;
+  before(async () => {
+    // A paused turn and its continuation are two assistant messages in a row, which the API combines.
+    h = await startHarness({ fake: { strictAlternation: false } });
+  });
+  after(async () => h?.close());
+  beforeEach(() => h.fake.reset());
+
+  /** A session whose first reply calls a tool and stops with `reason`: stopped, its call answered, never run. */
+  async function stoppedWith(reason: FakeStopReason): Promise<string> {
+    h.fake.enqueue(
+      reply([textBlock('Let me add.'), toolUse('calculate_sum', { a: 1, b: 2 }, 'toolu_stop1')], {
+        stop_reason: reason,
+      }),
+    );
+    const r = await h.api.post('/v1/sessions', { input: 'Add 1 and 2', tools: ['calculate_sum'] });
+    assert.equal(r.status, 201, JSON.stringify(r.body));
+    const s = await h.api.waitStatus(r.body.id, ['idle', 'failed']);
+    assert.equal(s.status, 'idle', JSON.stringify(s.error));
+    assert.equal(s.stop_reason, reason);
+    assert.equal(h.fake.requests.length, 1, `${reason}: no second request`);
+    const log = await events(h, r.body.id);
+    assert.equal(log.filter((e) => e.type === 'tool.started').length, 0, `${reason}: the tool never ran`);
+    const msgs = await history(h, r.body.id);
+    assert.equal(msgs.length, 3);
+    const result = msgs[2].content[0];
+    assert.equal(result.type, 'tool_result');
+    assert.equal(result.tool_use_id, 'toolu_stop1');
+    assert.equal(result.is_error, true);
+    const resultText = typeof result.content === 'string' ? result.content : result.content[0].text;
+    assert.match(resultText, /^Error: not run: /);
+    return r.body.id;
+  }
+
+  for (const reason of STOPPING) {
+    it(`${reason} with a tool call: the run stops, the call is answered "not run"; a message goes on`, async () => {
+      const id = await stoppedWith(reason);
+      h.fake.enqueue(text('Fine.'));
+      const m = await h.api.post(`/v1/sessions/${id}/messages`, { text: 'Go on.' });
+      assert.equal(m.status, 202, JSON.stringify(m.body));
+      const s = await h.api.waitFor(id, (x) => x.status !== 'running' && x.iteration === 2);
+      assert.equal(s.status, 'idle', JSON.stringify(s.error));
+      assert.equal(h.fake.requests[1]!.status, 200, 'the API took the history');
+    });
+
+    it(`${reason} with a tool call: continue is refused, retry sends the turn again`, async () => {
+      const id = await stoppedWith(reason);
+      const c = await h.api.post(`/v1/sessions/${id}/continue`);
+      assert.equal(c.status, 409);
+      assert.equal(c.body.error.code, 'nothing_to_continue');
+      h.fake.enqueue(text('3.'));
+      const r = await h.api.post(`/v1/sessions/${id}/retry`);
+      assert.equal(r.status, 202, JSON.stringify(r.body));
+      const s = await h.api.waitFor(id, (x) => x.status !== 'running' && h.fake.requests.length === 2);
+      assert.equal(s.status, 'idle', JSON.stringify(s.error));
+      assert.equal(h.fake.requests[1]!.status, 200);
+      assert.equal(
+        h.fake.requests[1]!.messages.length,
+        1,
+        'the turn again: the reply and its answer dropped',
+      );
+      assert.equal((await history(h, id)).length, 2);
+    });
+  }
+
+  /** A session stopped by `max_iterations: 1` after a `pause_turn` whose server tool call has no result yet. */
+  async function pausedAtMaxIterations(): Promise<string> {
+    h.fake.enqueue(
+      reply(
+        [
+          textBlock('Searching.'),
+          { type: 'server_tool_use', id: 'srvtoolu_p1', name: 'web_search', input: { query: 'x' } },
+        ],
+        {
+          stop_reason: 'pause_turn',
+        },
+      ),
+    );
+    const r = await h.api.post('/v1/sessions', {
+      input: 'Search x',
+      tools: [{ type: 'web_search_20250305', name: 'web_search' }],
+      max_iterations: 1,
+    });
+    assert.equal(r.status, 201, JSON.stringify(r.body));
+    const s = await h.api.waitStatus(r.body.id, ['idle', 'failed']);
+    assert.equal(s.status, 'idle', JSON.stringify(s.error));
+    assert.equal(s.stop_reason, 'max_iterations');
+    return r.body.id;
+  }
+  const searchResult = {
+    type: 'web_search_tool_result' as const,
+    tool_use_id: 'srvtoolu_p1',
+    content: [
+      { type: 'web_search_result' as const, url: 'https://example.com', title: 'x', encrypted_content: 'e' },
+    ],
+  };
+
+  it('max_iterations mid pause_turn, then a message: the paused turn is resumed first, then the message', async () => {
+    const id = await pausedAtMaxIterations();
+    h.fake.enqueue(reply([searchResult, textBlock('Found x.')]), text('Sure.'));
+    const m = await h.api.post(`/v1/sessions/${id}/messages`, { text: 'And y?' });
+    assert.equal(m.status, 202, JSON.stringify(m.body));
+    // The run's one iteration resumes the paused turn; the message joins the history after it.
+    let s = await h.api.waitFor(id, (x) => x.status !== 'running' && h.fake.requests.length === 2);
+    assert.equal(s.status, 'idle', JSON.stringify(s.error));
+    assert.equal(s.stop_reason, 'max_iterations');
+    assert.equal(h.fake.requests[1]!.messages.length, 2, 'the continuation: no new user turn yet');
+    assert.deepEqual(
+      (await history(h, id)).map((x) => x.role),
+      ['user', 'assistant', 'assistant', 'user'],
+    );
+    const c = await h.api.post(`/v1/sessions/${id}/continue`);
+    assert.equal(c.status, 202, JSON.stringify(c.body));
+    s = await h.api.waitFor(id, (x) => x.status !== 'running' && h.fake.requests.length === 3);
+    assert.equal(s.status, 'idle', JSON.stringify(s.error));
+    for (const r of h.fake.requests) assert.equal(r.status, 200, JSON.stringify(r.messages));
+    assert.equal((await history(h, id)).at(-1).role, 'assistant');
+  });
+
+  it('max_iterations mid pause_turn: continue resumes it; retry sends it again', async () => {
+    const id = await pausedAtMaxIterations();
+    h.fake.enqueue(reply([searchResult, textBlock('Found x.')]));
+    const c = await h.api.post(`/v1/sessions/${id}/continue`);
+    assert.equal(c.status, 202, JSON.stringify(c.body));
+    let s = await h.api.waitFor(id, (x) => x.status !== 'running' && h.fake.requests.length === 2);
+    assert.equal(s.status, 'idle', JSON.stringify(s.error));
+    assert.equal(s.stop_reason, 'end_turn');
+    assert.equal(h.fake.requests[1]!.status, 200);
+
+    const id2 = await pausedAtMaxIterations();
+    h.fake.enqueue(reply([textBlock('Again.')]));
+    const r = await h.api.post(`/v1/sessions/${id2}/retry`);
+    assert.equal(r.status, 202, JSON.stringify(r.body));
+    s = await h.api.waitFor(id2, (x) => x.status !== 'running' && h.fake.requests.length === 4);
+    assert.equal(s.status, 'idle', JSON.stringify(s.error));
+    assert.equal(h.fake.requests[3]!.status, 200);
+    assert.equal(h.fake.requests[3]!.messages.length, 1);
+  });
+
+  it('the fake refuses a user turn after an unanswered server_tool_use', async () => {
+    const { validateConversation } = await import('../fake/server.js');
+    const paused = {
+      role: 'assistant',
+      content: [{ type: 'server_tool_use', id: 'srvtoolu_1', name: 'web_search', input: {} }],
+    };
+    assert.doesNotThrow(() => validateConversation([{ role: 'user', content: 'x' }, paused]));
+    assert.throws(
+      () => validateConversation([{ role: 'user', content: 'x' }, paused, { role: 'user', content: 'y' }]),
+      /without a result block/,
+    );
+  });
+});
+
+describe('at most 4 cache breakpoints, thread history included', () => {
+  let h: Harness;
+  before(async () => {
+    h = await startHarness();
+  });
+  after(async () => h?.close());
+  beforeEach(() => h.fake.reset());
+
+  it('the fake counts breakpoints over the whole threaded conversation and refuses a fifth', async () => {
+    const { cacheMarks } = await import('../fake/cache-marks.js');
+    const marked = { type: 'text', text: 'x', cache_control: { type: 'ephemeral' } };
+    assert.equal(cacheMarks([{ role: 'user', content: [marked, marked] }]), 2);
+    assert.equal(
+      cacheMarks([{ role: 'user', content: [{ type: 'tool_result', tool_use_id: 't', content: [marked] }] }]),
+      1,
+    );
+    const post = (body: unknown) =>
+      fetch(`${h.fake.url}/v1/messages`, {
+        method: 'POST',
+        headers: {
+          'content-type': 'application/json',
+          'x-api-key': 'test-key',
+          'anthropic-beta': 'message-threads-2026-08-12',
+        },
+        body: JSON.stringify(body),
+      });
+    h.fake.enqueue(text('One.'), text('Two.'));
+    const userTurn = (t: string, n: number) => ({
+      role: 'user',
+      content: Array.from({ length: n }, () => ({ ...marked, text: t })),
+    });
+    const first = await post({
+      model: 'm',
+      max_tokens: 10,
+      system: [{ ...marked, text: 'sys' }],
+      messages: [userTurn('a', 2)],
+      thread: { type: 'create' },
+    });
+    assert.equal(first.status, 200);
+    const id = ((await first.json()) as { id: string }).id;
+    const second = await post({
+      model: 'm',
+      max_tokens: 10,
+      messages: [userTurn('b', 2)],
+      thread: { type: 'continue', previous_message_id: id },
+    });
+    assert.equal(second.status, 400);
+    const err = (await second.json()) as { error: { message: string } };
+    assert.equal(err.error.message, 'A maximum of 4 blocks with cache_control may be provided. Found 5.');
+  });
+
+  it('a 7-step tool loop with cache_tool_results: no request holds more than 4 breakpoints', async () => {
+    const { cacheMarks } = await import('../fake/cache-marks.js');
+    for (let i = 1; i <= 7; i++) h.fake.enqueue(reply([toolUse('calculate_sum', { a: i, b: i })]));
+    h.fake.enqueue(text('Done.'));
+    const r = await h.api.post('/v1/sessions', {
+      input: 'Add things',
+      tools: ['calculate_sum'],
+      cache_tool_results: true,
+    });
+    assert.equal(r.status, 201, JSON.stringify(r.body));
+    const s = await h.api.waitStatus(r.body.id, ['idle', 'failed']);
+    assert.equal(s.status, 'idle', JSON.stringify(s.error));
+    assert.equal(s.iteration, 8);
+    const reqs = h.fake.requests;
+    assert.equal(reqs.length, 8);
+    for (const q of reqs) {
+      assert.equal(q.status, 200);
+      assert.ok(cacheMarks(q.messages) + cacheMarks(q.system) + cacheMarks(q.tools) <= 4);
+    }
+    // The markers still move: the last request's newest results turn carries one.
+    const last = reqs.at(-1)!.messages.at(-1)!;
+    assert.equal(cacheMarks(last), 1);
+    assert.ok(reqs.filter((q) => q.body.thread?.type === 'continue').length >= 4, 'threads still go on');
+  });
+});
+
+describe('state carried across turns and runs: container, message thread', () => {
+  let h: Harness;
+  before(async () => {
+    h = await startHarness();
+  });
+  after(async () => h?.close());
+  beforeEach(() => h.fake.reset());
+
+  it('the container of a reply is sent with every later request, in this run and the next', async () => {
+    h.fake.enqueue(
+      reply([toolUse('calculate_sum', { a: 1, b: 2 })], { container: { id: 'container_123' } }),
+      text('3.'),
+      text('Still here.'),
+    );
+    const r = await h.api.post('/v1/sessions', { input: 'Add 1 and 2', tools: ['calculate_sum'] });
+    assert.equal(r.status, 201, JSON.stringify(r.body));
+    await h.api.waitFor(r.body.id, (x) => x.status === 'idle' && x.iteration === 2);
+    const m = await h.api.post(`/v1/sessions/${r.body.id}/messages`, { text: 'Again?' });
+    assert.equal(m.status, 202);
+    await h.api.waitFor(r.body.id, (x) => x.status === 'idle' && x.iteration === 3);
+    const reqs = h.fake.requests;
+    assert.equal(reqs.length, 3);
+    assert.equal(reqs[0]!.body.container, undefined);
+    assert.equal(reqs[1]!.body.container, 'container_123', 'the next turn');
+    assert.equal(reqs[2]!.body.container, 'container_123', 'the next run');
+  });
+
+  it('a chat: each run continues the session thread with the new message only (O(n) bytes)', async () => {
+    const n = 10;
+    for (let i = 0; i < n; i++) h.fake.enqueue(text(`Answer ${i}.`));
+    const r = await h.api.post('/v1/sessions', { input: 'Message 0' });
+    assert.equal(r.status, 201, JSON.stringify(r.body));
+    const id = r.body.id;
+    await h.api.waitFor(id, (x) => x.status === 'idle' && x.iteration === 1);
+    for (let i = 1; i < n; i++) {
+      const m = await h.api.post(`/v1/sessions/${id}/messages`, { text: `Message ${i}` });
+      assert.equal(m.status, 202, JSON.stringify(m.body));
+      await h.api.waitFor(id, (x) => x.status === 'idle' && x.iteration === i + 1);
+    }
+    const reqs = h.fake.requests;
+    assert.equal(reqs.length, n);
+    assert.deepEqual(reqs[0]!.body.thread, { type: 'create' });
+    for (let i = 1; i < n; i++) {
+      const q = reqs[i]!;
+      assert.equal(q.status, 200);
+      assert.deepEqual(q.body.thread, { type: 'continue', previous_message_id: reqs[i - 1]!.replyId });
+      assert.equal(q.body.messages.length, 1, `run ${i}: the new message only`);
+      assert.equal(q.messages.length, 2 * i + 1, 'the model saw the whole conversation');
+    }
+    const [second, lastOne] = [reqs[1]!.bytes ?? 0, reqs[n - 1]!.bytes ?? 0];
+    assert.ok(second > 0 && lastOne <= 1.5 * second, `${lastOne} vs ${second} bytes`);
+    // A rewritten history (retry) starts a new thread.
+    h.fake.enqueue(text('Again.'));
+    const rt = await h.api.post(`/v1/sessions/${id}/retry`);
+    assert.equal(rt.status, 202);
+    await h.api.waitFor(id, (x) => x.status === 'idle' && h.fake.requests.length === n + 1);
+    const again = h.fake.requests[n]!;
+    assert.deepEqual(again.body.thread, { type: 'create' });
+    assert.equal(again.body.messages.length, 2 * n - 1);
+  });
+
+  it('a lost thread across runs: the SDK replays the whole history', async () => {
+    h.fake.enqueue(text('One.'), text('Two.'));
+    const r = await h.api.post('/v1/sessions', { input: 'Hi' });
+    assert.equal(r.status, 201);
+    await h.api.waitFor(r.body.id, (x) => x.status === 'idle' && x.iteration === 1);
+    h.fake.forgetThreads();
+    const m = await h.api.post(`/v1/sessions/${r.body.id}/messages`, { text: 'Again' });
+    assert.equal(m.status, 202);
+    const s = await h.api.waitFor(r.body.id, (x) => x.status !== 'running' && x.iteration === 2);
+    assert.equal(s.status, 'idle', JSON.stringify(s.error));
+    const reqs = h.fake.requests;
+    assert.equal(reqs.length, 3);
+    assert.equal(reqs[1]!.body.thread?.type, 'continue');
+    assert.equal(reqs[1]!.status, 404);
+    assert.equal(reqs[2]!.body.thread?.type, 'create');
+    assert.equal(reqs[2]!.body.messages.length, 3);
+  });
+});

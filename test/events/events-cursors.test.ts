@@ -1,0 +1,155 @@
+/**
+ * Every events cursor is validated, on the JSON pages, SSE (query and Last-Event-ID) and the WebSocket: malformed →
+ * 400 `invalid_request`, past the newest event → 400 `invalid_cursor`, trimmed → 410 (events-access.test.ts);
+ * never a 5xx. The relay itself never fails on a cursor it is given.
+ */
+import { after, before, describe, it } from 'node:test';
+import assert from 'node:assert/strict';
+import { Redis } from 'ioredis';
+import pino from 'pino';
+import { startHarness, type Harness } from '../helpers/service.js';
+import { compareIds } from '../../src/events/cursor.js';
+import { EventHub } from '../../src/events/hub.js';
+import type { Sink } from '../../src/events/reader.js';
+import { SessionChannels } from '../../src/store/channels.js';
+import { EventLog, nextId } from '../../src/store/events.js';
+import { SessionStore } from '../../src/store/store.js';
+import { connectSse, connectWs, UpgradeRefused } from '../fixtures/event-clients.js';
+
+const MAX = '18446744073709551615-18446744073709551615';
+
+const refused = (status: number, code: string) => (err: unknown) => {
+  assert.ok(err instanceof UpgradeRefused, String(err));
+  assert.equal(err.status, status);
+  assert.equal(err.body.error.code, code);
+  return true;
+};
+
+describe('event cursors', () => {
+  let h: Harness;
+  before(async () => {
+    h = await startHarness();
+  });
+  after(async () => h.close());
+
+  async function sessionWithEvents() {
+    const created = await h.api.post('/v1/sessions', { start: false });
+    const id: string = created.body.id;
+    const page = await h.api.get(`/v1/sessions/${id}/events`);
+    assert.ok(page.body.data.length > 0);
+    return { id, lastId: page.body.data.at(-1).id as string };
+  }
+
+  /** SSE with a cursor in the query or in Last-Event-ID: the status and JSON body of the answer. */
+  async function sse(id: string, cursor: { after?: string; lastEventId?: string }) {
+    const u = new URL(`/v1/sessions/${id}/events`, h.service.url);
+    if (cursor.after !== undefined) u.searchParams.set('after', cursor.after);
+    const res = await fetch(u, {
+      headers: {
+        accept: 'text/event-stream',
+        ...(cursor.lastEventId !== undefined ? { 'last-event-id': cursor.lastEventId } : {}),
+      },
+    });
+    const type = res.headers.get('content-type') ?? '';
+    const body = type.startsWith('application/json') ? await res.json() : null;
+    if (!body) await res.body?.cancel();
+    return { status: res.status, body: body as any };
+  }
+
+  it('a cursor past the newest event gets 400 invalid_cursor on REST, SSE and WebSocket, never a 5xx', async () => {
+    const { id, lastId } = await sessionWithEvents();
+    const ms = BigInt(lastId.split('-')[0]!);
+    const ahead = [MAX, `${ms + 1n}-0`, nextId(lastId)!, '18446744073709551615-0'];
+    for (const cursor of ahead) {
+      const page = await h.api.get(`/v1/sessions/${id}/events?after=${cursor}`);
+      assert.equal(page.status, 400, `${cursor}: ${JSON.stringify(page.body)}`);
+      assert.equal(page.body.error.code, 'invalid_cursor');
+      assert.equal(page.body.error.details.last_event_id, lastId);
+
+      for (const how of [{ after: cursor }, { lastEventId: cursor }]) {
+        const r = await sse(id, how);
+        assert.equal(r.status, 400, `SSE ${JSON.stringify(how)}`);
+        assert.equal(r.body.error.code, 'invalid_cursor');
+        assert.equal(r.body.error.details.cursor, cursor);
+      }
+
+      await assert.rejects(connectWs(h.service.url, id, { after: cursor }), refused(400, 'invalid_cursor'));
+    }
+  });
+
+  it('malformed cursors get 400 invalid_request everywhere', async () => {
+    const { id } = await sessionWithEvents();
+    for (const bad of ['18446744073709551616-0', '0-18446744073709551616', '-1-0', '1-', 'x']) {
+      const page = await h.api.get(`/v1/sessions/${id}/events?after=${encodeURIComponent(bad)}`);
+      assert.equal(page.status, 400, bad);
+      assert.equal(page.body.error.code, 'invalid_request');
+      assert.equal((await sse(id, { after: bad })).status, 400);
+      const header = await sse(id, { lastEventId: bad });
+      assert.equal(header.status, 400);
+      assert.equal(header.body.error.code, 'invalid_request');
+      await assert.rejects(connectWs(h.service.url, id, { after: bad }), refused(400, 'invalid_request'));
+    }
+  });
+
+  it('the newest id itself is a valid cursor: an empty page, and streams that wait for newer events', async () => {
+    const { id, lastId } = await sessionWithEvents();
+    const page = await h.api.get(`/v1/sessions/${id}/events?after=${lastId}`);
+    assert.deepEqual(page.body, { data: [], next_cursor: lastId, has_more: false });
+    const ws = await connectWs(h.service.url, id, { after: lastId });
+    const s = await connectSse(h.service.url, id, { lastEventId: lastId });
+    assert.equal(s.status, 200);
+    // A change writes new events: both get them, and only them.
+    assert.equal((await h.api.req('PATCH', `/v1/sessions/${id}`, { metadata: { k: 1 } })).status, 200);
+    const [a, b] = await Promise.all([
+      ws.waitEvent(() => true, 'the next event'),
+      s.waitEvent(() => true, 'the next event'),
+    ]);
+    assert.ok(compareIds(a.id, lastId) > 0);
+    assert.equal(b.id, a.id);
+    ws.close();
+    s.close();
+  });
+
+  it('the relay given a cursor past the log (or the largest id) waits for newer events instead of failing', async () => {
+    const cmd = new Redis(h.redis.url);
+    const sub = new Redis(h.redis.url);
+    const channels = new SessionChannels(sub);
+    const hub = new EventHub({ eventLog: new EventLog(cmd), channels, logger: pino({ level: 'silent' }) });
+    const store = new SessionStore(cmd, { eventLogMax: 1000 });
+    try {
+      const id = 'ses_cursorahead001';
+      await store.appendEvents(id, [['stream.event', '{"n":1}']]);
+      const got: string[] = [];
+      const problems: string[] = [];
+      const sink = (): Sink => ({
+        send: (ev) => (got.push(ev.id), true),
+        ready: () => true,
+        expired: () => problems.push('expired'),
+        failed: (err) => problems.push(String(err)),
+        shutdown() {},
+      });
+      const subs = [hub.subscribe(id, MAX, sink()), hub.subscribe(id, '18446744073709551615-0', sink())];
+      const deadline = Date.now() + 10_000;
+      while (!subs.every((s) => s.live)) {
+        assert.ok(Date.now() < deadline, 'the subscriptions went live');
+        await new Promise((r) => setTimeout(r, 10));
+      }
+      await store.appendEvents(id, [['stream.event', '{"n":2}']]);
+      // A subscription from the start sees the new event; by then the others have been offered it too.
+      const witness: string[] = [];
+      const w = hub.subscribe(id, '0-0', { ...sink(), send: (ev) => (witness.push(ev.id), true) });
+      while (witness.length < 2) {
+        assert.ok(Date.now() < deadline, 'the witness got both events');
+        await new Promise((r) => setTimeout(r, 10));
+      }
+      assert.deepEqual(problems, []);
+      assert.deepEqual(got, []);
+      for (const s of [...subs, w]) s.close();
+    } finally {
+      hub.close();
+      channels.close();
+      cmd.disconnect();
+      sub.disconnect();
+    }
+  });
+});

@@ -1,0 +1,308 @@
+import { after, before, describe, it } from 'node:test';
+import assert from 'node:assert/strict';
+import net from 'node:net';
+import { startHarness, type Harness } from '../helpers/service.js';
+import { spawnService, serviceEnv, type ServiceProcess } from '../helpers/process.js';
+import { startTestRedis, type TestRedis } from '../helpers/redis.js';
+import { startFakeAnthropic, type FakeAnthropic } from '../fake/server.js';
+import { connectWs } from '../fixtures/event-clients.js';
+import { DEFAULT_JSON_MAX_DEPTH, jsonTooDeep } from '../../src/json-depth.js';
+import { TOOL_SCHEMA_MAX_BYTES } from '../../src/schemas.js';
+
+/** `{"a":{"a":…{}}}` nested `n` levels (as an object value, not text, so the client serialises it). */
+function nested(n: number): Record<string, unknown> {
+  let v: Record<string, unknown> = {};
+  for (let i = 0; i < n; i++) v = { a: v };
+  return v;
+}
+const deepText = (n: number) => '{"a":'.repeat(n) + '{}' + '}'.repeat(n);
+
+describe('bounded input: JSON depth and client tool schemas', () => {
+  let h: Harness;
+  before(async () => {
+    h = await startHarness({ env: { API_KEYS: 'acme:key-acme,globex:key-globex' } });
+  });
+  after(async () => h.close());
+
+  it('measures depth outside strings only', () => {
+    assert.equal(jsonTooDeep('[[[]]]', 3), false);
+    assert.equal(jsonTooDeep('[[[[]]]]', 3), true);
+    assert.equal(jsonTooDeep('["[[[[[[", "\\"[[[[["]', 1), false);
+    assert.equal(jsonTooDeep(deepText(DEFAULT_JSON_MAX_DEPTH - 1), DEFAULT_JSON_MAX_DEPTH), false);
+  });
+
+  it('refuses deeply nested free-form JSON on every route with 400 invalid_request, never 5xx', async () => {
+    const created = await h.api.post('/v1/sessions', { start: false });
+    assert.equal(created.status, 201);
+    const id = created.body.id;
+    const deep = deepText(5000);
+    const bodies: Array<[string, string, string, string]> = [
+      ['create params', 'POST', '/v1/sessions', `{"start":false,"params":{"metadata":${deep}}}`],
+      [
+        'create tool input',
+        'POST',
+        '/v1/sessions',
+        `{"start":false,"messages":[{"role":"user","content":"hi"},{"role":"assistant","content":[{"type":"tool_use","id":"tu_1","name":"x","input":${deep}}]}]}`,
+      ],
+      [
+        'document source',
+        'POST',
+        `/v1/sessions/${id}/messages`,
+        `{"content":[{"type":"document","source":{"type":"content","content":${deep}}}]}`,
+      ],
+      [
+        'citations',
+        'POST',
+        `/v1/sessions/${id}/messages`,
+        `{"content":[{"type":"text","text":"x","citations":[{"type":"x","deep":${deep}}]}]}`,
+      ],
+      ['patch params', 'PATCH', `/v1/sessions/${id}`, `{"params":{"metadata":${deep}}}`],
+      [
+        'decision input',
+        'POST',
+        `/v1/sessions/${id}/tool-calls/tu_1`,
+        `{"decision":"approve","input":${deep}}`,
+      ],
+      [
+        'deep array',
+        'POST',
+        '/v1/sessions',
+        `{"start":false,"params":{"x":${'['.repeat(100_000)}${']'.repeat(100_000)}}}`,
+      ],
+    ];
+    for (const [what, method, path, body] of bodies) {
+      for (const headers of [{}, { 'idempotency-key': `deep-${what}` }]) {
+        const r = await h.api.req(method, path, body, headers);
+        assert.equal(r.status, 400, `${what}: ${r.status} ${JSON.stringify(r.body).slice(0, 200)}`);
+        assert.equal(r.body.error.code, 'invalid_request', what);
+      }
+    }
+    // Moderate nesting is fine; listing still works.
+    // (`params.metadata` is flat since issue 22: a free-form param of the upstream's carries the nesting.)
+    const ok = await h.api.post('/v1/sessions', { start: false, params: { context_management: nested(40) } });
+    assert.equal(ok.status, 201, JSON.stringify(ok.body));
+    const list = await h.api.get('/v1/sessions');
+    assert.equal(list.status, 200);
+  });
+
+  it('answers a deeply nested WebSocket frame with an invalid_request error frame and keeps the socket', async () => {
+    const created = await h.api.post('/v1/sessions', { start: false });
+    const ws = await connectWs(h.service.url, created.body.id, { token: 'key-acme' });
+    try {
+      ws.send(
+        `{"type":"message","ref":"r1","content":[{"type":"document","source":{"type":"content","content":${deepText(5000)}}}]}`,
+      );
+      const err = await ws.frames.wait((f) => f.type === 'error', 'error frame');
+      assert.equal(err.error.code, 'invalid_request');
+      const cancel = await ws.request({ type: 'cancel', ref: 'r2' });
+      assert.notEqual(cancel.error?.code, 'internal_error');
+    } finally {
+      ws.close();
+    }
+  });
+
+  it('checks client tool schemas without a shared registry: one tenant’s $id never blocks another', async () => {
+    const schema = {
+      $id: 'https://example.com/shared',
+      type: 'object',
+      properties: { q: { type: 'string' } },
+    };
+    const tool = { name: 'lookup', input_schema: schema };
+    const a = await h.api.as('key-acme').post('/v1/sessions', { start: false, tools: [tool] });
+    assert.equal(a.status, 201, JSON.stringify(a.body));
+    const again = await h.api.as('key-acme').post('/v1/sessions', { start: false, tools: [tool] });
+    assert.equal(again.status, 201, JSON.stringify(again.body));
+    const b = await h.api.as('key-globex').post('/v1/sessions', { start: false, tools: [tool] });
+    assert.equal(b.status, 201, JSON.stringify(b.body));
+  });
+
+  it('bounds client tool schemas in size and refuses references outside the schema', async () => {
+    const properties: Record<string, unknown> = {};
+    for (let i = 0; JSON.stringify(properties).length <= TOOL_SCHEMA_MAX_BYTES; i++)
+      // Long descriptions: fewer than the 256 keys an object of a body may have (issue 22).
+      properties[`p${i}`] = { type: 'string', description: 'x'.repeat(300) };
+    const big = await h.api.post('/v1/sessions', {
+      start: false,
+      tools: [{ name: 'big', input_schema: { type: 'object', properties } }],
+    });
+    assert.equal(big.status, 400);
+    assert.equal(big.body.error.code, 'invalid_request');
+    assert.match(JSON.stringify(big.body.error.details), /at most 65536/);
+    const remote = await h.api.post('/v1/sessions', {
+      start: false,
+      tools: [
+        { name: 'r', input_schema: { type: 'object', properties: { q: { $ref: 'https://example.com/s' } } } },
+      ],
+    });
+    assert.equal(remote.status, 400);
+    assert.match(JSON.stringify(remote.body.error.details), /local references/);
+    const local = await h.api.post('/v1/sessions', {
+      start: false,
+      tools: [
+        {
+          name: 'l',
+          input_schema: {
+            type: 'object',
+            $defs: { s: { type: 'string' } },
+            properties: { q: { $ref: '#/$defs/s' } },
+          },
+        },
+      ],
+    });
+    assert.equal(local.status, 201, JSON.stringify(local.body));
+    const invalid = await h.api.post('/v1/sessions', {
+      start: false,
+      tools: [{ name: 'i', input_schema: { type: 'object', required: 'q' } }],
+    });
+    assert.equal(invalid.status, 400);
+  });
+});
+
+/** Opens a socket and resolves with what the server wrote before closing it (or `timeoutMs` passed: `null`). */
+function untilClosed(socket: net.Socket, timeoutMs: number): Promise<string | null> {
+  return new Promise((resolve) => {
+    let got = '';
+    const timer = setTimeout(() => resolve(null), timeoutMs);
+    socket.on('data', (d) => (got += d.toString('latin1')));
+    socket.on('close', () => {
+      clearTimeout(timer);
+      resolve(got);
+    });
+    socket.on('error', () => {});
+  });
+}
+
+const connect = (port: number) =>
+  new Promise<net.Socket>((resolve, reject) => {
+    const s = net.connect(port, '127.0.0.1', () => resolve(s));
+    s.once('error', reject);
+  });
+
+/** One keep-alive GET /healthz on `socket`; resolves with the status once the whole response arrived (0: closed). */
+function healthz(socket: net.Socket): Promise<number> {
+  return new Promise((resolve) => {
+    let got = '';
+    const onData = (d: Buffer) => {
+      got += d.toString('latin1');
+      if (/\r\n\r\n[\s\S]*\}$/.test(got)) {
+        socket.off('data', onData);
+        resolve(Number(/^HTTP\/1\.1 (\d+)/.exec(got)?.[1]));
+      }
+    };
+    socket.on('data', onData);
+    socket.once('close', () => resolve(0));
+    socket.write('GET /healthz HTTP/1.1\r\nhost: x\r\n\r\n');
+  });
+}
+
+describe('slow clients and connection cap', () => {
+  let redis: TestRedis;
+  let fake: FakeAnthropic;
+  let svc: ServiceProcess;
+  let port: number;
+  before(async () => {
+    redis = await startTestRedis();
+    fake = await startFakeAnthropic();
+    svc = await spawnService(
+      serviceEnv(redis.url, fake.url, {
+        API_KEYS: 'acme:key-acme',
+        REQUEST_TIMEOUT_MS: '1000',
+        CONNECTION_TIMEOUT_MS: '1500',
+        MAX_CONNECTIONS: '4',
+        // Request logging (its `incoming request` lines tell when the service has a request).
+        LOG_LEVEL: 'debug',
+      }),
+      { name: 'limits' },
+    );
+    port = Number(new URL(svc.url).port);
+  });
+  after(async () => {
+    await svc.stop();
+    await fake.close();
+    await redis.stop();
+  });
+
+  it('times out a body that never arrives (408), logs the abort at info, and logs no error', async () => {
+    const s = await connect(port);
+    const closed = untilClosed(s, 15_000);
+    s.write(
+      'POST /v1/sessions HTTP/1.1\r\nhost: x\r\nauthorization: Bearer key-acme\r\ncontent-type: application/json\r\n' +
+        'content-length: 100\r\n\r\n{"start":',
+    );
+    const got = await closed;
+    assert.notEqual(got, null, 'the slow request was never timed out');
+    if (got) assert.match(got, /^HTTP\/1\.1 408/);
+
+    // A client that gives up mid-upload, once the service has its request.
+    const seen = svc.logs().filter((l) => l['msg'] === 'incoming request').length;
+    const s2 = await connect(port);
+    s2.write(
+      'POST /v1/sessions HTTP/1.1\r\nhost: x\r\nauthorization: Bearer key-acme\r\ncontent-type: application/json\r\n' +
+        'content-length: 100\r\n\r\n{"start":',
+    );
+    await svc.waitForLog(() => svc.logs().filter((l) => l['msg'] === 'incoming request').length > seen);
+    const reqId = svc.logs().filter((l) => l['msg'] === 'incoming request')[seen]!['reqId'];
+    s2.destroy();
+    const line = await svc.waitForLog(
+      (l) => l['msg'] === 'client aborted the request' && l['reqId'] === reqId,
+    );
+    assert.equal(line['level'], 30);
+    assert.deepEqual(
+      svc.logs().filter((l) => typeof l['level'] === 'number' && l['level'] >= 50),
+      [],
+    );
+  });
+
+  it('cuts a body trickled a byte at a time at REQUEST_TIMEOUT_MS (408), though the socket is never idle', async () => {
+    const s = await connect(port);
+    const closed = untilClosed(s, 20_000);
+    s.write(
+      'POST /v1/sessions HTTP/1.1\r\nhost: x\r\nauthorization: Bearer key-acme\r\ncontent-type: application/json\r\n' +
+        'content-length: 100000\r\n\r\n{"input":"',
+    );
+    // A byte every 100 ms keeps the socket busier than CONNECTION_TIMEOUT_MS (1.5 s) allows for idleness: only the
+    // whole-request deadline (1 s) can cut it. Node's own 60 s header deadline cut it before the fix.
+    const trickle = setInterval(() => {
+      if (s.writable) s.write('x');
+    }, 100);
+    const got = await closed.finally(() => clearInterval(trickle));
+    assert.notEqual(got, null, 'the trickled body was not cut within 20 s');
+    if (got) assert.match(got, /^HTTP\/1\.1 408/);
+  });
+
+  it('closes silent sockets after CONNECTION_TIMEOUT_MS: idle keep-alive and never-speaking', async () => {
+    const keepAlive = await connect(port);
+    assert.equal(await healthz(keepAlive), 200);
+    const silent = await connect(port);
+    const [a, b] = await Promise.all([untilClosed(keepAlive, 15_000), untilClosed(silent, 15_000)]);
+    assert.notEqual(a, null, 'an idle keep-alive socket was kept open');
+    assert.notEqual(b, null, 'a socket that never sent a request was kept open');
+  });
+
+  it('accepts at most MAX_CONNECTIONS sockets at once', async () => {
+    const open: net.Socket[] = [];
+    try {
+      for (let i = 0; i < 4; i++) {
+        const s = await connect(port);
+        assert.equal(await healthz(s), 200);
+        open.push(s);
+      }
+      const extra = await connect(port);
+      const closed = untilClosed(extra, 10_000);
+      extra.write('GET /healthz HTTP/1.1\r\nhost: x\r\n\r\n');
+      const got = await closed;
+      assert.equal(got, '', 'a connection beyond the cap was served');
+    } finally {
+      for (const s of open) s.destroy();
+    }
+    // Room again once they are gone.
+    let served = false;
+    for (let i = 0; i < 50 && !served; i++) {
+      const s = await connect(port);
+      const status = await Promise.race([healthz(s), untilClosed(s, 10_000).then(() => 0)]);
+      s.destroy();
+      served = status === 200;
+    }
+    assert.ok(served);
+  });
+});

@@ -1,0 +1,250 @@
+import { after, before, describe, it } from 'node:test';
+import assert from 'node:assert/strict';
+import { existsSync } from 'node:fs';
+import { chromium } from 'playwright-core';
+import { startHarness, type Harness } from '../helpers/service.js';
+import { startService, type Service } from '../../src/boot.js';
+import { connectWs, UpgradeRefused, type WsClient } from '../fixtures/event-clients.js';
+import { loadConfig } from '../../src/config.js';
+import { Api } from '../helpers/service.js';
+import { Redis } from 'ioredis';
+
+const KEYS = 'acme:key-acme,globex:key-globex';
+const CHROMIUM = '/usr/bin/chromium';
+
+describe('tenant quotas and rate limit across replicas, security headers', () => {
+  let h: Harness;
+  let second: Service;
+  const env = {
+    API_KEYS: KEYS,
+    RATE_LIMIT_PER_MIN: '6',
+    TENANT_MAX_SESSIONS: '3',
+    TENANT_MAX_WEBSOCKETS: '2',
+  };
+  before(async () => {
+    h = await startHarness({ env });
+    // A second replica on the same Redis and upstream.
+    second = await startService({
+      PORT: '0',
+      HOST: '127.0.0.1',
+      REDIS_URL: h.redis.url,
+      REDIS_KEY_PREFIX: 'none',
+      ANTHROPIC_API_KEY: 'test-key',
+      ANTHROPIC_BASE_URL: h.fake.url,
+      LOG_LEVEL: 'silent',
+      ...env,
+    });
+  });
+  after(async () => {
+    await second?.close();
+    await h?.close();
+  });
+
+  it('limits by default', () => {
+    const config = loadConfig({});
+    assert.ok(config.RATE_LIMIT_PER_MIN > 0);
+    assert.ok(config.TENANT_MAX_SESSIONS > 0);
+    assert.ok(config.TENANT_MAX_STREAMS > 0);
+  });
+
+  it('TENANT_MAX_SESSIONS and RATE_LIMIT_PER_MIN hold across replicas; other tenants are not affected', async () => {
+    const a1 = h.api.as('key-acme');
+    const a2 = new Api(second.url, 'key-acme');
+    const statuses: number[] = [];
+    const ids: string[] = [];
+    for (const api of [a1, a2, a1]) {
+      const r = await api.post('/v1/sessions', { start: false });
+      statuses.push(r.status);
+      ids.push(r.body.id);
+    }
+    assert.deepEqual(statuses, [201, 201, 201]);
+    for (const api of [a1, a2]) {
+      const over = await api.post('/v1/sessions', { start: false });
+      assert.equal(over.status, 429);
+      assert.equal(over.body.error.code, 'quota_exceeded');
+      assert.deepEqual(over.body.error.details, { quota: 'TENANT_MAX_SESSIONS', limit: 3 });
+    }
+    const fork = await a2.post(`/v1/sessions/${ids[0]}/fork`, { at_iteration: 0 });
+    assert.equal(fork.status, 429);
+    assert.equal(fork.body.error.details.quota, 'TENANT_MAX_SESSIONS');
+    // 6 mutating requests so far (3 created, 3 refused): the 7th on either replica is over the rate.
+    const limited = await a1.req('DELETE', `/v1/sessions/${ids[0]}`);
+    assert.equal(limited.status, 429);
+    assert.equal(limited.body.error.code, 'rate_limited');
+    assert.ok(Number(limited.headers.get('retry-after')) > 0);
+    assert.equal((await a2.req('DELETE', `/v1/sessions/${ids[0]}`)).status, 429);
+    // Reads are not limited; the other tenant is not affected.
+    assert.equal((await a2.get('/v1/sessions')).status, 200);
+    const g = await h.api.as('key-globex').post('/v1/sessions', { start: false });
+    assert.equal(g.status, 201);
+  });
+
+  it('TENANT_MAX_WEBSOCKETS holds across replicas and frees a slot when a socket closes', async () => {
+    const g = h.api.as('key-globex');
+    const id = (await g.get('/v1/sessions')).body.data[0].id as string;
+    const open: WsClient[] = [];
+    try {
+      open.push(await connectWs(h.service.url, id, { token: 'key-globex' }));
+      open.push(await connectWs(second.url, id, { token: 'key-globex' }));
+      for (const base of [h.service.url, second.url]) {
+        await assert.rejects(connectWs(base, id, { token: 'key-globex' }), (err: unknown) => {
+          assert.ok(err instanceof UpgradeRefused, String(err));
+          assert.equal(err.status, 429);
+          assert.equal(err.body.error.code, 'quota_exceeded');
+          assert.equal(err.body.error.details.quota, 'TENANT_MAX_STREAMS');
+          return true;
+        });
+      }
+      const first = open.shift()!;
+      first.close();
+      await first.closed;
+      // The slot is given back when the server sees the socket close: retry until it has.
+      let again: WsClient | undefined;
+      for (let i = 0; i < 100 && !again; i++) {
+        again = await connectWs(second.url, id, { token: 'key-globex' }).catch((err: unknown) => {
+          if (!(err instanceof UpgradeRefused) || err.status !== 429) throw err;
+          return new Promise<undefined>((resolve) => setImmediate(() => resolve(undefined)));
+        });
+      }
+      assert.ok(again, 'the closed socket never gave its slot back');
+      open.push(again);
+    } finally {
+      for (const c of open) c.close();
+    }
+  });
+
+  it(
+    'sends security headers, with a CSP under which /docs renders',
+    { skip: !existsSync(CHROMIUM) },
+    async () => {
+      const r = await fetch(`${h.service.url}/healthz`);
+      const csp = r.headers.get('content-security-policy') ?? '';
+      assert.match(csp, /default-src 'self'/);
+      assert.match(csp, /object-src 'none'/);
+      assert.doesNotMatch(csp, /upgrade-insecure-requests/);
+      assert.equal(r.headers.get('x-content-type-options'), 'nosniff');
+      assert.ok(r.headers.get('x-frame-options'));
+      const browser = await chromium.launch({
+        executablePath: CHROMIUM,
+        args: ['--no-sandbox', '--disable-gpu'],
+      });
+      try {
+        const page = await browser.newPage();
+        const violations: string[] = [];
+        page.on('console', (m) => {
+          if (/Content Security Policy/i.test(m.text())) violations.push(m.text());
+        });
+        await page.goto(`${h.service.url}/docs`);
+        await page.waitForSelector('.swagger-ui .opblock', { timeout: 30_000 });
+        assert.deepEqual(violations, []);
+      } finally {
+        await browser.close();
+      }
+    },
+  );
+});
+
+describe('TENANT_MAX_ACTIVE_RUNS across two service processes', () => {
+  let h: Harness;
+  let second: Service;
+  let probe: Redis;
+  const env = { API_KEYS: KEYS, TENANT_MAX_ACTIVE_RUNS: '2' };
+  /** The fake's turns wait here until the test opens it: runs stay `running` without any timing. */
+  let opened: Promise<void>;
+  let open!: () => void;
+  const closeGate = () => {
+    opened = new Promise<void>((r) => (open = r));
+  };
+  before(async () => {
+    h = await startHarness({ env });
+    second = await startService({
+      PORT: '0',
+      HOST: '127.0.0.1',
+      REDIS_URL: h.redis.url,
+      REDIS_KEY_PREFIX: 'none',
+      ANTHROPIC_API_KEY: 'test-key',
+      ANTHROPIC_BASE_URL: h.fake.url,
+      LOG_LEVEL: 'silent',
+      RATE_LIMIT_PER_MIN: '0',
+      ...env,
+    });
+    probe = new Redis(h.redis.url);
+    closeGate();
+    h.fake.setHandler(async () => {
+      await opened;
+      return { type: 'message', content: [{ type: 'text', text: 'done' }] };
+    });
+  });
+  after(async () => {
+    open?.();
+    probe?.disconnect();
+    await second?.close();
+    await h?.close();
+  });
+
+  const refusedRun = (r: { status: number; body: any }) => {
+    assert.equal(r.status, 429, JSON.stringify(r.body));
+    assert.equal(r.body.error.code, 'quota_exceeded');
+    assert.deepEqual(r.body.error.details, { quota: 'TENANT_MAX_ACTIVE_RUNS', limit: 2 });
+  };
+  const slots = (tenant: string) => probe.zrange(`q:{${tenant}}:runs`, 0, -1);
+
+  it('a third concurrent run of a tenant is refused on either replica; others and non-runs are not', async () => {
+    const a1 = h.api.as('key-acme');
+    const a2 = new Api(second.url, 'key-acme');
+    const first = await a1.post('/v1/sessions', { input: 'one' });
+    const other = await a2.post('/v1/sessions', { input: 'two' });
+    assert.equal(first.status, 201);
+    assert.equal(other.status, 201);
+    await h.fake.waitForRequests(2, 20_000);
+    assert.deepEqual((await slots('acme')).sort(), [first.body.id, other.body.id].sort());
+
+    // A create that would run, on either replica: refused, and nothing is created.
+    for (const api of [a1, a2]) refusedRun(await api.post('/v1/sessions', { input: 'three' }));
+    assert.equal((await a1.get('/v1/sessions')).body.data.length, 2);
+    // A session that does not run yet is created; the message that would start its run is refused, unwritten.
+    const idle = await a2.post('/v1/sessions', { start: false });
+    assert.equal(idle.status, 201);
+    refusedRun(await a1.post(`/v1/sessions/${idle.body.id}/messages`, { text: 'go' }));
+    const still = (await a2.get(`/v1/sessions/${idle.body.id}`)).body;
+    assert.equal(still.status, 'idle');
+    assert.equal(still.revision, idle.body.revision);
+    // A follow-up to a running session starts no run: queued as usual.
+    assert.equal((await a2.post(`/v1/sessions/${first.body.id}/messages`, { text: 'later' })).status, 202);
+    // Another tenant runs.
+    const g = await h.api.as('key-globex').post('/v1/sessions', { input: 'globex' });
+    assert.equal(g.status, 201);
+    assert.equal(g.body.status, 'running');
+
+    // Runs end: their slots are given back, and the refused run may start.
+    open();
+    await a1.waitStatus(first.body.id, 'idle', 20_000);
+    await a1.waitStatus(other.body.id, 'idle', 20_000);
+    await h.api.as('key-globex').waitStatus(g.body.id, 'idle', 20_000);
+    for (let i = 0; (await slots('acme')).length > 0; i++) {
+      assert.ok(i < 1000, 'the ended runs gave their slots back');
+      await new Promise((r) => setImmediate(r));
+    }
+    assert.equal((await a2.post(`/v1/sessions/${idle.body.id}/messages`, { text: 'go' })).status, 202);
+    await a2.waitStatus(idle.body.id, 'idle', 20_000);
+  });
+
+  it('slots that outlived their runs (a crash between a run end and its release) do not count', async () => {
+    const a1 = h.api.as('key-acme');
+    const ids = (await a1.get('/v1/sessions')).body.data.map((s: { id: string }) => s.id) as string[];
+    assert.ok(ids.length >= 2);
+    // What a replica that died after the runs' last commits leaves: slots of sessions that are idle, taken long ago.
+    const long = Date.now() - 60_000;
+    await probe.zadd('q:{acme}:runs', long, ids[0]!, long, ids[1]!);
+    closeGate();
+    // The sessions are not running: their slots are dropped, and two new runs start.
+    const ok = [await a1.post('/v1/sessions', { input: 'a' }), await a1.post('/v1/sessions', { input: 'b' })];
+    assert.deepEqual(
+      ok.map((r) => r.status),
+      [201, 201],
+    );
+    refusedRun(await new Api(second.url, 'key-acme').post('/v1/sessions', { input: 'c' }));
+    open();
+    for (const r of ok) await a1.waitStatus(r.body.id, 'idle', 20_000);
+  });
+});

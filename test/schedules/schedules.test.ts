@@ -1,0 +1,353 @@
+/**
+ * Schedules (spec §7.6) in one process: the routes' checks, tenant isolation, overlap skip vs allow, one late fire
+ * after an outage, pause/resume, quotas, webhooks. Fires come every second through SCHEDULES_TEST_SECONDS (6-field
+ * crons, tests only); an outage is made by moving a schedule's `next_run_at` into the past while no service runs.
+ */
+import { after, before, describe, it } from 'node:test';
+import assert from 'node:assert/strict';
+import { Redis } from 'ioredis';
+import { startFakeAnthropic, type FakeAnthropic } from '../fake/server.js';
+import { text, toolCall } from '../fake/script.js';
+import { startHarness, type Api, type Harness } from '../helpers/service.js';
+import { startTestRedis, type TestRedis } from '../helpers/redis.js';
+import { WebhookReceiver } from '../helpers/webhook-receiver.js';
+import { until } from '../durability/chaos-lib.js';
+import { cronProblem, newestMissed, nextFire } from '../../src/schedules/cron.js';
+
+const KEYS = 'a:key-a,b:key-b';
+const ENV = {
+  API_KEYS: KEYS,
+  SCHEDULES_TEST_SECONDS: 'true',
+  SCHEDULE_SWEEP_MS: '100',
+  WEBHOOK_ALLOW_PRIVATE: 'true',
+  WEBHOOK_POLL_MS: '100',
+};
+const lookup = {
+  name: 'lookup',
+  description: 'a client tool: the session waits for its result',
+  input_schema: { type: 'object', properties: {} },
+};
+
+describe('schedule times (croner)', () => {
+  it('follows DST in the time zone and collapses missed fires into the newest', () => {
+    const t = { cron: '30 2 * * *', at: null, timezone: 'Europe/Paris' };
+    const times = (from: string, n: number) => {
+      const out: string[] = [];
+      let x = Date.parse(from);
+      for (let i = 0; i < n; i++) out.push(new Date((x = nextFire(t, x)!)).toISOString());
+      return out;
+    };
+    // 02:30 does not exist on 29 March (02:00 → 03:00): it fires at 03:00 CEST; on 25 October it exists twice: once.
+    assert.deepEqual(times('2026-03-28T12:00:00Z', 2), [
+      '2026-03-29T01:00:00.000Z',
+      '2026-03-30T00:30:00.000Z',
+    ]);
+    assert.deepEqual(times('2026-10-24T12:00:00Z', 2), [
+      '2026-10-25T00:30:00.000Z',
+      '2026-10-26T01:30:00.000Z',
+    ]);
+    const weekdays = { cron: '0 9 * * 1-5', at: null, timezone: 'America/New_York' };
+    // Due Friday 09:00, nobody ran until Tuesday noon: one fire, Tuesday 09:00 (EST = UTC-5).
+    const missed = newestMissed(
+      weekdays,
+      Date.parse('2026-12-04T14:00:00Z'),
+      Date.parse('2026-12-08T17:00:00Z'),
+    );
+    assert.equal(new Date(missed).toISOString(), '2026-12-08T14:00:00.000Z');
+    assert.equal(cronProblem('* * * * * *', 'UTC', false), 'a cron expression has 5 fields');
+    assert.equal(cronProblem('@daily', 'UTC', false), 'a cron expression has 5 fields');
+    assert.equal(cronProblem('*/5 9-17 * * MON-FRI', 'UTC', false), null);
+  });
+});
+
+describe('schedules', { timeout: 240_000 }, () => {
+  let redis: TestRedis;
+  let fake: FakeAnthropic;
+  let h: Harness;
+  let r: Redis;
+  let a: Api;
+  let b: Api;
+
+  const start = async () => {
+    h = await startHarness({ env: ENV, redis, fakeServer: fake });
+    a = h.api.as('key-a');
+    b = h.api.as('key-b');
+  };
+
+  before(async () => {
+    [redis, fake] = await Promise.all([startTestRedis(), startFakeAnthropic({ strictAlternation: true })]);
+    // A session with the client tool `lookup` waits for its result (requires_action); any other one ends at once.
+    fake.setHandler((req) => {
+      const tools = (req.body.tools ?? []) as Array<{ name: string }>;
+      const last = req.body.messages.at(-1);
+      const answered = Array.isArray(last?.content) && last.content.some((c) => c.type === 'tool_result');
+      return tools.some((t) => t.name === 'lookup') && !answered
+        ? toolCall('lookup', {})
+        : text('report ready');
+    });
+    r = new Redis(redis.url);
+    await start();
+  });
+  after(async () => {
+    r.disconnect();
+    await h.close();
+    await fake.close();
+    await redis.stop();
+  });
+
+  const sessionsOf = async (api: Api, id: string) => {
+    const res = await api.get(`/v1/schedules/${id}/runs?limit=100`);
+    assert.equal(res.status, 200);
+    return res.body.data as Array<{ id: string; status: string; metadata: Record<string, string> }>;
+  };
+
+  it('validates the body and answers the schedule', async () => {
+    const bad = [
+      { cron: '* * *', session: { input: 'x' } },
+      { cron: '0 9 * * 1-5 * 2026', session: { input: 'x' } },
+      { cron: '99 * * * *', session: { input: 'x' } },
+      { cron: '0 9 * * *', timezone: 'Mars/Olympus', session: { input: 'x' } },
+      { cron: '0 9 * * *', at: new Date(Date.now() + 60_000).toISOString(), session: { input: 'x' } },
+      { session: { input: 'x' } },
+      { at: '2001-01-01T00:00:00Z', session: { input: 'x' } },
+      { cron: '0 9 * * *', session: { input: 'x', tools: ['no_such_tool'] } },
+      { cron: '0 9 * * *', session: { input: 'x', bogus: 1 } },
+      { cron: '0 9 * * *', overlap: 'sometimes', session: { input: 'x' } },
+    ];
+    for (const body of bad) {
+      const res = await a.post('/v1/schedules', body);
+      assert.equal(res.status, 400, JSON.stringify(body) + ' → ' + JSON.stringify(res.body));
+      assert.ok(['invalid_request', 'unknown_tool'].includes(res.body.error.code), JSON.stringify(res.body));
+    }
+    const res = await a.post('/v1/schedules', {
+      cron: '0 9 * * 1-5',
+      timezone: 'Europe/Paris',
+      session: { input: 'Write the daily report.' },
+    });
+    assert.equal(res.status, 201);
+    const s = res.body;
+    assert.match(s.id, /^sch_/);
+    assert.equal(s.cron, '0 9 * * 1-5');
+    assert.equal(s.overlap, 'skip');
+    assert.equal(s.paused, false);
+    const next = new Date(s.next_run_at);
+    assert.ok(next.getTime() > Date.now());
+    const paris = new Intl.DateTimeFormat('en-GB', {
+      timeZone: 'Europe/Paris',
+      hour: '2-digit',
+      minute: '2-digit',
+      weekday: 'short',
+    }).format(next);
+    assert.match(paris, /^(Mon|Tue|Wed|Thu|Fri) 09:00$/);
+    assert.equal(res.headers.get('etag'), '"1"');
+    assert.equal((await a.get(`/v1/schedules/${s.id}`)).body.next_run_at, s.next_run_at);
+    assert.equal((await a.req('DELETE', `/v1/schedules/${s.id}`)).status, 200);
+    assert.equal((await a.get(`/v1/schedules/${s.id}`)).status, 404);
+  });
+
+  it('keeps tenants apart and pages the list', async () => {
+    const ids: string[] = [];
+    for (let i = 0; i < 3; i++)
+      ids.push((await a.post('/v1/schedules', { cron: '0 3 * * *', session: { input: `n${i}` } })).body.id);
+    const page1 = await a.get('/v1/schedules?limit=2');
+    assert.deepEqual(
+      page1.body.data.map((s: { id: string }) => s.id),
+      [ids[2], ids[1]],
+    );
+    assert.equal(page1.body.has_more, true);
+    const page2 = await a.get(`/v1/schedules?limit=2&cursor=${encodeURIComponent(page1.body.next_cursor)}`);
+    assert.deepEqual(
+      page2.body.data.map((s: { id: string }) => s.id),
+      [ids[0]],
+    );
+    assert.deepEqual((await b.get('/v1/schedules')).body.data, []);
+    for (const [method, path, body] of [
+      ['GET', `/v1/schedules/${ids[0]}`],
+      ['PATCH', `/v1/schedules/${ids[0]}`, { paused: true }],
+      ['DELETE', `/v1/schedules/${ids[0]}`],
+      ['GET', `/v1/schedules/${ids[0]}/runs`],
+      ['GET', `/v1/schedules/${ids[0]}/events`],
+    ] as const) {
+      const res = await b.req(method, path, body);
+      assert.equal(res.status, 404, `${method} ${path}`);
+      assert.equal(res.body.error.code, 'schedule_not_found');
+    }
+    assert.equal((await h.api.as('').get(`/v1/schedules/${ids[0]}`)).status, 401);
+    assert.equal((await a.get('/v1/schedules/not-an-id')).status, 400);
+    for (const id of ids) await a.req('DELETE', `/v1/schedules/${id}`);
+  });
+
+  it('overlap allow creates a session at every fire; skip none while the last one waits', async () => {
+    const body = { session: { input: 'triage', tools: [lookup] }, cron: '* * * * * *' };
+    const allow = (await a.post('/v1/schedules', { ...body, overlap: 'allow' })).body;
+    const skip = (await a.post('/v1/schedules', { ...body, overlap: 'skip' })).body;
+    await until(async () => (await a.get(`/v1/schedules/${allow.id}`)).body.fires >= 3, 30_000, '3 fires');
+    await until(async () => (await a.get(`/v1/schedules/${skip.id}`)).body.skips >= 2, 30_000, '2 skips');
+    for (const s of [allow, skip])
+      assert.equal((await a.req('PATCH', `/v1/schedules/${s.id}`, { paused: true })).status, 200);
+    const allowed = await sessionsOf(a, allow.id);
+    const skipped = await sessionsOf(a, skip.id);
+    assert.ok(allowed.length >= 3);
+    assert.equal(skipped.length, 1, 'skip: one session, waiting for its tool result, then no more');
+    const s1 = skipped[0]!;
+    assert.equal(s1.metadata['schedule_id'], skip.id);
+    assert.ok(Number.isFinite(Date.parse(s1.metadata['scheduled_for']!)));
+    await a.waitStatus(s1.id, 'requires_action');
+    const events = (await a.get(`/v1/schedules/${skip.id}/events?limit=500`)).body.data;
+    const types = events.map((e: { type: string }) => e.type);
+    assert.equal(types.filter((t: string) => t === 'schedule.fired').length, 1);
+    assert.ok(types.filter((t: string) => t === 'schedule.skipped').length >= 2);
+    const sk = events.find((e: { type: string }) => e.type === 'schedule.skipped');
+    assert.equal(sk.data.reason, 'overlap');
+    assert.equal(sk.data.session_id, s1.id);
+    // Every session of `allow` is its own fire, with its own time.
+    const times = new Set(allowed.map((s) => s.metadata['scheduled_for']));
+    assert.equal(times.size, allowed.length);
+    // Once the last session is done, `skip` fires again.
+    await a.req(
+      'PUT',
+      `/v1/sessions/${s1.id}/tool-results/${(await a.get(`/v1/sessions/${s1.id}`)).body.required_action.tool_calls[0].id}`,
+      { content: 'done' },
+    );
+    await a.waitStatus(s1.id, 'idle', 20_000);
+    const fires = (await a.get(`/v1/schedules/${skip.id}`)).body.fires;
+    await a.req('PATCH', `/v1/schedules/${skip.id}`, { paused: false });
+    await until(async () => (await a.get(`/v1/schedules/${skip.id}`)).body.fires > fires, 30_000, 'a fire');
+    for (const s of [allow, skip]) await a.req('DELETE', `/v1/schedules/${s.id}`);
+  });
+
+  it('fires once, late, after an outage, then at the next time in the future', async () => {
+    const s = (await a.post('/v1/schedules', { cron: '* * * * *', session: { input: 'nightly triage' } }))
+      .body;
+    await h.close();
+    // The outage: no service ran for ten minutes of per-minute fires.
+    const missedFrom = Math.floor(Date.now() / 60_000) * 60_000 - 10 * 60_000;
+    await r.hset(`s:{${s.id}}`, 'next_run_at', String(missedFrom));
+    await r.zadd('schedules:due', missedFrom, s.id);
+    await start();
+    const fired = await until(
+      async () => {
+        const v = (await a.get(`/v1/schedules/${s.id}`)).body;
+        return v.fires >= 1 ? v : null;
+      },
+      20_000,
+      'the late fire',
+    );
+    const runs = await sessionsOf(a, s.id);
+    assert.equal(runs.length, 1, 'one fire for the ten missed');
+    const at = Date.parse(runs[0]!.metadata['scheduled_for']!);
+    assert.ok(at > missedFrom + 9 * 60_000 - 1, 'the newest missed time');
+    assert.equal(at % 60_000, 0);
+    assert.ok(Date.parse(fired.next_run_at) > Date.now() - 1000 && Date.parse(fired.next_run_at) > at);
+    assert.equal(fired.skips, 0);
+    const ev = (await a.get(`/v1/schedules/${s.id}/events`)).body.data;
+    assert.deepEqual(
+      ev.map((e: { type: string }) => e.type),
+      ['schedule.fired'],
+    );
+    assert.equal(ev[0].data.session_id, runs[0]!.id);
+    assert.equal(ev[0].session_id, s.id);
+    await a.req('DELETE', `/v1/schedules/${s.id}`);
+  });
+
+  it('pauses and resumes', async () => {
+    const s = (await a.post('/v1/schedules', { cron: '* * * * * *', session: { input: 'ping' } })).body;
+    await until(async () => (await a.get(`/v1/schedules/${s.id}`)).body.fires >= 1, 20_000, 'a fire');
+    const paused = await a.req('PATCH', `/v1/schedules/${s.id}`, { paused: true });
+    assert.equal(paused.status, 200);
+    assert.equal(paused.body.paused, true);
+    assert.equal(paused.body.next_run_at, null);
+    await until(async () => (await r.hget(`s:{${s.id}}`, 'pending')) === null, 20_000, 'no fire in flight');
+    const n = (await a.get(`/v1/schedules/${s.id}`)).body.fires;
+    // Due in Redis while paused: the sweep looks at it (and drops its due entry), and fires nothing.
+    await r.hset(`s:{${s.id}}`, 'next_run_at', String(Date.now() - 5000));
+    await r.zadd('schedules:due', Date.now() - 5000, s.id);
+    await until(
+      async () => (await r.zscore('schedules:due', s.id)) === null,
+      20_000,
+      'the sweep of the paused',
+    );
+    assert.equal((await a.get(`/v1/schedules/${s.id}`)).body.fires, n);
+    assert.equal((await sessionsOf(a, s.id)).length, n);
+    const resumed = await a.req('PATCH', `/v1/schedules/${s.id}`, { paused: false }, { 'if-match': '"1"' });
+    assert.equal(resumed.status, 412, 'If-Match is the revision');
+    const ok = await a.req(
+      'PATCH',
+      `/v1/schedules/${s.id}`,
+      { paused: false },
+      { 'if-match': `"${paused.body.revision}"` },
+    );
+    assert.equal(ok.status, 200);
+    assert.ok(Date.parse(ok.body.next_run_at) >= Date.now() - 1000);
+    await until(
+      async () => (await a.get(`/v1/schedules/${s.id}`)).body.fires > n,
+      20_000,
+      'a fire after resume',
+    );
+    await a.req('DELETE', `/v1/schedules/${s.id}`);
+  });
+
+  it('delivers schedule.fired to webhooks; a one-shot `at` fires once', async () => {
+    const receiver = new WebhookReceiver();
+    await receiver.start();
+    try {
+      const w = (
+        await a.post('/v1/webhooks', { url: receiver.url, events: ['schedule.fired', 'schedule.skipped'] })
+      ).body;
+      receiver.setSecret(w.secret);
+      const s = (
+        await a.post('/v1/schedules', {
+          at: new Date(Date.now() + 300).toISOString(),
+          session: { input: 'remind me' },
+        })
+      ).body;
+      await receiver.until(() => receiver.accepted.some((m) => m.body.type === 'schedule.fired'));
+      const m = receiver.accepted.find((x) => x.body.type === 'schedule.fired')!;
+      assert.equal(m.body.session_id, s.id);
+      assert.equal(m.body.data.schedule_id, s.id);
+      const runs = await sessionsOf(a, s.id);
+      assert.equal(runs.length, 1);
+      assert.equal(m.body.data.session_id, runs[0]!.id);
+      const v = (await a.get(`/v1/schedules/${s.id}`)).body;
+      assert.equal(v.next_run_at, null);
+      assert.equal(v.fires, 1);
+      assert.equal(receiver.invalid, 0);
+      await a.req('DELETE', `/v1/webhooks/${w.id}`);
+      await a.req('DELETE', `/v1/schedules/${s.id}`);
+    } finally {
+      await receiver.close();
+    }
+  });
+
+  it('a fire refused by a quota is recorded as skipped', async () => {
+    const qRedis = await startTestRedis();
+    const q = await startHarness({
+      env: { ...ENV, TENANT_MAX_SESSIONS: '2' },
+      redis: qRedis,
+      fakeServer: fake,
+    });
+    try {
+      const qa = q.api.as('key-a');
+      for (let i = 0; i < 2; i++)
+        assert.equal((await qa.post('/v1/sessions', { input: 'x', start: false })).status, 201);
+      const s = (await qa.post('/v1/schedules', { cron: '* * * * * *', session: { input: 'over' } })).body;
+      const v = await until(
+        async () => {
+          const x = (await qa.get(`/v1/schedules/${s.id}`)).body;
+          return x.skips >= 1 ? x : null;
+        },
+        20_000,
+        'a refused fire',
+      );
+      assert.equal(v.fires, 0);
+      const ev = (await qa.get(`/v1/schedules/${s.id}/events`)).body.data;
+      assert.equal(ev[0].type, 'schedule.skipped');
+      assert.equal(ev[0].data.reason, 'quota_exceeded');
+      assert.equal(ev[0].data.error.details.quota, 'TENANT_MAX_SESSIONS');
+      assert.equal((await qa.get('/v1/sessions')).body.data.length, 2);
+    } finally {
+      await q.close();
+      await qRedis.stop();
+    }
+  });
+});

@@ -1,0 +1,452 @@
+/**
+ * Client tokens (spec §7.2): minted by a tenant key for one session; each scope allows its routes and WebSocket
+ * frames and nothing else; another session is 404; expiry 401 `token_expired`; revocation and session deletion 401
+ * `unauthorized`, at once, on another replica too; an open stream ends when its token does.
+ */
+import { after, before, beforeEach, describe, it } from 'node:test';
+import assert from 'node:assert/strict';
+import { Redis } from 'ioredis';
+import { startHarness, type Api, type Harness } from '../helpers/service.js';
+import { startTestRedis, type TestRedis } from '../helpers/redis.js';
+import { serviceEnv, spawnService, type ServiceProcess } from '../helpers/process.js';
+import { hang, text, toolCalls, toolUse } from '../fake/script.js';
+import { startFakeAnthropic, type FakeAnthropic } from '../fake/server.js';
+import { connectSse, connectWs, readLog, UpgradeRefused } from '../fixtures/event-clients.js';
+
+const KEYS = 'acme:key-acme,globex:key-globex';
+const HOUR_MS = 3_600_000;
+
+const mint = (api: Api, body: Record<string, unknown>) => api.post('/v1/client-tokens', body);
+
+async function token(api: Api, sessionId: string, scopes: string[], subject?: string): Promise<string> {
+  const r = await mint(api, { session_id: sessionId, scopes, ...(subject ? { subject } : {}) });
+  assert.equal(r.status, 201, JSON.stringify(r.body));
+  return r.body.token as string;
+}
+
+const refused = (status: number, code: string) => (err: unknown) => {
+  assert.ok(err instanceof UpgradeRefused, String(err));
+  assert.equal(err.status, status);
+  assert.equal(err.body.error.code, code);
+  return true;
+};
+
+describe('client tokens', () => {
+  let h: Harness;
+  let r: Redis;
+  before(async () => {
+    h = await startHarness({ env: { API_KEYS: KEYS, STREAM_HEARTBEAT_MS: '200' } });
+    r = new Redis(h.redis.url);
+  });
+  after(async () => {
+    r.disconnect();
+    await h.close();
+  });
+  beforeEach(() => h.fake.reset());
+
+  it('is minted by a tenant key for its own session, bounded, with expires_at = now + ttl_s', async () => {
+    const id = (await h.api.post('/v1/sessions', { start: false })).body.id as string;
+    const before = Date.now();
+    const res = await mint(h.api, { session_id: id, scopes: ['read', 'message'], subject: 'user-42' });
+    assert.equal(res.status, 201);
+    const b = res.body;
+    assert.match(b.id, /^ctk_/);
+    assert.match(b.token, /^ct_/);
+    assert.equal(b.session_id, id);
+    assert.deepEqual(b.scopes, ['read', 'message']);
+    assert.equal(b.subject, 'user-42');
+    const exp = Date.parse(b.expires_at);
+    assert.ok(exp >= before + 900_000 && exp <= Date.now() + 900_000, 'default ttl_s is 900');
+    const short = await mint(h.api, { session_id: id, scopes: ['read'], ttl_s: 60 });
+    assert.ok(Math.abs(Date.parse(short.body.expires_at) - (Date.now() + 60_000)) < 5000);
+    // The record lives in the session's hash, hashed (never the token), kept an hour past the longest expiry.
+    const fields = await r.hgetall(`s:{${id}}:ct`);
+    assert.ok(!JSON.stringify(fields).includes(b.token), 'the token itself is not stored');
+    assert.equal(Object.keys(fields).length, 4);
+    const pttl = await r.pttl(`s:{${id}}:ct`);
+    assert.ok(pttl > 900_000 + HOUR_MS - 10_000 && pttl <= 900_000 + HOUR_MS, `pttl ${pttl}`);
+
+    for (const bad of [
+      { session_id: id, scopes: [] },
+      { session_id: id, scopes: ['write'] },
+      { session_id: id, scopes: ['read'], ttl_s: 59 },
+      { session_id: id, scopes: ['read'], ttl_s: 86_401 },
+      { session_id: id, scopes: ['read'], subject: 'x'.repeat(257) },
+      { session_id: id, scopes: ['read'], extra: 1 },
+      { session_id: 'nope', scopes: ['read'] },
+    ]) {
+      const res = await mint(h.api, bad);
+      assert.equal(res.status, 400, JSON.stringify(bad));
+      assert.equal(res.body.error.code, 'invalid_request');
+    }
+    const foreign = await mint(h.api.as('key-globex'), { session_id: id, scopes: ['read'] });
+    assert.equal(foreign.status, 404);
+    assert.equal(foreign.body.error.code, 'session_not_found');
+    assert.equal((await mint(h.api.as('nope'), { session_id: id, scopes: ['read'] })).status, 401);
+  });
+
+  it('read: the session, its messages, iterations, events (JSON, SSE) and stream; nothing else', async () => {
+    h.fake.enqueue(text('Hello.'));
+    const created = await h.api.post('/v1/sessions', { input: 'Hi' });
+    const id = created.body.id as string;
+    await h.api.waitStatus(id, 'idle');
+    const other = (await h.api.post('/v1/sessions', { start: false })).body.id as string;
+    const t = await token(h.api, id, ['read']);
+    const api = h.api.as(t);
+    for (const path of ['', '/messages', '/iterations', '/iterations/1', '/events'])
+      assert.equal((await api.get(`/v1/sessions/${id}${path}`)).status, 200, path);
+    const sse = await connectSse(h.service.url, id, { token: t });
+    assert.equal(sse.status, 200);
+    await sse.waitEvent((e) => e.type === 'turn.completed', 'replay over SSE');
+    sse.close();
+    const ws = await connectWs(h.service.url, id, { protocolToken: t });
+    assert.equal(ws.ws.protocol, 'bearer');
+    await ws.waitEvent((e) => e.type === 'turn.completed', 'replay over the WebSocket');
+    ws.close();
+
+    // Another session: 404, as for another tenant's.
+    for (const path of ['', '/messages', '/events']) {
+      const res = await api.get(`/v1/sessions/${other}${path}`);
+      assert.equal(res.status, 404, path);
+      assert.equal(res.body.error.code, 'session_not_found');
+    }
+    await assert.rejects(
+      connectWs(h.service.url, other, { protocolToken: t }),
+      refused(404, 'session_not_found'),
+    );
+    // Anything else: 403 scope_denied (the routes of its session beyond its scopes, and every other route).
+    const denied: Array<[string, string, unknown?]> = [
+      ['GET', '/v1/sessions'],
+      ['POST', '/v1/sessions', { start: false }],
+      ['DELETE', `/v1/sessions/${id}`],
+      ['PATCH', `/v1/sessions/${id}`, { metadata: { a: '1' } }],
+      ['POST', `/v1/sessions/${id}/messages`, { text: 'more' }],
+      ['POST', `/v1/sessions/${id}/cancel`, {}],
+      ['POST', `/v1/sessions/${id}/retry`, {}],
+      ['POST', `/v1/sessions/${id}/fork`, { at_iteration: 1 }],
+      ['POST', `/v1/sessions/${id}/continue`, {}],
+      ['POST', `/v1/sessions/${id}/tool-calls/toolu_1`, { decision: 'approve' }],
+      ['PUT', `/v1/sessions/${id}/tool-results/toolu_1`, { content: 'x' }],
+      ['POST', '/v1/client-tokens', { session_id: id, scopes: ['read'] }],
+      ['GET', '/v1/tools'],
+      ['GET', '/v1/webhooks'],
+      ['GET', '/v1/memory'],
+      ['GET', '/v1/nowhere'],
+    ];
+    for (const [method, path, body] of denied) {
+      const res = await api.req(method, path, body);
+      assert.equal(res.status, 403, `${method} ${path}: ${JSON.stringify(res.body)}`);
+      assert.equal(res.body.error.code, 'scope_denied');
+    }
+    // And every WebSocket frame.
+    const c = await connectWs(h.service.url, id, { token: t });
+    for (const frame of [
+      { type: 'message', ref: 'm', text: 'x' },
+      { type: 'tool_call.decide', ref: 'd', tool_use_id: 'toolu_1', decision: 'approve' },
+      { type: 'tool_result', ref: 'r', tool_use_id: 'toolu_1', content: 'x' },
+      { type: 'cancel', ref: 'c' },
+    ]) {
+      const out = await c.request(frame);
+      assert.equal(out.type, 'error');
+      assert.equal(out.error.code, 'scope_denied', frame.type);
+    }
+    c.close();
+  });
+
+  it('message: posts over REST and as a frame, recorded `by` its subject; the key records none', async () => {
+    h.fake.enqueue(text('One.'), text('Two.'), text('Three.'));
+    const id = (await h.api.post('/v1/sessions', { start: false })).body.id as string;
+    const t = await token(h.api, id, ['message'], 'user-7');
+    const posted = await h.api.as(t).post(`/v1/sessions/${id}/messages`, { text: 'first' });
+    assert.equal(posted.status, 202);
+    await h.api.waitStatus(id, 'idle');
+    // `message` alone does not read (reads need `read`).
+    assert.equal((await h.api.as(t).get(`/v1/sessions/${id}`)).status, 403);
+    const rw = await token(h.api, id, ['read', 'message']);
+    const c = await connectWs(h.service.url, id, { protocolToken: rw });
+    const ack = await c.request({ type: 'message', ref: 'm1', text: 'second' });
+    assert.equal(ack.type, 'ack');
+    await h.api.waitFor(id, (s) => s.status === 'idle' && s.iteration === 2);
+    c.close();
+    await h.api.post(`/v1/sessions/${id}/messages`, { text: 'third' });
+    await h.api.waitFor(id, (s) => s.status === 'idle' && s.iteration === 3);
+    const queued = (await readLog(h.service.url, id, 'key-acme')).filter((e) => e.type === 'message.queued');
+    assert.deepEqual(
+      queued.map((e) => e.data.by),
+      ['user-7', (await tokenIdOf(r, id, rw)) ?? 'missing', undefined],
+    );
+  });
+
+  it('decide: tool-call decisions over REST and as a frame, recorded `by`', async () => {
+    h.fake.enqueue(
+      toolCalls([
+        toolUse('calculate_sum', { a: 1, b: 2 }, 'toolu_a'),
+        toolUse('calculate_sum', { a: 3, b: 4 }, 'toolu_b'),
+      ]),
+      text('Done.'),
+    );
+    const id = (
+      await h.api.post('/v1/sessions', { input: 'Add', tools: ['calculate_sum'], approval: 'always' })
+    ).body.id as string;
+    await h.api.waitStatus(id, 'requires_action');
+    const reader = await token(h.api, id, ['read']);
+    const denied = await h.api
+      .as(reader)
+      .post(`/v1/sessions/${id}/tool-calls/toolu_a`, { decision: 'approve' });
+    assert.equal(denied.status, 403);
+    const t = await token(h.api, id, ['read', 'decide'], 'reviewer');
+    const ok = await h.api.as(t).post(`/v1/sessions/${id}/tool-calls/toolu_a`, { decision: 'approve' });
+    assert.equal(ok.status, 200, JSON.stringify(ok.body));
+    const c = await connectWs(h.service.url, id, { token: t });
+    const ack = await c.request({
+      type: 'tool_call.decide',
+      ref: 'd',
+      tool_use_id: 'toolu_b',
+      decision: 'deny',
+      reason: 'no',
+    });
+    assert.equal(ack.type, 'ack', JSON.stringify(ack));
+    c.close();
+    await h.api.waitStatus(id, 'idle');
+    const decided = (await readLog(h.service.url, id, 'key-acme')).filter(
+      (e) => e.type === 'tool_call.decided',
+    );
+    assert.deepEqual(
+      decided.map((e) => [e.data.tool_use_id, e.data.decision, e.data.by]),
+      [
+        ['toolu_a', 'approve', 'reviewer'],
+        ['toolu_b', 'deny', 'reviewer'],
+      ],
+    );
+  });
+
+  it('results: client tool results and continue over REST and as a frame', async () => {
+    const lookup = { name: 'lookup', description: 'Look up', input_schema: { type: 'object' } };
+    h.fake.enqueue(
+      toolCalls([toolUse('lookup', { q: 1 }, 'toolu_1'), toolUse('lookup', { q: 2 }, 'toolu_2')]),
+      text('Thanks.'),
+    );
+    const id = (await h.api.post('/v1/sessions', { input: 'Look', tools: [lookup] })).body.id as string;
+    await h.api.waitStatus(id, 'requires_action');
+    const decider = await token(h.api, id, ['decide']);
+    const deniedPut = await h.api
+      .as(decider)
+      .req('PUT', `/v1/sessions/${id}/tool-results/toolu_1`, { content: 'a' });
+    assert.equal(deniedPut.status, 403);
+    const deniedFrame = await connectWs(h.service.url, id, { token: await token(h.api, id, ['read']) });
+    const no = await deniedFrame.request({
+      type: 'tool_result',
+      ref: 'x',
+      tool_use_id: 'toolu_1',
+      content: 'a',
+    });
+    assert.equal(no.error.code, 'scope_denied');
+    deniedFrame.close();
+    const t = await token(h.api, id, ['read', 'results']);
+    const put = await h.api.as(t).req('PUT', `/v1/sessions/${id}/tool-results/toolu_1`, { content: 'one' });
+    assert.ok(put.status === 200 || put.status === 202, JSON.stringify(put.body));
+    const c = await connectWs(h.service.url, id, { token: t });
+    const ack = await c.request({ type: 'tool_result', ref: 'r', tool_use_id: 'toolu_2', content: 'two' });
+    assert.equal(ack.type, 'ack', JSON.stringify(ack));
+    c.close();
+    await h.api.waitStatus(id, 'idle');
+    // `continue` is a `results` route too: refused to another scope, answered (409: nothing to continue) to it.
+    assert.equal((await h.api.as(decider).post(`/v1/sessions/${id}/continue`)).status, 403);
+    assert.equal((await h.api.as(t).post(`/v1/sessions/${id}/continue`)).status, 409);
+    assert.equal(
+      (await h.api.as(t).post(`/v1/sessions/${id}/tool-results`, { results: [] })).status !== 403,
+      true,
+    );
+  });
+
+  it('cancel: over REST and as a frame', async () => {
+    h.fake.enqueue(hang(), hang());
+    const id = (await h.api.post('/v1/sessions', { input: 'Wait' })).body.id as string;
+    await h.fake.waitForRequests(1);
+    const reader = await token(h.api, id, ['read', 'message']);
+    assert.equal((await h.api.as(reader).post(`/v1/sessions/${id}/cancel`)).status, 403);
+    const t = await token(h.api, id, ['read', 'cancel', 'message']);
+    assert.equal((await h.api.as(t).post(`/v1/sessions/${id}/cancel`)).status, 200);
+    await h.api.waitStatus(id, 'idle');
+    assert.equal((await h.api.as(t).post(`/v1/sessions/${id}/messages`, { text: 'again' })).status, 202);
+    await h.fake.waitForRequests(2);
+    const c = await connectWs(h.service.url, id, { token: t });
+    const ack = await c.request({ type: 'cancel', ref: 'c' });
+    assert.equal(ack.type, 'ack', JSON.stringify(ack));
+    c.close();
+    const s = await h.api.waitStatus(id, 'idle');
+    assert.equal(s.stop_reason, 'cancelled');
+  });
+
+  it('chat routes: read for the stream and messages; POST /v1/chat needs the scope of what it posts', async () => {
+    h.fake.enqueue(text('Hello from chat.'));
+    const id = (await h.api.post('/v1/sessions', { start: false })).body.id as string;
+    const other = (await h.api.post('/v1/sessions', { start: false })).body.id as string;
+    const body = (sid: string) => ({
+      id: sid,
+      trigger: 'submit-message',
+      messages: [{ id: 'm1', role: 'user', parts: [{ type: 'text', text: 'Hi' }] }],
+    });
+    const reader = h.api.as(await token(h.api, id, ['read']));
+    assert.equal((await reader.get(`/v1/chat/${id}/messages`)).status, 200);
+    assert.equal((await reader.get(`/v1/chat/${other}/messages`)).status, 404);
+    const denied = await reader.post('/v1/chat', body(id));
+    assert.equal(denied.status, 403);
+    assert.equal(denied.body.error.code, 'scope_denied');
+    const decider = h.api.as(await token(h.api, id, ['decide']));
+    const noMessage = await decider.post('/v1/chat', body(id));
+    assert.equal(noMessage.status, 403, 'a user message needs `message`');
+    const writer = h.api.as(await token(h.api, id, ['read', 'message'], 'chat-user'));
+    assert.equal((await writer.post('/v1/chat', body(other))).status, 404, 'another session');
+    const ok = await writer.post('/v1/chat', body(id));
+    assert.equal(ok.status, 200);
+    assert.match(String(ok.body), /Hello from chat/);
+    const queued = (await readLog(h.service.url, id, 'key-acme')).filter((e) => e.type === 'message.queued');
+    assert.deepEqual(
+      queued.map((e) => e.data.by),
+      ['chat-user'],
+    );
+  });
+
+  it('expired: 401 token_expired on REST and on the upgrade; an hour later unknown', async () => {
+    const id = (await h.api.post('/v1/sessions', { start: false })).body.id as string;
+    const t = await token(h.api, id, ['read']);
+    assert.equal((await h.api.as(t).get(`/v1/sessions/${id}`)).status, 200);
+    // The clock, moved: the record's expiry set to a second ago (as ttl_s after minting).
+    await moveExpiry(r, id, Date.now() - 1000);
+    const res = await h.api.as(t).get(`/v1/sessions/${id}`);
+    assert.equal(res.status, 401);
+    assert.equal(res.body.error.code, 'token_expired');
+    await assert.rejects(connectWs(h.service.url, id, { protocolToken: t }), refused(401, 'token_expired'));
+    assert.equal((await connectSse(h.service.url, id, { token: t })).status, 401);
+    // The record's TTL passed (the hash expires an hour after the longest expiry): unknown.
+    await r.del(`s:{${id}}:ct`);
+    assert.equal((await h.api.as(t).get(`/v1/sessions/${id}`)).body.error.code, 'unauthorized');
+  });
+
+  it('revoked or its session deleted: 401 unauthorized at once; open streams end with it', async () => {
+    const id = (await h.api.post('/v1/sessions', { start: false })).body.id as string;
+    const minted = await mint(h.api, { session_id: id, scopes: ['read', 'message'] });
+    const t = minted.body.token as string;
+    const ws = await connectWs(h.service.url, id, { protocolToken: t });
+    const sse = await connectSse(h.service.url, id, { token: t });
+    await sse.waitEvent((e) => e.type === 'session.created', 'SSE replay');
+    // Another tenant cannot revoke it; a malformed id is not found.
+    assert.equal(
+      (await h.api.as('key-globex').req('DELETE', `/v1/client-tokens/${minted.body.id}`)).status,
+      404,
+    );
+    assert.equal((await h.api.req('DELETE', '/v1/client-tokens/ctk_nope')).status, 404);
+    const del = await h.api.req('DELETE', `/v1/client-tokens/${minted.body.id}`);
+    assert.deepEqual(del.body, { id: minted.body.id, object: 'client_token', deleted: true });
+    assert.equal((await h.api.req('DELETE', `/v1/client-tokens/${minted.body.id}`)).status, 404);
+    const res = await h.api.as(t).get(`/v1/sessions/${id}`);
+    assert.equal(res.status, 401);
+    assert.equal(res.body.error.code, 'unauthorized');
+    // A frame on the open socket is refused and the socket closed; the idle SSE stream ends at its next check.
+    ws.send({ type: 'message', ref: 'late', text: 'x' });
+    const closed = await ws.closed;
+    assert.equal(closed.code, 4401);
+    assert.ok(ws.frames.items.some((f) => f.type === 'error' && f.error.code === 'unauthorized'));
+    await sse.ended;
+    assert.ok(sse.records.items.some((rec) => rec.event === 'error' && rec.data.includes('unauthorized')));
+
+    // Deleting the session revokes its tokens (its token hash goes with its keys).
+    const t2 = await token(h.api, id, ['read']);
+    assert.equal((await h.api.as(t2).get(`/v1/sessions/${id}`)).status, 200);
+    assert.equal((await h.api.req('DELETE', `/v1/sessions/${id}`)).status, 200);
+    assert.equal((await h.api.as(t2).get(`/v1/sessions/${id}`)).body.error.code, 'unauthorized');
+    assert.equal(await r.exists(`s:{${id}}:ct`), 0);
+  });
+});
+
+describe('client tokens in open mode', () => {
+  let h: Harness;
+  before(async () => {
+    h = await startHarness();
+  });
+  after(async () => h.close());
+
+  it('are minted without a key and still restrict who holds one', async () => {
+    const id = (await h.api.post('/v1/sessions', { start: false })).body.id as string;
+    const t = await token(h.api, id, ['read']);
+    assert.equal((await h.api.as(t).get(`/v1/sessions/${id}`)).status, 200);
+    assert.equal((await h.api.as(t).get('/v1/sessions')).status, 403);
+    assert.equal((await h.api.get('/v1/sessions')).status, 200);
+  });
+});
+
+describe('client tokens and the tenant rate limit', () => {
+  let h: Harness;
+  before(async () => {
+    h = await startHarness({ env: { API_KEYS: KEYS, RATE_LIMIT_PER_MIN: '3' } });
+  });
+  after(async () => h.close());
+
+  it("count in their tenant's rate limit, with its key's requests", async () => {
+    h.fake.enqueue(text('Hi.'));
+    const id = (await h.api.post('/v1/sessions', { start: false })).body.id as string; // 1
+    const t = await token(h.api, id, ['message']); // 2
+    assert.equal((await h.api.as(t).post(`/v1/sessions/${id}/messages`, { text: 'one' })).status, 202); // 3
+    const over = await h.api.post('/v1/sessions', { start: false });
+    assert.equal(over.status, 429);
+    assert.equal(over.body.error.code, 'rate_limited');
+    // Another tenant is not counted with it.
+    assert.equal((await h.api.as('key-globex').post('/v1/sessions', { start: false })).status, 201);
+  });
+});
+
+describe('client tokens across replicas', { timeout: 180_000 }, () => {
+  let redis: TestRedis;
+  let fake: FakeAnthropic;
+  let a: ServiceProcess;
+  let b: ServiceProcess;
+  before(async () => {
+    [redis, fake] = await Promise.all([startTestRedis(), startFakeAnthropic({ strictAlternation: true })]);
+    const env = serviceEnv(redis.url, fake.url, { API_KEYS: KEYS, RATE_LIMIT_PER_MIN: '0' });
+    [a, b] = await Promise.all([spawnService(env, { name: 'a' }), spawnService(env, { name: 'b' })]);
+  });
+  after(async () => {
+    await Promise.all([a?.kill(), b?.kill()]);
+    await fake?.close();
+    await redis?.stop();
+  });
+
+  it('a token minted on one replica works on the other, and its revocation holds there at once', async () => {
+    const ka = a.api.as('key-acme');
+    const id = (await ka.post('/v1/sessions', { start: false })).body.id as string;
+    const minted = await mint(ka, { session_id: id, scopes: ['read'] });
+    const t = minted.body.token as string;
+    assert.equal((await b.api.as(t).get(`/v1/sessions/${id}`)).status, 200);
+    assert.equal((await ka.req('DELETE', `/v1/client-tokens/${minted.body.id}`)).status, 200);
+    const res = await b.api.as(t).get(`/v1/sessions/${id}`);
+    assert.equal(res.status, 401);
+    assert.equal(res.body.error.code, 'unauthorized');
+    // Deleting the session on B revokes a token minted on A.
+    const t2 = await token(ka, id, ['read']);
+    assert.equal((await a.api.as(t2).get(`/v1/sessions/${id}`)).status, 200);
+    assert.equal((await b.api.as('key-acme').req('DELETE', `/v1/sessions/${id}`)).status, 200);
+    assert.equal((await a.api.as(t2).get(`/v1/sessions/${id}`)).status, 401);
+    // Never logged.
+    for (const p of [a, b]) {
+      const logs = JSON.stringify(p.logs());
+      assert.ok(!logs.includes(t) && !logs.includes(t2), `${p.name} logged a token`);
+    }
+  });
+});
+
+/** The id of the token `t` of session `id`, read from its record (what `by` falls back to without a subject). */
+async function tokenIdOf(r: Redis, id: string, t: string): Promise<string | undefined> {
+  const { createHash } = await import('node:crypto');
+  const raw = await r.hget(`s:{${id}}:ct`, `h:${createHash('sha256').update(t).digest('hex')}`);
+  return raw ? (JSON.parse(raw) as { id: string }).id : undefined;
+}
+
+/** Sets the expiry of every token record of session `id` to `at` (ms). */
+async function moveExpiry(r: Redis, id: string, at: number): Promise<void> {
+  const fields = await r.hgetall(`s:{${id}}:ct`);
+  for (const [field, value] of Object.entries(fields)) {
+    if (!field.startsWith('h:')) continue;
+    await r.hset(`s:{${id}}:ct`, field, JSON.stringify({ ...JSON.parse(value), expires_at: at }));
+  }
+}

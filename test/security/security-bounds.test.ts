@@ -1,0 +1,142 @@
+/**
+ * Issue 22 item 2: loose objects are bounded. Every object of a JSON body (REST or WebSocket frame) has at most 256
+ * keys, refused before the parse; `params` holds at most 64 keys once merged; `params.metadata` is flat, ≤ 64 keys of
+ * ≤ 64 chars, values ≤ 512 chars; a page of GET /v1/sessions stops at 1 MiB.
+ */
+import { after, before, describe, it } from 'node:test';
+import assert from 'node:assert/strict';
+import { WebSocket } from 'ws';
+import { startHarness, type Api, type Harness } from '../helpers/service.js';
+import { Redis } from 'ioredis';
+import { jsonBoundsExceeded, jsonTooWide } from '../../src/json-depth.js';
+import { wsUrl } from '../fixtures/event-clients.js';
+
+const wide = (n: number, prefix = 'k') =>
+  Object.fromEntries(Array.from({ length: n }, (_, i) => [`${prefix}${i.toString(36)}`, 0]));
+
+describe('loose objects are bounded', { timeout: 60_000 }, () => {
+  let h: Harness;
+  let acme: Api;
+
+  before(async () => {
+    h = await startHarness({ env: { API_KEYS: 'acme:key-acme,globex:key-globex' } });
+    acme = h.api.as('key-acme');
+  });
+  after(async () => h?.close());
+
+  it('counts keys per object in one pass, strings and arrays aside', () => {
+    assert.equal(jsonTooWide(JSON.stringify(wide(256)), 256), false);
+    assert.equal(jsonTooWide(JSON.stringify(wide(257)), 256), true);
+    assert.equal(jsonTooWide(JSON.stringify({ a: { b: wide(257) } }), 256), true);
+    assert.equal(
+      jsonTooWide(JSON.stringify({ a: [wide(200), wide(200)], s: 'x:'.repeat(1000) }), 256),
+      false,
+    );
+    assert.equal(jsonTooWide(JSON.stringify([wide(100), { n: Array(300).fill({ a: 1 }) }]), 256), false);
+    assert.equal(jsonTooWide('{"a\\":b":1,"c":{"d":2}}', 2), false, 'a colon inside a key');
+    // One pass that stops at the first breach: the 257th key is found before the deep tail is read (a scan of
+    // depth first, then keys, read the whole text twice), and no byte after it counts.
+    const wideThenDeep = JSON.stringify(wide(257)).slice(0, -1) + ',"z":' + '['.repeat(100);
+    assert.equal(jsonBoundsExceeded(Buffer.from(wideThenDeep), 64, 256), 'keys');
+    assert.equal(jsonBoundsExceeded(Buffer.from('{"é:[":' + '['.repeat(65)), 64, 256), 'depth');
+    assert.equal(
+      jsonBoundsExceeded(Buffer.from('{"é:[":"\\"[[[[","b":[1]}'), 2, 256),
+      null,
+      'UTF-8 and escapes',
+    );
+  });
+
+  it('refuses a create with 90,000 params keys with a 400, fast', async () => {
+    const body = JSON.stringify({ params: wide(90_000), start: false });
+    assert.ok(body.length < 1_048_576);
+    const t0 = performance.now();
+    const r = await acme.req('POST', '/v1/sessions', body);
+    const ms = performance.now() - t0;
+    assert.equal(r.status, 400);
+    assert.equal(r.body.error.code, 'invalid_request');
+    assert.equal(r.body.error.details.max_keys, 256);
+    assert.ok(ms < 1000, `took ${ms} ms`);
+    // Wide objects anywhere: in a message's content, too.
+    const deep = await acme.post('/v1/sessions', {
+      messages: [{ role: 'user', content: [{ type: 'text', text: 'x', extra: wide(300) }] }],
+    });
+    assert.equal(deep.status, 400);
+    assert.equal(deep.body.error.code, 'invalid_request');
+  });
+
+  it('bounds params keys once merged, and params.metadata', async () => {
+    assert.equal((await acme.post('/v1/sessions', { params: wide(65), start: false })).status, 400);
+    const s = (await acme.post('/v1/sessions', { params: wide(40), start: false })).body;
+    assert.ok(s.id, JSON.stringify(s));
+    const patched = await acme.req('PATCH', `/v1/sessions/${s.id}`, { params: wide(30, 'p') });
+    // 40 keys + model/max_tokens defaults, then 20 more: over 64 once merged.
+    assert.equal(patched.status, 400);
+    assert.equal(patched.body.error.code, 'invalid_request');
+    for (const metadata of [
+      wide(65),
+      { k: 'v'.repeat(513) },
+      { ['k'.repeat(65)]: 'v' },
+      { k: { nested: 1 } },
+    ]) {
+      const r = await acme.post('/v1/sessions', { params: { metadata }, start: false });
+      assert.equal(r.status, 400, JSON.stringify(metadata).slice(0, 80));
+      assert.equal(r.body.error.code, 'invalid_request');
+    }
+    assert.equal(
+      (await acme.post('/v1/sessions', { params: { metadata: { user_id: 'u-1' } }, start: false })).status,
+      201,
+    );
+  });
+
+  it('refuses a WebSocket frame with a wide object', async () => {
+    const s = (await acme.post('/v1/sessions', { start: false })).body;
+    const ws = new WebSocket(wsUrl(h.service.url, s.id), ['chat', 'bearer', 'key-acme']);
+    await new Promise((resolve, reject) => {
+      ws.once('open', resolve);
+      ws.once('error', reject);
+    });
+    const answer = new Promise<any>((resolve) =>
+      ws.on('message', (m) => {
+        const f = JSON.parse(String(m));
+        if (f.type === 'error') resolve(f);
+      }),
+    );
+    ws.send(JSON.stringify({ type: 'message', ref: 'r1', content: 'hi', extra: wide(300) }));
+    const f = await answer;
+    assert.equal(f.error.code, 'invalid_request');
+    ws.close();
+  });
+
+  it('stops a page of GET /v1/sessions at 1 MiB, reading only what it sends', async (t) => {
+    const globex = h.api.as('key-globex');
+    const system = 'x'.repeat(400_000);
+    for (let i = 0; i < 8; i++)
+      assert.equal((await globex.post('/v1/sessions', { params: { system }, start: false })).status, 201);
+    const seen = new Set<string>();
+    let cursor: string | null = null;
+    const redis = new Redis(h.redis.url);
+    t.after(() => redis.disconnect());
+    const hgetalls = async () =>
+      Number(/cmdstat_hgetall:calls=(\d+)/.exec(await redis.info('commandstats'))?.[1] ?? 0);
+    for (let pages = 0; pages < 10; pages++) {
+      const before = await hgetalls();
+      const r: { status: number; body: any } = await globex.get(
+        `/v1/sessions?limit=100${cursor ? `&cursor=${encodeURIComponent(cursor)}` : ''}`,
+      );
+      assert.equal(r.status, 200);
+      // A page reads the sessions it sends and one more (the one over the bound), not the whole round of 100:
+      // each read is a 400 kB hash decoded on the event loop. (Other tenants' and sweeps' reads may add a few.)
+      const read = (await hgetalls()) - before;
+      assert.ok(read <= r.body.data.length + 2, `read ${read} sessions for a page of ${r.body.data.length}`);
+      assert.ok(
+        JSON.stringify(r.body).length <= 1_048_576 + 4096,
+        `page of ${JSON.stringify(r.body).length} bytes`,
+      );
+      assert.ok(r.body.data.length >= 1);
+      for (const s of r.body.data) seen.add(s.id);
+      cursor = r.body.next_cursor;
+      if (!r.body.has_more) break;
+    }
+    assert.equal(seen.size, 8);
+  });
+});

@@ -1,0 +1,146 @@
+/**
+ * Issue 22 items 6 and 7 (CORS): DNS rebinding. Without API_KEYS only loopback Host values are answered (421
+ * `host_not_allowed`); with keys and CORS_ORIGINS, a WebSocket's Origin passes when listed, or when it is the
+ * service's own loopback origin — never because it matches an arbitrary Host. Preflights of unlisted origins get
+ * no CORS headers.
+ */
+import { after, before, describe, it } from 'node:test';
+import assert from 'node:assert/strict';
+import http from 'node:http';
+import { WebSocket } from 'ws';
+import { startHarness, type Harness } from '../helpers/service.js';
+
+function request(
+  base: string,
+  opts: { method?: string; path: string; headers: Record<string, string>; body?: string },
+): Promise<{ status: number; headers: http.IncomingHttpHeaders; body: string }> {
+  const u = new URL(base);
+  return new Promise((resolve, reject) => {
+    const req = http.request(
+      {
+        host: u.hostname,
+        port: u.port,
+        method: opts.method ?? 'GET',
+        path: opts.path,
+        headers: opts.headers,
+      },
+      (res) => {
+        let body = '';
+        res.on('data', (c) => (body += c));
+        res.on('end', () => resolve({ status: res.statusCode ?? 0, headers: res.headers, body }));
+      },
+    );
+    req.on('error', reject);
+    req.end(opts.body);
+  });
+}
+
+function upgrade(url: string, origin: string, host: string): Promise<number> {
+  return new Promise((resolve, reject) => {
+    const ws = new WebSocket(url, ['bearer', 'key-acme'], { origin, headers: { host } });
+    ws.on('open', () => {
+      ws.close();
+      resolve(101);
+    });
+    ws.on('unexpected-response', (_req, res) => {
+      resolve(res.statusCode ?? 0);
+      ws.terminate();
+    });
+    ws.on('error', (err) => {
+      if (!/Unexpected server response/.test(String(err))) reject(err);
+    });
+  });
+}
+
+describe('Host and Origin', { timeout: 60_000 }, () => {
+  let open: Harness;
+  let keyed: Harness;
+  const LISTED = 'https://app.example';
+
+  before(async () => {
+    open = await startHarness();
+    keyed = await startHarness({ env: { API_KEYS: 'acme:key-acme', CORS_ORIGINS: LISTED } });
+  });
+  after(async () => {
+    await open?.close();
+    await keyed?.close();
+  });
+
+  it('open mode answers only loopback Host values', async () => {
+    const port = new URL(open.service.url).port;
+    for (const host of [
+      'rebind.attacker.example',
+      `rebind.attacker.example:${port}`,
+      '10.0.0.1',
+      '[::2]',
+      '127.0.0.1.nip.io',
+    ]) {
+      for (const [method, path] of [
+        ['GET', '/v1/sessions'],
+        ['POST', '/v1/sessions'],
+        ['GET', '/healthz'],
+        ['GET', '/console/'],
+      ] as const) {
+        const r = await request(open.service.url, {
+          method,
+          path,
+          headers: { host, origin: `http://${host}`, 'content-type': 'application/json' },
+          ...(method === 'POST' ? { body: '{"start":false}' } : {}),
+        });
+        assert.equal(r.status, 421, `${host} ${method} ${path}`);
+        assert.equal(JSON.parse(r.body).error.code, 'host_not_allowed');
+      }
+    }
+    for (const host of [
+      'localhost',
+      `localhost:${port}`,
+      `127.0.0.1:${port}`,
+      '127.1.2.3',
+      `[::1]:${port}`,
+      'LOCALHOST',
+    ]) {
+      const r = await request(open.service.url, { path: '/v1/sessions', headers: { host } });
+      assert.equal(r.status, 200, host);
+    }
+  });
+
+  it('with keys, a WebSocket Origin matching a foreign Host is refused; listed and own loopback pass', async () => {
+    const s = await keyed.api.post('/v1/sessions', { start: false });
+    const path = `/v1/sessions/${s.body.id}/stream`;
+    const port = new URL(keyed.service.url).port;
+    const url = `${keyed.service.url.replace('http', 'ws')}${path}`;
+    const rebound = await upgrade(
+      url,
+      `http://rebind.attacker.example:${port}`,
+      `rebind.attacker.example:${port}`,
+    );
+    assert.equal(rebound, 403);
+    for (const origin of [LISTED, keyed.service.url])
+      assert.equal(await upgrade(url, origin, `127.0.0.1:${port}`), 101);
+    // The service's own origin by a loopback name passes; by any other name it does not.
+    assert.equal(await upgrade(url, `http://localhost:${port}`, `localhost:${port}`), 101);
+  });
+
+  it('gives a preflight of an unlisted origin no CORS headers', async () => {
+    const pre = (origin: string) =>
+      request(keyed.service.url, {
+        method: 'OPTIONS',
+        path: '/v1/sessions',
+        headers: {
+          host: new URL(keyed.service.url).host,
+          origin,
+          'access-control-request-method': 'POST',
+          'access-control-request-headers': 'authorization, content-type',
+        },
+      });
+    const foreign = await pre('https://evil.example');
+    assert.deepEqual(
+      Object.keys(foreign.headers).filter((k) => k.startsWith('access-control-')),
+      [],
+      JSON.stringify(foreign.headers),
+    );
+    const listed = await pre(LISTED);
+    assert.equal(listed.headers['access-control-allow-origin'], LISTED);
+    assert.match(String(listed.headers['access-control-allow-methods']), /PATCH/);
+  });
+});

@@ -1,0 +1,123 @@
+/**
+ * Issue 22 item 3: Redis out of memory. A real redis-server whose maxmemory is reached (noeviction): writes answer
+ * 503 `store_unavailable` with Retry-After (not 500), /readyz is not ready while Redis refuses writes, and a DELETE
+ * of a session still works (with the script cache flushed, too). Then the per-tenant storage quota TENANT_MAX_BYTES:
+ * 429 `quota_exceeded` `storage_bytes`, counted in Redis (so across replicas), given back by a delete.
+ */
+import { after, before, describe, it } from 'node:test';
+import assert from 'node:assert/strict';
+import { Redis } from 'ioredis';
+import { startHarness, type Api, type Harness } from '../helpers/service.js';
+import { startTestRedis, type TestRedis } from '../helpers/redis.js';
+
+describe('Redis full', { timeout: 60_000 }, () => {
+  let redis: TestRedis;
+  let h: Harness;
+  let acme: Api;
+  let admin: Redis;
+
+  before(async () => {
+    redis = await startTestRedis({ appendonly: false });
+    admin = new Redis(redis.url);
+    h = await startHarness({ redis, env: { API_KEYS: 'acme:key-acme' } });
+    acme = h.api.as('key-acme');
+  });
+  after(async () => {
+    await admin?.config('SET', 'maxmemory', '0');
+    admin?.disconnect();
+    await h?.close();
+    await redis?.stop();
+  });
+
+  /**
+   * Redis full: maxmemory set to half of what is used now (noeviction), so Redis refuses every write however the
+   * used memory moves by a few kilobytes while the test runs (a limit just above the used memory flaked: any freed
+   * buffer let the next write through). Checked with one write of the test's own.
+   */
+  async function fill(): Promise<void> {
+    const info = await admin.info('memory');
+    const used = Number(/used_memory:(\d+)/.exec(info)![1]);
+    await admin.config('SET', 'maxmemory-policy', 'noeviction');
+    await admin.config('SET', 'maxmemory', String(Math.max(1, Math.floor(used / 2))));
+    await assert.rejects(admin.set('junk', 'j'.repeat(100_000)), /OOM/);
+  }
+
+  it('answers 503 store_unavailable with Retry-After, is not ready, and still deletes', async () => {
+    const kept = (await acme.post('/v1/sessions', { start: false })).body;
+    const other = (await acme.post('/v1/sessions', { start: false })).body;
+    assert.equal((await h.api.get('/readyz')).status, 200);
+    await fill();
+
+    const created = await acme.post('/v1/sessions', { start: false, params: { system: 'x'.repeat(10_000) } });
+    assert.equal(created.status, 503);
+    assert.equal(created.body.error.code, 'store_unavailable');
+    assert.ok(Number(created.headers.get('retry-after')) > 0);
+    const posted = await acme.post(`/v1/sessions/${kept.id}/messages`, { content: 'hello' });
+    assert.equal(posted.status, 503);
+    assert.equal(posted.body.error.code, 'store_unavailable');
+
+    const ready = await h.api.get('/readyz');
+    assert.equal(ready.status, 503);
+    assert.equal(ready.body.status, 'not_ready');
+    assert.ok(ready.headers.get('retry-after'));
+    // Reads still work.
+    assert.equal((await acme.get(`/v1/sessions/${kept.id}`)).status, 200);
+
+    // A delete frees memory: it works when Redis is full, with the script in the cache and without it.
+    assert.equal((await acme.req('DELETE', `/v1/sessions/${kept.id}`)).status, 200);
+    await admin.script('FLUSH');
+    assert.equal((await acme.req('DELETE', `/v1/sessions/${other.id}`)).status, 200);
+    assert.equal((await acme.get(`/v1/sessions/${kept.id}`)).status, 404);
+    assert.equal((await acme.get(`/v1/sessions/${other.id}`)).status, 404);
+
+    await admin.config('SET', 'maxmemory', '0');
+    assert.equal((await h.api.get('/readyz')).status, 200);
+    assert.equal((await acme.post('/v1/sessions', { start: false })).status, 201);
+  });
+});
+
+describe('TENANT_MAX_BYTES', { timeout: 60_000 }, () => {
+  let h: Harness;
+  let a: Harness;
+
+  before(async () => {
+    const env = { API_KEYS: 'acme:key-acme,globex:key-globex', TENANT_MAX_BYTES: '400000' };
+    h = await startHarness({ env });
+    // A second replica on the same Redis: the count is shared.
+    a = await startHarness({ env, redis: h.redis, fakeServer: h.fake });
+  });
+  after(async () => {
+    await a?.close();
+    await h?.close();
+  });
+
+  it('refuses writes past the quota with 429 storage_bytes, across replicas, and a delete gives the bytes back', async () => {
+    const system = 's'.repeat(60_000);
+    const r1 = h.api.as('key-acme');
+    const r2 = a.api.as('key-acme');
+    const ids: string[] = [];
+    let refused: any;
+    for (let i = 0; i < 6 && !refused; i++) {
+      const r = await (i % 2 ? r2 : r1).post('/v1/sessions', { start: false, params: { system } });
+      if (r.status === 201) ids.push(r.body.id);
+      else refused = r;
+    }
+    assert.ok(refused, 'never refused');
+    assert.equal(refused.status, 429);
+    assert.equal(refused.body.error.code, 'quota_exceeded');
+    assert.equal(refused.body.error.details.quota, 'storage_bytes');
+    assert.equal(refused.body.error.details.limit, 400_000);
+    assert.ok(ids.length >= 2 && ids.length <= 4, `${ids.length} created`);
+    // A follow-up adds bytes too.
+    const big = await r2.post(`/v1/sessions/${ids[0]}/messages`, { content: 'm'.repeat(90_000) });
+    assert.equal(big.status, 429);
+    // Another tenant is not counted with acme.
+    assert.equal(
+      (await h.api.as('key-globex').post('/v1/sessions', { start: false, params: { system } })).status,
+      201,
+    );
+    // A delete (on the other replica) gives the bytes back.
+    assert.equal((await r2.req('DELETE', `/v1/sessions/${ids[0]}`)).status, 200);
+    assert.equal((await r1.post('/v1/sessions', { start: false, params: { system } })).status, 201);
+  });
+});

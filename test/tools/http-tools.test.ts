@@ -1,0 +1,145 @@
+/**
+ * HTTP tools (spec §7.1): the service POSTs each call to the tool's URL, signed per Standard Webhooks with the
+ * tool's secret, and takes the 2xx JSON answer as the result; a failed try is retried with backoff, a slow body
+ * is cut at the deadline, the URL is refused by the webhooks' address rules. A real local receiver verifies every
+ * request with the `standardwebhooks` package.
+ */
+import { after, before, beforeEach, describe, it } from 'node:test';
+import assert from 'node:assert/strict';
+import http from 'node:http';
+import type { AddressInfo } from 'node:net';
+import { Webhook } from 'standardwebhooks';
+import { text, toolCalls, toolUse } from '../fake/script.js';
+import { startHarness, type Harness } from '../helpers/service.js';
+
+type Handler = (body: any, res: http.ServerResponse) => void;
+
+describe('http tools', { timeout: 120_000 }, () => {
+  let h: Harness;
+  let server: http.Server;
+  let verifier: Webhook | null = null;
+  const seen: Array<{ body: any; verified: boolean }> = [];
+  const handlers: Handler[] = [];
+  const waiters: Array<() => void> = [];
+  let url = '';
+
+  before(async () => {
+    server = http.createServer((req, res) => {
+      const chunks: Buffer[] = [];
+      req.on('data', (c: Buffer) => chunks.push(c));
+      req.on('end', () => {
+        const raw = Buffer.concat(chunks).toString('utf8');
+        let verified: boolean;
+        try {
+          verifier?.verify(raw, {
+            'webhook-id': String(req.headers['webhook-id']),
+            'webhook-timestamp': String(req.headers['webhook-timestamp']),
+            'webhook-signature': String(req.headers['webhook-signature']),
+          });
+          verified = true;
+        } catch {
+          verified = false;
+        }
+        const body = JSON.parse(raw);
+        seen.push({ body, verified });
+        for (const w of waiters.splice(0)) w();
+        const handle = handlers.shift() ?? ((_b, r) => r.writeHead(500).end());
+        handle(body, res);
+      });
+    });
+    await new Promise<void>((r) => server.listen(0, '127.0.0.1', r));
+    url = `http://127.0.0.1:${(server.address() as AddressInfo).port}/tool`;
+    h = await startHarness({ env: { API_KEYS: 'acme:key-a', WEBHOOK_ALLOW_PRIVATE: 'true' } });
+  });
+  after(async () => {
+    await h?.close();
+    server.closeAllConnections();
+    await new Promise<void>((r) => server.close(() => r()));
+  });
+  beforeEach(() => {
+    h.fake.reset();
+    seen.length = 0;
+    handlers.length = 0;
+  });
+
+  const json = (res: http.ServerResponse, status: number, body: unknown) =>
+    res.writeHead(status, { 'content-type': 'application/json' }).end(JSON.stringify(body));
+  const resultsSent = (i: number): any[] =>
+    (h.fake.requests[i]!.messages.at(-1)!.content as any[]).filter((b: any) => b.type === 'tool_result');
+
+  it('signs each call with the tool’s secret, retries a 500, takes the 2xx answer', async () => {
+    const put = await h.api.req('PUT', '/v1/tools/price_lookup', {
+      description: 'Price of a product.',
+      input_schema: { type: 'object', properties: { sku: { type: 'string' } } },
+      runner: { type: 'http', url, timeout_ms: 5000 },
+    });
+    assert.equal(put.status, 201, JSON.stringify(put.body));
+    assert.match(put.body.secret, /^whsec_/);
+    verifier = new Webhook(put.body.secret);
+    assert.equal((await h.api.get('/v1/tools/price_lookup')).body.secret, undefined, 'shown once');
+    const again = await h.api.req('PUT', '/v1/tools/price_lookup', {
+      description: 'Price of a product.',
+      input_schema: { type: 'object', properties: { sku: { type: 'string' } } },
+      runner: { type: 'http', url, timeout_ms: 5000 },
+    });
+    assert.equal(again.status, 200);
+    assert.equal(again.body.secret, undefined, 'a replace keeps the secret');
+
+    handlers.push(
+      (_b, res) => json(res, 500, { oops: true }),
+      (_b, res) => json(res, 200, { content: '42 EUR' }),
+    );
+    h.fake.enqueue(toolCalls([toolUse('price_lookup', { sku: 'A1' }, 'toolu_p1')]), text('It costs 42 EUR.'));
+    const id = (await h.api.post('/v1/sessions', { input: 'price?', tools: ['price_lookup'] })).body.id;
+    const s = await h.api.waitStatus(id, 'idle', 30_000);
+    assert.equal(s.stop_reason, 'end_turn');
+    assert.deepEqual(resultsSent(1), [{ type: 'tool_result', tool_use_id: 'toolu_p1', content: '42 EUR' }]);
+    assert.equal(seen.length, 2);
+    assert.ok(
+      seen.every((x) => x.verified),
+      'every request verifies with standardwebhooks',
+    );
+    assert.deepEqual(
+      seen.map((x) => [x.body.attempt, x.body.idempotency_key, x.body.name, x.body.input.sku]),
+      [
+        [1, `${id}:toolu_p1`, 'price_lookup', 'A1'],
+        [2, `${id}:toolu_p1`, 'price_lookup', 'A1'],
+      ],
+    );
+    assert.notEqual(seen[0]!.body.id, seen[1]!.body.id, 'each try has its own task id');
+  });
+
+  it('a body that trickles past the deadline fails the try; after max_attempts the call is an error', async () => {
+    const put = await h.api.req('PUT', '/v1/tools/slow_body', {
+      description: 'Answers slowly.',
+      input_schema: { type: 'object' },
+      runner: { type: 'http', url, timeout_ms: 400 },
+      max_attempts: 1,
+    });
+    verifier = new Webhook(put.body.secret);
+    let trickle: NodeJS.Timeout | undefined;
+    handlers.push((_b, res) => {
+      res.writeHead(200, { 'content-type': 'application/json' });
+      res.write('{"content": "');
+      trickle = setInterval(() => res.write('x'), 50);
+      res.on('close', () => clearInterval(trickle));
+    });
+    h.fake.enqueue(toolCalls([toolUse('slow_body', {}, 'toolu_s1')]), text('It failed.'));
+    const id = (await h.api.post('/v1/sessions', { input: 'go', tools: ['slow_body'] })).body.id;
+    await h.api.waitStatus(id, 'idle', 30_000);
+    clearInterval(trickle);
+    const [r] = resultsSent(1);
+    assert.equal(r.is_error, true);
+    assert.match(r.content, /timeout after 400 ms/);
+  });
+
+  it('refuses a URL the webhooks’ address rules refuse', async () => {
+    const bad = await h.api.req('PUT', '/v1/tools/meta', {
+      description: 'x',
+      input_schema: { type: 'object' },
+      runner: { type: 'http', url: 'http://user:pw@example.com/' },
+    });
+    assert.equal(bad.status, 400);
+    assert.equal(bad.body.error.code, 'invalid_webhook_url');
+  });
+});

@@ -1,0 +1,222 @@
+import { after, before, beforeEach, describe, it } from 'node:test';
+import assert from 'node:assert/strict';
+import { startHarness, type Api, type Harness } from '../helpers/service.js';
+import { text, toolCalls, toolUse } from '../fake/script.js';
+
+const lookup = {
+  description: 'Look an order up in the tenant’s database.',
+  input_schema: { type: 'object', properties: { id: { type: 'number' } }, required: ['id'] },
+  runner: { type: 'worker' },
+};
+
+/** The tool_result blocks the fake got in request `i`. */
+const resultsSent = (h: Harness, i: number): any[] =>
+  (h.fake.requests[i]!.messages.at(-1)!.content as any[]).filter((b: any) => b.type === 'tool_result');
+
+const events = async (api: Api, id: string, type: string): Promise<any[]> => {
+  const r = await api.get(`/v1/sessions/${id}/events?limit=500`);
+  return (r.body.data as any[]).filter((e) => e.type === type);
+};
+
+describe('tenant tools and tool tasks', () => {
+  let h: Harness;
+  let a: Api;
+  let b: Api;
+  before(async () => {
+    h = await startHarness({
+      env: {
+        API_KEYS: 'acme:key-a,globex:key-b',
+        TOOL_TASK_LEASE_MS: '1000',
+        TOOL_RESULT_MAX_BYTES: '200000',
+      },
+    });
+    a = h.api;
+    b = h.api.as('key-b');
+  });
+  after(async () => h?.close());
+  beforeEach(() => h.fake.reset());
+
+  it('PUT registers (201, then 200), refuses a server tool name, and is the tenant’s alone', async () => {
+    const created = await a.req('PUT', '/v1/tools/lookup_order', lookup);
+    assert.equal(created.status, 201, JSON.stringify(created.body));
+    assert.deepEqual(created.body.runner, { type: 'worker' });
+    assert.equal(created.body.timeout_ms, 600000);
+    assert.equal(created.body.max_attempts, 3);
+    assert.equal(created.body.secret, undefined);
+    const replaced = await a.req('PUT', '/v1/tools/lookup_order', lookup);
+    assert.equal(replaced.status, 200);
+    const clash = await a.req('PUT', '/v1/tools/calculate_sum', lookup);
+    assert.equal(clash.status, 409);
+    assert.equal(clash.body.error.code, 'tool_name_conflict');
+    const bad = await a.req('PUT', '/v1/tools/bad%20name', lookup);
+    assert.equal(bad.status, 400);
+    const badBody = await a.req('PUT', '/v1/tools/x', { ...lookup, max_attempts: 11 });
+    assert.equal(badBody.status, 400);
+
+    const list = await a.get('/v1/tools');
+    const mine = list.body.data.find((t: any) => t.name === 'lookup_order');
+    assert.equal(mine.source, 'tenant');
+    assert.deepEqual(mine.workers, { active: 0, last_seen_at: null });
+    assert.ok(list.body.data.some((t: any) => t.source === 'server'));
+    assert.equal((await a.get('/v1/tools/lookup_order')).status, 200);
+
+    // Another tenant sees none of it.
+    assert.equal((await b.get('/v1/tools/lookup_order')).status, 404);
+    assert.equal((await b.get('/v1/tools/lookup_order')).body.error.code, 'tool_not_found');
+    assert.ok(!(await b.get('/v1/tools')).body.data.some((t: any) => t.name === 'lookup_order'));
+    assert.equal((await b.req('DELETE', '/v1/tools/lookup_order')).status, 404);
+    const s = await b.post('/v1/sessions', { input: 'hi', tools: ['lookup_order'] });
+    assert.equal(s.status, 400);
+    assert.equal(s.body.error.code, 'unknown_tool');
+  });
+
+  it('a worker claims the call (long-poll woken by the queue), heartbeats, answers; the session goes on', async () => {
+    await a.req('PUT', '/v1/tools/lookup_order', lookup);
+    h.fake.enqueue(toolCalls([toolUse('lookup_order', { id: 7 }, 'toolu_w1')]), text('Order 7 shipped.'));
+    // The claim waits before there is anything to claim.
+    const claim = a.post('/v1/tool-tasks/claim', {
+      tools: ['lookup_order'],
+      wait_ms: 20000,
+      worker_id: 'w-1',
+    });
+    const other = b.post('/v1/tool-tasks/claim', { tools: ['lookup_order'], wait_ms: 1500 });
+    const created = await a.post('/v1/sessions', { input: 'Where is order 7?', tools: ['lookup_order'] });
+    assert.equal(created.status, 201, JSON.stringify(created.body));
+    const id = created.body.id;
+    const c = await claim;
+    assert.equal(c.status, 200, JSON.stringify(c.body));
+    assert.equal(c.body.tasks.length, 1);
+    const task = c.body.tasks[0];
+    assert.match(task.id, /^tt_/);
+    assert.equal(task.session_id, id);
+    assert.equal(task.tool_use_id, 'toolu_w1');
+    assert.deepEqual(task.input, { id: 7 });
+    assert.equal(task.attempt, 1);
+    assert.equal(task.idempotency_key, `${id}:toolu_w1`);
+    // The session waits for the worker without asking its client anything.
+    const during = (await a.get(`/v1/sessions/${id}`)).body;
+    assert.equal(during.status, 'running');
+    assert.equal(during.required_action, null);
+    const hb = await a.post(`/v1/tool-tasks/${task.id}/heartbeat`);
+    assert.equal(hb.status, 200, JSON.stringify(hb.body));
+    assert.ok(Date.parse(hb.body.lease_expires_at) > Date.now());
+    // Tenant B's worker never sees it.
+    assert.equal((await b.post(`/v1/tool-tasks/${task.id}/heartbeat`)).status, 404);
+    assert.equal((await b.post(`/v1/tool-tasks/${task.id}/result`, { content: 'x' })).status, 404);
+    // Heartbeats keep the lease while tenant B's claim waits out its time.
+    const beat = setInterval(() => void a.post(`/v1/tool-tasks/${task.id}/heartbeat`), 300);
+    assert.deepEqual((await other).body.tasks, []);
+    clearInterval(beat);
+    const listed = (await a.get('/v1/tools/lookup_order')).body;
+    assert.equal(listed.workers.active, 1);
+    const res = await a.post(`/v1/tool-tasks/${task.id}/result`, { content: 'shipped on Monday' });
+    assert.equal(res.status, 200, JSON.stringify(res.body));
+    const again = await a.post(`/v1/tool-tasks/${task.id}/result`, { content: 'twice' });
+    assert.equal(again.status, 409);
+    assert.equal(again.body.error.code, 'task_already_completed');
+
+    const done = await a.waitStatus(id, 'idle');
+    assert.equal(done.stop_reason, 'end_turn');
+    assert.deepEqual(resultsSent(h, 1), [
+      { type: 'tool_result', tool_use_id: 'toolu_w1', content: 'shipped on Monday' },
+    ]);
+    const started = await events(a, id, 'tool.started');
+    assert.equal(started.length, 1, JSON.stringify(started));
+    assert.equal(started[0].data.attempt, 1);
+    assert.equal(started[0].data.worker_id, 'w-1');
+    const completed = await events(a, id, 'tool.completed');
+    assert.equal(completed.length, 1, JSON.stringify(completed));
+    assert.equal(completed[0].data.content, 'shipped on Monday');
+  });
+
+  it('the session keeps its copy: a tool deleted after create still runs for it', async () => {
+    await a.req('PUT', '/v1/tools/copy_tool', lookup);
+    h.fake.enqueue(toolCalls([toolUse('copy_tool', { id: 1 }, 'toolu_c1')]), text('ok'));
+    const id = (await a.post('/v1/sessions', { input: 'go', tools: ['copy_tool'] })).body.id;
+    assert.equal((await a.req('DELETE', '/v1/tools/copy_tool')).status, 200);
+    assert.equal((await a.get('/v1/tools/copy_tool')).status, 404);
+    const c = await a.post('/v1/tool-tasks/claim', { tools: ['copy_tool'], wait_ms: 10000 });
+    assert.equal(c.body.tasks.length, 1);
+    assert.equal(
+      (await a.post(`/v1/tool-tasks/${c.body.tasks[0].id}/result`, { content: 'one' })).status,
+      200,
+    );
+    await a.waitStatus(id, 'idle');
+    assert.deepEqual(
+      (h.fake.requests[0]!.tools as any[]).find((t: any) => t.name === 'copy_tool')?.input_schema,
+      lookup.input_schema,
+    );
+  });
+
+  it('a lost lease offers the call again (attempt 2, same idempotency key); the old id is refused', async () => {
+    await a.req('PUT', '/v1/tools/flaky', lookup);
+    h.fake.enqueue(toolCalls([toolUse('flaky', { id: 2 }, 'toolu_f1')]), text('ok'));
+    const id = (await a.post('/v1/sessions', { input: 'go', tools: ['flaky'] })).body.id;
+    const first = (
+      await a.post('/v1/tool-tasks/claim', { tools: ['flaky'], wait_ms: 10000, worker_id: 'dies' })
+    ).body.tasks[0];
+    // No heartbeat: the lease (1 s) lapses and the sweep offers the call again, waking this claim.
+    const second = (
+      await a.post('/v1/tool-tasks/claim', { tools: ['flaky'], wait_ms: 20000, worker_id: 'lives' })
+    ).body.tasks[0];
+    assert.ok(second, 'offered again');
+    assert.notEqual(second.id, first.id);
+    assert.equal(second.attempt, 2);
+    assert.equal(second.idempotency_key, first.idempotency_key);
+    const late = await a.post(`/v1/tool-tasks/${first.id}/result`, { content: 'late' });
+    assert.equal(late.status, 409);
+    assert.equal(late.body.error.code, 'task_lease_lost');
+    assert.equal((await a.post(`/v1/tool-tasks/${first.id}/heartbeat`)).body.error.code, 'task_lease_lost');
+    assert.equal((await a.post(`/v1/tool-tasks/${second.id}/result`, { content: 'fine' })).status, 200);
+    await a.waitStatus(id, 'idle');
+    assert.equal(resultsSent(h, 1)[0].content, 'fine');
+    const retried = await events(a, id, 'tool_task.retried');
+    assert.equal(retried.length, 1);
+    assert.equal(retried[0].data.attempt, 1);
+  });
+
+  it('after max_attempts lost leases, or past timeout_ms, the call gets an is_error result', async () => {
+    await a.req('PUT', '/v1/tools/once', { ...lookup, max_attempts: 1 });
+    await a.req('PUT', '/v1/tools/nobody', { ...lookup, timeout_ms: 1000 });
+    h.fake.enqueue(
+      toolCalls([toolUse('once', { id: 3 }, 'toolu_o1'), toolUse('nobody', { id: 4 }, 'toolu_n1')]),
+      text('I could not.'),
+    );
+    const id = (await a.post('/v1/sessions', { input: 'go', tools: ['once', 'nobody'] })).body.id;
+    const t = (await a.post('/v1/tool-tasks/claim', { tools: ['once'], wait_ms: 10000 })).body.tasks[0];
+    assert.ok(t);
+    await a.waitStatus(id, 'idle', 20000);
+    const [once, nobody] = resultsSent(h, 1);
+    assert.equal(once.is_error, true);
+    assert.match(once.content, /^Error: no worker answered/);
+    assert.equal(nobody.is_error, true);
+    assert.match(nobody.content, /^Error: no worker answered within 1000 ms/);
+  });
+
+  it('a cancelled session refuses its task’s result with task_cancelled; an oversize result becomes an error', async () => {
+    await a.req('PUT', '/v1/tools/slow', lookup);
+    h.fake.enqueue(toolCalls([toolUse('slow', { id: 5 }, 'toolu_s1')]), text('ok'));
+    const id = (await a.post('/v1/sessions', { input: 'go', tools: ['slow'] })).body.id;
+    const t = (await a.post('/v1/tool-tasks/claim', { tools: ['slow'], wait_ms: 10000 })).body.tasks[0];
+    const cancel = await a.post(`/v1/sessions/${id}/cancel`);
+    assert.equal(cancel.status, 200, JSON.stringify(cancel.body));
+    const hb = await a.post(`/v1/tool-tasks/${t.id}/heartbeat`);
+    assert.equal(hb.status, 409);
+    assert.equal(hb.body.error.code, 'task_cancelled');
+    const r = await a.post(`/v1/tool-tasks/${t.id}/result`, { content: 'too late' });
+    assert.equal(r.status, 409);
+    assert.equal(r.body.error.code, 'task_cancelled');
+
+    h.fake.reset();
+    h.fake.enqueue(toolCalls([toolUse('slow', { id: 6 }, 'toolu_s2')]), text('ok'));
+    const id2 = (await a.post('/v1/sessions', { input: 'go', tools: ['slow'] })).body.id;
+    const t2 = (await a.post('/v1/tool-tasks/claim', { tools: ['slow'], wait_ms: 10000 })).body.tasks[0];
+    const blocks = [{ type: 'text', text: 'x'.repeat(300_000) }];
+    const big = await a.post(`/v1/tool-tasks/${t2.id}/result`, { content: blocks });
+    assert.equal(big.status, 200, JSON.stringify(big.body).slice(0, 300));
+    await a.waitStatus(id2, 'idle');
+    const [res] = resultsSent(h, 1);
+    assert.equal(res.is_error, true);
+    assert.match(res.content, /TOOL_RESULT_MAX_BYTES \(200000\)/);
+  });
+});
