@@ -270,7 +270,9 @@ function assertValidHistory(messages: Message[], question: string): number {
 
 const cannot = cannotRunReason();
 if (cannot && !isCI) {
-  loud(`SKIPPING the Docker Compose tests (test/ops/docker-compose.test.ts): Docker cannot run here: ${cannot}`);
+  loud(
+    `SKIPPING the Docker Compose tests (test/ops/docker-compose.test.ts): Docker cannot run here: ${cannot}`,
+  );
 }
 
 describe(
