@@ -4,7 +4,7 @@ import { createJsonSchemaTransform, createJsonSchemaTransformObject } from 'fast
 import type { OpenAPIV3_1 } from 'openapi-types';
 import type { z } from 'zod';
 import { oneOf } from '../guards.js';
-import { errors } from './responses.js';
+import { errors, routeErrors } from './responses.js';
 
 /**
  * The OpenAPI 3.1 document of the service, built by @fastify/swagger from the routes' zod schemas (request and
@@ -170,7 +170,6 @@ function docsRoute(url: string): { schema: FastifySchema; url: string } | null {
     security: [],
     response: { 200: { description: 'OK', content: { [type]: { schema: { type: 'string' } } } } },
   });
-  const errorContent = { 'application/json': { schema: { $ref: '#/components/schemas/Error' } } };
   const staticFiles = page("The OpenAPI UI's static files", 'getDocsStaticFile', 'application/octet-stream');
   switch (url) {
     case '/docs':
@@ -205,12 +204,12 @@ function docsRoute(url: string): { schema: FastifySchema; url: string } | null {
               content: { 'application/octet-stream': { schema: { type: 'string' } } },
             },
             304: { description: 'Not Modified' },
-            404: { description: 'Not Found', content: errorContent },
+            404: { description: 'Not Found', content: staticRefusal(404) },
             412: {
               description: 'Precondition Failed (`If-Match`, `If-Unmodified-Since`)',
-              content: errorContent,
+              content: staticRefusal(412),
             },
-            416: { description: 'Range Not Satisfiable', content: errorContent },
+            416: { description: 'Range Not Satisfiable', content: staticRefusal(416) },
           },
           params: { type: 'object', properties: { path: { type: 'string' } }, required: ['path'] },
         },
@@ -338,6 +337,17 @@ const ref = (kind: string, name: string) => ({ $ref: `#/components/${kind}/${nam
 
 /** The envelope of a 403 (its codes: `scope_denied`, `origin_not_allowed`), registered for the 403 added below. */
 const forbidden = errors(403)[403];
+const invalid = errors(400)[400];
+/** The refusals of /docs/static: a path that names no file, a precondition, a range (src/plugins/errors.ts). */
+const staticRefusals = routeErrors(
+  { 404: ['route_not_found'], 412: ['invalid_request'], 416: ['invalid_request'] },
+  404,
+  412,
+  416,
+);
+const staticRefusal = (status: 404 | 412 | 416) => ({
+  'application/json': { schema: ref('schemas', String(staticRefusals[status].meta()?.id)) },
+});
 
 function completeOperation(path: string, method: string, op: Operation): void {
   if (method === 'post' && path.startsWith('/v1/')) {
@@ -349,7 +359,7 @@ function completeOperation(path: string, method: string, op: Operation): void {
     op.responses['400'] = {
       description:
         'Invalid request: a WebSocket upgrade of a route that does not upgrade (`invalid_request`).',
-      content: { 'application/json': { schema: ref('schemas', 'Error') } },
+      content: { 'application/json': { schema: ref('schemas', String(invalid.meta()?.id)) } },
     };
   // A client token is refused with 403 `scope_denied` on any /v1 route outside its scopes.
   const unauthorized = op.responses?.['401'];

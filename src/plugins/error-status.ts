@@ -82,6 +82,9 @@ export const ERROR_STATUS = {
 const OTHER_STATUSES: Partial<Record<ErrorCode, readonly number[]>> = {
   // PUT /v1/tools/{name} naming a server tool: the name is taken (409); a session's `tools` naming one twice is 400.
   tool_name_conflict: [409],
+  // @fastify/static's refusals of a precondition (412) or a range (416) on /docs/static, through the error
+  // handler's fallback for a plugin's client error.
+  invalid_request: [412, 416],
 };
 
 /** Whether `code` may be answered with `status`. */

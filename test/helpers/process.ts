@@ -80,17 +80,22 @@ export function buildService(): void {
   if (out.status !== 0) throw new Error(`build failed: ${out.stdout}${out.stderr}`);
 }
 
-/** package.json's start command as argv after `node` (its `exec`, which hands npm's signals to node, dropped). */
-function startArgs(): string[] {
+/**
+ * package.json's start command: the environment it sets before it execs node (`NAME=${NAME:-default}` or
+ * `NAME=value`, resolved as the shell would against this process's environment) and the argv after `node` (its
+ * `exec`, which hands npm's signals to node, dropped).
+ */
+function startCommand(): { env: Record<string, string>; args: string[] } {
   const pkg = JSON.parse(readFileSync(path.join(ROOT, 'package.json'), 'utf8')) as {
     scripts: { start: string };
   };
-  const argv = pkg.scripts.start
-    .trim()
-    .replace(/^exec\s+/, '')
-    .split(/\s+/);
-  if (argv[0] !== 'node') throw new Error(`the start script does not run node: ${pkg.scripts.start}`);
-  return argv.slice(1);
+  const words = pkg.scripts.start.trim().split(/\s+/);
+  const env: Record<string, string> = {};
+  for (let m; (m = /^([A-Z_]+)=(?:\$\{\1:-(.*)\}|(.*))$/.exec(words[0] ?? '')); words.shift())
+    env[m[1]!] = m[3] ?? process.env[m[1]!] ?? m[2] ?? '';
+  if (words[0] === 'exec') words.shift();
+  if (words[0] !== 'node') throw new Error(`the start script does not run node: ${pkg.scripts.start}`);
+  return { env, args: words.slice(1) };
 }
 
 /**
@@ -102,10 +107,11 @@ export async function spawnService(
   opts: SpawnOptions = {},
 ): Promise<ServiceProcess> {
   const name = opts.name ?? 'service';
-  const args = opts.built ? startArgs() : ['--import', 'tsx', 'src/server.ts'];
-  const child = spawn(process.execPath, args, {
+  const start = opts.built ? startCommand() : { env: {}, args: ['--import', 'tsx', 'src/server.ts'] };
+  const child = spawn(process.execPath, start.args, {
     cwd: ROOT,
     env: {
+      ...start.env,
       PATH: process.env['PATH'] ?? '/usr/bin:/bin',
       HOME: process.env['HOME'] ?? '/tmp',
       PORT: '0',

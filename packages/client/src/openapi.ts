@@ -3013,6 +3013,42 @@ export interface components {
       } & {
         [key: string]: unknown;
       });
+    /** @description A 404 answer: `error.code` is one of `route_not_found`. */
+    Error404RouteNotFound: components['schemas']['Error'] &
+      ({
+        error: {
+          /** @enum {string} */
+          code: 'route_not_found';
+        } & {
+          [key: string]: unknown;
+        };
+      } & {
+        [key: string]: unknown;
+      });
+    /** @description A 412 answer: `error.code` is one of `invalid_request`. */
+    Error412AndInvalidRequest: components['schemas']['Error'] &
+      ({
+        error: {
+          /** @enum {string} */
+          code: 'invalid_request';
+        } & {
+          [key: string]: unknown;
+        };
+      } & {
+        [key: string]: unknown;
+      });
+    /** @description A 416 answer: `error.code` is one of `invalid_request`. */
+    Error416AndInvalidRequest: components['schemas']['Error'] &
+      ({
+        error: {
+          /** @enum {string} */
+          code: 'invalid_request';
+        } & {
+          [key: string]: unknown;
+        };
+      } & {
+        [key: string]: unknown;
+      });
     /** @description A 404 answer: `error.code` is one of `session_not_found`, `iteration_not_found`. */
     Error404SessionNotFoundIterationNotFound: components['schemas']['Error'] &
       ({
@@ -3246,7 +3282,7 @@ export interface operations {
           [name: string]: unknown;
         };
         content: {
-          'application/json': components['schemas']['Error'];
+          'application/json': components['schemas']['Error400'];
         };
       };
     };
@@ -3275,7 +3311,7 @@ export interface operations {
           [name: string]: unknown;
         };
         content: {
-          'application/json': components['schemas']['Error'];
+          'application/json': components['schemas']['Error400'];
         };
       };
     };
@@ -3304,7 +3340,7 @@ export interface operations {
           [name: string]: unknown;
         };
         content: {
-          'application/json': components['schemas']['Error'];
+          'application/json': components['schemas']['Error400'];
         };
       };
     };
@@ -3353,7 +3389,7 @@ export interface operations {
           [name: string]: unknown;
         };
         content: {
-          'application/json': components['schemas']['Error'];
+          'application/json': components['schemas']['Error400'];
         };
       };
       /** @description Not Found */
@@ -3362,7 +3398,7 @@ export interface operations {
           [name: string]: unknown;
         };
         content: {
-          'application/json': components['schemas']['Error'];
+          'application/json': components['schemas']['Error404RouteNotFound'];
         };
       };
       /** @description Precondition Failed (`If-Match`, `If-Unmodified-Since`) */
@@ -3371,7 +3407,7 @@ export interface operations {
           [name: string]: unknown;
         };
         content: {
-          'application/json': components['schemas']['Error'];
+          'application/json': components['schemas']['Error412AndInvalidRequest'];
         };
       };
       /** @description Range Not Satisfiable */
@@ -3380,7 +3416,7 @@ export interface operations {
           [name: string]: unknown;
         };
         content: {
-          'application/json': components['schemas']['Error'];
+          'application/json': components['schemas']['Error416AndInvalidRequest'];
         };
       };
     };
@@ -3409,7 +3445,7 @@ export interface operations {
           [name: string]: unknown;
         };
         content: {
-          'application/json': components['schemas']['Error'];
+          'application/json': components['schemas']['Error400'];
         };
       };
     };
@@ -3438,7 +3474,7 @@ export interface operations {
           [name: string]: unknown;
         };
         content: {
-          'application/json': components['schemas']['Error'];
+          'application/json': components['schemas']['Error400'];
         };
       };
       /** @description Not ready (Redis does not answer or refuses writes); with Retry-After. */
@@ -3477,7 +3513,7 @@ export interface operations {
           [name: string]: unknown;
         };
         content: {
-          'application/json': components['schemas']['Error'];
+          'application/json': components['schemas']['Error400'];
         };
       };
     };
@@ -3513,7 +3549,7 @@ export interface operations {
           [name: string]: unknown;
         };
         content: {
-          'application/json': components['schemas']['Error'];
+          'application/json': components['schemas']['Error400'];
         };
       };
     };
@@ -3645,7 +3681,7 @@ export interface operations {
           [name: string]: unknown;
         };
         content: {
-          'application/json': components['schemas']['Error'];
+          'application/json': components['schemas']['Error400'];
         };
       };
     };
@@ -3672,7 +3708,7 @@ export interface operations {
           [name: string]: unknown;
         };
         content: {
-          'application/json': components['schemas']['Error'];
+          'application/json': components['schemas']['Error400'];
         };
       };
     };
@@ -3701,7 +3737,7 @@ export interface operations {
           [name: string]: unknown;
         };
         content: {
-          'application/json': components['schemas']['Error'];
+          'application/json': components['schemas']['Error400'];
         };
       };
       /** @description No valid bearer key or client token (`unauthorized`; `token_expired` for an expired client token). */
@@ -7976,7 +8012,7 @@ export interface operations {
           [name: string]: unknown;
         };
         content: {
-          'application/json': components['schemas']['Error'];
+          'application/json': components['schemas']['Error400'];
         };
       };
       /** @description No valid bearer key or client token (`unauthorized`; `token_expired` for an expired client token). */
@@ -8817,7 +8853,7 @@ export interface operations {
           [name: string]: unknown;
         };
         content: {
-          'application/json': components['schemas']['Error'];
+          'application/json': components['schemas']['Error400'];
         };
       };
       /** @description No valid bearer key or client token (`unauthorized`; `token_expired` for an expired client token). */
@@ -9766,7 +9802,7 @@ export interface operations {
           [name: string]: unknown;
         };
         content: {
-          'application/json': components['schemas']['Error'];
+          'application/json': components['schemas']['Error400'];
         };
       };
       /** @description No valid bearer key or client token (`unauthorized`; `token_expired` for an expired client token). */
