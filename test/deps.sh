@@ -35,7 +35,8 @@ if [ "${#packages[@]}" -gt 0 ]; then
     exit 1
   fi
   log "apt-get update"
-  apt-get update
+  apt-get -o DPkg::Lock::Timeout=300 update
+  # (DPkg::Lock::Timeout: another apt-get on the machine, e.g. a second test run, is waited for, not failed.)
   # Keep package scripts from starting services (a second Redis on 6379, say) while installing.
   created_policy=0
   if [ ! -e /usr/sbin/policy-rc.d ]; then
@@ -45,7 +46,7 @@ if [ "${#packages[@]}" -gt 0 ]; then
   fi
   log "apt-get install ${packages[*]}"
   install_rc=0
-  apt-get install -y --no-install-recommends "${packages[@]}" || install_rc=$?
+  apt-get -o DPkg::Lock::Timeout=300 install -y --no-install-recommends "${packages[@]}" || install_rc=$?
   if [ "$created_policy" = 1 ]; then rm -f /usr/sbin/policy-rc.d; fi
   if [ "$install_rc" -ne 0 ]; then
     echo "apt-get install failed (exit $install_rc)" >&2

@@ -338,6 +338,8 @@ const ref = (kind: string, name: string) => ({ $ref: `#/components/${kind}/${nam
 /** The envelope of a 403 (its codes: `scope_denied`, `origin_not_allowed`), registered for the 403 added below. */
 const forbidden = errors(403)[403];
 const invalid = errors(400)[400];
+const misdirected = errors(421)[421];
+const tooMany = errors(429)[429];
 /** The refusals of /docs/static: a path that names no file, a precondition, a range (src/plugins/errors.ts). */
 const staticRefusals = routeErrors(
   { 404: ['route_not_found'], 412: ['invalid_request'], 416: ['invalid_request'] },
@@ -360,6 +362,21 @@ function completeOperation(path: string, method: string, op: Operation): void {
       description:
         'Invalid request: a WebSocket upgrade of a route that does not upgrade (`invalid_request`).',
       content: { 'application/json': { schema: ref('schemas', String(invalid.meta()?.id)) } },
+    };
+  // Open mode (no API_KEYS) answers only loopback `Host` values: anything else, on any route, 421 `host_not_allowed`
+  // (src/plugins/cors.ts).
+  if (op.responses && !op.responses['421'])
+    op.responses['421'] = {
+      description:
+        'Misdirected Request: without API_KEYS, a `Host` that is not loopback (`host_not_allowed`).',
+      content: { 'application/json': { schema: ref('schemas', String(misdirected.meta()?.id)) } },
+    };
+  // A tenant whose clients leave too many answer bytes unread gets 429 `quota_exceeded` on any /v1 GET
+  // (src/plugins/write-guard.ts).
+  if (method === 'get' && path.startsWith('/v1/') && op.responses && !op.responses['429'])
+    op.responses['429'] = {
+      description: statusText['429'] ?? 'Too Many Requests',
+      content: { 'application/json': { schema: ref('schemas', String(tooMany.meta()?.id)) } },
     };
   // A client token is refused with 403 `scope_denied` on any /v1 route outside its scopes.
   const unauthorized = op.responses?.['401'];

@@ -36,7 +36,7 @@ command -v debootstrap >/dev/null 2>&1 || [ -x /usr/sbin/debootstrap ] || packag
 if [ "${#packages[@]}" -gt 0 ]; then
   command -v apt-get >/dev/null 2>&1 || cannot "no apt-get to install ${packages[*]}"
   log "apt-get install ${packages[*]}"
-  apt-get update >/dev/null
+  apt-get -o DPkg::Lock::Timeout=300 update >/dev/null
   # Keep the packages' scripts from starting the system's own docker/containerd services.
   created_policy=0
   if [ ! -e /usr/sbin/policy-rc.d ]; then
@@ -45,7 +45,7 @@ if [ "${#packages[@]}" -gt 0 ]; then
     created_policy=1
   fi
   rc=0
-  apt-get install -y --no-install-recommends "${packages[@]}" >/dev/null || rc=$?
+  apt-get -o DPkg::Lock::Timeout=300 install -y --no-install-recommends "${packages[@]}" >/dev/null || rc=$?
   [ "$created_policy" = 0 ] || rm -f /usr/sbin/policy-rc.d
   [ "$rc" = 0 ] || {
     log "apt-get install failed (exit $rc)"

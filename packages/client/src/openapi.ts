@@ -3013,6 +3013,18 @@ export interface components {
       } & {
         [key: string]: unknown;
       });
+    /** @description A 421 answer: `error.code` is one of `host_not_allowed`. */
+    Error421: components['schemas']['Error'] &
+      ({
+        error: {
+          /** @enum {string} */
+          code: 'host_not_allowed';
+        } & {
+          [key: string]: unknown;
+        };
+      } & {
+        [key: string]: unknown;
+      });
     /** @description A 404 answer: `error.code` is one of `route_not_found`. */
     Error404RouteNotFound: components['schemas']['Error'] &
       ({
@@ -3285,6 +3297,15 @@ export interface operations {
           'application/json': components['schemas']['Error400'];
         };
       };
+      /** @description Misdirected Request: without API_KEYS, a `Host` that is not loopback (`host_not_allowed`). */
+      421: {
+        headers: {
+          [name: string]: unknown;
+        };
+        content: {
+          'application/json': components['schemas']['Error421'];
+        };
+      };
     };
   };
   getOpenApiJson: {
@@ -3314,6 +3335,15 @@ export interface operations {
           'application/json': components['schemas']['Error400'];
         };
       };
+      /** @description Misdirected Request: without API_KEYS, a `Host` that is not loopback (`host_not_allowed`). */
+      421: {
+        headers: {
+          [name: string]: unknown;
+        };
+        content: {
+          'application/json': components['schemas']['Error421'];
+        };
+      };
     };
   };
   getOpenApiYaml: {
@@ -3341,6 +3371,15 @@ export interface operations {
         };
         content: {
           'application/json': components['schemas']['Error400'];
+        };
+      };
+      /** @description Misdirected Request: without API_KEYS, a `Host` that is not loopback (`host_not_allowed`). */
+      421: {
+        headers: {
+          [name: string]: unknown;
+        };
+        content: {
+          'application/json': components['schemas']['Error421'];
         };
       };
     };
@@ -3419,6 +3458,15 @@ export interface operations {
           'application/json': components['schemas']['Error416AndInvalidRequest'];
         };
       };
+      /** @description Misdirected Request: without API_KEYS, a `Host` that is not loopback (`host_not_allowed`). */
+      421: {
+        headers: {
+          [name: string]: unknown;
+        };
+        content: {
+          'application/json': components['schemas']['Error421'];
+        };
+      };
     };
   };
   getHealth: {
@@ -3448,6 +3496,15 @@ export interface operations {
           'application/json': components['schemas']['Error400'];
         };
       };
+      /** @description Misdirected Request: without API_KEYS, a `Host` that is not loopback (`host_not_allowed`). */
+      421: {
+        headers: {
+          [name: string]: unknown;
+        };
+        content: {
+          'application/json': components['schemas']['Error421'];
+        };
+      };
     };
   };
   getReadiness: {
@@ -3475,6 +3532,15 @@ export interface operations {
         };
         content: {
           'application/json': components['schemas']['Error400'];
+        };
+      };
+      /** @description Misdirected Request: without API_KEYS, a `Host` that is not loopback (`host_not_allowed`). */
+      421: {
+        headers: {
+          [name: string]: unknown;
+        };
+        content: {
+          'application/json': components['schemas']['Error421'];
         };
       };
       /** @description Not ready (Redis does not answer or refuses writes); with Retry-After. */
@@ -3516,6 +3582,15 @@ export interface operations {
           'application/json': components['schemas']['Error400'];
         };
       };
+      /** @description Misdirected Request: without API_KEYS, a `Host` that is not loopback (`host_not_allowed`). */
+      421: {
+        headers: {
+          [name: string]: unknown;
+        };
+        content: {
+          'application/json': components['schemas']['Error421'];
+        };
+      };
     };
   };
   getConsole: {
@@ -3550,6 +3625,15 @@ export interface operations {
         };
         content: {
           'application/json': components['schemas']['Error400'];
+        };
+      };
+      /** @description Misdirected Request: without API_KEYS, a `Host` that is not loopback (`host_not_allowed`). */
+      421: {
+        headers: {
+          [name: string]: unknown;
+        };
+        content: {
+          'application/json': components['schemas']['Error421'];
         };
       };
     };
@@ -3601,6 +3685,15 @@ export interface operations {
           'application/json': components['schemas']['Error404'];
         };
       };
+      /** @description Misdirected Request: without API_KEYS, a `Host` that is not loopback (`host_not_allowed`). */
+      421: {
+        headers: {
+          [name: string]: unknown;
+        };
+        content: {
+          'application/json': components['schemas']['Error421'];
+        };
+      };
     };
   };
   getConsoleVendorFile: {
@@ -3648,6 +3741,15 @@ export interface operations {
           'application/json': components['schemas']['Error404'];
         };
       };
+      /** @description Misdirected Request: without API_KEYS, a `Host` that is not loopback (`host_not_allowed`). */
+      421: {
+        headers: {
+          [name: string]: unknown;
+        };
+        content: {
+          'application/json': components['schemas']['Error421'];
+        };
+      };
     };
   };
   getFavicon: {
@@ -3684,6 +3786,15 @@ export interface operations {
           'application/json': components['schemas']['Error400'];
         };
       };
+      /** @description Misdirected Request: without API_KEYS, a `Host` that is not loopback (`host_not_allowed`). */
+      421: {
+        headers: {
+          [name: string]: unknown;
+        };
+        content: {
+          'application/json': components['schemas']['Error421'];
+        };
+      };
     };
   };
   getDemo: {
@@ -3709,6 +3820,15 @@ export interface operations {
         };
         content: {
           'application/json': components['schemas']['Error400'];
+        };
+      };
+      /** @description Misdirected Request: without API_KEYS, a `Host` that is not loopback (`host_not_allowed`). */
+      421: {
+        headers: {
+          [name: string]: unknown;
+        };
+        content: {
+          'application/json': components['schemas']['Error421'];
         };
       };
     };
@@ -3757,6 +3877,25 @@ export interface operations {
         };
         content: {
           'application/json': components['schemas']['Error403'];
+        };
+      };
+      /** @description Misdirected Request: without API_KEYS, a `Host` that is not loopback (`host_not_allowed`). */
+      421: {
+        headers: {
+          [name: string]: unknown;
+        };
+        content: {
+          'application/json': components['schemas']['Error421'];
+        };
+      };
+      /** @description Over a rate or quota (`rate_limited` with Retry-After, `quota_exceeded`). */
+      429: {
+        headers: {
+          'Retry-After': components['headers']['RetryAfter'];
+          [name: string]: unknown;
+        };
+        content: {
+          'application/json': components['schemas']['Error429'];
         };
       };
       /** @description Something went wrong on the service's side (`internal_error`); the details are in its log. */
@@ -3818,6 +3957,25 @@ export interface operations {
         };
         content: {
           'application/json': components['schemas']['Error403'];
+        };
+      };
+      /** @description Misdirected Request: without API_KEYS, a `Host` that is not loopback (`host_not_allowed`). */
+      421: {
+        headers: {
+          [name: string]: unknown;
+        };
+        content: {
+          'application/json': components['schemas']['Error421'];
+        };
+      };
+      /** @description Over a rate or quota (`rate_limited` with Retry-After, `quota_exceeded`). */
+      429: {
+        headers: {
+          'Retry-After': components['headers']['RetryAfter'];
+          [name: string]: unknown;
+        };
+        content: {
+          'application/json': components['schemas']['Error429'];
         };
       };
       /** @description Something went wrong on the service's side (`internal_error`); the details are in its log. */
@@ -4444,6 +4602,15 @@ export interface operations {
           'application/json': components['schemas']['Error415'];
         };
       };
+      /** @description Misdirected Request: without API_KEYS, a `Host` that is not loopback (`host_not_allowed`). */
+      421: {
+        headers: {
+          [name: string]: unknown;
+        };
+        content: {
+          'application/json': components['schemas']['Error421'];
+        };
+      };
       /** @description This Idempotency-Key was used with another request (`idempotency_key_reused`). */
       422: {
         headers: {
@@ -4546,6 +4713,25 @@ export interface operations {
         };
         content: {
           'application/json': components['schemas']['Error404SessionNotFound'];
+        };
+      };
+      /** @description Misdirected Request: without API_KEYS, a `Host` that is not loopback (`host_not_allowed`). */
+      421: {
+        headers: {
+          [name: string]: unknown;
+        };
+        content: {
+          'application/json': components['schemas']['Error421'];
+        };
+      };
+      /** @description Over a rate or quota (`rate_limited` with Retry-After, `quota_exceeded`). */
+      429: {
+        headers: {
+          'Retry-After': components['headers']['RetryAfter'];
+          [name: string]: unknown;
+        };
+        content: {
+          'application/json': components['schemas']['Error429'];
         };
       };
       /** @description Something went wrong on the service's side (`internal_error`); the details are in its log. */
@@ -4662,6 +4848,15 @@ export interface operations {
         };
         content: {
           'application/json': components['schemas']['Error415'];
+        };
+      };
+      /** @description Misdirected Request: without API_KEYS, a `Host` that is not loopback (`host_not_allowed`). */
+      421: {
+        headers: {
+          [name: string]: unknown;
+        };
+        content: {
+          'application/json': components['schemas']['Error421'];
         };
       };
       /** @description Over a rate or quota (`rate_limited` with Retry-After, `quota_exceeded`). */
@@ -4929,6 +5124,15 @@ export interface operations {
           'application/json': components['schemas']['Error415'];
         };
       };
+      /** @description Misdirected Request: without API_KEYS, a `Host` that is not loopback (`host_not_allowed`). */
+      421: {
+        headers: {
+          [name: string]: unknown;
+        };
+        content: {
+          'application/json': components['schemas']['Error421'];
+        };
+      };
       /** @description Over a rate or quota (`rate_limited` with Retry-After, `quota_exceeded`). */
       429: {
         headers: {
@@ -5020,6 +5224,25 @@ export interface operations {
         };
         content: {
           'application/json': components['schemas']['Error404SessionNotFound'];
+        };
+      };
+      /** @description Misdirected Request: without API_KEYS, a `Host` that is not loopback (`host_not_allowed`). */
+      421: {
+        headers: {
+          [name: string]: unknown;
+        };
+        content: {
+          'application/json': components['schemas']['Error421'];
+        };
+      };
+      /** @description Over a rate or quota (`rate_limited` with Retry-After, `quota_exceeded`). */
+      429: {
+        headers: {
+          'Retry-After': components['headers']['RetryAfter'];
+          [name: string]: unknown;
+        };
+        content: {
+          'application/json': components['schemas']['Error429'];
         };
       };
       /** @description Something went wrong on the service's side (`internal_error`); the details are in its log. */
@@ -5531,6 +5754,15 @@ export interface operations {
           'application/json': components['schemas']['Error415'];
         };
       };
+      /** @description Misdirected Request: without API_KEYS, a `Host` that is not loopback (`host_not_allowed`). */
+      421: {
+        headers: {
+          [name: string]: unknown;
+        };
+        content: {
+          'application/json': components['schemas']['Error421'];
+        };
+      };
       /** @description Over a rate or quota (`rate_limited` with Retry-After, `quota_exceeded`). */
       429: {
         headers: {
@@ -5805,6 +6037,15 @@ export interface operations {
           'application/json': components['schemas']['Error415'];
         };
       };
+      /** @description Misdirected Request: without API_KEYS, a `Host` that is not loopback (`host_not_allowed`). */
+      421: {
+        headers: {
+          [name: string]: unknown;
+        };
+        content: {
+          'application/json': components['schemas']['Error421'];
+        };
+      };
       /** @description This Idempotency-Key was used with another request (`idempotency_key_reused`). */
       422: {
         headers: {
@@ -5908,6 +6149,25 @@ export interface operations {
           'application/json': components['schemas']['Error404SessionNotFound'];
         };
       };
+      /** @description Misdirected Request: without API_KEYS, a `Host` that is not loopback (`host_not_allowed`). */
+      421: {
+        headers: {
+          [name: string]: unknown;
+        };
+        content: {
+          'application/json': components['schemas']['Error421'];
+        };
+      };
+      /** @description Over a rate or quota (`rate_limited` with Retry-After, `quota_exceeded`). */
+      429: {
+        headers: {
+          'Retry-After': components['headers']['RetryAfter'];
+          [name: string]: unknown;
+        };
+        content: {
+          'application/json': components['schemas']['Error429'];
+        };
+      };
       /** @description Something went wrong on the service's side (`internal_error`); the details are in its log. */
       500: {
         headers: {
@@ -5985,6 +6245,25 @@ export interface operations {
         };
         content: {
           'application/json': components['schemas']['Error404SessionNotFoundIterationNotFound'];
+        };
+      };
+      /** @description Misdirected Request: without API_KEYS, a `Host` that is not loopback (`host_not_allowed`). */
+      421: {
+        headers: {
+          [name: string]: unknown;
+        };
+        content: {
+          'application/json': components['schemas']['Error421'];
+        };
+      };
+      /** @description Over a rate or quota (`rate_limited` with Retry-After, `quota_exceeded`). */
+      429: {
+        headers: {
+          'Retry-After': components['headers']['RetryAfter'];
+          [name: string]: unknown;
+        };
+        content: {
+          'application/json': components['schemas']['Error429'];
         };
       };
       /** @description Something went wrong on the service's side (`internal_error`); the details are in its log. */
@@ -6143,6 +6422,15 @@ export interface operations {
         };
         content: {
           'application/json': components['schemas']['Error415'];
+        };
+      };
+      /** @description Misdirected Request: without API_KEYS, a `Host` that is not loopback (`host_not_allowed`). */
+      421: {
+        headers: {
+          [name: string]: unknown;
+        };
+        content: {
+          'application/json': components['schemas']['Error421'];
         };
       };
       /** @description This Idempotency-Key was used with another request (`idempotency_key_reused`). */
@@ -6424,6 +6712,15 @@ export interface operations {
           'application/json': components['schemas']['Error415'];
         };
       };
+      /** @description Misdirected Request: without API_KEYS, a `Host` that is not loopback (`host_not_allowed`). */
+      421: {
+        headers: {
+          [name: string]: unknown;
+        };
+        content: {
+          'application/json': components['schemas']['Error421'];
+        };
+      };
       /** @description Over a rate or quota (`rate_limited` with Retry-After, `quota_exceeded`). */
       429: {
         headers: {
@@ -6699,6 +6996,15 @@ export interface operations {
           'application/json': components['schemas']['Error415'];
         };
       };
+      /** @description Misdirected Request: without API_KEYS, a `Host` that is not loopback (`host_not_allowed`). */
+      421: {
+        headers: {
+          [name: string]: unknown;
+        };
+        content: {
+          'application/json': components['schemas']['Error421'];
+        };
+      };
       /** @description This Idempotency-Key was used with another request (`idempotency_key_reused`). */
       422: {
         headers: {
@@ -6872,6 +7178,15 @@ export interface operations {
         };
         content: {
           'application/json': components['schemas']['Error415'];
+        };
+      };
+      /** @description Misdirected Request: without API_KEYS, a `Host` that is not loopback (`host_not_allowed`). */
+      421: {
+        headers: {
+          [name: string]: unknown;
+        };
+        content: {
+          'application/json': components['schemas']['Error421'];
         };
       };
       /** @description This Idempotency-Key was used with another request (`idempotency_key_reused`). */
@@ -7053,6 +7368,15 @@ export interface operations {
           'application/json': components['schemas']['Error415'];
         };
       };
+      /** @description Misdirected Request: without API_KEYS, a `Host` that is not loopback (`host_not_allowed`). */
+      421: {
+        headers: {
+          [name: string]: unknown;
+        };
+        content: {
+          'application/json': components['schemas']['Error421'];
+        };
+      };
       /** @description This Idempotency-Key was used with another request (`idempotency_key_reused`). */
       422: {
         headers: {
@@ -7228,6 +7552,15 @@ export interface operations {
           'application/json': components['schemas']['Error415'];
         };
       };
+      /** @description Misdirected Request: without API_KEYS, a `Host` that is not loopback (`host_not_allowed`). */
+      421: {
+        headers: {
+          [name: string]: unknown;
+        };
+        content: {
+          'application/json': components['schemas']['Error421'];
+        };
+      };
       /** @description This Idempotency-Key was used with another request (`idempotency_key_reused`). */
       422: {
         headers: {
@@ -7401,6 +7734,15 @@ export interface operations {
         };
         content: {
           'application/json': components['schemas']['Error415'];
+        };
+      };
+      /** @description Misdirected Request: without API_KEYS, a `Host` that is not loopback (`host_not_allowed`). */
+      421: {
+        headers: {
+          [name: string]: unknown;
+        };
+        content: {
+          'application/json': components['schemas']['Error421'];
         };
       };
       /** @description This Idempotency-Key was used with another request (`idempotency_key_reused`). */
@@ -7580,6 +7922,15 @@ export interface operations {
           'application/json': components['schemas']['Error415'];
         };
       };
+      /** @description Misdirected Request: without API_KEYS, a `Host` that is not loopback (`host_not_allowed`). */
+      421: {
+        headers: {
+          [name: string]: unknown;
+        };
+        content: {
+          'application/json': components['schemas']['Error421'];
+        };
+      };
       /** @description This Idempotency-Key was used with another request (`idempotency_key_reused`). */
       422: {
         headers: {
@@ -7747,6 +8098,15 @@ export interface operations {
           'application/json': components['schemas']['Error415'];
         };
       };
+      /** @description Misdirected Request: without API_KEYS, a `Host` that is not loopback (`host_not_allowed`). */
+      421: {
+        headers: {
+          [name: string]: unknown;
+        };
+        content: {
+          'application/json': components['schemas']['Error421'];
+        };
+      };
       /** @description This Idempotency-Key was used with another request (`idempotency_key_reused`). */
       422: {
         headers: {
@@ -7868,6 +8228,25 @@ export interface operations {
           'application/json': components['schemas']['Error410'];
         };
       };
+      /** @description Misdirected Request: without API_KEYS, a `Host` that is not loopback (`host_not_allowed`). */
+      421: {
+        headers: {
+          [name: string]: unknown;
+        };
+        content: {
+          'application/json': components['schemas']['Error421'];
+        };
+      };
+      /** @description Over a rate or quota (`rate_limited` with Retry-After, `quota_exceeded`). */
+      429: {
+        headers: {
+          'Retry-After': components['headers']['RetryAfter'];
+          [name: string]: unknown;
+        };
+        content: {
+          'application/json': components['schemas']['Error429'];
+        };
+      };
       /** @description Something went wrong on the service's side (`internal_error`); the details are in its log. */
       500: {
         headers: {
@@ -7946,6 +8325,15 @@ export interface operations {
         };
         content: {
           'application/json': components['schemas']['Error404SessionNotFound'];
+        };
+      };
+      /** @description Misdirected Request: without API_KEYS, a `Host` that is not loopback (`host_not_allowed`). */
+      421: {
+        headers: {
+          [name: string]: unknown;
+        };
+        content: {
+          'application/json': components['schemas']['Error421'];
         };
       };
       /** @description Answer */
@@ -8032,6 +8420,25 @@ export interface operations {
         };
         content: {
           'application/json': components['schemas']['Error403'];
+        };
+      };
+      /** @description Misdirected Request: without API_KEYS, a `Host` that is not loopback (`host_not_allowed`). */
+      421: {
+        headers: {
+          [name: string]: unknown;
+        };
+        content: {
+          'application/json': components['schemas']['Error421'];
+        };
+      };
+      /** @description Over a rate or quota (`rate_limited` with Retry-After, `quota_exceeded`). */
+      429: {
+        headers: {
+          'Retry-After': components['headers']['RetryAfter'];
+          [name: string]: unknown;
+        };
+        content: {
+          'application/json': components['schemas']['Error429'];
         };
       };
       /** @description Something went wrong on the service's side (`internal_error`); the details are in its log. */
@@ -8180,6 +8587,15 @@ export interface operations {
           'application/json': components['schemas']['Error415'];
         };
       };
+      /** @description Misdirected Request: without API_KEYS, a `Host` that is not loopback (`host_not_allowed`). */
+      421: {
+        headers: {
+          [name: string]: unknown;
+        };
+        content: {
+          'application/json': components['schemas']['Error421'];
+        };
+      };
       /** @description This Idempotency-Key was used with another request (`idempotency_key_reused`). */
       422: {
         headers: {
@@ -8282,6 +8698,25 @@ export interface operations {
         };
         content: {
           'application/json': components['schemas']['Error404WebhookNotFound'];
+        };
+      };
+      /** @description Misdirected Request: without API_KEYS, a `Host` that is not loopback (`host_not_allowed`). */
+      421: {
+        headers: {
+          [name: string]: unknown;
+        };
+        content: {
+          'application/json': components['schemas']['Error421'];
+        };
+      };
+      /** @description Over a rate or quota (`rate_limited` with Retry-After, `quota_exceeded`). */
+      429: {
+        headers: {
+          'Retry-After': components['headers']['RetryAfter'];
+          [name: string]: unknown;
+        };
+        content: {
+          'application/json': components['schemas']['Error429'];
         };
       };
       /** @description Something went wrong on the service's side (`internal_error`); the details are in its log. */
@@ -8398,6 +8833,15 @@ export interface operations {
         };
         content: {
           'application/json': components['schemas']['Error415'];
+        };
+      };
+      /** @description Misdirected Request: without API_KEYS, a `Host` that is not loopback (`host_not_allowed`). */
+      421: {
+        headers: {
+          [name: string]: unknown;
+        };
+        content: {
+          'application/json': components['schemas']['Error421'];
         };
       };
       /** @description Over a rate or quota (`rate_limited` with Retry-After, `quota_exceeded`). */
@@ -8572,6 +9016,15 @@ export interface operations {
           'application/json': components['schemas']['Error415'];
         };
       };
+      /** @description Misdirected Request: without API_KEYS, a `Host` that is not loopback (`host_not_allowed`). */
+      421: {
+        headers: {
+          [name: string]: unknown;
+        };
+        content: {
+          'application/json': components['schemas']['Error421'];
+        };
+      };
       /** @description Over a rate or quota (`rate_limited` with Retry-After, `quota_exceeded`). */
       429: {
         headers: {
@@ -8663,6 +9116,25 @@ export interface operations {
         };
         content: {
           'application/json': components['schemas']['Error404WebhookNotFound'];
+        };
+      };
+      /** @description Misdirected Request: without API_KEYS, a `Host` that is not loopback (`host_not_allowed`). */
+      421: {
+        headers: {
+          [name: string]: unknown;
+        };
+        content: {
+          'application/json': components['schemas']['Error421'];
+        };
+      };
+      /** @description Over a rate or quota (`rate_limited` with Retry-After, `quota_exceeded`). */
+      429: {
+        headers: {
+          'Retry-After': components['headers']['RetryAfter'];
+          [name: string]: unknown;
+        };
+        content: {
+          'application/json': components['schemas']['Error429'];
         };
       };
       /** @description Something went wrong on the service's side (`internal_error`); the details are in its log. */
@@ -8783,6 +9255,15 @@ export interface operations {
           'application/json': components['schemas']['Error415'];
         };
       };
+      /** @description Misdirected Request: without API_KEYS, a `Host` that is not loopback (`host_not_allowed`). */
+      421: {
+        headers: {
+          [name: string]: unknown;
+        };
+        content: {
+          'application/json': components['schemas']['Error421'];
+        };
+      };
       /** @description This Idempotency-Key was used with another request (`idempotency_key_reused`). */
       422: {
         headers: {
@@ -8875,6 +9356,15 @@ export interface operations {
           'application/json': components['schemas']['Error403'];
         };
       };
+      /** @description Misdirected Request: without API_KEYS, a `Host` that is not loopback (`host_not_allowed`). */
+      421: {
+        headers: {
+          [name: string]: unknown;
+        };
+        content: {
+          'application/json': components['schemas']['Error421'];
+        };
+      };
       /** @description Over a rate or quota (`rate_limited` with Retry-After, `quota_exceeded`). */
       429: {
         headers: {
@@ -8962,6 +9452,15 @@ export interface operations {
         };
         content: {
           'application/json': components['schemas']['Error404FileNotFound'];
+        };
+      };
+      /** @description Misdirected Request: without API_KEYS, a `Host` that is not loopback (`host_not_allowed`). */
+      421: {
+        headers: {
+          [name: string]: unknown;
+        };
+        content: {
+          'application/json': components['schemas']['Error421'];
         };
       };
       /** @description Over a rate or quota (`rate_limited` with Retry-After, `quota_exceeded`). */
@@ -9075,6 +9574,15 @@ export interface operations {
         };
         content: {
           'application/json': components['schemas']['Error415'];
+        };
+      };
+      /** @description Misdirected Request: without API_KEYS, a `Host` that is not loopback (`host_not_allowed`). */
+      421: {
+        headers: {
+          [name: string]: unknown;
+        };
+        content: {
+          'application/json': components['schemas']['Error421'];
         };
       };
       /** @description Over a rate or quota (`rate_limited` with Retry-After, `quota_exceeded`). */
@@ -9241,6 +9749,15 @@ export interface operations {
           'application/json': components['schemas']['Error415'];
         };
       };
+      /** @description Misdirected Request: without API_KEYS, a `Host` that is not loopback (`host_not_allowed`). */
+      421: {
+        headers: {
+          [name: string]: unknown;
+        };
+        content: {
+          'application/json': components['schemas']['Error421'];
+        };
+      };
       /** @description This Idempotency-Key was used with another request (`idempotency_key_reused`). */
       422: {
         headers: {
@@ -9351,6 +9868,25 @@ export interface operations {
           'application/json': components['schemas']['Error404SessionNotFound'];
         };
       };
+      /** @description Misdirected Request: without API_KEYS, a `Host` that is not loopback (`host_not_allowed`). */
+      421: {
+        headers: {
+          [name: string]: unknown;
+        };
+        content: {
+          'application/json': components['schemas']['Error421'];
+        };
+      };
+      /** @description Over a rate or quota (`rate_limited` with Retry-After, `quota_exceeded`). */
+      429: {
+        headers: {
+          'Retry-After': components['headers']['RetryAfter'];
+          [name: string]: unknown;
+        };
+        content: {
+          'application/json': components['schemas']['Error429'];
+        };
+      };
       /** @description Something went wrong on the service's side (`internal_error`); the details are in its log. */
       500: {
         headers: {
@@ -9429,6 +9965,25 @@ export interface operations {
           'application/json': components['schemas']['Error404SessionNotFound'];
         };
       };
+      /** @description Misdirected Request: without API_KEYS, a `Host` that is not loopback (`host_not_allowed`). */
+      421: {
+        headers: {
+          [name: string]: unknown;
+        };
+        content: {
+          'application/json': components['schemas']['Error421'];
+        };
+      };
+      /** @description Over a rate or quota (`rate_limited` with Retry-After, `quota_exceeded`). */
+      429: {
+        headers: {
+          'Retry-After': components['headers']['RetryAfter'];
+          [name: string]: unknown;
+        };
+        content: {
+          'application/json': components['schemas']['Error429'];
+        };
+      };
       /** @description Something went wrong on the service's side (`internal_error`); the details are in its log. */
       500: {
         headers: {
@@ -9505,6 +10060,15 @@ export interface operations {
         };
         content: {
           'application/json': components['schemas']['Error404McpServerNotFound'];
+        };
+      };
+      /** @description Misdirected Request: without API_KEYS, a `Host` that is not loopback (`host_not_allowed`). */
+      421: {
+        headers: {
+          [name: string]: unknown;
+        };
+        content: {
+          'application/json': components['schemas']['Error421'];
         };
       };
       /** @description Over a rate or quota (`rate_limited` with Retry-After, `quota_exceeded`). */
@@ -9629,6 +10193,15 @@ export interface operations {
           'application/json': components['schemas']['Error415'];
         };
       };
+      /** @description Misdirected Request: without API_KEYS, a `Host` that is not loopback (`host_not_allowed`). */
+      421: {
+        headers: {
+          [name: string]: unknown;
+        };
+        content: {
+          'application/json': components['schemas']['Error421'];
+        };
+      };
       /** @description Over a rate or quota (`rate_limited` with Retry-After, `quota_exceeded`). */
       429: {
         headers: {
@@ -9744,6 +10317,15 @@ export interface operations {
           'application/json': components['schemas']['Error415'];
         };
       };
+      /** @description Misdirected Request: without API_KEYS, a `Host` that is not loopback (`host_not_allowed`). */
+      421: {
+        headers: {
+          [name: string]: unknown;
+        };
+        content: {
+          'application/json': components['schemas']['Error421'];
+        };
+      };
       /** @description Over a rate or quota (`rate_limited` with Retry-After, `quota_exceeded`). */
       429: {
         headers: {
@@ -9824,6 +10406,15 @@ export interface operations {
           'application/json': components['schemas']['Error403'];
         };
       };
+      /** @description Misdirected Request: without API_KEYS, a `Host` that is not loopback (`host_not_allowed`). */
+      421: {
+        headers: {
+          [name: string]: unknown;
+        };
+        content: {
+          'application/json': components['schemas']['Error421'];
+        };
+      };
       /** @description Over a rate or quota (`rate_limited` with Retry-After, `quota_exceeded`). */
       429: {
         headers: {
@@ -9902,6 +10493,25 @@ export interface operations {
         };
         content: {
           'application/json': components['schemas']['Error403'];
+        };
+      };
+      /** @description Misdirected Request: without API_KEYS, a `Host` that is not loopback (`host_not_allowed`). */
+      421: {
+        headers: {
+          [name: string]: unknown;
+        };
+        content: {
+          'application/json': components['schemas']['Error421'];
+        };
+      };
+      /** @description Over a rate or quota (`rate_limited` with Retry-After, `quota_exceeded`). */
+      429: {
+        headers: {
+          'Retry-After': components['headers']['RetryAfter'];
+          [name: string]: unknown;
+        };
+        content: {
+          'application/json': components['schemas']['Error429'];
         };
       };
       /** @description Something went wrong on the service's side (`internal_error`); the details are in its log. */
@@ -10554,6 +11164,15 @@ export interface operations {
           'application/json': components['schemas']['Error415'];
         };
       };
+      /** @description Misdirected Request: without API_KEYS, a `Host` that is not loopback (`host_not_allowed`). */
+      421: {
+        headers: {
+          [name: string]: unknown;
+        };
+        content: {
+          'application/json': components['schemas']['Error421'];
+        };
+      };
       /** @description This Idempotency-Key was used with another request (`idempotency_key_reused`). */
       422: {
         headers: {
@@ -10655,6 +11274,25 @@ export interface operations {
         };
         content: {
           'application/json': components['schemas']['Error404ScheduleNotFound'];
+        };
+      };
+      /** @description Misdirected Request: without API_KEYS, a `Host` that is not loopback (`host_not_allowed`). */
+      421: {
+        headers: {
+          [name: string]: unknown;
+        };
+        content: {
+          'application/json': components['schemas']['Error421'];
+        };
+      };
+      /** @description Over a rate or quota (`rate_limited` with Retry-After, `quota_exceeded`). */
+      429: {
+        headers: {
+          'Retry-After': components['headers']['RetryAfter'];
+          [name: string]: unknown;
+        };
+        content: {
+          'application/json': components['schemas']['Error429'];
         };
       };
       /** @description Something went wrong on the service's side (`internal_error`); the details are in its log. */
@@ -10771,6 +11409,15 @@ export interface operations {
         };
         content: {
           'application/json': components['schemas']['Error415'];
+        };
+      };
+      /** @description Misdirected Request: without API_KEYS, a `Host` that is not loopback (`host_not_allowed`). */
+      421: {
+        headers: {
+          [name: string]: unknown;
+        };
+        content: {
+          'application/json': components['schemas']['Error421'];
         };
       };
       /** @description Over a rate or quota (`rate_limited` with Retry-After, `quota_exceeded`). */
@@ -11445,6 +12092,15 @@ export interface operations {
           'application/json': components['schemas']['Error415'];
         };
       };
+      /** @description Misdirected Request: without API_KEYS, a `Host` that is not loopback (`host_not_allowed`). */
+      421: {
+        headers: {
+          [name: string]: unknown;
+        };
+        content: {
+          'application/json': components['schemas']['Error421'];
+        };
+      };
       /** @description Over a rate or quota (`rate_limited` with Retry-After, `quota_exceeded`). */
       429: {
         headers: {
@@ -11539,6 +12195,25 @@ export interface operations {
           'application/json': components['schemas']['Error404ScheduleNotFound'];
         };
       };
+      /** @description Misdirected Request: without API_KEYS, a `Host` that is not loopback (`host_not_allowed`). */
+      421: {
+        headers: {
+          [name: string]: unknown;
+        };
+        content: {
+          'application/json': components['schemas']['Error421'];
+        };
+      };
+      /** @description Over a rate or quota (`rate_limited` with Retry-After, `quota_exceeded`). */
+      429: {
+        headers: {
+          'Retry-After': components['headers']['RetryAfter'];
+          [name: string]: unknown;
+        };
+        content: {
+          'application/json': components['schemas']['Error429'];
+        };
+      };
       /** @description Something went wrong on the service's side (`internal_error`); the details are in its log. */
       500: {
         headers: {
@@ -11620,6 +12295,25 @@ export interface operations {
           'application/json': components['schemas']['Error404ScheduleNotFound'];
         };
       };
+      /** @description Misdirected Request: without API_KEYS, a `Host` that is not loopback (`host_not_allowed`). */
+      421: {
+        headers: {
+          [name: string]: unknown;
+        };
+        content: {
+          'application/json': components['schemas']['Error421'];
+        };
+      };
+      /** @description Over a rate or quota (`rate_limited` with Retry-After, `quota_exceeded`). */
+      429: {
+        headers: {
+          'Retry-After': components['headers']['RetryAfter'];
+          [name: string]: unknown;
+        };
+        content: {
+          'application/json': components['schemas']['Error429'];
+        };
+      };
       /** @description Something went wrong on the service's side (`internal_error`); the details are in its log. */
       500: {
         headers: {
@@ -11698,6 +12392,25 @@ export interface operations {
           'application/json': components['schemas']['Error404SessionNotFound'];
         };
       };
+      /** @description Misdirected Request: without API_KEYS, a `Host` that is not loopback (`host_not_allowed`). */
+      421: {
+        headers: {
+          [name: string]: unknown;
+        };
+        content: {
+          'application/json': components['schemas']['Error421'];
+        };
+      };
+      /** @description Over a rate or quota (`rate_limited` with Retry-After, `quota_exceeded`). */
+      429: {
+        headers: {
+          'Retry-After': components['headers']['RetryAfter'];
+          [name: string]: unknown;
+        };
+        content: {
+          'application/json': components['schemas']['Error429'];
+        };
+      };
       /** @description Something went wrong on the service's side (`internal_error`); the details are in its log. */
       500: {
         headers: {
@@ -11774,6 +12487,15 @@ export interface operations {
         };
         content: {
           'application/json': components['schemas']['Error404ToolNotFound'];
+        };
+      };
+      /** @description Misdirected Request: without API_KEYS, a `Host` that is not loopback (`host_not_allowed`). */
+      421: {
+        headers: {
+          [name: string]: unknown;
+        };
+        content: {
+          'application/json': components['schemas']['Error421'];
         };
       };
       /** @description Over a rate or quota (`rate_limited` with Retry-After, `quota_exceeded`). */
@@ -11941,6 +12663,15 @@ export interface operations {
           'application/json': components['schemas']['Error415'];
         };
       };
+      /** @description Misdirected Request: without API_KEYS, a `Host` that is not loopback (`host_not_allowed`). */
+      421: {
+        headers: {
+          [name: string]: unknown;
+        };
+        content: {
+          'application/json': components['schemas']['Error421'];
+        };
+      };
       /** @description This Idempotency-Key was used with another request (`idempotency_key_reused`). */
       422: {
         headers: {
@@ -12066,6 +12797,15 @@ export interface operations {
         };
         content: {
           'application/json': components['schemas']['Error415'];
+        };
+      };
+      /** @description Misdirected Request: without API_KEYS, a `Host` that is not loopback (`host_not_allowed`). */
+      421: {
+        headers: {
+          [name: string]: unknown;
+        };
+        content: {
+          'application/json': components['schemas']['Error421'];
         };
       };
       /** @description Over a rate or quota (`rate_limited` with Retry-After, `quota_exceeded`). */
@@ -12201,6 +12941,15 @@ export interface operations {
         };
         content: {
           'application/json': components['schemas']['Error415'];
+        };
+      };
+      /** @description Misdirected Request: without API_KEYS, a `Host` that is not loopback (`host_not_allowed`). */
+      421: {
+        headers: {
+          [name: string]: unknown;
+        };
+        content: {
+          'application/json': components['schemas']['Error421'];
         };
       };
       /** @description This Idempotency-Key was used with another request (`idempotency_key_reused`). */
@@ -12344,6 +13093,15 @@ export interface operations {
         };
         content: {
           'application/json': components['schemas']['Error415'];
+        };
+      };
+      /** @description Misdirected Request: without API_KEYS, a `Host` that is not loopback (`host_not_allowed`). */
+      421: {
+        headers: {
+          [name: string]: unknown;
+        };
+        content: {
+          'application/json': components['schemas']['Error421'];
         };
       };
       /** @description This Idempotency-Key was used with another request (`idempotency_key_reused`). */
@@ -12600,6 +13358,15 @@ export interface operations {
           'application/json': components['schemas']['Error415'];
         };
       };
+      /** @description Misdirected Request: without API_KEYS, a `Host` that is not loopback (`host_not_allowed`). */
+      421: {
+        headers: {
+          [name: string]: unknown;
+        };
+        content: {
+          'application/json': components['schemas']['Error421'];
+        };
+      };
       /** @description This Idempotency-Key was used with another request (`idempotency_key_reused`). */
       422: {
         headers: {
@@ -12695,6 +13462,15 @@ export interface operations {
         };
         content: {
           'application/json': components['schemas']['Error403'];
+        };
+      };
+      /** @description Misdirected Request: without API_KEYS, a `Host` that is not loopback (`host_not_allowed`). */
+      421: {
+        headers: {
+          [name: string]: unknown;
+        };
+        content: {
+          'application/json': components['schemas']['Error421'];
         };
       };
       /** @description Over a rate or quota (`rate_limited` with Retry-After, `quota_exceeded`). */
@@ -12813,6 +13589,15 @@ export interface operations {
         };
         content: {
           'application/json': components['schemas']['Error415'];
+        };
+      };
+      /** @description Misdirected Request: without API_KEYS, a `Host` that is not loopback (`host_not_allowed`). */
+      421: {
+        headers: {
+          [name: string]: unknown;
+        };
+        content: {
+          'application/json': components['schemas']['Error421'];
         };
       };
       /** @description This Idempotency-Key was used with another request (`idempotency_key_reused`). */
@@ -12940,6 +13725,15 @@ export interface operations {
         };
         content: {
           'application/json': components['schemas']['Error415'];
+        };
+      };
+      /** @description Misdirected Request: without API_KEYS, a `Host` that is not loopback (`host_not_allowed`). */
+      421: {
+        headers: {
+          [name: string]: unknown;
+        };
+        content: {
+          'application/json': components['schemas']['Error421'];
         };
       };
       /** @description Over a rate or quota (`rate_limited` with Retry-After, `quota_exceeded`). */
