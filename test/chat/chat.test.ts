@@ -420,6 +420,7 @@ describe('chat routes: the AI SDK UI message stream', () => {
       '412',
       '413',
       '415',
+      '421',
       '422',
       '429',
       '500',
