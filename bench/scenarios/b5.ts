@@ -8,6 +8,9 @@ import type { Ctx, Profiled } from '../lib/context.js';
 import { RssSampler, settledRss } from '../lib/procs.js';
 import { listen, openWs, streamUrl, unlisten, type Envelope } from '../lib/ws.js';
 import { httpOk, nowMs, withTimeout } from '../lib/util.js';
+
+/** The session's event log as the service names it: under its default REDIS_KEY_PREFIX (`trs:`), as `npm start` runs. */
+const eventLogKey = (id: string) => `trs:s:{${id}}:e`;
 import { verdict, type Verdict } from './common.js';
 
 export interface B5Result {
@@ -36,7 +39,7 @@ function eventData(i: number): string {
 }
 
 export async function fillLog(ctx: Ctx, id: string, n: number): Promise<number> {
-  const key = `s:{${id}}:e`;
+  const key = eventLogKey(id);
   const rev = '2';
   let bytes = 0;
   for (let start = 0; start < n; start += 5000) {
@@ -83,7 +86,7 @@ export async function b5(ctx: Ctx): Promise<B5Result> {
   try {
     if (ctx.follow === 'poll') throw new Error('B5 needs the WebSocket route');
     const s = await httpOk('POST', `${svc.url}/v1/sessions`, { start: false });
-    const first = await ctx.redis.admin.xrevrange(`s:{${s.id}}:e`, '+', '-', 'COUNT', 1);
+    const first = await ctx.redis.admin.xrevrange(eventLogKey(s.id), '+', '-', 'COUNT', 1);
     const after = first[0]![0];
     const w0 = nowMs();
     const eventBytes = await fillLog(ctx, s.id, n);
@@ -121,7 +124,7 @@ export async function b5Profile(ctx: Ctx, profiled: Profiled) {
   await ctx.redis.admin.flushall();
   await profiled({ EVENT_LOG_MAX: '200000' }, async (svc) => {
     const s = await httpOk('POST', `${svc.url}/v1/sessions`, { start: false });
-    const first = await ctx.redis.admin.xrevrange(`s:{${s.id}}:e`, '+', '-', 'COUNT', 1);
+    const first = await ctx.redis.admin.xrevrange(eventLogKey(s.id), '+', '-', 'COUNT', 1);
     await fillLog(ctx, s.id, 100_000);
     await replay(svc.url, s.id, first[0]![0], 100_000, 120_000);
   });
