@@ -17,7 +17,12 @@ import { errors, routeErrors } from './responses.js';
  * - response headers: `ETag` on every answer carrying a session, `Retry-After` on 429 and 503, `WWW-Authenticate`
  *   on 401, `Idempotent-Replayed` on a repeated POST;
  * - routes whose owners give no zod schema: the WebSocket route (@fastify/websocket hides WebSocket routes; this
- *   un-hides it and documents the upgrade) and the OpenAPI UI's own routes (/docs…).
+ *   un-hides it and documents the upgrade) and the OpenAPI UI's own routes (/docs…);
+ * - statuses every operation can answer whatever its route (400 to a refused upgrade, 421 to a foreign `Host`, 429
+ *   for unread bytes, 403 to a client token out of scope).
+ *
+ * Over 400 lines: each rule above is a few lines applied to every operation in one pass; the /docs routes' schemas
+ * are the part to move out if it grows.
  *
  * The WebSocket and SSE protocols themselves (records, frames, close codes, resuming) are specified in docs/API.md
  * §6.2 and §6.3 and the events in §5, linked from the description. `npm run openapi` writes the document to openapi.json; test/openapi/openapi.test.ts lints it with
