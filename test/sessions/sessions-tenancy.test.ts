@@ -2,6 +2,7 @@ import { after, before, describe, it } from 'node:test';
 import assert from 'node:assert/strict';
 import net from 'node:net';
 import WebSocket from 'ws';
+import { Redis } from 'ioredis';
 import { startHarness, Api, type Harness } from '../helpers/service.js';
 import { assertSnapshotsEqual, snapshotRedis } from '../helpers/redis-snapshot.js';
 import { startTestRedis, type TestRedis } from '../helpers/redis.js';
@@ -32,6 +33,18 @@ describe('tenancy and auth', () => {
     id = created.body.id;
     const s = await a.waitStatus(id, ['requires_action', 'failed', 'idle']);
     assert.equal(s.status, 'requires_action', JSON.stringify(s));
+    // The run's end comes just after the commit that says `requires_action`: its lease and its tenant's run slot
+    // are let go then. Waited for, so the snapshots below see only what b's requests do.
+    const r = new Redis(h.redis.url);
+    try {
+      const deadline = Date.now() + 20_000;
+      while ((await r.exists(`s:{${id}}:l`)) || (await r.zscore('q:{a}:runs', id)) !== null) {
+        assert.ok(Date.now() < deadline, "a's run ended");
+        await new Promise((res) => setTimeout(res, 10));
+      }
+    } finally {
+      r.disconnect();
+    }
   });
   after(async () => h?.close());
 
