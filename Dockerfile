@@ -55,5 +55,7 @@ HEALTHCHECK --interval=15s --timeout=5s --start-period=20s --retries=3 \
 # 80-100 MB more RSS in the idle and replay benchmarks (docs/BENCHMARKS.md, B5 and B6) at no measured throughput gain.
 # `--heap-growing-percent=30`: after a full collection V8 lets the old generation grow to 1.3x what survived before
 # the next (without it, up to 4x on a host with a heap limit of 2 GB or more: garbage worth 60-100 MB more RSS in B6
-# and B2). The heap limit itself stays what Node derives from the memory it may use.
+# and B2). While 8 or more runs are active the service lifts it to V8's own step and puts it back once none is
+# (src/gc-policy.ts: fewer full collections under load, the small step when idle). The heap limit itself stays what
+# Node derives from the memory it may use.
 CMD ["node", "--max-semi-space-size=16", "--heap-growing-percent=30", "dist/src/server.js"]

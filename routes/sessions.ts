@@ -137,7 +137,7 @@ const routes: FastifyPluginAsyncZod = async (app) => {
       // Each session's view and its JSON text, made once: the text measures the page and is the page.
       const views = new Map<SessionState, { view: ReturnType<typeof sessionView>; text: string }>();
       const { limit, cursor, status } = req.query;
-      const page = await app.store.list(
+      const page = await app.store.index.list(
         req.tenant,
         { limit, cursor, status, metadata: metadataFilters(req.query) },
         {

@@ -1,4 +1,4 @@
-import type { FastifyPluginAsync, RouteOptions } from 'fastify';
+import type { FastifyPluginAsync, FastifyRequest, RouteOptions } from 'fastify';
 import fp from 'fastify-plugin';
 import swagger from '@fastify/swagger';
 import swaggerUi from '@fastify/swagger-ui';
@@ -10,10 +10,11 @@ import {
   DEFAULT_JSON_MAX_DEPTH,
   DEFAULT_JSON_MAX_KEYS,
   isBlank,
-  jsonBoundsExceeded,
+  jsonScan,
   tooDeepMessage,
   tooWideMessage,
 } from './json-depth.js';
+import { heavyStep } from './tenant-turns.js';
 import redisPlugin from './plugins/redis.js';
 import anthropicPlugin from './plugins/anthropic.js';
 import type { ProviderOptions } from './providers.js';
@@ -67,6 +68,9 @@ export interface AppOptions {
   tracing?: TracingPluginOptions;
 }
 
+/** Bytes of a JSON body from which its scan and parse are a heavy step of its tenant's (tenant-turns.ts). */
+const HEAVY_BODY_BYTES = 64 * 1024;
+
 /** The whole service as one Fastify plugin; `src/server.ts` only boots it. */
 const app: FastifyPluginAsync<AppOptions> = async (fastify, opts) => {
   const { config } = opts;
@@ -81,11 +85,13 @@ const app: FastifyPluginAsync<AppOptions> = async (fastify, opts) => {
   // `invalid_request`).
   const jsonParser = fastify.getDefaultJsonParser('error', 'error');
   fastify.removeContentTypeParser('application/json');
-  // The body as bytes: a refused body is never decoded to a string (the scan reads bytes, see json-depth.ts).
-  fastify.addContentTypeParser('application/json', { parseAs: 'buffer' }, (req, body, done) => {
-    const bytes = typeof body === 'string' ? Buffer.from(body) : body;
-    if (isBlank(bytes)) return done(null, undefined);
-    const breach = jsonBoundsExceeded(bytes, DEFAULT_JSON_MAX_DEPTH, DEFAULT_JSON_MAX_KEYS);
+  /** The body's JSON (`bytes`, not blank) to `done`, or its 400. */
+  const parseJson = (
+    req: FastifyRequest,
+    bytes: Buffer,
+    done: (err: Error | null, body?: unknown) => void,
+  ) => {
+    const { breach, suspectKeys } = jsonScan(bytes, DEFAULT_JSON_MAX_DEPTH, DEFAULT_JSON_MAX_KEYS);
     if (breach === 'depth')
       return done(
         badRequest(tooDeepMessage(DEFAULT_JSON_MAX_DEPTH), { max_depth: DEFAULT_JSON_MAX_DEPTH }),
@@ -96,7 +102,33 @@ const app: FastifyPluginAsync<AppOptions> = async (fastify, opts) => {
         badRequest(tooWideMessage(DEFAULT_JSON_MAX_KEYS), { max_keys: DEFAULT_JSON_MAX_KEYS }),
         undefined,
       );
-    return jsonParser(req, bytes.toString('utf8'), done);
+    const text = bytes.toString('utf8');
+    // No key that could poison a prototype (the scan looked at every key): JSON.parse alone, without the check's
+    // two regular expressions over the whole text. Malformed text (or a BOM) goes to Fastify's parser for its
+    // answer.
+    if (!suspectKeys) {
+      let value: unknown;
+      try {
+        value = JSON.parse(text);
+      } catch {
+        return jsonParser(req, text, done);
+      }
+      return done(null, value);
+    }
+    return jsonParser(req, text, done);
+  };
+  // The body as bytes: a refused body is never decoded to a string (the scan reads bytes, see json-depth.ts).
+  fastify.addContentTypeParser('application/json', { parseAs: 'buffer' }, (req, body, done) => {
+    const bytes = typeof body === 'string' ? Buffer.from(body) : body;
+    if (isBlank(bytes)) return done(null, undefined);
+    // A large body (its scan and parse: ~1–5 ms of the loop per MiB) is one heavy step of its tenant's: one per
+    // turn of the loop (tenant-turns.ts), so a tenant's bodies that ended together are not all parsed in one turn.
+    if (bytes.length >= HEAVY_BODY_BYTES) {
+      const wait = heavyStep(req.tenant ?? '');
+      if (wait)
+        return void wait.then(() => parseJson(req, bytes, done)).catch((err: Error) => done(err, undefined));
+    }
+    parseJson(req, bytes, done);
   });
 
   await fastify.register(errorsPlugin);
@@ -197,6 +229,7 @@ const app: FastifyPluginAsync<AppOptions> = async (fastify, opts) => {
       writeTimeoutMs: config.RESPONSE_WRITE_TIMEOUT_MS,
       tenantMaxBytes: config.TENANT_MAX_BUFFERED_BYTES,
       connectionMaxBytes: config.CONNECTION_MAX_BUFFERED_BYTES,
+      heavyReadsAtOnce: config.TENANT_HEAVY_READS,
     });
     await api.register(idempotencyPlugin, { ttlS: config.IDEMPOTENCY_TTL_S, box: fastify.webhooks.box });
     await api.register(toolRoutes);

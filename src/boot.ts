@@ -6,7 +6,7 @@ import app from './app.js';
 import { loadConfig, isLoopback, type Config } from './config.js';
 import { offlineFetch } from './offline/fetch.js';
 import { findRedisServerBinary, redisAnswers, startEmbeddedRedis } from './redis/embedded.js';
-import { componentLog } from './log.js';
+import { componentLog, skipRedactionOfPrimitives } from './log.js';
 import { ProviderError, providerOptions } from './providers.js';
 import { clientErrorHandler, frameworkErrors, requestId } from './plugins/edge-errors.js';
 
@@ -145,6 +145,8 @@ export async function startService(
     // tool_use ids may be up to 128 characters; the routes' schemas give the 400 beyond.
     routerOptions: { maxParamLength: 256 },
   });
+  // Before any child logger writes: the same lines, without the redactor's work on strings and numbers (log.ts).
+  skipRedactionOfPrimitives(fastify.log);
   const log = componentLog(fastify.log, 'boot');
   const cleanups: Array<() => Promise<void>> = [];
   try {

@@ -221,6 +221,11 @@ export const configSchema = z.object({
   /** Bytes one connection may hold unflushed; beyond, it is cut. */
   CONNECTION_MAX_BUFFERED_BYTES: positiveMs.default(33_554_432),
   /**
+   * Expensive reads (a list page, a whole history, the iteration records) of one tenant made at once, per process;
+   * the tenant's others wait in its own line, so another tenant's request waits for at most this many of them.
+   */
+  TENANT_HEAVY_READS: z.coerce.number().int().min(1).default(1),
+  /**
    * Most sessions of one tenant in `running` at once, across replicas: a request that would start one more run
    * (create, message, results, decision, continue, retry, resume) answers 429 `quota_exceeded`. 0: no limit.
    */

@@ -27,42 +27,103 @@ export function jsonTooWide(text: string, maxKeys: number, maxDepth = DEFAULT_JS
 
 /**
  * The first bound the JSON text `bytes` (UTF-8) breaks, scanning from its start: `depth` when arrays/objects nest
- * deeper than `maxDepth`, `keys` when an object has more than `maxKeys` keys; null when neither. One pass, O(length),
- * no allocation but the per-level counts; it stops at the first breach, so a 979 kB object of 90,000 keys costs the
- * scan of its first 257 keys (microseconds), not a parse (~150 ms of event loop) nor a scan of the whole text. A
- * deep or wide value costs every later walk (JSON.stringify when storing or hashing, zod's loose objects copy each
- * key at every write and read, the SDK's recursion), so both are refused before the parse: REST bodies in app.ts's
- * JSON parser, WebSocket frames in events/frames.ts.
- *
- * Bytes, not characters: every structural character of JSON is ASCII and no byte of a multi-byte UTF-8 sequence is,
- * so the scan of the bytes sees what the scan of the characters would. Brackets and colons inside strings (with
- * escapes) do not count. Malformed text is left to JSON.parse.
+ * deeper than `maxDepth`, `keys` when an object has more than `maxKeys` keys; null when neither (jsonScan's
+ * `breach`).
  */
 export function jsonBoundsExceeded(
   bytes: Uint8Array,
   maxDepth: number,
   maxKeys: number,
 ): 'depth' | 'keys' | null {
+  return jsonScan(bytes, maxDepth, maxKeys).breach;
+}
+
+const PROTO = Buffer.from('__proto__');
+const CONSTRUCTOR = Buffer.from('constructor');
+
+/**
+ * One pass over the JSON text `bytes` (UTF-8), O(length), no allocation but the per-level counts:
+ *
+ * - `breach`: the first bound it breaks, `depth` when arrays/objects nest deeper than `maxDepth`, `keys` when an
+ *   object has more than `maxKeys` keys; the scan stops there, so a 979 kB object of 90,000 keys costs the scan of
+ *   its first 257 keys (microseconds), not a parse (~150 ms of event loop) nor a scan of the whole text. A deep or
+ *   wide value costs every later walk (JSON.stringify when storing or hashing, zod's loose objects copy each key at
+ *   every write and read, the SDK's recursion), so both are refused before the parse: REST bodies in app.ts's JSON
+ *   parser, WebSocket frames in events/frames.ts.
+ * - `suspectKeys`: a key is `__proto__` or `constructor`, or has an escape (which may spell one): only then does
+ *   the body need the prototype-poisoning check of Fastify's parser (secure-json-parse), whose two regular
+ *   expressions run over the whole text (~4 ms of event loop for a 900 kB tool result, measured: issue 22's noisy
+ *   neighbour); any other body is parsed by JSON.parse alone.
+ *
+ * The inside of a string is skipped with `indexOf` (memchr) to its next quote: a 900 kB string costs microseconds,
+ * not a byte-by-byte loop (~6 ms). Bytes, not characters: every structural character of JSON is ASCII and no byte
+ * of a multi-byte UTF-8 sequence is, so the scan of the bytes sees what the scan of the characters would. Brackets
+ * and colons inside strings (with escapes) do not count. Malformed text is left to JSON.parse.
+ */
+export function jsonScan(
+  bytes: Uint8Array,
+  maxDepth: number,
+  maxKeys: number,
+): { breach: 'depth' | 'keys' | null; suspectKeys: boolean } {
+  const buf = Buffer.isBuffer(bytes) ? bytes : Buffer.from(bytes.buffer, bytes.byteOffset, bytes.byteLength);
   // counts[d] ≥ 0: an object at depth d with that many keys so far; -1: an array.
   const counts = new Int32Array(maxDepth + 2);
   let depth = 0;
-  let inString = false;
-  for (let i = 0; i < bytes.length; i++) {
-    const c = bytes[i]!;
-    if (inString) {
-      if (c === 0x5c /* \ */) i++;
-      else if (c === 0x22 /* " */) inString = false;
-    } else if (c === 0x22) inString = true;
-    else if (c === 0x7b /* { */ || c === 0x5b /* [ */) {
-      if (++depth > maxDepth) return 'depth';
+  let suspectKeys = false;
+  // The last string closed: its first byte after the opening quote, and its closing quote.
+  let strStart = -1;
+  let strEnd = -1;
+  const n = buf.length;
+  for (let i = 0; i < n; i++) {
+    const c = buf[i]!;
+    if (c === 0x22 /* " */) {
+      // To the closing quote: byte by byte for a few bytes (escapes skipped), then `indexOf` to the next quote,
+      // taken when the backslashes before it are even in number.
+      let j = i + 1;
+      for (;;) {
+        const stop = Math.min(j + 32, n);
+        while (j < stop) {
+          const d = buf[j]!;
+          if (d === 0x22) break;
+          j += d === 0x5c /* \\ */ ? 2 : 1;
+        }
+        if (j < n && buf[j] === 0x22) break;
+        if (j >= n) return { breach: null, suspectKeys };
+        const q = buf.indexOf(0x22, j);
+        if (q < 0) return { breach: null, suspectKeys };
+        let bs = 0;
+        while (q - 1 - bs >= j && buf[q - 1 - bs] === 0x5c) bs++;
+        if (bs % 2 === 0) {
+          j = q;
+          break;
+        }
+        j = q + 1;
+      }
+      strStart = i + 1;
+      strEnd = j;
+      i = j;
+    } else if (c === 0x7b /* { */ || c === 0x5b /* [ */) {
+      if (++depth > maxDepth) return { breach: 'depth', suspectKeys };
       counts[depth] = c === 0x7b ? 0 : -1;
     } else if (c === 0x5d /* ] */ || c === 0x7d /* } */) {
       if (depth > 0) depth--;
     } else if (c === 0x3a /* : */ && depth > 0 && counts[depth]! >= 0) {
-      if (++counts[depth]! > maxKeys) return 'keys';
+      if (++counts[depth]! > maxKeys) return { breach: 'keys', suspectKeys };
+      // The key is the string just closed.
+      if (!suspectKeys && strEnd >= 0) {
+        const len = strEnd - strStart;
+        if (
+          (len === PROTO.length && buf.compare(PROTO, 0, len, strStart, strEnd) === 0) ||
+          (len === CONSTRUCTOR.length && buf.compare(CONSTRUCTOR, 0, len, strStart, strEnd) === 0)
+        )
+          suspectKeys = true;
+        // An escape may spell one (`\u005f_proto__`): at most 6 bytes per character of the 11 of "constructor".
+        else if (len <= 66)
+          for (let k = strStart; k < strEnd && !suspectKeys; k++) suspectKeys = buf[k] === 0x5c;
+      }
     }
   }
-  return null;
+  return { breach: null, suspectKeys };
 }
 
 /** True when `bytes` is empty or JSON whitespace only (a body that says nothing: no body). */

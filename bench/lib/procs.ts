@@ -4,7 +4,15 @@
  * killed when the bench process exits.
  */
 import { spawn, spawnSync, type ChildProcess } from 'node:child_process';
-import { cpSync, existsSync, readFileSync, readdirSync, rmSync, writeFileSync } from 'node:fs';
+import {
+  appendFileSync,
+  cpSync,
+  existsSync,
+  readFileSync,
+  readdirSync,
+  rmSync,
+  writeFileSync,
+} from 'node:fs';
 import { mkdtemp, rm } from 'node:fs/promises';
 import os from 'node:os';
 import path from 'node:path';
@@ -257,8 +265,15 @@ function startScript(): string[] {
   return pkg.scripts.start.trim().split(/\s+/);
 }
 
-/** The node flags of `npm start` (package.json's start script): the service runs here with the runtime flags it has in production. */
+/**
+ * The node flags of `npm start` (package.json's start script): the service runs here with the runtime flags it has in
+ * production. An experiment's knob: BENCH_SERVICE_NODE_FLAGS, when set (even empty), replaces them, e.g.
+ * `BENCH_SERVICE_NODE_FLAGS='--max-semi-space-size=16' npm run bench -- --only B6` (V8 flags such as
+ * `--heap-growing-percent` are not allowed in NODE_OPTIONS, and an absent flag cannot be set there).
+ */
 function startFlags(): string[] {
+  const override = process.env['BENCH_SERVICE_NODE_FLAGS'];
+  if (override !== undefined) return override.split(/\s+/).filter(Boolean);
   return startScript().filter((t) => t.startsWith('--'));
 }
 
@@ -304,7 +319,20 @@ export async function startService(opts: ServiceOptions): Promise<BenchService> 
     ...(opts.cpuProfDir ? ['--cpu-prof', '--cpu-prof-dir', opts.cpuProfDir] : []),
     ...(opts.inspectOnSignal ? ['--inspect-port=127.0.0.1:0'] : []),
   ];
+  // An experiment's knob: BENCH_SERVICE_GC_LOG=<file> runs the service with `--trace-gc` and appends its GC lines there.
+  const gcLog = process.env['BENCH_SERVICE_GC_LOG'];
+  if (gcLog) nodeArgs.push('--trace-gc');
   const child = spawnNode('src/server.ts', [], { env, nodeArgs });
+  if (gcLog) {
+    appendFileSync(gcLog, `# service pid ${child.pid} started ${new Date().toISOString()}\n`);
+    let rest = '';
+    child.child.stdout?.on('data', (chunk: Buffer) => {
+      const all = (rest + chunk.toString('utf8')).split('\n');
+      rest = all.pop() ?? '';
+      const lines = all.filter((l) => /^\[\d+:0x/.test(l));
+      if (lines.length) appendFileSync(gcLog, lines.join('\n') + '\n');
+    });
+  }
   const m = await child.waitFor(/Server listening at (http:\/\/127\.0\.0\.1:\d+)/, 60_000, 'the service');
   let inspector: Promise<string> | null = null;
   return {

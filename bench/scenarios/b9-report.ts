@@ -5,6 +5,12 @@ import type { B9Result, B9Step } from './b9.js';
 const ms = (n: number) => `${fmt(n, 1)} ms`;
 const MB = (bytes: number) => `${fmt(mb(bytes), 1)} MB`;
 
+/** CPU of the runner's process (the service, or the in-process runner: the first meter) per 1,000 text deltas. */
+function perDeltas(s: B9Step): string {
+  const [, ms] = Object.entries(s.cpu)[0] ?? [];
+  return ms !== undefined && s.lateness.count > 0 ? `${fmt((ms / s.lateness.count) * 1000, 0)} ms` : 'n/a';
+}
+
 function row(side: string, s: B9Step): string {
   const cpu = Object.entries(s.cpu)
     .map(([k, v]) => `${k} ${fmt(v / 1000 / s.seconds, 2)}`)
@@ -13,6 +19,7 @@ function row(side: string, s: B9Step): string {
     `| ${side} | ${fmt(s.n, 0)} | ${ms(s.lateness.p50)} / **${ms(s.lateness.p99)}** / ${ms(s.lateness.max)} | ` +
     `**${ms(s.eventLoopP99Ms)}**${s.clientLoopP99Ms === undefined ? '' : ` (clients ${ms(s.clientLoopP99Ms)})`} | ` +
     `${MB(s.rssPeak)} | ${fmt(s.seconds, 1)} s | ${fmt(s.lateness.count, 0)} | ${s.errors} | ${cpu} | ` +
+    `${perDeltas(s)} | ` +
     `${s.ok ? 'held' : 'missed'} |`
   );
 }
@@ -42,10 +49,13 @@ export function b9Report(b9: B9Result): { lines: string[]; summary: string } {
         "(one scrape resets it before, one reads it after); the in-process runner's `monitorEventLoopDelay`. " +
         '"clients": the bench process\'s own, which holds the N WebSocket followers.',
       '- A step holds with lateness p99 ≤ 100 ms, event-loop delay p99 ≤ 50 ms, no error and every delta received.',
-      '- CPU: cores used on average over the step, by process.',
+      "- CPU: cores used on average over the step, by process; and the CPU time of the runner's process (the " +
+        'service, or the in-process runner) per 1,000 text deltas received, which depends less than the cores on ' +
+        'what else runs on the machine.',
       '',
-      '| side | N | lateness p50 / p99 / max | event-loop delay p99 | peak RSS | time | deltas | errors | CPU (cores) | |',
-      '|---|---:|---:|---:|---:|---:|---:|---:|---|---|',
+      '| side | N | lateness p50 / p99 / max | event-loop delay p99 | peak RSS | time | deltas | errors | CPU (cores) | ' +
+        'CPU per 1,000 deltas | |',
+      '|---|---:|---:|---:|---:|---:|---:|---:|---|---:|---|',
       ...b9.svc.map((s) => row('service', s)),
       ...b9.sdk.map((s) => row('in-process', s)),
       '',

@@ -198,7 +198,11 @@ const line = (side: string, s: B9Step) =>
   `${s.eventLoopP99Ms.toFixed(1)} ms, RSS ${(s.rssPeak / 1e6).toFixed(0)} MB, ${s.errors} errors: ${s.ok ? 'held' : 'missed'}`;
 
 export async function b9(ctx: Ctx): Promise<B9Result> {
-  const steps = ctx.quick ? [50, 100] : [50, 100, 250, 500, 1000, 2000, 4000];
+  // A ~1.25× geometric ladder, the same for both sides, so a ratio of held Ns is measured to within a step (with
+  // 50, 100, 250, 500… a service holding 200 against 250 read as 0.4×).
+  const steps = ctx.quick
+    ? [50, 100]
+    : [50, 100, 150, 200, 250, 300, 400, 500, 650, 800, 1000, 1250, 1600, 2000, 2500, 3200, 4000];
   const timeoutMs = 120_000;
   const svc: B9Step[] = [];
   const sdk: B9Step[] = [];

@@ -102,13 +102,17 @@ export class AgentSweep {
     );
     for (const c of calls) {
       const childId = childSessionId(parent.id, c.id);
+      // The mark first, then the child: a mark above 0 is written only after the child exists, so a mark read
+      // before a load that finds nothing means the child was deleted. The other order races another replica's
+      // sweep creating the child between the two reads (a miss, then its mark) and answers a live child "deleted".
+      const created = Number((await this.opts.redis.zscore(childrenKey(parent.id), childId)) ?? 0) > 0;
       const child = await this.opts.store.load(childId);
       if (child) {
         if (child.status === 'idle' || child.status === 'failed') await this.deliver(child);
         continue;
       }
-      // Score 0: the create may not have happened (a crash); above 0: the child existed and was deleted.
-      if (Number((await this.opts.redis.zscore(childrenKey(parent.id), childId)) ?? 0) > 0) {
+      // Mark 0 or none: the create may not have happened (a crash, or it is under way on another replica).
+      if (created) {
         await this.answer(parent, c.id, {
           content: "Error: the sub-agent's session was deleted.",
           is_error: true,
@@ -135,7 +139,7 @@ export class AgentSweep {
     const body = createSessionBody.safeParse({ ...agent.session, input: prompt });
     if (!body.success) return { content: `Error: the sub-agent's session is invalid.`, is_error: true };
     const max = this.opts.maxSessions;
-    if (max > 0 && (await this.opts.store.countSessions(parent.tenant)) >= max)
+    if (max > 0 && (await this.opts.store.index.count(parent.tenant)) >= max)
       return {
         content: `Error: the sub-agent could not start: TENANT_MAX_SESSIONS (${max}) reached.`,
         is_error: true,

@@ -1,7 +1,6 @@
 import { randomBytes } from 'node:crypto';
-import { FencedOut, InvalidStatus, NotFound } from '../errors.js';
+import { FencedOut, InvalidStatus, NotFound, StoreUnavailable } from '../errors.js';
 import { toolCallsOf } from '../history.js';
-import { isStoreDown } from '../store/unavailable.js';
 import { pendingFields, resultsTurn, type PendingCall, type PendingStep } from '../store/pending.js';
 import type { SessionStore } from '../store/store.js';
 import { deadlineFields, spendOfIncr, type SessionError, type SessionState } from '../store/session-state.js';
@@ -160,7 +159,7 @@ async function applyThroughOutage(deps: RunDeps, run: RunHandle, ops: ApplyOps):
     try {
       return await store.apply(run.id, { fence: run.fence, status: ['running'] }, marked);
     } catch (err) {
-      if (!isStoreDown(err)) throw err;
+      if (!(err instanceof StoreUnavailable)) throw err;
       for (;;) {
         if (Date.now() > deadline || run.reason) throw err;
         await new Promise((resolve) => setTimeout(resolve, 200));
@@ -169,7 +168,7 @@ async function applyThroughOutage(deps: RunDeps, run: RunHandle, ops: ApplyOps):
           run.obs.commitRetried();
           break; // not applied: send it again
         } catch (e) {
-          if (!isStoreDown(e)) throw e;
+          if (!(e instanceof StoreUnavailable)) throw e;
         }
       }
     }

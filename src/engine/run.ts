@@ -1,9 +1,8 @@
-import { FencedOut } from '../errors.js';
+import { FencedOut, StoreUnavailable } from '../errors.js';
 import { extendHistory, pendingToolCalls, type StoredMessage } from '../history.js';
 import type { SessionChannels } from '../store/channels.js';
 import type { Claimed } from '../store/runs.js';
 import type { IterationRecord, SessionState } from '../store/session-state.js';
-import { isStoreDown } from '../store/unavailable.js';
 import { upstreamContext, type UpstreamContext } from '../observability/upstream-fetch.js';
 import { TENANT_BUDGET_EXHAUSTED } from '../cost/spend.js';
 import { budgetExhausted, spentOf, stopForBudget } from './budget.js';
@@ -181,7 +180,7 @@ export class Run {
       if (err instanceof CommitLanded) return 'go';
       // The store stayed unreachable longer than a commit waits: leave the run for recovery (the session is
       // still `running` and due), rather than failing the session for a Redis outage.
-      if (isStoreDown(err)) throw err;
+      if (err instanceof StoreUnavailable) throw err;
       if (isStreamCut(err) && this.cutRetries < STREAM_CUT_RETRIES) {
         this.cutRetries++;
         log.warn({ err, attempt: this.cutRetries }, 'stream cut mid-turn; sending the turn again');

@@ -3,8 +3,14 @@ import type { SessionStore } from '../store/store.js';
 /**
  * Relays a turn's stream events to the event log as they arrive: a batch is written at once when no write is in
  * flight, and what arrives meanwhile is written as the next batch when that write returns (at most `maxEvents` per
- * pipeline). So an event waits at most one round trip, and a fast stream costs one round trip per batch, not per event.
- * One write at a time keeps the log in the events' order.
+ * pipeline). So an event waits at most one round trip (and the flush gap below), and a fast stream costs one round
+ * trip per batch, not per event. One write at a time keeps the log in the events' order.
+ *
+ * The relays of one process are flushed together (FlushQueue): at the end of an event-loop turn, no sooner than the
+ * flush gap after the last flush (up to 10 ms when a hundred relays are open; none for a few), every relay with
+ * events waiting and no write in flight hands its batch to one script call for all of them (append-events-many.lua;
+ * on a cluster, one call per session, still in one auto-pipeline). With many sessions streaming at once this is what
+ * a streamed delta costs the process: one command and one reply per flush instead of per session and per delta.
  *
  * Backpressure, then a bound. While a write is slower than the stream (Redis busy, a huge turn of tiny deltas) and
  * PAUSE_AT events wait, `gate()` hands the upstream body's reader (src/plugins/anthropic.ts) a promise to wait on
@@ -20,6 +26,74 @@ const MAX_BUFFERED = 4096;
 const PAUSE_AT = 1024;
 /** The longest the upstream's reads pause in one stall (ms); the idle deadline is counted after it. */
 const MAX_PAUSE_MS = 2000;
+/** Most sessions in one shared script call, and most events (a call runs alone in Redis: keep it short). */
+const CALL_SESSIONS = 64;
+const CALL_EVENTS = 1024;
+/**
+ * Least time between two flushes of a process (ms), by how many relays are open: FLUSH_GAP_PER_RELAY_MS each, at most
+ * FLUSH_GAP_MAX_MS. A flush that comes sooner after the last one waits for the rest of the gap. With many sessions
+ * streaming, their deltas arrive spread over time (100 sessions at 20 deltas/s: one every 0.5 ms), and one flush
+ * per turn of the event loop wrote them one or two per call (B9: the service's CPU per delta fell by a third with
+ * a 10 ms gap at 100 sessions). A lone stream has no gap to speak of: its deltas are written as they come.
+ */
+const FLUSH_GAP_PER_RELAY_MS = 0.1;
+const FLUSH_GAP_MAX_MS = 10;
+
+/**
+ * The relays with events waiting and no write in flight, flushed together once per event-loop turn (setImmediate:
+ * the events parsed from every upstream read of one poll phase): their batches go to their store in calls of at most
+ * CALL_SESSIONS sessions and CALL_EVENTS events. A relay is in it at most once (`StreamRelay.queued`).
+ */
+class FlushQueue {
+  private due: StreamRelay[] = [];
+  private scheduled = false;
+  /** When the last flush ran (performance.now(), ms). */
+  private lastRun = -Infinity;
+  /** Relays made and not drained yet (a turn drains its relay in a `finally`). */
+  open = 0;
+
+  add(relay: StreamRelay): void {
+    this.due.push(relay);
+    if (this.scheduled) return;
+    this.scheduled = true;
+    const gap = Math.min(FLUSH_GAP_MAX_MS, this.open * FLUSH_GAP_PER_RELAY_MS);
+    const wait = this.lastRun + gap - performance.now();
+    if (wait >= 1) setTimeout(this.run, wait);
+    else setImmediate(this.run);
+  }
+
+  private readonly run = () => {
+    this.scheduled = false;
+    this.lastRun = performance.now();
+    const due = this.due;
+    this.due = [];
+    // Tests run several services (stores) in one process: each store gets its own calls.
+    const byStore = new Map<SessionStore, StreamRelay[]>();
+    for (const relay of due) {
+      if (!relay.takeTurn()) continue;
+      const list = byStore.get(relay.store);
+      if (list) list.push(relay);
+      else byStore.set(relay.store, [relay]);
+    }
+    for (const [store, relays] of byStore) {
+      let call: StreamRelay[] = [];
+      let events = 0;
+      for (const relay of relays) {
+        const n = Math.min(relay.pending, relay.maxEvents);
+        if (call.length > 0 && (call.length >= CALL_SESSIONS || events + n > CALL_EVENTS)) {
+          StreamRelay.writeTogether(store, call);
+          call = [];
+          events = 0;
+        }
+        call.push(relay);
+        events += n;
+      }
+      if (call.length > 0) StreamRelay.writeTogether(store, call);
+    }
+  };
+}
+
+const queue = new FlushQueue();
 
 export class StreamRelay {
   private buf: Array<[string, string]>;
@@ -28,19 +102,28 @@ export class StreamRelay {
   /** Upstream reads paused (each a `gate()` waited on). */
   pauses = 0;
   private writing: Promise<void> | null = null;
-  private scheduled: NodeJS.Immediate | null = null;
+  /** In the flush queue (its turn not taken yet). */
+  private queued = false;
+  /** Drained: the turn took the rest; nothing more is written from here. */
+  private drained = false;
   /** When the current stall began (the buffer reached PAUSE_AT), null while under it. */
   private stallSince: number | null = null;
   private waiters: Array<() => void> = [];
 
   constructor(
-    private readonly store: SessionStore,
+    readonly store: SessionStore,
     private readonly id: string,
-    private readonly maxEvents: number,
+    readonly maxEvents: number,
     initial: Array<[string, string]>,
   ) {
     this.buf = [...initial];
-    if (this.buf.length) this.write();
+    queue.open++;
+    if (this.buf.length) this.schedule();
+  }
+
+  /** Events waiting to be written. */
+  get pending(): number {
+    return this.buf.length;
   }
 
   push(ev: [string, string]): void {
@@ -50,9 +133,16 @@ export class StreamRelay {
     }
     this.buf.push(ev);
     // Written at the end of this turn of the event loop, not at once: the events the SDK parses from one upstream
-    // read (several, once the process is busy) then go out in one script call and one notice, which the relays
-    // fan out as one write per client. Unloaded, that costs well under a millisecond of latency.
-    if (!this.writing && !this.scheduled) this.scheduled = setImmediate(this.flush);
+    // read (several, once the process is busy), and those of every other relay of the process meanwhile, then go out
+    // in one script call and one notice per session, which the relays fan out as one write per client. Unloaded,
+    // that costs well under a millisecond of latency.
+    this.schedule();
+  }
+
+  private schedule(): void {
+    if (this.writing || this.queued || this.drained) return;
+    this.queued = true;
+    queue.add(this);
   }
 
   /**
@@ -84,27 +174,31 @@ export class StreamRelay {
     for (const w of waiters) w();
   }
 
-  private readonly flush = () => {
-    this.scheduled = null;
-    if (!this.writing) this.write();
-  };
+  /** @internal the flush queue's turn: true when this relay has a batch to write now. */
+  takeTurn(): boolean {
+    if (!this.queued) return false;
+    this.queued = false;
+    return !this.writing && !this.drained && this.buf.length > 0;
+  }
 
-  private write(): void {
-    const batch = this.buf.splice(0, this.maxEvents);
-    if (batch.length === 0) return;
-    this.writing = this.store
-      .appendEvents(this.id, batch)
-      .catch(() => {
-        // The history is the durable record; a lost batch of deltas costs live clients some text, not the turn.
-      })
-      .then(() => {
-        this.writing = null;
-        if (this.buf.length < PAUSE_AT) {
-          this.stallSince = null;
-          this.release();
-        }
-        if (this.buf.length) this.write();
-      });
+  /** @internal the relays' batches in one store call; each relay's next batch waits for it. */
+  static writeTogether(store: SessionStore, relays: StreamRelay[]): void {
+    const batches = relays.map((r) => [r.id, r.buf.splice(0, r.maxEvents)] as const);
+    const written = store.appendEventsMany(batches);
+    // The history is the durable record; a lost batch of deltas costs live clients some text, not the turn.
+    const settled = written.catch(() => {});
+    for (const r of relays) r.wrote(settled);
+  }
+
+  private wrote(settled: Promise<void>): void {
+    this.writing = settled.then(() => {
+      this.writing = null;
+      if (this.buf.length < PAUSE_AT) {
+        this.stallSince = null;
+        this.release();
+      }
+      if (this.buf.length) this.schedule();
+    });
   }
 
   /**
@@ -113,8 +207,9 @@ export class StreamRelay {
    * nothing to wait for; a cluster client may send a pipeline later than it was made, so there it waits.
    */
   async drain(): Promise<Array<[string, string]>> {
-    if (this.scheduled) clearImmediate(this.scheduled);
-    this.scheduled = null;
+    // Still queued: the flush skips it (takeTurn), its events go with the commit.
+    if (!this.drained) queue.open--;
+    this.drained = true;
     const rest = this.buf;
     this.buf = [];
     this.release();

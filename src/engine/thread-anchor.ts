@@ -6,7 +6,7 @@
  * a compaction, an edited call, a moved cache marker): then the digest differs and the run creates a new thread, as
  * the SDK does for a rewritten history. A thread the API no longer has is replayed by the SDK itself.
  */
-import { createHash } from 'node:crypto';
+import { createHash, type Hash } from 'node:crypto';
 import type { ModelClient } from '../model-client.js';
 import type { BetaMessageThread } from '@anthropic-ai/sdk/lib/threads/BetaMessageThread';
 import type {
@@ -29,14 +29,57 @@ function digestOf(system: unknown, tools: unknown, messages: readonly StoredMess
 }
 
 /**
+ * `digestOf` kept up to date across the replies of one runner, hashing each message once. The digested text is the
+ * JSON of `[system, tools, messages]`: its beginning (`[system,tools,[`), the messages' JSON joined by commas, then
+ * `]]`; the hash of everything before the closing `]]` goes on with the messages added since the last digest, and a
+ * copy of it is closed for each digest: the same bytes, so the same digest as `digestOf`.
+ *
+ * A runner's history only grows between its replies; a message edited in it (a moved cache marker, a merged
+ * follow-up: cache-breakpoints.ts, `extendHistory`) is a new object, never changed in place. So the messages hashed
+ * are known by identity: when one of them is no longer at its index (or `system`, `tools` are other objects), the
+ * hash starts over.
+ */
+export class ThreadDigest {
+  private hash: Hash | null = null;
+  /** The messages the hash holds, in order. */
+  private readonly hashed: StoredMessage[] = [];
+  private system: unknown;
+  private tools: unknown;
+
+  of(system: unknown, tools: unknown, messages: readonly StoredMessage[]): string {
+    if (this.hash === null || system !== this.system || tools !== this.tools || !this.extendedBy(messages)) {
+      const head = JSON.stringify([system ?? null, Array.isArray(tools) && tools.length ? tools : null, []]);
+      this.hash = createHash('sha256').update(head.slice(0, -2)); // `]]` off: `[system,tools,[`
+      this.hashed.length = 0;
+      this.system = system;
+      this.tools = tools;
+    }
+    for (let i = this.hashed.length; i < messages.length; i++) {
+      const m = messages[i]!;
+      this.hash.update(i === 0 ? JSON.stringify(m) : `,${JSON.stringify(m)}`);
+      this.hashed.push(m);
+    }
+    return this.hash.copy().update(']]').digest('base64url');
+  }
+
+  /** Whether `messages` begins with the messages hashed, the same objects. */
+  private extendedBy(messages: readonly StoredMessage[]): boolean {
+    if (messages.length < this.hashed.length) return false;
+    for (let i = 0; i < this.hashed.length; i++) if (messages[i] !== this.hashed[i]) return false;
+    return true;
+  }
+}
+
+/**
  * The anchor a reply leaves: `history` ends with it. None for a reply the SDK does not continue from (a refusal, or
- * a reply a fallback model wrote, neither of which the API stores).
+ * a reply a fallback model wrote, neither of which the API stores). `digest`: the runner's running digest.
  */
 export function anchorOf(
   message: BetaMessage,
   history: readonly StoredMessage[],
   system: unknown,
   tools: unknown,
+  digest: ThreadDigest,
 ): ThreadAnchor | null {
   if (message.stop_reason === 'refusal') return null;
   if (message.usage.iterations?.some((it) => it.type === 'fallback_message')) return null;
@@ -44,7 +87,7 @@ export function anchorOf(
     id: message.id,
     stop: message.stop_reason ?? 'end_turn',
     len: history.length,
-    digest: digestOf(system, tools, history),
+    digest: digest.of(system, tools, history),
   };
 }
 

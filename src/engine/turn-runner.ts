@@ -19,7 +19,7 @@ import { RunCompaction, recordedUsage } from './compaction.js';
 import type { EngineLogger, RunDeps, RunHandle } from './run-handle.js';
 import { holdUnsafeCalls, runsToolsEagerly } from './eager.js';
 import { runnerParams } from './runner-params.js';
-import { anchorOf, startRunner } from './thread-anchor.js';
+import { ThreadDigest, anchorOf, startRunner } from './thread-anchor.js';
 import { StreamRelay } from './stream-relay.js';
 import { upstreamContext } from '../observability/upstream-fetch.js';
 import { serverRunnables, sessionTools } from './tool-step.js';
@@ -105,6 +105,8 @@ export abstract class TurnRunner {
   protected readonly threadSystem: string;
   /** Turns this runner sent (its own `max_iterations` counts them, dropped retries included). */
   protected runnerTurns = 0;
+  /** The digest of the thread's messages, each reply's anchor (thread-anchor.ts), kept as the history grows. */
+  private readonly threadDigest = new ThreadDigest();
 
   constructor(
     protected readonly deps: RunDeps,
@@ -236,7 +238,7 @@ export abstract class TurnRunner {
     const calls = toolCallsOf(reply);
     // Persisted with the reply: the container it ran in, the thread it ends (thread-anchor.ts).
     if (message.container?.id) this.container = message.container.id;
-    const anchor = anchorOf(message, [...history, reply], params.system, this.tools);
+    const anchor = anchorOf(message, [...history, reply], params.system, this.tools, this.threadDigest);
     const carried: Record<string, string> = {
       thread: anchor ? JSON.stringify(anchor) : '',
       ...(this.container !== state.container ? { container: this.container ?? '' } : {}),

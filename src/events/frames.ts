@@ -1,7 +1,6 @@
 import { z } from 'zod';
 import type { FastifyBaseLogger } from 'fastify';
-import { DomainError, FencedOut, STORE_UNAVAILABLE_MESSAGE, zodDetails, type ErrorCode } from '../errors.js';
-import { isStoreDown } from '../plugins/errors.js';
+import { DomainError, FencedOut, zodDetails, type ErrorCode } from '../errors.js';
 import {
   DEFAULT_JSON_MAX_DEPTH,
   DEFAULT_JSON_MAX_KEYS,
@@ -128,12 +127,10 @@ export async function handleFrame(
     if (err instanceof z.ZodError) {
       return errorFrame(h.data.ref, 'invalid_request', 'The frame is invalid.', frameDetails(err));
     }
-    // A lost lease is not the frame's fault: a bug of ours, answered as one (below).
+    // A domain error is answered with its code (a store outage too: `store_unavailable`). A lost lease is not the
+    // frame's fault: a bug of ours, answered as one (below).
     if (err instanceof DomainError && !(err instanceof FencedOut))
       return errorFrame(h.data.ref, err.code, err.message, err.details);
-    if (isStoreDown(err)) {
-      return errorFrame(h.data.ref, 'store_unavailable', STORE_UNAVAILABLE_MESSAGE);
-    }
     ctx.log.error({ err, session: id }, 'websocket frame failed');
     return errorFrame(h.data.ref, 'internal_error', 'Something went wrong on our side.');
   }

@@ -49,6 +49,14 @@ export class Subscription {
   /** @internal live delivery of one fanned-out batch (already ordered, all after the channel's old cursor). */
   deliver(batch: OutEvent[]): void {
     // One write (a writev) per batch rather than one per event: with many clients this is most of the fan-out cost.
+    // A batch of one event is one write already: no cork (at a paced stream's rate, the usual batch).
+    if (batch.length === 1) {
+      const ev = batch[0]!;
+      if (this.closed || compareIds(ev.id, this.cursor) <= 0) return;
+      this.cursor = ev.id;
+      if (!this.sink.send(ev)) this.close();
+      return;
+    }
     this.sink.cork?.();
     try {
       for (const ev of batch) {

@@ -1,8 +1,7 @@
 import type { Writable } from 'node:stream';
 import type { FastifyBaseLogger } from 'fastify';
-import { type ErrorCode, DomainError, InvalidRequest } from '../errors.js';
+import { type ErrorCode, DomainError, InvalidRequest, StoreUnavailable } from '../errors.js';
 import type { Metrics } from '../observability/metrics.js';
-import { isStoreDown } from '../store/unavailable.js';
 import type { OutEvent } from './envelope.js';
 import type { EventHub } from './hub.js';
 import type { ExpiredInfo, Sink } from './reader.js';
@@ -176,7 +175,9 @@ class StreamSink implements Sink {
   failed(err: unknown): void {
     this.ctx.log.warn({ err, session: this.ctx.sessionId }, 'event stream failed');
     this.t.error(
-      isStoreDown(err) ? storeUnavailable : { code: 'internal_error', message: 'The event stream failed.' },
+      err instanceof StoreUnavailable
+        ? storeUnavailable
+        : { code: 'internal_error', message: 'The event stream failed.' },
     );
     this.t.close('store_unavailable');
   }

@@ -133,6 +133,12 @@ export interface FakeMessageReply {
    * that acts on the service at that point (kill it, interrupt, cancel). Non-stream: never answer, as `hang`.
    */
   hangAfterEvents?: number | undefined;
+  /**
+   * A paced stream (test fake only): after this many SSE events (at least 1, at most the events before
+   * `message_stop`) send nothing more until the test calls the fake's `resume()`, then the rest at the pace: a turn
+   * held mid-stream at a known event while a test acts there, then completed.
+   */
+  pauseAfterEvents?: number | undefined;
   streamErrorType?: string | undefined;
   streamErrorMessage?: string | undefined;
 }

@@ -9,7 +9,8 @@ import { errors, routeErrors } from './responses.js';
 /**
  * The OpenAPI 3.1 document of the service, built by @fastify/swagger from the routes' zod schemas (request and
  * response bodies, params, query, headers, summaries, operationIds; see routes/*.ts and src/openapi/responses.ts)
- * and completed here with what applies to many routes alike:
+ * and completed here with what applies to many routes alike. One file over 400 lines on purpose: each completion
+ * below walks the same document once, and read in order they are the document's one description.
  *
  * - `security`: the document's default is the bearer key; public routes say `security: []` in their schema.
  * - request headers the plugins read on many routes: `Idempotency-Key` on every POST under /v1 (the idempotency

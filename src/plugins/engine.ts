@@ -16,6 +16,7 @@ import { TenantToolRegistry, tenantToolProvider } from '../tenant-tools/registry
 import { HttpToolCaller } from '../tenant-tools/http-caller.js';
 import { ToolTasks } from '../tenant-tools/service.js';
 import { TaskQueue } from '../tenant-tools/tasks.js';
+import { GcPolicy, startGrowingPercent } from '../gc-policy.js';
 
 declare module 'fastify' {
   interface FastifyInstance {
@@ -116,8 +117,12 @@ export default fp<EnginePluginOptions>(
     const deadlines = new DeadlineSweeper(sessionDeps, componentLog(app.log, 'engine'), sweepMs);
     const retention = new RetentionSweeper(store, componentLog(app.log, 'engine'), sweepMs);
     let httpCaller: HttpToolCaller | null = null;
+    // V8's heap growth step by run load, where `npm start` set one (src/gc-policy.ts).
+    const idlePercent = startGrowingPercent();
+    const gcPolicy = idlePercent === null ? null : new GcPolicy(idlePercent, () => engine.activeRuns);
     app.addHook('onReady', async () => {
       engine.start();
+      gcPolicy?.start();
       toolTasks.start();
       deadlines.start();
       retention.start();
@@ -139,6 +144,7 @@ export default fp<EnginePluginOptions>(
       toolTasks.stop();
       httpCaller?.stop();
       await engine.stop(opts.shutdownGraceMs);
+      gcPolicy?.stop();
       channels.close();
     });
   },

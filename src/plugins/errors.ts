@@ -2,10 +2,7 @@ import type { FastifyError } from 'fastify';
 import fp from 'fastify-plugin';
 import { hasZodFastifySchemaValidationErrors } from 'fastify-type-provider-zod';
 import { DomainError, FencedOut, STORE_UNAVAILABLE_MESSAGE, StoreUnavailable, errorBody } from '../errors.js';
-import { isStoreDown } from '../store/unavailable.js';
 import { ERROR_STATUS, HttpRefusal } from './error-status.js';
-
-export { isStoreDown };
 
 /**
  * One error handler: stable `{error: {code, message, details?}}`, 5xx internals only in the log. The only place a
@@ -60,7 +57,8 @@ export default fp(
         req.log.info({ err: { code: err.code, message: err.message } }, 'client aborted the request');
         return reply.code(400).send(errorBody('request_aborted', 'The request was aborted.'));
       }
-      if (isStoreDown(err)) {
+      // The clients give every command's failure that means Redis is down as StoreUnavailable (src/store/unavailable.ts).
+      if (err instanceof StoreUnavailable) {
         req.log.warn({ err }, 'store unavailable');
         return reply
           .code(503)

@@ -1,8 +1,9 @@
 import fp from 'fastify-plugin';
-import { Redis, Cluster, type ClusterOptions, type RedisOptions } from 'ioredis';
+import { Cluster, type ClusterOptions, type Redis, type RedisOptions } from 'ioredis';
 import { redisErrorKind } from '../observability/metrics.js';
 import { componentLog } from '../log.js';
 import { guardRedis } from '../redis/health.js';
+import { StoreCluster, StoreRedis } from '../store/unavailable.js';
 
 declare module 'fastify' {
   interface FastifyInstance {
@@ -36,6 +37,8 @@ export interface RedisPluginOptions {
  * - The client reconnects by itself, backing off up to `RECONNECT_MAX_MS`; a service recovers without a restart.
  * - A Redis that hangs (the connection stays open) is found by src/redis/health.ts's probe within ~1 s; from then on
  *   commands are refused at once (→ 503) instead of each waiting out the command timeout.
+ * - Every such failure reaches the caller of a command as `StoreUnavailable` (the clients are src/store/unavailable.ts's
+ *   `StoreRedis` and `StoreCluster`): nothing above the clients reads a Redis error to know the store is down.
  */
 export const COMMAND_TIMEOUT_MS = 3000;
 const CONNECT_TIMEOUT_MS = 2000;
@@ -49,6 +52,10 @@ export const redisOptions: RedisOptions = {
   maxRetriesPerRequest: 0,
   autoResendUnfulfilledCommands: false,
   enableAutoPipelining: true,
+  // The stream relays' shared write (SessionStore.appendEventsMany) is one command per flush already: sent at once,
+  // it costs no auto-pipeline (a Pipeline object, a setImmediate) per flush. Nothing it carries must follow a command
+  // of the same tick (a webhook mark goes by another command), so it may overtake the auto-pipeline being gathered.
+  autoPipeliningIgnoredCommands: ['sessAppendEventsMany'],
   retryStrategy: reconnect,
 };
 
@@ -88,14 +95,14 @@ export function createRedis(
     keyPrefix: opts.keyPrefix ?? '',
   };
   if (opts.clusterNodes?.length) {
-    const cluster = new Cluster(opts.clusterNodes, clusterOptions(base));
+    const cluster = new StoreCluster(opts.clusterNodes, clusterOptions(base));
     // Queue commands only until the first `ready` (boot); from then on a cluster outage fails commands at once.
     cluster.once('ready', () => {
       cluster.options.enableOfflineQueue = false;
     });
     return cluster;
   }
-  return new Redis(opts.url ?? 'redis://127.0.0.1:6379', base);
+  return new StoreRedis(opts.url ?? 'redis://127.0.0.1:6379', base);
 }
 
 /** Resolves once a Cluster client is ready; rejects after `timeoutMs`. */
@@ -124,6 +131,8 @@ export default fp<RedisPluginOptions>(
       ['redis-sub', sub],
     ] as const) {
       // One warning when the connection is lost and one line when it is back, not one per reconnection attempt.
+      // A connection's `error` events are not a command's failure, so they carry ioredis's own errors (the metric's
+      // kind is read from their code); no request waits on them: its command fails with StoreUnavailable.
       let down = false;
       let failures = 0;
       conn.on('error', (err: Error) => {

@@ -24,7 +24,7 @@ export interface QuotaOptions {
 export default fp<QuotaOptions>(
   async (app, opts) => {
     const sessionsQuota: preHandlerHookHandler = async function (req) {
-      const n = await app.store.countSessions(req.tenant);
+      const n = await app.store.index.count(req.tenant);
       if (n >= opts.maxSessions) throw quotaExceeded('TENANT_MAX_SESSIONS', opts.maxSessions, 'sessions');
     };
     // The slots keep their key name ('ws') from before SSE was counted: replicas of both versions share the count.

@@ -19,7 +19,7 @@ const PROBE_EVERY_MS = 500;
 /** While down: how often a new probe is sent once the previous one failed (a refused connection fails at once). */
 const PROBE_DOWN_EVERY_MS = 200;
 
-/** The message of the errors of commands refused while Redis is down (src/store/unavailable.ts knows it). */
+/** The message of the errors of commands refused while Redis is down (src/store/unavailable.ts makes them StoreUnavailable). */
 export const NOT_ANSWERING = 'Redis is not answering (health probe); command not sent';
 
 const TIMED_OUT = 'Command timed out';
@@ -60,6 +60,7 @@ export function guardRedis(client: Redis | Cluster, hooks: RedisGuardHooks): Red
       command.reject(new Error(NOT_ANSWERING));
       return command.promise;
     }
+    // The command's own promise, below the store boundary (src/store/unavailable.ts): ioredis's error as it is.
     command.promise.catch((err: unknown) => {
       if (err instanceof Error && err.message === TIMED_OUT) {
         hooks.onCommandTimeout();

@@ -110,7 +110,7 @@ export class Scheduler {
     const base = { schedule_id: s.id, scheduled_for: scheduledFor };
     try {
       if ((await sessions.load(sessionId)) === null) {
-        if (maxSessions > 0 && (await sessions.countSessions(s.tenant)) >= maxSessions)
+        if (maxSessions > 0 && (await sessions.index.count(s.tenant)) >= maxSessions)
           throw quotaExceeded('TENANT_MAX_SESSIONS', maxSessions, 'sessions');
         const given = JSON.parse(s.session) as { metadata?: Record<string, unknown> };
         const body = createSessionBody.safeParse({ ...given, metadata: { ...given.metadata, ...base } });

@@ -211,9 +211,9 @@ export function resumeRun(
  */
 async function reindexMetadata(deps: SessionDeps, s: SessionState, after: Record<string, unknown>) {
   const { store } = deps;
-  await store.metadataIndex.replace(
+  await store.index.metadata.replace(
     s.tenant,
-    store.indexMember(s.createdAt, s.id),
+    store.index.member(s.createdAt, s.id),
     s.metadata,
     after,
     async () => {
@@ -234,9 +234,9 @@ export async function removeSession(
   checkIfMatch(s, ifMatch);
   if (s.status === 'running') await deps.store.publishControl(id, 'delete');
   await deps.store.destroy(id, tenant, s.createdAt);
-  await deps.store.metadataIndex.remove(
+  await deps.store.index.metadata.remove(
     tenant,
-    deps.store.indexMember(s.createdAt, id),
+    deps.store.index.member(s.createdAt, id),
     metadataPairs(s.metadata),
   );
 }

@@ -309,7 +309,7 @@ async function insert(
   if (state.status === 'running') await deps.store.runs.admit(state.tenant, state.id);
   // Indexed first: if the session write then fails, `list` drops the dangling index entry; the other order could
   // leave a session that exists but is never listed.
-  await deps.store.index(state.tenant, state.id, state.createdAt, state.metadata);
+  await deps.store.index.add(state.tenant, state.id, state.createdAt, state.metadata);
   // Registered before the write (src/store/due.ts): the retention sweep finds it then, or later if it changed.
   if (state.ttlS) await deps.store.expiryDue.add(state.id, Date.now() + state.ttlS * 1000);
   const res = await deps.store
@@ -328,8 +328,11 @@ async function insert(
       state.tenant,
     )
     .catch(async (err: unknown) => {
-      // A deterministic id created before (a schedule's fire retried): drop this attempt's index entry.
-      if (err instanceof SessionExists) await deps.store.unindex(state.tenant, state.id, state.createdAt);
+      // A deterministic id created before (a schedule's fire retried, two replicas' sweeps creating one sub-agent):
+      // drop this attempt's index entry — unless it is the winner's too. Two creates of one id in the same
+      // millisecond index the same member, and removing it would leave the session that exists unlisted.
+      if (err instanceof SessionExists && (await deps.store.load(state.id))?.createdAt !== state.createdAt)
+        await deps.store.index.remove(state.tenant, state.id, state.createdAt);
       throw err;
     });
   state.revision = res.revision;

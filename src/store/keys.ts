@@ -13,7 +13,7 @@ import type { RedisClient } from './lua-commands.js';
  */
 export const sessionKeys = (id: string) => ({
   /** HASH: the session's fields (status, revision, params, policies, usage, pending tool step, …; `ev_bytes`: the log's size). */
-  meta: `s:{${id}}`,
+  meta: metaKey(id),
   /** LIST: the message history, one JSON message per element. Append-only except a bounded edit of its tail. */
   msgs: `s:{${id}}:m`,
   /** LIST: iteration records (JSON), element n-1 is iteration n. */
@@ -21,7 +21,7 @@ export const sessionKeys = (id: string) => ({
   /** LIST: queued follow-ups, each the JSON of a content-block array (EncodedBlocks), joined into the next user turn. */
   queue: `s:{${id}}:q`,
   /** STREAM: the event log; entry ids are the clients' cursors. */
-  events: `s:{${id}}:e`,
+  events: eventsKey(id),
   /** STRING `<owner>:<fence>` with a TTL: who runs the session now. */
   lease: `s:{${id}}:l`,
   /** LIST: what compactions summarized, one segment `{"at_iteration", "messages"}` (JSON) each, oldest first. */
@@ -31,6 +31,25 @@ export const sessionKeys = (id: string) => ({
 });
 
 export type SessionKeys = ReturnType<typeof sessionKeys>;
+
+/** `sessionKeys(id).meta` alone. */
+function metaKey(id: string): string {
+  return `s:{${id}}`;
+}
+
+/** `sessionKeys(id).events` alone. */
+function eventsKey(id: string): string {
+  return `s:{${id}}:e`;
+}
+
+/**
+ * The two keys an append of stream events touches (`sessionKeys(id)`'s meta and events), without building the six
+ * others: the stream relays' flush names them once per session and flush, i.e. about once per streamed delta.
+ */
+export const eventLogKeys = (id: string): readonly [meta: string, events: string] => [
+  metaKey(id),
+  eventsKey(id),
+];
 
 /** ZSET of a tenant's session ids scored by creation time (ms). */
 export const tenantIndexKey = (tenant: string) => `t:{${tenant}}:sessions`;

@@ -1,6 +1,7 @@
 import type { Redis, Cluster } from 'ioredis';
 import { quotaExceeded } from '../errors.js';
 import type { ApplyOps, Guard } from './apply-ops.js';
+import { CounterBatch } from './counter-batch.js';
 
 /**
  * The per-tenant storage quota (TENANT_MAX_BYTES). Each write of a session counts the bytes it adds — the messages
@@ -29,11 +30,16 @@ export function addedBytes(ops: ApplyOps, guard: Guard): number {
 }
 
 export class StorageQuota {
+  /** Bytes on their way to their tenant's counter: the writes of one event-loop turn in one INCRBY per tenant. */
+  private readonly added: CounterBatch;
+
   constructor(
     private readonly redis: Redis | Cluster,
     /** TENANT_MAX_BYTES; 0: no limit (the bytes are counted all the same). */
     private readonly maxBytes: number,
-  ) {}
+  ) {
+    this.added = new CounterBatch((key, sums) => this.redis.incrby(key, sums.get('bytes') ?? 0));
+  }
 
   /** Throws 429 when a client's write of `tenant` would add bytes while the tenant is at its limit. */
   async check(tenant: string, ops: ApplyOps, guard: Guard): Promise<number> {
@@ -46,7 +52,8 @@ export class StorageQuota {
     return n;
   }
 
+  /** Adds `n` bytes to the tenant's counter (with the other writes of this event-loop turn: CounterBatch). */
   async add(tenant: string, n: number): Promise<void> {
-    if (n !== 0) await this.redis.incrby(storageKey(tenant), n);
+    if (n !== 0) await this.added.add(storageKey(tenant), [['bytes', n]]);
   }
 }

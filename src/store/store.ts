@@ -3,11 +3,12 @@
  * segments), each method one round trip whose atomicity its JSDoc states. What the meta hash holds and how it is
  * encoded is in session-state.ts (the pending step's fields in pending.ts), an `apply`'s ops in apply-ops.ts; the
  * lease, the due runs and the tenants' run slots in runs.ts (`store.runs`); the event log reader (events.ts),
- * channels (channels.ts) and memory files (memory.ts) touch other keys.
+ * channels (channels.ts) and memory files (memory.ts) touch other keys; the tenants' indexes of their sessions
+ * and the list read through them are session-index.ts (`store.index`).
  *
- * Over 400 lines: every session read and write is one method here, which keeps the keys behind one door; the
- * listing (`list`, with the metadata filter) is the next part to move to a module of its own.
+ * Over 400 lines: every read and write of a session's own keys is one method here, which keeps them behind one door.
  */
+import { heavyStep } from '../tenant-turns.js';
 import {
   FencedOut,
   InvalidRequest,
@@ -22,8 +23,8 @@ import {
   channelName,
   controlChannel,
   eventsChannel,
+  eventLogKeys,
   sessionKeys,
-  tenantIndexKey,
   type SessionKeys,
 } from './keys.js';
 import { decodeStored } from './decode.js';
@@ -31,24 +32,17 @@ import { defineLuaCommands, type RedisClient } from './lua-commands.js';
 import type { SessionKeyList } from './lua/commands.js';
 import { RunQueue } from './runs.js';
 import { addedBytes, StorageQuota } from './storage-quota.js';
-import { asStoreError, isOutOfMemory } from './unavailable.js';
+import { isOutOfMemory } from './unavailable.js';
 import { ACTIONS_DUE_KEY, DueSet, EXPIRY_DUE_KEY } from './due.js';
 import { PriceTable, type ModelPrices } from '../cost/prices.js';
 import { TenantSpend } from '../cost/spend.js';
-import {
-  MetadataIndex,
-  matchesMetadata,
-  metadataIndexKey,
-  metadataPairs,
-  type MetadataPair,
-} from './metadata-index.js';
+import { SessionIndex } from './session-index.js';
 import {
   decodeFields,
   isControl,
   type CompactedSegment,
   type IterationRecord,
   type SessionState,
-  type Status,
 } from './session-state.js';
 
 export interface StoredEvent {
@@ -59,9 +53,6 @@ export interface StoredEvent {
   revision: number;
   at: number;
 }
-
-/** How old an index entry without its session must be before a list drops it (ms): older than any create's write. */
-const INDEX_GRACE_MS = 60_000;
 
 /**
  * Largest notice (bytes of event data, roughly) that carries its events over pub/sub: every process watching the
@@ -108,25 +99,13 @@ export interface StoreOptions {
 export const EVENT_LOG_MAX_BYTES = 16 * 1024 * 1024;
 export const MAX_TURN_BYTES = 4 * 1024 * 1024;
 
+/** A stored message this large is decoded as a heavy step of its tenant's (tenant-turns.ts). */
+const HEAVY_MESSAGE_BYTES = 64 * 1024;
+
 /**
  * The session store: every read and write of session state goes through here. Writes are single Lua scripts over
  * the keys of one session; the guarantees of each are in its JSDoc.
  */
-/**
- * How many sessions of a list round to read next (`left` not read yet, `loaded` read, taking `bytes` of the page so
- * far). Without a byte bound, all. With one, two first, then as many as the room left holds at the size seen so far
- * (at least one): a page of 400 kB sessions reads the three it needs (two sent, one over the bound), not the whole
- * round of 100 — each read is a whole meta hash decoded on the event loop (~5 ms of CPU for a 400 kB one). A page
- * of small sessions costs one round trip more than reading them all at once.
- */
-function listChunk(left: number, loaded: number, bytes: number, bound?: { maxBytes: number }): number {
-  if (!bound) return left;
-  if (loaded === 0) return Math.min(left, 2);
-  if (bytes === 0) return left;
-  const room = Math.max(0, bound.maxBytes - bytes);
-  return Math.min(left, Math.max(1, Math.ceil(room / (bytes / loaded))));
-}
-
 export class SessionStore {
   readonly redis: RedisClient;
   /** Leases, the due runs and the tenants' run slots (runs.ts). */
@@ -146,8 +125,8 @@ export class SessionStore {
   private readonly storage: StorageQuota;
   /** Tenants of sessions seen by `load` (a session's tenant never changes): a run's commits count its bytes. */
   private readonly tenants = new Map<string, string>();
-  /** The tenants' metadata pairs → sessions (metadata-index.ts), for `metadata.<key>` list filters. */
-  readonly metadataIndex: MetadataIndex;
+  /** The tenants' indexes of their sessions, and the list read through them (session-index.ts). */
+  readonly index: SessionIndex;
 
   constructor(
     redis: RedisClient,
@@ -164,7 +143,7 @@ export class SessionStore {
       retentionDays: options.usageRetentionDays ?? 400,
     });
     this.storage = new StorageQuota(redis, options.tenantMaxBytes ?? 0);
-    this.metadataIndex = new MetadataIndex(redis);
+    this.index = new SessionIndex(redis, (h) => this.decodeMeta(h));
   }
 
   private async tenantOf(id: string, known?: string): Promise<string | null> {
@@ -210,19 +189,15 @@ export class SessionStore {
     const tap = this.eventTap?.(id, opsEventTypes(ops), tenant);
     if (tap?.ready) await tap.ready;
     const turnMax = this.options.maxTurnBytes ?? MAX_TURN_BYTES;
-    const res = await this.redis
-      .sessApply(
-        ...this.keyList(k),
-        JSON.stringify(ops.queue_push ? { ...guard, turn_max: turnMax } : guard),
-        JSON.stringify(ops),
-        this.options.eventLogMax,
-        channelName(this.redis, eventsChannel(id)),
-        NOTICE_MAX_BYTES,
-        this.options.eventLogMaxBytes ?? EVENT_LOG_MAX_BYTES,
-      )
-      .catch((err: unknown) => {
-        throw asStoreError(err);
-      });
+    const res = await this.redis.sessApply(
+      ...this.keyList(k),
+      JSON.stringify(ops.queue_push ? { ...guard, turn_max: turnMax } : guard),
+      JSON.stringify(ops),
+      this.options.eventLogMax,
+      channelName(this.redis, eventsChannel(id)),
+      NOTICE_MAX_BYTES,
+      this.options.eventLogMaxBytes ?? EVENT_LOG_MAX_BYTES,
+    );
     if (res[0] === 'ERR') {
       const code = String(res[1]);
       const current = String(res[2]);
@@ -264,13 +239,15 @@ export class SessionStore {
 
   /** The session, or null. One HGETALL. */
   async load(id: string): Promise<SessionState | null> {
-    const h = await this.redis.hgetall(sessionKeys(id).meta).catch((err: unknown) => {
-      throw asStoreError(err);
-    });
+    return this.decodeMeta(await this.redis.hgetall(sessionKeys(id).meta));
+  }
+
+  /** A session's meta hash (HGETALL's reply) decoded; null for a hash that is not a session's (an empty one). */
+  private decodeMeta(h: Record<string, string>): SessionState | null {
     if (!h['id']) return null;
     const s = decodeFields(h);
     if (this.tenants.size >= 10_000) this.tenants.clear();
-    this.tenants.set(id, s.tenant);
+    this.tenants.set(s.id, s.tenant);
     return s;
   }
 
@@ -284,6 +261,38 @@ export class SessionStore {
   async history(id: string, start = 0, end = -1): Promise<StoredMessage[]> {
     const raw = await this.redis.lrange(sessionKeys(id).msgs, start, end);
     return raw.map((m) => decodeStored<StoredMessage>(m));
+  }
+
+  /**
+   * The whole history for an answer to `tenant`: each message's JSON text as stored (what the answer is made of:
+   * the store writes every message as `JSON.stringify` of it, so the text is the message's own JSON, and the tests'
+   * response check compares the answer with the body's stringify), its last message decoded, and the rest decoded
+   * only when asked for (`messages()`: a response check, a compacted listing). A large message (HEAVY_MESSAGE_BYTES
+   * or more) is made text as one heavy step of the tenant's (tenant-turns.ts): a 2 MB history was ~40 ms of the loop
+   * in one go (its parse, then its answer's stringify), ahead of every other tenant's requests; it is not parsed
+   * at all for an answer sent unchecked.
+   */
+  async historyForAnswer(
+    tenant: string,
+    id: string,
+  ): Promise<{ texts: string[]; last: StoredMessage | null; messages(): StoredMessage[] }> {
+    // As bytes: decoding each to text is part of its step (ioredis would decode them all as the reply arrives).
+    const raw = await this.redis.lrangeBuffer(sessionKeys(id).msgs, 0, -1);
+    const texts: string[] = [];
+    for (const m of raw) {
+      if (m.length >= HEAVY_MESSAGE_BYTES) {
+        const wait = heavyStep(tenant);
+        if (wait) await wait;
+      }
+      texts.push(m.toString('utf8'));
+    }
+    const lastText = texts.at(-1);
+    let decoded: StoredMessage[] | undefined;
+    return {
+      texts,
+      last: lastText === undefined ? null : decodeStored<StoredMessage>(lastText),
+      messages: () => (decoded ??= texts.map((t) => decodeStored<StoredMessage>(t))),
+    };
   }
 
   /** What compactions summarized: the kept segments, oldest first. One LRANGE. */
@@ -361,10 +370,23 @@ export class SessionStore {
    */
   async appendEvents(id: string, events: Array<[string, string]>): Promise<void> {
     if (events.length === 0) return;
-    const k = sessionKeys(id);
+    const tap = this.eventTap?.(
+      id,
+      events.map(([type]) => type),
+    );
+    await this.appendTapped(id, events, tap);
+  }
+
+  /** appendEvents once the tap was asked (`tap`: what it answered). */
+  private async appendTapped(
+    id: string,
+    events: Array<[string, string]>,
+    tap: ReturnType<EventTap> | undefined,
+  ): Promise<void> {
+    const [meta, log] = eventLogKeys(id);
     const args: Array<string | number> = [
-      k.meta,
-      k.events,
+      meta,
+      log,
       channelName(this.redis, eventsChannel(id)),
       this.options.eventLogMax,
       Date.now(),
@@ -372,127 +394,62 @@ export class SessionStore {
       this.options.eventLogMaxBytes ?? EVENT_LOG_MAX_BYTES,
     ];
     for (const [type, data] of events) args.push(type, data);
-    const tap = this.eventTap?.(
-      id,
-      events.map(([type]) => type),
-    );
     if (tap?.ready) await tap.ready;
     await this.redis.sessAppendEvents(...args);
     tap?.landed();
   }
 
-  /** Index members sort by creation time then id, so a lexicographic range pages the list exactly. */
-  indexMember(createdAt: number, id: string): string {
-    return `${String(createdAt).padStart(15, '0')}:${id}`;
-  }
-
-  /** Lists the session in its tenant's index, and under each of its metadata pairs (`metadata`). */
-  async index(
-    tenant: string,
-    id: string,
-    createdAt: number,
-    metadata: Record<string, unknown> = {},
+  /**
+   * `appendEvents` for several sessions in one script call (append-events-many.lua): the stream relays' batches of
+   * one flush, one command and one round trip for all of them. Each session's log and notice are those
+   * `appendEvents` writes. The call is sent at once, outside ioredis's auto-pipelining (src/plugins/redis.ts
+   * `autoPipeliningIgnoredCommands`: no pipeline built per flush); a session whose webhook tap marks it (a write
+   * this one must not overtake, sent auto-pipelined) goes by `appendEvents` after that mark, as do all on a cluster
+   * (the sessions' keys are in different slots). A failure fails the whole call: as for appendEvents, the caller
+   * loses live news only.
+   */
+  async appendEventsMany(
+    batches: ReadonlyArray<readonly [id: string, events: Array<[string, string]>]>,
   ): Promise<void> {
-    const member = this.indexMember(createdAt, id);
-    await Promise.all([
-      this.redis.zadd(tenantIndexKey(tenant), 0, member),
-      this.metadataIndex.add(tenant, member, metadataPairs(metadata)),
-    ]);
-  }
-
-  /** How many sessions `tenant` keeps (its index: one ZCARD). */
-  countSessions(tenant: string): Promise<number> {
-    return this.redis.zcard(tenantIndexKey(tenant));
-  }
-
-  async unindex(tenant: string, id: string, createdAt: number): Promise<void> {
-    await this.redis.zrem(tenantIndexKey(tenant), this.indexMember(createdAt, id));
-  }
-
-  /**
-   * The session an index entry stands for, or null: an entry is the session's only when its time is the session's
-   * `created_at`. A create indexes before it writes, so for a moment an entry has no session yet, and a create that
-   * lost the race for a deterministic id (`session_exists`) has an entry of its own time until it unindexes it.
-   */
-  private entryOf(member: string, s: SessionState | null): SessionState | null {
-    return s && this.indexMember(s.createdAt, s.id) === member ? s : null;
-  }
-
-  /**
-   * A tenant's sessions, newest first. The cursor is the index member of the last item of the previous page.
-   * Entries whose session is gone are dropped from the index on the way (once older than INDEX_GRACE_MS, so the
-   * entry of a create in flight stays); a status filter reads at most 20 index
-   * pages per call, so one request stays bounded. Metadata filters page the index of the narrowest pair instead
-   * (metadata-index.ts), every candidate checked against the session (a stale entry is dropped).
-   */
-  async list(
-    tenant: string,
-    opts: {
-      limit: number;
-      cursor?: string | undefined;
-      status?: Status | undefined;
-      metadata?: readonly MetadataPair[] | undefined;
-    },
-    /** A page stops before the item that would take it over `maxBytes` (as `sizeOf` counts); never empty. */
-    bound?: { maxBytes: number; sizeOf: (s: SessionState) => number },
-  ): Promise<{ items: SessionState[]; next: string | null }> {
-    const filters = opts.metadata ?? [];
-    // With filters: the index of one pair (`own`), whose members that no longer have it are dropped.
-    const own = filters.length ? await this.metadataIndex.narrowest(tenant, filters) : null;
-    const key = own ? metadataIndexKey(tenant, own) : tenantIndexKey(tenant);
-    if (opts.cursor && !/^\d{15}:ses_[A-Za-z0-9]+$/.test(opts.cursor)) {
-      throw new InvalidRequest('invalid_cursor', 'The cursor is not one this service gave.');
+    if (this.isCluster) {
+      await Promise.all(batches.map(([id, events]) => this.appendEvents(id, events)));
+      return;
     }
-    let max = opts.cursor ? `(${opts.cursor}` : '+';
-    const items: SessionState[] = [];
-    let lastMember: string | null = null;
-    let exhausted = false;
-    const pageSize = opts.status || filters.length > 1 ? 100 : opts.limit;
-    let bytes = 0;
-    let full = false;
-    for (let round = 0; round < 20 && items.length < opts.limit && !full; round++) {
-      const members = await this.redis.zrevrangebylex(key, max, '-', 'LIMIT', 0, pageSize);
-      const states: Array<SessionState | null> = [];
-      let read = 0;
-      for (; read < members.length && items.length < opts.limit; read++) {
-        if (read === states.length) {
-          const next = members.slice(
-            read,
-            read + listChunk(members.length - read, states.length, bytes, bound),
-          );
-          states.push(...(await Promise.all(next.map((m) => this.load(m.slice(16))))));
-        }
-        const member = members[read]!;
-        const s = this.entryOf(member, states[read] ?? null);
-        if (
-          s &&
-          bound &&
-          (!opts.status || s.status === opts.status) &&
-          matchesMetadata(s.metadata, filters)
-        ) {
-          bytes += bound.sizeOf(s);
-          if (bytes > bound.maxBytes && items.length > 0) {
-            full = true;
-            break;
-          }
-        }
-        lastMember = member;
-        if (!s) {
-          if (Number(member.slice(0, 15)) < Date.now() - INDEX_GRACE_MS) await this.redis.zrem(key, member);
-        } else if (own && !matchesMetadata(s.metadata, [own])) await this.redis.zrem(key, member);
-        else if ((!opts.status || s.status === opts.status) && matchesMetadata(s.metadata, filters))
-          items.push(s);
+    const keys: string[] = [];
+    const rest: Array<string | number> = [];
+    const tapped: Array<Promise<void>> = [];
+    for (const [id, events] of batches) {
+      if (events.length === 0) continue;
+      const tap = this.eventTap?.(
+        id,
+        events.map(([type]) => type),
+      );
+      if (tap) {
+        tapped.push(this.appendTapped(id, events, tap));
+        continue;
       }
-      if (full) break;
-      if (members.length < pageSize && read === members.length) {
-        exhausted = true;
-        break;
-      }
-      max = `(${lastMember}`;
+      const [meta, log] = eventLogKeys(id);
+      keys.push(meta, log);
+      rest.push(channelName(this.redis, eventsChannel(id)), events.length);
+      for (const [type, data] of events) rest.push(type, data);
     }
-    // A short page with a cursor means the bounded scan stopped before the end of the index: ask again from there.
-    const more = items.length === opts.limit || !exhausted || full;
-    return { items, next: more && lastMember ? lastMember : null };
+    if (keys.length > 0) {
+      tapped.push(
+        this.redis
+          .sessAppendEventsMany(
+            keys.length,
+            ...keys,
+            this.options.eventLogMax,
+            Date.now(),
+            NOTICE_MAX_BYTES,
+            this.options.eventLogMaxBytes ?? EVENT_LOG_MAX_BYTES,
+            ...rest,
+          )
+          .then(() => {}),
+      );
+    }
+    // Every call awaited together: one failing leaves no other's rejection unhandled.
+    await Promise.all(tapped);
   }
 
   /**
@@ -532,7 +489,7 @@ export class SessionStore {
     if (done === 1) tap?.landed();
     this.tenants.delete(id);
     await Promise.all([
-      this.unindex(tenant, id, createdAt),
+      this.index.remove(tenant, id, createdAt),
       this.runs.end(id, tenant, true),
       done === 1
         ? this.storage.add(tenant, -bytes).catch((err: unknown) => {

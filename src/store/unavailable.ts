@@ -1,3 +1,5 @@
+import { setTimeout as sleep } from 'node:timers/promises';
+import { Cluster, Pipeline, Redis } from 'ioredis';
 import { StoreUnavailable } from '../errors.js';
 
 /**
@@ -9,12 +11,17 @@ import { StoreUnavailable } from '../errors.js';
  * loading its dataset (`-LOADING`) are the store refusing writes for a while: the same 503, with Retry-After.
  */
 const STORE_DOWN =
-  /Command timed out|Redis is not answering|Connection is closed|ECONNREFUSED|ECONNRESET|ETIMEDOUT|EHOSTUNREACH|ENETUNREACH|EPIPE|Stream isn't writeable|enableOfflineQueue|^LOADING|^OOM |OOM command not allowed|^BUSY|^MASTERDOWN|^READONLY|^CLUSTERDOWN|^TRYAGAIN|^MOVED |^ASK |Too many Cluster redirections|None of startup nodes|Cluster is (disconnected|disconnecting|ended)|Node is disconnected|Cluster isn't ready|Failed to refresh slots cache/i;
+  /Command timed out|Redis is not answering|Connection is closed|ECONNREFUSED|ECONNRESET|ETIMEDOUT|EHOSTUNREACH|ENETUNREACH|EPIPE|Stream isn't writeable|enableOfflineQueue|^LOADING|^OOM |OOM command not allowed|^BUSY |^MASTERDOWN|^READONLY|^CLUSTERDOWN|^TRYAGAIN|^MOVED |^ASK |Too many Cluster redirections|None of startup nodes|Cluster is (disconnected|disconnecting|ended)|Node is disconnected|Cluster isn't ready|Failed to refresh slots cache/i;
 
-export function isStoreDown(err: unknown): boolean {
+/** Only the boundary below asks this: everything above it sees `StoreUnavailable`. */
+function isStoreDown(err: unknown): boolean {
   if (err instanceof StoreUnavailable) return true;
   if (!(err instanceof Error)) return false;
-  return err.name === 'MaxRetriesPerRequestError' || STORE_DOWN.test(err.message);
+  if (err.name === 'MaxRetriesPerRequestError' || STORE_DOWN.test(err.message)) return true;
+  // A MULTI that Redis discarded (EXECABORT) because it refused a command as it was queued (OOM, READONLY, …):
+  // ioredis gives the refusals as `previousErrors`.
+  const previous: unknown = Reflect.get(err, 'previousErrors');
+  return Array.isArray(previous) && previous.some(isStoreDown);
 }
 
 /** Redis refused a write because maxmemory is reached (noeviction); also as a script's error. */
@@ -23,7 +30,107 @@ export function isOutOfMemory(err: unknown): boolean {
   return err instanceof Error && /^OOM |OOM command not allowed/.test(err.message);
 }
 
-/** `err` as the store's domain error when it means the store is unreachable (StoreUnavailable, with `err` as cause). */
-export function asStoreError(err: unknown): unknown {
-  return isStoreDown(err) && !(err instanceof StoreUnavailable) ? new StoreUnavailable(err) : err;
+/** Throws `err` as the store's domain error when it means the store is down (else as it is). Shared by every call. */
+function rethrow(err: unknown): never {
+  throw isStoreDown(err) && !(err instanceof StoreUnavailable) ? new StoreUnavailable(err) : err;
 }
+
+/**
+ * The store boundary: `target[name]`, a method of a Redis client that sends a command, redefined so that its promise
+ * rejects with `StoreUnavailable` (the client's error as `cause`) when Redis is down or refuses writes; any other
+ * error (a script's, WRONGTYPE, NOSCRIPT…) goes through as it is. It wraps the method a caller calls, not ioredis's
+ * `Command`: ioredis reads the messages of its commands' errors itself (a Cluster's MOVED/ASK/CLUSTERDOWN retries,
+ * the ready check, a script's NOSCRIPT), so they must reach it unchanged. Cost per call: the rest array and one
+ * derived promise (no closure). A call with a node-style callback (ioredis's own AUTH and ready check,
+ * @fastify/rate-limit's script) gets the client's error as it is. `multi()` and `pipeline()` give a pipeline whose
+ * `exec` is guarded the same way (the errors in its `[err, result]` rows are the commands' own answers).
+ */
+function guard(target: object, name: string): void {
+  const method: unknown = Reflect.get(target, name);
+  if (typeof method !== 'function') return;
+  Object.defineProperty(target, name, {
+    configurable: true,
+    writable: true,
+    value: function guarded(this: unknown, ...args: unknown[]): unknown {
+      const out: unknown = Reflect.apply(method, this, args);
+      if (out instanceof Promise)
+        return typeof args.at(-1) === 'function' ? out : out.then(undefined, rethrow);
+      if (out instanceof Pipeline) guardExec(out);
+      return out;
+    },
+  });
+}
+
+function guardExec(pipeline: Pipeline): void {
+  const exec: unknown = Reflect.get(pipeline, 'exec');
+  if (typeof exec !== 'function') return;
+  // ioredis calls `exec` again itself to retry a pipeline (a Cluster's redirections); the retry answers the promise
+  // the caller already holds, so it gets the same guarded promise (a second one would be left unhandled).
+  let guarded: Promise<unknown> | undefined;
+  Object.defineProperty(pipeline, 'exec', {
+    configurable: true,
+    writable: true,
+    value: (...args: unknown[]): unknown => {
+      const out: unknown = Reflect.apply(exec, pipeline, args);
+      if (!(out instanceof Promise) || typeof args[0] === 'function') return out;
+      return (guarded ??= out.then(undefined, rethrow));
+    },
+  });
+}
+
+type LuaCommand = Parameters<Redis['defineCommand']>[1];
+
+/**
+ * The service's Redis client (src/plugins/redis.ts `createRedis`; both connections): every command, Lua scripts
+ * defined on it included, fails with `StoreUnavailable` when the store is down (see `guard`). So the stores, the
+ * engine and the routes never see a raw connection error of a command; only the clients' `error` events (and the
+ * health probe's own PING, src/redis/health.ts) still carry them.
+ */
+export class StoreRedis extends Redis {
+  override defineCommand(name: string, definition: LuaCommand): void {
+    super.defineCommand(name, definition);
+    guard(this, name);
+    guard(this, `${name}Buffer`);
+  }
+}
+
+/** A Redis Cluster client speaking the store's errors (see StoreRedis). */
+export class StoreCluster extends Cluster {
+  override defineCommand(name: string, definition: LuaCommand): void {
+    super.defineCommand(name, definition);
+    guard(this, name);
+    guard(this, `${name}Buffer`);
+  }
+}
+
+for (const proto of [StoreRedis.prototype, StoreCluster.prototype]) {
+  for (const command of proto.getBuiltinCommands()) {
+    guard(proto, command);
+    guard(proto, `${command}Buffer`);
+  }
+  for (const method of ['call', 'callBuffer', 'pipeline']) guard(proto, method);
+}
+
+/**
+ * Runs `load` again while it fails with `StoreUnavailable`, for at most `forMs`, then throws what it last threw. For
+ * the loads a boot waits on: a Redis that stalls for a moment (the health probe refuses every command while it does)
+ * must not fail a boot; one that stays down does, and the orchestrator starts the process again.
+ */
+export async function retryWhileUnavailable<T>(
+  load: () => Promise<T>,
+  forMs: number,
+  onRetry: (err: StoreUnavailable) => void,
+): Promise<T> {
+  const deadline = Date.now() + forMs;
+  for (;;) {
+    try {
+      return await load();
+    } catch (err) {
+      if (!(err instanceof StoreUnavailable) || Date.now() >= deadline) throw err;
+      onRetry(err);
+      await sleep(RETRY_EVERY_MS);
+    }
+  }
+}
+
+const RETRY_EVERY_MS = 250;

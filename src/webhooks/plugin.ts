@@ -10,6 +10,10 @@ import { parseSecretKey, SecretBox } from './secrets.js';
 import { WebhookStore } from './store.js';
 import { createTap, Interest } from './tap.js';
 import { componentLog } from '../log.js';
+import { retryWhileUnavailable } from '../store/unavailable.js';
+
+/** How long a boot waits for the webhook interest to load while Redis does not answer. */
+const BOOT_LOAD_MS = 15_000;
 
 declare module 'fastify' {
   interface FastifyInstance {
@@ -103,7 +107,11 @@ export default fp<{ config: Config }>(
         interest.loadAll().catch((err: unknown) => log.warn({ err }, 'webhook interest reload failed'));
       },
     );
-    await interest.loadAll();
+    await retryWhileUnavailable(
+      () => interest.loadAll(),
+      BOOT_LOAD_MS,
+      (err) => log.warn({ err }, 'webhook interest not loaded yet; trying again'),
+    );
     app.store.eventTap = tapped.tap;
     const reload = tapped.reloadEvery();
 

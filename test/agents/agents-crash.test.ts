@@ -9,7 +9,7 @@ import { startFakeAnthropic, type FakeAnthropic } from '../fake/server.js';
 import { startTestRedis, type TestRedis } from '../helpers/redis.js';
 import { serviceEnv, spawnService, type ServiceProcess } from '../helpers/process.js';
 import { until } from '../durability/chaos-lib.js';
-import { writerResearcher } from '../helpers/agents.js';
+import { writerResearcher, writerWithResearcher } from '../helpers/agents.js';
 
 describe('sub-agents across a SIGKILL', { timeout: 180_000 }, () => {
   let redis: TestRedis;
@@ -37,20 +37,7 @@ describe('sub-agents across a SIGKILL', { timeout: 180_000 }, () => {
 
   it('creates one child, and the parent finishes on the other replica', async () => {
     const api = procs[0]!.api.as('key-a');
-    const p = (
-      await api.post('/v1/sessions', {
-        system: 'You are a writer.',
-        input: 'Write about the sky.',
-        tools: [
-          {
-            type: 'agent',
-            name: 'researcher',
-            description: 'Researches a question.',
-            session: { system: 'You are a researcher.' },
-          },
-        ],
-      })
-    ).body;
+    const p = (await api.post('/v1/sessions', writerWithResearcher)).body;
     const child = await until(
       async () => (await api.get(`/v1/sessions/${p.id}/children`)).body.data?.[0],
       30_000,
@@ -72,6 +59,10 @@ describe('sub-agents across a SIGKILL', { timeout: 180_000 }, () => {
     const children = (await other.get(`/v1/sessions/${p.id}/children`)).body.data;
     assert.equal(children.length, 1);
     const all = (await other.get('/v1/sessions?limit=100')).body.data;
-    assert.equal(all.length, 2, 'the parent and one child, nothing else');
+    assert.equal(
+      all.length,
+      2,
+      `the parent and one child, nothing else: listed ${JSON.stringify(all.map((s: { id: string; created_at: string }) => [s.id, s.created_at]))}, parent ${p.id}, child ${child.id}`,
+    );
   });
 });

@@ -12,6 +12,7 @@ import {
   SessionsClient,
   WaitTimeoutError,
   verifyWebhook,
+  type ConnectionState,
   type Event,
 } from '../../packages/client/src/index.js';
 import { text, toolCalls, toolUse } from '../fake/script.js';
@@ -70,20 +71,54 @@ describe('typed client', () => {
     const s = await client.createSession({ input: 'Add 2 and 3, then talk.', tools: ['calculate_sum'] });
     assert.equal(s.status, 'running');
 
-    const seen: Event[] = [];
-    let deltas = 0;
+    // Each kill cuts the connection the follow reads at that moment, and the test goes on until the follow has
+    // reconnected after the last one. Both are told by the follow's own connection events, not by timing: on a
+    // busy machine events come in bursts and a reconnection takes a while, so the event a kill is due at may be one
+    // the follow received before the previous kill took effect (nothing left to cut: the kill waits for the next
+    // connection to open), and the last kill may cut a connection that had already carried every event up to
+    // `idle` (the follow reconnects once it has yielded them, then the test ends).
+    let connected = false;
+    let opens = 0;
+    let due = 0;
+    let kills = 0;
+    let idle = false;
+    const done = new AbortController();
+    const caughtUp = () => idle && due === 0 && opens === kills + 1;
+    const onConnection = (state: ConnectionState) => {
+      if (state === 'closed') connected = false;
+      if (state !== 'open') return;
+      opens++;
+      connected = true;
+      if (due > 0) kill();
+      else if (caughtUp()) done.abort(new Error('followed to the end'));
+    };
     const kill = () => {
       // Kill every server-side socket of the service: the client sees an abnormal close (1006).
       for (const ws of h.service.app.websocketServer.clients) ws.terminate();
+      connected = false;
+      kills++;
+      due--;
     };
-    for await (const ev of client.follow(s.id)) {
-      seen.push(ev);
-      if (seen.length === 3) kill();
-      // In the second turn's text: the fake sends its deltas 10 ms apart, so 30+ are still to come at each kill.
-      const data = ev.data as { iteration?: number; status?: string };
-      if (ev.type === 'stream.event' && data.iteration === 2 && [10, 30].includes(++deltas)) kill();
-      if (ev.type === 'session.status' && data.status === 'idle') break;
+
+    const seen: Event[] = [];
+    let deltas = 0;
+    try {
+      for await (const ev of client.follow(s.id, { onConnection, signal: done.signal })) {
+        seen.push(ev);
+        if (seen.length === 3) due++;
+        // In the second turn's text (about 56 stream events, 10 ms apart): at its 10th and its 30th.
+        const data = ev.data as { iteration?: number; status?: string };
+        if (ev.type === 'stream.event' && data.iteration === 2 && [10, 30].includes(++deltas)) due++;
+        if (due > 0 && connected) kill();
+        if (ev.type === 'session.status' && data.status === 'idle') {
+          idle = true;
+          if (caughtUp()) break;
+        }
+      }
+    } catch (err) {
+      if (!done.signal.aborted || err !== done.signal.reason) throw err;
     }
+    assert.equal(kills, 3, 'every kill cut a live connection');
     assert.ok(sockets.length >= 4, `reconnected after each kill (${sockets.length} connections)`);
     assert.deepEqual(dups(ids(seen)), [], 'nothing twice');
     const log = await wholeLog(client, s.id);

@@ -127,7 +127,10 @@ dockerd_started=$(date +%s%N)
   --ip-masq=false \
   --userland-proxy=true \
   --log-level warn \
-  </dev/null >"$CACHE_DIR/dockerd.log" 2>&1 &
+  </dev/null >"$CACHE_DIR/dockerd.log" 2>&1 9>&- &
+# dockerd (and the containerd it starts) must not inherit the lock's fd 9: a run killed with SIGKILL leaves them
+# running, and holding the lock they would make every later run wait for it and give up (seen: a killed run's dockerd
+# held it 25 minutes); without it the next run takes the lock and stops them by their pidfiles, above.
 dockerd_pid=$!
 
 stop_engine() {

@@ -54,6 +54,13 @@ const SESSIONS = Number(process.env['CHAOS_SESSIONS']) || 20;
 const CHAOS_MS = (Number(process.env['CHAOS_SECONDS']) || 35) * 1000;
 const TREES = Number(process.env['CHAOS_TREES']) || 6;
 const SETTLE_MS = 90_000;
+/**
+ * Kills and graceful restarts the chaos makes at least: past CHAOS_MS it goes on, for up to MIN_ACTIONS_MS more,
+ * until it made them. On a busy machine a replica takes 15–35 s to start, so with two of three restarting there is
+ * no victim for a while (a run at load 7 made 2 in 35 s).
+ */
+const MIN_PROCESS_ACTIONS = 3;
+const MIN_ACTIONS_MS = 45_000;
 const MAX_ACTIONS = 16;
 const REPLICAS = 3;
 const LEASE_TTL_MS = 2000;
@@ -364,7 +371,10 @@ describe('chaos', { timeout: 290_000 }, () => {
     const watchers: Promise<unknown>[] = [];
     const redisAt = Date.now() + (until - Date.now()) / 2;
     let redisDone = false;
-    for (let action = 0; action < MAX_ACTIONS && Date.now() < until;) {
+    const more = () =>
+      Date.now() < until ||
+      (figures.kills + figures.gracefulRestarts < MIN_PROCESS_ACTIONS && Date.now() < until + MIN_ACTIONS_MS);
+    for (let action = 0; action < MAX_ACTIONS && more();) {
       await sleep(1000 + rnd() * 1500);
       if (!redisDone && Date.now() >= redisAt) {
         redisDone = true;
@@ -429,7 +439,7 @@ describe('chaos', { timeout: 290_000 }, () => {
     await createSchedules();
     await Promise.all([...firstWave.map(create), ...trees.slice(0, TREES / 2).map(createTree)]);
     let chaosOver = false;
-    const driver = drive(t0 + CHAOS_MS + SETTLE_MS, () => sessions.every((s) => s.done));
+    const driver = drive(t0 + CHAOS_MS + MIN_ACTIONS_MS + SETTLE_MS, () => sessions.every((s) => s.done));
     const chaosRun = chaos(t0 + CHAOS_MS).finally(() => (chaosOver = true));
     await sleep(CHAOS_MS / 4);
     await Promise.all([...secondWave.map(create), ...trees.slice(TREES / 2).map(createTree)]);
@@ -440,7 +450,7 @@ describe('chaos', { timeout: 290_000 }, () => {
     faultsOn = false;
     for (let slot = 0; slot < REPLICAS; slot++) if (!procs[slot]?.running()) await startSlot(slot);
     await driver;
-    const othersResumed = await settleOthers(t0 + CHAOS_MS + SETTLE_MS);
+    const othersResumed = await settleOthers(t0 + CHAOS_MS + MIN_ACTIONS_MS + SETTLE_MS);
     const elapsedMs = Date.now() - t0;
 
     // ---- verification ----

@@ -5,6 +5,8 @@ import { checkHistory } from '../../src/history.js';
 import { clientTool } from '../../src/schemas.js';
 import { loadConfig, ConfigError } from '../../src/config.js';
 import { needsApproval, needsReview, pendingCalls } from '../../src/engine/policy.js';
+import { ThreadDigest } from '../../src/engine/thread-anchor.js';
+import { createHash } from 'node:crypto';
 import { serverTools } from '../../tools/index.js';
 import type { ServerTool } from '../../tools/types.js';
 
@@ -177,5 +179,33 @@ describe('config', () => {
     });
     assert.notEqual(r.status, 0);
     assert.match(r.stderr, /PORT/);
+  });
+});
+
+describe('thread digest', () => {
+  // The digest a stored anchor holds, as it was always made: the JSON of [system, tools, messages] (thread-anchor.ts).
+  const whole = (system: unknown, tools: unknown[], messages: unknown[]) =>
+    createHash('sha256')
+      .update(JSON.stringify([system ?? null, tools.length ? tools : null, messages]))
+      .digest('base64url');
+
+  it('is the digest of the whole thread at each reply, as the history grows or is rewritten', () => {
+    const d = new ThreadDigest();
+    const tools = [{ name: 'calculate_sum', input_schema: { type: 'object' } }];
+    const system = [{ type: 'text', text: 'be brief "quoted"' }];
+    const h: any[] = [{ role: 'user', content: [{ type: 'text', text: 'hi' }] }];
+    assert.equal(d.of(undefined, [], []), whole(undefined, [], []));
+    for (let i = 0; i < 4; i++) {
+      h.push({ role: 'assistant', content: [use(`c${i}`)] });
+      assert.equal(d.of(system, tools, h), whole(system, tools, h));
+      h.push({ role: 'user', content: [res(`c${i}`)] });
+    }
+    // A message replaced (a moved cache marker, a merged follow-up): the digest follows the new history.
+    h[2] = { ...h[2], content: [res('c0'), { type: 'text', text: 'and more' }] };
+    assert.equal(d.of(system, tools, h), whole(system, tools, h));
+    // A shorter history (a compaction), other tools, no system.
+    assert.equal(d.of(system, tools, h.slice(0, 3)), whole(system, tools, h.slice(0, 3)));
+    assert.equal(d.of(undefined, [], h), whole(undefined, [], h));
+    assert.equal(d.of(system, [...tools], h), whole(system, tools, h));
   });
 });

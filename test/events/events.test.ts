@@ -177,30 +177,42 @@ describe('live events', () => {
         where === 'another process' ? await startHarness({ redis: h.redis, fakeServer: h.fake }) : h;
       try {
         const words = Array.from({ length: 90 }, (_, i) => `word${i}`).join(' ');
-        h.fake.enqueue(text(words, { eventDelayMs: 15 }));
+        // The reply streams 36 events; the fake holds it after the 20th (the 19th relayed: the SDK does not relay
+        // the fake's `ping`, its second) until the client has come back, so the client comes back mid-turn by
+        // construction. (Paced only, a busy machine can bring the rest of the turn and its end to the watcher in one
+        // burst: Redis stalls, and the stream relay writes what waited meanwhile in one batch.)
+        const heldAt = 20;
+        h.fake.enqueue(text(words, { eventDelayMs: 15, pauseAfterEvents: heldAt }));
         const created = await h.api.post('/v1/sessions', { start: false });
         const id = created.body.id;
         const first = await connectWs(h.service.url, id);
         const watcher = await connectWs(h.service.url, id);
         await h.api.post(`/v1/sessions/${id}/messages`, { text: 'Say many words' });
-        await first.waitEvent(
+        const firstDelta = await first.waitEvent(
           (e) => e.type === 'stream.event' && e.data.event.type === 'content_block_delta',
           'a first delta',
         );
         first.close();
-        const seen = [...first.events.items];
-        const lastId = seen.at(-1)!.id;
-        // Events go on while the client is away.
+        // The client goes away after its first delta and comes back with that id (what it had received after it, in
+        // the same read, it never handled).
+        const seen = first.events.items.slice(0, first.events.items.indexOf(firstDelta) + 1);
+        const lastId = firstDelta.id;
+        // Events go on while the client is away, up to where the stream is held.
         await watcher.events.wait(
-          (_e, all) =>
-            all.filter((x) => x.type === 'stream.event' && compareIds(x.id, lastId) > 0).length >= 5,
-          'events while the client is away',
+          (_e, all) => all.filter((x) => x.type === 'stream.event').length >= heldAt - 1,
+          'the events up to where the stream is held',
         );
+        const away = watcher.events.items.filter(
+          (x) => x.type === 'stream.event' && compareIds(x.id, lastId) > 0,
+        );
+        assert.ok(away.length >= 5, `events while the client is away (${away.length})`);
         assert.ok(
           !watcher.events.items.some((e) => e.type === 'turn.completed'),
           'the client came back mid-turn',
         );
         const again = await connectWs(other.service.url, id, { after: lastId });
+        // The rest of the turn streams while the client replays what it missed and joins the live fan-out.
+        h.fake.resume();
         await again.events.wait(runEnded, 'the end of the run');
         const log = await readLog(h.service.url, id);
         const got = [...seen, ...again.events.items];

@@ -896,6 +896,39 @@ describe('wire format and pacing', () => {
     const k = streamEvents + 1;
     assert.ok(elapsed >= k * 20, `elapsed ${elapsed} ms for ${k} events`);
   });
+
+  test('pauseAfterEvents holds a paced stream after that many events until resume(), then sends the rest', async () => {
+    fake.enqueue(
+      text('one two three four five six seven eight nine', { eventDelayMs: 5, pauseAfterEvents: 4 }),
+    );
+    const seen: string[] = [];
+    let resumed = false;
+    let early = 0;
+    let reached: () => void = () => {};
+    const held = new Promise<void>((resolve) => (reached = resolve));
+    const stream = client().beta.messages.stream({
+      model: MODEL,
+      max_tokens: 64,
+      messages: [{ role: 'user', content: 'hi' }],
+    });
+    stream.on('streamEvent', (event) => {
+      seen.push(event.type);
+      if (seen.length > 3 && !resumed) early++;
+      // The 4th event sent is the 3rd seen (the `ping` is not): message_start, content_block_start, a delta.
+      if (seen.length === 3) reached();
+    });
+    const done = stream.finalMessage();
+    await held;
+    assert.equal(fake.held, 1, 'the stream is held');
+    assert.deepEqual(seen, ['message_start', 'content_block_start', 'content_block_delta']);
+    resumed = true;
+    fake.resume();
+    assert.equal(fake.held, 0);
+    const message = await done;
+    assert.equal(textOf(message), 'one two three four five six seven eight nine');
+    assert.equal(seen.length, 8);
+    assert.equal(early, 0, 'nothing after the 4th event before resume()');
+  });
 });
 
 describe('standalone process', () => {

@@ -40,6 +40,8 @@ export interface FakeAnthropic {
   setHandler(fn: FakeHandler | null): void;
   /** Default delay before each SSE event. */
   setPacing(eventDelayMs: number): void;
+  /** Sends the rest of every stream held at its `pauseAfterEvents` (the next event after the reply's pace). */
+  resume(): void;
   /** Resolves once `requests.length >= n` (default timeout 5000 ms). */
   waitForRequests(n: number, timeoutMs?: number): Promise<FakeRequest[]>;
   /** Clear queue, requests, handler, threads, and restore the start pacing. */
@@ -48,6 +50,8 @@ export interface FakeAnthropic {
   forgetThreads(): void;
   /** How many replies are still queued. */
   readonly queued: number;
+  /** How many streams are held at their `pauseAfterEvents` now. */
+  readonly held: number;
   /** Closes the server and destroys open sockets. */
   close(): Promise<void>;
 }
@@ -180,6 +184,9 @@ export async function startFakeAnthropic(opts: FakeAnthropicOptions = {}): Promi
     setPacing(eventDelayMs) {
       state.pacing = eventDelayMs;
     },
+    resume() {
+      state.resume();
+    },
     waitForRequests(n, timeoutMs = 5000) {
       return state.waitForRequests(n, timeoutMs);
     },
@@ -191,6 +198,9 @@ export async function startFakeAnthropic(opts: FakeAnthropicOptions = {}): Promi
     },
     get queued() {
       return state.queue.length;
+    },
+    get held() {
+      return state.held;
     },
     close() {
       state.close();

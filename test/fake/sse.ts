@@ -77,6 +77,11 @@ export function streamMessage(
     'request-id': `req_fake_${shortId()}`,
   });
   const delay = reply.eventDelayMs ?? state.pacing;
+  // Held after this many events until the test resumes the fake (never when the stream ends before it).
+  const pauseAt =
+    reply.pauseAfterEvents !== undefined && tail === 'end'
+      ? clamp(reply.pauseAfterEvents, 1, beforeStop)
+      : null;
   // Headers leave at once, as from the real API; the events follow at the pace.
   if (delay > 0) res.flushHeaders();
   if (!(delay > 0)) {
@@ -97,6 +102,13 @@ export function streamMessage(
     }
     res.write(framing.encode([events[i++]!]));
     due += delay;
+    // Held as the event leaves (not at the next step): a client that has it can resume the stream at once.
+    if (i === pauseAt) {
+      return state.pause(() => {
+        due = performance.now() + delay;
+        state.later(step, delay);
+      });
+    }
     state.later(step, delay);
   };
   // With no event to write first, only an `event: error` is left (a cut at 0 returned above).

@@ -26,6 +26,8 @@ export class FakeState {
   readonly requests: FakeRequest[] = [];
   private readonly timers = new Set<NodeJS.Timeout>();
   private readonly waiters = new Set<{ n: number; resolve: () => void }>();
+  /** Streams held at their `pauseAfterEvents`: what sends the rest of each. */
+  private readonly paused = new Set<() => void>();
 
   constructor(readonly settings: FakeSettings) {
     this.handler = settings.defaultHandler;
@@ -40,6 +42,22 @@ export class FakeState {
       fn();
     }, ms);
     this.timers.add(timer);
+  }
+
+  /** Holds a stream until `resume()` (or a reset or close, so that nothing stays held): `rest` sends the rest. */
+  pause(rest: () => void): void {
+    this.paused.add(rest);
+  }
+
+  get held(): number {
+    return this.paused.size;
+  }
+
+  /** Sends the rest of every stream held now. */
+  resume(): void {
+    const held = [...this.paused];
+    this.paused.clear();
+    for (const rest of held) rest();
   }
 
   /** Records a request and wakes the waiters it satisfies; returns its arrival index. */
@@ -81,11 +99,14 @@ export class FakeState {
     this.handler = this.settings.defaultHandler;
     this.pacing = this.settings.startPacing;
     this.threads.clear();
+    this.resume();
   }
 
   close(): void {
     this.closed = true;
     for (const timer of this.timers) clearTimeout(timer);
     this.timers.clear();
+    // A held stream's rest sees the fake closed and ends it.
+    this.resume();
   }
 }

@@ -24,3 +24,17 @@ export function writerResearcher(req: FakeRequest) {
     `Article, from the research (error: ${String(result.type === 'tool_result' && result.is_error === true)}): ${found}`,
   );
 }
+
+/** A writer session with a `researcher` sub-agent (the create body; `writerResearcher` is its model). */
+export const writerWithResearcher = {
+  system: 'You are a writer.',
+  input: 'Write about the sky.',
+  tools: [
+    {
+      type: 'agent',
+      name: 'researcher',
+      description: 'Researches a question.',
+      session: { system: 'You are a researcher.' },
+    },
+  ],
+};

@@ -1,4 +1,5 @@
 import { spawn, spawnSync, type ChildProcess } from 'node:child_process';
+import { after } from 'node:test';
 import { readFileSync } from 'node:fs';
 import path from 'node:path';
 import { fileURLToPath } from 'node:url';
@@ -50,6 +51,14 @@ export interface ServiceProcess {
 const children = new Set<ChildProcess>();
 let exitHandlerInstalled = false;
 
+// A child still running after the file's last test (a `before` that failed half-way through starting several, a test
+// that threw before its cleanup) would keep this process's event loop alive through its pipes, so the file never
+// ends (seen in CI: a replica that failed to start left its two siblings serving for 83 minutes, past CI's limit).
+// A root `after` hook runs once every test and hook of the file is done.
+after(() => {
+  for (const c of children) c.kill('SIGKILL');
+});
+
 function track(child: ChildProcess): void {
   children.add(child);
   child.once('exit', () => children.delete(child));
@@ -72,6 +81,8 @@ export interface SpawnOptions {
    * TypeScript sources through tsx. Call `buildService()` first.
    */
   built?: boolean;
+  /** Node options before the entry (`--cpu-prof`, `--import` of a probe such as ./loop-probe.ts). */
+  nodeArgs?: string[];
 }
 
 /** Builds the service as `npm start`'s prestart step does (`npm run build`: tsc into dist/, plus the Lua files). */
@@ -98,6 +109,9 @@ function startCommand(): { env: Record<string, string>; args: string[] } {
   return { env, args: words.slice(1) };
 }
 
+/** The node flags of package.json's start command (heap sizing: `--max-semi-space-size`, …), without its entry. */
+export const startFlags = (): string[] => startCommand().args.slice(0, -1);
+
 /**
  * Starts the service as a child process. The environment is minimal (PATH, HOME) plus the defaults below plus `env`:
  * nothing of the test process's own environment leaks in (no REDIS_URL of the machine, no API keys).
@@ -108,7 +122,7 @@ export async function spawnService(
 ): Promise<ServiceProcess> {
   const name = opts.name ?? 'service';
   const start = opts.built ? startCommand() : { env: {}, args: ['--import', 'tsx', 'src/server.ts'] };
-  const child = spawn(process.execPath, start.args, {
+  const child = spawn(process.execPath, [...(opts.nodeArgs ?? []), ...start.args], {
     cwd: ROOT,
     env: {
       ...start.env,

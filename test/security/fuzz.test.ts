@@ -2,6 +2,7 @@ import { after, before, describe, it } from 'node:test';
 import assert from 'node:assert/strict';
 import { readFileSync, writeFileSync } from 'node:fs';
 import os from 'node:os';
+import { PerformanceObserver } from 'node:perf_hooks';
 import fc from 'fast-check';
 import { startHarness, type Harness } from '../helpers/service.js';
 import { connectWs, type WsClient } from '../fixtures/event-clients.js';
@@ -25,14 +26,59 @@ const RSS_BOUND_MB = 512;
  * 100 ms; the short run of `npm test` shares a 2-core machine with the rest of the suite and holds 2 s.
  *
  * "Slower" is measured twice. The CPU time the process spent during the request (`process.cpuUsage()`: the service
- * runs in this process, so its handler, serializer and hooks plus the client's fetch) is what a request costs the
- * event loop, whatever else the machine runs: it is always held. The wall time is held too, but only while the
- * machine is not oversubscribed (1-minute load average below its core count): on the shared 2-core machine at a
- * load of 15–30 every request waits for a core, and a wall time over 100 ms there says nothing of the request.
- * The summary names the routes of the highest figures either way.
+ * runs in this process, so its handler, serializer and hooks plus the client's fetch) is held whatever else the
+ * machine runs. The wall time is held too, but only while the machine is not oversubscribed (1-minute load average
+ * below its core count): on the shared 2-core machine at a load of 15–30 every request waits for a core, and a wall
+ * time over 100 ms there says nothing of the request.
+ *
+ * Neither figure is the request's alone: the process's CPU counts every thread (V8's concurrent marking and
+ * sweeping, libuv's pool) and whatever else the loop ran meanwhile (the service's sweeps and timers, a major GC's
+ * pause). So a case over the bound once is run again RERUNS times, and fails only when the median of those runs is
+ * over it too: a request whose work is slow is slow every time; one that met a GC is not (the summary lists each
+ * case over the bound once, with the GC pauses during it and its median).
  */
 const MAX_MS = Number(process.env['FUZZ_MAX_MS'] ?? (process.env['FUZZ_RUNS'] ? 100 : 2000));
 const machineIdle = () => os.loadavg()[0]! < os.availableParallelism();
+const RERUNS = 5;
+
+/** GC pauses of this process (the service's and the client's: one heap), for the cases over the bound. */
+const gcPauses: Array<{ start: number; ms: number; kind: number }> = [];
+new PerformanceObserver((list) => {
+  for (const e of list.getEntries())
+    if (e.duration >= 1 && gcPauses.length < 100_000)
+      gcPauses.push({
+        start: e.startTime,
+        ms: e.duration,
+        kind: (e as PerformanceEntry & { detail?: { kind?: number } }).detail?.kind ?? -1,
+      });
+}).observe({ entryTypes: ['gc'] });
+const gcDuring = (from: number, to: number) =>
+  gcPauses.filter((g) => g.start + g.ms >= from && g.start <= to).reduce((n, g) => n + g.ms, 0);
+
+/** One request: its status, wall time and the process's CPU time during it (ms). */
+async function timed(
+  url: string,
+  r: { method: string; headers: Record<string, string>; body?: string | undefined },
+) {
+  const started = performance.now();
+  const cpu0 = process.cpuUsage();
+  const res = await fetch(url, {
+    method: r.method,
+    headers: r.headers,
+    redirect: 'manual',
+    ...(r.body !== undefined && r.method !== 'GET' ? { body: r.body } : {}),
+  });
+  await res.arrayBuffer();
+  const used = process.cpuUsage(cpu0);
+  return {
+    status: res.status,
+    started,
+    ms: performance.now() - started,
+    cpuMs: (used.user + used.system) / 1000,
+  };
+}
+
+const median = (xs: number[]) => [...xs].sort((a, b) => a - b)[Math.floor(xs.length / 2)]!;
 
 describe('fuzzer routes', () => {
   it('cover every /v1 operation of openapi.json, but the few it says it leaves out', () => {
@@ -117,6 +163,7 @@ describe('fuzzer', () => {
     let slowest = 0;
     let costliest = 0;
     let wallHeld = 0;
+    const overOnce: string[] = [];
     const perRoute = new Map<string, { n: number; wall: number; cpu: number; cpuSum: number }>();
     let rssMax = rss0;
     const t0 = Date.now();
@@ -124,20 +171,9 @@ describe('fuzzer', () => {
     await fc.assert(
       fc.asyncProperty(requestArb(ids, 'key-mallory'), async (r) => {
         let status: string;
-        const started = performance.now();
-        const cpu0 = process.cpuUsage();
         try {
-          const res = await fetch(h.service.url + r.path, {
-            method: r.method,
-            headers: r.headers,
-            redirect: 'manual',
-            ...(r.body !== undefined && r.method !== 'GET' ? { body: r.body } : {}),
-          });
-          await res.arrayBuffer();
-          status = String(res.status);
-          const ms = performance.now() - started;
-          const used = process.cpuUsage(cpu0);
-          const cpuMs = (used.user + used.system) / 1000;
+          const { status: code, started, ms, cpuMs } = await timed(h.service.url + r.path, r);
+          status = String(code);
           slowest = Math.max(slowest, ms);
           costliest = Math.max(costliest, cpuMs);
           const stat = perRoute.get(r.route) ?? { n: 0, wall: 0, cpu: 0, cpuSum: 0 };
@@ -149,16 +185,29 @@ describe('fuzzer', () => {
           });
           // A route's first case pays its code's first run (JIT, a static file's first read): not held.
           const first = stat.n === 0;
-          if (cpuMs > MAX_MS && !first)
-            failures.push(`${r.method} ${r.path.slice(0, 200)} cost ${cpuMs.toFixed(0)} ms of CPU`);
-          if (machineIdle() && !first) {
-            wallHeld++;
-            if (ms > MAX_MS) failures.push(`${r.method} ${r.path.slice(0, 200)} took ${ms.toFixed(0)} ms`);
-          }
-          if (res.status >= 500)
-            failures.push(
-              `${r.method} ${r.path.slice(0, 200)} → ${res.status} (body ${r.body?.slice(0, 200)})`,
+          const idle = machineIdle();
+          if (idle && !first) wallHeld++;
+          const overCpu = cpuMs > MAX_MS && !first;
+          const overWall = idle && ms > MAX_MS && !first;
+          if (overCpu || overWall) {
+            // Over once: run again; slow only if its median is over too (see MAX_MS).
+            const gcMs = gcDuring(started, started + ms);
+            const again: Array<{ ms: number; cpuMs: number }> = [];
+            for (let i = 0; i < RERUNS; i++) again.push(await timed(h.service.url + r.path, r));
+            const cpuMedian = median(again.map((x) => x.cpuMs));
+            const wallMedian = median(again.map((x) => x.ms));
+            const what = `${r.method} ${r.path.slice(0, 120)}`;
+            overOnce.push(
+              `${what}: cpu ${cpuMs.toFixed(0)} wall ${ms.toFixed(0)} ms (GC pauses ${gcMs.toFixed(0)} ms); ` +
+                `median of ${RERUNS} more: cpu ${cpuMedian.toFixed(1)} wall ${wallMedian.toFixed(1)} ms`,
             );
+            if (overCpu && cpuMedian > MAX_MS)
+              failures.push(`${what} cost ${cpuMedian.toFixed(0)} ms of CPU (median of ${RERUNS})`);
+            if (overWall && machineIdle() && wallMedian > MAX_MS)
+              failures.push(`${what} took ${wallMedian.toFixed(0)} ms (median of ${RERUNS})`);
+          }
+          if (code >= 500)
+            failures.push(`${r.method} ${r.path.slice(0, 200)} → ${code} (body ${r.body?.slice(0, 200)})`);
         } catch (err) {
           status = `error:${(err as Error).cause ? String((err as Error & { cause: Error }).cause.message).slice(0, 40) : (err as Error).message.slice(0, 40)}`;
         }
@@ -228,6 +277,9 @@ describe('fuzzer', () => {
       costliest_cpu_ms: Math.round(costliest),
       // Cases whose wall time was held (the machine not oversubscribed at the time).
       wall_time_held: wallHeld,
+      // Cases over the bound once, each with the GC pauses during it and the median of its runs again.
+      over_once: overOnce.slice(0, 30),
+      over_once_count: overOnce.length,
       load_average: os.loadavg().map((l) => Math.round(l * 10) / 10),
       // The ten routes of the highest CPU time of one case: max CPU, mean CPU, max wall time, cases.
       costliest_routes: Object.fromEntries(

@@ -8,7 +8,7 @@ import assert from 'node:assert/strict';
 import { WebSocket } from 'ws';
 import { startHarness, type Api, type Harness } from '../helpers/service.js';
 import { Redis } from 'ioredis';
-import { jsonBoundsExceeded, jsonTooWide } from '../../src/json-depth.js';
+import { jsonBoundsExceeded, jsonScan, jsonTooWide } from '../../src/json-depth.js';
 import { wsUrl } from '../fixtures/event-clients.js';
 
 const wide = (n: number, prefix = 'k') =>
@@ -23,6 +23,48 @@ describe('loose objects are bounded', { timeout: 60_000 }, () => {
     acme = h.api.as('key-acme');
   });
   after(async () => h?.close());
+
+  it('finds the keys that need the prototype check in the same pass, and reads long strings whole', () => {
+    const suspect = (text: string) => jsonScan(Buffer.from(text), 64, 256).suspectKeys;
+    assert.equal(suspect('{"__proto__":{}}'), true);
+    assert.equal(suspect('{"a":{"constructor":{"prototype":{}}}}'), true);
+    assert.equal(suspect('{"\\u005f_proto__":1}'), true, 'an escape may spell one');
+    assert.equal(
+      suspect('{"x":"a\\\\","__proto__":1}'),
+      true,
+      'after a string ending in an escaped backslash',
+    );
+    assert.equal(suspect('{"x":"__proto__","y":["constructor"]}'), false, 'values are not keys');
+    assert.equal(suspect('{"a":"\\"__proto__\\":"}'), false, 'inside a string');
+    assert.equal(suspect(JSON.stringify({ content: 'r'.repeat(900_000), s: 'a\\"b'.repeat(1000) })), false);
+    // Brackets and quotes inside long strings with escapes do not count.
+    const text = JSON.stringify({ a: `${'x'.repeat(100)}\\"[[[{{{`.repeat(2000), b: wide(10) });
+    assert.equal(jsonBoundsExceeded(Buffer.from(text), 2, 256), null);
+    assert.equal(jsonBoundsExceeded(Buffer.from(text), 2, 9), 'keys');
+  });
+
+  it('refuses prototype keys in a body, whatever their spelling, and parses the rest with JSON.parse', async () => {
+    for (const body of [
+      '{"start":false,"params":{"__proto__":{"x":1}}}',
+      '{"start":false,"params":{"\\u005f\\u005fproto__":{"x":1}}}',
+      '{"start":false,"params":{"constructor":{"prototype":{"x":1}}}}',
+    ]) {
+      const r = await fetch(`${acme.base}/v1/sessions`, {
+        method: 'POST',
+        headers: { authorization: 'Bearer key-acme', 'content-type': 'application/json' },
+        body,
+      });
+      assert.equal(r.status, 400, body);
+      assert.equal(((await r.json()) as { error: { code: string } }).error.code, 'invalid_json');
+    }
+    const ok = await acme.post('/v1/sessions', {
+      start: false,
+      params: { system: '"__proto__": constructor' },
+      metadata: { k: 'constructor' },
+    });
+    assert.equal(ok.status, 201, JSON.stringify(ok.body));
+    assert.deepEqual(ok.body.metadata, { k: 'constructor' });
+  });
 
   it('counts keys per object in one pass, strings and arrays aside', () => {
     assert.equal(jsonTooWide(JSON.stringify(wide(256)), 256), false);

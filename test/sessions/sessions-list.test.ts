@@ -1,7 +1,10 @@
-import { after, before, describe, it } from 'node:test';
+import { after, before, describe, it, mock } from 'node:test';
 import assert from 'node:assert/strict';
 import { startHarness, type ApiResponse, type Harness } from '../helpers/service.js';
 import { hang, text, toolCall } from '../fake/script.js';
+import { createSession } from '../../src/sessions/create.js';
+import { createSessionBody } from '../../src/schemas.js';
+import { SessionExists } from '../../src/errors.js';
 
 const lookup = { name: 'lookup', input_schema: { type: 'object', properties: { q: { type: 'string' } } } };
 const TOTAL = 25;
@@ -165,6 +168,26 @@ describe('GET /v1/sessions', () => {
     } finally {
       r.disconnect();
     }
+  });
+  it('two creates of one id in the same millisecond (two replicas creating one sub-agent): the session stays listed', async () => {
+    const app = h.service.app;
+    const tenant = (await app.store.load(created[0]!))!.tenant;
+    const id = 'ses_samemillisecondcreate';
+    const body = createSessionBody.parse({ start: false, metadata: { same: 'ms' } });
+    // Both creates take their `created_at` from one frozen clock: the same index member, as when two replicas'
+    // sweeps create a sub-agent in the same millisecond. The loser of the write must not remove the winner's entry.
+    mock.timers.enable({ apis: ['Date'], now: Date.now() });
+    let outcomes: Array<PromiseSettledResult<unknown>>;
+    try {
+      outcomes = await Promise.allSettled([0, 1].map(() => createSession(app.sessionDeps, tenant, body, id)));
+    } finally {
+      mock.timers.reset();
+    }
+    assert.deepEqual(outcomes.map((o) => o.status).sort(), ['fulfilled', 'rejected']);
+    const lost = outcomes.find((o) => o.status === 'rejected');
+    assert.ok(lost?.status === 'rejected' && lost.reason instanceof SessionExists, String(lost));
+    const { ids } = await pages('', 100);
+    assert.equal(ids.filter((x) => x === id).length, 1, 'the session that exists is listed once');
   });
 });
 

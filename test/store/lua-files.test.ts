@@ -48,6 +48,7 @@ describe('Lua lives in .lua files', () => {
     assert.deepEqual(names.sort(), [
       'sessAcquire',
       'sessAppendEvents',
+      'sessAppendEventsMany',
       'sessApply',
       'sessClientTokenMint',
       'sessClientTokenRevoke',
@@ -84,5 +85,87 @@ describe('Lua lives in .lua files', () => {
     );
     const notice = (await got).split('\n');
     assert.deepEqual(notice, ['E', '0-0', id, id, 'turn.started', '5', '0', '{"iteration":1}']);
+  });
+
+  it('append-events-many writes each session as append-events does: its log, its trim, its notice', async (t) => {
+    const redis = await startTestRedis();
+    t.after(() => redis.stop());
+    const client = new Redis(redis.url);
+    t.after(() => client.quit());
+    defineLuaCommands(client, new URL('../../src/store/lua/', import.meta.url), 'sess');
+    const scripted = client as unknown as {
+      sessAppendEventsMany(...a: Array<string | number>): Promise<number>;
+    };
+    // Session a has a meta hash (its log is counted and trimmed to 2 entries); b has none (written, not counted).
+    await client.hset('s:{a}', 'status', 'running');
+    await client.xadd('s:{a}:e', '*', 't', 'old', 'd', '{}', 'at', '1');
+    const sub = new Redis(redis.url);
+    t.after(() => sub.quit());
+    await sub.subscribe('ev:{a}', 'ev:{b}');
+    const notices = new Map<string, string[]>();
+    const got = new Promise<void>((resolve) =>
+      sub.on('message', (channel: string, m: string) => {
+        notices.set(channel, m.split('\n'));
+        if (notices.size === 2) resolve();
+      }),
+    );
+    const n = await scripted.sessAppendEventsMany(
+      4,
+      's:{a}',
+      's:{a}:e',
+      's:{b}',
+      's:{b}:e',
+      2,
+      7,
+      16384,
+      1_000_000,
+      'ev:{a}',
+      2,
+      'stream.event',
+      '{"n":1}',
+      'stream.event',
+      '{"n":2}',
+      'ev:{b}',
+      1,
+      'turn.started',
+      '{"iteration":1}',
+    );
+    assert.equal(n, 2);
+    await got;
+    const a = await client.xrange('s:{a}:e', '-', '+');
+    assert.deepEqual(
+      a.map(([, f]) => f[3]),
+      ['{"n":1}', '{"n":2}'],
+      "a's oldest entry trimmed: 2 kept",
+    );
+    const b = await client.xrange('s:{b}:e', '-', '+');
+    assert.equal(b.length, 1);
+    assert.equal(await client.exists('s:{b}'), 0, 'no meta made for b');
+    assert.equal(Number(await client.hget('s:{a}', 'ev_bytes')) > 0, true, "a's log bytes counted");
+    const na = notices.get('ev:{a}')!;
+    assert.equal(na[0], 'E');
+    assert.equal(na[2], a[1]![0], "a's notice ends at its newest event");
+    assert.deepEqual(na.slice(3), [
+      a[0]![0],
+      'stream.event',
+      '7',
+      '0',
+      '{"n":1}',
+      a[1]![0],
+      'stream.event',
+      '7',
+      '0',
+      '{"n":2}',
+    ]);
+    assert.deepEqual(notices.get('ev:{b}'), [
+      'E',
+      '0-0',
+      b[0]![0],
+      b[0]![0],
+      'turn.started',
+      '7',
+      '0',
+      '{"iteration":1}',
+    ]);
   });
 });

@@ -6,6 +6,7 @@
 import { after, before, describe, it } from 'node:test';
 import assert from 'node:assert/strict';
 import type { Redis } from 'ioredis';
+import { StoreUnavailable } from '../../src/errors.js';
 import { startFakeAnthropic, type FakeAnthropic } from '../fake/server.js';
 import { startTestRedis, type TestRedis } from '../helpers/redis.js';
 import { serviceEnv, sleep, spawnService, type ServiceProcess } from '../helpers/process.js';
@@ -180,7 +181,7 @@ describe('a write interrupted half-way by a store failure', { timeout: 60_000 },
     const h = await startHarness({ env: { LEASE_TTL_MS: '1000' } });
     try {
       // Redis "fails" right after the session's own write (the apply script): the next ZADD (run queue or tenant
-      // index) fails, as if the connection dropped between the two.
+      // index) fails, as if the connection dropped between the two (as the client reports it: StoreUnavailable).
       const store = h.service.app.store as any;
       const redis = h.service.app.redis as any;
       const zadd = redis.zadd.bind(redis);
@@ -194,7 +195,7 @@ describe('a write interrupted half-way by a store failure', { timeout: 60_000 },
       redis.zadd = (...args: unknown[]) => {
         if (armed) {
           armed = false;
-          return Promise.reject(new Error('Connection is closed.'));
+          return Promise.reject(new StoreUnavailable(new Error('Connection is closed.')));
         }
         return zadd(...args);
       };

@@ -83,6 +83,8 @@ declare module 'ioredis' {
     sessClientTokenRevoke(tokens: string, id: string): Result<number, Context>;
     /** append-events-2.lua: meta, events, then channel, max, now, notice bytes, max bytes, and type, data pairs. */
     sessAppendEvents(...args: Array<string | number>): Result<string, Context>;
+    /** append-events-many.lua: numkeys, meta and events of each session, then max, now, notice bytes, max bytes, and per session channel, count, type, data pairs. */
+    sessAppendEventsMany(...args: Array<string | number>): Result<number, Context>;
     /** run-slot-take-1.lua: 1 when the slot was taken. */
     sessRunSlotTake(key: string, id: string, now: number, max: number): Result<number, Context>;
     /** run-slot-prune-1.lua: the key, then session id, score pairs read as stale. */

@@ -1,0 +1,197 @@
+/**
+ * The tenants' session indexes: each tenant's sessions by creation time (one sorted set, paged by member), the
+ * metadata pairs' indexes beside it (metadata-index.ts), and the list of a tenant's sessions read through them.
+ * The sessions themselves are the store's (store.ts); a list reads their meta hashes and decodes them with the
+ * store's decoder.
+ */
+import { setImmediate as turn } from 'node:timers/promises';
+import { InvalidRequest } from '../errors.js';
+import { heavyStep } from '../tenant-turns.js';
+import { sessionKeys, tenantIndexKey } from './keys.js';
+import type { RedisClient } from './lua-commands.js';
+import {
+  MetadataIndex,
+  matchesMetadata,
+  metadataIndexKey,
+  metadataPairs,
+  type MetadataPair,
+} from './metadata-index.js';
+import type { SessionState, Status } from './session-state.js';
+
+/** How old an index entry without its session must be before a list drops it (ms): older than any create's write. */
+const INDEX_GRACE_MS = 60_000;
+
+/** A list page yields the event loop after measuring a session this large (see `list`). */
+const LIST_YIELD_BYTES = 64 * 1024;
+
+/** Bytes of a hash's values (what decoding it costs, near enough). */
+function hashBytes(h: Record<string, Buffer>): number {
+  let n = 0;
+  for (const k in h) n += h[k]!.length;
+  return n;
+}
+
+/** A hash read as bytes (HGETALL's reply), as text. */
+function textOf(h: Record<string, Buffer>): Record<string, string> {
+  const out: Record<string, string> = {};
+  for (const k in h) out[k] = h[k]!.toString('utf8');
+  return out;
+}
+
+/**
+ * How many sessions of a list round to read next (`left` not read yet, `loaded` read, taking `bytes` of the page so
+ * far). Without a byte bound, all. With one, two first, then as many as the room left holds at the size seen so far
+ * (at least one): a page of 400 kB sessions reads the three it needs (two sent, one over the bound), not the whole
+ * round of 100 — each read is a whole meta hash decoded on the event loop (~5 ms of CPU for a 400 kB one). A page
+ * of small sessions costs one round trip more than reading them all at once.
+ */
+function listChunk(left: number, loaded: number, bytes: number, bound?: { maxBytes: number }): number {
+  if (!bound) return left;
+  if (loaded === 0) return Math.min(left, 2);
+  if (bytes === 0) return left;
+  const room = Math.max(0, bound.maxBytes - bytes);
+  return Math.min(left, Math.max(1, Math.ceil(room / (bytes / loaded))));
+}
+
+export class SessionIndex {
+  /** The tenants' metadata pairs → sessions (metadata-index.ts), for `metadata.<key>` list filters. */
+  readonly metadata: MetadataIndex;
+
+  constructor(
+    private readonly redis: RedisClient,
+    /** A meta hash (HGETALL's reply) as the store decodes it; null for one that is not a session's. */
+    private readonly decode: (h: Record<string, string>) => SessionState | null,
+  ) {
+    this.metadata = new MetadataIndex(redis);
+  }
+
+  /** Index members sort by creation time then id, so a lexicographic range pages the list exactly. */
+  member(createdAt: number, id: string): string {
+    return `${String(createdAt).padStart(15, '0')}:${id}`;
+  }
+
+  /** Lists the session in its tenant's index, and under each of its metadata pairs (`metadata`). */
+  async add(
+    tenant: string,
+    id: string,
+    createdAt: number,
+    metadata: Record<string, unknown> = {},
+  ): Promise<void> {
+    const member = this.member(createdAt, id);
+    await Promise.all([
+      this.redis.zadd(tenantIndexKey(tenant), 0, member),
+      this.metadata.add(tenant, member, metadataPairs(metadata)),
+    ]);
+  }
+
+  /** How many sessions `tenant` keeps (its index: one ZCARD). */
+  count(tenant: string): Promise<number> {
+    return this.redis.zcard(tenantIndexKey(tenant));
+  }
+
+  async remove(tenant: string, id: string, createdAt: number): Promise<void> {
+    await this.redis.zrem(tenantIndexKey(tenant), this.member(createdAt, id));
+  }
+
+  /**
+   * The session an index entry stands for, or null: an entry is the session's only when its time is the session's
+   * `created_at`. A create indexes before it writes, so for a moment an entry has no session yet, and a create that
+   * lost the race for a deterministic id (`session_exists`) has an entry of its own time until it unindexes it.
+   */
+  private entryOf(member: string, s: SessionState | null): SessionState | null {
+    return s && this.member(s.createdAt, s.id) === member ? s : null;
+  }
+
+  /**
+   * A tenant's sessions, newest first. The cursor is the index member of the last item of the previous page.
+   * Entries whose session is gone are dropped from the index on the way (once older than INDEX_GRACE_MS, so the
+   * entry of a create in flight stays); a status filter reads at most 20 index
+   * pages per call, so one request stays bounded. Metadata filters page the index of the narrowest pair instead
+   * (metadata-index.ts), every candidate checked against the session (a stale entry is dropped).
+   */
+  async list(
+    tenant: string,
+    opts: {
+      limit: number;
+      cursor?: string | undefined;
+      status?: Status | undefined;
+      metadata?: readonly MetadataPair[] | undefined;
+    },
+    /** A page stops before the item that would take it over `maxBytes` (as `sizeOf` counts); never empty. */
+    bound?: { maxBytes: number; sizeOf: (s: SessionState) => number },
+  ): Promise<{ items: SessionState[]; next: string | null }> {
+    const filters = opts.metadata ?? [];
+    // With filters: the index of one pair (`own`), whose members that no longer have it are dropped.
+    const own = filters.length ? await this.metadata.narrowest(tenant, filters) : null;
+    const key = own ? metadataIndexKey(tenant, own) : tenantIndexKey(tenant);
+    if (opts.cursor && !/^\d{15}:ses_[A-Za-z0-9]+$/.test(opts.cursor)) {
+      throw new InvalidRequest('invalid_cursor', 'The cursor is not one this service gave.');
+    }
+    let max = opts.cursor ? `(${opts.cursor}` : '+';
+    const items: SessionState[] = [];
+    let lastMember: string | null = null;
+    let exhausted = false;
+    const pageSize = opts.status || filters.length > 1 ? 100 : opts.limit;
+    let bytes = 0;
+    let full = false;
+    for (let round = 0; round < 20 && items.length < opts.limit && !full; round++) {
+      const members = await this.redis.zrevrangebylex(key, max, '-', 'LIMIT', 0, pageSize);
+      const states: Array<SessionState | null> = [];
+      let read = 0;
+      for (; read < members.length && items.length < opts.limit; read++) {
+        if (read === states.length) {
+          const next = members.slice(
+            read,
+            read + listChunk(members.length - read, states.length, bytes, bound),
+          );
+          // Read together, decoded one by one: a large hash (a 400 kB session) is a heavy step of the tenant's
+          // (tenant-turns.ts), not one of several decoded in the turn their replies arrived in.
+          // As bytes: decoding each to text is part of its step (ioredis would decode them all as they arrive).
+          const hashes = await Promise.all(
+            next.map((m) => this.redis.hgetallBuffer(sessionKeys(m.slice(16)).meta)),
+          );
+          for (const h of hashes) {
+            if (hashBytes(h) >= LIST_YIELD_BYTES) {
+              const wait = heavyStep(tenant);
+              if (wait) await wait;
+            }
+            states.push(this.decode(textOf(h)));
+          }
+        }
+        const member = members[read]!;
+        const s = this.entryOf(member, states[read] ?? null);
+        if (
+          s &&
+          bound &&
+          (!opts.status || s.status === opts.status) &&
+          matchesMetadata(s.metadata, filters)
+        ) {
+          const size = bound.sizeOf(s);
+          bytes += size;
+          if (bytes > bound.maxBytes && items.length > 0) {
+            full = true;
+            break;
+          }
+          // A turn of the event loop between large sessions: a page of three 400 kB sessions was decoded and
+          // measured in one go (~10 ms of the loop, ahead of every other tenant's requests).
+          if (size >= LIST_YIELD_BYTES) await (heavyStep(tenant) ?? turn());
+        }
+        lastMember = member;
+        if (!s) {
+          if (Number(member.slice(0, 15)) < Date.now() - INDEX_GRACE_MS) await this.redis.zrem(key, member);
+        } else if (own && !matchesMetadata(s.metadata, [own])) await this.redis.zrem(key, member);
+        else if ((!opts.status || s.status === opts.status) && matchesMetadata(s.metadata, filters))
+          items.push(s);
+      }
+      if (full) break;
+      if (members.length < pageSize && read === members.length) {
+        exhausted = true;
+        break;
+      }
+      max = `(${lastMember}`;
+    }
+    // A short page with a cursor means the bounded scan stopped before the end of the index: ask again from there.
+    const more = items.length === opts.limit || !exhausted || full;
+    return { items, next: more && lastMember ? lastMember : null };
+  }
+}
