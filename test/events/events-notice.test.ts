@@ -122,28 +122,47 @@ describe('event notices (pub/sub carries the events)', () => {
     assert.deepEqual(JSON.parse(sink.got[39]!.json).data, { i: 19, second: true });
   });
 
-  it("reads no log on the subscriber connection's first ready (only a reconnection can have lost notices)", async () => {
+  it("reads no log on the subscriber connection's first ready, and reads it after a reconnection", async () => {
     // A hub on a connection still connecting: its first `ready` comes after the channel below started.
-    const freshSub = new Redis(redis.url);
+    const freshSub = new Redis(redis.url, { connectionName: 'notice-fresh-sub' });
     const freshChannels = new SessionChannels(freshSub);
+    // Registered after the hub's: ioredis calls a `ready` event's listeners in order, so when this one runs the
+    // hub's has decided whether this `ready` is a reconnection (it reads the logs at once when it is).
+    const reconnections: number[] = [];
+    const readies: number[] = [];
     const freshHub = new EventHub({
       eventLog: new EventLog(cmd),
       channels: freshChannels,
       logger: pino({ level: 'silent' }),
     });
+    freshChannels.onReconnect(() => reconnections.push(readies.length));
+    freshSub.on('ready', () => readies.push(Date.now()));
     try {
       assert.notEqual(freshSub.status, 'ready');
       const id = 'ses_notice000009';
       const sink = memorySink();
       const s = freshHub.subscribe(id, '0-0', sink);
       await until(() => s.live);
-      const before = await xranges(admin);
       await store.appendEvents(id, [['stream.event', '{"n":1}']]);
       await sink.wait(1);
-      // A reconnection reads every watched log at once and again a second later: wait past that.
-      await new Promise((r) => setTimeout(r, 1300));
-      assert.equal(await xranges(admin), before, 'no XRANGE: the first ready is no reconnection');
+      assert.equal(readies.length, 1);
+      // The hub reads the logs again only from its channels' reconnection listener, which this one follows.
+      assert.deepEqual(reconnections, [], 'the first ready is no reconnection');
+      const baseline = await xranges(admin);
       assert.equal(sink.got.length, 1);
+
+      // A real reconnection: the server drops the subscriber's connection; ioredis connects again.
+      const list = String(await admin.client('LIST'));
+      const subId = /id=(\d+) [^\n]*name=notice-fresh-sub/.exec(list)?.[1];
+      assert.ok(subId, list);
+      await admin.client('KILL', 'ID', subId);
+      await until(() => reconnections.length === 1);
+      assert.deepEqual(reconnections, [1], 'the second ready is a reconnection');
+      await until(() => readies.length === 2);
+      // The hub reads every watched log at once: an XRANGE (waited for: it is sent, not yet run).
+      const end = Date.now() + 5000;
+      while ((await xranges(admin)) === baseline)
+        assert.ok(Date.now() < end, 'no XRANGE after the reconnection');
     } finally {
       freshHub.close();
       freshChannels.close();
