@@ -15,7 +15,7 @@
  *   request that arrives during one waits for all of it;
  * - every GET of B answered 200 (before issue 22's fixes the 3 s Redis command timeout fired: 503s), and its wall
  *   p99 under 1.5 s whatever the load; when the machine is not oversubscribed (1-minute load under its cores), B's
- *   wall p99 under 150 ms (59–86 ms measured on a quiet machine; 211–275 ms before the fixes).
+ *   wall p99 under 100 ms (29–48 ms measured at load ≤ 2.0; 211–275 ms before the fixes).
  *
  * Measured (the diagnostic line prints all of it): on main's code, at load 14, the longest turn 71–94 ms of CPU,
  * 177–208 turns ≥ 10 ms, B's CPU p99 47–54 ms (this test fails); now, at load 5–15, the longest turn 17–35 ms,
@@ -25,8 +25,9 @@
  * with GC pauses of 113–286 ms of wall), B's CPU p99 24–41 ms (51 and 54 in two at load 7–8: the service's main
  * thread does more of the GC when V8's helper threads get no core), at load 2.6–5 B's wall p99 64–73 ms in four
  * runs, 153 ms in a fifth (before: 88–108 ms in three, 222 in a fourth), at load 1.0 84 ms (before: 108 ms at
- * 1.2), of which 48 ms (86) from its parse to its answer's end. Bounded: about 15–60 s (the longer at load
- * 15).
+ * 1.2), of which 48 ms (86) from its parse to its answer's end. On 2026-12-02 at 22:20 UTC, this code (six runs on
+ * a fresh machine of the same kind, load ≤ 2.0, two with a CPU burner beside it): B's wall p99 29–48 ms, the
+ * longest turn 10–14 ms of CPU. Bounded: about 15–60 s (the longer at load 15).
  *
  * Diagnostics: `NOISY_CPU_PROF=<dir>` writes the service's CPU profile there and prints the attack's window in the
  * profile's clock (its samples are wall time: on a busy machine a write that wakes another process is charged the
@@ -251,8 +252,9 @@ describe('noisy neighbour', { timeout: 120_000 }, () => {
     assert.ok(maxBlock < (room ? 50 : 250), `the longest turn of the service's loop: ${summary}`);
     // On a machine with room (the attacker's client, the service and Redis still share its cores): B's wall p99 was
     // 211–275 ms before issue 22's fixes (load 0–1), 59–86 ms after them (load 1.0–1.4, four runs), 84 ms with the
-    // tenant turns (load 1.0, one run; 108 ms for the code before them right after); 50 ms of wall time is not reached
-    // yet (the service's own CPU p99 is, above), so the bound is the one the fixes earned.
-    if (room) assert.ok(q(during, 0.99) < 150, `B's wall p99 on a machine with room: ${summary}`);
+    // tenant turns (load 1.0, one run; 108 ms for the code before them right after), 29–48 ms since (six runs at load
+    // ≤ 2.0: issue 22's 50 ms). The bound keeps twice that as room for a machine whose 1-minute load lags its
+    // present one; a fault of the kinds this test catches costs hundreds of ms.
+    if (room) assert.ok(q(during, 0.99) < 100, `B's wall p99 on a machine with room: ${summary}`);
   });
 });
