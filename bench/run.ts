@@ -12,7 +12,7 @@
  *                                      full-size B6 into a quick run's report; the report says so)
  *   experiments (environment, the service process only): BENCH_SERVICE_NODE_FLAGS='--max-semi-space-size=16'
  *            (replaces `npm start`'s node flags), BENCH_SERVICE_GC_LOG=<file> (`--trace-gc` lines appended there),
- *            BENCH_SERVICE_NODE_OPTIONS (NODE_OPTIONS)
+ *            BENCH_SERVICE_NODE_OPTIONS (NODE_OPTIONS); BENCH_B9_STEPS=400,500 (B9 at those Ns only)
  *
  * Processes (all on 127.0.0.1, free ports): a private redis-server (append-only, as the service's embedded Redis
  * runs), the fake Messages API (test/fake/main.ts), a fresh service process per scenario (src/server.ts), the

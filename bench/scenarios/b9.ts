@@ -200,9 +200,13 @@ const line = (side: string, s: B9Step) =>
 export async function b9(ctx: Ctx): Promise<B9Result> {
   // A ~1.25× geometric ladder, the same for both sides, so a ratio of held Ns is measured to within a step (with
   // 50, 100, 250, 500… a service holding 200 against 250 read as 0.4×).
-  const steps = ctx.quick
-    ? [50, 100]
-    : [50, 100, 150, 200, 250, 300, 400, 500, 650, 800, 1000, 1250, 1600, 2000, 2500, 3200, 4000];
+  // BENCH_B9_STEPS=200,250: only those Ns (an experiment's knob; the report says which were run).
+  const only = process.env['BENCH_B9_STEPS']?.split(',').map(Number);
+  const steps = only?.length
+    ? only
+    : ctx.quick
+      ? [50, 100]
+      : [50, 100, 150, 200, 250, 300, 400, 500, 650, 800, 1000, 1250, 1600, 2000, 2500, 3200, 4000];
   const timeoutMs = 120_000;
   const svc: B9Step[] = [];
   const sdk: B9Step[] = [];

@@ -269,6 +269,39 @@ describe('tool runner against the fake', () => {
     );
     assert.throws(() => parseScript('paced:3:5:4:50'), /MIN <= MAX/);
   });
+
+  test('a paced stream keeps its own schedule: a late timer delays one event, not every event after it', async () => {
+    const DELAY = 50;
+    fake.setHandler(() => text('one two three four five six seven eight nine ten', { eventDelayMs: DELAY }));
+    const res = await fetch(`${fake.url}/v1/messages`, {
+      method: 'POST',
+      headers: {
+        'content-type': 'application/json',
+        'x-api-key': 'test-key',
+        'anthropic-version': '2023-06-01',
+      },
+      body: JSON.stringify({
+        model: MODEL,
+        max_tokens: 64,
+        stream: true,
+        messages: [{ role: 'user', content: 'hi' }],
+      }),
+    });
+    assert.equal(res.status, 200);
+    // This process (the fake's too) is busy for longer than the stream's whole schedule: every event falls due
+    // while nothing runs, as on a machine whose cores are taken.
+    const BLOCK = 1000;
+    const t0 = performance.now();
+    while (performance.now() - t0 < BLOCK);
+    const blockEnd = performance.now();
+    const body = await res.text();
+    const ms = performance.now() - blockEnd;
+    const events = body.split('\nevent: ').length;
+    assert.ok(events >= 10 && events * DELAY < BLOCK, `${events} events`);
+    // The overdue events leave together once the fake runs again; before, each waited DELAY after the last write
+    // (here ≥ 500 ms after the block).
+    assert.ok(ms < 250, `the stream ended ${ms.toFixed(0)} ms after the block`);
+  });
 });
 
 describe('errors and retries', () => {
