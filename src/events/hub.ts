@@ -50,14 +50,8 @@ export class Subscription {
   deliver(batch: OutEvent[]): void {
     // One write (a writev) per batch rather than one per event: with many clients this is most of the fan-out cost.
     // A batch of one event is one write already: no cork (at a paced stream's rate, the usual batch).
-    if (batch.length === 1) {
-      const ev = batch[0]!;
-      if (this.closed || compareIds(ev.id, this.cursor) <= 0) return;
-      this.cursor = ev.id;
-      if (!this.sink.send(ev)) this.close();
-      return;
-    }
-    this.sink.cork?.();
+    const cork = batch.length > 1;
+    if (cork) this.sink.cork?.();
     try {
       for (const ev of batch) {
         if (this.closed) return;
@@ -66,7 +60,7 @@ export class Subscription {
         if (!this.sink.send(ev)) return this.close();
       }
     } finally {
-      this.sink.uncork?.();
+      if (cork) this.sink.uncork?.();
     }
   }
 
