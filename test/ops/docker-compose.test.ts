@@ -141,6 +141,13 @@ interface Envelope {
 }
 
 /** A WebSocket reader of one session's events that resumes from the last id it saw. */
+/** The upgrade answered with an HTTP status instead of 101. */
+class UpgradeRefused extends Error {
+  constructor(readonly status: number) {
+    super(`upgrade refused: ${status}`);
+  }
+}
+
 class EventReader {
   readonly events: Envelope[] = [];
   private socket: WebSocket | undefined;
@@ -156,9 +163,25 @@ class EventReader {
   reconnects = 0;
   private opened = false;
 
-  async connect(): Promise<void> {
+  /**
+   * Opens the socket, as a client behind the balancer does: a 503 (HAProxy has no replica up for a moment, e.g. while a
+   * restarted one passes its first checks) is tried again until `timeoutMs`.
+   */
+  async connect(timeoutMs = 60_000): Promise<void> {
     if (this.opened) this.reconnects++;
     this.opened = true;
+    const deadline = Date.now() + timeoutMs;
+    for (;;) {
+      try {
+        return await this.open();
+      } catch (err) {
+        if (!(err instanceof UpgradeRefused) || err.status !== 503 || Date.now() > deadline) throw err;
+        await new Promise((r) => setTimeout(r, 250));
+      }
+    }
+  }
+
+  private async open(): Promise<void> {
     const last = this.events.at(-1)?.id;
     const socket = new WebSocket(last ? `${this.url}?after=${encodeURIComponent(last)}` : this.url, {
       headers: { authorization: `Bearer ${this.key}` },
@@ -176,9 +199,7 @@ class EventReader {
     socket.on('error', () => {});
     await new Promise<void>((resolve, reject) => {
       socket.once('open', () => resolve());
-      socket.once('unexpected-response', (_req, res) =>
-        reject(new Error(`upgrade refused: ${res.statusCode}`)),
-      );
+      socket.once('unexpected-response', (_req, res) => reject(new UpgradeRefused(res.statusCode ?? 0)));
       socket.once('error', reject);
     });
     this.closed = false;
