@@ -11,10 +11,20 @@
  * Each runner is the same loop the service drives: streaming, `thread: false`, the project's calculate_sum tool.
  * `paced` (B9) starts the runners spread over `staggerMs` and measures each text delta's lateness from the fake's
  * schedule (pacedLateness) and this process's event-loop delay.
+ *
+ * The relaying peer (B9's third side): an app that runs the SDK in its own process and streams each run to its
+ * browser over a WebSocket, nothing persisted. A client opens `ws://127.0.0.1:<wsPort>/run/<tag>`; the runner for
+ * that tag starts and every stream event goes out as one text frame (`{"type":"stream.event","data":<event>}`, one
+ * JSON.stringify each, as the service stores it once), then `{"type":"end"}` and a close. The bench's followers
+ * measure the lateness, as on the service side;
+ *
+ *   {"op":"relayed","id":3,"count":500,"tagPrefix":"b9-rel-","maxIterations":10}
+ *   → {"id":3,"ok":true,"eventLoop":{p99,max},"t0":…,"t1":…,"iterations":…,…} once `count` runs of that prefix ended
  */
 import Anthropic from '@anthropic-ai/sdk';
 import { monitorEventLoopDelay } from 'node:perf_hooks';
 import { createInterface } from 'node:readline';
+import { WebSocketServer, type WebSocket } from 'ws';
 import calculateSum from '../tools/calculate_sum.js';
 import { pacedLateness } from './lib/util.js';
 
@@ -28,7 +38,7 @@ if (!baseURL) {
 const client = new Anthropic({ apiKey: 'bench-key', baseURL, maxRetries: 2 });
 
 interface RunCommand {
-  op: 'run' | 'paced';
+  op: 'run' | 'paced' | 'relayed';
   id: number;
   count: number;
   tagPrefix: string;
@@ -154,14 +164,95 @@ async function run(cmd: RunCommand) {
   };
 }
 
+/** Runs ended (or failed) per tag prefix, for `relayed`. */
+const relayedRuns = new Map<
+  string,
+  { iterations: number; errors: string[]; ended: number; wake?: () => void }
+>();
+
+function relayTally(prefix: string) {
+  let t = relayedRuns.get(prefix);
+  if (!t) relayedRuns.set(prefix, (t = { iterations: 0, errors: [], ended: 0 }));
+  return t;
+}
+
+async function relayRun(tag: string, ws: WebSocket): Promise<number> {
+  const runner = client.beta.messages.toolRunner({
+    model: 'claude-sonnet-5-5',
+    max_tokens: 1024,
+    messages: [{ role: 'user', content: [{ type: 'text', text: tag }] }],
+    tools: [calculateSum.tool],
+    max_iterations: 10,
+    stream: true,
+    thread: false,
+  } as any);
+  let iterations = 0;
+  for await (const stream of runner as AsyncIterable<any>) {
+    stream.on('streamEvent', (ev: unknown) => {
+      if (ws.readyState === ws.OPEN) ws.send(`{"type":"stream.event","data":${JSON.stringify(ev)}}`);
+    });
+    await stream.finalMessage();
+    iterations++;
+  }
+  return iterations;
+}
+
+const wss = new WebSocketServer({ host: '127.0.0.1', port: 0 });
+wss.on('connection', (ws, req) => {
+  const tag = decodeURIComponent((req.url ?? '').replace(/^\/run\//, ''));
+  const tally = relayTally(tag.replace(/\d+$/, ''));
+  relayRun(tag, ws)
+    .then(
+      (n) => {
+        tally.iterations += n;
+        if (ws.readyState === ws.OPEN) ws.send('{"type":"end"}');
+        ws.close();
+      },
+      (err) => {
+        tally.errors.push(String(err).slice(0, 300));
+        ws.terminate();
+      },
+    )
+    .finally(() => {
+      tally.ended++;
+      tally.wake?.();
+    });
+});
+
+async function relayed(cmd: RunCommand) {
+  const eld = monitorEventLoopDelay({ resolution: 10 });
+  eld.enable();
+  const t0 = performance.timeOrigin + performance.now();
+  const tally = relayTally(cmd.tagPrefix);
+  while (tally.ended < cmd.count) await new Promise<void>((r) => (tally.wake = r));
+  const t1 = performance.timeOrigin + performance.now();
+  eld.disable();
+  relayedRuns.delete(cmd.tagPrefix);
+  return {
+    id: cmd.id,
+    ok: tally.errors.length === 0,
+    eventLoop: { p99: eld.percentile(99) / 1e6, max: eld.max / 1e6 },
+    iterations: tally.iterations,
+    t0,
+    t1,
+    walls: [],
+    errors: tally.errors.slice(0, 5),
+    errorCount: tally.errors.length,
+  };
+}
+
 const rl = createInterface({ input: process.stdin });
 rl.on('line', (line) => {
   if (!line.trim()) return;
   const cmd = JSON.parse(line) as RunCommand;
-  (cmd.op === 'paced' ? paced(cmd) : run(cmd)).then(
+  (cmd.op === 'paced' ? paced(cmd) : cmd.op === 'relayed' ? relayed(cmd) : run(cmd)).then(
     (res) => process.stdout.write(`${JSON.stringify(res)}\n`),
     (err) => process.stdout.write(`${JSON.stringify({ id: cmd.id, ok: false, errors: [String(err)] })}\n`),
   );
 });
 rl.on('close', () => process.exit(0));
-process.stdout.write('{"ready":true}\n');
+wss.once('listening', () => {
+  const address = wss.address();
+  const wsPort = typeof address === 'object' && address ? address.port : 0;
+  process.stdout.write(`${JSON.stringify({ ready: true, wsPort })}\n`);
+});

@@ -72,7 +72,11 @@ export class InprocWorker {
   private seq = 0;
   private waiting = new Map<number, (r: InprocResult) => void>();
 
-  private constructor(readonly child: Child) {
+  private constructor(
+    readonly child: Child,
+    /** The port of its WebSocket server (the relaying peer of B9). */
+    readonly wsPort: number,
+  ) {
     const rl = createInterface({ input: child.child.stdout! });
     rl.on('line', (line) => {
       if (!line.startsWith('{')) return;
@@ -87,8 +91,12 @@ export class InprocWorker {
 
   static async start(fakeUrl: string): Promise<InprocWorker> {
     const child = spawnNode('bench/inproc.ts', [fakeUrl], { stdin: true });
-    await child.waitFor(/\{"ready":true\}/, 30_000, 'the in-process runner worker');
-    return new InprocWorker(child);
+    const ready = await child.waitFor(
+      /\{"ready":true,"wsPort":(\d+)\}/,
+      30_000,
+      'the in-process runner worker',
+    );
+    return new InprocWorker(child, Number(ready[1]));
   }
 
   get pid(): number {
@@ -114,6 +122,19 @@ export class InprocWorker {
     const cmd = { op: 'paced', id, count, tagPrefix, maxIterations: 10, ...rest };
     this.child.child.stdin!.write(`${JSON.stringify(cmd)}\n`);
     return withTimeout(p, timeoutMs, `in-process paced runs ${tagPrefix}`);
+  }
+
+  /**
+   * B9's relaying peer: resolves once `count` runs opened over the worker's WebSocket server with tags of
+   * `tagPrefix` ended (send it before the clients connect: the event-loop window starts with it).
+   */
+  relayed(count: number, tagPrefix: string, timeoutMs: number): Promise<InprocResult> {
+    const id = ++this.seq;
+    const p = new Promise<InprocResult>((resolve) => this.waiting.set(id, resolve));
+    this.child.child.stdin!.write(
+      `${JSON.stringify({ op: 'relayed', id, count, tagPrefix, maxIterations: 10 })}\n`,
+    );
+    return withTimeout(p, timeoutMs, `in-process relayed runs ${tagPrefix}`);
   }
 
   stop(): Promise<void> {

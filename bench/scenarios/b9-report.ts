@@ -39,8 +39,10 @@ export function b9Report(b9: B9Result): { lines: string[]; summary: string } {
         `${lo}–${hi} text deltas, so a turn lasts ${fmt(((lo + 8) * b9.eventDelayMs) / 1000, 1)}–` +
         `${fmt(((hi + 10) * b9.eventDelayMs) / 1000, 1)} s (the fake's \`paced\` script). Service: each session ` +
         'created over REST and followed over its own WebSocket. Peer: N in-process SDK runners at the same pacing ' +
-        `(bench/inproc.ts). Starts spread over ${fmt(b9.staggerMs / 1000, 1)} s on both sides. N steps through ` +
-        `${b9.steps.map((n) => fmt(n, 0)).join(', ')}, the two sides alternating at each N (fresh processes), and a ` +
+        '(bench/inproc.ts). For context, a third side: the same in-process runners each streaming every event to ' +
+        'a WebSocket follower of the bench process, nothing persisted (what an app embedding the SDK does to reach ' +
+        `its browsers). Starts spread over ${fmt(b9.staggerMs / 1000, 1)} s on every side. N steps through ` +
+        `${b9.steps.map((n) => fmt(n, 0)).join(', ')}, the sides alternating at each N (fresh processes), and a ` +
         'side stops at its first miss.',
       '',
       '- Relay lateness: receipt of each text delta (at the WebSocket follower, or in the in-process runner) minus the ' +
@@ -58,10 +60,17 @@ export function b9Report(b9: B9Result): { lines: string[]; summary: string } {
       '|---|---:|---:|---:|---:|---:|---:|---:|---|---:|---|',
       ...b9.svc.map((s) => row('service', s)),
       ...b9.sdk.map((s) => row('in-process', s)),
+      ...(b9.rel ?? []).map((s) => row('in-process + WebSocket', s)),
       '',
       `- Largest N held: service **${top(b9.svc, b9.svcN)}**${svcAt ? ` (RSS ${MB(svcAt.rssPeak)})` : ''}, ` +
         `in-process **${top(b9.sdk, b9.sdkN)}**${sdkAt ? ` (RSS ${MB(sdkAt.rssPeak)})` : ''}: **${ratio}**. ` +
         `Target: ≥ 0.8× of the in-process N. **${b9.verdict}**.`,
+      ...(b9.rel?.length
+        ? [
+            `- In-process runners relaying to a WebSocket follower each (nothing persisted): **${top(b9.rel, b9.relN)}**; ` +
+              `the service holds ${Number.isFinite(b9.relRatio) ? `${fmt(b9.relRatio, 2)}×` : 'n/a'} of that.`,
+          ]
+        : []),
       '',
     ],
     summary:

@@ -12,6 +12,12 @@
  *   `nodejs_eventloop_lag_p99_seconds`, whose histogram a scrape resets: one scrape before the load, one after; the
  *   in-process runner's from `monitorEventLoopDelay` over the same span);
  * - no error and every run finished.
+ *
+ * A third side gives the ratio its context: the relaying peer (bench/inproc.ts), the same in-process runners each
+ * streaming its events to a WebSocket follower of this process — what an app that embeds the SDK does to reach its
+ * browsers, with nothing durable. Between it and the service is what durability and the service's own work cost;
+ * between it and the plain runner, what a live follower costs anyone. The verdict is the issue's: service against
+ * the plain in-process runner.
  */
 import WebSocket from 'ws';
 import { InprocWorker, type Ctx } from '../lib/context.js';
@@ -50,10 +56,15 @@ export interface B9Result {
   steps: number[];
   svc: B9Step[];
   sdk: B9Step[];
+  /** The relaying peer (in-process runners, a WebSocket follower each, nothing persisted). */
+  rel: B9Step[];
   /** The largest N that held (0 when the first step missed). */
   svcN: number;
   sdkN: number;
+  relN: number;
   ratio: number;
+  /** Service N over the relaying peer's. */
+  relRatio: number;
   verdict: Verdict;
 }
 
@@ -193,6 +204,73 @@ async function sdkStep(ctx: Ctx, n: number, timeoutMs: number): Promise<B9Step> 
   }
 }
 
+/** Follows one relayed run (bench/inproc.ts's WebSocket server) until its end frame, noting each text delta's lateness. */
+async function followRelayed(url: string, late: number[], timeoutMs: number): Promise<void> {
+  const ws: WebSocket = await openWs(url, timeoutMs);
+  const state = { start: 0 };
+  try {
+    await withTimeout(
+      new Promise<void>((resolve, reject) => {
+        listen(ws, (raw) => {
+          const at = Date.now();
+          const i = raw.indexOf('"text":"#');
+          if (i >= 0) {
+            const v = pacedLateness(raw.slice(i + 8, i + 40), at, DELAY_MS, state);
+            if (v !== undefined) late.push(v);
+          } else if (raw.startsWith('{"type":"end"')) resolve();
+        });
+        ws.once('close', () => reject(new Error(`relayed run ${url} closed before its end`)));
+      }),
+      timeoutMs,
+      `following ${url}`,
+    );
+  } finally {
+    ws.removeAllListeners('close');
+    ws.on('error', () => {});
+    ws.terminate();
+  }
+}
+
+async function relayStep(ctx: Ctx, n: number, timeoutMs: number): Promise<B9Step> {
+  await prepare(ctx);
+  const worker = await InprocWorker.start(ctx.fake.url);
+  try {
+    const rss = new RssSampler(worker.pid);
+    const meter = cpuMeter({ runner: worker.pid, redis: ctx.redis.pid, fake: ctx.fake.child.pid });
+    const prefix = `b9-rel-${n}-`;
+    const done = worker.relayed(n, prefix, timeoutMs);
+    const clientLoop = (await import('node:perf_hooks')).monitorEventLoopDelay({ resolution: 10 });
+    clientLoop.enable();
+    const late: number[] = [];
+    let errors = 0;
+    await Promise.all(
+      Array.from({ length: n }, async (_, i) => {
+        await sleep((STAGGER_MS * i) / n);
+        try {
+          await followRelayed(`ws://127.0.0.1:${worker.wsPort}/run/${prefix}${i}`, late, timeoutMs);
+        } catch (err) {
+          if (errors++ < 3) ctx.log(`  B9 relayed run ${i}: ${String(err).slice(0, 200)}`);
+        }
+      }),
+    );
+    const r = await done;
+    clientLoop.disable();
+    const step = {
+      n,
+      lateness: summary(late),
+      eventLoopP99Ms: r.eventLoop?.p99 ?? NaN,
+      clientLoopP99Ms: clientLoop.percentile(99) / 1e6,
+      rssPeak: rss.stop().peak,
+      seconds: (r.t1 - r.t0) / 1000,
+      errors: errors + r.errorCount + Math.max(0, n * TURNS - r.iterations),
+      cpu: meter(),
+    };
+    return { ...step, ok: ok(step, n * TURNS * MIN_DELTAS) };
+  } finally {
+    await worker.stop();
+  }
+}
+
 const line = (side: string, s: B9Step) =>
   `  B9 ${side} N=${s.n}: lateness p99 ${s.lateness.p99.toFixed(1)} ms, event loop p99 ` +
   `${s.eventLoopP99Ms.toFixed(1)} ms, RSS ${(s.rssPeak / 1e6).toFixed(0)} MB, ${s.errors} errors: ${s.ok ? 'held' : 'missed'}`;
@@ -210,7 +288,8 @@ export async function b9(ctx: Ctx): Promise<B9Result> {
   const timeoutMs = 120_000;
   const svc: B9Step[] = [];
   const sdk: B9Step[] = [];
-  // Alternating sides at each N, so both see the machine in the same state; a side stops at its first miss.
+  const rel: B9Step[] = [];
+  // Alternating sides at each N, so all see the machine in the same state; a side stops at its first miss.
   for (const n of steps) {
     if (svc.every((s) => s.ok)) {
       svc.push(await serviceStep(ctx, n, timeoutMs));
@@ -220,11 +299,16 @@ export async function b9(ctx: Ctx): Promise<B9Result> {
       sdk.push(await sdkStep(ctx, n, timeoutMs));
       ctx.log(line('in-process', sdk.at(-1)!));
     }
-    if (!svc.every((s) => s.ok) && !sdk.every((s) => s.ok)) break;
+    if (rel.every((s) => s.ok)) {
+      rel.push(await relayStep(ctx, n, timeoutMs));
+      ctx.log(line('in-process + WebSocket', rel.at(-1)!));
+    }
+    if (![svc, sdk, rel].some((list) => list.every((s) => s.ok))) break;
   }
   const held = (list: B9Step[]) => list.filter((s) => s.ok).reduce((a, s) => Math.max(a, s.n), 0);
   const svcN = held(svc);
   const sdkN = held(sdk);
+  const relN = held(rel);
   const ratio = sdkN > 0 ? svcN / sdkN : NaN;
   return {
     turns: TURNS,
@@ -234,9 +318,12 @@ export async function b9(ctx: Ctx): Promise<B9Result> {
     steps,
     svc,
     sdk,
+    rel,
     svcN,
     sdkN,
+    relN,
     ratio,
+    relRatio: relN > 0 ? svcN / relN : NaN,
     verdict: verdict(sdkN > 0 ? ratio >= 0.8 : null),
   };
 }
