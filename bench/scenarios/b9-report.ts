@@ -75,7 +75,9 @@ export function b9Report(b9: B9Result): { lines: string[]; summary: string } {
     ],
     summary:
       `| B9 capacity at realistic pacing | N held ${top(b9.svc, b9.svcN)} vs ${top(b9.sdk, b9.sdkN)} ` +
-      `(lateness p99 ≤ 100 ms, event-loop p99 ≤ 50 ms); RSS ${svcAt ? MB(svcAt.rssPeak) : 'n/a'} vs ` +
+      `(lateness p99 ≤ 100 ms, event-loop p99 ≤ 50 ms)` +
+      `${b9.rel?.length ? `; in-process relaying to a WebSocket each ${top(b9.rel, b9.relN)}` : ''}` +
+      `; RSS ${svcAt ? MB(svcAt.rssPeak) : 'n/a'} vs ` +
       `${sdkAt ? MB(sdkAt.rssPeak) : 'n/a'} | ≥ 0.8× | ${ratio} | ${b9.verdict} |`,
   };
 }
