@@ -41,7 +41,7 @@ export function b9Report(b9: B9Result): { lines: string[]; summary: string } {
         'created over REST and followed over its own WebSocket. Peer: N in-process SDK runners at the same pacing ' +
         '(bench/inproc.ts). For context, a third side: the same in-process runners each streaming every event to ' +
         'a WebSocket follower of the bench process, nothing persisted (what an app embedding the SDK does to reach ' +
-        `its browsers). Starts spread over ${fmt(b9.staggerMs / 1000, 1)} s on every side. N steps through ` +
+        `its browsers); and the service as ${b9.replicas} replicas, one process per core. Starts spread over ${fmt(b9.staggerMs / 1000, 1)} s on every side. N steps through ` +
         `${b9.steps.map((n) => fmt(n, 0)).join(', ')}, the sides alternating at each N (fresh processes), and a ` +
         'side stops at its first miss.',
       '',
@@ -61,6 +61,7 @@ export function b9Report(b9: B9Result): { lines: string[]; summary: string } {
       ...b9.svc.map((s) => row('service', s)),
       ...b9.sdk.map((s) => row('in-process', s)),
       ...(b9.rel ?? []).map((s) => row('in-process + WebSocket', s)),
+      ...(b9.svc2 ?? []).map((s) => row(`service, ${b9.replicas} replicas`, s)),
       '',
       `- Largest N held: service **${top(b9.svc, b9.svcN)}**${svcAt ? ` (RSS ${MB(svcAt.rssPeak)})` : ''}, ` +
         `in-process **${top(b9.sdk, b9.sdkN)}**${sdkAt ? ` (RSS ${MB(sdkAt.rssPeak)})` : ''}: **${ratio}**. ` +
@@ -69,6 +70,15 @@ export function b9Report(b9: B9Result): { lines: string[]; summary: string } {
         ? [
             `- In-process runners relaying to a WebSocket follower each (nothing persisted): **${top(b9.rel, b9.relN)}**; ` +
               `the service holds ${Number.isFinite(b9.relRatio) ? `${fmt(b9.relRatio, 2)}×` : 'n/a'} of that.`,
+          ]
+        : []),
+      ...(b9.svc2?.length
+        ? [
+            `- The service as ${b9.replicas} replicas on the one Redis (one process per core, sessions split between ` +
+              `them as a balancer would): **${top(b9.svc2, b9.svc2N)}**` +
+              `${b9.sdkN > 0 ? ` (${fmt(b9.svc2N / b9.sdkN, 2)}× of the in-process N)` : ''}; CPU and RSS are the ` +
+              "replicas' sums, the event-loop delay the worst replica's. The in-process runners are one process " +
+              'here; an app could shard them too.',
           ]
         : []),
       '',

@@ -19,6 +19,7 @@
  * between it and the plain runner, what a live follower costs anyone. The verdict is the issue's: service against
  * the plain in-process runner.
  */
+import { availableParallelism } from 'node:os';
 import WebSocket from 'ws';
 import { InprocWorker, type Ctx } from '../lib/context.js';
 import { RssSampler, cpuMeter } from '../lib/procs.js';
@@ -33,6 +34,8 @@ const DELAY_MS = 50;
 const STAGGER_MS = 2_000;
 const LATE_P99_MS = 100;
 const LOOP_P99_MS = 50;
+/** Service processes of the multi-replica side: one per core of the bench machine (at least 2). */
+const REPLICAS = Math.max(2, availableParallelism());
 
 export interface B9Step {
   n: number;
@@ -58,10 +61,14 @@ export interface B9Result {
   sdk: B9Step[];
   /** The relaying peer (in-process runners, a WebSocket follower each, nothing persisted). */
   rel: B9Step[];
+  /** The service as REPLICAS processes on the one Redis (a host's cores used as Compose's replicas would). */
+  svc2: B9Step[];
+  replicas: number;
   /** The largest N that held (0 when the first step missed). */
   svcN: number;
   sdkN: number;
   relN: number;
+  svc2N: number;
   ratio: number;
   /** Service N over the relaying peer's. */
   relRatio: number;
@@ -131,14 +138,21 @@ function summary(values: number[]) {
   };
 }
 
-async function serviceStep(ctx: Ctx, n: number, timeoutMs: number): Promise<B9Step> {
+/**
+ * The service side at N: `replicas` service processes on the one Redis and fake, session i created and followed on
+ * replica i mod replicas (as a balancer that keeps a session's requests together would). CPU and RSS are the
+ * replicas' sums, the event-loop delay the worst replica's.
+ */
+async function serviceStep(ctx: Ctx, n: number, timeoutMs: number, replicas = 1): Promise<B9Step> {
   await prepare(ctx);
-  const svc = await ctx.service();
+  const svcs = await Promise.all(Array.from({ length: replicas }, () => ctx.service()));
   try {
-    const rss = new RssSampler(svc.pid);
-    const meter = cpuMeter({ service: svc.pid, redis: ctx.redis.pid, fake: ctx.fake.child.pid });
+    const rss = svcs.map((svc) => new RssSampler(svc.pid));
+    const pids: Record<string, number> = { redis: ctx.redis.pid, fake: ctx.fake.child.pid };
+    svcs.forEach((svc, i) => (pids[`service${i}`] = svc.pid));
+    const meter = cpuMeter(pids);
     const clientLoop = (await import('node:perf_hooks')).monitorEventLoopDelay({ resolution: 10 });
-    await loopP99(svc.url); // resets the service's histogram
+    for (const svc of svcs) await loopP99(svc.url); // resets the service's histogram
     clientLoop.enable();
     const late: number[] = [];
     let errors = 0;
@@ -146,13 +160,14 @@ async function serviceStep(ctx: Ctx, n: number, timeoutMs: number): Promise<B9St
     await Promise.all(
       Array.from({ length: n }, async (_, i) => {
         await sleep((STAGGER_MS * i) / n);
+        const url = svcs[i % replicas]!.url;
         try {
-          const s = await postWithRetry(`${svc.url}/v1/sessions`, {
+          const s = await postWithRetry(`${url}/v1/sessions`, {
             tools: ['calculate_sum'],
             input: `b9-svc-${n}-${i}`,
             max_iterations: 10,
           });
-          await followPaced(svc.url, s.id, late, timeoutMs);
+          await followPaced(url, s.id, late, timeoutMs);
         } catch (err) {
           if (errors++ < 3) ctx.log(`  B9 session ${i}: ${String(err).slice(0, 200)}`);
         }
@@ -160,21 +175,24 @@ async function serviceStep(ctx: Ctx, n: number, timeoutMs: number): Promise<B9St
     );
     const seconds = (nowMs() - t0) / 1000;
     clientLoop.disable();
-    const eventLoopP99Ms = await loopP99(svc.url);
-    const cpu = meter();
+    let eventLoopP99Ms = 0;
+    for (const svc of svcs) eventLoopP99Ms = Math.max(eventLoopP99Ms, await loopP99(svc.url));
+    const used = meter();
+    let service = 0;
+    for (let i = 0; i < replicas; i++) service += used[`service${i}`]!;
     const step = {
       n,
       lateness: summary(late),
       eventLoopP99Ms,
       clientLoopP99Ms: clientLoop.percentile(99) / 1e6,
-      rssPeak: rss.stop().peak,
+      rssPeak: rss.reduce((sum, r) => sum + r.stop().peak, 0),
       seconds,
       errors,
-      cpu,
+      cpu: { service, redis: used['redis']!, fake: used['fake']!, bench: used['bench']! },
     };
     return { ...step, ok: ok(step, n * TURNS * MIN_DELTAS) };
   } finally {
-    await svc.stop();
+    await Promise.all(svcs.map((svc) => svc.stop()));
   }
 }
 
@@ -289,6 +307,7 @@ export async function b9(ctx: Ctx): Promise<B9Result> {
   const svc: B9Step[] = [];
   const sdk: B9Step[] = [];
   const rel: B9Step[] = [];
+  const svc2: B9Step[] = [];
   // Alternating sides at each N, so all see the machine in the same state; a side stops at its first miss.
   for (const n of steps) {
     if (svc.every((s) => s.ok)) {
@@ -303,7 +322,11 @@ export async function b9(ctx: Ctx): Promise<B9Result> {
       rel.push(await relayStep(ctx, n, timeoutMs));
       ctx.log(line('in-process + WebSocket', rel.at(-1)!));
     }
-    if (![svc, sdk, rel].some((list) => list.every((s) => s.ok))) break;
+    if (svc2.every((s) => s.ok)) {
+      svc2.push(await serviceStep(ctx, n, timeoutMs, REPLICAS));
+      ctx.log(line(`service ×${REPLICAS}`, svc2.at(-1)!));
+    }
+    if (![svc, sdk, rel, svc2].some((list) => list.every((s) => s.ok))) break;
   }
   const held = (list: B9Step[]) => list.filter((s) => s.ok).reduce((a, s) => Math.max(a, s.n), 0);
   const svcN = held(svc);
@@ -319,9 +342,12 @@ export async function b9(ctx: Ctx): Promise<B9Result> {
     svc,
     sdk,
     rel,
+    svc2,
+    replicas: REPLICAS,
     svcN,
     sdkN,
     relN,
+    svc2N: held(svc2),
     ratio,
     relRatio: relN > 0 ? svcN / relN : NaN,
     verdict: verdict(sdkN > 0 ? ratio >= 0.8 : null),
