@@ -81,40 +81,65 @@ const ok = (s: Omit<B9Step, 'ok'>, expected: number) =>
   s.lateness.p99 <= LATE_P99_MS &&
   s.eventLoopP99Ms <= LOOP_P99_MS;
 
-/** Follows one session over its WebSocket until its run ends, noting each text delta's lateness. */
-async function followPaced(base: string, id: string, late: number[], timeoutMs: number): Promise<void> {
-  const ws: WebSocket = await openWs(streamUrl(base, id), timeoutMs);
+/** What a follower makes of one frame: a text delta to time, the run's end, a failure, or nothing to note. */
+type Frame = 'delta' | 'end' | 'other' | { failed: string };
+
+/**
+ * Follows one run's WebSocket until `classify` says it ended, noting each text delta's lateness. Both B9 sides that
+ * stream (the service and the relaying in-process app) follow through this, so their figures are taken alike.
+ */
+async function followRun(
+  url: string,
+  late: number[],
+  timeoutMs: number,
+  classify: (raw: string) => Frame,
+): Promise<void> {
+  const ws: WebSocket = await openWs(url, timeoutMs);
   const state = { start: 0 };
   try {
     await withTimeout(
       new Promise<void>((resolve, reject) => {
-        let running = false;
         listen(ws, (raw) => {
           const at = Date.now();
-          const type = frameType(raw);
-          if (type === 'stream.event') {
+          const frame = classify(raw);
+          if (frame === 'delta') {
             // Only text deltas carry `"text":"#`; no parse needed for the figure.
             const i = raw.indexOf('"text":"#');
-            if (i < 0) return;
             const v = pacedLateness(raw.slice(i + 8, i + 40), at, DELAY_MS, state);
             if (v !== undefined) late.push(v);
-          } else if (type === 'session.status') {
-            const status = (JSON.parse(raw) as Envelope).data?.status;
-            if (status === 'running') running = true;
-            if (status === 'failed') reject(new Error(`session ${id} failed`));
-            if (running && status === 'idle') resolve();
-          }
+          } else if (frame === 'end') resolve();
+          else if (frame !== 'other') reject(new Error(frame.failed));
         });
-        ws.once('close', () => reject(new Error(`stream of ${id} closed`)));
+        ws.once('close', () => reject(new Error(`stream ${url} closed before its end`)));
       }),
       timeoutMs,
-      `following ${id}`,
+      `following ${url}`,
     );
   } finally {
     ws.removeAllListeners('close');
     ws.on('error', () => {});
     ws.terminate();
   }
+}
+
+/** Frames of the service's session stream: deltas are `stream.event`s; the run ends at `idle` after `running`. */
+function serviceFrames(id: string): (raw: string) => Frame {
+  let running = false;
+  return (raw) => {
+    const type = frameType(raw);
+    if (type === 'stream.event') return raw.includes('"text":"#') ? 'delta' : 'other';
+    if (type !== 'session.status') return 'other';
+    const status = (JSON.parse(raw) as Envelope).data?.status;
+    if (status === 'running') running = true;
+    if (status === 'failed') return { failed: `session ${id} failed` };
+    return running && status === 'idle' ? 'end' : 'other';
+  };
+}
+
+/** Frames of bench/inproc.ts's relay: the SDK's stream events as they come, then one `{"type":"end"}`. */
+function relayedFrames(raw: string): Frame {
+  if (raw.includes('"text":"#')) return 'delta';
+  return raw.startsWith('{"type":"end"') ? 'end' : 'other';
 }
 
 async function loopP99(base: string): Promise<number> {
@@ -167,7 +192,7 @@ async function serviceStep(ctx: Ctx, n: number, timeoutMs: number, replicas = 1)
             input: `b9-svc-${n}-${i}`,
             max_iterations: 10,
           });
-          await followPaced(url, s.id, late, timeoutMs);
+          await followRun(streamUrl(url, s.id), late, timeoutMs, serviceFrames(s.id));
         } catch (err) {
           if (errors++ < 3) ctx.log(`  B9 session ${i}: ${String(err).slice(0, 200)}`);
         }
@@ -222,33 +247,6 @@ async function sdkStep(ctx: Ctx, n: number, timeoutMs: number): Promise<B9Step> 
   }
 }
 
-/** Follows one relayed run (bench/inproc.ts's WebSocket server) until its end frame, noting each text delta's lateness. */
-async function followRelayed(url: string, late: number[], timeoutMs: number): Promise<void> {
-  const ws: WebSocket = await openWs(url, timeoutMs);
-  const state = { start: 0 };
-  try {
-    await withTimeout(
-      new Promise<void>((resolve, reject) => {
-        listen(ws, (raw) => {
-          const at = Date.now();
-          const i = raw.indexOf('"text":"#');
-          if (i >= 0) {
-            const v = pacedLateness(raw.slice(i + 8, i + 40), at, DELAY_MS, state);
-            if (v !== undefined) late.push(v);
-          } else if (raw.startsWith('{"type":"end"')) resolve();
-        });
-        ws.once('close', () => reject(new Error(`relayed run ${url} closed before its end`)));
-      }),
-      timeoutMs,
-      `following ${url}`,
-    );
-  } finally {
-    ws.removeAllListeners('close');
-    ws.on('error', () => {});
-    ws.terminate();
-  }
-}
-
 async function relayStep(ctx: Ctx, n: number, timeoutMs: number): Promise<B9Step> {
   await prepare(ctx);
   const worker = await InprocWorker.start(ctx.fake.url);
@@ -265,7 +263,12 @@ async function relayStep(ctx: Ctx, n: number, timeoutMs: number): Promise<B9Step
       Array.from({ length: n }, async (_, i) => {
         await sleep((STAGGER_MS * i) / n);
         try {
-          await followRelayed(`ws://127.0.0.1:${worker.wsPort}/run/${prefix}${i}`, late, timeoutMs);
+          await followRun(
+            `ws://127.0.0.1:${worker.wsPort}/run/${prefix}${i}`,
+            late,
+            timeoutMs,
+            relayedFrames,
+          );
         } catch (err) {
           if (errors++ < 3) ctx.log(`  B9 relayed run ${i}: ${String(err).slice(0, 200)}`);
         }

@@ -140,7 +140,6 @@ interface Envelope {
   data: Record<string, unknown>;
 }
 
-/** A WebSocket reader of one session's events that resumes from the last id it saw. */
 /** The upgrade answered with an HTTP status instead of 101. */
 class UpgradeRefused extends Error {
   constructor(readonly status: number) {
@@ -148,6 +147,7 @@ class UpgradeRefused extends Error {
   }
 }
 
+/** A WebSocket reader of one session's events that resumes from the last id it saw. */
 class EventReader {
   readonly events: Envelope[] = [];
   private socket: WebSocket | undefined;
