@@ -1,13 +1,12 @@
 /**
- * Request bodies: the request-side Messages API shapes (blocks, messages, tools) and the session bodies built from
- * them. Over 400 lines because each body reuses the shapes above it; the block shapes are the part to move to a
- * module of their own.
+ * Request bodies: the session bodies (create, patch, follow-ups, tool results, decisions), the settings and policies
+ * they carry, and the client tools' shapes; the messages inside them are src/message-schemas.ts.
  */
 import { Ajv } from 'ajv';
 import { z } from 'zod';
 import { mcpToolEntry, mcpToolsetEntry } from './mcp/schema.js';
 import { anthropicToolEntry } from './tools/anthropic-tools.js';
-import { serverBlock, serverToolResultBlock } from './tools/server-blocks.js';
+import { messageParam, textBlock, toolResultContent, userContent } from './message-schemas.js';
 
 /**
  * Client tools' JSON Schemas are checked against the JSON Schema meta-schema, never compiled: compiling would keep
@@ -52,129 +51,6 @@ function jsonSchemaProblem(schema: object): string | null {
     return err instanceof Error ? err.message : String(err);
   }
 }
-
-/* Request-side Messages API shapes: what a client may put in a session's history. Strict objects, so a typo in a
- * block is a 400 before anything is persisted rather than a 400 from the upstream several turns later. */
-
-const cacheControl = z.strictObject({ type: z.literal('ephemeral'), ttl: z.enum(['5m', '1h']).optional() });
-const withCache = { cache_control: cacheControl.nullish() };
-
-const textBlock = z.strictObject({
-  type: z.literal('text'),
-  text: z.string(),
-  citations: z.array(z.looseObject({ type: z.string() })).nullish(),
-  ...withCache,
-});
-const imageSource = z.discriminatedUnion('type', [
-  z.strictObject({
-    type: z.literal('base64'),
-    media_type: z.enum(['image/jpeg', 'image/png', 'image/gif', 'image/webp']),
-    data: z.string().min(1),
-  }),
-  z.strictObject({ type: z.literal('url'), url: z.url() }),
-  z.strictObject({ type: z.literal('file'), file_id: z.string().min(1) }),
-]);
-const imageBlock = z.strictObject({ type: z.literal('image'), source: imageSource, ...withCache });
-const documentBlock = z.strictObject({
-  type: z.literal('document'),
-  source: z.looseObject({ type: z.enum(['base64', 'text', 'url', 'content', 'file']) }),
-  title: z.string().nullish(),
-  context: z.string().nullish(),
-  citations: z.looseObject({}).nullish(),
-  ...withCache,
-});
-const searchResultBlock = z.strictObject({
-  type: z.literal('search_result'),
-  source: z.string(),
-  title: z.string(),
-  content: z.array(textBlock),
-  citations: z.looseObject({}).nullish(),
-  ...withCache,
-});
-export const toolResultContent = z.union([
-  z.string(),
-  z.array(z.discriminatedUnion('type', [textBlock, imageBlock, documentBlock, searchResultBlock])),
-]);
-const toolUseBlock = z.strictObject({
-  type: z.literal('tool_use'),
-  id: z.string().regex(/^[A-Za-z0-9_-]{1,128}$/),
-  name: z.string().regex(/^[A-Za-z0-9_-]{1,128}$/),
-  input: z.record(z.string(), z.unknown()),
-  ...withCache,
-});
-const toolResultBlock = z.strictObject({
-  type: z.literal('tool_result'),
-  tool_use_id: z.string().min(1),
-  content: toolResultContent.optional(),
-  is_error: z.boolean().optional(),
-  ...withCache,
-});
-const thinkingBlock = z.strictObject({
-  type: z.literal('thinking'),
-  thinking: z.string(),
-  signature: z.string(),
-});
-const redactedThinkingBlock = z.strictObject({ type: z.literal('redacted_thinking'), data: z.string() });
-
-/** A file uploaded into the code-execution container. */
-const containerUploadBlock = z.strictObject({
-  type: z.literal('container_upload'),
-  file_id: z.string().min(1),
-  ...withCache,
-});
-/** A compaction's summary (`null`: a compaction that produced none), sent back as it was returned. */
-const compactionBlock = z.strictObject({
-  type: z.literal('compaction'),
-  content: z.string().nullable(),
-  encrypted_content: z.string().nullish(),
-  signature: z.string().nullish(),
-  ...withCache,
-});
-/** A tool change told to the model (`tool_addition` / `tool_removal`, beta `inline-tools-2026-09-15`). */
-const toolChangeBlock = z.strictObject({
-  type: z.enum(['tool_addition', 'tool_removal']),
-  tool: z.looseObject({ type: z.enum(['tool_definition', 'tool_reference']) }),
-  ...withCache,
-});
-
-const userBlock = z.discriminatedUnion('type', [
-  textBlock,
-  imageBlock,
-  documentBlock,
-  searchResultBlock,
-  toolResultBlock,
-  containerUploadBlock,
-]);
-const assistantBlock = z.discriminatedUnion('type', [
-  textBlock,
-  toolUseBlock,
-  thinkingBlock,
-  redactedThinkingBlock,
-  serverBlock,
-  serverToolResultBlock,
-  compactionBlock,
-]);
-
-export const userMessage = z.strictObject({
-  role: z.literal('user'),
-  content: z.union([z.string().min(1), z.array(userBlock).min(1)]),
-});
-export const assistantMessage = z.strictObject({
-  role: z.literal('assistant'),
-  content: z.union([z.string().min(1), z.array(assistantBlock).min(1)]),
-});
-/** A tool change the runner sent (src/engine/tools-change.ts): `GET …/messages` answers it, create takes it back. */
-const systemMessage = z.strictObject({
-  role: z.literal('system'),
-  content: z.array(toolChangeBlock).min(1),
-});
-export const messageParam = z.discriminatedUnion('role', [userMessage, assistantMessage, systemMessage]);
-
-/** Content a client adds as a user turn (follow-ups): no tool results, those go through the tool-result routes. */
-export const userContent = z.union([
-  z.string().min(1),
-  z.array(z.discriminatedUnion('type', [textBlock, imageBlock, documentBlock, searchResultBlock])).min(1),
-]);
 
 /* Session settings */
 

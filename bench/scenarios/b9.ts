@@ -306,6 +306,10 @@ export async function b9(ctx: Ctx): Promise<B9Result> {
     : ctx.quick
       ? [50, 100]
       : [50, 100, 150, 200, 250, 300, 400, 500, 650, 800, 1000, 1250, 1600, 2000, 2500, 3200, 4000];
+  // BENCH_B9_SIDES=service,in-process: only those sides (of service, in-process, relaying, replicas; for profiling one).
+  const sides = new Set(
+    process.env['BENCH_B9_SIDES']?.split(',') ?? ['service', 'in-process', 'relaying', 'replicas'],
+  );
   const timeoutMs = 120_000;
   const svc: B9Step[] = [];
   const sdk: B9Step[] = [];
@@ -313,23 +317,24 @@ export async function b9(ctx: Ctx): Promise<B9Result> {
   const svc2: B9Step[] = [];
   // Alternating sides at each N, so all see the machine in the same state; a side stops at its first miss.
   for (const n of steps) {
-    if (svc.every((s) => s.ok)) {
+    if (sides.has('service') && svc.every((s) => s.ok)) {
       svc.push(await serviceStep(ctx, n, timeoutMs));
       ctx.log(line('service', svc.at(-1)!));
     }
-    if (sdk.every((s) => s.ok)) {
+    if (sides.has('in-process') && sdk.every((s) => s.ok)) {
       sdk.push(await sdkStep(ctx, n, timeoutMs));
       ctx.log(line('in-process', sdk.at(-1)!));
     }
-    if (rel.every((s) => s.ok)) {
+    if (sides.has('relaying') && rel.every((s) => s.ok)) {
       rel.push(await relayStep(ctx, n, timeoutMs));
       ctx.log(line('in-process + WebSocket', rel.at(-1)!));
     }
-    if (svc2.every((s) => s.ok)) {
+    if (sides.has('replicas') && svc2.every((s) => s.ok)) {
       svc2.push(await serviceStep(ctx, n, timeoutMs, REPLICAS));
       ctx.log(line(`service ×${REPLICAS}`, svc2.at(-1)!));
     }
-    if (![svc, sdk, rel, svc2].some((list) => list.every((s) => s.ok))) break;
+    const going = [svc, sdk, rel, svc2].filter((list) => list.length > 0 && list.every((s) => s.ok));
+    if (going.length === 0) break;
   }
   const held = (list: B9Step[]) => list.filter((s) => s.ok).reduce((a, s) => Math.max(a, s.n), 0);
   const svcN = held(svc);

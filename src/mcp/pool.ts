@@ -8,10 +8,8 @@
  * standalone SSE stream) or after `MCP_TOOLS_TTL_MS`; while a server is unreachable its last list stays in use, so a
  * session keeps offering the tools and its calls get `is_error` results rather than vanishing from the model's view.
  *
- * Over 400 lines: the connection, its byte-counting transport fetch and the call (timeouts, progress, result bound)
- * share the client's lifecycle; the bounded fetch is the part to move out next.
+ * The transport's byte-counting fetch is bounded-fetch.ts.
  */
-import { AsyncLocalStorage } from 'node:async_hooks';
 import { Client } from '@modelcontextprotocol/sdk/client/index.js';
 import {
   StreamableHTTPClientTransport,
@@ -19,6 +17,7 @@ import {
 } from '@modelcontextprotocol/sdk/client/streamableHttp.js';
 import { ErrorCode, McpError, type CallToolResult, type Tool } from '@modelcontextprotocol/sdk/types.js';
 import type { FastifyBaseLogger } from 'fastify';
+import { McpCallCut, McpResultTooLarge, boundedFetch, describe, inCall } from './bounded-fetch.js';
 import type { McpServerConfig } from './config.js';
 
 export interface McpPoolOptions {
@@ -52,23 +51,6 @@ export class McpUnavailable extends Error {
 /** Most tools kept of one server (pages of `tools/list` are read up to this). */
 const MAX_TOOLS = 1000;
 const MAX_PAGES = 50;
-
-/**
- * The call in flight in this async context: the transport's fetch reads it to tie a POST's response stream to its
- * call, so a stream cut before the result arrives (the server died mid-call) fails that call at once instead of
- * leaving it to wait for its timeout (the SDK resumes only streams that carry event ids, and ours fail at once).
- */
-const inCall = new AsyncLocalStorage<{ cut: (err: Error) => void }>();
-
-/** A result (or an answer on the wire) larger than TOOL_RESULT_MAX_BYTES: the call's `is_error` names the limit. */
-class McpResultTooLarge extends Error {
-  constructor(server: string, limit: number, what: string) {
-    super(
-      `the MCP server "${server}" ${what}; a tool result may have at most ${limit} bytes (TOOL_RESULT_MAX_BYTES)`,
-    );
-    this.name = 'McpResultTooLarge';
-  }
-}
 
 /** Whether a tool can only be run as an MCP task (`execution.taskSupport: "required"`): such tools are not offered. */
 const needsTask = (t: Tool) => t.execution?.taskSupport === 'required';
@@ -370,91 +352,4 @@ export class McpServerClient {
       await conn.client.close().catch(() => {});
     }
   }
-}
-
-/** A call whose response stream ended before its result (the server went away mid-call). */
-export class McpCallCut extends Error {
-  constructor(why: string) {
-    super(why);
-    this.name = 'McpCallCut';
-  }
-}
-
-/** Bytes of one answer (one SSE event, or a JSON body) beyond which it is cut: room for JSON escapes and framing. */
-const wireCap = (resultMaxBytes: number) => resultMaxBytes * 2 + 65_536;
-
-/**
- * The transport's fetch. Every answer's body is bounded as it is read: an SSE event (or a JSON body) longer than
- * `wireCap` is cut there, never buffered whole; a call's answer cut so fails that call with `McpResultTooLarge`.
- * A POST made for a call (see `inCall`) whose answer is an SSE stream is watched: if it fails or ends while the
- * call still waits for its result, the call is failed at once. The result arrives on the stream before it ends
- * (the SDK hands each event on as it reads it), so a call still waiting a turn of the loop after the end will get
- * no result from this stream.
- */
-function boundedFetch(server: string, resultMaxBytes: number): typeof fetch {
-  const cap = wireCap(resultMaxBytes);
-  return async (input, init) => {
-    const call = inCall.getStore();
-    const res = await fetch(input, init);
-    if (!res.body) return res;
-    const sse = (res.headers.get('content-type') ?? '').startsWith('text/event-stream');
-    const watch = !!call && init?.method === 'POST' && sse;
-    const reader = res.body.getReader();
-    /** Bytes since the last event boundary (a blank line), or of the whole JSON body. */
-    let pending = 0;
-    const watched = new ReadableStream<Uint8Array>({
-      async pull(controller) {
-        try {
-          const { value, done } = await reader.read();
-          if (done) {
-            controller.close();
-            if (watch)
-              setImmediate(() =>
-                call.cut(new McpCallCut("the MCP server closed the call's stream before its result")),
-              );
-            return;
-          }
-          pending = sse ? sinceBoundary(value, pending) : pending + value.byteLength;
-          if (pending > cap) {
-            const err = new McpResultTooLarge(
-              server,
-              resultMaxBytes,
-              `sent an answer of more than ${cap} bytes`,
-            );
-            call?.cut(err);
-            controller.error(err);
-            void reader.cancel(err).catch(() => {});
-            return;
-          }
-          controller.enqueue(value);
-        } catch (err) {
-          if (watch)
-            call.cut(new McpCallCut(`the MCP server's connection broke during the call (${describe(err)})`));
-          controller.error(err);
-        }
-      },
-      cancel(reason) {
-        return reader.cancel(reason);
-      },
-    });
-    return new Response(watched, { status: res.status, statusText: res.statusText, headers: res.headers });
-  };
-}
-
-/** The bytes after the last SSE event boundary (`\n\n`, `\r\n\r\n`) once `chunk` is read, `before` carried in. */
-function sinceBoundary(chunk: Uint8Array, before: number): number {
-  for (let i = chunk.byteLength - 1; i > 0; i--) {
-    if (
-      chunk[i] === 0x0a &&
-      (chunk[i - 1] === 0x0a || (chunk[i - 1] === 0x0d && i > 2 && chunk[i - 2] === 0x0a))
-    )
-      return chunk.byteLength - 1 - i;
-  }
-  return before + chunk.byteLength;
-}
-
-function describe(err: unknown): string {
-  if (!(err instanceof Error)) return String(err);
-  const cause = err.cause instanceof Error ? `: ${err.cause.message}` : '';
-  return `${err.message}${cause}`.slice(0, 300);
 }
