@@ -38,7 +38,8 @@ export function b9Report(b9: B9Result): { lines: string[]; summary: string } {
         `streaming one SSE event each ${b9.eventDelayMs} ms (${fmt(1000 / b9.eventDelayMs, 0)} deltas/s) with ` +
         `${lo}–${hi} text deltas, so a turn lasts ${fmt(((lo + 8) * b9.eventDelayMs) / 1000, 1)}–` +
         `${fmt(((hi + 10) * b9.eventDelayMs) / 1000, 1)} s (the fake's \`paced\` script). Service: each session ` +
-        'created over REST and followed over its own WebSocket. Peer: N in-process SDK runners at the same pacing ' +
+        'created idle over REST, followed over its own WebSocket, then started by its first message (the follower ' +
+        'is attached before the run starts, as on the relaying side below). Peer: N in-process SDK runners at the same pacing ' +
         '(bench/inproc.ts). For context, a third side: the same in-process runners each streaming every event to ' +
         'a WebSocket follower of the bench process, nothing persisted (what an app embedding the SDK does to reach ' +
         `its browsers); and the service as ${b9.replicas} replicas, one process per core. Starts spread over ${fmt(b9.staggerMs / 1000, 1)} s on every side. N steps through ` +

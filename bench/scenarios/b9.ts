@@ -2,8 +2,10 @@
  * B9 capacity at realistic pacing: N sessions whose turns stream 20 deltas a second for 2–5 s (the fake's `paced`
  * script, test/fake/script.ts: TURNS turns, text then a calculate_sum call, the last one text only), each created
  * over REST and followed over its own WebSocket, against N in-process SDK runners at the same pacing
- * (bench/inproc.ts `paced`). Starts are spread over STAGGER_MS, as real arrivals are. N steps up (STEPS) until a
- * side misses a bound; the largest N each side holds is its capacity:
+ * (bench/inproc.ts `paced`). Starts are spread over STAGGER_MS, as real arrivals are. A service session is created
+ * idle, its follower attached, and its run started by a first message, so the follower is there from the run's
+ * first event, as on the relaying side. N steps up (STEPS) until a side misses a bound; the largest N each side
+ * holds is its capacity:
  *
  * - relay lateness p99 ≤ 100 ms: each text delta's receipt (at the WebSocket follower, or in the runner) minus the
  *   time the fake's schedule wrote it (pacedLateness, bench/lib/util.ts); the same measure on both sides, so a late
@@ -93,12 +95,15 @@ async function followRun(
   late: number[],
   timeoutMs: number,
   classify: (raw: string) => Frame,
+  start?: () => Promise<unknown>,
 ): Promise<void> {
   const ws: WebSocket = await openWs(url, timeoutMs);
   const state = { start: 0 };
   try {
     await withTimeout(
       new Promise<void>((resolve, reject) => {
+        // The run is started here, and the listener below is attached in the same tick: no frame comes before it.
+        start?.().catch(reject);
         listen(ws, (raw) => {
           const at = Date.now();
           const frame = classify(raw);
@@ -187,12 +192,17 @@ async function serviceStep(ctx: Ctx, n: number, timeoutMs: number, replicas = 1)
         await sleep((STAGGER_MS * i) / n);
         const url = svcs[i % replicas]!.url;
         try {
+          // Created idle, followed, then started by its first message: the follower is attached before the run
+          // starts, as on the relaying side, so lateness is the relay's and not the create's (a run started by the
+          // create streams while its client still waits for the answer, and those deltas reach it by replay).
           const s = await postWithRetry(`${url}/v1/sessions`, {
             tools: ['calculate_sum'],
-            input: `b9-svc-${n}-${i}`,
             max_iterations: 10,
+            start: false,
           });
-          await followRun(streamUrl(url, s.id), late, timeoutMs, serviceFrames(s.id));
+          await followRun(streamUrl(url, s.id), late, timeoutMs, serviceFrames(s.id), () =>
+            postWithRetry(`${url}/v1/sessions/${s.id}/messages`, { content: `b9-svc-${n}-${i}` }),
+          );
         } catch (err) {
           if (errors++ < 3) ctx.log(`  B9 session ${i}: ${String(err).slice(0, 200)}`);
         }
