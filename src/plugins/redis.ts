@@ -52,10 +52,14 @@ export const redisOptions: RedisOptions = {
   maxRetriesPerRequest: 0,
   autoResendUnfulfilledCommands: false,
   enableAutoPipelining: true,
+  // The scripts with a variable key count (`<name>.lua`, called with the count first) are never auto-pipelined: on a
+  // cluster ioredis routes an auto-pipelined command by its first argument, here the count and not a key, so the
+  // script joined the pipeline of another node and the whole pipeline failed ("All keys in the pipeline should
+  // belong to the same slots allocation group": ioredis issue 2109). Sent alone, the cluster routes them by KEYS.
   // The stream relays' shared write (SessionStore.appendEventsMany) is one command per flush already: sent at once,
   // it costs no auto-pipeline (a Pipeline object, a setImmediate) per flush. Nothing it carries must follow a command
   // of the same tick (a webhook mark goes by another command), so it may overtake the auto-pipeline being gathered.
-  autoPipeliningIgnoredCommands: ['sessAppendEventsMany'],
+  autoPipeliningIgnoredCommands: ['sessAppendEventsMany', 'whUpdate'],
   retryStrategy: reconnect,
 };
 
@@ -70,9 +74,17 @@ const { commandTimeout: _commandTimeout, ...subscriberOptions } = redisOptions;
  * that went away are retried on the refreshed topology (`retryDelayOnFailover`, at most `maxRedirections` times).
  */
 function clusterOptions(base: RedisOptions): ClusterOptions {
-  const { retryStrategy: _r, enableAutoPipelining: _p, keyPrefix, ...nodeOptions } = base;
+  const {
+    retryStrategy: _r,
+    enableAutoPipelining: _p,
+    autoPipeliningIgnoredCommands,
+    keyPrefix,
+    ...nodeOptions
+  } = base;
   return {
     redisOptions: nodeOptions,
+    // The cluster client is the one that auto-pipelines: the commands kept out of it are set on it.
+    ...(autoPipeliningIgnoredCommands ? { autoPipeliningIgnoredCommands } : {}),
     // The cluster client builds the commands (and so prefixes their keys); its node clients only send them.
     keyPrefix: keyPrefix ?? '',
     enableAutoPipelining: true,

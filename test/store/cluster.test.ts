@@ -16,6 +16,8 @@ import {
   sessionKeys,
   tenantIndexKey,
 } from '../../src/store/keys.js';
+import { createRedis } from '../../src/plugins/redis.js';
+import { defineLuaCommands } from '../../src/store/lua-commands.js';
 import { startTestCluster, type TestCluster } from '../helpers/redis.js';
 import { Api } from '../helpers/service.js';
 import { LoopModel, tagged, until, verifyLoopHistory } from '../durability/chaos-lib.js';
@@ -157,6 +159,26 @@ describe('Redis Cluster (3 masters)', { timeout: 180_000 }, () => {
     assert.equal(decided.status, 202, JSON.stringify(decided.body));
     const done = await apiA.waitStatus(id, ['idle', 'failed'], 10_000);
     assert.equal(done.status, 'idle', JSON.stringify(done.error));
+  });
+
+  it('keeps scripts with a variable key count out of auto-pipelines: each reaches the node of its keys', async () => {
+    // ioredis routes an auto-pipelined command by its first argument: for `whUpdate` that is the key count, so the
+    // script joined the pipeline of the node serving slot("1") and, with a command for that node in the same tick,
+    // the whole pipeline failed. Ten scripts on ten slots and sixty reads in one tick: some share that pipeline.
+    const redis = createRedis({ clusterNodes: cluster.nodes, keyPrefix: '' });
+    try {
+      await new Promise<void>((resolve) => redis.once('ready', () => resolve()));
+      defineLuaCommands(redis, new URL('../../src/webhooks/lua/', import.meta.url), 'wh');
+      const scripts = Array.from({ length: 10 }, (_, i) =>
+        redis.whUpdate(1, `webhook:{whk${i}}`, 'tenant', '', 'patch', '{}'),
+      );
+      const reads = Array.from({ length: 60 }, (_, i) => redis.get(`autopipeline-probe-${i}`));
+      const out = await Promise.all([...scripts, ...reads]);
+      for (const r of out.slice(0, 10)) assert.deepEqual(r, ['ERR', 'not_found']);
+      for (const r of out.slice(10)) assert.equal(r, null);
+    } finally {
+      redis.disconnect();
+    }
   });
 
   it('pub/sub reaches a subscriber on another node', async () => {
