@@ -2,6 +2,7 @@ import type { TracerProvider } from '@opentelemetry/api';
 import Fastify, { LogController, type FastifyInstance } from 'fastify';
 import path from 'node:path';
 import type { FastifyBaseLogger as Logger } from 'fastify';
+import { listenWide } from './accept-sockets.js';
 import app from './app.js';
 import { loadConfig, isLoopback, type Config } from './config.js';
 import { offlineFetch } from './offline/fetch.js';
@@ -187,8 +188,12 @@ export async function startService(
             }),
       tracing: { env, provider: extras.tracerProvider },
     });
-    fastify.server.maxConnections = config.MAX_CONNECTIONS;
-    await fastify.listen({ port: config.PORT, host: config.HOST });
+    await listenWide(fastify, {
+      port: config.PORT,
+      host: config.HOST,
+      sockets: config.ACCEPT_SOCKETS,
+      maxConnections: config.MAX_CONNECTIONS,
+    });
   } catch (err) {
     await fastify.close().catch(() => {});
     for (const c of cleanups.reverse()) await c().catch(() => {});

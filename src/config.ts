@@ -205,6 +205,12 @@ export const configSchema = z.object({
   CONNECTION_TIMEOUT_MS: positiveMs.default(72_000),
   /** Open TCP connections one process accepts (HTTP, SSE and WebSocket together); beyond, new ones are dropped. */
   MAX_CONNECTIONS: positiveMs.default(10_000),
+  /**
+   * Listening sockets on PORT (SO_REUSEPORT, Linux only; src/accept-sockets.ts): a busy process accepts one new
+   * connection per socket per turn of its event loop, so more sockets take a burst of new connections (WebSocket
+   * followers reconnecting after a replica died) sooner. 1: one socket, no SO_REUSEPORT.
+   */
+  ACCEPT_SOCKETS: z.coerce.number().int().min(1).max(64).default(16),
   /** Mutating requests per minute per tenant, across replicas (429 `rate_limited`). 0 disables the limit. */
   RATE_LIMIT_PER_MIN: z.coerce.number().int().min(0).default(1200),
   /** Most sessions one tenant keeps (429 `quota_exceeded`). 0: no limit. */

@@ -36,12 +36,17 @@ const DELAY_MS = 50;
 const STAGGER_MS = 2_000;
 const LATE_P99_MS = 100;
 const LOOP_P99_MS = 50;
+/** BENCH_B9_START=input: service sessions are created with their input (the run starts in the create) and followed
+ * once the create answers, as a client that does not need the run's first deltas live would. */
+const START_WITH_INPUT = process.env['BENCH_B9_START'] === 'input';
 /** Service processes of the multi-replica side: one per core of the bench machine (at least 2). */
 const REPLICAS = Math.max(2, availableParallelism());
 
 export interface B9Step {
   n: number;
   lateness: { p50: number; p99: number; max: number; count: number };
+  /** Lateness p99 of the deltas received in each second of the step (the sides with a WebSocket follower). */
+  latenessBySecond?: number[];
   eventLoopP99Ms: number;
   /** The bench process's own event-loop delay p99 (its clients share the cores): service side only. */
   clientLoopP99Ms?: number;
@@ -83,6 +88,28 @@ const ok = (s: Omit<B9Step, 'ok'>, expected: number) =>
   s.lateness.p99 <= LATE_P99_MS &&
   s.eventLoopP99Ms <= LOOP_P99_MS;
 
+/**
+ * The lateness of every text delta a step's followers received, and each one's receipt time, so a missed step can
+ * say when in the step its late deltas came (the ramp, the steady state, or a stall).
+ */
+class Lateness {
+  readonly values: number[] = [];
+  private readonly at: number[] = [];
+  constructor(private readonly t0: number) {}
+
+  add(at: number, value: number): void {
+    this.values.push(value);
+    this.at.push(at);
+  }
+
+  /** p99 of the deltas received in each second of the step, in ms. */
+  bySecond(): number[] {
+    const seconds: number[][] = [];
+    this.values.forEach((v, i) => (seconds[Math.floor((this.at[i]! - this.t0) / 1000)] ??= []).push(v));
+    return Array.from(seconds, (list) => (list ? Math.round(percentile(list, 99)) : NaN));
+  }
+}
+
 /** What a follower makes of one frame: a text delta to time, the run's end, a failure, or nothing to note. */
 type Frame = 'delta' | 'end' | 'other' | { failed: string };
 
@@ -92,7 +119,7 @@ type Frame = 'delta' | 'end' | 'other' | { failed: string };
  */
 async function followRun(
   url: string,
-  late: number[],
+  late: Lateness,
   timeoutMs: number,
   classify: (raw: string) => Frame,
   start?: () => Promise<unknown>,
@@ -111,7 +138,7 @@ async function followRun(
             // Only text deltas carry `"text":"#`; no parse needed for the figure.
             const i = raw.indexOf('"text":"#');
             const v = pacedLateness(raw.slice(i + 8, i + 40), at, DELAY_MS, state);
-            if (v !== undefined) late.push(v);
+            if (v !== undefined) late.add(at, v);
           } else if (frame === 'end') resolve();
           else if (frame !== 'other') reject(new Error(frame.failed));
         });
@@ -184,7 +211,7 @@ async function serviceStep(ctx: Ctx, n: number, timeoutMs: number, replicas = 1)
     const clientLoop = (await import('node:perf_hooks')).monitorEventLoopDelay({ resolution: 10 });
     for (const svc of svcs) await loopP99(svc.url); // resets the service's histogram
     clientLoop.enable();
-    const late: number[] = [];
+    const late = new Lateness(Date.now());
     let errors = 0;
     const t0 = nowMs();
     await Promise.all(
@@ -194,15 +221,18 @@ async function serviceStep(ctx: Ctx, n: number, timeoutMs: number, replicas = 1)
         try {
           // Created idle, followed, then started by its first message: the follower is attached before the run
           // starts, as on the relaying side, so lateness is the relay's and not the create's (a run started by the
-          // create streams while its client still waits for the answer, and those deltas reach it by replay).
+          // create streams while its client still waits for the answer, and those deltas reach it by replay;
+          // BENCH_B9_START=input measures that client instead).
+          const input = `b9-svc-${n}-${i}`;
           const s = await postWithRetry(`${url}/v1/sessions`, {
             tools: ['calculate_sum'],
             max_iterations: 10,
-            start: false,
+            ...(START_WITH_INPUT ? { input } : { start: false }),
           });
-          await followRun(streamUrl(url, s.id), late, timeoutMs, serviceFrames(s.id), () =>
-            postWithRetry(`${url}/v1/sessions/${s.id}/messages`, { content: `b9-svc-${n}-${i}` }),
-          );
+          const start = START_WITH_INPUT
+            ? undefined
+            : () => postWithRetry(`${url}/v1/sessions/${s.id}/messages`, { content: input });
+          await followRun(streamUrl(url, s.id), late, timeoutMs, serviceFrames(s.id), start);
         } catch (err) {
           if (errors++ < 3) ctx.log(`  B9 session ${i}: ${String(err).slice(0, 200)}`);
         }
@@ -217,7 +247,8 @@ async function serviceStep(ctx: Ctx, n: number, timeoutMs: number, replicas = 1)
     for (let i = 0; i < replicas; i++) service += used[`service${i}`]!;
     const step = {
       n,
-      lateness: summary(late),
+      lateness: summary(late.values),
+      latenessBySecond: late.bySecond(),
       eventLoopP99Ms,
       clientLoopP99Ms: clientLoop.percentile(99) / 1e6,
       rssPeak: rss.reduce((sum, r) => sum + r.stop().peak, 0),
@@ -267,7 +298,7 @@ async function relayStep(ctx: Ctx, n: number, timeoutMs: number): Promise<B9Step
     const done = worker.relayed(n, prefix, timeoutMs);
     const clientLoop = (await import('node:perf_hooks')).monitorEventLoopDelay({ resolution: 10 });
     clientLoop.enable();
-    const late: number[] = [];
+    const late = new Lateness(Date.now());
     let errors = 0;
     await Promise.all(
       Array.from({ length: n }, async (_, i) => {
@@ -288,7 +319,8 @@ async function relayStep(ctx: Ctx, n: number, timeoutMs: number): Promise<B9Step
     clientLoop.disable();
     const step = {
       n,
-      lateness: summary(late),
+      lateness: summary(late.values),
+      latenessBySecond: late.bySecond(),
       eventLoopP99Ms: r.eventLoop?.p99 ?? NaN,
       clientLoopP99Ms: clientLoop.percentile(99) / 1e6,
       rssPeak: rss.stop().peak,
@@ -304,7 +336,8 @@ async function relayStep(ctx: Ctx, n: number, timeoutMs: number): Promise<B9Step
 
 const line = (side: string, s: B9Step) =>
   `  B9 ${side} N=${s.n}: lateness p99 ${s.lateness.p99.toFixed(1)} ms, event loop p99 ` +
-  `${s.eventLoopP99Ms.toFixed(1)} ms, RSS ${(s.rssPeak / 1e6).toFixed(0)} MB, ${s.errors} errors: ${s.ok ? 'held' : 'missed'}`;
+  `${s.eventLoopP99Ms.toFixed(1)} ms, RSS ${(s.rssPeak / 1e6).toFixed(0)} MB, ${s.errors} errors: ${s.ok ? 'held' : 'missed'}` +
+  (s.latenessBySecond ? `\n    lateness p99 by second (ms): ${s.latenessBySecond.join(' ')}` : '');
 
 export async function b9(ctx: Ctx): Promise<B9Result> {
   // A ~1.25× geometric ladder, the same for both sides, so a ratio of held Ns is measured to within a step (with
