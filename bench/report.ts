@@ -553,7 +553,7 @@ export function report(r: Results): string {
     L.push(
       `${fmt(b6.sessions, 0)} sessions created with \`start: false\` (${fmt(b6.createSeconds, 1)} s), then ` +
         `${fmt(b6.connections, 0)} WebSocket connections opened on ${fmt(b6.connections, 0)} of them ` +
-        `(${fmt(b6.connectSeconds, 1)} s), each idle after its replay. RSS read once settled. Open files limit: ${b6.openFilesLimit}.`,
+        `(${fmt(b6.connectSeconds, 1)} s), each idle after its replay. RSS read once the service has had no request for 3 s, then settled (an idle replica: it gives back what a burst grew once quiet). Open files limit: ${b6.openFilesLimit}.`,
       '',
       '| | service RSS |',
       '|---|---:|',

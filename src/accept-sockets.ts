@@ -56,12 +56,19 @@ export async function listenWide(fastify: FastifyInstance, opts: AcceptOptions):
   // Every connection, whichever socket took it, passes the HTTP server's `connection` event: counted there. The HTTP
   // server's own socket checks Node's cap against its own count (net.Server `maxConnections`), so its cap is what the
   // others leave: it is lowered and raised as their connections open and close. The others check the total.
+  // One listener function each for all connections, and `on` rather than `once` (a socket closes once): no closure
+  // or wrapper per connection (B6 counts what an idle connection keeps).
   let open = 0;
   let viaOthers = 0;
   const setOwnCap = () => (server.maxConnections = Math.max(0, opts.maxConnections - viaOthers));
+  const closed = () => void open--;
+  const closedViaOther = () => {
+    viaOthers--;
+    setOwnCap();
+  };
   server.prependListener('connection', (socket: net.Socket) => {
     open++;
-    socket.once('close', () => open--);
+    socket.on('close', closed);
   });
   setOwnCap();
   const others: net.Server[] = [];
@@ -82,10 +89,7 @@ export async function listenWide(fastify: FastifyInstance, opts: AcceptOptions):
     }
     viaOthers++;
     setOwnCap();
-    socket.once('close', () => {
-      viaOthers--;
-      setOwnCap();
-    });
+    socket.on('close', closedViaOther);
     server.emit('connection', socket);
   };
   for (let i = 1; i < count; i++) {

@@ -1,3 +1,4 @@
+import { performance } from 'node:perf_hooks';
 import { setFlagsFromString } from 'node:v8';
 
 /**
@@ -75,5 +76,113 @@ export class GcPolicy {
     if (this.timer) clearInterval(this.timer);
     this.timer = null;
     if (this.mode === 'busy') this.apply('idle', this.idlePercent);
+  }
+}
+
+/** Growth of V8's heap (`heapTotal`, bytes) since the last trim past which an idle process trims again. */
+export const TRIM_GROWTH_BYTES = 24 * 1024 * 1024;
+/** Live heap (`heapUsed`, bytes) above which no trim is made: its collection would stop the loop for too long. */
+export const TRIM_MAX_USED_BYTES = 192 * 1024 * 1024;
+/** Event-loop utilization (0..1) over one check below which the process counts as quiet. */
+export const QUIET_ELU = 0.05;
+/** Quiet checks in a row (CHECK_MS each) before a trim: the process has been idle for ~1 s. */
+export const QUIET_CHECKS = 2;
+
+/** V8's heap: its size and what is in use (bytes). */
+export interface HeapSize {
+  total: number;
+  used: number;
+}
+
+/** What the idle trim reads and does: the runtime's own (`IdleTrim.fromRuntime`), or a test's. */
+export interface TrimProbe {
+  /** Event-loop utilization since the previous call (0..1). */
+  utilization(): number;
+  heap(): HeapSize;
+  /** The collection that gives memory back. */
+  collect(): void;
+}
+
+/** The `gc` function node's `--expose-gc` puts on the global object (V8's options), or none. */
+type ExposedGc = (options: { type: 'major'; execution: 'sync'; flavor: 'last-resort' }) => void;
+
+const heapNow = (): HeapSize => {
+  const m = process.memoryUsage();
+  return { total: m.heapTotal, used: m.heapUsed };
+};
+
+/**
+ * The idle trim: once a process with no active run has been quiet for QUIET_CHECKS checks and its heap grew by
+ * TRIM_GROWTH_BYTES since the last trim, one last-resort collection (V8's `CollectAllAvailableGarbage`, what V8 does
+ * under memory pressure: full collections until nothing more is freed, the young generation shrunk, pages given
+ * back). V8's own collections keep what a burst grew — the young generation at its largest (two 16 MB semi-spaces)
+ * and old-space pages — and a plain major collection gives back almost nothing, so an idle replica stayed near its
+ * peak: 142 MB of RSS right after boot (97 MB after a trim), 190–215 MB in B6 (docs/BENCHMARKS.md).
+ *
+ * It stops the loop while it runs (~50 ms for the heap after boot, ~230 ms with 90 MB in use): so only when quiet,
+ * with no run streaming, at most once per growth, and never with more than TRIM_MAX_USED_BYTES in use. Only where
+ * `npm start` gave `--expose-gc` (the collection is V8's `gc`); elsewhere `fromRuntime` returns null.
+ */
+export class IdleTrim {
+  /** Trims made (for tests and the log). */
+  trims = 0;
+  private quiet = 0;
+  /** `heapTotal` right after the last trim (0 before the first: the heap the boot grew counts as growth). */
+  private trimmedAt = 0;
+  private timer: NodeJS.Timeout | null = null;
+
+  constructor(
+    /** Runs this process drives now. */
+    private readonly activeRuns: () => number,
+    private readonly probe: TrimProbe,
+    /** Told of each trim: the heap before and after. */
+    private readonly onTrim: (before: HeapSize, after: HeapSize) => void = () => {},
+  ) {}
+
+  /** The trim with V8's `gc` (exposed by `--expose-gc`), or null when the process was started without it. */
+  static fromRuntime(
+    activeRuns: () => number,
+    onTrim?: (before: HeapSize, after: HeapSize) => void,
+  ): IdleTrim | null {
+    const gc = (globalThis as { gc?: ExposedGc }).gc;
+    if (typeof gc !== 'function') return null;
+    let last = performance.eventLoopUtilization();
+    const probe: TrimProbe = {
+      utilization: () => {
+        const now = performance.eventLoopUtilization();
+        const u = performance.eventLoopUtilization(now, last).utilization;
+        last = now;
+        return u;
+      },
+      heap: heapNow,
+      collect: () => gc({ type: 'major', execution: 'sync', flavor: 'last-resort' }),
+    };
+    return new IdleTrim(activeRuns, probe, onTrim);
+  }
+
+  /** Counts a quiet check (or resets the count) and trims once the process has been quiet long enough. */
+  check(): void {
+    const quiet = this.activeRuns() === 0 && this.probe.utilization() < QUIET_ELU;
+    this.quiet = quiet ? this.quiet + 1 : 0;
+    if (this.quiet < QUIET_CHECKS) return;
+    const before = this.probe.heap();
+    if (before.total - this.trimmedAt < TRIM_GROWTH_BYTES || before.used > TRIM_MAX_USED_BYTES) return;
+    this.probe.collect();
+    const after = this.probe.heap();
+    this.trims++;
+    this.quiet = 0;
+    this.trimmedAt = after.total;
+    this.onTrim(before, after);
+  }
+
+  /** Checks every CHECK_MS (an unref'd timer). */
+  start(): this {
+    this.timer ??= setInterval(() => this.check(), CHECK_MS).unref();
+    return this;
+  }
+
+  stop(): void {
+    if (this.timer) clearInterval(this.timer);
+    this.timer = null;
   }
 }

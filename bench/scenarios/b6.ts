@@ -1,6 +1,8 @@
 /**
  * B6 idle footprint: the service's RSS with 10,000 idle sessions (created over REST with `start: false`), then with
- * 5,000 idle WebSocket connections (one per session, each having received its replay), once RSS has settled.
+ * 5,000 idle WebSocket connections (one per session, each having received its replay), once RSS has settled after
+ * IDLE_MS without requests: the footprint of a replica that is idle, not one still finishing a burst (the service
+ * gives memory back once quiet for ~1 s, src/gc-policy.ts `IdleTrim`).
  */
 import WebSocket from 'ws';
 import type { Ctx, Profiled } from '../lib/context.js';
@@ -10,6 +12,15 @@ import { Child, redisInfo, settledRss, spawnNode } from '../lib/procs.js';
 import { listen, openWs, streamUrl, unlisten } from '../lib/ws.js';
 import { httpOk, pool, sleep, withTimeout } from '../lib/util.js';
 import { verdict, type Verdict } from './common.js';
+
+/** How long the service is left without requests before its RSS is read (ms). */
+const IDLE_MS = 3000;
+
+/** The service's RSS once it has been idle IDLE_MS, then stable. */
+async function idleRss(pid: number): Promise<number> {
+  await sleep(IDLE_MS);
+  return settledRss(pid, 1000, 10_000);
+}
 
 export interface B6Result {
   sessions: number;
@@ -98,16 +109,16 @@ export async function b6(ctx: Ctx, openFilesLimit: string): Promise<B6Result> {
   const sockets: WebSocket[] = [];
   try {
     if (ctx.follow === 'poll') throw new Error('B6 needs the WebSocket route');
-    const rssFresh = await settledRss(svc.pid);
+    const rssFresh = await idleRss(svc.pid);
     let t = performance.now();
     const ids = await createIdle(svc.url, nSessions);
     const createSeconds = (performance.now() - t) / 1000;
-    const rssSessions = await settledRss(svc.pid, 1000, 10_000);
+    const rssSessions = await idleRss(svc.pid);
     const redisUsedSessions = Number((await redisInfo(ctx.redis.admin, 'memory'))['used_memory']);
     t = performance.now();
     sockets.push(...(await connectIdle(svc.url, ids.slice(0, nConns))));
     const connectSeconds = (performance.now() - t) / 1000;
-    const rssConnections = await settledRss(svc.pid, 1000, 10_000);
+    const rssConnections = await idleRss(svc.pid);
     const alive = sockets.filter((s) => s.readyState === WebSocket.OPEN).length;
     const inspector = await svc.activateInspector();
     const gcConnections = await gcAndMemory(inspector);

@@ -16,7 +16,7 @@ import { TenantToolRegistry, tenantToolProvider } from '../tenant-tools/registry
 import { HttpToolCaller } from '../tenant-tools/http-caller.js';
 import { ToolTasks } from '../tenant-tools/service.js';
 import { TaskQueue } from '../tenant-tools/tasks.js';
-import { GcPolicy, startGrowingPercent } from '../gc-policy.js';
+import { GcPolicy, IdleTrim, startGrowingPercent } from '../gc-policy.js';
 
 declare module 'fastify' {
   interface FastifyInstance {
@@ -120,9 +120,20 @@ export default fp<EnginePluginOptions>(
     // V8's heap growth step by run load, where `npm start` set one (src/gc-policy.ts).
     const idlePercent = startGrowingPercent();
     const gcPolicy = idlePercent === null ? null : new GcPolicy(idlePercent, () => engine.activeRuns);
+    // Memory given back once the process is quiet, where `npm start` exposed V8's `gc` (src/gc-policy.ts).
+    const gcLog = componentLog(app.log, 'engine');
+    const idleTrim = IdleTrim.fromRuntime(
+      () => engine.activeRuns,
+      (before, after) =>
+        gcLog.debug(
+          { heap_bytes_before: before.total, heap_bytes_after: after.total },
+          'idle: memory given back',
+        ),
+    );
     app.addHook('onReady', async () => {
       engine.start();
       gcPolicy?.start();
+      idleTrim?.start();
       toolTasks.start();
       deadlines.start();
       retention.start();
@@ -145,6 +156,7 @@ export default fp<EnginePluginOptions>(
       httpCaller?.stop();
       await engine.stop(opts.shutdownGraceMs);
       gcPolicy?.stop();
+      idleTrim?.stop();
       channels.close();
     });
   },
