@@ -36,12 +36,28 @@ export function startGrowingPercent(execArgv: readonly string[] = process.execAr
   return percent && percent > 0 ? percent : null;
 }
 
-export class GcPolicy {
+/** A check run every CHECK_MS on an unref'd timer (it keeps no process alive). */
+abstract class PeriodicCheck {
+  private timer: NodeJS.Timeout | null = null;
+
+  abstract check(): void;
+
+  start(): this {
+    this.timer ??= setInterval(() => this.check(), CHECK_MS).unref();
+    return this;
+  }
+
+  stop(): void {
+    if (this.timer) clearInterval(this.timer);
+    this.timer = null;
+  }
+}
+
+export class GcPolicy extends PeriodicCheck {
   /** The step now in force: the start flag's (`idle`) or V8's own (`busy`). */
   mode: 'idle' | 'busy' = 'idle';
   /** Switches made (for tests and the log). */
   switches = 0;
-  private timer: NodeJS.Timeout | null = null;
 
   constructor(
     /** The start flag's percent: the idle step. */
@@ -50,10 +66,12 @@ export class GcPolicy {
     private readonly activeRuns: () => number,
     /** Applies a V8 flag (node's `v8.setFlagsFromString`; a test passes its own). */
     private readonly setFlag: (flag: string) => void = setFlagsFromString,
-  ) {}
+  ) {
+    super();
+  }
 
   /** Looks at the run count now and switches the step if it crossed a bound (BUSY_RUNS up, 0 down). */
-  check(): void {
+  override check(): void {
     const runs = this.activeRuns();
     if (this.mode === 'idle' && runs >= BUSY_RUNS) this.apply('busy', 0);
     else if (this.mode === 'busy' && runs === 0) this.apply('idle', this.idlePercent);
@@ -65,16 +83,9 @@ export class GcPolicy {
     this.switches++;
   }
 
-  /** Checks every CHECK_MS (an unref'd timer: it keeps no process alive). */
-  start(): this {
-    this.timer ??= setInterval(() => this.check(), CHECK_MS).unref();
-    return this;
-  }
-
   /** Stops checking and puts the start flag's step back. */
-  stop(): void {
-    if (this.timer) clearInterval(this.timer);
-    this.timer = null;
+  override stop(): void {
+    super.stop();
     if (this.mode === 'busy') this.apply('idle', this.idlePercent);
   }
 }
@@ -123,13 +134,12 @@ const heapNow = (): HeapSize => {
  * with no run streaming, at most once per growth, and never with more than TRIM_MAX_USED_BYTES in use. Only where
  * `npm start` gave `--expose-gc` (the collection is V8's `gc`); elsewhere `fromRuntime` returns null.
  */
-export class IdleTrim {
+export class IdleTrim extends PeriodicCheck {
   /** Trims made (for tests and the log). */
   trims = 0;
   private quiet = 0;
   /** `heapTotal` right after the last trim (0 before the first: the heap the boot grew counts as growth). */
   private trimmedAt = 0;
-  private timer: NodeJS.Timeout | null = null;
 
   constructor(
     /** Runs this process drives now. */
@@ -137,7 +147,9 @@ export class IdleTrim {
     private readonly probe: TrimProbe,
     /** Told of each trim: the heap before and after. */
     private readonly onTrim: (before: HeapSize, after: HeapSize) => void = () => {},
-  ) {}
+  ) {
+    super();
+  }
 
   /** The trim with V8's `gc` (exposed by `--expose-gc`), or null when the process was started without it. */
   static fromRuntime(
@@ -161,7 +173,7 @@ export class IdleTrim {
   }
 
   /** Counts a quiet check (or resets the count) and trims once the process has been quiet long enough. */
-  check(): void {
+  override check(): void {
     const quiet = this.activeRuns() === 0 && this.probe.utilization() < QUIET_ELU;
     this.quiet = quiet ? this.quiet + 1 : 0;
     if (this.quiet < QUIET_CHECKS) return;
@@ -173,16 +185,5 @@ export class IdleTrim {
     this.quiet = 0;
     this.trimmedAt = after.total;
     this.onTrim(before, after);
-  }
-
-  /** Checks every CHECK_MS (an unref'd timer). */
-  start(): this {
-    this.timer ??= setInterval(() => this.check(), CHECK_MS).unref();
-    return this;
-  }
-
-  stop(): void {
-    if (this.timer) clearInterval(this.timer);
-    this.timer = null;
   }
 }
