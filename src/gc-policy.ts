@@ -135,8 +135,6 @@ const heapNow = (): HeapSize => {
  * `npm start` gave `--expose-gc` (the collection is V8's `gc`); elsewhere `fromRuntime` returns null.
  */
 export class IdleTrim extends PeriodicCheck {
-  /** Trims made (for tests and the log). */
-  trims = 0;
   private quiet = 0;
   /** `heapTotal` right after the last trim (0 before the first: the heap the boot grew counts as growth). */
   private trimmedAt = 0;
@@ -181,7 +179,6 @@ export class IdleTrim extends PeriodicCheck {
     if (before.total - this.trimmedAt < TRIM_GROWTH_BYTES || before.used > TRIM_MAX_USED_BYTES) return;
     this.probe.collect();
     const after = this.probe.heap();
-    this.trims++;
     this.quiet = 0;
     this.trimmedAt = after.total;
     this.onTrim(before, after);
