@@ -170,14 +170,18 @@ export class ToolTasks {
   async heartbeat(tenant: string, id: string): Promise<{ lease_expires_at: string }> {
     const r = await this.o.queue.heartbeat(tenant, id);
     if (typeof r === 'string') throw refusal(r, id);
-    this.noteWorker(r.worker);
-    if (!(await this.stillAwaited(r))) {
-      await this.o.queue.settle(tenant, r.call, 'cancelled');
+    const { rec } = r;
+    this.noteWorker(rec.worker);
+    // A session that no longer waits for the call says so before an expired lease does: the worker is to stop, and
+    // the call will not be offered again (which is what `task_lease_lost` would tell it).
+    if (!(await this.stillAwaited(rec))) {
+      await this.o.queue.settle(tenant, rec.call, 'cancelled');
       this.o.metrics.toolTasks.inc({ event: 'cancelled' });
       throw refusal('cancelled', id);
     }
-    await this.o.queue.seen(tenant, [r.name], r.worker);
-    return { lease_expires_at: new Date(r.lease).toISOString() };
+    if (!r.renewed) throw refusal('lost', id);
+    await this.o.queue.seen(tenant, [rec.name], rec.worker);
+    return { lease_expires_at: new Date(rec.lease).toISOString() };
   }
 
   /** `POST /v1/tool-tasks/:id/result`. */

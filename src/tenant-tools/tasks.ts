@@ -210,10 +210,15 @@ export class TaskQueue {
   }
 
   /** Renews an offer's lease. */
-  async heartbeat(tenant: string, offer: string): Promise<TaskRecord | OfferRefusal> {
+  async heartbeat(
+    tenant: string,
+    offer: string,
+  ): Promise<{ rec: TaskRecord; renewed: boolean } | OfferRefusal> {
     const k = keyList(tenant);
     const r = await this.redis.ttHeartbeat(k.offers, k.calls, k.leased, offer, Date.now(), this.leaseMs);
-    return r[0] === 'ok' ? decodeStored<TaskRecord>(r[1]!) : (r[0] as OfferRefusal);
+    // 'lost' with the record: this offer's lease expired (not renewed); without it, the call was offered again.
+    if (r[1] === undefined) return r[0] as OfferRefusal;
+    return { rec: decodeStored<TaskRecord>(r[1]), renewed: r[0] === 'ok' };
   }
 
   /** Takes an offer's result (it waits in the outbox until delivered). */
