@@ -150,6 +150,21 @@ export class ToolTasks {
     }
   }
 
+  /**
+   * The refusal of an offer. `lost` says the call is offered again under a new id; when its session no longer waits
+   * for it (cancelled after the sweep offered it again), the worker is told `task_cancelled` instead, and the call is
+   * settled. One read more, on this path only.
+   */
+  private async refuse(tenant: string, id: string, r: OfferRefusal): Promise<DomainError> {
+    if (r !== 'lost') return refusal(r, id);
+    const rec = await this.o.queue.offerRecord(tenant, id);
+    const open = rec?.state === 'queued' || rec?.state === 'leased';
+    if (!rec || !open || (await this.stillAwaited(rec))) return refusal(r, id);
+    await this.o.queue.settle(tenant, rec.call, 'cancelled');
+    this.o.metrics.toolTasks.inc({ event: 'cancelled' });
+    return refusal('cancelled', id);
+  }
+
   /** Whether the call's session still waits for it (it runs and its step holds the call without a result). */
   private async stillAwaited(rec: TaskRecord): Promise<boolean> {
     const s = await this.o.deps.store.load(rec.session);
@@ -169,7 +184,7 @@ export class ToolTasks {
   /** `POST /v1/tool-tasks/:id/heartbeat`. */
   async heartbeat(tenant: string, id: string): Promise<{ lease_expires_at: string }> {
     const r = await this.o.queue.heartbeat(tenant, id);
-    if (typeof r === 'string') throw refusal(r, id);
+    if (typeof r === 'string') throw await this.refuse(tenant, id, r);
     const { rec } = r;
     this.noteWorker(rec.worker);
     // A session that no longer waits for the call says so before an expired lease does: the worker is to stop, and
@@ -200,7 +215,7 @@ export class ToolTasks {
       });
     }
     const rec = await this.o.queue.complete(tenant, id, text);
-    if (typeof rec === 'string') throw refusal(rec, id);
+    if (typeof rec === 'string') throw await this.refuse(tenant, id, rec);
     this.o.metrics.toolTasks.inc({ event: 'completed' });
     const outcome = await this.deliver(tenant, rec.call);
     if (outcome === 'cancelled') throw refusal('cancelled', id);

@@ -293,6 +293,14 @@ export class TaskQueue {
     );
   }
 
+  /** The record of the call an offer was made for, whichever offer holds it now (null when unknown). */
+  async offerRecord(tenant: string, offer: string): Promise<TaskRecord | null> {
+    const k = keyList(tenant);
+    const call = await this.redis.hget(k.offers, offer);
+    const rec = call ? await this.redis.hget(k.calls, call) : null;
+    return rec ? decodeStored<TaskRecord>(rec) : null;
+  }
+
   /** A call's record and its result (null until it has one). Two HGETs in one pipeline. */
   async record(tenant: string, call: string): Promise<{ rec: TaskRecord; result: TaskResult | null } | null> {
     const k = keyList(tenant);

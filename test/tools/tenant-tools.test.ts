@@ -175,6 +175,27 @@ describe('tenant tools and tool tasks', () => {
     assert.equal(retried[0].data.attempt, 1);
   });
 
+  it('a call offered again whose session was cancelled refuses both offers with task_cancelled', async () => {
+    await a.req('PUT', '/v1/tools/flaky2', lookup);
+    h.fake.enqueue(toolCalls([toolUse('flaky2', { id: 7 }, 'toolu_f2')]), text('ok'));
+    const id = (await a.post('/v1/sessions', { input: 'go', tools: ['flaky2'] })).body.id;
+    const first = (await a.post('/v1/tool-tasks/claim', { tools: ['flaky2'], wait_ms: 10000 })).body.tasks[0];
+    // The first lease lapses; the sweep offers the call again, which wakes this claim.
+    const second = (await a.post('/v1/tool-tasks/claim', { tools: ['flaky2'], wait_ms: 20000 })).body
+      .tasks[0];
+    assert.ok(second, 'offered again');
+    assert.equal((await a.post(`/v1/sessions/${id}/cancel`)).status, 200);
+    // The first offer is no longer the call's, but the worker is told to stop, not that the call goes on elsewhere.
+    const hb = await a.post(`/v1/tool-tasks/${first.id}/heartbeat`);
+    assert.equal(hb.status, 409);
+    assert.equal(hb.body.error.code, 'task_cancelled');
+    const late = await a.post(`/v1/tool-tasks/${first.id}/result`, { content: 'late' });
+    assert.equal(late.body.error.code, 'task_cancelled');
+    const r = await a.post(`/v1/tool-tasks/${second.id}/result`, { content: 'also late' });
+    assert.equal(r.status, 409);
+    assert.equal(r.body.error.code, 'task_cancelled');
+  });
+
   it('after max_attempts lost leases, or past timeout_ms, the call gets an is_error result', async () => {
     await a.req('PUT', '/v1/tools/once', { ...lookup, max_attempts: 1 });
     await a.req('PUT', '/v1/tools/nobody', { ...lookup, timeout_ms: 1000 });
