@@ -68,6 +68,9 @@ const routes: FastifyPluginAsyncZod<{ config: Config }> = async (app, { config }
     head: UIChunk[],
   ) {
     reply.hijack();
+    // The client went away while the request was handled: its response's 'close' has fired already, so the
+    // handler below would never run and the heartbeat, the subscription and the connection gauge would leak.
+    if (reply.raw.destroyed) return;
     const res = reply.raw;
     const headers: OutgoingHttpHeaders = {};
     for (const [name, value] of Object.entries(reply.getHeaders()))

@@ -3,6 +3,8 @@ import type { FastifyRequest, RouteOptions, preHandlerHookHandler } from 'fastif
 import { quotaExceeded } from '../errors.js';
 import { TenantSlots } from './slots.js';
 
+type Closer = (event: 'close', listener: () => void) => unknown;
+
 export interface QuotaOptions {
   /** Most sessions a tenant keeps (creates and forks beyond are refused). 0: no limit. */
   maxSessions: number;
@@ -17,8 +19,9 @@ export interface QuotaOptions {
  * - `TENANT_MAX_SESSIONS`: POST /v1/sessions and POST /v1/sessions/:id/fork count the tenant's session index
  *   (ZCARD). Concurrent creates may each see room: the quota can be passed by the creates in flight at once.
  * - `TENANT_MAX_STREAMS`: a WebSocket route takes a slot (TenantSlots) after the route's own checks and before
- *   the upgrade, and gives it back when the socket closes; an SSE request of GET /v1/sessions/:id/events takes one
- *   from the same count and gives it back when its response closes.
+ *   the upgrade, and gives it back when the socket closes; an SSE request of GET /v1/sessions/:id/events, and
+ *   every request of the chat routes' UI message streams (POST /v1/chat, GET /v1/chat/:id/stream), takes one from
+ *   the same count and gives it back when its response closes.
  * Over a quota: 429 `quota_exceeded`, `details: {quota, limit}`.
  */
 export default fp<QuotaOptions>(
@@ -30,18 +33,37 @@ export default fp<QuotaOptions>(
     // The slots keep their key name ('ws') from before SSE was counted: replicas of both versions share the count.
     const sockets = new TenantSlots(app.redis, 'ws');
     app.addHook('onClose', async () => sockets.close());
-    const take = async (req: FastifyRequest) => {
-      const release = await sockets.acquire(req.tenant, opts.maxStreams);
+    /**
+     * Takes a slot for as long as `conn` (the request's socket or response) stays open. Its `close` is listened for
+     * before the slot is asked for: a client that goes away while Redis answers has closed already when the slot
+     * arrives (no `close` left to wait for), and the slot is given back at once — else it would be held, and
+     * renewed, for the life of the process.
+     */
+    const hold = async (req: FastifyRequest, conn: { once: Closer; off: Closer; destroyed: boolean }) => {
+      let closed = false;
+      const onClose = () => void (closed = true);
+      conn.once('close', onClose);
+      let release: (() => void) | null;
+      try {
+        release = await sockets.acquire(req.tenant, opts.maxStreams);
+      } finally {
+        conn.off('close', onClose);
+      }
       if (!release) throw quotaExceeded('TENANT_MAX_STREAMS', opts.maxStreams, 'open event streams');
-      return release;
+      if (closed || conn.destroyed) release();
+      else conn.once('close', release);
     };
     const webSocketQuota = async function (req: FastifyRequest) {
       if (!req.ws) return; // a plain GET of a WebSocket route is refused by @fastify/websocket itself
-      req.raw.socket.once('close', await take(req));
+      await hold(req, req.raw.socket);
     };
     const sseQuota: preHandlerHookHandler = async function (req, reply) {
       if (!/\btext\/event-stream\b/.test(req.headers.accept ?? '')) return;
-      reply.raw.once('close', await take(req));
+      await hold(req, reply.raw);
+    };
+
+    const chatQuota: preHandlerHookHandler = async function (req, reply) {
+      await hold(req, reply.raw);
     };
 
     const append = (route: RouteOptions, hook: preHandlerHookHandler) => {
@@ -57,6 +79,11 @@ export default fp<QuotaOptions>(
         append(route, webSocketQuota);
       if (methods.includes('GET') && route.url === '/v1/sessions/:id/events' && opts.maxStreams > 0)
         append(route, sseQuota);
+      // The chat routes answer a UI message stream (SSE) whatever the request's Accept says.
+      const chat =
+        (methods.includes('POST') && route.url === '/v1/chat') ||
+        (methods.includes('GET') && route.url === '/v1/chat/:id/stream');
+      if (chat && opts.maxStreams > 0) append(route, chatQuota);
     });
   },
   { name: 'quotas', dependencies: ['redis', 'engine', 'auth'] },

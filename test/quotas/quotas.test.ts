@@ -1,6 +1,8 @@
 import { after, before, describe, it } from 'node:test';
 import assert from 'node:assert/strict';
 import { existsSync } from 'node:fs';
+import { once } from 'node:events';
+import net from 'node:net';
 import { chromium } from 'playwright-core';
 import { startHarness, type Harness } from '../helpers/service.js';
 import { startService, type Service } from '../../src/boot.js';
@@ -110,6 +112,69 @@ describe('tenant quotas and rate limit across replicas, security headers', () =>
       open.push(again);
     } finally {
       for (const c of open) c.close();
+      await Promise.all(open.map((c) => c.closed));
+    }
+  });
+
+  it('an event stream whose client left while its slot was taken gives the slot back', async () => {
+    const g = h.api.as('key-globex');
+    const id = ((await g.get('/v1/sessions')).body.data[0]?.id ??
+      (await g.post('/v1/sessions', { start: false })).body.id) as string;
+    const probe = new Redis(h.redis.url);
+    const server = h.service.app.server;
+    const port = new URL(h.service.url).port;
+    try {
+      // One of the tenant's two slots would be lost to a client that is gone.
+      // Writes wait in Redis: the request's slot is asked for, and the client leaves before it is granted.
+      await probe.client('PAUSE', 20_000, 'WRITE');
+      const raw = net.connect(Number(port), '127.0.0.1');
+      raw.on('error', () => {}); // its own reset
+      await once(raw, 'connect');
+      const seen = new Promise<net.Socket>((resolve) => {
+        const onRequest = (req: { socket: net.Socket }) => {
+          if (req.socket.remotePort !== raw.localPort) return;
+          server.off('request', onRequest);
+          resolve(req.socket);
+        };
+        server.on('request', onRequest);
+      });
+      raw.write(
+        `GET /v1/sessions/${id}/events HTTP/1.1\r\nhost: x\r\nauthorization: Bearer key-globex\r\n` +
+          'accept: text/event-stream\r\n\r\n',
+      );
+      const serverSide = await seen;
+      // The server has the request; the slot's script is the write the pause holds (once a write waits, the
+      // route is past its reads). Even sooner, the client would be gone before the slot is asked for: the same
+      // defect, a 'close' that fired before it was listened for.
+      for (let n = 0; ; n++) {
+        const list = await probe.client('LIST');
+        if (/flags=b /.test(String(list))) break;
+        assert.ok(n < 1000, 'the slot was never asked for');
+        await new Promise((r) => setImmediate(r));
+      }
+      // (Not events.once: the server's socket errors with ECONNRESET first.)
+      const closed = new Promise((resolve) => serverSide.once('close', resolve));
+      raw.resetAndDestroy();
+      await closed;
+      await probe.client('UNPAUSE');
+      // Both slots are there once the grant arrived: two streams open (retried until the release ran).
+      const open: WsClient[] = [];
+      try {
+        for (let n = 0; open.length < 2; n++) {
+          assert.ok(n < 1000, 'a slot of a client that left was never given back');
+          const c = await connectWs(h.service.url, id, { token: 'key-globex' }).catch((err: unknown) => {
+            if (!(err instanceof UpgradeRefused) || err.status !== 429) throw err;
+            return new Promise<undefined>((resolve) => setImmediate(() => resolve(undefined)));
+          });
+          if (c) open.push(c);
+        }
+      } finally {
+        for (const c of open) c.close();
+        await Promise.all(open.map((c) => c.closed));
+      }
+    } finally {
+      await probe.client('UNPAUSE').catch(() => {});
+      probe.disconnect();
     }
   });
 
