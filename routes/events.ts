@@ -5,7 +5,7 @@ import type { Config } from '../src/config.js';
 import { badRequest } from '../src/errors.js';
 import { sessionIdParam } from '../src/schemas.js';
 import { eventPage, routeErrors, type RouteCodes } from '../src/openapi/responses.js';
-import { START, isCursor, parseCursor, placeCursor } from '../src/events/cursor.js';
+import { START, cursorParam, parseCursor, placeCursor } from '../src/events/cursor.js';
 import { OutEvent, sseData } from '../src/events/envelope.js';
 import type { Subscription } from '../src/events/hub.js';
 import { cursorAhead, cursorExpired, endFrame, streamSink, type CloseReason } from '../src/events/sink.js';
@@ -15,11 +15,6 @@ import { TokenExpired } from '../src/plugins/error-status.js';
 /** The 404 of this file's routes names one thing (src/openapi/responses.ts `routeErrors`). */
 const NOT_FOUND = { 404: ['session_not_found'] } as const satisfies RouteCodes;
 
-const cursor = z
-  .string()
-  .max(64)
-  .refine(isCursor, 'not an event id: give the `id` of an event (`<ms>-<seq>`), or 0 for the start');
-
 const eventsHeaders = z.looseObject({
   'last-event-id': z.string().optional().meta({
     description:
@@ -28,7 +23,7 @@ const eventsHeaders = z.looseObject({
 });
 
 export const eventsQuery = z.object({
-  after: cursor.optional(),
+  after: cursorParam.optional(),
   limit: z.coerce.number().int().min(1).max(1000).default(100),
   until: z
     .enum(['run_end'])

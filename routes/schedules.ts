@@ -3,6 +3,7 @@ import { checkCreate } from '../src/sessions/create.js';
 import type { FastifyReply } from 'fastify';
 import { z } from 'zod';
 import { badRequest, InvalidRequest } from '../src/errors.js';
+import { cursorParam, parseCursor } from '../src/events/cursor.js';
 import { envelope } from '../src/events/envelope.js';
 import { errors, eventPage, sessionList, routeErrors, type RouteCodes } from '../src/openapi/responses.js';
 import { cronProblem, nextFire, validTimezone, type Timing } from '../src/schedules/cron.js';
@@ -30,10 +31,7 @@ const NOT_FOUND = { 404: ['schedule_not_found'] } as const satisfies RouteCodes;
 const AT_PAST_MS = 60_000;
 
 const eventsQuery = z.strictObject({
-  after: z
-    .string()
-    .regex(/^\d+-\d+$/, 'an event id')
-    .optional(),
+  after: cursorParam.optional(),
   limit: z.coerce.number().int().min(1).max(500).default(100),
 });
 
@@ -239,7 +237,7 @@ const routes: FastifyPluginAsyncZod = async (app) => {
     },
     async (req) => {
       const s = await store.get(req.tenant, req.params.id);
-      const rows = await app.store.events(s.id, req.query.after ?? '0', req.query.limit + 1);
+      const rows = await app.store.events(s.id, parseCursor(req.query.after)!, req.query.limit + 1);
       const page = rows.slice(0, req.query.limit).map((ev) => envelope(s.id, ev));
       const more = rows.length > req.query.limit;
       return { data: page, next_cursor: more ? page.at(-1)!.id : null, has_more: more };

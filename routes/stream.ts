@@ -8,7 +8,7 @@ import type { Config } from '../src/config.js';
 import { sessionIdParam } from '../src/schemas.js';
 import { routeErrors, type RouteCodes } from '../src/openapi/responses.js';
 import { HttpRefusal, TokenExpired } from '../src/plugins/error-status.js';
-import { START, isCursor, parseCursor, placeCursor } from '../src/events/cursor.js';
+import { START, cursorParam, parseCursor, placeCursor } from '../src/events/cursor.js';
 import { handleFrame, type ServerFrame } from '../src/events/frames.js';
 import { selectProtocol } from '../src/events/protocols.js';
 import type { OutEvent } from '../src/events/envelope.js';
@@ -32,11 +32,7 @@ import { watchToken, type TokenWatch } from '../src/plugins/auth.js';
 const NOT_FOUND = { 404: ['session_not_found'] } as const satisfies RouteCodes;
 
 export const streamQuery = z.object({
-  after: z
-    .string()
-    .max(64)
-    .refine(isCursor, 'not an event id: give the `id` of an event (`<ms>-<seq>`), or 0 for the start')
-    .optional(),
+  after: cursorParam.optional(),
   until: z
     .enum(['run_end'])
     .optional()

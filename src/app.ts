@@ -14,6 +14,7 @@ import {
   tooDeepMessage,
   tooWideMessage,
 } from './json-depth.js';
+import { hasLoneSurrogate, loneSurrogateMessage } from './json-unicode.js';
 import { heavyStep } from './tenant-turns.js';
 import redisPlugin from './plugins/redis.js';
 import anthropicPlugin from './plugins/anthropic.js';
@@ -103,6 +104,10 @@ const app: FastifyPluginAsync<AppOptions> = async (fastify, opts) => {
         undefined,
       );
     const text = bytes.toString('utf8');
+    const checked = (err: Error | null, value?: unknown) => {
+      if (!err && hasLoneSurrogate(bytes, value)) return done(badRequest(loneSurrogateMessage), undefined);
+      done(err, value);
+    };
     // No key that could poison a prototype (the scan looked at every key): JSON.parse alone, without the check's
     // two regular expressions over the whole text. Malformed text (or a BOM) goes to Fastify's parser for its
     // answer.
@@ -111,11 +116,11 @@ const app: FastifyPluginAsync<AppOptions> = async (fastify, opts) => {
       try {
         value = JSON.parse(text);
       } catch {
-        return jsonParser(req, text, done);
+        return jsonParser(req, text, checked);
       }
-      return done(null, value);
+      return checked(null, value);
     }
-    return jsonParser(req, text, done);
+    return jsonParser(req, text, checked);
   };
   // The body as bytes: a refused body is never decoded to a string (the scan reads bytes, see json-depth.ts).
   fastify.addContentTypeParser('application/json', { parseAs: 'buffer' }, (req, body, done) => {

@@ -4,6 +4,8 @@
  * without BigInt on the hot path.
  */
 
+import { z } from 'zod';
+
 const MAX_U64 = (1n << 64n) - 1n;
 
 /** The cursor meaning "from the start of the log". */
@@ -24,6 +26,12 @@ export function parseCursor(raw: string | undefined | null): string | null {
 }
 
 export const isCursor = (raw: string) => parseCursor(raw) !== null;
+
+/** A cursor in a query (`after`): refused with 400 unless `parseCursor` takes it (Redis errors on anything else). */
+export const cursorParam = z
+  .string()
+  .max(64)
+  .refine(isCursor, 'not an event id: give the `id` of an event (`<ms>-<seq>`), or 0 for the start');
 
 function cmpNum(a: string, b: string): number {
   if (a.length !== b.length) return a.length < b.length ? -1 : 1;

@@ -8,6 +8,7 @@ import {
   tooDeepMessage,
   tooWideMessage,
 } from '../json-depth.js';
+import { hasLoneSurrogate, loneSurrogateMessage } from '../json-unicode.js';
 import { decisionBody, postMessageBody, toolResultBody } from '../schemas.js';
 import { cancelRun } from '../sessions/control.js';
 import { addMessage } from '../sessions/messages.js';
@@ -89,6 +90,8 @@ export async function handleFrame(
   } catch {
     return errorFrame(null, 'invalid_frame', 'The frame is not valid JSON.');
   }
+  if (hasLoneSurrogate(Buffer.from(raw), msg))
+    return errorFrame(null, 'invalid_request', loneSurrogateMessage);
   if (typeof msg !== 'object' || msg === null || Array.isArray(msg)) {
     return errorFrame(null, 'invalid_frame', 'A frame is a JSON object with `type` and `ref`.');
   }

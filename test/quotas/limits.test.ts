@@ -20,7 +20,10 @@ const deepText = (n: number) => '{"a":'.repeat(n) + '{}' + '}'.repeat(n);
 describe('bounded input: JSON depth and client tool schemas', () => {
   let h: Harness;
   before(async () => {
-    h = await startHarness({ env: { API_KEYS: 'acme:key-acme,globex:key-globex' } });
+    // Private webhook URLs: a webhook is made (never delivered to) by the lone-surrogate test.
+    h = await startHarness({
+      env: { API_KEYS: 'acme:key-acme,globex:key-globex', WEBHOOK_ALLOW_PRIVATE: 'true' },
+    });
   });
   after(async () => h.close());
 
@@ -96,6 +99,53 @@ describe('bounded input: JSON depth and client tool schemas', () => {
       assert.equal(err.error.code, 'invalid_request');
       const cancel = await ws.request({ type: 'cancel', ref: 'r2' });
       assert.notEqual(cancel.error?.code, 'internal_error');
+    } finally {
+      ws.close();
+    }
+  });
+
+  it('refuses a lone surrogate in any string of a body or frame with 400 invalid_request; a pair is fine', async () => {
+    const created = await h.api.post('/v1/sessions', { start: false });
+    const id = created.body.id;
+    const bodies: Array<[string, string, string, string]> = [
+      [
+        'webhook description',
+        'POST',
+        '/v1/webhooks',
+        '{"url":"http://127.0.0.1:9/h","events":["session.deleted"],"description":"\\ud800"}',
+      ],
+      ['message text', 'POST', `/v1/sessions/${id}/messages`, '{"text":"x\\udfffy"}'],
+      ['a key', 'POST', '/v1/sessions', '{"start":false,"metadata":{"\\uDBFF":"v"}}'],
+    ];
+    for (const [what, method, path, body] of bodies) {
+      const r = await h.api.req(method, path, body);
+      assert.equal(r.status, 400, `${what}: ${r.status} ${JSON.stringify(r.body).slice(0, 200)}`);
+      assert.equal(r.body.error.code, 'invalid_request', what);
+      assert.match(r.body.error.message, /lone surrogate/, what);
+    }
+    const hook = (
+      await h.api.post('/v1/webhooks', {
+        url: 'http://127.0.0.1:9/h',
+        events: ['session.deleted'],
+        description: 'ok',
+      })
+    ).body;
+    const patched = await h.api.req('PATCH', `/v1/webhooks/${hook.id}`, '{"description":"\\ud800"}');
+    assert.equal(patched.status, 400);
+    // A pair (written as escapes or as UTF-8), and `\\ud800` as text (an escaped backslash), are accepted as sent.
+    const text = '\\ud800 and 😀';
+    const good = await h.api.req(
+      'PATCH',
+      `/v1/webhooks/${hook.id}`,
+      '{"description":"\\\\ud800 and \\ud83d\\ude00"}',
+    );
+    assert.equal(good.status, 200, JSON.stringify(good.body));
+    assert.equal((await h.api.get(`/v1/webhooks/${hook.id}`)).body.description, text);
+    const ws = await connectWs(h.service.url, id, { token: 'key-acme' });
+    try {
+      ws.send('{"type":"message","ref":"r1","text":"\\ud800"}');
+      const err = await ws.frames.wait((f) => f.type === 'error', 'error frame');
+      assert.equal(err.error.code, 'invalid_request');
     } finally {
       ws.close();
     }

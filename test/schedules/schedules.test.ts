@@ -247,6 +247,17 @@ describe('schedules', { timeout: 240_000 }, () => {
     );
     assert.equal(ev[0].data.session_id, runs[0]!.id);
     assert.equal(ev[0].session_id, s.id);
+    // Cursors: the page after the first event is empty; ids out of Redis's range are a 400, not Redis's error.
+    assert.deepEqual((await a.get(`/v1/schedules/${s.id}/events?after=${ev[0].id}`)).body.data, []);
+    for (const bad of [
+      '1-99999999999999999999',
+      '18446744073709551616-0',
+      '18446744073709551615-18446744073709551616',
+    ]) {
+      const r = await a.get(`/v1/schedules/${s.id}/events?after=${bad}`);
+      assert.equal(r.status, 400, bad);
+      assert.equal(r.body.error.code, 'invalid_request');
+    }
     await a.req('DELETE', `/v1/schedules/${s.id}`);
   });
 
