@@ -1,4 +1,5 @@
 import type { z } from 'zod';
+import { assertBudgetLeft } from '../engine/budget.js';
 import { cancelSession } from '../engine/commit.js';
 import { InvalidStatus, conflict } from '../errors.js';
 import type { patchSessionBody, retryBody } from '../schemas.js';
@@ -92,6 +93,9 @@ export function retryTurn(
   return mutate(deps, tenant, id, ifMatch, async (s) => {
     if (s.status === 'running')
       throw conflict('session_running', 'A turn is in progress; cancel it first or wait.');
+    // Before anything is dropped: with the budget spent, the turn would not be sent again, and the reply (with its
+    // tool results) would be lost for nothing.
+    assertBudgetLeft(s);
     // The last record, n = turns + compactions (entry n - 1 of the list).
     const last = recordCount(s);
     const records = last > 0 ? await deps.store.iterationRecords(id, last - 1, last - 1) : [];

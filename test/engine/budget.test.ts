@@ -61,7 +61,15 @@ describe('policy budget (total tokens of the session)', () => {
     const c = await h.api.post(`/v1/sessions/${s.id}/continue`);
     assert.equal(c.status, 409);
     assert.equal(c.body.error.code, 'budget_exhausted');
-    assert.equal((await h.api.get(`/v1/sessions/${s.id}/messages`)).body.data.length, 5, 'nothing added');
+    // `retry` too, before it drops the reply and its tool results.
+    const r = await h.api.post(`/v1/sessions/${s.id}/retry`);
+    assert.equal(r.status, 409);
+    assert.equal(r.body.error.code, 'budget_exhausted');
+    assert.equal(
+      (await h.api.get(`/v1/sessions/${s.id}/messages`)).body.data.length,
+      5,
+      'nothing added or dropped',
+    );
 
     // Raised: `continue` goes on from the tool results it stopped after.
     const p = await patch(s.id, { budget: { total_tokens: 1000 } });
