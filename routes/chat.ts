@@ -27,7 +27,8 @@ import { toUIMessages } from '../src/chat/history.js';
 import { chatBody, decisionsOf, resultsOf, toolCallIdsOf, userMessageOf } from '../src/chat/request.js';
 import { defineChatCommands, runStartCursor } from '../src/chat/run-start.js';
 import type { MutationResult } from '../src/sessions/mutate.js';
-import { actorOf, requireScope } from '../src/plugins/auth.js';
+import { actorOf, requireScope, watchToken } from '../src/plugins/auth.js';
+import { TokenExpired } from '../src/plugins/error-status.js';
 import type { ClientScope } from '../src/store/client-tokens.js';
 
 /** The 404 of this file's routes names one thing (src/openapi/responses.ts `routeErrors`). */
@@ -94,10 +95,17 @@ const routes: FastifyPluginAsyncZod<{ config: Config }> = async (app, { config }
     const heartbeat = setInterval(() => {
       if (!done && res.writableLength <= config.WS_MAX_BUFFER_BYTES) res.write(': ping\n\n');
     }, config.STREAM_HEARTBEAT_MS);
+    // A client token's stream ends with the token, as the events stream does: at its expiry, or once found revoked
+    // (checked every STREAM_HEARTBEAT_MS); the UI gets the refusal as the stream's error.
+    const watch = watchToken(app.clientTokens, req.clientToken, config.STREAM_HEARTBEAT_MS, (err) => {
+      if (!done && !res.destroyed) write(t.fail(`${err.code}: ${err.message}`));
+      end(err instanceof TokenExpired ? 'token_expired' : 'token_revoked');
+    });
     const end = (reason: CloseReason | 'finished') => {
       if (done) return;
       done = true;
       clearInterval(heartbeat);
+      watch.stop();
       sub?.close();
       if (reason === 'slow_reader') return void res.destroy();
       if (reason !== 'finished') write(t.fail(`The stream ended: ${reason}.`));
@@ -108,6 +116,7 @@ const routes: FastifyPluginAsyncZod<{ config: Config }> = async (app, { config }
     res.on('close', () => {
       done = true;
       clearInterval(heartbeat);
+      watch.stop();
       sub?.close();
     });
     write(head);
@@ -119,8 +128,8 @@ const routes: FastifyPluginAsyncZod<{ config: Config }> = async (app, { config }
         buffered: () => res.writableLength,
         needsDrain: () => (res.writableNeedDrain ? res : null),
         write(ev) {
-          const { data } = JSON.parse(ev.json) as { data: unknown };
-          write(t.event(ev.type, data, ev.id));
+          const { data, revision } = JSON.parse(ev.json) as { data: unknown; revision: number | null };
+          write(t.event(ev.type, data, ev.id, revision));
           if (t.done) end('finished');
         },
         cork: () => res.cork(),
@@ -223,6 +232,7 @@ const routes: FastifyPluginAsyncZod<{ config: Config }> = async (app, { config }
       }
       const t = new ChatTranslator(last.role === 'assistant' ? last.id : undefined, known);
       const state = result.state;
+      t.statusFrom = state.revision;
       // Nothing runs (a decision left others undecided, a message queued while the session waits): the stream
       // says what the session waits for now, and ends.
       const head =

@@ -148,13 +148,20 @@ export class ChatTranslator {
     this.known = new Set(known);
   }
 
+  /**
+   * The revision the request's own writes reached: `session.status` events of lower revisions are passed over. A
+   * chat request may write several times before its stream (one decision per approval answered), and the statuses
+   * in between (`requires_action` with the calls not decided yet) are not where the run stands.
+   */
+  statusFrom = 0;
+
   /** The first chunk of the stream. */
   start(): UIChunk[] {
     return [this.messageId ? { type: 'start', messageId: this.messageId } : { type: 'start' }];
   }
 
   /** The chunks of one event of the log (none for the events a chat does not show). */
-  event(type: string, data: unknown, id = ''): UIChunk[] {
+  event(type: string, data: unknown, id = '', revision: number | null = null): UIChunk[] {
     if (this.done) return [];
     switch (type) {
       case 'turn.started':
@@ -184,6 +191,7 @@ export class ChatTranslator {
         return this.reset(ev?.reason ?? 'dropped', ev?.iteration ?? this.iteration);
       }
       case 'session.status': {
+        if (revision !== null && revision < this.statusFrom) return [];
         const ev = status.safeParse(data);
         const paused = this.pausedBefore !== undefined && id !== '' && compareIds(id, this.pausedBefore) < 0;
         return ev.success ? this.status(ev.data, paused) : [];

@@ -14,7 +14,17 @@ import {
   type UIMessage,
   type UIMessageChunk,
 } from 'ai';
-import { apiError, hang, reply, text, textBlock, thinking, toolCall } from '../fake/script.js';
+import {
+  apiError,
+  hang,
+  reply,
+  text,
+  textBlock,
+  thinking,
+  toolCall,
+  toolCalls,
+  toolUse,
+} from '../fake/script.js';
 import { ChatTranslator, type UIChunk } from '../../src/chat/chunks.js';
 import { PlainChat, chatTransport, readAll } from '../helpers/chat.js';
 import { startHarness, type Harness } from '../helpers/service.js';
@@ -193,6 +203,38 @@ describe('chat routes: the AI SDK UI message stream', () => {
       decided.map((e: { data: { decision: string } }) => e.data.decision),
       ['approve'],
     );
+  });
+
+  test('two approvals answered in one message: one stream, the run goes on to its answer', async () => {
+    const id = await session({ tools: ['get_weather'], approval: 'always' });
+    h.fake.enqueue(
+      toolCalls([
+        toolUse('get_weather', { location: 'Paris' }, 'toolu_w1'),
+        toolUse('get_weather', { location: 'Tokyo' }, 'toolu_w2'),
+      ]),
+      text('Both are sunny.'),
+    );
+    const chat = new PlainChat({
+      id,
+      transport: transport(),
+      sendAutomaticallyWhen: lastAssistantMessageIsCompleteWithApprovalResponses,
+    });
+    await chat.sendMessage({ text: 'What is the weather in Paris and Tokyo?' });
+    const parts = chat.messages.at(-1)!.parts.filter((p) => p.type === 'tool-get_weather');
+    assert.equal(parts.length, 2);
+    const finished = chat.nextFinish();
+    // Both answered before the message is sent (sendAutomaticallyWhen waits for the last one): one POST, two decisions.
+    for (const p of parts) {
+      assert.ok(p.type === 'tool-get_weather' && p.approval);
+      await chat.addToolApprovalResponse({ id: p.approval.id, approved: true });
+    }
+    assert.equal(textOf(await finished), 'Both are sunny.');
+    const ran = chat.messages.at(-1)!.parts.filter((p) => p.type === 'tool-get_weather');
+    assert.deepEqual(
+      ran.map((p) => 'state' in p && p.state),
+      ['output-available', 'output-available'],
+    );
+    assert.equal((await h.api.get(`/v1/sessions/${id}`)).body.status, 'idle');
   });
 
   test('a user message while the session waits for an approval: queued, and the stream says what it waits for', async () => {

@@ -308,6 +308,35 @@ describe('client tokens', () => {
     );
   });
 
+  it('a chat stream ends with its token: revoked mid-run, the UI gets the refusal as an error, then [DONE]', async () => {
+    h.fake.enqueue(hang());
+    const id = (await h.api.post('/v1/sessions', { start: false })).body.id as string;
+    const minted = await mint(h.api, { session_id: id, scopes: ['read', 'message'] });
+    const res = await fetch(`${h.service.url}/v1/chat`, {
+      method: 'POST',
+      headers: { authorization: `Bearer ${minted.body.token}`, 'content-type': 'application/json' },
+      body: JSON.stringify({
+        id,
+        trigger: 'submit-message',
+        messages: [{ id: 'm1', role: 'user', parts: [{ type: 'text', text: 'Hi' }] }],
+      }),
+    });
+    assert.equal(res.status, 200);
+    // The run hangs upstream: only the revocation can end this stream.
+    await h.api.waitStatus(id, 'running');
+    assert.equal((await h.api.req('DELETE', `/v1/client-tokens/${minted.body.id}`)).status, 200);
+    const body = await res.text();
+    const data = body
+      .split('\n')
+      .filter((l) => l.startsWith('data: '))
+      .map((l) => l.slice(6));
+    assert.equal(data.at(-1), '[DONE]');
+    const chunks = data.slice(0, -1).map((d) => JSON.parse(d) as { type: string; errorText?: string });
+    assert.match(chunks.find((c) => c.type === 'error')?.errorText ?? '', /^unauthorized:/);
+    assert.equal(chunks.at(-1)?.type, 'finish');
+    await h.api.post(`/v1/sessions/${id}/cancel`);
+  });
+
   it('expired: 401 token_expired on REST and on the upgrade; an hour later unknown', async () => {
     const id = (await h.api.post('/v1/sessions', { start: false })).body.id as string;
     const t = await token(h.api, id, ['read']);
