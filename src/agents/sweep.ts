@@ -1,4 +1,5 @@
 import type { FastifyBaseLogger as Logger } from 'fastify';
+import { childBudget } from '../engine/budget.js';
 import { Conflict, NotFound, SessionExists, isRefusal } from '../errors.js';
 import { createSessionBody, isAgentTool, type AgentTool } from '../schemas.js';
 import { cancelRun, removeSession } from '../sessions/control.js';
@@ -138,6 +139,13 @@ export class AgentSweep {
       return { content: 'Error: give the sub-agent a `prompt` (a string).', is_error: true };
     const body = createSessionBody.safeParse({ ...agent.session, input: prompt });
     if (!body.success) return { content: `Error: the sub-agent's session is invalid.`, is_error: true };
+    const budget = childBudget(parent, body.data.budget);
+    if (budget === 'spent')
+      return {
+        content: "Error: the sub-agent could not start: this session's budget is spent.",
+        is_error: true,
+      };
+    body.data.budget = budget;
     const max = this.opts.maxSessions;
     if (max > 0 && (await this.opts.store.index.count(parent.tenant)) >= max)
       return {

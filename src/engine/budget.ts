@@ -44,6 +44,29 @@ export function budgetExhausted(budget: BudgetPolicy, spent: Spent): boolean {
   return budget.cost_usd !== undefined && spent.micros >= usdToMicros(budget.cost_usd);
 }
 
+/**
+ * A sub-agent's budget (spec §7.6: children count toward the parent's budget): its own, capped by what is left of
+ * its parent's when the child starts; 'spent' when nothing is left (the child does not start). A tree then spends at
+ * most its root's budget plus one turn per session of it (each turn already sent is never cut), where an uncapped
+ * child could spend any amount before its usage reached its parent. Siblings started together each get what was
+ * left then.
+ */
+export function childBudget(
+  parent: Pick<SessionState, 'usage' | 'budget' | 'cost' | 'childUsage'>,
+  own: BudgetPolicy,
+): BudgetPolicy | 'spent' {
+  const cap = parent.budget;
+  if (cap === null) return own;
+  const spent = spentOf(parent);
+  if (budgetExhausted(cap, spent)) return 'spent';
+  const out: NonNullable<BudgetPolicy> = { ...own };
+  if (cap.total_tokens !== undefined)
+    out.total_tokens = Math.min(own?.total_tokens ?? Infinity, cap.total_tokens - spent.tokens);
+  if (cap.cost_usd !== undefined)
+    out.cost_usd = Math.min(own?.cost_usd ?? Infinity, microsToUsd(usdToMicros(cap.cost_usd) - spent.micros));
+  return out;
+}
+
 /** The session's `cost_usd`: null once a turn of a model without a price was counted. */
 const sessionCostUsd = (s: Pick<SessionState, 'cost'>): number | null =>
   s.cost.unpriced > 0 ? null : microsToUsd(s.cost.micros);

@@ -144,6 +144,32 @@ describe('sub-agents', { timeout: 120_000 }, () => {
     assert.equal(cont.body.error.code, 'budget_exhausted');
   });
 
+  it("a child gets what is left of its parent's budget; with nothing left it does not start", async () => {
+    assert.ok(childTokens > 1, 'the first test ran');
+    const start = (budget: Record<string, number>) =>
+      a.post('/v1/sessions', {
+        system: 'You are a writer.',
+        input: 'Write a short article on why the sky is blue.',
+        tools: [researcher({ budget: { total_tokens: 1_000_000 } })],
+        budget,
+      });
+    // Room for the first turn and 7 tokens more: the child's own budget is capped at those 7.
+    const capped = await start({ total_tokens: tokens(firstTurn) + 7 });
+    assert.equal(capped.status, 201, JSON.stringify(capped.body));
+    await a.waitFor(capped.body.id, (s) => s.status === 'idle', 30_000);
+    const child = (await a.get(`/v1/sessions/${capped.body.id}/children`)).body.data[0];
+    assert.deepEqual(child.budget, { total_tokens: 7 });
+    // The first turn spends it all: the call is answered with an error, no child is made, the run stops.
+    const spent = await start({ total_tokens: tokens(firstTurn) });
+    const parent = await a.waitFor(spent.body.id, (s) => s.status === 'idle', 30_000);
+    assert.equal(parent.stop_reason, 'budget_exhausted');
+    assert.deepEqual((await a.get(`/v1/sessions/${parent.id}/children`)).body.data, []);
+    const msgs = (await a.get(`/v1/sessions/${parent.id}/messages`)).body.data;
+    const result = msgs.at(-1).content.find((b: { type: string }) => b.type === 'tool_result');
+    assert.equal(result.is_error, true);
+    assert.match(String(result.content), /budget is spent/);
+  });
+
   it('refuses sub-agents nested deeper than 3 levels, and a sub-agent session with a history', async () => {
     const level = (inner: unknown[]) => researcher({ tools: inner });
     const ok = await a.post('/v1/sessions', { input: 'x', start: false, tools: [level([level([])])] });
