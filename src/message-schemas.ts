@@ -12,9 +12,27 @@ import { serverBlock, serverToolResultBlock } from './tools/server-blocks.js';
 const cacheControl = z.strictObject({ type: z.literal('ephemeral'), ttl: z.enum(['5m', '1h']).optional() });
 const withCache = { cache_control: cacheControl.nullish() };
 
+/*
+ * What the API refuses inside a block is refused here too (400 `invalid_request`), as refinements: the OpenAPI
+ * document (openapi.json, generated from these schemas) keeps its shapes.
+ */
+
+/** The API refuses an empty text block anywhere (messages, tool results, `system`). */
+const blockText = z
+  .string()
+  .refine((t) => t.length > 0, { message: 'text content blocks must be non-empty' });
+
+/** Standard base64 (RFC 4648 §4) with its padding, as the API decodes an image's or a PDF's `data`. */
+function isBase64(data: string): boolean {
+  return data.length > 0 && data.length % 4 === 0 && /^[A-Za-z0-9+/]*={0,2}$/.test(data);
+}
+const NOT_BASE64 = 'not valid base64 (A-Z, a-z, 0-9, + and /, padded with = to a multiple of 4 characters)';
+/** The API fetches `url` sources over https only. */
+const httpsUrl = z.url({ protocol: /^https$/, error: 'an https URL (a data: URL goes in a base64 source)' });
+
 export const textBlock = z.strictObject({
   type: z.literal('text'),
-  text: z.string(),
+  text: blockText,
   citations: z.array(z.looseObject({ type: z.string() })).nullish(),
   ...withCache,
 });
@@ -22,15 +40,29 @@ const imageSource = z.discriminatedUnion('type', [
   z.strictObject({
     type: z.literal('base64'),
     media_type: z.enum(['image/jpeg', 'image/png', 'image/gif', 'image/webp']),
-    data: z.string().min(1),
+    data: z.string().min(1).refine(isBase64, { message: NOT_BASE64 }),
   }),
-  z.strictObject({ type: z.literal('url'), url: z.url() }),
+  z.strictObject({ type: z.literal('url'), url: httpsUrl }),
   z.strictObject({ type: z.literal('file'), file_id: z.string().min(1) }),
 ]);
 const imageBlock = z.strictObject({ type: z.literal('image'), source: imageSource, ...withCache });
+/** A document's source: the API's other fields pass through; a PDF's base64 `data` and a `url` are checked. */
+const documentSource = z
+  .looseObject({ type: z.enum(['base64', 'text', 'url', 'content', 'file']) })
+  .superRefine((source, ctx) => {
+    const issue = (path: string, message: string) => ctx.addIssue({ code: 'custom', path: [path], message });
+    if (source.type === 'base64') {
+      if (source['media_type'] !== 'application/pdf')
+        issue('media_type', 'a base64 document is a PDF: media_type "application/pdf"');
+      const data = source['data'];
+      if (typeof data !== 'string' || !isBase64(data)) issue('data', NOT_BASE64);
+    } else if (source.type === 'url' && !httpsUrl.safeParse(source['url']).success) {
+      issue('url', 'an https URL');
+    }
+  });
 const documentBlock = z.strictObject({
   type: z.literal('document'),
-  source: z.looseObject({ type: z.enum(['base64', 'text', 'url', 'content', 'file']) }),
+  source: documentSource,
   title: z.string().nullish(),
   context: z.string().nullish(),
   citations: z.looseObject({}).nullish(),

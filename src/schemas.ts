@@ -124,6 +124,24 @@ const paramsMetadata = z
   .record(z.string().max(64), z.union([z.string().max(512), z.number(), z.boolean(), z.null()]))
   .refine((m) => Object.keys(m).length <= 64, { message: 'at most 64 metadata keys' });
 
+/**
+ * The Messages API's `tool_choice`, in its exact shapes. Whether `any` and `tool` find their tools in the session is
+ * checked where the tools are known (src/sessions/create.ts `checkToolChoice`).
+ */
+const disableParallel = { disable_parallel_tool_use: z.boolean().optional() };
+const toolChoice = z.discriminatedUnion('type', [
+  z.strictObject({ type: z.literal('auto'), ...disableParallel }),
+  z.strictObject({ type: z.literal('any'), ...disableParallel }),
+  z.strictObject({
+    type: z.literal('tool'),
+    name: z
+      .string({ error: '`{"type": "tool"}` needs the `name` of one of the session\'s tools' })
+      .regex(/^[A-Za-z0-9_-]{1,128}$/, 'tool names are 1-128 of [A-Za-z0-9_-]'),
+    ...disableParallel,
+  }),
+  z.strictObject({ type: z.literal('none') }),
+]);
+
 /** Top-level keys `params` may hold once merged (each PATCH may add some; a JSON body's objects have ≤ 256 keys). */
 const PARAMS_MAX_KEYS = 64;
 
@@ -137,7 +155,7 @@ export const sessionParams = z
     top_p: z.number().min(0).max(1).optional(),
     top_k: z.number().int().positive().optional(),
     stop_sequences: z.array(z.string()).optional(),
-    tool_choice: z.looseObject({ type: z.enum(['auto', 'any', 'tool', 'none']) }).optional(),
+    tool_choice: toolChoice.optional(),
     metadata: paramsMetadata.optional(),
     betas: z.array(z.string()).optional(),
   })

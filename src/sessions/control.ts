@@ -4,7 +4,7 @@ import { cancelSession } from '../engine/commit.js';
 import { InvalidStatus, conflict } from '../errors.js';
 import type { patchSessionBody, retryBody } from '../schemas.js';
 import { checkCompactionParams } from './compact.js';
-import { checkActionTimeout } from './create.js';
+import { checkActionTimeout, checkToolChoice } from './create.js';
 import { clearResult } from '../store/pending.js';
 import { metadataPairs } from '../store/metadata-index.js';
 import { encodeFields, recordCount, type SessionState } from '../store/session-state.js';
@@ -65,6 +65,18 @@ export function patchSession(
       Object.assign(next, t.next);
       toolsEvent.push(t.event);
     }
+    // The params and tools after the change, together: new tools with the old `tool_choice`, and the other way round.
+    if (body.params || body.tools !== undefined)
+      await checkToolChoice(
+        deps,
+        {
+          tenant: s.tenant,
+          session: s.id,
+          tools: next.tools ?? s.tools,
+          tenantTools: next.tenantTools ?? s.tenantTools,
+        },
+        next.params ?? s.params,
+      );
     const paramsEvent: Array<[string, string]> = body.params
       ? [eventOf('params.updated', { params: body.params })]
       : [];
@@ -113,6 +125,12 @@ export function retryTurn(
       throw conflict('nothing_to_retry', 'The last iteration is a compaction, not a reply to send again.');
     }
     const params = body?.params ? mergeParams(s.params, body.params) : s.params;
+    if (body?.params)
+      await checkToolChoice(
+        deps,
+        { tenant: s.tenant, session: s.id, tools: s.tools, tenantTools: s.tenantTools },
+        params,
+      );
     const run = runOps(
       { ...s, status: 'idle' },
       { pending: null, params, iteration: s.iteration - 1, runStart: s.iteration - 1 },

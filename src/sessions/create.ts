@@ -8,6 +8,7 @@ import {
   isAgentTool,
   sessionParams,
   type CreateSessionBody,
+  type SessionParams,
   type forkBody,
 } from '../schemas.js';
 import {
@@ -17,7 +18,11 @@ import {
   type IterationRecord,
   type ParentRef,
   type SessionState,
+  type ToolRef,
 } from '../store/session-state.js';
+import { toolNames } from '../engine/tools-change.js';
+import { isMcpEntry, isMcpToolset } from '../mcp/schema.js';
+import type { TenantToolDef } from '../tenant-tools/types.js';
 import { session } from '../openapi/responses.js';
 import { checkCompactionParams } from './compact.js';
 import { checkIfMatch, startRun, type SessionDeps } from './mutate.js';
@@ -74,6 +79,50 @@ export async function checkCreate(deps: SessionDeps, tenant: string, body: Creat
   await buildSession(deps, tenant, body, newSessionId(), 1);
 }
 
+/**
+ * `params.tool_choice` against the session's tools, as the Messages API checks it: `any` and `tool` need a tool, and
+ * `tool` names one of the session's tools (400 `invalid_request`); `auto` and `none` always pass. Create, PATCH (the
+ * params and tools after the change, together) and retry check it. A name an `mcp_toolset` may bring (Anthropic's
+ * MCP connector: only the API knows its tools) is left to the API.
+ */
+export async function checkToolChoice(
+  deps: SessionDeps,
+  scope: {
+    tenant: string;
+    session: string;
+    tools: readonly ToolRef[];
+    tenantTools?: Readonly<Record<string, TenantToolDef>>;
+  },
+  params: SessionParams,
+): Promise<void> {
+  const choice = params.tool_choice;
+  if (!choice || choice.type === 'auto' || choice.type === 'none') return;
+  const refuse = (message: string) =>
+    badRequest(message, [{ path: '/params/tool_choice', code: 'custom', message }]);
+  if (scope.tools.length === 0)
+    throw refuse(
+      `\`tool_choice\` {"type": "${choice.type}"} needs tools, and the session has none: give \`tools\`, or set \`tool_choice\` to {"type": "auto"} or {"type": "none"} (null: the API's default).`,
+    );
+  if (choice.type !== 'tool') return;
+  const names = new Set<string>();
+  for (const t of scope.tools) {
+    if (typeof t === 'string') names.add(t);
+    else if (isMcpEntry(t)) for (const n of t.allowed_tools ?? []) names.add(n);
+    else if ('name' in t && typeof t.name === 'string') names.add(t.name);
+  }
+  if (names.has(choice.name) || scope.tools.some(isMcpToolset)) return;
+  // An MCP server's tools without `allowed_tools`: all those it lists (the toolbox listed them for the tools check).
+  if (scope.tools.some((t) => isMcpEntry(t) && !t.allowed_tools)) {
+    for (const n of await toolNames(deps.toolbox, scope)) names.add(n);
+    if (names.has(choice.name)) return;
+  }
+  const sorted = [...names].sort();
+  const known = sorted.slice(0, 20).join(', ') + (sorted.length > 20 ? ', …' : '');
+  throw refuse(
+    `\`tool_choice\` names the tool "${choice.name}", which is not a tool of the session (${known ? `its tools: ${known}` : 'it has none by name'}).`,
+  );
+}
+
 /** Most levels of a tree of sessions: a session, its sub-agents' children, theirs. */
 export const MAX_AGENT_DEPTH = 3;
 
@@ -123,6 +172,7 @@ async function buildSession(
   });
   if (!params.success) throw badRequest('Invalid params.', zodDetails(params.error.issues, ['params']));
   const tenantTools = await deps.toolbox.check(tenant, body.tools);
+  await checkToolChoice(deps, { tenant, session: id, tools: body.tools, tenantTools }, params.data);
   await checkAgents(deps, tenant, body.tools, depth);
   checkCompactionParams(params.data, body.compaction);
   const given: StoredMessage[] =

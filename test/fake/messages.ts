@@ -13,6 +13,7 @@ import type { FakeState } from './state.js';
 import { validateCacheMarks } from './cache-marks.js';
 import { checkThread } from './threads.js';
 import { validateToolChanges } from './tool-changes.js';
+import { validateContentBlocks, validateSystem, validateToolChoice } from './content-check.js';
 import type { BetaMessageParam } from '@anthropic-ai/sdk/resources/beta/messages/messages';
 import { RequestError, unchecked, validateBody, validateConversation } from './validate.js';
 import type { Inbound } from './provider-wires.js';
@@ -35,7 +36,7 @@ export async function handleMessages(
       message: 'There was an issue with the request body: the body is not valid JSON',
     });
   }
-  const fields = unchecked<'thread' | 'messages' | 'system' | 'tools' | 'stream'>(parsed);
+  const fields = unchecked<'thread' | 'messages' | 'system' | 'tools' | 'stream' | 'tool_choice'>(parsed);
   const thread = unchecked<'type' | 'previous_message_id'>(fields?.thread);
   const newMessages: unknown[] = Array.isArray(fields?.messages) ? fields.messages : [];
   const parent =
@@ -51,16 +52,19 @@ export async function handleMessages(
     validateCompactionFields(parsed, headers);
     if (thread) checkThread(thread, parent, newMessages, settings.threadsSupported);
     validateConversation(conversation, settings.strictAlternation);
+    validateContentBlocks(conversation);
+    validateSystem(fields?.system);
     validateCacheMarks(
       conversation,
       parent ? parent.system : fields?.system,
       parent ? parent.tools : fields?.tools,
     );
-    validateToolChanges(
+    const tools = validateToolChanges(
       conversation,
       parent ? parent.tools : Array.isArray(fields?.tools) ? fields.tools : [],
       headers,
     );
+    validateToolChoice(fields?.tool_choice, tools.available, tools.opaque);
   } catch (error) {
     if (!(error instanceof RequestError)) throw error;
     rejection = error.spec;

@@ -10,16 +10,24 @@ import { invalid, unchecked } from './validate.js';
 
 export const INLINE_TOOLS_BETA = 'inline-tools-2026-09-15';
 
+/**
+ * Checks the tool changes of a conversation and answers the tools available to the model after them (by name);
+ * `opaque`: a declared tool without a name (an `mcp_toolset`), whose tools the request does not spell out.
+ */
 export function validateToolChanges(
   conversation: readonly unknown[],
   tools: readonly unknown[],
   headers: http.IncomingHttpHeaders,
-): void {
+): { available: Set<string>; opaque: boolean } {
   const available = new Set<string>();
   const defined = new Set<string>();
+  let opaque = false;
   for (const t of tools) {
     const name = unchecked<'name'>(t)?.name;
-    if (typeof name !== 'string') continue;
+    if (typeof name !== 'string') {
+      opaque = true;
+      continue;
+    }
     available.add(name);
     defined.add(name);
   }
@@ -63,4 +71,5 @@ export function validateToolChanges(
       defined.add(def.name);
     });
   });
+  return { available, opaque };
 }
