@@ -199,7 +199,8 @@ export const budgetPolicy = z
   .strictObject({
     total_tokens: z.number().int().positive().max(1_000_000_000_000).optional(),
     /** Dollars at list prices (src/cost/prices.ts); refused for a model without a price. */
-    cost_usd: z.number().positive().max(1_000_000_000).optional(),
+    // Counted in micro-dollars: less than one would be a budget of nothing.
+    cost_usd: z.number().min(0.000001, 'at least 0.000001 (one micro-dollar)').max(1_000_000_000).optional(),
   })
   .refine((b) => b.total_tokens !== undefined || b.cost_usd !== undefined, {
     message: 'give `total_tokens`, `cost_usd` or both (null: no budget)',

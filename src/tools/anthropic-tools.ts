@@ -81,10 +81,13 @@ export const anthropicToolEntry = z
   .superRefine((t, ctx) => {
     const known = TYPES.get(t.type);
     if (!known) {
+      // A sub-agent's entry lands here when it is not a valid one (schemas.ts `agentTool`): say what it lacks.
       const message =
         t.type === 'memory_20250818'
           ? 'the memory tool is given as the string "memory": the service runs it, with files kept per tenant'
-          : `unknown Anthropic tool type "${t.type}"; GET /v1/tools lists the accepted types`;
+          : t.type === 'agent'
+            ? 'a sub-agent is {"type": "agent", "name", "description", "session": {…}} (`session`: a create body without `messages`, `input` or `start`), with no other fields'
+            : `unknown Anthropic tool type "${t.type}"; GET /v1/tools lists the accepted types`;
       ctx.addIssue({ code: 'custom', path: ['type'], message });
       return;
     }

@@ -188,6 +188,11 @@ describe('sub-agents', { timeout: 120_000 }, () => {
       tools: [researcher({ input: 'hi' })],
     });
     assert.equal(hist.status, 400);
+    // Without its `session`: the answer says what a sub-agent entry is.
+    const { session: _, ...bare } = researcher();
+    const noSession = await a.post('/v1/sessions', { input: 'x', start: false, tools: [bare] });
+    assert.equal(noSession.status, 400);
+    assert.match(JSON.stringify(noSession.body.error), /a sub-agent is/);
   });
 
   it('cancel and delete of the parent reach the child', async () => {

@@ -189,6 +189,14 @@ describe('cost: usage.cost_usd of sessions, iterations and turn.completed', () =
     const done = await h.api.waitStatus(r.body.id, ['idle', 'failed']);
     assert.equal(done.stop_reason, 'budget_exhausted');
     assert.equal(h.fake.requests.length, 2);
+    // Less than a micro-dollar (the unit it is counted in) would be a budget of nothing: refused.
+    const tiny = await h.api.post('/v1/sessions', {
+      model: 'claude-sonnet-5-5',
+      start: false,
+      budget: { cost_usd: 1e-7 },
+    });
+    assert.equal(tiny.status, 400, JSON.stringify(tiny.body));
+    assert.equal(tiny.body.error.code, 'invalid_request');
     assert.equal(done.usage.cost_usd, 0.03);
     assert.equal(done.usage.budget_remaining_cost_usd, 0);
     const m = await h.api.post(`/v1/sessions/${r.body.id}/messages`, { text: 'More' });
