@@ -1,7 +1,7 @@
 import type { z } from 'zod';
 import { assertBudgetLeft } from '../engine/budget.js';
 import { cancelSession } from '../engine/commit.js';
-import { InvalidStatus, conflict } from '../errors.js';
+import { InvalidRequest, InvalidStatus, conflict } from '../errors.js';
 import type { patchSessionBody, retryBody } from '../schemas.js';
 import { checkCompactionParams } from './compact.js';
 import { checkActionTimeout, checkToolChoice } from './create.js';
@@ -48,6 +48,14 @@ export function patchSession(
       deps.store.spend.assertPriced(
         (next.params ?? s.params).model,
         ('budget' in next ? next.budget : s.budget)?.cost_usd,
+      );
+    // Nor can it count turns already run without a price (a model changed since): their dollars are unknown.
+    const unpriced = s.cost.unpriced + s.childUsage.unpriced;
+    if (body.budget?.cost_usd !== undefined && unpriced > 0)
+      throw new InvalidRequest(
+        'unknown_model_price',
+        `${unpriced} turn(s) of this session (or its sub-agents) ran on a model without a price, so a \`budget.cost_usd\` cannot count them; give \`budget.total_tokens\` instead.`,
+        { unpriced_turns: unpriced },
       );
     if (body.metadata !== undefined) next.metadata = body.metadata;
     // From the next action on; the one waiting now keeps its deadline.

@@ -169,6 +169,16 @@ describe('cost: usage.cost_usd of sessions, iterations and turn.completed', () =
     const p = await h.api.req('PATCH', `/v1/sessions/${r.body.id}`, { budget: { cost_usd: 1 } });
     assert.equal(p.status, 400);
     assert.equal(p.body.error.code, 'unknown_model_price');
+    // A priced model from now on does not price the turn already run: a dollar budget still cannot count it.
+    const priced = await h.api.req('PATCH', `/v1/sessions/${r.body.id}`, {
+      params: { model: 'claude-sonnet-5-5' },
+      budget: { cost_usd: 1 },
+    });
+    assert.equal(priced.status, 400);
+    assert.equal(priced.body.error.code, 'unknown_model_price');
+    assert.deepEqual(priced.body.error.details, { unpriced_turns: 1 });
+    const tokens = await h.api.req('PATCH', `/v1/sessions/${r.body.id}`, { budget: { total_tokens: 100 } });
+    assert.equal(tokens.status, 200);
   });
 
   it('budget.cost_usd stops the run once the dollars are spent', async () => {
