@@ -10,7 +10,7 @@ import { toolResultBody } from '../schemas.js';
 import type { SessionStore } from '../store/store.js';
 import type { SecretBox } from '../webhooks/secrets.js';
 import { callToolUrl } from './http-call.js';
-import type { ToolTasks } from './service.js';
+import { awaits, type ToolTasks } from './service.js';
 import { HTTP_QUEUE, idempotencyKey, type TaskQueue, type TaskRecord } from './tasks.js';
 import { eventOf } from '../events/schemas.js';
 
@@ -22,10 +22,20 @@ interface HttpCallerOptions {
   allowPrivate: boolean;
   maxResultBytes: number;
   log: FastifyBaseLogger;
-  /** Calls in flight on this replica at most. */
+  /** Calls in flight on this replica at most (HTTP_CALLS_MAX). */
   concurrency?: number;
+  /** Calls of one tenant in flight on this replica at most (HTTP_CALLS_PER_TENANT). */
+  perTenant?: number;
   pollMs?: number;
 }
+
+/**
+ * Calls in flight on a replica, and of one tenant. A call holds its slot for as long as its URL takes (up to the
+ * runner's `timeout_ms`), so one tenant whose URL hangs must not hold them all: it gets at most HTTP_CALLS_PER_TENANT,
+ * and the tenants are claimed for in turns (a rotating start), so the others' calls go on meanwhile.
+ */
+const HTTP_CALLS_MAX = 32;
+const HTTP_CALLS_PER_TENANT = 8;
 
 /** Default deadline of one try (ms), when the tool's runner gives none. */
 const DEFAULT_TRY_MS = 30_000;
@@ -38,6 +48,10 @@ const retryDelay = (attempt: number) => {
 
 export class HttpToolCaller {
   private inFlight = 0;
+  /** Calls in flight by tenant (entries removed at 0). */
+  private readonly byTenant = new Map<string, number>();
+  /** Where the next poll starts in the tenants' list: each poll one further, so no tenant always comes first. */
+  private turn = 0;
   private timer: NodeJS.Timeout | null = null;
   private stopped = false;
   private readonly worker = `service-${process.pid}`;
@@ -61,15 +75,26 @@ export class HttpToolCaller {
   }
 
   private async poll(): Promise<void> {
-    const max = this.o.concurrency ?? 8;
-    for (const tenant of await this.o.queue.httpTenants()) {
-      const free = max - this.inFlight;
-      if (free <= 0 || this.stopped) return;
+    const max = this.o.concurrency ?? HTTP_CALLS_MAX;
+    const perTenant = this.o.perTenant ?? HTTP_CALLS_PER_TENANT;
+    const tenants = await this.o.queue.httpTenants();
+    const start = tenants.length ? this.turn++ % tenants.length : 0;
+    for (let i = 0; i < tenants.length; i++) {
+      const tenant = tenants[(start + i) % tenants.length]!;
+      const free = Math.min(max - this.inFlight, perTenant - (this.byTenant.get(tenant) ?? 0));
+      if (this.inFlight >= max || this.stopped) return;
+      if (free <= 0) continue;
       for (const { rec, input } of await this.o.queue.claim(tenant, [HTTP_QUEUE], free, this.worker)) {
         this.inFlight++;
+        this.byTenant.set(tenant, (this.byTenant.get(tenant) ?? 0) + 1);
         void this.run(rec, input)
           .catch((err) => this.o.log.warn({ err, tenant, tool: rec.name }, 'http tool call failed'))
-          .finally(() => this.inFlight--);
+          .finally(() => {
+            this.inFlight--;
+            const n = (this.byTenant.get(tenant) ?? 1) - 1;
+            if (n > 0) this.byTenant.set(tenant, n);
+            else this.byTenant.delete(tenant);
+          });
       }
     }
   }
@@ -78,7 +103,9 @@ export class HttpToolCaller {
     const { queue } = this.o;
     const s = await this.o.store.load(rec.session);
     const def = s?.tenant === rec.tenant ? s.tenantTools[rec.name] : undefined;
-    if (!s || !def || def.runner.type !== 'http' || !def.secret) {
+    // Called only while its session waits for it: not once it was cancelled (or answered otherwise), here at each
+    // try after a failed one as at the first.
+    if (!s || !awaits(s, rec) || !def || def.runner.type !== 'http' || !def.secret) {
       await queue.settle(rec.tenant, rec.call, 'cancelled');
       return;
     }
@@ -87,6 +114,7 @@ export class HttpToolCaller {
         eventOf('tool.started', {
           tool_use_id: rec.tool_use_id,
           name: rec.name,
+          input,
           attempt: rec.attempt,
           worker_id: this.worker,
           task_id: rec.offer,

@@ -13,6 +13,7 @@ import { NotFound, conflict, notFound, type DomainError } from '../errors.js';
 import type { Metrics } from '../observability/metrics.js';
 import { mutate, startRun, type SessionDeps } from '../sessions/mutate.js';
 import type { StoredBlock } from '../history.js';
+import type { SessionState } from '../store/session-state.js';
 import { channelName } from '../store/keys.js';
 import { pendingFields, setResult } from '../store/pending.js';
 import type { RedisClient } from '../store/lua-commands.js';
@@ -58,6 +59,13 @@ const refusal = (r: OfferRefusal, id: string): DomainError => {
     );
   return conflict('task_already_completed', `Task ${id} already has its result.`);
 };
+
+/** The session waits for the task's call: it is the task's tenant's, it runs, and its step holds the call unanswered. */
+export function awaits(s: SessionState, rec: TaskRecord): boolean {
+  if (s.tenant !== rec.tenant || s.status !== 'running') return false;
+  const call = s.pending?.calls.find((c) => c.id === rec.tool_use_id);
+  return call !== undefined && !call.result;
+}
 
 export class ToolTasks {
   private readonly waiters = new Map<string, Set<(tool: string) => void>>();
@@ -133,6 +141,7 @@ export class ToolTasks {
               eventOf('tool.started', {
                 tool_use_id: rec.tool_use_id,
                 name: rec.name,
+                input,
                 attempt: rec.attempt,
                 worker_id: rec.worker,
                 task_id: rec.offer,
@@ -165,12 +174,10 @@ export class ToolTasks {
     return refusal('cancelled', id);
   }
 
-  /** Whether the call's session still waits for it (it runs and its step holds the call without a result). */
+  /** Whether the call's session still waits for it (see `awaits`). */
   private async stillAwaited(rec: TaskRecord): Promise<boolean> {
     const s = await this.o.deps.store.load(rec.session);
-    if (!s || s.tenant !== rec.tenant || s.status !== 'running') return false;
-    const call = s.pending?.calls.find((c) => c.id === rec.tool_use_id);
-    return call !== undefined && !call.result;
+    return s !== null && awaits(s, rec);
   }
 
   private noteWorker(id: string): void {

@@ -11,6 +11,8 @@ import type { AddressInfo } from 'node:net';
 import { Webhook } from 'standardwebhooks';
 import { text, toolCalls, toolUse } from '../fake/script.js';
 import { startHarness, type Harness } from '../helpers/service.js';
+import { until } from '../durability/chaos-lib.js';
+import { Redis } from 'ioredis';
 
 type Handler = (body: any, res: http.ServerResponse) => void;
 
@@ -20,6 +22,8 @@ describe('http tools', { timeout: 120_000 }, () => {
   let verifier: Webhook | null = null;
   const seen: Array<{ body: any; verified: boolean }> = [];
   const handlers: Handler[] = [];
+  /** Handlers by tool name, before the queue of `handlers`. */
+  const byName = new Map<string, Handler>();
   const waiters: Array<() => void> = [];
   let url = '';
 
@@ -43,13 +47,13 @@ describe('http tools', { timeout: 120_000 }, () => {
         const body = JSON.parse(raw);
         seen.push({ body, verified });
         for (const w of waiters.splice(0)) w();
-        const handle = handlers.shift() ?? ((_b, r) => r.writeHead(500).end());
+        const handle = byName.get(body.name) ?? handlers.shift() ?? ((_b, r) => r.writeHead(500).end());
         handle(body, res);
       });
     });
     await new Promise<void>((r) => server.listen(0, '127.0.0.1', r));
     url = `http://127.0.0.1:${(server.address() as AddressInfo).port}/tool`;
-    h = await startHarness({ env: { API_KEYS: 'acme:key-a', WEBHOOK_ALLOW_PRIVATE: 'true' } });
+    h = await startHarness({ env: { API_KEYS: 'acme:key-a,globex:key-b', WEBHOOK_ALLOW_PRIVATE: 'true' } });
   });
   after(async () => {
     await h?.close();
@@ -60,6 +64,7 @@ describe('http tools', { timeout: 120_000 }, () => {
     h.fake.reset();
     seen.length = 0;
     handlers.length = 0;
+    byName.clear();
   });
 
   const json = (res: http.ServerResponse, status: number, body: unknown) =>
@@ -131,6 +136,75 @@ describe('http tools', { timeout: 120_000 }, () => {
     const [r] = resultsSent(1);
     assert.equal(r.is_error, true);
     assert.match(r.content, /timeout after 400 ms/);
+  });
+
+  it('a call whose session was cancelled is not tried again', async () => {
+    const put = await h.api.req('PUT', '/v1/tools/flaky_http', {
+      description: 'Fails.',
+      input_schema: { type: 'object' },
+      runner: { type: 'http', url, timeout_ms: 5000 },
+      max_attempts: 5,
+    });
+    verifier = new Webhook(put.body.secret);
+    // The first try answers 500 once the session is cancelled: its retry finds the session no longer waiting.
+    let answer!: () => void;
+    const answered = new Promise<void>((r) => (answer = r));
+    handlers.push((_b, res) => void answered.then(() => json(res, 500, { oops: true })));
+    handlers.push((_b, res) => json(res, 200, { content: 'too late' }));
+    h.fake.enqueue(toolCalls([toolUse('flaky_http', {}, 'toolu_c1')]), text('never'));
+    const id = (await h.api.post('/v1/sessions', { input: 'go', tools: ['flaky_http'] })).body.id;
+    await until(async () => seen.length === 1, 20_000, 'the first try');
+    assert.equal((await h.api.post(`/v1/sessions/${id}/cancel`)).status, 200);
+    answer();
+    // The call is settled as cancelled (when its retry is claimed, after the backoff), never sent again.
+    const r = new Redis(h.redis.url);
+    try {
+      await until(
+        async () =>
+          Object.values(await r.hgetall('tt:{tt:acme}:calls')).some((v) => /"state":"cancelled"/.test(v)),
+        20_000,
+        'the call settled as cancelled',
+      );
+    } finally {
+      r.disconnect();
+    }
+    assert.equal(seen.length, 1);
+    const started = (await h.api.get(`/v1/sessions/${id}/events?limit=500`)).body.data.filter(
+      (e: { type: string }) => e.type === 'tool.started',
+    );
+    assert.equal(started.length, 1);
+    assert.deepEqual(started[0].data.input, {});
+  });
+
+  it('a tenant whose URL hangs holds a few of the calls in flight: another tenant’s call is answered meanwhile', async () => {
+    const b = h.api.as('key-b');
+    const hung: http.ServerResponse[] = [];
+    byName.set('stuck', (_b, res) => void hung.push(res));
+    byName.set('quick', (_b, res) => json(res, 200, { content: 'quick answer' }));
+    const tool = { description: 'x', input_schema: { type: 'object' }, max_attempts: 1 };
+    await h.api.req('PUT', '/v1/tools/stuck', { ...tool, runner: { type: 'http', url, timeout_ms: 60_000 } });
+    await b.req('PUT', '/v1/tools/quick', { ...tool, runner: { type: 'http', url, timeout_ms: 60_000 } });
+    // 40 calls of acme's that never answer: more than a replica runs at once (32), and all it would run of one.
+    h.fake.setHandler((req) => {
+      if (JSON.stringify(req.body.messages).includes('tool_result')) return text('done');
+      return JSON.stringify(req.body.tools ?? []).includes('stuck')
+        ? toolCalls([toolUse('stuck', {})])
+        : toolCalls([toolUse('quick', {})]);
+    });
+    const stuck = await Promise.all(
+      Array.from(
+        { length: 40 },
+        async () => (await h.api.post('/v1/sessions', { input: 'go', tools: ['stuck'] })).body.id,
+      ),
+    );
+    await until(async () => hung.length >= 8, 20_000, 'acme’s calls in flight');
+    const id = (await b.post('/v1/sessions', { input: 'go', tools: ['quick'] })).body.id;
+    const s = await b.waitStatus(id, 'idle', 20_000);
+    assert.equal(s.stop_reason, 'end_turn');
+    assert.equal(hung.length, 8, 'acme holds 8 calls at once, no more');
+    h.fake.setHandler(null);
+    for (const sid of stuck) await h.api.post(`/v1/sessions/${sid}/cancel`);
+    for (const res of hung) res.destroy();
   });
 
   it('refuses a URL the webhooks’ address rules refuse', async () => {

@@ -124,6 +124,7 @@ describe('tenant tools and tool tasks', () => {
     assert.equal(started.length, 1, JSON.stringify(started));
     assert.equal(started[0].data.attempt, 1);
     assert.equal(started[0].data.worker_id, 'w-1');
+    assert.deepEqual(started[0].data.input, task.input, 'tool.started carries the input (spec §4)');
     const completed = await events(a, id, 'tool.completed');
     assert.equal(completed.length, 1, JSON.stringify(completed));
     assert.equal(completed[0].data.content, 'shipped on Monday');
