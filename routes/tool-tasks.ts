@@ -8,12 +8,13 @@ import {
   type RouteCodes,
 } from '../src/openapi/responses.js';
 import { claimBody, taskIdParam, taskResultBody } from '../src/tenant-tools/schemas.js';
+import type { Config } from '../src/config.js';
 
 /** The 404 of this file's routes names one thing (src/openapi/responses.ts `routeErrors`). */
 const NOT_FOUND = { 404: ['task_not_found'] } as const satisfies RouteCodes;
 
 /** Spec §7.1: the worker protocol. A task of another tenant is 404 `task_not_found`. */
-const routes: FastifyPluginAsyncZod = async (app) => {
+const routes: FastifyPluginAsyncZod<{ config: Config }> = async (app, { config }) => {
   const tags = ['tool-tasks'];
   const tasks = app.toolTasks;
 
@@ -62,6 +63,9 @@ const routes: FastifyPluginAsyncZod = async (app) => {
   app.post(
     '/v1/tool-tasks/:id/result',
     {
+      // Room for a result somewhat over TOOL_RESULT_MAX_BYTES (it becomes an is_error naming the limit) where
+      // BODY_LIMIT alone (the same 1 MiB by default) would answer every such body 413.
+      bodyLimit: Math.max(config.BODY_LIMIT, 2 * config.TOOL_RESULT_MAX_BYTES),
       schema: {
         operationId: 'submitToolTaskResult',
         summary: 'The result of a claimed task',

@@ -251,7 +251,7 @@ const app: FastifyPluginAsync<AppOptions> = async (fastify, opts) => {
     await api.register(scheduleRoutes);
     await api.register(agentRoutes);
     await api.register(tenantToolRoutes);
-    await api.register(toolTaskRoutes);
+    await api.register(toolTaskRoutes, { config });
     await api.register(usageRoutes);
     await api.register(clientTokenRoutes);
     // Unknown paths under /v1 are answered inside the scope too: 401 without a key, as any /v1 route (no route

@@ -28,6 +28,8 @@ describe('tenant tools and tool tasks', () => {
         API_KEYS: 'acme:key-a,globex:key-b',
         TOOL_TASK_LEASE_MS: '1000',
         TOOL_RESULT_MAX_BYTES: '200000',
+        // Under the 300 kB result below: the result route takes bodies of twice TOOL_RESULT_MAX_BYTES all the same.
+        BODY_LIMIT: '150000',
       },
     });
     a = h.api;

@@ -36,6 +36,18 @@ const shipOrder = (who: string) =>
     },
   });
 
+/** Returns what no tool result may hold (an object as content): the service refuses it with a 400. */
+const malformed = betaZodTool({
+  name: 'malformed_order',
+  description: 'Answers with an object.',
+  inputSchema: z.object({}),
+  run: async () => {
+    runs.malformed++;
+    return { not: 'content' } as unknown as string;
+  },
+});
+const runs = { malformed: 0 };
+
 const refuse = betaZodTool({
   name: 'refuse_order',
   description: 'Refuses, with blocks.',
@@ -88,7 +100,7 @@ describe('tool workers', { timeout: 240_000 }, () => {
     const worker = new ToolWorker({
       baseUrl: h.service.url,
       apiKey: 'key-a',
-      tools: [shipOrder('in-proc'), refuse],
+      tools: [shipOrder('in-proc'), refuse, malformed],
       concurrency: 3,
       workerId: 'in-proc',
       waitMs: 2000,
@@ -103,13 +115,22 @@ describe('tool workers', { timeout: 240_000 }, () => {
           toolUse('ship_order', { order: 1 }, 'toolu_ok'),
           toolUse('ship_order', { order: 'one' }, 'toolu_bad'),
           toolUse('refuse_order', {}, 'toolu_refuse'),
+          toolUse('malformed_order', {}, 'toolu_malformed'),
         ]),
         text('Done.'),
       );
-      const id = (await h.api.post('/v1/sessions', { input: 'ship', tools: ['ship_order', 'refuse_order'] }))
-        .body.id;
+      const id = (
+        await h.api.post('/v1/sessions', {
+          input: 'ship',
+          tools: ['ship_order', 'refuse_order', 'malformed_order'],
+        })
+      ).body.id;
       await h.api.waitStatus(id, 'idle', 30_000);
-      const [ok, bad, refused] = resultsSent(h.fake, 1);
+      const [ok, bad, refused, malformedResult] = resultsSent(h.fake, 1);
+      // A result the service refuses is answered as an error once: the tool ran once, not on every attempt.
+      assert.equal(malformedResult.is_error, true);
+      assert.match(malformedResult.content, /^Error: the service refused the tool's result \(HTTP 400 /);
+      assert.equal(runs.malformed, 1);
       assert.deepEqual(ok, {
         type: 'tool_result',
         tool_use_id: 'toolu_ok',

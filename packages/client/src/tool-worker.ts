@@ -199,13 +199,26 @@ export class ToolWorker {
       clearInterval(beat);
     }
     if (lost.signal.aborted) return;
+    let replaced = false;
     for (let attempt = 0; ; attempt++) {
       try {
         await this.call('POST', `/v1/tool-tasks/${task.id}/result`, result);
         return;
       } catch (err) {
-        // 4xx: the service will not take it (lease lost, cancelled, already completed): nothing to retry.
-        if (err instanceof HttpStatus && err.status < 500 && err.status !== 429) return;
+        if (err instanceof HttpStatus && err.status < 500 && err.status !== 429) {
+          // 409, 404: the service takes no result for this task (lease lost, cancelled, completed): nothing to send.
+          if (err.status === 409 || err.status === 404 || replaced) return;
+          // Any other 4xx refuses this result itself (too large, blocks the Messages API would refuse, a lone
+          // surrogate): the call is answered with an error saying so, once — left unanswered, its lease would lapse
+          // and the tool run again on every attempt.
+          this.o.onError?.(err, 'result');
+          replaced = true;
+          result = {
+            content: `Error: the service refused the tool's result (HTTP ${err.status} ${err.code}).`,
+            is_error: true,
+          };
+          continue;
+        }
         this.o.onError?.(err, 'result');
         if (attempt >= 12) return;
         await sleep(backoff(attempt));
