@@ -1,3 +1,4 @@
+import type { FastifyRequest } from 'fastify';
 import type { FastifyPluginAsyncZod } from 'fastify-type-provider-zod';
 import {
   claimedTasks,
@@ -17,6 +18,21 @@ const NOT_FOUND = { 404: ['task_not_found'] } as const satisfies RouteCodes;
 const routes: FastifyPluginAsyncZod<{ config: Config }> = async (app, { config }) => {
   const tags = ['tool-tasks'];
   const tasks = app.toolTasks;
+  /**
+   * Heartbeats and results are counted apart from the tenant's other mutating requests (RATE_LIMIT_PER_MIN, src/
+   * plugins/ratelimit.ts), with ten times its budget: a fleet holding a few hundred tasks heartbeats every third of
+   * a lease, and in the tenant's one count it would use it all — its heartbeats refused, its leases lapsing, and the
+   * tenant's session API refused with them.
+   */
+  const workerRate =
+    config.RATE_LIMIT_PER_MIN > 0
+      ? {
+          rateLimit: {
+            max: 10 * config.RATE_LIMIT_PER_MIN,
+            keyGenerator: (req: FastifyRequest) => `{${req.tenant}}:tasks`,
+          },
+        }
+      : {};
 
   app.post(
     '/v1/tool-tasks/claim',
@@ -46,6 +62,7 @@ const routes: FastifyPluginAsyncZod<{ config: Config }> = async (app, { config }
   app.post(
     '/v1/tool-tasks/:id/heartbeat',
     {
+      config: workerRate,
       schema: {
         operationId: 'heartbeatToolTask',
         summary: 'Renew the lease of a claimed task',
@@ -66,6 +83,7 @@ const routes: FastifyPluginAsyncZod<{ config: Config }> = async (app, { config }
       // Room for a result somewhat over TOOL_RESULT_MAX_BYTES (it becomes an is_error naming the limit) where
       // BODY_LIMIT alone (the same 1 MiB by default) would answer every such body 413.
       bodyLimit: Math.max(config.BODY_LIMIT, 2 * config.TOOL_RESULT_MAX_BYTES),
+      config: workerRate,
       schema: {
         operationId: 'submitToolTaskResult',
         summary: 'The result of a claimed task',
