@@ -92,7 +92,7 @@ export default fp<EnginePluginOptions>(
       tracing: app.tracing,
       tasks,
     });
-    const sessionDeps: SessionDeps = { store, engine, serverTools, toolbox };
+    const sessionDeps: SessionDeps = { store, engine, serverTools, toolbox, tasks };
     const toolTasks = new ToolTasks({
       queue: tasks,
       deps: sessionDeps,

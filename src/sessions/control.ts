@@ -1,6 +1,8 @@
 import type { z } from 'zod';
 import { assertBudgetLeft } from '../engine/budget.js';
 import { cancelSession } from '../engine/commit.js';
+import { outstandingTasks } from '../engine/tool-tasks.js';
+import { taskCallId } from '../tenant-tools/tasks.js';
 import { InvalidRequest, InvalidStatus, conflict } from '../errors.js';
 import type { patchSessionBody, retryBody } from '../schemas.js';
 import { checkCompactionParams } from './compact.js';
@@ -186,6 +188,8 @@ export async function cancelRun(
     } catch (err) {
       if (!(err instanceof InvalidStatus)) throw err;
     }
+    // A run parked for its tool tasks holds no lease: it is cancelled here, and its tasks leave the queue.
+    await dropTasks(deps, s);
     return { state: await store.loadFor(tenant, id), queued: false };
   }
   await store.apply(
@@ -205,6 +209,22 @@ export async function cancelRun(
     await new Promise((r) => setTimeout(r, 30));
   }
   return { state: await store.loadFor(tenant, id), queued: true };
+}
+
+/**
+ * The session's tool tasks still out (queued, leased, or done and not delivered) leave the queue, so they stop
+ * counting in TOOL_TASKS_MAX_PER_TENANT at once — else only when a worker next claims that tool, or at the call's
+ * `timeout_ms`. A worker holding one is told `task_cancelled` at its next heartbeat or result. Best effort: a call
+ * missed here is dropped at its claim, as before.
+ */
+async function dropTasks(deps: SessionDeps, s: SessionState): Promise<void> {
+  if (!deps.tasks || !s.pending) return;
+  const { tasks } = deps;
+  await Promise.all(
+    outstandingTasks(s.pending).map((c) =>
+      tasks.settle(s.tenant, taskCallId(s.id, c.id, c.round ?? 0), 'cancelled').catch(() => {}),
+    ),
+  );
 }
 
 /** Runs a failed session again from where it failed (a failed tool step's failed server calls run anew). */
@@ -264,6 +284,7 @@ export async function removeSession(
   checkIfMatch(s, ifMatch);
   if (s.status === 'running') await deps.store.publishControl(id, 'delete');
   await deps.store.destroy(id, tenant, s.createdAt);
+  await dropTasks(deps, s);
   await deps.store.index.metadata.remove(
     tenant,
     deps.store.index.member(s.createdAt, id),

@@ -3,6 +3,7 @@ import type { Engine } from '../engine/engine.js';
 import { statusEvent } from '../engine/status.js';
 import { InvalidStatus, RevisionMismatch, badRequest, revisionMismatch, zodDetails } from '../errors.js';
 import { sessionParams, type SessionParams } from '../schemas.js';
+import type { TaskQueue } from '../tenant-tools/tasks.js';
 import type { Toolbox } from '../toolbox.js';
 import type { SessionStore } from '../store/store.js';
 import { encodeFields, type SessionState, type Status } from '../store/session-state.js';
@@ -18,6 +19,8 @@ export interface SessionDeps {
   serverTools: ReadonlyMap<string, ServerTool>;
   /** Every source of tools (server tools, MCP servers, …): checks a session's `tools`. */
   toolbox: Toolbox;
+  /** The tool tasks' queue: a cancelled or deleted session's calls are dropped from it. */
+  tasks?: Pick<TaskQueue, 'settle'>;
 }
 
 export interface MutationResult {

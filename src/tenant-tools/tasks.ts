@@ -15,6 +15,10 @@ import './lua/commands.js';
 
 type TaskState = 'queued' | 'leased' | 'done' | 'delivered' | 'cancelled';
 
+/** The queue's id of a session's call (a resumed call's each round is a task of its own). */
+export const taskCallId = (session: string, toolUseId: string, round: number) =>
+  `${session}:${toolUseId}#${round}`;
+
 /** A call's record in the queue (JSON of scalars only: the scripts decode it). */
 export interface TaskRecord {
   call: string;
@@ -108,7 +112,7 @@ export class TaskQueue {
   async enqueue(tenant: string, t: NewTask): Promise<'queued' | 'known' | 'full'> {
     const k = keyList(tenant);
     const now = Date.now();
-    const call = `${t.session}:${t.toolUseId}#${t.round}`;
+    const call = taskCallId(t.session, t.toolUseId, t.round);
     const rec: TaskRecord = {
       call,
       tenant,

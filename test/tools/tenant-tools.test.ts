@@ -1,6 +1,8 @@
 import { after, before, beforeEach, describe, it } from 'node:test';
 import assert from 'node:assert/strict';
 import { startHarness, type Api, type Harness } from '../helpers/service.js';
+import { until } from '../durability/chaos-lib.js';
+import { Redis } from 'ioredis';
 import { text, toolCalls, toolUse } from '../fake/script.js';
 
 const lookup = {
@@ -265,5 +267,45 @@ describe('tool tasks and the rate limit', () => {
     assert.equal((await a.post(`/v1/tool-tasks/${t.id}/result`, { content: 'done' })).status, 200);
     await a.waitStatus(id, 'idle');
     assert.equal((await a.post('/v1/sessions', { start: false })).status, 201); // 4
+  });
+});
+
+describe('tool tasks of cancelled and deleted sessions', () => {
+  let h: Harness;
+  let r: Redis;
+  before(async () => {
+    h = await startHarness({ env: { API_KEYS: 'acme:key-a', TOOL_TASKS_MAX_PER_TENANT: '2' } });
+    r = new Redis(h.redis.url);
+  });
+  after(async () => {
+    r?.disconnect();
+    await h?.close();
+  });
+
+  it('leave the queue at once: they no longer count in TOOL_TASKS_MAX_PER_TENANT', async () => {
+    const a = h.api;
+    await a.req('PUT', '/v1/tools/queued_tool', lookup);
+    /** A session whose call is in the queue (a record under its id; a refused call would have none). */
+    const park = async () => {
+      // (Only the call: every session here stays parked, cancelled or deleted.)
+      h.fake.enqueue(toolCalls([toolUse('queued_tool', { id: 1 })]));
+      const id = (await a.post('/v1/sessions', { input: 'go', tools: ['queued_tool'] })).body.id as string;
+      await until(
+        async () => (await r.hkeys('tt:{tt:acme}:calls')).some((k) => k.startsWith(`${id}:`)),
+        20_000,
+        'the call queued',
+      );
+      return id;
+    };
+    const first = await park();
+    const second = await park();
+    assert.equal((await a.post(`/v1/sessions/${first}/cancel`)).status, 200);
+    assert.equal((await a.req('DELETE', `/v1/sessions/${second}`)).status, 200);
+    // Two more calls fit in the queue; a worker gets them (and nothing of the sessions that are gone).
+    const third = await park();
+    const fourth = await park();
+    const claimed = (await a.post('/v1/tool-tasks/claim', { tools: ['queued_tool'], max: 10, wait_ms: 5000 }))
+      .body.tasks as Array<{ session_id: string }>;
+    assert.deepEqual(claimed.map((t) => t.session_id).sort(), [third, fourth].sort());
   });
 });
