@@ -26,7 +26,7 @@ import {
   toolUse,
 } from '../fake/script.js';
 import { ChatTranslator, type UIChunk } from '../../src/chat/chunks.js';
-import { PlainChat, chatTransport, readAll } from '../helpers/chat.js';
+import { PlainChat, chatTransport, readAll, sseDataLines } from '../helpers/chat.js';
 import { startHarness, type Harness } from '../helpers/service.js';
 
 const KEY = 'chat-key-1';
@@ -128,11 +128,7 @@ describe('chat routes: the AI SDK UI message stream', () => {
     assert.equal(res.status, 200);
     assert.equal(res.headers.get('x-vercel-ai-ui-message-stream'), 'v1');
     assert.match(res.headers.get('content-type') ?? '', /^text\/event-stream/);
-    const body = await res.text();
-    const data = body
-      .split('\n')
-      .filter((l) => l.startsWith('data: '))
-      .map((l) => l.slice(6));
+    const data = sseDataLines(await res.text());
     assert.equal(data.at(-1), '[DONE]');
     const schema = uiMessageChunkSchema();
     for (const d of data.slice(0, -1)) {

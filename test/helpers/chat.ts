@@ -99,3 +99,10 @@ export async function readAll(stream: ReadableStream<UIMessageChunk>, message?: 
   await collect;
   return { chunks, message: last };
 }
+
+/** The `data:` payloads of a UI message stream's raw SSE text, in order (the last is `[DONE]`). */
+export const sseDataLines = (body: string): string[] =>
+  body
+    .split('\n')
+    .filter((l) => l.startsWith('data: '))
+    .map((l) => l.slice(6));

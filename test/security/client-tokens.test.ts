@@ -12,6 +12,7 @@ import { serviceEnv, spawnService, type ServiceProcess } from '../helpers/proces
 import { hang, text, toolCalls, toolUse } from '../fake/script.js';
 import { startFakeAnthropic, type FakeAnthropic } from '../fake/server.js';
 import { connectSse, connectWs, readLog, UpgradeRefused } from '../fixtures/event-clients.js';
+import { sseDataLines } from '../helpers/chat.js';
 
 const KEYS = 'acme:key-acme,globex:key-globex';
 const HOUR_MS = 3_600_000;
@@ -325,11 +326,7 @@ describe('client tokens', () => {
     // The run hangs upstream: only the revocation can end this stream.
     await h.api.waitStatus(id, 'running');
     assert.equal((await h.api.req('DELETE', `/v1/client-tokens/${minted.body.id}`)).status, 200);
-    const body = await res.text();
-    const data = body
-      .split('\n')
-      .filter((l) => l.startsWith('data: '))
-      .map((l) => l.slice(6));
+    const data = sseDataLines(await res.text());
     assert.equal(data.at(-1), '[DONE]');
     const chunks = data.slice(0, -1).map((d) => JSON.parse(d) as { type: string; errorText?: string });
     assert.match(chunks.find((c) => c.type === 'error')?.errorText ?? '', /^unauthorized:/);
