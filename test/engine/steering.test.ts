@@ -350,6 +350,12 @@ describe('steering between turns', () => {
     const msgs = (await h.client.listMessages(s.id)).data;
     assert.equal(msgs.length, 2);
     assert.equal(blocks(msgs[1])[0].text, 'complete answer');
+    // The dropped turn's record went with it (the first iteration: nothing before it is kept).
+    const iters = (await h.api.get(`/v1/sessions/${s.id}/iterations`)).body.data;
+    assert.deepEqual(
+      iters.map((r: { iteration: number; stop_reason: string }) => [r.iteration, r.stop_reason]),
+      [[1, 'end_turn']],
+    );
   });
 
   it('fork copies the history up to an iteration', async () => {

@@ -83,13 +83,18 @@ local function compact(c)
   redis.call('HINCRBY', meta, 'msg_base', #moved)
 end
 
+-- Keeps the first n entries of a list; n = 0 keeps none (LTRIM 0 -1 would keep them all).
+local function keep_first(key, n)
+  if n == 0 then redis.call('DEL', key) else redis.call('LTRIM', key, 0, n - 1) end
+end
+
 local function run(o)
   if not o then return end
   if o.compact then compact(o.compact) end
-  if o.trim_msgs then redis.call('LTRIM', KEYS[2], 0, o.trim_msgs - 1) end
+  if o.trim_msgs then keep_first(KEYS[2], o.trim_msgs) end
   if o.lset_msgs then for _, p in ipairs(o.lset_msgs) do redis.call('LSET', KEYS[2], p[1], p[2]) end end
   if o.push_msgs then pushAll(KEYS[2], o.push_msgs) end
-  if o.trim_iters then redis.call('LTRIM', KEYS[3], 0, o.trim_iters - 1) end
+  if o.trim_iters then keep_first(KEYS[3], o.trim_iters) end
   if o.lset_iters then for _, p in ipairs(o.lset_iters) do redis.call('LSET', KEYS[3], p[1], p[2]) end end
   if o.push_iters then pushAll(KEYS[3], o.push_iters) end
   if o.hset then
