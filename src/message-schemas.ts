@@ -107,18 +107,24 @@ const containerUploadBlock = z.strictObject({
   file_id: z.string().min(1),
   ...withCache,
 });
-/** A compaction's summary (`null`: a compaction that produced none), sent back as it was returned. */
+/** A tool change told to the model (`tool_addition` / `tool_removal`, beta `inline-tools-2026-09-15`). */
+const toolChangeBlock = z.strictObject({
+  type: z.enum(['tool_addition', 'tool_removal']),
+  tool: z.looseObject({
+    type: z.enum(['tool_definition', 'tool_reference', 'mcp_tool_reference', 'mcp_toolset_reference']),
+  }),
+  ...withCache,
+});
+/**
+ * A compaction's summary (`null`: a compaction that produced none), sent back as it was returned — with the tool
+ * changes of the range it compacted when the API computed them (`tool_changes`, "send the block back unchanged").
+ */
 const compactionBlock = z.strictObject({
   type: z.literal('compaction'),
   content: z.string().nullable(),
   encrypted_content: z.string().nullish(),
   signature: z.string().nullish(),
-  ...withCache,
-});
-/** A tool change told to the model (`tool_addition` / `tool_removal`, beta `inline-tools-2026-09-15`). */
-const toolChangeBlock = z.strictObject({
-  type: z.enum(['tool_addition', 'tool_removal']),
-  tool: z.looseObject({ type: z.enum(['tool_definition', 'tool_reference']) }),
+  tool_changes: z.array(toolChangeBlock).nullish(),
   ...withCache,
 });
 

@@ -4438,6 +4438,28 @@ export interface operations {
                           content: string | null;
                           encrypted_content?: string | null;
                           signature?: string | null;
+                          tool_changes?:
+                            | {
+                                /** @enum {string} */
+                                type: 'tool_addition' | 'tool_removal';
+                                tool: {
+                                  /** @enum {string} */
+                                  type:
+                                    | 'tool_definition'
+                                    | 'tool_reference'
+                                    | 'mcp_tool_reference'
+                                    | 'mcp_toolset_reference';
+                                } & {
+                                  [key: string]: unknown;
+                                };
+                                cache_control?: {
+                                  /** @enum {string} */
+                                  type: 'ephemeral';
+                                  /** @enum {string} */
+                                  ttl?: '5m' | '1h';
+                                } | null;
+                              }[]
+                            | null;
                           cache_control?: {
                             /** @enum {string} */
                             type: 'ephemeral';
@@ -4455,7 +4477,8 @@ export interface operations {
                   type: 'tool_addition' | 'tool_removal';
                   tool: {
                     /** @enum {string} */
-                    type: 'tool_definition' | 'tool_reference';
+                    type:
+                      'tool_definition' | 'tool_reference' | 'mcp_tool_reference' | 'mcp_toolset_reference';
                   } & {
                     [key: string]: unknown;
                   };
@@ -5612,6 +5635,28 @@ export interface operations {
                           content: string | null;
                           encrypted_content?: string | null;
                           signature?: string | null;
+                          tool_changes?:
+                            | {
+                                /** @enum {string} */
+                                type: 'tool_addition' | 'tool_removal';
+                                tool: {
+                                  /** @enum {string} */
+                                  type:
+                                    | 'tool_definition'
+                                    | 'tool_reference'
+                                    | 'mcp_tool_reference'
+                                    | 'mcp_toolset_reference';
+                                } & {
+                                  [key: string]: unknown;
+                                };
+                                cache_control?: {
+                                  /** @enum {string} */
+                                  type: 'ephemeral';
+                                  /** @enum {string} */
+                                  ttl?: '5m' | '1h';
+                                } | null;
+                              }[]
+                            | null;
                           cache_control?: {
                             /** @enum {string} */
                             type: 'ephemeral';
@@ -5629,7 +5674,8 @@ export interface operations {
                   type: 'tool_addition' | 'tool_removal';
                   tool: {
                     /** @enum {string} */
-                    type: 'tool_definition' | 'tool_reference';
+                    type:
+                      'tool_definition' | 'tool_reference' | 'mcp_tool_reference' | 'mcp_toolset_reference';
                   } & {
                     [key: string]: unknown;
                   };
@@ -10992,6 +11038,28 @@ export interface operations {
                             content: string | null;
                             encrypted_content?: string | null;
                             signature?: string | null;
+                            tool_changes?:
+                              | {
+                                  /** @enum {string} */
+                                  type: 'tool_addition' | 'tool_removal';
+                                  tool: {
+                                    /** @enum {string} */
+                                    type:
+                                      | 'tool_definition'
+                                      | 'tool_reference'
+                                      | 'mcp_tool_reference'
+                                      | 'mcp_toolset_reference';
+                                  } & {
+                                    [key: string]: unknown;
+                                  };
+                                  cache_control?: {
+                                    /** @enum {string} */
+                                    type: 'ephemeral';
+                                    /** @enum {string} */
+                                    ttl?: '5m' | '1h';
+                                  } | null;
+                                }[]
+                              | null;
                             cache_control?: {
                               /** @enum {string} */
                               type: 'ephemeral';
@@ -11009,7 +11077,8 @@ export interface operations {
                     type: 'tool_addition' | 'tool_removal';
                     tool: {
                       /** @enum {string} */
-                      type: 'tool_definition' | 'tool_reference';
+                      type:
+                        'tool_definition' | 'tool_reference' | 'mcp_tool_reference' | 'mcp_toolset_reference';
                     } & {
                       [key: string]: unknown;
                     };
@@ -11911,6 +11980,28 @@ export interface operations {
                             content: string | null;
                             encrypted_content?: string | null;
                             signature?: string | null;
+                            tool_changes?:
+                              | {
+                                  /** @enum {string} */
+                                  type: 'tool_addition' | 'tool_removal';
+                                  tool: {
+                                    /** @enum {string} */
+                                    type:
+                                      | 'tool_definition'
+                                      | 'tool_reference'
+                                      | 'mcp_tool_reference'
+                                      | 'mcp_toolset_reference';
+                                  } & {
+                                    [key: string]: unknown;
+                                  };
+                                  cache_control?: {
+                                    /** @enum {string} */
+                                    type: 'ephemeral';
+                                    /** @enum {string} */
+                                    ttl?: '5m' | '1h';
+                                  } | null;
+                                }[]
+                              | null;
                             cache_control?: {
                               /** @enum {string} */
                               type: 'ephemeral';
@@ -11928,7 +12019,8 @@ export interface operations {
                     type: 'tool_addition' | 'tool_removal';
                     tool: {
                       /** @enum {string} */
-                      type: 'tool_definition' | 'tool_reference';
+                      type:
+                        'tool_definition' | 'tool_reference' | 'mcp_tool_reference' | 'mcp_toolset_reference';
                     } & {
                       [key: string]: unknown;
                     };
