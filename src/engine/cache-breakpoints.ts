@@ -4,6 +4,7 @@
  * turn) would pile up one per turn. Before a turn, the run's copy of the history drops the markers of its oldest
  * messages until the request fits; the runner then sees a rewritten history and starts a new thread with it.
  */
+import { badRequest } from '../errors.js';
 import { blocksOf, type StoredBlock, type StoredMessage } from '../history.js';
 
 const MAX_CACHE_BREAKPOINTS = 4;
@@ -19,6 +20,19 @@ export function cacheMarks(value: unknown): number {
     if (typeof nested === 'object' && nested !== null) n += cacheMarks(nested);
   }
   return n;
+}
+
+/**
+ * 400 `invalid_request` when `system` and `tools` alone carry more markers than the API takes: the history's markers
+ * are dropped to make room (capCacheMarks), these are the session's own and stay, so every turn would be refused.
+ */
+export function assertFixedMarks(system: unknown, tools: unknown): void {
+  const n = cacheMarks(system) + cacheMarks(tools);
+  if (n <= MAX_CACHE_BREAKPOINTS) return;
+  throw badRequest(
+    `\`system\` and \`tools\` carry ${n} \`cache_control\` breakpoints; a request takes at most ${MAX_CACHE_BREAKPOINTS}.`,
+    { cache_control_breakpoints: n, max: MAX_CACHE_BREAKPOINTS },
+  );
 }
 
 function unmarked(block: StoredBlock): StoredBlock {

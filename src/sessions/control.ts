@@ -1,5 +1,6 @@
 import type { z } from 'zod';
 import { assertBudgetLeft } from '../engine/budget.js';
+import { assertFixedMarks } from '../engine/cache-breakpoints.js';
 import { cancelSession } from '../engine/commit.js';
 import { outstandingTasks } from '../engine/tool-tasks.js';
 import { taskCallId } from '../tenant-tools/tasks.js';
@@ -75,6 +76,8 @@ export function patchSession(
       Object.assign(next, t.next);
       toolsEvent.push(t.event);
     }
+    if (body.params || body.tools !== undefined)
+      assertFixedMarks((next.params ?? s.params).system, next.tools ?? s.tools);
     // The params and tools after the change, together: new tools with the old `tool_choice`, and the other way round.
     if (body.params || body.tools !== undefined)
       await checkToolChoice(

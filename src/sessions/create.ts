@@ -25,6 +25,7 @@ import { isMcpEntry, isMcpToolset } from '../mcp/schema.js';
 import type { TenantToolDef } from '../tenant-tools/types.js';
 import { session } from '../openapi/responses.js';
 import { checkCompactionParams } from './compact.js';
+import { assertFixedMarks } from '../engine/cache-breakpoints.js';
 import { checkIfMatch, startRun, type SessionDeps } from './mutate.js';
 import { sessionView } from './view.js';
 
@@ -173,6 +174,7 @@ async function buildSession(
   if (!params.success) throw badRequest('Invalid params.', zodDetails(params.error.issues, ['params']));
   const tenantTools = await deps.toolbox.check(tenant, body.tools);
   await checkToolChoice(deps, { tenant, session: id, tools: body.tools, tenantTools }, params.data);
+  assertFixedMarks(params.data.system, body.tools);
   await checkAgents(deps, tenant, body.tools, depth);
   checkCompactionParams(params.data, body.compaction);
   const given: StoredMessage[] =

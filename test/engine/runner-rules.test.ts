@@ -225,6 +225,23 @@ describe('at most 4 cache breakpoints, thread history included', () => {
     assert.equal(err.error.message, 'A maximum of 4 blocks with cache_control may be provided. Found 5.');
   });
 
+  it('more than 4 breakpoints in system and tools alone: refused at create and PATCH (no turn could be sent)', async () => {
+    const mark = { cache_control: { type: 'ephemeral' } };
+    const system = (n: number) =>
+      Array.from({ length: n }, (_, i) => ({ type: 'text', text: `rule ${i}`, ...mark }));
+    const five = await h.api.post('/v1/sessions', { input: 'x', start: false, system: system(5) });
+    assert.equal(five.status, 400, JSON.stringify(five.body));
+    assert.equal(five.body.error.code, 'invalid_request');
+    assert.deepEqual(five.body.error.details, { cache_control_breakpoints: 5, max: 4 });
+    const four = await h.api.post('/v1/sessions', { input: 'x', start: false, system: system(4) });
+    assert.equal(four.status, 201, JSON.stringify(four.body));
+    // A server tool of the API's with a marker of its own.
+    const tool = { type: 'web_search_20250305', name: 'web_search', ...mark };
+    const patched = await h.api.req('PATCH', `/v1/sessions/${four.body.id}`, { tools: [tool] });
+    assert.equal(patched.status, 400, JSON.stringify(patched.body));
+    assert.equal(patched.body.error.details.cache_control_breakpoints, 5, JSON.stringify(patched.body));
+  });
+
   it('a 7-step tool loop with cache_tool_results: no request holds more than 4 breakpoints', async () => {
     const { cacheMarks } = await import('../fake/cache-marks.js');
     for (let i = 1; i <= 7; i++) h.fake.enqueue(reply([toolUse('calculate_sum', { a: i, b: i })]));
