@@ -10,7 +10,8 @@ import { commitCompaction, withCompactionBeta } from './compaction.js';
 import type { EngineLogger, RunDeps, RunHandle } from './run-handle.js';
 import { runnerParams } from './runner-params.js';
 import { serverRunnables, sessionTools } from './tool-step.js';
-import { clientToolDefs } from './tools-change.js';
+import { baseTools, clientToolDefs, withInlineToolsBeta } from './tools-change.js';
+import { cacheMarks, capCacheMarks } from './cache-breakpoints.js';
 
 /** A run that only compacts (asked for while the session was idle or failed): one runner, one request. */
 export async function runCompactionOnly(
@@ -20,19 +21,27 @@ export async function runCompactionOnly(
   history: StoredMessage[],
   log: EngineLogger,
 ): Promise<'done' | 'again'> {
-  // The tools go with the request as with every turn (the summary reads the calls in the history with them).
-  const tools: BetaToolRunnerParams['tools'] = [
-    ...serverRunnables(deps, await sessionTools(deps, state), new Map()),
-    ...clientToolDefs(state),
-  ];
+  // The request is a turn's (the summary reads the calls in the history with them): the tools as a runner sends them
+  // (the set at create once `tools` were PATCHed: the history's tool changes take it to the current one), their
+  // beta, at most 4 cache breakpoints, the container.
+  const tools: BetaToolRunnerParams['tools'] = state.toolsBase
+    ? await baseTools(deps, state, new Map())
+    : [...serverRunnables(deps, await sessionTools(deps, state), new Map()), ...clientToolDefs(state)];
+  const params = withInlineToolsBeta(
+    withCompactionBeta(state.params),
+    state,
+    history.some((m) => m.role === 'system'),
+  );
+  capCacheMarks(history, cacheMarks(params.system) + cacheMarks(tools));
   const runner = deps.client.beta.messages.toolRunner(
     runnerParams({
-      params: withCompactionBeta(state.params),
+      params,
       messages: history,
       tools,
       maxIterations: 1,
       stream: state.stream,
       eager: false,
+      container: state.container,
     }),
     { signal: run.controller.signal, openTelemetry: { conversationId: run.id } },
   );

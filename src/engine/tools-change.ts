@@ -7,6 +7,7 @@ import {
 } from '@anthropic-ai/sdk/resources/beta/messages/messages';
 import { eventOf } from '../events/schemas.js';
 import type { StoredBlock, StoredMessage } from '../history.js';
+import type { SessionParams } from '../schemas.js';
 import type { SessionState, ToolRef } from '../store/session-state.js';
 import { runnableName, type Toolbox, type ToolScope } from '../toolbox.js';
 import { anthropicToolDefinition, isAnthropicTool } from '../tools/anthropic-tools.js';
@@ -30,6 +31,20 @@ import { serverRunnables } from './tool-step.js';
  */
 
 export const INLINE_TOOLS_BETA = 'inline-tools-2026-09-15';
+
+/**
+ * `p` with the inline-tools beta when the request needs it: once tool changes are in the history (`changesIn`: a
+ * `system` turn), or were told to the model before (`toolsSent`), every request carries it — a compaction's as a
+ * turn's.
+ */
+export function withInlineToolsBeta(
+  p: SessionParams,
+  state: Pick<SessionState, 'toolsSent'>,
+  changesIn: boolean,
+): SessionParams {
+  if (p.betas?.includes(INLINE_TOOLS_BETA) || (state.toolsSent === null && !changesIn)) return p;
+  return { ...p, betas: [...(p.betas ?? []), INLINE_TOOLS_BETA] };
+}
 
 /**
  * The session's definitions the runner only sends: client tools (a client runs them) and Anthropic-defined tools

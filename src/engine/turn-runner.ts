@@ -24,7 +24,7 @@ import { StreamRelay } from './stream-relay.js';
 import { upstreamContext } from '../observability/upstream-fetch.js';
 import { serverRunnables, sessionTools } from './tool-step.js';
 import {
-  INLINE_TOOLS_BETA,
+  withInlineToolsBeta,
   applyToolChange,
   baseTools,
   clientToolDefs,
@@ -127,9 +127,7 @@ export abstract class TurnRunner {
 
   /** Once tool changes are in the history (or about to be), their beta goes with every request. */
   protected withToolChanges(p: SessionParams): SessionParams {
-    return (this.state.toolsSent === null && !this.toolChangesIn) || p.betas?.includes(INLINE_TOOLS_BETA)
-      ? p
-      : { ...p, betas: [...(p.betas ?? []), INLINE_TOOLS_BETA] };
+    return withInlineToolsBeta(p, this.state, this.toolChangesIn);
   }
 
   /** At most 4 cache breakpoints in what the model sees, the thread's stored history included (cache-breakpoints.ts). */

@@ -604,6 +604,41 @@ describe('sessions: compaction by the route, the policy and the API', () => {
     assert.equal(last.messages.at(-1)!.role, 'user');
   });
 
+  test('POST …/compact after a PATCH of tools, with markers on 5 blocks: the request is a turn’s (base tools, tool-change beta, 4 breakpoints, container)', async () => {
+    const mark = { cache_control: { type: 'ephemeral' } };
+    h.fake.enqueue(text('Noted.', { container: { id: 'cnt_1', expires_at: '2030-01-01T00:00:00Z' } }));
+    const s = await create({
+      system: [{ type: 'text', text: 'Be brief.', ...mark }],
+      messages: [
+        {
+          role: 'user',
+          content: ['a', 'b', 'c', 'd'].map((t) => ({ type: 'text', text: t, ...mark })),
+        },
+      ],
+      tools: ['get_weather'],
+    });
+    await h.api.waitStatus(s.id, 'idle');
+    const p = await h.api.req('PATCH', `/v1/sessions/${s.id}`, { tools: ['get_weather', 'calculate_sum'] });
+    assert.equal(p.status, 200, JSON.stringify(p.body));
+    h.fake.enqueue(text('Sure.'));
+    await h.api.post(`/v1/sessions/${s.id}/messages`, { text: 'And now?' });
+    await h.api.waitFor(s.id, (x) => x.status === 'idle' && x.iteration === 2);
+    const r = await compact(s.id);
+    assert.equal(r.status, 202, JSON.stringify(r.body));
+    const after = await h.api.waitFor(s.id, (x) => x.status !== 'running' && !x.compaction_pending);
+    assert.equal(after.status, 'idle', JSON.stringify(after.error));
+    const req = h.fake.requests.at(-1)!;
+    assert.ok(req.body.compaction, 'the compaction request');
+    assert.equal(req.status, 200);
+    // Sent as a runner sends its turns: the set at create, the history's tool_addition taking it to the current one.
+    assert.deepEqual(
+      (req.tools as Array<{ name: string }>).map((t) => t.name),
+      ['get_weather'],
+    );
+    assert.ok(req.messages.some((m) => m.role === 'system'));
+    assert.equal(req.body.container, 'cnt_1');
+  });
+
   test('a fork keeps the history as the model saw it at that iteration: before a compaction whole, after it from its summary', async () => {
     const s = await create({ input: "What's the weather in Paris?", tools: ['get_weather'] });
     const idle = await h.api.waitStatus(s.id, ['idle', 'failed']);
