@@ -606,7 +606,7 @@ describe('sessions: compaction by the route, the policy and the API', () => {
 
   test('POST …/compact after a PATCH of tools, with markers on 5 blocks: the request is a turn’s (base tools, tool-change beta, 4 breakpoints, container)', async () => {
     const mark = { cache_control: { type: 'ephemeral' } };
-    h.fake.enqueue(text('Noted.', { container: { id: 'cnt_1', expires_at: '2030-01-01T00:00:00Z' } }));
+    h.fake.enqueue(text('Noted.', { container: { id: 'cnt_1' } }));
     const s = await create({
       system: [{ type: 'text', text: 'Be brief.', ...mark }],
       messages: [
