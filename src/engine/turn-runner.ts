@@ -29,6 +29,7 @@ import {
   baseTools,
   clientToolDefs,
   pendingToolChange,
+  type ToolChange,
 } from './tools-change.js';
 import { eventOf } from '../events/schemas.js';
 
@@ -130,9 +131,13 @@ export abstract class TurnRunner {
     return withInlineToolsBeta(p, this.state, this.toolChangesIn);
   }
 
-  /** At most 4 cache breakpoints in what the model sees, the thread's stored history included (cache-breakpoints.ts). */
-  protected capMarks(): void {
-    capCacheMarks(this.history, cacheMarks(this.params.system) + cacheMarks(this.tools));
+  /**
+   * At most 4 cache breakpoints in what the model sees, the thread's stored history included (cache-breakpoints.ts),
+   * and a tool change's message about to be appended (`change`: its definitions may carry markers of their own).
+   */
+  protected capMarks(change: ToolChange | null = null): void {
+    const fixed = cacheMarks(this.params.system) + cacheMarks(this.tools);
+    capCacheMarks(this.history, fixed + (change ? cacheMarks(change.message) : 0));
   }
 
   protected runnerParamsNow(maxIterations: number, messages: StoredMessage[]) {
@@ -156,7 +161,8 @@ export abstract class TurnRunner {
     this.tools = state.toolsBase
       ? await baseTools(deps, state, this.durations)
       : [...serverRunnables(deps, this.runnable, this.durations), ...clientToolDefs(state)];
-    this.capMarks();
+    const change = await pendingToolChange(deps, state, this.durations, true);
+    this.capMarks(change);
     // Over the session's message thread when it still holds the history (thread-anchor.ts).
     this.runner = startRunner(
       deps.client,
@@ -168,7 +174,6 @@ export abstract class TurnRunner {
     // Compactions asked for (route, policy) run before the next turn: see compaction.ts.
     this.compaction = new RunCompaction(deps, run, state, this.runner);
     await this.compaction.atStart(history);
-    const change = await pendingToolChange(deps, state, this.durations, true);
     if (change) await applyToolChange(deps, run, this.runner, state, history, change);
   }
 
@@ -279,14 +284,14 @@ export abstract class TurnRunner {
     // A thread keeps the `system` it was created with (the SDK throws on a change): a new `system` ends this runner,
     // and the next one starts a new thread with it.
     if (JSON.stringify(this.params.system) !== this.threadSystem) return false;
-    const handTo = () => {
-      this.capMarks();
-      const max = this.runnerTurns + Math.max(1, budgetLeft(state, this.iteration));
-      this.runner.setMessagesParams(this.runnerParamsNow(max, [...this.history]));
-    };
     // A PATCH of `tools`: told to the model ahead of the next turn; the runner gets the history without that message,
     // which it appends itself.
     const change = await pendingToolChange(deps, state, this.durations, false);
+    const handTo = () => {
+      this.capMarks(change);
+      const max = this.runnerTurns + Math.max(1, budgetLeft(state, this.iteration));
+      this.runner.setMessagesParams(this.runnerParamsNow(max, [...this.history]));
+    };
     if (change) await applyToolChange(deps, run, this.runner, state, this.history, change, handTo);
     else handTo();
     return true;

@@ -242,6 +242,33 @@ describe('at most 4 cache breakpoints, thread history included', () => {
     assert.equal(patched.body.error.details.cache_control_breakpoints, 5, JSON.stringify(patched.body));
   });
 
+  it('a tool added by PATCH with a marker of its own: the next request still holds at most 4 breakpoints', async () => {
+    const { cacheMarks } = await import('../fake/cache-marks.js');
+    const mark = { cache_control: { type: 'ephemeral' } };
+    h.fake.enqueue(text('Noted.'), text('Searched.'));
+    const r = await h.api.post('/v1/sessions', {
+      messages: [
+        { role: 'user', content: ['a', 'b', 'c', 'd'].map((t) => ({ type: 'text', text: t, ...mark })) },
+      ],
+      tools: ['calculate_sum'],
+    });
+    assert.equal(r.status, 201, JSON.stringify(r.body));
+    await h.api.waitStatus(r.body.id, 'idle');
+    const tool = { type: 'web_search_20250305', name: 'web_search', ...mark };
+    const p = await h.api.req('PATCH', `/v1/sessions/${r.body.id}`, { tools: ['calculate_sum', tool] });
+    assert.equal(p.status, 200, JSON.stringify(p.body));
+    await h.api.post(`/v1/sessions/${r.body.id}/messages`, { text: 'Search now.' });
+    const s = await h.api.waitFor(r.body.id, (x) => x.status !== 'running' && x.iteration === 2);
+    assert.equal(s.status, 'idle', JSON.stringify(s.error));
+    const q = h.fake.requests.at(-1)!;
+    assert.equal(q.status, 200);
+    assert.ok(
+      q.messages.some((m) => m.role === 'system'),
+      'the tool_addition',
+    );
+    assert.ok(cacheMarks(q.messages) + cacheMarks(q.system) + cacheMarks(q.tools) <= 4);
+  });
+
   it('a 7-step tool loop with cache_tool_results: no request holds more than 4 breakpoints', async () => {
     const { cacheMarks } = await import('../fake/cache-marks.js');
     for (let i = 1; i <= 7; i++) h.fake.enqueue(reply([toolUse('calculate_sum', { a: i, b: i })]));
