@@ -4,6 +4,7 @@
  * without an import cycle.
  */
 import { createHmac } from 'node:crypto';
+import type { ToolChangeBlock } from './wire.js';
 
 /** The key the fake signs summaries with: a block whose content was changed is refused, as by the API. */
 const SIGNING_KEY = 'fake-compaction-signing-key';
@@ -64,4 +65,34 @@ export function compactionBlockProblem(role: string, i: number, j: number, block
     return `messages.${i}.content.${j}: the \`compaction\` block's signature does not match its content; send the block back as it was returned`;
   }
   return null;
+}
+
+/**
+ * The tool changes of a compacted range, as the API computes them for the compaction block's `tool_changes`: the
+ * `tool_addition` / `tool_removal` blocks that take the request's `tools` to the tool set in effect at the end of the
+ * range — the last compaction's own (it stands for what came before it), then those of the `system` messages after
+ * it, in order; `[]` when the range changed no tool.
+ */
+export function toolChangesOf(messages: readonly unknown[]): ToolChangeBlock[] {
+  const start = conversationStart(messages);
+  // Blocks of requests the fake (or the API) checked before: their shapes hold.
+  const out: ToolChangeBlock[] = [];
+  messages.slice(start).forEach((message, i) => {
+    const content = field(message, 'content');
+    if (!Array.isArray(content)) return;
+    if (i === 0 && compactionSummaryOf(message) !== undefined) {
+      const changes = field(content[0], 'tool_changes');
+      if (Array.isArray(changes)) out.push(...(changes as ToolChangeBlock[]));
+      return;
+    }
+    if (field(message, 'role') !== 'system') return;
+    for (const block of content) {
+      const type = field(block, 'type');
+      if (type === 'tool_addition' || type === 'tool_removal') {
+        const { cache_control: _c, ...rest } = block as ToolChangeBlock;
+        out.push(rest);
+      }
+    }
+  });
+  return out;
 }

@@ -10,11 +10,11 @@
  * (and a test's handler) can go on from it: see `readSummary()`.
  */
 import type { BetaMessageParam } from '@anthropic-ai/sdk/resources/beta/messages/messages';
-import { compactionSummaryOf, conversationStart } from './compaction-block.js';
+import { compactionSummaryOf, conversationStart, toolChangesOf } from './compaction-block.js';
 import { unchecked } from './unchecked.js';
 import type { FakeMessageReply } from './wire.js';
 
-export { compactionSummaryOf, conversationStart, signSummary } from './compaction-block.js';
+export { compactionSummaryOf, conversationStart, signSummary, toolChangesOf } from './compaction-block.js';
 
 /** Largest summary the fake writes, in characters: a summary of a summary stays this size. */
 export const SUMMARY_MAX_CHARS = 4000;
@@ -49,7 +49,13 @@ export function compactionReply(
 ): FakeMessageReply {
   return {
     type: 'message',
-    content: [{ type: 'compaction', content: summarize(messages, instructions) }],
+    content: [
+      {
+        type: 'compaction',
+        content: summarize(messages, instructions),
+        tool_changes: toolChangesOf(messages),
+      },
+    ],
     stop_reason: 'compaction',
   };
 }

@@ -10,6 +10,7 @@ import {
   compactionSummaryOf,
   signSummary,
   summarize,
+  toolChangesOf,
 } from './compaction.js';
 import type { FakeReply, FakeRequest } from './wire.js';
 
@@ -29,14 +30,14 @@ export async function chooseReply(
     return answer(fr);
   }
   const summary = summarize(fr.messages, edit.instructions);
-  const block = { type: 'compaction' as const, content: summary };
+  const block = { type: 'compaction' as const, content: summary, tool_changes: toolChangesOf(fr.messages) };
   if (edit.pauseAfter) return { type: 'message', content: [block], stop_reason: 'compaction' };
   const compacted: FakeRequest = {
     ...fr,
     messages: [
       {
         role: 'assistant',
-        content: [{ type: 'compaction', content: summary, signature: signSummary(summary) }],
+        content: [{ ...block, signature: signSummary(summary) }],
       },
     ],
   };

@@ -34,6 +34,7 @@ export function buildMessage(
         content: block.content,
         encrypted_content: null,
         signature: signSummary(block.content),
+        ...(block.tool_changes ? { tool_changes: block.tool_changes } : {}),
       };
     }
     if (block.type === 'tool_use' || block.type === 'server_tool_use') {

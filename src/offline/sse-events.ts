@@ -55,6 +55,7 @@ export function sseEvents(message: WireMessage): string[] {
             content: null,
             encrypted_content: null,
             signature: block.signature,
+            ...(block.tool_changes ? { tool_changes: block.tool_changes } : {}),
           },
         }),
       );

@@ -7,11 +7,15 @@
 import type {
   BetaContentBlockParam,
   BetaMessageParam,
+  BetaRequestToolAdditionBlock,
+  BetaRequestToolRemovalBlock,
   BetaServerToolUseBlockParam,
   MessageCreateParams,
 } from '@anthropic-ai/sdk/resources/beta/messages/messages';
 import { SERVER_TOOL_RESULT_TYPES } from '../tools/server-blocks.js';
 
+/** An entry of a compaction block's `tool_changes`. */
+export type ToolChangeBlock = BetaRequestToolAdditionBlock | BetaRequestToolRemovalBlock;
 /** The beta header a request needs to use message threads. */
 export const MESSAGE_THREADS_BETA = 'message-threads-2026-08-12';
 /** The beta a compaction request (`compaction: {type: "summarize"}`) needs: the SDK's `compactBeforeNextTurn()`. */
@@ -95,8 +99,11 @@ export type FakeBlock =
   | { type: 'text'; text: string }
   | { type: 'tool_use'; id?: string | undefined; name: string; input: unknown }
   | { type: 'thinking'; thinking: string }
-  /** A summary of the conversation (`null`: the compaction produced none); the fake signs it. */
-  | { type: 'compaction'; content: string | null }
+  /**
+   * A summary of the conversation (`null`: the compaction produced none); the fake signs it. `tool_changes`: those of
+   * the range it summarizes (compaction-block.ts `toolChangesOf`), absent when not computed.
+   */
+  | { type: 'compaction'; content: string | null; tool_changes?: ToolChangeBlock[] }
   /** A call of a tool the API runs itself (web search, …); the fake makes up a `srvtoolu_…` id unless given. */
   | { type: 'server_tool_use'; id?: string | undefined; name: ServerToolName; input: unknown }
   /** Its result; `tool_use_id` defaults to the id of the last `server_tool_use` before it in the reply. */
@@ -183,7 +190,13 @@ export type WireBlock =
   | { type: 'text'; text: string }
   | { type: 'thinking'; thinking: string; signature: string }
   | { type: 'tool_use'; id: string; name: string; input: unknown }
-  | { type: 'compaction'; content: string | null; encrypted_content: null; signature: string | null }
+  | {
+      type: 'compaction';
+      content: string | null;
+      encrypted_content: null;
+      signature: string | null;
+      tool_changes?: ToolChangeBlock[];
+    }
   | { type: 'server_tool_use'; id: string; name: ServerToolName; input: unknown }
   | ServerToolResultBlock;
 

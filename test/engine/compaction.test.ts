@@ -639,6 +639,47 @@ describe('sessions: compaction by the route, the policy and the API', () => {
     assert.equal(req.body.container, 'cnt_1');
   });
 
+  test('a tool removed by PATCH stays removed after a compaction: the block carries the range’s tool changes', async () => {
+    h.fake.enqueue(text('Noted.'));
+    const s = await create({ input: 'Hello', tools: ['get_weather'] });
+    await h.api.waitStatus(s.id, 'idle');
+    assert.equal(
+      (await h.api.req('PATCH', `/v1/sessions/${s.id}`, { tools: ['calculate_sum'] })).status,
+      200,
+    );
+    h.fake.enqueue(text('Sure.'));
+    await h.api.post(`/v1/sessions/${s.id}/messages`, { text: 'Tools changed.' });
+    await h.api.waitFor(s.id, (x) => x.status === 'idle' && x.iteration === 2);
+    assert.equal((await compact(s.id)).status, 202);
+    await h.api.waitFor(s.id, (x) => x.status === 'idle' && !x.compaction_pending);
+    const summary = (await h.api.get(`/v1/sessions/${s.id}/messages`)).body.data[0].content[0];
+    assert.equal(summary.type, 'compaction');
+    assert.deepEqual(
+      summary.tool_changes.map(
+        (c: { type: string; tool: { name?: string; definition?: { name: string } } }) => [
+          c.type,
+          c.tool.name ?? c.tool.definition?.name,
+        ],
+      ),
+      [
+        ['tool_removal', 'get_weather'],
+        ['tool_addition', 'calculate_sum'],
+      ],
+    );
+    // The model calls the removed tool anyway: it is not run.
+    h.fake.enqueue(toolCall('get_weather', { location: 'Oslo' }), text('I cannot.'));
+    await h.api.post(`/v1/sessions/${s.id}/messages`, { text: 'Weather in Oslo?' });
+    await h.api.waitFor(s.id, (x) => x.status === 'idle' && x.iteration === 4);
+    const last = h.fake.requests.at(-1)!;
+    assert.equal(last.status, 200);
+    const result = (
+      last.messages.at(-1)!.content as Array<{ type: string; is_error?: boolean; content: unknown }>
+    )[0]!;
+    assert.equal(result.type, 'tool_result');
+    assert.equal(result.is_error, true);
+    assert.doesNotMatch(JSON.stringify(result.content), /Simulated weather/);
+  });
+
   test('a fork keeps the history as the model saw it at that iteration: before a compaction whole, after it from its summary', async () => {
     const s = await create({ input: "What's the weather in Paris?", tools: ['get_weather'] });
     const idle = await h.api.waitStatus(s.id, ['idle', 'failed']);

@@ -7,6 +7,7 @@
  */
 import type http from 'node:http';
 import { invalid, unchecked } from './validate.js';
+import { compactionSummaryOf, conversationStart } from '../../src/offline/compaction-block.js';
 
 export const INLINE_TOOLS_BETA = 'inline-tools-2026-09-15';
 
@@ -34,13 +35,24 @@ export function validateToolChanges(
   const betas = String(headers['anthropic-beta'] ?? '')
     .split(',')
     .map((b) => b.trim());
+  // The API reads the conversation from its last compaction on: the block's `tool_changes` stand for the `system`
+  // messages of the turns it summarized.
+  const start = conversationStart(conversation);
   conversation.forEach((raw, i) => {
+    if (i < start) return;
     const message = unchecked<'role' | 'content'>(raw);
-    if (message?.role !== 'system' || !Array.isArray(message.content)) return;
-    message.content.forEach((rawBlock: unknown, j: number) => {
+    if (!Array.isArray(message?.content)) return;
+    let blocks: unknown[] = message.content;
+    let where = (j: number) => `messages.${i}.content.${j}`;
+    if (i === start && compactionSummaryOf(raw) !== undefined) {
+      const changes = unchecked<'tool_changes'>(blocks[0])?.tool_changes;
+      blocks = Array.isArray(changes) ? changes : [];
+      where = (j) => `messages.${i}.content.0.tool_changes.${j}`;
+    } else if (message?.role !== 'system') return;
+    blocks.forEach((rawBlock: unknown, j: number) => {
       const block = unchecked<'type' | 'tool'>(rawBlock);
       if (block?.type !== 'tool_addition' && block?.type !== 'tool_removal') return;
-      const at = `messages.${i}.content.${j}`;
+      const at = where(j);
       if (!betas.includes(INLINE_TOOLS_BETA))
         throw invalid(
           `${at}: \`${block.type}\` requires the \`anthropic-beta: ${INLINE_TOOLS_BETA}\` header`,
