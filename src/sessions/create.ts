@@ -25,6 +25,7 @@ import { isMcpEntry, isMcpToolset } from '../mcp/schema.js';
 import type { TenantToolDef } from '../tenant-tools/types.js';
 import { session } from '../openapi/responses.js';
 import { checkCompactionParams } from './compact.js';
+import { toolsBeforeChanges } from './history-tools.js';
 import { assertFixedMarks } from '../engine/cache-breakpoints.js';
 import { checkIfMatch, startRun, type SessionDeps } from './mutate.js';
 import { sessionView } from './view.js';
@@ -173,12 +174,15 @@ async function buildSession(
   });
   if (!params.success) throw badRequest('Invalid params.', zodDetails(params.error.issues, ['params']));
   const tenantTools = await deps.toolbox.check(tenant, body.tools);
+  const given: StoredMessage[] =
+    body.messages ?? (body.input ? [{ role: 'user' as const, content: body.input }] : []);
+  // A history with tool changes, given with the tools in effect at its end: its runners send the set from before.
+  const toolsBase = toolsBeforeChanges(body.tools, given);
+  if (toolsBase) Object.assign(tenantTools, await deps.toolbox.check(tenant, toolsBase));
   await checkToolChoice(deps, { tenant, session: id, tools: body.tools, tenantTools }, params.data);
   assertFixedMarks(params.data.system, body.tools);
   await checkAgents(deps, tenant, body.tools, depth);
   checkCompactionParams(params.data, body.compaction);
-  const given: StoredMessage[] =
-    body.messages ?? (body.input ? [{ role: 'user' as const, content: body.input }] : []);
   const messages = given.map(normalize);
   const problems = checkHistory(messages);
   if (problems.length) {
@@ -212,8 +216,8 @@ async function buildSession(
     runStart: 0,
     params: params.data,
     tools: body.tools,
-    toolsBase: null,
-    toolsSent: null,
+    toolsBase,
+    toolsSent: toolsBase ? body.tools : null,
     tenantTools,
     maxIterations: body.max_iterations,
     approval: body.approval,

@@ -162,6 +162,34 @@ describe('history round trip', () => {
       { numRuns: 15 },
     );
   });
+
+  it('a history whose tools were changed, given with the tools at its end, is sent over the tools before', async () => {
+    h.fake.enqueue(text('Noted.'));
+    const a = await h.api.post('/v1/sessions', { input: 'Hello', tools: ['get_weather'] });
+    await h.api.waitStatus(a.body.id, 'idle');
+    assert.equal(
+      (await h.api.req('PATCH', `/v1/sessions/${a.body.id}`, { tools: ['calculate_sum'] })).status,
+      200,
+    );
+    const before = await nextRequest(a.body.id);
+    assert.ok(
+      before.messages.some((m) => m.role === 'system'),
+      'the change told to the model',
+    );
+    // History out, history in: the messages and the session's tools as answered.
+    const answered = await messagesOf(a.body.id);
+    const { tools } = (await h.api.get(`/v1/sessions/${a.body.id}`)).body;
+    assert.deepEqual(tools, ['calculate_sum']);
+    const b = await h.api.post('/v1/sessions', { messages: answered, tools, start: false });
+    assert.equal(b.status, 201, JSON.stringify(b.body));
+    assert.deepEqual(b.body.tools, ['calculate_sum']);
+    const next = await nextRequest(b.body.id);
+    assert.equal(next.status, 200);
+    assert.deepEqual(
+      (next.tools as Array<{ name: string }>).map((t) => t.name),
+      ['get_weather'],
+    );
+  });
 });
 
 describe('PUT /v1/sessions/:id/messages', () => {

@@ -1,0 +1,73 @@
+import type { StoredMessage } from '../history.js';
+import type { ToolRef } from '../store/session-state.js';
+
+/** A tool change of a history: what it does, to which tool (by name; null for an MCP reference). */
+interface Change {
+  added: boolean;
+  name: string | null;
+}
+
+const field = (v: unknown, k: string): unknown =>
+  typeof v === 'object' && v !== null && !Array.isArray(v) ? Reflect.get(v, k) : undefined;
+
+function changeOf(block: unknown): Change | null {
+  const type = field(block, 'type');
+  if (type !== 'tool_addition' && type !== 'tool_removal') return null;
+  const tool = field(block, 'tool');
+  const name =
+    field(tool, 'type') === 'tool_definition'
+      ? field(field(tool, 'definition'), 'name')
+      : field(tool, 'name');
+  return { added: type === 'tool_addition', name: typeof name === 'string' ? name : null };
+}
+
+/** The history's tool changes in order: a compaction's `tool_changes` stand for those of the turns it summarized. */
+function changesOf(history: readonly StoredMessage[]): Change[] {
+  let out: Change[] = [];
+  for (const m of history) {
+    if (!Array.isArray(m.content)) continue;
+    const first = m.content[0];
+    if (m.role === 'assistant' && field(first, 'type') === 'compaction') {
+      const changes = field(first, 'tool_changes');
+      out = Array.isArray(changes) ? changes.flatMap((c) => changeOf(c) ?? []) : [];
+    } else if (m.role === 'system') {
+      for (const b of m.content) {
+        const c = changeOf(b);
+        if (c) out.push(c);
+      }
+    }
+  }
+  return out;
+}
+
+const nameOf = (t: ToolRef): string | null =>
+  typeof t === 'string' ? t : 'name' in t && typeof t.name === 'string' ? t.name : null;
+
+/**
+ * The tool set a history was made over. A history with tool changes takes the request's `tools` to the set in
+ * effect at its end, which is what a session answers as its `tools`: a session created from such a history with that
+ * set (history in, history out) must send the set from before the changes as `tools`, worked back here from the
+ * changes, last to first (an added tool was not there before, a removed one was). Null when the history changes no
+ * tool. A removed name `tools` does not hold is taken as a tool's name (a server, tenant or memory tool: the toolbox
+ * checks it as it checks `tools`); an entry without a name (an MCP server's) stays as it is.
+ */
+export function toolsBeforeChanges(
+  tools: readonly ToolRef[],
+  history: readonly StoredMessage[],
+): ToolRef[] | null {
+  const changes = changesOf(history);
+  if (changes.length === 0) return null;
+  const present = new Set(tools.flatMap((t) => nameOf(t) ?? []));
+  for (const c of changes.toReversed()) {
+    if (c.name === null) continue;
+    if (c.added) present.delete(c.name);
+    else present.add(c.name);
+  }
+  const base: ToolRef[] = tools.filter((t) => {
+    const n = nameOf(t);
+    return n === null || present.has(n);
+  });
+  const held = new Set(tools.flatMap((t) => nameOf(t) ?? []));
+  for (const n of present) if (!held.has(n)) base.push(n);
+  return base;
+}
