@@ -2,15 +2,15 @@
  * A run that only compacts: a compaction asked for while the session was idle or failed (see compaction.ts). One
  * runner sends the compaction request alone, committed with the end of the run.
  */
-import type { BetaToolRunner, BetaToolRunnerParams } from '@anthropic-ai/sdk/lib/tools/BetaToolRunner';
+import type { BetaToolRunner } from '@anthropic-ai/sdk/lib/tools/BetaToolRunner';
 import type { StoredMessage } from '../history.js';
 import { recordCount, type SessionState } from '../store/session-state.js';
 import { endOps } from './commit.js';
 import { commitCompaction, withCompactionBeta } from './compaction.js';
 import type { EngineLogger, RunDeps, RunHandle } from './run-handle.js';
 import { runnerParams } from './runner-params.js';
-import { serverRunnables, sessionTools } from './tool-step.js';
-import { baseTools, clientToolDefs, withInlineToolsBeta } from './tools-change.js';
+import { sessionTools } from './tool-step.js';
+import { toolsToSend, withInlineToolsBeta } from './tools-change.js';
 import { cacheMarks, capCacheMarks } from './cache-breakpoints.js';
 
 /** A run that only compacts (asked for while the session was idle or failed): one runner, one request. */
@@ -24,9 +24,7 @@ export async function runCompactionOnly(
   // The request is a turn's (the summary reads the calls in the history with them): the tools as a runner sends them
   // (the set at create once `tools` were PATCHed: the history's tool changes take it to the current one), their
   // beta, at most 4 cache breakpoints, the container.
-  const tools: BetaToolRunnerParams['tools'] = state.toolsBase
-    ? await baseTools(deps, state, new Map())
-    : [...serverRunnables(deps, await sessionTools(deps, state), new Map()), ...clientToolDefs(state)];
+  const tools = await toolsToSend(deps, state, await sessionTools(deps, state), new Map());
   const params = withInlineToolsBeta(
     withCompactionBeta(state.params),
     state,

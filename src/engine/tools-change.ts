@@ -126,6 +126,21 @@ export async function baseTools(
   );
 }
 
+/**
+ * The tools a runner sends as `tools`, a compaction's request as a turn's: after a PATCH of `tools`, the set at create
+ * (the history's tool changes take it to the current one); else the session's tools (`runnable`: its server tools).
+ */
+export async function toolsToSend(
+  deps: RunDeps,
+  state: SessionState,
+  runnable: Parameters<typeof serverRunnables>[1],
+  durations: Map<string, number>,
+): Promise<Array<BetaRunnableTool | BetaToolUnion>> {
+  return state.toolsBase
+    ? baseTools(deps, state, durations)
+    : [...serverRunnables(deps, runnable, durations), ...clientToolDefs(state)];
+}
+
 /** A change to tell the model, with what it does to the runner. */
 export interface ToolChange {
   removed: string[];

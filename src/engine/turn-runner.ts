@@ -22,13 +22,12 @@ import { runnerParams } from './runner-params.js';
 import { ThreadDigest, anchorOf, startRunner } from './thread-anchor.js';
 import { StreamRelay } from './stream-relay.js';
 import { upstreamContext } from '../observability/upstream-fetch.js';
-import { serverRunnables, sessionTools } from './tool-step.js';
+import { sessionTools } from './tool-step.js';
 import {
-  withInlineToolsBeta,
   applyToolChange,
-  baseTools,
-  clientToolDefs,
   pendingToolChange,
+  toolsToSend,
+  withInlineToolsBeta,
   type ToolChange,
 } from './tools-change.js';
 import { eventOf } from '../events/schemas.js';
@@ -158,9 +157,7 @@ export abstract class TurnRunner {
     // Resolved once per runner: an MCP server's tool list change is taken up by the next run.
     this.runnable = await sessionTools(deps, state);
     // After a PATCH of `tools`, runners still send the set at create as `tools` (src/engine/tools-change.ts).
-    this.tools = state.toolsBase
-      ? await baseTools(deps, state, this.durations)
-      : [...serverRunnables(deps, this.runnable, this.durations), ...clientToolDefs(state)];
+    this.tools = await toolsToSend(deps, state, this.runnable, this.durations);
     const change = await pendingToolChange(deps, state, this.durations, true);
     this.capMarks(change);
     // Over the session's message thread when it still holds the history (thread-anchor.ts).

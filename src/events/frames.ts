@@ -82,7 +82,8 @@ export async function handleFrame(
   },
 ): Promise<ServerFrame> {
   let msg: unknown;
-  const breach = jsonBoundsExceeded(Buffer.from(raw), DEFAULT_JSON_MAX_DEPTH, DEFAULT_JSON_MAX_KEYS);
+  const bytes = Buffer.from(raw);
+  const breach = jsonBoundsExceeded(bytes, DEFAULT_JSON_MAX_DEPTH, DEFAULT_JSON_MAX_KEYS);
   if (breach === 'depth') return errorFrame(null, 'invalid_request', tooDeepMessage(DEFAULT_JSON_MAX_DEPTH));
   if (breach === 'keys') return errorFrame(null, 'invalid_request', tooWideMessage(DEFAULT_JSON_MAX_KEYS));
   try {
@@ -90,8 +91,7 @@ export async function handleFrame(
   } catch {
     return errorFrame(null, 'invalid_frame', 'The frame is not valid JSON.');
   }
-  if (hasLoneSurrogate(Buffer.from(raw), msg))
-    return errorFrame(null, 'invalid_request', loneSurrogateMessage);
+  if (hasLoneSurrogate(bytes, msg)) return errorFrame(null, 'invalid_request', loneSurrogateMessage);
   if (typeof msg !== 'object' || msg === null || Array.isArray(msg)) {
     return errorFrame(null, 'invalid_frame', 'A frame is a JSON object with `type` and `ref`.');
   }
