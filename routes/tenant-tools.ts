@@ -21,6 +21,17 @@ const NOT_FOUND = { 404: ['tool_not_found'] } as const satisfies RouteCodes;
 const routes: FastifyPluginAsyncZod = async (app) => {
   const tags = ['tools'];
   const registry = app.tenantTools;
+  /** A server tool's name is not the tenant's to register or remove: 409, as a PUT of it is (§7.1). */
+  const refuseServerToolName = (name: string, advice: string) => {
+    if (app.toolbox.reservedNames().has(name))
+      throw new HttpRefusal(
+        'tool_name_conflict',
+        `"${name}" is the name of a server tool; ${advice}.`,
+        { tool: name },
+        undefined,
+        409,
+      );
+  };
 
   app.put(
     '/v1/tools/:name',
@@ -52,14 +63,7 @@ const routes: FastifyPluginAsyncZod = async (app) => {
     },
     async (req, reply) => {
       const { name } = req.params;
-      if (app.toolbox.reservedNames().has(name))
-        throw new HttpRefusal(
-          'tool_name_conflict',
-          `"${name}" is the name of a server tool; name the tool otherwise.`,
-          { tool: name },
-          undefined,
-          409,
-        );
+      refuseServerToolName(name, 'name the tool otherwise');
       const body = req.body;
       const before = await registry.get(req.tenant, name);
       const now = Date.now();
@@ -127,10 +131,28 @@ const routes: FastifyPluginAsyncZod = async (app) => {
         summary: 'Remove a tenant tool (sessions already using it keep their copy)',
         tags,
         params: toolNameParam,
-        response: { 200: deletedTool, ...routeErrors(NOT_FOUND, 400, 401, 404, 413, 415, 429, 500, 503) },
+        response: {
+          200: deletedTool,
+          ...routeErrors(
+            { ...NOT_FOUND, 409: [...codesOfStatus(409), 'tool_name_conflict'] },
+            400,
+            401,
+            404,
+            409,
+            413,
+            415,
+            429,
+            500,
+            503,
+          ),
+        },
       },
     },
     async (req) => {
+      refuseServerToolName(
+        req.params.name,
+        'server tools cannot be removed (a session leaves one out of its `tools`)',
+      );
       if (!(await registry.remove(req.tenant, req.params.name))) throw notFound('tool');
       return { name: req.params.name, deleted: true as const };
     },

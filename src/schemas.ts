@@ -38,12 +38,61 @@ function firstExternalRef(value: unknown, path: string): string | null {
   return null;
 }
 
+/** The value at a JSON Pointer fragment (`#/a/b~1c`) of `root`, or undefined when nothing is there. */
+function atPointer(root: unknown, fragment: string): unknown {
+  if (fragment === '#') return root;
+  if (!fragment.startsWith('#/')) return undefined;
+  let at: unknown = root;
+  for (const raw of fragment.slice(2).split('/')) {
+    let part: string;
+    try {
+      part = decodeURIComponent(raw).replaceAll('~1', '/').replaceAll('~0', '~');
+    } catch {
+      return undefined;
+    }
+    if (typeof at !== 'object' || at === null || !Object.hasOwn(at, part)) return undefined;
+    at = (at as Record<string, unknown>)[part];
+  }
+  return at;
+}
+
+/**
+ * The first local `$ref` that points at nothing (a pointer to no value, an anchor no `$anchor` names), as a path,
+ * or null. A schema with a nested `$id` is not looked at: its references resolve against that resource, which this
+ * walk does not follow. Linear in the schema (bounded by TOOL_SCHEMA_MAX_BYTES).
+ */
+function firstDanglingRef(schema: object): string | null {
+  const refs: Array<[string, string]> = [];
+  const anchors = new Set<string>();
+  let nestedId = false;
+  const walk = (value: unknown, path: string): void => {
+    if (Array.isArray(value)) return value.forEach((v, i) => walk(v, `${path}/${i}`));
+    if (typeof value !== 'object' || value === null) return;
+    for (const [k, v] of Object.entries(value)) {
+      if (k === '$ref' && typeof v === 'string') refs.push([v, `${path}/$ref`]);
+      else if ((k === '$anchor' || k === '$dynamicAnchor') && typeof v === 'string') anchors.add(v);
+      else if (k === '$id' && path !== '') nestedId = true;
+      walk(v, `${path}/${k}`);
+    }
+  };
+  walk(schema, '');
+  if (nestedId) return null;
+  for (const [ref, path] of refs) {
+    const found =
+      ref === '#' || ref.startsWith('#/') ? atPointer(schema, ref) !== undefined : anchors.has(ref.slice(1));
+    if (!found) return path;
+  }
+  return null;
+}
+
 function jsonSchemaProblem(schema: object): string | null {
   const size = JSON.stringify(schema).length;
   if (size > TOOL_SCHEMA_MAX_BYTES)
     return `the schema is ${size} bytes as JSON; at most ${TOOL_SCHEMA_MAX_BYTES} are accepted`;
   const ref = firstExternalRef(schema, '');
   if (ref) return `only local references ("#…") are allowed (at ${ref})`;
+  const dangling = firstDanglingRef(schema);
+  if (dangling) return `a reference points at nothing in the schema (at ${dangling})`;
   try {
     if (metaSchemaChecker.validateSchema(schema) === true) return null;
     return metaSchemaChecker.errorsText(metaSchemaChecker.errors, { dataVar: 'schema' });

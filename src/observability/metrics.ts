@@ -246,7 +246,7 @@ export class Metrics {
     });
     this.toolTasks = new Counter({
       name: 'trs_tool_tasks_total',
-      help: 'Tool tasks by event: queued, claimed, retried (a lease lost), timed_out (failed: no worker answered), completed, cancelled.',
+      help: "Tool tasks (worker and http tools) by event: queued, claimed, retried (a lease lost; an http try failed), timed_out (failed: no worker answered; an http tool's tries used up), completed, cancelled.",
       labelNames: ['event'],
       registers,
     });

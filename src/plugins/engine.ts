@@ -146,6 +146,7 @@ export default fp<EnginePluginOptions>(
         allowPrivate: app.webhooks.allowPrivate,
         maxResultBytes: tt.maxResultBytes,
         log: componentLog(app.log, 'tool-tasks'),
+        metrics: app.metrics,
       });
       httpCaller.start();
     });

@@ -6,6 +6,7 @@
  * at every `pollMs` (a handful of tenants: one SMEMBERS and a claim each).
  */
 import type { FastifyBaseLogger } from 'fastify';
+import type { Metrics } from '../observability/metrics.js';
 import { toolResultBody } from '../schemas.js';
 import type { SessionStore } from '../store/store.js';
 import type { SecretBox } from '../webhooks/secrets.js';
@@ -22,6 +23,8 @@ interface HttpCallerOptions {
   allowPrivate: boolean;
   maxResultBytes: number;
   log: FastifyBaseLogger;
+  /** `trs_tool_tasks_total` and the claim latency count these calls as they count a worker's. */
+  metrics: Metrics;
   /** Calls in flight on this replica at most (HTTP_CALLS_MAX). */
   concurrency?: number;
   /** Calls of one tenant in flight on this replica at most (HTTP_CALLS_PER_TENANT). */
@@ -85,6 +88,8 @@ export class HttpToolCaller {
       if (this.inFlight >= max || this.stopped) return;
       if (free <= 0) continue;
       for (const { rec, input } of await this.o.queue.claim(tenant, [HTTP_QUEUE], free, this.worker)) {
+        this.o.metrics.toolTasks.inc({ event: 'claimed' });
+        this.o.metrics.toolTaskClaimLatency.observe((Date.now() - rec.queued_at) / 1000);
         this.inFlight++;
         this.byTenant.set(tenant, (this.byTenant.get(tenant) ?? 0) + 1);
         void this.run(rec, input)
@@ -163,7 +168,10 @@ export class HttpToolCaller {
     }
     if (result !== null) {
       const done = await queue.complete(rec.tenant, rec.offer, result);
-      if (typeof done !== 'string') await this.o.tasks.deliver(rec.tenant, rec.call);
+      if (typeof done !== 'string') {
+        this.o.metrics.toolTasks.inc({ event: 'completed' });
+        await this.o.tasks.deliver(rec.tenant, rec.call);
+      }
       return;
     }
     const next = await queue.release(
@@ -172,7 +180,11 @@ export class HttpToolCaller {
       retryDelay(rec.attempt),
       `Error: ${rec.name} failed ${rec.attempt} time(s); the last: ${failure}`,
     );
-    if (next === 'failed') await this.o.tasks.deliver(rec.tenant, rec.call);
+    if (next === 'retried') this.o.metrics.toolTasks.inc({ event: 'retried' });
+    if (next === 'failed') {
+      this.o.metrics.toolTasks.inc({ event: 'timed_out' });
+      await this.o.tasks.deliver(rec.tenant, rec.call);
+    }
   }
 }
 

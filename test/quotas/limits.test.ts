@@ -200,6 +200,37 @@ describe('bounded input: JSON depth and client tool schemas', () => {
       ],
     });
     assert.equal(local.status, 201, JSON.stringify(local.body));
+    for (const [ref, defs] of [
+      ['#/$defs/missing', { s: { type: 'string' } }],
+      ['#/$defs/s/items', { s: { type: 'string' } }],
+      ['#nowhere', { s: { $anchor: 'somewhere', type: 'string' } }],
+    ] as const) {
+      const dangling = await h.api.req('PUT', '/v1/tools/dangling', {
+        description: 'A tool whose schema points at nothing.',
+        input_schema: { type: 'object', $defs: defs, properties: { q: { $ref: ref } } },
+        runner: { type: 'worker' },
+      });
+      assert.equal(dangling.status, 400, ref);
+      assert.match(
+        JSON.stringify(dangling.body.error.details),
+        /points at nothing.*properties\/q\/\$ref/,
+        ref,
+      );
+    }
+    const anchored = await h.api.post('/v1/sessions', {
+      start: false,
+      tools: [
+        {
+          name: 'a',
+          input_schema: {
+            type: 'object',
+            $defs: { s: { $anchor: 'word', type: 'string' }, 'a/b': { type: 'number' } },
+            properties: { q: { $ref: '#word' }, n: { $ref: '#/$defs/a~1b' }, self: { $ref: '#' } },
+          },
+        },
+      ],
+    });
+    assert.equal(anchored.status, 201, JSON.stringify(anchored.body));
     const invalid = await h.api.post('/v1/sessions', {
       start: false,
       tools: [{ name: 'i', input_schema: { type: 'object', required: 'q' } }],

@@ -12,6 +12,7 @@ import { Webhook } from 'standardwebhooks';
 import { text, toolCalls, toolUse } from '../fake/script.js';
 import { startHarness, type Harness } from '../helpers/service.js';
 import { until } from '../durability/chaos-lib.js';
+import { parseExposition, value } from '../helpers/prometheus.js';
 import { Redis } from 'ioredis';
 
 type Handler = (body: any, res: http.ServerResponse) => void;
@@ -69,6 +70,11 @@ describe('http tools', { timeout: 120_000 }, () => {
 
   const json = (res: http.ServerResponse, status: number, body: unknown) =>
     res.writeHead(status, { 'content-type': 'application/json' }).end(JSON.stringify(body));
+  const taskCounts = async () => {
+    const samples = parseExposition(String((await h.api.get('/metrics')).body));
+    const n = (event: string) => value(samples, 'trs_tool_tasks_total', { event }) ?? 0;
+    return { claimed: n('claimed'), retried: n('retried'), completed: n('completed') };
+  };
   const resultsSent = (i: number): any[] =>
     (h.fake.requests[i]!.messages.at(-1)!.content as any[]).filter((b: any) => b.type === 'tool_result');
 
@@ -95,6 +101,7 @@ describe('http tools', { timeout: 120_000 }, () => {
       (_b, res) => json(res, 200, { content: '42 EUR' }),
     );
     h.fake.enqueue(toolCalls([toolUse('price_lookup', { sku: 'A1' }, 'toolu_p1')]), text('It costs 42 EUR.'));
+    const counted = await taskCounts();
     const id = (await h.api.post('/v1/sessions', { input: 'price?', tools: ['price_lookup'] })).body.id;
     const s = await h.api.waitStatus(id, 'idle', 30_000);
     assert.equal(s.stop_reason, 'end_turn');
@@ -112,6 +119,16 @@ describe('http tools', { timeout: 120_000 }, () => {
       ],
     );
     assert.notEqual(seen[0]!.body.id, seen[1]!.body.id, 'each try has its own task id');
+    const now = await taskCounts();
+    assert.deepEqual(
+      {
+        claimed: now.claimed - counted.claimed,
+        retried: now.retried - counted.retried,
+        completed: now.completed - counted.completed,
+      },
+      { claimed: 2, retried: 1, completed: 1 },
+      'the calls count in trs_tool_tasks_total as a worker’s do',
+    );
   });
 
   it('a body that trickles past the deadline fails the try; after max_attempts the call is an error', async () => {

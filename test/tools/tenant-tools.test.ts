@@ -52,6 +52,9 @@ describe('tenant tools and tool tasks', () => {
     const clash = await a.req('PUT', '/v1/tools/calculate_sum', lookup);
     assert.equal(clash.status, 409);
     assert.equal(clash.body.error.code, 'tool_name_conflict');
+    const removeServerTool = await a.req('DELETE', '/v1/tools/calculate_sum');
+    assert.equal(removeServerTool.status, 409, 'a server tool is not removed, as it is not replaced');
+    assert.equal(removeServerTool.body.error.code, 'tool_name_conflict');
     const bad = await a.req('PUT', '/v1/tools/bad%20name', lookup);
     assert.equal(bad.status, 400);
     const badBody = await a.req('PUT', '/v1/tools/x', { ...lookup, max_attempts: 11 });

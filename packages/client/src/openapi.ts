@@ -12873,6 +12873,18 @@ export interface operations {
           'application/json': components['schemas']['Error404ToolNotFound'];
         };
       };
+      /** @description The request does not fit the session's state (the code says why), or `idempotency_in_progress`. */
+      409: {
+        headers: {
+          'X-RateLimit-Limit': components['headers']['RateLimitLimit'];
+          'X-RateLimit-Remaining': components['headers']['RateLimitRemaining'];
+          'X-RateLimit-Reset': components['headers']['RateLimitReset'];
+          [name: string]: unknown;
+        };
+        content: {
+          'application/json': components['schemas']['Error409AndToolNameConflict'];
+        };
+      };
       /** @description The body is larger than BODY_LIMIT (`payload_too_large`). */
       413: {
         headers: {
