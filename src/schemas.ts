@@ -290,7 +290,14 @@ export const policies = {
  * Policy `action_timeout_s` (§7.4): how long a `requires_action` session waits for its client; null: for ever. The
  * lower bound (10 s) is checked where the policy is set, against ACTION_TIMEOUT_MIN_S (lower only in tests).
  */
-export const actionTimeoutPolicy = z.number().int().min(1).max(2_592_000).nullable();
+export const actionTimeoutPolicy = z
+  .number()
+  .int()
+  .min(1)
+  .max(2_592_000)
+  // What the document says: 10 is the bound every deployment has (ACTION_TIMEOUT_MIN_S is lower only in tests).
+  .meta({ minimum: 10 })
+  .nullable();
 export const onActionTimeoutPolicy = z.enum(['deny', 'fail']);
 /** Policy `ttl_s` (§7.4): an idle or failed session unchanged this long is deleted; null: kept for ever. */
 export const ttlPolicy = z.number().int().min(1).max(3_153_600_000).nullable();
@@ -399,8 +406,13 @@ export const forkBody = z.strictObject({
 /** Routes that take no body accept none, `null` or `{}`. */
 export const emptyBody = z.strictObject({}).nullish();
 
+/**
+ * A path's id: any id-like string, so one that names no session is 404 `session_not_found` whatever its shape
+ * (`ses_missing` included), as every other resource's is. The set is safe in a Redis key and a hash tag.
+ */
+export const ID_LIKE = /^[A-Za-z0-9_-]{1,128}$/;
 export const sessionIdParam = z.strictObject({
-  id: z.string().regex(/^ses_[A-Za-z0-9]{10,40}$/, 'not a session id'),
+  id: z.string().regex(ID_LIKE, 'not a session id: 1-128 of [A-Za-z0-9_-]'),
 });
 export const listQuery = z.strictObject({
   limit: z.coerce.number().int().min(1).max(100).default(20),

@@ -6,7 +6,7 @@
 import { z } from 'zod';
 import { badRequest, zodDetails } from '../errors.js';
 import type { RequiredAction } from '../engine/status.js';
-import { decisionBody, postMessageBody, toolResultsBody } from '../schemas.js';
+import { ID_LIKE, decisionBody, postMessageBody, toolResultsBody } from '../schemas.js';
 
 /** Most UI messages a request may carry (the whole chat, as `useChat` sends it; only the newest is read). */
 const CHAT_MAX_MESSAGES = 1000;
@@ -21,7 +21,7 @@ const uiMessage = z.looseObject({
 });
 
 export const chatBody = z.looseObject({
-  id: z.string().regex(/^ses_[A-Za-z0-9]{10,40}$/, 'the chat id is the id of a session (POST /v1/sessions)'),
+  id: z.string().regex(ID_LIKE, 'the chat id is the id of a session (POST /v1/sessions)'),
   messages: z.array(uiMessage).min(1).max(CHAT_MAX_MESSAGES),
   trigger: z.enum(['submit-message', 'regenerate-message']).optional(),
   messageId: z.string().max(200).optional(),

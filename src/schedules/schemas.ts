@@ -1,11 +1,11 @@
 import { z } from 'zod';
-import { createSessionBody } from '../schemas.js';
+import { ID_LIKE, createSessionBody } from '../schemas.js';
 import type { ScheduleRecord } from './keys.js';
 
 /** Spec §7.6: the bodies and the resource of /v1/schedules. */
 
 export const scheduleIdParam = z.strictObject({
-  id: z.string().regex(/^sch_[A-Za-z0-9]{10,40}$/, 'not a schedule id'),
+  id: z.string().regex(ID_LIKE, 'not a schedule id: 1-128 of [A-Za-z0-9_-]'),
 });
 
 const cron = z

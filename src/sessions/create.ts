@@ -51,7 +51,9 @@ const emptyUsage = () => ({
 export function checkActionTimeout(deps: SessionDeps, t: number | null): number | null {
   const min = deps.store.options.actionTimeoutMinS ?? 10;
   if (t !== null && t < min)
-    throw badRequest(`\`action_timeout_s\` is null or ${min}..2592000.`, { min, max: 2_592_000 });
+    throw badRequest(`\`action_timeout_s\` is null or ${min}..2592000.`, [
+      { path: '/action_timeout_s', code: 'too_small', message: `Too small: expected number to be >=${min}` },
+    ]);
   return t;
 }
 

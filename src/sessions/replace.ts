@@ -1,8 +1,9 @@
 /**
  * `PUT /v1/sessions/:id/messages`: the whole history replaced (the runner's `setMessagesParams`), on a session that is
- * not running and waits for no client (`idle`, `failed`). The history is checked as create checks one; the session's
+ * not running and waits for no client but a review (`idle`, `failed`, reviewing a turn or tool results). The history is checked as create checks one; the session's
  * message thread is dropped (the next run creates one), and so is a failed step's pending state.
  */
+import { requiredAction } from '../engine/status.js';
 import { Conflict, InvalidRequest } from '../errors.js';
 import { checkHistory, type StoredMessage } from '../history.js';
 import type { ApplyOps } from '../store/apply-ops.js';
@@ -28,11 +29,14 @@ export function replaceMessages(
     );
   }
   return mutate(deps, tenant, id, ifMatch, async (s) => {
-    const reviewing = s.status === 'requires_action' && s.pending?.turn !== undefined;
+    // Reviewing: a turn (`pause_after_turn`) or tool results (`review_tool_results`): what the session holds for
+    // review (the reply, the results) is dropped with the rest unless the new history has it.
+    const action = requiredAction(s.status, s.pending)?.type;
+    const reviewing = action === 'review_turn' || action === 'review_tool_results';
     if (s.status !== 'idle' && s.status !== 'failed' && !reviewing) {
       throw new Conflict(
         'session_not_replaceable',
-        `The session is ${s.status}; its history can be replaced only while idle, failed or reviewing a turn.`,
+        `The session is ${s.status}; its history can be replaced only while idle, failed or reviewing a turn or tool results.`,
         { status: s.status },
       );
     }

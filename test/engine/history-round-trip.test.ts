@@ -2,7 +2,7 @@ import { after, before, beforeEach, describe, it } from 'node:test';
 import assert from 'node:assert/strict';
 import fc from 'fast-check';
 import { startHarness, type Harness } from '../helpers/service.js';
-import { hang, text } from '../fake/script.js';
+import { hang, text, toolCalls, toolUse } from '../fake/script.js';
 import { signSummary } from '../../src/offline/compaction-block.js';
 
 /**
@@ -253,5 +253,36 @@ describe('PUT /v1/sessions/:id/messages', () => {
     assert.equal(empty.status, 400);
     const none = await put('ses_doesnotexist0000', { messages });
     assert.equal(none.status, 404);
+  });
+
+  it('replaces the history of a session reviewing tool results (their results dropped), not one awaiting a decision', async () => {
+    h.fake.enqueue(toolCalls([toolUse('get_weather', { location: 'Oslo' }, 'toolu_rv1')]));
+    const r = await h.api.post('/v1/sessions', {
+      input: 'Weather?',
+      tools: ['get_weather'],
+      review_tool_results: true,
+    });
+    const s = await h.api.waitStatus(r.body.id, 'requires_action');
+    assert.equal(s.required_action.type, 'review_tool_results');
+    const messages = [{ role: 'user', content: 'Start over: what is 2 + 2?' }];
+    const p = await put(r.body.id, { messages });
+    assert.equal(p.status, 200, JSON.stringify(p.body));
+    assert.equal(p.body.status, 'idle');
+    assert.equal(p.body.required_action, null);
+    assert.deepEqual((await h.api.get(`/v1/sessions/${r.body.id}/messages`)).body.data, [
+      { role: 'user', content: [{ type: 'text', text: messages[0]!.content }] },
+    ]);
+
+    h.fake.enqueue(toolCalls([toolUse('get_weather', { location: 'Rome' }, 'toolu_rv2')]));
+    const q = await h.api.post('/v1/sessions', {
+      input: 'Weather?',
+      tools: ['get_weather'],
+      approval: 'always',
+    });
+    const w = await h.api.waitStatus(q.body.id, 'requires_action');
+    assert.equal(w.required_action.type, 'approve_tool_calls');
+    const refused = await put(q.body.id, { messages });
+    assert.equal(refused.status, 409);
+    assert.equal(refused.body.error.code, 'session_not_replaceable');
   });
 });

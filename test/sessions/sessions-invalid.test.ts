@@ -299,8 +299,16 @@ describe('invalid requests are refused with a stable code and leave Redis unchan
         status: 400,
         code: 'invalid_cursor',
       },
-      bad('GET a malformed id', 'GET', '/v1/sessions/nope'),
-      bad('GET an id with bad characters', 'GET', '/v1/sessions/ses_AAAA-AAAA_AAAAAAA'),
+      bad('GET a malformed id', 'GET', '/v1/sessions/no%20pe'),
+      bad('GET an id with a brace (a hash tag in a key)', 'GET', '/v1/sessions/ses_AAAA%7BAAAA%7D'),
+      bad('GET an id over 128 characters', 'GET', `/v1/sessions/ses_${'A'.repeat(125)}`),
+      {
+        name: 'GET a made-up id of another shape',
+        method: 'GET',
+        path: '/v1/sessions/ses_missing',
+        status: 404,
+        code: 'session_not_found',
+      },
       {
         name: 'GET an unknown id',
         method: 'GET',
@@ -308,7 +316,7 @@ describe('invalid requests are refused with a stable code and leave Redis unchan
         status: 404,
         code: 'session_not_found',
       },
-      bad('DELETE a malformed id', 'DELETE', '/v1/sessions/nope'),
+      bad('DELETE a malformed id', 'DELETE', '/v1/sessions/no%20pe'),
       {
         name: 'DELETE an unknown id',
         method: 'DELETE',
@@ -316,7 +324,7 @@ describe('invalid requests are refused with a stable code and leave Redis unchan
         status: 404,
         code: 'session_not_found',
       },
-      bad('messages of a malformed id', 'GET', '/v1/sessions/nope/messages'),
+      bad('messages of a malformed id', 'GET', '/v1/sessions/no%20pe/messages'),
       {
         name: 'an unknown route',
         method: 'GET',
@@ -334,7 +342,7 @@ describe('invalid requests are refused with a stable code and leave Redis unchan
       bad('n negative', 'GET', `${P}/-1`),
       bad('n not a number', 'GET', `${P}/one`),
       bad('n fractional', 'GET', `${P}/1.5`),
-      bad('iterations of a malformed id', 'GET', '/v1/sessions/nope/iterations'),
+      bad('iterations of a malformed id', 'GET', '/v1/sessions/no%20pe/iterations'),
       { name: 'n past the last', method: 'GET', path: `${P}/3`, status: 404, code: 'iteration_not_found' },
       {
         name: 'n of a session without iterations',
@@ -359,7 +367,7 @@ describe('invalid requests are refused with a stable code and leave Redis unchan
       bad('content with a block without text', 'POST', P, { content: [{ type: 'text' }] }),
       bad('role assistant', 'POST', P, { role: 'assistant', text: 'x' }),
       bad('interrupt not a boolean', 'POST', P, { text: 'x', interrupt: 'yes' }),
-      bad('a malformed id', 'POST', '/v1/sessions/nope/messages', { text: 'x' }),
+      bad('a malformed id', 'POST', '/v1/sessions/no%20pe/messages', { text: 'x' }),
       bad('a malformed If-Match', 'POST', P, { text: 'x' }, { 'if-match': '"abc"' }),
       {
         name: 'malformed JSON',

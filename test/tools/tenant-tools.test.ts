@@ -220,6 +220,15 @@ describe('tenant tools and tool tasks', () => {
     assert.match(once.content, /^Error: no worker answered/);
     assert.equal(nobody.is_error, true);
     assert.match(nobody.content, /^Error: no worker answered within 1000 ms/);
+    // The last attempt lost its lease as any other does: its worker is told so (§7.1), not that it completed.
+    for (const route of ['result', 'heartbeat']) {
+      const late = await a.post(
+        `/v1/tool-tasks/${t.id}/${route}`,
+        route === 'result' ? { content: 'late' } : {},
+      );
+      assert.equal(late.status, 409, route);
+      assert.equal(late.body.error.code, 'task_lease_lost', route);
+    }
   });
 
   it('a cancelled session refuses its task’s result with task_cancelled; an oversize result becomes an error', async () => {
