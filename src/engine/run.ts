@@ -11,6 +11,7 @@ import type { EngineLogger, RunDeps, RunHandle } from './run-handle.js';
 import { endsWithSummary, isUnfinished, leftoverCompaction } from './compaction.js';
 import { runCompactionOnly } from './compaction-run.js';
 import { toolStep } from './tool-step.js';
+import { markLostTurn } from './takeover.js';
 import { runTurns } from './turns.js';
 import { isAbort, isStreamCut, upstreamError } from './upstream.js';
 
@@ -121,6 +122,10 @@ export class Run {
     const { deps, run, swept } = this;
     const tenant = swept && this.known ? this.known.state.tenant : null;
     await deps.store.runs.keep(run.id, deps.leaseTtlMs, tenant);
+    const state = this.known?.state;
+    // A takeover may send again a turn the dead owner had started: the log marks it dropped first.
+    if (swept && state && state.status === 'running' && state.fence === run.fence)
+      await markLostTurn(deps.store, run.id, state.iteration + 1, 'takeover');
   }
 
   /** The session as known, or read again; null once it is not this run's to drive (left `running`, fenced). */
@@ -184,6 +189,8 @@ export class Run {
       if (isStreamCut(err) && this.cutRetries < STREAM_CUT_RETRIES) {
         this.cutRetries++;
         log.warn({ err, attempt: this.cutRetries }, 'stream cut mid-turn; sending the turn again');
+        const state = await this.deps.store.load(run.id);
+        if (state) await markLostTurn(deps.store, run.id, state.iteration + 1, 'stream_cut');
         return 'go';
       }
       const error = upstreamError(err);

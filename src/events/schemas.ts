@@ -206,7 +206,10 @@ export function eventDataSchemas(session: z.ZodType) {
     'session.cancel_requested': z.looseObject({}),
     'turn.started': z.looseObject({ iteration, message_count: z.number().int() }),
     'turn.completed': z.looseObject({ iteration, message: betaMessage, usage: z.looseObject({}) }),
-    'turn.dropped': z.looseObject({ iteration, reason: z.enum(['retry', 'interrupt', 'max_tokens_retry']) }),
+    'turn.dropped': z.looseObject({
+      iteration,
+      reason: z.enum(['retry', 'interrupt', 'max_tokens_retry', 'takeover', 'stream_cut']),
+    }),
     'stream.event': z.looseObject({
       iteration,
       event: z.looseObject({ type: z.string() }).meta({ description: 'A raw Messages API stream event.' }),

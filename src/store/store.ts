@@ -358,6 +358,12 @@ export class SessionStore {
     return rows[0]?.[0] ?? null;
   }
 
+  /** The newest `count` events of the log, newest first. One XREVRANGE. */
+  async newestEvents(id: string, count: number): Promise<StoredEvent[]> {
+    const rows = await this.redis.xrevrange(sessionKeys(id).events, '+', '-', 'COUNT', count);
+    return rows.map(parseEntry);
+  }
+
   async lastEventId(id: string): Promise<string | null> {
     const rows = await this.redis.xrevrange(sessionKeys(id).events, '+', '-', 'COUNT', 1);
     return rows[0]?.[0] ?? null;

@@ -412,7 +412,8 @@ describe('chat routes: the AI SDK UI message stream', () => {
       h.api.as(key).post('/v1/chat', body, { 'content-type': 'application/json' });
     const cases: Array<[unknown, number, string]> = [
       [{ id, messages: [] }, 400, 'invalid_request'],
-      [{ id: 'nope', messages: [userMessage('x')] }, 400, 'invalid_request'],
+      [{ id: 'no pe', messages: [userMessage('x')] }, 400, 'invalid_request'],
+      [{ id: 'nope', messages: [userMessage('x')] }, 404, 'session_not_found'],
       [{ id, messages: [{ id: 'x', role: 'user', parts: 'no' }] }, 400, 'invalid_request'],
       [{ id, messages: Array.from({ length: 1001 }, () => userMessage('x')) }, 400, 'invalid_request'],
       [
@@ -438,7 +439,8 @@ describe('chat routes: the AI SDK UI message stream', () => {
     assert.equal(foreign.body.error.code, 'session_not_found');
     for (const path of [`/v1/chat/${id}/stream`, `/v1/chat/${id}/messages`]) {
       assert.equal((await h.api.as(OTHER).get(path)).status, 404, path);
-      assert.equal((await h.api.get(path.replace(id, 'not-a-session'))).status, 400, path);
+      assert.equal((await h.api.get(path.replace(id, 'not.a.session'))).status, 400, path);
+      assert.equal((await h.api.get(path.replace(id, 'not-a-session'))).status, 404, path);
       assert.equal((await fetch(h.service.url + path)).status, 401, path);
     }
     assert.equal((await h.api.get(`/v1/chat/${id}/stream`)).status, 204);

@@ -88,6 +88,16 @@ describe('crash recovery (SIGKILL)', { timeout: 180_000 }, () => {
       `turn ${iteration} streaming`,
     );
 
+  /** The session's log as `type:iteration` (turn events) and `type:tool_use_id` (tool events), oldest first. */
+  const turnLog = async (id: string) =>
+    (await procs.find((p) => p.running())!.api.get(`/v1/sessions/${id}/events?limit=1000`)).body.data
+      .filter((e: any) => /^(turn\.|tool\.(started|completed)|iteration\.persisted)/.test(e.type))
+      .map((e: any) =>
+        e.type.startsWith('tool.')
+          ? `${e.type}:${e.data.tool_use_id}`
+          : `${e.type}:${e.data.iteration}${e.type === 'turn.dropped' ? `:${e.data.reason}` : ''}`,
+      );
+
   async function killOwner(id: string) {
     const pid = await until(() => leaseOwnerPid(r, id), 5000, 'a lease holder');
     const owner = byPid(pid);
@@ -145,6 +155,13 @@ describe('crash recovery (SIGKILL)', { timeout: 180_000 }, () => {
     );
     assert.equal(await r.get(`s:{${id}}:l`), null, 'no lease left behind');
     assert.equal(await r.zscore('runs:due', id), null, 'not due any more');
+    const log = await turnLog(id);
+    const third = log.indexOf('turn.started:3');
+    assert.deepEqual(log.slice(third, log.indexOf('turn.started:3', third + 1) + 1), [
+      'turn.started:3',
+      'turn.dropped:3:takeover',
+      'turn.started:3',
+    ]);
     console.log(`# mid-turn crash: resumed after ${recoveryMs} ms`);
   });
 
@@ -209,6 +226,18 @@ describe('crash recovery (SIGKILL)', { timeout: 180_000 }, () => {
     const again = await toolRuns(use.id);
     assert.deepEqual(again.starts, [survivor.pid], 'the tool ran again on the survivor');
     assert.equal(again.ends, 1);
+    // The killed turn's events (its reply, its call started) are in the log; the survivor marked the turn dropped
+    // before sending it again, so a follower discards them (the chat stream's reset-step).
+    const log = await turnLog(id);
+    const resent = log.indexOf('turn.started:1', 1);
+    assert.deepEqual(log.slice(0, resent + 1), [
+      'turn.started:1',
+      'turn.completed:1',
+      `tool.started:${callId}`,
+      'turn.dropped:1:takeover',
+      'turn.started:1',
+    ]);
+    assert.ok(!log.includes(`tool.completed:${callId}`));
   });
 
   it('never runs a tool again once its result was persisted', async () => {

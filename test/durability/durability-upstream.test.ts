@@ -97,6 +97,15 @@ describe('upstream faults', { timeout: 120_000 }, () => {
     assert.ok(!JSON.stringify(final).includes('toolu_cut'));
     // The second attempt sent the same history as the first.
     assert.deepEqual(h.fake.requests[1]!.messages, h.fake.requests[0]!.messages);
+    // The cut attempt's streamed events are in the log, marked dropped before the turn is sent again.
+    const turns = (await h.api.get(`/v1/sessions/${id}/events?limit=1000`)).body.data
+      .filter((e: any) => e.type === 'turn.started' || e.type === 'turn.dropped')
+      .map((e: any) => [e.type, e.data.iteration, e.data.reason]);
+    assert.deepEqual(turns.slice(0, 3), [
+      ['turn.started', 1, undefined],
+      ['turn.dropped', 1, 'stream_cut'],
+      ['turn.started', 1, undefined],
+    ]);
   });
 
   it('fails with upstream_error after the stream is cut three times; resume carries on', async () => {

@@ -1897,7 +1897,7 @@ export interface components {
          */
         iteration: number;
         /** @enum {string} */
-        reason: 'retry' | 'interrupt' | 'max_tokens_retry';
+        reason: 'retry' | 'interrupt' | 'max_tokens_retry' | 'takeover' | 'stream_cut';
       } & {
         [key: string]: unknown;
       };
