@@ -27,6 +27,7 @@ import { toUIMessages } from '../src/chat/history.js';
 import { chatBody, decisionsOf, resultsOf, toolCallIdsOf, userMessageOf } from '../src/chat/request.js';
 import { defineChatCommands, runStartCursor } from '../src/chat/run-start.js';
 import type { MutationResult } from '../src/sessions/mutate.js';
+import type { SessionState } from '../src/store/session-state.js';
 import { actorOf, requireScope, watchToken } from '../src/plugins/auth.js';
 import { TokenExpired } from '../src/plugins/error-status.js';
 import type { ClientScope } from '../src/store/client-tokens.js';
@@ -52,6 +53,23 @@ const sse = {
  */
 function needScope(req: FastifyRequest, scope: ClientScope): void {
   requireScope(req.clientToken, scope);
+}
+
+/**
+ * The stream's first chunks. When nothing runs (a decision left others undecided, a message queued while the session
+ * waits), the stream says what the session waits for now, and ends.
+ */
+function headOf(t: ChatTranslator, state: SessionState): UIChunk[] {
+  if (state.status === 'running') return t.start();
+  return [
+    ...t.start(),
+    ...t.event('session.status', {
+      status: state.status,
+      required_action: requiredAction(state.status, state.pending),
+      stop_reason: state.stopReason,
+      error: state.error,
+    }),
+  ];
 }
 
 const routes: FastifyPluginAsyncZod<{ config: Config }> = async (app, { config }) => {
@@ -184,6 +202,13 @@ const routes: FastifyPluginAsyncZod<{ config: Config }> = async (app, { config }
           trigger,
         });
       const s = await app.store.loadFor(req.tenant, id);
+      const replay = req.streamReplay;
+      if (replay) {
+        // The same Idempotency-Key and body again: nothing is posted twice; the first answer streams again.
+        const t = new ChatTranslator(replay.assistant, replay.known);
+        t.statusFrom = replay.revision;
+        return stream(req, reply, id, replay.after, t, replay.idle ? headOf(t, s) : t.start());
+      }
       const last = messages[messages.length - 1]!;
       const after = (await hub.eventLog.lastId(id)) ?? START;
       const deps = app.sessionDeps;
@@ -224,30 +249,19 @@ const routes: FastifyPluginAsyncZod<{ config: Config }> = async (app, { config }
             'The newest message holds no user text, and no approval response or tool output the session waits for.',
           );
       }
-      // A stream cannot be replayed: an Idempotency-Key's reservation is let go (it expires by itself) rather than
-      // renewed forever, since a hijacked reply runs no onSend/onResponse hook.
-      if (req.idempotency) {
-        clearInterval(req.idempotency.renewal);
-        delete req.idempotency;
-      }
-      const t = new ChatTranslator(last.role === 'assistant' ? last.id : undefined, known);
+      const assistant = last.role === 'assistant' ? last.id : undefined;
       const state = result.state;
+      // An Idempotency-Key keeps where this answer streams from, so the same request streams it again.
+      await app.keepStreamed(req, {
+        after,
+        revision: state.revision,
+        assistant,
+        known,
+        idle: state.status !== 'running',
+      });
+      const t = new ChatTranslator(assistant, known);
       t.statusFrom = state.revision;
-      // Nothing runs (a decision left others undecided, a message queued while the session waits): the stream
-      // says what the session waits for now, and ends.
-      const head =
-        state.status === 'running'
-          ? t.start()
-          : [
-              ...t.start(),
-              ...t.event('session.status', {
-                status: state.status,
-                required_action: requiredAction(state.status, state.pending),
-                stop_reason: state.stopReason,
-                error: state.error,
-              }),
-            ];
-      stream(req, reply, id, after, t, head);
+      stream(req, reply, id, after, t, headOf(t, state));
     },
   );
 

@@ -92,6 +92,11 @@ const headers: Record<string, OpenAPIV3_1.HeaderObject> = {
     schema: { type: 'integer', format: 'int32', minimum: 0, maximum: 60 },
   },
   WwwAuthenticate: { description: '`Bearer`', schema: { type: 'string' } },
+  UiMessageStream: {
+    description:
+      "The AI SDK's UI message stream protocol version (`DefaultChatTransport` reads the stream by it).",
+    schema: { type: 'string', enum: ['v1'] },
+  },
   IdempotentReplayed: {
     description:
       '`true` when this is the stored answer of an earlier request with the same `Idempotency-Key`.',
@@ -409,6 +414,8 @@ function completeOperation(path: string, method: string, op: Operation): void {
       hs['X-RateLimit-Reset'] = ref('headers', 'RateLimitReset');
     }
     if (status === '429' || status === '503') hs['Retry-After'] = ref('headers', 'RetryAfter');
+    if (status === '200' && path.startsWith('/v1/chat') && res.content?.['text/event-stream'])
+      hs['x-vercel-ai-ui-message-stream'] = ref('headers', 'UiMessageStream');
     if (status === '401') hs['WWW-Authenticate'] = ref('headers', 'WwwAuthenticate');
     if (Object.keys(hs).length > 0) res.headers = { ...res.headers, ...hs };
   }

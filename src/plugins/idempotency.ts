@@ -3,7 +3,12 @@ import fp from 'fastify-plugin';
 import { createHash } from 'node:crypto';
 import { z } from 'zod';
 import { zodDetails, DomainError, Conflict, InvalidRequest } from '../errors.js';
-import { IN_FLIGHT_RENEW_MS, IdempotencyRecords, type IdempotencyRecord } from '../store/idempotency.js';
+import {
+  IN_FLIGHT_RENEW_MS,
+  IdempotencyRecords,
+  type IdempotencyRecord,
+  type StreamReplay,
+} from '../store/idempotency.js';
 import type { SecretBox } from '../webhooks/secrets.js';
 
 declare module 'fastify' {
@@ -17,6 +22,15 @@ declare module 'fastify' {
           renewal: NodeJS.Timeout;
         }
       | undefined;
+    /** The same key and body as a streamed answer kept by `keepStreamed`: the route streams it again from here. */
+    streamReplay?: StreamReplay | undefined;
+  }
+  interface FastifyInstance {
+    /**
+     * A streamed answer's record (it has no body to keep): where it streams from, so the same request streams it
+     * again and changes nothing (POST /v1/chat). Called once its mutation is done, before the stream starts.
+     */
+    keepStreamed(req: FastifyRequest, replay: StreamReplay): Promise<void>;
   }
 }
 
@@ -106,9 +120,22 @@ export default fp<{ ttlS: number; box: SecretBox }>(
       if (stored.state === 'pending') {
         throw new Conflict('idempotency_in_progress', 'A request with this Idempotency-Key is in progress.');
       }
+      if (stored.stream) {
+        reply.header('idempotent-replayed', 'true');
+        req.streamReplay = stored.stream;
+        return;
+      }
       reply.header('idempotent-replayed', 'true').header('content-type', 'application/json; charset=utf-8');
       if (stored.etag) reply.header('etag', stored.etag);
       return reply.code(stored.status ?? 200).send(unsealed(stored, req, opts.box));
+    });
+    app.decorate('keepStreamed', async (req: FastifyRequest, replay: StreamReplay) => {
+      const idem = req.idempotency;
+      if (!idem) return;
+      // A hijacked reply runs no onSend: the record is written here, and the key stops renewing.
+      clearInterval(idem.renewal);
+      delete req.idempotency;
+      await records.keep(idem.key, { state: 'done', fp: idem.fingerprint, status: 200, stream: replay });
     });
     app.addHook('onSend', async (req, reply, payload) => {
       const idem = req.idempotency;

@@ -10,6 +10,22 @@ export interface IdempotencyRecord {
   etag?: string;
   /** Fields taken out of `body`, each sealed (see `sealInRecord` in plugins/idempotency.ts). */
   sealed?: Record<string, string>;
+  /** A streamed answer (POST /v1/chat): not its bytes, but where it was read from, to stream it again. */
+  stream?: StreamReplay;
+}
+
+/**
+ * What streams a chat answer again from the event log: the cursor it started after, the revision its mutation made
+ * (older statuses are passed over), the assistant message it continued and the calls that message held, and whether
+ * it ran at all.
+ */
+export interface StreamReplay {
+  after: string;
+  revision: number;
+  assistant?: string | undefined;
+  known: string[];
+  /** The mutation started no run: the answer was the session's status then, not read from the log. */
+  idle: boolean;
 }
 
 /**

@@ -137,6 +137,41 @@ describe('chat routes: the AI SDK UI message stream', () => {
     }
   });
 
+  test('an Idempotency-Key: the same request again streams the same answer and posts nothing twice', async () => {
+    const id = await session();
+    h.fake.enqueue(text('Said once.'));
+    const post = (body: unknown) =>
+      fetch(`${h.service.url}/v1/chat`, {
+        method: 'POST',
+        headers: {
+          authorization: `Bearer ${KEY}`,
+          'content-type': 'application/json',
+          'idempotency-key': 'chat-once',
+        },
+        body: JSON.stringify(body),
+      });
+    const body = { id, messages: [userMessage('once')], trigger: 'submit-message' };
+    const first = await post(body);
+    assert.equal(first.status, 200);
+    const firstData = sseDataLines(await first.text());
+    const again = await post(body);
+    assert.equal(again.status, 200);
+    assert.equal(again.headers.get('idempotent-replayed'), 'true');
+    assert.equal(again.headers.get('x-vercel-ai-ui-message-stream'), 'v1');
+    const againData = sseDataLines(await again.text());
+    // The same chunks (the ids of text parts are made per stream).
+    const shape = (lines: string[]) => lines.map((l) => l.replace(/"id":"[^"]*"/g, '"id":"…"'));
+    assert.deepEqual(shape(againData), shape(firstData));
+    assert.ok(firstData.some((l) => l.includes('Said once.')));
+    const users = (await h.api.get(`/v1/sessions/${id}/messages`)).body.data.filter(
+      (m: any) => m.role === 'user',
+    );
+    assert.equal(users.length, 1, 'the message was posted once');
+    const other = await post({ ...body, messages: [userMessage('another')] });
+    assert.equal(other.status, 422);
+    assert.equal((await other.json()).error.code, 'idempotency_key_reused');
+  });
+
   test('a server tool (get_weather): its call and output in the first step, the answer in the second', async () => {
     const id = await session({ tools: ['get_weather'] });
     const { chunks, message } = await readAll(await send(id, [userMessage('What is the weather in Paris?')]));
@@ -468,6 +503,10 @@ describe('chat routes: the AI SDK UI message stream', () => {
     ]);
     assert.ok(doc.paths['/v1/chat/{id}/stream'].get.responses['204']);
     assert.ok(doc.paths['/v1/chat/{id}/messages'].get.responses['200']);
+    for (const op of [doc.paths['/v1/chat'].post, doc.paths['/v1/chat/{id}/stream'].get])
+      assert.deepEqual(op.responses['200'].headers['x-vercel-ai-ui-message-stream'], {
+        $ref: '#/components/headers/UiMessageStream',
+      });
   });
 
   test('a session with "stream": false: each turn rendered from its turn.completed message', async () => {

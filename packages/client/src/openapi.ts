@@ -3263,6 +3263,8 @@ export interface components {
     RateLimitReset: number;
     /** @description `Bearer` */
     WwwAuthenticate: string;
+    /** @description The AI SDK's UI message stream protocol version (`DefaultChatTransport` reads the stream by it). */
+    UiMessageStream: 'v1';
     /** @description `true` when this is the stored answer of an earlier request with the same `Idempotency-Key`. */
     IdempotentReplayed: 'true';
   };
@@ -9707,6 +9709,7 @@ export interface operations {
           'X-RateLimit-Limit': components['headers']['RateLimitLimit'];
           'X-RateLimit-Remaining': components['headers']['RateLimitRemaining'];
           'X-RateLimit-Reset': components['headers']['RateLimitReset'];
+          'x-vercel-ai-ui-message-stream': components['headers']['UiMessageStream'];
           [name: string]: unknown;
         };
         content: {
@@ -9864,6 +9867,7 @@ export interface operations {
       /** @description The AI SDK UI message stream (SSE `data:` chunks, then `data: [DONE]`). */
       200: {
         headers: {
+          'x-vercel-ai-ui-message-stream': components['headers']['UiMessageStream'];
           [name: string]: unknown;
         };
         content: {
