@@ -3,6 +3,7 @@ import { z } from 'zod';
 import { MCP_SERVER_NAME } from '../src/mcp/config.js';
 import { checkWebhookUrl } from '../src/webhooks/address-guard.js';
 import { errors, routeErrors, type RouteCodes } from '../src/openapi/responses.js';
+import { ifMatchHeader, parseIfMatch } from './mutations.js';
 
 /** The 404 of this file's routes names one thing (src/openapi/responses.ts `routeErrors`). */
 const NOT_FOUND = { 404: ['mcp_server_not_found'] } as const satisfies RouteCodes;
@@ -111,7 +112,8 @@ const routes: FastifyPluginAsyncZod = async (app) => {
         tags,
         params: nameParam,
         body: putBody,
-        response: { 200: mcpServer, 201: mcpServer, ...errors(400, 401, 413, 415, 429, 500, 503) },
+        headers: ifMatchHeader,
+        response: { 200: mcpServer, 201: mcpServer, ...errors(400, 401, 412, 413, 415, 429, 500, 503) },
       },
     },
     async (req, reply) => {
@@ -121,9 +123,13 @@ const routes: FastifyPluginAsyncZod = async (app) => {
         req.params.name,
         url.href,
         req.body.headers ?? {},
+        parseIfMatch(req),
       );
       req.log.info({ tenant: req.tenant, mcp_server: server.name, created }, 'tenant MCP server put');
-      return reply.code(created ? 201 : 200).send(shown(server));
+      return reply
+        .code(created ? 201 : 200)
+        .header('etag', `"${server.revision}"`)
+        .send(shown(server));
     },
   );
 
@@ -151,7 +157,10 @@ const routes: FastifyPluginAsyncZod = async (app) => {
         response: { 200: mcpServer, ...routeErrors(NOT_FOUND, 400, 401, 404, 429, 500, 503) },
       },
     },
-    async (req) => shown(await store.view(req.tenant, req.params.name)),
+    async (req, reply) => {
+      const server = await store.view(req.tenant, req.params.name);
+      return reply.header('etag', `"${server.revision}"`).send(shown(server));
+    },
   );
 
   app.delete(
@@ -163,14 +172,15 @@ const routes: FastifyPluginAsyncZod = async (app) => {
           "Forget one of the tenant's MCP servers (sessions naming it lose its tools at their next step)",
         tags,
         params: nameParam,
+        headers: ifMatchHeader,
         response: {
           200: deletedMcpServer,
-          ...routeErrors(NOT_FOUND, 400, 401, 404, 413, 415, 429, 500, 503),
+          ...routeErrors(NOT_FOUND, 400, 401, 404, 412, 413, 415, 429, 500, 503),
         },
       },
     },
     async (req) => {
-      await store.delete(req.tenant, req.params.name);
+      await store.delete(req.tenant, req.params.name, parseIfMatch(req));
       req.log.info({ tenant: req.tenant, mcp_server: req.params.name }, 'tenant MCP server deleted');
       return { name: req.params.name, object: 'mcp_server' as const, deleted: true as const };
     },

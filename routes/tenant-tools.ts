@@ -12,6 +12,7 @@ import { toolView } from '../src/tenant-tools/registry.js';
 import { putToolBody, toolNameParam } from '../src/tenant-tools/schemas.js';
 import type { TenantToolDef } from '../src/tenant-tools/types.js';
 import { checkWebhookUrl } from '../src/webhooks/address-guard.js';
+import { ifMatchHeader, parseIfMatch } from './mutations.js';
 import { newSecret } from '../src/webhooks/secrets.js';
 
 /** The 404 of this file's routes names one thing (src/openapi/responses.ts `routeErrors`). */
@@ -43,6 +44,7 @@ const routes: FastifyPluginAsyncZod = async (app) => {
         tags,
         params: toolNameParam,
         body: putToolBody,
+        headers: ifMatchHeader,
         response: {
           200: tenantTool,
           201: tenantTool,
@@ -51,6 +53,7 @@ const routes: FastifyPluginAsyncZod = async (app) => {
             400,
             401,
             409,
+            412,
             413,
             415,
             422,
@@ -94,10 +97,11 @@ const routes: FastifyPluginAsyncZod = async (app) => {
         created_at: before?.created_at ?? now,
         updated_at: now,
       };
-      const outcome = await registry.put(req.tenant, def);
+      const { created, revision } = await registry.put(req.tenant, def, parseIfMatch(req));
       return reply
-        .code(outcome === 'created' ? 201 : 200)
-        .send({ ...toolView(def), ...(secret !== undefined ? { secret } : {}) });
+        .code(created ? 201 : 200)
+        .header('etag', `"${revision}"`)
+        .send({ ...toolView({ ...def, revision }), ...(secret !== undefined ? { secret } : {}) });
     },
   );
 
@@ -112,10 +116,11 @@ const routes: FastifyPluginAsyncZod = async (app) => {
         response: { 200: tenantTool, ...routeErrors(NOT_FOUND, 400, 401, 404, 429, 500, 503) },
       },
     },
-    async (req) => {
+    async (req, reply) => {
       const def = await registry.get(req.tenant, req.params.name);
       if (!def) throw notFound('tool');
       const workers = def.runner.type === 'worker' ? await app.toolTasks.queue.workers(req.tenant) : null;
+      reply.header('etag', `"${def.revision ?? 1}"`);
       return {
         ...toolView(def),
         ...(workers ? { workers: workers.get(def.name) ?? { active: 0, last_seen_at: null } } : {}),
@@ -131,6 +136,7 @@ const routes: FastifyPluginAsyncZod = async (app) => {
         summary: 'Remove a tenant tool (sessions already using it keep their copy)',
         tags,
         params: toolNameParam,
+        headers: ifMatchHeader,
         response: {
           200: deletedTool,
           ...routeErrors(
@@ -139,6 +145,7 @@ const routes: FastifyPluginAsyncZod = async (app) => {
             401,
             404,
             409,
+            412,
             413,
             415,
             429,
@@ -153,7 +160,7 @@ const routes: FastifyPluginAsyncZod = async (app) => {
         req.params.name,
         'server tools cannot be removed (a session leaves one out of its `tools`)',
       );
-      if (!(await registry.remove(req.tenant, req.params.name))) throw notFound('tool');
+      if (!(await registry.remove(req.tenant, req.params.name, parseIfMatch(req)))) throw notFound('tool');
       return { name: req.params.name, deleted: true as const };
     },
   );

@@ -1,5 +1,5 @@
 import { z } from 'zod';
-import { InternalError, notFound, quotaExceeded } from '../errors.js';
+import { InternalError, RevisionMismatch, notFound, quotaExceeded } from '../errors.js';
 import { defineLuaCommands, type RedisClient } from '../store/lua-commands.js';
 import type { SecretBox } from '../webhooks/secrets.js';
 import './lua/commands.js';
@@ -80,9 +80,10 @@ export class TenantMcpStore {
     name: string,
     url: string,
     headers: Record<string, string>,
+    ifMatch?: number,
   ): Promise<{ created: boolean; server: TenantMcpView }> {
     const sealed = this.box.seal(JSON.stringify(headers));
-    const [outcome] = await this.redis.mcpPut(
+    const [outcome, revision] = await this.redis.mcpPut(
       tenantServersKey(tenant),
       name,
       url,
@@ -90,8 +91,10 @@ export class TenantMcpStore {
       JSON.stringify(Object.keys(headers)),
       Date.now(),
       this.maxPerTenant,
+      ifMatch === undefined ? '' : String(ifMatch),
     );
     if (outcome === -1) throw quotaExceeded('MCP_TENANT_MAX_SERVERS', this.maxPerTenant, 'MCP servers');
+    if (outcome === -2) throw new RevisionMismatch(revision, 'MCP server');
     const server = await this.view(tenant, name);
     return { created: outcome === 1, server };
   }
@@ -132,9 +135,15 @@ export class TenantMcpStore {
     return this.redis.hkeys(tenantServersKey(tenant));
   }
 
-  /** Forgets the server; 404 when there was none. One HDEL. */
-  async delete(tenant: string, name: string): Promise<void> {
-    if ((await this.redis.hdel(tenantServersKey(tenant), name)) === 0) throw notFound('mcp_server');
+  /** Forgets the server; 404 when there was none, 412 when `ifMatch` is not its revision. One script. */
+  async delete(tenant: string, name: string, ifMatch?: number): Promise<void> {
+    const [outcome, revision] = await this.redis.mcpRemove(
+      tenantServersKey(tenant),
+      name,
+      ifMatch === undefined ? '' : String(ifMatch),
+    );
+    if (outcome === 0) throw notFound('mcp_server');
+    if (outcome === -2) throw new RevisionMismatch(revision, 'MCP server');
   }
 
   private async record(tenant: string, name: string): Promise<StoredRecord | null> {

@@ -332,7 +332,9 @@ const namedWildcard = (path: string) => (path.endsWith('/{*}') ? `${path.slice(0
 
 /** Resources whose answers carry their revision in `ETag`. */
 const ETAGGED = new Set(
-  ['Session', 'Webhook', 'CreatedWebhook'].map((name) => `#/components/schemas/${name}`),
+  ['Session', 'Webhook', 'CreatedWebhook', 'Schedule', 'TenantTool', 'McpServer'].map(
+    (name) => `#/components/schemas/${name}`,
+  ),
 );
 
 /**

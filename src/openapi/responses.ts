@@ -347,6 +347,10 @@ export const tenantTool = z
     max_attempts: z.number().int(),
     created_at: z.string(),
     updated_at: z.string(),
+    revision: z
+      .number()
+      .int()
+      .meta({ description: 'Bumped by each PUT; `ETag`, and `If-Match` on PUT and DELETE.' }),
     workers: toolWorkers.optional(),
     secret: z.string().optional().meta({
       description: "An http runner's signing secret (`whsec_…`): in the answer of the PUT that set it only.",

@@ -6,9 +6,10 @@
  */
 import type { BetaRunnableTool } from '@anthropic-ai/sdk/lib/tools/BetaRunnableTool';
 import type { ServerTool } from '../../tools/types.js';
-import { quotaExceeded, InvalidRequest } from '../errors.js';
+import { quotaExceeded, InvalidRequest, RevisionMismatch } from '../errors.js';
 import { decodeStored } from '../store/decode.js';
-import type { RedisClient } from '../store/lua-commands.js';
+import { defineLuaCommands, type RedisClient } from '../store/lua-commands.js';
+import './lua/commands.js';
 import type { ToolListing, ToolProvider } from '../toolbox.js';
 import { toolsKey } from './keys.js';
 import type { TaskQueue } from './tasks.js';
@@ -19,16 +20,29 @@ export class TenantToolRegistry {
     private readonly redis: RedisClient,
     /** TENANT_MAX_TOOLS. */
     readonly maxPerTenant: number,
-  ) {}
+  ) {
+    defineLuaCommands(redis, new URL('./lua/', import.meta.url), 'tt');
+  }
 
-  /** Stores `def`: 'created' or 'replaced'; 429 `quota_exceeded` past the bound (a replace always goes). */
-  async put(tenant: string, def: TenantToolDef): Promise<'created' | 'replaced'> {
-    const key = toolsKey(tenant);
-    const exists = await this.redis.hexists(key, def.name);
-    if (!exists && (await this.redis.hlen(key)) >= this.maxPerTenant)
-      throw quotaExceeded('TENANT_MAX_TOOLS', this.maxPerTenant, 'tools');
-    await this.redis.hset(key, def.name, JSON.stringify(def));
-    return exists ? 'replaced' : 'created';
+  /**
+   * Stores `def` with the next revision, atomically (one script): created or replaced; 429 `quota_exceeded` past
+   * the bound (a replace always goes); 412 `revision_mismatch` when `ifMatch` is not the stored revision (0: none).
+   */
+  async put(
+    tenant: string,
+    def: Omit<TenantToolDef, 'revision'>,
+    ifMatch?: number,
+  ): Promise<{ created: boolean; revision: number }> {
+    const [outcome, revision] = await this.redis.ttToolPut(
+      toolsKey(tenant),
+      def.name,
+      JSON.stringify(def),
+      this.maxPerTenant,
+      ifMatch === undefined ? '' : String(ifMatch),
+    );
+    if (outcome === -1) throw quotaExceeded('TENANT_MAX_TOOLS', this.maxPerTenant, 'tools');
+    if (outcome === -2) throw new RevisionMismatch(revision, 'tool');
+    return { created: outcome === 1, revision };
   }
 
   async get(tenant: string, name: string): Promise<TenantToolDef | null> {
@@ -54,9 +68,15 @@ export class TenantToolRegistry {
     return all.map((raw) => decodeStored<TenantToolDef>(raw)).sort((a, b) => a.name.localeCompare(b.name));
   }
 
-  /** True when it existed. */
-  async remove(tenant: string, name: string): Promise<boolean> {
-    return (await this.redis.hdel(toolsKey(tenant), name)) === 1;
+  /** True when it existed; 412 `revision_mismatch` when `ifMatch` is not its revision. One script. */
+  async remove(tenant: string, name: string, ifMatch?: number): Promise<boolean> {
+    const [outcome, revision] = await this.redis.ttToolRemove(
+      toolsKey(tenant),
+      name,
+      ifMatch === undefined ? '' : String(ifMatch),
+    );
+    if (outcome === -2) throw new RevisionMismatch(revision, 'tool');
+    return outcome === 1;
   }
 }
 
@@ -73,6 +93,7 @@ export function toolView(d: TenantToolDef) {
     max_attempts: d.max_attempts,
     created_at: new Date(d.created_at).toISOString(),
     updated_at: new Date(d.updated_at).toISOString(),
+    revision: d.revision ?? 1,
   };
 }
 

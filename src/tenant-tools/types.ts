@@ -21,4 +21,6 @@ export interface TenantToolDef {
   secret?: string;
   created_at: number;
   updated_at: number;
+  /** Bumped by each PUT (`ETag`, `If-Match`); set by the store's script. Absent in records written before it: 1. */
+  revision?: number;
 }

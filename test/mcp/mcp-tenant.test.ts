@@ -260,7 +260,18 @@ describe('tenant MCP servers', { timeout: 240_000 }, () => {
   });
 
   it('DELETE forgets the server; a new session cannot name it', async () => {
-    const del = await api.req('DELETE', '/v1/mcp-servers/mine');
+    // If-Match (contract §7: the rules of §3): the revision of the ETag, else 412 revision_mismatch.
+    const got = await api.get('/v1/mcp-servers/mine');
+    const etag = got.headers.get('etag');
+    assert.equal(etag, `"${got.body.revision}"`);
+    const stale = await api.req('DELETE', '/v1/mcp-servers/mine', undefined, { 'if-match': '"999"' });
+    assert.equal(stale.status, 412);
+    assert.equal(stale.body.error.code, 'revision_mismatch');
+    assert.equal(stale.body.error.details.revision, got.body.revision);
+    const stalePut = await api.req('PUT', '/v1/mcp-servers/mine', { url: mcp.url }, { 'if-match': '"999"' });
+    assert.equal(stalePut.status, 412);
+    assert.equal((await api.get('/v1/mcp-servers/mine')).body.revision, got.body.revision, 'unchanged');
+    const del = await api.req('DELETE', '/v1/mcp-servers/mine', undefined, { 'if-match': etag! });
     assert.equal(del.status, 200, JSON.stringify(del.body));
     assert.deepEqual(del.body, { name: 'mine', object: 'mcp_server', deleted: true });
     assert.equal((await api.get('/v1/mcp-servers/mine')).status, 404);

@@ -47,8 +47,20 @@ describe('tenant tools and tool tasks', () => {
     assert.equal(created.body.timeout_ms, 600000);
     assert.equal(created.body.max_attempts, 3);
     assert.equal(created.body.secret, undefined);
-    const replaced = await a.req('PUT', '/v1/tools/lookup_order', lookup);
+    assert.equal(created.body.revision, 1);
+    assert.equal(created.headers.get('etag'), '"1"');
+    // If-Match (contract §7: the rules of §3): a stale revision is 412 and changes nothing.
+    const stale = await a.req('PUT', '/v1/tools/lookup_order', lookup, { 'if-match': '"7"' });
+    assert.equal(stale.status, 412);
+    assert.equal(stale.body.error.code, 'revision_mismatch');
+    assert.equal(stale.body.error.details.revision, 1);
+    const replaced = await a.req('PUT', '/v1/tools/lookup_order', lookup, { 'if-match': '"1"' });
     assert.equal(replaced.status, 200);
+    assert.equal(replaced.body.revision, 2);
+    assert.equal((await a.get('/v1/tools/lookup_order')).headers.get('etag'), '"2"');
+    const staleDelete = await a.req('DELETE', '/v1/tools/lookup_order', undefined, { 'if-match': '"1"' });
+    assert.equal(staleDelete.status, 412);
+    assert.equal(staleDelete.body.error.code, 'revision_mismatch');
     const clash = await a.req('PUT', '/v1/tools/calculate_sum', lookup);
     assert.equal(clash.status, 409);
     assert.equal(clash.body.error.code, 'tool_name_conflict');

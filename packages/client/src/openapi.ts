@@ -2503,6 +2503,11 @@ export interface components {
       max_attempts: number;
       created_at: string;
       updated_at: string;
+      /**
+       * Format: int64
+       * @description Bumped by each PUT; `ETag`, and `If-Match` on PUT and DELETE.
+       */
+      revision: number;
       /** @description Workers that claimed or heartbeated for this tool within two leases. */
       workers?: {
         /** Format: int64 */
@@ -10069,6 +10074,7 @@ export interface operations {
       /** @description OK */
       200: {
         headers: {
+          ETag: components['headers']['ETag'];
           [name: string]: unknown;
         };
         content: {
@@ -10155,7 +10161,9 @@ export interface operations {
   putMcpServer: {
     parameters: {
       query?: never;
-      header?: never;
+      header?: {
+        'if-match'?: string;
+      };
       path: {
         name: string;
       };
@@ -10176,6 +10184,7 @@ export interface operations {
       /** @description OK */
       200: {
         headers: {
+          ETag: components['headers']['ETag'];
           'X-RateLimit-Limit': components['headers']['RateLimitLimit'];
           'X-RateLimit-Remaining': components['headers']['RateLimitRemaining'];
           'X-RateLimit-Reset': components['headers']['RateLimitReset'];
@@ -10188,6 +10197,7 @@ export interface operations {
       /** @description Created */
       201: {
         headers: {
+          ETag: components['headers']['ETag'];
           'X-RateLimit-Limit': components['headers']['RateLimitLimit'];
           'X-RateLimit-Remaining': components['headers']['RateLimitRemaining'];
           'X-RateLimit-Reset': components['headers']['RateLimitReset'];
@@ -10223,6 +10233,18 @@ export interface operations {
         };
         content: {
           'application/json': components['schemas']['Error403'];
+        };
+      };
+      /** @description If-Match does not match the revision (`revision_mismatch`; `details.revision`). */
+      412: {
+        headers: {
+          'X-RateLimit-Limit': components['headers']['RateLimitLimit'];
+          'X-RateLimit-Remaining': components['headers']['RateLimitRemaining'];
+          'X-RateLimit-Reset': components['headers']['RateLimitReset'];
+          [name: string]: unknown;
+        };
+        content: {
+          'application/json': components['schemas']['Error412'];
         };
       };
       /** @description The body is larger than BODY_LIMIT (`payload_too_large`). */
@@ -10289,7 +10311,9 @@ export interface operations {
   deleteMcpServer: {
     parameters: {
       query?: never;
-      header?: never;
+      header?: {
+        'if-match'?: string;
+      };
       path: {
         name: string;
       };
@@ -10347,6 +10371,18 @@ export interface operations {
         };
         content: {
           'application/json': components['schemas']['Error404McpServerNotFound'];
+        };
+      };
+      /** @description If-Match does not match the revision (`revision_mismatch`; `details.revision`). */
+      412: {
+        headers: {
+          'X-RateLimit-Limit': components['headers']['RateLimitLimit'];
+          'X-RateLimit-Remaining': components['headers']['RateLimitRemaining'];
+          'X-RateLimit-Reset': components['headers']['RateLimitReset'];
+          [name: string]: unknown;
+        };
+        content: {
+          'application/json': components['schemas']['Error412'];
         };
       };
       /** @description The body is larger than BODY_LIMIT (`payload_too_large`). */
@@ -11169,6 +11205,7 @@ export interface operations {
       /** @description Created */
       201: {
         headers: {
+          ETag: components['headers']['ETag'];
           'Idempotent-Replayed': components['headers']['IdempotentReplayed'];
           'X-RateLimit-Limit': components['headers']['RateLimitLimit'];
           'X-RateLimit-Remaining': components['headers']['RateLimitRemaining'];
@@ -11306,6 +11343,7 @@ export interface operations {
       /** @description OK */
       200: {
         headers: {
+          ETag: components['headers']['ETag'];
           [name: string]: unknown;
         };
         content: {
@@ -12109,6 +12147,7 @@ export interface operations {
       /** @description OK */
       200: {
         headers: {
+          ETag: components['headers']['ETag'];
           'X-RateLimit-Limit': components['headers']['RateLimitLimit'];
           'X-RateLimit-Remaining': components['headers']['RateLimitRemaining'];
           'X-RateLimit-Reset': components['headers']['RateLimitReset'];
@@ -12542,6 +12581,7 @@ export interface operations {
       /** @description OK */
       200: {
         headers: {
+          ETag: components['headers']['ETag'];
           [name: string]: unknown;
         };
         content: {
@@ -12628,7 +12668,9 @@ export interface operations {
   putTool: {
     parameters: {
       query?: never;
-      header?: never;
+      header?: {
+        'if-match'?: string;
+      };
       path: {
         name: string;
       };
@@ -12680,6 +12722,7 @@ export interface operations {
       /** @description OK */
       200: {
         headers: {
+          ETag: components['headers']['ETag'];
           'X-RateLimit-Limit': components['headers']['RateLimitLimit'];
           'X-RateLimit-Remaining': components['headers']['RateLimitRemaining'];
           'X-RateLimit-Reset': components['headers']['RateLimitReset'];
@@ -12692,6 +12735,7 @@ export interface operations {
       /** @description Created */
       201: {
         headers: {
+          ETag: components['headers']['ETag'];
           'X-RateLimit-Limit': components['headers']['RateLimitLimit'];
           'X-RateLimit-Remaining': components['headers']['RateLimitRemaining'];
           'X-RateLimit-Reset': components['headers']['RateLimitReset'];
@@ -12739,6 +12783,18 @@ export interface operations {
         };
         content: {
           'application/json': components['schemas']['Error409AndToolNameConflict'];
+        };
+      };
+      /** @description If-Match does not match the revision (`revision_mismatch`; `details.revision`). */
+      412: {
+        headers: {
+          'X-RateLimit-Limit': components['headers']['RateLimitLimit'];
+          'X-RateLimit-Remaining': components['headers']['RateLimitRemaining'];
+          'X-RateLimit-Reset': components['headers']['RateLimitReset'];
+          [name: string]: unknown;
+        };
+        content: {
+          'application/json': components['schemas']['Error412'];
         };
       };
       /** @description The body is larger than BODY_LIMIT (`payload_too_large`). */
@@ -12817,7 +12873,9 @@ export interface operations {
   deleteTool: {
     parameters: {
       query?: never;
-      header?: never;
+      header?: {
+        'if-match'?: string;
+      };
       path: {
         name: string;
       };
@@ -12887,6 +12945,18 @@ export interface operations {
         };
         content: {
           'application/json': components['schemas']['Error409AndToolNameConflict'];
+        };
+      };
+      /** @description If-Match does not match the revision (`revision_mismatch`; `details.revision`). */
+      412: {
+        headers: {
+          'X-RateLimit-Limit': components['headers']['RateLimitLimit'];
+          'X-RateLimit-Remaining': components['headers']['RateLimitRemaining'];
+          'X-RateLimit-Reset': components['headers']['RateLimitReset'];
+          [name: string]: unknown;
+        };
+        content: {
+          'application/json': components['schemas']['Error412'];
         };
       };
       /** @description The body is larger than BODY_LIMIT (`payload_too_large`). */

@@ -10,6 +10,20 @@ type Keys<N extends number, A extends string[] = []> = A['length'] extends N ? A
 
 declare module 'ioredis' {
   interface RedisCommander<Context> {
+    /** tool-put-1.lua: `[1, rev]` created, `[0, rev]` replaced, `[-1, 0]` at the limit, `[-2, current]` If-Match. */
+    ttToolPut(
+      tools: string,
+      name: string,
+      definition: string,
+      max: number,
+      ifMatch: string,
+    ): Result<[outcome: number, revision: number], Context>;
+    /** tool-remove-1.lua: `[1, rev]` removed, `[0, 0]` none, `[-2, current]` If-Match. */
+    ttToolRemove(
+      tools: string,
+      name: string,
+      ifMatch: string,
+    ): Result<[outcome: number, revision: number], Context>;
     /** enqueue-6.lua: 1 queued, 0 known already, -1 the tenant's queue is full. */
     ttEnqueue(
       ...args: [
