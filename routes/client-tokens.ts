@@ -5,6 +5,7 @@
  */
 import type { FastifyPluginAsyncZod } from 'fastify-type-provider-zod';
 import { z } from 'zod';
+import { eventOf } from '../src/events/schemas.js';
 import { notFound, QuotaExceeded } from '../src/errors.js';
 import { routeErrors } from '../src/openapi/responses.js';
 import { SESSION_NOT_FOUND } from './mutations.js';
@@ -83,6 +84,18 @@ const routes: FastifyPluginAsyncZod = async (app) => {
       }
       sealInRecord(req, 'token');
       const { record } = out;
+      const expiresAt = new Date(record.expires_at).toISOString();
+      // Live news (no session field changes): a store outage here does not undo the token.
+      await app.store
+        .appendEvents(sessionId, [
+          eventOf('client_token.created', {
+            id: out.id,
+            scopes: record.scopes,
+            subject: record.subject,
+            expires_at: expiresAt,
+          }),
+        ])
+        .catch((err: unknown) => req.log.warn({ err }, 'client_token.created not logged'));
       return reply.code(201).send({
         id: out.id,
         object: 'client_token' as const,
@@ -90,7 +103,7 @@ const routes: FastifyPluginAsyncZod = async (app) => {
         session_id: record.session_id,
         scopes: record.scopes,
         subject: record.subject,
-        expires_at: new Date(record.expires_at).toISOString(),
+        expires_at: expiresAt,
         created_at: new Date(record.created_at).toISOString(),
       });
     },
@@ -116,6 +129,9 @@ const routes: FastifyPluginAsyncZod = async (app) => {
       const session = await app.store.load(sessionId);
       if (!session || session.tenant !== req.tenant) throw notFound('client_token');
       if (!(await tokens.revoke(sessionId, req.params.id))) throw notFound('client_token');
+      await app.store
+        .appendEvents(sessionId, [eventOf('client_token.revoked', { id: req.params.id })])
+        .catch((err: unknown) => req.log.warn({ err }, 'client_token.revoked not logged'));
       return { id: req.params.id, object: 'client_token' as const, deleted: true as const };
     },
   );

@@ -302,6 +302,14 @@ export function eventDataSchemas(session: z.ZodType) {
       reason: z.string(),
       error: z.unknown().optional(),
     }),
+    // A client token minted for the session or revoked (never the token itself).
+    'client_token.created': z.looseObject({
+      id: z.string(),
+      scopes: z.array(z.string()),
+      subject: z.string().nullable(),
+      expires_at: z.string(),
+    }),
+    'client_token.revoked': z.looseObject({ id: z.string() }),
     'action.expiring': z.looseObject(actionData),
     'action.timed_out': z.looseObject({ ...actionData, on_action_timeout: z.enum(['deny', 'fail']) }),
     // The descendants waiting for a client, as the parent's `required_action.children_waiting` (src/agents/waiting.ts).

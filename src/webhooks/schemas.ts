@@ -36,6 +36,8 @@ export const EVENT_TYPES = [
   'compaction.skipped',
   'schedule.fired',
   'schedule.skipped',
+  'client_token.created',
+  'client_token.revoked',
   'action.expiring',
   'action.timed_out',
   'children.waiting',

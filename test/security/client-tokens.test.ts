@@ -74,7 +74,7 @@ describe('client tokens', () => {
       { session_id: id, scopes: ['read'], ttl_s: 86_401 },
       { session_id: id, scopes: ['read'], subject: 'x'.repeat(257) },
       { session_id: id, scopes: ['read'], extra: 1 },
-      { session_id: 'nope', scopes: ['read'] },
+      { session_id: 'no pe', scopes: ['read'] },
     ]) {
       const res = await mint(h.api, bad);
       assert.equal(res.status, 400, JSON.stringify(bad));
@@ -368,6 +368,20 @@ describe('client tokens', () => {
     assert.equal((await h.api.req('DELETE', `/v1/client-tokens/${minted.body.id}`)).status, 404);
     const res = await h.api.as(t).get(`/v1/sessions/${id}`);
     assert.equal(res.status, 401);
+    // Both changes are events of the session (contract §7: an event for every change); the token is in neither.
+    const log = (await h.api.get(`/v1/sessions/${id}/events?limit=100`)).body.data.filter((e: any) =>
+      e.type.startsWith('client_token.'),
+    );
+    assert.deepEqual(
+      log.map((e: any) => [e.type, e.data.id]),
+      [
+        ['client_token.created', minted.body.id],
+        ['client_token.revoked', minted.body.id],
+      ],
+    );
+    assert.deepEqual(log[0].data.scopes, ['read', 'message']);
+    assert.equal(log[0].data.expires_at, minted.body.expires_at);
+    assert.ok(!JSON.stringify(log).includes(t));
     assert.equal(res.body.error.code, 'unauthorized');
     // A frame on the open socket is refused and the socket closed; the idle SSE stream ends at its next check.
     ws.send({ type: 'message', ref: 'late', text: 'x' });

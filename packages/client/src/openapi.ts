@@ -2368,6 +2368,45 @@ export interface components {
         [key: string]: unknown;
       };
     };
+    ClientTokenCreatedEvent: {
+      /** @description The event id (`<ms>-<seq>`): the cursor to resume after this event. */
+      id: string;
+      session_id: string;
+      /** Format: date-time */
+      at: string;
+      revision: number | null;
+      /**
+       * @description discriminator enum property added by openapi-typescript
+       * @enum {string}
+       */
+      type: 'client_token.created';
+      data: {
+        id: string;
+        scopes: string[];
+        subject: string | null;
+        expires_at: string;
+      } & {
+        [key: string]: unknown;
+      };
+    };
+    ClientTokenRevokedEvent: {
+      /** @description The event id (`<ms>-<seq>`): the cursor to resume after this event. */
+      id: string;
+      session_id: string;
+      /** Format: date-time */
+      at: string;
+      revision: number | null;
+      /**
+       * @description discriminator enum property added by openapi-typescript
+       * @enum {string}
+       */
+      type: 'client_token.revoked';
+      data: {
+        id: string;
+      } & {
+        [key: string]: unknown;
+      };
+    };
     ActionExpiringEvent: {
       /** @description The event id (`<ms>-<seq>`): the cursor to resume after this event. */
       id: string;
@@ -2468,6 +2507,8 @@ export interface components {
       | components['schemas']['CompactionSkippedEvent']
       | components['schemas']['ScheduleFiredEvent']
       | components['schemas']['ScheduleSkippedEvent']
+      | components['schemas']['ClientTokenCreatedEvent']
+      | components['schemas']['ClientTokenRevokedEvent']
       | components['schemas']['ActionExpiringEvent']
       | components['schemas']['ActionTimedOutEvent']
       | components['schemas']['ChildrenWaitingEvent'];
@@ -8559,6 +8600,8 @@ export interface operations {
             | 'compaction.skipped'
             | 'schedule.fired'
             | 'schedule.skipped'
+            | 'client_token.created'
+            | 'client_token.revoked'
             | 'action.expiring'
             | 'action.timed_out'
             | 'children.waiting'
@@ -8976,6 +9019,8 @@ export interface operations {
             | 'compaction.skipped'
             | 'schedule.fired'
             | 'schedule.skipped'
+            | 'client_token.created'
+            | 'client_token.revoked'
             | 'action.expiring'
             | 'action.timed_out'
             | 'children.waiting'
