@@ -168,7 +168,12 @@ const routes: FastifyPluginAsyncZod = async (app) => {
       }
       if (b.overlap !== undefined) set['overlap'] = b.overlap;
       if (b.paused !== undefined) set['paused'] = b.paused ? '1' : '0';
-      return send(reply, await store.update(req.tenant, s.id, set, del, parseIfMatch(req)));
+      // The event names every field given, with its value but for `session` (a whole create body).
+      const { session: _session, ...changes } = b;
+      return send(
+        reply,
+        await store.update(s, set, del, { fields: Object.keys(b), ...changes }, parseIfMatch(req)),
+      );
     },
   );
 

@@ -296,6 +296,10 @@ export function eventDataSchemas(session: z.ZodType) {
       session_id: z.string(),
       late_ms: z.number(),
     }),
+    'schedule.updated': z.looseObject({
+      schedule_id: z.string(),
+      fields: z.array(z.string()),
+    }),
     'schedule.skipped': z.looseObject({
       schedule_id: z.string(),
       scheduled_for: z.string(),

@@ -58,20 +58,32 @@ export class ScheduleStore {
     return s;
   }
 
-  /** Changes fields (If-Match: `revision`), then puts the schedule's due entry where the record says. */
+  /**
+   * Changes fields (If-Match: `revision`) and logs `schedule.updated` with `changes` (`fields` given, their values;
+   * one script), then puts the
+   * schedule's due entry where the record says.
+   */
   async update(
-    tenant: string,
-    id: string,
+    s: ScheduleRecord,
     set: Record<string, string>,
     del: string[],
+    changes: Record<string, unknown>,
     revision?: number,
   ): Promise<ScheduleRecord> {
-    const [code, rev] = await this.redis.schedUpdate(
-      scheduleKeys(id).meta,
-      tenant,
-      revision === undefined ? '' : String(revision),
-      JSON.stringify(set),
-      JSON.stringify(del),
+    const { id, tenant } = s;
+    const k = scheduleKeys(id);
+    const [code, rev] = await this.withTap(s, ['schedule.updated'], () =>
+      this.redis.schedUpdate(
+        k.meta,
+        k.events,
+        tenant,
+        revision === undefined ? '' : String(revision),
+        JSON.stringify(set),
+        JSON.stringify(del),
+        Date.now(),
+        JSON.stringify({ schedule_id: id, ...changes }),
+        ...this.logArgs(id),
+      ),
     );
     if (code === 0) throw scheduleNotFound();
     if (code === -1) throw revisionMismatch(rev);

@@ -36,6 +36,7 @@ export const EVENT_TYPES = [
   'compaction.skipped',
   'schedule.fired',
   'schedule.skipped',
+  'schedule.updated',
   'client_token.created',
   'client_token.revoked',
   'action.expiring',

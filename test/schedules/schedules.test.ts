@@ -173,7 +173,8 @@ describe('schedules', { timeout: 240_000 }, () => {
       assert.equal(res.body.error.code, 'schedule_not_found');
     }
     assert.equal((await h.api.as('').get(`/v1/schedules/${ids[0]}`)).status, 401);
-    assert.equal((await a.get('/v1/schedules/not-an-id')).status, 400);
+    assert.equal((await a.get('/v1/schedules/not.an.id')).status, 400);
+    assert.equal((await a.get('/v1/schedules/sch_missing')).status, 404);
     for (const id of ids) await a.req('DELETE', `/v1/schedules/${id}`);
   });
 
@@ -290,6 +291,17 @@ describe('schedules', { timeout: 240_000 }, () => {
     );
     assert.equal(ok.status, 200);
     assert.ok(Date.parse(ok.body.next_run_at) >= Date.now() - 1000);
+    // Each PATCH is an event of the schedule's log, at the revision it made; the refused one is not.
+    const updates = (await a.get(`/v1/schedules/${s.id}/events?limit=500`)).body.data.filter(
+      (e: { type: string }) => e.type === 'schedule.updated',
+    );
+    assert.deepEqual(
+      updates.map((e: any) => [e.data.fields, e.data.paused, e.revision]),
+      [
+        [['paused'], true, paused.body.revision],
+        [['paused'], false, ok.body.revision],
+      ],
+    );
     await until(
       async () => (await a.get(`/v1/schedules/${s.id}`)).body.fires > n,
       20_000,

@@ -2368,6 +2368,25 @@ export interface components {
         [key: string]: unknown;
       };
     };
+    ScheduleUpdatedEvent: {
+      /** @description The event id (`<ms>-<seq>`): the cursor to resume after this event. */
+      id: string;
+      session_id: string;
+      /** Format: date-time */
+      at: string;
+      revision: number | null;
+      /**
+       * @description discriminator enum property added by openapi-typescript
+       * @enum {string}
+       */
+      type: 'schedule.updated';
+      data: {
+        schedule_id: string;
+        fields: string[];
+      } & {
+        [key: string]: unknown;
+      };
+    };
     ClientTokenCreatedEvent: {
       /** @description The event id (`<ms>-<seq>`): the cursor to resume after this event. */
       id: string;
@@ -2507,6 +2526,7 @@ export interface components {
       | components['schemas']['CompactionSkippedEvent']
       | components['schemas']['ScheduleFiredEvent']
       | components['schemas']['ScheduleSkippedEvent']
+      | components['schemas']['ScheduleUpdatedEvent']
       | components['schemas']['ClientTokenCreatedEvent']
       | components['schemas']['ClientTokenRevokedEvent']
       | components['schemas']['ActionExpiringEvent']
@@ -8600,6 +8620,7 @@ export interface operations {
             | 'compaction.skipped'
             | 'schedule.fired'
             | 'schedule.skipped'
+            | 'schedule.updated'
             | 'client_token.created'
             | 'client_token.revoked'
             | 'action.expiring'
@@ -9019,6 +9040,7 @@ export interface operations {
             | 'compaction.skipped'
             | 'schedule.fired'
             | 'schedule.skipped'
+            | 'schedule.updated'
             | 'client_token.created'
             | 'client_token.revoked'
             | 'action.expiring'

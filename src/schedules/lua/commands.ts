@@ -17,13 +17,17 @@ declare module 'ioredis' {
       runs: string,
       ...args: Array<string | number>
     ): Result<number, Context>;
-    /** update-1.lua. */
+    /** update-2.lua. */
     schedUpdate(
       meta: string,
+      events: string,
       tenant: string,
       revision: string,
       set: string,
       del: string,
+      now: number,
+      data: string,
+      ...log: [channel: string, max: number, notice: number, bytes: number]
     ): Result<[code: number, revision: number], Context>;
   }
 }
