@@ -280,6 +280,8 @@ export const configSchema = z.object({
   MCP_SERVERS: mcpServersVar.optional(),
   /** One MCP tool call's time limit (ms); beyond it the model gets an `is_error` result. */
   MCP_CALL_TIMEOUT_MS: positiveMs.default(60_000),
+  /** One MCP tool call's whole time (ms), whatever progress it reports (each notice restarts MCP_CALL_TIMEOUT_MS). */
+  MCP_CALL_MAX_MS: positiveMs.default(600_000),
   /** An MCP server's tool list is listed again after this long (ms), or at once on `notifications/tools/list_changed`. */
   MCP_TOOLS_TTL_MS: positiveMs.default(300_000),
   /** Connecting to an MCP server (initialize) and listing its tools may take this long (ms). */

@@ -17,4 +17,9 @@ export interface ServerTool {
   idempotentFor?: (input: unknown) => boolean;
   /** A tenant tool's copy: its calls become tool tasks (src/tenant-tools/) instead of running here. */
   runner?: 'worker' | 'http';
+  /**
+   * The `tool` label of its calls in the metrics, when not its name: a name a tenant made up (a tenant MCP server's
+   * tools) never reaches the unauthenticated /metrics, nor grows its series.
+   */
+  metricLabel?: string;
 }

@@ -47,7 +47,7 @@ export function serverRunnables(
   durations: Map<string, number>,
 ): BetaRunnableTool[] {
   const out: BetaRunnableTool[] = [];
-  for (const [name, { tool }] of sessionTools) {
+  for (const [name, { tool, metricLabel }] of sessionTools) {
     out.push({
       ...tool,
       run: async (args: unknown, ctx?: BetaToolRunContext) => {
@@ -66,7 +66,7 @@ export function serverRunnables(
           return out;
         } finally {
           const ms = performance.now() - t0;
-          toolRan(deps.metrics, name, ms, ok);
+          toolRan(deps.metrics, metricLabel ?? name, ms, ok);
           if (ctx?.toolUse.id) durations.set(ctx.toolUse.id, Math.round(ms));
         }
       },

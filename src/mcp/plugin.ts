@@ -17,6 +17,7 @@ export interface McpPluginOptions {
     Config,
     | 'MCP_SERVERS'
     | 'MCP_CALL_TIMEOUT_MS'
+    | 'MCP_CALL_MAX_MS'
     | 'MCP_TOOLS_TTL_MS'
     | 'MCP_CONNECT_TIMEOUT_MS'
     | 'TOOL_RESULT_MAX_BYTES'
@@ -48,6 +49,7 @@ export default fp<McpPluginOptions>(
       tenants,
       {
         callTimeoutMs: config.MCP_CALL_TIMEOUT_MS,
+        callMaxMs: config.MCP_CALL_MAX_MS,
         toolsTtlMs: config.MCP_TOOLS_TTL_MS,
         connectTimeoutMs: config.MCP_CONNECT_TIMEOUT_MS,
         resultMaxBytes: config.TOOL_RESULT_MAX_BYTES,

@@ -22,6 +22,8 @@ import type { McpServerConfig } from './config.js';
 
 export interface McpPoolOptions {
   callTimeoutMs: number;
+  /** A call's whole time, however often progress restarts `callTimeoutMs` (MCP_CALL_MAX_MS; absent: unbounded). */
+  callMaxMs?: number;
   toolsTtlMs: number;
   connectTimeoutMs: number;
   /** TOOL_RESULT_MAX_BYTES: most bytes of a result's content; the wire is cut at twice this plus 64 KiB. */
@@ -209,8 +211,10 @@ export class McpServerClient {
         conn.client.callTool({ name, ...(args ? { arguments: args } : {}) }, undefined, {
           signal: ac.signal,
           timeout: this.opts.callTimeoutMs,
-          // A server that reports progress keeps its call alive: each notice starts the timeout again.
+          // A server that reports progress keeps its call alive: each notice starts the timeout again, up to the
+          // call's whole bound (a server that never stops reporting cannot hold the run for ever).
           resetTimeoutOnProgress: true,
+          ...(this.opts.callMaxMs !== undefined ? { maxTotalTimeout: this.opts.callMaxMs } : {}),
           onprogress: (p) => {
             if (!onProgress) return;
             onProgress({
@@ -234,8 +238,12 @@ export class McpServerClient {
       const reason: unknown = ac.signal.reason;
       if (reason instanceof McpCallCut || reason instanceof McpResultTooLarge) throw reason;
       if (err instanceof McpError && err.code === ErrorCode.RequestTimeout) {
+        // The SDK says which bound it was: its message names the maximum total timeout when that one passed.
+        const whole = /total/i.test(err.message) && this.opts.callMaxMs !== undefined;
         throw new Error(
-          `the MCP server "${this.config.name}" did not answer within ${this.opts.callTimeoutMs} ms`,
+          whole
+            ? `the MCP server "${this.config.name}" did not finish within ${this.opts.callMaxMs} ms (MCP_CALL_MAX_MS), progress notwithstanding`
+            : `the MCP server "${this.config.name}" did not answer within ${this.opts.callTimeoutMs} ms`,
           { cause: err },
         );
       }

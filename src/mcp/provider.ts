@@ -21,6 +21,9 @@ import { TenantPool, type TenantPoolOptions } from './tenant-pool.js';
 import type { TenantMcpStore } from './tenant-store.js';
 import { eventOf } from '../events/schemas.js';
 
+/** The `tool` label of a tenant MCP server's calls in the metrics (their names are the tenant's). */
+const TENANT_MCP_METRIC_LABEL = 'tenant_mcp';
+
 /** Names the Messages API accepts for a tool; an MCP tool named otherwise is left out (and logged). */
 const API_TOOL_NAME = /^[A-Za-z0-9_-]{1,128}$/;
 
@@ -248,6 +251,8 @@ export class McpTools implements ToolProvider {
         return server.callTool(params.name, params.arguments, c?.signal, c?.progress);
       },
     };
+    // An operator's server (MCP_SERVERS) names its tools in the metrics; a tenant's server does not.
+    const operator = this.servers.get(server.config.name) === server;
     // MCP's `Tool` is the SDK's `MCPToolLike` but for zod's looser spelling of `inputSchema`.
     const defs = tools.map((t): MCPToolLike => ({ ...t, inputSchema: { ...t.inputSchema, type: 'object' } }));
     return mcpTools(defs, client).map((tool, i): ServerTool => {
@@ -260,7 +265,12 @@ export class McpTools implements ToolProvider {
           return callContext.run({ signal: ctx?.signal ?? undefined, progress }, () => tool.run(input, ctx));
         },
       };
-      return { tool: wrapped, requiresApproval: false, idempotent: idempotentTool(tools[i]!) };
+      return {
+        tool: wrapped,
+        requiresApproval: false,
+        idempotent: idempotentTool(tools[i]!),
+        ...(operator ? {} : { metricLabel: TENANT_MCP_METRIC_LABEL }),
+      };
     });
   }
 

@@ -163,7 +163,10 @@ export class RunTelemetry {
   }
 }
 
-/** Times one server tool call (ms, as the engine measures it) by tool and outcome. Tool names are the server's own. */
+/**
+ * Times one server tool call (ms, as the engine measures it) by tool and outcome. `tool` is a name of the server's
+ * own or an operator's (a tenant's tools are labelled by kind: `ServerTool.metricLabel`).
+ */
 export function toolRan(metrics: Metrics, tool: string, ms: number, ok: boolean): void {
   metrics.toolDuration.observe({ tool, outcome: ok ? 'ok' : 'error' }, seconds(ms));
 }

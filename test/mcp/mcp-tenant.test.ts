@@ -8,6 +8,7 @@ import { startHarness, type Api, type Harness } from '../helpers/service.js';
 import { startMcpServer, type TestMcpServer } from '../helpers/mcp-server.js';
 import { Redis } from 'ioredis';
 import { text, toolCall } from '../fake/script.js';
+import { parseExposition } from '../helpers/prometheus.js';
 
 const TOKEN = 'tenant-mcp-token-0f3c';
 const LIMIT = 100_000;
@@ -172,6 +173,13 @@ describe('tenant MCP servers', { timeout: 240_000 }, () => {
     const names = (h.fake.requests[0]!.body.tools as any[]).map((t) => t.name);
     assert.ok(names.includes('echo'));
     assert.ok(!names.includes('needs_task'), 'a tool that needs task-based execution is not offered');
+    // The unauthenticated /metrics names no tool of a tenant's server (the tenant made its names up).
+    const metrics = parseExposition(String((await h.api.get('/metrics')).body));
+    const toolLabels = new Set(
+      metrics.filter((m) => m.name === 'trs_tool_duration_seconds_count').map((m) => m.labels['tool']),
+    );
+    assert.ok(toolLabels.has('tenant_mcp'), [...toolLabels].join());
+    assert.ok(!toolLabels.has('echo'), [...toolLabels].join());
 
     const b = await apiB.post('/v1/sessions', { input: 'echo', tools: [{ mcp_server: 'mine' }] });
     assert.equal(b.status, 400, JSON.stringify(b.body));
@@ -295,6 +303,8 @@ describe(
           WEBHOOK_ALLOW_PRIVATE: 'true',
           // A call that reports progress outlives this: each notice starts it again.
           MCP_CALL_TIMEOUT_MS: '1500',
+          // ...and none outlives this, however it reports progress.
+          MCP_CALL_MAX_MS: '9000',
           TOOL_RESULT_MAX_BYTES: '2048',
           TEST_LOG_LEVEL: process.env['TEST_LOG_LEVEL'] ?? 'silent',
         },
@@ -337,6 +347,18 @@ describe(
         total: 25,
         message: 'step 25',
       });
+    });
+
+    it('a call that reports progress for ever is cut at MCP_CALL_MAX_MS: an is_error result, the run goes on', async () => {
+      // 80 notices 250 ms apart: 20 s, past the 9 s bound, though no gap reaches the 1.5 s call timeout.
+      h.fake.enqueue(toolCall('progress', { steps: 80, ms: 250 }, { id: 'toolu_long' }), text('gave up'));
+      const created = await api.post('/v1/sessions', { input: 'progress', tools: [{ mcp_server: 'mine' }] });
+      const done = await api.waitStatus(created.body.id, ['idle', 'failed', 'requires_action'], 60_000);
+      assert.equal(done.status, 'idle', JSON.stringify(done));
+      const [r] = lastResults(h);
+      assert.equal(r.tool_use_id, 'toolu_long');
+      assert.equal(r.is_error, true);
+      assert.match(JSON.stringify(r.content), /did not finish within 9000 ms \(MCP_CALL_MAX_MS\)/);
     });
 
     it('a server-run tool (memory) whose result passes TOOL_RESULT_MAX_BYTES answers is_error naming the limit', async () => {
