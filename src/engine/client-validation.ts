@@ -7,16 +7,70 @@
  * Schemas are compiled here (src/schemas.ts only checks them against the meta-schema), each in a fresh Ajv instance
  * that is dropped with it: nothing one tenant's schema registers (`$id`, anchors) is seen by another compile, and
  * the root `$id` / `$schema` are left out. Compiled validators are kept in one LRU bounded in entries, in schema
- * bytes and per tenant. A schema is at most TOOL_SCHEMA_MAX_BYTES; a compile slower than `COMPILE_BUDGET_MS` (or one
- * that fails) is refused at create (400) and, met at run time, leaves the call unchecked (the client gets it).
+ * bytes and per tenant. A schema is at most TOOL_SCHEMA_MAX_BYTES and MAX_SCHEMA_NODES objects; a compile slower than
+ * `COMPILE_BUDGET_MS` (or one that fails, or one past the tenant's compile time for the minute) is refused at create
+ * (400) and, met at run time, leaves the call unchecked (the client gets it). Patterns run on RE2 (`re2`).
  */
 import { createHash } from 'node:crypto';
 import { Ajv, type ErrorObject, type ValidateFunction } from 'ajv';
+import { RE2JS } from 're2js';
 
 const MAX_ENTRIES = 1024;
 const MAX_PER_TENANT = 64;
 const MAX_CACHED_BYTES = 16 * 1024 * 1024;
 const COMPILE_BUDGET_MS = 250;
+/**
+ * Most objects (subschemas, keyword maps) in a schema that is compiled. Compiling runs on the event loop and its
+ * time grows faster than the schema (ajv with `allErrors`: 800 `anyOf` branches took 1.3 s where 200 took 0.18 s),
+ * so the size is bounded before compiling, not timed after.
+ */
+const MAX_SCHEMA_NODES = 300;
+/** Compile time (ms) one tenant may spend on this process in a minute: past it, its new schemas wait. */
+const COMPILE_MS_PER_TENANT_MINUTE = 1000;
+
+/**
+ * `pattern` and `patternProperties` run on RE2 (re2js): linear in the input, whatever the pattern, where a
+ * backtracking engine takes exponential time on `^(a+)+$` against a tenant's input and stops the loop for everyone.
+ * A pattern RE2 cannot run (lookaround, back-references) makes the schema refused at create.
+ */
+function re2(pattern: string): { test: (s: string) => boolean } {
+  const re = RE2JS.compile(pattern);
+  return { test: (s) => re.test(s) };
+}
+re2.code = 're2';
+
+/** Compile time spent by tenant in the current minute (windows start at a tenant's first compile in them). */
+const compileSpent = new Map<string, { since: number; ms: number }>();
+
+function compileBudgetLeft(tenant: string, now: number): boolean {
+  const spent = compileSpent.get(tenant);
+  if (!spent || now - spent.since >= 60_000) {
+    compileSpent.delete(tenant);
+    return true;
+  }
+  return spent.ms < COMPILE_MS_PER_TENANT_MINUTE;
+}
+
+function noteCompile(tenant: string, now: number, ms: number): void {
+  const spent = compileSpent.get(tenant);
+  if (spent && now - spent.since < 60_000) spent.ms += ms;
+  else compileSpent.set(tenant, { since: now, ms });
+  // Bounded by the tenants active in a minute; the stale ones go as they are met.
+  if (compileSpent.size > 10_000)
+    for (const [t, v] of compileSpent) if (now - v.since >= 60_000) compileSpent.delete(t);
+}
+
+/** Objects in `v` (arrays walked through), counted up to `max` + 1. */
+function nodesOf(v: unknown, max: number, n = 0): number {
+  if (n > max || typeof v !== 'object' || v === null) return n;
+  if (Array.isArray(v)) {
+    for (const x of v) n = nodesOf(x, max, n);
+    return n;
+  }
+  n++;
+  for (const x of Object.values(v)) n = nodesOf(x, max, n);
+  return n;
+}
 /** Most violations listed in one result. */
 const MAX_ISSUES = 20;
 
@@ -45,6 +99,9 @@ function forget(key: string): void {
 
 function compile(schema: Record<string, unknown>): Compiled {
   const { $id: _id, $schema: _schema, ...rest } = schema;
+  const nodes = nodesOf(rest, MAX_SCHEMA_NODES);
+  if (nodes > MAX_SCHEMA_NODES)
+    return { problem: `the schema has more than ${MAX_SCHEMA_NODES} subschemas and keyword objects` };
   const t0 = performance.now();
   try {
     const ajv = new Ajv({
@@ -53,6 +110,7 @@ function compile(schema: Record<string, unknown>): Compiled {
       verbose: true,
       addUsedSchema: false,
       logger: false,
+      code: { regExp: re2 },
     });
     const validate = ajv.compile(rest);
     const ms = performance.now() - t0;
@@ -74,7 +132,15 @@ function compiledFor(tenant: string, schema: Record<string, unknown>): Compiled 
     cache.set(key, hit);
     return hit.compiled;
   }
+  const now = Date.now();
+  // Not kept: the same schema compiles once the tenant's minute is over.
+  if (!compileBudgetLeft(tenant, now))
+    return {
+      problem: `this tenant compiled schemas for more than ${COMPILE_MS_PER_TENANT_MINUTE} ms in the last minute; try again later`,
+    };
+  const t0 = performance.now();
   const compiled = compile(schema);
+  noteCompile(tenant, now, performance.now() - t0);
   cache.set(key, { tenant, bytes: text.length, compiled });
   cachedBytes += text.length;
   perTenant.set(tenant, (perTenant.get(tenant) ?? 0) + 1);

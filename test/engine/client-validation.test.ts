@@ -116,6 +116,50 @@ describe('client tool validation', { timeout: 120_000 }, () => {
     assert.equal(results.find((b: any) => b.tool_use_id === 'toolu_ok').content, 'the page');
   });
 
+  it('patterns run on RE2: a backtracking pattern answers at once, lookarounds are refused; big schemas are refused', async () => {
+    const rx = {
+      name: 'rx',
+      input_schema: { type: 'object', properties: { s: { type: 'string', pattern: '^(a+)+$' } } },
+      validate: true,
+    };
+    // 60 a's and a "!": a backtracking engine tries ~2^60 ways to match before it fails (the loop would stop for
+    // years); RE2 is linear. The call is answered as invalid, and the run goes on.
+    h.fake.enqueue(toolCall('rx', { s: `${'a'.repeat(60)}!` }, { id: 'toolu_rx' }), text('ok'));
+    const created = await api.post('/v1/sessions', { input: 'x', tools: [rx] });
+    assert.equal(created.status, 201, JSON.stringify(created.body));
+    const done = await api.waitStatus(created.body.id, ['idle', 'failed', 'requires_action'], 30_000);
+    assert.equal(done.status, 'idle', JSON.stringify(done));
+    const result = (h.fake.requests[1]!.messages.at(-1) as any).content[0];
+    assert.equal(result.is_error, true);
+    assert.match(result.content, /"path": \[\s*"s"\s*\]/);
+
+    const lookahead = {
+      ...rx,
+      input_schema: { type: 'object', properties: { s: { type: 'string', pattern: '^(?=a)a+$' } } },
+    };
+    const refused = await api.post('/v1/sessions', { input: 'x', tools: [lookahead], start: false });
+    assert.equal(refused.status, 400, JSON.stringify(refused.body));
+    assert.match(refused.body.error.message, /cannot be compiled/);
+
+    const wide = {
+      ...rx,
+      input_schema: {
+        type: 'object',
+        properties: {
+          a: {
+            anyOf: Array.from({ length: 200 }, (_, i) => ({
+              type: 'object',
+              properties: { [`k${i}`]: { const: i } },
+            })),
+          },
+        },
+      },
+    };
+    const big = await api.post('/v1/sessions', { input: 'x', tools: [wide], start: false });
+    assert.equal(big.status, 400, JSON.stringify(big.body));
+    assert.match(big.body.error.message, /more than 300 subschemas/);
+  });
+
   it('a schema that cannot validate is refused at create (400); $id of one tenant never reaches another', async () => {
     const broken = {
       ...fetchPage,
@@ -124,7 +168,8 @@ describe('client tool validation', { timeout: 120_000 }, () => {
     const r = await api.post('/v1/sessions', { input: 'x', tools: [broken] });
     assert.equal(r.status, 400, JSON.stringify(r.body));
     assert.equal(r.body.error.code, 'invalid_request');
-    assert.match(r.body.error.message, /fetch_page/);
+    // Refused with the body now (a reference that points at nothing, whether or not the tool validates).
+    assert.match(JSON.stringify(r.body.error.details), /points at nothing/);
 
     // The same $id with other constraints for each tenant: each gets its own schema's answer.
     const withId = (type: string) => ({
