@@ -35,6 +35,9 @@ const eventsQuery = z.strictObject({
   limit: z.coerce.number().int().min(1).max(500).default(100),
 });
 
+/** Bytes of the `session` bodies in one page of `GET /v1/schedules` (at least one schedule a page). */
+const LIST_PAGE_MAX_BYTES = 1_048_576;
+
 function send(reply: FastifyReply, s: ScheduleRecord, code = 200) {
   return reply.code(code).header('etag', `"${s.revision}"`).send(scheduleView(s));
 }
@@ -112,7 +115,7 @@ const routes: FastifyPluginAsyncZod = async (app) => {
       },
     },
     async (req) => {
-      const page = await store.list(req.tenant, req.query.limit, req.query.cursor);
+      const page = await store.list(req.tenant, req.query.limit, req.query.cursor, LIST_PAGE_MAX_BYTES);
       return { data: page.items.map(scheduleView), next_cursor: page.next, has_more: page.next !== null };
     },
   );

@@ -102,21 +102,32 @@ export class ScheduleStore {
     ]);
   }
 
-  /** A page of the tenant's schedules, newest first; the cursor is the index member of the previous page's last. */
+  /**
+   * A page of the tenant's schedules, newest first; the cursor is the index member of the previous page's last. A
+   * page stops before the schedule that would take its `session` bodies past `maxBytes` (never empty): a schedule
+   * holds a whole create body, so `limit` alone does not bound the answer.
+   */
   async list(
     tenant: string,
     limit: number,
-    cursor?: string,
+    cursor: string | undefined,
+    maxBytes: number,
   ): Promise<{ items: ScheduleRecord[]; next: string | null }> {
     if (cursor && !/^\d{15}:sch_[A-Za-z0-9]+$/.test(cursor))
       throw new InvalidRequest('invalid_cursor', 'The cursor is not one this service gave.');
     const key = tenantSchedulesKey(tenant);
     const members = await this.redis.zrevrangebylex(key, cursor ? `(${cursor}` : '+', '-', 'LIMIT', 0, limit);
     const items: ScheduleRecord[] = [];
-    for (const m of members) {
+    let bytes = 0;
+    for (const [i, m] of members.entries()) {
       const s = await this.read(m.slice(16));
-      if (s && s.tenant === tenant) items.push(s);
-      else await this.redis.zrem(key, m);
+      if (!s || s.tenant !== tenant) {
+        await this.redis.zrem(key, m);
+        continue;
+      }
+      bytes += s.session.length;
+      if (bytes > maxBytes && items.length > 0) return { items, next: members[i - 1]! };
+      items.push(s);
     }
     return { items, next: members.length === limit ? members.at(-1)! : null };
   }

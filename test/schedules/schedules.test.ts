@@ -178,6 +178,32 @@ describe('schedules', { timeout: 240_000 }, () => {
     for (const id of ids) await a.req('DELETE', `/v1/schedules/${id}`);
   });
 
+  it('bounds a page of the list by bytes: schedules holding big session bodies come a few a page', async () => {
+    const ids: string[] = [];
+    for (let i = 0; i < 3; i++) {
+      const r = await a.post('/v1/schedules', {
+        cron: '0 3 * * *',
+        session: { input: `n${i}`, system: `${i}`.repeat(400_000) },
+      });
+      assert.equal(r.status, 201, JSON.stringify(r.body).slice(0, 300));
+      ids.push(r.body.id);
+    }
+    // 1 MiB of bodies a page: two of 400 kB, then the third on the next page.
+    const page1 = await a.get('/v1/schedules?limit=100');
+    assert.deepEqual(
+      page1.body.data.map((s: { id: string }) => s.id),
+      [ids[2], ids[1]],
+    );
+    assert.equal(page1.body.has_more, true);
+    const page2 = await a.get(`/v1/schedules?limit=100&cursor=${encodeURIComponent(page1.body.next_cursor)}`);
+    assert.deepEqual(
+      page2.body.data.map((s: { id: string }) => s.id),
+      [ids[0]],
+    );
+    assert.equal(page2.body.has_more, false);
+    for (const id of ids) await a.req('DELETE', `/v1/schedules/${id}`);
+  });
+
   it('overlap allow creates a session at every fire; skip none while the last one waits', async () => {
     const body = { session: { input: 'triage', tools: [lookup] }, cron: '* * * * * *' };
     const allow = (await a.post('/v1/schedules', { ...body, overlap: 'allow' })).body;

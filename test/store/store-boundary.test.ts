@@ -161,7 +161,11 @@ describe('the store boundary: StoreUnavailable from every store operation', { ti
       await assertStoreUnavailable(app.store.runs.leaseHolder(session.id), 'RunQueue.leaseHolder', down);
       await assertStoreUnavailable(app.store.spend.days('acme', day, day), 'TenantSpend.days (MULTI)', down);
       await assertStoreUnavailable(app.webhooks.store.list('acme'), 'WebhookStore.list', down);
-      await assertStoreUnavailable(app.schedules.store.list('acme', 10), 'ScheduleStore.list', down);
+      await assertStoreUnavailable(
+        app.schedules.store.list('acme', 10, undefined, 1_048_576),
+        'ScheduleStore.list',
+        down,
+      );
       await assertStoreUnavailable(app.tenantTools.list('acme'), 'TenantToolRegistry.list', down);
       await assertStoreUnavailable(app.memory.list('acme', ''), 'MemoryStore.list', down);
       await assertStoreUnavailable(
