@@ -268,6 +268,8 @@ export const configSchema = z.object({
   WEBHOOK_MAX_PER_TENANT: z.coerce.number().int().min(1).max(1000).default(20),
   /** Undelivered events kept per endpoint; beyond it new ones are dropped (and logged). */
   WEBHOOK_MAX_PENDING: positiveMs.default(10_000),
+  /** Bytes of the undelivered events kept per endpoint (each a copy of its event): newer ones are dropped. */
+  WEBHOOK_MAX_PENDING_BYTES: z.coerce.number().int().min(65_536).default(16_777_216),
   /** How often each replica looks for due deliveries and unswept event logs (ms). */
   WEBHOOK_POLL_MS: positiveMs.default(500),
   /**

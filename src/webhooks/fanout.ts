@@ -1,3 +1,4 @@
+import type { PendingBounds } from './outbox.js';
 import type { FastifyBaseLogger as Logger } from 'fastify';
 import { envelope } from '../events/envelope.js';
 import { parseStreamEntry } from '../store/store.js';
@@ -21,7 +22,7 @@ const PARALLEL = 8;
 export interface FanoutOptions {
   store: WebhookStore;
   owner: string;
-  maxPending: number;
+  maxPending: PendingBounds;
   log: Logger;
   tenantOf: (sessionId: string) => string | undefined;
   /** Told of endpoints that got messages. */

@@ -34,6 +34,12 @@ export interface DeliveryLogEntry {
   outcome?: Outcome;
 }
 
+/** An endpoint's outbox bounds: messages waiting (WEBHOOK_MAX_PENDING) and their bytes (WEBHOOK_MAX_PENDING_BYTES). */
+export interface PendingBounds {
+  count: number;
+  bytes: number;
+}
+
 export interface OutboxLimits {
   maxPending: number;
   leaseMs: number;
@@ -141,14 +147,14 @@ export class WebhookOutbox {
 
   /**
    * Puts messages in the webhook's outbox, each at most once while pending or lately settled, within
-   * `maxPending` (atomic, one script); then schedules the webhook now in the due set. Null when the webhook is
+   * `maxPending` messages and bytes (atomic, one script; past either a message is dropped); then schedules the webhook now in the due set. Null when the webhook is
    * gone or disabled.
    */
   async enqueue(
     webhookId: string,
     messages: Array<[string, string]>,
     now: number,
-    maxPending: number,
+    maxPending: PendingBounds,
   ): Promise<{ added: number; dropped: number } | null> {
     const k = webhookKeys(webhookId);
     const args: Array<string | number> = [
@@ -158,7 +164,8 @@ export class WebhookOutbox {
       k.attempts,
       k.settled,
       now,
-      maxPending,
+      maxPending.count,
+      maxPending.bytes,
     ];
     for (const [id, body] of messages) args.push(id, body);
     const [added, dropped] = await this.redis.whEnqueue(...args);

@@ -9,6 +9,7 @@ import { Fanout } from './fanout.js';
 import { parseSecretKey, SecretBox } from './secrets.js';
 import { WebhookStore } from './store.js';
 import { createTap, Interest } from './tap.js';
+import type { PendingBounds } from './outbox.js';
 import { componentLog } from '../log.js';
 import { retryWhileUnavailable } from '../store/unavailable.js';
 
@@ -22,7 +23,7 @@ declare module 'fastify' {
       box: SecretBox;
       allowPrivate: boolean;
       maxPerTenant: number;
-      maxPending: number;
+      maxPending: PendingBounds;
       /** Claims the endpoint's due messages in this process now. */
       kick(webhookId: string): void;
       /** Whether this process's interest cache has an enabled webhook of `tenant` for `type` (what the tap sees). */
@@ -49,6 +50,10 @@ export default fp<{ config: Config }>(
     );
     const owner = `${hostname()}-${process.pid}-${randomBytes(3).toString('hex')}`;
     const graceMs = config.WEBHOOK_SWEEP_GRACE_MS;
+    const pendingBounds: PendingBounds = {
+      count: config.WEBHOOK_MAX_PENDING,
+      bytes: config.WEBHOOK_MAX_PENDING_BYTES,
+    };
     // Marks are refreshed well within the grace (see tap.ts): grace ≥ refresh + command timeout + skew.
     const refreshMs = Math.max(100, Math.min(5000, Math.floor((graceMs - COMMAND_TIMEOUT_MS) / 2)));
     const interest = new Interest(store);
@@ -64,7 +69,7 @@ export default fp<{ config: Config }>(
     const fanout = new Fanout({
       store,
       owner,
-      maxPending: config.WEBHOOK_MAX_PENDING,
+      maxPending: pendingBounds,
       log,
       tenantOf: tapped.tenantOf,
       enqueued: (id) => dispatcher.kick(id),
@@ -120,7 +125,7 @@ export default fp<{ config: Config }>(
       box,
       allowPrivate: config.WEBHOOK_ALLOW_PRIVATE,
       maxPerTenant: config.WEBHOOK_MAX_PER_TENANT,
-      maxPending: config.WEBHOOK_MAX_PENDING,
+      maxPending: pendingBounds,
       kick: (id: string) => dispatcher.kick(id),
       listens: (tenant: string, type: string) => interest.listens([type], tenant),
     });

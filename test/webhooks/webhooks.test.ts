@@ -16,6 +16,8 @@ import { refusedAddress } from '../../src/webhooks/address-guard.js';
 import { retryDelay } from '../../src/webhooks/dispatcher.js';
 import { SecretBox, parseSecretKey } from '../../src/webhooks/secrets.js';
 import { idempotencyKey } from '../../src/store/keys.js';
+import { webhookKeys } from '../../src/webhooks/keys.js';
+import { Redis } from 'ioredis';
 
 const KEYS = 'acme:key-acme,globex:key-globex,initech:key-initech';
 
@@ -347,6 +349,62 @@ describe('an endpoint that keeps failing', { timeout: 60_000 }, () => {
     assert.equal(enabled.body.failing_since, null);
     const again = (await h.api.post(`/v1/webhooks/${w.id}/test`)).body;
     await receiver.until(() => receiver.accepted.some((r) => r.id === again.message_id));
+  });
+});
+
+describe("an endpoint's outbox", { timeout: 60_000 }, () => {
+  let h: Harness;
+  const receiver = new WebhookReceiver();
+  before(async () => {
+    await receiver.start();
+    h = await startHarness({
+      env: {
+        WEBHOOK_ALLOW_PRIVATE: 'true',
+        WEBHOOK_POLL_MS: '50',
+        // A failed attempt waits long: what is pending stays pending while the test looks.
+        WEBHOOK_RETRY_BASE_MS: '60000',
+        WEBHOOK_RETRY_MAX_MS: '60000',
+        WEBHOOK_MAX_PENDING_BYTES: '65536',
+      },
+    });
+  });
+  after(async () => {
+    await h?.close();
+    await receiver.close();
+  });
+
+  it('is bounded in bytes (WEBHOOK_MAX_PENDING_BYTES): past it events are dropped; delivered ones give theirs back', async () => {
+    const redis = new Redis(h.redis.url);
+    try {
+      receiver.mode = 'fail';
+      const w = (await h.api.post('/v1/webhooks', { url: receiver.url, events: ['session.created'] })).body;
+      receiver.setSecret(w.secret);
+      const keys = webhookKeys(w.id);
+      // Each session.created carries its 25 kB system prompt: two fit in 64 KiB, the third does not.
+      for (let i = 0; i < 3; i++)
+        assert.equal(
+          (await h.api.post('/v1/sessions', { start: false, system: `${i}`.repeat(25_000) })).status,
+          201,
+        );
+      await until(async () => ((await redis.hlen(keys.payloads)) === 2 ? true : null));
+      const pending = Object.values(await redis.hgetall(keys.payloads));
+      const bytes = Number(await redis.hget(keys.meta, 'pending_bytes'));
+      assert.equal(
+        bytes,
+        pending.reduce((n, b) => n + Buffer.byteLength(b), 0),
+      );
+      assert.ok(bytes <= 65_536, String(bytes));
+
+      receiver.mode = 'accept';
+      const ok = (await h.api.post('/v1/webhooks', { url: receiver.url, events: ['session.created'] })).body;
+      receiver.setSecret(ok.secret);
+      await h.api.post('/v1/sessions', { start: false, system: 'x'.repeat(25_000) });
+      await until(async () => (receiver.accepted.length >= 1 ? true : null));
+      await until(async () => ((await redis.hlen(webhookKeys(ok.id).payloads)) === 0 ? true : null));
+      assert.equal(await redis.hget(webhookKeys(ok.id).meta, 'pending_bytes'), '0');
+    } finally {
+      redis.disconnect();
+    }
   });
 });
 

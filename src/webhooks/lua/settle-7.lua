@@ -1,5 +1,5 @@
 -- settle: record the outcome of one attempt.
--- KEYS[1] webhook (hash)  KEYS[2] due queue  KEYS[3] payloads  KEYS[4] attempts  KEYS[5] in flight
+-- KEYS[1] webhook (hash; `pending_bytes` kept with the payloads)  KEYS[2] due queue  KEYS[3] payloads  KEYS[4] attempts  KEYS[5] in flight
 -- KEYS[6] deliveries log (list, newest first)  KEYS[7] settled (zset msg -> ms)
 -- ARGV[1] msg id  ARGV[2] '1' when the endpoint answered 2xx  ARGV[3] now ms  ARGV[4] retry delay ms
 -- ARGV[5] retry for ms (from the first attempt)  ARGV[6] disable after ms of failures
@@ -14,12 +14,20 @@
 local now = tonumber(ARGV[3])
 local id = ARGV[1]
 local outcome
+-- A payload leaves the outbox: its bytes leave `pending_bytes` (never below 0: outboxes older than the field).
+local function drop_payload()
+  local body = redis.call('HGET', KEYS[3], id)
+  if body and tonumber(redis.call('HINCRBY', KEYS[1], 'pending_bytes', -#body)) < 0 then
+    redis.call('HSET', KEYS[1], 'pending_bytes', 0)
+  end
+  redis.call('HDEL', KEYS[3], id)
+end
 if redis.call('EXISTS', KEYS[1]) == 0 then return {'gone', '-1'} end
 if not redis.call('ZSCORE', KEYS[5], id) then
   outcome = 'stale'
 elseif ARGV[2] == '1' then
   redis.call('ZREM', KEYS[5], id)
-  redis.call('HDEL', KEYS[3], id)
+  drop_payload()
   redis.call('HDEL', KEYS[4], id)
   redis.call('ZADD', KEYS[7], now, id)
   redis.call('HDEL', KEYS[1], 'failing_since')
@@ -39,9 +47,10 @@ else
     redis.call('HSET', KEYS[1], 'disabled', '1')
     redis.call('HINCRBY', KEYS[1], 'revision', 1)
     redis.call('DEL', KEYS[2], KEYS[3], KEYS[4], KEYS[5])
+    redis.call('HSET', KEYS[1], 'pending_bytes', 0)
     outcome = 'disabled'
   elseif now - first >= tonumber(ARGV[5]) then
-    redis.call('HDEL', KEYS[3], id)
+    drop_payload()
     redis.call('HDEL', KEYS[4], id)
     redis.call('ZADD', KEYS[7], now, id)
     outcome = 'gave_up'
