@@ -236,7 +236,11 @@ const app: FastifyPluginAsync<AppOptions> = async (fastify, opts) => {
       connectionMaxBytes: config.CONNECTION_MAX_BUFFERED_BYTES,
       heavyReadsAtOnce: config.TENANT_HEAVY_READS,
     });
-    await api.register(idempotencyPlugin, { ttlS: config.IDEMPOTENCY_TTL_S, box: fastify.webhooks.box });
+    await api.register(idempotencyPlugin, {
+      ttlS: config.IDEMPOTENCY_TTL_S,
+      maxBytesPerTenant: config.IDEMPOTENCY_MAX_BYTES_PER_TENANT,
+      box: fastify.webhooks.box,
+    });
     await api.register(toolRoutes);
     // In this order: the OpenAPI document lists paths in registration order (see routes/sessions.ts).
     await api.register(sessionRoutes);

@@ -174,6 +174,8 @@ export const configSchema = z.object({
   BODY_LIMIT: positiveMs.default(1_048_576),
   /** Idempotency records expire after this many seconds. */
   IDEMPOTENCY_TTL_S: positiveMs.default(86_400),
+  /** Bytes of `Idempotency-Key` answers kept per tenant: past it its oldest are forgotten first. */
+  IDEMPOTENCY_MAX_BYTES_PER_TENANT: z.coerce.number().int().min(1_048_576).default(67_108_864),
   /** SDK retries of 408/409/429/5xx/connection errors for each turn. */
   UPSTREAM_MAX_RETRIES: z.coerce.number().int().min(0).max(10).default(2),
   /** The SDK's `timeout` of each upstream request (ms): until its answer's headers, or a non-streamed answer. */

@@ -80,9 +80,17 @@ function sealFields(
  * `box` (as the webhooks keep them at rest) and opened for a replay; one that cannot be opened any more (the key
  * changed) is left out of the replay.
  */
-export default fp<{ ttlS: number; box: SecretBox }>(
+export default fp<{ ttlS: number; maxBytesPerTenant: number; box: SecretBox }>(
   async (app, opts) => {
-    const records = new IdempotencyRecords(app.redis, opts.ttlS);
+    const records = new IdempotencyRecords(app.redis, opts.ttlS, opts.maxBytesPerTenant);
+    const keep = async (req: FastifyRequest, key: string, record: IdempotencyRecord) => {
+      const forgotten = await records.keep(req.tenant, key, record);
+      if (forgotten > 0)
+        req.log.info(
+          { tenant: req.tenant, forgotten },
+          'idempotency answers forgotten: the tenant keeps IDEMPOTENCY_MAX_BYTES_PER_TENANT at most',
+        );
+    };
     app.addHook('preHandler', async (req, reply) => {
       const raw = req.headers['idempotency-key'];
       if (req.method !== 'POST' || raw === undefined) return;
@@ -135,7 +143,7 @@ export default fp<{ ttlS: number; box: SecretBox }>(
       // A hijacked reply runs no onSend: the record is written here, and the key stops renewing.
       clearInterval(idem.renewal);
       delete req.idempotency;
-      await records.keep(idem.key, { state: 'done', fp: idem.fingerprint, status: 200, stream: replay });
+      await keep(req, idem.key, { state: 'done', fp: idem.fingerprint, status: 200, stream: replay });
     });
     app.addHook('onSend', async (req, reply, payload) => {
       const idem = req.idempotency;
@@ -147,7 +155,13 @@ export default fp<{ ttlS: number; box: SecretBox }>(
         return payload;
       }
       const etag = reply.getHeader('etag');
-      const body = typeof payload === 'string' ? payload : String(payload ?? '');
+      // A large answer reaches this hook as the write guard's stream of slices; its text is on the request.
+      const body =
+        typeof payload === 'string'
+          ? payload
+          : Buffer.isBuffer(payload)
+            ? payload.toString('utf8')
+            : (req.answerText ?? String(payload ?? ''));
       const stored: IdempotencyRecord = {
         state: 'done',
         fp: idem.fingerprint,
@@ -155,7 +169,7 @@ export default fp<{ ttlS: number; box: SecretBox }>(
         ...(idem.sealed?.length ? sealFields(body, idem.sealed, opts.box) : { body }),
         ...(typeof etag === 'string' ? { etag } : {}),
       };
-      await records.keep(idem.key, stored);
+      await keep(req, idem.key, stored);
       return payload;
     });
     // A request that ends without an answer (the client went away) stops renewing: its key frees itself.

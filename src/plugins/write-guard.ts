@@ -9,6 +9,11 @@ declare module 'fastify' {
   interface FastifyRequest {
     /** Ends this request's count among its tenant's reads of a whole history (write-guard.ts). */
     holdsRead?: () => void;
+    /**
+     * The answer's JSON text when this guard sends it as a stream of slices: hooks after it (the idempotency
+     * record) read the text here, not the stream.
+     */
+    answerText?: string;
   }
 }
 
@@ -210,6 +215,7 @@ export default fp<WriteGuardOptions>(
       // Written a slice per turn of the event loop: one write of a 2 MB answer (its UTF-8 encoding and copy into
       // the socket) was 5–10 ms of the loop in one go, ahead of every other tenant's requests.
       reply.header('content-length', size);
+      req.answerText = payload;
       return Readable.from(slices(payload, tenant), { objectMode: false });
     });
   },

@@ -1,5 +1,6 @@
 import { idempotencyKey } from './keys.js';
-import type { RedisClient } from './lua-commands.js';
+import { defineLuaCommands, type RedisClient } from './lua-commands.js';
+import './lua/commands.js';
 
 /** What an `Idempotency-Key` holds: the request's fingerprint, and once answered, the answer. */
 export interface IdempotencyRecord {
@@ -44,7 +45,11 @@ export class IdempotencyRecords {
   constructor(
     private readonly redis: RedisClient,
     private readonly ttlS: number,
-  ) {}
+    /** IDEMPOTENCY_MAX_BYTES_PER_TENANT: answers kept per tenant at most, in bytes (the oldest are forgotten). */
+    private readonly maxBytesPerTenant: number,
+  ) {
+    defineLuaCommands(redis, new URL('./lua/', import.meta.url), 'sess');
+  }
 
   /** The record's key: the tenant and a hash of the client's key (never the key itself). */
   key(tenant: string, keyHash: string): string {
@@ -74,9 +79,20 @@ export class IdempotencyRecords {
     return raw ? JSON.parse(raw) : null;
   }
 
-  /** Replaces the record, with a fresh TTL. */
-  async keep(key: string, record: IdempotencyRecord): Promise<void> {
-    await this.redis.set(key, JSON.stringify(record), 'EX', this.ttlS);
+  /**
+   * Replaces the record with its answer, with a fresh TTL, counted in the tenant's kept bytes (one script): the
+   * oldest answers of the tenant are forgotten first when it would pass its bound. The number forgotten.
+   */
+  async keep(tenant: string, key: string, record: IdempotencyRecord): Promise<number> {
+    return this.redis.sessIdemKeep(
+      key,
+      idempotencyKey(tenant, '~kept'),
+      idempotencyKey(tenant, '~bytes'),
+      JSON.stringify(record),
+      this.ttlS,
+      Date.now(),
+      this.maxBytesPerTenant,
+    );
   }
 
   /** Forgets the record: the key may be used again. */

@@ -406,7 +406,7 @@ describe('steering between turns', () => {
         idempotencyKey('default', createHash('sha256').update(k).digest('base64url'));
       const done = JSON.parse((await r.get(recordKey('k-first')))!);
       // What a process killed between its reservation and its answer leaves: the request's pending record.
-      const records = new IdempotencyRecords(r, 86_400);
+      const records = new IdempotencyRecords(r, 86_400, 67_108_864);
       assert.ok(await records.reserve(recordKey('k-dead'), { state: 'pending', fp: done.fp }));
       const t0 = Date.now();
       const busy = await h.api.post('/v1/sessions', body, { 'idempotency-key': 'k-dead' });

@@ -24,6 +24,16 @@ export type SessionKeyList = [
 
 declare module 'ioredis' {
   interface RedisCommander<Context> {
+    /** idem-keep-3.lua: the number of older answers forgotten to make room. */
+    sessIdemKeep(
+      record: string,
+      kept: string,
+      bytes: string,
+      json: string,
+      ttlS: number,
+      now: number,
+      maxBytes: number,
+    ): Result<number, Context>;
     /** apply-7.lua: `['ERR', code, detail]`, or revision, merged count, appended blocks (JSON, or ''), into_last, control, params_rev. */
     sessApply(
       ...args: [
