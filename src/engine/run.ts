@@ -125,7 +125,9 @@ export class Run {
     const state = this.known?.state;
     // A takeover may send again a turn the dead owner had started: the log marks it dropped first.
     if (swept && state && state.status === 'running' && state.fence === run.fence)
-      await markLostTurn(deps.store, run.id, state.iteration + 1, 'takeover');
+      await markLostTurn(deps.store, run.id, state.iteration + 1, 'takeover').catch((err: unknown) =>
+        this.log.warn({ err }, 'the dropped turn could not be marked'),
+      );
   }
 
   /** The session as known, or read again; null once it is not this run's to drive (left `running`, fenced). */
@@ -189,8 +191,11 @@ export class Run {
       if (isStreamCut(err) && this.cutRetries < STREAM_CUT_RETRIES) {
         this.cutRetries++;
         log.warn({ err, attempt: this.cutRetries }, 'stream cut mid-turn; sending the turn again');
-        const state = await this.deps.store.load(run.id);
-        if (state) await markLostTurn(deps.store, run.id, state.iteration + 1, 'stream_cut');
+        // Live news only: a store that fails here fails the next step, not this mark.
+        await deps.store
+          .load(run.id)
+          .then((s) => s && markLostTurn(deps.store, run.id, s.iteration + 1, 'stream_cut'))
+          .catch((e: unknown) => log.warn({ err: e }, 'the dropped turn could not be marked'));
         return 'go';
       }
       const error = upstreamError(err);

@@ -11,6 +11,8 @@ import type { SessionStore } from '../store/store.js';
 
 /** Events of the log's tail looked at: a turn's tool events follow its `turn.completed`, a few per call. */
 const TAIL = 128;
+/** Read a few at a time: the first page almost always decides, and a tool's event may be a large result. */
+const PAGE = 16;
 
 /** Event types that say where the log's turns stand, newest first: the first of them found decides. */
 const STARTED = new Set(['turn.started', 'stream.event', 'turn.completed']);
@@ -27,13 +29,19 @@ export async function markLostTurn(
   next: number,
   reason: 'takeover' | 'stream_cut',
 ): Promise<boolean> {
-  for (const ev of await store.newestEvents(id, TAIL)) {
-    if (SETTLED.has(ev.type)) return false;
-    if (!STARTED.has(ev.type)) continue;
-    const iteration = iterationOf(ev.data);
-    if (iteration !== next) return false;
-    await store.appendEvents(id, [eventOf('turn.dropped', { iteration, reason })]);
-    return true;
+  let before: string | undefined;
+  for (let seen = 0; seen < TAIL; seen += PAGE) {
+    const page = await store.newestEvents(id, PAGE, before);
+    for (const ev of page) {
+      if (SETTLED.has(ev.type)) return false;
+      if (!STARTED.has(ev.type)) continue;
+      const iteration = iterationOf(ev.data);
+      if (iteration !== next) return false;
+      await store.appendEvents(id, [eventOf('turn.dropped', { iteration, reason })]);
+      return true;
+    }
+    if (page.length < PAGE) return false;
+    before = page.at(-1)!.id;
   }
   return false;
 }

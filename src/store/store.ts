@@ -358,9 +358,10 @@ export class SessionStore {
     return rows[0]?.[0] ?? null;
   }
 
-  /** The newest `count` events of the log, newest first. One XREVRANGE. */
-  async newestEvents(id: string, count: number): Promise<StoredEvent[]> {
-    const rows = await this.redis.xrevrange(sessionKeys(id).events, '+', '-', 'COUNT', count);
+  /** The newest `count` events of the log (older than `before` when given), newest first. One XREVRANGE. */
+  async newestEvents(id: string, count: number, before?: string): Promise<StoredEvent[]> {
+    const end = before === undefined ? '+' : `(${before}`;
+    const rows = await this.redis.xrevrange(sessionKeys(id).events, end, '-', 'COUNT', count);
     return rows.map(parseEntry);
   }
 
