@@ -41,6 +41,8 @@ export class ScheduleStore {
   async create(s: ScheduleRecord, maxPerTenant: number): Promise<void> {
     const n = await this.redis.zcard(tenantSchedulesKey(s.tenant));
     if (n >= maxPerTenant) throw quotaExceeded('SCHEDULES_MAX_PER_TENANT', maxPerTenant, 'schedules');
+    // The create body it keeps counts in the tenant's storage (TENANT_MAX_BYTES), given back at delete.
+    await this.sessions.chargeBytes(s.tenant, s.session.length);
     const score = dueScore(s);
     if (score !== null) await this.redis.zadd(SCHEDULES_DUE_KEY, score, s.id);
     await this.redis.hset(scheduleKeys(s.id).meta, encodeSchedule(s));
@@ -72,6 +74,10 @@ export class ScheduleStore {
   ): Promise<ScheduleRecord> {
     const { id, tenant } = s;
     const k = scheduleKeys(id);
+    // A new create body changes what the tenant stores: more is charged first (429 past TENANT_MAX_BYTES), less is
+    // given back once written; a refused write gives its charge back.
+    const grow = set['session'] === undefined ? 0 : set['session'].length - s.session.length;
+    if (grow > 0) await this.sessions.chargeBytes(tenant, grow);
     const [code, rev] = await this.withTap(s, ['schedule.updated'], () =>
       this.redis.schedUpdate(
         k.meta,
@@ -85,8 +91,10 @@ export class ScheduleStore {
         ...this.logArgs(id),
       ),
     );
+    if (code !== 1 && grow > 0) await this.sessions.chargeBytes(tenant, -grow);
     if (code === 0) throw scheduleNotFound();
     if (code === -1) throw revisionMismatch(rev);
+    if (grow < 0) await this.sessions.chargeBytes(tenant, grow);
     return this.resync(id).then((s) => s ?? Promise.reject(scheduleNotFound()));
   }
 
@@ -95,7 +103,8 @@ export class ScheduleStore {
     const s = await this.get(tenant, id);
     if (revision !== undefined && revision !== s.revision) throw revisionMismatch(s.revision);
     const k = scheduleKeys(id);
-    await this.redis.del(k.meta, k.events, k.runs);
+    if ((await this.redis.del(k.meta, k.events, k.runs)) > 0)
+      await this.sessions.chargeBytes(tenant, -s.session.length);
     await Promise.all([
       this.redis.zrem(tenantSchedulesKey(tenant), this.indexMember(s)),
       this.redis.zrem(SCHEDULES_DUE_KEY, id),

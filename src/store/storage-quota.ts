@@ -52,6 +52,19 @@ export class StorageQuota {
     return n;
   }
 
+  /**
+   * Bytes the tenant keeps outside its sessions (a schedule's create body): 429 as `check` when they would take it
+   * past its limit, else counted. A negative `n` gives bytes back.
+   */
+  async charge(tenant: string, n: number): Promise<void> {
+    if (n > 0 && this.maxBytes > 0) {
+      const used = Number((await this.redis.get(storageKey(tenant))) ?? 0);
+      if (used + n > this.maxBytes)
+        throw quotaExceeded('storage_bytes', this.maxBytes, 'bytes stored (TENANT_MAX_BYTES)');
+    }
+    await this.add(tenant, n);
+  }
+
   /** Adds `n` bytes to the tenant's counter (with the other writes of this event-loop turn: CounterBatch). */
   async add(tenant: string, n: number): Promise<void> {
     if (n !== 0) await this.added.add(storageKey(tenant), [['bytes', n]]);

@@ -358,6 +358,11 @@ export class SessionStore {
     return rows[0]?.[0] ?? null;
   }
 
+  /** Bytes a tenant keeps outside its sessions, in its TENANT_MAX_BYTES (429 past it; negative: given back). */
+  chargeBytes(tenant: string, n: number): Promise<void> {
+    return this.storage.charge(tenant, n);
+  }
+
   /** The newest `count` events of the log (older than `before` when given), newest first. One XREVRANGE. */
   async newestEvents(id: string, count: number, before?: string): Promise<StoredEvent[]> {
     const end = before === undefined ? '+' : `(${before}`;

@@ -400,3 +400,30 @@ describe('schedules', { timeout: 240_000 }, () => {
     }
   });
 });
+
+describe(
+  "a schedule's create body counts in its tenant's storage (TENANT_MAX_BYTES)",
+  { timeout: 60_000 },
+  () => {
+    let h: Harness;
+    before(async () => {
+      h = await startHarness({ env: { API_KEYS: KEYS, TENANT_MAX_BYTES: '1500000' } });
+    });
+    after(() => h?.close());
+
+    it('is charged at create, refused past the limit, given back at delete', async () => {
+      const a = h.api.as('key-a');
+      const body = (x: string) => ({ cron: '0 3 * * *', session: { input: 'x', system: x.repeat(900_000) } });
+      const first = await a.post('/v1/schedules', body('a'));
+      assert.equal(first.status, 201);
+      const second = await a.post('/v1/schedules', body('b'));
+      assert.equal(second.status, 429, JSON.stringify(second.body).slice(0, 300));
+      assert.equal(second.body.error.code, 'quota_exceeded');
+      assert.equal(second.body.error.details.quota, 'storage_bytes');
+      // Another tenant's storage is its own.
+      assert.equal((await h.api.as('key-b').post('/v1/schedules', body('c'))).status, 201);
+      assert.equal((await a.req('DELETE', `/v1/schedules/${first.body.id}`)).status, 200);
+      assert.equal((await a.post('/v1/schedules', body('b'))).status, 201);
+    });
+  },
+);
