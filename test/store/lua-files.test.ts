@@ -54,6 +54,7 @@ describe('Lua lives in .lua files', () => {
       'sessClientTokenRevoke',
       'sessDestroy',
       'sessDueSettle',
+      'sessIdemKeep',
       'sessMemoryList',
       'sessMemoryRemove',
       'sessMemoryRename',
