@@ -32,10 +32,43 @@ const COMPILE_MS_PER_TENANT_MINUTE = 1000;
  * `pattern` and `patternProperties` run on RE2 (re2js): linear in the input, whatever the pattern, where a
  * backtracking engine takes exponential time on `^(a+)+$` against a tenant's input and stops the loop for everyone.
  * A pattern RE2 cannot run (lookaround, back-references) makes the schema refused at create.
+ *
+ * Linear is not cheap: a match costs about the program's size times the input's length (re2js: ~0.05–0.2 µs per
+ * unit; `[\p{L}]{0,1000}` is a program of 2000 instructions, 10,000 characters against it took 2 s), and compiling
+ * costs about the program's size. So a pattern is bounded before it is compiled (its text, its counted
+ * repetitions), its program after, and the matching of one input as a whole (MATCH_WORK, program × characters over
+ * every string the input holds): past it the strings left are not matched, and the input is invalid.
  */
+const PATTERN_MAX_CHARS = 256;
+const REPEAT_MAX = 100;
+const PROGRAM_MAX = 2000;
+const MATCH_WORK = 2_000_000;
+/** Characters of all the patterns of one schema: each pattern's compile costs time on the loop. */
+const SCHEMA_PATTERN_CHARS = 1024;
+let patternCharsLeft = SCHEMA_PATTERN_CHARS;
+/** What the input being validated may still spend on patterns (set by `inputViolations`; validation is synchronous). */
+let matchWorkLeft = MATCH_WORK;
+
 function re2(pattern: string): { test: (s: string) => boolean } {
+  if (pattern.length > PATTERN_MAX_CHARS)
+    throw new Error(`a pattern is ${pattern.length} characters; at most ${PATTERN_MAX_CHARS}`);
+  patternCharsLeft -= pattern.length;
+  if (patternCharsLeft < 0)
+    throw new Error(`the patterns of the schema have more than ${SCHEMA_PATTERN_CHARS} characters in all`);
+  for (const m of pattern.matchAll(/\{(\d+)(?:,(\d*))?\}/g)) {
+    const n = Math.max(Number(m[1]), Number(m[2] || 0));
+    if (n > REPEAT_MAX) throw new Error(`a pattern repeats ${n} times (${m[0]}); at most ${REPEAT_MAX}`);
+  }
   const re = RE2JS.compile(pattern);
-  return { test: (s) => re.test(s) };
+  const size = re.programSize();
+  if (size > PROGRAM_MAX)
+    throw new Error(`a pattern compiles to ${size} instructions; at most ${PROGRAM_MAX}`);
+  return {
+    test: (s) => {
+      matchWorkLeft -= size * (s.length + 1);
+      return matchWorkLeft >= 0 && re.test(s);
+    },
+  };
 }
 re2.code = 're2';
 
@@ -103,6 +136,7 @@ function compile(schema: Record<string, unknown>): Compiled {
   if (nodes > MAX_SCHEMA_NODES)
     return { problem: `the schema has more than ${MAX_SCHEMA_NODES} subschemas and keyword objects` };
   const t0 = performance.now();
+  patternCharsLeft = SCHEMA_PATTERN_CHARS;
   try {
     const ajv = new Ajv({
       strict: false,
@@ -176,6 +210,7 @@ export function inputViolations(
   input: unknown,
 ): string | null {
   const c = compiledFor(tenant, schema);
+  matchWorkLeft = MATCH_WORK;
   if ('problem' in c || c.validate(input)) return null;
   const issues = zodIssues(c.validate.errors ?? [], input);
   return `Error: ${JSON.stringify(issues, null, 2)}`;

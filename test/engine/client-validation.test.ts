@@ -141,6 +141,19 @@ describe('client tool validation', { timeout: 120_000 }, () => {
     assert.equal(refused.status, 400, JSON.stringify(refused.body));
     assert.match(refused.body.error.message, /cannot be compiled/);
 
+    // Linear is not cheap: a pattern's program times the input's length. Counted repetitions past 100 are refused
+    // (three groups of {0,1000} over a 10,000-character input took 6.9 s of the loop).
+    const costly = {
+      ...rx,
+      input_schema: {
+        type: 'object',
+        properties: { s: { type: 'string', pattern: '(?:[\\p{L}\\p{N}]{0,1000}){3}$' } },
+      },
+    };
+    const costlyRefused = await api.post('/v1/sessions', { input: 'x', tools: [costly], start: false });
+    assert.equal(costlyRefused.status, 400, JSON.stringify(costlyRefused.body));
+    assert.match(costlyRefused.body.error.message, /repeats 1000 times/);
+
     const wide = {
       ...rx,
       input_schema: {
