@@ -59,18 +59,23 @@ function needScope(req: FastifyRequest, scope: ClientScope): void {
  * The stream's first chunks. When nothing runs (a decision left others undecided, a message queued while the session
  * waits), the stream says what the session waits for now, and ends.
  */
-function headOf(t: ChatTranslator, state: SessionState): UIChunk[] {
-  if (state.status === 'running') return t.start();
-  return [
-    ...t.start(),
-    ...t.event('session.status', {
-      status: state.status,
-      required_action: requiredAction(state.status, state.pending),
-      stop_reason: state.stopReason,
-      error: state.error,
-    }),
-  ];
+function headOf(t: ChatTranslator, status: Record<string, unknown> | null): UIChunk[] {
+  return status === null ? t.start() : [...t.start(), ...t.event('session.status', status)];
 }
+
+/** The `session.status` data of a session that runs nothing; null when it runs. */
+function statusOf(state: SessionState): Record<string, unknown> | null {
+  if (state.status === 'running') return null;
+  return {
+    status: state.status,
+    required_action: requiredAction(state.status, state.pending),
+    stop_reason: state.stopReason,
+    error: state.error,
+  };
+}
+
+/** Most bytes of a status a chat answer's idempotency record keeps (a replay of a larger one says the status then). */
+const KEPT_STATUS_BYTES = 65_536;
 
 const routes: FastifyPluginAsyncZod<{ config: Config }> = async (app, { config }) => {
   const hub = app.eventsHub;
@@ -204,18 +209,26 @@ const routes: FastifyPluginAsyncZod<{ config: Config }> = async (app, { config }
       const s = await app.store.loadFor(req.tenant, id);
       const replay = req.streamReplay;
       if (replay) {
-        // The same Idempotency-Key and body again: nothing is posted twice; the first answer streams again.
+        // The same Idempotency-Key and body again: nothing is posted twice; the first answer streams again, to a
+        // caller that holds the scopes the first one needed.
+        for (const scope of replay.scopes) needScope(req, scope);
         const t = new ChatTranslator(replay.assistant, replay.known);
         t.statusFrom = replay.revision;
-        return stream(req, reply, id, replay.after, t, replay.idle ? headOf(t, s) : t.start());
+        const status = replay.idle ? (replay.status ?? statusOf(s) ?? null) : null;
+        return stream(req, reply, id, replay.after, t, headOf(t, status));
       }
+      const scopes: ClientScope[] = [];
+      const need = (scope: ClientScope) => {
+        needScope(req, scope);
+        scopes.push(scope);
+      };
       const last = messages[messages.length - 1]!;
       const after = (await hub.eventLog.lastId(id)) ?? START;
       const deps = app.sessionDeps;
       let result: MutationResult | undefined;
       let known: string[] = [];
       if (last.role === 'user') {
-        needScope(req, 'message');
+        need('message');
         result = await addMessage(
           deps,
           req.tenant,
@@ -227,7 +240,7 @@ const routes: FastifyPluginAsyncZod<{ config: Config }> = async (app, { config }
       } else {
         known = toolCallIdsOf(last.parts);
         const decisions = decisionsOf(last.parts, requiredAction(s.status, s.pending));
-        if (decisions.length) needScope(req, 'decide');
+        if (decisions.length) need('decide');
         for (const d of decisions)
           result = await decide(
             deps,
@@ -241,7 +254,7 @@ const routes: FastifyPluginAsyncZod<{ config: Config }> = async (app, { config }
         const now = result?.state ?? s;
         const results = resultsOf(last.parts, requiredAction(now.status, now.pending));
         if (results.length) {
-          needScope(req, 'results');
+          need('results');
           result = await submitResults(deps, req.tenant, id, results, true);
         }
         if (!result)
@@ -252,16 +265,20 @@ const routes: FastifyPluginAsyncZod<{ config: Config }> = async (app, { config }
       const assistant = last.role === 'assistant' ? last.id : undefined;
       const state = result.state;
       // An Idempotency-Key keeps where this answer streams from, so the same request streams it again.
+      const status = statusOf(state);
+      const small = status !== null && JSON.stringify(status).length <= KEPT_STATUS_BYTES;
       await app.keepStreamed(req, {
         after,
         revision: state.revision,
         assistant,
         known,
-        idle: state.status !== 'running',
+        idle: status !== null,
+        ...(small ? { status } : {}),
+        scopes,
       });
       const t = new ChatTranslator(assistant, known);
       t.statusFrom = state.revision;
-      stream(req, reply, id, after, t, headOf(t, state));
+      stream(req, reply, id, after, t, headOf(t, status));
     },
   );
 

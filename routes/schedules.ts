@@ -2,7 +2,7 @@ import type { FastifyPluginAsyncZod } from 'fastify-type-provider-zod';
 import { checkCreate } from '../src/sessions/create.js';
 import type { FastifyReply } from 'fastify';
 import { z } from 'zod';
-import { badRequest, InvalidRequest } from '../src/errors.js';
+import { badRequest, InvalidRequest, revisionMismatch } from '../src/errors.js';
 import { cursorParam, parseCursor } from '../src/events/cursor.js';
 import { envelope } from '../src/events/envelope.js';
 import { errors, eventPage, sessionList, routeErrors, type RouteCodes } from '../src/openapi/responses.js';
@@ -13,6 +13,7 @@ import {
   deletedSchedule,
   pageQuery,
   patchScheduleBody,
+  type PatchScheduleBody,
   schedule,
   scheduleIdParam,
   scheduleList,
@@ -34,6 +35,21 @@ const eventsQuery = z.strictObject({
   after: cursorParam.optional(),
   limit: z.coerce.number().int().min(1).max(500).default(100),
 });
+
+/** The PATCH body without the fields whose values the schedule has already. */
+function unchangedLeftOut(b: PatchScheduleBody, s: ScheduleRecord): PatchScheduleBody {
+  const same: Record<keyof PatchScheduleBody, boolean> = {
+    cron: b.cron === s.cron,
+    at: b.at !== undefined && s.at !== null && Date.parse(b.at) === s.at,
+    timezone: b.timezone === s.timezone,
+    session: b.session !== undefined && JSON.stringify(b.session) === s.session,
+    overlap: b.overlap === s.overlap,
+    paused: b.paused === s.paused,
+  };
+  return Object.fromEntries(
+    Object.entries(b).filter(([k]) => !same[k as keyof PatchScheduleBody]),
+  ) as PatchScheduleBody;
+}
 
 /** Bytes of the `session` bodies in one page of `GET /v1/schedules` (at least one schedule a page). */
 const LIST_PAGE_MAX_BYTES = 1_048_576;
@@ -150,8 +166,15 @@ const routes: FastifyPluginAsyncZod = async (app) => {
       },
     },
     async (req, reply) => {
-      const b = req.body;
       const s = await store.get(req.tenant, req.params.id);
+      // Only what changes is a change: fields given with the values they have are left out, and a PATCH that
+      // changes nothing writes nothing (no revision, no event); If-Match still holds it to the revision.
+      const b = unchangedLeftOut(req.body, s);
+      const ifMatch = parseIfMatch(req);
+      if (Object.keys(b).length === 0) {
+        if (ifMatch !== undefined && ifMatch !== s.revision) throw revisionMismatch(s.revision);
+        return send(reply, s);
+      }
       const set: Record<string, string> = { updated_at: String(Date.now()) };
       const del: string[] = [];
       const timing: Timing = { cron: s.cron, at: s.at, timezone: s.timezone };
@@ -173,10 +196,7 @@ const routes: FastifyPluginAsyncZod = async (app) => {
       if (b.paused !== undefined) set['paused'] = b.paused ? '1' : '0';
       // The event names every field given, with its value but for `session` (a whole create body).
       const { session: _session, ...changes } = b;
-      return send(
-        reply,
-        await store.update(s, set, del, { fields: Object.keys(b), ...changes }, parseIfMatch(req)),
-      );
+      return send(reply, await store.update(s, set, del, { fields: Object.keys(b), ...changes }, ifMatch));
     },
   );
 

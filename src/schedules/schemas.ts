@@ -59,6 +59,7 @@ export const patchScheduleBody = z
     message: 'give `cron` or `at`, not both',
     path: ['cron'],
   });
+export type PatchScheduleBody = z.infer<typeof patchScheduleBody>;
 
 export const pageQuery = z.strictObject({
   limit: z.coerce.number().int().min(1).max(100).default(20),

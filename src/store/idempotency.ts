@@ -1,3 +1,4 @@
+import type { ClientScope } from './client-tokens.js';
 import { idempotencyKey } from './keys.js';
 import { defineLuaCommands, type RedisClient } from './lua-commands.js';
 import './lua/commands.js';
@@ -25,8 +26,14 @@ export interface StreamReplay {
   revision: number;
   assistant?: string | undefined;
   known: string[];
-  /** The mutation started no run: the answer was the session's status then, not read from the log. */
+  /**
+   * The mutation started no run: the answer was the session's status then (`status`, the `session.status` data,
+   * kept when under 64 KiB of JSON; else the replay says the status as it is by then), not read from the log.
+   */
   idle: boolean;
+  status?: Record<string, unknown>;
+  /** The client-token scopes the first request needed: a replay needs them too. */
+  scopes: ClientScope[];
 }
 
 /**

@@ -170,6 +170,66 @@ describe('chat routes: the AI SDK UI message stream', () => {
     const other = await post({ ...body, messages: [userMessage('another')] });
     assert.equal(other.status, 422);
     assert.equal((await other.json()).error.code, 'idempotency_key_reused');
+    // A replay needs the scopes the first request needed: a client token without `message` gets none of it.
+    const minted = await h.api.post('/v1/client-tokens', { session_id: id, scopes: ['decide'] });
+    const byToken = await fetch(`${h.service.url}/v1/chat`, {
+      method: 'POST',
+      headers: {
+        authorization: `Bearer ${minted.body.token}`,
+        'content-type': 'application/json',
+        'idempotency-key': 'chat-once',
+      },
+      body: JSON.stringify(body),
+    });
+    assert.equal(byToken.status, 403);
+    assert.equal((await byToken.json()).error.code, 'scope_denied');
+  });
+
+  test('an Idempotency-Key replay of a decision that started no run says the status it said then', async () => {
+    const id = await session({ tools: ['get_weather'], approval: 'always' });
+    h.fake.enqueue(
+      toolCalls([
+        toolUse('get_weather', { location: 'Paris' }, 'toolu_i1'),
+        toolUse('get_weather', { location: 'Oslo' }, 'toolu_i2'),
+      ]),
+      text('Done.'),
+    );
+    const raw = (body: unknown, key?: string) =>
+      fetch(`${h.service.url}/v1/chat`, {
+        method: 'POST',
+        headers: {
+          authorization: `Bearer ${KEY}`,
+          'content-type': 'application/json',
+          ...(key ? { 'idempotency-key': key } : {}),
+        },
+        body: JSON.stringify(body),
+      }).then(async (r) => ({ status: r.status, data: sseDataLines(await r.text()) }));
+    await raw({ id, messages: [userMessage('weather?')], trigger: 'submit-message' });
+    await h.api.waitStatus(id, 'requires_action');
+    const approve = (toolCallId: string, location: string) => ({
+      type: 'tool-get_weather',
+      toolCallId,
+      state: 'approval-responded',
+      input: { location },
+      approval: { id: toolCallId, approved: true },
+    });
+    const decision = {
+      id,
+      messages: [{ id: 'a1', role: 'assistant', parts: [approve('toolu_i1', 'Paris')] }],
+      trigger: 'submit-message',
+    };
+    const first = await raw(decision, 'decide-once');
+    assert.equal(first.status, 200);
+    assert.ok(first.data.some((l) => l.includes('"tool-approval-request"') && l.includes('toolu_i2')));
+    // The other call is approved elsewhere; the run ends. The replay still says what the first answer said.
+    assert.equal(
+      (await h.api.post(`/v1/sessions/${id}/tool-calls/toolu_i2`, { decision: 'approve' })).status,
+      202,
+    );
+    await h.api.waitStatus(id, 'idle');
+    const again = await raw(decision, 'decide-once');
+    assert.equal(again.status, 200);
+    assert.deepEqual(again.data, first.data);
   });
 
   test('a server tool (get_weather): its call and output in the first step, the answer in the second', async () => {

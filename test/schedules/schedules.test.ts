@@ -295,6 +295,12 @@ describe('schedules', { timeout: 240_000 }, () => {
     assert.equal(paused.status, 200);
     assert.equal(paused.body.paused, true);
     assert.equal(paused.body.next_run_at, null);
+    // A PATCH that changes nothing writes nothing: the same revision, no event (below: two updates only).
+    for (const same of [{}, { paused: true }]) {
+      const noop = await a.req('PATCH', `/v1/schedules/${s.id}`, same);
+      assert.equal(noop.status, 200);
+      assert.equal(noop.body.revision, paused.body.revision);
+    }
     await until(async () => (await r.hget(`s:{${s.id}}`, 'pending')) === null, 20_000, 'no fire in flight');
     const n = (await a.get(`/v1/schedules/${s.id}`)).body.fires;
     // Due in Redis while paused: the sweep looks at it (and drops its due entry), and fires nothing.
