@@ -7,7 +7,7 @@ import { startTestRedis, type TestRedis } from '../helpers/redis.js';
 import { startFakeAnthropic, type FakeAnthropic } from '../fake/server.js';
 import { connectWs } from '../fixtures/event-clients.js';
 import { DEFAULT_JSON_MAX_DEPTH, jsonTooDeep } from '../../src/json-depth.js';
-import { TOOL_SCHEMA_MAX_BYTES } from '../../src/schemas.js';
+import { TOOL_SCHEMA_MAX_BYTES } from '../../src/json-schema-check.js';
 
 /** `{"a":{"a":…{}}}` nested `n` levels (as an object value, not text, so the client serialises it). */
 function nested(n: number): Record<string, unknown> {
