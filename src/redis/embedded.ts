@@ -184,26 +184,8 @@ export class RedisStartError extends Error {
   }
 }
 
-/**
- * Starts `redis-server` on 127.0.0.1:`port` and waits until it answers PING. Rejects with a {@link RedisStartError}
- * (including its last output lines) when it exits early or does not answer within `readyTimeoutMs`.
- */
-export async function launchRedisServer(opts: LaunchRedisOptions): Promise<RedisServerProcess> {
-  const binary = opts.binary ?? findRedisServerBinary();
-  if (binary === null) {
-    throw new Error(
-      'redis-server not found on PATH, /usr/bin or /usr/local/bin; install it (Debian: apt-get install redis-server)',
-    );
-  }
-  const { port } = opts;
-  const url = `redis://127.0.0.1:${port}`;
-  const args = [...(opts.args ?? []), '--port', String(port), '--bind', '127.0.0.1', '--daemonize', 'no'];
-  const child = spawn(binary, args, {
-    stdio: ['ignore', 'pipe', 'pipe'],
-    ...(opts.cwd !== undefined ? { cwd: opts.cwd } : {}),
-  });
-  track(child);
-
+/** Keeps the last {@link OUTPUT_LINES} non-empty lines the child writes to stdout and stderr. */
+function collectOutput(child: ChildProcess): string[] {
   const lines: string[] = [];
   const collect = (stream: NodeJS.ReadableStream | null): void => {
     if (!stream) return;
@@ -221,7 +203,16 @@ export async function launchRedisServer(opts: LaunchRedisOptions): Promise<Redis
   };
   collect(child.stdout);
   collect(child.stderr);
+  return lines;
+}
 
+/** The child's life: whether it runs, its exit, and stopping it (SIGTERM, then SIGKILL after `timeoutMs`). */
+function superviseChild(
+  child: ChildProcess,
+  lines: string[],
+  port: number,
+  logger: EmbeddedRedisLogger | undefined,
+): Pick<RedisServerProcess, 'exited' | 'running' | 'stop' | 'kill'> & { exitInfo: () => ExitInfo | null } {
   const state: { exit: ExitInfo | null } = { exit: null };
   const exited = new Promise<ExitInfo>((resolve) => {
     const done = (info: ExitInfo): void => {
@@ -249,7 +240,6 @@ export async function launchRedisServer(opts: LaunchRedisOptions): Promise<Redis
       clearTimeout(timer);
     }
   };
-
   const kill = async (): Promise<void> => {
     if (!running()) return;
     child.kill('SIGKILL');
@@ -259,17 +249,41 @@ export async function launchRedisServer(opts: LaunchRedisOptions): Promise<Redis
     if (!running()) return;
     child.kill('SIGTERM');
     if (!(await waitExit(timeoutMs))) {
-      opts.logger?.warn({ port, pid: child.pid }, 'redis-server did not exit after SIGTERM; killing it');
+      logger?.warn({ port, pid: child.pid }, 'redis-server did not exit after SIGTERM; killing it');
       await kill();
     }
   };
+  return { exited, running, stop, kill, exitInfo: () => state.exit };
+}
+
+/**
+ * Starts `redis-server` on 127.0.0.1:`port` and waits until it answers PING. Rejects with a {@link RedisStartError}
+ * (including its last output lines) when it exits early or does not answer within `readyTimeoutMs`.
+ */
+export async function launchRedisServer(opts: LaunchRedisOptions): Promise<RedisServerProcess> {
+  const binary = opts.binary ?? findRedisServerBinary();
+  if (binary === null) {
+    throw new Error(
+      'redis-server not found on PATH, /usr/bin or /usr/local/bin; install it (Debian: apt-get install redis-server)',
+    );
+  }
+  const { port } = opts;
+  const url = `redis://127.0.0.1:${port}`;
+  const args = [...(opts.args ?? []), '--port', String(port), '--bind', '127.0.0.1', '--daemonize', 'no'];
+  const child = spawn(binary, args, {
+    stdio: ['ignore', 'pipe', 'pipe'],
+    ...(opts.cwd !== undefined ? { cwd: opts.cwd } : {}),
+  });
+  track(child);
+  const lines = collectOutput(child);
+  const life = superviseChild(child, lines, port, opts.logger);
 
   const readyTimeoutMs = opts.readyTimeoutMs ?? READY_TIMEOUT_MS;
   const deadline = Date.now() + readyTimeoutMs;
   let foreignNoted = false;
   while (true) {
-    if (!running()) {
-      const info = state.exit;
+    if (!life.running()) {
+      const info = life.exitInfo();
       throw new RedisStartError(
         `redis-server on port ${port} exited before answering PING (code ${info?.code ?? 'none'}, signal ${
           info?.signal ?? 'none'
@@ -286,7 +300,7 @@ export async function launchRedisServer(opts: LaunchRedisOptions): Promise<Redis
     }
     if (Date.now() >= deadline) {
       const output = [...lines];
-      await kill();
+      await life.kill();
       throw new RedisStartError(
         `redis-server on port ${port} did not answer PING within ${readyTimeoutMs} ms`,
         output,
@@ -295,17 +309,8 @@ export async function launchRedisServer(opts: LaunchRedisOptions): Promise<Redis
     await delay(50);
   }
 
-  const pid = child.pid ?? -1;
-  return {
-    url,
-    port,
-    pid,
-    exited,
-    running,
-    stop,
-    kill,
-    output: () => [...lines],
-  };
+  const { exited, running, stop, kill } = life;
+  return { url, port, pid: child.pid ?? -1, exited, running, stop, kill, output: () => [...lines] };
 }
 
 /**

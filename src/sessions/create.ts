@@ -186,6 +186,25 @@ async function buildSession(
   await checkAgents(deps, tenant, body.tools, depth);
   checkCompactionParams(params.data, body.compaction);
   const messages = given.map(normalize);
+  checkGivenHistory(messages, body.start);
+  // A dollar ceiling (the budget's, the tenant's cap) needs the model's price (400 `unknown_model_price`).
+  deps.store.spend.assertPriced(params.data.model, body.budget?.cost_usd);
+  const start = body.start && messages.length > 0;
+  const state = newSessionState(deps, {
+    id,
+    tenant,
+    body,
+    params: params.data,
+    toolsBase,
+    tenantTools,
+    start,
+    msgCount: messages.length,
+  });
+  return { state, messages, start };
+}
+
+/** A created session's history must be one the Messages API takes, and end where a run can start from. */
+function checkGivenHistory(messages: StoredMessage[], start: boolean): void {
   const problems = checkHistory(messages);
   if (problems.length) {
     throw new InvalidRequest(
@@ -195,28 +214,42 @@ async function buildSession(
     );
   }
   const last = messages.at(-1);
-  if (body.start && last?.role === 'assistant' && pendingToolCalls(messages).length === 0) {
+  if (start && last?.role === 'assistant' && pendingToolCalls(messages).length === 0) {
     throw new InvalidRequest(
       'invalid_history',
       'To start a run the history must end with a user turn, or with an assistant turn whose tool calls the service answers (assistant prefill is not supported).',
     );
   }
-  if (body.start && messages.length === 0) {
+  if (start && messages.length === 0) {
     throw badRequest('Give `messages` or `input` to start a session, or `start: false`.');
   }
-  // A dollar ceiling (the budget's, the tenant's cap) needs the model's price (400 `unknown_model_price`).
-  deps.store.spend.assertPriced(params.data.model, body.budget?.cost_usd);
+}
+
+/** The state of a session just created from `body`, holding `msgCount` messages. */
+function newSessionState(
+  deps: SessionDeps,
+  c: {
+    id: string;
+    tenant: string;
+    body: CreateSessionBody;
+    params: SessionState['params'];
+    toolsBase: SessionState['toolsBase'];
+    tenantTools: SessionState['tenantTools'];
+    start: boolean;
+    msgCount: number;
+  },
+): SessionState {
+  const { id, tenant, body, toolsBase, tenantTools } = c;
   const now = Date.now();
-  const start = body.start && messages.length > 0;
-  const state: SessionState = {
+  return {
     id,
     tenant,
-    status: start ? 'running' : 'idle',
+    status: c.start ? 'running' : 'idle',
     revision: 0,
     iteration: 0,
     compactions: 0,
     runStart: 0,
-    params: params.data,
+    params: c.params,
     tools: body.tools,
     toolsBase,
     toolsSent: toolsBase ? body.tools : null,
@@ -251,7 +284,7 @@ async function buildSession(
     createdAt: now,
     updatedAt: now,
     fence: 0,
-    msgCount: messages.length,
+    msgCount: c.msgCount,
     control: '',
     paramsRev: 0,
     thread: null,
@@ -262,7 +295,6 @@ async function buildSession(
     action: { due: null, warnAt: null, fired: false },
     ttlS: body.ttl_s === undefined ? deps.store.options.sessionTtlS || null : body.ttl_s,
   };
-  return { state, messages, start };
 }
 
 /**
