@@ -80,11 +80,16 @@ export const toolResultContent = z.union([
   z.string(),
   z.array(z.discriminatedUnion('type', [textBlock, imageBlock, documentBlock, searchResultBlock])),
 ]);
+/** Who made a call (`{"type": "direct"}`, or a server tool such as code execution calling a tool). */
+const caller = z.looseObject({ type: z.string().min(1) });
 const toolUseBlock = z.strictObject({
   type: z.literal('tool_use'),
   id: z.string().regex(/^[A-Za-z0-9_-]{1,128}$/),
   name: z.string().regex(/^[A-Za-z0-9_-]{1,128}$/),
   input: z.record(z.string(), z.unknown()),
+  caller: caller.nullish(),
+  /** The toolset a call of a toolset's tool belongs to. */
+  toolset_name: z.string().nullish(),
   ...withCache,
 });
 const toolResultBlock = z.strictObject({
@@ -128,6 +133,38 @@ const compactionBlock = z.strictObject({
   ...withCache,
 });
 
+/*
+ * The blocks of Anthropic's MCP connector (`mcp_servers`) in a reply: a call the API made to a server and its
+ * result, paired in one assistant turn as server tools are (src/tools/server-blocks.ts), and the listing of a
+ * server's tools. Sent back as they came.
+ */
+const mcpToolUseBlock = z.looseObject({
+  type: z.literal('mcp_tool_use'),
+  id: z.string().regex(/^[A-Za-z0-9_-]{1,128}$/),
+  name: z.string().min(1),
+  server_name: z.string().min(1),
+  input: z.record(z.string(), z.unknown()),
+  ...withCache,
+});
+const mcpToolResultBlock = z.strictObject({
+  type: z.literal('mcp_tool_result'),
+  tool_use_id: z.string().regex(/^[A-Za-z0-9_-]{1,128}$/),
+  content: z.union([z.string(), z.array(textBlock)]).optional(),
+  is_error: z.boolean().optional(),
+  ...withCache,
+});
+const mcpToolListingBlock = z.looseObject({
+  type: z.literal('mcp_tool_listing'),
+  mcp_server_name: z.string().min(1),
+  tools: z.array(z.looseObject({})),
+});
+/** A reply that moved to another model (`from`, `to`), sent back as it came. */
+const fallbackBlock = z.looseObject({
+  type: z.literal('fallback'),
+  from: z.looseObject({}),
+  to: z.looseObject({}),
+});
+
 const userBlock = z.discriminatedUnion('type', [
   textBlock,
   imageBlock,
@@ -144,6 +181,10 @@ const assistantBlock = z.discriminatedUnion('type', [
   serverBlock,
   serverToolResultBlock,
   compactionBlock,
+  mcpToolUseBlock,
+  mcpToolResultBlock,
+  mcpToolListingBlock,
+  fallbackBlock,
 ]);
 
 const userMessage = z.strictObject({

@@ -1,8 +1,9 @@
 /**
  * The content blocks of Anthropic server tools in a history: `server_tool_use` (the model calls a tool the API runs)
- * and its result block (`web_search_tool_result`, …), both in assistant turns. Checked as the Messages API checks
- * them: a result answers a `server_tool_use` before it in the same assistant turn, ids are unique, and a call is left
- * without its result only at the very end (a turn paused with `pause_turn`, which the next request continues).
+ * and its result block (`web_search_tool_result`, …), and likewise the MCP connector's `mcp_tool_use` and
+ * `mcp_tool_result`, all in assistant turns. Checked as the Messages API checks them: a result answers a call before
+ * it in the same assistant turn, ids are unique, and a call is left without its result only at the very end (a turn
+ * paused with `pause_turn`, which the next request continues).
  */
 import { z } from 'zod';
 
@@ -48,6 +49,15 @@ interface BlockLike {
 
 export const isServerToolResult = (type: string): boolean => RESULT_TYPES.has(type);
 
+/*
+ * Anthropic's MCP connector pairs its blocks as server tools do: `mcp_tool_use` (a call the API makes) answered by
+ * `mcp_tool_result` later in the same assistant turn.
+ */
+const isCall = (type: string): boolean => type === 'server_tool_use' || type === 'mcp_tool_use';
+const isResult = (type: string): boolean => RESULT_TYPES.has(type) || type === 'mcp_tool_result';
+const callOf = (result: string): string =>
+  result === 'mcp_tool_result' ? 'mcp_tool_use' : 'server_tool_use';
+
 /**
  * Problems of the server tool blocks of a history, as `[message index, text]`. `turns` are the messages in order with
  * their role and blocks; consecutive assistant messages (a paused turn and its continuation) form one turn, as the
@@ -62,27 +72,27 @@ export function serverBlockProblems(
   let open = new Map<string, number>();
   const closeTurn = () => {
     for (const [id, index] of open)
-      problems.push([index, `server_tool_use ${id} has no result block in its assistant turn`]);
+      problems.push([index, `server tool call ${id} has no result block in its assistant turn`]);
     open = new Map();
   };
   turns.forEach((m, index) => {
     if (m.role !== 'assistant') {
       closeTurn();
       for (const b of m.blocks)
-        if (b.type === 'server_tool_use' || isServerToolResult(b.type))
+        if (isCall(b.type) || isResult(b.type))
           problems.push([index, `${b.type} blocks belong in assistant turns`]);
       return;
     }
     for (const b of m.blocks) {
-      if (b.type === 'server_tool_use') {
+      if (isCall(b.type)) {
         const id = String(b.id);
-        if (seen.has(id)) problems.push([index, `server_tool_use id ${id} is used twice`]);
+        if (seen.has(id)) problems.push([index, `${b.type} id ${id} is used twice`]);
         seen.add(id);
         open.set(id, index);
-      } else if (isServerToolResult(b.type)) {
+      } else if (isResult(b.type)) {
         const id = String(b.tool_use_id);
         if (!open.delete(id))
-          problems.push([index, `${b.type} ${id} answers no server_tool_use before it in its turn`]);
+          problems.push([index, `${b.type} ${id} answers no ${callOf(b.type)} before it in its turn`]);
       }
     }
   });

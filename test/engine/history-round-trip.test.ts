@@ -7,8 +7,8 @@ import { signSummary } from '../../src/offline/compaction-block.js';
 
 /**
  * History in, history out (contract §7.5): every history `GET …/messages` answers — compaction summaries, tool-change
- * `system` messages, `container_upload`, server tool blocks, consecutive turns of one role — is accepted by create,
- * and the new session sends the same next request.
+ * `system` messages, `container_upload`, server tool blocks, the MCP connector's blocks, a fallback, calls with a
+ * `caller`, consecutive turns of one role — is accepted by create, and the new session sends the same next request.
  */
 
 const TOOLS = ['calculate_sum', { type: 'web_search_20250305', name: 'web_search' }];
@@ -86,6 +86,47 @@ function stretch(kind: number, n: number, word: string): any[] {
           ],
         },
       ];
+    case 5: // the blocks of a reply that moved model, used the MCP connector, and called a tool from code
+      return [
+        {
+          role: 'assistant',
+          content: [
+            {
+              type: 'fallback',
+              from: { model: 'claude-a' },
+              to: { model: 'claude-b' },
+              trigger: { type: 'refusal' },
+            },
+            { type: 'mcp_tool_listing', mcp_server_name: 'crm', tools: [{ name: 'search' }] },
+            {
+              type: 'mcp_tool_use',
+              id: `mcptoolu_${n}`,
+              name: 'search',
+              server_name: 'crm',
+              input: { q: word },
+            },
+            {
+              type: 'mcp_tool_result',
+              tool_use_id: `mcptoolu_${n}`,
+              is_error: false,
+              content: [{ type: 'text', text: `Row ${n}`, citations: null }],
+            },
+            {
+              type: 'tool_use',
+              id: `toolu_c${n}`,
+              name: 'calculate_sum',
+              input: { a: n, b: 2 },
+              caller: { type: 'direct' },
+              toolset_name: null,
+            },
+          ],
+        },
+        {
+          role: 'user',
+          content: [{ type: 'tool_result', tool_use_id: `toolu_c${n}`, content: String(n + 2) }],
+        },
+        user,
+      ];
     default: // a compaction's summary
       return [
         {
@@ -109,7 +150,7 @@ function stretch(kind: number, n: number, word: string): any[] {
 const historyArb = fc
   .record({
     startsWithSummary: fc.boolean(),
-    kinds: fc.array(fc.integer({ min: 0, max: 4 }), { minLength: 1, maxLength: 6 }),
+    kinds: fc.array(fc.integer({ min: 0, max: 5 }), { minLength: 1, maxLength: 6 }),
     word: fc.constantFrom('redis', 'tokyo', 'paris'),
   })
   .map(({ startsWithSummary, kinds, word }) => {

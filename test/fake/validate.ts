@@ -12,7 +12,10 @@ import {
 import { unchecked, type Unchecked } from '../../src/offline/unchecked.js';
 import { MESSAGE_THREADS_BETA, SERVER_TOOL_RESULT_TYPES, type ApiErrorSpec } from '../../src/offline/wire.js';
 
-const SERVER_RESULT_TYPES: ReadonlySet<string> = new Set(SERVER_TOOL_RESULT_TYPES);
+/** Results of calls the API makes itself: server tools', and the MCP connector's `mcp_tool_result`. */
+const SERVER_RESULT_TYPES: ReadonlySet<string> = new Set([...SERVER_TOOL_RESULT_TYPES, 'mcp_tool_result']);
+/** Calls the API makes itself: `server_tool_use`, and the MCP connector's `mcp_tool_use`. */
+const SERVER_CALL_TYPES: ReadonlySet<string> = new Set(['server_tool_use', 'mcp_tool_use']);
 
 /**
  * A server tool block (`server_tool_use`, or a result such as `web_search_tool_result`) as the API checks it: only in
@@ -28,9 +31,9 @@ function checkServerBlock(
 ): void {
   if (role !== 'assistant')
     throw invalid(`${at}: \`${String(block.type)}\` blocks may only appear in assistant messages`);
-  if (block.type === 'server_tool_use') {
+  if (SERVER_CALL_TYPES.has(String(block.type))) {
     if (typeof block.id !== 'string' || typeof block.name !== 'string')
-      throw invalid(`${at}: \`server_tool_use\` blocks need an \`id\` and a \`name\``);
+      throw invalid(`${at}: \`${String(block.type)}\` blocks need an \`id\` and a \`name\``);
     if (!unchecked(block.input)) throw invalid(`${at}.input: Input should be a valid dictionary`);
     if (seenIds.has(block.id)) throw invalid(`${at}: tool use ids must be unique, found ${block.id} again`);
     seenIds.add(block.id);
@@ -39,7 +42,7 @@ function checkServerBlock(
   }
   if (typeof block.tool_use_id !== 'string' || !turnCalls.has(block.tool_use_id))
     throw invalid(
-      `${at}: \`${String(block.type)}\` block with tool_use_id ${String(block.tool_use_id)} has no corresponding \`server_tool_use\` block before it`,
+      `${at}: \`${String(block.type)}\` block with tool_use_id ${String(block.tool_use_id)} has no corresponding \`${block.type === 'mcp_tool_result' ? 'mcp_tool_use' : 'server_tool_use'}\` block before it`,
     );
 }
 
@@ -282,9 +285,9 @@ export function validateConversation(messages: readonly unknown[], strict = fals
         seenToolUse.add(block.id);
         turn.toolUses.set(block.id, i);
       }
-      if (block.type === 'server_tool_use' || SERVER_RESULT_TYPES.has(block.type)) {
+      if (SERVER_CALL_TYPES.has(block.type) || SERVER_RESULT_TYPES.has(block.type)) {
         checkServerBlock(block, role, turn.serverUses, seenToolUse, `messages.${i}.content.${j}`);
-        if (block.type === 'server_tool_use') turn.serverOpen.add(String(block.id));
+        if (SERVER_CALL_TYPES.has(block.type)) turn.serverOpen.add(String(block.id));
         else turn.serverOpen.delete(String(block.tool_use_id));
       }
       if (block.type === 'tool_result') {

@@ -4444,6 +4444,14 @@ export interface operations {
                           input: {
                             [key: string]: unknown;
                           };
+                          caller?:
+                            | ({
+                                type: string;
+                              } & {
+                                [key: string]: unknown;
+                              })
+                            | null;
+                          toolset_name?: string | null;
                           cache_control?: {
                             /** @enum {string} */
                             type: 'ephemeral';
@@ -4535,6 +4543,78 @@ export interface operations {
                             ttl?: '5m' | '1h';
                           } | null;
                         }
+                      | ({
+                          /** @enum {string} */
+                          type: 'mcp_tool_use';
+                          id: string;
+                          name: string;
+                          server_name: string;
+                          input: {
+                            [key: string]: unknown;
+                          };
+                          cache_control?: {
+                            /** @enum {string} */
+                            type: 'ephemeral';
+                            /** @enum {string} */
+                            ttl?: '5m' | '1h';
+                          } | null;
+                        } & {
+                          [key: string]: unknown;
+                        })
+                      | {
+                          /** @enum {string} */
+                          type: 'mcp_tool_result';
+                          tool_use_id: string;
+                          content?:
+                            | string
+                            | {
+                                /** @enum {string} */
+                                type: 'text';
+                                text: string;
+                                citations?:
+                                  | ({
+                                      type: string;
+                                    } & {
+                                      [key: string]: unknown;
+                                    })[]
+                                  | null;
+                                cache_control?: {
+                                  /** @enum {string} */
+                                  type: 'ephemeral';
+                                  /** @enum {string} */
+                                  ttl?: '5m' | '1h';
+                                } | null;
+                              }[];
+                          is_error?: boolean;
+                          cache_control?: {
+                            /** @enum {string} */
+                            type: 'ephemeral';
+                            /** @enum {string} */
+                            ttl?: '5m' | '1h';
+                          } | null;
+                        }
+                      | ({
+                          /** @enum {string} */
+                          type: 'mcp_tool_listing';
+                          mcp_server_name: string;
+                          tools: {
+                            [key: string]: unknown;
+                          }[];
+                        } & {
+                          [key: string]: unknown;
+                        })
+                      | ({
+                          /** @enum {string} */
+                          type: 'fallback';
+                          from: {
+                            [key: string]: unknown;
+                          };
+                          to: {
+                            [key: string]: unknown;
+                          };
+                        } & {
+                          [key: string]: unknown;
+                        })
                     )[];
               }
             | {
@@ -5641,6 +5721,14 @@ export interface operations {
                           input: {
                             [key: string]: unknown;
                           };
+                          caller?:
+                            | ({
+                                type: string;
+                              } & {
+                                [key: string]: unknown;
+                              })
+                            | null;
+                          toolset_name?: string | null;
                           cache_control?: {
                             /** @enum {string} */
                             type: 'ephemeral';
@@ -5732,6 +5820,78 @@ export interface operations {
                             ttl?: '5m' | '1h';
                           } | null;
                         }
+                      | ({
+                          /** @enum {string} */
+                          type: 'mcp_tool_use';
+                          id: string;
+                          name: string;
+                          server_name: string;
+                          input: {
+                            [key: string]: unknown;
+                          };
+                          cache_control?: {
+                            /** @enum {string} */
+                            type: 'ephemeral';
+                            /** @enum {string} */
+                            ttl?: '5m' | '1h';
+                          } | null;
+                        } & {
+                          [key: string]: unknown;
+                        })
+                      | {
+                          /** @enum {string} */
+                          type: 'mcp_tool_result';
+                          tool_use_id: string;
+                          content?:
+                            | string
+                            | {
+                                /** @enum {string} */
+                                type: 'text';
+                                text: string;
+                                citations?:
+                                  | ({
+                                      type: string;
+                                    } & {
+                                      [key: string]: unknown;
+                                    })[]
+                                  | null;
+                                cache_control?: {
+                                  /** @enum {string} */
+                                  type: 'ephemeral';
+                                  /** @enum {string} */
+                                  ttl?: '5m' | '1h';
+                                } | null;
+                              }[];
+                          is_error?: boolean;
+                          cache_control?: {
+                            /** @enum {string} */
+                            type: 'ephemeral';
+                            /** @enum {string} */
+                            ttl?: '5m' | '1h';
+                          } | null;
+                        }
+                      | ({
+                          /** @enum {string} */
+                          type: 'mcp_tool_listing';
+                          mcp_server_name: string;
+                          tools: {
+                            [key: string]: unknown;
+                          }[];
+                        } & {
+                          [key: string]: unknown;
+                        })
+                      | ({
+                          /** @enum {string} */
+                          type: 'fallback';
+                          from: {
+                            [key: string]: unknown;
+                          };
+                          to: {
+                            [key: string]: unknown;
+                          };
+                        } & {
+                          [key: string]: unknown;
+                        })
                     )[];
               }
             | {
@@ -11083,6 +11243,14 @@ export interface operations {
                             input: {
                               [key: string]: unknown;
                             };
+                            caller?:
+                              | ({
+                                  type: string;
+                                } & {
+                                  [key: string]: unknown;
+                                })
+                              | null;
+                            toolset_name?: string | null;
                             cache_control?: {
                               /** @enum {string} */
                               type: 'ephemeral';
@@ -11174,6 +11342,78 @@ export interface operations {
                               ttl?: '5m' | '1h';
                             } | null;
                           }
+                        | ({
+                            /** @enum {string} */
+                            type: 'mcp_tool_use';
+                            id: string;
+                            name: string;
+                            server_name: string;
+                            input: {
+                              [key: string]: unknown;
+                            };
+                            cache_control?: {
+                              /** @enum {string} */
+                              type: 'ephemeral';
+                              /** @enum {string} */
+                              ttl?: '5m' | '1h';
+                            } | null;
+                          } & {
+                            [key: string]: unknown;
+                          })
+                        | {
+                            /** @enum {string} */
+                            type: 'mcp_tool_result';
+                            tool_use_id: string;
+                            content?:
+                              | string
+                              | {
+                                  /** @enum {string} */
+                                  type: 'text';
+                                  text: string;
+                                  citations?:
+                                    | ({
+                                        type: string;
+                                      } & {
+                                        [key: string]: unknown;
+                                      })[]
+                                    | null;
+                                  cache_control?: {
+                                    /** @enum {string} */
+                                    type: 'ephemeral';
+                                    /** @enum {string} */
+                                    ttl?: '5m' | '1h';
+                                  } | null;
+                                }[];
+                            is_error?: boolean;
+                            cache_control?: {
+                              /** @enum {string} */
+                              type: 'ephemeral';
+                              /** @enum {string} */
+                              ttl?: '5m' | '1h';
+                            } | null;
+                          }
+                        | ({
+                            /** @enum {string} */
+                            type: 'mcp_tool_listing';
+                            mcp_server_name: string;
+                            tools: {
+                              [key: string]: unknown;
+                            }[];
+                          } & {
+                            [key: string]: unknown;
+                          })
+                        | ({
+                            /** @enum {string} */
+                            type: 'fallback';
+                            from: {
+                              [key: string]: unknown;
+                            };
+                            to: {
+                              [key: string]: unknown;
+                            };
+                          } & {
+                            [key: string]: unknown;
+                          })
                       )[];
                 }
               | {
@@ -12027,6 +12267,14 @@ export interface operations {
                             input: {
                               [key: string]: unknown;
                             };
+                            caller?:
+                              | ({
+                                  type: string;
+                                } & {
+                                  [key: string]: unknown;
+                                })
+                              | null;
+                            toolset_name?: string | null;
                             cache_control?: {
                               /** @enum {string} */
                               type: 'ephemeral';
@@ -12118,6 +12366,78 @@ export interface operations {
                               ttl?: '5m' | '1h';
                             } | null;
                           }
+                        | ({
+                            /** @enum {string} */
+                            type: 'mcp_tool_use';
+                            id: string;
+                            name: string;
+                            server_name: string;
+                            input: {
+                              [key: string]: unknown;
+                            };
+                            cache_control?: {
+                              /** @enum {string} */
+                              type: 'ephemeral';
+                              /** @enum {string} */
+                              ttl?: '5m' | '1h';
+                            } | null;
+                          } & {
+                            [key: string]: unknown;
+                          })
+                        | {
+                            /** @enum {string} */
+                            type: 'mcp_tool_result';
+                            tool_use_id: string;
+                            content?:
+                              | string
+                              | {
+                                  /** @enum {string} */
+                                  type: 'text';
+                                  text: string;
+                                  citations?:
+                                    | ({
+                                        type: string;
+                                      } & {
+                                        [key: string]: unknown;
+                                      })[]
+                                    | null;
+                                  cache_control?: {
+                                    /** @enum {string} */
+                                    type: 'ephemeral';
+                                    /** @enum {string} */
+                                    ttl?: '5m' | '1h';
+                                  } | null;
+                                }[];
+                            is_error?: boolean;
+                            cache_control?: {
+                              /** @enum {string} */
+                              type: 'ephemeral';
+                              /** @enum {string} */
+                              ttl?: '5m' | '1h';
+                            } | null;
+                          }
+                        | ({
+                            /** @enum {string} */
+                            type: 'mcp_tool_listing';
+                            mcp_server_name: string;
+                            tools: {
+                              [key: string]: unknown;
+                            }[];
+                          } & {
+                            [key: string]: unknown;
+                          })
+                        | ({
+                            /** @enum {string} */
+                            type: 'fallback';
+                            from: {
+                              [key: string]: unknown;
+                            };
+                            to: {
+                              [key: string]: unknown;
+                            };
+                          } & {
+                            [key: string]: unknown;
+                          })
                       )[];
                 }
               | {
