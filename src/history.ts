@@ -47,6 +47,29 @@ export function toolCallsOf(message: StoredMessage | undefined): ToolCall[] {
     .map((b) => ({ id: String(b.id), name: String(b.name), input: b.input }));
 }
 
+/**
+ * A reply's content as stored: without empty text blocks, which the API may answer (`{"type": "text", "text": ""}`)
+ * but refuses in a request. A reply with nothing else is stored with no content (`[]`), left out when sent.
+ */
+export function storedReplyContent<B extends { type: string }>(content: B[]): B[] {
+  const empty = (b: B) => b.type === 'text' && (b as { text?: unknown }).text === '';
+  return content.some(empty) ? content.filter((b) => !empty(b)) : content;
+}
+
+const isEmptyReply = (m: StoredMessage): boolean =>
+  m.role === 'assistant' && Array.isArray(m.content) && m.content.length === 0;
+
+/**
+ * The history as a request carries it: replies that said nothing (content `[]`) are left out but at the very end
+ * (the API refuses an empty message anywhere else; the user turns around one combine, as the API combines them).
+ * The same array when there is none.
+ */
+export function sendable(messages: StoredMessage[]): StoredMessage[] {
+  const last = messages.length - 1;
+  if (!messages.some((m, i) => i < last && isEmptyReply(m))) return messages;
+  return messages.filter((m, i) => i === last || !isEmptyReply(m));
+}
+
 /** The tool calls of the last message when it is an assistant turn whose calls are not answered yet. */
 export function pendingToolCalls(history: StoredMessage[]): ToolCall[] {
   return toolCallsOf(history.at(-1));

@@ -193,7 +193,8 @@ const userMessage = z.strictObject({
 });
 const assistantMessage = z.strictObject({
   role: z.literal('assistant'),
-  content: z.union([z.string().min(1), z.array(assistantBlock).min(1)]),
+  // `[]`: a reply that said nothing, as `GET …/messages` answers it; never sent but at the end (src/history.ts).
+  content: z.union([z.string().min(1), z.array(assistantBlock)]),
 });
 /** A tool change the runner sent (src/engine/tools-change.ts): `GET …/messages` answers it, create takes it back. */
 const systemMessage = z.strictObject({

@@ -3,7 +3,7 @@
  * them lives: turns.ts (a runner's first params and those handed over between turns) and compaction-run.ts use it.
  */
 import type { BetaToolRunnerParams } from '@anthropic-ai/sdk/lib/tools/BetaToolRunner';
-import type { StoredMessage } from '../history.js';
+import { sendable, type StoredMessage } from '../history.js';
 import type { SessionParams } from '../schemas.js';
 import { paramsFor } from './compaction.js';
 
@@ -39,7 +39,7 @@ function withContainer(params: SessionParams, container: string | null | undefin
 export function runnerParams(t: TurnInput): BetaToolRunnerParams & { stream: boolean } {
   const params = {
     ...paramsFor(withContainer(t.params, t.container), t.messages),
-    messages: t.messages,
+    messages: sendable(t.messages),
     // No `tools` at all rather than an empty list, as a session without tools always sent.
     ...(t.tools.length ? { tools: t.tools } : {}),
     max_iterations: t.maxIterations,

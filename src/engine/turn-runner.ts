@@ -8,14 +8,15 @@ import type {
   BetaMessage,
   BetaRawMessageStreamEvent,
 } from '@anthropic-ai/sdk/resources/beta/messages/messages';
-import { toolCallsOf, type StoredMessage } from '../history.js';
+import { storedReplyContent, toolCallsOf, type StoredMessage } from '../history.js';
 import type { SessionParams } from '../schemas.js';
 import { recordCount, usageIncr, type IterationRecord, type SessionState } from '../store/session-state.js';
 import { usdToMicros } from '../cost/prices.js';
+import { withoutOpenCalls } from '../tools/server-blocks.js';
 import { budgetExhausted, spentOf, totalTokens, type Spent } from './budget.js';
 import { cacheMarks, capCacheMarks } from './cache-breakpoints.js';
 import { countSpend } from './commit.js';
-import { RunCompaction, recordedUsage } from './compaction.js';
+import { RunCompaction, isUnfinished, recordedUsage } from './compaction.js';
 import type { EngineLogger, RunDeps, RunHandle } from './run-handle.js';
 import { holdUnsafeCalls, runsToolsEagerly } from './eager.js';
 import { runnerParams } from './runner-params.js';
@@ -234,11 +235,17 @@ export abstract class TurnRunner {
     const usageIncrs = usageIncr(message.usage, costMicros);
     countSpend(deps, state.tenant, params.model, usageIncrs);
     addSpent(this.spent, recordedUsage(message, costMicros));
-    const reply: StoredMessage = { role: 'assistant', content: message.content };
+    // A reply that ends its turn keeps no call the API never ran (a turn paused mid-call is resumed instead).
+    const content = isUnfinished(message.stop_reason) ? message.content : withoutOpenCalls(message.content);
+    const reply: StoredMessage = { role: 'assistant', content: storedReplyContent(content) };
     const calls = toolCallsOf(reply);
     // Persisted with the reply: the container it ran in, the thread it ends (thread-anchor.ts).
     if (message.container?.id) this.container = message.container.id;
-    const anchor = anchorOf(message, [...history, reply], params.system, this.tools, this.threadDigest);
+    // A reply stored otherwise than the API holds it (a cut call, empty text left out) ends the thread there.
+    const anchor =
+      reply.content === message.content
+        ? anchorOf(message, [...history, reply], params.system, this.tools, this.threadDigest)
+        : null;
     const carried: Record<string, string> = {
       thread: anchor ? JSON.stringify(anchor) : '',
       ...(this.container !== state.container ? { container: this.container ?? '' } : {}),

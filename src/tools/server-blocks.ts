@@ -99,3 +99,15 @@ export function serverBlockProblems(
   // A call still open at the very end is a paused turn (`pause_turn`): the next request continues it.
   return problems;
 }
+
+/**
+ * `content` (one reply) without the calls the API makes (server tools, the MCP connector) that no block of it
+ * answers: a reply that stopped mid-call (`max_tokens`, `refusal`, …) leaves them, the call never ran, and the API
+ * refuses any turn after one. The same array when there is none.
+ */
+export function withoutOpenCalls<B extends BlockLike>(content: B[]): B[] {
+  if (!content.some((b) => isCall(b.type))) return content;
+  const answered = new Set(content.filter((b) => isResult(b.type)).map((b) => String(b.tool_use_id)));
+  const open = (b: B) => isCall(b.type) && !answered.has(String(b.id));
+  return content.some(open) ? content.filter((b) => !open(b)) : content;
+}

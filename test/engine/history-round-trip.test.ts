@@ -2,7 +2,7 @@ import { after, before, beforeEach, describe, it } from 'node:test';
 import assert from 'node:assert/strict';
 import fc from 'fast-check';
 import { startHarness, type Harness } from '../helpers/service.js';
-import { hang, text, toolCalls, toolUse } from '../fake/script.js';
+import { hang, reply, text, textBlock, toolCalls, toolUse } from '../fake/script.js';
 import { signSummary } from '../../src/offline/compaction-block.js';
 
 /**
@@ -202,6 +202,29 @@ describe('history round trip', () => {
       }),
       { numRuns: 15 },
     );
+  });
+
+  it('a reply that said nothing is kept as [], taken back, and left out of the next request', async () => {
+    for (const said of [reply([]), reply([textBlock('')])]) {
+      h.fake.reset();
+      h.fake.enqueue(said);
+      const a = await h.api.post('/v1/sessions', { input: 'Hello' });
+      assert.equal((await h.api.waitStatus(a.body.id, 'idle')).status, 'idle');
+      const answered = await messagesOf(a.body.id);
+      assert.deepEqual(answered.at(-1), { role: 'assistant', content: [] });
+      // History out, history in, and the next request is one the API takes (the two user turns combine).
+      const b = await create(answered);
+      const put = await h.api.req('PUT', `/v1/sessions/${a.body.id}/messages`, { messages: answered });
+      assert.equal(put.status, 200, JSON.stringify(put.body));
+      for (const id of [a.body.id, b]) {
+        const next = await nextRequest(id);
+        assert.equal(next.status, 200, JSON.stringify(next.messages));
+        assert.deepEqual(
+          next.messages.map((m) => m.role),
+          ['user', 'user'],
+        );
+      }
+    }
   });
 
   it('a history whose tools were changed, given with the tools at its end, is sent over the tools before', async () => {

@@ -104,6 +104,33 @@ describe('steering between turns', () => {
     assert.equal(events.filter((e) => e.type === 'tool.started').length, 0, 'the cut call never ran');
   });
 
+  it('a server tool call cut by a stop is not kept, so the next message sends a valid request', async () => {
+    for (const stop_reason of ['max_tokens', 'refusal', 'model_context_window_exceeded']) {
+      h.fake.reset();
+      h.fake.enqueue(
+        reply(
+          [
+            { type: 'text', text: 'Searching.' },
+            { type: 'server_tool_use', id: 'srvtoolu_cut', name: 'web_search', input: { query: 'x' } },
+          ],
+          { stop_reason },
+        ),
+        text('Answered.'),
+      );
+      const s = await create({
+        input: 'search',
+        tools: [{ type: 'web_search_20250305', name: 'web_search' }],
+      });
+      assert.equal((await h.api.waitStatus(s.id, 'idle')).stop_reason, stop_reason);
+      const msgs = (await h.api.get(`/v1/sessions/${s.id}/messages`)).body.data;
+      assert.deepEqual(msgs[1], { role: 'assistant', content: [{ type: 'text', text: 'Searching.' }] });
+      await h.api.post(`/v1/sessions/${s.id}/messages`, { text: 'Go on.' });
+      const done = await h.api.waitFor(s.id, (x) => x.status !== 'running' && x.iteration === 2);
+      assert.equal(done.status, 'idle', JSON.stringify(done.error));
+      assert.equal(h.fake.requests[1]!.status, 200);
+    }
+  });
+
   it('a reply without tool calls does not end the run while a follow-up waits', async () => {
     h.fake.enqueue(text('first answer', { delayMs: 300 }), text('second answer'));
     const s = await create({ input: 'Hi' });
