@@ -116,8 +116,11 @@ export class TenantSpend {
 
   /** The tenant's usage per day from `from` to `to` (inclusive, `YYYY-MM-DD`), days without usage as zeros. */
   async days(tenant: string, from: string, to: string): Promise<DayUsage[]> {
+    // Counted, not compared as text: past year 9999 `toISOString` answers `+010000-…`, which sorts before "9999-…".
+    const start = Date.parse(`${from}T00:00:00Z`);
+    const count = Math.round((Date.parse(`${to}T00:00:00Z`) - start) / 86_400_000) + 1;
     const dates: string[] = [];
-    for (let t = Date.parse(`${from}T00:00:00Z`); utcDay(t) <= to; t += 86_400_000) dates.push(utcDay(t));
+    for (let i = 0; i < count; i++) dates.push(utcDay(start + i * 86_400_000));
     const m = this.redis.multi();
     for (const d of dates) m.hgetall(usageKey(tenant, d));
     const rows = (await m.exec()) ?? [];

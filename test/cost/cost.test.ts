@@ -236,6 +236,13 @@ describe('cost: usage.cost_usd of sessions, iterations and turn.completed', () =
         ['2026-01-03', 0],
       ],
     );
+    // The last days a date can name: the range ends at `to` (it once went on past year 9999 without end).
+    const end = await h.api.get('/v1/usage?from=9999-12-30&to=9999-12-31');
+    assert.equal(end.status, 200);
+    assert.deepEqual(
+      end.body.data.map((d: any) => d.date),
+      ['9999-12-30', '9999-12-31'],
+    );
   });
 });
 
