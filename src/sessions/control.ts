@@ -138,6 +138,8 @@ export function retryTurn(
       throw conflict('nothing_to_retry', 'The last iteration is a compaction, not a reply to send again.');
     }
     const params = body?.params ? mergeParams(s.params, body.params) : s.params;
+    // As a PATCH: a dollar ceiling (the budget's, the tenant's cap) needs the new model's price.
+    if (body?.params) deps.store.spend.assertPriced(params.model, s.budget?.cost_usd);
     if (body?.params)
       await checkToolChoice(
         deps,

@@ -179,6 +179,15 @@ describe('cost: usage.cost_usd of sessions, iterations and turn.completed', () =
     assert.deepEqual(priced.body.error.details, { unpriced_turns: 1 });
     const tokens = await h.api.req('PATCH', `/v1/sessions/${r.body.id}`, { budget: { total_tokens: 100 } });
     assert.equal(tokens.status, 200);
+
+    // A retry that changes the model is checked as a PATCH is: no unpriced turns under a dollar budget.
+    h.fake.enqueue(text('Priced.'));
+    const c = await h.api.post('/v1/sessions', { input: 'Hi', budget: { cost_usd: 1 } });
+    await h.api.waitStatus(c.body.id, 'idle');
+    const retry = await h.api.post(`/v1/sessions/${c.body.id}/retry`, { params: { model: 'claude-fake-1' } });
+    assert.equal(retry.status, 400);
+    assert.equal(retry.body.error.code, 'unknown_model_price');
+    assert.equal(h.fake.requests.length, 2, 'nothing sent');
   });
 
   it('budget.cost_usd stops the run once the dollars are spent', async () => {
