@@ -90,10 +90,11 @@ export class TenantSpend {
   }
 
   /** Whether the tenant's spend today reached TENANT_MAX_COST_USD_PER_DAY (never without a cap). */
-  async overCap(tenant: string, now = Date.now()): Promise<boolean> {
+  /** `pendingMicros`: the cost of a turn not committed yet (so not in the day yet), counted as spent. */
+  async overCap(tenant: string, pendingMicros = 0, now = Date.now()): Promise<boolean> {
     if (!this.capped) return false;
     const spent = Number((await this.redis.hget(usageKey(tenant, utcDay(now)), 'cost')) ?? 0);
-    return spent >= this.capMicros;
+    return spent + pendingMicros >= this.capMicros;
   }
 
   /** 429 `quota_exceeded` (`details.quota: "cost_usd_per_day"`) for a run the tenant's cap does not allow. */

@@ -15,6 +15,7 @@ import type { RunDeps, RunHandle } from './run-handle.js';
  * `stop_reason: "budget_exhausted"`, and the session is idle. A turn already sent is never cut: a budget is a limit
  * on turns started, so the total may end above it by one turn's usage. The tenant's daily cap
  * (TENANT_MAX_COST_USD_PER_DAY) is checked at the same places and stops the run with `tenant_budget_exhausted`.
+ * Both are checked before every model request: a paused turn's continuation and an `on_max_tokens` retry too.
  */
 
 export const BUDGET_EXHAUSTED = 'budget_exhausted';

@@ -78,7 +78,8 @@ class Turns extends TurnRunner {
     this.records++;
     const replied = await this.sendTurn(item);
     const { message, calls } = replied;
-    if (this.retriesMaxTokens(message)) return this.retryMaxTokens(replied);
+    if (this.retriesMaxTokens(message) && !(await this.overCapWith(replied)))
+      return this.retryMaxTokens(replied);
     // Policy `pause_after_turn`: the reply waits for review before its calls run (review-turn.ts). A reply that stops
     // with calls (cut at max_tokens, say) is not reviewed: the run stops there anyway, its calls answered "not run".
     const stopsWithCalls = message.stop_reason !== 'tool_use' && calls.length > 0;
@@ -102,9 +103,15 @@ class Turns extends TurnRunner {
     return this.toolTurn(replied);
   }
 
+  /** Whether the tenant's daily cap is reached with this reply's cost, which its commit has not counted yet. */
+  private overCapWith(replied: Replied): Promise<boolean> {
+    return this.deps.store.spend.overCap(this.state.tenant, replied.usageIncrs['u_cost'] ?? 0);
+  }
+
   /**
    * on_max_tokens: retry the cut turn with twice the budget, up to the ceiling; the cut reply is dropped. Not past
-   * the budget: a retry is another turn, and a spent budget ends the run with the cut reply instead.
+   * the budget (nor the tenant's daily cap, checked by the caller): a retry is another model request, and a spent
+   * budget ends the run with the cut reply instead.
    */
   private retriesMaxTokens(message: BetaMessage): boolean {
     const omt = this.state.onMaxTokens;
@@ -169,7 +176,12 @@ class Turns extends TurnRunner {
     });
     history.push(reply);
     run.obs.turnEnded();
-    if (!ends) return 'continue'; // pause_turn, compaction: the runner resumes the turn
+    if (!ends) {
+      // pause_turn, compaction: the runner resumes the turn, another model request. With the budget or the tenant's
+      // cap spent, the run's next step stops the run instead (it finds the paused reply and the budget spent).
+      const spent = budgetExhausted(state.budget, this.spent) || (await deps.store.spend.overCap(state.tenant));
+      return spent ? 'again' : 'continue';
+    }
     extendHistory(history, res);
     if (res.mergedCount === 0) {
       await deps.store.runs.end(run, state.tenant);

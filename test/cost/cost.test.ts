@@ -208,6 +208,27 @@ describe('cost: usage.cost_usd of sessions, iterations and turn.completed', () =
     const done = await h.api.waitStatus(r.body.id, ['idle', 'failed']);
     assert.equal(done.stop_reason, 'budget_exhausted');
     assert.equal(h.fake.requests.length, 2);
+    // A paused turn's continuation is another request: not sent once the budget is spent.
+    h.fake.reset();
+    const paused = () =>
+      reply(
+        [
+          { type: 'text', text: 'Searching.' },
+          { type: 'server_tool_use', name: 'web_search', input: { query: 'x' } },
+        ],
+        { stop_reason: 'pause_turn', usage: spend },
+      );
+    h.fake.enqueue(paused(), paused(), paused(), text('Found.', { usage: spend }));
+    const p = await h.api.post('/v1/sessions', {
+      model: 'claude-sonnet-5-5',
+      tools: [{ type: 'web_search_20250305', name: 'web_search' }],
+      input: 'Search',
+      // $0.025 a turn: $0.015 of tokens and a web search request.
+      budget: { cost_usd: 0.04 },
+    });
+    const pausedDone = await h.api.waitStatus(p.body.id, ['idle', 'failed']);
+    assert.equal(pausedDone.stop_reason, 'budget_exhausted');
+    assert.equal(h.fake.requests.length, 2);
     // Less than a micro-dollar (the unit it is counted in) would be a budget of nothing: refused.
     const tiny = await h.api.post('/v1/sessions', {
       model: 'claude-sonnet-5-5',
@@ -258,7 +279,7 @@ describe('cost: usage.cost_usd of sessions, iterations and turn.completed', () =
 describe('cost: TENANT_MAX_COST_USD_PER_DAY', () => {
   let h: Harness;
   const capEnv = {
-    API_KEYS: 'a:key-a,b:key-b',
+    API_KEYS: 'a:key-a,b:key-b,c:key-c',
     TENANT_MAX_COST_USD_PER_DAY: '0.02',
     METRICS_TENANT_LABEL: 'true',
   };
@@ -330,5 +351,22 @@ describe('cost: TENANT_MAX_COST_USD_PER_DAY', () => {
     assert.equal(usageB.cost_usd, 0.015);
     const metrics = await (await fetch(`${h.service.url}/metrics`)).text();
     assert.match(metrics, /trs_cost_usd_total\{model_family="claude-sonnet-5-5",tenant="a"\} 0\.03/);
+  });
+
+  it('an on_max_tokens retry is a model request the cap is checked before', async () => {
+    h.fake.reset();
+    const cut = () => text('Cut', { stop_reason: 'max_tokens', usage: spend });
+    h.fake.enqueue(cut(), cut(), cut(), cut(), cut());
+    const s = await h.api.as('key-c').post('/v1/sessions', {
+      model: 'claude-sonnet-5-5',
+      max_tokens: 100,
+      on_max_tokens: { retry: 'double', ceiling: 1600 },
+      input: 'Write',
+    });
+    assert.equal(s.status, 201, JSON.stringify(s.body));
+    const done = await h.api.as('key-c').waitStatus(s.body.id, ['idle', 'failed']);
+    // $0.015 after the first request: a retry; $0.03 after it: no third.
+    assert.equal(h.fake.requests.length, 2);
+    assert.equal(done.stop_reason, 'max_tokens');
   });
 });
