@@ -24,7 +24,7 @@ import { eventOf } from '../events/schemas.js';
 const ACTION_TIMED_OUT = 'action_timed_out';
 
 /** A timeout whose run a tenant quota refuses is tried again this much later. */
-const QUOTA_RETRY_MS = 60_000;
+const QUOTA_RETRY_MS = 5_000;
 
 /** Cleared deadline fields, the action marked as timed out (a late decision gets 409 `action_timed_out`). */
 const FIRED = { act_due: '', act_warn: '', act_fired: '1' };
@@ -181,7 +181,9 @@ export class DeadlineSweeper {
           return;
         }
         const { ops, starts } = timeoutOps(s);
-        await store.apply(s.id, guard, ops, s.tenant);
+        // Over the tenant's daily cap the deadline still answers the calls: the run it starts writes their results
+        // and stops before its model request (`tenant_budget_exhausted`), as any run over the cap does.
+        await store.apply(s.id, guard, ops, s.tenant, { costCap: false });
         this.log.info({ session: s.id, tenant: s.tenant }, 'action timed out');
         await store.actionsDue.settle(e, null);
         if (starts) await startRun(this.deps, s.id);

@@ -162,9 +162,16 @@ export class SessionStore {
    * create, a request of the tenant), tells the event tap whose session it is from its first write.
    * A change that starts a run (sets `running`) first takes a slot among the tenant's active runs (429
    * `quota_exceeded` when TENANT_MAX_ACTIVE_RUNS are running) and registers the run as due (the tenant read from
-   * the session when not given).
+   * the session when not given). And, unless `costCap` is false, a tenant over its daily dollar cap starts no run
+   * (429 `quota_exceeded`, `cost_usd_per_day`); a run started anyway stops before its first model request.
    */
-  async apply(id: string, guard: Guard, ops: ApplyOps, tenant?: string): Promise<ApplyResult> {
+  async apply(
+    id: string,
+    guard: Guard,
+    ops: ApplyOps,
+    tenant?: string,
+    { costCap = true }: { costCap?: boolean } = {},
+  ): Promise<ApplyResult> {
     const k = sessionKeys(id);
     // Bytes added are counted in the session (same script) and then the tenant (see storage-quota.ts).
     let added = addedBytes(ops, guard);
@@ -180,7 +187,7 @@ export class SessionStore {
     if (setsRunning(ops)) {
       const t = tenant ?? (await this.redis.hget(k.meta, 'tenant'));
       // Over the tenant's daily dollar cap, no run starts (429 `quota_exceeded`, `cost_usd_per_day`).
-      await this.spend.assertUnderCap(t);
+      if (costCap) await this.spend.assertUnderCap(t);
       await this.runs.start(t, id);
     }
     // A new action deadline is registered before the write that sets it (an early entry is moved on by the sweep).

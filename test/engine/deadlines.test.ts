@@ -193,3 +193,36 @@ describe('action deadlines (action_timeout_s)', () => {
     assert.equal(late.body.error.code, 'action_timed_out');
   });
 });
+
+describe('action deadlines over the tenant daily cap', () => {
+  let h: Harness;
+  before(async () => {
+    h = await startHarness({ env: { ...env, TENANT_MAX_COST_USD_PER_DAY: '0.01' } });
+  });
+  after(async () => h?.close());
+
+  it('the deadline still answers the calls, and the run stops before its next request', async () => {
+    const clientTool = {
+      name: 'pick_color',
+      description: 'Asks the user for a color',
+      input_schema: { type: 'object', properties: {} },
+    };
+    // $0.015 on claude-sonnet-5-5: the tenant is over its cap once this turn is counted.
+    const usage = { input_tokens: 1000, output_tokens: 1300 };
+    h.fake.enqueue(toolCall('pick_color', {}, { id: 'toolu_cap', usage }), text('Never sent.'));
+    const r = await h.api.post('/v1/sessions', {
+      model: 'claude-sonnet-5-5',
+      input: 'Color?',
+      tools: [clientTool],
+      action_timeout_s: 1,
+    });
+    assert.equal(r.status, 201, JSON.stringify(r.body));
+    await waitForEvent(h.api, r.body.id, 'action.timed_out');
+    const done = await h.api.waitStatus(r.body.id, 'idle');
+    assert.equal(done.stop_reason, 'tenant_budget_exhausted');
+    assert.equal(h.fake.requests.length, 1);
+    const last = (await h.api.get(`/v1/sessions/${r.body.id}/messages`)).body.data.at(-1);
+    assert.equal(last.content[0].tool_use_id, 'toolu_cap');
+    assert.match(JSON.stringify(last.content[0].content), /Error: no result within 1 s/);
+  });
+});
