@@ -8,6 +8,7 @@
  */
 import type { EngineLogger } from '../engine/run-handle.js';
 import type { DueEntry } from '../store/due.js';
+import { metadataPairs } from '../store/metadata-index.js';
 import type { SessionStore } from '../store/store.js';
 import { SweepLoop } from '../sweep-loop.js';
 
@@ -69,6 +70,10 @@ export class RetentionSweeper {
       ttlMs: this.store.options.deletedLogTtlMs ?? 60_000,
     });
     // Not deleted: a write came first; the next pass reads it again.
-    if (deleted) this.log.info({ session: s.id, tenant: s.tenant }, 'session expired and deleted');
+    if (!deleted) return;
+    // Its entries in the metadata index go with it, as a DELETE's do.
+    const { index } = this.store;
+    await index.metadata.remove(s.tenant, index.member(s.createdAt, s.id), metadataPairs(s.metadata));
+    this.log.info({ session: s.id, tenant: s.tenant }, 'session expired and deleted');
   }
 }

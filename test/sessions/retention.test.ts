@@ -74,7 +74,7 @@ describe('retention (ttl_s, SESSION_TTL_S)', () => {
 
   it('an idle session not changed for ttl_s is deleted with every key, after session.deleted (webhook)', async () => {
     h.fake.enqueue(text('Hello.'));
-    const c = await h.api.post('/v1/sessions', { input: 'Hi', ttl_s: 1 });
+    const c = await h.api.post('/v1/sessions', { input: 'Hi', ttl_s: 1, metadata: { job: 'nightly' } });
     assert.equal(c.status, 201, JSON.stringify(c.body));
     const id = c.body.id;
     assert.equal(c.body.expires_at, null, 'not while running');
@@ -95,6 +95,14 @@ describe('retention (ttl_s, SESSION_TTL_S)', () => {
       (await r.zrange('t:{acme}:sessions', 0, -1)).filter((m) => m.endsWith(id)),
       [],
     );
+    // And out of the metadata index (`metadata.job=nightly`).
+    const [, mdKeys] = await r.scan('0', 'MATCH', 't:{acme}:md:*', 'COUNT', 1000);
+    for (const key of mdKeys)
+      assert.deepEqual(
+        (await r.zrange(key, 0, -1)).filter((m) => m.endsWith(id)),
+        [],
+        key,
+      );
   });
 
   it('a new message wins over the sweep: the TTL starts again from it', async () => {
