@@ -260,9 +260,10 @@ const routes: FastifyPluginAsyncZod = async (app) => {
       const [rec] = await app.store.iterationRecords(req.params.id, req.params.n - 1, req.params.n - 1);
       if (!rec) throw notFound('iteration');
       const end = rec.results_index ?? rec.reply_index;
-      // Indexes count compacted messages too: a reply a compaction summarized is read from its segment.
-      const msgs =
-        rec.reply_index < 0 ? [] : await app.store.messagesAt(req.params.id, s.msgBase, rec.reply_index, end);
+      // Indexes count compacted messages too: a reply a compaction summarized is read from its segment. A record
+      // made before the history was replaced (`PUT …/messages`) addresses messages that are gone: none.
+      const gone = rec.reply_index < 0 || req.params.n <= s.replacedAt;
+      const msgs = gone ? [] : await app.store.messagesAt(req.params.id, s.msgBase, rec.reply_index, end);
       return {
         ...rec,
         n: req.params.n,

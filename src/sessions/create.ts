@@ -225,6 +225,15 @@ function checkGivenHistory(messages: StoredMessage[], start: boolean): void {
   }
 }
 
+const emptyChildUsage = (): SessionState['childUsage'] => ({
+  input_tokens: 0,
+  output_tokens: 0,
+  cache_creation_input_tokens: 0,
+  cache_read_input_tokens: 0,
+  micros: 0,
+  unpriced: 0,
+});
+
 /** The state of a session just created from `body`, holding `msgCount` messages. */
 function newSessionState(
   deps: SessionDeps,
@@ -272,14 +281,7 @@ function newSessionState(
     error: null,
     usage: emptyUsage(),
     cost: { micros: 0, unpriced: 0, serverToolUse: {} },
-    childUsage: {
-      input_tokens: 0,
-      output_tokens: 0,
-      cache_creation_input_tokens: 0,
-      cache_read_input_tokens: 0,
-      micros: 0,
-      unpriced: 0,
-    },
+    childUsage: emptyChildUsage(),
     metadata: body.metadata,
     createdAt: now,
     updatedAt: now,
@@ -318,8 +320,19 @@ export async function forkSession(
       records: count,
     });
   }
+  // Records up to `replacedAt` address the history a `PUT …/messages` replaced: of them, only the last one (the
+  // history as it is now, when no record came since) can be forked from.
+  const total = s.msgBase + s.msgCount;
+  const replaced = body.at_iteration <= s.replacedAt;
+  if (replaced && body.at_iteration < count) {
+    throw new NotFound(
+      'iteration',
+      `Iteration record ${body.at_iteration} belongs to a history replaced since (PUT …/messages); fork at ${count}.`,
+      { replaced_at: s.replacedAt, records: count },
+    );
+  }
   const records = await store.iterationRecords(id, 0, Math.max(0, body.at_iteration - 1));
-  const end = forkEnd(records, body.at_iteration, s.msgBase + s.msgCount);
+  const end = replaced ? total : forkEnd(records, body.at_iteration, total);
   // After a compaction the history starts with its summary: a fork takes the history as it stood at that point.
   const { messages: history, base } = await store.historyUntil(id, s.msgBase, end);
   const kept = records.slice(0, body.at_iteration);
@@ -339,6 +352,8 @@ export async function forkSession(
     stopReason: null,
     error: null,
     usage: emptyUsage(),
+    cost: { micros: 0, unpriced: 0, serverToolUse: {} },
+    childUsage: emptyChildUsage(),
     metadata: forkMetadata(s.metadata, body.metadata, id, body.at_iteration),
     createdAt: now,
     updatedAt: now,

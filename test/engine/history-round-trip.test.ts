@@ -286,12 +286,24 @@ describe('PUT /v1/sessions/:id/messages', () => {
     const retry = await h.api.post(`/v1/sessions/${r.body.id}/retry`);
     assert.equal(retry.status, 409);
     assert.equal(retry.body.error.code, 'nothing_to_retry');
+    // Record 1 addressed the history replaced: it shows no reply, and a fork cannot cut the new history at it…
+    const rec = (await h.api.get(`/v1/sessions/${r.body.id}/iterations/1`)).body;
+    assert.equal(rec.reply, null);
+    // …but the history as it is now is the last record's fork (the fork's usage starts at zero, its cost too).
+    const f = await h.api.post(`/v1/sessions/${r.body.id}/fork`, { at_iteration: 1 });
+    assert.equal(f.status, 201, JSON.stringify(f.body));
+    assert.deepEqual((await h.api.get(`/v1/sessions/${f.body.id}/messages`)).body.data, messages);
+    assert.equal(f.body.usage.cost_usd, 0);
     const m = await h.api.post(`/v1/sessions/${r.body.id}/messages`, { text: 'Go.' });
     assert.equal(m.status, 202);
     await h.api.waitFor(r.body.id, (x) => x.status === 'idle' && x.iteration === 2);
     const next = h.fake.requests[1]!;
     assert.deepEqual(next.body.thread, { type: 'create' });
     assert.deepEqual(next.messages.slice(0, 2), messages.slice(0, 2));
+    // Once a record follows it, record 1 names no point of this history.
+    const gone = await h.api.post(`/v1/sessions/${r.body.id}/fork`, { at_iteration: 1 });
+    assert.equal(gone.status, 404);
+    assert.equal(gone.body.error.code, 'iteration_not_found');
     // Shorter than before too: a history of one message.
     const one = await put(r.body.id, { messages: [messages[0]] });
     assert.equal(one.status, 200, JSON.stringify(one.body));
