@@ -30,10 +30,54 @@ const NOT_BASE64 = 'not valid base64 (A-Z, a-z, 0-9, + and /, padded with = to a
 /** The API fetches `url` sources over https only. */
 const httpsUrl = z.url({ protocol: /^https$/, error: 'an https URL (a data: URL goes in a base64 source)' });
 
+/*
+ * A text block's citations, as the API returns and takes them: one of its five locations with the fields the API
+ * requires of it (other fields a reply carries, `file_id` say, pass through).
+ */
+const index = z.number().int().nonnegative();
+const cited = { cited_text: z.string(), document_title: z.string().nullish() };
+const citation = z.discriminatedUnion('type', [
+  z.looseObject({
+    type: z.literal('char_location'),
+    ...cited,
+    document_index: index,
+    start_char_index: index,
+    end_char_index: index,
+  }),
+  z.looseObject({
+    type: z.literal('page_location'),
+    ...cited,
+    document_index: index,
+    start_page_number: index,
+    end_page_number: index,
+  }),
+  z.looseObject({
+    type: z.literal('content_block_location'),
+    ...cited,
+    document_index: index,
+    start_block_index: index,
+    end_block_index: index,
+  }),
+  z.looseObject({
+    type: z.literal('web_search_result_location'),
+    cited_text: z.string(),
+    url: z.string().min(1),
+    encrypted_index: z.string(),
+  }),
+  z.looseObject({
+    type: z.literal('search_result_location'),
+    cited_text: z.string(),
+    search_result_index: index,
+    start_block_index: index,
+    end_block_index: index,
+    source: z.string(),
+  }),
+]);
+
 export const textBlock = z.strictObject({
   type: z.literal('text'),
   text: blockText,
-  citations: z.array(z.looseObject({ type: z.string() })).nullish(),
+  citations: z.array(citation).nullish(),
   ...withCache,
 });
 const imageSource = z.discriminatedUnion('type', [
@@ -46,20 +90,26 @@ const imageSource = z.discriminatedUnion('type', [
   z.strictObject({ type: z.literal('file'), file_id: z.string().min(1) }),
 ]);
 const imageBlock = z.strictObject({ type: z.literal('image'), source: imageSource, ...withCache });
-/** A document's source: the API's other fields pass through; a PDF's base64 `data` and a `url` are checked. */
-const documentSource = z
-  .looseObject({ type: z.enum(['base64', 'text', 'url', 'content', 'file']) })
-  .superRefine((source, ctx) => {
-    const issue = (path: string, message: string) => ctx.addIssue({ code: 'custom', path: [path], message });
-    if (source.type === 'base64') {
-      if (source['media_type'] !== 'application/pdf')
-        issue('media_type', 'a base64 document is a PDF: media_type "application/pdf"');
-      const data = source['data'];
-      if (typeof data !== 'string' || !isBase64(data)) issue('data', NOT_BASE64);
-    } else if (source.type === 'url' && !httpsUrl.safeParse(source['url']).success) {
-      issue('url', 'an https URL');
-    }
-  });
+/**
+ * A document's source, with the fields the API requires of each kind: a PDF as base64 `data`, plain text, an https
+ * `url`, content blocks (text and images), or an uploaded file.
+ */
+const documentSource = z.discriminatedUnion('type', [
+  z.strictObject({
+    type: z.literal('base64'),
+    media_type: z.literal('application/pdf', {
+      error: 'a base64 document is a PDF: media_type "application/pdf"',
+    }),
+    data: z.string().refine(isBase64, { message: NOT_BASE64 }),
+  }),
+  z.strictObject({ type: z.literal('text'), media_type: z.literal('text/plain'), data: z.string() }),
+  z.strictObject({ type: z.literal('url'), url: httpsUrl }),
+  z.strictObject({
+    type: z.literal('content'),
+    content: z.union([z.string(), z.array(z.discriminatedUnion('type', [textBlock, imageBlock])).min(1)]),
+  }),
+  z.strictObject({ type: z.literal('file'), file_id: z.string().min(1) }),
+]);
 const documentBlock = z.strictObject({
   type: z.literal('document'),
   source: documentSource,

@@ -45,15 +45,59 @@ function checkSource(raw: unknown, kind: 'image' | 'document', at: string): void
       throw invalid(`${at}.${kind}.source.base64.data: The ${kind} data is not valid base64`);
   } else if (source.type === 'url') {
     if (!isHttpsUrl(source.url)) throw invalid(`${at}.${kind}.source.url.url: Only https URLs are supported`);
+  } else if (kind === 'document') checkDocumentSource(raw, at);
+}
+
+/** A document's other sources: plain text, content blocks, an uploaded file; nothing else. */
+function checkDocumentSource(raw: unknown, at: string): void {
+  const source = unchecked<'type' | 'media_type' | 'data' | 'content' | 'file_id'>(raw)!;
+  if (source.type === 'text') {
+    if (source.media_type !== 'text/plain')
+      throw invalid(`${at}.document.source.text.media_type: Input should be 'text/plain'`);
+    if (typeof source.data !== 'string') throw invalid(`${at}.document.source.text.data: Field required`);
+  } else if (source.type === 'content') {
+    const ok =
+      typeof source.content === 'string' || (Array.isArray(source.content) && source.content.length > 0);
+    if (!ok)
+      throw invalid(`${at}.document.source.content.content: Input should be a string or a list of blocks`);
+  } else if (source.type === 'file') {
+    if (typeof source.file_id !== 'string' || !source.file_id)
+      throw invalid(`${at}.document.source.file.file_id: Field required`);
+  } else if (source.type !== 'base64' && source.type !== 'url') {
+    throw invalid(`${at}.document.source: Input tag '${String(source.type)}' is not one of the source types`);
   }
+}
+
+/** The citation locations of a text block. */
+const CITATION_TYPES = new Set([
+  'char_location',
+  'page_location',
+  'content_block_location',
+  'web_search_result_location',
+  'search_result_location',
+]);
+
+function checkCitations(raw: unknown, at: string): void {
+  if (raw === undefined || raw === null) return;
+  if (!Array.isArray(raw)) throw invalid(`${at}.text.citations: Input should be a valid list`);
+  raw.forEach((c: unknown, i: number) => {
+    const citation = unchecked<'type' | 'cited_text'>(c);
+    if (!citation || typeof citation.type !== 'string' || !CITATION_TYPES.has(citation.type))
+      throw invalid(
+        `${at}.text.citations.${i}: Input tag '${String(citation?.type)}' is not a citation type`,
+      );
+    if (typeof citation.cited_text !== 'string')
+      throw invalid(`${at}.text.citations.${i}.cited_text: Field required`);
+  });
 }
 
 /** One content block of a message (or of a tool result, or a search result), and the blocks nested in it. */
 function checkBlock(raw: unknown, at: string): void {
-  const block = unchecked<'type' | 'text' | 'source' | 'content'>(raw);
+  const block = unchecked<'type' | 'text' | 'source' | 'content' | 'citations'>(raw);
   if (!block) return;
   if (block.type === 'text' && block.text === '')
     throw invalid('messages: text content blocks must be non-empty');
+  if (block.type === 'text') checkCitations(block.citations, at);
   if (block.type === 'image' || block.type === 'document') checkSource(block.source, block.type, at);
   if ((block.type === 'tool_result' || block.type === 'search_result') && Array.isArray(block.content))
     block.content.forEach((b: unknown, k: number) => checkBlock(b, `${at}.content.${k}`));

@@ -117,6 +117,23 @@ describe('the fake refuses blocks the API refuses', () => {
       { messages: [user([pdf({ type: 'url', url: 'javascript:alert(1)' })])] },
       /Only https URLs/,
     ],
+    ['a text document without its data', { messages: [user([pdf({ type: 'text' })])] }, /text\.media_type/],
+    [
+      'a file document without file_id',
+      { messages: [user([pdf({ type: 'file' })])] },
+      /file_id: Field required/,
+    ],
+    [
+      'a citation of no known kind',
+      {
+        messages: [
+          user('hi'),
+          { role: 'assistant', content: [{ type: 'text', text: 'see', citations: [{ type: 'bogus' }] }] },
+          user('ok'),
+        ],
+      },
+      /not a citation type/,
+    ],
   ];
   for (const [name, body, pattern] of refused) {
     test(`400 invalid_request_error: ${name}`, async () => {

@@ -152,6 +152,24 @@ describe('requests the Messages API would refuse are 400 invalid_request and cha
         messages: [u([pdf({ type: 'base64', media_type: 'text/html', data: 'AAAA' })])],
       }),
       create('a PDF by an http URL', { messages: [u([pdf({ type: 'url', url: 'http://x.test/a.pdf' })])] }),
+      create('a text document without its data', { messages: [u([pdf({ type: 'text' })])] }),
+      create('a text document that is no plain text', {
+        messages: [u([pdf({ type: 'text', media_type: 'text/html', data: '<p>' })])],
+      }),
+      create('a content document whose content is a number', {
+        messages: [u([pdf({ type: 'content', content: 5 })])],
+      }),
+      create('a file document without file_id', { messages: [u([pdf({ type: 'file' })])] }),
+      create('a citation of no known kind', {
+        messages: [u('hi'), a([{ type: 'text', text: 'see', citations: [{ type: 'bogus' }] }]), u('ok')],
+      }),
+      create('a char_location citation without its indexes', {
+        messages: [
+          u('hi'),
+          a([{ type: 'text', text: 'see', citations: [{ type: 'char_location', cited_text: 'x' }] }]),
+          u('ok'),
+        ],
+      }),
       create('an image in a tool result with bad data', {
         tools: ['calculate_sum'],
         messages: [

@@ -4093,11 +4093,73 @@ export interface operations {
                 type: 'text';
                 text: string;
                 citations?:
-                  | ({
-                      type: string;
-                    } & {
-                      [key: string]: unknown;
-                    })[]
+                  | (
+                      | ({
+                          /** @enum {string} */
+                          type: 'char_location';
+                          cited_text: string;
+                          document_title?: string | null;
+                          /** Format: int64 */
+                          document_index: number;
+                          /** Format: int64 */
+                          start_char_index: number;
+                          /** Format: int64 */
+                          end_char_index: number;
+                        } & {
+                          [key: string]: unknown;
+                        })
+                      | ({
+                          /** @enum {string} */
+                          type: 'page_location';
+                          cited_text: string;
+                          document_title?: string | null;
+                          /** Format: int64 */
+                          document_index: number;
+                          /** Format: int64 */
+                          start_page_number: number;
+                          /** Format: int64 */
+                          end_page_number: number;
+                        } & {
+                          [key: string]: unknown;
+                        })
+                      | ({
+                          /** @enum {string} */
+                          type: 'content_block_location';
+                          cited_text: string;
+                          document_title?: string | null;
+                          /** Format: int64 */
+                          document_index: number;
+                          /** Format: int64 */
+                          start_block_index: number;
+                          /** Format: int64 */
+                          end_block_index: number;
+                        } & {
+                          [key: string]: unknown;
+                        })
+                      | ({
+                          /** @enum {string} */
+                          type: 'web_search_result_location';
+                          cited_text: string;
+                          url: string;
+                          encrypted_index: string;
+                        } & {
+                          [key: string]: unknown;
+                        })
+                      | ({
+                          /** @enum {string} */
+                          type: 'search_result_location';
+                          cited_text: string;
+                          /** Format: int64 */
+                          search_result_index: number;
+                          /** Format: int64 */
+                          start_block_index: number;
+                          /** Format: int64 */
+                          end_block_index: number;
+                          source: string;
+                        } & {
+                          [key: string]: unknown;
+                        })
+                    )[]
                   | null;
                 cache_control?: {
                   /** @enum {string} */
@@ -4186,11 +4248,73 @@ export interface operations {
                           type: 'text';
                           text: string;
                           citations?:
-                            | ({
-                                type: string;
-                              } & {
-                                [key: string]: unknown;
-                              })[]
+                            | (
+                                | ({
+                                    /** @enum {string} */
+                                    type: 'char_location';
+                                    cited_text: string;
+                                    document_title?: string | null;
+                                    /** Format: int64 */
+                                    document_index: number;
+                                    /** Format: int64 */
+                                    start_char_index: number;
+                                    /** Format: int64 */
+                                    end_char_index: number;
+                                  } & {
+                                    [key: string]: unknown;
+                                  })
+                                | ({
+                                    /** @enum {string} */
+                                    type: 'page_location';
+                                    cited_text: string;
+                                    document_title?: string | null;
+                                    /** Format: int64 */
+                                    document_index: number;
+                                    /** Format: int64 */
+                                    start_page_number: number;
+                                    /** Format: int64 */
+                                    end_page_number: number;
+                                  } & {
+                                    [key: string]: unknown;
+                                  })
+                                | ({
+                                    /** @enum {string} */
+                                    type: 'content_block_location';
+                                    cited_text: string;
+                                    document_title?: string | null;
+                                    /** Format: int64 */
+                                    document_index: number;
+                                    /** Format: int64 */
+                                    start_block_index: number;
+                                    /** Format: int64 */
+                                    end_block_index: number;
+                                  } & {
+                                    [key: string]: unknown;
+                                  })
+                                | ({
+                                    /** @enum {string} */
+                                    type: 'web_search_result_location';
+                                    cited_text: string;
+                                    url: string;
+                                    encrypted_index: string;
+                                  } & {
+                                    [key: string]: unknown;
+                                  })
+                                | ({
+                                    /** @enum {string} */
+                                    type: 'search_result_location';
+                                    cited_text: string;
+                                    /** Format: int64 */
+                                    search_result_index: number;
+                                    /** Format: int64 */
+                                    start_block_index: number;
+                                    /** Format: int64 */
+                                    end_block_index: number;
+                                    source: string;
+                                  } & {
+                                    [key: string]: unknown;
+                                  })
+                              )[]
                             | null;
                           cache_control?: {
                             /** @enum {string} */
@@ -4231,12 +4355,150 @@ export interface operations {
                       | {
                           /** @enum {string} */
                           type: 'document';
-                          source: {
-                            /** @enum {string} */
-                            type: 'base64' | 'text' | 'url' | 'content' | 'file';
-                          } & {
-                            [key: string]: unknown;
-                          };
+                          source:
+                            | {
+                                /** @enum {string} */
+                                type: 'base64';
+                                /** @enum {string} */
+                                media_type: 'application/pdf';
+                                data: string;
+                              }
+                            | {
+                                /** @enum {string} */
+                                type: 'text';
+                                /** @enum {string} */
+                                media_type: 'text/plain';
+                                data: string;
+                              }
+                            | {
+                                /** @enum {string} */
+                                type: 'url';
+                                /** Format: uri */
+                                url: string;
+                              }
+                            | {
+                                /** @enum {string} */
+                                type: 'content';
+                                content:
+                                  | string
+                                  | (
+                                      | {
+                                          /** @enum {string} */
+                                          type: 'text';
+                                          text: string;
+                                          citations?:
+                                            | (
+                                                | ({
+                                                    /** @enum {string} */
+                                                    type: 'char_location';
+                                                    cited_text: string;
+                                                    document_title?: string | null;
+                                                    /** Format: int64 */
+                                                    document_index: number;
+                                                    /** Format: int64 */
+                                                    start_char_index: number;
+                                                    /** Format: int64 */
+                                                    end_char_index: number;
+                                                  } & {
+                                                    [key: string]: unknown;
+                                                  })
+                                                | ({
+                                                    /** @enum {string} */
+                                                    type: 'page_location';
+                                                    cited_text: string;
+                                                    document_title?: string | null;
+                                                    /** Format: int64 */
+                                                    document_index: number;
+                                                    /** Format: int64 */
+                                                    start_page_number: number;
+                                                    /** Format: int64 */
+                                                    end_page_number: number;
+                                                  } & {
+                                                    [key: string]: unknown;
+                                                  })
+                                                | ({
+                                                    /** @enum {string} */
+                                                    type: 'content_block_location';
+                                                    cited_text: string;
+                                                    document_title?: string | null;
+                                                    /** Format: int64 */
+                                                    document_index: number;
+                                                    /** Format: int64 */
+                                                    start_block_index: number;
+                                                    /** Format: int64 */
+                                                    end_block_index: number;
+                                                  } & {
+                                                    [key: string]: unknown;
+                                                  })
+                                                | ({
+                                                    /** @enum {string} */
+                                                    type: 'web_search_result_location';
+                                                    cited_text: string;
+                                                    url: string;
+                                                    encrypted_index: string;
+                                                  } & {
+                                                    [key: string]: unknown;
+                                                  })
+                                                | ({
+                                                    /** @enum {string} */
+                                                    type: 'search_result_location';
+                                                    cited_text: string;
+                                                    /** Format: int64 */
+                                                    search_result_index: number;
+                                                    /** Format: int64 */
+                                                    start_block_index: number;
+                                                    /** Format: int64 */
+                                                    end_block_index: number;
+                                                    source: string;
+                                                  } & {
+                                                    [key: string]: unknown;
+                                                  })
+                                              )[]
+                                            | null;
+                                          cache_control?: {
+                                            /** @enum {string} */
+                                            type: 'ephemeral';
+                                            /** @enum {string} */
+                                            ttl?: '5m' | '1h';
+                                          } | null;
+                                        }
+                                      | {
+                                          /** @enum {string} */
+                                          type: 'image';
+                                          source:
+                                            | {
+                                                /** @enum {string} */
+                                                type: 'base64';
+                                                /** @enum {string} */
+                                                media_type:
+                                                  'image/jpeg' | 'image/png' | 'image/gif' | 'image/webp';
+                                                data: string;
+                                              }
+                                            | {
+                                                /** @enum {string} */
+                                                type: 'url';
+                                                /** Format: uri */
+                                                url: string;
+                                              }
+                                            | {
+                                                /** @enum {string} */
+                                                type: 'file';
+                                                file_id: string;
+                                              };
+                                          cache_control?: {
+                                            /** @enum {string} */
+                                            type: 'ephemeral';
+                                            /** @enum {string} */
+                                            ttl?: '5m' | '1h';
+                                          } | null;
+                                        }
+                                    )[];
+                              }
+                            | {
+                                /** @enum {string} */
+                                type: 'file';
+                                file_id: string;
+                              };
                           title?: string | null;
                           context?: string | null;
                           citations?: {
@@ -4259,11 +4521,73 @@ export interface operations {
                             type: 'text';
                             text: string;
                             citations?:
-                              | ({
-                                  type: string;
-                                } & {
-                                  [key: string]: unknown;
-                                })[]
+                              | (
+                                  | ({
+                                      /** @enum {string} */
+                                      type: 'char_location';
+                                      cited_text: string;
+                                      document_title?: string | null;
+                                      /** Format: int64 */
+                                      document_index: number;
+                                      /** Format: int64 */
+                                      start_char_index: number;
+                                      /** Format: int64 */
+                                      end_char_index: number;
+                                    } & {
+                                      [key: string]: unknown;
+                                    })
+                                  | ({
+                                      /** @enum {string} */
+                                      type: 'page_location';
+                                      cited_text: string;
+                                      document_title?: string | null;
+                                      /** Format: int64 */
+                                      document_index: number;
+                                      /** Format: int64 */
+                                      start_page_number: number;
+                                      /** Format: int64 */
+                                      end_page_number: number;
+                                    } & {
+                                      [key: string]: unknown;
+                                    })
+                                  | ({
+                                      /** @enum {string} */
+                                      type: 'content_block_location';
+                                      cited_text: string;
+                                      document_title?: string | null;
+                                      /** Format: int64 */
+                                      document_index: number;
+                                      /** Format: int64 */
+                                      start_block_index: number;
+                                      /** Format: int64 */
+                                      end_block_index: number;
+                                    } & {
+                                      [key: string]: unknown;
+                                    })
+                                  | ({
+                                      /** @enum {string} */
+                                      type: 'web_search_result_location';
+                                      cited_text: string;
+                                      url: string;
+                                      encrypted_index: string;
+                                    } & {
+                                      [key: string]: unknown;
+                                    })
+                                  | ({
+                                      /** @enum {string} */
+                                      type: 'search_result_location';
+                                      cited_text: string;
+                                      /** Format: int64 */
+                                      search_result_index: number;
+                                      /** Format: int64 */
+                                      start_block_index: number;
+                                      /** Format: int64 */
+                                      end_block_index: number;
+                                      source: string;
+                                    } & {
+                                      [key: string]: unknown;
+                                    })
+                                )[]
                               | null;
                             cache_control?: {
                               /** @enum {string} */
@@ -4294,11 +4618,73 @@ export interface operations {
                                     type: 'text';
                                     text: string;
                                     citations?:
-                                      | ({
-                                          type: string;
-                                        } & {
-                                          [key: string]: unknown;
-                                        })[]
+                                      | (
+                                          | ({
+                                              /** @enum {string} */
+                                              type: 'char_location';
+                                              cited_text: string;
+                                              document_title?: string | null;
+                                              /** Format: int64 */
+                                              document_index: number;
+                                              /** Format: int64 */
+                                              start_char_index: number;
+                                              /** Format: int64 */
+                                              end_char_index: number;
+                                            } & {
+                                              [key: string]: unknown;
+                                            })
+                                          | ({
+                                              /** @enum {string} */
+                                              type: 'page_location';
+                                              cited_text: string;
+                                              document_title?: string | null;
+                                              /** Format: int64 */
+                                              document_index: number;
+                                              /** Format: int64 */
+                                              start_page_number: number;
+                                              /** Format: int64 */
+                                              end_page_number: number;
+                                            } & {
+                                              [key: string]: unknown;
+                                            })
+                                          | ({
+                                              /** @enum {string} */
+                                              type: 'content_block_location';
+                                              cited_text: string;
+                                              document_title?: string | null;
+                                              /** Format: int64 */
+                                              document_index: number;
+                                              /** Format: int64 */
+                                              start_block_index: number;
+                                              /** Format: int64 */
+                                              end_block_index: number;
+                                            } & {
+                                              [key: string]: unknown;
+                                            })
+                                          | ({
+                                              /** @enum {string} */
+                                              type: 'web_search_result_location';
+                                              cited_text: string;
+                                              url: string;
+                                              encrypted_index: string;
+                                            } & {
+                                              [key: string]: unknown;
+                                            })
+                                          | ({
+                                              /** @enum {string} */
+                                              type: 'search_result_location';
+                                              cited_text: string;
+                                              /** Format: int64 */
+                                              search_result_index: number;
+                                              /** Format: int64 */
+                                              start_block_index: number;
+                                              /** Format: int64 */
+                                              end_block_index: number;
+                                              source: string;
+                                            } & {
+                                              [key: string]: unknown;
+                                            })
+                                        )[]
                                       | null;
                                     cache_control?: {
                                       /** @enum {string} */
@@ -4339,12 +4725,153 @@ export interface operations {
                                 | {
                                     /** @enum {string} */
                                     type: 'document';
-                                    source: {
-                                      /** @enum {string} */
-                                      type: 'base64' | 'text' | 'url' | 'content' | 'file';
-                                    } & {
-                                      [key: string]: unknown;
-                                    };
+                                    source:
+                                      | {
+                                          /** @enum {string} */
+                                          type: 'base64';
+                                          /** @enum {string} */
+                                          media_type: 'application/pdf';
+                                          data: string;
+                                        }
+                                      | {
+                                          /** @enum {string} */
+                                          type: 'text';
+                                          /** @enum {string} */
+                                          media_type: 'text/plain';
+                                          data: string;
+                                        }
+                                      | {
+                                          /** @enum {string} */
+                                          type: 'url';
+                                          /** Format: uri */
+                                          url: string;
+                                        }
+                                      | {
+                                          /** @enum {string} */
+                                          type: 'content';
+                                          content:
+                                            | string
+                                            | (
+                                                | {
+                                                    /** @enum {string} */
+                                                    type: 'text';
+                                                    text: string;
+                                                    citations?:
+                                                      | (
+                                                          | ({
+                                                              /** @enum {string} */
+                                                              type: 'char_location';
+                                                              cited_text: string;
+                                                              document_title?: string | null;
+                                                              /** Format: int64 */
+                                                              document_index: number;
+                                                              /** Format: int64 */
+                                                              start_char_index: number;
+                                                              /** Format: int64 */
+                                                              end_char_index: number;
+                                                            } & {
+                                                              [key: string]: unknown;
+                                                            })
+                                                          | ({
+                                                              /** @enum {string} */
+                                                              type: 'page_location';
+                                                              cited_text: string;
+                                                              document_title?: string | null;
+                                                              /** Format: int64 */
+                                                              document_index: number;
+                                                              /** Format: int64 */
+                                                              start_page_number: number;
+                                                              /** Format: int64 */
+                                                              end_page_number: number;
+                                                            } & {
+                                                              [key: string]: unknown;
+                                                            })
+                                                          | ({
+                                                              /** @enum {string} */
+                                                              type: 'content_block_location';
+                                                              cited_text: string;
+                                                              document_title?: string | null;
+                                                              /** Format: int64 */
+                                                              document_index: number;
+                                                              /** Format: int64 */
+                                                              start_block_index: number;
+                                                              /** Format: int64 */
+                                                              end_block_index: number;
+                                                            } & {
+                                                              [key: string]: unknown;
+                                                            })
+                                                          | ({
+                                                              /** @enum {string} */
+                                                              type: 'web_search_result_location';
+                                                              cited_text: string;
+                                                              url: string;
+                                                              encrypted_index: string;
+                                                            } & {
+                                                              [key: string]: unknown;
+                                                            })
+                                                          | ({
+                                                              /** @enum {string} */
+                                                              type: 'search_result_location';
+                                                              cited_text: string;
+                                                              /** Format: int64 */
+                                                              search_result_index: number;
+                                                              /** Format: int64 */
+                                                              start_block_index: number;
+                                                              /** Format: int64 */
+                                                              end_block_index: number;
+                                                              source: string;
+                                                            } & {
+                                                              [key: string]: unknown;
+                                                            })
+                                                        )[]
+                                                      | null;
+                                                    cache_control?: {
+                                                      /** @enum {string} */
+                                                      type: 'ephemeral';
+                                                      /** @enum {string} */
+                                                      ttl?: '5m' | '1h';
+                                                    } | null;
+                                                  }
+                                                | {
+                                                    /** @enum {string} */
+                                                    type: 'image';
+                                                    source:
+                                                      | {
+                                                          /** @enum {string} */
+                                                          type: 'base64';
+                                                          /** @enum {string} */
+                                                          media_type:
+                                                            | 'image/jpeg'
+                                                            | 'image/png'
+                                                            | 'image/gif'
+                                                            | 'image/webp';
+                                                          data: string;
+                                                        }
+                                                      | {
+                                                          /** @enum {string} */
+                                                          type: 'url';
+                                                          /** Format: uri */
+                                                          url: string;
+                                                        }
+                                                      | {
+                                                          /** @enum {string} */
+                                                          type: 'file';
+                                                          file_id: string;
+                                                        };
+                                                    cache_control?: {
+                                                      /** @enum {string} */
+                                                      type: 'ephemeral';
+                                                      /** @enum {string} */
+                                                      ttl?: '5m' | '1h';
+                                                    } | null;
+                                                  }
+                                              )[];
+                                        }
+                                      | {
+                                          /** @enum {string} */
+                                          type: 'file';
+                                          file_id: string;
+                                        };
                                     title?: string | null;
                                     context?: string | null;
                                     citations?: {
@@ -4367,11 +4894,73 @@ export interface operations {
                                       type: 'text';
                                       text: string;
                                       citations?:
-                                        | ({
-                                            type: string;
-                                          } & {
-                                            [key: string]: unknown;
-                                          })[]
+                                        | (
+                                            | ({
+                                                /** @enum {string} */
+                                                type: 'char_location';
+                                                cited_text: string;
+                                                document_title?: string | null;
+                                                /** Format: int64 */
+                                                document_index: number;
+                                                /** Format: int64 */
+                                                start_char_index: number;
+                                                /** Format: int64 */
+                                                end_char_index: number;
+                                              } & {
+                                                [key: string]: unknown;
+                                              })
+                                            | ({
+                                                /** @enum {string} */
+                                                type: 'page_location';
+                                                cited_text: string;
+                                                document_title?: string | null;
+                                                /** Format: int64 */
+                                                document_index: number;
+                                                /** Format: int64 */
+                                                start_page_number: number;
+                                                /** Format: int64 */
+                                                end_page_number: number;
+                                              } & {
+                                                [key: string]: unknown;
+                                              })
+                                            | ({
+                                                /** @enum {string} */
+                                                type: 'content_block_location';
+                                                cited_text: string;
+                                                document_title?: string | null;
+                                                /** Format: int64 */
+                                                document_index: number;
+                                                /** Format: int64 */
+                                                start_block_index: number;
+                                                /** Format: int64 */
+                                                end_block_index: number;
+                                              } & {
+                                                [key: string]: unknown;
+                                              })
+                                            | ({
+                                                /** @enum {string} */
+                                                type: 'web_search_result_location';
+                                                cited_text: string;
+                                                url: string;
+                                                encrypted_index: string;
+                                              } & {
+                                                [key: string]: unknown;
+                                              })
+                                            | ({
+                                                /** @enum {string} */
+                                                type: 'search_result_location';
+                                                cited_text: string;
+                                                /** Format: int64 */
+                                                search_result_index: number;
+                                                /** Format: int64 */
+                                                start_block_index: number;
+                                                /** Format: int64 */
+                                                end_block_index: number;
+                                                source: string;
+                                              } & {
+                                                [key: string]: unknown;
+                                              })
+                                          )[]
                                         | null;
                                       cache_control?: {
                                         /** @enum {string} */
@@ -4423,11 +5012,73 @@ export interface operations {
                           type: 'text';
                           text: string;
                           citations?:
-                            | ({
-                                type: string;
-                              } & {
-                                [key: string]: unknown;
-                              })[]
+                            | (
+                                | ({
+                                    /** @enum {string} */
+                                    type: 'char_location';
+                                    cited_text: string;
+                                    document_title?: string | null;
+                                    /** Format: int64 */
+                                    document_index: number;
+                                    /** Format: int64 */
+                                    start_char_index: number;
+                                    /** Format: int64 */
+                                    end_char_index: number;
+                                  } & {
+                                    [key: string]: unknown;
+                                  })
+                                | ({
+                                    /** @enum {string} */
+                                    type: 'page_location';
+                                    cited_text: string;
+                                    document_title?: string | null;
+                                    /** Format: int64 */
+                                    document_index: number;
+                                    /** Format: int64 */
+                                    start_page_number: number;
+                                    /** Format: int64 */
+                                    end_page_number: number;
+                                  } & {
+                                    [key: string]: unknown;
+                                  })
+                                | ({
+                                    /** @enum {string} */
+                                    type: 'content_block_location';
+                                    cited_text: string;
+                                    document_title?: string | null;
+                                    /** Format: int64 */
+                                    document_index: number;
+                                    /** Format: int64 */
+                                    start_block_index: number;
+                                    /** Format: int64 */
+                                    end_block_index: number;
+                                  } & {
+                                    [key: string]: unknown;
+                                  })
+                                | ({
+                                    /** @enum {string} */
+                                    type: 'web_search_result_location';
+                                    cited_text: string;
+                                    url: string;
+                                    encrypted_index: string;
+                                  } & {
+                                    [key: string]: unknown;
+                                  })
+                                | ({
+                                    /** @enum {string} */
+                                    type: 'search_result_location';
+                                    cited_text: string;
+                                    /** Format: int64 */
+                                    search_result_index: number;
+                                    /** Format: int64 */
+                                    start_block_index: number;
+                                    /** Format: int64 */
+                                    end_block_index: number;
+                                    source: string;
+                                  } & {
+                                    [key: string]: unknown;
+                                  })
+                              )[]
                             | null;
                           cache_control?: {
                             /** @enum {string} */
@@ -4572,11 +5223,73 @@ export interface operations {
                                 type: 'text';
                                 text: string;
                                 citations?:
-                                  | ({
-                                      type: string;
-                                    } & {
-                                      [key: string]: unknown;
-                                    })[]
+                                  | (
+                                      | ({
+                                          /** @enum {string} */
+                                          type: 'char_location';
+                                          cited_text: string;
+                                          document_title?: string | null;
+                                          /** Format: int64 */
+                                          document_index: number;
+                                          /** Format: int64 */
+                                          start_char_index: number;
+                                          /** Format: int64 */
+                                          end_char_index: number;
+                                        } & {
+                                          [key: string]: unknown;
+                                        })
+                                      | ({
+                                          /** @enum {string} */
+                                          type: 'page_location';
+                                          cited_text: string;
+                                          document_title?: string | null;
+                                          /** Format: int64 */
+                                          document_index: number;
+                                          /** Format: int64 */
+                                          start_page_number: number;
+                                          /** Format: int64 */
+                                          end_page_number: number;
+                                        } & {
+                                          [key: string]: unknown;
+                                        })
+                                      | ({
+                                          /** @enum {string} */
+                                          type: 'content_block_location';
+                                          cited_text: string;
+                                          document_title?: string | null;
+                                          /** Format: int64 */
+                                          document_index: number;
+                                          /** Format: int64 */
+                                          start_block_index: number;
+                                          /** Format: int64 */
+                                          end_block_index: number;
+                                        } & {
+                                          [key: string]: unknown;
+                                        })
+                                      | ({
+                                          /** @enum {string} */
+                                          type: 'web_search_result_location';
+                                          cited_text: string;
+                                          url: string;
+                                          encrypted_index: string;
+                                        } & {
+                                          [key: string]: unknown;
+                                        })
+                                      | ({
+                                          /** @enum {string} */
+                                          type: 'search_result_location';
+                                          cited_text: string;
+                                          /** Format: int64 */
+                                          search_result_index: number;
+                                          /** Format: int64 */
+                                          start_block_index: number;
+                                          /** Format: int64 */
+                                          end_block_index: number;
+                                          source: string;
+                                        } & {
+                                          [key: string]: unknown;
+                                        })
+                                    )[]
                                   | null;
                                 cache_control?: {
                                   /** @enum {string} */
@@ -5463,11 +6176,73 @@ export interface operations {
                           type: 'text';
                           text: string;
                           citations?:
-                            | ({
-                                type: string;
-                              } & {
-                                [key: string]: unknown;
-                              })[]
+                            | (
+                                | ({
+                                    /** @enum {string} */
+                                    type: 'char_location';
+                                    cited_text: string;
+                                    document_title?: string | null;
+                                    /** Format: int64 */
+                                    document_index: number;
+                                    /** Format: int64 */
+                                    start_char_index: number;
+                                    /** Format: int64 */
+                                    end_char_index: number;
+                                  } & {
+                                    [key: string]: unknown;
+                                  })
+                                | ({
+                                    /** @enum {string} */
+                                    type: 'page_location';
+                                    cited_text: string;
+                                    document_title?: string | null;
+                                    /** Format: int64 */
+                                    document_index: number;
+                                    /** Format: int64 */
+                                    start_page_number: number;
+                                    /** Format: int64 */
+                                    end_page_number: number;
+                                  } & {
+                                    [key: string]: unknown;
+                                  })
+                                | ({
+                                    /** @enum {string} */
+                                    type: 'content_block_location';
+                                    cited_text: string;
+                                    document_title?: string | null;
+                                    /** Format: int64 */
+                                    document_index: number;
+                                    /** Format: int64 */
+                                    start_block_index: number;
+                                    /** Format: int64 */
+                                    end_block_index: number;
+                                  } & {
+                                    [key: string]: unknown;
+                                  })
+                                | ({
+                                    /** @enum {string} */
+                                    type: 'web_search_result_location';
+                                    cited_text: string;
+                                    url: string;
+                                    encrypted_index: string;
+                                  } & {
+                                    [key: string]: unknown;
+                                  })
+                                | ({
+                                    /** @enum {string} */
+                                    type: 'search_result_location';
+                                    cited_text: string;
+                                    /** Format: int64 */
+                                    search_result_index: number;
+                                    /** Format: int64 */
+                                    start_block_index: number;
+                                    /** Format: int64 */
+                                    end_block_index: number;
+                                    source: string;
+                                  } & {
+                                    [key: string]: unknown;
+                                  })
+                              )[]
                             | null;
                           cache_control?: {
                             /** @enum {string} */
@@ -5508,12 +6283,150 @@ export interface operations {
                       | {
                           /** @enum {string} */
                           type: 'document';
-                          source: {
-                            /** @enum {string} */
-                            type: 'base64' | 'text' | 'url' | 'content' | 'file';
-                          } & {
-                            [key: string]: unknown;
-                          };
+                          source:
+                            | {
+                                /** @enum {string} */
+                                type: 'base64';
+                                /** @enum {string} */
+                                media_type: 'application/pdf';
+                                data: string;
+                              }
+                            | {
+                                /** @enum {string} */
+                                type: 'text';
+                                /** @enum {string} */
+                                media_type: 'text/plain';
+                                data: string;
+                              }
+                            | {
+                                /** @enum {string} */
+                                type: 'url';
+                                /** Format: uri */
+                                url: string;
+                              }
+                            | {
+                                /** @enum {string} */
+                                type: 'content';
+                                content:
+                                  | string
+                                  | (
+                                      | {
+                                          /** @enum {string} */
+                                          type: 'text';
+                                          text: string;
+                                          citations?:
+                                            | (
+                                                | ({
+                                                    /** @enum {string} */
+                                                    type: 'char_location';
+                                                    cited_text: string;
+                                                    document_title?: string | null;
+                                                    /** Format: int64 */
+                                                    document_index: number;
+                                                    /** Format: int64 */
+                                                    start_char_index: number;
+                                                    /** Format: int64 */
+                                                    end_char_index: number;
+                                                  } & {
+                                                    [key: string]: unknown;
+                                                  })
+                                                | ({
+                                                    /** @enum {string} */
+                                                    type: 'page_location';
+                                                    cited_text: string;
+                                                    document_title?: string | null;
+                                                    /** Format: int64 */
+                                                    document_index: number;
+                                                    /** Format: int64 */
+                                                    start_page_number: number;
+                                                    /** Format: int64 */
+                                                    end_page_number: number;
+                                                  } & {
+                                                    [key: string]: unknown;
+                                                  })
+                                                | ({
+                                                    /** @enum {string} */
+                                                    type: 'content_block_location';
+                                                    cited_text: string;
+                                                    document_title?: string | null;
+                                                    /** Format: int64 */
+                                                    document_index: number;
+                                                    /** Format: int64 */
+                                                    start_block_index: number;
+                                                    /** Format: int64 */
+                                                    end_block_index: number;
+                                                  } & {
+                                                    [key: string]: unknown;
+                                                  })
+                                                | ({
+                                                    /** @enum {string} */
+                                                    type: 'web_search_result_location';
+                                                    cited_text: string;
+                                                    url: string;
+                                                    encrypted_index: string;
+                                                  } & {
+                                                    [key: string]: unknown;
+                                                  })
+                                                | ({
+                                                    /** @enum {string} */
+                                                    type: 'search_result_location';
+                                                    cited_text: string;
+                                                    /** Format: int64 */
+                                                    search_result_index: number;
+                                                    /** Format: int64 */
+                                                    start_block_index: number;
+                                                    /** Format: int64 */
+                                                    end_block_index: number;
+                                                    source: string;
+                                                  } & {
+                                                    [key: string]: unknown;
+                                                  })
+                                              )[]
+                                            | null;
+                                          cache_control?: {
+                                            /** @enum {string} */
+                                            type: 'ephemeral';
+                                            /** @enum {string} */
+                                            ttl?: '5m' | '1h';
+                                          } | null;
+                                        }
+                                      | {
+                                          /** @enum {string} */
+                                          type: 'image';
+                                          source:
+                                            | {
+                                                /** @enum {string} */
+                                                type: 'base64';
+                                                /** @enum {string} */
+                                                media_type:
+                                                  'image/jpeg' | 'image/png' | 'image/gif' | 'image/webp';
+                                                data: string;
+                                              }
+                                            | {
+                                                /** @enum {string} */
+                                                type: 'url';
+                                                /** Format: uri */
+                                                url: string;
+                                              }
+                                            | {
+                                                /** @enum {string} */
+                                                type: 'file';
+                                                file_id: string;
+                                              };
+                                          cache_control?: {
+                                            /** @enum {string} */
+                                            type: 'ephemeral';
+                                            /** @enum {string} */
+                                            ttl?: '5m' | '1h';
+                                          } | null;
+                                        }
+                                    )[];
+                              }
+                            | {
+                                /** @enum {string} */
+                                type: 'file';
+                                file_id: string;
+                              };
                           title?: string | null;
                           context?: string | null;
                           citations?: {
@@ -5536,11 +6449,73 @@ export interface operations {
                             type: 'text';
                             text: string;
                             citations?:
-                              | ({
-                                  type: string;
-                                } & {
-                                  [key: string]: unknown;
-                                })[]
+                              | (
+                                  | ({
+                                      /** @enum {string} */
+                                      type: 'char_location';
+                                      cited_text: string;
+                                      document_title?: string | null;
+                                      /** Format: int64 */
+                                      document_index: number;
+                                      /** Format: int64 */
+                                      start_char_index: number;
+                                      /** Format: int64 */
+                                      end_char_index: number;
+                                    } & {
+                                      [key: string]: unknown;
+                                    })
+                                  | ({
+                                      /** @enum {string} */
+                                      type: 'page_location';
+                                      cited_text: string;
+                                      document_title?: string | null;
+                                      /** Format: int64 */
+                                      document_index: number;
+                                      /** Format: int64 */
+                                      start_page_number: number;
+                                      /** Format: int64 */
+                                      end_page_number: number;
+                                    } & {
+                                      [key: string]: unknown;
+                                    })
+                                  | ({
+                                      /** @enum {string} */
+                                      type: 'content_block_location';
+                                      cited_text: string;
+                                      document_title?: string | null;
+                                      /** Format: int64 */
+                                      document_index: number;
+                                      /** Format: int64 */
+                                      start_block_index: number;
+                                      /** Format: int64 */
+                                      end_block_index: number;
+                                    } & {
+                                      [key: string]: unknown;
+                                    })
+                                  | ({
+                                      /** @enum {string} */
+                                      type: 'web_search_result_location';
+                                      cited_text: string;
+                                      url: string;
+                                      encrypted_index: string;
+                                    } & {
+                                      [key: string]: unknown;
+                                    })
+                                  | ({
+                                      /** @enum {string} */
+                                      type: 'search_result_location';
+                                      cited_text: string;
+                                      /** Format: int64 */
+                                      search_result_index: number;
+                                      /** Format: int64 */
+                                      start_block_index: number;
+                                      /** Format: int64 */
+                                      end_block_index: number;
+                                      source: string;
+                                    } & {
+                                      [key: string]: unknown;
+                                    })
+                                )[]
                               | null;
                             cache_control?: {
                               /** @enum {string} */
@@ -5571,11 +6546,73 @@ export interface operations {
                                     type: 'text';
                                     text: string;
                                     citations?:
-                                      | ({
-                                          type: string;
-                                        } & {
-                                          [key: string]: unknown;
-                                        })[]
+                                      | (
+                                          | ({
+                                              /** @enum {string} */
+                                              type: 'char_location';
+                                              cited_text: string;
+                                              document_title?: string | null;
+                                              /** Format: int64 */
+                                              document_index: number;
+                                              /** Format: int64 */
+                                              start_char_index: number;
+                                              /** Format: int64 */
+                                              end_char_index: number;
+                                            } & {
+                                              [key: string]: unknown;
+                                            })
+                                          | ({
+                                              /** @enum {string} */
+                                              type: 'page_location';
+                                              cited_text: string;
+                                              document_title?: string | null;
+                                              /** Format: int64 */
+                                              document_index: number;
+                                              /** Format: int64 */
+                                              start_page_number: number;
+                                              /** Format: int64 */
+                                              end_page_number: number;
+                                            } & {
+                                              [key: string]: unknown;
+                                            })
+                                          | ({
+                                              /** @enum {string} */
+                                              type: 'content_block_location';
+                                              cited_text: string;
+                                              document_title?: string | null;
+                                              /** Format: int64 */
+                                              document_index: number;
+                                              /** Format: int64 */
+                                              start_block_index: number;
+                                              /** Format: int64 */
+                                              end_block_index: number;
+                                            } & {
+                                              [key: string]: unknown;
+                                            })
+                                          | ({
+                                              /** @enum {string} */
+                                              type: 'web_search_result_location';
+                                              cited_text: string;
+                                              url: string;
+                                              encrypted_index: string;
+                                            } & {
+                                              [key: string]: unknown;
+                                            })
+                                          | ({
+                                              /** @enum {string} */
+                                              type: 'search_result_location';
+                                              cited_text: string;
+                                              /** Format: int64 */
+                                              search_result_index: number;
+                                              /** Format: int64 */
+                                              start_block_index: number;
+                                              /** Format: int64 */
+                                              end_block_index: number;
+                                              source: string;
+                                            } & {
+                                              [key: string]: unknown;
+                                            })
+                                        )[]
                                       | null;
                                     cache_control?: {
                                       /** @enum {string} */
@@ -5616,12 +6653,153 @@ export interface operations {
                                 | {
                                     /** @enum {string} */
                                     type: 'document';
-                                    source: {
-                                      /** @enum {string} */
-                                      type: 'base64' | 'text' | 'url' | 'content' | 'file';
-                                    } & {
-                                      [key: string]: unknown;
-                                    };
+                                    source:
+                                      | {
+                                          /** @enum {string} */
+                                          type: 'base64';
+                                          /** @enum {string} */
+                                          media_type: 'application/pdf';
+                                          data: string;
+                                        }
+                                      | {
+                                          /** @enum {string} */
+                                          type: 'text';
+                                          /** @enum {string} */
+                                          media_type: 'text/plain';
+                                          data: string;
+                                        }
+                                      | {
+                                          /** @enum {string} */
+                                          type: 'url';
+                                          /** Format: uri */
+                                          url: string;
+                                        }
+                                      | {
+                                          /** @enum {string} */
+                                          type: 'content';
+                                          content:
+                                            | string
+                                            | (
+                                                | {
+                                                    /** @enum {string} */
+                                                    type: 'text';
+                                                    text: string;
+                                                    citations?:
+                                                      | (
+                                                          | ({
+                                                              /** @enum {string} */
+                                                              type: 'char_location';
+                                                              cited_text: string;
+                                                              document_title?: string | null;
+                                                              /** Format: int64 */
+                                                              document_index: number;
+                                                              /** Format: int64 */
+                                                              start_char_index: number;
+                                                              /** Format: int64 */
+                                                              end_char_index: number;
+                                                            } & {
+                                                              [key: string]: unknown;
+                                                            })
+                                                          | ({
+                                                              /** @enum {string} */
+                                                              type: 'page_location';
+                                                              cited_text: string;
+                                                              document_title?: string | null;
+                                                              /** Format: int64 */
+                                                              document_index: number;
+                                                              /** Format: int64 */
+                                                              start_page_number: number;
+                                                              /** Format: int64 */
+                                                              end_page_number: number;
+                                                            } & {
+                                                              [key: string]: unknown;
+                                                            })
+                                                          | ({
+                                                              /** @enum {string} */
+                                                              type: 'content_block_location';
+                                                              cited_text: string;
+                                                              document_title?: string | null;
+                                                              /** Format: int64 */
+                                                              document_index: number;
+                                                              /** Format: int64 */
+                                                              start_block_index: number;
+                                                              /** Format: int64 */
+                                                              end_block_index: number;
+                                                            } & {
+                                                              [key: string]: unknown;
+                                                            })
+                                                          | ({
+                                                              /** @enum {string} */
+                                                              type: 'web_search_result_location';
+                                                              cited_text: string;
+                                                              url: string;
+                                                              encrypted_index: string;
+                                                            } & {
+                                                              [key: string]: unknown;
+                                                            })
+                                                          | ({
+                                                              /** @enum {string} */
+                                                              type: 'search_result_location';
+                                                              cited_text: string;
+                                                              /** Format: int64 */
+                                                              search_result_index: number;
+                                                              /** Format: int64 */
+                                                              start_block_index: number;
+                                                              /** Format: int64 */
+                                                              end_block_index: number;
+                                                              source: string;
+                                                            } & {
+                                                              [key: string]: unknown;
+                                                            })
+                                                        )[]
+                                                      | null;
+                                                    cache_control?: {
+                                                      /** @enum {string} */
+                                                      type: 'ephemeral';
+                                                      /** @enum {string} */
+                                                      ttl?: '5m' | '1h';
+                                                    } | null;
+                                                  }
+                                                | {
+                                                    /** @enum {string} */
+                                                    type: 'image';
+                                                    source:
+                                                      | {
+                                                          /** @enum {string} */
+                                                          type: 'base64';
+                                                          /** @enum {string} */
+                                                          media_type:
+                                                            | 'image/jpeg'
+                                                            | 'image/png'
+                                                            | 'image/gif'
+                                                            | 'image/webp';
+                                                          data: string;
+                                                        }
+                                                      | {
+                                                          /** @enum {string} */
+                                                          type: 'url';
+                                                          /** Format: uri */
+                                                          url: string;
+                                                        }
+                                                      | {
+                                                          /** @enum {string} */
+                                                          type: 'file';
+                                                          file_id: string;
+                                                        };
+                                                    cache_control?: {
+                                                      /** @enum {string} */
+                                                      type: 'ephemeral';
+                                                      /** @enum {string} */
+                                                      ttl?: '5m' | '1h';
+                                                    } | null;
+                                                  }
+                                              )[];
+                                        }
+                                      | {
+                                          /** @enum {string} */
+                                          type: 'file';
+                                          file_id: string;
+                                        };
                                     title?: string | null;
                                     context?: string | null;
                                     citations?: {
@@ -5644,11 +6822,73 @@ export interface operations {
                                       type: 'text';
                                       text: string;
                                       citations?:
-                                        | ({
-                                            type: string;
-                                          } & {
-                                            [key: string]: unknown;
-                                          })[]
+                                        | (
+                                            | ({
+                                                /** @enum {string} */
+                                                type: 'char_location';
+                                                cited_text: string;
+                                                document_title?: string | null;
+                                                /** Format: int64 */
+                                                document_index: number;
+                                                /** Format: int64 */
+                                                start_char_index: number;
+                                                /** Format: int64 */
+                                                end_char_index: number;
+                                              } & {
+                                                [key: string]: unknown;
+                                              })
+                                            | ({
+                                                /** @enum {string} */
+                                                type: 'page_location';
+                                                cited_text: string;
+                                                document_title?: string | null;
+                                                /** Format: int64 */
+                                                document_index: number;
+                                                /** Format: int64 */
+                                                start_page_number: number;
+                                                /** Format: int64 */
+                                                end_page_number: number;
+                                              } & {
+                                                [key: string]: unknown;
+                                              })
+                                            | ({
+                                                /** @enum {string} */
+                                                type: 'content_block_location';
+                                                cited_text: string;
+                                                document_title?: string | null;
+                                                /** Format: int64 */
+                                                document_index: number;
+                                                /** Format: int64 */
+                                                start_block_index: number;
+                                                /** Format: int64 */
+                                                end_block_index: number;
+                                              } & {
+                                                [key: string]: unknown;
+                                              })
+                                            | ({
+                                                /** @enum {string} */
+                                                type: 'web_search_result_location';
+                                                cited_text: string;
+                                                url: string;
+                                                encrypted_index: string;
+                                              } & {
+                                                [key: string]: unknown;
+                                              })
+                                            | ({
+                                                /** @enum {string} */
+                                                type: 'search_result_location';
+                                                cited_text: string;
+                                                /** Format: int64 */
+                                                search_result_index: number;
+                                                /** Format: int64 */
+                                                start_block_index: number;
+                                                /** Format: int64 */
+                                                end_block_index: number;
+                                                source: string;
+                                              } & {
+                                                [key: string]: unknown;
+                                              })
+                                          )[]
                                         | null;
                                       cache_control?: {
                                         /** @enum {string} */
@@ -5700,11 +6940,73 @@ export interface operations {
                           type: 'text';
                           text: string;
                           citations?:
-                            | ({
-                                type: string;
-                              } & {
-                                [key: string]: unknown;
-                              })[]
+                            | (
+                                | ({
+                                    /** @enum {string} */
+                                    type: 'char_location';
+                                    cited_text: string;
+                                    document_title?: string | null;
+                                    /** Format: int64 */
+                                    document_index: number;
+                                    /** Format: int64 */
+                                    start_char_index: number;
+                                    /** Format: int64 */
+                                    end_char_index: number;
+                                  } & {
+                                    [key: string]: unknown;
+                                  })
+                                | ({
+                                    /** @enum {string} */
+                                    type: 'page_location';
+                                    cited_text: string;
+                                    document_title?: string | null;
+                                    /** Format: int64 */
+                                    document_index: number;
+                                    /** Format: int64 */
+                                    start_page_number: number;
+                                    /** Format: int64 */
+                                    end_page_number: number;
+                                  } & {
+                                    [key: string]: unknown;
+                                  })
+                                | ({
+                                    /** @enum {string} */
+                                    type: 'content_block_location';
+                                    cited_text: string;
+                                    document_title?: string | null;
+                                    /** Format: int64 */
+                                    document_index: number;
+                                    /** Format: int64 */
+                                    start_block_index: number;
+                                    /** Format: int64 */
+                                    end_block_index: number;
+                                  } & {
+                                    [key: string]: unknown;
+                                  })
+                                | ({
+                                    /** @enum {string} */
+                                    type: 'web_search_result_location';
+                                    cited_text: string;
+                                    url: string;
+                                    encrypted_index: string;
+                                  } & {
+                                    [key: string]: unknown;
+                                  })
+                                | ({
+                                    /** @enum {string} */
+                                    type: 'search_result_location';
+                                    cited_text: string;
+                                    /** Format: int64 */
+                                    search_result_index: number;
+                                    /** Format: int64 */
+                                    start_block_index: number;
+                                    /** Format: int64 */
+                                    end_block_index: number;
+                                    source: string;
+                                  } & {
+                                    [key: string]: unknown;
+                                  })
+                              )[]
                             | null;
                           cache_control?: {
                             /** @enum {string} */
@@ -5849,11 +7151,73 @@ export interface operations {
                                 type: 'text';
                                 text: string;
                                 citations?:
-                                  | ({
-                                      type: string;
-                                    } & {
-                                      [key: string]: unknown;
-                                    })[]
+                                  | (
+                                      | ({
+                                          /** @enum {string} */
+                                          type: 'char_location';
+                                          cited_text: string;
+                                          document_title?: string | null;
+                                          /** Format: int64 */
+                                          document_index: number;
+                                          /** Format: int64 */
+                                          start_char_index: number;
+                                          /** Format: int64 */
+                                          end_char_index: number;
+                                        } & {
+                                          [key: string]: unknown;
+                                        })
+                                      | ({
+                                          /** @enum {string} */
+                                          type: 'page_location';
+                                          cited_text: string;
+                                          document_title?: string | null;
+                                          /** Format: int64 */
+                                          document_index: number;
+                                          /** Format: int64 */
+                                          start_page_number: number;
+                                          /** Format: int64 */
+                                          end_page_number: number;
+                                        } & {
+                                          [key: string]: unknown;
+                                        })
+                                      | ({
+                                          /** @enum {string} */
+                                          type: 'content_block_location';
+                                          cited_text: string;
+                                          document_title?: string | null;
+                                          /** Format: int64 */
+                                          document_index: number;
+                                          /** Format: int64 */
+                                          start_block_index: number;
+                                          /** Format: int64 */
+                                          end_block_index: number;
+                                        } & {
+                                          [key: string]: unknown;
+                                        })
+                                      | ({
+                                          /** @enum {string} */
+                                          type: 'web_search_result_location';
+                                          cited_text: string;
+                                          url: string;
+                                          encrypted_index: string;
+                                        } & {
+                                          [key: string]: unknown;
+                                        })
+                                      | ({
+                                          /** @enum {string} */
+                                          type: 'search_result_location';
+                                          cited_text: string;
+                                          /** Format: int64 */
+                                          search_result_index: number;
+                                          /** Format: int64 */
+                                          start_block_index: number;
+                                          /** Format: int64 */
+                                          end_block_index: number;
+                                          source: string;
+                                        } & {
+                                          [key: string]: unknown;
+                                        })
+                                    )[]
                                   | null;
                                 cache_control?: {
                                   /** @enum {string} */
@@ -6095,11 +7459,73 @@ export interface operations {
                     type: 'text';
                     text: string;
                     citations?:
-                      | ({
-                          type: string;
-                        } & {
-                          [key: string]: unknown;
-                        })[]
+                      | (
+                          | ({
+                              /** @enum {string} */
+                              type: 'char_location';
+                              cited_text: string;
+                              document_title?: string | null;
+                              /** Format: int64 */
+                              document_index: number;
+                              /** Format: int64 */
+                              start_char_index: number;
+                              /** Format: int64 */
+                              end_char_index: number;
+                            } & {
+                              [key: string]: unknown;
+                            })
+                          | ({
+                              /** @enum {string} */
+                              type: 'page_location';
+                              cited_text: string;
+                              document_title?: string | null;
+                              /** Format: int64 */
+                              document_index: number;
+                              /** Format: int64 */
+                              start_page_number: number;
+                              /** Format: int64 */
+                              end_page_number: number;
+                            } & {
+                              [key: string]: unknown;
+                            })
+                          | ({
+                              /** @enum {string} */
+                              type: 'content_block_location';
+                              cited_text: string;
+                              document_title?: string | null;
+                              /** Format: int64 */
+                              document_index: number;
+                              /** Format: int64 */
+                              start_block_index: number;
+                              /** Format: int64 */
+                              end_block_index: number;
+                            } & {
+                              [key: string]: unknown;
+                            })
+                          | ({
+                              /** @enum {string} */
+                              type: 'web_search_result_location';
+                              cited_text: string;
+                              url: string;
+                              encrypted_index: string;
+                            } & {
+                              [key: string]: unknown;
+                            })
+                          | ({
+                              /** @enum {string} */
+                              type: 'search_result_location';
+                              cited_text: string;
+                              /** Format: int64 */
+                              search_result_index: number;
+                              /** Format: int64 */
+                              start_block_index: number;
+                              /** Format: int64 */
+                              end_block_index: number;
+                              source: string;
+                            } & {
+                              [key: string]: unknown;
+                            })
+                        )[]
                       | null;
                     cache_control?: {
                       /** @enum {string} */
@@ -6140,12 +7566,149 @@ export interface operations {
                 | {
                     /** @enum {string} */
                     type: 'document';
-                    source: {
-                      /** @enum {string} */
-                      type: 'base64' | 'text' | 'url' | 'content' | 'file';
-                    } & {
-                      [key: string]: unknown;
-                    };
+                    source:
+                      | {
+                          /** @enum {string} */
+                          type: 'base64';
+                          /** @enum {string} */
+                          media_type: 'application/pdf';
+                          data: string;
+                        }
+                      | {
+                          /** @enum {string} */
+                          type: 'text';
+                          /** @enum {string} */
+                          media_type: 'text/plain';
+                          data: string;
+                        }
+                      | {
+                          /** @enum {string} */
+                          type: 'url';
+                          /** Format: uri */
+                          url: string;
+                        }
+                      | {
+                          /** @enum {string} */
+                          type: 'content';
+                          content:
+                            | string
+                            | (
+                                | {
+                                    /** @enum {string} */
+                                    type: 'text';
+                                    text: string;
+                                    citations?:
+                                      | (
+                                          | ({
+                                              /** @enum {string} */
+                                              type: 'char_location';
+                                              cited_text: string;
+                                              document_title?: string | null;
+                                              /** Format: int64 */
+                                              document_index: number;
+                                              /** Format: int64 */
+                                              start_char_index: number;
+                                              /** Format: int64 */
+                                              end_char_index: number;
+                                            } & {
+                                              [key: string]: unknown;
+                                            })
+                                          | ({
+                                              /** @enum {string} */
+                                              type: 'page_location';
+                                              cited_text: string;
+                                              document_title?: string | null;
+                                              /** Format: int64 */
+                                              document_index: number;
+                                              /** Format: int64 */
+                                              start_page_number: number;
+                                              /** Format: int64 */
+                                              end_page_number: number;
+                                            } & {
+                                              [key: string]: unknown;
+                                            })
+                                          | ({
+                                              /** @enum {string} */
+                                              type: 'content_block_location';
+                                              cited_text: string;
+                                              document_title?: string | null;
+                                              /** Format: int64 */
+                                              document_index: number;
+                                              /** Format: int64 */
+                                              start_block_index: number;
+                                              /** Format: int64 */
+                                              end_block_index: number;
+                                            } & {
+                                              [key: string]: unknown;
+                                            })
+                                          | ({
+                                              /** @enum {string} */
+                                              type: 'web_search_result_location';
+                                              cited_text: string;
+                                              url: string;
+                                              encrypted_index: string;
+                                            } & {
+                                              [key: string]: unknown;
+                                            })
+                                          | ({
+                                              /** @enum {string} */
+                                              type: 'search_result_location';
+                                              cited_text: string;
+                                              /** Format: int64 */
+                                              search_result_index: number;
+                                              /** Format: int64 */
+                                              start_block_index: number;
+                                              /** Format: int64 */
+                                              end_block_index: number;
+                                              source: string;
+                                            } & {
+                                              [key: string]: unknown;
+                                            })
+                                        )[]
+                                      | null;
+                                    cache_control?: {
+                                      /** @enum {string} */
+                                      type: 'ephemeral';
+                                      /** @enum {string} */
+                                      ttl?: '5m' | '1h';
+                                    } | null;
+                                  }
+                                | {
+                                    /** @enum {string} */
+                                    type: 'image';
+                                    source:
+                                      | {
+                                          /** @enum {string} */
+                                          type: 'base64';
+                                          /** @enum {string} */
+                                          media_type: 'image/jpeg' | 'image/png' | 'image/gif' | 'image/webp';
+                                          data: string;
+                                        }
+                                      | {
+                                          /** @enum {string} */
+                                          type: 'url';
+                                          /** Format: uri */
+                                          url: string;
+                                        }
+                                      | {
+                                          /** @enum {string} */
+                                          type: 'file';
+                                          file_id: string;
+                                        };
+                                    cache_control?: {
+                                      /** @enum {string} */
+                                      type: 'ephemeral';
+                                      /** @enum {string} */
+                                      ttl?: '5m' | '1h';
+                                    } | null;
+                                  }
+                              )[];
+                        }
+                      | {
+                          /** @enum {string} */
+                          type: 'file';
+                          file_id: string;
+                        };
                     title?: string | null;
                     context?: string | null;
                     citations?: {
@@ -6168,11 +7731,73 @@ export interface operations {
                       type: 'text';
                       text: string;
                       citations?:
-                        | ({
-                            type: string;
-                          } & {
-                            [key: string]: unknown;
-                          })[]
+                        | (
+                            | ({
+                                /** @enum {string} */
+                                type: 'char_location';
+                                cited_text: string;
+                                document_title?: string | null;
+                                /** Format: int64 */
+                                document_index: number;
+                                /** Format: int64 */
+                                start_char_index: number;
+                                /** Format: int64 */
+                                end_char_index: number;
+                              } & {
+                                [key: string]: unknown;
+                              })
+                            | ({
+                                /** @enum {string} */
+                                type: 'page_location';
+                                cited_text: string;
+                                document_title?: string | null;
+                                /** Format: int64 */
+                                document_index: number;
+                                /** Format: int64 */
+                                start_page_number: number;
+                                /** Format: int64 */
+                                end_page_number: number;
+                              } & {
+                                [key: string]: unknown;
+                              })
+                            | ({
+                                /** @enum {string} */
+                                type: 'content_block_location';
+                                cited_text: string;
+                                document_title?: string | null;
+                                /** Format: int64 */
+                                document_index: number;
+                                /** Format: int64 */
+                                start_block_index: number;
+                                /** Format: int64 */
+                                end_block_index: number;
+                              } & {
+                                [key: string]: unknown;
+                              })
+                            | ({
+                                /** @enum {string} */
+                                type: 'web_search_result_location';
+                                cited_text: string;
+                                url: string;
+                                encrypted_index: string;
+                              } & {
+                                [key: string]: unknown;
+                              })
+                            | ({
+                                /** @enum {string} */
+                                type: 'search_result_location';
+                                cited_text: string;
+                                /** Format: int64 */
+                                search_result_index: number;
+                                /** Format: int64 */
+                                start_block_index: number;
+                                /** Format: int64 */
+                                end_block_index: number;
+                                source: string;
+                              } & {
+                                [key: string]: unknown;
+                              })
+                          )[]
                         | null;
                       cache_control?: {
                         /** @enum {string} */
@@ -6776,11 +8401,73 @@ export interface operations {
                     type: 'text';
                     text: string;
                     citations?:
-                      | ({
-                          type: string;
-                        } & {
-                          [key: string]: unknown;
-                        })[]
+                      | (
+                          | ({
+                              /** @enum {string} */
+                              type: 'char_location';
+                              cited_text: string;
+                              document_title?: string | null;
+                              /** Format: int64 */
+                              document_index: number;
+                              /** Format: int64 */
+                              start_char_index: number;
+                              /** Format: int64 */
+                              end_char_index: number;
+                            } & {
+                              [key: string]: unknown;
+                            })
+                          | ({
+                              /** @enum {string} */
+                              type: 'page_location';
+                              cited_text: string;
+                              document_title?: string | null;
+                              /** Format: int64 */
+                              document_index: number;
+                              /** Format: int64 */
+                              start_page_number: number;
+                              /** Format: int64 */
+                              end_page_number: number;
+                            } & {
+                              [key: string]: unknown;
+                            })
+                          | ({
+                              /** @enum {string} */
+                              type: 'content_block_location';
+                              cited_text: string;
+                              document_title?: string | null;
+                              /** Format: int64 */
+                              document_index: number;
+                              /** Format: int64 */
+                              start_block_index: number;
+                              /** Format: int64 */
+                              end_block_index: number;
+                            } & {
+                              [key: string]: unknown;
+                            })
+                          | ({
+                              /** @enum {string} */
+                              type: 'web_search_result_location';
+                              cited_text: string;
+                              url: string;
+                              encrypted_index: string;
+                            } & {
+                              [key: string]: unknown;
+                            })
+                          | ({
+                              /** @enum {string} */
+                              type: 'search_result_location';
+                              cited_text: string;
+                              /** Format: int64 */
+                              search_result_index: number;
+                              /** Format: int64 */
+                              start_block_index: number;
+                              /** Format: int64 */
+                              end_block_index: number;
+                              source: string;
+                            } & {
+                              [key: string]: unknown;
+                            })
+                        )[]
                       | null;
                     cache_control?: {
                       /** @enum {string} */
@@ -6821,12 +8508,149 @@ export interface operations {
                 | {
                     /** @enum {string} */
                     type: 'document';
-                    source: {
-                      /** @enum {string} */
-                      type: 'base64' | 'text' | 'url' | 'content' | 'file';
-                    } & {
-                      [key: string]: unknown;
-                    };
+                    source:
+                      | {
+                          /** @enum {string} */
+                          type: 'base64';
+                          /** @enum {string} */
+                          media_type: 'application/pdf';
+                          data: string;
+                        }
+                      | {
+                          /** @enum {string} */
+                          type: 'text';
+                          /** @enum {string} */
+                          media_type: 'text/plain';
+                          data: string;
+                        }
+                      | {
+                          /** @enum {string} */
+                          type: 'url';
+                          /** Format: uri */
+                          url: string;
+                        }
+                      | {
+                          /** @enum {string} */
+                          type: 'content';
+                          content:
+                            | string
+                            | (
+                                | {
+                                    /** @enum {string} */
+                                    type: 'text';
+                                    text: string;
+                                    citations?:
+                                      | (
+                                          | ({
+                                              /** @enum {string} */
+                                              type: 'char_location';
+                                              cited_text: string;
+                                              document_title?: string | null;
+                                              /** Format: int64 */
+                                              document_index: number;
+                                              /** Format: int64 */
+                                              start_char_index: number;
+                                              /** Format: int64 */
+                                              end_char_index: number;
+                                            } & {
+                                              [key: string]: unknown;
+                                            })
+                                          | ({
+                                              /** @enum {string} */
+                                              type: 'page_location';
+                                              cited_text: string;
+                                              document_title?: string | null;
+                                              /** Format: int64 */
+                                              document_index: number;
+                                              /** Format: int64 */
+                                              start_page_number: number;
+                                              /** Format: int64 */
+                                              end_page_number: number;
+                                            } & {
+                                              [key: string]: unknown;
+                                            })
+                                          | ({
+                                              /** @enum {string} */
+                                              type: 'content_block_location';
+                                              cited_text: string;
+                                              document_title?: string | null;
+                                              /** Format: int64 */
+                                              document_index: number;
+                                              /** Format: int64 */
+                                              start_block_index: number;
+                                              /** Format: int64 */
+                                              end_block_index: number;
+                                            } & {
+                                              [key: string]: unknown;
+                                            })
+                                          | ({
+                                              /** @enum {string} */
+                                              type: 'web_search_result_location';
+                                              cited_text: string;
+                                              url: string;
+                                              encrypted_index: string;
+                                            } & {
+                                              [key: string]: unknown;
+                                            })
+                                          | ({
+                                              /** @enum {string} */
+                                              type: 'search_result_location';
+                                              cited_text: string;
+                                              /** Format: int64 */
+                                              search_result_index: number;
+                                              /** Format: int64 */
+                                              start_block_index: number;
+                                              /** Format: int64 */
+                                              end_block_index: number;
+                                              source: string;
+                                            } & {
+                                              [key: string]: unknown;
+                                            })
+                                        )[]
+                                      | null;
+                                    cache_control?: {
+                                      /** @enum {string} */
+                                      type: 'ephemeral';
+                                      /** @enum {string} */
+                                      ttl?: '5m' | '1h';
+                                    } | null;
+                                  }
+                                | {
+                                    /** @enum {string} */
+                                    type: 'image';
+                                    source:
+                                      | {
+                                          /** @enum {string} */
+                                          type: 'base64';
+                                          /** @enum {string} */
+                                          media_type: 'image/jpeg' | 'image/png' | 'image/gif' | 'image/webp';
+                                          data: string;
+                                        }
+                                      | {
+                                          /** @enum {string} */
+                                          type: 'url';
+                                          /** Format: uri */
+                                          url: string;
+                                        }
+                                      | {
+                                          /** @enum {string} */
+                                          type: 'file';
+                                          file_id: string;
+                                        };
+                                    cache_control?: {
+                                      /** @enum {string} */
+                                      type: 'ephemeral';
+                                      /** @enum {string} */
+                                      ttl?: '5m' | '1h';
+                                    } | null;
+                                  }
+                              )[];
+                        }
+                      | {
+                          /** @enum {string} */
+                          type: 'file';
+                          file_id: string;
+                        };
                     title?: string | null;
                     context?: string | null;
                     citations?: {
@@ -6849,11 +8673,73 @@ export interface operations {
                       type: 'text';
                       text: string;
                       citations?:
-                        | ({
-                            type: string;
-                          } & {
-                            [key: string]: unknown;
-                          })[]
+                        | (
+                            | ({
+                                /** @enum {string} */
+                                type: 'char_location';
+                                cited_text: string;
+                                document_title?: string | null;
+                                /** Format: int64 */
+                                document_index: number;
+                                /** Format: int64 */
+                                start_char_index: number;
+                                /** Format: int64 */
+                                end_char_index: number;
+                              } & {
+                                [key: string]: unknown;
+                              })
+                            | ({
+                                /** @enum {string} */
+                                type: 'page_location';
+                                cited_text: string;
+                                document_title?: string | null;
+                                /** Format: int64 */
+                                document_index: number;
+                                /** Format: int64 */
+                                start_page_number: number;
+                                /** Format: int64 */
+                                end_page_number: number;
+                              } & {
+                                [key: string]: unknown;
+                              })
+                            | ({
+                                /** @enum {string} */
+                                type: 'content_block_location';
+                                cited_text: string;
+                                document_title?: string | null;
+                                /** Format: int64 */
+                                document_index: number;
+                                /** Format: int64 */
+                                start_block_index: number;
+                                /** Format: int64 */
+                                end_block_index: number;
+                              } & {
+                                [key: string]: unknown;
+                              })
+                            | ({
+                                /** @enum {string} */
+                                type: 'web_search_result_location';
+                                cited_text: string;
+                                url: string;
+                                encrypted_index: string;
+                              } & {
+                                [key: string]: unknown;
+                              })
+                            | ({
+                                /** @enum {string} */
+                                type: 'search_result_location';
+                                cited_text: string;
+                                /** Format: int64 */
+                                search_result_index: number;
+                                /** Format: int64 */
+                                start_block_index: number;
+                                /** Format: int64 */
+                                end_block_index: number;
+                                source: string;
+                              } & {
+                                [key: string]: unknown;
+                              })
+                          )[]
                         | null;
                       cache_control?: {
                         /** @enum {string} */
@@ -7055,11 +8941,73 @@ export interface operations {
                       type: 'text';
                       text: string;
                       citations?:
-                        | ({
-                            type: string;
-                          } & {
-                            [key: string]: unknown;
-                          })[]
+                        | (
+                            | ({
+                                /** @enum {string} */
+                                type: 'char_location';
+                                cited_text: string;
+                                document_title?: string | null;
+                                /** Format: int64 */
+                                document_index: number;
+                                /** Format: int64 */
+                                start_char_index: number;
+                                /** Format: int64 */
+                                end_char_index: number;
+                              } & {
+                                [key: string]: unknown;
+                              })
+                            | ({
+                                /** @enum {string} */
+                                type: 'page_location';
+                                cited_text: string;
+                                document_title?: string | null;
+                                /** Format: int64 */
+                                document_index: number;
+                                /** Format: int64 */
+                                start_page_number: number;
+                                /** Format: int64 */
+                                end_page_number: number;
+                              } & {
+                                [key: string]: unknown;
+                              })
+                            | ({
+                                /** @enum {string} */
+                                type: 'content_block_location';
+                                cited_text: string;
+                                document_title?: string | null;
+                                /** Format: int64 */
+                                document_index: number;
+                                /** Format: int64 */
+                                start_block_index: number;
+                                /** Format: int64 */
+                                end_block_index: number;
+                              } & {
+                                [key: string]: unknown;
+                              })
+                            | ({
+                                /** @enum {string} */
+                                type: 'web_search_result_location';
+                                cited_text: string;
+                                url: string;
+                                encrypted_index: string;
+                              } & {
+                                [key: string]: unknown;
+                              })
+                            | ({
+                                /** @enum {string} */
+                                type: 'search_result_location';
+                                cited_text: string;
+                                /** Format: int64 */
+                                search_result_index: number;
+                                /** Format: int64 */
+                                start_block_index: number;
+                                /** Format: int64 */
+                                end_block_index: number;
+                                source: string;
+                              } & {
+                                [key: string]: unknown;
+                              })
+                          )[]
                         | null;
                       cache_control?: {
                         /** @enum {string} */
@@ -7100,12 +9048,150 @@ export interface operations {
                   | {
                       /** @enum {string} */
                       type: 'document';
-                      source: {
-                        /** @enum {string} */
-                        type: 'base64' | 'text' | 'url' | 'content' | 'file';
-                      } & {
-                        [key: string]: unknown;
-                      };
+                      source:
+                        | {
+                            /** @enum {string} */
+                            type: 'base64';
+                            /** @enum {string} */
+                            media_type: 'application/pdf';
+                            data: string;
+                          }
+                        | {
+                            /** @enum {string} */
+                            type: 'text';
+                            /** @enum {string} */
+                            media_type: 'text/plain';
+                            data: string;
+                          }
+                        | {
+                            /** @enum {string} */
+                            type: 'url';
+                            /** Format: uri */
+                            url: string;
+                          }
+                        | {
+                            /** @enum {string} */
+                            type: 'content';
+                            content:
+                              | string
+                              | (
+                                  | {
+                                      /** @enum {string} */
+                                      type: 'text';
+                                      text: string;
+                                      citations?:
+                                        | (
+                                            | ({
+                                                /** @enum {string} */
+                                                type: 'char_location';
+                                                cited_text: string;
+                                                document_title?: string | null;
+                                                /** Format: int64 */
+                                                document_index: number;
+                                                /** Format: int64 */
+                                                start_char_index: number;
+                                                /** Format: int64 */
+                                                end_char_index: number;
+                                              } & {
+                                                [key: string]: unknown;
+                                              })
+                                            | ({
+                                                /** @enum {string} */
+                                                type: 'page_location';
+                                                cited_text: string;
+                                                document_title?: string | null;
+                                                /** Format: int64 */
+                                                document_index: number;
+                                                /** Format: int64 */
+                                                start_page_number: number;
+                                                /** Format: int64 */
+                                                end_page_number: number;
+                                              } & {
+                                                [key: string]: unknown;
+                                              })
+                                            | ({
+                                                /** @enum {string} */
+                                                type: 'content_block_location';
+                                                cited_text: string;
+                                                document_title?: string | null;
+                                                /** Format: int64 */
+                                                document_index: number;
+                                                /** Format: int64 */
+                                                start_block_index: number;
+                                                /** Format: int64 */
+                                                end_block_index: number;
+                                              } & {
+                                                [key: string]: unknown;
+                                              })
+                                            | ({
+                                                /** @enum {string} */
+                                                type: 'web_search_result_location';
+                                                cited_text: string;
+                                                url: string;
+                                                encrypted_index: string;
+                                              } & {
+                                                [key: string]: unknown;
+                                              })
+                                            | ({
+                                                /** @enum {string} */
+                                                type: 'search_result_location';
+                                                cited_text: string;
+                                                /** Format: int64 */
+                                                search_result_index: number;
+                                                /** Format: int64 */
+                                                start_block_index: number;
+                                                /** Format: int64 */
+                                                end_block_index: number;
+                                                source: string;
+                                              } & {
+                                                [key: string]: unknown;
+                                              })
+                                          )[]
+                                        | null;
+                                      cache_control?: {
+                                        /** @enum {string} */
+                                        type: 'ephemeral';
+                                        /** @enum {string} */
+                                        ttl?: '5m' | '1h';
+                                      } | null;
+                                    }
+                                  | {
+                                      /** @enum {string} */
+                                      type: 'image';
+                                      source:
+                                        | {
+                                            /** @enum {string} */
+                                            type: 'base64';
+                                            /** @enum {string} */
+                                            media_type:
+                                              'image/jpeg' | 'image/png' | 'image/gif' | 'image/webp';
+                                            data: string;
+                                          }
+                                        | {
+                                            /** @enum {string} */
+                                            type: 'url';
+                                            /** Format: uri */
+                                            url: string;
+                                          }
+                                        | {
+                                            /** @enum {string} */
+                                            type: 'file';
+                                            file_id: string;
+                                          };
+                                      cache_control?: {
+                                        /** @enum {string} */
+                                        type: 'ephemeral';
+                                        /** @enum {string} */
+                                        ttl?: '5m' | '1h';
+                                      } | null;
+                                    }
+                                )[];
+                          }
+                        | {
+                            /** @enum {string} */
+                            type: 'file';
+                            file_id: string;
+                          };
                       title?: string | null;
                       context?: string | null;
                       citations?: {
@@ -7128,11 +9214,73 @@ export interface operations {
                         type: 'text';
                         text: string;
                         citations?:
-                          | ({
-                              type: string;
-                            } & {
-                              [key: string]: unknown;
-                            })[]
+                          | (
+                              | ({
+                                  /** @enum {string} */
+                                  type: 'char_location';
+                                  cited_text: string;
+                                  document_title?: string | null;
+                                  /** Format: int64 */
+                                  document_index: number;
+                                  /** Format: int64 */
+                                  start_char_index: number;
+                                  /** Format: int64 */
+                                  end_char_index: number;
+                                } & {
+                                  [key: string]: unknown;
+                                })
+                              | ({
+                                  /** @enum {string} */
+                                  type: 'page_location';
+                                  cited_text: string;
+                                  document_title?: string | null;
+                                  /** Format: int64 */
+                                  document_index: number;
+                                  /** Format: int64 */
+                                  start_page_number: number;
+                                  /** Format: int64 */
+                                  end_page_number: number;
+                                } & {
+                                  [key: string]: unknown;
+                                })
+                              | ({
+                                  /** @enum {string} */
+                                  type: 'content_block_location';
+                                  cited_text: string;
+                                  document_title?: string | null;
+                                  /** Format: int64 */
+                                  document_index: number;
+                                  /** Format: int64 */
+                                  start_block_index: number;
+                                  /** Format: int64 */
+                                  end_block_index: number;
+                                } & {
+                                  [key: string]: unknown;
+                                })
+                              | ({
+                                  /** @enum {string} */
+                                  type: 'web_search_result_location';
+                                  cited_text: string;
+                                  url: string;
+                                  encrypted_index: string;
+                                } & {
+                                  [key: string]: unknown;
+                                })
+                              | ({
+                                  /** @enum {string} */
+                                  type: 'search_result_location';
+                                  cited_text: string;
+                                  /** Format: int64 */
+                                  search_result_index: number;
+                                  /** Format: int64 */
+                                  start_block_index: number;
+                                  /** Format: int64 */
+                                  end_block_index: number;
+                                  source: string;
+                                } & {
+                                  [key: string]: unknown;
+                                })
+                            )[]
                           | null;
                         cache_control?: {
                           /** @enum {string} */
@@ -10891,11 +13039,73 @@ export interface operations {
                   type: 'text';
                   text: string;
                   citations?:
-                    | ({
-                        type: string;
-                      } & {
-                        [key: string]: unknown;
-                      })[]
+                    | (
+                        | ({
+                            /** @enum {string} */
+                            type: 'char_location';
+                            cited_text: string;
+                            document_title?: string | null;
+                            /** Format: int64 */
+                            document_index: number;
+                            /** Format: int64 */
+                            start_char_index: number;
+                            /** Format: int64 */
+                            end_char_index: number;
+                          } & {
+                            [key: string]: unknown;
+                          })
+                        | ({
+                            /** @enum {string} */
+                            type: 'page_location';
+                            cited_text: string;
+                            document_title?: string | null;
+                            /** Format: int64 */
+                            document_index: number;
+                            /** Format: int64 */
+                            start_page_number: number;
+                            /** Format: int64 */
+                            end_page_number: number;
+                          } & {
+                            [key: string]: unknown;
+                          })
+                        | ({
+                            /** @enum {string} */
+                            type: 'content_block_location';
+                            cited_text: string;
+                            document_title?: string | null;
+                            /** Format: int64 */
+                            document_index: number;
+                            /** Format: int64 */
+                            start_block_index: number;
+                            /** Format: int64 */
+                            end_block_index: number;
+                          } & {
+                            [key: string]: unknown;
+                          })
+                        | ({
+                            /** @enum {string} */
+                            type: 'web_search_result_location';
+                            cited_text: string;
+                            url: string;
+                            encrypted_index: string;
+                          } & {
+                            [key: string]: unknown;
+                          })
+                        | ({
+                            /** @enum {string} */
+                            type: 'search_result_location';
+                            cited_text: string;
+                            /** Format: int64 */
+                            search_result_index: number;
+                            /** Format: int64 */
+                            start_block_index: number;
+                            /** Format: int64 */
+                            end_block_index: number;
+                            source: string;
+                          } & {
+                            [key: string]: unknown;
+                          })
+                      )[]
                     | null;
                   cache_control?: {
                     /** @enum {string} */
@@ -10984,11 +13194,73 @@ export interface operations {
                             type: 'text';
                             text: string;
                             citations?:
-                              | ({
-                                  type: string;
-                                } & {
-                                  [key: string]: unknown;
-                                })[]
+                              | (
+                                  | ({
+                                      /** @enum {string} */
+                                      type: 'char_location';
+                                      cited_text: string;
+                                      document_title?: string | null;
+                                      /** Format: int64 */
+                                      document_index: number;
+                                      /** Format: int64 */
+                                      start_char_index: number;
+                                      /** Format: int64 */
+                                      end_char_index: number;
+                                    } & {
+                                      [key: string]: unknown;
+                                    })
+                                  | ({
+                                      /** @enum {string} */
+                                      type: 'page_location';
+                                      cited_text: string;
+                                      document_title?: string | null;
+                                      /** Format: int64 */
+                                      document_index: number;
+                                      /** Format: int64 */
+                                      start_page_number: number;
+                                      /** Format: int64 */
+                                      end_page_number: number;
+                                    } & {
+                                      [key: string]: unknown;
+                                    })
+                                  | ({
+                                      /** @enum {string} */
+                                      type: 'content_block_location';
+                                      cited_text: string;
+                                      document_title?: string | null;
+                                      /** Format: int64 */
+                                      document_index: number;
+                                      /** Format: int64 */
+                                      start_block_index: number;
+                                      /** Format: int64 */
+                                      end_block_index: number;
+                                    } & {
+                                      [key: string]: unknown;
+                                    })
+                                  | ({
+                                      /** @enum {string} */
+                                      type: 'web_search_result_location';
+                                      cited_text: string;
+                                      url: string;
+                                      encrypted_index: string;
+                                    } & {
+                                      [key: string]: unknown;
+                                    })
+                                  | ({
+                                      /** @enum {string} */
+                                      type: 'search_result_location';
+                                      cited_text: string;
+                                      /** Format: int64 */
+                                      search_result_index: number;
+                                      /** Format: int64 */
+                                      start_block_index: number;
+                                      /** Format: int64 */
+                                      end_block_index: number;
+                                      source: string;
+                                    } & {
+                                      [key: string]: unknown;
+                                    })
+                                )[]
                               | null;
                             cache_control?: {
                               /** @enum {string} */
@@ -11029,12 +13301,150 @@ export interface operations {
                         | {
                             /** @enum {string} */
                             type: 'document';
-                            source: {
-                              /** @enum {string} */
-                              type: 'base64' | 'text' | 'url' | 'content' | 'file';
-                            } & {
-                              [key: string]: unknown;
-                            };
+                            source:
+                              | {
+                                  /** @enum {string} */
+                                  type: 'base64';
+                                  /** @enum {string} */
+                                  media_type: 'application/pdf';
+                                  data: string;
+                                }
+                              | {
+                                  /** @enum {string} */
+                                  type: 'text';
+                                  /** @enum {string} */
+                                  media_type: 'text/plain';
+                                  data: string;
+                                }
+                              | {
+                                  /** @enum {string} */
+                                  type: 'url';
+                                  /** Format: uri */
+                                  url: string;
+                                }
+                              | {
+                                  /** @enum {string} */
+                                  type: 'content';
+                                  content:
+                                    | string
+                                    | (
+                                        | {
+                                            /** @enum {string} */
+                                            type: 'text';
+                                            text: string;
+                                            citations?:
+                                              | (
+                                                  | ({
+                                                      /** @enum {string} */
+                                                      type: 'char_location';
+                                                      cited_text: string;
+                                                      document_title?: string | null;
+                                                      /** Format: int64 */
+                                                      document_index: number;
+                                                      /** Format: int64 */
+                                                      start_char_index: number;
+                                                      /** Format: int64 */
+                                                      end_char_index: number;
+                                                    } & {
+                                                      [key: string]: unknown;
+                                                    })
+                                                  | ({
+                                                      /** @enum {string} */
+                                                      type: 'page_location';
+                                                      cited_text: string;
+                                                      document_title?: string | null;
+                                                      /** Format: int64 */
+                                                      document_index: number;
+                                                      /** Format: int64 */
+                                                      start_page_number: number;
+                                                      /** Format: int64 */
+                                                      end_page_number: number;
+                                                    } & {
+                                                      [key: string]: unknown;
+                                                    })
+                                                  | ({
+                                                      /** @enum {string} */
+                                                      type: 'content_block_location';
+                                                      cited_text: string;
+                                                      document_title?: string | null;
+                                                      /** Format: int64 */
+                                                      document_index: number;
+                                                      /** Format: int64 */
+                                                      start_block_index: number;
+                                                      /** Format: int64 */
+                                                      end_block_index: number;
+                                                    } & {
+                                                      [key: string]: unknown;
+                                                    })
+                                                  | ({
+                                                      /** @enum {string} */
+                                                      type: 'web_search_result_location';
+                                                      cited_text: string;
+                                                      url: string;
+                                                      encrypted_index: string;
+                                                    } & {
+                                                      [key: string]: unknown;
+                                                    })
+                                                  | ({
+                                                      /** @enum {string} */
+                                                      type: 'search_result_location';
+                                                      cited_text: string;
+                                                      /** Format: int64 */
+                                                      search_result_index: number;
+                                                      /** Format: int64 */
+                                                      start_block_index: number;
+                                                      /** Format: int64 */
+                                                      end_block_index: number;
+                                                      source: string;
+                                                    } & {
+                                                      [key: string]: unknown;
+                                                    })
+                                                )[]
+                                              | null;
+                                            cache_control?: {
+                                              /** @enum {string} */
+                                              type: 'ephemeral';
+                                              /** @enum {string} */
+                                              ttl?: '5m' | '1h';
+                                            } | null;
+                                          }
+                                        | {
+                                            /** @enum {string} */
+                                            type: 'image';
+                                            source:
+                                              | {
+                                                  /** @enum {string} */
+                                                  type: 'base64';
+                                                  /** @enum {string} */
+                                                  media_type:
+                                                    'image/jpeg' | 'image/png' | 'image/gif' | 'image/webp';
+                                                  data: string;
+                                                }
+                                              | {
+                                                  /** @enum {string} */
+                                                  type: 'url';
+                                                  /** Format: uri */
+                                                  url: string;
+                                                }
+                                              | {
+                                                  /** @enum {string} */
+                                                  type: 'file';
+                                                  file_id: string;
+                                                };
+                                            cache_control?: {
+                                              /** @enum {string} */
+                                              type: 'ephemeral';
+                                              /** @enum {string} */
+                                              ttl?: '5m' | '1h';
+                                            } | null;
+                                          }
+                                      )[];
+                                }
+                              | {
+                                  /** @enum {string} */
+                                  type: 'file';
+                                  file_id: string;
+                                };
                             title?: string | null;
                             context?: string | null;
                             citations?: {
@@ -11057,11 +13467,73 @@ export interface operations {
                               type: 'text';
                               text: string;
                               citations?:
-                                | ({
-                                    type: string;
-                                  } & {
-                                    [key: string]: unknown;
-                                  })[]
+                                | (
+                                    | ({
+                                        /** @enum {string} */
+                                        type: 'char_location';
+                                        cited_text: string;
+                                        document_title?: string | null;
+                                        /** Format: int64 */
+                                        document_index: number;
+                                        /** Format: int64 */
+                                        start_char_index: number;
+                                        /** Format: int64 */
+                                        end_char_index: number;
+                                      } & {
+                                        [key: string]: unknown;
+                                      })
+                                    | ({
+                                        /** @enum {string} */
+                                        type: 'page_location';
+                                        cited_text: string;
+                                        document_title?: string | null;
+                                        /** Format: int64 */
+                                        document_index: number;
+                                        /** Format: int64 */
+                                        start_page_number: number;
+                                        /** Format: int64 */
+                                        end_page_number: number;
+                                      } & {
+                                        [key: string]: unknown;
+                                      })
+                                    | ({
+                                        /** @enum {string} */
+                                        type: 'content_block_location';
+                                        cited_text: string;
+                                        document_title?: string | null;
+                                        /** Format: int64 */
+                                        document_index: number;
+                                        /** Format: int64 */
+                                        start_block_index: number;
+                                        /** Format: int64 */
+                                        end_block_index: number;
+                                      } & {
+                                        [key: string]: unknown;
+                                      })
+                                    | ({
+                                        /** @enum {string} */
+                                        type: 'web_search_result_location';
+                                        cited_text: string;
+                                        url: string;
+                                        encrypted_index: string;
+                                      } & {
+                                        [key: string]: unknown;
+                                      })
+                                    | ({
+                                        /** @enum {string} */
+                                        type: 'search_result_location';
+                                        cited_text: string;
+                                        /** Format: int64 */
+                                        search_result_index: number;
+                                        /** Format: int64 */
+                                        start_block_index: number;
+                                        /** Format: int64 */
+                                        end_block_index: number;
+                                        source: string;
+                                      } & {
+                                        [key: string]: unknown;
+                                      })
+                                  )[]
                                 | null;
                               cache_control?: {
                                 /** @enum {string} */
@@ -11092,11 +13564,73 @@ export interface operations {
                                       type: 'text';
                                       text: string;
                                       citations?:
-                                        | ({
-                                            type: string;
-                                          } & {
-                                            [key: string]: unknown;
-                                          })[]
+                                        | (
+                                            | ({
+                                                /** @enum {string} */
+                                                type: 'char_location';
+                                                cited_text: string;
+                                                document_title?: string | null;
+                                                /** Format: int64 */
+                                                document_index: number;
+                                                /** Format: int64 */
+                                                start_char_index: number;
+                                                /** Format: int64 */
+                                                end_char_index: number;
+                                              } & {
+                                                [key: string]: unknown;
+                                              })
+                                            | ({
+                                                /** @enum {string} */
+                                                type: 'page_location';
+                                                cited_text: string;
+                                                document_title?: string | null;
+                                                /** Format: int64 */
+                                                document_index: number;
+                                                /** Format: int64 */
+                                                start_page_number: number;
+                                                /** Format: int64 */
+                                                end_page_number: number;
+                                              } & {
+                                                [key: string]: unknown;
+                                              })
+                                            | ({
+                                                /** @enum {string} */
+                                                type: 'content_block_location';
+                                                cited_text: string;
+                                                document_title?: string | null;
+                                                /** Format: int64 */
+                                                document_index: number;
+                                                /** Format: int64 */
+                                                start_block_index: number;
+                                                /** Format: int64 */
+                                                end_block_index: number;
+                                              } & {
+                                                [key: string]: unknown;
+                                              })
+                                            | ({
+                                                /** @enum {string} */
+                                                type: 'web_search_result_location';
+                                                cited_text: string;
+                                                url: string;
+                                                encrypted_index: string;
+                                              } & {
+                                                [key: string]: unknown;
+                                              })
+                                            | ({
+                                                /** @enum {string} */
+                                                type: 'search_result_location';
+                                                cited_text: string;
+                                                /** Format: int64 */
+                                                search_result_index: number;
+                                                /** Format: int64 */
+                                                start_block_index: number;
+                                                /** Format: int64 */
+                                                end_block_index: number;
+                                                source: string;
+                                              } & {
+                                                [key: string]: unknown;
+                                              })
+                                          )[]
                                         | null;
                                       cache_control?: {
                                         /** @enum {string} */
@@ -11138,12 +13672,153 @@ export interface operations {
                                   | {
                                       /** @enum {string} */
                                       type: 'document';
-                                      source: {
-                                        /** @enum {string} */
-                                        type: 'base64' | 'text' | 'url' | 'content' | 'file';
-                                      } & {
-                                        [key: string]: unknown;
-                                      };
+                                      source:
+                                        | {
+                                            /** @enum {string} */
+                                            type: 'base64';
+                                            /** @enum {string} */
+                                            media_type: 'application/pdf';
+                                            data: string;
+                                          }
+                                        | {
+                                            /** @enum {string} */
+                                            type: 'text';
+                                            /** @enum {string} */
+                                            media_type: 'text/plain';
+                                            data: string;
+                                          }
+                                        | {
+                                            /** @enum {string} */
+                                            type: 'url';
+                                            /** Format: uri */
+                                            url: string;
+                                          }
+                                        | {
+                                            /** @enum {string} */
+                                            type: 'content';
+                                            content:
+                                              | string
+                                              | (
+                                                  | {
+                                                      /** @enum {string} */
+                                                      type: 'text';
+                                                      text: string;
+                                                      citations?:
+                                                        | (
+                                                            | ({
+                                                                /** @enum {string} */
+                                                                type: 'char_location';
+                                                                cited_text: string;
+                                                                document_title?: string | null;
+                                                                /** Format: int64 */
+                                                                document_index: number;
+                                                                /** Format: int64 */
+                                                                start_char_index: number;
+                                                                /** Format: int64 */
+                                                                end_char_index: number;
+                                                              } & {
+                                                                [key: string]: unknown;
+                                                              })
+                                                            | ({
+                                                                /** @enum {string} */
+                                                                type: 'page_location';
+                                                                cited_text: string;
+                                                                document_title?: string | null;
+                                                                /** Format: int64 */
+                                                                document_index: number;
+                                                                /** Format: int64 */
+                                                                start_page_number: number;
+                                                                /** Format: int64 */
+                                                                end_page_number: number;
+                                                              } & {
+                                                                [key: string]: unknown;
+                                                              })
+                                                            | ({
+                                                                /** @enum {string} */
+                                                                type: 'content_block_location';
+                                                                cited_text: string;
+                                                                document_title?: string | null;
+                                                                /** Format: int64 */
+                                                                document_index: number;
+                                                                /** Format: int64 */
+                                                                start_block_index: number;
+                                                                /** Format: int64 */
+                                                                end_block_index: number;
+                                                              } & {
+                                                                [key: string]: unknown;
+                                                              })
+                                                            | ({
+                                                                /** @enum {string} */
+                                                                type: 'web_search_result_location';
+                                                                cited_text: string;
+                                                                url: string;
+                                                                encrypted_index: string;
+                                                              } & {
+                                                                [key: string]: unknown;
+                                                              })
+                                                            | ({
+                                                                /** @enum {string} */
+                                                                type: 'search_result_location';
+                                                                cited_text: string;
+                                                                /** Format: int64 */
+                                                                search_result_index: number;
+                                                                /** Format: int64 */
+                                                                start_block_index: number;
+                                                                /** Format: int64 */
+                                                                end_block_index: number;
+                                                                source: string;
+                                                              } & {
+                                                                [key: string]: unknown;
+                                                              })
+                                                          )[]
+                                                        | null;
+                                                      cache_control?: {
+                                                        /** @enum {string} */
+                                                        type: 'ephemeral';
+                                                        /** @enum {string} */
+                                                        ttl?: '5m' | '1h';
+                                                      } | null;
+                                                    }
+                                                  | {
+                                                      /** @enum {string} */
+                                                      type: 'image';
+                                                      source:
+                                                        | {
+                                                            /** @enum {string} */
+                                                            type: 'base64';
+                                                            /** @enum {string} */
+                                                            media_type:
+                                                              | 'image/jpeg'
+                                                              | 'image/png'
+                                                              | 'image/gif'
+                                                              | 'image/webp';
+                                                            data: string;
+                                                          }
+                                                        | {
+                                                            /** @enum {string} */
+                                                            type: 'url';
+                                                            /** Format: uri */
+                                                            url: string;
+                                                          }
+                                                        | {
+                                                            /** @enum {string} */
+                                                            type: 'file';
+                                                            file_id: string;
+                                                          };
+                                                      cache_control?: {
+                                                        /** @enum {string} */
+                                                        type: 'ephemeral';
+                                                        /** @enum {string} */
+                                                        ttl?: '5m' | '1h';
+                                                      } | null;
+                                                    }
+                                                )[];
+                                          }
+                                        | {
+                                            /** @enum {string} */
+                                            type: 'file';
+                                            file_id: string;
+                                          };
                                       title?: string | null;
                                       context?: string | null;
                                       citations?: {
@@ -11166,11 +13841,73 @@ export interface operations {
                                         type: 'text';
                                         text: string;
                                         citations?:
-                                          | ({
-                                              type: string;
-                                            } & {
-                                              [key: string]: unknown;
-                                            })[]
+                                          | (
+                                              | ({
+                                                  /** @enum {string} */
+                                                  type: 'char_location';
+                                                  cited_text: string;
+                                                  document_title?: string | null;
+                                                  /** Format: int64 */
+                                                  document_index: number;
+                                                  /** Format: int64 */
+                                                  start_char_index: number;
+                                                  /** Format: int64 */
+                                                  end_char_index: number;
+                                                } & {
+                                                  [key: string]: unknown;
+                                                })
+                                              | ({
+                                                  /** @enum {string} */
+                                                  type: 'page_location';
+                                                  cited_text: string;
+                                                  document_title?: string | null;
+                                                  /** Format: int64 */
+                                                  document_index: number;
+                                                  /** Format: int64 */
+                                                  start_page_number: number;
+                                                  /** Format: int64 */
+                                                  end_page_number: number;
+                                                } & {
+                                                  [key: string]: unknown;
+                                                })
+                                              | ({
+                                                  /** @enum {string} */
+                                                  type: 'content_block_location';
+                                                  cited_text: string;
+                                                  document_title?: string | null;
+                                                  /** Format: int64 */
+                                                  document_index: number;
+                                                  /** Format: int64 */
+                                                  start_block_index: number;
+                                                  /** Format: int64 */
+                                                  end_block_index: number;
+                                                } & {
+                                                  [key: string]: unknown;
+                                                })
+                                              | ({
+                                                  /** @enum {string} */
+                                                  type: 'web_search_result_location';
+                                                  cited_text: string;
+                                                  url: string;
+                                                  encrypted_index: string;
+                                                } & {
+                                                  [key: string]: unknown;
+                                                })
+                                              | ({
+                                                  /** @enum {string} */
+                                                  type: 'search_result_location';
+                                                  cited_text: string;
+                                                  /** Format: int64 */
+                                                  search_result_index: number;
+                                                  /** Format: int64 */
+                                                  start_block_index: number;
+                                                  /** Format: int64 */
+                                                  end_block_index: number;
+                                                  source: string;
+                                                } & {
+                                                  [key: string]: unknown;
+                                                })
+                                            )[]
                                           | null;
                                         cache_control?: {
                                           /** @enum {string} */
@@ -11222,11 +13959,73 @@ export interface operations {
                             type: 'text';
                             text: string;
                             citations?:
-                              | ({
-                                  type: string;
-                                } & {
-                                  [key: string]: unknown;
-                                })[]
+                              | (
+                                  | ({
+                                      /** @enum {string} */
+                                      type: 'char_location';
+                                      cited_text: string;
+                                      document_title?: string | null;
+                                      /** Format: int64 */
+                                      document_index: number;
+                                      /** Format: int64 */
+                                      start_char_index: number;
+                                      /** Format: int64 */
+                                      end_char_index: number;
+                                    } & {
+                                      [key: string]: unknown;
+                                    })
+                                  | ({
+                                      /** @enum {string} */
+                                      type: 'page_location';
+                                      cited_text: string;
+                                      document_title?: string | null;
+                                      /** Format: int64 */
+                                      document_index: number;
+                                      /** Format: int64 */
+                                      start_page_number: number;
+                                      /** Format: int64 */
+                                      end_page_number: number;
+                                    } & {
+                                      [key: string]: unknown;
+                                    })
+                                  | ({
+                                      /** @enum {string} */
+                                      type: 'content_block_location';
+                                      cited_text: string;
+                                      document_title?: string | null;
+                                      /** Format: int64 */
+                                      document_index: number;
+                                      /** Format: int64 */
+                                      start_block_index: number;
+                                      /** Format: int64 */
+                                      end_block_index: number;
+                                    } & {
+                                      [key: string]: unknown;
+                                    })
+                                  | ({
+                                      /** @enum {string} */
+                                      type: 'web_search_result_location';
+                                      cited_text: string;
+                                      url: string;
+                                      encrypted_index: string;
+                                    } & {
+                                      [key: string]: unknown;
+                                    })
+                                  | ({
+                                      /** @enum {string} */
+                                      type: 'search_result_location';
+                                      cited_text: string;
+                                      /** Format: int64 */
+                                      search_result_index: number;
+                                      /** Format: int64 */
+                                      start_block_index: number;
+                                      /** Format: int64 */
+                                      end_block_index: number;
+                                      source: string;
+                                    } & {
+                                      [key: string]: unknown;
+                                    })
+                                )[]
                               | null;
                             cache_control?: {
                               /** @enum {string} */
@@ -11371,11 +14170,73 @@ export interface operations {
                                   type: 'text';
                                   text: string;
                                   citations?:
-                                    | ({
-                                        type: string;
-                                      } & {
-                                        [key: string]: unknown;
-                                      })[]
+                                    | (
+                                        | ({
+                                            /** @enum {string} */
+                                            type: 'char_location';
+                                            cited_text: string;
+                                            document_title?: string | null;
+                                            /** Format: int64 */
+                                            document_index: number;
+                                            /** Format: int64 */
+                                            start_char_index: number;
+                                            /** Format: int64 */
+                                            end_char_index: number;
+                                          } & {
+                                            [key: string]: unknown;
+                                          })
+                                        | ({
+                                            /** @enum {string} */
+                                            type: 'page_location';
+                                            cited_text: string;
+                                            document_title?: string | null;
+                                            /** Format: int64 */
+                                            document_index: number;
+                                            /** Format: int64 */
+                                            start_page_number: number;
+                                            /** Format: int64 */
+                                            end_page_number: number;
+                                          } & {
+                                            [key: string]: unknown;
+                                          })
+                                        | ({
+                                            /** @enum {string} */
+                                            type: 'content_block_location';
+                                            cited_text: string;
+                                            document_title?: string | null;
+                                            /** Format: int64 */
+                                            document_index: number;
+                                            /** Format: int64 */
+                                            start_block_index: number;
+                                            /** Format: int64 */
+                                            end_block_index: number;
+                                          } & {
+                                            [key: string]: unknown;
+                                          })
+                                        | ({
+                                            /** @enum {string} */
+                                            type: 'web_search_result_location';
+                                            cited_text: string;
+                                            url: string;
+                                            encrypted_index: string;
+                                          } & {
+                                            [key: string]: unknown;
+                                          })
+                                        | ({
+                                            /** @enum {string} */
+                                            type: 'search_result_location';
+                                            cited_text: string;
+                                            /** Format: int64 */
+                                            search_result_index: number;
+                                            /** Format: int64 */
+                                            start_block_index: number;
+                                            /** Format: int64 */
+                                            end_block_index: number;
+                                            source: string;
+                                          } & {
+                                            [key: string]: unknown;
+                                          })
+                                      )[]
                                     | null;
                                   cache_control?: {
                                     /** @enum {string} */
@@ -11915,11 +14776,73 @@ export interface operations {
                   type: 'text';
                   text: string;
                   citations?:
-                    | ({
-                        type: string;
-                      } & {
-                        [key: string]: unknown;
-                      })[]
+                    | (
+                        | ({
+                            /** @enum {string} */
+                            type: 'char_location';
+                            cited_text: string;
+                            document_title?: string | null;
+                            /** Format: int64 */
+                            document_index: number;
+                            /** Format: int64 */
+                            start_char_index: number;
+                            /** Format: int64 */
+                            end_char_index: number;
+                          } & {
+                            [key: string]: unknown;
+                          })
+                        | ({
+                            /** @enum {string} */
+                            type: 'page_location';
+                            cited_text: string;
+                            document_title?: string | null;
+                            /** Format: int64 */
+                            document_index: number;
+                            /** Format: int64 */
+                            start_page_number: number;
+                            /** Format: int64 */
+                            end_page_number: number;
+                          } & {
+                            [key: string]: unknown;
+                          })
+                        | ({
+                            /** @enum {string} */
+                            type: 'content_block_location';
+                            cited_text: string;
+                            document_title?: string | null;
+                            /** Format: int64 */
+                            document_index: number;
+                            /** Format: int64 */
+                            start_block_index: number;
+                            /** Format: int64 */
+                            end_block_index: number;
+                          } & {
+                            [key: string]: unknown;
+                          })
+                        | ({
+                            /** @enum {string} */
+                            type: 'web_search_result_location';
+                            cited_text: string;
+                            url: string;
+                            encrypted_index: string;
+                          } & {
+                            [key: string]: unknown;
+                          })
+                        | ({
+                            /** @enum {string} */
+                            type: 'search_result_location';
+                            cited_text: string;
+                            /** Format: int64 */
+                            search_result_index: number;
+                            /** Format: int64 */
+                            start_block_index: number;
+                            /** Format: int64 */
+                            end_block_index: number;
+                            source: string;
+                          } & {
+                            [key: string]: unknown;
+                          })
+                      )[]
                     | null;
                   cache_control?: {
                     /** @enum {string} */
@@ -12008,11 +14931,73 @@ export interface operations {
                             type: 'text';
                             text: string;
                             citations?:
-                              | ({
-                                  type: string;
-                                } & {
-                                  [key: string]: unknown;
-                                })[]
+                              | (
+                                  | ({
+                                      /** @enum {string} */
+                                      type: 'char_location';
+                                      cited_text: string;
+                                      document_title?: string | null;
+                                      /** Format: int64 */
+                                      document_index: number;
+                                      /** Format: int64 */
+                                      start_char_index: number;
+                                      /** Format: int64 */
+                                      end_char_index: number;
+                                    } & {
+                                      [key: string]: unknown;
+                                    })
+                                  | ({
+                                      /** @enum {string} */
+                                      type: 'page_location';
+                                      cited_text: string;
+                                      document_title?: string | null;
+                                      /** Format: int64 */
+                                      document_index: number;
+                                      /** Format: int64 */
+                                      start_page_number: number;
+                                      /** Format: int64 */
+                                      end_page_number: number;
+                                    } & {
+                                      [key: string]: unknown;
+                                    })
+                                  | ({
+                                      /** @enum {string} */
+                                      type: 'content_block_location';
+                                      cited_text: string;
+                                      document_title?: string | null;
+                                      /** Format: int64 */
+                                      document_index: number;
+                                      /** Format: int64 */
+                                      start_block_index: number;
+                                      /** Format: int64 */
+                                      end_block_index: number;
+                                    } & {
+                                      [key: string]: unknown;
+                                    })
+                                  | ({
+                                      /** @enum {string} */
+                                      type: 'web_search_result_location';
+                                      cited_text: string;
+                                      url: string;
+                                      encrypted_index: string;
+                                    } & {
+                                      [key: string]: unknown;
+                                    })
+                                  | ({
+                                      /** @enum {string} */
+                                      type: 'search_result_location';
+                                      cited_text: string;
+                                      /** Format: int64 */
+                                      search_result_index: number;
+                                      /** Format: int64 */
+                                      start_block_index: number;
+                                      /** Format: int64 */
+                                      end_block_index: number;
+                                      source: string;
+                                    } & {
+                                      [key: string]: unknown;
+                                    })
+                                )[]
                               | null;
                             cache_control?: {
                               /** @enum {string} */
@@ -12053,12 +15038,150 @@ export interface operations {
                         | {
                             /** @enum {string} */
                             type: 'document';
-                            source: {
-                              /** @enum {string} */
-                              type: 'base64' | 'text' | 'url' | 'content' | 'file';
-                            } & {
-                              [key: string]: unknown;
-                            };
+                            source:
+                              | {
+                                  /** @enum {string} */
+                                  type: 'base64';
+                                  /** @enum {string} */
+                                  media_type: 'application/pdf';
+                                  data: string;
+                                }
+                              | {
+                                  /** @enum {string} */
+                                  type: 'text';
+                                  /** @enum {string} */
+                                  media_type: 'text/plain';
+                                  data: string;
+                                }
+                              | {
+                                  /** @enum {string} */
+                                  type: 'url';
+                                  /** Format: uri */
+                                  url: string;
+                                }
+                              | {
+                                  /** @enum {string} */
+                                  type: 'content';
+                                  content:
+                                    | string
+                                    | (
+                                        | {
+                                            /** @enum {string} */
+                                            type: 'text';
+                                            text: string;
+                                            citations?:
+                                              | (
+                                                  | ({
+                                                      /** @enum {string} */
+                                                      type: 'char_location';
+                                                      cited_text: string;
+                                                      document_title?: string | null;
+                                                      /** Format: int64 */
+                                                      document_index: number;
+                                                      /** Format: int64 */
+                                                      start_char_index: number;
+                                                      /** Format: int64 */
+                                                      end_char_index: number;
+                                                    } & {
+                                                      [key: string]: unknown;
+                                                    })
+                                                  | ({
+                                                      /** @enum {string} */
+                                                      type: 'page_location';
+                                                      cited_text: string;
+                                                      document_title?: string | null;
+                                                      /** Format: int64 */
+                                                      document_index: number;
+                                                      /** Format: int64 */
+                                                      start_page_number: number;
+                                                      /** Format: int64 */
+                                                      end_page_number: number;
+                                                    } & {
+                                                      [key: string]: unknown;
+                                                    })
+                                                  | ({
+                                                      /** @enum {string} */
+                                                      type: 'content_block_location';
+                                                      cited_text: string;
+                                                      document_title?: string | null;
+                                                      /** Format: int64 */
+                                                      document_index: number;
+                                                      /** Format: int64 */
+                                                      start_block_index: number;
+                                                      /** Format: int64 */
+                                                      end_block_index: number;
+                                                    } & {
+                                                      [key: string]: unknown;
+                                                    })
+                                                  | ({
+                                                      /** @enum {string} */
+                                                      type: 'web_search_result_location';
+                                                      cited_text: string;
+                                                      url: string;
+                                                      encrypted_index: string;
+                                                    } & {
+                                                      [key: string]: unknown;
+                                                    })
+                                                  | ({
+                                                      /** @enum {string} */
+                                                      type: 'search_result_location';
+                                                      cited_text: string;
+                                                      /** Format: int64 */
+                                                      search_result_index: number;
+                                                      /** Format: int64 */
+                                                      start_block_index: number;
+                                                      /** Format: int64 */
+                                                      end_block_index: number;
+                                                      source: string;
+                                                    } & {
+                                                      [key: string]: unknown;
+                                                    })
+                                                )[]
+                                              | null;
+                                            cache_control?: {
+                                              /** @enum {string} */
+                                              type: 'ephemeral';
+                                              /** @enum {string} */
+                                              ttl?: '5m' | '1h';
+                                            } | null;
+                                          }
+                                        | {
+                                            /** @enum {string} */
+                                            type: 'image';
+                                            source:
+                                              | {
+                                                  /** @enum {string} */
+                                                  type: 'base64';
+                                                  /** @enum {string} */
+                                                  media_type:
+                                                    'image/jpeg' | 'image/png' | 'image/gif' | 'image/webp';
+                                                  data: string;
+                                                }
+                                              | {
+                                                  /** @enum {string} */
+                                                  type: 'url';
+                                                  /** Format: uri */
+                                                  url: string;
+                                                }
+                                              | {
+                                                  /** @enum {string} */
+                                                  type: 'file';
+                                                  file_id: string;
+                                                };
+                                            cache_control?: {
+                                              /** @enum {string} */
+                                              type: 'ephemeral';
+                                              /** @enum {string} */
+                                              ttl?: '5m' | '1h';
+                                            } | null;
+                                          }
+                                      )[];
+                                }
+                              | {
+                                  /** @enum {string} */
+                                  type: 'file';
+                                  file_id: string;
+                                };
                             title?: string | null;
                             context?: string | null;
                             citations?: {
@@ -12081,11 +15204,73 @@ export interface operations {
                               type: 'text';
                               text: string;
                               citations?:
-                                | ({
-                                    type: string;
-                                  } & {
-                                    [key: string]: unknown;
-                                  })[]
+                                | (
+                                    | ({
+                                        /** @enum {string} */
+                                        type: 'char_location';
+                                        cited_text: string;
+                                        document_title?: string | null;
+                                        /** Format: int64 */
+                                        document_index: number;
+                                        /** Format: int64 */
+                                        start_char_index: number;
+                                        /** Format: int64 */
+                                        end_char_index: number;
+                                      } & {
+                                        [key: string]: unknown;
+                                      })
+                                    | ({
+                                        /** @enum {string} */
+                                        type: 'page_location';
+                                        cited_text: string;
+                                        document_title?: string | null;
+                                        /** Format: int64 */
+                                        document_index: number;
+                                        /** Format: int64 */
+                                        start_page_number: number;
+                                        /** Format: int64 */
+                                        end_page_number: number;
+                                      } & {
+                                        [key: string]: unknown;
+                                      })
+                                    | ({
+                                        /** @enum {string} */
+                                        type: 'content_block_location';
+                                        cited_text: string;
+                                        document_title?: string | null;
+                                        /** Format: int64 */
+                                        document_index: number;
+                                        /** Format: int64 */
+                                        start_block_index: number;
+                                        /** Format: int64 */
+                                        end_block_index: number;
+                                      } & {
+                                        [key: string]: unknown;
+                                      })
+                                    | ({
+                                        /** @enum {string} */
+                                        type: 'web_search_result_location';
+                                        cited_text: string;
+                                        url: string;
+                                        encrypted_index: string;
+                                      } & {
+                                        [key: string]: unknown;
+                                      })
+                                    | ({
+                                        /** @enum {string} */
+                                        type: 'search_result_location';
+                                        cited_text: string;
+                                        /** Format: int64 */
+                                        search_result_index: number;
+                                        /** Format: int64 */
+                                        start_block_index: number;
+                                        /** Format: int64 */
+                                        end_block_index: number;
+                                        source: string;
+                                      } & {
+                                        [key: string]: unknown;
+                                      })
+                                  )[]
                                 | null;
                               cache_control?: {
                                 /** @enum {string} */
@@ -12116,11 +15301,73 @@ export interface operations {
                                       type: 'text';
                                       text: string;
                                       citations?:
-                                        | ({
-                                            type: string;
-                                          } & {
-                                            [key: string]: unknown;
-                                          })[]
+                                        | (
+                                            | ({
+                                                /** @enum {string} */
+                                                type: 'char_location';
+                                                cited_text: string;
+                                                document_title?: string | null;
+                                                /** Format: int64 */
+                                                document_index: number;
+                                                /** Format: int64 */
+                                                start_char_index: number;
+                                                /** Format: int64 */
+                                                end_char_index: number;
+                                              } & {
+                                                [key: string]: unknown;
+                                              })
+                                            | ({
+                                                /** @enum {string} */
+                                                type: 'page_location';
+                                                cited_text: string;
+                                                document_title?: string | null;
+                                                /** Format: int64 */
+                                                document_index: number;
+                                                /** Format: int64 */
+                                                start_page_number: number;
+                                                /** Format: int64 */
+                                                end_page_number: number;
+                                              } & {
+                                                [key: string]: unknown;
+                                              })
+                                            | ({
+                                                /** @enum {string} */
+                                                type: 'content_block_location';
+                                                cited_text: string;
+                                                document_title?: string | null;
+                                                /** Format: int64 */
+                                                document_index: number;
+                                                /** Format: int64 */
+                                                start_block_index: number;
+                                                /** Format: int64 */
+                                                end_block_index: number;
+                                              } & {
+                                                [key: string]: unknown;
+                                              })
+                                            | ({
+                                                /** @enum {string} */
+                                                type: 'web_search_result_location';
+                                                cited_text: string;
+                                                url: string;
+                                                encrypted_index: string;
+                                              } & {
+                                                [key: string]: unknown;
+                                              })
+                                            | ({
+                                                /** @enum {string} */
+                                                type: 'search_result_location';
+                                                cited_text: string;
+                                                /** Format: int64 */
+                                                search_result_index: number;
+                                                /** Format: int64 */
+                                                start_block_index: number;
+                                                /** Format: int64 */
+                                                end_block_index: number;
+                                                source: string;
+                                              } & {
+                                                [key: string]: unknown;
+                                              })
+                                          )[]
                                         | null;
                                       cache_control?: {
                                         /** @enum {string} */
@@ -12162,12 +15409,153 @@ export interface operations {
                                   | {
                                       /** @enum {string} */
                                       type: 'document';
-                                      source: {
-                                        /** @enum {string} */
-                                        type: 'base64' | 'text' | 'url' | 'content' | 'file';
-                                      } & {
-                                        [key: string]: unknown;
-                                      };
+                                      source:
+                                        | {
+                                            /** @enum {string} */
+                                            type: 'base64';
+                                            /** @enum {string} */
+                                            media_type: 'application/pdf';
+                                            data: string;
+                                          }
+                                        | {
+                                            /** @enum {string} */
+                                            type: 'text';
+                                            /** @enum {string} */
+                                            media_type: 'text/plain';
+                                            data: string;
+                                          }
+                                        | {
+                                            /** @enum {string} */
+                                            type: 'url';
+                                            /** Format: uri */
+                                            url: string;
+                                          }
+                                        | {
+                                            /** @enum {string} */
+                                            type: 'content';
+                                            content:
+                                              | string
+                                              | (
+                                                  | {
+                                                      /** @enum {string} */
+                                                      type: 'text';
+                                                      text: string;
+                                                      citations?:
+                                                        | (
+                                                            | ({
+                                                                /** @enum {string} */
+                                                                type: 'char_location';
+                                                                cited_text: string;
+                                                                document_title?: string | null;
+                                                                /** Format: int64 */
+                                                                document_index: number;
+                                                                /** Format: int64 */
+                                                                start_char_index: number;
+                                                                /** Format: int64 */
+                                                                end_char_index: number;
+                                                              } & {
+                                                                [key: string]: unknown;
+                                                              })
+                                                            | ({
+                                                                /** @enum {string} */
+                                                                type: 'page_location';
+                                                                cited_text: string;
+                                                                document_title?: string | null;
+                                                                /** Format: int64 */
+                                                                document_index: number;
+                                                                /** Format: int64 */
+                                                                start_page_number: number;
+                                                                /** Format: int64 */
+                                                                end_page_number: number;
+                                                              } & {
+                                                                [key: string]: unknown;
+                                                              })
+                                                            | ({
+                                                                /** @enum {string} */
+                                                                type: 'content_block_location';
+                                                                cited_text: string;
+                                                                document_title?: string | null;
+                                                                /** Format: int64 */
+                                                                document_index: number;
+                                                                /** Format: int64 */
+                                                                start_block_index: number;
+                                                                /** Format: int64 */
+                                                                end_block_index: number;
+                                                              } & {
+                                                                [key: string]: unknown;
+                                                              })
+                                                            | ({
+                                                                /** @enum {string} */
+                                                                type: 'web_search_result_location';
+                                                                cited_text: string;
+                                                                url: string;
+                                                                encrypted_index: string;
+                                                              } & {
+                                                                [key: string]: unknown;
+                                                              })
+                                                            | ({
+                                                                /** @enum {string} */
+                                                                type: 'search_result_location';
+                                                                cited_text: string;
+                                                                /** Format: int64 */
+                                                                search_result_index: number;
+                                                                /** Format: int64 */
+                                                                start_block_index: number;
+                                                                /** Format: int64 */
+                                                                end_block_index: number;
+                                                                source: string;
+                                                              } & {
+                                                                [key: string]: unknown;
+                                                              })
+                                                          )[]
+                                                        | null;
+                                                      cache_control?: {
+                                                        /** @enum {string} */
+                                                        type: 'ephemeral';
+                                                        /** @enum {string} */
+                                                        ttl?: '5m' | '1h';
+                                                      } | null;
+                                                    }
+                                                  | {
+                                                      /** @enum {string} */
+                                                      type: 'image';
+                                                      source:
+                                                        | {
+                                                            /** @enum {string} */
+                                                            type: 'base64';
+                                                            /** @enum {string} */
+                                                            media_type:
+                                                              | 'image/jpeg'
+                                                              | 'image/png'
+                                                              | 'image/gif'
+                                                              | 'image/webp';
+                                                            data: string;
+                                                          }
+                                                        | {
+                                                            /** @enum {string} */
+                                                            type: 'url';
+                                                            /** Format: uri */
+                                                            url: string;
+                                                          }
+                                                        | {
+                                                            /** @enum {string} */
+                                                            type: 'file';
+                                                            file_id: string;
+                                                          };
+                                                      cache_control?: {
+                                                        /** @enum {string} */
+                                                        type: 'ephemeral';
+                                                        /** @enum {string} */
+                                                        ttl?: '5m' | '1h';
+                                                      } | null;
+                                                    }
+                                                )[];
+                                          }
+                                        | {
+                                            /** @enum {string} */
+                                            type: 'file';
+                                            file_id: string;
+                                          };
                                       title?: string | null;
                                       context?: string | null;
                                       citations?: {
@@ -12190,11 +15578,73 @@ export interface operations {
                                         type: 'text';
                                         text: string;
                                         citations?:
-                                          | ({
-                                              type: string;
-                                            } & {
-                                              [key: string]: unknown;
-                                            })[]
+                                          | (
+                                              | ({
+                                                  /** @enum {string} */
+                                                  type: 'char_location';
+                                                  cited_text: string;
+                                                  document_title?: string | null;
+                                                  /** Format: int64 */
+                                                  document_index: number;
+                                                  /** Format: int64 */
+                                                  start_char_index: number;
+                                                  /** Format: int64 */
+                                                  end_char_index: number;
+                                                } & {
+                                                  [key: string]: unknown;
+                                                })
+                                              | ({
+                                                  /** @enum {string} */
+                                                  type: 'page_location';
+                                                  cited_text: string;
+                                                  document_title?: string | null;
+                                                  /** Format: int64 */
+                                                  document_index: number;
+                                                  /** Format: int64 */
+                                                  start_page_number: number;
+                                                  /** Format: int64 */
+                                                  end_page_number: number;
+                                                } & {
+                                                  [key: string]: unknown;
+                                                })
+                                              | ({
+                                                  /** @enum {string} */
+                                                  type: 'content_block_location';
+                                                  cited_text: string;
+                                                  document_title?: string | null;
+                                                  /** Format: int64 */
+                                                  document_index: number;
+                                                  /** Format: int64 */
+                                                  start_block_index: number;
+                                                  /** Format: int64 */
+                                                  end_block_index: number;
+                                                } & {
+                                                  [key: string]: unknown;
+                                                })
+                                              | ({
+                                                  /** @enum {string} */
+                                                  type: 'web_search_result_location';
+                                                  cited_text: string;
+                                                  url: string;
+                                                  encrypted_index: string;
+                                                } & {
+                                                  [key: string]: unknown;
+                                                })
+                                              | ({
+                                                  /** @enum {string} */
+                                                  type: 'search_result_location';
+                                                  cited_text: string;
+                                                  /** Format: int64 */
+                                                  search_result_index: number;
+                                                  /** Format: int64 */
+                                                  start_block_index: number;
+                                                  /** Format: int64 */
+                                                  end_block_index: number;
+                                                  source: string;
+                                                } & {
+                                                  [key: string]: unknown;
+                                                })
+                                            )[]
                                           | null;
                                         cache_control?: {
                                           /** @enum {string} */
@@ -12246,11 +15696,73 @@ export interface operations {
                             type: 'text';
                             text: string;
                             citations?:
-                              | ({
-                                  type: string;
-                                } & {
-                                  [key: string]: unknown;
-                                })[]
+                              | (
+                                  | ({
+                                      /** @enum {string} */
+                                      type: 'char_location';
+                                      cited_text: string;
+                                      document_title?: string | null;
+                                      /** Format: int64 */
+                                      document_index: number;
+                                      /** Format: int64 */
+                                      start_char_index: number;
+                                      /** Format: int64 */
+                                      end_char_index: number;
+                                    } & {
+                                      [key: string]: unknown;
+                                    })
+                                  | ({
+                                      /** @enum {string} */
+                                      type: 'page_location';
+                                      cited_text: string;
+                                      document_title?: string | null;
+                                      /** Format: int64 */
+                                      document_index: number;
+                                      /** Format: int64 */
+                                      start_page_number: number;
+                                      /** Format: int64 */
+                                      end_page_number: number;
+                                    } & {
+                                      [key: string]: unknown;
+                                    })
+                                  | ({
+                                      /** @enum {string} */
+                                      type: 'content_block_location';
+                                      cited_text: string;
+                                      document_title?: string | null;
+                                      /** Format: int64 */
+                                      document_index: number;
+                                      /** Format: int64 */
+                                      start_block_index: number;
+                                      /** Format: int64 */
+                                      end_block_index: number;
+                                    } & {
+                                      [key: string]: unknown;
+                                    })
+                                  | ({
+                                      /** @enum {string} */
+                                      type: 'web_search_result_location';
+                                      cited_text: string;
+                                      url: string;
+                                      encrypted_index: string;
+                                    } & {
+                                      [key: string]: unknown;
+                                    })
+                                  | ({
+                                      /** @enum {string} */
+                                      type: 'search_result_location';
+                                      cited_text: string;
+                                      /** Format: int64 */
+                                      search_result_index: number;
+                                      /** Format: int64 */
+                                      start_block_index: number;
+                                      /** Format: int64 */
+                                      end_block_index: number;
+                                      source: string;
+                                    } & {
+                                      [key: string]: unknown;
+                                    })
+                                )[]
                               | null;
                             cache_control?: {
                               /** @enum {string} */
@@ -12395,11 +15907,73 @@ export interface operations {
                                   type: 'text';
                                   text: string;
                                   citations?:
-                                    | ({
-                                        type: string;
-                                      } & {
-                                        [key: string]: unknown;
-                                      })[]
+                                    | (
+                                        | ({
+                                            /** @enum {string} */
+                                            type: 'char_location';
+                                            cited_text: string;
+                                            document_title?: string | null;
+                                            /** Format: int64 */
+                                            document_index: number;
+                                            /** Format: int64 */
+                                            start_char_index: number;
+                                            /** Format: int64 */
+                                            end_char_index: number;
+                                          } & {
+                                            [key: string]: unknown;
+                                          })
+                                        | ({
+                                            /** @enum {string} */
+                                            type: 'page_location';
+                                            cited_text: string;
+                                            document_title?: string | null;
+                                            /** Format: int64 */
+                                            document_index: number;
+                                            /** Format: int64 */
+                                            start_page_number: number;
+                                            /** Format: int64 */
+                                            end_page_number: number;
+                                          } & {
+                                            [key: string]: unknown;
+                                          })
+                                        | ({
+                                            /** @enum {string} */
+                                            type: 'content_block_location';
+                                            cited_text: string;
+                                            document_title?: string | null;
+                                            /** Format: int64 */
+                                            document_index: number;
+                                            /** Format: int64 */
+                                            start_block_index: number;
+                                            /** Format: int64 */
+                                            end_block_index: number;
+                                          } & {
+                                            [key: string]: unknown;
+                                          })
+                                        | ({
+                                            /** @enum {string} */
+                                            type: 'web_search_result_location';
+                                            cited_text: string;
+                                            url: string;
+                                            encrypted_index: string;
+                                          } & {
+                                            [key: string]: unknown;
+                                          })
+                                        | ({
+                                            /** @enum {string} */
+                                            type: 'search_result_location';
+                                            cited_text: string;
+                                            /** Format: int64 */
+                                            search_result_index: number;
+                                            /** Format: int64 */
+                                            start_block_index: number;
+                                            /** Format: int64 */
+                                            end_block_index: number;
+                                            source: string;
+                                          } & {
+                                            [key: string]: unknown;
+                                          })
+                                      )[]
                                     | null;
                                   cache_control?: {
                                     /** @enum {string} */
@@ -13738,11 +17312,73 @@ export interface operations {
                     type: 'text';
                     text: string;
                     citations?:
-                      | ({
-                          type: string;
-                        } & {
-                          [key: string]: unknown;
-                        })[]
+                      | (
+                          | ({
+                              /** @enum {string} */
+                              type: 'char_location';
+                              cited_text: string;
+                              document_title?: string | null;
+                              /** Format: int64 */
+                              document_index: number;
+                              /** Format: int64 */
+                              start_char_index: number;
+                              /** Format: int64 */
+                              end_char_index: number;
+                            } & {
+                              [key: string]: unknown;
+                            })
+                          | ({
+                              /** @enum {string} */
+                              type: 'page_location';
+                              cited_text: string;
+                              document_title?: string | null;
+                              /** Format: int64 */
+                              document_index: number;
+                              /** Format: int64 */
+                              start_page_number: number;
+                              /** Format: int64 */
+                              end_page_number: number;
+                            } & {
+                              [key: string]: unknown;
+                            })
+                          | ({
+                              /** @enum {string} */
+                              type: 'content_block_location';
+                              cited_text: string;
+                              document_title?: string | null;
+                              /** Format: int64 */
+                              document_index: number;
+                              /** Format: int64 */
+                              start_block_index: number;
+                              /** Format: int64 */
+                              end_block_index: number;
+                            } & {
+                              [key: string]: unknown;
+                            })
+                          | ({
+                              /** @enum {string} */
+                              type: 'web_search_result_location';
+                              cited_text: string;
+                              url: string;
+                              encrypted_index: string;
+                            } & {
+                              [key: string]: unknown;
+                            })
+                          | ({
+                              /** @enum {string} */
+                              type: 'search_result_location';
+                              cited_text: string;
+                              /** Format: int64 */
+                              search_result_index: number;
+                              /** Format: int64 */
+                              start_block_index: number;
+                              /** Format: int64 */
+                              end_block_index: number;
+                              source: string;
+                            } & {
+                              [key: string]: unknown;
+                            })
+                        )[]
                       | null;
                     cache_control?: {
                       /** @enum {string} */
@@ -13783,12 +17419,149 @@ export interface operations {
                 | {
                     /** @enum {string} */
                     type: 'document';
-                    source: {
-                      /** @enum {string} */
-                      type: 'base64' | 'text' | 'url' | 'content' | 'file';
-                    } & {
-                      [key: string]: unknown;
-                    };
+                    source:
+                      | {
+                          /** @enum {string} */
+                          type: 'base64';
+                          /** @enum {string} */
+                          media_type: 'application/pdf';
+                          data: string;
+                        }
+                      | {
+                          /** @enum {string} */
+                          type: 'text';
+                          /** @enum {string} */
+                          media_type: 'text/plain';
+                          data: string;
+                        }
+                      | {
+                          /** @enum {string} */
+                          type: 'url';
+                          /** Format: uri */
+                          url: string;
+                        }
+                      | {
+                          /** @enum {string} */
+                          type: 'content';
+                          content:
+                            | string
+                            | (
+                                | {
+                                    /** @enum {string} */
+                                    type: 'text';
+                                    text: string;
+                                    citations?:
+                                      | (
+                                          | ({
+                                              /** @enum {string} */
+                                              type: 'char_location';
+                                              cited_text: string;
+                                              document_title?: string | null;
+                                              /** Format: int64 */
+                                              document_index: number;
+                                              /** Format: int64 */
+                                              start_char_index: number;
+                                              /** Format: int64 */
+                                              end_char_index: number;
+                                            } & {
+                                              [key: string]: unknown;
+                                            })
+                                          | ({
+                                              /** @enum {string} */
+                                              type: 'page_location';
+                                              cited_text: string;
+                                              document_title?: string | null;
+                                              /** Format: int64 */
+                                              document_index: number;
+                                              /** Format: int64 */
+                                              start_page_number: number;
+                                              /** Format: int64 */
+                                              end_page_number: number;
+                                            } & {
+                                              [key: string]: unknown;
+                                            })
+                                          | ({
+                                              /** @enum {string} */
+                                              type: 'content_block_location';
+                                              cited_text: string;
+                                              document_title?: string | null;
+                                              /** Format: int64 */
+                                              document_index: number;
+                                              /** Format: int64 */
+                                              start_block_index: number;
+                                              /** Format: int64 */
+                                              end_block_index: number;
+                                            } & {
+                                              [key: string]: unknown;
+                                            })
+                                          | ({
+                                              /** @enum {string} */
+                                              type: 'web_search_result_location';
+                                              cited_text: string;
+                                              url: string;
+                                              encrypted_index: string;
+                                            } & {
+                                              [key: string]: unknown;
+                                            })
+                                          | ({
+                                              /** @enum {string} */
+                                              type: 'search_result_location';
+                                              cited_text: string;
+                                              /** Format: int64 */
+                                              search_result_index: number;
+                                              /** Format: int64 */
+                                              start_block_index: number;
+                                              /** Format: int64 */
+                                              end_block_index: number;
+                                              source: string;
+                                            } & {
+                                              [key: string]: unknown;
+                                            })
+                                        )[]
+                                      | null;
+                                    cache_control?: {
+                                      /** @enum {string} */
+                                      type: 'ephemeral';
+                                      /** @enum {string} */
+                                      ttl?: '5m' | '1h';
+                                    } | null;
+                                  }
+                                | {
+                                    /** @enum {string} */
+                                    type: 'image';
+                                    source:
+                                      | {
+                                          /** @enum {string} */
+                                          type: 'base64';
+                                          /** @enum {string} */
+                                          media_type: 'image/jpeg' | 'image/png' | 'image/gif' | 'image/webp';
+                                          data: string;
+                                        }
+                                      | {
+                                          /** @enum {string} */
+                                          type: 'url';
+                                          /** Format: uri */
+                                          url: string;
+                                        }
+                                      | {
+                                          /** @enum {string} */
+                                          type: 'file';
+                                          file_id: string;
+                                        };
+                                    cache_control?: {
+                                      /** @enum {string} */
+                                      type: 'ephemeral';
+                                      /** @enum {string} */
+                                      ttl?: '5m' | '1h';
+                                    } | null;
+                                  }
+                              )[];
+                        }
+                      | {
+                          /** @enum {string} */
+                          type: 'file';
+                          file_id: string;
+                        };
                     title?: string | null;
                     context?: string | null;
                     citations?: {
@@ -13811,11 +17584,73 @@ export interface operations {
                       type: 'text';
                       text: string;
                       citations?:
-                        | ({
-                            type: string;
-                          } & {
-                            [key: string]: unknown;
-                          })[]
+                        | (
+                            | ({
+                                /** @enum {string} */
+                                type: 'char_location';
+                                cited_text: string;
+                                document_title?: string | null;
+                                /** Format: int64 */
+                                document_index: number;
+                                /** Format: int64 */
+                                start_char_index: number;
+                                /** Format: int64 */
+                                end_char_index: number;
+                              } & {
+                                [key: string]: unknown;
+                              })
+                            | ({
+                                /** @enum {string} */
+                                type: 'page_location';
+                                cited_text: string;
+                                document_title?: string | null;
+                                /** Format: int64 */
+                                document_index: number;
+                                /** Format: int64 */
+                                start_page_number: number;
+                                /** Format: int64 */
+                                end_page_number: number;
+                              } & {
+                                [key: string]: unknown;
+                              })
+                            | ({
+                                /** @enum {string} */
+                                type: 'content_block_location';
+                                cited_text: string;
+                                document_title?: string | null;
+                                /** Format: int64 */
+                                document_index: number;
+                                /** Format: int64 */
+                                start_block_index: number;
+                                /** Format: int64 */
+                                end_block_index: number;
+                              } & {
+                                [key: string]: unknown;
+                              })
+                            | ({
+                                /** @enum {string} */
+                                type: 'web_search_result_location';
+                                cited_text: string;
+                                url: string;
+                                encrypted_index: string;
+                              } & {
+                                [key: string]: unknown;
+                              })
+                            | ({
+                                /** @enum {string} */
+                                type: 'search_result_location';
+                                cited_text: string;
+                                /** Format: int64 */
+                                search_result_index: number;
+                                /** Format: int64 */
+                                start_block_index: number;
+                                /** Format: int64 */
+                                end_block_index: number;
+                                source: string;
+                              } & {
+                                [key: string]: unknown;
+                              })
+                          )[]
                         | null;
                       cache_control?: {
                         /** @enum {string} */
