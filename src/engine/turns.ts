@@ -179,7 +179,8 @@ class Turns extends TurnRunner {
     if (!ends) {
       // pause_turn, compaction: the runner resumes the turn, another model request. With the budget or the tenant's
       // cap spent, the run's next step stops the run instead (it finds the paused reply and the budget spent).
-      const spent = budgetExhausted(state.budget, this.spent) || (await deps.store.spend.overCap(state.tenant));
+      const spent =
+        budgetExhausted(state.budget, this.spent) || (await deps.store.spend.overCap(state.tenant));
       return spent ? 'again' : 'continue';
     }
     extendHistory(history, res);

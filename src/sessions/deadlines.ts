@@ -10,16 +10,19 @@
  * `timed out`), answers missing client results `Error: no result within N s` (is_error), accepts results under
  * review as they stand, and the run goes on; `fail` fails the session with `action_timed_out`.
  */
-import { InvalidStatus, QuotaExceeded, RevisionMismatch, conflict } from '../errors.js';
+import { InvalidStatus, QuotaExceeded, RevisionMismatch, conflict, isRefusal } from '../errors.js';
 import { requiredAction } from '../engine/status.js';
 import type { EngineLogger } from '../engine/run-handle.js';
 import type { DueEntry } from '../store/due.js';
 import { encodeResult, setResult } from '../store/pending.js';
 import type { ApplyOps } from '../store/apply-ops.js';
-import type { SessionState } from '../store/session-state.js';
+import { childUsageIncr, type SessionState } from '../store/session-state.js';
 import { runOps, startRun, statusOps, type SessionDeps } from './mutate.js';
 import { SweepLoop } from '../sweep-loop.js';
 import { eventOf } from '../events/schemas.js';
+import { isAgentTool } from '../schemas.js';
+import { childSessionId } from '../agents/waiting.js';
+import { cancelRun } from './control.js';
 
 const ACTION_TIMED_OUT = 'action_timed_out';
 
@@ -116,6 +119,28 @@ function timeoutOps(s: SessionState): { ops: ApplyOps; starts: boolean } {
   };
 }
 
+/**
+ * The sub-agents working on agent calls a timeout answers (or ends, with `fail`): no child's result will answer its
+ * call now, so the usage each spent so far joins the parent's (`u_child_*`) in the timeout's own write — once, as a
+ * delivered result's would — and they are cancelled after it. What a child spends between the two is not counted.
+ */
+async function childrenCut(
+  deps: SessionDeps,
+  s: SessionState,
+): Promise<{ ids: string[]; hincr: Record<string, number> }> {
+  const agents = new Set(s.tools.filter(isAgentTool).map((t) => t.name));
+  const ids = (s.pending?.calls ?? [])
+    .filter((c) => c.kind === 'client' && !c.result && agents.has(c.name))
+    .map((c) => childSessionId(s.id, c.id));
+  const hincr: Record<string, number> = {};
+  for (const id of ids) {
+    const child = await deps.store.load(id);
+    if (!child) continue;
+    for (const [field, n] of Object.entries(childUsageIncr(child))) hincr[field] = (hincr[field] ?? 0) + n;
+  }
+  return { ids, hincr };
+}
+
 /** Sweeps `actions:due` on a timer: every replica runs one; their writes are guarded, so any number may. */
 export class DeadlineSweeper {
   private readonly loop: SweepLoop;
@@ -181,11 +206,21 @@ export class DeadlineSweeper {
           return;
         }
         const { ops, starts } = timeoutOps(s);
+        const children = s.pending?.turn ? null : await childrenCut(this.deps, s);
+        if (children) {
+          const sum = { ...ops.hincr };
+          for (const [field, n] of Object.entries(children.hincr)) sum[field] = (sum[field] ?? 0) + n;
+          ops.hincr = sum;
+        }
         // Over the tenant's daily cap the deadline still answers the calls: the run it starts writes their results
         // and stops before its model request (`tenant_budget_exhausted`), as any run over the cap does.
         await store.apply(s.id, guard, ops, s.tenant, { costCap: false });
         this.log.info({ session: s.id, tenant: s.tenant }, 'action timed out');
         await store.actionsDue.settle(e, null);
+        for (const id of children?.ids ?? [])
+          await cancelRun(this.deps, s.tenant, id).catch((err: unknown) => {
+            if (!isRefusal(err)) throw err;
+          });
         if (starts) await startRun(this.deps, s.id);
         return;
       } catch (err) {

@@ -47,8 +47,6 @@ interface BlockLike {
   tool_use_id?: string | undefined;
 }
 
-export const isServerToolResult = (type: string): boolean => RESULT_TYPES.has(type);
-
 /*
  * Anthropic's MCP connector pairs its blocks as server tools do: `mcp_tool_use` (a call the API makes) answered by
  * `mcp_tool_result` later in the same assistant turn.

@@ -1,0 +1,70 @@
+/**
+ * A sub-agent's call answered by its parent's action deadline (spec §7.4 with §7.6): the child no longer answers
+ * anything, so it is cancelled, and what it spent until then counts toward the parent (its `usage.children`, and so
+ * its budget), once.
+ */
+import { after, before, describe, it } from 'node:test';
+import assert from 'node:assert/strict';
+import type { FakeRequest } from '../../src/offline/wire.js';
+import { hang, text, toolCall } from '../fake/script.js';
+import { startHarness, type Harness } from '../helpers/service.js';
+
+/** The effective `system` (a thread's continuation carries none of its own). */
+const systemOf = (req: FakeRequest) => JSON.stringify(req.system ?? '');
+
+/** The researcher adds, then never answers its second turn; the writer asks it, then writes from the result. */
+function slowResearcher(req: FakeRequest) {
+  const last = req.messages.at(-1);
+  const answered = Array.isArray(last?.content) && last.content.some((b) => b.type === 'tool_result');
+  if (systemOf(req).includes('researcher')) {
+    if (!answered)
+      return toolCall(
+        'calculate_sum',
+        { a: 1, b: 2 },
+        { usage: { input_tokens: 1000, output_tokens: 1300 } },
+      );
+    return hang();
+  }
+  if (!answered) return toolCall('researcher', { prompt: 'Why is the sky blue?' });
+  return text('Written without the research.');
+}
+
+describe('a sub-agent call timed out by its parent', { timeout: 60_000 }, () => {
+  let h: Harness;
+  before(async () => {
+    h = await startHarness({
+      env: { ACTION_TIMEOUT_MIN_S: '1', DEADLINE_SWEEP_MS: '50', AGENT_SWEEP_MS: '50' },
+    });
+    h.fake.setHandler(slowResearcher);
+  });
+  after(async () => h?.close());
+
+  it('cancels the child and counts what it spent toward the parent', async () => {
+    const res = await h.api.post('/v1/sessions', {
+      system: 'You are a writer.',
+      input: 'Write about the sky.',
+      // Seconds enough for the child's first turn to end before the deadline, on a busy machine too.
+      action_timeout_s: 4,
+      tools: [
+        {
+          type: 'agent',
+          name: 'researcher',
+          description: 'Researches a question.',
+          session: { system: 'You are a researcher.', tools: ['calculate_sum'] },
+        },
+      ],
+    });
+    assert.equal(res.status, 201, JSON.stringify(res.body));
+    const parent = await h.api.waitFor(res.body.id, (s) => s.status === 'idle' && s.iteration === 2, 30_000);
+    const history = (await h.api.get(`/v1/sessions/${parent.id}/messages`)).body.data;
+    assert.match(JSON.stringify(history[2].content), /Error: no result within 4 s/);
+    const [listed] = (await h.api.get(`/v1/sessions/${parent.id}/children`)).body.data;
+    const child = await h.api.waitFor(listed.id, (s) => s.status !== 'running', 10_000);
+    assert.equal(child.stop_reason, 'cancelled');
+    assert.ok(child.usage.total_tokens >= 2300, 'its first turn ended before the deadline');
+    // Counted once: the parent's view of its child is the child's own usage.
+    const after = (await h.api.get(`/v1/sessions/${parent.id}`)).body;
+    assert.equal(after.usage.children.total_tokens, child.usage.total_tokens);
+    assert.equal(after.usage.children.cost_usd, child.usage.cost_usd);
+  });
+});
