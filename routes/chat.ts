@@ -16,14 +16,14 @@ import type { OutgoingHttpHeaders } from 'node:http';
 import { z } from 'zod';
 import type { Config } from '../src/config.js';
 import { badRequest } from '../src/errors.js';
-import { sessionIdParam } from '../src/schemas.js';
+import { isAgentTool, sessionIdParam } from '../src/schemas.js';
 import { uiMessageList, routeErrors, type RouteCodes } from '../src/openapi/responses.js';
 import { requiredAction } from '../src/engine/status.js';
 import { START } from '../src/events/cursor.js';
 import type { Subscription } from '../src/events/hub.js';
 import { streamSink, type CloseReason } from '../src/events/sink.js';
-import { ChatTranslator, type UIChunk } from '../src/chat/chunks.js';
-import { toUIMessages } from '../src/chat/history.js';
+import { ChatTranslator, awaitsAgentsOnly, type UIChunk } from '../src/chat/chunks.js';
+import { runMessageId, toUIMessages } from '../src/chat/history.js';
 import { chatBody, decisionsOf, resultsOf, toolCallIdsOf, userMessageOf } from '../src/chat/request.js';
 import { defineChatCommands, runStartCursor } from '../src/chat/run-start.js';
 import type { MutationResult } from '../src/sessions/mutate.js';
@@ -73,6 +73,10 @@ function statusOf(state: SessionState): Record<string, unknown> | null {
     error: state.error,
   };
 }
+
+/** The names of the session's sub-agent tools (spec §7.6): their calls are the service's, not the client's. */
+const agentsOf = (state: SessionState): Set<string> =>
+  new Set(state.tools.filter(isAgentTool).map((t) => t.name));
 
 /** Most bytes of a status a chat answer's idempotency record keeps (a replay of a larger one says the status then). */
 const KEPT_STATUS_BYTES = 65_536;
@@ -201,18 +205,26 @@ const routes: FastifyPluginAsyncZod<{ config: Config }> = async (app, { config }
       },
     },
     async (req, reply) => {
-      const { id, messages, trigger } = req.body;
+      const { id, messages, trigger, messageId } = req.body;
       if (trigger === 'regenerate-message')
         throw badRequest('regenerate-message is not supported: use POST /v1/sessions/:id/retry.', {
           trigger,
         });
+      // `sendMessage({text, messageId})` edits a sent user message: the client drops what followed it. The session
+      // keeps its history (an append would answer a conversation the user no longer sees). The transport also sends
+      // `messageId` with an assistant message (the one tool answers are in), which is no edit.
+      if (messageId !== undefined && messages[messages.length - 1]!.role === 'user')
+        throw badRequest(
+          'Editing a sent message (messageId) is not supported: replace the history with PUT /v1/sessions/:id/messages, then load it again from GET /v1/chat/:id/messages.',
+          { messageId },
+        );
       const s = await app.store.loadFor(req.tenant, id);
       const replay = req.streamReplay;
       if (replay) {
         // The same Idempotency-Key and body again: nothing is posted twice; the first answer streams again, to a
         // caller that holds the scopes the first one needed.
         for (const scope of replay.scopes) needScope(req, scope);
-        const t = new ChatTranslator(replay.assistant, replay.known);
+        const t = new ChatTranslator(replay.assistant, replay.known, { agents: agentsOf(s) });
         t.statusFrom = replay.revision;
         const status = replay.idle ? (replay.status ?? statusOf(s) ?? null) : null;
         return stream(req, reply, id, replay.after, t, headOf(t, status));
@@ -276,7 +288,7 @@ const routes: FastifyPluginAsyncZod<{ config: Config }> = async (app, { config }
         ...(small ? { status } : {}),
         scopes,
       });
-      const t = new ChatTranslator(assistant, known);
+      const t = new ChatTranslator(assistant, known, { agents: agentsOf(state) });
       t.statusFrom = state.revision;
       stream(req, reply, id, after, t, headOf(t, status));
     },
@@ -289,7 +301,9 @@ const routes: FastifyPluginAsyncZod<{ config: Config }> = async (app, { config }
       schema: {
         operationId: 'resumeChatStream',
         summary: "Resume the current run's UI message stream from its start",
-        description: '204 when no run is active (idle, failed, or waiting for the client).',
+        description:
+          '204 when no run is active (idle, failed, or waiting for the client; a run waiting only for its ' +
+          'sub-agents is active). The `start` chunk names the assistant message as GET /v1/chat/:id/messages does.',
         tags,
         params: sessionIdParam,
         response: {
@@ -302,9 +316,17 @@ const routes: FastifyPluginAsyncZod<{ config: Config }> = async (app, { config }
     async (req, reply) => {
       const id = req.params.id;
       const s = await app.store.loadFor(req.tenant, id);
-      const start = s.status === 'running' ? await runStartCursor(app.redis, id, config.EVENT_LOG_MAX) : null;
+      const agents = agentsOf(s);
+      // A run waiting only for its sub-agents goes on without the client: it is active.
+      const agentsPause = awaitsAgentsOnly(requiredAction(s.status, s.pending), agents);
+      const active = s.status === 'running' || agentsPause;
+      const start = active ? await runStartCursor(app.redis, id, config.EVENT_LOG_MAX, agentsPause) : null;
       if (start === null) return reply.code(204).send(null);
-      const t = new ChatTranslator(undefined, [], start.run);
+      const history = await app.store.history(id);
+      const t = new ChatTranslator(runMessageId(id, history, s.msgBase), [], {
+        agents,
+        pausedBefore: start.run,
+      });
       stream(req, reply, id, start.cursor, t, t.start());
     },
   );
@@ -324,7 +346,7 @@ const routes: FastifyPluginAsyncZod<{ config: Config }> = async (app, { config }
     async (req) => {
       const s = await app.store.loadFor(req.tenant, req.params.id);
       const history = await app.store.history(req.params.id);
-      return toUIMessages(s.id, history, s.msgBase, requiredAction(s.status, s.pending)).slice(
+      return toUIMessages(s.id, history, s.msgBase, requiredAction(s.status, s.pending), agentsOf(s)).slice(
         -MAX_UI_MESSAGES,
       );
     },

@@ -7,13 +7,22 @@
  * - Content blocks become `text-*`, `reasoning-*` (thinking), `tool-input-*` (tool_use, server_tool_use), their
  *   ids `<iteration>-<block index>`; a turn without `stream.event`s (`"stream": false`) is rendered from its
  *   `turn.completed` message.
- * - `tool.completed` → `tool-output-available` / `tool-output-error`; a denial → `tool-output-denied`.
+ * - `tool.completed` → `tool-output-available` / `tool-output-error`; a denial → `tool-output-denied`. The calls of a
+ *   reply whose stop reason ends the run (`max_tokens`, `refusal`, …) are never run and get no `tool.completed`: the
+ *   history answers them `Error: not run: …` (src/engine/turns.ts `commitStop`), and so does its `turn.completed`
+ *   here, with `tool-output-error`.
+ * - A sub-agent's call (an `agent` tool, spec §7.6) is run by the service, not the client: `providerExecuted`, and
+ *   a `requires_action` that waits only for sub-agents does not end the stream (the child's result comes as its
+ *   `tool.completed`, then the run goes on).
  * - `turn.dropped` (an interrupt, a retry, a max-tokens retry) and a turn started again without having completed
  *   (a run taken over after a crash) → `reset-step` (the SDK drops the parts of the current step) and a transient
  *   `data-turn-dropped` chunk `{iteration, reason}`.
  * - `session.status`: `requires_action` → a `tool-approval-request` per call awaiting approval (its `approvalId` is
  *   the tool_use id), or the client tool calls left as `input-available` for `addToolOutput`; then `finish`.
  *   `idle` → `finish` with the stop reason mapped; `failed` → `error`, then `finish` (`error`).
+ * - A stream that ends while a turn is open (a cancel, a failure, the stream cut) closes the turn's open parts and
+ *   resets its step as for a dropped turn (`reason`: `cancelled`, `failed`, `stream_ended`): the session keeps no
+ *   partial reply, and a resumed stream replays the turn from its start.
  * - `session.deleted` → `abort`.
  */
 import { z } from 'zod';
@@ -72,7 +81,7 @@ const streamEvent = z.object({
 const turnStarted = z.looseObject({ iteration: z.number() });
 const turnCompleted = z.looseObject({
   iteration: z.number(),
-  message: z.looseObject({ content: z.array(block) }),
+  message: z.looseObject({ content: z.array(block), stop_reason: z.string().nullish() }),
 });
 const toolCompleted = z.looseObject({
   tool_use_id: z.string(),
@@ -90,6 +99,12 @@ const status = z.looseObject({
   stop_reason: z.string().nullish(),
   error: z.looseObject({ code: z.string(), message: z.string() }).nullish(),
 });
+
+/**
+ * The stop reasons after which the run goes on (src/engine/turns.ts `turn`): any other one ends the run with the
+ * reply's calls not run.
+ */
+const GOES_ON = new Set(['tool_use', 'pause_turn', 'compaction']);
 
 /** What an open content block of the turn became. */
 interface OpenBlock {
@@ -121,6 +136,21 @@ const parseJson = (text: string): unknown => {
   }
 };
 
+/**
+ * A `required_action` that waits only for sub-agents' results: the service answers them (src/agents/sweep.ts) and
+ * the run goes on without the client, so a chat stream goes on through it.
+ */
+export function awaitsAgentsOnly(
+  action: { type: string; tool_calls: ReadonlyArray<{ name: string }> } | null | undefined,
+  agents: ReadonlySet<string>,
+): boolean {
+  return (
+    action?.type === 'submit_tool_results' &&
+    action.tool_calls.length > 0 &&
+    action.tool_calls.every((c) => agents.has(c.name))
+  );
+}
+
 export class ChatTranslator {
   /** The stream is over (finish or abort sent): nothing more is to be written. */
   done = false;
@@ -134,18 +164,26 @@ export class ChatTranslator {
   /** Tool calls the client's message holds already (so outputs may refer to them). */
   private readonly known: Set<string>;
   private readonly denied = new Set<string>();
+  /** The session's sub-agent tools (by name): their calls are the service's to answer, not the client's. */
+  private readonly agents: ReadonlySet<string>;
+  /**
+   * The id of the current run's first event, for a replay of the whole assistant message: a `requires_action`
+   * before it is a pause the client answered, which does not end the stream.
+   */
+  private readonly pausedBefore: string | undefined;
 
   /**
    * `messageId`: the assistant message the stream continues (its `start` names it); `known`: the tool calls the
-   * client's message holds; `pausedBefore`: the id of the current run's first event, for a replay of the whole
-   * assistant message: a `requires_action` before it is a pause the client answered, which does not end the stream.
+   * client's message holds; `agents`: the names of the session's `agent` tools; `pausedBefore`: see above.
    */
   constructor(
     private readonly messageId: string | undefined,
     known: Iterable<string> = [],
-    private readonly pausedBefore?: string,
+    opts: { agents?: Iterable<string>; pausedBefore?: string } = {},
   ) {
     this.known = new Set(known);
+    this.agents = new Set(opts.agents ?? []);
+    this.pausedBefore = opts.pausedBefore;
   }
 
   /**
@@ -172,7 +210,7 @@ export class ChatTranslator {
       }
       case 'turn.completed': {
         const ev = turnCompleted.safeParse(data);
-        return ev.success ? this.turnCompleted(ev.data.message.content) : [];
+        return ev.success ? this.turnCompleted(ev.data.message) : [];
       }
       case 'tool.completed': {
         const ev = toolCompleted.safeParse(data);
@@ -204,10 +242,47 @@ export class ChatTranslator {
     }
   }
 
-  /** The end of a stream cut short (the log could not be read): an `error`, then `finish`. */
+  /**
+   * The end of a stream cut short (the log could not be read, the replica shuts down, the token ended): an `error`,
+   * then `finish`. A turn still open is dropped from the message (`stream_ended`): it may yet complete, which a
+   * resumed stream replays.
+   */
   fail(message: string): UIChunk[] {
+    return this.failWith(message, 'stream_ended');
+  }
+
+  private failWith(message: string, dropped: string): UIChunk[] {
     if (this.done) return [];
-    return [{ type: 'error', errorText: message }, ...this.finish('error')];
+    return [...this.dropOpenTurn(dropped), { type: 'error', errorText: message }, ...this.finish('error')];
+  }
+
+  /**
+   * A turn the stream leaves open (it ends before the turn completed): its open parts are closed and its step reset,
+   * as for a dropped turn. None when no turn is open, or the open one showed nothing yet.
+   */
+  private dropOpenTurn(reason: string): UIChunk[] {
+    if (!this.turnOpen) return [];
+    // Nothing of it was shown (a failure before its first event): nothing to take back.
+    if (!this.streamed) {
+      this.turnOpen = false;
+      return [];
+    }
+    const out: UIChunk[] = [];
+    for (const b of this.open.values()) {
+      if (b.kind === 'text') out.push({ type: 'text-end', id: b.id });
+      else if (b.kind === 'reasoning') out.push({ type: 'reasoning-end', id: b.id });
+      // No `tool-input-available` for a cut input (it would reach onToolCall): the call ends as an error.
+      else
+        out.push({
+          type: 'tool-input-error',
+          toolCallId: b.id,
+          toolName: b.name,
+          input: parseJson(b.json),
+          errorText: 'The turn ended before this call was complete.',
+          ...(b.providerExecuted ? { providerExecuted: true } : {}),
+        });
+    }
+    return [...out, ...this.reset(reason, this.iteration)];
   }
 
   private turnStarted(iteration: number): UIChunk[] {
@@ -276,7 +351,7 @@ export class ChatTranslator {
       return [{ type: 'reasoning-start', id }];
     }
     if ((cb.type === 'tool_use' || cb.type === 'server_tool_use') && cb.id && cb.name) {
-      const providerExecuted = cb.type === 'server_tool_use';
+      const providerExecuted = cb.type === 'server_tool_use' || this.agents.has(cb.name);
       this.open.set(index, { kind: 'tool', id: cb.id, name: cb.name, json: '', providerExecuted });
       this.known.add(cb.id);
       return [
@@ -318,7 +393,7 @@ export class ChatTranslator {
     ];
   }
 
-  private turnCompleted(content: Block[]): UIChunk[] {
+  private turnCompleted({ content, stop_reason }: z.infer<typeof turnCompleted>['message']): UIChunk[] {
     if (!this.turnOpen) return [];
     const out: UIChunk[] = [];
     // Blocks left open (a stream without their stop) are closed with what the message holds.
@@ -329,17 +404,31 @@ export class ChatTranslator {
     this.open.clear();
     if (!this.streamed) {
       content.forEach((cb, index) => {
+        // A text block's start carries its text already (as a streamed block's start may); a thinking one's not.
         out.push(...this.blockStart(index, cb));
         const b = this.open.get(index);
         if (!b) return;
-        const text = b.kind === 'text' ? cb.text : b.kind === 'reasoning' ? cb.thinking : undefined;
-        if (text)
-          out.push({ type: b.kind === 'text' ? 'text-delta' : 'reasoning-delta', id: b.id, delta: text });
+        if (b.kind === 'reasoning' && cb.thinking)
+          out.push({ type: 'reasoning-delta', id: b.id, delta: cb.thinking });
         out.push(...this.blockEnd(b, cb.input ?? {}));
         this.open.delete(index);
       });
     }
     this.turnOpen = false;
+    // A stop reason that ends the run: the reply's calls are answered "not run" in the history, with no event.
+    const stopReason = stop_reason ?? 'end_turn';
+    if (!GOES_ON.has(stopReason))
+      for (const cb of content)
+        if (cb.type === 'tool_use' && cb.id && this.known.has(cb.id) && !this.denied.has(cb.id))
+          out.push({
+            type: 'tool-output-error',
+            toolCallId: cb.id,
+            // The history's text (src/engine/turns.ts `commitStop`, policy.ts `interruptedResult`).
+            errorText: `Error: not run: the reply stopped with ${stopReason}`,
+            // The service answered it, not the client: so `sendAutomaticallyWhen` (which waits for the client's
+            // outputs) does not send the message back for it.
+            providerExecuted: true,
+          });
     return out;
   }
 
@@ -347,16 +436,30 @@ export class ChatTranslator {
   private ensureCall(c: { id: string; name: string; input: unknown }): UIChunk[] {
     if (this.known.has(c.id)) return [];
     this.known.add(c.id);
-    return [{ type: 'tool-input-available', toolCallId: c.id, toolName: c.name, input: c.input }];
+    return [
+      {
+        type: 'tool-input-available',
+        toolCallId: c.id,
+        toolName: c.name,
+        input: c.input,
+        ...(this.agents.has(c.name) ? { providerExecuted: true } : {}),
+      },
+    ];
   }
 
   private toolCompleted(ev: z.infer<typeof toolCompleted>): UIChunk[] {
     if (this.denied.has(ev.tool_use_id)) return [];
     const out = this.ensureCall({ id: ev.tool_use_id, name: ev.name, input: ev.input });
+    const agent = this.agents.has(ev.name) ? { providerExecuted: true } : {};
     out.push(
       ev.is_error
-        ? { type: 'tool-output-error', toolCallId: ev.tool_use_id, errorText: resultText(ev.content) }
-        : { type: 'tool-output-available', toolCallId: ev.tool_use_id, output: ev.content ?? null },
+        ? {
+            type: 'tool-output-error',
+            toolCallId: ev.tool_use_id,
+            errorText: resultText(ev.content),
+            ...agent,
+          }
+        : { type: 'tool-output-available', toolCallId: ev.tool_use_id, output: ev.content ?? null, ...agent },
     );
     return out;
   }
@@ -365,7 +468,7 @@ export class ChatTranslator {
     if (ev.status === 'running') return [];
     if (ev.status === 'failed') {
       const e = ev.error;
-      return this.fail(e ? `${e.code}: ${e.message}` : 'The run failed.');
+      return this.failWith(e ? `${e.code}: ${e.message}` : 'The run failed.', 'failed');
     }
     if (ev.status === 'requires_action') {
       const out: UIChunk[] = [];
@@ -375,9 +478,10 @@ export class ChatTranslator {
         if (action?.type === 'approve_tool_calls')
           out.push({ type: 'tool-approval-request', approvalId: c.id, toolCallId: c.id });
       }
-      return paused ? out : [...out, ...this.finish('tool-calls')];
+      return paused || awaitsAgentsOnly(action, this.agents) ? out : [...out, ...this.finish('tool-calls')];
     }
-    return this.finish(finishReason(ev.stop_reason));
+    const stopReason = ev.stop_reason;
+    return [...this.dropOpenTurn(stopReason ?? 'stopped'), ...this.finish(finishReason(stopReason))];
   }
 
   private finish(reason: FinishReason): UIChunk[] {

@@ -3,6 +3,7 @@
  * images) is a user UIMessage; the replies and tool results that follow it, up to the next user text, are one
  * assistant UIMessage whose steps (`step-start`) are the model turns. Ids are `<session id>-<index>` of the first
  * history message each one holds (the index counts compacted messages, so it is stable while the history grows).
+ * A sub-agent's call is `providerExecuted`, as in the stream (src/chat/chunks.ts): the service answers it.
  */
 import { blocksOf, type StoredBlock, type StoredMessage } from '../history.js';
 import type { RequiredAction } from '../engine/status.js';
@@ -33,7 +34,11 @@ const userPart = (b: StoredBlock): UIPart | null => {
   return null;
 };
 
-function assistantParts(blocks: StoredBlock[], calls: Map<string, UIPart>): UIPart[] {
+function assistantParts(
+  blocks: StoredBlock[],
+  calls: Map<string, UIPart>,
+  agents: ReadonlySet<string>,
+): UIPart[] {
   const parts: UIPart[] = [{ type: 'step-start' }];
   for (const b of blocks) {
     if (b.type === 'text' && typeof b.text === 'string')
@@ -46,7 +51,7 @@ function assistantParts(blocks: StoredBlock[], calls: Map<string, UIPart>): UIPa
         toolCallId: b.id,
         state: 'input-available',
         input: b.input ?? {},
-        ...(b.type === 'server_tool_use' ? { providerExecuted: true } : {}),
+        ...(b.type === 'server_tool_use' || agents.has(b.name) ? { providerExecuted: true } : {}),
       };
       calls.set(b.id, part);
       parts.push(part);
@@ -58,12 +63,16 @@ function assistantParts(blocks: StoredBlock[], calls: Map<string, UIPart>): UIPa
   return parts;
 }
 
-/** The history (from index `base` of the session's whole record) as UIMessages, the pending approvals marked. */
+/**
+ * The history (from index `base` of the session's whole record) as UIMessages, the pending approvals marked;
+ * `agents`: the names of the session's `agent` tools.
+ */
 export function toUIMessages(
   sessionId: string,
   history: StoredMessage[],
   base: number,
   action: RequiredAction | null,
+  agents: ReadonlySet<string> = new Set(),
 ): UIMessageJson[] {
   const out: UIMessageJson[] = [];
   const calls = new Map<string, UIPart>();
@@ -77,7 +86,7 @@ export function toUIMessages(
         assistant = { id, role: 'assistant', parts: [] };
         out.push(assistant);
       }
-      assistant.parts.push(...assistantParts(blocks, calls));
+      assistant.parts.push(...assistantParts(blocks, calls, agents));
       return;
     }
     for (const b of blocks) {
@@ -100,4 +109,17 @@ export function toUIMessages(
     }
   }
   return out;
+}
+
+/**
+ * The id GET /v1/chat/:id/messages gives (or, once its first reply is in, will give) the assistant message of a run in
+ * progress: the history's last UIMessage when it is an assistant one (the run's replies so far, its answered pauses
+ * included), else the id of the next history message. A resumed stream's `start` names it, so the AI SDK's `Chat`
+ * replaces that message instead of adding a second one. (In the moment between a run's start and its merge of the
+ * message that started it, the history does not hold that message yet: the id is then the previous answer's, which
+ * the replay replaces until the page reloads.)
+ */
+export function runMessageId(sessionId: string, history: StoredMessage[], base: number): string {
+  const last = toUIMessages(sessionId, history, base, null).at(-1);
+  return last?.role === 'assistant' ? last.id : `${sessionId}-${base + history.length}`;
 }

@@ -9,7 +9,11 @@ import { sessionKeys } from '../store/keys.js';
 declare module 'ioredis' {
   interface RedisCommander<Context> {
     /** run-start-1.lua: the replay's cursor ('0-0': the log's start) and the current run's first event, or null. */
-    chatRunStart(events: string, maxScanned: number): Result<[cursor: string, run: string] | null, Context>;
+    chatRunStart(
+      events: string,
+      maxScanned: number,
+      agentsPause: '0' | '1',
+    ): Result<[cursor: string, run: string] | null, Context>;
   }
 }
 
@@ -24,9 +28,19 @@ export function defineChatCommands(redis: RedisClient): void {
 /**
  * Where to replay the assistant message of the session's current run from (`cursor`: the runs before it that paused
  * for the client included) and the id of the current run's first event (`run`); null when no run is active
- * according to its log.
+ * according to its log. `agentsPause`: the session waits only for its sub-agents (its run is active, paused for the
+ * service), so the log may end with that `requires_action`.
  */
-export async function runStartCursor(redis: RedisClient, sessionId: string, maxScanned: number) {
-  const found = await redis.chatRunStart(sessionKeys(sessionId).events, Math.max(1, maxScanned));
+export async function runStartCursor(
+  redis: RedisClient,
+  sessionId: string,
+  maxScanned: number,
+  agentsPause: boolean,
+) {
+  const found = await redis.chatRunStart(
+    sessionKeys(sessionId).events,
+    Math.max(1, maxScanned),
+    agentsPause ? '1' : '0',
+  );
   return found ? { cursor: found[0], run: found[1] } : null;
 }

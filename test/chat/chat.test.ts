@@ -9,6 +9,7 @@ import assert from 'node:assert/strict';
 import {
   lastAssistantMessageIsCompleteWithApprovalResponses,
   lastAssistantMessageIsCompleteWithToolCalls,
+  readUIMessageStream,
   uiMessageChunkSchema,
   validateUIMessages,
   type UIMessage,
@@ -28,6 +29,7 @@ import {
 import { ChatTranslator, type UIChunk } from '../../src/chat/chunks.js';
 import { PlainChat, chatTransport, readAll, sseDataLines } from '../helpers/chat.js';
 import { startHarness, type Harness } from '../helpers/service.js';
+import { writerResearcher, writerWithResearcher } from '../helpers/agents.js';
 
 const KEY = 'chat-key-1';
 const OTHER = 'chat-key-2';
@@ -517,6 +519,7 @@ describe('chat routes: the AI SDK UI message stream', () => {
         'invalid_request',
       ],
       [{ id, messages: [userMessage('x')], trigger: 'regenerate-message' }, 400, 'invalid_request'],
+      [{ id, messages: [userMessage('x', 'm1')], messageId: 'm1' }, 400, 'invalid_request'],
       [
         { id, messages: [{ id: 'a', role: 'assistant', parts: [{ type: 'text', text: 'hi' }] }] },
         400,
@@ -576,7 +579,12 @@ describe('chat routes: the AI SDK UI message stream', () => {
     assert.equal(message?.parts.filter((p) => p.type === 'step-start').length, 2);
     const tool = message?.parts.find((p) => p.type === 'tool-get_weather');
     assert.equal(tool && 'state' in tool && tool.state, 'output-available');
-    assert.match(textOf(message), /Let me check the weather in Paris\.The weather in Paris is/);
+    // Each text exactly once: the stream's message says what the history says.
+    const msgs = await history(id);
+    assert.match(textOf(msgs[1]), /^Let me check the weather in Paris\.The weather in Paris is/);
+    assert.equal(textOf(message), textOf(msgs[1]));
+    const deltas = chunks.filter((c) => c.type === 'text-delta');
+    assert.equal(new Set(deltas.map((c) => c.id)).size, deltas.length, 'one text-delta per text block');
   });
 
   test('a failed run: an error chunk with the code, then finish (error)', async () => {
@@ -604,6 +612,183 @@ describe('chat routes: the AI SDK UI message stream', () => {
     const end = chunks.at(-1);
     assert.ok(end && end.type === 'finish');
     assert.equal(end.finishReason, 'interrupted');
+  });
+
+  test("a sub-agent call is the service's: the stream stays open through the child's work, onToolCall never fires", async () => {
+    h.fake.setHandler(writerResearcher);
+    try {
+      const { system, tools } = writerWithResearcher;
+      const id = await session({ system, tools });
+      let toolCalls = 0;
+      const chat = new PlainChat({ id, transport: transport(), onToolCall: () => void toolCalls++ });
+      await chat.sendMessage({ text: 'Write about the sky.' });
+      // One response, to the end of the run: the parent's pause for its child did not end it.
+      assert.equal(chat.status, 'ready');
+      assert.equal((await h.api.get(`/v1/sessions/${id}`)).body.status, 'idle');
+      assert.equal(toolCalls, 0, 'onToolCall is for client tools');
+      const answer = chat.messages.at(-1)!;
+      const call = answer.parts.find((p) => p.type === 'tool-researcher');
+      assert.ok(call && call.type === 'tool-researcher');
+      assert.equal(call.state, 'output-available');
+      assert.equal(call.providerExecuted, true);
+      assert.match(String(call.output), /Rayleigh scattering/);
+      assert.match(textOf(answer), /^Article, from the research \(error: false\)/);
+      const past = (await history(id))[1]!.parts.find((p) => p.type === 'tool-researcher');
+      assert.ok(past && past.type === 'tool-researcher');
+      assert.equal(past.state, 'output-available');
+      assert.equal(past.providerExecuted, true);
+    } finally {
+      h.fake.setHandler(null);
+    }
+  });
+
+  test('resume while a sub-agent works: the run is active, the replay goes on to its end', async () => {
+    // The researcher's reply is held mid-stream until the test lets it go: the parent waits for it meanwhile.
+    h.fake.setHandler((req) => {
+      const r = writerResearcher(req);
+      return JSON.stringify(req.body.system ?? '').includes('researcher') ? { ...r, pauseAfterEvents: 3 } : r;
+    });
+    try {
+      const { system, tools } = writerWithResearcher;
+      const held = h.fake.requests.length + 2;
+      const id = await session({ system, tools, input: 'Write about the sky.', start: true });
+      await h.fake.waitForRequests(held);
+      const parent = (await h.api.get(`/v1/sessions/${id}`)).body;
+      assert.equal(parent.status, 'requires_action');
+      assert.equal(parent.required_action.type, 'submit_tool_results');
+      const resumed = await transport().reconnectToStream({ chatId: id });
+      assert.ok(resumed, 'a run waiting for its sub-agent is active');
+      h.fake.resume();
+      const { chunks, message } = await readAll(resumed);
+      assert.equal(chunks.filter((c) => c.type === 'finish').length, 1);
+      const end = chunks.at(-1);
+      assert.equal(end?.type === 'finish' && end.finishReason, 'stop');
+      const call = message?.parts.find((p) => p.type === 'tool-researcher');
+      assert.equal(call && 'state' in call && call.state, 'output-available');
+      assert.match(textOf(message), /^Article, from the research/);
+      const start = chunks[0];
+      assert.equal(start?.type === 'start' && start.messageId, (await history(id))[1]!.id);
+    } finally {
+      h.fake.setHandler(null);
+    }
+  });
+
+  test("a reload mid-run: the resumed stream continues the history's assistant message, no second one", async () => {
+    const id = await session({ tools: ['get_weather'], input: 'weather?', start: true });
+    const long = Array.from({ length: 20 }, (_, i) => `w${i}`).join(' ');
+    const held = h.fake.requests.length + 2;
+    h.fake.enqueue(
+      reply([textBlock('Checking.'), toolUse('get_weather', { location: 'Paris' })]),
+      text(long, { pauseAfterEvents: 4 }),
+    );
+    await h.fake.waitForRequests(held);
+    // The page loads: the history, then the replay of the run in progress.
+    const initial = await history(id);
+    assert.deepEqual(
+      initial.map((m) => m.role),
+      ['user', 'assistant'],
+    );
+    const chat: PlainChat = new PlainChat({
+      id,
+      messages: initial,
+      transport: transport(),
+      // The replay reached the message: the held turn may go on.
+      onChange: () => void (chat?.status === 'streaming' && h.fake.held > 0 && h.fake.resume()),
+    });
+    await chat.resumeStream();
+    assert.deepEqual(
+      chat.messages.map((m) => [m.id, m.role]),
+      initial.map((m) => [m.id, m.role]),
+      'the same two messages',
+    );
+    assert.equal(textOf(chat.messages[1]), `Checking.${long}`);
+    const tool = chat.messages[1]!.parts.find((p) => p.type === 'tool-get_weather');
+    assert.equal(tool && 'state' in tool && tool.state, 'output-available');
+    await h.api.waitStatus(id, 'idle');
+    assert.deepEqual(chat.messages, await history(id));
+  });
+
+  test('a reply stopped at max_tokens: its call ends output-error as in the history, nothing is sent back', async () => {
+    const id = await session({ tools: [lookupOrder] });
+    h.fake.enqueue(
+      reply([textBlock('Let me look'), toolUse('lookup_order', { order_id: '1' })], {
+        stop_reason: 'max_tokens',
+      }),
+    );
+    const chat: PlainChat = new PlainChat({
+      id,
+      transport: transport(),
+      sendAutomaticallyWhen: lastAssistantMessageIsCompleteWithToolCalls,
+      onToolCall: ({ toolCall }) =>
+        void chat.addToolOutput({
+          tool: 'lookup_order',
+          toolCallId: toolCall.toolCallId,
+          output: { status: 'shipped' },
+        }),
+    });
+    await chat.sendMessage({ text: 'Where is order 1?' });
+    assert.equal(chat.error, undefined);
+    assert.equal(chat.status, 'ready');
+    const part = chat.messages.at(-1)!.parts.find((p) => p.type === 'tool-lookup_order');
+    assert.ok(part && part.type === 'tool-lookup_order');
+    assert.equal(part.state, 'output-error');
+    assert.equal(part.errorText, 'Error: not run: the reply stopped with max_tokens');
+    const past = (await history(id))[1]!.parts.find((p) => p.type === 'tool-lookup_order');
+    assert.ok(past && past.type === 'tool-lookup_order' && past.state === 'output-error');
+    assert.equal(past.errorText, part.errorText);
+    const s = (await h.api.get(`/v1/sessions/${id}`)).body;
+    assert.deepEqual([s.status, s.stop_reason, s.message_count], ['idle', 'max_tokens', 3]);
+  });
+
+  test('a cancel mid-text: the open text ends, the dropped reply is reset, then finish (interrupted)', async () => {
+    const id = await session();
+    h.fake.enqueue(text('Partial text that the cancel drops.', { hangAfterEvents: 5 }));
+    const stream = await send(id, [userMessage('go')]);
+    const [a, b] = stream.tee();
+    const read = readAll(b);
+    const reader = a.getReader();
+    for (;;) {
+      const { value, done } = await reader.read();
+      assert.ok(!done, 'the stream ended before its first text-delta');
+      if (value.type === 'text-delta') break;
+    }
+    void (async () => {
+      while (!(await reader.read()).done);
+    })();
+    assert.equal((await h.api.post(`/v1/sessions/${id}/cancel`)).status < 300, true);
+    const { chunks, message } = await read;
+    assert.deepEqual(shape(chunks).slice(-5), [
+      'text-end',
+      'reset-step',
+      'data-turn-dropped',
+      'finish-step',
+      'finish',
+    ]);
+    const marker = chunks.find((c) => c.type === 'data-turn-dropped');
+    assert.ok(marker && marker.type === 'data-turn-dropped');
+    assert.deepEqual(marker.data, { iteration: 1, reason: 'cancelled' });
+    const end = chunks.at(-1);
+    assert.equal(end?.type === 'finish' && end.finishReason, 'interrupted');
+    assert.equal(textOf(message), '', 'the history keeps no partial reply, nor does the message');
+    assert.deepEqual(
+      (await history(id)).map((m) => m.role),
+      ['user'],
+    );
+  });
+
+  test('an edit (sendMessage with messageId) is refused: the session keeps its conversation', async () => {
+    const id = await session();
+    h.fake.enqueue(text('A1'));
+    const chat = new PlainChat({ id, transport: transport() });
+    await chat.sendMessage({ text: 'first' });
+    await chat.sendMessage({ text: 'first, edited', messageId: chat.messages[0]!.id });
+    assert.equal(chat.status, 'error');
+    assert.match(chat.error?.message ?? '', /invalid_request.*messageId.*PUT \/v1\/sessions\/:id\/messages/);
+    const msgs = await history(id);
+    assert.deepEqual(
+      msgs.map((m) => textOf(m)),
+      ['first', 'A1'],
+    );
   });
 });
 
@@ -660,6 +845,67 @@ describe('chat translator: a turn started again after a crash', () => {
     assert.deepEqual(
       message?.parts.map((p) => (p.type === 'text' ? p.text : p.type)),
       ['step-start', 'The whole answer.'],
+    );
+  });
+  test('a stream cut mid-turn (a replica shutting down): its open parts end, its step is reset, then the error', async () => {
+    const t = new ChatTranslator(undefined);
+    const chunks: UIChunk[] = [
+      ...t.start(),
+      ...t.event('turn.started', { iteration: 2 }),
+      ...t.event('stream.event', {
+        iteration: 2,
+        event: { type: 'content_block_start', index: 0, content_block: { type: 'thinking', thinking: '' } },
+      }),
+      ...t.event('stream.event', {
+        iteration: 2,
+        event: { type: 'content_block_start', index: 1, content_block: { type: 'text', text: 'Half' } },
+      }),
+      ...t.event('stream.event', {
+        iteration: 2,
+        event: {
+          type: 'content_block_start',
+          index: 2,
+          content_block: { type: 'tool_use', id: 'toolu_cut', name: 'lookup_order', input: {} },
+        },
+      }),
+      ...t.fail('The stream ended: shutting_down.'),
+    ];
+    assert.deepEqual(types(chunks as UIMessageChunk[]), [
+      'start',
+      'start-step',
+      'reasoning-start',
+      'text-start',
+      'text-delta',
+      'tool-input-start',
+      'reasoning-end',
+      'text-end',
+      'tool-input-error',
+      'reset-step',
+      'data-turn-dropped',
+      'error',
+      'finish-step',
+      'finish',
+    ]);
+    assert.deepEqual(chunks[10], {
+      type: 'data-turn-dropped',
+      data: { iteration: 2, reason: 'stream_ended' },
+      transient: true,
+    });
+    const schema = uiMessageChunkSchema();
+    for (const c of chunks) assert.ok((await schema.validate!(c)).success, JSON.stringify(c));
+    let errors = 0;
+    const stream = new ReadableStream<UIMessageChunk>({
+      start(c) {
+        for (const chunk of chunks) c.enqueue(chunk as UIMessageChunk);
+        c.close();
+      },
+    });
+    let last: UIMessage | undefined;
+    for await (const m of readUIMessageStream({ stream, onError: () => void errors++ })) last = m;
+    assert.equal(errors, 1, 'the error chunk only');
+    assert.deepEqual(
+      last?.parts.map((p) => p.type),
+      ['step-start'],
     );
   });
 });

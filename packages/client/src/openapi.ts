@@ -667,7 +667,7 @@ export interface paths {
     };
     /**
      * Resume the current run's UI message stream from its start
-     * @description 204 when no run is active (idle, failed, or waiting for the client).
+     * @description 204 when no run is active (idle, failed, or waiting for the client; a run waiting only for its sub-agents is active). The `start` chunk names the assistant message as GET /v1/chat/:id/messages does.
      */
     get: operations['resumeChatStream'];
     put?: never;

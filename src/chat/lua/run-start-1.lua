@@ -3,12 +3,17 @@
 -- `session.status` event must say `running` (else no run is active); before it, runs that paused for the client
 -- (`requires_action`, then `running` again once it answered) belong to the same assistant message, so the scan goes
 -- on through them, to the `running` that followed an `idle` or `failed` one (or the oldest one within the scan).
+-- A run that waits only for its sub-agents is still active (the service answers them and the run goes on): the caller,
+-- which can tell such a pause from the session's state (this script cannot: the tools' kinds are not in the log), says
+-- so with ARGV[2] = '1', and a newest status `requires_action` is then passed over as an answered pause is.
 -- KEYS[1] events (stream)
 -- ARGV[1] most entries scanned (>= 1)
+-- ARGV[2] '1': the newest status may be `requires_action` (a pause for sub-agents); '0': it must be `running`
 -- Returns {cursor, run}: the id of the entry just before the message's first `running` status ('0-0' when it is
 -- the oldest entry) and the id of the newest `running` status (the current run's start); or false when the newest
--- status is not `running` or no status event is within the scan.
+-- status is not `running` (nor an allowed `requires_action`) or no status event is within the scan.
 local max = tonumber(ARGV[1])
+local agents_pause = ARGV[2] == '1'
 local last = '+'
 local seen = 0
 local run, start = nil, nil
@@ -37,8 +42,14 @@ while seen < max do
     if t == 'session.status' then
       local s = status_of(d)
       if not run then
-        if s ~= 'running' then return false end
-        run, start, want = row[1], row[1], 'pause'
+        if s == 'running' then
+          run, start, want = row[1], row[1], 'pause'
+        elseif s == 'requires_action' and agents_pause then
+          -- The pause for sub-agents (a status again each time one of them answers): the run's start is the
+          -- `running` before it.
+        else
+          return false
+        end
       elseif s == 'running' then
         start, want = row[1], 'pause'
       elseif s == 'requires_action' and want == 'pause' then
