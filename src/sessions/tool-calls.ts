@@ -3,7 +3,7 @@ import { conflict, zodDetails, InvalidRequest } from '../errors.js';
 import { BUDGET_EXHAUSTED, assertBudgetLeft } from '../engine/budget.js';
 import { TENANT_BUDGET_EXHAUSTED } from '../cost/spend.js';
 import { assertActionOpen } from './deadlines.js';
-import { blocksOf } from '../history.js';
+import { blocksOf, pendingToolCalls } from '../history.js';
 import type { decisionBody, toolResultBody, toolResultsBody } from '../schemas.js';
 import { encodeResult, setResult, type PendingStep, type ToolResult } from '../store/pending.js';
 import type { SessionState } from '../store/session-state.js';
@@ -177,6 +177,11 @@ export function submitResults(
   });
 }
 
+async function endsWithTurnToSend(deps: SessionDeps, id: string): Promise<boolean> {
+  const last = await deps.store.lastMessage(id);
+  return last !== null && (last.role === 'user' || pendingToolCalls([last]).length > 0);
+}
+
 /** Lets a paused run go on: results under review accepted, or a fresh budget after `max_iterations`. */
 export function continueRun(
   deps: SessionDeps,
@@ -197,6 +202,11 @@ export function continueRun(
       // A fresh iteration budget: the run goes on from the tool results it stopped after.
       return { ops: runOps(s), starts: true };
     }
+    // A history given by `PUT …/messages` (or at create, not started) that ends where the runner would go on — a user
+    // turn, or a reply whose calls are not answered (`setMessagesParams` keeping the reply under review): as the
+    // runner does, the calls run and the next turn is sent.
+    if (s.status === 'idle' && (await endsWithTurnToSend(deps, s.id)))
+      return { ops: runOps(s), starts: true };
     if (s.status !== 'requires_action' || !s.pending)
       throw conflict('nothing_to_continue', `The session is ${s.status}.`);
     const { turn, ...step } = s.pending;

@@ -88,5 +88,35 @@ describe('pause_after_turn', () => {
     assert.equal(p.body.status, 'idle');
     assert.equal(p.body.required_action, null);
     assert.deepEqual((await h.api.get(`/v1/sessions/${s.id}/messages`)).body.data, messages);
+    // As the runner after `setMessagesParams`: continue sends the history given.
+    h.fake.enqueue(text('Else.'));
+    assert.equal((await h.api.post(`/v1/sessions/${s.id}/continue`)).status, 202);
+    await h.api.waitFor(s.id, (x) => x.status === 'requires_action' && h.fake.requests.length === 3);
+    assert.deepEqual(h.fake.requests[2]!.messages, messages);
+  });
+
+  it('PUT …/messages keeping the reply under review: continue runs its calls and sends their results', async () => {
+    const s = await reviewing();
+    // The history under review ends with the reply; given back as it is, the reply is kept.
+    const kept = (await h.api.get(`/v1/sessions/${s.id}/messages`)).body.data;
+    assert.deepEqual(kept.at(-1).content, s.required_action.message.content);
+    const p = await h.api.req('PUT', `/v1/sessions/${s.id}/messages`, { messages: kept });
+    assert.equal(p.status, 200, JSON.stringify(p.body));
+    h.fake.enqueue(text('3.'));
+    const c = await h.api.post(`/v1/sessions/${s.id}/continue`);
+    assert.equal(c.status, 202, JSON.stringify(c.body));
+    await h.api.waitFor(s.id, (x) => x.status === 'requires_action' && h.fake.requests.length === 2);
+    const sent = h.fake.requests[1]!.messages;
+    assert.equal(sent.length, 3);
+    const results = sent.at(-1)!.content as any[];
+    assert.equal(results[0].tool_use_id, 'toolu_r1');
+    assert.equal(results[0].content, '3');
+    // An idle session whose history ends with the model's answer has nothing to continue.
+    const done = await h.api.post(`/v1/sessions/${s.id}/continue`);
+    assert.equal(done.status, 202, 'the review of "3." goes on');
+    await h.api.waitFor(s.id, (x) => x.status === 'idle');
+    const none = await h.api.post(`/v1/sessions/${s.id}/continue`);
+    assert.equal(none.status, 409);
+    assert.equal(none.body.error.code, 'nothing_to_continue');
   });
 });
