@@ -68,23 +68,17 @@ const routes: FastifyPluginAsyncZod = async (app) => {
       const { name } = req.params;
       refuseServerToolName(name, 'name the tool otherwise');
       const body = req.body;
-      const before = await registry.get(req.tenant, name);
-      const now = Date.now();
-      let secret: string | undefined;
       let runner = body.runner;
+      // A replaced http tool keeps its secret; a new one (or one that was a worker tool) takes this one, shown once.
+      // Whether it has one is known only in the script that writes it (two PUTs may make the tool at once).
+      let secret: string | undefined;
       if (runner.type === 'http') {
         const url = await checkWebhookUrl(runner.url, app.webhooks.allowPrivate);
         runner = { ...runner, url: url.href };
-        // A replaced http tool keeps its secret; a new one (or one that was a worker tool) gets one, shown once.
-        if (before?.secret === undefined) secret = newSecret();
+        secret = newSecret();
       }
-      const sealed =
-        runner.type !== 'http'
-          ? undefined
-          : secret !== undefined
-            ? app.webhooks.box.seal(secret)
-            : before?.secret;
-      const def: TenantToolDef = {
+      const now = Date.now();
+      const def: Omit<TenantToolDef, 'revision' | 'created_at' | 'secret'> = {
         name,
         description: body.description,
         input_schema: body.input_schema,
@@ -93,15 +87,20 @@ const routes: FastifyPluginAsyncZod = async (app) => {
         read_only: body.read_only,
         timeout_ms: body.timeout_ms,
         max_attempts: body.max_attempts,
-        ...(sealed !== undefined ? { secret: sealed } : {}),
-        created_at: before?.created_at ?? now,
         updated_at: now,
       };
-      const { created, revision } = await registry.put(req.tenant, def, parseIfMatch(req));
+      const { created, revision, createdAt, secretMade } = await registry.put(req.tenant, def, {
+        now,
+        sealed: secret === undefined ? undefined : app.webhooks.box.seal(secret),
+        ifMatch: parseIfMatch(req),
+      });
       return reply
         .code(created ? 201 : 200)
         .header('etag', `"${revision}"`)
-        .send({ ...toolView({ ...def, revision }), ...(secret !== undefined ? { secret } : {}) });
+        .send({
+          ...toolView({ ...def, created_at: createdAt, revision }),
+          ...(secretMade && secret !== undefined ? { secret } : {}),
+        });
     },
   );
 

@@ -157,8 +157,12 @@ export const configSchema = z.object({
   TOOL_TASK_LEASE_MS: z.coerce.number().int().min(1000).max(600_000).default(30_000),
   /** Most tenant tools per tenant (PUT /v1/tools/:name). */
   TENANT_MAX_TOOLS: z.coerce.number().int().min(1).max(10_000).default(100),
-  /** Most tool tasks of one tenant queued, leased or undelivered at once; a call past it is answered with an error. */
-  TOOL_TASKS_MAX_PER_TENANT: z.coerce.number().int().min(1).max(1_000_000).default(1000),
+  /**
+   * Most tool tasks of one tenant queued, leased or undelivered at once; a call past it is answered with an error. At
+   * most 1000: a claim looks at every queued call of its tenant (whatever their tool: none is missed behind older
+   * calls of another tool), in one script, so the bound is that script's work.
+   */
+  TOOL_TASKS_MAX_PER_TENANT: z.coerce.number().int().min(1).max(1000).default(1000),
   /** How long SIGTERM waits for running turns before their leases are released. */
   SHUTDOWN_GRACE_MS: positiveMs.default(10_000),
   /** Events kept per session log; the oldest are trimmed beyond (src/store/lua/includes/event-log.lua). */

@@ -3,7 +3,9 @@
  * have such calls (`tt:http`), so a call is durable exactly as a worker's is: claimed under a lease it renews while
  * the URL answers, offered again after a failed try with backoff and jitter (`release`), failed after
  * `max_attempts`, taken over by another replica when this one dies mid-call (its lease lapses). The queues are looked
- * at every `pollMs` (a handful of tenants: one SMEMBERS and a claim each).
+ * at every `pollMs` (one SMEMBERS and a claim each). A tenant leaves `tt:http` when a claim finds none of its http
+ * calls queued (tasks.ts `httpIdle`), and comes back when one is queued again, so the set holds only the tenants
+ * with such calls, not every tenant that ever had one.
  */
 import type { FastifyBaseLogger } from 'fastify';
 import type { Metrics } from '../observability/metrics.js';
@@ -87,7 +89,9 @@ export class HttpToolCaller {
       const free = Math.min(max - this.inFlight, perTenant - (this.byTenant.get(tenant) ?? 0));
       if (this.inFlight >= max || this.stopped) return;
       if (free <= 0) continue;
-      for (const { rec, input } of await this.o.queue.claim(tenant, [HTTP_QUEUE], free, this.worker)) {
+      const got = await this.o.queue.claim(tenant, [HTTP_QUEUE], free, this.worker);
+      if (got.length === 0) await this.o.queue.httpIdle(tenant);
+      for (const { rec, input } of got) {
         this.o.metrics.toolTasks.inc({ event: 'claimed' });
         this.o.metrics.toolTaskClaimLatency.observe((Date.now() - rec.queued_at) / 1000);
         this.inFlight++;

@@ -5,7 +5,8 @@
  * its own command, never in a tenant's script.
  *
  * - `tt:{tt:T}:tools` HASH name → tool definition (JSON, the http secret sealed)
- * - `tt:{tt:T}:workers` ZSET `<tool> <worker_id>` → last claim or heartbeat (ms)
+ * - `tt:{tt:T}:workers` ZSET `<tool> <worker_id>` → last claim or heartbeat (ms): the tenant's tools only, a day at
+ *   most, the newest 1000 (seen-2.lua)
  * - `tt:{tt:T}:calls` HASH call → record (JSON of scalars: state, attempt, offer, lease, deadline, …); a call is
  *   `<session_id>:<tool_use_id>#<round>` (the round counts resumes of a failed step)
  * - `tt:{tt:T}:inputs` HASH call → the call's input (JSON text, never decoded in Lua)
@@ -17,8 +18,10 @@
  * - `tt:{tt:T}:done` ZSET call → completed at (ms): results not yet delivered to their session (an outbox)
  * - `tt:{tt:T}:gc` ZSET call → when its delivered record (a tombstone against a second enqueue) may go
  * - `tt:{tt:T}:offers` HASH offer id (`tt_…`) → call
- * - `tt:http` SET of tenants that had calls of http tools queued (the service's HTTP caller looks at their queues)
- * - `tt:due` ZSET tenant → when its queue needs a sweep (a lease or deadline falls due, an undelivered result)
+ * - `tt:http` SET of tenants that have calls of http tools queued (the service's HTTP caller looks at their
+ *   queues; tasks.ts `httpIdle` takes a tenant off)
+ * - `tt:due` ZSET tenant → when its queue needs a sweep (a lease or deadline falls due, an undelivered result, a
+ *   tombstone's gc time); a tenant with none of those is not in it (tasks.ts `reschedule`)
  * - channel `tt:{tt:T}:wake`: published when a call is queued; long-polling claims wait on it
  */
 const tag = (tenant: string) => `tt:{tt:${tenant}}`;

@@ -27,22 +27,26 @@ export class TenantToolRegistry {
   /**
    * Stores `def` with the next revision, atomically (one script): created or replaced; 429 `quota_exceeded` past
    * the bound (a replace always goes); 412 `revision_mismatch` when `ifMatch` is not the stored revision (0: none).
+   * The tool keeps its `created_at` (`now` for a new one); an http tool keeps its sealed secret, or takes `sealed`
+   * when it has none (`secretMade`: the caller shows that secret, made in the same write, so it is the one stored).
    */
   async put(
     tenant: string,
-    def: Omit<TenantToolDef, 'revision'>,
-    ifMatch?: number,
-  ): Promise<{ created: boolean; revision: number }> {
-    const [outcome, revision] = await this.redis.ttToolPut(
+    def: Omit<TenantToolDef, 'revision' | 'created_at' | 'secret'>,
+    o: { now: number; sealed?: string | undefined; ifMatch?: number | undefined },
+  ): Promise<{ created: boolean; revision: number; createdAt: number; secretMade: boolean }> {
+    const [outcome, revision, createdAt, made] = await this.redis.ttToolPut(
       toolsKey(tenant),
       def.name,
       JSON.stringify(def),
       this.maxPerTenant,
-      ifMatch === undefined ? '' : String(ifMatch),
+      o.ifMatch === undefined ? '' : String(o.ifMatch),
+      o.now,
+      o.sealed ?? '',
     );
     if (outcome === -1) throw quotaExceeded('TENANT_MAX_TOOLS', this.maxPerTenant, 'tools');
     if (outcome === -2) throw new RevisionMismatch(revision, 'tool');
-    return { created: outcome === 1, revision };
+    return { created: outcome === 1, revision, createdAt, secretMade: made === 1 };
   }
 
   async get(tenant: string, name: string): Promise<TenantToolDef | null> {

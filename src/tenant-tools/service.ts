@@ -40,6 +40,9 @@ interface ToolTaskOptions {
   sweepIntervalMs?: number;
 }
 
+/** Tenants one sweep script takes from `tt:due` (swept concurrently). */
+const SWEEP_BATCH = 100;
+
 /** The session no longer waits for the call (cancelled, deleted, answered otherwise). */
 class NotAwaited extends Error {}
 /** The call has its result already. */
@@ -67,8 +70,54 @@ export function awaits(s: SessionState, rec: TaskRecord): boolean {
   return call !== undefined && !call.result;
 }
 
+/**
+ * A long-polling claim's ear on its tenant's `wake` channel: `heard` says a call of its tools (or `''`: the service
+ * stops) was published since the last `clear()`.
+ */
+class Wake {
+  heard = false;
+  private ring: (() => void) | null = null;
+
+  constructor(
+    readonly channel: string,
+    private readonly tools: readonly string[],
+  ) {}
+
+  readonly hear = (tool: string): void => {
+    if (tool !== '' && !this.tools.includes(tool)) return;
+    this.heard = true;
+    this.ring?.();
+  };
+
+  clear(): void {
+    this.heard = false;
+  }
+
+  /** Resolves once heard (at once when heard since `clear()`), after `ms`, or on abort. */
+  wait(ms: number, signal: AbortSignal): Promise<void> {
+    if (this.heard || signal.aborted) return Promise.resolve();
+    return new Promise((resolve) => {
+      const done = () => {
+        clearTimeout(timer);
+        signal.removeEventListener('abort', done);
+        this.ring = null;
+        resolve();
+      };
+      const timer = setTimeout(done, ms);
+      signal.addEventListener('abort', done, { once: true });
+      this.ring = done;
+    });
+  }
+}
+
+/** A subscribed `wake` channel: the claims listening on it, and its SUBSCRIBE (each listener waits for it). */
+interface Channel {
+  ears: Set<(tool: string) => void>;
+  subscribed: Promise<unknown>;
+}
+
 export class ToolTasks {
-  private readonly waiters = new Map<string, Set<(tool: string) => void>>();
+  private readonly channels = new Map<string, Channel>();
   private timer: NodeJS.Timeout | null = null;
   private stopped = false;
   private readonly workersSeen = new Map<string, number>();
@@ -82,44 +131,41 @@ export class ToolTasks {
   }
 
   private readonly onMessage = (channel: string, tool: string): void => {
-    for (const w of this.waiters.get(channel) ?? []) w(tool);
+    for (const ear of this.channels.get(channel)?.ears ?? []) ear(tool);
   };
 
-  /** Resolves when a call of `tools` is queued for the tenant, or after `ms`. */
-  private async wake(
-    tenant: string,
-    tools: readonly string[],
-    ms: number,
-    signal: AbortSignal,
-  ): Promise<void> {
-    const channel = channelName(this.o.sub, wakeChannel(tenant));
-    let set = this.waiters.get(channel);
-    if (!set) {
-      this.waiters.set(channel, (set = new Set()));
-      await this.o.sub.subscribe(channel);
+  /** Listens on the tenant's `wake` channel for calls of `tools`; resolves once the channel is subscribed. */
+  private async listen(tenant: string, tools: readonly string[]): Promise<Wake> {
+    const wake = new Wake(channelName(this.o.sub, wakeChannel(tenant)), tools);
+    let ch = this.channels.get(wake.channel);
+    if (!ch) {
+      const fresh: Channel = { ears: new Set(), subscribed: this.o.sub.subscribe(wake.channel) };
+      this.channels.set(wake.channel, (ch = fresh));
     }
-    let done!: () => void;
-    const woken = new Promise<void>((r) => (done = r));
-    const waiter = (tool: string) => {
-      if (tool === '' || tools.includes(tool)) done();
-    };
-    set.add(waiter);
-    const timer = setTimeout(done, ms);
-    signal.addEventListener('abort', done, { once: true });
+    ch.ears.add(wake.hear);
     try {
-      await woken;
-    } finally {
-      clearTimeout(timer);
-      signal.removeEventListener('abort', done);
-      set.delete(waiter);
-      if (set.size === 0 && this.waiters.get(channel) === set) {
-        this.waiters.delete(channel);
-        await this.o.sub.unsubscribe(channel).catch(() => {});
-      }
+      // Not only the first listener: a message published before the SUBSCRIBE is in effect reaches nobody.
+      await ch.subscribed;
+    } catch (err) {
+      await this.unlisten(wake);
+      throw err;
     }
+    return wake;
   }
 
-  /** `POST /v1/tool-tasks/claim`: up to `max` calls of `tools`, waiting up to `waitMs` for one. */
+  private async unlisten(wake: Wake): Promise<void> {
+    const ch = this.channels.get(wake.channel);
+    if (!ch?.ears.delete(wake.hear) || ch.ears.size > 0) return;
+    this.channels.delete(wake.channel);
+    await this.o.sub.unsubscribe(wake.channel).catch(() => {});
+  }
+
+  /**
+   * `POST /v1/tool-tasks/claim`: up to `max` calls of `tools`, waiting up to `waitMs` for one. After a first empty
+   * claim it listens on the tenant's `wake` channel and claims once more before it waits: a call queued between the
+   * empty claim and the SUBSCRIBE was published to nobody, and is found by that claim. From then on `heard` is
+   * cleared before each claim, so a call published while a claim runs makes the wait end at once.
+   */
   async claim(
     tenant: string,
     body: { tools: string[]; max: number; wait_ms: number; worker_id: string },
@@ -127,36 +173,52 @@ export class ToolTasks {
   ): Promise<ClaimedTask[]> {
     const until = Date.now() + body.wait_ms;
     this.noteWorker(body.worker_id);
-    for (;;) {
-      if (signal.aborted || this.stopped) return [];
-      const got = await this.o.queue.claim(tenant, body.tools, body.max, body.worker_id);
-      const out: ClaimedTask[] = [];
-      for (const { rec, input } of got) {
-        if (await this.stillAwaited(rec)) {
-          out.push(claimedTask(rec, input));
-          this.o.metrics.toolTasks.inc({ event: 'claimed' });
-          this.o.metrics.toolTaskClaimLatency.observe((Date.now() - rec.queued_at) / 1000);
-          void this.o.deps.store
-            .appendEvents(rec.session, [
-              eventOf('tool.started', {
-                tool_use_id: rec.tool_use_id,
-                name: rec.name,
-                input,
-                attempt: rec.attempt,
-                worker_id: rec.worker,
-                task_id: rec.offer,
-              }),
-            ])
-            .catch(() => {});
-        } else {
-          await this.o.queue.settle(tenant, rec.call, 'cancelled');
-          this.o.metrics.toolTasks.inc({ event: 'cancelled' });
-        }
+    let wake: Wake | null = null;
+    try {
+      for (;;) {
+        if (signal.aborted || this.stopped) return [];
+        wake?.clear();
+        const out = await this.claimOnce(tenant, body);
+        const left = until - Date.now();
+        if (out.length > 0 || left <= 0 || signal.aborted || this.stopped) return out;
+        if (!wake) wake = await this.listen(tenant, body.tools);
+        else await wake.wait(left, signal);
       }
-      const left = until - Date.now();
-      if (out.length > 0 || left <= 0 || signal.aborted || this.stopped) return out;
-      await this.wake(tenant, body.tools, left, signal);
+    } finally {
+      if (wake) await this.unlisten(wake);
     }
+  }
+
+  /** One claim: the calls offered whose session still waits for them (the others are settled). */
+  private async claimOnce(
+    tenant: string,
+    body: { tools: string[]; max: number; worker_id: string },
+  ): Promise<ClaimedTask[]> {
+    const got = await this.o.queue.claim(tenant, body.tools, body.max, body.worker_id);
+    const out: ClaimedTask[] = [];
+    for (const { rec, input } of got) {
+      if (await this.stillAwaited(rec)) {
+        out.push(claimedTask(rec, input));
+        this.o.metrics.toolTasks.inc({ event: 'claimed' });
+        this.o.metrics.toolTaskClaimLatency.observe((Date.now() - rec.queued_at) / 1000);
+        void this.o.deps.store
+          .appendEvents(rec.session, [
+            eventOf('tool.started', {
+              tool_use_id: rec.tool_use_id,
+              name: rec.name,
+              input,
+              attempt: rec.attempt,
+              worker_id: rec.worker,
+              task_id: rec.offer,
+            }),
+          ])
+          .catch(() => {});
+      } else {
+        await this.o.queue.settle(tenant, rec.call, 'cancelled');
+        this.o.metrics.toolTasks.inc({ event: 'cancelled' });
+      }
+    }
+    return out;
   }
 
   /**
@@ -274,34 +336,54 @@ export class ToolTasks {
     return 'delivered';
   }
 
-  /** One sweep of every tenant queue that is due (any replica; the scripts make a double sweep harmless). */
+  /**
+   * One sweep of every tenant queue that is due (any replica): batches of SWEEP_BATCH tenants, each batch taken by a
+   * script that holds its tenants (tasks.ts `claimDue`), so replicas sweeping at once take different ones, until
+   * none is due. A pass ends: a tenant swept is due again no sooner than 250 ms later, or leaves `tt:due` when its
+   * queue has nothing left to watch, so past tenants cost nothing.
+   */
   async sweep(): Promise<void> {
-    const now = Date.now();
-    for (const tenant of await this.o.queue.dueTenants(now, 50)) {
-      for (const { kind, rec } of await this.o.queue.sweep(tenant)) {
-        if (kind === 'retried') {
-          this.o.metrics.toolTasks.inc({ event: 'retried' });
-          await this.o.deps.store
-            .appendEvents(rec.session, [
-              eventOf('tool_task.retried', {
-                tool_use_id: rec.tool_use_id,
-                name: rec.name,
-                attempt: rec.attempt,
-                next_attempt: rec.attempt + 1,
-                worker_id: rec.worker,
-                reason: 'lease_expired',
-              }),
-            ])
-            .catch(() => {});
-        } else this.o.metrics.toolTasks.inc({ event: 'timed_out' });
-      }
-      // Results completed a while ago and still here: their replica died before delivering them (or this sweep
-      // failed them just now).
-      for (const call of await this.o.queue.undelivered(tenant, Date.now() - 1000)) {
-        await this.deliver(tenant, call).catch((err) =>
-          this.o.log.warn({ err, tenant }, 'tool task delivery failed'),
-        );
-      }
+    for (;;) {
+      if (this.stopped) return;
+      const tenants = await this.o.queue.claimDue(Date.now(), SWEEP_BATCH);
+      await Promise.all(
+        tenants.map((tenant) =>
+          this.sweepTenant(tenant).catch((err) =>
+            this.o.log.warn({ err, tenant }, 'tool task sweep of a tenant failed'),
+          ),
+        ),
+      );
+      if (tenants.length < SWEEP_BATCH) return;
+    }
+  }
+
+  /** One tenant's sweep (the scripts make a double sweep harmless). */
+  private async sweepTenant(tenant: string): Promise<void> {
+    const { changes, idle } = await this.o.queue.sweep(tenant);
+    for (const { kind, rec } of changes) {
+      if (kind === 'retried') {
+        this.o.metrics.toolTasks.inc({ event: 'retried' });
+        await this.o.deps.store
+          .appendEvents(rec.session, [
+            eventOf('tool_task.retried', {
+              tool_use_id: rec.tool_use_id,
+              name: rec.name,
+              attempt: rec.attempt,
+              next_attempt: rec.attempt + 1,
+              worker_id: rec.worker,
+              reason: 'lease_expired',
+            }),
+          ])
+          .catch(() => {});
+      } else this.o.metrics.toolTasks.inc({ event: 'timed_out' });
+    }
+    if (idle) return;
+    // Results completed a while ago and still here: their replica died before delivering them (or this sweep
+    // failed them just now).
+    for (const call of await this.o.queue.undelivered(tenant, Date.now() - 1000)) {
+      await this.deliver(tenant, call).catch((err) =>
+        this.o.log.warn({ err, tenant }, 'tool task delivery failed'),
+      );
     }
   }
 
@@ -321,6 +403,6 @@ export class ToolTasks {
     this.stopped = true;
     if (this.timer) clearTimeout(this.timer);
     this.o.sub.off('message', this.onMessage);
-    for (const set of this.waiters.values()) for (const w of set) w('');
+    for (const ch of this.channels.values()) for (const ear of ch.ears) ear('');
   }
 }

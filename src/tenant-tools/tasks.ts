@@ -9,7 +9,7 @@ import { randomBytes } from 'node:crypto';
 import { decodeStored } from '../store/decode.js';
 import { channelName } from '../store/keys.js';
 import { defineLuaCommands, type RedisClient } from '../store/lua-commands.js';
-import { HTTP_TENANTS_KEY, TASKS_DUE_KEY, taskKeys, wakeChannel, workersKey } from './keys.js';
+import { HTTP_TENANTS_KEY, TASKS_DUE_KEY, taskKeys, toolsKey, wakeChannel, workersKey } from './keys.js';
 import type { TenantToolRunner } from './types.js';
 import './lua/commands.js';
 
@@ -66,10 +66,15 @@ export const HTTP_QUEUE = '~http';
 
 /** How long a delivered call's record stays to keep a second run of its step from queueing it again. */
 const TOMBSTONE_MS = 86_400_000;
-/** Most queued calls one claim looks at (the queue is bounded per tenant anyway). */
-const CLAIM_SCAN = 1000;
-/** A tenant with nothing in its queue is looked at again after this, whatever happened meanwhile. */
-const IDLE_SWEEP_MS = 60_000;
+/**
+ * How long a sweeper holds the tenants it took from `tt:due` (ms): other replicas take others meanwhile; should it
+ * die mid-sweep, its tenants are due again after this.
+ */
+const SWEEP_HOLD_MS = 15_000;
+/** A worker last seen longer ago than this (ms) is forgotten (`GET /v1/tools` then says `last_seen_at: null`). */
+const WORKERS_KEEP_MS = 86_400_000;
+/** Most (tool, worker) pairs kept per tenant (the newest). */
+const WORKERS_MAX = 1000;
 
 interface NewTask {
   session: string;
@@ -132,6 +137,13 @@ export class TaskQueue {
       worker: '',
       lease: 0,
     };
+    // `tt:due` and `tt:http` are global keys (another slot in a Cluster), written in commands of their own around the
+    // script: before it, so a process dying between the two leaves the tenant due (and its http call polled); after
+    // it, as a sweeper or HTTP caller may take the tenant off between the first write and the script (see
+    // `reschedule` and `httpIdle`: each asks the queue again after taking it off).
+    const http = t.runner === 'http';
+    await this.schedule(tenant, rec.deadline);
+    if (http) await this.redis.sadd(HTTP_TENANTS_KEY, tenant);
     const r = await this.redis.ttEnqueue(
       k.calls,
       k.inputs,
@@ -149,7 +161,7 @@ export class TaskQueue {
       channelName(this.redis, wakeChannel(tenant)),
     );
     if (r === 1) await this.schedule(tenant, rec.deadline);
-    if (r === 1 && t.runner === 'http') await this.redis.sadd(HTTP_TENANTS_KEY, tenant);
+    if (r === 1 && http) await this.redis.sadd(HTTP_TENANTS_KEY, tenant);
     return r === 1 ? 'queued' : r === 0 ? 'known' : 'full';
   }
 
@@ -174,7 +186,8 @@ export class TaskQueue {
         this.leaseMs,
         max,
         worker,
-        CLAIM_SCAN,
+        // Every queued call: there are at most this many (enqueue's bound), and it is at most 1000 (src/config.ts).
+        this.maxPerTenant,
         prefix,
         ...tools,
       ),
@@ -188,12 +201,22 @@ export class TaskQueue {
     return out;
   }
 
-  /** Workers seen now for `tools`. */
+  /**
+   * Workers seen now for `tools`: only the names of the tenant's tools are kept, for WORKERS_KEEP_MS, at most
+   * WORKERS_MAX pairs (one script).
+   */
   async seen(tenant: string, tools: readonly string[], worker: string, now = Date.now()): Promise<void> {
     tools = tools.filter((t) => t !== HTTP_QUEUE);
     if (tools.length === 0) return;
-    const args = tools.flatMap((t) => [now, `${t} ${worker}`]);
-    await this.redis.zadd(workersKey(tenant), ...args);
+    await this.redis.ttSeen(
+      toolsKey(tenant),
+      workersKey(tenant),
+      now,
+      worker,
+      now - WORKERS_KEEP_MS,
+      WORKERS_MAX,
+      ...tools,
+    );
   }
 
   /** Workers seen for each tool within the last two leases, and when one was last seen. */
@@ -247,8 +270,9 @@ export class TaskQueue {
   }
 
   /**
-   * Gives an offer's call back after a failed try: offered again after `delayMs`, or failed with `error` when it
-   * had its last attempt.
+   * Gives an offer's call back after a failed try of the HTTP caller (its only user): offered again after `delayMs`
+   * (the tenant kept in `tt:http`, before the script and after it, as `enqueue` does), or failed with `error` when
+   * it had its last attempt.
    */
   async release(
     tenant: string,
@@ -257,6 +281,7 @@ export class TaskQueue {
     error: string,
   ): Promise<'retried' | 'failed' | OfferRefusal> {
     const k = keyList(tenant);
+    await this.redis.sadd(HTTP_TENANTS_KEY, tenant);
     const r = await this.redis.ttRelease(
       k.offers,
       k.calls,
@@ -271,12 +296,29 @@ export class TaskQueue {
       error,
     );
     if (r[0] === 'failed') await this.schedule(tenant, Date.now() + 2000);
+    if (r[0] === 'retried') await this.redis.sadd(HTTP_TENANTS_KEY, tenant);
     return r[0] as 'retried' | 'failed' | OfferRefusal;
   }
 
-  /** Tenants that had calls of http tools queued. */
+  /** Tenants that may have calls of http tools queued. */
   httpTenants(): Promise<string[]> {
     return this.redis.smembers(HTTP_TENANTS_KEY);
+  }
+
+  /**
+   * Takes the tenant off `tt:http` when it has no call of an http tool queued (due or waiting out a backoff); true
+   * when it did. The queue is asked again after the SREM: a call queued meanwhile was queued by a script that ran
+   * before that second look (which sees it, and puts the tenant back), or whose SADD comes after the SREM. A leased
+   * call needs no entry: its try ends in `release` (which adds the tenant) or its lease lapses and the sweep offers
+   * it again (adding the tenant too).
+   */
+  async httpIdle(tenant: string): Promise<boolean> {
+    const { ready } = keyList(tenant);
+    if ((await this.redis.ttHttpLeft(ready)) === 1) return false;
+    await this.redis.srem(HTTP_TENANTS_KEY, tenant);
+    if ((await this.redis.ttHttpLeft(ready)) === 0) return true;
+    await this.redis.sadd(HTTP_TENANTS_KEY, tenant);
+    return false;
   }
 
   /** The call is over for the queue: delivered, or its session no longer waits for it. */
@@ -321,11 +363,14 @@ export class TaskQueue {
     return this.redis.zrangebyscore(keyList(tenant).done, '-inf', before, 'LIMIT', 0, limit);
   }
 
-  /** One sweep of a tenant's queue; reschedules it. */
-  async sweep(tenant: string, limit = 100): Promise<Array<{ kind: 'retried' | 'failed'; rec: TaskRecord }>> {
+  /** One sweep of a tenant's queue; reschedules it, or takes it off `tt:due` when it has nothing left to watch. */
+  async sweep(
+    tenant: string,
+    limit = 100,
+  ): Promise<{ changes: Array<{ kind: 'retried' | 'failed'; rec: TaskRecord }>; idle: boolean }> {
     const k = keyList(tenant);
     const now = Date.now();
-    const [next, ...rows] = await this.redis.ttSweep(
+    const [live, gc, ...rows] = await this.redis.ttSweep(
       k.calls,
       k.inputs,
       k.results,
@@ -339,11 +384,8 @@ export class TaskQueue {
       limit,
       channelName(this.redis, wakeChannel(tenant)),
     );
-    const at =
-      Number(next) < 0
-        ? now + IDLE_SWEEP_MS
-        : Math.min(Math.max(Number(next), now + 250), now + this.leaseMs);
-    await this.redis.zadd(TASKS_DUE_KEY, at, tenant);
+    const at = this.dueAt(Number(live), Number(gc), now);
+    await this.reschedule(tenant, at);
     const out: Array<{ kind: 'retried' | 'failed'; rec: TaskRecord }> = [];
     for (let i = 0; i + 1 < rows.length; i += 2) {
       out.push({
@@ -351,12 +393,45 @@ export class TaskQueue {
         rec: decodeStored<TaskRecord>(String(rows[i + 1])),
       });
     }
-    return out;
+    // An http call offered again after its claimant's lease lapsed (the claimant's replica died): the tenant may have
+    // left `tt:http` while the call was leased.
+    if (out.some((o) => o.kind === 'retried' && o.rec.queue === HTTP_QUEUE))
+      await this.redis.sadd(HTTP_TENANTS_KEY, tenant);
+    // Idle: no call queued, leased or undelivered (so no result to deliver either).
+    return { changes: out, idle: Number(live) < 0 };
   }
 
-  /** Tenants whose queue is due for a sweep. */
-  dueTenants(now: number, limit: number): Promise<string[]> {
-    return this.redis.zrangebyscore(TASKS_DUE_KEY, '-inf', now, 'LIMIT', 0, limit);
+  /**
+   * When a queue whose next lease expiry, deadline or undelivered result is `live` and next tombstone `gc` (ms, -1:
+   * none) needs a sweep: null when never (nothing to watch). A live entry is looked at at least once a lease.
+   */
+  private dueAt(live: number, gc: number, now: number): number | null {
+    if (live >= 0) return Math.min(Math.max(live, now + 250), now + this.leaseMs);
+    if (gc >= 0) return Math.max(gc, now + 250);
+    return null;
+  }
+
+  /**
+   * Sets the tenant's next sweep to `at` (null: off `tt:due`). This may undo a schedule written since the sweep read
+   * the queue (a call queued meanwhile), so the queue is asked again afterwards: whatever was written to it before
+   * that second look is seen (and scheduled, never later than it is); whatever is written after it schedules itself
+   * after this write.
+   */
+  private async reschedule(tenant: string, at: number | null): Promise<void> {
+    if (at === null) await this.redis.zrem(TASKS_DUE_KEY, tenant);
+    else await this.redis.zadd(TASKS_DUE_KEY, at, tenant);
+    const k = keyList(tenant);
+    const [live, gc] = await this.redis.ttPending(k.leased, k.deadline, k.done, k.gc);
+    const again = this.dueAt(Number(live), Number(gc), Date.now());
+    if (again !== null) await this.schedule(tenant, again);
+  }
+
+  /**
+   * Takes up to `limit` tenants whose queue is due for a sweep, held SWEEP_HOLD_MS so the other replicas take
+   * others (one script on `tt:due`).
+   */
+  claimDue(now: number, limit: number): Promise<string[]> {
+    return this.redis.ttDueClaim(TASKS_DUE_KEY, now, limit, now + SWEEP_HOLD_MS);
   }
 
   /** The tenant's queue needs a sweep by `at` (never later than it was already due). */

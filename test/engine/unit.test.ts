@@ -171,6 +171,11 @@ describe('config', () => {
     assert.equal(loadConfig({}).PORT, 3000);
   });
 
+  it('TOOL_TASKS_MAX_PER_TENANT is at most 1000: a claim looks at every queued call of its tenant', () => {
+    assert.equal(loadConfig({ TOOL_TASKS_MAX_PER_TENANT: '1000' }).TOOL_TASKS_MAX_PER_TENANT, 1000);
+    assert.throws(() => loadConfig({ TOOL_TASKS_MAX_PER_TENANT: '1001' }), /TOOL_TASKS_MAX_PER_TENANT/);
+  });
+
   it('the process stops at boot with a message naming the variable', () => {
     const r = spawnSync(process.execPath, ['--import', 'tsx', 'src/server.ts'], {
       env: { PATH: process.env['PATH'], PORT: '-1' },

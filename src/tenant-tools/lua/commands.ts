@@ -10,14 +10,19 @@ type Keys<N extends number, A extends string[] = []> = A['length'] extends N ? A
 
 declare module 'ioredis' {
   interface RedisCommander<Context> {
-    /** tool-put-1.lua: `[1, rev]` created, `[0, rev]` replaced, `[-1, 0]` at the limit, `[-2, current]` If-Match. */
+    /**
+     * tool-put-1.lua: `[outcome, revision, created_at, made]`: outcome 1 created, 0 replaced, -1 at the limit, -2
+     * If-Match; made 1 when the given sealed secret was stored.
+     */
     ttToolPut(
       tools: string,
       name: string,
       definition: string,
       max: number,
       ifMatch: string,
-    ): Result<[outcome: number, revision: number], Context>;
+      now: number,
+      sealed: string,
+    ): Result<[outcome: number, revision: number, createdAt: number, made: number], Context>;
     /** tool-remove-1.lua: `[1, rev]` removed, `[0, 0]` none, `[-2, current]` If-Match. */
     ttToolRemove(
       tools: string,
@@ -65,9 +70,19 @@ declare module 'ioredis' {
     ): Result<string[], Context>;
     /** settle-8.lua: 1 when the call was known. */
     ttSettle(...args: [...keys: Keys<8>, call: string, state: string, gcAt: number]): Result<number, Context>;
-    /** sweep-9.lua: next due (ms, -1: none), then kind, record pairs. */
+    /** sweep-9.lua: next due, live then gc (ms, -1: none), then kind, record pairs. */
     ttSweep(
       ...args: [...keys: Keys<9>, now: number, limit: number, channel: string]
     ): Result<Array<number | string>, Context>;
+    /** pending-4.lua: `[live, gc]`, when the queue next needs a sweep (ms, -1: none). */
+    ttPending(...keys: Keys<4>): Result<[live: number, gc: number], Context>;
+    /** due-claim-1.lua: the due tenants taken, each held until `hold`. */
+    ttDueClaim(due: string, now: number, limit: number, hold: number): Result<string[], Context>;
+    /** http-left-1.lua: 1 when the tenant has calls of http tools queued. */
+    ttHttpLeft(ready: string): Result<number, Context>;
+    /** seen-2.lua: the number of tools recorded. */
+    ttSeen(
+      ...args: [...keys: Keys<2>, now: number, worker: string, since: number, cap: number, ...tools: string[]]
+    ): Result<number, Context>;
   }
 }

@@ -3,8 +3,9 @@
 -- KEYS[1] calls  KEYS[2] inputs  KEYS[3] results  KEYS[4] ready  KEYS[5] leased  KEYS[6] deadline  KEYS[7] done
 -- KEYS[8] gc  KEYS[9] offers
 -- ARGV[1] now ms  ARGV[2] most entries handled per kind  ARGV[3] wake channel
--- Returns: the next time the queue needs a sweep (ms; -1 when it holds nothing), then kind, record (JSON) pairs:
--- 'retried' (offered again) or 'failed' (its `is_error` result waits in `done`).
+-- Returns: when the queue next needs a sweep, live then gc (includes/next-due.lua: ms, -1 for none), then kind,
+-- record (JSON) pairs: 'retried' (offered again) or 'failed' (its `is_error` result waits in `done`).
+--- @include "includes/next-due"
 local now = tonumber(ARGV[1])
 local limit = tonumber(ARGV[2])
 local out = {}
@@ -66,13 +67,7 @@ for _, call in ipairs(redis.call('ZRANGEBYSCORE', KEYS[8], '-inf', now, 'LIMIT',
     redis.call('HDEL', KEYS[3], call)
   end
 end
-local next = -1
-for _, k in ipairs({KEYS[5], KEYS[6], KEYS[8], KEYS[7]}) do
-  local first = redis.call('ZRANGE', k, 0, 0, 'WITHSCORES')
-  if first[2] then
-    local at = tonumber(first[2])
-    if next < 0 or at < next then next = at end
-  end
-end
-table.insert(out, 1, next)
+local live, gc = next_due(KEYS[5], KEYS[6], KEYS[7], KEYS[8])
+table.insert(out, 1, gc)
+table.insert(out, 1, live)
 return out

@@ -1,0 +1,172 @@
+/**
+ * The tool task queue's costs stay bounded by what is in flight, not by its past (found by a probe): the sweep takes
+ * a tenant off `tt:due` once its queue has nothing left to watch (and a timeout fires on time behind thousands of
+ * such tenants), the HTTP caller takes a tenant off `tt:http` once it has no http call queued, the workers set keeps
+ * only the tenant's tools, recent and capped; a long-poll claim hears a call queued before it listened; and of two
+ * PUTs making one http tool at once, exactly one shows a secret, the one that signs the calls.
+ */
+import { after, before, beforeEach, describe, it } from 'node:test';
+import assert from 'node:assert/strict';
+import http from 'node:http';
+import type { AddressInfo } from 'node:net';
+import { Redis } from 'ioredis';
+import { Webhook } from 'standardwebhooks';
+import { text, toolCalls, toolUse } from '../fake/script.js';
+import { startHarness, type Harness } from '../helpers/service.js';
+import { until } from '../durability/chaos-lib.js';
+import type { TaskQueue } from '../../src/tenant-tools/tasks.js';
+
+const lookup = {
+  description: 'Look an order up.',
+  input_schema: { type: 'object', properties: { id: { type: 'number' } }, required: ['id'] },
+  runner: { type: 'worker' },
+};
+
+describe('the tool task queue, with many past tenants', { timeout: 180_000 }, () => {
+  let h: Harness;
+  let r: Redis;
+  let server: http.Server;
+  let url = '';
+  const calls: Array<{ raw: string; headers: http.IncomingHttpHeaders }> = [];
+  before(async () => {
+    server = http.createServer((req, res) => {
+      const chunks: Buffer[] = [];
+      req.on('data', (c: Buffer) => chunks.push(c));
+      req.on('end', () => {
+        calls.push({ raw: Buffer.concat(chunks).toString('utf8'), headers: req.headers });
+        res.writeHead(200, { 'content-type': 'application/json' }).end(JSON.stringify({ content: 'ok' }));
+      });
+    });
+    await new Promise<void>((done) => server.listen(0, '127.0.0.1', done));
+    url = `http://127.0.0.1:${(server.address() as AddressInfo).port}/tool`;
+    h = await startHarness({
+      env: { API_KEYS: 'acme:key-a', TOOL_TASK_LEASE_MS: '20000', WEBHOOK_ALLOW_PRIVATE: 'true' },
+    });
+    r = new Redis(h.redis.url);
+  });
+  after(async () => {
+    r?.disconnect();
+    await h?.close();
+    server?.closeAllConnections();
+    await new Promise<void>((done) => (server ? server.close(() => done()) : done()));
+  });
+  beforeEach(() => h.fake.reset());
+
+  it('idle tenants leave tt:due; a 1000 ms timeout fires on time behind 12000 of them', async () => {
+    const now = Date.now();
+    const args: Array<number | string> = [];
+    for (let i = 0; i < 12_000; i++) args.push(now - 60_000 + Math.floor(i * 5), `past-tenant-${i}`);
+    await r.zadd('tt:due', ...args);
+    await h.api.req('PUT', '/v1/tools/nobody', { ...lookup, timeout_ms: 1000 });
+    h.fake.enqueue(toolCalls([toolUse('nobody', { id: 1 })]), text('fin'));
+    const t0 = Date.now();
+    const id = (await h.api.post('/v1/sessions', { input: 'go', tools: ['nobody'] })).body.id;
+    await h.api.waitStatus(id, 'idle', 60_000);
+    const took = Date.now() - t0;
+    const result = (h.fake.requests[1]!.messages.at(-1)!.content as any[])[0];
+    assert.match(result.content, /no worker answered within 1000 ms/);
+    // At 50 tenants per 500 ms tick this took two minutes: every past tenant is swept once, then forgotten.
+    assert.ok(took < 10_000, `the timeout fired after ${took} ms`);
+    // acme is left, holding a tombstone (a day): due when that goes, not every lease.
+    await until(
+      async () =>
+        (await r.zcard('tt:due')) === 1 && Number(await r.zscore('tt:due', 'acme')) > Date.now() + 3_600_000,
+      30_000,
+      'only acme left in tt:due, due in a day',
+    );
+  });
+
+  /** Runs one call of the http tool `name` in a new session; the request its URL got. */
+  const callHttpTool = async (name: string) => {
+    h.fake.enqueue(toolCalls([toolUse(name, { id: 1 })]), text('fin'));
+    const id = (await h.api.post('/v1/sessions', { input: 'go', tools: [name] })).body.id;
+    await h.api.waitStatus(id, 'idle', 30_000);
+    return calls.at(-1)!;
+  };
+
+  it('tenants without http calls leave tt:http; one with a call comes back, and leaves once it is answered', async () => {
+    await r.sadd('tt:http', ...Array.from({ length: 2000 }, (_, i) => `past-tenant-${i}`));
+    await until(async () => (await r.scard('tt:http')) === 0, 30_000, 'tt:http emptied');
+    await h.api.req('PUT', '/v1/tools/plain', { ...lookup, runner: { type: 'http', url } });
+    const call = await callHttpTool('plain');
+    assert.equal(JSON.parse(call.raw).name, 'plain');
+    await until(async () => (await r.scard('tt:http')) === 0, 10_000, 'acme left tt:http');
+  });
+
+  it('of PUTs making one http tool at once, one shows a secret: the one the calls are signed with', async () => {
+    const body = { ...lookup, runner: { type: 'http', url } };
+    const puts = await Promise.all([1, 2, 3, 4].map(() => h.api.req('PUT', '/v1/tools/signed', body)));
+    const withSecret = puts.filter((p) => p.body.secret !== undefined);
+    assert.equal(withSecret.length, 1, JSON.stringify(puts.map((p) => [p.status, p.body.secret])));
+    assert.equal(withSecret[0]!.status, 201);
+    assert.deepEqual(puts.map((p) => p.status).sort(), [200, 200, 200, 201]);
+    const call = await callHttpTool('signed');
+    new Webhook(withSecret[0]!.body.secret).verify(call.raw, {
+      'webhook-id': String(call.headers['webhook-id']),
+      'webhook-timestamp': String(call.headers['webhook-timestamp']),
+      'webhook-signature': String(call.headers['webhook-signature']),
+    });
+    // A replace keeps the secret and its tool's created_at, and shows neither secret nor a new created_at.
+    const again = await h.api.req('PUT', '/v1/tools/signed', body);
+    assert.equal(again.body.secret, undefined);
+    assert.equal(again.body.created_at, withSecret[0]!.body.created_at);
+    const call2 = await callHttpTool('signed');
+    new Webhook(withSecret[0]!.body.secret).verify(call2.raw, {
+      'webhook-id': String(call2.headers['webhook-id']),
+      'webhook-timestamp': String(call2.headers['webhook-timestamp']),
+      'webhook-signature': String(call2.headers['webhook-signature']),
+    });
+  });
+
+  it('the workers set keeps only the tenant’s tools, seen within a day, at most 1000 pairs', async () => {
+    await h.api.req('PUT', '/v1/tools/lk', lookup);
+    for (let i = 0; i < 5; i++) {
+      const tools = ['lk', ...Array.from({ length: 63 }, (_, j) => `not_a_tool_${i}_${j}`)];
+      const c = await h.api.post('/v1/tool-tasks/claim', { tools, wait_ms: 0, worker_id: `w-${i}` });
+      assert.equal(c.status, 200);
+    }
+    assert.deepEqual(
+      (await r.zrange('tt:{tt:acme}:workers', 0, -1)).sort(),
+      [0, 1, 2, 3, 4].map((i) => `lk w-${i}`),
+    );
+    const queue: TaskQueue = h.service.app.toolTasks.queue;
+    await queue.seen('acme', ['lk'], 'old-worker', Date.now() - 2 * 86_400_000);
+    for (let i = 0; i < 1100; i++) await queue.seen('acme', ['lk'], `fleet-${i}`);
+    const kept = await r.zrange('tt:{tt:acme}:workers', 0, -1);
+    assert.equal(kept.length, 1000);
+    assert.ok(!kept.includes('lk old-worker'));
+    assert.ok(kept.includes('lk fleet-1099') && !kept.includes('lk fleet-0'), 'the newest are kept');
+    const listed = (await h.api.get('/v1/tools/lk')).body.workers;
+    assert.equal(listed.active, 1000);
+  });
+
+  it('a long-poll claim gets a call queued after its first empty claim, before it listened', async () => {
+    await h.api.req('PUT', '/v1/tools/lk', lookup);
+    const queue: TaskQueue = h.service.app.toolTasks.queue;
+    const claim = queue.claim.bind(queue);
+    let session = '';
+    let first = true;
+    // The call is queued (and its wake-up published) after the claim found nothing and before it subscribed.
+    queue.claim = async (...args: Parameters<TaskQueue['claim']>) => {
+      const got = await claim(...args);
+      if (first && got.length === 0 && args[3] === 'w') {
+        first = false;
+        h.fake.enqueue(toolCalls([toolUse('lk', { id: 1 })]), text('fin'));
+        session = (await h.api.post('/v1/sessions', { input: 'go', tools: ['lk'] })).body.id;
+        await until(async () => (await r.zcard('tt:{tt:acme}:ready')) === 1, 10_000, 'the call queued');
+      }
+      return got;
+    };
+    try {
+      const t0 = Date.now();
+      const c = await h.api.post('/v1/tool-tasks/claim', { tools: ['lk'], wait_ms: 15_000, worker_id: 'w' });
+      assert.equal(c.body.tasks.length, 1);
+      assert.equal(c.body.tasks[0].session_id, session);
+      assert.ok(Date.now() - t0 < 8000, `answered after ${Date.now() - t0} ms`);
+      await h.api.post(`/v1/tool-tasks/${c.body.tasks[0].id}/result`, { content: 'found' });
+      await h.api.waitStatus(session, 'idle', 20_000);
+    } finally {
+      queue.claim = claim;
+    }
+  });
+});
