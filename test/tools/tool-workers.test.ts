@@ -11,6 +11,7 @@ import { createServer, type AddressInfo } from 'node:net';
 import { createInterface } from 'node:readline';
 import { betaZodTool } from '@anthropic-ai/sdk/helpers/beta/zod';
 import { ToolError } from '@anthropic-ai/sdk/lib/tools/ToolError';
+import { runRunnableTool } from '@anthropic-ai/sdk/lib/tools/BetaRunnableTool';
 import { z } from 'zod';
 import { ToolWorker } from '../../packages/client/src/index.js';
 import { startFakeAnthropic, type FakeAnthropic } from '../fake/server.js';
@@ -140,6 +141,102 @@ describe('tool workers', { timeout: 240_000 }, () => {
       assert.match(bad.content, /^Error: /, 'a zod parse error, as the SDK runner words it');
       assert.equal(refused.is_error, true);
       assert.deepEqual(refused.content, [{ type: 'text', text: 'refused: out of stock' }]);
+    } finally {
+      await worker.stop();
+    }
+  });
+
+  it('a worker whose clock is 10 s behind the service’s heartbeats in time: one attempt, no lease lost', async () => {
+    const SKEW = 10_000;
+    // The service's clock, as this worker sees it: its Date header and lease_expires_at 10 s ahead.
+    const skewed = async (req: Request): Promise<Response> => {
+      const res = await fetch(req);
+      const headers = new Headers(res.headers);
+      headers.delete('content-length');
+      headers.set('date', new Date(Date.parse(res.headers.get('date')!) + SKEW).toUTCString());
+      let body = await res.text();
+      if (req.url.endsWith('/claim') && res.ok) {
+        const claimed = JSON.parse(body) as { tasks: Array<{ lease_expires_at: string }> };
+        for (const t of claimed.tasks)
+          t.lease_expires_at = new Date(Date.parse(t.lease_expires_at) + SKEW).toISOString();
+        body = JSON.stringify(claimed);
+      }
+      return new Response(body, { status: res.status, headers });
+    };
+    const slow = betaZodTool({
+      name: 'slow_order',
+      description: 'Takes three leases.',
+      inputSchema: z.object({}),
+      run: async () => {
+        await new Promise((r) => setTimeout(r, 3000));
+        return 'slow done';
+      },
+    });
+    const worker = new ToolWorker({
+      baseUrl: h.service.url,
+      apiKey: 'key-a',
+      tools: [slow],
+      workerId: 'skewed',
+      waitMs: 2000,
+      fetch: skewed,
+    });
+    await worker.start();
+    try {
+      h.fake.enqueue(toolCalls([toolUse('slow_order', {}, 'toolu_slow')]), text('Done.'));
+      const id = (await h.api.post('/v1/sessions', { input: 'slow', tools: ['slow_order'] })).body.id;
+      await h.api.waitStatus(id, 'idle', 30_000);
+      assert.equal(resultsSent(h.fake, 1)[0].content, 'slow done');
+      assert.deepEqual(await eventsOf(h.api, id, 'tool_task.retried'), []);
+      assert.deepEqual(
+        (await eventsOf(h.api, id, 'tool.started')).map((e) => e.data.attempt),
+        [1],
+      );
+    } finally {
+      await worker.stop();
+    }
+  });
+
+  it('a thrown Error’s content field is the SDK’s `Error: <message>`; a ToolError subclass’s content is its own', async () => {
+    class OutOfStock extends ToolError {}
+    const plain = betaZodTool({
+      name: 'plain_error',
+      description: 'Throws an Error with a content field.',
+      inputSchema: z.object({}),
+      run: async () => {
+        throw Object.assign(new Error('boom'), { content: 'raw content' });
+      },
+    });
+    const sub = betaZodTool({
+      name: 'sub_error',
+      description: 'Throws a ToolError subclass.',
+      inputSchema: z.object({}),
+      run: async () => {
+        throw new OutOfStock([{ type: 'text', text: 'out of stock' }]);
+      },
+    });
+    const worker = new ToolWorker({
+      baseUrl: h.service.url,
+      apiKey: 'key-a',
+      tools: [plain, sub],
+      workerId: 'errors',
+      waitMs: 2000,
+    });
+    await worker.start();
+    try {
+      h.fake.enqueue(
+        toolCalls([toolUse('plain_error', {}, 'toolu_plain'), toolUse('sub_error', {}, 'toolu_sub')]),
+        text('Done.'),
+      );
+      const id = (await h.api.post('/v1/sessions', { input: 'err', tools: ['plain_error', 'sub_error'] }))
+        .body.id;
+      await h.api.waitStatus(id, 'idle', 30_000);
+      const [p, s] = resultsSent(h.fake, 1);
+      const sdk = await runRunnableTool(plain, {}, { toolUse: {}, toolUseBlock: {} } as never);
+      assert.equal(sdk.content, 'Error: boom');
+      assert.equal(p.content, sdk.content);
+      assert.equal(p.is_error, true);
+      assert.deepEqual(s.content, [{ type: 'text', text: 'out of stock' }]);
+      assert.equal(s.is_error, true);
     } finally {
       await worker.stop();
     }

@@ -50,10 +50,26 @@ export interface ToolWorkerOptions {
   onError?: ((err: unknown, what: string) => void) | undefined;
 }
 
-/** What the SDK's runner makes of a thrown value: a ToolError's content, else `Error: <message>`. */
+/**
+ * Whether `e` is the SDK's `ToolError` (or a subclass): without a dependency on the SDK, by its class's name in the
+ * prototype chain or the `name` its constructor sets (either survives a bundler renaming the other).
+ */
+function isToolError(e: Error): e is Error & { content: ResultContent } {
+  if (!('content' in e) || !(typeof e.content === 'string' || Array.isArray(e.content))) return false;
+  if (e.name === 'ToolError') return true;
+  for (let p: unknown = Object.getPrototypeOf(e); p && p !== Error.prototype; p = Object.getPrototypeOf(p)) {
+    const ctor: unknown = (p as { constructor?: unknown }).constructor;
+    if (typeof ctor === 'function' && ctor.name === 'ToolError') return true;
+  }
+  return false;
+}
+
+/**
+ * What the SDK's runner makes of a thrown value (its `toolErrorContent`): a `ToolError`'s content, else
+ * `Error: <message>` — an other error's `content` field included, which the SDK ignores too.
+ */
 function thrownContent(e: unknown): ResultContent {
-  if (e instanceof Error && 'content' in e && (typeof e.content === 'string' || Array.isArray(e.content)))
-    return e.content as ResultContent;
+  if (e instanceof Error && isToolError(e)) return e.content;
   return `Error: ${e instanceof Error ? e.message : String(e)}`;
 }
 
@@ -71,6 +87,21 @@ const sleep = (ms: number, signal?: AbortSignal) =>
     const t = setTimeout(resolve, ms);
     signal?.addEventListener('abort', () => (clearTimeout(t), resolve()), { once: true });
   });
+
+/** The service's shortest lease (TOOL_TASK_LEASE_MS, ms). */
+const MIN_LEASE_MS = 1000;
+
+/**
+ * A claimed task's lease length (ms), told by the service's clock alone: `lease_expires_at` less the claim answer's
+ * `Date`, so a worker whose clock is off by any amount heartbeats in time. `Date` has whole seconds (the service's
+ * now is up to 1 s past it), so a second is taken off: the lease is never overestimated. Without a `Date` header
+ * (a proxy dropped it) the worker's own clock is all there is.
+ */
+function leaseOf(task: ToolTask, serverNow: number | null): number {
+  const expires = Date.parse(task.lease_expires_at);
+  const ms = serverNow === null ? expires - Date.now() : expires - serverNow - 1000;
+  return Math.max(MIN_LEASE_MS, Number.isNaN(ms) ? MIN_LEASE_MS : ms);
+}
 
 /** Exponential backoff with full jitter: attempt 0 → up to 200 ms, doubling up to 5 s. */
 const backoff = (attempt: number) => Math.random() * Math.min(5000, 200 * 2 ** attempt);
@@ -97,6 +128,16 @@ export class ToolWorker {
   }
 
   private async call<T>(method: string, path: string, body?: unknown, signal?: AbortSignal): Promise<T> {
+    return (await this.request<T>(method, path, body, signal)).body;
+  }
+
+  /** A request's answer, with the service's clock when it answered (its `Date` header, ms; null without one). */
+  private async request<T>(
+    method: string,
+    path: string,
+    body?: unknown,
+    signal?: AbortSignal,
+  ): Promise<{ body: T; date: number | null }> {
     const res = await this.fetchFn(
       new Request(this.o.baseUrl.replace(/\/$/, '') + path, {
         method,
@@ -117,7 +158,8 @@ export class ToolWorker {
           : 'unknown';
       throw new HttpStatus(res.status, code);
     }
-    return parsed as T;
+    const date = Date.parse(res.headers.get('date') ?? '');
+    return { body: parsed as T, date: Number.isNaN(date) ? null : date };
   }
 
   /** Registers the tools (unless `register: false`), then claims and runs calls until `stop()`. */
@@ -150,8 +192,9 @@ export class ToolWorker {
         continue;
       }
       let tasks: ToolTask[];
+      let date: number | null;
       try {
-        const r = await this.call<{ tasks: ToolTask[] }>(
+        const r = await this.request<{ tasks: ToolTask[] }>(
           'POST',
           '/v1/tool-tasks/claim',
           {
@@ -162,7 +205,8 @@ export class ToolWorker {
           },
           signal,
         );
-        tasks = r.tasks;
+        tasks = r.body.tasks;
+        date = r.date;
         if (failures > 0 && this.o.register !== false) await this.registerAll();
         failures = 0;
       } catch (err) {
@@ -173,16 +217,17 @@ export class ToolWorker {
         continue;
       }
       for (const task of tasks) {
-        const p: Promise<void> = this.runTask(task).finally(() => this.inFlight.delete(p));
+        const p: Promise<void> = this.runTask(task, leaseOf(task, date)).finally(() =>
+          this.inFlight.delete(p),
+        );
         this.inFlight.add(p);
       }
     }
   }
 
-  /** Runs one call, heartbeating meanwhile, and submits its result. */
-  private async runTask(task: ToolTask): Promise<void> {
+  /** Runs one call, heartbeating every third of its lease (`leaseMs`) meanwhile, and submits its result. */
+  private async runTask(task: ToolTask, leaseMs: number): Promise<void> {
     const lost = new AbortController();
-    const leaseMs = Math.max(1000, Date.parse(task.lease_expires_at) - Date.now());
     const beat = setInterval(
       () => {
         this.call('POST', `/v1/tool-tasks/${task.id}/heartbeat`).catch((err: unknown) => {
