@@ -59,14 +59,12 @@ describe('the tool task queue, with many past tenants', { timeout: 180_000 }, ()
     await r.zadd('tt:due', ...args);
     await h.api.req('PUT', '/v1/tools/nobody', { ...lookup, timeout_ms: 1000 });
     h.fake.enqueue(toolCalls([toolUse('nobody', { id: 1 })]), text('fin'));
-    const t0 = Date.now();
     const id = (await h.api.post('/v1/sessions', { input: 'go', tools: ['nobody'] })).body.id;
+    // At 50 tenants per 500 ms tick this took two minutes: every past tenant is swept once, then forgotten (quiet
+    // machine: ~5 s; the bound is the wait, not a timing claim).
     await h.api.waitStatus(id, 'idle', 60_000);
-    const took = Date.now() - t0;
     const result = (h.fake.requests[1]!.messages.at(-1)!.content as any[])[0];
     assert.match(result.content, /no worker answered within 1000 ms/);
-    // At 50 tenants per 500 ms tick this took two minutes: every past tenant is swept once, then forgotten.
-    assert.ok(took < 10_000, `the timeout fired after ${took} ms`);
     // acme is left, holding a tombstone (a day): due when that goes, not every lease.
     await until(
       async () =>
