@@ -14,10 +14,9 @@ import type { Metrics } from '../observability/metrics.js';
 import { mutate, startRun, type SessionDeps } from '../sessions/mutate.js';
 import type { StoredBlock } from '../history.js';
 import type { SessionState } from '../store/session-state.js';
-import { channelName } from '../store/keys.js';
 import { pendingFields, setResult } from '../store/pending.js';
 import type { RedisClient } from '../store/lua-commands.js';
-import { wakeChannel } from './keys.js';
+import { WakeChannels, type Wake } from './wake.js';
 import {
   claimedTask,
   type ClaimedTask,
@@ -70,94 +69,18 @@ export function awaits(s: SessionState, rec: TaskRecord): boolean {
   return call !== undefined && !call.result;
 }
 
-/**
- * A long-polling claim's ear on its tenant's `wake` channel: `heard` says a call of its tools (or `''`: the service
- * stops) was published since the last `clear()`.
- */
-class Wake {
-  heard = false;
-  private ring: (() => void) | null = null;
-
-  constructor(
-    readonly channel: string,
-    private readonly tools: readonly string[],
-  ) {}
-
-  readonly hear = (tool: string): void => {
-    if (tool !== '' && !this.tools.includes(tool)) return;
-    this.heard = true;
-    this.ring?.();
-  };
-
-  clear(): void {
-    this.heard = false;
-  }
-
-  /** Resolves once heard (at once when heard since `clear()`), after `ms`, or on abort. */
-  wait(ms: number, signal: AbortSignal): Promise<void> {
-    if (this.heard || signal.aborted) return Promise.resolve();
-    return new Promise((resolve) => {
-      const done = () => {
-        clearTimeout(timer);
-        signal.removeEventListener('abort', done);
-        this.ring = null;
-        resolve();
-      };
-      const timer = setTimeout(done, ms);
-      signal.addEventListener('abort', done, { once: true });
-      this.ring = done;
-    });
-  }
-}
-
-/** A subscribed `wake` channel: the claims listening on it, and its SUBSCRIBE (each listener waits for it). */
-interface Channel {
-  ears: Set<(tool: string) => void>;
-  subscribed: Promise<unknown>;
-}
-
 export class ToolTasks {
-  private readonly channels = new Map<string, Channel>();
+  private readonly wakes: WakeChannels;
   private timer: NodeJS.Timeout | null = null;
   private stopped = false;
   private readonly workersSeen = new Map<string, number>();
 
   constructor(private readonly o: ToolTaskOptions) {
-    o.sub.on('message', this.onMessage);
+    this.wakes = new WakeChannels(o.sub);
   }
 
   get queue(): TaskQueue {
     return this.o.queue;
-  }
-
-  private readonly onMessage = (channel: string, tool: string): void => {
-    for (const ear of this.channels.get(channel)?.ears ?? []) ear(tool);
-  };
-
-  /** Listens on the tenant's `wake` channel for calls of `tools`; resolves once the channel is subscribed. */
-  private async listen(tenant: string, tools: readonly string[]): Promise<Wake> {
-    const wake = new Wake(channelName(this.o.sub, wakeChannel(tenant)), tools);
-    let ch = this.channels.get(wake.channel);
-    if (!ch) {
-      const fresh: Channel = { ears: new Set(), subscribed: this.o.sub.subscribe(wake.channel) };
-      this.channels.set(wake.channel, (ch = fresh));
-    }
-    ch.ears.add(wake.hear);
-    try {
-      // Not only the first listener: a message published before the SUBSCRIBE is in effect reaches nobody.
-      await ch.subscribed;
-    } catch (err) {
-      await this.unlisten(wake);
-      throw err;
-    }
-    return wake;
-  }
-
-  private async unlisten(wake: Wake): Promise<void> {
-    const ch = this.channels.get(wake.channel);
-    if (!ch?.ears.delete(wake.hear) || ch.ears.size > 0) return;
-    this.channels.delete(wake.channel);
-    await this.o.sub.unsubscribe(wake.channel).catch(() => {});
   }
 
   /**
@@ -181,11 +104,11 @@ export class ToolTasks {
         const out = await this.claimOnce(tenant, body);
         const left = until - Date.now();
         if (out.length > 0 || left <= 0 || signal.aborted || this.stopped) return out;
-        if (!wake) wake = await this.listen(tenant, body.tools);
+        if (!wake) wake = await this.wakes.listen(tenant, body.tools);
         else await wake.wait(left, signal);
       }
     } finally {
-      if (wake) await this.unlisten(wake);
+      if (wake) await this.wakes.unlisten(wake);
     }
   }
 
@@ -402,7 +325,6 @@ export class ToolTasks {
   stop(): void {
     this.stopped = true;
     if (this.timer) clearTimeout(this.timer);
-    this.o.sub.off('message', this.onMessage);
-    for (const ch of this.channels.values()) for (const ear of ch.ears) ear('');
+    this.wakes.close();
   }
 }
