@@ -5,7 +5,7 @@
  */
 import { compactSession } from '../src/sessions/compact.js';
 import { cancelRun, patchSession, resumeRun, retryTurn } from '../src/sessions/control.js';
-import { forkSession } from '../src/sessions/create.js';
+import { forkSession } from '../src/sessions/fork.js';
 import { replaceMessages } from '../src/sessions/replace.js';
 import type { FastifyPluginAsyncZod } from 'fastify-type-provider-zod';
 import {

@@ -7,7 +7,7 @@
  */
 import { blocksOf, type StoredBlock, type StoredMessage } from '../history.js';
 import type { RequiredAction } from '../engine/status.js';
-import { resultText } from './chunks.js';
+import { resultText } from './event-shapes.js';
 
 type UIPart = { type: string } & Record<string, unknown>;
 

@@ -1,6 +1,5 @@
-import type { z } from 'zod';
 import { statusEvent } from '../engine/status.js';
-import { InvalidRequest, NotFound, SessionExists, badRequest, zodDetails } from '../errors.js';
+import { InvalidRequest, SessionExists, badRequest, zodDetails } from '../errors.js';
 import { createdEventOf } from '../events/schemas.js';
 import { asBlocks, checkHistory, pendingToolCalls, type StoredMessage } from '../history.js';
 import {
@@ -9,12 +8,10 @@ import {
   sessionParams,
   type CreateSessionBody,
   type SessionParams,
-  type forkBody,
 } from '../schemas.js';
 import {
   encodeFields,
   newSessionId,
-  recordCount,
   type IterationRecord,
   type ParentRef,
   type SessionState,
@@ -27,7 +24,7 @@ import { session } from '../openapi/responses.js';
 import { checkCompactionParams } from './compact.js';
 import { toolsBeforeChanges } from './history-tools.js';
 import { assertFixedMarks } from '../engine/cache-breakpoints.js';
-import { checkIfMatch, startRun, type SessionDeps } from './mutate.js';
+import { startRun, type SessionDeps } from './mutate.js';
 import { sessionView } from './view.js';
 
 export const DEFAULT_MODEL = 'claude-sonnet-5-5';
@@ -40,7 +37,7 @@ export function normalize(m: StoredMessage): StoredMessage {
     : m;
 }
 
-const emptyUsage = () => ({
+export const emptyUsage = () => ({
   input_tokens: 0,
   output_tokens: 0,
   cache_creation_input_tokens: 0,
@@ -73,7 +70,7 @@ export async function createSession(
   if (parent) state.parent = parent;
   // A session of a sub-agent tree is watched before it exists: its runs' ends then wake the agents' sweep.
   if (parent || body.tools.some(isAgentTool)) await deps.store.runs.watchTree(state.id, Date.now() + 60_000);
-  await insert(deps, state, messages, []);
+  await insertSession(deps, state, messages, []);
   if (start) await startRun(deps, state.id);
   return state;
 }
@@ -225,7 +222,7 @@ function checkGivenHistory(messages: StoredMessage[], start: boolean): void {
   }
 }
 
-const emptyChildUsage = (): SessionState['childUsage'] => ({
+export const emptyChildUsage = (): SessionState['childUsage'] => ({
   input_tokens: 0,
   output_tokens: 0,
   cache_creation_input_tokens: 0,
@@ -299,111 +296,8 @@ function newSessionState(
   };
 }
 
-/**
- * A new idle session with the history of `id` up to the end of iteration record `at_iteration` (record n, as
- * `GET …/iterations/:n` numbers them: turns and compactions in order; 0: before the first).
- */
-export async function forkSession(
-  deps: SessionDeps,
-  tenant: string,
-  id: string,
-  body: z.infer<typeof forkBody>,
-  ifMatch?: number,
-): Promise<SessionState> {
-  const { store } = deps;
-  const s = await store.loadFor(tenant, id);
-  checkIfMatch(s, ifMatch);
-  const count = recordCount(s);
-  if (body.at_iteration > count) {
-    throw new NotFound('iteration', `The session has ${count} iteration records.`, {
-      iteration: s.iteration,
-      records: count,
-    });
-  }
-  // Records up to `replacedAt` address the history a `PUT …/messages` replaced: of them, only the last one (the
-  // history as it is now, when no record came since) can be forked from.
-  const total = s.msgBase + s.msgCount;
-  const replaced = body.at_iteration <= s.replacedAt;
-  if (replaced && body.at_iteration < count) {
-    throw new NotFound(
-      'iteration',
-      `Iteration record ${body.at_iteration} belongs to a history replaced since (PUT …/messages); fork at ${count}.`,
-      { replaced_at: s.replacedAt, records: count },
-    );
-  }
-  const records = await store.iterationRecords(id, 0, Math.max(0, body.at_iteration - 1));
-  const end = replaced ? total : forkEnd(records, body.at_iteration, total);
-  // After a compaction the history starts with its summary: a fork takes the history as it stood at that point.
-  const { messages: history, base } = await store.historyUntil(id, s.msgBase, end);
-  const kept = records.slice(0, body.at_iteration);
-  // The fork's counts are those of the records it keeps: its model turns, and its compactions.
-  const compactions = kept.filter((r) => r.kind === 'compaction').length;
-  const turns = kept.length - compactions;
-  const now = Date.now();
-  const forked: SessionState = {
-    ...s,
-    id: newSessionId(),
-    status: 'idle',
-    revision: 0,
-    iteration: turns,
-    compactions,
-    runStart: turns,
-    pending: null,
-    stopReason: null,
-    error: null,
-    usage: emptyUsage(),
-    cost: { micros: 0, unpriced: 0, serverToolUse: {} },
-    childUsage: emptyChildUsage(),
-    metadata: forkMetadata(s.metadata, body.metadata, id, body.at_iteration),
-    createdAt: now,
-    updatedAt: now,
-    fence: 0,
-    msgCount: history.length,
-    msgBase: base,
-    compactRequest: null,
-    control: '',
-    // A fork's history is its own: its first run starts a new thread.
-    thread: null,
-  };
-  await insert(deps, forked, history, kept, { forked_from: id });
-  return forked;
-}
-
-/**
- * How many messages of the session's whole record (segments, then history) a fork at iteration `at` keeps: through
- * that iteration's results (or reply); a skipped compaction added none, so it ends where the iteration before it did.
- */
-function forkEnd(records: IterationRecord[], at: number, total: number): number {
-  for (let n = at; n > 0; n--) {
-    const rec = records[n - 1]!;
-    if (rec.reply_index >= 0) return (rec.results_index ?? rec.reply_index) + 1;
-  }
-  // Iteration 0: what came before the first reply (a first compaction's summary stands after what it summarized).
-  const first = records[0];
-  return first && first.reply_index >= 0 ? first.reply_index : total;
-}
-
-function forkMetadata(
-  base: Record<string, unknown>,
-  extra: Record<string, unknown> | undefined,
-  from: string,
-  at: number,
-): Record<string, unknown> {
-  const merged = { ...base, ...extra, forked_from: from, forked_at_iteration: at };
-  if (Object.keys(merged).length > 32) {
-    throw badRequest('The fork would have more than 32 metadata keys.', [
-      {
-        path: '/metadata',
-        code: 'too_big',
-        message: 'at most 32 metadata keys, forked_from and forked_at_iteration included',
-      },
-    ]);
-  }
-  return merged;
-}
-
 /** Indexes a new session, then writes it (fields, history, iteration records, `session.created`) in one script. */
-async function insert(
+export async function insertSession(
   deps: SessionDeps,
   state: SessionState,
   history: StoredMessage[],

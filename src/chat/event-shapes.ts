@@ -1,0 +1,117 @@
+/**
+ * What the chat translator (chunks.ts) reads of a session's events: the shapes of their data (parsed loosely: a
+ * field the translator does not read may be anything), and the small conversions it makes of them.
+ */
+import { z } from 'zod';
+
+export type FinishReason =
+  'stop' | 'length' | 'content-filter' | 'tool-calls' | 'error' | 'interrupted' | 'other';
+
+/** The stop reasons of spec §2 as the SDK's finish reasons. */
+export function finishReason(stopReason: string | null | undefined): FinishReason {
+  switch (stopReason) {
+    case 'end_turn':
+    case 'stop_sequence':
+      return 'stop';
+    case 'max_tokens':
+      return 'length';
+    case 'refusal':
+      return 'content-filter';
+    case 'cancelled':
+      return 'interrupted';
+    default:
+      return 'other';
+  }
+}
+
+const block = z.looseObject({
+  type: z.string(),
+  id: z.string().optional(),
+  name: z.string().optional(),
+  input: z.unknown().optional(),
+  text: z.string().optional(),
+  thinking: z.string().optional(),
+  tool_use_id: z.string().optional(),
+  content: z.unknown().optional(),
+});
+export type Block = z.infer<typeof block>;
+
+export const streamEvent = z.object({
+  iteration: z.number(),
+  event: z.looseObject({
+    type: z.string(),
+    index: z.number().optional(),
+    content_block: block.optional(),
+    delta: z
+      .looseObject({
+        type: z.string(),
+        text: z.string().optional(),
+        thinking: z.string().optional(),
+        partial_json: z.string().optional(),
+      })
+      .optional(),
+  }),
+});
+export const turnStarted = z.looseObject({ iteration: z.number() });
+export const turnCompleted = z.looseObject({
+  iteration: z.number(),
+  message: z.looseObject({ content: z.array(block), stop_reason: z.string().nullish() }),
+});
+export const toolCompleted = z.looseObject({
+  tool_use_id: z.string(),
+  name: z.string(),
+  input: z.unknown(),
+  content: z.unknown(),
+  is_error: z.boolean().optional(),
+});
+export const decided = z.looseObject({ tool_use_id: z.string(), decision: z.string() });
+export const dropped = z.looseObject({ iteration: z.number().optional(), reason: z.string().optional() });
+const call = z.object({ id: z.string(), name: z.string(), input: z.unknown() });
+export const status = z.looseObject({
+  status: z.string(),
+  required_action: z.looseObject({ type: z.string(), tool_calls: z.array(call) }).nullish(),
+  stop_reason: z.string().nullish(),
+  error: z.looseObject({ code: z.string(), message: z.string() }).nullish(),
+});
+
+/** The text of a tool result's content (a string, or blocks whose text is joined). */
+export function resultText(content: unknown): string {
+  if (typeof content === 'string') return content;
+  if (Array.isArray(content))
+    return content
+      .map((b: unknown) =>
+        typeof b === 'object' && b !== null && 'text' in b && typeof b.text === 'string' ? b.text : '',
+      )
+      .join('');
+  return JSON.stringify(content ?? null);
+}
+
+export const parseJson = (text: string): unknown => {
+  if (text.trim() === '') return {};
+  try {
+    return JSON.parse(text) as unknown;
+  } catch {
+    return text;
+  }
+};
+
+/**
+ * The stop reasons after which the run goes on (src/engine/turns.ts `turn`): any other one ends the run with the
+ * reply's calls not run.
+ */
+export const GOES_ON = new Set(['tool_use', 'pause_turn', 'compaction']);
+
+/**
+ * A `required_action` that waits only for sub-agents' results: the service answers them (src/agents/sweep.ts) and
+ * the run goes on without the client, so a chat stream goes on through it.
+ */
+export function awaitsAgentsOnly(
+  action: { type: string; tool_calls: ReadonlyArray<{ name: string }> } | null | undefined,
+  agents: ReadonlySet<string>,
+): boolean {
+  return (
+    action?.type === 'submit_tool_results' &&
+    action.tool_calls.length > 0 &&
+    action.tool_calls.every((c) => agents.has(c.name))
+  );
+}

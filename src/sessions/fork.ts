@@ -1,0 +1,115 @@
+/** `POST /v1/sessions/:id/fork`: a new idle session with a source's history up to one of its iteration records. */
+import type { z } from 'zod';
+import { NotFound, badRequest } from '../errors.js';
+import type { forkBody } from '../schemas.js';
+import {
+  newSessionId,
+  recordCount,
+  type IterationRecord,
+  type SessionState,
+} from '../store/session-state.js';
+import { emptyChildUsage, emptyUsage, insertSession } from './create.js';
+import { checkIfMatch, type SessionDeps } from './mutate.js';
+
+/**
+ * A new idle session with the history of `id` up to the end of iteration record `at_iteration` (record n, as
+ * `GET …/iterations/:n` numbers them: turns and compactions in order; 0: before the first).
+ */
+export async function forkSession(
+  deps: SessionDeps,
+  tenant: string,
+  id: string,
+  body: z.infer<typeof forkBody>,
+  ifMatch?: number,
+): Promise<SessionState> {
+  const { store } = deps;
+  const s = await store.loadFor(tenant, id);
+  checkIfMatch(s, ifMatch);
+  const count = recordCount(s);
+  if (body.at_iteration > count) {
+    throw new NotFound('iteration', `The session has ${count} iteration records.`, {
+      iteration: s.iteration,
+      records: count,
+    });
+  }
+  // Records up to `replacedAt` address the history a `PUT …/messages` replaced: of them, only the last one (the
+  // history as it is now, when no record came since) can be forked from.
+  const total = s.msgBase + s.msgCount;
+  const replaced = body.at_iteration <= s.replacedAt;
+  if (replaced && body.at_iteration < count) {
+    throw new NotFound(
+      'iteration',
+      `Iteration record ${body.at_iteration} belongs to a history replaced since (PUT …/messages); fork at ${count}.`,
+      { replaced_at: s.replacedAt, records: count },
+    );
+  }
+  const records = await store.iterationRecords(id, 0, Math.max(0, body.at_iteration - 1));
+  const end = replaced ? total : forkEnd(records, body.at_iteration, total);
+  // After a compaction the history starts with its summary: a fork takes the history as it stood at that point.
+  const { messages: history, base } = await store.historyUntil(id, s.msgBase, end);
+  const kept = records.slice(0, body.at_iteration);
+  // The fork's counts are those of the records it keeps: its model turns, and its compactions.
+  const compactions = kept.filter((r) => r.kind === 'compaction').length;
+  const turns = kept.length - compactions;
+  const now = Date.now();
+  const forked: SessionState = {
+    ...s,
+    id: newSessionId(),
+    status: 'idle',
+    revision: 0,
+    iteration: turns,
+    compactions,
+    runStart: turns,
+    pending: null,
+    stopReason: null,
+    error: null,
+    usage: emptyUsage(),
+    cost: { micros: 0, unpriced: 0, serverToolUse: {} },
+    childUsage: emptyChildUsage(),
+    metadata: forkMetadata(s.metadata, body.metadata, id, body.at_iteration),
+    createdAt: now,
+    updatedAt: now,
+    fence: 0,
+    msgCount: history.length,
+    msgBase: base,
+    compactRequest: null,
+    control: '',
+    // A fork's history is its own: its first run starts a new thread.
+    thread: null,
+  };
+  await insertSession(deps, forked, history, kept, { forked_from: id });
+  return forked;
+}
+
+/**
+ * How many messages of the session's whole record (segments, then history) a fork at iteration `at` keeps: through
+ * that iteration's results (or reply); a skipped compaction added none, so it ends where the iteration before it did.
+ */
+function forkEnd(records: IterationRecord[], at: number, total: number): number {
+  for (let n = at; n > 0; n--) {
+    const rec = records[n - 1]!;
+    if (rec.reply_index >= 0) return (rec.results_index ?? rec.reply_index) + 1;
+  }
+  // Iteration 0: what came before the first reply (a first compaction's summary stands after what it summarized).
+  const first = records[0];
+  return first && first.reply_index >= 0 ? first.reply_index : total;
+}
+
+function forkMetadata(
+  base: Record<string, unknown>,
+  extra: Record<string, unknown> | undefined,
+  from: string,
+  at: number,
+): Record<string, unknown> {
+  const merged = { ...base, ...extra, forked_from: from, forked_at_iteration: at };
+  if (Object.keys(merged).length > 32) {
+    throw badRequest('The fork would have more than 32 metadata keys.', [
+      {
+        path: '/metadata',
+        code: 'too_big',
+        message: 'at most 32 metadata keys, forked_from and forked_at_iteration included',
+      },
+    ]);
+  }
+  return merged;
+}
