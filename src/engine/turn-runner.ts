@@ -8,7 +8,7 @@ import type {
   BetaMessage,
   BetaRawMessageStreamEvent,
 } from '@anthropic-ai/sdk/resources/beta/messages/messages';
-import { storedReplyContent, toolCallsOf, type StoredMessage } from '../history.js';
+import { sendable, storedReplyContent, toolCallsOf, type StoredMessage } from '../history.js';
 import type { SessionParams } from '../schemas.js';
 import { recordCount, usageIncr, type IterationRecord, type SessionState } from '../store/session-state.js';
 import { usdToMicros } from '../cost/prices.js';
@@ -241,10 +241,12 @@ export abstract class TurnRunner {
     const calls = toolCallsOf(reply);
     // Persisted with the reply: the container it ran in, the thread it ends (thread-anchor.ts).
     if (message.container?.id) this.container = message.container.id;
-    // A reply stored otherwise than the API holds it (a cut call, empty text left out) ends the thread there.
+    // A reply stored otherwise than the API holds it (a cut call, empty text left out), or one that said nothing
+    // (never sent again), ends the thread there. The anchor counts the messages as requests carry them (`sendable`:
+    // without earlier replies that said nothing), which is what the next run's runner is given.
     const anchor =
-      reply.content === message.content
-        ? anchorOf(message, [...history, reply], params.system, this.tools, this.threadDigest)
+      reply.content === message.content && message.content.length > 0
+        ? anchorOf(message, sendable([...history, reply]), params.system, this.tools, this.threadDigest)
         : null;
     const carried: Record<string, string> = {
       thread: anchor ? JSON.stringify(anchor) : '',

@@ -223,6 +223,10 @@ describe('history round trip', () => {
           next.messages.map((m) => m.role),
           ['user', 'user'],
         );
+        // The thread ended at the reply that said nothing; the one after it goes on as usual.
+        const after = await nextRequest(id);
+        assert.equal(after.body.thread?.type, 'continue', JSON.stringify(after.body.thread));
+        assert.equal(after.body.messages.length, 1, 'only the new message is sent');
       }
     }
   });
