@@ -1,7 +1,9 @@
 /**
  * A session's event log (spec §4) as the AI SDK's UI message stream (spec §7.3): the chunks `useChat` and
  * `readUIMessageStream` read, made here without the `ai` package (its schema checks them in test/chat/chat.test.ts).
- * One `ChatTranslator` per stream: it is fed the events of one run in log order and says when the stream ends.
+ * One `ChatTranslator` per stream: it is fed the events of one run in log order and says when the stream ends. It is
+ * one state machine over one stream (the open step, turn, blocks and held calls), so one file past 400 lines; what
+ * it reads of the events, and their small conversions, are event-shapes.ts.
  *
  * - A step (`start-step` … `finish-step`) is one model turn and the server tools it ran.
  * - Content blocks become `text-*`, `reasoning-*` (thinking), `tool-input-*` (tool_use, server_tool_use), their
@@ -66,6 +68,12 @@ export class ChatTranslator {
   private streamed = false;
   private iteration = 0;
   private readonly open = new Map<number, OpenBlock>();
+  /**
+   * The `tool-input-available` of the turn's client calls, held until the reply's stop reason is known (its
+   * `message_delta`, or `turn.completed`): a call of a reply that ends the run is never run, and must not reach the
+   * client's `onToolCall`.
+   */
+  private readonly held: UIChunk[] = [];
   /** Tool calls the client's message holds already (so outputs may refer to them). */
   private readonly known: Set<string>;
   private readonly denied = new Set<string>();
@@ -187,6 +195,13 @@ export class ChatTranslator {
           ...(b.providerExecuted ? { providerExecuted: true } : {}),
         });
     }
+    // Calls whose input was complete but whose reply was not: they were never offered to the client either.
+    for (const c of this.held)
+      out.push({
+        ...c,
+        type: 'tool-input-error',
+        errorText: 'The turn ended before its reply was complete.',
+      });
     return [...out, ...this.reset(reason, this.iteration)];
   }
 
@@ -210,6 +225,7 @@ export class ChatTranslator {
   private reset(reason: string, iteration: number): UIChunk[] {
     this.turnOpen = false;
     this.open.clear();
+    this.held.length = 0;
     if (!this.stepOpen) return [];
     this.stepEmpty = true;
     return [
@@ -224,6 +240,8 @@ export class ChatTranslator {
     const index = event.index ?? -1;
     if (event.type === 'content_block_start' && event.content_block)
       return this.blockStart(index, event.content_block);
+    if (event.type === 'message_delta' && event.delta?.stop_reason)
+      return this.release(event.delta.stop_reason);
     const b = this.open.get(index);
     if (!b) return [];
     if (event.type === 'content_block_delta' && event.delta) {
@@ -274,15 +292,21 @@ export class ChatTranslator {
   private blockEnd(b: OpenBlock, input: unknown): UIChunk[] {
     if (b.kind === 'text') return [{ type: 'text-end', id: b.id }];
     if (b.kind === 'reasoning') return [{ type: 'reasoning-end', id: b.id }];
-    return [
-      {
-        type: 'tool-input-available',
-        toolCallId: b.id,
-        toolName: b.name,
-        input,
-        ...(b.providerExecuted ? { providerExecuted: true } : {}),
-      },
-    ];
+    const available = { type: 'tool-input-available', toolCallId: b.id, toolName: b.name, input };
+    if (b.providerExecuted) return [{ ...available, providerExecuted: true }];
+    this.held.push(available);
+    return [];
+  }
+
+  /**
+   * The held client calls, once the reply's stop reason is known: as they are when the run goes on with them; the
+   * service's (`providerExecuted`) when the reply ends the run, whose calls it answers "not run".
+   */
+  private release(stopReason: string): UIChunk[] {
+    const goesOn = GOES_ON.has(stopReason);
+    const out = this.held.map((c) => (goesOn ? c : { ...c, providerExecuted: true }));
+    this.held.length = 0;
+    return out;
   }
 
   /** The result block of a tool the API ran itself (`web_search_tool_result`, …). */
@@ -322,6 +346,7 @@ export class ChatTranslator {
     this.turnOpen = false;
     // A stop reason that ends the run: the reply's calls are answered "not run" in the history, with no event.
     const stopReason = stop_reason ?? 'end_turn';
+    out.push(...this.release(stopReason));
     if (!GOES_ON.has(stopReason))
       for (const cb of content)
         if (cb.type === 'tool_use' && cb.id && this.known.has(cb.id) && !this.denied.has(cb.id))

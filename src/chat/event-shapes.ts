@@ -44,10 +44,12 @@ export const streamEvent = z.object({
     content_block: block.optional(),
     delta: z
       .looseObject({
-        type: z.string(),
+        // A block's delta has a type; `message_delta`'s has the reply's `stop_reason` instead.
+        type: z.string().optional(),
         text: z.string().optional(),
         thinking: z.string().optional(),
         partial_json: z.string().optional(),
+        stop_reason: z.string().nullish(),
       })
       .optional(),
   }),

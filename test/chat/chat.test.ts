@@ -708,36 +708,42 @@ describe('chat routes: the AI SDK UI message stream', () => {
     assert.deepEqual(chat.messages, await history(id));
   });
 
-  test('a reply stopped at max_tokens: its call ends output-error as in the history, nothing is sent back', async () => {
-    const id = await session({ tools: [lookupOrder] });
-    h.fake.enqueue(
-      reply([textBlock('Let me look'), toolUse('lookup_order', { order_id: '1' })], {
-        stop_reason: 'max_tokens',
-      }),
-    );
-    const chat: PlainChat = new PlainChat({
-      id,
-      transport: transport(),
-      sendAutomaticallyWhen: lastAssistantMessageIsCompleteWithToolCalls,
-      onToolCall: ({ toolCall }) =>
-        void chat.addToolOutput({
-          tool: 'lookup_order',
-          toolCallId: toolCall.toolCallId,
-          output: { status: 'shipped' },
+  test('a reply stopped at max_tokens: its call ends output-error as in the history, never reaches onToolCall', async () => {
+    for (const stream of [true, false]) {
+      const id = await session({ tools: [lookupOrder], stream });
+      h.fake.enqueue(
+        reply([textBlock('Let me look'), toolUse('lookup_order', { order_id: '1' })], {
+          stop_reason: 'max_tokens',
         }),
-    });
-    await chat.sendMessage({ text: 'Where is order 1?' });
-    assert.equal(chat.error, undefined);
-    assert.equal(chat.status, 'ready');
-    const part = chat.messages.at(-1)!.parts.find((p) => p.type === 'tool-lookup_order');
-    assert.ok(part && part.type === 'tool-lookup_order');
-    assert.equal(part.state, 'output-error');
-    assert.equal(part.errorText, 'Error: not run: the reply stopped with max_tokens');
-    const past = (await history(id))[1]!.parts.find((p) => p.type === 'tool-lookup_order');
-    assert.ok(past && past.type === 'tool-lookup_order' && past.state === 'output-error');
-    assert.equal(past.errorText, part.errorText);
-    const s = (await h.api.get(`/v1/sessions/${id}`)).body;
-    assert.deepEqual([s.status, s.stop_reason, s.message_count], ['idle', 'max_tokens', 3]);
+      );
+      let toolCalls = 0;
+      const chat: PlainChat = new PlainChat({
+        id,
+        transport: transport(),
+        sendAutomaticallyWhen: lastAssistantMessageIsCompleteWithToolCalls,
+        onToolCall: ({ toolCall }) => {
+          toolCalls++;
+          void chat.addToolOutput({
+            tool: 'lookup_order',
+            toolCallId: toolCall.toolCallId,
+            output: { status: 'shipped' },
+          });
+        },
+      });
+      await chat.sendMessage({ text: 'Where is order 1?' });
+      assert.equal(toolCalls, 0, 'the service answers the call: the client never runs it');
+      assert.equal(chat.error, undefined);
+      assert.equal(chat.status, 'ready');
+      const part = chat.messages.at(-1)!.parts.find((p) => p.type === 'tool-lookup_order');
+      assert.ok(part && part.type === 'tool-lookup_order');
+      assert.equal(part.state, 'output-error');
+      assert.equal(part.errorText, 'Error: not run: the reply stopped with max_tokens');
+      const past = (await history(id))[1]!.parts.find((p) => p.type === 'tool-lookup_order');
+      assert.ok(past && past.type === 'tool-lookup_order' && past.state === 'output-error');
+      assert.equal(past.errorText, part.errorText);
+      const s = (await h.api.get(`/v1/sessions/${id}`)).body;
+      assert.deepEqual([s.status, s.stop_reason, s.message_count], ['idle', 'max_tokens', 3]);
+    }
   });
 
   test('a cancel mid-text: the open text ends, the dropped reply is reset, then finish (interrupted)', async () => {
