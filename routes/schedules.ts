@@ -2,7 +2,7 @@ import type { FastifyPluginAsyncZod } from 'fastify-type-provider-zod';
 import { checkCreate } from '../src/sessions/create.js';
 import type { FastifyReply } from 'fastify';
 import { z } from 'zod';
-import { badRequest, InvalidRequest, revisionMismatch } from '../src/errors.js';
+import { badRequest, InvalidRequest, RevisionMismatch } from '../src/errors.js';
 import { cursorParam, parseCursor } from '../src/events/cursor.js';
 import { envelope } from '../src/events/envelope.js';
 import { errors, eventPage, sessionList, routeErrors, type RouteCodes } from '../src/openapi/responses.js';
@@ -73,9 +73,58 @@ function checkTiming(t: Timing, secondsCron: boolean, atGiven: boolean): number 
   return t.at !== null ? t.at : nextFire(t, now);
 }
 
+/**
+ * Times a PATCH is computed again after a concurrent change, at most (then 412, as with If-Match): each round one
+ * of the PATCHes racing lands, so this many racing at once all land.
+ */
+const CAS_ATTEMPTS = 32;
+
 const routes: FastifyPluginAsyncZod = async (app) => {
   const tags = ['schedules'];
   const { store, maxPerTenant, secondsCron } = app.schedules;
+
+  /** One PATCH of `s` as read: what changes, written at `s.revision` (or `ifMatch`). */
+  async function patchOnce(
+    s: ScheduleRecord,
+    body: z.infer<typeof patchScheduleBody>,
+    tenant: string,
+    ifMatch: number | undefined,
+  ): Promise<ScheduleRecord> {
+    // Only what changes is a change: fields given with the values they have are left out, and a PATCH that
+    // changes nothing writes nothing (no revision, no event); If-Match still holds it to the revision.
+    const b = unchangedLeftOut(body, s);
+    if (Object.keys(b).length === 0) {
+      if (ifMatch !== undefined && ifMatch !== s.revision) throw new RevisionMismatch(s.revision, 'schedule');
+      return s;
+    }
+    const set: Record<string, string> = { updated_at: String(Date.now()) };
+    const del: string[] = [];
+    const timing: Timing = { cron: s.cron, at: s.at, timezone: s.timezone };
+    if (b.cron !== undefined) Object.assign(timing, { cron: b.cron, at: null });
+    if (b.at !== undefined) Object.assign(timing, { cron: null, at: Date.parse(b.at) });
+    if (b.timezone !== undefined) timing.timezone = b.timezone;
+    const retimed = b.cron !== undefined || b.at !== undefined || b.timezone !== undefined;
+    const resumed = b.paused === false && s.paused;
+    if (retimed || resumed) {
+      let next = checkTiming(timing, secondsCron, b.at !== undefined);
+      // An `at` not given again keeps its one fire: none once its time has passed (it fired, or it was missed while
+      // paused, which a resume does not make up); a fire still to come (late) stays as the record has it.
+      if (b.at === undefined && timing.at !== null && timing.at <= Date.now())
+        next = resumed ? null : s.nextRunAt;
+      Object.assign(set, { cron: timing.cron ?? '', at: timing.at ?? '', timezone: timing.timezone });
+      if (next === null) del.push('next_run_at');
+      else set['next_run_at'] = String(next);
+    }
+    if (b.session !== undefined) {
+      await checkCreate(app.sessionDeps, tenant, b.session);
+      set['session'] = JSON.stringify(b.session);
+    }
+    if (b.overlap !== undefined) set['overlap'] = b.overlap;
+    if (b.paused !== undefined) set['paused'] = b.paused ? '1' : '0';
+    // The event names every field given, with its value but for `session` (a whole create body).
+    const { session: _session, ...changes } = b;
+    return store.update(s, set, del, { fields: Object.keys(b), ...changes }, ifMatch ?? s.revision);
+  }
 
   app.post(
     '/v1/schedules',
@@ -166,37 +215,18 @@ const routes: FastifyPluginAsyncZod = async (app) => {
       },
     },
     async (req, reply) => {
-      const s = await store.get(req.tenant, req.params.id);
-      // Only what changes is a change: fields given with the values they have are left out, and a PATCH that
-      // changes nothing writes nothing (no revision, no event); If-Match still holds it to the revision.
-      const b = unchangedLeftOut(req.body, s);
       const ifMatch = parseIfMatch(req);
-      if (Object.keys(b).length === 0) {
-        if (ifMatch !== undefined && ifMatch !== s.revision) throw revisionMismatch(s.revision);
-        return send(reply, s);
+      // Each change is written at the revision it was computed from (so a byte count or a retiming never applies
+      // twice); without If-Match a PATCH that lost a race is computed again from the record now.
+      for (let attempt = 0; ; attempt++) {
+        const s = await store.get(req.tenant, req.params.id);
+        try {
+          return send(reply, await patchOnce(s, req.body, req.tenant, ifMatch));
+        } catch (err) {
+          if (err instanceof RevisionMismatch && ifMatch === undefined && attempt < CAS_ATTEMPTS) continue;
+          throw err;
+        }
       }
-      const set: Record<string, string> = { updated_at: String(Date.now()) };
-      const del: string[] = [];
-      const timing: Timing = { cron: s.cron, at: s.at, timezone: s.timezone };
-      if (b.cron !== undefined) Object.assign(timing, { cron: b.cron, at: null });
-      if (b.at !== undefined) Object.assign(timing, { cron: null, at: Date.parse(b.at) });
-      if (b.timezone !== undefined) timing.timezone = b.timezone;
-      const retimed = b.cron !== undefined || b.at !== undefined || b.timezone !== undefined;
-      if (retimed || (b.paused === false && s.paused)) {
-        const next = checkTiming(timing, secondsCron, b.at !== undefined);
-        Object.assign(set, { cron: timing.cron ?? '', at: timing.at ?? '', timezone: timing.timezone });
-        if (next === null) del.push('next_run_at');
-        else set['next_run_at'] = String(next);
-      }
-      if (b.session !== undefined) {
-        await checkCreate(app.sessionDeps, req.tenant, b.session);
-        set['session'] = JSON.stringify(b.session);
-      }
-      if (b.overlap !== undefined) set['overlap'] = b.overlap;
-      if (b.paused !== undefined) set['paused'] = b.paused ? '1' : '0';
-      // The event names every field given, with its value but for `session` (a whole create body).
-      const { session: _session, ...changes } = b;
-      return send(reply, await store.update(s, set, del, { fields: Object.keys(b), ...changes }, ifMatch));
     },
   );
 

@@ -158,7 +158,7 @@ export class SessionExists extends Conflict {
 export class RevisionMismatch extends DomainError {
   constructor(
     readonly revision: number,
-    what: 'session' | 'webhook' | 'tool' | 'MCP server' = 'session',
+    what: 'session' | 'webhook' | 'tool' | 'MCP server' | 'schedule' = 'session',
   ) {
     super('revision_mismatch', `The ${what} is at revision ${revision}.`, { revision });
   }

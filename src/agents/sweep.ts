@@ -194,7 +194,7 @@ export class AgentSweep {
         [{ tool_use_id: toolUseId, ...result }],
         true,
         undefined,
-        hincr,
+        { hincr: hincr ?? {} },
       );
     } catch (err) {
       if (err instanceof Conflict || err instanceof NotFound) return;

@@ -1,9 +1,12 @@
 import { Cron } from 'croner';
 
 /**
- * When a schedule fires, from croner (DST-correct, IANA time zones). A cron has 5 fields (minute precision, so
- * fires are at least a minute apart); with `seconds` (SCHEDULES_TEST_SECONDS, tests only) 6 fields, the first
- * being seconds.
+ * When a schedule fires: a cron matches wall-clock times of its IANA time zone (croner matches them, on a timeline of
+ * wall-clock times written as UTC), and each wall-clock time is then placed in real time. A time that does not exist
+ * (a spring-forward gap) fires at the first instant after the gap — once, however many times of the gap match — and
+ * a time that exists twice (a fall-back hour) fires at its first occurrence only. A cron has 5 fields (minute
+ * precision, so fires are at least a minute apart); with `seconds` (SCHEDULES_TEST_SECONDS, tests only) 6 fields,
+ * the first being seconds.
  */
 
 export interface Timing {
@@ -40,11 +43,71 @@ function build(expr: string, timezone: string): Cron {
   return new Cron(expr, { timezone, paused: true, mode: fields === 6 ? '6-part' : '5-part' });
 }
 
+/** Matched wall-clock times looked at, at most, for one fire (a cron matching only in gaps or repeated hours). */
+const MAX_CANDIDATES = 1000;
+const DAY_MS = 86_400_000;
+
+const formats = new Map<string, Intl.DateTimeFormat>();
+
+/** The wall-clock time of instant `ms` in `tz`, written as a UTC time (ms). */
+function wallOf(ms: number, tz: string): number {
+  let f = formats.get(tz);
+  if (!f) {
+    if (formats.size > 1000) formats.clear();
+    f = new Intl.DateTimeFormat('en-US', {
+      timeZone: tz,
+      hourCycle: 'h23',
+      year: 'numeric',
+      month: 'numeric',
+      day: 'numeric',
+      hour: 'numeric',
+      minute: 'numeric',
+      second: 'numeric',
+    });
+    formats.set(tz, f);
+  }
+  const p: Record<string, number> = {};
+  for (const part of f.formatToParts(ms)) if (part.type !== 'literal') p[part.type] = Number(part.value);
+  const whole = Date.UTC(p['year']!, p['month']! - 1, p['day']!, p['hour'], p['minute'], p['second']);
+  return whole + (((ms % 1000) + 1000) % 1000);
+}
+
+/**
+ * The instant wall-clock time `wall` stands for in `tz`: its first occurrence, or, for a time in a gap, the first
+ * instant after the gap.
+ */
+function instantOf(wall: number, tz: string): number {
+  const before = wallOf(wall - DAY_MS, tz) - (wall - DAY_MS);
+  const after = wallOf(wall + DAY_MS, tz) - (wall + DAY_MS);
+  // The offsets a day either side cover any transition near `wall`; the earlier instant is the first occurrence.
+  const found = [wall - before, wall - after].filter((t) => wallOf(t, tz) === wall).sort((a, b) => a - b);
+  if (found.length > 0) return found[0]!;
+  // In a gap: the first instant whose wall-clock time is past `wall`, between the two readings (to the second).
+  let lo = Math.min(wall - before, wall - after);
+  let hi = Math.max(wall - before, wall - after);
+  while (hi - lo > 1000) {
+    const mid = lo + Math.floor((hi - lo) / 2000) * 1000;
+    if (wallOf(mid, tz) > wall) hi = mid;
+    else lo = mid;
+  }
+  return hi;
+}
+
 /** The first fire strictly after `afterMs`, or null when there is none (a one-shot `at` fired, a cron ended). */
 export function nextFire(t: Timing, afterMs: number): number | null {
   if (t.at !== null) return t.at > afterMs ? t.at : null;
-  const next = build(t.cron ?? '', t.timezone).nextRun(new Date(afterMs));
-  return next ? next.getTime() : null;
+  const cron = build(t.cron ?? '', 'Etc/UTC');
+  let wall = wallOf(afterMs, t.timezone);
+  for (let i = 0; i < MAX_CANDIDATES; i++) {
+    const next = cron.nextRun(new Date(wall));
+    if (!next) return null;
+    wall = next.getTime();
+    const at = instantOf(wall, t.timezone);
+    // A time already passed in real time: the second occurrence of a repeated hour's time, or a gap's time whose
+    // instant (the gap's end) fired already.
+    if (at > afterMs) return at;
+  }
+  return null;
 }
 
 /**
@@ -53,6 +116,14 @@ export function nextFire(t: Timing, afterMs: number): number | null {
  */
 export function newestMissed(t: Timing, dueMs: number, nowMs: number): number {
   if (t.at !== null || t.cron === null) return dueMs;
-  const prev = build(t.cron, t.timezone).previousRuns(1, new Date(nowMs + 1))[0];
-  return prev && prev.getTime() > dueMs ? prev.getTime() : dueMs;
+  const cron = build(t.cron, 'Etc/UTC');
+  let wall = wallOf(nowMs, t.timezone) + 1;
+  for (let i = 0; i < MAX_CANDIDATES; i++) {
+    const prev = cron.previousRuns(1, new Date(wall))[0];
+    if (!prev || prev.getTime() <= wallOf(dueMs, t.timezone) - DAY_MS) break;
+    wall = prev.getTime();
+    const at = instantOf(wall, t.timezone);
+    if (at <= nowMs) return at > dueMs ? at : dueMs;
+  }
+  return dueMs;
 }

@@ -57,7 +57,8 @@ export interface ScheduleRecord {
 const num = (v: string | undefined) => (v === undefined || v === '' ? null : Number(v));
 
 export function decodeSchedule(id: string, h: Record<string, string>): ScheduleRecord | null {
-  if (!h['tenant'] || !h['created_at']) return null;
+  // A session's hash has the same layout (and `tenant`, `created_at`): only a schedule's id and hash are one.
+  if (!id.startsWith('sch_') || h['id'] !== undefined || !h['tenant'] || !h['created_at']) return null;
   return {
     id,
     tenant: h['tenant'],

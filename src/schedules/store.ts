@@ -1,4 +1,4 @@
-import { quotaExceeded, revisionMismatch, NotFound, InvalidRequest } from '../errors.js';
+import { quotaExceeded, RevisionMismatch, NotFound, InvalidRequest } from '../errors.js';
 import { channelName, eventsChannel } from '../store/keys.js';
 import { defineLuaCommands, type RedisClient } from '../store/lua-commands.js';
 import { EVENT_LOG_MAX_BYTES, NOTICE_MAX_BYTES, type SessionStore } from '../store/store.js';
@@ -93,7 +93,7 @@ export class ScheduleStore {
     );
     if (code !== 1 && grow > 0) await this.sessions.chargeBytes(tenant, -grow);
     if (code === 0) throw scheduleNotFound();
-    if (code === -1) throw revisionMismatch(rev);
+    if (code === -1) throw new RevisionMismatch(rev, 'schedule');
     if (grow < 0) await this.sessions.chargeBytes(tenant, grow);
     return this.resync(id).then((s) => s ?? Promise.reject(scheduleNotFound()));
   }
@@ -101,7 +101,7 @@ export class ScheduleStore {
   /** Deletes the schedule's keys, then its index and due entries. The sessions it created are kept. */
   async remove(tenant: string, id: string, revision?: number): Promise<void> {
     const s = await this.get(tenant, id);
-    if (revision !== undefined && revision !== s.revision) throw revisionMismatch(s.revision);
+    if (revision !== undefined && revision !== s.revision) throw new RevisionMismatch(s.revision, 'schedule');
     const k = scheduleKeys(id);
     if ((await this.redis.del(k.meta, k.events, k.runs)) > 0)
       await this.sessions.chargeBytes(tenant, -s.session.length);

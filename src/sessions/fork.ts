@@ -1,7 +1,7 @@
 /** `POST /v1/sessions/:id/fork`: a new idle session with a source's history up to one of its iteration records. */
 import type { z } from 'zod';
 import { NotFound, badRequest } from '../errors.js';
-import type { forkBody } from '../schemas.js';
+import { isAgentTool, type forkBody } from '../schemas.js';
 import {
   newSessionId,
   recordCount,
@@ -76,7 +76,11 @@ export async function forkSession(
     control: '',
     // A fork's history is its own: its first run starts a new thread.
     thread: null,
+    // A fork of a sub-agent's session answers no call of its parent: it is a session of its own.
+    parent: null,
   };
+  // Its own sub-agents' calls are watched as a created session's are (create.ts, src/agents/sweep.ts).
+  if (forked.tools.some(isAgentTool)) await store.runs.watchTree(forked.id, Date.now() + 60_000);
   await insertSession(deps, forked, history, kept, { forked_from: id });
   return forked;
 }

@@ -40,6 +40,11 @@ export interface Plan {
   queued?: boolean;
   /** Done after the write (a control message to the run). */
   after?: () => Promise<void>;
+  /**
+   * False: a run starts even over the tenant's daily dollar cap (the service's own answers, which must land: the
+   * run stops before its model request).
+   */
+  costCap?: boolean;
 }
 
 /** 412 unless the session is at the revision the client pinned with If-Match. */
@@ -70,7 +75,7 @@ export async function mutate(
     checkIfMatch(s, ifMatch);
     const p = await plan(s);
     try {
-      await store.apply(id, p.guard ?? { rev: s.revision }, p.ops, tenant);
+      await store.apply(id, p.guard ?? { rev: s.revision }, p.ops, tenant, { costCap: p.costCap ?? true });
     } catch (err) {
       const moved =
         (err instanceof RevisionMismatch && ifMatch === undefined) ||

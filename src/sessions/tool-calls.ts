@@ -6,7 +6,7 @@ import { assertActionOpen } from './deadlines.js';
 import { blocksOf, pendingToolCalls } from '../history.js';
 import type { decisionBody, toolResultBody, toolResultsBody } from '../schemas.js';
 import { encodeResult, setResult, type PendingStep, type ToolResult } from '../store/pending.js';
-import type { SessionState } from '../store/session-state.js';
+import { recordCount, type SessionState } from '../store/session-state.js';
 import type { ApplyOps } from '../store/apply-ops.js';
 import { mutate, runOps, statusOps, type MutationResult, type SessionDeps } from './mutate.js';
 import { sessionView } from './view.js';
@@ -152,8 +152,9 @@ export function submitResults(
   results: ResultInput[],
   go: boolean,
   ifMatch?: number,
-  hincr?: Record<string, number>,
+  service?: { hincr: Record<string, number> },
 ): Promise<MutationResult> {
+  const hincr = service?.hincr;
   return mutate(deps, tenant, id, ifMatch, async (s) => {
     assertActionOpen(s);
     if (s.status !== 'requires_action' || !s.pending) {
@@ -173,6 +174,9 @@ export function submitResults(
         ...(hincr ? { hincr: { ...st.hincr, ...hincr } } : {}),
       },
       starts: goes,
+      // The service's own answer (a sub-agent's result) lands over the tenant's daily cap too: the run it starts
+      // stops before its model request (`tenant_budget_exhausted`).
+      ...(service ? { costCap: false } : {}),
     };
   });
 }
@@ -202,10 +206,11 @@ export function continueRun(
       // A fresh iteration budget: the run goes on from the tool results it stopped after.
       return { ops: runOps(s), starts: true };
     }
-    // A history given by `PUT …/messages` (or at create, not started) that ends where the runner would go on — a user
-    // turn, or a reply whose calls are not answered (`setMessagesParams` keeping the reply under review): as the
-    // runner does, the calls run and the next turn is sent.
-    if (s.status === 'idle' && (await endsWithTurnToSend(deps, s.id)))
+    // A history given by `PUT …/messages` (or at create, not started) and not run since, that ends where the runner
+    // would go on — a user turn, or a reply whose calls are not answered (`setMessagesParams` keeping the reply under
+    // review): as the runner does, the calls run and the next turn is sent. A run's own stop is not continued.
+    const given = recordCount(s) === Math.max(0, s.replacedAt);
+    if (s.status === 'idle' && given && (await endsWithTurnToSend(deps, s.id)))
       return { ops: runOps(s), starts: true };
     if (s.status !== 'requires_action' || !s.pending)
       throw conflict('nothing_to_continue', `The session is ${s.status}.`);

@@ -68,3 +68,41 @@ describe('a sub-agent call timed out by its parent', { timeout: 60_000 }, () => 
     assert.equal(after.usage.children.cost_usd, child.usage.cost_usd);
   });
 });
+
+describe('a sub-agent whose spend takes the tenant over its daily cap', { timeout: 60_000 }, () => {
+  let h: Harness;
+  before(async () => {
+    h = await startHarness({ env: { AGENT_SWEEP_MS: '50', TENANT_MAX_COST_USD_PER_DAY: '0.01' } });
+    // The researcher's answer costs $0.015 on claude-sonnet-5-5: the day is over the cap once it is counted.
+    h.fake.setHandler((req) => {
+      if (systemOf(req).includes('researcher'))
+        return text('Findings.', { usage: { input_tokens: 1000, output_tokens: 1300 } });
+      const last = req.messages.at(-1);
+      const answered = Array.isArray(last?.content) && last.content.some((b) => b.type === 'tool_result');
+      return answered ? text('Never sent.') : toolCall('researcher', { prompt: 'Why?' });
+    });
+  });
+  after(async () => h?.close());
+
+  it("its result still answers the call, and the parent's run stops before its next request", async () => {
+    const res = await h.api.post('/v1/sessions', {
+      system: 'You are a writer.',
+      input: 'Write.',
+      tools: [
+        {
+          type: 'agent',
+          name: 'researcher',
+          description: 'Researches.',
+          session: { system: 'You are a researcher.' },
+        },
+      ],
+    });
+    assert.equal(res.status, 201, JSON.stringify(res.body));
+    const parent = await h.api.waitFor(res.body.id, (s) => s.status === 'idle', 30_000);
+    assert.equal(parent.stop_reason, 'tenant_budget_exhausted');
+    assert.equal(parent.usage.children.cost_usd, 0.015);
+    const history = (await h.api.get(`/v1/sessions/${parent.id}/messages`)).body.data;
+    assert.match(JSON.stringify(history.at(-1).content), /Findings\./);
+    assert.equal(h.fake.requests.length, 2, "the parent's first turn and the child's");
+  });
+});

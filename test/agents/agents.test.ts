@@ -237,6 +237,26 @@ describe('sub-agents', { timeout: 120_000 }, () => {
     );
   });
 
+  it("a fork of a tree is a session of its own: its sub-agents run for it, and a child's fork answers no parent", async () => {
+    const p = (
+      await a.post('/v1/sessions', { system: 'You are a writer.', input: 'Sky?', tools: [researcher()] })
+    ).body;
+    const done = await a.waitFor(p.id, (s) => s.status === 'idle', 30_000);
+    const [child] = (await a.get(`/v1/sessions/${p.id}/children`)).body.data;
+    // Forked before the writer's first reply, then sent on: its own researcher answers it.
+    const f = (await a.post(`/v1/sessions/${p.id}/fork`, { at_iteration: 0 })).body;
+    assert.equal((await a.post(`/v1/sessions/${f.id}/continue`)).status, 202);
+    const forked = await a.waitFor(f.id, (s) => s.status === 'idle', 30_000);
+    assert.equal(forked.stop_reason, 'end_turn');
+    const own = (await a.get(`/v1/sessions/${f.id}/children`)).body.data;
+    assert.equal(own.length, 1);
+    assert.notEqual(own[0].id, child.id);
+    // A fork of the child is no child: nothing of the writer's is answered by it.
+    const cf = (await a.post(`/v1/sessions/${child.id}/fork`, { at_iteration: 0 })).body;
+    assert.equal(cf.parent, null);
+    assert.equal((await a.get(`/v1/sessions/${p.id}`)).body.revision, done.revision);
+  });
+
   it('a sub-agent added by PATCH works as one given at create', async () => {
     const s = (await a.post('/v1/sessions', { system: 'You are a writer.', input: 'x', start: false })).body;
     const bad = await a.req('PATCH', `/v1/sessions/${s.id}`, { tools: [researcher({ messages: [] })] });

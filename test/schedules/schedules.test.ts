@@ -58,6 +58,37 @@ describe('schedule times (croner)', () => {
     assert.equal(cronProblem('@daily', 'UTC', false), 'a cron expression has 5 fields');
     assert.equal(cronProblem('*/5 9-17 * * MON-FRI', 'UTC', false), null);
   });
+
+  it('lists, ranges and steps follow the same DST rules: a repeated hour fires once, a gap once after it', () => {
+    const fires = (cron: string, from: string, n: number) => {
+      const t = { cron, at: null, timezone: 'America/New_York' };
+      const out: string[] = [];
+      let x = Date.parse(from);
+      for (let i = 0; i < n; i++) out.push(new Date((x = nextFire(t, x)!)).toISOString());
+      return out;
+    };
+    // 1 November 2026: 01:00–01:59 happens twice (EDT, then EST). Each time of it fires once, at its first occurrence.
+    assert.deepEqual(fires('30 1,2 * * *', '2026-11-01T03:00:00Z', 3), [
+      '2026-11-01T05:30:00.000Z',
+      '2026-11-01T07:30:00.000Z',
+      '2026-11-02T06:30:00.000Z',
+    ]);
+    assert.deepEqual(fires('*/30 1 * * *', '2026-11-01T03:00:00Z', 3), [
+      '2026-11-01T05:00:00.000Z',
+      '2026-11-01T05:30:00.000Z',
+      '2026-11-02T06:00:00.000Z',
+    ]);
+    // 14 March 2027: 02:00–02:59 does not exist. Its times fire once, at 03:00 EDT; 03:30 still fires.
+    assert.deepEqual(fires('*/15 2 * * *', '2027-03-14T05:00:00Z', 2), [
+      '2027-03-14T07:00:00.000Z',
+      '2027-03-15T06:00:00.000Z',
+    ]);
+    assert.deepEqual(fires('30 2,3 * * *', '2027-03-14T05:00:00Z', 3), [
+      '2027-03-14T07:00:00.000Z',
+      '2027-03-14T07:30:00.000Z',
+      '2027-03-15T06:30:00.000Z',
+    ]);
+  });
 });
 
 describe('schedules', { timeout: 240_000 }, () => {
@@ -374,6 +405,50 @@ describe('schedules', { timeout: 240_000 }, () => {
     }
   });
 
+  it('a one-shot `at` does not fire again: a PATCH after its fire, or a resume after it passed, leaves it done', async () => {
+    const s = (
+      await a.post('/v1/schedules', {
+        at: new Date(Date.now() + 300).toISOString(),
+        session: { input: 'once' },
+      })
+    ).body;
+    await until(
+      async () => (await a.get(`/v1/schedules/${s.id}`)).body.fires === 1 || null,
+      20_000,
+      'its fire',
+    );
+    const p = await a.req('PATCH', `/v1/schedules/${s.id}`, { timezone: 'Europe/Paris' });
+    assert.equal(p.status, 200, JSON.stringify(p.body));
+    assert.equal(p.body.next_run_at, null);
+    // A paused one whose time has passed (a second ago: within the minute `at` may lie in the past).
+    const paused = (
+      await a.post('/v1/schedules', {
+        at: new Date(Date.now() - 1000).toISOString(),
+        paused: true,
+        session: { input: 'x' },
+      })
+    ).body;
+    const resumed = await a.req('PATCH', `/v1/schedules/${paused.id}`, { paused: false });
+    assert.equal(resumed.status, 200);
+    assert.equal(resumed.body.next_run_at, null, 'a fire missed while paused is not made up');
+    assert.equal((await a.get(`/v1/schedules/${s.id}`)).body.fires, 1);
+    for (const id of [s.id, paused.id]) await a.req('DELETE', `/v1/schedules/${id}`);
+  });
+
+  it("the schedule routes know no session: a session's id is 404 there and the session is untouched", async () => {
+    const ses = (await a.post('/v1/sessions', { input: 'mine', start: false })).body;
+    assert.equal((await a.get(`/v1/schedules/${ses.id}`)).status, 404);
+    const p = await a.req('PATCH', `/v1/schedules/${ses.id}`, {
+      cron: '* * * * * *',
+      session: { input: 'boom' },
+    });
+    assert.equal(p.status, 404);
+    assert.equal(p.body.error.code, 'schedule_not_found');
+    assert.equal((await a.req('DELETE', `/v1/schedules/${ses.id}`)).status, 404);
+    const after = (await a.get(`/v1/sessions/${ses.id}`)).body;
+    assert.equal(after.revision, ses.revision);
+  });
+
   it('a fire refused by a quota is recorded as skipped', async () => {
     const qRedis = await startTestRedis();
     const q = await startHarness({
@@ -430,6 +505,29 @@ describe(
       assert.equal((await h.api.as('key-b').post('/v1/schedules', body('c'))).status, 201);
       assert.equal((await a.req('DELETE', `/v1/schedules/${first.body.id}`)).status, 200);
       assert.equal((await a.post('/v1/schedules', body('b'))).status, 201);
+    });
+
+    it('concurrent PATCHes of the create body charge what is stored, once', async () => {
+      const c = h.api.as('key-b');
+      const r = new Redis(h.redis.url);
+      try {
+        const bytes = async () => Number(await r.get('t:{b}:bytes'));
+        const before = await bytes();
+        const s = (await c.post('/v1/schedules', { cron: '0 3 * * *', session: { input: 'x' } })).body;
+        const stored = () => r.hstrlen(`s:{${s.id}}`, 'session');
+        assert.equal(await bytes(), before + (await stored()));
+        const patches = await Promise.all(
+          Array.from({ length: 10 }, (_, i) =>
+            c.req('PATCH', `/v1/schedules/${s.id}`, { session: { input: `${i}`.repeat(20_000) } }),
+          ),
+        );
+        assert.deepEqual(new Set(patches.map((x) => x.status)), new Set([200]));
+        assert.equal(await bytes(), before + (await stored()), 'the body stored, counted once');
+        assert.equal((await c.req('DELETE', `/v1/schedules/${s.id}`)).status, 200);
+        assert.equal(await bytes(), before);
+      } finally {
+        r.disconnect();
+      }
     });
   },
 );
