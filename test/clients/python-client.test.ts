@@ -48,7 +48,10 @@ async function cuttableProxy(port: number) {
 describe('the Python client', () => {
   let h: Harness;
   before(async () => {
-    h = await startHarness({ env: { API_KEYS: KEYS, WEBHOOK_ALLOW_PRIVATE: 'true' } });
+    // Heartbeats every 200 ms: wait_for's deadline must hold while they keep its stream busy.
+    h = await startHarness({
+      env: { API_KEYS: KEYS, WEBHOOK_ALLOW_PRIVATE: 'true', STREAM_HEARTBEAT_MS: '200' },
+    });
   });
   after(async () => h.close());
 
@@ -64,7 +67,7 @@ describe('the Python client', () => {
         PYTHONDONTWRITEBYTECODE: '1',
       },
       stdio: ['ignore', 'pipe', 'pipe'],
-      timeout: 120_000,
+      timeout: 240_000,
     });
     let output = '';
     child.stdout.on('data', (d: Buffer) => (output += d.toString()));

@@ -2,6 +2,12 @@
 
 Each method builds one request and hands it to ``self._call``: in ``Client`` that sends it and returns the decoded
 answer, in ``AsyncClient`` it returns an awaitable of it. So the one method list serves both.
+
+Every ``/v1`` route that answers JSON has a method here (README: "Routes"); the exceptions are the AI SDK chat
+transport (``POST /v1/chat``, ``GET /v1/chat/:id/stream``: UI message streams for ``useChat``) and the WebSocket
+``GET /v1/sessions/:id/stream`` (``follow()`` reads the same events over SSE). Mutations: every POST takes
+``idempotency_key`` (the service honours ``Idempotency-Key`` on POST only), and every route that honours
+``If-Match`` takes ``if_match`` (the resource's revision).
 """
 from __future__ import annotations
 
@@ -16,10 +22,12 @@ Query = Dict[str, Union[str, int, None]]
 
 #: Statuses worth another attempt when the request is safe to repeat.
 RETRY_STATUSES = frozenset({429, 502, 503, 504})
+#: Seconds a claim's answer may take beyond its ``wait_ms`` (the service answers at ``wait_ms`` at the latest).
+CLAIM_MARGIN_S = 30.0
 
 
 class Request:
-    __slots__ = ("method", "path", "json", "params", "headers", "retry")
+    __slots__ = ("method", "path", "json", "params", "headers", "retry", "timeout_s")
 
     def __init__(
         self,
@@ -29,6 +37,7 @@ class Request:
         params: Optional[Query] = None,
         headers: Optional[Dict[str, str]] = None,
         retry: bool = False,
+        timeout_s: Optional[float] = None,
     ) -> None:
         self.method = method
         self.path = path
@@ -37,6 +46,8 @@ class Request:
         self.headers = headers or {}
         # GETs, and POSTs carrying an Idempotency-Key, may be sent again.
         self.retry = retry or method == "GET" or "Idempotency-Key" in self.headers
+        # Seconds to wait for the answer when the client's default does not fit (a long-poll); None: the default.
+        self.timeout_s = timeout_s
 
 
 def _seg(value: str) -> str:
@@ -52,6 +63,11 @@ def _mutation_headers(if_match: Optional[int], idempotency_key: Optional[str]) -
     return headers
 
 
+def _some(**fields: Any) -> Dict[str, Any]:
+    """The fields given (not None): what a body sends of a method's optional arguments."""
+    return {k: v for k, v in fields.items() if v is not None}
+
+
 def backoff_s(attempt: int, error: Optional[ApiError]) -> float:
     """Retry-After when the service gave one, else 0.5 s·2ⁿ capped at 8 s, with jitter."""
     if error is not None and error.retry_after is not None:
@@ -60,14 +76,17 @@ def backoff_s(attempt: int, error: Optional[ApiError]) -> float:
 
 
 class Routes:
-    """Every route of the service's REST API as a method."""
+    """Every ``/v1`` route of the service that answers JSON, as a method (see the module's docstring)."""
 
     def _call(self, request: Request) -> Any:  # pragma: no cover - provided by the client classes
         raise NotImplementedError
 
+    def _post(self, path: str, body: Any, if_match: Optional[int], idempotency_key: Optional[str]) -> Any:
+        return self._call(Request("POST", path, body, headers=_mutation_headers(if_match, idempotency_key)))
+
     # Sessions
     def create_session(self, body: Mapping[str, Any], *, idempotency_key: Optional[str] = None) -> Any:
-        return self._call(Request("POST", "/v1/sessions", dict(body), headers=_mutation_headers(None, idempotency_key)))
+        return self._post("/v1/sessions", dict(body), None, idempotency_key)
 
     def get_session(self, session_id: str) -> Any:
         return self._call(Request("GET", f"/v1/sessions/{_seg(session_id)}"))
@@ -75,16 +94,29 @@ class Routes:
     def list_sessions(self, *, limit: Optional[int] = None, cursor: Optional[str] = None, status: Optional[str] = None) -> Any:
         return self._call(Request("GET", "/v1/sessions", params={"limit": limit, "cursor": cursor, "status": status}))
 
-    def delete_session(self, session_id: str) -> Any:
-        return self._call(Request("DELETE", f"/v1/sessions/{_seg(session_id)}"))
+    def delete_session(self, session_id: str, *, if_match: Optional[int] = None) -> Any:
+        return self._call(Request("DELETE", f"/v1/sessions/{_seg(session_id)}", headers=_mutation_headers(if_match, None)))
 
     def update_session(self, session_id: str, changes: Mapping[str, Any], *, if_match: Optional[int] = None) -> Any:
         return self._call(
             Request("PATCH", f"/v1/sessions/{_seg(session_id)}", dict(changes), headers=_mutation_headers(if_match, None))
         )
 
-    def get_messages(self, session_id: str) -> Any:
-        return self._call(Request("GET", f"/v1/sessions/{_seg(session_id)}/messages"))
+    def get_messages(self, session_id: str, *, include: Optional[str] = None) -> Any:
+        """The history; ``include="compacted"`` adds what each compaction summarized."""
+        return self._call(Request("GET", f"/v1/sessions/{_seg(session_id)}/messages", params={"include": include}))
+
+    def replace_messages(
+        self, session_id: str, messages: List[Mapping[str, Any]], *, if_match: Optional[int] = None
+    ) -> Any:
+        """``PUT …/messages``: replaces the whole history of an idle, failed or reviewing session."""
+        body = {"messages": [dict(m) for m in messages]}
+        path = f"/v1/sessions/{_seg(session_id)}/messages"
+        return self._call(Request("PUT", path, body, headers=_mutation_headers(if_match, None)))
+
+    def list_children(self, session_id: str) -> Any:
+        """The sessions the session's sub-agent calls created."""
+        return self._call(Request("GET", f"/v1/sessions/{_seg(session_id)}/children"))
 
     def list_iterations(self, session_id: str) -> Any:
         return self._call(Request("GET", f"/v1/sessions/{_seg(session_id)}/iterations"))
@@ -110,14 +142,7 @@ class Routes:
         body: Dict[str, Any] = {"content": content}
         if interrupt:
             body["interrupt"] = True
-        return self._call(
-            Request(
-                "POST",
-                f"/v1/sessions/{_seg(session_id)}/messages",
-                body,
-                headers=_mutation_headers(if_match, idempotency_key),
-            )
-        )
+        return self._post(f"/v1/sessions/{_seg(session_id)}/messages", body, if_match, idempotency_key)
 
     def decide_tool_call(
         self,
@@ -128,6 +153,7 @@ class Routes:
         input: Optional[Mapping[str, Any]] = None,  # noqa: A002 - the API's field name
         reason: Optional[str] = None,
         if_match: Optional[int] = None,
+        idempotency_key: Optional[str] = None,
     ) -> Any:
         body: Dict[str, Any] = {"decision": decision}
         if input is not None:
@@ -135,7 +161,7 @@ class Routes:
         if reason is not None:
             body["reason"] = reason
         path = f"/v1/sessions/{_seg(session_id)}/tool-calls/{_seg(tool_use_id)}"
-        return self._call(Request("POST", path, body, headers=_mutation_headers(if_match, None)))
+        return self._post(path, body, if_match, idempotency_key)
 
     def approve(self, session_id: str, tool_use_id: str, **kw: Any) -> Any:
         return self.decide_tool_call(session_id, tool_use_id, "approve", **kw)
@@ -151,52 +177,215 @@ class Routes:
         return self._call(Request("PUT", path, body, headers=_mutation_headers(if_match, None)))
 
     def submit_tool_results(
-        self, session_id: str, results: List[Mapping[str, Any]], *, continue_run: bool = True, if_match: Optional[int] = None
+        self,
+        session_id: str,
+        results: List[Mapping[str, Any]],
+        *,
+        continue_run: bool = True,
+        if_match: Optional[int] = None,
+        idempotency_key: Optional[str] = None,
     ) -> Any:
         body = {"results": [dict(r) for r in results], "continue": continue_run}
-        return self._call(
-            Request("POST", f"/v1/sessions/{_seg(session_id)}/tool-results", body, headers=_mutation_headers(if_match, None))
-        )
+        return self._post(f"/v1/sessions/{_seg(session_id)}/tool-results", body, if_match, idempotency_key)
 
-    def _action(self, session_id: str, action: str, body: Any = None, if_match: Optional[int] = None) -> Any:
-        path = f"/v1/sessions/{_seg(session_id)}/{action}"
-        return self._call(Request("POST", path, body, headers=_mutation_headers(if_match, None)))
+    def _action(
+        self, session_id: str, action: str, body: Any, if_match: Optional[int], idempotency_key: Optional[str]
+    ) -> Any:
+        return self._post(f"/v1/sessions/{_seg(session_id)}/{action}", body, if_match, idempotency_key)
 
-    def continue_run(self, session_id: str, *, if_match: Optional[int] = None) -> Any:
-        return self._action(session_id, "continue", None, if_match)
+    def continue_run(
+        self, session_id: str, *, if_match: Optional[int] = None, idempotency_key: Optional[str] = None
+    ) -> Any:
+        return self._action(session_id, "continue", None, if_match, idempotency_key)
 
-    def cancel(self, session_id: str, *, if_match: Optional[int] = None) -> Any:
-        return self._action(session_id, "cancel", None, if_match)
+    def cancel(self, session_id: str, *, if_match: Optional[int] = None, idempotency_key: Optional[str] = None) -> Any:
+        return self._action(session_id, "cancel", None, if_match, idempotency_key)
 
-    def resume(self, session_id: str, *, if_match: Optional[int] = None) -> Any:
-        return self._action(session_id, "resume", None, if_match)
+    def resume(self, session_id: str, *, if_match: Optional[int] = None, idempotency_key: Optional[str] = None) -> Any:
+        return self._action(session_id, "resume", None, if_match, idempotency_key)
 
-    def retry(self, session_id: str, params: Optional[Mapping[str, Any]] = None, *, if_match: Optional[int] = None) -> Any:
-        return self._action(session_id, "retry", {"params": dict(params)} if params else None, if_match)
+    def retry(
+        self,
+        session_id: str,
+        params: Optional[Mapping[str, Any]] = None,
+        *,
+        if_match: Optional[int] = None,
+        idempotency_key: Optional[str] = None,
+    ) -> Any:
+        return self._action(session_id, "retry", {"params": dict(params)} if params else None, if_match, idempotency_key)
 
-    def compact(self, session_id: str, instructions: Optional[str] = None) -> Any:
-        return self._action(session_id, "compact", {"instructions": instructions} if instructions else None)
+    def compact(
+        self,
+        session_id: str,
+        instructions: Optional[str] = None,
+        *,
+        if_match: Optional[int] = None,
+        idempotency_key: Optional[str] = None,
+    ) -> Any:
+        body = {"instructions": instructions} if instructions else None
+        return self._action(session_id, "compact", body, if_match, idempotency_key)
 
-    def fork(self, session_id: str, at_iteration: Optional[int] = None) -> Any:
-        return self._action(session_id, "fork", {"at_iteration": at_iteration} if at_iteration is not None else {})
+    def fork(
+        self,
+        session_id: str,
+        at_iteration: Optional[int] = None,
+        *,
+        if_match: Optional[int] = None,
+        idempotency_key: Optional[str] = None,
+    ) -> Any:
+        """A new session whose history is this one's up to ``at_iteration``; ``if_match``: the source's revision."""
+        body = {"at_iteration": at_iteration} if at_iteration is not None else {}
+        return self._action(session_id, "fork", body, if_match, idempotency_key)
 
-    # Other resources
+    # Tools: the server's, MCP servers', and the tenant's own (run by workers or an HTTP endpoint)
     def list_tools(self) -> Any:
         return self._call(Request("GET", "/v1/tools"))
 
-    def create_webhook(self, url: str, events: Optional[List[str]] = None, description: Optional[str] = None) -> Any:
+    def put_tool(self, name: str, definition: Mapping[str, Any], *, if_match: Optional[int] = None) -> Any:
+        """Registers (201) or replaces (200) a tenant tool: ``{"description", "input_schema", "runner", …}``."""
+        path = f"/v1/tools/{_seg(name)}"
+        return self._call(Request("PUT", path, dict(definition), headers=_mutation_headers(if_match, None)))
+
+    def get_tool(self, name: str) -> Any:
+        return self._call(Request("GET", f"/v1/tools/{_seg(name)}"))
+
+    def delete_tool(self, name: str, *, if_match: Optional[int] = None) -> Any:
+        return self._call(Request("DELETE", f"/v1/tools/{_seg(name)}", headers=_mutation_headers(if_match, None)))
+
+    # Tool tasks: the worker protocol
+    def claim_tool_tasks(
+        self,
+        tools: List[str],
+        *,
+        max: Optional[int] = None,  # noqa: A002 - the API's field name
+        wait_ms: Optional[int] = None,
+        worker_id: Optional[str] = None,
+        idempotency_key: Optional[str] = None,
+    ) -> Any:
+        """``{"tasks": [...]}``, empty when no call came within ``wait_ms`` (a long-poll: waited for that long)."""
+        body = {"tools": list(tools), **_some(max=max, wait_ms=wait_ms, worker_id=worker_id)}
+        timeout_s = (wait_ms or 0) / 1000 + CLAIM_MARGIN_S
+        headers = _mutation_headers(None, idempotency_key)
+        return self._call(Request("POST", "/v1/tool-tasks/claim", body, headers=headers, timeout_s=timeout_s))
+
+    def heartbeat_tool_task(self, task_id: str, *, idempotency_key: Optional[str] = None) -> Any:
+        return self._post(f"/v1/tool-tasks/{_seg(task_id)}/heartbeat", None, None, idempotency_key)
+
+    def submit_tool_task_result(
+        self, task_id: str, content: Content, *, is_error: bool = False, idempotency_key: Optional[str] = None
+    ) -> Any:
+        """The task's result. With ``idempotency_key`` a 5xx or a lost connection is retried and answers as the first."""
+        body = {"content": content, "is_error": is_error}
+        return self._post(f"/v1/tool-tasks/{_seg(task_id)}/result", body, None, idempotency_key)
+
+    # Tenant MCP servers
+    def put_mcp_server(
+        self, name: str, url: str, *, headers: Optional[Mapping[str, str]] = None, if_match: Optional[int] = None
+    ) -> Any:
         body: Dict[str, Any] = {"url": url}
-        if events is not None:
-            body["events"] = events
-        if description is not None:
-            body["description"] = description
-        return self._call(Request("POST", "/v1/webhooks", body))
+        if headers is not None:
+            body["headers"] = dict(headers)
+        path = f"/v1/mcp-servers/{_seg(name)}"
+        return self._call(Request("PUT", path, body, headers=_mutation_headers(if_match, None)))
+
+    def list_mcp_servers(self) -> Any:
+        return self._call(Request("GET", "/v1/mcp-servers"))
+
+    def get_mcp_server(self, name: str) -> Any:
+        return self._call(Request("GET", f"/v1/mcp-servers/{_seg(name)}"))
+
+    def delete_mcp_server(self, name: str, *, if_match: Optional[int] = None) -> Any:
+        path = f"/v1/mcp-servers/{_seg(name)}"
+        return self._call(Request("DELETE", path, headers=_mutation_headers(if_match, None)))
+
+    # Client tokens (for browsers)
+    def create_client_token(
+        self,
+        session_id: str,
+        scopes: List[str],
+        *,
+        ttl_s: Optional[int] = None,
+        subject: Optional[str] = None,
+        idempotency_key: Optional[str] = None,
+    ) -> Any:
+        body = {"session_id": session_id, "scopes": list(scopes), **_some(ttl_s=ttl_s, subject=subject)}
+        return self._post("/v1/client-tokens", body, None, idempotency_key)
+
+    def delete_client_token(self, token_id: str) -> Any:
+        return self._call(Request("DELETE", f"/v1/client-tokens/{_seg(token_id)}"))
+
+    # Schedules
+    def create_schedule(self, body: Mapping[str, Any], *, idempotency_key: Optional[str] = None) -> Any:
+        return self._post("/v1/schedules", dict(body), None, idempotency_key)
+
+    def list_schedules(self, *, limit: Optional[int] = None, cursor: Optional[str] = None) -> Any:
+        return self._call(Request("GET", "/v1/schedules", params={"limit": limit, "cursor": cursor}))
+
+    def get_schedule(self, schedule_id: str) -> Any:
+        return self._call(Request("GET", f"/v1/schedules/{_seg(schedule_id)}"))
+
+    def update_schedule(self, schedule_id: str, changes: Mapping[str, Any], *, if_match: Optional[int] = None) -> Any:
+        path = f"/v1/schedules/{_seg(schedule_id)}"
+        return self._call(Request("PATCH", path, dict(changes), headers=_mutation_headers(if_match, None)))
+
+    def delete_schedule(self, schedule_id: str, *, if_match: Optional[int] = None) -> Any:
+        path = f"/v1/schedules/{_seg(schedule_id)}"
+        return self._call(Request("DELETE", path, headers=_mutation_headers(if_match, None)))
+
+    def list_schedule_runs(self, schedule_id: str, *, limit: Optional[int] = None, cursor: Optional[str] = None) -> Any:
+        path = f"/v1/schedules/{_seg(schedule_id)}/runs"
+        return self._call(Request("GET", path, params={"limit": limit, "cursor": cursor}))
+
+    def list_schedule_events(self, schedule_id: str, *, after: Optional[str] = None, limit: Optional[int] = None) -> Any:
+        path = f"/v1/schedules/{_seg(schedule_id)}/events"
+        return self._call(Request("GET", path, params={"after": after, "limit": limit}))
+
+    # Webhooks
+    def create_webhook(
+        self,
+        url: str,
+        events: Optional[List[str]] = None,
+        description: Optional[str] = None,
+        *,
+        idempotency_key: Optional[str] = None,
+    ) -> Any:
+        return self._post("/v1/webhooks", {"url": url, **_some(events=events, description=description)}, None, idempotency_key)
 
     def list_webhooks(self) -> Any:
         return self._call(Request("GET", "/v1/webhooks"))
 
-    def delete_webhook(self, webhook_id: str) -> Any:
-        return self._call(Request("DELETE", f"/v1/webhooks/{_seg(webhook_id)}"))
+    def get_webhook(self, webhook_id: str) -> Any:
+        return self._call(Request("GET", f"/v1/webhooks/{_seg(webhook_id)}"))
 
+    def update_webhook(self, webhook_id: str, changes: Mapping[str, Any], *, if_match: Optional[int] = None) -> Any:
+        path = f"/v1/webhooks/{_seg(webhook_id)}"
+        return self._call(Request("PATCH", path, dict(changes), headers=_mutation_headers(if_match, None)))
+
+    def delete_webhook(self, webhook_id: str, *, if_match: Optional[int] = None) -> Any:
+        path = f"/v1/webhooks/{_seg(webhook_id)}"
+        return self._call(Request("DELETE", path, headers=_mutation_headers(if_match, None)))
+
+    def list_webhook_deliveries(self, webhook_id: str, *, limit: Optional[int] = None) -> Any:
+        return self._call(Request("GET", f"/v1/webhooks/{_seg(webhook_id)}/deliveries", params={"limit": limit}))
+
+    def test_webhook(self, webhook_id: str, *, idempotency_key: Optional[str] = None) -> Any:
+        return self._post(f"/v1/webhooks/{_seg(webhook_id)}/test", None, None, idempotency_key)
+
+    # Memory (the memory tool's files of the tenant); paths are relative to /memories, "/" separating directories
     def list_memory(self) -> Any:
         return self._call(Request("GET", "/v1/memory"))
+
+    def get_memory_file(self, path: str) -> Any:
+        return self._call(Request("GET", f"/v1/memory/{quote(path.lstrip('/'), safe='/')}"))
+
+    def delete_memory_file(self, path: str) -> Any:
+        return self._call(Request("DELETE", f"/v1/memory/{quote(path.lstrip('/'), safe='/')}"))
+
+    # Usage and chat history
+    def get_usage(self, *, from_: Optional[str] = None, to: Optional[str] = None) -> Any:
+        """Tokens and cost per UTC day, ``from_``..``to`` as ``YYYY-MM-DD`` (default: today)."""
+        return self._call(Request("GET", "/v1/usage", params={"from": from_, "to": to}))
+
+    def list_chat_messages(self, session_id: str) -> Any:
+        """The history as the AI SDK's ``UIMessage[]``."""
+        return self._call(Request("GET", f"/v1/chat/{_seg(session_id)}/messages"))

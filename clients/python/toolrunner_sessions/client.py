@@ -6,19 +6,23 @@ from __future__ import annotations
 import asyncio
 import json
 import time
-from typing import Any, AsyncIterator, Dict, Iterator, Optional
+from typing import Any, AsyncGenerator, AsyncIterator, Dict, FrozenSet, Generator, Iterator, Optional
 
 import httpx
 
 from . import errors
-from ._base import RETRY_STATUSES, Request, Routes, backoff_s
+from ._base import RETRY_STATUSES, Request, Routes, _seg, backoff_s
 from .errors import ApiError, CursorExpiredError, error_from_response
 from .sse import SseParser
 
 TERMINAL = frozenset({"idle", "failed"})
 DEFAULT_TIMEOUT = httpx.Timeout(30.0, connect=5.0)
 #: Reading an SSE stream: the service sends a heartbeat at least every 15 s, so 45 s of silence is a dead link.
-STREAM_TIMEOUT = httpx.Timeout(5.0, read=45.0)
+STREAM_READ_S = 45.0
+STREAM_CONNECT_S = 5.0
+#: How far past its deadline ``wait_for`` may return (seconds): a stream whose reads could outlast it by more is
+#: reopened with the time that is left as its read timeout.
+DEADLINE_SLACK_S = 0.5
 
 
 def _headers(api_key: Optional[str]) -> Dict[str, str]:
@@ -29,15 +33,50 @@ def _headers(api_key: Optional[str]) -> Dict[str, str]:
 
 
 def _decode(response: httpx.Response) -> Any:
+    """The answer's body (decoded JSON, else its text; None for an empty 2xx), or the ApiError of a non-2xx.
+
+    The status is looked at first: a 502/504 from a proxy often has no body, and is an error all the same.
+    """
+    if response.status_code >= 400:
+        try:
+            body: Any = response.json() if response.content else None
+        except ValueError:
+            body = response.text
+        raise error_from_response(response.status_code, body, response.headers)
     if response.status_code == 204 or not response.content:
         return None
     try:
-        body = response.json()
+        return response.json()
     except ValueError:
-        body = response.text
-    if response.status_code >= 400:
-        raise error_from_response(response.status_code, body, response.headers)
-    return body
+        return response.text
+
+
+def _timeout(request: Request) -> Any:
+    return httpx.USE_CLIENT_DEFAULT if request.timeout_s is None else httpx.Timeout(request.timeout_s, connect=5.0)
+
+
+def _left(deadline: Optional[float], cap: float) -> float:
+    """Seconds until ``deadline`` (monotonic), at most ``cap`` (``cap`` when there is none); TimeoutError once past."""
+    if deadline is None:
+        return cap
+    left = deadline - time.monotonic()
+    if left <= 0:
+        raise TimeoutError("the deadline passed")
+    return min(left, cap)
+
+
+def _stream_timeout(read_s: float) -> httpx.Timeout:
+    return httpx.Timeout(min(STREAM_CONNECT_S, read_s), read=read_s)
+
+
+def _outlasts(deadline: Optional[float], read_s: float) -> bool:
+    """Whether the stream's next read, bounded by ``read_s``, could end past ``deadline`` by more than the slack.
+
+    httpx fixes a stream's read timeout when it opens, and heartbeats (every 15 s) end each read early, so a read
+    timeout alone never trips a deadline: the stream is reopened (after its last event, so nothing is lost) with the
+    time that is left instead.
+    """
+    return deadline is not None and read_s - (deadline - time.monotonic()) > DEADLINE_SLACK_S
 
 
 class _Follow:
@@ -84,6 +123,22 @@ def _final(event: Dict[str, Any]) -> bool:
     return event.get("type") == "session.deleted"
 
 
+def _newer_match(event: Dict[str, Any], revision: int, statuses: FrozenSet[str]) -> bool:
+    """A ``session.status`` event to one of ``statuses``, newer than the session read at ``revision``.
+
+    Every status change writes such an event at the revision it makes, so one at or below ``revision`` (replayed
+    from the log) is already part of what that read saw; one without a revision is taken as newer.
+    """
+    if event.get("type") != "session.status" or (event.get("data") or {}).get("status") not in statuses:
+        return False
+    event_revision = event.get("revision")
+    return event_revision is None or event_revision > revision
+
+
+def _deleted(session_id: str) -> ApiError:
+    return ApiError(404, "session_not_found", f"Session {session_id} was deleted.")
+
+
 class Client(Routes):
     """A synchronous client. ``with Client(base_url, api_key) as c: c.create_session({...})``."""
 
@@ -113,7 +168,12 @@ class Client(Routes):
         while True:
             try:
                 response = self._http.request(
-                    request.method, request.path, json=request.json, params=request.params, headers=request.headers
+                    request.method,
+                    request.path,
+                    json=request.json,
+                    params=request.params,
+                    headers=request.headers,
+                    timeout=_timeout(request),
                 )
                 return _decode(response)
             except ApiError as err:
@@ -145,11 +205,20 @@ class Client(Routes):
         after ``session.deleted``; raises ``CursorExpiredError`` when the log no longer holds the cursor, and
         ``ApiError`` for 401/404. Break out of the loop to stop.
         """
-        state = _Follow(after, max_reconnects)
-        path = f"/v1/sessions/{session_id}/events"
+        return self._follow(session_id, _Follow(after, max_reconnects), None)
+
+    def _follow(
+        self, session_id: str, state: _Follow, deadline: Optional[float]
+    ) -> Generator[Dict[str, Any], None, None]:
+        """``follow()``, and with a ``deadline`` (monotonic) raising TimeoutError once it passes, waiting or reading."""
+        path = f"/v1/sessions/{_seg(session_id)}/events"
         while True:
+            read_s = _left(deadline, STREAM_READ_S)
+            err: Optional[BaseException] = None
             try:
-                with self._http.stream("GET", path, headers=state.headers(), timeout=STREAM_TIMEOUT) as response:
+                with self._http.stream(
+                    "GET", path, headers=state.headers(), timeout=_stream_timeout(read_s)
+                ) as response:
                     if response.status_code >= 400:
                         response.read()
                         _decode(response)
@@ -162,27 +231,48 @@ class Client(Routes):
                             yield event
                             if _final(event):
                                 return
-                err: BaseException = errors.ConnectionError("the stream ended")
+                        if _outlasts(deadline, read_s):
+                            break  # reopened at once with a shorter read timeout: not a failure
+                    else:
+                        err = errors.ConnectionError("the stream ended")
             except ApiError as api_err:
                 if api_err.status in (400, 401, 403, 404, 410) or isinstance(api_err, CursorExpiredError):
                     raise
                 err = api_err
             except httpx.TransportError as transport_err:
                 err = transport_err
-            time.sleep(state.failed(err))
+            if err is not None:
+                time.sleep(_left(deadline, state.failed(err)))
 
-    def wait_for(self, session_id: str, *, timeout_s: float = 60.0, statuses: frozenset = TERMINAL | {"requires_action"}) -> Any:
-        """Follows the session until its status is one of ``statuses``; returns the session."""
-        session = self.get_session(session_id)
-        if session["status"] in statuses:
-            return session
+    def wait_for(
+        self,
+        session_id: str,
+        *,
+        timeout_s: float = 60.0,
+        statuses: FrozenSet[str] = TERMINAL | {"requires_action"},
+    ) -> Any:
+        """The session once its status is one of ``statuses``: at once if it is already, else when a newer
+        ``session.status`` event says so and the session, read again, still is. TimeoutError after ``timeout_s``
+        (heartbeats or not); ``ApiError`` 404 ``session_not_found`` if the session is deleted meanwhile.
+        """
         deadline = time.monotonic() + timeout_s
-        for event in self.follow(session_id):
-            if event["type"] == "session.status" and event["data"].get("status") in statuses:
-                return self.get_session(session_id)
-            if time.monotonic() > deadline:
-                raise TimeoutError(f"{session_id} did not reach {sorted(statuses)} within {timeout_s} s")
-        raise errors.ConnectionError("the session was deleted")
+        first = self.get_session(session_id)
+        if first["status"] in statuses:
+            return first
+        # From the start of the log, so a change between the read above and the subscription is not missed; the
+        # status events up to the revision read above are older than that read and skipped.
+        events = self._follow(session_id, _Follow(None, None), deadline)
+        try:
+            for event in events:
+                if _newer_match(event, first["revision"], statuses):
+                    session = self.get_session(session_id)
+                    if session["status"] in statuses:
+                        return session
+        except TimeoutError:
+            raise TimeoutError(f"{session_id} did not reach {sorted(statuses)} within {timeout_s} s") from None
+        finally:
+            events.close()  # closes the stream now, not when the generator is collected
+        raise _deleted(session_id)
 
 
 class AsyncClient(Routes):
@@ -214,7 +304,12 @@ class AsyncClient(Routes):
         while True:
             try:
                 response = await self._http.request(
-                    request.method, request.path, json=request.json, params=request.params, headers=request.headers
+                    request.method,
+                    request.path,
+                    json=request.json,
+                    params=request.params,
+                    headers=request.headers,
+                    timeout=_timeout(request),
                 )
                 return _decode(response)
             except ApiError as err:
@@ -239,13 +334,15 @@ class AsyncClient(Routes):
 
     async def follow(
         self, session_id: str, *, after: Optional[str] = None, max_reconnects: Optional[int] = None
-    ) -> AsyncIterator[Dict[str, Any]]:
+    ) -> AsyncGenerator[Dict[str, Any], None]:
         """As ``Client.follow``."""
         state = _Follow(after, max_reconnects)
-        path = f"/v1/sessions/{session_id}/events"
+        path = f"/v1/sessions/{_seg(session_id)}/events"
         while True:
             try:
-                async with self._http.stream("GET", path, headers=state.headers(), timeout=STREAM_TIMEOUT) as response:
+                async with self._http.stream(
+                    "GET", path, headers=state.headers(), timeout=_stream_timeout(STREAM_READ_S)
+                ) as response:
                     if response.status_code >= 400:
                         await response.aread()
                         _decode(response)
@@ -266,3 +363,31 @@ class AsyncClient(Routes):
             except httpx.TransportError as transport_err:
                 err = transport_err
             await asyncio.sleep(state.failed(err))
+
+    async def wait_for(
+        self,
+        session_id: str,
+        *,
+        timeout_s: float = 60.0,
+        statuses: FrozenSet[str] = TERMINAL | {"requires_action"},
+    ) -> Any:
+        """As ``Client.wait_for``."""
+        try:
+            return await asyncio.wait_for(self._wait_for(session_id, statuses), timeout_s)
+        except asyncio.TimeoutError:
+            raise TimeoutError(f"{session_id} did not reach {sorted(statuses)} within {timeout_s} s") from None
+
+    async def _wait_for(self, session_id: str, statuses: FrozenSet[str]) -> Any:
+        first = await self.get_session(session_id)
+        if first["status"] in statuses:
+            return first
+        events = self.follow(session_id)
+        try:
+            async for event in events:
+                if _newer_match(event, first["revision"], statuses):
+                    session = await self.get_session(session_id)
+                    if session["status"] in statuses:
+                        return session
+        finally:
+            await events.aclose()  # closes the stream now, not when the generator is collected
+        raise _deleted(session_id)
