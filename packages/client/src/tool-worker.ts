@@ -43,10 +43,14 @@ export interface ToolWorkerOptions {
   workerId?: string | undefined;
   /** Register the tools at start (default true); their `timeout_ms` / `max_attempts` / `idempotent` if given. */
   register?: boolean | { timeout_ms?: number; max_attempts?: number; idempotent?: boolean } | undefined;
-  /** How long one claim waits for a call (ms, default 20000, at most 30000). */
+  /**
+   * How long one claim waits for a call (ms, default 20000, at most 30000). `stop()` lets the claim in flight return
+   * (it may bring calls the service has leased to this worker), so it can take this long before the calls end (15 s
+   * more at most, when the connection has stalled).
+   */
   waitMs?: number | undefined;
   fetch?: FetchLike | undefined;
-  /** Told of failures the worker rides out (a claim or a submit retried). */
+  /** Told of failures the worker rides out (a claim, the registration after a restart, or a submit retried). */
   onError?: ((err: unknown, what: string) => void) | undefined;
 }
 
@@ -103,6 +107,12 @@ function leaseOf(task: ToolTask, serverNow: number | null): number {
   return Math.max(MIN_LEASE_MS, Number.isNaN(ms) ? MIN_LEASE_MS : ms);
 }
 
+/** The most calls one claim may ask for (the service's bound on `max`). */
+const MAX_CLAIM = 100;
+
+/** How long past its `wait_ms` a claim's answer may take before the connection counts as stalled (ms). */
+const CLAIM_GRACE_MS = 15_000;
+
 /** Exponential backoff with full jitter: attempt 0 → up to 200 ms, doubling up to 5 s. */
 const backoff = (attempt: number) => Math.random() * Math.min(5000, 200 * 2 ** attempt);
 
@@ -110,6 +120,8 @@ export class ToolWorker {
   readonly workerId: string;
   private readonly tools = new Map<string, WorkerTool>();
   private readonly concurrency: number;
+  /** One claim's long poll (ms): also the longest `stop()` waits for the claim in flight to return. */
+  private readonly waitMs: number;
   private readonly fetchFn: FetchLike;
   private readonly inFlight = new Set<Promise<void>>();
   private stopping = new AbortController();
@@ -117,7 +129,8 @@ export class ToolWorker {
 
   constructor(private readonly o: ToolWorkerOptions) {
     for (const t of o.tools) this.tools.set(t.name, t);
-    this.concurrency = Math.max(1, o.concurrency ?? 4);
+    this.concurrency = Math.max(1, Math.floor(o.concurrency ?? 4));
+    this.waitMs = Math.max(0, Math.floor(Math.min(o.waitMs ?? 20_000, 30_000)));
     this.workerId = o.workerId ?? `worker-${Math.random().toString(36).slice(2, 10)}`;
     this.fetchFn = o.fetch ?? ((req: Request) => fetch(req));
   }
@@ -183,6 +196,12 @@ export class ToolWorker {
     }
   }
 
+  /**
+   * Claims while not stopping. `stop()` never aborts the claim in flight: the service may have leased calls to this
+   * worker by the time the abort reached it, and an answer not read loses them (each an attempt, and a whole lease
+   * before the call is offered again). So `stop()` ends the loop once that claim returns (within `wait_ms`; a
+   * stalled one is given up `CLAIM_GRACE_MS` later), after the calls it brought are started.
+   */
   private async claimLoop(): Promise<void> {
     const signal = this.stopping.signal;
     let failures = 0;
@@ -199,16 +218,17 @@ export class ToolWorker {
           '/v1/tool-tasks/claim',
           {
             tools: [...this.tools.keys()],
-            max: this.concurrency - this.inFlight.size,
-            wait_ms: Math.min(this.o.waitMs ?? 20_000, 30_000),
+            // The service takes 1..MAX_CLAIM a claim; a larger concurrency is filled by the claims that follow.
+            max: Math.min(MAX_CLAIM, this.concurrency - this.inFlight.size),
+            wait_ms: this.waitMs,
             worker_id: this.workerId,
           },
-          signal,
+          // Unanswered this long past its wait, the connection has stalled: given up (and claimed again), so that
+          // neither the loop nor `stop()` waits on it for ever.
+          AbortSignal.timeout(this.waitMs + CLAIM_GRACE_MS),
         );
         tasks = r.body.tasks;
         date = r.date;
-        if (failures > 0 && this.o.register !== false) await this.registerAll();
-        failures = 0;
       } catch (err) {
         if (signal.aborted) break;
         this.o.onError?.(err, 'claim');
@@ -216,12 +236,25 @@ export class ToolWorker {
         await sleep(backoff(failures++), signal);
         continue;
       }
+      // The calls an answer brought are leased to this worker: started before anything else can fail.
       for (const task of tasks) {
         const p: Promise<void> = this.runTask(task, leaseOf(task, date)).finally(() =>
           this.inFlight.delete(p),
         );
         this.inFlight.add(p);
       }
+      if (failures > 0 && this.o.register !== false) {
+        // Back after failed claims (a restart of the service): the tools are registered again.
+        try {
+          await this.registerAll();
+        } catch (err) {
+          if (signal.aborted) break;
+          this.o.onError?.(err, 'register');
+          await sleep(backoff(failures++), signal);
+          continue;
+        }
+      }
+      failures = 0;
     }
   }
 
@@ -291,7 +324,10 @@ export class ToolWorker {
     }
   }
 
-  /** Stops claiming, lets the calls in flight finish and submit, then resolves. */
+  /**
+   * Stops claiming: the claim in flight returns (within `waitMs`; not aborted, see `claimLoop`), the calls in flight
+   * and those it brought run and submit their results, then it resolves.
+   */
   async stop(): Promise<void> {
     this.stopping.abort();
     await this.loop;
