@@ -204,17 +204,101 @@ describe('typed client', () => {
     assert.equal(waiting.required_action?.type, 'submit_tool_results');
     assert.equal((await h.client.waitFor(s.id, ['requires_action', 'idle'])).revision, waiting.revision);
     await assert.rejects(h.client.waitFor(s.id, 'idle', { timeoutMs: 300 }), WaitTimeoutError);
+    // A signal aborted before the call ends it with its reason (not with the timeout).
+    await assert.rejects(
+      h.client.waitFor(s.id, 'idle', { timeoutMs: 2000, signal: AbortSignal.abort(new Error('gone')) }),
+      /^Error: gone$/,
+    );
     const done = h.client.waitFor(s.id, (x) => x.status === 'idle' && x.iteration === 2, {
       timeoutMs: 15_000,
     });
     await h.client.putToolResult(s.id, 'toolu_l1', { content: 'found' });
     assert.equal((await done).stop_reason, 'end_turn');
-    // The rejection is awaited from the start: it may come while the delete is still being answered.
-    const gone = assert.rejects(h.client.waitFor(s.id, 'running'), (err) =>
-      ApiError.is(err, 'session_not_found'),
-    );
+    // Deleted while waitFor follows it (its socket open, so the end comes as `session.deleted`, not as a refused
+    // read): a NotFoundError, as a read of the session now answers. The rejection is awaited from the start: it
+    // may come while the delete is still being answered.
+    const { Counting, sockets } = countingWebSocket();
+    const watcher = new SessionsClient({ baseUrl: h.service.url, apiKey: KEY, WebSocket: Counting });
+    const gone = assert.rejects(watcher.waitFor(s.id, 'running'), (err) => {
+      assert.ok(err instanceof NotFoundError, String(err));
+      assert.equal(err.status, 404);
+      assert.equal(err.code, 'session_not_found');
+      return true;
+    });
+    while (sockets.length === 0) await new Promise((r) => setImmediate(r));
+    const ws = sockets[0]!;
+    if (ws.readyState !== WebSocket.OPEN) await new Promise((r) => ws.once('open', r));
     await h.client.deleteSession(s.id);
     await gone;
+  });
+
+  it('follow() from a cursor the service refuses throws its ApiError after one connection, not retrying', async () => {
+    const s = await h.client.createSession({ input: 'x', start: false });
+    const refusals = [
+      ['9999999999999-0', 'invalid_cursor'],
+      ['garbage', 'invalid_request'],
+    ] as const;
+    for (const [after, code] of refusals) {
+      let connecting = 0;
+      // A second connection is a retry of the refused cursor: the follow is ended with an error saying so.
+      const retried = new AbortController();
+      const onConnection = (state: ConnectionState) => {
+        if (state === 'connecting' && ++connecting > 1) retried.abort(new Error(`retried after=${after}`));
+      };
+      await assert.rejects(
+        (async () => {
+          for await (const _ of h.client.follow(s.id, { after, onConnection, signal: retried.signal }));
+        })(),
+        (err) => {
+          assert.ok(ApiError.is(err, code), `after=${after}: ${String(err)}`);
+          assert.equal(err.status, 400);
+          return true;
+        },
+      );
+      assert.equal(connecting, 1);
+    }
+  });
+
+  it('every mutation takes MutationOptions.signal: aborted, it rejects with it and changes nothing', async () => {
+    const s = await h.client.createSession({ input: 'x', start: false });
+    const sent: Request[] = [];
+    const client = new SessionsClient({
+      baseUrl: h.service.url,
+      apiKey: KEY,
+      fetch: (req) => {
+        sent.push(req);
+        return fetch(req);
+      },
+    });
+    const o = { signal: AbortSignal.abort() };
+    const id = s.id;
+    const mutations: Record<string, () => Promise<unknown>> = {
+      createSession: () => client.createSession({ input: 'y', start: false }, o),
+      addMessage: () => client.addMessage(id, { text: 'y' }, o),
+      decideToolCall: () => client.decideToolCall(id, 'toolu_x', { decision: 'approve' }, o),
+      putToolResult: () => client.putToolResult(id, 'toolu_x', { content: 'y' }, o),
+      submitToolResults: () =>
+        client.submitToolResults(id, { results: [{ tool_use_id: 'toolu_x', content: 'y' }] }, o),
+      updateSession: () => client.updateSession(id, { metadata: { a: 'b' } }, o),
+      continueSession: () => client.continueSession(id, o),
+      retrySession: () => client.retrySession(id, {}, o),
+      cancelSession: () => client.cancelSession(id, o),
+      resumeSession: () => client.resumeSession(id, o),
+      forkSession: () => client.forkSession(id, { at_iteration: 0 }, o),
+      compactSession: () => client.compactSession(id, {}, o),
+      deleteSession: () => client.deleteSession(id, o),
+    };
+    for (const [name, call] of Object.entries(mutations)) {
+      await assert.rejects(call(), (err: Error) => err.name === 'AbortError', name);
+    }
+    assert.equal(sent.length, Object.keys(mutations).length);
+    assert.ok(
+      sent.every((r) => r.signal.aborted),
+      'each request carried the aborted signal',
+    );
+    const now = await h.client.getSession(id);
+    assert.equal(now.revision, s.revision);
+    assert.deepEqual(now.metadata, s.metadata);
   });
 
   it("throws typed errors with the contract's codes", async () => {

@@ -39,8 +39,11 @@ export interface FollowContext {
   baseUrl: string;
   apiKey?: string | undefined;
   WebSocket: WebSocketConstructor;
-  /** Asks the REST API why a connection failed: throws an ApiError when the session cannot be followed. */
-  check(sessionId: string): Promise<void>;
+  /**
+   * Asks the REST API why a connection failed: throws an ApiError when the session cannot be followed from `after`
+   * (the cursor the refused upgrade carried: unknown session, wrong key, a malformed cursor or one past the log).
+   */
+  check(sessionId: string, after: string | undefined): Promise<void>;
 }
 
 type Item =
@@ -65,8 +68,9 @@ const FINAL = new Set([1000, 4410]);
  * network failure: 1006), it reconnects with a backoff and resumes after the id of the last event it yielded, so
  * nothing is missed; an event the server sends again (at or before that id) is skipped, so nothing comes twice.
  * The iterator ends after `session.deleted`; it throws a CursorExpiredError when the log no longer holds the
- * cursor, and an ApiError when the session cannot be followed (401, 404: asked over HTTP when a connection fails,
- * since a browser does not show why an upgrade was refused). Breaking out of the `for await` closes the socket.
+ * cursor, and an ApiError when the session cannot be followed from the cursor (401, 404, 400 `invalid_request` for a
+ * malformed `after`, 400 `invalid_cursor` for one past the newest event): asked over HTTP, with the same cursor,
+ * when an upgrade is refused, since a browser does not show why. Breaking out of the `for await` closes the socket.
  */
 export async function* follow(
   ctx: FollowContext,
@@ -108,7 +112,7 @@ export async function* follow(
     if (FINAL.has(closed.code)) return;
     if (!closed.opened) {
       try {
-        await ctx.check(sessionId);
+        await ctx.check(sessionId, last);
       } catch (err) {
         // Refusals are final; a service that is away (restarting, overloaded) is tried again.
         if (err instanceof ApiError && err.status < 500 && err.status !== 429) throw err;

@@ -1,5 +1,5 @@
 import createFetchClient, { type Client } from 'openapi-fetch';
-import { ApiError, ConnectionError, errorOf } from './errors.js';
+import { ConnectionError, NotFoundError, errorOf } from './errors.js';
 import { follow, type Event, type FollowOptions, type WebSocketConstructor } from './follow.js';
 import { retryingFetch, type FetchLike, type RetryOptions } from './http.js';
 import type { components, operations, paths } from './openapi.js';
@@ -107,11 +107,12 @@ export class SessionsClient {
     });
   }
 
-  private headers(o: MutationOptions = {}): Record<string, string> {
-    const h: Record<string, string> = {};
-    if (o.ifMatch !== undefined) h['if-match'] = `"${o.ifMatch}"`;
-    if (o.idempotencyKey !== undefined) h['idempotency-key'] = o.idempotencyKey;
-    return h;
+  /** A mutation's request options: its headers (`If-Match`, `Idempotency-Key`) and its signal. */
+  private options(o: MutationOptions): { headers: Record<string, string>; signal: AbortSignal | null } {
+    const headers: Record<string, string> = {};
+    if (o.ifMatch !== undefined) headers['if-match'] = `"${o.ifMatch}"`;
+    if (o.idempotencyKey !== undefined) headers['idempotency-key'] = o.idempotencyKey;
+    return { headers, signal: o.signal ?? null };
   }
 
   /** The body of a 2xx answer, or the ApiError of any other. */
@@ -129,9 +130,7 @@ export class SessionsClient {
   }
 
   createSession(body: CreateSessionBody, o: MutationOptions = {}): Promise<Session> {
-    return this.unwrap(
-      this.api.POST('/v1/sessions', { body, headers: this.headers(o), signal: o.signal ?? null }),
-    );
+    return this.unwrap(this.api.POST('/v1/sessions', { body, ...this.options(o) }));
   }
 
   listSessions(query: Query<'listSessions'> = {}): Promise<SessionList> {
@@ -146,7 +145,7 @@ export class SessionsClient {
 
   deleteSession(id: string, o: MutationOptions = {}) {
     return this.unwrap(
-      this.api.DELETE('/v1/sessions/{id}', { params: { path: { id } }, headers: this.headers(o) }),
+      this.api.DELETE('/v1/sessions/{id}', { params: { path: { id } }, ...this.options(o) }),
     );
   }
 
@@ -155,7 +154,7 @@ export class SessionsClient {
       this.api.POST('/v1/sessions/{id}/messages', {
         params: { path: { id } },
         body,
-        headers: this.headers(o),
+        ...this.options(o),
       }),
     );
   }
@@ -170,7 +169,7 @@ export class SessionsClient {
       this.api.POST('/v1/sessions/{id}/tool-calls/{tool_use_id}', {
         params: { path: { id, tool_use_id: toolUseId } },
         body,
-        headers: this.headers(o),
+        ...this.options(o),
       }),
     );
   }
@@ -185,7 +184,7 @@ export class SessionsClient {
       this.api.PUT('/v1/sessions/{id}/tool-results/{tool_use_id}', {
         params: { path: { id, tool_use_id: toolUseId } },
         body,
-        headers: this.headers(o),
+        ...this.options(o),
       }),
     );
   }
@@ -195,14 +194,14 @@ export class SessionsClient {
       this.api.POST('/v1/sessions/{id}/tool-results', {
         params: { path: { id } },
         body,
-        headers: this.headers(o),
+        ...this.options(o),
       }),
     );
   }
 
   updateSession(id: string, body: UpdateSessionBody, o: MutationOptions = {}): Promise<Session> {
     return this.unwrap(
-      this.api.PATCH('/v1/sessions/{id}', { params: { path: { id } }, body, headers: this.headers(o) }),
+      this.api.PATCH('/v1/sessions/{id}', { params: { path: { id } }, body, ...this.options(o) }),
     );
   }
 
@@ -211,14 +210,14 @@ export class SessionsClient {
       this.api.POST('/v1/sessions/{id}/continue', {
         params: { path: { id } },
         body: {},
-        headers: this.headers(o),
+        ...this.options(o),
       }),
     );
   }
 
   retrySession(id: string, body: RetrySessionBody = {}, o: MutationOptions = {}): Promise<Session> {
     return this.unwrap(
-      this.api.POST('/v1/sessions/{id}/retry', { params: { path: { id } }, body, headers: this.headers(o) }),
+      this.api.POST('/v1/sessions/{id}/retry', { params: { path: { id } }, body, ...this.options(o) }),
     );
   }
 
@@ -227,7 +226,7 @@ export class SessionsClient {
       this.api.POST('/v1/sessions/{id}/cancel', {
         params: { path: { id } },
         body: {},
-        headers: this.headers(o),
+        ...this.options(o),
       }),
     );
   }
@@ -237,14 +236,14 @@ export class SessionsClient {
       this.api.POST('/v1/sessions/{id}/resume', {
         params: { path: { id } },
         body: {},
-        headers: this.headers(o),
+        ...this.options(o),
       }),
     );
   }
 
   forkSession(id: string, body: ForkSessionBody, o: MutationOptions = {}): Promise<Session> {
     return this.unwrap(
-      this.api.POST('/v1/sessions/{id}/fork', { params: { path: { id } }, body, headers: this.headers(o) }),
+      this.api.POST('/v1/sessions/{id}/fork', { params: { path: { id } }, body, ...this.options(o) }),
     );
   }
 
@@ -254,7 +253,7 @@ export class SessionsClient {
       this.api.POST('/v1/sessions/{id}/compact', {
         params: { path: { id } },
         body,
-        headers: this.headers(o),
+        ...this.options(o),
       }),
     );
   }
@@ -311,8 +310,16 @@ export class SessionsClient {
         baseUrl: this.baseUrl,
         apiKey: this.apiKey,
         WebSocket,
-        check: async (id) => {
-          await this.getSession(id, options.signal ? { signal: options.signal } : {});
+        // The events route refuses what the upgrade refused (the key, the session, the cursor), as JSON.
+        check: async (id, after) => {
+          await this.unwrap(
+            this.api.GET('/v1/sessions/{id}/events', {
+              params: { path: { id }, query: { ...(after !== undefined ? { after } : {}), limit: 1 } },
+              headers: { accept: 'application/json' },
+              parseAs: 'json',
+              signal: options.signal ?? null,
+            }),
+          );
         },
       },
       sessionId,
@@ -332,8 +339,10 @@ export class SessionsClient {
     options: WaitOptions = {},
   ): Promise<Session> {
     const wanted = typeof status === 'function' ? status : (s: Session) => [status].flat().includes(s.status);
-    const first = await this.getSession(sessionId);
+    const first = await this.getSession(sessionId, options.signal ? { signal: options.signal } : {});
     if (wanted(first)) return first;
+    // A signal aborted already fires no `abort` event: refused here, before the listener below.
+    options.signal?.throwIfAborted();
     const stop = new AbortController();
     const onAbort = () => stop.abort(options.signal?.reason);
     options.signal?.addEventListener('abort', onAbort, { once: true });
@@ -350,22 +359,23 @@ export class SessionsClient {
       // Status events older than the session read above are skipped by revision.
       for await (const ev of this.follow(sessionId, { signal: stop.signal })) {
         if (ev.type === 'session.deleted') {
-          throw new ApiError(404, {
-            code: 'session_not_found',
-            message: `Session ${sessionId} was deleted.`,
-          });
+          throw deleted(sessionId);
         }
         if (ev.type !== 'session.status' || (ev.revision !== null && ev.revision <= first.revision)) continue;
         const s = await this.getSession(sessionId, { signal: stop.signal });
         if (wanted(s)) return s;
       }
-      throw new ApiError(404, { code: 'session_not_found', message: `Session ${sessionId} was deleted.` });
+      throw deleted(sessionId);
     } finally {
       clearTimeout(timer);
       options.signal?.removeEventListener('abort', onAbort);
     }
   }
 }
+
+/** What `waitFor` throws when the session it waits for is deleted: the 404 a read of it now answers. */
+const deleted = (sessionId: string) =>
+  new NotFoundError(404, { code: 'session_not_found', message: `Session ${sessionId} was deleted.` });
 
 /** `new SessionsClient(options)`. */
 export const createClient = (options: ClientOptions) => new SessionsClient(options);
