@@ -1,8 +1,10 @@
 import { after, before, beforeEach, describe, it } from 'node:test';
 import assert from 'node:assert/strict';
+import { readFileSync } from 'node:fs';
 import http from 'node:http';
 import type { AddressInfo } from 'node:net';
 import { Webhook } from 'standardwebhooks';
+import ts from 'typescript';
 import { WebSocket } from 'ws';
 import {
   ApiError,
@@ -17,6 +19,7 @@ import {
 } from '../../packages/client/src/index.js';
 import { text, toolCalls, toolUse } from '../fake/script.js';
 import { startFakeAnthropic, type FakeAnthropic } from '../fake/server.js';
+import { CLIENT_TYPES, OPENAPI_JSON } from '../helpers/openapi.js';
 import { serviceEnv, spawnService, type ServiceProcess } from '../helpers/process.js';
 import { startTestRedis, type TestRedis } from '../helpers/redis.js';
 import { clientFor, startHarness, type Harness } from '../helpers/service.js';
@@ -301,6 +304,16 @@ describe('typed client', () => {
     assert.deepEqual(now.metadata, s.metadata);
   });
 
+  it('mints a client token without ttl_s through client.api: the service defaults it to 900 s', async () => {
+    const s = await h.client.createSession({ input: 'x', start: false });
+    // Compiles only while the generated request type leaves `ttl_s` optional (`npm run typecheck`).
+    const { data, response } = await h.client.api.POST('/v1/client-tokens', {
+      body: { session_id: s.id, scopes: ['read'] },
+    });
+    assert.equal(response.status, 201);
+    assert.equal(Date.parse(data!.expires_at) - Date.parse(data!.created_at), 900_000);
+  });
+
   it("throws typed errors with the contract's codes", async () => {
     await assert.rejects(h.client.getSession('ses_doesnotexist0000'), (err) => {
       assert.ok(err instanceof NotFoundError);
@@ -465,5 +478,42 @@ describe('typed client across a service restart', () => {
     assert.equal(attempts[0], 503);
     assert.equal(attempts.at(-1), 201);
     assert.equal((await client.getSession(created.id)).id, created.id);
+  });
+});
+
+describe('the generated types', () => {
+  it('make a field optional exactly when the document does not require it, request schemas with defaults included', () => {
+    const doc = JSON.parse(readFileSync(OPENAPI_JSON, 'utf8')) as {
+      components: { schemas: Record<string, { properties?: Record<string, unknown>; required?: string[] }> };
+    };
+    const source = ts.createSourceFile(
+      CLIENT_TYPES,
+      readFileSync(CLIENT_TYPES, 'utf8'),
+      ts.ScriptTarget.Latest,
+    );
+    const members = (node: ts.Node | undefined) =>
+      node && ts.isTypeLiteralNode(node) ? node.members.filter(ts.isPropertySignature) : [];
+    const named = (list: ts.PropertySignature[], name: string) =>
+      list.find((m) => m.name.getText(source).replace(/^'|'$/g, '') === name);
+    const components = source.statements.find(
+      (n): n is ts.InterfaceDeclaration => ts.isInterfaceDeclaration(n) && n.name.text === 'components',
+    );
+    const schemas = members(named(components?.members.filter(ts.isPropertySignature) ?? [], 'schemas')?.type);
+    let checked = 0;
+    const wrong: string[] = [];
+    for (const [name, schema] of Object.entries(doc.components.schemas)) {
+      if (!schema.properties) continue;
+      // Object schemas become type literals; the others (unions, intersections) are left to the compiler.
+      const fields = members(named(schemas, name)?.type);
+      for (const field of Object.keys(schema.properties)) {
+        const sig = named(fields, field);
+        if (!sig) continue;
+        checked++;
+        const optional = sig.questionToken !== undefined;
+        if (optional === (schema.required ?? []).includes(field)) wrong.push(`${name}.${field}`);
+      }
+    }
+    assert.ok(checked > 100, `checked ${checked} fields`);
+    assert.deepEqual(wrong, []);
   });
 });

@@ -963,7 +963,7 @@ export interface components {
        * Format: int64
        * @default 900
        */
-      ttl_s: number;
+      ttl_s?: number;
       /** @description Who holds the token (your user id): recorded as `by` on what it does. */
       subject?: string;
     };
