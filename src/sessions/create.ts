@@ -37,7 +37,14 @@ export function normalize(m: StoredMessage): StoredMessage {
     : m;
 }
 
-export const emptyUsage = () => ({
+/** What a new session (a created one, a fork) has spent: nothing, its sub-agents' included. */
+export const noSpend = (): Pick<SessionState, 'usage' | 'cost' | 'childUsage'> => ({
+  usage: emptyUsage(),
+  cost: { micros: 0, unpriced: 0, serverToolUse: {} },
+  childUsage: emptyChildUsage(),
+});
+
+const emptyUsage = () => ({
   input_tokens: 0,
   output_tokens: 0,
   cache_creation_input_tokens: 0,
@@ -222,7 +229,7 @@ function checkGivenHistory(messages: StoredMessage[], start: boolean): void {
   }
 }
 
-export const emptyChildUsage = (): SessionState['childUsage'] => ({
+const emptyChildUsage = (): SessionState['childUsage'] => ({
   input_tokens: 0,
   output_tokens: 0,
   cache_creation_input_tokens: 0,
@@ -276,9 +283,7 @@ function newSessionState(
     pending: null,
     stopReason: null,
     error: null,
-    usage: emptyUsage(),
-    cost: { micros: 0, unpriced: 0, serverToolUse: {} },
-    childUsage: emptyChildUsage(),
+    ...noSpend(),
     metadata: body.metadata,
     createdAt: now,
     updatedAt: now,

@@ -8,7 +8,7 @@ import {
   type IterationRecord,
   type SessionState,
 } from '../store/session-state.js';
-import { emptyChildUsage, emptyUsage, insertSession } from './create.js';
+import { insertSession, noSpend } from './create.js';
 import { checkIfMatch, type SessionDeps } from './mutate.js';
 
 /**
@@ -63,9 +63,7 @@ export async function forkSession(
     pending: null,
     stopReason: null,
     error: null,
-    usage: emptyUsage(),
-    cost: { micros: 0, unpriced: 0, serverToolUse: {} },
-    childUsage: emptyChildUsage(),
+    ...noSpend(),
     metadata: forkMetadata(s.metadata, body.metadata, id, body.at_iteration),
     createdAt: now,
     updatedAt: now,

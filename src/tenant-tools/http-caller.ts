@@ -14,8 +14,7 @@ import type { SessionStore } from '../store/store.js';
 import type { SecretBox } from '../webhooks/secrets.js';
 import { callToolUrl } from './http-call.js';
 import { awaits, type ToolTasks } from './service.js';
-import { HTTP_QUEUE, idempotencyKey, type TaskQueue, type TaskRecord } from './tasks.js';
-import { eventOf } from '../events/schemas.js';
+import { HTTP_QUEUE, idempotencyKey, toolStarted, type TaskQueue, type TaskRecord } from './tasks.js';
 
 interface HttpCallerOptions {
   queue: TaskQueue;
@@ -118,18 +117,7 @@ export class HttpToolCaller {
       await queue.settle(rec.tenant, rec.call, 'cancelled');
       return;
     }
-    void this.o.store
-      .appendEvents(rec.session, [
-        eventOf('tool.started', {
-          tool_use_id: rec.tool_use_id,
-          name: rec.name,
-          input,
-          attempt: rec.attempt,
-          worker_id: this.worker,
-          task_id: rec.offer,
-        }),
-      ])
-      .catch(() => {});
+    void this.o.store.appendEvents(rec.session, [toolStarted(rec, input, this.worker)]).catch(() => {});
     const beat = setInterval(
       () => void queue.heartbeat(rec.tenant, rec.offer).catch(() => {}),
       queue.leaseMs / 3,

@@ -19,6 +19,7 @@ import type { RedisClient } from '../store/lua-commands.js';
 import { WakeChannels, type Wake } from './wake.js';
 import {
   claimedTask,
+  toolStarted,
   type ClaimedTask,
   type OfferRefusal,
   type TaskQueue,
@@ -125,16 +126,7 @@ export class ToolTasks {
         this.o.metrics.toolTasks.inc({ event: 'claimed' });
         this.o.metrics.toolTaskClaimLatency.observe((Date.now() - rec.queued_at) / 1000);
         void this.o.deps.store
-          .appendEvents(rec.session, [
-            eventOf('tool.started', {
-              tool_use_id: rec.tool_use_id,
-              name: rec.name,
-              input,
-              attempt: rec.attempt,
-              worker_id: rec.worker,
-              task_id: rec.offer,
-            }),
-          ])
+          .appendEvents(rec.session, [toolStarted(rec, input, rec.worker)])
           .catch(() => {});
       } else {
         await this.o.queue.settle(tenant, rec.call, 'cancelled');

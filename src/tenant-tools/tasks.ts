@@ -11,6 +11,7 @@ import { channelName } from '../store/keys.js';
 import { defineLuaCommands, type RedisClient } from '../store/lua-commands.js';
 import { HTTP_TENANTS_KEY, TASKS_DUE_KEY, taskKeys, toolsKey, wakeChannel, workersKey } from './keys.js';
 import type { TenantToolRunner } from './types.js';
+import { eventOf } from '../events/schemas.js';
 import './lua/commands.js';
 
 type TaskState = 'queued' | 'leased' | 'done' | 'delivered' | 'cancelled';
@@ -100,6 +101,17 @@ export const claimedTask = (rec: TaskRecord, input: unknown): ClaimedTask => ({
   idempotency_key: idempotencyKey(rec),
   lease_expires_at: new Date(rec.lease).toISOString(),
 });
+
+/** The `tool.started` event of an attempt once a worker (or the HTTP caller, `worker`) has it. */
+export const toolStarted = (rec: TaskRecord, input: unknown, worker: string): [string, string] =>
+  eventOf('tool.started', {
+    tool_use_id: rec.tool_use_id,
+    name: rec.name,
+    input,
+    attempt: rec.attempt,
+    worker_id: worker,
+    task_id: rec.offer,
+  });
 
 const keyList = (tenant: string) => taskKeys(tenant);
 
