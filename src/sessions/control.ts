@@ -3,7 +3,7 @@ import { assertBudgetLeft } from '../engine/budget.js';
 import { assertFixedMarks } from '../engine/cache-breakpoints.js';
 import { cancelSession } from '../engine/commit.js';
 import { outstandingTasks } from '../engine/tool-tasks.js';
-import { taskCallId } from '../tenant-tools/tasks.js';
+import { taskCallId } from '../tenant-tools/task-record.js';
 import { InvalidRequest, InvalidStatus, conflict } from '../errors.js';
 import type { patchSessionBody, retryBody } from '../schemas.js';
 import { checkCompactionParams } from './compact.js';

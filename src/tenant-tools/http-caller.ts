@@ -14,7 +14,8 @@ import type { SessionStore } from '../store/store.js';
 import type { SecretBox } from '../webhooks/secrets.js';
 import { callToolUrl } from './http-call.js';
 import { awaits, type ToolTasks } from './service.js';
-import { HTTP_QUEUE, idempotencyKey, toolStarted, type TaskQueue, type TaskRecord } from './tasks.js';
+import { HTTP_QUEUE, idempotencyKey, toolStarted, type TaskRecord } from './task-record.js';
+import type { TaskQueue } from './tasks.js';
 
 interface HttpCallerOptions {
   queue: TaskQueue;

@@ -22,10 +22,10 @@ import {
   toolStarted,
   type ClaimedTask,
   type OfferRefusal,
-  type TaskQueue,
   type TaskRecord,
   type TaskResult,
-} from './tasks.js';
+} from './task-record.js';
+import type { TaskQueue } from './tasks.js';
 import { eventOf } from '../events/schemas.js';
 
 interface ToolTaskOptions {

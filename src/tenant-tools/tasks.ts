@@ -11,59 +11,14 @@ import { channelName } from '../store/keys.js';
 import { defineLuaCommands, type RedisClient } from '../store/lua-commands.js';
 import { HTTP_TENANTS_KEY, TASKS_DUE_KEY, taskKeys, toolsKey, wakeChannel, workersKey } from './keys.js';
 import type { TenantToolRunner } from './types.js';
-import { eventOf } from '../events/schemas.js';
+import {
+  HTTP_QUEUE,
+  taskCallId,
+  type OfferRefusal,
+  type TaskRecord,
+  type TaskResult,
+} from './task-record.js';
 import './lua/commands.js';
-
-type TaskState = 'queued' | 'leased' | 'done' | 'delivered' | 'cancelled';
-
-/** The queue's id of a session's call (a resumed call's each round is a task of its own). */
-export const taskCallId = (session: string, toolUseId: string, round: number) =>
-  `${session}:${toolUseId}#${round}`;
-
-/** A call's record in the queue (JSON of scalars only: the scripts decode it). */
-export interface TaskRecord {
-  call: string;
-  tenant: string;
-  session: string;
-  tool_use_id: string;
-  name: string;
-  runner: TenantToolRunner['type'];
-  /** Where it waits: the tool's name (workers claim by it), or `~http` (the service's HTTP caller). */
-  queue: string;
-  attempt: number;
-  max_attempts: number;
-  timeout_ms: number;
-  deadline: number;
-  queued_at: number;
-  state: TaskState;
-  /** The offer holding the call now ('' when none), and every offer it had, space-separated. */
-  offer: string;
-  offers: string;
-  worker: string;
-  lease: number;
-}
-
-/** A call as a claim answers it (spec §7.1). */
-export interface ClaimedTask {
-  id: string;
-  session_id: string;
-  tool_use_id: string;
-  name: string;
-  input: unknown;
-  attempt: number;
-  idempotency_key: string;
-  lease_expires_at: string;
-}
-
-export interface TaskResult {
-  content: unknown;
-  is_error: boolean;
-}
-
-export type OfferRefusal = 'unknown' | 'lost' | 'completed' | 'cancelled';
-
-/** The queue of the calls of http tools (not a tool name: no worker claims it). */
-export const HTTP_QUEUE = '~http';
 
 /** How long a delivered call's record stays to keep a second run of its step from queueing it again. */
 const TOMBSTONE_MS = 86_400_000;
@@ -87,31 +42,6 @@ interface NewTask {
   maxAttempts: number;
   timeoutMs: number;
 }
-
-export const idempotencyKey = (r: Pick<TaskRecord, 'session' | 'tool_use_id'>) =>
-  `${r.session}:${r.tool_use_id}`;
-
-export const claimedTask = (rec: TaskRecord, input: unknown): ClaimedTask => ({
-  id: rec.offer,
-  session_id: rec.session,
-  tool_use_id: rec.tool_use_id,
-  name: rec.name,
-  input,
-  attempt: rec.attempt,
-  idempotency_key: idempotencyKey(rec),
-  lease_expires_at: new Date(rec.lease).toISOString(),
-});
-
-/** The `tool.started` event of an attempt once a worker (or the HTTP caller, `worker`) has it. */
-export const toolStarted = (rec: TaskRecord, input: unknown, worker: string): [string, string] =>
-  eventOf('tool.started', {
-    tool_use_id: rec.tool_use_id,
-    name: rec.name,
-    input,
-    attempt: rec.attempt,
-    worker_id: worker,
-    task_id: rec.offer,
-  });
 
 const keyList = (tenant: string) => taskKeys(tenant);
 

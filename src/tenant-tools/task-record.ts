@@ -1,0 +1,82 @@
+/**
+ * A tool task as the queue (tasks.ts) keeps it and as the routes and the HTTP caller hand it out: its record, a
+ * claim's view of it, its result, and the event of its start.
+ */
+import { eventOf } from '../events/schemas.js';
+import type { TenantToolRunner } from './types.js';
+
+export type TaskState = 'queued' | 'leased' | 'done' | 'delivered' | 'cancelled';
+
+/** The queue's id of a session's call (a resumed call's each round is a task of its own). */
+export const taskCallId = (session: string, toolUseId: string, round: number) =>
+  `${session}:${toolUseId}#${round}`;
+
+/** A call's record in the queue (JSON of scalars only: the scripts decode it). */
+export interface TaskRecord {
+  call: string;
+  tenant: string;
+  session: string;
+  tool_use_id: string;
+  name: string;
+  runner: TenantToolRunner['type'];
+  /** Where it waits: the tool's name (workers claim by it), or `~http` (the service's HTTP caller). */
+  queue: string;
+  attempt: number;
+  max_attempts: number;
+  timeout_ms: number;
+  deadline: number;
+  queued_at: number;
+  state: TaskState;
+  /** The offer holding the call now ('' when none), and every offer it had, space-separated. */
+  offer: string;
+  offers: string;
+  worker: string;
+  lease: number;
+}
+
+/** A call as a claim answers it (spec §7.1). */
+export interface ClaimedTask {
+  id: string;
+  session_id: string;
+  tool_use_id: string;
+  name: string;
+  input: unknown;
+  attempt: number;
+  idempotency_key: string;
+  lease_expires_at: string;
+}
+
+export interface TaskResult {
+  content: unknown;
+  is_error: boolean;
+}
+
+export type OfferRefusal = 'unknown' | 'lost' | 'completed' | 'cancelled';
+
+/** The queue of the calls of http tools (not a tool name: no worker claims it). */
+export const HTTP_QUEUE = '~http';
+
+export const idempotencyKey = (r: Pick<TaskRecord, 'session' | 'tool_use_id'>) =>
+  `${r.session}:${r.tool_use_id}`;
+
+export const claimedTask = (rec: TaskRecord, input: unknown): ClaimedTask => ({
+  id: rec.offer,
+  session_id: rec.session,
+  tool_use_id: rec.tool_use_id,
+  name: rec.name,
+  input,
+  attempt: rec.attempt,
+  idempotency_key: idempotencyKey(rec),
+  lease_expires_at: new Date(rec.lease).toISOString(),
+});
+
+/** The `tool.started` event of an attempt once a worker (or the HTTP caller, `worker`) has it. */
+export const toolStarted = (rec: TaskRecord, input: unknown, worker: string): [string, string] =>
+  eventOf('tool.started', {
+    tool_use_id: rec.tool_use_id,
+    name: rec.name,
+    input,
+    attempt: rec.attempt,
+    worker_id: worker,
+    task_id: rec.offer,
+  });
