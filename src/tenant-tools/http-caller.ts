@@ -14,7 +14,9 @@ import type { SessionStore } from '../store/store.js';
 import type { SecretBox } from '../webhooks/secrets.js';
 import { callToolUrl } from './http-call.js';
 import { awaits, type ToolTasks } from './service.js';
-import { HTTP_QUEUE, idempotencyKey, toolStarted, type TaskRecord } from './task-record.js';
+import { HTTP_QUEUE, claimedTask, toolStarted, type ClaimedTask, type TaskRecord } from './task-record.js';
+
+const withoutLease = ({ lease_expires_at: _lease, ...call }: ClaimedTask) => call;
 import type { TaskQueue } from './tasks.js';
 
 interface HttpCallerOptions {
@@ -129,15 +131,8 @@ export class HttpToolCaller {
         url: def.runner.url,
         secret: this.o.box.open(def.secret),
         msgId: rec.offer,
-        body: JSON.stringify({
-          id: rec.offer,
-          session_id: rec.session,
-          tool_use_id: rec.tool_use_id,
-          name: rec.name,
-          input,
-          attempt: rec.attempt,
-          idempotency_key: idempotencyKey(rec),
-        }),
+        // The call as a worker's claim answers it, without the lease (the caller holds it for the HTTP tool).
+        body: JSON.stringify(withoutLease(claimedTask(rec, input))),
         timeoutMs: def.runner.timeout_ms ?? DEFAULT_TRY_MS,
         maxBytes: this.o.maxResultBytes,
         allowPrivate: this.o.allowPrivate,
