@@ -9,8 +9,9 @@ import { Command, type Cluster, type Redis } from 'ioredis';
  * store-unavailable error: routes answer 503 `store_unavailable` with Retry-After, the engine waits it out), without
  * being sent. The pending probe is answered the moment Redis answers again, which ends the down state.
  *
- * Bounds (while Redis is frozen): a request that starts after the probe noticed gets its 503 at once; one whose
- * command was already sent gets it when that command times out (≤ the command timeout), and its next command is
+ * Bounds (while Redis is frozen): a request that starts after the probe noticed gets its 503 at once (its commands
+ * skip the auto-pipeline, which would hold them behind the hung one); one whose command was already sent or queued in
+ * an auto-pipeline gets it when the pipeline in flight times out (≤ the command timeout), and its next command is
  * refused at once. A command refused was never sent, so it cannot run later: unlike a timed-out one, its effect is
  * known to be none.
  */
@@ -47,9 +48,14 @@ export function guardRedis(client: Redis | Cluster, hooks: RedisGuardHooks): Red
   let probing = false;
   let timer: NodeJS.Timeout | undefined;
 
+  // While down, commands skip the auto-pipeline: ioredis queues a new auto-pipeline behind the one in flight (one
+  // at a time per connection), so a command would wait there for the hung pipeline's timeout before reaching the
+  // guard below. Sent directly, it is refused at once.
+  const autoPipelining = client.options.enableAutoPipelining === true;
   const setDown = (value: boolean) => {
     if (down === value) return;
     down = value;
+    if (autoPipelining) client.options.enableAutoPipelining = !value;
     hooks.onChange(value);
   };
 

@@ -73,14 +73,22 @@ describe('a Redis that hangs', { timeout: 120_000 }, () => {
     // `CLIENT PAUSE … ALL` holds every client's commands (this one's too, from the next) until it ends.
     assert.equal(await r.call('CLIENT', 'PAUSE', String(PAUSE_MS), 'ALL'), 'OK');
     const pausedAt = Date.now();
-    const [create, get] = await Promise.all([
+    // Their commands stay in flight until the command timeout; the requests below start while they are.
+    const inFlight = Promise.all([
       timed(svc.api, 'POST', '/v1/sessions', { input: 'during' }),
       timed(svc.api, 'GET', `/v1/sessions/${idle.body.id}`),
     ]);
-    assertStoreDown(create, IN_FLIGHT_BOUND_MS, 'create sent as Redis froze');
-    assertStoreDown(get, IN_FLIGHT_BOUND_MS, 'GET sent as Redis froze');
 
     await svc.waitForLog((l) => l['msg'] === 'redis does not answer; refusing commands until it does', 5000);
+    // Not queued behind the hung auto-pipeline: refused at once although commands sent before are still in flight.
+    const early = await Promise.all([
+      timed(svc.api, 'POST', '/v1/sessions', { input: 'during' }),
+      timed(svc.api, 'GET', `/v1/sessions/${idle.body.id}`),
+    ]);
+    for (const res of early) assertStoreDown(res, FAST_BOUND_MS, 'a request while earlier commands hang');
+    const [create, get] = await inFlight;
+    assertStoreDown(create, IN_FLIGHT_BOUND_MS, 'create sent as Redis froze');
+    assertStoreDown(get, IN_FLIGHT_BOUND_MS, 'GET sent as Redis froze');
     const ready = await timed(svc.api, 'GET', '/readyz');
     assert.equal(ready.status, 503);
     assert.equal(ready.body.redis, 'unavailable');
