@@ -32,6 +32,7 @@ import type { SessionState } from '../src/store/session-state.js';
 import { actorOf, requireScope, watchToken } from '../src/plugins/auth.js';
 import { TokenExpired } from '../src/plugins/error-status.js';
 import type { ClientScope } from '../src/store/client-tokens.js';
+import { requestLine } from '../src/plugins/access-log.js';
 
 /** The 404 of this file's routes names one thing (src/openapi/responses.ts `routeErrors`). */
 const NOT_FOUND = { 404: ['session_not_found'] } as const satisfies RouteCodes;
@@ -114,7 +115,10 @@ const routes: FastifyPluginAsyncZod<{ config: Config }> = async (app, { config }
     });
     app.metrics.streamsOpened.inc({ transport: 'sse' });
     app.metrics.streamConnections.inc({ transport: 'sse' });
-    res.once('close', () => app.metrics.streamConnections.dec({ transport: 'sse' }));
+    res.once('close', () => {
+      app.metrics.streamConnections.dec({ transport: 'sse' });
+      requestLine(req, reply);
+    });
     const write = (chunks: UIChunk[]) => {
       for (const c of chunks) res.write(`data: ${JSON.stringify(c)}\n\n`);
     };

@@ -171,8 +171,11 @@ const routes: FastifyPluginAsyncZod = async (app) => {
         },
       },
     },
-    async (req, reply) =>
-      send(reply, await forkSession(deps, req.tenant, req.params.id, req.body, parseIfMatch(req)), 201),
+    async (req, reply) => {
+      const fork = await forkSession(deps, req.tenant, req.params.id, req.body, parseIfMatch(req));
+      req.createdSession = fork.id;
+      return send(reply, fork, 201);
+    },
   );
 };
 

@@ -11,6 +11,7 @@ import type { Subscription } from '../src/events/hub.js';
 import { cursorAhead, cursorExpired, endFrame, streamSink, type CloseReason } from '../src/events/sink.js';
 import { watchToken } from '../src/plugins/auth.js';
 import { TokenExpired } from '../src/plugins/error-status.js';
+import { requestLine } from '../src/plugins/access-log.js';
 
 /** The 404 of this file's routes names one thing (src/openapi/responses.ts `routeErrors`). */
 const NOT_FOUND = { 404: ['session_not_found'] } as const satisfies RouteCodes;
@@ -146,7 +147,10 @@ const routes: FastifyPluginAsyncZod<{ config: Config }> = async (app, { config }
       res.write('retry: 2000\n\n');
       app.metrics.streamsOpened.inc({ transport: 'sse' });
       app.metrics.streamConnections.inc({ transport: 'sse' });
-      res.once('close', () => app.metrics.streamConnections.dec({ transport: 'sse' }));
+      res.once('close', () => {
+        app.metrics.streamConnections.dec({ transport: 'sse' });
+        requestLine(req, reply);
+      });
 
       let done = false;
       /** The id of the last event written (the `end` record's `last_event_id`). */

@@ -115,6 +115,7 @@ const routes: FastifyPluginAsyncZod = async (app) => {
     },
     async (req, reply) => {
       const s = await createSession(deps, req.tenant, req.body);
+      req.createdSession = s.id;
       return send(reply, s, 201);
     },
   );

@@ -1,5 +1,5 @@
 import type { FastifyBaseLogger } from 'fastify';
-import type { ServerResponse } from 'node:http';
+import type { IncomingMessage, ServerResponse } from 'node:http';
 import type { Socket } from 'node:net';
 import type { FastifyPluginAsyncZod } from 'fastify-type-provider-zod';
 import type { RawData, WebSocket } from 'ws';
@@ -115,11 +115,11 @@ const routes: FastifyPluginAsyncZod<{ config: Config }> = async (app, { config }
   function onMessage(this: WebSocket, data: RawData, isBinary: boolean) {
     conns.get(this)?.frame(data, isBinary);
   }
-  function onClose(this: WebSocket) {
+  function onClose(this: WebSocket, code: number) {
     const c = conns.get(this);
     if (!c) return;
     conns.delete(this);
-    c.closed();
+    c.closed(code);
   }
   function onError(this: WebSocket, err: Error) {
     conns.get(this)?.log.debug({ err, session: conns.get(this)?.sessionId }, 'websocket error');
@@ -131,6 +131,12 @@ const routes: FastifyPluginAsyncZod<{ config: Config }> = async (app, { config }
   // Browsers authenticate with `Sec-WebSocket-Protocol: bearer, <token>` and require the server to select one of
   // the offered protocols: select `bearer` (ws's default would pick the first offered, possibly the token).
   app.websocketServer.options.handleProtocols ??= selectProtocol;
+  // The 101 answer carries the upgrade's request id as every other answer does (ws writes it, not Fastify).
+  const upgradeIds = new WeakMap<IncomingMessage, string>();
+  app.websocketServer.on('headers', (headers: string[], raw: IncomingMessage) => {
+    const id = upgradeIds.get(raw);
+    if (id) headers.push(`X-Request-Id: ${id}`);
+  });
 
   app.get(
     '/v1/sessions/:id/stream',
@@ -164,6 +170,7 @@ const routes: FastifyPluginAsyncZod<{ config: Config }> = async (app, { config }
             undefined,
             { upgrade: 'websocket' },
           );
+        upgradeIds.set(req.raw, req.id);
         const id = req.params.id;
         const after = parseCursor(req.query.after)!;
         const [, lastId] = await Promise.all([
@@ -193,7 +200,7 @@ const routes: FastifyPluginAsyncZod<{ config: Config }> = async (app, { config }
         tenant: req.tenant,
         token: req.clientToken,
         untilRunEnd: !!req.query.until,
-        reqId: req.id,
+        request_id: req.id,
       });
       conns.set(socket, c);
       socket.on('error', onError);
@@ -211,7 +218,7 @@ interface StreamShared {
   metrics: Metrics;
   deps: SessionDeps;
   clientTokens: ClientTokens;
-  /** The `stream` component's logger; a connection's own child (with its `reqId`) is made when it first logs. */
+  /** The `stream` component's logger; a connection's own child (with its `request_id`) is made when it first logs. */
   log: FastifyBaseLogger;
   config: Config;
 }
@@ -241,7 +248,9 @@ class WsConn implements Transport, SinkContext {
   readonly tenant: string;
   readonly token: ClientTokenRecord | null;
   readonly untilRunEnd: boolean;
-  private readonly reqId: string;
+  private readonly requestId: string;
+  /** When the socket opened (Date.now(), ms). */
+  private readonly openedAt = Date.now();
 
   constructor(
     private readonly shared: StreamShared,
@@ -251,14 +260,14 @@ class WsConn implements Transport, SinkContext {
       tenant: string;
       token: ClientTokenRecord | null;
       untilRunEnd: boolean;
-      reqId: string;
+      request_id: string;
     },
   ) {
     this.sessionId = opened.sessionId;
     this.tenant = opened.tenant;
     this.token = opened.token;
     this.untilRunEnd = opened.untilRunEnd;
-    this.reqId = opened.reqId;
+    this.requestId = opened.request_id;
   }
 
   // ---- SinkContext and the frames' context: the shared parts ----
@@ -277,9 +286,9 @@ class WsConn implements Transport, SinkContext {
   get stallMs(): number {
     return this.shared.config.SLOW_READER_TIMEOUT_MS;
   }
-  /** The connection's logger (`component: stream`, its upgrade's `reqId`), made when it first logs. */
+  /** The connection's logger (`component: stream`, its upgrade's `request_id`), made when it first logs. */
   get log(): FastifyBaseLogger {
-    return (this.logger ??= this.shared.log.child({ reqId: this.reqId }));
+    return (this.logger ??= this.shared.log.child({ request_id: this.requestId }));
   }
 
   /** Subscribes to the session's events after `after`, and watches the client token it was opened with. */
@@ -295,8 +304,22 @@ class WsConn implements Transport, SinkContext {
     });
   }
 
-  /** The socket closed (either side). */
-  closed(): void {
+  /**
+   * The socket closed (either side): the connection's one line at info, as the access log writes one per request
+   * (an open socket never reaches it): how long it was open and how it ended.
+   */
+  closed(code: number): void {
+    this.shared.log.info(
+      {
+        request_id: this.requestId,
+        route: '/v1/sessions/:id/stream',
+        tenant: this.tenant,
+        session: this.sessionId,
+        ms: Date.now() - this.openedAt,
+        close_code: code,
+      },
+      'stream closed',
+    );
     this.metrics.streamConnections.dec({ transport: 'ws' });
     this.closing = true;
     this.sub?.close();

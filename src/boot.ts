@@ -128,6 +128,8 @@ export async function startService(
     // (`incoming request` as it arrives, `request completed`) are added at debug and below.
     logController: new LogController({
       disableRequestLogging: config.LOG_LEVEL !== 'debug' && config.LOG_LEVEL !== 'trace',
+      // Fields are snake_case across the log (`tool_use_id`, `upstream_request_id`, …): not Fastify's `reqId`.
+      requestIdLogLabel: 'request_id',
     }),
     forceCloseConnections: true,
     // Slow clients: a whole request within REQUEST_TIMEOUT_MS, no silent socket (idle keep-alive included) beyond

@@ -87,11 +87,19 @@ export type ErrorCode = (typeof ERROR_CODES)[number];
 
 /** The `{"error": {...}}` envelope every error answer has. */
 export interface ErrorBody {
-  error: { code: ErrorCode; message: string; details?: unknown };
+  /** `request_id`: the answer's `x-request-id`, to quote (added by src/plugins/errors.ts to every error answer). */
+  error: { code: ErrorCode; message: string; details?: unknown; request_id?: string };
 }
 
-export function errorBody(code: ErrorCode, message: string, details?: unknown): ErrorBody {
-  return { error: details === undefined ? { code, message } : { code, message, details } };
+export function errorBody(
+  code: ErrorCode,
+  message: string,
+  details?: unknown,
+  requestId?: string,
+): ErrorBody {
+  const error: ErrorBody['error'] = details === undefined ? { code, message } : { code, message, details };
+  if (requestId !== undefined) error.request_id = requestId;
+  return { error };
 }
 
 /**

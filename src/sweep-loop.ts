@@ -1,7 +1,9 @@
+import type { FailureLog } from './log.js';
+
 /**
  * A sweep every replica runs on a timer (due runs, deadlines, retention, schedules, sub-agents): one pass at a
  * time, the next `intervalMs` after the last one ended (a slow pass never overlaps the next), a failed pass logged
- * and the loop kept. The writes of a pass are guarded in Redis, so any number of replicas may sweep at once.
+ * (once per outage: FailureLog) and the loop kept. The writes of a pass are guarded in Redis, so any number of replicas may sweep at once.
  * `stop()` ends the loop and waits for the pass in flight.
  */
 export class SweepLoop {
@@ -12,7 +14,7 @@ export class SweepLoop {
   constructor(
     private readonly sweep: () => Promise<void>,
     private readonly intervalMs: number,
-    private readonly onError: (err: unknown) => void,
+    private readonly failures: FailureLog,
   ) {}
 
   /** Starts the loop; the first pass comes after `firstMs` (at most 50 ms by default). */
@@ -20,7 +22,10 @@ export class SweepLoop {
     this.stopped = false;
     const loop = () => {
       this.pass = this.sweep()
-        .catch(this.onError)
+        .then(
+          () => this.failures.ok(),
+          (err: unknown) => this.failures.failed(err),
+        )
         .finally(() => {
           if (!this.stopped) this.timer = setTimeout(loop, this.intervalMs).unref();
         });

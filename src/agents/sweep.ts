@@ -12,6 +12,7 @@ import { childUsageIncr, type SessionState } from '../store/session-state.js';
 import type { SessionStore } from '../store/store.js';
 import { SweepLoop } from '../sweep-loop.js';
 import { childSessionId, WaitingTree, type ChildWaiting } from './waiting.js';
+import { FailureLog } from '../log.js';
 
 /**
  * Sub-agents (spec §7.6). A call to an `agent` tool is a client call to the engine: the parent's run ends at
@@ -49,11 +50,7 @@ export class AgentSweep {
 
   constructor(private readonly opts: AgentSweepOptions) {
     this.tree = new WaitingTree(opts.redis, opts.store);
-    this.loop = new SweepLoop(
-      () => this.sweep(),
-      opts.sweepMs,
-      (err) => opts.log.warn({ err }, 'agents sweep failed'),
-    );
+    this.loop = new SweepLoop(() => this.sweep(), opts.sweepMs, new FailureLog(opts.log, 'agents sweep'));
   }
 
   start(): void {

@@ -221,8 +221,13 @@ export async function fail(
   run: RunHandle,
   error: SessionError,
   log: EngineLogger,
+  /** What the line also says: the failed turn's iteration, model and upstream request id, when a turn failed. */
+  about: Record<string, unknown> = {},
 ): Promise<void> {
-  log.warn({ err: error }, 'run failed');
+  log.warn(
+    { error_code: error.code, error_message: error.message, retryable: error.retryable, ...about },
+    'run failed',
+  );
   run.obs.failed(error.code);
   try {
     const state = await deps.store.load(run.id);

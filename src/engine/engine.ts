@@ -9,6 +9,7 @@ import type { SessionStore } from '../store/store.js';
 import type { TaskQueue } from '../tenant-tools/tasks.js';
 import { RunHandle, type EngineLogger } from './run-handle.js';
 import { Run, controlListener, type DriveDeps } from './run.js';
+import { FailureLog } from '../log.js';
 
 export interface EngineOptions {
   store: SessionStore;
@@ -58,6 +59,7 @@ export class Engine {
   private readonly sweepIntervalMs: number;
   private readonly maxActiveRuns: number;
   private readonly deps: DriveDeps;
+  private readonly sweepFailures: FailureLog;
 
   constructor(options: EngineOptions) {
     const {
@@ -70,6 +72,7 @@ export class Engine {
     } = options;
     this.sweepIntervalMs = sweepIntervalMs;
     this.maxActiveRuns = maxActiveRuns;
+    this.sweepFailures = new FailureLog(rest.logger, 'sweep');
     this.deps = {
       ...rest,
       streamBatchEvents,
@@ -101,7 +104,10 @@ export class Engine {
   start(): void {
     const sweep = () => {
       this.sweep()
-        .catch((err) => this.deps.logger.warn({ err }, 'sweep failed'))
+        .then(
+          () => this.sweepFailures.ok(),
+          (err: unknown) => this.sweepFailures.failed(err),
+        )
         .finally(() => {
           if (!this.stopping) this.sweepTimer = setTimeout(sweep, this.sweepIntervalMs);
         });

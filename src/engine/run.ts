@@ -3,7 +3,13 @@ import { extendHistory, pendingToolCalls, type StoredMessage } from '../history.
 import type { SessionChannels } from '../store/channels.js';
 import type { Claimed } from '../store/runs.js';
 import type { IterationRecord, SessionState } from '../store/session-state.js';
-import { upstreamContext, type UpstreamContext } from '../observability/upstream-fetch.js';
+import {
+  upstreamContext,
+  upstreamFailureType,
+  upstreamStreamFailed,
+  type UpstreamContext,
+} from '../observability/upstream-fetch.js';
+import { APIError } from '@anthropic-ai/sdk';
 import { TENANT_BUDGET_EXHAUSTED } from '../cost/spend.js';
 import { budgetExhausted, spentOf, stopForBudget } from './budget.js';
 import { CommitLanded, cancelSession, commit, commitInterrupt, fail, finish } from './commit.js';
@@ -63,11 +69,14 @@ interface Known {
  * its commit answers shows another writer.
  */
 export class Run {
-  private readonly log: EngineLogger;
+  /** The run's logger: `session`, and `tenant` once the run has read its session (`before`). */
+  private log: EngineLogger;
   private readonly ctx: UpstreamContext;
   private known: Known | null;
   private cutRetries = 0;
   private counted = false;
+  /** The run's loop returned: its lease is being let go. */
+  private leaving = false;
   private readonly started = Date.now();
 
   constructor(
@@ -78,8 +87,9 @@ export class Run {
     private readonly swept = false,
   ) {
     this.log = deps.logger.child({ session: run.id });
-    // The upstream requests of this run (made deep in the SDK) log which session and tenant they were for.
-    this.ctx = { session: run.id, tenant: null };
+    // The upstream requests of this run (made deep in the SDK) log which session, tenant, iteration and model they
+    // were for; an abort of the run's own (cancel, interrupt, …) is told from the SDK's timeout by the run's signal.
+    this.ctx = { session: run.id, tenant: null, ownAbort: () => run.controller.signal.aborted };
     this.known = {
       state: claimed.state,
       history: null,
@@ -93,9 +103,9 @@ export class Run {
   }
 
   private async loop(): Promise<void> {
-    const { deps, run, log } = this;
+    const { deps, run } = this;
     const renew = this.renewLease();
-    await deps.channels.watchControl(run.id).catch((err) => log.warn({ err }, 'subscribe failed'));
+    await deps.channels.watchControl(run.id).catch((err) => this.log.warn({ err }, 'subscribe failed'));
     try {
       await this.begin();
       while (!deps.stopping() || run.reason === null) {
@@ -105,9 +115,14 @@ export class Run {
         if ((await this.attempt(known)) === 'stop') return;
       }
     } catch (err) {
-      if (!(err instanceof FencedOut)) log.error({ err }, 'run crashed; the session is left for recovery');
+      if (!(err instanceof FencedOut))
+        this.log.error(
+          { err, iteration: this.ctx.iteration ?? null },
+          'run crashed; the session is left for recovery',
+        );
     } finally {
       clearInterval(renew);
+      this.leaving = true;
       await this.end();
     }
   }
@@ -134,7 +149,12 @@ export class Run {
   private async current(): Promise<Known | null> {
     const known = this.known ?? (await this.reload());
     this.known = null;
-    if (!known || known.state.status !== 'running' || known.state.fence !== this.run.fence) return null;
+    if (!known || known.state.status !== 'running') return null;
+    if (known.state.fence !== this.run.fence) {
+      // Another replica took the run over (this one's lease lapsed): its end says so.
+      this.run.abort('fenced');
+      return null;
+    }
     return known;
   }
 
@@ -150,7 +170,11 @@ export class Run {
     if (!this.counted) {
       this.counted = true;
       this.ctx.tenant = state.tenant;
-      this.log.info({ tenant: state.tenant, iteration: state.iteration, fence: run.fence }, 'run started');
+      this.log = this.log.child({ tenant: state.tenant });
+      this.log.info(
+        { iteration: state.iteration, model: state.params.model, fence: run.fence },
+        'run started',
+      );
     }
     if (state.control === 'cancel' || run.reason === 'cancel') {
       // The history stays valid; see cancelSession.
@@ -190,7 +214,7 @@ export class Run {
       if (err instanceof StoreUnavailable) throw err;
       if (isStreamCut(err) && this.cutRetries < STREAM_CUT_RETRIES) {
         this.cutRetries++;
-        log.warn({ err, attempt: this.cutRetries }, 'stream cut mid-turn; sending the turn again');
+        upstreamStreamFailed(deps.metrics, log, this.ctx, err, this.cutRetries);
         // Live news only: a store that fails here fails the next step, not this mark.
         await deps.store
           .load(run.id)
@@ -198,10 +222,16 @@ export class Run {
           .catch((e: unknown) => log.warn({ err: e }, 'the dropped turn could not be marked'));
         return 'go';
       }
+      if (!(err instanceof APIError && err.status !== undefined) && upstreamFailureType(err) !== null)
+        upstreamStreamFailed(deps.metrics, log, this.ctx, err, null);
       const error = upstreamError(err);
       // The session shows a generic message for an internal error: its cause is only here, in the log.
       if (error.code === 'internal_error') log.error({ err }, 'run failed with an internal error');
-      await fail(deps, run, error, log);
+      await fail(deps, run, error, log, {
+        iteration: this.ctx.iteration ?? null,
+        model: this.ctx.model ?? null,
+        upstream_request_id: err instanceof APIError ? (err.requestID ?? null) : null,
+      });
       return 'stop';
     }
   }
@@ -290,7 +320,8 @@ export class Run {
         store.runs
           .heartbeat(run, owner, leaseTtlMs)
           .then((ok) => {
-            if (!ok) run.abort('fenced');
+            // A renewal answered after this run wrote its end or let go of its lease finds it gone: no takeover.
+            if (!ok && !this.leaving && !run.ended) run.abort('fenced');
           })
           .catch((err) => log.warn({ err }, 'lease renewal failed'));
       },
@@ -306,6 +337,10 @@ export class Run {
     await deps.store.runs.release(run.id, deps.owner, run.fence, run.reason === 'shutdown').catch(() => {});
     // Last: nothing of this run writes after this line. `abort`: null when the run ended by itself (the session
     // left `running`), else why this process stopped it.
-    if (this.counted) this.log.info({ abort: run.reason, ms: Date.now() - this.started }, 'run ended');
+    if (this.counted)
+      this.log.info(
+        { abort: run.reason, iteration: this.ctx.iteration ?? null, ms: Date.now() - this.started },
+        'run ended',
+      );
   }
 }

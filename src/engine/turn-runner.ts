@@ -183,6 +183,12 @@ export abstract class TurnRunner {
     const startedAt = Date.now();
     const t0 = performance.now();
     run.obs.turnStarted(iteration, this.params);
+    // The lines about this turn's model requests name it (src/observability/upstream-fetch.ts).
+    const turn = upstreamContext.getStore();
+    if (turn) {
+      turn.iteration = iteration;
+      turn.model = this.params.model;
+    }
     let firstEventMs: number | null = null;
     const buffered: Array<[string, string]> = [
       eventOf('turn.started', { iteration, message_count: history.length }),

@@ -84,6 +84,7 @@ export class Metrics {
   readonly redisErrors: Counter<'kind'>;
   readonly upstreamRequests: Counter<'status_class' | 'error_type'>;
   readonly upstreamRetries: Counter;
+  readonly upstreamStreamErrors: Counter<'error_type'>;
   readonly httpErrors: Counter<'route' | 'method' | 'status' | 'code'>;
   /** For the webhooks component: one increment per delivery attempt's outcome. */
   readonly webhookDeliveries: Counter<'outcome'>;
@@ -229,7 +230,13 @@ export class Metrics {
     });
     this.upstreamRetries = new Counter({
       name: 'trs_upstream_retries_total',
-      help: 'Attempts the SDK made again after a failed one (429, 5xx, connection errors).',
+      help: 'Model requests made again after a failed one: by the SDK (429, 5xx, connection errors, timeouts) and by the engine (a stream cut mid-turn).',
+      registers,
+    });
+    this.upstreamStreamErrors = new Counter({
+      name: 'trs_upstream_stream_errors_total',
+      help: 'Model requests whose answer failed after its headers, by error type: an error event in the stream (its error.type, e.g. overloaded_error) or the body cut or stalled (stream_error).',
+      labelNames: ['error_type'],
       registers,
     });
     this.httpErrors = new Counter({

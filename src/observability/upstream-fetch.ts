@@ -7,12 +7,19 @@
  */
 import { AsyncLocalStorage } from 'node:async_hooks';
 import type { FastifyBaseLogger } from 'fastify';
+import { APIError, AnthropicError } from '@anthropic-ai/sdk';
+import { isStreamCut } from '../engine/upstream.js';
 import type { Metrics } from './metrics.js';
 
 /** The run a request belongs to; `tenant` is known once the run has read its session. */
 export interface UpstreamContext {
   session: string;
   tenant: string | null;
+  /** The turn in flight (set by the turn, src/engine/turn-runner.ts): the model request's iteration and model. */
+  iteration?: number | undefined;
+  model?: string | undefined;
+  /** Whether the run aborted its request itself (cancel, interrupt, shutdown, lost lease); else an abort is the SDK's timeout. */
+  ownAbort?: () => boolean;
   /**
    * The stream relay of the turn in flight (src/engine/stream-relay.ts `gate`): a promise the upstream body's reader
    * waits on before its next read while the relay is behind, else null. Set by the turn, cleared after it.
@@ -64,8 +71,7 @@ export function countingFetch(
       if (res.status >= 400)
         log.warn(
           {
-            session: ctx?.session,
-            tenant: ctx?.tenant,
+            ...turnOf(ctx),
             status: res.status,
             error_type: type,
             attempt,
@@ -75,14 +81,60 @@ export function countingFetch(
         );
       return res;
     } catch (err) {
+      // The SDK aborts an attempt of its own accord only at its timeout; the run's aborts reach it through its signal.
       const aborted = init?.signal?.aborted === true;
-      metrics.upstreamRequests.inc({
-        status_class: 'none',
-        error_type: aborted ? 'aborted' : 'connection_error',
-      });
-      if (!aborted)
-        log.warn({ session: ctx?.session, tenant: ctx?.tenant, err, attempt }, 'upstream request failed');
+      const own = aborted && (ctx?.ownAbort?.() ?? true);
+      const type = own ? 'aborted' : aborted ? 'timeout' : 'connection_error';
+      metrics.upstreamRequests.inc({ status_class: 'none', error_type: type });
+      if (!own) log.warn({ ...turnOf(ctx), error_type: type, err, attempt }, 'upstream request failed');
       throw err;
     }
   };
+}
+
+/** The fields of a line about an upstream request: the run's session and tenant, the turn's iteration and model. */
+function turnOf(ctx: UpstreamContext | undefined) {
+  return {
+    session: ctx?.session ?? null,
+    tenant: ctx?.tenant ?? null,
+    iteration: ctx?.iteration ?? null,
+    model: ctx?.model ?? null,
+  };
+}
+
+/**
+ * The error type of a failure of the upstream's answer after its headers (the fetch above counted a 2xx): an error
+ * event in the stream (its `error.type`: `overloaded_error`, …), or the body cut, stalled or malformed
+ * (`stream_error`); null for what is no upstream failure (an abort of the run's own, a bug of ours).
+ */
+export function upstreamFailureType(err: unknown): string | null {
+  if (err instanceof APIError) {
+    const type = (err.error as { error?: { type?: unknown } } | undefined)?.error?.type;
+    return typeof type === 'string' ? type : 'api_error';
+  }
+  return err instanceof AnthropicError || isStreamCut(err) ? 'stream_error' : null;
+}
+
+/**
+ * A model request whose answer failed after its headers: counted (`trs_upstream_stream_errors_total`; with
+ * `resent`, the engine's own retry of the turn in `trs_upstream_retries_total` too) and logged with its turn.
+ */
+export function upstreamStreamFailed(
+  metrics: Metrics,
+  log: FastifyBaseLogger,
+  ctx: UpstreamContext,
+  err: unknown,
+  resent: number | null,
+): void {
+  const type = upstreamFailureType(err) ?? 'stream_error';
+  metrics.upstreamStreamErrors.inc({ error_type: type });
+  if (resent !== null) metrics.upstreamRetries.inc();
+  const line = {
+    ...turnOf(ctx),
+    error_type: type,
+    upstream_request_id: err instanceof APIError ? (err.requestID ?? null) : null,
+    err,
+  };
+  if (resent !== null) log.warn({ ...line, attempt: resent }, 'stream cut mid-turn; sending the turn again');
+  else log.warn(line, 'upstream stream failed');
 }

@@ -34,6 +34,14 @@ export const errorBody = z
       details: z.unknown().optional().meta({
         description: 'What went wrong in detail: for `invalid_request` the issues `[{path, code, message}]`.',
       }),
+      request_id: z
+        .string()
+        .optional()
+        .meta({
+          description:
+            "The request's id (its `x-request-id` answer header): every log line of the request carries it. " +
+            'Present on every error answer of the HTTP API (not in WebSocket error frames, whose `ref` is yours).',
+        }),
     }),
   })
   .meta({ id: 'Error', description: 'Every 4xx and 5xx answer.' });

@@ -1,4 +1,4 @@
-import type { FastifyError, FastifyReply, FastifyRequest } from 'fastify';
+import type { FastifyError, FastifyInstance, FastifyReply, FastifyRequest } from 'fastify';
 import type { IncomingMessage } from 'node:http';
 import type { Socket } from 'node:net';
 import { randomBytes } from 'node:crypto';
@@ -24,11 +24,19 @@ const newRequestId = () => `req_${randomBytes(8).toString('hex')}`;
 export function frameworkErrors(err: FastifyError, req: FastifyRequest, reply: FastifyReply): void {
   reply.header('x-request-id', req.id);
   const message = err.code === 'FST_ERR_BAD_URL' ? 'The URL is not valid.' : 'The request is not valid.';
-  void reply.code(400).send(errorBody('invalid_request', message));
+  // Answered before routing: no hook runs, so the access log's line and the body's id are written here.
+  req.log.info(
+    { route: '(no route)', method: req.method, status: 400, ms: 0, tenant: null, session: null },
+    'request',
+  );
+  void reply.code(400).send(errorBody('invalid_request', message, undefined, req.id));
 }
 
-/** Fastify's `clientErrorHandler`: Node's parser refused the request; answered in the envelope when possible. */
-export function clientErrorHandler(err: NodeJS.ErrnoException, socket: Socket): void {
+/**
+ * Fastify's `clientErrorHandler` (called with the Fastify instance as `this`): Node's parser refused the request;
+ * answered in the envelope when possible, with a new request id that its one log line carries too.
+ */
+export function clientErrorHandler(this: FastifyInstance, err: NodeJS.ErrnoException, socket: Socket): void {
   if (!socket.writable || err.code === 'ECONNRESET') {
     socket.destroy();
     return;
@@ -40,18 +48,23 @@ export function clientErrorHandler(err: NodeJS.ErrnoException, socket: Socket): 
     : status === 408
       ? 'Request Timeout'
       : 'Bad Request';
+  const code = tooLarge ? 'headers_too_large' : status === 408 ? 'request_aborted' : 'invalid_request';
+  const id = newRequestId();
   const body = JSON.stringify(
     errorBody(
-      tooLarge ? 'headers_too_large' : status === 408 ? 'request_aborted' : 'invalid_request',
+      code,
       tooLarge
         ? 'The request headers are too large.'
         : status === 408
           ? 'The request took too long.'
           : 'The request is malformed.',
+      undefined,
+      id,
     ),
   );
+  this.log.info({ request_id: id, route: '(no route)', status, code }, 'request refused by the HTTP parser');
   socket.end(
     `HTTP/1.1 ${status} ${reason}\r\nContent-Type: application/json; charset=utf-8\r\n` +
-      `Content-Length: ${Buffer.byteLength(body)}\r\nConnection: close\r\nX-Request-Id: ${newRequestId()}\r\n\r\n${body}`,
+      `Content-Length: ${Buffer.byteLength(body)}\r\nConnection: close\r\nX-Request-Id: ${id}\r\n\r\n${body}`,
   );
 }

@@ -1,8 +1,21 @@
 import type { FastifyError } from 'fastify';
 import fp from 'fastify-plugin';
 import { hasZodFastifySchemaValidationErrors } from 'fastify-type-provider-zod';
-import { DomainError, FencedOut, STORE_UNAVAILABLE_MESSAGE, StoreUnavailable, errorBody } from '../errors.js';
+import {
+  DomainError,
+  FencedOut,
+  STORE_UNAVAILABLE_MESSAGE,
+  StoreUnavailable,
+  errorBody,
+  type ErrorBody,
+} from '../errors.js';
 import { ERROR_STATUS, HttpRefusal } from './error-status.js';
+
+function isErrorEnvelope(payload: unknown): payload is ErrorBody {
+  if (typeof payload !== 'object' || payload === null || !('error' in payload)) return false;
+  const error = (payload as { error: unknown }).error;
+  return typeof error === 'object' && error !== null && 'code' in error;
+}
 
 /**
  * One error handler: stable `{error: {code, message, details?}}`, 5xx internals only in the log. The only place a
@@ -13,6 +26,13 @@ export default fp(
     app.addHook('onRequest', async (req, reply) => {
       reply.header('x-request-id', req.id);
     });
+    // Every error answer names its request id in the body too, so whoever quotes the error quotes the id of the
+    // request's log lines. Only objects reach this hook: an answer already serialized carries it itself.
+    app.addHook('preSerialization', async (req, reply, payload: unknown) =>
+      reply.statusCode >= 400 && isErrorEnvelope(payload)
+        ? { ...payload, error: { ...payload.error, request_id: req.id } }
+        : payload,
+    );
     app.setErrorHandler((err: FastifyError, req, reply) => {
       if (hasZodFastifySchemaValidationErrors(err)) {
         return reply.code(400).send({

@@ -196,7 +196,7 @@ export default fp<WriteGuardOptions>(
           .code(429)
           .header('content-type', 'application/json; charset=utf-8')
           .headers(err.headers ?? {});
-        return JSON.stringify(errorBody(err.code, err.message, err.details));
+        return JSON.stringify(errorBody(err.code, err.message, err.details, req.id));
       }
       change(tenant, size);
       const res = reply.raw;

@@ -8,6 +8,7 @@ import { newestMissed, nextFire, type Timing } from './cron.js';
 import { fireSessionId, type ScheduleRecord } from './keys.js';
 import type { ScheduleStore } from './store.js';
 import { SweepLoop } from '../sweep-loop.js';
+import { FailureLog } from '../log.js';
 
 /** How long the replica that claimed a fire has to create its session before any other replica retries it. */
 const FIRE_LEASE_MS = 10_000;
@@ -38,11 +39,7 @@ export class Scheduler {
   private readonly loop: SweepLoop;
 
   constructor(private readonly opts: SchedulerOptions) {
-    this.loop = new SweepLoop(
-      () => this.sweep(),
-      opts.sweepMs,
-      (err) => opts.log.warn({ err }, 'schedule sweep failed'),
-    );
+    this.loop = new SweepLoop(() => this.sweep(), opts.sweepMs, new FailureLog(opts.log, 'schedule sweep'));
   }
 
   start(): void {

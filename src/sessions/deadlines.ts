@@ -23,6 +23,7 @@ import { eventOf } from '../events/schemas.js';
 import { isAgentTool } from '../schemas.js';
 import { childSessionId } from '../agents/waiting.js';
 import { cancelRun } from './control.js';
+import { FailureLog } from '../log.js';
 
 const ACTION_TIMED_OUT = 'action_timed_out';
 
@@ -150,11 +151,7 @@ export class DeadlineSweeper {
     private readonly log: EngineLogger,
     intervalMs: number,
   ) {
-    this.loop = new SweepLoop(
-      () => this.sweep(),
-      intervalMs,
-      (err) => log.warn({ err }, 'the deadline sweep failed'),
-    );
+    this.loop = new SweepLoop(() => this.sweep(), intervalMs, new FailureLog(log, 'the deadline sweep'));
   }
 
   start(): void {
@@ -167,10 +164,8 @@ export class DeadlineSweeper {
 
   /** One pass: every entry due by `now`. */
   async sweep(now = Date.now()): Promise<void> {
-    const entries = await this.deps.store.actionsDue.due(now, 100).catch((err: unknown) => {
-      this.log.warn({ err }, 'reading the action deadlines failed');
-      return [];
-    });
+    // A failed read fails the pass: the loop logs it once per outage.
+    const entries = await this.deps.store.actionsDue.due(now, 100);
     for (const e of entries) {
       await this.one(e, now).catch((err: unknown) =>
         this.log.warn({ err, session: e.id }, 'action deadline failed'),

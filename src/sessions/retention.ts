@@ -11,6 +11,7 @@ import type { DueEntry } from '../store/due.js';
 import { metadataPairs } from '../store/metadata-index.js';
 import type { SessionStore } from '../store/store.js';
 import { SweepLoop } from '../sweep-loop.js';
+import { FailureLog } from '../log.js';
 
 export class RetentionSweeper {
   private readonly loop: SweepLoop;
@@ -20,11 +21,7 @@ export class RetentionSweeper {
     private readonly log: EngineLogger,
     private readonly intervalMs: number,
   ) {
-    this.loop = new SweepLoop(
-      () => this.sweep(),
-      intervalMs,
-      (err) => log.warn({ err }, 'the retention sweep failed'),
-    );
+    this.loop = new SweepLoop(() => this.sweep(), intervalMs, new FailureLog(log, 'the retention sweep'));
   }
 
   start(): void {
@@ -36,10 +33,8 @@ export class RetentionSweeper {
   }
 
   async sweep(now = Date.now()): Promise<void> {
-    const entries = await this.store.expiryDue.due(now, 100).catch((err: unknown) => {
-      this.log.warn({ err }, 'reading the session expiry set failed');
-      return [];
-    });
+    // A failed read fails the pass: the loop logs it once per outage.
+    const entries = await this.store.expiryDue.due(now, 100);
     for (const e of entries) {
       await this.one(e, now).catch((err: unknown) =>
         this.log.warn({ err, session: e.id }, 'session expiry failed'),

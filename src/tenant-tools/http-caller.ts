@@ -18,6 +18,7 @@ import { HTTP_QUEUE, claimedTask, toolStarted, type ClaimedTask, type TaskRecord
 
 const withoutLease = ({ lease_expires_at: _lease, ...call }: ClaimedTask) => call;
 import type { TaskQueue } from './tasks.js';
+import { FailureLog } from '../log.js';
 
 interface HttpCallerOptions {
   queue: TaskQueue;
@@ -63,12 +64,19 @@ export class HttpToolCaller {
   private stopped = false;
   private readonly worker = `service-${process.pid}`;
 
-  constructor(private readonly o: HttpCallerOptions) {}
+  private readonly pollFailures: FailureLog;
+
+  constructor(private readonly o: HttpCallerOptions) {
+    this.pollFailures = new FailureLog(o.log, 'http tool poll');
+  }
 
   start(): void {
     const tick = () => {
       this.poll()
-        .catch((err) => this.o.log.warn({ err }, 'http tool poll failed'))
+        .then(
+          () => this.pollFailures.ok(),
+          (err: unknown) => this.pollFailures.failed(err),
+        )
         .finally(() => {
           if (!this.stopped) this.timer = setTimeout(tick, this.o.pollMs ?? 250);
         });

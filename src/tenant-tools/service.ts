@@ -27,6 +27,7 @@ import {
 } from './task-record.js';
 import type { TaskQueue } from './tasks.js';
 import { eventOf } from '../events/schemas.js';
+import { FailureLog } from '../log.js';
 
 interface ToolTaskOptions {
   queue: TaskQueue;
@@ -75,9 +76,11 @@ export class ToolTasks {
   private timer: NodeJS.Timeout | null = null;
   private stopped = false;
   private readonly workersSeen = new Map<string, number>();
+  private readonly sweepFailures: FailureLog;
 
   constructor(private readonly o: ToolTaskOptions) {
     this.wakes = new WakeChannels(o.sub);
+    this.sweepFailures = new FailureLog(o.log, 'tool task sweep');
   }
 
   get queue(): TaskQueue {
@@ -306,7 +309,10 @@ export class ToolTasks {
     const every = this.o.sweepIntervalMs ?? 500;
     const tick = () => {
       this.sweep()
-        .catch((err) => this.o.log.warn({ err }, 'tool task sweep failed'))
+        .then(
+          () => this.sweepFailures.ok(),
+          (err: unknown) => this.sweepFailures.failed(err),
+        )
         .finally(() => {
           if (!this.stopped) this.timer = setTimeout(tick, every);
         });

@@ -1,6 +1,6 @@
 /**
  * What an on-call engineer reads: one `request` line per request at info (route pattern, method, status, ms,
- * tenant, reqId; never a key or a body), and a `run started` / `run ended` pair per run carrying the session and
+ * tenant, request_id; never a key or a body), and a `run started` / `run ended` pair per run carrying the session and
  * tenant, so "what happened to session X / request Y" is answered from the log alone.
  */
 import { after, before, test } from 'node:test';
@@ -8,6 +8,9 @@ import assert from 'node:assert/strict';
 import { startFakeAnthropic, type FakeAnthropic } from '../fake/server.js';
 import { serviceEnv, spawnService, type ServiceProcess } from '../helpers/process.js';
 import { startTestRedis, type TestRedis } from '../helpers/redis.js';
+import { parseExposition } from '../helpers/prometheus.js';
+import { overloaded, text } from '../fake/script.js';
+import WebSocket from 'ws';
 
 let redis: TestRedis;
 let fake: FakeAnthropic;
@@ -44,10 +47,10 @@ test('a request line per request and a start/end pair per run, with the fields n
   assert.equal(created_line['status'], 201);
   assert.equal(created_line['tenant'], 'acme');
   assert.equal(typeof created_line['ms'], 'number');
-  assert.equal(typeof created_line['reqId'], 'string');
+  assert.equal(typeof created_line['request_id'], 'string');
   const missing_line = await svc.waitForLog((l) => l['msg'] === 'request' && l['status'] === 404);
   assert.equal(missing_line['route'], '/v1/sessions/:id', 'the pattern, not the raw URL');
-  if (reqId) assert.equal(missing_line['reqId'], reqId, 'the id the answer carries');
+  if (reqId) assert.equal(missing_line['request_id'], reqId, 'the id the answer carries');
 
   const started = await svc.waitForLog((l) => l['msg'] === 'run started' && l['session'] === id);
   assert.equal(started['tenant'], 'acme');
@@ -70,4 +73,83 @@ test('a request line per request and a start/end pair per run, with the fields n
   // Probes stay out of the info log.
   await api.req('GET', '/healthz');
   assert.ok(!svc.logs().some((l) => l['msg'] === 'request' && l['route'] === '/healthz'));
+});
+
+test('an incident followed by request id and session id alone: upstream failures, an error body, a stream', async () => {
+  const api = svc.api.as(KEY);
+  // A 529 the SDK retries, then a stream that breaks with an error event: the run fails.
+  fake.enqueue(overloaded(), text('partial answer', { streamErrorAfterEvents: 3 }));
+  const created = await api.req(
+    'POST',
+    '/v1/sessions',
+    { input: 'incident' },
+    { 'x-request-id': 'inc-create-1' },
+  );
+  assert.equal(created.status, 201);
+  const id: string = created.body.id;
+  assert.equal((await api.waitStatus(id, 'failed', 30_000)).error.code, 'upstream_overloaded');
+
+  // From the request id to the session, and from the session to what failed upstream.
+  const line = await svc.waitForLog((l) => l['msg'] === 'request' && l['request_id'] === 'inc-create-1');
+  assert.equal(line['session'], id, "the create's line names the session it made");
+  const failedAttempt = await svc.waitForLog(
+    (l) => l['msg'] === 'upstream request failed' && l['session'] === id,
+  );
+  assert.equal(failedAttempt['tenant'], 'acme');
+  assert.equal(failedAttempt['status'], 529);
+  assert.equal(failedAttempt['error_type'], 'overloaded_error');
+  assert.equal(failedAttempt['attempt'], 0);
+  assert.equal(failedAttempt['iteration'], 1);
+  assert.equal(typeof failedAttempt['model'], 'string');
+  assert.equal(typeof failedAttempt['upstream_request_id'], 'string');
+  const broke = await svc.waitForLog((l) => l['msg'] === 'upstream stream failed' && l['session'] === id);
+  assert.equal(broke['error_type'], 'overloaded_error');
+  assert.equal(broke['iteration'], 1);
+  const runFailed = await svc.waitForLog((l) => l['msg'] === 'run failed' && l['session'] === id);
+  assert.equal(runFailed['error_code'], 'upstream_overloaded');
+  assert.equal(runFailed['tenant'], 'acme');
+  assert.equal(runFailed['iteration'], 1);
+  assert.equal(typeof runFailed['model'], 'string');
+  const started = await svc.waitForLog((l) => l['msg'] === 'run started' && l['session'] === id);
+  assert.equal(typeof started['model'], 'string');
+  const metrics = parseExposition((await svc.api.get('/metrics')).body as string);
+  assert.ok(
+    metrics.some(
+      (s) =>
+        s.name === 'trs_upstream_stream_errors_total' &&
+        s.labels['error_type'] === 'overloaded_error' &&
+        s.value > 0,
+    ),
+    'the failure mid-stream is counted',
+  );
+
+  // An error body names its request id, which its log line carries.
+  const missing = await api.req('GET', '/v1/sessions/ses_missing00000001', undefined, {
+    'x-request-id': 'inc-404',
+  });
+  assert.equal(missing.status, 404);
+  assert.equal(missing.body.error.request_id, 'inc-404');
+  const badUrl = await fetch(`${svc.url}/v1/sessions/%ff`, { headers: { 'x-request-id': 'inc-bad-url' } });
+  assert.equal(badUrl.status, 400);
+  assert.equal(((await badUrl.json()) as { error: { request_id: string } }).error.request_id, 'inc-bad-url');
+  await svc.waitForLog(
+    (l) => l['msg'] === 'request' && l['request_id'] === 'inc-bad-url' && l['status'] === 400,
+  );
+
+  // A WebSocket: its 101 carries the id, its close writes the connection's one line.
+  const ws = new WebSocket(`${svc.url.replace('http', 'ws')}/v1/sessions/${id}/stream`, {
+    headers: { authorization: `Bearer ${KEY}`, 'x-request-id': 'inc-ws' },
+  });
+  // ws emits `open` right after `upgrade`, in the same turn: both are listened for at once.
+  let upgraded: string | undefined;
+  ws.once('upgrade', (res) => (upgraded = res.headers['x-request-id'] as string | undefined));
+  await new Promise((resolve, reject) => {
+    ws.once('open', resolve);
+    ws.once('error', reject);
+  });
+  assert.equal(upgraded, 'inc-ws');
+  ws.close(1000);
+  const closed = await svc.waitForLog((l) => l['msg'] === 'stream closed' && l['request_id'] === 'inc-ws');
+  assert.equal(closed['session'], id);
+  assert.equal(closed['close_code'], 1000);
 });

@@ -322,10 +322,10 @@ describe('slow clients and connection cap', () => {
         'content-length: 100\r\n\r\n{"start":',
     );
     await svc.waitForLog(() => svc.logs().filter((l) => l['msg'] === 'incoming request').length > seen);
-    const reqId = svc.logs().filter((l) => l['msg'] === 'incoming request')[seen]!['reqId'];
+    const reqId = svc.logs().filter((l) => l['msg'] === 'incoming request')[seen]!['request_id'];
     s2.destroy();
     const line = await svc.waitForLog(
-      (l) => l['msg'] === 'client aborted the request' && l['reqId'] === reqId,
+      (l) => l['msg'] === 'client aborted the request' && l['request_id'] === reqId,
     );
     assert.equal(line['level'], 30);
     assert.deepEqual(

@@ -1347,6 +1347,8 @@ export interface components {
         message: string;
         /** @description What went wrong in detail: for `invalid_request` the issues `[{path, code, message}]`. */
         details?: unknown;
+        /** @description The request's id (its `x-request-id` answer header): every log line of the request carries it. Present on every error answer of the HTTP API (not in WebSocket error frames, whose `ref` is yours). */
+        request_id?: string;
       };
     };
     SessionUsage: {
