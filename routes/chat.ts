@@ -127,8 +127,9 @@ const routes: FastifyPluginAsyncZod<{ config: Config }> = async (app, { config }
     const heartbeat = setInterval(() => {
       if (!done && res.writableLength <= config.WS_MAX_BUFFER_BYTES) res.write(': ping\n\n');
     }, config.STREAM_HEARTBEAT_MS);
-    // A client token's stream ends with the token, as the events stream does: at its expiry, or once found revoked
-    // (checked every STREAM_HEARTBEAT_MS); the UI gets the refusal as the stream's error.
+    // A client token's stream ends with the token, as the events stream does: at its expiry, at its
+    // `client_token.revoked` event (the sink asks the watch), or once found revoked (checked every
+    // STREAM_HEARTBEAT_MS); the UI gets the refusal as the stream's error.
     const watch = watchToken(app.clientTokens, req.clientToken, config.STREAM_HEARTBEAT_MS, (err) => {
       if (!done && !res.destroyed) write(t.fail(`${err.code}: ${err.message}`));
       end(err instanceof TokenExpired ? 'token_expired' : 'token_revoked');
@@ -178,6 +179,7 @@ const routes: FastifyPluginAsyncZod<{ config: Config }> = async (app, { config }
         log: req.log,
         maxBuffered: config.WS_MAX_BUFFER_BYTES,
         stallMs: config.SLOW_READER_TIMEOUT_MS,
+        tokenWatch: watch,
       },
     );
     try {

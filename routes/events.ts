@@ -158,7 +158,8 @@ const routes: FastifyPluginAsyncZod<{ config: Config }> = async (app, { config }
       const heartbeat = setInterval(() => {
         if (!done && res.writableLength <= maxBuffered) res.write(': ping\n\n');
       }, config.STREAM_HEARTBEAT_MS);
-      // A client token's stream ends with the token: at its expiry, or once it is found revoked.
+      // A client token's stream ends with the token: at its expiry, at its `client_token.revoked` event (the sink
+      // asks the watch), or once it is found revoked.
       const watch = watchToken(app.clientTokens, req.clientToken, config.STREAM_HEARTBEAT_MS, (err) => {
         if (!done && !res.destroyed)
           res.write(
@@ -208,6 +209,7 @@ const routes: FastifyPluginAsyncZod<{ config: Config }> = async (app, { config }
           maxBuffered,
           stallMs: config.SLOW_READER_TIMEOUT_MS,
           untilRunEnd: req.query.until === 'run_end',
+          tokenWatch: watch,
         },
       );
       let sub: Subscription;

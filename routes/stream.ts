@@ -286,6 +286,9 @@ class WsConn implements Transport, SinkContext {
   get stallMs(): number {
     return this.shared.config.SLOW_READER_TIMEOUT_MS;
   }
+  get tokenWatch(): TokenWatch | null {
+    return this.watch;
+  }
   /** The connection's logger (`component: stream`, its upgrade's `request_id`), made when it first logs. */
   get log(): FastifyBaseLogger {
     return (this.logger ??= this.shared.log.child({ request_id: this.requestId }));
@@ -296,12 +299,13 @@ class WsConn implements Transport, SinkContext {
     const { metrics, config } = this.shared;
     metrics.streamsOpened.inc({ transport: 'ws' });
     metrics.streamConnections.inc({ transport: 'ws' });
-    this.sub = this.hub.subscribe(this.sessionId, after, streamSink(this, this));
-    // A client token's connection ends with the token: at its expiry, or once it is found revoked.
+    // A client token's connection ends with the token: at its expiry, at its `client_token.revoked` event (the
+    // sink asks `tokenWatch`), or once it is found revoked. Made before the subscription, whose replay may hold it.
     this.watch = watchToken(this.shared.clientTokens, this.token, config.STREAM_HEARTBEAT_MS, (err) => {
       this.control({ type: 'error', ref: null, error: { code: err.code, message: err.message } });
       this.close(err instanceof TokenExpired ? 'token_expired' : 'token_revoked');
     });
+    this.sub = this.hub.subscribe(this.sessionId, after, streamSink(this, this));
   }
 
   /**

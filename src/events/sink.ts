@@ -63,6 +63,16 @@ const stopsRun = (ev: OutEvent) =>
   ev.type === 'session.status' &&
   !/^\{"status":"running"/.test(ev.json.slice(ev.json.indexOf('"data":') + 7));
 
+/** The token id a `client_token.revoked` event names (its `data.id`); '' when it names none. */
+function revokedId(ev: OutEvent): string {
+  try {
+    const env = JSON.parse(ev.json) as { data?: { id?: unknown } | null };
+    return typeof env.data?.id === 'string' ? env.data.id : '';
+  } catch {
+    return '';
+  }
+}
+
 /** The error record a stream sends before it closes (SSE `event: error` data's `error`, a WS error frame's). */
 export interface StreamError {
   code: ErrorCode;
@@ -99,6 +109,12 @@ export interface SinkContext {
   maxBuffered: number;
   /** SLOW_READER_TIMEOUT_MS: a paced replay that does not drain within this is cut off. */
   stallMs: number;
+  /**
+   * The watch of the client token the stream was opened with (src/plugins/auth.ts `watchToken`; absent or a no-op
+   * for a tenant key): told of every `client_token.revoked` event the stream sends, it ends the stream when the
+   * event names its token.
+   */
+  tokenWatch?: { revokedBy(id: string): boolean } | null;
 }
 
 /**
@@ -107,6 +123,9 @@ export interface SinkContext {
  *   not drain within `stallMs`, closes the stream as `slow_reader` (counted, and the hub emits `slow-reader`); the
  *   client resumes from the id of the last event it got. Nothing is ever queued past the limit.
  * - **session.deleted** is the last event: the stream closes after it.
+ * - **client_token.revoked** of the stream's own client token (`tokenWatch`) is the last event too: the watch ends
+ *   the stream (an error record, then close `token_revoked`) before anything newer is sent, on whichever replica
+ *   holds the stream — the revocation's place in the session's log is where every follower of the token stops.
  * - **expired cursor**: a `cursor_expired` error (how to recover in its details), then close.
  * - **failure** of the log read: `store_unavailable` (Redis unreachable) or `internal_error`, then close.
  */
@@ -150,6 +169,8 @@ class StreamSink implements Sink {
       t.close('session_deleted');
       return false;
     }
+    // The watch ends the stream itself (its error record and close), synchronously: the hub sends nothing more.
+    if (ev.type === 'client_token.revoked' && this.ctx.tokenWatch?.revokedBy(revokedId(ev))) return false;
     if (this.ctx.untilRunEnd && stopsRun(ev)) {
       t.close('run_ended');
       return false;

@@ -66,12 +66,14 @@ export function bearerOf(req: FastifyRequest): string | undefined {
 const unauthorized = (message = 'A valid bearer API key is required.') =>
   new HttpRefusal('unauthorized', message, undefined, { 'www-authenticate': 'Bearer' });
 
+const tokenRevoked = () => unauthorized('The client token is unknown or revoked.');
+
 /**
  * Why a client token's record does not authenticate now: revoked or unknown (null), or expired. Also asked again
  * by open streams (routes/stream.ts, routes/events.ts) so a revocation ends them.
  */
 export function tokenRefusal(rec: ClientTokenRecord | null, now = Date.now()): DomainError | null {
-  if (!rec) return unauthorized('The client token is unknown or revoked.');
+  if (!rec) return tokenRevoked();
   if (rec.expires_at <= now) return tokenExpired();
   return null;
 }
@@ -84,17 +86,25 @@ const tokenExpired = () =>
 /** What watchToken returns: `check()` before acting for the token, `stop()` when the stream ends. */
 export interface TokenWatch {
   check(): Promise<DomainError | null>;
+  /**
+   * The stream is about to send the `client_token.revoked` event of token `id` (src/events/sink.ts): when it is the
+   * watched token, the stream ends now (`end`, synchronously, so nothing after that event is sent) and this is true.
+   */
+  revokedBy(id: string): boolean;
   stop(): void;
 }
 
 /** A stream opened with a tenant key watches nothing: one watcher for all of them (none per connection). */
-const NO_WATCH: TokenWatch = { check: async () => null, stop() {} };
+const NO_WATCH: TokenWatch = { check: async () => null, revokedBy: () => false, stop() {} };
 
 /**
- * Watches the client token an open stream was authenticated with: `end` is called once, at its expiry, or at the
- * first check (every `everyMs`, and when `check()` is called, e.g. before a client frame) that finds it revoked
- * (or its session deleted). A failed read (Redis down) keeps the stream. Returns the watcher; `stop()` when the
- * stream ends. Without a token it does nothing.
+ * Watches the client token an open stream was authenticated with: `end` is called once, at its expiry, when the
+ * stream reaches the `client_token.revoked` event of the token in the session's log (`revokedBy`: the revocation
+ * ends the stream on every replica at that event, before anything newer is sent), or at the first check (every
+ * `everyMs`, and when `check()` is called, e.g. before a client frame) that finds it revoked or its session deleted
+ * — the fallback for a revocation whose event was not logged (a store outage after the token was removed). A
+ * deleted session's streams end at its `session.deleted` event by themselves. A failed read (Redis down) keeps the
+ * stream. Returns the watcher; `stop()` when the stream ends. Without a token it does nothing.
  */
 export function watchToken(
   tokens: ClientTokens,
@@ -110,7 +120,7 @@ export function watchToken(
     end(err);
   };
   const check = async (): Promise<DomainError | null> => {
-    if (done) return unauthorized('The client token is unknown or revoked.');
+    if (done) return tokenRevoked();
     const refused =
       tokenRefusal(rec) ?? ((await tokens.isLive(rec).catch(() => true)) ? null : tokenRefusal(null));
     if (refused) finish(refused);
@@ -128,7 +138,12 @@ export function watchToken(
     clearTimeout(expiry);
     clearInterval(timer);
   }
-  return { check, stop };
+  const revokedBy = (id: string): boolean => {
+    if (id !== rec.id) return false;
+    finish(tokenRevoked());
+    return true;
+  };
+  return { check, revokedBy, stop };
 }
 
 /**

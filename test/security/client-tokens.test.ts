@@ -383,13 +383,26 @@ describe('client tokens', () => {
     assert.equal(log[0].data.expires_at, minted.body.expires_at);
     assert.ok(!JSON.stringify(log).includes(t));
     assert.equal(res.body.error.code, 'unauthorized');
-    // A frame on the open socket is refused and the socket closed; the idle SSE stream ends at its next check.
-    ws.send({ type: 'message', ref: 'late', text: 'x' });
+    // Both streams end at the revocation's event (test/security/client-tokens-revocation.test.ts).
     const closed = await ws.closed;
     assert.equal(closed.code, 4401);
     assert.ok(ws.frames.items.some((f) => f.type === 'error' && f.error.code === 'unauthorized'));
     await sse.ended;
     assert.ok(sse.records.items.some((rec) => rec.event === 'error' && rec.data.includes('unauthorized')));
+
+    // A token gone without its event (its record removed behind the service's back): a frame on the open socket is
+    // refused and the socket closed; the idle SSE stream ends at its next check (STREAM_HEARTBEAT_MS).
+    const quiet = await mint(h.api, { session_id: id, scopes: ['read', 'message'] });
+    const ws2 = await connectWs(h.service.url, id, { protocolToken: quiet.body.token });
+    const sse2 = await connectSse(h.service.url, id, { token: quiet.body.token });
+    await sse2.waitEvent((e) => e.type === 'session.created', 'SSE replay');
+    const hash = await r.hget(`s:{${id}}:ct`, `i:${quiet.body.id}`);
+    assert.equal(await r.hdel(`s:{${id}}:ct`, `i:${quiet.body.id}`, `h:${hash}`), 2);
+    ws2.send({ type: 'message', ref: 'late', text: 'x' });
+    assert.equal((await ws2.closed).code, 4401);
+    assert.ok(ws2.frames.items.some((f) => f.type === 'error' && f.error.code === 'unauthorized'));
+    await sse2.ended;
+    assert.ok(sse2.records.items.some((rec) => rec.event === 'error' && rec.data.includes('unauthorized')));
 
     // Deleting the session revokes its tokens (its token hash goes with its keys).
     const t2 = await token(h.api, id, ['read']);
