@@ -225,10 +225,14 @@ const app: FastifyPluginAsync<AppOptions> = async (fastify, opts) => {
       authenticated.add(route);
     });
     await api.register(authPlugin, { keys: config.API_KEYS });
-    await api.register(rateLimitPlugin, { perMinute: config.RATE_LIMIT_PER_MIN });
+    await api.register(rateLimitPlugin, {
+      perMinute: config.RATE_LIMIT_PER_MIN,
+      tokenPerMinute: config.CLIENT_TOKEN_RATE_LIMIT_PER_MIN,
+    });
     await api.register(quotasPlugin, {
       maxSessions: config.TENANT_MAX_SESSIONS,
       maxStreams: config.TENANT_MAX_STREAMS,
+      tokenMaxStreams: config.CLIENT_TOKEN_MAX_STREAMS,
     });
     await api.register(writeGuardPlugin, {
       writeTimeoutMs: config.RESPONSE_WRITE_TIMEOUT_MS,

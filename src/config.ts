@@ -101,7 +101,8 @@ const cloudRegion = z.string().regex(/^[a-z][a-z0-9-]{1,30}[a-z0-9]$/, 'expected
 
 const logLevel = z.enum(['fatal', 'error', 'warn', 'info', 'debug', 'trace', 'silent']);
 
-export const configSchema = z.object({
+/** The variables as they are read; `configSchema` adds the defaults that depend on another variable. */
+const variables = z.object({
   PORT: port.default(3000),
   HOST: z.string().min(1).default('127.0.0.1'),
   REDIS_URL: z.url({ protocol: /^rediss?$/ }).optional(),
@@ -219,6 +220,12 @@ export const configSchema = z.object({
   ACCEPT_SOCKETS: z.coerce.number().int().min(1).max(64).default(16),
   /** Mutating requests per minute per tenant, across replicas (429 `rate_limited`). 0 disables the limit. */
   RATE_LIMIT_PER_MIN: z.coerce.number().int().min(0).default(1200),
+  /**
+   * Mutating requests per minute per client token, across replicas (429 `rate_limited`), besides its tenant's
+   * count: a browser holding a token takes at most this much of RATE_LIMIT_PER_MIN. Unset: a quarter of
+   * RATE_LIMIT_PER_MIN, rounded up (so 0, no limit, when that is 0). 0: no limit of its own.
+   */
+  CLIENT_TOKEN_RATE_LIMIT_PER_MIN: z.coerce.number().int().min(0).optional(),
   /** Most sessions one tenant keeps (429 `quota_exceeded`). 0: no limit. */
   TENANT_MAX_SESSIONS: z.coerce.number().int().min(0).default(100_000),
   /**
@@ -226,6 +233,11 @@ export const configSchema = z.object({
    * `quota_exceeded`). 0: no limit. The old name TENANT_MAX_WEBSOCKETS is still read when this one is unset.
    */
   TENANT_MAX_STREAMS: z.coerce.number().int().min(0).default(1000),
+  /**
+   * Most event streams (WebSockets, SSE, chat streams) one client token holds open at once, across replicas (429
+   * `quota_exceeded`), besides its tenant's TENANT_MAX_STREAMS, in which they count too. 0: no limit of its own.
+   */
+  CLIENT_TOKEN_MAX_STREAMS: z.coerce.number().int().min(0).default(4),
   /** A REST answer not taken whole by its client within this long (ms) has its connection cut. */
   RESPONSE_WRITE_TIMEOUT_MS: positiveMs.default(30_000),
   /** Bytes of answers one tenant's clients may leave unread at once, per process (429 `quota_exceeded`). */
@@ -347,6 +359,11 @@ export const configSchema = z.object({
   /** Offline model's delay between SSE events (ms). */
   OFFLINE_EVENT_DELAY_MS: z.coerce.number().int().min(0).default(15),
 });
+
+export const configSchema = variables.transform((c) => ({
+  ...c,
+  CLIENT_TOKEN_RATE_LIMIT_PER_MIN: c.CLIENT_TOKEN_RATE_LIMIT_PER_MIN ?? Math.ceil(c.RATE_LIMIT_PER_MIN / 4),
+}));
 
 export type Config = z.infer<typeof configSchema>;
 

@@ -1,6 +1,12 @@
 import fp from 'fastify-plugin';
 import rateLimit from '@fastify/rate-limit';
+import type { FastifyRequest } from 'fastify';
 import { QuotaExceeded } from '../errors.js';
+import { TokenRate, type RateHit } from '../quotas/token-rate.js';
+
+/** Reads (which include WebSocket upgrades) are never counted. */
+const uncounted = (req: FastifyRequest) =>
+  req.method === 'GET' || req.method === 'HEAD' || req.method === 'OPTIONS';
 
 /**
  * `RATE_LIMIT_PER_MIN` mutating requests per tenant per minute, through `@fastify/rate-limit` with its Redis store
@@ -9,9 +15,41 @@ import { QuotaExceeded } from '../errors.js';
  * which includes WebSocket upgrades) are not counted. Over the limit: 429 `rate_limited` with `Retry-After`
  * (seconds to the end of the window). A Redis error lets the request through (the route then meets the store's
  * own 503): the limiter never fails a request by itself.
+ *
+ * A client token (a browser's: untrusted) has a window of its own besides, `CLIENT_TOKEN_RATE_LIMIT_PER_MIN`
+ * (src/quotas/token-rate.ts), so one page cannot use up its tenant's count and lock out the tenant's backend. It is
+ * checked first — a `preHandler` of the scope, which runs before the tenant limiter's (a route-level `preHandler`,
+ * added to each route) — so what a token is refused is not counted in its tenant's window; what it is let through
+ * is counted in both.
  */
-export default fp<{ perMinute: number }>(
+export default fp<{ perMinute: number; tokenPerMinute: number }>(
   async (app, opts) => {
+    if (opts.tokenPerMinute > 0) {
+      const windows = new TokenRate(app.redis);
+      const max = opts.tokenPerMinute;
+      app.addHook('preHandler', async (req, reply) => {
+        const token = req.clientToken;
+        if (!token || uncounted(req)) return;
+        let hit: RateHit;
+        try {
+          hit = await windows.hit(req.tenant, token.id);
+        } catch {
+          return; // as skipOnError: never refused for the limiter's own failure
+        }
+        if (hit.count <= max) return;
+        const retryAfterS = Math.max(1, Math.ceil(hit.ttlMs / 1000));
+        reply
+          .header('x-ratelimit-limit', max)
+          .header('x-ratelimit-remaining', 0)
+          .header('x-ratelimit-reset', retryAfterS)
+          .header('retry-after', retryAfterS);
+        throw new QuotaExceeded(
+          'rate_limited',
+          `More than ${max} mutating requests a minute with this client token.`,
+          { limit: max, retry_after_s: retryAfterS },
+        );
+      });
+    }
     if (opts.perMinute <= 0) return;
     await app.register(rateLimit, {
       global: true,
@@ -22,7 +60,7 @@ export default fp<{ perMinute: number }>(
       nameSpace: 'rl:',
       skipOnError: true,
       keyGenerator: (req) => `{${req.tenant}}`,
-      allowList: (req) => req.method === 'GET' || req.method === 'HEAD' || req.method === 'OPTIONS',
+      allowList: uncounted,
       addHeadersOnExceeding: {
         'x-ratelimit-limit': true,
         'x-ratelimit-remaining': true,

@@ -1,6 +1,6 @@
 import fp from 'fastify-plugin';
 import type { FastifyRequest, RouteOptions, preHandlerHookHandler } from 'fastify';
-import { quotaExceeded } from '../errors.js';
+import { QuotaExceeded, quotaExceeded } from '../errors.js';
 import { TenantSlots } from './slots.js';
 
 type Closer = (event: 'close', listener: () => void) => unknown;
@@ -10,6 +10,8 @@ export interface QuotaOptions {
   maxSessions: number;
   /** Most event streams (WebSockets and SSE) a tenant holds open at once, on all replicas together. 0: no limit. */
   maxStreams: number;
+  /** Most of them one client token holds open at once (besides the tenant's count), on all replicas. 0: no limit. */
+  tokenMaxStreams: number;
 }
 
 /**
@@ -22,6 +24,9 @@ export interface QuotaOptions {
  *   the upgrade, and gives it back when the socket closes; an SSE request of GET /v1/sessions/:id/events, and
  *   every request of the chat routes' UI message streams (POST /v1/chat, GET /v1/chat/:id/stream), takes one from
  *   the same count and gives it back when its response closes.
+ * - `CLIENT_TOKEN_MAX_STREAMS`: a stream opened with a client token (a browser's: untrusted) also takes a slot of
+ *   the token's own count, first, so one page cannot fill its tenant's TENANT_MAX_STREAMS and lock out the tenant's
+ *   backend; a stream the token is refused takes none of the tenant's.
  * Over a quota: 429 `quota_exceeded`, `details: {quota, limit}`.
  */
 export default fp<QuotaOptions>(
@@ -43,13 +48,26 @@ export default fp<QuotaOptions>(
       let closed = false;
       const onClose = () => void (closed = true);
       conn.once('close', onClose);
-      let release: (() => void) | null;
+      const held: Array<() => void> = [];
+      const release = () => held.forEach((r) => r());
       try {
-        release = await sockets.acquire(req.tenant, opts.maxStreams);
+        const token = req.clientToken;
+        if (token && opts.tokenMaxStreams > 0) {
+          const own = await sockets.acquire(req.tenant, opts.tokenMaxStreams, `ct:${token.id}`);
+          if (!own) throw tokenStreamsExceeded(opts.tokenMaxStreams);
+          held.push(own);
+        }
+        if (opts.maxStreams > 0) {
+          const tenant = await sockets.acquire(req.tenant, opts.maxStreams);
+          if (!tenant) throw quotaExceeded('TENANT_MAX_STREAMS', opts.maxStreams, 'open event streams');
+          held.push(tenant);
+        }
+      } catch (err) {
+        release(); // the token's slot, when the tenant's was refused (or Redis failed)
+        throw err;
       } finally {
         conn.off('close', onClose);
       }
-      if (!release) throw quotaExceeded('TENANT_MAX_STREAMS', opts.maxStreams, 'open event streams');
       if (closed || conn.destroyed) release();
       else conn.once('close', release);
     };
@@ -70,21 +88,28 @@ export default fp<QuotaOptions>(
       const own = route.preHandler;
       route.preHandler = own === undefined ? [hook] : Array.isArray(own) ? [...own, hook] : [own, hook];
     };
+    const streams = opts.maxStreams > 0 || opts.tokenMaxStreams > 0;
     app.addHook('onRoute', (route) => {
       const methods = Array.isArray(route.method) ? route.method : [route.method];
       const creates =
         methods.includes('POST') && (route.url === '/v1/sessions' || route.url === '/v1/sessions/:id/fork');
       if (creates && opts.maxSessions > 0) append(route, sessionsQuota);
-      if ('websocket' in route && route.websocket === true && opts.maxStreams > 0)
-        append(route, webSocketQuota);
-      if (methods.includes('GET') && route.url === '/v1/sessions/:id/events' && opts.maxStreams > 0)
+      if ('websocket' in route && route.websocket === true && streams) append(route, webSocketQuota);
+      if (methods.includes('GET') && route.url === '/v1/sessions/:id/events' && streams)
         append(route, sseQuota);
       // The chat routes answer a UI message stream (SSE) whatever the request's Accept says.
       const chat =
         (methods.includes('POST') && route.url === '/v1/chat') ||
         (methods.includes('GET') && route.url === '/v1/chat/:id/stream');
-      if (chat && opts.maxStreams > 0) append(route, chatQuota);
+      if (chat && streams) append(route, chatQuota);
     });
   },
   { name: 'quotas', dependencies: ['redis', 'engine', 'auth'] },
 );
+
+const tokenStreamsExceeded = (limit: number) =>
+  new QuotaExceeded(
+    'quota_exceeded',
+    `This client token already holds ${limit} open event streams, the most CLIENT_TOKEN_MAX_STREAMS allows.`,
+    { quota: 'CLIENT_TOKEN_MAX_STREAMS', limit },
+  );

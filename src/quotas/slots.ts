@@ -25,14 +25,20 @@ export class TenantSlots {
     this.timer.unref();
   }
 
-  /** The tenant's ZSET (hash tag: the tenant, so a Redis Cluster keeps it in one slot). */
-  private key(tenant: string) {
-    return `q:{${tenant}}:${this.name}`;
+  /**
+   * The tenant's ZSET, or with `within` the ZSET of one holder among the tenant's (a client token's, counted apart
+   * from and besides the tenant's). Hash tag: the tenant, so a Redis Cluster keeps them in one slot.
+   */
+  private key(tenant: string, within?: string) {
+    return within === undefined ? `q:{${tenant}}:${this.name}` : `q:{${tenant}}:${this.name}:${within}`;
   }
 
-  /** Takes a slot if fewer than `max` are held by the tenant on all replicas; returns its release, or null. */
-  async acquire(tenant: string, max: number): Promise<(() => void) | null> {
-    const key = this.key(tenant);
+  /**
+   * Takes a slot if fewer than `max` are held by the tenant (or by `within` of it) on all replicas; returns its
+   * release, or null.
+   */
+  async acquire(tenant: string, max: number, within?: string): Promise<(() => void) | null> {
+    const key = this.key(tenant, within);
     const member = `${this.replica}:${++this.seq}`;
     const now = Date.now();
     const ok = await this.redis.quotaAcquireSlot(key, now, now + this.ttlMs, max, member);
