@@ -6,7 +6,8 @@
  * translated by src/chat/chunks.ts; the mutations are the REST routes' own (src/sessions/).
  *
  * Scopes (client tokens, spec §7.2): each route names the scope it needs in its `config.scope`; POST /v1/chat needs
- * `message` for a user message, `decide` for approval responses, `results` for tool outputs (`needScope` below).
+ * `message` for a user message, `decide` for approval responses, `results` for tool outputs (`needScope` below),
+ * and streams the run only to a caller that holds `read` (`withoutRun` below).
  */
 import { addMessage } from '../src/sessions/messages.js';
 import { decide, submitResults } from '../src/sessions/tool-calls.js';
@@ -64,6 +65,21 @@ function needScope(req: FastifyRequest, scope: ClientScope): void {
 function headOf(t: ChatTranslator, status: Record<string, unknown> | null): UIChunk[] {
   return status === null ? t.start() : [...t.start(), ...t.event('session.status', status)];
 }
+
+/**
+ * The answer of POST /v1/chat to a client token without `read` (spec §7.2: the run's stream is `read`'s, posting
+ * is `message`'s, `decide`'s, `results`'): its parts are posted as for any caller, and the stream carries nothing
+ * of the run — `start` (naming only the assistant message the client's own request continued) and `finish`, then
+ * `[DONE]`: a valid UI message stream that the AI SDK ends at once. The translator is done: nothing else is sent.
+ */
+function withoutRun(t: ChatTranslator): UIChunk[] {
+  const head = [...t.start(), { type: 'finish' }];
+  t.done = true;
+  return head;
+}
+
+/** Whether the request may see the run it streams: a tenant key, or a client token holding `read`. */
+const readsRun = (req: FastifyRequest) => !req.clientToken || req.clientToken.scopes.includes('read');
 
 /** The `session.status` data of a session that runs nothing; null when it runs. */
 function statusOf(state: SessionState): Record<string, unknown> | null {
@@ -202,7 +218,8 @@ const routes: FastifyPluginAsyncZod<{ config: Config }> = async (app, { config }
           'Body as `DefaultChatTransport` sends it: `id` (a session id), `messages` (UIMessage[]; only the newest ' +
           'is read), `trigger`, `messageId`. A user message is posted to the session (as POST …/messages); tool ' +
           'approval responses and client tool outputs in an assistant message become decisions and results. ' +
-          'The answer is the run as a UI message stream until it stops or needs the client.',
+          'The answer is the run as a UI message stream until it stops or needs the client; to a client token ' +
+          'without `read`, only `start` and `finish` (nothing of the run).',
         tags,
         body: chatBody,
         response: {
@@ -234,7 +251,7 @@ const routes: FastifyPluginAsyncZod<{ config: Config }> = async (app, { config }
         const t = new ChatTranslator(replay.assistant, replay.known, { agents: agentsOf(s) });
         t.statusFrom = replay.revision;
         const status = replay.idle ? (replay.status ?? statusOf(s) ?? null) : null;
-        return stream(req, reply, id, replay.after, t, headOf(t, status));
+        return stream(req, reply, id, replay.after, t, readsRun(req) ? headOf(t, status) : withoutRun(t));
       }
       const scopes: ClientScope[] = [];
       const need = (scope: ClientScope) => {
@@ -297,7 +314,7 @@ const routes: FastifyPluginAsyncZod<{ config: Config }> = async (app, { config }
       });
       const t = new ChatTranslator(assistant, known, { agents: agentsOf(state) });
       t.statusFrom = state.revision;
-      stream(req, reply, id, after, t, headOf(t, status));
+      stream(req, reply, id, after, t, readsRun(req) ? headOf(t, status) : withoutRun(t));
     },
   );
 

@@ -343,6 +343,75 @@ describe('chat routes: the AI SDK UI message stream', () => {
     assert.ok(events.some((e: { type: string }) => e.type === 'message.queued'));
   });
 
+  test('a client token without `read`: what it posts is done, its answer shows nothing of the run', async () => {
+    const id = await session({ tools: ['get_weather'], approval: 'always' });
+    const first = await readAll(await send(id, [userMessage('What is the weather in Paris?')]));
+    const asked = first.chunks.find((c) => c.type === 'tool-approval-request');
+    const call = first.chunks.find((c) => c.type === 'tool-input-available');
+    assert.ok(asked?.type === 'tool-approval-request' && call?.type === 'tool-input-available');
+    const mint = async (scopes: string[]) =>
+      (await h.api.post('/v1/client-tokens', { session_id: id, scopes })).body.token as string;
+    // A `decide`-only token answers the approval through the AI SDK's transport: a valid stream of `start` (the
+    // assistant message it continues, its own id) and `finish`, nothing of the tool's output or the model's text.
+    const approval: UIMessage = {
+      id: 'a-approve',
+      role: 'assistant',
+      parts: [
+        {
+          type: 'tool-get_weather',
+          toolCallId: call.toolCallId,
+          state: 'approval-responded',
+          input: call.input,
+          approval: { id: asked.approvalId, approved: true },
+        },
+      ],
+    };
+    const decided = await readAll(
+      await chatTransport(h.service.url, await mint(['decide'])).sendMessages({
+        chatId: id,
+        messages: [approval],
+        trigger: 'submit-message',
+        messageId: undefined,
+        abortSignal: undefined,
+      }),
+    );
+    assert.deepEqual(decided.chunks, [{ type: 'start', messageId: 'a-approve' }, { type: 'finish' }]);
+    assert.deepEqual(decided.message?.parts, []);
+    // The decision was made: the run goes on to its answer, which a reader sees.
+    await h.api.waitStatus(id, 'idle');
+    assert.match(textOf((await history(id)).at(-1)), /The weather in Paris is/);
+
+    // A `message`-only token: its message is posted (once, with an Idempotency-Key replayed the same way).
+    h.fake.enqueue(text('Not for a writer only.'));
+    const writer = await mint(['message']);
+    const post = () =>
+      fetch(`${h.service.url}/v1/chat`, {
+        method: 'POST',
+        headers: {
+          authorization: `Bearer ${writer}`,
+          'content-type': 'application/json',
+          'idempotency-key': 'write-only',
+        },
+        body: JSON.stringify({
+          id,
+          messages: [userMessage('Thanks', 'u-thanks')],
+          trigger: 'submit-message',
+        }),
+      });
+    for (const res of [await post(), await post()]) {
+      assert.equal(res.status, 200);
+      assert.equal(res.headers.get('x-vercel-ai-ui-message-stream'), 'v1');
+      const data = sseDataLines(await res.text());
+      assert.deepEqual(data, ['{"type":"start"}', '{"type":"finish"}', '[DONE]']);
+      for (const d of data.slice(0, -1))
+        assert.ok((await uiMessageChunkSchema().validate!(JSON.parse(d))).success, d);
+    }
+    await h.api.waitStatus(id, 'idle');
+    const msgs = await history(id);
+    assert.equal(msgs.filter((m) => m.role === 'user' && textOf(m) === 'Thanks').length, 1);
+    assert.equal(textOf(msgs.at(-1)), 'Not for a writer only.');
+  });
+
   test('a denial through Chat: the call is denied with its reason, the model answers without it', async () => {
     const id = await session({ tools: ['get_weather'], approval: 'always' });
     const chat = new PlainChat({

@@ -649,7 +649,7 @@ export interface paths {
     put?: never;
     /**
      * The AI SDK's chat endpoint (useChat / DefaultChatTransport)
-     * @description Body as `DefaultChatTransport` sends it: `id` (a session id), `messages` (UIMessage[]; only the newest is read), `trigger`, `messageId`. A user message is posted to the session (as POST …/messages); tool approval responses and client tool outputs in an assistant message become decisions and results. The answer is the run as a UI message stream until it stops or needs the client.
+     * @description Body as `DefaultChatTransport` sends it: `id` (a session id), `messages` (UIMessage[]; only the newest is read), `trigger`, `messageId`. A user message is posted to the session (as POST …/messages); tool approval responses and client tool outputs in an assistant message become decisions and results. The answer is the run as a UI message stream until it stops or needs the client; to a client token without `read`, only `start` and `finish` (nothing of the run).
      */
     post: operations['chat'];
     delete?: never;
