@@ -76,7 +76,8 @@ function sealFields(
  * holds across replicas); the same key with the same body gets that answer again, with another body 422
  * `idempotency_key_reused`, and while the first is still being handled 409 `idempotency_in_progress` (its key held
  * under a short lease its process renews, so a process that died frees the key: IN_FLIGHT_TTL_MS).
- * A 5xx answer is not kept, so the client may try again. Secrets in an answer (`sealInRecord`) are kept sealed with
+ * A client token's keys are its session's (every token of the session shares them, no other session sees them);
+ * a tenant key's are the tenant's. A 5xx answer is not kept, so the client may try again. Secrets in an answer (`sealInRecord`) are kept sealed with
  * `box` (as the webhooks keep them at rest) and opened for a replay; one that cannot be opened any more (the key
  * changed) is left out of the replay.
  */
@@ -108,7 +109,11 @@ export default fp<{ ttlS: number; maxBytesPerTenant: number; box: SecretBox }>(
           `${req.method} ${req.routeOptions.url} ${JSON.stringify(req.params)}\n${JSON.stringify(req.body ?? {})}`,
         )
         .digest('base64url');
-      const key = records.key(req.tenant, createHash('sha256').update(parsed.data).digest('base64url'));
+      // A client token's keys are its session's: a page chooses its keys without knowing the tenant's other
+      // sessions, and must learn nothing of their requests (a shared key would answer it 422 or replay theirs).
+      // The session id is joined with a newline, which no key holds: these never meet the tenant key's own keys.
+      const scoped = req.clientToken ? `${req.clientToken.session_id}\n${parsed.data}` : parsed.data;
+      const key = records.key(req.tenant, createHash('sha256').update(scoped).digest('base64url'));
       const pending: IdempotencyRecord = { state: 'pending', fp: fingerprint };
       if (await records.reserve(key, pending)) {
         const renewal = setInterval(() => void records.renew(key).catch(() => {}), IN_FLIGHT_RENEW_MS);

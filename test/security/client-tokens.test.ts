@@ -334,6 +334,34 @@ describe('client tokens', () => {
     await h.api.post(`/v1/sessions/${id}/cancel`);
   });
 
+  it("Idempotency-Key: a token's keys are its session's, never another session's of the tenant", async () => {
+    h.fake.enqueue(text('One.'), text('Two.'));
+    const s1 = (await h.api.post('/v1/sessions', { start: false })).body.id as string;
+    const s2 = (await h.api.post('/v1/sessions', { start: false })).body.id as string;
+    const t1 = h.api.as(await token(h.api, s1, ['message']));
+    const t2 = h.api.as(await token(h.api, s2, ['message']));
+    const key = { 'idempotency-key': 'user-K' };
+    const first = await t1.post(`/v1/sessions/${s1}/messages`, { text: 'hi' }, key);
+    assert.equal(first.status, 202);
+    // Another session's token with the same key: its own request, neither refused nor told of s1's.
+    const other = await t2.post(`/v1/sessions/${s2}/messages`, { text: 'hi' }, key);
+    assert.equal(other.status, 202, JSON.stringify(other.body));
+    assert.equal(other.headers.get('idempotent-replayed'), null);
+    assert.equal((await t2.post(`/v1/sessions/${s2}/messages`, { text: 'other' }, key)).status, 422);
+    // Another token of the same session (a page reloaded with a fresh token) shares its keys: the answer replayed.
+    const again = await h.api
+      .as(await token(h.api, s1, ['message']))
+      .post(`/v1/sessions/${s1}/messages`, { text: 'hi' }, key);
+    assert.equal(again.status, 202);
+    assert.equal(again.headers.get('idempotent-replayed'), 'true');
+    assert.deepEqual(again.body, first.body);
+    // The tenant's key keeps its own keys, apart from its tokens'.
+    const byKey = await h.api.post(`/v1/sessions/${s2}/messages`, { text: 'from the backend' }, key);
+    assert.equal(byKey.status, 202, JSON.stringify(byKey.body));
+    assert.equal(byKey.headers.get('idempotent-replayed'), null);
+    for (const id of [s1, s2]) await h.api.waitStatus(id, 'idle');
+  });
+
   it('expired: 401 token_expired on REST and on the upgrade; an hour later unknown', async () => {
     const id = (await h.api.post('/v1/sessions', { start: false })).body.id as string;
     const t = await token(h.api, id, ['read']);
