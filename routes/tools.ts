@@ -10,7 +10,7 @@ const routes: FastifyPluginAsyncZod = async (app) => {
         summary:
           'The tools the service runs: server tools, and the tools of the MCP servers the tenant may use',
         tags: ['tools'],
-        response: { 200: toolList, ...errors(401, 500) },
+        response: { 200: toolList, ...errors(401, 500, 503) },
       },
     },
     async (req) => {

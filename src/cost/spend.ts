@@ -122,9 +122,13 @@ export class TenantSpend {
     const count = Math.round((Date.parse(`${to}T00:00:00Z`) - start) / 86_400_000) + 1;
     const dates: string[] = [];
     for (let i = 0; i < count; i++) dates.push(utcDay(start + i * 86_400_000));
-    const m = this.redis.multi();
-    for (const d of dates) m.hgetall(usageKey(tenant, d));
-    const rows = (await m.exec()) ?? [];
+    // A pipeline, not MULTI: reads need no transaction, and a Redis at maxmemory refuses MULTI (EXECABORT) but
+    // still answers reads.
+    const p = this.redis.pipeline();
+    for (const d of dates) p.hgetall(usageKey(tenant, d));
+    const rows = (await p.exec()) ?? [];
+    const failed = rows.find(([err]) => err);
+    if (failed) throw failed[0];
     return dates.map((date, i) => {
       const h = (rows[i]?.[1] ?? {}) as Record<string, string>;
       const n = (f: string) => Number(h[f] ?? 0);

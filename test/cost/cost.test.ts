@@ -1,5 +1,6 @@
 import { after, before, beforeEach, describe, it } from 'node:test';
 import assert from 'node:assert/strict';
+import { Redis } from 'ioredis';
 import { startHarness, type Harness } from '../helpers/service.js';
 import { reply, text, toolCall } from '../fake/script.js';
 import { PriceTable, modelPricesSchema } from '../../src/cost/prices.js';
@@ -273,6 +274,22 @@ describe('cost: usage.cost_usd of sessions, iterations and turn.completed', () =
       end.body.data.map((d: any) => d.date),
       ['9999-12-30', '9999-12-31'],
     );
+  });
+
+  it('GET /v1/usage is a read: it answers while Redis refuses writes (maxmemory reached)', async () => {
+    const admin = new Redis(h.redis.url);
+    try {
+      const used = Number(/used_memory:(\d+)/.exec(await admin.info('memory'))![1]);
+      // Below what is in use: every write is refused (OOM), reads are answered. Redis refuses MULTI then too.
+      await admin.config('SET', 'maxmemory-policy', 'noeviction');
+      await admin.config('SET', 'maxmemory', String(Math.max(1, used - 4096)));
+      const r = await h.api.get('/v1/usage?from=2026-01-01&to=2026-01-02');
+      assert.equal(r.status, 200, JSON.stringify(r.body));
+      assert.equal(r.body.data.length, 2);
+    } finally {
+      await admin.config('SET', 'maxmemory', '0');
+      admin.disconnect();
+    }
   });
 });
 

@@ -3977,6 +3977,16 @@ export interface operations {
           'application/json': components['schemas']['Error500'];
         };
       };
+      /** @description The session store is unavailable (`store_unavailable`); try again after Retry-After. */
+      503: {
+        headers: {
+          'Retry-After': components['headers']['RetryAfter'];
+          [name: string]: unknown;
+        };
+        content: {
+          'application/json': components['schemas']['Error503'];
+        };
+      };
     };
   };
   listSessions: {
