@@ -78,7 +78,11 @@ describe('error codes per route in openapi.json', () => {
       const ok = await app.inject({ method: 'GET', url: '/declared' });
       assert.equal(ok.statusCode, 404);
       assert.deepEqual(ok.json(), {
-        error: { code: 'session_not_found', message: 'No session with this id.' },
+        error: {
+          code: 'session_not_found',
+          message: 'No session with this id.',
+          request_id: ok.headers['x-request-id'],
+        },
       });
       const drift = await app.inject({ method: 'GET', url: '/undeclared' });
       assert.equal(drift.statusCode, 500, drift.body);
