@@ -59,7 +59,7 @@ export default fp<QuotaOptions>(
         }
         if (opts.maxStreams > 0) {
           const tenant = await sockets.acquire(req.tenant, opts.maxStreams);
-          if (!tenant) throw quotaExceeded('TENANT_MAX_STREAMS', opts.maxStreams, 'open event streams');
+          if (!tenant) throw sockets.refusal('TENANT_MAX_STREAMS', opts.maxStreams, 'open event streams');
           held.push(tenant);
         }
       } catch (err) {

@@ -1,28 +1,66 @@
 import { randomUUID } from 'node:crypto';
 import type { Cluster, Redis } from 'ioredis';
+import { quotaExceeded } from '../errors.js';
+import { HttpRefusal } from '../plugins/error-status.js';
 import { defineLuaCommands } from '../store/lua-commands.js';
 import './lua/commands.js';
 
+export interface TenantSlotsOptions {
+  /**
+   * A slot's own expiry, renewed by its replica every third of it while held: what frees the slots of a replica that
+   * never said it was alive (an older version's, or one whose liveness entry was lost).
+   */
+  ttlMs?: number;
+  /** How long a replica counts as alive after it last said so (it says so every fifth of it). */
+  aliveMs?: number;
+}
+
+/** Most lapsed replicas one acquire drops the slots of (replicas that died in the last two minutes). */
+const MAX_LAPSED = 100;
+
 /**
- * Slots a tenant holds across replicas (open WebSockets): one ZSET per tenant in Redis, each slot with an expiry that
- * this replica renews every third of `ttlMs` while the slot is held, so slots of a replica that died lapse by
- * themselves. Acquire is one atomic script (lua/acquire-slot-1.lua: check and take); release is one ZREM.
+ * Slots a tenant holds across replicas (open event streams): one ZSET per tenant in Redis (hash tag: the tenant),
+ * members `<replica>:<n>`. Acquire is one atomic script (lua/acquire-slot-1.lua: check and take); release is one
+ * ZREM.
+ *
+ * A replica that dies (SIGKILL) releases nothing: its slots are reclaimed by its liveness. Every replica writes its
+ * id into one ZSET of replicas (`q:replicas:<name>`, its deadline by Redis's clock) every fifth of `aliveMs`: one
+ * command per replica per period, whatever the count of tenants and streams it holds. An acquire that finds the
+ * tenant at the quota asks for the replicas whose deadline passed and takes the slot again, dropping those
+ * replicas' slots in the same script: a follower that reconnects to another replica after a crash waits at most
+ * `aliveMs` (the 429's Retry-After) instead of the slots' `ttlMs`. A replica that stalls past `aliveMs` (a frozen
+ * process) may lose its slots that way: the quota is then loose by them until they close, never tighter.
+ *
+ * Each slot keeps its own expiry as well (renewed every third of `ttlMs`), so replicas of an older version, which
+ * neither write liveness nor drop lapsed replicas' slots, share the count, and a slot whose replica has no liveness
+ * entry still lapses.
  */
 export class TenantSlots {
   private readonly replica = randomUUID();
   private seq = 0;
   /** key → members this replica holds. */
   private readonly held = new Map<string, Set<string>>();
-  private readonly timer: NodeJS.Timeout;
+  private readonly timers: NodeJS.Timeout[];
+  private readonly ttlMs: number;
+  private readonly aliveMs: number;
+  /** The replicas' liveness (no hash tag: one key, touched by single-key commands only). */
+  private readonly aliveKey: string;
 
   constructor(
     private readonly redis: Redis | Cluster,
     private readonly name: string,
-    private readonly ttlMs = 60_000,
+    opts: TenantSlotsOptions = {},
   ) {
+    this.ttlMs = opts.ttlMs ?? 60_000;
+    this.aliveMs = opts.aliveMs ?? 5_000;
+    this.aliveKey = `q:replicas:${name}`;
     defineLuaCommands(redis, new URL('./lua/', import.meta.url), 'quota');
-    this.timer = setInterval(() => void this.renew(), Math.ceil(ttlMs / 3));
-    this.timer.unref();
+    void this.alive();
+    this.timers = [
+      setInterval(() => void this.alive(), Math.ceil(this.aliveMs / 5)),
+      setInterval(() => void this.renew(), Math.ceil(this.ttlMs / 3)),
+    ];
+    for (const t of this.timers) t.unref();
   }
 
   /**
@@ -34,6 +72,17 @@ export class TenantSlots {
   }
 
   /**
+   * 429 `quota_exceeded` for an acquire that found no slot, with Retry-After: the slots of a replica that died are
+   * reclaimed by then.
+   */
+  refusal(quota: string, limit: number, what: string): HttpRefusal {
+    const q = quotaExceeded(quota, limit, what);
+    return new HttpRefusal(q.code, q.message, q.details, {
+      'retry-after': String(Math.ceil(this.aliveMs / 1000)),
+    });
+  }
+
+  /**
    * Takes a slot if fewer than `max` are held by the tenant (or by `within` of it) on all replicas; returns its
    * release, or null.
    */
@@ -41,7 +90,14 @@ export class TenantSlots {
     const key = this.key(tenant, within);
     const member = `${this.replica}:${++this.seq}`;
     const now = Date.now();
-    const ok = await this.redis.quotaAcquireSlot(key, now, now + this.ttlMs, max, member);
+    let ok = await this.redis.quotaAcquireSlot(key, now, now + this.ttlMs, max, member);
+    if (ok !== 1) {
+      // At the quota: slots of replicas that died may be what fills it. Dropped in the acquire's own script, so the
+      // drop and the count are one step (a lapsed replica does not come back: a frozen one that does has lost them).
+      const lapsed = await this.redis.quotaLapsedReplicas(this.aliveKey, MAX_LAPSED);
+      if (lapsed.length > 0)
+        ok = await this.redis.quotaAcquireSlot(key, now, now + this.ttlMs, max, member, ...lapsed);
+    }
     if (ok !== 1) return null;
     let set = this.held.get(key);
     if (!set) this.held.set(key, (set = new Set()));
@@ -53,9 +109,21 @@ export class TenantSlots {
       set.delete(member);
       if (set.size === 0 && this.held.get(key) === set) this.held.delete(key);
       this.redis.zrem(key, member).catch(() => {
-        /* Redis away: the slot lapses after ttlMs */
+        /* Redis away: the slot lapses with this replica's liveness, or after ttlMs */
       });
     };
+  }
+
+  /**
+   * Says this replica is alive, held slots or not: a replica whose entry lapsed while it held nothing would have
+   * the slots it takes next dropped by others until it says so again.
+   */
+  private async alive(): Promise<void> {
+    await this.redis
+      .quotaReplicaAlive(this.aliveKey, this.replica, this.aliveMs, 2 * this.ttlMs)
+      .catch(() => {
+        /* Redis away: said again next period */
+      });
   }
 
   /** Pushes the expiry of every held slot (one ZADD XX per tenant: a Cluster pipeline needs one slot per command). */
@@ -70,9 +138,12 @@ export class TenantSlots {
     }
   }
 
-  /** Stops renewing and releases this replica's slots. */
+  /**
+   * Stops renewing and releases this replica's slots. Its liveness entry is left to lapse: a slot whose release
+   * failed here is then reclaimed within `aliveMs`.
+   */
   async close(): Promise<void> {
-    clearInterval(this.timer);
+    for (const t of this.timers) clearInterval(t);
     for (const [key, members] of this.held) {
       if (members.size) await this.redis.zrem(key, ...members).catch(() => {});
     }

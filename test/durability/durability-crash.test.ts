@@ -12,7 +12,8 @@ import { text, toolCall } from '../fake/script.js';
 import { startFakeAnthropic, type FakeAnthropic } from '../fake/server.js';
 import { TEST_TOOLS_MODULE } from '../helpers/test-tools.js';
 import { startTestRedis, type TestRedis } from '../helpers/redis.js';
-import { serviceEnv, spawnService, type ServiceProcess } from '../helpers/process.js';
+import { serviceEnv, sleep, spawnService, type ServiceProcess } from '../helpers/process.js';
+import { connectWs, UpgradeRefused, type WsClient } from '../fixtures/event-clients.js';
 import {
   LoopModel,
   leaseOwnerPid,
@@ -387,6 +388,59 @@ describe('crash recovery (SIGKILL)', { timeout: 180_000 }, () => {
       'the stored results went with the step',
     );
     await procs[0]!.api.post(`/v1/sessions/${hold.body.id}/cancel`, {});
+  });
+
+  it("a killed process's event streams stop counting against TENANT_MAX_STREAMS within seconds", async () => {
+    // Two processes of their own, with a quota of 4 streams: 3 followers on one, which is SIGKILLed (no release).
+    const quotaEnv = { ...env(), TENANT_MAX_STREAMS: '4' };
+    const [doomed, other] = await Promise.all([
+      spawnService(quotaEnv, { name: 'streams-doomed' }),
+      spawnService(quotaEnv, { name: 'streams-other' }),
+    ]);
+    const open: WsClient[] = [];
+    try {
+      const ids: string[] = [];
+      for (let i = 0; i < 3; i++) ids.push((await other.api.post('/v1/sessions', { start: false })).body.id);
+      const followers = await Promise.all(ids.map((id) => connectWs(doomed.url, id)));
+      const killedAt = Date.now();
+      await doomed.kill();
+      await Promise.all(followers.map((c) => c.closed));
+      // Every follower reconnects to the other process, retrying a 429 after its Retry-After (scaled down here),
+      // as a client does: all are back once the dead process's liveness lapsed, long before its slots' own expiry.
+      const retryAfters = new Set<string>();
+      for (const id of ids) {
+        for (;;) {
+          const c = await connectWs(other.url, id).catch((err: unknown) => {
+            if (!(err instanceof UpgradeRefused) || err.status !== 429) throw err;
+            assert.equal(err.body.error.details.quota, 'TENANT_MAX_STREAMS');
+            retryAfters.add(String(err.headers['retry-after']));
+            return undefined;
+          });
+          if (c) {
+            open.push(c);
+            break;
+          }
+          assert.ok(Date.now() - killedAt < 15_000, `${open.length} of 3 followers back after 15 s`);
+          await sleep(100);
+        }
+      }
+      const back = Date.now() - killedAt;
+      assert.ok(back < 15_000, `back after ${back} ms`);
+      for (const v of retryAfters) assert.ok(Number(v) >= 1 && Number(v) <= 10, `Retry-After ${v}`);
+      // The quota still holds: one more stream fits, a fifth does not.
+      open.push(await connectWs(other.url, ids[0]!));
+      await assert.rejects(connectWs(other.url, ids[1]!), (err: unknown) => {
+        assert.ok(err instanceof UpgradeRefused && err.status === 429, String(err));
+        return true;
+      });
+      console.log(
+        `# followers of a killed process back on another after ${back} ms (Retry-After ${[...retryAfters]})`,
+      );
+    } finally {
+      for (const c of open) c.close();
+      await Promise.all(open.map((c) => c.closed));
+      await Promise.all([doomed.kill(), other.kill()]);
+    }
   });
 
   it('resumes when every process died and one is started again', async () => {

@@ -178,6 +178,57 @@ describe('tenant quotas and rate limit across replicas, security headers', () =>
     }
   });
 
+  it('slots of a replica whose liveness lapsed (killed) are dropped at once; a live one keeps its slots', async () => {
+    const g = h.api.as('key-globex');
+    const id = ((await g.get('/v1/sessions')).body.data[0]?.id ??
+      (await g.post('/v1/sessions', { start: false })).body.id) as string;
+    const probe = new Redis(h.redis.url);
+    const slots = 'q:{globex}:ws';
+    const replicas = 'q:replicas:ws';
+    const refused = async (base: string) =>
+      assert.rejects(connectWs(base, id, { token: 'key-globex' }), (err: unknown) => {
+        assert.ok(err instanceof UpgradeRefused, String(err));
+        assert.equal(err.status, 429);
+        assert.equal(err.body.error.code, 'quota_exceeded');
+        assert.deepEqual(err.body.error.details, { quota: 'TENANT_MAX_STREAMS', limit: 2 });
+        // The slots of a replica killed now are reclaimed by then.
+        const after = Number(err.headers['retry-after']);
+        assert.ok(after >= 1 && after <= 10, `Retry-After ${String(err.headers['retry-after'])}`);
+        return true;
+      });
+    const open: WsClient[] = [];
+    try {
+      // The tenant's two slots held by another replica that is alive (its liveness deadline ahead): refused.
+      const [sec, usec] = await probe.time();
+      const redisNow = Number(sec) * 1000 + Math.floor(Number(usec) / 1000);
+      const far = Date.now() + 60_000;
+      await probe.zadd(replicas, redisNow + 60_000, 'live-replica');
+      await probe.zadd(slots, far, 'live-replica:1', far, 'live-replica:2');
+      for (const base of [h.service.url, second.url]) await refused(base);
+      assert.equal(await probe.zcard(slots), 2);
+      // Slots of a replica of an older version (no liveness entry) count until their own expiry.
+      await probe.del(slots);
+      await probe.zadd(slots, far, 'old-replica:1', far, 'old-replica:2');
+      await refused(second.url);
+      // What a SIGKILLed replica leaves: its slots, unexpired, and its liveness entry, lapsed a moment ago. The
+      // reconnecting followers get both slots at once, on either replica.
+      await probe.del(slots);
+      await probe.zadd(replicas, redisNow - 1000, 'dead-replica');
+      await probe.zadd(slots, far, 'dead-replica:1', far, 'dead-replica:2');
+      open.push(await connectWs(h.service.url, id, { token: 'key-globex' }));
+      open.push(await connectWs(second.url, id, { token: 'key-globex' }));
+      const held = await probe.zrange(slots, 0, -1);
+      assert.equal(held.length, 2);
+      assert.ok(!held.some((m) => m.startsWith('dead-replica:')), held.join());
+      await refused(h.service.url);
+    } finally {
+      for (const c of open) c.close();
+      await Promise.all(open.map((c) => c.closed));
+      await probe.zrem(replicas, 'live-replica', 'dead-replica').catch(() => {});
+      probe.disconnect();
+    }
+  });
+
   it(
     'sends security headers, with a CSP under which /docs renders',
     { skip: !existsSync(CHROMIUM) },

@@ -1,7 +1,8 @@
 /**
- * The types of the quotas' scripts (acquire-slot-1.lua and rate-hit-1.lua beside this file), defined by
- * `defineLuaCommands(redis, …, 'quota')` as `quotaAcquireSlot` and `quotaRateHit` (src/store/lua-commands.ts);
- * declared once by augmenting ioredis's `RedisCommander`, as the stores' scripts are (src/store/lua/commands.ts).
+ * The types of the quotas' scripts (the .lua files beside this one), defined by
+ * `defineLuaCommands(redis, …, 'quota')` as `quotaAcquireSlot`, `quotaRateHit`, `quotaReplicaAlive` and `quotaLapsedReplicas`
+ * (src/store/lua-commands.ts); declared once by augmenting ioredis's `RedisCommander`, as the stores' scripts are
+ * (src/store/lua/commands.ts).
  */
 import type { Result } from 'ioredis';
 
@@ -14,8 +15,13 @@ declare module 'ioredis' {
       expiry: number,
       max: number,
       member: string,
+      ...lapsedReplicas: string[]
     ): Result<number, Context>;
     /** rate-hit-1.lua: `[count, ms left in the window]`, this request counted. */
     quotaRateHit(key: string, windowMs: number): Result<[number, number], Context>;
+    /** replica-alive-1.lua: the replica counts as alive for `aliveMs` more (Redis's clock). */
+    quotaReplicaAlive(key: string, replica: string, aliveMs: number, keepMs: number): Result<number, Context>;
+    /** lapsed-replicas-1.lua: ids of replicas whose liveness lapsed (at most `limit`). */
+    quotaLapsedReplicas(key: string, limit: number): Result<string[], Context>;
   }
 }
