@@ -8,6 +8,7 @@
  */
 import {
   pendingFields,
+  reportedField,
   resultField,
   setResult,
   markStored,
@@ -37,8 +38,12 @@ export async function parkForTasks(
   calls: PendingCall[],
 ): Promise<'done' | 'again'> {
   const fields = pendingFields(step);
-  // Never blank the field of an outstanding call: its result may have been delivered since this run read the step.
-  for (const c of calls) delete fields[resultField(c.id)];
+  // Never blank the fields of an outstanding call: its result may have been delivered (and announced) since this run
+  // read the step.
+  for (const c of calls) {
+    delete fields[resultField(c.id)];
+    delete fields[reportedField(c.id)];
+  }
   await commit(deps, run, { hset: fields });
   markStored(step);
   const full: PendingCall[] = [];
@@ -68,7 +73,11 @@ export async function parkForTasks(
         is_error: true,
       });
     const f = pendingFields(step);
-    for (const c of calls) if (!full.includes(c)) delete f[resultField(c.id)];
+    for (const c of calls) {
+      if (full.includes(c)) continue;
+      delete f[resultField(c.id)];
+      delete f[reportedField(c.id)];
+    }
     await commit(deps, run, { hset: f });
     markStored(step);
     if (full.length === calls.length) return 'again';

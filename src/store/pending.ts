@@ -9,6 +9,12 @@
  * - or, when nothing waits, straight into the results turn.
  * The `pending` field holds the step without its results; the `result:*` fields live exactly as long as the step
  * (`apply` drops them when it clears `pending`).
+ *
+ * Whether a call's `tool.completed` was written is a field of its own too, `reported:<tool_use_id>` ('1'), dropped
+ * with the step: a tenant tool's result is delivered (and announced) by whichever replica has it while the run that
+ * parked for it may be rewriting the step from an older read, and a flag inside the `pending` JSON would be lost by
+ * that rewrite (the run would announce the call again). A writer leaves the fields of calls it does not know the
+ * outcome of alone (src/engine/tool-tasks.ts), as it leaves their results.
  */
 import type { StoredBlock } from '../history.js';
 import { decodeStored } from './decode.js';
@@ -36,7 +42,7 @@ export interface PendingCall {
   resultStored?: boolean;
   /** A server tool that has started: after a crash it runs again only if idempotent. */
   started?: boolean;
-  /** Its `tool.completed` event was written. */
+  /** Its `tool.completed` event was written. Stored in its own field (`reportedField`), never in the step's JSON. */
   reported?: boolean;
   /** A tenant tool's call: a tool task answers it (src/tenant-tools/), not the service. */
   runner?: 'worker' | 'http';
@@ -64,6 +70,9 @@ export type EncodedResult = string & { readonly __encoded: 'tool_result' };
 
 /** The meta field that holds a pending call's result. */
 export const resultField = (toolUseId: string) => `result:${toolUseId}`;
+
+/** The meta field that says a pending call's `tool.completed` was written ('1'). */
+export const reportedField = (toolUseId: string) => `reported:${toolUseId}`;
 
 /**
  * A result as its `tool_result` block, and as the `{tool_use_id, content, is_error}` data of the event that tells of
@@ -94,18 +103,22 @@ export function clearResult(call: PendingCall): void {
 }
 
 /**
- * Meta fields for `step` (null: none): `pending` (the step without results) and each result not yet stored —
- * `''` for a call without one, so a result taken away is gone from the store too.
+ * Meta fields for `step` (null: none): `pending` (the step without results nor `reported` flags), each result not
+ * yet stored — `''` for a call without one, so a result taken away is gone from the store too — and the `reported`
+ * flags: `'1'` for a call announced, `''` for a call without a result (its result taken away, to be announced anew).
+ * A call with a result not announced yet writes no flag: whoever announces it sets it, and no write undoes that.
  */
 export function pendingFields(step: PendingStep | null): Record<string, string> {
   if (!step) return { pending: '' };
   const out: Record<string, string> = {
     pending: JSON.stringify({
       ...step,
-      calls: step.calls.map(({ result: _r, resultStored: _s, ...call }) => call),
+      calls: step.calls.map(({ result: _r, resultStored: _s, reported: _p, ...call }) => call),
     }),
   };
   for (const c of step.calls) {
+    if (c.reported) out[reportedField(c.id)] = '1';
+    else if (!c.result) out[reportedField(c.id)] = '';
     if (c.resultStored) continue;
     out[resultField(c.id)] = c.result ? encodeResult(c.id, c.result).block : '';
   }
@@ -118,8 +131,9 @@ export function markStored(step: PendingStep): void {
 }
 
 /**
- * The stored step with its results read back from their fields. A step written before results had fields of their
- * own carries them inline: they stay, as not stored, and are written to their fields with the step's next write.
+ * The stored step with its results and `reported` flags read back from their fields. A step written before results
+ * had fields of their own carries them inline: they stay, as not stored, and are written to their fields with the
+ * step's next write.
  */
 export function decodePending(h: Record<string, string>): PendingStep | null {
   const text = h['pending'];
@@ -131,6 +145,9 @@ export function decodePending(h: Record<string, string>): PendingStep | null {
     return null;
   }
   for (const c of step.calls) {
+    // A step stored before the flags had fields of their own carries them in its JSON: they stay, and go to their
+    // fields with the step's next write.
+    if (h[reportedField(c.id)] === '1') c.reported = true;
     const stored = h[resultField(c.id)];
     if (!stored) continue;
     const b = decodeStored<{ content: ToolResult['content']; is_error?: boolean }>(stored);

@@ -149,6 +149,63 @@ describe('tenant tools and tool tasks', () => {
     assert.equal(completed[0].data.content, 'shipped on Monday');
   });
 
+  it('two parallel calls answered at once: each is announced once (a result delivered while the run parks)', async () => {
+    await a.req('PUT', '/v1/tools/pair_tool', lookup);
+    h.fake.enqueue(
+      toolCalls([toolUse('pair_tool', { id: 1 }, 'toolu_pa'), toolUse('pair_tool', { id: 2 }, 'toolu_pb')]),
+      text('both done'),
+    );
+    const id = (await a.post('/v1/sessions', { input: 'go', tools: ['pair_tool'] })).body.id;
+    // Both tasks are out (queued after the first run's park), claimed by one worker.
+    const tasks: any[] = [];
+    while (tasks.length < 2) {
+      const c = await a.post('/v1/tool-tasks/claim', { tools: ['pair_tool'], max: 2, wait_ms: 10000 });
+      tasks.push(...c.body.tasks);
+    }
+    const [ta, tb] = ['toolu_pa', 'toolu_pb'].map((u) => tasks.find((t) => t.tool_use_id === u));
+    // Result A starts a run, which reads the step (B outstanding) and parks again. B's result is delivered between
+    // that run's read and its park's write of the step: the order in which the write could lose what B's delivery
+    // wrote (B announced).
+    const store = h.service.app.store as any;
+    const apply = store.apply.bind(store);
+    let bDelivered: Promise<{ status: number }> | null = null;
+    store.apply = async (sid: string, guard: { fence?: string }, ops: { hset?: Record<string, string> }) => {
+      if (sid === id && guard.fence && ops.hset?.['pending'] && !bDelivered) {
+        bDelivered = a.post(`/v1/tool-tasks/${tb.id}/result`, { content: 'B' });
+        assert.equal((await bDelivered).status, 200);
+      }
+      return apply(sid, guard, ops);
+    };
+    try {
+      assert.equal((await a.post(`/v1/tool-tasks/${ta.id}/result`, { content: 'A' })).status, 200);
+      await a.waitStatus(id, 'idle');
+    } finally {
+      store.apply = apply;
+    }
+    assert.ok(bDelivered, 'the run parked again after A');
+    const completed = await events(a, id, 'tool.completed');
+    assert.deepEqual(completed.map((e) => e.data.tool_use_id).sort(), ['toolu_pa', 'toolu_pb']);
+    // Both announced by their delivery (with its attempt), none again by the run's commit.
+    assert.deepEqual(
+      completed.map((e) => e.data.attempt),
+      [1, 1],
+    );
+    assert.deepEqual(
+      resultsSent(h, 1).map((r) => r.content),
+      ['A', 'B'],
+    );
+    // The flags went with the step.
+    const probe = new Redis(h.redis.url);
+    try {
+      assert.deepEqual(
+        (await probe.hkeys(`s:{${id}}`)).filter((f) => /^(result|reported):/.test(f)),
+        [],
+      );
+    } finally {
+      probe.disconnect();
+    }
+  });
+
   it('the session keeps its copy: a tool deleted after create still runs for it', async () => {
     await a.req('PUT', '/v1/tools/copy_tool', lookup);
     h.fake.enqueue(toolCalls([toolUse('copy_tool', { id: 1 }, 'toolu_c1')]), text('ok'));
