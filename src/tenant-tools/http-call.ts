@@ -18,6 +18,7 @@ type HttpCallOutcome =
 export async function callToolUrl(o: {
   url: string;
   secret: string;
+  /** The `webhook-id`: the call's, the same on every attempt. */
   msgId: string;
   body: string;
   timeoutMs: number;

@@ -138,7 +138,10 @@ export class HttpToolCaller {
       outcome = await callToolUrl({
         url: def.runner.url,
         secret: this.o.box.open(def.secret),
-        msgId: rec.offer,
+        // The webhook-id is the call's (`<idempotency_key>#<round>`), the same on every attempt as a webhook's is
+        // (§6.3), so a receiver dedupes on it; the offer id (the body's `id`) is each attempt's own. A call resumed
+        // after a failure is a new round, a call of its own.
+        msgId: rec.call,
         // The call as a worker's claim answers it, without the lease (the caller holds it for the HTTP tool).
         body: JSON.stringify(withoutLease(claimedTask(rec, input))),
         timeoutMs: def.runner.timeout_ms ?? DEFAULT_TRY_MS,

@@ -21,7 +21,7 @@ describe('http tools', { timeout: 120_000 }, () => {
   let h: Harness;
   let server: http.Server;
   let verifier: Webhook | null = null;
-  const seen: Array<{ body: any; verified: boolean }> = [];
+  const seen: Array<{ body: any; verified: boolean; webhookId: string }> = [];
   const handlers: Handler[] = [];
   /** Handlers by tool name, before the queue of `handlers`. */
   const byName = new Map<string, Handler>();
@@ -46,7 +46,7 @@ describe('http tools', { timeout: 120_000 }, () => {
           verified = false;
         }
         const body = JSON.parse(raw);
-        seen.push({ body, verified });
+        seen.push({ body, verified, webhookId: String(req.headers['webhook-id']) });
         for (const w of waiters.splice(0)) w();
         const handle = byName.get(body.name) ?? handlers.shift() ?? ((_b, r) => r.writeHead(500).end());
         handle(body, res);
@@ -119,6 +119,11 @@ describe('http tools', { timeout: 120_000 }, () => {
       ],
     );
     assert.notEqual(seen[0]!.body.id, seen[1]!.body.id, 'each try has its own task id');
+    // Signed as webhooks are (§6.3): the webhook-id is the same on every attempt, so a receiver dedupes on it.
+    assert.deepEqual(
+      seen.map((x) => x.webhookId),
+      [`${id}:toolu_p1#0`, `${id}:toolu_p1#0`],
+    );
     const now = await taskCounts();
     assert.deepEqual(
       {
@@ -153,6 +158,40 @@ describe('http tools', { timeout: 120_000 }, () => {
     const [r] = resultsSent(1);
     assert.equal(r.is_error, true);
     assert.match(r.content, /timeout after 400 ms/);
+  });
+
+  it('a call resumed after it failed is a call of its own: another webhook-id, the same on its attempts', async () => {
+    const put = await h.api.req('PUT', '/v1/tools/resumed_http', {
+      description: 'Fails once.',
+      input_schema: { type: 'object' },
+      runner: { type: 'http', url, timeout_ms: 5000 },
+      max_attempts: 2,
+    });
+    verifier = new Webhook(put.body.secret);
+    handlers.push(
+      (_b, res) => json(res, 500, {}),
+      (_b, res) => json(res, 500, {}),
+      (_b, res) => json(res, 200, { content: 'fine' }),
+    );
+    h.fake.enqueue(toolCalls([toolUse('resumed_http', {}, 'toolu_r1')]), text('done'));
+    const created = await h.api.post('/v1/sessions', {
+      input: 'go',
+      tools: ['resumed_http'],
+      on_tool_error: 'fail',
+    });
+    const id = created.body.id;
+    assert.equal((await h.api.waitStatus(id, 'failed', 30_000)).status, 'failed');
+    const resumed = await h.api.post(`/v1/sessions/${id}/resume`);
+    assert.equal(resumed.status, 202, JSON.stringify(resumed.body));
+    await h.api.waitStatus(id, 'idle', 30_000);
+    assert.deepEqual(
+      seen.map((x) => [x.webhookId, x.body.attempt, x.verified]),
+      [
+        [`${id}:toolu_r1#0`, 1, true],
+        [`${id}:toolu_r1#0`, 2, true],
+        [`${id}:toolu_r1#1`, 1, true],
+      ],
+    );
   });
 
   it('a call whose session was cancelled is not tried again', async () => {
