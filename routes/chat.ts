@@ -26,7 +26,16 @@ import { streamSink, type CloseReason } from '../src/events/sink.js';
 import { ChatTranslator, type UIChunk } from '../src/chat/chunks.js';
 import { awaitsAgentsOnly } from '../src/chat/event-shapes.js';
 import { runMessageId, toUIMessages } from '../src/chat/history.js';
-import { chatBody, decisionsOf, resultsOf, toolCallIdsOf, userMessageOf } from '../src/chat/request.js';
+import {
+  chatBody,
+  decisionsOf,
+  editRefused,
+  postedGuard,
+  resultsOf,
+  toolCallIdsOf,
+  userMessageOf,
+} from '../src/chat/request.js';
+import { AlreadyPosted } from '../src/store/apply-ops.js';
 import { defineChatCommands, runStartCursor } from '../src/chat/run-start.js';
 import type { MutationResult } from '../src/sessions/mutate.js';
 import type { SessionState } from '../src/store/session-state.js';
@@ -238,10 +247,7 @@ const routes: FastifyPluginAsyncZod<{ config: Config }> = async (app, { config }
       // keeps its history (an append would answer a conversation the user no longer sees). The transport also sends
       // `messageId` with an assistant message (the one tool answers are in), which is no edit.
       if (messageId !== undefined && messages[messages.length - 1]!.role === 'user')
-        throw badRequest(
-          'Editing a sent message (messageId) is not supported: replace the history with PUT /v1/sessions/:id/messages, then load it again from GET /v1/chat/:id/messages.',
-          { messageId },
-        );
+        throw editRefused(messageId);
       const s = await app.store.loadFor(req.tenant, id);
       const replay = req.streamReplay;
       if (replay) {
@@ -265,14 +271,29 @@ const routes: FastifyPluginAsyncZod<{ config: Config }> = async (app, { config }
       let known: string[] = [];
       if (last.role === 'user') {
         need('message');
-        result = await addMessage(
-          deps,
-          req.tenant,
-          id,
-          userMessageOf(last.parts),
-          undefined,
-          actorOf(req.clientToken),
-        );
+        const body = userMessageOf(last.parts);
+        const posted = postedGuard(last.id, body, after);
+        try {
+          result = await addMessage(deps, req.tenant, id, body, undefined, actorOf(req.clientToken), posted);
+        } catch (err) {
+          if (!(err instanceof AlreadyPosted)) throw err;
+          if (err.entry.fp !== posted.fp) throw editRefused(last.id);
+          // The same message again (its first answer was lost with its replica): nothing is posted; the answer is
+          // the first one's, from where it streamed.
+          const { after: from, rev, idle } = err.entry;
+          const now = await app.store.loadFor(req.tenant, id);
+          const status = idle ? statusOf(now) : null;
+          await app.keepStreamed(req, {
+            after: from,
+            revision: rev,
+            known: [],
+            idle: status !== null,
+            scopes,
+          });
+          const t = new ChatTranslator(undefined, [], { agents: agentsOf(now) });
+          t.statusFrom = rev;
+          return stream(req, reply, id, from, t, headOf(t, status));
+        }
       } else {
         known = toolCallIdsOf(last.parts);
         const decisions = decisionsOf(last.parts, requiredAction(s.status, s.pending));

@@ -3,8 +3,10 @@
  * message to post, or the answers `addToolApprovalResponse` / `addToolOutput` left in the assistant message (the
  * parts' `approval` and `output`). Only the newest message is read: the session holds the history.
  */
+import { createHash } from 'node:crypto';
 import { z } from 'zod';
 import { badRequest, zodDetails } from '../errors.js';
+import type { PostedGuard } from '../store/apply-ops.js';
 import type { RequiredAction } from '../engine/status.js';
 import { ID_LIKE, decisionBody, postMessageBody, toolResultsBody } from '../schemas.js';
 
@@ -66,6 +68,30 @@ export function userMessageOf(parts: Part[]): z.infer<typeof postMessageBody> {
     throw badRequest('The newest message is not a valid user turn.', zodDetails(body.error.issues));
   return body.data;
 }
+
+/** How many of a session's newest chat messages it remembers as posted (a retry of an older one posts it again). */
+const POSTED_KEPT = 16;
+
+/**
+ * What the post of the newest user message records (src/store/lua/includes/posted.lua): its UIMessage id and a
+ * fingerprint of the turn it posts. The same request sent again (the client lost the answer: its replica died
+ * mid-stream) finds it and posts nothing; the same id with other content is an edit (`editRefused`).
+ */
+export function postedGuard(
+  messageId: string,
+  body: z.infer<typeof postMessageBody>,
+  after: string,
+): PostedGuard {
+  const fp = createHash('sha256').update(JSON.stringify(body)).digest('base64url').slice(0, 22);
+  return { id: messageId, fp, after, keep: POSTED_KEPT };
+}
+
+/** 400 for an edit of a sent user message: `sendMessage({text, messageId})`, or its id sent again with other content. */
+export const editRefused = (messageId: string) =>
+  badRequest(
+    'Editing a sent message (messageId) is not supported: replace the history with PUT /v1/sessions/:id/messages, then load it again from GET /v1/chat/:id/messages.',
+    { messageId },
+  );
 
 interface Decision {
   toolUseId: string;

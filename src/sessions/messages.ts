@@ -3,7 +3,7 @@ import { asBlocks, pendingToolCalls, type StoredMessage } from '../history.js';
 import type { postMessageBody } from '../schemas.js';
 import { assertBudgetLeft } from '../engine/budget.js';
 import { eventOf } from '../events/schemas.js';
-import { encodeBlocks } from '../store/apply-ops.js';
+import { AlreadyPosted, encodeBlocks, type PostedGuard } from '../store/apply-ops.js';
 import { resultsTurn } from '../store/pending.js';
 import { interruptedResult } from '../engine/policy.js';
 import { mutate, runOps, type MutationResult, type SessionDeps } from './mutate.js';
@@ -12,7 +12,8 @@ import { withText } from '../openapi/serializer.js';
 /**
  * A follow-up user message. While a run is in flight (or waits for a client) it is queued and joins the next user
  * turn; `interrupt` also aborts the turn in flight. Otherwise it starts a run. `by`: who posted it (a client
- * token's subject), recorded on `message.queued`.
+ * token's subject), recorded on `message.queued`. `posted`: a chat's message (POST /v1/chat), recorded with the
+ * post; one the session was given lately is not posted again (AlreadyPosted, checked in the write itself too).
  */
 export function addMessage(
   deps: SessionDeps,
@@ -21,16 +22,23 @@ export function addMessage(
   body: z.infer<typeof postMessageBody>,
   ifMatch?: number,
   by?: string,
+  posted?: PostedGuard,
 ): Promise<MutationResult> {
   const blocks = asBlocks(body.content ?? body.text ?? '');
   const message: StoredMessage = { role: 'user', content: blocks };
   // Encoded once: the store joins it into the next user turn as it is (MAX_TURN_BYTES caps that turn: 413).
   const queued = encodeBlocks(blocks);
   return mutate(deps, tenant, id, ifMatch, async (s) => {
+    const before = posted && s.chatPosted?.find((e) => e.id === posted.id);
+    if (before) throw new AlreadyPosted(before);
     // A new message needs budget left, whatever the status: a run in flight would stop before sending it anyway.
     assertBudgetLeft(s);
     const queuedEvent = eventOf('message.queued', { message, interrupt: body.interrupt, by });
-    const guard = { status: [s.status], ...(ifMatch !== undefined ? { rev: ifMatch } : {}) };
+    const guard = {
+      status: [s.status],
+      ...(ifMatch !== undefined ? { rev: ifMatch } : {}),
+      ...(posted ? { posted } : {}),
+    };
     if (s.status === 'requires_action' && s.pending?.turn) {
       // A message instead of the reviewed reply's calls: they are answered "not run", the message follows them in
       // the same user turn, and a run starts.

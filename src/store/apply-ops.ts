@@ -4,7 +4,7 @@
  */
 import type { StoredBlock } from '../history.js';
 import type { ResultsEntry } from './pending.js';
-import type { SessionState, Status } from './session-state.js';
+import type { PostedEntry, SessionState, Status } from './session-state.js';
 
 /**
  * A turn's content as it travels from where it comes from to the model: the JSON text of a content-block array,
@@ -53,6 +53,29 @@ export interface Guard {
   create?: boolean;
   /** Bytes the user turn that queued follow-ups form may reach (set by the store from its options). */
   turn_max?: number;
+  /** The chat's user message this change posts: refused (AlreadyPosted) if the session was given it lately. */
+  posted?: PostedGuard;
+}
+
+/** A chat's user message as a post records it (lua/includes/posted.lua): its UIMessage id and what was posted. */
+export interface PostedGuard {
+  id: string;
+  /** The fingerprint of what is posted: the same id with other content is an edit. */
+  fp: string;
+  /** The event cursor the answer streams from. */
+  after: string;
+  /** How many of the newest posts the session remembers. */
+  keep: number;
+}
+
+/**
+ * A change refused because the session was given its chat message lately (guard `posted`): `entry` says how. Not a
+ * refusal of the request: the chat route answers from the entry (src/chat/request.ts).
+ */
+export class AlreadyPosted extends Error {
+  constructor(readonly entry: PostedEntry) {
+    super(`the chat message ${entry.id} was posted already`);
+  }
 }
 
 export interface ApplyResult {

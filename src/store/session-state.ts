@@ -127,6 +127,11 @@ export interface SessionState {
   container: string | null;
   /** Iteration records when the history was last replaced (`PUT …/messages`): none of them is retried. -1: never. */
   replacedAt: number;
+  /**
+   * The chat's user messages posted lately (POST /v1/chat), newest first: written only by `apply`'s `posted` guard
+   * (lua/includes/posted.lua), in the same script as the post.
+   */
+  chatPosted?: PostedEntry[];
   /** Policy `action_timeout_s` (null: none) and what a timeout does (src/sessions/deadlines.ts). */
   actionTimeoutS: number | null;
   onActionTimeout: 'deny' | 'fail';
@@ -201,6 +206,20 @@ export interface CompactRequest {
     /** Only in a request stored before the step stayed in its own field; then it is the step to go back to. */
     pending?: PendingStep | null;
   };
+}
+
+/** How a chat's user message was posted (the record of lua/includes/posted.lua). */
+export interface PostedEntry {
+  /** Its UIMessage id. */
+  id: string;
+  /** The fingerprint of what was posted: the same id with other content is an edit. */
+  fp: string;
+  /** The event cursor its answer streamed from. */
+  after: string;
+  /** The revision of the post. */
+  rev: number;
+  /** The post left the session not running: its answer was the session's status, not a run. */
+  idle: boolean;
 }
 
 export const newSessionId = () =>
@@ -331,6 +350,7 @@ export function decodeFields(h: Record<string, string>): SessionState {
     thread: json(h['thread'], null),
     container: h['container'] || null,
     replacedAt: Number(h['replaced_at'] ?? -1),
+    chatPosted: json(h['chat_posted'], []),
     actionTimeoutS: Number(h['action_timeout']) || null,
     onActionTimeout: h['on_action_timeout'] === 'fail' ? 'fail' : 'deny',
     action: {

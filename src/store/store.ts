@@ -18,7 +18,14 @@ import {
   revisionMismatch,
 } from '../errors.js';
 import type { StoredBlock, StoredMessage } from '../history.js';
-import { opsEventTypes, setsRunning, type ApplyOps, type ApplyResult, type Guard } from './apply-ops.js';
+import {
+  AlreadyPosted,
+  opsEventTypes,
+  setsRunning,
+  type ApplyOps,
+  type ApplyResult,
+  type Guard,
+} from './apply-ops.js';
 import {
   channelName,
   controlChannel,
@@ -42,6 +49,7 @@ import {
   isControl,
   type CompactedSegment,
   type IterationRecord,
+  type PostedEntry,
   type SessionState,
 } from './session-state.js';
 
@@ -212,6 +220,7 @@ export class SessionStore {
       if (code === 'revision') throw revisionMismatch(Number(current));
       if (code === 'status') throw new InvalidStatus(current);
       if (code === 'exists') throw new SessionExists();
+      if (code === 'posted') throw new AlreadyPosted(decodeStored<PostedEntry>(current));
       if (code === 'turn_too_large') {
         throw new InvalidRequest(
           'payload_too_large',

@@ -27,6 +27,7 @@ import {
   toolUse,
 } from '../fake/script.js';
 import { ChatTranslator, type UIChunk } from '../../src/chat/chunks.js';
+import { AlreadyPosted } from '../../src/store/apply-ops.js';
 import { PlainChat, chatTransport, readAll, sseDataLines } from '../helpers/chat.js';
 import { startHarness, type Harness } from '../helpers/service.js';
 import { writerResearcher, writerWithResearcher } from '../helpers/agents.js';
@@ -863,6 +864,78 @@ describe('chat routes: the AI SDK UI message stream', () => {
     assert.deepEqual(
       msgs.map((m) => textOf(m)),
       ['first', 'A1'],
+    );
+  });
+
+  test('the same request sent again (a retry after a crash) posts its message once and streams its run', async () => {
+    const id = await session();
+    h.fake.enqueue(text('Only once.'));
+    const first = await readAll(await send(id, [userMessage('hello once', 'u1')]));
+    assert.equal(textOf(first.message), 'Only once.');
+    // What a client that lost the first answer (its replica died mid-stream) sends: the very same body, to any
+    // replica. Nothing is posted again; the answer is the run that message started, as the first one streamed it.
+    const again = await readAll(await send(id, [userMessage('hello once', 'u1')]));
+    assert.deepEqual(shape(again.chunks), shape(first.chunks));
+    assert.equal(textOf(again.message), 'Only once.');
+    const queued = async () =>
+      (await h.api.get(`/v1/sessions/${id}/events?limit=500`)).body.data.filter(
+        (e: { type: string }) => e.type === 'message.queued',
+      ).length;
+    assert.equal(await queued(), 1);
+    assert.deepEqual(
+      (await history(id)).map((m) => [m.role, textOf(m)]),
+      [
+        ['user', 'hello once'],
+        ['assistant', 'Only once.'],
+      ],
+    );
+    // The same id with other content is an edit: refused as one, nothing posted.
+    const edited = await h.api.post('/v1/chat', {
+      id,
+      messages: [userMessage('hello, edited', 'u1')],
+      trigger: 'submit-message',
+    });
+    assert.equal(edited.status, 400);
+    assert.equal(edited.body.error.code, 'invalid_request');
+    assert.match(edited.body.error.message, /PUT \/v1\/sessions\/:id\/messages/);
+    assert.equal(await queued(), 1);
+    // A new message of the chat is posted as usual.
+    h.fake.enqueue(text('Second.'));
+    const next = await readAll(
+      await send(id, [userMessage('hello once', 'u1'), first.message!, userMessage('and again', 'u2')]),
+    );
+    assert.equal(textOf(next.message), 'Second.');
+    assert.deepEqual(
+      (await history(id)).map((m) => textOf(m)),
+      ['hello once', 'Only once.', 'and again', 'Second.'],
+    );
+  });
+
+  test('the write itself refuses a chat message posted already: two sent at once post it once', async () => {
+    const id = await session();
+    const store = h.service.app.store;
+    const guard = { id: 'u-w', fp: 'fp-1', after: '0-0', keep: 2 };
+    await store.apply(id, { posted: guard }, {});
+    await assert.rejects(store.apply(id, { posted: { ...guard, fp: 'fp-2' } }, {}), (err: unknown) => {
+      assert.ok(err instanceof AlreadyPosted, String(err));
+      assert.deepEqual({ ...err.entry, rev: 0 }, { id: 'u-w', fp: 'fp-1', after: '0-0', rev: 0, idle: true });
+      return true;
+    });
+    // The newest `keep` are kept.
+    for (const n of ['u-x', 'u-y']) await store.apply(id, { posted: { ...guard, id: n } }, {});
+    assert.deepEqual(
+      (await store.load(id))!.chatPosted!.map((e) => e.id),
+      ['u-y', 'u-x'],
+    );
+    // Two requests at once, through the route: one posts, the other streams the same run.
+    h.fake.enqueue(text('Once, though sent twice.'));
+    const both = await Promise.all(
+      [1, 2].map(async () => readAll(await send(id, [userMessage('twice', 'u-t')]))),
+    );
+    for (const r of both) assert.equal(textOf(r.message), 'Once, though sent twice.');
+    assert.deepEqual(
+      (await history(id)).map((m) => textOf(m)),
+      ['twice', 'Once, though sent twice.'],
     );
   });
 });

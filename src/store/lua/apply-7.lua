@@ -1,8 +1,10 @@
 -- apply: one atomic, guarded change to a session: history, iteration records, fields, queue and events together.
 -- KEYS[1] meta (hash)  KEYS[2] msgs (list)  KEYS[3] iters (list)  KEYS[4] queue (list)  KEYS[5] events (stream)
 -- KEYS[6] lease (string)  KEYS[7] compacted (list: the segments a compaction summarized, one JSON each, oldest first)
--- ARGV[1] guard JSON `{create?, fence?, rev?, status?: string[], turn_max?}`: the change happens only if all hold;
---         `turn_max` (bytes) caps the user turn that queued follow-ups will form (see `queue_push` below)
+-- ARGV[1] guard JSON `{create?, fence?, rev?, status?: string[], turn_max?, posted?}`: the change happens only if all
+--         hold; `turn_max` (bytes) caps the user turn that queued follow-ups will form (see `queue_push` below);
+--         `posted` `{id, fp, after, keep}`: the chat's user message this change posts, refused (`posted`) when the
+--         session was given it lately, else recorded with the change (includes/posted.lua)
 -- ARGV[2] ops JSON (ApplyOps in src/store/store.ts). `queue_push` and `queue.base` are block arrays as JSON text
 --         (includes/blocks.lua). With `queue`, the queued follow-ups are popped and joined, behind `queue.base` if
 --         given, into one new user turn (or, with `queue.into_last`, after the blocks of the last message, a user
@@ -20,12 +22,14 @@
 -- added to the history ('' when none; `into_last` 1 when they joined the last turn, 0 for a new turn), `control`
 -- and `params_rev` as they stand after the change, so a runner learns of a cancel or a PATCH at its next commit
 -- even if it missed the pub/sub message. Or {'ERR', code, current} with nothing written, code `not_found` |
--- `exists` | `fenced` | `revision` | `status` | `turn_too_large` (current: the bytes the turn would have).
+-- `exists` | `fenced` | `revision` | `status` | `turn_too_large` (current: the bytes the turn would have) |
+-- `posted` (current: the entry of the message posted before, JSON).
 -- The `message.appended` event carries what was added, not the whole turn: `{index, into_last, role, content}`
 -- (`index`: the turn's place in the live history).
 --- @include "includes/notice"
 --- @include "includes/event-log"
 --- @include "includes/blocks"
+--- @include "includes/posted"
 local meta = KEYS[1]
 local guard = cjson.decode(ARGV[1])
 if guard.create then
@@ -40,6 +44,10 @@ if guard.status then
   local ok = false
   for _, s in ipairs(guard.status) do if s == cur[3] then ok = true end end
   if not ok then return {'ERR', 'status', tostring(cur[3])} end
+end
+if guard.posted then
+  local before = posted_find(meta, guard.posted.id)
+  if before then return {'ERR', 'posted', before} end
 end
 
 local ops = cjson.decode(ARGV[2])
@@ -144,6 +152,11 @@ if ops.queue then
   end
 end
 redis.call('HSET', meta, 'updated_at', now, 'msg_count', redis.call('LLEN', KEYS[2]))
+if guard.posted then
+  local p = guard.posted
+  local idle = redis.call('HGET', meta, 'status') ~= 'running'
+  posted_add(meta, {id = p.id, fp = p.fp, after = p.after, rev = rev, idle = idle}, p.keep)
+end
 log_trim(KEYS[5], meta, tonumber(ARGV[3]), tonumber(ARGV[6]))
 notice_publish(ARGV[4])
 local after = redis.call('HMGET', meta, 'control', 'params_rev')
