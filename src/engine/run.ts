@@ -138,9 +138,9 @@ export class Run {
     const tenant = swept && this.known ? this.known.state.tenant : null;
     await deps.store.runs.keep(run.id, deps.leaseTtlMs, tenant);
     const state = this.known?.state;
-    // A takeover may send again a turn the dead owner had started: the log marks it dropped first.
+    // A takeover may send again a turn (or a compaction) the dead owner had started: the log marks it first.
     if (swept && state && state.status === 'running' && state.fence === run.fence)
-      await markLostTurn(deps.store, run.id, state.iteration + 1, 'takeover').catch((err: unknown) =>
+      await markLostTurn(deps.store, run.id, state, 'takeover').catch((err: unknown) =>
         this.log.warn({ err }, 'the dropped turn could not be marked'),
       );
   }
@@ -218,7 +218,7 @@ export class Run {
         // Live news only: a store that fails here fails the next step, not this mark.
         await deps.store
           .load(run.id)
-          .then((s) => s && markLostTurn(deps.store, run.id, s.iteration + 1, 'stream_cut'))
+          .then((s) => s && markLostTurn(deps.store, run.id, s, 'stream_cut'))
           .catch((e: unknown) => log.warn({ err: e }, 'the dropped turn could not be marked'));
         return 'go';
       }

@@ -390,6 +390,41 @@ describe('crash recovery (SIGKILL)', { timeout: 180_000 }, () => {
     await procs[0]!.api.post(`/v1/sessions/${hold.body.id}/cancel`, {});
   });
 
+  it('a compaction killed mid-request: the survivor marks it skipped (takeover) before it starts it again', async () => {
+    await ensureTwo();
+    fake.setHandler(() => text('Noted.'));
+    const created = await procs[0]!.api.post('/v1/sessions', { input: 'Remember the number 42.' });
+    const id = created.body.id as string;
+    await procs[0]!.api.waitStatus(id, 'idle', 20_000);
+    // The first compaction request is never answered (its process is killed meanwhile); the one sent again gets
+    // the fake's own summary.
+    fake.enqueue({
+      type: 'message',
+      content: [{ type: 'compaction', content: 'The user asked to remember 42.' }],
+      hangAfterEvents: 1,
+    });
+    const compactions = () => fake.requests.filter((q) => q.body.compaction).length;
+    assert.equal((await procs[1]!.api.post(`/v1/sessions/${id}/compact`, {})).status, 202);
+    await until(() => compactions() === 1, 20_000, 'the compaction request');
+    const { survivor } = await killOwner(id);
+    const done = await survivor.api.waitFor(
+      id,
+      (x) => x.status === 'idle' && !x.compaction_pending,
+      RECOVERY_BOUND_MS + 15_000,
+    );
+    assert.equal(done.compactions, 1);
+    assert.equal(compactions(), 2);
+    const log = (await survivor.api.get(`/v1/sessions/${id}/events?limit=1000`)).body.data
+      .filter((e: any) => e.type.startsWith('compaction.'))
+      .map((e: any) => `${e.type}:${e.data.n}${e.data.reason ? `:${e.data.reason}` : ''}`);
+    assert.deepEqual(log, [
+      'compaction.started:2',
+      'compaction.skipped:2:takeover',
+      'compaction.started:2',
+      'compaction.completed:2',
+    ]);
+  });
+
   it("a killed process's event streams stop counting against TENANT_MAX_STREAMS within seconds", async () => {
     // Two processes of their own, with a quota of 4 streams: 3 followers on one, which is SIGKILLed (no release).
     const quotaEnv = { ...env(), TENANT_MAX_STREAMS: '4' };
