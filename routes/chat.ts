@@ -208,7 +208,7 @@ const routes: FastifyPluginAsyncZod<{ config: Config }> = async (app, { config }
       },
     );
     try {
-      sub = hub.subscribe(id, after, sink);
+      sub = hub.subscribe(id, after, sink, req.tenant);
     } catch (err) {
       req.log.warn({ err }, 'chat stream refused');
       end('shutting_down');

@@ -214,7 +214,7 @@ const routes: FastifyPluginAsyncZod<{ config: Config }> = async (app, { config }
       );
       let sub: Subscription;
       try {
-        sub = hub.subscribe(id, after, sink);
+        sub = hub.subscribe(id, after, sink, req.tenant);
       } catch (err) {
         // Only while the process shuts down.
         req.log.warn({ err }, 'event stream refused');

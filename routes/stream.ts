@@ -305,7 +305,7 @@ class WsConn implements Transport, SinkContext {
       this.control({ type: 'error', ref: null, error: { code: err.code, message: err.message } });
       this.close(err instanceof TokenExpired ? 'token_expired' : 'token_revoked');
     });
-    this.sub = this.hub.subscribe(this.sessionId, after, streamSink(this, this));
+    this.sub = this.hub.subscribe(this.sessionId, after, streamSink(this, this), this.tenant);
   }
 
   /**

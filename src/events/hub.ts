@@ -13,6 +13,14 @@ import { START, compareIds, placeCursor } from './cursor.js';
 import { OutEvent } from './envelope.js';
 import { parseNotice } from './notice.js';
 import type { ExpiredInfo, Sink } from './reader.js';
+import {
+  REPLAY_PAGES_PER_TENANT,
+  REPLAY_READS_PER_PROCESS,
+  REPLAY_READS_PER_TENANT,
+  ReplayGate,
+  type ReplayLimits,
+  type Waiter,
+} from './replay-gate.js';
 
 /** Most events read per page, for replays and for the live tail alike. */
 export const PAGE_SIZE = 500;
@@ -21,28 +29,34 @@ export const PAGE_BYTES = 1_048_576;
 
 /**
  * One client watching one session: it replays the log from its own cursor in pages (bounded in events and bytes:
- * one page in memory at a time, the next read only once the transport drained), then joins its session's live
+ * one page in memory at a time, the next read only once the transport drained; each page in a turn of its tenant's,
+ * replay-gate.ts), then joins its session's live
  * fan-out. It joins in the same tick as it checks that its cursor has reached the channel's (the id of the last
  * event fanned out), so no event is missed or sent twice: live batches hold exactly the events after the channel's
  * cursor, and each is sent only if it is after the subscription's own cursor.
  */
-export class Subscription {
+export class Subscription implements Waiter {
   live = false;
   closed = false;
   /** Waiting for its transport to drain during the replay (a reader that does not read stays here). */
   draining = false;
+  /** Set while its replay waits for a page place of its tenant's (replay-gate.ts): cancels the wait. */
+  cancelWait: (() => void) | null = null;
 
   constructor(
     private readonly channel: Channel,
     private readonly sink: Sink,
     /** The id of the last event sent to this client. */
     public cursor: string,
+    /** Whose replay this is: its pages take turns with the tenant's other replays (replay-gate.ts). */
+    private readonly tenant: string,
   ) {}
 
   /** Stops the subscription (idempotent); the sink closes its transport itself. */
   close(): void {
     if (this.closed) return;
     this.closed = true;
+    this.cancelWait?.();
     this.channel.remove(this);
   }
 
@@ -119,21 +133,44 @@ export class Subscription {
     }
   }
 
+  /**
+   * One page of the replay, in a page place of its tenant's (held from the read until the transport took the whole
+   * page, so a tenant's readers that do not read hold at most REPLAY_PAGES_PER_TENANT pages in this process), read
+   * in a read place (replay-gate.ts). 'more': read on; 'end': the log's end as it was read; 'stop': the
+   * subscription ended.
+   */
+  private async nextPage(hub: EventHub): Promise<'more' | 'end' | 'stop'> {
+    const ch = this.channel;
+    const entered = hub.replays.enterPage(this.tenant, this);
+    if (entered !== true && !(await entered)) return 'stop';
+    try {
+      if (this.closed) return 'stop';
+      const page = await hub.replays.read(this.tenant, () =>
+        hub.eventLog.page(ch.sessionId, this.cursor, hub.pageLimits),
+      );
+      hub.metrics?.replayPages.inc({ source: 'stream' });
+      if (this.closed) return 'stop';
+      // A cursor past the newest event (refused by the routes before they subscribe) simply waits for newer
+      // events: the live fan-out sends only what follows the subscription's cursor.
+      if (placeCursor(this.cursor, page.firstId, page.lastId) === 'expired') {
+        this.expire({ first_event_id: page.firstId, last_event_id: page.lastId });
+        return 'stop';
+      }
+      if (!(await this.replayPage(page.events))) return 'stop';
+      return page.more ? 'more' : 'end';
+    } finally {
+      hub.replays.leavePage(this.tenant);
+    }
+  }
+
   /** @internal the replay, then the switch to live. */
   async run(hub: EventHub): Promise<void> {
     const ch = this.channel;
     try {
       for (;;) {
-        const page = await hub.eventLog.page(ch.sessionId, this.cursor, hub.pageLimits);
-        hub.metrics?.replayPages.inc({ source: 'stream' });
-        if (this.closed) return;
-        // A cursor past the newest event (refused by the routes before they subscribe) simply waits for newer
-        // events: the live fan-out sends only what follows the subscription's cursor.
-        if (placeCursor(this.cursor, page.firstId, page.lastId) === 'expired') {
-          return this.expire({ first_event_id: page.firstId, last_event_id: page.lastId });
-        }
-        if (!(await this.replayPage(page.events))) return;
-        if (page.more) continue;
+        const next = await this.nextPage(hub);
+        if (next === 'stop') return;
+        if (next === 'more') continue;
         await ch.ready;
         if (this.closed) return;
         // Caught up with the channel: from now on its fan-out carries every later event. Same tick as the check.
@@ -289,6 +326,8 @@ export interface HubOptions {
   pageSize?: number;
   /** Byte budget of a page (default PAGE_BYTES). */
   pageBytes?: number;
+  /** Bounds on the replays' pages and reads (default replay-gate.ts's constants). */
+  replayLimits?: Partial<ReplayLimits>;
   metrics?: Metrics | undefined;
 }
 
@@ -305,6 +344,8 @@ export class EventHub extends EventEmitter {
   readonly logger: FastifyBaseLogger;
   readonly pageLimits: PageLimits;
   readonly metrics: Metrics | undefined;
+  /** The turns of the replays' pages, per tenant and for the process (replay-gate.ts). */
+  readonly replays: ReplayGate;
   private readonly watched = new Map<string, Channel>();
   private readonly stopListening: Array<() => void>;
   private closed = false;
@@ -316,6 +357,12 @@ export class EventHub extends EventEmitter {
     this.logger = opts.logger;
     this.pageLimits = { count: opts.pageSize ?? PAGE_SIZE, maxBytes: opts.pageBytes ?? PAGE_BYTES };
     this.metrics = opts.metrics;
+    this.replays = new ReplayGate({
+      pagesPerTenant: REPLAY_PAGES_PER_TENANT,
+      readsPerTenant: REPLAY_READS_PER_TENANT,
+      readsPerProcess: REPLAY_READS_PER_PROCESS,
+      ...opts.replayLimits,
+    });
     this.stopListening = [
       this.channels.onEvents((id, message) => this.watched.get(id)?.notify(message)),
       this.channels.onReconnect(this.onReconnect),
@@ -334,15 +381,15 @@ export class EventHub extends EventEmitter {
     setTimeout(pullAll, 1000).unref();
   };
 
-  /** Starts streaming `sessionId`'s events after `after` (canonical cursor) to `sink`. */
-  subscribe(sessionId: string, after: string, sink: Sink): Subscription {
+  /** Starts streaming `sessionId`'s events after `after` (canonical cursor) to `sink`, a reader of `tenant`'s. */
+  subscribe(sessionId: string, after: string, sink: Sink, tenant: string): Subscription {
     if (this.closed) throw new Error('event hub closed');
     let ch = this.watched.get(sessionId);
     if (!ch) {
       ch = new Channel(this, sessionId);
       this.watched.set(sessionId, ch);
     }
-    const s = new Subscription(ch, sink, after);
+    const s = new Subscription(ch, sink, after, tenant);
     ch.add(s);
     void s.run(this);
     return s;

@@ -128,7 +128,10 @@ describe('event cursors', () => {
         failed: (err) => problems.push(String(err)),
         shutdown() {},
       });
-      const subs = [hub.subscribe(id, MAX, sink()), hub.subscribe(id, '18446744073709551615-0', sink())];
+      const subs = [
+        hub.subscribe(id, MAX, sink(), 'default'),
+        hub.subscribe(id, '18446744073709551615-0', sink(), 'default'),
+      ];
       const deadline = Date.now() + 10_000;
       while (!subs.every((s) => s.live)) {
         assert.ok(Date.now() < deadline, 'the subscriptions went live');
@@ -137,7 +140,7 @@ describe('event cursors', () => {
       await store.appendEvents(id, [['stream.event', '{"n":2}']]);
       // A subscription from the start sees the new event; by then the others have been offered it too.
       const witness: string[] = [];
-      const w = hub.subscribe(id, '0-0', { ...sink(), send: (ev) => (witness.push(ev.id), true) });
+      const w = hub.subscribe(id, '0-0', { ...sink(), send: (ev) => (witness.push(ev.id), true) }, 'default');
       while (witness.length < 2) {
         assert.ok(Date.now() < deadline, 'the witness got both events');
         await new Promise((r) => setTimeout(r, 10));

@@ -91,7 +91,7 @@ describe('event notices (pub/sub carries the events)', () => {
   /** Subscribes from the start of an empty log and waits until the subscription is live. */
   async function live(id: string) {
     const sink = memorySink();
-    const s = hub.subscribe(id, '0-0', sink);
+    const s = hub.subscribe(id, '0-0', sink, 'default');
     const until = Date.now() + 5000;
     while (!s.live) {
       if (Date.now() > until) throw new Error('never went live');
@@ -141,7 +141,7 @@ describe('event notices (pub/sub carries the events)', () => {
       assert.notEqual(freshSub.status, 'ready');
       const id = 'ses_notice000009';
       const sink = memorySink();
-      const s = freshHub.subscribe(id, '0-0', sink);
+      const s = freshHub.subscribe(id, '0-0', sink, 'default');
       await until(() => s.live);
       await store.appendEvents(id, [['stream.event', '{"n":1}']]);
       await sink.wait(1);
