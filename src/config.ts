@@ -245,8 +245,9 @@ const variables = z.object({
   /** Bytes one connection may hold unflushed; beyond, it is cut. */
   CONNECTION_MAX_BUFFERED_BYTES: positiveMs.default(33_554_432),
   /**
-   * Expensive reads (a list page, a whole history, the iteration records) of one tenant made at once, per process;
-   * the tenant's others wait in its own line, so another tenant's request waits for at most this many of them.
+   * Expensive reads (a list page, a whole history, the iteration records, a JSON page of events) of one tenant
+   * made at once, per process; the tenant's others wait in its own line, so another tenant's request waits for at
+   * most this many of them.
    */
   TENANT_HEAVY_READS: z.coerce.number().int().min(1).default(1),
   /**

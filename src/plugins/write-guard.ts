@@ -65,13 +65,22 @@ async function* slices(text: string, tenant: string): AsyncGenerator<string> {
 
 /**
  * The reads whose answer is made of up to a MiB or more of a tenant's own data (a list page, a whole history, the
- * iteration records): the synchronous work of one (decoding what Redis sent, the answer's JSON text) is 5–15 ms
+ * iteration records, a JSON page of the event log — not its SSE stream, which is long-lived and paced by the
+ * event hub's replay turns, src/events/replay-gate.ts): the synchronous work of one (decoding what Redis sent, the answer's JSON text) is 5–15 ms
  * of the event loop. One tenant has TENANT_HEAVY_READS (default 1) of them made at once per process; the others
  * wait in its line (FIFO), not in everyone's: several such reads of one tenant whose Redis replies arrived together
  * were made in one turn of the event loop (4 reads of a 2 MB history: a 43 ms turn, measured), ahead of every other
  * tenant's requests.
  */
-const HEAVY_READS = new Set(['/v1/sessions', '/v1/sessions/:id/messages', '/v1/sessions/:id/iterations']);
+const HEAVY_READS = new Set([
+  '/v1/sessions',
+  '/v1/sessions/:id/messages',
+  '/v1/sessions/:id/iterations',
+  '/v1/sessions/:id/events',
+]);
+
+/** The route of HEAVY_READS that is also an SSE stream (`Accept: text/event-stream`, as routes/events.ts tells). */
+const EVENTS_ROUTE = '/v1/sessions/:id/events';
 
 /** A tenant's line of expensive reads: `size` at once, the others wait in arrival order. */
 class TenantGate {
@@ -135,6 +144,8 @@ export default fp<WriteGuardOptions>(
       if ((held.get(tenant) ?? 0) >= opts.tenantMaxBytes) throw overBytes(opts.tenantMaxBytes);
       const route = req.routeOptions.url ?? '';
       if (!HEAVY_READS.has(route)) return;
+      // An SSE stream would hold its place for as long as it is open: it is not a read made at once.
+      if (route === EVENTS_ROUTE && /\btext\/event-stream\b/.test(req.headers.accept ?? '')) return;
       const history = route === '/v1/sessions/:id/messages';
       const n = reading.get(tenant) ?? 0;
       if (history && n >= HISTORY_READS)

@@ -10,6 +10,7 @@ import { after, before, describe, it } from 'node:test';
 import assert from 'node:assert/strict';
 import { startHarness, type Harness } from '../helpers/service.js';
 import { monitorRedis } from '../helpers/redis-monitor.js';
+import { connectSse } from '../fixtures/event-clients.js';
 
 describe("a tenant's expensive reads", () => {
   let h: Harness;
@@ -58,6 +59,50 @@ describe("a tenant's expensive reads", () => {
       assert.ok(globexRead >= 0 && globexRead < acmeLast, order.join('\n'));
     } finally {
       monitor.stop();
+    }
+  });
+
+  it("JSON pages of the event log are in the tenant's line too; its SSE streams on that route are not", async () => {
+    const acme = h.api.as('key-acme');
+    const globex = h.api.as('key-globex');
+    const messages = Array.from({ length: 3 }, (_, i) => ({
+      role: i % 2 ? 'assistant' : 'user',
+      content: [{ type: 'text', text: 'e'.repeat(100_000) }],
+    }));
+    const id = (await acme.post('/v1/sessions', { start: false, messages })).body.id as string;
+    const other = (await globex.post('/v1/sessions', { start: false, messages })).body.id as string;
+    // An open SSE stream of acme's (same route): it holds no place in the line, or the pages below would wait on it.
+    const sse = await connectSse(h.service.url, id, { token: 'key-acme' });
+    const monitor = await monitorRedis(h.redis.port);
+    try {
+      const reads = await Promise.all([
+        ...Array.from({ length: 4 }, () => acme.get(`/v1/sessions/${id}/events?limit=1000`)),
+        globex.get(`/v1/sessions/${other}/events?limit=1000`),
+      ]);
+      for (const r of reads) assert.equal(r.status, 200);
+      assert.ok(reads[0]!.body.data.length >= 2);
+      // acme's reads: its session's hash read (the tenant check), then its page (the script): never two in a row.
+      const mine = monitor.commands
+        .filter((c) => c.some((a) => a.includes(id)))
+        .map((c) => c[0]!.toLowerCase())
+        .filter((c) => c === 'hgetall' || c === 'evalsha');
+      assert.deepEqual(mine, [
+        'hgetall',
+        'evalsha',
+        'hgetall',
+        'evalsha',
+        'hgetall',
+        'evalsha',
+        'hgetall',
+        'evalsha',
+      ]);
+      const order = monitor.commands.map((c) => `${c[0]!.toLowerCase()} ${c.join(' ')}`);
+      const globexRead = order.findIndex((c) => c.startsWith('evalsha') && c.includes(other));
+      const acmeLast = order.findLastIndex((c) => c.startsWith('evalsha') && c.includes(id));
+      assert.ok(globexRead >= 0 && globexRead < acmeLast, order.join('\n'));
+    } finally {
+      monitor.stop();
+      sse.close();
     }
   });
 });
