@@ -18,6 +18,15 @@ const LEASE_MS = 15_000;
 const BUSY_RETRY_MS = 200;
 /** Sweeps of different sessions at once in this process. */
 const PARALLEL = 8;
+/**
+ * Pages one turn of a queued session reads before it goes to the back of its tenant's queue: a session whose log
+ * grows as fast as it is read (a fast stream, a webhook on `stream.event`) never reaches the end, and must not hold
+ * a slot, or its tenant's other sessions and other tenants' sessions would wait for the mark's sweep.
+ */
+const PAGES_PER_TURN = 2;
+
+/** How far a sweep got: the log's end, a page bound with more to read, or the lease held by another process. */
+type SweepEnd = 'done' | 'more' | 'busy';
 
 export interface FanoutOptions {
   store: WebhookStore;
@@ -33,8 +42,53 @@ export interface FanoutOptions {
 
 export const messageId = (sessionId: string, eventId: string) => `msg_${sessionId}_${eventId}`;
 
+/**
+ * The sessions waiting for a sweep, one FIFO per tenant, the tenants served round robin: each turn takes the
+ * oldest session of the tenant at the front and moves the tenant to the back, so however many busy sessions one
+ * tenant has, another tenant's session waits for at most one turn of each tenant ahead of it.
+ */
+class FairQueue {
+  /** Tenant → (session → when its first unswept kick came), in turn order; no tenant has an empty queue. */
+  private readonly byTenant = new Map<string, Map<string, number>>();
+  private readonly tenantOfQueued = new Map<string, string>();
+
+  get size(): number {
+    return this.tenantOfQueued.size;
+  }
+
+  has(sessionId: string): boolean {
+    return this.tenantOfQueued.has(sessionId);
+  }
+
+  push(sessionId: string, tenant: string, firstAt: number): void {
+    if (this.tenantOfQueued.has(sessionId)) return;
+    this.tenantOfQueued.set(sessionId, tenant);
+    let q = this.byTenant.get(tenant);
+    if (!q) this.byTenant.set(tenant, (q = new Map()));
+    q.set(sessionId, firstAt);
+  }
+
+  shift(): [string, number] | undefined {
+    const first = this.byTenant.entries().next();
+    if (first.done) return undefined;
+    const [tenant, q] = first.value;
+    const [sessionId, firstAt] = q.entries().next().value!;
+    q.delete(sessionId);
+    this.tenantOfQueued.delete(sessionId);
+    // To the back of the turn order (a Map iterates in insertion order).
+    this.byTenant.delete(tenant);
+    if (q.size > 0) this.byTenant.set(tenant, q);
+    return [sessionId, firstAt];
+  }
+
+  clear(): void {
+    this.byTenant.clear();
+    this.tenantOfQueued.clear();
+  }
+}
+
 export class Fanout {
-  private readonly waiting = new Map<string, number>();
+  private readonly waiting = new FairQueue();
   private running = 0;
   private readonly active = new Set<string>();
   private readonly again = new Set<string>();
@@ -50,20 +104,22 @@ export class Fanout {
       this.again.add(sessionId);
       return;
     }
-    if (!this.waiting.has(sessionId)) this.waiting.set(sessionId, firstAt);
+    // A session of a tenant not known yet queues with the other unknown ones (the sweep reads the tenant).
+    this.waiting.push(sessionId, this.opts.tenantOf(sessionId) ?? '', firstAt);
     this.pump();
   }
 
   private pump(): void {
     while (this.running < PARALLEL && this.waiting.size > 0) {
-      const [sessionId, firstAt] = this.waiting.entries().next().value!;
-      this.waiting.delete(sessionId);
+      const [sessionId, firstAt] = this.waiting.shift()!;
       this.running++;
       this.active.add(sessionId);
-      void this.sweep(sessionId)
+      let more = false;
+      void this.sweepSome(sessionId, PAGES_PER_TURN)
         .then(
-          (done) => {
-            if (!done && Date.now() - firstAt < this.opts.graceMs) this.later(sessionId, firstAt);
+          (end) => {
+            more = end === 'more';
+            if (end === 'busy' && Date.now() - firstAt < this.opts.graceMs) this.later(sessionId, firstAt);
           },
           (err: unknown) => {
             this.opts.log.warn({ err, session: sessionId }, 'webhook fan-out failed; retrying');
@@ -73,7 +129,8 @@ export class Fanout {
         .finally(() => {
           this.running--;
           this.active.delete(sessionId);
-          if (this.again.delete(sessionId)) this.kick(sessionId);
+          // More to read: back of the queue (its tenant's next turn), as a fresh kick — it made progress.
+          if (this.again.delete(sessionId) || more) this.kick(sessionId);
           this.pump();
         });
     }
@@ -90,19 +147,30 @@ export class Fanout {
   /**
    * Reads the session's events after its cursor to the end, enqueueing them; true when it reached the end, false
    * when another process holds the session's fan-out lease. Throws when Redis fails (the cursor did not move past
-   * anything not enqueued).
+   * anything not enqueued). The sweep of a stale mark (dispatcher.ts): no write came for the grace, the end is
+   * near.
    */
   async sweep(sessionId: string): Promise<boolean> {
+    return (await this.sweepSome(sessionId, Infinity)) === 'done';
+  }
+
+  /**
+   * Reads up to `pages` pages of the session's events after its cursor, enqueueing them, each page's cursor moved
+   * only after its messages are in the outboxes (so the events of a session reach each outbox in log order, turn
+   * after turn). Throws when Redis fails (the cursor did not move past anything not enqueued). Stopping at the page
+   * bound releases the lease: the next turn takes it again, or another process does and goes on from the cursor.
+   */
+  private async sweepSome(sessionId: string, pages: number): Promise<SweepEnd> {
     const { store, owner } = this.opts;
-    for (;;) {
+    for (let page = 1; ; page++) {
       const read = await store.outbox.fanoutBegin(sessionId, owner, LEASE_MS, BATCH);
-      if (!read) return false;
+      if (!read) return 'busy';
       const tenant =
         read.tenant || this.opts.tenantOf(sessionId) || (await store.outbox.sessionTenant(sessionId)) || '';
       const last = read.rows.at(-1)?.[0];
       if (!last) {
         await store.outbox.fanoutEnd(sessionId, owner, read.cursor, tenant, true);
-        return true;
+        return 'done';
       }
       if (!tenant) this.opts.log.warn({ session: sessionId }, 'webhook fan-out: session of no known tenant');
       // Read fresh, not from the interest cache: a webhook created a moment ago on another replica counts.
@@ -133,8 +201,10 @@ export class Fanout {
         }),
       );
       const full = read.rows.length >= BATCH;
-      if (!(await store.outbox.fanoutEnd(sessionId, owner, last, tenant, !full))) return false;
-      if (!full) return true;
+      const stop = !full || page >= pages;
+      if (!(await store.outbox.fanoutEnd(sessionId, owner, last, tenant, stop))) return 'busy';
+      if (!full) return 'done';
+      if (stop) return 'more';
     }
   }
 
