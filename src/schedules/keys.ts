@@ -19,6 +19,12 @@ export const tenantSchedulesKey = (tenant: string) => `t:{${tenant}}:schedules`;
 /** ZSET of schedules, scored by when any replica should look at them next (a fire, or a pending fire's lease). */
 export const SCHEDULES_DUE_KEY = 'schedules:due';
 
+/**
+ * Hash of the schedulers' liveness (`since`, `last`: ms): every replica beats into it every second; a beat later
+ * than the gap after the last one starts a new `since` (alive-1.lua).
+ */
+export const SCHEDULES_ALIVE_KEY = 'schedules:alive';
+
 export const newScheduleId = () =>
   `sch_${randomBytes(12).toString('base64url').replace(/[-_]/g, '').slice(0, 16)}`;
 

@@ -12,7 +12,12 @@ import { FailureLog } from '../log.js';
 
 /** How long the replica that claimed a fire has to create its session before any other replica retries it. */
 const FIRE_LEASE_MS = 10_000;
-const SWEEP_BATCH = 50;
+const SWEEP_BATCH = 200;
+/** Due schedules looked at (claimed, their sessions created) at once by one replica. */
+const FIRE_PARALLEL = 8;
+/** How often a replica's scheduler beats into `schedules:alive`, and the silence after which it was an outage. */
+const BEAT_MS = 1000;
+const OUTAGE_GAP_MS = 15_000;
 
 export interface SchedulerOptions {
   store: ScheduleStore;
@@ -28,36 +33,77 @@ export interface SchedulerOptions {
 const timingOf = (s: ScheduleRecord): Timing => ({ cron: s.cron, at: s.at, timezone: s.timezone });
 
 /**
+ * The ids in turn order, tenants round robin (each tenant's ids in the order given): one tenant's many due
+ * schedules do not make another tenant's wait behind all of them.
+ */
+export function roundRobin(items: ReadonlyArray<readonly [id: string, tenant: string]>): string[] {
+  const byTenant = new Map<string, string[]>();
+  for (const [id, tenant] of items) {
+    const list = byTenant.get(tenant);
+    if (list) list.push(id);
+    else byTenant.set(tenant, [id]);
+  }
+  const out: string[] = [];
+  for (let i = 0; out.length < items.length; i++)
+    for (const list of byTenant.values()) if (i < list.length) out.push(list[i]!);
+  return out;
+}
+
+/**
  * Fires schedules. Every replica sweeps `schedules:due`; for a schedule due now, claim-2.lua takes the fire once
  * (the schedule's `next_run_at` as the guard) and moves the schedule to its next time in the same script; the fire
  * stays `pending` until finish-3.lua records its session. The session's id is derived from the fire (schedule id +
  * time), so a replica killed between the claim and the create leaves a pending fire that another replica retries
  * once its lease is over (retake-1.lua hands the lease to one of them): the retry finds the session (or creates
  * it), never a second one.
+ *
+ * A replica looks at up to FIRE_PARALLEL due schedules at once, tenants taking turns. A fire that came due while
+ * some replica ran is created for its own time however late it is (a backlog is no outage); only fires that came
+ * due while no replica ran (before `since` of `schedules:alive`, which every replica's beat keeps, see
+ * alive-1.lua) collapse into one.
  */
 export class Scheduler {
   private readonly loop: SweepLoop;
+  private beat: NodeJS.Timeout | undefined;
+  /** Since when replicas have run without a gap, as this replica's last beat read it. */
+  private since = Infinity;
 
   constructor(private readonly opts: SchedulerOptions) {
     this.loop = new SweepLoop(() => this.sweep(), opts.sweepMs, new FailureLog(opts.log, 'schedule sweep'));
   }
 
   start(): void {
+    // Beats apart from the sweeps: a long sweep (a backlog of fires) is no gap.
+    this.beat = setInterval(() => {
+      this.alive().catch(() => {}); // a failing Redis fails the sweep too, which logs it
+    }, BEAT_MS).unref();
     this.loop.start();
   }
 
   stop(): Promise<void> {
+    clearInterval(this.beat);
     return this.loop.stop();
   }
 
+  private async alive(): Promise<void> {
+    this.since = await this.opts.store.alive(Date.now(), OUTAGE_GAP_MS);
+  }
+
   private async sweep(): Promise<void> {
-    const ids = await this.opts.store.due(Date.now(), SWEEP_BATCH);
-    for (const id of ids) {
-      if (this.loop.stopping) return;
-      await this.tick(id).catch((err: unknown) =>
-        this.opts.log.warn({ err, schedule: id }, 'schedule tick failed'),
-      );
-    }
+    await this.alive();
+    const { store, log } = this.opts;
+    const ids = await store.due(Date.now(), SWEEP_BATCH);
+    if (ids.length === 0) return;
+    const tenants = await store.tenantsOf(ids);
+    const order = roundRobin(ids.map((id, i) => [id, tenants[i] ?? ''] as const));
+    let next = 0;
+    const worker = async () => {
+      while (next < order.length && !this.loop.stopping) {
+        const id = order[next++]!;
+        await this.tick(id).catch((err: unknown) => log.warn({ err, schedule: id }, 'schedule tick failed'));
+      }
+    };
+    await Promise.all(Array.from({ length: Math.min(FIRE_PARALLEL, order.length) }, worker));
   }
 
   /** Looks at one due schedule: retries its pending fire, or claims the fire now due; then re-files it. */
@@ -70,8 +116,11 @@ export class Scheduler {
       if (await store.retake(id, s.pending, now + FIRE_LEASE_MS)) await this.fire(s, s.pending);
     } else if (s && s.pending === null && !s.paused && s.nextRunAt !== null && s.nextRunAt <= now) {
       const t = timingOf(s);
-      const fireAt = newestMissed(t, s.nextRunAt, now);
-      const next = nextFire(t, Math.max(now, fireAt));
+      // Due while replicas ran: its own time, however late. Due before (an outage): the newest fire of the
+      // outage, once; the fires after it come due one by one.
+      const fireAt =
+        s.nextRunAt >= this.since ? s.nextRunAt : newestMissed(t, s.nextRunAt, Math.min(now, this.since - 1));
+      const next = nextFire(t, fireAt);
       const running = await this.lastStillRuns(s);
       const decision = running ? 'skip' : 'fire';
       const skipped = {

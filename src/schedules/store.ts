@@ -6,6 +6,7 @@ import {
   decodeSchedule,
   dueScore,
   encodeSchedule,
+  SCHEDULES_ALIVE_KEY,
   SCHEDULES_DUE_KEY,
   scheduleKeys,
   tenantSchedulesKey,
@@ -144,6 +145,16 @@ export class ScheduleStore {
   /** Ids of schedules due by `now`, oldest first. */
   due(now: number, count: number): Promise<string[]> {
     return this.redis.zrangebyscore(SCHEDULES_DUE_KEY, '-inf', now, 'LIMIT', 0, count);
+  }
+
+  /** The tenant of each schedule (null: gone), one HGET each. */
+  tenantsOf(ids: string[]): Promise<Array<string | null>> {
+    return Promise.all(ids.map((id) => this.redis.hget(scheduleKeys(id).meta, 'tenant')));
+  }
+
+  /** alive-1.lua: records a beat of this replica's scheduler; since when replicas have run without a `gapMs` gap. */
+  alive(now: number, gapMs: number): Promise<number> {
+    return this.redis.schedAlive(SCHEDULES_ALIVE_KEY, now, gapMs);
   }
 
   /** Puts the schedule's due entry where its record says (or drops it); the record, or null when it is gone. */

@@ -1,7 +1,8 @@
 /**
  * Schedules (spec §7.6) in one process: the routes' checks, tenant isolation, overlap skip vs allow, one late fire
  * after an outage, pause/resume, quotas, webhooks. Fires come every second through SCHEDULES_TEST_SECONDS (6-field
- * crons, tests only); an outage is made by moving a schedule's `next_run_at` into the past while no service runs.
+ * crons, tests only); an outage is made by moving a schedule's `next_run_at` into the past while no service runs
+ * (and the replicas' last beat in `schedules:alive` to before it), a backlog by moving it while the service runs.
  */
 import { after, before, describe, it } from 'node:test';
 import assert from 'node:assert/strict';
@@ -13,6 +14,7 @@ import { startTestRedis, type TestRedis } from '../helpers/redis.js';
 import { WebhookReceiver } from '../helpers/webhook-receiver.js';
 import { until } from '../durability/chaos-lib.js';
 import { cronProblem, newestMissed, nextFire } from '../../src/schedules/cron.js';
+import { roundRobin } from '../../src/schedules/scheduler.js';
 
 const KEYS = 'a:key-a,b:key-b';
 const ENV = {
@@ -57,6 +59,20 @@ describe('schedule times (croner)', () => {
     assert.equal(cronProblem('* * * * * *', 'UTC', false), 'a cron expression has 5 fields');
     assert.equal(cronProblem('@daily', 'UTC', false), 'a cron expression has 5 fields');
     assert.equal(cronProblem('*/5 9-17 * * MON-FRI', 'UTC', false), null);
+  });
+
+  it("takes due schedules tenant by tenant: one tenant's many do not all go before another's", () => {
+    const due = [
+      ['a1', 'a'],
+      ['a2', 'a'],
+      ['a3', 'a'],
+      ['a4', 'a'],
+      ['b1', 'b'],
+      ['c1', 'c'],
+      ['b2', 'b'],
+    ] as const;
+    assert.deepEqual(roundRobin(due), ['a1', 'b1', 'c1', 'a2', 'b2', 'a3', 'a4']);
+    assert.deepEqual(roundRobin([]), []);
   });
 
   it('lists, ranges and steps follow the same DST rules: a repeated hour fires once, a gap once after it', () => {
@@ -274,12 +290,60 @@ describe('schedules', { timeout: 240_000 }, () => {
     for (const s of [allow, skip]) await a.req('DELETE', `/v1/schedules/${s.id}`);
   });
 
+  it('creates each fire that came due while a replica ran for its own time, however late (a backlog is no outage)', async () => {
+    const s = (
+      await a.post('/v1/schedules', {
+        cron: '* * * * * *',
+        overlap: 'allow',
+        session: { input: 'per-second digest' },
+      })
+    ).body;
+    // The replica ran all along (its beats), but got to this schedule late: its fires of the last seconds are owed.
+    const since = Number(await r.hget('schedules:alive', 'since'));
+    const nowSec = Math.floor(Date.now() / 1000) * 1000;
+    const lateFrom = Math.max(nowSec - 6000, Math.ceil(since / 1000) * 1000);
+    assert.ok(nowSec - lateFrom >= 3000, `the service ran for a few seconds (since ${since})`);
+    await r.hset(`s:{${s.id}}`, 'next_run_at', String(lateFrom));
+    await r.zadd('schedules:due', lateFrom, s.id);
+    const owed = Array.from({ length: (nowSec - lateFrom) / 1000 + 1 }, (_, i) =>
+      new Date(lateFrom + i * 1000).toISOString(),
+    );
+    await until(
+      async () => {
+        const times = new Set((await sessionsOf(a, s.id)).map((x) => x.metadata['scheduled_for']));
+        return owed.every((t) => times.has(t)) ? true : null;
+      },
+      15_000,
+      'a session for every late fire time',
+    );
+    assert.equal((await a.req('PATCH', `/v1/schedules/${s.id}`, { paused: true })).status, 200);
+    await until(
+      async () => ((await r.hget(`s:{${s.id}}`, 'pending')) === null ? true : null),
+      10_000,
+      'idle',
+    );
+    const runs = await sessionsOf(a, s.id);
+    assert.equal(
+      new Set(runs.map((x) => x.metadata['scheduled_for'])).size,
+      runs.length,
+      'one per fire time',
+    );
+    await a.req('DELETE', `/v1/schedules/${s.id}`);
+  });
+
   it('fires once, late, after an outage, then at the next time in the future', async () => {
     const s = (await a.post('/v1/schedules', { cron: '* * * * *', session: { input: 'nightly triage' } }))
       .body;
     await h.close();
-    // The outage: no service ran for ten minutes of per-minute fires.
+    // The outage: no service ran for ten minutes of per-minute fires (the replicas' last beat was before them).
     const missedFrom = Math.floor(Date.now() / 60_000) * 60_000 - 10 * 60_000;
+    await r.hset(
+      'schedules:alive',
+      'since',
+      String(missedFrom - 3_600_000),
+      'last',
+      String(missedFrom - 1000),
+    );
     await r.hset(`s:{${s.id}}`, 'next_run_at', String(missedFrom));
     await r.zadd('schedules:due', missedFrom, s.id);
     await start();

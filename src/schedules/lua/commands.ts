@@ -8,6 +8,8 @@ declare module 'ioredis' {
   interface RedisCommander<Context> {
     /** claim-2.lua. */
     schedClaim(meta: string, events: string, ...args: Array<string | number>): Result<string, Context>;
+    /** alive-1.lua: since when replicas have run without a gap (ms). */
+    schedAlive(alive: string, now: number, gapMs: number): Result<number, Context>;
     /** retake-1.lua: 1 when the caller now holds the pending fire's lease. */
     schedRetake(meta: string, fireAt: number, now: number, leaseUntil: number): Result<number, Context>;
     /** finish-3.lua: 1, or 0 when the fire is not pending. */

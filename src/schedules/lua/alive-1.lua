@@ -1,0 +1,16 @@
+-- alive: records that a replica's scheduler runs now, and answers since when replicas have run without a gap.
+-- KEYS[1] the liveness hash (schedules:alive: since, last)
+-- ARGV[1] now (ms)  ARGV[2] the gap (ms): a beat later than this after the last one starts a new run
+-- Returns the start (ms) of the unbroken run of beats this one belongs to: fires due before it came while no
+-- replica ran (they collapse into one); fires due since came while one did (each is owed, however late).
+local f = redis.call('HMGET', KEYS[1], 'since', 'last')
+local now = tonumber(ARGV[1])
+local since = tonumber(f[1] or '')
+local last = tonumber(f[2] or '')
+if not since or not last or now - last > tonumber(ARGV[2]) then
+  since = now
+  redis.call('HSET', KEYS[1], 'since', ARGV[1])
+end
+-- A replica whose clock is behind does not move `last` back.
+if not last or now > last then redis.call('HSET', KEYS[1], 'last', ARGV[1]) end
+return since
