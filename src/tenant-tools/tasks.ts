@@ -128,8 +128,6 @@ export class TaskQueue {
         this.leaseMs,
         max,
         worker,
-        // Every queued call: there are at most this many (enqueue's bound), and it is at most 1000 (src/config.ts).
-        this.maxPerTenant,
         prefix,
         ...tools,
       ),

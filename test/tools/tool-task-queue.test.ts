@@ -167,4 +167,65 @@ describe('the tool task queue, with many past tenants', { timeout: 180_000 }, ()
       queue.claim = claim;
     }
   });
+  it('a claim reads only the queues of the tools it asks for, not the calls of other tools', async () => {
+    const queue: TaskQueue = h.service.app.toolTasks.queue;
+    const task = (name: string, i: number) => ({
+      session: `s-idx-${name}-${i}`,
+      toolUseId: `tu-${i}`,
+      round: 0,
+      name,
+      input: { i },
+      runner: 'worker' as const,
+      maxAttempts: 3,
+      timeoutMs: 600_000,
+    });
+    for (let i = 0; i < 300; i++) assert.equal(await queue.enqueue('idx', task('nobody', i)), 'queued');
+    assert.equal(await queue.enqueue('idx', task('busy', 0)), 'queued');
+    await queue.claim('idx', ['warm'], 1, 'w'); // a first claim of the tenant indexes what was queued before
+    const mon = await r.monitor();
+    const seen: string[] = [];
+    mon.on('monitor', (_t: string, args: string[]) => seen.push(args.join(' ')));
+    const got = await queue.claim('idx', ['busy'], 5, 'w');
+    await r.ping(); // MONITOR lines come in order: the script's commands are in before the PING's answer
+    mon.disconnect();
+    assert.deepEqual(
+      got.map((g) => g.rec.name),
+      ['busy'],
+    );
+    const reads = seen.filter((l) => /^(zrange|zrangebyscore) /i.test(l));
+    assert.ok(reads.length > 0, 'the claim script ran under MONITOR');
+    assert.ok(
+      reads.every((l) => l.split(' ')[1] === 'tt:{tt:idx}:ready:busy'),
+      `the claim read only the busy queue: ${reads.join(' | ')}`,
+    );
+    // The other tool's calls are still there, each found by a claim of it, oldest first.
+    const others = await queue.claim('idx', ['nobody', 'busy'], 3, 'w');
+    assert.deepEqual(
+      others.map((g) => g.rec.session),
+      ['s-idx-nobody-0', 's-idx-nobody-1', 's-idx-nobody-2'],
+    );
+  });
+
+  it('calls queued before the per-tool index existed are indexed by the tenant’s first claim', async () => {
+    const queue: TaskQueue = h.service.app.toolTasks.queue;
+    await queue.enqueue('legacy', {
+      session: 's-legacy',
+      toolUseId: 'tu',
+      round: 0,
+      name: 'old_tool',
+      input: {},
+      runner: 'worker',
+      maxAttempts: 3,
+      timeoutMs: 600_000,
+    });
+    // As an older release left it: the call in `ready` only.
+    await r.del('tt:{tt:legacy}:ready:old_tool', 'tt:{tt:legacy}:ready#indexed');
+    const got = await queue.claim('legacy', ['old_tool'], 1, 'w');
+    assert.deepEqual(
+      got.map((g) => g.rec.session),
+      ['s-legacy'],
+    );
+    assert.equal(await r.zcard('tt:{tt:legacy}:ready:old_tool'), 0);
+    assert.equal(await r.zcard('tt:{tt:legacy}:ready'), 0);
+  });
 });

@@ -51,7 +51,6 @@ declare module 'ioredis' {
         leaseMs: number,
         max: number,
         worker: string,
-        scan: number,
         prefix: string,
         ...tools: string[],
       ]

@@ -4,13 +4,16 @@
 -- ARGV[1] call  ARGV[2] record (JSON)  ARGV[3] input (JSON text)  ARGV[4] queue (the tool's name, or `~http`)
 -- ARGV[5] now ms
 -- ARGV[6] deadline ms  ARGV[7] most calls of the tenant in flight  ARGV[8] wake channel
+-- (Also the queue's index, includes/queue-key.lua.)
 -- Returns 1 queued, 0 known already, -1 the tenant's queue is full.
+--- @include "includes/queue-key"
 if redis.call('HEXISTS', KEYS[1], ARGV[1]) == 1 then return 0 end
 local n = redis.call('ZCARD', KEYS[3]) + redis.call('ZCARD', KEYS[5]) + redis.call('ZCARD', KEYS[6])
 if n >= tonumber(ARGV[7]) then return -1 end
 redis.call('HSET', KEYS[1], ARGV[1], ARGV[2])
 redis.call('HSET', KEYS[2], ARGV[1], ARGV[3])
 redis.call('ZADD', KEYS[3], ARGV[5], ARGV[4] .. ' ' .. ARGV[1])
+redis.call('ZADD', queue_key(KEYS[3], ARGV[4]), ARGV[5], ARGV[1])
 redis.call('ZADD', KEYS[4], ARGV[6], ARGV[1])
 redis.call('PUBLISH', ARGV[8], ARGV[4])
 return 1

@@ -4,6 +4,7 @@
 -- ARGV[1] offer id  ARGV[2] now ms  ARGV[3] delay ms  ARGV[4] `is_error` text for a call out of attempts
 -- Returns {'retried', record JSON}, {'failed', record JSON}, or {refusal} (see includes/offer-check.lua).
 --- @include "includes/offer-check"
+--- @include "includes/queue-key"
 local call, rec = offer_check(KEYS[1], KEYS[2], ARGV[1])
 if not call then return {rec} end
 local now = tonumber(ARGV[2])
@@ -22,4 +23,5 @@ rec.offer = ''
 local enc = cjson.encode(rec)
 redis.call('HSET', KEYS[2], call, enc)
 redis.call('ZADD', KEYS[4], now + tonumber(ARGV[3]), rec.queue .. ' ' .. call)
+redis.call('ZADD', queue_key(KEYS[4], rec.queue), now + tonumber(ARGV[3]), call)
 return {'retried', enc}

@@ -3,10 +3,12 @@
 -- KEYS[1] calls  KEYS[2] inputs  KEYS[3] results  KEYS[4] ready  KEYS[5] leased  KEYS[6] deadline  KEYS[7] done  KEYS[8] gc
 -- ARGV[1] call  ARGV[2] state ('delivered' | 'cancelled')  ARGV[3] gc at (ms)
 -- Returns 1 when the call was known.
+--- @include "includes/queue-key"
 local raw = redis.call('HGET', KEYS[1], ARGV[1])
 if not raw then return 0 end
 local rec = cjson.decode(raw)
 redis.call('ZREM', KEYS[4], rec.queue .. ' ' .. ARGV[1])
+redis.call('ZREM', queue_key(KEYS[4], rec.queue), ARGV[1])
 redis.call('ZREM', KEYS[5], ARGV[1])
 redis.call('ZREM', KEYS[6], ARGV[1])
 redis.call('ZREM', KEYS[7], ARGV[1])

@@ -6,6 +6,7 @@
 -- Returns: when the queue next needs a sweep, live then gc (includes/next-due.lua: ms, -1 for none), then kind,
 -- record (JSON) pairs: 'retried' (offered again) or 'failed' (its `is_error` result waits in `done`).
 --- @include "includes/next-due"
+--- @include "includes/queue-key"
 local now = tonumber(ARGV[1])
 local limit = tonumber(ARGV[2])
 local out = {}
@@ -35,6 +36,7 @@ for _, call in ipairs(redis.call('ZRANGEBYSCORE', KEYS[5], '-inf', now, 'LIMIT',
         local enc = cjson.encode(rec)
         redis.call('HSET', KEYS[1], call, enc)
         redis.call('ZADD', KEYS[4], rec.queued_at, rec.queue .. ' ' .. call)
+        redis.call('ZADD', queue_key(KEYS[4], rec.queue), rec.queued_at, call)
         redis.call('PUBLISH', ARGV[3], rec.queue)
         out[#out + 1] = 'retried'
         out[#out + 1] = enc
@@ -51,6 +53,7 @@ for _, call in ipairs(redis.call('ZRANGEBYSCORE', KEYS[6], '-inf', now, 'LIMIT',
     local rec = cjson.decode(raw)
     if rec.state == 'queued' or rec.state == 'leased' then
       redis.call('ZREM', KEYS[4], rec.queue .. ' ' .. call)
+      redis.call('ZREM', queue_key(KEYS[4], rec.queue), call)
       redis.call('ZREM', KEYS[5], call)
       fail(call, rec, 'Error: no worker answered within ' .. rec.timeout_ms .. ' ms (the tool\'s timeout_ms)')
     end
