@@ -160,10 +160,15 @@ const variables = z.object({
   TENANT_MAX_TOOLS: z.coerce.number().int().min(1).max(10_000).default(100),
   /**
    * Most tool tasks of one tenant queued, leased or undelivered at once; a call past it is answered with an error. At
-   * most 1000: a claim looks at every queued call of its tenant (whatever their tool: none is missed behind older
-   * calls of another tool), in one script, so the bound is that script's work.
+   * most 1000: a tenant's first claim after an upgrade indexes its queued calls by tool (claim-5.lua), and an http
+   * caller's look at a tenant's queue reads it whole (http-left-1.lua), so the bound is those scripts' work.
    */
   TOOL_TASKS_MAX_PER_TENANT: z.coerce.number().int().min(1).max(1000).default(1000),
+  /**
+   * Most long-poll claims (`wait_ms` > 0) of one tenant waiting at once on one replica; one more that finds no call
+   * is refused 429 `quota_exceeded` (`details.quota: "waiting_claims"`, Retry-After 1) instead of waiting.
+   */
+  TOOL_TASK_MAX_WAITING_CLAIMS: z.coerce.number().int().min(1).max(10_000).default(64),
   /** How long SIGTERM waits for running turns before their leases are released. */
   SHUTDOWN_GRACE_MS: positiveMs.default(10_000),
   /** Events kept per session log; the oldest are trimmed beyond (src/store/lua/includes/event-log.lua). */

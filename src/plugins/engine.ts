@@ -49,8 +49,17 @@ export interface EnginePluginOptions {
   memory: MemoryLimits;
   /** TOOL_RESULT_MAX_BYTES: most bytes of one tool result the service produces. */
   toolResultMaxBytes?: number;
-  /** Tenant tools and tool tasks (TOOL_TASK_LEASE_MS, TENANT_MAX_TOOLS, TOOL_TASKS_MAX_PER_TENANT, TOOL_RESULT_MAX_BYTES). */
-  tenantTools: { leaseMs: number; maxTools: number; maxTasks: number; maxResultBytes: number };
+  /**
+   * Tenant tools and tool tasks (TOOL_TASK_LEASE_MS, TENANT_MAX_TOOLS, TOOL_TASKS_MAX_PER_TENANT,
+   * TOOL_RESULT_MAX_BYTES, TOOL_TASK_MAX_WAITING_CLAIMS).
+   */
+  tenantTools: {
+    leaseMs: number;
+    maxTools: number;
+    maxTasks: number;
+    maxResultBytes: number;
+    maxWaitingClaims?: number;
+  };
   /** How often this replica sweeps the action deadlines and the sessions' expiry (DEADLINE_SWEEP_MS). */
   deadlineSweepMs?: number;
 }
@@ -100,6 +109,7 @@ export default fp<EnginePluginOptions>(
       metrics: app.metrics,
       log: componentLog(app.log, 'tool-tasks'),
       maxResultBytes: tt.maxResultBytes,
+      maxWaitingClaims: tt.maxWaitingClaims ?? 64,
     });
     app.metrics.observeRuns(engine);
     app.mcp.progressSink = (id, events) => {

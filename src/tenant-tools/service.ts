@@ -10,6 +10,7 @@
  */
 import type { FastifyBaseLogger } from 'fastify';
 import { NotFound, conflict, notFound, type DomainError } from '../errors.js';
+import { HttpRefusal } from '../plugins/error-status.js';
 import type { Metrics } from '../observability/metrics.js';
 import { mutate, startRun, type SessionDeps } from '../sessions/mutate.js';
 import type { StoredBlock } from '../history.js';
@@ -39,6 +40,8 @@ interface ToolTaskOptions {
   /** Largest result accepted as it is (JSON bytes); a larger one becomes an `is_error` result naming the limit. */
   maxResultBytes: number;
   sweepIntervalMs?: number;
+  /** TOOL_TASK_MAX_WAITING_CLAIMS: most long-poll claims of one tenant waiting at once on this process. */
+  maxWaitingClaims: number;
 }
 
 /** Tenants one sweep script takes from `tt:due` (swept concurrently). */
@@ -91,7 +94,10 @@ export class ToolTasks {
    * `POST /v1/tool-tasks/claim`: up to `max` calls of `tools`, waiting up to `waitMs` for one. After a first empty
    * claim it listens on the tenant's `wake` channel and claims once more before it waits: a call queued between the
    * empty claim and the SUBSCRIBE was published to nobody, and is found by that claim. From then on `heard` is
-   * cleared before each claim, so a call published while a claim runs makes the wait end at once.
+   * cleared before each claim, so a call published while a claim runs makes the wait end at once. Each call queued
+   * wakes one waiting claim of its tool per replica (wake.ts), and a claim that ends with a wake unanswered passes it
+   * on. At most `maxWaitingClaims` of a tenant listen on this process: one more, having found nothing, is refused
+   * (429 `quota_exceeded`, `waiting_claims`) rather than waiting, so one tenant's idle pollers cannot pile up.
    */
   async claim(
     tenant: string,
@@ -101,18 +107,29 @@ export class ToolTasks {
     const until = Date.now() + body.wait_ms;
     this.noteWorker(body.worker_id);
     let wake: Wake | null = null;
+    let full = false;
     try {
       for (;;) {
         if (signal.aborted || this.stopped) return [];
         wake?.clear();
         const out = await this.claimOnce(tenant, body);
+        full = out.length >= body.max;
         const left = until - Date.now();
         if (out.length > 0 || left <= 0 || signal.aborted || this.stopped) return out;
-        if (!wake) wake = await this.wakes.listen(tenant, body.tools);
-        else await wake.wait(left, signal);
+        if (!wake) {
+          const max = this.o.maxWaitingClaims;
+          if (this.wakes.listening(tenant) >= max)
+            throw new HttpRefusal(
+              'quota_exceeded',
+              `More than ${max} long-poll claims of this tenant wait at once on this replica; claim again shortly.`,
+              { quota: 'waiting_claims', limit: max, retry_after_s: 1 },
+              { 'retry-after': '1' },
+            );
+          wake = await this.wakes.listen(tenant, body.tools);
+        } else await wake.wait(left, signal);
       }
     } finally {
-      if (wake) await this.wakes.unlisten(wake);
+      if (wake) await this.wakes.unlisten(wake, full);
     }
   }
 

@@ -40,7 +40,12 @@ describe('the tool task queue, with many past tenants', { timeout: 180_000 }, ()
     await new Promise<void>((done) => server.listen(0, '127.0.0.1', done));
     url = `http://127.0.0.1:${(server.address() as AddressInfo).port}/tool`;
     h = await startHarness({
-      env: { API_KEYS: 'acme:key-a', TOOL_TASK_LEASE_MS: '20000', WEBHOOK_ALLOW_PRIVATE: 'true' },
+      env: {
+        API_KEYS: 'acme:key-a',
+        TOOL_TASK_LEASE_MS: '20000',
+        WEBHOOK_ALLOW_PRIVATE: 'true',
+        TOOL_TASK_MAX_WAITING_CLAIMS: '4',
+      },
     });
     r = new Redis(h.redis.url);
   });
@@ -227,5 +232,55 @@ describe('the tool task queue, with many past tenants', { timeout: 180_000 }, ()
     );
     assert.equal(await r.zcard('tt:{tt:legacy}:ready:old_tool'), 0);
     assert.equal(await r.zcard('tt:{tt:legacy}:ready'), 0);
+  });
+  it('a call queued wakes one waiting claim, not all; past TOOL_TASK_MAX_WAITING_CLAIMS a claim is refused 429', async () => {
+    await h.api.req('PUT', '/v1/tools/wk', lookup);
+    const queue: TaskQueue = h.service.app.toolTasks.queue;
+    const claim = queue.claim.bind(queue);
+    let runs = 0;
+    queue.claim = async (...args: Parameters<TaskQueue['claim']>) => {
+      if (args[1].includes('wk')) runs++;
+      return claim(...args);
+    };
+    try {
+      // Each long-poll claim claims, listens, claims again, then waits: 8 claims for 4 of them.
+      const waiting = [0, 1, 2, 3].map((i) =>
+        h.api.post('/v1/tool-tasks/claim', { tools: ['wk'], wait_ms: 4000, worker_id: `wk-${i}` }),
+      );
+      await until(async () => runs === 8, 10_000, 'four claims listening');
+      const over = await h.api.post('/v1/tool-tasks/claim', {
+        tools: ['wk'],
+        wait_ms: 4000,
+        worker_id: 'wk-4',
+      });
+      assert.equal(over.status, 429);
+      assert.equal(over.body.error.code, 'quota_exceeded');
+      assert.equal(over.body.error.details.quota, 'waiting_claims');
+      assert.equal(over.headers.get('retry-after'), '1');
+      const now = await h.api.post('/v1/tool-tasks/claim', { tools: ['wk'], wait_ms: 0, worker_id: 'wk-5' });
+      assert.equal(now.status, 200, 'a claim that does not wait is not counted');
+      runs = 0;
+      // A call of no live session: the woken claim takes it, finds nobody waits for it, settles it and waits on.
+      await queue.enqueue('acme', {
+        session: 's-nobody',
+        toolUseId: 'tu-wk',
+        round: 0,
+        name: 'wk',
+        input: {},
+        runner: 'worker',
+        maxAttempts: 3,
+        timeoutMs: 600_000,
+      });
+      await until(
+        async () => (await queue.record('acme', 's-nobody:tu-wk#0'))?.rec.state === 'cancelled',
+        10_000,
+        'the call claimed and settled',
+      );
+      // Every woken claim would have run its claim before the first one's script answered.
+      assert.equal(runs, 1, `claims run for one call: ${runs}`);
+      for (const c of await Promise.all(waiting)) assert.deepEqual(c.body.tasks, []);
+    } finally {
+      queue.claim = claim;
+    }
   });
 });
