@@ -229,6 +229,7 @@ const app: FastifyPluginAsync<AppOptions> = async (fastify, opts) => {
     await api.register(rateLimitPlugin, {
       perMinute: config.RATE_LIMIT_PER_MIN,
       tokenPerMinute: config.CLIENT_TOKEN_RATE_LIMIT_PER_MIN,
+      ingestBytesPerMinute: config.TENANT_MAX_INGEST_BYTES_PER_MIN,
     });
     await api.register(quotasPlugin, {
       maxSessions: config.TENANT_MAX_SESSIONS,

@@ -226,6 +226,15 @@ const variables = z.object({
   /** Mutating requests per minute per tenant, across replicas (429 `rate_limited`). 0 disables the limit. */
   RATE_LIMIT_PER_MIN: z.coerce.number().int().min(0).default(1200),
   /**
+   * Request body bytes per minute per tenant (by Content-Length), across replicas (429 `rate_limited`, Retry-After):
+   * the request count alone lets a tenant fill a process with BODY_LIMIT-sized bodies. 0 disables it.
+   */
+  TENANT_MAX_INGEST_BYTES_PER_MIN: z.coerce
+    .number()
+    .int()
+    .min(0)
+    .default(64 * 1024 * 1024),
+  /**
    * Mutating requests per minute per client token, across replicas (429 `rate_limited`), besides its tenant's
    * count: a browser holding a token takes at most this much of RATE_LIMIT_PER_MIN. Unset: a quarter of
    * RATE_LIMIT_PER_MIN, rounded up (so 0, no limit, when that is 0). 0: no limit of its own.

@@ -3,6 +3,8 @@ import rateLimit from '@fastify/rate-limit';
 import type { FastifyRequest } from 'fastify';
 import { QuotaExceeded } from '../errors.js';
 import { TokenRate, type RateHit } from '../quotas/token-rate.js';
+import { IngestBytes } from '../quotas/ingest-bytes.js';
+import { HttpRefusal } from './error-status.js';
 
 /** Reads (which include WebSocket upgrades) are never counted. */
 const uncounted = (req: FastifyRequest) =>
@@ -21,9 +23,36 @@ const uncounted = (req: FastifyRequest) =>
  * checked first — a `preHandler` of the scope, which runs before the tenant limiter's (a route-level `preHandler`,
  * added to each route) — so what a token is refused is not counted in its tenant's window; what it is let through
  * is counted in both.
+ *
+ * `TENANT_MAX_INGEST_BYTES_PER_MIN` (`ingestBytesPerMinute`, 0: off) bounds a tenant's request body bytes a minute,
+ * across replicas (src/quotas/ingest-bytes.ts): checked in `preParsing`, from `Content-Length`, before the body is
+ * read or parsed, so a refused body costs no parsing. Over it: 429 `rate_limited` with `Retry-After`. A body sent
+ * without `Content-Length` (chunked) is not counted: BODY_LIMIT and the request count bound it.
  */
-export default fp<{ perMinute: number; tokenPerMinute: number }>(
+export default fp<{ perMinute: number; tokenPerMinute: number; ingestBytesPerMinute?: number }>(
   async (app, opts) => {
+    const maxBytes = opts.ingestBytesPerMinute ?? 0;
+    if (maxBytes > 0) {
+      const bytes = new IngestBytes(app.redis, maxBytes);
+      app.addHook('preParsing', async (req, _reply, payload) => {
+        const len = Number(req.headers['content-length']);
+        if (!req.tenant || !Number.isSafeInteger(len) || len <= 0) return payload;
+        let hit: { ok: boolean; ttlMs: number };
+        try {
+          hit = await bytes.hit(req.tenant, len);
+        } catch {
+          return payload; // as the request limiter: never refused for the counter's own failure
+        }
+        if (hit.ok) return payload;
+        const retryAfterS = Math.max(1, Math.ceil(hit.ttlMs / 1000));
+        throw new HttpRefusal(
+          'rate_limited',
+          `More than ${maxBytes} bytes of request bodies a minute (TENANT_MAX_INGEST_BYTES_PER_MIN).`,
+          { limit_bytes: maxBytes, retry_after_s: retryAfterS },
+          { 'retry-after': String(retryAfterS) },
+        );
+      });
+    }
     if (opts.tokenPerMinute > 0) {
       const windows = new TokenRate(app.redis);
       const max = opts.tokenPerMinute;

@@ -387,3 +387,30 @@ describe('slow clients and connection cap', () => {
     assert.ok(served);
   });
 });
+
+describe('TENANT_MAX_INGEST_BYTES_PER_MIN: a tenant’s request body bytes a minute', () => {
+  let h: Harness;
+  before(async () => {
+    h = await startHarness({
+      env: { API_KEYS: 'acme:key-acme,globex:key-globex', TENANT_MAX_INGEST_BYTES_PER_MIN: '300000' },
+    });
+  });
+  after(async () => h.close());
+
+  it('refuses bodies past the budget with 429 rate_limited and Retry-After, before parsing; other tenants unaffected', async () => {
+    const a = h.api.as('key-acme');
+    const big = { start: false, input: 'x'.repeat(120_000) };
+    assert.equal((await a.post('/v1/sessions', big)).status, 201);
+    assert.equal((await a.post('/v1/sessions', big)).status, 201);
+    const over = await a.post('/v1/sessions', big);
+    assert.equal(over.status, 429);
+    assert.equal(over.body.error.code, 'rate_limited');
+    const retry = Number(over.headers.get('retry-after'));
+    assert.ok(retry >= 1 && retry <= 60, `Retry-After ${retry}`);
+    // A refused body is not counted: a small one still fits the window.
+    assert.equal((await a.post('/v1/sessions', { start: false })).status, 201);
+    assert.equal((await h.api.as('key-globex').post('/v1/sessions', big)).status, 201);
+    // Reads are never refused.
+    assert.equal((await a.get('/v1/sessions')).status, 200);
+  });
+});

@@ -23,5 +23,12 @@ declare module 'ioredis' {
     quotaReplicaAlive(key: string, replica: string, aliveMs: number, keepMs: number): Result<number, Context>;
     /** lapsed-replicas-1.lua: ids of replicas whose liveness lapsed (at most `limit`). */
     quotaLapsedReplicas(key: string, limit: number): Result<string[], Context>;
+    /** ingest-hit-1.lua: `[1 counted | 0 refused, bytes of the window, ms left]`. */
+    quotaIngestHit(
+      key: string,
+      windowMs: number,
+      bytes: number,
+      max: number,
+    ): Result<[counted: number, total: number, ttlMs: number], Context>;
   }
 }
