@@ -1,6 +1,6 @@
 /**
  * The types of the quotas' scripts (the .lua files beside this one), defined by
- * `defineLuaCommands(redis, …, 'quota')` as `quotaAcquireSlot`, `quotaRateHit`, `quotaReplicaAlive` and `quotaLapsedReplicas`
+ * `defineLuaCommands(redis, …, 'quota')` as `quotaAcquireSlot`, `quotaRateHit`, `quotaIngestHit`, `quotaReplicaAlive` and `quotaLapsedReplicas`
  * (src/store/lua-commands.ts); declared once by augmenting ioredis's `RedisCommander`, as the stores' scripts are
  * (src/store/lua/commands.ts).
  */
