@@ -49,6 +49,7 @@ export interface FollowContext {
 type Item =
   | { kind: 'event'; event: Event }
   | { kind: 'error'; error: ErrorBody }
+  | { kind: 'invalid'; error: ConnectionError }
   | { kind: 'close'; code: number; reason: string; opened: boolean };
 
 /** Event ids are `<ms>-<seq>`: true when `a` comes after `b`. */
@@ -70,7 +71,8 @@ const FINAL = new Set([1000, 4410]);
  * The iterator ends after `session.deleted`; it throws a CursorExpiredError when the log no longer holds the
  * cursor, and an ApiError when the session cannot be followed from the cursor (401, 404, 400 `invalid_request` for a
  * malformed `after`, 400 `invalid_cursor` for one past the newest event): asked over HTTP, with the same cursor,
- * when an upgrade is refused, since a browser does not show why. Breaking out of the `for await` closes the socket.
+ * when an upgrade is refused, since a browser does not show why; a ConnectionError at a frame that is not a JSON
+ * object (not the API). Breaking out of the `for await` closes the socket.
  */
 export async function* follow(
   ctx: FollowContext,
@@ -96,6 +98,8 @@ export async function* follow(
           frameError = item.error;
           continue;
         }
+        // Not the API: following on (or connecting again) would read the same. The socket is closed below.
+        if (item.kind === 'invalid') throw item.error;
         const ev = item.event;
         if (last !== undefined && last !== '0' && !isAfter(ev.id, last)) continue;
         last = ev.id;
@@ -162,10 +166,22 @@ function connect(
   };
   ws.onmessage = (m: { data: unknown }) => {
     if (typeof m.data !== 'string') return;
+    // Every text frame of the service is a JSON object (an event, an error or end record, a ping). Anything else is
+    // not the API: the follow ends with a ConnectionError rather than skip it (an event could be lost unseen) or
+    // throw in this handler (which nothing would catch).
     let frame: { id?: unknown; session_id?: unknown; type?: unknown; error?: ErrorBody };
     try {
-      frame = JSON.parse(m.data) as typeof frame;
-    } catch {
+      const parsed: unknown = JSON.parse(m.data);
+      if (typeof parsed !== 'object' || parsed === null || Array.isArray(parsed)) {
+        throw new TypeError(`a frame that is not a JSON object: ${m.data.slice(0, 80)}`);
+      }
+      frame = parsed as typeof frame;
+    } catch (err) {
+      const error = new ConnectionError(
+        `the event stream of ${sessionId} sent a frame that is not the API's: ${(err as Error).message}`,
+        { cause: err },
+      );
+      push({ kind: 'invalid', error });
       return;
     }
     if (typeof frame.id === 'string' && typeof frame.session_id === 'string') {

@@ -1,5 +1,6 @@
 import createFetchClient, { type Client } from 'openapi-fetch';
-import { ConnectionError, NotFoundError, errorOf } from './errors.js';
+import { unwrap } from './answer.js';
+import { NotFoundError } from './errors.js';
 import { follow, type Event, type FollowOptions, type WebSocketConstructor } from './follow.js';
 import { retryingFetch, type FetchLike, type RetryOptions } from './http.js';
 import type { components, operations, paths } from './openapi.js';
@@ -8,7 +9,7 @@ import type { components, operations, paths } from './openapi.js';
  * The typed client of the service (`toolrunner-sessions/client`), for Node and browsers alike (no Node-only
  * imports). `client.api` is the generated client of every operation (openapi-fetch over the types generated from
  * openapi.json); the methods below wrap the main ones, return the body, and throw ApiError subclasses carrying the
- * service's error codes. Plus what generation cannot give: `follow()` (the event stream over the WebSocket, resumed
+ * service's error codes, or a ConnectionError for a 2xx answer that is not the API's JSON (answer.ts). Plus what generation cannot give: `follow()` (the event stream over the WebSocket, resumed
  * across disconnects, exactly once), `waitFor()`, retries that honour Retry-After with an Idempotency-Key on every
  * POST, and `verifyWebhook()`.
  */
@@ -82,12 +83,6 @@ export class WaitTimeoutError extends Error {
   override readonly name = 'WaitTimeoutError';
 }
 
-interface Answer<T> {
-  data?: T;
-  error?: unknown;
-  response: Response;
-}
-
 export class SessionsClient {
   /** Every operation of the OpenAPI document, typed (openapi-fetch): `client.api.GET('/v1/tools')`. */
   readonly api: Client<paths>;
@@ -115,47 +110,33 @@ export class SessionsClient {
     return { headers, signal: o.signal ?? null };
   }
 
-  /** The body of a 2xx answer, or the ApiError of any other. */
-  private async unwrap<T>(p: Promise<Answer<T>>): Promise<T> {
-    const { data, response } = await p;
-    if (!response.ok) {
-      // openapi-fetch has read the body already; build the error from a copy of what it parsed.
-      const { error } = await p;
-      throw await errorOf(
-        new Response(JSON.stringify(error ?? null), { status: response.status, headers: response.headers }),
-      );
-    }
-    if (data === undefined) throw new ConnectionError(`${response.url}: an answer without a body`);
-    return data;
-  }
-
   createSession(body: CreateSessionBody, o: MutationOptions = {}): Promise<Session> {
-    return this.unwrap(this.api.POST('/v1/sessions', { body, ...this.options(o) }));
+    return unwrap(this.api.POST('/v1/sessions', { body, ...this.options(o) }), 'session');
   }
 
   listSessions(query: Query<'listSessions'> = {}): Promise<SessionList> {
-    return this.unwrap(this.api.GET('/v1/sessions', { params: { query } }));
+    return unwrap(this.api.GET('/v1/sessions', { params: { query } }), 'page');
   }
 
   getSession(id: string, o: { signal?: AbortSignal | undefined } = {}): Promise<Session> {
-    return this.unwrap(
+    return unwrap(
       this.api.GET('/v1/sessions/{id}', { params: { path: { id } }, signal: o.signal ?? null }),
+      'session',
     );
   }
 
   deleteSession(id: string, o: MutationOptions = {}) {
-    return this.unwrap(
-      this.api.DELETE('/v1/sessions/{id}', { params: { path: { id } }, ...this.options(o) }),
-    );
+    return unwrap(this.api.DELETE('/v1/sessions/{id}', { params: { path: { id } }, ...this.options(o) }));
   }
 
   addMessage(id: string, body: AddMessageBody, o: MutationOptions = {}): Promise<Session> {
-    return this.unwrap(
+    return unwrap(
       this.api.POST('/v1/sessions/{id}/messages', {
         params: { path: { id } },
         body,
         ...this.options(o),
       }),
+      'session',
     );
   }
 
@@ -165,12 +146,13 @@ export class SessionsClient {
     body: DecideToolCallBody,
     o: MutationOptions = {},
   ): Promise<Session> {
-    return this.unwrap(
+    return unwrap(
       this.api.POST('/v1/sessions/{id}/tool-calls/{tool_use_id}', {
         params: { path: { id, tool_use_id: toolUseId } },
         body,
         ...this.options(o),
       }),
+      'session',
     );
   }
 
@@ -180,117 +162,127 @@ export class SessionsClient {
     body: PutToolResultBody,
     o: MutationOptions = {},
   ): Promise<Session> {
-    return this.unwrap(
+    return unwrap(
       this.api.PUT('/v1/sessions/{id}/tool-results/{tool_use_id}', {
         params: { path: { id, tool_use_id: toolUseId } },
         body,
         ...this.options(o),
       }),
+      'session',
     );
   }
 
   submitToolResults(id: string, body: SubmitToolResultsBody, o: MutationOptions = {}): Promise<Session> {
-    return this.unwrap(
+    return unwrap(
       this.api.POST('/v1/sessions/{id}/tool-results', {
         params: { path: { id } },
         body,
         ...this.options(o),
       }),
+      'session',
     );
   }
 
   updateSession(id: string, body: UpdateSessionBody, o: MutationOptions = {}): Promise<Session> {
-    return this.unwrap(
+    return unwrap(
       this.api.PATCH('/v1/sessions/{id}', { params: { path: { id } }, body, ...this.options(o) }),
+      'session',
     );
   }
 
   continueSession(id: string, o: MutationOptions = {}): Promise<Session> {
-    return this.unwrap(
+    return unwrap(
       this.api.POST('/v1/sessions/{id}/continue', {
         params: { path: { id } },
         body: {},
         ...this.options(o),
       }),
+      'session',
     );
   }
 
   retrySession(id: string, body: RetrySessionBody = {}, o: MutationOptions = {}): Promise<Session> {
-    return this.unwrap(
+    return unwrap(
       this.api.POST('/v1/sessions/{id}/retry', { params: { path: { id } }, body, ...this.options(o) }),
+      'session',
     );
   }
 
   cancelSession(id: string, o: MutationOptions = {}): Promise<Session> {
-    return this.unwrap(
+    return unwrap(
       this.api.POST('/v1/sessions/{id}/cancel', {
         params: { path: { id } },
         body: {},
         ...this.options(o),
       }),
+      'session',
     );
   }
 
   resumeSession(id: string, o: MutationOptions = {}): Promise<Session> {
-    return this.unwrap(
+    return unwrap(
       this.api.POST('/v1/sessions/{id}/resume', {
         params: { path: { id } },
         body: {},
         ...this.options(o),
       }),
+      'session',
     );
   }
 
   forkSession(id: string, body: ForkSessionBody, o: MutationOptions = {}): Promise<Session> {
-    return this.unwrap(
+    return unwrap(
       this.api.POST('/v1/sessions/{id}/fork', { params: { path: { id } }, body, ...this.options(o) }),
+      'session',
     );
   }
 
   /** Compacts the history: scheduled after the turn in flight (running), or at once (idle, failed). */
   compactSession(id: string, body: CompactSessionBody = {}, o: MutationOptions = {}): Promise<Session> {
-    return this.unwrap(
+    return unwrap(
       this.api.POST('/v1/sessions/{id}/compact', {
         params: { path: { id } },
         body,
         ...this.options(o),
       }),
+      'session',
     );
   }
 
   /** The history; with `{include: 'compacted'}` also what each compaction summarized, oldest first. */
   listMessages(id: string, query: Query<'listMessages'> = {}) {
-    return this.unwrap(this.api.GET('/v1/sessions/{id}/messages', { params: { path: { id }, query } }));
+    return unwrap(this.api.GET('/v1/sessions/{id}/messages', { params: { path: { id }, query } }), 'page');
   }
 
   /** The sessions the session's sub-agent calls created, oldest first; each child's `parent` names its call. */
   listChildren(id: string) {
-    return this.unwrap(this.api.GET('/v1/sessions/{id}/children', { params: { path: { id } } }));
+    return unwrap(this.api.GET('/v1/sessions/{id}/children', { params: { path: { id } } }), 'page');
   }
 
   listIterations(id: string) {
-    return this.unwrap(this.api.GET('/v1/sessions/{id}/iterations', { params: { path: { id } } }));
+    return unwrap(this.api.GET('/v1/sessions/{id}/iterations', { params: { path: { id } } }), 'page');
   }
 
   getIteration(id: string, n: number) {
-    return this.unwrap(this.api.GET('/v1/sessions/{id}/iterations/{n}', { params: { path: { id, n } } }));
+    return unwrap(this.api.GET('/v1/sessions/{id}/iterations/{n}', { params: { path: { id, n } } }));
   }
 
   /** A page of the event log (JSON); `follow()` is the live alternative. */
   async listEvents(id: string, query: Query<'listEvents'> = {}): Promise<EventPage> {
-    const page = await this.unwrap(
+    const page = await unwrap(
       this.api.GET('/v1/sessions/{id}/events', {
         params: { path: { id }, query },
         headers: { accept: 'application/json' },
         parseAs: 'json',
       }),
+      'page',
     );
     // With `Accept: application/json` the answer is the JSON page, never the SSE text.
     return page as EventPage;
   }
 
   listTools() {
-    return this.unwrap(this.api.GET('/v1/tools'));
+    return unwrap(this.api.GET('/v1/tools'));
   }
 
   /**
@@ -312,13 +304,14 @@ export class SessionsClient {
         WebSocket,
         // The events route refuses what the upgrade refused (the key, the session, the cursor), as JSON.
         check: async (id, after) => {
-          await this.unwrap(
+          await unwrap(
             this.api.GET('/v1/sessions/{id}/events', {
               params: { path: { id }, query: { ...(after !== undefined ? { after } : {}), limit: 1 } },
               headers: { accept: 'application/json' },
               parseAs: 'json',
               signal: options.signal ?? null,
             }),
+            'page',
           );
         },
       },

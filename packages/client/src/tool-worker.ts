@@ -7,6 +7,8 @@
  * with backoff), rides out a restart of the service, and stops gracefully. No dependency on the SDK: the tools are
  * used through their shape.
  */
+import { isJsonType, isObject } from './answer.js';
+import { ConnectionError } from './errors.js';
 import type { FetchLike } from './http.js';
 
 type ResultContent = string | Array<Record<string, unknown> & { type: string }>;
@@ -163,13 +165,26 @@ export class ToolWorker {
       }),
     );
     const text = await res.text();
-    const parsed: unknown = text ? JSON.parse(text) : null;
+    let parsed: unknown = null;
+    let notJson: unknown;
+    try {
+      parsed = text ? JSON.parse(text) : null;
+    } catch (err) {
+      notJson = err;
+    }
     if (!res.ok) {
+      // An error answer's body is read leniently: a proxy's 502 page is a 502 all the same.
       const code =
-        typeof parsed === 'object' && parsed !== null && 'error' in parsed
-          ? String((parsed.error as { code?: unknown }).code)
-          : 'unknown';
+        isObject(parsed) && isObject(parsed['error']) ? String(parsed['error']['code']) : 'unknown';
       throw new HttpStatus(res.status, code);
+    }
+    // Every 2xx answer of the worker protocol is a JSON object: anything else is not the API (a proxy's page).
+    const type = res.headers.get('content-type');
+    if (notJson !== undefined || !isJsonType(type) || !isObject(parsed)) {
+      throw new ConnectionError(
+        `${method} ${path}: a ${res.status} answer${type ? ` of type ${type}` : ''} that is not the API's JSON`,
+        { cause: notJson },
+      );
     }
     const date = Date.parse(res.headers.get('date') ?? '');
     return { body: parsed as T, date: Number.isNaN(date) ? null : date };
@@ -227,6 +242,9 @@ export class ToolWorker {
           // neither the loop nor `stop()` waits on it for ever.
           AbortSignal.timeout(this.waitMs + CLAIM_GRACE_MS),
         );
+        if (!Array.isArray(r.body.tasks)) {
+          throw new ConnectionError(`POST /v1/tool-tasks/claim: an answer without a list of tasks`);
+        }
         tasks = r.body.tasks;
         date = r.date;
       } catch (err) {
