@@ -1,8 +1,9 @@
 /**
  * The typed client against a server that is not the API (a proxy's HTML page, a truncated body, a wrong content type
- * or shape, a WebSocket that sends something other than JSON frames): a real HTTP server on 127.0.0.1 answers what
- * each case needs. Every method, `waitFor`, `follow` and the `ToolWorker` must end with a `ConnectionError` carrying
- * the cause, never a raw `SyntaxError` or `TypeError`, and never a crash.
+ * or shape, a WebSocket that sends something other than JSON frames, a Retry-After that is no delay): a real HTTP
+ * server on 127.0.0.1 answers what each case needs. Every method, `waitFor`, `follow` and the `ToolWorker` must end
+ * with a `ConnectionError` carrying the cause, never a raw `SyntaxError` or `TypeError`, and never a crash; a
+ * Retry-After that is no delay is backed off from, not retried at once.
  */
 import { after, before, describe, it } from 'node:test';
 import assert from 'node:assert/strict';
@@ -193,5 +194,39 @@ describe('the typed client against a server that is not the API', () => {
     assert.ok(errors[0].cause instanceof SyntaxError);
     assert.match(String(errors[1]), /HTTP 502/);
     assert.ok(errors[2] instanceof ConnectionError, String(errors[2]));
+  });
+
+  it('Retry-After that is no delay (negative, NaN, garbage) is replaced by the backoff, not an immediate retry', async () => {
+    const retrying = new SessionsClient({ baseUrl: s.url, maxRetries: 1, baseDelayMs: 400 });
+    for (const value of ['-5', 'NaN', '0x10', 'soon']) {
+      s.hits.length = 0;
+      s.state.next = () =>
+        s.hits.length === 1
+          ? {
+              status: 429,
+              headers: { 'retry-after': value },
+              body: '{"error":{"code":"rate_limited","message":"Too many requests."}}',
+            }
+          : { body: SESSION };
+      assert.equal((await retrying.getSession('ses_x')).id, 'ses_x');
+      assert.equal(s.hits.length, 2);
+      // The backoff's first wait is between half the base delay and the base delay.
+      const waited = s.hits[1]!.at - s.hits[0]!.at;
+      assert.ok(waited >= 190 && waited < 2000, `Retry-After: ${value} waited ${waited} ms`);
+    }
+    // An HTTP-date is honoured: 2.5 s ahead (whole seconds: 1.5 to 2.5 s).
+    s.hits.length = 0;
+    const at = new Date(Date.now() + 2500).toUTCString();
+    s.state.next = () =>
+      s.hits.length === 1
+        ? {
+            status: 503,
+            headers: { 'retry-after': at },
+            body: '{"error":{"code":"store_unavailable","message":"x"}}',
+          }
+        : { body: SESSION };
+    assert.equal((await retrying.getSession('ses_x')).id, 'ses_x');
+    const waited = s.hits[1]!.at - s.hits[0]!.at;
+    assert.ok(waited >= 1400 && waited < 3500, `Retry-After: ${at} waited ${waited} ms`);
   });
 });

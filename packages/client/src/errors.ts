@@ -97,12 +97,17 @@ export function apiError(
   return new Class(status, body, retryAfterMs, requestId);
 }
 
-/** `Retry-After` in ms: seconds, or an HTTP date. */
+/**
+ * `Retry-After` in ms: delay-seconds (digits; a fraction is taken too), or an HTTP-date (RFC 9110 §10.2.3; one past
+ * is 0). Anything else (`-5`, `NaN`, `0x10`, a bare number `Date.parse` would read as a year) is no delay: undefined,
+ * so the caller backs off on its own instead of retrying at once.
+ */
 export function retryAfterMs(value: string | null, now = Date.now()): number | undefined {
-  if (value === null || value.trim() === '') return undefined;
-  const s = Number(value);
-  if (Number.isFinite(s)) return Math.max(0, s * 1000);
-  const at = Date.parse(value);
+  const v = value?.trim() ?? '';
+  if (/^\d+(?:\.\d+)?$/.test(v)) return Number(v) * 1000;
+  // An HTTP-date names its weekday or month: "Sun, 06 Nov 1994 08:49:37 GMT", "Sunday, 06-Nov-94 …", asctime.
+  if (!/[a-z]{3}/i.test(v)) return undefined;
+  const at = Date.parse(v);
   return Number.isNaN(at) ? undefined : Math.max(0, at - now);
 }
 
