@@ -11,23 +11,20 @@ transport (``POST /v1/chat``, ``GET /v1/chat/:id/stream``: UI message streams fo
 """
 from __future__ import annotations
 
-import random
 from typing import Any, Dict, List, Mapping, Optional, Union
 from urllib.parse import quote
 
-from .errors import ApiError
+from ._answers import Shape
 
 Content = Union[str, List[Dict[str, Any]]]
 Query = Dict[str, Union[str, int, None]]
 
-#: Statuses worth another attempt when the request is safe to repeat.
-RETRY_STATUSES = frozenset({429, 502, 503, 504})
 #: Seconds a claim's answer may take beyond its ``wait_ms`` (the service answers at ``wait_ms`` at the latest).
 CLAIM_MARGIN_S = 30.0
 
 
 class Request:
-    __slots__ = ("method", "path", "json", "params", "headers", "retry", "timeout_s")
+    __slots__ = ("method", "path", "json", "params", "headers", "retry", "timeout_s", "shape")
 
     def __init__(
         self,
@@ -38,6 +35,7 @@ class Request:
         headers: Optional[Dict[str, str]] = None,
         retry: bool = False,
         timeout_s: Optional[float] = None,
+        shape: Shape = "object",
     ) -> None:
         self.method = method
         self.path = path
@@ -48,6 +46,7 @@ class Request:
         self.retry = retry or method == "GET" or "Idempotency-Key" in self.headers
         # Seconds to wait for the answer when the client's default does not fit (a long-poll); None: the default.
         self.timeout_s = timeout_s
+        self.shape = shape
 
 
 def _seg(value: str) -> str:
@@ -68,43 +67,41 @@ def _some(**fields: Any) -> Dict[str, Any]:
     return {k: v for k, v in fields.items() if v is not None}
 
 
-def backoff_s(attempt: int, error: Optional[ApiError]) -> float:
-    """Retry-After when the service gave one, else 0.5 s·2ⁿ capped at 8 s, with jitter."""
-    if error is not None and error.retry_after is not None:
-        return min(error.retry_after, 60.0)
-    return min(0.5 * 2**attempt, 8.0) * (0.75 + random.random() / 2)
-
-
 class Routes:
     """Every ``/v1`` route of the service that answers JSON, as a method (see the module's docstring)."""
 
     def _call(self, request: Request) -> Any:  # pragma: no cover - provided by the client classes
         raise NotImplementedError
 
-    def _post(self, path: str, body: Any, if_match: Optional[int], idempotency_key: Optional[str]) -> Any:
-        return self._call(Request("POST", path, body, headers=_mutation_headers(if_match, idempotency_key)))
+    def _post(
+        self, path: str, body: Any, if_match: Optional[int], idempotency_key: Optional[str], shape: Shape = "object"
+    ) -> Any:
+        headers = _mutation_headers(if_match, idempotency_key)
+        return self._call(Request("POST", path, body, headers=headers, shape=shape))
 
     # Sessions
     def create_session(self, body: Mapping[str, Any], *, idempotency_key: Optional[str] = None) -> Any:
-        return self._post("/v1/sessions", dict(body), None, idempotency_key)
+        return self._post("/v1/sessions", dict(body), None, idempotency_key, "session")
 
     def get_session(self, session_id: str) -> Any:
-        return self._call(Request("GET", f"/v1/sessions/{_seg(session_id)}"))
+        return self._call(Request("GET", f"/v1/sessions/{_seg(session_id)}", shape="session"))
 
     def list_sessions(self, *, limit: Optional[int] = None, cursor: Optional[str] = None, status: Optional[str] = None) -> Any:
-        return self._call(Request("GET", "/v1/sessions", params={"limit": limit, "cursor": cursor, "status": status}))
+        params: Query = {"limit": limit, "cursor": cursor, "status": status}
+        return self._call(Request("GET", "/v1/sessions", params=params, shape="page"))
 
     def delete_session(self, session_id: str, *, if_match: Optional[int] = None) -> Any:
         return self._call(Request("DELETE", f"/v1/sessions/{_seg(session_id)}", headers=_mutation_headers(if_match, None)))
 
     def update_session(self, session_id: str, changes: Mapping[str, Any], *, if_match: Optional[int] = None) -> Any:
-        return self._call(
-            Request("PATCH", f"/v1/sessions/{_seg(session_id)}", dict(changes), headers=_mutation_headers(if_match, None))
-        )
+        headers = _mutation_headers(if_match, None)
+        path = f"/v1/sessions/{_seg(session_id)}"
+        return self._call(Request("PATCH", path, dict(changes), headers=headers, shape="session"))
 
     def get_messages(self, session_id: str, *, include: Optional[str] = None) -> Any:
         """The history; ``include="compacted"`` adds what each compaction summarized."""
-        return self._call(Request("GET", f"/v1/sessions/{_seg(session_id)}/messages", params={"include": include}))
+        path = f"/v1/sessions/{_seg(session_id)}/messages"
+        return self._call(Request("GET", path, params={"include": include}, shape="page"))
 
     def replace_messages(
         self, session_id: str, messages: List[Mapping[str, Any]], *, if_match: Optional[int] = None
@@ -112,22 +109,21 @@ class Routes:
         """``PUT …/messages``: replaces the whole history of an idle, failed or reviewing session."""
         body = {"messages": [dict(m) for m in messages]}
         path = f"/v1/sessions/{_seg(session_id)}/messages"
-        return self._call(Request("PUT", path, body, headers=_mutation_headers(if_match, None)))
+        return self._call(Request("PUT", path, body, headers=_mutation_headers(if_match, None), shape="session"))
 
     def list_children(self, session_id: str) -> Any:
         """The sessions the session's sub-agent calls created."""
-        return self._call(Request("GET", f"/v1/sessions/{_seg(session_id)}/children"))
+        return self._call(Request("GET", f"/v1/sessions/{_seg(session_id)}/children", shape="page"))
 
     def list_iterations(self, session_id: str) -> Any:
-        return self._call(Request("GET", f"/v1/sessions/{_seg(session_id)}/iterations"))
+        return self._call(Request("GET", f"/v1/sessions/{_seg(session_id)}/iterations", shape="page"))
 
     def get_iteration(self, session_id: str, n: int) -> Any:
         return self._call(Request("GET", f"/v1/sessions/{_seg(session_id)}/iterations/{int(n)}"))
 
     def list_events(self, session_id: str, *, after: Optional[str] = None, limit: Optional[int] = None) -> Any:
-        return self._call(
-            Request("GET", f"/v1/sessions/{_seg(session_id)}/events", params={"after": after, "limit": limit})
-        )
+        path = f"/v1/sessions/{_seg(session_id)}/events"
+        return self._call(Request("GET", path, params={"after": after, "limit": limit}, shape="page"))
 
     # Steering
     def send_message(
@@ -142,7 +138,7 @@ class Routes:
         body: Dict[str, Any] = {"content": content}
         if interrupt:
             body["interrupt"] = True
-        return self._post(f"/v1/sessions/{_seg(session_id)}/messages", body, if_match, idempotency_key)
+        return self._post(f"/v1/sessions/{_seg(session_id)}/messages", body, if_match, idempotency_key, "session")
 
     def decide_tool_call(
         self,
@@ -161,7 +157,7 @@ class Routes:
         if reason is not None:
             body["reason"] = reason
         path = f"/v1/sessions/{_seg(session_id)}/tool-calls/{_seg(tool_use_id)}"
-        return self._post(path, body, if_match, idempotency_key)
+        return self._post(path, body, if_match, idempotency_key, "session")
 
     def approve(self, session_id: str, tool_use_id: str, **kw: Any) -> Any:
         return self.decide_tool_call(session_id, tool_use_id, "approve", **kw)
@@ -174,7 +170,7 @@ class Routes:
     ) -> Any:
         path = f"/v1/sessions/{_seg(session_id)}/tool-results/{_seg(tool_use_id)}"
         body = {"content": content, "is_error": is_error}
-        return self._call(Request("PUT", path, body, headers=_mutation_headers(if_match, None)))
+        return self._call(Request("PUT", path, body, headers=_mutation_headers(if_match, None), shape="session"))
 
     def submit_tool_results(
         self,
@@ -186,12 +182,12 @@ class Routes:
         idempotency_key: Optional[str] = None,
     ) -> Any:
         body = {"results": [dict(r) for r in results], "continue": continue_run}
-        return self._post(f"/v1/sessions/{_seg(session_id)}/tool-results", body, if_match, idempotency_key)
+        return self._post(f"/v1/sessions/{_seg(session_id)}/tool-results", body, if_match, idempotency_key, "session")
 
     def _action(
         self, session_id: str, action: str, body: Any, if_match: Optional[int], idempotency_key: Optional[str]
     ) -> Any:
-        return self._post(f"/v1/sessions/{_seg(session_id)}/{action}", body, if_match, idempotency_key)
+        return self._post(f"/v1/sessions/{_seg(session_id)}/{action}", body, if_match, idempotency_key, "session")
 
     def continue_run(
         self, session_id: str, *, if_match: Optional[int] = None, idempotency_key: Optional[str] = None
@@ -239,7 +235,7 @@ class Routes:
 
     # Tools: the server's, MCP servers', and the tenant's own (run by workers or an HTTP endpoint)
     def list_tools(self) -> Any:
-        return self._call(Request("GET", "/v1/tools"))
+        return self._call(Request("GET", "/v1/tools", shape="page"))
 
     def put_tool(self, name: str, definition: Mapping[str, Any], *, if_match: Optional[int] = None) -> Any:
         """Registers (201) or replaces (200) a tenant tool: ``{"description", "input_schema", "runner", …}``."""
@@ -289,7 +285,7 @@ class Routes:
         return self._call(Request("PUT", path, body, headers=_mutation_headers(if_match, None)))
 
     def list_mcp_servers(self) -> Any:
-        return self._call(Request("GET", "/v1/mcp-servers"))
+        return self._call(Request("GET", "/v1/mcp-servers", shape="page"))
 
     def get_mcp_server(self, name: str) -> Any:
         return self._call(Request("GET", f"/v1/mcp-servers/{_seg(name)}"))
@@ -319,7 +315,7 @@ class Routes:
         return self._post("/v1/schedules", dict(body), None, idempotency_key)
 
     def list_schedules(self, *, limit: Optional[int] = None, cursor: Optional[str] = None) -> Any:
-        return self._call(Request("GET", "/v1/schedules", params={"limit": limit, "cursor": cursor}))
+        return self._call(Request("GET", "/v1/schedules", params={"limit": limit, "cursor": cursor}, shape="page"))
 
     def get_schedule(self, schedule_id: str) -> Any:
         return self._call(Request("GET", f"/v1/schedules/{_seg(schedule_id)}"))
@@ -334,11 +330,11 @@ class Routes:
 
     def list_schedule_runs(self, schedule_id: str, *, limit: Optional[int] = None, cursor: Optional[str] = None) -> Any:
         path = f"/v1/schedules/{_seg(schedule_id)}/runs"
-        return self._call(Request("GET", path, params={"limit": limit, "cursor": cursor}))
+        return self._call(Request("GET", path, params={"limit": limit, "cursor": cursor}, shape="page"))
 
     def list_schedule_events(self, schedule_id: str, *, after: Optional[str] = None, limit: Optional[int] = None) -> Any:
         path = f"/v1/schedules/{_seg(schedule_id)}/events"
-        return self._call(Request("GET", path, params={"after": after, "limit": limit}))
+        return self._call(Request("GET", path, params={"after": after, "limit": limit}, shape="page"))
 
     # Webhooks
     def create_webhook(
@@ -352,7 +348,7 @@ class Routes:
         return self._post("/v1/webhooks", {"url": url, **_some(events=events, description=description)}, None, idempotency_key)
 
     def list_webhooks(self) -> Any:
-        return self._call(Request("GET", "/v1/webhooks"))
+        return self._call(Request("GET", "/v1/webhooks", shape="page"))
 
     def get_webhook(self, webhook_id: str) -> Any:
         return self._call(Request("GET", f"/v1/webhooks/{_seg(webhook_id)}"))
@@ -366,14 +362,15 @@ class Routes:
         return self._call(Request("DELETE", path, headers=_mutation_headers(if_match, None)))
 
     def list_webhook_deliveries(self, webhook_id: str, *, limit: Optional[int] = None) -> Any:
-        return self._call(Request("GET", f"/v1/webhooks/{_seg(webhook_id)}/deliveries", params={"limit": limit}))
+        path = f"/v1/webhooks/{_seg(webhook_id)}/deliveries"
+        return self._call(Request("GET", path, params={"limit": limit}, shape="page"))
 
     def test_webhook(self, webhook_id: str, *, idempotency_key: Optional[str] = None) -> Any:
         return self._post(f"/v1/webhooks/{_seg(webhook_id)}/test", None, None, idempotency_key)
 
     # Memory (the memory tool's files of the tenant); paths are relative to /memories, "/" separating directories
     def list_memory(self) -> Any:
-        return self._call(Request("GET", "/v1/memory"))
+        return self._call(Request("GET", "/v1/memory", shape="page"))
 
     def get_memory_file(self, path: str) -> Any:
         return self._call(Request("GET", f"/v1/memory/{quote(path.lstrip('/'), safe='/')}"))
@@ -388,4 +385,4 @@ class Routes:
 
     def list_chat_messages(self, session_id: str) -> Any:
         """The history as the AI SDK's ``UIMessage[]``."""
-        return self._call(Request("GET", f"/v1/chat/{_seg(session_id)}/messages"))
+        return self._call(Request("GET", f"/v1/chat/{_seg(session_id)}/messages", shape="list"))

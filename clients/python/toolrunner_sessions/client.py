@@ -5,14 +5,16 @@ from __future__ import annotations
 
 import asyncio
 import json
+import re
 import time
 from typing import Any, AsyncGenerator, AsyncIterator, Dict, FrozenSet, Generator, Iterator, Optional
 
 import httpx
 
 from . import errors
-from ._base import RETRY_STATUSES, Request, Routes, _seg, backoff_s
-from .errors import ApiError, CursorExpiredError, error_from_response
+from ._answers import RETRY_STATUSES, backoff_s, check_event_stream, decode, excerpt
+from ._base import Request, Routes, _seg
+from .errors import ApiError, CursorExpiredError
 from .sse import SseParser
 
 TERMINAL = frozenset({"idle", "failed"})
@@ -30,25 +32,6 @@ def _headers(api_key: Optional[str]) -> Dict[str, str]:
     if api_key:
         headers["authorization"] = f"Bearer {api_key}"
     return headers
-
-
-def _decode(response: httpx.Response) -> Any:
-    """The answer's body (decoded JSON, else its text; None for an empty 2xx), or the ApiError of a non-2xx.
-
-    The status is looked at first: a 502/504 from a proxy often has no body, and is an error all the same.
-    """
-    if response.status_code >= 400:
-        try:
-            body: Any = response.json() if response.content else None
-        except ValueError:
-            body = response.text
-        raise error_from_response(response.status_code, body, response.headers)
-    if response.status_code == 204 or not response.content:
-        return None
-    try:
-        return response.json()
-    except ValueError:
-        return response.text
 
 
 def _timeout(request: Request) -> Any:
@@ -94,10 +77,25 @@ class _Follow:
         return h
 
     def take(self, record: Dict[str, Optional[str]]) -> Optional[Dict[str, Any]]:
-        """The event of one SSE record, or None for one already seen; raises on an error record."""
-        data = json.loads(record["data"] or "null")
+        """The event of one SSE record, or None for one already seen; raises on an error record.
+
+        Every record of the service's stream is a JSON object under an event id (``<ms>-<seq>``); a record that is
+        not (a proxy's page, a body cut short) is not the API: ``errors.ConnectionError``, which ends the follow
+        rather than skip the record (an event could be lost unseen) or reconnect (the same would come again).
+        """
+        raw = record["data"] or ""
+        try:
+            data = json.loads(raw)
+        except ValueError as err:
+            raise errors.ConnectionError(f"the event stream sent a record that is not JSON: {excerpt(raw)}") from err
+        if not isinstance(data, dict):
+            raise errors.ConnectionError(f"the event stream sent a record that is not a JSON object: {excerpt(raw)}")
+        if record["id"] is not None and not _EVENT_ID.fullmatch(record["id"]):
+            raise errors.ConnectionError(f"the event stream sent a record under {record['id']!r}, not an event id")
         if record["event"] == "error":
-            err = (data or {}).get("error", {})
+            err = data.get("error")
+            if not isinstance(err, dict):
+                raise errors.ConnectionError(f"the event stream sent an error record without an error: {excerpt(raw)}")
             cls = CursorExpiredError if err.get("code") == "cursor_expired" else ApiError
             raise cls(410 if cls is CursorExpiredError else 503, err.get("code", "stream_error"), err.get("message", ""))
         if record["id"] is None or (self.last is not None and not _is_after(record["id"], self.last)):
@@ -111,6 +109,10 @@ class _Follow:
         if self.max_reconnects is not None and self.failures > self.max_reconnects:
             raise errors.ConnectionError(f"gave up after {self.failures - 1} reconnections") from err
         return backoff_s(self.failures - 1, err if isinstance(err, ApiError) else None)
+
+
+#: An event id: ``<ms>-<seq>``.
+_EVENT_ID = re.compile(r"[0-9]+-[0-9]+")
 
 
 def _is_after(a: str, b: str) -> bool:
@@ -175,7 +177,7 @@ class Client(Routes):
                     headers=request.headers,
                     timeout=_timeout(request),
                 )
-                return _decode(response)
+                return decode(response, request.shape)
             except ApiError as err:
                 if not request.retry or err.status not in RETRY_STATUSES or attempt >= self.max_retries:
                     raise
@@ -202,8 +204,9 @@ class Client(Routes):
         """The session's events after ``after`` (all the log holds when None), then live, each exactly once.
 
         A cut connection is reopened with ``Last-Event-ID`` after a backoff; events already yielded are skipped. Ends
-        after ``session.deleted``; raises ``CursorExpiredError`` when the log no longer holds the cursor, and
-        ``ApiError`` for 401/404. Break out of the loop to stop.
+        after ``session.deleted``; raises ``CursorExpiredError`` when the log no longer holds the cursor,
+        ``ApiError`` for 401/404, and ``ConnectionError`` at once (not reconnecting) for a stream that is not the
+        API's (another content type, a record that is not an event). Break out of the loop to stop.
         """
         return self._follow(session_id, _Follow(after, max_reconnects), None)
 
@@ -221,7 +224,8 @@ class Client(Routes):
                 ) as response:
                     if response.status_code >= 400:
                         response.read()
-                        _decode(response)
+                        decode(response)
+                    check_event_stream(response)
                     parser = SseParser()
                     for line in response.iter_lines():
                         for record in parser.feed(line):
@@ -311,7 +315,7 @@ class AsyncClient(Routes):
                     headers=request.headers,
                     timeout=_timeout(request),
                 )
-                return _decode(response)
+                return decode(response, request.shape)
             except ApiError as err:
                 if not request.retry or err.status not in RETRY_STATUSES or attempt >= self.max_retries:
                     raise
@@ -345,7 +349,8 @@ class AsyncClient(Routes):
                 ) as response:
                     if response.status_code >= 400:
                         await response.aread()
-                        _decode(response)
+                        decode(response)
+                    check_event_stream(response)
                     parser = SseParser()
                     async for line in response.aiter_lines():
                         for record in parser.feed(line):

@@ -1,7 +1,8 @@
 """Errors of the service, as exceptions carrying the error envelope's stable code.
 
 Every refusal of the service is ``{"error": {"code", "message", "details"?}}`` with an HTTP status; ``ApiError``
-carries all four. ``ConnectionError`` is raised when the service could not be reached (after the client's retries).
+carries all four. ``ConnectionError`` is raised when the service could not be reached (after the client's retries),
+or answered something that is not the API.
 """
 from __future__ import annotations
 
@@ -43,7 +44,13 @@ class CursorExpiredError(ApiError):
 
 
 class ConnectionError(ServiceError):  # noqa: A001 - the package's own name, as the TypeScript client's
-    """The service could not be reached."""
+    """The service could not be reached (after the retries), or answered something that is not the API.
+
+    Not the API: a 2xx whose body is not JSON (a proxy's or captive portal's HTML page, a body cut short; the parse's
+    error is the ``__cause__``), whose content type is not JSON, or whose JSON is not what its route answers; an
+    event stream answered with another content type, or carrying a record that is not an event. Such an answer is
+    not retried (a 2xx may have done its work), and ``follow()`` does not reconnect after one: the same would come.
+    """
 
 
 def error_from_response(status: int, body: Any, headers: Any) -> ApiError:
