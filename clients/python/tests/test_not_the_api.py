@@ -1,12 +1,13 @@
 """The Python clients against a server that is not the API: a local HTTP server on 127.0.0.1 answers a proxy's HTML
-page, a truncated body, another content type or shape, an SSE stream whose records are not the API's. Each must end in
-the package's own errors (``ConnectionError`` for "not the API"), never a raw ``JSONDecodeError``, ``KeyError``,
-``TypeError`` or ``ValueError``. Needs no service (run by test/clients/python-client.test.ts with the rest of
-``tests/``).
+page, a truncated body, another content type or shape, a Retry-After that is no delay, an SSE stream whose records
+are not the API's. Each must end in the package's own errors (``ConnectionError`` for "not the API"), never a raw
+``JSONDecodeError``, ``KeyError``, ``TypeError`` or ``ValueError``, and a Retry-After that is no delay must be backed
+off from. Needs no service (run by test/clients/python-client.test.ts with the rest of ``tests/``).
 """
 from __future__ import annotations
 
 import asyncio
+import email.utils
 import http.server
 import os
 import sys
@@ -18,9 +19,11 @@ import unittest
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), ".."))
 
 from toolrunner_sessions import ApiError, AsyncClient, Client, ConnectionError  # noqa: E402
+from toolrunner_sessions.errors import error_from_response  # noqa: E402
 
 HTML = b"<html><head><title>502 Bad Gateway</title></head><body><h1>Bad Gateway</h1></body></html>"
 SESSION = b'{"id": "ses_x", "object": "session", "status": "running", "revision": 1}'
+RATE_LIMITED = b'{"error": {"code": "rate_limited", "message": "Too many requests."}}'
 
 #: (status, content type or None, body, extra headers)
 Answer = typing.Tuple[int, typing.Optional[str], bytes, typing.Dict[str, str]]
@@ -159,6 +162,43 @@ class NotJsonTest(_ServerTest):
         with self.assertRaises(ApiError) as err:
             self.client.get_session("ses_x")
         self.assertEqual((err.exception.status, err.exception.code), (404, "http_error"))
+
+
+class RetryAfterTest(_ServerTest):
+    def test_retry_after_parsing(self) -> None:
+        def parsed(value: str) -> typing.Optional[float]:
+            return error_from_response(429, None, {"retry-after": value}).retry_after
+
+        for junk in ("-5", "NaN", "nan", "inf", "-inf", "1e400", "1_0", "0x10", "soon", "", " "):
+            self.assertIsNone(parsed(junk), junk)
+        self.assertEqual(parsed("3"), 3.0)
+        self.assertEqual(parsed(" 2.5 "), 2.5)
+        ahead = parsed(email.utils.formatdate(time.time() + 30, usegmt=True))
+        self.assertTrue(ahead is not None and 28 <= ahead <= 31, ahead)
+        self.assertEqual(parsed("Sun, 06 Nov 1994 08:49:37 GMT"), 0.0)
+
+    def test_a_retry_after_that_is_no_delay_is_backed_off_from(self) -> None:
+        for value in ("-5", "NaN", "inf", "soon"):
+            with self.subTest(value):
+                _Server.hits = []
+                self.answer(
+                    lambda path, value=value: answer(RATE_LIMITED, status=429, retry_after=value)  # type: ignore[misc]
+                    if len(_Server.hits) == 1
+                    else answer(SESSION)
+                )
+                self.assertEqual(self.client.get_session("ses_x")["id"], "ses_x")
+                self.assertEqual(len(_Server.hits), 2)
+                waited = _Server.hits[1][1] - _Server.hits[0][1]
+                # The client's own first backoff: 0.5 s with jitter (0.375 to 0.625 s).
+                self.assertTrue(0.3 <= waited <= 2, f"Retry-After: {value} waited {waited:.3f} s")
+
+                async def run_async() -> typing.Any:
+                    async with AsyncClient(self.url, "k", max_retries=1) as c:
+                        return await c.get_session("ses_x")
+
+                _Server.hits = []
+                self.assertEqual(asyncio.run(run_async())["id"], "ses_x")
+                self.assertEqual(len(_Server.hits), 2)
 
 
 def _sse(*records: str) -> Answer:

@@ -4,6 +4,7 @@ wait before a retry.
 """
 from __future__ import annotations
 
+import math
 import random
 import re
 from typing import Any, Literal, Optional
@@ -89,8 +90,17 @@ def check_event_stream(response: httpx.Response) -> None:
         raise not_the_api(response, f"of type {kind or '(none)'}, not the API's event stream")
 
 
+#: The longest wait a Retry-After gets (seconds): a larger one (an hour, 10²⁰ s) is waited this long, then retried.
+MAX_RETRY_AFTER_S = 60.0
+
+
 def backoff_s(attempt: int, error: Optional[ApiError]) -> float:
-    """Retry-After when the service gave one, else 0.5 s·2ⁿ capped at 8 s, with jitter."""
-    if error is not None and error.retry_after is not None:
-        return min(error.retry_after, 60.0)
+    """Retry-After when the service gave one (at most ``MAX_RETRY_AFTER_S``), else 0.5 s·2ⁿ capped at 8 s, with jitter.
+
+    ``errors.retry_after_s`` gives None for a Retry-After that is no delay; one set otherwise (an ``ApiError`` built
+    by hand) is checked here as well, since ``time.sleep`` refuses a negative or NaN wait.
+    """
+    wait = error.retry_after if error is not None else None
+    if wait is not None and math.isfinite(wait) and wait >= 0:
+        return min(wait, MAX_RETRY_AFTER_S)
     return min(0.5 * 2**attempt, 8.0) * (0.75 + random.random() / 2)

@@ -6,6 +6,11 @@ or answered something that is not the API.
 """
 from __future__ import annotations
 
+import email.utils
+import math
+import re
+import time
+from datetime import timezone
 from typing import Any, Optional
 
 
@@ -61,13 +66,32 @@ def error_from_response(status: int, body: Any, headers: Any) -> ApiError:
         code = str(err.get("code", code))
         message = str(err.get("message", message))
         details = err.get("details")
-    retry_after: Optional[float] = None
-    raw = headers.get("retry-after") if headers is not None else None
-    if raw:
-        try:
-            retry_after = float(raw)
-        except ValueError:
-            retry_after = None
+    retry_after = retry_after_s(headers.get("retry-after") if headers is not None else None)
     request_id = headers.get("x-request-id") if headers is not None else None
     cls = CursorExpiredError if code == "cursor_expired" else ApiError
     return cls(status, code, message, details, retry_after, request_id)
+
+
+#: delay-seconds: digits (a fraction is taken too). Not ``float()``: it reads "-5", "nan", "inf", "1e400" and "1_0".
+_SECONDS = re.compile(r"[0-9]+(?:\.[0-9]+)?")
+
+
+def retry_after_s(raw: Optional[str], now: Optional[float] = None) -> Optional[float]:
+    """``Retry-After`` in seconds (RFC 9110 §10.2.3): delay-seconds, or an HTTP-date (0 once past).
+
+    None for anything else (a negative number, ``NaN``, garbage): no delay was given, and the client backs off on its
+    own. How long it waits at most is the caller's (``_answers.backoff_s`` caps it).
+    """
+    value = (raw or "").strip()
+    if _SECONDS.fullmatch(value):
+        return float(value)
+    try:
+        at = email.utils.parsedate_to_datetime(value)
+        if at is None:  # Python < 3.10 on some inputs
+            return None
+        # asctime's form has no zone: HTTP-dates are all in GMT.
+        seconds = (at if at.tzinfo else at.replace(tzinfo=timezone.utc)).timestamp()
+    except (TypeError, ValueError, IndexError, OverflowError):
+        return None
+    seconds -= time.time() if now is None else now
+    return max(0.0, seconds) if math.isfinite(seconds) else None
