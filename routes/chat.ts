@@ -8,6 +8,9 @@
  * Scopes (client tokens, spec §7.2): each route names the scope it needs in its `config.scope`; POST /v1/chat needs
  * `message` for a user message, `decide` for approval responses, `results` for tool outputs (`needScope` below),
  * and streams the run only to a caller that holds `read` (`withoutRun` below).
+ *
+ * One file just over 400 lines: the three routes share the stream writer and the request's scope checks; the
+ * translation itself is src/chat/.
  */
 import { addMessage } from '../src/sessions/messages.js';
 import { decide, submitResults } from '../src/sessions/tool-calls.js';

@@ -1,3 +1,9 @@
+/**
+ * The WebSocket event stream (GET /v1/sessions/:id/stream, docs/API.md §6.3): the upgrade's checks, and one WsConn
+ * per open socket (its transport for the sink, its client frames, its token watch, its close line). One file just
+ * over 400 lines: the route and the connection it opens change together; the frames' handling is
+ * src/events/frames.ts, the sink src/events/sink.ts.
+ */
 import type { FastifyBaseLogger } from 'fastify';
 import type { IncomingMessage, ServerResponse } from 'node:http';
 import type { Socket } from 'node:net';

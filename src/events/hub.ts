@@ -1,7 +1,8 @@
 /**
  * The per-process relay of session event logs to WebSocket/SSE readers: live notices fanned out, replays paged by
  * bytes, one subscription per session with readers. The live tail and the replay share one reader state (cursor,
- * page, drain), so both are here; what the hub asks of a reader's transport is in reader.ts.
+ * page, drain), so both are here; what the hub asks of a reader's transport is in reader.ts, and the replays'
+ * turns per tenant (how many read and hold pages at once) are replay-gate.ts. Over 400 lines for that shared state.
  */
 import { EventEmitter } from 'node:events';
 import type { FastifyBaseLogger } from 'fastify';
