@@ -9,10 +9,11 @@ import { Redis } from 'ioredis';
 export type RedisSnapshot = Map<string, string>;
 
 /**
- * Keys the replicas write on their own clock whatever the requests do, left out of every snapshot: their liveness
- * (src/quotas/slots.ts, `q:replicas:<name>`, written every second).
+ * Keys written whatever the requests do, left out of every snapshot: the replicas' liveness (`q:replicas:<name>`,
+ * src/quotas/slots.ts; the schedulers' `schedules:alive`; both written every second) and the rate windows (`rl:`),
+ * which count every request and body, the refused ones included.
  */
-const CLOCKWORK = /^q:replicas:/;
+const CLOCKWORK = /^(q:replicas:|rl:|schedules:alive$)/;
 
 export async function snapshotRedis(url: string): Promise<RedisSnapshot> {
   const r = new Redis(url, { maxRetriesPerRequest: 1, lazyConnect: true });
