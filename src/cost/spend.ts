@@ -122,15 +122,12 @@ export class TenantSpend {
     const count = Math.round((Date.parse(`${to}T00:00:00Z`) - start) / 86_400_000) + 1;
     const dates: string[] = [];
     for (let i = 0; i < count; i++) dates.push(utcDay(start + i * 86_400_000));
-    // A pipeline, not MULTI: reads need no transaction, and a Redis at maxmemory refuses MULTI (EXECABORT) but
-    // still answers reads.
-    const p = this.redis.pipeline();
-    for (const d of dates) p.hgetall(usageKey(tenant, d));
-    const rows = (await p.exec()) ?? [];
-    const failed = rows.find(([err]) => err);
-    if (failed) throw failed[0];
+    // Separate reads, not MULTI: reads need no transaction, and a Redis at maxmemory refuses MULTI (EXECABORT) but
+    // still answers reads. Sent in the same tick, they go out as one auto-pipeline (one round trip); each is guarded by
+    // the store boundary, so a Redis that is gone rejects with StoreUnavailable.
+    const rows = await Promise.all(dates.map((d) => this.redis.hgetall(usageKey(tenant, d))));
     return dates.map((date, i) => {
-      const h = (rows[i]?.[1] ?? {}) as Record<string, string>;
+      const h = rows[i] ?? {};
       const n = (f: string) => Number(h[f] ?? 0);
       return {
         date,

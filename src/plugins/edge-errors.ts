@@ -37,7 +37,9 @@ export function frameworkErrors(err: FastifyError, req: FastifyRequest, reply: F
  * answered in the envelope when possible, with a new request id that its one log line carries too.
  */
 export function clientErrorHandler(this: FastifyInstance, err: NodeJS.ErrnoException, socket: Socket): void {
-  if (!socket.writable || err.code === 'ECONNRESET') {
+  // ECONNRESET, or the connection's end in the middle of a request (HPE_INVALID_EOF_STATE): the client went away;
+  // there is no one to answer, and a request already handed to the app logs its own abort (src/plugins/errors.ts).
+  if (!socket.writable || err.code === 'ECONNRESET' || err.code === 'HPE_INVALID_EOF_STATE') {
     socket.destroy();
     return;
   }

@@ -1,4 +1,4 @@
-import type { FastifyError } from 'fastify';
+import type { FastifyError, preParsingHookHandler } from 'fastify';
 import fp from 'fastify-plugin';
 import { hasZodFastifySchemaValidationErrors } from 'fastify-type-provider-zod';
 import {
@@ -17,6 +17,12 @@ function isErrorEnvelope(payload: unknown): payload is ErrorBody {
   return typeof error === 'object' && error !== null && 'code' in error;
 }
 
+const failIfAborted: preParsingHookHandler = (req, _reply, payload, done) => {
+  if (req.raw.destroyed && !req.raw.complete)
+    return done(Object.assign(new Error('aborted'), { code: 'ECONNRESET' }));
+  done(null, payload);
+};
+
 /**
  * One error handler: stable `{error: {code, message, details?}}`, 5xx internals only in the log. The only place a
  * domain error (src/errors.ts) becomes an answer: its status is its code's (ERROR_STATUS), its body the envelope.
@@ -33,6 +39,14 @@ export default fp(
         ? { ...payload, error: { ...payload.error, request_id: req.id } }
         : payload,
     );
+    // A client that goes away while an async hook runs (the key check, the ingest-byte budget) leaves a request whose
+    // body stream was destroyed before Fastify's body reader listens to it: the reader would wait for a body for
+    // ever, and the request would be neither answered nor logged. So every route's last preParsing hook (route hooks
+    // run after the app's, and nothing async runs between it and the reader) fails such a request as aborted.
+    app.addHook('onRoute', (route) => {
+      const own = route.preParsing;
+      route.preParsing = [...(own === undefined ? [] : Array.isArray(own) ? own : [own]), failIfAborted];
+    });
     app.setErrorHandler((err: FastifyError, req, reply) => {
       if (hasZodFastifySchemaValidationErrors(err)) {
         return reply.code(400).send({

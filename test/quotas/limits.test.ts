@@ -1,6 +1,7 @@
 import { after, before, describe, it } from 'node:test';
 import assert from 'node:assert/strict';
 import net from 'node:net';
+import { Redis } from 'ioredis';
 import { startHarness, type Harness } from '../helpers/service.js';
 import { spawnService, serviceEnv, type ServiceProcess } from '../helpers/process.js';
 import { startTestRedis, type TestRedis } from '../helpers/redis.js';
@@ -332,6 +333,31 @@ describe('slow clients and connection cap', () => {
       svc.logs().filter((l) => typeof l['level'] === 'number' && l['level'] >= 50),
       [],
     );
+  });
+
+  it('logs the abort of a client gone while a hook waits on Redis, never leaving the request hanging', async () => {
+    // Redis holds the ingest-byte budget's script (a write) for 800 ms: the client goes away while the preParsing
+    // hook waits, so the request's body stream is destroyed before Fastify's body reader listens to it. Without the
+    // last preParsing check (src/plugins/errors.ts) the reader waited for ever and nothing was logged.
+    const r = new Redis(redis.url);
+    try {
+      const seen = svc.logs().filter((l) => l['msg'] === 'incoming request').length;
+      await r.call('CLIENT', 'PAUSE', '800', 'WRITE');
+      const s = await connect(port);
+      s.write(
+        'POST /v1/sessions HTTP/1.1\r\nhost: x\r\nauthorization: Bearer key-acme\r\ncontent-type: application/json\r\n' +
+          'content-length: 100\r\n\r\n{"start":',
+      );
+      await svc.waitForLog(() => svc.logs().filter((l) => l['msg'] === 'incoming request').length > seen);
+      const reqId = svc.logs().filter((l) => l['msg'] === 'incoming request')[seen]!['request_id'];
+      s.destroy();
+      const line = await svc.waitForLog(
+        (l) => l['msg'] === 'client aborted the request' && l['request_id'] === reqId,
+      );
+      assert.equal(line['level'], 30);
+    } finally {
+      r.disconnect();
+    }
   });
 
   it('cuts a body trickled a byte at a time at REQUEST_TIMEOUT_MS (408), though the socket is never idle', async () => {
