@@ -98,15 +98,27 @@ interface Decision {
   body: z.infer<typeof decisionBody>;
 }
 
+/**
+ * 400 for a second answer to one call in one message: refused before anything is applied (the decisions are applied
+ * one by one, so the second would otherwise be a 409 after the first had been applied).
+ */
+function once(seen: Set<string>, toolCallId: string): void {
+  if (seen.has(toolCallId))
+    throw badRequest('The newest message answers one tool call twice.', { toolCallId });
+  seen.add(toolCallId);
+}
+
 /** The approval responses of the message's tool parts for the calls `action` waits a decision on. */
 export function decisionsOf(parts: Part[], action: RequiredAction | null): Decision[] {
   if (action?.type !== 'approve_tool_calls') return [];
   const waiting = new Set(action.tool_calls.map((c) => c.id));
+  const seen = new Set<string>();
   const out: Decision[] = [];
   for (const p of parts) {
     const t = toolPart.safeParse(p);
     const approval = t.data?.approval;
     if (!t.success || !waiting.has(t.data.toolCallId) || approval?.approved === undefined) continue;
+    once(seen, t.data.toolCallId);
     const body = decisionBody.safeParse({
       decision: approval.approved ? 'approve' : 'deny',
       ...(approval.reason !== undefined ? { reason: approval.reason } : {}),
@@ -125,10 +137,12 @@ export function resultsOf(
 ): z.infer<typeof toolResultsBody>['results'] {
   if (action?.type !== 'submit_tool_results') return [];
   const waiting = new Set(action.tool_calls.map((c) => c.id));
+  const seen = new Set<string>();
   const results: unknown[] = [];
   for (const p of parts) {
     const t = toolPart.safeParse(p);
     if (!t.success || !waiting.has(t.data.toolCallId)) continue;
+    if (t.data.state === 'output-available' || t.data.state === 'output-error') once(seen, t.data.toolCallId);
     if (t.data.state === 'output-available')
       results.push({
         tool_use_id: t.data.toolCallId,

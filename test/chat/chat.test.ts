@@ -235,6 +235,54 @@ describe('chat routes: the AI SDK UI message stream', () => {
     assert.deepEqual(again.data, first.data);
   });
 
+  test('one call answered twice in one message: 400 before anything is applied', async () => {
+    const id = await session({ tools: ['get_weather'], approval: 'always' });
+    h.fake.enqueue(
+      toolCalls([
+        toolUse('get_weather', { location: 'Paris' }, 'toolu_d1'),
+        toolUse('get_weather', { location: 'Oslo' }, 'toolu_d2'),
+      ]),
+      text('Done.'),
+    );
+    const post = (body: unknown) =>
+      fetch(`${h.service.url}/v1/chat`, {
+        method: 'POST',
+        headers: { authorization: `Bearer ${KEY}`, 'content-type': 'application/json' },
+        body: JSON.stringify(body),
+      });
+    await (await post({ id, messages: [userMessage('weather?')], trigger: 'submit-message' })).text();
+    await h.api.waitStatus(id, 'requires_action');
+    const part = (toolCallId: string, approved: boolean) => ({
+      type: 'tool-get_weather',
+      toolCallId,
+      state: 'approval-responded',
+      input: { location: 'Paris' },
+      approval: { id: toolCallId, approved },
+    });
+    const res = await post({
+      id,
+      messages: [
+        {
+          id: 'a1',
+          role: 'assistant',
+          parts: [part('toolu_d2', true), part('toolu_d1', true), part('toolu_d1', false)],
+        },
+      ],
+      trigger: 'submit-message',
+    });
+    assert.equal(res.status, 400);
+    const body = await res.json();
+    assert.equal(body.error.code, 'invalid_request');
+    assert.deepEqual(body.error.details, { toolCallId: 'toolu_d1' });
+    // Nothing was applied: both calls still wait for a decision.
+    const s = (await h.api.get(`/v1/sessions/${id}`)).body;
+    assert.equal(s.status, 'requires_action');
+    assert.deepEqual(s.required_action.tool_calls.map((c: { id: string }) => c.id).sort(), [
+      'toolu_d1',
+      'toolu_d2',
+    ]);
+  });
+
   test('a server tool (get_weather): its call and output in the first step, the answer in the second', async () => {
     const id = await session({ tools: ['get_weather'] });
     const { chunks, message } = await readAll(await send(id, [userMessage('What is the weather in Paris?')]));
