@@ -116,15 +116,20 @@ const routes: FastifyPluginAsyncZod<{ config: Config }> = async (app, { config }
   const tags = ['chat'];
   defineChatCommands(app.redis);
 
-  /** Streams the run after `after` as UI message chunks, `head` first; ends after the translator's last chunk. */
+  /**
+   * Streams the run after `after` as UI message chunks, after their head (`status`: the session's when it runs
+   * nothing); ends after the translator's last chunk. A caller that may not see the run gets the head of nothing
+   * (`withoutRun`): decided here, so that no answer can stream the run to a client token without `read`.
+   */
   function stream(
     req: FastifyRequest,
     reply: FastifyReply,
     id: string,
     after: string,
     t: ChatTranslator,
-    head: UIChunk[],
+    status: Record<string, unknown> | null,
   ) {
+    const head = readsRun(req) ? headOf(t, status) : withoutRun(t);
     reply.hijack();
     // The client went away while the request was handled: its response's 'close' has fired already, so the
     // handler below would never run and the heartbeat, the subscription and the connection gauge would leak.
@@ -260,7 +265,7 @@ const routes: FastifyPluginAsyncZod<{ config: Config }> = async (app, { config }
         const t = new ChatTranslator(replay.assistant, replay.known, { agents: agentsOf(s) });
         t.statusFrom = replay.revision;
         const status = replay.idle ? (replay.status ?? statusOf(s) ?? null) : null;
-        return stream(req, reply, id, replay.after, t, readsRun(req) ? headOf(t, status) : withoutRun(t));
+        return stream(req, reply, id, replay.after, t, status);
       }
       const scopes: ClientScope[] = [];
       const need = (scope: ClientScope) => {
@@ -275,12 +280,13 @@ const routes: FastifyPluginAsyncZod<{ config: Config }> = async (app, { config }
       if (last.role === 'user') {
         need('message');
         const body = userMessageOf(last.parts);
-        const posted = postedGuard(last.id, body, after);
+        // A message without an id cannot be told from another: it is posted, unguarded.
+        const posted = last.id === '' ? undefined : postedGuard(last.id, body, after);
         try {
           result = await addMessage(deps, req.tenant, id, body, undefined, actorOf(req.clientToken), posted);
         } catch (err) {
           if (!(err instanceof AlreadyPosted)) throw err;
-          if (err.entry.fp !== posted.fp) throw editRefused(last.id);
+          if (err.entry.fp !== posted?.fp) throw editRefused(last.id);
           // The same message again (its first answer was lost with its replica): nothing is posted; the answer is
           // the first one's, from where it streamed.
           const { after: from, rev, idle } = err.entry;
@@ -295,7 +301,7 @@ const routes: FastifyPluginAsyncZod<{ config: Config }> = async (app, { config }
           });
           const t = new ChatTranslator(undefined, [], { agents: agentsOf(now) });
           t.statusFrom = rev;
-          return stream(req, reply, id, from, t, headOf(t, status));
+          return stream(req, reply, id, from, t, status);
         }
       } else {
         known = toolCallIdsOf(last.parts);
@@ -338,7 +344,7 @@ const routes: FastifyPluginAsyncZod<{ config: Config }> = async (app, { config }
       });
       const t = new ChatTranslator(assistant, known, { agents: agentsOf(state) });
       t.statusFrom = state.revision;
-      stream(req, reply, id, after, t, readsRun(req) ? headOf(t, status) : withoutRun(t));
+      stream(req, reply, id, after, t, status);
     },
   );
 
@@ -375,7 +381,7 @@ const routes: FastifyPluginAsyncZod<{ config: Config }> = async (app, { config }
         agents,
         pausedBefore: start.run,
       });
-      stream(req, reply, id, start.cursor, t, t.start());
+      stream(req, reply, id, start.cursor, t, null);
     },
   );
 
