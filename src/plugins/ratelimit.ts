@@ -3,8 +3,26 @@ import rateLimit from '@fastify/rate-limit';
 import type { FastifyRequest } from 'fastify';
 import { QuotaExceeded } from '../errors.js';
 import { TokenRate, type RateHit } from '../quotas/token-rate.js';
-import { IngestBytes } from '../quotas/ingest-bytes.js';
+import { Transform, type Readable } from 'node:stream';
+import { IngestBytes, type IngestRefusal } from '../quotas/ingest-bytes.js';
 import { HttpRefusal } from './error-status.js';
+
+/** `payload` as it is read, its byte count handed to `done` at its end. */
+function countAsRead(payload: Readable, done: (bytes: number) => void): Transform {
+  let n = 0;
+  const counter = new Transform({
+    transform(chunk: Buffer, _enc, next) {
+      n += chunk.length;
+      next(null, chunk);
+    },
+    flush(next) {
+      if (n > 0) done(n);
+      next();
+    },
+  });
+  payload.on('error', (err) => counter.destroy(err));
+  return payload.pipe(counter);
+}
 
 /** Reads (which include WebSocket upgrades) are never counted. */
 const uncounted = (req: FastifyRequest) =>
@@ -26,8 +44,10 @@ const uncounted = (req: FastifyRequest) =>
  *
  * `TENANT_MAX_INGEST_BYTES_PER_MIN` (`ingestBytesPerMinute`, 0: off) bounds a tenant's request body bytes a minute,
  * across replicas (src/quotas/ingest-bytes.ts): checked in `preParsing`, from `Content-Length`, before the body is
- * read or parsed, so a refused body costs no parsing. Over it: 429 `rate_limited` with `Retry-After`. A body sent
- * without `Content-Length` (chunked) is not counted: BODY_LIMIT and the request count bound it.
+ * read or parsed, so a refused body costs no parsing; a declared length past the route's body limit is not counted
+ * (the parser answers 413 without reading). A client token's bodies count in a window of its own too (a quarter of
+ * the budget), so one page cannot use up its tenant's. Over either: 429 `rate_limited` with `Retry-After`. A body
+ * sent without `Content-Length` (chunked) is counted as it is read, and so refuses only the requests after it.
  */
 export default fp<{ perMinute: number; tokenPerMinute: number; ingestBytesPerMinute?: number }>(
   async (app, opts) => {
@@ -35,20 +55,32 @@ export default fp<{ perMinute: number; tokenPerMinute: number; ingestBytesPerMin
     if (maxBytes > 0) {
       const bytes = new IngestBytes(app.redis, maxBytes);
       app.addHook('preParsing', async (req, _reply, payload) => {
-        const len = Number(req.headers['content-length']);
-        if (!req.tenant || !Number.isSafeInteger(len) || len <= 0) return payload;
-        let hit: { ok: boolean; ttlMs: number };
+        if (!req.tenant) return payload;
+        const declared = req.headers['content-length'];
+        // A chunked body declares no length: counted as it is read, so it weighs on the requests after it.
+        if (declared === undefined) {
+          if (req.headers['transfer-encoding'] === undefined) return payload; // no body
+          const count = (n: number) => void bytes.hit(req.tenant, req.clientToken?.id, n).catch(() => {});
+          return countAsRead(payload, count);
+        }
+        const len = Number(declared);
+        // Over the route's body limit the parser answers 413 without reading it: a declared length counts no more.
+        if (!Number.isSafeInteger(len) || len <= 0 || len > req.routeOptions.bodyLimit) return payload;
+        let refusal: IngestRefusal | null;
         try {
-          hit = await bytes.hit(req.tenant, len);
+          refusal = await bytes.hit(req.tenant, req.clientToken?.id, len);
         } catch {
           return payload; // as the request limiter: never refused for the counter's own failure
         }
-        if (hit.ok) return payload;
-        const retryAfterS = Math.max(1, Math.ceil(hit.ttlMs / 1000));
+        if (!refusal) return payload;
+        const retryAfterS = Math.max(1, Math.ceil(refusal.ttlMs / 1000));
+        const limit = refusal.window === 'token' ? bytes.tokenMax : maxBytes;
         throw new HttpRefusal(
           'rate_limited',
-          `More than ${maxBytes} bytes of request bodies a minute (TENANT_MAX_INGEST_BYTES_PER_MIN).`,
-          { limit_bytes: maxBytes, retry_after_s: retryAfterS },
+          refusal.window === 'token'
+            ? `More than ${limit} bytes of request bodies a minute with this client token (a quarter of TENANT_MAX_INGEST_BYTES_PER_MIN).`
+            : `More than ${limit} bytes of request bodies a minute (TENANT_MAX_INGEST_BYTES_PER_MIN).`,
+          { limit_bytes: limit, retry_after_s: retryAfterS },
           { 'retry-after': String(retryAfterS) },
         );
       });

@@ -418,7 +418,10 @@ describe('TENANT_MAX_INGEST_BYTES_PER_MIN: a tenant’s request body bytes a min
   let h: Harness;
   before(async () => {
     h = await startHarness({
-      env: { API_KEYS: 'acme:key-acme,globex:key-globex', TENANT_MAX_INGEST_BYTES_PER_MIN: '300000' },
+      env: {
+        API_KEYS: 'acme:key-acme,globex:key-globex,initech:key-initech,umbrella:key-umbrella,hooli:key-hooli',
+        TENANT_MAX_INGEST_BYTES_PER_MIN: '300000',
+      },
     });
   });
   after(async () => h.close());
@@ -436,7 +439,56 @@ describe('TENANT_MAX_INGEST_BYTES_PER_MIN: a tenant’s request body bytes a min
     // A refused body is not counted: a small one still fits the window.
     assert.equal((await a.post('/v1/sessions', { start: false })).status, 201);
     assert.equal((await h.api.as('key-globex').post('/v1/sessions', big)).status, 201);
-    // Reads are never refused.
-    assert.equal((await a.get('/v1/sessions')).status, 200);
+  });
+
+  it('counts no more than the body limit for a declared length past it (413, read by nobody)', async () => {
+    const port = Number(new URL(h.service.url).port);
+    const s = await connect(port);
+    const closed = untilClosed(s, 10_000);
+    s.write(
+      'POST /v1/sessions HTTP/1.1\r\nhost: x\r\nauthorization: Bearer key-hooli\r\ncontent-type: application/json\r\n' +
+        'content-length: 9000000000000000\r\n\r\n{"start":',
+    );
+    const got = await closed;
+    assert.match(got ?? '', /^HTTP\/1\.1 413/);
+    // The declared length took nothing of the window: a body of 120 kB still fits the 300 kB.
+    const big = { start: false, input: 'x'.repeat(120_000) };
+    assert.equal((await h.api.as('key-hooli').post('/v1/sessions', big)).status, 201);
+  });
+
+  it('gives a client token a quarter of its tenant’s bytes: one page cannot use up its tenant’s', async () => {
+    const tenant = h.api.as('key-initech');
+    const sessionId = (await tenant.post('/v1/sessions', { start: false })).body.id as string;
+    const token = (await tenant.post('/v1/client-tokens', { session_id: sessionId, scopes: ['message'] }))
+      .body.token as string;
+    const page = h.api.as(token);
+    const message = { text: 'y'.repeat(60_000) };
+    assert.equal((await page.post(`/v1/sessions/${sessionId}/messages`, message)).status, 202);
+    const over = await page.post(`/v1/sessions/${sessionId}/messages`, message);
+    assert.equal(over.status, 429);
+    assert.equal(over.body.error.code, 'rate_limited');
+    assert.equal(over.body.error.details.limit_bytes, 75_000);
+    // The tenant's own window holds only what the token was let through (60 kB): 200 kB more fit its 300 kB.
+    const big = { start: false, input: 'x'.repeat(100_000) };
+    assert.equal((await tenant.post('/v1/sessions', big)).status, 201);
+    assert.equal((await tenant.post('/v1/sessions', big)).status, 201);
+  });
+
+  it('counts a chunked body (no Content-Length) as it is read: the requests after it are refused', async () => {
+    const body = JSON.stringify({ start: false, input: 'x'.repeat(200_000) });
+    const chunked = await fetch(`${h.service.url}/v1/sessions`, {
+      method: 'POST',
+      headers: { authorization: 'Bearer key-umbrella', 'content-type': 'application/json' },
+      body: new ReadableStream({
+        start(c) {
+          c.enqueue(new TextEncoder().encode(body));
+          c.close();
+        },
+      }),
+      duplex: 'half',
+    } as RequestInit);
+    assert.equal(chunked.status, 201);
+    const big = { start: false, input: 'x'.repeat(120_000) };
+    assert.equal((await h.api.as('key-umbrella').post('/v1/sessions', big)).status, 429);
   });
 });

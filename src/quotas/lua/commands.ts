@@ -23,12 +23,14 @@ declare module 'ioredis' {
     quotaReplicaAlive(key: string, replica: string, aliveMs: number, keepMs: number): Result<number, Context>;
     /** lapsed-replicas-1.lua: ids of replicas whose liveness lapsed (at most `limit`). */
     quotaLapsedReplicas(key: string, limit: number): Result<string[], Context>;
-    /** ingest-hit-1.lua: `[1 counted | 0 refused, bytes of the window, ms left]`. */
+    /** ingest-hit-2.lua: `[1 counted | 0 refused, ms left in the refusing window, 1 when the token's refused]`. */
     quotaIngestHit(
-      key: string,
+      tenantKey: string,
+      tokenKey: string,
       windowMs: number,
       bytes: number,
-      max: number,
-    ): Result<[counted: number, total: number, ttlMs: number], Context>;
+      tenantMax: number,
+      tokenMax: number,
+    ): Result<[counted: number, ttlMs: number, byToken: number], Context>;
   }
 }
