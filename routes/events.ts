@@ -8,7 +8,14 @@ import { eventPage, routeErrors, type RouteCodes } from '../src/openapi/response
 import { START, cursorParam, parseCursor, placeCursor } from '../src/events/cursor.js';
 import { OutEvent, sseData } from '../src/events/envelope.js';
 import type { Subscription } from '../src/events/hub.js';
-import { cursorAhead, cursorExpired, endFrame, streamSink, type CloseReason } from '../src/events/sink.js';
+import {
+  cursorAhead,
+  cursorExpired,
+  endFrame,
+  streamSink,
+  type CloseReason,
+  wantsEventStream,
+} from '../src/events/sink.js';
 import { watchToken } from '../src/plugins/auth.js';
 import { TokenExpired } from '../src/plugins/error-status.js';
 import { requestLine } from '../src/plugins/access-log.js';
@@ -83,7 +90,7 @@ const routes: FastifyPluginAsyncZod<{ config: Config }> = async (app, { config }
     },
     async (req, reply) => {
       const id = req.params.id;
-      const sse = /\btext\/event-stream\b/.test(req.headers.accept ?? '');
+      const sse = wantsEventStream(req.headers.accept);
 
       if (!sse) {
         const after = parseCursor(req.query.after)!;

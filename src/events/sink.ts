@@ -262,3 +262,7 @@ export const storeUnavailable: StreamError = {
   code: 'store_unavailable',
   message: 'The session store is unavailable; reconnect with the id of the last event you saw.',
 };
+
+/** Whether a request asks for Server-Sent Events (`Accept: text/event-stream`) rather than JSON. */
+export const wantsEventStream = (accept: string | undefined): boolean =>
+  /\btext\/event-stream\b/.test(accept ?? '');

@@ -3,6 +3,7 @@ import type { IncomingMessage } from 'node:http';
 import type { Socket } from 'node:net';
 import { randomBytes } from 'node:crypto';
 import { errorBody } from '../errors.js';
+import { requestLine } from './access-log.js';
 
 /**
  * What is answered before a route runs, in the one error envelope: a URL the router cannot decode (`%ff`), and
@@ -25,11 +26,9 @@ export function frameworkErrors(err: FastifyError, req: FastifyRequest, reply: F
   reply.header('x-request-id', req.id);
   const message = err.code === 'FST_ERR_BAD_URL' ? 'The URL is not valid.' : 'The request is not valid.';
   // Answered before routing: no hook runs, so the access log's line and the body's id are written here.
-  req.log.info(
-    { route: '(no route)', method: req.method, status: 400, ms: 0, tenant: null, session: null },
-    'request',
-  );
-  void reply.code(400).send(errorBody('invalid_request', message, undefined, req.id));
+  reply.code(400);
+  requestLine(req, reply);
+  void reply.send(errorBody('invalid_request', message, undefined, req.id));
 }
 
 /**

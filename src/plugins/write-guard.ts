@@ -1,4 +1,5 @@
 import fp from 'fastify-plugin';
+import { wantsEventStream } from '../events/sink.js';
 import type { FastifyReply, FastifyRequest } from 'fastify';
 import { errorBody } from '../errors.js';
 import { HttpRefusal } from './error-status.js';
@@ -145,7 +146,7 @@ export default fp<WriteGuardOptions>(
       const route = req.routeOptions.url ?? '';
       if (!HEAVY_READS.has(route)) return;
       // An SSE stream would hold its place for as long as it is open: it is not a read made at once.
-      if (route === EVENTS_ROUTE && /\btext\/event-stream\b/.test(req.headers.accept ?? '')) return;
+      if (route === EVENTS_ROUTE && wantsEventStream(req.headers.accept)) return;
       const history = route === '/v1/sessions/:id/messages';
       const n = reading.get(tenant) ?? 0;
       if (history && n >= HISTORY_READS)

@@ -1,4 +1,5 @@
 import fp from 'fastify-plugin';
+import { wantsEventStream } from '../events/sink.js';
 import type { FastifyRequest, RouteOptions, preHandlerHookHandler } from 'fastify';
 import { QuotaExceeded, quotaExceeded } from '../errors.js';
 import { TenantSlots } from './slots.js';
@@ -35,9 +36,11 @@ export default fp<QuotaOptions>(
       const n = await app.store.index.count(req.tenant);
       if (n >= opts.maxSessions) throw quotaExceeded('TENANT_MAX_SESSIONS', opts.maxSessions, 'sessions');
     };
+    const streams = opts.maxStreams > 0 || opts.tokenMaxStreams > 0;
     // The slots keep their key name ('ws') from before SSE was counted: replicas of both versions share the count.
-    const sockets = new TenantSlots(app.redis, 'ws');
-    app.addHook('onClose', async () => sockets.close());
+    // No stream quota, no slots: nor their liveness writes and renewals.
+    const sockets = streams ? new TenantSlots(app.redis, 'ws') : undefined;
+    if (sockets) app.addHook('onClose', async () => sockets.close());
     /**
      * Takes a slot for as long as `conn` (the request's socket or response) stays open. Its `close` is listened for
      * before the slot is asked for: a client that goes away while Redis answers has closed already when the slot
@@ -45,6 +48,7 @@ export default fp<QuotaOptions>(
      * renewed, for the life of the process.
      */
     const hold = async (req: FastifyRequest, conn: { once: Closer; off: Closer; destroyed: boolean }) => {
+      if (!sockets) return;
       let closed = false;
       const onClose = () => void (closed = true);
       conn.once('close', onClose);
@@ -76,7 +80,7 @@ export default fp<QuotaOptions>(
       await hold(req, req.raw.socket);
     };
     const sseQuota: preHandlerHookHandler = async function (req, reply) {
-      if (!/\btext\/event-stream\b/.test(req.headers.accept ?? '')) return;
+      if (!wantsEventStream(req.headers.accept)) return;
       await hold(req, reply.raw);
     };
 
@@ -88,7 +92,6 @@ export default fp<QuotaOptions>(
       const own = route.preHandler;
       route.preHandler = own === undefined ? [hook] : Array.isArray(own) ? [...own, hook] : [own, hook];
     };
-    const streams = opts.maxStreams > 0 || opts.tokenMaxStreams > 0;
     app.addHook('onRoute', (route) => {
       const methods = Array.isArray(route.method) ? route.method : [route.method];
       const creates =

@@ -75,7 +75,9 @@ export class Scheduler {
   start(): void {
     // Beats apart from the sweeps: a long sweep (a backlog of fires) is no gap.
     this.beat = setInterval(() => {
-      this.alive().catch(() => {}); // a failing Redis fails the sweep too, which logs it
+      // A failing beat forgets `since`: the next sweep reads it again itself (or fails, and logs it), so fires due
+      // during an outage are never taken for fires due while replicas ran.
+      this.alive().catch(() => void (this.since = Infinity));
     }, BEAT_MS).unref();
     this.loop.start();
   }
@@ -90,7 +92,9 @@ export class Scheduler {
   }
 
   private async sweep(): Promise<void> {
-    await this.alive();
+    // The beat keeps `since` fresh; the first sweep of a replica, or the first after a failed beat, reads it itself.
+    if (this.since === Infinity) await this.alive();
+    const since = this.since;
     const { store, log } = this.opts;
     const ids = await store.due(Date.now(), SWEEP_BATCH);
     if (ids.length === 0) return;
@@ -100,14 +104,19 @@ export class Scheduler {
     const worker = async () => {
       while (next < order.length && !this.loop.stopping) {
         const id = order[next++]!;
-        await this.tick(id).catch((err: unknown) => log.warn({ err, schedule: id }, 'schedule tick failed'));
+        await this.tick(id, since).catch((err: unknown) =>
+          log.warn({ err, schedule: id }, 'schedule tick failed'),
+        );
       }
     };
     await Promise.all(Array.from({ length: Math.min(FIRE_PARALLEL, order.length) }, worker));
   }
 
-  /** Looks at one due schedule: retries its pending fire, or claims the fire now due; then re-files it. */
-  private async tick(id: string): Promise<void> {
+  /**
+   * Looks at one due schedule: retries its pending fire, or claims the fire now due; then re-files it. `since`: the
+   * start of the unbroken run of replicas, as the sweep read it.
+   */
+  private async tick(id: string, since: number): Promise<void> {
     const { store } = this.opts;
     const s = await store.read(id);
     const now = Date.now();
@@ -119,7 +128,7 @@ export class Scheduler {
       // Due while replicas ran: its own time, however late. Due before (an outage): the newest fire of the
       // outage, once; the fires after it come due one by one.
       const fireAt =
-        s.nextRunAt >= this.since ? s.nextRunAt : newestMissed(t, s.nextRunAt, Math.min(now, this.since - 1));
+        s.nextRunAt >= since ? s.nextRunAt : newestMissed(t, s.nextRunAt, Math.min(now, since - 1));
       const next = nextFire(t, fireAt);
       const running = await this.lastStillRuns(s);
       const decision = running ? 'skip' : 'fire';
