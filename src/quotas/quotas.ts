@@ -58,12 +58,13 @@ export default fp<QuotaOptions>(
         const token = req.clientToken;
         if (token && opts.tokenMaxStreams > 0) {
           const own = await sockets.acquire(req.tenant, opts.tokenMaxStreams, `ct:${token.id}`);
-          if (!own) throw tokenStreamsExceeded(opts.tokenMaxStreams);
+          if (!own) throw sockets.refusal(tokenStreamsExceeded(opts.tokenMaxStreams));
           held.push(own);
         }
         if (opts.maxStreams > 0) {
           const tenant = await sockets.acquire(req.tenant, opts.maxStreams);
-          if (!tenant) throw sockets.refusal('TENANT_MAX_STREAMS', opts.maxStreams, 'open event streams');
+          if (!tenant)
+            throw sockets.refusal(quotaExceeded('TENANT_MAX_STREAMS', opts.maxStreams, 'open event streams'));
           held.push(tenant);
         }
       } catch (err) {

@@ -1,6 +1,6 @@
 import { randomUUID } from 'node:crypto';
 import type { Cluster, Redis } from 'ioredis';
-import { quotaExceeded } from '../errors.js';
+import type { QuotaExceeded } from '../errors.js';
 import { HttpRefusal } from '../plugins/error-status.js';
 import { defineLuaCommands } from '../store/lua-commands.js';
 import './lua/commands.js';
@@ -72,11 +72,10 @@ export class TenantSlots {
   }
 
   /**
-   * 429 `quota_exceeded` for an acquire that found no slot, with Retry-After: the slots of a replica that died are
-   * reclaimed by then.
+   * The 429 `q` of an acquire that found no slot (the tenant's or a holder's within it), with Retry-After: the slots
+   * of a replica that died are reclaimed by then.
    */
-  refusal(quota: string, limit: number, what: string): HttpRefusal {
-    const q = quotaExceeded(quota, limit, what);
+  refusal(q: QuotaExceeded): HttpRefusal {
     return new HttpRefusal(q.code, q.message, q.details, {
       'retry-after': String(Math.ceil(this.aliveMs / 1000)),
     });

@@ -62,6 +62,8 @@ describe('client token quotas: streams and rate, each token on its own', () => {
     );
     const sse = await connectSse(h.service.url, s1, { token: t1 });
     assert.equal(sse.status, 429);
+    // As the tenant's: a dead replica's slots are reclaimed within seconds, which Retry-After says.
+    assert.equal(sse.headers.get('retry-after'), '5');
     assert.deepEqual(
       (await fetch(`${h.service.url}/v1/chat/${s1}/stream`, { headers: { authorization: `Bearer ${t1}` } }))
         .status,
