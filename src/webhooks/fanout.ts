@@ -26,7 +26,8 @@ const PARALLEL = 8;
 const PAGES_PER_TURN = 2;
 
 /** How far a sweep got: the log's end, a page bound with more to read, or the lease held by another process. */
-type SweepEnd = 'done' | 'more' | 'busy';
+/** `more`: the page bound stopped it, with the session's tenant as the sweep read it. */
+type SweepEnd = 'done' | 'busy' | { more: string };
 
 export interface FanoutOptions {
   store: WebhookStore;
@@ -97,15 +98,15 @@ export class Fanout {
 
   constructor(private readonly opts: FanoutOptions) {}
 
-  /** Sweeps the session soon (a write of events to it landed in this process). */
-  kick(sessionId: string, firstAt = Date.now()): void {
+  /** Sweeps the session soon (a write of events to it landed in this process); `tenant` when the caller knows it. */
+  kick(sessionId: string, firstAt = Date.now(), tenant?: string): void {
     if (this.closed) return;
     if (this.active.has(sessionId)) {
       this.again.add(sessionId);
       return;
     }
     // A session of a tenant not known yet queues with the other unknown ones (the sweep reads the tenant).
-    this.waiting.push(sessionId, this.opts.tenantOf(sessionId) ?? '', firstAt);
+    this.waiting.push(sessionId, tenant ?? this.opts.tenantOf(sessionId) ?? '', firstAt);
     this.pump();
   }
 
@@ -114,11 +115,11 @@ export class Fanout {
       const [sessionId, firstAt] = this.waiting.shift()!;
       this.running++;
       this.active.add(sessionId);
-      let more = false;
+      let more: string | undefined;
       void this.sweepSome(sessionId, PAGES_PER_TURN)
         .then(
           (end) => {
-            more = end === 'more';
+            if (typeof end === 'object') more = end.more;
             if (end === 'busy' && Date.now() - firstAt < this.opts.graceMs) this.later(sessionId, firstAt);
           },
           (err: unknown) => {
@@ -129,8 +130,9 @@ export class Fanout {
         .finally(() => {
           this.running--;
           this.active.delete(sessionId);
-          // More to read: back of the queue (its tenant's next turn), as a fresh kick — it made progress.
-          if (this.again.delete(sessionId) || more) this.kick(sessionId);
+          // More to read: back of the queue (its tenant's next turn, the tenant as the sweep read it), as a fresh
+          // kick — it made progress.
+          if (this.again.delete(sessionId) || more !== undefined) this.kick(sessionId, Date.now(), more);
           this.pump();
         });
     }
@@ -204,7 +206,7 @@ export class Fanout {
       const stop = !full || page >= pages;
       if (!(await store.outbox.fanoutEnd(sessionId, owner, last, tenant, stop))) return 'busy';
       if (!full) return 'done';
-      if (stop) return 'more';
+      if (stop) return { more: tenant };
     }
   }
 
