@@ -162,9 +162,7 @@ export default fp<EnginePluginOptions>(
     });
     // Registered after the redis plugin, so it runs before Redis closes (onClose hooks run in reverse order).
     app.addHook('onClose', async () => {
-      await Promise.all([deadlines.stop(), retention.stop()]);
-      toolTasks.stop();
-      httpCaller?.stop();
+      await Promise.all([deadlines.stop(), retention.stop(), toolTasks.stop(), httpCaller?.stop()]);
       await engine.stop(opts.shutdownGraceMs);
       gcPolicy?.stop();
       idleTrim?.stop();

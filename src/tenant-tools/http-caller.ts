@@ -7,6 +7,7 @@
  * calls queued (tasks.ts `httpIdle`), and comes back when one is queued again, so the set holds only the tenants
  * with such calls, not every tenant that ever had one.
  */
+import { SweepLoop } from '../sweep-loop.js';
 import type { FastifyBaseLogger } from 'fastify';
 import type { Metrics } from '../observability/metrics.js';
 import { toolResultBody } from '../schemas.js';
@@ -60,33 +61,20 @@ export class HttpToolCaller {
   private readonly byTenant = new Map<string, number>();
   /** Where the next poll starts in the tenants' list: each poll one further, so no tenant always comes first. */
   private turn = 0;
-  private timer: NodeJS.Timeout | null = null;
-  private stopped = false;
   private readonly worker = `service-${process.pid}`;
 
-  private readonly pollFailures: FailureLog;
+  private readonly polls: SweepLoop;
 
   constructor(private readonly o: HttpCallerOptions) {
-    this.pollFailures = new FailureLog(o.log, 'http tool poll');
+    this.polls = new SweepLoop(() => this.poll(), o.pollMs ?? 250, new FailureLog(o.log, 'http tool poll'));
   }
 
   start(): void {
-    const tick = () => {
-      this.poll()
-        .then(
-          () => this.pollFailures.ok(),
-          (err: unknown) => this.pollFailures.failed(err),
-        )
-        .finally(() => {
-          if (!this.stopped) this.timer = setTimeout(tick, this.o.pollMs ?? 250);
-        });
-    };
-    this.timer = setTimeout(tick, this.o.pollMs ?? 250);
+    this.polls.start(this.o.pollMs ?? 250);
   }
 
-  stop(): void {
-    this.stopped = true;
-    if (this.timer) clearTimeout(this.timer);
+  stop(): Promise<void> {
+    return this.polls.stop();
   }
 
   private async poll(): Promise<void> {
@@ -97,7 +85,7 @@ export class HttpToolCaller {
     for (let i = 0; i < tenants.length; i++) {
       const tenant = tenants[(start + i) % tenants.length]!;
       const free = Math.min(max - this.inFlight, perTenant - (this.byTenant.get(tenant) ?? 0));
-      if (this.inFlight >= max || this.stopped) return;
+      if (this.inFlight >= max || this.polls.stopping) return;
       if (free <= 0) continue;
       const got = await this.o.queue.claim(tenant, [HTTP_QUEUE], free, this.worker);
       if (got.length === 0) await this.o.queue.httpIdle(tenant);

@@ -8,6 +8,7 @@
  * replica dying at any point leaves the result in the outbox for the sweep to deliver again (writing it is
  * idempotent: a call that has its result takes no other).
  */
+import { SweepLoop } from '../sweep-loop.js';
 import type { FastifyBaseLogger } from 'fastify';
 import { NotFound, conflict, notFound, type DomainError } from '../errors.js';
 import { HttpRefusal } from '../plugins/error-status.js';
@@ -76,14 +77,16 @@ export function awaits(s: SessionState, rec: TaskRecord): boolean {
 
 export class ToolTasks {
   private readonly wakes: WakeChannels;
-  private timer: NodeJS.Timeout | null = null;
-  private stopped = false;
   private readonly workersSeen = new Map<string, number>();
-  private readonly sweepFailures: FailureLog;
+  private readonly sweeps: SweepLoop;
 
   constructor(private readonly o: ToolTaskOptions) {
     this.wakes = new WakeChannels(o.sub);
-    this.sweepFailures = new FailureLog(o.log, 'tool task sweep');
+    this.sweeps = new SweepLoop(
+      () => this.sweep(),
+      o.sweepIntervalMs ?? 500,
+      new FailureLog(o.log, 'tool task sweep'),
+    );
   }
 
   get queue(): TaskQueue {
@@ -110,12 +113,12 @@ export class ToolTasks {
     let full = false;
     try {
       for (;;) {
-        if (signal.aborted || this.stopped) return [];
+        if (signal.aborted || this.sweeps.stopping) return [];
         wake?.clear();
         const out = await this.claimOnce(tenant, body);
         full = out.length >= body.max;
         const left = until - Date.now();
-        if (out.length > 0 || left <= 0 || signal.aborted || this.stopped) return out;
+        if (out.length > 0 || left <= 0 || signal.aborted || this.sweeps.stopping) return out;
         if (!wake) {
           const max = this.o.maxWaitingClaims;
           if (this.wakes.listening(tenant) >= max)
@@ -279,7 +282,7 @@ export class ToolTasks {
    */
   async sweep(): Promise<void> {
     for (;;) {
-      if (this.stopped) return;
+      if (this.sweeps.stopping) return;
       const tenants = await this.o.queue.claimDue(Date.now(), SWEEP_BATCH);
       await Promise.all(
         tenants.map((tenant) =>
@@ -323,23 +326,11 @@ export class ToolTasks {
   }
 
   start(): void {
-    const every = this.o.sweepIntervalMs ?? 500;
-    const tick = () => {
-      this.sweep()
-        .then(
-          () => this.sweepFailures.ok(),
-          (err: unknown) => this.sweepFailures.failed(err),
-        )
-        .finally(() => {
-          if (!this.stopped) this.timer = setTimeout(tick, every);
-        });
-    };
-    this.timer = setTimeout(tick, every);
+    this.sweeps.start(this.o.sweepIntervalMs ?? 500);
   }
 
-  stop(): void {
-    this.stopped = true;
-    if (this.timer) clearTimeout(this.timer);
+  async stop(): Promise<void> {
     this.wakes.close();
+    await this.sweeps.stop();
   }
 }
