@@ -1,4 +1,5 @@
 import type { FastifyBaseLogger as Logger } from 'fastify';
+import { FailureLog } from '../log.js';
 import type { Metrics } from '../observability/metrics.js';
 import { attempt } from './attempt.js';
 import type { Fanout } from './fanout.js';
@@ -53,8 +54,8 @@ export class Dispatcher {
   private readonly attempts = new Set<Promise<void>>();
   private polling = false;
   private stopped = false;
-  /** One warning per Redis outage, not one per poll. */
-  private failing = false;
+  /** One warning per Redis outage (and a reminder a minute), not one per poll. */
+  private readonly pollFailures: FailureLog;
   /** Attempts in flight in this process per tenant, and the tenant of each endpoint seen (fairness). */
   private readonly perTenant = new Map<string, number>();
   private readonly tenantOf = new Map<string, string>();
@@ -63,6 +64,7 @@ export class Dispatcher {
 
   constructor(private readonly opts: DispatcherOptions) {
     this.tenantMax = Math.max(1, Math.floor(opts.processMax / 4));
+    this.pollFailures = new FailureLog(opts.log, 'webhook poll');
   }
 
   start(): void {
@@ -97,7 +99,7 @@ export class Dispatcher {
   private async poll(): Promise<void> {
     if (this.polling) return;
     this.polling = true;
-    const { store, log } = this.opts;
+    const { store } = this.opts;
     try {
       const now = Date.now();
       const due = this.inflight < this.opts.processMax ? await store.outbox.due(now, 50) : [];
@@ -114,11 +116,9 @@ export class Dispatcher {
             await store.outbox.markDone(sessionId, score, sweepStart - this.opts.graceMs);
         }),
       );
-      if (this.failing) log.info('webhook poll works again');
-      this.failing = false;
+      this.pollFailures.ok();
     } catch (err) {
-      if (!this.stopped && !this.failing) log.warn({ err }, 'webhook poll failed; retrying every poll');
-      this.failing = true;
+      if (!this.stopped) this.pollFailures.failed(err);
     } finally {
       this.polling = false;
     }
