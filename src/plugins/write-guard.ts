@@ -5,6 +5,7 @@ import { errorBody } from '../errors.js';
 import { HttpRefusal } from './error-status.js';
 import { Readable } from 'node:stream';
 import { heavyStep } from '../tenant-turns.js';
+import { Line } from '../line.js';
 
 declare module 'fastify' {
   interface FastifyRequest {
@@ -85,37 +86,32 @@ const EVENTS_ROUTE = '/v1/sessions/:id/events';
 
 /** A tenant's line of expensive reads: `size` at once, the others wait in arrival order. */
 class TenantGate {
-  private inside = 0;
-  private readonly waiting: Array<(go: boolean) => void> = [];
-  constructor(private readonly size: number) {}
+  private readonly line: Line;
+  constructor(size: number) {
+    this.line = new Line(size);
+  }
 
   /** Resolves true once the request's turn comes; false if its client went away while it waited. */
   enter(res: NodeJS.EventEmitter): Promise<boolean> | boolean {
-    if (this.inside < this.size) {
-      this.inside++;
-      return true;
-    }
-    return new Promise<boolean>((resolve) => {
-      const gone = () => {
-        const i = this.waiting.indexOf(go);
-        if (i >= 0) this.waiting.splice(i, 1);
-        resolve(false);
-      };
-      const go = (ok: boolean) => {
-        res.off('close', gone);
-        resolve(ok);
-      };
-      res.once('close', gone);
-      this.waiting.push(go);
-    });
+    // Set before either callback can run: both come later, from leave() or the socket's close.
+    let resolve: (ok: boolean) => void = () => {};
+    const gone = () => {
+      this.line.cancel(go);
+      resolve(false);
+    };
+    const go = () => {
+      res.off('close', gone);
+      resolve(true);
+    };
+    if (this.line.enter(go)) return true;
+    res.once('close', gone);
+    return new Promise<boolean>((r) => (resolve = r));
   }
 
   /** A request left (answered, failed, or gone while it waited); true when the line is empty. */
   leave(): boolean {
-    const next = this.waiting.shift();
-    if (next) next(true);
-    else this.inside--;
-    return this.inside === 0 && this.waiting.length === 0;
+    this.line.leave();
+    return this.line.idle;
   }
 }
 
