@@ -31,7 +31,6 @@ export interface ReplayLimits {
 
 /** A holder of a page place: its wait is cancelled when it closes. */
 export interface Waiter {
-  readonly closed: boolean;
   /** Set while it waits for a page place: cancels the wait (the promise resolves false). */
   cancelWait: (() => void) | null;
 }
@@ -124,8 +123,8 @@ export class ReplayGate {
 
 /** A place of `line`, at once or in turn (the reads are short: their wait is not cancelled). */
 function take(line: Line): Promise<void> | void {
-  let resolve!: () => void;
-  const p = new Promise<void>((r) => (resolve = r));
+  // Set before the callback can run: a place handed on later, from another read's leave().
+  let resolve = () => {};
   if (line.enter(() => resolve())) return;
-  return p;
+  return new Promise<void>((r) => (resolve = r));
 }
