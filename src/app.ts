@@ -9,6 +9,8 @@ import { badRequest, NotFound } from './errors.js';
 import {
   DEFAULT_JSON_MAX_DEPTH,
   DEFAULT_JSON_MAX_KEYS,
+  forbiddenKeyDetails,
+  forbiddenKeyPath,
   isBlank,
   jsonScan,
   tooDeepMessage,
@@ -25,6 +27,7 @@ import eventsHubPlugin from './plugins/events-hub.js';
 import authPlugin from './plugins/auth.js';
 import browserOriginsPlugin from './plugins/cors.js';
 import errorsPlugin from './plugins/errors.js';
+import contentEncodingPlugin from './plugins/content-encoding.js';
 import accessLogPlugin from './plugins/access-log.js';
 import idempotencyPlugin from './plugins/idempotency.js';
 import rateLimitPlugin from './plugins/ratelimit.js';
@@ -81,11 +84,13 @@ const app: FastifyPluginAsync<AppOptions> = async (fastify, opts) => {
       config.RESPONSE_CHECK_MAX_BYTES ?? (process.env['NODE_ENV'] === 'production' ? 65_536 : Infinity),
     ),
   );
-  // An empty JSON body reads as no body (routes without one accept that), else Fastify's own parser (which also
-  // refuses __proto__ / constructor poisoning). Nesting and the keys of each object are bounded before the parse (400
-  // `invalid_request`).
+  // An empty JSON body reads as no body (routes without one accept that), else JSON.parse (Fastify's parser only
+  // answers malformed text). Nesting and the keys of each object are bounded before the parse, and prototype keys
+  // refused after it (400 `invalid_request`).
   const jsonParser = fastify.getDefaultJsonParser('error', 'error');
-  fastify.removeContentTypeParser('application/json');
+  // JSON only: Fastify's default text/plain parser is removed too, so a text body (a CORS "simple" request a page
+  // may send without a preflight) is 415 `unsupported_media_type`, as any other content type.
+  fastify.removeContentTypeParser(['application/json', 'text/plain']);
   /** The body's JSON (`bytes`, not blank) to `done`, or its 400. */
   const parseJson = (
     req: FastifyRequest,
@@ -104,23 +109,22 @@ const app: FastifyPluginAsync<AppOptions> = async (fastify, opts) => {
         undefined,
       );
     const text = bytes.toString('utf8');
-    const checked = (err: Error | null, value?: unknown) => {
-      if (!err && hasLoneSurrogate(bytes, value)) return done(badRequest(loneSurrogateMessage), undefined);
-      done(err, value);
-    };
-    // No key that could poison a prototype (the scan looked at every key): JSON.parse alone, without the check's
-    // two regular expressions over the whole text. Malformed text (or a BOM) goes to Fastify's parser for its
-    // answer.
-    if (!suspectKeys) {
-      let value: unknown;
-      try {
-        value = JSON.parse(text);
-      } catch {
-        return jsonParser(req, text, checked);
-      }
-      return checked(null, value);
+    let value: unknown;
+    try {
+      // A leading BOM is skipped, as Fastify's parser (secure-json-parse) does.
+      value = JSON.parse(text.charCodeAt(0) === 0xfeff ? text.slice(1) : text);
+    } catch {
+      // Malformed text: Fastify's parser gives its answer (400 `invalid_json`).
+      return jsonParser(req, text, (err) => done(err ?? badRequest('The request body is not valid JSON.')));
     }
-    return jsonParser(req, text, checked);
+    // A key that could poison a prototype (`__proto__`, `constructor.prototype`, however escaped) is refused with
+    // its path, on every route alike. Only a body whose scan found a suspect key is walked (the scan looked at every
+    // key), so any other body costs JSON.parse alone.
+    const forbidden = suspectKeys ? forbiddenKeyPath(value) : null;
+    if (forbidden !== null)
+      return done(badRequest('The body holds a forbidden key.', forbiddenKeyDetails(forbidden)), undefined);
+    if (hasLoneSurrogate(bytes, value)) return done(badRequest(loneSurrogateMessage), undefined);
+    done(null, value);
   };
   // The body as bytes: a refused body is never decoded to a string (the scan reads bytes, see json-depth.ts).
   fastify.addContentTypeParser('application/json', { parseAs: 'buffer' }, (req, body, done) => {
@@ -137,6 +141,7 @@ const app: FastifyPluginAsync<AppOptions> = async (fastify, opts) => {
   });
 
   await fastify.register(errorsPlugin);
+  await fastify.register(contentEncodingPlugin);
   await fastify.register(accessLogPlugin);
   await fastify.register(metricsPlugin, { tenantLabel: config.METRICS_TENANT_LABEL });
   await fastify.register(tracingPlugin, opts.tracing ?? {});

@@ -134,3 +134,45 @@ export function isBlank(bytes: Uint8Array): boolean {
 
 /** The message of the 400 `invalid_request` for an object with too many keys. */
 export const tooWideMessage = (max: number) => `A JSON object with more than ${max} keys is refused.`;
+
+/**
+ * The JSON pointer of the first key that could poison a prototype in a parsed value: `__proto__`, or `constructor`
+ * holding an object with a `prototype` key (what secure-json-parse refuses); null when there is none. JSON.parse
+ * makes `__proto__` an own data property (never the prototype), so the walk sees it; it is called only when the
+ * scan found a suspect key (jsonScan's `suspectKeys`), and the value nests at most DEFAULT_JSON_MAX_DEPTH levels
+ * (the scan refused deeper text first), so the recursion is bounded.
+ */
+export function forbiddenKeyPath(value: unknown, path = ''): string | null {
+  if (typeof value !== 'object' || value === null) return null;
+  if (Array.isArray(value)) {
+    for (let i = 0; i < value.length; i++) {
+      const found = forbiddenKeyPath(value[i], `${path}/${i}`);
+      if (found !== null) return found;
+    }
+    return null;
+  }
+  for (const key of Object.keys(value)) {
+    const child: unknown = (value as Record<string, unknown>)[key];
+    const at = `${path}/${key.replace(/~/g, '~0').replace(/\//g, '~1')}`;
+    if (key === '__proto__') return at;
+    if (
+      key === 'constructor' &&
+      typeof child === 'object' &&
+      child !== null &&
+      Object.hasOwn(child, 'prototype')
+    )
+      return `${at}/prototype`;
+    const found = forbiddenKeyPath(child, at);
+    if (found !== null) return found;
+  }
+  return null;
+}
+
+/** The 400 `invalid_request` details for a forbidden key at `path` (forbiddenKeyPath's): one issue, `forbidden_key`. */
+export const forbiddenKeyDetails = (path: string) => [
+  {
+    path,
+    code: 'forbidden_key',
+    message: `The key "${path.slice(path.lastIndexOf('/') + 1)}" is refused (it could poison a prototype).`,
+  },
+];

@@ -4,7 +4,9 @@ import { DomainError, FencedOut, zodDetails, type ErrorCode } from '../errors.js
 import {
   DEFAULT_JSON_MAX_DEPTH,
   DEFAULT_JSON_MAX_KEYS,
-  jsonBoundsExceeded,
+  forbiddenKeyDetails,
+  forbiddenKeyPath,
+  jsonScan,
   tooDeepMessage,
   tooWideMessage,
 } from '../json-depth.js';
@@ -83,7 +85,7 @@ export async function handleFrame(
 ): Promise<ServerFrame> {
   let msg: unknown;
   const bytes = Buffer.from(raw);
-  const breach = jsonBoundsExceeded(bytes, DEFAULT_JSON_MAX_DEPTH, DEFAULT_JSON_MAX_KEYS);
+  const { breach, suspectKeys } = jsonScan(bytes, DEFAULT_JSON_MAX_DEPTH, DEFAULT_JSON_MAX_KEYS);
   if (breach === 'depth') return errorFrame(null, 'invalid_request', tooDeepMessage(DEFAULT_JSON_MAX_DEPTH));
   if (breach === 'keys') return errorFrame(null, 'invalid_request', tooWideMessage(DEFAULT_JSON_MAX_KEYS));
   try {
@@ -91,6 +93,15 @@ export async function handleFrame(
   } catch {
     return errorFrame(null, 'invalid_frame', 'The frame is not valid JSON.');
   }
+  // As REST bodies (app.ts): a prototype key is refused with its path.
+  const forbidden = suspectKeys ? forbiddenKeyPath(msg) : null;
+  if (forbidden !== null)
+    return errorFrame(
+      null,
+      'invalid_request',
+      'The frame holds a forbidden key.',
+      forbiddenKeyDetails(forbidden),
+    );
   if (hasLoneSurrogate(bytes, msg)) return errorFrame(null, 'invalid_request', loneSurrogateMessage);
   if (typeof msg !== 'object' || msg === null || Array.isArray(msg)) {
     return errorFrame(null, 'invalid_frame', 'A frame is a JSON object with `type` and `ref`.');

@@ -135,7 +135,7 @@ const statusText: Record<string, string> = {
   '302': 'Found: a redirect (`Location`).',
   '304': 'Not Modified (`If-None-Match` matched the ETag).',
   '413': 'The body is larger than BODY_LIMIT (`payload_too_large`).',
-  '415': 'The body is not JSON (`unsupported_media_type`).',
+  '415': 'The body is not JSON, or is sent with a Content-Encoding (`unsupported_media_type`).',
   '422': 'This Idempotency-Key was used with another request (`idempotency_key_reused`).',
   '429': 'Over a rate or quota (`rate_limited` with Retry-After, `quota_exceeded`).',
   '500': "Something went wrong on the service's side (`internal_error`); the details are in its log.",

@@ -55,7 +55,9 @@ describe('loose objects are bounded', { timeout: 60_000 }, () => {
         body,
       });
       assert.equal(r.status, 400, body);
-      assert.equal(((await r.json()) as { error: { code: string } }).error.code, 'invalid_json');
+      const { error } = (await r.json()) as { error: { code: string; details: Array<{ code: string }> } };
+      assert.equal(error.code, 'invalid_request');
+      assert.equal(error.details[0]!.code, 'forbidden_key');
     }
     const ok = await acme.post('/v1/sessions', {
       start: false,

@@ -5489,7 +5489,7 @@ export interface operations {
           'application/json': components['schemas']['Error413'];
         };
       };
-      /** @description The body is not JSON (`unsupported_media_type`). */
+      /** @description The body is not JSON, or is sent with a Content-Encoding (`unsupported_media_type`). */
       415: {
         headers: {
           [name: string]: unknown;
@@ -5737,7 +5737,7 @@ export interface operations {
           'application/json': components['schemas']['Error413'];
         };
       };
-      /** @description The body is not JSON (`unsupported_media_type`). */
+      /** @description The body is not JSON, or is sent with a Content-Encoding (`unsupported_media_type`). */
       415: {
         headers: {
           [name: string]: unknown;
@@ -6011,7 +6011,7 @@ export interface operations {
           'application/json': components['schemas']['Error413'];
         };
       };
-      /** @description The body is not JSON (`unsupported_media_type`). */
+      /** @description The body is not JSON, or is sent with a Content-Encoding (`unsupported_media_type`). */
       415: {
         headers: {
           [name: string]: unknown;
@@ -7395,7 +7395,7 @@ export interface operations {
           'application/json': components['schemas']['Error413'];
         };
       };
-      /** @description The body is not JSON (`unsupported_media_type`). */
+      /** @description The body is not JSON, or is sent with a Content-Encoding (`unsupported_media_type`). */
       415: {
         headers: {
           [name: string]: unknown;
@@ -7939,7 +7939,7 @@ export interface operations {
           'application/json': components['schemas']['Error413'];
         };
       };
-      /** @description The body is not JSON (`unsupported_media_type`). */
+      /** @description The body is not JSON, or is sent with a Content-Encoding (`unsupported_media_type`). */
       415: {
         headers: {
           [name: string]: unknown;
@@ -8326,7 +8326,7 @@ export interface operations {
           'application/json': components['schemas']['Error413'];
         };
       };
-      /** @description The body is not JSON (`unsupported_media_type`). */
+      /** @description The body is not JSON, or is sent with a Content-Encoding (`unsupported_media_type`). */
       415: {
         headers: {
           [name: string]: unknown;
@@ -8875,7 +8875,7 @@ export interface operations {
           'application/json': components['schemas']['Error413'];
         };
       };
-      /** @description The body is not JSON (`unsupported_media_type`). */
+      /** @description The body is not JSON, or is sent with a Content-Encoding (`unsupported_media_type`). */
       415: {
         headers: {
           [name: string]: unknown;
@@ -9421,7 +9421,7 @@ export interface operations {
           'application/json': components['schemas']['Error413'];
         };
       };
-      /** @description The body is not JSON (`unsupported_media_type`). */
+      /** @description The body is not JSON, or is sent with a Content-Encoding (`unsupported_media_type`). */
       415: {
         headers: {
           [name: string]: unknown;
@@ -9605,7 +9605,7 @@ export interface operations {
           'application/json': components['schemas']['Error413'];
         };
       };
-      /** @description The body is not JSON (`unsupported_media_type`). */
+      /** @description The body is not JSON, or is sent with a Content-Encoding (`unsupported_media_type`). */
       415: {
         headers: {
           [name: string]: unknown;
@@ -9793,7 +9793,7 @@ export interface operations {
           'application/json': components['schemas']['Error413'];
         };
       };
-      /** @description The body is not JSON (`unsupported_media_type`). */
+      /** @description The body is not JSON, or is sent with a Content-Encoding (`unsupported_media_type`). */
       415: {
         headers: {
           [name: string]: unknown;
@@ -9977,7 +9977,7 @@ export interface operations {
           'application/json': components['schemas']['Error413'];
         };
       };
-      /** @description The body is not JSON (`unsupported_media_type`). */
+      /** @description The body is not JSON, or is sent with a Content-Encoding (`unsupported_media_type`). */
       415: {
         headers: {
           [name: string]: unknown;
@@ -10161,7 +10161,7 @@ export interface operations {
           'application/json': components['schemas']['Error413'];
         };
       };
-      /** @description The body is not JSON (`unsupported_media_type`). */
+      /** @description The body is not JSON, or is sent with a Content-Encoding (`unsupported_media_type`). */
       415: {
         headers: {
           [name: string]: unknown;
@@ -10347,7 +10347,7 @@ export interface operations {
           'application/json': components['schemas']['Error413'];
         };
       };
-      /** @description The body is not JSON (`unsupported_media_type`). */
+      /** @description The body is not JSON, or is sent with a Content-Encoding (`unsupported_media_type`). */
       415: {
         headers: {
           [name: string]: unknown;
@@ -10523,7 +10523,7 @@ export interface operations {
           'application/json': components['schemas']['Error413'];
         };
       };
-      /** @description The body is not JSON (`unsupported_media_type`). */
+      /** @description The body is not JSON, or is sent with a Content-Encoding (`unsupported_media_type`). */
       415: {
         headers: {
           [name: string]: unknown;
@@ -11015,7 +11015,7 @@ export interface operations {
           'application/json': components['schemas']['Error413'];
         };
       };
-      /** @description The body is not JSON (`unsupported_media_type`). */
+      /** @description The body is not JSON, or is sent with a Content-Encoding (`unsupported_media_type`). */
       415: {
         headers: {
           [name: string]: unknown;
@@ -11263,7 +11263,7 @@ export interface operations {
           'application/json': components['schemas']['Error413'];
         };
       };
-      /** @description The body is not JSON (`unsupported_media_type`). */
+      /** @description The body is not JSON, or is sent with a Content-Encoding (`unsupported_media_type`). */
       415: {
         headers: {
           [name: string]: unknown;
@@ -11447,7 +11447,7 @@ export interface operations {
           'application/json': components['schemas']['Error413'];
         };
       };
-      /** @description The body is not JSON (`unsupported_media_type`). */
+      /** @description The body is not JSON, or is sent with a Content-Encoding (`unsupported_media_type`). */
       415: {
         headers: {
           [name: string]: unknown;
@@ -11686,7 +11686,7 @@ export interface operations {
           'application/json': components['schemas']['Error413'];
         };
       };
-      /** @description The body is not JSON (`unsupported_media_type`). */
+      /** @description The body is not JSON, or is sent with a Content-Encoding (`unsupported_media_type`). */
       415: {
         headers: {
           [name: string]: unknown;
@@ -12007,7 +12007,7 @@ export interface operations {
           'application/json': components['schemas']['Error413'];
         };
       };
-      /** @description The body is not JSON (`unsupported_media_type`). */
+      /** @description The body is not JSON, or is sent with a Content-Encoding (`unsupported_media_type`). */
       415: {
         headers: {
           [name: string]: unknown;
@@ -12181,7 +12181,7 @@ export interface operations {
           'application/json': components['schemas']['Error413'];
         };
       };
-      /** @description The body is not JSON (`unsupported_media_type`). */
+      /** @description The body is not JSON, or is sent with a Content-Encoding (`unsupported_media_type`). */
       415: {
         headers: {
           [name: string]: unknown;
@@ -12643,7 +12643,7 @@ export interface operations {
           'application/json': components['schemas']['Error413'];
         };
       };
-      /** @description The body is not JSON (`unsupported_media_type`). */
+      /** @description The body is not JSON, or is sent with a Content-Encoding (`unsupported_media_type`). */
       415: {
         headers: {
           [name: string]: unknown;
@@ -12781,7 +12781,7 @@ export interface operations {
           'application/json': components['schemas']['Error413'];
         };
       };
-      /** @description The body is not JSON (`unsupported_media_type`). */
+      /** @description The body is not JSON, or is sent with a Content-Encoding (`unsupported_media_type`). */
       415: {
         headers: {
           [name: string]: unknown;
@@ -14445,7 +14445,7 @@ export interface operations {
           'application/json': components['schemas']['Error413'];
         };
       };
-      /** @description The body is not JSON (`unsupported_media_type`). */
+      /** @description The body is not JSON, or is sent with a Content-Encoding (`unsupported_media_type`). */
       415: {
         headers: {
           [name: string]: unknown;
@@ -14693,7 +14693,7 @@ export interface operations {
           'application/json': components['schemas']['Error413'];
         };
       };
-      /** @description The body is not JSON (`unsupported_media_type`). */
+      /** @description The body is not JSON, or is sent with a Content-Encoding (`unsupported_media_type`). */
       415: {
         headers: {
           [name: string]: unknown;
@@ -16191,7 +16191,7 @@ export interface operations {
           'application/json': components['schemas']['Error413'];
         };
       };
-      /** @description The body is not JSON (`unsupported_media_type`). */
+      /** @description The body is not JSON, or is sent with a Content-Encoding (`unsupported_media_type`). */
       415: {
         headers: {
           [name: string]: unknown;
@@ -16779,7 +16779,7 @@ export interface operations {
           'application/json': components['schemas']['Error413'];
         };
       };
-      /** @description The body is not JSON (`unsupported_media_type`). */
+      /** @description The body is not JSON, or is sent with a Content-Encoding (`unsupported_media_type`). */
       415: {
         headers: {
           [name: string]: unknown;
@@ -16941,7 +16941,7 @@ export interface operations {
           'application/json': components['schemas']['Error413'];
         };
       };
-      /** @description The body is not JSON (`unsupported_media_type`). */
+      /** @description The body is not JSON, or is sent with a Content-Encoding (`unsupported_media_type`). */
       415: {
         headers: {
           [name: string]: unknown;
@@ -17085,7 +17085,7 @@ export interface operations {
           'application/json': components['schemas']['Error413'];
         };
       };
-      /** @description The body is not JSON (`unsupported_media_type`). */
+      /** @description The body is not JSON, or is sent with a Content-Encoding (`unsupported_media_type`). */
       415: {
         headers: {
           [name: string]: unknown;
@@ -17237,7 +17237,7 @@ export interface operations {
           'application/json': components['schemas']['Error413'];
         };
       };
-      /** @description The body is not JSON (`unsupported_media_type`). */
+      /** @description The body is not JSON, or is sent with a Content-Encoding (`unsupported_media_type`). */
       415: {
         headers: {
           [name: string]: unknown;
@@ -17761,7 +17761,7 @@ export interface operations {
           'application/json': components['schemas']['Error413'];
         };
       };
-      /** @description The body is not JSON (`unsupported_media_type`). */
+      /** @description The body is not JSON, or is sent with a Content-Encoding (`unsupported_media_type`). */
       415: {
         headers: {
           [name: string]: unknown;
@@ -17994,7 +17994,7 @@ export interface operations {
           'application/json': components['schemas']['Error413'];
         };
       };
-      /** @description The body is not JSON (`unsupported_media_type`). */
+      /** @description The body is not JSON, or is sent with a Content-Encoding (`unsupported_media_type`). */
       415: {
         headers: {
           [name: string]: unknown;
@@ -18130,7 +18130,7 @@ export interface operations {
           'application/json': components['schemas']['Error413'];
         };
       };
-      /** @description The body is not JSON (`unsupported_media_type`). */
+      /** @description The body is not JSON, or is sent with a Content-Encoding (`unsupported_media_type`). */
       415: {
         headers: {
           [name: string]: unknown;

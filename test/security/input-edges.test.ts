@@ -1,0 +1,117 @@
+/**
+ * Input edges a hostile-input probe found: a prototype key anywhere in a body is a 400 `invalid_request` naming
+ * it (`forbidden_key`) on every route; a body sent with a Content-Encoding (never decoded) or in another type
+ * than JSON is a 415; If-Match follows RFC 9110 (`*`, lists, weak tags never match); integers in paths and query
+ * strings are canonical decimal.
+ */
+import { after, before, describe, it } from 'node:test';
+import assert from 'node:assert/strict';
+import { gzipSync } from 'node:zlib';
+import { startHarness, type Api, type Harness } from '../helpers/service.js';
+
+describe('input edges', { timeout: 120_000 }, () => {
+  let h: Harness;
+  let api: Api;
+  let sid: string;
+
+  before(async () => {
+    h = await startHarness({ env: { API_KEYS: 'acme:key-acme' } });
+    api = h.api;
+    const s = await api.post('/v1/sessions', { start: false });
+    assert.equal(s.status, 201, JSON.stringify(s.body));
+    sid = s.body.id;
+  });
+  after(async () => h?.close());
+
+  /** Every route that takes a body, with a body of its own that holds `inner` somewhere below its top. */
+  const bodyRoutes = (inner: string): Array<[string, string, string]> => [
+    ['POST', '/v1/sessions', `{"start":false,"metadata":{"a":1},"params":${inner}}`],
+    ['POST', `/v1/sessions/{sid}/messages`, `{"content":[{"type":"text","text":"hi","x":${inner}}]}`],
+    ['PATCH', `/v1/sessions/{sid}`, `{"metadata":${inner}}`],
+    ['PUT', `/v1/sessions/{sid}/messages`, `{"messages":[${inner}]}`],
+    ['POST', `/v1/sessions/{sid}/fork`, `{"metadata":${inner}}`],
+    ['POST', '/v1/schedules', `{"cron":"* * * * *","session":${inner}}`],
+    ['PUT', '/v1/tools/probe', `{"description":"d","input_schema":${inner}}`],
+    ['PUT', '/v1/mcp-servers/probe', `{"url":"http://127.0.0.1:1/mcp","headers":${inner}}`],
+    ['POST', '/v1/webhooks', `{"url":"http://127.0.0.1:1/h","events":["session.status"],"x":${inner}}`],
+    ['POST', '/v1/client-tokens', `{"session_id":"{sid}","x":${inner}}`],
+    ['POST', '/v1/chat', `{"id":"{sid}","messages":[${inner}]}`],
+  ];
+
+  const send = (method: string, path: string, body: BodyInit, headers: Record<string, string> = {}) =>
+    fetch(`${api.base}${path.replace('{sid}', sid)}`, {
+      method,
+      headers: { authorization: 'Bearer key-acme', 'content-type': 'application/json', ...headers },
+      body,
+    }).then(async (r) => ({ status: r.status, body: (await r.json()) as any }));
+
+  it('refuses a prototype key at any depth with 400 invalid_request and a forbidden_key detail, on every route', async () => {
+    for (const [inner, path] of [
+      ['{"__proto__":{"polluted":1}}', '/__proto__'],
+      ['{"a":[{"\\u005f_proto__":1}]}', '/a/0/__proto__'],
+      ['{"constructor":{"prototype":{"polluted":1}}}', '/constructor/prototype'],
+    ] as const) {
+      for (const [method, route, body] of bodyRoutes(inner)) {
+        const r = await send(method, route, body);
+        const what = `${method} ${route} ${body}`;
+        assert.equal(r.status, 400, what);
+        assert.equal(r.body.error.code, 'invalid_request', what);
+        assert.equal(r.body.error.details[0].code, 'forbidden_key', what);
+        assert.ok(r.body.error.details[0].path.endsWith(path), `${what}: ${r.body.error.details[0].path}`);
+      }
+    }
+    // At the top too; and the words as values (or a constructor without a prototype) are data.
+    const top = await send('POST', '/v1/sessions', '{"__proto__":{"start":false}}');
+    assert.equal(top.status, 400);
+    assert.deepEqual(top.body.error.details[0].path, '/__proto__');
+    const ok = await send(
+      'POST',
+      '/v1/sessions',
+      '{"start":false,"metadata":{"k":"__proto__","constructor":"x"}}',
+    );
+    assert.equal(ok.status, 201, JSON.stringify(ok.body));
+    assert.deepEqual(ok.body.metadata, { k: '__proto__', constructor: 'x' });
+  });
+
+  it('refuses a body with a Content-Encoding other than identity with 415, before reading it', async () => {
+    const json = JSON.stringify({ start: false });
+    for (const [encoding, body] of [
+      ['gzip', new Uint8Array(gzipSync(json))],
+      ['br', new Uint8Array(Buffer.from(json))],
+      ['deflate', new Uint8Array(Buffer.from(json))],
+      ['identity, gzip', new Uint8Array(gzipSync(json))],
+      ['x-unknown', new Uint8Array(Buffer.from(json))],
+    ] as const) {
+      const r = await send('POST', '/v1/sessions', body, { 'content-encoding': encoding });
+      assert.equal(r.status, 415, `${encoding}: ${JSON.stringify(r.body)}`);
+      assert.equal(r.body.error.code, 'unsupported_media_type', encoding);
+    }
+    const plain = await send('POST', '/v1/sessions', json, { 'content-encoding': 'identity' });
+    assert.equal(plain.status, 201, JSON.stringify(plain.body));
+    // A request without a body is not refused for the header.
+    const get = await api.get(`/v1/sessions/${sid}`, { 'content-encoding': 'gzip' });
+    assert.equal(get.status, 200);
+    // No key: 401 first.
+    const anon = await fetch(`${api.base}/v1/sessions`, {
+      method: 'POST',
+      headers: { 'content-type': 'application/json', 'content-encoding': 'gzip' },
+      body: new Uint8Array(gzipSync(json)),
+    });
+    assert.equal(anon.status, 401);
+  });
+
+  it('refuses a body in any type but JSON with 415 on every route that takes one', async () => {
+    for (const type of [
+      'text/plain',
+      'text/plain; charset=utf-8',
+      'application/x-www-form-urlencoded',
+      'multipart/form-data; boundary=x',
+    ]) {
+      for (const [method, route, body] of bodyRoutes('{}')) {
+        const r = await send(method, route, body, { 'content-type': type });
+        assert.equal(r.status, 415, `${type} ${method} ${route}: ${JSON.stringify(r.body)}`);
+        assert.equal(r.body.error.code, 'unsupported_media_type');
+      }
+    }
+  });
+});
