@@ -1,6 +1,7 @@
 import type { FastifyPluginAsyncZod } from 'fastify-type-provider-zod';
 import type { OutgoingHttpHeaders } from 'node:http';
 import { z } from 'zod';
+import { intQuery } from '../src/int-param.js';
 import type { Config } from '../src/config.js';
 import { badRequest } from '../src/errors.js';
 import { sessionIdParam } from '../src/schemas.js';
@@ -32,7 +33,7 @@ const eventsHeaders = z.looseObject({
 
 export const eventsQuery = z.object({
   after: cursorParam.optional(),
-  limit: z.coerce.number().int().min(1).max(1000).default(100),
+  limit: intQuery(1, 1000, 100),
   until: z
     .enum(['run_end'])
     .optional()

@@ -2,6 +2,7 @@ import type { FastifyPluginAsyncZod } from 'fastify-type-provider-zod';
 import { checkCreate } from '../src/sessions/create.js';
 import type { FastifyReply } from 'fastify';
 import { z } from 'zod';
+import { intQuery } from '../src/int-param.js';
 import { badRequest, InvalidRequest, RevisionMismatch } from '../src/errors.js';
 import { cursorParam, parseCursor } from '../src/events/cursor.js';
 import { envelope } from '../src/events/envelope.js';
@@ -33,7 +34,7 @@ const AT_PAST_MS = 60_000;
 
 const eventsQuery = z.strictObject({
   after: cursorParam.optional(),
-  limit: z.coerce.number().int().min(1).max(500).default(100),
+  limit: intQuery(1, 500, 100),
 });
 
 /** The PATCH body without the fields whose values the schedule has already. */

@@ -10,6 +10,7 @@ import { createSession } from '../src/sessions/create.js';
 import { addMessage, listMessages } from '../src/sessions/messages.js';
 import type { FastifyPluginAsyncZod } from 'fastify-type-provider-zod';
 import { z } from 'zod';
+import { intParam } from '../src/int-param.js';
 import { notFound } from '../src/errors.js';
 import { createSessionBody, listQuery, postMessageBody, sessionIdParam } from '../src/schemas.js';
 import { sessionView } from '../src/sessions/view.js';
@@ -54,7 +55,7 @@ const readIteration = routeErrors(
 /** A page of GET /v1/sessions stops before the session that would take it over this many bytes (never empty). */
 const LIST_PAGE_MAX_BYTES = 1_048_576;
 
-const iterationParams = sessionIdParam.extend({ n: z.coerce.number().int().min(1) });
+const iterationParams = sessionIdParam.extend({ n: intParam(1) });
 const messagesQuery = z.strictObject({ include: z.enum(['compacted']).optional() });
 
 const METADATA_PARAM = /^metadata\.(.+)$/s;

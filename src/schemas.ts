@@ -3,6 +3,7 @@
  * they carry, and the client tools' shapes; the messages inside them are src/message-schemas.ts.
  */
 import { z } from 'zod';
+import { intQuery } from './int-param.js';
 import { jsonSchemaProblem } from './json-schema-check.js';
 import { mcpToolEntry, mcpToolsetEntry } from './mcp/schema.js';
 import { anthropicToolEntry } from './tools/anthropic-tools.js';
@@ -322,7 +323,7 @@ export const sessionIdParam = z.strictObject({
   id: z.string().regex(ID_LIKE, 'not a session id: 1-128 of [A-Za-z0-9_-]'),
 });
 export const listQuery = z.strictObject({
-  limit: z.coerce.number().int().min(1).max(100).default(20),
+  limit: intQuery(1, 100, 20),
   cursor: z.string().max(200).optional(),
   status: z.enum(['running', 'requires_action', 'idle', 'failed']).optional(),
 });

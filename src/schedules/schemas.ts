@@ -1,4 +1,5 @@
 import { z } from 'zod';
+import { intQuery } from '../int-param.js';
 import { ID_LIKE, createSessionBody } from '../schemas.js';
 import type { ScheduleRecord } from './keys.js';
 
@@ -62,7 +63,7 @@ export const patchScheduleBody = z
 export type PatchScheduleBody = z.infer<typeof patchScheduleBody>;
 
 export const pageQuery = z.strictObject({
-  limit: z.coerce.number().int().min(1).max(100).default(20),
+  limit: intQuery(1, 100, 20),
   cursor: z.string().max(200).optional(),
 });
 

@@ -1,4 +1,5 @@
 import { z } from 'zod';
+import { intQuery } from '../int-param.js';
 import { MAX_URL_LENGTH } from './address-guard.js';
 import type { WebhookRecord } from './keys.js';
 
@@ -71,7 +72,7 @@ export const patchWebhookBody = z.strictObject({
 
 export const webhookIdParam = z.strictObject({ id: z.string().regex(/^wh_[A-Za-z0-9]{1,40}$/) });
 
-export const deliveriesQuery = z.strictObject({ limit: z.coerce.number().int().min(1).max(100).default(50) });
+export const deliveriesQuery = z.strictObject({ limit: intQuery(1, 100, 50) });
 
 /** A webhook as the API shows it: never its secret (shown once, in the answer to its creation). */
 export function webhookView(w: WebhookRecord) {

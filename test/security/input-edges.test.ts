@@ -114,4 +114,25 @@ describe('input edges', { timeout: 120_000 }, () => {
       }
     }
   });
+
+  it('takes integers of paths and query strings in canonical decimal only (400 invalid_request otherwise)', async () => {
+    const paths = (n: string) => [
+      `/v1/sessions?limit=${n}`,
+      `/v1/sessions/${sid}/events?limit=${n}`,
+      `/v1/sessions/${sid}/iterations/${n}`,
+      `/v1/schedules?limit=${n}`,
+      `/v1/webhooks/wh_missing/deliveries?limit=${n}`,
+    ];
+    for (const n of ['01', '0b1', '0x10', '1e2', '%201', '1%20', '%2B1', '+1', '1.0', '-0', '', '١']) {
+      for (const path of paths(n)) {
+        const r = await api.get(path);
+        assert.equal(r.status, 400, `${path}: ${r.status} ${JSON.stringify(r.body)}`);
+        assert.equal(r.body.error.code, 'invalid_request', path);
+      }
+    }
+    for (const path of paths('1').slice(0, 2)) assert.equal((await api.get(path)).status, 200, path);
+    // Canonical and in range: the iteration is looked up (none yet), the defaults still apply.
+    assert.equal((await api.get(`/v1/sessions/${sid}/iterations/1`)).status, 404);
+    assert.equal((await api.get('/v1/sessions')).status, 200);
+  });
 });
