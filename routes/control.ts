@@ -18,7 +18,7 @@ import {
   sessionIdParam,
 } from '../src/schemas.js';
 import { routeErrors, session } from '../src/openapi/responses.js';
-import { ifMatchHeader, mutation, parseIfMatch, postMutation, send, sendMutation } from './mutations.js';
+import { ifMatchHeader, mutation, postMutation, sessionIfMatch, send, sendMutation } from './mutations.js';
 
 const routes: FastifyPluginAsyncZod = async (app) => {
   const deps = app.sessionDeps;
@@ -39,7 +39,10 @@ const routes: FastifyPluginAsyncZod = async (app) => {
       },
     },
     async (req, reply) =>
-      sendMutation(reply, await patchSession(deps, req.tenant, req.params.id, req.body, parseIfMatch(req))),
+      sendMutation(
+        reply,
+        await patchSession(deps, req.tenant, req.params.id, req.body, await sessionIfMatch(req, deps)),
+      ),
   );
 
   app.post(
@@ -59,7 +62,7 @@ const routes: FastifyPluginAsyncZod = async (app) => {
     async (req, reply) =>
       sendMutation(
         reply,
-        await retryTurn(deps, req.tenant, req.params.id, req.body ?? {}, parseIfMatch(req)),
+        await retryTurn(deps, req.tenant, req.params.id, req.body ?? {}, await sessionIfMatch(req, deps)),
       ),
   );
 
@@ -83,7 +86,13 @@ const routes: FastifyPluginAsyncZod = async (app) => {
     async (req, reply) =>
       sendMutation(
         reply,
-        await replaceMessages(deps, req.tenant, req.params.id, req.body.messages, parseIfMatch(req)),
+        await replaceMessages(
+          deps,
+          req.tenant,
+          req.params.id,
+          req.body.messages,
+          await sessionIfMatch(req, deps),
+        ),
       ),
   );
 
@@ -103,7 +112,7 @@ const routes: FastifyPluginAsyncZod = async (app) => {
       },
     },
     async (req, reply) =>
-      sendMutation(reply, await cancelRun(deps, req.tenant, req.params.id, parseIfMatch(req))),
+      sendMutation(reply, await cancelRun(deps, req.tenant, req.params.id, await sessionIfMatch(req, deps))),
   );
 
   app.post(
@@ -120,7 +129,7 @@ const routes: FastifyPluginAsyncZod = async (app) => {
       },
     },
     async (req, reply) =>
-      sendMutation(reply, await resumeRun(deps, req.tenant, req.params.id, parseIfMatch(req))),
+      sendMutation(reply, await resumeRun(deps, req.tenant, req.params.id, await sessionIfMatch(req, deps))),
   );
 
   app.post(
@@ -139,7 +148,10 @@ const routes: FastifyPluginAsyncZod = async (app) => {
       },
     },
     async (req, reply) =>
-      sendMutation(reply, await compactSession(deps, req.tenant, req.params.id, req.body, parseIfMatch(req))),
+      sendMutation(
+        reply,
+        await compactSession(deps, req.tenant, req.params.id, req.body, await sessionIfMatch(req, deps)),
+      ),
   );
 
   app.post(
@@ -172,7 +184,13 @@ const routes: FastifyPluginAsyncZod = async (app) => {
       },
     },
     async (req, reply) => {
-      const fork = await forkSession(deps, req.tenant, req.params.id, req.body, parseIfMatch(req));
+      const fork = await forkSession(
+        deps,
+        req.tenant,
+        req.params.id,
+        req.body,
+        await sessionIfMatch(req, deps),
+      );
       req.createdSession = fork.id;
       return send(reply, fork, 201);
     },

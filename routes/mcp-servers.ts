@@ -3,7 +3,7 @@ import { z } from 'zod';
 import { MCP_SERVER_NAME } from '../src/mcp/config.js';
 import { checkWebhookUrl } from '../src/webhooks/address-guard.js';
 import { errors, routeErrors, type RouteCodes } from '../src/openapi/responses.js';
-import { ifMatchHeader, parseIfMatch } from './mutations.js';
+import { ifMatchHeader, resolveIfMatch } from './mutations.js';
 
 /** The 404 of this file's routes names one thing (src/openapi/responses.ts `routeErrors`). */
 const NOT_FOUND = { 404: ['mcp_server_not_found'] } as const satisfies RouteCodes;
@@ -123,7 +123,10 @@ const routes: FastifyPluginAsyncZod = async (app) => {
         req.params.name,
         url.href,
         req.body.headers ?? {},
-        parseIfMatch(req),
+        await resolveIfMatch(
+          req,
+          async () => (await store.get(req.tenant, req.params.name))?.revision ?? null,
+        ),
       );
       req.log.info({ tenant: req.tenant, mcp_server: server.name, created }, 'tenant MCP server put');
       return reply
@@ -180,7 +183,14 @@ const routes: FastifyPluginAsyncZod = async (app) => {
       },
     },
     async (req) => {
-      await store.delete(req.tenant, req.params.name, parseIfMatch(req));
+      await store.delete(
+        req.tenant,
+        req.params.name,
+        await resolveIfMatch(
+          req,
+          async () => (await store.get(req.tenant, req.params.name))?.revision ?? null,
+        ),
+      );
       req.log.info({ tenant: req.tenant, mcp_server: req.params.name }, 'tenant MCP server deleted');
       return { name: req.params.name, object: 'mcp_server' as const, deleted: true as const };
     },

@@ -4,17 +4,10 @@
  */
 import type { FastifyReply, FastifyRequest } from 'fastify';
 import { z } from 'zod';
-import type { MutationResult } from '../src/sessions/mutate.js';
+import type { MutationResult, SessionDeps } from '../src/sessions/mutate.js';
 import { sessionView } from '../src/sessions/view.js';
 import type { SessionState } from '../src/store/session-state.js';
 import { routeErrors, session, type RouteCodes } from '../src/openapi/responses.js';
-
-export const ifMatchHeader = z.looseObject({
-  'if-match': z
-    .string()
-    .regex(/^(W\/)?"?\d+"?$/, 'If-Match takes the revision from the ETag, e.g. "17"')
-    .optional(),
-});
 
 /** A session route's 404: the session (another tenant's, or another session than a client token's, is not found). */
 export const SESSION_NOT_FOUND = { 404: ['session_not_found'] } as const satisfies RouteCodes;
@@ -27,11 +20,80 @@ export const mutation = (...more: Array<409 | 422>) => ({
 });
 export const postMutation = mutation(409, 422);
 
-export function parseIfMatch(req: FastifyRequest): number | undefined {
+/** Most entity tags one If-Match may list (more is a 400: no client needs a longer list). */
+export const IF_MATCH_MAX_TAGS = 16;
+
+/** A member of an If-Match list: an entity tag, strong (`"17"`) or weak (`W/"17"`), or a bare revision (`17`). */
+const MEMBER = /^(?:(W\/)?"([\x21\x23-\x7e]*)"|([0-9]{1,15}))$/;
+
+/** A revision as the service writes it in an ETag: canonical decimal (`"017"` is another tag than `"17"`). */
+const REVISION = /^(?:0|[1-9][0-9]{0,14})$/;
+
+/** No resource has this revision: a precondition that can never hold (412 `revision_mismatch` from the store). */
+const NO_REVISION = -1;
+
+/**
+ * An If-Match header (RFC 9110 §13.1.1): `*`, or a list of entity tags. The revisions it names (strong tags and
+ * bare numbers; a weak tag never matches under the strong comparison If-Match uses), or `any` for `*`; null when
+ * the text is none of those.
+ */
+function parseIfMatchText(h: string): { any: true } | { revisions: number[] } | null {
+  if (h.trim() === '*') return { any: true };
+  const members = h.split(',').map((m) => m.trim());
+  if (members.length > IF_MATCH_MAX_TAGS) return null;
+  const revisions: number[] = [];
+  for (const m of members) {
+    const parts = MEMBER.exec(m);
+    if (!parts) return null;
+    const tag = parts[3] ?? parts[2]!;
+    if (parts[1] === undefined && REVISION.test(tag)) revisions.push(Number(tag));
+  }
+  return { revisions };
+}
+
+export const ifMatchHeader = z.looseObject({
+  'if-match': z
+    .string()
+    .max(1024)
+    .refine(
+      (h) => parseIfMatchText(h) !== null,
+      `If-Match takes "*" or up to ${IF_MATCH_MAX_TAGS} ETags, e.g. "17"`,
+    )
+    .optional()
+    .meta({
+      description:
+        'The revision the change is for, from the ETag (`"17"`); `*` for any, or a list (`"17", "18"`, at most ' +
+        `${IF_MATCH_MAX_TAGS}); a weak tag (\`W/"17"\`) never matches. 412 \`revision_mismatch\` when none matches.`,
+    }),
+});
+
+/**
+ * The revision a change must be written at, from the request's If-Match, for the stores (which compare one
+ * revision in the same script or guarded write as the change): undefined when any revision will do (no header; `*`
+ * on an existing resource). A list is resolved against `current()` (the resource's revision now, null when there is
+ * none): the member that is current, pinned, so the write still fails if the resource moved meanwhile (a race that
+ * answers 412, never a write at a revision the client did not name). `current` is read only for `*` and lists of
+ * more than one revision.
+ */
+export async function resolveIfMatch(
+  req: FastifyRequest,
+  current: () => Promise<number | null>,
+): Promise<number | undefined> {
   const h = req.headers['if-match'];
   if (typeof h !== 'string') return undefined;
-  return Number(h.replace(/^W\//, '').replace(/"/g, ''));
+  const parsed = parseIfMatchText(h);
+  // The header schema refused any other text before the handler ran.
+  if (parsed === null) return NO_REVISION;
+  if ('any' in parsed) return (await current()) === null ? NO_REVISION : undefined;
+  const { revisions } = parsed;
+  if (revisions.length <= 1) return revisions[0] ?? NO_REVISION;
+  const now = await current();
+  return now !== null && revisions.includes(now) ? now : NO_REVISION;
 }
+
+/** resolveIfMatch for the session of the route's `:id` (its revision read only for `*` and lists). */
+export const sessionIfMatch = (req: FastifyRequest<{ Params: { id: string } }>, deps: SessionDeps) =>
+  resolveIfMatch(req, async () => (await deps.store.loadFor(req.tenant, req.params.id)).revision);
 
 export function send(reply: FastifyReply, s: SessionState, code = 200) {
   return reply.code(code).header('etag', `"${s.revision}"`).send(sessionView(s));

@@ -22,7 +22,7 @@ import {
 } from '../src/schedules/schemas.js';
 import { sessionView } from '../src/sessions/view.js';
 import type { SessionState } from '../src/store/session-state.js';
-import { ifMatchHeader, parseIfMatch } from './mutations.js';
+import { ifMatchHeader, resolveIfMatch } from './mutations.js';
 
 /** The 404 of this file's routes names one thing (src/openapi/responses.ts `routeErrors`). */
 const NOT_FOUND = { 404: ['schedule_not_found'] } as const satisfies RouteCodes;
@@ -216,7 +216,10 @@ const routes: FastifyPluginAsyncZod = async (app) => {
       },
     },
     async (req, reply) => {
-      const ifMatch = parseIfMatch(req);
+      const ifMatch = await resolveIfMatch(
+        req,
+        async () => (await store.get(req.tenant, req.params.id)).revision,
+      );
       // Each change is written at the revision it was computed from (so a byte count or a retiming never applies
       // twice); without If-Match a PATCH that lost a race is computed again from the record now.
       for (let attempt = 0; ; attempt++) {
@@ -247,7 +250,11 @@ const routes: FastifyPluginAsyncZod = async (app) => {
       },
     },
     async (req) => {
-      await store.remove(req.tenant, req.params.id, parseIfMatch(req));
+      await store.remove(
+        req.tenant,
+        req.params.id,
+        await resolveIfMatch(req, async () => (await store.get(req.tenant, req.params.id)).revision),
+      );
       return { id: req.params.id, object: 'schedule' as const, deleted: true as const };
     },
   );

@@ -35,7 +35,7 @@ import { actorOf } from '../src/plugins/auth.js';
 import {
   SESSION_NOT_FOUND,
   ifMatchHeader,
-  parseIfMatch,
+  sessionIfMatch,
   postMutation,
   send,
   sendMutation,
@@ -200,7 +200,7 @@ const routes: FastifyPluginAsyncZod = async (app) => {
       },
     },
     async (req) => {
-      await removeSession(deps, req.tenant, req.params.id, parseIfMatch(req));
+      await removeSession(deps, req.tenant, req.params.id, await sessionIfMatch(req, deps));
       return { id: req.params.id, object: 'session' as const, deleted: true as const };
     },
   );
@@ -299,7 +299,7 @@ const routes: FastifyPluginAsyncZod = async (app) => {
           req.tenant,
           req.params.id,
           req.body,
-          parseIfMatch(req),
+          await sessionIfMatch(req, deps),
           actorOf(req.clientToken),
         ),
       ),

@@ -12,7 +12,7 @@ import { toolView } from '../src/tenant-tools/registry.js';
 import { putToolBody, toolNameParam } from '../src/tenant-tools/schemas.js';
 import type { TenantToolDef } from '../src/tenant-tools/types.js';
 import { checkWebhookUrl } from '../src/webhooks/address-guard.js';
-import { ifMatchHeader, parseIfMatch } from './mutations.js';
+import { ifMatchHeader, resolveIfMatch } from './mutations.js';
 import { newSecret } from '../src/webhooks/secrets.js';
 
 /** The 404 of this file's routes names one thing (src/openapi/responses.ts `routeErrors`). */
@@ -92,7 +92,10 @@ const routes: FastifyPluginAsyncZod = async (app) => {
       const { created, revision, createdAt, secretMade } = await registry.put(req.tenant, def, {
         now,
         sealed: secret === undefined ? undefined : app.webhooks.box.seal(secret),
-        ifMatch: parseIfMatch(req),
+        ifMatch: await resolveIfMatch(
+          req,
+          async () => (await registry.get(req.tenant, req.params.name))?.revision ?? null,
+        ),
       });
       return reply
         .code(created ? 201 : 200)
@@ -159,7 +162,17 @@ const routes: FastifyPluginAsyncZod = async (app) => {
         req.params.name,
         'server tools cannot be removed (a session leaves one out of its `tools`)',
       );
-      if (!(await registry.remove(req.tenant, req.params.name, parseIfMatch(req)))) throw notFound('tool');
+      if (
+        !(await registry.remove(
+          req.tenant,
+          req.params.name,
+          await resolveIfMatch(
+            req,
+            async () => (await registry.get(req.tenant, req.params.name))?.revision ?? null,
+          ),
+        ))
+      )
+        throw notFound('tool');
       return { name: req.params.name, deleted: true as const };
     },
   );

@@ -8,7 +8,7 @@ import type { FastifyPluginAsyncZod } from 'fastify-type-provider-zod';
 import { z } from 'zod';
 import { decisionBody, emptyBody, sessionIdParam, toolResultBody, toolResultsBody } from '../src/schemas.js';
 import { actorOf } from '../src/plugins/auth.js';
-import { ifMatchHeader, mutation, parseIfMatch, postMutation, sendMutation } from './mutations.js';
+import { ifMatchHeader, mutation, postMutation, sessionIfMatch, sendMutation } from './mutations.js';
 
 const toolUseParams = sessionIdParam.extend({ tool_use_id: z.string().min(1).max(128) });
 
@@ -39,7 +39,7 @@ const routes: FastifyPluginAsyncZod = async (app) => {
           req.params.id,
           req.params.tool_use_id,
           req.body,
-          parseIfMatch(req),
+          await sessionIfMatch(req, deps),
           actorOf(req.clientToken),
         ),
       ),
@@ -63,7 +63,14 @@ const routes: FastifyPluginAsyncZod = async (app) => {
     async (req, reply) =>
       sendMutation(
         reply,
-        await putResult(deps, req.tenant, req.params.id, req.params.tool_use_id, req.body, parseIfMatch(req)),
+        await putResult(
+          deps,
+          req.tenant,
+          req.params.id,
+          req.params.tool_use_id,
+          req.body,
+          await sessionIfMatch(req, deps),
+        ),
       ),
   );
 
@@ -90,7 +97,7 @@ const routes: FastifyPluginAsyncZod = async (app) => {
           req.params.id,
           req.body.results,
           req.body.continue,
-          parseIfMatch(req),
+          await sessionIfMatch(req, deps),
         ),
       ),
   );
@@ -110,7 +117,10 @@ const routes: FastifyPluginAsyncZod = async (app) => {
       },
     },
     async (req, reply) =>
-      sendMutation(reply, await continueRun(deps, req.tenant, req.params.id, parseIfMatch(req))),
+      sendMutation(
+        reply,
+        await continueRun(deps, req.tenant, req.params.id, await sessionIfMatch(req, deps)),
+      ),
   );
 };
 

@@ -1,7 +1,6 @@
 import type { FastifyPluginAsyncZod } from 'fastify-type-provider-zod';
 import type { FastifyReply } from 'fastify';
 import { randomBytes } from 'node:crypto';
-import { z } from 'zod';
 import { Conflict } from '../src/errors.js';
 import { checkWebhookUrl } from '../src/webhooks/address-guard.js';
 import { releaseAgents } from '../src/webhooks/attempt.js';
@@ -15,7 +14,7 @@ import {
 } from '../src/webhooks/schemas.js';
 import { newSecret } from '../src/webhooks/secrets.js';
 import type { WebhookRecord } from '../src/webhooks/keys.js';
-import { parseIfMatch } from './mutations.js';
+import { ifMatchHeader, resolveIfMatch } from './mutations.js';
 import { sealInRecord } from '../src/plugins/idempotency.js';
 import {
   createdWebhook,
@@ -33,13 +32,6 @@ import {
 const NOT_FOUND = { 404: ['webhook_not_found'] } as const satisfies RouteCodes;
 
 /** Spec §6.3: a tenant's webhooks. Another tenant's webhook is 404 `webhook_not_found`. */
-
-const ifMatchHeader = z.looseObject({
-  'if-match': z
-    .string()
-    .regex(/^(W\/)?"?\d+"?$/, 'If-Match takes the revision from the ETag, e.g. "3"')
-    .optional(),
-});
 
 const newWebhookId = () => `wh_${randomBytes(12).toString('base64url').replace(/[-_]/g, '').slice(0, 16)}`;
 
@@ -141,7 +133,12 @@ const routes: FastifyPluginAsyncZod = async (app) => {
       if (b.events !== undefined) fields['events'] = JSON.stringify(b.events);
       if (b.description !== undefined) fields['description'] = b.description ?? '';
       if (b.disabled !== undefined) fields['disabled'] = b.disabled ? '1' : '0';
-      const w = await store.patch(req.tenant, req.params.id, fields, parseIfMatch(req));
+      const w = await store.patch(
+        req.tenant,
+        req.params.id,
+        fields,
+        await resolveIfMatch(req, async () => (await store.get(req.tenant, req.params.id)).revision),
+      );
       // Sockets to the old URL are not kept (another replica's close after AGENT_IDLE_MS).
       if (b.url !== undefined) releaseAgents(w.id);
       return send(reply, w);
@@ -164,7 +161,11 @@ const routes: FastifyPluginAsyncZod = async (app) => {
       },
     },
     async (req) => {
-      await store.remove(req.tenant, req.params.id, parseIfMatch(req));
+      await store.remove(
+        req.tenant,
+        req.params.id,
+        await resolveIfMatch(req, async () => (await store.get(req.tenant, req.params.id)).revision),
+      );
       releaseAgents(req.params.id);
       return { id: req.params.id, object: 'webhook' as const, deleted: true as const };
     },

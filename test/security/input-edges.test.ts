@@ -135,4 +135,59 @@ describe('input edges', { timeout: 120_000 }, () => {
     assert.equal((await api.get(`/v1/sessions/${sid}/iterations/1`)).status, 404);
     assert.equal((await api.get('/v1/sessions')).status, 200);
   });
+
+  it('evaluates If-Match per RFC 9110: *, lists, strong comparison (a weak tag never matches)', async () => {
+    const s = await api.post('/v1/sessions', { start: false });
+    const id: string = s.body.id;
+    let rev: number = s.body.revision;
+    const patch = (ifMatch: string) =>
+      api.req('PATCH', `/v1/sessions/${id}`, { metadata: { n: rev } }, { 'if-match': ifMatch });
+    const ok = async (ifMatch: string) => {
+      const r = await patch(ifMatch);
+      assert.equal(r.status, 200, `${ifMatch}: ${JSON.stringify(r.body)}`);
+      assert.equal(r.headers.get('etag'), `"${rev + 1}"`);
+      rev = r.body.revision;
+    };
+    const refused = async (ifMatch: string) => {
+      const r = await patch(ifMatch);
+      assert.equal(r.status, 412, `${ifMatch}: ${JSON.stringify(r.body)}`);
+      assert.equal(r.body.error.code, 'revision_mismatch');
+      assert.equal(r.body.error.details.revision, rev);
+    };
+    await ok('*');
+    await ok(`"${rev}"`);
+    await ok(`"${rev + 5}", "${rev}"`);
+    await ok(`W/"${rev + 5}",  "${rev}" ,"x"`);
+    await refused(`W/"${rev}"`);
+    await refused(`W/"${rev}", W/"${rev + 1}"`);
+    await refused(`"${rev + 1}", "${rev + 2}"`);
+    await refused(`"0${rev}"`);
+    await refused('"abc"');
+    for (const bad of [
+      Array.from({ length: 17 }, (_, i) => `"${i}"`).join(', '),
+      '"1" "2"',
+      '* , "1"',
+      'W/1',
+      '"a""',
+    ]) {
+      const r = await patch(bad);
+      assert.equal(r.status, 400, `${bad}: ${JSON.stringify(r.body)}`);
+      assert.equal(r.body.error.code, 'invalid_request');
+    }
+    await ok(Array.from({ length: 16 }, (_, i) => `"${rev + 15 - i}"`).join(', '));
+    // `*` needs a resource: a PUT with it does not create one; a DELETE of none is refused too.
+    const tool = { description: 'd', input_schema: { type: 'object' }, runner: { type: 'worker' } };
+    const put = await api.req('PUT', '/v1/tools/edge_tool', tool, { 'if-match': '*' });
+    assert.equal(put.status, 412, JSON.stringify(put.body));
+    assert.equal((await api.req('PUT', '/v1/tools/edge_tool', tool)).status, 201);
+    assert.equal((await api.req('PUT', '/v1/tools/edge_tool', tool, { 'if-match': '*' })).status, 200);
+    assert.equal(
+      (await api.req('DELETE', '/v1/tools/edge_tool', undefined, { 'if-match': 'W/"2"' })).status,
+      412,
+    );
+    assert.equal(
+      (await api.req('DELETE', '/v1/tools/edge_tool', undefined, { 'if-match': '"1", "2"' })).status,
+      200,
+    );
+  });
 });

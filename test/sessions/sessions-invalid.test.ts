@@ -376,7 +376,8 @@ describe('invalid requests are refused with a stable code and leave Redis unchan
       bad('role assistant', 'POST', P, { role: 'assistant', text: 'x' }),
       bad('interrupt not a boolean', 'POST', P, { text: 'x', interrupt: 'yes' }),
       bad('a malformed id', 'POST', '/v1/sessions/no%20pe/messages', { text: 'x' }),
-      bad('a malformed If-Match', 'POST', P, { text: 'x' }, { 'if-match': '"abc"' }),
+      // Unquoted text is no entity tag (400); a quoted one that is no revision (`"abc"`) never matches (412).
+      bad('a malformed If-Match', 'POST', P, { text: 'x' }, { 'if-match': 'abc' }),
       {
         name: 'malformed JSON',
         method: 'POST',

@@ -5655,6 +5655,7 @@ export interface operations {
     parameters: {
       query?: never;
       header?: {
+        /** @description The revision the change is for, from the ETag (`"17"`); `*` for any, or a list (`"17", "18"`, at most 16); a weak tag (`W/"17"`) never matches. 412 `revision_mismatch` when none matches. */
         'if-match'?: string;
       };
       path: {
@@ -5793,6 +5794,7 @@ export interface operations {
     parameters: {
       query?: never;
       header?: {
+        /** @description The revision the change is for, from the ETag (`"17"`); `*` for any, or a list (`"17", "18"`, at most 16); a weak tag (`W/"17"`) never matches. 412 `revision_mismatch` when none matches. */
         'if-match'?: string;
       };
       path: {
@@ -6166,6 +6168,7 @@ export interface operations {
     parameters: {
       query?: never;
       header?: {
+        /** @description The revision the change is for, from the ETag (`"17"`); `*` for any, or a list (`"17", "18"`, at most 16); a weak tag (`W/"17"`) never matches. 412 `revision_mismatch` when none matches. */
         'if-match'?: string;
       };
       path: {
@@ -7451,6 +7454,7 @@ export interface operations {
     parameters: {
       query?: never;
       header?: {
+        /** @description The revision the change is for, from the ETag (`"17"`); `*` for any, or a list (`"17", "18"`, at most 16); a weak tag (`W/"17"`) never matches. 412 `revision_mismatch` when none matches. */
         'if-match'?: string;
         /** @description Makes the POST safe to retry: the same key with the same body returns the first answer (with `Idempotent-Replayed: true`) for IDEMPOTENCY_TTL_S (24 h by default); with another body 422 `idempotency_key_reused`; while the first is still handled 409 `idempotency_in_progress`. 5xx answers are not kept. */
         'Idempotency-Key'?: components['parameters']['IdempotencyKey'];
@@ -8202,6 +8206,7 @@ export interface operations {
     parameters: {
       query?: never;
       header?: {
+        /** @description The revision the change is for, from the ETag (`"17"`); `*` for any, or a list (`"17", "18"`, at most 16); a weak tag (`W/"17"`) never matches. 412 `revision_mismatch` when none matches. */
         'if-match'?: string;
         /** @description Makes the POST safe to retry: the same key with the same body returns the first answer (with `Idempotent-Replayed: true`) for IDEMPOTENCY_TTL_S (24 h by default); with another body 422 `idempotency_key_reused`; while the first is still handled 409 `idempotency_in_progress`. 5xx answers are not kept. */
         'Idempotency-Key'?: components['parameters']['IdempotencyKey'];
@@ -8394,6 +8399,7 @@ export interface operations {
     parameters: {
       query?: never;
       header?: {
+        /** @description The revision the change is for, from the ETag (`"17"`); `*` for any, or a list (`"17", "18"`, at most 16); a weak tag (`W/"17"`) never matches. 412 `revision_mismatch` when none matches. */
         'if-match'?: string;
       };
       path: {
@@ -8931,6 +8937,7 @@ export interface operations {
     parameters: {
       query?: never;
       header?: {
+        /** @description The revision the change is for, from the ETag (`"17"`); `*` for any, or a list (`"17", "18"`, at most 16); a weak tag (`W/"17"`) never matches. 412 `revision_mismatch` when none matches. */
         'if-match'?: string;
         /** @description Makes the POST safe to retry: the same key with the same body returns the first answer (with `Idempotent-Replayed: true`) for IDEMPOTENCY_TTL_S (24 h by default); with another body 422 `idempotency_key_reused`; while the first is still handled 409 `idempotency_in_progress`. 5xx answers are not kept. */
         'Idempotency-Key'?: components['parameters']['IdempotencyKey'];
@@ -9489,6 +9496,7 @@ export interface operations {
     parameters: {
       query?: never;
       header?: {
+        /** @description The revision the change is for, from the ETag (`"17"`); `*` for any, or a list (`"17", "18"`, at most 16); a weak tag (`W/"17"`) never matches. 412 `revision_mismatch` when none matches. */
         'if-match'?: string;
         /** @description Makes the POST safe to retry: the same key with the same body returns the first answer (with `Idempotent-Replayed: true`) for IDEMPOTENCY_TTL_S (24 h by default); with another body 422 `idempotency_key_reused`; while the first is still handled 409 `idempotency_in_progress`. 5xx answers are not kept. */
         'Idempotency-Key'?: components['parameters']['IdempotencyKey'];
@@ -9673,6 +9681,7 @@ export interface operations {
     parameters: {
       query?: never;
       header?: {
+        /** @description The revision the change is for, from the ETag (`"17"`); `*` for any, or a list (`"17", "18"`, at most 16); a weak tag (`W/"17"`) never matches. 412 `revision_mismatch` when none matches. */
         'if-match'?: string;
         /** @description Makes the POST safe to retry: the same key with the same body returns the first answer (with `Idempotent-Replayed: true`) for IDEMPOTENCY_TTL_S (24 h by default); with another body 422 `idempotency_key_reused`; while the first is still handled 409 `idempotency_in_progress`. 5xx answers are not kept. */
         'Idempotency-Key'?: components['parameters']['IdempotencyKey'];
@@ -9861,6 +9870,7 @@ export interface operations {
     parameters: {
       query?: never;
       header?: {
+        /** @description The revision the change is for, from the ETag (`"17"`); `*` for any, or a list (`"17", "18"`, at most 16); a weak tag (`W/"17"`) never matches. 412 `revision_mismatch` when none matches. */
         'if-match'?: string;
         /** @description Makes the POST safe to retry: the same key with the same body returns the first answer (with `Idempotent-Replayed: true`) for IDEMPOTENCY_TTL_S (24 h by default); with another body 422 `idempotency_key_reused`; while the first is still handled 409 `idempotency_in_progress`. 5xx answers are not kept. */
         'Idempotency-Key'?: components['parameters']['IdempotencyKey'];
@@ -10045,6 +10055,7 @@ export interface operations {
     parameters: {
       query?: never;
       header?: {
+        /** @description The revision the change is for, from the ETag (`"17"`); `*` for any, or a list (`"17", "18"`, at most 16); a weak tag (`W/"17"`) never matches. 412 `revision_mismatch` when none matches. */
         'if-match'?: string;
         /** @description Makes the POST safe to retry: the same key with the same body returns the first answer (with `Idempotent-Replayed: true`) for IDEMPOTENCY_TTL_S (24 h by default); with another body 422 `idempotency_key_reused`; while the first is still handled 409 `idempotency_in_progress`. 5xx answers are not kept. */
         'Idempotency-Key'?: components['parameters']['IdempotencyKey'];
@@ -10229,6 +10240,7 @@ export interface operations {
     parameters: {
       query?: never;
       header?: {
+        /** @description The revision the change is for, from the ETag (`"17"`); `*` for any, or a list (`"17", "18"`, at most 16); a weak tag (`W/"17"`) never matches. 412 `revision_mismatch` when none matches. */
         'if-match'?: string;
         /** @description Makes the POST safe to retry: the same key with the same body returns the first answer (with `Idempotent-Replayed: true`) for IDEMPOTENCY_TTL_S (24 h by default); with another body 422 `idempotency_key_reused`; while the first is still handled 409 `idempotency_in_progress`. 5xx answers are not kept. */
         'Idempotency-Key'?: components['parameters']['IdempotencyKey'];
@@ -10415,6 +10427,7 @@ export interface operations {
     parameters: {
       query?: never;
       header?: {
+        /** @description The revision the change is for, from the ETag (`"17"`); `*` for any, or a list (`"17", "18"`, at most 16); a weak tag (`W/"17"`) never matches. 412 `revision_mismatch` when none matches. */
         'if-match'?: string;
         /** @description Makes the POST safe to retry: the same key with the same body returns the first answer (with `Idempotent-Replayed: true`) for IDEMPOTENCY_TTL_S (24 h by default); with another body 422 `idempotency_key_reused`; while the first is still handled 409 `idempotency_in_progress`. 5xx answers are not kept. */
         'Idempotency-Key'?: components['parameters']['IdempotencyKey'];
@@ -11181,6 +11194,7 @@ export interface operations {
     parameters: {
       query?: never;
       header?: {
+        /** @description The revision the change is for, from the ETag (`"17"`); `*` for any, or a list (`"17", "18"`, at most 16); a weak tag (`W/"17"`) never matches. 412 `revision_mismatch` when none matches. */
         'if-match'?: string;
       };
       path: {
@@ -11319,6 +11333,7 @@ export interface operations {
     parameters: {
       query?: never;
       header?: {
+        /** @description The revision the change is for, from the ETag (`"17"`); `*` for any, or a list (`"17", "18"`, at most 16); a weak tag (`W/"17"`) never matches. 412 `revision_mismatch` when none matches. */
         'if-match'?: string;
       };
       path: {
@@ -12549,6 +12564,7 @@ export interface operations {
     parameters: {
       query?: never;
       header?: {
+        /** @description The revision the change is for, from the ETag (`"17"`); `*` for any, or a list (`"17", "18"`, at most 16); a weak tag (`W/"17"`) never matches. 412 `revision_mismatch` when none matches. */
         'if-match'?: string;
       };
       path: {
@@ -12699,6 +12715,7 @@ export interface operations {
     parameters: {
       query?: never;
       header?: {
+        /** @description The revision the change is for, from the ETag (`"17"`); `*` for any, or a list (`"17", "18"`, at most 16); a weak tag (`W/"17"`) never matches. 412 `revision_mismatch` when none matches. */
         'if-match'?: string;
       };
       path: {
@@ -14611,6 +14628,7 @@ export interface operations {
     parameters: {
       query?: never;
       header?: {
+        /** @description The revision the change is for, from the ETag (`"17"`); `*` for any, or a list (`"17", "18"`, at most 16); a weak tag (`W/"17"`) never matches. 412 `revision_mismatch` when none matches. */
         'if-match'?: string;
       };
       path: {
@@ -14749,6 +14767,7 @@ export interface operations {
     parameters: {
       query?: never;
       header?: {
+        /** @description The revision the change is for, from the ETag (`"17"`); `*` for any, or a list (`"17", "18"`, at most 16); a weak tag (`W/"17"`) never matches. 412 `revision_mismatch` when none matches. */
         'if-match'?: string;
       };
       path: {
@@ -16642,6 +16661,7 @@ export interface operations {
     parameters: {
       query?: never;
       header?: {
+        /** @description The revision the change is for, from the ETag (`"17"`); `*` for any, or a list (`"17", "18"`, at most 16); a weak tag (`W/"17"`) never matches. 412 `revision_mismatch` when none matches. */
         'if-match'?: string;
       };
       path: {
@@ -16847,6 +16867,7 @@ export interface operations {
     parameters: {
       query?: never;
       header?: {
+        /** @description The revision the change is for, from the ETag (`"17"`); `*` for any, or a list (`"17", "18"`, at most 16); a weak tag (`W/"17"`) never matches. 412 `revision_mismatch` when none matches. */
         'if-match'?: string;
       };
       path: {
