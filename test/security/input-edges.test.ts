@@ -113,6 +113,17 @@ describe('input edges', { timeout: 120_000 }, () => {
         assert.equal(r.body.error.code, 'unsupported_media_type');
       }
     }
+    // A body without a content type (a Blob without a type: fetch sends none) is not JSON either.
+    const untyped = await fetch(`${api.base}/v1/sessions`, {
+      method: 'POST',
+      headers: { authorization: 'Bearer key-acme' },
+      body: new Blob(['{"start":false}']),
+    });
+    assert.equal(untyped.status, 415, await untyped.clone().text());
+    assert.equal(
+      ((await untyped.json()) as { error: { code: string } }).error.code,
+      'unsupported_media_type',
+    );
   });
 
   it('takes integers of paths and query strings in canonical decimal only (400 invalid_request otherwise)', async () => {
