@@ -86,6 +86,13 @@ describe('event stream access and client frames', () => {
     await c.frames.wait((f, all) => f.type === 'error' && all.length === 2, 'a second error');
     c.ws.send(Buffer.from([1, 2, 3]), { binary: true });
     await c.frames.wait((f, all) => f.type === 'error' && all.length === 3, 'a third error');
+    // A prototype key is refused with its path, as in a REST body (src/json-depth.ts forbiddenKeyPath).
+    c.send('{"type":"message","ref":"p1","text":"x","metadata":{"__proto__":{"a":1}}}');
+    const proto = await c.frames.wait((_f, all) => all.length === 4, 'the answer to a forbidden key');
+    assert.equal(proto.type, 'error');
+    assert.equal(proto.error.code, 'invalid_request');
+    assert.equal(proto.error.details?.[0]?.code, 'forbidden_key', JSON.stringify(proto));
+    assert.equal(proto.error.details[0].path, '/metadata/__proto__');
 
     const unknown = await c.request({ type: 'dance', ref: 'r1' });
     assert.equal(unknown.error.code, 'invalid_request');
