@@ -242,7 +242,6 @@ describe('chat routes: the AI SDK UI message stream', () => {
         toolUse('get_weather', { location: 'Paris' }, 'toolu_d1'),
         toolUse('get_weather', { location: 'Oslo' }, 'toolu_d2'),
       ]),
-      text('Done.'),
     );
     const post = (body: unknown) =>
       fetch(`${h.service.url}/v1/chat`, {
