@@ -9,11 +9,8 @@
  * `message` for a user message, `decide` for approval responses, `results` for tool outputs (`needScope` below),
  * and streams the run only to a caller that holds `read` (`withoutRun` below).
  *
- * One file just over 400 lines: the three routes share the stream writer and the request's scope checks; the
- * translation itself is src/chat/.
+ * What a post does to the session is src/chat/post.ts; the translation of the log, src/chat/chunks.ts.
  */
-import { addMessage } from '../src/sessions/messages.js';
-import { decide, submitResults } from '../src/sessions/tool-calls.js';
 import type { FastifyPluginAsyncZod } from 'fastify-type-provider-zod';
 import type { FastifyReply, FastifyRequest } from 'fastify';
 import type { OutgoingHttpHeaders } from 'node:http';
@@ -29,18 +26,9 @@ import { streamSink, type CloseReason } from '../src/events/sink.js';
 import { ChatTranslator, type UIChunk } from '../src/chat/chunks.js';
 import { awaitsAgentsOnly } from '../src/chat/event-shapes.js';
 import { runMessageId, toUIMessages } from '../src/chat/history.js';
-import {
-  chatBody,
-  decisionsOf,
-  editRefused,
-  postedGuard,
-  resultsOf,
-  toolCallIdsOf,
-  userMessageOf,
-} from '../src/chat/request.js';
-import { AlreadyPosted } from '../src/store/apply-ops.js';
+import { chatBody, editRefused } from '../src/chat/request.js';
+import { postAnswers, postUserMessage, statusOf } from '../src/chat/post.js';
 import { defineChatCommands, runStartCursor } from '../src/chat/run-start.js';
-import type { MutationResult } from '../src/sessions/mutate.js';
 import type { SessionState } from '../src/store/session-state.js';
 import { actorOf, requireScope, watchToken } from '../src/plugins/auth.js';
 import { TokenExpired } from '../src/plugins/error-status.js';
@@ -92,17 +80,6 @@ function withoutRun(t: ChatTranslator): UIChunk[] {
 
 /** Whether the request may see the run it streams: a tenant key, or a client token holding `read`. */
 const readsRun = (req: FastifyRequest) => !req.clientToken || req.clientToken.scopes.includes('read');
-
-/** The `session.status` data of a session that runs nothing; null when it runs. */
-function statusOf(state: SessionState): Record<string, unknown> | null {
-  if (state.status === 'running') return null;
-  return {
-    status: state.status,
-    required_action: requiredAction(state.status, state.pending),
-    stop_reason: state.stopReason,
-    error: state.error,
-  };
-}
 
 /** The names of the session's sub-agent tools (spec §7.6): their calls are the service's, not the client's. */
 const agentsOf = (state: SessionState): Set<string> =>
@@ -274,77 +251,25 @@ const routes: FastifyPluginAsyncZod<{ config: Config }> = async (app, { config }
       };
       const last = messages[messages.length - 1]!;
       const after = (await hub.eventLog.lastId(id)) ?? START;
-      const deps = app.sessionDeps;
-      let result: MutationResult | undefined;
-      let known: string[] = [];
-      if (last.role === 'user') {
-        need('message');
-        const body = userMessageOf(last.parts);
-        // A message without an id cannot be told from another: it is posted, unguarded.
-        const posted = last.id === '' ? undefined : postedGuard(last.id, body, after);
-        try {
-          result = await addMessage(deps, req.tenant, id, body, undefined, actorOf(req.clientToken), posted);
-        } catch (err) {
-          if (!(err instanceof AlreadyPosted)) throw err;
-          if (err.entry.fp !== posted?.fp) throw editRefused(last.id);
-          // The same message again (its first answer was lost with its replica): nothing is posted; the answer is
-          // the first one's, from where it streamed.
-          const { after: from, rev, idle } = err.entry;
-          const now = await app.store.loadFor(req.tenant, id);
-          const status = idle ? statusOf(now) : null;
-          await app.keepStreamed(req, {
-            after: from,
-            revision: rev,
-            known: [],
-            idle: status !== null,
-            scopes,
-          });
-          const t = new ChatTranslator(undefined, [], { agents: agentsOf(now) });
-          t.statusFrom = rev;
-          return stream(req, reply, id, from, t, status);
-        }
-      } else {
-        known = toolCallIdsOf(last.parts);
-        const decisions = decisionsOf(last.parts, requiredAction(s.status, s.pending));
-        if (decisions.length) need('decide');
-        for (const d of decisions)
-          result = await decide(
-            deps,
-            req.tenant,
-            id,
-            d.toolUseId,
-            d.body,
-            undefined,
-            actorOf(req.clientToken),
-          );
-        const now = result?.state ?? s;
-        const results = resultsOf(last.parts, requiredAction(now.status, now.pending));
-        if (results.length) {
-          need('results');
-          result = await submitResults(deps, req.tenant, id, results, true);
-        }
-        if (!result)
-          throw badRequest(
-            'The newest message holds no user text, and no approval response or tool output the session waits for.',
-          );
-      }
-      const assistant = last.role === 'assistant' ? last.id : undefined;
-      const state = result.state;
+      const poster = { deps: app.sessionDeps, tenant: req.tenant, by: actorOf(req.clientToken), need };
+      const posted =
+        last.role === 'user'
+          ? await postUserMessage(poster, id, last, after)
+          : await postAnswers(poster, s, last, after);
       // An Idempotency-Key keeps where this answer streams from, so the same request streams it again.
-      const status = statusOf(state);
-      const small = status !== null && JSON.stringify(status).length <= KEPT_STATUS_BYTES;
+      const kept = posted.status !== null && JSON.stringify(posted.status).length <= KEPT_STATUS_BYTES;
       await app.keepStreamed(req, {
-        after,
-        revision: state.revision,
-        assistant,
-        known,
-        idle: status !== null,
-        ...(small ? { status } : {}),
+        after: posted.after,
+        revision: posted.revision,
+        assistant: posted.assistant,
+        known: posted.known,
+        idle: posted.status !== null,
+        ...(kept && posted.status ? { status: posted.status } : {}),
         scopes,
       });
-      const t = new ChatTranslator(assistant, known, { agents: agentsOf(state) });
-      t.statusFrom = state.revision;
-      stream(req, reply, id, after, t, status);
+      const t = new ChatTranslator(posted.assistant, posted.known, { agents: agentsOf(posted.state) });
+      t.statusFrom = posted.revision;
+      stream(req, reply, id, posted.after, t, posted.status);
     },
   );
 

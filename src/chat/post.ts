@@ -1,0 +1,119 @@
+/**
+ * What POST /v1/chat posts to its session (spec §7.3): the newest UIMessage as a user message, or as the answers
+ * (approval responses, tool outputs) an assistant message holds for the calls the session waits on; and where the
+ * answer's stream starts. The mutations are the REST routes' own (src/sessions/); routes/chat.ts streams the answer.
+ */
+import type { z } from 'zod';
+import { badRequest } from '../errors.js';
+import { requiredAction } from '../engine/status.js';
+import { addMessage } from '../sessions/messages.js';
+import type { MutationResult, SessionDeps } from '../sessions/mutate.js';
+import { decide, submitResults } from '../sessions/tool-calls.js';
+import { AlreadyPosted } from '../store/apply-ops.js';
+import type { ClientScope } from '../store/client-tokens.js';
+import type { SessionState } from '../store/session-state.js';
+import {
+  type chatBody,
+  decisionsOf,
+  editRefused,
+  postedGuard,
+  resultsOf,
+  toolCallIdsOf,
+  userMessageOf,
+} from './request.js';
+
+type ChatMessage = z.infer<typeof chatBody>['messages'][number];
+
+/** Who posts: the tenant, the actor of a client token, and the scope check each part of the message needs. */
+interface Poster {
+  deps: SessionDeps;
+  tenant: string;
+  by: string | undefined;
+  need: (scope: ClientScope) => void;
+}
+
+/** What a post did: where its answer streams from, and what that answer continues. */
+interface Posted {
+  after: string;
+  revision: number;
+  /** The assistant message the request's answers were in (its stream continues it). */
+  assistant: string | undefined;
+  /** The tool call ids of that message. */
+  known: string[];
+  /** The session after the post, and its status when it runs nothing (else null). */
+  state: SessionState;
+  status: Record<string, unknown> | null;
+}
+
+/** The `session.status` data of a session that runs nothing; null when it runs. */
+export function statusOf(state: SessionState): Record<string, unknown> | null {
+  if (state.status === 'running') return null;
+  return {
+    status: state.status,
+    required_action: requiredAction(state.status, state.pending),
+    stop_reason: state.stopReason,
+    error: state.error,
+  };
+}
+
+/**
+ * Posts the newest message, a user's (its stream starts `after`); the same message sent again posts nothing and
+ * answers from where the first one's answer streamed.
+ */
+export async function postUserMessage(
+  p: Poster,
+  id: string,
+  last: ChatMessage,
+  after: string,
+): Promise<Posted> {
+  p.need('message');
+  const body = userMessageOf(last.parts);
+  // A message without an id cannot be told from another: it is posted, unguarded.
+  const guard = last.id === '' ? undefined : postedGuard(last.id, body, after);
+  try {
+    const { state } = await addMessage(p.deps, p.tenant, id, body, undefined, p.by, guard);
+    return {
+      after,
+      revision: state.revision,
+      assistant: undefined,
+      known: [],
+      state,
+      status: statusOf(state),
+    };
+  } catch (err) {
+    if (!(err instanceof AlreadyPosted)) throw err;
+    if (err.entry.fp !== guard?.fp) throw editRefused(last.id);
+    // The same message again (its first answer was lost with its replica): nothing is posted.
+    const { after: from, rev, idle } = err.entry;
+    const state = await p.deps.store.loadFor(p.tenant, id);
+    const status = idle ? statusOf(state) : null;
+    return { after: from, revision: rev, assistant: undefined, known: [], state, status };
+  }
+}
+
+/** Applies the approval responses and tool outputs of the newest message, an assistant's, that `s` waits for. */
+export async function postAnswers(
+  p: Poster,
+  s: SessionState,
+  last: ChatMessage,
+  after: string,
+): Promise<Posted> {
+  let result: MutationResult | undefined;
+  const decisions = decisionsOf(last.parts, requiredAction(s.status, s.pending));
+  if (decisions.length) p.need('decide');
+  for (const d of decisions)
+    result = await decide(p.deps, p.tenant, s.id, d.toolUseId, d.body, undefined, p.by);
+  const now = result?.state ?? s;
+  const results = resultsOf(last.parts, requiredAction(now.status, now.pending));
+  if (results.length) {
+    p.need('results');
+    result = await submitResults(p.deps, p.tenant, s.id, results, true);
+  }
+  if (!result)
+    throw badRequest(
+      'The newest message holds no user text, and no approval response or tool output the session waits for.',
+    );
+  const { state } = result;
+  const known = toolCallIdsOf(last.parts);
+  return { after, revision: state.revision, assistant: last.id, known, state, status: statusOf(state) };
+}
