@@ -18,7 +18,15 @@ import {
   sessionIdParam,
 } from '../src/schemas.js';
 import { routeErrors, session } from '../src/openapi/responses.js';
-import { ifMatchHeader, mutation, postMutation, sessionIfMatch, send, sendMutation } from './mutations.js';
+import {
+  ifMatchHeader,
+  keyed,
+  mutation,
+  sessionIfMatch,
+  postMutation,
+  send,
+  sendMutation,
+} from './mutations.js';
 
 const routes: FastifyPluginAsyncZod = async (app) => {
   const deps = app.sessionDeps;
@@ -62,7 +70,13 @@ const routes: FastifyPluginAsyncZod = async (app) => {
     async (req, reply) =>
       sendMutation(
         reply,
-        await retryTurn(deps, req.tenant, req.params.id, req.body ?? {}, await sessionIfMatch(req, deps)),
+        await retryTurn(
+          keyed(deps, req),
+          req.tenant,
+          req.params.id,
+          req.body ?? {},
+          await sessionIfMatch(req, deps),
+        ),
       ),
   );
 
@@ -129,7 +143,10 @@ const routes: FastifyPluginAsyncZod = async (app) => {
       },
     },
     async (req, reply) =>
-      sendMutation(reply, await resumeRun(deps, req.tenant, req.params.id, await sessionIfMatch(req, deps))),
+      sendMutation(
+        reply,
+        await resumeRun(keyed(deps, req), req.tenant, req.params.id, await sessionIfMatch(req, deps)),
+      ),
   );
 
   app.post(
@@ -150,7 +167,13 @@ const routes: FastifyPluginAsyncZod = async (app) => {
     async (req, reply) =>
       sendMutation(
         reply,
-        await compactSession(deps, req.tenant, req.params.id, req.body, await sessionIfMatch(req, deps)),
+        await compactSession(
+          keyed(deps, req),
+          req.tenant,
+          req.params.id,
+          req.body,
+          await sessionIfMatch(req, deps),
+        ),
       ),
   );
 

@@ -100,5 +100,14 @@ export function send(reply: FastifyReply, s: SessionState, code = 200) {
 }
 
 export function sendMutation(reply: FastifyReply, r: MutationResult) {
+  // The change was made by an earlier request of the same Idempotency-Key whose answer was lost: this is its replay.
+  if (r.replayed) reply.header('idempotent-replayed', 'true');
   return send(reply, r.state, r.queued ? 202 : 200);
 }
+
+/**
+ * The session operations' deps for this request: with its Idempotency-Key's token (`SessionDeps.applied`), so its
+ * change is recorded with the token and a retry after a crash does not make it twice.
+ */
+export const keyed = (deps: SessionDeps, req: FastifyRequest): SessionDeps =>
+  req.idempotency ? { ...deps, applied: req.idempotency.token } : deps;

@@ -6,7 +6,7 @@
  * lists paths and methods in registration order.
  */
 import { removeSession } from '../src/sessions/control.js';
-import { createSession } from '../src/sessions/create.js';
+import { createKeyed, createSession } from '../src/sessions/create.js';
 import { addMessage, listMessages } from '../src/sessions/messages.js';
 import type { FastifyPluginAsyncZod } from 'fastify-type-provider-zod';
 import { z } from 'zod';
@@ -35,6 +35,7 @@ import { actorOf } from '../src/plugins/auth.js';
 import {
   SESSION_NOT_FOUND,
   ifMatchHeader,
+  keyed,
   sessionIfMatch,
   postMutation,
   send,
@@ -115,9 +116,16 @@ const routes: FastifyPluginAsyncZod = async (app) => {
       },
     },
     async (req, reply) => {
-      const s = await createSession(deps, req.tenant, req.body);
-      req.createdSession = s.id;
-      return send(reply, s, 201);
+      if (!req.idempotency) {
+        const s = await createSession(deps, req.tenant, req.body);
+        req.createdSession = s.id;
+        return send(reply, s, 201);
+      }
+      // Named after the key: a retry after a crash between the create and its answer's record finds it made.
+      const { state, replayed } = await createKeyed(deps, req.tenant, req.body, req.idempotency.token);
+      req.createdSession = state.id;
+      if (replayed) reply.header('idempotent-replayed', 'true');
+      return send(reply, state, 201);
     },
   );
 
@@ -295,7 +303,7 @@ const routes: FastifyPluginAsyncZod = async (app) => {
       sendMutation(
         reply,
         await addMessage(
-          deps,
+          keyed(deps, req),
           req.tenant,
           req.params.id,
           req.body,

@@ -8,7 +8,7 @@ import type { FastifyPluginAsyncZod } from 'fastify-type-provider-zod';
 import { z } from 'zod';
 import { decisionBody, emptyBody, sessionIdParam, toolResultBody, toolResultsBody } from '../src/schemas.js';
 import { actorOf } from '../src/plugins/auth.js';
-import { ifMatchHeader, mutation, postMutation, sessionIfMatch, sendMutation } from './mutations.js';
+import { ifMatchHeader, keyed, mutation, sessionIfMatch, postMutation, sendMutation } from './mutations.js';
 
 const toolUseParams = sessionIdParam.extend({ tool_use_id: z.string().min(1).max(128) });
 
@@ -34,7 +34,7 @@ const routes: FastifyPluginAsyncZod = async (app) => {
       sendMutation(
         reply,
         await decide(
-          deps,
+          keyed(deps, req),
           req.tenant,
           req.params.id,
           req.params.tool_use_id,
@@ -92,7 +92,7 @@ const routes: FastifyPluginAsyncZod = async (app) => {
       sendMutation(
         reply,
         await submitResults(
-          deps,
+          keyed(deps, req),
           req.tenant,
           req.params.id,
           req.body.results,
@@ -119,7 +119,7 @@ const routes: FastifyPluginAsyncZod = async (app) => {
     async (req, reply) =>
       sendMutation(
         reply,
-        await continueRun(deps, req.tenant, req.params.id, await sessionIfMatch(req, deps)),
+        await continueRun(keyed(deps, req), req.tenant, req.params.id, await sessionIfMatch(req, deps)),
       ),
   );
 };

@@ -1,11 +1,12 @@
 import type { FastifyRequest } from 'fastify';
 import fp from 'fastify-plugin';
-import { createHash } from 'node:crypto';
+import { createHash, randomUUID } from 'node:crypto';
 import { z } from 'zod';
 import { zodDetails, DomainError, Conflict, InvalidRequest } from '../errors.js';
 import {
   IN_FLIGHT_RENEW_MS,
   IdempotencyRecords,
+  appliedToken,
   type IdempotencyRecord,
   type StreamReplay,
 } from '../store/idempotency.js';
@@ -17,6 +18,13 @@ declare module 'fastify' {
       | {
           key: string;
           fingerprint: string;
+          /** The pending record's owner: this request (see `IdempotencyRecords.giveUp`). */
+          owner: string;
+          /**
+           * What the request's mutation records with its change (`appliedToken`): a keyed create's id, a session's
+           * applied tokens. A retry after a crash between the change and its answer's record finds it there.
+           */
+          token: string;
           sealed?: readonly string[];
           /** Renews the key's in-flight lease while the request runs; cleared before its answer is written. */
           renewal: NodeJS.Timeout;
@@ -77,7 +85,9 @@ function sealFields(
  * `idempotency_key_reused`, and while the first is still being handled 409 `idempotency_in_progress` (its key held
  * under a short lease its process renews, so a process that died frees the key: IN_FLIGHT_TTL_MS).
  * A client token's keys are its session's (every token of the session shares them, no other session sees them);
- * a tenant key's are the tenant's. A 5xx answer is not kept, so the client may try again. Secrets in an answer (`sealInRecord`) are kept sealed with
+ * a tenant key's are the tenant's. A 5xx answer is not kept and frees the key at once (best effort), so the client may
+ * try again. A keyed mutation records `token` in its own write, so a retry after a crash between the change and the
+ * answer's record (the key freed by its lease) answers from what was done instead of doing it twice. Secrets in an answer (`sealInRecord`) are kept sealed with
  * `box` (as the webhooks keep them at rest) and opened for a replay; one that cannot be opened any more (the key
  * changed) is left out of the replay.
  */
@@ -114,11 +124,18 @@ export default fp<{ ttlS: number; maxBytesPerTenant: number; box: SecretBox }>(
       // The session id is joined with a newline, which no key holds: these never meet the tenant key's own keys.
       const scoped = req.clientToken ? `${req.clientToken.session_id}\n${parsed.data}` : parsed.data;
       const key = records.key(req.tenant, createHash('sha256').update(scoped).digest('base64url'));
-      const pending: IdempotencyRecord = { state: 'pending', fp: fingerprint };
-      if (await records.reserve(key, pending)) {
+      const owner = randomUUID();
+      const pending: IdempotencyRecord = { state: 'pending', fp: fingerprint, owner };
+      // A reservation that failed as Redis stopped answering may still land (a paused Redis runs it later): given
+      // up at once, so the 503's retry is not held off by a lease nobody renews.
+      const reserved = await records.reserve(key, pending).catch((err: unknown) => {
+        records.giveUp(key, owner);
+        throw err;
+      });
+      if (reserved) {
         const renewal = setInterval(() => void records.renew(key).catch(() => {}), IN_FLIGHT_RENEW_MS);
         renewal.unref();
-        req.idempotency = { key, fingerprint, renewal };
+        req.idempotency = { key, fingerprint, owner, token: appliedToken(key), renewal };
         return;
       }
       const stored = await records.get(key);
@@ -156,7 +173,9 @@ export default fp<{ ttlS: number; maxBytesPerTenant: number; box: SecretBox }>(
       clearInterval(idem.renewal);
       delete req.idempotency;
       if (reply.statusCode >= 500) {
-        await records.drop(idem.key);
+        // Not kept: the key is free again at once for the client's retry (in the background while Redis does not
+        // answer; the lease lapses otherwise). A change the request made anyway carries its token (see `token`).
+        records.giveUp(idem.key, idem.owner);
         return payload;
       }
       const etag = reply.getHeader('etag');
@@ -174,7 +193,14 @@ export default fp<{ ttlS: number; maxBytesPerTenant: number; box: SecretBox }>(
         ...(idem.sealed?.length ? sealFields(body, idem.sealed, opts.box) : { body }),
         ...(typeof etag === 'string' ? { etag } : {}),
       };
-      await keep(req, idem.key, stored);
+      // A record that cannot be written (Redis went away meanwhile) does not turn the answer into an error: the key
+      // frees itself when its lease lapses, and the change carries its token, so the retry answers from it.
+      await keep(req, idem.key, stored).catch((err: unknown) =>
+        req.log.warn(
+          { err },
+          'an idempotent answer could not be kept; its key frees itself when its lease lapses',
+        ),
+      );
       return payload;
     });
     // A request that ends without an answer (the client went away) stops renewing: its key frees itself.

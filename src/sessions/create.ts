@@ -301,6 +301,37 @@ function newSessionState(
   };
 }
 
+/**
+ * A create with an Idempotency-Key: the session is named after the request's token (src/store/idempotency.ts
+ * `appliedToken`: `ses_` and 24 hex digits, never a random id's length), so its existence records the create in the
+ * create's own write. A retry whose reservation succeeds because the first request's process died between the
+ * write and its answer's record (the key freed when its lease lapsed) finds the session and answers it (`replayed`)
+ * instead of creating a second one.
+ */
+export async function createKeyed(
+  deps: SessionDeps,
+  tenant: string,
+  body: CreateSessionBody,
+  token: string,
+): Promise<{ state: SessionState; replayed: boolean }> {
+  const id = `ses_${token}`;
+  // The id is derived from the tenant too: another tenant's session of this id cannot be, but is never answered.
+  const made = async () => {
+    const s = await deps.store.load(id);
+    return s && s.tenant === tenant ? s : null;
+  };
+  const before = await made();
+  if (before) return { state: before, replayed: true };
+  try {
+    return { state: await createSession(deps, tenant, body, id), replayed: false };
+  } catch (err) {
+    // Created meanwhile by a request of the same key (one whose process stalled past its lease).
+    const now = err instanceof SessionExists ? await made() : null;
+    if (now) return { state: now, replayed: true };
+    throw err;
+  }
+}
+
 /** Indexes a new session, then writes it (fields, history, iteration records, `session.created`) in one script. */
 export async function insertSession(
   deps: SessionDeps,

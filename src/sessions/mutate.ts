@@ -7,10 +7,15 @@ import type { TaskQueue } from '../tenant-tools/tasks.js';
 import type { Toolbox } from '../toolbox.js';
 import type { SessionStore } from '../store/store.js';
 import { encodeFields, type SessionState, type Status } from '../store/session-state.js';
-import type { ApplyOps, Guard } from '../store/apply-ops.js';
+import { AlreadyApplied, type ApplyOps, type Guard } from '../store/apply-ops.js';
 
 /** How often a read-compute-write mutation is tried again when the session changed between its read and write. */
 const CAS_ATTEMPTS = 8;
+/**
+ * How many keyed requests' tokens a session remembers (lua/includes/applied.lua): a retry of an older one (its
+ * answer lost in a crash, 64 keyed changes of the session later) is applied again.
+ */
+const APPLIED_KEEP = 64;
 
 /** What the session operations work with. */
 export interface SessionDeps {
@@ -21,12 +26,20 @@ export interface SessionDeps {
   toolbox: Toolbox;
   /** The tool tasks' queue: a cancelled or deleted session's calls are dropped from it. */
   tasks?: Pick<TaskQueue, 'settle'>;
+  /**
+   * The request's Idempotency-Key token (src/store/idempotency.ts `appliedToken`; set per request by the routes,
+   * routes/mutations.ts `keyed`): `mutate` records it with its change, and a retry that finds it recorded answers
+   * from the session as it is instead of changing it again.
+   */
+  applied?: string;
 }
 
 export interface MutationResult {
   state: SessionState;
   /** Work was queued (a run started or a follow-up waits): the route answers 202. */
   queued: boolean;
+  /** The request's change was made before, by a request of the same Idempotency-Key whose answer was lost. */
+  replayed?: boolean;
 }
 
 /** A mutation's write, worked out from the session as read. */
@@ -69,14 +82,26 @@ export async function mutate(
   ifMatch: number | undefined,
   plan: (s: SessionState) => Promise<Plan>,
 ): Promise<MutationResult> {
-  const { store } = deps;
+  const { store, applied: token } = deps;
   for (let attempt = 0; ; attempt++) {
     const s = await store.loadFor(tenant, id);
+    // Before If-Match and the plan: the change already made moved the revision and the status they check.
+    const done = token !== undefined && s.applied?.find((e) => e.t === token);
+    if (done) return { state: s, queued: done.q, replayed: true };
     checkIfMatch(s, ifMatch);
     const p = await plan(s);
+    const guard: Guard = {
+      ...(p.guard ?? { rev: s.revision }),
+      ...(token !== undefined
+        ? { applied: { t: token, q: Boolean(p.starts || p.queued), keep: APPLIED_KEEP } }
+        : {}),
+    };
     try {
-      await store.apply(id, p.guard ?? { rev: s.revision }, p.ops, tenant, { costCap: p.costCap ?? true });
+      await store.apply(id, guard, p.ops, tenant, { costCap: p.costCap ?? true });
     } catch (err) {
+      // Made meanwhile by a request of the same key (one whose process stalled past its lease): answered as it is.
+      if (err instanceof AlreadyApplied)
+        return { state: await store.loadFor(tenant, id), queued: err.entry.q, replayed: true };
       const moved =
         (err instanceof RevisionMismatch && ifMatch === undefined) ||
         (err instanceof InvalidStatus && p.guard?.status);

@@ -4,7 +4,7 @@
  */
 import type { StoredBlock } from '../history.js';
 import type { ResultsEntry } from './pending.js';
-import type { PostedEntry, SessionState, Status } from './session-state.js';
+import type { AppliedEntry, PostedEntry, SessionState, Status } from './session-state.js';
 
 /**
  * A turn's content as it travels from where it comes from to the model: the JSON text of a content-block array,
@@ -55,6 +55,11 @@ export interface Guard {
   turn_max?: number;
   /** The chat's user message this change posts: refused (AlreadyPosted) if the session was given it lately. */
   posted?: PostedGuard;
+  /**
+   * The Idempotency-Key token of the request making the change (`t`; `q`: it queued work): refused (AlreadyApplied)
+   * if the session recorded it already, else recorded with the change, the newest `keep` kept (includes/applied.lua).
+   */
+  applied?: { t: string; q: boolean; keep: number };
 }
 
 /** A chat's user message as a post records it (lua/includes/posted.lua): its UIMessage id and what was posted. */
@@ -75,6 +80,16 @@ export interface PostedGuard {
 export class AlreadyPosted extends Error {
   constructor(readonly entry: PostedEntry) {
     super(`the chat message ${entry.id} was posted already`);
+  }
+}
+
+/**
+ * A keyed request's change the session made already (guard `applied`): its process died before the answer was kept.
+ * Not a refusal: the mutation answers from the session as it is (src/sessions/mutate.ts).
+ */
+export class AlreadyApplied extends Error {
+  constructor(readonly entry: AppliedEntry) {
+    super(`the change of token ${entry.t} was applied already`);
   }
 }
 

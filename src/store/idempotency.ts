@@ -1,3 +1,5 @@
+import { createHash } from 'node:crypto';
+import { StoreUnavailable } from '../errors.js';
 import type { ClientScope } from './client-tokens.js';
 import { idempotencyKey } from './keys.js';
 import { defineLuaCommands, type RedisClient } from './lua-commands.js';
@@ -7,6 +9,8 @@ import './lua/commands.js';
 export interface IdempotencyRecord {
   state: 'pending' | 'done';
   fp: string;
+  /** A `pending` record's request (random, per request): only it gives the record up (`giveUp`). */
+  owner?: string;
   status?: number;
   body?: string;
   etag?: string;
@@ -43,6 +47,18 @@ export interface StreamReplay {
  */
 export const IN_FLIGHT_TTL_MS = 10_000;
 export const IN_FLIGHT_RENEW_MS = 3_000;
+/** How often a record given up is tried again while Redis does not answer (until its lease would lapse anyway). */
+const GIVE_UP_RETRY_MS = 200;
+
+/**
+ * The token a keyed mutation records in its own write (a session's id, the session's applied tokens: src/store/
+ * lua/includes/applied.lua), so that a retry whose reservation succeeds after the first request's process died
+ * between its commit and its answer's record finds the mutation done instead of doing it again. Derived from the
+ * record's key (tenant and the scoped key's hash), so the same request on any replica derives the same token: 24
+ * hex digits (96 bits), never the length of a random id (`newSessionId`: 16), so the two never meet.
+ */
+export const appliedToken = (recordKey: string): string =>
+  createHash('sha256').update(recordKey).digest('hex').slice(0, 24);
 
 /**
  * The records of `Idempotency-Key`s, one string key per (tenant, key hash), each with a TTL. Every method is one
@@ -64,11 +80,54 @@ export class IdempotencyRecords {
   }
 
   /**
-   * Writes the `pending` record only if the key holds none (atomic: SET NX PX), for IN_FLIGHT_TTL_MS. True when this
-   * call wrote it.
+   * Records this process gave up (`giveUp`) and could not drop yet, by key: their owners. A retry of one of them on
+   * this replica takes the record over at once (`reserve`); the entry goes when the drop lands or the lease lapses.
+   */
+  private readonly givenUp = new Map<string, { owner: string; until: number }>();
+
+  /**
+   * Writes the `pending` record only if the key holds none (atomic: SET NX PX), for IN_FLIGHT_TTL_MS, or if it holds
+   * a pending record this process gave up and could not drop yet (a 5xx while Redis paused: the client's retry
+   * must not wait out the lease). True when this call wrote it.
    */
   async reserve(key: string, record: IdempotencyRecord): Promise<boolean> {
-    return (await this.redis.set(key, JSON.stringify(record), 'PX', IN_FLIGHT_TTL_MS, 'NX')) === 'OK';
+    const json = JSON.stringify(record);
+    if ((await this.redis.set(key, json, 'PX', IN_FLIGHT_TTL_MS, 'NX')) === 'OK') return true;
+    const left = this.givenUp.get(key);
+    if (!left || left.until < Date.now()) return false;
+    if ((await this.redis.sessIdemRelease(key, left.owner, json, IN_FLIGHT_TTL_MS)) !== 1) return false;
+    this.givenUp.delete(key);
+    return true;
+  }
+
+  /**
+   * The request that owns the pending record of `key` ends without an answer to keep (a 5xx), or does not know
+   * whether its reservation landed (it failed as Redis stopped answering, and a paused Redis runs it later): the
+   * record is deleted if it is still `owner`'s (idem-release-1.lua), so the client's retry runs at once. Best
+   * effort and in the background: while Redis does not answer, tried again every GIVE_UP_RETRY_MS until the lease
+   * would have lapsed anyway. Safe to run again: a keyed mutation records its token with its change, so a retry of
+   * one that did land (a write Redis ran after its caller timed out) finds it done.
+   */
+  giveUp(key: string, owner: string): void {
+    const until = Date.now() + IN_FLIGHT_TTL_MS;
+    for (const [k, v] of this.givenUp) if (v.until < Date.now()) this.givenUp.delete(k);
+    this.givenUp.set(key, { owner, until });
+    const attempt = () => {
+      if (this.givenUp.get(key)?.owner !== owner) return;
+      this.redis.sessIdemRelease(key, owner, '', 0).then(
+        () => {
+          if (this.givenUp.get(key)?.owner === owner) this.givenUp.delete(key);
+        },
+        (err: unknown) => {
+          if (!(err instanceof StoreUnavailable) || Date.now() >= until) {
+            this.givenUp.delete(key);
+            return;
+          }
+          setTimeout(attempt, GIVE_UP_RETRY_MS).unref();
+        },
+      );
+    };
+    attempt();
   }
 
   /**
@@ -100,10 +159,5 @@ export class IdempotencyRecords {
       Date.now(),
       this.maxBytesPerTenant,
     );
-  }
-
-  /** Forgets the record: the key may be used again. */
-  async drop(key: string): Promise<void> {
-    await this.redis.del(key);
   }
 }

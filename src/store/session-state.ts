@@ -132,6 +132,11 @@ export interface SessionState {
    * (lua/includes/posted.lua), in the same script as the post.
    */
   chatPosted?: PostedEntry[];
+  /**
+   * The Idempotency-Key tokens of the keyed requests that changed the session lately, newest first: written only by
+   * `apply`'s `applied` guard (lua/includes/applied.lua), in the same script as the change.
+   */
+  applied?: AppliedEntry[];
   /** Policy `action_timeout_s` (null: none) and what a timeout does (src/sessions/deadlines.ts). */
   actionTimeoutS: number | null;
   onActionTimeout: 'deny' | 'fail';
@@ -206,6 +211,12 @@ export interface CompactRequest {
     /** Only in a request stored before the step stayed in its own field; then it is the step to go back to. */
     pending?: PendingStep | null;
   };
+}
+
+/** A keyed request's change (the record of lua/includes/applied.lua): its token, and whether it queued work. */
+export interface AppliedEntry {
+  t: string;
+  q: boolean;
 }
 
 /** How a chat's user message was posted (the record of lua/includes/posted.lua). */
@@ -351,6 +362,7 @@ export function decodeFields(h: Record<string, string>): SessionState {
     container: h['container'] || null,
     replacedAt: Number(h['replaced_at'] ?? -1),
     chatPosted: json(h['chat_posted'], []),
+    applied: json(h['idem_applied'], []),
     actionTimeoutS: Number(h['action_timeout']) || null,
     onActionTimeout: h['on_action_timeout'] === 'fail' ? 'fail' : 'deny',
     action: {

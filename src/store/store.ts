@@ -19,6 +19,7 @@ import {
 } from '../errors.js';
 import type { StoredBlock, StoredMessage } from '../history.js';
 import {
+  AlreadyApplied,
   AlreadyPosted,
   opsEventTypes,
   setsRunning,
@@ -48,6 +49,7 @@ import {
   decodeFields,
   isControl,
   type CompactedSegment,
+  type AppliedEntry,
   type IterationRecord,
   type PostedEntry,
   type SessionState,
@@ -221,6 +223,7 @@ export class SessionStore {
       if (code === 'status') throw new InvalidStatus(current);
       if (code === 'exists') throw new SessionExists();
       if (code === 'posted') throw new AlreadyPosted(decodeStored<PostedEntry>(current));
+      if (code === 'applied') throw new AlreadyApplied(decodeStored<AppliedEntry>(current));
       if (code === 'turn_too_large') {
         throw new InvalidRequest(
           'payload_too_large',

@@ -55,6 +55,7 @@ describe('Lua lives in .lua files', () => {
       'sessDestroy',
       'sessDueSettle',
       'sessIdemKeep',
+      'sessIdemRelease',
       'sessMemoryList',
       'sessMemoryRemove',
       'sessMemoryRename',

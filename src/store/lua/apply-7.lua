@@ -4,7 +4,9 @@
 -- ARGV[1] guard JSON `{create?, fence?, rev?, status?: string[], turn_max?, posted?}`: the change happens only if all
 --         hold; `turn_max` (bytes) caps the user turn that queued follow-ups will form (see `queue_push` below);
 --         `posted` `{id, fp, after, keep}`: the chat's user message this change posts, refused (`posted`) when the
---         session was given it lately, else recorded with the change (includes/posted.lua)
+--         session was given it lately, else recorded with the change (includes/posted.lua); `applied`
+--         `{t, q, keep}`: the Idempotency-Key token of the request making this change, refused (`applied`) when
+--         the session recorded it already, else recorded with the change (includes/applied.lua)
 -- ARGV[2] ops JSON (ApplyOps in src/store/store.ts). `queue_push` and `queue.base` are block arrays as JSON text
 --         (includes/blocks.lua). With `queue`, the queued follow-ups are popped and joined, behind `queue.base` if
 --         given, into one new user turn (or, with `queue.into_last`, after the blocks of the last message, a user
@@ -23,19 +25,25 @@
 -- and `params_rev` as they stand after the change, so a runner learns of a cancel or a PATCH at its next commit
 -- even if it missed the pub/sub message. Or {'ERR', code, current} with nothing written, code `not_found` |
 -- `exists` | `fenced` | `revision` | `status` | `turn_too_large` (current: the bytes the turn would have) |
--- `posted` (current: the entry of the message posted before, JSON).
+-- `posted` (current: the entry of the message posted before, JSON) | `applied` (current: the token's entry, JSON).
 -- The `message.appended` event carries what was added, not the whole turn: `{index, into_last, role, content}`
 -- (`index`: the turn's place in the live history).
 --- @include "includes/notice"
 --- @include "includes/event-log"
 --- @include "includes/blocks"
 --- @include "includes/posted"
+--- @include "includes/applied"
 local meta = KEYS[1]
 local guard = cjson.decode(ARGV[1])
 if guard.create then
   if redis.call('EXISTS', meta) == 1 then return {'ERR', 'exists', ''} end
 elseif redis.call('EXISTS', meta) == 0 then
   return {'ERR', 'not_found', ''}
+end
+-- Before the other guards: the change this token made moved the revision and the status the retry expects.
+if guard.applied then
+  local before = applied_find(meta, guard.applied.t)
+  if before then return {'ERR', 'applied', before} end
 end
 local cur = redis.call('HMGET', meta, 'fence', 'revision', 'status')
 if guard.fence and tonumber(cur[1]) ~= guard.fence then return {'ERR', 'fenced', tostring(cur[1])} end
@@ -156,6 +164,9 @@ if guard.posted then
   local p = guard.posted
   local idle = redis.call('HGET', meta, 'status') ~= 'running'
   posted_add(meta, {id = p.id, fp = p.fp, after = p.after, rev = rev, idle = idle}, p.keep)
+end
+if guard.applied then
+  applied_add(meta, {t = guard.applied.t, q = guard.applied.q}, guard.applied.keep)
 end
 log_trim(KEYS[5], meta, tonumber(ARGV[3]), tonumber(ARGV[6]))
 notice_publish(ARGV[4])
