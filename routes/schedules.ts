@@ -144,9 +144,19 @@ const routes: FastifyPluginAsyncZod = async (app) => {
       const timing = { cron: b.cron ?? null, at, timezone: b.timezone };
       const next = checkTiming(timing, secondsCron, true);
       await checkCreate(app.sessionDeps, req.tenant, b.session);
+      // A keyed create is named after its key (src/store/idempotency.ts `appliedToken`): a retry whose first
+      // request died between the write and its answer's record finds the schedule made (listed again should the
+      // crash have come before its index entry) and answers it instead of making a second one.
+      const id = req.idempotency ? `sch_${req.idempotency.token}` : newScheduleId();
+      const made = req.idempotency ? await store.read(id) : null;
+      if (made && made.tenant === req.tenant) {
+        await store.relist(made);
+        reply.header('idempotent-replayed', 'true');
+        return send(reply, made, 201);
+      }
       const now = Date.now();
       const s: ScheduleRecord = {
-        id: newScheduleId(),
+        id,
         tenant: req.tenant,
         revision: 1,
         ...timing,

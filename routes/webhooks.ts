@@ -1,7 +1,7 @@
 import type { FastifyPluginAsyncZod } from 'fastify-type-provider-zod';
 import type { FastifyReply } from 'fastify';
 import { randomBytes } from 'node:crypto';
-import { Conflict } from '../src/errors.js';
+import { Conflict, NotFound } from '../src/errors.js';
 import { checkWebhookUrl } from '../src/webhooks/address-guard.js';
 import { releaseAgents } from '../src/webhooks/attempt.js';
 import {
@@ -35,6 +35,12 @@ const NOT_FOUND = { 404: ['webhook_not_found'] } as const satisfies RouteCodes;
 
 const newWebhookId = () => `wh_${randomBytes(12).toString('base64url').replace(/[-_]/g, '').slice(0, 16)}`;
 
+/** null for a NotFound (a read of what may not exist), else the error thrown again. */
+const unlessNotFound = (err: unknown): null => {
+  if (err instanceof NotFound) return null;
+  throw err;
+};
+
 function send(reply: FastifyReply, w: WebhookRecord, code = 200, extra: Record<string, unknown> = {}) {
   return reply
     .code(code)
@@ -60,10 +66,20 @@ const routes: FastifyPluginAsyncZod = async (app) => {
     },
     async (req, reply) => {
       const url = await checkWebhookUrl(req.body.url, webhooks.allowPrivate);
+      // A keyed create is named after its key (src/store/idempotency.ts `appliedToken`): a retry whose first
+      // request died between the write and its answer's record finds the webhook made, and answers it (with its
+      // secret, opened from the record) instead of making a second one.
+      const id = req.idempotency ? `wh_${req.idempotency.token}` : newWebhookId();
+      const made = req.idempotency ? await store.get(req.tenant, id).catch(unlessNotFound) : null;
+      if (made) {
+        sealInRecord(req, 'secret');
+        reply.header('idempotent-replayed', 'true');
+        return send(reply, made, 201, { secret: webhooks.box.open(made.secret) });
+      }
       const secret = newSecret();
       const now = Date.now();
       const w: WebhookRecord = {
-        id: newWebhookId(),
+        id,
         tenant: req.tenant,
         url: url.href,
         events: req.body.events ?? ['session.status'],

@@ -50,6 +50,11 @@ export class ScheduleStore {
     await this.redis.zadd(tenantSchedulesKey(s.tenant), 0, this.indexMember(s));
   }
 
+  /** Lists `s` in its tenant's index again (the same member: a no-op when it is listed). */
+  async relist(s: ScheduleRecord): Promise<void> {
+    await this.redis.zadd(tenantSchedulesKey(s.tenant), 0, this.indexMember(s));
+  }
+
   async read(id: string): Promise<ScheduleRecord | null> {
     return decodeSchedule(id, await this.redis.hgetall(scheduleKeys(id).meta));
   }

@@ -26,11 +26,12 @@ describe('Idempotency-Key across a SIGKILL and a Redis pause', { timeout: 180_00
   let fake: FakeAnthropic;
   let proxy: RedisProxy;
   let survivor: ServiceProcess;
+  const env = (redisUrl: string) => serviceEnv(redisUrl, fake.url, { WEBHOOK_ALLOW_PRIVATE: 'true' });
 
   before(async () => {
     [redis, fake] = await Promise.all([startTestRedis(), startFakeAnthropic()]);
     r = redisClient(redis.url);
-    survivor = await spawnService(serviceEnv(redis.url, fake.url), { name: 'survivor' });
+    survivor = await spawnService(env(redis.url), { name: 'survivor' });
   });
   after(async () => {
     await survivor?.kill();
@@ -47,7 +48,7 @@ describe('Idempotency-Key across a SIGKILL and a Redis pause', { timeout: 180_00
    */
   async function killedBeforeRecord(send: (api: Api) => Promise<ApiResponse>): Promise<ApiResponse> {
     proxy = await startRedisProxy(redis.port);
-    const doomed = await spawnService(serviceEnv(proxy.url, fake.url), { name: 'doomed' });
+    const doomed = await spawnService(env(proxy.url), { name: 'doomed' });
     const held = proxy.holdAt(KEPT_ANSWER);
     const first = send(doomed.api).catch(() => null);
     await held;
@@ -103,6 +104,37 @@ describe('Idempotency-Key across a SIGKILL and a Redis pause', { timeout: 180_00
     assert.equal(retry.headers.get('idempotent-replayed'), 'true');
   });
 
+  it('a keyed webhook create killed between its write and its record makes one webhook, its secret replayed', async () => {
+    const body = { url: 'http://127.0.0.1:9/once', events: ['session.status'] };
+    const retry = await killedBeforeRecord((api) =>
+      api.post('/v1/webhooks', body, { 'idempotency-key': 'webhook-once' }),
+    );
+    assert.equal(retry.status, 201, JSON.stringify(retry.body));
+    const list = await survivor.api.get('/v1/webhooks');
+    assert.deepEqual(
+      list.body.data.filter((w: { url: string }) => w.url === body.url).map((w: { id: string }) => w.id),
+      [retry.body.id],
+      'exactly one webhook was made',
+    );
+    assert.match(retry.body.secret, /^whsec_/);
+    assert.equal(retry.headers.get('idempotent-replayed'), 'true');
+  });
+
+  it('a keyed schedule create killed between its write and its record makes one schedule', async () => {
+    const body = { cron: '0 0 1 1 *', session: { input: 'new year' }, paused: true };
+    const retry = await killedBeforeRecord((api) =>
+      api.post('/v1/schedules', body, { 'idempotency-key': 'schedule-once' }),
+    );
+    assert.equal(retry.status, 201, JSON.stringify(retry.body));
+    const list = await survivor.api.get('/v1/schedules');
+    assert.deepEqual(
+      list.body.data.map((x: { id: string }) => x.id),
+      [retry.body.id],
+      'exactly one schedule was made',
+    );
+    assert.equal(retry.headers.get('idempotent-replayed'), 'true');
+  });
+
   it('a 503 while Redis is paused frees the key: the retry once Redis answers is not 409', async () => {
     // Behind a proxy that lets the reservation through and holds what follows until Redis is paused: the request's
     // next commands reach a paused Redis (`CLIENT PAUSE … ALL`), time out, and it answers 503.
@@ -119,7 +151,7 @@ describe('Idempotency-Key across a SIGKILL and a Redis pause', { timeout: 180_00
       await reserved;
       await until(
         async () => {
-          const keys = await r.keys('idem:*');
+          const keys = (await r.keys('idem:*')).filter((k) => !k.includes(':~'));
           return (await Promise.all(keys.map((k) => r.get(k)))).some((v) => v?.includes('"pending"'));
         },
         5000,
