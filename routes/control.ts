@@ -208,14 +208,15 @@ const routes: FastifyPluginAsyncZod = async (app) => {
     },
     async (req, reply) => {
       const fork = await forkSession(
-        deps,
+        keyed(deps, req),
         req.tenant,
         req.params.id,
         req.body,
         await sessionIfMatch(req, deps),
       );
-      req.createdSession = fork.id;
-      return send(reply, fork, 201);
+      req.createdSession = fork.state.id;
+      if (fork.replayed) reply.header('idempotent-replayed', 'true');
+      return send(reply, fork.state, 201);
     },
   );
 };

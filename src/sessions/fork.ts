@@ -1,6 +1,7 @@
 /** `POST /v1/sessions/:id/fork`: a new idle session with a source's history up to one of its iteration records. */
+import { createHash } from 'node:crypto';
 import type { z } from 'zod';
-import { NotFound, badRequest } from '../errors.js';
+import { NotFound, SessionExists, badRequest } from '../errors.js';
 import { isAgentTool, type forkBody } from '../schemas.js';
 import {
   newSessionId,
@@ -21,8 +22,20 @@ export async function forkSession(
   id: string,
   body: z.infer<typeof forkBody>,
   ifMatch?: number,
-): Promise<SessionState> {
+): Promise<{ state: SessionState; replayed: boolean }> {
   const { store } = deps;
+  // A keyed fork is named after its key (SessionDeps.applied; salted, so that the key of a create never names a
+  // fork): a retry whose first request died between the write and its answer's record finds the fork it made.
+  const keyedId =
+    deps.applied !== undefined
+      ? `ses_${createHash('sha256').update(`fork:${deps.applied}`).digest('hex').slice(0, 24)}`
+      : undefined;
+  const made = async () => {
+    const f = keyedId !== undefined ? await store.load(keyedId) : null;
+    return f && f.tenant === tenant ? f : null;
+  };
+  const before = await made();
+  if (before) return { state: before, replayed: true };
   const s = await store.loadFor(tenant, id);
   checkIfMatch(s, ifMatch);
   const count = recordCount(s);
@@ -54,7 +67,7 @@ export async function forkSession(
   const now = Date.now();
   const forked: SessionState = {
     ...s,
-    id: newSessionId(),
+    id: keyedId ?? newSessionId(),
     status: 'idle',
     revision: 0,
     iteration: turns,
@@ -79,8 +92,15 @@ export async function forkSession(
   };
   // Its own sub-agents' calls are watched as a created session's are (create.ts, src/agents/sweep.ts).
   if (forked.tools.some(isAgentTool)) await store.runs.watchTree(forked.id, Date.now() + 60_000);
-  await insertSession(deps, forked, history, kept, { forked_from: id });
-  return forked;
+  try {
+    await insertSession(deps, forked, history, kept, { forked_from: id });
+  } catch (err) {
+    // Made meanwhile by a request of the same key (one whose process stalled past its lease).
+    const now = err instanceof SessionExists ? await made() : null;
+    if (now) return { state: now, replayed: true };
+    throw err;
+  }
+  return { state: forked, replayed: false };
 }
 
 /**

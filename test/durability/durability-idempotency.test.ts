@@ -104,6 +104,23 @@ describe('Idempotency-Key across a SIGKILL and a Redis pause', { timeout: 180_00
     assert.equal(retry.headers.get('idempotent-replayed'), 'true');
   });
 
+  it('a keyed fork killed between its write and its record makes one fork', async () => {
+    const source = await survivor.api.post('/v1/sessions', { input: 'fork me', start: false });
+    assert.equal(source.status, 201);
+    const body = { at_iteration: 0, metadata: { case: 'fork-once' } };
+    const retry = await killedBeforeRecord((api) =>
+      api.post(`/v1/sessions/${source.body.id}/fork`, body, { 'idempotency-key': 'fork-once' }),
+    );
+    assert.equal(retry.status, 201, JSON.stringify(retry.body));
+    const list = await survivor.api.get('/v1/sessions?metadata.case=fork-once');
+    assert.deepEqual(
+      list.body.data.map((x: { id: string }) => x.id),
+      [retry.body.id],
+      'exactly one fork was made',
+    );
+    assert.equal(retry.headers.get('idempotent-replayed'), 'true');
+  });
+
   it('a keyed webhook create killed between its write and its record makes one webhook, its secret replayed', async () => {
     const body = { url: 'http://127.0.0.1:9/once', events: ['session.status'] };
     const retry = await killedBeforeRecord((api) =>
