@@ -135,7 +135,7 @@ export default fp<{ ttlS: number; maxBytesPerTenant: number; box: SecretBox }>(
       if (reserved) {
         const renewal = setInterval(() => void records.renew(key).catch(() => {}), IN_FLIGHT_RENEW_MS);
         renewal.unref();
-        req.idempotency = { key, fingerprint, owner, token: appliedToken(key), renewal };
+        req.idempotency = { key, fingerprint, owner, token: appliedToken(key, fingerprint), renewal };
         return;
       }
       const stored = await records.get(key);

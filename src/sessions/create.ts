@@ -303,10 +303,10 @@ function newSessionState(
 
 /**
  * A create with an Idempotency-Key: the session is named after the request's token (src/store/idempotency.ts
- * `appliedToken`: `ses_` and 24 hex digits, never a random id's length), so its existence records the create in the
- * create's own write. A retry whose reservation succeeds because the first request's process died between the
- * write and its answer's record (the key freed when its lease lapsed) finds the session and answers it (`replayed`)
- * instead of creating a second one.
+ * `appliedToken`: `ses_` and 24 hex digits, never a random id's length; a schedule's fires hash other input), so its
+ * existence records the create in the create's own write. A retry whose reservation succeeds because the first
+ * request's process died between the write and its answer's record (the key freed when its lease lapsed) finds the
+ * session and answers it (`replayed`) instead of creating a second one.
  */
 export async function createKeyed(
   deps: SessionDeps,

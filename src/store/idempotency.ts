@@ -54,11 +54,13 @@ const GIVE_UP_RETRY_MS = 200;
  * The token a keyed mutation records in its own write (a session's id, the session's applied tokens: src/store/
  * lua/includes/applied.lua), so that a retry whose reservation succeeds after the first request's process died
  * between its commit and its answer's record finds the mutation done instead of doing it again. Derived from the
- * record's key (tenant and the scoped key's hash), so the same request on any replica derives the same token: 24
- * hex digits (96 bits), never the length of a random id (`newSessionId`: 16), so the two never meet.
+ * record's key (tenant and the scoped key's hash) and the request's fingerprint, so the same request on any replica
+ * derives the same token, and the same key with another body (which the record, while kept, answers 422) never
+ * takes the first request's change for its own. 24 hex digits (96 bits), never the length of a random id
+ * (`newSessionId`: 16).
  */
-export const appliedToken = (recordKey: string): string =>
-  createHash('sha256').update(recordKey).digest('hex').slice(0, 24);
+export const appliedToken = (recordKey: string, fingerprint: string): string =>
+  createHash('sha256').update(`${recordKey}\n${fingerprint}`).digest('hex').slice(0, 24);
 
 /**
  * The records of `Idempotency-Key`s, one string key per (tenant, key hash), each with a TTL. Every method is one

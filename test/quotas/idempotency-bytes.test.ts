@@ -40,6 +40,7 @@ describe('idempotency answers per tenant', { timeout: 120_000 }, () => {
       const kept = Number(await redis.get(idempotencyKey('acme', '~bytes')));
       assert.ok(kept <= 1_048_576 && kept > 600_000, String(kept));
       assert.equal(await redis.exists(record('a-0')), 0, 'the oldest answer is forgotten');
+      assert.equal(await redis.exists(record('a-1')), 0, 'and the next');
       assert.equal(await redis.exists(record('a-4')), 1, 'the newest answer is kept');
     } finally {
       redis.disconnect();
@@ -51,6 +52,11 @@ describe('idempotency answers per tenant', { timeout: 120_000 }, () => {
     const oldest = await a.post('/v1/sessions', body(0), { 'idempotency-key': 'a-0' });
     assert.equal(oldest.status, 201);
     assert.equal(oldest.body.id, ids[0]);
+    // Its key with another body, the record gone: a new request (not taken for the first one's create).
+    const reused = await a.post('/v1/sessions', body(7), { 'idempotency-key': 'a-1' });
+    assert.equal(reused.status, 201);
+    assert.equal(reused.headers.get('idempotent-replayed'), null);
+    assert.ok(!ids.includes(reused.body.id));
     const stillB = await b.post('/v1/sessions', body(9), { 'idempotency-key': 'b-1' });
     assert.equal(stillB.headers.get('idempotent-replayed'), 'true');
     assert.equal(stillB.body.id, other.body.id);
