@@ -73,7 +73,7 @@ export function userMessageOf(parts: Part[]): z.infer<typeof postMessageBody> {
 const POSTED_KEPT = 16;
 
 /**
- * What the post of the newest user message records (src/store/lua/includes/posted.lua): its UIMessage id and a
+ * What the post of the newest user message records (src/store/lua/includes/recent.lua): its UIMessage id and a
  * fingerprint of the turn it posts. The same request sent again (the client lost the answer: its replica died
  * mid-stream) finds it and posts nothing; the same id with other content is an edit (`editRefused`).
  */

@@ -12,7 +12,7 @@ import { AlreadyApplied, type ApplyOps, type Guard } from '../store/apply-ops.js
 /** How often a read-compute-write mutation is tried again when the session changed between its read and write. */
 const CAS_ATTEMPTS = 8;
 /**
- * How many keyed requests' tokens a session remembers (lua/includes/applied.lua): a retry of an older one (its
+ * How many keyed requests' tokens a session remembers (lua/includes/recent.lua): a retry of an older one (its
  * answer lost in a crash, 64 keyed changes of the session later) is applied again.
  */
 const APPLIED_KEEP = 64;

@@ -57,12 +57,12 @@ export interface Guard {
   posted?: PostedGuard;
   /**
    * The Idempotency-Key token of the request making the change (`t`; `q`: it queued work): refused (AlreadyApplied)
-   * if the session recorded it already, else recorded with the change, the newest `keep` kept (includes/applied.lua).
+   * if the session recorded it already, else recorded with the change, the newest `keep` kept (includes/recent.lua).
    */
   applied?: { t: string; q: boolean; keep: number };
 }
 
-/** A chat's user message as a post records it (lua/includes/posted.lua): its UIMessage id and what was posted. */
+/** A chat's user message as a post records it (lua/includes/recent.lua): its UIMessage id and what was posted. */
 export interface PostedGuard {
   id: string;
   /** The fingerprint of what is posted: the same id with other content is an edit. */

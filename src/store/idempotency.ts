@@ -52,7 +52,7 @@ const GIVE_UP_RETRY_MS = 200;
 
 /**
  * The token a keyed mutation records in its own write (a session's id, the session's applied tokens: src/store/
- * lua/includes/applied.lua), so that a retry whose reservation succeeds after the first request's process died
+ * lua/includes/recent.lua), so that a retry whose reservation succeeds after the first request's process died
  * between its commit and its answer's record finds the mutation done instead of doing it again. Derived from the
  * record's key (tenant and the scoped key's hash) and the request's fingerprint, so the same request on any replica
  * derives the same token, and the same key with another body (which the record, while kept, answers 422) never

@@ -129,12 +129,12 @@ export interface SessionState {
   replacedAt: number;
   /**
    * The chat's user messages posted lately (POST /v1/chat), newest first: written only by `apply`'s `posted` guard
-   * (lua/includes/posted.lua), in the same script as the post.
+   * (lua/includes/recent.lua), in the same script as the post.
    */
   chatPosted?: PostedEntry[];
   /**
    * The Idempotency-Key tokens of the keyed requests that changed the session lately, newest first: written only by
-   * `apply`'s `applied` guard (lua/includes/applied.lua), in the same script as the change.
+   * `apply`'s `applied` guard (lua/includes/recent.lua), in the same script as the change.
    */
   applied?: AppliedEntry[];
   /** Policy `action_timeout_s` (null: none) and what a timeout does (src/sessions/deadlines.ts). */
@@ -213,13 +213,13 @@ export interface CompactRequest {
   };
 }
 
-/** A keyed request's change (the record of lua/includes/applied.lua): its token, and whether it queued work. */
+/** A keyed request's change (the record of lua/includes/recent.lua): its token, and whether it queued work. */
 export interface AppliedEntry {
   t: string;
   q: boolean;
 }
 
-/** How a chat's user message was posted (the record of lua/includes/posted.lua). */
+/** How a chat's user message was posted (the record of lua/includes/recent.lua). */
 export interface PostedEntry {
   /** Its UIMessage id. */
   id: string;

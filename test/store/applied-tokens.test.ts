@@ -1,5 +1,5 @@
 /**
- * The `applied` guard of a session's `apply` (lua/includes/applied.lua): a keyed request's change records its
+ * The `applied` guard of a session's `apply` (lua/includes/recent.lua): a keyed request's change records its
  * Idempotency-Key token in the same script; the same token again changes nothing and is refused with the recorded
  * entry (AlreadyApplied), whatever the other guards say; the session keeps only its newest tokens.
  */

@@ -4,9 +4,9 @@
 -- ARGV[1] guard JSON `{create?, fence?, rev?, status?: string[], turn_max?, posted?}`: the change happens only if all
 --         hold; `turn_max` (bytes) caps the user turn that queued follow-ups will form (see `queue_push` below);
 --         `posted` `{id, fp, after, keep}`: the chat's user message this change posts, refused (`posted`) when the
---         session was given it lately, else recorded with the change (includes/posted.lua); `applied`
+--         session was given it lately, else recorded with the change (includes/recent.lua); `applied`
 --         `{t, q, keep}`: the Idempotency-Key token of the request making this change, refused (`applied`) when
---         the session recorded it already, else recorded with the change (includes/applied.lua)
+--         the session recorded it already, else recorded with the change (includes/recent.lua)
 -- ARGV[2] ops JSON (ApplyOps in src/store/store.ts). `queue_push` and `queue.base` are block arrays as JSON text
 --         (includes/blocks.lua). With `queue`, the queued follow-ups are popped and joined, behind `queue.base` if
 --         given, into one new user turn (or, with `queue.into_last`, after the blocks of the last message, a user
@@ -31,8 +31,7 @@
 --- @include "includes/notice"
 --- @include "includes/event-log"
 --- @include "includes/blocks"
---- @include "includes/posted"
---- @include "includes/applied"
+--- @include "includes/recent"
 local meta = KEYS[1]
 local guard = cjson.decode(ARGV[1])
 if guard.create then
@@ -42,7 +41,7 @@ elseif redis.call('EXISTS', meta) == 0 then
 end
 -- Before the other guards: the change this token made moved the revision and the status the retry expects.
 if guard.applied then
-  local before = applied_find(meta, guard.applied.t)
+  local before = recent_find(meta, 'idem_applied', 't', guard.applied.t)
   if before then return {'ERR', 'applied', before} end
 end
 local cur = redis.call('HMGET', meta, 'fence', 'revision', 'status')
@@ -54,7 +53,7 @@ if guard.status then
   if not ok then return {'ERR', 'status', tostring(cur[3])} end
 end
 if guard.posted then
-  local before = posted_find(meta, guard.posted.id)
+  local before = recent_find(meta, 'chat_posted', 'id', guard.posted.id)
   if before then return {'ERR', 'posted', before} end
 end
 
@@ -163,10 +162,10 @@ redis.call('HSET', meta, 'updated_at', now, 'msg_count', redis.call('LLEN', KEYS
 if guard.posted then
   local p = guard.posted
   local idle = redis.call('HGET', meta, 'status') ~= 'running'
-  posted_add(meta, {id = p.id, fp = p.fp, after = p.after, rev = rev, idle = idle}, p.keep)
+  recent_add(meta, 'chat_posted', {id = p.id, fp = p.fp, after = p.after, rev = rev, idle = idle}, p.keep)
 end
 if guard.applied then
-  applied_add(meta, {t = guard.applied.t, q = guard.applied.q}, guard.applied.keep)
+  recent_add(meta, 'idem_applied', {t = guard.applied.t, q = guard.applied.q}, guard.applied.keep)
 end
 log_trim(KEYS[5], meta, tonumber(ARGV[3]), tonumber(ARGV[6]))
 notice_publish(ARGV[4])
