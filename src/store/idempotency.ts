@@ -111,8 +111,15 @@ export class IdempotencyRecords {
    * one that did land (a write Redis ran after its caller timed out) finds it done.
    */
   giveUp(key: string, owner: string): void {
-    const until = Date.now() + IN_FLIGHT_TTL_MS;
-    for (const [k, v] of this.givenUp) if (v.until < Date.now()) this.givenUp.delete(k);
+    const now = Date.now();
+    const until = now + IN_FLIGHT_TTL_MS;
+    // Entries are in the order they were given up, so their `until`s rise: the lapsed ones are at the front (an
+    // outage's burst of 5xx prunes a few each, not the whole map each).
+    for (const [k, v] of this.givenUp) {
+      if (v.until >= now) break;
+      this.givenUp.delete(k);
+    }
+    this.givenUp.delete(key); // to the back: the order stays that of `until`
     this.givenUp.set(key, { owner, until });
     const attempt = () => {
       if (this.givenUp.get(key)?.owner !== owner) return;
