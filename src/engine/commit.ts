@@ -152,6 +152,8 @@ export function countSpend(
  */
 async function applyThroughOutage(deps: RunDeps, run: RunHandle, ops: ApplyOps): Promise<ApplyResult> {
   const { store } = deps;
+  // The run's live news first (live-news.ts): the commit's events come after them in the log.
+  await run.news.idle();
   const marker = `${run.fence}:${randomBytes(6).toString('hex')}`;
   const marked: ApplyOps = { ...ops, hset: { ...ops.hset, last_commit: marker } };
   const deadline = Date.now() + deps.leaseTtlMs;

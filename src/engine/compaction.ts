@@ -128,9 +128,7 @@ export async function commitCompaction(
   const startedAt = Date.now();
   const t0 = performance.now();
   // Live news, like `turn.started`: no session field changes until the commit.
-  await deps.store
-    .appendEvents(run.id, [eventOf('compaction.started', { iteration, n, message_count: history.length })])
-    .catch(() => {});
+  run.news.send([eventOf('compaction.started', { iteration, n, message_count: history.length })]);
   const message = 'finalMessage' in item ? await item.finalMessage() : await item;
   const costMicros = deps.store.spend.prices.turnCost(params.model, message.usage);
   const usageIncrs = usageIncr(message.usage, costMicros);

@@ -176,7 +176,12 @@ export class Engine {
       await store.runs.release(id, owner, claimed.fence);
       return;
     }
-    const run = new RunHandle(id, claimed.fence, new RunTelemetry(this.deps.metrics, this.deps.tracing, id));
+    const run = new RunHandle(
+      id,
+      claimed.fence,
+      new RunTelemetry(this.deps.metrics, this.deps.tracing, id),
+      this.deps,
+    );
     this.active.set(id, run);
     run.done = run.obs
       .run(() => new Run(this.deps, run, claimed, swept).drive())

@@ -7,6 +7,7 @@ import type { Tracing } from '../observability/tracing.js';
 import type { Toolbox } from '../toolbox.js';
 import type { SessionStore } from '../store/store.js';
 import type { TaskQueue } from '../tenant-tools/tasks.js';
+import { LiveNews } from './live-news.js';
 
 /** Why a run's AbortController fired. */
 export type AbortReason = 'cancel' | 'interrupt' | 'shutdown' | 'fenced' | 'deleted';
@@ -46,12 +47,23 @@ export class RunHandle {
   /** The run's end was written (src/store/runs.ts `HeldRun.ended`): its heartbeat sends nothing more. */
   ended = false;
 
+  /** The run's events that change no session field, written as they happen (live-news.ts). */
+  readonly news: LiveNews;
+
   constructor(
     readonly id: string,
     readonly fence: number,
     /** The run's metrics and spans. */
     readonly obs: RunTelemetry,
-  ) {}
+    deps: Pick<RunDeps, 'store' | 'leaseTtlMs'>,
+  ) {
+    this.news = new LiveNews(
+      deps.store,
+      id,
+      deps.leaseTtlMs,
+      () => this.reason !== null && this.reason !== 'interrupt',
+    );
+  }
 
   abort(reason: AbortReason): void {
     if (this.reason && this.reason !== 'interrupt') return;

@@ -1,4 +1,5 @@
-import type { SessionStore } from '../store/store.js';
+import type { EventMark, SessionStore } from '../store/store.js';
+import { retryDelayMs, type LiveNews } from './live-news.js';
 
 /**
  * Relays a turn's stream events to the event log as they arrive: a batch is written at once when no write is in
@@ -12,8 +13,13 @@ import type { SessionStore } from '../store/store.js';
  * on a cluster, one call per session, still in one auto-pipeline). With many sessions streaming at once this is what
  * a streamed delta costs the process: one command and one reply per flush instead of per session and per delta.
  *
- * Backpressure, then a bound. While a write is slower than the stream (Redis busy, a huge turn of tiny deltas) and
- * PAUSE_AT events wait, `gate()` hands the upstream body's reader (src/plugins/anthropic.ts) a promise to wait on
+ * A batch is numbered under the run's live news (live-news.ts): one whose write fails (Redis restarting, paused) is
+ * written again, with its numbers, after a backoff — what landed of it is skipped — and the events behind it wait.
+ * At the turn's end `drain()` writes a failed batch through the outage (as `LiveNews` does) before the rest goes
+ * with the commit: the stream reaches live clients whole, once, in order, through a short outage.
+ *
+ * Backpressure, then a bound. While a write is slower than the stream (Redis busy or away, a huge turn of tiny
+ * deltas) and PAUSE_AT events wait, `gate()` hands the upstream body's reader (src/plugins/anthropic.ts) a promise to wait on
  * before its next read: the SDK gets no new events until the buffer is under PAUSE_AT again, for at most
  * MAX_PAUSE_MS per stall (a longer one would hold the upstream request open and billed while Redis is away). Past
  * that the stream runs at its own pace again and events over MAX_BUFFERED are dropped rather than held — live
@@ -102,6 +108,11 @@ export class StreamRelay {
   /** Upstream reads paused (each a `gate()` waited on). */
   pauses = 0;
   private writing: Promise<void> | null = null;
+  /** The batch being written, or whose write failed and is tried again: it goes before anything else. */
+  private batch: { events: Array<[string, string]>; mark: EventMark } | null = null;
+  /** Failed writes in a row (the backoff's attempt). */
+  private failures = 0;
+  private retryTimer: NodeJS.Timeout | null = null;
   /** In the flush queue (its turn not taken yet). */
   private queued = false;
   /** Drained: the turn took the rest; nothing more is written from here. */
@@ -112,6 +123,7 @@ export class StreamRelay {
 
   constructor(
     readonly store: SessionStore,
+    private readonly news: LiveNews,
     private readonly id: string,
     readonly maxEvents: number,
     initial: Array<[string, string]>,
@@ -121,13 +133,13 @@ export class StreamRelay {
     if (this.buf.length) this.schedule();
   }
 
-  /** Events waiting to be written. */
+  /** Events waiting to be written (a failed batch's included). */
   get pending(): number {
-    return this.buf.length;
+    return this.buf.length + (this.batch?.events.length ?? 0);
   }
 
   push(ev: [string, string]): void {
-    if (this.buf.length >= MAX_BUFFERED) {
+    if (this.pending >= MAX_BUFFERED) {
       this.dropped++;
       return;
     }
@@ -140,7 +152,7 @@ export class StreamRelay {
   }
 
   private schedule(): void {
-    if (this.writing || this.queued || this.drained) return;
+    if (this.writing || this.queued || this.drained || this.retryTimer) return;
     this.queued = true;
     queue.add(this);
   }
@@ -150,7 +162,7 @@ export class StreamRelay {
    * stall has lasted MAX_PAUSE_MS), else a promise that settles once they are under it, or when the pause is up.
    */
   gate(): Promise<void> | null {
-    if (this.buf.length < PAUSE_AT) {
+    if (this.pending < PAUSE_AT) {
       this.stallSince = null;
       return null;
     }
@@ -178,42 +190,75 @@ export class StreamRelay {
   takeTurn(): boolean {
     if (!this.queued) return false;
     this.queued = false;
-    return !this.writing && !this.drained && this.buf.length > 0;
+    return !this.writing && !this.drained && this.pending > 0;
+  }
+
+  /** The batch to write now: the failed one again, else the next one, numbered. */
+  private nextBatch(): { events: Array<[string, string]>; mark: EventMark } {
+    if (!this.batch) {
+      const events = this.buf.splice(0, this.maxEvents);
+      this.batch = { events, mark: this.news.take(events.length) };
+    }
+    return this.batch;
   }
 
   /** @internal the relays' batches in one store call; each relay's next batch waits for it. */
   static writeTogether(store: SessionStore, relays: StreamRelay[]): void {
-    const batches = relays.map((r) => [r.id, r.buf.splice(0, r.maxEvents)] as const);
-    const written = store.appendEventsMany(batches);
-    // The history is the durable record; a lost batch of deltas costs live clients some text, not the turn.
-    const settled = written.catch(() => {});
-    for (const r of relays) r.wrote(settled);
+    const batches = relays.map((r) => {
+      const { events, mark } = r.nextBatch();
+      return [r.id, events, mark] as const;
+    });
+    const written = store.appendEventsMany(batches).then(
+      () => true,
+      () => false,
+    );
+    for (const r of relays) r.wrote(written);
   }
 
-  private wrote(settled: Promise<void>): void {
-    this.writing = settled.then(() => {
+  private wrote(written: Promise<boolean>): void {
+    this.writing = written.then((ok) => {
       this.writing = null;
-      if (this.buf.length < PAUSE_AT) {
+      if (ok) {
+        this.batch = null;
+        this.failures = 0;
+      }
+      if (this.drained) return;
+      if (this.pending < PAUSE_AT) {
         this.stallSince = null;
         this.release();
+      }
+      if (!ok) {
+        // Tried again after a backoff, with what came meanwhile behind it (drain() takes over if the turn ends).
+        this.retryTimer = setTimeout(() => {
+          this.retryTimer = null;
+          this.schedule();
+        }, retryDelayMs(this.failures++));
+        return;
       }
       if (this.buf.length) this.schedule();
     });
   }
 
   /**
-   * Hands back what is still buffered (it goes into the turn's commit, after the write in flight). On one Redis
-   * connection the commit is sent after that write and Redis runs a connection's commands in order, so there is
-   * nothing to wait for; a cluster client may send a pipeline later than it was made, so there it waits.
+   * Hands back what is still buffered (it goes into the turn's commit), once the write in flight has answered and a
+   * batch whose write failed is written (through an outage, as LiveNews writes: the commit would wait as long). On
+   * one Redis connection the commit would be sent after the write in flight anyway, but a write that fails must be
+   * sent again before the commit's events, not after.
    */
   async drain(): Promise<Array<[string, string]>> {
     // Still queued: the flush skips it (takeTurn), its events go with the commit.
     if (!this.drained) queue.open--;
     this.drained = true;
+    if (this.retryTimer) clearTimeout(this.retryTimer);
+    this.retryTimer = null;
+    this.release();
+    await this.writing;
+    if (this.batch) {
+      await this.news.writeThrough(this.batch.events, this.batch.mark);
+      this.batch = null;
+    }
     const rest = this.buf;
     this.buf = [];
-    this.release();
-    if (this.store.isCluster) await this.writing;
     return rest;
   }
 }

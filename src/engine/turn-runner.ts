@@ -195,7 +195,7 @@ export abstract class TurnRunner {
     ];
     let message: BetaMessage;
     if ('finalMessage' in item) {
-      const relay = new StreamRelay(store, run.id, deps.streamBatchEvents, buffered);
+      const relay = new StreamRelay(store, run.news, run.id, deps.streamBatchEvents, buffered);
       // The upstream body's reads wait while the relay is behind (backpressure; see StreamRelay).
       const ctx = upstreamContext.getStore();
       if (ctx) ctx.gate = () => relay.gate();
@@ -215,9 +215,9 @@ export abstract class TurnRunner {
         for (const ev of await relay.drain()) buffered.push(ev);
       }
     } else {
-      // Live news only, like the stream relay's writes: a store outage here must not cost the turn, whose
-      // request is already on its way (its commit rides the outage out).
-      await store.appendEvents(run.id, buffered.splice(0)).catch(() => {});
+      // Live news, like the stream relay's writes: written as the request goes, through a store outage (the turn's
+      // commit waits for it).
+      run.news.send(buffered.splice(0));
       // Without streaming the runner yields the turn's pending reply.
       message = await item;
     }

@@ -249,7 +249,7 @@ class Turns extends TurnRunner {
       step.calls.every((c) => !runnable.has(c.name) || callIdempotent(runnable.get(c.name), c.input));
     if (oneCommit) {
       // Live clients still see the turn end and the tools start now; these events change no session field.
-      void deps.store.appendEvents(run.id, replyEvents).catch(() => {});
+      run.news.send(replyEvents);
       replyOps.events = [];
       return replyOps;
     }

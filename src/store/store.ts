@@ -65,6 +65,18 @@ export interface StoredEvent {
 }
 
 /**
+ * The numbers under which a batch of live events is written (lua/includes/event-mark.lua): the writer's `token` and
+ * the number of the batch's first event. The events already written under the same numbers are skipped.
+ */
+export interface EventMark {
+  token: string;
+  first: number;
+}
+
+/** No mark: the events are written as they are. */
+const NO_MARK: EventMark = { token: '', first: 0 };
+
+/**
  * Largest notice (bytes of event data, roughly) that carries its events over pub/sub: every process watching the
  * session receives it, so big events (a 100 kB `turn.completed`) are read from the log instead.
  */
@@ -397,15 +409,16 @@ export class SessionStore {
   /**
    * Appends events that change no session field (stream deltas, turn.started) and publishes their notice, atomically
    * in one script (one round trip), without bumping the revision. Not fenced: a stale writer can add noise to the
-   * log, never to the history.
+   * log, never to the history. With a `mark`, the events already written under it are skipped (a batch sent again
+   * after a failure whose effect is unknown: src/engine/live-news.ts).
    */
-  async appendEvents(id: string, events: Array<[string, string]>): Promise<void> {
+  async appendEvents(id: string, events: Array<[string, string]>, mark?: EventMark): Promise<void> {
     if (events.length === 0) return;
     const tap = this.eventTap?.(
       id,
       events.map(([type]) => type),
     );
-    await this.appendTapped(id, events, tap);
+    await this.appendTapped(id, events, tap, mark);
   }
 
   /** appendEvents once the tap was asked (`tap`: what it answered). */
@@ -413,6 +426,7 @@ export class SessionStore {
     id: string,
     events: Array<[string, string]>,
     tap: ReturnType<EventTap> | undefined,
+    mark: EventMark = NO_MARK,
   ): Promise<void> {
     const [meta, log] = eventLogKeys(id);
     const args: Array<string | number> = [
@@ -423,6 +437,8 @@ export class SessionStore {
       Date.now(),
       NOTICE_MAX_BYTES,
       this.options.eventLogMaxBytes ?? EVENT_LOG_MAX_BYTES,
+      mark.token,
+      mark.first,
     ];
     for (const [type, data] of events) args.push(type, data);
     if (tap?.ready) await tap.ready;
@@ -440,28 +456,28 @@ export class SessionStore {
    * loses live news only.
    */
   async appendEventsMany(
-    batches: ReadonlyArray<readonly [id: string, events: Array<[string, string]>]>,
+    batches: ReadonlyArray<readonly [id: string, events: Array<[string, string]>, mark: EventMark]>,
   ): Promise<void> {
     if (this.isCluster) {
-      await Promise.all(batches.map(([id, events]) => this.appendEvents(id, events)));
+      await Promise.all(batches.map(([id, events, mark]) => this.appendEvents(id, events, mark)));
       return;
     }
     const keys: string[] = [];
     const rest: Array<string | number> = [];
     const tapped: Array<Promise<void>> = [];
-    for (const [id, events] of batches) {
+    for (const [id, events, mark] of batches) {
       if (events.length === 0) continue;
       const tap = this.eventTap?.(
         id,
         events.map(([type]) => type),
       );
       if (tap) {
-        tapped.push(this.appendTapped(id, events, tap));
+        tapped.push(this.appendTapped(id, events, tap, mark));
         continue;
       }
       const [meta, log] = eventLogKeys(id);
       keys.push(meta, log);
-      rest.push(channelName(this.redis, eventsChannel(id)), events.length);
+      rest.push(channelName(this.redis, eventsChannel(id)), events.length, mark.token, mark.first);
       for (const [type, data] of events) rest.push(type, data);
     }
     if (keys.length > 0) {

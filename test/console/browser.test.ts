@@ -69,15 +69,54 @@ async function pageEventIds(page: Page): Promise<string[]> {
 
 /**
  * A failed flow: how the page looked (`.data/screenshots/failed-<flow>-<time>.png`, which later runs do not
- * overwrite) and the session list's text, so that the failure says more than its timeout. (What the page logged is
- * listed after every flow.)
+ * overwrite), the session list's text, every error the page shows (wherever it is scrolled), the composer's state, the
+ * service's answers of 400 and up, and what the fake upstream still holds, so that the failure says more than its
+ * timeout. (What the page logged is listed after every flow.)
  */
-async function explainFailure(t: TestContext, page: Page): Promise<void> {
+async function explainFailure(t: TestContext, page: Page, h?: Harness): Promise<void> {
   const name = t.name.slice(0, 24).replace(/\W+/g, '-');
   await page
     .screenshot({ path: `.data/screenshots/failed-${name}-${Date.now()}.png` })
     .catch(() => undefined);
-  t.diagnostic(`session list: ${await page.textContent('.sessions').catch((e: unknown) => String(e))}`);
+  const said = (what: string, v: unknown) =>
+    t.diagnostic(`${what}: ${typeof v === 'string' ? v : JSON.stringify(v)}`);
+  said('session list', await page.textContent('.sessions').catch((e: unknown) => String(e)));
+  said(
+    'page errors',
+    await page
+      .$$eval('[role="alert"]', (els) => els.map((e) => e.textContent?.trim()))
+      .catch((e: unknown) => String(e)),
+  );
+  said(
+    'composer',
+    await page
+      .evaluate(() => ({
+        text: document.querySelector<HTMLTextAreaElement>('#composer-text')?.value,
+        interrupt: document.querySelector<HTMLInputElement>('#composer-interrupt')?.checked,
+        sendDisabled: document.querySelector<HTMLButtonElement>('form.composer button[type="submit"]')
+          ?.disabled,
+        status: document.querySelector('article.session')?.getAttribute('data-status'),
+      }))
+      .catch((e: unknown) => String(e)),
+  );
+  if (!h) return;
+  said(
+    'answers of 400 and up',
+    h.answers.answers().filter((a) => a.status >= 400),
+  );
+  said('fake', { queued: h.fake.queued, requests: h.fake.requests.length });
+}
+
+/**
+ * The answers of 400 and up a page gets, as `METHOD url → status` lines: not problems in themselves (the typed client
+ * retries some), but what a failed flow needs to say why.
+ */
+function refusals(page: Page): string[] {
+  const refused: string[] = [];
+  page.on('response', (r) => {
+    if (r.status() >= 400) refused.push(`${r.request().method()} ${r.url()} → ${r.status()}`);
+  });
+  return refused;
 }
 
 const sessionStatus = (page: Page, status: string) =>
@@ -138,6 +177,7 @@ describe(
       };
       page.on('pageerror', (err) => problem(`pageerror: ${String(err)}`));
       page.on('requestfailed', (r) => problem(`requestfailed: ${r.url()} ${r.failure()?.errorText}`));
+      const refused = refusals(page);
       page.on('console', (m) => {
         if (m.type() === 'error' || m.type() === 'warning')
           problem(`${m.type()}: ${m.text()} ${m.location().url}`);
@@ -414,7 +454,8 @@ describe(
         assert.equal((await fetch(`${h.service.url}/console/favicon.svg`)).status, 200);
         assert.deepEqual(problems, []);
       } catch (err) {
-        await explainFailure(t, page);
+        await explainFailure(t, page, h);
+        for (const r of refused) t.diagnostic(`page got ${r}`);
         throw err;
       } finally {
         for (const p of problems) t.diagnostic(p);
@@ -431,6 +472,7 @@ describe(
         if (m.type() === 'error' || m.type() === 'warning')
           problems.push(`${m.type()}: ${m.text()} ${m.location().url}`);
       });
+      const refused = refusals(page);
       const lastText = async (id: string) => {
         const h2 = (await h.api.get(`/v1/sessions/${id}/messages`)).body.data;
         return h2.at(-1);
@@ -562,7 +604,8 @@ describe(
         assert.equal((await h.api.get(`/v1/sessions/${id}`)).status, 404);
         assert.deepEqual(problems, []);
       } catch (err) {
-        await explainFailure(t, page);
+        await explainFailure(t, page, h);
+        for (const r of refused) t.diagnostic(`page got ${r}`);
         throw err;
       } finally {
         for (const p of problems) t.diagnostic(p);
@@ -628,7 +671,7 @@ describe(
         assert.match((await link.textContent())!, new RegExp(parent));
         assert.deepEqual(problems, []);
       } catch (err) {
-        await explainFailure(t, page);
+        await explainFailure(t, page, h);
         throw err;
       } finally {
         for (const p of problems) t.diagnostic(p);
@@ -723,7 +766,7 @@ describe(
         await page.waitForSelector('.tool-card[data-tool="get_weather"][data-state="done"]', WAIT);
         assert.deepEqual(problems, []);
       } catch (err) {
-        await explainFailure(t, page);
+        await explainFailure(t, page, h);
         throw err;
       } finally {
         for (const p of problems) t.diagnostic(p);

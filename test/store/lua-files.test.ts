@@ -82,6 +82,8 @@ describe('Lua lives in .lua files', () => {
       5,
       16384,
       1_000_000,
+      '',
+      0,
       'turn.started',
       '{"iteration":1}',
     );
@@ -123,12 +125,16 @@ describe('Lua lives in .lua files', () => {
       1_000_000,
       'ev:{a}',
       2,
+      '',
+      0,
       'stream.event',
       '{"n":1}',
       'stream.event',
       '{"n":2}',
       'ev:{b}',
       1,
+      '',
+      0,
       'turn.started',
       '{"iteration":1}',
     );
@@ -169,5 +175,66 @@ describe('Lua lives in .lua files', () => {
       '0',
       '{"iteration":1}',
     ]);
+  });
+
+  it('a batch sent again under its mark writes only what had not landed (event-mark.lua)', async (t) => {
+    const redis = await startTestRedis();
+    t.after(() => redis.stop());
+    const client = new Redis(redis.url);
+    t.after(() => client.quit());
+    defineLuaCommands(client, new URL('../../src/store/lua/', import.meta.url), 'sess');
+    const scripted = client as unknown as {
+      sessAppendEvents(...a: Array<string | number>): Promise<string | null>;
+      sessAppendEventsMany(...a: Array<string | number>): Promise<number>;
+    };
+    await client.hset('s:{m}', 'status', 'running');
+    const events = (...ns: number[]) => ns.flatMap((n) => ['stream.event', `{"n":${n}}`]);
+    const one = (token: string, first: number, ...ns: number[]) =>
+      scripted.sessAppendEvents(
+        's:{m}',
+        's:{m}:e',
+        'ev:{m}',
+        100,
+        5,
+        16384,
+        1_000_000,
+        token,
+        first,
+        ...events(...ns),
+      );
+    const many = (token: string, first: number, ...ns: number[]) =>
+      scripted.sessAppendEventsMany(
+        2,
+        's:{m}',
+        's:{m}:e',
+        100,
+        5,
+        16384,
+        1_000_000,
+        'ev:{m}',
+        ns.length,
+        token,
+        first,
+        ...events(...ns),
+      );
+    const logged = async () => (await client.xrange('s:{m}:e', '-', '+')).map(([, f]) => JSON.parse(f[3]!).n);
+
+    await one('t1', 1, 1, 2);
+    assert.equal(await one('t1', 1, 1, 2), null, 'sent again whole: nothing written');
+    await many('t1', 1, 1, 2, 3, 4);
+    assert.deepEqual(await logged(), [1, 2, 3, 4], 'the landed part skipped, the rest written');
+    assert.equal(await client.hget('s:{m}', 'ev_mark'), 't1 4');
+    await one('t1', 3, 3, 4);
+    assert.equal(await client.hget('s:{m}', 'ev_mark'), 't1 4', 'an older batch leaves the mark where it is');
+    await one('', 0, 5);
+    assert.equal(await client.hget('s:{m}', 'ev_mark'), 't1 4', 'an unmarked write leaves it too');
+    await many('t2', 1, 6);
+    assert.deepEqual(await logged(), [1, 2, 3, 4, 5, 6], "another writer's numbers start afresh");
+    assert.equal(await client.hget('s:{m}', 'ev_mark'), 't2 1');
+    // A deleted session (no meta): written, never marked, no meta made.
+    await client.del('s:{m}');
+    await one('t2', 1, 7);
+    assert.equal(await client.exists('s:{m}'), 0);
+    assert.deepEqual((await logged()).at(-1), 7);
   });
 });
