@@ -158,11 +158,19 @@ describe('crash recovery (SIGKILL)', { timeout: 180_000 }, () => {
     assert.equal(await r.zscore('runs:due', id), null, 'not due any more');
     const log = await turnLog(id);
     const third = log.indexOf('turn.started:3');
-    assert.deepEqual(log.slice(third, log.indexOf('turn.started:3', third + 1) + 1), [
-      'turn.started:3',
-      'turn.dropped:3:takeover',
-      'turn.started:3',
-    ]);
+    const dropped = log.slice(third, log.indexOf('turn.started:3', third + 1) + 1);
+    // The kill lands mid-stream, or (a loaded machine) after the stream ended and before the commit that stores the
+    // turn: then the turn's end news, written ahead of that commit (src/engine/live-news.ts), is in the log too,
+    // and the takeover still marks the turn dropped before sending it again.
+    const between = dropped.slice(1, -2);
+    assert.deepEqual(dropped.slice(-2), ['turn.dropped:3:takeover', 'turn.started:3'], dropped.join(' '));
+    assert.equal(dropped[0], 'turn.started:3');
+    assert.ok(
+      between.length === 0 ||
+        (between[0] === 'turn.completed:3' &&
+          between.slice(1).every((e) => /^tool\.started:toolu_midturn_2_/.test(e))),
+      dropped.join(' '),
+    );
     console.log(`# mid-turn crash: resumed after ${recoveryMs} ms`);
   });
 
