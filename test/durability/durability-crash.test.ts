@@ -168,7 +168,7 @@ describe('crash recovery (SIGKILL)', { timeout: 180_000 }, () => {
     assert.ok(
       between.length === 0 ||
         (between[0] === 'turn.completed:3' &&
-          between.slice(1).every((e) => /^tool\.started:toolu_midturn_2_/.test(e))),
+          between.slice(1).every((e: string) => /^tool\.started:toolu_midturn_2_/.test(e))),
       dropped.join(' '),
     );
     console.log(`# mid-turn crash: resumed after ${recoveryMs} ms`);
