@@ -16,12 +16,10 @@ import type { EventMark, SessionStore } from '../store/store.js';
  *
  * A batch is tried again until it lands, for at most `giveUpAfterMs` (the lease TTL: the commit that follows rides
  * out an outage as long), or until the run stops; then it is given up (`dropped`): live clients miss it, the
- * history is whole.
+ * history is whole (counted in `trs_live_events_dropped_total{reason="outage"}`).
  */
 export class LiveNews {
   readonly token = randomBytes(6).toString('hex');
-  /** Events given up after an outage longer than the bound. */
-  dropped = 0;
   /** The number of the next event (from 1). */
   private next = 1;
   private tail: Promise<void> = Promise.resolve();
@@ -32,6 +30,8 @@ export class LiveNews {
     private readonly giveUpAfterMs: number,
     /** True once the run has stopped (cancel, lost lease, shutdown, delete): nothing is tried again. */
     private readonly stopped: () => boolean,
+    /** Told of the events of each batch given up. */
+    private readonly onDropped: (n: number) => void,
   ) {}
 
   /** Numbers for `n` events about to be written (by the stream relay, whose batches are its own). */
@@ -63,7 +63,7 @@ export class LiveNews {
       } catch (err) {
         const wait = retryDelayMs(attempt);
         if (!(err instanceof StoreUnavailable) || this.stopped() || Date.now() + wait > deadline) {
-          this.dropped += events.length;
+          this.onDropped(events.length);
           return;
         }
         await new Promise((resolve) => setTimeout(resolve, wait));

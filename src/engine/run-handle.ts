@@ -62,6 +62,7 @@ export class RunHandle {
       id,
       deps.leaseTtlMs,
       () => this.reason !== null && this.reason !== 'interrupt',
+      (n) => obs.liveEventsDropped(n, 'outage'),
     );
   }
 

@@ -213,6 +213,7 @@ export abstract class TurnRunner {
         buffered.length = 0;
         // Not `push(...rest)`: spreading a long array into arguments overflows the stack (RangeError).
         for (const ev of await relay.drain()) buffered.push(ev);
+        run.obs.liveEventsDropped(relay.dropped, 'buffer_full');
       }
     } else {
       // Live news, like the stream relay's writes: written as the request goes, through a store outage (the turn's

@@ -73,6 +73,7 @@ export class Metrics {
   readonly waitingRuns: Gauge;
   // Events.
   readonly eventsRelayed: Counter;
+  readonly liveEventsDropped: Counter<'reason'>;
   readonly relayLag: Histogram;
   readonly replayPages: Counter<'source'>;
   readonly streamsOpened: Counter<'transport'>;
@@ -177,6 +178,15 @@ export class Metrics {
     this.eventsRelayed = new Counter({
       name: 'trs_events_relayed_total',
       help: 'Session events fanned out to live WebSocket/SSE clients (once per event, however many clients).',
+      registers,
+    });
+    this.liveEventsDropped = new Counter({
+      name: 'trs_live_events_dropped_total',
+      help:
+        "A run's live events (turn.started, stream deltas, a turn's end written ahead of its commit) never written " +
+        'to the log, by reason: buffer_full (over the stream relay bound while Redis was slower than the stream) ' +
+        'or outage (still failing after the lease TTL, or the run stopped). Live clients miss them; the history is whole.',
+      labelNames: ['reason'],
       registers,
     });
     this.relayLag = new Histogram({

@@ -117,6 +117,11 @@ export class RunTelemetry {
     }
   }
 
+  /** Live events given up (live-news.ts, stream-relay.ts); none: nothing counted. */
+  liveEventsDropped(n: number, reason: 'buffer_full' | 'outage'): void {
+    if (n > 0) this.metrics.liveEventsDropped.inc({ reason }, n);
+  }
+
   /** A commit is sent again after an outage. */
   commitRetried(): void {
     this.metrics.commitRetries.inc();

@@ -11,6 +11,7 @@ import { Redis } from 'ioredis';
 import { startHarness, type Harness } from '../helpers/service.js';
 import { reply, text, textBlock, toolUse } from '../fake/script.js';
 import { until } from './chaos-lib.js';
+import { parseExposition, value } from '../helpers/prometheus.js';
 
 /** Numbered words, 3 to a delta (the fake's chunking): the log's deltas, joined, must be this text, once, in order. */
 const BODY = Array.from({ length: 600 }, (_, i) => `w${i}`).join(' ');
@@ -34,6 +35,13 @@ describe('live news through a Redis outage', { timeout: 120_000 }, () => {
     r.disconnect();
     await h?.close();
   });
+
+  /** Nothing was given up: `trs_live_events_dropped_total` has no sample above 0. */
+  async function noneDropped(): Promise<void> {
+    const samples = parseExposition(await (await fetch(`${h.service.url}/metrics`)).text());
+    for (const reason of ['buffer_full', 'outage'])
+      assert.equal(value(samples, 'trs_live_events_dropped_total', { reason }) ?? 0, 0, reason);
+  }
 
   async function log(id: string): Promise<LoggedEvent[]> {
     const all: LoggedEvent[] = [];
@@ -84,6 +92,7 @@ describe('live news through a Redis outage', { timeout: 120_000 }, () => {
       assert.equal(types.filter((t) => t === 'turn.completed').length, 1);
       assert.ok(types.indexOf('turn.started') < types.indexOf('stream.event'));
       assert.ok(types.lastIndexOf('stream.event') < types.indexOf('turn.completed'));
+      await noneDropped();
     } finally {
       h.fake.setHandler(null);
     }
@@ -123,6 +132,7 @@ describe('live news through a Redis outage', { timeout: 120_000 }, () => {
         types.join(' '),
       );
       assert.ok(types.lastIndexOf('turn.started') > types.indexOf('tool.completed'), types.join(' '));
+      await noneDropped();
     } finally {
       h.fake.setHandler(null);
     }

@@ -11,6 +11,7 @@ import assert from 'node:assert/strict';
 import { Redis } from 'ioredis';
 import { startHarness, type Harness } from '../helpers/service.js';
 import { text } from '../fake/script.js';
+import { parseExposition, value } from '../helpers/prometheus.js';
 
 const DELTAS = 6000;
 /** 3 words per delta (the fake's chunking): DELTAS text deltas. */
@@ -62,12 +63,26 @@ describe('stream backpressure', { timeout: 120_000 }, () => {
     return deltas(created.body.id);
   }
 
+  /** `trs_live_events_dropped_total{reason="buffer_full"}` (0 before the first drop). */
+  const droppedAtBound = async () =>
+    value(
+      parseExposition(await (await fetch(`${h.service.url}/metrics`)).text()),
+      'trs_live_events_dropped_total',
+      { reason: 'buffer_full' },
+    ) ?? 0;
+
   it('a stall shorter than the pause loses no delta: the upstream waits', async () => {
     assert.equal(await runOnce(700), DELTAS);
+    assert.equal(await droppedAtBound(), 0);
   });
 
   it('a longer stall resumes the stream after the pause and the turn completes', async () => {
     const n = await runOnce(4000);
     assert.ok(n > 0 && n <= DELTAS, `${n} deltas`);
+    // What live clients missed is counted: every delta not in the log was dropped at the relay's bound.
+    assert.ok(
+      (await droppedAtBound()) >= DELTAS - n,
+      `${await droppedAtBound()} dropped, ${DELTAS - n} missing`,
+    );
   });
 });
