@@ -173,7 +173,12 @@ const routes: FastifyPluginAsyncZod = async (app) => {
         createdAt: now,
         updatedAt: now,
       };
-      await store.create(s, maxPerTenant);
+      if (!(await store.create(s, maxPerTenant))) {
+        // The same keyed create sent twice at once: the other one wrote it first; this one answers it.
+        const first = await store.get(req.tenant, id);
+        reply.header('idempotent-replayed', 'true');
+        return send(reply, first, 201);
+      }
       req.log.info({ schedule: s.id, tenant: s.tenant }, 'schedule created');
       return send(reply, s, 201);
     },

@@ -290,6 +290,16 @@ export function eventDataSchemas(session: z.ZodType) {
       message: betaMessage,
     }),
     'compaction.skipped': z.looseObject({ iteration, n: recordNumber, reason: z.string() }),
+    'schedule.created': z.looseObject({
+      schedule_id: z.string(),
+      cron: z.string().nullable(),
+      at: z.string().nullable(),
+      timezone: z.string(),
+      overlap: z.enum(['skip', 'allow']),
+      paused: z.boolean(),
+      next_run_at: z.string().nullable(),
+    }),
+    'schedule.deleted': z.looseObject({ schedule_id: z.string() }),
     'schedule.fired': z.looseObject({
       schedule_id: z.string(),
       scheduled_for: z.string(),

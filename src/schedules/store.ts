@@ -19,6 +19,17 @@ const RUNS_MAX = 1000;
 
 const scheduleNotFound = () => new NotFound('schedule');
 
+/** `schedule.created`'s data: the schedule's timing and options (the create body it keeps is not repeated). */
+const createdData = (s: ScheduleRecord) => ({
+  schedule_id: s.id,
+  cron: s.cron,
+  at: s.at === null ? null : new Date(s.at).toISOString(),
+  timezone: s.timezone,
+  overlap: s.overlap,
+  paused: s.paused,
+  next_run_at: s.nextRunAt === null ? null : new Date(s.nextRunAt).toISOString(),
+});
+
 /**
  * The schedules' door to Redis (keys in keys.ts). Every method is one command or one script unless it says in
  * which order its steps go. Writes of events go through the session store's event tap, so webhooks see them.
@@ -36,18 +47,39 @@ export class ScheduleStore {
   }
 
   /**
-   * Writes a new schedule: due entry first, then the record, then the index (a due entry or index member without
-   * a record is dropped when met). Refuses with 429 `quota_exceeded` beyond `maxPerTenant`.
+   * Writes a new schedule: due entry first, then the record with its `schedule.created` event (one script), then the
+   * index (a due entry or index member without a record is dropped when met). Refuses with 429 `quota_exceeded`
+   * beyond `maxPerTenant`. False, nothing written, when a schedule of this id exists (a keyed create sent twice at
+   * once).
    */
-  async create(s: ScheduleRecord, maxPerTenant: number): Promise<void> {
+  async create(s: ScheduleRecord, maxPerTenant: number): Promise<boolean> {
     const n = await this.redis.zcard(tenantSchedulesKey(s.tenant));
     if (n >= maxPerTenant) throw quotaExceeded('SCHEDULES_MAX_PER_TENANT', maxPerTenant, 'schedules');
     // The create body it keeps counts in the tenant's storage (TENANT_MAX_BYTES), given back at delete.
     await this.sessions.chargeBytes(s.tenant, s.session.length);
     const score = dueScore(s);
     if (score !== null) await this.redis.zadd(SCHEDULES_DUE_KEY, score, s.id);
-    await this.redis.hset(scheduleKeys(s.id).meta, encodeSchedule(s));
+    const k = scheduleKeys(s.id);
+    const [channel, max, notice, bytes] = this.logArgs(s.id);
+    const made = await this.withTap(s, ['schedule.created'], () =>
+      this.redis.schedCreate(
+        k.meta,
+        k.events,
+        s.createdAt,
+        JSON.stringify(createdData(s)),
+        channel,
+        max,
+        notice,
+        bytes,
+        ...Object.entries(encodeSchedule(s)).flat(),
+      ),
+    );
+    if (made !== 1) {
+      await this.sessions.chargeBytes(s.tenant, -s.session.length);
+      return false;
+    }
     await this.redis.zadd(tenantSchedulesKey(s.tenant), 0, this.indexMember(s));
+    return true;
   }
 
   /** Lists `s` in its tenant's index again (the same member: a no-op when it is listed). */
@@ -104,14 +136,33 @@ export class ScheduleStore {
     return this.resync(id).then((s) => s ?? Promise.reject(scheduleNotFound()));
   }
 
-  /** Deletes the schedule's keys, then its index and due entries. The sessions it created are kept. */
+  /**
+   * Deletes the schedule's record and runs (If-Match: `revision`); its event log keeps a `schedule.deleted` event
+   * for `deletedLogTtlMs` (one script), so webhooks and readers of the log learn of it. Then its index and due
+   * entries. The sessions it created are kept.
+   */
   async remove(tenant: string, id: string, revision?: number): Promise<void> {
     const s = await this.get(tenant, id);
-    if (revision !== undefined && revision !== s.revision) throw new RevisionMismatch(s.revision, 'schedule');
     const k = scheduleKeys(id);
-    if ((await this.redis.del(k.meta, k.events, k.runs)) > 0)
-      await this.sessions.chargeBytes(tenant, -s.session.length);
+    const [channel, , notice] = this.logArgs(id);
+    const [code, rev] = await this.withTap(s, ['schedule.deleted'], () =>
+      this.redis.schedDelete(
+        k.meta,
+        k.events,
+        k.runs,
+        tenant,
+        revision === undefined ? '' : String(revision),
+        Date.now(),
+        JSON.stringify({ schedule_id: id }),
+        this.sessions.options.deletedLogTtlMs ?? 60_000,
+        channel,
+        notice,
+      ),
+    );
+    if (code === 0) throw scheduleNotFound();
+    if (code === -1) throw new RevisionMismatch(rev, 'schedule');
     await Promise.all([
+      this.sessions.chargeBytes(tenant, -s.session.length),
       this.redis.zrem(tenantSchedulesKey(tenant), this.indexMember(s)),
       this.redis.zrem(SCHEDULES_DUE_KEY, id),
     ]);

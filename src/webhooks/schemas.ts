@@ -35,6 +35,8 @@ export const EVENT_TYPES = [
   'compaction.started',
   'compaction.completed',
   'compaction.skipped',
+  'schedule.created',
+  'schedule.deleted',
   'schedule.fired',
   'schedule.skipped',
   'schedule.updated',

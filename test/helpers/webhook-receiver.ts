@@ -11,7 +11,7 @@ export type Mode = 'accept' | 'fail' | 'hang' | 'down';
 
 export interface Received {
   id: string;
-  body: { id: string; session_id: string | null; type: string; data: any };
+  body: { id: string; session_id: string | null; type: string; revision?: number; data: any };
 }
 
 export class WebhookReceiver {

@@ -365,12 +365,12 @@ describe('schedules', { timeout: 240_000 }, () => {
     const ev = (await a.get(`/v1/schedules/${s.id}/events`)).body.data;
     assert.deepEqual(
       ev.map((e: { type: string }) => e.type),
-      ['schedule.fired'],
+      ['schedule.created', 'schedule.fired'],
     );
-    assert.equal(ev[0].data.session_id, runs[0]!.id);
-    assert.equal(ev[0].session_id, s.id);
-    // Cursors: the page after the first event is empty; ids out of Redis's range are a 400, not Redis's error.
-    assert.deepEqual((await a.get(`/v1/schedules/${s.id}/events?after=${ev[0].id}`)).body.data, []);
+    assert.equal(ev[1].data.session_id, runs[0]!.id);
+    assert.equal(ev[1].session_id, s.id);
+    // Cursors: the page after the last event is empty; ids out of Redis's range are a 400, not Redis's error.
+    assert.deepEqual((await a.get(`/v1/schedules/${s.id}/events?after=${ev[1].id}`)).body.data, []);
     for (const bad of [
       '1-99999999999999999999',
       '18446744073709551616-0',
@@ -435,6 +435,68 @@ describe('schedules', { timeout: 240_000 }, () => {
       'a fire after resume',
     );
     await a.req('DELETE', `/v1/schedules/${s.id}`);
+  });
+
+  it('logs its creation, changes and deletion, and webhooks get them; a DELETE at an old revision is refused', async () => {
+    const receiver = new WebhookReceiver();
+    await receiver.start();
+    try {
+      const w = (
+        await a.post('/v1/webhooks', {
+          url: receiver.url,
+          events: ['schedule.created', 'schedule.updated', 'schedule.deleted'],
+        })
+      ).body;
+      receiver.setSecret(w.secret);
+      const s = (
+        await a.post('/v1/schedules', {
+          cron: '0 9 * * 1-5',
+          timezone: 'Europe/Paris',
+          session: { input: 'the weekly report' },
+        })
+      ).body;
+      const ev = (await a.get(`/v1/schedules/${s.id}/events`)).body.data;
+      assert.equal(ev.length, 1);
+      assert.equal(ev[0].type, 'schedule.created');
+      assert.equal(ev[0].revision, 1);
+      assert.deepEqual(ev[0].data, {
+        schedule_id: s.id,
+        cron: '0 9 * * 1-5',
+        at: null,
+        timezone: 'Europe/Paris',
+        overlap: 'skip',
+        paused: false,
+        next_run_at: s.next_run_at,
+      });
+      const paused = await a.req('PATCH', `/v1/schedules/${s.id}`, { paused: true });
+      assert.equal(paused.status, 200);
+      const stale = await a.req('DELETE', `/v1/schedules/${s.id}`, undefined, { 'if-match': '"1"' });
+      assert.equal(stale.status, 412, 'a DELETE at the revision before the PATCH');
+      assert.equal((await a.get(`/v1/schedules/${s.id}`)).status, 200, 'still there');
+      const del = await a.req('DELETE', `/v1/schedules/${s.id}`, undefined, {
+        'if-match': `"${paused.body.revision}"`,
+      });
+      assert.equal(del.status, 200);
+      assert.equal((await a.get(`/v1/schedules/${s.id}`)).status, 404);
+      assert.equal((await a.get(`/v1/schedules/${s.id}/events`)).status, 404);
+      // Deliveries are not ordered: all three, then by revision.
+      const mine = () => receiver.accepted.filter((m) => m.body.session_id === s.id);
+      await receiver.until(() => mine().length === 3);
+      const got = mine().sort((x, y) => x.body.revision! - y.body.revision!);
+      assert.deepEqual(
+        got.map((m) => [m.body.type, m.body.revision]),
+        [
+          ['schedule.created', 1],
+          ['schedule.updated', paused.body.revision],
+          ['schedule.deleted', paused.body.revision + 1],
+        ],
+      );
+      assert.deepEqual(got[2]!.body.data, { schedule_id: s.id });
+      assert.equal(receiver.invalid, 0);
+      await a.req('DELETE', `/v1/webhooks/${w.id}`);
+    } finally {
+      await receiver.close();
+    }
   });
 
   it('delivers schedule.fired to webhooks; a one-shot `at` fires once', async () => {
@@ -535,9 +597,12 @@ describe('schedules', { timeout: 240_000 }, () => {
       );
       assert.equal(v.fires, 0);
       const ev = (await qa.get(`/v1/schedules/${s.id}/events`)).body.data;
-      assert.equal(ev[0].type, 'schedule.skipped');
-      assert.equal(ev[0].data.reason, 'quota_exceeded');
-      assert.equal(ev[0].data.error.details.quota, 'TENANT_MAX_SESSIONS');
+      assert.deepEqual(
+        ev.slice(0, 2).map((e: { type: string }) => e.type),
+        ['schedule.created', 'schedule.skipped'],
+      );
+      assert.equal(ev[1].data.reason, 'quota_exceeded');
+      assert.equal(ev[1].data.error.details.quota, 'TENANT_MAX_SESSIONS');
       assert.equal((await qa.get('/v1/sessions')).body.data.length, 2);
     } finally {
       await q.close();

@@ -2328,6 +2328,49 @@ export interface components {
         [key: string]: unknown;
       };
     };
+    ScheduleCreatedEvent: {
+      /** @description The event id (`<ms>-<seq>`): the cursor to resume after this event. */
+      id: string;
+      session_id: string;
+      /** Format: date-time */
+      at: string;
+      revision: number | null;
+      /**
+       * @description discriminator enum property added by openapi-typescript
+       * @enum {string}
+       */
+      type: 'schedule.created';
+      data: {
+        schedule_id: string;
+        cron: string | null;
+        at: string | null;
+        timezone: string;
+        /** @enum {string} */
+        overlap: 'skip' | 'allow';
+        paused: boolean;
+        next_run_at: string | null;
+      } & {
+        [key: string]: unknown;
+      };
+    };
+    ScheduleDeletedEvent: {
+      /** @description The event id (`<ms>-<seq>`): the cursor to resume after this event. */
+      id: string;
+      session_id: string;
+      /** Format: date-time */
+      at: string;
+      revision: number | null;
+      /**
+       * @description discriminator enum property added by openapi-typescript
+       * @enum {string}
+       */
+      type: 'schedule.deleted';
+      data: {
+        schedule_id: string;
+      } & {
+        [key: string]: unknown;
+      };
+    };
     ScheduleFiredEvent: {
       /** @description The event id (`<ms>-<seq>`): the cursor to resume after this event. */
       id: string;
@@ -2526,6 +2569,8 @@ export interface components {
       | components['schemas']['CompactionStartedEvent']
       | components['schemas']['CompactionCompletedEvent']
       | components['schemas']['CompactionSkippedEvent']
+      | components['schemas']['ScheduleCreatedEvent']
+      | components['schemas']['ScheduleDeletedEvent']
       | components['schemas']['ScheduleFiredEvent']
       | components['schemas']['ScheduleSkippedEvent']
       | components['schemas']['ScheduleUpdatedEvent']
@@ -10951,6 +10996,8 @@ export interface operations {
             | 'compaction.started'
             | 'compaction.completed'
             | 'compaction.skipped'
+            | 'schedule.created'
+            | 'schedule.deleted'
             | 'schedule.fired'
             | 'schedule.skipped'
             | 'schedule.updated'
@@ -11373,6 +11420,8 @@ export interface operations {
             | 'compaction.started'
             | 'compaction.completed'
             | 'compaction.skipped'
+            | 'schedule.created'
+            | 'schedule.deleted'
             | 'schedule.fired'
             | 'schedule.skipped'
             | 'schedule.updated'

@@ -8,6 +8,15 @@ declare module 'ioredis' {
   interface RedisCommander<Context> {
     /** claim-2.lua. */
     schedClaim(meta: string, events: string, ...args: Array<string | number>): Result<string, Context>;
+    /** create-2.lua: 1, or 0 when the schedule exists. */
+    schedCreate(meta: string, events: string, ...args: Array<string | number>): Result<number, Context>;
+    /** delete-3.lua. */
+    schedDelete(
+      meta: string,
+      events: string,
+      runs: string,
+      ...args: Array<string | number>
+    ): Result<[code: number, revision: number], Context>;
     /** alive-1.lua: since when replicas have run without a gap (ms). */
     schedAlive(alive: string, now: number, gapMs: number): Result<number, Context>;
     /** retake-1.lua: 1 when the caller now holds the pending fire's lease. */

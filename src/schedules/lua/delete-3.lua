@@ -1,0 +1,23 @@
+-- delete: deletes a schedule's record and runs list if it belongs to the tenant and is at the expected revision;
+-- its event log gets a `schedule.deleted` event and expires after ARGV[5] ms, so live readers and webhooks learn
+-- of the deletion (as a session's, store/lua/destroy-8.lua).
+-- KEYS[1] the schedule (hash)  KEYS[2] its event log (stream)  KEYS[3] its runs (zset)
+-- ARGV[1] tenant  ARGV[2] expected revision ('' any)  ARGV[3] now (ms)  ARGV[4] event data (JSON)
+-- ARGV[5] how long the event log is kept (ms)  ARGV[6] pub/sub channel  ARGV[7] notice size limit
+-- Returns {1, the event's revision}, {0, 0} when there is no such schedule of the tenant, {-1, current} on a
+-- mismatch (nothing written in both).
+-- The first write is the DEL, which Redis never refuses for memory (noeviction refuses a script whose first write
+-- may add memory), so a delete still runs when Redis is full.
+--- @include "../../store/lua/includes/notice"
+local f = redis.call('HMGET', KEYS[1], 'tenant', 'revision')
+if f[1] ~= ARGV[1] then return {0, 0} end
+if ARGV[2] ~= '' and ARGV[2] ~= f[2] then return {-1, tonumber(f[2])} end
+redis.call('DEL', KEYS[1], KEYS[3])
+local rev = tostring(tonumber(f[2] or '1') + 1)
+local t = 'schedule.deleted'
+notice_before(KEYS[2])
+local id = redis.call('XADD', KEYS[2], '*', 't', t, 'd', ARGV[4], 'r', rev, 'at', ARGV[3])
+notice_add(tonumber(ARGV[7]), id, t, ARGV[3], rev, ARGV[4])
+redis.call('PEXPIRE', KEYS[2], ARGV[5])
+notice_publish(ARGV[6])
+return {1, tonumber(rev)}
