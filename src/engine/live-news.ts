@@ -16,10 +16,16 @@ import type { EventMark, SessionStore } from '../store/store.js';
  *
  * A batch is tried again until it lands, for at most `giveUpAfterMs` (the lease TTL: the commit that follows rides
  * out an outage as long), or until the run stops; then it is given up (`dropped`): live clients miss it, the
- * history is whole (counted in `trs_live_events_dropped_total{reason="outage"}`).
+ * history is whole (counted in `trs_live_events_dropped_total{reason="outage"}`). Any other error of the store (not
+ * an outage: a write that would fail again) gives the batch up at once (`reason="error"`). A run that lost its lease
+ * and still retries writes nothing once Redis answers: the mark carries its fence, which the new owner's claim moved.
  */
+/** Why live events were given up (`trs_live_events_dropped_total{reason}`, besides the relay's `buffer_full`). */
+export type DropReason = 'outage' | 'error';
+
 export class LiveNews {
-  readonly token = randomBytes(6).toString('hex');
+  /** `<fence>:<random>`: a write under it lands only while the run's lease fence is the session's (event-mark.lua). */
+  readonly token: string;
   /** The number of the next event (from 1). */
   private next = 1;
   private tail: Promise<void> = Promise.resolve();
@@ -27,12 +33,15 @@ export class LiveNews {
   constructor(
     private readonly store: SessionStore,
     private readonly id: string,
+    fence: number,
     private readonly giveUpAfterMs: number,
     /** True once the run has stopped (cancel, lost lease, shutdown, delete): nothing is tried again. */
     private readonly stopped: () => boolean,
     /** Told of the events of each batch given up. */
-    private readonly onDropped: (n: number) => void,
-  ) {}
+    readonly onDropped: (n: number, reason: DropReason) => void,
+  ) {
+    this.token = `${fence}:${randomBytes(6).toString('hex')}`;
+  }
 
   /** Numbers for `n` events about to be written (by the stream relay, whose batches are its own). */
   take(n: number): EventMark {
@@ -62,8 +71,9 @@ export class LiveNews {
         return;
       } catch (err) {
         const wait = retryDelayMs(attempt);
-        if (!(err instanceof StoreUnavailable) || this.stopped() || Date.now() + wait > deadline) {
-          this.onDropped(events.length);
+        const outage = err instanceof StoreUnavailable;
+        if (!outage || this.stopped() || Date.now() + wait > deadline) {
+          this.onDropped(events.length, outage ? 'outage' : 'error');
           return;
         }
         await new Promise((resolve) => setTimeout(resolve, wait));

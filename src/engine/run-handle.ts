@@ -60,9 +60,10 @@ export class RunHandle {
     this.news = new LiveNews(
       deps.store,
       id,
+      fence,
       deps.leaseTtlMs,
       () => this.reason !== null && this.reason !== 'interrupt',
-      (n) => obs.liveEventsDropped(n, 'outage'),
+      (n, reason) => obs.liveEventsDropped(n, reason),
     );
   }
 

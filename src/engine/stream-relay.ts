@@ -1,5 +1,9 @@
 import type { EventMark, SessionStore } from '../store/store.js';
+import { StoreUnavailable } from '../errors.js';
 import { retryDelayMs, type LiveNews } from './live-news.js';
+
+/** How a batch's write ended: written, to be tried again (an outage), or given up (any other failure). */
+type WriteOutcome = 'ok' | 'retry' | 'drop';
 
 /**
  * Relays a turn's stream events to the event log as they arrive: a batch is written at once when no write is in
@@ -208,16 +212,19 @@ export class StreamRelay {
       const { events, mark } = r.nextBatch();
       return [r.id, events, mark] as const;
     });
+    // Only an outage is worth a retry; any other failure would come again: the batches are given up.
     const written = store.appendEventsMany(batches).then(
-      () => true,
-      () => false,
+      (): WriteOutcome => 'ok',
+      (err: unknown): WriteOutcome => (err instanceof StoreUnavailable ? 'retry' : 'drop'),
     );
     for (const r of relays) r.wrote(written);
   }
 
-  private wrote(written: Promise<boolean>): void {
-    this.writing = written.then((ok) => {
+  private wrote(written: Promise<WriteOutcome>): void {
+    this.writing = written.then((outcome) => {
       this.writing = null;
+      const ok = outcome !== 'retry';
+      if (outcome === 'drop') this.news.onDropped(this.batch?.events.length ?? 0, 'error');
       if (ok) {
         this.batch = null;
         this.failures = 0;

@@ -185,7 +185,8 @@ export class Metrics {
       help:
         "A run's live events (turn.started, stream deltas, a turn's end written ahead of its commit) never written " +
         'to the log, by reason: buffer_full (over the stream relay bound while Redis was slower than the stream) ' +
-        'or outage (still failing after the lease TTL, or the run stopped). Live clients miss them; the history is whole.',
+        'outage (still failing after the lease TTL, or the run stopped) or error (a failure that is no outage). Live ' +
+        'clients miss them; the history is whole.',
       labelNames: ['reason'],
       registers,
     });

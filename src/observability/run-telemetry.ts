@@ -118,7 +118,7 @@ export class RunTelemetry {
   }
 
   /** Live events given up (live-news.ts, stream-relay.ts); none: nothing counted. */
-  liveEventsDropped(n: number, reason: 'buffer_full' | 'outage'): void {
+  liveEventsDropped(n: number, reason: 'buffer_full' | 'outage' | 'error'): void {
     if (n > 0) this.metrics.liveEventsDropped.inc({ reason }, n);
   }
 

@@ -103,8 +103,9 @@ describe('live news through a Redis outage', { timeout: 120_000 }, () => {
     h.fake.setHandler(async () => {
       calls++;
       if (calls > 1) return text('The sum is 5.');
-      // The turn's writes (its stream, its end, the tool's start) all come once the service counts Redis as down.
-      await pause(3000);
+      // The turn's writes (its stream, its end, the tool's start) all come once the service counts Redis as down
+      // (its probe says so after ~1 s; the pause leaves a loaded machine room to see it).
+      await pause(4500);
       await down();
       return reply([textBlock('Adding.'), toolUse('calculate_sum', { a: 2, b: 3 })]);
     });

@@ -187,7 +187,7 @@ describe('Lua lives in .lua files', () => {
       sessAppendEvents(...a: Array<string | number>): Promise<string | null>;
       sessAppendEventsMany(...a: Array<string | number>): Promise<number>;
     };
-    await client.hset('s:{m}', 'status', 'running');
+    await client.hset('s:{m}', 'status', 'running', 'fence', '3');
     const events = (...ns: number[]) => ns.flatMap((n) => ['stream.event', `{"n":${n}}`]);
     const one = (token: string, first: number, ...ns: number[]) =>
       scripted.sessAppendEvents(
@@ -219,22 +219,43 @@ describe('Lua lives in .lua files', () => {
       );
     const logged = async () => (await client.xrange('s:{m}:e', '-', '+')).map(([, f]) => JSON.parse(f[3]!).n);
 
-    await one('t1', 1, 1, 2);
-    assert.equal(await one('t1', 1, 1, 2), null, 'sent again whole: nothing written');
-    await many('t1', 1, 1, 2, 3, 4);
+    // Tokens are `<fence>:<random>`: the session's fence is 3.
+    await one('3:a', 1, 1, 2);
+    assert.equal(await one('3:a', 1, 1, 2), null, 'sent again whole: nothing written');
+    await many('3:a', 1, 1, 2, 3, 4);
     assert.deepEqual(await logged(), [1, 2, 3, 4], 'the landed part skipped, the rest written');
-    assert.equal(await client.hget('s:{m}', 'ev_mark'), 't1 4');
-    await one('t1', 3, 3, 4);
-    assert.equal(await client.hget('s:{m}', 'ev_mark'), 't1 4', 'an older batch leaves the mark where it is');
-    await one('', 0, 5);
-    assert.equal(await client.hget('s:{m}', 'ev_mark'), 't1 4', 'an unmarked write leaves it too');
-    await many('t2', 1, 6);
-    assert.deepEqual(await logged(), [1, 2, 3, 4, 5, 6], "another writer's numbers start afresh");
-    assert.equal(await client.hget('s:{m}', 'ev_mark'), 't2 1');
-    // A deleted session (no meta): written, never marked, no meta made.
+    assert.equal(await client.hget('s:{m}', 'ev_mark'), '3:a 4');
+    await one('3:a', 3, 3, 4);
+    assert.equal(
+      await client.hget('s:{m}', 'ev_mark'),
+      '3:a 4',
+      'an older batch leaves the mark where it is',
+    );
+    await one('3:a', 4, 4, 5);
+    assert.deepEqual(await logged(), [1, 2, 3, 4, 5], 'one statement: the landed part skipped');
+    await one('', 0, 6);
+    assert.equal(await client.hget('s:{m}', 'ev_mark'), '3:a 5', 'an unmarked write leaves it too');
+    // A takeover: the new owner's fence is 4, its token another; the old owner's late retry writes nothing.
+    await client.hset('s:{m}', 'fence', '4');
+    await many('4:b', 1, 7);
+    assert.deepEqual(await logged(), [1, 2, 3, 4, 5, 6, 7], "another writer's numbers start afresh");
+    assert.equal(await client.hget('s:{m}', 'ev_mark'), '4:b 1');
+    assert.equal(await one('3:a', 6, 66), null, 'an older fence: nothing written');
+    assert.equal(await many('3:a', 6, 66, 67), 1);
+    assert.deepEqual(await logged(), [1, 2, 3, 4, 5, 6, 7]);
+    assert.equal(
+      await client.hget('s:{m}', 'ev_mark'),
+      '4:b 1',
+      "the old owner's write leaves the mark alone",
+    );
+    await one('4:b', 1, 7, 8);
+    assert.deepEqual(await logged(), [1, 2, 3, 4, 5, 6, 7, 8], "the new owner's retry skips what landed");
+    // A deleted session (no meta): a marked write writes nothing; an unmarked one is written, never marked, no
+    // meta made.
     await client.del('s:{m}');
-    await one('t2', 1, 7);
+    assert.equal(await one('4:b', 3, 9), null);
+    await one('', 0, 10);
     assert.equal(await client.exists('s:{m}'), 0);
-    assert.deepEqual((await logged()).at(-1), 7);
+    assert.deepEqual((await logged()).slice(-2), [8, 10]);
   });
 });

@@ -3,15 +3,17 @@
 -- ARGV[1] pub/sub channel  ARGV[2] most entries kept  ARGV[3] `at` (ms)  ARGV[4] notice size limit (bytes)
 -- ARGV[5] most bytes kept (includes/event-log.lua)  ARGV[6] mark token ('': none; includes/event-mark.lua)
 -- ARGV[7] the mark's number of the first event  ARGV[8..] type, data, type, data, ...
--- Returns the id of the last event written (false when none was: all had landed already). The log of a deleted
--- session (no meta) is written but not counted: it expires with its `session.deleted` event.
+-- Returns the id of the last event written (false when none was: all had landed already, or the mark's run no longer
+-- holds the session). The log of a deleted session (no meta) is written, unmarked, but not counted: it expires with
+-- its `session.deleted` event.
 --- @include "includes/notice"
 --- @include "includes/event-log"
 --- @include "includes/event-mark"
-local live = redis.call('EXISTS', KEYS[1]) == 1
 local first, n = tonumber(ARGV[7]), (#ARGV - 7) / 2
-local skip = 0
-if live then skip = mark_skip(KEYS[1], ARGV[6], first) end
+local skip = mark_skip(KEYS[1], ARGV[6], first)
+if not skip then return false end
+-- (A marked write goes on only on a live session: mark_skip looked.)
+local live = ARGV[6] ~= '' or redis.call('EXISTS', KEYS[1]) == 1
 notice_before(KEYS[2])
 local max = tonumber(ARGV[4])
 for i = 8 + 2 * skip, #ARGV, 2 do

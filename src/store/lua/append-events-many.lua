@@ -6,7 +6,7 @@
 -- ARGV[1] most entries kept  ARGV[2] `at` (ms)  ARGV[3] notice size limit (bytes)  ARGV[4] most bytes kept
 -- ARGV[5..] per session, in KEYS order: its pub/sub channel, its event count n, its mark token ('': none) and the
 -- mark's number of its first event (includes/event-mark.lua), then n type, data pairs.
--- Returns the number of sessions written.
+-- Returns the number of sessions in the call (a session whose mark's run no longer holds it is not written).
 --- @include "includes/notice"
 --- @include "includes/event-log"
 --- @include "includes/event-mark"
@@ -19,19 +19,21 @@ for s = 1, #KEYS / 2 do
   -- The fragments' state is per session: a fresh notice, no bytes counted yet.
   notice_parts, notice_size, notice_prev, notice_last = {}, 0, false, false
   log_added = 0
-  local live = redis.call('EXISTS', meta) == 1
-  local skip = 0
-  if live then skip = mark_skip(meta, token, first) end
-  notice_before(events)
-  for i = a + 2 * skip, a + 2 * n - 1, 2 do
-    local id = log_xadd(events, ARGV[i], ARGV[i + 1], nil, ARGV[2])
-    notice_add(max, id, ARGV[i], ARGV[2], '0', ARGV[i + 1])
+  local skip = mark_skip(meta, token, first)
+  if skip then
+    -- (A marked write goes on only on a live session: mark_skip looked.)
+    local live = token ~= '' or redis.call('EXISTS', meta) == 1
+    notice_before(events)
+    for i = a + 2 * skip, a + 2 * n - 1, 2 do
+      local id = log_xadd(events, ARGV[i], ARGV[i + 1], nil, ARGV[2])
+      notice_add(max, id, ARGV[i], ARGV[2], '0', ARGV[i + 1])
+    end
+    if live then
+      if skip < n then mark_set(meta, token, first + n - 1) end
+      log_trim(events, meta, tonumber(ARGV[1]), tonumber(ARGV[4]))
+    end
+    notice_publish(channel)
   end
   a = a + 2 * n
-  if live then
-    if skip < n then mark_set(meta, token, first + n - 1) end
-    log_trim(events, meta, tonumber(ARGV[1]), tonumber(ARGV[4]))
-  end
-  notice_publish(channel)
 end
 return #KEYS / 2
