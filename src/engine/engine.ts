@@ -8,6 +8,7 @@ import type { SessionChannels } from '../store/channels.js';
 import type { SessionStore } from '../store/store.js';
 import type { TaskQueue } from '../tenant-tools/tasks.js';
 import { RunHandle, type EngineLogger } from './run-handle.js';
+import type { LiveNews } from './live-news.js';
 import { Run, controlListener, type DriveDeps } from './run.js';
 import { FailureLog } from '../log.js';
 
@@ -99,6 +100,11 @@ export class Engine {
 
   isRunningHere(id: string): boolean {
     return this.active.has(id);
+  }
+
+  /** The live news of the session's run in this process (live-news.ts), if it runs here. */
+  liveNews(id: string): LiveNews | undefined {
+    return this.active.get(id)?.news;
   }
 
   start(): void {

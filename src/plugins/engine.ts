@@ -112,8 +112,12 @@ export default fp<EnginePluginOptions>(
       maxWaitingClaims: tt.maxWaitingClaims ?? 64,
     });
     app.metrics.observeRuns(engine);
+    // An MCP tool's progress goes with its run's live news (numbered, through an outage, before the step's commit),
+    // so it can never land before a `tool.started` still being retried; a run elsewhere (none here) writes it as is.
     app.mcp.progressSink = (id, events) => {
-      store.appendEvents(id, events).catch(() => {});
+      const news = engine.liveNews(id);
+      if (news) news.send(events);
+      else store.appendEvents(id, events).catch(() => {});
     };
     app.decorate('store', store);
     app.decorate('channels', channels);
