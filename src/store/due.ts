@@ -23,9 +23,13 @@ export class DueSet {
     readonly key: string,
   ) {}
 
-  /** Registers `id` as due at `at` (an earlier entry is kept: the sweeper moves it on). */
+  /**
+   * Registers `id` as due at `at` (an earlier entry is kept: the sweeper moves it on). The entry's score changes
+   * whatever it was (due-add-1.lua), so a sweep that read the entry before this and settles it after finds the score
+   * moved and leaves it: the write this comes before is never swept away as the old state it replaced.
+   */
   async add(id: string, at: number): Promise<void> {
-    await this.redis.zadd(this.key, 'LT', at, id);
+    await this.redis.sessDueAdd(this.key, id, at);
   }
 
   /** Entries due by `now`, oldest first. */

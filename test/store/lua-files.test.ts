@@ -5,6 +5,7 @@ import path from 'node:path';
 import { Redis } from 'ioredis';
 import { defineLuaCommands } from '../../src/store/lua-commands.js';
 import { startTestRedis } from '../helpers/redis.js';
+import { DueSet } from '../../src/store/due.js';
 
 const SRC = path.join(import.meta.dirname, '../..', 'src');
 const files = (readdirSync(SRC, { recursive: true, encoding: 'utf8' }) as string[]).filter((f) =>
@@ -53,6 +54,7 @@ describe('Lua lives in .lua files', () => {
       'sessClientTokenMint',
       'sessClientTokenRevoke',
       'sessDestroy',
+      'sessDueAdd',
       'sessDueSettle',
       'sessIdemKeep',
       'sessIdemRelease',
@@ -257,5 +259,29 @@ describe('Lua lives in .lua files', () => {
     await one('', 0, 10);
     assert.equal(await client.exists('s:{m}'), 0);
     assert.deepEqual((await logged()).slice(-2), [8, 10]);
+  });
+
+  it('a deadline registered while a sweep settles the old one is kept (due-add-1.lua, due-settle-1.lua)', async (t) => {
+    const redis = await startTestRedis();
+    t.after(() => redis.stop());
+    const client = new Redis(redis.url);
+    t.after(() => client.quit());
+    defineLuaCommands(client, new URL('../../src/store/lua/', import.meta.url), 'sess');
+    const due = new DueSet(client, 'actions:due');
+    await due.add('s1', 1000);
+    // A sweeper reads the entry (the session no longer waits, as it reads it), ...
+    const [read] = await due.due(5000, 10);
+    assert.equal(read!.at, 1000);
+    // ... a write registers a new, later deadline meanwhile (ZADD LT would leave the score as it was), ...
+    await due.add('s1', 4000);
+    // ... and the sweeper's drop finds the score moved: the entry stays, due at once, to be read again.
+    assert.equal(await due.settle(read!, null), false);
+    assert.equal(Number(await client.zscore('actions:due', 's1')), 999);
+    // A sooner deadline takes its own time; a settle with the score read now goes through.
+    await due.add('s1', 500);
+    const [again] = await due.due(5000, 10);
+    assert.equal(again!.at, 500);
+    assert.equal(await due.settle(again!, 4000), true);
+    assert.equal(Number(await client.zscore('actions:due', 's1')), 4000);
   });
 });
