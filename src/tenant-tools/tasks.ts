@@ -117,7 +117,11 @@ export class TaskQueue {
     const k = keyList(tenant);
     const now = Date.now();
     const prefix = `tt_${randomBytes(9).toString('base64url').replace(/[-_]/g, 'x')}`;
-    const [rows] = await Promise.all([
+    // The tenant is due when the leases this claim may give lapse, written before the claim (one pipeline): should
+    // the process die after the claim, or `seen` fail, the lapsed leases are still swept then, not at the calls'
+    // deadlines (which would also skip their remaining attempts). A claim that takes nothing costs one early look.
+    const [, rows] = await Promise.all([
+      this.schedule(tenant, now + this.leaseMs),
       this.redis.ttClaim(
         k.calls,
         k.inputs,
@@ -137,7 +141,6 @@ export class TaskQueue {
     for (let i = 0; i + 1 < rows.length; i += 2) {
       out.push({ rec: decodeStored<TaskRecord>(rows[i]!), input: decodeStored<unknown>(rows[i + 1]!) });
     }
-    if (out.length > 0) await this.schedule(tenant, now + this.leaseMs);
     return out;
   }
 
