@@ -1,6 +1,7 @@
 import type { FastifyBaseLogger as Logger } from 'fastify';
-import { childBudget } from '../engine/budget.js';
-import { Conflict, NotFound, SessionExists, isRefusal } from '../errors.js';
+import { childBudget, reservedBy, type Spent } from '../engine/budget.js';
+import { usdToMicros } from '../cost/prices.js';
+import { Conflict, NotFound, QuotaExceeded, SessionExists, isRefusal } from '../errors.js';
 import { createSessionBody, isAgentTool, type AgentTool } from '../schemas.js';
 import { cancelRun, removeSession } from '../sessions/control.js';
 import { createSession } from '../sessions/create.js';
@@ -66,9 +67,12 @@ export class AgentSweep {
     const ids = await redis.zrangebyscore(AGENTS_DUE_KEY, '-inf', Date.now(), 'LIMIT', 0, BATCH);
     for (const id of ids) {
       if (this.loop.stopping) return;
-      await this.tick(id).catch((err: unknown) =>
-        this.opts.log.warn({ err, session: id }, 'agents tick failed'),
-      );
+      await this.tick(id).catch(async (err: unknown) => {
+        this.opts.log.warn({ err, session: id }, 'agents tick failed');
+        // Looked at again later, not at once: a member that keeps failing (its tenant over a quota, say) must not
+        // come back first on every pass and fill the batch, holding back every other tenant's trees.
+        await redis.zadd(AGENTS_DUE_KEY, 'XX', Date.now() + RECHECK_MS, id).catch(() => {});
+      });
     }
   }
 
@@ -92,20 +96,33 @@ export class AgentSweep {
     await redis.zadd(AGENTS_DUE_KEY, 'XX', next, id);
   }
 
-  /** Creates the children of the parent's unanswered agent calls (once each); answers those already done. */
+  /**
+   * Creates the children of the parent's unanswered agent calls (once each); answers those already done. The
+   * children at work on the others are looked at first: what they may still spend is kept out of a new child's
+   * budget (`reservedBy`).
+   */
   private async spawn(parent: SessionState): Promise<boolean> {
+    const { redis, store } = this.opts;
     const agents = new Map(parent.tools.filter(isAgentTool).map((t) => [t.name, t]));
     const calls = (parent.pending?.calls ?? []).filter(
       (c) => c.kind === 'client' && !c.result && agents.has(c.name),
     );
+    const reserved = { tokens: 0, micros: 0 };
+    const missing: typeof calls = [];
     for (const c of calls) {
       const childId = childSessionId(parent.id, c.id);
       // The mark first, then the child: a mark above 0 is written only after the child exists, so a mark read
       // before a load that finds nothing means the child was deleted. The other order races another replica's
       // sweep creating the child between the two reads (a miss, then its mark) and answers a live child "deleted".
-      const created = Number((await this.opts.redis.zscore(childrenKey(parent.id), childId)) ?? 0) > 0;
-      const child = await this.opts.store.load(childId);
+      const created = Number((await redis.zscore(childrenKey(parent.id), childId)) ?? 0) > 0;
+      const child = await store.load(childId);
       if (child) {
+        // A create that died before its mark (or lost it to another replica's 0): marked now, so a later delete of
+        // the child is answered as one, never created again.
+        if (!created) await redis.zadd(childrenKey(parent.id), 'GT', Date.now(), childId);
+        const r = reservedBy(child);
+        reserved.tokens += r.tokens;
+        reserved.micros += r.micros;
         if (child.status === 'idle' || child.status === 'failed') await this.deliver(child);
         continue;
       }
@@ -117,26 +134,43 @@ export class AgentSweep {
         });
         continue;
       }
-      const refused = await this.create(parent, agents.get(c.name)!, c.id, c.input, childId);
+      missing.push(c);
+    }
+    for (const [i, c] of missing.entries()) {
+      const refused = await this.create(
+        parent,
+        agents.get(c.name)!,
+        c.id,
+        c.input,
+        reserved,
+        missing.length - i,
+      );
       if (refused) await this.answer(parent, c.id, refused);
     }
     return calls.length > 0;
   }
 
-  /** Creates the child; the result to answer the call with when the create is refused, else null. */
+  /**
+   * Creates the child; the result to answer the call with when the create is refused, else null (also when a
+   * refusal is for now only: TENANT_MAX_ACTIVE_RUNS, tried again at the next look). It is one of `ways` children
+   * started together, which share what is left of the budget; its budget is added to `reserved`.
+   */
   private async create(
     parent: SessionState,
     agent: AgentTool,
     toolUseId: string,
     input: unknown,
-    childId: string,
+    reserved: Spent,
+    ways: number,
   ): Promise<Result | null> {
+    const { redis, store } = this.opts;
+    const childId = childSessionId(parent.id, toolUseId);
     const prompt = (input as { prompt?: unknown } | null)?.prompt;
     if (typeof prompt !== 'string' || prompt === '')
       return { content: 'Error: give the sub-agent a `prompt` (a string).', is_error: true };
     const body = createSessionBody.safeParse({ ...agent.session, input: prompt });
     if (!body.success) return { content: `Error: the sub-agent's session is invalid.`, is_error: true };
-    const budget = childBudget(parent, body.data.budget);
+    const budget = childBudget(parent, body.data.budget, reserved, ways);
     if (budget === 'spent')
       return {
         content: "Error: the sub-agent could not start: this session's budget is spent.",
@@ -144,12 +178,13 @@ export class AgentSweep {
       };
     body.data.budget = budget;
     const max = this.opts.maxSessions;
-    if (max > 0 && (await this.opts.store.index.count(parent.tenant)) >= max)
+    if (max > 0 && (await store.index.count(parent.tenant)) >= max)
       return {
         content: `Error: the sub-agent could not start: TENANT_MAX_SESSIONS (${max}) reached.`,
         is_error: true,
       };
-    await this.opts.redis.zadd(childrenKey(parent.id), 0, childId);
+    // NX: never over a mark written once the child existed (another replica's create that went first).
+    await redis.zadd(childrenKey(parent.id), 'NX', 0, childId);
     try {
       const depth = (parent.parent?.depth ?? 1) + 1;
       await createSession(this.opts.deps, parent.tenant, body.data, childId, {
@@ -157,15 +192,42 @@ export class AgentSweep {
         tool_use_id: toolUseId,
         depth,
       });
-      await this.opts.redis.zadd(childrenKey(parent.id), Date.now(), childId);
-      this.opts.log.info({ session: parent.id, child: childId, tenant: parent.tenant }, 'sub-agent started');
-      return null;
     } catch (err) {
-      if (err instanceof SessionExists) return null;
-      if (isRefusal(err))
+      // Its tenant's runs are all busy for now: no answer, the next look (RECHECK_MS) tries again.
+      if (
+        err instanceof QuotaExceeded &&
+        (err.details as { quota?: unknown } | undefined)?.quota === 'TENANT_MAX_ACTIVE_RUNS'
+      )
+        return null;
+      if (isRefusal(err) && !(err instanceof SessionExists))
         return { content: `Error: the sub-agent could not start: ${err.message}`, is_error: true };
-      throw err;
+      if (!(err instanceof SessionExists)) throw err;
     }
+    await redis.zadd(childrenKey(parent.id), 'GT', Date.now(), childId);
+    // The new child's ceilings (where the parent has none, the child spends nothing of it: 0).
+    reserved.tokens += budget?.total_tokens ?? 0;
+    reserved.micros += budget?.cost_usd === undefined ? 0 : usdToMicros(budget.cost_usd);
+    await this.stillWanted(parent, toolUseId, childId);
+    this.opts.log.info({ session: parent.id, child: childId, tenant: parent.tenant }, 'sub-agent started');
+    return null;
+  }
+
+  /**
+   * After a create: a parent deleted meanwhile (its sweep found no child yet and forgot it) takes its child with it;
+   * a parent that no longer waits for the call (cancelled, answered by its client) has the child cancelled.
+   */
+  private async stillWanted(parent: SessionState, toolUseId: string, childId: string): Promise<void> {
+    const now = await this.opts.store.load(parent.id);
+    const refusal = (err: unknown) => {
+      if (!isRefusal(err)) throw err;
+    };
+    if (!now) {
+      await removeSession(this.opts.deps, parent.tenant, childId).catch(refusal);
+      return;
+    }
+    const call = now.pending?.calls.find((c) => c.id === toolUseId);
+    if (now.status !== 'requires_action' || !call || call.result)
+      await cancelRun(this.opts.deps, parent.tenant, childId).catch(refusal);
   }
 
   /** The ended child's result into its parent's call (409 and 404 mean it was answered, or the parent is gone). */
@@ -215,7 +277,16 @@ export class AgentSweep {
         typeof m.content === 'string'
           ? m.content
           : m.content.flatMap((b) => (b.type === 'text' ? [b.text] : [])).join('\n');
-      if (text) return { content: text, is_error: false };
+      if (!text) continue;
+      // Bounded as every tool's result is (src/engine/tool-step.ts), before it can enter the parent's history.
+      const bytes = Buffer.byteLength(text);
+      const limit = this.opts.deps.toolbox.resultMaxBytes;
+      if (bytes > limit)
+        return {
+          content: `Error: the sub-agent's answer is ${bytes} bytes; a tool result may have at most ${limit} bytes (TOOL_RESULT_MAX_BYTES).`,
+          is_error: true,
+        };
+      return { content: text, is_error: false };
     }
     return { content: '(the sub-agent gave no text)', is_error: false };
   }

@@ -46,26 +46,52 @@ export function budgetExhausted(budget: BudgetPolicy, spent: Spent): boolean {
 }
 
 /**
- * A sub-agent's budget (spec §7.6: children count toward the parent's budget): its own, capped by what is left of
- * its parent's when the child starts; 'spent' when nothing is left (the child does not start). A tree then spends at
- * most its root's budget plus one turn per session of it (each turn already sent is never cut), where an uncapped
- * child could spend any amount before its usage reached its parent. Siblings started together each get what was
- * left then.
+ * A sub-agent's budget (spec §7.6: children count toward the parent's budget): its own, capped by its share of what
+ * is left of its parent's when the child starts — less what its siblings still at work may spend (`reserved`: their
+ * budgets, `reservedBy`), split evenly among the `ways` children started together (what one leaves of its share by a
+ * smaller budget of its own goes to those after it) — or 'spent' when its share is nothing (the child does not
+ * start). A tree then spends at most its root's budget plus one turn per session of it (each turn already sent is
+ * never cut), where an uncapped child could spend any amount before its usage reached its parent, and siblings
+ * started together could each spend all that was left.
  */
 export function childBudget(
   parent: Pick<SessionState, 'usage' | 'budget' | 'cost' | 'childUsage'>,
   own: BudgetPolicy,
+  reserved: Spent = { tokens: 0, micros: 0 },
+  ways = 1,
 ): BudgetPolicy | 'spent' {
   const cap = parent.budget;
   if (cap === null) return own;
-  const spent = spentOf(parent);
-  if (budgetExhausted(cap, spent)) return 'spent';
+  const mine = spentOf(parent);
   const out: NonNullable<BudgetPolicy> = { ...own };
-  if (cap.total_tokens !== undefined)
-    out.total_tokens = Math.min(own?.total_tokens ?? Infinity, cap.total_tokens - spent.tokens);
-  if (cap.cost_usd !== undefined)
-    out.cost_usd = Math.min(own?.cost_usd ?? Infinity, microsToUsd(usdToMicros(cap.cost_usd) - spent.micros));
+  if (cap.total_tokens !== undefined) {
+    const share = Math.floor((cap.total_tokens - mine.tokens - reserved.tokens) / ways);
+    if (share <= 0) return 'spent';
+    out.total_tokens = Math.min(own?.total_tokens ?? Infinity, share);
+  }
+  if (cap.cost_usd !== undefined) {
+    const share = Math.floor((usdToMicros(cap.cost_usd) - mine.micros - reserved.micros) / ways);
+    if (share <= 0) return 'spent';
+    out.cost_usd = Math.min(own?.cost_usd ?? Infinity, microsToUsd(share));
+  }
   return out;
+}
+
+/**
+ * What a sub-agent whose usage has not reached its parent yet may still add to it: an ended one what it spent, one
+ * at work its budget's ceilings (what it spent where it has none).
+ */
+export function reservedBy(
+  child: Pick<SessionState, 'status' | 'usage' | 'budget' | 'cost' | 'childUsage'>,
+): Spent {
+  const spent = spentOf(child);
+  if (child.status === 'idle' || child.status === 'failed') return spent;
+  const tokens = child.budget?.total_tokens;
+  const usd = child.budget?.cost_usd;
+  return {
+    tokens: tokens === undefined ? spent.tokens : Math.max(tokens, spent.tokens),
+    micros: usd === undefined ? spent.micros : Math.max(usdToMicros(usd), spent.micros),
+  };
 }
 
 /** The session's `cost_usd`: null once a turn of a model without a price was counted. */

@@ -7,6 +7,8 @@ import assert from 'node:assert/strict';
 import { Redis } from 'ioredis';
 import { startFakeAnthropic, type FakeAnthropic } from '../fake/server.js';
 import { writerResearcher } from '../helpers/agents.js';
+import { text, toolCalls, toolUse } from '../fake/script.js';
+import type { FakeRequest } from '../../src/offline/wire.js';
 import { startHarness, type Api, type Harness } from '../helpers/service.js';
 import { startTestRedis, type TestRedis } from '../helpers/redis.js';
 import { until } from '../durability/chaos-lib.js';
@@ -43,7 +45,7 @@ describe('sub-agents', { timeout: 120_000 }, () => {
     [redis, fake] = await Promise.all([startTestRedis(), startFakeAnthropic({ strictAlternation: true })]);
     fake.setHandler(writerResearcher);
     h = await startHarness({
-      env: { API_KEYS: 'a:key-a,b:key-b', AGENT_SWEEP_MS: '50' },
+      env: { API_KEYS: 'a:key-a,b:key-b', AGENT_SWEEP_MS: '50', TOOL_RESULT_MAX_BYTES: '4096' },
       redis,
       fakeServer: fake,
     });
@@ -280,5 +282,63 @@ describe('sub-agents', { timeout: 120_000 }, () => {
     assert.equal(child.status, 'failed');
     const last = (await a.get(`/v1/sessions/${s.id}/messages`)).body.data.at(-1);
     assert.match(JSON.stringify(last.content), /error: true\): Error: the sub-agent failed: /);
+  });
+
+  /** `writerResearcher`, but a "twin" writer calls its researcher twice in one turn, a "verbose" researcher answers 5 kB. */
+  const twins = (req: FakeRequest) => {
+    const sys = typeof req.body.system === 'string' ? req.body.system : '';
+    const last = req.body.messages.at(-1);
+    const answered = Array.isArray(last?.content) && last.content.some((b) => b.type === 'tool_result');
+    if (sys.includes('twin writer'))
+      return answered
+        ? text('Both answered.')
+        : toolCalls([toolUse('researcher', { prompt: 'one' }), toolUse('researcher', { prompt: 'two' })]);
+    if (sys.includes('verbose')) return text('Findings: '.repeat(500));
+    return writerResearcher(req);
+  };
+
+  it("children started together share what is left of the parent's budget", async () => {
+    fake.setHandler(twins);
+    try {
+      const room = 10_000;
+      const s = (
+        await a.post('/v1/sessions', {
+          system: 'You are a twin writer.',
+          input: 'Ask twice.',
+          tools: [researcher({ budget: { total_tokens: 1_000_000 } })],
+          budget: { total_tokens: tokens(firstTurn) + room },
+        })
+      ).body;
+      await a.waitFor(s.id, (x) => x.status === 'idle', 30_000);
+      const first = (await a.get(`/v1/sessions/${s.id}/iterations`)).body.data[0].usage;
+      const left = tokens(firstTurn) + room - tokens(first);
+      const kids = (await a.get(`/v1/sessions/${s.id}/children`)).body.data;
+      assert.equal(kids.length, 2);
+      const caps = kids
+        .map((k: { budget: { total_tokens: number } }) => k.budget.total_tokens)
+        .sort((x: number, y: number) => x - y);
+      // Each got half of what was left, not all of it: together they cannot spend past the parent's budget.
+      assert.deepEqual(caps, [Math.floor(left / 2), left - Math.floor(left / 2)], JSON.stringify(caps));
+    } finally {
+      fake.setHandler(writerResearcher);
+    }
+  });
+
+  it("a child's answer past TOOL_RESULT_MAX_BYTES is an is_error result naming the limit", async () => {
+    fake.setHandler(twins);
+    try {
+      const verbose = researcher({ system: 'You are a verbose researcher.' });
+      const s = (await a.post('/v1/sessions', { system: 'You are a writer.', input: 'go', tools: [verbose] }))
+        .body;
+      await a.waitFor(s.id, (x) => x.status === 'idle', 30_000);
+      const msgs = (await a.get(`/v1/sessions/${s.id}/messages`)).body.data;
+      const result = msgs
+        .flatMap((m: { content: unknown }) => (Array.isArray(m.content) ? m.content : []))
+        .find((b: { type: string }) => b.type === 'tool_result');
+      assert.equal(result.is_error, true);
+      assert.match(JSON.stringify(result.content), /5000 bytes.*TOOL_RESULT_MAX_BYTES/);
+    } finally {
+      fake.setHandler(writerResearcher);
+    }
   });
 });
