@@ -172,9 +172,11 @@ export default fp<{ ttlS: number; maxBytesPerTenant: number; box: SecretBox }>(
       if (!idem) return payload;
       clearInterval(idem.renewal);
       delete req.idempotency;
-      if (reply.statusCode >= 500) {
+      if (reply.statusCode >= 500 || reply.statusCode === 429) {
         // Not kept: the key is free again at once for the client's retry (in the background while Redis does not
         // answer; the lease lapses otherwise). A change the request made anyway carries its token (see `token`).
+        // A 429 is an answer for now (a rate, a quota, the tenant's unsent bytes replacing an answer already made):
+        // the retry, once there is room, gets the real answer, never the refusal for a day.
         records.giveUp(idem.key, idem.owner);
         return payload;
       }

@@ -3,6 +3,8 @@ import { wantsEventStream } from '../events/sink.js';
 import type { FastifyRequest, RouteOptions, preHandlerHookHandler } from 'fastify';
 import { QuotaExceeded, quotaExceeded } from '../errors.js';
 import { TenantSlots } from './slots.js';
+import { keyedCreateId } from '../sessions/create.js';
+import { keyedForkId } from '../sessions/fork.js';
 
 type Closer = (event: 'close', listener: () => void) => unknown;
 
@@ -34,7 +36,15 @@ export default fp<QuotaOptions>(
   async (app, opts) => {
     const sessionsQuota: preHandlerHookHandler = async function (req) {
       const n = await app.store.index.count(req.tenant);
-      if (n >= opts.maxSessions) throw quotaExceeded('TENANT_MAX_SESSIONS', opts.maxSessions, 'sessions');
+      if (n < opts.maxSessions) return;
+      // A keyed retry whose first request made its session (and died before its answer's record) is counted in
+      // `n`: it is let through to answer that session, not refused for it.
+      const token = req.idempotency?.token;
+      if (token !== undefined) {
+        const id = req.routeOptions.url === '/v1/sessions' ? keyedCreateId(token) : keyedForkId(token);
+        if ((await app.store.load(id))?.tenant === req.tenant) return;
+      }
+      throw quotaExceeded('TENANT_MAX_SESSIONS', opts.maxSessions, 'sessions');
     };
     const streams = opts.maxStreams > 0 || opts.tokenMaxStreams > 0;
     // The slots keep their key name ('ws') from before SSE was counted: replicas of both versions share the count.

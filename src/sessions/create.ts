@@ -301,6 +301,9 @@ function newSessionState(
   };
 }
 
+/** The id of the session a keyed create makes (see `createKeyed`). */
+export const keyedCreateId = (token: string) => `ses_${token}`;
+
 /**
  * A create with an Idempotency-Key: the session is named after the request's token (src/store/idempotency.ts
  * `appliedToken`: `ses_` and 24 hex digits, never a random id's length; a schedule's fires hash other input), so its
@@ -314,7 +317,7 @@ export async function createKeyed(
   body: CreateSessionBody,
   token: string,
 ): Promise<{ state: SessionState; replayed: boolean }> {
-  const id = `ses_${token}`;
+  const id = keyedCreateId(token);
   // The id is derived from the tenant too: another tenant's session of this id cannot be, but is never answered.
   const made = async () => {
     const s = await deps.store.load(id);

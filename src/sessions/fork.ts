@@ -12,6 +12,10 @@ import {
 import { insertSession, noSpend } from './create.js';
 import { checkIfMatch, type SessionDeps } from './mutate.js';
 
+/** The id of the fork a keyed request makes (its idempotency token's, salted apart from a create's). */
+export const keyedForkId = (token: string) =>
+  `ses_${createHash('sha256').update(`fork:${token}`).digest('hex').slice(0, 24)}`;
+
 /**
  * A new idle session with the history of `id` up to the end of iteration record `at_iteration` (record n, as
  * `GET …/iterations/:n` numbers them: turns and compactions in order; 0: before the first).
@@ -26,10 +30,7 @@ export async function forkSession(
   const { store } = deps;
   // A keyed fork is named after its key (SessionDeps.applied; salted, so that the key of a create never names a
   // fork): a retry whose first request died between the write and its answer's record finds the fork it made.
-  const keyedId =
-    deps.applied !== undefined
-      ? `ses_${createHash('sha256').update(`fork:${deps.applied}`).digest('hex').slice(0, 24)}`
-      : undefined;
+  const keyedId = deps.applied !== undefined ? keyedForkId(deps.applied) : undefined;
   const made = async () => {
     const f = keyedId !== undefined ? await store.load(keyedId) : null;
     return f && f.tenant === tenant ? f : null;
