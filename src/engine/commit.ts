@@ -99,7 +99,8 @@ export function completedEvents(
 }
 
 /** A fenced commit: only the current owner of the run writes; the result tells of a cancel asked meanwhile. */
-export async function commit(deps: RunDeps, run: RunHandle, ops: ApplyOps): Promise<ApplyResult> {
+export async function commit(deps: RunDeps, run: RunHandle, given: ApplyOps): Promise<ApplyResult> {
+  const ops = withUnbilled(run, given);
   let res: ApplyResult;
   try {
     res = await run.obs.commit(() => applyThroughOutage(deps, run, ops));
@@ -108,11 +109,27 @@ export async function commit(deps: RunDeps, run: RunHandle, ops: ApplyOps): Prom
     if (err instanceof InvalidStatus || err instanceof NotFound) {
       throw new FencedOut(run.id);
     }
+    // Applied after all: its usage is in the session; the tenant's day gets it here, as after any commit.
+    if (err instanceof CommitLanded) await billed(deps, run, ops);
     throw err;
   }
   if (res.control === 'cancel' && !run.reason) run.abort('cancel');
-  await recordSpend(deps, run, ops);
+  await billed(deps, run, ops);
   return res;
+}
+
+/** `ops` with the run's unbilled usage added to its counters (RunHandle `unbilled`). */
+function withUnbilled(run: RunHandle, ops: ApplyOps): ApplyOps {
+  if (!run.unbilled) return ops;
+  const hincr = { ...ops.hincr };
+  for (const [k, n] of Object.entries(run.unbilled)) hincr[k] = (hincr[k] ?? 0) + n;
+  return { ...ops, hincr };
+}
+
+/** After a commit of `ops` landed: what it billed is no longer unbilled, and goes into the tenant's day. */
+async function billed(deps: RunDeps, run: RunHandle, ops: ApplyOps): Promise<void> {
+  run.unbilled = null;
+  await recordSpend(deps, run, ops);
 }
 
 /**
@@ -251,6 +268,8 @@ export async function cancelSession(
   store: SessionStore,
   state: SessionState,
   guard: { fence?: number },
+  /** Usage counters the change bills too (a run's `unbilled`). */
+  hincr?: Record<string, number>,
 ): Promise<ApplyResult> {
   const last = await store.lastMessage(state.id);
   const calls = last ? toolCallsOf(last) : [];
@@ -270,10 +289,18 @@ export async function cancelSession(
   } else {
     ops.queue = {};
   }
+  if (hincr) ops.hincr = { ...ops.hincr, ...hincr };
   return store.apply(
     state.id,
     { ...guard, status: guard.fence ? ['running'] : ['running', 'requires_action'] },
     ops,
     state.tenant,
   );
+}
+
+/** The run's own cancel (its loop's top): `cancelSession` under its fence, billing what the run has unbilled. */
+export async function cancelOwnRun(deps: RunDeps, run: RunHandle, state: SessionState): Promise<void> {
+  const hincr = run.unbilled ?? undefined;
+  await cancelSession(deps.store, state, { fence: run.fence }, hincr);
+  if (hincr) await billed(deps, run, { hincr });
 }

@@ -49,6 +49,13 @@ export class RunHandle {
 
   /** The run's events that change no session field, written as they happen (live-news.ts). */
   readonly news: LiveNews;
+  /**
+   * Usage counters (usageIncr's, HINCRBY fields) of turns billed but not stored yet: a turn that ended without its
+   * reply (a cancel, an interrupt, a cut stream) and a reply whose commit waits for its tools. The run's next commit
+   * writes them (src/engine/commit.ts `commit`), so they reach the session's usage, its budget and the tenant's day
+   * once; lost only with the process (a takeover sends the turn again, unbilled here).
+   */
+  unbilled: Record<string, number> | null = null;
 
   constructor(
     readonly id: string,
@@ -65,6 +72,13 @@ export class RunHandle {
       () => this.reason !== null && this.reason !== 'interrupt',
       (n, reason) => obs.liveEventsDropped(n, reason),
     );
+  }
+
+  /** Adds `incr` to what the next commit bills (`unbilled`). */
+  bill(incr: Record<string, number>): void {
+    const sum = { ...this.unbilled };
+    for (const [k, n] of Object.entries(incr)) sum[k] = (sum[k] ?? 0) + n;
+    this.unbilled = sum;
   }
 
   abort(reason: AbortReason): void {

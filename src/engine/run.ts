@@ -12,7 +12,7 @@ import {
 import { APIError } from '@anthropic-ai/sdk';
 import { TENANT_BUDGET_EXHAUSTED } from '../cost/spend.js';
 import { budgetExhausted, spentOf, stopForBudget } from './budget.js';
-import { CommitLanded, cancelSession, commit, commitInterrupt, fail, finish } from './commit.js';
+import { CommitLanded, cancelOwnRun, commit, commitInterrupt, fail, finish } from './commit.js';
 import type { EngineLogger, RunDeps, RunHandle } from './run-handle.js';
 import { endsWithSummary, isUnfinished, leftoverCompaction } from './compaction.js';
 import { runCompactionOnly } from './compaction-run.js';
@@ -178,7 +178,7 @@ export class Run {
     }
     if (state.control === 'cancel' || run.reason === 'cancel') {
       // The history stays valid; see cancelSession.
-      await cancelSession(deps.store, state, { fence: run.fence });
+      await cancelOwnRun(deps, run, state);
       await deps.store.runs.end(run, state.tenant);
       return 'stop';
     }

@@ -208,6 +208,9 @@ export abstract class TurnRunner {
       });
       try {
         message = await item.finalMessage();
+      } catch (err) {
+        this.billPartial(item.currentMessage);
+        throw err;
       } finally {
         if (ctx) ctx.gate = undefined;
         buffered.length = 0;
@@ -227,6 +230,22 @@ export abstract class TurnRunner {
       upstream_ms: upstreamMs,
       first_event_ms: firstEventMs,
     });
+  }
+
+  /**
+   * A turn that ended without its reply (a cancel, an interrupt, a cut stream, an error event mid-stream) was billed
+   * for what it streamed: its usage so far — the input and cache tokens of `message_start`, exact; the output tokens
+   * of the last usage the stream gave, a floor — is counted in the run's spend now and in the session's with the
+   * run's next commit (RunHandle `unbilled`), so dropping turns never escapes a budget or the tenant's daily cap.
+   */
+  private billPartial(snapshot: BetaMessage | undefined): void {
+    if (!snapshot) return;
+    const { deps, run, state, params } = this;
+    const costMicros = deps.store.spend.prices.turnCost(params.model, snapshot.usage);
+    const incr = usageIncr(snapshot.usage, costMicros);
+    countSpend(deps, state.tenant, params.model, incr);
+    addSpent(this.spent, recordedUsage(snapshot, costMicros));
+    run.bill(incr);
   }
 
   /** The reply's record, usage (counted here, once per turn) and carried fields. */

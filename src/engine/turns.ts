@@ -251,6 +251,10 @@ class Turns extends TurnRunner {
       // Live clients still see the turn end and the tools start now; these events change no session field.
       run.news.send(replyEvents);
       replyOps.events = [];
+      // The reply was billed: its usage goes with the run's next commit, the results' or a cancel's, whichever
+      // comes (a cancel while the tools run drops the reply, not what it cost).
+      run.bill(usageIncrs);
+      replyOps.hincr = { iteration: 1 };
       return replyOps;
     }
     await commit(deps, run, {

@@ -5,6 +5,7 @@ import { startHarness, type Harness } from '../helpers/service.js';
 import { reply, text, toolCall } from '../fake/script.js';
 import { PriceTable, modelPricesSchema } from '../../src/cost/prices.js';
 import { loadConfig, ConfigError } from '../../src/config.js';
+import { until } from '../durability/chaos-lib.js';
 
 const today = () => new Date().toISOString().slice(0, 10);
 
@@ -243,6 +244,49 @@ describe('cost: usage.cost_usd of sessions, iterations and turn.completed', () =
     const m = await h.api.post(`/v1/sessions/${r.body.id}/messages`, { text: 'More' });
     assert.equal(m.status, 409);
     assert.equal(m.body.error.code, 'budget_exhausted');
+  });
+
+  it("a turn cancelled mid-stream is billed for what it streamed, in the session and in the tenant's day", async () => {
+    const day = async () =>
+      (await h.api.get(`/v1/usage?from=${today()}&to=${today()}`)).body.data[0] as Record<string, number>;
+    const before = await day();
+    h.fake.enqueue(
+      text('word '.repeat(600), {
+        eventDelayMs: 20,
+        usage: {
+          input_tokens: 4000,
+          output_tokens: 900,
+          cache_creation_input_tokens: 0,
+          cache_read_input_tokens: 1000,
+        },
+      }),
+    );
+    const r = await h.api.post('/v1/sessions', {
+      model: 'claude-sonnet-5-5-20260901',
+      input: 'Write at length',
+      stream: true,
+    });
+    assert.equal(r.status, 201, JSON.stringify(r.body));
+    const id = r.body.id;
+    await until(
+      async () =>
+        (await h.api.get(`/v1/sessions/${id}/events?limit=500`)).body.data.some(
+          (e: any) => e.type === 'stream.event' && e.data.event.type === 'content_block_delta',
+        ),
+      20_000,
+      'a delta streamed',
+    );
+    assert.equal((await h.api.post(`/v1/sessions/${id}/cancel`)).status, 200);
+    const done = await h.api.waitStatus(id, ['idle', 'failed']);
+    assert.equal(done.stop_reason, 'cancelled');
+    // What message_start said it used (the output so far: its 1 token): 4000×2 + 1×10 + 1000×0.2 = 8,210 µ$.
+    assert.equal(done.usage.input_tokens, 4000);
+    assert.equal(done.usage.cache_read_input_tokens, 1000);
+    assert.equal(done.usage.output_tokens, 1);
+    assert.equal(done.usage.cost_usd, 0.00821);
+    const after = await day();
+    assert.equal(after['input_tokens']! - before['input_tokens']!, 4000);
+    assert.equal(Math.round((after['cost_usd']! - before['cost_usd']!) * 1e6), 8210);
   });
 
   it('GET /v1/usage: bounded, validated ranges', async () => {
