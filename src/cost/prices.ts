@@ -95,15 +95,16 @@ export class PriceTable {
 
   /**
    * The family of a model id, or null: the id itself, or it followed by a date (`-20250929`, `@20250929`),
-   * `-latest` or a provider's version (`-v1:0`), with a provider's prefix (`anthropic.`, `us.anthropic.`) ignored.
+   * `-latest` or a provider's version (`-v1:0`; Vertex's `-v2@20241022`), with a provider's prefix (`anthropic.`,
+   * Bedrock's inference profiles `us.anthropic.`, `global.anthropic.`, `us-gov.anthropic.`) ignored.
    * An id of a newer generation is not priced as an older one: `claude-opus-4-7` is unknown, not `claude-opus-4`.
    */
   family(model: string): string | null {
-    const id = model.toLowerCase().replace(/^([a-z]{2,4}\.)?anthropic\./, '');
+    const id = model.toLowerCase().replace(/^(?:[a-z]{2,6}(?:-[a-z]{2,6})?\.)?anthropic\./, '');
     for (const f of this.order) {
       if (id === f) return f;
       if (!id.startsWith(f)) continue;
-      if (/^(?:[-@]\d{8}|-latest)?(?:-v\d+(?::\d+)?)?$/.test(id.slice(f.length))) return f;
+      if (/^(?:-v\d+)?(?:[-@]\d{8}|-latest)?(?:-v\d+(?::\d+)?)?$/.test(id.slice(f.length))) return f;
     }
     return null;
   }

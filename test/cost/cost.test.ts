@@ -17,6 +17,11 @@ describe('cost: the price table', () => {
     assert.equal(t.family('claude-opus-4-20250514'), 'claude-opus-4');
     assert.equal(t.family('us.anthropic.claude-haiku-4-5-20251001-v1:0'), 'claude-haiku-4-5');
     assert.equal(t.family('claude-sonnet-4-5@20250929'), 'claude-sonnet-4-5');
+    assert.equal(t.family('global.anthropic.claude-sonnet-4-5-20250929-v1:0'), 'claude-sonnet-4-5');
+    assert.equal(t.family('us-gov.anthropic.claude-haiku-4-5-20251001-v1:0'), 'claude-haiku-4-5');
+    assert.equal(t.family('apac.anthropic.claude-sonnet-4-5-20250929-v1:0'), 'claude-sonnet-4-5');
+    assert.equal(t.family('claude-sonnet-4-5-v2@20250929'), 'claude-sonnet-4-5');
+    assert.equal(t.family('evil.notanthropic.claude-sonnet-4-5'), null);
     assert.equal(t.family('claude-opus-4-9'), null, 'not priced as claude-opus-4');
     assert.equal(t.price('claude-fake-1'), null);
     const o = new PriceTable({
