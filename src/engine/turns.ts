@@ -62,6 +62,13 @@ class Turns extends TurnRunner {
         this.records++;
         const at = { iteration: this.iteration, n: this.records };
         addSpent(this.spent, await this.compaction.commit(item, this.history, this.params, at));
+        // The runner sends the next turn as soon as it is asked: the budget and the tenant's cap are checked first,
+        // as before every model request (the compaction itself may have spent them); the run's next step stops it.
+        if (
+          budgetExhausted(this.state.budget, this.spent) ||
+          (await this.deps.store.spend.overCap(this.state.tenant))
+        )
+          return 'again';
         continue;
       }
       const next = await this.turn(item);

@@ -396,6 +396,41 @@ describe('sessions: compaction', () => {
   }
   const records = async (id: string) => (await h.api.get(`/v1/sessions/${id}/iterations`)).body.data as any[];
 
+  test('a compaction that reaches the budget sends no turn after it: the budget is checked before every model request', async () => {
+    const run = async (budget?: number) => {
+      h.fake.setHandler(countingModel(40));
+      const s = await create({
+        input: 'Count to 40 with the pad tool.',
+        tools: ['pad'],
+        max_iterations: 1000,
+        stream: false,
+        compaction: { at_input_tokens: 6000 },
+        ...(budget === undefined ? {} : { budget: { total_tokens: budget } }),
+      });
+      const done = await h.api.waitStatus(s.id, ['idle', 'failed'], 60_000);
+      assert.equal(done.status, 'idle', JSON.stringify(done.error));
+      return { done, recs: await records(s.id) };
+    };
+    const spent = (r: any) =>
+      r.usage.input_tokens +
+      r.usage.output_tokens +
+      r.usage.cache_creation_input_tokens +
+      r.usage.cache_read_input_tokens;
+    // Unbounded, the run's records (the fake's usage follows the requests: the same each time).
+    const free = await run();
+    const k = free.recs.findIndex((r) => r.kind === 'compaction');
+    assert.ok(k > 0, 'a compaction happened');
+    const upTo = free.recs.slice(0, k + 1).reduce((n: number, r: any) => n + spent(r), 0);
+    // A budget the first compaction reaches exactly: the run stops there, with no turn sent after it.
+    const capped = await run(upTo);
+    assert.equal(capped.done.stop_reason, 'budget_exhausted');
+    assert.deepEqual(
+      capped.recs.map((r) => r.kind ?? 'turn'),
+      free.recs.slice(0, k + 1).map((r) => r.kind ?? 'turn'),
+    );
+    assert.equal(capped.done.usage.budget_remaining_tokens, 0);
+  });
+
   test('200 iterations with 2 kB tool results under `compaction: {at_input_tokens}`: every request stays under the bound, the model goes on right after each compaction, and nothing is lost', async () => {
     const STEPS = 200;
     const AT = 6000;
