@@ -196,6 +196,7 @@ export class DeadlineSweeper {
             guard,
             { hset: { act_warn: '' }, events: [['action.expiring', actionData(s)]] },
             s.tenant,
+            { storageCap: false },
           );
           await store.actionsDue.settle(e, due);
           return;
@@ -209,7 +210,8 @@ export class DeadlineSweeper {
         }
         // Over the tenant's daily cap the deadline still answers the calls: the run it starts writes their results
         // and stops before its model request (`tenant_budget_exhausted`), as any run over the cap does.
-        await store.apply(s.id, guard, ops, s.tenant, { costCap: false });
+        // Nor is it refused at TENANT_MAX_BYTES: a deadline fires whatever the tenant stores.
+        await store.apply(s.id, guard, ops, s.tenant, { costCap: false, storageCap: false });
         this.log.info({ session: s.id, tenant: s.tenant }, 'action timed out');
         await store.actionsDue.settle(e, null);
         for (const id of children?.ids ?? [])

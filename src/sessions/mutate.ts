@@ -58,6 +58,11 @@ export interface Plan {
    * run stops before its model request).
    */
   costCap?: boolean;
+  /**
+   * False for a write the service makes on its own (a worker's result delivered): counted in the tenant's storage,
+   * never refused for it — the call must be answered whatever the tenant stores (default true).
+   */
+  storageCap?: boolean;
 }
 
 /** 412 unless the session is at the revision the client pinned with If-Match. */
@@ -97,7 +102,10 @@ export async function mutate(
         : {}),
     };
     try {
-      await store.apply(id, guard, p.ops, tenant, { costCap: p.costCap ?? true });
+      await store.apply(id, guard, p.ops, tenant, {
+        costCap: p.costCap ?? true,
+        storageCap: p.storageCap ?? true,
+      });
     } catch (err) {
       // Made meanwhile by a request of the same key (one whose process stalled past its lease): answered as it is.
       if (err instanceof AlreadyApplied)

@@ -41,10 +41,13 @@ export class StorageQuota {
     this.added = new CounterBatch((key, sums) => this.redis.incrby(key, sums.get('bytes') ?? 0));
   }
 
-  /** Throws 429 when a client's write of `tenant` would add bytes while the tenant is at its limit. */
-  async check(tenant: string, ops: ApplyOps, guard: Guard): Promise<number> {
+  /**
+   * Throws 429 when a client's write of `tenant` would add bytes while the tenant is at its limit (`refuse` false: a
+   * write the service makes on its own, counted and never refused, as a run's commits are).
+   */
+  async check(tenant: string, ops: ApplyOps, guard: Guard, refuse = true): Promise<number> {
     const n = addedBytes(ops, guard);
-    if (n > 0 && this.maxBytes > 0 && guard.fence === undefined) {
+    if (refuse && n > 0 && this.maxBytes > 0 && guard.fence === undefined) {
       const used = Number((await this.redis.get(storageKey(tenant))) ?? 0);
       if (used + n > this.maxBytes)
         throw quotaExceeded('storage_bytes', this.maxBytes, 'bytes stored (TENANT_MAX_BYTES)');

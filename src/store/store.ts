@@ -185,21 +185,23 @@ export class SessionStore {
    * A change that starts a run (sets `running`) first takes a slot among the tenant's active runs (429
    * `quota_exceeded` when TENANT_MAX_ACTIVE_RUNS are running) and registers the run as due (the tenant read from
    * the session when not given). And, unless `costCap` is false, a tenant over its daily dollar cap starts no run
-   * (429 `quota_exceeded`, `cost_usd_per_day`); a run started anyway stops before its first model request.
+   * (429 `quota_exceeded`, `cost_usd_per_day`); a run started anyway stops before its first model request. Unless
+   * `storageCap` is false (a write the service makes on its own: a tool task's result, a deadline), a client's write
+   * that adds bytes while the tenant is at TENANT_MAX_BYTES is refused (429); the bytes are counted either way.
    */
   async apply(
     id: string,
     guard: Guard,
     ops: ApplyOps,
     tenant?: string,
-    { costCap = true }: { costCap?: boolean } = {},
+    { costCap = true, storageCap = true }: { costCap?: boolean; storageCap?: boolean } = {},
   ): Promise<ApplyResult> {
     const k = sessionKeys(id);
     // Bytes added are counted in the session (same script) and then the tenant (see storage-quota.ts).
     let added = addedBytes(ops, guard);
     const owner = added > 0 ? await this.tenantOf(id, tenant) : null;
     if (owner !== null) {
-      added = await this.storage.check(owner, ops, guard);
+      added = await this.storage.check(owner, ops, guard, storageCap);
       ops = { ...ops, hincr: { ...ops.hincr, bytes: added } };
     }
     // A change that makes the session `running` registers it in the run queue first: should the store fail between

@@ -257,7 +257,11 @@ export class ToolTasks {
           duration_ms: null,
           attempt: rec.attempt,
         });
-        return { ops: { hset: pendingFields(step), events: [['tool.completed', completed]] } };
+        // Not refused at TENANT_MAX_BYTES: the result is the worker's, committed already; the call must end.
+        return {
+          ops: { hset: pendingFields(step), events: [['tool.completed', completed]] },
+          storageCap: false,
+        };
       });
     } catch (err) {
       if (err instanceof AlreadyDelivered) return this.settleDelivered(tenant, rec, call);
