@@ -140,13 +140,10 @@ const routes: FastifyPluginAsyncZod = async (app) => {
     },
     async (req, reply) => {
       const b = req.body;
-      const at = b.at === undefined ? null : Date.parse(b.at);
-      const timing = { cron: b.cron ?? null, at, timezone: b.timezone };
-      const next = checkTiming(timing, secondsCron, true);
-      await checkCreate(app.sessionDeps, req.tenant, b.session);
       // A keyed create is named after its key (src/store/idempotency.ts `appliedToken`): a retry whose first
       // request died between the write and its answer's record finds the schedule made (listed again should the
-      // crash have come before its index entry) and answers it instead of making a second one.
+      // crash have come before its index entry) and answers it instead of making a second one — before the body is
+      // checked again (an `at` passed since would refuse the retry of a create that was made).
       const id = req.idempotency ? `sch_${req.idempotency.token}` : newScheduleId();
       const made = req.idempotency ? await store.read(id) : null;
       if (made && made.tenant === req.tenant) {
@@ -154,6 +151,10 @@ const routes: FastifyPluginAsyncZod = async (app) => {
         reply.header('idempotent-replayed', 'true');
         return send(reply, made, 201);
       }
+      const at = b.at === undefined ? null : Date.parse(b.at);
+      const timing = { cron: b.cron ?? null, at, timezone: b.timezone };
+      const next = checkTiming(timing, secondsCron, true);
+      await checkCreate(app.sessionDeps, req.tenant, b.session);
       const now = Date.now();
       const s: ScheduleRecord = {
         id,

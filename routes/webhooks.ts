@@ -65,10 +65,10 @@ const routes: FastifyPluginAsyncZod = async (app) => {
       },
     },
     async (req, reply) => {
-      const url = await checkWebhookUrl(req.body.url, webhooks.allowPrivate);
       // A keyed create is named after its key (src/store/idempotency.ts `appliedToken`): a retry whose first
       // request died between the write and its answer's record finds the webhook made, and answers it (with its
-      // secret, opened from the record) instead of making a second one.
+      // secret, opened from the record) instead of making a second one — before the URL is checked again (a DNS
+      // answer that changed since would refuse the retry of a create that was made).
       const id = req.idempotency ? `wh_${req.idempotency.token}` : newWebhookId();
       const made = req.idempotency ? await store.get(req.tenant, id).catch(unlessNotFound) : null;
       if (made) {
@@ -76,6 +76,7 @@ const routes: FastifyPluginAsyncZod = async (app) => {
         reply.header('idempotent-replayed', 'true');
         return send(reply, made, 201, { secret: webhooks.box.open(made.secret) });
       }
+      const url = await checkWebhookUrl(req.body.url, webhooks.allowPrivate);
       const secret = newSecret();
       const now = Date.now();
       const w: WebhookRecord = {

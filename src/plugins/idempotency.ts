@@ -162,10 +162,17 @@ export default fp<{ ttlS: number; maxBytesPerTenant: number; box: SecretBox }>(
     app.decorate('keepStreamed', async (req: FastifyRequest, replay: StreamReplay) => {
       const idem = req.idempotency;
       if (!idem) return;
-      // A hijacked reply runs no onSend: the record is written here, and the key stops renewing.
+      // A hijacked reply runs no onSend: the record is written here, and the key stops renewing. As in onSend, a
+      // record that cannot be written does not fail the request (its change is made): the key frees itself.
       clearInterval(idem.renewal);
       delete req.idempotency;
-      await keep(req, idem.key, { state: 'done', fp: idem.fingerprint, status: 200, stream: replay });
+      await keep(req, idem.key, { state: 'done', fp: idem.fingerprint, status: 200, stream: replay }).catch(
+        (err: unknown) =>
+          req.log.warn(
+            { err },
+            'an idempotent answer could not be kept; its key frees itself when its lease lapses',
+          ),
+      );
     });
     app.addHook('onSend', async (req, reply, payload) => {
       const idem = req.idempotency;

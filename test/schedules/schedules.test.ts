@@ -561,6 +561,32 @@ describe('schedules', { timeout: 240_000 }, () => {
     for (const id of [s.id, paused.id]) await a.req('DELETE', `/v1/schedules/${id}`);
   });
 
+  it('a keyed create retried after its record was lost answers the schedule made, though its body would be refused now', async () => {
+    const put = await a.req('PUT', '/v1/tools/nightly_export', {
+      description: 'Export the day.',
+      input_schema: { type: 'object', properties: {} },
+      runner: { type: 'worker' },
+    });
+    assert.equal(put.status, 201, JSON.stringify(put.body));
+    const body = { cron: '0 3 * * *', session: { input: 'export', tools: ['nightly_export'] } };
+    const headers = { 'idempotency-key': 'sched-nightly' };
+    const first = await a.req('POST', '/v1/schedules', body, headers);
+    assert.equal(first.status, 201, JSON.stringify(first.body));
+    // The tool goes: a new create with this body is refused now.
+    assert.equal((await a.req('DELETE', '/v1/tools/nightly_export')).status, 200);
+    const fresh = await a.req('POST', '/v1/schedules', body, { 'idempotency-key': 'sched-other' });
+    assert.equal(fresh.status, 400, JSON.stringify(fresh.body));
+    // The first answer's record is lost, as when its request's process died between its write and its record.
+    const records = (await r.keys('idem:{a}:*')).filter((k) => !k.includes('~'));
+    assert.ok(records.length > 0);
+    await r.del(...records);
+    const retry = await a.req('POST', '/v1/schedules', body, headers);
+    assert.equal(retry.status, 201, JSON.stringify(retry.body));
+    assert.equal(retry.body.id, first.body.id);
+    assert.equal(retry.headers.get('idempotent-replayed'), 'true');
+    await a.req('DELETE', `/v1/schedules/${first.body.id}`);
+  });
+
   it("the schedule routes know no session: a session's id is 404 there and the session is untouched", async () => {
     const ses = (await a.post('/v1/sessions', { input: 'mine', start: false })).body;
     assert.equal((await a.get(`/v1/schedules/${ses.id}`)).status, 404);
