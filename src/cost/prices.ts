@@ -152,6 +152,33 @@ function turnCostMicros(u: ReplyUsage | null | undefined, price: ModelPrice | nu
   return Math.round(perMTok);
 }
 
+/**
+ * A reply's usage with its server-side compactions' added (`usage.iterations` entries of type `compaction`: the API
+ * bills them, and leaves them out of the top-level fields). Every other entry is in the top-level fields already.
+ * The same object when there is nothing to add.
+ */
+export function withCompactionUsage<U extends ReplyUsage & { iterations?: unknown }>(u: U): U {
+  const entries = Array.isArray(u.iterations) ? (u.iterations as unknown[]) : [];
+  const compactions = entries.filter(
+    (e): e is ReplyUsage =>
+      typeof e === 'object' && e !== null && (e as { type?: unknown }).type === 'compaction',
+  );
+  if (compactions.length === 0) return u;
+  const n = (v: number | null | undefined) => (typeof v === 'number' && Number.isFinite(v) && v > 0 ? v : 0);
+  const sum = { ...u, cache_creation: { ...u.cache_creation } };
+  for (const c of compactions) {
+    sum.input_tokens = n(sum.input_tokens) + n(c.input_tokens);
+    sum.output_tokens = n(sum.output_tokens) + n(c.output_tokens);
+    sum.cache_creation_input_tokens = n(sum.cache_creation_input_tokens) + n(c.cache_creation_input_tokens);
+    sum.cache_read_input_tokens = n(sum.cache_read_input_tokens) + n(c.cache_read_input_tokens);
+    sum.cache_creation.ephemeral_5m_input_tokens =
+      n(sum.cache_creation.ephemeral_5m_input_tokens) + n(c.cache_creation?.ephemeral_5m_input_tokens);
+    sum.cache_creation.ephemeral_1h_input_tokens =
+      n(sum.cache_creation.ephemeral_1h_input_tokens) + n(c.cache_creation?.ephemeral_1h_input_tokens);
+  }
+  return sum;
+}
+
 /** Micro-dollars as dollars (a number; at most 6 decimals). */
 export const microsToUsd = (micros: number): number => Math.round(micros) / 1e6;
 

@@ -11,7 +11,7 @@ import type {
 import { sendable, storedReplyContent, toolCallsOf, type StoredMessage } from '../history.js';
 import type { SessionParams } from '../schemas.js';
 import { recordCount, usageIncr, type IterationRecord, type SessionState } from '../store/session-state.js';
-import { usdToMicros } from '../cost/prices.js';
+import { usdToMicros, withCompactionUsage } from '../cost/prices.js';
 import { withoutOpenCalls } from '../tools/server-blocks.js';
 import { budgetExhausted, spentOf, totalTokens, type Spent } from './budget.js';
 import { cacheMarks, capCacheMarks } from './cache-breakpoints.js';
@@ -241,10 +241,11 @@ export abstract class TurnRunner {
   private billPartial(snapshot: BetaMessage | undefined): void {
     if (!snapshot) return;
     const { deps, run, state, params } = this;
-    const costMicros = deps.store.spend.prices.turnCost(params.model, snapshot.usage);
-    const incr = usageIncr(snapshot.usage, costMicros);
+    const usage = withCompactionUsage(snapshot.usage);
+    const costMicros = deps.store.spend.prices.turnCost(params.model, usage);
+    const incr = usageIncr(usage, costMicros);
     countSpend(deps, state.tenant, params.model, incr);
-    addSpent(this.spent, recordedUsage(snapshot, costMicros));
+    addSpent(this.spent, recordedUsage({ ...snapshot, usage }, costMicros));
     run.bill(incr);
   }
 
@@ -256,11 +257,14 @@ export abstract class TurnRunner {
     timings: { upstream_ms: number; first_event_ms: number | null },
   ): Replied {
     const { deps, state, history, params, iteration } = this;
-    // Counted once per turn, with its usage, in the commit that stores the turn (or drops it: it was billed).
-    const costMicros = deps.store.spend.prices.turnCost(params.model, message.usage);
-    const usageIncrs = usageIncr(message.usage, costMicros);
+    // Counted once per turn, with its usage, in the commit that stores the turn (or drops it: it was billed); a
+    // server-side compaction's tokens, which the API leaves out of the top-level fields, included.
+    const usage = withCompactionUsage(message.usage);
+    const costMicros = deps.store.spend.prices.turnCost(params.model, usage);
+    const usageIncrs = usageIncr(usage, costMicros);
     countSpend(deps, state.tenant, params.model, usageIncrs);
-    addSpent(this.spent, recordedUsage(message, costMicros));
+    const recorded = recordedUsage(usage === message.usage ? message : { ...message, usage }, costMicros);
+    addSpent(this.spent, recorded);
     // A reply that ends its turn keeps no call the API never ran (a turn paused mid-call is resumed instead).
     const content = isUnfinished(message.stop_reason) ? message.content : withoutOpenCalls(message.content);
     const reply: StoredMessage = { role: 'assistant', content: storedReplyContent(content) };
@@ -290,7 +294,7 @@ export abstract class TurnRunner {
         params_rev: this.paramsRev,
       },
       stop_reason: message.stop_reason,
-      usage: recordedUsage(message, costMicros),
+      usage: recorded,
       tool_calls: calls.map(({ id, name }) => ({ id, name })),
       started_at: new Date(startedAt).toISOString(),
       completed_at: new Date().toISOString(),

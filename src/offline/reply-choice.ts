@@ -12,7 +12,7 @@ import {
   summarize,
   toolChangesOf,
 } from './compaction.js';
-import type { FakeReply, FakeRequest } from './wire.js';
+import type { FakeIterationUsage, FakeReply, FakeRequest } from './wire.js';
 
 export type ModelAnswer = (req: FakeRequest) => FakeReply | Promise<FakeReply>;
 
@@ -31,7 +31,22 @@ export async function chooseReply(
   }
   const summary = summarize(fr.messages, edit.instructions);
   const block = { type: 'compaction' as const, content: summary, tool_changes: toolChangesOf(fr.messages) };
-  if (edit.pauseAfter) return { type: 'message', content: [block], stop_reason: 'compaction' };
+  // The summarizing request is billed on its own: its tokens are in `usage.iterations`, not the top-level fields.
+  const compaction: FakeIterationUsage = {
+    type: 'compaction',
+    input_tokens: Math.ceil(inputChars / 4),
+    output_tokens: Math.max(1, Math.ceil(summary.length / 4)),
+    cache_creation_input_tokens: 0,
+    cache_read_input_tokens: 0,
+    cache_creation: null,
+  };
+  if (edit.pauseAfter)
+    return {
+      type: 'message',
+      content: [block],
+      stop_reason: 'compaction',
+      usage: { input_tokens: 0, output_tokens: 0, iterations: [compaction] },
+    };
   const compacted: FakeRequest = {
     ...fr,
     messages: [
@@ -42,5 +57,10 @@ export async function chooseReply(
     ],
   };
   const reply = await answer(compacted);
-  return reply.type === 'message' ? { ...reply, content: [block, ...reply.content] } : reply;
+  if (reply.type !== 'message') return reply;
+  return {
+    ...reply,
+    content: [block, ...reply.content],
+    usage: { ...reply.usage, iterations: [compaction, ...(reply.usage?.iterations ?? [])] },
+  };
 }

@@ -17,7 +17,7 @@ export function sseEvents(message: WireMessage): string[] {
         content: [],
         stop_reason: null,
         stop_sequence: null,
-        usage: { ...message.usage, output_tokens: 1 },
+        usage: { ...message.usage, output_tokens: 1, iterations: undefined },
       },
     }),
   );
@@ -86,6 +86,7 @@ export function sseEvents(message: WireMessage): string[] {
         cache_read_input_tokens: message.usage.cache_read_input_tokens,
         output_tokens: message.usage.output_tokens,
         ...(message.usage.server_tool_use ? { server_tool_use: message.usage.server_tool_use } : {}),
+        ...(message.usage.iterations ? { iterations: message.usage.iterations } : {}),
       },
     }),
   );

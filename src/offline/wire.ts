@@ -70,6 +70,20 @@ export interface FakeUsage {
   server_tool_use?: { web_search_requests: number; web_fetch_requests: number } | undefined;
   /** The cache writes split by TTL (default: all of `cache_creation_input_tokens` as 5-minute writes). */
   cache_creation?: { ephemeral_5m_input_tokens: number; ephemeral_1h_input_tokens: number } | undefined;
+  /**
+   * The sampling iterations (`BetaIterationsUsage`): a server-side compaction's entry (`type: "compaction"`), whose
+   * tokens are not in the top-level fields, as the API reports it. Streamed in `message_delta` only.
+   */
+  iterations?: FakeIterationUsage[] | undefined;
+}
+
+export interface FakeIterationUsage {
+  type: 'compaction' | 'message';
+  input_tokens: number;
+  output_tokens: number;
+  cache_creation_input_tokens: number;
+  cache_read_input_tokens: number;
+  cache_creation: { ephemeral_5m_input_tokens: number; ephemeral_1h_input_tokens: number } | null;
 }
 
 /** The stop reasons the API documents; a script may also give any other string (a reason a client does not know). */

@@ -858,6 +858,18 @@ describe('sessions: compaction by the route, the policy and the API', () => {
     const recs = (await h.api.get(`/v1/sessions/${s.id}/iterations`)).body.data;
     assert.equal(recs[0].stop_reason, 'compaction');
     assert.equal(recs.at(-1).stop_reason, 'end_turn');
+    // The compaction is billed: the API reports its tokens in `usage.iterations` only, and the service adds them to
+    // the turn's record, the session's usage and its cost.
+    const log = (await h.api.get(`/v1/sessions/${s.id}/events?limit=1000`)).body.data as any[];
+    const completed = log.find((e) => e.type === 'turn.completed');
+    const reported = completed.data.message.usage;
+    const entry = reported.iterations.find((e: { type: string }) => e.type === 'compaction');
+    assert.ok(entry.input_tokens > 200, JSON.stringify(reported));
+    assert.equal(recs[0].usage.input_tokens, reported.input_tokens + entry.input_tokens);
+    assert.equal(recs[0].usage.output_tokens, reported.output_tokens + entry.output_tokens);
+    const sum = (k: string) => recs.reduce((n: number, r: any) => n + r.usage[k], 0);
+    assert.equal(done.usage.input_tokens, sum('input_tokens'));
+    assert.equal(done.usage.output_tokens, sum('output_tokens'));
     const msgs = (await h.api.get(`/v1/sessions/${s.id}/messages`)).body.data;
     assert.match(allText(msgs.at(-1)), /The sum is 5/);
     // The route refuses to compact what the API compacts server-side.
