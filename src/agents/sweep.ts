@@ -7,7 +7,7 @@ import { cancelRun, removeSession } from '../sessions/control.js';
 import { createSession } from '../sessions/create.js';
 import type { SessionDeps } from '../sessions/mutate.js';
 import { submitResults } from '../sessions/tool-calls.js';
-import { AGENTS_DUE_KEY } from '../store/keys.js';
+import { AGENTS_DUE_KEY, sessionKeys } from '../store/keys.js';
 import type { RedisClient } from '../store/lua-commands.js';
 import { childUsageIncr, type SessionState } from '../store/session-state.js';
 import type { SessionStore } from '../store/store.js';
@@ -230,21 +230,21 @@ export class AgentSweep {
       await cancelRun(this.opts.deps, parent.tenant, childId).catch(refusal);
   }
 
-  /** The ended child's result into its parent's call (409 and 404 mean it was answered, or the parent is gone). */
+  /**
+   * The ended child's usage into its parent's `u_child_*` (once per child, child-usage-1.lua: whether or not its result
+   * still answers the call — a parent cancelled meanwhile, or whose client answered the call itself, keeps the cost),
+   * then its result into the call (409 and 404 mean it was answered, or the parent is gone).
+   */
   private async deliver(child: SessionState): Promise<void> {
     const ref = child.parent!;
+    const incr = Object.entries(childUsageIncr(child)).flat();
+    await this.opts.redis.agentsChildUsage(sessionKeys(ref.session_id).meta, child.id, ...incr);
     const parent = await this.opts.store.load(ref.session_id);
     if (!parent || parent.status !== 'requires_action') return;
-    // The child's usage goes into the parent's `u_child_*` in the write of the result: once, as the result is.
-    await this.answer(parent, ref.tool_use_id, await this.resultOf(child), childUsageIncr(child));
+    await this.answer(parent, ref.tool_use_id, await this.resultOf(child));
   }
 
-  private async answer(
-    parent: SessionState,
-    toolUseId: string,
-    result: Result,
-    hincr?: Record<string, number>,
-  ): Promise<void> {
+  private async answer(parent: SessionState, toolUseId: string, result: Result): Promise<void> {
     try {
       await submitResults(
         this.opts.deps,
@@ -253,7 +253,7 @@ export class AgentSweep {
         [{ tool_use_id: toolUseId, ...result }],
         true,
         undefined,
-        { hincr: hincr ?? {} },
+        true,
       );
     } catch (err) {
       if (err instanceof Conflict || err instanceof NotFound) return;

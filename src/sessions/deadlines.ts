@@ -122,24 +122,28 @@ function timeoutOps(s: SessionState): { ops: ApplyOps; starts: boolean } {
 
 /**
  * The sub-agents working on agent calls a timeout answers (or ends, with `fail`): no child's result will answer its
- * call now, so the usage each spent so far joins the parent's (`u_child_*`) in the timeout's own write — once, as a
- * delivered result's would — and they are cancelled after it. What a child spends between the two is not counted.
+ * call now, so the usage each spent so far joins the parent's (`u_child_*`) in the timeout's own write, which marks
+ * each counted (`cb:<child id>`, as the agents' sweep counts an ended child: src/agents/lua/child-usage-1.lua), and
+ * they are cancelled after it. What a child spends between the two is not counted. A child that ended already is
+ * left to the sweep, which counts it whole.
  */
 async function childrenCut(
   deps: SessionDeps,
   s: SessionState,
-): Promise<{ ids: string[]; hincr: Record<string, number> }> {
+): Promise<{ ids: string[]; hincr: Record<string, number>; hset: Record<string, string> }> {
   const agents = new Set(s.tools.filter(isAgentTool).map((t) => t.name));
   const ids = (s.pending?.calls ?? [])
     .filter((c) => c.kind === 'client' && !c.result && agents.has(c.name))
     .map((c) => childSessionId(s.id, c.id));
   const hincr: Record<string, number> = {};
+  const hset: Record<string, string> = {};
   for (const id of ids) {
     const child = await deps.store.load(id);
-    if (!child) continue;
+    if (!child || child.status === 'idle' || child.status === 'failed') continue;
     for (const [field, n] of Object.entries(childUsageIncr(child))) hincr[field] = (hincr[field] ?? 0) + n;
+    hset[`cb:${id}`] = '1';
   }
-  return { ids, hincr };
+  return { ids, hincr, hset };
 }
 
 /** Sweeps `actions:due` on a timer: every replica runs one; their writes are guarded, so any number may. */
@@ -207,6 +211,7 @@ export class DeadlineSweeper {
           const sum = { ...ops.hincr };
           for (const [field, n] of Object.entries(children.hincr)) sum[field] = (sum[field] ?? 0) + n;
           ops.hincr = sum;
+          ops.hset = { ...ops.hset, ...children.hset };
         }
         // Over the tenant's daily cap the deadline still answers the calls: the run it starts writes their results
         // and stops before its model request (`tenant_budget_exhausted`), as any run over the cap does.

@@ -152,9 +152,9 @@ export function submitResults(
   results: ResultInput[],
   go: boolean,
   ifMatch?: number,
-  service?: { hincr: Record<string, number> },
+  /** The service's own answer (a sub-agent's result), not a client's. */
+  service = false,
 ): Promise<MutationResult> {
-  const hincr = service?.hincr;
   return mutate(deps, tenant, id, ifMatch, async (s) => {
     assertActionOpen(s);
     if (s.status !== 'requires_action' || !s.pending) {
@@ -171,12 +171,11 @@ export function submitResults(
       ops: {
         ...st,
         events: [...events, ...(st.events ?? [])],
-        ...(hincr ? { hincr: { ...st.hincr, ...hincr } } : {}),
       },
       starts: goes,
       // The service's own answer (a sub-agent's result) lands over the tenant's daily cap too: the run it starts
-      // stops before its model request (`tenant_budget_exhausted`).
-      ...(service ? { costCap: false } : {}),
+      // stops before its model request (`tenant_budget_exhausted`); nor is it refused at TENANT_MAX_BYTES.
+      ...(service ? { costCap: false, storageCap: false } : {}),
     };
   });
 }

@@ -223,6 +223,17 @@ describe('sub-agents', { timeout: 120_000 }, () => {
     assert.equal((await a.post(`/v1/sessions/${p.id}/cancel`)).status < 300, true);
     const cancelled = await a.waitFor(child.id, (s) => s.status === 'idle', 30_000);
     assert.equal(cancelled.stop_reason, 'cancelled');
+    // What the child spent counts on the parent though its result answers nothing now (the budget keeps it).
+    assert.ok(cancelled.usage.total_tokens > 0);
+    const kept = await until(
+      async () => {
+        const x = (await a.get(`/v1/sessions/${p.id}`)).body;
+        return x.usage.children.total_tokens > 0 ? x : null;
+      },
+      20_000,
+      "the child's usage on the parent",
+    );
+    assert.equal(kept.usage.children.total_tokens, cancelled.usage.total_tokens);
 
     const p2 = (await a.post('/v1/sessions', { system: 'You are a writer.', input: 'go', tools: [waiting] }))
       .body;
