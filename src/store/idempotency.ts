@@ -82,10 +82,12 @@ export class IdempotencyRecords {
   }
 
   /**
-   * Records this process gave up (`giveUp`) and could not drop yet, by key: their owners. A retry of one of them on
-   * this replica takes the record over at once (`reserve`); the entry goes when the drop lands or the lease lapses.
+   * Records this process gave up (`giveUp`) and could not drop yet, by key: their owners (every request of the key
+   * given up here meanwhile: a retry answered 503 while Redis was away may or may not have written one, and must not
+   * hide the one that did). A retry of one of them on this replica takes the record over at once (`reserve`); the
+   * entry goes when the drops land or the lease lapses.
    */
-  private readonly givenUp = new Map<string, { owner: string; until: number }>();
+  private readonly givenUp = new Map<string, { owners: Set<string>; until: number }>();
 
   /**
    * Writes the `pending` record only if the key holds none (atomic: SET NX PX), for IN_FLIGHT_TTL_MS, or if it holds
@@ -97,9 +99,12 @@ export class IdempotencyRecords {
     if ((await this.redis.set(key, json, 'PX', IN_FLIGHT_TTL_MS, 'NX')) === 'OK') return true;
     const left = this.givenUp.get(key);
     if (!left || left.until < Date.now()) return false;
-    if ((await this.redis.sessIdemRelease(key, left.owner, json, IN_FLIGHT_TTL_MS)) !== 1) return false;
-    this.givenUp.delete(key);
-    return true;
+    for (const owner of left.owners) {
+      if ((await this.redis.sessIdemRelease(key, owner, json, IN_FLIGHT_TTL_MS)) !== 1) continue;
+      this.givenUp.delete(key);
+      return true;
+    }
+    return false;
   }
 
   /**
@@ -119,22 +124,26 @@ export class IdempotencyRecords {
       if (v.until >= now) break;
       this.givenUp.delete(k);
     }
+    const entry = this.givenUp.get(key);
+    const owners = entry && entry.until >= now ? entry.owners : new Set<string>();
+    owners.add(owner);
     this.givenUp.delete(key); // to the back: the order stays that of `until`
-    this.givenUp.set(key, { owner, until });
+    this.givenUp.set(key, { owners, until });
+    /** Done with this owner: its drop landed, or will not. */
+    const settle = () => {
+      const e = this.givenUp.get(key);
+      if (!e?.owners.delete(owner) || e.owners.size > 0) return;
+      this.givenUp.delete(key);
+    };
     const attempt = () => {
-      if (this.givenUp.get(key)?.owner !== owner) return;
-      this.redis.sessIdemRelease(key, owner, '', 0).then(
-        () => {
-          if (this.givenUp.get(key)?.owner === owner) this.givenUp.delete(key);
-        },
-        (err: unknown) => {
-          if (!(err instanceof StoreUnavailable) || Date.now() >= until) {
-            this.givenUp.delete(key);
-            return;
-          }
-          setTimeout(attempt, GIVE_UP_RETRY_MS).unref();
-        },
-      );
+      if (!this.givenUp.get(key)?.owners.has(owner)) return;
+      this.redis.sessIdemRelease(key, owner, '', 0).then(settle, (err: unknown) => {
+        if (!(err instanceof StoreUnavailable) || Date.now() >= until) {
+          settle();
+          return;
+        }
+        setTimeout(attempt, GIVE_UP_RETRY_MS).unref();
+      });
     };
     attempt();
   }

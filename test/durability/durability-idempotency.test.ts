@@ -152,7 +152,7 @@ describe('Idempotency-Key across a SIGKILL and a Redis pause', { timeout: 180_00
     assert.equal(retry.headers.get('idempotent-replayed'), 'true');
   });
 
-  it('a 503 while Redis is paused frees the key: the retry once Redis answers is not 409', async () => {
+  it('a 503 while Redis is paused frees the key: the retry once Redis answers is not 409, after another 503', async () => {
     // Behind a proxy that lets the reservation through and holds what follows until Redis is paused: the request's
     // next commands reach a paused Redis (`CLIENT PAUSE … ALL`), time out, and it answers 503.
     proxy = await startRedisProxy(redis.port);
@@ -174,9 +174,12 @@ describe('Idempotency-Key across a SIGKILL and a Redis pause', { timeout: 180_00
         5000,
         'the reservation landed',
       );
-      assert.equal(await r.call('CLIENT', 'PAUSE', '4000', 'ALL'), 'OK');
+      assert.equal(await r.call('CLIENT', 'PAUSE', '6000', 'ALL'), 'OK');
       proxy.release();
       const answer = await during;
+      // A retry while Redis is still away is answered 503 too, and given up in turn: it must not hide the first
+      // request's record, which is the one to drop.
+      const early = await svc.api.post('/v1/sessions', body, key);
       await until(() => answersAgain() > upBefore, 15_000, 'the service sees Redis answer again', 50);
       // At once: not after the key's lease (10 s) lapses.
       const retry = await svc.api.post('/v1/sessions', body, key);
@@ -184,6 +187,7 @@ describe('Idempotency-Key across a SIGKILL and a Redis pause', { timeout: 180_00
       assert.equal(retry.status, 201, JSON.stringify(retry.body));
       assert.equal(answer.status, 503, JSON.stringify(answer.body));
       assert.equal(answer.body.error.code, 'store_unavailable');
+      assert.equal(early.status, 503, JSON.stringify(early.body));
       const list = await svc.api.get('/v1/sessions?metadata.case=pause');
       assert.equal(list.body.data.length, 1);
     } finally {
