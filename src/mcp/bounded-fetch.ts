@@ -4,6 +4,7 @@
  * `inCall` (an AsyncLocalStorage the pool's `callTool` runs in).
  */
 import { AsyncLocalStorage } from 'node:async_hooks';
+import type { Dispatcher } from 'undici';
 
 /**
  * The call in flight in this async context: the transport's fetch reads it to tie a POST's response stream to its
@@ -41,11 +42,12 @@ const wireCap = (resultMaxBytes: number) => resultMaxBytes * 2 + 65_536;
  * (the SDK hands each event on as it reads it), so a call still waiting a turn of the loop after the end will get
  * no result from this stream.
  */
-export function boundedFetch(server: string, resultMaxBytes: number): typeof fetch {
+export function boundedFetch(server: string, resultMaxBytes: number, dispatcher?: Dispatcher): typeof fetch {
   const cap = wireCap(resultMaxBytes);
   return async (input, init) => {
     const call = inCall.getStore();
-    const res = await fetch(input, init);
+    // Node's fetch takes an undici dispatcher (not in the DOM's RequestInit type).
+    const res = await fetch(input, dispatcher ? ({ ...init, dispatcher } as RequestInit) : init);
     if (!res.body) return res;
     const sse = (res.headers.get('content-type') ?? '').startsWith('text/event-stream');
     const watch = !!call && init?.method === 'POST' && sse;

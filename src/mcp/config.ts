@@ -1,3 +1,4 @@
+import type { Dispatcher } from 'undici';
 import { z } from 'zod';
 
 /**
@@ -33,6 +34,12 @@ export interface McpServerConfig {
   tenants: ReadonlySet<string> | null;
   /** Run before each connect (a tenant's server: its host's addresses checked again, src/webhooks/address-guard.ts). */
   guard?: () => Promise<void>;
+  /**
+   * What the transport's requests go through (a tenant's server: an agent whose every socket connects only to
+   * addresses checked at that moment, so a name that resolves elsewhere after `guard` cannot reach a refused address).
+   * Closed with the client.
+   */
+  dispatcher?: Dispatcher;
 }
 
 export type McpServersConfig = ReadonlyMap<string, McpServerConfig>;

@@ -294,7 +294,7 @@ export class McpServerClient {
     );
     const transport = new StreamableHTTPClientTransport(config.url, {
       requestInit: { headers: config.headers },
-      fetch: boundedFetch(config.name, opts.resultMaxBytes),
+      fetch: boundedFetch(config.name, opts.resultMaxBytes, config.dispatcher),
       // The standalone SSE stream (change notices) is tried again twice; a server gone for longer drops the
       // connection (onerror below) and the next use connects anew.
       reconnectionOptions: {
@@ -359,5 +359,6 @@ export class McpServerClient {
       clearTimeout(timer);
       await conn.client.close().catch(() => {});
     }
+    await this.config.dispatcher?.destroy().catch(() => {});
   }
 }

@@ -1,4 +1,5 @@
-import { hostOf, resolveChecked } from '../webhooks/address-guard.js';
+import { Agent } from 'undici';
+import { checkedLookup, hostOf, resolveChecked } from '../webhooks/address-guard.js';
 import { McpServerClient, type McpPoolOptions } from './pool.js';
 import type { TenantMcpServer } from './tenant-store.js';
 
@@ -55,6 +56,8 @@ export class TenantPool {
         guard: async () => {
           await resolveChecked(hostOf(url), this.opts.allowPrivate);
         },
+        // Every socket checked as it connects (the guard's answer names the refusal; this holds it).
+        dispatcher: new Agent({ connect: { lookup: checkedLookup(this.opts.allowPrivate) } }),
       },
       this.clientOpts,
     );

@@ -1,6 +1,6 @@
 import ipaddr from 'ipaddr.js';
 import { lookup as dnsLookup } from 'node:dns/promises';
-import { isIP } from 'node:net';
+import { isIP, type LookupFunction } from 'node:net';
 import { InvalidRequest } from '../errors.js';
 
 /**
@@ -82,6 +82,27 @@ export async function resolveChecked(host: string, allowPrivate: boolean): Promi
     }
   }
   return addrs;
+}
+
+/**
+ * A `lookup` for sockets (net.connect's option, an undici agent's `connect.lookup`) that resolves the name and checks
+ * every address as `resolveChecked` does, at the moment of each connect: what a socket connects to is what was
+ * checked, so a name re-pointed after an earlier check (DNS rebinding) is refused.
+ */
+export function checkedLookup(allowPrivate: boolean): LookupFunction {
+  return (host, options, cb) => {
+    resolveChecked(host, allowPrivate).then(
+      (addrs) => {
+        if (options.all) cb(null, addrs);
+        else cb(null, addrs[0]!.address, addrs[0]!.family);
+      },
+      (err: unknown) =>
+        cb(
+          Object.assign(new Error(err instanceof Error ? err.message : String(err)), { code: 'EREFUSED' }),
+          '',
+        ),
+    );
+  };
 }
 
 /** Checks a webhook URL as given in a request: form, then every address of its host. */
