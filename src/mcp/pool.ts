@@ -19,6 +19,8 @@ import { ErrorCode, McpError, type CallToolResult, type Tool } from '@modelconte
 import type { FastifyBaseLogger } from 'fastify';
 import { McpCallCut, McpResultTooLarge, boundedFetch, describe, inCall } from './bounded-fetch.js';
 import type { McpServerConfig } from './config.js';
+import { jsonSchemaProblem } from '../json-schema-check.js';
+import { DEFAULT_JSON_MAX_DEPTH, jsonTooDeep } from '../json-depth.js';
 
 export interface McpPoolOptions {
   callTimeoutMs: number;
@@ -53,6 +55,13 @@ export class McpUnavailable extends Error {
 /** Most tools kept of one server (pages of `tools/list` are read up to this). */
 const MAX_TOOLS = 1000;
 const MAX_PAGES = 50;
+/**
+ * A server's tool list is kept in memory per client (a tenant may have MCP_TENANT_MAX_SERVERS): at most this many
+ * bytes of it (the tools' JSON), tools past it dropped; a description past DESCRIPTION_MAX characters is cut, and a
+ * tool whose input schema the API would refuse (jsonSchemaProblem: size, depth, external refs) is not offered.
+ */
+const LIST_MAX_BYTES = 1_048_576;
+const DESCRIPTION_MAX = 10_000;
 
 /** Whether a tool can only be run as an MCP task (`execution.taskSupport: "required"`): such tools are not offered. */
 const needsTask = (t: Tool) => t.execution?.taskSupport === 'required';
@@ -133,15 +142,22 @@ export class McpServerClient {
     const p = (async () => {
       const conn = await this.connection();
       const list: Tool[] = [];
+      let bytes = 0;
       let cursor: string | undefined;
       for (let page = 0; page < MAX_PAGES && list.length < MAX_TOOLS; page++) {
         const res = await conn.client
           .listTools(cursor ? { cursor } : undefined, { timeout: this.opts.connectTimeoutMs })
           .catch((err: unknown) => this.failed(conn, err));
         // A tool that must run as an MCP task (call now, fetch the result later) is not offered.
-        list.push(...res.tools.filter((t) => !needsTask(t)).slice(0, MAX_TOOLS - list.length));
+        for (const t of res.tools) {
+          if (list.length >= MAX_TOOLS || bytes >= LIST_MAX_BYTES) break;
+          const kept = keepable(t);
+          if (!kept) continue;
+          bytes += JSON.stringify(kept).length;
+          if (bytes <= LIST_MAX_BYTES) list.push(kept);
+        }
         cursor = res.nextCursor;
-        if (!cursor) break;
+        if (!cursor || bytes >= LIST_MAX_BYTES) break;
       }
       // A change notice that came while listing may describe a list newer than this one: keep it stale.
       this.tools = { list, at: gen === this.generation ? Date.now() : 0 };
@@ -361,4 +377,21 @@ export class McpServerClient {
     }
     await this.config.dispatcher?.destroy().catch(() => {});
   }
+}
+
+/** A listed tool as offered (its description cut at DESCRIPTION_MAX), or null when it is not (see LIST_MAX_BYTES). */
+function keepable(t: Tool): Tool | null {
+  if (needsTask(t)) return null;
+  let schema: string;
+  try {
+    schema = JSON.stringify(t.inputSchema);
+  } catch {
+    return null; // nested past what JSON.stringify can walk
+  }
+  // The depth first: the schema checks below walk it recursively.
+  if (jsonTooDeep(schema, DEFAULT_JSON_MAX_DEPTH) || jsonSchemaProblem(t.inputSchema) !== null) return null;
+  const d = t.description;
+  return d !== undefined && d.length > DESCRIPTION_MAX
+    ? { ...t, description: d.slice(0, DESCRIPTION_MAX) }
+    : t;
 }

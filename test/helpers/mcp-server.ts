@@ -18,8 +18,11 @@ export interface TestMcpServer {
   calls(): Promise<Record<string, { started: number; finished: number }>>;
   /** How many MCP sessions are open on the server. */
   openSessions(): Promise<number>;
-  /** Registers a tool `name` on every MCP session (the server sends `notifications/tools/list_changed`). */
-  addTool(name: string): Promise<void>;
+  /**
+   * Registers a tool `name` on every MCP session (the server sends `notifications/tools/list_changed`); with `count`,
+   * tools `name_0` … `name_<count-1>`; with `describe`, descriptions of that many characters.
+   */
+  addTool(name: string, opts?: { count?: number; describe?: number }): Promise<void>;
   /** SIGKILL; resolves once it is gone. */
   kill(): Promise<void>;
 }
@@ -70,8 +73,9 @@ export async function startMcpServer(opts: { port?: number; token?: string } = {
     calls: async () =>
       (await fetch(`${base}/calls`)).json() as Promise<Record<string, { started: number; finished: number }>>,
     openSessions: async () => ((await (await fetch(`${base}/sessions`)).json()) as { open: number }).open,
-    addTool: async (name) => {
-      const res = await fetch(`${base}/add-tool?name=${encodeURIComponent(name)}`, { method: 'POST' });
+    addTool: async (name, { count = 0, describe = 0 } = {}) => {
+      const q = `name=${encodeURIComponent(name)}&count=${count}&describe=${describe}`;
+      const res = await fetch(`${base}/add-tool?${q}`, { method: 'POST' });
       if (!res.ok) throw new Error(`add-tool: ${res.status}`);
     },
     kill: async () => {

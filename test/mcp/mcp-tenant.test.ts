@@ -235,6 +235,22 @@ describe('tenant MCP servers', { timeout: 240_000 }, () => {
     }, 'the new tool listed');
   });
 
+  it("a listed tool's description is cut at 10,000 characters", async () => {
+    const big = await startMcpServer();
+    try {
+      await big.addTool('wordy', { describe: 12_000 });
+      const put = await api.req('PUT', '/v1/mcp-servers/big', { url: big.url });
+      assert.ok(put.status < 300, JSON.stringify(put.body));
+      const listed = (await api.get('/v1/tools')).body;
+      const wordy = listed.data.find((t: any) => t.mcp_server === 'big' && t.name === 'wordy');
+      assert.ok(wordy, JSON.stringify(listed.mcp_servers));
+      assert.equal(wordy.description.length, 10_000);
+      assert.equal((await api.req('DELETE', '/v1/mcp-servers/big')).status, 200);
+    } finally {
+      await big.kill();
+    }
+  });
+
   it("Anthropic's MCP connector (mcp_servers + mcp_toolset) passes through to the Messages API", async () => {
     h.fake.enqueue(text('Connected.'));
     const mcpServers = [
