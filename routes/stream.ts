@@ -33,6 +33,8 @@ import type { SessionDeps } from '../src/sessions/mutate.js';
 import type { ClientTokenRecord, ClientTokens } from '../src/store/client-tokens.js';
 import { componentLog } from '../src/log.js';
 import { watchToken, type TokenWatch } from '../src/plugins/auth.js';
+import { TokenRate, type RateHit } from '../src/quotas/token-rate.js';
+import { QuotaExceeded } from '../src/errors.js';
 
 /** The 404 of this file's routes names one thing (src/openapi/responses.ts `routeErrors`). */
 const NOT_FOUND = { 404: ['session_not_found'] } as const satisfies RouteCodes;
@@ -113,6 +115,7 @@ const routes: FastifyPluginAsyncZod<{ config: Config }> = async (app, { config }
     clientTokens: app.clientTokens,
     log: componentLog(app.log, 'stream'),
     config,
+    tokenRate: config.CLIENT_TOKEN_RATE_LIMIT_PER_MIN > 0 ? new TokenRate(app.redis) : null,
   };
   function onPong(this: WebSocket) {
     const c = conns.get(this);
@@ -227,6 +230,8 @@ interface StreamShared {
   /** The `stream` component's logger; a connection's own child (with its `request_id`) is made when it first logs. */
   log: FastifyBaseLogger;
   config: Config;
+  /** The client tokens' windows of mutating requests (src/plugins/ratelimit.ts): a token's frames count in them. */
+  tokenRate: TokenRate | null;
 }
 
 /** A resolved promise: the client frame chain of every connection starts from it. */
@@ -334,6 +339,33 @@ class WsConn implements Transport, SinkContext {
     this.closing = true;
     this.sub?.close();
     this.watch?.stop();
+  }
+
+  /**
+   * A frame of a client token's connection counts as a mutating request in the token's window
+   * (CLIENT_TOKEN_RATE_LIMIT_PER_MIN, as the REST routes' `preHandler` in src/plugins/ratelimit.ts): past it, the
+   * frame is answered `rate_limited` with `retry_after_s`. A Redis error lets it through, as there.
+   */
+  async admit(): Promise<void> {
+    const { tokenRate, config } = this.shared;
+    if (!this.token || !tokenRate) return;
+    let hit: RateHit;
+    try {
+      hit = await tokenRate.hit(this.tenant, this.token.id);
+    } catch {
+      return;
+    }
+    const max = config.CLIENT_TOKEN_RATE_LIMIT_PER_MIN;
+    if (hit.count <= max) return;
+    const retryAfterS = Math.max(1, Math.ceil(hit.ttlMs / 1000));
+    throw new QuotaExceeded(
+      'rate_limited',
+      `More than ${max} mutating requests a minute with this client token.`,
+      {
+        limit: max,
+        retry_after_s: retryAfterS,
+      },
+    );
   }
 
   /** A client frame: run after the ones before it; a bad frame gets an error frame and the connection stays. */

@@ -81,6 +81,8 @@ export async function handleFrame(
     log: FastifyBaseLogger;
     /** The client token the connection was opened with (null: a tenant key). */
     token?: ClientTokenRecord | null;
+    /** Counts a frame that changes something against its client token's rate; throws 429 `rate_limited` past it. */
+    admit?: () => Promise<void>;
   },
 ): Promise<ServerFrame> {
   let msg: unknown;
@@ -116,6 +118,7 @@ export async function handleFrame(
   const by = actorOf(token);
   try {
     requireScope(token, FRAME_SCOPES[type]);
+    await ctx.admit?.();
     let res: MutationResult;
     switch (type) {
       case 'message':

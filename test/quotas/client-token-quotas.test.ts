@@ -116,4 +116,34 @@ describe('client token quotas: streams and rate, each token on its own', () => {
     const created = await h.api.post('/v1/sessions', { start: false });
     assert.equal(created.status, 201, JSON.stringify(created.body));
   });
+
+  it("a token's WebSocket frames count in the same window: past it, a frame is answered rate_limited", async () => {
+    const id = (await h.api.post('/v1/sessions', { start: false })).body.id as string;
+    const t = await token(id, ['read', 'cancel']);
+    // The streams the tests before held: given back as they close.
+    for (const x of open.splice(0)) x.close();
+    let c: WsClient | null = null;
+    for (let i = 0; !c; i++) {
+      c = await connectWs(h.service.url, id, { protocolToken: t }).catch((err: unknown) => {
+        if (!(err instanceof UpgradeRefused) || i > 100) throw err;
+        return new Promise<null>((resolve) => setTimeout(() => resolve(null), 50));
+      });
+    }
+    open.push(c);
+    // 5 a minute (a quarter of 20): 2 over REST, then 3 frames; the next frame and request are refused.
+    for (let i = 0; i < 2; i++)
+      assert.notEqual((await h.api.as(t).post(`/v1/sessions/${id}/cancel`)).status, 429);
+    for (let i = 0; i < 3; i++) {
+      const out = await c.request({ type: 'cancel', ref: `c${i}` });
+      assert.notEqual(out.error?.code, 'rate_limited', JSON.stringify(out));
+    }
+    const over = await c.request({ type: 'cancel', ref: 'c3' });
+    assert.equal(over.type, 'error', JSON.stringify(over));
+    assert.equal(over.error.code, 'rate_limited');
+    assert.equal(over.error.details.limit, 5);
+    assert.ok(over.error.details.retry_after_s > 0);
+    assert.equal((await h.api.as(t).post(`/v1/sessions/${id}/cancel`)).status, 429, 'and REST too');
+    // The connection stays: a frame refused is answered, not a close.
+    assert.equal((await c.request({ type: 'cancel', ref: 'c4' })).error.code, 'rate_limited');
+  });
 });
