@@ -11,6 +11,7 @@ import { SweepLoop } from '../sweep-loop.js';
 import type { FastifyBaseLogger } from 'fastify';
 import type { Metrics } from '../observability/metrics.js';
 import { toolResultBody } from '../schemas.js';
+import { DEFAULT_JSON_MAX_DEPTH, DEFAULT_JSON_MAX_KEYS, jsonBoundsExceeded } from '../json-depth.js';
 import type { SessionStore } from '../store/store.js';
 import type { SecretBox } from '../webhooks/secrets.js';
 import { callToolUrl } from './http-call.js';
@@ -151,7 +152,7 @@ export class HttpToolCaller {
     else {
       const parsed = parseAnswer(outcome.body);
       if (parsed) result = JSON.stringify(parsed);
-      else failure = 'the answer is not JSON {"content", "is_error"?}';
+      else failure = 'the answer is not JSON {"content", "is_error"?} (nested at most 64 levels, 256 keys an object)';
     }
     if (result !== null) {
       const done = await queue.complete(rec.tenant, rec.offer, result);
@@ -175,7 +176,12 @@ export class HttpToolCaller {
   }
 }
 
+/**
+ * The answer's `{content, is_error}`, or null when it is not one. Bounded as request bodies are (64 levels, 256 keys
+ * an object) before it is parsed: a third party's JSON, bound for the session's history.
+ */
 function parseAnswer(body: string): { content: unknown; is_error: boolean } | null {
+  if (jsonBoundsExceeded(Buffer.from(body), DEFAULT_JSON_MAX_DEPTH, DEFAULT_JSON_MAX_KEYS) !== null) return null;
   try {
     const r = toolResultBody.safeParse(JSON.parse(body));
     return r.success ? { content: r.data.content, is_error: r.data.is_error ?? false } : null;

@@ -160,6 +160,29 @@ describe('http tools', { timeout: 120_000 }, () => {
     assert.match(r.content, /timeout after 400 ms/);
   });
 
+  it('an answer nested past 64 levels is not taken: after max_attempts the call is an error', async () => {
+    const put = await h.api.req('PUT', '/v1/tools/deep_answer', {
+      description: 'Answers deep JSON.',
+      input_schema: { type: 'object' },
+      runner: { type: 'http', url },
+      max_attempts: 1,
+    });
+    verifier = new Webhook(put.body.secret);
+    // Valid as a result (a document block's citations take any object), 3,000 levels deep.
+    const deep = '{"a":'.repeat(3000) + '1' + '}'.repeat(3000);
+    byName.set('deep_answer', (_b, res) =>
+      res
+        .writeHead(200, { 'content-type': 'application/json' })
+        .end(`{"content": [{"type": "text", "text": "x", "citations": ${deep}}]}`),
+    );
+    h.fake.enqueue(toolCalls([toolUse('deep_answer', {}, 'toolu_deep')]), text('It failed.'));
+    const id = (await h.api.post('/v1/sessions', { input: 'go', tools: ['deep_answer'] })).body.id;
+    await h.api.waitStatus(id, 'idle', 30_000);
+    const [r] = resultsSent(1);
+    assert.equal(r.is_error, true);
+    assert.match(r.content, /nested at most 64 levels/);
+  });
+
   it('a call resumed after it failed is a call of its own: another webhook-id, the same on its attempts', async () => {
     const put = await h.api.req('PUT', '/v1/tools/resumed_http', {
       description: 'Fails once.',
