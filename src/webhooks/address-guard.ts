@@ -74,10 +74,11 @@ export async function resolveChecked(host: string, allowPrivate: boolean): Promi
   if (!allowPrivate) {
     for (const a of addrs) {
       const why = refusedAddress(a.address);
+      // The address a name resolves to is not told: a tenant must not map the service's own network by its names.
       if (why)
         throw invalidUrl(
-          `The host ${host} resolves to ${a.address} (${why}); only public addresses are allowed ` +
-            '(WEBHOOK_ALLOW_PRIVATE=true lifts this).',
+          `The host ${host} resolves to ${literal ? a.address : 'a refused address'} (${why}); only public ` +
+            'addresses are allowed (WEBHOOK_ALLOW_PRIVATE=true lifts this).',
         );
     }
   }
