@@ -124,20 +124,53 @@ export class Dispatcher {
     }
   }
 
+  /** Adds `n` to this process's attempts in flight, and to `tenant`'s (unknown: none). */
+  private hold(tenant: string | undefined, n: number): void {
+    this.inflight += n;
+    if (tenant === undefined) return;
+    const left = (this.perTenant.get(tenant) ?? 0) + n;
+    if (left > 0) this.perTenant.set(tenant, left);
+    else this.perTenant.delete(tenant);
+  }
+
   private async claimAndSend(webhookId: string, seenScore: number | undefined): Promise<void> {
     const { store, log, limits } = this.opts;
     this.claiming.add(webhookId);
     try {
-      const r = await store.outbox.claim(webhookId, Date.now(), limits);
+      // The endpoint's tenant, read once (then kept): its claim must know the tenant's room before it is sent.
+      let tenant = this.tenantOf.get(webhookId);
+      if (tenant === undefined) {
+        tenant = (await store.outbox.tenantOf(webhookId)) ?? undefined;
+        if (this.tenantOf.size > 10_000) this.tenantOf.clear();
+        if (tenant !== undefined) this.tenantOf.set(webhookId, tenant);
+      }
+      // The room this claim may fill is held from here, before the claim is sent: claims of one tenant's endpoints
+      // run at once, and each would otherwise see the room its siblings are about to fill.
+      const room = Math.min(
+        limits.concurrency,
+        this.opts.processMax - this.inflight,
+        tenant === undefined ? 1 : this.tenantMax - (this.perTenant.get(tenant) ?? 0),
+      );
+      if (room <= 0) return; // still due: the poll comes back to it
+      this.hold(tenant, room);
+      let r: Awaited<ReturnType<typeof store.outbox.claim>>;
+      try {
+        r = await store.outbox.claim(webhookId, Date.now(), limits, room);
+      } catch (err) {
+        this.hold(tenant, -room);
+        throw err;
+      }
+      // What was taken stays held (one per attempt, let go as each ends); the rest is let go now.
+      const taken = r.kind === 'ok' ? r.messages.length : 0;
+      this.hold(tenant, taken - room);
       if (r.kind !== 'ok') {
         if (seenScore !== undefined) await store.outbox.reschedule(webhookId, seenScore, -1);
         return;
       }
-      if (seenScore !== undefined) await store.outbox.reschedule(webhookId, seenScore, r.next);
-      else await store.outbox.nudge(webhookId, r.next);
-      if (this.tenantOf.size > 10_000) this.tenantOf.clear();
-      this.tenantOf.set(webhookId, r.tenant);
-      if (r.messages.length === 0) return;
+      const owner = tenant ?? r.tenant;
+      // A tenant unknown before the claim (its read failed): its count takes the attempts from here on.
+      if (tenant === undefined && taken > 0)
+        this.perTenant.set(owner, (this.perTenant.get(owner) ?? 0) + taken);
       let secret: string;
       try {
         secret = this.opts.box.open(r.secret);
@@ -145,19 +178,15 @@ export class Dispatcher {
         log.error({ err, webhook: webhookId }, 'webhook secret cannot be opened; attempts fail');
         secret = '';
       }
-      const tenant = r.tenant;
       for (const m of r.messages) {
-        this.inflight++;
-        this.perTenant.set(tenant, (this.perTenant.get(tenant) ?? 0) + 1);
         const p = this.send(webhookId, r.url, secret, m.msgId, m.attempt, m.body).finally(() => {
-          this.inflight--;
-          const left = (this.perTenant.get(tenant) ?? 1) - 1;
-          if (left > 0) this.perTenant.set(tenant, left);
-          else this.perTenant.delete(tenant);
+          this.hold(owner, -1);
           this.attempts.delete(p);
         });
         this.attempts.add(p);
       }
+      if (seenScore !== undefined) await store.outbox.reschedule(webhookId, seenScore, r.next);
+      else await store.outbox.nudge(webhookId, r.next);
     } catch (err) {
       if (!this.stopped) log.warn({ err, webhook: webhookId }, 'webhook claim failed');
     } finally {

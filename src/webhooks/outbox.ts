@@ -182,7 +182,13 @@ export class WebhookOutbox {
   }
 
   /** Claims due messages within the endpoint's concurrency limit (atomic; see claim-5.lua). */
-  async claim(webhookId: string, now: number, limits: OutboxLimits): Promise<ClaimResult> {
+  /** The endpoint's tenant, or null when it is gone. */
+  tenantOf(webhookId: string): Promise<string | null> {
+    return this.redis.hget(webhookKeys(webhookId).meta, 'tenant');
+  }
+
+  /** `max`: the most messages this call takes (the caller's room), within the endpoint's concurrency. */
+  async claim(webhookId: string, now: number, limits: OutboxLimits, max: number): Promise<ClaimResult> {
     const k = webhookKeys(webhookId);
     const res = await this.redis.whClaim(
       k.meta,
@@ -193,6 +199,7 @@ export class WebhookOutbox {
       now,
       limits.leaseMs,
       limits.concurrency,
+      max,
     );
     if (res[0] === 'gone' || res[0] === 'disabled') return { kind: res[0] };
     const messages: Claimed[] = [];

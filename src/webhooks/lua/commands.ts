@@ -45,6 +45,7 @@ declare module 'ioredis' {
       now: number,
       leaseMs: number,
       concurrency: number,
+      max: number,
     ): Result<[kind: 'gone' | 'disabled'] | [kind: 'ok', ...fields: Array<string | number>], Context>;
     /** settle-7.lua: the outcome and the next due ms (-1: none). */
     whSettle(
