@@ -24,7 +24,10 @@ const mintBody = z
       .string()
       .min(1)
       .max(256)
-      .regex(/^[^\p{Cc}]*$/u, 'no control characters')
+      .regex(
+        /^[^\p{Cc}\p{Cf}\p{Zl}\p{Zp}]*$/u,
+        'no control, format (bidi, zero-width) or line-separator characters',
+      )
       .optional()
       .meta({ description: 'Who holds the token (your user id): recorded as `by` on what it does.' }),
   })

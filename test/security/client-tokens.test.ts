@@ -73,6 +73,11 @@ describe('client tokens', () => {
       { session_id: id, scopes: ['read'], ttl_s: 59 },
       { session_id: id, scopes: ['read'], ttl_s: 86_401 },
       { session_id: id, scopes: ['read'], subject: 'x'.repeat(257) },
+      // Control, bidi, zero-width and line-separator characters: a `by` must show what it is.
+      { session_id: id, scopes: ['read'], subject: 'user\u0007' },
+      { session_id: id, scopes: ['read'], subject: 'admin\u202e24-resu' },
+      { session_id: id, scopes: ['read'], subject: 'us\u200ber' },
+      { session_id: id, scopes: ['read'], subject: 'user\u2028x' },
       { session_id: id, scopes: ['read'], extra: 1 },
       { session_id: 'no pe', scopes: ['read'] },
     ]) {
