@@ -152,7 +152,9 @@ export class HttpToolCaller {
     else {
       const parsed = parseAnswer(outcome.body);
       if (parsed) result = JSON.stringify(parsed);
-      else failure = 'the answer is not JSON {"content", "is_error"?} (nested at most 64 levels, 256 keys an object)';
+      else
+        failure =
+          'the answer is not JSON {"content", "is_error"?} (nested at most 64 levels, 256 keys an object)';
     }
     if (result !== null) {
       const done = await queue.complete(rec.tenant, rec.offer, result);
@@ -181,7 +183,8 @@ export class HttpToolCaller {
  * an object) before it is parsed: a third party's JSON, bound for the session's history.
  */
 function parseAnswer(body: string): { content: unknown; is_error: boolean } | null {
-  if (jsonBoundsExceeded(Buffer.from(body), DEFAULT_JSON_MAX_DEPTH, DEFAULT_JSON_MAX_KEYS) !== null) return null;
+  if (jsonBoundsExceeded(Buffer.from(body), DEFAULT_JSON_MAX_DEPTH, DEFAULT_JSON_MAX_KEYS) !== null)
+    return null;
   try {
     const r = toolResultBody.safeParse(JSON.parse(body));
     return r.success ? { content: r.data.content, is_error: r.data.is_error ?? false } : null;
