@@ -33,8 +33,7 @@ import type { SessionDeps } from '../src/sessions/mutate.js';
 import type { ClientTokenRecord, ClientTokens } from '../src/store/client-tokens.js';
 import { componentLog } from '../src/log.js';
 import { watchToken, type TokenWatch } from '../src/plugins/auth.js';
-import { TokenRate, type RateHit } from '../src/quotas/token-rate.js';
-import { QuotaExceeded } from '../src/errors.js';
+import { TokenRate, tokenRateRefusal, type RateHit } from '../src/quotas/token-rate.js';
 
 /** The 404 of this file's routes names one thing (src/openapi/responses.ts `routeErrors`). */
 const NOT_FOUND = { 404: ['session_not_found'] } as const satisfies RouteCodes;
@@ -355,17 +354,8 @@ class WsConn implements Transport, SinkContext {
     } catch {
       return;
     }
-    const max = config.CLIENT_TOKEN_RATE_LIMIT_PER_MIN;
-    if (hit.count <= max) return;
-    const retryAfterS = Math.max(1, Math.ceil(hit.ttlMs / 1000));
-    throw new QuotaExceeded(
-      'rate_limited',
-      `More than ${max} mutating requests a minute with this client token.`,
-      {
-        limit: max,
-        retry_after_s: retryAfterS,
-      },
-    );
+    const refused = tokenRateRefusal(hit, config.CLIENT_TOKEN_RATE_LIMIT_PER_MIN);
+    if (refused) throw refused.error;
   }
 
   /** A client frame: run after the ones before it; a bad frame gets an error frame and the connection stays. */

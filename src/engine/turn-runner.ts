@@ -314,9 +314,8 @@ export abstract class TurnRunner {
   protected async handOver(storedRev: number): Promise<boolean> {
     const { deps, run, state } = this;
     if (run.paramsDirty || storedRev !== this.paramsRev) await this.takeUpChanges();
-    if (budgetExhausted(state.budget, this.spent)) return false;
-    // Over the tenant's daily cap: no next request from this runner; the run's next step stops the run.
-    if (await deps.store.spend.overCap(state.tenant)) return false;
+    // The budget or the tenant's daily cap spent: no next request from this runner; the run's next step stops the run.
+    if (await this.spentOut()) return false;
     // A thread keeps the `system` it was created with (the SDK throws on a change): a new `system` ends this runner,
     // and the next one starts a new thread with it.
     if (JSON.stringify(this.params.system) !== this.threadSystem) return false;
@@ -331,6 +330,11 @@ export abstract class TurnRunner {
     if (change) await applyToolChange(deps, run, this.runner, state, this.history, change, handTo);
     else handTo();
     return true;
+  }
+
+  /** Whether the session's budget or its tenant's daily cap is spent: checked before every model request. */
+  protected async spentOut(): Promise<boolean> {
+    return budgetExhausted(this.state.budget, this.spent) || this.deps.store.spend.overCap(this.state.tenant);
   }
 
   /** A PATCH changed the session since this runner read it: the fields a live runner takes up, read again. */

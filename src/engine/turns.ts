@@ -64,11 +64,7 @@ class Turns extends TurnRunner {
         addSpent(this.spent, await this.compaction.commit(item, this.history, this.params, at));
         // The runner sends the next turn as soon as it is asked: the budget and the tenant's cap are checked first,
         // as before every model request (the compaction itself may have spent them); the run's next step stops it.
-        if (
-          budgetExhausted(this.state.budget, this.spent) ||
-          (await this.deps.store.spend.overCap(this.state.tenant))
-        )
-          return 'again';
+        if (await this.spentOut()) return 'again';
         continue;
       }
       const next = await this.turn(item);
@@ -186,9 +182,7 @@ class Turns extends TurnRunner {
     if (!ends) {
       // pause_turn, compaction: the runner resumes the turn, another model request. With the budget or the tenant's
       // cap spent, the run's next step stops the run instead (it finds the paused reply and the budget spent).
-      const spent =
-        budgetExhausted(state.budget, this.spent) || (await deps.store.spend.overCap(state.tenant));
-      return spent ? 'again' : 'continue';
+      return (await this.spentOut()) ? 'again' : 'continue';
     }
     extendHistory(history, res);
     if (res.mergedCount === 0) {

@@ -1,3 +1,9 @@
+/**
+ * The OpenAPI document the service serves at /docs/json (`swaggerOptions`): its description, tags, shared headers and
+ * parameters, and the transform that turns each route's zod schemas into the document and adds what the routes share
+ * (ETag, rate-limit headers, 403 of client tokens). One file over 400 lines on purpose: it is the document's request
+ * side and its one transform, read top to bottom; the answers it names are responses.ts.
+ */
 import type { FastifyDynamicSwaggerOptions, SwaggerTransformObject } from '@fastify/swagger';
 import type { FastifySchema } from 'fastify';
 import { createJsonSchemaTransform, createJsonSchemaTransformObject } from 'fastify-type-provider-zod';

@@ -2,7 +2,7 @@ import fp from 'fastify-plugin';
 import rateLimit from '@fastify/rate-limit';
 import type { FastifyRequest } from 'fastify';
 import { QuotaExceeded } from '../errors.js';
-import { TokenRate, type RateHit } from '../quotas/token-rate.js';
+import { TokenRate, tokenRateRefusal, type RateHit } from '../quotas/token-rate.js';
 import { Transform, type Readable } from 'node:stream';
 import { IngestBytes, type IngestRefusal } from '../quotas/ingest-bytes.js';
 import { HttpRefusal } from './error-status.js';
@@ -97,18 +97,14 @@ export default fp<{ perMinute: number; tokenPerMinute: number; ingestBytesPerMin
         } catch {
           return; // as skipOnError: never refused for the limiter's own failure
         }
-        if (hit.count <= max) return;
-        const retryAfterS = Math.max(1, Math.ceil(hit.ttlMs / 1000));
+        const refused = tokenRateRefusal(hit, max);
+        if (!refused) return;
         reply
           .header('x-ratelimit-limit', max)
           .header('x-ratelimit-remaining', 0)
-          .header('x-ratelimit-reset', retryAfterS)
-          .header('retry-after', retryAfterS);
-        throw new QuotaExceeded(
-          'rate_limited',
-          `More than ${max} mutating requests a minute with this client token.`,
-          { limit: max, retry_after_s: retryAfterS },
-        );
+          .header('x-ratelimit-reset', refused.retryAfterS)
+          .header('retry-after', refused.retryAfterS);
+        throw refused.error;
       });
     }
     if (opts.perMinute <= 0) return;

@@ -1,3 +1,4 @@
+import { QuotaExceeded } from '../errors.js';
 import { defineLuaCommands, type RedisClient } from '../store/lua-commands.js';
 import './lua/commands.js';
 
@@ -28,4 +29,25 @@ export class TokenRate {
     const [count, ttlMs] = await this.redis.quotaRateHit(`rl:{${tenant}}:ct:${tokenId}`, this.windowMs);
     return { count, ttlMs };
   }
+}
+
+/**
+ * The refusal of a client token's request or frame past `max` in its window (429 `rate_limited`, `details: {limit,
+ * retry_after_s}`), or null while `hit` is within it.
+ */
+export function tokenRateRefusal(
+  hit: RateHit,
+  max: number,
+): { error: QuotaExceeded; retryAfterS: number } | null {
+  if (hit.count <= max) return null;
+  const retryAfterS = Math.max(1, Math.ceil(hit.ttlMs / 1000));
+  const error = new QuotaExceeded(
+    'rate_limited',
+    `More than ${max} mutating requests a minute with this client token.`,
+    {
+      limit: max,
+      retry_after_s: retryAfterS,
+    },
+  );
+  return { error, retryAfterS };
 }
