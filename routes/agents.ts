@@ -1,7 +1,7 @@
 import type { FastifyPluginAsyncZod } from 'fastify-type-provider-zod';
 import { sessionList, routeErrors, type RouteCodes } from '../src/openapi/responses.js';
 import { sessionIdParam } from '../src/schemas.js';
-import { sessionView } from '../src/sessions/view.js';
+import { viewFor } from './mutations.js';
 import type { SessionState } from '../src/store/session-state.js';
 
 /** The 404 of this file's routes names one thing (src/openapi/responses.ts `routeErrors`). */
@@ -28,7 +28,7 @@ const routes: FastifyPluginAsyncZod = async (app) => {
       const ids = await app.agents.children(s.id);
       const states = await Promise.all(ids.map((id) => app.store.load(id)));
       const data = states.filter((c): c is SessionState => c !== null && c.tenant === req.tenant);
-      return { data: data.map(sessionView), next_cursor: null, has_more: false };
+      return { data: data.map((s) => viewFor(req, s)), next_cursor: null, has_more: false };
     },
   );
 };

@@ -6,6 +6,7 @@ import type { FastifyReply, FastifyRequest } from 'fastify';
 import { z } from 'zod';
 import type { MutationResult, SessionDeps } from '../src/sessions/mutate.js';
 import { sessionView } from '../src/sessions/view.js';
+import { withoutSecrets } from '../src/sessions/secrets.js';
 import type { SessionState } from '../src/store/session-state.js';
 import { routeErrors, session, type RouteCodes } from '../src/openapi/responses.js';
 
@@ -95,8 +96,14 @@ export async function resolveIfMatch(
 export const sessionIfMatch = (req: FastifyRequest<{ Params: { id: string } }>, deps: SessionDeps) =>
   resolveIfMatch(req, async () => (await deps.store.loadFor(req.tenant, req.params.id)).revision);
 
+/** The session resource as the caller may read it: a client token's without the params' secrets. */
+export function viewFor(req: FastifyRequest, s: SessionState) {
+  const view = sessionView(s);
+  return req.clientToken ? withoutSecrets(view) : view;
+}
+
 export function send(reply: FastifyReply, s: SessionState, code = 200) {
-  return reply.code(code).header('etag', `"${s.revision}"`).send(sessionView(s));
+  return reply.code(code).header('etag', `"${s.revision}"`).send(viewFor(reply.request, s));
 }
 
 export function sendMutation(reply: FastifyReply, r: MutationResult) {

@@ -40,6 +40,7 @@ import {
   postMutation,
   send,
   sendMutation,
+  viewFor,
 } from './mutations.js';
 import type { SessionState } from '../src/store/session-state.js';
 
@@ -183,7 +184,7 @@ const routes: FastifyPluginAsyncZod = async (app) => {
       const s = await app.store.loadFor(req.tenant, req.params.id);
       // A parent waiting for its sub-agents names those that wait for a client (spec §7.6).
       const waiting = await app.agents.waiting(s);
-      const v = sessionView(s);
+      const v = viewFor(req, s);
       if (!waiting.length || !v.required_action) return send(reply, s);
       return reply
         .header('etag', `"${s.revision}"`)

@@ -1,3 +1,4 @@
+import { withoutSecrets } from '../sessions/secrets.js';
 import { quotaExceeded, RevisionMismatch, NotFound, InvalidRequest } from '../errors.js';
 import { channelName, eventsChannel } from '../store/keys.js';
 import { defineLuaCommands, type RedisClient } from '../store/lua-commands.js';
@@ -125,7 +126,7 @@ export class ScheduleStore {
         JSON.stringify(set),
         JSON.stringify(del),
         Date.now(),
-        JSON.stringify({ schedule_id: id, ...changes }),
+        JSON.stringify({ schedule_id: id, ...withoutSecrets(changes) }),
         ...this.logArgs(id),
       ),
     );

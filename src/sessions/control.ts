@@ -20,6 +20,7 @@ import {
   type SessionDeps,
 } from './mutate.js';
 import { toolsPatch } from './tools-patch.js';
+import { withoutSecrets } from './secrets.js';
 import { eventOf } from '../events/schemas.js';
 
 /** Changes params and policies; a run in flight takes them at its next turn boundary. */
@@ -91,13 +92,13 @@ export function patchSession(
         next.params ?? s.params,
       );
     const paramsEvent: Array<[string, string]> = body.params
-      ? [eventOf('params.updated', { params: body.params })]
+      ? [eventOf('params.updated', { params: withoutSecrets(body.params) })]
       : [];
     return {
       ops: {
         hset: encodeFields(next),
         hincr: { params_rev: 1 },
-        events: [...paramsEvent, ...toolsEvent, eventOf('session.updated', body)],
+        events: [...paramsEvent, ...toolsEvent, eventOf('session.updated', withoutSecrets(body))],
       },
       after: async () => {
         await deps.store.publishControl(id, 'params');
@@ -151,7 +152,7 @@ export function retryTurn(
       { pending: null, params, iteration: s.iteration - 1, runStart: s.iteration - 1 },
     );
     const paramsEvent: Array<[string, string]> = body?.params
-      ? [eventOf('params.updated', { params: body.params })]
+      ? [eventOf('params.updated', { params: withoutSecrets(body.params) })]
       : [];
     return {
       ops: {

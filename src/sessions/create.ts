@@ -1,6 +1,7 @@
 import { statusEvent } from '../engine/status.js';
 import { InvalidRequest, SessionExists, badRequest, zodDetails } from '../errors.js';
 import { createdEventOf } from '../events/schemas.js';
+import { withoutSecrets } from './secrets.js';
 import { asBlocks, checkHistory, pendingToolCalls, type StoredMessage } from '../history.js';
 import {
   createSessionBody,
@@ -359,7 +360,10 @@ export async function insertSession(
         push_msgs: history.map((m) => JSON.stringify(m)),
         push_iters: records.map((r) => JSON.stringify(r)),
         events: [
-          createdEventOf(session, { ...sessionView({ ...state, revision: 1 }), ...createdExtra }),
+          createdEventOf(
+            session,
+            withoutSecrets({ ...sessionView({ ...state, revision: 1 }), ...createdExtra }),
+          ),
           ['session.status', statusEvent(state)],
         ],
       },

@@ -6,6 +6,7 @@ import { checkAgents } from './create.js';
 import type { SessionState, ToolRef } from '../store/session-state.js';
 import type { SessionDeps } from './mutate.js';
 import { eventOf } from '../events/schemas.js';
+import { withoutSecrets } from './secrets.js';
 
 /**
  * `PATCH /v1/sessions/:id` with `tools`: the session's new tool set, in create's entry forms, checked as create checks
@@ -55,5 +56,8 @@ export async function toolsPatch(
   // Before the first change the runners send `tools` as created and the model knows exactly that.
   if (s.toolsBase === null) next.toolsBase = s.tools;
   if (s.toolsSent === null) next.toolsSent = s.toolsBase ?? s.tools;
-  return { next, event: eventOf('tools.updated', { tools, added, removed, applies: 'next_turn' }) };
+  return {
+    next,
+    event: eventOf('tools.updated', { tools: withoutSecrets(tools), added, removed, applies: 'next_turn' }),
+  };
 }

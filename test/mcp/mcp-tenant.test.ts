@@ -273,6 +273,32 @@ describe('tenant MCP servers', { timeout: 240_000 }, () => {
       toolset,
     );
     assert.match(String(sent.headers['anthropic-beta']), /mcp-client-2025-11-20/);
+    // The connector's token is the tenant's secret: the tenant key reads it back; a browser's client token, the
+    // events (replayed to tokens, sent to webhooks) and a PATCH's events carry it redacted.
+    const id = created.body.id as string;
+    assert.equal(
+      (await api.get(`/v1/sessions/${id}`)).body.params.mcp_servers[0].authorization_token,
+      'tok-remote',
+    );
+    const minted = await api.post('/v1/client-tokens', { session_id: id, scopes: ['read', 'message'] });
+    assert.equal(minted.status, 201, JSON.stringify(minted.body));
+    const browser = api.as(minted.body.token);
+    const seen = await browser.get(`/v1/sessions/${id}`);
+    assert.equal(seen.status, 200, JSON.stringify(seen.body));
+    assert.deepEqual(seen.body.params.mcp_servers, [{ ...mcpServers[0], authorization_token: '[redacted]' }]);
+    const rotated = [{ ...mcpServers[0], authorization_token: 'tok-rotated' }];
+    const patched = await api.req('PATCH', `/v1/sessions/${id}`, { params: { mcp_servers: rotated } });
+    assert.equal(patched.status, 200, JSON.stringify(patched.body));
+    assert.equal(patched.body.params.mcp_servers[0].authorization_token, 'tok-rotated');
+    h.fake.enqueue(text('Again.'));
+    const posted = await browser.post(`/v1/sessions/${id}/messages`, { content: 'once more' });
+    assert.ok(posted.status < 300, JSON.stringify(posted.body));
+    assert.equal(posted.body.params.mcp_servers[0].authorization_token, '[redacted]');
+    assert.equal((await api.waitStatus(id, ['idle', 'failed'], 30_000)).status, 'idle');
+    assert.deepEqual(h.fake.requests[1]!.body.mcp_servers, rotated, 'the new token is the one sent');
+    const log = JSON.stringify((await browser.get(`/v1/sessions/${id}/events?limit=1000`)).body);
+    assert.ok(log.includes('session.created') && log.includes('params.updated'), log.slice(0, 300));
+    assert.ok(!log.includes('tok-remote') && !log.includes('tok-rotated'), 'no token in the events');
     // Given twice: refused as any duplicate tool.
     const twice = await api.post('/v1/sessions', {
       input: 'x',
