@@ -6,9 +6,10 @@
  */
 
 export const MEMORY_ROOT = '/memories';
-const MAX_PATH = 512;
+/** Characters (UTF-16 code units, as `length` counts) of a canonical path. */
+export const MAX_PATH = 512;
 const MAX_SEGMENT = 128;
-const MAX_DEPTH = 16;
+export const MAX_DEPTH = 16;
 const SEGMENT = /^[\p{L}\p{N}._ -]+$/u;
 
 export class MemoryPathError extends Error {}

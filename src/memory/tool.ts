@@ -9,7 +9,7 @@ import { z } from 'zod';
 import type { ServerTool } from '../../tools/types.js';
 import { contentVersion, type MemoryStore, type WriteOutcome } from '../store/memory.js';
 import type { ToolListing, ToolProvider } from '../toolbox.js';
-import { shownPath, toolPath } from './paths.js';
+import { MAX_DEPTH, MAX_PATH, shownPath, toolPath } from './paths.js';
 
 export const MEMORY_TOOL = 'memory';
 
@@ -53,7 +53,11 @@ function writeError(outcome: WriteOutcome, rel: string, limits: MemoryStore['lim
     case 'too_many_files':
       return new Error(`the memory already has ${limits.maxFiles} files, the most it keeps`);
     case 'exists':
-      return new Error(`${shownPath(rel)} already exists`);
+      return new Error(`File ${shownPath(rel)} already exists`);
+    case 'not_a_directory':
+      return new Error(`A directory of ${shownPath(rel)} is a file`);
+    case 'is_directory':
+      return new Error(`${shownPath(rel)} is a directory`);
     default:
       return new Error(`${shownPath(rel)} was changed by another session meanwhile; view it and try again`);
   }
@@ -99,7 +103,9 @@ export function memoryHandlers(store: MemoryStore, tenant: string): MemoryToolHa
     async create(c) {
       const rel = toolPath(c.path);
       if (rel === '') throw new Error(`${shownPath(rel)} is a directory`);
-      const outcome = await store.write(tenant, rel, c.file_text);
+      // Only a new file, as the SDK's own handler (src/tools/memory/node.ts opens it 'wx'): the tenant's sessions share
+      // the files, and one session's create must not silently replace what another wrote.
+      const outcome = await store.write(tenant, rel, c.file_text, '!');
       if (outcome !== 'ok') throw writeError(outcome, rel, limits);
       return `File created successfully at: ${shownPath(rel)}`;
     },
@@ -127,7 +133,8 @@ export function memoryHandlers(store: MemoryStore, tenant: string): MemoryToolHa
           throw new Error(
             `insert_line ${c.insert_line} is past the end of ${shownPath(rel)} (${lines.length} lines)`,
           );
-        lines.splice(c.insert_line, 0, ...c.insert_text.split('\n'));
+        // One trailing line break ends the inserted text rather than adding an empty line (as the SDK's handler).
+        lines.splice(c.insert_line, 0, c.insert_text.replace(/\n$/, ''));
         return lines.join('\n');
       });
       return `The file ${shownPath(rel)} has been edited.`;
@@ -147,6 +154,11 @@ export function memoryHandlers(store: MemoryStore, tenant: string): MemoryToolHa
       if (outcome === 'not_found') throw new Error(`The path ${shownPath(from)} does not exist`);
       if (outcome === 'exists') throw new Error(`The destination ${shownPath(to)} already exists`);
       if (outcome === 'into_itself') throw new Error(`${shownPath(from)} cannot be moved into itself`);
+      if (outcome === 'not_a_directory') throw new Error(`A directory of ${shownPath(to)} is a file`);
+      if (outcome === 'too_long')
+        throw new Error(
+          `Moving ${shownPath(from)} to ${shownPath(to)} would give a file a path past the limits (${MAX_PATH} characters, ${MAX_DEPTH} levels)`,
+        );
       return `Successfully renamed ${shownPath(from)} to ${shownPath(to)}`;
     },
   };

@@ -2,6 +2,7 @@ import { createHash } from 'node:crypto';
 import type { Cluster, Redis } from 'ioredis';
 import { defineLuaCommands } from './lua-commands.js';
 import { memoryKeys } from './keys.js';
+import { MAX_DEPTH, MAX_PATH } from '../memory/paths.js';
 
 /** Caps of the memory tool's files, per tenant (MEMORY_MAX_* in the config). */
 export interface MemoryLimits {
@@ -10,8 +11,18 @@ export interface MemoryLimits {
   maxFiles: number;
 }
 
-export type WriteOutcome = 'ok' | 'conflict' | 'exists' | 'file_too_big' | 'tenant_full' | 'too_many_files';
-export type RenameOutcome = 'ok' | 'not_found' | 'exists' | 'into_itself';
+/** A path named both a file and a directory is refused: `not_a_directory` (a file is on its way), `is_directory`. */
+export type WriteOutcome =
+  | 'ok'
+  | 'conflict'
+  | 'exists'
+  | 'file_too_big'
+  | 'tenant_full'
+  | 'too_many_files'
+  | 'not_a_directory'
+  | 'is_directory';
+/** `too_long`: a file moved with a directory would get a path past MAX_PATH characters or MAX_DEPTH levels. */
+export type RenameOutcome = 'ok' | 'not_found' | 'exists' | 'into_itself' | 'not_a_directory' | 'too_long';
 
 /** SHA-1 (hex) of a file's content as Redis computes it (`redis.sha1hex`): the version a conditional write expects. */
 export const contentVersion = (content: string): string =>
@@ -76,6 +87,6 @@ export class MemoryStore {
 
   rename(tenant: string, from: string, to: string): Promise<RenameOutcome> {
     const k = memoryKeys(tenant);
-    return this.redis.sessMemoryRename(k.files, k.bytes, from, to);
+    return this.redis.sessMemoryRename(k.files, k.bytes, from, to, MAX_PATH, MAX_DEPTH);
   }
 }

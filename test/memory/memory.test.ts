@@ -187,4 +187,42 @@ describe('the memory tool', () => {
     for (const f of list.data) await a.req('DELETE', `/v1/memory/${f.path}`);
     assert.equal((await a.get('/v1/memory')).body.total_bytes, 0);
   });
+
+  it("keeps the SDK handler's rules: create makes only new files, a path is a file or a directory, renames stay within the path limits", async () => {
+    const long = ['a', 'b', 'c', 'd'].map((c) => c.repeat(127)).join('/'); // 511 characters
+    const deep = Array.from({ length: 16 }, () => 'l').join('/'); // 16 levels
+    const r = await run(
+      a,
+      mem({ command: 'create', path: '/memories/k.md', file_text: 'one\ntwo' }),
+      mem({ command: 'create', path: '/memories/k.md', file_text: 'replaced' }),
+      mem({ command: 'insert', path: '/memories/k.md', insert_line: 1, insert_text: 'new\n' }),
+      mem({ command: 'create', path: '/memories/k.md/x', file_text: 'under a file' }),
+      mem({ command: 'create', path: '/memories/d/x', file_text: 'x' }),
+      mem({ command: 'create', path: '/memories/d', file_text: 'over a directory' }),
+      mem({ command: 'rename', old_path: '/memories/k.md', new_path: '/memories/d/x/k.md' }),
+      mem({ command: 'rename', old_path: '/memories/d', new_path: `/memories/${long}` }),
+      mem({ command: 'rename', old_path: '/memories/d', new_path: `/memories/${deep}` }),
+      text('Done.'),
+    );
+    const outs = r.results.map((x) => (x.is_error ? `error: ${contentText(x.content)}` : 'ok'));
+    assert.equal(outs[0], 'ok');
+    assert.match(outs[1]!, /error: .*already exists/);
+    assert.equal(outs[2], 'ok');
+    assert.match(outs[3]!, /error: .*is a file/);
+    assert.equal(outs[4], 'ok');
+    assert.match(outs[5]!, /error: .*is a directory/);
+    assert.match(outs[6]!, /error: .*is a file/);
+    assert.match(outs[7]!, /error: .*past the limits/);
+    assert.match(outs[8]!, /error: .*past the limits/);
+    assert.deepEqual(
+      (await a.get('/v1/memory/k.md')).body.content,
+      'one\nnew\ntwo',
+      'not replaced; no empty line',
+    );
+    assert.deepEqual(
+      (await a.get('/v1/memory')).body.data.map((f: any) => f.path),
+      ['d/x', 'k.md'],
+    );
+    for (const f of ['d/x', 'k.md']) await a.req('DELETE', `/v1/memory/${f}`);
+  });
 });

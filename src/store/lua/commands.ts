@@ -124,7 +124,14 @@ declare module 'ioredis' {
     /** memory-remove-2.lua: how many files were removed. */
     sessMemoryRemove(files: string, bytes: string, path: string, fileOnly: string): Result<number, Context>;
     /** memory-rename-2.lua. */
-    sessMemoryRename(files: string, bytes: string, from: string, to: string): Result<RenameOutcome, Context>;
+    sessMemoryRename(
+      files: string,
+      bytes: string,
+      from: string,
+      to: string,
+      maxPathChars: number,
+      maxDepth: number,
+    ): Result<RenameOutcome, Context>;
     /** memory-list-1.lua: path, bytes, path, bytes, … */
     sessMemoryList(files: string, prefix: string): Result<Array<string | number>, Context>;
   }

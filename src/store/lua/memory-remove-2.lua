@@ -10,11 +10,10 @@ if current then
   freed, count = #current, 1
 elseif ARGV[2] ~= '1' then
   local prefix = path == '' and '' or path .. '/'
-  local all = redis.call('HGETALL', KEYS[1])
-  for i = 1, #all, 2 do
-    if string.sub(all[i], 1, #prefix) == prefix then
-      redis.call('HDEL', KEYS[1], all[i])
-      freed, count = freed + #all[i + 1], count + 1
+  for _, k in ipairs(redis.call('HKEYS', KEYS[1])) do
+    if string.sub(k, 1, #prefix) == prefix then
+      freed, count = freed + redis.call('HSTRLEN', KEYS[1], k), count + 1
+      redis.call('HDEL', KEYS[1], k)
     end
   end
 end
