@@ -386,8 +386,18 @@ class WsConn implements Transport, SinkContext {
     });
   }
 
+  /**
+   * An answer of the service's own (an ack, an error frame): held to WS_MAX_BUFFER_BYTES as events are (the sink's
+   * check), or a client that sends frames and never reads would queue their answers without bound on an idle session.
+   */
   private control(frame: ServerFrame): void {
-    if (!this.closing && this.socket.readyState === this.socket.OPEN) this.socket.send(JSON.stringify(frame));
+    if (this.closing || this.socket.readyState !== this.socket.OPEN) return;
+    if (this.socket.bufferedAmount > this.maxBuffered) {
+      this.metrics.slowReaderCloses.inc({ transport: 'ws' });
+      this.close('slow_reader');
+      return;
+    }
+    this.socket.send(JSON.stringify(frame));
   }
 
   // ---- Transport ----

@@ -134,4 +134,41 @@ describe('slow readers', { timeout: 90_000 }, () => {
       await new Promise((resolve) => setImmediate(resolve));
     }
   });
+
+  it('closes a WebSocket that sends frames and never reads: their answers do not pile up on an idle session', async () => {
+    const serverSide = new Promise<void>((resolve) => {
+      h.service.app.server.once('upgrade', (_req, sock: net.Socket) => sock.once('close', () => resolve()));
+    });
+    // The slots of the test before are given back after their sockets' close (nothing a client sees): try again.
+    let ws: WebSocket;
+    for (let i = 0; ; i++) {
+      ws = new WebSocket(wsUrl(h.service.url, id), ['chat', 'bearer', 'key-acme']);
+      ws.on('error', () => {});
+      const status = await new Promise<number>((resolve) => {
+        ws.once('unexpected-response', (_req, res) => resolve(res.statusCode ?? 0));
+        ws.once('open', () => resolve(101));
+      });
+      if (status === 101) break;
+      assert.ok(status === 429 && i < 100, `upgrade: ${status}`);
+      await new Promise((resolve) => setImmediate(resolve));
+    }
+    // Kept cast: ws keeps its TCP socket private. Paused: nothing the service sends is read any more.
+    (ws as unknown as { _socket: net.Socket })._socket.pause();
+    // Each 1-byte frame is answered with ~100 bytes (an error frame): 200,000 of them would queue ~20 MB past what
+    // loopback's buffers take, unless the service stops at WS_MAX_BUFFER_BYTES (1 MiB). Sending is faster than the
+    // answering: the close comes while the frames already sent are being answered.
+    let sent = 0;
+    let closed = false;
+    void serverSide.then(() => (closed = true));
+    while (!closed && sent < 200_000) {
+      for (let j = 0; j < 1000; j++) ws.send('x');
+      sent += 1000;
+      await new Promise((resolve) => setImmediate(resolve));
+    }
+    // Closed as a slow reader (without the bound: by the ping timeout only, if ever, and not counted so).
+    await serverSide;
+    const metrics = await (await fetch(`${h.service.url}/metrics`)).text();
+    assert.match(metrics, /^trs_event_stream_slow_closes_total\{transport="ws"\} [1-9]/m);
+    ws.terminate();
+  });
 });
