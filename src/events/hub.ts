@@ -87,6 +87,13 @@ export class Subscription implements Waiter {
     this.sink.expired({ cursor, ...info });
   }
 
+  /** The session and its log are gone: the stream ends as after `session.deleted`. */
+  private gone(): void {
+    if (this.closed) return;
+    this.close();
+    this.sink.gone();
+  }
+
   /** @internal */
   shutdown(): void {
     if (this.closed) return;
@@ -137,10 +144,10 @@ export class Subscription implements Waiter {
   /**
    * One page of the replay, in a page place of its tenant's (held from the read until the transport took the whole
    * page, so a tenant's readers that do not read hold at most REPLAY_PAGES_PER_TENANT pages in this process), read
-   * in a read place (replay-gate.ts). 'more': read on; 'end': the log's end as it was read; 'stop': the
-   * subscription ended.
+   * in a read place (replay-gate.ts). 'more': read on; 'end': the log's end as it was read; 'none': there is no log;
+   * 'stop': the subscription ended.
    */
-  private async nextPage(hub: EventHub): Promise<'more' | 'end' | 'stop'> {
+  private async nextPage(hub: EventHub): Promise<'more' | 'end' | 'none' | 'stop'> {
     const ch = this.channel;
     const entered = hub.replays.enterPage(this.tenant, this);
     if (entered !== true && !(await entered)) return 'stop';
@@ -153,6 +160,7 @@ export class Subscription implements Waiter {
       if (this.closed) return 'stop';
       // A cursor past the newest event (refused by the routes before they subscribe) simply waits for newer
       // events: the live fan-out sends only what follows the subscription's cursor.
+      if (page.lastId === null) return 'none';
       if (placeCursor(this.cursor, page.firstId, page.lastId) === 'expired') {
         this.expire({ first_event_id: page.firstId, last_event_id: page.lastId });
         return 'stop';
@@ -180,6 +188,10 @@ export class Subscription implements Waiter {
           ch.live.add(this);
           return;
         }
+        // No log, though the channel has fanned out events past this cursor: the session was deleted and its log,
+        // kept DELETED_LOG_TTL_MS for its `session.deleted`, has expired since. Nothing more will come; reading again
+        // would find the same empty page for ever.
+        if (next === 'none') return this.gone();
         // The channel has fanned out events this replay has not read yet: read on.
       }
     } catch (err) {

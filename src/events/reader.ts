@@ -28,6 +28,8 @@ export interface Sink {
   ready(): true | Promise<boolean>;
   /** The cursor was trimmed away; the sink tells the client how to recover and closes. */
   expired(info: ExpiredInfo): void;
+  /** The session's log is gone (deleted, its last event expired): the sink closes as after `session.deleted`. */
+  gone(): void;
   /** The store failed (Redis down); the sink closes so the client reconnects later. */
   failed(err: unknown): void;
   /** The process shuts down. */

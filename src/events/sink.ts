@@ -193,6 +193,10 @@ class StreamSink implements Sink {
     this.t.close('cursor_expired');
   }
 
+  gone(): void {
+    this.t.close('session_deleted');
+  }
+
   failed(err: unknown): void {
     this.ctx.log.warn({ err, session: this.ctx.sessionId }, 'event stream failed');
     this.t.error(

@@ -14,6 +14,7 @@ import type { Sink } from '../../src/events/reader.js';
 import { SessionChannels } from '../../src/store/channels.js';
 import { EventLog, nextId } from '../../src/store/events.js';
 import { SessionStore } from '../../src/store/store.js';
+import { eventLogKeys } from '../../src/store/keys.js';
 import { connectSse, connectWs, UpgradeRefused } from '../fixtures/event-clients.js';
 
 const MAX = '18446744073709551615-18446744073709551615';
@@ -125,6 +126,7 @@ describe('event cursors', () => {
         send: (ev) => (got.push(ev.id), true),
         ready: () => true,
         expired: () => problems.push('expired'),
+        gone: () => problems.push('gone'),
         failed: (err) => problems.push(String(err)),
         shutdown() {},
       });
@@ -148,6 +150,70 @@ describe('event cursors', () => {
       assert.deepEqual(problems, []);
       assert.deepEqual(got, []);
       for (const s of [...subs, w]) s.close();
+    } finally {
+      hub.close();
+      channels.close();
+      cmd.disconnect();
+      sub.disconnect();
+    }
+  });
+
+  it('a replay behind a deleted session whose log has expired ends (session_deleted) rather than reading for ever', async () => {
+    const cmd = new Redis(h.redis.url);
+    const sub = new Redis(h.redis.url);
+    const channels = new SessionChannels(sub);
+    const hub = new EventHub({
+      eventLog: new EventLog(cmd),
+      channels,
+      logger: pino({ level: 'silent' }),
+      pageSize: 1,
+    });
+    const store = new SessionStore(cmd, { eventLogMax: 1000 });
+    try {
+      const id = 'ses_vanishedlog01';
+      await store.appendEvents(id, [
+        ['stream.event', '{"n":1}'],
+        ['stream.event', '{"n":2}'],
+        ['stream.event', '{"n":3}'],
+      ]);
+      const ids = (await cmd.xrange(eventLogKeys(id)[1], '-', '+')).map(([eid]) => eid);
+      const ended: string[] = [];
+      const sink = (name: string, gate?: Promise<boolean>): Sink => {
+        let first = true;
+        return {
+          send: (ev) => ev.type !== 'session.deleted' || (ended.push(`${name}:deleted`), false),
+          ready: () => {
+            if (!gate || !first) return true;
+            first = false;
+            return gate;
+          },
+          expired: () => ended.push(`${name}:expired`),
+          gone: () => ended.push(`${name}:gone`),
+          failed: (err) => ended.push(`${name}:${String(err)}`),
+          shutdown() {},
+        };
+      };
+      // A follows live; B's replay waits for its reader (a slow client) after its first page.
+      const a = hub.subscribe(id, ids[2]!, sink('a'), 'default');
+      let release!: (ok: boolean) => void;
+      const b = hub.subscribe(id, '0-0', sink('b', new Promise((r) => (release = r))), 'default');
+      for (const deadline = Date.now() + 10_000; !a.live;) {
+        assert.ok(Date.now() < deadline, 'a went live');
+        await new Promise((r) => setTimeout(r, 10));
+      }
+      // The session is deleted: its last event reaches A; then the log expires (DELETED_LOG_TTL_MS) before B reads on.
+      await store.appendEvents(id, [['session.deleted', '{}']]);
+      for (const deadline = Date.now() + 10_000; !ended.includes('a:deleted');) {
+        assert.ok(Date.now() < deadline, 'a got session.deleted');
+        await new Promise((r) => setTimeout(r, 10));
+      }
+      await cmd.del(...eventLogKeys(id));
+      release(true);
+      for (const deadline = Date.now() + 10_000; !b.closed;) {
+        assert.ok(Date.now() < deadline, `b's replay ended (${JSON.stringify(ended)})`);
+        await new Promise((r) => setTimeout(r, 10));
+      }
+      assert.deepEqual(ended, ['a:deleted', 'b:gone']);
     } finally {
       hub.close();
       channels.close();

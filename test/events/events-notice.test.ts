@@ -25,6 +25,7 @@ function memorySink(): Sink & { got: OutEvent[]; wait(n: number, ms?: number): P
     },
     ready: () => true,
     expired: () => assert.fail('cursor expired'),
+    gone: () => assert.fail('log gone'),
     failed: (err) => assert.fail(String(err)),
     shutdown() {},
     async wait(n, ms = 5000) {
