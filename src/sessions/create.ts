@@ -1,5 +1,12 @@
 import { statusEvent } from '../engine/status.js';
-import { InvalidRequest, SessionExists, badRequest, zodDetails } from '../errors.js';
+import {
+  DomainError,
+  InvalidRequest,
+  SessionExists,
+  StoreUnavailable,
+  badRequest,
+  zodDetails,
+} from '../errors.js';
 import { createdEventOf } from '../events/schemas.js';
 import { withoutSecrets } from './secrets.js';
 import { asBlocks, checkHistory, pendingToolCalls, type StoredMessage } from '../history.js';
@@ -370,11 +377,22 @@ export async function insertSession(
       state.tenant,
     )
     .catch(async (err: unknown) => {
-      // A deterministic id created before (a schedule's fire retried, two replicas' sweeps creating one sub-agent):
-      // drop this attempt's index entry — unless it is the winner's too. Two creates of one id in the same
-      // millisecond index the same member, and removing it would leave the session that exists unlisted.
-      if (err instanceof SessionExists && (await deps.store.load(state.id))?.createdAt !== state.createdAt)
-        await deps.store.index.remove(state.tenant, state.id, state.createdAt);
+      if (err instanceof SessionExists) {
+        // A deterministic id created before (a schedule's fire retried, two replicas' sweeps creating one
+        // sub-agent): drop this attempt's index entries — unless they are the winner's too. Two creates of one id in
+        // the same millisecond index the same member, and removing it would leave the session that exists unlisted.
+        if ((await deps.store.load(state.id))?.createdAt !== state.createdAt)
+          await deps.store.index.unadd(state.tenant, state.id, state.createdAt, state.metadata);
+      } else if (err instanceof DomainError && !(err instanceof StoreUnavailable)) {
+        // Refused by the write's script (TENANT_MAX_BYTES, the tenant's daily cost cap): nothing was written. Its
+        // index entries would count in TENANT_MAX_SESSIONS until a list passed them, and its run slot in
+        // TENANT_MAX_ACTIVE_RUNS until the next admission pruned it: a schedule firing past the cap every minute
+        // would fill both. After an outage the write may have landed: `list` and the slots' pruning clean up then.
+        await Promise.all([
+          deps.store.index.unadd(state.tenant, state.id, state.createdAt, state.metadata),
+          state.status === 'running' ? deps.store.runs.end(state.id, state.tenant) : null,
+        ]).catch(() => undefined); // Best effort: left, they are cleaned up as after an outage.
+      }
       throw err;
     });
   state.revision = res.revision;

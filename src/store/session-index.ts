@@ -93,6 +93,20 @@ export class SessionIndex {
     await this.redis.zrem(tenantIndexKey(tenant), this.member(createdAt, id));
   }
 
+  /** Undoes `add`: for a create whose write did not land (refused, or another create's id). */
+  async unadd(
+    tenant: string,
+    id: string,
+    createdAt: number,
+    metadata: Record<string, unknown> = {},
+  ): Promise<void> {
+    const member = this.member(createdAt, id);
+    await Promise.all([
+      this.redis.zrem(tenantIndexKey(tenant), member),
+      this.metadata.remove(tenant, member, metadataPairs(metadata)),
+    ]);
+  }
+
   /**
    * The session an index entry stands for, or null: an entry is the session's only when its time is the session's
    * `created_at`. A create indexes before it writes, so for a moment an entry has no session yet, and a create that

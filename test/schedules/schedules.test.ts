@@ -662,6 +662,34 @@ describe(
       assert.equal((await a.post('/v1/schedules', body('b'))).status, 201);
     });
 
+    it('a session create refused at the limit leaves nothing behind: no index entry, no metadata entry, no run slot', async () => {
+      const a = h.api.as('key-a');
+      const r = new Redis(h.redis.url);
+      try {
+        const big = (n: number) => ({ input: 'x', system: 'z'.repeat(n), metadata: { job: 'nightly' } });
+        for (let i = 0; ; i++) {
+          const made = await a.post('/v1/sessions', { ...big(300_000), start: false });
+          if (made.status === 429) break;
+          assert.equal(made.status, 201, JSON.stringify(made.body).slice(0, 300));
+          assert.ok(i < 10, 'the limit was reached');
+        }
+        const state = async () => ({
+          indexed: await r.zcard('t:{a}:sessions'),
+          metadata: await Promise.all((await r.keys('t:{a}:md:*')).map((k) => r.zcard(k))),
+          runs: await r.zcard('q:{a}:runs'),
+        });
+        const before = await state();
+        for (let i = 0; i < 3; i++) {
+          const refused = await a.post('/v1/sessions', big(300_000 + i));
+          assert.equal(refused.status, 429, JSON.stringify(refused.body).slice(0, 300));
+          assert.equal(refused.body.error.details.quota, 'storage_bytes');
+        }
+        assert.deepEqual(await state(), before);
+      } finally {
+        r.disconnect();
+      }
+    });
+
     it('concurrent PATCHes of the create body charge what is stored, once', async () => {
       const c = h.api.as('key-b');
       const r = new Redis(h.redis.url);
