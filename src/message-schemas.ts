@@ -22,6 +22,15 @@ const blockText = z
   .string()
   .refine((t) => t.length > 0, { message: 'text content blocks must be non-empty' });
 
+/**
+ * The API refuses a user turn's text that is only whitespace ("text content blocks must contain non-whitespace
+ * text"): refused when posted rather than failing the run, and every later one with it (a follow-up joins the same
+ * trailing user turn). One `\S` test, no backtracking.
+ */
+const NOT_BLANK = { message: 'text content blocks must contain non-whitespace text' };
+const hasText = (t: string) => /\S/.test(t);
+export const userText = z.string().min(1).refine(hasText, NOT_BLANK);
+
 /** Standard base64 (RFC 4648 §4) with its padding, as the API decodes an image's or a PDF's `data`. */
 function isBase64(data: string): boolean {
   return data.length > 0 && data.length % 4 === 0 && /^[A-Za-z0-9+/]*={0,2}$/.test(data);
@@ -80,6 +89,8 @@ export const textBlock = z.strictObject({
   citations: z.array(citation).nullish(),
   ...withCache,
 });
+/** A text block of a user turn: not blank either. */
+const userTextBlock = textBlock.extend({ text: blockText.refine(hasText, NOT_BLANK) });
 const imageSource = z.discriminatedUnion('type', [
   z.strictObject({
     type: z.literal('base64'),
@@ -216,7 +227,7 @@ const fallbackBlock = z.looseObject({
 });
 
 const userBlock = z.discriminatedUnion('type', [
-  textBlock,
+  userTextBlock,
   imageBlock,
   documentBlock,
   searchResultBlock,
@@ -239,7 +250,7 @@ const assistantBlock = z.discriminatedUnion('type', [
 
 const userMessage = z.strictObject({
   role: z.literal('user'),
-  content: z.union([z.string().min(1), z.array(userBlock).min(1)]),
+  content: z.union([userText, z.array(userBlock).min(1)]),
 });
 const assistantMessage = z.strictObject({
   role: z.literal('assistant'),
@@ -255,6 +266,6 @@ export const messageParam = z.discriminatedUnion('role', [userMessage, assistant
 
 /** Content a client adds as a user turn (follow-ups): no tool results, those go through the tool-result routes. */
 export const userContent = z.union([
-  z.string().min(1),
-  z.array(z.discriminatedUnion('type', [textBlock, imageBlock, documentBlock, searchResultBlock])).min(1),
+  userText,
+  z.array(z.discriminatedUnion('type', [userTextBlock, imageBlock, documentBlock, searchResultBlock])).min(1),
 ]);

@@ -7,7 +7,7 @@ import { intQuery } from './int-param.js';
 import { jsonSchemaProblem } from './json-schema-check.js';
 import { mcpToolEntry, mcpToolsetEntry } from './mcp/schema.js';
 import { anthropicToolEntry } from './tools/anthropic-tools.js';
-import { messageParam, textBlock, toolResultContent, userContent } from './message-schemas.js';
+import { messageParam, textBlock, toolResultContent, userContent, userText } from './message-schemas.js';
 
 /* Session settings */
 
@@ -223,7 +223,7 @@ export const createSessionBody = z
     system: z.union([z.string(), z.array(textBlock)]).optional(),
     tools: z.array(toolRef).max(128).default([]),
     messages: z.array(messageParam).max(10_000).optional(),
-    input: z.string().min(1).optional(),
+    input: userText.optional(),
     max_iterations: policies.max_iterations.default(10),
     approval: approvalPolicy.default('default'),
     review_tool_results: reviewPolicy.default(false),
@@ -274,7 +274,7 @@ export const patchSessionBody = z
 export const postMessageBody = z
   .strictObject({
     content: userContent.optional(),
-    text: z.string().min(1).optional(),
+    text: userText.optional(),
     role: z.literal('user').optional(),
     interrupt: z.boolean().default(false),
   })

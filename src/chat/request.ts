@@ -49,7 +49,8 @@ export function userMessageOf(parts: Part[]): z.infer<typeof postMessageBody> {
   for (const p of parts) {
     const text = textPart.safeParse(p);
     if (text.success) {
-      if (text.data.text !== '') blocks.push({ type: 'text', text: text.data.text });
+      // Blank text parts are left out (the API refuses a blank text block).
+      if (/\S/.test(text.data.text)) blocks.push({ type: 'text', text: text.data.text });
       continue;
     }
     const file = filePart.safeParse(p);

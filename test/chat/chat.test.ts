@@ -636,6 +636,11 @@ describe('chat routes: the AI SDK UI message stream', () => {
         400,
         'invalid_request',
       ],
+      [
+        { id, messages: [{ id: 'x', role: 'user', parts: [{ type: 'text', text: ' \n ' }] }] },
+        400,
+        'invalid_request',
+      ],
       [{ id, messages: [userMessage('x')], trigger: 'regenerate-message' }, 400, 'invalid_request'],
       [{ id, messages: [userMessage('x', 'm1')], messageId: 'm1' }, 400, 'invalid_request'],
       [

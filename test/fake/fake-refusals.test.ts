@@ -53,6 +53,23 @@ describe('the fake refuses blocks the API refuses', () => {
       /text content blocks must be non-empty/,
     ],
     [
+      "a user turn's text of whitespace only (a string)",
+      { messages: [user(' \n\t ')] },
+      /^messages: text content blocks must contain non-whitespace text$/,
+    ],
+    [
+      "a user turn's text block of whitespace only",
+      {
+        messages: [
+          user([
+            { type: 'text', text: 'hi' },
+            { type: 'text', text: '  ' },
+          ]),
+        ],
+      },
+      /^messages: text content blocks must contain non-whitespace text$/,
+    ],
+    [
       'an empty text block in an assistant turn',
       { messages: [user('hi'), { role: 'assistant', content: [{ type: 'text', text: '' }] }, user('again')] },
       /text content blocks must be non-empty/,

@@ -81,6 +81,32 @@ describe('requests the Messages API would refuse are 400 invalid_request and cha
     body,
   });
 
+  it("a user turn's text of whitespace only: in input, history, and posted messages", async () => {
+    const made = await h.api.post('/v1/sessions', { start: false });
+    assert.equal(made.status, 201);
+    const P = `/v1/sessions/${made.body.id}/messages`;
+    await check([
+      create('a blank input', { input: ' \n ' }),
+      create('a blank user string in the history', { messages: [u('\t')] }),
+      create('a blank user text block in the history', {
+        messages: [
+          u([
+            { type: 'text', text: 'hi' },
+            { type: 'text', text: '  ' },
+          ]),
+        ],
+      }),
+      { name: 'a blank posted text', method: 'POST', path: P, body: { text: '   ' } },
+      { name: 'a blank posted string', method: 'POST', path: P, body: { content: '\n\n' } },
+      {
+        name: 'a blank posted block',
+        method: 'POST',
+        path: P,
+        body: { content: [{ type: 'text', text: ' ' }] },
+      },
+    ]);
+  });
+
   it('POST /v1/sessions: empty text blocks, in messages, tool results and system', async () => {
     await check([
       create('an empty text block', { messages: [u([{ type: 'text', text: '' }])] }),
