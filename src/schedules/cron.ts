@@ -38,9 +38,21 @@ export function cronProblem(expr: string, timezone: string, seconds: boolean): s
   }
 }
 
+/**
+ * Day of month and day of week as Vixie cron joins them: either day (OR) when both are restricted, both (AND) when
+ * either starts with `*` — so `0 0 *\/10 * 5` is a Friday that is the 1st, 11th, 21st or 31st, where croner's OR
+ * alone fires on every Friday too.
+ */
 function build(expr: string, timezone: string): Cron {
-  const fields = expr.trim().split(/\s+/).length;
-  return new Cron(expr, { timezone, paused: true, mode: fields === 6 ? '6-part' : '5-part' });
+  const fields = expr.trim().split(/\s+/);
+  const wild = (f: string | undefined) => f !== undefined && (f.startsWith('*') || f.startsWith('?'));
+  const domAndDow = wild(fields[fields.length - 3]) || wild(fields[fields.length - 1]);
+  return new Cron(expr, {
+    timezone,
+    paused: true,
+    mode: fields.length === 6 ? '6-part' : '5-part',
+    domAndDow,
+  });
 }
 
 /** Matched wall-clock times looked at, at most, for one fire (a cron matching only in gaps or repeated hours). */

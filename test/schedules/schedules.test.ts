@@ -56,6 +56,20 @@ describe('schedule times (croner)', () => {
       Date.parse('2026-12-08T17:00:00Z'),
     );
     assert.equal(new Date(missed).toISOString(), '2026-12-08T14:00:00.000Z');
+    // Day of month and day of week as Vixie cron joins them: OR when both are restricted, AND when one starts with *.
+    const days = (cron: string, n: number) => {
+      const out: string[] = [];
+      let x = Date.parse('2026-03-01T12:00:00Z');
+      for (let i = 0; i < n; i++)
+        out.push(
+          new Date((x = nextFire({ cron, at: null, timezone: 'UTC' }, x)!)).toISOString().slice(0, 10),
+        );
+      return out;
+    };
+    assert.deepEqual(days('0 0 */10 * 5', 3), ['2026-05-01', '2026-07-31', '2026-08-21']);
+    assert.deepEqual(days('0 0 13 * 5', 3), ['2026-03-06', '2026-03-13', '2026-03-20']);
+    assert.deepEqual(days('0 0 * * 5', 2), ['2026-03-06', '2026-03-13']);
+    assert.deepEqual(days('0 0 1,15 * *', 2), ['2026-03-15', '2026-04-01']);
     assert.equal(cronProblem('* * * * * *', 'UTC', false), 'a cron expression has 5 fields');
     assert.equal(cronProblem('@daily', 'UTC', false), 'a cron expression has 5 fields');
     assert.equal(cronProblem('*/5 9-17 * * MON-FRI', 'UTC', false), null);
