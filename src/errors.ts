@@ -175,6 +175,10 @@ export class RevisionMismatch extends DomainError {
 /** A tenant's quota (a config variable's) or rate is used up: `quota_exceeded` or `rate_limited`. */
 export class QuotaExceeded extends DomainError {}
 
+/** A 429 of the quota named (`details.quota`). */
+export const isQuota = (err: unknown, quota: string): boolean =>
+  err instanceof QuotaExceeded && (err.details as { quota?: unknown } | undefined)?.quota === quota;
+
 /** The request itself is refused for what it holds (the 400 codes; a turn over MAX_TURN_BYTES), past the route's own validation. */
 export class InvalidRequest extends DomainError {}
 

@@ -1,7 +1,7 @@
 import type { FastifyBaseLogger as Logger } from 'fastify';
 import { childBudget, reservedBy, type Spent } from '../engine/budget.js';
 import { usdToMicros } from '../cost/prices.js';
-import { Conflict, NotFound, QuotaExceeded, SessionExists, isRefusal } from '../errors.js';
+import { Conflict, NotFound, isQuota, SessionExists, isRefusal } from '../errors.js';
 import { createSessionBody, isAgentTool, type AgentTool } from '../schemas.js';
 import { cancelRun, removeSession } from '../sessions/control.js';
 import { createSession } from '../sessions/create.js';
@@ -194,11 +194,7 @@ export class AgentSweep {
       });
     } catch (err) {
       // Its tenant's runs are all busy for now: no answer, the next look (RECHECK_MS) tries again.
-      if (
-        err instanceof QuotaExceeded &&
-        (err.details as { quota?: unknown } | undefined)?.quota === 'TENANT_MAX_ACTIVE_RUNS'
-      )
-        return null;
+      if (isQuota(err, 'TENANT_MAX_ACTIVE_RUNS')) return null;
       if (isRefusal(err) && !(err instanceof SessionExists))
         return { content: `Error: the sub-agent could not start: ${err.message}`, is_error: true };
       if (!(err instanceof SessionExists)) throw err;

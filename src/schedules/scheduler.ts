@@ -1,5 +1,5 @@
 import type { FastifyBaseLogger as Logger } from 'fastify';
-import { SessionExists, badRequest, isRefusal, quotaExceeded, zodDetails } from '../errors.js';
+import { SessionExists, badRequest, isQuota, isRefusal, quotaExceeded, zodDetails } from '../errors.js';
 import { createSessionBody } from '../schemas.js';
 import { createSession } from '../sessions/create.js';
 import type { SessionDeps } from '../sessions/mutate.js';
@@ -10,8 +10,13 @@ import type { ScheduleStore } from './store.js';
 import { SweepLoop } from '../sweep-loop.js';
 import { FailureLog } from '../log.js';
 
-/** How long the replica that claimed a fire has to create its session before any other replica retries it. */
+/**
+ * How long the replica that claimed a fire has to create its session before any other replica retries it; also the
+ * pause between a fire's tries while its tenant's runs are all busy.
+ */
 const FIRE_LEASE_MS = 10_000;
+/** How long a one-shot (`at`) fire is tried again while its tenant's runs are all busy (a cron's: until its next). */
+const ONE_SHOT_RETRY_MS = 3_600_000;
 const SWEEP_BATCH = 200;
 /** Due schedules looked at (claimed, their sessions created) at once by one replica. */
 const FIRE_PARALLEL = 8;
@@ -122,7 +127,7 @@ export class Scheduler {
     const now = Date.now();
     if (s && s.pending !== null && s.pendingUntil <= now) {
       // One replica per lease period retries it; the fire's session id keeps a retry after a slow one from creating twice.
-      if (await store.retake(id, s.pending, now + FIRE_LEASE_MS)) await this.fire(s, s.pending);
+      if (await store.retake(id, s.pending, now + FIRE_LEASE_MS)) await this.fire(s, s.pending, s.nextRunAt);
     } else if (s && s.pending === null && !s.paused && s.nextRunAt !== null && s.nextRunAt <= now) {
       const t = timingOf(s);
       // Due while replicas ran: its own time, however late. Due before (an outage): the newest fire of the
@@ -139,7 +144,7 @@ export class Scheduler {
         session_id: s.lastSession,
       };
       const r = await store.claim(s, fireAt, next, decision, now + FIRE_LEASE_MS, skipped);
-      if (r === 'ok' && decision === 'fire') await this.fire(s, fireAt);
+      if (r === 'ok' && decision === 'fire') await this.fire(s, fireAt, next);
       if (r === 'ok')
         this.opts.log.info({ schedule: id, tenant: s.tenant, fireAt, decision }, 'schedule fire');
     }
@@ -155,10 +160,12 @@ export class Scheduler {
 
   /**
    * Creates the fire's session through the create path (quotas, checks) under its deterministic id, then ends the
-   * pending fire. A 4xx of the create (a quota, a tool since deleted) ends it as skipped with that reason; anything
-   * else leaves it pending, retried after the lease.
+   * pending fire. A 4xx of the create (a quota, a tool since deleted) ends it as skipped with that reason, but for
+   * TENANT_MAX_ACTIVE_RUNS (its runs are busy for now: a 09:00 burst past the limit would lose the rest for the day)
+   * until the schedule's next fire (`nextAt`; a one-shot's: ONE_SHOT_RETRY_MS): it stays pending, tried again after
+   * the lease. Anything else leaves it pending, retried after the lease.
    */
-  private async fire(s: ScheduleRecord, fireAt: number): Promise<void> {
+  private async fire(s: ScheduleRecord, fireAt: number, nextAt: number | null): Promise<void> {
     const { sessions, deps, store, maxSessions } = this.opts;
     const sessionId = fireSessionId(s.id, fireAt);
     const scheduledFor = new Date(fireAt).toISOString();
@@ -176,6 +183,13 @@ export class Scheduler {
     } catch (err) {
       if (!(err instanceof SessionExists)) {
         if (!isRefusal(err)) throw err;
+        if (isQuota(err, 'TENANT_MAX_ACTIVE_RUNS') && Date.now() < (nextAt ?? fireAt + ONE_SHOT_RETRY_MS)) {
+          this.opts.log.info(
+            { schedule: s.id, tenant: s.tenant, fireAt },
+            'schedule fire waits for a run slot',
+          );
+          return;
+        }
         const error = { code: err.code, message: err.message, details: err.details };
         await store.finish(s, fireAt, 'skipped', '', { ...base, reason: err.code, error });
         return;

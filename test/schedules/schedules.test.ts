@@ -8,7 +8,7 @@ import { after, before, describe, it } from 'node:test';
 import assert from 'node:assert/strict';
 import { Redis } from 'ioredis';
 import { startFakeAnthropic, type FakeAnthropic } from '../fake/server.js';
-import { text, toolCall } from '../fake/script.js';
+import { hang, text, toolCall } from '../fake/script.js';
 import { startHarness, type Api, type Harness } from '../helpers/service.js';
 import { startTestRedis, type TestRedis } from '../helpers/redis.js';
 import { WebhookReceiver } from '../helpers/webhook-receiver.js';
@@ -647,6 +647,50 @@ describe('schedules', { timeout: 240_000 }, () => {
     } finally {
       await q.close();
       await qRedis.stop();
+    }
+  });
+});
+
+describe("a fire while its tenant's runs are all busy (TENANT_MAX_ACTIVE_RUNS)", { timeout: 90_000 }, () => {
+  let h: Harness;
+  before(async () => {
+    h = await startHarness({ env: { ...ENV, TENANT_MAX_ACTIVE_RUNS: '1' } });
+  });
+  after(() => h?.close());
+
+  it('waits for a run slot and is tried again, rather than skipped', async () => {
+    const a = h.api.as('key-a');
+    const r = new Redis(h.redis.url);
+    try {
+      h.fake.setHandler((req) => (JSON.stringify(req.body.messages).includes('busy') ? hang() : text('ok')));
+      const busy = await a.post('/v1/sessions', { input: 'busy' });
+      assert.equal(busy.status, 201);
+      const made = await a.post('/v1/schedules', {
+        at: new Date(Date.now() + 500).toISOString(),
+        session: { input: 'scheduled' },
+      });
+      assert.equal(made.status, 201, JSON.stringify(made.body));
+      const key = `s:{${made.body.id}}`;
+      // Claimed (pending, leased), refused for the busy slot, then tried again by a retake: a later lease.
+      let first: string | null = null;
+      for (const deadline = Date.now() + 30_000; ;) {
+        assert.ok(Date.now() < deadline, 'the fire was tried again');
+        const [pending, until] = await r.hmget(key, 'pending', 'pending_until');
+        assert.ok(first === null || pending, 'the fire was ended (skipped) instead of waiting');
+        if (pending && first === null) first = until ?? null;
+        if (pending && first !== null && until !== first) break;
+        await new Promise((resolve) => setTimeout(resolve, 50));
+      }
+      assert.equal((await a.post(`/v1/sessions/${busy.body.id}/cancel`, {})).status, 200);
+      for (const deadline = Date.now() + 30_000; ;) {
+        const s = (await a.get(`/v1/schedules/${made.body.id}`)).body;
+        if (s.fires === 1) break;
+        assert.equal(s.skips, 0, JSON.stringify(s));
+        assert.ok(Date.now() < deadline, 'the fire created its session once a slot was free');
+        await new Promise((resolve) => setTimeout(resolve, 100));
+      }
+    } finally {
+      r.disconnect();
     }
   });
 });
