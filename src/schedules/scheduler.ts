@@ -20,6 +20,16 @@ const ONE_SHOT_RETRY_MS = 3_600_000;
 const SWEEP_BATCH = 200;
 /** Due schedules looked at (claimed, their sessions created) at once by one replica. */
 const FIRE_PARALLEL = 8;
+/**
+ * Of those, one tenant's at most: a tenant whose fires are slow (its MCP server takes its connect timeout) holds
+ * half the places, never all, and another tenant's fires go on in the rest.
+ */
+const FIRE_PER_TENANT = 4;
+/**
+ * How long a sweep waits for the fires it started before the next sweep may start more: a slow fire keeps its
+ * place in the pool past it, while schedules that come due meanwhile are looked at.
+ */
+const SWEEP_WAIT_MS = 1000;
 /** How often a replica's scheduler beats into `schedules:alive`, and the silence after which it was an outage. */
 const BEAT_MS = 1000;
 const OUTAGE_GAP_MS = 15_000;
@@ -62,7 +72,8 @@ export function roundRobin(items: ReadonlyArray<readonly [id: string, tenant: st
  * once its lease is over (retake-1.lua hands the lease to one of them): the retry finds the session (or creates
  * it), never a second one.
  *
- * A replica looks at up to FIRE_PARALLEL due schedules at once, tenants taking turns. A fire that came due while
+ * A replica looks at up to FIRE_PARALLEL due schedules at once (FIRE_PER_TENANT of one tenant), tenants taking
+ * turns; a slow fire holds its place, not the sweeps. A fire that came due while
  * some replica ran is created for its own time however late it is (a backlog is no outage); only fires that came
  * due while no replica ran (before `since` of `schedules:alive`, which every replica's beat keeps, see
  * alive-1.lua) collapse into one.
@@ -70,6 +81,10 @@ export function roundRobin(items: ReadonlyArray<readonly [id: string, tenant: st
 export class Scheduler {
   private readonly loop: SweepLoop;
   private beat: NodeJS.Timeout | undefined;
+  /** Schedules being looked at in this process (a tick in flight), and how many per tenant. */
+  private readonly ticking = new Set<string>();
+  private readonly tenantTicks = new Map<string, number>();
+  private readonly ticks = new Set<Promise<void>>();
   /** Since when replicas have run without a gap, as this replica's last beat read it. */
   private since = Infinity;
 
@@ -87,34 +102,76 @@ export class Scheduler {
     this.loop.start();
   }
 
-  stop(): Promise<void> {
+  async stop(): Promise<void> {
     clearInterval(this.beat);
-    return this.loop.stop();
+    await this.loop.stop();
+    await Promise.all(this.ticks);
   }
 
   private async alive(): Promise<void> {
     this.since = await this.opts.store.alive(Date.now(), OUTAGE_GAP_MS);
   }
 
+  /**
+   * Starts ticks of the due schedules, tenants taking turns, into this process's pool (FIRE_PARALLEL places,
+   * FIRE_PER_TENANT of them per tenant): a tick that ends lets the next due one in; the sweep returns when nothing it
+   * read waits for a place, or after SWEEP_WAIT_MS while slow ticks still run.
+   */
   private async sweep(): Promise<void> {
     // The beat keeps `since` fresh; the first sweep of a replica, or the first after a failed beat, reads it itself.
     if (this.since === Infinity) await this.alive();
     const since = this.since;
-    const { store, log } = this.opts;
-    const ids = await store.due(Date.now(), SWEEP_BATCH);
+    const { store } = this.opts;
+    if (this.ticking.size >= FIRE_PARALLEL) return;
+    const ids = (await store.due(Date.now(), SWEEP_BATCH)).filter((id) => !this.ticking.has(id));
     if (ids.length === 0) return;
     const tenants = await store.tenantsOf(ids);
-    const order = roundRobin(ids.map((id, i) => [id, tenants[i] ?? ''] as const));
-    let next = 0;
-    const worker = async () => {
-      while (next < order.length && !this.loop.stopping) {
-        const id = order[next++]!;
-        await this.tick(id, since).catch((err: unknown) =>
-          log.warn({ err, schedule: id }, 'schedule tick failed'),
-        );
-      }
-    };
-    await Promise.all(Array.from({ length: Math.min(FIRE_PARALLEL, order.length) }, worker));
+    const tenantOf = new Map(ids.map((id, i) => [id, tenants[i] ?? ''] as const));
+    const queue = roundRobin(ids.map((id) => [id, tenantOf.get(id)!] as const));
+    let active = 0;
+    await new Promise<void>((resolve) => {
+      const timer = setTimeout(resolve, SWEEP_WAIT_MS).unref();
+      const pump = () => {
+        for (let k = 0; k < queue.length && this.ticking.size < FIRE_PARALLEL && !this.loop.stopping;) {
+          const id = queue[k]!;
+          const tenant = tenantOf.get(id)!;
+          if ((this.tenantTicks.get(tenant) ?? 0) >= FIRE_PER_TENANT) {
+            k++;
+            continue;
+          }
+          queue.splice(k, 1);
+          // Started meanwhile by a later sweep (this pump runs on after its sweep returned).
+          if (this.ticking.has(id)) continue;
+          active++;
+          void this.launch(id, tenant, since).finally(() => {
+            active--;
+            pump();
+          });
+        }
+        if (active === 0) {
+          clearTimeout(timer);
+          resolve();
+        }
+      };
+      pump();
+    });
+  }
+
+  /** One tick in the pool: its place is held until it ends. */
+  private launch(id: string, tenant: string, since: number): Promise<void> {
+    this.ticking.add(id);
+    this.tenantTicks.set(tenant, (this.tenantTicks.get(tenant) ?? 0) + 1);
+    const tick: Promise<void> = this.tick(id, since)
+      .catch((err: unknown) => this.opts.log.warn({ err, schedule: id }, 'schedule tick failed'))
+      .finally(() => {
+        this.ticking.delete(id);
+        const left = (this.tenantTicks.get(tenant) ?? 1) - 1;
+        if (left > 0) this.tenantTicks.set(tenant, left);
+        else this.tenantTicks.delete(tenant);
+        this.ticks.delete(tick);
+      });
+    this.ticks.add(tick);
+    return tick;
   }
 
   /**

@@ -6,6 +6,7 @@
  */
 import { after, before, describe, it } from 'node:test';
 import assert from 'node:assert/strict';
+import net from 'node:net';
 import { Redis } from 'ioredis';
 import { startFakeAnthropic, type FakeAnthropic } from '../fake/server.js';
 import { hang, text, toolCall } from '../fake/script.js';
@@ -692,6 +693,70 @@ describe("a fire while its tenant's runs are all busy (TENANT_MAX_ACTIVE_RUNS)",
     } finally {
       r.disconnect();
     }
+  });
+});
+
+describe("one tenant's slow fires do not hold back another's", { timeout: 120_000 }, () => {
+  let h: Harness;
+  let tarpit: net.Server;
+  const held: net.Socket[] = [];
+  let hang = false;
+  before(async () => {
+    // An MCP server that accepts connections and never answers: each create naming it takes MCP_CONNECT_TIMEOUT_MS.
+    tarpit = net.createServer((sock) => {
+      sock.on('error', () => {});
+      // Until the schedules exist it refuses at once (an unreachable server is accepted at create).
+      if (!hang) return void sock.destroy();
+      held.push(sock);
+    });
+    await new Promise<void>((resolve) => tarpit.listen(0, '127.0.0.1', resolve));
+    h = await startHarness({ env: { ...ENV, MCP_CONNECT_TIMEOUT_MS: '30000' } });
+  });
+  after(async () => {
+    for (const sock of held) sock.destroy();
+    tarpit.close();
+    await h?.close();
+  });
+
+  it("fires another tenant's schedule on time while 8 of one tenant's fires hang", async () => {
+    const a = h.api.as('key-a');
+    const b = h.api.as('key-b');
+    const { port } = tarpit.address() as net.AddressInfo;
+    const put = await a.req('PUT', '/v1/mcp-servers/slow', { url: `http://127.0.0.1:${port}/mcp` });
+    assert.ok(put.status < 300, JSON.stringify(put.body));
+    const slow = await Promise.all(
+      Array.from({ length: 8 }, () =>
+        a.post('/v1/schedules', {
+          cron: '* * * * * *',
+          overlap: 'allow',
+          session: { input: 'a', start: false, tools: [{ mcp_server: 'slow' }] },
+        }),
+      ),
+    );
+    for (const m of slow) assert.equal(m.status, 201, JSON.stringify(m.body));
+    hang = true;
+    // Their fires are claimed and stuck (on the tarpit's connection) before b's schedule exists.
+    const r = new Redis(h.redis.url);
+    try {
+      for (const deadline = Date.now() + 30_000; ;) {
+        const pending = await Promise.all(slow.map((m) => r.hget(`s:{${m.body.id}}`, 'pending')));
+        if (held.length > 0 && pending.filter((p) => p !== null).length >= 4) break;
+        assert.ok(Date.now() < deadline, "a's fires are stuck");
+        await new Promise((resolve) => setTimeout(resolve, 50));
+      }
+    } finally {
+      r.disconnect();
+    }
+    const sb = await b.post('/v1/schedules', { cron: '* * * * * *', session: { input: 'b', start: false } });
+    assert.equal(sb.status, 201);
+    // Three of b's fires while a's hang (for 30 s each): without a place of its own, none before they time out.
+    for (const deadline = Date.now() + 15_000; ;) {
+      const fired = (await b.get(`/v1/schedules/${sb.body.id}`)).body.fires as number;
+      if (fired >= 3) break;
+      assert.ok(Date.now() < deadline, `b's schedule fired ${fired} times in 15 s`);
+      await new Promise((resolve) => setTimeout(resolve, 100));
+    }
+    for (const m of slow) await a.req('DELETE', `/v1/schedules/${m.body.id}`);
   });
 });
 
