@@ -9,6 +9,7 @@ import { envelope } from '../src/events/envelope.js';
 import { errors, eventPage, sessionList, routeErrors, type RouteCodes } from '../src/openapi/responses.js';
 import { cronProblem, nextFire, validTimezone, type Timing } from '../src/schedules/cron.js';
 import { newScheduleId, type ScheduleRecord } from '../src/schedules/keys.js';
+import { FireRaced } from '../src/schedules/store.js';
 import {
   createScheduleBody,
   deletedSchedule,
@@ -243,7 +244,10 @@ const routes: FastifyPluginAsyncZod = async (app) => {
         try {
           return send(reply, await patchOnce(s, req.body, req.tenant, ifMatch));
         } catch (err) {
-          if (err instanceof RevisionMismatch && ifMatch === undefined && attempt < CAS_ATTEMPTS) continue;
+          // A fire claimed meanwhile left the revision (If-Match still holds): the retiming is computed again.
+          const again =
+            err instanceof FireRaced || (err instanceof RevisionMismatch && ifMatch === undefined);
+          if (again && attempt < CAS_ATTEMPTS) continue;
           throw err;
         }
       }

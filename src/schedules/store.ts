@@ -31,6 +31,12 @@ const createdData = (s: ScheduleRecord) => ({
   next_run_at: s.nextRunAt === null ? null : new Date(s.nextRunAt).toISOString(),
 });
 
+/** A retiming lost the race with a fire's claim (the revision is unchanged): computed again from the record now. */
+export class FireRaced extends RevisionMismatch {}
+
+/** How long an index entry without its record is kept: the moment of a create in flight (written index first). */
+const INDEX_GRACE_MS = 60_000;
+
 /**
  * The schedules' door to Redis (keys in keys.ts). Every method is one command or one script unless it says in
  * which order its steps go. Writes of events go through the session store's event tap, so webhooks see them.
@@ -48,16 +54,19 @@ export class ScheduleStore {
   }
 
   /**
-   * Writes a new schedule: due entry first, then the record with its `schedule.created` event (one script), then the
-   * index (a due entry or index member without a record is dropped when met). Refuses with 429 `quota_exceeded`
-   * beyond `maxPerTenant`. False, nothing written, when a schedule of this id exists (a keyed create sent twice at
-   * once).
+   * Writes a new schedule: index and due entry first, then the record with its `schedule.created` event (one
+   * script). The other order could leave, after a crash between the two, a schedule that fires for ever but is never
+   * listed nor counted; this one leaves at most entries without a record, dropped when met (the index's once older
+   * than INDEX_GRACE_MS: a create in flight keeps its own). Refuses with 429 `quota_exceeded` beyond `maxPerTenant`.
+   * False, nothing written, when a schedule of this id exists (a keyed create sent twice at once).
    */
   async create(s: ScheduleRecord, maxPerTenant: number): Promise<boolean> {
     const n = await this.redis.zcard(tenantSchedulesKey(s.tenant));
     if (n >= maxPerTenant) throw quotaExceeded('SCHEDULES_MAX_PER_TENANT', maxPerTenant, 'schedules');
     // The create body it keeps counts in the tenant's storage (TENANT_MAX_BYTES), given back at delete.
     await this.sessions.chargeBytes(s.tenant, s.session.length);
+    const member = this.indexMember(s);
+    await this.redis.zadd(tenantSchedulesKey(s.tenant), 0, member);
     const score = dueScore(s);
     if (score !== null) await this.redis.zadd(SCHEDULES_DUE_KEY, score, s.id);
     const k = scheduleKeys(s.id);
@@ -77,9 +86,12 @@ export class ScheduleStore {
     );
     if (made !== 1) {
       await this.sessions.chargeBytes(s.tenant, -s.session.length);
+      // The one that exists keeps its entry (the same member when both were made in the same millisecond).
+      const other = await this.read(s.id);
+      if (!other || this.indexMember(other) !== member)
+        await this.redis.zrem(tenantSchedulesKey(s.tenant), member);
       return false;
     }
-    await this.redis.zadd(tenantSchedulesKey(s.tenant), 0, this.indexMember(s));
     return true;
   }
 
@@ -128,11 +140,14 @@ export class ScheduleStore {
         Date.now(),
         JSON.stringify({ schedule_id: id, ...withoutSecrets(changes) }),
         ...this.logArgs(id),
+        // A retiming holds to the next fire it was computed from (a claim moves it without a new revision).
+        'next_run_at' in set || del.includes('next_run_at') ? String(s.nextRunAt ?? '') : '-',
       ),
     );
     if (code !== 1 && grow > 0) await this.sessions.chargeBytes(tenant, -grow);
     if (code === 0) throw scheduleNotFound();
     if (code === -1) throw new RevisionMismatch(rev, 'schedule');
+    if (code === -2) throw new FireRaced(rev, 'schedule');
     if (grow < 0) await this.sessions.chargeBytes(tenant, grow);
     return this.resync(id).then((s) => s ?? Promise.reject(scheduleNotFound()));
   }
@@ -189,7 +204,7 @@ export class ScheduleStore {
     for (const [i, m] of members.entries()) {
       const s = await this.read(m.slice(16));
       if (!s || s.tenant !== tenant) {
-        await this.redis.zrem(key, m);
+        if (Number(m.slice(0, 15)) < Date.now() - INDEX_GRACE_MS) await this.redis.zrem(key, m);
         continue;
       }
       bytes += s.session.length;

@@ -16,6 +16,8 @@ import { WebhookReceiver } from '../helpers/webhook-receiver.js';
 import { until } from '../durability/chaos-lib.js';
 import { cronProblem, newestMissed, nextFire } from '../../src/schedules/cron.js';
 import { roundRobin } from '../../src/schedules/scheduler.js';
+import { FireRaced, ScheduleStore } from '../../src/schedules/store.js';
+import { SessionStore } from '../../src/store/store.js';
 
 const KEYS = 'a:key-a,b:key-b';
 const ENV = {
@@ -205,6 +207,49 @@ describe('schedules', { timeout: 240_000 }, () => {
     assert.equal((await a.get(`/v1/schedules/${s.id}`)).body.next_run_at, s.next_run_at);
     assert.equal((await a.req('DELETE', `/v1/schedules/${s.id}`)).status, 200);
     assert.equal((await a.get(`/v1/schedules/${s.id}`)).status, 404);
+  });
+
+  it("indexes a schedule before writing it: a list keeps a create's entry in flight, drops an old one without a record", async () => {
+    const r = new Redis(h.redis.url);
+    try {
+      const key = 't:{b}:schedules';
+      const fresh = `${String(Date.now()).padStart(15, '0')}:sch_inflight0001`;
+      const old = `${String(Date.now() - 120_000).padStart(15, '0')}:sch_abandoned001`;
+      await r.zadd(key, 0, fresh, 0, old);
+      assert.deepEqual((await b.get('/v1/schedules')).body.data, []);
+      assert.deepEqual(await r.zrange(key, 0, -1), [fresh]);
+      await r.zrem(key, fresh);
+    } finally {
+      r.disconnect();
+    }
+  });
+
+  it('a retiming computed before a fire was claimed is computed again, not written over the claim', async () => {
+    const made = (await a.post('/v1/schedules', { cron: '0 3 * * *', session: { input: 'x' } })).body;
+    const cmd = new Redis(h.redis.url);
+    try {
+      const store = new ScheduleStore(cmd, new SessionStore(cmd, { eventLogMax: 1000 }));
+      const read = (await store.read(made.id))!;
+      // A replica claims a fire (next_run_at moves; the revision stays) between a PATCH's read and its write.
+      const fireAt = read.nextRunAt!;
+      const skipped = {
+        schedule_id: made.id,
+        scheduled_for: new Date(fireAt).toISOString(),
+        reason: 'overlap',
+      };
+      assert.equal(await store.claim(read, fireAt, fireAt + 86_400_000, 'skip', Date.now(), skipped), 'ok');
+      await assert.rejects(
+        store.update(read, { timezone: 'Europe/Paris', next_run_at: String(fireAt + 3_600_000) }, [], {}),
+        (err: unknown) => err instanceof FireRaced,
+      );
+      assert.equal((await store.read(made.id))!.nextRunAt, fireAt + 86_400_000, 'the claim stands');
+      // Through the route, the change is computed again from the record now.
+      const patched = await a.req('PATCH', `/v1/schedules/${made.id}`, { timezone: 'Europe/Paris' });
+      assert.equal(patched.status, 200, JSON.stringify(patched.body));
+    } finally {
+      cmd.disconnect();
+      await a.req('DELETE', `/v1/schedules/${made.id}`);
+    }
   });
 
   it('keeps tenants apart and pages the list', async () => {

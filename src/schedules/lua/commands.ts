@@ -38,7 +38,7 @@ declare module 'ioredis' {
       del: string,
       now: number,
       data: string,
-      ...log: [channel: string, max: number, notice: number, bytes: number]
+      ...logAndNext: [channel: string, max: number, notice: number, bytes: number, expectedNext: string]
     ): Result<[code: number, revision: number], Context>;
   }
 }
