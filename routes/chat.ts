@@ -25,7 +25,7 @@ import type { Subscription } from '../src/events/hub.js';
 import { streamSink, type CloseReason } from '../src/events/sink.js';
 import { ChatTranslator, type UIChunk } from '../src/chat/chunks.js';
 import { awaitsAgentsOnly } from '../src/chat/event-shapes.js';
-import { runMessageId, toUIMessages } from '../src/chat/history.js';
+import { replyMessageId, runMessageId, toUIMessages } from '../src/chat/history.js';
 import { chatBody, editRefused } from '../src/chat/request.js';
 import { postAnswers, postUserMessage, statusOf } from '../src/chat/post.js';
 import { defineChatCommands, runStartCursor } from '../src/chat/run-start.js';
@@ -252,9 +252,15 @@ const routes: FastifyPluginAsyncZod<{ config: Config }> = async (app, { config }
       const last = messages[messages.length - 1]!;
       const after = (await hub.eventLog.lastId(id)) ?? START;
       const poster = { deps: app.sessionDeps, tenant: req.tenant, by: actorOf(req.clientToken), need };
+      // A message that starts a run: the id its reply will have, read before the run can merge the message (for a
+      // caller that sees the run: withoutRun names only the client's own message).
+      const replyId =
+        last.role === 'user' && (s.status === 'idle' || s.status === 'failed') && readsRun(req)
+          ? replyMessageId(id, s.msgBase, s.msgCount, (await app.store.lastMessage(id))?.role)
+          : undefined;
       const posted =
         last.role === 'user'
-          ? await postUserMessage(poster, id, last, after)
+          ? await postUserMessage(poster, id, last, after, replyId)
           : await postAnswers(poster, s, last, after);
       // An Idempotency-Key keeps where this answer streams from, so the same request streams it again.
       const kept = posted.status !== null && JSON.stringify(posted.status).length <= KEPT_STATUS_BYTES;

@@ -123,3 +123,19 @@ export function runMessageId(sessionId: string, history: StoredMessage[], base: 
   const last = toUIMessages(sessionId, history, base, null).at(-1);
   return last?.role === 'assistant' ? last.id : `${sessionId}-${base + history.length}`;
 }
+
+/**
+ * The id GET /v1/chat/:id/messages will give the reply to a user message posted to a session that runs nothing
+ * (idle or failed): the run merges the message into a trailing user turn (`lastRole` user) or appends it, and the
+ * reply comes next. The POST's `start` names it, as a resumed stream's does (runMessageId), so the AI SDK's `Chat`
+ * keeps one message when a lost answer is resumed. (A compaction or a tool change at the run's start moves the
+ * index: the replay then adds a message until the page reloads, as without the id.)
+ */
+export function replyMessageId(
+  sessionId: string,
+  base: number,
+  count: number,
+  lastRole: string | undefined,
+): string {
+  return `${sessionId}-${base + count + (lastRole === 'user' ? 0 : 1)}`;
+}

@@ -58,13 +58,15 @@ export function statusOf(state: SessionState): Record<string, unknown> | null {
 
 /**
  * Posts the newest message, a user's (its stream starts `after`); the same message sent again posts nothing and
- * answers from where the first one's answer streamed.
+ * answers from where the first one's answer streamed. `replyId`: the id its reply will have, when it starts a run
+ * (history.ts replyMessageId).
  */
 export async function postUserMessage(
   p: Poster,
   id: string,
   last: ChatMessage,
   after: string,
+  replyId: string | undefined,
 ): Promise<Posted> {
   p.need('message');
   const body = userMessageOf(last.parts);
@@ -75,7 +77,8 @@ export async function postUserMessage(
     return {
       after,
       revision: state.revision,
-      assistant: undefined,
+      // Only when this message started the run: queued behind one, its reply's place is not known yet.
+      assistant: state.status === 'running' ? replyId : undefined,
       known: [],
       state,
       status: statusOf(state),

@@ -120,6 +120,38 @@ describe('chat routes: the AI SDK UI message stream', () => {
     );
   });
 
+  test('a message that starts a run names its reply as the history will (a resumed answer replaces it, never adds one)', async () => {
+    const id = await session();
+    const startId = (chunks: UIMessageChunk[]) => {
+      const c = chunks[0];
+      return c?.type === 'start' ? c.messageId : undefined;
+    };
+    h.fake.enqueue(text('First answer.'));
+    const first = await readAll(await send(id, [userMessage('one')]));
+    h.fake.enqueue(text('Second answer.'));
+    const second = await readAll(await send(id, [userMessage('two')]));
+    const msgs = await history(id);
+    assert.deepEqual(
+      msgs.map((m) => m.role),
+      ['user', 'assistant', 'user', 'assistant'],
+    );
+    assert.equal(startId(first.chunks), msgs[1]!.id);
+    assert.equal(startId(second.chunks), msgs[3]!.id);
+    assert.equal(first.message?.id, msgs[1]!.id);
+    // A failed run leaves its user turn last: the next message joins it, and the reply follows that turn.
+    h.fake.enqueue(apiError(400, 'invalid_request_error'));
+    await readAll(await send(id, [userMessage('three')]));
+    assert.equal((await h.api.get(`/v1/sessions/${id}`)).body.status, 'failed');
+    h.fake.enqueue(text('Fourth answer.'));
+    const fourth = await readAll(await send(id, [userMessage('four')]));
+    const after = await history(id);
+    assert.deepEqual(
+      after.map((m) => m.role),
+      ['user', 'assistant', 'user', 'assistant', 'user', 'assistant'],
+    );
+    assert.equal(startId(fourth.chunks), after[5]!.id);
+  });
+
   test('the raw answer: SSE with the v1 header, every data line valid for the schema, then [DONE]', async () => {
     const id = await session();
     h.fake.enqueue(text('Raw stream.'));
