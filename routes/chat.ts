@@ -311,6 +311,7 @@ const routes: FastifyPluginAsyncZod<{ config: Config }> = async (app, { config }
       const t = new ChatTranslator(runMessageId(id, history, s.msgBase), [], {
         agents,
         pausedBefore: start.run,
+        midRun: start.run === undefined,
       });
       stream(req, reply, id, start.cursor, t, null);
     },

@@ -92,12 +92,20 @@ export class ChatTranslator {
   constructor(
     private readonly messageId: string | undefined,
     known: Iterable<string> = [],
-    opts: { agents?: Iterable<string>; pausedBefore?: string } = {},
+    opts: { agents?: Iterable<string>; pausedBefore?: string | undefined; midRun?: boolean } = {},
   ) {
     this.known = new Set(known);
     this.agents = new Set(opts.agents ?? []);
     this.pausedBefore = opts.pausedBefore;
+    this.midRun = opts.midRun ?? false;
   }
+
+  /**
+   * The replay starts inside the run (its start was trimmed from the log), maybe inside a turn: until a turn starts,
+   * a completed turn is shown whole from its message (its streamed events before it are passed over, some being
+   * gone).
+   */
+  private midRun: boolean;
 
   /**
    * The revision the request's own writes reached: `session.status` events of lower revisions are passed over. A
@@ -116,6 +124,7 @@ export class ChatTranslator {
     if (this.done) return [];
     switch (type) {
       case 'turn.started':
+        this.midRun = false;
         return this.turnStarted(turnStarted.safeParse(data).data?.iteration ?? this.iteration + 1);
       case 'stream.event': {
         const ev = streamEvent.safeParse(data);
@@ -123,7 +132,11 @@ export class ChatTranslator {
       }
       case 'turn.completed': {
         const ev = turnCompleted.safeParse(data);
-        return ev.success ? this.turnCompleted(ev.data.message) : [];
+        if (!ev.success) return [];
+        // The turn began before the replay's first event: it is shown from its message.
+        const opened = this.midRun && !this.turnOpen ? this.turnStarted(ev.data.iteration) : [];
+        this.midRun = false;
+        return [...opened, ...this.turnCompleted(ev.data.message)];
       }
       case 'tool.completed': {
         const ev = toolCompleted.safeParse(data);

@@ -8,7 +8,10 @@ import { sessionKeys } from '../store/keys.js';
 
 declare module 'ioredis' {
   interface RedisCommander<Context> {
-    /** run-start-1.lua: the replay's cursor ('0-0': the log's start) and the current run's first event, or null. */
+    /**
+     * run-start-1.lua: the replay's cursor ('0-0': the log's start) and the current run's first event ('' when the
+     * log no longer holds it), or null.
+     */
     chatRunStart(
       events: string,
       maxScanned: number,
@@ -27,8 +30,9 @@ export function defineChatCommands(redis: RedisClient): void {
 
 /**
  * Where to replay the assistant message of the session's current run from (`cursor`: the runs before it that paused
- * for the client included) and the id of the current run's first event (`run`); null when no run is active
- * according to its log. `agentsPause`: the session waits only for its sub-agents (its run is active, paused for the
+ * for the client included) and the id of the current run's first event (`run`; undefined when the log no longer
+ * holds it: the replay starts at the oldest event kept, maybe inside a turn); null when no run is active according
+ * to its log. `agentsPause`: the session waits only for its sub-agents (its run is active, paused for the
  * service), so the log may end with that `requires_action`.
  */
 export async function runStartCursor(
@@ -42,5 +46,6 @@ export async function runStartCursor(
     Math.max(1, maxScanned),
     agentsPause ? '1' : '0',
   );
-  return found ? { cursor: found[0], run: found[1] } : null;
+  // `run` undefined: the run began before the oldest event the log keeps (a long run, a trimmed log).
+  return found ? { cursor: found[0], run: found[1] === '' ? undefined : found[1] } : null;
 }

@@ -1142,3 +1142,45 @@ describe('chat translator: a turn started again after a crash', () => {
     );
   });
 });
+
+describe('chat resume of a run longer than the event log keeps', () => {
+  let h: Harness;
+  before(async () => {
+    h = await startHarness({ env: { API_KEYS: `acme:${KEY}`, EVENT_LOG_MAX: '100' } });
+  });
+  after(() => h?.close());
+
+  test("GET /v1/chat/:id/stream replays what the log keeps (the run's start trimmed away), never 204 while it runs", async () => {
+    const created = await h.api.post('/v1/sessions', { params, start: false });
+    const id = created.body.id as string;
+    const long = Array.from({ length: 400 }, (_, i) => `w${i}`).join(' ');
+    // Held after 300 events: the log (100 entries) no longer holds the run's `session.status`.
+    h.fake.enqueue(text(long, { eventDelayMs: 1, pauseAfterEvents: 300 }));
+    const abort = new AbortController();
+    const transport = chatTransport(h.service.url, KEY);
+    await transport.sendMessages({
+      chatId: id,
+      messages: [userMessage('go')],
+      trigger: 'submit-message',
+      messageId: undefined,
+      abortSignal: abort.signal,
+    });
+    for (const deadline = Date.now() + 30_000; ;) {
+      const page = (await h.api.get(`/v1/sessions/${id}/events?limit=1000`)).body.data as Array<{
+        type: string;
+      }>;
+      if (h.fake.held > 0 && page.length >= 100 && !page.some((e) => e.type === 'session.status')) break;
+      assert.ok(Date.now() < deadline, 'the run streamed past what the log keeps');
+      await new Promise((resolve) => setTimeout(resolve, 20));
+    }
+    abort.abort();
+    const resumed = await transport.reconnectToStream({ chatId: id });
+    assert.ok(resumed, 'a run is active: not 204');
+    h.fake.resume();
+    const { chunks, message } = await readAll(resumed);
+    assert.equal(chunks[0]?.type, 'start');
+    assert.equal(chunks.at(-1)?.type, 'finish');
+    assert.equal(textOf(message), long, 'the turn, shown whole from its message');
+    await h.api.waitStatus(id, 'idle');
+  });
+});

@@ -10,8 +10,9 @@
 -- ARGV[1] most entries scanned (>= 1)
 -- ARGV[2] '1': the newest status may be `requires_action` (a pause for sub-agents); '0': it must be `running`
 -- Returns {cursor, run}: the id of the entry just before the message's first `running` status ('0-0' when it is
--- the oldest entry) and the id of the newest `running` status (the current run's start); or false when the newest
--- status is not `running` (nor an allowed `requires_action`) or no status event is within the scan.
+-- the oldest entry) and the id of the newest `running` status (the current run's start); {'0-0', ''} when no status
+-- event is within the scan (the run's start was trimmed away: the caller, which knows the session runs, replays what
+-- the log keeps); or false when the newest status is not `running` (nor an allowed `requires_action`).
 local max = tonumber(ARGV[1])
 local agents_pause = ARGV[2] == '1'
 local last = '+'
@@ -25,7 +26,7 @@ local function status_of(d)
   return data['status']
 end
 local function result()
-  if not start then return false end
+  if not run then return { '0-0', '' } end
   local before = redis.call('XREVRANGE', KEYS[1], '(' .. start, '-', 'COUNT', 1)[1]
   return { before and before[1] or '0-0', run }
 end
