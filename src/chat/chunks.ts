@@ -392,6 +392,9 @@ export class ChatTranslator {
 
   private toolCompleted(ev: z.infer<typeof toolCompleted>): UIChunk[] {
     if (this.denied.has(ev.tool_use_id)) return [];
+    // A call of a turn before this stream's first (a message posted while another one's tools ran): its part is in
+    // that other message, not this one.
+    if (!this.known.has(ev.tool_use_id) && !this.stepOpen) return [];
     const out = this.ensureCall({ id: ev.tool_use_id, name: ev.name, input: ev.input });
     const agent = this.agents.has(ev.name) ? { providerExecuted: true } : {};
     out.push(

@@ -1184,3 +1184,34 @@ describe('chat resume of a run longer than the event log keeps', () => {
     await h.api.waitStatus(id, 'idle');
   });
 });
+
+describe('chat translator: a stream that starts while an earlier turn is at work', () => {
+  test("a tool result of a turn before the stream's first is not part of its message", () => {
+    const t = new ChatTranslator(undefined);
+    const chunks: UIChunk[] = [
+      ...t.start(),
+      // The previous message's call completes after this stream's cursor: it is that message's.
+      ...t.event('tool.completed', {
+        tool_use_id: 'toolu_before',
+        name: 'get_weather',
+        input: {},
+        content: 'sunny',
+      }),
+      ...t.event('turn.started', { iteration: 2 }),
+      ...t.event('turn.completed', {
+        iteration: 2,
+        message: { content: [{ type: 'text', text: 'Both answered.' }], stop_reason: 'end_turn' },
+      }),
+      ...t.event('session.status', { status: 'idle', stop_reason: 'end_turn' }),
+    ];
+    assert.deepEqual(types(chunks as UIMessageChunk[]), [
+      'start',
+      'start-step',
+      'text-start',
+      'text-delta',
+      'text-end',
+      'finish-step',
+      'finish',
+    ]);
+  });
+});
