@@ -1,7 +1,7 @@
 import type { FastifyPluginAsyncZod } from 'fastify-type-provider-zod';
 import type { FastifyReply } from 'fastify';
 import { randomBytes } from 'node:crypto';
-import { Conflict, NotFound } from '../src/errors.js';
+import { Conflict, NotFound, QuotaExceeded } from '../src/errors.js';
 import { checkWebhookUrl } from '../src/webhooks/address-guard.js';
 import { releaseAgents } from '../src/webhooks/attempt.js';
 import {
@@ -158,6 +158,12 @@ const routes: FastifyPluginAsyncZod = async (app) => {
       );
       // Sockets to the old URL are not kept (another replica's close after AGENT_IDLE_MS).
       if (b.url !== undefined) releaseAgents(w.id);
+      // Enabled again: what its outbox kept is due now (a disabled endpoint left the due set at its last claim, and
+      // a full outbox adds nothing that would bring it back).
+      if (b.disabled === false) {
+        await store.outbox.nudge(w.id, Date.now());
+        webhooks.kick(w.id);
+      }
       return send(reply, w);
     },
   );
@@ -235,6 +241,13 @@ const routes: FastifyPluginAsyncZod = async (app) => {
       });
       const r = await store.outbox.enqueue(w.id, [[msgId, body]], Date.now(), webhooks.maxPending);
       if (!r) throw new Conflict('webhook_disabled', 'The webhook is disabled.');
+      // The outbox is full (WEBHOOK_MAX_PENDING, _BYTES): the test event was not queued.
+      if (r.added === 0)
+        throw new QuotaExceeded(
+          'quota_exceeded',
+          'The endpoint already keeps as many undelivered events as WEBHOOK_MAX_PENDING (or _BYTES) allows.',
+          { quota: 'WEBHOOK_MAX_PENDING', limit: webhooks.maxPending.count },
+        );
       webhooks.kick(w.id);
       return reply.code(202).send({ message_id: msgId, type: TEST_EVENT_TYPE });
     },

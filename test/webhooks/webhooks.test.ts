@@ -568,3 +568,58 @@ async function until<T>(fn: () => Promise<T | null>): Promise<T> {
     await new Promise((r) => setTimeout(r, 25));
   }
 }
+
+describe('a webhook disabled, then enabled again', { timeout: 120_000 }, () => {
+  let h: Harness;
+  const receiver = new WebhookReceiver();
+  before(async () => {
+    await receiver.start();
+    h = await startHarness({
+      env: {
+        API_KEYS: 'acme:key-acme',
+        WEBHOOK_ALLOW_PRIVATE: 'true',
+        WEBHOOK_POLL_MS: '50',
+        WEBHOOK_RETRY_BASE_MS: '500',
+        WEBHOOK_RETRY_MAX_MS: '500',
+        WEBHOOK_MAX_PENDING: '1',
+      },
+    });
+  });
+  after(async () => {
+    await h?.close();
+    await receiver.close();
+  });
+
+  it('delivers what its outbox kept once enabled; a test event past a full outbox is 429', async () => {
+    const acme = h.api.as('key-acme');
+    const redis = h.service.app.redis;
+    const w = (await acme.post('/v1/webhooks', { url: receiver.url })).body;
+    receiver.setSecret(w.secret);
+    receiver.mode = 'fail';
+    assert.equal((await acme.post(`/v1/webhooks/${w.id}/test`, {})).status, 202);
+    await receiver.until(() => receiver.requests >= 1);
+    assert.equal((await acme.req('PATCH', `/v1/webhooks/${w.id}`, { disabled: true })).status, 200);
+    // The retry comes due; the claim finds the endpoint disabled and takes it out of the due set.
+    for (const deadline = Date.now() + 20_000; (await redis.zscore('wh:due', w.id)) !== null;) {
+      assert.ok(Date.now() < deadline, 'the disabled endpoint left the due set');
+      await new Promise((resolve) => setTimeout(resolve, 50));
+    }
+    receiver.mode = 'accept';
+    assert.equal((await acme.req('PATCH', `/v1/webhooks/${w.id}`, { disabled: false })).status, 200);
+    let timer: NodeJS.Timeout | undefined;
+    await Promise.race([
+      receiver.until(() => receiver.accepted.length >= 1),
+      new Promise((_, reject) => {
+        timer = setTimeout(() => reject(new Error('the kept event was never delivered')), 20_000);
+      }),
+    ]).finally(() => clearTimeout(timer));
+    // The outbox keeps 1 undelivered event: one held in flight, the next test event is refused, not lost silently.
+    receiver.mode = 'hang';
+    assert.equal((await acme.post(`/v1/webhooks/${w.id}/test`, {})).status, 202);
+    const full = await acme.post(`/v1/webhooks/${w.id}/test`, {});
+    assert.equal(full.status, 429, JSON.stringify(full.body));
+    assert.equal(full.body.error.code, 'quota_exceeded');
+    assert.equal(full.body.error.details.quota, 'WEBHOOK_MAX_PENDING');
+    receiver.releaseHeld();
+  });
+});
