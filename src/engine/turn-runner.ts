@@ -327,8 +327,12 @@ export abstract class TurnRunner {
       const max = this.runnerTurns + Math.max(1, budgetLeft(state, this.iteration));
       this.runner.setMessagesParams(this.runnerParamsNow(max, [...this.history]));
     };
-    if (change) await applyToolChange(deps, run, this.runner, state, this.history, change, handTo);
-    else handTo();
+    if (change) {
+      // The tools the calls of the next turns are looked up in (approval, idempotency, review): a tool added now is
+      // asked about like one given at create (not run as an unknown server call), one removed is "not found".
+      this.runnable = await sessionTools(deps, state);
+      await applyToolChange(deps, run, this.runner, state, this.history, change, handTo);
+    } else handTo();
     return true;
   }
 

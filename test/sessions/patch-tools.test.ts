@@ -107,6 +107,36 @@ describe('PATCH tools between turns', () => {
     assert.match(String(tokyo[0].content), /Tokyo/);
   });
 
+  it('mid-run: a tool added is held to the approval policy from the next turn (not run as an unknown server call)', async () => {
+    let id = '';
+    h.fake.setHandler(async (_req, index) => {
+      if (index === 0) {
+        // Lands while turn 1 is in flight: turn 2 may call the added tool.
+        const p = await patch(id, { tools: ['calculate_sum', 'get_weather'] });
+        assert.equal(p.status, 200, JSON.stringify(p.body));
+        return toolCall('calculate_sum', { a: 1, b: 2 });
+      }
+      if (index === 1) return toolCall('get_weather', { location: 'Paris' });
+      return text('Sunny.');
+    });
+    const s = await h.api.post('/v1/sessions', {
+      tools: ['calculate_sum'],
+      approval: ['get_weather'],
+      input: 'Add, then the weather',
+    });
+    assert.equal(s.status, 201, JSON.stringify(s.body));
+    id = s.body.id;
+    const waiting = await h.api.waitFor(id, (x) => x.status !== 'running');
+    assert.equal(waiting.status, 'requires_action', JSON.stringify(waiting.error));
+    assert.equal(waiting.required_action.type, 'approve_tool_calls');
+    assert.deepEqual(
+      waiting.required_action.tool_calls.map((c: { name: string }) => c.name),
+      ['get_weather'],
+    );
+    const events = (await h.api.get(`/v1/sessions/${id}/events?limit=1000`)).body.data as any[];
+    assert.ok(!events.some((e) => e.type === 'tool.started' && e.data.name === 'get_weather'), 'not run');
+  });
+
   it('while idle: a client tool added is offered with the next run, and its call waits for the client', async () => {
     const s = await h.api.post('/v1/sessions', { tools: ['calculate_sum'], input: 'Hi', start: false });
     const p = await patch(s.body.id, { tools: ['calculate_sum', lookup] });
