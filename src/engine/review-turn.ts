@@ -9,7 +9,7 @@ import type { BetaMessage } from '@anthropic-ai/sdk/resources/beta/messages/mess
 import type { ServerTool } from '../../tools/types.js';
 import type { StoredMessage, ToolCall } from '../history.js';
 import type { PendingStep } from '../store/pending.js';
-import { usageIncr, type IterationRecord, type SessionState } from '../store/session-state.js';
+import type { IterationRecord, SessionState } from '../store/session-state.js';
 import { endRun, persistedEvent } from './commit.js';
 import { pendingCalls } from './policy.js';
 import type { RunDeps, RunHandle } from './run-handle.js';
@@ -34,6 +34,8 @@ export async function pauseForReview(
     record: IterationRecord;
     events: Array<[string, string]>;
     carried: Record<string, string>;
+    /** The turn's usage and cost as every turn counts them (server-side compaction included: turn-runner.ts). */
+    usageIncrs: Record<string, number>;
   },
 ): Promise<void> {
   const { message, reply, calls, record } = turn;
@@ -46,14 +48,13 @@ export async function pauseForReview(
     record: n,
     turn: { content: message.content, stop_reason: message.stop_reason },
   };
-  // The turn's cost counted with its usage, as every turn's (src/cost/prices.ts); its review has a deadline too.
-  const costMicros = deps.store.spend.prices.turnCost(record.request.model, message.usage);
+  // Its review has a deadline too.
   const next = { status: 'requires_action' as const, pending: step, actionTimeoutS: state.actionTimeoutS };
   await endRun(deps, run, next, [], {
     push_msgs: [JSON.stringify(reply)],
     push_iters: [JSON.stringify(record)],
     hset: turn.carried,
-    hincr: { iteration: 1, ...usageIncr(message.usage, costMicros) },
+    hincr: { iteration: 1, ...turn.usageIncrs },
     events: [...turn.events, persistedEvent(record.iteration, n)],
   });
 }

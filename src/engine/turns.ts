@@ -87,7 +87,7 @@ class Turns extends TurnRunner {
     // with calls (cut at max_tokens, say) is not reviewed: the run stops there anyway, its calls answered "not run".
     const stopsWithCalls = message.stop_reason !== 'tool_use' && calls.length > 0;
     if (reviewsTurn(this.state, isUnfinished(message.stop_reason)) && !stopsWithCalls) {
-      const { reply, record, events, carried } = replied;
+      const { reply, record, events, carried, usageIncrs } = replied;
       await pauseForReview(this.deps, this.run, this.state, this.runnable, {
         message,
         reply,
@@ -95,6 +95,7 @@ class Turns extends TurnRunner {
         record,
         events,
         carried,
+        usageIncrs,
       });
       this.run.obs.turnEnded();
       return 'done';

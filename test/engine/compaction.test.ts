@@ -826,6 +826,33 @@ describe('sessions: compaction by the route, the policy and the API', () => {
     assert.equal(both.status, 400);
   });
 
+  test('a turn held for review (pause_after_turn) counts its server-side compaction in the session usage too', async () => {
+    const s = await create({
+      input: `${'Some long background. '.repeat(200)} Say hi.`,
+      pause_after_turn: true,
+      params: {
+        betas: [CONTEXT_COMPACTION_BETA],
+        context_management: {
+          edits: [{ type: 'compact_20260112', trigger: { type: 'input_tokens', value: 800 } }],
+        },
+      },
+    });
+    const held = await h.api.waitStatus(s.id, ['requires_action', 'idle', 'failed']);
+    assert.equal(held.status, 'requires_action', JSON.stringify(held.error));
+    assert.equal(held.required_action.type, 'review_turn');
+    const recs = (await h.api.get(`/v1/sessions/${s.id}/iterations`)).body.data;
+    const completed = ((await h.api.get(`/v1/sessions/${s.id}/events?limit=1000`)).body.data as any[]).find(
+      (e) => e.type === 'turn.completed',
+    );
+    assert.ok(
+      completed.data.message.usage.iterations?.some((e: { type: string }) => e.type === 'compaction'),
+      'the turn compacted server-side',
+    );
+    const sum = (k: string) => recs.reduce((n: number, r: any) => n + r.usage[k], 0);
+    assert.equal(held.usage.input_tokens, sum('input_tokens'));
+    assert.equal(held.usage.output_tokens, sum('output_tokens'));
+  });
+
   test('params.context_management passes through; a reply that stops for `compaction` continues the run', async () => {
     const s = await create({
       input: `${'Some long background. '.repeat(200)} What is 2 plus 3?`,
