@@ -48,11 +48,15 @@ export function toolCallsOf(message: StoredMessage | undefined): ToolCall[] {
 }
 
 /**
- * A reply's content as stored: without empty text blocks, which the API may answer (`{"type": "text", "text": ""}`)
- * but refuses in a request. A reply with nothing else is stored with no content (`[]`), left out when sent.
+ * A reply's content as stored: without empty or whitespace-only text blocks, which the API may answer (`""`,
+ * `"\n\n"` before a call) but refuses in a request ("text content blocks must contain non-whitespace text"). A reply
+ * with nothing else is stored with no content (`[]`), left out when sent.
  */
 export function storedReplyContent<B extends { type: string }>(content: B[]): B[] {
-  const empty = (b: B) => b.type === 'text' && (b as { text?: unknown }).text === '';
+  const empty = (b: B) => {
+    const text = (b as { text?: unknown }).text;
+    return b.type === 'text' && typeof text === 'string' && !/\S/.test(text);
+  };
   return content.some(empty) ? content.filter((b) => !empty(b)) : content;
 }
 

@@ -23,9 +23,9 @@ const blockText = z
   .refine((t) => t.length > 0, { message: 'text content blocks must be non-empty' });
 
 /**
- * The API refuses a user turn's text that is only whitespace ("text content blocks must contain non-whitespace
+ * The API refuses a message's text that is only whitespace ("text content blocks must contain non-whitespace
  * text"): refused when posted rather than failing the run, and every later one with it (a follow-up joins the same
- * trailing user turn). One `\S` test, no backtracking.
+ * trailing user turn). One `\S` test, no backtracking. (A reply's blank blocks are dropped when stored.)
  */
 const NOT_BLANK = { message: 'text content blocks must contain non-whitespace text' };
 const hasText = (t: string) => /\S/.test(t);
@@ -89,8 +89,8 @@ export const textBlock = z.strictObject({
   citations: z.array(citation).nullish(),
   ...withCache,
 });
-/** A text block of a user turn: not blank either. */
-const userTextBlock = textBlock.extend({ text: blockText.refine(hasText, NOT_BLANK) });
+/** A text block of a message (user or assistant): not blank either. */
+const nonBlankTextBlock = textBlock.extend({ text: blockText.refine(hasText, NOT_BLANK) });
 const imageSource = z.discriminatedUnion('type', [
   z.strictObject({
     type: z.literal('base64'),
@@ -227,7 +227,7 @@ const fallbackBlock = z.looseObject({
 });
 
 const userBlock = z.discriminatedUnion('type', [
-  userTextBlock,
+  nonBlankTextBlock,
   imageBlock,
   documentBlock,
   searchResultBlock,
@@ -235,7 +235,7 @@ const userBlock = z.discriminatedUnion('type', [
   containerUploadBlock,
 ]);
 const assistantBlock = z.discriminatedUnion('type', [
-  textBlock,
+  nonBlankTextBlock,
   toolUseBlock,
   thinkingBlock,
   redactedThinkingBlock,
@@ -267,5 +267,7 @@ export const messageParam = z.discriminatedUnion('role', [userMessage, assistant
 /** Content a client adds as a user turn (follow-ups): no tool results, those go through the tool-result routes. */
 export const userContent = z.union([
   userText,
-  z.array(z.discriminatedUnion('type', [userTextBlock, imageBlock, documentBlock, searchResultBlock])).min(1),
+  z
+    .array(z.discriminatedUnion('type', [nonBlankTextBlock, imageBlock, documentBlock, searchResultBlock]))
+    .min(1),
 ]);

@@ -204,8 +204,28 @@ describe('history round trip', () => {
     );
   });
 
+  it('a blank text block of a reply is not kept (the API refuses it in a request); a run goes on past it', async () => {
+    h.fake.reset();
+    h.fake.enqueue(
+      reply([textBlock('\n\n'), toolUse('calculate_sum', { a: 2, b: 3 }, 'toolu_blank1')]),
+      text('5.'),
+    );
+    const a = await h.api.post('/v1/sessions', { input: 'Add 2 and 3', tools: ['calculate_sum'] });
+    const done = await h.api.waitStatus(a.body.id, ['idle', 'failed']);
+    assert.equal(done.status, 'idle', JSON.stringify(done.error));
+    const answered = await messagesOf(a.body.id);
+    assert.deepEqual(
+      answered[1].content.map((b: { type: string }) => b.type),
+      ['tool_use'],
+    );
+    // Sent whole again (a new session from it): the API takes it.
+    const b = await create(answered);
+    const next = await nextRequest(b);
+    assert.equal(next.status, 200, JSON.stringify(next.messages));
+  });
+
   it('a reply that said nothing is kept as [], taken back, and left out of the next request', async () => {
-    for (const said of [reply([]), reply([textBlock('')])]) {
+    for (const said of [reply([]), reply([textBlock('')]), reply([textBlock(' \n')])]) {
       h.fake.reset();
       h.fake.enqueue(said);
       const a = await h.api.post('/v1/sessions', { input: 'Hello' });

@@ -1,6 +1,7 @@
 /**
  * What the Messages API checks inside content blocks and in `tool_choice` (the fake's validation): text blocks are
- * non-empty (in messages, nested tool results and `system`), a user turn's text is not only whitespace, an image or a PDF given as base64 carries a media type
+ * non-empty (in messages, nested tool results and `system`), a message's text block is not only whitespace (nor a user
+ * turn's string), an image or a PDF given as base64 carries a media type
  * the API takes and well-formed base64, one given by URL an https URL; `tool_choice` has its exact shape, `any` and
  * `tool` need tools, and `tool` names one of the tools available to the model.
  */
@@ -106,16 +107,15 @@ function checkBlock(raw: unknown, at: string): void {
 const BLANK = 'messages: text content blocks must contain non-whitespace text';
 const blank = (text: unknown) => typeof text === 'string' && text !== '' && !/\S/.test(text);
 
-/** The content blocks of a conversation's user and assistant messages; a user turn's text is never blank. */
+/** The content blocks of a conversation's user and assistant messages; a text block is never blank. */
 export function validateContentBlocks(conversation: readonly unknown[]): void {
   conversation.forEach((raw, i) => {
     const message = unchecked<'role' | 'content'>(raw);
     if (!message || message.role === 'system') return;
-    const user = message.role === 'user';
-    if (user && blank(message.content)) throw invalid(BLANK);
+    if (message.role === 'user' && blank(message.content)) throw invalid(BLANK);
     if (!Array.isArray(message.content)) return;
     message.content.forEach((b: unknown, j: number) => {
-      if (user && unchecked<'type' | 'text'>(b)?.type === 'text' && blank(unchecked<'text'>(b)?.text))
+      if (unchecked<'type' | 'text'>(b)?.type === 'text' && blank(unchecked<'text'>(b)?.text))
         throw invalid(BLANK);
       checkBlock(b, `messages.${i}.content.${j}`);
     });

@@ -70,6 +70,17 @@ describe('the fake refuses blocks the API refuses', () => {
       /^messages: text content blocks must contain non-whitespace text$/,
     ],
     [
+      'a text block of whitespace only in an assistant turn',
+      {
+        messages: [
+          user('hi'),
+          { role: 'assistant', content: [{ type: 'text', text: '\n\n' }] },
+          user('again'),
+        ],
+      },
+      /^messages: text content blocks must contain non-whitespace text$/,
+    ],
+    [
       'an empty text block in an assistant turn',
       { messages: [user('hi'), { role: 'assistant', content: [{ type: 'text', text: '' }] }, user('again')] },
       /text content blocks must be non-empty/,
