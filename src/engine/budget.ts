@@ -3,7 +3,7 @@ import { conflict } from '../errors.js';
 import type { StoredMessage } from '../history.js';
 import type { BudgetPolicy } from '../schemas.js';
 import type { SessionState, Usage } from '../store/session-state.js';
-import { commit, idleOps } from './commit.js';
+import { commit, followUpsAfter, idleOps } from './commit.js';
 import type { RunDeps, RunHandle } from './run-handle.js';
 
 /**
@@ -157,9 +157,6 @@ export async function stopForBudget(
 ): Promise<void> {
   // Idle whether or not anything was queued; the queue merge (after the status ops, in the same script) keeps the
   // follow-ups.
-  await commit(deps, run, {
-    ...idleOps(stopReason),
-    queue: last?.role === 'user' ? { into_last: true } : {},
-  });
+  await commit(deps, run, { ...idleOps(stopReason), ...followUpsAfter(last) });
   await deps.store.runs.end(run);
 }

@@ -1,6 +1,7 @@
 import { randomBytes } from 'node:crypto';
 import { FencedOut, InvalidStatus, NotFound, StoreUnavailable } from '../errors.js';
-import { toolCallsOf } from '../history.js';
+import { toolCallsOf, type StoredMessage } from '../history.js';
+import { withoutOpenCalls } from '../tools/server-blocks.js';
 import { pendingFields, resultsTurn, type PendingCall, type PendingStep } from '../store/pending.js';
 import type { SessionStore } from '../store/store.js';
 import { deadlineFields, spendOfIncr, type SessionError, type SessionState } from '../store/session-state.js';
@@ -224,13 +225,25 @@ export async function finish(
   if (res.mergedCount === 0) await deps.store.runs.end(run, state.tenant);
 }
 
+/**
+ * Where queued follow-ups go when a run stops or is interrupted (the ops' `queue`): onto a trailing user turn, or as a
+ * new one after a reply. After a paused reply (`pause_turn`: a server tool call without its result, which the API
+ * refuses any turn after) they stay queued: the next run resumes that turn before they join (run.ts `step`).
+ */
+export function followUpsAfter(last: StoredMessage | undefined): Pick<ApplyOps, 'queue'> {
+  if (last?.role === 'user') return { queue: { into_last: true } };
+  const paused =
+    last?.role === 'assistant' && Array.isArray(last.content) && withoutOpenCalls(last.content) !== last.content;
+  return paused ? {} : { queue: {} };
+}
+
 /** An interrupt aborted the turn in flight: its partial reply is dropped, the follow-ups join the last user turn. */
 export async function commitInterrupt(deps: RunDeps, run: RunHandle): Promise<void> {
   const [last, state] = await Promise.all([deps.store.lastMessage(run.id), deps.store.load(run.id)]);
   await commit(deps, run, {
     hset: { control: '' },
     events: [eventOf('turn.dropped', { iteration: (state?.iteration ?? 0) + 1, reason: 'interrupt' })],
-    queue: last?.role === 'user' ? { into_last: true } : {},
+    ...followUpsAfter(last ?? undefined),
   });
 }
 
@@ -284,10 +297,8 @@ export async function cancelSession(
         () => interruptedResult('cancelled before this tool call completed'),
       ),
     };
-  } else if (last?.role === 'user') {
-    ops.queue = { into_last: true };
   } else {
-    ops.queue = {};
+    Object.assign(ops, followUpsAfter(last ?? undefined));
   }
   if (hincr) ops.hincr = { ...ops.hincr, ...hincr };
   return store.apply(

@@ -1,7 +1,8 @@
 import { after, before, beforeEach, describe, it } from 'node:test';
 import assert from 'node:assert/strict';
 import { startHarness, type Harness } from '../helpers/service.js';
-import { reply, text, textBlock, toolUse } from '../fake/script.js';
+import { hang, reply, text, textBlock, toolUse } from '../fake/script.js';
+import { checkHistory } from '../../src/history.js';
 import type { FakeStopReason } from '../../src/offline/wire.js';
 
 /** The SDK runner's rules (contract §7.5): stop reasons. */
@@ -159,6 +160,47 @@ describe('stop reasons, as the SDK runner', () => {
     assert.equal(h.fake.requests[3]!.status, 200);
     assert.equal(h.fake.requests[3]!.messages.length, 1);
   });
+
+  for (const how of ['cancel', 'interrupt'] as const) {
+    it(`${how} while a paused turn is resumed, a message queued: the history stays one the API takes`, async () => {
+      h.fake.enqueue(
+        reply([{ type: 'server_tool_use', id: 'srvtoolu_q1', name: 'web_search', input: { query: 'x' } }], {
+          stop_reason: 'pause_turn',
+        }),
+        hang(),
+      );
+      const r = await h.api.post('/v1/sessions', {
+        input: 'Search x',
+        tools: [{ type: 'web_search_20250305', name: 'web_search' }],
+      });
+      assert.equal(r.status, 201, JSON.stringify(r.body));
+      const id = r.body.id as string;
+      await h.fake.waitForRequests(2); // the continuation is in flight
+      h.fake.enqueue(
+        reply([{ ...searchResult, tool_use_id: 'srvtoolu_q1' }, textBlock('Found x.')]),
+        text('And y too.'),
+      );
+      if (how === 'cancel') {
+        assert.equal((await h.api.post(`/v1/sessions/${id}/messages`, { text: 'And y?' })).status, 202);
+        assert.equal((await h.api.post(`/v1/sessions/${id}/cancel`)).status, 200);
+        const s = await h.api.waitStatus(id, ['idle', 'failed']);
+        assert.equal(s.stop_reason, 'cancelled');
+        assert.deepEqual(checkHistory(await history(h, id)), []);
+        // The next message's run resumes the paused turn first, then the two messages join as one turn.
+        assert.equal((await h.api.post(`/v1/sessions/${id}/messages`, { text: 'Go on.' })).status, 202);
+      } else {
+        const m = await h.api.post(`/v1/sessions/${id}/messages`, { text: 'And y?', interrupt: true });
+        assert.equal(m.status, 202, JSON.stringify(m.body));
+      }
+      const done = await h.api.waitFor(id, (x) => x.status !== 'running' && h.fake.requests.length >= 4);
+      assert.equal(done.status, 'idle', JSON.stringify(done.error));
+      for (const req of h.fake.requests.slice(2)) assert.equal(req.status, 200, JSON.stringify(req.messages));
+      assert.deepEqual(
+        (await history(h, id)).map((x) => x.role),
+        ['user', 'assistant', 'assistant', 'user', 'assistant'],
+      );
+    });
+  }
 
   it('the fake refuses a user turn after an unanswered server_tool_use', async () => {
     const { validateConversation } = await import('../fake/server.js');
