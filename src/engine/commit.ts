@@ -233,7 +233,9 @@ export async function finish(
 export function followUpsAfter(last: StoredMessage | undefined): Pick<ApplyOps, 'queue'> {
   if (last?.role === 'user') return { queue: { into_last: true } };
   const paused =
-    last?.role === 'assistant' && Array.isArray(last.content) && withoutOpenCalls(last.content) !== last.content;
+    last?.role === 'assistant' &&
+    Array.isArray(last.content) &&
+    withoutOpenCalls(last.content) !== last.content;
   return paused ? {} : { queue: {} };
 }
 
