@@ -107,3 +107,104 @@ describe('ToolWorker (typed client)', { timeout: 120_000 }, () => {
     }
   });
 });
+
+describe(
+  'ToolWorker (typed client) rides out a service that refuses for a while',
+  { timeout: 120_000 },
+  () => {
+    let h: Harness;
+    before(async () => {
+      h = await startHarness({ env: { API_KEYS: `acme:${KEY}`, TOOL_TASK_LEASE_MS: '3000' } });
+    });
+    after(async () => h?.close());
+    beforeEach(() => h.fake.reset());
+
+    it('a result refused (503, Retry-After) longer than a lease is sent again while heartbeats hold it: one run', async () => {
+      const { tool, runs } = countingTool('blip_probe', 'once');
+      let refusedResults = 0;
+      const worker = new ToolWorker({
+        baseUrl: h.service.url,
+        apiKey: KEY,
+        tools: [tool],
+        waitMs: 2000,
+        // A proxy in front of the service answers its first 8 result posts 503 (a deploy): 8 s or more, well past a lease.
+        fetch: async (req) => {
+          if (req.url.endsWith('/result') && refusedResults < 8) {
+            refusedResults++;
+            return new Response('{"error":{"code":"store_unavailable","message":"deploying"}}', {
+              status: 503,
+              headers: { 'content-type': 'application/json', 'retry-after': '1' },
+            });
+          }
+          return fetch(req);
+        },
+      });
+      await worker.start();
+      try {
+        h.fake.enqueue(toolCalls([toolUse('blip_probe', {}, 'toolu_blip')]), text('Done.'));
+        const s = await h.client.createSession({ input: 'blip', tools: ['blip_probe'] });
+        const done = await h.client.waitFor(s.id, ['idle', 'failed'], { timeoutMs: 60_000 });
+        assert.equal(done.status, 'idle');
+        assert.equal(refusedResults, 8);
+        assert.equal(runs.length, 1, 'the tool ran once');
+        const events = (await h.client.listEvents(s.id, { limit: 500 })).data;
+        assert.deepEqual(ofType(events, 'tool_task.retried'), []);
+      } finally {
+        await worker.stop();
+      }
+    });
+
+    it("registering keeps a tool's settings the worker does not name; a throwing onError does not stop it", async () => {
+      const put = await h.api.as(KEY).req('PUT', '/v1/tools/kept_probe', {
+        description: 'old',
+        input_schema: { type: 'object', properties: {} },
+        runner: { type: 'worker' },
+        max_attempts: 1,
+        idempotent: true,
+      });
+      assert.ok(put.status < 300, JSON.stringify(put.body));
+      const { tool, runs } = countingTool('kept_probe', 'kept');
+      let claims = 0;
+      const worker = new ToolWorker({
+        baseUrl: h.service.url,
+        apiKey: KEY,
+        tools: [tool],
+        waitMs: 0,
+        register: { read_only: true },
+        onError: () => {
+          throw new Error('a careless callback');
+        },
+        // The first claim fails (no answer): onError is told, and throws.
+        fetch: async (req) => {
+          if (req.url.endsWith('/claim') && claims++ === 0) throw new TypeError('fetch failed');
+          return fetch(req);
+        },
+      });
+      await worker.start();
+      try {
+        const got = (await h.api.as(KEY).get('/v1/tools/kept_probe')).body;
+        assert.equal(got.description, 'Counts its runs.');
+        assert.equal(got.max_attempts, 1);
+        assert.equal(got.idempotent, true);
+        assert.equal(got.read_only, true);
+        h.fake.enqueue(toolCalls([toolUse('kept_probe', {}, 'toolu_kept')]), text('Done.'));
+        const s = await h.client.createSession({ input: 'kept', tools: ['kept_probe'] });
+        assert.equal(
+          (await h.client.waitFor(s.id, ['idle', 'failed'], { timeoutMs: 30_000 })).status,
+          'idle',
+        );
+        assert.equal(runs.length, 1);
+        // waitMs 0: a claim that brings nothing is followed by the next a second later at the soonest, not at once.
+        const before = claims;
+        const t0 = Date.now();
+        for (const deadline = Date.now() + 30_000; claims < before + 3;) {
+          assert.ok(Date.now() < deadline, 'claims go on');
+          await new Promise((resolve) => setTimeout(resolve, 50));
+        }
+        assert.ok(Date.now() - t0 >= 2000, `3 claims in ${Date.now() - t0} ms`);
+      } finally {
+        await worker.stop();
+      }
+    });
+  },
+);

@@ -8,7 +8,7 @@
  * used through their shape.
  */
 import { isJsonType, isObject } from './answer.js';
-import { ConnectionError } from './errors.js';
+import { ConnectionError, retryAfterMs } from './errors.js';
 import type { FetchLike } from './http.js';
 
 type ResultContent = string | Array<Record<string, unknown> & { type: string }>;
@@ -43,8 +43,14 @@ export interface ToolWorkerOptions {
   concurrency?: number | undefined;
   /** Names this worker in `tool.started` events and in `GET /v1/tools` (default: random). */
   workerId?: string | undefined;
-  /** Register the tools at start (default true); their `timeout_ms` / `max_attempts` / `idempotent` if given. */
-  register?: boolean | { timeout_ms?: number; max_attempts?: number; idempotent?: boolean } | undefined;
+  /**
+   * Register the tools at start (default true); their `timeout_ms` / `max_attempts` / `idempotent` / `read_only` if
+   * given. A tool registered already keeps the settings these do not name (set through the API, say).
+   */
+  register?:
+    | boolean
+    | { timeout_ms?: number; max_attempts?: number; idempotent?: boolean; read_only?: boolean }
+    | undefined;
   /**
    * How long one claim waits for a call (ms, default 20000, at most 30000). `stop()` lets the claim in flight return
    * (it may bring calls the service has leased to this worker), so it can take this long before the calls end (15 s
@@ -52,7 +58,10 @@ export interface ToolWorkerOptions {
    */
   waitMs?: number | undefined;
   fetch?: FetchLike | undefined;
-  /** Told of failures the worker rides out (a claim, the registration after a restart, or a submit retried). */
+  /**
+   * Told of failures the worker rides out (a claim, the registration after a restart, or a submit retried). What it
+   * throws is ignored: the worker goes on.
+   */
   onError?: ((err: unknown, what: string) => void) | undefined;
 }
 
@@ -83,16 +92,32 @@ class HttpStatus extends Error {
   constructor(
     readonly status: number,
     readonly code: string,
+    /** The answer's `Retry-After` (ms), if any. */
+    readonly retryAfterMs: number | undefined,
   ) {
     super(`HTTP ${status} ${code}`);
   }
 }
 
+/** Whether a failed request may succeed if sent again: no answer (or not the API's), 408, 429 or a 5xx. */
+const transient = (err: unknown) =>
+  err instanceof ConnectionError ||
+  (err instanceof HttpStatus && (err.status === 408 || err.status === 429 || err.status >= 500));
+
+/** Resolves after `ms`, or at once when `signal` aborts (its listener removed either way). */
 const sleep = (ms: number, signal?: AbortSignal) =>
   new Promise<void>((resolve) => {
-    const t = setTimeout(resolve, ms);
-    signal?.addEventListener('abort', () => (clearTimeout(t), resolve()), { once: true });
+    const done = () => {
+      clearTimeout(t);
+      signal?.removeEventListener('abort', done);
+      resolve();
+    };
+    const t = setTimeout(done, ms);
+    signal?.addEventListener('abort', done, { once: true });
   });
+
+/** A claim that brought nothing is followed by the next one at least this long after it began (ms): `waitMs: 0`. */
+const MIN_POLL_MS = 1000;
 
 /** The service's shortest lease (TOOL_TASK_LEASE_MS, ms). */
 const MIN_LEASE_MS = 1000;
@@ -153,18 +178,24 @@ export class ToolWorker {
     body?: unknown,
     signal?: AbortSignal,
   ): Promise<{ body: T; date: number | null }> {
-    const res = await this.fetchFn(
-      new Request(this.o.baseUrl.replace(/\/$/, '') + path, {
-        method,
-        headers: {
-          'content-type': 'application/json',
-          ...(this.o.apiKey ? { authorization: `Bearer ${this.o.apiKey}` } : {}),
-        },
-        body: JSON.stringify(body ?? {}),
-        ...(signal ? { signal } : {}),
-      }),
-    );
-    const text = await res.text();
+    const req = new Request(this.o.baseUrl.replace(/\/$/, '') + path, {
+      method,
+      headers: {
+        'content-type': 'application/json',
+        ...(this.o.apiKey ? { authorization: `Bearer ${this.o.apiKey}` } : {}),
+      },
+      ...(method === 'GET' ? {} : { body: JSON.stringify(body ?? {}) }),
+      ...(signal ? { signal } : {}),
+    });
+    let res: Response;
+    let text: string;
+    try {
+      res = await this.fetchFn(req);
+      text = await res.text();
+    } catch (err) {
+      // No answer, or one cut short (a network error, the service down, a timeout): worth another try.
+      throw new ConnectionError(`${method} ${path}: no answer (${String(err)})`, { cause: err });
+    }
     let parsed: unknown = null;
     let notJson: unknown;
     try {
@@ -176,7 +207,7 @@ export class ToolWorker {
       // An error answer's body is read leniently: a proxy's 502 page is a 502 all the same.
       const code =
         isObject(parsed) && isObject(parsed['error']) ? String(parsed['error']['code']) : 'unknown';
-      throw new HttpStatus(res.status, code);
+      throw new HttpStatus(res.status, code, retryAfterMs(res.headers.get('retry-after')));
     }
     // Every 2xx answer of the worker protocol is a JSON object: anything else is not the API (a proxy's page).
     const type = res.headers.get('content-type');
@@ -190,11 +221,34 @@ export class ToolWorker {
     return { body: parsed as T, date: Number.isNaN(date) ? null : date };
   }
 
-  /** Registers the tools (unless `register: false`), then claims and runs calls until `stop()`. */
+  /** What `onError` is told; what it throws does not stop the worker. */
+  private told(err: unknown, what: string): void {
+    try {
+      this.o.onError?.(err, what);
+    } catch {
+      // The worker's own loop goes on whatever the callback does.
+    }
+  }
+
+  /**
+   * Registers the tools (unless `register: false`), then claims and runs calls until `stop()`. A service not up yet
+   * (no answer, 5xx, 429) is waited for, with backoff; a definition it refuses (4xx) rejects.
+   */
   async start(): Promise<void> {
     if (this.loop) return;
     this.stopping = new AbortController();
-    if (this.o.register !== false) await this.registerAll();
+    if (this.o.register !== false) {
+      for (let attempt = 0; ; attempt++) {
+        try {
+          await this.registerAll();
+          break;
+        } catch (err) {
+          if (!transient(err) || this.stopping.signal.aborted) throw err;
+          this.told(err, 'register');
+          await sleep(backoff(attempt), this.stopping.signal);
+        }
+      }
+    }
     this.loop = this.claimLoop();
   }
 
@@ -202,12 +256,25 @@ export class ToolWorker {
     const extra = typeof this.o.register === 'object' ? this.o.register : {};
     for (const t of this.tools.values()) {
       if (!t.input_schema) throw new Error(`${t.name}: a worker tool needs an input_schema`);
-      await this.call('PUT', `/v1/tools/${encodeURIComponent(t.name)}`, {
+      const path = `/v1/tools/${encodeURIComponent(t.name)}`;
+      const definition = {
         description: t.description ?? '',
         input_schema: t.input_schema,
         runner: { type: 'worker' },
-        ...extra,
-      });
+      };
+      // A tool registered already keeps the settings this worker does not name (the PUT replaces the whole tool).
+      let kept: Record<string, unknown> = {};
+      try {
+        const now = await this.call<Record<string, unknown>>('GET', path);
+        kept = Object.fromEntries(
+          ['timeout_ms', 'max_attempts', 'idempotent', 'read_only']
+            .filter((k) => now[k] !== undefined && now[k] !== null)
+            .map((k) => [k, now[k]]),
+        );
+      } catch (err) {
+        if (!(err instanceof HttpStatus && err.status === 404)) throw err;
+      }
+      await this.call('PUT', path, { ...definition, ...kept, ...extra });
     }
   }
 
@@ -249,9 +316,10 @@ export class ToolWorker {
         date = r.date;
       } catch (err) {
         if (signal.aborted) break;
-        this.o.onError?.(err, 'claim');
-        // The service restarting, a network cut: claim again after a backoff.
-        await sleep(backoff(failures++), signal);
+        this.told(err, 'claim');
+        // The service restarting, a network cut, a rate limit: claim again after a backoff (or its Retry-After).
+        const wait = err instanceof HttpStatus ? err.retryAfterMs : undefined;
+        await sleep(Math.max(wait ?? 0, backoff(failures++)), signal);
         continue;
       }
       // The calls an answer brought are leased to this worker: started before anything else can fail.
@@ -267,47 +335,70 @@ export class ToolWorker {
           await this.registerAll();
         } catch (err) {
           if (signal.aborted) break;
-          this.o.onError?.(err, 'register');
+          this.told(err, 'register');
           await sleep(backoff(failures++), signal);
           continue;
         }
       }
       failures = 0;
+      // A short `waitMs` (0: no long poll) must not make the claims a busy loop on the tenant's rate limit.
+      if (tasks.length === 0 && this.waitMs < MIN_POLL_MS) await sleep(MIN_POLL_MS - this.waitMs, signal);
     }
   }
 
-  /** Runs one call, heartbeating every third of its lease (`leaseMs`) meanwhile, and submits its result. */
+  /**
+   * Runs one call and submits its result, heartbeating every third of its lease (`leaseMs`) all along, the submit
+   * included: a result is sent again (no answer, 408, 429 with its Retry-After, 5xx) for as long as the lease may
+   * still be this worker's — until a heartbeat says it is lost (409, 404) or none has held it for a whole lease —
+   * since a result given up while the lease lives gets the call run again once it lapses.
+   */
   private async runTask(task: ToolTask, leaseMs: number): Promise<void> {
     const lost = new AbortController();
-    const beat = setInterval(
-      () => {
-        this.call('POST', `/v1/tool-tasks/${task.id}/heartbeat`).catch((err: unknown) => {
+    const every = Math.max(250, Math.floor(leaseMs / 3));
+    let heldUntil = Date.now() + leaseMs;
+    const beat = setInterval(() => {
+      const sent = Date.now();
+      this.call('POST', `/v1/tool-tasks/${task.id}/heartbeat`, undefined, AbortSignal.timeout(every))
+        .then(() => void (heldUntil = sent + leaseMs))
+        .catch((err: unknown) => {
           // Lost, cancelled or completed: this attempt is over; the tool is told through its signal.
           if (err instanceof HttpStatus && (err.status === 409 || err.status === 404)) lost.abort();
         });
-      },
-      Math.floor(leaseMs / 3),
-    );
-    let result: { content: ResultContent; is_error: boolean };
+    }, every);
     try {
-      result = await this.execute(task, lost.signal);
+      const result = await this.execute(task, lost.signal);
+      if (!lost.signal.aborted) await this.submit(task, result, lost.signal, () => heldUntil, every);
     } finally {
       clearInterval(beat);
     }
-    if (lost.signal.aborted) return;
+  }
+
+  private async submit(
+    task: ToolTask,
+    first: { content: ResultContent; is_error: boolean },
+    lost: AbortSignal,
+    heldUntil: () => number,
+    timeoutMs: number,
+  ): Promise<void> {
+    let result = first;
     let replaced = false;
     for (let attempt = 0; ; attempt++) {
       try {
-        await this.call('POST', `/v1/tool-tasks/${task.id}/result`, result);
+        await this.call(
+          'POST',
+          `/v1/tool-tasks/${task.id}/result`,
+          result,
+          AbortSignal.timeout(timeoutMs * 3),
+        );
         return;
       } catch (err) {
-        if (err instanceof HttpStatus && err.status < 500 && err.status !== 429) {
+        if (!transient(err) && err instanceof HttpStatus) {
           // 409, 404: the service takes no result for this task (lease lost, cancelled, completed): nothing to send.
           if (err.status === 409 || err.status === 404 || replaced) return;
           // Any other 4xx refuses this result itself (too large, blocks the Messages API would refuse, a lone
           // surrogate): the call is answered with an error saying so, once — left unanswered, its lease would lapse
           // and the tool run again on every attempt.
-          this.o.onError?.(err, 'result');
+          this.told(err, 'result');
           replaced = true;
           result = {
             content: `Error: the service refused the tool's result (HTTP ${err.status} ${err.code}).`,
@@ -315,9 +406,12 @@ export class ToolWorker {
           };
           continue;
         }
-        this.o.onError?.(err, 'result');
-        if (attempt >= 12) return;
-        await sleep(backoff(attempt));
+        this.told(err, 'result');
+        const wait = Math.max(err instanceof HttpStatus ? (err.retryAfterMs ?? 0) : 0, backoff(attempt));
+        // The lease is gone (a heartbeat said so, or none held it for a whole lease): the call is offered again.
+        // Heartbeats go on while this waits, so the wait may outlast the lease as it stood.
+        if (lost.aborted || Date.now() > heldUntil()) return;
+        await sleep(wait, lost);
       }
     }
   }
