@@ -68,6 +68,14 @@ export async function callToolUrl(o: {
         },
       },
       (res) => {
+        // A non-2xx is a failed try whatever it says (retried): its body (a proxy's error page, of any size) unread.
+        const status = res.statusCode ?? 0;
+        if (status < 200 || status > 299) {
+          res.destroy();
+          req.destroy();
+          finish({ kind: 'answer', status, body: '' });
+          return;
+        }
         const chunks: Buffer[] = [];
         let read = 0;
         res.on('data', (chunk: Buffer) => {

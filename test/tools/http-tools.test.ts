@@ -136,6 +136,28 @@ describe('http tools', { timeout: 120_000 }, () => {
     );
   });
 
+  it('a non-2xx is retried whatever its body: an error page past TOOL_RESULT_MAX_BYTES too', async () => {
+    const put = await h.api.req('PUT', '/v1/tools/big_error', {
+      description: 'Answers a large error page first.',
+      input_schema: { type: 'object', properties: {} },
+      runner: { type: 'http', url, timeout_ms: 5000 },
+      max_attempts: 3,
+    });
+    assert.equal(put.status, 201, JSON.stringify(put.body));
+    verifier = new Webhook(put.body.secret);
+    handlers.push(
+      (_b, res) =>
+        res.writeHead(502, { 'content-type': 'text/html' }).end('<p>bad gateway</p>'.repeat(120_000)),
+      (_b, res) => json(res, 200, { content: 'fine' }),
+    );
+    h.fake.enqueue(toolCalls([toolUse('big_error', {}, 'toolu_big1')]), text('Fine.'));
+    const id = (await h.api.post('/v1/sessions', { input: 'go', tools: ['big_error'] })).body.id;
+    const s = await h.api.waitStatus(id, 'idle', 30_000);
+    assert.equal(s.stop_reason, 'end_turn');
+    assert.deepEqual(resultsSent(1), [{ type: 'tool_result', tool_use_id: 'toolu_big1', content: 'fine' }]);
+    assert.equal(seen.length, 2);
+  });
+
   it('a body that trickles past the deadline fails the try; after max_attempts the call is an error', async () => {
     const put = await h.api.req('PUT', '/v1/tools/slow_body', {
       description: 'Answers slowly.',
