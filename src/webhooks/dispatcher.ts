@@ -16,6 +16,10 @@ import type { WebhookStore } from './store.js';
  * `retryForMs` after its first attempt; an endpoint failing for `disableAfterMs` is disabled.
  */
 
+/** Due endpoints read per page of a poll, and the most pages one poll reads (see `poll`). */
+const POLL_PAGE = 50;
+const POLL_PAGES = 10;
+
 export interface DispatcherOptions {
   store: WebhookStore;
   fanout: Fanout;
@@ -102,11 +106,19 @@ export class Dispatcher {
     const { store } = this.opts;
     try {
       const now = Date.now();
-      const due = this.inflight < this.opts.processMax ? await store.outbox.due(now, 50) : [];
-      for (const [id, score] of due) {
-        if (this.claiming.has(id)) continue;
-        if (this.tenantFull(id)) continue;
-        void this.claimAndSend(id, score);
+      // The oldest due endpoints, paged past those this process cannot claim now (claiming, or their tenant at its
+      // cap): a tenant's many endpoints waiting at the head (a backlog to a slow receiver) keep their old scores, and
+      // reading only the head would leave every other tenant's behind them.
+      let started = 0;
+      for (let page = 0, offset = 0; page < POLL_PAGES && this.inflight < this.opts.processMax; page++) {
+        const due = await store.outbox.due(now, POLL_PAGE, offset);
+        for (const [id, score] of due) {
+          if (this.claiming.has(id) || this.tenantFull(id)) continue;
+          void this.claimAndSend(id, score);
+          started++;
+        }
+        if (due.length < POLL_PAGE || started >= POLL_PAGE) break;
+        offset += due.length;
       }
       const marks = await store.outbox.staleMarks(now - this.opts.graceMs, 20);
       await Promise.all(

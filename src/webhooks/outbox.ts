@@ -176,9 +176,9 @@ export class WebhookOutbox {
     return { added, dropped };
   }
 
-  /** Endpoints with deliveries due by `now`, with the scores read (for `reschedule`). */
-  async due(now: number, limit: number): Promise<Array<[string, number]>> {
-    return scored(await this.redis.zrangebyscore(DUE_KEY, '-inf', now, 'WITHSCORES', 'LIMIT', 0, limit));
+  /** Endpoints with deliveries due by `now` (past the `offset` first), with the scores read (for `reschedule`). */
+  async due(now: number, limit: number, offset = 0): Promise<Array<[string, number]>> {
+    return scored(await this.redis.zrangebyscore(DUE_KEY, '-inf', now, 'WITHSCORES', 'LIMIT', offset, limit));
   }
 
   /** Claims due messages within the endpoint's concurrency limit (atomic; see claim-5.lua). */
