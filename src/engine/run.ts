@@ -278,7 +278,7 @@ export class Run {
       await finish(deps, run, state, 'max_iterations');
       return 'done';
     }
-    return runTurns(deps, run, state, history, budget, log);
+    return runTurns(deps, run, state, history, budget, log, paused);
   }
 
   /**

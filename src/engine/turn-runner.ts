@@ -152,14 +152,18 @@ export abstract class TurnRunner {
     });
   }
 
-  /** The runner, over the session's tools and history: compactions asked for and a pending tool change go first. */
-  async start(budget: number): Promise<void> {
+  /**
+   * The runner, over the session's tools and history: compactions asked for and a pending tool change go first —
+   * unless the history ends with a paused reply (`paused`), which must go back as the last message: as the SDK's
+   * runner does, they wait until the turn that resumes it has ended (handOver, afterHandOver).
+   */
+  async start(budget: number, paused = false): Promise<void> {
     const { deps, run, state, history } = this;
     // Resolved once per runner: an MCP server's tool list change is taken up by the next run.
     this.runnable = await sessionTools(deps, state);
     // After a PATCH of `tools`, runners still send the set at create as `tools` (src/engine/tools-change.ts).
     this.tools = await toolsToSend(deps, state, this.runnable, this.durations);
-    const change = await pendingToolChange(deps, state, this.durations, true);
+    const change = paused ? null : await pendingToolChange(deps, state, this.durations, true);
     this.capMarks(change);
     // Over the session's message thread when it still holds the history (thread-anchor.ts).
     this.runner = startRunner(
@@ -171,7 +175,7 @@ export abstract class TurnRunner {
     );
     // Compactions asked for (route, policy) run before the next turn: see compaction.ts.
     this.compaction = new RunCompaction(deps, run, state, this.runner);
-    await this.compaction.atStart(history);
+    if (!paused) await this.compaction.atStart(history);
     if (change) await applyToolChange(deps, run, this.runner, state, history, change);
   }
 

@@ -47,9 +47,11 @@ export async function runTurns(
   history: StoredMessage[],
   budget: number,
   log: EngineLogger,
+  /** The history ends with a paused reply (`pause_turn`, a server-side `compaction`): the first turn resumes it. */
+  paused = false,
 ): Promise<'done' | 'again'> {
   const turns = new Turns(deps, run, state, history, log);
-  await turns.start(budget);
+  await turns.start(budget, paused);
   return turns.loop();
 }
 

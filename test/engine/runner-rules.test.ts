@@ -88,7 +88,10 @@ describe('stop reasons, as the SDK runner', () => {
   }
 
   /** A session stopped by `max_iterations: 1` after a `pause_turn` whose server tool call has no result yet. */
-  async function pausedAtMaxIterations(): Promise<string> {
+  async function pausedAtMaxIterations(
+    body: Record<string, unknown> = {},
+    usage?: { input_tokens: number; output_tokens: number },
+  ): Promise<string> {
     h.fake.enqueue(
       reply(
         [
@@ -97,6 +100,7 @@ describe('stop reasons, as the SDK runner', () => {
         ],
         {
           stop_reason: 'pause_turn',
+          ...(usage ? { usage } : {}),
         },
       ),
     );
@@ -104,6 +108,7 @@ describe('stop reasons, as the SDK runner', () => {
       input: 'Search x',
       tools: [{ type: 'web_search_20250305', name: 'web_search' }],
       max_iterations: 1,
+      ...body,
     });
     assert.equal(r.status, 201, JSON.stringify(r.body));
     const s = await h.api.waitStatus(r.body.id, ['idle', 'failed']);
@@ -140,6 +145,37 @@ describe('stop reasons, as the SDK runner', () => {
     for (const r of h.fake.requests) assert.equal(r.status, 200, JSON.stringify(r.messages));
     assert.equal((await history(h, id)).at(-1).role, 'assistant');
   });
+
+  for (const what of ['a tool change', 'a compaction'] as const) {
+    it(`max_iterations mid pause_turn, then ${what} and a message: the paused turn is resumed first`, async () => {
+      const id =
+        what === 'a compaction'
+          ? await pausedAtMaxIterations(
+              { compaction: { at_input_tokens: 1000 } },
+              { input_tokens: 5000, output_tokens: 10 },
+            )
+          : await pausedAtMaxIterations();
+      if (what === 'a tool change') {
+        const p = await h.api.req('PATCH', `/v1/sessions/${id}`, {
+          tools: [{ type: 'web_search_20250305', name: 'web_search' }, 'get_weather'],
+        });
+        assert.equal(p.status, 200, JSON.stringify(p.body));
+      }
+      h.fake.enqueue(reply([searchResult, textBlock('Found x.')]), text('Sure.'), text('More.'));
+      assert.equal((await h.api.post(`/v1/sessions/${id}/messages`, { text: 'And y?' })).status, 202);
+      const s = await h.api.waitFor(id, (x) => x.status !== 'running' && h.fake.requests.length >= 2);
+      assert.equal(s.status, 'idle', JSON.stringify(s.error));
+      // The new runner's first request continues the paused turn: the paused reply is its last message (no
+      // compaction request, no tool-change message after it).
+      const resumed = h.fake.requests[1]!;
+      assert.equal(resumed.status, 200, JSON.stringify(resumed.messages));
+      const last = resumed.messages.at(-1) as { role: string; content: Array<{ type: string }> };
+      assert.equal(last.role, 'assistant');
+      assert.ok(last.content.some((b) => b.type === 'server_tool_use'));
+      assert.equal(resumed.body.compaction, undefined, 'not a compaction request');
+      for (const r of h.fake.requests) assert.equal(r.status, 200, JSON.stringify(r.messages));
+    });
+  }
 
   it('max_iterations mid pause_turn: continue resumes it; retry sends it again', async () => {
     const id = await pausedAtMaxIterations();
