@@ -82,9 +82,10 @@ export function streamMessage(
     reply.pauseAfterEvents !== undefined && tail === 'end'
       ? clamp(reply.pauseAfterEvents, 1, beforeStop)
       : null;
-  // Headers leave at once, as from the real API; the events follow at the pace.
-  if (delay > 0) res.flushHeaders();
-  if (!(delay > 0)) {
+  // Headers leave at once, as from the real API; the events follow at the pace. A stream to hold goes event by event
+  // even unpaced (a hold is not dropped for want of a pace: a test waiting on it would race the whole stream).
+  if (delay > 0 || pauseAt !== null) res.flushHeaders();
+  if (!(delay > 0) && pauseAt === null) {
     finish(events.slice(0, count));
     return;
   }
