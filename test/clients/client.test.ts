@@ -151,6 +151,26 @@ describe('typed client', () => {
     assert.equal(rest.at(-1)!.type, 'session.deleted');
   });
 
+  it('follow() read slower than it receives is cut at maxBufferedBytes and resumes: every event once, in order', async () => {
+    h.fake.enqueue(text(Array.from({ length: 300 }, (_, i) => `word${i}`).join(' ')));
+    const s = await h.client.createSession({ input: 'Long' });
+    await h.client.waitFor(s.id, 'idle', { timeoutMs: 15_000 });
+    const log = await wholeLog(h.client, s.id);
+    assert.ok(log.length > 50, `${log.length} events`);
+    const closes: number[] = [];
+    const got: Event[] = [];
+    for await (const ev of h.client.follow(s.id, {
+      maxBufferedBytes: 2000,
+      onConnection: (state, info) => void (state === 'closed' && info && closes.push(info.code)),
+    })) {
+      got.push(ev);
+      if (got.length === log.length) break;
+      await new Promise((r) => setImmediate(r));
+    }
+    assert.deepEqual(ids(got), ids(log));
+    assert.ok(closes.includes(4000), `closed behind at least once: ${closes.join(',')}`);
+  });
+
   it('follow() tells onConnection of each socket: connecting, open, closed with its code', async () => {
     h.fake.enqueue(text('Short.'));
     const s = await h.client.createSession({ input: 'Hi' });

@@ -31,7 +31,18 @@ export interface FollowOptions {
    * connection to a person; the events themselves come from the iterator only.
    */
   onConnection?: ((state: ConnectionState, info?: { code: number }) => void) | undefined;
+  /**
+   * Most bytes of events received and not yet taken from the iterator (default 8 MiB). A loop slower than the
+   * session passes it: the socket is closed (4000 `client_behind`) and the follow reconnects after the last event it
+   * yielded, so memory stays bounded and nothing is missed or repeated.
+   */
+  maxBufferedBytes?: number | undefined;
 }
+
+/** Default of `maxBufferedBytes`. */
+const MAX_BUFFERED_BYTES = 8 * 1024 * 1024;
+/** The close code a follow gives a socket it read ahead of its loop (not final: it reconnects). */
+const BEHIND = 4000;
 
 export type ConnectionState = 'connecting' | 'open' | 'closed';
 
@@ -47,7 +58,7 @@ export interface FollowContext {
 }
 
 type Item =
-  | { kind: 'event'; event: Event }
+  | { kind: 'event'; event: Event; bytes: number }
   | { kind: 'error'; error: ErrorBody }
   | { kind: 'invalid'; error: ConnectionError }
   | { kind: 'close'; code: number; reason: string; opened: boolean };
@@ -84,7 +95,13 @@ export async function* follow(
   let failures = 0;
   for (;;) {
     signal?.throwIfAborted();
-    const conn = connect(ctx, sessionId, last, options.onConnection);
+    const conn = connect(
+      ctx,
+      sessionId,
+      last,
+      options.onConnection,
+      options.maxBufferedBytes ?? MAX_BUFFERED_BYTES,
+    );
     let closed: Extract<Item, { kind: 'close' }>;
     let frameError: ErrorBody | undefined;
     try {
@@ -145,8 +162,12 @@ function connect(
   sessionId: string,
   after: string | undefined,
   onConnection: FollowOptions['onConnection'],
+  maxBuffered: number,
 ) {
   const queue: Item[] = [];
+  /** Bytes of the events in `queue`; past `maxBuffered` the socket is closed and nothing more is queued. */
+  let buffered = 0;
+  let behind = false;
   let wake: (() => void) | null = null;
   const push = (item: Item) => {
     queue.push(item);
@@ -165,7 +186,7 @@ function connect(
     onConnection?.('open');
   };
   ws.onmessage = (m: { data: unknown }) => {
-    if (typeof m.data !== 'string') return;
+    if (typeof m.data !== 'string' || behind) return;
     // Every text frame of the service is a JSON object (an event, an error or end record, a ping). Anything else is
     // not the API: the follow ends with a ConnectionError rather than skip it (an event could be lost unseen) or
     // throw in this handler (which nothing would catch).
@@ -185,7 +206,13 @@ function connect(
       return;
     }
     if (typeof frame.id === 'string' && typeof frame.session_id === 'string') {
-      push({ kind: 'event', event: frame as Event });
+      push({ kind: 'event', event: frame as Event, bytes: m.data.length });
+      buffered += m.data.length;
+      if (buffered > maxBuffered) {
+        // The loop is behind: what is queued is yielded, then the follow reconnects after its last event.
+        behind = true;
+        ws.close(BEHIND, 'client_behind');
+      }
     } else if (frame.type === 'error' && frame.error) {
       push({ kind: 'error', error: frame.error });
     }
@@ -210,7 +237,9 @@ function connect(
           signal?.addEventListener('abort', onAbort, { once: true });
         });
       }
-      return queue.shift()!;
+      const item = queue.shift()!;
+      if (item.kind === 'event') buffered -= item.bytes;
+      return item;
     },
     close() {
       // CONNECTING (0) or OPEN (1)
