@@ -250,14 +250,18 @@ const routes: FastifyPluginAsyncZod<{ config: Config }> = async (app, { config }
         scopes.push(scope);
       };
       const last = messages[messages.length - 1]!;
-      const after = (await hub.eventLog.lastId(id)) ?? START;
+      // A message that starts a run: the id its reply will have, from the history's tail read before the run can
+      // merge the message (for a caller that sees the run: withoutRun names only the client's own message). Read
+      // with the log's newest id, in one round trip.
+      const startsRun =
+        last.role === 'user' && (s.status === 'idle' || s.status === 'failed') && readsRun(req);
+      const [newest, tail] = await Promise.all([
+        hub.eventLog.lastId(id),
+        startsRun ? app.store.lastMessage(id) : null,
+      ]);
+      const after = newest ?? START;
+      const replyId = startsRun ? replyMessageId(id, s.msgBase, s.msgCount, tail?.role) : undefined;
       const poster = { deps: app.sessionDeps, tenant: req.tenant, by: actorOf(req.clientToken), need };
-      // A message that starts a run: the id its reply will have, read before the run can merge the message (for a
-      // caller that sees the run: withoutRun names only the client's own message).
-      const replyId =
-        last.role === 'user' && (s.status === 'idle' || s.status === 'failed') && readsRun(req)
-          ? replyMessageId(id, s.msgBase, s.msgCount, (await app.store.lastMessage(id))?.role)
-          : undefined;
       const posted =
         last.role === 'user'
           ? await postUserMessage(poster, id, last, after, replyId)

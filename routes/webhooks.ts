@@ -158,12 +158,8 @@ const routes: FastifyPluginAsyncZod = async (app) => {
       );
       // Sockets to the old URL are not kept (another replica's close after AGENT_IDLE_MS).
       if (b.url !== undefined) releaseAgents(w.id);
-      // Enabled again: what its outbox kept is due now (a disabled endpoint left the due set at its last claim, and
-      // a full outbox adds nothing that would bring it back).
-      if (b.disabled === false) {
-        await store.outbox.nudge(w.id, Date.now());
-        webhooks.kick(w.id);
-      }
+      // Enabled again (its kept messages made due by the store): claimed here at once.
+      if (b.disabled === false) webhooks.kick(w.id);
       return send(reply, w);
     },
   );

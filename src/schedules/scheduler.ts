@@ -81,10 +81,9 @@ export function roundRobin(items: ReadonlyArray<readonly [id: string, tenant: st
 export class Scheduler {
   private readonly loop: SweepLoop;
   private beat: NodeJS.Timeout | undefined;
-  /** Schedules being looked at in this process (a tick in flight), and how many per tenant. */
-  private readonly ticking = new Set<string>();
+  /** The ticks in flight in this process, by schedule, and how many per tenant. */
+  private readonly ticks = new Map<string, Promise<void>>();
   private readonly tenantTicks = new Map<string, number>();
-  private readonly ticks = new Set<Promise<void>>();
   /** Since when replicas have run without a gap, as this replica's last beat read it. */
   private since = Infinity;
 
@@ -105,7 +104,7 @@ export class Scheduler {
   async stop(): Promise<void> {
     clearInterval(this.beat);
     await this.loop.stop();
-    await Promise.all(this.ticks);
+    await Promise.all(this.ticks.values());
   }
 
   private async alive(): Promise<void> {
@@ -122,8 +121,8 @@ export class Scheduler {
     if (this.since === Infinity) await this.alive();
     const since = this.since;
     const { store } = this.opts;
-    if (this.ticking.size >= FIRE_PARALLEL) return;
-    const ids = (await store.due(Date.now(), SWEEP_BATCH)).filter((id) => !this.ticking.has(id));
+    if (this.ticks.size >= FIRE_PARALLEL) return;
+    const ids = (await store.due(Date.now(), SWEEP_BATCH)).filter((id) => !this.ticks.has(id));
     if (ids.length === 0) return;
     const tenants = await store.tenantsOf(ids);
     const tenantOf = new Map(ids.map((id, i) => [id, tenants[i] ?? ''] as const));
@@ -132,7 +131,7 @@ export class Scheduler {
     await new Promise<void>((resolve) => {
       const timer = setTimeout(resolve, SWEEP_WAIT_MS).unref();
       const pump = () => {
-        for (let k = 0; k < queue.length && this.ticking.size < FIRE_PARALLEL && !this.loop.stopping;) {
+        for (let k = 0; k < queue.length && this.ticks.size < FIRE_PARALLEL && !this.loop.stopping;) {
           const id = queue[k]!;
           const tenant = tenantOf.get(id)!;
           if ((this.tenantTicks.get(tenant) ?? 0) >= FIRE_PER_TENANT) {
@@ -141,7 +140,7 @@ export class Scheduler {
           }
           queue.splice(k, 1);
           // Started meanwhile by a later sweep (this pump runs on after its sweep returned).
-          if (this.ticking.has(id)) continue;
+          if (this.ticks.has(id)) continue;
           active++;
           void this.launch(id, tenant, since).finally(() => {
             active--;
@@ -159,18 +158,16 @@ export class Scheduler {
 
   /** One tick in the pool: its place is held until it ends. */
   private launch(id: string, tenant: string, since: number): Promise<void> {
-    this.ticking.add(id);
     this.tenantTicks.set(tenant, (this.tenantTicks.get(tenant) ?? 0) + 1);
     const tick: Promise<void> = this.tick(id, since)
       .catch((err: unknown) => this.opts.log.warn({ err, schedule: id }, 'schedule tick failed'))
       .finally(() => {
-        this.ticking.delete(id);
+        this.ticks.delete(id);
         const left = (this.tenantTicks.get(tenant) ?? 1) - 1;
         if (left > 0) this.tenantTicks.set(tenant, left);
         else this.tenantTicks.delete(tenant);
-        this.ticks.delete(tick);
       });
-    this.ticks.add(tick);
+    this.ticks.set(id, tick);
     return tick;
   }
 

@@ -100,10 +100,9 @@ export class SessionIndex {
     createdAt: number,
     metadata: Record<string, unknown> = {},
   ): Promise<void> {
-    const member = this.member(createdAt, id);
     await Promise.all([
-      this.redis.zrem(tenantIndexKey(tenant), member),
-      this.metadata.remove(tenant, member, metadataPairs(metadata)),
+      this.remove(tenant, id, createdAt),
+      this.metadata.remove(tenant, this.member(createdAt, id), metadataPairs(metadata)),
     ]);
   }
 

@@ -120,7 +120,7 @@ export class WebhookStore {
 
   /**
    * Changes fields of the webhook, atomically guarded by tenant and `ifRevision` (404 / 412), bumping its revision;
-   * then its index entry is rewritten and the change published.
+   * then (enabled again) its kept messages are made due, its index entry is rewritten and the change published.
    */
   async patch(
     tenant: string,
@@ -138,6 +138,9 @@ export class WebhookStore {
       JSON.stringify(fields),
     );
     this.check(res);
+    // Enabled again: what its outbox kept is due now (a disabled endpoint left the due set at its last claim, and a
+    // full outbox adds nothing that would bring it back).
+    if (fields['disabled'] === '0') await this.outbox.nudge(id, Date.now());
     const w = await this.get(tenant, id);
     await this.reindex(w);
     return w;
