@@ -197,7 +197,10 @@ const app: FastifyPluginAsync<AppOptions> = async (fastify, opts) => {
       maxResultBytes: config.TOOL_RESULT_MAX_BYTES,
     },
   });
-  await fastify.register(eventsHubPlugin, { pageBytes: config.REPLAY_PAGE_BYTES });
+  await fastify.register(eventsHubPlugin, {
+    pageBytes: config.REPLAY_PAGE_BYTES,
+    tenantBufferedBytes: config.TENANT_MAX_STREAM_BUFFERED_BYTES,
+  });
   // At the root, so before the /v1 scope's auth hook: @fastify/websocket's onRequest hook must see an upgrade first,
   // so that an upgrade refused by the auth hook (401) still has its socket destroyed, on every route.
   await fastify.register(websocket, {

@@ -14,6 +14,7 @@ import { START, compareIds, placeCursor } from './cursor.js';
 import { OutEvent } from './envelope.js';
 import { parseNotice } from './notice.js';
 import type { ExpiredInfo, Sink } from './reader.js';
+import { type HeldBytes, TenantBuffers } from './tenant-buffers.js';
 import {
   REPLAY_PAGES_PER_TENANT,
   REPLAY_READS_PER_PROCESS,
@@ -36,8 +37,10 @@ export const PAGE_BYTES = 1_048_576;
  * event fanned out), so no event is missed or sent twice: live batches hold exactly the events after the channel's
  * cursor, and each is sent only if it is after the subscription's own cursor.
  */
-export class Subscription implements Waiter {
+export class Subscription implements Waiter, HeldBytes {
   live = false;
+  /** Bytes its transport held queued when last counted against its tenant (tenant-buffers.ts). */
+  held = 0;
   closed = false;
   /** Waiting for its transport to drain during the replay (a reader that does not read stays here). */
   draining = false;
@@ -58,7 +61,12 @@ export class Subscription implements Waiter {
     if (this.closed) return;
     this.closed = true;
     this.cancelWait?.();
+    this.channel.hub.buffers.forget(this.tenant, this);
     this.channel.remove(this);
+  }
+
+  buffered(): number {
+    return this.sink.buffered?.() ?? 0;
   }
 
   /** @internal live delivery of one fanned-out batch (already ordered, all after the channel's old cursor). */
@@ -76,6 +84,11 @@ export class Subscription implements Waiter {
       }
     } finally {
       if (cork) this.sink.uncork?.();
+    }
+    // A client that keeps up has nothing queued here (one comparison); one that is behind counts against its tenant.
+    if (this.channel.hub.buffers.note(this.tenant, this, this.buffered())) {
+      this.close();
+      this.sink.cutOff?.();
     }
   }
 
@@ -219,7 +232,7 @@ class Channel {
   closed = false;
 
   constructor(
-    private readonly hub: EventHub,
+    readonly hub: EventHub,
     readonly sessionId: string,
   ) {
     this.ready = this.start();
@@ -341,6 +354,8 @@ export interface HubOptions {
   pageBytes?: number;
   /** Bounds on the replays' pages and reads (default replay-gate.ts's constants). */
   replayLimits?: Partial<ReplayLimits>;
+  /** Bytes one tenant's streams may hold queued in this process (TENANT_MAX_STREAM_BUFFERED_BYTES; 0: no bound). */
+  tenantBufferedBytes?: number;
   metrics?: Metrics | undefined;
 }
 
@@ -359,6 +374,8 @@ export class EventHub extends EventEmitter {
   readonly metrics: Metrics | undefined;
   /** The turns of the replays' pages, per tenant and for the process (replay-gate.ts). */
   readonly replays: ReplayGate;
+  /** The bytes each tenant's live streams hold queued (tenant-buffers.ts). */
+  readonly buffers: TenantBuffers;
   private readonly watched = new Map<string, Channel>();
   private readonly stopListening: Array<() => void>;
   private closed = false;
@@ -370,6 +387,7 @@ export class EventHub extends EventEmitter {
     this.logger = opts.logger;
     this.pageLimits = { count: opts.pageSize ?? PAGE_SIZE, maxBytes: opts.pageBytes ?? PAGE_BYTES };
     this.metrics = opts.metrics;
+    this.buffers = new TenantBuffers(opts.tenantBufferedBytes ?? 0);
     this.replays = new ReplayGate({
       pagesPerTenant: REPLAY_PAGES_PER_TENANT,
       readsPerTenant: REPLAY_READS_PER_TENANT,

@@ -34,4 +34,8 @@ export interface Sink {
   failed(err: unknown): void;
   /** The process shuts down. */
   shutdown(): void;
+  /** Optional: the bytes its transport holds queued for the client (for its tenant's bound, tenant-buffers.ts). */
+  buffered?(): number;
+  /** Optional: its tenant's streams hold too much queued and this one is behind: it closes as a slow reader. */
+  cutOff?(): void;
 }

@@ -143,6 +143,14 @@ class StreamSink implements Sink {
     private readonly ctx: SinkContext,
   ) {}
 
+  buffered(): number {
+    return this.t.buffered();
+  }
+
+  cutOff(): void {
+    if (this.t.open()) this.slowReader();
+  }
+
   private slowReader(): void {
     this.ctx.metrics.slowReaderCloses.inc({ transport: this.t.kind });
     this.ctx.hub.emit('slow-reader', this.ctx.sessionId, this.t.kind);

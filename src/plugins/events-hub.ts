@@ -13,6 +13,8 @@ declare module 'fastify' {
 export interface EventsHubPluginOptions {
   /** Byte budget of one page of the log (REPLAY_PAGE_BYTES). */
   pageBytes: number;
+  /** Bytes one tenant's streams may hold queued in this process (TENANT_MAX_STREAM_BUFFERED_BYTES). */
+  tenantBufferedBytes: number;
 }
 
 /**
@@ -26,6 +28,7 @@ export default fp<EventsHubPluginOptions>(
       channels: app.channels,
       logger: componentLog(app.log, 'events'),
       pageBytes: opts.pageBytes,
+      tenantBufferedBytes: opts.tenantBufferedBytes,
       metrics: app.metrics,
     });
     app.decorate('eventsHub', hub);
