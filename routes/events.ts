@@ -6,7 +6,7 @@ import type { Config } from '../src/config.js';
 import { badRequest } from '../src/errors.js';
 import { sessionIdParam } from '../src/schemas.js';
 import { eventPage, routeErrors, type RouteCodes } from '../src/openapi/responses.js';
-import { START, cursorParam, parseCursor, placeCursor } from '../src/events/cursor.js';
+import { START, cursorParam, isAhead, parseCursor, placeCursor } from '../src/events/cursor.js';
 import { OutEvent, sseData } from '../src/events/envelope.js';
 import type { Subscription } from '../src/events/hub.js';
 import {
@@ -99,7 +99,7 @@ const routes: FastifyPluginAsyncZod<{ config: Config }> = async (app, { config }
         await app.store.loadFor(req.tenant, id);
         const page = await hub.eventLog.page(id, after, { count: limit, maxBytes: hub.pageLimits.maxBytes });
         app.metrics.replayPages.inc({ source: 'poll' });
-        const place = placeCursor(after, page.firstId, page.lastId);
+        const place = placeCursor(after, page);
         if (place === 'expired') {
           throw cursorExpired(id, {
             cursor: after,
@@ -134,7 +134,7 @@ const routes: FastifyPluginAsyncZod<{ config: Config }> = async (app, { config }
         app.store.loadFor(req.tenant, id),
         after === START ? null : hub.eventLog.lastId(id),
       ]);
-      if (after !== START && placeCursor(after, null, lastId) === 'ahead') throw cursorAhead(after, lastId);
+      if (isAhead(after, lastId)) throw cursorAhead(after, lastId);
 
       reply.hijack();
       // The client went away while the session was read: its response's 'close' has fired already, so the handler

@@ -14,7 +14,7 @@ import type { Config } from '../src/config.js';
 import { sessionIdParam } from '../src/schemas.js';
 import { routeErrors, type RouteCodes } from '../src/openapi/responses.js';
 import { HttpRefusal, TokenExpired } from '../src/plugins/error-status.js';
-import { START, cursorParam, parseCursor, placeCursor } from '../src/events/cursor.js';
+import { START, cursorParam, isAhead, parseCursor } from '../src/events/cursor.js';
 import { handleFrame, type ServerFrame } from '../src/events/frames.js';
 import { selectProtocol } from '../src/events/protocols.js';
 import type { OutEvent } from '../src/events/envelope.js';
@@ -185,7 +185,7 @@ const routes: FastifyPluginAsyncZod<{ config: Config }> = async (app, { config }
           app.store.loadFor(req.tenant, id),
           after === START ? null : hub.eventLog.lastId(id),
         ]);
-        if (after !== START && placeCursor(after, null, lastId) === 'ahead') throw cursorAhead(after, lastId);
+        if (isAhead(after, lastId)) throw cursorAhead(after, lastId);
       },
       // A refused upgrade (an HTTP error answered on the raw socket) must release that socket: Node's HTTP server no
       // longer tracks it, and @fastify/websocket only destroys it when its own onRequest hook ran, which an

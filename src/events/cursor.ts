@@ -46,22 +46,38 @@ export function compareIds(a: string, b: string): number {
   return ms !== 0 ? ms : cmpNum(a.slice(da + 1), b.slice(db + 1));
 }
 
+/** What a read of the log says of its bounds (src/store/events.ts EventPage). */
+export interface LogBounds {
+  /** The oldest and newest events it holds (null: an empty log). */
+  firstId: string | null;
+  lastId: string | null;
+  /** The newest event ever trimmed from it (null: none recorded). */
+  cutId: string | null;
+}
+
 /**
- * Where a client's cursor stands in a log whose oldest and newest events are `firstId` and `lastId` (null: an
- * empty log):
+ * Whether events after `after` were trimmed: some trimmed event is newer than it. Without a record of the trim (a
+ * log trimmed before the record existed), any cursor older than the oldest event kept is taken as having lost some.
+ */
+export function lostAfter(after: string, log: LogBounds): boolean {
+  if (after === START) return false;
+  if (log.cutId !== null) return compareIds(log.cutId, after) > 0;
+  return log.firstId !== null && compareIds(log.firstId, after) > 0;
+}
+
+/**
+ * Where a client's cursor stands in a log (`lastId` null: an empty log):
  * - `ok`: the events after it are all retained (START always is);
- * - `expired`: older than the oldest retained event, so events after it may have been trimmed (410 cursor_expired);
+ * - `expired`: events after it were trimmed (410 cursor_expired), `lostAfter`;
  * - `ahead`: past the newest event. The log's ids only grow and a client only learns ids from the log, so such a
  *   cursor was never given by this log (forged, from another session, or lost in a failover of Redis): the
  *   transports refuse it before they start (400 invalid_cursor, docs/API.md §6).
  */
-export function placeCursor(
-  after: string,
-  firstId: string | null,
-  lastId: string | null,
-): 'ok' | 'expired' | 'ahead' {
-  if (after === START) return 'ok';
-  if (lastId === null || compareIds(after, lastId) > 0) return 'ahead';
-  if (firstId !== null && compareIds(firstId, after) > 0) return 'expired';
-  return 'ok';
+export function placeCursor(after: string, log: LogBounds): 'ok' | 'expired' | 'ahead' {
+  if (isAhead(after, log.lastId)) return 'ahead';
+  return lostAfter(after, log) ? 'expired' : 'ok';
 }
+
+/** A cursor (not START) past the newest event `lastId` of its log (null: empty), `placeCursor`'s `ahead`. */
+export const isAhead = (after: string, lastId: string | null): boolean =>
+  after !== START && (lastId === null || compareIds(after, lastId) > 0);

@@ -10,7 +10,7 @@ import type { Metrics } from '../observability/metrics.js';
 import type { SessionChannels } from '../store/channels.js';
 import type { EventLog, PageLimits } from '../store/events.js';
 import type { StoredEvent } from '../store/store.js';
-import { START, compareIds, placeCursor } from './cursor.js';
+import { START, compareIds, lostAfter, placeCursor } from './cursor.js';
 import { OutEvent } from './envelope.js';
 import { parseNotice } from './notice.js';
 import type { ExpiredInfo, Sink } from './reader.js';
@@ -174,7 +174,7 @@ export class Subscription implements Waiter, HeldBytes {
       // A cursor past the newest event (refused by the routes before they subscribe) simply waits for newer
       // events: the live fan-out sends only what follows the subscription's cursor.
       if (page.lastId === null) return 'none';
-      if (placeCursor(this.cursor, page.firstId, page.lastId) === 'expired') {
+      if (placeCursor(this.cursor, page) === 'expired') {
         this.expire({ first_event_id: page.firstId, last_event_id: page.lastId });
         return 'stop';
       }
@@ -296,16 +296,11 @@ class Channel {
         for (;;) {
           const page = await this.hub.eventLog.page(this.sessionId, this.cursor, this.hub.pageLimits);
           if (this.closed) return;
-          const first = page.firstId;
-          if (
-            first !== null &&
-            this.live.size > 0 &&
-            placeCursor(this.cursor, first, page.lastId) === 'expired'
-          ) {
+          if (this.live.size > 0 && lostAfter(this.cursor, page)) {
             // The log moved faster than this process read it: the live clients lost events.
             for (const s of [...this.live]) {
-              if (compareIds(first, s.cursor) > 0)
-                s.expire({ first_event_id: first, last_event_id: page.lastId });
+              if (lostAfter(s.cursor, page))
+                s.expire({ first_event_id: page.firstId, last_event_id: page.lastId });
             }
           }
           if (page.events.length === 0) break;

@@ -136,7 +136,8 @@ const statusText: Record<string, string> = {
     "A client token outside its session's routes or scopes (`scope_denied`), or a WebSocket from an unlisted origin.",
   '404': "No such resource (`session_not_found`, also for another tenant's; `iteration_not_found`, …).",
   '409': "The request does not fit the session's state (the code says why), or `idempotency_in_progress`.",
-  '410': 'The cursor was trimmed from the event log (`cursor_expired`; `details` says how to recover).',
+  '410':
+    'Events after the cursor were trimmed from the event log (`cursor_expired`; `details` says how to recover).',
   '412': 'If-Match does not match the revision (`revision_mismatch`; `details.revision`).',
   '302': 'Found: a redirect (`Location`).',
   '304': 'Not Modified (`If-None-Match` matched the ETag).',

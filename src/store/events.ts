@@ -1,4 +1,4 @@
-import { sessionKeys } from './keys.js';
+import { eventLogKeys, sessionKeys } from './keys.js';
 import { defineLuaCommands, type RedisClient } from './lua-commands.js';
 import { parseStreamEntry, type StoredEvent } from './store.js';
 
@@ -26,6 +26,11 @@ export interface EventPage {
   firstId: string | null;
   /** The newest event the log holds (null: the log is empty or gone). */
   lastId: string | null;
+  /**
+   * The newest event ever trimmed from the log (null: none recorded — never trimmed, or trimmed before the record
+   * existed, or the session's meta is gone): a cursor at or after it lost nothing.
+   */
+  cutId: string | null;
   /** More events follow this page (its last event is not the newest of the log). */
   more: boolean;
 }
@@ -39,7 +44,7 @@ export interface PageLimits {
 
 /**
  * Reads of the session event logs (the streams `s:{id}:e`), for the relay and the JSON pages. Each read is one
- * script (src/store/lua/read-events-1.lua): one round trip, atomic, so a page and the log's bounds are seen at one
+ * script (src/store/lua/read-events-2.lua): one round trip, atomic, so a page and the log's bounds are seen at one
  * instant. The writes of the log are the SessionStore's (apply, appendEvents, destroy).
  */
 export class EventLog {
@@ -57,8 +62,10 @@ export class EventLog {
    */
   async page(sessionId: string, after: string, limits: PageLimits): Promise<EventPage> {
     const start = after === START ? '-' : (nextId(after) ?? '');
-    const [first, last, ...entries] = await this.redis.sessReadEvents(
-      sessionKeys(sessionId).events,
+    const [meta, log] = eventLogKeys(sessionId);
+    const [first, last, cut, ...entries] = await this.redis.sessReadEvents(
+      log,
+      meta,
       start,
       Math.max(1, limits.count),
       Math.max(1, limits.maxBytes),
@@ -68,7 +75,8 @@ export class EventLog {
     // Lua tables of {id, {field, value, …}}, as XRANGE answers (the script only copies them).
     const events = entries.map(parseStreamEntry);
     const tail = events.at(-1);
-    return { events, firstId, lastId, more: tail !== undefined && tail.id !== lastId };
+    const cutId = typeof cut === 'string' ? cut : null;
+    return { events, firstId, lastId, cutId, more: tail !== undefined && tail.id !== lastId };
   }
 
   /** The newest event id of the log (null: empty or gone). One XREVRANGE. */

@@ -221,4 +221,48 @@ describe('event cursors', () => {
       sub.disconnect();
     }
   });
+
+  it('a cursor whose own event was trimmed, but nothing after it, is not expired; one before it is', async () => {
+    const { id } = await sessionWithEvents();
+    const cmd = new Redis(h.redis.url);
+    try {
+      // Another writer with a log of 3 events: the session's own events are trimmed, then x1 alone.
+      const store = new SessionStore(cmd, { eventLogMax: 3 });
+      await store.appendEvents(id, [
+        ['stream.event', '{"n":1}'],
+        ['stream.event', '{"n":2}'],
+        ['stream.event', '{"n":3}'],
+      ]);
+      const before = (await h.api.get(`/v1/sessions/${id}/events`)).body.data.map((e: any) => e.id);
+      assert.equal(before.length, 3);
+      // The newest event trimmed so far: older than x1, so a cursor there has lost nothing yet.
+      const older = (await cmd.hget(eventLogKeys(id)[0], 'ev_cut'))!;
+      assert.ok(compareIds(older, before[0]) < 0);
+      await store.appendEvents(id, [['stream.event', '{"n":4}']]);
+      const [x1] = before;
+      const kept = (await h.api.get(`/v1/sessions/${id}/events`)).body.data.map((e: any) => e.id);
+      assert.deepEqual(kept.slice(0, 2), before.slice(1));
+
+      // After x1: everything after it is kept, on every transport.
+      const page = await h.api.get(`/v1/sessions/${id}/events?after=${x1}`);
+      assert.equal(page.status, 200, JSON.stringify(page.body));
+      assert.deepEqual(
+        page.body.data.map((e: any) => e.id),
+        kept,
+      );
+      const ws = await connectWs(h.service.url, id, { after: x1 });
+      assert.equal((await ws.waitEvent(() => true, 'the first event')).id, kept[0]);
+      ws.close();
+      const s = await connectSse(h.service.url, id, { lastEventId: x1 });
+      assert.equal((await s.waitEvent(() => true, 'the first event')).id, kept[0]);
+      s.close();
+
+      // Before x1: x1 was trimmed after it, so that cursor expired.
+      const gone = await h.api.get(`/v1/sessions/${id}/events?after=${older}`);
+      assert.equal(gone.status, 410);
+      assert.equal(gone.body.error.code, 'cursor_expired');
+    } finally {
+      cmd.disconnect();
+    }
+  });
 });

@@ -10711,7 +10711,7 @@ export interface operations {
           'application/json': components['schemas']['Error404SessionNotFound'];
         };
       };
-      /** @description The cursor was trimmed from the event log (`cursor_expired`; `details` says how to recover). */
+      /** @description Events after the cursor were trimmed from the event log (`cursor_expired`; `details` says how to recover). */
       410: {
         headers: {
           [name: string]: unknown;

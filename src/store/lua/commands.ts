@@ -103,13 +103,17 @@ declare module 'ioredis' {
     sessRunSlotTake(key: string, id: string, now: number, max: number): Result<number, Context>;
     /** run-slot-prune-1.lua: the key, then session id, score pairs read as stale. */
     sessRunSlotPrune(key: string, ...memberScores: string[]): Result<number, Context>;
-    /** read-events-1.lua: the oldest and newest ids (null: empty log), then the page's entries. */
+    /** read-events-2.lua: the oldest and newest ids (null: empty log), the newest trimmed (null: none recorded), then the page's entries. */
     sessReadEvents(
       events: string,
+      meta: string,
       start: string,
       max: number,
       budget: number,
-    ): Result<[oldest: string | null, newest: string | null, ...entries: StreamEntry[]], Context>;
+    ): Result<
+      [oldest: string | null, newest: string | null, cut: string | null, ...entries: StreamEntry[]],
+      Context
+    >;
     /** memory-write-2.lua. */
     sessMemoryWrite(
       files: string,

@@ -4,8 +4,11 @@
 -- Use: log_xadd(...) for each event, then log_trim(...) once at the end of the script.
 -- Trimming drops the oldest entries, exactly (XTRIM MINID), until the log holds at most `maxlen` entries and
 -- `maxbytes` bytes, but never its newest entry. A reader whose cursor is older than the oldest entry kept learns
--- that its cursor expired (410 `cursor_expired`). The counter is only as exact as the writes that kept it: entries
--- written before it existed (or by hand) are not in it, so it is clamped at 0 and never trims the newest entry.
+-- that its cursor expired (410 `cursor_expired`): the meta hash field `ev_cut` holds the newest id ever trimmed, so
+-- a cursor at or after it lost nothing, even when its own event was trimmed (a log without the field: one trimmed
+-- before it existed, or never trimmed; readers then compare with the oldest id kept). The byte counter is only as
+-- exact as the writes that kept it: entries written before it existed (or by hand) are not in it, so it is clamped
+-- at 0 and never trims the newest entry.
 local log_added = 0
 local function log_entry_size(t, d) return #t + #d + 32 end
 -- XADD of one entry (fields t, d, r when `rev` is given, at); returns its id.
@@ -28,7 +31,7 @@ local function log_trim(key, meta, maxlen, maxbytes)
   local over_n = len - maxlen
   local over_b = total - maxbytes
   if over_n <= 0 and over_b <= 0 then return end
-  local n, b, keep, start = 0, 0, false, '-'
+  local n, b, keep, cut, start = 0, 0, false, false, '-'
   while not keep do
     local rows = redis.call('XRANGE', key, start, '+', 'COUNT', 32)
     if #rows == 0 then break end
@@ -36,11 +39,13 @@ local function log_trim(key, meta, maxlen, maxbytes)
       if (n >= over_n and b >= over_b) or n >= len - 1 then keep = row[1]; break end
       n = n + 1
       b = b + log_row_size(row[2])
+      cut = row[1]
     end
     start = '(' .. rows[#rows][1]
   end
   if keep and n > 0 then
     redis.call('XTRIM', key, 'MINID', keep)
+    redis.call('HSET', meta, 'ev_cut', cut)
     if b > total then b = total end
     redis.call('HINCRBY', meta, 'ev_bytes', -b)
   end
