@@ -60,6 +60,7 @@ import { swaggerOptions } from './openapi/document.js';
 import { checkedSerializer } from './openapi/serializer.js';
 import { servedDocument } from './openapi/served.js';
 import writeGuardPlugin from './plugins/write-guard.js';
+import { configureNameResolver } from './webhooks/name-resolver.js';
 import wsHandshakePlugin from './plugins/ws-handshake.js';
 
 export interface AppOptions {
@@ -78,6 +79,7 @@ const HEAVY_BODY_BYTES = 64 * 1024;
 /** The whole service as one Fastify plugin; `src/server.ts` only boots it. */
 const app: FastifyPluginAsync<AppOptions> = async (fastify, opts) => {
   const { config } = opts;
+  configureNameResolver({ timeoutMs: config.OUTBOUND_DNS_TIMEOUT_MS, servers: config.OUTBOUND_DNS_SERVERS });
   fastify.setValidatorCompiler(validatorCompiler);
   fastify.setSerializerCompiler(
     checkedSerializer(

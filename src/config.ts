@@ -4,12 +4,20 @@
  * parsed, and docs/API.md §8 lists the same variables in the same words.
  */
 import { readFileSync } from 'node:fs';
+import { isIP } from 'node:net';
 import { z } from 'zod';
 import { mcpServersVar, missingEnvRefs, resolveMcpServers } from './mcp/config.js';
 import { modelPricesSchema } from './cost/prices.js';
 
 const port = z.coerce.number().int().min(0).max(65535);
 const positiveMs = z.coerce.number().int().positive();
+
+/** `ip`, `ipv4:port` or `[ipv6]:port`, as the DNS resolver's setServers takes them. */
+function isNameserver(entry: string): boolean {
+  const m = /^\[([0-9a-fA-F:.]+)\]:(\d{1,5})$/.exec(entry) ?? /^([0-9.]+):(\d{1,5})$/.exec(entry);
+  if (m) return isIP(m[1]!) !== 0 && Number(m[2]) > 0 && Number(m[2]) < 65536;
+  return isIP(entry) !== 0;
+}
 
 /** `tenant:key` pairs, comma-separated. A key maps to exactly one tenant. */
 const apiKeys = z.string().transform((raw, ctx) => {
@@ -282,6 +290,25 @@ const variables = z.object({
   /** Most runs one process drives at once; more wait in `runs:due` (any replica may take them). */
   MAX_ACTIVE_RUNS: positiveMs.default(5000),
   /** Webhooks (spec §6.3; src/webhooks). Private, loopback and link-local targets are refused unless true. */
+  /**
+   * Per try (ms, 2 tries per nameserver) of the DNS queries for the hosts of tenants' URLs (webhooks, HTTP tools,
+   * tenant MCP servers; src/webhooks/name-resolver.ts).
+   */
+  OUTBOUND_DNS_TIMEOUT_MS: positiveMs.default(2000),
+  /** Nameservers (`host` or `host:port`, comma-separated) for those queries instead of /etc/resolv.conf's. */
+  OUTBOUND_DNS_SERVERS: z
+    .string()
+    .default('')
+    .transform((v) =>
+      v
+        .split(',')
+        .map((s) => s.trim())
+        .filter(Boolean),
+    )
+    .refine(
+      (list) => list.every(isNameserver),
+      'expected IP addresses, each with an optional :port ([v6]:port)',
+    ),
   WEBHOOK_ALLOW_PRIVATE: z
     .enum(['true', 'false', '1', '0'])
     .default('false')

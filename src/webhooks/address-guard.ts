@@ -1,7 +1,7 @@
 import ipaddr from 'ipaddr.js';
-import { lookup as dnsLookup } from 'node:dns/promises';
 import { isIP, type LookupFunction } from 'node:net';
 import { InvalidRequest } from '../errors.js';
+import { resolveName } from './name-resolver.js';
 
 /**
  * The SSRF guard of webhook URLs. A URL is checked when a webhook is created or changed, and its host's addresses
@@ -62,8 +62,7 @@ export async function resolveChecked(host: string, allowPrivate: boolean): Promi
   if (literal === 4 || literal === 6) addrs = [{ address: host, family: literal }];
   else {
     try {
-      const found = await dnsLookup(host, { all: true, verbatim: true });
-      addrs = found.map((a) => ({ address: a.address, family: a.family === 6 ? 6 : 4 }));
+      addrs = await resolveName(host);
     } catch (err) {
       throw invalidUrl(
         `The host ${host} does not resolve (${err instanceof Error && 'code' in err ? String(err.code) : 'error'}).`,
