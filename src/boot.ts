@@ -145,8 +145,9 @@ export async function startService(
       requestTimeout: config.REQUEST_TIMEOUT_MS,
       headersTimeout: config.REQUEST_TIMEOUT_MS,
     },
-    // tool_use ids may be up to 128 characters; the routes' schemas give the 400 beyond.
-    routerOptions: { maxParamLength: 256 },
+    // Any parameter a request line can carry (Node's header limit, 16 KiB, bounds the URL): the routes' schemas
+    // give the 400 for one too long (a tool name past 64 characters), where the router would answer an unrouted 404.
+    routerOptions: { maxParamLength: 16_384 },
   });
   // Before any child logger writes: the same lines, without the redactor's work on strings and numbers (log.ts).
   skipRedactionOfPrimitives(fastify.log);

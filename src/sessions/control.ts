@@ -7,7 +7,7 @@ import { taskCallId } from '../tenant-tools/task-record.js';
 import { InvalidRequest, InvalidStatus, conflict } from '../errors.js';
 import type { patchSessionBody, retryBody } from '../schemas.js';
 import { checkCompactionParams } from './compact.js';
-import { checkActionTimeout, checkToolChoice } from './create.js';
+import { assertAgentsPriced, checkActionTimeout, checkToolChoice } from './create.js';
 import { clearResult } from '../store/pending.js';
 import { metadataPairs } from '../store/metadata-index.js';
 import { encodeFields, recordCount, type SessionState } from '../store/session-state.js';
@@ -79,6 +79,8 @@ export function patchSession(
     }
     if (body.params || body.tools !== undefined)
       assertFixedMarks((next.params ?? s.params).system, next.tools ?? s.tools);
+    if (body.budget !== undefined || body.tools !== undefined)
+      assertAgentsPriced(deps, next.tools ?? s.tools, ('budget' in next ? next.budget : s.budget)?.cost_usd);
     // The params and tools after the change, together: new tools with the old `tool_choice`, and the other way round.
     if (body.params || body.tools !== undefined)
       await checkToolChoice(
@@ -139,8 +141,13 @@ export function retryTurn(
       throw conflict('nothing_to_retry', 'The last iteration is a compaction, not a reply to send again.');
     }
     const params = body?.params ? mergeParams(s.params, body.params) : s.params;
-    // As a PATCH: a dollar ceiling (the budget's, the tenant's cap) needs the new model's price.
-    if (body?.params) deps.store.spend.assertPriced(params.model, s.budget?.cost_usd);
+    // As a PATCH: a dollar ceiling (the budget's, the tenant's cap) needs the new model's price; the policy's
+    // compaction and a compaction edit exclude each other; at most 4 cache breakpoints before the history's.
+    if (body?.params) {
+      deps.store.spend.assertPriced(params.model, s.budget?.cost_usd);
+      checkCompactionParams(params, s.compaction);
+      assertFixedMarks(params.system, s.tools);
+    }
     if (body?.params)
       await checkToolChoice(
         deps,

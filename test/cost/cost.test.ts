@@ -195,6 +195,36 @@ describe('cost: usage.cost_usd of sessions, iterations and turn.completed', () =
     assert.equal(retry.status, 400);
     assert.equal(retry.body.error.code, 'unknown_model_price');
     assert.equal(h.fake.requests.length, 2, 'nothing sent');
+
+    // A sub-agent's turns count toward its parent's dollar budget: its model, at any depth, needs a price.
+    const agent = (model: string, tools: unknown[] = []) => ({
+      type: 'agent',
+      name: 'helper',
+      description: 'Helps.',
+      session: { model, tools },
+    });
+    const nested = await h.api.post('/v1/sessions', {
+      start: false,
+      budget: { cost_usd: 1 },
+      tools: [agent('claude-sonnet-5-5', [agent('claude-fake-1')])],
+    });
+    assert.equal(nested.status, 400, JSON.stringify(nested.body));
+    assert.equal(nested.body.error.code, 'unknown_model_price');
+    const free = await h.api.post('/v1/sessions', { start: false, tools: [agent('claude-fake-1')] });
+    assert.equal(free.status, 201);
+    const budgeted = await h.api.req('PATCH', `/v1/sessions/${free.body.id}`, { budget: { cost_usd: 1 } });
+    assert.equal(budgeted.status, 400);
+    assert.equal(budgeted.body.error.code, 'unknown_model_price');
+    const capped = await h.api.post('/v1/sessions', { start: false, budget: { cost_usd: 1 } });
+    const added = await h.api.req('PATCH', `/v1/sessions/${capped.body.id}`, {
+      tools: [agent('claude-fake-1')],
+    });
+    assert.equal(added.status, 400);
+    assert.equal(added.body.error.code, 'unknown_model_price');
+    const ok = await h.api.req('PATCH', `/v1/sessions/${capped.body.id}`, {
+      tools: [agent('claude-sonnet-5-5')],
+    });
+    assert.equal(ok.status, 200);
   });
 
   it('budget.cost_usd stops the run once the dollars are spent', async () => {

@@ -318,6 +318,29 @@ describe('at most 4 cache breakpoints, thread history included', () => {
     const patched = await h.api.req('PATCH', `/v1/sessions/${four.body.id}`, { tools: [tool] });
     assert.equal(patched.status, 400, JSON.stringify(patched.body));
     assert.equal(patched.body.error.details.cache_control_breakpoints, 5, JSON.stringify(patched.body));
+
+    // A retry with params is checked as a PATCH is, before anything is dropped or sent.
+    h.fake.enqueue(text('Done.'));
+    const ran = await h.api.post('/v1/sessions', { input: 'x' });
+    await h.api.waitStatus(ran.body.id, 'idle');
+    const sent = h.fake.requests.length;
+    const retried = await h.api.post(`/v1/sessions/${ran.body.id}/retry`, { params: { system: system(5) } });
+    assert.equal(retried.status, 400, JSON.stringify(retried.body));
+    assert.deepEqual(retried.body.error.details, { cache_control_breakpoints: 5, max: 4 });
+    // And so is a compaction edit beside the policy's compaction.
+    h.fake.enqueue(text('Done.'));
+    const compacting = await h.api.post('/v1/sessions', {
+      input: 'x',
+      compaction: { at_input_tokens: 100_000 },
+    });
+    await h.api.waitStatus(compacting.body.id, 'idle');
+    const edit = await h.api.post(`/v1/sessions/${compacting.body.id}/retry`, {
+      params: { context_management: { edits: [{ type: 'compact_20260112' }] } },
+    });
+    assert.equal(edit.status, 400, JSON.stringify(edit.body));
+    assert.equal(edit.body.error.code, 'invalid_request');
+    assert.equal(h.fake.requests.length, sent + 1, 'no retry was sent');
+    assert.equal((await h.api.get(`/v1/sessions/${ran.body.id}/messages`)).body.data.length, 2);
   });
 
   it('a tool added by PATCH with a marker of its own: the next request still holds at most 4 breakpoints', async () => {

@@ -69,6 +69,13 @@ describe('tenant tools and tool tasks', () => {
     assert.equal(removeServerTool.body.error.code, 'tool_name_conflict');
     const bad = await a.req('PUT', '/v1/tools/bad%20name', lookup);
     assert.equal(bad.status, 400);
+    // A name longer than any route parameter the router used to take is refused by the route, not unrouted.
+    const bodies = { '/v1/tools/': lookup, '/v1/mcp-servers/': { url: 'http://127.0.0.1:9/mcp' } };
+    for (const [path, body] of Object.entries(bodies)) {
+      const long = await a.req('PUT', path + 'a'.repeat(3000), body);
+      assert.equal(long.status, 400, `${path}: ${JSON.stringify(long.body).slice(0, 200)}`);
+      assert.equal(long.body.error.code, 'invalid_request');
+    }
     const badBody = await a.req('PUT', '/v1/tools/x', { ...lookup, max_attempts: 11 });
     assert.equal(badBody.status, 400);
 
