@@ -7,7 +7,7 @@ import type { TaskQueue } from '../tenant-tools/tasks.js';
 import type { Toolbox } from '../toolbox.js';
 import type { SessionStore } from '../store/store.js';
 import { encodeFields, type SessionState, type Status } from '../store/session-state.js';
-import { AlreadyApplied, type ApplyOps, type Guard } from '../store/apply-ops.js';
+import { AlreadyApplied, setsRunning, type ApplyOps, type Guard } from '../store/apply-ops.js';
 
 /** How often a read-compute-write mutation is tried again when the session changed between its read and write. */
 const CAS_ATTEMPTS = 8;
@@ -95,6 +95,11 @@ export async function mutate(
     if (done) return { state: s, queued: done.q, replayed: true };
     checkIfMatch(s, ifMatch);
     const p = await plan(s);
+    // A run of a model without a price starts under no dollar ceiling (400 `unknown_model_price`), whenever the
+    // ceiling came: the tenant's cap may be set after the session was made. A plan that changes the params checked
+    // the new model itself.
+    if ((p.costCap ?? true) && setsRunning(p.ops) && p.ops.hset?.['params'] === undefined)
+      store.spend.assertPriced(s.params.model, s.budget?.cost_usd);
     const guard: Guard = {
       ...(p.guard ?? { rev: s.revision }),
       ...(token !== undefined

@@ -449,6 +449,29 @@ describe('cost: TENANT_MAX_COST_USD_PER_DAY', () => {
     assert.match(metrics, /trs_cost_usd_total\{model_family="claude-sonnet-5-5",tenant="a"\} 0\.03/);
   });
 
+  it('a session of a model without a price, made before the cap was set, starts no run under it', async () => {
+    // A replica without the cap (the service as it was configured before) makes the session.
+    const uncapped = await startHarness({
+      redis: h.redis,
+      fakeServer: h.fake,
+      env: { API_KEYS: capEnv.API_KEYS },
+    });
+    try {
+      const made = await uncapped.api
+        .as('key-c')
+        .post('/v1/sessions', { model: 'claude-fake-1', start: false });
+      assert.equal(made.status, 201);
+      const sent = h.fake.requests.length;
+      const r = await h.api.as('key-c').post(`/v1/sessions/${made.body.id}/messages`, { content: 'Hi' });
+      assert.equal(r.status, 400, JSON.stringify(r.body));
+      assert.equal(r.body.error.code, 'unknown_model_price');
+      assert.equal((await h.api.as('key-c').get(`/v1/sessions/${made.body.id}`)).body.status, 'idle');
+      assert.equal(h.fake.requests.length, sent);
+    } finally {
+      await uncapped.close();
+    }
+  });
+
   it('an on_max_tokens retry is a model request the cap is checked before', async () => {
     h.fake.reset();
     const cut = () => text('Cut', { stop_reason: 'max_tokens', usage: spend });
