@@ -398,6 +398,9 @@ class WsConn implements Transport, SinkContext {
       return;
     }
     this.socket.send(JSON.stringify(frame));
+    // Its own answers count against its tenant's bound too, as events do (a client that sends frames on idle
+    // sessions and never reads would hold its socket's bound on each of its tenant's streams).
+    this.sub?.count();
   }
 
   // ---- Transport ----

@@ -266,7 +266,7 @@ const variables = z.object({
   TENANT_MAX_BUFFERED_BYTES: positiveMs.default(67_108_864),
   /**
    * Bytes one tenant's event streams (WebSockets, SSE, chat streams) may hold queued for their clients at once, per
-   * process; beyond, its streams that are behind are cut as slow readers (src/events/tenant-buffers.ts). 0: no bound.
+   * process; beyond, its streams holding the most are cut as slow readers (src/events/tenant-buffers.ts). 0: no bound.
    */
   TENANT_MAX_STREAM_BUFFERED_BYTES: z.coerce.number().int().min(0).default(67_108_864),
   /** Bytes one connection may hold unflushed; beyond, it is cut. */

@@ -85,11 +85,23 @@ export class Subscription implements Waiter, HeldBytes {
     } finally {
       if (cork) this.sink.uncork?.();
     }
-    // A client that keeps up has nothing queued here (one comparison); one that is behind counts against its tenant.
-    if (this.channel.hub.buffers.note(this.tenant, this, this.buffered())) {
-      this.close();
-      this.sink.cutOff?.();
-    }
+    this.count();
+  }
+
+  /**
+   * Counts what its transport holds queued against its tenant's bound (tenant-buffers.ts), after each live batch
+   * and each answer of its own connection's: a client that keeps up has nothing queued (one comparison).
+   */
+  count(): void {
+    const buffers = this.channel.hub.buffers;
+    if (!this.closed && buffers.bounded) buffers.note(this.tenant, this, this.buffered());
+  }
+
+  /** Cut for its tenant's bound: closed as a slow reader. */
+  cut(): void {
+    if (this.closed) return;
+    this.close();
+    this.sink.cutOff?.();
   }
 
   /** @internal */

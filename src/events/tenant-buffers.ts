@@ -1,19 +1,20 @@
 /**
  * The bytes one tenant's event streams (WebSockets, SSE, chat streams) hold queued for their clients in this
  * process. Each stream is held to WS_MAX_BUFFER_BYTES by its sink; without a bound per tenant, TENANT_MAX_STREAMS
- * readers that stop reading hold that many times as much (1,000 × 1 MiB). Past TENANT_MAX_STREAM_BUFFERED_BYTES,
- * the tenant's streams that hold at least their share of the bound (and BEHIND bytes or more) are cut as slow
- * readers when an event is next written to them. Whenever the total is over, the stream holding the most holds at
- * least that share, so the total comes back under; a stream whose client keeps up (a batch or two in its socket) is
- * never cut for its neighbours.
+ * readers that stop reading hold that many times as much (1,000 × 1 MiB). Past TENANT_MAX_STREAM_BUFFERED_BYTES, the
+ * tenant's streams holding the most (each BEHIND bytes or more) are cut as slow readers, the largest first, until
+ * the total is back under: readers that stopped reading hold the most, as their queues only grow, whether or not
+ * their session still sends anything; a reader that keeps up holds a batch or two for a moment.
  *
  * The total is kept by difference (each reader's last count is remembered), so noting costs no scan. A count only
- * changes when an event is written, so the bytes a client read since then are still counted: the total can only be
- * high, never low. Before cutting, the tenant's counts are read again (at most once per REFRESH_MS per tenant), so a
- * cut is decided on current bytes.
+ * changes when something is written to its reader, so the bytes a client read since are still counted: before
+ * cutting, the tenant's queues are read again (at most once per REFRESH_MS per tenant), so a cut is decided on
+ * current bytes. Readers of one session share each event's bytes (one Buffer per event per process) but each is
+ * counted whole: the bound errs on the side of cutting early, never late. Bytes in the kernel's socket buffers
+ * are not the process's and are not counted.
  */
 
-/** A stream with this many bytes queued or more is behind: it may be cut when its tenant is over its bound. */
+/** A stream with fewer bytes than this queued is never cut for its tenant's total. */
 const BEHIND = 64 * 1024;
 /** Least time (ms) between two recounts of one tenant's readers: a recount reads every reader's queue. */
 const REFRESH_MS = 100;
@@ -24,6 +25,8 @@ export interface HeldBytes {
   held: number;
   /** Its transport's queued bytes now. */
   buffered(): number;
+  /** Ends it as a slow reader; it `forget`s itself. */
+  cut(): void;
 }
 
 interface Ledger {
@@ -39,12 +42,17 @@ export class TenantBuffers {
   /** `limit`: bytes per tenant (TENANT_MAX_STREAM_BUFFERED_BYTES); 0 or less: no bound. */
   constructor(private readonly limit: number) {}
 
+  /** Whether a bound applies (else nothing need be noted). */
+  get bounded(): boolean {
+    return this.limit > 0;
+  }
+
   /**
-   * `reader` of `tenant`'s now holds `bytes` queued. True when it must be cut: its tenant is over the bound and it
-   * holds its share of it or more. A reader with nothing queued before or now costs one comparison.
+   * `reader` of `tenant`'s now holds `bytes` queued; over the bound, the tenant's largest holders are cut (this
+   * reader among them, perhaps). A reader with nothing queued before or now costs one comparison.
    */
-  note(tenant: string, reader: HeldBytes, bytes: number): boolean {
-    if (this.limit <= 0 || (bytes === 0 && reader.held === 0)) return false;
+  note(tenant: string, reader: HeldBytes, bytes: number): void {
+    if (this.limit <= 0 || (bytes === 0 && reader.held === 0)) return;
     let ledger = this.tenants.get(tenant);
     if (!ledger) {
       ledger = { total: 0, readers: new Set(), recountedAt: 0 };
@@ -54,13 +62,15 @@ export class TenantBuffers {
     reader.held = bytes;
     if (bytes === 0) ledger.readers.delete(reader);
     else ledger.readers.add(reader);
-    if (bytes < BEHIND || ledger.total <= this.limit) return this.keep(tenant, ledger);
-    const now = Date.now();
-    if (now - ledger.recountedAt >= REFRESH_MS) {
-      ledger.recountedAt = now;
-      this.recount(ledger);
+    if (ledger.total > this.limit) {
+      const now = Date.now();
+      if (now - ledger.recountedAt >= REFRESH_MS) {
+        ledger.recountedAt = now;
+        this.recount(ledger);
+      }
+      if (ledger.total > this.limit) this.cutLargest(ledger);
     }
-    return ledger.total > this.limit && reader.held >= this.limit / ledger.readers.size;
+    if (ledger.readers.size === 0) this.tenants.delete(tenant);
   }
 
   /** `reader` ended: its bytes no longer count. */
@@ -69,7 +79,7 @@ export class TenantBuffers {
     const ledger = this.tenants.get(tenant);
     if (ledger?.readers.delete(reader)) {
       ledger.total -= reader.held;
-      this.keep(tenant, ledger);
+      if (ledger.readers.size === 0) this.tenants.delete(tenant);
     }
     reader.held = 0;
   }
@@ -79,10 +89,17 @@ export class TenantBuffers {
     return this.tenants.get(tenant)?.total ?? 0;
   }
 
-  /** Drops a tenant none of whose readers holds anything; false (keep the reader). */
-  private keep(tenant: string, ledger: Ledger): false {
-    if (ledger.readers.size === 0) this.tenants.delete(tenant);
-    return false;
+  private cutLargest(ledger: Ledger): void {
+    const behind = [...ledger.readers].filter((r) => r.held >= BEHIND).sort((a, b) => b.held - a.held);
+    for (const r of behind) {
+      if (ledger.total <= this.limit) return;
+      r.cut();
+      // A reader that did not forget itself (ended already) leaves the count all the same.
+      if (ledger.readers.delete(r)) {
+        ledger.total -= r.held;
+        r.held = 0;
+      }
+    }
   }
 
   private recount(ledger: Ledger): void {

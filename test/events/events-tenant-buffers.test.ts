@@ -12,6 +12,9 @@ import { startHarness, type Harness } from '../helpers/service.js';
 import { startTestRedis } from '../helpers/redis.js';
 import { SessionStore } from '../../src/store/store.js';
 import { wsUrl } from '../fixtures/event-clients.js';
+import { START } from '../../src/events/cursor.js';
+import type { Subscription } from '../../src/events/hub.js';
+import type { Sink } from '../../src/events/reader.js';
 
 const MB = 1024 * 1024;
 const LIMIT = 4 * MB;
@@ -92,27 +95,32 @@ describe('bytes queued per tenant on event streams', { timeout: 120_000 }, () =>
     // The other tenant's reader holds half the bound: under its own tenant's, so it stays.
     for (let n = 0; n * batchText < LIMIT / 2; n++) await writer.appendEvents(g, batch);
 
+    const hub = h.service.app.eventsHub;
     const cutSessions: string[] = [];
     const onCut = (id: string) => cutSessions.push(id);
-    h.service.app.eventsHub.on('slow-reader', onCut);
+    hub.on('slow-reader', onCut);
     // Without the tenant's bound each paused reader would hold all of this (under WS_MAX_BUFFER_BYTES): no cut.
-    const most = 32 * MB;
+    // (How much the kernel takes into each paused socket's buffers first depends on the host's settings.)
+    const most = 48 * MB;
     let written = 0;
+    let most_held = 0;
     for (let n = 1; cutSessions.length < paused.length && written < most; n++) {
       await writer.appendEvents(a, batch);
       written += batchText;
-      // The reader that keeps up reads each batch before the next is written.
+      // The batch is fanned out to every follower at once: by the time the reader that keeps up has it, the
+      // others were written to, and counted.
       await reach(reading, n * batchText);
+      most_held = Math.max(most_held, hub.buffers.total('acme'));
     }
-    h.service.app.eventsHub.off('slow-reader', onCut);
+    hub.off('slow-reader', onCut);
     assert.deepEqual(
       cutSessions,
       paused.map(() => a),
       `cut ${cutSessions.length} of ${paused.length} after ${written / MB} MB`,
     );
-    // Cut about when they held the bound together, not at their own bound.
-    assert.ok(written < 2 * LIMIT, `cut after ${written / MB} MB each`);
-    assert.equal(h.service.app.eventsHub.buffers.total('acme'), 0);
+    // What the process held for the tenant's streams never stayed over the bound.
+    assert.ok(most_held <= LIMIT, `held ${most_held} bytes`);
+    assert.equal(hub.buffers.total('acme'), 0);
 
     // The cut readers get what was queued, then 1013.
     for (const p of paused) (p.ws as any)._socket.resume();
@@ -127,5 +135,63 @@ describe('bytes queued per tenant on event streams', { timeout: 120_000 }, () =>
     assert.equal(neighbour.closed, null);
     reading.ws.close();
     neighbour.ws.close();
+  });
+
+  it("counts a connection's answers to its own frames: one that sends frames and never reads is cut", async () => {
+    const acme = h.api.as('key-acme');
+    const id = (await acme.post('/v1/sessions', { start: false })).body.id as string;
+    const c = await follower(h.service.url, id, 'key-acme');
+    // Replayed what the log holds, then idle: from now on only its own answers are written to it.
+    await new Promise((r) => setTimeout(r, 100));
+    (c.ws as any)._socket.pause();
+    const cut = once(h.service.app.eventsHub, 'slow-reader');
+    let isCut = false;
+    void cut.then(() => (isCut = true));
+    // Each binary frame is answered at once with an `invalid_frame` error frame (~100 bytes).
+    const one = Buffer.from([1]);
+    let sent = 0;
+    while (!isCut && sent < 1_000_000) {
+      for (let i = 0; i < 5000; i++) c.ws.send(one, { binary: true });
+      sent += 5000;
+      await new Promise((r) => setImmediate(r));
+      await new Promise((r) => setTimeout(r, 5));
+    }
+    assert.ok(isCut, `not cut after ${sent} frames`);
+    assert.equal(h.service.app.eventsHub.buffers.total('acme'), 0);
+    c.ws.terminate();
+  });
+
+  it('a stream that ends on its last live event (as a chat stream does) is not counted after it closed', async () => {
+    const id = (await h.api.as('key-acme').post('/v1/sessions', { start: false })).body.id as string;
+    const hub = h.service.app.eventsHub;
+    const writer = new SessionStore(writerRedis, { eventLogMax: 1000 });
+    const subs: Subscription[] = [];
+    for (let i = 0; i < 5; i++) {
+      // Its client has 50 kB not yet taken; the run's end closes the stream from inside the write, and the send
+      // still says it went (routes/chat.ts: the translator's `done`).
+      const sink: Sink = {
+        send: (ev) => {
+          if (ev.json.includes('"the_end":true')) subs[i]?.close();
+          return true;
+        },
+        buffered: () => 50_000,
+        ready: () => true,
+        expired() {},
+        gone() {},
+        failed() {},
+        shutdown() {},
+      };
+      subs.push(hub.subscribe(id, START, sink, 'acme'));
+    }
+    for (const deadline = Date.now() + 10_000; !subs.every((s) => s.live);) {
+      assert.ok(Date.now() < deadline, 'the subscriptions went live');
+      await new Promise((r) => setTimeout(r, 10));
+    }
+    await writer.appendEvents(id, [['stream.event', JSON.stringify({ the_end: true })]]);
+    for (const deadline = Date.now() + 10_000; !subs.every((s) => s.closed);) {
+      assert.ok(Date.now() < deadline, 'the subscriptions closed');
+      await new Promise((r) => setTimeout(r, 10));
+    }
+    assert.equal(hub.buffers.total('acme'), 0);
   });
 });
