@@ -7,9 +7,9 @@ import { cancelRun, removeSession } from '../sessions/control.js';
 import { createSession } from '../sessions/create.js';
 import type { SessionDeps } from '../sessions/mutate.js';
 import { submitResults } from '../sessions/tool-calls.js';
-import { AGENTS_DUE_KEY, sessionKeys } from '../store/keys.js';
+import { AGENTS_DUE_KEY } from '../store/keys.js';
 import type { RedisClient } from '../store/lua-commands.js';
-import { childUsageIncr, type SessionState } from '../store/session-state.js';
+import type { SessionState } from '../store/session-state.js';
 import type { SessionStore } from '../store/store.js';
 import { SweepLoop } from '../sweep-loop.js';
 import { childSessionId, WaitingTree, type ChildWaiting } from './waiting.js';
@@ -227,14 +227,13 @@ export class AgentSweep {
   }
 
   /**
-   * The ended child's usage into its parent's `u_child_*` (once per child, child-usage-1.lua: whether or not its result
+   * The ended child's usage into its parent's `u_child_*` (once per child, src/store/lua/child-usage-1.lua: whether or not its result
    * still answers the call — a parent cancelled meanwhile, or whose client answered the call itself, keeps the cost),
    * then its result into the call (409 and 404 mean it was answered, or the parent is gone).
    */
   private async deliver(child: SessionState): Promise<void> {
     const ref = child.parent!;
-    const incr = Object.entries(childUsageIncr(child)).flat();
-    await this.opts.redis.agentsChildUsage(sessionKeys(ref.session_id).meta, child.id, ...incr);
+    await this.opts.store.addChildUsage(ref.session_id, child);
     const parent = await this.opts.store.load(ref.session_id);
     if (!parent || parent.status !== 'requires_action') return;
     await this.answer(parent, ref.tool_use_id, await this.resultOf(child));

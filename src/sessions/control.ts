@@ -295,6 +295,9 @@ export async function removeSession(
 ): Promise<void> {
   const s = await deps.store.loadFor(tenant, id);
   checkIfMatch(s, ifMatch);
+  // A sub-agent deleted before it ended: what it spent counts toward its parent all the same (once per child; a
+  // turn of its still streaming is lost with it).
+  if (s.parent) await deps.store.addChildUsage(s.parent.session_id, s);
   if (s.status === 'running') await deps.store.publishControl(id, 'delete');
   await deps.store.destroy(id, tenant, s.createdAt);
   await dropTasks(deps, s);

@@ -123,7 +123,7 @@ function timeoutOps(s: SessionState): { ops: ApplyOps; starts: boolean } {
 /**
  * The sub-agents working on agent calls a timeout answers (or ends, with `fail`): no child's result will answer its
  * call now, so the usage each spent so far joins the parent's (`u_child_*`) in the timeout's own write, which marks
- * each counted (`cb:<child id>`, as the agents' sweep counts an ended child: src/agents/lua/child-usage-1.lua), and
+ * each counted (`cb:<child id>`, as the agents' sweep counts an ended child: src/store/lua/child-usage-1.lua), and
  * they are cancelled after it. What a child spends between the two is not counted. A child that ended already is
  * left to the sweep, which counts it whole.
  */

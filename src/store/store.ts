@@ -46,6 +46,7 @@ import { PriceTable, type ModelPrices } from '../cost/prices.js';
 import { TenantSpend } from '../cost/spend.js';
 import { SessionIndex } from './session-index.js';
 import {
+  childUsageIncr,
   decodeFields,
   isControl,
   type CompactedSegment,
@@ -550,6 +551,16 @@ export class SessionStore {
       ...this.destroyHooks.map((hook) => hook(id, tenant)),
     ]);
     return done === 1;
+  }
+
+  /**
+   * A sub-agent's usage into its parent's `u_child_*` counters, once per child whatever becomes of the call it
+   * answers (child-usage-1.lua): when it ends, or when it is deleted before (its turns count toward the parent's
+   * budget all the same).
+   */
+  async addChildUsage(parentId: string, child: Pick<SessionState, 'id' | 'usage' | 'cost' | 'childUsage'>) {
+    const incr = Object.entries(childUsageIncr(child)).flat();
+    await this.redis.sessChildUsage(sessionKeys(parentId).meta, child.id, ...incr);
   }
 
   async publishControl(id: string, what: 'cancel' | 'interrupt' | 'delete' | 'params'): Promise<void> {

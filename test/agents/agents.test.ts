@@ -250,6 +250,34 @@ describe('sub-agents', { timeout: 120_000 }, () => {
     );
   });
 
+  it('a child deleted before it ended: what it spent counts toward its parent', async () => {
+    const waiting = researcher({ system: 'You are a researcher who waits.', tools: [lookup] });
+    const p = (await a.post('/v1/sessions', { system: 'You are a writer.', input: 'go', tools: [waiting] }))
+      .body;
+    const child = await until(
+      async () => (await a.get(`/v1/sessions/${p.id}/children`)).body.data[0],
+      20_000,
+      'the child',
+    );
+    const spent = await a.waitStatus(child.id, 'requires_action', 20_000);
+    assert.ok(spent.usage.total_tokens > 0);
+    assert.equal((await a.req('DELETE', `/v1/sessions/${child.id}`)).status, 200);
+    const counted = await until(
+      async () => {
+        const x = (await a.get(`/v1/sessions/${p.id}`)).body;
+        return x.usage.children.total_tokens > 0 ? x : null;
+      },
+      20_000,
+      "the deleted child's usage on the parent",
+    );
+    assert.equal(counted.usage.children.total_tokens, spent.usage.total_tokens);
+    assert.equal(counted.usage.children.cost_usd, spent.usage.cost_usd);
+    // Its call is answered as deleted, and nothing is counted twice.
+    await a.waitFor(p.id, (s) => s.status !== 'running' && s.status !== 'requires_action', 30_000);
+    const after = (await a.get(`/v1/sessions/${p.id}`)).body;
+    assert.equal(after.usage.children.total_tokens, spent.usage.total_tokens);
+  });
+
   it("a fork of a tree is a session of its own: its sub-agents run for it, and a child's fork answers no parent", async () => {
     const p = (
       await a.post('/v1/sessions', { system: 'You are a writer.', input: 'Sky?', tools: [researcher()] })

@@ -12,7 +12,5 @@ declare module 'ioredis' {
       events: string,
       ...args: Array<string | number>
     ): Result<number, Context>;
-    /** child-usage-1.lua: 1 when the child's usage was counted now, 0 when before (or the parent is gone). */
-    agentsChildUsage(meta: string, child: string, ...incr: Array<string | number>): Result<number, Context>;
   }
 }

@@ -103,6 +103,8 @@ declare module 'ioredis' {
     sessRunSlotTake(key: string, id: string, now: number, max: number): Result<number, Context>;
     /** run-slot-prune-1.lua: the key, then session id, score pairs read as stale. */
     sessRunSlotPrune(key: string, ...memberScores: string[]): Result<number, Context>;
+    /** child-usage-1.lua: 1 when the child's usage was counted now, 0 when before (or the parent is gone). */
+    sessChildUsage(meta: string, child: string, ...incr: Array<string | number>): Result<number, Context>;
     /** read-events-2.lua: the oldest and newest ids (null: empty log), the newest trimmed (null: none recorded), then the page's entries. */
     sessReadEvents(
       events: string,
