@@ -1,5 +1,6 @@
 import type { FastifyPluginAsync, FastifyReply, FastifyRequest } from 'fastify';
 import fp from 'fastify-plugin';
+import { ID_LIKE } from '../schemas.js';
 
 declare module 'fastify' {
   interface FastifyRequest {
@@ -17,16 +18,14 @@ const QUIET_ROUTES = new Set(['/healthz', '/readyz', '/metrics']);
  */
 function sessionOf(req: FastifyRequest, route: string): string | null {
   if (req.createdSession) return req.createdSession;
-  if (route.startsWith('/v1/sessions/:id') || route.startsWith('/v1/chat/:id')) {
-    const id = (req.params as { id?: unknown } | undefined)?.id;
-    return typeof id === 'string' ? id : null;
-  }
-  if (route === '/v1/chat') {
-    const id = (req.body as { id?: unknown } | undefined)?.id;
-    return typeof id === 'string' ? id : null;
-  }
+  if (route.startsWith('/v1/sessions/:id') || route.startsWith('/v1/chat/:id'))
+    return idLike((req.params as { id?: unknown } | undefined)?.id);
+  if (route === '/v1/chat') return idLike((req.body as { id?: unknown } | undefined)?.id);
   return null;
 }
+
+/** An id as the client gave it, only when it has an id's form: a refused request's 16 KiB of text is not logged. */
+const idLike = (id: unknown): string | null => (typeof id === 'string' && ID_LIKE.test(id) ? id : null);
 
 /**
  * One `request` line per answered request, at info: the route pattern (never the raw URL: no query strings of a

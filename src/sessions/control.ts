@@ -141,10 +141,9 @@ export function retryTurn(
       throw conflict('nothing_to_retry', 'The last iteration is a compaction, not a reply to send again.');
     }
     const params = body?.params ? mergeParams(s.params, body.params) : s.params;
-    // As a PATCH: a dollar ceiling (the budget's, the tenant's cap) needs the new model's price; the policy's
-    // compaction and a compaction edit exclude each other; at most 4 cache breakpoints before the history's.
+    // As a PATCH: the policy's compaction and a compaction edit exclude each other; at most 4 cache breakpoints
+    // before the history's. (The model's price under a dollar ceiling: `mutate`, with `params` below.)
     if (body?.params) {
-      deps.store.spend.assertPriced(params.model, s.budget?.cost_usd);
       checkCompactionParams(params, s.compaction);
       assertFixedMarks(params.system, s.tools);
     }
@@ -174,6 +173,7 @@ export function retryTurn(
         ],
       },
       starts: true,
+      params,
     };
   });
 }

@@ -49,6 +49,8 @@ export interface Plan {
   guard?: Guard;
   /** The write makes the session `running`: a run starts. */
   starts?: boolean;
+  /** The params the write gives the session, when it changes them (a retry's): its run's model is theirs. */
+  params?: SessionParams;
   /** A follow-up waits for the run in flight. */
   queued?: boolean;
   /** Done after the write (a control message to the run). */
@@ -96,10 +98,9 @@ export async function mutate(
     checkIfMatch(s, ifMatch);
     const p = await plan(s);
     // A run of a model without a price starts under no dollar ceiling (400 `unknown_model_price`), whenever the
-    // ceiling came: the tenant's cap may be set after the session was made. A plan that changes the params checked
-    // the new model itself.
-    if ((p.costCap ?? true) && setsRunning(p.ops) && p.ops.hset?.['params'] === undefined)
-      store.spend.assertPriced(s.params.model, s.budget?.cost_usd);
+    // ceiling came: the tenant's cap may be set after the session was made.
+    if ((p.costCap ?? true) && setsRunning(p.ops))
+      store.spend.assertPriced((p.params ?? s.params).model, s.budget?.cost_usd);
     const guard: Guard = {
       ...(p.guard ?? { rev: s.revision }),
       ...(token !== undefined

@@ -457,14 +457,22 @@ describe('cost: TENANT_MAX_COST_USD_PER_DAY', () => {
       env: { API_KEYS: capEnv.API_KEYS },
     });
     try {
+      h.fake.enqueue(text('Hello.'));
       const made = await uncapped.api
         .as('key-c')
-        .post('/v1/sessions', { model: 'claude-fake-1', start: false });
+        .post('/v1/sessions', { model: 'claude-fake-1', input: 'Hi' });
       assert.equal(made.status, 201);
+      await uncapped.api.as('key-c').waitStatus(made.body.id, 'idle');
       const sent = h.fake.requests.length;
       const r = await h.api.as('key-c').post(`/v1/sessions/${made.body.id}/messages`, { content: 'Hi' });
       assert.equal(r.status, 400, JSON.stringify(r.body));
       assert.equal(r.body.error.code, 'unknown_model_price');
+      // A retry of its reply too, with params or without.
+      for (const body of [{}, { params: { max_tokens: 100 } }]) {
+        const retry = await h.api.as('key-c').post(`/v1/sessions/${made.body.id}/retry`, body);
+        assert.equal(retry.status, 400, JSON.stringify(retry.body));
+        assert.equal(retry.body.error.code, 'unknown_model_price');
+      }
       assert.equal((await h.api.as('key-c').get(`/v1/sessions/${made.body.id}`)).body.status, 'idle');
       assert.equal(h.fake.requests.length, sent);
     } finally {
