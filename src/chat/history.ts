@@ -101,6 +101,14 @@ export function toUIMessages(
     assistant = null;
     out.push({ id, role: 'user', parts });
   });
+  // The calls of the step in progress that are answered already (a server tool that ran beside a client tool or an
+  // approval): answered here as the stream answered them, so a `Chat` seeded from this page sees what it still owes.
+  for (const r of action?.tool_results ?? []) {
+    const part = calls.get(r.tool_use_id);
+    if (part?.['state'] !== 'input-available') continue;
+    if (r.is_error) Object.assign(part, { state: 'output-error', errorText: resultText(r.content) });
+    else Object.assign(part, { state: 'output-available', output: r.content ?? null });
+  }
   if (action?.type === 'approve_tool_calls') {
     for (const c of action.tool_calls) {
       const part = calls.get(c.id);
