@@ -16,7 +16,6 @@ import type { FastifyReply, FastifyRequest } from 'fastify';
 import type { OutgoingHttpHeaders } from 'node:http';
 import { z } from 'zod';
 import type { Config } from '../src/config.js';
-import { badRequest } from '../src/errors.js';
 import { isAgentTool, sessionIdParam } from '../src/schemas.js';
 import { uiMessageList, routeErrors, type RouteCodes } from '../src/openapi/responses.js';
 import { requiredAction } from '../src/engine/status.js';
@@ -27,7 +26,7 @@ import { ChatTranslator, type UIChunk } from '../src/chat/chunks.js';
 import { awaitsAgentsOnly } from '../src/chat/event-shapes.js';
 import { replyMessageId, runMessageId, toUIMessages } from '../src/chat/history.js';
 import { chatBody, editRefused } from '../src/chat/request.js';
-import { postAnswers, postUserMessage, statusOf } from '../src/chat/post.js';
+import { postAnswers, postUserMessage, regenerate, statusOf } from '../src/chat/post.js';
 import { defineChatCommands, runStartCursor } from '../src/chat/run-start.js';
 import type { SessionState } from '../src/store/session-state.js';
 import { actorOf, requireScope, watchToken } from '../src/plugins/auth.js';
@@ -224,14 +223,11 @@ const routes: FastifyPluginAsyncZod<{ config: Config }> = async (app, { config }
     },
     async (req, reply) => {
       const { id, messages, trigger, messageId } = req.body;
-      if (trigger === 'regenerate-message')
-        throw badRequest('regenerate-message is not supported: use POST /v1/sessions/:id/retry.', {
-          trigger,
-        });
+      const regenerating = trigger === 'regenerate-message';
       // `sendMessage({text, messageId})` edits a sent user message: the client drops what followed it. The session
       // keeps its history (an append would answer a conversation the user no longer sees). The transport also sends
-      // `messageId` with an assistant message (the one tool answers are in), which is no edit.
-      if (messageId !== undefined && messages[messages.length - 1]!.role === 'user')
+      // `messageId` with an assistant message (the one tool answers are in), which is no edit; nor is `regenerate`'s.
+      if (!regenerating && messageId !== undefined && messages[messages.length - 1]!.role === 'user')
         throw editRefused(messageId);
       const s = await app.store.loadFor(req.tenant, id);
       const replay = req.streamReplay;
@@ -254,7 +250,10 @@ const routes: FastifyPluginAsyncZod<{ config: Config }> = async (app, { config }
       // merge the message (for a caller that sees the run: withoutRun names only the client's own message). Read
       // with the log's newest id, in one round trip.
       const startsRun =
-        last.role === 'user' && (s.status === 'idle' || s.status === 'failed') && readsRun(req);
+        !regenerating &&
+        last.role === 'user' &&
+        (s.status === 'idle' || s.status === 'failed') &&
+        readsRun(req);
       const [newest, tail] = await Promise.all([
         hub.eventLog.lastId(id),
         startsRun ? app.store.lastMessage(id) : null,
@@ -262,8 +261,9 @@ const routes: FastifyPluginAsyncZod<{ config: Config }> = async (app, { config }
       const after = newest ?? START;
       const replyId = startsRun ? replyMessageId(id, s.msgBase, s.msgCount, tail?.role) : undefined;
       const poster = { deps: app.sessionDeps, tenant: req.tenant, by: actorOf(req.clientToken), need };
-      const posted =
-        last.role === 'user'
+      const posted = regenerating
+        ? await regenerate(poster, id, messages, messageId, after)
+        : last.role === 'user'
           ? await postUserMessage(poster, id, last, after, replyId)
           : await postAnswers(poster, s, last, after);
       // An Idempotency-Key keeps where this answer streams from, so the same request streams it again.

@@ -147,3 +147,29 @@ export function replyMessageId(
 ): string {
   return `${sessionId}-${base + count + (lastRole === 'user' ? 0 : 1)}`;
 }
+
+/**
+ * `regenerate-message`: how many messages of the history (from index `base`) stay when an answer is made again — the
+ * assistant message `messageId` names, or the one after the user message it names; absent, the history's last.
+ * Everything from that answer's first message on goes; a user message with no answer after it keeps all. A user
+ * message the client sent has the client's own id, which the history does not know: `userOrdinal` (how many user
+ * messages the client's list holds, ending with it) finds it by its place. Null when nothing matches.
+ */
+export function keptBeforeAnswer(
+  sessionId: string,
+  history: StoredMessage[],
+  base: number,
+  messageId: string | undefined,
+  userOrdinal: number | undefined,
+): number | null {
+  const ui = toUIMessages(sessionId, history, base, null);
+  let at = messageId === undefined ? ui.length - 1 : ui.findIndex((m) => m.id === messageId);
+  if (at < 0 && userOrdinal !== undefined) {
+    let seen = 0;
+    at = ui.findIndex((m) => m.role === 'user' && ++seen === userOrdinal);
+  }
+  if (at < 0) return null;
+  const answer = ui[at]!.role === 'assistant' ? ui[at] : ui[at + 1];
+  // Ids are `<session id>-<index>` (toUIMessages): the answer's first message.
+  return answer ? Number(answer.id.slice(sessionId.length + 1)) - base : history.length;
+}

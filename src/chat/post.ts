@@ -5,8 +5,10 @@
  */
 import type { z } from 'zod';
 import { badRequest } from '../errors.js';
+import { keptBeforeAnswer, replyMessageId } from './history.js';
 import { requiredAction } from '../engine/status.js';
 import { addMessage } from '../sessions/messages.js';
+import { rerunFrom } from '../sessions/replace.js';
 import type { MutationResult, SessionDeps } from '../sessions/mutate.js';
 import { decide, submitResults } from '../sessions/tool-calls.js';
 import { AlreadyPosted } from '../store/apply-ops.js';
@@ -119,4 +121,35 @@ export async function postAnswers(
   const { state } = result;
   const known = toolCallIdsOf(last.parts);
   return { after, revision: state.revision, assistant: last.id, known, state, status: statusOf(state) };
+}
+
+/**
+ * `trigger: "regenerate-message"` (the AI SDK's `regenerate()`): the answer `messageId` names (absent: the last one)
+ * is dropped with everything after it, and the session runs again from the user turn before it (sessions/replace.ts
+ * `rerunFrom`). Its reply takes the dropped answer's id, so the `Chat`, which dropped the message itself, gets it
+ * back by the same id. Needs the `message` scope, as a message does.
+ */
+export async function regenerate(
+  p: Poster,
+  id: string,
+  messages: ChatMessage[],
+  messageId: string | undefined,
+  after: string,
+): Promise<Posted> {
+  p.need('message');
+  // The client's list ends with the message named (a user message keeps its place in it).
+  const named = messages.at(-1);
+  const userOrdinal =
+    named?.role === 'user' && named.id === messageId
+      ? messages.filter((m) => m.role === 'user').length
+      : undefined;
+  let assistant: string | undefined;
+  const { state } = await rerunFrom(p.deps, p.tenant, id, (history, s) => {
+    const kept = keptBeforeAnswer(id, history, s.msgBase, messageId, userOrdinal);
+    if (kept === null)
+      throw badRequest(`messageId names no message of this session's history.`, { messageId });
+    assistant = replyMessageId(id, s.msgBase, kept, 'user');
+    return kept;
+  });
+  return { after, revision: state.revision, assistant, known: [], state, status: statusOf(state) };
 }

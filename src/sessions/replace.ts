@@ -3,13 +3,14 @@
  * not running and waits for no client but a review (`idle`, `failed`, reviewing a turn or tool results). The history is checked as create checks one; the session's
  * message thread is dropped (the next run creates one), and so is a failed step's pending state.
  */
+import { assertBudgetLeft } from '../engine/budget.js';
 import { requiredAction } from '../engine/status.js';
-import { Conflict, InvalidRequest } from '../errors.js';
+import { Conflict, InvalidRequest, conflict } from '../errors.js';
 import { checkHistory, type StoredMessage } from '../history.js';
 import type { ApplyOps } from '../store/apply-ops.js';
-import { recordCount } from '../store/session-state.js';
+import { recordCount, type SessionState } from '../store/session-state.js';
 import { normalize } from './create.js';
-import { mutate, statusOps, type MutationResult, type SessionDeps } from './mutate.js';
+import { mutate, runOps, statusOps, type MutationResult, type SessionDeps } from './mutate.js';
 import { eventOf } from '../events/schemas.js';
 
 export function replaceMessages(
@@ -57,5 +58,41 @@ export function replaceMessages(
       ],
     };
     return { guard: { rev: s.revision, status: [s.status] }, ops };
+  });
+}
+
+/**
+ * The session run again from the first `keep(history, s)` messages of its history (the chat's `regenerate-message`):
+ * what follows is dropped, a waiting step with it, and so is the message thread (the history was rewritten); a run
+ * starts on what is left, which ends with a user turn, in the same write. `keep` answers from the history as read for
+ * this write (the revision guards it). Not while a turn runs (409 `session_running`), nor with the budget spent.
+ */
+export function rerunFrom(
+  deps: SessionDeps,
+  tenant: string,
+  id: string,
+  keep: (history: StoredMessage[], s: SessionState) => number,
+): Promise<MutationResult> {
+  return mutate(deps, tenant, id, undefined, async (s) => {
+    if (s.status === 'running')
+      throw conflict('session_running', 'A turn is in progress; cancel it first or wait.');
+    assertBudgetLeft(s);
+    const history = await deps.store.history(id);
+    const kept = keep(history, s);
+    if (kept < 1 || kept > history.length || history[kept - 1]!.role !== 'user')
+      throw conflict(
+        'nothing_to_retry',
+        'No user turn precedes that answer in the history; there is nothing to run again.',
+      );
+    const run = runOps({ ...s, status: 'idle' }, { pending: null });
+    return {
+      ops: {
+        ...run,
+        ...(kept < history.length ? { trim_msgs: kept } : {}),
+        hset: { ...run.hset, thread: '', replaced_at: String(recordCount(s)) },
+        events: [eventOf('messages.replaced', { message_count: kept }), ...(run.events ?? [])],
+      },
+      starts: true,
+    };
   });
 }

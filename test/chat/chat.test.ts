@@ -344,6 +344,67 @@ describe('chat routes: the AI SDK UI message stream', () => {
     assert.equal(msgs[1]!.parts.filter((p) => p.type === 'step-start').length, 2);
   });
 
+  test('regenerate (Chat.regenerate()): the whole answer is made again, under its id; the history says the same', async () => {
+    const id = await session({ tools: ['get_weather'] });
+    h.fake.enqueue(
+      reply([toolUse('get_weather', { location: 'Paris' }, 'toolu_regen1')]),
+      text('First answer.'),
+      text('Second answer.'),
+    );
+    const chat = new PlainChat({ id, transport: transport() });
+    const first = chat.nextFinish();
+    await chat.sendMessage({ text: 'Weather in Paris?' });
+    await first;
+    const answerId = chat.messages[1]!.id;
+    assert.equal(textOf(chat.messages[1]), 'First answer.');
+    assert.equal((await history(id))[1]!.id, answerId);
+    const sent = h.fake.requests.length;
+
+    const again = chat.nextFinish();
+    await chat.regenerate();
+    await again;
+    assert.equal(chat.messages.length, 2);
+    assert.equal(chat.messages[1]!.id, answerId, 'the new answer takes the id of the one it replaces');
+    assert.equal(textOf(chat.messages[1]), 'Second answer.');
+    assert.ok(!chat.messages[1]!.parts.some((p) => p.type === 'tool-get_weather'), 'the old steps are gone');
+    // The model was asked again from the user's message alone: the whole answer, not its last step.
+    assert.equal(h.fake.requests.length, sent + 1);
+    assert.equal(h.fake.requests.at(-1)!.messages.length, 1);
+    const msgs = await history(id);
+    assert.deepEqual(
+      msgs.map((m) => [m.role, textOf(m)]),
+      chat.messages.map((m) => [m.role, textOf(m)]),
+    );
+    assert.equal(msgs[1]!.id, answerId);
+    // Regenerating by the user message's id (the client's own) makes the answer after it again.
+    h.fake.enqueue(text('Third answer.'));
+    const third = chat.nextFinish();
+    await chat.regenerate({ messageId: chat.messages[0]!.id });
+    await third;
+    assert.equal(textOf((await history(id))[1]), 'Third answer.');
+    // An earlier answer: it and everything after it go (as the Chat drops them).
+    h.fake.enqueue(text('Oslo answer.'), text('Fourth answer.'));
+    const oslo = chat.nextFinish();
+    await chat.sendMessage({ text: 'And Oslo?' });
+    await oslo;
+    assert.equal((await history(id)).length, 4);
+    const fourth = chat.nextFinish();
+    await chat.regenerate({ messageId: answerId });
+    await fourth;
+    const last = await history(id);
+    assert.deepEqual(
+      last.map((m) => [m.role, textOf(m)]),
+      [
+        ['user', 'Weather in Paris?'],
+        ['assistant', 'Fourth answer.'],
+      ],
+    );
+    assert.deepEqual(
+      chat.messages.map((m) => [m.role, textOf(m)]),
+      last.map((m) => [m.role, textOf(m)]),
+    );
+  });
+
   test('an approval round trip with Chat: approval-requested, addToolApprovalResponse, the run goes on', async () => {
     const id = await session({ tools: ['get_weather'], approval: 'always' });
     const chat = new PlainChat({
@@ -653,7 +714,7 @@ describe('chat routes: the AI SDK UI message stream', () => {
     assert.equal(message?.parts.filter((p) => p.type === 'step-start').length, 1);
   });
 
-  test('refusals: bad bodies 400, unknown or foreign sessions 404, no key 401, regenerate 400', async () => {
+  test('refusals: bad bodies 400, unknown or foreign sessions 404, no key 401, regenerate of no answer 400', async () => {
     const id = await session();
     const post = (body: unknown, key = KEY) =>
       h.api.as(key).post('/v1/chat', body, { 'content-type': 'application/json' });
