@@ -51,17 +51,19 @@ export interface LogBounds {
   /** The oldest and newest events it holds (null: an empty log). */
   firstId: string | null;
   lastId: string | null;
-  /** The newest event ever trimmed from it (null: none recorded). */
+  /** The newest event its last trim dropped, and the oldest it kept (null: none recorded). */
   cutId: string | null;
+  keptId: string | null;
 }
 
 /**
- * Whether events after `after` were trimmed: some trimmed event is newer than it. Without a record of the trim (a
- * log trimmed before the record existed), any cursor older than the oldest event kept is taken as having lost some.
+ * Whether events after `after` were trimmed: some trimmed event is newer than it. The record of the last trim says so
+ * while the log still starts where that trim left it; otherwise (no record, a trim that did not record itself, a
+ * log made again) any cursor older than the oldest event kept is taken as having lost some.
  */
 export function lostAfter(after: string, log: LogBounds): boolean {
   if (after === START) return false;
-  if (log.cutId !== null) return compareIds(log.cutId, after) > 0;
+  if (log.cutId !== null && log.keptId === log.firstId) return compareIds(log.cutId, after) > 0;
   return log.firstId !== null && compareIds(log.firstId, after) > 0;
 }
 

@@ -27,10 +27,12 @@ export interface EventPage {
   /** The newest event the log holds (null: the log is empty or gone). */
   lastId: string | null;
   /**
-   * The newest event ever trimmed from the log (null: none recorded — never trimmed, or trimmed before the record
-   * existed, or the session's meta is gone): a cursor at or after it lost nothing.
+   * The newest event trimmed from the log by its last trim, and the oldest it kept then (null: none recorded — never
+   * trimmed, or trimmed before the record existed, or the session's meta is gone). Trusted while the oldest kept is
+   * still `firstId` (src/events/cursor.ts `lostAfter`).
    */
   cutId: string | null;
+  keptId: string | null;
   /** More events follow this page (its last event is not the newest of the log). */
   more: boolean;
 }
@@ -75,8 +77,8 @@ export class EventLog {
     // Lua tables of {id, {field, value, …}}, as XRANGE answers (the script only copies them).
     const events = entries.map(parseStreamEntry);
     const tail = events.at(-1);
-    const cutId = typeof cut === 'string' ? cut : null;
-    return { events, firstId, lastId, cutId, more: tail !== undefined && tail.id !== lastId };
+    const [cutId = null, keptId = null] = typeof cut === 'string' ? cut.split(' ') : [];
+    return { events, firstId, lastId, cutId, keptId, more: tail !== undefined && tail.id !== lastId };
   }
 
   /** The newest event id of the log (null: empty or gone). One XREVRANGE. */

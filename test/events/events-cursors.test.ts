@@ -236,7 +236,11 @@ describe('event cursors', () => {
       const before = (await h.api.get(`/v1/sessions/${id}/events`)).body.data.map((e: any) => e.id);
       assert.equal(before.length, 3);
       // The newest event trimmed so far: older than x1, so a cursor there has lost nothing yet.
-      const older = (await cmd.hget(eventLogKeys(id)[0], 'ev_cut'))!;
+      const [older, keptThen] = (await cmd.hget(eventLogKeys(id)[0], 'ev_cut'))!.split(' ') as [
+        string,
+        string,
+      ];
+      assert.equal(keptThen, before[0]);
       assert.ok(compareIds(older, before[0]) < 0);
       await store.appendEvents(id, [['stream.event', '{"n":4}']]);
       const [x1] = before;
@@ -261,6 +265,13 @@ describe('event cursors', () => {
       const gone = await h.api.get(`/v1/sessions/${id}/events?after=${older}`);
       assert.equal(gone.status, 410);
       assert.equal(gone.body.error.code, 'cursor_expired');
+
+      // A trim that did not record itself (a replica of an older release): the record is stale, and a cursor before
+      // what it dropped expired, never a page with a gap.
+      await cmd.xtrim(eventLogKeys(id)[1], 'MINID', kept[1]);
+      const stale = await h.api.get(`/v1/sessions/${id}/events?after=${x1}`);
+      assert.equal(stale.status, 410, JSON.stringify(stale.body));
+      assert.equal(stale.body.error.code, 'cursor_expired');
     } finally {
       cmd.disconnect();
     }

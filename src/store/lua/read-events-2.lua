@@ -2,14 +2,14 @@
 -- the oldest and newest events the log holds and of the newest event ever trimmed from it, all read at one instant
 -- (a trim or an append between them cannot show a gap that is not there, or hide one that is).
 -- KEYS[1] events (stream)
--- KEYS[2] the session's meta hash (its `ev_cut`: includes/event-log.lua)
+-- KEYS[2] the session's meta hash (its `ev_cut`, `<newest id trimmed> <oldest id kept then>`: includes/event-log.lua)
 -- ARGV[1] the first id the page may hold (inclusive: the cursor plus one; `-` for the start of the log; empty:
 --         no id can follow the cursor, only the bounds are read)
 -- ARGV[2] most events in the page (>= 1)
 -- ARGV[3] byte budget of the page: the sum of the entries' field values (type, data, revision, time). The page
 --         holds the first event after the cursor whatever its size, then the next ones while the sum stays within
 --         the budget, so Redis and the reader never hold more than the budget plus one event for a page.
--- Returns {oldest id or false, newest id or false, newest trimmed id or false (none recorded), entry, entry, ...},
+-- Returns {oldest id or false, newest id or false, `ev_cut` or false (none recorded), entry, entry, ...},
 -- each entry as XRANGE gives it: {id, {field, value, ...}}.
 local oldest = redis.call('XRANGE', KEYS[1], '-', '+', 'COUNT', 1)[1]
 local newest = redis.call('XREVRANGE', KEYS[1], '+', '-', 'COUNT', 1)[1]

@@ -4,9 +4,11 @@
 -- Use: log_xadd(...) for each event, then log_trim(...) once at the end of the script.
 -- Trimming drops the oldest entries, exactly (XTRIM MINID), until the log holds at most `maxlen` entries and
 -- `maxbytes` bytes, but never its newest entry. A reader whose cursor is older than the oldest entry kept learns
--- that its cursor expired (410 `cursor_expired`): the meta hash field `ev_cut` holds the newest id ever trimmed, so
--- a cursor at or after it lost nothing, even when its own event was trimmed (a log without the field: one trimmed
--- before it existed, or never trimmed; readers then compare with the oldest id kept). The byte counter is only as
+-- that its cursor expired (410 `cursor_expired`): the meta hash field `ev_cut` holds `<newest id trimmed> <oldest id
+-- kept>` as of the last trim, so a cursor at or after the first lost nothing, even when its own event was trimmed.
+-- Readers trust it only while the log's oldest id is still the second: a trim that did not record itself (a replica
+-- of an older release) or a log made again leaves it stale, and readers then compare with the oldest id kept (as
+-- for a log never trimmed, or trimmed before the field existed). The byte counter is only as
 -- exact as the writes that kept it: entries written before it existed (or by hand) are not in it, so it is clamped
 -- at 0 and never trims the newest entry.
 local log_added = 0
@@ -45,7 +47,7 @@ local function log_trim(key, meta, maxlen, maxbytes)
   end
   if keep and n > 0 then
     redis.call('XTRIM', key, 'MINID', keep)
-    redis.call('HSET', meta, 'ev_cut', cut)
+    redis.call('HSET', meta, 'ev_cut', cut .. ' ' .. keep)
     if b > total then b = total end
     redis.call('HINCRBY', meta, 'ev_bytes', -b)
   end
