@@ -79,7 +79,11 @@ const HEAVY_BODY_BYTES = 64 * 1024;
 /** The whole service as one Fastify plugin; `src/server.ts` only boots it. */
 const app: FastifyPluginAsync<AppOptions> = async (fastify, opts) => {
   const { config } = opts;
-  configureNameResolver({ timeoutMs: config.OUTBOUND_DNS_TIMEOUT_MS, servers: config.OUTBOUND_DNS_SERVERS });
+  configureNameResolver({
+    timeoutMs: config.OUTBOUND_DNS_TIMEOUT_MS,
+    servers: config.OUTBOUND_DNS_SERVERS,
+    search: config.OUTBOUND_DNS_SEARCH,
+  });
   fastify.setValidatorCompiler(validatorCompiler);
   fastify.setSerializerCompiler(
     checkedSerializer(

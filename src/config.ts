@@ -291,8 +291,8 @@ const variables = z.object({
   MAX_ACTIVE_RUNS: positiveMs.default(5000),
   /** Webhooks (spec §6.3; src/webhooks). Private, loopback and link-local targets are refused unless true. */
   /**
-   * Per try (ms, 2 tries per nameserver) of the DNS queries for the hosts of tenants' URLs (webhooks, HTTP tools,
-   * tenant MCP servers; src/webhooks/name-resolver.ts).
+   * Per try (ms, 2 tries per nameserver, each waiting this long at most) of the DNS queries for the hosts of tenants'
+   * URLs (webhooks, HTTP tools, tenant MCP servers; src/webhooks/name-resolver.ts).
    */
   OUTBOUND_DNS_TIMEOUT_MS: positiveMs.default(2000),
   /** Nameservers (`host` or `host:port`, comma-separated) for those queries instead of /etc/resolv.conf's. */
@@ -308,6 +308,21 @@ const variables = z.object({
     .refine(
       (list) => list.every(isNameserver),
       'expected IP addresses, each with an optional :port ([v6]:port)',
+    ),
+  /**
+   * The search list for those names (comma-separated domains) instead of /etc/resolv.conf's `search`; empty: none.
+   * Unset: that file's.
+   */
+  OUTBOUND_DNS_SEARCH: z
+    .string()
+    .optional()
+    .transform((v) =>
+      v === undefined
+        ? null
+        : v
+            .split(',')
+            .map((s) => s.trim())
+            .filter(Boolean),
     ),
   WEBHOOK_ALLOW_PRIVATE: z
     .enum(['true', 'false', '1', '0'])

@@ -1,3 +1,4 @@
+import { readFileSync } from 'node:fs';
 import { Resolver } from 'node:dns/promises';
 
 /**
@@ -5,10 +6,13 @@ import { Resolver } from 'node:dns/promises';
  * event loop (c-ares, `Resolver`), never by `dns.lookup`. `lookup` is getaddrinfo on libuv's thread pool (4 threads
  * shared with file and crypto work): a tenant whose names point at a nameserver that never answers held a thread
  * per lookup for the resolver's whole retry time, and four of them stopped every other tenant's deliveries and
- * tool calls. Here a query waits on a socket, bounded by OUTBOUND_DNS_TIMEOUT_MS per try (2 tries).
+ * tool calls. Here a query waits on a socket: OUTBOUND_DNS_TIMEOUT_MS per try, 2 tries per nameserver.
  *
- * `localhost` and `*.localhost` are loopback (RFC 6761) without a query; other names are not looked up in
- * /etc/hosts (only DNS, as /etc/resolv.conf or OUTBOUND_DNS_SERVERS names the servers).
+ * What getaddrinfo did besides, done here as it did it: `localhost` and `*.localhost` are loopback (RFC 6761); a
+ * name in /etc/hosts takes its addresses from there (read at boot); a name without a trailing dot goes through the
+ * search list of /etc/resolv.conf (or OUTBOUND_DNS_SEARCH) with its `ndots` rule, so a cluster's short service names
+ * resolve as before. A candidate that does not exist (NXDOMAIN, no address) moves on to the next; any other failure
+ * (a timeout, a refusal) ends the lookup. IPv4 addresses come before IPv6 ones.
  */
 
 export interface ResolvedAddress {
@@ -17,40 +21,131 @@ export interface ResolvedAddress {
 }
 
 export interface NameResolverOptions {
-  /** Per try (ms); each name is tried twice per server. */
+  /** Per try (ms); each name is tried twice per nameserver. */
   timeoutMs: number;
   /** `host` or `host:port` of the nameservers to ask instead of the system's (empty: the system's). */
   servers: string[];
+  /** The search list instead of /etc/resolv.conf's (null: that file's). */
+  search: string[] | null;
+  /** Where the system's files are (tests). */
+  resolvConf?: string;
+  hostsFile?: string;
 }
 
-let resolver = new Resolver({ timeout: 2000, tries: 2 });
+interface Lookup {
+  resolver: Resolver;
+  search: string[];
+  ndots: number;
+  hosts: Map<string, ResolvedAddress[]>;
+}
+
+let current: Lookup = {
+  resolver: new Resolver({ timeout: 2000, tries: 2, maxTimeout: 2000 }),
+  search: [],
+  ndots: 1,
+  hosts: new Map(),
+};
+
+const readOr = (path: string): string => {
+  try {
+    return readFileSync(path, 'utf8');
+  } catch {
+    return '';
+  }
+};
+
+/** `search` (or `domain`: the last of them counts, as in glibc) and `options ndots:n` of a resolv.conf. */
+function resolvConfOf(text: string): { search: string[]; ndots: number } {
+  let search: string[] = [];
+  let ndots = 1;
+  for (const raw of text.split('\n')) {
+    const words = raw
+      .replace(/[#;].*/, '')
+      .trim()
+      .split(/\s+/);
+    if (words[0] === 'search' || words[0] === 'domain') search = words.slice(1).filter(Boolean);
+    else if (words[0] === 'options') {
+      for (const opt of words.slice(1)) {
+        const m = /^ndots:(\d{1,2})$/.exec(opt);
+        if (m) ndots = Math.min(15, Number(m[1]));
+      }
+    }
+  }
+  return { search: search.map((d) => d.toLowerCase().replace(/\.$/, '')), ndots };
+}
+
+/** The names of a hosts file, each with its addresses. */
+function hostsOf(text: string): Map<string, ResolvedAddress[]> {
+  const out = new Map<string, ResolvedAddress[]>();
+  for (const raw of text.split('\n')) {
+    const [address, ...names] = raw.replace(/#.*/, '').trim().split(/\s+/);
+    if (!address || names.length === 0) continue;
+    const family = address.includes(':') ? 6 : 4;
+    for (const name of names) {
+      const key = name.toLowerCase();
+      const list = out.get(key) ?? [];
+      list.push({ address, family });
+      out.set(key, list);
+    }
+  }
+  return out;
+}
 
 /** Sets how names are resolved, once at boot (src/app.ts). */
 export function configureNameResolver(opts: NameResolverOptions): void {
-  resolver = new Resolver({ timeout: opts.timeoutMs, tries: 2 });
+  const resolver = new Resolver({ timeout: opts.timeoutMs, tries: 2, maxTimeout: opts.timeoutMs });
   if (opts.servers.length > 0) resolver.setServers(opts.servers);
+  const conf = resolvConfOf(readOr(opts.resolvConf ?? '/etc/resolv.conf'));
+  current = {
+    resolver,
+    search: opts.search ?? conf.search,
+    ndots: conf.ndots,
+    hosts: hostsOf(readOr(opts.hostsFile ?? '/etc/hosts')),
+  };
 }
 
-const isLocalhost = (host: string) => {
-  const h = host.toLowerCase().replace(/\.$/, '');
-  return h === 'localhost' || h.endsWith('.localhost');
-};
+/** The names to ask for `name`, in order (glibc's res_search). */
+function candidates(name: string, absolute: boolean, l: Lookup): string[] {
+  if (absolute || l.search.length === 0) return [name];
+  const searched = l.search.map((d) => `${name}.${d}`);
+  const dots = name.split('.').length - 1;
+  return dots >= l.ndots ? [name, ...searched] : [...searched, name];
+}
+
+/** The answers' error codes that say the name (or an address of its kind) does not exist: try the next. */
+const ABSENT = new Set(['ENOTFOUND', 'ENODATA']);
+const codeOf = (err: unknown) => (err instanceof Error && 'code' in err ? String(err.code) : '');
+
+/** The A and AAAA records of one name; empty when it has none; throws on a failure other than absence. */
+async function query(resolver: Resolver, name: string): Promise<ResolvedAddress[]> {
+  const [v4, v6] = await Promise.allSettled([resolver.resolve4(name), resolver.resolve6(name)]);
+  const out: ResolvedAddress[] = [];
+  if (v4.status === 'fulfilled') for (const address of v4.value) out.push({ address, family: 4 });
+  if (v6.status === 'fulfilled') for (const address of v6.value) out.push({ address, family: 6 });
+  if (out.length > 0) return out;
+  for (const r of [v4, v6]) if (r.status === 'rejected' && !ABSENT.has(codeOf(r.reason))) throw r.reason;
+  return [];
+}
 
 /**
- * The IPv4 and IPv6 addresses of `host` (a name, not an IP literal). Rejects with the error of the A query (its
- * `code`: ENOTFOUND, ETIMEOUT, ECONNREFUSED…) when neither query found an address.
+ * The IPv4 and IPv6 addresses of `host` (a name, not an IP literal). Rejects with the resolver's error (its `code`:
+ * ENOTFOUND when no candidate exists, ETIMEOUT, ECONNREFUSED…).
  */
 export async function resolveName(host: string): Promise<ResolvedAddress[]> {
-  if (isLocalhost(host)) {
+  const absolute = host.endsWith('.');
+  const name = host.toLowerCase().replace(/\.$/, '');
+  if (name === 'localhost' || name.endsWith('.localhost')) {
     return [
       { address: '127.0.0.1', family: 4 },
       { address: '::1', family: 6 },
     ];
   }
-  const [v4, v6] = await Promise.allSettled([resolver.resolve4(host), resolver.resolve6(host)]);
-  const out: ResolvedAddress[] = [];
-  if (v4.status === 'fulfilled') for (const address of v4.value) out.push({ address, family: 4 });
-  if (v6.status === 'fulfilled') for (const address of v6.value) out.push({ address, family: 6 });
-  if (out.length === 0 && v4.status === 'rejected') throw v4.reason;
-  return out;
+  const l = current;
+  const listed = l.hosts.get(name);
+  if (listed) return listed;
+  for (const candidate of candidates(name, absolute, l)) {
+    const found = await query(l.resolver, candidate);
+    if (found.length > 0) return found;
+  }
+  throw Object.assign(new Error(`queryA ENOTFOUND ${name}`), { code: 'ENOTFOUND', hostname: name });
 }

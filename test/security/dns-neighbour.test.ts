@@ -1,64 +1,26 @@
 /**
  * The hosts of tenants' URLs are resolved by DNS queries on the event loop (src/webhooks/name-resolver.ts), not by
  * getaddrinfo on libuv's four threads: one tenant's names on a nameserver that never answers do not hold up another
- * tenant's, and each such lookup ends at its bound with a 400. A real UDP nameserver on loopback answers
- * `fast.test` and never answers `slow.test`.
+ * tenant's, and each such lookup ends at its bound with a 400; short names still go through the search list. A real
+ * UDP nameserver on loopback answers `fast.test` and `short.svc.test`, never answers `slow.test`.
  */
 import { after, before, describe, it } from 'node:test';
 import assert from 'node:assert/strict';
-import dgram from 'node:dgram';
-import { once } from 'node:events';
 import { startHarness, type Harness } from '../helpers/service.js';
-
-/** The query's question section ends after its name's labels and 4 bytes of type and class. */
-function questionEnd(msg: Buffer): number {
-  let at = 12;
-  while (msg[at]! !== 0) at += msg[at]! + 1;
-  return at + 5;
-}
-
-function questionName(msg: Buffer): string {
-  const labels: string[] = [];
-  for (let at = 12; msg[at]! !== 0; at += msg[at]! + 1)
-    labels.push(msg.subarray(at + 1, at + 1 + msg[at]!).toString());
-  return labels.join('.');
-}
-
-/** An answer to `query`: for an A query, one record 127.0.0.1; for any other type, none (NODATA). */
-function answer(query: Buffer): Buffer {
-  const end = questionEnd(query);
-  const type = query.readUInt16BE(end - 4);
-  const header = Buffer.alloc(12);
-  query.copy(header, 0, 0, 2); // id
-  header.writeUInt16BE(0x8180, 2); // a response, recursion desired and available, no error
-  header.writeUInt16BE(1, 4);
-  header.writeUInt16BE(type === 1 ? 1 : 0, 6);
-  const question = query.subarray(12, end);
-  if (type !== 1) return Buffer.concat([header, question]);
-  const record = Buffer.from([0xc0, 0x0c, 0, 1, 0, 1, 0, 0, 0, 60, 0, 4, 127, 0, 0, 1]);
-  return Buffer.concat([header, question, record]);
-}
+import { startDnsServer, type DnsServer } from '../helpers/dns-server.js';
 
 describe('DNS of one tenant does not hold up another', { timeout: 120_000 }, () => {
   let h: Harness;
-  let dns: dgram.Socket;
-  const asked: string[] = [];
+  let dns: DnsServer;
   before(async () => {
-    dns = dgram.createSocket('udp4');
-    dns.on('message', (msg, from) => {
-      const name = questionName(msg);
-      asked.push(name);
-      if (name === 'slow.test') return;
-      dns.send(answer(msg), from.port, from.address);
-    });
-    dns.bind(0, '127.0.0.1');
-    await once(dns, 'listening');
+    dns = await startDnsServer({ 'fast.test': '127.0.0.1', 'short.svc.test': '127.0.0.1' }, ['slow.test']);
     h = await startHarness({
       env: {
         API_KEYS: 'acme:key-acme,globex:key-globex',
         WEBHOOK_ALLOW_PRIVATE: 'true',
-        OUTBOUND_DNS_SERVERS: `127.0.0.1:${dns.address().port}`,
+        OUTBOUND_DNS_SERVERS: dns.address,
         OUTBOUND_DNS_TIMEOUT_MS: '1500',
+        OUTBOUND_DNS_SEARCH: 'svc.test',
       },
     });
   });
@@ -75,8 +37,8 @@ describe('DNS of one tenant does not hold up another', { timeout: 120_000 }, () 
       acme.post('/v1/webhooks', { url: `http://slow.test/hook/${i}` }).finally(() => pending--),
     );
     // Every slow query has reached the nameserver before the other tenant asks.
-    for (const deadline = Date.now() + 20_000; asked.filter((n) => n === 'slow.test').length < 8;) {
-      assert.ok(Date.now() < deadline, `slow queries asked: ${asked.length}`);
+    for (const deadline = Date.now() + 20_000; dns.asked.filter((n) => n === 'slow.test').length < 8;) {
+      assert.ok(Date.now() < deadline, `slow queries asked: ${dns.asked.length}`);
       await new Promise((r) => setTimeout(r, 10));
     }
     const fast = await globex.post('/v1/webhooks', { url: 'http://fast.test:9/hook' });
@@ -88,5 +50,16 @@ describe('DNS of one tenant does not hold up another', { timeout: 120_000 }, () 
       assert.equal(r.body.error.code, 'invalid_webhook_url');
       assert.match(r.body.error.message, /slow\.test does not resolve \(ETIMEOUT\)/);
     }
+  });
+
+  it('a short name goes through the search list (OUTBOUND_DNS_SEARCH); a name that exists nowhere is a 400', async () => {
+    const globex = h.api.as('key-globex');
+    const short = await globex.post('/v1/webhooks', { url: 'http://short:9/hook' });
+    assert.equal(short.status, 201, JSON.stringify(short.body));
+    assert.ok(dns.asked.includes('short.svc.test'));
+    const none = await globex.post('/v1/webhooks', { url: 'http://nothere:9/hook' });
+    assert.equal(none.status, 400);
+    assert.match(none.body.error.message, /nothere does not resolve \(ENOTFOUND\)/);
+    assert.ok(dns.asked.includes('nothere.svc.test') && dns.asked.includes('nothere'));
   });
 });
