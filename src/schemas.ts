@@ -103,6 +103,10 @@ const toolChoice = z.discriminatedUnion('type', [
 const PARAMS_MAX_KEYS = 64;
 
 /** Messages API params a session sends each turn; `messages`, `tools`, `stream` and `thread` are the service's. */
+/** A session's model and `max_tokens` when its create body names none. */
+export const DEFAULT_MODEL = 'claude-sonnet-5-5';
+export const DEFAULT_MAX_TOKENS = 1024;
+
 export const sessionParams = z
   .looseObject({
     model: z.string().min(1),

@@ -11,6 +11,8 @@ import { createdEventOf } from '../events/schemas.js';
 import { withoutSecrets } from './secrets.js';
 import { asBlocks, checkHistory, pendingToolCalls, type StoredMessage } from '../history.js';
 import {
+  DEFAULT_MAX_TOKENS,
+  DEFAULT_MODEL,
   createSessionBody,
   isAgentTool,
   sessionParams,
@@ -33,10 +35,8 @@ import { checkCompactionParams } from './compact.js';
 import { toolsBeforeChanges } from './history-tools.js';
 import { assertFixedMarks } from '../engine/cache-breakpoints.js';
 import { startRun, type SessionDeps } from './mutate.js';
+import { assertAgentsPriced } from './agents-priced.js';
 import { sessionView } from './view.js';
-
-export const DEFAULT_MODEL = 'claude-sonnet-5-5';
-export const DEFAULT_MAX_TOKENS = 1024;
 
 /** Store user turns with array content: queued follow-ups are appended to them by string concatenation in Lua. */
 export function normalize(m: StoredMessage): StoredMessage {
@@ -168,34 +168,6 @@ export async function checkAgents(
         zodDetails(child.error.issues, ['session']),
       );
     await buildSession(deps, tenant, child.data, newSessionId(), depth + 1);
-  }
-}
-
-/** The model a create body runs (`model`, else `params.model`, else the default). */
-function modelOf(body: Record<string, unknown>): string {
-  const params = body['params'];
-  const fromParams =
-    typeof params === 'object' && params !== null && 'model' in params ? params.model : undefined;
-  const model = body['model'] ?? fromParams;
-  return typeof model === 'string' ? model : DEFAULT_MODEL;
-}
-
-/**
- * Under a dollar budget of the session's (`budgetUsd`), every sub-agent's model, at any depth, needs a price (400
- * `unknown_model_price`): its children's turns count toward the budget (spec §7.6), and a child of an unpriced model
- * could never start. The tenant's cap is checked for each child by its own build.
- */
-export function assertAgentsPriced(
-  deps: SessionDeps,
-  tools: readonly unknown[],
-  budgetUsd: number | undefined,
-) {
-  if (budgetUsd === undefined) return;
-  for (const t of tools) {
-    if (!isAgentTool(t)) continue;
-    deps.store.spend.assertPriced(modelOf(t.session), budgetUsd);
-    const nested = t.session['tools'];
-    if (Array.isArray(nested)) assertAgentsPriced(deps, nested, budgetUsd);
   }
 }
 
