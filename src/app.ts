@@ -4,7 +4,7 @@ import swagger from '@fastify/swagger';
 import swaggerUi from '@fastify/swagger-ui';
 import websocket from '@fastify/websocket';
 import { validatorCompiler } from 'fastify-type-provider-zod';
-import type { Config } from './config.js';
+import { streamsQuota, type Config } from './config.js';
 import { badRequest, NotFound } from './errors.js';
 import {
   DEFAULT_JSON_MAX_DEPTH,
@@ -247,7 +247,7 @@ const app: FastifyPluginAsync<AppOptions> = async (fastify, opts) => {
     });
     await api.register(quotasPlugin, {
       maxSessions: config.TENANT_MAX_SESSIONS,
-      maxStreams: config.TENANT_MAX_STREAMS,
+      streams: streamsQuota(config),
       tokenMaxStreams: config.CLIENT_TOKEN_MAX_STREAMS,
     });
     await api.register(writeGuardPlugin, {

@@ -251,10 +251,12 @@ const variables = z.object({
   /** Most sessions one tenant keeps (429 `quota_exceeded`). 0: no limit. */
   TENANT_MAX_SESSIONS: z.coerce.number().int().min(0).default(100_000),
   /**
-   * Most event streams (WebSockets and SSE together) one tenant holds open at once, across replicas (429
-   * `quota_exceeded`). 0: no limit. The old name TENANT_MAX_WEBSOCKETS is still read when this one is unset.
+   * Most event streams (WebSockets, SSE, chat streams together) one tenant holds open at once, across replicas (429
+   * `quota_exceeded`). 0: no limit. Unset: TENANT_MAX_WEBSOCKETS (the contract's name, §6.4), else 1000; the
+   * refusal names whichever was set (`streamsQuota`).
    */
-  TENANT_MAX_STREAMS: z.coerce.number().int().min(0).default(1000),
+  TENANT_MAX_STREAMS: z.coerce.number().int().min(0).optional(),
+  TENANT_MAX_WEBSOCKETS: z.coerce.number().int().min(0).optional(),
   /**
    * Most event streams (WebSockets, SSE, chat streams) one client token holds open at once, across replicas (429
    * `quota_exceeded`), besides its tenant's TENANT_MAX_STREAMS, in which they count too. 0: no limit of its own.
@@ -465,6 +467,18 @@ function withFileSecrets(env: Record<string, string>): Record<string, string> {
   return out;
 }
 
+/** The tenants' open-streams quota: its limit, and the name its refusals give (the variable the operator set). */
+export function streamsQuota(config: Config): {
+  name: 'TENANT_MAX_STREAMS' | 'TENANT_MAX_WEBSOCKETS';
+  limit: number;
+} {
+  if (config.TENANT_MAX_STREAMS !== undefined)
+    return { name: 'TENANT_MAX_STREAMS', limit: config.TENANT_MAX_STREAMS };
+  if (config.TENANT_MAX_WEBSOCKETS !== undefined)
+    return { name: 'TENANT_MAX_WEBSOCKETS', limit: config.TENANT_MAX_WEBSOCKETS };
+  return { name: 'TENANT_MAX_STREAMS', limit: 1000 };
+}
+
 export function loadConfig(env: NodeJS.ProcessEnv = process.env): Config {
   // An empty variable means unset, as in `docker compose` files with `${X:-}`.
   const cleaned = withFileSecrets(
@@ -472,8 +486,6 @@ export function loadConfig(env: NodeJS.ProcessEnv = process.env): Config {
       Object.entries(env).filter((e): e is [string, string] => e[1] !== undefined && e[1] !== ''),
     ),
   );
-  if (cleaned['TENANT_MAX_STREAMS'] === undefined && cleaned['TENANT_MAX_WEBSOCKETS'] !== undefined)
-    cleaned['TENANT_MAX_STREAMS'] = cleaned['TENANT_MAX_WEBSOCKETS'];
   const parsed = configSchema.safeParse(cleaned);
   if (!parsed.success) {
     const lines = parsed.error.issues.map((i) => `  ${i.path.join('.') || '(env)'}: ${i.message}`);

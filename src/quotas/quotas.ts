@@ -11,8 +11,11 @@ type Closer = (event: 'close', listener: () => void) => unknown;
 export interface QuotaOptions {
   /** Most sessions a tenant keeps (creates and forks beyond are refused). 0: no limit. */
   maxSessions: number;
-  /** Most event streams (WebSockets and SSE) a tenant holds open at once, on all replicas together. 0: no limit. */
-  maxStreams: number;
+  /**
+   * Most event streams (WebSockets, SSE, chat streams) a tenant holds open at once, on all replicas together (0: no
+   * limit), and the name its refusals give (src/config.ts `streamsQuota`).
+   */
+  streams: { name: string; limit: number };
   /** Most of them one client token holds open at once (besides the tenant's count), on all replicas. 0: no limit. */
   tokenMaxStreams: number;
 }
@@ -46,7 +49,7 @@ export default fp<QuotaOptions>(
       }
       throw quotaExceeded('TENANT_MAX_SESSIONS', opts.maxSessions, 'sessions');
     };
-    const streams = opts.maxStreams > 0 || opts.tokenMaxStreams > 0;
+    const streams = opts.streams.limit > 0 || opts.tokenMaxStreams > 0;
     // The slots keep their key name ('ws') from before SSE was counted: replicas of both versions share the count.
     // No stream quota, no slots: nor their liveness writes and renewals.
     const sockets = streams ? new TenantSlots(app.redis, 'ws') : undefined;
@@ -71,10 +74,10 @@ export default fp<QuotaOptions>(
           if (!own) throw sockets.refusal(tokenStreamsExceeded(opts.tokenMaxStreams));
           held.push(own);
         }
-        if (opts.maxStreams > 0) {
-          const tenant = await sockets.acquire(req.tenant, opts.maxStreams);
-          if (!tenant)
-            throw sockets.refusal(quotaExceeded('TENANT_MAX_STREAMS', opts.maxStreams, 'open event streams'));
+        const { name, limit } = opts.streams;
+        if (limit > 0) {
+          const tenant = await sockets.acquire(req.tenant, limit);
+          if (!tenant) throw sockets.refusal(quotaExceeded(name, limit, 'open event streams'));
           held.push(tenant);
         }
       } catch (err) {

@@ -7,7 +7,7 @@ import { chromium } from 'playwright-core';
 import { startHarness, type Harness } from '../helpers/service.js';
 import { startService, type Service } from '../../src/boot.js';
 import { connectWs, UpgradeRefused, type WsClient } from '../fixtures/event-clients.js';
-import { loadConfig } from '../../src/config.js';
+import { loadConfig, streamsQuota } from '../../src/config.js';
 import { Api } from '../helpers/service.js';
 import { Redis } from 'ioredis';
 
@@ -46,7 +46,7 @@ describe('tenant quotas and rate limit across replicas, security headers', () =>
     const config = loadConfig({});
     assert.ok(config.RATE_LIMIT_PER_MIN > 0);
     assert.ok(config.TENANT_MAX_SESSIONS > 0);
-    assert.ok(config.TENANT_MAX_STREAMS > 0);
+    assert.ok(streamsQuota(config).limit > 0);
   });
 
   it('TENANT_MAX_SESSIONS and RATE_LIMIT_PER_MIN hold across replicas; other tenants are not affected', async () => {
@@ -93,7 +93,8 @@ describe('tenant quotas and rate limit across replicas, security headers', () =>
           assert.ok(err instanceof UpgradeRefused, String(err));
           assert.equal(err.status, 429);
           assert.equal(err.body.error.code, 'quota_exceeded');
-          assert.equal(err.body.error.details.quota, 'TENANT_MAX_STREAMS');
+          // The name the operator set (the contract's, §6.4).
+          assert.equal(err.body.error.details.quota, 'TENANT_MAX_WEBSOCKETS');
           return true;
         });
       }
@@ -190,7 +191,7 @@ describe('tenant quotas and rate limit across replicas, security headers', () =>
         assert.ok(err instanceof UpgradeRefused, String(err));
         assert.equal(err.status, 429);
         assert.equal(err.body.error.code, 'quota_exceeded');
-        assert.deepEqual(err.body.error.details, { quota: 'TENANT_MAX_STREAMS', limit: 2 });
+        assert.deepEqual(err.body.error.details, { quota: 'TENANT_MAX_WEBSOCKETS', limit: 2 });
         // The slots of a replica killed now are reclaimed by then.
         const after = Number(err.headers['retry-after']);
         assert.ok(after >= 1 && after <= 10, `Retry-After ${String(err.headers['retry-after'])}`);
