@@ -33,6 +33,7 @@ import { actorOf, requireScope, watchToken } from '../src/plugins/auth.js';
 import { TokenExpired } from '../src/plugins/error-status.js';
 import type { ClientScope } from '../src/store/client-tokens.js';
 import { requestLine } from '../src/plugins/access-log.js';
+import { keyed } from './mutations.js';
 
 /** The 404 of this file's routes names one thing (src/openapi/responses.ts `routeErrors`). */
 const NOT_FOUND = { 404: ['session_not_found'] } as const satisfies RouteCodes;
@@ -262,7 +263,8 @@ const routes: FastifyPluginAsyncZod<{ config: Config }> = async (app, { config }
       const replyId = startsRun ? replyMessageId(id, s.msgBase, s.msgCount, tail?.role) : undefined;
       const poster = { deps: app.sessionDeps, tenant: req.tenant, by: actorOf(req.clientToken), need };
       const posted = regenerating
-        ? await regenerate(poster, id, messages, messageId, after)
+        ? // With the request's Idempotency-Key token: a retry after a lost answer does not cut and run twice.
+          await regenerate({ ...poster, deps: keyed(app.sessionDeps, req) }, id, messages, messageId, after)
         : last.role === 'user'
           ? await postUserMessage(poster, id, last, after, replyId)
           : await postAnswers(poster, s, last, after);

@@ -148,28 +148,33 @@ export function replyMessageId(
   return `${sessionId}-${base + count + (lastRole === 'user' ? 0 : 1)}`;
 }
 
+/** The text of a UIMessage's text parts, joined (how a client's user message is matched with the history's). */
+export const textOfParts = (parts: ReadonlyArray<{ type: string } & Record<string, unknown>>): string =>
+  parts
+    .filter((p) => p.type === 'text' && typeof p['text'] === 'string')
+    .map((p) => p['text'] as string)
+    .join('')
+    .trim();
+
 /**
- * `regenerate-message`: how many messages of the history (from index `base`) stay when an answer is made again — the
- * assistant message `messageId` names, or the one after the user message it names; absent, the history's last.
- * Everything from that answer's first message on goes; a user message with no answer after it keeps all. A user
- * message the client sent has the client's own id, which the history does not know: `userOrdinal` (how many user
- * messages the client's list holds, ending with it) finds it by its place. Null when nothing matches.
+ * `regenerate-message`: how many messages of the history (from index `base`) stay when its newest answer is made
+ * again — everything before that answer's first message (all of it when the newest turn has no answer yet). Only the
+ * newest: the client's view must end with the same user turn (`clientText`, its text), and `messageId`, when given,
+ * must name that turn, its answer, or the client's own id of it (`clientId`). Null otherwise: the history moved on
+ * (another tab posted) or an older answer was named, and cutting there would drop turns the client still shows.
  */
-export function keptBeforeAnswer(
+export function keptBeforeNewestAnswer(
   sessionId: string,
   history: StoredMessage[],
   base: number,
-  messageId: string | undefined,
-  userOrdinal: number | undefined,
+  view: { clientText: string; clientId: string; messageId: string | undefined },
 ): number | null {
   const ui = toUIMessages(sessionId, history, base, null);
-  let at = messageId === undefined ? ui.length - 1 : ui.findIndex((m) => m.id === messageId);
-  if (at < 0 && userOrdinal !== undefined) {
-    let seen = 0;
-    at = ui.findIndex((m) => m.role === 'user' && ++seen === userOrdinal);
-  }
-  if (at < 0) return null;
-  const answer = ui[at]!.role === 'assistant' ? ui[at] : ui[at + 1];
+  const answer = ui.at(-1)?.role === 'assistant' ? ui.at(-1) : undefined;
+  const question = answer ? ui.at(-2) : ui.at(-1);
+  if (question?.role !== 'user' || textOfParts(question.parts) !== view.clientText) return null;
+  const named = [question.id, view.clientId, ...(answer ? [answer.id] : [])];
+  if (view.messageId !== undefined && !named.includes(view.messageId)) return null;
   // Ids are `<session id>-<index>` (toUIMessages): the answer's first message.
   return answer ? Number(answer.id.slice(sessionId.length + 1)) - base : history.length;
 }

@@ -4,8 +4,8 @@
  * answer's stream starts. The mutations are the REST routes' own (src/sessions/); routes/chat.ts streams the answer.
  */
 import type { z } from 'zod';
-import { badRequest } from '../errors.js';
-import { keptBeforeAnswer, replyMessageId } from './history.js';
+import { badRequest, conflict } from '../errors.js';
+import { keptBeforeNewestAnswer, replyMessageId, textOfParts } from './history.js';
 import { requiredAction } from '../engine/status.js';
 import { addMessage } from '../sessions/messages.js';
 import { rerunFrom } from '../sessions/replace.js';
@@ -124,9 +124,10 @@ export async function postAnswers(
 }
 
 /**
- * `trigger: "regenerate-message"` (the AI SDK's `regenerate()`): the answer `messageId` names (absent: the last one)
- * is dropped with everything after it, and the session runs again from the user turn before it (sessions/replace.ts
- * `rerunFrom`). Its reply takes the dropped answer's id, so the `Chat`, which dropped the message itself, gets it
+ * `trigger: "regenerate-message"` (the AI SDK's `regenerate()`): the session's newest answer is dropped and the
+ * session runs again from the user turn before it (sessions/replace.ts `rerunFrom`). The client's list, which the
+ * `Chat` cut back itself, must end with that user turn: an older answer, or a view the history has moved past, is 409
+ * `nothing_to_retry` and nothing is cut. The reply takes the dropped answer's id, so the `Chat` gets its message
  * back by the same id. Needs the `message` scope, as a message does.
  */
 export async function regenerate(
@@ -137,17 +138,19 @@ export async function regenerate(
   after: string,
 ): Promise<Posted> {
   p.need('message');
-  // The client's list ends with the message named (a user message keeps its place in it).
-  const named = messages.at(-1);
-  const userOrdinal =
-    named?.role === 'user' && named.id === messageId
-      ? messages.filter((m) => m.role === 'user').length
-      : undefined;
+  const last = messages.at(-1)!;
+  if (last.role !== 'user')
+    throw badRequest('A regenerate request ends with the user message whose answer is made again.');
+  const view = { clientText: textOfParts(last.parts), clientId: last.id, messageId };
   let assistant: string | undefined;
   const { state } = await rerunFrom(p.deps, p.tenant, id, (history, s) => {
-    const kept = keptBeforeAnswer(id, history, s.msgBase, messageId, userOrdinal);
+    const kept = keptBeforeNewestAnswer(id, history, s.msgBase, view);
     if (kept === null)
-      throw badRequest(`messageId names no message of this session's history.`, { messageId });
+      throw conflict(
+        'nothing_to_retry',
+        "Only the session's newest answer can be made again, and this chat does not end with its question: load " +
+          `the chat again (GET /v1/chat/${id}/messages).`,
+      );
     assistant = replyMessageId(id, s.msgBase, kept, 'user');
     return kept;
   });

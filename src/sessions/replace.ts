@@ -62,37 +62,71 @@ export function replaceMessages(
 }
 
 /**
- * The session run again from the first `keep(history, s)` messages of its history (the chat's `regenerate-message`):
- * what follows is dropped, a waiting step with it, and so is the message thread (the history was rewritten); a run
- * starts on what is left, which ends with a user turn, in the same write. `keep` answers from the history as read for
- * this write (the revision guards it). Not while a turn runs (409 `session_running`), nor with the budget spent.
+ * The session's newest answer made again (the chat's `regenerate-message`): the history cut back to its first
+ * `pick(history, s)` messages (ending with the user turn the answer followed), the records of the turns cut dropped
+ * with them, the message thread too (the history was rewritten), and a run started on what is left, in one write
+ * (the revision guards it; `pick` answers from the history as read for it). Only on an idle or failed session: a
+ * waiting step's sub-agents and tasks are the client's to answer or cancel first (409 `session_not_replaceable`);
+ * not while a turn runs (409 `session_running`), nor with the budget spent. A compaction in the cut answer: 409
+ * `nothing_to_retry` (the turn before it is no longer whole in the history).
  */
 export function rerunFrom(
   deps: SessionDeps,
   tenant: string,
   id: string,
-  keep: (history: StoredMessage[], s: SessionState) => number,
+  pick: (history: StoredMessage[], s: SessionState) => number,
 ): Promise<MutationResult> {
   return mutate(deps, tenant, id, undefined, async (s) => {
     if (s.status === 'running')
       throw conflict('session_running', 'A turn is in progress; cancel it first or wait.');
+    if (s.status !== 'idle' && s.status !== 'failed')
+      throw conflict(
+        'session_not_replaceable',
+        `The session is ${s.status}: answer what it waits for, or cancel it, before an answer is made again.`,
+        { status: s.status },
+      );
     assertBudgetLeft(s);
     const history = await deps.store.history(id);
-    const kept = keep(history, s);
+    const kept = pick(history, s);
     if (kept < 1 || kept > history.length || history[kept - 1]!.role !== 'user')
       throw conflict(
         'nothing_to_retry',
         'No user turn precedes that answer in the history; there is nothing to run again.',
       );
-    const run = runOps({ ...s, status: 'idle' }, { pending: null });
+    const cut = await recordsAfter(deps, s, s.msgBase + kept);
+    const iteration = s.iteration - cut.turns;
+    const run = runOps({ ...s, status: 'idle' }, { pending: null, iteration, runStart: iteration });
     return {
       ops: {
         ...run,
         ...(kept < history.length ? { trim_msgs: kept } : {}),
-        hset: { ...run.hset, thread: '', replaced_at: String(recordCount(s)) },
+        ...(cut.keep < recordCount(s) ? { trim_iters: cut.keep } : {}),
+        hset: { ...run.hset, thread: '' },
         events: [eventOf('messages.replaced', { message_count: kept }), ...(run.events ?? [])],
       },
       starts: true,
     };
   });
+}
+
+/**
+ * The iteration records of the turns whose replies are at `cutAt` (an index of the session's whole record) or after:
+ * how many records stay, and how many turns go. Read from the newest back, 32 at a time, to the first record before
+ * the cut. A compaction after it: 409 (its summary took the turns before it out of the history).
+ */
+async function recordsAfter(deps: SessionDeps, s: SessionState, cutAt: number) {
+  let turns = 0;
+  for (let end = recordCount(s) - 1; end >= 0; end -= 32) {
+    const from = Math.max(0, end - 31);
+    const records = await deps.store.iterationRecords(s.id, from, end);
+    for (let i = records.length - 1; i >= 0; i--) {
+      const r = records[i]!;
+      // Before the cut (a skipped compaction, which added no message, stays too).
+      if (r.reply_index < cutAt) return { keep: from + i + 1, turns };
+      if (r.kind === 'compaction')
+        throw conflict('nothing_to_retry', 'A compaction ran during that answer: it cannot be made again.');
+      turns++;
+    }
+  }
+  return { keep: 0, turns };
 }

@@ -382,27 +382,52 @@ describe('chat routes: the AI SDK UI message stream', () => {
     await chat.regenerate({ messageId: chat.messages[0]!.id });
     await third;
     assert.equal(textOf((await history(id))[1]), 'Third answer.');
-    // An earlier answer: it and everything after it go (as the Chat drops them).
-    h.fake.enqueue(text('Oslo answer.'), text('Fourth answer.'));
+    // The records of the dropped turns went with them: one record, the new answer's.
+    const records = (await h.api.get(`/v1/sessions/${id}/iterations`)).body.data;
+    assert.equal(records.length, 1);
+    assert.equal((await h.api.get(`/v1/sessions/${id}`)).body.iteration, 1);
+    // Only the newest answer: naming an older one (or a view another tab has moved past) cuts nothing.
+    h.fake.enqueue(text('Oslo answer.'));
     const oslo = chat.nextFinish();
     await chat.sendMessage({ text: 'And Oslo?' });
     await oslo;
-    assert.equal((await history(id)).length, 4);
-    const fourth = chat.nextFinish();
-    await chat.regenerate({ messageId: answerId });
-    await fourth;
-    const last = await history(id);
-    assert.deepEqual(
-      last.map((m) => [m.role, textOf(m)]),
-      [
-        ['user', 'Weather in Paris?'],
-        ['assistant', 'Fourth answer.'],
-      ],
+    const before = await history(id);
+    assert.equal(before.length, 4);
+    const older = await h.api.post(
+      '/v1/chat',
+      { id, messages: [chat.messages[0]], trigger: 'regenerate-message', messageId: answerId },
+      { 'content-type': 'application/json' },
     );
-    assert.deepEqual(
-      chat.messages.map((m) => [m.role, textOf(m)]),
-      last.map((m) => [m.role, textOf(m)]),
+    assert.equal(older.status, 409, JSON.stringify(older.body));
+    assert.equal(older.body.error.code, 'nothing_to_retry');
+    const stale = await h.api.post(
+      '/v1/chat',
+      { id, messages: [chat.messages[0]], trigger: 'regenerate-message' },
+      { 'content-type': 'application/json' },
     );
+    assert.equal(stale.status, 409);
+    assert.deepEqual(await history(id), before);
+  });
+
+  test('regenerate while the session waits for the client: 409, nothing cut', async () => {
+    const lookup = {
+      name: 'lookup',
+      description: 'a client tool',
+      input_schema: { type: 'object', properties: {} },
+    };
+    const id = await session({ tools: [lookup] });
+    h.fake.enqueue(reply([toolUse('lookup', {}, 'toolu_regen_wait')]));
+    await h.api.post(`/v1/sessions/${id}/messages`, { content: 'Look it up.' });
+    await h.api.waitStatus(id, 'requires_action');
+    const before = await history(id);
+    const r = await h.api.post(
+      '/v1/chat',
+      { id, messages: [userMessage('Look it up.')], trigger: 'regenerate-message' },
+      { 'content-type': 'application/json' },
+    );
+    assert.equal(r.status, 409, JSON.stringify(r.body));
+    assert.equal(r.body.error.code, 'session_not_replaceable');
+    assert.deepEqual(await history(id), before);
   });
 
   test('an approval round trip with Chat: approval-requested, addToolApprovalResponse, the run goes on', async () => {
@@ -714,7 +739,7 @@ describe('chat routes: the AI SDK UI message stream', () => {
     assert.equal(message?.parts.filter((p) => p.type === 'step-start').length, 1);
   });
 
-  test('refusals: bad bodies 400, unknown or foreign sessions 404, no key 401, regenerate of no answer 400', async () => {
+  test('refusals: bad bodies 400, unknown or foreign sessions 404, no key 401, regenerate of no answer 409', async () => {
     const id = await session();
     const post = (body: unknown, key = KEY) =>
       h.api.as(key).post('/v1/chat', body, { 'content-type': 'application/json' });
@@ -734,7 +759,7 @@ describe('chat routes: the AI SDK UI message stream', () => {
         400,
         'invalid_request',
       ],
-      [{ id, messages: [userMessage('x')], trigger: 'regenerate-message' }, 400, 'invalid_request'],
+      [{ id, messages: [userMessage('x')], trigger: 'regenerate-message' }, 409, 'nothing_to_retry'],
       [{ id, messages: [userMessage('x', 'm1')], messageId: 'm1' }, 400, 'invalid_request'],
       [
         { id, messages: [{ id: 'a', role: 'assistant', parts: [{ type: 'text', text: 'hi' }] }] },
