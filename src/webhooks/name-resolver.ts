@@ -10,9 +10,10 @@ import { Resolver } from 'node:dns/promises';
  *
  * What getaddrinfo did besides, done here as it did it: `localhost` and `*.localhost` are loopback (RFC 6761); a
  * name in /etc/hosts takes its addresses from there (read at boot); a name without a trailing dot goes through the
- * search list of /etc/resolv.conf (or OUTBOUND_DNS_SEARCH) with its `ndots` rule, so a cluster's short service names
- * resolve as before. A candidate that does not exist (NXDOMAIN, no address) moves on to the next; any other failure
- * (a timeout, a refusal) ends the lookup. IPv4 addresses come before IPv6 ones.
+ * search list of /etc/resolv.conf (or OUTBOUND_DNS_SEARCH; none when OUTBOUND_DNS_SERVERS names other nameservers)
+ * with its `ndots` rule, so a cluster's short service names resolve as before. A candidate that does not exist
+ * (NXDOMAIN, no address) or whose server fails (SERVFAIL) moves on to the next; a timeout or a refusal ends the
+ * lookup. IPv4 addresses come before IPv6 ones.
  */
 
 export interface ResolvedAddress {
@@ -88,6 +89,8 @@ function hostsOf(text: string): Map<string, ResolvedAddress[]> {
       out.set(key, list);
     }
   }
+  // IPv4 first, as the DNS answers are (a socket given one address connects to the first).
+  for (const list of out.values()) list.sort((a, b) => a.family - b.family);
   return out;
 }
 
@@ -98,7 +101,8 @@ export function configureNameResolver(opts: NameResolverOptions): void {
   const conf = resolvConfOf(readOr(opts.resolvConf ?? '/etc/resolv.conf'));
   current = {
     resolver,
-    search: opts.search ?? conf.search,
+    // Nameservers named for these lookups are not the system's: its search list would send them the cluster's names.
+    search: opts.search ?? (opts.servers.length > 0 ? [] : conf.search),
     ndots: conf.ndots,
     hosts: hostsOf(readOr(opts.hostsFile ?? '/etc/hosts')),
   };
@@ -143,9 +147,19 @@ export async function resolveName(host: string): Promise<ResolvedAddress[]> {
   const l = current;
   const listed = l.hosts.get(name);
   if (listed) return listed;
-  for (const candidate of candidates(name, absolute, l)) {
-    const found = await query(l.resolver, candidate);
-    if (found.length > 0) return found;
+  const names = candidates(name, absolute, l);
+  // A candidate whose server fails (SERVFAIL: a broken search domain) moves on too, as glibc's search does; the
+  // first such failure is the answer when no candidate has an address.
+  let failed: unknown = null;
+  for (const candidate of names) {
+    try {
+      const found = await query(l.resolver, candidate);
+      if (found.length > 0) return found;
+    } catch (err) {
+      if (codeOf(err) !== 'ESERVFAIL' || names.length === 1) throw err;
+      failed ??= err;
+    }
   }
+  if (failed) throw failed;
   throw Object.assign(new Error(`queryA ENOTFOUND ${name}`), { code: 'ENOTFOUND', hostname: name });
 }

@@ -1,7 +1,7 @@
 /**
  * A real UDP nameserver on loopback for the resolver's tests: it answers the names it is given (A records; AAAA
- * queries get no record), never answers the names in `silent`, and says NXDOMAIN for any other. Every question it
- * got is in `asked`, in order.
+ * queries get no record), never answers the names in `silent`, says SERVFAIL for those in `failing` and NXDOMAIN
+ * for any other. Every question it got is in `asked`, in order.
  */
 import dgram from 'node:dgram';
 import { once } from 'node:events';
@@ -20,14 +20,14 @@ function questionName(msg: Buffer): string {
   return labels.join('.').toLowerCase();
 }
 
-/** An answer to `query`: `ipv4` as its one A record (none for other types), or NXDOMAIN when `ipv4` is null. */
-function answer(query: Buffer, ipv4: string | null): Buffer {
+/** An answer to `query`: `ipv4` as its one A record (none for other types), else the error `rcode`. */
+function answer(query: Buffer, ipv4: string | null, rcode = 3): Buffer {
   const end = questionEnd(query);
   const type = query.readUInt16BE(end - 4);
   const header = Buffer.alloc(12);
   query.copy(header, 0, 0, 2); // id
-  // A response, recursion desired and available; rcode 3 (NXDOMAIN) for an unknown name.
-  header.writeUInt16BE(ipv4 === null ? 0x8183 : 0x8180, 2);
+  // A response, recursion desired and available; its rcode (3 NXDOMAIN, 2 SERVFAIL) without an address.
+  header.writeUInt16BE(ipv4 === null ? 0x8180 | rcode : 0x8180, 2);
   header.writeUInt16BE(1, 4);
   const records = ipv4 !== null && type === 1 ? 1 : 0;
   header.writeUInt16BE(records, 6);
@@ -47,6 +47,7 @@ export interface DnsServer {
 export async function startDnsServer(
   names: Record<string, string>,
   silent: string[] = [],
+  failing: string[] = [],
 ): Promise<DnsServer> {
   const socket = dgram.createSocket('udp4');
   const asked: string[] = [];
@@ -54,7 +55,7 @@ export async function startDnsServer(
     const name = questionName(msg);
     asked.push(name);
     if (silent.includes(name)) return;
-    socket.send(answer(msg, names[name] ?? null), from.port, from.address);
+    socket.send(answer(msg, names[name] ?? null, failing.includes(name) ? 2 : 3), from.port, from.address);
   });
   socket.bind(0, '127.0.0.1');
   await once(socket, 'listening');
