@@ -5,7 +5,8 @@ import { cancelSession } from '../engine/commit.js';
 import { outstandingTasks } from '../engine/tool-tasks.js';
 import { taskCallId } from '../tenant-tools/task-record.js';
 import { InvalidRequest, InvalidStatus, conflict } from '../errors.js';
-import type { patchSessionBody, retryBody } from '../schemas.js';
+import { isAgentTool, type patchSessionBody, type retryBody } from '../schemas.js';
+import { childSessionId } from '../agents/waiting.js';
 import { checkCompactionParams } from './compact.js';
 import { assertAgentsPriced } from './agents-priced.js';
 import { checkActionTimeout, checkToolChoice } from './create.js';
@@ -288,6 +289,24 @@ async function reindexMetadata(deps: SessionDeps, s: SessionState, after: Record
 }
 
 /** Deletes the session; a run in flight is told to stop. */
+/**
+ * `s` with the usage of its sub-agents still at work added to its counters first (theirs in turn, deepest first,
+ * each once per child: child-usage-1.lua), so a delete that takes `s` does not take their spend from its ancestors.
+ * The sweep deletes them after `s`, when their parent is gone and nothing more can be added to it.
+ */
+async function withLiveChildren(deps: SessionDeps, s: SessionState): Promise<SessionState> {
+  const agents = new Set(s.tools.filter(isAgentTool).map((t) => t.name));
+  const calls = (s.pending?.calls ?? []).filter(
+    (c) => c.kind === 'client' && !c.result && agents.has(c.name),
+  );
+  if (calls.length === 0) return s;
+  for (const c of calls) {
+    const child = await deps.store.load(childSessionId(s.id, c.id));
+    if (child) await deps.store.addChildUsage(s.id, await withLiveChildren(deps, child));
+  }
+  return (await deps.store.load(s.id)) ?? s;
+}
+
 export async function removeSession(
   deps: SessionDeps,
   tenant: string,
@@ -296,9 +315,9 @@ export async function removeSession(
 ): Promise<void> {
   const s = await deps.store.loadFor(tenant, id);
   checkIfMatch(s, ifMatch);
-  // A sub-agent deleted before it ended: what it spent counts toward its parent all the same (once per child; a
-  // turn of its still streaming is lost with it).
-  if (s.parent) await deps.store.addChildUsage(s.parent.session_id, s);
+  // A sub-agent deleted before it ended: what it spent counts toward its parent all the same, its own sub-agents'
+  // at work included (once per child; a turn still streaming is lost with it).
+  if (s.parent) await deps.store.addChildUsage(s.parent.session_id, await withLiveChildren(deps, s));
   if (s.status === 'running') await deps.store.publishControl(id, 'delete');
   await deps.store.destroy(id, tenant, s.createdAt);
   await dropTasks(deps, s);
