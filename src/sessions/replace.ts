@@ -95,7 +95,10 @@ export function rerunFrom(
       );
     const cut = await recordsAfter(deps, s, s.msgBase + kept);
     const iteration = s.iteration - cut.turns;
-    const run = runOps({ ...s, status: 'idle' }, { pending: null, iteration, runStart: iteration });
+    const run = runOps(
+      { ...s, status: 'idle' },
+      { pending: null, iteration, runStart: iteration, compactions: s.compactions - cut.skipped },
+    );
     return {
       ops: {
         ...run,
@@ -111,22 +114,26 @@ export function rerunFrom(
 
 /**
  * The iteration records of the turns whose replies are at `cutAt` (an index of the session's whole record) or after:
- * how many records stay, and how many turns go. Read from the newest back, 32 at a time, to the first record before
- * the cut. A compaction after it: 409 (its summary took the turns before it out of the history).
+ * how many records stay, how many turns and skipped compactions (no message of their own) go with them. Read from the
+ * newest back, 32 at a time, to the first record before the cut, or of a history replaced since (`replacedAt`: its
+ * indexes are of another history). A compaction after the cut: 409 (its summary took the turns before it out).
  */
 async function recordsAfter(deps: SessionDeps, s: SessionState, cutAt: number) {
   let turns = 0;
+  let skipped = 0;
   for (let end = recordCount(s) - 1; end >= 0; end -= 32) {
     const from = Math.max(0, end - 31);
     const records = await deps.store.iterationRecords(s.id, from, end);
     for (let i = records.length - 1; i >= 0; i--) {
       const r = records[i]!;
-      // Before the cut (a skipped compaction, which added no message, stays too).
-      if (r.reply_index < cutAt) return { keep: from + i + 1, turns };
-      if (r.kind === 'compaction')
+      const n = from + i + 1;
+      if (n <= s.replacedAt || (r.reply_index >= 0 && r.reply_index < cutAt))
+        return { keep: n, turns, skipped };
+      if (r.kind !== 'compaction') turns++;
+      else if (r.reply_index < 0) skipped++;
+      else
         throw conflict('nothing_to_retry', 'A compaction ran during that answer: it cannot be made again.');
-      turns++;
     }
   }
-  return { keep: 0, turns };
+  return { keep: 0, turns, skipped };
 }

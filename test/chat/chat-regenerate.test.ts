@@ -1,0 +1,107 @@
+/**
+ * The chat's `regenerate-message` and the iteration records: the records it trims and the counters it moves agree
+ * with what POST /retry, GET /iterations and fork read, after a replaced history and past a skipped compaction.
+ */
+import { after, before, describe, test } from 'node:test';
+import assert from 'node:assert/strict';
+import { type UIMessage } from 'ai';
+import { text } from '../fake/script.js';
+import { PlainChat, chatTransport } from '../helpers/chat.js';
+import { startHarness, type Harness } from '../helpers/service.js';
+
+const KEY = 'regen-key-1';
+const params = { model: 'claude-test', max_tokens: 256 };
+const textOf = (m: UIMessage | undefined) =>
+  (m?.parts ?? []).flatMap((p) => (p.type === 'text' ? [p.text] : [])).join('');
+
+describe('chat regenerate: the iteration records', () => {
+  let h: Harness;
+  before(async () => {
+    h = await startHarness({ env: { API_KEYS: `acme:${KEY}` } });
+  });
+  after(() => h?.close());
+
+  const transport = () => chatTransport(h.service.url, KEY);
+  async function session(body: Record<string, unknown> = {}) {
+    const r = await h.api.post('/v1/sessions', { params, start: false, ...body });
+    assert.equal(r.status, 201, JSON.stringify(r.body));
+    return r.body.id as string;
+  }
+  const records = async (id: string) => (await h.api.get(`/v1/sessions/${id}/iterations`)).body.data as any[];
+
+  test('after a PUT …/messages, the regenerated reply can be retried (POST /retry) and the older records stay', async () => {
+    const id = await session();
+    const chat = new PlainChat({ id, transport: transport() });
+    h.fake.enqueue(text('A1'), text('A2'));
+    let done = chat.nextFinish();
+    await chat.sendMessage({ text: 'one' });
+    await done;
+    done = chat.nextFinish();
+    await chat.sendMessage({ text: 'two' });
+    await done;
+    assert.equal((await records(id)).length, 2);
+    // The history replaced by a shorter one (replaced_at = 2: both records address the old history).
+    const put = await h.api.req('PUT', `/v1/sessions/${id}/messages`, {
+      messages: [
+        { role: 'user', content: 'x' },
+        { role: 'assistant', content: 'X' },
+      ],
+    });
+    assert.equal(put.status, 200, JSON.stringify(put.body));
+    // A new chat on the replaced history, one more answer (record 3), then regenerate it.
+    const msgs = (await h.api.get(`/v1/chat/${id}/messages`)).body as UIMessage[];
+    const chat2 = new PlainChat({ id, transport: transport(), messages: msgs });
+    h.fake.enqueue(text('Y1'), text('Y2'));
+    done = chat2.nextFinish();
+    await chat2.sendMessage({ text: 'y' });
+    await done;
+    assert.equal((await records(id)).length, 3);
+    done = chat2.nextFinish();
+    await chat2.regenerate();
+    await done;
+    assert.equal(textOf(chat2.messages.at(-1)), 'Y2');
+    const kept = (await records(id)).length;
+    // The new reply is the session's newest: POST /retry sends it again.
+    h.fake.enqueue(text('Y3'));
+    const retry = await h.api.post(`/v1/sessions/${id}/retry`, {});
+    assert.equal(retry.status, 202, JSON.stringify(retry.body));
+    // Only the regenerated answer's record was dropped: the replaced history's records are the session's own turns.
+    assert.equal(kept, 3, 'records of the replaced history were trimmed as if cut');
+  });
+
+  test("a skipped compaction after the answer: the answer's records go with it", async () => {
+    const id = await session();
+    const chat = new PlainChat({ id, transport: transport() });
+    h.fake.enqueue(text('A1'));
+    let done = chat.nextFinish();
+    await chat.sendMessage({ text: 'one' });
+    await done;
+    // A compaction asked for while idle, whose reply has no summary: a record (reply_index -1) after the answer.
+    h.fake.enqueue({ type: 'message', content: [{ type: 'compaction', content: null }] } as any);
+    assert.equal((await h.api.post(`/v1/sessions/${id}/compact`, {})).status, 202);
+    await h.api.waitFor(id, (x) => x.status === 'idle' && !x.compaction_pending);
+    const recs = await records(id);
+    assert.deepEqual(
+      recs.map((r) => [r.kind ?? 'turn', r.reply_index]),
+      [
+        ['turn', 1],
+        ['compaction', -1],
+      ],
+    );
+    h.fake.enqueue(text('A2'));
+    done = chat.nextFinish();
+    await chat.regenerate();
+    await done;
+    assert.equal(textOf(chat.messages.at(-1)), 'A2');
+    const s = (await h.api.get(`/v1/sessions/${id}`)).body;
+    const after = await records(id);
+    // The first answer's record (reply_index 1) is gone: one turn record, for the answer the history holds.
+    const turns = after.filter((r) => r.kind !== 'compaction');
+    assert.equal(
+      turns.length,
+      1,
+      `stale record of the dropped answer kept: ${JSON.stringify(after.map((r) => [r.kind, r.reply_index, r.iteration]))}`,
+    );
+    assert.equal(s.iteration, 1);
+  });
+});
