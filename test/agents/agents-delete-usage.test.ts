@@ -6,29 +6,10 @@
 import { after, before, describe, it } from 'node:test';
 import assert from 'node:assert/strict';
 import { startFakeAnthropic, type FakeAnthropic } from '../fake/server.js';
-import { text, toolCall } from '../fake/script.js';
-import type { FakeRequest } from '../../src/offline/wire.js';
 import { startHarness, type Api, type Harness } from '../helpers/service.js';
 import { startTestRedis, type TestRedis } from '../helpers/redis.js';
 import { until } from '../durability/chaos-lib.js';
-
-const systemOf = (req: FakeRequest) => JSON.stringify(req.system ?? '');
-function tree(req: FakeRequest) {
-  const sys = systemOf(req);
-  const last = req.messages.at(-1);
-  const answered = Array.isArray(last?.content) && last.content.some((b) => b.type === 'tool_result');
-  if (sys.includes('fetcher'))
-    return answered ? text('Fetched: sunny.') : toolCall('get_weather', { location: 'Paris' });
-  if (sys.includes('researcher'))
-    return answered ? text('Findings: it is sunny.') : toolCall('fetcher', { prompt: 'Weather in Paris?' });
-  return answered ? text('Article: a sunny day.') : toolCall('researcher', { prompt: 'Is it sunny?' });
-}
-const agent = (name: string, session: Record<string, unknown>) => ({
-  type: 'agent',
-  name,
-  description: `The ${name}.`,
-  session,
-});
+import { agentTool, writerResearcherFetcher } from '../helpers/agents.js';
 
 describe('child usage: a deleted middle child', { timeout: 120_000 }, () => {
   let redis: TestRedis;
@@ -37,7 +18,7 @@ describe('child usage: a deleted middle child', { timeout: 120_000 }, () => {
   let a: Api;
   before(async () => {
     [redis, fake] = await Promise.all([startTestRedis(), startFakeAnthropic({ strictAlternation: true })]);
-    fake.setHandler(tree);
+    fake.setHandler(writerResearcherFetcher);
     h = await startHarness({ env: { API_KEYS: 'a:key-a', AGENT_SWEEP_MS: '50' }, redis, fakeServer: fake });
     a = h.api.as('key-a');
   });
@@ -48,12 +29,12 @@ describe('child usage: a deleted middle child', { timeout: 120_000 }, () => {
   });
 
   it("the grandchild's spend reaches the root when the middle child is deleted", async () => {
-    const fetcher = agent('fetcher', {
+    const fetcher = agentTool('fetcher', {
       system: 'You are a fetcher.',
       tools: ['get_weather'],
       approval: 'always',
     });
-    const researcher = agent('researcher', { system: 'You are a researcher.', tools: [fetcher] });
+    const researcher = agentTool('researcher', { system: 'You are a researcher.', tools: [fetcher] });
     const root = (
       await a.post('/v1/sessions', { system: 'You are a writer.', input: 'Weather?', tools: [researcher] })
     ).body;

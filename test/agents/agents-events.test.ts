@@ -8,35 +8,12 @@ import { after, before, describe, it } from 'node:test';
 import assert from 'node:assert/strict';
 import { Redis } from 'ioredis';
 import { startFakeAnthropic, type FakeAnthropic } from '../fake/server.js';
-import { text, toolCall } from '../fake/script.js';
-import type { FakeRequest } from '../../src/offline/wire.js';
 import { startHarness, type Api, type Harness } from '../helpers/service.js';
 import { startTestRedis, type TestRedis } from '../helpers/redis.js';
 import { connectWs, type Envelope } from '../fixtures/event-clients.js';
 import { defineLuaCommands } from '../../src/store/lua-commands.js';
 import '../../src/agents/lua/commands.js';
-
-/** The effective system prompt (a thread's `continue` request carries none: the fake keeps it). */
-const systemOf = (req: FakeRequest) => JSON.stringify(req.system ?? '');
-
-/** Each level calls the one below once (the fetcher calls `get_weather`), then answers with a text. */
-function tree(req: FakeRequest) {
-  const sys = systemOf(req);
-  const last = req.messages.at(-1);
-  const answered = Array.isArray(last?.content) && last.content.some((b) => b.type === 'tool_result');
-  if (sys.includes('fetcher'))
-    return answered ? text('Fetched: sunny.') : toolCall('get_weather', { location: 'Paris' });
-  if (sys.includes('researcher'))
-    return answered ? text('Findings: it is sunny.') : toolCall('fetcher', { prompt: 'Weather in Paris?' });
-  return answered ? text('Article: a sunny day.') : toolCall('researcher', { prompt: 'Is it sunny?' });
-}
-
-const agent = (name: string, session: Record<string, unknown>) => ({
-  type: 'agent',
-  name,
-  description: `The ${name}.`,
-  session,
-});
+import { agentTool, writerResearcherFetcher } from '../helpers/agents.js';
 
 describe('sub-agents: the parent tells what its descendants wait for', { timeout: 120_000 }, () => {
   let redis: TestRedis;
@@ -47,7 +24,7 @@ describe('sub-agents: the parent tells what its descendants wait for', { timeout
 
   before(async () => {
     [redis, fake] = await Promise.all([startTestRedis(), startFakeAnthropic({ strictAlternation: true })]);
-    fake.setHandler(tree);
+    fake.setHandler(writerResearcherFetcher);
     h = await startHarness({
       env: { API_KEYS: 'a:key-a', AGENT_SWEEP_MS: '50' },
       redis,
@@ -64,12 +41,12 @@ describe('sub-agents: the parent tells what its descendants wait for', { timeout
   });
 
   it("a grandchild's approval is driven from the root's WebSocket alone", async () => {
-    const fetcher = agent('fetcher', {
+    const fetcher = agentTool('fetcher', {
       system: 'You are a fetcher.',
       tools: ['get_weather'],
       approval: 'always',
     });
-    const researcher = agent('researcher', { system: 'You are a researcher.', tools: [fetcher] });
+    const researcher = agentTool('researcher', { system: 'You are a researcher.', tools: [fetcher] });
     const root = await a.post('/v1/sessions', {
       system: 'You are a writer.',
       input: 'Write about the weather.',
@@ -165,7 +142,7 @@ describe('sub-agents and the quotas', { timeout: 120_000 }, () => {
 
   before(async () => {
     [redis, fake] = await Promise.all([startTestRedis(), startFakeAnthropic({ strictAlternation: true })]);
-    fake.setHandler(tree);
+    fake.setHandler(writerResearcherFetcher);
     h = await startHarness({
       env: {
         API_KEYS: 'a:key-a',
@@ -185,7 +162,7 @@ describe('sub-agents and the quotas', { timeout: 120_000 }, () => {
 
   it('a waiting parent holds no run slot; its child counts in TENANT_MAX_SESSIONS', async () => {
     const a = h.api.as('key-a');
-    const researcher = agent('researcher', { system: 'You are a researcher.' });
+    const researcher = agentTool('researcher', { system: 'You are a researcher.' });
     const root = await a.post('/v1/sessions', {
       system: 'You are a writer.',
       input: 'Write.',

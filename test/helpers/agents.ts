@@ -38,3 +38,24 @@ export const writerWithResearcher = {
     },
   ],
 };
+
+/** A three-level tree: each level calls the one below once (the fetcher calls `get_weather`), then answers. */
+export function writerResearcherFetcher(req: FakeRequest) {
+  // The effective system prompt (a thread's `continue` request carries none: the fake keeps it).
+  const sys = JSON.stringify(req.system ?? '');
+  const last = req.messages.at(-1);
+  const answered = Array.isArray(last?.content) && last.content.some((b) => b.type === 'tool_result');
+  if (sys.includes('fetcher'))
+    return answered ? text('Fetched: sunny.') : toolCall('get_weather', { location: 'Paris' });
+  if (sys.includes('researcher'))
+    return answered ? text('Findings: it is sunny.') : toolCall('fetcher', { prompt: 'Weather in Paris?' });
+  return answered ? text('Article: a sunny day.') : toolCall('researcher', { prompt: 'Is it sunny?' });
+}
+
+/** An `agent` tool entry named `name`, whose child session is `session`. */
+export const agentTool = (name: string, session: Record<string, unknown>) => ({
+  type: 'agent',
+  name,
+  description: `The ${name}.`,
+  session,
+});
