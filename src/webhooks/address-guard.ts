@@ -1,7 +1,7 @@
 import ipaddr from 'ipaddr.js';
 import { isIP, type LookupFunction } from 'node:net';
 import { InvalidRequest } from '../errors.js';
-import { resolveName } from './name-resolver.js';
+import { codeOf, resolveName } from './name-resolver.js';
 
 /**
  * The SSRF guard of webhook URLs. A URL is checked when a webhook is created or changed, and its host's addresses
@@ -64,9 +64,7 @@ export async function resolveChecked(host: string, allowPrivate: boolean): Promi
     try {
       addrs = await resolveName(host);
     } catch (err) {
-      throw invalidUrl(
-        `The host ${host} does not resolve (${err instanceof Error && 'code' in err ? String(err.code) : 'error'}).`,
-      );
+      throw invalidUrl(`The host ${host} does not resolve (${codeOf(err) || 'error'}).`);
     }
   }
   if (addrs.length === 0) throw invalidUrl(`The host ${host} does not resolve.`);

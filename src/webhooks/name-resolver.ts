@@ -118,7 +118,8 @@ function candidates(name: string, absolute: boolean, l: Lookup): string[] {
 
 /** The answers' error codes that say the name (or an address of its kind) does not exist: try the next. */
 const ABSENT = new Set(['ENOTFOUND', 'ENODATA']);
-const codeOf = (err: unknown) => (err instanceof Error && 'code' in err ? String(err.code) : '');
+/** An error's `code` (a resolver's: ENOTFOUND, ETIMEOUT…), '' when it has none. */
+export const codeOf = (err: unknown) => (err instanceof Error && 'code' in err ? String(err.code) : '');
 
 /** The A and AAAA records of one name; empty when it has none; throws on a failure other than absence. */
 async function query(resolver: Resolver, name: string): Promise<ResolvedAddress[]> {

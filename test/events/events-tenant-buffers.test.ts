@@ -141,8 +141,11 @@ describe('bytes queued per tenant on event streams', { timeout: 120_000 }, () =>
     const acme = h.api.as('key-acme');
     const id = (await acme.post('/v1/sessions', { start: false })).body.id as string;
     const c = await follower(h.service.url, id, 'key-acme');
-    // Replayed what the log holds, then idle: from now on only its own answers are written to it.
-    await new Promise((r) => setTimeout(r, 100));
+    // Replayed what the log holds, then live on an idle session: from now on only its own answers are written to it.
+    for (const deadline = Date.now() + 10_000; h.service.app.eventsHub.counts().live < 1;) {
+      assert.ok(Date.now() < deadline, 'the follower went live');
+      await new Promise((r) => setTimeout(r, 10));
+    }
     (c.ws as any)._socket.pause();
     const cut = once(h.service.app.eventsHub, 'slow-reader');
     let isCut = false;
@@ -151,10 +154,10 @@ describe('bytes queued per tenant on event streams', { timeout: 120_000 }, () =>
     const one = Buffer.from([1]);
     let sent = 0;
     while (!isCut && sent < 1_000_000) {
-      for (let i = 0; i < 5000; i++) c.ws.send(one, { binary: true });
+      for (let i = 0; i < 4999; i++) c.ws.send(one, { binary: true });
+      // The chunk's last frame written to the socket: the service reads them while the next chunk is built.
+      await new Promise((r) => c.ws.send(one, { binary: true }, r));
       sent += 5000;
-      await new Promise((r) => setImmediate(r));
-      await new Promise((r) => setTimeout(r, 5));
     }
     assert.ok(isCut, `not cut after ${sent} frames`);
     assert.equal(h.service.app.eventsHub.buffers.total('acme'), 0);
