@@ -78,6 +78,13 @@ const templates: Record<string, Record<string, unknown>> = {
     messages: [{ id: 'u1', role: 'user', parts: [{ type: 'text', text: 'hi' }] }],
     trigger: 'submit-message',
   },
+  // The AI SDK's `regenerate()`: the newest answer made again (POST /v1/chat's other trigger).
+  chatRegenerate: {
+    id: 'ses_AAAAAAAAAAAAAAAA',
+    messages: [{ id: 'u1', role: 'user', parts: [{ type: 'text', text: 'hi' }] }],
+    trigger: 'regenerate-message',
+    messageId: 'ses_AAAAAAAAAAAAAAAA-1',
+  },
   // Loopback only: the fuzz service allows private targets, and port 9 (discard) refuses at once.
   webhookCreate: { url: 'http://127.0.0.1:9/hook', events: ['session.status'] },
   webhookPatch: { description: 'd', url: 'http://127.0.0.1:9/other' },
@@ -100,6 +107,7 @@ const schemaKeys: Record<string, string[]> = {
   mcpServer: ['url', 'headers'],
   empty: ['params'],
   chat: keysOf(chatBody),
+  chatRegenerate: keysOf(chatBody),
   webhookCreate: keysOf(createWebhookBody),
   webhookPatch: keysOf(patchWebhookBody),
   tool: keysOf(putToolBody),
@@ -240,6 +248,7 @@ export const routes: Array<[string, string, string | null]> = [
   ['GET', '/v1/memory/:path', null],
   ['DELETE', '/v1/memory/:path', null],
   ['POST', '/v1/chat', 'chat'],
+  ['POST', '/v1/chat', 'chatRegenerate'],
   ['GET', '/v1/chat/:id/stream', null],
   ['GET', '/v1/chat/:id/messages', null],
   ['PUT', '/v1/mcp-servers/:name', 'mcpServer'],
@@ -367,7 +376,10 @@ export function requestArb(ids: Ids, token: string): fc.Arbitrary<FuzzRequest> {
         // Header values must be ByteStrings for fetch: keep the ones that are.
         headers: Object.fromEntries(Object.entries(headers).filter(([, v]) => /^[\x20-\x7e]*$/.test(v))),
         // The chat route takes its session id in the body: the drawn id (own, a canary, hostile) goes there.
-        body: kind === 'chat' && body ? body.replace('ses_AAAAAAAAAAAAAAAA', id) : body,
+        body:
+          (kind === 'chat' || kind === 'chatRegenerate') && body
+            ? body.replaceAll('ses_AAAAAAAAAAAAAAAA', id)
+            : body,
       })),
     );
 }
