@@ -38,6 +38,7 @@ describe("a tenant's expensive reads", () => {
       for (const r of reads) assert.equal(r.status, 200);
       assert.equal(reads[0]!.body.data.length, 3);
       // acme's reads: its session's hash read (the tenant check), then its history: never two hashes in a row.
+      await monitor.settle();
       const mine = monitor.commands
         .filter((c) => c.some((a) => a.includes(id)))
         .map((c) => c[0]!.toLowerCase())
@@ -82,6 +83,7 @@ describe("a tenant's expensive reads", () => {
       for (const r of reads) assert.equal(r.status, 200);
       assert.ok(reads[0]!.body.data.length >= 2);
       // acme's reads: its session's hash read (the tenant check), then its page (the script): never two in a row.
+      await monitor.settle();
       const mine = monitor.commands
         .filter((c) => c.some((a) => a.includes(id)))
         .map((c) => c[0]!.toLowerCase())

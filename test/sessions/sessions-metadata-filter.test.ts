@@ -91,6 +91,7 @@ describe('metadata filters of the session list', () => {
     const monitor = await monitorRedis(h.redis.port);
     try {
       assert.deepEqual(await ids('metadata.chat_id=needle'), [target]);
+      await monitor.settle();
       const reads = monitor.commands.filter((c) => /^(zrevrangebylex|zrange|zscan|scan|keys)$/i.test(c[0]!));
       assert.ok(reads.length > 0, 'the list read some index');
       assert.ok(

@@ -14,6 +14,7 @@ import { Webhook } from 'standardwebhooks';
 import { text, toolCalls, toolUse } from '../fake/script.js';
 import { startHarness, type Harness } from '../helpers/service.js';
 import { until } from '../durability/chaos-lib.js';
+import { monitorRedis } from '../helpers/redis-monitor.js';
 import type { TaskQueue } from '../../src/tenant-tools/tasks.js';
 
 const lookup = {
@@ -187,17 +188,22 @@ describe('the tool task queue, with many past tenants', { timeout: 180_000 }, ()
     for (let i = 0; i < 300; i++) assert.equal(await queue.enqueue('idx', task('nobody', i)), 'queued');
     assert.equal(await queue.enqueue('idx', task('busy', 0)), 'queued');
     await queue.claim('idx', ['warm'], 1, 'w'); // a first claim of the tenant indexes what was queued before
-    const mon = await r.monitor();
-    const seen: string[] = [];
-    mon.on('monitor', (_t: string, args: string[]) => seen.push(args.join(' ')));
-    const got = await queue.claim('idx', ['busy'], 5, 'w');
-    await r.ping(); // MONITOR lines come in order: the script's commands are in before the PING's answer
-    mon.disconnect();
+    const monitor = await monitorRedis(h.redis.port);
+    let got: Awaited<ReturnType<TaskQueue['claim']>>;
+    try {
+      got = await queue.claim('idx', ['busy'], 5, 'w');
+      await monitor.settle();
+    } finally {
+      monitor.stop();
+    }
     assert.deepEqual(
       got.map((g) => g.rec.name),
       ['busy'],
     );
-    const reads = seen.filter((l) => /^(zrange|zrangebyscore) /i.test(l));
+    // The tenant's queues as scripts read them (the service's own sweeps run beside the claim, on other keys).
+    const reads = monitor.scripted
+      .map((c) => c.join(' '))
+      .filter((l) => /^(zrange|zrangebyscore) tt:\{tt:idx\}:ready/i.test(l));
     assert.ok(reads.length > 0, 'the claim script ran under MONITOR');
     assert.ok(
       reads.every((l) => l.split(' ')[1] === 'tt:{tt:idx}:ready:busy'),
