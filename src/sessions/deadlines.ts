@@ -122,28 +122,26 @@ function timeoutOps(s: SessionState): { ops: ApplyOps; starts: boolean } {
 
 /**
  * The sub-agents working on agent calls a timeout answers (or ends, with `fail`): no child's result will answer its
- * call now, so the usage each spent so far joins the parent's (`u_child_*`) in the timeout's own write, which marks
- * each counted (`cb:<child id>`, as the agents' sweep counts an ended child: src/store/lua/child-usage-1.lua), and
- * they are cancelled after it. What a child spends between the two is not counted. A child that ended already is
- * left to the sweep, which counts it whole.
+ * call now, so the usage each spent so far joins the parent's (`u_child_*`) in the timeout's own write, once per
+ * child (`count_once` under `cb:<child id>`, the mark the agents' sweep counts an ended child under:
+ * src/store/lua/child-usage-1.lua; whichever write comes first counts it), and they are cancelled after it. What a
+ * child spends between the two is not counted. A child that ended already is left to the sweep, which counts it whole.
  */
 async function childrenCut(
   deps: SessionDeps,
   s: SessionState,
-): Promise<{ ids: string[]; hincr: Record<string, number>; hset: Record<string, string> }> {
+): Promise<{ ids: string[]; counts: Array<[string, Record<string, number>]> }> {
   const agents = new Set(s.tools.filter(isAgentTool).map((t) => t.name));
   const ids = (s.pending?.calls ?? [])
     .filter((c) => c.kind === 'client' && !c.result && agents.has(c.name))
     .map((c) => childSessionId(s.id, c.id));
-  const hincr: Record<string, number> = {};
-  const hset: Record<string, string> = {};
+  const counts: Array<[string, Record<string, number>]> = [];
   for (const id of ids) {
     const child = await deps.store.load(id);
     if (!child || child.status === 'idle' || child.status === 'failed') continue;
-    for (const [field, n] of Object.entries(childUsageIncr(child))) hincr[field] = (hincr[field] ?? 0) + n;
-    hset[`cb:${id}`] = '1';
+    counts.push([`cb:${id}`, childUsageIncr(child)]);
   }
-  return { ids, hincr, hset };
+  return { ids, counts };
 }
 
 /** Sweeps `actions:due` on a timer: every replica runs one; their writes are guarded, so any number may. */
@@ -207,12 +205,7 @@ export class DeadlineSweeper {
         }
         const { ops, starts } = timeoutOps(s);
         const children = s.pending?.turn ? null : await childrenCut(this.deps, s);
-        if (children) {
-          const sum = { ...ops.hincr };
-          for (const [field, n] of Object.entries(children.hincr)) sum[field] = (sum[field] ?? 0) + n;
-          ops.hincr = sum;
-          ops.hset = { ...ops.hset, ...children.hset };
-        }
+        if (children?.counts.length) ops.count_once = children.counts;
         // Over the tenant's daily cap the deadline still answers the calls: the run it starts writes their results
         // and stops before its model request (`tenant_budget_exhausted`), as any run over the cap does.
         // Nor is it refused at TENANT_MAX_BYTES: a deadline fires whatever the tenant stores.

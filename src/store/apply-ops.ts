@@ -28,6 +28,13 @@ export interface ApplyOps {
   push_iters?: string[];
   hset?: Record<string, string>;
   hincr?: Record<string, number>;
+  /**
+   * Counters added once per mark (`[field, increments]`): applied only if the meta field `field` is not set yet, and
+   * it is set with them. A sub-agent's usage joins its parent under `cb:<child id>`, whoever counts it first (the
+   * agents' sweep counts under the same mark: lua/child-usage-1.lua), without the two writes' having to see each
+   * other (that count moves no revision, so a revision guard does not order them).
+   */
+  count_once?: Array<[string, Record<string, number>]>;
   /** Follow-ups queued for the next user turn (the store adds the MAX_TURN_BYTES guard). */
   queue_push?: EncodedBlocks[];
   release_lease?: boolean;

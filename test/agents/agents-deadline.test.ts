@@ -1,7 +1,7 @@
 /**
  * A sub-agent's call answered by its parent's action deadline (spec §7.4 with §7.6): the child no longer answers
  * anything, so it is cancelled, and what it spent until then counts toward the parent (its `usage.children`, and so
- * its budget), once.
+ * its budget), once, whichever of the timeout and the agents' sweep counts it first.
  */
 import { after, before, describe, it } from 'node:test';
 import assert from 'node:assert/strict';
@@ -66,6 +66,52 @@ describe('a sub-agent call timed out by its parent', { timeout: 60_000 }, () => 
     const after = (await h.api.get(`/v1/sessions/${parent.id}`)).body;
     assert.equal(after.usage.children.total_tokens, child.usage.total_tokens);
     assert.equal(after.usage.children.cost_usd, child.usage.cost_usd);
+  });
+
+  it('counts the child once when the agents sweep counts it between the deadline read and its write', async () => {
+    const store = h.service.app.store;
+    const apply = store.apply.bind(store);
+    let parentId = '';
+    let raced = false;
+    // The race, made certain: the sweep's count (which moves no revision) lands just before the timeout's write.
+    store.apply = async (...args: Parameters<typeof store.apply>) => {
+      const [id, , ops] = args;
+      if (id === parentId && !raced && ops.events?.some((e) => e[0] === 'tool_result.submitted')) {
+        raced = true;
+        const [listed] = (await h.api.get(`/v1/sessions/${id}/children`)).body.data;
+        const child = await store.load(listed.id);
+        assert.ok(child);
+        await store.addChildUsage(id, child);
+      }
+      return apply(...args);
+    };
+    try {
+      const res = await h.api.post('/v1/sessions', {
+        system: 'You are a writer.',
+        input: 'Write about the sky.',
+        action_timeout_s: 4,
+        tools: [
+          {
+            type: 'agent',
+            name: 'researcher',
+            description: 'Researches a question.',
+            session: { system: 'You are a researcher.', tools: ['calculate_sum'] },
+          },
+        ],
+      });
+      assert.equal(res.status, 201, JSON.stringify(res.body));
+      parentId = res.body.id;
+      await h.api.waitFor(parentId, (s) => s.status === 'idle' && s.iteration === 2, 30_000);
+      assert.ok(raced, "the timeout's write ran after the sweep's count");
+      const [listed] = (await h.api.get(`/v1/sessions/${parentId}/children`)).body.data;
+      const child = await h.api.waitFor(listed.id, (s) => s.status !== 'running', 10_000);
+      assert.ok(child.usage.total_tokens >= 2300, 'its first turn ended before the deadline');
+      const after = (await h.api.get(`/v1/sessions/${parentId}`)).body;
+      assert.equal(after.usage.children.total_tokens, child.usage.total_tokens);
+      assert.equal(after.usage.children.cost_usd, child.usage.cost_usd);
+    } finally {
+      store.apply = apply;
+    }
   });
 });
 

@@ -18,6 +18,8 @@
 --         `compact` `{count, at_iteration, summary}` (applied first): the first `count` messages of the history
 --         move, as they are, into a new segment `{"at_iteration":n,"messages":[…]}` pushed to KEYS[7], and the
 --         summary message (JSON) takes their place; `msg_base` grows by `count`.
+--         `count_once` `[[field, {counter: n}]…]`: each entry's counters are added only if `field` was not set, and
+--         it is set (a sub-agent's usage under `cb:<child id>`, the mark child-usage-1.lua sets too).
 -- ARGV[3] most events kept  ARGV[4] pub/sub channel of the notice of the events written (includes/notice.lua)
 -- ARGV[5] notice size limit (bytes)  ARGV[6] most event bytes kept (includes/event-log.lua)
 -- Returns {revision, merged_count, appended, into_last, control, params_rev}: `appended` is the array of blocks
@@ -122,6 +124,13 @@ local function run(o)
     if drops then blocks_drop_results(meta) end
   end
   if o.hincr then for k, v in pairs(o.hincr) do redis.call('HINCRBY', meta, k, v) end end
+  if o.count_once then
+    for _, c in ipairs(o.count_once) do
+      if redis.call('HSETNX', meta, c[1], '1') == 1 then
+        for k, v in pairs(c[2]) do redis.call('HINCRBY', meta, k, v) end
+      end
+    end
+  end
   if o.queue_push then pushAll(KEYS[4], o.queue_push) end
   if o.release_lease then redis.call('DEL', KEYS[6]) end
   if o.events then for _, ev in ipairs(o.events) do emit(ev) end end
