@@ -317,7 +317,7 @@ const routes: FastifyPluginAsyncZod<{ config: Config }> = async (app, { config }
       const t = new ChatTranslator(runMessageId(id, history, s.msgBase), [], {
         agents,
         pausedBefore: start.run,
-        midRun: start.run === undefined,
+        midRun: start.midRun,
       });
       stream(req, reply, id, start.cursor, t, null);
     },

@@ -21,7 +21,8 @@
  *   `data-turn-dropped` chunk `{iteration, reason}`.
  * - `session.status`: `requires_action` → a `tool-approval-request` per call awaiting approval (its `approvalId` is
  *   the tool_use id), or the client tool calls left as `input-available` for `addToolOutput`; then `finish`.
- *   `idle` → `finish` with the stop reason mapped; `failed` → `error`, then `finish` (`error`).
+ *   `idle` → `finish` with the stop reason mapped; `failed` → `error`, then `finish` (`error`). In a replay of the
+ *   whole message, a status before the current run's start ends nothing: that run's open turn is dropped, and on.
  * - A stream that ends while a turn is open (a cancel, a failure, the stream cut) closes the turn's open parts and
  *   resets its step as for a dropped turn (`reason`: `cancelled`, `failed`, `stream_ended`): the session keeps no
  *   partial reply, and a resumed stream replays the turn from its start.
@@ -80,8 +81,9 @@ export class ChatTranslator {
   /** The session's sub-agent tools (by name): their calls are the service's to answer, not the client's. */
   private readonly agents: ReadonlySet<string>;
   /**
-   * The id of the current run's first event, for a replay of the whole assistant message: a `requires_action`
-   * before it is a pause the client answered, which does not end the stream.
+   * The id of the current run's first event, for a replay of the whole assistant message: a status before it is
+   * the end of an earlier run of the same message (a pause the client answered; a failure or a stop taken up again
+   * without a new question), which does not end the stream.
    */
   private readonly pausedBefore: string | undefined;
 
@@ -188,9 +190,11 @@ export class ChatTranslator {
    */
   private dropOpenTurn(reason: string): UIChunk[] {
     if (!this.turnOpen) return [];
-    // Nothing of it was shown (a failure before its first event): nothing to take back.
+    // Nothing of it was shown (a failure before its first event): nothing to take back, and its step, empty, is
+    // the next turn's (a replay goes on past an earlier run's failure).
     if (!this.streamed) {
       this.turnOpen = false;
+      this.stepEmpty = this.stepOpen;
       return [];
     }
     const out: UIChunk[] = [];
@@ -412,6 +416,9 @@ export class ChatTranslator {
 
   private status(ev: z.infer<typeof status>, paused: boolean): UIChunk[] {
     if (ev.status === 'running') return [];
+    // An earlier run of the message that failed or stopped: its open turn was not kept; the message goes on.
+    if (paused && ev.status !== 'requires_action')
+      return this.dropOpenTurn(ev.status === 'failed' ? 'failed' : (ev.stop_reason ?? 'stopped'));
     if (ev.status === 'failed') {
       const e = ev.error;
       return this.failWith(e ? `${e.code}: ${e.message}` : 'The run failed.', 'failed');

@@ -9,14 +9,14 @@ import { sessionKeys } from '../store/keys.js';
 declare module 'ioredis' {
   interface RedisCommander<Context> {
     /**
-     * run-start-1.lua: the replay's cursor ('0-0': the log's start) and the current run's first event ('' when the
-     * log no longer holds it), or null.
+     * run-start-1.lua: the replay's cursor ('0-0': the log's start), the current run's first event ('' when the
+     * scan did not reach it) and whether the message's beginning was found ('1'), or null.
      */
     chatRunStart(
       events: string,
       maxScanned: number,
       agentsPause: '0' | '1',
-    ): Result<[cursor: string, run: string] | null, Context>;
+    ): Result<[cursor: string, run: string, whole: '0' | '1'] | null, Context>;
   }
 }
 
@@ -29,11 +29,12 @@ export function defineChatCommands(redis: RedisClient): void {
 }
 
 /**
- * Where to replay the assistant message of the session's current run from (`cursor`: the runs before it that paused
- * for the client included) and the id of the current run's first event (`run`; undefined when the log no longer
- * holds it: the replay starts at the oldest event kept, maybe inside a turn); null when no run is active according
- * to its log. `agentsPause`: the session waits only for its sub-agents (its run is active, paused for the
- * service), so the log may end with that `requires_action`.
+ * Where to replay the assistant message of the session's current run from (`cursor`: the message's earlier runs
+ * included, those that paused for the client and those that failed or stopped and were taken up again), the id of
+ * the current run's first event (`run`; undefined when the scan did not reach it), and `midRun`: the message's
+ * beginning is not in the log any more (the replay starts at the oldest event kept, maybe inside a turn). Null when
+ * no run is active according to its log. `agentsPause`: the session waits only for its sub-agents (its run is
+ * active, paused for the service), so the log may end with that `requires_action`.
  */
 export async function runStartCursor(
   redis: RedisClient,
@@ -46,6 +47,7 @@ export async function runStartCursor(
     Math.max(1, maxScanned),
     agentsPause ? '1' : '0',
   );
+  if (!found) return null;
   // `run` undefined: the run began before the oldest event the log keeps (a long run, a trimmed log).
-  return found ? { cursor: found[0], run: found[1] === '' ? undefined : found[1] } : null;
+  return { cursor: found[0], run: found[1] === '' ? undefined : found[1], midRun: found[2] !== '1' };
 }

@@ -950,6 +950,70 @@ describe('chat routes: the AI SDK UI message stream', () => {
     assert.deepEqual(JSON.parse(JSON.stringify(chat.messages)), await history(id));
   });
 
+  test('a reload after a failed step was resumed: the replay carries the steps before the failure', async () => {
+    const long = Array.from({ length: 20 }, (_, i) => `w${i}`).join(' ');
+    h.fake.enqueue(
+      reply([textBlock('Checking.'), toolUse('get_weather', { location: 'Paris' })]),
+      apiError(400, 'invalid_request_error'),
+    );
+    const id = await session({ tools: ['get_weather'], input: 'weather?', start: true });
+    await h.api.waitStatus(id, 'failed');
+    const held = h.fake.requests.length + 1;
+    h.fake.enqueue(text(long, { pauseAfterEvents: 4 }));
+    assert.equal((await h.api.post(`/v1/sessions/${id}/resume`, {})).status, 202);
+    await h.fake.waitForRequests(held);
+    // The page loads: the history (the step before the failure), then the replay of the run in progress.
+    const initial = await history(id);
+    assert.deepEqual(
+      initial.map((m) => m.role),
+      ['user', 'assistant'],
+    );
+    const chat: PlainChat = new PlainChat({
+      id,
+      messages: initial,
+      transport: transport(),
+      onChange: () => void (chat?.status === 'streaming' && h.fake.held > 0 && h.fake.resume()),
+    });
+    await chat.resumeStream();
+    assert.equal(chat.error, undefined);
+    assert.equal(textOf(chat.messages[1]), `Checking.${long}`);
+    const tool = chat.messages[1]!.parts.find((p) => p.type === 'tool-get_weather');
+    assert.equal(tool && 'state' in tool && tool.state, 'output-available');
+    await h.api.waitStatus(id, 'idle');
+    assert.deepEqual(JSON.parse(JSON.stringify(chat.messages)), await history(id));
+  });
+
+  test('a reload after a follow-up joined the run: the replay is the answer to the follow-up alone', async () => {
+    const long = Array.from({ length: 20 }, (_, i) => `w${i}`).join(' ');
+    // The follow-up is queued while the first reply is held, so it joins the tool results of that reply's step.
+    h.fake.enqueue(
+      reply([textBlock('Checking.'), toolUse('get_weather', { location: 'Paris' })], { pauseAfterEvents: 2 }),
+      text(long, { pauseAfterEvents: 4 }),
+    );
+    const base = h.fake.requests.length;
+    const id = await session({ tools: ['get_weather'], input: 'weather?', start: true });
+    await h.fake.waitForRequests(base + 1);
+    assert.equal((await h.api.post(`/v1/sessions/${id}/messages`, { text: 'and Rome?' })).status, 202);
+    h.fake.resume();
+    await h.fake.waitForRequests(base + 2);
+    const initial = await history(id);
+    assert.deepEqual(
+      initial.map((m) => m.role),
+      ['user', 'assistant', 'user'],
+    );
+    const chat: PlainChat = new PlainChat({
+      id,
+      messages: initial,
+      transport: transport(),
+      onChange: () => void (chat?.status === 'streaming' && h.fake.held > 0 && h.fake.resume()),
+    });
+    await chat.resumeStream();
+    assert.equal(chat.error, undefined);
+    await h.api.waitStatus(id, 'idle');
+    assert.deepEqual(JSON.parse(JSON.stringify(chat.messages)), await history(id));
+    assert.equal(textOf(chat.messages[3]), long);
+  });
+
   test('a reply stopped at max_tokens: its call ends output-error as in the history, never reaches onToolCall', async () => {
     for (const stream of [true, false]) {
       const id = await session({ tools: [lookupOrder], stream });

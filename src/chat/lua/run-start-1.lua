@@ -1,38 +1,47 @@
 -- run-start: where the assistant message of a session's current run begins in its event log, for a chat stream
--- resumed from its start (GET /v1/chat/:id/stream). Scans the log backwards from its newest entry: the newest
--- `session.status` event must say `running` (else no run is active); before it, runs that paused for the client
--- (`requires_action`, then `running` again once it answered) belong to the same assistant message, so the scan goes
--- on through them, to the `running` that followed an `idle` or `failed` one (or the oldest one within the scan).
+-- resumed from its start (GET /v1/chat/:id/stream). The message is what GET /v1/chat/:id/messages shows as the
+-- history's last assistant message (src/chat/history.ts toUIMessages): everything after the newest user turn with
+-- text or an image, whatever runs made it: runs that paused for the client (`requires_action`, then `running` again
+-- once it answered), and runs that failed or stopped and were taken up again without a new question (POST …/resume,
+-- …/retry, …/continue). So the scan goes back from the newest entry to the newest `message.appended` of such a user
+-- turn (a follow-up that joined a step's tool results included: it starts a message of its own), or the newest
+-- `messages.replaced` (a history rewritten: what came before is not in it as logged). The newest `session.status`
+-- must say `running`, else no run is active.
 -- A run that waits only for its sub-agents is still active (the service answers them and the run goes on): the caller,
 -- which can tell such a pause from the session's state (this script cannot: the tools' kinds are not in the log), says
 -- so with ARGV[2] = '1', and a newest status `requires_action` is then passed over as an answered pause is.
 -- KEYS[1] events (stream)
 -- ARGV[1] most entries scanned (>= 1)
 -- ARGV[2] '1': the newest status may be `requires_action` (a pause for sub-agents); '0': it must be `running`
--- Returns {cursor, run}: the id of the entry just before the message's first `running` status ('0-0' when it is
--- the oldest entry) and the id of the newest `running` status (the current run's start); {'0-0', ''} when no status
--- event is within the scan (the run's start was trimmed away: the caller, which knows the session runs, replays what
--- the log keeps); or false when the newest status is not `running` (nor an allowed `requires_action`).
+-- Returns {cursor, run, whole}: the id of the entry the message begins after ('0-0': the log's oldest entry, the
+-- message begins at it or before), the id of the newest `running` status (the current run's start; '' when the scan
+-- did not reach it) and whole '1' when the message's beginning was found ('0': the replay starts where the log or the
+-- scan starts, maybe inside a turn); or false when the newest status is not `running` (nor an allowed
+-- `requires_action`).
 local max = tonumber(ARGV[1])
 local agents_pause = ARGV[2] == '1'
 local last = '+'
 local seen = 0
-local run, start = nil, nil
--- What the scan looks for next, going back: 'running' (a run's start), or 'pause' (the status before that start).
-local want = 'running'
-local function status_of(d)
+local run, begins = nil, nil
+local function decoded(d)
   local ok, data = pcall(cjson.decode, d or 'null')
   if not ok or type(data) ~= 'table' then return nil end
-  return data['status']
+  return data
 end
-local function result()
-  if not run then return { '0-0', '' } end
-  local before = redis.call('XREVRANGE', KEYS[1], '(' .. start, '-', 'COUNT', 1)[1]
-  return { before and before[1] or '0-0', run }
+-- A user turn the history shows as a user message: a text or an image block in what was added. The plain search
+-- first: only a user turn's data has the key at its top level unescaped (text inside a string has it as `\"`).
+local function asks(d)
+  if not d or not string.find(d, '"role":"user"', 1, true) then return false end
+  local data = decoded(d)
+  if not data or type(data.content) ~= 'table' then return false end
+  for _, b in ipairs(data.content) do
+    if type(b) == 'table' and (b.type == 'text' or b.type == 'image') then return true end
+  end
+  return false
 end
 while seen < max do
   local rows = redis.call('XREVRANGE', KEYS[1], last, '-', 'COUNT', math.min(64, max - seen))
-  if #rows == 0 then return result() end
+  if #rows == 0 then break end
   for _, row in ipairs(rows) do
     seen = seen + 1
     local fields = row[2]
@@ -40,26 +49,21 @@ while seen < max do
     for i = 1, #fields, 2 do
       if fields[i] == 't' then t = fields[i + 1] elseif fields[i] == 'd' then d = fields[i + 1] end
     end
-    if t == 'session.status' then
-      local s = status_of(d)
-      if not run then
-        if s == 'running' then
-          run, start, want = row[1], row[1], 'pause'
-        elseif s == 'requires_action' and agents_pause then
-          -- The pause for sub-agents (a status again each time one of them answers): the run's start is the
-          -- `running` before it.
-        else
-          return false
-        end
-      elseif s == 'running' then
-        start, want = row[1], 'pause'
-      elseif s == 'requires_action' and want == 'pause' then
-        want = 'running'
-      elseif s ~= 'requires_action' then
-        return result()
+    if t == 'session.status' and not run then
+      local s = (decoded(d) or {})['status']
+      if s == 'running' then
+        run = row[1]
+      elseif not (s == 'requires_action' and agents_pause) then
+        -- The newest status says the session runs nothing (a pause for sub-agents: a status again each time one of
+        -- them answers, the run's start is the `running` before it).
+        return false
       end
+    elseif not begins and (t == 'messages.replaced' or (t == 'message.appended' and asks(d))) then
+      begins = row[1]
     end
+    -- The question is merged by the run it starts, after its `running`: both are needed.
+    if run and begins then return { begins, run, '1' } end
   end
   last = '(' .. rows[#rows][1]
 end
-return result()
+return { begins or '0-0', run or '', begins and '1' or '0' }
