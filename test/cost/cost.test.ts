@@ -475,6 +475,20 @@ describe('cost: TENANT_MAX_COST_USD_PER_DAY', () => {
       }
       assert.equal((await h.api.as('key-c').get(`/v1/sessions/${made.body.id}`)).body.status, 'idle');
       assert.equal(h.fake.requests.length, sent);
+
+      // A reviewed reply without calls: `continue` ends the run with it and sends nothing, so nothing is priced.
+      h.fake.enqueue(text('Reviewed.'));
+      const review = await uncapped.api
+        .as('key-c')
+        .post('/v1/sessions', { model: 'claude-fake-1', input: 'Hi', pause_after_turn: true });
+      assert.equal(review.status, 201, JSON.stringify(review.body));
+      await uncapped.api.as('key-c').waitStatus(review.body.id, 'requires_action');
+      const before = h.fake.requests.length;
+      const go = await h.api.as('key-c').post(`/v1/sessions/${review.body.id}/continue`, {});
+      assert.equal(go.status, 202, JSON.stringify(go.body));
+      const ended = await h.api.as('key-c').waitStatus(review.body.id, ['idle', 'failed']);
+      assert.deepEqual([ended.status, ended.stop_reason], ['idle', 'end_turn']);
+      assert.equal(h.fake.requests.length, before);
     } finally {
       await uncapped.close();
     }
