@@ -42,7 +42,7 @@ export interface WriteGuardOptions {
 /** Answers smaller than this are neither counted nor timed: the socket's buffer takes them at once. */
 const COUNTED_BYTES = 64 * 1024;
 
-/** Reads of a whole history (GET …/messages) one tenant may have in progress at once in one process. */
+/** Reads of a whole history (HISTORY_ROUTES) one tenant may have in progress at once in one process. */
 const HISTORY_READS = 4;
 
 /** Characters of a large answer written per turn of the event loop. */
@@ -79,7 +79,12 @@ const HEAVY_READS = new Set([
   '/v1/sessions/:id/messages',
   '/v1/sessions/:id/iterations',
   '/v1/sessions/:id/events',
+  '/v1/sessions/:id/children',
+  '/v1/chat/:id/messages',
 ]);
+
+/** The routes of HEAVY_READS that read a whole history (the chat's as UIMessages): HISTORY_READS at once. */
+const HISTORY_ROUTES = new Set(['/v1/sessions/:id/messages', '/v1/chat/:id/messages']);
 
 /** The route of HEAVY_READS that is also an SSE stream (`Accept: text/event-stream`, as routes/events.ts tells). */
 const EVENTS_ROUTE = '/v1/sessions/:id/events';
@@ -143,7 +148,7 @@ export default fp<WriteGuardOptions>(
       if (!HEAVY_READS.has(route)) return;
       // An SSE stream would hold its place for as long as it is open: it is not a read made at once.
       if (route === EVENTS_ROUTE && wantsEventStream(req.headers.accept)) return;
-      const history = route === '/v1/sessions/:id/messages';
+      const history = HISTORY_ROUTES.has(route);
       const n = reading.get(tenant) ?? 0;
       if (history && n >= HISTORY_READS)
         throw new HttpRefusal(
