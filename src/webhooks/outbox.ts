@@ -168,11 +168,15 @@ export class WebhookOutbox {
       maxPending.bytes,
     ];
     for (const [id, body] of messages) args.push(id, body);
-    const [added, dropped] = await this.redis.whEnqueue(...args);
+    const [added, dropped, waiting] = await this.redis.whEnqueue(...args);
     if (added < 0) return null;
     // After the outbox write, so a claim that saw no message yet is followed by a fresh score (see due-set-1.lua);
     // a fraction makes the score differ from one read in the same millisecond.
     if (added > 0) await this.redis.zadd(DUE_KEY, now + Math.random() * 0.999, webhookId);
+    // A replay (after a crash) that found its messages pending: the process that added them may have died before
+    // its ZADD above, and nothing else would schedule the endpoint. NX: an endpoint scheduled already (maybe at a
+    // retry's backoff) keeps its time.
+    else if (waiting > 0) await this.redis.zadd(DUE_KEY, 'NX', now, webhookId);
     return { added, dropped };
   }
 

@@ -34,7 +34,9 @@ declare module 'ioredis' {
       release: string,
     ): Result<number, Context>;
     /** enqueue-5.lua: five keys, now, most pending, then msg id, body pairs; `[added, dropped]` or `[-1, 0]`. */
-    whEnqueue(...args: Array<string | number>): Result<[added: number, dropped: number], Context>;
+    whEnqueue(
+      ...args: Array<string | number>
+    ): Result<[added: number, dropped: number, waiting: number], Context>;
     /** claim-5.lua: `['gone']`, `['disabled']`, or `'ok'`, next, url, secret, tenant, then 4 fields a message. */
     whClaim(
       meta: string,
