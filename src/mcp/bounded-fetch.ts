@@ -1,9 +1,13 @@
 /**
  * The MCP transport's fetch, bounded: every answer's body is cut past a byte cap as it is read, and a call's SSE
  * stream that ends or breaks before its result fails that call at once. The call in flight is known through
- * `inCall` (an AsyncLocalStorage the pool's `callTool` runs in).
+ * `inCall` (an AsyncLocalStorage the pool's `callTool` runs in). The standalone stream (GET: the server's notices)
+ * is bounded in bytes and in how often it is opened: the SDK opens it again at once, without limit, whenever the
+ * server ends it (and after the delay the server's `retry:` names, 0 included), so a tenant's server could otherwise
+ * keep this process reconnecting, or reading, for ever.
  */
 import { AsyncLocalStorage } from 'node:async_hooks';
+import type { FastifyBaseLogger } from 'fastify';
 import type { Dispatcher } from 'undici';
 
 /**
@@ -34,6 +38,15 @@ export class McpCallCut extends Error {
 /** Bytes of one answer (one SSE event, or a JSON body) beyond which it is cut: room for JSON escapes and framing. */
 const wireCap = (resultMaxBytes: number) => resultMaxBytes * 2 + 65_536;
 
+/** Bytes a call's SSE stream carries in all (its result and its notices: progress, logs) before it is cut. */
+const callStreamCap = (resultMaxBytes: number) => wireCap(resultMaxBytes) * 4;
+
+/** Bytes one standalone stream carries before the service ends it (its notices are small: a list changed). */
+export const STANDALONE_MAX_BYTES = 1_048_576;
+/** Standalone streams a connection opens within STANDALONE_WINDOW_MS; past them it has none (as a 405 says). */
+export const STANDALONE_OPENS = 3;
+const STANDALONE_WINDOW_MS = 60_000;
+
 /**
  * The transport's fetch. Every answer's body is bounded as it is read: an SSE event (or a JSON body) longer than
  * `wireCap` is cut there, never buffered whole; a call's answer cut so fails that call with `McpResultTooLarge`.
@@ -42,10 +55,33 @@ const wireCap = (resultMaxBytes: number) => resultMaxBytes * 2 + 65_536;
  * (the SDK hands each event on as it reads it), so a call still waiting a turn of the loop after the end will get
  * no result from this stream.
  */
-export function boundedFetch(server: string, resultMaxBytes: number, dispatcher?: Dispatcher): typeof fetch {
+export function boundedFetch(
+  server: string,
+  resultMaxBytes: number,
+  log: Pick<FastifyBaseLogger, 'warn'>,
+  dispatcher?: Dispatcher,
+): typeof fetch {
   const cap = wireCap(resultMaxBytes);
+  const callCap = callStreamCap(resultMaxBytes);
+  /** When this connection's standalone streams were opened (ms), the newest STANDALONE_OPENS. */
+  const opened: number[] = [];
   return async (input, init) => {
     const call = inCall.getStore();
+    const standalone = init?.method === 'GET';
+    if (standalone) {
+      const now = Date.now();
+      if (opened.length >= STANDALONE_OPENS && now - opened[0]! < STANDALONE_WINDOW_MS) {
+        // The SDK takes a 405 as "no standalone stream here" and does not ask again on this connection; its tool
+        // list is still listed again after MCP_TOOLS_TTL_MS.
+        log.warn(
+          { mcp_server: server, opened: opened.length, window_ms: STANDALONE_WINDOW_MS },
+          "MCP server's notice stream ended too often; no more on this connection",
+        );
+        return new Response(null, { status: 405, statusText: 'Method Not Allowed' });
+      }
+      opened.push(now);
+      if (opened.length > STANDALONE_OPENS) opened.shift();
+    }
     // Node's fetch takes an undici dispatcher (not in the DOM's RequestInit type).
     const res = await fetch(input, dispatcher ? ({ ...init, dispatcher } as RequestInit) : init);
     if (!res.body) return res;
@@ -54,6 +90,8 @@ export function boundedFetch(server: string, resultMaxBytes: number, dispatcher?
     const reader = res.body.getReader();
     /** Bytes since the last event boundary (a blank line), or of the whole JSON body. */
     let pending = 0;
+    /** Bytes of the whole answer. */
+    let total = 0;
     const watched = new ReadableStream<Uint8Array>({
       async pull(controller) {
         try {
@@ -66,12 +104,25 @@ export function boundedFetch(server: string, resultMaxBytes: number, dispatcher?
               );
             return;
           }
+          total += value.byteLength;
+          if (standalone && total > STANDALONE_MAX_BYTES) {
+            // Ended as a server ends it: the SDK opens another, within the opens above.
+            log.warn(
+              { mcp_server: server, bytes: total },
+              "MCP server's notice stream cut at its byte bound",
+            );
+            controller.close();
+            void reader.cancel().catch(() => {});
+            return;
+          }
           pending = sse ? sinceBoundary(value, pending) : pending + value.byteLength;
-          if (pending > cap) {
+          if (pending > cap || (sse && total > callCap)) {
             const err = new McpResultTooLarge(
               server,
               resultMaxBytes,
-              `sent an answer of more than ${cap} bytes`,
+              pending > cap
+                ? `sent an answer of more than ${cap} bytes`
+                : `sent more than ${callCap} bytes on a call's stream`,
             );
             call?.cut(err);
             controller.error(err);

@@ -310,7 +310,7 @@ export class McpServerClient {
     );
     const transport = new StreamableHTTPClientTransport(config.url, {
       requestInit: { headers: config.headers },
-      fetch: boundedFetch(config.name, opts.resultMaxBytes, config.dispatcher),
+      fetch: boundedFetch(config.name, opts.resultMaxBytes, opts.log, config.dispatcher),
       // The standalone SSE stream (change notices) is tried again twice; a server gone for longer drops the
       // connection (onerror below) and the next use connects anew.
       reconnectionOptions: {

@@ -8,6 +8,7 @@ import assert from 'node:assert/strict';
 import { createServer, type Server } from 'node:http';
 import type { AddressInfo } from 'node:net';
 import { Agent } from 'undici';
+import pino from 'pino';
 import { boundedFetch } from '../../src/mcp/bounded-fetch.js';
 import { checkedLookup } from '../../src/webhooks/address-guard.js';
 
@@ -30,16 +31,19 @@ describe('connect-time address checks', () => {
     const allowing = new Agent({ connect: { lookup: checkedLookup(true) } });
     try {
       const url = `http://localhost:${port}/mcp`;
-      await assert.rejects(boundedFetch('probe', 65_536, refusing)(url), (err: Error) => {
-        const cause = (err as { cause?: Error }).cause;
-        assert.match(
-          String(cause?.message ?? err.message),
-          /localhost resolves to a refused address \(loopback\); only public addresses/,
-        );
-        return true;
-      });
+      await assert.rejects(
+        boundedFetch('probe', 65_536, pino({ level: 'silent' }), refusing)(url),
+        (err: Error) => {
+          const cause = (err as { cause?: Error }).cause;
+          assert.match(
+            String(cause?.message ?? err.message),
+            /localhost resolves to a refused address \(loopback\); only public addresses/,
+          );
+          return true;
+        },
+      );
       assert.equal(hits, 0, 'nothing reached the server');
-      const res = await boundedFetch('probe', 65_536, allowing)(url);
+      const res = await boundedFetch('probe', 65_536, pino({ level: 'silent' }), allowing)(url);
       assert.equal(res.status, 200);
       assert.equal(await res.text(), 'ok');
       assert.equal(hits, 1);
