@@ -16,7 +16,7 @@ import type { SessionStore } from '../store/store.js';
 import type { SecretBox } from '../webhooks/secrets.js';
 import { callToolUrl } from './http-call.js';
 import { awaits, type ToolTasks } from './service.js';
-import { HTTP_QUEUE, claimedTask, toolStarted, type ClaimedTask, type TaskRecord } from './task-record.js';
+import { HTTP_QUEUE, claimedTask, type ClaimedTask, type TaskRecord } from './task-record.js';
 
 const withoutLease = ({ lease_expires_at: _lease, ...call }: ClaimedTask) => call;
 import type { TaskQueue } from './tasks.js';
@@ -117,7 +117,8 @@ export class HttpToolCaller {
       await queue.settle(rec.tenant, rec.call, 'cancelled');
       return;
     }
-    void this.o.store.appendEvents(rec.session, [toolStarted(rec, input, this.worker)]).catch(() => {});
+    // Before the call: its `tool.started` comes ahead of its result in the log.
+    await this.o.tasks.logStarted(rec, input, this.worker);
     const beat = setInterval(
       () => void queue.heartbeat(rec.tenant, rec.offer).catch(() => {}),
       queue.leaseMs / 3,

@@ -143,20 +143,32 @@ export class ToolTasks {
   ): Promise<ClaimedTask[]> {
     const got = await this.o.queue.claim(tenant, body.tools, body.max, body.worker_id);
     const out: ClaimedTask[] = [];
+    const started: Array<Promise<void>> = [];
     for (const { rec, input } of got) {
       if (await this.stillAwaited(rec)) {
         out.push(claimedTask(rec, input));
         this.o.metrics.toolTasks.inc({ event: 'claimed' });
         this.o.metrics.toolTaskClaimLatency.observe((Date.now() - rec.queued_at) / 1000);
-        void this.o.deps.store
-          .appendEvents(rec.session, [toolStarted(rec, input, rec.worker)])
-          .catch(() => {});
+        started.push(this.logStarted(rec, input));
       } else {
         await this.o.queue.settle(tenant, rec.call, 'cancelled');
         this.o.metrics.toolTasks.inc({ event: 'cancelled' });
       }
     }
+    // Before the worker has its tasks: each `tool.started` is in its session's log ahead of the result the worker
+    // will send, and a process that dies before this answer gave no task out unlogged (its leases lapse and the
+    // calls are offered again, `tool_task.retried`).
+    await Promise.all(started);
     return out;
+  }
+
+  /** The `tool.started` of an attempt given out; a log that cannot be written does not take the task back. */
+  logStarted(rec: TaskRecord, input: unknown, worker = rec.worker): Promise<void> {
+    return this.o.deps.store.appendEvents(rec.session, [toolStarted(rec, input, worker)]).then(
+      () => {},
+      (err: unknown) =>
+        this.o.log.warn({ err, session: rec.session, tool: rec.name }, 'tool.started not logged'),
+    );
   }
 
   /**

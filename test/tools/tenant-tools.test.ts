@@ -156,6 +156,53 @@ describe('tenant tools and tool tasks', () => {
     assert.equal(completed[0].data.content, 'shipped on Monday');
   });
 
+  it('a claim answers once its tasks’ tool.started are logged: the worker’s result never comes before it', async () => {
+    await a.req('PUT', '/v1/tools/lookup_order', lookup);
+    h.fake.enqueue(toolCalls([toolUse('lookup_order', { id: 8 }, 'toolu_o1')]), text('Done.'));
+    const created = await a.post('/v1/sessions', { input: 'Order 8?', tools: ['lookup_order'] });
+    const id = created.body.id as string;
+    await a.waitFor(id, (s) => s.status === 'running');
+    const store = h.service.app.store;
+    const append = store.appendEvents.bind(store);
+    let answered = false;
+    let answeredFirst = false;
+    let onAnswer = () => {};
+    const answer = new Promise<void>((resolve) => (onAnswer = resolve));
+    let onWritten = () => {};
+    const written = new Promise<void>((resolve) => (onWritten = resolve));
+    // tool.started's write is held until the claim has answered, or for 500 ms (the claim waits for that write now:
+    // only a claim that answers before it would end the hold early).
+    store.appendEvents = async (...args: Parameters<typeof store.appendEvents>) => {
+      if (args[0] === id && args[1].some(([type]) => type === 'tool.started')) {
+        await Promise.race([answer, new Promise((resolve) => setTimeout(resolve, 500))]);
+        answeredFirst = answered;
+        await append(...args);
+        return onWritten();
+      }
+      return append(...args);
+    };
+    try {
+      const c = await a.post('/v1/tool-tasks/claim', {
+        tools: ['lookup_order'],
+        wait_ms: 10_000,
+        worker_id: 'w-o',
+      });
+      answered = true;
+      onAnswer();
+      await written;
+      assert.equal(c.body.tasks.length, 1, JSON.stringify(c.body));
+      assert.equal(answeredFirst, false, 'the claim answered before its tool.started was written');
+      await a.post(`/v1/tool-tasks/${c.body.tasks[0].id}/result`, { content: 'shipped' });
+      await a.waitStatus(id, 'idle');
+      const types = (
+        (await a.get(`/v1/sessions/${id}/events?limit=500`)).body.data as Array<{ type: string }>
+      ).map((e) => e.type);
+      assert.ok(types.indexOf('tool.started') < types.indexOf('tool.completed'), types.join(' '));
+    } finally {
+      store.appendEvents = append;
+    }
+  });
+
   it('two parallel calls answered at once: each is announced once (a result delivered while the run parks)', async () => {
     await a.req('PUT', '/v1/tools/pair_tool', lookup);
     h.fake.enqueue(
