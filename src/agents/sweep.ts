@@ -22,11 +22,18 @@ import { FailureLog } from '../log.js';
  * child's run ends (`idle`, `failed`) it submits the child's final text as the call's result with `continue`, which
  * starts the parent's next run. Every session of a tree is a member of `agents:due`; the end of any of its runs
  * moves it to now (RunQueue.end, which the runs' own sweep retries after a crash), so a child that ends while
- * its parent's replica is dead still wakes the parent. A parked parent is looked at again every RECHECK_MS.
+ * its parent's replica is dead still wakes the parent, and so does a child's delete. A parked parent is looked at
+ * again after RECHECK_MS only while a child of its could not be started yet (a quota for now); else after PARKED_MS,
+ * a safety net, so a tenant's thousands of parked trees do not fill the sweep that every tenant's trees share.
  */
 
 const BATCH = 50;
 const RECHECK_MS = 10_000;
+/**
+ * A parent parked on children at work: looked at again after this, a safety net (their run ends, and a child's
+ * delete, bring it back at once).
+ */
+const PARKED_MS = 300_000;
 /** Members with nothing to do wait this long before a look (their next run end brings them back sooner). */
 const IDLE_MS = 3_600_000;
 
@@ -88,8 +95,11 @@ export class AgentSweep {
     if (s.status === 'idle' || s.status === 'failed') {
       if (s.parent) await this.deliver(s);
       await this.cancelChildren(s);
-    } else if (s.status === 'requires_action' && (await this.spawn(s))) {
-      next = Date.now() + RECHECK_MS;
+    } else if (s.status === 'requires_action') {
+      // A child it could not start yet (its tenant's runs all busy): tried again soon. A parent whose children are
+      // all at work waits for nothing here: the end of a child's run brings the child, which answers it.
+      const spawned = await this.spawn(s);
+      if (spawned !== 'none') next = Date.now() + (spawned === 'later' ? RECHECK_MS : PARKED_MS);
     }
     // Before the member is moved on: a crash here leaves it due, so the next look tells what this one did not.
     await this.tree.tellUp(id);
@@ -99,9 +109,10 @@ export class AgentSweep {
   /**
    * Creates the children of the parent's unanswered agent calls (once each); answers those already done. The
    * children at work on the others are looked at first: what they may still spend is kept out of a new child's
-   * budget (`reservedBy`).
+   * budget (`reservedBy`). `later` when a child could not be started yet (a quota for now: the parent is looked at
+   * again soon), `parked` when its children are at work, `none` when it waits for no child.
    */
-  private async spawn(parent: SessionState): Promise<boolean> {
+  private async spawn(parent: SessionState): Promise<'later' | 'parked' | 'none'> {
     const { redis, store } = this.opts;
     const agents = new Map(parent.tools.filter(isAgentTool).map((t) => [t.name, t]));
     const calls = (parent.pending?.calls ?? []).filter(
@@ -136,6 +147,7 @@ export class AgentSweep {
       }
       missing.push(c);
     }
+    let later = false;
     for (const [i, c] of missing.entries()) {
       const refused = await this.create(
         parent,
@@ -145,14 +157,15 @@ export class AgentSweep {
         reserved,
         missing.length - i,
       );
-      if (refused) await this.answer(parent, c.id, refused);
+      if (refused === 'later') later = true;
+      else if (refused) await this.answer(parent, c.id, refused);
     }
-    return calls.length > 0;
+    return later ? 'later' : calls.length > 0 ? 'parked' : 'none';
   }
 
   /**
-   * Creates the child; the result to answer the call with when the create is refused, else null (also when a
-   * refusal is for now only: TENANT_MAX_ACTIVE_RUNS, tried again at the next look). It is one of `ways` children
+   * Creates the child; the result to answer the call with when the create is refused, `later` when the refusal is
+   * for now only (TENANT_MAX_ACTIVE_RUNS: tried again at the next look), else null. It is one of `ways` children
    * started together, which share what is left of the budget; its budget is added to `reserved`.
    */
   private async create(
@@ -162,7 +175,7 @@ export class AgentSweep {
     input: unknown,
     reserved: Spent,
     ways: number,
-  ): Promise<Result | null> {
+  ): Promise<Result | 'later' | null> {
     const { redis, store } = this.opts;
     const childId = childSessionId(parent.id, toolUseId);
     const prompt = (input as { prompt?: unknown } | null)?.prompt;
@@ -194,7 +207,7 @@ export class AgentSweep {
       });
     } catch (err) {
       // Its tenant's runs are all busy for now: no answer, the next look (RECHECK_MS) tries again.
-      if (isQuota(err, 'TENANT_MAX_ACTIVE_RUNS')) return null;
+      if (isQuota(err, 'TENANT_MAX_ACTIVE_RUNS')) return 'later';
       if (isRefusal(err) && !(err instanceof SessionExists))
         return { content: `Error: the sub-agent could not start: ${err.message}`, is_error: true };
       if (!(err instanceof SessionExists)) throw err;

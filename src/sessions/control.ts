@@ -320,6 +320,8 @@ export async function removeSession(
   if (s.parent) await deps.store.addChildUsage(s.parent.session_id, await withLiveChildren(deps, s));
   if (s.status === 'running') await deps.store.publishControl(id, 'delete');
   await deps.store.destroy(id, tenant, s.createdAt);
+  // Its parent, parked on its call, is answered "deleted" by the agents' sweep: now, not at its next look.
+  if (s.parent) await deps.store.runs.wakeTree(s.parent.session_id);
   await dropTasks(deps, s);
   await deps.store.index.metadata.remove(
     tenant,

@@ -189,6 +189,14 @@ export class RunQueue {
     return out;
   }
 
+  /**
+   * A member of the sub-agent trees' due set looked at now (a parent whose child was deleted: nothing else tells
+   * it). Not for sessions that are not members.
+   */
+  async wakeTree(id: string): Promise<void> {
+    await this.redis.zadd(AGENTS_DUE_KEY, 'XX', Date.now(), id);
+  }
+
   /** Makes the session a member of the sub-agent trees' due set, looked at by the agents' sweep after `atMs`. */
   async watchTree(id: string, atMs: number): Promise<void> {
     await this.redis.zadd(AGENTS_DUE_KEY, atMs, id);

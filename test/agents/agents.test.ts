@@ -197,6 +197,33 @@ describe('sub-agents', { timeout: 120_000 }, () => {
     assert.match(JSON.stringify(noSession.body.error), /a sub-agent is/);
   });
 
+  it('a parent parked while its child waits costs the sweep nothing: it is not looked at again until the child ends', async () => {
+    const waiting = researcher({ system: 'You are a researcher who waits.', tools: [lookup] });
+    const p = (await a.post('/v1/sessions', { system: 'You are a writer.', input: 'go', tools: [waiting] }))
+      .body;
+    const child = await until(
+      async () => (await a.get(`/v1/sessions/${p.id}/children`)).body.data[0],
+      20_000,
+      'the child',
+    );
+    await a.waitStatus(child.id, 'requires_action', 20_000);
+    // Its next look is the sweep's safety net (minutes away), not a poll every 10 s: one tenant's thousands of parked
+    // trees would fill the sweep every tenant's trees share.
+    await until(
+      async () => Number(await r.zscore('agents:due', p.id)) > Date.now() + 60_000,
+      20_000,
+      "the parked parent's next look minutes away",
+    );
+    // The child's end still wakes it at once.
+    const call = (await a.get(`/v1/sessions/${child.id}`)).body.required_action.tool_calls[0];
+    const sent = await a.post(`/v1/sessions/${child.id}/tool-results`, {
+      results: [{ tool_use_id: call.id, content: 'found' }],
+    });
+    assert.ok(sent.status < 300, JSON.stringify(sent.body));
+    const done = await a.waitFor(p.id, (s) => s.status === 'idle', 30_000);
+    assert.equal(done.stop_reason, 'end_turn');
+  });
+
   it('cancel and delete of the parent reach the child', async () => {
     const waiting = researcher({ system: 'You are a researcher who waits.', tools: [lookup] });
     const p = (await a.post('/v1/sessions', { system: 'You are a writer.', input: 'go', tools: [waiting] }))
