@@ -116,7 +116,7 @@ export function boundedFetch(
             return;
           }
           pending = sse ? sinceBoundary(value, pending) : pending + value.byteLength;
-          if (pending > cap || (sse && total > callCap)) {
+          if (pending > cap || (!standalone && sse && total > callCap)) {
             const err = new McpResultTooLarge(
               server,
               resultMaxBytes,
