@@ -216,11 +216,13 @@ export function continueRun(
     const { turn, ...step } = s.pending;
     if (turn) {
       // A reviewed reply (`pause_after_turn`): as the runner goes on, its calls are run (with their approvals and
-      // client results as usual), and a reply without calls ends the run with its stop reason: that run sends
-      // nothing, so neither the tenant's dollar cap nor a model's price stands in its way.
+      // client results as usual), and a reply without calls ends the run with its stop reason. With no follow-up
+      // queued (one posted while the turn ran is sent next) that run sends nothing, so neither the tenant's dollar
+      // cap nor a model's price stands in its way.
       if (step.calls.length) return { ops: runOps(s, { pending: step }), starts: true };
       const ends = { pending: null, stopReason: turn.stop_reason ?? 'end_turn' };
-      return { ops: runOps(s, ends), starts: true, costCap: false };
+      const sends = (await deps.store.queueLength(s.id)) > 0;
+      return { ops: runOps(s, ends), starts: true, ...(sends ? {} : { costCap: false }) };
     }
     if (!ready(s.pending)) {
       throw conflict('tool_calls_undecided', 'Some calls still wait for a decision or a client result.', {

@@ -489,6 +489,24 @@ describe('cost: TENANT_MAX_COST_USD_PER_DAY', () => {
       const ended = await h.api.as('key-c').waitStatus(review.body.id, ['idle', 'failed']);
       assert.deepEqual([ended.status, ended.stop_reason], ['idle', 'end_turn']);
       assert.equal(h.fake.requests.length, before);
+
+      // With a follow-up queued while the reviewed turn ran, `continue` sends it next: priced as any run.
+      h.fake.enqueue(text('Reviewed again.', { pauseAfterEvents: 2 }));
+      const sentBefore = h.fake.requests.length;
+      const queued = await uncapped.api
+        .as('key-c')
+        .post('/v1/sessions', { model: 'claude-fake-1', input: 'Hi', pause_after_turn: true });
+      await h.fake.waitForRequests(sentBefore + 1);
+      const follow = await uncapped.api
+        .as('key-c')
+        .post(`/v1/sessions/${queued.body.id}/messages`, { text: 'and also this' });
+      assert.equal(follow.status, 202, JSON.stringify(follow.body));
+      h.fake.resume();
+      await uncapped.api.as('key-c').waitStatus(queued.body.id, 'requires_action');
+      const refused = await h.api.as('key-c').post(`/v1/sessions/${queued.body.id}/continue`, {});
+      assert.equal(refused.status, 400, JSON.stringify(refused.body));
+      assert.equal(refused.body.error.code, 'unknown_model_price');
+      assert.equal(h.fake.requests.length, sentBefore + 1, 'nothing sent');
     } finally {
       await uncapped.close();
     }
