@@ -983,6 +983,32 @@ describe('chat routes: the AI SDK UI message stream', () => {
     assert.deepEqual(JSON.parse(JSON.stringify(chat.messages)), await history(id));
   });
 
+  test('a reload after a failed step was retried: the replay shows what the history holds, not the dropped step', async () => {
+    const long = Array.from({ length: 20 }, (_, i) => `w${i}`).join(' ');
+    h.fake.enqueue(
+      reply([textBlock('Checking.'), toolUse('get_weather', { location: 'Paris' })]),
+      apiError(400, 'invalid_request_error'),
+    );
+    const id = await session({ tools: ['get_weather'], input: 'weather?', start: true });
+    await h.api.waitStatus(id, 'failed');
+    const held = h.fake.requests.length + 1;
+    h.fake.enqueue(text(long, { pauseAfterEvents: 4 }));
+    // The retry drops the last recorded turn (the call) and sends it again.
+    assert.equal((await h.api.post(`/v1/sessions/${id}/retry`, {})).status, 202);
+    await h.fake.waitForRequests(held);
+    const chat: PlainChat = new PlainChat({
+      id,
+      messages: await history(id),
+      transport: transport(),
+      onChange: () => void (chat?.status === 'streaming' && h.fake.held > 0 && h.fake.resume()),
+    });
+    await chat.resumeStream();
+    assert.equal(chat.error, undefined);
+    await h.api.waitStatus(id, 'idle');
+    assert.deepEqual(JSON.parse(JSON.stringify(chat.messages)), await history(id));
+    assert.equal(textOf(chat.messages[1]), long);
+  });
+
   test('a reload after a follow-up joined the run: the replay is the answer to the follow-up alone', async () => {
     const long = Array.from({ length: 20 }, (_, i) => `w${i}`).join(' ');
     // The follow-up is queued while the first reply is held, so it joins the tool results of that reply's step.

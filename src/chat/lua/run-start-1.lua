@@ -6,23 +6,28 @@
 -- …/retry, …/continue). So the scan goes back from the newest entry to the newest `message.appended` of such a user
 -- turn (a follow-up that joined a step's tool results included: it starts a message of its own), or the newest
 -- `messages.replaced` (a history rewritten: what came before is not in it as logged). The newest `session.status`
--- must say `running`, else no run is active.
+-- must say `running`, else no run is active. A `POST …/retry` (its `turn.dropped` with reason `retry`) dropped steps
+-- of the runs before it: the replay then starts at the run the retry started (the `running` after it), as the log
+-- does not say which of the earlier steps the history still holds.
 -- A run that waits only for its sub-agents is still active (the service answers them and the run goes on): the caller,
 -- which can tell such a pause from the session's state (this script cannot: the tools' kinds are not in the log), says
 -- so with ARGV[2] = '1', and a newest status `requires_action` is then passed over as an answered pause is.
 -- KEYS[1] events (stream)
 -- ARGV[1] most entries scanned (>= 1)
 -- ARGV[2] '1': the newest status may be `requires_action` (a pause for sub-agents); '0': it must be `running`
--- Returns {cursor, run, whole}: the id of the entry the message begins after ('0-0': the log's oldest entry, the
--- message begins at it or before), the id of the newest `running` status (the current run's start; '' when the scan
--- did not reach it) and whole '1' when the message's beginning was found ('0': the replay starts where the log or the
--- scan starts, maybe inside a turn); or false when the newest status is not `running` (nor an allowed
--- `requires_action`).
+-- Returns {cursor, run, whole}: the id of the entry the replay begins after ('0-0': the log's oldest entry), the id
+-- of the newest `running` status (the current run's start; '' when the scan did not reach it) and whole '1' when the
+-- replay begins at a turn's start ('0': where the log or the scan starts, maybe inside a turn); or false when the
+-- newest status is not `running` (nor an allowed `requires_action`).
 local max = tonumber(ARGV[1])
 local agents_pause = ARGV[2] == '1'
 local last = '+'
 local seen = 0
 local run, begins = nil, nil
+-- The oldest `running` read so far; whether a retry's `turn.dropped` was read.
+local since = nil
+local rewritten = false
+local oldest = nil
 local function decoded(d)
   local ok, data = pcall(cjson.decode, d or 'null')
   if not ok or type(data) ~= 'table' then return nil end
@@ -39,25 +44,40 @@ local function asks(d)
   end
   return false
 end
+-- The id of the entry just before `id` ('0-0' when none).
+local function before(id)
+  local row = redis.call('XREVRANGE', KEYS[1], '(' .. id, '-', 'COUNT', 1)[1]
+  return row and row[1] or '0-0'
+end
 while seen < max do
   local rows = redis.call('XREVRANGE', KEYS[1], last, '-', 'COUNT', math.min(64, max - seen))
-  if #rows == 0 then break end
+  if #rows == 0 then return { begins or '0-0', run or '', begins and '1' or '0' } end
   for _, row in ipairs(rows) do
     seen = seen + 1
+    oldest = row[1]
     local fields = row[2]
     local t, d = nil, nil
     for i = 1, #fields, 2 do
       if fields[i] == 't' then t = fields[i + 1] elseif fields[i] == 'd' then d = fields[i + 1] end
     end
-    if t == 'session.status' and not run then
+    if t == 'session.status' then
       local s = (decoded(d) or {})['status']
-      if s == 'running' then
-        run = row[1]
-      elseif not (s == 'requires_action' and agents_pause) then
-        -- The newest status says the session runs nothing (a pause for sub-agents: a status again each time one of
-        -- them answers, the run's start is the `running` before it).
-        return false
+      if not run then
+        if s == 'running' then
+          run, since = row[1], row[1]
+        elseif not (s == 'requires_action' and agents_pause) then
+          -- The newest status says the session runs nothing (a pause for sub-agents: a status again each time one of
+          -- them answers, the run's start is the `running` before it).
+          return false
+        end
+      elseif s == 'running' then
+        since = row[1]
+      elseif s ~= 'requires_action' and rewritten and not begins then
+        -- An earlier run's end (`idle`, `failed`) before a retry: what it logged may be gone from the history.
+        return { before(since), run, '1' }
       end
+    elseif t == 'turn.dropped' then
+      if string.find(d or '', '"reason":"retry"', 1, true) then rewritten = true end
     elseif not begins and (t == 'messages.replaced' or (t == 'message.appended' and asks(d))) then
       begins = row[1]
     end
@@ -66,4 +86,5 @@ while seen < max do
   end
   last = '(' .. rows[#rows][1]
 end
-return { begins or '0-0', run or '', begins and '1' or '0' }
+-- The scan's bound reached first: the replay starts at the oldest entry it read, maybe inside a turn.
+return { oldest and before(oldest) or '0-0', run or '', '0' }
