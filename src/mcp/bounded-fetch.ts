@@ -105,8 +105,10 @@ export function boundedFetch(
             return;
           }
           total += value.byteLength;
-          if (standalone && total > STANDALONE_MAX_BYTES) {
-            // Ended as a server ends it: the SDK opens another, within the opens above.
+          pending = sse ? sinceBoundary(value, pending) : pending + value.byteLength;
+          if (standalone && (total > STANDALONE_MAX_BYTES || pending > cap)) {
+            // Ended as a server ends it (not failed: a failed stream drops the connection, and with it the count of
+            // opens): the SDK opens another, within the opens above.
             log.warn(
               { mcp_server: server, bytes: total },
               "MCP server's notice stream cut at its byte bound",
@@ -115,7 +117,6 @@ export function boundedFetch(
             void reader.cancel().catch(() => {});
             return;
           }
-          pending = sse ? sinceBoundary(value, pending) : pending + value.byteLength;
           if (pending > cap || (!standalone && sse && total > callCap)) {
             const err = new McpResultTooLarge(
               server,
