@@ -12,6 +12,7 @@ import { assertAgentsPriced } from './agents-priced.js';
 import { checkActionTimeout, checkToolChoice } from './create.js';
 import { clearResult } from '../store/pending.js';
 import { metadataPairs } from '../store/metadata-index.js';
+import { isOutOfMemory } from '../store/unavailable.js';
 import { encodeFields, recordCount, type SessionState } from '../store/session-state.js';
 import {
   checkIfMatch,
@@ -320,8 +321,12 @@ export async function removeSession(
   if (s.parent) await deps.store.addChildUsage(s.parent.session_id, await withLiveChildren(deps, s));
   if (s.status === 'running') await deps.store.publishControl(id, 'delete');
   await deps.store.destroy(id, tenant, s.createdAt);
-  // Its parent, parked on its call, is answered "deleted" by the agents' sweep: now, not at its next look.
-  if (s.parent) await deps.store.runs.wakeTree(s.parent.session_id);
+  // Its parent, parked on its call, is answered "deleted" by the agents' sweep: now, not at its next look (a full
+  // Redis refuses the ZADD: then at that look; the delete itself stands).
+  if (s.parent)
+    await deps.store.runs.wakeTree(s.parent.session_id).catch((err: unknown) => {
+      if (!isOutOfMemory(err)) throw err;
+    });
   await dropTasks(deps, s);
   await deps.store.index.metadata.remove(
     tenant,

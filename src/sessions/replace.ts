@@ -57,7 +57,12 @@ export function replaceMessages(
         ...(s.status !== 'idle' ? (status.events ?? []) : []),
       ],
     };
-    return { guard: { rev: s.revision, status: [s.status] }, ops };
+    return {
+      guard: { rev: s.revision, status: [s.status] },
+      ops,
+      // A sub-agent that was reviewing is idle now without a run's end: its parent learns of it from the sweep now.
+      ...(s.status !== 'idle' ? { after: () => deps.store.runs.wakeTree(s.id) } : {}),
+    };
   });
 }
 

@@ -13,6 +13,12 @@ import { decodeStored } from './decode.js';
 import { decodeFields, type IterationRecord, type SessionState } from './session-state.js';
 
 /** What a claim finds: the run's fencing token and the session as it was when the lease was taken. */
+
+/**
+ * The score of a wake-up in `agents:due`: now, with a fraction, so that it differs from the score a look that is
+ * under way read (even in the same millisecond) and that look leaves it (src/agents/sweep.ts `settle`).
+ */
+const wakeScore = () => Date.now() + Math.random() * 0.999;
 export interface Claimed {
   fence: number;
   state: SessionState;
@@ -156,7 +162,7 @@ export class RunQueue {
     const id = typeof of === 'string' ? of : of.id;
     const t = tenant ?? (await this.redis.hget(sessionKeys(id).meta, 'tenant'));
     // A session of a sub-agent tree: its run ended, the agents' sweep looks at it now (others are not members).
-    const agentsDue = this.redis.zadd(AGENTS_DUE_KEY, 'XX', Date.now(), id);
+    const agentsDue = this.redis.zadd(AGENTS_DUE_KEY, 'XX', wakeScore(), id);
     await Promise.all([
       this.redis.zrem(RUNS_KEY, id),
       t !== null ? this.redis.zrem(tenantRunsKey(t), id) : null,
@@ -194,7 +200,7 @@ export class RunQueue {
    * it). Not for sessions that are not members.
    */
   async wakeTree(id: string): Promise<void> {
-    await this.redis.zadd(AGENTS_DUE_KEY, 'XX', Date.now(), id);
+    await this.redis.zadd(AGENTS_DUE_KEY, 'XX', wakeScore(), id);
   }
 
   /** Makes the session a member of the sub-agent trees' due set, looked at by the agents' sweep after `atMs`. */

@@ -59,6 +59,20 @@ describe('sub-agents', { timeout: 120_000 }, () => {
     await redis.stop();
   });
 
+  /** A writer whose researcher waits for its client (a `lookup` call): the parent parked on the child's call. */
+  async function parkedTree() {
+    const waiting = researcher({ system: 'You are a researcher who waits.', tools: [lookup] });
+    const p = (await a.post('/v1/sessions', { system: 'You are a writer.', input: 'go', tools: [waiting] }))
+      .body;
+    const child = await until(
+      async () => (await a.get(`/v1/sessions/${p.id}/children`)).body.data[0],
+      20_000,
+      'the child',
+    );
+    const spent = await a.waitStatus(child.id, 'requires_action', 20_000);
+    return { p, child, spent, waiting };
+  }
+
   it('a writer delegates to its researcher: the child runs, its final text is the result', async () => {
     const res = await a.post('/v1/sessions', {
       system: 'You are a writer.',
@@ -198,21 +212,13 @@ describe('sub-agents', { timeout: 120_000 }, () => {
   });
 
   it('a parent parked while its child waits costs the sweep nothing: it is not looked at again until the child ends', async () => {
-    const waiting = researcher({ system: 'You are a researcher who waits.', tools: [lookup] });
-    const p = (await a.post('/v1/sessions', { system: 'You are a writer.', input: 'go', tools: [waiting] }))
-      .body;
-    const child = await until(
-      async () => (await a.get(`/v1/sessions/${p.id}/children`)).body.data[0],
-      20_000,
-      'the child',
-    );
-    await a.waitStatus(child.id, 'requires_action', 20_000);
-    // Its next look is the sweep's safety net (minutes away), not a poll every 10 s: one tenant's thousands of parked
+    const { p, child } = await parkedTree();
+    // Its next look is the sweep's safety net (a minute away), not a poll every 10 s: one tenant's thousands of parked
     // trees would fill the sweep every tenant's trees share.
     await until(
-      async () => Number(await r.zscore('agents:due', p.id)) > Date.now() + 60_000,
+      async () => Number(await r.zscore('agents:due', p.id)) > Date.now() + 30_000,
       20_000,
-      "the parked parent's next look minutes away",
+      "the parked parent's next look a minute away",
     );
     // The child's end still wakes it at once.
     const call = (await a.get(`/v1/sessions/${child.id}`)).body.required_action.tool_calls[0];
@@ -225,15 +231,7 @@ describe('sub-agents', { timeout: 120_000 }, () => {
   });
 
   it('cancel and delete of the parent reach the child', async () => {
-    const waiting = researcher({ system: 'You are a researcher who waits.', tools: [lookup] });
-    const p = (await a.post('/v1/sessions', { system: 'You are a writer.', input: 'go', tools: [waiting] }))
-      .body;
-    const child = await until(
-      async () => (await a.get(`/v1/sessions/${p.id}/children`)).body.data[0],
-      20_000,
-      'the child',
-    );
-    await a.waitStatus(child.id, 'requires_action', 20_000);
+    const { p, child, waiting } = await parkedTree();
     const waitingParent = await a.waitStatus(p.id, 'requires_action');
     assert.equal(waitingParent.required_action.tool_calls[0].name, 'researcher');
     // The child's pending action surfaces on the parent (GET only), naming the child and the call it answers.
@@ -278,15 +276,7 @@ describe('sub-agents', { timeout: 120_000 }, () => {
   });
 
   it('a child deleted before it ended: what it spent counts toward its parent', async () => {
-    const waiting = researcher({ system: 'You are a researcher who waits.', tools: [lookup] });
-    const p = (await a.post('/v1/sessions', { system: 'You are a writer.', input: 'go', tools: [waiting] }))
-      .body;
-    const child = await until(
-      async () => (await a.get(`/v1/sessions/${p.id}/children`)).body.data[0],
-      20_000,
-      'the child',
-    );
-    const spent = await a.waitStatus(child.id, 'requires_action', 20_000);
+    const { p, child, spent } = await parkedTree();
     assert.ok(spent.usage.total_tokens > 0);
     assert.equal((await a.req('DELETE', `/v1/sessions/${child.id}`)).status, 200);
     const counted = await until(

@@ -1,0 +1,110 @@
+/**
+ * A parent parked on its sub-agent goes on as soon as the child ends, whatever ends it (found by a review): the
+ * agents' sweep looks at a parked parent only every minute, so a child that ends without a run's end must wake the
+ * tree itself — failed by its own action deadline (`on_action_timeout: fail`), or taken out of its review by a
+ * history replaced (`PUT …/messages`).
+ */
+import { after, before, describe, it } from 'node:test';
+import assert from 'node:assert/strict';
+import { Redis } from 'ioredis';
+import type { FakeRequest } from '../../src/offline/wire.js';
+import { text, toolCall } from '../fake/script.js';
+import { startHarness, type Harness } from '../helpers/service.js';
+import { until } from '../durability/chaos-lib.js';
+
+/** Well under the parked parent's next look (a minute): only a wake-up gets it going within this. */
+const WOKEN_WITHIN_MS = 30_000;
+
+const systemOf = (req: FakeRequest) => JSON.stringify(req.system ?? '');
+/** The writer asks its researcher; a researcher "who waits" calls its client's `lookup` first. */
+function writerAndResearcher(req: FakeRequest) {
+  const last = req.messages.at(-1);
+  const answered = Array.isArray(last?.content) && last.content.some((b) => b.type === 'tool_result');
+  if (systemOf(req).includes('researcher')) {
+    if (systemOf(req).includes('waits') && !answered) return toolCall('lookup', {});
+    return text('Findings: blue.');
+  }
+  if (!answered) return toolCall('researcher', { prompt: 'Why is the sky blue?' });
+  return text('Article done.');
+}
+const lookup = {
+  name: 'lookup',
+  description: 'a client tool',
+  input_schema: { type: 'object', properties: {} },
+};
+const writer = (session: Record<string, unknown>) => ({
+  system: 'You are a writer.',
+  input: 'go',
+  tools: [{ type: 'agent', name: 'researcher', description: 'Researches.', session }],
+});
+
+describe('a parked parent whose child ends without a run end', { timeout: 120_000 }, () => {
+  let h: Harness;
+  let r: Redis;
+  before(async () => {
+    h = await startHarness({
+      env: { ACTION_TIMEOUT_MIN_S: '1', DEADLINE_SWEEP_MS: '50', AGENT_SWEEP_MS: '50' },
+    });
+    h.fake.setHandler(writerAndResearcher);
+    r = new Redis(h.redis.url);
+  });
+  after(async () => {
+    r?.disconnect();
+    await h?.close();
+  });
+
+  const childOf = (pid: string) =>
+    until(async () => (await h.api.get(`/v1/sessions/${pid}/children`)).body.data[0], 20_000, 'the child');
+  /** The parent's next look is the parked one (a minute away): what follows is a wake-up's doing. */
+  const parked = (pid: string) =>
+    until(
+      async () => Number(await r.zscore('agents:due', pid)) > Date.now() + 30_000,
+      20_000,
+      'the parent parked',
+    );
+
+  it('a child failed by its own action deadline', async () => {
+    const p = (
+      await h.api.post(
+        '/v1/sessions',
+        writer({
+          system: 'You are a researcher who waits.',
+          tools: [lookup],
+          action_timeout_s: 2,
+          on_action_timeout: 'fail',
+        }),
+      )
+    ).body;
+    const child = await childOf(p.id);
+    await parked(p.id);
+    await h.api.waitStatus(child.id, 'failed', 20_000);
+    const done = await h.api.waitFor(p.id, (s) => s.status === 'idle', WOKEN_WITHIN_MS);
+    const history = (await h.api.get(`/v1/sessions/${done.id}/messages`)).body.data;
+    assert.match(JSON.stringify(history[2].content), /is_error/);
+  });
+
+  it('a reviewing child whose history is replaced', async () => {
+    const p = (
+      await h.api.post('/v1/sessions', writer({ system: 'You are a researcher.', pause_after_turn: true }))
+    ).body;
+    const child = await childOf(p.id);
+    await h.api.waitStatus(child.id, 'requires_action', 20_000);
+    await parked(p.id);
+    // The child's own look after its run's end is done (a client's PUT comes later).
+    await until(
+      async () => Number(await r.zscore('agents:due', child.id)) > Date.now() + 30_000,
+      20_000,
+      'the child looked at',
+    );
+    const put = await h.api.req('PUT', `/v1/sessions/${child.id}/messages`, {
+      messages: [
+        { role: 'user', content: 'Why is the sky blue?' },
+        { role: 'assistant', content: [{ type: 'text', text: 'Edited findings.' }] },
+      ],
+    });
+    assert.ok(put.status < 300, JSON.stringify(put.body));
+    const done = await h.api.waitFor(p.id, (s) => s.status === 'idle', WOKEN_WITHIN_MS);
+    const history = (await h.api.get(`/v1/sessions/${done.id}/messages`)).body.data;
+    assert.match(JSON.stringify(history[2].content), /Edited findings/);
+  });
+});
