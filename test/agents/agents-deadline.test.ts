@@ -29,6 +29,22 @@ function slowResearcher(req: FakeRequest) {
   return text('Written without the research.');
 }
 
+/** A writer whose call to its researcher times out after 4 s. */
+const timedWriter = {
+  system: 'You are a writer.',
+  input: 'Write about the sky.',
+  // Seconds enough for the child's first turn to end before the deadline, on a busy machine too.
+  action_timeout_s: 4,
+  tools: [
+    {
+      type: 'agent',
+      name: 'researcher',
+      description: 'Researches a question.',
+      session: { system: 'You are a researcher.', tools: ['calculate_sum'] },
+    },
+  ],
+};
+
 describe('a sub-agent call timed out by its parent', { timeout: 60_000 }, () => {
   let h: Harness;
   before(async () => {
@@ -40,20 +56,7 @@ describe('a sub-agent call timed out by its parent', { timeout: 60_000 }, () => 
   after(async () => h?.close());
 
   it('cancels the child and counts what it spent toward the parent', async () => {
-    const res = await h.api.post('/v1/sessions', {
-      system: 'You are a writer.',
-      input: 'Write about the sky.',
-      // Seconds enough for the child's first turn to end before the deadline, on a busy machine too.
-      action_timeout_s: 4,
-      tools: [
-        {
-          type: 'agent',
-          name: 'researcher',
-          description: 'Researches a question.',
-          session: { system: 'You are a researcher.', tools: ['calculate_sum'] },
-        },
-      ],
-    });
+    const res = await h.api.post('/v1/sessions', timedWriter);
     assert.equal(res.status, 201, JSON.stringify(res.body));
     const parent = await h.api.waitFor(res.body.id, (s) => s.status === 'idle' && s.iteration === 2, 30_000);
     const history = (await h.api.get(`/v1/sessions/${parent.id}/messages`)).body.data;
@@ -86,19 +89,7 @@ describe('a sub-agent call timed out by its parent', { timeout: 60_000 }, () => 
       return apply(...args);
     };
     try {
-      const res = await h.api.post('/v1/sessions', {
-        system: 'You are a writer.',
-        input: 'Write about the sky.',
-        action_timeout_s: 4,
-        tools: [
-          {
-            type: 'agent',
-            name: 'researcher',
-            description: 'Researches a question.',
-            session: { system: 'You are a researcher.', tools: ['calculate_sum'] },
-          },
-        ],
-      });
+      const res = await h.api.post('/v1/sessions', timedWriter);
       assert.equal(res.status, 201, JSON.stringify(res.body));
       parentId = res.body.id;
       await h.api.waitFor(parentId, (s) => s.status === 'idle' && s.iteration === 2, 30_000);

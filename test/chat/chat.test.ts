@@ -79,6 +79,20 @@ describe('chat routes: the AI SDK UI message stream', () => {
     assert.equal(r.status, 200, JSON.stringify(r.body));
     return validateUIMessages<UIMessage>({ messages: r.body });
   }
+  /**
+   * A page loaded mid-run: a `Chat` seeded with `initial` (the history page) resumes the run's stream; the fake's
+   * held turn goes on once the replay reaches the message.
+   */
+  async function reloaded(id: string, initial: UIMessage[]): Promise<PlainChat> {
+    const chat: PlainChat = new PlainChat({
+      id,
+      messages: initial,
+      transport: transport(),
+      onChange: () => void (chat?.status === 'streaming' && h.fake.held > 0 && h.fake.resume()),
+    });
+    await chat.resumeStream();
+    return chat;
+  }
 
   test('plain text and reasoning: one step, the parts in order, finish stop; the history says the same', async () => {
     const id = await session();
@@ -929,14 +943,7 @@ describe('chat routes: the AI SDK UI message stream', () => {
       initial.map((m) => m.role),
       ['user', 'assistant'],
     );
-    const chat: PlainChat = new PlainChat({
-      id,
-      messages: initial,
-      transport: transport(),
-      // The replay reached the message: the held turn may go on.
-      onChange: () => void (chat?.status === 'streaming' && h.fake.held > 0 && h.fake.resume()),
-    });
-    await chat.resumeStream();
+    const chat = await reloaded(id, initial);
     assert.deepEqual(
       chat.messages.map((m) => [m.id, m.role]),
       initial.map((m) => [m.id, m.role]),
@@ -968,13 +975,7 @@ describe('chat routes: the AI SDK UI message stream', () => {
       initial.map((m) => m.role),
       ['user', 'assistant'],
     );
-    const chat: PlainChat = new PlainChat({
-      id,
-      messages: initial,
-      transport: transport(),
-      onChange: () => void (chat?.status === 'streaming' && h.fake.held > 0 && h.fake.resume()),
-    });
-    await chat.resumeStream();
+    const chat = await reloaded(id, initial);
     assert.equal(chat.error, undefined);
     assert.equal(textOf(chat.messages[1]), `Checking.${long}`);
     const tool = chat.messages[1]!.parts.find((p) => p.type === 'tool-get_weather');
@@ -996,13 +997,7 @@ describe('chat routes: the AI SDK UI message stream', () => {
     // The retry drops the last recorded turn (the call) and sends it again.
     assert.equal((await h.api.post(`/v1/sessions/${id}/retry`, {})).status, 202);
     await h.fake.waitForRequests(held);
-    const chat: PlainChat = new PlainChat({
-      id,
-      messages: await history(id),
-      transport: transport(),
-      onChange: () => void (chat?.status === 'streaming' && h.fake.held > 0 && h.fake.resume()),
-    });
-    await chat.resumeStream();
+    const chat = await reloaded(id, await history(id));
     assert.equal(chat.error, undefined);
     await h.api.waitStatus(id, 'idle');
     assert.deepEqual(JSON.parse(JSON.stringify(chat.messages)), await history(id));
@@ -1027,13 +1022,7 @@ describe('chat routes: the AI SDK UI message stream', () => {
       initial.map((m) => m.role),
       ['user', 'assistant', 'user'],
     );
-    const chat: PlainChat = new PlainChat({
-      id,
-      messages: initial,
-      transport: transport(),
-      onChange: () => void (chat?.status === 'streaming' && h.fake.held > 0 && h.fake.resume()),
-    });
-    await chat.resumeStream();
+    const chat = await reloaded(id, initial);
     assert.equal(chat.error, undefined);
     await h.api.waitStatus(id, 'idle');
     assert.deepEqual(JSON.parse(JSON.stringify(chat.messages)), await history(id));
