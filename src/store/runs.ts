@@ -203,12 +203,9 @@ export class RunQueue {
     await this.redis.zadd(AGENTS_DUE_KEY, 'XX', wakeScore(), id);
   }
 
-  /**
-   * Makes the session a member of the sub-agent trees' due set, looked at by the agents' sweep after `atMs`. NX: a
-   * member keeps its time (a create racing another replica's, whose run may have ended and woken it already).
-   */
+  /** Makes the session a member of the sub-agent trees' due set, looked at by the agents' sweep after `atMs`. */
   async watchTree(id: string, atMs: number): Promise<void> {
-    await this.redis.zadd(AGENTS_DUE_KEY, 'NX', atMs, id);
+    await this.redis.zadd(AGENTS_DUE_KEY, atMs, id);
   }
 
   /**
