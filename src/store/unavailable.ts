@@ -35,6 +35,9 @@ function rethrow(err: unknown): never {
   throw isStoreDown(err) && !(err instanceof StoreUnavailable) ? new StoreUnavailable(err) : err;
 }
 
+/** Commands ioredis sends on its own after a reconnect (its ready handler: `select`, the subscriptions). */
+const RESUBSCRIBED = new Set(['subscribe', 'psubscribe', 'ssubscribe', 'select']);
+
 /**
  * The store boundary: `target[name]`, a method of a Redis client that sends a command, redefined so that its promise
  * rejects with `StoreUnavailable` (the client's error as `cause`) when Redis is down or refuses writes; any other
@@ -48,13 +51,20 @@ function rethrow(err: unknown): never {
 function guard(target: object, name: string): void {
   const method: unknown = Reflect.get(target, name);
   if (typeof method !== 'function') return;
+  const resubscribed = RESUBSCRIBED.has(name.replace(/Buffer$/, ''));
   Object.defineProperty(target, name, {
     configurable: true,
     writable: true,
     value: function guarded(this: unknown, ...args: unknown[]): unknown {
       const out: unknown = Reflect.apply(method, this, args);
-      if (out instanceof Promise)
-        return typeof args.at(-1) === 'function' ? out : out.then(undefined, rethrow);
+      if (out instanceof Promise) {
+        if (typeof args.at(-1) === 'function') return out;
+        const derived = out.then(undefined, rethrow);
+        // ioredis calls these itself after a reconnect and drops their promise: a connection lost again (or quit)
+        // before the answer would leave the derived promise's rejection unhandled. Callers that await it still get it.
+        if (resubscribed) derived.catch(() => {});
+        return derived;
+      }
       if (out instanceof Pipeline) guardExec(out);
       return out;
     },
