@@ -210,8 +210,12 @@ export class DeadlineSweeper {
         // and stops before its model request (`tenant_budget_exhausted`), as any run over the cap does.
         // Nor is it refused at TENANT_MAX_BYTES: a deadline fires whatever the tenant stores.
         await store.apply(s.id, guard, ops, s.tenant, { costCap: false, storageCap: false });
-        // Failed without a run's end: a sub-agent's parent (parked on it) learns of it from the agents' sweep now.
-        if (!starts) await store.runs.wakeTree(s.id);
+        // Failed without a run's end: a sub-agent's parent (parked on it) learns of it from the agents' sweep now (or
+        // at its next look, if the wake-up cannot be written: the timeout stands, and its children are cancelled).
+        if (!starts)
+          await store.runs
+            .wakeTree(s.id)
+            .catch((err: unknown) => this.log.warn({ err, session: s.id }, 'sub-agent tree not woken'));
         this.log.info({ session: s.id, tenant: s.tenant }, 'action timed out');
         await store.actionsDue.settle(e, null);
         for (const id of children?.ids ?? [])
