@@ -957,7 +957,11 @@ describe('chat routes: the AI SDK UI message stream', () => {
     assert.deepEqual(JSON.parse(JSON.stringify(chat.messages)), await history(id));
   });
 
-  test('a reload after a failed step was resumed: the replay carries the steps before the failure', async () => {
+  /**
+   * A session whose first step (a text and a call) is recorded and whose second fails upstream, taken up again by
+   * `POST …/<how>`: its new turn is held mid-stream (a reload comes next).
+   */
+  async function failedAfterAStep(how: 'resume' | 'retry') {
     const long = Array.from({ length: 20 }, (_, i) => `w${i}`).join(' ');
     h.fake.enqueue(
       reply([textBlock('Checking.'), toolUse('get_weather', { location: 'Paris' })]),
@@ -967,8 +971,13 @@ describe('chat routes: the AI SDK UI message stream', () => {
     await h.api.waitStatus(id, 'failed');
     const held = h.fake.requests.length + 1;
     h.fake.enqueue(text(long, { pauseAfterEvents: 4 }));
-    assert.equal((await h.api.post(`/v1/sessions/${id}/resume`, {})).status, 202);
+    assert.equal((await h.api.post(`/v1/sessions/${id}/${how}`, {})).status, 202);
     await h.fake.waitForRequests(held);
+    return { id, long };
+  }
+
+  test('a reload after a failed step was resumed: the replay carries the steps before the failure', async () => {
+    const { id, long } = await failedAfterAStep('resume');
     // The page loads: the history (the step before the failure), then the replay of the run in progress.
     const initial = await history(id);
     assert.deepEqual(
@@ -985,18 +994,8 @@ describe('chat routes: the AI SDK UI message stream', () => {
   });
 
   test('a reload after a failed step was retried: the replay shows what the history holds, not the dropped step', async () => {
-    const long = Array.from({ length: 20 }, (_, i) => `w${i}`).join(' ');
-    h.fake.enqueue(
-      reply([textBlock('Checking.'), toolUse('get_weather', { location: 'Paris' })]),
-      apiError(400, 'invalid_request_error'),
-    );
-    const id = await session({ tools: ['get_weather'], input: 'weather?', start: true });
-    await h.api.waitStatus(id, 'failed');
-    const held = h.fake.requests.length + 1;
-    h.fake.enqueue(text(long, { pauseAfterEvents: 4 }));
     // The retry drops the last recorded turn (the call) and sends it again.
-    assert.equal((await h.api.post(`/v1/sessions/${id}/retry`, {})).status, 202);
-    await h.fake.waitForRequests(held);
+    const { id, long } = await failedAfterAStep('retry');
     const chat = await reloaded(id, await history(id));
     assert.equal(chat.error, undefined);
     await h.api.waitStatus(id, 'idle');
