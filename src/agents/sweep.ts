@@ -98,7 +98,7 @@ export class AgentSweep {
   /**
    * Moves the member to `next` (null: drops it) only if its score is still the one this look read: a run's end (or
    * a child's delete) during the look moved it to now, and that wake-up must not be lost to the look's own next
-   * time (a parked parent's is minutes away).
+   * time (a parked parent's is a minute away).
    */
   private async settle(id: string, score: string, next: number | null): Promise<void> {
     await this.opts.redis.sessDueSettle(AGENTS_DUE_KEY, id, score, next === null ? '' : String(next));
