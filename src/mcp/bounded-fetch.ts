@@ -90,6 +90,7 @@ export function boundedFetch(
     const reader = res.body.getReader();
     /** Bytes since the last event boundary (a blank line), or of the whole JSON body. */
     let pending = 0;
+    const boundary = new SinceBoundary();
     /** Bytes of the whole answer. */
     let total = 0;
     const watched = new ReadableStream<Uint8Array>({
@@ -105,7 +106,7 @@ export function boundedFetch(
             return;
           }
           total += value.byteLength;
-          pending = sse ? sinceBoundary(value, pending) : pending + value.byteLength;
+          pending = sse ? boundary.read(value) : pending + value.byteLength;
           if (standalone && (total > STANDALONE_MAX_BYTES || pending > cap)) {
             // Ended as a server ends it (not failed: a failed stream drops the connection, and with it the count of
             // opens): the SDK opens another, within the opens above.
@@ -145,16 +146,31 @@ export function boundedFetch(
   };
 }
 
-/** The bytes after the last SSE event boundary (`\n\n`, `\r\n\r\n`) once `chunk` is read, `before` carried in. */
-function sinceBoundary(chunk: Uint8Array, before: number): number {
-  for (let i = chunk.byteLength - 1; i > 0; i--) {
-    if (
-      chunk[i] === 0x0a &&
-      (chunk[i - 1] === 0x0a || (chunk[i - 1] === 0x0d && i > 2 && chunk[i - 2] === 0x0a))
-    )
-      return chunk.byteLength - 1 - i;
+/**
+ * Bytes since the last SSE event boundary (`\n\n`, `\r\n\r\n`) of one answer, read chunk by chunk. A boundary may
+ * be split across two reads (`\n` | `\n`, `\r\n\r` | `\n`, …), so the last two bytes read are kept.
+ */
+class SinceBoundary {
+  /** Bytes since the last boundary. */
+  pending = 0;
+  /** The last two bytes read ([before-last, last]; 0 before any). */
+  private readonly tail = [0, 0];
+
+  read(chunk: Uint8Array): number {
+    const n = chunk.byteLength;
+    const at = (i: number) => (i >= 0 ? chunk[i]! : this.tail[2 + i]!);
+    let since = -1;
+    for (let i = n - 1; i >= 0; i--) {
+      if (at(i) === 0x0a && (at(i - 1) === 0x0a || (at(i - 1) === 0x0d && at(i - 2) === 0x0a))) {
+        since = n - 1 - i;
+        break;
+      }
+    }
+    this.tail[0] = n >= 2 ? chunk[n - 2]! : this.tail[1]!;
+    if (n >= 1) this.tail[1] = chunk[n - 1]!;
+    this.pending = since >= 0 ? since : this.pending + n;
+    return this.pending;
   }
-  return before + chunk.byteLength;
 }
 
 export function describe(err: unknown): string {
