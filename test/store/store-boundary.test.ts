@@ -11,7 +11,7 @@ import assert from 'node:assert/strict';
 import { Redis } from 'ioredis';
 import { StoreUnavailable } from '../../src/errors.js';
 import { ClientTokens } from '../../src/store/client-tokens.js';
-import type { WebhookRecord } from '../../src/webhooks/keys.js';
+import { webhookRecord } from '../helpers/webhook-record.js';
 import { startHarness, type Api, type ApiResponse, type Harness } from '../helpers/service.js';
 import { startTestRedis, type TestRedis } from '../helpers/redis.js';
 import { until } from '../durability/chaos-lib.js';
@@ -64,19 +64,10 @@ describe('the store boundary: StoreUnavailable from every store operation', { ti
     try {
       await assert.rejects(admin.set('junk', 'j'.repeat(100_000)), /OOM/);
       const now = Date.now();
-      const webhook: WebhookRecord = {
-        id: 'wh_boundary',
-        tenant: 'acme',
+      const webhook = webhookRecord('wh_boundary', 'acme', {
         url: 'https://example.com/hook',
-        events: ['session.status'],
-        description: null,
         secret: 'whsec_x',
-        createdAt: now,
-        updatedAt: now,
-        revision: 1,
-        disabled: false,
-        failingSince: null,
-      };
+      });
       const oom = /OOM/;
       await assertStoreUnavailable(app.store.index.add('acme', session.id, now), 'SessionIndex.add', oom);
       await assertStoreUnavailable(

@@ -11,6 +11,7 @@ import { pino } from 'pino';
 import { startTestRedis, type TestRedis } from '../helpers/redis.js';
 import { Fanout } from '../../src/webhooks/fanout.js';
 import { WebhookStore } from '../../src/webhooks/store.js';
+import { webhookRecord } from '../helpers/webhook-record.js';
 
 const DATA = '{"status":"idle","required_action":null,"stop_reason":"end_turn","error":null}';
 
@@ -29,23 +30,7 @@ describe('the webhook fan-out', { timeout: 120_000 }, () => {
   });
 
   async function webhook(id: string, tenant: string): Promise<void> {
-    const now = Date.now() - 1000;
-    await store.create(
-      {
-        id,
-        tenant,
-        url: 'https://hooks.example/x',
-        events: ['session.status'],
-        description: null,
-        secret: 'x',
-        createdAt: now,
-        updatedAt: now,
-        revision: 1,
-        disabled: false,
-        failingSince: null,
-      },
-      10,
-    );
+    await store.create(webhookRecord(id, tenant), 10);
   }
 
   async function session(id: string, tenant: string, events: number): Promise<void> {

@@ -9,6 +9,7 @@ import assert from 'node:assert/strict';
 import { Redis } from 'ioredis';
 import { startTestRedis, type TestRedis } from '../helpers/redis.js';
 import { WebhookStore } from '../../src/webhooks/store.js';
+import { webhookRecord } from '../helpers/webhook-record.js';
 
 describe('a webhook outbox written by a process that died before scheduling it', { timeout: 60_000 }, () => {
   let redis: TestRedis;
@@ -25,23 +26,7 @@ describe('a webhook outbox written by a process that died before scheduling it',
   });
 
   it('is scheduled by the replay that finds its message pending', async () => {
-    const now = Date.now() - 1000;
-    await store.create(
-      {
-        id: 'wh_replay',
-        tenant: 'acme',
-        url: 'https://hooks.example/x',
-        events: ['session.status'],
-        description: null,
-        secret: 'x',
-        createdAt: now,
-        updatedAt: now,
-        revision: 1,
-        disabled: false,
-        failingSince: null,
-      },
-      10,
-    );
+    await store.create(webhookRecord('wh_replay', 'acme'), 10);
     const bounds = { count: 100, bytes: 1_000_000 };
     const msg: [string, string] = ['msg_ses_x_1-0', '{"type":"session.status"}'];
     assert.deepEqual(await store.outbox.enqueue('wh_replay', [msg], Date.now(), bounds), {
