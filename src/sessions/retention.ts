@@ -59,6 +59,10 @@ export class RetentionSweeper {
       await this.store.expiryDue.settle(e, expires);
       return;
     }
+    // A sub-agent expired before its parent's sweep delivered it: what it spent counts toward the parent all the
+    // same (once per child, child-usage-1.lua; counted first, so a crash after the delete cannot lose it), as a
+    // DELETE's does. An idle or failed child has no children at work (its end cancelled them).
+    if (s.parent) await this.store.addChildUsage(s.parent.session_id, s);
     const deleted = await this.store.destroy(s.id, s.tenant, s.createdAt, {
       revision: s.revision,
       reason: 'expired',
@@ -69,6 +73,8 @@ export class RetentionSweeper {
     // Its entries in the metadata index go with it, as a DELETE's do.
     const { index } = this.store;
     await index.metadata.remove(s.tenant, index.member(s.createdAt, s.id), metadataPairs(s.metadata));
+    // Its parent, if it still waits for it, is answered "deleted" by the agents' sweep now, not at its next look.
+    if (s.parent) await this.store.runs.wakeTree(s.parent.session_id);
     this.log.info({ session: s.id, tenant: s.tenant }, 'session expired and deleted');
   }
 }

@@ -1,7 +1,8 @@
 /**
  * A sub-agent deleted before it ended counts what it spent toward its parent, and what its own sub-agents still at
  * work spent too: the sweep deletes those after it, when its meta hash is gone and nothing can be added to it, so
- * deleting a middle child would otherwise get round the root's budget.
+ * deleting a middle child would otherwise get round the root's budget. So does a child deleted by retention (its
+ * `ttl_s`) before its parent's sweep delivered it, and that parent, parked, is told at once.
  */
 import { after, before, describe, it } from 'node:test';
 import assert from 'node:assert/strict';
@@ -9,7 +10,14 @@ import { startFakeAnthropic, type FakeAnthropic } from '../fake/server.js';
 import { startHarness, type Api, type Harness } from '../helpers/service.js';
 import { startTestRedis, type TestRedis } from '../helpers/redis.js';
 import { until } from '../durability/chaos-lib.js';
-import { agentTool, writerResearcherFetcher } from '../helpers/agents.js';
+import { AgentSweep } from '../../src/agents/sweep.js';
+import { RetentionSweeper } from '../../src/sessions/retention.js';
+import {
+  agentTool,
+  writerResearcher,
+  writerResearcherFetcher,
+  writerWithResearcher,
+} from '../helpers/agents.js';
 
 describe('child usage: a deleted middle child', { timeout: 120_000 }, () => {
   let redis: TestRedis;
@@ -65,5 +73,57 @@ describe('child usage: a deleted middle child', { timeout: 120_000 }, () => {
       c.usage.total_tokens + g.usage.total_tokens,
       `root counts its child (${c.usage.total_tokens}) and grandchild (${g.usage.total_tokens})`,
     );
+  });
+});
+
+describe('child usage: a child expired (ttl_s) before its parent was told', { timeout: 120_000 }, () => {
+  let h: Harness;
+  let a: Api;
+  before(async () => {
+    h = await startHarness({ env: { API_KEYS: 'a:key-a', AGENT_SWEEP_MS: '3600000' } });
+    h.fake.setHandler(writerResearcher);
+    a = h.api.as('key-a');
+    // The service's own agents' sweep stays out: this test's sweep looks when it says.
+    await h.service.app.agents.stop();
+  });
+  after(() => h.close());
+
+  it("the child's spend reaches its parent, which is answered at once", async () => {
+    const { app } = h.service;
+    const sweep = new AgentSweep({
+      redis: app.redis,
+      store: app.store,
+      deps: app.sessionDeps,
+      log: app.log,
+      sweepMs: 3_600_000,
+      maxSessions: 0,
+    });
+    const pass = () => (sweep as unknown as { sweep(): Promise<void> }).sweep();
+    const researcher = {
+      ...writerWithResearcher.tools[0]!,
+      session: { system: 'You are a researcher.', ttl_s: 60 },
+    };
+    const parent = (await a.post('/v1/sessions', { ...writerWithResearcher, tools: [researcher] })).body;
+    await a.waitStatus(parent.id, 'requires_action', 20_000);
+    await pass();
+    const [childId] = await sweep.children(parent.id);
+    assert.ok(childId, 'the child created');
+    const child = await a.waitStatus(childId!, 'idle', 20_000);
+    assert.ok(child.usage.total_tokens > 0);
+    // The parent parked (a look put its next a minute away) and not told yet; then the child expires.
+    await app.redis.zadd('agents:due', 'XX', Date.now() + 60_000, parent.id);
+    const retention = new RetentionSweeper(app.store, app.log, 3_600_000);
+    await retention.sweep(Date.now() + (child.ttl_s + 1) * 1000);
+    assert.equal((await a.get(`/v1/sessions/${childId}`)).status, 404, 'the child expired');
+    assert.equal(
+      (await a.get(`/v1/sessions/${parent.id}`)).body.usage.children.total_tokens,
+      child.usage.total_tokens,
+    );
+    assert.ok(Number(await app.redis.zscore('agents:due', parent.id)) <= Date.now(), 'the parent woken');
+    await pass();
+    const done = await a.waitStatus(parent.id, 'idle', 20_000);
+    assert.equal(done.usage.children.total_tokens, child.usage.total_tokens, 'counted once');
+    const history = (await a.get(`/v1/sessions/${parent.id}/messages`)).body.data;
+    assert.match(JSON.stringify(history[2].content), /deleted/);
   });
 });
