@@ -28,7 +28,8 @@ export const childSessionId = (parentId: string, toolUseId: string) =>
  * `children.waiting` in the parent's own log, so a client that follows only the parent's stream learns it too.
  *
  * The event is written by the agents' sweep (sweep.ts), which looks at a tree member at the end of each of its runs
- * (a child entering `requires_action` is such an end) and at a parked parent every PARKED_MS. Each look recomputes
+ * (a child entering `requires_action` is such an end), when a write moves a waiting child on (its client's answer:
+ * src/sessions/mutate.ts), and at a parked parent every PARKED_MS. Each look recomputes
  * the lists of the member and of its ancestors, and children-waiting-2.lua appends the event only when a list
  * differs from the one last told (a fingerprint in the parent's meta hash, checked and set in the script that
  * appends). So a crash before the append loses nothing (the member is still due: the sweep moves it on only after

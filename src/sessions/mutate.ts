@@ -8,6 +8,7 @@ import type { Toolbox } from '../toolbox.js';
 import type { SessionStore } from '../store/store.js';
 import { encodeFields, type SessionState, type Status } from '../store/session-state.js';
 import { AlreadyApplied, setsRunning, type ApplyOps, type Guard } from '../store/apply-ops.js';
+import { isOutOfMemory } from '../store/unavailable.js';
 
 /** How often a read-compute-write mutation is tried again when the session changed between its read and write. */
 const CAS_ATTEMPTS = 8;
@@ -125,6 +126,12 @@ export async function mutate(
     // The write registered the run as due (store.apply, as it made the session `running`): claimed here now.
     if (p.starts) deps.engine.kick(id);
     if (p.after) await p.after();
+    // A sub-agent that waited for its client was answered (or moved on): its ancestors' `children.waiting` changed,
+    // and the agents' sweep tells them now, not at the child's next run end (a refused ZADD, a full Redis: then).
+    if (s.parent && s.status === 'requires_action')
+      await store.runs.wakeTree(id).catch((err: unknown) => {
+        if (!isOutOfMemory(err)) throw err;
+      });
     const state = await store.loadFor(tenant, id);
     return { state, queued: Boolean(p.starts || p.queued) };
   }

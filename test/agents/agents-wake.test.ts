@@ -2,7 +2,8 @@
  * A parent parked on its sub-agent goes on as soon as the child ends, whatever ends it (found by a review): the
  * agents' sweep looks at a parked parent only every minute, so a child that ends without a run's end must wake the
  * tree itself — failed by its own action deadline (`on_action_timeout: fail`), or taken out of its review by a
- * history replaced (`PUT …/messages`).
+ * history replaced (`PUT …/messages`). And a child that waited for its client and was answered leaves its parent's
+ * `children.waiting` list at once, not at its run's end.
  */
 import { after, before, describe, it } from 'node:test';
 import assert from 'node:assert/strict';
@@ -81,6 +82,61 @@ describe('a parked parent whose child ends without a run end', { timeout: 120_00
     const done = await h.api.waitFor(p.id, (s) => s.status === 'idle', WOKEN_WITHIN_MS);
     const history = (await h.api.get(`/v1/sessions/${done.id}/messages`)).body.data;
     assert.match(JSON.stringify(history[2].content), /is_error/);
+  });
+
+  it("a waiting child answered by its client: the parent's children.waiting is cleared before the child's run ends", async () => {
+    // The child's turn after its client's answer is held until the parent has told that nothing waits.
+    let release!: () => void;
+    const held = new Promise<void>((done) => (release = done));
+    h.fake.setHandler(async (req) => {
+      const reply = writerAndResearcher(req);
+      if (systemOf(req).includes('waits') && JSON.stringify(req.messages.at(-1)).includes('tool_result'))
+        await held;
+      return reply;
+    });
+    try {
+      const p = (
+        await h.api.post(
+          '/v1/sessions',
+          writer({ system: 'You are a researcher who waits.', tools: [lookup] }),
+        )
+      ).body;
+      const child = await childOf(p.id);
+      const told = async () =>
+        (
+          (await h.api.get(`/v1/sessions/${p.id}/events?limit=1000`)).body.data as Array<{
+            type: string;
+            data: any;
+          }>
+        )
+          .filter((e) => e.type === 'children.waiting')
+          .map((e) => e.data.children_waiting.length);
+      await until(
+        async () => ((await told()).at(-1) === 1 ? true : null),
+        20_000,
+        'the parent tells its child waits',
+      );
+      await parked(p.id);
+      const call = (await h.api.waitStatus(child.id, 'requires_action', 20_000)).required_action
+        .tool_calls[0];
+      const sent = await h.api.post(`/v1/sessions/${child.id}/tool-results`, {
+        results: [{ tool_use_id: call.id, content: 'found' }],
+      });
+      assert.ok(sent.status < 300, JSON.stringify(sent.body));
+      // Before: told only at the child's run end, which waits for this.
+      await until(
+        async () => ((await told()).at(-1) === 0 ? true : null),
+        WOKEN_WITHIN_MS,
+        'nothing waits, told',
+      );
+      assert.equal((await h.api.get(`/v1/sessions/${child.id}`)).body.status, 'running');
+      release();
+      await h.api.waitFor(p.id, (s) => s.status === 'idle', WOKEN_WITHIN_MS);
+      assert.deepEqual(await told(), [1, 0]);
+    } finally {
+      release();
+      h.fake.setHandler(writerAndResearcher);
+    }
   });
 
   it('a reviewing child whose history is replaced', async () => {
