@@ -108,11 +108,21 @@ export class TenantSpend {
     );
   }
 
+  /**
+   * The refusal (`unknown_model_price`) of a turn of `model` when a dollar ceiling (the session's budget, the tenant
+   * cap) applies to it and the model has no price; null when it may be sent. No Redis: the engine asks before every
+   * model request.
+   */
+  unpriced(model: string, budgetUsd: number | undefined): InvalidRequest | null {
+    if (this.prices.price(model) !== null) return null;
+    if (budgetUsd !== undefined) return unknownModelPrice(model, 'a `budget.cost_usd`');
+    return this.capped ? unknownModelPrice(model, 'TENANT_MAX_COST_USD_PER_DAY') : null;
+  }
+
   /** 400 `unknown_model_price` when a dollar ceiling (the session's budget, the tenant cap) applies to `model`. */
   assertPriced(model: string, budgetUsd: number | undefined): void {
-    if (this.prices.price(model) !== null) return;
-    if (budgetUsd !== undefined) throw unknownModelPrice(model, 'a `budget.cost_usd`');
-    if (this.capped) throw unknownModelPrice(model, 'TENANT_MAX_COST_USD_PER_DAY');
+    const refusal = this.unpriced(model, budgetUsd);
+    if (refusal) throw refusal;
   }
 
   /** The tenant's usage per day from `from` to `to` (inclusive, `YYYY-MM-DD`), days without usage as zeros. */

@@ -2,7 +2,8 @@ import { microsToUsd, usdToMicros } from '../cost/prices.js';
 import { conflict } from '../errors.js';
 import type { StoredMessage } from '../history.js';
 import type { BudgetPolicy } from '../schemas.js';
-import type { SessionState, Usage } from '../store/session-state.js';
+import type { TenantSpend } from '../cost/spend.js';
+import type { SessionError, SessionState, Usage } from '../store/session-state.js';
 import { commit, followUpsAfter, idleOps } from './commit.js';
 import type { RunDeps, RunHandle } from './run-handle.js';
 
@@ -92,6 +93,19 @@ export function reservedBy(
     tokens: tokens === undefined ? spent.tokens : Math.max(tokens, spent.tokens),
     micros: usd === undefined ? spent.micros : Math.max(usdToMicros(usd), spent.micros),
   };
+}
+
+/**
+ * Why a turn of `model` cannot be sent under the session's dollar ceilings: the run's error (`unknown_model_price`)
+ * when the budget's `cost_usd` or the tenant's cap applies and the model has no price (spec §7.4: no dollar ceiling
+ * can pass for it), else null. The routes that start a run refuse it with 400 first; this is the check of the runs
+ * no route's check comes before — an action deadline's, a sub-agent's answer, a takeover, a PATCH of the model on a
+ * replica without the cap — checked where every model request is (run.ts `step`, the runner's `spentOut`), from the
+ * fields the run holds (no read).
+ */
+export function unpricedError(spend: TenantSpend, model: string, budget: BudgetPolicy): SessionError | null {
+  const refusal = spend.unpriced(model, budget?.cost_usd);
+  return refusal && { code: refusal.code, message: refusal.message, retryable: false };
 }
 
 /** The session's `cost_usd`: null once a turn of a model without a price was counted. */

@@ -11,7 +11,7 @@ import {
 } from '../observability/upstream-fetch.js';
 import { APIError } from '@anthropic-ai/sdk';
 import { TENANT_BUDGET_EXHAUSTED } from '../cost/spend.js';
-import { budgetExhausted, spentOf, stopForBudget } from './budget.js';
+import { budgetExhausted, spentOf, stopForBudget, unpricedError } from './budget.js';
 import { CommitLanded, cancelOwnRun, commit, commitInterrupt, fail, finish } from './commit.js';
 import type { EngineLogger, RunDeps, RunHandle } from './run-handle.js';
 import { endsWithSummary, isUnfinished, leftoverCompaction } from './compaction.js';
@@ -256,6 +256,15 @@ export class Run {
     const paused = last?.role === 'assistant' && (await this.pausedReply(known));
     const turnToSend =
       queued > 0 || (last !== undefined && (last.role !== 'assistant' || endsWithSummary(history) || paused));
+    // A model without a price under a dollar ceiling: the run fails before its request, whatever is spent (no
+    // `continue` would go on), its follow-ups left queued. The routes refuse to start such a run (400); this is the
+    // check of the runs the service starts itself (an action deadline's, a sub-agent's answer), and of a ceiling that
+    // came after the run started (the tenant's cap of a replica configured since).
+    const unpriced = turnToSend ? unpricedError(store.spend, state.params.model, state.budget) : null;
+    if (unpriced) {
+      await fail(deps, run, unpriced, log, { model: state.params.model });
+      return 'done';
+    }
     if (turnToSend && budgetExhausted(state.budget, spentOf(state))) {
       await stopForBudget(deps, run, last);
       return 'done';

@@ -13,7 +13,7 @@ import type { SessionParams } from '../schemas.js';
 import { recordCount, usageIncr, type IterationRecord, type SessionState } from '../store/session-state.js';
 import { usdToMicros, withCompactionUsage } from '../cost/prices.js';
 import { withoutOpenCalls } from '../tools/server-blocks.js';
-import { budgetExhausted, spentOf, totalTokens, type Spent } from './budget.js';
+import { budgetExhausted, spentOf, totalTokens, unpricedError, type Spent } from './budget.js';
 import { cacheMarks, capCacheMarks } from './cache-breakpoints.js';
 import { countSpend } from './commit.js';
 import { RunCompaction, isUnfinished, recordedUsage } from './compaction.js';
@@ -340,9 +340,18 @@ export abstract class TurnRunner {
     return true;
   }
 
-  /** Whether the session's budget or its tenant's daily cap is spent: checked before every model request. */
+  /**
+   * Whether the session's budget or its tenant's daily cap is spent: checked before every model request. A model
+   * without a price under a dollar ceiling (a PATCH of the model on a replica without the tenant's cap) stops this
+   * runner too, and the run's next step fails the run (run.ts).
+   */
   protected async spentOut(): Promise<boolean> {
-    return budgetExhausted(this.state.budget, this.spent) || this.deps.store.spend.overCap(this.state.tenant);
+    const { state, deps } = this;
+    return (
+      budgetExhausted(state.budget, this.spent) ||
+      unpricedError(deps.store.spend, this.params.model, state.budget) !== null ||
+      deps.store.spend.overCap(state.tenant)
+    );
   }
 
   /** A PATCH changed the session since this runner read it: the fields a live runner takes up, read again. */

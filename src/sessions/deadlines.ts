@@ -207,7 +207,8 @@ export class DeadlineSweeper {
         const children = s.pending?.turn ? null : await childrenCut(this.deps, s);
         if (children?.counts.length) ops.count_once = children.counts;
         // Over the tenant's daily cap the deadline still answers the calls: the run it starts writes their results
-        // and stops before its model request (`tenant_budget_exhausted`), as any run over the cap does.
+        // and stops before its model request (`tenant_budget_exhausted`), as any run over the cap does; a run of a
+        // model without a price under a dollar ceiling fails there (`unknown_model_price`: the engine checks).
         // Nor is it refused at TENANT_MAX_BYTES: a deadline fires whatever the tenant stores.
         await store.apply(s.id, guard, ops, s.tenant, { costCap: false, storageCap: false });
         // Failed without a run's end: a sub-agent's parent (parked on it) learns of it from the agents' sweep now (or

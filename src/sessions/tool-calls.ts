@@ -174,7 +174,8 @@ export function submitResults(
       },
       starts: goes,
       // The service's own answer (a sub-agent's result) lands over the tenant's daily cap too: the run it starts
-      // stops before its model request (`tenant_budget_exhausted`); nor is it refused at TENANT_MAX_BYTES.
+      // stops before its model request (`tenant_budget_exhausted`), or fails there for a model without a price under
+      // a dollar ceiling (`unknown_model_price`: the engine checks); nor is it refused at TENANT_MAX_BYTES.
       ...(service ? { costCap: false, storageCap: false } : {}),
     };
   });
@@ -218,7 +219,8 @@ export function continueRun(
       // A reviewed reply (`pause_after_turn`): as the runner goes on, its calls are run (with their approvals and
       // client results as usual), and a reply without calls ends the run with its stop reason. With no follow-up
       // queued (one posted while the turn ran is sent next) that run sends nothing, so neither the tenant's dollar
-      // cap nor a model's price stands in its way.
+      // cap nor a model's price stands in its way (one queued after this read: the run fails before sending it,
+      // `unknown_model_price`, as the engine checks every model request).
       if (step.calls.length) return { ops: runOps(s, { pending: step }), starts: true };
       const ends = { pending: null, stopReason: turn.stop_reason ?? 'end_turn' };
       const sends = (await deps.store.queueLength(s.id)) > 0;
