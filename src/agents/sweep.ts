@@ -7,10 +7,10 @@ import { cancelRun, removeSession } from '../sessions/control.js';
 import { createSession } from '../sessions/create.js';
 import type { SessionDeps } from '../sessions/mutate.js';
 import { submitResults } from '../sessions/tool-calls.js';
-import { AGENTS_DUE_KEY } from '../store/keys.js';
 import type { RedisClient } from '../store/lua-commands.js';
 import type { SessionState } from '../store/session-state.js';
 import type { SessionStore } from '../store/store.js';
+import type { TreeEntry } from '../store/tree-due.js';
 import { SweepLoop } from '../sweep-loop.js';
 import { childSessionId, WaitingTree, type ChildWaiting } from './waiting.js';
 import { FailureLog } from '../log.js';
@@ -20,12 +20,12 @@ import { FailureLog } from '../log.js';
  * `requires_action` (it holds no run slot). This sweep answers it: it creates the child session under an id
  * derived from the parent and the call (so a sweep that runs twice, on any replica, creates it once), and when the
  * child's run ends (`idle`, `failed`) it submits the child's final text as the call's result with `continue`, which
- * starts the parent's next run. Every session of a tree is a member of `agents:due`; the end of any of its runs
- * moves it to now (RunQueue.end, which the runs' own sweep retries after a crash), so a child that ends while
- * its parent's replica is dead still wakes the parent, and so does a child's delete. A parked parent is looked at
+ * starts the parent's next run. Every session of a tree is a member of its tenant's due set (src/store/tree-due.ts);
+ * the end of any of its runs moves it to now (RunQueue.end, which the runs' own sweep retries after a crash), so a
+ * child that ends while its parent's replica is dead still wakes the parent, and so does a child's delete. A parked parent is looked at
  * again after RECHECK_MS only while a child of its could not be started yet (a quota for now); else after PARKED_MS,
- * a safety net, so a tenant's parked trees do not fill the sweep that every tenant's trees share. A look moves its
- * member on only if nothing woke it meanwhile (`settle`).
+ * a safety net, so a tenant's parked trees do not fill the sweep that every tenant's trees share; a pass takes every
+ * due tenant's members round robin. A look moves its member on only if nothing woke it meanwhile (`settle`).
  */
 
 const BATCH = 50;
@@ -72,44 +72,32 @@ export class AgentSweep {
   }
 
   private async sweep(): Promise<void> {
-    const { redis } = this.opts;
-    const rows = await redis.zrangebyscore(
-      AGENTS_DUE_KEY,
-      '-inf',
-      Date.now(),
-      'WITHSCORES',
-      'LIMIT',
-      0,
-      BATCH,
-    );
-    for (let i = 0; i + 1 < rows.length; i += 2) {
+    const trees = this.opts.store.runs.trees;
+    // Round robin across the tenants with members due (src/store/tree-due.ts): one tenant's burst of ends does not
+    // hold back another tenant's trees.
+    for (const e of await trees.due(Date.now(), BATCH)) {
       if (this.loop.stopping) return;
-      const id = rows[i]!;
-      const score = rows[i + 1]!;
-      await this.tick(id, score).catch(async (err: unknown) => {
-        this.opts.log.warn({ err, session: id }, 'agents tick failed');
+      await this.tick(e).catch(async (err: unknown) => {
+        this.opts.log.warn({ err, session: e.id }, 'agents tick failed');
         // Looked at again later, not at once: a member that keeps failing (its tenant over a quota, say) must not
-        // come back first on every pass and fill the batch, holding back every other tenant's trees.
-        await this.settle(id, score, Date.now() + RECHECK_MS).catch(() => {});
+        // come back first on every pass and fill its tenant's share.
+        await trees.settle(e, Date.now() + RECHECK_MS).catch(() => {});
       });
     }
   }
 
   /**
-   * Moves the member to `next` (null: drops it) only if its score is still the one this look read: a run's end (or
-   * a child's delete) during the look moved it to now, and that wake-up must not be lost to the look's own next
+   * One look at a member. It is moved on at the end only if its score is still the one read (`settle`): a run's end
+   * (or a child's delete) during the look moved it to now, and that wake-up must not be lost to the look's own next
    * time (a parked parent's is a minute away).
    */
-  private async settle(id: string, score: string, next: number | null): Promise<void> {
-    await this.opts.redis.sessDueSettle(AGENTS_DUE_KEY, id, score, next === null ? '' : String(next));
-  }
-
-  private async tick(id: string, score: string): Promise<void> {
+  private async tick(e: TreeEntry): Promise<void> {
     const { store } = this.opts;
+    const { id } = e;
     const s = await store.load(id);
     if (!s) {
       await this.removeChildren(id);
-      await this.settle(id, score, null);
+      await store.runs.trees.settle(e, null);
       return;
     }
     let next = Date.now() + IDLE_MS;
@@ -124,7 +112,7 @@ export class AgentSweep {
     }
     // Before the member is moved on: a crash here leaves it due, so the next look tells what this one did not.
     await this.tree.tellUp(id);
-    await this.settle(id, score, next);
+    await store.runs.trees.settle(e, next, s.tenant);
   }
 
   /**

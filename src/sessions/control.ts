@@ -324,7 +324,7 @@ export async function removeSession(
   // Its parent, parked on its call, is answered "deleted" by the agents' sweep: now, not at its next look (a full
   // Redis refuses the ZADD: then at that look; the delete itself stands).
   if (s.parent)
-    await deps.store.runs.wakeTree(s.parent.session_id).catch((err: unknown) => {
+    await deps.store.runs.trees.wake(s.parent.session_id, tenant).catch((err: unknown) => {
       if (!isOutOfMemory(err)) throw err;
     });
   await dropTasks(deps, s);

@@ -214,8 +214,8 @@ export class DeadlineSweeper {
         // Failed without a run's end: a sub-agent's parent (parked on it) learns of it from the agents' sweep now (or
         // at its next look, if the wake-up cannot be written: the timeout stands, and its children are cancelled).
         if (!starts)
-          await store.runs
-            .wakeTree(s.id)
+          await store.runs.trees
+            .wake(s.id, s.tenant)
             .catch((err: unknown) => this.log.warn({ err, session: s.id }, 'sub-agent tree not woken'));
         this.log.info({ session: s.id, tenant: s.tenant }, 'action timed out');
         await store.actionsDue.settle(e, null);

@@ -129,7 +129,7 @@ export async function mutate(
     // A sub-agent that waited for its client was answered (or moved on): its ancestors' `children.waiting` changed,
     // and the agents' sweep tells them now, not at the child's next run end (a refused ZADD, a full Redis: then).
     if (s.parent && s.status === 'requires_action')
-      await store.runs.wakeTree(id).catch((err: unknown) => {
+      await store.runs.trees.wake(id, tenant).catch((err: unknown) => {
         if (!isOutOfMemory(err)) throw err;
       });
     const state = await store.loadFor(tenant, id);

@@ -61,7 +61,7 @@ export function replaceMessages(
       guard: { rev: s.revision, status: [s.status] },
       ops,
       // A sub-agent that was reviewing is idle now without a run's end: its parent learns of it from the sweep now.
-      ...(s.status !== 'idle' ? { after: () => deps.store.runs.wakeTree(s.id) } : {}),
+      ...(s.status !== 'idle' ? { after: () => deps.store.runs.trees.wake(s.id, s.tenant) } : {}),
     };
   });
 }

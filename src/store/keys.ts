@@ -58,12 +58,6 @@ export const tenantIndexKey = (tenant: string) => `t:{${tenant}}:sessions`;
 export const RUNS_KEY = 'runs:due';
 
 /**
- * ZSET of the sessions of sub-agent trees (parents with `agent` tools, and children), scored by when the agents'
- * sweep should look at them (src/agents/); a run's end moves an existing member to now (`ZADD XX`).
- */
-export const AGENTS_DUE_KEY = 'agents:due';
-
-/**
  * The name a pub/sub channel has on `redis`: the key prefix (which ioredis puts on keys, not on channels), then
  * `name`. Services with different prefixes on one Redis never hear each other's channels. Every SUBSCRIBE and
  * PUBLISH, and every channel given to a script, is named by it; {@link unprefixedChannel} undoes it for a message.

@@ -7,18 +7,14 @@
  */
 import { isOutOfMemory } from './unavailable.js';
 import { quotaExceeded } from '../errors.js';
-import { AGENTS_DUE_KEY, RUNS_KEY, sessionKeys, tenantRunsKey } from './keys.js';
+import { RUNS_KEY, sessionKeys, tenantRunsKey } from './keys.js';
+import { TreeDue } from './tree-due.js';
 import type { RedisClient } from './lua-commands.js';
 import { decodeStored } from './decode.js';
 import { decodeFields, type IterationRecord, type SessionState } from './session-state.js';
 
 /** What a claim finds: the run's fencing token and the session as it was when the lease was taken. */
 
-/**
- * The score of a wake-up in `agents:due`: now, with a fraction, so that it differs from the score a look that is
- * under way read (even in the same millisecond) and that look leaves it (src/agents/sweep.ts `settle`).
- */
-const wakeScore = () => Date.now() + Math.random() * 0.999;
 export interface Claimed {
   fence: number;
   state: SessionState;
@@ -53,11 +49,16 @@ export interface HeldRun {
 }
 
 export class RunQueue {
+  /** When the agents' sweep looks at each sub-agent tree member: a run's end wakes its member. */
+  readonly trees: TreeDue;
+
   constructor(
     private readonly redis: RedisClient,
     /** Most sessions of one tenant running at once (TENANT_MAX_ACTIVE_RUNS); 0: no limit. */
     private readonly tenantMaxActiveRuns: number,
-  ) {}
+  ) {
+    this.trees = new TreeDue(redis);
+  }
 
   /**
    * A session is about to be written `running` (a create): takes its tenant's run slot first, or throws 429
@@ -161,13 +162,14 @@ export class RunQueue {
     if (typeof of !== 'string') of.ended = true;
     const id = typeof of === 'string' ? of : of.id;
     const t = tenant ?? (await this.redis.hget(sessionKeys(id).meta, 'tenant'));
-    // A session of a sub-agent tree: its run ended, the agents' sweep looks at it now (others are not members).
-    const agentsDue = this.redis.zadd(AGENTS_DUE_KEY, 'XX', wakeScore(), id);
+    // A session of a sub-agent tree: its run ended, the agents' sweep looks at it now (others are not members; a
+    // session gone with its tenant unknown is answered at its parent's next look).
+    const agentsDue = t !== null ? this.trees.wake(id, t) : null;
     await Promise.all([
       this.redis.zrem(RUNS_KEY, id),
       t !== null ? this.redis.zrem(tenantRunsKey(t), id) : null,
       deleted
-        ? agentsDue.catch((err: unknown) => {
+        ? agentsDue?.catch((err: unknown) => {
             if (!isOutOfMemory(err)) throw err;
           })
         : agentsDue,
@@ -193,19 +195,6 @@ export class RunQueue {
       else out.push(id);
     }
     return out;
-  }
-
-  /**
-   * A member of the sub-agent trees' due set looked at now (a parent whose child was deleted: nothing else tells
-   * it). Not for sessions that are not members.
-   */
-  async wakeTree(id: string): Promise<void> {
-    await this.redis.zadd(AGENTS_DUE_KEY, 'XX', wakeScore(), id);
-  }
-
-  /** Makes the session a member of the sub-agent trees' due set, looked at by the agents' sweep after `atMs`. */
-  async watchTree(id: string, atMs: number): Promise<void> {
-    await this.redis.zadd(AGENTS_DUE_KEY, atMs, id);
   }
 
   /**

@@ -9,12 +9,13 @@ import assert from 'node:assert/strict';
 import { AgentSweep } from '../../src/agents/sweep.js';
 import { childSessionId } from '../../src/agents/waiting.js';
 import type { SessionStore } from '../../src/store/store.js';
+import type { TreeEntry } from '../../src/store/tree-due.js';
 import { writerResearcher, writerWithResearcher } from '../helpers/agents.js';
 import { startHarness, type Api, type Harness } from '../helpers/service.js';
 
-/** One look of a sweep at one member of `agents:due` (what its loop does for each due member). */
+/** One look of a sweep at one member of tenant `a`'s due set (what its loop does for each due member). */
 const look = (sweep: AgentSweep, id: string) =>
-  (sweep as unknown as { tick(id: string): Promise<void> }).tick(id);
+  (sweep as unknown as { tick(e: TreeEntry): Promise<void> }).tick({ id, tenant: 'a', score: '0' });
 
 describe('two agent sweeps on one parent', { timeout: 60_000 }, () => {
   let h: Harness;

@@ -12,6 +12,7 @@ import type { FakeRequest } from '../../src/offline/wire.js';
 import { text, toolCall } from '../fake/script.js';
 import { startHarness, type Harness } from '../helpers/service.js';
 import { until } from '../durability/chaos-lib.js';
+import { treeDueKey } from '../../src/store/tree-due.js';
 
 /** Well under the parked parent's next look (a minute): only a wake-up gets it going within this. */
 const WOKEN_WITHIN_MS = 30_000;
@@ -59,7 +60,7 @@ describe('a parked parent whose child ends without a run end', { timeout: 120_00
   /** The parent's next look is the parked one (a minute away): what follows is a wake-up's doing. */
   const parked = (pid: string) =>
     until(
-      async () => Number(await r.zscore('agents:due', pid)) > Date.now() + 30_000,
+      async () => Number(await r.zscore(treeDueKey('default'), pid)) > Date.now() + 30_000,
       20_000,
       'the parent parked',
     );
@@ -148,7 +149,7 @@ describe('a parked parent whose child ends without a run end', { timeout: 120_00
     await parked(p.id);
     // The child's own look after its run's end is done (a client's PUT comes later).
     await until(
-      async () => Number(await r.zscore('agents:due', child.id)) > Date.now() + 30_000,
+      async () => Number(await r.zscore(treeDueKey('default'), child.id)) > Date.now() + 30_000,
       20_000,
       'the child looked at',
     );

@@ -12,6 +12,7 @@ import type { FakeRequest } from '../../src/offline/wire.js';
 import { startHarness, type Api, type Harness } from '../helpers/service.js';
 import { startTestRedis, type TestRedis } from '../helpers/redis.js';
 import { until } from '../durability/chaos-lib.js';
+import { treeDueKey } from '../../src/store/tree-due.js';
 
 const researcher = (session: Record<string, unknown> = {}) => ({
   type: 'agent',
@@ -216,7 +217,7 @@ describe('sub-agents', { timeout: 120_000 }, () => {
     // Its next look is the sweep's safety net (a minute away), not a poll every 10 s: one tenant's thousands of parked
     // trees would fill the sweep every tenant's trees share.
     await until(
-      async () => Number(await r.zscore('agents:due', p.id)) > Date.now() + 30_000,
+      async () => Number(await r.zscore(treeDueKey('a'), p.id)) > Date.now() + 30_000,
       20_000,
       "the parked parent's next look a minute away",
     );

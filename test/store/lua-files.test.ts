@@ -68,6 +68,8 @@ describe('Lua lives in .lua files', () => {
       'sessRenew',
       'sessRunSlotPrune',
       'sessRunSlotTake',
+      'sessTreeDue',
+      'sessTreeDueSettle',
     ]);
     // append-events includes the notice: it publishes the events it wrote.
     const sub = new Redis(redis.url);

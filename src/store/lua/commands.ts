@@ -77,6 +77,24 @@ declare module 'ioredis' {
     ): Result<number, Context>;
     /** due-settle-1.lua: 1 when the member still had the score read and was moved (or dropped). */
     sessDueSettle(key: string, member: string, score: string, next: string): Result<number, Context>;
+    /** tree-due-2.lua: 1 when the member's score was written (XX: it was a member; NX: it was not). */
+    sessTreeDue(
+      due: string,
+      tenants: string,
+      member: string,
+      score: string,
+      tenant: string,
+      mode: '' | 'XX' | 'NX',
+    ): Result<number, Context>;
+    /** tree-due-settle-2.lua: 1 when the member still had the score read and was moved (or dropped). */
+    sessTreeDueSettle(
+      due: string,
+      tenants: string,
+      member: string,
+      score: string,
+      next: string,
+      tenant: string,
+    ): Result<number, Context>;
     /** due-add-1.lua: the member's score now. */
     sessDueAdd(key: string, member: string, at: number): Result<number, Context>;
     /** client-token-mint-2.lua: 1 stored, 0 no session, -1 too many tokens. */

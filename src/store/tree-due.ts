@@ -1,0 +1,96 @@
+/**
+ * When the agents' sweep (src/agents/sweep.ts) looks at each member of a sub-agent tree (parents with `agent` tools,
+ * and children): one sorted set per tenant (`{agents}:due:<tenant>`, member → ms) and an index of the tenants by
+ * their earliest entry (`{agents}:tenants`), kept together by tree-due-2.lua and tree-due-settle-2.lua (one hash
+ * tag: one slot, as the single set before them). A pass takes a share of every due tenant's entries, round robin,
+ * so a burst of one tenant's tree ends (thousands of children at once) holds another tenant's tree back by one
+ * pass, not by the burst.
+ *
+ * Before, every member was in one set, `agents:due`, oldest first across tenants. A replica of that version (in a
+ * rolling upgrade) may still write there, and members written then are still there: a pass also takes that set's
+ * due members, and the sweep's look moves each into its tenant's set.
+ */
+import type { RedisClient } from './lua-commands.js';
+
+/** The one set of every tenant's members, as written before the per-tenant sets (read, then emptied, by passes). */
+export const LEGACY_AGENTS_DUE_KEY = 'agents:due';
+const TENANTS_KEY = '{agents}:tenants';
+/** A tenant's due set. */
+export const treeDueKey = (tenant: string) => `{agents}:due:${tenant}`;
+
+/** A member due for a look. */
+export interface TreeEntry {
+  id: string;
+  /** Its tenant; null for a member of the old single set (the look reads the session, and so its tenant). */
+  tenant: string | null;
+  /** The score as read (a string: given back as is to `settle`). */
+  score: string;
+}
+
+/**
+ * The score of a wake-up: now, with a fraction, so that it differs from the score a look that is under way read
+ * (even in the same millisecond) and that look leaves it (`settle`).
+ */
+const wakeScore = () => String(Date.now() + Math.random() * 0.999);
+
+export class TreeDue {
+  constructor(private readonly redis: RedisClient) {}
+
+  /** Makes the session a member of its tenant's due set, looked at after `atMs` (set, whatever it was). */
+  async watch(id: string, tenant: string, atMs: number): Promise<void> {
+    await this.redis.sessTreeDue(treeDueKey(tenant), TENANTS_KEY, id, String(atMs), tenant, '');
+  }
+
+  /** A member looked at now (its run ended, a child of it was deleted, …). Not for sessions that are not members. */
+  async wake(id: string, tenant: string): Promise<void> {
+    await this.redis.sessTreeDue(treeDueKey(tenant), TENANTS_KEY, id, wakeScore(), tenant, 'XX');
+  }
+
+  /**
+   * Up to about `limit` members due by `now`: the tenants with the earliest entries first, an even share of each
+   * (at least one), taken round robin; then the old set's, oldest first. One read, then one pipeline.
+   */
+  async due(now: number, limit: number): Promise<TreeEntry[]> {
+    const tenants = await this.redis.zrangebyscore(TENANTS_KEY, '-inf', now, 'LIMIT', 0, limit);
+    const share = Math.max(1, Math.ceil(limit / Math.max(1, tenants.length)));
+    const p = this.redis.pipeline();
+    for (const t of tenants) p.zrangebyscore(treeDueKey(t), '-inf', now, 'WITHSCORES', 'LIMIT', 0, share);
+    p.zrangebyscore(LEGACY_AGENTS_DUE_KEY, '-inf', now, 'WITHSCORES', 'LIMIT', 0, limit);
+    const rows = ((await p.exec()) ?? []).map(([err, r]) => {
+      if (err) throw err;
+      return r as string[];
+    });
+    const lists = rows.map((r, i) => {
+      const tenant = tenants[i] ?? null;
+      const out: TreeEntry[] = [];
+      for (let j = 0; j + 1 < r.length; j += 2) out.push({ id: r[j]!, tenant, score: r[j + 1]! });
+      return out;
+    });
+    const legacy = lists.pop() ?? [];
+    const out: TreeEntry[] = [];
+    for (let round = 0; round < share && out.length < limit; round++)
+      for (const l of lists) if (round < l.length && out.length < limit) out.push(l[round]!);
+    return out.concat(legacy.slice(0, Math.max(0, limit - out.length)));
+  }
+
+  /**
+   * Moves the entry to `next` (null: drops it) only if its score is still the one read. An entry of the old set
+   * moves into `tenant`'s set (not over an entry there: that one is newer), or stays in the old set when the look
+   * could not tell its tenant.
+   */
+  async settle(e: TreeEntry, next: number | null, tenant?: string): Promise<void> {
+    const to = next === null ? '' : String(next);
+    if (e.tenant !== null) {
+      await this.redis.sessTreeDueSettle(treeDueKey(e.tenant), TENANTS_KEY, e.id, e.score, to, e.tenant);
+      return;
+    }
+    if (next !== null && tenant === undefined) {
+      await this.redis.sessDueSettle(LEGACY_AGENTS_DUE_KEY, e.id, e.score, to);
+      return;
+    }
+    // Moved before it is dropped: a crash between the two leaves it in both sets, and the next look moves it again.
+    if (next !== null && tenant !== undefined)
+      await this.redis.sessTreeDue(treeDueKey(tenant), TENANTS_KEY, e.id, to, tenant, 'NX');
+    await this.redis.sessDueSettle(LEGACY_AGENTS_DUE_KEY, e.id, e.score, '');
+  }
+}
