@@ -24,7 +24,7 @@ import type { Subscription } from '../src/events/hub.js';
 import { streamSink, type CloseReason } from '../src/events/sink.js';
 import { ChatTranslator, type UIChunk } from '../src/chat/chunks.js';
 import { awaitsAgentsOnly } from '../src/chat/event-shapes.js';
-import { replyMessageId, runMessageId, toUIMessages } from '../src/chat/history.js';
+import { keptSteps, replyMessageId, runMessageId, toUIMessages } from '../src/chat/history.js';
 import { chatBody, editRefused } from '../src/chat/request.js';
 import { postAnswers, postUserMessage, regenerate, statusOf } from '../src/chat/post.js';
 import { defineChatCommands, runStartCursor } from '../src/chat/run-start.js';
@@ -314,10 +314,15 @@ const routes: FastifyPluginAsyncZod<{ config: Config }> = async (app, { config }
       const start = active ? await runStartCursor(app.redis, id, config.EVENT_LOG_MAX, agentsPause) : null;
       if (start === null) return reply.code(204).send(null);
       const history = await app.store.history(id);
-      const t = new ChatTranslator(runMessageId(id, history, s.msgBase), [], {
+      const messageId = runMessageId(id, history, s.msgBase);
+      // After a retry the replay starts at the retry's run: the message's steps before it are the history's.
+      const earlier =
+        start.kept === undefined ? [] : keptSteps(id, history, s.msgBase, start.kept, messageId, agents);
+      const t = new ChatTranslator(messageId, [], {
         agents,
         pausedBefore: start.run,
         midRun: start.midRun,
+        earlier,
       });
       stream(req, reply, id, start.cursor, t, null);
     },

@@ -87,19 +87,32 @@ export class ChatTranslator {
    */
   private readonly pausedBefore: string | undefined;
 
+  /** Closed steps the stream starts with, after `start` (a replay after a retry: src/chat/history.ts keptSteps). */
+  private readonly earlier: UIChunk[];
+
   /**
    * `messageId`: the assistant message the stream continues (its `start` names it); `known`: the tool calls the
-   * client's message holds; `agents`: the names of the session's `agent` tools; `pausedBefore`: see above.
+   * client's message holds; `agents`: the names of the session's `agent` tools; `pausedBefore`: see above;
+   * `earlier`: see above (their calls are known).
    */
   constructor(
     private readonly messageId: string | undefined,
     known: Iterable<string> = [],
-    opts: { agents?: Iterable<string>; pausedBefore?: string | undefined; midRun?: boolean } = {},
+    opts: {
+      agents?: Iterable<string>;
+      pausedBefore?: string | undefined;
+      midRun?: boolean;
+      earlier?: UIChunk[];
+    } = {},
   ) {
     this.known = new Set(known);
     this.agents = new Set(opts.agents ?? []);
     this.pausedBefore = opts.pausedBefore;
     this.midRun = opts.midRun ?? false;
+    this.earlier = opts.earlier ?? [];
+    for (const c of this.earlier)
+      if (c.type === 'tool-input-available' && typeof c['toolCallId'] === 'string')
+        this.known.add(c['toolCallId']);
   }
 
   /**
@@ -116,9 +129,12 @@ export class ChatTranslator {
    */
   statusFrom = 0;
 
-  /** The first chunk of the stream. */
+  /** The first chunks of the stream. */
   start(): UIChunk[] {
-    return [this.messageId ? { type: 'start', messageId: this.messageId } : { type: 'start' }];
+    return [
+      this.messageId ? { type: 'start', messageId: this.messageId } : { type: 'start' },
+      ...this.earlier,
+    ];
   }
 
   /** The chunks of one event of the log (none for the events a chat does not show). */

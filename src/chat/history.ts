@@ -7,6 +7,7 @@
  */
 import { blocksOf, type StoredBlock, type StoredMessage } from '../history.js';
 import type { RequiredAction } from '../engine/status.js';
+import type { UIChunk } from './chunks.js';
 import { resultText } from './event-shapes.js';
 
 type UIPart = { type: string } & Record<string, unknown>;
@@ -146,6 +147,50 @@ export function replyMessageId(
   lastRole: string | undefined,
 ): string {
   return `${sessionId}-${base + count + (lastRole === 'user' ? 0 : 1)}`;
+}
+
+/**
+ * The steps of the run's assistant message (`messageId`, as runMessageId names it) that the history's first `kept`
+ * messages hold, as the chunks a stream of them is: a replay that starts at the run a `POST …/retry` started
+ * (src/chat/run-start.ts `kept`) sends them first, as the log still holds the steps the retry dropped and the history
+ * alone says which ones are left. Each step is closed (`finish-step`), so the replay's first turn opens its own. None
+ * when those messages end with no part of that message (the retry dropped all its steps).
+ */
+export function keptSteps(
+  sessionId: string,
+  history: StoredMessage[],
+  base: number,
+  kept: number,
+  messageId: string,
+  agents: ReadonlySet<string>,
+): UIChunk[] {
+  const last = toUIMessages(sessionId, history.slice(0, kept), base, null, agents).at(-1);
+  if (last?.role !== 'assistant' || last.id !== messageId) return [];
+  const out: UIChunk[] = [];
+  last.parts.forEach((p, i) => {
+    // Ids of their own: the replay's are `<iteration>-<block index>` (src/chat/chunks.ts).
+    const id = `kept-${i}`;
+    if (p.type === 'step-start') {
+      if (out.length > 0) out.push({ type: 'finish-step' });
+      out.push({ type: 'start-step' });
+    } else if (p.type === 'text' || p.type === 'reasoning') {
+      const text = p['text'];
+      out.push({ type: `${p.type}-start`, id });
+      if (typeof text === 'string' && text !== '') out.push({ type: `${p.type}-delta`, id, delta: text });
+      out.push({ type: `${p.type}-end`, id });
+    } else if (p.type.startsWith('tool-')) {
+      const toolCallId = p['toolCallId'];
+      const service = p['providerExecuted'] === true ? { providerExecuted: true } : {};
+      const call = { toolCallId, toolName: p.type.slice('tool-'.length), input: p['input'], ...service };
+      out.push({ type: 'tool-input-available', ...call });
+      if (p['state'] === 'output-available')
+        out.push({ type: 'tool-output-available', toolCallId, output: p['output'], ...service });
+      else if (p['state'] === 'output-error')
+        out.push({ type: 'tool-output-error', toolCallId, errorText: p['errorText'], ...service });
+    }
+  });
+  if (out.length > 0) out.push({ type: 'finish-step' });
+  return out;
 }
 
 /** The text of a UIMessage's text parts, joined (how a client's user message is matched with the history's). */

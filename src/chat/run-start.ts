@@ -1,5 +1,5 @@
 /**
- * Where the assistant message of a session's current run starts in its event log (src/chat/lua/run-start-1.lua),
+ * Where the assistant message of a session's current run starts in its event log (src/chat/lua/run-start-2.lua),
  * so a resumed chat stream replays it from its start. The script is defined on the store's client as `chatRunStart`.
  */
 import type { Result } from 'ioredis';
@@ -9,14 +9,16 @@ import { sessionKeys } from '../store/keys.js';
 declare module 'ioredis' {
   interface RedisCommander<Context> {
     /**
-     * run-start-1.lua: the replay's cursor ('0-0': the log's start), the current run's first event ('' when the
-     * scan did not reach it) and whether the message's beginning was found ('1'), or null.
+     * run-start-2.lua: the replay's cursor ('0-0': the log's start), the current run's first event ('' when the
+     * scan did not reach it), whether the message's beginning was found ('1') and, when the replay starts at a
+     * retry's run, the live history's length before that run ('' otherwise); or null.
      */
     chatRunStart(
       events: string,
+      msgs: string,
       maxScanned: number,
       agentsPause: '0' | '1',
-    ): Result<[cursor: string, run: string, whole: '0' | '1'] | null, Context>;
+    ): Result<[cursor: string, run: string, whole: '0' | '1', kept: string] | null, Context>;
   }
 }
 
@@ -32,9 +34,12 @@ export function defineChatCommands(redis: RedisClient): void {
  * Where to replay the assistant message of the session's current run from (`cursor`: the message's earlier runs
  * included, those that paused for the client and those that failed or stopped and were taken up again), the id of
  * the current run's first event (`run`; undefined when the scan did not reach it), and `midRun`: the message's
- * beginning is not in the log any more (the replay starts at the oldest event kept, maybe inside a turn). Null when
- * no run is active according to its log. `agentsPause`: the session waits only for its sub-agents (its run is
- * active, paused for the service), so the log may end with that `requires_action`.
+ * beginning is not in the log any more (the replay starts at the oldest event kept, maybe inside a turn), and
+ * `kept`: after a `POST …/retry`, which dropped steps the log still holds, the replay starts at the run the retry
+ * started, and the message's steps before it are those of the live history's first `kept` messages (undefined when
+ * the replay is the whole message as logged). Null when no run is active according to its log. `agentsPause`: the
+ * session waits only for its sub-agents (its run is active, paused for the service), so the log may end with that
+ * `requires_action`.
  */
 export async function runStartCursor(
   redis: RedisClient,
@@ -42,12 +47,19 @@ export async function runStartCursor(
   maxScanned: number,
   agentsPause: boolean,
 ) {
+  const keys = sessionKeys(sessionId);
   const found = await redis.chatRunStart(
-    sessionKeys(sessionId).events,
+    keys.events,
+    keys.msgs,
     Math.max(1, maxScanned),
     agentsPause ? '1' : '0',
   );
   if (!found) return null;
   // `run` undefined: the run began before the oldest event the log keeps (a long run, a trimmed log).
-  return { cursor: found[0], run: found[1] === '' ? undefined : found[1], midRun: found[2] !== '1' };
+  return {
+    cursor: found[0],
+    run: found[1] === '' ? undefined : found[1],
+    midRun: found[2] !== '1',
+    kept: found[3] === '' ? undefined : Number(found[3]),
+  };
 }

@@ -15,6 +15,7 @@ import {
   type UIMessage,
   type UIMessageChunk,
 } from 'ai';
+import type { FakeMessageReply } from '../../src/offline/wire.js';
 import {
   apiError,
   hang,
@@ -958,13 +959,14 @@ describe('chat routes: the AI SDK UI message stream', () => {
   });
 
   /**
-   * A session whose first step (a text and a call) is recorded and whose second fails upstream, taken up again by
-   * `POST …/<how>`: its new turn is held mid-stream (a reload comes next).
+   * A session whose first step (a text and a call) is recorded, then the steps of `later` (calls too), and whose next
+   * one fails upstream, taken up again by `POST …/<how>`: its new turn is held mid-stream (a reload comes next).
    */
-  async function failedAfterAStep(how: 'resume' | 'retry') {
+  async function failedAfterAStep(how: 'resume' | 'retry', later: FakeMessageReply[] = []) {
     const long = Array.from({ length: 20 }, (_, i) => `w${i}`).join(' ');
     h.fake.enqueue(
       reply([textBlock('Checking.'), toolUse('get_weather', { location: 'Paris' })]),
+      ...later,
       apiError(400, 'invalid_request_error'),
     );
     const id = await session({ tools: ['get_weather'], input: 'weather?', start: true });
@@ -1001,6 +1003,28 @@ describe('chat routes: the AI SDK UI message stream', () => {
     await h.api.waitStatus(id, 'idle');
     assert.deepEqual(JSON.parse(JSON.stringify(chat.messages)), await history(id));
     assert.equal(textOf(chat.messages[1]), long);
+  });
+
+  test('a reload after a retry dropped the last of several steps: the replay carries the steps the history kept', async () => {
+    // The retry drops the second step (the London call) and sends its turn again; the first step stays.
+    const { id, long } = await failedAfterAStep('retry', [toolCall('get_weather', { location: 'London' })]);
+    const locations = (m: UIMessage | undefined) =>
+      (m?.parts ?? []).flatMap((p) =>
+        p.type === 'tool-get_weather' ? [(p.input as { location: string }).location] : [],
+      );
+    const initial = await history(id);
+    assert.deepEqual(locations(initial[1]), ['Paris']);
+    const chat = await reloaded(id, initial);
+    assert.equal(chat.error, undefined);
+    // The replay replaces the message whole: the kept step, then the retry's, and not the dropped one.
+    assert.equal(textOf(chat.messages[1]), `Checking.${long}`);
+    assert.deepEqual(locations(chat.messages[1]), ['Paris']);
+    assert.deepEqual(
+      chat.messages[1]!.parts.map((p) => p.type),
+      ['step-start', 'text', 'tool-get_weather', 'step-start', 'text'],
+    );
+    await h.api.waitStatus(id, 'idle');
+    assert.deepEqual(JSON.parse(JSON.stringify(chat.messages)), await history(id));
   });
 
   test('a reload after a follow-up joined the run: the replay is the answer to the follow-up alone', async () => {

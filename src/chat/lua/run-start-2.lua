@@ -8,17 +8,19 @@
 -- `messages.replaced` (a history rewritten: what came before is not in it as logged). The newest `session.status`
 -- must say `running`, else no run is active. A `POST …/retry` (its `turn.dropped` with reason `retry`) dropped steps
 -- of the runs before it: the replay then starts at the run the retry started (the `running` after it), as the log
--- does not say which of the earlier steps the history still holds.
+-- does not say which of the earlier steps the history still holds; the history does, and the caller shows its
+-- messages before that run (their count is returned) ahead of the replay.
 -- A run that waits only for its sub-agents is still active (the service answers them and the run goes on): the caller,
 -- which can tell such a pause from the session's state (this script cannot: the tools' kinds are not in the log), says
 -- so with ARGV[2] = '1', and a newest status `requires_action` is then passed over as an answered pause is.
--- KEYS[1] events (stream)
+-- KEYS[1] events (stream)  KEYS[2] msgs (list: the live history)
 -- ARGV[1] most entries scanned (>= 1)
 -- ARGV[2] '1': the newest status may be `requires_action` (a pause for sub-agents); '0': it must be `running`
--- Returns {cursor, run, whole}: the id of the entry the replay begins after ('0-0': the log's oldest entry), the id
--- of the newest `running` status (the current run's start; '' when the scan did not reach it) and whole '1' when the
--- replay begins at a turn's start ('0': where the log or the scan starts, maybe inside a turn); or false when the
--- newest status is not `running` (nor an allowed `requires_action`).
+-- Returns {cursor, run, whole, kept}: the id of the entry the replay begins after ('0-0': the log's oldest entry),
+-- the id of the newest `running` status (the current run's start; '' when the scan did not reach it), whole '1' when
+-- the replay begins at a turn's start ('0': where the log or the scan starts, maybe inside a turn), and, when the
+-- replay begins at a retry's run, the number of live history messages before that run ('' otherwise); or false
+-- when the newest status is not `running` (nor an allowed `requires_action`).
 local max = tonumber(ARGV[1])
 local agents_pause = ARGV[2] == '1'
 local last = '+'
@@ -27,6 +29,8 @@ local run, begins = nil, nil
 -- The oldest `running` read so far; whether a retry's `turn.dropped` was read.
 local since = nil
 local rewritten = false
+-- The data of the oldest `turn.started` read so far, and of the oldest one after `since` (decoded only when kept).
+local started, since_started = nil, nil
 local oldest = nil
 local function decoded(d)
   local ok, data = pcall(cjson.decode, d or 'null')
@@ -49,9 +53,17 @@ local function before(id)
   local row = redis.call('XREVRANGE', KEYS[1], '(' .. id, '-', 'COUNT', 1)[1]
   return row and row[1] or '0-0'
 end
+-- The live history's length when the run that `since` starts began: what its first turn was sent with (the retry's
+-- trim and its `running` are one change; a turn's `turn.started` is logged before its reply's commit, or with it),
+-- else, no turn of it having started, the history now (read in this script: no reply of the run is in it yet).
+local function kept()
+  local count = since_started and (decoded(since_started) or {})['message_count']
+  if type(count) == 'number' then return tostring(count) end
+  return tostring(redis.call('LLEN', KEYS[2]))
+end
 while seen < max do
   local rows = redis.call('XREVRANGE', KEYS[1], last, '-', 'COUNT', math.min(64, max - seen))
-  if #rows == 0 then return { begins or '0-0', run or '', begins and '1' or '0' } end
+  if #rows == 0 then return { begins or '0-0', run or '', begins and '1' or '0', '' } end
   for _, row in ipairs(rows) do
     seen = seen + 1
     oldest = row[1]
@@ -64,27 +76,29 @@ while seen < max do
       local s = (decoded(d) or {})['status']
       if not run then
         if s == 'running' then
-          run, since = row[1], row[1]
+          run, since, since_started = row[1], row[1], started
         elseif not (s == 'requires_action' and agents_pause) then
           -- The newest status says the session runs nothing (a pause for sub-agents: a status again each time one of
           -- them answers, the run's start is the `running` before it).
           return false
         end
       elseif s == 'running' then
-        since = row[1]
+        since, since_started = row[1], started
       elseif s ~= 'requires_action' and rewritten and not begins then
         -- An earlier run's end (`idle`, `failed`) before a retry: what it logged may be gone from the history.
-        return { before(since), run, '1' }
+        return { before(since), run, '1', kept() }
       end
+    elseif t == 'turn.started' then
+      started = d
     elseif t == 'turn.dropped' then
       if string.find(d or '', '"reason":"retry"', 1, true) then rewritten = true end
     elseif not begins and (t == 'messages.replaced' or (t == 'message.appended' and asks(d))) then
       begins = row[1]
     end
     -- The question is merged by the run it starts, after its `running`: both are needed.
-    if run and begins then return { begins, run, '1' } end
+    if run and begins then return { begins, run, '1', '' } end
   end
   last = '(' .. rows[#rows][1]
 end
 -- The scan's bound reached first: the replay starts at the oldest entry it read, maybe inside a turn.
-return { oldest and before(oldest) or '0-0', run or '', '0' }
+return { oldest and before(oldest) or '0-0', run or '', '0', '' }
