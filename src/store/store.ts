@@ -450,6 +450,37 @@ export class SessionStore {
   }
 
   /**
+   * A tenant tool call's `tool_task.retried` event for its lost `attempt` of `round`, written once whoever writes it
+   * and however often (tool-retried-2.lua), and only while the session's step waits for the call. True when written
+   * now.
+   */
+  async appendToolRetried(
+    id: string,
+    call: { toolUseId: string; round: number; attempt: number },
+    [type, data]: [string, string],
+  ): Promise<boolean> {
+    const tap = this.eventTap?.(id, [type]);
+    if (tap?.ready) await tap.ready;
+    const [meta, log] = eventLogKeys(id);
+    const written = await this.redis.sessToolRetried(
+      meta,
+      log,
+      channelName(this.redis, eventsChannel(id)),
+      this.options.eventLogMax,
+      Date.now(),
+      NOTICE_MAX_BYTES,
+      this.options.eventLogMaxBytes ?? EVENT_LOG_MAX_BYTES,
+      call.toolUseId,
+      call.round,
+      call.attempt,
+      type,
+      data,
+    );
+    if (written === 1) tap?.landed();
+    return written === 1;
+  }
+
+  /**
    * `appendEvents` for several sessions in one script call (append-events-many.lua): the stream relays' batches of
    * one flush, one command and one round trip for all of them. Each session's log and notice are those
    * `appendEvents` writes. The call is sent at once, outside ioredis's auto-pipelining (src/plugins/redis.ts

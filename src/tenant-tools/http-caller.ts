@@ -90,12 +90,12 @@ export class HttpToolCaller {
       if (free <= 0) continue;
       const got = await this.o.queue.claim(tenant, [HTTP_QUEUE], free, this.worker);
       if (got.length === 0) await this.o.queue.httpIdle(tenant);
-      for (const { rec, input } of got) {
+      for (const { rec, input, owed } of got) {
         this.o.metrics.toolTasks.inc({ event: 'claimed' });
         this.o.metrics.toolTaskClaimLatency.observe((Date.now() - rec.queued_at) / 1000);
         this.inFlight++;
         this.byTenant.set(tenant, (this.byTenant.get(tenant) ?? 0) + 1);
-        void this.run(rec, input)
+        void this.run(rec, input, owed)
           .catch((err) => this.o.log.warn({ err, tenant, tool: rec.name }, 'http tool call failed'))
           .finally(() => {
             this.inFlight--;
@@ -107,7 +107,7 @@ export class HttpToolCaller {
     }
   }
 
-  private async run(rec: TaskRecord, input: unknown): Promise<void> {
+  private async run(rec: TaskRecord, input: unknown, owed: readonly TaskRecord[]): Promise<void> {
     const { queue } = this.o;
     const s = await this.o.store.load(rec.session);
     const def = s?.tenant === rec.tenant ? s.tenantTools[rec.name] : undefined;
@@ -117,8 +117,9 @@ export class HttpToolCaller {
       await queue.settle(rec.tenant, rec.call, 'cancelled');
       return;
     }
-    // Before the call: its `tool.started` comes ahead of its result in the log.
-    await this.o.tasks.logStarted(rec, input, this.worker);
+    // Before the call: its `tool.started` (after the `tool_task.retried` events still owed) comes ahead of its
+    // result in the log.
+    await this.o.tasks.logStarted(rec, input, this.worker, owed);
     const beat = setInterval(
       () => void queue.heartbeat(rec.tenant, rec.offer).catch(() => {}),
       queue.leaseMs / 3,

@@ -21,6 +21,9 @@
  * - `tt:{tt:T}:done` ZSET call → completed at (ms): results not yet delivered to their session (an outbox)
  * - `tt:{tt:T}:gc` ZSET call → when its delivered record (a tombstone against a second enqueue) may go
  * - `tt:{tt:T}:offers` HASH offer id (`tt_…`) → call
+ * - `tt:{tt:T}:owed` HASH `<call> <attempt>` → the call's record as offered again after that attempt's lease was
+ *   lost: its `tool_task.retried` event is owed to the session (written in another slot), until written
+ *   (sweep-10.lua; service.ts `payRetried`)
  * - `tt:http` SET of tenants that have calls of http tools queued (the service's HTTP caller looks at their
  *   queues; tasks.ts `httpIdle` takes a tenant off)
  * - `tt:due` ZSET tenant → when its queue needs a sweep (a lease or deadline falls due, an undelivered result, a
@@ -45,4 +48,5 @@ export const taskKeys = (tenant: string) => ({
   done: `${tag(tenant)}:done`,
   gc: `${tag(tenant)}:gc`,
   offers: `${tag(tenant)}:offers`,
+  owed: `${tag(tenant)}:owed`,
 });

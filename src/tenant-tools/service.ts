@@ -21,6 +21,8 @@ import type { RedisClient } from '../store/lua-commands.js';
 import { WakeChannels, type Wake } from './wake.js';
 import {
   claimedTask,
+  taskRound,
+  toolRetried,
   toolStarted,
   type ClaimedTask,
   type OfferRefusal,
@@ -28,7 +30,6 @@ import {
   type TaskResult,
 } from './task-record.js';
 import type { TaskQueue } from './tasks.js';
-import { eventOf } from '../events/schemas.js';
 import { FailureLog } from '../log.js';
 
 interface ToolTaskOptions {
@@ -144,12 +145,12 @@ export class ToolTasks {
     const got = await this.o.queue.claim(tenant, body.tools, body.max, body.worker_id);
     const out: ClaimedTask[] = [];
     const started: Array<Promise<void>> = [];
-    for (const { rec, input } of got) {
+    for (const { rec, input, owed } of got) {
       if (await this.stillAwaited(rec)) {
         out.push(claimedTask(rec, input));
         this.o.metrics.toolTasks.inc({ event: 'claimed' });
         this.o.metrics.toolTaskClaimLatency.observe((Date.now() - rec.queued_at) / 1000);
-        started.push(this.logStarted(rec, input));
+        started.push(this.logStarted(rec, input, rec.worker, owed));
       } else {
         await this.o.queue.settle(tenant, rec.call, 'cancelled');
         this.o.metrics.toolTasks.inc({ event: 'cancelled' });
@@ -162,13 +163,45 @@ export class ToolTasks {
     return out;
   }
 
-  /** The `tool.started` of an attempt given out; a log that cannot be written does not take the task back. */
-  logStarted(rec: TaskRecord, input: unknown, worker = rec.worker): Promise<void> {
-    return this.o.deps.store.appendEvents(rec.session, [toolStarted(rec, input, worker)]).then(
+  /**
+   * The `tool.started` of an attempt given out, after the `tool_task.retried` events its claim found still owed (a
+   * sweeper died before writing them: `owed`, from the claim), so a follower never sees an attempt without the
+   * retry before it. A log that cannot be written does not take the task back (an owed event is then left to the
+   * sweep).
+   */
+  async logStarted(
+    rec: TaskRecord,
+    input: unknown,
+    worker = rec.worker,
+    owed: readonly TaskRecord[] = [],
+  ): Promise<void> {
+    for (const lost of owed) await this.payRetried(lost);
+    await this.o.deps.store.appendEvents(rec.session, [toolStarted(rec, input, worker)]).then(
       () => {},
       (err: unknown) =>
         this.o.log.warn({ err, session: rec.session, tool: rec.name }, 'tool.started not logged'),
     );
+  }
+
+  /**
+   * Writes the owed `tool_task.retried` of `rec`'s lost attempt (`rec` as the sweep offered it again), then clears
+   * the debt. The sweep that lost the lease records the debt in the tenant's slot with the offer (sweep-10.lua); the
+   * event is in the session's slot, so the two cannot be one write: a writer killed between them leaves the debt to
+   * the call's next claim or the next sweep, and two replicas may pay it at once. The session's script writes it
+   * once per attempt all the same (tool-retried-2.lua), so paying again is harmless; the debt is cleared only after
+   * the write, so it is never lost. A failed write leaves it to the next sweep (the tenant stays due meanwhile).
+   */
+  private async payRetried(rec: TaskRecord): Promise<void> {
+    try {
+      await this.o.deps.store.appendToolRetried(
+        rec.session,
+        { toolUseId: rec.tool_use_id, round: taskRound(rec.call), attempt: rec.attempt },
+        toolRetried(rec),
+      );
+      await this.o.queue.paidRetried(rec);
+    } catch (err) {
+      this.o.log.warn({ err, session: rec.session, tool: rec.name }, 'tool_task.retried not logged');
+    }
   }
 
   /**
@@ -313,24 +346,11 @@ export class ToolTasks {
 
   /** One tenant's sweep (the scripts make a double sweep harmless). */
   private async sweepTenant(tenant: string): Promise<void> {
-    const { changes, idle } = await this.o.queue.sweep(tenant);
-    for (const { kind, rec } of changes) {
-      if (kind === 'retried') {
-        this.o.metrics.toolTasks.inc({ event: 'retried' });
-        await this.o.deps.store
-          .appendEvents(rec.session, [
-            eventOf('tool_task.retried', {
-              tool_use_id: rec.tool_use_id,
-              name: rec.name,
-              attempt: rec.attempt,
-              next_attempt: rec.attempt + 1,
-              worker_id: rec.worker,
-              reason: 'lease_expired',
-            }),
-          ])
-          .catch(() => {});
-      } else this.o.metrics.toolTasks.inc({ event: 'timed_out' });
-    }
+    const { changes, owed, idle } = await this.o.queue.sweep(tenant);
+    for (const { kind } of changes)
+      this.o.metrics.toolTasks.inc({ event: kind === 'retried' ? 'retried' : 'timed_out' });
+    // The calls this sweep offered again, and the debts a dead sweeper (or a failed write) left.
+    for (const rec of owed) await this.payRetried(rec);
     if (idle) return;
     // Results completed a while ago and still here: their replica died before delivering them (or this sweep
     // failed them just now).

@@ -11,6 +11,9 @@ export type TaskState = 'queued' | 'leased' | 'done' | 'delivered' | 'cancelled'
 export const taskCallId = (session: string, toolUseId: string, round: number) =>
   `${session}:${toolUseId}#${round}`;
 
+/** The round of a call (`taskCallId`'s last part). */
+export const taskRound = (call: string) => Number(call.slice(call.lastIndexOf('#') + 1));
+
 /** A call's record in the queue (JSON of scalars only: the scripts decode it). */
 export interface TaskRecord {
   call: string;
@@ -79,4 +82,15 @@ export const toolStarted = (rec: TaskRecord, input: unknown, worker: string): [s
     attempt: rec.attempt,
     worker_id: worker,
     task_id: rec.offer,
+  });
+
+/** The `tool_task.retried` event of the attempt whose lease was lost, `rec` being the call as offered again. */
+export const toolRetried = (rec: TaskRecord): [string, string] =>
+  eventOf('tool_task.retried', {
+    tool_use_id: rec.tool_use_id,
+    name: rec.name,
+    attempt: rec.attempt,
+    next_attempt: rec.attempt + 1,
+    worker_id: rec.worker,
+    reason: 'lease_expired',
   });

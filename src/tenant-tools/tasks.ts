@@ -45,6 +45,16 @@ interface NewTask {
 
 const keyList = (tenant: string) => taskKeys(tenant);
 
+/**
+ * A call a claim offered: its record, its input, and the records of its earlier attempts whose `tool_task.retried`
+ * is still owed (their sweeper died before writing it), to be written before this attempt's `tool.started`.
+ */
+export interface ClaimedCall {
+  rec: TaskRecord;
+  input: unknown;
+  owed: TaskRecord[];
+}
+
 export class TaskQueue {
   constructor(
     private readonly redis: RedisClient,
@@ -108,12 +118,7 @@ export class TaskQueue {
   }
 
   /** Offers up to `max` queued calls of `tools` to `worker`; records the worker as seen (one script, two ZADDs). */
-  async claim(
-    tenant: string,
-    tools: readonly string[],
-    max: number,
-    worker: string,
-  ): Promise<Array<{ rec: TaskRecord; input: unknown }>> {
+  async claim(tenant: string, tools: readonly string[], max: number, worker: string): Promise<ClaimedCall[]> {
     const k = keyList(tenant);
     const now = Date.now();
     const prefix = `tt_${randomBytes(9).toString('base64url').replace(/[-_]/g, 'x')}`;
@@ -128,6 +133,7 @@ export class TaskQueue {
         k.ready,
         k.leased,
         k.offers,
+        k.owed,
         now,
         this.leaseMs,
         max,
@@ -137,9 +143,13 @@ export class TaskQueue {
       ),
       this.seen(tenant, tools, worker, now),
     ]);
-    const out: Array<{ rec: TaskRecord; input: unknown }> = [];
-    for (let i = 0; i + 1 < rows.length; i += 2) {
-      out.push({ rec: decodeStored<TaskRecord>(rows[i]!), input: decodeStored<unknown>(rows[i + 1]!) });
+    const out: ClaimedCall[] = [];
+    for (let i = 0; i + 2 < rows.length; i += 3) {
+      out.push({
+        rec: decodeStored<TaskRecord>(rows[i]!),
+        input: decodeStored<unknown>(rows[i + 1]!),
+        owed: decodeStored<TaskRecord[]>(rows[i + 2]!),
+      });
     }
     return out;
   }
@@ -310,7 +320,11 @@ export class TaskQueue {
   async sweep(
     tenant: string,
     limit = 100,
-  ): Promise<{ changes: Array<{ kind: 'retried' | 'failed'; rec: TaskRecord }>; idle: boolean }> {
+  ): Promise<{
+    changes: Array<{ kind: 'retried' | 'failed'; rec: TaskRecord }>;
+    owed: TaskRecord[];
+    idle: boolean;
+  }> {
     const k = keyList(tenant);
     const now = Date.now();
     const [live, gc, ...rows] = await this.redis.ttSweep(
@@ -323,6 +337,7 @@ export class TaskQueue {
       k.done,
       k.gc,
       k.offers,
+      k.owed,
       now,
       limit,
       channelName(this.redis, wakeChannel(tenant)),
@@ -330,18 +345,26 @@ export class TaskQueue {
     const at = this.dueAt(Number(live), Number(gc), now);
     await this.reschedule(tenant, at);
     const out: Array<{ kind: 'retried' | 'failed'; rec: TaskRecord }> = [];
+    const owed: TaskRecord[] = [];
     for (let i = 0; i + 1 < rows.length; i += 2) {
-      out.push({
-        kind: rows[i] === 'retried' ? 'retried' : 'failed',
-        rec: decodeStored<TaskRecord>(String(rows[i + 1])),
-      });
+      const rec = decodeStored<TaskRecord>(String(rows[i + 1]));
+      if (rows[i] === 'owed') owed.push(rec);
+      else out.push({ kind: rows[i] === 'retried' ? 'retried' : 'failed', rec });
     }
     // An http call offered again after its claimant's lease lapsed (the claimant's replica died): the tenant may have
     // left `tt:http` while the call was leased.
     if (out.some((o) => o.kind === 'retried' && o.rec.queue === HTTP_QUEUE))
       await this.redis.sadd(HTTP_TENANTS_KEY, tenant);
-    // Idle: no call queued, leased or undelivered (so no result to deliver either).
-    return { changes: out, idle: Number(live) < 0 };
+    // Idle: no call queued, leased or undelivered (so no result to deliver either), no event owed.
+    return { changes: out, owed, idle: Number(live) < 0 };
+  }
+
+  /**
+   * The `tool_task.retried` event of `rec`'s lost attempt (`rec` as offered again, sweep-10.lua) is written: its debt
+   * goes. One HDEL, harmless when repeated: an attempt's debt is recorded once, by the sweep that lost its lease.
+   */
+  async paidRetried(rec: TaskRecord): Promise<void> {
+    await this.redis.hdel(keyList(rec.tenant).owed, `${rec.call} ${rec.attempt}`);
   }
 
   /**
@@ -364,7 +387,7 @@ export class TaskQueue {
     if (at === null) await this.redis.zrem(TASKS_DUE_KEY, tenant);
     else await this.redis.zadd(TASKS_DUE_KEY, at, tenant);
     const k = keyList(tenant);
-    const [live, gc] = await this.redis.ttPending(k.leased, k.deadline, k.done, k.gc);
+    const [live, gc] = await this.redis.ttPending(k.leased, k.deadline, k.done, k.gc, k.owed);
     const again = this.dueAt(Number(live), Number(gc), Date.now());
     if (again !== null) await this.schedule(tenant, again);
   }

@@ -68,6 +68,7 @@ describe('Lua lives in .lua files', () => {
       'sessRenew',
       'sessRunSlotPrune',
       'sessRunSlotTake',
+      'sessToolRetried',
       'sessTreeDue',
       'sessTreeDueSettle',
     ]);

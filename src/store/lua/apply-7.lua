@@ -13,8 +13,8 @@
 --         turn); `queue.none` is applied when nothing was queued.
 --         `queue.results` (instead of `queue.base`): the tool results turn, each entry `{id}` (the call's stored result,
 --         meta field `result:<id>`) or `{id, block}`; `queue.cache_last` marks its last block
---         (includes/blocks.lua `blocks_results`). An `hset` that clears `pending` drops every `result:*` and
---         `reported:*` field.
+--         (includes/blocks.lua `blocks_results`). An `hset` that clears `pending` drops every `result:*`,
+--         `reported:*` and `retried:*` field.
 --         `compact` `{count, at_iteration, summary}` (applied first): the first `count` messages of the history
 --         move, as they are, into a new segment `{"at_iteration":n,"messages":[…]}` pushed to KEYS[7], and the
 --         summary message (JSON) takes their place; `msg_base` grows by `count`.

@@ -115,6 +115,23 @@ declare module 'ioredis' {
     sessClientTokenRevoke(tokens: string, id: string): Result<number, Context>;
     /** append-events-2.lua: meta, events, then channel, max, now, notice bytes, max bytes, and type, data pairs. */
     sessAppendEvents(...args: Array<string | number>): Result<string, Context>;
+    /** tool-retried-2.lua: 1 when the event was written, 0 when it was before (or the call is no longer awaited). */
+    sessToolRetried(
+      ...args: [
+        meta: string,
+        events: string,
+        channel: string,
+        eventLogMax: number,
+        now: number,
+        noticeMaxBytes: number,
+        eventLogMaxBytes: number,
+        toolUseId: string,
+        round: number,
+        attempt: number,
+        type: string,
+        data: string,
+      ]
+    ): Result<number, Context>;
     /** append-events-many.lua: numkeys, meta and events of each session, then max, now, notice bytes, max bytes, and per session channel, count, type, data pairs. */
     sessAppendEventsMany(...args: Array<string | number>): Result<number, Context>;
     /** run-slot-take-1.lua: 1 when the slot was taken. */

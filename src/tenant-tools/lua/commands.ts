@@ -43,10 +43,10 @@ declare module 'ioredis' {
         channel: string,
       ]
     ): Result<number, Context>;
-    /** claim-5.lua: record, input pairs. */
+    /** claim-6.lua: record, input, owed (a JSON array of records) triples. */
     ttClaim(
       ...args: [
-        ...keys: Keys<5>,
+        ...keys: Keys<6>,
         now: number,
         leaseMs: number,
         max: number,
@@ -69,12 +69,12 @@ declare module 'ioredis' {
     ): Result<string[], Context>;
     /** settle-8.lua: 1 when the call was known. */
     ttSettle(...args: [...keys: Keys<8>, call: string, state: string, gcAt: number]): Result<number, Context>;
-    /** sweep-9.lua: next due, live then gc (ms, -1: none), then kind, record pairs. */
+    /** sweep-10.lua: next due, live then gc (ms, -1: none), then kind, record pairs. */
     ttSweep(
-      ...args: [...keys: Keys<9>, now: number, limit: number, channel: string]
+      ...args: [...keys: Keys<10>, now: number, limit: number, channel: string]
     ): Result<Array<number | string>, Context>;
-    /** pending-4.lua: `[live, gc]`, when the queue next needs a sweep (ms, -1: none). */
-    ttPending(...keys: Keys<4>): Result<[live: number, gc: number], Context>;
+    /** pending-5.lua: `[live, gc]`, when the queue next needs a sweep (ms, -1: none). */
+    ttPending(...keys: Keys<5>): Result<[live: number, gc: number], Context>;
     /** due-claim-1.lua: the due tenants taken, each held until `hold`. */
     ttDueClaim(due: string, now: number, limit: number, hold: number): Result<string[], Context>;
     /** http-left-1.lua: 1 when the tenant has calls of http tools queued. */

@@ -41,11 +41,14 @@ local function blocks_results(meta, entries, cache_last)
   end
   return '[' .. table.concat(out, ',') .. ']'
 end
--- Drops every `result:*` and `reported:*` field of `meta`: they live as long as its pending step (store/pending.ts).
+-- Drops every `result:*`, `reported:*` and `retried:*` field of `meta`: they live as long as its pending step
+-- (store/pending.ts; `retried:*`: tool-retried-2.lua).
 local function blocks_drop_results(meta)
   local drop = {}
   for _, f in ipairs(redis.call('HKEYS', meta)) do
-    if string.sub(f, 1, 7) == 'result:' or string.sub(f, 1, 9) == 'reported:' then drop[#drop + 1] = f end
+    if string.sub(f, 1, 7) == 'result:' or string.sub(f, 1, 9) == 'reported:' or string.sub(f, 1, 8) == 'retried:' then
+      drop[#drop + 1] = f
+    end
   end
   if #drop > 0 then redis.call('HDEL', meta, unpack(drop)) end
 end

@@ -1,10 +1,12 @@
 -- claim: offer the oldest queued calls of the given queues (tool names, or `~http`) that are due to one claimant,
 -- each under a new offer id and a lease. It reads only the asked queues' indexes (includes/queue-key.lua), at most
 -- `max` entries of each, so its cost does not grow with the calls of other tools the tenant has queued.
--- KEYS[1] calls  KEYS[2] inputs  KEYS[3] ready  KEYS[4] leased  KEYS[5] offers
+-- KEYS[1] calls  KEYS[2] inputs  KEYS[3] ready  KEYS[4] leased  KEYS[5] offers  KEYS[6] owed (sweep-10.lua)
 -- ARGV[1] now ms  ARGV[2] lease ms  ARGV[3] most calls  ARGV[4] worker id
 -- ARGV[5] offer id prefix (random; the offer's index is appended)  ARGV[6..] queues
--- Returns record (JSON), input (JSON text) pairs, one per call offered.
+-- Returns record (JSON), input (JSON text), owed triples, one per call offered: `owed` is a JSON array of the records
+-- of the call's earlier attempts whose `tool_task.retried` is still owed (a sweeper died before writing it), which
+-- the claimant writes before this attempt's `tool.started`; they stay owed until written.
 --- @include "includes/queue-key"
 local now = tonumber(ARGV[1])
 local max = tonumber(ARGV[3])
@@ -68,6 +70,15 @@ while stale and n < max do
       redis.call('HSET', KEYS[5], offer, call)
       out[#out + 1] = enc
       out[#out + 1] = redis.call('HGET', KEYS[2], call) or 'null'
+      local owed = {}
+      if rec.attempt > 1 then
+        local fields = {}
+        for a = 1, rec.attempt - 1 do fields[a] = call .. ' ' .. a end
+        for _, v in ipairs(redis.call('HMGET', KEYS[6], unpack(fields))) do
+          if v then owed[#owed + 1] = v end
+        end
+      end
+      out[#out + 1] = '[' .. table.concat(owed, ',') .. ']'
       n = n + 1
     else
       stale = true

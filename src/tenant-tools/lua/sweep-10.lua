@@ -1,10 +1,17 @@
 -- sweep: a tenant's queue, due: expired leases (offered again with the next attempt, or failed after the last),
 -- calls past their deadline (failed), and tombstones past their gc time (gone, with their offers).
 -- KEYS[1] calls  KEYS[2] inputs  KEYS[3] results  KEYS[4] ready  KEYS[5] leased  KEYS[6] deadline  KEYS[7] done
--- KEYS[8] gc  KEYS[9] offers
+-- KEYS[8] gc  KEYS[9] offers  KEYS[10] owed
 -- ARGV[1] now ms  ARGV[2] most entries handled per kind  ARGV[3] wake channel
 -- Returns: when the queue next needs a sweep, live then gc (includes/next-due.lua: ms, -1 for none), then kind,
--- record (JSON) pairs: 'retried' (offered again) or 'failed' (its `is_error` result waits in `done`).
+-- record (JSON) pairs: 'retried' (offered again) or 'failed' (its `is_error` result waits in `done`), then 'owed'
+-- pairs: the records of the lost attempts whose `tool_task.retried` event is owed (those offered again by this
+-- sweep among them).
+-- A call offered again owes its session a `tool_task.retried` event, written by the caller in the session's slot,
+-- so after this script: the debt is recorded here, in the same write as the offer (`owed`: `<call> <attempt>` →
+-- the record as offered again), and cleared only once the event is written. A sweeper killed between the two
+-- leaves it for the next claim of the call (claim-6.lua hands it out before `tool.started`) or the next sweep on any
+-- replica; the session's write is once per attempt whoever makes it (src/store/lua/tool-retried-2.lua).
 --- @include "includes/next-due"
 --- @include "includes/queue-key"
 local now = tonumber(ARGV[1])
@@ -35,6 +42,7 @@ for _, call in ipairs(redis.call('ZRANGEBYSCORE', KEYS[5], '-inf', now, 'LIMIT',
         rec.offer = ''
         local enc = cjson.encode(rec)
         redis.call('HSET', KEYS[1], call, enc)
+        redis.call('HSET', KEYS[10], call .. ' ' .. rec.attempt, enc)
         redis.call('ZADD', KEYS[4], rec.queued_at, rec.queue .. ' ' .. call)
         redis.call('ZADD', queue_key(KEYS[4], rec.queue), rec.queued_at, call)
         redis.call('PUBLISH', ARGV[3], rec.queue)
@@ -70,7 +78,14 @@ for _, call in ipairs(redis.call('ZRANGEBYSCORE', KEYS[8], '-inf', now, 'LIMIT',
     redis.call('HDEL', KEYS[3], call)
   end
 end
-local live, gc = next_due(KEYS[5], KEYS[6], KEYS[7], KEYS[8])
+-- The debts still open: small (an entry lives from a lost lease until its event is written), so one HSCAN page holds
+-- them all but for a backlog, which later sweeps take on.
+local owed = redis.call('HSCAN', KEYS[10], 0, 'COUNT', limit)[2]
+for i = 2, #owed, 2 do
+  out[#out + 1] = 'owed'
+  out[#out + 1] = owed[i]
+end
+local live, gc = next_due(KEYS[5], KEYS[6], KEYS[7], KEYS[8], KEYS[10])
 table.insert(out, 1, gc)
 table.insert(out, 1, live)
 return out
