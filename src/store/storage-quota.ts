@@ -1,7 +1,9 @@
+import { randomBytes } from 'node:crypto';
 import type { Redis, Cluster } from 'ioredis';
 import { quotaExceeded } from '../errors.js';
 import type { ApplyOps, Guard } from './apply-ops.js';
 import { CounterBatch } from './counter-batch.js';
+import { sessionKeys } from './keys.js';
 
 /**
  * The per-tenant storage quota (TENANT_MAX_BYTES). Each write of a session counts the bytes it adds — the messages
@@ -14,8 +16,23 @@ import { CounterBatch } from './counter-batch.js';
  * A client's write (create, follow-up, result, PATCH…: every apply without a run's fence) is refused with 429
  * `quota_exceeded` (`details.quota: "storage_bytes"`) once the tenant's count reaches the limit; a run's own
  * commits are not (a turn's size is bounded by MAX_TURN_BYTES), so a run in flight ends normally.
+ *
+ * A destroy gives the bytes back across slots too, so it records them first in the tenant's slot (`owe`: session id →
+ * `<token> <bytes> <at>`, HSETNX), then deletes the session, then settles the record (bytes-owed-2.lua: the DECRBY
+ * and the HDEL in one step, so a retried or second delete never gives back twice). A delete killed after its script
+ * leaves the record; the tenant's next quota check (`used`) pays each record whose session is gone, and drops one
+ * whose session is still there after OWED_STALE_MS (a delete killed before its script, or refused).
  */
 export const storageKey = (tenant: string) => `t:{${tenant}}:bytes`;
+/** HASH session id → `<token> <bytes> <at ms>`: the bytes a delete of that session is to give back (see above). */
+export const storageOwedKey = (tenant: string) => `t:{${tenant}}:bytes:owed`;
+
+/**
+ * A record whose session still exists this long after it was written is dropped: its delete never ran (killed
+ * before its script) or was refused. A delete that takes longer between its record and its script gives nothing back
+ * (the count stays an upper bound).
+ */
+const OWED_STALE_MS = 60_000;
 
 /** Bytes `ops` adds to a session (0 for a write that only changes state). */
 export function addedBytes(ops: ApplyOps, guard: Guard): number {
@@ -48,7 +65,7 @@ export class StorageQuota {
   async check(tenant: string, ops: ApplyOps, guard: Guard, refuse = true): Promise<number> {
     const n = addedBytes(ops, guard);
     if (refuse && n > 0 && this.maxBytes > 0 && guard.fence === undefined) {
-      const used = Number((await this.redis.get(storageKey(tenant))) ?? 0);
+      const used = await this.used(tenant);
       if (used + n > this.maxBytes)
         throw quotaExceeded('storage_bytes', this.maxBytes, 'bytes stored (TENANT_MAX_BYTES)');
     }
@@ -61,11 +78,51 @@ export class StorageQuota {
    */
   async charge(tenant: string, n: number): Promise<void> {
     if (n > 0 && this.maxBytes > 0) {
-      const used = Number((await this.redis.get(storageKey(tenant))) ?? 0);
+      const used = await this.used(tenant);
       if (used + n > this.maxBytes)
         throw quotaExceeded('storage_bytes', this.maxBytes, 'bytes stored (TENANT_MAX_BYTES)');
     }
     await this.add(tenant, n);
+  }
+
+  /**
+   * The tenant's count, after paying what deletes killed after their script left owed (one round trip: the GET and
+   * the HGETALL auto-pipelined, same slot; more only when a record is there).
+   */
+  private async used(tenant: string): Promise<number> {
+    const [count, owed] = await Promise.all([
+      this.redis.get(storageKey(tenant)),
+      this.redis.hgetall(storageOwedKey(tenant)),
+    ]);
+    let used = Number(count ?? 0);
+    for (const [id, rec] of Object.entries(owed)) {
+      const [token = '', , at = '0'] = rec.split(' ');
+      // A record whose session is gone: its delete ran and was killed before settling (or settles right now: the
+      // script pays once, whoever comes first).
+      if ((await this.redis.exists(sessionKeys(id).meta)) === 0)
+        used -= await this.settle(tenant, id, 'pay', token);
+      else if (Date.now() - Number(at) > OWED_STALE_MS) await this.settle(tenant, id, 'drop', token);
+    }
+    return used;
+  }
+
+  /**
+   * Records what a delete of session `id` will give back, before its script: the token of the record written, or
+   * null when a record was there already (another delete's, which the settle after a successful delete pays all the
+   * same).
+   */
+  async owe(tenant: string, id: string, bytes: number): Promise<string | null> {
+    const token = randomBytes(9).toString('base64url');
+    const set = await this.redis.hsetnx(storageOwedKey(tenant), id, `${token} ${bytes} ${Date.now()}`);
+    return set === 1 ? token : null;
+  }
+
+  /**
+   * Settles the record of a delete of `id` (bytes-owed-2.lua): `pay` (the session is gone) gives its bytes back
+   * and drops it, `drop` only drops it; only the record of `token` ('': whichever is there). The bytes given back.
+   */
+  settle(tenant: string, id: string, how: 'pay' | 'drop', token: string): Promise<number> {
+    return this.redis.sessBytesOwed(storageKey(tenant), storageOwedKey(tenant), id, how, token);
   }
 
   /** Adds `n` bytes to the tenant's counter (with the other writes of this event-loop turn: CounterBatch). */

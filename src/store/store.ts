@@ -549,6 +549,20 @@ export class SessionStore {
     const tap = this.eventTap?.(id, ['session.deleted'], tenant);
     if (tap?.ready) await tap.ready;
     const bytes = Number((await this.redis.hget(k.meta, 'bytes')) ?? 0);
+    // What the delete gives back, recorded in the tenant's slot before the script (storage-quota.ts): a process
+    // killed between the script and the settle below leaves it for the tenant's next quota check. `owed`: the
+    // token of the record written here (null: another delete's record is there). Not recorded on a full Redis: the
+    // delete must work then too, and gives the bytes back as before, after its script.
+    let owed: string | null = null;
+    let recorded = false;
+    if (bytes > 0) {
+      try {
+        owed = await this.storage.owe(tenant, id, bytes);
+        recorded = true;
+      } catch (err) {
+        if (!isOutOfMemory(err)) throw err;
+      }
+    }
     let done: number;
     try {
       done = await this.redis.sessDestroy(
@@ -563,9 +577,15 @@ export class SessionStore {
       // Redis full (noeviction): a delete frees memory, so it must work then too. Plain UNLINKs are never refused
       // for memory (the script is, when its first write would add); live readers then learn of it by the 404.
       // (A swept delete, guarded by a revision, is not forced: it is tried again by the next sweep.)
-      if (!isOutOfMemory(err) || opts.revision !== undefined) throw err;
+      if (!isOutOfMemory(err) || opts.revision !== undefined) {
+        if (owed !== null) await this.storage.settle(tenant, id, 'drop', owed);
+        throw err;
+      }
       done = (await this.redis.unlink(...this.keyList(k), k.tokens)) > 0 ? 1 : 0;
     }
+    // Not deleted here (refused, or gone already): this delete's own record goes, nothing given back; another's
+    // stays for its delete (or the next quota check) to settle.
+    if (done !== 1 && owed !== null) await this.storage.settle(tenant, id, 'drop', owed);
     if (done === -1) return false;
     if (done === 1) tap?.landed();
     this.tenants.delete(id);
@@ -573,9 +593,11 @@ export class SessionStore {
       this.index.remove(tenant, id, createdAt),
       this.runs.end(id, tenant, true),
       done === 1
-        ? this.storage.add(tenant, -bytes).catch((err: unknown) => {
-            if (!isOutOfMemory(err)) throw err; // still full after the delete: the count stays high (an upper bound)
-          })
+        ? (recorded ? this.storage.settle(tenant, id, 'pay', '') : this.storage.add(tenant, -bytes)).catch(
+            (err: unknown) => {
+              if (!isOutOfMemory(err)) throw err; // still full after the delete: the count stays high (an upper bound)
+            },
+          )
         : null,
       this.redis.zrem(ACTIONS_DUE_KEY, id),
       this.redis.zrem(EXPIRY_DUE_KEY, id),

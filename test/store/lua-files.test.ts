@@ -51,6 +51,7 @@ describe('Lua lives in .lua files', () => {
       'sessAppendEvents',
       'sessAppendEventsMany',
       'sessApply',
+      'sessBytesOwed',
       'sessChildUsage',
       'sessClientTokenMint',
       'sessClientTokenRevoke',

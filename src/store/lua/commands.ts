@@ -75,6 +75,14 @@ declare module 'ioredis' {
         revision: string,
       ]
     ): Result<number, Context>;
+    /** bytes-owed-2.lua: the bytes given back (0: none). */
+    sessBytesOwed(
+      count: string,
+      owed: string,
+      session: string,
+      how: 'pay' | 'drop',
+      token: string,
+    ): Result<number, Context>;
     /** due-settle-1.lua: 1 when the member still had the score read and was moved (or dropped). */
     sessDueSettle(key: string, member: string, score: string, next: string): Result<number, Context>;
     /** tree-due-2.lua: 1 when the member's score was written (XX: it was a member; NX: it was not). */
