@@ -48,6 +48,21 @@ describe('chat run start: the history kept before a retry', () => {
     assert.equal((await runStartCursor(r, id, 1000, false))?.kept, 3);
   });
 
+  test('a retry from a pause (requires_action): the replay starts at its run, the history kept before it', async () => {
+    const id = 'ses_runstartkept3';
+    // A question, a step that paused for a client's call; the retry drops that step from the pause.
+    await log(id, 'session.status', { status: 'running' });
+    await log(id, 'message.appended', { role: 'user', content: [{ type: 'text', text: 'weather?' }] });
+    await log(id, 'turn.started', { iteration: 1, message_count: 1 });
+    await log(id, 'session.status', { status: 'requires_action' });
+    await log(id, 'turn.dropped', { iteration: 1, reason: 'retry' });
+    const retried = await log(id, 'session.status', { status: 'running' });
+    await push(id, 1);
+    const start = await runStartCursor(r, id, 1000, false);
+    assert.equal(start?.run, retried);
+    assert.equal(start?.kept, 1, 'the dropped step is not replayed from the log');
+  });
+
   test('no retry: the whole message is replayed, nothing kept', async () => {
     const id = 'ses_runstartkept2';
     await log(id, 'session.status', { status: 'running' });

@@ -84,8 +84,9 @@ while seen < max do
         end
       elseif s == 'running' then
         since, since_started = row[1], started
-      elseif s ~= 'requires_action' and rewritten and not begins then
-        -- An earlier run's end (`idle`, `failed`) before a retry: what it logged may be gone from the history.
+      elseif rewritten and not begins then
+        -- An earlier run's end (`idle`, `failed`) or pause (`requires_action`: a retry may start from one) before a
+        -- retry: what it logged may be gone from the history.
         return { before(since), run, '1', kept() }
       end
     elseif t == 'turn.started' then
