@@ -84,8 +84,7 @@ export async function createSession(
   const { state, messages, start } = built;
   if (parent) state.parent = parent;
   // A session of a sub-agent tree is watched before it exists: its runs' ends then wake the agents' sweep.
-  if (parent || body.tools.some(isAgentTool))
-    await deps.store.runs.trees.watch(state.id, tenant, Date.now() + 60_000);
+  if (parent || body.tools.some(isAgentTool)) await deps.store.runs.trees.watch(state.id, tenant);
   await insertSession(deps, state, messages, []);
   if (start) await startRun(deps, state.id);
   return state;

@@ -92,8 +92,7 @@ export async function forkSession(
     parent: null,
   };
   // Its own sub-agents' calls are watched as a created session's are (create.ts, src/agents/sweep.ts).
-  if (forked.tools.some(isAgentTool))
-    await store.runs.trees.watch(forked.id, forked.tenant, Date.now() + 60_000);
+  if (forked.tools.some(isAgentTool)) await store.runs.trees.watch(forked.id, forked.tenant);
   try {
     await insertSession(deps, forked, history, kept, { forked_from: id });
   } catch (err) {

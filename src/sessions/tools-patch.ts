@@ -25,7 +25,7 @@ export async function toolsPatch(
   const copies = await deps.toolbox.check(s.tenant, tools);
   await checkAgents(deps, s.tenant, tools, s.parent?.depth ?? 1);
   // A session given a sub-agent is watched by the agents' sweep from now on (src/agents/sweep.ts).
-  if (tools.some(isAgentTool)) await deps.store.runs.trees.watch(s.id, s.tenant, Date.now() + 60_000);
+  if (tools.some(isAgentTool)) await deps.store.runs.trees.watch(s.id, s.tenant);
   // The tools of earlier sets keep their copies (the runners may still send them: tools_base); named again, a tool
   // is copied anew.
   const tenantTools = { ...s.tenantTools, ...copies };

@@ -36,9 +36,19 @@ const wakeScore = () => String(Date.now() + Math.random() * 0.999);
 export class TreeDue {
   constructor(private readonly redis: RedisClient) {}
 
-  /** Makes the session a member of its tenant's due set, looked at after `atMs` (set, whatever it was). */
-  async watch(id: string, tenant: string, atMs: number): Promise<void> {
-    await this.redis.sessTreeDue(treeDueKey(tenant), TENANTS_KEY, id, String(atMs), tenant, '');
+  /**
+   * Makes the session a member of its tenant's due set, first looked at a minute from now (set, whatever it was): a
+   * safety net, as its runs' ends wake it sooner.
+   */
+  async watch(id: string, tenant: string): Promise<void> {
+    await this.redis.sessTreeDue(
+      treeDueKey(tenant),
+      TENANTS_KEY,
+      id,
+      String(Date.now() + 60_000),
+      tenant,
+      '',
+    );
   }
 
   /** A member looked at now (its run ended, a child of it was deleted, …). Not for sessions that are not members. */

@@ -4,6 +4,8 @@
  * when the lease expires, failed after `max_attempts` or `timeout_ms`, and its result waits in an outbox until it is
  * delivered to its session (src/tenant-tools/service.ts). Keys in keys.ts; each method one script or command unless
  * its JSDoc says otherwise.
+ *
+ * Over 400 lines: every operation on a tenant's queue keys is one method here, which keeps them behind one door.
  */
 import { randomBytes } from 'node:crypto';
 import { decodeStored } from '../store/decode.js';
