@@ -8,7 +8,7 @@
  *
  * Before, every member was in one set, `agents:due`, oldest first across tenants. A replica of that version (in a
  * rolling upgrade) may still write there, and members written then are still there: a pass also takes that set's
- * due members, and the sweep's look moves each into its tenant's set.
+ * due members (as one more tenant's), and the sweep's look moves each into its tenant's set.
  */
 import type { RedisClient } from './lua-commands.js';
 
@@ -57,30 +57,39 @@ export class TreeDue {
   }
 
   /**
-   * Up to about `limit` members due by `now`: the tenants with the earliest entries first, an even share of each
-   * (at least one), taken round robin; then the old set's, oldest first. One read, then one pipeline.
+   * Up to `limit` members due by `now`: one of each tenant's in turn (the tenants with the earliest entries first, the
+   * old set as one more of them), each tenant's share of `limit` read and a few times more, for the others' leftover.
+   * One read, then one pipeline of the `{agents}` keys, the old set's read beside them (another slot: a Cluster
+   * refuses a pipeline across nodes).
    */
   async due(now: number, limit: number): Promise<TreeEntry[]> {
-    const tenants = await this.redis.zrangebyscore(TENANTS_KEY, '-inf', now, 'LIMIT', 0, limit);
-    const share = Math.max(1, Math.ceil(limit / Math.max(1, tenants.length)));
-    const p = this.redis.pipeline();
-    for (const t of tenants) p.zrangebyscore(treeDueKey(t), '-inf', now, 'WITHSCORES', 'LIMIT', 0, share);
-    p.zrangebyscore(LEGACY_AGENTS_DUE_KEY, '-inf', now, 'WITHSCORES', 'LIMIT', 0, limit);
-    const rows = ((await p.exec()) ?? []).map(([err, r]) => {
-      if (err) throw err;
-      return r as string[];
-    });
-    const lists = rows.map((r, i) => {
-      const tenant = tenants[i] ?? null;
+    const [tenants, legacyRows] = await Promise.all([
+      this.redis.zrangebyscore(TENANTS_KEY, '-inf', now, 'LIMIT', 0, limit),
+      this.redis.zrangebyscore(LEGACY_AGENTS_DUE_KEY, '-inf', now, 'WITHSCORES', 'LIMIT', 0, limit),
+    ]);
+    const lists = (rows: string[], tenant: string | null): TreeEntry[] => {
       const out: TreeEntry[] = [];
-      for (let j = 0; j + 1 < r.length; j += 2) out.push({ id: r[j]!, tenant, score: r[j + 1]! });
+      for (let j = 0; j + 1 < rows.length; j += 2) out.push({ id: rows[j]!, tenant, score: rows[j + 1]! });
       return out;
-    });
-    const legacy = lists.pop() ?? [];
+    };
+    const legacy = lists(legacyRows, null);
+    const share = Math.max(1, Math.ceil(limit / Math.max(1, tenants.length + (legacy.length > 0 ? 1 : 0))));
+    // Read past the share, so a pass still looks at `limit` members when the other tenants have fewer due.
+    const read = Math.min(limit, share * 4);
+    const all: TreeEntry[][] = [];
+    if (tenants.length > 0) {
+      const p = this.redis.pipeline();
+      for (const t of tenants) p.zrangebyscore(treeDueKey(t), '-inf', now, 'WITHSCORES', 'LIMIT', 0, read);
+      for (const [i, [err, r]] of ((await p.exec()) ?? []).entries()) {
+        if (err) throw err;
+        all.push(lists(r as string[], tenants[i]!));
+      }
+    }
+    all.push(legacy);
     const out: TreeEntry[] = [];
-    for (let round = 0; round < share && out.length < limit; round++)
-      for (const l of lists) if (round < l.length && out.length < limit) out.push(l[round]!);
-    return out.concat(legacy.slice(0, Math.max(0, limit - out.length)));
+    for (let round = 0; round < read && out.length < limit; round++)
+      for (const l of all) if (round < l.length && out.length < limit) out.push(l[round]!);
+    return out;
   }
 
   /**

@@ -17,6 +17,7 @@ import {
   tenantIndexKey,
 } from '../../src/store/keys.js';
 import { createRedis } from '../../src/plugins/redis.js';
+import { LEGACY_AGENTS_DUE_KEY, TreeDue } from '../../src/store/tree-due.js';
 import { defineLuaCommands } from '../../src/store/lua-commands.js';
 import { startTestCluster, type TestCluster } from '../helpers/redis.js';
 import { Api } from '../helpers/service.js';
@@ -176,6 +177,26 @@ describe('Redis Cluster (3 masters)', { timeout: 180_000 }, () => {
       const out = await Promise.all([...scripts, ...reads]);
       for (const r of out.slice(0, 10)) assert.deepEqual(r, ['ERR', 'not_found']);
       for (const r of out.slice(10)) assert.equal(r, null);
+    } finally {
+      redis.disconnect();
+    }
+  });
+
+  it("the sub-agent trees' due sets are read on any prefix: the old single set is not pipelined with them", async () => {
+    // `{agents}` keys and `agents:due` are in other slots; with this prefix on other nodes too (found by a review:
+    // one pipeline of both failed every pass of the agents' sweep).
+    const redis = createRedis({ clusterNodes: cluster.nodes, keyPrefix: 'prod:' });
+    try {
+      await new Promise<void>((resolve) => redis.once('ready', () => resolve()));
+      defineLuaCommands(redis, new URL('../../src/store/lua/', import.meta.url), 'sess');
+      const trees = new TreeDue(redis);
+      await trees.watch('ses_cluster_tree', 'acme');
+      await redis.zadd(LEGACY_AGENTS_DUE_KEY, 1, 'ses_cluster_old');
+      const due = await trees.due(Date.now() + 120_000, 50);
+      assert.deepEqual(due.map((e) => [e.id, e.tenant]).sort(), [
+        ['ses_cluster_old', null],
+        ['ses_cluster_tree', 'acme'],
+      ]);
     } finally {
       redis.disconnect();
     }
