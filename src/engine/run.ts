@@ -256,15 +256,6 @@ export class Run {
     const paused = last?.role === 'assistant' && (await this.pausedReply(known));
     const turnToSend =
       queued > 0 || (last !== undefined && (last.role !== 'assistant' || endsWithSummary(history) || paused));
-    // A model without a price under a dollar ceiling: the run fails before its request, whatever is spent (no
-    // `continue` would go on), its follow-ups left queued. The routes refuse to start such a run (400); this is the
-    // check of the runs the service starts itself (an action deadline's, a sub-agent's answer), and of a ceiling that
-    // came after the run started (the tenant's cap of a replica configured since).
-    const unpriced = turnToSend ? unpricedError(store.spend, state.params.model, state.budget) : null;
-    if (unpriced) {
-      await fail(deps, run, unpriced, log, { model: state.params.model });
-      return 'done';
-    }
     if (turnToSend && budgetExhausted(state.budget, spentOf(state))) {
       await stopForBudget(deps, run, last);
       return 'done';
@@ -272,6 +263,18 @@ export class Run {
     // The tenant's daily dollar cap, across replicas: checked before every model request.
     if (turnToSend && (await store.spend.overCap(state.tenant))) {
       await stopForBudget(deps, run, last, TENANT_BUDGET_EXHAUSTED);
+      return 'done';
+    }
+    const budget = state.maxIterations - (state.iteration - state.runStart);
+    // A model without a price under a dollar ceiling: the run fails before its request (no `continue` would go on),
+    // its follow-ups left queued; a run that stops without a request (a budget, the cap, `max_iterations`) stops as
+    // it would. The routes refuse to start such a run (400); this is the check of the runs the service starts itself
+    // (an action deadline's, a sub-agent's answer), and of a ceiling that came after the run started (the tenant's
+    // cap of a replica configured since).
+    const unpriced =
+      turnToSend && budget > 0 ? unpricedError(store.spend, state.params.model, state.budget) : null;
+    if (unpriced) {
+      await fail(deps, run, unpriced, log, { model: state.params.model });
       return 'done';
     }
     // A paused reply is resumed before follow-ups join the history: the API refuses a user turn after an assistant turn
@@ -282,7 +285,6 @@ export class Run {
       await finish(deps, run, state, state.stopReason ?? 'end_turn');
       return 'done';
     }
-    const budget = state.maxIterations - (state.iteration - state.runStart);
     if (budget <= 0) {
       await finish(deps, run, state, 'max_iterations');
       return 'done';

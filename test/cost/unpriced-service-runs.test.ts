@@ -96,6 +96,34 @@ describe(
       await close(after);
     });
 
+    it("a review turn's deadline at max_iterations runs the calls and stops idle as it would (it sends nothing; found by a review)", async () => {
+      fake.reset();
+      fake.enqueue(toolCall('calculate_sum', { a: 1, b: 2 }, { id: 'toolu_sum' }), text('Never sent.'));
+      const before = await replica({ ...fast, DEADLINE_SWEEP_MS: '3600000' });
+      const made = await before.api.post('/v1/sessions', {
+        model: 'claude-fake-1',
+        input: 'Add 1 and 2.',
+        tools: ['calculate_sum'],
+        pause_after_turn: true,
+        max_iterations: 1,
+        action_timeout_s: 1,
+      });
+      assert.equal(made.status, 201, JSON.stringify(made.body));
+      const id = made.body.id;
+      await before.api.waitStatus(id, 'requires_action', 20_000);
+      await close(before);
+      const after = await replica({ ...fast, ...capped });
+      const done = await after.api.waitStatus(id, ['idle', 'failed'], 30_000);
+      assert.equal(fake.requests.length, 1, 'nothing sent after the reviewed turn');
+      const last = (await after.api.get(`/v1/sessions/${id}/messages`)).body.data.at(-1);
+      assert.equal(last.content[0].tool_use_id, 'toolu_sum');
+      assert.deepEqual(
+        [done.status, done.stop_reason, done.error?.code ?? null],
+        ['idle', 'max_iterations', null],
+      );
+      await close(after);
+    });
+
     it("a sub-agent's answer lands in its parent's call, and the parent sends no turn", async () => {
       fake.reset();
       fake.setHandler((req) => {
