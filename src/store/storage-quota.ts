@@ -17,22 +17,28 @@ import { sessionKeys } from './keys.js';
  * `quota_exceeded` (`details.quota: "storage_bytes"`) once the tenant's count reaches the limit; a run's own
  * commits are not (a turn's size is bounded by MAX_TURN_BYTES), so a run in flight ends normally.
  *
- * A destroy gives the bytes back across slots too, so it records them first in the tenant's slot (`owe`: session id →
- * `<token> <bytes> <at>`, HSETNX), then deletes the session, then settles the record (bytes-owed-2.lua: the DECRBY
- * and the HDEL in one step, so a retried or second delete never gives back twice). A delete killed after its script
- * leaves the record; the tenant's next quota check (`used`) pays each record whose session is gone, and drops one
- * whose session is still there after OWED_STALE_MS (a delete killed before its script, or refused).
+ * A destroy gives the bytes back across slots too, so each delete first records them in the tenant's slot under a
+ * record of its own (`owe`: `<session id> <token>` → `<bytes> <at>`), then runs its script, which keeps the token in
+ * the session's `gone` key (GONE_TTL_MS) when it removed the session, then settles its record (bytes-owed-2.lua: the
+ * DECRBY and the HDEL in one step): paid if its script removed the session, dropped if not. So two deletes of one
+ * session give back once, and a delete killed between its script and its settle leaves a record that the tenant's
+ * quota checks settle later (`reconcile`), paid only if `gone` names it.
  */
 export const storageKey = (tenant: string) => `t:{${tenant}}:bytes`;
-/** HASH session id → `<token> <bytes> <at ms>`: the bytes a delete of that session is to give back (see above). */
+/** HASH `<session id> <token>` → `<bytes> <at ms>`: the bytes a delete of that session is to give back (see above). */
 export const storageOwedKey = (tenant: string) => `t:{${tenant}}:bytes:owed`;
 
+/** A record younger than this is its delete's own to settle (under way); an older one, the reconciliation's. */
+const OWED_SETTLE_MS = 30_000;
+/** One process looks at a tenant's records at most this often (on its quota checks). */
+const RECONCILE_EVERY_MS = 30_000;
+/** Records one reconciliation reads (one HSCAN page; the next one goes on from its cursor). */
+const RECONCILE_PAGE = 64;
 /**
- * A record whose session still exists this long after it was written is dropped: its delete never ran (killed
- * before its script) or was refused. A delete that takes longer between its record and its script gives nothing back
- * (the count stays an upper bound).
+ * How long a deleted session's `gone` key names the delete that removed it (ms). A record of that delete not settled
+ * by then is dropped: the count stays high (an upper bound), as it does on a full Redis.
  */
-const OWED_STALE_MS = 60_000;
+export const GONE_TTL_MS = 3_600_000;
 
 /** Bytes `ops` adds to a session (0 for a write that only changes state). */
 export function addedBytes(ops: ApplyOps, guard: Guard): number {
@@ -49,6 +55,8 @@ export function addedBytes(ops: ApplyOps, guard: Guard): number {
 export class StorageQuota {
   /** Bytes on their way to their tenant's counter: the writes of one event-loop turn in one INCRBY per tenant. */
   private readonly added: CounterBatch;
+  /** Per tenant: when this process last read a page of its records, and the HSCAN cursor to go on from. */
+  private readonly reconciled = new Map<string, { at: number; cursor: string }>();
 
   constructor(
     private readonly redis: Redis | Cluster,
@@ -85,44 +93,61 @@ export class StorageQuota {
     await this.add(tenant, n);
   }
 
-  /**
-   * The tenant's count, after paying what deletes killed after their script left owed (one round trip: the GET and
-   * the HGETALL auto-pipelined, same slot; more only when a record is there).
-   */
+  /** The tenant's count, less what its deletes' records left unsettled are found to owe (`reconcile`). */
   private async used(tenant: string): Promise<number> {
-    const [count, owed] = await Promise.all([
-      this.redis.get(storageKey(tenant)),
-      this.redis.hgetall(storageOwedKey(tenant)),
-    ]);
-    let used = Number(count ?? 0);
-    for (const [id, rec] of Object.entries(owed)) {
-      const [token = '', , at = '0'] = rec.split(' ');
-      // A record whose session is gone: its delete ran and was killed before settling (or settles right now: the
-      // script pays once, whoever comes first).
-      if ((await this.redis.exists(sessionKeys(id).meta)) === 0)
-        used -= await this.settle(tenant, id, 'pay', token);
-      else if (Date.now() - Number(at) > OWED_STALE_MS) await this.settle(tenant, id, 'drop', token);
+    const [count, paid] = await Promise.all([this.redis.get(storageKey(tenant)), this.reconcile(tenant)]);
+    return Number(count ?? 0) - paid;
+  }
+
+  /**
+   * Settles the records deletes left (killed between their script and their settle, or before their script): one
+   * page of the tenant's records at most every RECONCILE_EVERY_MS per process, on its quota checks (so a check
+   * costs no more round trips than before but then). A record younger than OWED_SETTLE_MS is its delete's, under
+   * way; an older one is paid when its session is gone and the session's `gone` key names the record's token (its
+   * delete removed the session), else dropped (its delete removed nothing, or never ran). The bytes paid.
+   */
+  private async reconcile(tenant: string): Promise<number> {
+    const now = Date.now();
+    const last = this.reconciled.get(tenant);
+    if (last && now - last.at < RECONCILE_EVERY_MS) return 0;
+    this.reconciled.set(tenant, { at: now, cursor: last?.cursor ?? '0' });
+    const [cursor, flat] = await this.redis.hscan(
+      storageOwedKey(tenant),
+      last?.cursor ?? '0',
+      'COUNT',
+      RECONCILE_PAGE,
+    );
+    this.reconciled.set(tenant, { at: now, cursor });
+    let paid = 0;
+    for (let i = 0; i + 1 < flat.length; i += 2) {
+      const field = flat[i]!;
+      const at = Number(flat[i + 1]!.split(' ')[1] ?? 0);
+      if (now - at < OWED_SETTLE_MS) continue;
+      const [id = '', token = ''] = field.split(' ');
+      const k = sessionKeys(id);
+      const [exists, gone] = await Promise.all([this.redis.exists(k.meta), this.redis.get(k.gone)]);
+      paid += await this.settle(tenant, field, exists === 0 && gone === token ? 'pay' : 'drop');
     }
-    return used;
+    return paid;
   }
 
   /**
-   * Records what a delete of session `id` will give back, before its script: the token of the record written, or
-   * null when a record was there already (another delete's, which the settle after a successful delete pays all the
-   * same).
+   * Records what a delete of session `id` will give back, before its script, under a record of its own: its field
+   * (to settle it by) and its token (for the delete's script to keep in the session's `gone` key).
    */
-  async owe(tenant: string, id: string, bytes: number): Promise<string | null> {
+  async owe(tenant: string, id: string, bytes: number): Promise<{ field: string; token: string }> {
     const token = randomBytes(9).toString('base64url');
-    const set = await this.redis.hsetnx(storageOwedKey(tenant), id, `${token} ${bytes} ${Date.now()}`);
-    return set === 1 ? token : null;
+    const field = `${id} ${token}`;
+    await this.redis.hset(storageOwedKey(tenant), field, `${bytes} ${Date.now()}`);
+    return { field, token };
   }
 
   /**
-   * Settles the record of a delete of `id` (bytes-owed-2.lua): `pay` (the session is gone) gives its bytes back
-   * and drops it, `drop` only drops it; only the record of `token` ('': whichever is there). The bytes given back.
+   * Settles one delete's record (bytes-owed-2.lua): `pay` (its script removed the session) gives its bytes back and
+   * drops it, `drop` only drops it; once, whoever settles it. The bytes given back.
    */
-  settle(tenant: string, id: string, how: 'pay' | 'drop', token: string): Promise<number> {
-    return this.redis.sessBytesOwed(storageKey(tenant), storageOwedKey(tenant), id, how, token);
+  settle(tenant: string, field: string, how: 'pay' | 'drop'): Promise<number> {
+    return this.redis.sessBytesOwed(storageKey(tenant), storageOwedKey(tenant), field, how);
   }
 
   /** Adds `n` bytes to the tenant's counter (with the other writes of this event-loop turn: CounterBatch). */
