@@ -63,6 +63,23 @@ describe('chat run start: the history kept before a retry', () => {
     assert.equal(start?.kept, 1, 'the dropped step is not replayed from the log');
   });
 
+  test("a compaction in the retry's run: no count (its positions moved), nothing seeded (found by a review)", async () => {
+    const id = 'ses_runstartkept4';
+    await log(id, 'session.status', { status: 'running' });
+    await log(id, 'message.appended', { role: 'user', content: [{ type: 'text', text: 'weather?' }] });
+    for (const [i, count] of [1, 3].entries())
+      await log(id, 'turn.started', { iteration: i + 1, message_count: count });
+    await log(id, 'session.status', { status: 'failed' });
+    await log(id, 'turn.dropped', { iteration: 2, reason: 'retry' });
+    const retried = await log(id, 'session.status', { status: 'running' });
+    await log(id, 'turn.started', { iteration: 2, message_count: 3 });
+    await log(id, 'compaction.completed', { iteration: 3 });
+    await push(id, 3);
+    const start = await runStartCursor(r, id, 1000, false);
+    assert.equal(start?.run, retried);
+    assert.equal(start?.kept, undefined);
+  });
+
   test('no retry: the whole message is replayed, nothing kept', async () => {
     const id = 'ses_runstartkept2';
     await log(id, 'session.status', { status: 'running' });

@@ -31,6 +31,8 @@ local since = nil
 local rewritten = false
 -- The data of the oldest `turn.started` read so far, and of the oldest one after `since` (decoded only when kept).
 local started, since_started = nil, nil
+-- Whether a compaction was read (all read so far is newer than `since`).
+local compacted = false
 local oldest = nil
 local function decoded(d)
   local ok, data = pcall(cjson.decode, d or 'null')
@@ -57,6 +59,8 @@ end
 -- trim and its `running` are one change; a turn's `turn.started` is logged before its reply's commit, or with it),
 -- else, no turn of it having started, the history now (read in this script: no reply of the run is in it yet).
 local function kept()
+  -- A compaction since then rewrote the live history (its positions moved): no count to trust, no steps seeded.
+  if compacted then return '' end
   local count = since_started and (decoded(since_started) or {})['message_count']
   if type(count) == 'number' then return tostring(count) end
   return tostring(redis.call('LLEN', KEYS[2]))
@@ -91,6 +95,8 @@ while seen < max do
       end
     elseif t == 'turn.started' then
       started = d
+    elseif t == 'compaction.completed' then
+      compacted = true
     elseif t == 'turn.dropped' then
       if string.find(d or '', '"reason":"retry"', 1, true) then rewritten = true end
     elseif not begins and (t == 'messages.replaced' or (t == 'message.appended' and asks(d))) then
