@@ -158,6 +158,7 @@ class SinceBoundary {
 
   read(chunk: Uint8Array): number {
     const n = chunk.byteLength;
+    if (n === 0) return this.pending;
     const at = (i: number) => (i >= 0 ? chunk[i]! : this.tail[2 + i]!);
     let since = -1;
     for (let i = n - 1; i >= 0; i--) {

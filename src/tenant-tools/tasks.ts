@@ -357,6 +357,8 @@ export class TaskQueue {
     // left `tt:http` while the call was leased.
     if (out.some((o) => o.kind === 'retried' && o.rec.queue === HTTP_QUEUE))
       await this.redis.sadd(HTTP_TENANTS_KEY, tenant);
+    // Written in attempt order (HSCAN's is none): the session's script writes no attempt below one it wrote.
+    owed.sort((x, y) => (x.call === y.call ? x.attempt - y.attempt : x.call < y.call ? -1 : 1));
     // Idle: no call queued, leased or undelivered (so no result to deliver either), no event owed.
     return { changes: out, owed, idle: Number(live) < 0 };
   }
