@@ -211,12 +211,13 @@ export class DeadlineSweeper {
         // model without a price under a dollar ceiling fails there (`unknown_model_price`: the engine checks).
         // Nor is it refused at TENANT_MAX_BYTES: a deadline fires whatever the tenant stores.
         await store.apply(s.id, guard, ops, s.tenant, { costCap: false, storageCap: false });
-        // Failed without a run's end: a sub-agent's parent (parked on it) learns of it from the agents' sweep now (or
-        // at its next look, if the wake-up cannot be written: the timeout stands, and its children are cancelled).
-        if (!starts)
-          await store.runs.trees
-            .wake(s.id, s.tenant)
-            .catch((err: unknown) => this.log.warn({ err, session: s.id }, 'sub-agent tree not woken'));
+        // A sub-agent moved on by its deadline: its parent (parked on it) learns of a failure without a run's end,
+        // and its ancestors that the child no longer waits for a client (its run, if one starts, may be long), from
+        // the agents' sweep now (or at the next look, if the wake-up cannot be written: the timeout stands, and its
+        // children are cancelled).
+        await store.runs.trees
+          .wake(s.id, s.tenant)
+          .catch((err: unknown) => this.log.warn({ err, session: s.id }, 'sub-agent tree not woken'));
         this.log.info({ session: s.id, tenant: s.tenant }, 'action timed out');
         await store.actionsDue.settle(e, null);
         for (const id of children?.ids ?? [])

@@ -74,7 +74,10 @@ export class RetentionSweeper {
     const { index } = this.store;
     await index.metadata.remove(s.tenant, index.member(s.createdAt, s.id), metadataPairs(s.metadata));
     // Its parent, if it still waits for it, is answered "deleted" by the agents' sweep now, not at its next look.
-    if (s.parent) await this.store.runs.trees.wake(s.parent.session_id, s.tenant);
+    if (s.parent)
+      await this.store.runs.trees
+        .wake(s.parent.session_id, s.tenant)
+        .catch((err: unknown) => this.log.warn({ err, session: s.id }, 'sub-agent tree not woken'));
     this.log.info({ session: s.id, tenant: s.tenant }, 'session expired and deleted');
   }
 }

@@ -65,6 +65,17 @@ describe('a parked parent whose child ends without a run end', { timeout: 120_00
       'the parent parked',
     );
 
+  /** The lengths of the `children_waiting` lists the parent's log told, oldest first. */
+  const told = async (pid: string) =>
+    (
+      (await h.api.get(`/v1/sessions/${pid}/events?limit=1000`)).body.data as Array<{
+        type: string;
+        data: any;
+      }>
+    )
+      .filter((e) => e.type === 'children.waiting')
+      .map((e) => e.data.children_waiting.length);
+
   it('a child failed by its own action deadline', async () => {
     const p = (
       await h.api.post(
@@ -103,17 +114,8 @@ describe('a parked parent whose child ends without a run end', { timeout: 120_00
         )
       ).body;
       const child = await childOf(p.id);
-      const told = async () =>
-        (
-          (await h.api.get(`/v1/sessions/${p.id}/events?limit=1000`)).body.data as Array<{
-            type: string;
-            data: any;
-          }>
-        )
-          .filter((e) => e.type === 'children.waiting')
-          .map((e) => e.data.children_waiting.length);
       await until(
-        async () => ((await told()).at(-1) === 1 ? true : null),
+        async () => ((await told(p.id)).at(-1) === 1 ? true : null),
         20_000,
         'the parent tells its child waits',
       );
@@ -126,14 +128,53 @@ describe('a parked parent whose child ends without a run end', { timeout: 120_00
       assert.ok(sent.status < 300, JSON.stringify(sent.body));
       // Before: told only at the child's run end, which waits for this.
       await until(
-        async () => ((await told()).at(-1) === 0 ? true : null),
+        async () => ((await told(p.id)).at(-1) === 0 ? true : null),
         WOKEN_WITHIN_MS,
         'nothing waits, told',
       );
       assert.equal((await h.api.get(`/v1/sessions/${child.id}`)).body.status, 'running');
       release();
       await h.api.waitFor(p.id, (s) => s.status === 'idle', WOKEN_WITHIN_MS);
-      assert.deepEqual(await told(), [1, 0]);
+      assert.deepEqual(await told(p.id), [1, 0]);
+    } finally {
+      release();
+      h.fake.setHandler(writerAndResearcher);
+    }
+  });
+
+  it("a waiting child denied by its action deadline: the parent's children.waiting is cleared before the child's run ends", async () => {
+    // The child's turn after its deadline's denial is held until the parent has told that nothing waits.
+    let release!: () => void;
+    const held = new Promise<void>((done) => (release = done));
+    h.fake.setHandler(async (req) => {
+      const reply = writerAndResearcher(req);
+      if (systemOf(req).includes('waits') && JSON.stringify(req.messages.at(-1)).includes('tool_result'))
+        await held;
+      return reply;
+    });
+    try {
+      const p = (
+        await h.api.post(
+          '/v1/sessions',
+          writer({ system: 'You are a researcher who waits.', tools: [lookup], action_timeout_s: 2 }),
+        )
+      ).body;
+      const child = await childOf(p.id);
+      await until(
+        async () => ((await told(p.id)).at(-1) === 1 ? true : null),
+        20_000,
+        'the child waits, told',
+      );
+      await parked(p.id);
+      // Before: told only at the child's run end, which waits for this.
+      await until(
+        async () => ((await told(p.id)).at(-1) === 0 ? true : null),
+        WOKEN_WITHIN_MS,
+        'cleared, told',
+      );
+      assert.equal((await h.api.get(`/v1/sessions/${child.id}`)).body.status, 'running');
+      release();
+      await h.api.waitFor(p.id, (s) => s.status === 'idle', WOKEN_WITHIN_MS);
     } finally {
       release();
       h.fake.setHandler(writerAndResearcher);
