@@ -10,7 +10,6 @@ import { startFakeAnthropic, type FakeAnthropic } from '../fake/server.js';
 import { startHarness, type Api, type Harness } from '../helpers/service.js';
 import { startTestRedis, type TestRedis } from '../helpers/redis.js';
 import { until } from '../durability/chaos-lib.js';
-import { AgentSweep } from '../../src/agents/sweep.js';
 import { RetentionSweeper } from '../../src/sessions/retention.js';
 import { treeDueKey } from '../../src/store/tree-due.js';
 import {
@@ -18,6 +17,7 @@ import {
   writerResearcher,
   writerResearcherFetcher,
   writerWithResearcher,
+  drivenSweep,
 } from '../helpers/agents.js';
 
 describe('child usage: a deleted middle child', { timeout: 120_000 }, () => {
@@ -91,15 +91,7 @@ describe('child usage: a child expired (ttl_s) before its parent was told', { ti
 
   it("the child's spend reaches its parent, which is answered at once", async () => {
     const { app } = h.service;
-    const sweep = new AgentSweep({
-      redis: app.redis,
-      store: app.store,
-      deps: app.sessionDeps,
-      log: app.log,
-      sweepMs: 3_600_000,
-      maxSessions: 0,
-    });
-    const pass = () => (sweep as unknown as { sweep(): Promise<void> }).sweep();
+    const { sweep, pass } = drivenSweep(app);
     const researcher = {
       ...writerWithResearcher.tools[0]!,
       session: { system: 'You are a researcher.', ttl_s: 60 },

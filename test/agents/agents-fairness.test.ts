@@ -6,10 +6,9 @@
  */
 import { after, before, describe, it } from 'node:test';
 import assert from 'node:assert/strict';
-import { AgentSweep } from '../../src/agents/sweep.js';
 import type { SessionStore } from '../../src/store/store.js';
 import { LEGACY_AGENTS_DUE_KEY, treeDueKey } from '../../src/store/tree-due.js';
-import { writerResearcher, writerWithResearcher } from '../helpers/agents.js';
+import { drivenSweep, writerResearcher, writerWithResearcher } from '../helpers/agents.js';
 import { startHarness, type Api, type Harness } from '../helpers/service.js';
 
 /** More than one pass takes (50). */
@@ -43,15 +42,7 @@ describe("the agents' sweep across tenants", { timeout: 120_000 }, () => {
         return Reflect.get(target, key) as unknown;
       },
     }) as SessionStore;
-    const sweep = new AgentSweep({
-      redis: app.redis,
-      store,
-      deps: app.sessionDeps,
-      log: app.log,
-      sweepMs: 3_600_000,
-      maxSessions: 0,
-    });
-    const pass = () => (sweep as unknown as { sweep(): Promise<void> }).sweep();
+    const { pass } = drivenSweep(app, store);
     return { looked, pass };
   }
 

@@ -10,7 +10,7 @@ import { AgentSweep } from '../../src/agents/sweep.js';
 import { childSessionId } from '../../src/agents/waiting.js';
 import type { SessionStore } from '../../src/store/store.js';
 import type { TreeEntry } from '../../src/store/tree-due.js';
-import { writerResearcher, writerWithResearcher } from '../helpers/agents.js';
+import { drivenSweep, writerResearcher, writerWithResearcher } from '../helpers/agents.js';
 import { startHarness, type Api, type Harness } from '../helpers/service.js';
 
 /** One look of a sweep at one member of tenant `a`'s due set (what its loop does for each due member). */
@@ -41,14 +41,7 @@ describe('two agent sweeps on one parent', { timeout: 60_000 }, () => {
       .content.find((b: { type: string }) => b.type === 'tool_use');
     const childId = childSessionId(parentId, call.id);
 
-    const options = {
-      redis: app.redis,
-      deps: app.sessionDeps,
-      log: app.log,
-      sweepMs: 3_600_000,
-      maxSessions: 0,
-    };
-    const first = new AgentSweep({ ...options, store: app.store });
+    const { sweep: first } = drivenSweep(app);
     // The late sweep's first read of the child finds nothing; the first sweep then creates the child, whole.
     let raced = false;
     const late = new Proxy(app.store, {
@@ -68,7 +61,7 @@ describe('two agent sweeps on one parent', { timeout: 60_000 }, () => {
         return typeof v === 'function' ? v.bind(target) : v;
       },
     }) satisfies SessionStore;
-    await look(new AgentSweep({ ...options, store: late }), parentId);
+    await look(drivenSweep(app, late).sweep, parentId);
     assert.ok(raced, 'the late sweep looked for the child');
 
     // The call is unanswered: the parent still waits for its child.

@@ -96,90 +96,50 @@ describe('a parked parent whose child ends without a run end', { timeout: 120_00
     assert.match(JSON.stringify(history[2].content), /is_error/);
   });
 
-  it("a waiting child answered by its client: the parent's children.waiting is cleared before the child's run ends", async () => {
-    // The child's turn after its client's answer is held until the parent has told that nothing waits.
-    let release!: () => void;
-    const held = new Promise<void>((done) => (release = done));
-    h.fake.setHandler(async (req) => {
-      const reply = writerAndResearcher(req);
-      if (systemOf(req).includes('waits') && JSON.stringify(req.messages.at(-1)).includes('tool_result'))
-        await held;
-      return reply;
-    });
-    try {
-      const p = (
-        await h.api.post(
-          '/v1/sessions',
-          writer({ system: 'You are a researcher who waits.', tools: [lookup] }),
-        )
-      ).body;
-      const child = await childOf(p.id);
-      await until(
-        async () => ((await told(p.id)).at(-1) === 1 ? true : null),
-        20_000,
-        'the parent tells its child waits',
-      );
-      await parked(p.id);
-      const call = (await h.api.waitStatus(child.id, 'requires_action', 20_000)).required_action
-        .tool_calls[0];
-      const sent = await h.api.post(`/v1/sessions/${child.id}/tool-results`, {
-        results: [{ tool_use_id: call.id, content: 'found' }],
+  // A waiting child moved on by its client's answer, or by its action deadline's denial: its run starts, and the
+  // parent's `children.waiting` clears then, not at that run's end (held here until the clear is told).
+  for (const by of ['its client', 'its action deadline'] as const) {
+    it(`a waiting child answered by ${by}: the parent's children.waiting is cleared before the child's run ends`, async () => {
+      let release!: () => void;
+      const held = new Promise<void>((done) => (release = done));
+      h.fake.setHandler(async (req) => {
+        const reply = writerAndResearcher(req);
+        if (systemOf(req).includes('waits') && JSON.stringify(req.messages.at(-1)).includes('tool_result'))
+          await held;
+        return reply;
       });
-      assert.ok(sent.status < 300, JSON.stringify(sent.body));
-      // Before: told only at the child's run end, which waits for this.
-      await until(
-        async () => ((await told(p.id)).at(-1) === 0 ? true : null),
-        WOKEN_WITHIN_MS,
-        'nothing waits, told',
-      );
-      assert.equal((await h.api.get(`/v1/sessions/${child.id}`)).body.status, 'running');
-      release();
-      await h.api.waitFor(p.id, (s) => s.status === 'idle', WOKEN_WITHIN_MS);
-      assert.deepEqual(await told(p.id), [1, 0]);
-    } finally {
-      release();
-      h.fake.setHandler(writerAndResearcher);
-    }
-  });
-
-  it("a waiting child denied by its action deadline: the parent's children.waiting is cleared before the child's run ends", async () => {
-    // The child's turn after its deadline's denial is held until the parent has told that nothing waits.
-    let release!: () => void;
-    const held = new Promise<void>((done) => (release = done));
-    h.fake.setHandler(async (req) => {
-      const reply = writerAndResearcher(req);
-      if (systemOf(req).includes('waits') && JSON.stringify(req.messages.at(-1)).includes('tool_result'))
-        await held;
-      return reply;
+      try {
+        const deadline = by === 'its client' ? {} : { action_timeout_s: 2 };
+        const body = writer({ system: 'You are a researcher who waits.', tools: [lookup], ...deadline });
+        const p = (await h.api.post('/v1/sessions', body)).body;
+        const child = await childOf(p.id);
+        const last = async () => ((await told(p.id)).at(-1) ?? null) as number | null;
+        await until(
+          async () => ((await last()) === 1 ? true : null),
+          20_000,
+          'the parent tells its child waits',
+        );
+        await parked(p.id);
+        if (by === 'its client') {
+          const call = (await h.api.waitStatus(child.id, 'requires_action', 20_000)).required_action
+            .tool_calls[0];
+          const sent = await h.api.post(`/v1/sessions/${child.id}/tool-results`, {
+            results: [{ tool_use_id: call.id, content: 'found' }],
+          });
+          assert.ok(sent.status < 300, JSON.stringify(sent.body));
+        }
+        // Before: told only at the child's run end, which waits for this.
+        await until(async () => ((await last()) === 0 ? true : null), WOKEN_WITHIN_MS, 'nothing waits, told');
+        assert.equal((await h.api.get(`/v1/sessions/${child.id}`)).body.status, 'running');
+        release();
+        await h.api.waitFor(p.id, (s) => s.status === 'idle', WOKEN_WITHIN_MS);
+        assert.deepEqual(await told(p.id), [1, 0]);
+      } finally {
+        release();
+        h.fake.setHandler(writerAndResearcher);
+      }
     });
-    try {
-      const p = (
-        await h.api.post(
-          '/v1/sessions',
-          writer({ system: 'You are a researcher who waits.', tools: [lookup], action_timeout_s: 2 }),
-        )
-      ).body;
-      const child = await childOf(p.id);
-      await until(
-        async () => ((await told(p.id)).at(-1) === 1 ? true : null),
-        20_000,
-        'the child waits, told',
-      );
-      await parked(p.id);
-      // Before: told only at the child's run end, which waits for this.
-      await until(
-        async () => ((await told(p.id)).at(-1) === 0 ? true : null),
-        WOKEN_WITHIN_MS,
-        'cleared, told',
-      );
-      assert.equal((await h.api.get(`/v1/sessions/${child.id}`)).body.status, 'running');
-      release();
-      await h.api.waitFor(p.id, (s) => s.status === 'idle', WOKEN_WITHIN_MS);
-    } finally {
-      release();
-      h.fake.setHandler(writerAndResearcher);
-    }
-  });
+  }
 
   it('a reviewing child whose history is replaced', async () => {
     const p = (

@@ -1,4 +1,7 @@
+import type { FastifyInstance } from 'fastify';
+import { AgentSweep } from '../../src/agents/sweep.js';
 import type { FakeRequest } from '../../src/offline/wire.js';
+import type { SessionStore } from '../../src/store/store.js';
 import { apiError, text, toolCall } from '../fake/script.js';
 
 const systemOf = (req: FakeRequest) =>
@@ -59,3 +62,20 @@ export const agentTool = (name: string, session: Record<string, unknown>) => ({
   description: `The ${name}.`,
   session,
 });
+
+/**
+ * An agents' sweep on `app`'s Redis and store (or `store`, a proxy a test watches through) that never runs by
+ * itself: the test runs its passes (`pass`, what its loop does every AGENT_SWEEP_MS).
+ */
+export function drivenSweep(app: FastifyInstance, store: SessionStore = app.store) {
+  const sweep = new AgentSweep({
+    redis: app.redis,
+    store,
+    deps: app.sessionDeps,
+    log: app.log,
+    sweepMs: 3_600_000,
+    maxSessions: 0,
+  });
+  const pass = () => (sweep as unknown as { sweep(): Promise<void> }).sweep();
+  return { sweep, pass };
+}
