@@ -424,15 +424,13 @@ export class SessionStore {
     await this.appendTapped(id, events, tap, mark);
   }
 
-  /** appendEvents once the tap was asked (`tap`: what it answered). */
-  private async appendTapped(
-    id: string,
-    events: Array<[string, string]>,
-    tap: ReturnType<EventTap> | undefined,
-    mark: EventMark = NO_MARK,
-  ): Promise<void> {
+  /**
+   * What every script that appends to a session's log takes first (includes/event-log.lua, notice.lua): its meta and
+   * log keys, its channel, the log's bounds, now, the notice's bound.
+   */
+  private logArgs(id: string) {
     const [meta, log] = eventLogKeys(id);
-    const args: Array<string | number> = [
+    return [
       meta,
       log,
       channelName(this.redis, eventsChannel(id)),
@@ -440,9 +438,17 @@ export class SessionStore {
       Date.now(),
       NOTICE_MAX_BYTES,
       this.options.eventLogMaxBytes ?? EVENT_LOG_MAX_BYTES,
-      mark.token,
-      mark.first,
-    ];
+    ] as const;
+  }
+
+  /** appendEvents once the tap was asked (`tap`: what it answered). */
+  private async appendTapped(
+    id: string,
+    events: Array<[string, string]>,
+    tap: ReturnType<EventTap> | undefined,
+    mark: EventMark = NO_MARK,
+  ): Promise<void> {
+    const args: Array<string | number> = [...this.logArgs(id), mark.token, mark.first];
     for (const [type, data] of events) args.push(type, data);
     if (tap?.ready) await tap.ready;
     await this.redis.sessAppendEvents(...args);
@@ -461,15 +467,8 @@ export class SessionStore {
   ): Promise<boolean> {
     const tap = this.eventTap?.(id, [type]);
     if (tap?.ready) await tap.ready;
-    const [meta, log] = eventLogKeys(id);
     const written = await this.redis.sessToolRetried(
-      meta,
-      log,
-      channelName(this.redis, eventsChannel(id)),
-      this.options.eventLogMax,
-      Date.now(),
-      NOTICE_MAX_BYTES,
-      this.options.eventLogMaxBytes ?? EVENT_LOG_MAX_BYTES,
+      ...this.logArgs(id),
       call.toolUseId,
       call.round,
       call.attempt,
