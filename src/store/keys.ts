@@ -28,11 +28,6 @@ export const sessionKeys = (id: string) => ({
   compacted: `s:{${id}}:c`,
   /** HASH: the session's client tokens (src/store/client-tokens.ts), deleted with the session. */
   tokens: `s:{${id}}:ct`,
-  /**
-   * STRING with a TTL, written by the delete that removed the session: its token of what the tenant's byte count is
-   * owed (src/store/storage-quota.ts), so a delete killed before it paid is told from one that removed nothing.
-   */
-  gone: `s:{${id}}:gone`,
 });
 
 export type SessionKeys = ReturnType<typeof sessionKeys>;

@@ -39,7 +39,7 @@ import { decodeStored } from './decode.js';
 import { defineLuaCommands, type RedisClient } from './lua-commands.js';
 import type { SessionKeyList } from './lua/commands.js';
 import { RunQueue } from './runs.js';
-import { addedBytes, GONE_TTL_MS, StorageQuota } from './storage-quota.js';
+import { addedBytes, StorageQuota } from './storage-quota.js';
 import { isOutOfMemory } from './unavailable.js';
 import { ACTIONS_DUE_KEY, DueSet, EXPIRY_DUE_KEY } from './due.js';
 import { PriceTable, type ModelPrices } from '../cost/prices.js';
@@ -548,43 +548,23 @@ export class SessionStore {
     const tap = this.eventTap?.(id, ['session.deleted'], tenant);
     if (tap?.ready) await tap.ready;
     const bytes = Number((await this.redis.hget(k.meta, 'bytes')) ?? 0);
-    // What the delete gives back, recorded in the tenant's slot before the script, under a record of its own
-    // (storage-quota.ts): a process killed between the script and the settle below leaves it for the tenant's quota
-    // checks, which pay it if the script's `gone` key names it. Not recorded on a full Redis: the delete must work
-    // then too, and gives the bytes back as before, after its script.
-    let owed: { field: string; token: string } | null = null;
-    if (bytes > 0) {
-      try {
-        owed = await this.storage.owe(tenant, id, bytes);
-      } catch (err) {
-        if (!isOutOfMemory(err)) throw err;
-      }
-    }
     let done: number;
     try {
       done = await this.redis.sessDestroy(
         ...this.keyList(k),
         k.tokens,
-        k.gone,
         JSON.stringify(opts.reason ? { id, reason: opts.reason } : { id }),
         opts.ttlMs ?? 60_000,
         channelName(this.redis, eventsChannel(id)),
         opts.revision === undefined ? '' : String(opts.revision),
-        owed?.token ?? '',
-        GONE_TTL_MS,
       );
     } catch (err) {
       // Redis full (noeviction): a delete frees memory, so it must work then too. Plain UNLINKs are never refused
       // for memory (the script is, when its first write would add); live readers then learn of it by the 404.
       // (A swept delete, guarded by a revision, is not forced: it is tried again by the next sweep.)
-      if (!isOutOfMemory(err) || opts.revision !== undefined) {
-        if (owed !== null) await this.storage.settle(tenant, owed.field, 'drop');
-        throw err;
-      }
+      if (!isOutOfMemory(err) || opts.revision !== undefined) throw err;
       done = (await this.redis.unlink(...this.keyList(k), k.tokens)) > 0 ? 1 : 0;
     }
-    // Not deleted here (refused, or gone already): this delete's own record goes, nothing given back.
-    if (done !== 1 && owed !== null) await this.storage.settle(tenant, owed.field, 'drop');
     if (done === -1) return false;
     if (done === 1) tap?.landed();
     this.tenants.delete(id);
@@ -592,11 +572,9 @@ export class SessionStore {
       this.index.remove(tenant, id, createdAt),
       this.runs.end(id, tenant, true),
       done === 1
-        ? (owed ? this.storage.settle(tenant, owed.field, 'pay') : this.storage.add(tenant, -bytes)).catch(
-            (err: unknown) => {
-              if (!isOutOfMemory(err)) throw err; // still full after the delete: the count stays high (an upper bound)
-            },
-          )
+        ? this.storage.add(tenant, -bytes).catch((err: unknown) => {
+            if (!isOutOfMemory(err)) throw err; // still full after the delete: the count stays high (an upper bound)
+          })
         : null,
       this.redis.zrem(ACTIONS_DUE_KEY, id),
       this.redis.zrem(EXPIRY_DUE_KEY, id),

@@ -51,7 +51,6 @@ describe('Lua lives in .lua files', () => {
       'sessAppendEvents',
       'sessAppendEventsMany',
       'sessApply',
-      'sessBytesOwed',
       'sessChildUsage',
       'sessClientTokenMint',
       'sessClientTokenRevoke',

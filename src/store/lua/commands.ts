@@ -64,22 +64,17 @@ declare module 'ioredis' {
     sessRenew(lease: string, token: string, ttlMs: number): Result<number, Context>;
     /** release-1.lua: 1 when released. */
     sessRelease(lease: string, token: string): Result<number, Context>;
-    /** destroy-9.lua: 1 when the session existed, -1 when it moved past the revision given. */
+    /** destroy-8.lua: 1 when the session existed, -1 when it moved past the revision given. */
     sessDestroy(
       ...args: [
         ...keys: SessionKeyList,
         tokens: string,
-        gone: string,
         deletedEvent: string,
         ttlMs: number,
         channel: string,
         revision: string,
-        owedToken: string,
-        goneTtlMs: number,
       ]
     ): Result<number, Context>;
-    /** bytes-owed-2.lua: the bytes given back (0: none). */
-    sessBytesOwed(count: string, owed: string, record: string, how: 'pay' | 'drop'): Result<number, Context>;
     /** due-settle-1.lua: 1 when the member still had the score read and was moved (or dropped). */
     sessDueSettle(key: string, member: string, score: string, next: string): Result<number, Context>;
     /** tree-due-2.lua: 1 when the member's score was written (XX: it was a member; NX: it was not). */

@@ -1,11 +1,9 @@
 -- destroy: delete every key of a session but the event log, which keeps only a `session.deleted` event and
 -- expires after ARGV[2] ms so live readers learn of the deletion. Its client tokens go with it (revoked at once).
 -- KEYS[1] meta  KEYS[2] msgs  KEYS[3] iters  KEYS[4] queue  KEYS[5] events  KEYS[6] lease  KEYS[7] compacted
--- KEYS[8] client tokens (hash, src/store/client-tokens.ts)  KEYS[9] gone (string: the deleting record's token)
+-- KEYS[8] client tokens (hash, src/store/client-tokens.ts)
 -- ARGV[1] event data JSON  ARGV[2] ttl of the event log ms  ARGV[3] event notification channel
 -- ARGV[4] the revision the session must still be at ('' : any; a swept delete never races a newer write)
--- ARGV[5] the token of this delete's record of the bytes its tenant is owed ('': none), kept in KEYS[9] for
--- ARGV[6] ms: only the delete that removed the session is paid (src/store/storage-quota.ts)
 -- Returns 1, 0 if the session did not exist, or -1 if it moved past ARGV[4] (nothing written in both).
 -- The first write is the DEL, which Redis never refuses for memory: with maxmemory reached (noeviction) a script
 -- is refused only when its first write is one that may add memory, so a delete still runs when Redis is full.
@@ -14,7 +12,6 @@ local cur = redis.call('HGET', KEYS[1], 'revision') or '0'
 if ARGV[4] and ARGV[4] ~= '' and cur ~= ARGV[4] then return -1 end
 local rev = tonumber(cur) + 1
 redis.call('DEL', KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[6], KEYS[7], KEYS[8])
-if ARGV[5] ~= '' then redis.call('SET', KEYS[9], ARGV[5], 'PX', ARGV[6]) end
 local t = redis.call('TIME')
 local now = tostring(tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000))
 local id = redis.call('XADD', KEYS[5], '*', 't', 'session.deleted', 'd', ARGV[1], 'r', rev, 'at', now)
