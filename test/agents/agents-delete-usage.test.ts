@@ -14,7 +14,7 @@ import { RetentionSweeper } from '../../src/sessions/retention.js';
 import { treeDueKey } from '../../src/store/tree-due.js';
 import {
   agentTool,
-  writerResearcher,
+  harnessWithoutSweep,
   writerResearcherFetcher,
   writerWithResearcher,
   drivenSweep,
@@ -81,11 +81,9 @@ describe('child usage: a child expired (ttl_s) before its parent was told', { ti
   let h: Harness;
   let a: Api;
   before(async () => {
-    h = await startHarness({ env: { API_KEYS: 'a:key-a', AGENT_SWEEP_MS: '3600000' } });
-    h.fake.setHandler(writerResearcher);
-    a = h.api.as('key-a');
     // The service's own agents' sweep stays out: this test's sweep looks when it says.
-    await h.service.app.agents.stop();
+    h = await harnessWithoutSweep();
+    a = h.api.as('key-a');
   });
   after(() => h.close());
 

@@ -8,8 +8,8 @@ import { after, before, describe, it } from 'node:test';
 import assert from 'node:assert/strict';
 import type { SessionStore } from '../../src/store/store.js';
 import { LEGACY_AGENTS_DUE_KEY, treeDueKey } from '../../src/store/tree-due.js';
-import { drivenSweep, writerResearcher, writerWithResearcher } from '../helpers/agents.js';
-import { startHarness, type Api, type Harness } from '../helpers/service.js';
+import { drivenSweep, harnessWithoutSweep, writerWithResearcher } from '../helpers/agents.js';
+import type { Api, Harness } from '../helpers/service.js';
 
 /** More than one pass takes (50). */
 const BURST = 120;
@@ -19,12 +19,10 @@ describe("the agents' sweep across tenants", { timeout: 120_000 }, () => {
   let a: Api;
   let b: Api;
   before(async () => {
-    h = await startHarness({ env: { API_KEYS: 'a:key-a,b:key-b', AGENT_SWEEP_MS: '3600000' } });
-    h.fake.setHandler(writerResearcher);
+    // The service's own sweep stays out: the test runs one pass and sees what it looked at.
+    h = await harnessWithoutSweep();
     a = h.api.as('key-a');
     b = h.api.as('key-b');
-    // The service's own sweep stays out: the test runs one pass and sees what it looked at.
-    await h.service.app.agents.stop();
   });
   after(() => h.close());
 

@@ -10,8 +10,8 @@ import { AgentSweep } from '../../src/agents/sweep.js';
 import { childSessionId } from '../../src/agents/waiting.js';
 import type { SessionStore } from '../../src/store/store.js';
 import type { TreeEntry } from '../../src/store/tree-due.js';
-import { drivenSweep, writerResearcher, writerWithResearcher } from '../helpers/agents.js';
-import { startHarness, type Api, type Harness } from '../helpers/service.js';
+import { drivenSweep, harnessWithoutSweep, writerWithResearcher } from '../helpers/agents.js';
+import type { Api, Harness } from '../helpers/service.js';
 
 /** One look of a sweep at one member of tenant `a`'s due set (what its loop does for each due member). */
 const look = (sweep: AgentSweep, id: string) =>
@@ -22,11 +22,9 @@ describe('two agent sweeps on one parent', { timeout: 60_000 }, () => {
   let a: Api;
 
   before(async () => {
-    h = await startHarness({ env: { API_KEYS: 'a:key-a', AGENT_SWEEP_MS: '3600000' } });
-    h.fake.setHandler(writerResearcher);
-    a = h.api.as('key-a');
     // The service's own sweep stays out of it: the two below are the replicas.
-    await h.service.app.agents.stop();
+    h = await harnessWithoutSweep();
+    a = h.api.as('key-a');
   });
   after(() => h.close());
 

@@ -13,6 +13,7 @@ import { text, toolCall } from '../fake/script.js';
 import { startHarness, type Api, type Harness } from '../helpers/service.js';
 import { startTestRedis, type TestRedis } from '../helpers/redis.js';
 import { until } from '../durability/chaos-lib.js';
+import { agentTool, writerWithResearcher } from '../helpers/agents.js';
 
 /** The cap set since the sessions were made; far above what these turns cost. */
 const capped = { TENANT_MAX_COST_USD_PER_DAY: '1' };
@@ -68,10 +69,14 @@ describe(
       await redis.stop();
     });
 
-    it("a review turn's deadline accepts the reply and runs its calls, and sends no turn", async () => {
+    /**
+     * A session of a model without a price, made on a replica without the cap and waiting for the review of a
+     * reply that calls `calculate_sum`; then that replica gone and one with the cap up, whose deadline sweep times
+     * the review out (the first one's never comes).
+     */
+    async function reviewedThenCapped(extra: Record<string, unknown> = {}) {
       fake.reset();
       fake.enqueue(toolCall('calculate_sum', { a: 1, b: 2 }, { id: 'toolu_sum' }), text('Never sent.'));
-      // The replica before the cap; its deadline sweep never comes, so the timeout is the capped replica's.
       const before = await replica({ ...fast, DEADLINE_SWEEP_MS: '3600000' });
       const made = await before.api.post('/v1/sessions', {
         model: 'claude-fake-1',
@@ -79,14 +84,18 @@ describe(
         tools: ['calculate_sum'],
         pause_after_turn: true,
         action_timeout_s: 1,
+        ...extra,
       });
       assert.equal(made.status, 201, JSON.stringify(made.body));
-      const id = made.body.id;
+      const id: string = made.body.id;
       const waiting = await before.api.waitStatus(id, 'requires_action', 20_000);
       assert.equal(waiting.required_action.type, 'review_turn');
       await close(before);
+      return { id, after: await replica({ ...fast, ...capped }) };
+    }
 
-      const after = await replica({ ...fast, ...capped });
+    it("a review turn's deadline accepts the reply and runs its calls, and sends no turn", async () => {
+      const { id, after } = await reviewedThenCapped();
       await assertFailedForPrice(after.api, id);
       assert.ok((await eventsOf(after.api, id)).some((e) => e.type === 'action.timed_out'));
       // The reviewed reply's call ran and its result is in the history; the turn after it was not sent.
@@ -97,22 +106,7 @@ describe(
     });
 
     it("a review turn's deadline at max_iterations runs the calls and stops idle as it would (it sends nothing; found by a review)", async () => {
-      fake.reset();
-      fake.enqueue(toolCall('calculate_sum', { a: 1, b: 2 }, { id: 'toolu_sum' }), text('Never sent.'));
-      const before = await replica({ ...fast, DEADLINE_SWEEP_MS: '3600000' });
-      const made = await before.api.post('/v1/sessions', {
-        model: 'claude-fake-1',
-        input: 'Add 1 and 2.',
-        tools: ['calculate_sum'],
-        pause_after_turn: true,
-        max_iterations: 1,
-        action_timeout_s: 1,
-      });
-      assert.equal(made.status, 201, JSON.stringify(made.body));
-      const id = made.body.id;
-      await before.api.waitStatus(id, 'requires_action', 20_000);
-      await close(before);
-      const after = await replica({ ...fast, ...capped });
+      const { id, after } = await reviewedThenCapped({ max_iterations: 1 });
       const done = await after.api.waitStatus(id, ['idle', 'failed'], 30_000);
       assert.equal(fake.requests.length, 1, 'nothing sent after the reviewed turn');
       const last = (await after.api.get(`/v1/sessions/${id}/messages`)).body.data.at(-1);
@@ -136,18 +130,11 @@ describe(
       const lookup = { name: 'lookup', description: 'a client tool', input_schema: { type: 'object' } };
       const before = await replica(fast);
       // The writer's model has no price; its researcher's has one (so its own result is accepted under the cap).
+      const researcher = { model: 'claude-sonnet-5-5', system: 'You are a researcher.', tools: [lookup] };
       const made = await before.api.post('/v1/sessions', {
+        ...writerWithResearcher,
         model: 'claude-fake-1',
-        system: 'You are a writer.',
-        input: 'Write.',
-        tools: [
-          {
-            type: 'agent',
-            name: 'researcher',
-            description: 'Researches.',
-            session: { model: 'claude-sonnet-5-5', system: 'You are a researcher.', tools: [lookup] },
-          },
-        ],
+        tools: [agentTool('researcher', researcher)],
       });
       assert.equal(made.status, 201, JSON.stringify(made.body));
       const id = made.body.id;

@@ -2,6 +2,7 @@ import type { FastifyInstance } from 'fastify';
 import { AgentSweep } from '../../src/agents/sweep.js';
 import type { FakeRequest } from '../../src/offline/wire.js';
 import type { SessionStore } from '../../src/store/store.js';
+import { startHarness, type Harness } from './service.js';
 import { apiError, text, toolCall } from '../fake/script.js';
 
 const systemOf = (req: FakeRequest) =>
@@ -76,6 +77,23 @@ export function drivenSweep(app: FastifyInstance, store: SessionStore = app.stor
     sweepMs: 3_600_000,
     maxSessions: 0,
   });
-  const pass = () => (sweep as unknown as { sweep(): Promise<void> }).sweep();
+  const pass = async () => {
+    // A wake-up written before this call is due within its millisecond (src/store/tree-due.ts `wakeScore`): the
+    // pass starts once that millisecond is over, so it sees every such member.
+    const called = Date.now();
+    while (Date.now() <= called) await new Promise((done) => setImmediate(done));
+    await (sweep as unknown as { sweep(): Promise<void> }).sweep();
+  };
   return { sweep, pass };
+}
+
+/**
+ * A service (tenants `a` and `b`, keys `key-a`, `key-b`) whose model is `writerResearcher` and whose own agents'
+ * sweep is stopped: the test drives sweeps of its own (`drivenSweep`).
+ */
+export async function harnessWithoutSweep(): Promise<Harness> {
+  const h = await startHarness({ env: { API_KEYS: 'a:key-a,b:key-b', AGENT_SWEEP_MS: '3600000' } });
+  h.fake.setHandler(writerResearcher);
+  await h.service.app.agents.stop();
+  return h;
 }
