@@ -96,10 +96,16 @@ describe('child usage: a child expired (ttl_s) before its parent was told', { ti
     };
     const parent = (await a.post('/v1/sessions', { ...writerWithResearcher, tools: [researcher] })).body;
     await a.waitStatus(parent.id, 'requires_action', 20_000);
-    await pass();
-    const [childId] = await sweep.children(parent.id);
-    assert.ok(childId, 'the child created');
-    const child = await a.waitStatus(childId!, 'idle', 20_000);
+    // The run's end wakes the parent after the status a client sees: passes until one has looked at it.
+    const childId: string = await until(
+      async () => {
+        await pass();
+        return (await sweep.children(parent.id))[0] ?? null;
+      },
+      20_000,
+      'the child created',
+    );
+    const child = await a.waitStatus(childId, 'idle', 20_000);
     assert.ok(child.usage.total_tokens > 0);
     // The parent parked (a look put its next a minute away) and not told yet; then the child expires.
     await app.redis.zadd(treeDueKey('a'), 'XX', Date.now() + 60_000, parent.id);
