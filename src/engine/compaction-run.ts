@@ -3,9 +3,13 @@
  * runner sends the compaction request alone, committed with the end of the run.
  */
 import type { BetaToolRunner } from '@anthropic-ai/sdk/lib/tools/BetaToolRunner';
+import { TENANT_BUDGET_EXHAUSTED } from '../cost/spend.js';
+import { eventOf } from '../events/schemas.js';
 import type { StoredMessage } from '../history.js';
+import type { ApplyOps } from '../store/apply-ops.js';
 import { recordCount, type SessionState } from '../store/session-state.js';
-import { endOps } from './commit.js';
+import { BUDGET_EXHAUSTED, budgetExhausted, spentOf, unpricedError } from './budget.js';
+import { commit, endOps } from './commit.js';
 import { commitCompaction, withCompactionBeta } from './compaction.js';
 import type { EngineLogger, RunDeps, RunHandle } from './run-handle.js';
 import { runnerParams } from './runner-params.js';
@@ -21,6 +25,8 @@ export async function runCompactionOnly(
   history: StoredMessage[],
   log: EngineLogger,
 ): Promise<'done' | 'again'> {
+  const spent = await spentReason(deps, state);
+  if (spent !== null) return skipCompaction(deps, run, state, history, spent, log);
   // The request is a turn's (the summary reads the calls in the history with them): the tools as a runner sends them
   // (the set at create once `tools` were PATCHed: the history's tool changes take it to the current one), their
   // beta, at most 4 cache breakpoints, the container.
@@ -60,7 +66,6 @@ async function compactOnly(
   log: EngineLogger,
 ): Promise<'done' | 'again'> {
   const request = state.compactRequest!;
-  const resume = request.resume!;
   runner.compactBeforeNextTurn({
     type: 'summarize',
     ...(request.instructions ? { instructions: request.instructions } : {}),
@@ -69,28 +74,76 @@ async function compactOnly(
   try {
     const first = await it.next();
     if (first.done) throw new Error('the runner sent no compaction request');
-    const end = endOps({
-      status: resume.status,
-      stopReason: resume.stop_reason,
-      error: resume.error,
-      // The step stayed in its field through the compaction run (with its results, stored: not written again).
-      pending: resume.pending ?? state.pending,
-    });
-    const before = history.length;
     // A record of its own after the session's last one; `iteration` (model turns) stays.
     const at = { iteration: state.iteration, n: recordCount(state) + 1 };
-    await commitCompaction(deps, run, state, history, first.value, state.params, at, true, {
-      queue: {
-        // After a summary, follow-ups are a new user turn; without one, onto a trailing user turn.
-        ...(history.length === before && history.at(-1)?.role === 'user' ? { into_last: true } : {}),
-        none: end,
-      },
-    });
+    // Whether follow-ups join a trailing user turn depends on the reply: after a summary, which the same script puts
+    // in place of the history before it merges them, they are a new user turn.
+    const queue = resumeQueue(state, history);
+    await commitCompaction(deps, run, state, history, first.value, state.params, at, true, (summarized) => ({
+      queue: summarized ? { ...queue, into_last: false } : queue,
+    }));
     log.info(at, 'compacted');
   } finally {
     // The runner would go on to the next turn: this run only compacts.
     await it.return?.(undefined);
   }
+  return afterCompactionRun(deps, run);
+}
+
+/**
+ * The end of a compaction run: the status the session had (its stop reason, error and pending step), unless
+ * follow-ups came meanwhile — then they join the history (merged onto a trailing user turn, as `history` ends now)
+ * and the run goes on.
+ */
+function resumeQueue(state: SessionState, history: StoredMessage[]): NonNullable<ApplyOps['queue']> {
+  const resume = state.compactRequest!.resume!;
+  const end = endOps({
+    status: resume.status,
+    stopReason: resume.stop_reason,
+    error: resume.error,
+    // The step stayed in its field through the compaction run (with its results, stored: not written again).
+    pending: resume.pending ?? state.pending,
+  });
+  return { ...(history.at(-1)?.role === 'user' ? { into_last: true } : {}), none: end };
+}
+
+/**
+ * Why a compaction run may send no request: the session's budget or its tenant's daily cap is spent, or its model has
+ * no price under a dollar ceiling — the checks before every model request (run.ts `step`), which a compaction request
+ * is too. It matters for a compaction asked for while a run was in flight that then stopped for one of these: the
+ * compaction is left to a run of its own (`leftoverCompaction`), which no route's check comes before.
+ */
+async function spentReason(deps: RunDeps, state: SessionState): Promise<string | null> {
+  if (budgetExhausted(state.budget, spentOf(state))) return BUDGET_EXHAUSTED;
+  if (await deps.store.spend.overCap(state.tenant)) return TENANT_BUDGET_EXHAUSTED;
+  return unpricedError(deps.store.spend, state.params.model, state.budget)?.code ?? null;
+}
+
+/**
+ * The compaction is not sent: `compaction.skipped` with the reason (`n`: the record it would have made, as a
+ * takeover's skip says), the request cleared, the session back in its status; the history is unchanged.
+ */
+async function skipCompaction(
+  deps: RunDeps,
+  run: RunHandle,
+  state: SessionState,
+  history: StoredMessage[],
+  reason: string,
+  log: EngineLogger,
+): Promise<'done' | 'again'> {
+  const at = { iteration: state.iteration, n: recordCount(state) + 1 };
+  await commit(deps, run, {
+    hset: { compact: '' },
+    events: [eventOf('compaction.skipped', { ...at, reason })],
+    queue: resumeQueue(state, history),
+  });
+  state.compactRequest = null;
+  log.info({ ...at, reason }, 'compaction skipped');
+  return afterCompactionRun(deps, run);
+}
+
+/** The run ends here unless follow-ups made the session go on (`running`): then its next step sends them. */
+async function afterCompactionRun(deps: RunDeps, run: RunHandle): Promise<'done' | 'again'> {
   const fresh = await deps.store.load(run.id);
   if (fresh?.status !== 'running') {
     await deps.store.runs.end(run);

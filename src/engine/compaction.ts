@@ -109,8 +109,9 @@ function summaryOf(message: BetaMessage): string | null {
 }
 
 /**
- * Awaits a compaction item of the runner and commits it with `extra` ops (a run of its own ends in them): the
- * history becomes the summary (or stays, without one), `history` and `state` follow. Returns the reply's usage.
+ * Awaits a compaction item of the runner and commits it with `extra` ops (a run of its own ends in them; they may
+ * depend on whether the reply had a summary): the history becomes the summary (or stays, without one), `history` and
+ * `state` follow. Returns the reply's usage.
  */
 export async function commitCompaction(
   deps: RunDeps,
@@ -122,7 +123,7 @@ export async function commitCompaction(
   /** Model turns completed before it (`iteration`, which it leaves as it is), and its own record number `n`. */
   at: { iteration: number; n: number },
   fromRequest: boolean,
-  extra: ApplyOps = {},
+  extra: ApplyOps | ((summarized: boolean) => ApplyOps) = {},
 ): Promise<IterationRecord['usage']> {
   const { iteration, n } = at;
   const startedAt = Date.now();
@@ -174,7 +175,7 @@ export async function commitCompaction(
     ...(fromRequest ? { hset: { compact: '' } } : {}),
     events: [outcome, persistedEvent(iteration, n, 'compaction')],
   };
-  await commit(deps, run, mergeOps(ops, extra));
+  await commit(deps, run, mergeOps(ops, typeof extra === 'function' ? extra(summary !== null) : extra));
   if (fromRequest) state.compactRequest = null;
   if (summary !== null) {
     history.splice(0, count, reply);

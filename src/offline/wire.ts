@@ -135,6 +135,11 @@ export interface FakeMessageReply {
   container?: { id: string } | undefined;
   /** Wait this long before sending the response headers. */
   delayMs?: number | undefined;
+  /**
+   * The fake's: send the response only once this settles (before `delayMs`), for a test that acts on the service
+   * while the request is in flight — a scripted reply's gate, as a handler's own `await` is for the handler's.
+   */
+  gate?: Promise<unknown> | undefined;
   /** Delay before each SSE event; overrides the server's pacing. */
   eventDelayMs?: number | undefined;
   /**

@@ -1,4 +1,5 @@
 import type { z } from 'zod';
+import { assertBudgetLeft } from '../engine/budget.js';
 import { isSummary } from '../engine/compaction.js';
 import { statusEvent } from '../engine/status.js';
 import { badRequest, conflict } from '../errors.js';
@@ -36,7 +37,7 @@ export function checkCompactionParams(params: SessionParams, policy: CompactionP
  * `POST /v1/sessions/:id/compact`. Running: scheduled for the runner's next turn boundary (after the current turn and
  * its tool calls). Idle or failed: a run of its own, one compaction request, after which the session is back in the
  * status it had. Refused: while waiting for a client (409 `invalid_status`), while a compaction is scheduled or in
- * flight (409 `compaction_pending`), when the history ends with tool calls without results (409
+ * flight (409 `compaction_pending`), idle or failed with the budget spent (409 `budget_exhausted`), when the history ends with tool calls without results (409
  * `unanswered_tool_calls`: the API compacts only between turns), and with nothing (or only a summary) to compact.
  */
 export function compactSession(
@@ -81,7 +82,9 @@ export function compactSession(
         after: () => deps.store.publishControl(id, 'params'),
       };
     }
-    // Idle or failed. A request left by a run that ended (or failed) is replaced by this one.
+    // Idle or failed. A request left by a run that ended (or failed) is replaced by this one. A compaction is a model
+    // request: not with the budget spent (409 `budget_exhausted`, as a new message).
+    assertBudgetLeft(s);
     await checkHistoryToCompact(deps, s);
     const request: CompactRequest = {
       instructions,

@@ -196,6 +196,10 @@ export async function handleMessages(
     }
     streamMessage(state, res, fr, message, reply, call.framing, store, () => end(false));
   };
-  if (reply.delayMs !== undefined && reply.delayMs > 0) state.later(respond, reply.delayMs);
-  else respond();
+  const go = () => {
+    if (reply.delayMs !== undefined && reply.delayMs > 0) state.later(respond, reply.delayMs);
+    else respond();
+  };
+  if (reply.gate) void reply.gate.then(() => !res.destroyed && !state.closed && go());
+  else go();
 }

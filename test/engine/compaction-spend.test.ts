@@ -1,0 +1,111 @@
+/**
+ * A compaction is a model request like a turn: it is not sent once the session's budget is spent (the route refuses
+ * it; a compaction left by a run that stopped for its budget is skipped), and a compaction run that follow-ups came
+ * during puts them after its summary, as a user turn of their own.
+ */
+import { after, before, beforeEach, describe, test } from 'node:test';
+import assert from 'node:assert/strict';
+import { offlineHandler, toolCall, type FakeReply } from '../fake/server.js';
+import { reply } from '../fake/script.js';
+import { checkHistory } from '../../src/history.js';
+import { startHarness, type Harness } from '../helpers/service.js';
+
+/** Every scripted reply uses 150 tokens. */
+const used = { input_tokens: 100, output_tokens: 50 };
+
+describe('compaction and the budget', () => {
+  let h: Harness;
+  before(async () => {
+    h = await startHarness();
+  });
+  after(async () => h.close());
+  beforeEach(() => h.fake.reset());
+
+  const events = async (id: string) =>
+    (await h.api.get(`/v1/sessions/${id}/events?limit=1000`)).body.data as Array<{
+      type: string;
+      data: Record<string, unknown>;
+    }>;
+
+  /** The fake's first request waits for `release`; the others get the offline model's answer. */
+  function gateFirst(first: FakeReply) {
+    let release!: () => void;
+    const gate = new Promise<void>((resolve) => (release = resolve));
+    let n = 0;
+    h.fake.setHandler(async (req) => {
+      if (++n > 1) return offlineHandler(req, n - 1);
+      await gate;
+      return first;
+    });
+    return release;
+  }
+
+  test('a compaction asked for during a run that then stops for its budget is skipped, not sent', async () => {
+    const release = gateFirst(toolCall('calculate_sum', { a: 2, b: 3 }, { usage: used }));
+    const r = await h.api.post('/v1/sessions', {
+      input: 'What is 2 plus 3?',
+      tools: ['calculate_sum'],
+      budget: { total_tokens: 150 },
+    });
+    assert.equal(r.status, 201, JSON.stringify(r.body));
+    const id: string = r.body.id;
+    await h.fake.waitForRequests(1);
+    const c = await h.api.post(`/v1/sessions/${id}/compact`);
+    assert.equal(c.status, 202, JSON.stringify(c.body));
+    release();
+    const done = await h.api.waitFor(id, (s) => s.status === 'idle' && !s.compaction_pending);
+    assert.equal(done.stop_reason, 'budget_exhausted');
+    assert.equal(h.fake.requests.length, 1, 'no compaction request after the budget was spent');
+    const skipped = (await events(id)).filter((e) => e.type === 'compaction.skipped');
+    assert.deepEqual(
+      skipped.map((e) => e.data),
+      [{ iteration: 1, n: 2, reason: 'budget_exhausted' }],
+    );
+    // Nothing changed: the history still ends with the tool result, valid for the API.
+    const msgs = (await h.api.get(`/v1/sessions/${id}/messages`)).body.data;
+    assert.deepEqual(
+      msgs.map((m: { role: string }) => m.role),
+      ['user', 'assistant', 'user'],
+    );
+    assert.deepEqual(checkHistory(msgs), []);
+    assert.equal((await h.api.get(`/v1/sessions/${id}/iterations`)).body.data.length, 1);
+
+    // Asked for now, by the route: refused as a new message is, until the budget is raised.
+    const again = await h.api.post(`/v1/sessions/${id}/compact`);
+    assert.equal(again.status, 409, JSON.stringify(again.body));
+    assert.equal(again.body.error.code, 'budget_exhausted');
+    assert.equal(h.fake.requests.length, 1);
+  });
+
+  test('a message posted during a compaction run is a user turn after the summary, not part of it', async () => {
+    // A failed first turn leaves the history ending with the user's turn.
+    h.fake.enqueue({ type: 'error', status: 400, errorType: 'invalid_request_error', message: 'scripted' });
+    const r = await h.api.post('/v1/sessions', { input: 'What is 2 plus 3?', tools: ['calculate_sum'] });
+    const id: string = r.body.id;
+    assert.equal((await h.api.waitStatus(id, ['idle', 'failed'])).status, 'failed');
+    let release!: () => void;
+    const gate = new Promise<void>((resolve) => (release = resolve));
+    h.fake.enqueue({ ...reply([{ type: 'compaction', content: 'They asked for 2 plus 3.' }]), gate });
+    const before = h.fake.requests.length;
+    assert.equal((await h.api.post(`/v1/sessions/${id}/compact`)).status, 202);
+    await h.fake.waitForRequests(before + 1);
+    const m = await h.api.post(`/v1/sessions/${id}/messages`, { text: 'And 4 plus 4?' });
+    assert.equal(m.status, 202, JSON.stringify(m.body));
+    release();
+    const done = await h.api.waitFor(id, (s) => s.status !== 'running' && !s.compaction_pending);
+    assert.equal(done.status, 'idle', JSON.stringify(done.error));
+    const msgs = (await h.api.get(`/v1/sessions/${id}/messages`)).body.data;
+    assert.equal(msgs[0].role, 'assistant');
+    assert.deepEqual(
+      msgs[0].content.map((b: { type: string }) => b.type),
+      ['compaction'],
+      'the summary holds only itself',
+    );
+    assert.equal(msgs[1].role, 'user');
+    assert.deepEqual(msgs[1].content, [{ type: 'text', text: 'And 4 plus 4?' }]);
+    assert.deepEqual(checkHistory(msgs), []);
+    // The turn after the compaction asked the model the follow-up, as a user turn.
+    const last = h.fake.requests.at(-1)!;
+    assert.equal(last.messages.at(-1)!.role, 'user');
+  });
+});
