@@ -232,12 +232,12 @@ export async function finish(
  */
 export function followUpsAfter(last: StoredMessage | undefined): Pick<ApplyOps, 'queue'> {
   if (last?.role === 'user') return { queue: { into_last: true } };
-  const paused =
-    last?.role === 'assistant' &&
-    Array.isArray(last.content) &&
-    withoutOpenCalls(last.content) !== last.content;
-  return paused ? {} : { queue: {} };
+  return last && isPausedReply(last) ? {} : { queue: {} };
 }
+
+/** A reply the API paused with a server tool call open (no result yet): no turn may follow it but its continuation. */
+export const isPausedReply = (m: StoredMessage): boolean =>
+  m.role === 'assistant' && Array.isArray(m.content) && withoutOpenCalls(m.content) !== m.content;
 
 /** An interrupt aborted the turn in flight: its partial reply is dropped, the follow-ups join the last user turn. */
 export async function commitInterrupt(deps: RunDeps, run: RunHandle): Promise<void> {

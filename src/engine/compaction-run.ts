@@ -9,7 +9,7 @@ import type { StoredMessage } from '../history.js';
 import type { ApplyOps } from '../store/apply-ops.js';
 import { recordCount, type SessionState } from '../store/session-state.js';
 import { BUDGET_EXHAUSTED, budgetExhausted, spentOf, unpricedError } from './budget.js';
-import { commit, endOps } from './commit.js';
+import { commit, endOps, followUpsAfter, mergeOps } from './commit.js';
 import { commitCompaction, withCompactionBeta } from './compaction.js';
 import type { EngineLogger, RunDeps, RunHandle } from './run-handle.js';
 import { runnerParams } from './runner-params.js';
@@ -76,26 +76,27 @@ async function compactOnly(
     if (first.done) throw new Error('the runner sent no compaction request');
     // A record of its own after the session's last one; `iteration` (model turns) stays.
     const at = { iteration: state.iteration, n: recordCount(state) + 1 };
-    // Whether follow-ups join a trailing user turn depends on the reply: after a summary, which the same script puts
-    // in place of the history before it merges them, they are a new user turn.
-    const queue = resumeQueue(state, history);
-    await commitCompaction(deps, run, state, history, first.value, state.params, at, true, (summarized) => ({
-      queue: summarized ? { ...queue, into_last: false } : queue,
-    }));
+    // Where follow-ups go depends on the reply: after a summary, which the same script puts in place of the history
+    // before it merges them, they are a new user turn; without one, they go where they would after `history`.
+    const merged = (
+      await commitCompaction(deps, run, state, history, first.value, state.params, at, true, (summarized) =>
+        resumeEnd(state, summarized ? [] : history),
+      )
+    ).mergedCount;
     log.info(at, 'compacted');
+    return afterCompactionRun(deps, run, state, merged);
   } finally {
     // The runner would go on to the next turn: this run only compacts.
     await it.return?.(undefined);
   }
-  return afterCompactionRun(deps, run);
 }
 
 /**
  * The end of a compaction run: the status the session had (its stop reason, error and pending step), unless
- * follow-ups came meanwhile — then they join the history (merged onto a trailing user turn, as `history` ends now)
- * and the run goes on.
+ * follow-ups came meanwhile — then they join the history after `history` (merged onto a trailing user turn; after a
+ * paused reply they stay queued, as when any run stops) and the run goes on.
  */
-function resumeQueue(state: SessionState, history: StoredMessage[]): NonNullable<ApplyOps['queue']> {
+function resumeEnd(state: SessionState, history: StoredMessage[]): ApplyOps {
   const resume = state.compactRequest!.resume!;
   const end = endOps({
     status: resume.status,
@@ -104,7 +105,8 @@ function resumeQueue(state: SessionState, history: StoredMessage[]): NonNullable
     // The step stayed in its field through the compaction run (with its results, stored: not written again).
     pending: resume.pending ?? state.pending,
   });
-  return { ...(history.at(-1)?.role === 'user' ? { into_last: true } : {}), none: end };
+  const { queue } = followUpsAfter(history.at(-1));
+  return queue ? { queue: { ...queue, none: end } } : end;
 }
 
 /**
@@ -132,22 +134,31 @@ async function skipCompaction(
   log: EngineLogger,
 ): Promise<'done' | 'again'> {
   const at = { iteration: state.iteration, n: recordCount(state) + 1 };
-  await commit(deps, run, {
-    hset: { compact: '' },
-    events: [eventOf('compaction.skipped', { ...at, reason })],
-    queue: resumeQueue(state, history),
-  });
+  const res = await commit(
+    deps,
+    run,
+    mergeOps(
+      { hset: { compact: '' }, events: [eventOf('compaction.skipped', { ...at, reason })] },
+      resumeEnd(state, history),
+    ),
+  );
   state.compactRequest = null;
   log.info({ ...at, reason }, 'compaction skipped');
-  return afterCompactionRun(deps, run);
+  return afterCompactionRun(deps, run, state, res.mergedCount);
 }
 
-/** The run ends here unless follow-ups made the session go on (`running`): then its next step sends them. */
-async function afterCompactionRun(deps: RunDeps, run: RunHandle): Promise<'done' | 'again'> {
-  const fresh = await deps.store.load(run.id);
-  if (fresh?.status !== 'running') {
-    await deps.store.runs.end(run);
-    return 'done';
-  }
-  return 'again';
+/**
+ * The run ends with the commit that put the session back in its status, unless that commit merged follow-ups (it
+ * stayed `running`, its lease held): then the next step sends them. Decided from the commit, not a read after it: the
+ * session given back may be running again already, someone else's run.
+ */
+async function afterCompactionRun(
+  deps: RunDeps,
+  run: RunHandle,
+  state: SessionState,
+  merged: number,
+): Promise<'done' | 'again'> {
+  if (merged > 0) return 'again';
+  await deps.store.runs.end(run, state.tenant);
+  return 'done';
 }

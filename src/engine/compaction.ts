@@ -20,7 +20,7 @@
  */
 import type { BetaToolRunner } from '@anthropic-ai/sdk/lib/tools/BetaToolRunner';
 import type { BetaMessage } from '@anthropic-ai/sdk/resources/beta/messages/messages';
-import { blocksOf, type StoredMessage } from '../history.js';
+import { blocksOf, pendingToolCalls, type StoredMessage } from '../history.js';
 import type { SessionParams } from '../schemas.js';
 import {
   usageIncr,
@@ -31,7 +31,7 @@ import {
 } from '../store/session-state.js';
 import type { ApplyOps } from '../store/apply-ops.js';
 import { microsToUsd } from '../cost/prices.js';
-import { commit, countSpend, mergeOps, persistedEvent } from './commit.js';
+import { commit, countSpend, isPausedReply, mergeOps, persistedEvent } from './commit.js';
 import type { RunDeps, RunHandle } from './run-handle.js';
 import { statusEvent } from './status.js';
 import { eventOf } from '../events/schemas.js';
@@ -111,7 +111,7 @@ function summaryOf(message: BetaMessage): string | null {
 /**
  * Awaits a compaction item of the runner and commits it with `extra` ops (a run of its own ends in them; they may
  * depend on whether the reply had a summary): the history becomes the summary (or stays, without one), `history` and
- * `state` follow. Returns the reply's usage.
+ * `state` follow. Returns the reply's usage and how many follow-ups the commit merged.
  */
 export async function commitCompaction(
   deps: RunDeps,
@@ -124,7 +124,7 @@ export async function commitCompaction(
   at: { iteration: number; n: number },
   fromRequest: boolean,
   extra: ApplyOps | ((summarized: boolean) => ApplyOps) = {},
-): Promise<IterationRecord['usage']> {
+): Promise<{ usage: IterationRecord['usage']; mergedCount: number }> {
   const { iteration, n } = at;
   const startedAt = Date.now();
   const t0 = performance.now();
@@ -175,13 +175,17 @@ export async function commitCompaction(
     ...(fromRequest ? { hset: { compact: '' } } : {}),
     events: [outcome, persistedEvent(iteration, n, 'compaction')],
   };
-  await commit(deps, run, mergeOps(ops, typeof extra === 'function' ? extra(summary !== null) : extra));
+  const res = await commit(
+    deps,
+    run,
+    mergeOps(ops, typeof extra === 'function' ? extra(summary !== null) : extra),
+  );
   if (fromRequest) state.compactRequest = null;
   if (summary !== null) {
     history.splice(0, count, reply);
     state.msgBase += count;
   }
-  return usage;
+  return { usage, mergedCount: res.mergedCount };
 }
 
 /**
@@ -248,7 +252,9 @@ export class RunCompaction {
     at: { iteration: number; n: number },
   ): Promise<IterationRecord['usage']> {
     this.expecting = false;
-    return commitCompaction(this.deps, this.run, this.state, history, item, params, at, this.fromRequest);
+    return (
+      await commitCompaction(this.deps, this.run, this.state, history, item, params, at, this.fromRequest)
+    ).usage;
   }
 }
 
@@ -260,6 +266,11 @@ export async function leftoverCompaction(deps: RunDeps, id: string): Promise<boo
   const s = await deps.store.load(id);
   const request: CompactRequest | null | undefined = s?.compactRequest;
   if (!s || !request || request.resume || (s.status !== 'idle' && s.status !== 'failed')) return false;
+  // Not over calls without results (a failed tool step) or a paused reply (an open server call): the API compacts
+  // only between turns, and the route refuses these (409). The request stays scheduled: the next run (a `resume`, a
+  // message) takes it once its first turn boundary comes.
+  const last = await deps.store.lastMessage(id);
+  if (last && (pendingToolCalls([last]).length > 0 || isPausedReply(last))) return false;
   const next: Partial<SessionState> & { status: 'running' } = {
     status: 'running',
     compactRequest: {

@@ -108,4 +108,66 @@ describe('compaction and the budget', () => {
     const last = h.fake.requests.at(-1)!;
     assert.equal(last.messages.at(-1)!.role, 'user');
   });
+
+  test('a compaction asked for during a run that fails its tool step waits for the next run, and is made there', async () => {
+    const release = gateFirst(toolCall('evaluate_expression', { expression: '1/' }));
+    const r = await h.api.post('/v1/sessions', {
+      input: 'Evaluate 1/',
+      tools: ['evaluate_expression'],
+      on_tool_error: 'fail',
+    });
+    const id: string = r.body.id;
+    await h.fake.waitForRequests(1);
+    const c = await h.api.post(`/v1/sessions/${id}/compact`);
+    assert.equal(c.status, 202, JSON.stringify(c.body));
+    release();
+    const failed = await h.api.waitStatus(id, ['idle', 'failed']);
+    assert.equal(failed.status, 'failed');
+    assert.equal(failed.error.code, 'tool_failed', 'the error of the tool step stands');
+    assert.equal(failed.compaction_pending, true);
+    // The next run answers the calls, then compacts before its first turn, and goes on from the summary. (Before,
+    // the ended run's leftover compaction was sent over the calls without results: the API refused it, the session
+    // failed with that error and every run after it made the same request again.)
+    await h.api.req('PATCH', `/v1/sessions/${id}`, { on_tool_error: 'continue' });
+    const resumed = await h.api.post(`/v1/sessions/${id}/resume`);
+    assert.equal(resumed.status, 202, JSON.stringify(resumed.body));
+    const done = await h.api.waitFor(id, (s) => s.status !== 'running' && !s.compaction_pending);
+    assert.equal(done.status, 'idle', JSON.stringify(done.error));
+    assert.deepEqual(
+      h.fake.requests.map((q) => q.status),
+      [200, 200, 200],
+      'the turn, the compaction, the turn after it: no refused request',
+    );
+    const [, compaction, turn] = h.fake.requests;
+    assert.deepEqual(compaction!.body.compaction, { type: 'summarize' });
+    assert.equal(compaction!.messages.at(-1)!.role, 'user', 'compacted after the error result');
+    assert.equal(turn!.body.compaction, undefined);
+  });
+
+  test('a compaction run that fails is made again by the next run: a message posted meanwhile joins after it', async () => {
+    const s = await h.api.post('/v1/sessions', { input: 'What is 2 plus 3?', tools: ['calculate_sum'] });
+    const id: string = s.body.id;
+    assert.equal((await h.api.waitStatus(id, ['idle', 'failed'])).status, 'idle');
+    h.fake.enqueue({
+      ...reply([{ type: 'compaction', content: 'unused' }]),
+      streamErrorAfterEvents: 0,
+      streamErrorType: 'invalid_request_error',
+    });
+    assert.equal((await h.api.post(`/v1/sessions/${id}/compact`)).status, 202);
+    const failed = await h.api.waitFor(id, (x) => x.status === 'failed');
+    assert.equal(failed.compaction_pending, true);
+    const before = h.fake.requests.length;
+    assert.equal((await h.api.post(`/v1/sessions/${id}/messages`, { text: 'And 4 plus 4?' })).status, 202);
+    const done = await h.api.waitFor(id, (x) => x.status !== 'running' && !x.compaction_pending);
+    assert.equal(done.status, 'idle', JSON.stringify(done.error));
+    const sent = h.fake.requests.slice(before);
+    assert.ok(sent[0]!.body.compaction, 'the compaction first');
+    // Then the model was asked the message, as the last user turn after the summary.
+    const asked = sent.find((q) => !q.body.compaction);
+    assert.ok(asked, 'a turn was sent after the compaction');
+    assert.match(JSON.stringify(asked.messages.at(-1)), /And 4 plus 4\?/);
+    const msgs = (await h.api.get(`/v1/sessions/${id}/messages`)).body.data;
+    assert.notEqual(msgs.at(-1).content[0].type, 'compaction', 'the model answered the message');
+    assert.deepEqual(checkHistory(msgs), []);
+  });
 });
