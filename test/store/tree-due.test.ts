@@ -1,0 +1,104 @@
+/**
+ * A pass of the agents' sweep (src/agents/sweep.ts) takes its members from TreeDue.due: `limit` of them whenever that
+ * many are due, however they are spread across tenants, one of each tenant's in turn (a tenant's burst takes only
+ * what the others leave), in two round trips whatever the number of tenants.
+ */
+import { after, before, beforeEach, describe, it } from 'node:test';
+import assert from 'node:assert/strict';
+import { createRedis } from '../../src/plugins/redis.js';
+import { defineLuaCommands, type RedisClient } from '../../src/store/lua-commands.js';
+import { LEGACY_AGENTS_DUE_KEY, TreeDue } from '../../src/store/tree-due.js';
+import { startTestRedis, type TestRedis } from '../helpers/redis.js';
+
+const LIMIT = 50;
+
+describe("the sub-agent trees' due sets (TreeDue.due)", { timeout: 60_000 }, () => {
+  let server: TestRedis;
+  let redis: RedisClient;
+  let trees: TreeDue;
+  before(async () => {
+    server = await startTestRedis({ appendonly: false });
+    redis = createRedis({ url: server.url }) as RedisClient;
+    defineLuaCommands(redis, new URL('../../src/store/lua/', import.meta.url), 'sess');
+    trees = new TreeDue(redis);
+  });
+  after(async () => {
+    redis.disconnect();
+    await server.stop();
+  });
+  beforeEach(() => redis.flushall());
+
+  /** `counts[i]` members of tenant `t<i>` (`t<i>-<j>`), each due within a minute. */
+  async function members(counts: number[]): Promise<void> {
+    const writes: Array<Promise<void>> = [];
+    for (const [i, n] of counts.entries())
+      for (let j = 0; j < n; j++) writes.push(trees.watch(`t${i}-${j}`, `t${i}`));
+    await Promise.all(writes);
+  }
+
+  /** One pass's read (members watched are due within a minute), and how many round trips it took. */
+  async function pass(): Promise<{ ids: string[]; perTenant: Map<string, number>; roundTrips: number }> {
+    let roundTrips = 0;
+    const counted = new Proxy(redis, {
+      get(target, key) {
+        const v = Reflect.get(target, key) as unknown;
+        if (typeof v !== 'function') return v;
+        return (...args: unknown[]) => {
+          // A direct command is one round trip; a pipeline is one, at its exec.
+          if (key !== 'pipeline') roundTrips++;
+          const r = (v as (...a: unknown[]) => unknown).apply(target, args);
+          if (key === 'pipeline') {
+            const p = r as { exec: () => Promise<unknown> };
+            const exec = p.exec.bind(p);
+            p.exec = () => {
+              roundTrips++;
+              return exec();
+            };
+          }
+          return r;
+        };
+      },
+    });
+    const got = await new TreeDue(counted).due(Date.now() + 120_000, LIMIT);
+    const perTenant = new Map<string, number>();
+    for (const e of got) perTenant.set(e.tenant ?? 'old', (perTenant.get(e.tenant ?? 'old') ?? 0) + 1);
+    return { ids: got.map((e) => e.id), perTenant, roundTrips };
+  }
+
+  it('a burst of one tenant takes what the tenants with one member each leave: 50 in all', async () => {
+    // 10 tenants with one member each, and one with 1,000.
+    await members([1000, ...Array<number>(10).fill(1)]);
+    const { ids, perTenant, roundTrips } = await pass();
+    assert.equal(ids.length, LIMIT, `members in a pass: ${ids.length}`);
+    assert.equal(new Set(ids).size, LIMIT, 'no member twice');
+    for (let i = 1; i <= 10; i++) assert.equal(perTenant.get(`t${i}`), 1, `tenant t${i}`);
+    assert.equal(perTenant.get('t0'), LIMIT - 10);
+    assert.ok(roundTrips <= 3, `round trips: ${roundTrips}`);
+  });
+
+  it('200 tenants with one member each: 50 tenants a pass', async () => {
+    await members(Array<number>(200).fill(1));
+    const { ids, perTenant, roundTrips } = await pass();
+    assert.equal(ids.length, LIMIT);
+    assert.equal(perTenant.size, LIMIT);
+    assert.ok(roundTrips <= 3, `round trips: ${roundTrips}`);
+  });
+
+  it('two bursts share the pass; the old single set is one more list, never starved', async () => {
+    await members([1000, 1000]);
+    let r = await pass();
+    assert.deepEqual([r.perTenant.get('t0'), r.perTenant.get('t1')], [25, 25]);
+    await redis.flushall();
+    // 100 members a replica of the last version wrote, and one tenant with 3 members, one with 1.
+    await redis.zadd(LEGACY_AGENTS_DUE_KEY, ...Array.from({ length: 100 }, (_, i) => [i, `old-${i}`]).flat());
+    await members([3, 1]);
+    r = await pass();
+    assert.equal(r.ids.length, LIMIT);
+    assert.deepEqual([r.perTenant.get('t0'), r.perTenant.get('t1'), r.perTenant.get('old')], [3, 1, 46]);
+    // More tenants due than a pass takes: the old set still has its turn (it is not left what they leave).
+    await members(Array<number>(60).fill(1));
+    r = await pass();
+    assert.equal(r.ids.length, LIMIT);
+    assert.equal(r.perTenant.get('old'), 1);
+  });
+});
