@@ -154,22 +154,25 @@ export class RunQueue {
   /**
    * The run is over (the session left `running`, is gone, or waits without a run for a worker): drops its due
    * entry and gives back its tenant's run slot; a session of a sub-agent tree wakes the agents' sweep. `tenant` is
-   * read from the session when not given (one HGET). A delete (`deleted`) must work when Redis is full, which
-   * refuses the ZADD: then the agents' sweep comes to a deleted tree member at its earlier due time instead of now.
-   * A run ending itself passes its `HeldRun` (see `ended`).
+   * read from the session when not given (one HGET); of a session gone, from its tree's data (one HGET more: a
+   * delete that died before its own `end`, whose due entry the runs' sweep finds, still wakes the member).
+   * A delete (`deleted`) must work when Redis is full, which refuses the ZADD: then the agents' sweep comes to a
+   * deleted tree member at its earlier due time instead of now. A run ending itself passes its `HeldRun` (see
+   * `ended`).
    */
   async end(of: string | HeldRun, tenant?: string, deleted = false): Promise<void> {
     if (typeof of !== 'string') of.ended = true;
     const id = typeof of === 'string' ? of : of.id;
-    const t = tenant ?? (await this.redis.hget(sessionKeys(id).meta, 'tenant'));
+    const t =
+      tenant ?? (await this.redis.hget(sessionKeys(id).meta, 'tenant')) ?? (await this.trees.tenantOf(id));
     // A session of a sub-agent tree: its run ended, the agents' sweep looks at it now (others are not members; a
-    // session gone with its tenant unknown is answered at its parent's next look).
-    const agentsDue = t !== null ? this.trees.wake(id, t) : null;
+    // member of the old single set, gone, is woken there: its tenant is told by nothing).
+    const agentsDue = t !== null ? this.trees.wake(id, t) : this.trees.wakeOld(id);
     await Promise.all([
       this.redis.zrem(RUNS_KEY, id),
       t !== null ? this.redis.zrem(tenantRunsKey(t), id) : null,
       deleted
-        ? agentsDue?.catch((err: unknown) => {
+        ? agentsDue.catch((err: unknown) => {
             if (!isOutOfMemory(err)) throw err;
           })
         : agentsDue,

@@ -1,10 +1,11 @@
 /**
  * When the agents' sweep (src/agents/sweep.ts) looks at each member of a sub-agent tree (parents with `agent` tools,
  * and children): one sorted set per tenant (`{agents}:due:<tenant>`, member → ms) and an index of the tenants by
- * their earliest entry (`{agents}:tenants`), kept together by tree-due-2.lua and tree-due-settle-2.lua (one hash
- * tag: one slot, as the single set before them). A pass takes a share of every due tenant's entries, round robin,
- * so a burst of one tenant's tree ends (thousands of children at once) holds another tenant's tree back by one
- * pass, not by the burst.
+ * their earliest entry (`{agents}:tenants`), and each member's tenant (`{agents}:tenant-of`, so that a member whose
+ * session is gone can still be woken: RunQueue.end), kept together by tree-due-3.lua and tree-due-settle-3.lua (one
+ * hash tag: one slot, as the single set before them). A pass takes every due tenant's entries round robin, so a burst
+ * of one tenant's tree ends (thousands of children at once) holds another tenant's tree back by one pass, not by the
+ * burst.
  *
  * Before, every member was in one set, `agents:due`, oldest first across tenants. A replica of that version (in a
  * rolling upgrade) may still write there, and members written then are still there: a pass also takes that set's
@@ -15,6 +16,11 @@ import type { RedisClient } from './lua-commands.js';
 /** The one set of every tenant's members, as written before the per-tenant sets (read, then emptied, by passes). */
 export const LEGACY_AGENTS_DUE_KEY = 'agents:due';
 const TENANTS_KEY = '{agents}:tenants';
+/**
+ * Each member's tenant (hash), while it is a member. Members written by the version before (tree-due-2.lua) have
+ * theirs from their next write (a wake-up, a look).
+ */
+const TENANT_OF_KEY = '{agents}:tenant-of';
 /** A tenant's due set. */
 export const treeDueKey = (tenant: string) => `{agents}:due:${tenant}`;
 
@@ -60,6 +66,7 @@ export class TreeDue {
     await this.redis.sessTreeDue(
       treeDueKey(tenant),
       TENANTS_KEY,
+      TENANT_OF_KEY,
       id,
       String(Date.now() + 60_000),
       tenant,
@@ -69,7 +76,32 @@ export class TreeDue {
 
   /** A member looked at now (its run ended, a child of it was deleted, …). Not for sessions that are not members. */
   async wake(id: string, tenant: string): Promise<void> {
-    await this.redis.sessTreeDue(treeDueKey(tenant), TENANTS_KEY, id, wakeScore(), tenant, 'XX');
+    await this.redis.sessTreeDue(
+      treeDueKey(tenant),
+      TENANTS_KEY,
+      TENANT_OF_KEY,
+      id,
+      wakeScore(),
+      tenant,
+      'XX',
+    );
+  }
+
+  /**
+   * The tenant of a member whose session is gone (so whose meta no longer tells it), as the tree's own writes keep
+   * it; null for a session that is no member (or one of the old set, or written by the version before and not
+   * written since: see `wakeOld`).
+   */
+  tenantOf(id: string): Promise<string | null> {
+    return this.redis.hget(TENANT_OF_KEY, id);
+  }
+
+  /**
+   * A wake-up for a member of the old set whose tenant is not known (its session gone), as that version wrote it
+   * (ZADD XX: nothing for a session that is no member there).
+   */
+  async wakeOld(id: string): Promise<void> {
+    await this.redis.zadd(LEGACY_AGENTS_DUE_KEY, 'XX', wakeScore(), id);
   }
 
   /**
@@ -107,7 +139,15 @@ export class TreeDue {
   async settle(e: TreeEntry, next: number | null, tenant?: string): Promise<void> {
     const to = next === null ? '' : String(next);
     if (e.tenant !== null) {
-      await this.redis.sessTreeDueSettle(treeDueKey(e.tenant), TENANTS_KEY, e.id, e.score, to, e.tenant);
+      await this.redis.sessTreeDueSettle(
+        treeDueKey(e.tenant),
+        TENANTS_KEY,
+        TENANT_OF_KEY,
+        e.id,
+        e.score,
+        to,
+        e.tenant,
+      );
       return;
     }
     if (next !== null && tenant === undefined) {
@@ -116,7 +156,7 @@ export class TreeDue {
     }
     // Moved before it is dropped: a crash between the two leaves it in both sets, and the next look moves it again.
     if (next !== null && tenant !== undefined)
-      await this.redis.sessTreeDue(treeDueKey(tenant), TENANTS_KEY, e.id, to, tenant, 'NX');
+      await this.redis.sessTreeDue(treeDueKey(tenant), TENANTS_KEY, TENANT_OF_KEY, e.id, to, tenant, 'NX');
     await this.redis.sessDueSettle(LEGACY_AGENTS_DUE_KEY, e.id, e.score, '');
   }
 }

@@ -1,18 +1,19 @@
 /**
  * A pass of the agents' sweep (src/agents/sweep.ts) takes its members from TreeDue.due: `limit` of them whenever that
  * many are due, however they are spread across tenants, one of each tenant's in turn (a tenant's burst takes only
- * what the others leave), in two round trips whatever the number of tenants.
+ * what the others leave), in two round trips whatever the number of tenants. Each member's tenant is kept beside the
+ * sets while it is a member, for a wake-up of a member whose session is gone (RunQueue.end).
  */
 import { after, before, beforeEach, describe, it } from 'node:test';
 import assert from 'node:assert/strict';
 import { createRedis } from '../../src/plugins/redis.js';
 import { defineLuaCommands, type RedisClient } from '../../src/store/lua-commands.js';
-import { LEGACY_AGENTS_DUE_KEY, TreeDue } from '../../src/store/tree-due.js';
+import { LEGACY_AGENTS_DUE_KEY, TreeDue, treeDueKey } from '../../src/store/tree-due.js';
 import { startTestRedis, type TestRedis } from '../helpers/redis.js';
 
 const LIMIT = 50;
 
-describe("the sub-agent trees' due sets (TreeDue.due)", { timeout: 60_000 }, () => {
+describe("the sub-agent trees' due sets (TreeDue)", { timeout: 60_000 }, () => {
   let server: TestRedis;
   let redis: RedisClient;
   let trees: TreeDue;
@@ -100,5 +101,20 @@ describe("the sub-agent trees' due sets (TreeDue.due)", { timeout: 60_000 }, () 
     r = await pass();
     assert.equal(r.ids.length, LIMIT);
     assert.equal(r.perTenant.get('old'), 1);
+  });
+
+  it('a member written before its tenant was kept (tree-due-2.lua) has it from its next wake-up or look', async () => {
+    // As the version before wrote them: in their tenant's set, with no tenant kept beside.
+    await redis.zadd(treeDueKey('t0'), Date.now(), 'woken', Date.now(), 'looked');
+    await redis.zadd('{agents}:tenants', Date.now(), 't0');
+    assert.equal(await trees.tenantOf('woken'), null);
+    await trees.wake('woken', 't0');
+    const [looked] = (await trees.due(Date.now() + 1, LIMIT)).filter((e) => e.id === 'looked');
+    await trees.settle(looked!, Date.now() + 60_000);
+    assert.deepEqual([await trees.tenantOf('woken'), await trees.tenantOf('looked')], ['t0', 't0']);
+    // A member dropped (its session gone) leaves nothing behind.
+    const [gone] = (await trees.due(Date.now() + 120_000, LIMIT)).filter((e) => e.id === 'looked');
+    await trees.settle(gone!, null);
+    assert.equal(await trees.tenantOf('looked'), null);
   });
 });

@@ -77,19 +77,21 @@ declare module 'ioredis' {
     ): Result<number, Context>;
     /** due-settle-1.lua: 1 when the member still had the score read and was moved (or dropped). */
     sessDueSettle(key: string, member: string, score: string, next: string): Result<number, Context>;
-    /** tree-due-2.lua: 1 when the member's score was written (XX: it was a member; NX: it was not). */
+    /** tree-due-3.lua: 1 when the member's score was written (XX: it was a member; NX: it was not). */
     sessTreeDue(
       due: string,
       tenants: string,
+      tenantOf: string,
       member: string,
       score: string,
       tenant: string,
       mode: '' | 'XX' | 'NX',
     ): Result<number, Context>;
-    /** tree-due-settle-2.lua: 1 when the member still had the score read and was moved (or dropped). */
+    /** tree-due-settle-3.lua: 1 when the member still had the score read and was moved (or dropped). */
     sessTreeDueSettle(
       due: string,
       tenants: string,
+      tenantOf: string,
       member: string,
       score: string,
       next: string,

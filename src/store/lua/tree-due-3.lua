@@ -1,6 +1,8 @@
 -- tree-due: sets a sub-agent tree member's due time in its tenant's due set, and keeps the tenants' index at each
--- tenant's earliest entry (what the agents' sweep reads first: src/store/tree-due.ts).
+-- tenant's earliest entry (what the agents' sweep reads first: src/store/tree-due.ts) and the member's tenant in the
+-- members' tenants (what wakes a member whose session is gone, with its tenant: RunQueue.end).
 -- KEYS[1] the tenant's due set (zset: member → ms)  KEYS[2] the tenants' index (zset: tenant → its earliest ms)
+-- KEYS[3] the members' tenants (hash: member → tenant)
 -- ARGV[1] member  ARGV[2] score (ms)  ARGV[3] tenant
 -- ARGV[4] '' (set), 'XX' (only a member: a wake-up), 'NX' (only a new member: one moved from the old set)
 -- Returns 1 when the member's score was written, 0 when not (XX: not a member; NX: one already; the same score).
@@ -11,6 +13,8 @@ else
   n = redis.call('ZADD', KEYS[1], ARGV[4], 'CH', ARGV[2], ARGV[1])
 end
 if n == 0 then return 0 end
+-- Also on a wake-up: a member written by tree-due-2.lua (the version before) has no entry there yet.
+redis.call('HSET', KEYS[3], ARGV[1], ARGV[3])
 local head = redis.call('ZRANGE', KEYS[1], 0, 0, 'WITHSCORES')
 redis.call('ZADD', KEYS[2], head[2], ARGV[3])
 return 1
