@@ -26,6 +26,7 @@ import { ChatTranslator, type UIChunk } from '../src/chat/chunks.js';
 import { awaitsAgentsOnly } from '../src/chat/event-shapes.js';
 import { keptSteps, replyMessageId, runMessageId, toUIMessages } from '../src/chat/history.js';
 import { chatBody, editRefused } from '../src/chat/request.js';
+import { denials } from '../src/chat/denials.js';
 import { postAnswers, postUserMessage, regenerate, statusOf } from '../src/chat/post.js';
 import { defineChatCommands, runStartCursor } from '../src/chat/run-start.js';
 import type { SessionState } from '../src/store/session-state.js';
@@ -317,7 +318,17 @@ const routes: FastifyPluginAsyncZod<{ config: Config }> = async (app, { config }
       const messageId = runMessageId(id, history, s.msgBase);
       // After a retry the replay starts at the retry's run: the message's steps before it are the history's.
       const earlier =
-        start.kept === undefined ? [] : keptSteps(id, history, s.msgBase, start.kept, messageId, agents);
+        start.kept === undefined
+          ? []
+          : keptSteps(
+              id,
+              history,
+              s.msgBase,
+              start.kept,
+              messageId,
+              agents,
+              await denials(app.store, id, history, null),
+            );
       const t = new ChatTranslator(messageId, [], {
         agents,
         pausedBefore: start.run,
@@ -343,9 +354,9 @@ const routes: FastifyPluginAsyncZod<{ config: Config }> = async (app, { config }
     async (req) => {
       const s = await app.store.loadFor(req.tenant, req.params.id);
       const history = await app.store.history(req.params.id);
-      return toUIMessages(s.id, history, s.msgBase, requiredAction(s.status, s.pending), agentsOf(s)).slice(
-        -MAX_UI_MESSAGES,
-      );
+      const denied = await denials(app.store, s.id, history, s.pending);
+      const action = requiredAction(s.status, s.pending);
+      return toUIMessages(s.id, history, s.msgBase, action, agentsOf(s), denied).slice(-MAX_UI_MESSAGES);
     },
   );
 };

@@ -249,8 +249,9 @@ const routes: FastifyPluginAsyncZod = async (app) => {
     async (req) => {
       await app.store.loadFor(req.tenant, req.params.id);
       const records = await app.store.iterationRecords(req.params.id);
-      // Record n is entry n - 1 (records stored before they carried `n` get it from their place).
-      return { data: records.map((r, i) => ({ ...r, n: i + 1 })) };
+      // Record n is entry n - 1 (records stored before they carried `n` get it from their place). `denied` is the
+      // chat history's (src/chat/denials.ts), not shown.
+      return { data: records.map(({ denied: _d, ...r }, i) => ({ ...r, n: i + 1 })) };
     },
   );
 
@@ -268,8 +269,9 @@ const routes: FastifyPluginAsyncZod = async (app) => {
     },
     async (req) => {
       const s = await app.store.loadFor(req.tenant, req.params.id);
-      const [rec] = await app.store.iterationRecords(req.params.id, req.params.n - 1, req.params.n - 1);
-      if (!rec) throw notFound('iteration');
+      const [stored] = await app.store.iterationRecords(req.params.id, req.params.n - 1, req.params.n - 1);
+      if (!stored) throw notFound('iteration');
+      const { denied: _d, ...rec } = stored;
       const end = rec.results_index ?? rec.reply_index;
       // Indexes count compacted messages too: a reply a compaction summarized is read from its segment. A record
       // made before the history was replaced (`PUT …/messages`) addresses messages that are gone: none.

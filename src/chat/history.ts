@@ -9,6 +9,7 @@ import { blocksOf, type StoredBlock, type StoredMessage } from '../history.js';
 import type { RequiredAction } from '../engine/status.js';
 import type { UIChunk } from './chunks.js';
 import { resultText } from './event-shapes.js';
+import type { Denials } from './denials.js';
 
 type UIPart = { type: string } & Record<string, unknown>;
 
@@ -65,8 +66,30 @@ function assistantParts(
 }
 
 /**
+ * A call's part answered by its result: `output-denied` (with the denial's `approval`, as the live stream's
+ * `tool-output-denied` leaves it after `addToolApprovalResponse`) for a denied call, else `output-error` /
+ * `output-available`.
+ */
+function answer(
+  part: UIPart,
+  r: { content?: unknown; is_error?: boolean | null | undefined },
+  denials: Denials,
+) {
+  const id = String(part['toolCallId']);
+  if (r.is_error && denials.has(id)) {
+    const reason = denials.get(id);
+    Object.assign(part, {
+      state: 'output-denied',
+      approval: { id, approved: false, ...(reason ? { reason } : {}) },
+    });
+  } else if (r.is_error) Object.assign(part, { state: 'output-error', errorText: resultText(r.content) });
+  else Object.assign(part, { state: 'output-available', output: r.content ?? null });
+}
+
+/**
  * The history (from index `base` of the session's whole record) as UIMessages, the pending approvals marked;
- * `agents`: the names of the session's `agent` tools.
+ * `agents`: the names of the session's `agent` tools; `denials`: the denied calls (src/chat/denials.ts), whose
+ * results are denials, not errors.
  */
 export function toUIMessages(
   sessionId: string,
@@ -74,6 +97,7 @@ export function toUIMessages(
   base: number,
   action: RequiredAction | null,
   agents: ReadonlySet<string> = new Set(),
+  denials: Denials = new Map(),
 ): UIMessageJson[] {
   const out: UIMessageJson[] = [];
   const calls = new Map<string, UIPart>();
@@ -93,9 +117,7 @@ export function toUIMessages(
     for (const b of blocks) {
       if (b.type !== 'tool_result' || !b.tool_use_id) continue;
       const part = calls.get(b.tool_use_id);
-      if (!part) continue;
-      if (b.is_error) Object.assign(part, { state: 'output-error', errorText: resultText(b.content) });
-      else Object.assign(part, { state: 'output-available', output: b.content ?? null });
+      if (part) answer(part, b, denials);
     }
     const parts = blocks.map(userPart).filter((p): p is UIPart => p !== null);
     if (parts.length === 0) return;
@@ -106,9 +128,12 @@ export function toUIMessages(
   // approval): answered here as the stream answered them, so a `Chat` seeded from this page sees what it still owes.
   for (const r of action?.tool_results ?? []) {
     const part = calls.get(r.tool_use_id);
-    if (part?.['state'] !== 'input-available') continue;
-    if (r.is_error) Object.assign(part, { state: 'output-error', errorText: resultText(r.content) });
-    else Object.assign(part, { state: 'output-available', output: r.content ?? null });
+    if (part?.['state'] === 'input-available') answer(part, r, denials);
+  }
+  // A call denied while others of its step still wait for a decision has no result yet: it is denied all the same.
+  for (const id of denials.keys()) {
+    const part = calls.get(id);
+    if (part?.['state'] === 'input-available') answer(part, { is_error: true }, denials);
   }
   if (action?.type === 'approve_tool_calls') {
     for (const c of action.tool_calls) {
@@ -163,8 +188,9 @@ export function keptSteps(
   kept: number,
   messageId: string,
   agents: ReadonlySet<string>,
+  denials: Denials = new Map(),
 ): UIChunk[] {
-  const last = toUIMessages(sessionId, history.slice(0, kept), base, null, agents).at(-1);
+  const last = toUIMessages(sessionId, history.slice(0, kept), base, null, agents, denials).at(-1);
   if (last?.role !== 'assistant' || last.id !== messageId) return [];
   const out: UIChunk[] = [];
   last.parts.forEach((p, i) => {
@@ -187,6 +213,12 @@ export function keptSteps(
         out.push({ type: 'tool-output-available', toolCallId, output: p['output'], ...service });
       else if (p['state'] === 'output-error')
         out.push({ type: 'tool-output-error', toolCallId, errorText: p['errorText'], ...service });
+      // As the live stream showed it: the approval asked, then denied.
+      else if (p['state'] === 'output-denied')
+        out.push(
+          { type: 'tool-approval-request', approvalId: toolCallId, toolCallId },
+          { type: 'tool-output-denied', toolCallId },
+        );
     }
   });
   if (out.length > 0) out.push({ type: 'finish-step' });

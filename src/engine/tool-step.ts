@@ -280,16 +280,25 @@ async function indexResults(
   // Record n is entry n - 1 of the list (turns and compactions in order).
   const at = stepRecord(step) - 1;
   if (record) {
-    record.results_index = state.msgBase + history.length;
+    indexed(record, state.msgBase + history.length, step);
     if (!withReply) ops.lset_iters = [[at, JSON.stringify(record)]];
     return;
   }
   if (at < 0) return;
   const [rec] = await deps.store.iterationRecords(run.id, at, at);
   if (rec && rec.kind !== 'compaction' && rec.iteration === step.iteration) {
-    rec.results_index = state.msgBase + history.length;
+    indexed(rec, state.msgBase + history.length, step);
     ops.lset_iters = [[at, JSON.stringify(rec)]];
   }
+}
+
+/** The record with its results index and its denied calls (IterationRecord `denied`). */
+function indexed(record: IterationRecord, resultsIndex: number, step: PendingStep): void {
+  record.results_index = resultsIndex;
+  const denied = step.calls.flatMap((c) =>
+    c.approval === 'denied' ? [{ id: c.id, ...(c.reason ? { reason: c.reason } : {}) }] : [],
+  );
+  if (denied.length > 0) record.denied = denied;
 }
 
 /** The number of the record a step's calls are of (a step stored before records had numbers: its iteration). */

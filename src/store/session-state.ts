@@ -473,6 +473,14 @@ export interface IterationRecord {
   /** With the turn's `cost_usd` (null: no price) and `server_tool_use`; absent in records written before them. */
   usage: Usage & { cost_usd?: number | null; server_tool_use?: Record<string, number> };
   tool_calls: Array<{ id: string; name: string }>;
+  /**
+   * The calls of the turn that were denied (a decision, or an action's timeout), with the decision's reason: set with
+   * `results_index` when the results turn is committed (src/engine/tool-step.ts `indexResults`), so the chat's
+   * history (src/chat/denials.ts) tells a denial from a tool's error, whose results look alike (`is_error`). Absent
+   * when none was, in records written before it, and when the results went in another way (a cancel, a message
+   * while the step waited). Not shown by `GET …/iterations`.
+   */
+  denied?: Array<{ id: string; reason?: string }>;
   started_at: string;
   completed_at: string;
   timings: { upstream_ms: number; first_event_ms: number | null; tools_ms: number | null };
