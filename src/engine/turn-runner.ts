@@ -210,8 +210,10 @@ export abstract class TurnRunner {
         // event, one `JSON.stringify` of it and no object built; the same bytes `eventOf('stream.event', …)` gives.
         relay.push(['stream.event', `{"iteration":${iteration},"event":${JSON.stringify(event)}}`]);
       });
+      let ended = false;
       try {
         message = await item.finalMessage();
+        ended = true;
       } catch (err) {
         this.billPartial(item.currentMessage);
         throw err;
@@ -221,6 +223,10 @@ export abstract class TurnRunner {
         // Not `push(...rest)`: spreading a long array into arguments overflows the stack (RangeError).
         for (const ev of await relay.drain()) buffered.push(ev);
         run.obs.liveEventsDropped(relay.dropped, 'buffer_full');
+        // A turn without its reply (an upstream error event at once, a cut stream, a cancel) has no commit to carry
+        // what the relay still held: it is live news, so the log has what the stream sent before its end, whatever
+        // the timing, and the commit that ends or drops the turn waits for it (commit.ts) and comes after it.
+        if (!ended) run.news.send(buffered.splice(0));
       }
     } else {
       // Live news, like the stream relay's writes: written as the request goes, through a store outage (the turn's
