@@ -14,6 +14,7 @@ import { decide, submitResults } from '../sessions/tool-calls.js';
 import { AlreadyPosted } from '../store/apply-ops.js';
 import type { ClientScope } from '../store/client-tokens.js';
 import type { SessionState } from '../store/session-state.js';
+import type { StoredMessage } from '../history.js';
 import {
   type chatBody,
   decisionsOf,
@@ -143,7 +144,7 @@ export async function regenerate(
     throw badRequest('A regenerate request ends with the user message whose answer is made again.');
   const view = { clientText: textOfParts(last.parts), clientId: last.id, messageId };
   let assistant: string | undefined;
-  const { state } = await rerunFrom(p.deps, p.tenant, id, (history, s) => {
+  const pick = (history: StoredMessage[], s: SessionState) => {
     const kept = keptBeforeNewestAnswer(id, history, s.msgBase, view);
     if (kept === null)
       throw conflict(
@@ -153,6 +154,24 @@ export async function regenerate(
       );
     assistant = replyMessageId(id, s.msgBase, kept, 'user');
     return kept;
-  });
+  };
+  // With the request's Idempotency-Key (if any): where its answer streams from, and the message it names.
+  const res = await rerunFrom(p.deps, p.tenant, id, pick, () => ({
+    after,
+    ...(assistant ? { message: assistant } : {}),
+  }));
+  const { state } = res;
+  // Made already by a request of the same key whose answer was lost (with its stream record, say expired): nothing
+  // was cut now, and the answer is that request's run, streamed from where its answer did (the log still holds it)
+  // — not from now, which showed an empty answer once that run had ended. Its write started the run: no status head.
+  if (res.replayed && res.entry?.after)
+    return {
+      after: res.entry.after,
+      revision: 0,
+      assistant: res.entry.message,
+      known: [],
+      state,
+      status: null,
+    };
   return { after, revision: state.revision, assistant, known: [], state, status: statusOf(state) };
 }

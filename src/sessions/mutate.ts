@@ -6,7 +6,7 @@ import { sessionParams, type SessionParams } from '../schemas.js';
 import type { TaskQueue } from '../tenant-tools/tasks.js';
 import type { Toolbox } from '../toolbox.js';
 import type { SessionStore } from '../store/store.js';
-import { encodeFields, type SessionState, type Status } from '../store/session-state.js';
+import { encodeFields, type AppliedEntry, type SessionState, type Status } from '../store/session-state.js';
 import { AlreadyApplied, setsRunning, type ApplyOps, type Guard } from '../store/apply-ops.js';
 import { isOutOfMemory } from '../store/unavailable.js';
 
@@ -41,6 +41,8 @@ export interface MutationResult {
   queued: boolean;
   /** The request's change was made before, by a request of the same Idempotency-Key whose answer was lost. */
   replayed?: boolean;
+  /** Then: the record of that change (what its `Plan.applied` recorded with it). */
+  entry?: AppliedEntry;
 }
 
 /** A mutation's write, worked out from the session as read. */
@@ -56,6 +58,8 @@ export interface Plan {
   queued?: boolean;
   /** Done after the write (a control message to the run). */
   after?: () => Promise<void>;
+  /** Recorded with the request's Idempotency-Key token (AppliedEntry): what a retry of it answers with. */
+  applied?: Pick<AppliedEntry, 'after' | 'message'>;
   /**
    * False: a run starts even over the tenant's daily dollar cap (the service's own answers, which must land: the
    * run stops before its model request).
@@ -95,7 +99,7 @@ export async function mutate(
     const s = await store.loadFor(tenant, id);
     // Before If-Match and the plan: the change already made moved the revision and the status they check.
     const done = token !== undefined && s.applied?.find((e) => e.t === token);
-    if (done) return { state: s, queued: done.q, replayed: true };
+    if (done) return { state: s, queued: done.q, replayed: true, entry: done };
     checkIfMatch(s, ifMatch);
     const p = await plan(s);
     // A run of a model without a price starts under no dollar ceiling (400 `unknown_model_price`), whenever the
@@ -105,7 +109,7 @@ export async function mutate(
     const guard: Guard = {
       ...(p.guard ?? { rev: s.revision }),
       ...(token !== undefined
-        ? { applied: { t: token, q: Boolean(p.starts || p.queued), keep: APPLIED_KEEP } }
+        ? { applied: { t: token, q: Boolean(p.starts || p.queued), keep: APPLIED_KEEP, ...p.applied } }
         : {}),
     };
     try {
@@ -116,7 +120,12 @@ export async function mutate(
     } catch (err) {
       // Made meanwhile by a request of the same key (one whose process stalled past its lease): answered as it is.
       if (err instanceof AlreadyApplied)
-        return { state: await store.loadFor(tenant, id), queued: err.entry.q, replayed: true };
+        return {
+          state: await store.loadFor(tenant, id),
+          queued: err.entry.q,
+          replayed: true,
+          entry: err.entry,
+        };
       const moved =
         (err instanceof RevisionMismatch && ifMatch === undefined) ||
         (err instanceof InvalidStatus && p.guard?.status);

@@ -10,7 +10,7 @@ import { checkHistory, type StoredMessage } from '../history.js';
 import type { ApplyOps } from '../store/apply-ops.js';
 import { recordCount, type SessionState } from '../store/session-state.js';
 import { normalize } from './create.js';
-import { mutate, runOps, statusOps, type MutationResult, type SessionDeps } from './mutate.js';
+import { mutate, runOps, statusOps, type MutationResult, type Plan, type SessionDeps } from './mutate.js';
 import { eventOf } from '../events/schemas.js';
 
 export function replaceMessages(
@@ -80,6 +80,8 @@ export function rerunFrom(
   tenant: string,
   id: string,
   pick: (history: StoredMessage[], s: SessionState) => number,
+  /** What the request's Idempotency-Key records with the change, once `pick` answered (mutate.ts `Plan.applied`). */
+  applied?: () => NonNullable<Plan['applied']>,
 ): Promise<MutationResult> {
   return mutate(deps, tenant, id, undefined, async (s) => {
     if (s.status === 'running')
@@ -113,6 +115,7 @@ export function rerunFrom(
         events: [eventOf('messages.replaced', { message_count: kept }), ...(run.events ?? [])],
       },
       starts: true,
+      ...(applied ? { applied: applied() } : {}),
     };
   });
 }

@@ -65,8 +65,9 @@ export interface Guard {
   /**
    * The Idempotency-Key token of the request making the change (`t`; `q`: it queued work): refused (AlreadyApplied)
    * if the session recorded it already, else recorded with the change, the newest `keep` kept (includes/recent.lua).
+   * `after`, `message`: recorded with it, see AppliedEntry.
    */
-  applied?: { t: string; q: boolean; keep: number };
+  applied?: { t: string; q: boolean; keep: number; after?: string; message?: string };
 }
 
 /** A chat's user message as a post records it (lua/includes/recent.lua): its UIMessage id and what was posted. */

@@ -217,6 +217,12 @@ export interface CompactRequest {
 export interface AppliedEntry {
   t: string;
   q: boolean;
+  /**
+   * A chat answer's: the event cursor it streams from, and the assistant message it names (a `regenerate-message`,
+   * src/chat/post.ts), so a retry whose answer was lost streams the same answer again (absent: none recorded).
+   */
+  after?: string;
+  message?: string;
 }
 
 /** How a chat's user message was posted (the record of lua/includes/recent.lua). */

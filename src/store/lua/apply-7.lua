@@ -5,8 +5,8 @@
 --         hold; `turn_max` (bytes) caps the user turn that queued follow-ups will form (see `queue_push` below);
 --         `posted` `{id, fp, after, keep}`: the chat's user message this change posts, refused (`posted`) when the
 --         session was given it lately, else recorded with the change (includes/recent.lua); `applied`
---         `{t, q, keep}`: the Idempotency-Key token of the request making this change, refused (`applied`) when
---         the session recorded it already, else recorded with the change (includes/recent.lua)
+--         `{t, q, keep, after?, message?}`: the Idempotency-Key token of the request making this change, refused
+--         (`applied`) when the session recorded it already, else recorded with the change (includes/recent.lua)
 -- ARGV[2] ops JSON (ApplyOps in src/store/store.ts). `queue_push` and `queue.base` are block arrays as JSON text
 --         (includes/blocks.lua). With `queue`, the queued follow-ups are popped and joined, behind `queue.base` if
 --         given, into one new user turn (or, with `queue.into_last`, after the blocks of the last message, a user
@@ -174,7 +174,8 @@ if guard.posted then
   recent_add(meta, 'chat_posted', {id = p.id, fp = p.fp, after = p.after, rev = rev, idle = idle}, p.keep)
 end
 if guard.applied then
-  recent_add(meta, 'idem_applied', {t = guard.applied.t, q = guard.applied.q}, guard.applied.keep)
+  local a = guard.applied
+  recent_add(meta, 'idem_applied', {t = a.t, q = a.q, after = a.after, message = a.message}, a.keep)
 end
 log_trim(KEYS[5], meta, tonumber(ARGV[3]), tonumber(ARGV[6]))
 notice_publish(ARGV[4])

@@ -7,7 +7,8 @@
 -- - `idem_applied`: the Idempotency-Key tokens of the keyed requests that changed the session lately
 --   (src/store/idempotency.ts `appliedToken`), recorded by the change itself, so a retry of one whose answer was
 --   never kept (its process killed between the change and the record; its key freed when the lease lapsed) finds it
---   done and does not apply it again. Entries `{t, q}`: the token, and whether the change queued work (a 202).
+--   done and does not apply it again. Entries `{t, q, after?, message?}`: the token, whether the change queued work
+--   (a 202), and for a chat regenerate the event cursor its answer streams from and the message it names.
 -- Use: recent_find(meta, field, key, value) -> the JSON text of the entry whose `key` is `value`, or nil;
 -- recent_add(meta, field, entry, keep) records `entry` (a table), keeping the newest `keep`.
 local function recent_list(meta, field)
