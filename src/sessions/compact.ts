@@ -1,5 +1,6 @@
 import type { z } from 'zod';
 import { assertBudgetLeft } from '../engine/budget.js';
+import { isPausedReply } from '../engine/commit.js';
 import { isSummary } from '../engine/compaction.js';
 import { statusEvent } from '../engine/status.js';
 import { badRequest, conflict } from '../errors.js';
@@ -118,6 +119,14 @@ async function checkHistoryToCompact(deps: SessionDeps, s: SessionState): Promis
     throw conflict(
       'unanswered_tool_calls',
       'The history ends with tool calls that have no results; the API compacts a conversation only between turns. Answer them (or resume) first.',
+    );
+  }
+  // A reply the API paused with a server tool call open (a `max_iterations` stop mid `pause_turn`): its continuation
+  // comes first, as in a run (the runner resumes a paused turn before anything else).
+  if (last && isPausedReply(last)) {
+    throw conflict(
+      'unanswered_tool_calls',
+      'The history ends with a reply the API paused (`pause_turn`) with a server tool call still open; the API compacts a conversation only between turns. `continue` (or send a message) to resume it first.',
     );
   }
   if (s.msgCount === 1 && isSummary(last ?? undefined)) {

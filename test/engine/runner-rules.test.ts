@@ -177,6 +177,23 @@ describe('stop reasons, as the SDK runner', () => {
     });
   }
 
+  it('max_iterations mid pause_turn: a compaction waits for the paused turn (409), continue resumes it', async () => {
+    const id = await pausedAtMaxIterations();
+    const c = await h.api.post(`/v1/sessions/${id}/compact`);
+    assert.equal(c.status, 409, JSON.stringify(c.body));
+    assert.equal(c.body.error.code, 'unanswered_tool_calls');
+    assert.equal(h.fake.requests.length, 1, 'no compaction of an open server tool call');
+    h.fake.enqueue(reply([searchResult, textBlock('Found x.')]));
+    assert.equal((await h.api.post(`/v1/sessions/${id}/continue`)).status, 202);
+    await h.api.waitFor(id, (x) => x.status !== 'running' && h.fake.requests.length === 2);
+    const again = await h.api.post(`/v1/sessions/${id}/compact`);
+    assert.equal(again.status, 202, JSON.stringify(again.body));
+    const done = await h.api.waitFor(id, (x) => x.status !== 'running' && !x.compaction_pending);
+    assert.equal(done.status, 'idle', JSON.stringify(done.error));
+    for (const r of h.fake.requests) assert.equal(r.status, 200, JSON.stringify(r.messages));
+    assert.ok(h.fake.requests.at(-1)!.body.compaction);
+  });
+
   it('max_iterations mid pause_turn: continue resumes it; retry sends it again', async () => {
     const id = await pausedAtMaxIterations();
     h.fake.enqueue(reply([searchResult, textBlock('Found x.')]));
