@@ -56,6 +56,13 @@ function roundRobin(lists: TreeEntry[][], limit: number): TreeEntry[] {
 }
 
 export class TreeDue {
+  /**
+   * Whether the old set held members at this process's last pass (true until a pass tells): a wake-up then goes there
+   * too, for a member a replica of the last version wrote that no look has moved yet (a root idle since the upgrade,
+   * say, whose new run calls an agent). Once the old set is empty, nothing: no command more per run end.
+   */
+  private oldSetLeft = true;
+
   constructor(private readonly redis: RedisClient) {}
 
   /**
@@ -76,15 +83,11 @@ export class TreeDue {
 
   /** A member looked at now (its run ended, a child of it was deleted, …). Not for sessions that are not members. */
   async wake(id: string, tenant: string): Promise<void> {
-    await this.redis.sessTreeDue(
-      treeDueKey(tenant),
-      TENANTS_KEY,
-      TENANT_OF_KEY,
-      id,
-      wakeScore(),
-      tenant,
-      'XX',
-    );
+    const score = wakeScore();
+    await Promise.all([
+      this.redis.sessTreeDue(treeDueKey(tenant), TENANTS_KEY, TENANT_OF_KEY, id, score, tenant, 'XX'),
+      this.oldSetLeft ? this.redis.zadd(LEGACY_AGENTS_DUE_KEY, 'XX', score, id) : null,
+    ]);
   }
 
   /**
@@ -111,10 +114,11 @@ export class TreeDue {
    * a pipeline across nodes), then one pipeline of the tenants' sets.
    */
   async due(now: number, limit: number): Promise<TreeEntry[]> {
-    const [tenants, legacyRows] = await Promise.all([
+    const [tenants, [legacyRows, legacyLeft]] = await Promise.all([
       this.redis.zrangebyscore(TENANTS_KEY, '-inf', now, 'LIMIT', 0, limit),
-      this.redis.zrangebyscore(LEGACY_AGENTS_DUE_KEY, '-inf', now, 'WITHSCORES', 'LIMIT', 0, limit),
+      this.oldSet(now, limit),
     ]);
+    this.oldSetLeft = legacyLeft > 0;
     const lists = legacyRows.length > 0 ? [entries(legacyRows, null)] : [];
     // Each tenant the index gives has at least one entry due (its score there is its earliest entry), so among n
     // lists the round robin takes at most limit - (n - 1) of any one: read that many of each, and no tenant's
@@ -129,6 +133,18 @@ export class TreeDue {
       }
     }
     return roundRobin(lists, limit);
+  }
+
+  /** The old set's members due by `now` (up to `limit`), and how many it holds in all: one round trip. */
+  private async oldSet(now: number, limit: number): Promise<[string[], number]> {
+    const res = await this.redis
+      .pipeline()
+      .zrangebyscore(LEGACY_AGENTS_DUE_KEY, '-inf', now, 'WITHSCORES', 'LIMIT', 0, limit)
+      .zcard(LEGACY_AGENTS_DUE_KEY)
+      .exec();
+    const [[rowsErr, rows], [cardErr, card]] = res as [[Error | null, string[]], [Error | null, number]];
+    if (rowsErr || cardErr) throw rowsErr ?? cardErr;
+    return [rows, card];
   }
 
   /**

@@ -117,4 +117,20 @@ describe("the sub-agent trees' due sets (TreeDue)", { timeout: 60_000 }, () => {
     await trees.settle(gone!, null);
     assert.equal(await trees.tenantOf('looked'), null);
   });
+
+  it('while the old set holds members, a wake-up reaches one there a look has not moved yet', async () => {
+    // A member a replica of the last version watched (due a minute from now), not yet moved to its tenant's set.
+    const later = Date.now() + 60_000;
+    await redis.zadd(LEGACY_AGENTS_DUE_KEY, later, 'old-root');
+    const fresh = new TreeDue(redis);
+    await fresh.due(Date.now(), LIMIT);
+    await fresh.wake('old-root', 't0');
+    assert.ok(Number(await redis.zscore(LEGACY_AGENTS_DUE_KEY, 'old-root')) < Date.now() + 1, 'woken');
+    assert.deepEqual(await redis.zrange(treeDueKey('t0'), 0, -1), [], 'not made a member of its tenant set');
+    // Once a pass finds the old set empty, a wake-up writes only the tenant's set (ZADD XX: nothing for a non-member).
+    await redis.del(LEGACY_AGENTS_DUE_KEY);
+    await fresh.due(Date.now(), LIMIT);
+    await fresh.wake('old-root', 't0');
+    assert.equal(await redis.exists(LEGACY_AGENTS_DUE_KEY), 0);
+  });
 });
