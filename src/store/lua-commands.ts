@@ -40,6 +40,10 @@ export function defineLuaCommands(redis: RedisClient, dir: URL, prefix: string):
     const m = /^([a-z0-9-]+?)(?:-(\d+))?\.lua$/.exec(entry.name);
     if (!m) throw new Error(`Lua file name ${entry.name} is not <name>[-<numkeys>].lua`);
     const name = prefix + pascal(m[1]!);
+    // Two versions of one script (a stale build's file beside its successor, `-2.lua` and `-3.lua`): which one the
+    // directory listing gives first would be the command, with the wrong number of keys.
+    if (names.includes(name))
+      throw new Error(`Two Lua files in ${dir.pathname} define ${name}: a stale build?`);
     names.push(name);
     if (typeof Reflect.get(redis, name) === 'function') continue;
     const lua = readLua(new URL(entry.name, dir));

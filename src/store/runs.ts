@@ -163,15 +163,18 @@ export class RunQueue {
   async end(of: string | HeldRun, tenant?: string, deleted = false): Promise<void> {
     if (typeof of !== 'string') of.ended = true;
     const id = typeof of === 'string' ? of : of.id;
-    const t =
-      tenant ?? (await this.redis.hget(sessionKeys(id).meta, 'tenant')) ?? (await this.trees.tenantOf(id));
+    const own = tenant ?? (await this.redis.hget(sessionKeys(id).meta, 'tenant'));
+    const t = own ?? (await this.trees.tenantOf(id));
     // A session of a sub-agent tree: its run ended, the agents' sweep looks at it now (others are not members; a
     // member of the old single set, gone, is woken there: its tenant is told by nothing).
     const agentsDue = t !== null ? this.trees.wake(id, t) : this.trees.wakeOld(id);
+    // A session gone (no meta to tell its tenant) was deleted: as for the delete itself, a full Redis refusing the
+    // wake-up's ZADD must not fail the runs' sweep that ends it.
+    const gone = deleted || own === null;
     await Promise.all([
       this.redis.zrem(RUNS_KEY, id),
       t !== null ? this.redis.zrem(tenantRunsKey(t), id) : null,
-      deleted
+      gone
         ? agentsDue.catch((err: unknown) => {
             if (!isOutOfMemory(err)) throw err;
           })

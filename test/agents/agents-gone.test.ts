@@ -104,4 +104,21 @@ describe('a tree member whose delete died before its run ended', { timeout: 120_
     assert.ok((await recordedPass()).includes(id));
     assert.equal(await due(), null, 'dropped by its look');
   });
+
+  it("with Redis full, the runs' sweep still ends a gone session's run (its wake-up refused) and goes on", async () => {
+    const { app } = h.service;
+    const id = await idleMember();
+    await deletedBeforeItsEnd(id);
+    // maxmemory under what is used (noeviction): every ZADD is refused, the ZREMs that end the run are not.
+    const used = Number(/used_memory:(\d+)/.exec(await app.redis.info('memory'))![1]);
+    await app.redis.config('SET', 'maxmemory-policy', 'noeviction');
+    await app.redis.config('SET', 'maxmemory', String(Math.max(1, Math.floor(used / 2))));
+    try {
+      await assert.rejects(app.redis.zadd('junk', 1, 'j'), (err: Error) => /OOM/.test(String(err.cause)));
+      assert.deepEqual(await runsSweep(), []);
+      assert.equal(await app.redis.zscore('runs:due', id), null, 'its due entry dropped');
+    } finally {
+      await app.redis.config('SET', 'maxmemory', '0');
+    }
+  });
 });

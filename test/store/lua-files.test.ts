@@ -1,6 +1,8 @@
 import { describe, it } from 'node:test';
 import assert from 'node:assert/strict';
-import { readdirSync, readFileSync } from 'node:fs';
+import { mkdtempSync, readdirSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { pathToFileURL } from 'node:url';
 import path from 'node:path';
 import { Redis } from 'ioredis';
 import { defineLuaCommands } from '../../src/store/lua-commands.js';
@@ -38,6 +40,17 @@ describe('Lua lives in .lua files', () => {
       const used = [...text.matchAll(/KEYS\[(\d+)\]/g)].map((m) => Number(m[1]));
       assert.ok(Math.max(...used) <= Number(numkeys), `${f} uses KEYS[${Math.max(...used)}]`);
     }
+  });
+
+  it('two versions of one script in a folder (a stale build) are refused, not one taken by chance', (t) => {
+    const dir = mkdtempSync(path.join(tmpdir(), 'lua-'));
+    t.after(() => rmSync(dir, { recursive: true, force: true }));
+    const lua = readFileSync(path.join(SRC, 'store/lua/tree-due-3.lua'), 'utf8');
+    writeFileSync(path.join(dir, 'tree-due-2.lua'), lua);
+    writeFileSync(path.join(dir, 'tree-due-3.lua'), lua);
+    const client = new Redis({ lazyConnect: true });
+    t.after(() => client.disconnect());
+    assert.throws(() => defineLuaCommands(client, pathToFileURL(`${dir}/`), 'sess'), /define sessTreeDue/);
   });
 
   it('includes are expanded once and the commands run on a real Redis', async (t) => {
