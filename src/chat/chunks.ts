@@ -45,6 +45,7 @@ import {
   turnStarted,
   type Block,
   type FinishReason,
+  reasonOf,
 } from './event-shapes.js';
 
 /** One UI message chunk (the `ai` package's `UIMessageChunk`), as JSON. */
@@ -78,6 +79,8 @@ export class ChatTranslator {
   /** Tool calls the client's message holds already (so outputs may refer to them). */
   private readonly known: Set<string>;
   private readonly denied = new Set<string>();
+  /** Calls this stream sent a `tool-approval-request` for (their approval id is the call's id). */
+  private readonly asked = new Set<string>();
   /** The session's sub-agent tools (by name): their calls are the service's to answer, not the client's. */
   private readonly agents: ReadonlySet<string>;
   /**
@@ -163,10 +166,16 @@ export class ChatTranslator {
       case 'tool_call.decided': {
         const ev = decided.safeParse(data);
         if (!ev.success || ev.data.decision !== 'deny') return [];
-        this.denied.add(ev.data.tool_use_id);
-        return this.known.has(ev.data.tool_use_id)
-          ? [{ type: 'tool-output-denied', toolCallId: ev.data.tool_use_id }]
+        const id = ev.data.tool_use_id;
+        this.denied.add(id);
+        if (!this.known.has(id)) return [];
+        // The answer to an approval this stream asked: the part's `approval` gets `approved: false` (and the
+        // reason), which the ai package's schema requires of an `output-denied` part — a denial made elsewhere (REST,
+        // another tab) or replayed from the log leaves it unanswered in the Chat otherwise.
+        const answered: UIChunk[] = this.asked.has(id)
+          ? [{ type: 'tool-approval-response', approvalId: id, approved: false, ...reasonOf(ev.data.reason) }]
           : [];
+        return [...answered, { type: 'tool-output-denied', toolCallId: id }];
       }
       case 'turn.dropped': {
         const ev = dropped.safeParse(data).data;
@@ -444,8 +453,10 @@ export class ChatTranslator {
       const action = ev.required_action;
       for (const c of action?.tool_calls ?? []) {
         out.push(...this.ensureCall(c));
-        if (action?.type === 'approve_tool_calls')
+        if (action?.type === 'approve_tool_calls') {
           out.push({ type: 'tool-approval-request', approvalId: c.id, toolCallId: c.id });
+          this.asked.add(c.id);
+        }
       }
       return paused || awaitsAgentsOnly(action, this.agents) ? out : [...out, ...this.finish('tool-calls')];
     }

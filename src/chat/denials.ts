@@ -17,12 +17,23 @@ export type Denials = ReadonlyMap<string, string | undefined>;
 /** The service's wording of a denial's result (src/engine/tool-step.ts). */
 const worded = (content: unknown): boolean => resultText(content).startsWith('Tool call denied');
 
-const mayHoldDenial = (history: StoredMessage[]): boolean =>
-  history.some(
-    (m) =>
-      m.role === 'user' &&
-      blocksOf(m).some((b) => b.type === 'tool_result' && b.is_error && worded(b.content)),
-  );
+/** The calls the history answers with a result worded as a denial (a result replaced since is not one). */
+function wordedDenials(history: StoredMessage[]): Set<string> {
+  const out = new Set<string>();
+  for (const m of history) {
+    if (m.role !== 'user') continue;
+    for (const b of blocksOf(m))
+      if (b.type === 'tool_result' && b.is_error && b.tool_use_id && worded(b.content))
+        out.add(b.tool_use_id);
+  }
+  return out;
+}
+
+/**
+ * The newest iteration records read for their denials: a bounded read per page, whatever the session's age (every
+ * record is kept, compacted turns' too); a denial in an older record shows as `output-error`.
+ */
+const RECORDS_READ = 256;
 
 export async function denials(
   store: SessionStore,
@@ -31,8 +42,12 @@ export async function denials(
   pending: PendingStep | null,
 ): Promise<Denials> {
   const out = new Map<string, string | undefined>();
-  if (mayHoldDenial(history))
-    for (const r of await store.iterationRecords(id)) for (const d of r.denied ?? []) out.set(d.id, d.reason);
-  for (const c of pending?.calls ?? []) if (c.approval === 'denied') out.set(c.id, c.reason);
+  const answered = wordedDenials(history);
+  if (answered.size > 0)
+    for (const r of await store.iterationRecords(id, -RECORDS_READ, -1))
+      for (const d of r.denied ?? []) if (answered.has(d.id)) out.set(d.id, d.reason);
+  for (const c of pending?.calls ?? [])
+    if (c.approval === 'denied' && (c.result === undefined || worded(c.result.content)))
+      out.set(c.id, c.reason);
   return out;
 }

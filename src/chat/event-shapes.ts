@@ -66,7 +66,11 @@ export const toolCompleted = z.looseObject({
   content: z.unknown(),
   is_error: z.boolean().optional(),
 });
-export const decided = z.looseObject({ tool_use_id: z.string(), decision: z.string() });
+export const decided = z.looseObject({
+  tool_use_id: z.string(),
+  decision: z.string(),
+  reason: z.string().nullish(),
+});
 export const dropped = z.looseObject({ iteration: z.number().optional(), reason: z.string().optional() });
 const call = z.object({ id: z.string(), name: z.string(), input: z.unknown() });
 export const status = z.looseObject({
@@ -117,3 +121,7 @@ export function awaitsAgentsOnly(
     action.tool_calls.every((c) => agents.has(c.name))
   );
 }
+
+/** A denial's reason as the `tool-approval-response` chunk carries it (absent when none was given). */
+export const reasonOf = (reason: unknown): { reason?: string } =>
+  typeof reason === 'string' && reason !== '' ? { reason } : {};

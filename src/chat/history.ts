@@ -8,7 +8,7 @@
 import { blocksOf, type StoredBlock, type StoredMessage } from '../history.js';
 import type { RequiredAction } from '../engine/status.js';
 import type { UIChunk } from './chunks.js';
-import { resultText } from './event-shapes.js';
+import { reasonOf, resultText } from './event-shapes.js';
 import type { Denials } from './denials.js';
 
 type UIPart = { type: string } & Record<string, unknown>;
@@ -213,12 +213,21 @@ export function keptSteps(
         out.push({ type: 'tool-output-available', toolCallId, output: p['output'], ...service });
       else if (p['state'] === 'output-error')
         out.push({ type: 'tool-output-error', toolCallId, errorText: p['errorText'], ...service });
-      // As the live stream showed it: the approval asked, then denied.
-      else if (p['state'] === 'output-denied')
+      // As the live stream showed it: the approval asked, answered (the part's `approval` gets `approved: false`,
+      // which the ai package's schema requires of an `output-denied` part), then denied.
+      else if (p['state'] === 'output-denied') {
+        const approval = p['approval'] as { reason?: unknown } | undefined;
         out.push(
           { type: 'tool-approval-request', approvalId: toolCallId, toolCallId },
+          {
+            type: 'tool-approval-response',
+            approvalId: toolCallId,
+            approved: false,
+            ...reasonOf(approval?.reason),
+          },
           { type: 'tool-output-denied', toolCallId },
         );
+      }
     }
   });
   if (out.length > 0) out.push({ type: 'finish-step' });

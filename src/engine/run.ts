@@ -215,6 +215,9 @@ export class Run {
       if (isStreamCut(err) && this.cutRetries < STREAM_CUT_RETRIES) {
         this.cutRetries++;
         upstreamStreamFailed(deps.metrics, log, this.ctx, err, this.cutRetries);
+        // The cut turn's events still on their way (the relay's last batch, sent as live news) land first: the mark
+        // reads the log's tail, and comes after them, as a commit would.
+        await run.news.idle();
         // Live news only: a store that fails here fails the next step, not this mark.
         await deps.store
           .load(run.id)

@@ -113,4 +113,37 @@ describe('chat history of denied tool calls', { timeout: 120_000 }, () => {
     assert.ok(!('denied' in records[0]), JSON.stringify(records[0]));
     assert.ok(!('denied' in (await h.api.get(`/v1/sessions/${id}/iterations/1`)).body));
   });
+
+  it('a denial whose result a review replaced is shown as the result the model gets, not as denied', async () => {
+    const id = (
+      await h.api.post('/v1/sessions', {
+        start: false,
+        tools: ['get_weather', 'evaluate_expression'],
+        approval: ['get_weather'],
+        on_tool_error: 'pause',
+      })
+    ).body.id;
+    h.fake.enqueue(
+      reply([
+        toolUse('get_weather', { location: 'Paris' }, 'toolu_p'),
+        toolUse('evaluate_expression', { expression: '1/' }, 'toolu_q'),
+      ]),
+      text('Done.'),
+    );
+    await h.api.post(`/v1/sessions/${id}/messages`, { content: 'both' });
+    await h.api.waitStatus(id, 'requires_action');
+    const denied = await h.api.post(`/v1/sessions/${id}/tool-calls/toolu_p`, { decision: 'deny' });
+    assert.ok(denied.status < 300, JSON.stringify(denied.body));
+    // The failed evaluation holds the step for review; the client replaces the denial's result.
+    const review = await h.api.waitStatus(id, 'requires_action');
+    assert.equal(review.required_action.type, 'review_tool_results');
+    const put = await h.api.req('PUT', `/v1/sessions/${id}/tool-results/toolu_p`, {
+      content: 'Not available here.',
+      is_error: true,
+    });
+    assert.ok(put.status < 300, JSON.stringify(put.body));
+    const waiting = (await parts(id)).get('toolu_p');
+    assert.equal(waiting?.['state'], 'output-error', JSON.stringify(waiting));
+    assert.equal(waiting?.['errorText'], 'Not available here.');
+  });
 });
