@@ -216,6 +216,13 @@ describe('crash recovery (SIGKILL)', { timeout: 180_000 }, () => {
     const id = created.body.id as string;
     const callId = await until(() => model.sent.find((s) => s.tag === tag)?.key, 20_000, 'the tool call');
     await until(async () => (await toolRuns(callId)).starts.length === 1, 20_000, 'the tool to start');
+    // The tool starts as its `tool.started` (live news, with the turn's reply) is sent, not once it is written: the
+    // kill waits for it in the log, so what is checked below is the survivor's mark after the dead turn's events.
+    await until(
+      async () => (await turnLog(id)).includes(`tool.started:${callId}`),
+      20_000,
+      'the call started in the log',
+    );
     const { owner, survivor } = await killOwner(id);
 
     const done = await survivor.api.waitStatus(id, ['idle', 'failed'], RECOVERY_BOUND_MS + 15_000);
