@@ -6,9 +6,12 @@
  */
 import { after, before, describe, it } from 'node:test';
 import assert from 'node:assert/strict';
-import type { SessionStore } from '../../src/store/store.js';
 import { LEGACY_AGENTS_DUE_KEY, treeDueKey } from '../../src/store/tree-due.js';
-import { drivenSweep, harnessWithoutSweep, writerWithResearcher } from '../helpers/agents.js';
+import {
+  harnessWithoutSweep,
+  recordedSweep as recordedSweepOf,
+  writerWithResearcher,
+} from '../helpers/agents.js';
 import type { Api, Harness } from '../helpers/service.js';
 
 /** More than one pass takes (50). */
@@ -26,23 +29,7 @@ describe("the agents' sweep across tenants", { timeout: 120_000 }, () => {
   });
   after(() => h.close());
 
-  /** A sweep whose looks are recorded (each look reads its member first). */
-  function recordedSweep() {
-    const { app } = h.service;
-    const looked: string[] = [];
-    const store = new Proxy(app.store, {
-      get(target, key) {
-        if (key === 'load')
-          return (id: string) => {
-            looked.push(id);
-            return target.load(id);
-          };
-        return Reflect.get(target, key) as unknown;
-      },
-    }) as SessionStore;
-    const { pass } = drivenSweep(app, store);
-    return { looked, pass };
-  }
+  const recordedSweep = () => recordedSweepOf(h.service.app);
 
   /** A tree's root, made idle (a member looked at a minute from now), then woken as a run's end wakes it. */
   async function wokenRoot(api: Api, tenant: string): Promise<string> {

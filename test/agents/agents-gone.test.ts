@@ -7,9 +7,8 @@
  */
 import { after, before, describe, it } from 'node:test';
 import assert from 'node:assert/strict';
-import type { SessionStore } from '../../src/store/store.js';
 import { LEGACY_AGENTS_DUE_KEY, treeDueKey } from '../../src/store/tree-due.js';
-import { drivenSweep, harnessWithoutSweep, writerWithResearcher } from '../helpers/agents.js';
+import { harnessWithoutSweep, recordedSweep, writerWithResearcher } from '../helpers/agents.js';
 import type { Harness } from '../helpers/service.js';
 
 const AN_HOUR_AWAY = () => Date.now() + 30 * 60_000;
@@ -21,21 +20,10 @@ describe('a tree member whose delete died before its run ended', { timeout: 120_
   });
   after(() => h.close());
 
-  /** A pass of a sweep whose looks are recorded (each look reads its member first). */
+  /** A pass of a sweep whose looks are recorded: the members it looked at. */
   async function recordedPass(): Promise<string[]> {
-    const { app } = h.service;
-    const looked: string[] = [];
-    const store = new Proxy(app.store, {
-      get(target, key) {
-        if (key === 'load')
-          return (id: string) => {
-            looked.push(id);
-            return target.load(id);
-          };
-        return Reflect.get(target, key) as unknown;
-      },
-    }) as SessionStore;
-    await drivenSweep(app, store).pass();
+    const { looked, pass } = recordedSweep(h.service.app);
+    await pass();
     return looked;
   }
 

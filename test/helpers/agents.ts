@@ -87,6 +87,23 @@ export function drivenSweep(app: FastifyInstance, store: SessionStore = app.stor
   return { sweep, pass };
 }
 
+/** A driven sweep whose looks are recorded (each look reads its member first): `looked`, in order. */
+export function recordedSweep(app: FastifyInstance) {
+  const looked: string[] = [];
+  const store = new Proxy(app.store, {
+    get(target, key) {
+      if (key === 'load')
+        return (id: string) => {
+          looked.push(id);
+          return target.load(id);
+        };
+      return Reflect.get(target, key) as unknown;
+    },
+  }) as SessionStore;
+  const { pass } = drivenSweep(app, store);
+  return { looked, pass };
+}
+
 /**
  * A service (tenants `a` and `b`, keys `key-a`, `key-b`) whose model is `writerResearcher` and whose own agents'
  * sweep is stopped: the test drives sweeps of its own (`drivenSweep`).
