@@ -165,16 +165,25 @@ export class ChatTranslator {
       }
       case 'tool_call.decided': {
         const ev = decided.safeParse(data);
-        if (!ev.success || ev.data.decision !== 'deny') return [];
+        if (!ev.success) return [];
         const id = ev.data.tool_use_id;
+        const approved = ev.data.decision !== 'deny';
+        // The answer to an approval this stream asked: the part's `approval` gets `approved` (and a denial's reason),
+        // which the ai package's schema requires of a part past `approval-requested` — a decision made elsewhere
+        // (REST, another tab) or replayed from the log leaves it unanswered in the Chat otherwise.
+        const answered: UIChunk[] = this.asked.has(id)
+          ? [
+              {
+                type: 'tool-approval-response',
+                approvalId: id,
+                approved,
+                ...(approved ? {} : reasonOf(ev.data.reason)),
+              },
+            ]
+          : [];
+        if (approved) return answered;
         this.denied.add(id);
         if (!this.known.has(id)) return [];
-        // The answer to an approval this stream asked: the part's `approval` gets `approved: false` (and the
-        // reason), which the ai package's schema requires of an `output-denied` part — a denial made elsewhere (REST,
-        // another tab) or replayed from the log leaves it unanswered in the Chat otherwise.
-        const answered: UIChunk[] = this.asked.has(id)
-          ? [{ type: 'tool-approval-response', approvalId: id, approved: false, ...reasonOf(ev.data.reason) }]
-          : [];
         return [...answered, { type: 'tool-output-denied', toolCallId: id }];
       }
       case 'turn.dropped': {

@@ -31,7 +31,8 @@ import {
 } from '../store/session-state.js';
 import type { ApplyOps } from '../store/apply-ops.js';
 import { microsToUsd } from '../cost/prices.js';
-import { commit, countSpend, isPausedReply, mergeOps, persistedEvent } from './commit.js';
+import { commit, countSpend, mergeOps, persistedEvent } from './commit.js';
+import type { SessionStore } from '../store/store.js';
 import type { RunDeps, RunHandle } from './run-handle.js';
 import { statusEvent } from './status.js';
 import { eventOf } from '../events/schemas.js';
@@ -72,6 +73,22 @@ export function paramsFor(params: SessionParams, history: readonly StoredMessage
 /** A reply the runner resumes rather than answers: `pause_turn`, or `compaction` (server-side compaction). */
 export function isUnfinished(stopReason: string | null | undefined): boolean {
   return stopReason === 'pause_turn' || stopReason === 'compaction';
+}
+
+/**
+ * Whether the history (whose last message is `last`) ends with a reply the API paused (`pause_turn`, server-side
+ * `compaction`), as a run tells it (run.ts `pausedReply`): by the last iteration record's stop reason, whether or not
+ * its server calls have their results. Its continuation comes before anything else: the API compacts nothing that
+ * ends mid-turn. One LINDEX, only when the history ends with a reply.
+ */
+export async function endsPaused(
+  store: Pick<SessionStore, 'iterationRecords'>,
+  id: string,
+  last: StoredMessage | null | undefined,
+): Promise<boolean> {
+  if (last?.role !== 'assistant') return false;
+  const [record] = await store.iterationRecords(id, -1, -1);
+  return record !== undefined && record.kind !== 'compaction' && isUnfinished(record.stop_reason);
 }
 
 /** The input a turn was billed for, as the policy counts it. */
@@ -270,7 +287,7 @@ export async function leftoverCompaction(deps: RunDeps, id: string): Promise<boo
   // only between turns, and the route refuses these (409). The request stays scheduled: the next run (a `resume`, a
   // message) takes it once its first turn boundary comes.
   const last = await deps.store.lastMessage(id);
-  if (last && (pendingToolCalls([last]).length > 0 || isPausedReply(last))) return false;
+  if (last && (pendingToolCalls([last]).length > 0 || (await endsPaused(deps.store, id, last)))) return false;
   const next: Partial<SessionState> & { status: 'running' } = {
     status: 'running',
     compactRequest: {

@@ -1,7 +1,6 @@
 import type { z } from 'zod';
 import { assertBudgetLeft } from '../engine/budget.js';
-import { isPausedReply } from '../engine/commit.js';
-import { isSummary } from '../engine/compaction.js';
+import { endsPaused, isSummary } from '../engine/compaction.js';
 import { statusEvent } from '../engine/status.js';
 import { badRequest, conflict } from '../errors.js';
 import { pendingToolCalls } from '../history.js';
@@ -30,6 +29,26 @@ export function checkCompactionParams(params: SessionParams, policy: CompactionP
     throw badRequest(
       'The `compaction` policy cannot be combined with a compaction edit in `params.context_management`: the API compacts server-side then. Use one or the other.',
       [{ path: '/compaction', code: 'custom', message: 'conflicts with params.context_management' }],
+    );
+  }
+}
+
+/**
+ * 400 when a PATCH would add a compaction edit while a compaction asked for is not made yet (`compaction_pending`):
+ * the API takes no compaction request with one, so every run would try it and fail, and the route could not replace
+ * it (it refuses the edit too).
+ */
+export function checkEditWithPending(params: SessionParams, pending: CompactRequest | null): void {
+  if (pending && hasCompactionEdit(params)) {
+    throw badRequest(
+      'A compaction asked for with `POST …/compact` is not made yet (`compaction_pending`), and the API takes no compaction request with a compaction edit in `params.context_management`. Add the edit once it is done.',
+      [
+        {
+          path: '/params/context_management',
+          code: 'custom',
+          message: 'conflicts with the pending compaction',
+        },
+      ],
     );
   }
 }
@@ -121,12 +140,12 @@ async function checkHistoryToCompact(deps: SessionDeps, s: SessionState): Promis
       'The history ends with tool calls that have no results; the API compacts a conversation only between turns. Answer them (or resume) first.',
     );
   }
-  // A reply the API paused with a server tool call open (a `max_iterations` stop mid `pause_turn`): its continuation
-  // comes first, as in a run (the runner resumes a paused turn before anything else).
-  if (last && isPausedReply(last)) {
+  // A reply the API paused (a `max_iterations` stop mid `pause_turn`): its continuation comes first, as in a run (the
+  // runner resumes a paused turn before anything else).
+  if (await endsPaused(deps.store, s.id, last)) {
     throw conflict(
       'unanswered_tool_calls',
-      'The history ends with a reply the API paused (`pause_turn`) with a server tool call still open; the API compacts a conversation only between turns. `continue` (or send a message) to resume it first.',
+      'The history ends with a reply the API paused (`pause_turn`): its turn is not over, and the API compacts a conversation only between turns. `continue` (or send a message) to resume it first.',
     );
   }
   if (s.msgCount === 1 && isSummary(last ?? undefined)) {

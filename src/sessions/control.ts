@@ -7,7 +7,7 @@ import { taskCallId } from '../tenant-tools/task-record.js';
 import { InvalidRequest, InvalidStatus, conflict } from '../errors.js';
 import { isAgentTool, type patchSessionBody, type retryBody } from '../schemas.js';
 import { childSessionId } from '../agents/waiting.js';
-import { checkCompactionParams } from './compact.js';
+import { checkCompactionParams, checkEditWithPending } from './compact.js';
 import { assertAgentsPriced } from './agents-priced.js';
 import { checkActionTimeout, checkToolChoice } from './create.js';
 import { clearResult } from '../store/pending.js';
@@ -50,6 +50,8 @@ export function patchSession(
     if (body.pause_after_turn !== undefined) next.pauseAfterTurn = body.pause_after_turn;
     if (body.compaction !== undefined) next.compaction = body.compaction;
     checkCompactionParams(next.params ?? s.params, 'compaction' in next ? next.compaction : s.compaction);
+    // Nor with a compaction asked for and not made yet (`compaction_pending`): every run would try it and fail.
+    if (body.params) checkEditWithPending(next.params ?? s.params, s.compactRequest);
     // A dollar ceiling (the budget's, the tenant's cap) needs the model's price (400 `unknown_model_price`).
     if (body.params || body.budget !== undefined)
       deps.store.spend.assertPriced(

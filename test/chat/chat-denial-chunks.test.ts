@@ -67,4 +67,26 @@ describe('denied calls in a UI message stream', () => {
     assert.equal(part['state'], 'output-denied');
     assert.deepEqual(part['approval'], { id: call.id, approved: false, reason: 'not now' });
   });
+
+  it('an approval in the log after this stream asked for it: the approval answered, then the output', async () => {
+    const t = new ChatTranslator('ses_x-1', [], { pausedBefore: '5-0' });
+    const chunks: UIChunk[] = [...t.start(), { type: 'start-step' }];
+    chunks.push(
+      ...t.event(
+        'session.status',
+        { status: 'requires_action', required_action: { type: 'approve_tool_calls', tool_calls: [call] } },
+        '1-0',
+      ),
+      ...t.event('tool_call.decided', { tool_use_id: call.id, decision: 'approve' }, '2-0'),
+      ...t.event(
+        'tool.completed',
+        { tool_use_id: call.id, name: call.name, input: call.input, content: 'Sunny', is_error: false },
+        '6-0',
+      ),
+    );
+    chunks.push({ type: 'finish-step' }, { type: 'finish' });
+    const part = toolPart(await messageOf(chunks));
+    assert.equal(part['state'], 'output-available');
+    assert.deepEqual(part['approval'], { id: call.id, approved: true });
+  });
 });

@@ -5,7 +5,7 @@
  */
 import { after, before, beforeEach, describe, test } from 'node:test';
 import assert from 'node:assert/strict';
-import { offlineHandler, toolCall, type FakeReply } from '../fake/server.js';
+import { CONTEXT_COMPACTION_BETA, offlineHandler, toolCall, type FakeReply } from '../fake/server.js';
 import { reply } from '../fake/script.js';
 import { checkHistory } from '../../src/history.js';
 import { startHarness, type Harness } from '../helpers/service.js';
@@ -125,6 +125,15 @@ describe('compaction and the budget', () => {
     assert.equal(failed.status, 'failed');
     assert.equal(failed.error.code, 'tool_failed', 'the error of the tool step stands');
     assert.equal(failed.compaction_pending, true);
+    // A compaction edit now would make the API refuse the pending compaction at every run: refused.
+    const edit = await h.api.req('PATCH', `/v1/sessions/${id}`, {
+      params: {
+        betas: [CONTEXT_COMPACTION_BETA],
+        context_management: { edits: [{ type: 'compact_20260112' }] },
+      },
+    });
+    assert.equal(edit.status, 400, JSON.stringify(edit.body));
+    assert.match(edit.body.error.message, /compaction_pending/);
     // The next run answers the calls, then compacts before its first turn, and goes on from the summary. (Before,
     // the ended run's leftover compaction was sent over the calls without results: the API refused it, the session
     // failed with that error and every run after it made the same request again.)

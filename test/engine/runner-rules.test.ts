@@ -194,6 +194,29 @@ describe('stop reasons, as the SDK runner', () => {
     assert.ok(h.fake.requests.at(-1)!.body.compaction);
   });
 
+  it('max_iterations mid pause_turn whose server calls have their results: a compaction waits for it too', async () => {
+    h.fake.enqueue(
+      reply(
+        [
+          textBlock('Searching.'),
+          { type: 'server_tool_use', id: 'srvtoolu_p1', name: 'web_search', input: { query: 'x' } },
+          searchResult,
+        ],
+        { stop_reason: 'pause_turn' },
+      ),
+    );
+    const r = await h.api.post('/v1/sessions', {
+      input: 'Search x',
+      tools: [{ type: 'web_search_20250305', name: 'web_search' }],
+      max_iterations: 1,
+    });
+    const s = await h.api.waitStatus(r.body.id, ['idle', 'failed']);
+    assert.equal(s.stop_reason, 'max_iterations');
+    const c = await h.api.post(`/v1/sessions/${r.body.id}/compact`);
+    assert.equal(c.status, 409, JSON.stringify(c.body));
+    assert.equal(c.body.error.code, 'unanswered_tool_calls');
+  });
+
   it('max_iterations mid pause_turn: continue resumes it; retry sends it again', async () => {
     const id = await pausedAtMaxIterations();
     h.fake.enqueue(reply([searchResult, textBlock('Found x.')]));
