@@ -6,7 +6,6 @@ import { Engine } from '../engine/engine.js';
 import type { SessionDeps } from '../sessions/mutate.js';
 import { DeadlineSweeper } from '../sessions/deadlines.js';
 import { RetentionSweeper } from '../sessions/retention.js';
-import { OwedSweeper } from '../quotas/owed-sweeper.js';
 import { SessionChannels } from '../store/channels.js';
 import { SessionStore, type StoreOptions } from '../store/store.js';
 import { componentLog } from '../log.js';
@@ -131,8 +130,6 @@ export default fp<EnginePluginOptions>(
     const sweepMs = opts.deadlineSweepMs ?? 1000;
     const deadlines = new DeadlineSweeper(sessionDeps, componentLog(app.log, 'engine'), sweepMs);
     const retention = new RetentionSweeper(store, componentLog(app.log, 'engine'), sweepMs);
-    // Owed records of session deletes killed before giving their bytes back (TENANT_MAX_BYTES).
-    const owedSweep = new OwedSweeper(store, componentLog(app.log, 'engine'));
     let httpCaller: HttpToolCaller | null = null;
     // V8's heap growth step by run load, where `npm start` set one (src/gc-policy.ts).
     const idlePercent = startGrowingPercent();
@@ -154,7 +151,6 @@ export default fp<EnginePluginOptions>(
       toolTasks.start();
       deadlines.start();
       retention.start();
-      owedSweep.start();
       // Built here: the webhooks plugin (secrets, address rules) is registered after this one.
       httpCaller = new HttpToolCaller({
         queue: tasks,
@@ -170,13 +166,7 @@ export default fp<EnginePluginOptions>(
     });
     // Registered after the redis plugin, so it runs before Redis closes (onClose hooks run in reverse order).
     app.addHook('onClose', async () => {
-      await Promise.all([
-        deadlines.stop(),
-        retention.stop(),
-        owedSweep.stop(),
-        toolTasks.stop(),
-        httpCaller?.stop(),
-      ]);
+      await Promise.all([deadlines.stop(), retention.stop(), toolTasks.stop(), httpCaller?.stop()]);
       await engine.stop(opts.shutdownGraceMs);
       gcPolicy?.stop();
       idleTrim?.stop();

@@ -39,7 +39,7 @@ import { decodeStored } from './decode.js';
 import { defineLuaCommands, type RedisClient } from './lua-commands.js';
 import type { SessionKeyList } from './lua/commands.js';
 import { RunQueue } from './runs.js';
-import { addedBytes, OWED_DEADLINE_MS, StorageQuota, type Owed } from './storage-quota.js';
+import { addedBytes, StorageQuota } from './storage-quota.js';
 import { isOutOfMemory } from './unavailable.js';
 import { ACTIONS_DUE_KEY, DueSet, EXPIRY_DUE_KEY } from './due.js';
 import { PriceTable, type ModelPrices } from '../cost/prices.js';
@@ -547,47 +547,23 @@ export class SessionStore {
     const k = sessionKeys(id);
     const tap = this.eventTap?.(id, ['session.deleted'], tenant);
     if (tap?.ready) await tap.ready;
+    const bytes = Number((await this.redis.hget(k.meta, 'bytes')) ?? 0);
     let done: number;
-    let bytes: number;
-    let owed: Owed | null;
-    for (let attempt = 1; ; attempt++) {
-      // What the delete will owe the tenant's byte count, recorded in the tenant's slot before the script (a kill
-      // after the script leaves it to the settle sweep, src/store/storage-quota.ts). Redis full: not recorded, the
-      // bytes are given back as before (a kill then leaves them counted).
-      owed = await this.storage.owe(tenant, id).catch((err: unknown) => {
-        if (!isOutOfMemory(err)) throw err;
-        return null;
-      });
-      try {
-        [done, bytes] = await this.redis.sessDestroy(
-          ...this.keyList(k),
-          k.tokens,
-          JSON.stringify(opts.reason ? { id, reason: opts.reason } : { id }),
-          opts.ttlMs ?? 60_000,
-          channelName(this.redis, eventsChannel(id)),
-          opts.revision === undefined ? '' : String(opts.revision),
-          owed?.token ?? '',
-          owed ? String(owed.at + OWED_DEADLINE_MS) : '',
-        );
-      } catch (err) {
-        // Redis full (noeviction): a delete frees memory, so it must work then too. Plain UNLINKs are never refused
-        // for memory (the script is, when its first write would add); live readers then learn of it by the 404.
-        // (A swept delete, guarded by a revision, is not forced: it is tried again by the next sweep.) The script
-        // did not run: a record written is paid here, not by the sweep (no log entry names it).
-        if (!isOutOfMemory(err) || opts.revision !== undefined) throw err;
-        bytes = Number((await this.redis.hget(k.meta, 'bytes')) ?? 0);
-        done = (await this.redis.unlink(...this.keyList(k), k.tokens)) > 0 ? 1 : 0;
-      }
-      // Stalled past its deadline between its record and its script: the sweep may have settled the record; a new
-      // one is written and the delete sent again.
-      if (done !== -2) break;
-      if (owed) await this.storage.drop(tenant, owed.token);
-      if (attempt === 3) throw new Error(`the delete of session ${id} missed its deadline ${attempt} times`);
-    }
-    const token = owed?.token;
-    if (done !== 1 && token !== undefined) {
-      // Nothing deleted by this delete: its record owes nothing (left, the sweep drops it for want of a log entry).
-      await this.storage.drop(tenant, token).catch(() => undefined);
+    try {
+      done = await this.redis.sessDestroy(
+        ...this.keyList(k),
+        k.tokens,
+        JSON.stringify(opts.reason ? { id, reason: opts.reason } : { id }),
+        opts.ttlMs ?? 60_000,
+        channelName(this.redis, eventsChannel(id)),
+        opts.revision === undefined ? '' : String(opts.revision),
+      );
+    } catch (err) {
+      // Redis full (noeviction): a delete frees memory, so it must work then too. Plain UNLINKs are never refused
+      // for memory (the script is, when its first write would add); live readers then learn of it by the 404.
+      // (A swept delete, guarded by a revision, is not forced: it is tried again by the next sweep.)
+      if (!isOutOfMemory(err) || opts.revision !== undefined) throw err;
+      done = (await this.redis.unlink(...this.keyList(k), k.tokens)) > 0 ? 1 : 0;
     }
     if (done === -1) return false;
     if (done === 1) tap?.landed();
@@ -596,10 +572,7 @@ export class SessionStore {
       this.index.remove(tenant, id, createdAt),
       this.runs.end(id, tenant, true),
       done === 1
-        ? (token !== undefined
-            ? this.storage.pay(tenant, token, bytes).then(() => {})
-            : this.storage.add(tenant, -bytes)
-          ).catch((err: unknown) => {
+        ? this.storage.add(tenant, -bytes).catch((err: unknown) => {
             if (!isOutOfMemory(err)) throw err; // still full after the delete: the count stays high (an upper bound)
           })
         : null,
@@ -608,14 +581,6 @@ export class SessionStore {
       ...this.destroyHooks.map((hook) => hook(id, tenant)),
     ]);
     return done === 1;
-  }
-
-  /**
-   * One pass of the storage quota's settle sweep (src/store/storage-quota.ts `settleOwed`): owed records of deletes
-   * killed between their script and their give-back are paid or dropped. Returns the records settled.
-   */
-  settleOwed(opts?: Parameters<StorageQuota['settleOwed']>[0]): Promise<number> {
-    return this.storage.settleOwed(opts);
   }
 
   /**

@@ -20,8 +20,6 @@ import { createRedis } from '../../src/plugins/redis.js';
 import { LEGACY_AGENTS_DUE_KEY, TreeDue } from '../../src/store/tree-due.js';
 import { defineLuaCommands } from '../../src/store/lua-commands.js';
 import { startTestCluster, type TestCluster } from '../helpers/redis.js';
-import { SessionStore } from '../../src/store/store.js';
-import { OWED_TENANTS_KEY, owedKey, storageKey } from '../../src/store/storage-quota.js';
 import { Api } from '../helpers/service.js';
 import { LoopModel, tagged, until, verifyLoopHistory } from '../durability/chaos-lib.js';
 
@@ -199,53 +197,6 @@ describe('Redis Cluster (3 masters)', { timeout: 180_000 }, () => {
         ['ses_cluster_old', null],
         ['ses_cluster_tree', 'acme'],
       ]);
-    } finally {
-      redis.disconnect();
-    }
-  });
-
-  it("a delete killed after its script is settled on any prefix: the tenant's count, records and index", async () => {
-    // The session's keys, the tenant's count and owed records, and the index of tenants owed are three slots.
-    const redis = createRedis({ clusterNodes: cluster.nodes, keyPrefix: 'prod:' });
-    try {
-      await new Promise<void>((resolve) => redis.once('ready', () => resolve()));
-      const store = new SessionStore(redis, { eventLogMax: 1000 });
-      const id = 'ses_cluster_owed';
-      await store.apply(
-        id,
-        { create: true },
-        { hset: { tenant: 'acme-owed', status: 'idle', body: 'z'.repeat(500) } },
-        'acme-owed',
-      );
-      const count = async () => Number((await redis.get(storageKey('acme-owed'))) ?? 0);
-      await until(async () => (await count()) > 500, 5_000);
-      const bytes = await count();
-      // The process dies once its delete script answered: nothing more is sent.
-      let died!: () => void;
-      const death = new Promise<void>((done) => (died = done));
-      let dead = false;
-      const dying = new Proxy(redis, {
-        get(target, prop, receiver) {
-          const v: unknown = Reflect.get(target, prop, receiver);
-          if (typeof v !== 'function' || prop === 'defineCommand') return v;
-          return (...args: unknown[]) => {
-            if (dead) return new Promise(() => {});
-            const out: unknown = Reflect.apply(v, target, args);
-            if (prop !== 'sessDestroy' || !(out instanceof Promise)) return out;
-            return out.finally(() => {
-              dead = true;
-              died();
-            });
-          };
-        },
-      });
-      void new SessionStore(dying, { eventLogMax: 1000 }).destroy(id, 'acme-owed', Date.now());
-      await death;
-      assert.equal(await count(), bytes, 'nothing given back by the dead process');
-      assert.equal(await store.settleOwed({ graceMs: 0 }), 1);
-      assert.equal(await count(), 0);
-      assert.equal(await redis.hlen(owedKey('acme-owed')), 0);
-      assert.equal(await redis.zscore(OWED_TENANTS_KEY, 'acme-owed'), null);
     } finally {
       redis.disconnect();
     }

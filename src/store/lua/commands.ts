@@ -64,10 +64,7 @@ declare module 'ioredis' {
     sessRenew(lease: string, token: string, ttlMs: number): Result<number, Context>;
     /** release-1.lua: 1 when released. */
     sessRelease(lease: string, token: string): Result<number, Context>;
-    /**
-     * destroy-8.lua: [1, the session's bytes] when it existed and was deleted, [0, 0] when it did not exist, [-1, 0]
-     * when it moved past the revision given, [-2, 0] past the deadline given.
-     */
+    /** destroy-8.lua: 1 when the session existed, -1 when it moved past the revision given. */
     sessDestroy(
       ...args: [
         ...keys: SessionKeyList,
@@ -76,19 +73,8 @@ declare module 'ioredis' {
         ttlMs: number,
         channel: string,
         revision: string,
-        owedToken: string,
-        deadline: string,
       ]
-    ): Result<[done: number, bytes: number], Context>;
-    /** owed-add-1.lua: the record's time (ms, Redis's clock). */
-    sessOwedAdd(owed: string, token: string, id: string): Result<number, Context>;
-    /** owed-pay-2.lua: 1 when this call removed the record and gave its bytes back, else 0. */
-    sessOwedPay(owed: string, count: string, token: string, bytes: number): Result<number, Context>;
-    /** owed-scan-1.lua: Redis's time (ms), the HSCAN cursor, and token, record, … */
-    sessOwedScan(
-      owed: string,
-      count: number,
-    ): Result<[now: number, cursor: string, fields: string[]], Context>;
+    ): Result<number, Context>;
     /** due-settle-1.lua: 1 when the member still had the score read and was moved (or dropped). */
     sessDueSettle(key: string, member: string, score: string, next: string): Result<number, Context>;
     /** tree-due-3.lua: 1 when the member's score was written (XX: it was a member; NX: it was not). */
