@@ -23,6 +23,7 @@ import type { BetaMessage } from '@anthropic-ai/sdk/resources/beta/messages/mess
 import { blocksOf, pendingToolCalls, type StoredMessage } from '../history.js';
 import type { SessionParams } from '../schemas.js';
 import {
+  recordCount,
   usageIncr,
   type CompactRequest,
   type IterationRecord,
@@ -31,7 +32,7 @@ import {
 } from '../store/session-state.js';
 import type { ApplyOps } from '../store/apply-ops.js';
 import { microsToUsd } from '../cost/prices.js';
-import { commit, countSpend, mergeOps, persistedEvent } from './commit.js';
+import { commit, countSpend, isPausedReply, mergeOps, persistedEvent } from './commit.js';
 import type { SessionStore } from '../store/store.js';
 import type { RunDeps, RunHandle } from './run-handle.js';
 import { statusEvent } from './status.js';
@@ -76,19 +77,28 @@ export function isUnfinished(stopReason: string | null | undefined): boolean {
 }
 
 /**
- * Whether the history (whose last message is `last`) ends with a reply the API paused (`pause_turn`, server-side
- * `compaction`), as a run tells it (run.ts `pausedReply`): by the last iteration record's stop reason, whether or not
- * its server calls have their results. Its continuation comes before anything else: the API compacts nothing that
- * ends mid-turn. One LINDEX, only when the history ends with a reply.
+ * Whether the history (whose last message is `last`) ends with a reply the API paused: one with a server call
+ * still open (the API takes nothing after it but its continuation), or one whose iteration record stopped
+ * unfinished (`pause_turn`, server-side `compaction`), as a run tells it (run.ts `pausedReply`) — the record only
+ * when it is that reply's (its `reply_index` is the history's last message, and no `PUT …/messages` came since). Its
+ * continuation comes before anything else: the API compacts nothing that ends mid-turn. One LINDEX, only when the
+ * history ends with a reply and no call is open.
  */
 export async function endsPaused(
   store: Pick<SessionStore, 'iterationRecords'>,
-  id: string,
+  s: Pick<SessionState, 'id' | 'iteration' | 'compactions' | 'msgBase' | 'msgCount' | 'replacedAt'>,
   last: StoredMessage | null | undefined,
 ): Promise<boolean> {
   if (last?.role !== 'assistant') return false;
-  const [record] = await store.iterationRecords(id, -1, -1);
-  return record !== undefined && record.kind !== 'compaction' && isUnfinished(record.stop_reason);
+  if (isPausedReply(last)) return true;
+  if (recordCount(s) <= s.replacedAt) return false;
+  const [record] = await store.iterationRecords(s.id, -1, -1);
+  return (
+    record !== undefined &&
+    record.kind !== 'compaction' &&
+    record.reply_index === s.msgBase + s.msgCount - 1 &&
+    isUnfinished(record.stop_reason)
+  );
 }
 
 /** The input a turn was billed for, as the policy counts it. */
@@ -287,7 +297,7 @@ export async function leftoverCompaction(deps: RunDeps, id: string): Promise<boo
   // only between turns, and the route refuses these (409). The request stays scheduled: the next run (a `resume`, a
   // message) takes it once its first turn boundary comes.
   const last = await deps.store.lastMessage(id);
-  if (last && (pendingToolCalls([last]).length > 0 || (await endsPaused(deps.store, id, last)))) return false;
+  if (last && (pendingToolCalls([last]).length > 0 || (await endsPaused(deps.store, s, last)))) return false;
   const next: Partial<SessionState> & { status: 'running' } = {
     status: 'running',
     compactRequest: {

@@ -142,7 +142,7 @@ async function checkHistoryToCompact(deps: SessionDeps, s: SessionState): Promis
   }
   // A reply the API paused (a `max_iterations` stop mid `pause_turn`): its continuation comes first, as in a run (the
   // runner resumes a paused turn before anything else).
-  if (await endsPaused(deps.store, s.id, last)) {
+  if (await endsPaused(deps.store, s, last)) {
     throw conflict(
       'unanswered_tool_calls',
       'The history ends with a reply the API paused (`pause_turn`): its turn is not over, and the API compacts a conversation only between turns. `continue` (or send a message) to resume it first.',

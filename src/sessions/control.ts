@@ -150,6 +150,7 @@ export function retryTurn(
     // before the history's. (The model's price under a dollar ceiling: `mutate`, with `params` below.)
     if (body?.params) {
       checkCompactionParams(params, s.compaction);
+      checkEditWithPending(params, s.compactRequest);
       assertFixedMarks(params.system, s.tools);
     }
     if (body?.params)

@@ -134,6 +134,14 @@ describe('compaction and the budget', () => {
     });
     assert.equal(edit.status, 400, JSON.stringify(edit.body));
     assert.match(edit.body.error.message, /compaction_pending/);
+    const retried = await h.api.post(`/v1/sessions/${id}/retry`, {
+      params: {
+        betas: [CONTEXT_COMPACTION_BETA],
+        context_management: { edits: [{ type: 'compact_20260112' }] },
+      },
+    });
+    assert.equal(retried.status, 400, JSON.stringify(retried.body));
+    assert.match(retried.body.error.message, /compaction_pending/);
     // The next run answers the calls, then compacts before its first turn, and goes on from the summary. (Before,
     // the ended run's leftover compaction was sent over the calls without results: the API refused it, the session
     // failed with that error and every run after it made the same request again.)

@@ -217,6 +217,41 @@ describe('stop reasons, as the SDK runner', () => {
     assert.equal(c.body.error.code, 'unanswered_tool_calls');
   });
 
+  it('a history that ends mid pause_turn by its content or not, whatever its records: compact refuses the one, takes the other', async () => {
+    // Created with an open server call at its end (no record tells it): refused.
+    const open = await h.api.post('/v1/sessions', {
+      start: false,
+      tools: [{ type: 'web_search_20250305', name: 'web_search' }],
+      messages: [
+        { role: 'user', content: 'Search x' },
+        {
+          role: 'assistant',
+          content: [
+            textBlock('Searching.'),
+            { type: 'server_tool_use', id: 'srvtoolu_p1', name: 'web_search', input: { query: 'x' } },
+          ],
+        },
+      ],
+    });
+    assert.equal(open.status, 201, JSON.stringify(open.body));
+    const c1 = await h.api.post(`/v1/sessions/${open.body.id}/compact`);
+    assert.equal(c1.status, 409, JSON.stringify(c1.body));
+    assert.equal(c1.body.error.code, 'unanswered_tool_calls');
+    // Paused by its record, then its history replaced with a finished one: the record no longer tells of it.
+    const id = await pausedAtMaxIterations();
+    const put = await h.api.req('PUT', `/v1/sessions/${id}/messages`, {
+      messages: [
+        { role: 'user', content: 'Search x' },
+        { role: 'assistant', content: [textBlock('Found nothing.')] },
+      ],
+    });
+    assert.equal(put.status, 200, JSON.stringify(put.body));
+    const c2 = await h.api.post(`/v1/sessions/${id}/compact`);
+    assert.equal(c2.status, 202, JSON.stringify(c2.body));
+    const done = await h.api.waitFor(id, (x) => x.status !== 'running' && !x.compaction_pending);
+    assert.equal(done.status, 'idle', JSON.stringify(done.error));
+  });
+
   it('max_iterations mid pause_turn: continue resumes it; retry sends it again', async () => {
     const id = await pausedAtMaxIterations();
     h.fake.enqueue(reply([searchResult, textBlock('Found x.')]));
