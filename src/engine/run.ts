@@ -2,7 +2,7 @@ import { FencedOut, StoreUnavailable } from '../errors.js';
 import { extendHistory, pendingToolCalls, type StoredMessage } from '../history.js';
 import type { SessionChannels } from '../store/channels.js';
 import type { Claimed } from '../store/runs.js';
-import type { IterationRecord, SessionState } from '../store/session-state.js';
+import { recordCount, type IterationRecord, type SessionState } from '../store/session-state.js';
 import {
   upstreamContext,
   upstreamFailureType,
@@ -256,7 +256,7 @@ export class Run {
     // paused (`pause_turn`, server-side `compaction`) whose continuation this run has to send: the run that got it
     // died before its next request, or stopped at `max_iterations`. Its iteration record says so (read by the claim,
     // or once here, only when the history ends with a reply).
-    const paused = last?.role === 'assistant' && (await this.pausedReply(known));
+    const paused = last?.role === 'assistant' && (await this.pausedReply(known, history.length));
     const turnToSend =
       queued > 0 || (last !== undefined && (last.role !== 'assistant' || endsWithSummary(history) || paused));
     if (turnToSend && budgetExhausted(state.budget, spentOf(state))) {
@@ -313,13 +313,24 @@ export class Run {
     return 'again';
   }
 
-  /** Whether the session's last model reply stopped unfinished (`pause_turn`, `compaction`): the API continues it. */
-  private async pausedReply(known: Known): Promise<boolean> {
+  /**
+   * Whether the history's last message (of `length`) is a model reply that stopped unfinished (`pause_turn`,
+   * `compaction`): the API continues it. Its record tells, when it is that reply's: not after a `PUT …/messages` (a
+   * replaced history's records tell nothing of it), and only for the reply at the history's end.
+   */
+  private async pausedReply(known: Known, length: number): Promise<boolean> {
+    const { state } = known;
+    if (recordCount(state) <= state.replacedAt) return false;
     const lastRecord =
       known.lastRecord !== undefined
         ? known.lastRecord
         : ((await this.deps.store.iterationRecords(this.run.id, -1, -1))[0] ?? null);
-    return lastRecord !== null && lastRecord.kind !== 'compaction' && isUnfinished(lastRecord.stop_reason);
+    return (
+      lastRecord !== null &&
+      lastRecord.kind !== 'compaction' &&
+      lastRecord.reply_index === state.msgBase + length - 1 &&
+      isUnfinished(lastRecord.stop_reason)
+    );
   }
 
   /**

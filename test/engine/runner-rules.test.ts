@@ -252,6 +252,24 @@ describe('stop reasons, as the SDK runner', () => {
     assert.equal(done.status, 'idle', JSON.stringify(done.error));
   });
 
+  it('max_iterations mid pause_turn, then its history replaced with a finished one: a message is a new turn, no continuation', async () => {
+    const id = await pausedAtMaxIterations();
+    const put = await h.api.req('PUT', `/v1/sessions/${id}/messages`, {
+      messages: [
+        { role: 'user', content: 'Search x' },
+        { role: 'assistant', content: [textBlock('Found nothing.')] },
+      ],
+    });
+    assert.equal(put.status, 200, JSON.stringify(put.body));
+    h.fake.enqueue(text('Sure.'));
+    assert.equal((await h.api.post(`/v1/sessions/${id}/messages`, { text: 'And y?' })).status, 202);
+    const s = await h.api.waitFor(id, (x) => x.status !== 'running' && h.fake.requests.length >= 2);
+    assert.equal(s.status, 'idle', JSON.stringify(s.error));
+    assert.equal(h.fake.requests.length, 2, 'one request: the message');
+    const sent = h.fake.requests[1]!.messages.at(-1) as { role: string };
+    assert.equal(sent.role, 'user', 'the message, not a continuation of the replaced reply');
+  });
+
   it('max_iterations mid pause_turn: continue resumes it; retry sends it again', async () => {
     const id = await pausedAtMaxIterations();
     h.fake.enqueue(reply([searchResult, textBlock('Found x.')]));
