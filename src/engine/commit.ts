@@ -217,7 +217,14 @@ export async function finish(
   run: RunHandle,
   state: SessionState,
   stopReason: string,
+  /** The history ends with a paused reply: queued follow-ups stay queued (its continuation comes first). */
+  paused = false,
 ): Promise<void> {
+  if (paused) {
+    await commit(deps, run, idleOps(stopReason));
+    await deps.store.runs.end(run, state.tenant);
+    return;
+  }
   const intoLast = state.msgCount > 0 && (await deps.store.lastMessage(run.id))?.role === 'user';
   const res = await commit(deps, run, {
     queue: { none: idleOps(stopReason), ...(intoLast ? { into_last: true } : {}) },

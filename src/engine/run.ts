@@ -12,7 +12,15 @@ import {
 import { APIError } from '@anthropic-ai/sdk';
 import { TENANT_BUDGET_EXHAUSTED } from '../cost/spend.js';
 import { budgetExhausted, spentOf, stopForBudget, unpricedError } from './budget.js';
-import { CommitLanded, cancelOwnRun, commit, commitInterrupt, fail, finish } from './commit.js';
+import {
+  CommitLanded,
+  cancelOwnRun,
+  commit,
+  commitInterrupt,
+  fail,
+  finish,
+  isPausedReply,
+} from './commit.js';
 import type { EngineLogger, RunDeps, RunHandle } from './run-handle.js';
 import { endsWithSummary, isUnfinished, leftoverCompaction } from './compaction.js';
 import { runCompactionOnly } from './compaction-run.js';
@@ -256,7 +264,8 @@ export class Run {
     // paused (`pause_turn`, server-side `compaction`) whose continuation this run has to send: the run that got it
     // died before its next request, or stopped at `max_iterations`. Its iteration record says so (read by the claim,
     // or once here, only when the history ends with a reply).
-    const paused = last?.role === 'assistant' && (await this.pausedReply(known, history.length));
+    const paused =
+      last?.role === 'assistant' && (isPausedReply(last) || (await this.pausedReply(known, history.length)));
     const turnToSend =
       queued > 0 || (last !== undefined && (last.role !== 'assistant' || endsWithSummary(history) || paused));
     if (turnToSend && budgetExhausted(state.budget, spentOf(state))) {
@@ -289,7 +298,8 @@ export class Run {
       return 'done';
     }
     if (budget <= 0) {
-      await finish(deps, run, state, 'max_iterations');
+      // Follow-ups stay queued after a paused reply (as when the budget stops it): its continuation comes first.
+      await finish(deps, run, state, 'max_iterations', paused);
       return 'done';
     }
     return runTurns(deps, run, state, history, budget, log, paused);

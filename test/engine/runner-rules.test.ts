@@ -270,6 +270,68 @@ describe('stop reasons, as the SDK runner', () => {
     assert.equal(sent.role, 'user', 'the message, not a continuation of the replaced reply');
   });
 
+  it('a history created ending with an open server call: a message resumes that turn first', async () => {
+    const r = await h.api.post('/v1/sessions', {
+      start: false,
+      tools: [{ type: 'web_search_20250305', name: 'web_search' }],
+      messages: [
+        { role: 'user', content: 'Search x' },
+        {
+          role: 'assistant',
+          content: [
+            textBlock('Searching.'),
+            { type: 'server_tool_use', id: 'srvtoolu_p1', name: 'web_search', input: { query: 'x' } },
+          ],
+        },
+      ],
+    });
+    assert.equal(r.status, 201, JSON.stringify(r.body));
+    h.fake.enqueue(reply([searchResult, textBlock('Found x.')]), text('Sure.'));
+    assert.equal((await h.api.post(`/v1/sessions/${r.body.id}/messages`, { text: 'And y?' })).status, 202);
+    const s = await h.api.waitFor(r.body.id, (x) => x.status !== 'running' && h.fake.requests.length >= 2);
+    assert.equal(s.status, 'idle', JSON.stringify(s.error));
+    const first = h.fake.requests[0]!.messages.at(-1) as { role: string };
+    assert.equal(first.role, 'assistant', 'the continuation first, no user turn after the open call');
+    for (const q of h.fake.requests) assert.equal(q.status, 200, JSON.stringify(q.messages));
+  });
+
+  it('max_iterations reached on a paused reply with a message queued: the message waits for the continuation', async () => {
+    let release!: () => void;
+    const gate = new Promise<void>((resolve) => (release = resolve));
+    h.fake.enqueue({
+      ...reply(
+        [
+          textBlock('Searching.'),
+          { type: 'server_tool_use', id: 'srvtoolu_p1', name: 'web_search', input: { query: 'x' } },
+        ],
+        { stop_reason: 'pause_turn' },
+      ),
+      gate,
+    });
+    const r = await h.api.post('/v1/sessions', {
+      input: 'Search x',
+      tools: [{ type: 'web_search_20250305', name: 'web_search' }],
+      max_iterations: 1,
+    });
+    const id: string = r.body.id;
+    await h.fake.waitForRequests(1);
+    assert.equal((await h.api.post(`/v1/sessions/${id}/messages`, { text: 'And y?' })).status, 202);
+    release();
+    const s = await h.api.waitStatus(id, ['idle', 'failed']);
+    assert.equal(s.stop_reason, 'max_iterations');
+    assert.deepEqual(
+      (await history(h, id)).map((x) => x.role),
+      ['user', 'assistant'],
+      'the message is not put after the paused reply',
+    );
+    // Continue: the paused turn is resumed, then the message joins.
+    h.fake.enqueue(reply([searchResult, textBlock('Found x.')]), text('Sure.'));
+    assert.equal((await h.api.post(`/v1/sessions/${id}/continue`)).status, 202);
+    await h.api.waitFor(id, (x) => x.status !== 'running' && h.fake.requests.length >= 2);
+    assert.equal((h.fake.requests[1]!.messages.at(-1) as { role: string }).role, 'assistant');
+    for (const q of h.fake.requests) assert.equal(q.status, 200, JSON.stringify(q.messages));
+  });
+
   it('max_iterations mid pause_turn: continue resumes it; retry sends it again', async () => {
     const id = await pausedAtMaxIterations();
     h.fake.enqueue(reply([searchResult, textBlock('Found x.')]));
