@@ -29,21 +29,35 @@ const call = { id: 'toolu_w', name: 'get_weather', input: { location: 'Paris' } 
 const toolPart = (m: UIMessage) =>
   m.parts.find((p) => p.type === 'tool-get_weather') as Record<string, unknown>;
 
+/**
+ * A replay of the whole message (the pause before the current run, at 5-0, does not end it) that asks for the
+ * call's approval, then `then`'s chunks; the step and the message closed.
+ */
+function askedThen(then: (t: ChatTranslator) => UIChunk[]): UIChunk[] {
+  const t = new ChatTranslator('ses_x-1', [], { pausedBefore: '5-0' });
+  return [
+    ...t.start(),
+    { type: 'start-step' },
+    ...t.event(
+      'session.status',
+      { status: 'requires_action', required_action: { type: 'approve_tool_calls', tool_calls: [call] } },
+      '1-0',
+    ),
+    ...then(t),
+    { type: 'finish-step' },
+    { type: 'finish' },
+  ];
+}
+
 describe('denied calls in a UI message stream', () => {
   it('a denial in the log after this stream asked for the approval: the approval answered, then denied', async () => {
-    // A replay of the whole message: the pause before the current run (at 5-0) does not end it.
-    const t = new ChatTranslator('ses_x-1', [], { pausedBefore: '5-0' });
-    const chunks: UIChunk[] = [...t.start(), { type: 'start-step' }];
-    chunks.push(
-      ...t.event(
-        'session.status',
-        { status: 'requires_action', required_action: { type: 'approve_tool_calls', tool_calls: [call] } },
-        '1-0',
+    const part = toolPart(
+      await messageOf(
+        askedThen((t) =>
+          t.event('tool_call.decided', { tool_use_id: call.id, decision: 'deny', reason: 'not now' }, '2-0'),
+        ),
       ),
-      ...t.event('tool_call.decided', { tool_use_id: call.id, decision: 'deny', reason: 'not now' }, '2-0'),
     );
-    chunks.push({ type: 'finish-step' }, { type: 'finish' });
-    const part = toolPart(await messageOf(chunks));
     assert.equal(part['state'], 'output-denied');
     assert.deepEqual(part['approval'], { id: call.id, approved: false, reason: 'not now' });
   });
@@ -69,23 +83,18 @@ describe('denied calls in a UI message stream', () => {
   });
 
   it('an approval in the log after this stream asked for it: the approval answered, then the output', async () => {
-    const t = new ChatTranslator('ses_x-1', [], { pausedBefore: '5-0' });
-    const chunks: UIChunk[] = [...t.start(), { type: 'start-step' }];
-    chunks.push(
-      ...t.event(
-        'session.status',
-        { status: 'requires_action', required_action: { type: 'approve_tool_calls', tool_calls: [call] } },
-        '1-0',
-      ),
-      ...t.event('tool_call.decided', { tool_use_id: call.id, decision: 'approve' }, '2-0'),
-      ...t.event(
-        'tool.completed',
-        { tool_use_id: call.id, name: call.name, input: call.input, content: 'Sunny', is_error: false },
-        '6-0',
+    const part = toolPart(
+      await messageOf(
+        askedThen((t) => [
+          ...t.event('tool_call.decided', { tool_use_id: call.id, decision: 'approve' }, '2-0'),
+          ...t.event(
+            'tool.completed',
+            { tool_use_id: call.id, name: call.name, input: call.input, content: 'Sunny', is_error: false },
+            '6-0',
+          ),
+        ]),
       ),
     );
-    chunks.push({ type: 'finish-step' }, { type: 'finish' });
-    const part = toolPart(await messageOf(chunks));
     assert.equal(part['state'], 'output-available');
     assert.deepEqual(part['approval'], { id: call.id, approved: true });
   });

@@ -116,6 +116,38 @@ describe('stop reasons, as the SDK runner', () => {
     assert.equal(s.stop_reason, 'max_iterations');
     return r.body.id;
   }
+  /** A session stopped mid pause_turn whose history a PUT then replaced with a finished one. */
+  async function pausedThenReplaced(): Promise<string> {
+    const id = await pausedAtMaxIterations();
+    const put = await h.api.req('PUT', `/v1/sessions/${id}/messages`, {
+      messages: [
+        { role: 'user', content: 'Search x' },
+        { role: 'assistant', content: [textBlock('Found nothing.')] },
+      ],
+    });
+    assert.equal(put.status, 200, JSON.stringify(put.body));
+    return id;
+  }
+
+  /** A session created (idle, no records) with a history that ends with an open server call. */
+  async function withOpenCall(): Promise<string> {
+    const r = await h.api.post('/v1/sessions', {
+      start: false,
+      tools: [{ type: 'web_search_20250305', name: 'web_search' }],
+      messages: [
+        { role: 'user', content: 'Search x' },
+        {
+          role: 'assistant',
+          content: [
+            textBlock('Searching.'),
+            { type: 'server_tool_use', id: 'srvtoolu_p1', name: 'web_search', input: { query: 'x' } },
+          ],
+        },
+      ],
+    });
+    assert.equal(r.status, 201, JSON.stringify(r.body));
+    return r.body.id;
+  }
   const searchResult = {
     type: 'web_search_tool_result' as const,
     tool_use_id: 'srvtoolu_p1',
@@ -219,33 +251,11 @@ describe('stop reasons, as the SDK runner', () => {
 
   it('a history that ends mid pause_turn by its content or not, whatever its records: compact refuses the one, takes the other', async () => {
     // Created with an open server call at its end (no record tells it): refused.
-    const open = await h.api.post('/v1/sessions', {
-      start: false,
-      tools: [{ type: 'web_search_20250305', name: 'web_search' }],
-      messages: [
-        { role: 'user', content: 'Search x' },
-        {
-          role: 'assistant',
-          content: [
-            textBlock('Searching.'),
-            { type: 'server_tool_use', id: 'srvtoolu_p1', name: 'web_search', input: { query: 'x' } },
-          ],
-        },
-      ],
-    });
-    assert.equal(open.status, 201, JSON.stringify(open.body));
-    const c1 = await h.api.post(`/v1/sessions/${open.body.id}/compact`);
+    const c1 = await h.api.post(`/v1/sessions/${await withOpenCall()}/compact`);
     assert.equal(c1.status, 409, JSON.stringify(c1.body));
     assert.equal(c1.body.error.code, 'unanswered_tool_calls');
     // Paused by its record, then its history replaced with a finished one: the record no longer tells of it.
-    const id = await pausedAtMaxIterations();
-    const put = await h.api.req('PUT', `/v1/sessions/${id}/messages`, {
-      messages: [
-        { role: 'user', content: 'Search x' },
-        { role: 'assistant', content: [textBlock('Found nothing.')] },
-      ],
-    });
-    assert.equal(put.status, 200, JSON.stringify(put.body));
+    const id = await pausedThenReplaced();
     const c2 = await h.api.post(`/v1/sessions/${id}/compact`);
     assert.equal(c2.status, 202, JSON.stringify(c2.body));
     const done = await h.api.waitFor(id, (x) => x.status !== 'running' && !x.compaction_pending);
@@ -253,14 +263,7 @@ describe('stop reasons, as the SDK runner', () => {
   });
 
   it('max_iterations mid pause_turn, then its history replaced with a finished one: a message is a new turn, no continuation', async () => {
-    const id = await pausedAtMaxIterations();
-    const put = await h.api.req('PUT', `/v1/sessions/${id}/messages`, {
-      messages: [
-        { role: 'user', content: 'Search x' },
-        { role: 'assistant', content: [textBlock('Found nothing.')] },
-      ],
-    });
-    assert.equal(put.status, 200, JSON.stringify(put.body));
+    const id = await pausedThenReplaced();
     h.fake.enqueue(text('Sure.'));
     assert.equal((await h.api.post(`/v1/sessions/${id}/messages`, { text: 'And y?' })).status, 202);
     const s = await h.api.waitFor(id, (x) => x.status !== 'running' && h.fake.requests.length >= 2);
@@ -271,24 +274,10 @@ describe('stop reasons, as the SDK runner', () => {
   });
 
   it('a history created ending with an open server call: a message resumes that turn first', async () => {
-    const r = await h.api.post('/v1/sessions', {
-      start: false,
-      tools: [{ type: 'web_search_20250305', name: 'web_search' }],
-      messages: [
-        { role: 'user', content: 'Search x' },
-        {
-          role: 'assistant',
-          content: [
-            textBlock('Searching.'),
-            { type: 'server_tool_use', id: 'srvtoolu_p1', name: 'web_search', input: { query: 'x' } },
-          ],
-        },
-      ],
-    });
-    assert.equal(r.status, 201, JSON.stringify(r.body));
+    const id = await withOpenCall();
     h.fake.enqueue(reply([searchResult, textBlock('Found x.')]), text('Sure.'));
-    assert.equal((await h.api.post(`/v1/sessions/${r.body.id}/messages`, { text: 'And y?' })).status, 202);
-    const s = await h.api.waitFor(r.body.id, (x) => x.status !== 'running' && h.fake.requests.length >= 2);
+    assert.equal((await h.api.post(`/v1/sessions/${id}/messages`, { text: 'And y?' })).status, 202);
+    const s = await h.api.waitFor(id, (x) => x.status !== 'running' && h.fake.requests.length >= 2);
     assert.equal(s.status, 'idle', JSON.stringify(s.error));
     const first = h.fake.requests[0]!.messages.at(-1) as { role: string };
     assert.equal(first.role, 'assistant', 'the continuation first, no user turn after the open call');
