@@ -93,10 +93,25 @@ export async function endsPaused(
   if (isPausedReply(last)) return true;
   if (recordCount(s) <= s.replacedAt) return false;
   const [record] = await store.iterationRecords(s.id, -1, -1);
+  return recordTellsPaused(record, s, s.msgCount);
+}
+
+/**
+ * Whether `record`, the session's last, tells that the history (of `length` messages) ends with a reply the API
+ * paused: a turn's record that stopped unfinished, of the reply at the history's end, and written since the last
+ * `PUT …/messages` (a replaced history's records tell nothing of it).
+ */
+export function recordTellsPaused(
+  record: IterationRecord | null | undefined,
+  s: Pick<SessionState, 'iteration' | 'compactions' | 'msgBase' | 'replacedAt'>,
+  length: number,
+): boolean {
   return (
+    record !== null &&
     record !== undefined &&
+    recordCount(s) > s.replacedAt &&
     record.kind !== 'compaction' &&
-    record.reply_index === s.msgBase + s.msgCount - 1 &&
+    record.reply_index === s.msgBase + length - 1 &&
     isUnfinished(record.stop_reason)
   );
 }

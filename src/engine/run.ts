@@ -22,7 +22,7 @@ import {
   isPausedReply,
 } from './commit.js';
 import type { EngineLogger, RunDeps, RunHandle } from './run-handle.js';
-import { endsWithSummary, isUnfinished, leftoverCompaction } from './compaction.js';
+import { endsWithSummary, leftoverCompaction, recordTellsPaused } from './compaction.js';
 import { runCompactionOnly } from './compaction-run.js';
 import { toolStep } from './tool-step.js';
 import { markLostTurn } from './takeover.js';
@@ -334,13 +334,8 @@ export class Run {
     const lastRecord =
       known.lastRecord !== undefined
         ? known.lastRecord
-        : ((await this.deps.store.iterationRecords(this.run.id, -1, -1))[0] ?? null);
-    return (
-      lastRecord !== null &&
-      lastRecord.kind !== 'compaction' &&
-      lastRecord.reply_index === state.msgBase + length - 1 &&
-      isUnfinished(lastRecord.stop_reason)
-    );
+        : (await this.deps.store.iterationRecords(this.run.id, -1, -1))[0];
+    return recordTellsPaused(lastRecord, state, length);
   }
 
   /**
