@@ -45,6 +45,12 @@ export function assertActionOpen(s: SessionState, now = Date.now()): void {
   });
 }
 
+/**
+ * The timeout the waiting action's deadline was set with: a PATCH of `action_timeout_s` applies from the next action
+ * on, so the policy now may differ (or be null). A deadline written before `act_s` was kept: the policy.
+ */
+const actionTimeout = (s: SessionState): number | null => s.action.timeoutS ?? s.actionTimeoutS;
+
 /** What `action.expiring` and `action.timed_out` tell. */
 function actionData(s: SessionState, extra: Record<string, unknown> = {}): string {
   const action = requiredAction(s.status, s.pending, s.action.due);
@@ -52,14 +58,14 @@ function actionData(s: SessionState, extra: Record<string, unknown> = {}): strin
     type: action?.type ?? null,
     tool_use_ids: action?.tool_calls.map((c) => c.id) ?? [],
     expires_at: action?.expires_at ?? null,
-    action_timeout_s: s.actionTimeoutS,
+    action_timeout_s: actionTimeout(s),
     ...extra,
   });
 }
 
 /** The ops that time the action out as the session's `on_action_timeout` says; `starts`: the run goes on. */
 function timeoutOps(s: SessionState): { ops: ApplyOps; starts: boolean } {
-  const n = s.actionTimeoutS ?? Math.round(((s.action.due ?? 0) - s.updatedAt) / 1000);
+  const n = actionTimeout(s) ?? Math.round(((s.action.due ?? 0) - s.updatedAt) / 1000);
   const timedOut: [string, string] = [
     'action.timed_out',
     actionData(s, { on_action_timeout: s.onActionTimeout }),

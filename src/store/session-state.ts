@@ -176,6 +176,11 @@ interface ActionDeadline {
   warnAt: number | null;
   /** The last action timed out (a decision still on its way gets 409 `action_timed_out`). */
   fired: boolean;
+  /**
+   * The `action_timeout_s` its deadline was set with (meta `act_s`): a PATCH of the policy applies from the next
+   * action on, so what the timeout tells (`Error: no result within N s`, the events) is this, not the policy now.
+   */
+  timeoutS: number | null;
 }
 
 /**
@@ -184,9 +189,14 @@ interface ActionDeadline {
  * registers the deadline in its due set: src/store/deadlines.ts). The one place they are made.
  */
 export function deadlineFields(timeoutS: number | null, now = Date.now()): Record<string, string> {
-  if (!timeoutS) return { act_due: '', act_warn: '', act_fired: '' };
+  if (!timeoutS) return { act_due: '', act_warn: '', act_fired: '', act_s: '' };
   const ms = timeoutS * 1000;
-  return { act_due: String(now + ms), act_warn: String(now + Math.floor(ms * 0.8)), act_fired: '' };
+  return {
+    act_due: String(now + ms),
+    act_warn: String(now + Math.floor(ms * 0.8)),
+    act_fired: '',
+    act_s: String(timeoutS),
+  };
 }
 
 const ON_TOOL_ERROR = ['continue', 'pause', 'fail'] as const;
@@ -375,6 +385,7 @@ export function decodeFields(h: Record<string, string>): SessionState {
       due: Number(h['act_due']) || null,
       warnAt: Number(h['act_warn']) || null,
       fired: h['act_fired'] === '1',
+      timeoutS: Number(h['act_s']) || null,
     },
     ttlS: Number(h['ttl']) || null,
   };

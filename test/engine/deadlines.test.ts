@@ -192,6 +192,36 @@ describe('action deadlines (action_timeout_s)', () => {
     assert.equal(late.status, 409);
     assert.equal(late.body.error.code, 'action_timed_out');
   });
+
+  it('a PATCH of action_timeout_s while an action waits: the timeout tells the deadline the action had', async () => {
+    const clientTool = {
+      name: 'pick_color',
+      description: 'Asks the user for a color',
+      input_schema: { type: 'object', properties: {} },
+    };
+    for (const [i, patched] of [3600, null].entries()) {
+      fake.reset();
+      fake.enqueue(toolCall('pick_color', {}, { id: `toolu_p${i}` }), text('No color.'));
+      const r = await a.api.post('/v1/sessions', {
+        input: 'Color?',
+        tools: [clientTool],
+        action_timeout_s: 2,
+      });
+      assert.equal(r.status, 201, JSON.stringify(r.body));
+      const waiting = await a.api.waitStatus(r.body.id, 'requires_action');
+      // Applies from the next action on: the one waiting keeps its 2 s deadline.
+      const p = await a.api.req('PATCH', `/v1/sessions/${r.body.id}`, { action_timeout_s: patched });
+      assert.equal(p.status, 200, JSON.stringify(p.body));
+      assert.equal(p.body.required_action.expires_at, waiting.required_action.expires_at);
+      const expiring = await waitForEvent(a.api, r.body.id, 'action.expiring');
+      assert.equal(expiring.data.action_timeout_s, 2);
+      const timedOut = await waitForEvent(a.api, r.body.id, 'action.timed_out');
+      assert.equal(timedOut.data.action_timeout_s, 2);
+      await a.api.waitStatus(r.body.id, 'idle');
+      const results = fake.requests[1]!.messages.at(-1)!.content as any[];
+      assert.match(JSON.stringify(results[0].content), /Error: no result within 2 s/);
+    }
+  });
 });
 
 describe('action deadlines over the tenant daily cap', () => {
