@@ -7,6 +7,7 @@ import { AlreadyPosted, encodeBlocks, type PostedGuard } from '../store/apply-op
 import { resultsTurn } from '../store/pending.js';
 import { interruptedResult } from '../engine/policy.js';
 import { mutate, runOps, type MutationResult, type SessionDeps } from './mutate.js';
+import { assertActionOpen } from './deadlines.js';
 import { withText } from '../openapi/serializer.js';
 
 /**
@@ -41,7 +42,9 @@ export function addMessage(
     };
     if (s.status === 'requires_action' && s.pending?.turn) {
       // A message instead of the reviewed reply's calls: they are answered "not run", the message follows them in
-      // the same user turn, and a run starts.
+      // the same user turn, and a run starts. It answers the review as `continue` does, so after the review's
+      // deadline it is refused as `continue` is (else it would outrun `on_action_timeout: "fail"`).
+      assertActionOpen(s);
       const unrun = resultsTurn(s.pending.calls, () =>
         interruptedResult('not run: the turn was reviewed and answered with a message'),
       );

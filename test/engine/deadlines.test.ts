@@ -224,6 +224,49 @@ describe('action deadlines (action_timeout_s)', () => {
   });
 });
 
+describe('action deadlines before a sweep fired them', () => {
+  let redis: TestRedis;
+  let fake: FakeAnthropic;
+  let a: Harness;
+  before(async () => {
+    redis = await startTestRedis();
+    fake = await startFakeAnthropic({ strictAlternation: true });
+    // No sweep fires the deadline during the test: what answers the action after expires_at meets it unfired.
+    a = await startHarness({ redis, fakeServer: fake, env: { ...env, DEADLINE_SWEEP_MS: '3600000' } });
+  });
+  after(async () => {
+    await a.close();
+    await fake.close();
+    await redis.stop();
+  });
+
+  it('a message answering a reviewed turn after its deadline gets 409 action_timed_out, as continue does', async () => {
+    fake.enqueue(toolCall('get_weather', { location: 'Oslo' }, { id: 'toolu_rv' }));
+    const r = await a.api.post('/v1/sessions', {
+      input: 'Weather?',
+      tools: ['get_weather'],
+      pause_after_turn: true,
+      action_timeout_s: 1,
+      on_action_timeout: 'fail',
+    });
+    assert.equal(r.status, 201, JSON.stringify(r.body));
+    const waiting = await a.api.waitStatus(r.body.id, 'requires_action');
+    assert.equal(waiting.required_action.type, 'review_turn');
+    // The condition is the clock passing expires_at (no event marks it: the sweep that would is off).
+    const due = Date.parse(waiting.required_action.expires_at);
+    await new Promise((res) => setTimeout(res, Math.max(0, due - Date.now()) + 20));
+    const late = await a.api.post(`/v1/sessions/${r.body.id}/messages`, { text: 'Skip it.' });
+    assert.equal(late.status, 409, JSON.stringify(late.body));
+    assert.equal(late.body.error.code, 'action_timed_out');
+    const cont = await a.api.post(`/v1/sessions/${r.body.id}/continue`, {});
+    assert.equal(cont.status, 409, JSON.stringify(cont.body));
+    assert.equal(cont.body.error.code, 'action_timed_out');
+    const s = (await a.api.get(`/v1/sessions/${r.body.id}`)).body;
+    assert.equal(s.status, 'requires_action');
+    assert.equal(fake.requests.length, 1);
+  });
+});
+
 describe('action deadlines over the tenant daily cap', () => {
   let h: Harness;
   before(async () => {
