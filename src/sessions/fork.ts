@@ -10,6 +10,7 @@ import {
   type SessionState,
 } from '../store/session-state.js';
 import { insertSession, noSpend } from './create.js';
+import { toolsBeforeChanges } from './history-tools.js';
 import { checkIfMatch, type SessionDeps } from './mutate.js';
 
 /** The id of the fork a keyed request makes (its idempotency token's, salted apart from a create's). */
@@ -62,6 +63,7 @@ export async function forkSession(
   // After a compaction the history starts with its summary: a fork takes the history as it stood at that point.
   const { messages: history, base } = await store.historyUntil(id, s.msgBase, end);
   const kept = records.slice(0, body.at_iteration);
+  const toolsSent = await toolsSentAt(deps, s, end, total);
   // The fork's counts are those of the records it keeps: its model turns, and its compactions.
   const compactions = kept.filter((r) => r.kind === 'compaction').length;
   const turns = kept.length - compactions;
@@ -88,6 +90,7 @@ export async function forkSession(
     control: '',
     // A fork's history is its own: its first run starts a new thread.
     thread: null,
+    toolsSent,
     // A fork of a sub-agent's session answers no call of its parent: it is a session of its own.
     parent: null,
   };
@@ -102,6 +105,32 @@ export async function forkSession(
     throw err;
   }
   return { state: forked, replayed: false };
+}
+
+/**
+ * What the model was told of the tools at the fork's end: the source's `tools_sent` with the tool changes made after
+ * that point (its `system` messages, in the history or in a kept segment; a summary's `tool_changes` only restate
+ * those before it) undone. The fork's first run then tells the model the change to the fork's `tools`, as a run of
+ * the source tells a PATCH. A tool those changes had removed comes back as the source declared it.
+ */
+async function toolsSentAt(
+  deps: SessionDeps,
+  s: SessionState,
+  end: number,
+  total: number,
+): Promise<SessionState['toolsSent']> {
+  if (s.toolsSent === null || end >= total) return s.toolsSent;
+  const dropped = (await deps.store.messagesAt(s.id, s.msgBase, end, total - 1)).filter(
+    (m) => m.role === 'system',
+  );
+  const before = toolsBeforeChanges(s.toolsSent, dropped);
+  if (!before) return s.toolsSent;
+  const declared = [...s.toolsSent, ...s.tools, ...(s.toolsBase ?? [])];
+  return before.map((t) =>
+    typeof t === 'string'
+      ? (declared.find((d) => typeof d !== 'string' && 'name' in d && d.name === t) ?? t)
+      : t,
+  );
 }
 
 /**

@@ -159,6 +159,39 @@ describe('PATCH tools between turns', () => {
     assert.deepEqual(names(first), ['calculate_sum', 'lookup']);
   });
 
+  it("a fork from before a change is told the fork's tools: the changes after its point were never in its history", async () => {
+    h.fake.enqueue(text('One.'));
+    const s = await h.api.post('/v1/sessions', { tools: ['calculate_sum', lookup], input: 'Hi' });
+    const id = s.body.id;
+    await h.api.waitFor(id, (x) => x.status === 'idle' && x.iteration === 1);
+    assert.equal((await patch(id, { tools: ['get_weather'] })).status, 200);
+    h.fake.enqueue(text('Two.'));
+    await h.api.post(`/v1/sessions/${id}/messages`, { text: 'More' });
+    await h.api.waitFor(id, (x) => x.status === 'idle' && x.iteration === 2);
+    assert.deepEqual(names(h.fake.requests[1]!), ['get_weather']);
+    // The fork keeps the source's tools, but its history ends before the change that told the model of them.
+    const f = await h.api.post(`/v1/sessions/${id}/fork`, { at_iteration: 1 });
+    assert.equal(f.status, 201, JSON.stringify(f.body));
+    assert.deepEqual(f.body.tools, ['get_weather']);
+    assert.equal((await history(f.body.id)).length, 2);
+    h.fake.enqueue(text('Three.'));
+    await h.api.post(`/v1/sessions/${f.body.id}/messages`, { text: 'Again' });
+    const done = await h.api.waitFor(f.body.id, (x) => x.status !== 'running');
+    assert.equal(done.status, 'idle', JSON.stringify(done.error));
+    const third = h.fake.requests[2]!;
+    assert.equal(third.status, 200);
+    assert.deepEqual(
+      names(third),
+      ['get_weather'],
+      "the model is offered the fork's tools, as it answers them",
+    );
+    // The source is as it was: its next run tells nothing again.
+    h.fake.enqueue(text('Four.'));
+    await h.api.post(`/v1/sessions/${id}/messages`, { text: 'And?' });
+    await h.api.waitFor(id, (x) => x.status === 'idle' && x.iteration === 3);
+    assert.deepEqual(names(h.fake.requests[3]!), ['get_weather']);
+  });
+
   it('refuses to remove a tool with a pending call (409 tool_call_pending), and bad sets like create does', async () => {
     h.fake.enqueue(toolCall('get_weather', { location: 'Paris' }));
     const s = await h.api.post('/v1/sessions', {
