@@ -87,7 +87,9 @@ const routes: FastifyPluginAsyncZod = async (app) => {
         operationId: 'replaceSessionMessages',
         summary: "Replace the whole history (the runner's setMessagesParams)",
         description:
-          'Only while `idle` or `failed` (409 `session_not_replaceable` otherwise). The history is checked as create ' +
+          'Only while `idle`, `failed`, or reviewing a turn (`review_turn`) or tool results (`review_tool_results`), whose ' +
+          'reply or results are dropped unless the new history holds them (409 `session_not_replaceable` otherwise). ' +
+          'The history is checked as create ' +
           'checks one (400 `invalid_history`); the session goes `idle`, its message thread is dropped. Event ' +
           '`messages.replaced {message_count}`.',
         tags,

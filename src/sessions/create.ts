@@ -16,6 +16,7 @@ import {
   createSessionBody,
   isAgentTool,
   sessionParams,
+  type ClientTool,
   type CreateSessionBody,
   type SessionParams,
 } from '../schemas.js';
@@ -191,8 +192,8 @@ async function buildSession(
   const given: StoredMessage[] =
     body.messages ?? (body.input ? [{ role: 'user' as const, content: body.input }] : []);
   // A history with tool changes, given with the tools in effect at its end: its runners send the set from before.
-  const toolsBase = toolsBeforeChanges(body.tools, given);
-  if (toolsBase) Object.assign(tenantTools, await deps.toolbox.check(tenant, toolsBase));
+  const toolsBase = await baseTools(deps, tenant, body.tools, given);
+  if (toolsBase) Object.assign(tenantTools, toolsBase.copies);
   await checkToolChoice(deps, { tenant, session: id, tools: body.tools, tenantTools }, params.data);
   assertFixedMarks(params.data.system, body.tools);
   await checkAgents(deps, tenant, body.tools, depth);
@@ -208,13 +209,54 @@ async function buildSession(
     tenant,
     body,
     params: params.data,
-    toolsBase,
+    toolsBase: toolsBase?.tools ?? null,
     tenantTools,
     start,
     msgCount: messages.length,
   });
   return { state, messages, start };
 }
+
+/**
+ * The tools a history with tool changes was made over (history-tools.ts), checked as `tools` are, with the copies of
+ * the tenant tools among them; null for a history that changes none. A tool the history removed that `tools` no
+ * longer holds is taken by its name as a server or tenant tool; a name that is neither was a client tool, whose
+ * definition went with it (a history keeps a removal's name only: history in, history out must still hold). It is
+ * declared by a stand-in definition, as the API takes the removal only of a declared tool; the model cannot call it
+ * from the removal on, which comes before any turn the session will run.
+ */
+async function baseTools(
+  deps: SessionDeps,
+  tenant: string,
+  tools: readonly ToolRef[],
+  given: readonly StoredMessage[],
+): Promise<{ tools: ToolRef[]; copies: Record<string, TenantToolDef> } | null> {
+  let base = toolsBeforeChanges(tools, given);
+  if (!base) return null;
+  // Each refusal names one unknown name, which then stops being a bare name: at most one pass per removed name.
+  for (;;) {
+    try {
+      return { tools: base, copies: await deps.toolbox.check(tenant, base) };
+    } catch (err) {
+      const name = err instanceof InvalidRequest && err.code === 'unknown_tool' ? toolOf(err.details) : null;
+      if (name === null || !base.includes(name) || tools.includes(name)) throw err;
+      base = base.map((t) => (t === name ? removedClientTool(name) : t));
+    }
+  }
+}
+
+const toolOf = (details: unknown): string | null => {
+  const tool: unknown =
+    typeof details === 'object' && details !== null ? Reflect.get(details, 'tool') : undefined;
+  return typeof tool === 'string' ? tool : null;
+};
+
+/** The stand-in of a client tool a given history removed (baseTools). */
+const removedClientTool = (name: string): ClientTool => ({
+  name,
+  description: 'A tool this conversation removed (its definition was not kept).',
+  input_schema: { type: 'object', properties: {} },
+});
 
 /** A created session's history must be one the Messages API takes, and end where a run can start from. */
 function checkGivenHistory(messages: StoredMessage[], start: boolean): void {

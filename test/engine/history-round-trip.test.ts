@@ -2,7 +2,7 @@ import { after, before, beforeEach, describe, it } from 'node:test';
 import assert from 'node:assert/strict';
 import fc from 'fast-check';
 import { startHarness, type Harness } from '../helpers/service.js';
-import { hang, reply, text, textBlock, toolCalls, toolUse } from '../fake/script.js';
+import { availableTools, hang, reply, text, textBlock, toolCalls, toolUse } from '../fake/script.js';
 import { signSummary } from '../../src/offline/compaction-block.js';
 
 /**
@@ -277,6 +277,35 @@ describe('history round trip', () => {
       (next.tools as Array<{ name: string }>).map((t) => t.name),
       ['get_weather'],
     );
+  });
+
+  it('a history that removed a client tool is taken back with the tools at its end (the definition is gone)', async () => {
+    const lookup = {
+      name: 'lookup',
+      description: 'Look an order up',
+      input_schema: { type: 'object', properties: { q: { type: 'string' } } },
+    };
+    h.fake.enqueue(text('Noted.'));
+    const a = await h.api.post('/v1/sessions', { input: 'Hello', tools: [lookup, 'get_weather'] });
+    await h.api.waitStatus(a.body.id, 'idle');
+    const p = await h.api.req('PATCH', `/v1/sessions/${a.body.id}`, { tools: ['get_weather'] });
+    assert.equal(p.status, 200, JSON.stringify(p.body));
+    await nextRequest(a.body.id);
+    const answered = await messagesOf(a.body.id);
+    const { tools } = (await h.api.get(`/v1/sessions/${a.body.id}`)).body;
+    assert.deepEqual(tools, ['get_weather']);
+    const b = await h.api.post('/v1/sessions', { messages: answered, tools, start: false });
+    assert.equal(b.status, 201, JSON.stringify(b.body));
+    assert.deepEqual(b.body.tools, ['get_weather']);
+    assert.deepEqual(await messagesOf(b.body.id), answered);
+    // The API takes the removal only of a tool the request declares: the removed one is declared, by its name.
+    const next = await nextRequest(b.body.id);
+    assert.equal(next.status, 200);
+    assert.deepEqual((next.tools as Array<{ name: string }>).map((t) => t.name).sort(), [
+      'get_weather',
+      'lookup',
+    ]);
+    assert.deepEqual([...availableTools(next).keys()], ['get_weather']);
   });
 });
 
