@@ -17,6 +17,7 @@ import type { SessionState } from '../store/session-state.js';
 import type { StoredMessage } from '../history.js';
 import {
   type chatBody,
+  clientCallsAwaiting,
   decisionsOf,
   editRefused,
   postedGuard,
@@ -97,7 +98,13 @@ export async function postUserMessage(
   }
 }
 
-/** Applies the approval responses and tool outputs of the newest message, an assistant's, that `s` waits for. */
+/**
+ * Applies the approval responses and tool outputs of the newest message, an assistant's, that `s` waits for. The
+ * outputs of client calls that wait for no decision go in first: the last decision of a step starts it, and an
+ * output the client gave beside it (its tool ran at `tool-input-available`, before the user approved the other call)
+ * must be there by then, or the step would wait for a result the client already sent. Every scope the message needs
+ * is checked before anything is applied.
+ */
 export async function postAnswers(
   p: Poster,
   s: SessionState,
@@ -106,11 +113,15 @@ export async function postAnswers(
 ): Promise<Posted> {
   let result: MutationResult | undefined;
   const decisions = decisionsOf(last.parts, requiredAction(s.status, s.pending));
+  const early = decisions.length ? resultsOf(last.parts, clientCallsAwaiting(s)) : [];
   if (decisions.length) p.need('decide');
+  const approved = new Set(decisions.flatMap((d) => (d.body.decision === 'approve' ? [d.toolUseId] : [])));
+  if (decisions.length && resultsOf(last.parts, clientCallsAwaiting(s, approved)).length) p.need('results');
+  if (early.length) result = await submitResults(p.deps, p.tenant, s.id, early, true);
   for (const d of decisions)
     result = await decide(p.deps, p.tenant, s.id, d.toolUseId, d.body, undefined, p.by);
   const now = result?.state ?? s;
-  const results = resultsOf(last.parts, requiredAction(now.status, now.pending));
+  const results = resultsOf(last.parts, clientCallsAwaiting(now));
   if (results.length) {
     p.need('results');
     result = await submitResults(p.deps, p.tenant, s.id, results, true);

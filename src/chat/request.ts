@@ -8,6 +8,7 @@ import { z } from 'zod';
 import { badRequest, zodDetails } from '../errors.js';
 import type { PostedGuard } from '../store/apply-ops.js';
 import type { RequiredAction } from '../engine/status.js';
+import type { SessionState } from '../store/session-state.js';
 import { ID_LIKE, decisionBody, postMessageBody, toolResultsBody } from '../schemas.js';
 
 /** Most UI messages a request may carry (the whole chat, as `useChat` sends it; only the newest is read). */
@@ -131,13 +132,34 @@ export function decisionsOf(parts: Part[], action: RequiredAction | null): Decis
   return out;
 }
 
-/** The client tool outputs of the message's tool parts for the calls `action` waits results of. */
+/**
+ * The client tool calls of the step a session waits on whose result is missing, and that wait for no decision of
+ * their own (`approved`: or that the request approves): their outputs are the client's to give, whatever else the
+ * step waits for — an approval of another call of the step (`approve_tool_calls`) included.
+ */
+export function clientCallsAwaiting(
+  state: SessionState,
+  approved: ReadonlySet<string> = new Set(),
+): Set<string> {
+  const step = state.status === 'requires_action' && !state.pending?.turn ? state.pending : null;
+  return new Set(
+    (step?.calls ?? [])
+      .filter(
+        (c) =>
+          c.kind === 'client' &&
+          !c.result &&
+          (c.approval === 'auto' || c.approval === 'approved' || approved.has(c.id)),
+      )
+      .map((c) => c.id),
+  );
+}
+
+/** The client tool outputs of the message's tool parts for the calls of `waiting` (clientCallsAwaiting). */
 export function resultsOf(
   parts: Part[],
-  action: RequiredAction | null,
+  waiting: ReadonlySet<string>,
 ): z.infer<typeof toolResultsBody>['results'] {
-  if (action?.type !== 'submit_tool_results') return [];
-  const waiting = new Set(action.tool_calls.map((c) => c.id));
+  if (waiting.size === 0) return [];
   const seen = new Set<string>();
   const results: unknown[] = [];
   for (const p of parts) {
