@@ -19,10 +19,10 @@ const routes: FastifyPluginAsyncZod<{ config: Config }> = async (app, { config }
   const tags = ['tool-tasks'];
   const tasks = app.toolTasks;
   /**
-   * Heartbeats and results are counted apart from the tenant's other mutating requests (RATE_LIMIT_PER_MIN, src/
-   * plugins/ratelimit.ts), with ten times its budget: a fleet holding a few hundred tasks heartbeats every third of
-   * a lease, and in the tenant's one count it would use it all — its heartbeats refused, its leases lapsing, and the
-   * tenant's session API refused with them.
+   * Claims, heartbeats and results are counted apart from the tenant's other mutating requests (RATE_LIMIT_PER_MIN,
+   * src/plugins/ratelimit.ts), with ten times its budget: a fleet holding a few hundred tasks heartbeats every third
+   * of a lease and claims once a task at least, and in the tenant's one count it would use it all — its heartbeats
+   * refused, its leases lapsing, and the tenant's session API refused with them.
    */
   const workerRate =
     config.RATE_LIMIT_PER_MIN > 0
@@ -37,6 +37,7 @@ const routes: FastifyPluginAsyncZod<{ config: Config }> = async (app, { config }
   app.post(
     '/v1/tool-tasks/claim',
     {
+      config: workerRate,
       schema: {
         operationId: 'claimToolTasks',
         summary: 'Claim calls of the given tenant tools (long-poll up to wait_ms); each comes with a lease',

@@ -389,19 +389,24 @@ describe('tool tasks and the rate limit', () => {
   });
   after(async () => h?.close());
 
-  it('heartbeats and results have their own budget: a busy worker leaves the tenant its session API', async () => {
+  it('claims, heartbeats and results have their own budget: a busy worker leaves the tenant its session API', async () => {
     const a = h.api;
     assert.equal((await a.req('PUT', '/v1/tools/beats', lookup)).status, 201); // 1 of 5
+    // A fleet's claims (a claim per task at least) are the worker's too.
+    for (let i = 0; i < 20; i++) {
+      const c = await a.post('/v1/tool-tasks/claim', { tools: ['beats'], wait_ms: 0 });
+      assert.equal(c.status, 200, `claim ${i}: ${JSON.stringify(c.body)}`);
+    }
     h.fake.enqueue(toolCalls([toolUse('beats', { id: 1 }, 'toolu_b1')]), text('ok'));
     const id = (await a.post('/v1/sessions', { input: 'go', tools: ['beats'] })).body.id; // 2
-    const t = (await a.post('/v1/tool-tasks/claim', { tools: ['beats'], wait_ms: 10000 })).body.tasks[0]; // 3
+    const t = (await a.post('/v1/tool-tasks/claim', { tools: ['beats'], wait_ms: 10000 })).body.tasks[0];
     for (let i = 0; i < 20; i++) {
       const hb = await a.post(`/v1/tool-tasks/${t.id}/heartbeat`);
       assert.equal(hb.status, 200, `heartbeat ${i}: ${JSON.stringify(hb.body)}`);
     }
     assert.equal((await a.post(`/v1/tool-tasks/${t.id}/result`, { content: 'done' })).status, 200);
     await a.waitStatus(id, 'idle');
-    assert.equal((await a.post('/v1/sessions', { start: false })).status, 201); // 4
+    assert.equal((await a.post('/v1/sessions', { start: false })).status, 201); // 3
   });
 });
 
