@@ -113,8 +113,23 @@ export class HttpToolCaller {
     const def = s?.tenant === rec.tenant ? s.tenantTools[rec.name] : undefined;
     // Called only while its session waits for it: not once it was cancelled (or answered otherwise), here at each
     // try after a failed one as at the first.
-    if (!s || !awaits(s, rec) || !def || def.runner.type !== 'http' || !def.secret) {
+    if (!s || !awaits(s, rec)) {
       await queue.settle(rec.tenant, rec.call, 'cancelled');
+      return;
+    }
+    // The session waits, but its copy of the tool has no URL to call any more (a PATCH naming the tool copied it
+    // anew, as a worker tool, while this call waited): the call is answered with an error, so the session goes on
+    // (settled as cancelled, it would wait for ever: nothing else answers a call of the `~http` queue).
+    if (!def || def.runner.type !== 'http' || !def.secret) {
+      const done = await queue.complete(
+        rec.tenant,
+        rec.offer,
+        JSON.stringify({
+          content: `Error: not run: ${rec.name} is no longer an http tool of this session (its definition changed while the call waited)`,
+          is_error: true,
+        }),
+      );
+      if (typeof done !== 'string') await this.o.tasks.deliver(rec.tenant, rec.call);
       return;
     }
     // Before the call: its `tool.started` (after the `tool_task.retried` events still owed) comes ahead of its

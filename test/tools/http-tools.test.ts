@@ -277,6 +277,36 @@ describe('http tools', { timeout: 120_000 }, () => {
     assert.deepEqual(started[0].data.input, {});
   });
 
+  it('a call whose tool a PATCH copied anew as a worker tool ends with an error, not waiting for ever', async () => {
+    // The session's copy of the tool is taken anew when a PATCH names it (spec §7.1); a call queued as an http call
+    // and retried after that finds no URL to call. It used to be settled as cancelled, the session left `running`
+    // for ever (no lease, no deadline left to fire).
+    const tool = { description: 'Changes runner.', input_schema: { type: 'object' } };
+    const put = await h.api.req('PUT', '/v1/tools/switched', { ...tool, runner: { type: 'http', url } });
+    verifier = new Webhook(put.body.secret);
+    let first!: (res: http.ServerResponse) => void;
+    const held = new Promise<http.ServerResponse>((r) => (first = r));
+    byName.set('switched', (_b, res) => first(res));
+    h.fake.enqueue(toolCalls([toolUse('switched', {}, 'toolu_sw')]), text('fin'));
+    const id = (await h.api.post('/v1/sessions', { input: 'go', tools: ['switched'] })).body.id;
+    const res = await held;
+    assert.equal(
+      (await h.api.req('PUT', '/v1/tools/switched', { ...tool, runner: { type: 'worker' } })).status,
+      200,
+    );
+    const patched = await h.api.req('PATCH', `/v1/sessions/${id}`, { tools: ['switched'] });
+    assert.equal(patched.status, 200, JSON.stringify(patched.body));
+    // The try fails: the call is offered again, to a caller that now finds a worker tool in the session.
+    json(res, 500, { oops: true });
+    const s = await h.api.waitStatus(id, 'idle', 30_000);
+    assert.equal(s.stop_reason, 'end_turn');
+    const [result] = resultsSent(1);
+    assert.equal(result.tool_use_id, 'toolu_sw');
+    assert.equal(result.is_error, true);
+    assert.match(result.content, /no longer an http tool/);
+    assert.equal(seen.length, 1, 'not sent again');
+  });
+
   it('a tenant whose URL hangs holds a few of the calls in flight: another tenant’s call is answered meanwhile', async () => {
     const b = h.api.as('key-b');
     const hung: http.ServerResponse[] = [];
