@@ -12,6 +12,7 @@ import type { FastifyBaseLogger } from 'fastify';
 import type { Metrics } from '../observability/metrics.js';
 import { toolResultBody } from '../schemas.js';
 import { DEFAULT_JSON_MAX_DEPTH, DEFAULT_JSON_MAX_KEYS, jsonBoundsExceeded } from '../json-depth.js';
+import { hasLoneSurrogate } from '../json-unicode.js';
 import type { SessionStore } from '../store/store.js';
 import type { SecretBox } from '../webhooks/secrets.js';
 import { callToolUrl } from './http-call.js';
@@ -168,7 +169,14 @@ export class HttpToolCaller {
     else if (outcome.status < 200 || outcome.status > 299) failure = `HTTP ${outcome.status}`;
     else {
       const parsed = parseAnswer(outcome.body);
-      if (parsed) result = JSON.stringify(parsed);
+      if (parsed === 'ill_formed') {
+        // Taken as it is, it would reach the Messages API, which refuses the request (every turn after it too); the
+        // same answer again would be refused again: an error result at once, as for one too large.
+        result = JSON.stringify({
+          content: `Error: the tool's answer holds a lone surrogate (an escape \\uD800-\\uDFFF without its pair); a result must be well-formed Unicode`,
+          is_error: true,
+        });
+      } else if (parsed) result = JSON.stringify(parsed);
       else
         failure =
           'the answer is not JSON {"content", "is_error"?} (nested at most 64 levels, 256 keys an object)';
@@ -196,16 +204,22 @@ export class HttpToolCaller {
 }
 
 /**
- * The answer's `{content, is_error}`, or null when it is not one. Bounded as request bodies are (64 levels, 256 keys
- * an object) before it is parsed: a third party's JSON, bound for the session's history.
+ * The answer's `{content, is_error}`, `ill_formed` when one of its strings holds a lone surrogate, or null when it is
+ * not one. Bounded as request bodies are (64 levels, 256 keys an object) before it is parsed: a third party's JSON,
+ * bound for the session's history.
  */
-function parseAnswer(body: string): { content: unknown; is_error: boolean } | null {
-  if (jsonBoundsExceeded(Buffer.from(body), DEFAULT_JSON_MAX_DEPTH, DEFAULT_JSON_MAX_KEYS) !== null)
-    return null;
+function parseAnswer(body: string): { content: unknown; is_error: boolean } | 'ill_formed' | null {
+  const bytes = Buffer.from(body);
+  if (jsonBoundsExceeded(bytes, DEFAULT_JSON_MAX_DEPTH, DEFAULT_JSON_MAX_KEYS) !== null) return null;
+  let value: unknown;
   try {
-    const r = toolResultBody.safeParse(JSON.parse(body));
-    return r.success ? { content: r.data.content, is_error: r.data.is_error ?? false } : null;
+    value = JSON.parse(body);
   } catch {
     return null;
   }
+  const r = toolResultBody.safeParse(value);
+  if (!r.success) return null;
+  // A lone surrogate: JSON.parse takes its escape, the Messages API does not (as request bodies are, json-unicode.ts).
+  if (hasLoneSurrogate(bytes, r.data)) return 'ill_formed';
+  return { content: r.data.content, is_error: r.data.is_error ?? false };
 }

@@ -307,6 +307,28 @@ describe('http tools', { timeout: 120_000 }, () => {
     assert.equal(seen.length, 1, 'not sent again');
   });
 
+  it('an answer holding a lone surrogate is an is_error result, not a string the history cannot hold', async () => {
+    const put = await h.api.req('PUT', '/v1/tools/surrogate', {
+      description: 'Answers ill-formed Unicode.',
+      input_schema: { type: 'object' },
+      runner: { type: 'http', url },
+    });
+    verifier = new Webhook(put.body.secret);
+    // Escaped as JSON allows (and JSON.parse takes): `\ud800` without its pair.
+    byName.set('surrogate', (_b, res) =>
+      res.writeHead(200, { 'content-type': 'application/json' }).end('{"content": "a\\ud800b"}'),
+    );
+    h.fake.enqueue(toolCalls([toolUse('surrogate', {}, 'toolu_sg')]), text('fin'));
+    const id = (await h.api.post('/v1/sessions', { input: 'go', tools: ['surrogate'] })).body.id;
+    const s = await h.api.waitStatus(id, ['idle', 'failed'], 30_000);
+    assert.equal(s.status, 'idle', JSON.stringify(s.error));
+    const [result] = resultsSent(1);
+    assert.equal(result.is_error, true);
+    assert.match(result.content, /lone surrogate/);
+    assert.ok(JSON.stringify(h.fake.requests[1]!.messages).isWellFormed());
+    assert.equal(seen.length, 1, 'an answer that cannot be taken is not asked again');
+  });
+
   it('a tenant whose URL hangs holds a few of the calls in flight: another tenant’s call is answered meanwhile', async () => {
     const b = h.api.as('key-b');
     const hung: http.ServerResponse[] = [];
