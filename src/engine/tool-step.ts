@@ -29,6 +29,7 @@ import { outstandingTasks, parkForTasks } from './tool-tasks.js';
 import { interruptedResult, needsReview, pendingCalls, callIdempotent } from './policy.js';
 import type { RunDeps, RunHandle } from './run-handle.js';
 import { eventOf } from '../events/schemas.js';
+import { holdsLoneSurrogate } from '../json-unicode.js';
 
 /** The session's runnable tools (server tools, MCP tools, …) by name, as the toolbox resolves them for this step. */
 export function sessionTools(deps: RunDeps, state: SessionState): Promise<Map<string, ServerTool>> {
@@ -61,6 +62,12 @@ export function serverRunnables(
           if (bytes > limit)
             throw new Error(
               `the result of ${name} is ${bytes} bytes; a tool result may have at most ${limit} bytes (TOOL_RESULT_MAX_BYTES)`,
+            );
+          // A text cut inside a surrogate pair (a tool, or an MCP server, slicing UTF-16 units): the Messages API
+          // refuses the request that carries it, and every later one of the session.
+          if (holdsLoneSurrogate(out))
+            throw new Error(
+              `the result of ${name} holds a lone surrogate (half of a UTF-16 pair, a text cut inside a character); a tool result must be well-formed Unicode`,
             );
           ok = true;
           return out;

@@ -30,6 +30,14 @@ async function events(api: Api, id: string): Promise<Array<{ type: string; data:
   return r.body.data;
 }
 
+/** Every string of `v` (keys and values, at any depth) is well-formed Unicode: no lone surrogate. */
+const wellFormed = (v: unknown): boolean =>
+  typeof v === 'string'
+    ? v.isWellFormed()
+    : typeof v !== 'object' ||
+      v === null ||
+      Object.entries(v).every(([k, x]) => k.isWellFormed() && wellFormed(x));
+
 /** The tool_result blocks of the last request the fake got. */
 function lastResults(h: Harness): any[] {
   const m = h.fake.requests.at(-1)!.messages.at(-1) as any;
@@ -223,6 +231,25 @@ describe('tenant MCP servers', { timeout: 240_000 }, () => {
     }
     assert.notEqual(byId.get('toolu_under')?.is_error, true);
     assert.equal(JSON.stringify(byId.get('toolu_under')?.content).length > 50_000, true);
+  });
+
+  it('a result holding a lone surrogate is an is_error, never a string the Messages API refuses', async () => {
+    // The server cuts '😀' (two UTF-16 units) after its first unit: the text sent back is `\ud83d` alone.
+    h.fake.enqueue(
+      toolCall('truncate', { text: 'ok 😀', units: 4 }, { id: 'toolu_cut' }),
+      toolCall('truncate', { text: 'ok 😀', units: 5 }, { id: 'toolu_whole' }),
+      text('done'),
+    );
+    const id = (await api.post('/v1/sessions', { input: 'cut', tools: [{ mcp_server: 'mine' }] })).body.id;
+    const done = await api.waitStatus(id, ['idle', 'failed', 'requires_action'], 60_000);
+    assert.equal(done.status, 'idle', JSON.stringify(done));
+    for (const r of h.fake.requests) assert.ok(wellFormed(r.messages), 'every string sent is well-formed');
+    const [cut] = (h.fake.requests[1]!.messages.at(-1) as any).content as any[];
+    assert.equal(cut.is_error, true, JSON.stringify(cut));
+    assert.match(JSON.stringify(cut.content), /lone surrogate/);
+    const [whole] = lastResults(h);
+    assert.notEqual(whole.is_error, true);
+    assert.match(JSON.stringify(whole.content), /ok 😀/);
   });
 
   it('the tool list refreshes on notifications/tools/list_changed', async () => {
