@@ -20,7 +20,11 @@ const LEASE_LAPSE_MS = 20_000;
 /** What only the write of a kept answer carries (src/store/idempotency.ts `keep`). */
 const KEPT_ANSWER = '"state":"done"';
 
-describe('Idempotency-Key across a SIGKILL and a Redis pause', { timeout: 180_000 }, () => {
+/**
+ * The whole suite's bound, against a hang only: each test bounds its own waits. Its tests start and kill processes
+ * one after another, and on a machine under load (a CI beside other work) the crash suite took 254 s.
+ */
+describe('Idempotency-Key across a SIGKILL and a Redis pause', { timeout: 600_000 }, () => {
   let redis: TestRedis;
   let r: Redis;
   let fake: FakeAnthropic;
