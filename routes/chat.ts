@@ -27,6 +27,7 @@ import { awaitsAgentsOnly } from '../src/chat/event-shapes.js';
 import { keptSteps, replyMessageId, runMessageId, toUIMessages } from '../src/chat/history.js';
 import { chatBody, editRefused } from '../src/chat/request.js';
 import { denials } from '../src/chat/denials.js';
+import { MAX_UI_MESSAGES, chatRecord } from '../src/chat/record.js';
 import { postAnswers, postUserMessage, regenerate, statusOf } from '../src/chat/post.js';
 import { defineChatCommands, runStartCursor } from '../src/chat/run-start.js';
 import type { SessionState } from '../src/store/session-state.js';
@@ -38,9 +39,6 @@ import { keyed } from './mutations.js';
 
 /** The 404 of this file's routes names one thing (src/openapi/responses.ts `routeErrors`). */
 const NOT_FOUND = { 404: ['session_not_found'] } as const satisfies RouteCodes;
-
-/** Most UIMessages GET /v1/chat/:id/messages answers (the newest ones). */
-const MAX_UI_MESSAGES = 1000;
 
 const sse = {
   description: 'The AI SDK UI message stream (SSE `data:` chunks, then `data: [DONE]`).',
@@ -314,20 +312,24 @@ const routes: FastifyPluginAsyncZod<{ config: Config }> = async (app, { config }
       const active = s.status === 'running' || agentsPause;
       const start = active ? await runStartCursor(app.redis, id, config.EVENT_LOG_MAX, agentsPause) : null;
       if (start === null) return reply.code(204).send(null);
-      const history = await app.store.history(id);
-      const messageId = runMessageId(id, history, s.msgBase);
+      // The history, and before it (after a compaction inside the run) the kept messages back to the run's user
+      // turn: the message the run continues is named as the page names it, from its first reply. (One whose start is
+      // past the read's bounds, record.ts, is named from the first message read: the page leaves it out, the replay
+      // adds it.)
+      const record = await chatRecord(app.store, id, 1);
+      const messageId = runMessageId(id, record.messages, record.base);
       // After a retry the replay starts at the retry's run: the message's steps before it are the history's.
       const earlier =
         start.kept === undefined
           ? []
           : keptSteps(
               id,
-              history,
-              s.msgBase,
-              start.kept,
+              record.messages,
+              record.base,
+              record.older + start.kept,
               messageId,
               agents,
-              await denials(app.store, id, history, null),
+              await denials(app.store, id, record.messages, null),
             );
       const t = new ChatTranslator(messageId, [], {
         agents,
@@ -353,10 +355,11 @@ const routes: FastifyPluginAsyncZod<{ config: Config }> = async (app, { config }
     },
     async (req) => {
       const s = await app.store.loadFor(req.tenant, req.params.id);
-      const history = await app.store.history(req.params.id);
-      const denied = await denials(app.store, s.id, history, s.pending);
+      // The live history and, after compactions, the newest messages they moved out of it (bounded: record.ts).
+      const { messages, base, partial } = await chatRecord(app.store, s.id);
+      const denied = await denials(app.store, s.id, messages, s.pending);
       const action = requiredAction(s.status, s.pending);
-      return toUIMessages(s.id, history, s.msgBase, action, agentsOf(s), denied).slice(-MAX_UI_MESSAGES);
+      return toUIMessages(s.id, messages, base, action, agentsOf(s), denied, partial).slice(-MAX_UI_MESSAGES);
     },
   );
 };

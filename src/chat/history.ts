@@ -4,8 +4,14 @@
  * assistant UIMessage whose steps (`step-start`) are the model turns. Ids are `<session id>-<index>` of the first
  * history message each one holds (the index counts compacted messages, so it is stable while the history grows).
  * A sub-agent's call is `providerExecuted`, as in the stream (src/chat/chunks.ts): the service answers it.
+ *
+ * A compaction's summary (an assistant message of `compaction` blocks only) is no part of any UIMessage and ends
+ * none: the live stream shows nothing of a compaction, so the replies after it continue the assistant message the
+ * replies before it began (a compaction inside a run), under that message's id. Over the record a page reads
+ * (src/chat/record.ts: the kept segments before the history), the conversation reads as the user saw it.
  */
 import { blocksOf, type StoredBlock, type StoredMessage } from '../history.js';
+import { isSummary } from '../engine/compaction.js';
 import type { RequiredAction } from '../engine/status.js';
 import type { UIChunk } from './chunks.js';
 import { reasonOf, resultText } from './event-shapes.js';
@@ -86,10 +92,15 @@ function answer(
   else Object.assign(part, { state: 'output-available', output: r.content ?? null });
 }
 
+/** A summary and nothing else: nothing of it is shown (a reply with text beside its compaction block is). */
+const summaryOnly = (m: StoredMessage): boolean =>
+  isSummary(m) && blocksOf(m).every((b) => b.type === 'compaction');
+
 /**
  * The history (from index `base` of the session's whole record) as UIMessages, the pending approvals marked;
  * `agents`: the names of the session's `agent` tools; `denials`: the denied calls (src/chat/denials.ts), whose
- * results are denials, not errors.
+ * results are denials, not errors; `partial`: the messages start inside an assistant message whose first messages
+ * are not among them (src/chat/record.ts), which is then left out, as its id is not known.
  */
 export function toUIMessages(
   sessionId: string,
@@ -98,13 +109,14 @@ export function toUIMessages(
   action: RequiredAction | null,
   agents: ReadonlySet<string> = new Set(),
   denials: Denials = new Map(),
+  partial = false,
 ): UIMessageJson[] {
   const out: UIMessageJson[] = [];
   const calls = new Map<string, UIPart>();
   let assistant: UIMessageJson | null = null;
   history.forEach((m, i) => {
     const id = `${sessionId}-${base + i}`;
-    if (m.role === 'system') return;
+    if (m.role === 'system' || summaryOnly(m)) return;
     const blocks = blocksOf(m);
     if (m.role === 'assistant') {
       if (!assistant) {
@@ -142,6 +154,8 @@ export function toUIMessages(
         Object.assign(part, { state: 'approval-requested', approval: { id: c.id } });
     }
   }
+  // An assistant message first: it began before these messages (no user turn opened it here).
+  if (partial && out[0]?.role === 'assistant') out.shift();
   return out;
 }
 

@@ -336,6 +336,40 @@ export class SessionStore {
   }
 
   /**
+   * The history with the whole-record index of its first message (`msg_base`) and how many segments are kept, read
+   * in one MULTI, so the three agree (a compaction moves messages, bumps `msg_base` and pushes a segment in one
+   * script): a chat page (src/chat/record.ts) numbers its messages from this base and reads segments below `segments`.
+   */
+  async historySnapshot(id: string): Promise<{ history: StoredMessage[]; base: number; segments: number }> {
+    const k = sessionKeys(id);
+    const rows = await this.redis
+      .multi()
+      .hget(k.meta, 'msg_base')
+      .lrange(k.msgs, 0, -1)
+      .llen(k.compacted)
+      .exec();
+    if (!rows) throw new Error('historySnapshot: the transaction was discarded');
+    for (const [err] of rows) if (err) throw err;
+    const [base, raw, segments] = rows.map(([, v]) => v) as [string | null, string[], number];
+    return {
+      history: raw.map((m) => decodeStored<StoredMessage>(m)),
+      base: Number(base ?? 0),
+      segments,
+    };
+  }
+
+  /**
+   * Kept segment `index` (0: the oldest; segments are only ever appended, so an index names the same one for the
+   * session's life) and its size in bytes; null past the end. One LINDEX: a reader that wants the newest few reads
+   * only those, however many the session keeps.
+   */
+  async segmentAt(id: string, index: number): Promise<{ segment: CompactedSegment; bytes: number } | null> {
+    const raw = await this.redis.lindexBuffer(sessionKeys(id).compacted, index);
+    if (raw === null) return null;
+    return { segment: decodeStored<CompactedSegment>(raw.toString('utf8')), bytes: raw.length };
+  }
+
+  /**
    * Messages `from` to `to` (inclusive) of the session's whole record (the kept segments, then the history), as
    * iteration records index them; `base` is the session's `msgBase`. The history is read alone when it holds them.
    */

@@ -1,0 +1,85 @@
+/**
+ * The part of a session's whole record a chat page shows (GET /v1/chat/:id/messages) or names a run's message from
+ * (GET /v1/chat/:id/stream): the live history and, when it starts with a compaction's summary, the newest messages of
+ * the kept segments that summary stands for — the conversation as the user saw it, which a compaction moved out of
+ * the history (spec §6.1: the segments keep every message, `?include=compacted`).
+ *
+ * Invariants:
+ * - The whole record is the segments, oldest first, then the history; message i of the history is `base + i` of it
+ *   (`msg_base`: every compaction moves its messages into a segment and adds their count). Segments are only ever
+ *   appended. So the messages read from the segments, newest first, are numbered down from `base`, and a page's
+ *   ids (`<session id>-<index>`, src/chat/history.ts) are the ones the history had when those messages were live.
+ * - A segment is read only while the messages gathered start with a summary: the summary stands for the segment
+ *   before it (the runner's compaction summarizes the whole history, itself starting with the previous summary). A
+ *   history that starts with anything else (replaced since with `PUT …/messages`, or a fork's, whose source keeps the
+ *   segments) is not the continuation of the segments, and they are not shown.
+ * - Bounded: segments are read newest first, one LINDEX each, until the page has its MAX_USER_TURNS user turns, or
+ *   SEGMENT_MESSAGES messages or SEGMENT_BYTES bytes of segments were read (a segment is read whole: it was a history
+ *   the Messages API took once). When the read stops inside the conversation, the window is `partial`: its leading
+ *   replies belong to an assistant message whose start was not read, and the page leaves that message out rather
+ *   than show it under an id it never had.
+ */
+import type { StoredMessage } from '../history.js';
+import { blocksOf } from '../history.js';
+import type { SessionStore } from '../store/store.js';
+import { isSummary } from '../engine/compaction.js';
+
+/** Most user turns a page shows: every user turn is a UIMessage of its own, and the page shows the newest 1000. */
+export const MAX_UI_MESSAGES = 1000;
+/** Most messages of the kept segments a page reads (the newest ones), whatever the number of segments. */
+export const SEGMENT_MESSAGES = 4000;
+/** The reading of segments stops once it has read this many bytes of them. */
+export const SEGMENT_BYTES = 8 * 1024 * 1024;
+
+/** The messages a chat page is made of, numbered from `base` in the session's whole record. */
+export interface ChatRecord {
+  messages: StoredMessage[];
+  base: number;
+  /** How many of `messages` come before the live history (read from the segments). */
+  older: number;
+  /** The read stopped inside the conversation: the leading replies' message started before `messages`. */
+  partial: boolean;
+}
+
+/** Whether `m` is a user turn the chat shows as a message of its own (text or an image: history.ts `userPart`). */
+export const isUserTurn = (m: StoredMessage): boolean =>
+  m.role === 'user' && blocksOf(m).some((b) => b.type === 'text' || b.type === 'image');
+
+/**
+ * The chat's window of the record of session `id`: its history and, for as long as the gathered messages start
+ * with a summary, the newest messages of the segments before it, until `userTurns` user turns are gathered or the
+ * bounds above are reached. `userTurns`: MAX_UI_MESSAGES for a page; 1 to know which message the newest replies
+ * belong to (a run's, GET /v1/chat/:id/stream).
+ */
+export async function chatRecord(
+  store: SessionStore,
+  id: string,
+  userTurns: number = MAX_UI_MESSAGES,
+): Promise<ChatRecord> {
+  const { history, base, segments } = await store.historySnapshot(id);
+  let messages = history;
+  let first = base;
+  let turns = history.filter(isUserTurn).length;
+  let readMessages = 0;
+  let readBytes = 0;
+  let partial = false;
+  for (let i = segments - 1; i >= 0 && isSummary(messages[0]); i--) {
+    if (turns >= userTurns || readMessages >= SEGMENT_MESSAGES || readBytes >= SEGMENT_BYTES) {
+      partial = true;
+      break;
+    }
+    const read = await store.segmentAt(id, i);
+    if (!read) break;
+    readBytes += read.bytes;
+    const room = SEGMENT_MESSAGES - readMessages;
+    const taken = read.segment.messages.slice(-room);
+    // A segment cut by the message bound ends the read inside the conversation (unless the cut falls on a user turn).
+    if (taken.length < read.segment.messages.length) partial = !isUserTurn(taken[0]!);
+    messages = [...taken, ...messages];
+    first -= taken.length;
+    readMessages += taken.length;
+    turns += taken.filter(isUserTurn).length;
+    if (partial) break;
+  }
+  return { messages, base: first, older: messages.length - history.length, partial };
+}

@@ -1,0 +1,327 @@
+/**
+ * A chat reloaded after compactions (spec §7.3 with §6.1): GET /v1/chat/:id/messages shows the conversation as the
+ * user saw it — the turns the compactions summarized (from the kept segments), then the turns after — with no part
+ * for a summary, ids that agree with the ones the live stream gave (a message a compaction cut in two is one message
+ * under its first id), denials before a compaction still `output-denied`, and a `Chat` seeded with that page goes
+ * on: its next message is posted once and nothing before the compaction is posted again.
+ */
+import { after, before, describe, it } from 'node:test';
+import assert from 'node:assert/strict';
+import { lastAssistantMessageIsCompleteWithApprovalResponses, validateUIMessages, type UIMessage } from 'ai';
+import { offlineHandler, type FakeReply } from '../fake/server.js';
+import { reply, text, toolUse } from '../fake/script.js';
+import { Redis } from 'ioredis';
+import { PlainChat, chatTransport } from '../helpers/chat.js';
+import { monitorRedis } from '../helpers/redis-monitor.js';
+import { SEGMENT_MESSAGES } from '../../src/chat/record.js';
+import { startHarness, type Harness } from '../helpers/service.js';
+
+const KEY = 'chat-compaction-key';
+
+const textOf = (m: UIMessage | undefined) =>
+  (m?.parts ?? []).flatMap((p) => (p.type === 'text' ? [p.text] : [])).join('');
+/** What a reader sees of a chat: each message's role and text. */
+const view = (ms: UIMessage[]) => ms.map((m) => [m.role, textOf(m)]);
+/** The user texts of a list of Messages API messages. */
+const userTexts = (ms: ReadonlyArray<{ role: string; content?: unknown }>) =>
+  ms.flatMap((m) =>
+    m.role !== 'user'
+      ? []
+      : typeof m.content === 'string'
+        ? [m.content]
+        : (m.content as Array<{ type: string; text?: string }>).flatMap((b) =>
+            b.type === 'text' && b.text ? [b.text] : [],
+          ),
+  );
+
+describe('chat history after compactions', { timeout: 120_000 }, () => {
+  let h: Harness;
+  before(async () => {
+    h = await startHarness({ env: { API_KEYS: `acme:${KEY}` } });
+  });
+  after(() => h?.close());
+
+  /** The page a reloaded `useChat` gets, validated by the `ai` package. */
+  async function reload(id: string): Promise<UIMessage[]> {
+    const r = await h.api.get(`/v1/chat/${id}/messages`);
+    assert.equal(r.status, 200, JSON.stringify(r.body));
+    return validateUIMessages<UIMessage>({ messages: r.body });
+  }
+
+  it('a reload after an idle compaction and one inside a run: every turn in order, the live ids, the denial; a Chat seeded with it goes on', async () => {
+    // Model turns come from `script`, in order; compaction requests are answered by the offline model (a summary).
+    const script: Array<FakeReply | (() => Promise<FakeReply>)> = [];
+    h.fake.setHandler(async (req, i) => {
+      if (req.body.compaction) return offlineHandler(req, i);
+      const next = script.shift();
+      assert.ok(next, `no scripted turn for request ${i}`);
+      return typeof next === 'function' ? next() : next;
+    });
+    const id = (
+      await h.api.post('/v1/sessions', {
+        start: false,
+        tools: ['get_weather', 'calculate_sum'],
+        approval: ['get_weather'],
+      })
+    ).body.id as string;
+    const chat = new PlainChat({
+      id,
+      transport: chatTransport(h.service.url, KEY),
+      sendAutomaticallyWhen: lastAssistantMessageIsCompleteWithApprovalResponses,
+    });
+    const say = async (t: string) => {
+      const done = chat.nextFinish();
+      await chat.sendMessage({ text: t });
+      await done;
+    };
+
+    // 1. A call the user denies, then the answer.
+    script.push(
+      reply([toolUse('get_weather', { location: 'Paris' }, 'toolu_denied')]),
+      text('Fine, I will not.'),
+    );
+    await chat.sendMessage({ text: 'First question: the weather in Paris?' });
+    const denied = chat.nextFinish();
+    await chat.addToolApprovalResponse({ id: 'toolu_denied', approved: false, reason: 'not now' });
+    await denied;
+    // 2. A plain turn.
+    script.push(text('Second answer.'));
+    await say('Second question.');
+    await h.api.waitStatus(id, 'idle');
+
+    // A compaction while idle: the history becomes its summary alone.
+    const c1 = await h.api.post(`/v1/sessions/${id}/compact`);
+    assert.equal(c1.status, 202, JSON.stringify(c1.body));
+    await h.api.waitFor(id, (s) => s.status === 'idle' && !s.compaction_pending);
+
+    // 3. A turn after it.
+    script.push(text('Third answer.'));
+    await say('Third question.');
+
+    // 4. A compaction inside a run: after the turn's tool call, before the model answers.
+    let reached!: () => void;
+    const atTurn = new Promise<void>((resolve) => (reached = resolve));
+    let release!: () => void;
+    const gate = new Promise<void>((resolve) => (release = resolve));
+    script.push(async () => {
+      reached();
+      await gate;
+      return reply([toolUse('calculate_sum', { a: 2, b: 3 }, 'toolu_sum')]);
+    }, text('The sum is 5.'));
+    const fourth = chat.nextFinish();
+    const sending = chat.sendMessage({ text: 'Fourth question: 2 plus 3?' });
+    await atTurn;
+    const c2 = await h.api.post(`/v1/sessions/${id}/compact`);
+    assert.equal(c2.status, 202, JSON.stringify(c2.body));
+    release();
+    await sending;
+    await fourth;
+    await h.api.waitFor(id, (s) => s.status === 'idle' && !s.compaction_pending);
+
+    const rest = (await h.api.get(`/v1/sessions/${id}/messages?include=compacted`)).body;
+    assert.equal(rest.compacted.length, 2, 'two compactions, two kept segments');
+    assert.equal(rest.data[0].content[0].type, 'compaction');
+
+    // The reload: what the user saw live, in order, with the ids the live stream gave.
+    const live = chat.messages;
+    assert.deepEqual(view(live), [
+      ['user', 'First question: the weather in Paris?'],
+      ['assistant', 'Fine, I will not.'],
+      ['user', 'Second question.'],
+      ['assistant', 'Second answer.'],
+      ['user', 'Third question.'],
+      ['assistant', 'Third answer.'],
+      ['user', 'Fourth question: 2 plus 3?'],
+      ['assistant', 'The sum is 5.'],
+    ]);
+    const page = await reload(id);
+    assert.deepEqual(view(page), view(live));
+    const assistantIds = (ms: UIMessage[]) => ms.filter((m) => m.role === 'assistant').map((m) => m.id);
+    assert.deepEqual(assistantIds(page), assistantIds(live), 'the ids the live stream gave');
+    assert.deepEqual(
+      (await reload(id)).map((m) => m.id),
+      page.map((m) => m.id),
+      'ids are stable across reloads',
+    );
+    // No part for a summary: the message cut by the compaction has the steps the stream showed, nothing else.
+    assert.deepEqual(
+      page.at(-1)!.parts.map((p) => p.type),
+      live.at(-1)!.parts.map((p) => p.type),
+    );
+    assert.deepEqual(
+      page.at(-1)!.parts.map((p) => p.type),
+      ['step-start', 'tool-calculate_sum', 'step-start', 'text'],
+    );
+    for (const m of page) assert.ok(textOf(m) !== '', `no empty message: ${JSON.stringify(m)}`);
+    // The denial before both compactions is still a denial.
+    const part = page[1]!.parts.find((p) => p.type === 'tool-get_weather') as Record<string, unknown>;
+    assert.equal(part['state'], 'output-denied');
+    assert.deepEqual(part['approval'], { id: 'toolu_denied', approved: false, reason: 'not now' });
+
+    // A Chat seeded with the page (the reloaded `useChat`) goes on.
+    const again = new PlainChat({ id, messages: page, transport: chatTransport(h.service.url, KEY) });
+    script.push(text('Fifth answer.'));
+    const sent = h.fake.requests.length;
+    const fifth = again.nextFinish();
+    await again.sendMessage({ text: 'Fifth question.' });
+    await fifth;
+    assert.deepEqual(view(again.messages), [
+      ...view(page),
+      ['user', 'Fifth question.'],
+      ['assistant', 'Fifth answer.'],
+    ]);
+    // One model request, from the newest summary: the new question once, nothing from before the compaction.
+    assert.equal(h.fake.requests.length, sent + 1);
+    const request = h.fake.requests.at(-1)!;
+    assert.equal((request.messages[0]!.content as Array<{ type: string }>)[0]!.type, 'compaction');
+    assert.deepEqual(userTexts(request.messages), ['Fifth question.']);
+    const history = (await h.api.get(`/v1/sessions/${id}/messages`)).body.data;
+    assert.deepEqual(userTexts(history), ['Fifth question.']);
+    // The next reload shows the same, with the ids this Chat holds.
+    const last = await reload(id);
+    assert.deepEqual(view(last), view(again.messages));
+    assert.deepEqual(assistantIds(last), assistantIds(again.messages));
+    h.fake.setHandler(null);
+  });
+
+  it('a page reloaded mid-run after a compaction inside the run: the message under its live id, which the resumed stream continues', async () => {
+    let reached!: () => void;
+    const atTurn = new Promise<void>((resolve) => (reached = resolve));
+    let release!: () => void;
+    const gate = new Promise<void>((resolve) => (release = resolve));
+    let turns = 0;
+    let firstTurnHeld!: () => void;
+    const firstHeld = new Promise<void>((resolve) => (firstTurnHeld = resolve));
+    let releaseFirst!: () => void;
+    const firstGate = new Promise<void>((resolve) => (releaseFirst = resolve));
+    h.fake.setHandler(async (req, i) => {
+      if (req.body.compaction) return offlineHandler(req, i);
+      turns++;
+      if (turns === 1) return text('An answer before.');
+      if (turns === 2) {
+        firstTurnHeld();
+        await firstGate;
+        return reply([toolUse('calculate_sum', { a: 2, b: 3 }, 'toolu_sum2')]);
+      }
+      // The turn after the compaction waits until the page is reloaded.
+      reached();
+      await gate;
+      return text('The sum is 5.');
+    });
+    const id = (await h.api.post('/v1/sessions', { start: false, tools: ['calculate_sum'] })).body
+      .id as string;
+    const chat = new PlainChat({ id, transport: chatTransport(h.service.url, KEY) });
+    const one = chat.nextFinish();
+    await chat.sendMessage({ text: 'Say something.' });
+    await one;
+    const two = chat.nextFinish();
+    const sending = chat.sendMessage({ text: 'What is 2 plus 3?' });
+    await firstHeld;
+    assert.equal((await h.api.post(`/v1/sessions/${id}/compact`)).status, 202);
+    releaseFirst();
+    await atTurn;
+    // The compaction is done, the model's turn after it is in flight: the page reloads now.
+    const rest = (await h.api.get(`/v1/sessions/${id}/messages?include=compacted`)).body;
+    assert.equal(rest.compacted.length, 1);
+    assert.deepEqual(
+      rest.data.map((m: { role: string }) => m.role),
+      ['assistant'],
+      'the summary alone',
+    );
+    const page = await reload(id);
+    const liveId = chat.messages.at(-1)!.id;
+    assert.deepEqual(
+      page.map((m) => [m.role, m.id === liveId]),
+      [
+        ['user', false],
+        ['assistant', false],
+        ['user', false],
+        ['assistant', true],
+      ],
+    );
+    assert.deepEqual(
+      page[3]!.parts.map((p) => p.type),
+      ['step-start', 'tool-calculate_sum'],
+    );
+    // The reloaded page resumes the run: the replay replaces the message it shows, never adds one.
+    // The model's turn goes on once the replay streams (the run is still active when the stream is asked for).
+    const resumed: PlainChat = new PlainChat({
+      id,
+      messages: page,
+      transport: chatTransport(h.service.url, KEY),
+      onChange: () => void (resumed?.status === 'streaming' && release()),
+    });
+    await resumed.resumeStream();
+    await sending;
+    await two;
+    assert.equal(resumed.messages.length, 4);
+    assert.equal(resumed.messages[3]!.id, liveId);
+    assert.equal(textOf(resumed.messages[3]), 'The sum is 5.');
+    assert.deepEqual(view(resumed.messages), view(chat.messages));
+    const last = await reload(id);
+    assert.deepEqual(
+      last.map((m) => m.id),
+      resumed.messages.map((m) => m.id),
+    );
+    assert.deepEqual(view(last), view(chat.messages));
+    h.fake.setHandler(null);
+  });
+
+  it('a session with many kept messages: the page reads the newest segments only, one by one, and leaves out a message it cannot read whole', async () => {
+    h.fake.enqueue(text('First answer.'));
+    const id = (await h.api.post('/v1/sessions', { input: 'First question.' })).body.id as string;
+    await h.api.waitStatus(id, 'idle');
+    assert.equal((await h.api.post(`/v1/sessions/${id}/compact`)).status, 202);
+    await h.api.waitFor(id, (x) => x.status === 'idle' && !x.compaction_pending);
+    const summary = (await h.api.get(`/v1/sessions/${id}/messages`)).body.data[0];
+    // Three more compactions of long tool-less runs, as the store keeps them: each segment starts with the summary
+    // before it, then a question and 2498 replies (one assistant message of 2498 steps). Written as the compaction
+    // script writes them (segments appended, `msg_base` grown by their messages), so 7500 messages before the history.
+    const size = 2500;
+    const segment = (k: number) =>
+      JSON.stringify({
+        at_iteration: k,
+        messages: [
+          summary,
+          { role: 'user', content: [{ type: 'text', text: `Question ${k}.` }] },
+          ...Array.from({ length: size - 2 }, (_, j) => ({
+            role: 'assistant',
+            content: [{ type: 'text', text: `Step ${k}.${j}.` }],
+          })),
+        ],
+      });
+    const r = new Redis(h.redis.url);
+    try {
+      await r.rpush(`s:{${id}}:c`, segment(2), segment(3), segment(4));
+      await r.hincrby(`s:{${id}}`, 'msg_base', 3 * size);
+    } finally {
+      r.disconnect();
+    }
+    const base = 2 + 3 * size;
+
+    const monitor = await monitorRedis(h.redis.port);
+    const page = await reload(id);
+    await monitor.settle();
+    monitor.stop();
+    // The segments read: the newest (index 3), then the one before (2), cut at the bound; never the whole list.
+    const reads = monitor.commands.filter((a) => a[1] === `s:{${id}}:c`);
+    assert.deepEqual(
+      reads.map((a) => [a[0]!.toLowerCase(), a[2]]),
+      [
+        ['llen', undefined],
+        ['lindex', '3'],
+        ['lindex', '2'],
+      ],
+    );
+    assert.ok(SEGMENT_MESSAGES < 2 * size);
+    // The newest segment whole: its question, its one assistant message; the message the bound cut (its question
+    // unread) is left out, not shown under an id it never had. The history's summary shows nothing.
+    assert.deepEqual(
+      page.map((m) => [m.id, m.role, m.role === 'user' ? textOf(m) : m.parts.length]),
+      [
+        [`${id}-${base - size + 1}`, 'user', 'Question 4.'],
+        [`${id}-${base - size + 2}`, 'assistant', 2 * (size - 2)],
+      ],
+    );
+  });
+});
