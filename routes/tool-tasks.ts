@@ -22,7 +22,9 @@ const routes: FastifyPluginAsyncZod<{ config: Config }> = async (app, { config }
    * Claims, heartbeats and results are counted apart from the tenant's other mutating requests (RATE_LIMIT_PER_MIN,
    * src/plugins/ratelimit.ts), with ten times its budget: a fleet holding a few hundred tasks heartbeats every third
    * of a lease and claims once a task at least, and in the tenant's one count it would use it all — its heartbeats
-   * refused, its leases lapsing, and the tenant's session API refused with them.
+   * refused, its leases lapsing, and the tenant's session API refused with them. Each of the three routes has a
+   * count of its own (@fastify/rate-limit keeps a route's own limit in a store of its own, its keys prefixed by the
+   * route's method and URL): a fleet polling hard uses up its claims, never the renewals of the leases it holds.
    */
   const workerRate =
     config.RATE_LIMIT_PER_MIN > 0

@@ -408,6 +408,26 @@ describe('tool tasks and the rate limit', () => {
     await a.waitStatus(id, 'idle');
     assert.equal((await a.post('/v1/sessions', { start: false })).status, 201); // 3
   });
+
+  it('claims have a count of their own: a fleet polling hard never starves the leases it holds', async () => {
+    const a = h.api;
+    h.fake.enqueue(toolCalls([toolUse('beats', { id: 2 }, 'toolu_b2')]), text('ok'));
+    const id = (await a.post('/v1/sessions', { input: 'go', tools: ['beats'] })).body.id; // 4 of 5
+    const t = (await a.post('/v1/tool-tasks/claim', { tools: ['beats'], wait_ms: 10000 })).body.tasks[0];
+    assert.ok(t, 'the task is claimed');
+    // Claims until their count (10 × 5 a minute, the earlier test's 21 and 22 included) is used up.
+    let refused = null;
+    for (let i = 0; i < 60 && !refused; i++) {
+      const c = await a.post('/v1/tool-tasks/claim', { tools: ['beats'], wait_ms: 0 });
+      if (c.status === 429) refused = c;
+      else assert.equal(c.status, 200, JSON.stringify(c.body));
+    }
+    assert.equal(refused?.body.error.code, 'rate_limited');
+    const hb = await a.post(`/v1/tool-tasks/${t.id}/heartbeat`);
+    assert.equal(hb.status, 200, JSON.stringify(hb.body));
+    assert.equal((await a.post(`/v1/tool-tasks/${t.id}/result`, { content: 'done' })).status, 200);
+    await a.waitStatus(id, 'idle');
+  });
 });
 
 describe('tool tasks of cancelled and deleted sessions', () => {
