@@ -3,6 +3,7 @@
  * not running and waits for no client but a review (`idle`, `failed`, reviewing a turn or tool results). The history is checked as create checks one; the session's
  * message thread is dropped (the next run creates one), and so is a failed step's pending state.
  */
+import { assertActionOpen } from './deadlines.js';
 import { assertBudgetLeft } from '../engine/budget.js';
 import { requiredAction } from '../engine/status.js';
 import { Conflict, InvalidRequest, conflict } from '../errors.js';
@@ -34,6 +35,8 @@ export function replaceMessages(
     // review (the reply, the results) is dropped with the rest unless the new history has it.
     const action = requiredAction(s.status, s.pending)?.type;
     const reviewing = action === 'review_turn' || action === 'review_tool_results';
+    // Taking over a review answers it, as `continue` does: after its deadline, refused as `continue` is.
+    if (reviewing) assertActionOpen(s);
     if (s.status !== 'idle' && s.status !== 'failed' && !reviewing) {
       throw new Conflict(
         'session_not_replaceable',

@@ -240,7 +240,7 @@ describe('action deadlines before a sweep fired them', () => {
     await redis.stop();
   });
 
-  it('a message answering a reviewed turn after its deadline gets 409 action_timed_out, as continue does', async () => {
+  it('a message or a PUT of the history answering a reviewed turn after its deadline: 409 action_timed_out, as continue', async () => {
     fake.enqueue(toolCall('get_weather', { location: 'Oslo' }, { id: 'toolu_rv' }));
     const r = await a.api.post('/v1/sessions', {
       input: 'Weather?',
@@ -258,6 +258,11 @@ describe('action deadlines before a sweep fired them', () => {
     const late = await a.api.post(`/v1/sessions/${r.body.id}/messages`, { text: 'Skip it.' });
     assert.equal(late.status, 409, JSON.stringify(late.body));
     assert.equal(late.body.error.code, 'action_timed_out');
+    const put = await a.api.req('PUT', `/v1/sessions/${r.body.id}/messages`, {
+      messages: [{ role: 'user', content: 'Weather?' }],
+    });
+    assert.equal(put.status, 409, JSON.stringify(put.body));
+    assert.equal(put.body.error.code, 'action_timed_out');
     const cont = await a.api.post(`/v1/sessions/${r.body.id}/continue`, {});
     assert.equal(cont.status, 409, JSON.stringify(cont.body));
     assert.equal(cont.body.error.code, 'action_timed_out');
