@@ -13,7 +13,9 @@ import { hostOf, parseWebhookUrl, resolveChecked } from '../webhooks/address-gua
 type HttpCallOutcome =
   | { kind: 'answer'; status: number; body: string }
   | { kind: 'too_large' }
-  | { kind: 'failed'; error: string };
+  | { kind: 'failed'; error: string }
+  /** `stop` aborted the try (its call is no longer this try's to answer): the socket is closed, nothing read. */
+  | { kind: 'stopped' };
 
 export async function callToolUrl(o: {
   url: string;
@@ -24,15 +26,21 @@ export async function callToolUrl(o: {
   timeoutMs: number;
   maxBytes: number;
   allowPrivate: boolean;
+  /** Aborts the try before its deadline (the call was cancelled, or is another try's now): `stopped`. */
+  stop?: AbortSignal;
 }): Promise<HttpCallOutcome> {
-  const signal = AbortSignal.timeout(o.timeoutMs);
+  const timeout = AbortSignal.timeout(o.timeoutMs);
+  const signal = o.stop ? AbortSignal.any([timeout, o.stop]) : timeout;
+  const ended = (): HttpCallOutcome =>
+    o.stop?.aborted ? { kind: 'stopped' } : { kind: 'failed', error: `timeout after ${o.timeoutMs} ms` };
   let url: URL;
   let checked: Awaited<ReturnType<typeof resolveChecked>>;
   try {
     url = parseWebhookUrl(o.url);
+    if (signal.aborted) return ended();
     const timedOut = new Promise<null>((resolve) => signal.addEventListener('abort', () => resolve(null)));
     const found = await Promise.race([resolveChecked(hostOf(url), o.allowPrivate), timedOut]);
-    if (!found) return { kind: 'failed', error: `timeout after ${o.timeoutMs} ms` };
+    if (!found) return ended();
     checked = found;
   } catch (err) {
     return { kind: 'failed', error: `refused: ${err instanceof Error ? err.message : String(err)}` };
@@ -98,12 +106,17 @@ export async function callToolUrl(o: {
     );
     const onAbort = () => {
       req.destroy();
-      finish({ kind: 'failed', error: `timeout after ${o.timeoutMs} ms` });
+      finish(ended());
     };
-    signal.addEventListener('abort', onAbort, { once: true });
     req.on('error', (err: NodeJS.ErrnoException) =>
       finish({ kind: 'failed', error: err.code ?? err.message }),
     );
+    // Aborted while the address was checked: the request is not sent.
+    if (signal.aborted) {
+      onAbort();
+      return;
+    }
+    signal.addEventListener('abort', onAbort, { once: true });
     req.end(o.body);
   });
 }

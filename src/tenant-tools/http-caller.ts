@@ -136,8 +136,14 @@ export class HttpToolCaller {
     // Before the call: its `tool.started` (after the `tool_task.retried` events still owed) comes ahead of its
     // result in the log.
     await this.o.tasks.logStarted(rec, input, this.worker, owed);
+    // The try is stopped as soon as a heartbeat learns it is no longer this offer's to answer: a cancel or delete
+    // settled the call (`cancelled`), another offer holds it (`lost`), it has its result, or its record is gone.
+    // Left running, it would hold its URL's connection and one of the tenant's slots here until the runner's
+    // `timeout_ms` (up to 600 s), for a result no script would take. Nothing is written for a stopped try.
+    const stop = new AbortController();
+    let finished = false;
     const beat = setInterval(
-      () => void queue.heartbeat(rec.tenant, rec.offer).catch(() => {}),
+      () => void this.renew(rec, stop, () => finished).catch(() => {}),
       queue.leaseMs / 3,
     );
     let outcome: Awaited<ReturnType<typeof callToolUrl>>;
@@ -154,10 +160,13 @@ export class HttpToolCaller {
         timeoutMs: def.runner.timeout_ms ?? DEFAULT_TRY_MS,
         maxBytes: this.o.maxResultBytes,
         allowPrivate: this.o.allowPrivate,
+        stop: stop.signal,
       });
     } finally {
+      finished = true;
       clearInterval(beat);
     }
+    if (outcome.kind === 'stopped') return;
     let result: string | null = null;
     let failure: string | null = null;
     if (outcome.kind === 'too_large') {
@@ -200,6 +209,27 @@ export class HttpToolCaller {
       this.o.metrics.toolTasks.inc({ event: 'timed_out' });
       await this.o.tasks.deliver(rec.tenant, rec.call);
     }
+  }
+
+  /**
+   * One heartbeat of a try in flight: renews its lease, or stops the try when the offer no longer holds its call (a
+   * refusal), or when its session no longer waits for the call though the queue still has it leased (a cancel or
+   * delete whose settle failed: dropTasks is best effort), which is then settled as cancelled, as a worker's
+   * heartbeat settles it (service.ts `heartbeat`). `finished`: the try ended meanwhile; its own outcome is written
+   * by `run` (a result the session then took makes it no longer wait: that call is not settled here).
+   */
+  private async renew(rec: TaskRecord, stop: AbortController, finished: () => boolean): Promise<void> {
+    const r = await this.o.queue.heartbeat(rec.tenant, rec.offer);
+    if (finished()) return;
+    if (typeof r === 'string') {
+      stop.abort();
+      return;
+    }
+    const s = await this.o.store.load(rec.session);
+    if (finished() || (s && awaits(s, rec))) return;
+    stop.abort();
+    await this.o.queue.settle(rec.tenant, rec.call, 'cancelled');
+    this.o.metrics.toolTasks.inc({ event: 'cancelled' });
   }
 }
 

@@ -360,6 +360,65 @@ describe('http tools', { timeout: 120_000 }, () => {
     for (const res of hung) res.destroy();
   });
 
+  it('a cancel or delete aborts the try in flight: the URL’s connection closes, the tenant’s slot is freed', async () => {
+    // A try used to run on to the tool's timeout_ms after its call was cancelled (the caller's heartbeat was told
+    // `cancelled` and went on), holding one of the tenant's 8 slots on the replica all along.
+    const held: Array<{ res: http.ServerResponse; closed: Promise<number> }> = [];
+    let answerNext = false;
+    byName.set('hangs', (_b, res) => {
+      if (answerNext) return json(res, 200, { content: 'got a slot' });
+      const closed = new Promise<number>((r) => res.socket!.once('close', () => r(Date.now())));
+      held.push({ res, closed });
+    });
+    const put = await h.api.req('PUT', '/v1/tools/hangs', {
+      description: 'Never answers.',
+      input_schema: { type: 'object' },
+      runner: { type: 'http', url, timeout_ms: 120_000 },
+      max_attempts: 1,
+    });
+    verifier = new Webhook(put.body.secret);
+    h.fake.setHandler((req) =>
+      JSON.stringify(req.body.messages).includes('tool_result')
+        ? text('done')
+        : toolCalls([toolUse('hangs', {})]),
+    );
+    try {
+      // All 8 of acme's slots held by calls whose URL never answers; a 9th call waits for one.
+      const hung = [];
+      for (let i = 0; i < 8; i++)
+        hung.push((await h.api.post('/v1/sessions', { input: 'go', tools: ['hangs'] })).body.id as string);
+      await until(async () => held.length === 8, 20_000, 'the 8 calls in flight');
+      const next = (await h.api.post('/v1/sessions', { input: 'go', tools: ['hangs'] })).body.id as string;
+      answerNext = true;
+      const stoppedAt = Date.now();
+      for (const id of hung.slice(0, 7))
+        assert.equal((await h.api.post(`/v1/sessions/${id}/cancel`)).status, 200);
+      assert.equal((await h.api.req('DELETE', `/v1/sessions/${hung[7]}`)).status, 200);
+      // Within a heartbeat (a third of TOOL_TASK_LEASE_MS, 10 s here) and some slack, far below timeout_ms.
+      const closedAt = await Promise.race([
+        Promise.all(held.map((x) => x.closed)),
+        new Promise<null>((r) => setTimeout(() => r(null), 30_000).unref()),
+      ]);
+      assert.ok(closedAt, 'every cancelled or deleted call’s connection closed');
+      assert.ok(Math.max(...closedAt) - stoppedAt < 30_000);
+      // The slot freed takes the next call of the same tenant.
+      const s = await h.api.waitStatus(next, 'idle', 20_000);
+      assert.equal(s.stop_reason, 'end_turn');
+      assert.equal(held.length, 8, 'the cancelled calls were not tried again');
+      // Nothing was written for the cancelled calls after their cancel.
+      for (const id of hung.slice(0, 7)) {
+        const types = (await h.api.get(`/v1/sessions/${id}/events?limit=500`)).body.data.map(
+          (e: { type: string }) => e.type,
+        );
+        assert.ok(!types.includes('tool.completed'), JSON.stringify(types));
+        assert.ok(!types.includes('tool_task.retried'), JSON.stringify(types));
+      }
+    } finally {
+      h.fake.setHandler(null);
+      for (const x of held) x.res.destroy();
+    }
+  });
+
   it('refuses a URL the webhooks’ address rules refuse', async () => {
     const bad = await h.api.req('PUT', '/v1/tools/meta', {
       description: 'x',
