@@ -235,18 +235,17 @@ export class ToolTasks {
 
   /** `POST /v1/tool-tasks/:id/heartbeat`. */
   async heartbeat(tenant: string, id: string): Promise<{ lease_expires_at: string }> {
-    const r = await this.o.queue.heartbeat(tenant, id);
-    if (typeof r === 'string') throw await this.refuse(tenant, id, r);
-    const { rec } = r;
+    // Renewed while this offer holds the call, even past the lease's expiry until the sweep offers the call again,
+    // as a result is taken then (heartbeat-3.lua): `task_lease_lost` only once the call went to another attempt.
+    const rec = await this.o.queue.heartbeat(tenant, id);
+    if (typeof rec === 'string') throw await this.refuse(tenant, id, rec);
     this.noteWorker(rec.worker);
-    // A session that no longer waits for the call says so before an expired lease does: the worker is to stop, and
-    // the call will not be offered again (which is what `task_lease_lost` would tell it).
+    // A session that no longer waits for the call: the worker is to stop, and the call will not be offered again.
     if (!(await this.stillAwaited(rec))) {
       await this.o.queue.settle(tenant, rec.call, 'cancelled');
       this.o.metrics.toolTasks.inc({ event: 'cancelled' });
       throw refusal('cancelled', id);
     }
-    if (!r.renewed) throw refusal('lost', id);
     await this.o.queue.seen(tenant, [rec.name], rec.worker);
     return { lease_expires_at: new Date(rec.lease).toISOString() };
   }

@@ -191,16 +191,15 @@ export class TaskQueue {
     return out;
   }
 
-  /** Renews an offer's lease. */
-  async heartbeat(
-    tenant: string,
-    offer: string,
-  ): Promise<{ rec: TaskRecord; renewed: boolean } | OfferRefusal> {
+  /**
+   * Renews an offer's lease while the offer holds its call, past its expiry too until the sweep offers the call
+   * again (heartbeat-3.lua): the record as renewed, or the refusal.
+   */
+  async heartbeat(tenant: string, offer: string): Promise<TaskRecord | OfferRefusal> {
     const k = keyList(tenant);
     const r = await this.redis.ttHeartbeat(k.offers, k.calls, k.leased, offer, Date.now(), this.leaseMs);
-    // 'lost' with the record: this offer's lease expired (not renewed); without it, the call was offered again.
-    if (r[1] === undefined) return r[0] as OfferRefusal;
-    return { rec: decodeStored<TaskRecord>(r[1]), renewed: r[0] === 'ok' };
+    if (r[0] !== 'ok') return r[0] as OfferRefusal;
+    return decodeStored<TaskRecord>(r[1]!);
   }
 
   /** Takes an offer's result (it waits in the outbox until delivered). */

@@ -27,7 +27,7 @@ describe('tenant tools and tool tasks', () => {
   before(async () => {
     h = await startHarness({
       env: {
-        API_KEYS: 'acme:key-a,globex:key-b',
+        API_KEYS: 'acme:key-a,globex:key-b,initech:key-c',
         TOOL_TASK_LEASE_MS: '1000',
         TOOL_RESULT_MAX_BYTES: '200000',
         // Under the 300 kB result below: the result route takes bodies of twice TOOL_RESULT_MAX_BYTES all the same.
@@ -304,6 +304,47 @@ describe('tenant tools and tool tasks', () => {
     const retried = await events(a, id, 'tool_task.retried');
     assert.equal(retried.length, 1);
     assert.equal(retried[0].data.attempt, 1);
+  });
+
+  it('a heartbeat past the lease’s expiry, before the sweep offered the call again, renews it as a result is taken', async () => {
+    // A heartbeat in that window was refused 409 task_lease_lost while a result sent at the same moment was taken:
+    // the typed client's ToolWorker aborts its tool on that 409, so a call whose result would have been taken was
+    // run again. initech: a tenant of its own, whose sweeps nothing else makes due.
+    const c = h.api.as('key-c');
+    const r = new Redis(h.redis.url);
+    try {
+      await c.req('PUT', '/v1/tools/late_beat', lookup);
+      h.fake.enqueue(toolCalls([toolUse('late_beat', { id: 9 }, 'toolu_lb')]), text('ok'));
+      const id = (await c.post('/v1/sessions', { input: 'go', tools: ['late_beat'] })).body.id;
+      const task = (await c.post('/v1/tool-tasks/claim', { tools: ['late_beat'], wait_ms: 10000 })).body
+        .tasks[0];
+      assert.ok(task);
+      // The tenant's sweep held off (its due time an hour away), so the lapsed lease stays the call's offer.
+      await r.zadd('tt:due', Date.now() + 3_600_000, 'initech');
+      const expiry = Date.parse(task.lease_expires_at);
+      await until(async () => Date.now() > expiry + 200, 10_000, 'the lease lapsed');
+      const hb = await c.post(`/v1/tool-tasks/${task.id}/heartbeat`);
+      assert.equal(hb.status, 200, JSON.stringify(hb.body));
+      assert.ok(Date.parse(hb.body.lease_expires_at) > expiry + 200, 'a new expiry');
+      // The sweep comes (the tenant due now) and finds the renewed lease: the call is not offered again. The worker
+      // heartbeats meanwhile, as a worker does.
+      const beat = setInterval(() => void c.post(`/v1/tool-tasks/${task.id}/heartbeat`), 250);
+      try {
+        const due = Date.now();
+        await r.zadd('tt:due', due, 'initech');
+        await until(async () => Number(await r.zscore('tt:due', 'initech')) !== due, 10_000, 'a sweep');
+      } finally {
+        clearInterval(beat);
+      }
+      assert.deepEqual((await c.post('/v1/tool-tasks/claim', { tools: ['late_beat'] })).body.tasks, []);
+      const res = await c.post(`/v1/tool-tasks/${task.id}/result`, { content: 'kept' });
+      assert.equal(res.status, 200, JSON.stringify(res.body));
+      await c.waitStatus(id, 'idle');
+      assert.equal(resultsSent(h, 1)[0].content, 'kept');
+      assert.equal((await events(c, id, 'tool_task.retried')).length, 0);
+    } finally {
+      r.disconnect();
+    }
   });
 
   it('a call offered again whose session was cancelled refuses both offers with task_cancelled', async () => {

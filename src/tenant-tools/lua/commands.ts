@@ -55,7 +55,7 @@ declare module 'ioredis' {
         ...tools: string[],
       ]
     ): Result<string[], Context>;
-    /** heartbeat-3.lua: `['ok', record]` or `[refusal]`. */
+    /** heartbeat-3.lua: `['ok', record]` (renewed) or `[refusal]`. */
     ttHeartbeat(
       ...args: [...keys: Keys<3>, offer: string, now: number, leaseMs: number]
     ): Result<string[], Context>;

@@ -1,13 +1,17 @@
 -- heartbeat: renew the lease of an offer that still holds its call.
 -- KEYS[1] offers  KEYS[2] calls  KEYS[3] leased
 -- ARGV[1] offer id  ARGV[2] now ms  ARGV[3] lease ms
--- Returns {'ok', record JSON}, {'lost', record JSON} (the lease expired: not renewed; the record, so the caller can
--- tell whether the session still waits for the call), or {refusal}: 'unknown', 'lost' (offered again), 'completed',
--- 'cancelled'.
+-- Returns {'ok', record JSON} (renewed until now + lease ms), or {refusal}: 'unknown', 'lost' (offered again),
+-- 'completed', 'cancelled'.
+-- A lease past its expiry is renewed all the same while its offer still holds the call (the sweep has not offered
+-- it again), as complete-6.lua takes a result then: a heartbeat refused in that window made a worker drop a tool
+-- whose result would have been taken, and the call ran again. The sweep (sweep-10.lua) offers a call again only
+-- when the lease stored in its record has lapsed, read in its own script: a renewal here, atomic like the sweep,
+-- comes either before it (the sweep sees the new expiry and keeps the call leased) or after it (this offer no
+-- longer holds the call: 'lost').
 --- @include "includes/offer-check"
 local call, rec = offer_check(KEYS[1], KEYS[2], ARGV[1])
 if not call then return {rec} end
-if rec.lease < tonumber(ARGV[2]) then return {'lost', cjson.encode(rec)} end
 rec.lease = tonumber(ARGV[2]) + tonumber(ARGV[3])
 local enc = cjson.encode(rec)
 redis.call('HSET', KEYS[2], call, enc)
