@@ -4,6 +4,7 @@ import { startHarness, type Api, type Harness } from '../helpers/service.js';
 import { until } from '../durability/chaos-lib.js';
 import { Redis } from 'ioredis';
 import { text, toolCalls, toolUse } from '../fake/script.js';
+import { sessionKeys } from '../../src/store/keys.js';
 
 const lookup = {
   description: 'Look an order up in the tenant’s database.',
@@ -342,6 +343,57 @@ describe('tenant tools and tool tasks', () => {
       await c.waitStatus(id, 'idle');
       assert.equal(resultsSent(h, 1)[0].content, 'kept');
       assert.equal((await events(c, id, 'tool_task.retried')).length, 0);
+    } finally {
+      r.disconnect();
+    }
+  });
+
+  it('an interrupt while the run is parked on a task aborts no later turn: the turn after the result runs once, with the message', async () => {
+    // The message's `control: interrupt` is written while no run is there to hear its publish: checked here that the
+    // flag, left until the run ends, does not abort the turn the task's result leads to (only a live run's control
+    // channel aborts a turn; the flag is read for `cancel` alone).
+    await a.req('PUT', '/v1/tools/parked', lookup);
+    h.fake.enqueue(
+      toolCalls([toolUse('parked', { id: 11 }, 'toolu_pk')]),
+      text('the answer after the result, streamed slowly', { eventDelayMs: 40 }),
+    );
+    const id = (await a.post('/v1/sessions', { input: 'go', tools: ['parked'] })).body.id;
+    const r = new Redis(h.redis.url);
+    try {
+      const k = sessionKeys(id);
+      await until(
+        async () =>
+          (await r.hexists('tt:{tt:acme}:calls', `${id}:toolu_pk#0`)) === 1 &&
+          (await r.exists(k.lease)) === 0,
+        10_000,
+        'the run parked on its task',
+      );
+      const posted = await a.post(`/v1/sessions/${id}/messages`, { text: 'and also this', interrupt: true });
+      assert.equal(posted.status, 202, JSON.stringify(posted.body));
+      assert.equal(await r.hget(k.meta, 'control'), 'interrupt', 'the flag is written, heard by no run');
+      const task = (await a.post('/v1/tool-tasks/claim', { tools: ['parked'], wait_ms: 10000 })).body
+        .tasks[0];
+      assert.ok(task);
+      assert.equal((await a.post(`/v1/tool-tasks/${task.id}/result`, { content: 'found' })).status, 200);
+      const s = await a.waitStatus(id, 'idle', 20_000);
+      assert.equal(s.stop_reason, 'end_turn');
+      assert.equal(
+        h.fake.requests.length,
+        2,
+        'the turn after the result was sent once, not aborted and sent again',
+      );
+      const sent = h.fake.requests[1]!.messages.at(-1)!.content as any[];
+      assert.deepEqual(
+        sent.map((b: any) => b.type),
+        ['tool_result', 'text'],
+      );
+      assert.equal(sent[0].content, 'found');
+      assert.equal(sent[1].text, 'and also this');
+      assert.equal((await events(a, id, 'turn.dropped')).length, 0);
+      const history = (await a.get(`/v1/sessions/${id}/messages`)).body.data as any[];
+      assert.equal(history.at(-1).role, 'assistant');
+      assert.equal(history.at(-1).content[0].text, 'the answer after the result, streamed slowly');
+      assert.equal(await r.hget(k.meta, 'control'), '', 'cleared when the run ended');
     } finally {
       r.disconnect();
     }
