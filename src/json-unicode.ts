@@ -38,14 +38,6 @@ export function hasLoneSurrogate(bytes: Buffer, value: unknown): boolean {
   return surrogateEscape(bytes) && illFormed(value);
 }
 
-/**
- * `value` (not parsed by us: a tool's result as its code made it) holds a lone surrogate, which the Messages API
- * refuses wherever it is in a request.
- */
-export function holdsLoneSurrogate(value: unknown): boolean {
-  return illFormed(value);
-}
-
 /** The message of the 400 `invalid_request` for such a string. */
 export const loneSurrogateMessage =
   'A string holds a lone surrogate (an escape \\uD800-\\uDFFF without its pair): send well-formed Unicode.';

@@ -29,7 +29,8 @@ import { outstandingTasks, parkForTasks } from './tool-tasks.js';
 import { interruptedResult, needsReview, pendingCalls, callIdempotent } from './policy.js';
 import type { RunDeps, RunHandle } from './run-handle.js';
 import { eventOf } from '../events/schemas.js';
-import { holdsLoneSurrogate } from '../json-unicode.js';
+import { hasLoneSurrogate } from '../json-unicode.js';
+import { ToolError } from '@anthropic-ai/sdk/lib/tools/ToolError';
 
 /** The session's runnable tools (server tools, MCP tools, …) by name, as the toolbox resolves them for this step. */
 export function sessionTools(deps: RunDeps, state: SessionState): Promise<Map<string, ServerTool>> {
@@ -55,20 +56,25 @@ export function serverRunnables(
         const t0 = performance.now();
         let ok = false;
         try {
-          const out = await tool.run(args, ctx);
+          let out: Awaited<ReturnType<typeof tool.run>>;
+          try {
+            out = await tool.run(args, ctx);
+          } catch (err) {
+            throw checkedThrow(name, err, deps.toolbox.resultMaxBytes);
+          }
           // Every source (server tools, memory, MCP, …) is bounded here, before the result can enter the history.
-          const bytes = Buffer.byteLength(typeof out === 'string' ? out : JSON.stringify(out));
+          const text = typeof out === 'string' ? out : JSON.stringify(out);
+          const bytes = Buffer.byteLength(text);
           const limit = deps.toolbox.resultMaxBytes;
           if (bytes > limit)
             throw new Error(
               `the result of ${name} is ${bytes} bytes; a tool result may have at most ${limit} bytes (TOOL_RESULT_MAX_BYTES)`,
             );
           // A text cut inside a surrogate pair (a tool, or an MCP server, slicing UTF-16 units): the Messages API
-          // refuses the request that carries it, and every later one of the session.
-          if (holdsLoneSurrogate(out))
-            throw new Error(
-              `the result of ${name} holds a lone surrogate (half of a UTF-16 pair, a text cut inside a character); a tool result must be well-formed Unicode`,
-            );
+          // refuses the request that carries it, and every later one of the session. Blocks are walked only when
+          // their JSON text has a surrogate escape (json-unicode.ts), which is where a lone one shows.
+          if (typeof out === 'string' ? !out.isWellFormed() : hasLoneSurrogate(Buffer.from(text), out))
+            throw new Error(`the result of ${name} ${LONE_SURROGATE}`);
           ok = true;
           return out;
         } finally {
@@ -80,6 +86,29 @@ export function serverRunnables(
     });
   }
   return out;
+}
+
+const LONE_SURROGATE =
+  'holds a lone surrogate (half of a UTF-16 pair, a text cut inside a character); a tool result must be well-formed Unicode';
+
+/**
+ * What a tool threw, as the SDK will make it its result (runRunnableTool: a ToolError's content, else
+ * `Error: <message>`): it enters the history as a result does, so it is held to the same bounds — at most `limit`
+ * bytes (TOOL_RESULT_MAX_BYTES), well-formed Unicode (an MCP server's error text cut inside a character) — and
+ * replaced by an error naming the bound it breaks.
+ */
+function checkedThrow(name: string, err: unknown, limit: number): unknown {
+  const content = err instanceof ToolError ? err.content : err instanceof Error ? err.message : String(err);
+  const text = typeof content === 'string' ? content : JSON.stringify(content);
+  const bytes = Buffer.byteLength(text);
+  if (bytes > limit)
+    return new Error(
+      `${name} failed with an error text of ${bytes} bytes; a tool result may have at most ${limit} bytes (TOOL_RESULT_MAX_BYTES)`,
+      { cause: err },
+    );
+  const bad =
+    typeof content === 'string' ? !content.isWellFormed() : hasLoneSurrogate(Buffer.from(text), content);
+  return bad ? new Error(`${name} failed with an error text that ${LONE_SURROGATE}`, { cause: err }) : err;
 }
 
 /**

@@ -237,6 +237,8 @@ describe('tenant MCP servers', { timeout: 240_000 }, () => {
     // The server cuts '😀' (two UTF-16 units) after its first unit: the text sent back is `\ud83d` alone.
     h.fake.enqueue(
       toolCall('truncate', { text: 'ok 😀', units: 4 }, { id: 'toolu_cut' }),
+      // An error result (the SDK's MCP helper throws its content as a ToolError) is held to the same rule.
+      toolCall('truncate', { text: 'no 😀', units: 4, error: true }, { id: 'toolu_cut_error' }),
       toolCall('truncate', { text: 'ok 😀', units: 5 }, { id: 'toolu_whole' }),
       text('done'),
     );
@@ -247,6 +249,9 @@ describe('tenant MCP servers', { timeout: 240_000 }, () => {
     const [cut] = (h.fake.requests[1]!.messages.at(-1) as any).content as any[];
     assert.equal(cut.is_error, true, JSON.stringify(cut));
     assert.match(JSON.stringify(cut.content), /lone surrogate/);
+    const [cutError] = (h.fake.requests[2]!.messages.at(-1) as any).content as any[];
+    assert.equal(cutError.is_error, true, JSON.stringify(cutError));
+    assert.match(JSON.stringify(cutError.content), /failed with an error text that holds a lone surrogate/);
     const [whole] = lastResults(h);
     assert.notEqual(whole.is_error, true);
     assert.match(JSON.stringify(whole.content), /ok 😀/);
