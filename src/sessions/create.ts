@@ -16,7 +16,6 @@ import {
   createSessionBody,
   isAgentTool,
   sessionParams,
-  type ClientTool,
   type CreateSessionBody,
   type SessionParams,
 } from '../schemas.js';
@@ -34,6 +33,7 @@ import type { TenantToolDef } from '../tenant-tools/types.js';
 import { session } from '../openapi/responses.js';
 import { checkCompactionParams } from './compact.js';
 import { toolsBeforeChanges } from './history-tools.js';
+import { resolveRemovedNames } from './removed-tools.js';
 import { assertFixedMarks } from '../engine/cache-breakpoints.js';
 import { startRun, type SessionDeps } from './mutate.js';
 import { assertAgentsPriced } from './agents-priced.js';
@@ -220,10 +220,8 @@ async function buildSession(
 /**
  * The tools a history with tool changes was made over (history-tools.ts), checked as `tools` are, with the copies of
  * the tenant tools among them; null for a history that changes none. A tool the history removed that `tools` no
- * longer holds is taken by its name as a server or tenant tool; a name that is neither was a client tool, whose
- * definition went with it (a history keeps a removal's name only: history in, history out must still hold). It is
- * declared by a stand-in definition, as the API takes the removal only of a declared tool; the model cannot call it
- * from the removal on, which comes before any turn the session will run.
+ * longer holds is taken by its name as a server or tenant tool, else as a client tool whose definition went with it
+ * (removed-tools.ts): history in, history out holds for a history that removed a client tool.
  */
 async function baseTools(
   deps: SessionDeps,
@@ -231,32 +229,11 @@ async function baseTools(
   tools: readonly ToolRef[],
   given: readonly StoredMessage[],
 ): Promise<{ tools: ToolRef[]; copies: Record<string, TenantToolDef> } | null> {
-  let base = toolsBeforeChanges(tools, given);
-  if (!base) return null;
-  // Each refusal names one unknown name, which then stops being a bare name: at most one pass per removed name.
-  for (;;) {
-    try {
-      return { tools: base, copies: await deps.toolbox.check(tenant, base) };
-    } catch (err) {
-      const name = err instanceof InvalidRequest && err.code === 'unknown_tool' ? toolOf(err.details) : null;
-      if (name === null || !base.includes(name) || tools.includes(name)) throw err;
-      base = base.map((t) => (t === name ? removedClientTool(name) : t));
-    }
-  }
+  const before = toolsBeforeChanges(tools, given);
+  if (!before) return null;
+  const base = await resolveRemovedNames(deps, tenant, before, tools, given);
+  return { tools: base, copies: await deps.toolbox.check(tenant, base) };
 }
-
-const toolOf = (details: unknown): string | null => {
-  const tool: unknown =
-    typeof details === 'object' && details !== null ? Reflect.get(details, 'tool') : undefined;
-  return typeof tool === 'string' ? tool : null;
-};
-
-/** The stand-in of a client tool a given history removed (baseTools). */
-const removedClientTool = (name: string): ClientTool => ({
-  name,
-  description: 'A tool this conversation removed (its definition was not kept).',
-  input_schema: { type: 'object', properties: {} },
-});
 
 /** A created session's history must be one the Messages API takes, and end where a run can start from. */
 function checkGivenHistory(messages: StoredMessage[], start: boolean): void {

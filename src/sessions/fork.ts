@@ -10,7 +10,9 @@ import {
   type SessionState,
 } from '../store/session-state.js';
 import { insertSession, noSpend } from './create.js';
+import type { StoredMessage } from '../history.js';
 import { toolsBeforeChanges } from './history-tools.js';
+import { resolveRemovedNames } from './removed-tools.js';
 import { checkIfMatch, type SessionDeps } from './mutate.js';
 
 /** The id of the fork a keyed request makes (its idempotency token's, salted apart from a create's). */
@@ -63,7 +65,7 @@ export async function forkSession(
   // After a compaction the history starts with its summary: a fork takes the history as it stood at that point.
   const { messages: history, base } = await store.historyUntil(id, s.msgBase, end);
   const kept = records.slice(0, body.at_iteration);
-  const toolsSent = await toolsSentAt(deps, s, end, total);
+  const toolsSent = await toolsSentAt(deps, s, end, total, history);
   // The fork's counts are those of the records it keeps: its model turns, and its compactions.
   const compactions = kept.filter((r) => r.kind === 'compaction').length;
   const turns = kept.length - compactions;
@@ -111,13 +113,16 @@ export async function forkSession(
  * What the model was told of the tools at the fork's end: the source's `tools_sent` with the tool changes made after
  * that point (its `system` messages, in the history or in a kept segment; a summary's `tool_changes` only restate
  * those before it) undone. The fork's first run then tells the model the change to the fork's `tools`, as a run of
- * the source tells a PATCH. A tool those changes had removed comes back as the source declared it.
+ * the source tells a PATCH. A tool those changes had removed comes back as the source declared it, or, a client tool
+ * the source no longer declares, as the fork's history last added it (removed-tools.ts): never a bare name no tool
+ * source knows, which the fork's runs would drop unseen, never telling its removal.
  */
 async function toolsSentAt(
   deps: SessionDeps,
   s: SessionState,
   end: number,
   total: number,
+  kept: readonly StoredMessage[],
 ): Promise<SessionState['toolsSent']> {
   if (s.toolsSent === null || end >= total) return s.toolsSent;
   const dropped = (await deps.store.messagesAt(s.id, s.msgBase, end, total - 1)).filter(
@@ -126,11 +131,15 @@ async function toolsSentAt(
   const before = toolsBeforeChanges(s.toolsSent, dropped);
   if (!before) return s.toolsSent;
   const declared = [...s.toolsSent, ...s.tools, ...(s.toolsBase ?? [])];
-  return before.map((t) =>
+  const named = before.map((t) =>
     typeof t === 'string'
       ? (declared.find((d) => typeof d !== 'string' && 'name' in d && d.name === t) ?? t)
       : t,
   );
+  // Only names the undoing put back are looked at: those the source sent were known then, and its tenant tools are
+  // its own copies, whatever the registry holds now.
+  const known = [...s.toolsSent, ...Object.keys(s.tenantTools)];
+  return resolveRemovedNames(deps, s.tenant, named, known, kept);
 }
 
 /**

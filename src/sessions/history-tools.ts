@@ -1,5 +1,6 @@
 import type { StoredMessage } from '../history.js';
 import type { ToolRef } from '../store/session-state.js';
+import { clientTool, type ClientTool } from '../schemas.js';
 
 /** A tool change of a history: what it does, to which tool (by name; null for an MCP reference). */
 interface Change {
@@ -70,4 +71,35 @@ export function toolsBeforeChanges(
   const held = new Set(tools.flatMap((t) => nameOf(t) ?? []));
   for (const n of present) if (!held.has(n)) base.push(n);
   return base;
+}
+
+/**
+ * The definition the history's last `tool_addition` of `name` gave (in a `system` message, or a leading compaction's
+ * `tool_changes`), as a client tool; null when it gives none (or one a client tool cannot be).
+ */
+export function addedDefinition(history: readonly StoredMessage[], name: string): ClientTool | null {
+  let found: ClientTool | null = null;
+  const look = (block: unknown) => {
+    if (field(block, 'type') !== 'tool_addition') return;
+    const tool = field(block, 'tool');
+    if (field(tool, 'type') !== 'tool_definition') return;
+    const d = field(tool, 'definition');
+    if (field(d, 'name') !== name) return;
+    const parsed = clientTool.safeParse({
+      name,
+      description: field(d, 'description'),
+      input_schema: field(d, 'input_schema'),
+      strict: field(d, 'strict'),
+    });
+    if (parsed.success) found = parsed.data;
+  };
+  for (const m of history) {
+    if (!Array.isArray(m.content)) continue;
+    const first = m.content[0];
+    if (m.role === 'assistant' && field(first, 'type') === 'compaction') {
+      const changes = field(first, 'tool_changes');
+      if (Array.isArray(changes)) changes.forEach(look);
+    } else if (m.role === 'system') m.content.forEach(look);
+  }
+  return found;
 }

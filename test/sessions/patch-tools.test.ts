@@ -192,6 +192,38 @@ describe('PATCH tools between turns', () => {
     assert.deepEqual(names(h.fake.requests[3]!), ['get_weather']);
   });
 
+  it('a fork between a client tool added and removed is told the removal: the tool comes back as it was added', async () => {
+    const pick = {
+      name: 'pick',
+      description: 'Pick one',
+      input_schema: { type: 'object', properties: { of: { type: 'string' } } },
+    };
+    h.fake.enqueue(text('One.'));
+    const s = await h.api.post('/v1/sessions', { tools: [lookup], input: 'Hi' });
+    const id = s.body.id;
+    await h.api.waitFor(id, (x) => x.status === 'idle' && x.iteration === 1);
+    assert.equal((await patch(id, { tools: [lookup, pick] })).status, 200);
+    h.fake.enqueue(text('Two.'));
+    await h.api.post(`/v1/sessions/${id}/messages`, { text: 'More' });
+    await h.api.waitFor(id, (x) => x.status === 'idle' && x.iteration === 2);
+    assert.equal((await patch(id, { tools: [lookup] })).status, 200);
+    h.fake.enqueue(text('Three.'));
+    await h.api.post(`/v1/sessions/${id}/messages`, { text: 'Again' });
+    await h.api.waitFor(id, (x) => x.status === 'idle' && x.iteration === 3);
+    assert.deepEqual(names(h.fake.requests[2]!), ['lookup']);
+    // The fork's history holds pick's addition, not its removal: its first run must tell the removal.
+    const f = await h.api.post(`/v1/sessions/${id}/fork`, { at_iteration: 2 });
+    assert.equal(f.status, 201, JSON.stringify(f.body));
+    assert.deepEqual(f.body.tools, [lookup]);
+    h.fake.enqueue(text('Four.'));
+    await h.api.post(`/v1/sessions/${f.body.id}/messages`, { text: 'And?' });
+    const done = await h.api.waitFor(f.body.id, (x) => x.status !== 'running');
+    assert.equal(done.status, 'idle', JSON.stringify(done.error));
+    const fourth = h.fake.requests[3]!;
+    assert.equal(fourth.status, 200);
+    assert.deepEqual(names(fourth), ['lookup'], 'the fork tells the removal of pick');
+  });
+
   it('refuses to remove a tool with a pending call (409 tool_call_pending), and bad sets like create does', async () => {
     h.fake.enqueue(toolCall('get_weather', { location: 'Paris' }));
     const s = await h.api.post('/v1/sessions', {
