@@ -18,6 +18,8 @@ const jsonSchemaObject = z
     const problem = jsonSchemaProblem(rest);
     if (problem) ctx.addIssue({ code: 'custom', message: `not a valid JSON Schema: ${problem}` });
   });
+/** Most entries of a session's `tools` (create, PATCH). */
+export const MAX_TOOLS = 128;
 export const clientTool = z.strictObject({
   name: z.string().regex(/^[A-Za-z0-9_-]{1,128}$/, 'tool names are 1-128 of [A-Za-z0-9_-]'),
   description: z.string().max(10_000).optional(),
@@ -225,7 +227,7 @@ export const createSessionBody = z
     model: z.string().min(1).optional(),
     max_tokens: z.number().int().positive().optional(),
     system: z.union([z.string(), z.array(textBlock)]).optional(),
-    tools: z.array(toolRef).max(128).default([]),
+    tools: z.array(toolRef).max(MAX_TOOLS).default([]),
     messages: z.array(messageParam).max(10_000).optional(),
     input: userText.optional(),
     max_iterations: policies.max_iterations.default(10),
@@ -270,7 +272,7 @@ export const patchSessionBody = z
     on_action_timeout: onActionTimeoutPolicy.optional(),
     ttl_s: ttlPolicy.optional(),
     // The whole new set, in create's entry forms; applied from the next turn (src/sessions/tools-patch.ts).
-    tools: z.array(toolRef).max(128).optional(),
+    tools: z.array(toolRef).max(MAX_TOOLS).optional(),
     metadata: metadata.optional(),
   })
   .refine((b) => Object.keys(b).length > 0, { message: 'nothing to change' });

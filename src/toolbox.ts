@@ -69,6 +69,11 @@ export interface ToolProvider {
   list(tenant: string): Promise<ToolListing[]>;
   /** Names a client tool may never take, whether the session uses the tool or not (the server tools' names). */
   reserved?: ReadonlySet<string>;
+  /**
+   * Of bare names it claims, those it does not know for `tenant` now, in one read for all (a provider without it
+   * claims only names it knows).
+   */
+  unknown?(tenant: string, names: readonly string[]): Promise<string[]>;
 }
 
 /** The name a runnable tool is called by. */
@@ -151,6 +156,20 @@ export class Toolbox {
     for (const t of provided) add(t);
     for (const [name, from] of client) add({ name, from });
     return Object.fromEntries(provided.flatMap((t) => (t.copy ? [[t.name, t.copy]] : [])));
+  }
+
+  /** Of `names` (bare `tools` entries), those no tool source knows for `tenant` now: one read per source. */
+  async unknownNames(tenant: string, names: readonly string[]): Promise<Set<string>> {
+    const out = new Set<string>();
+    const claimed = new Map<ToolProvider, string[]>();
+    for (const n of new Set(names)) {
+      const p = this.providers.find((x) => x.claims(n));
+      if (!p) out.add(n);
+      else if (p.unknown) claimed.set(p, [...(claimed.get(p) ?? []), n]);
+    }
+    const lists = await Promise.all([...claimed].map(([p, ns]) => p.unknown?.(tenant, ns) ?? []));
+    for (const n of lists.flat()) out.add(n);
+    return out;
   }
 
   /** Names a tenant tool may not take: the server tools' (and the memory tool's). */

@@ -13,6 +13,7 @@ import { asBlocks, checkHistory, pendingToolCalls, type StoredMessage } from '..
 import {
   DEFAULT_MAX_TOKENS,
   DEFAULT_MODEL,
+  MAX_TOOLS,
   createSessionBody,
   isAgentTool,
   sessionParams,
@@ -33,7 +34,7 @@ import type { TenantToolDef } from '../tenant-tools/types.js';
 import { session } from '../openapi/responses.js';
 import { checkCompactionParams } from './compact.js';
 import { toolsBeforeChanges } from './history-tools.js';
-import { resolveRemovedNames } from './removed-tools.js';
+import { asClientTools, bareNames } from './removed-tools.js';
 import { assertFixedMarks } from '../engine/cache-breakpoints.js';
 import { startRun, type SessionDeps } from './mutate.js';
 import { assertAgentsPriced } from './agents-priced.js';
@@ -231,7 +232,15 @@ async function baseTools(
 ): Promise<{ tools: ToolRef[]; copies: Record<string, TenantToolDef> } | null> {
   const before = toolsBeforeChanges(tools, given);
   if (!before) return null;
-  const base = await resolveRemovedNames(deps, tenant, before, tools, given);
+  // The set a session was created with, or PATCHed to: never more than `tools` may hold.
+  if (before.length > MAX_TOOLS)
+    throw new InvalidRequest(
+      'invalid_history',
+      `The history's tool changes work back to ${before.length} tools; a session has at most ${MAX_TOOLS}.`,
+    );
+  const named = new Set(bareNames(tools));
+  const removed = bareNames(before).filter((n) => !named.has(n));
+  const base = asClientTools(before, await deps.toolbox.unknownNames(tenant, removed), given);
   return { tools: base, copies: await deps.toolbox.check(tenant, base) };
 }
 

@@ -12,7 +12,7 @@ import {
 import { insertSession, noSpend } from './create.js';
 import type { StoredMessage } from '../history.js';
 import { toolsBeforeChanges } from './history-tools.js';
-import { resolveRemovedNames } from './removed-tools.js';
+import { asClientTools, bareNames } from './removed-tools.js';
 import { checkIfMatch, type SessionDeps } from './mutate.js';
 
 /** The id of the fork a keyed request makes (its idempotency token's, salted apart from a create's). */
@@ -136,10 +136,10 @@ async function toolsSentAt(
       ? (declared.find((d) => typeof d !== 'string' && 'name' in d && d.name === t) ?? t)
       : t,
   );
-  // Only names the undoing put back are looked at: those the source sent were known then, and its tenant tools are
-  // its own copies, whatever the registry holds now.
-  const known = [...s.toolsSent, ...Object.keys(s.tenantTools)];
-  return resolveRemovedNames(deps, s.tenant, named, known, kept);
+  // A bare name is known only as one of the source's: a server or memory tool, or a tenant tool it holds a copy of
+  // (the registry is not asked: a tool of that name registered since is not the one the fork's history removed).
+  const known = new Set([...deps.toolbox.reservedNames(), ...Object.keys(s.tenantTools)]);
+  return asClientTools(named, new Set(bareNames(named).filter((n) => !known.has(n))), kept);
 }
 
 /**

@@ -74,24 +74,24 @@ export function toolsBeforeChanges(
 }
 
 /**
- * The definition the history's last `tool_addition` of `name` gave (in a `system` message, or a leading compaction's
- * `tool_changes`), as a client tool; null when it gives none (or one a client tool cannot be).
+ * The definitions the history's `tool_addition`s gave (in `system` messages, or a leading compaction's
+ * `tool_changes`), by name, the last of each name, as client tools (one a client tool cannot be is left out). One
+ * pass over the history, whatever the number of names looked up in it.
  */
-export function addedDefinition(history: readonly StoredMessage[], name: string): ClientTool | null {
-  let found: ClientTool | null = null;
+export function addedDefinitions(history: readonly StoredMessage[]): Map<string, ClientTool> {
+  const found = new Map<string, ClientTool>();
   const look = (block: unknown) => {
     if (field(block, 'type') !== 'tool_addition') return;
     const tool = field(block, 'tool');
     if (field(tool, 'type') !== 'tool_definition') return;
     const d = field(tool, 'definition');
-    if (field(d, 'name') !== name) return;
     const parsed = clientTool.safeParse({
-      name,
+      name: field(d, 'name'),
       description: field(d, 'description'),
       input_schema: field(d, 'input_schema'),
       strict: field(d, 'strict'),
     });
-    if (parsed.success) found = parsed.data;
+    if (parsed.success) found.set(parsed.data.name, parsed.data);
   };
   for (const m of history) {
     if (!Array.isArray(m.content)) continue;

@@ -3,15 +3,13 @@
  * back by working the set back from them (history-tools.ts `toolsBeforeChanges`: a create given a history with tool
  * changes, a fork from before a change). A history keeps a removal's name only, so such a name is a client tool whose
  * definition went with it: it takes the definition the history's last `tool_addition` of that name gave, or else a
- * stand-in the model cannot call (the API takes the removal only of a declared tool). Names a tool source knows
- * (server, tenant, memory tools) stay as they are.
+ * stand-in the model cannot call (the API takes the removal only of a declared tool). Which names are unknown is the
+ * caller's to say (a create asks the tool sources; a fork knows its own tools).
  */
-import { InvalidRequest } from '../errors.js';
 import type { StoredMessage } from '../history.js';
 import type { ClientTool } from '../schemas.js';
 import type { ToolRef } from '../store/session-state.js';
-import { addedDefinition } from './history-tools.js';
-import type { SessionDeps } from './mutate.js';
+import { addedDefinitions } from './history-tools.js';
 
 /** The stand-in of a client tool a history removed, whose definition it does not hold. */
 const standIn = (name: string): ClientTool => ({
@@ -20,36 +18,17 @@ const standIn = (name: string): ClientTool => ({
   input_schema: { type: 'object', properties: {} },
 });
 
-/**
- * `tools` with each bare name outside `given` (names the caller gave, checked already) that no tool source knows
- * made a client tool, from `history` or a stand-in. One check per such name, all at once (a name per round trip
- * would make a crafted history of many removals cost as many passes).
- */
-export async function resolveRemovedNames(
-  deps: SessionDeps,
-  tenant: string,
+/** `tools` with each bare name of `unknown` made a client tool: from `history` (one pass over it), or a stand-in. */
+export function asClientTools(
   tools: readonly ToolRef[],
-  given: readonly ToolRef[],
+  unknown: ReadonlySet<string>,
   history: readonly StoredMessage[],
-): Promise<ToolRef[]> {
-  const names = [...new Set(tools.filter((t): t is string => typeof t === 'string' && !given.includes(t)))];
-  const unknown = new Set(
-    (
-      await Promise.all(
-        names.map(async (n) => {
-          try {
-            await deps.toolbox.check(tenant, [n]);
-            return [];
-          } catch (err) {
-            if (err instanceof InvalidRequest && err.code === 'unknown_tool') return [n];
-            throw err;
-          }
-        }),
-      )
-    ).flat(),
-  );
+): ToolRef[] {
   if (unknown.size === 0) return [...tools];
-  return tools.map((t) =>
-    typeof t === 'string' && unknown.has(t) ? (addedDefinition(history, t) ?? standIn(t)) : t,
-  );
+  const defined = addedDefinitions(history);
+  return tools.map((t) => (typeof t === 'string' && unknown.has(t) ? (defined.get(t) ?? standIn(t)) : t));
 }
+
+/** The bare names of `tools`. */
+export const bareNames = (tools: readonly ToolRef[]): string[] =>
+  tools.filter((t): t is string => typeof t === 'string');

@@ -124,6 +124,10 @@ function runnableCopy(d: TenantToolDef): ServerTool {
 export function tenantToolProvider(registry: TenantToolRegistry, tasks: TaskQueue): ToolProvider {
   return {
     claims: (entry) => typeof entry === 'string',
+    unknown: async (tenant, names) => {
+      const found = await registry.getMany(tenant, names);
+      return names.filter((n) => !found.has(n));
+    },
     check: async (tenant, entries) => {
       const names = entries.filter((e): e is string => typeof e === 'string');
       const found = await registry.getMany(tenant, names);

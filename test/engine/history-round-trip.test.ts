@@ -306,6 +306,16 @@ describe('history round trip', () => {
       'lookup',
     ]);
     assert.deepEqual([...availableTools(next).keys()], ['get_weather']);
+    // A history whose removals work back to more tools than a session may hold: 400, checked once for all.
+    const removals = Array.from({ length: 200 }, (_, i) => ({
+      type: 'tool_removal',
+      tool: { type: 'tool_reference', name: `gone_${i}` },
+    }));
+    const crafted = [...answered.slice(0, 2), { role: 'system', content: removals }, ...answered.slice(2)];
+    const many = await h.api.post('/v1/sessions', { messages: crafted, tools, start: false });
+    assert.equal(many.status, 400, JSON.stringify(many.body));
+    assert.equal(many.body.error.code, 'invalid_history');
+    assert.match(many.body.error.message, /202 tools; a session has at most 128/);
   });
 });
 

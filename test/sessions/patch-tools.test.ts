@@ -211,6 +211,13 @@ describe('PATCH tools between turns', () => {
     await h.api.post(`/v1/sessions/${id}/messages`, { text: 'Again' });
     await h.api.waitFor(id, (x) => x.status === 'idle' && x.iteration === 3);
     assert.deepEqual(names(h.fake.requests[2]!), ['lookup']);
+    // A tenant tool of the same name registered since is not the tool the history added and removed.
+    const reg = await h.api.req('PUT', '/v1/tools/pick', {
+      description: 'Another pick',
+      input_schema: { type: 'object', properties: {} },
+      runner: { type: 'worker' },
+    });
+    assert.equal(reg.status, 201, JSON.stringify(reg.body));
     // The fork's history holds pick's addition, not its removal: its first run must tell the removal.
     const f = await h.api.post(`/v1/sessions/${id}/fork`, { at_iteration: 2 });
     assert.equal(f.status, 201, JSON.stringify(f.body));
