@@ -313,9 +313,8 @@ const routes: FastifyPluginAsyncZod<{ config: Config }> = async (app, { config }
       const start = active ? await runStartCursor(app.redis, id, config.EVENT_LOG_MAX, agentsPause) : null;
       if (start === null) return reply.code(204).send(null);
       // The history, and before it (after a compaction inside the run) the kept messages back to the run's user
-      // turn: the message the run continues is named as the page names it, from its first reply. (One whose start is
-      // past the read's bounds, record.ts, is named from the first message read: the page leaves it out, the replay
-      // adds it.)
+      // turn: the message the run continues is named as the page names it, from its first reply (one whose start is
+      // past the read's bounds, record.ts, from the first message read, as the page names it).
       const record = await chatRecord(app.store, id, 1);
       const messageId = runMessageId(id, record.messages, record.base);
       // After a retry the replay starts at the retry's run: the message's steps before it are the history's.
@@ -356,10 +355,10 @@ const routes: FastifyPluginAsyncZod<{ config: Config }> = async (app, { config }
     async (req) => {
       const s = await app.store.loadFor(req.tenant, req.params.id);
       // The live history and, after compactions, the newest messages they moved out of it (bounded: record.ts).
-      const { messages, base, partial } = await chatRecord(app.store, s.id);
+      const { messages, base } = await chatRecord(app.store, s.id);
       const denied = await denials(app.store, s.id, messages, s.pending);
       const action = requiredAction(s.status, s.pending);
-      return toUIMessages(s.id, messages, base, action, agentsOf(s), denied, partial).slice(-MAX_UI_MESSAGES);
+      return toUIMessages(s.id, messages, base, action, agentsOf(s), denied).slice(-MAX_UI_MESSAGES);
     },
   );
 };

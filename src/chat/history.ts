@@ -99,8 +99,7 @@ const summaryOnly = (m: StoredMessage): boolean =>
 /**
  * The history (from index `base` of the session's whole record) as UIMessages, the pending approvals marked;
  * `agents`: the names of the session's `agent` tools; `denials`: the denied calls (src/chat/denials.ts), whose
- * results are denials, not errors; `partial`: the messages start inside an assistant message whose first messages
- * are not among them (src/chat/record.ts), which is then left out, as its id is not known.
+ * results are denials, not errors.
  */
 export function toUIMessages(
   sessionId: string,
@@ -109,7 +108,6 @@ export function toUIMessages(
   action: RequiredAction | null,
   agents: ReadonlySet<string> = new Set(),
   denials: Denials = new Map(),
-  partial = false,
 ): UIMessageJson[] {
   const out: UIMessageJson[] = [];
   const calls = new Map<string, UIPart>();
@@ -154,8 +152,6 @@ export function toUIMessages(
         Object.assign(part, { state: 'approval-requested', approval: { id: c.id } });
     }
   }
-  // An assistant message first: it began before these messages (no user turn opened it here).
-  if (partial && out[0]?.role === 'assistant') out.shift();
   return out;
 }
 

@@ -14,10 +14,11 @@
  *   history that starts with anything else (replaced since with `PUT …/messages`, or a fork's, whose source keeps the
  *   segments) is not the continuation of the segments, and they are not shown.
  * - Bounded: segments are read newest first, one LINDEX each, until the page has its MAX_USER_TURNS user turns, or
- *   SEGMENT_MESSAGES messages or SEGMENT_BYTES bytes of segments were read (a segment is read whole: it was a history
- *   the Messages API took once). When the read stops inside the conversation, the window is `partial`: its leading
- *   replies belong to an assistant message whose start was not read, and the page leaves that message out rather
- *   than show it under an id it never had.
+ *   SEGMENTS segments, SEGMENT_MESSAGES messages or SEGMENT_BYTES bytes of segments were read (a segment is read
+ *   whole: it was a history the Messages API took once). So a GET costs at most SEGMENTS round trips more, however
+ *   small the segments (a compaction after every turn). When the read stops inside the conversation, the window's
+ *   leading replies belong to an assistant message whose start was not read: it is named from its first message
+ *   read, as the resumed stream names it from the same bounded read (a long run is shown, not left out).
  */
 import type { StoredMessage } from '../history.js';
 import { blocksOf } from '../history.js';
@@ -28,6 +29,8 @@ import { isSummary } from '../engine/compaction.js';
 export const MAX_UI_MESSAGES = 1000;
 /** Most messages of the kept segments a page reads (the newest ones), whatever the number of segments. */
 export const SEGMENT_MESSAGES = 4000;
+/** Most segments a page reads: each one is a round trip. */
+export const SEGMENTS = 16;
 /** The reading of segments stops once it has read this many bytes of them. */
 export const SEGMENT_BYTES = 8 * 1024 * 1024;
 
@@ -37,8 +40,6 @@ export interface ChatRecord {
   base: number;
   /** How many of `messages` come before the live history (read from the segments). */
   older: number;
-  /** The read stopped inside the conversation: the leading replies' message started before `messages`. */
-  partial: boolean;
 }
 
 /** Whether `m` is a user turn the chat shows as a message of its own (text or an image: history.ts `userPart`). */
@@ -62,24 +63,17 @@ export async function chatRecord(
   let turns = history.filter(isUserTurn).length;
   let readMessages = 0;
   let readBytes = 0;
-  let partial = false;
-  for (let i = segments - 1; i >= 0 && isSummary(messages[0]); i--) {
-    if (turns >= userTurns || readMessages >= SEGMENT_MESSAGES || readBytes >= SEGMENT_BYTES) {
-      partial = true;
-      break;
-    }
+  const last = Math.max(0, segments - SEGMENTS);
+  for (let i = segments - 1; i >= last && isSummary(messages[0]); i--) {
+    if (turns >= userTurns || readMessages >= SEGMENT_MESSAGES || readBytes >= SEGMENT_BYTES) break;
     const read = await store.segmentAt(id, i);
     if (!read) break;
     readBytes += read.bytes;
-    const room = SEGMENT_MESSAGES - readMessages;
-    const taken = read.segment.messages.slice(-room);
-    // A segment cut by the message bound ends the read inside the conversation (unless the cut falls on a user turn).
-    if (taken.length < read.segment.messages.length) partial = !isUserTurn(taken[0]!);
+    const taken = read.segment.messages.slice(-(SEGMENT_MESSAGES - readMessages));
     messages = [...taken, ...messages];
     first -= taken.length;
     readMessages += taken.length;
     turns += taken.filter(isUserTurn).length;
-    if (partial) break;
   }
-  return { messages, base: first, older: messages.length - history.length, partial };
+  return { messages, base: first, older: messages.length - history.length };
 }

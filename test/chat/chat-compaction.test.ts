@@ -267,7 +267,7 @@ describe('chat history after compactions', { timeout: 120_000 }, () => {
     h.fake.setHandler(null);
   });
 
-  it('a session with many kept messages: the page reads the newest segments only, one by one, and leaves out a message it cannot read whole', async () => {
+  it('a session with many kept messages: the page reads the newest segments only, one by one, and shows a message cut by the bound from its first message read', async () => {
     h.fake.enqueue(text('First answer.'));
     const id = (await h.api.post('/v1/sessions', { input: 'First question.' })).body.id as string;
     await h.api.waitStatus(id, 'idle');
@@ -314,14 +314,56 @@ describe('chat history after compactions', { timeout: 120_000 }, () => {
       ],
     );
     assert.ok(SEGMENT_MESSAGES < 2 * size);
-    // The newest segment whole: its question, its one assistant message; the message the bound cut (its question
-    // unread) is left out, not shown under an id it never had. The history's summary shows nothing.
+    // The message the bound cut (its question unread) is shown from its first message read, under that message's id
+    // (as a resumed stream names it); then the newest segment whole: its question, its one assistant message. The
+    // history's summary shows nothing.
+    const cut = SEGMENT_MESSAGES - size;
     assert.deepEqual(
       page.map((m) => [m.id, m.role, m.role === 'user' ? textOf(m) : m.parts.length]),
       [
+        [`${id}-${base - size - cut}`, 'assistant', 2 * cut],
         [`${id}-${base - size + 1}`, 'user', 'Question 4.'],
         [`${id}-${base - size + 2}`, 'assistant', 2 * (size - 2)],
       ],
+    );
+  });
+
+  it('a session compacted after every turn: the page reads at most 16 segments, however small', async () => {
+    h.fake.enqueue(text('First answer.'));
+    const id = (await h.api.post('/v1/sessions', { input: 'First question.' })).body.id as string;
+    await h.api.waitStatus(id, 'idle');
+    assert.equal((await h.api.post(`/v1/sessions/${id}/compact`)).status, 202);
+    await h.api.waitFor(id, (x) => x.status === 'idle' && !x.compaction_pending);
+    const summary = (await h.api.get(`/v1/sessions/${id}/messages`)).body.data[0];
+    // 40 more segments of one turn each (summary, question, answer), as the compaction script writes them.
+    const segment = (k: number) =>
+      JSON.stringify({
+        at_iteration: k,
+        messages: [
+          summary,
+          { role: 'user', content: [{ type: 'text', text: `Question ${k}.` }] },
+          { role: 'assistant', content: [{ type: 'text', text: `Answer ${k}.` }] },
+        ],
+      });
+    const r = new Redis(h.redis.url);
+    try {
+      await r.rpush(`s:{${id}}:c`, ...Array.from({ length: 40 }, (_, k) => segment(k + 2)));
+      await r.hincrby(`s:{${id}}`, 'msg_base', 40 * 3);
+    } finally {
+      r.disconnect();
+    }
+    const monitor = await monitorRedis(h.redis.port);
+    const page = await reload(id);
+    await monitor.settle();
+    monitor.stop();
+    const reads = monitor.commands.filter((a) => a[1] === `s:{${id}}:c` && a[0]!.toLowerCase() === 'lindex');
+    assert.equal(reads.length, 16);
+    assert.equal(reads.at(-1)![2], String(40 - 15), 'the newest 16 of indexes 0..40');
+    // The 16 newest turns, oldest first.
+    const questions = page.filter((m) => m.role === 'user').map(textOf);
+    assert.deepEqual(
+      questions,
+      Array.from({ length: 16 }, (_, k) => `Question ${k + 26}.`),
     );
   });
 });
