@@ -267,13 +267,19 @@ describe('chat history after compactions', { timeout: 120_000 }, () => {
     h.fake.setHandler(null);
   });
 
-  it('a session with many kept messages: the page reads the newest segments only, one by one, and shows a message cut by the bound from its first message read', async () => {
+  /** A session of one turn, compacted while idle: its id and the summary its history now starts with. */
+  async function compactedOnce(): Promise<{ id: string; summary: unknown }> {
     h.fake.enqueue(text('First answer.'));
     const id = (await h.api.post('/v1/sessions', { input: 'First question.' })).body.id as string;
     await h.api.waitStatus(id, 'idle');
     assert.equal((await h.api.post(`/v1/sessions/${id}/compact`)).status, 202);
     await h.api.waitFor(id, (x) => x.status === 'idle' && !x.compaction_pending);
     const summary = (await h.api.get(`/v1/sessions/${id}/messages`)).body.data[0];
+    return { id, summary };
+  }
+
+  it('a session with many kept messages: the page reads the newest segments only, one by one, and shows a message cut by the bound from its first message read', async () => {
+    const { id, summary } = await compactedOnce();
     // Three more compactions of long tool-less runs, as the store keeps them: each segment starts with the summary
     // before it, then a question and 2498 replies (one assistant message of 2498 steps). Written as the compaction
     // script writes them (segments appended, `msg_base` grown by their messages), so 7500 messages before the history.
@@ -329,12 +335,7 @@ describe('chat history after compactions', { timeout: 120_000 }, () => {
   });
 
   it('a session compacted after every turn: the page reads at most 16 segments, however small', async () => {
-    h.fake.enqueue(text('First answer.'));
-    const id = (await h.api.post('/v1/sessions', { input: 'First question.' })).body.id as string;
-    await h.api.waitStatus(id, 'idle');
-    assert.equal((await h.api.post(`/v1/sessions/${id}/compact`)).status, 202);
-    await h.api.waitFor(id, (x) => x.status === 'idle' && !x.compaction_pending);
-    const summary = (await h.api.get(`/v1/sessions/${id}/messages`)).body.data[0];
+    const { id, summary } = await compactedOnce();
     // 40 more segments of one turn each (summary, question, answer), as the compaction script writes them.
     const segment = (k: number) =>
       JSON.stringify({

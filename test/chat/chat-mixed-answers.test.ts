@@ -25,7 +25,8 @@ describe('chat answers of one step: a client tool output beside an approval', { 
   });
   after(() => h?.close());
 
-  it('both reach the session in one message: the output is its result, the approval its decision', async () => {
+  /** A session whose step waits on both: the approval of get_weather (`w`) and lookup_order's output (`c`). */
+  async function waitingOnBoth(w: string, c: string) {
     const id = (
       await h.api.post('/v1/sessions', {
         start: false,
@@ -35,13 +36,17 @@ describe('chat answers of one step: a client tool output beside an approval', { 
     ).body.id as string;
     h.fake.enqueue(
       reply([
-        toolUse('get_weather', { location: 'Paris' }, 'toolu_w'),
-        toolUse('lookup_order', { order_id: '42' }, 'toolu_c'),
+        toolUse('get_weather', { location: 'Paris' }, w),
+        toolUse('lookup_order', { order_id: '42' }, c),
       ]),
       text('Both done.'),
     );
     await h.api.post(`/v1/sessions/${id}/messages`, { content: 'both' });
-    const waiting = await h.api.waitStatus(id, 'requires_action');
+    return { id, waiting: await h.api.waitStatus(id, 'requires_action') };
+  }
+
+  it('both reach the session in one message: the output is its result, the approval its decision', async () => {
+    const { id, waiting } = await waitingOnBoth('toolu_w', 'toolu_c');
     assert.equal(waiting.required_action.type, 'approve_tool_calls');
     const messages = await validateUIMessages<UIMessage>({
       messages: (await h.api.get(`/v1/chat/${id}/messages`)).body,
@@ -71,22 +76,7 @@ describe('chat answers of one step: a client tool output beside an approval', { 
   });
 
   it('a client token without `results`: 403 scope_denied before anything of the message is applied', async () => {
-    const id = (
-      await h.api.post('/v1/sessions', {
-        start: false,
-        tools: ['get_weather', lookupOrder],
-        approval: ['get_weather'],
-      })
-    ).body.id as string;
-    h.fake.enqueue(
-      reply([
-        toolUse('get_weather', { location: 'Paris' }, 'toolu_w2'),
-        toolUse('lookup_order', { order_id: '7' }, 'toolu_c2'),
-      ]),
-      text('Both done.'),
-    );
-    await h.api.post(`/v1/sessions/${id}/messages`, { content: 'both' });
-    const waiting = await h.api.waitStatus(id, 'requires_action');
+    const { id, waiting } = await waitingOnBoth('toolu_w2', 'toolu_c2');
     const minted = await h.api.post('/v1/client-tokens', { session_id: id, scopes: ['read', 'decide'] });
     const [, assistant] = (await h.api.get(`/v1/chat/${id}/messages`)).body as UIMessage[];
     const parts = assistant!.parts.map((p) =>
