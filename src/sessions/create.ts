@@ -13,7 +13,6 @@ import { asBlocks, checkHistory, pendingToolCalls, type StoredMessage } from '..
 import {
   DEFAULT_MAX_TOKENS,
   DEFAULT_MODEL,
-  MAX_TOOLS,
   createSessionBody,
   isAgentTool,
   sessionParams,
@@ -33,8 +32,7 @@ import { isMcpEntry, isMcpToolset } from '../mcp/schema.js';
 import type { TenantToolDef } from '../tenant-tools/types.js';
 import { session } from '../openapi/responses.js';
 import { checkCompactionParams } from './compact.js';
-import { toolsBeforeChanges } from './history-tools.js';
-import { asClientTools, bareNames } from './removed-tools.js';
+import { baseTools } from './removed-tools.js';
 import { assertFixedMarks } from '../engine/cache-breakpoints.js';
 import { startRun, type SessionDeps } from './mutate.js';
 import { assertAgentsPriced } from './agents-priced.js';
@@ -216,32 +214,6 @@ async function buildSession(
     msgCount: messages.length,
   });
   return { state, messages, start };
-}
-
-/**
- * The tools a history with tool changes was made over (history-tools.ts), checked as `tools` are, with the copies of
- * the tenant tools among them; null for a history that changes none. A tool the history removed that `tools` no
- * longer holds is taken by its name as a server or tenant tool, else as a client tool whose definition went with it
- * (removed-tools.ts): history in, history out holds for a history that removed a client tool.
- */
-async function baseTools(
-  deps: SessionDeps,
-  tenant: string,
-  tools: readonly ToolRef[],
-  given: readonly StoredMessage[],
-): Promise<{ tools: ToolRef[]; copies: Record<string, TenantToolDef> } | null> {
-  const before = toolsBeforeChanges(tools, given);
-  if (!before) return null;
-  // The set a session was created with, or PATCHed to: never more than `tools` may hold.
-  if (before.length > MAX_TOOLS)
-    throw new InvalidRequest(
-      'invalid_history',
-      `The history's tool changes work back to ${before.length} tools; a session has at most ${MAX_TOOLS}.`,
-    );
-  const named = new Set(bareNames(tools));
-  const removed = bareNames(before).filter((n) => !named.has(n));
-  const base = asClientTools(before, await deps.toolbox.unknownNames(tenant, removed), given);
-  return { tools: base, copies: await deps.toolbox.check(tenant, base) };
 }
 
 /** A created session's history must be one the Messages API takes, and end where a run can start from. */

@@ -6,10 +6,13 @@
  * stand-in the model cannot call (the API takes the removal only of a declared tool). Which names are unknown is the
  * caller's to say (a create asks the tool sources; a fork knows its own tools).
  */
+import { InvalidRequest } from '../errors.js';
 import type { StoredMessage } from '../history.js';
-import type { ClientTool } from '../schemas.js';
+import { MAX_TOOLS, type ClientTool } from '../schemas.js';
 import type { ToolRef } from '../store/session-state.js';
-import { addedDefinitions } from './history-tools.js';
+import type { TenantToolDef } from '../tenant-tools/types.js';
+import { addedDefinitions, toolsBeforeChanges } from './history-tools.js';
+import type { SessionDeps } from './mutate.js';
 
 /** The stand-in of a client tool a history removed, whose definition it does not hold. */
 const standIn = (name: string): ClientTool => ({
@@ -32,3 +35,29 @@ export function asClientTools(
 /** The bare names of `tools`. */
 export const bareNames = (tools: readonly ToolRef[]): string[] =>
   tools.filter((t): t is string => typeof t === 'string');
+
+/**
+ * The tools a history with tool changes was made over (history-tools.ts), checked as `tools` are, with the copies of
+ * the tenant tools among them; null for a history that changes none. A tool the history removed that `tools` no
+ * longer holds is taken by its name as a server or tenant tool, else as a client tool whose definition went with it
+ * (removed-tools.ts): history in, history out holds for a history that removed a client tool.
+ */
+export async function baseTools(
+  deps: SessionDeps,
+  tenant: string,
+  tools: readonly ToolRef[],
+  given: readonly StoredMessage[],
+): Promise<{ tools: ToolRef[]; copies: Record<string, TenantToolDef> } | null> {
+  const before = toolsBeforeChanges(tools, given);
+  if (!before) return null;
+  // The set a session was created with, or PATCHed to: never more than `tools` may hold.
+  if (before.length > MAX_TOOLS)
+    throw new InvalidRequest(
+      'invalid_history',
+      `The history's tool changes work back to ${before.length} tools; a session has at most ${MAX_TOOLS}.`,
+    );
+  const named = new Set(bareNames(tools));
+  const removed = bareNames(before).filter((n) => !named.has(n));
+  const base = asClientTools(before, await deps.toolbox.unknownNames(tenant, removed), given);
+  return { tools: base, copies: await deps.toolbox.check(tenant, base) };
+}

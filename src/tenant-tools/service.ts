@@ -8,6 +8,9 @@
  * keeps the result on its step: the client's answer starts the run); the call is settled in the queue only after
  * that, so a replica dying at any point leaves the result in the outbox for the sweep to deliver again (writing it
  * is idempotent: a call that has its result takes no other).
+ *
+ * Over 400 lines: which session awaits which task (`awaits`) is read by claims, heartbeats, results, delivery and
+ * the sweep alike, and keeping them in one class keeps that one rule in one place.
  */
 import { SweepLoop } from '../sweep-loop.js';
 import type { FastifyBaseLogger } from 'fastify';
