@@ -282,7 +282,7 @@ export interface paths {
     get: operations['listMessages'];
     /**
      * Replace the whole history (the runner's setMessagesParams)
-     * @description Only while `idle`, `failed`, or reviewing a turn (`review_turn`) or tool results (`review_tool_results`), whose reply or results are dropped unless the new history holds them (409 `session_not_replaceable` otherwise). The history is checked as create checks one (400 `invalid_history`); the session goes `idle`, its message thread is dropped. Event `messages.replaced {message_count}`.
+     * @description Only while `idle`, `failed`, or reviewing a turn (`review_turn`) or tool results (`review_tool_results`), whose reply or results are dropped unless the new history holds them (409 `session_not_replaceable` otherwise; 409 `action_timed_out` for a review past its `expires_at`). The history is checked as create checks one (400 `invalid_history`); the session goes `idle`, its message thread is dropped. Event `messages.replaced {message_count}`.
      */
     put: operations['replaceSessionMessages'];
     /**
