@@ -24,6 +24,7 @@ import {
   mutation,
   sessionIfMatch,
   postMutation,
+  scopedPostMutation,
   send,
   sendMutation,
 } from './mutations.js';
@@ -125,7 +126,7 @@ const routes: FastifyPluginAsyncZod = async (app) => {
         params: sessionIdParam,
         body: emptyBody,
         headers: ifMatchHeader,
-        response: postMutation,
+        response: scopedPostMutation,
       },
     },
     async (req, reply) =>

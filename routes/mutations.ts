@@ -8,7 +8,7 @@ import type { MutationResult, SessionDeps } from '../src/sessions/mutate.js';
 import { sessionView } from '../src/sessions/view.js';
 import { withoutSecrets } from '../src/sessions/secrets.js';
 import type { SessionState } from '../src/store/session-state.js';
-import { routeErrors, session, type RouteCodes } from '../src/openapi/responses.js';
+import { mutatedSession, routeErrors, session, type RouteCodes } from '../src/openapi/responses.js';
 
 /** A session route's 404: the session (another tenant's, or another session than a client token's, is not found). */
 export const SESSION_NOT_FOUND = { 404: ['session_not_found'] } as const satisfies RouteCodes;
@@ -20,6 +20,14 @@ export const mutation = (...more: Array<409 | 422>) => ({
   ...routeErrors(SESSION_NOT_FOUND, 400, 401, 404, 412, 413, 415, 429, 500, 503, ...more),
 });
 export const postMutation = mutation(409, 422);
+
+/** Answers of a mutation a client token may make (its route has a `scope`): the session, or its receipt (`send`). */
+export const scopedMutation = (...more: Array<409 | 422>) => ({
+  ...mutation(...more),
+  200: mutatedSession,
+  202: mutatedSession,
+});
+export const scopedPostMutation = scopedMutation(409, 422);
 
 /** Most entity tags one If-Match may list (more is a 400: no client needs a longer list). */
 export const IF_MATCH_MAX_TAGS = 16;
@@ -102,8 +110,18 @@ export function viewFor(req: FastifyRequest, s: SessionState) {
   return req.clientToken ? withoutSecrets(view) : view;
 }
 
+/**
+ * What a change answers: the session as the caller may read it, or only its receipt (`SessionReceipt`) to a client
+ * token without `read`, which may act on the session (post a message, decide, cancel) but not see it.
+ */
+function answerFor(req: FastifyRequest, s: SessionState) {
+  if (!req.clientToken || req.clientToken.scopes.includes('read')) return viewFor(req, s);
+  const { id, object, status, revision, created_at, updated_at } = sessionView(s);
+  return { id, object, status, revision, created_at, updated_at };
+}
+
 export function send(reply: FastifyReply, s: SessionState, code = 200) {
-  return reply.code(code).header('etag', `"${s.revision}"`).send(viewFor(reply.request, s));
+  return reply.code(code).header('etag', `"${s.revision}"`).send(answerFor(reply.request, s));
 }
 
 export function sendMutation(reply: FastifyReply, r: MutationResult) {

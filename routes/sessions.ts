@@ -37,7 +37,7 @@ import {
   ifMatchHeader,
   keyed,
   sessionIfMatch,
-  postMutation,
+  scopedPostMutation,
   send,
   sendMutation,
   viewFor,
@@ -299,7 +299,7 @@ const routes: FastifyPluginAsyncZod = async (app) => {
         params: sessionIdParam,
         body: postMessageBody,
         headers: ifMatchHeader,
-        response: postMutation,
+        response: scopedPostMutation,
       },
     },
     async (req, reply) =>

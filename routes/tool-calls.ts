@@ -8,7 +8,14 @@ import type { FastifyPluginAsyncZod } from 'fastify-type-provider-zod';
 import { z } from 'zod';
 import { decisionBody, emptyBody, sessionIdParam, toolResultBody, toolResultsBody } from '../src/schemas.js';
 import { actorOf } from '../src/plugins/auth.js';
-import { ifMatchHeader, keyed, mutation, sessionIfMatch, postMutation, sendMutation } from './mutations.js';
+import {
+  ifMatchHeader,
+  keyed,
+  scopedMutation,
+  sessionIfMatch,
+  scopedPostMutation,
+  sendMutation,
+} from './mutations.js';
 
 const toolUseParams = sessionIdParam.extend({ tool_use_id: z.string().min(1).max(128) });
 
@@ -27,7 +34,7 @@ const routes: FastifyPluginAsyncZod = async (app) => {
         params: toolUseParams,
         body: decisionBody,
         headers: ifMatchHeader,
-        response: postMutation,
+        response: scopedPostMutation,
       },
     },
     async (req, reply) =>
@@ -57,7 +64,7 @@ const routes: FastifyPluginAsyncZod = async (app) => {
         body: toolResultBody,
         headers: ifMatchHeader,
         // 409: nothing awaits results, the id is not one the step expects, or it was answered already.
-        response: mutation(409),
+        response: scopedMutation(409),
       },
     },
     async (req, reply) =>
@@ -85,7 +92,7 @@ const routes: FastifyPluginAsyncZod = async (app) => {
         params: sessionIdParam,
         body: toolResultsBody,
         headers: ifMatchHeader,
-        response: postMutation,
+        response: scopedPostMutation,
       },
     },
     async (req, reply) =>
@@ -113,7 +120,7 @@ const routes: FastifyPluginAsyncZod = async (app) => {
         params: sessionIdParam,
         body: emptyBody,
         headers: ifMatchHeader,
-        response: postMutation,
+        response: scopedPostMutation,
       },
     },
     async (req, reply) =>

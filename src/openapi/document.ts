@@ -339,7 +339,7 @@ const namedWildcard = (path: string) => (path.endsWith('/{*}') ? `${path.slice(0
 
 /** Resources whose answers carry their revision in `ETag`. */
 const ETAGGED = new Set(
-  ['Session', 'Webhook', 'CreatedWebhook', 'Schedule', 'TenantTool', 'McpServer'].map(
+  ['Session', 'MutatedSession', 'Webhook', 'CreatedWebhook', 'Schedule', 'TenantTool', 'McpServer'].map(
     (name) => `#/components/schemas/${name}`,
   ),
 );

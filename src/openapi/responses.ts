@@ -197,6 +197,28 @@ export const session = z
   })
   .meta({ id: 'Session' });
 
+/**
+ * The session as a mutation answers a client token without `read` (spec §7.2: `read` is what lets a token see the
+ * session): who it is and where it stands, nothing of its params, tools, pending calls or usage.
+ */
+export const sessionReceipt = z
+  .object({
+    id: z.string(),
+    object: z.literal('session'),
+    status: sessionStatus,
+    revision: z.number().int().meta({ description: 'Increases by 1 with every persisted change; the ETag.' }),
+    created_at: isoTime,
+    updated_at: isoTime,
+  })
+  .meta({
+    id: 'SessionReceipt',
+    description:
+      'What a mutation answers a client token without the `read` scope: the session, without its contents.',
+  });
+
+/** A mutation's answer: the session, or its receipt for a client token without `read`. */
+export const mutatedSession = z.union([session, sessionReceipt]).meta({ id: 'MutatedSession' });
+
 export const sessionList = z
   .object({
     data: z.array(session),

@@ -284,6 +284,46 @@ describe('client tokens', () => {
     assert.equal(s.stop_reason, 'cancelled');
   });
 
+  it("without read, a change's answer is the session's receipt: nothing of its params, tools, calls or usage", async () => {
+    const lookup = { name: 'lookup', description: 'Look up', input_schema: { type: 'object' } };
+    h.fake.enqueue(
+      toolCalls([toolUse('lookup', { q: 'secret plan' }, 'toolu_r')]),
+      text('Thanks.'),
+      hang(),
+      text('Done.'),
+    );
+    const id = (
+      await h.api.post('/v1/sessions', {
+        start: false,
+        params: { system: 'You are the tenant prompt.' },
+        tools: [lookup],
+        metadata: { customer: 'c-42' },
+      })
+    ).body.id as string;
+    const receipt = ['created_at', 'id', 'object', 'revision', 'status', 'updated_at'];
+    const t = await token(h.api, id, ['message', 'results', 'cancel']);
+    const posted = await h.api.as(t).post(`/v1/sessions/${id}/messages`, { text: 'Look' });
+    assert.equal(posted.status, 202, JSON.stringify(posted.body));
+    assert.deepEqual(Object.keys(posted.body).sort(), receipt);
+    assert.equal(posted.headers.get('etag'), `"${posted.body.revision}"`);
+    await h.api.waitStatus(id, 'requires_action');
+    const put = await h.api.as(t).req('PUT', `/v1/sessions/${id}/tool-results/toolu_r`, { content: 'ok' });
+    assert.ok(put.status === 200 || put.status === 202, JSON.stringify(put.body));
+    assert.deepEqual(Object.keys(put.body).sort(), receipt);
+    await h.api.waitStatus(id, 'idle');
+    await h.api.as(t).post(`/v1/sessions/${id}/messages`, { text: 'Wait' });
+    await h.fake.waitForRequests(3);
+    const cancelled = await h.api.as(t).post(`/v1/sessions/${id}/cancel`);
+    assert.equal(cancelled.status, 200, JSON.stringify(cancelled.body));
+    assert.deepEqual(Object.keys(cancelled.body).sort(), receipt);
+    // With `read` (or a tenant key) the answer is the session, as a GET shows it.
+    const reader = await token(h.api, id, ['read', 'message']);
+    const whole = await h.api.as(reader).post(`/v1/sessions/${id}/messages`, { text: 'Again' });
+    assert.equal(whole.body.params.system, 'You are the tenant prompt.');
+    assert.deepEqual(whole.body.metadata, { customer: 'c-42' });
+    await h.api.waitFor(id, (s) => s.status === 'idle' && s.iteration === 3);
+  });
+
   it('chat routes: read for the stream and messages; POST /v1/chat needs the scope of what it posts', async () => {
     h.fake.enqueue(text('Hello from chat.'));
     const id = (await h.api.post('/v1/sessions', { start: false })).body.id as string;

@@ -6,7 +6,7 @@ import { startHarness, type Harness } from '../helpers/service.js';
 import { assertSnapshotsEqual, snapshotDiff, snapshotRedis } from '../helpers/redis-snapshot.js';
 import { text, toolCalls, toolUse } from '../fake/script.js';
 import { validateConversation } from '../fake/server.js';
-import { ApiError, type SubmitToolResultsBody } from '../../packages/client/src/index.js';
+import { ApiError, isSession, type SubmitToolResultsBody } from '../../packages/client/src/index.js';
 
 /**
  * Bookkeeping a refused request still leaves: idempotency records (`idem:{tenant}:…`, the answers kept for the
@@ -264,11 +264,12 @@ describe('client tools', () => {
     });
     assert.equal(part.response.status, 200, JSON.stringify(part.error));
     assert.equal(part.data!.status, 'requires_action');
-    assert.deepEqual(part.data!.required_action!.tool_calls, [
+    assert.ok(isSession(part.data!), 'a tenant key reads the whole session');
+    assert.deepEqual(part.data.required_action!.tool_calls, [
       { id: 'toolu_l2', name: 'lookup', input: { q: 'two' } },
     ]);
     assert.deepEqual(
-      part.data!.required_action!.tool_results.map((r) => r.tool_use_id),
+      part.data.required_action!.tool_results.map((r) => r.tool_use_id),
       ['toolu_l1', 'toolu_s1', 'toolu_l3'],
     );
     assert.equal(h.fake.requests.length, 1);

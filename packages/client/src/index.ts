@@ -15,6 +15,16 @@ import type { components, operations, paths } from './openapi.js';
  */
 
 export type Session = components['schemas']['Session'];
+/**
+ * What a change a client token may make (a message, a decision, results, continue, cancel) answers: the session,
+ * or to a client token without the `read` scope only its receipt (`id`, `status`, `revision`, times). With a tenant
+ * key it is always the session: `isSession(answer)` narrows it.
+ */
+export type MutatedSession = components['schemas']['MutatedSession'];
+export type SessionReceipt = components['schemas']['SessionReceipt'];
+
+/** Whether a mutation's answer is the whole session (always, with a tenant key), not a client token's receipt. */
+export const isSession = (s: MutatedSession): s is Session => 'params' in s;
 export type SessionStatus = components['schemas']['SessionStatus'];
 export type SessionList = components['schemas']['SessionList'];
 export type EventPage = components['schemas']['EventPage'];
@@ -129,7 +139,7 @@ export class SessionsClient {
     return unwrap(this.api.DELETE('/v1/sessions/{id}', { params: { path: { id } }, ...this.options(o) }));
   }
 
-  addMessage(id: string, body: AddMessageBody, o: MutationOptions = {}): Promise<Session> {
+  addMessage(id: string, body: AddMessageBody, o: MutationOptions = {}): Promise<MutatedSession> {
     return unwrap(
       this.api.POST('/v1/sessions/{id}/messages', {
         params: { path: { id } },
@@ -145,7 +155,7 @@ export class SessionsClient {
     toolUseId: string,
     body: DecideToolCallBody,
     o: MutationOptions = {},
-  ): Promise<Session> {
+  ): Promise<MutatedSession> {
     return unwrap(
       this.api.POST('/v1/sessions/{id}/tool-calls/{tool_use_id}', {
         params: { path: { id, tool_use_id: toolUseId } },
@@ -161,7 +171,7 @@ export class SessionsClient {
     toolUseId: string,
     body: PutToolResultBody,
     o: MutationOptions = {},
-  ): Promise<Session> {
+  ): Promise<MutatedSession> {
     return unwrap(
       this.api.PUT('/v1/sessions/{id}/tool-results/{tool_use_id}', {
         params: { path: { id, tool_use_id: toolUseId } },
@@ -172,7 +182,11 @@ export class SessionsClient {
     );
   }
 
-  submitToolResults(id: string, body: SubmitToolResultsBody, o: MutationOptions = {}): Promise<Session> {
+  submitToolResults(
+    id: string,
+    body: SubmitToolResultsBody,
+    o: MutationOptions = {},
+  ): Promise<MutatedSession> {
     return unwrap(
       this.api.POST('/v1/sessions/{id}/tool-results', {
         params: { path: { id } },
@@ -190,7 +204,7 @@ export class SessionsClient {
     );
   }
 
-  continueSession(id: string, o: MutationOptions = {}): Promise<Session> {
+  continueSession(id: string, o: MutationOptions = {}): Promise<MutatedSession> {
     return unwrap(
       this.api.POST('/v1/sessions/{id}/continue', {
         params: { path: { id } },
@@ -208,7 +222,7 @@ export class SessionsClient {
     );
   }
 
-  cancelSession(id: string, o: MutationOptions = {}): Promise<Session> {
+  cancelSession(id: string, o: MutationOptions = {}): Promise<MutatedSession> {
     return unwrap(
       this.api.POST('/v1/sessions/{id}/cancel', {
         params: { path: { id } },

@@ -1533,6 +1533,23 @@ export interface components {
       /** Format: date-time */
       updated_at: string;
     };
+    /** @description What a mutation answers a client token without the `read` scope: the session, without its contents. */
+    SessionReceipt: {
+      id: string;
+      /** @constant */
+      object: 'session';
+      status: components['schemas']['SessionStatus'];
+      /**
+       * Format: int64
+       * @description Increases by 1 with every persisted change; the ETag.
+       */
+      revision: number;
+      /** Format: date-time */
+      created_at: string;
+      /** Format: date-time */
+      updated_at: string;
+    };
+    MutatedSession: components['schemas']['Session'] | components['schemas']['SessionReceipt'];
     SessionList: {
       data: components['schemas']['Session'][];
       next_cursor: string | null;
@@ -7898,7 +7915,7 @@ export interface operations {
           [name: string]: unknown;
         };
         content: {
-          'application/json': components['schemas']['Session'];
+          'application/json': components['schemas']['MutatedSession'];
         };
       };
       /** @description Accepted: the work was queued (a run started or will start at the next turn boundary). */
@@ -7912,7 +7929,7 @@ export interface operations {
           [name: string]: unknown;
         };
         content: {
-          'application/json': components['schemas']['Session'];
+          'application/json': components['schemas']['MutatedSession'];
         };
       };
       /** @description Invalid request (`invalid_request` with the issues in `details`, `invalid_json`, …). */
@@ -8286,7 +8303,7 @@ export interface operations {
           [name: string]: unknown;
         };
         content: {
-          'application/json': components['schemas']['Session'];
+          'application/json': components['schemas']['MutatedSession'];
         };
       };
       /** @description Accepted: the work was queued (a run started or will start at the next turn boundary). */
@@ -8300,7 +8317,7 @@ export interface operations {
           [name: string]: unknown;
         };
         content: {
-          'application/json': components['schemas']['Session'];
+          'application/json': components['schemas']['MutatedSession'];
         };
       };
       /** @description Invalid request (`invalid_request` with the issues in `details`, `invalid_json`, …). */
@@ -8837,7 +8854,7 @@ export interface operations {
           [name: string]: unknown;
         };
         content: {
-          'application/json': components['schemas']['Session'];
+          'application/json': components['schemas']['MutatedSession'];
         };
       };
       /** @description Accepted: the work was queued (a run started or will start at the next turn boundary). */
@@ -8850,7 +8867,7 @@ export interface operations {
           [name: string]: unknown;
         };
         content: {
-          'application/json': components['schemas']['Session'];
+          'application/json': components['schemas']['MutatedSession'];
         };
       };
       /** @description Invalid request (`invalid_request` with the issues in `details`, `invalid_json`, …). */
@@ -9383,7 +9400,7 @@ export interface operations {
           [name: string]: unknown;
         };
         content: {
-          'application/json': components['schemas']['Session'];
+          'application/json': components['schemas']['MutatedSession'];
         };
       };
       /** @description Accepted: the work was queued (a run started or will start at the next turn boundary). */
@@ -9397,7 +9414,7 @@ export interface operations {
           [name: string]: unknown;
         };
         content: {
-          'application/json': components['schemas']['Session'];
+          'application/json': components['schemas']['MutatedSession'];
         };
       };
       /** @description Invalid request (`invalid_request` with the issues in `details`, `invalid_json`, …). */
@@ -9568,7 +9585,7 @@ export interface operations {
           [name: string]: unknown;
         };
         content: {
-          'application/json': components['schemas']['Session'];
+          'application/json': components['schemas']['MutatedSession'];
         };
       };
       /** @description Accepted: the work was queued (a run started or will start at the next turn boundary). */
@@ -9582,7 +9599,7 @@ export interface operations {
           [name: string]: unknown;
         };
         content: {
-          'application/json': components['schemas']['Session'];
+          'application/json': components['schemas']['MutatedSession'];
         };
       };
       /** @description Invalid request (`invalid_request` with the issues in `details`, `invalid_json`, …). */
@@ -9942,7 +9959,7 @@ export interface operations {
           [name: string]: unknown;
         };
         content: {
-          'application/json': components['schemas']['Session'];
+          'application/json': components['schemas']['MutatedSession'];
         };
       };
       /** @description Accepted: the work was queued (a run started or will start at the next turn boundary). */
@@ -9956,7 +9973,7 @@ export interface operations {
           [name: string]: unknown;
         };
         content: {
-          'application/json': components['schemas']['Session'];
+          'application/json': components['schemas']['MutatedSession'];
         };
       };
       /** @description Invalid request (`invalid_request` with the issues in `details`, `invalid_json`, …). */
