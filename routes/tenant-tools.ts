@@ -1,9 +1,11 @@
 import type { FastifyPluginAsyncZod } from 'fastify-type-provider-zod';
+import { z } from 'zod';
 import { notFound } from '../src/errors.js';
 import { HttpRefusal } from '../src/plugins/error-status.js';
 import {
   codesOfStatus,
   deletedTool,
+  listedTool,
   tenantTool,
   routeErrors,
   type RouteCodes,
@@ -18,7 +20,10 @@ import { newSecret } from '../src/webhooks/secrets.js';
 /** The 404 of this file's routes names one thing (src/openapi/responses.ts `routeErrors`). */
 const NOT_FOUND = { 404: ['tool_not_found'] } as const satisfies RouteCodes;
 
-/** Spec §7.1: a tenant's own tools. Another tenant's tool is 404 `tool_not_found`. */
+/**
+ * Spec §7.1: a tenant's own tools. Another tenant's tool is 404 `tool_not_found`. GET of a tool that is not the
+ * tenant's answers its `GET /v1/tools` entry; DELETE of one is 409.
+ */
 const routes: FastifyPluginAsyncZod = async (app) => {
   const tags = ['tools'];
   const registry = app.tenantTools;
@@ -112,15 +117,25 @@ const routes: FastifyPluginAsyncZod = async (app) => {
     {
       schema: {
         operationId: 'getTool',
-        summary: 'A tenant tool, with its workers',
+        summary: 'A tool the tenant may use, by name',
+        description:
+          "A tenant tool (with its workers, `ETag` its revision); else a server tool, the memory tool or a tool of an MCP server the tenant may use, as `GET /v1/tools` lists it. 404 `tool_not_found` for any other name, another tenant's tool, or a tool of an MCP server that never answered.",
         tags,
         params: toolNameParam,
-        response: { 200: tenantTool, ...routeErrors(NOT_FOUND, 400, 401, 404, 429, 500, 503) },
+        response: {
+          200: z.union([tenantTool, listedTool]),
+          ...routeErrors(NOT_FOUND, 400, 401, 404, 429, 500, 503),
+        },
       },
     },
     async (req, reply) => {
       const def = await registry.get(req.tenant, req.params.name);
-      if (!def) throw notFound('tool');
+      if (!def) {
+        // Not the tenant's: the tool GET /v1/tools lists under that name, if any (spec §7.1: it lists them all).
+        const listed = await app.toolbox.listed(req.tenant, req.params.name);
+        if (!listed) throw notFound('tool');
+        return listed;
+      }
       const workers = def.runner.type === 'worker' ? await app.toolTasks.queue.workers(req.tenant) : null;
       reply.header('etag', `"${def.revision ?? 1}"`);
       return {
@@ -136,6 +151,8 @@ const routes: FastifyPluginAsyncZod = async (app) => {
       schema: {
         operationId: 'deleteTool',
         summary: 'Remove a tenant tool (sessions already using it keep their copy)',
+        description:
+          "A name that is no tenant tool but a server tool, the memory tool or a tool of an MCP server the tenant may use is 409 `tool_name_conflict`: it is not the tenant's to remove. Any other name is 404 `tool_not_found`.",
         tags,
         params: toolNameParam,
         headers: ifMatchHeader,
@@ -171,8 +188,19 @@ const routes: FastifyPluginAsyncZod = async (app) => {
             async () => (await registry.get(req.tenant, req.params.name))?.revision ?? null,
           ),
         ))
-      )
+      ) {
+        // Listed by GET /v1/tools (and answered by GET of the name) but not the tenant's: 409 as for a server tool.
+        const listed = await app.toolbox.listed(req.tenant, req.params.name);
+        if (listed?.source === 'mcp')
+          throw new HttpRefusal(
+            'tool_name_conflict',
+            `"${req.params.name}" is a tool of the MCP server "${listed.mcp_server}"; it is not a tenant tool and cannot be removed here (a session leaves it out with \`allowed_tools\`).`,
+            { tool: req.params.name, mcp_server: listed.mcp_server },
+            undefined,
+            409,
+          );
         throw notFound('tool');
+      }
       return { name: req.params.name, deleted: true as const };
     },
   );

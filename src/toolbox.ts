@@ -201,6 +201,15 @@ export class Toolbox {
   async list(tenant: string): Promise<ToolListing[]> {
     return (await Promise.all(this.providers.map((p) => p.list(tenant)))).flat();
   }
+
+  /**
+   * `GET /v1/tools/:name` of a tool that is not the tenant's: the entry `GET /v1/tools` lists for `name` (the first
+   * if two sources list it, as two MCP servers may), or undefined. An MCP server that does not answer counts as the
+   * list counts it: with its last known tools, or none (so its tool is 404 there, never a 5xx).
+   */
+  async listed(tenant: string, name: string): Promise<ToolListing | undefined> {
+    return (await this.list(tenant)).find((t) => t.name === name);
+  }
 }
 
 /** The server tools of `tools/`: a `tools` entry that is one's name. */

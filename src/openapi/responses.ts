@@ -413,27 +413,30 @@ export const taskAccepted = z
   .object({ id: z.string(), accepted: z.literal(true) })
   .meta({ id: 'ToolTaskResultAccepted' });
 
+/** One tool as `GET /v1/tools` lists it, and as `GET /v1/tools/{name}` answers a tool that is not the tenant's. */
+export const listedTool = z
+  .object({
+    name: z.string(),
+    description: z.string(),
+    input_schema: z.looseObject({}),
+    requires_approval: z.boolean(),
+    idempotent: z.boolean(),
+    source: z.enum(['server', 'mcp', 'memory', 'tenant']).meta({
+      description:
+        'server: a tool of tools/; mcp: a tool of an MCP server of MCP_SERVERS; memory: the memory tool; tenant: a tool of the tenant (PUT /v1/tools/{name})',
+    }),
+    runner: tenantToolRunner.optional().meta({ description: "A tenant tool's runner." }),
+    workers: toolWorkers.optional(),
+    mcp_server: z.string().optional().meta({ description: 'The MCP server, for `source: "mcp"`.' }),
+    annotations: z.looseObject({}).optional().meta({
+      description: "The MCP server's annotations (readOnlyHint, idempotentHint, destructiveHint, …).",
+    }),
+  })
+  .meta({ id: 'ListedTool' });
+
 export const toolList = z
   .object({
-    data: z.array(
-      z.object({
-        name: z.string(),
-        description: z.string(),
-        input_schema: z.looseObject({}),
-        requires_approval: z.boolean(),
-        idempotent: z.boolean(),
-        source: z.enum(['server', 'mcp', 'memory', 'tenant']).meta({
-          description:
-            'server: a tool of tools/; mcp: a tool of an MCP server of MCP_SERVERS; memory: the memory tool; tenant: a tool of the tenant (PUT /v1/tools/{name})',
-        }),
-        runner: tenantToolRunner.optional().meta({ description: "A tenant tool's runner." }),
-        workers: toolWorkers.optional(),
-        mcp_server: z.string().optional().meta({ description: 'The MCP server, for `source: "mcp"`.' }),
-        annotations: z.looseObject({}).optional().meta({
-          description: "The MCP server's annotations (readOnlyHint, idempotentHint, destructiveHint, …).",
-        }),
-      }),
-    ),
+    data: z.array(listedTool),
     mcp_servers: z
       .array(
         z.object({

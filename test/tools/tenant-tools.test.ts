@@ -5,6 +5,7 @@ import { until } from '../durability/chaos-lib.js';
 import { Redis } from 'ioredis';
 import { text, toolCalls, toolUse } from '../fake/script.js';
 import { sessionKeys } from '../../src/store/keys.js';
+import { startMcpServer, type TestMcpServer } from '../helpers/mcp-server.js';
 
 const lookup = {
   description: 'Look an order up in the tenant’s database.',
@@ -560,5 +561,130 @@ describe('tool tasks of cancelled and deleted sessions', () => {
     const claimed = (await a.post('/v1/tool-tasks/claim', { tools: ['queued_tool'], max: 10, wait_ms: 5000 }))
       .body.tasks as Array<{ session_id: string }>;
     assert.deepEqual(claimed.map((t) => t.session_id).sort(), [third, fourth].sort());
+  });
+});
+
+describe('GET and DELETE /v1/tools/:name of a tool that is not the tenant’s', { timeout: 240_000 }, () => {
+  let h: Harness;
+  let shared: TestMcpServer;
+  let acmeOnly: TestMcpServer;
+  let a: Api;
+  let b: Api;
+  before(async () => {
+    [shared, acmeOnly] = await Promise.all([startMcpServer(), startMcpServer()]);
+    // A tool only the server declared for acme offers.
+    await acmeOnly.addTool('ledger_lookup');
+    h = await startHarness({
+      env: {
+        API_KEYS: 'acme:key-a,globex:key-b',
+        MCP_SERVERS: JSON.stringify({
+          shared: { url: shared.url },
+          ledger: { url: acmeOnly.url, tenants: ['acme'] },
+          // Never answers: every listing below meets a server that cannot be reached.
+          down: { url: 'http://127.0.0.1:9/mcp' },
+        }),
+      },
+    });
+    a = h.api;
+    b = h.api.as('key-b');
+  });
+  after(async () => {
+    await h?.close();
+    await shared?.kill();
+    await acmeOnly?.kill();
+  });
+
+  /** The first entry GET /v1/tools lists under `name` for `api`'s tenant. */
+  const listed = async (api: Api, name: string) => {
+    const list = await api.get('/v1/tools');
+    assert.equal(list.status, 200, JSON.stringify(list.body));
+    return list.body.data.find((t: any) => t.name === name);
+  };
+
+  it('GET answers a server tool or a visible MCP tool with its GET /v1/tools entry; another tenant’s MCP server’s tool is 404', async () => {
+    const list = await a.get('/v1/tools');
+    assert.equal(list.status, 200, JSON.stringify(list.body));
+    assert.deepEqual(
+      list.body.mcp_servers.map((s: any) => [s.name, s.reachable]),
+      [
+        ['shared', true],
+        ['ledger', true],
+        ['down', false],
+      ],
+    );
+    const names = [...new Set((list.body.data as any[]).map((t) => t.name as string))];
+    for (const n of ['get_weather', 'calculate_sum', 'echo', 'ledger_lookup'])
+      assert.ok(names.includes(n), n);
+    // Every tool listed answers alone, with the first entry of its name (echo is listed for shared and ledger).
+    for (const name of names) {
+      const one = await a.get(`/v1/tools/${name}`);
+      assert.equal(one.status, 200, `${name}: ${JSON.stringify(one.body)}`);
+      assert.deepEqual(
+        one.body,
+        list.body.data.find((t: any) => t.name === name),
+        name,
+      );
+      assert.equal(one.headers.get('etag'), null, 'only a tenant tool has a revision');
+    }
+    assert.equal((await a.get('/v1/tools/echo')).body.mcp_server, 'shared');
+    assert.equal((await a.get('/v1/tools/ledger_lookup')).body.mcp_server, 'ledger');
+
+    // globex may not use "ledger": its tool is not listed, and not answered.
+    assert.equal(await listed(b, 'ledger_lookup'), undefined);
+    const hidden = await b.get('/v1/tools/ledger_lookup');
+    assert.equal(hidden.status, 404, JSON.stringify(hidden.body));
+    assert.equal(hidden.body.error.code, 'tool_not_found');
+    const echo = await b.get('/v1/tools/echo');
+    assert.equal(echo.status, 200);
+    assert.deepEqual(echo.body, await listed(b, 'echo'));
+    assert.equal((await a.get('/v1/tools/no_such_tool')).status, 404);
+  });
+
+  it('DELETE of a server tool or a visible MCP tool is 409 tool_name_conflict; a tenant tool of that name comes first', async () => {
+    for (const [api, name, server] of [
+      [a, 'echo', 'shared'],
+      [b, 'echo', 'shared'],
+      [a, 'ledger_lookup', 'ledger'],
+    ] as const) {
+      const r = await api.req('DELETE', `/v1/tools/${name}`);
+      assert.equal(r.status, 409, `${name}: ${JSON.stringify(r.body)}`);
+      assert.equal(r.body.error.code, 'tool_name_conflict');
+      assert.deepEqual(r.body.error.details, { tool: name, mcp_server: server });
+    }
+    const serverTool = await a.req('DELETE', '/v1/tools/get_weather');
+    assert.equal(serverTool.status, 409);
+    assert.equal(serverTool.body.error.code, 'tool_name_conflict');
+    // Not visible to globex: nothing of that name for it.
+    const hidden = await b.req('DELETE', '/v1/tools/ledger_lookup');
+    assert.equal(hidden.status, 404, JSON.stringify(hidden.body));
+    assert.equal(hidden.body.error.code, 'tool_not_found');
+    assert.equal((await a.req('DELETE', '/v1/tools/no_such_tool')).status, 404);
+
+    // A tenant tool may take an MCP tool's name (PUT allows it): GET and DELETE are then about the tenant's tool.
+    assert.equal((await a.req('PUT', '/v1/tools/echo', lookup)).status, 201);
+    const mine = await a.get('/v1/tools/echo');
+    assert.equal(mine.status, 200);
+    assert.deepEqual(mine.body.runner, { type: 'worker' });
+    assert.equal(mine.headers.get('etag'), '"1"');
+    const removed = await a.req('DELETE', '/v1/tools/echo');
+    assert.equal(removed.status, 200, JSON.stringify(removed.body));
+    assert.deepEqual(removed.body, { name: 'echo', deleted: true });
+    assert.equal((await a.get('/v1/tools/echo')).body.mcp_server, 'shared');
+    assert.equal((await a.req('DELETE', '/v1/tools/echo')).status, 409);
+  });
+
+  it('an MCP server that stops answering counts as GET /v1/tools counts it (its last known tools), never a 5xx', async () => {
+    assert.equal((await a.get('/v1/tools/ledger_lookup')).status, 200);
+    await acmeOnly.kill();
+    for (let i = 0; i < 3; i++) {
+      const one = await a.get('/v1/tools/ledger_lookup');
+      const entry = await listed(a, 'ledger_lookup');
+      if (entry) {
+        assert.equal(one.status, 200, JSON.stringify(one.body));
+        assert.deepEqual(one.body, entry);
+      } else assert.equal(one.status, 404, JSON.stringify(one.body));
+      const del = await a.req('DELETE', '/v1/tools/ledger_lookup');
+      assert.equal(del.status, entry ? 409 : 404, JSON.stringify(del.body));
+    }
   });
 });

@@ -835,12 +835,18 @@ export interface paths {
       path?: never;
       cookie?: never;
     };
-    /** A tenant tool, with its workers */
+    /**
+     * A tool the tenant may use, by name
+     * @description A tenant tool (with its workers, `ETag` its revision); else a server tool, the memory tool or a tool of an MCP server the tenant may use, as `GET /v1/tools` lists it. 404 `tool_not_found` for any other name, another tenant's tool, or a tool of an MCP server that never answered.
+     */
     get: operations['getTool'];
     /** Register or replace a tenant tool (an http runner’s signing secret is shown only when it is made) */
     put: operations['putTool'];
     post?: never;
-    /** Remove a tenant tool (sessions already using it keep their copy) */
+    /**
+     * Remove a tenant tool (sessions already using it keep their copy)
+     * @description A name that is no tenant tool but a server tool, the memory tool or a tool of an MCP server the tenant may use is 409 `tool_name_conflict`: it is not the tenant's to remove. Any other name is 404 `tool_not_found`.
+     */
     delete: operations['deleteTool'];
     options?: never;
     head?: never;
@@ -2671,35 +2677,36 @@ export interface components {
       /** @constant */
       accepted: true;
     };
+    ListedTool: {
+      name: string;
+      description: string;
+      input_schema: {
+        [key: string]: unknown;
+      };
+      requires_approval: boolean;
+      idempotent: boolean;
+      /**
+       * @description server: a tool of tools/; mcp: a tool of an MCP server of MCP_SERVERS; memory: the memory tool; tenant: a tool of the tenant (PUT /v1/tools/{name})
+       * @enum {string}
+       */
+      source: 'server' | 'mcp' | 'memory' | 'tenant';
+      /** @description A tenant tool's runner. */
+      runner?: components['schemas']['TenantToolRunner'];
+      /** @description Workers that claimed or heartbeated for this tool within two leases. */
+      workers?: {
+        /** Format: int64 */
+        active: number;
+        last_seen_at: string | null;
+      };
+      /** @description The MCP server, for `source: "mcp"`. */
+      mcp_server?: string;
+      /** @description The MCP server's annotations (readOnlyHint, idempotentHint, destructiveHint, …). */
+      annotations?: {
+        [key: string]: unknown;
+      };
+    };
     ToolList: {
-      data: {
-        name: string;
-        description: string;
-        input_schema: {
-          [key: string]: unknown;
-        };
-        requires_approval: boolean;
-        idempotent: boolean;
-        /**
-         * @description server: a tool of tools/; mcp: a tool of an MCP server of MCP_SERVERS; memory: the memory tool; tenant: a tool of the tenant (PUT /v1/tools/{name})
-         * @enum {string}
-         */
-        source: 'server' | 'mcp' | 'memory' | 'tenant';
-        /** @description A tenant tool's runner. */
-        runner?: components['schemas']['TenantToolRunner'];
-        /** @description Workers that claimed or heartbeated for this tool within two leases. */
-        workers?: {
-          /** Format: int64 */
-          active: number;
-          last_seen_at: string | null;
-        };
-        /** @description The MCP server, for `source: "mcp"`. */
-        mcp_server?: string;
-        /** @description The MCP server's annotations (readOnlyHint, idempotentHint, destructiveHint, …). */
-        annotations?: {
-          [key: string]: unknown;
-        };
-      }[];
+      data: components['schemas']['ListedTool'][];
       /** @description The MCP servers this tenant may use, and whether they answer. */
       mcp_servers: {
         name: string;
@@ -16639,11 +16646,10 @@ export interface operations {
       /** @description OK */
       200: {
         headers: {
-          ETag: components['headers']['ETag'];
           [name: string]: unknown;
         };
         content: {
-          'application/json': components['schemas']['TenantTool'];
+          'application/json': components['schemas']['TenantTool'] | components['schemas']['ListedTool'];
         };
       };
       /** @description Invalid request (`invalid_request` with the issues in `details`, `invalid_json`, …). */
