@@ -105,6 +105,14 @@ const routes: FastifyPluginAsyncZod<{ config: Config }> = async (app, { config }
     t: ChatTranslator,
     status: Record<string, unknown> | null,
   ) {
+    // HEAD (GET /v1/chat/:id/stream answers it): the stream's headers, and no stream. Node sends nothing of a HEAD
+    // answer before its end, so a stream would answer nothing while it held a subscription outside the stream
+    // quotas (which count the GET route's streams).
+    if (req.method === 'HEAD')
+      return void reply
+        .type('text/event-stream; charset=utf-8')
+        .headers({ 'cache-control': 'no-cache, no-transform', 'x-vercel-ai-ui-message-stream': 'v1' })
+        .send();
     const head = readsRun(req) ? headOf(t, status) : withoutRun(t);
     reply.hijack();
     // The client went away while the request was handled: its response's 'close' has fired already, so the

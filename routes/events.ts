@@ -24,6 +24,8 @@ import { requestLine } from '../src/plugins/access-log.js';
 /** The 404 of this file's routes names one thing (src/openapi/responses.ts `routeErrors`). */
 const NOT_FOUND = { 404: ['session_not_found'] } as const satisfies RouteCodes;
 
+const SSE_TYPE = 'text/event-stream; charset=utf-8';
+
 const eventsHeaders = z.looseObject({
   'last-event-id': z.string().optional().meta({
     description:
@@ -135,6 +137,11 @@ const routes: FastifyPluginAsyncZod<{ config: Config }> = async (app, { config }
         after === START ? null : hub.eventLog.lastId(id),
       ]);
       if (isAhead(after, lastId)) throw cursorAhead(after, lastId);
+      // HEAD (every GET answers it): the stream's headers, and no stream. Node sends nothing of a HEAD answer before
+      // its end, so a stream would answer nothing while it held a subscription outside the stream quotas (which
+      // count the GET route's streams).
+      if (req.method === 'HEAD')
+        return reply.type(SSE_TYPE).header('cache-control', 'no-cache, no-transform').send('');
 
       reply.hijack();
       // The client went away while the session was read: its response's 'close' has fired already, so the handler
@@ -147,7 +154,7 @@ const routes: FastifyPluginAsyncZod<{ config: Config }> = async (app, { config }
         if (value !== undefined) headers[name] = value;
       res.writeHead(200, {
         ...headers,
-        'content-type': 'text/event-stream; charset=utf-8',
+        'content-type': SSE_TYPE,
         'cache-control': 'no-cache, no-transform',
         connection: 'keep-alive',
         'x-accel-buffering': 'no',

@@ -69,6 +69,38 @@ describe('event stream access and client frames', () => {
     byProtocol.close();
   });
 
+  it('HEAD of the SSE routes answers their headers at once and holds no stream', async () => {
+    const sseOpen = async () => {
+      const text = await (await fetch(`${h.service.url}/metrics`)).text();
+      return Number(/^trs_event_stream_connections\{transport="sse"\} (\d+)$/m.exec(text)?.[1]);
+    };
+    const before = await sseOpen();
+    h.fake.enqueue(hang());
+    const id = (await h.api.post('/v1/sessions', { input: 'Hi' })).body.id as string;
+    await h.api.waitStatus(id, 'running');
+    const t = (await h.api.post('/v1/client-tokens', { session_id: id, scopes: ['read'] })).body
+      .token as string;
+    for (const [path, accept] of [
+      [`/v1/sessions/${id}/events`, 'text/event-stream'],
+      [`/v1/chat/${id}/stream`, '*/*'],
+    ] as const) {
+      for (const bearer of ['key-acme', t]) {
+        // Node sends nothing of a HEAD answer before its end: a stream opened for one answered nothing at all.
+        const res = await fetch(h.service.url + path, {
+          method: 'HEAD',
+          headers: { authorization: `Bearer ${bearer}`, accept },
+          signal: AbortSignal.timeout(3000),
+        });
+        assert.equal(res.status, 200, path);
+        assert.match(res.headers.get('content-type') ?? '', /^text\/event-stream/, path);
+        assert.equal(await res.text(), '');
+      }
+    }
+    // No stream was left open (nor taken from the stream quotas, which count the GET routes' streams).
+    assert.equal(await sseOpen(), before);
+    await h.api.post(`/v1/sessions/${id}/cancel`);
+  });
+
   it('answers client frames with ack or error; a bad frame leaves the connection and session alive', async () => {
     h.fake.enqueue(text('Fine, thanks.'));
     const created = await h.api.post('/v1/sessions', { start: false });
