@@ -31,7 +31,7 @@ import { MAX_UI_MESSAGES, chatRecord } from '../src/chat/record.js';
 import { postAnswers, postUserMessage, regenerate, statusOf } from '../src/chat/post.js';
 import { defineChatCommands, runStartCursor } from '../src/chat/run-start.js';
 import type { SessionState } from '../src/store/session-state.js';
-import { actorOf, requireScope, watchToken } from '../src/plugins/auth.js';
+import { actorOf, readsSession, requireScope, watchToken } from '../src/plugins/auth.js';
 import { TokenExpired } from '../src/plugins/error-status.js';
 import type { ClientScope } from '../src/store/client-tokens.js';
 import { requestLine } from '../src/plugins/access-log.js';
@@ -78,7 +78,7 @@ function withoutRun(t: ChatTranslator): UIChunk[] {
 }
 
 /** Whether the request may see the run it streams: a tenant key, or a client token holding `read`. */
-const readsRun = (req: FastifyRequest) => !req.clientToken || req.clientToken.scopes.includes('read');
+const readsRun = (req: FastifyRequest) => readsSession(req.clientToken);
 
 /** The names of the session's sub-agent tools (spec §7.6): their calls are the service's, not the client's. */
 const agentsOf = (state: SessionState): Set<string> =>

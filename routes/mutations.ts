@@ -5,7 +5,8 @@
 import type { FastifyReply, FastifyRequest } from 'fastify';
 import { z } from 'zod';
 import type { MutationResult, SessionDeps } from '../src/sessions/mutate.js';
-import { sessionView } from '../src/sessions/view.js';
+import { receiptOf, sessionView } from '../src/sessions/view.js';
+import { readsSession } from '../src/plugins/auth.js';
 import { withoutSecrets } from '../src/sessions/secrets.js';
 import type { SessionState } from '../src/store/session-state.js';
 import { mutatedSession, routeErrors, session, type RouteCodes } from '../src/openapi/responses.js';
@@ -115,9 +116,7 @@ export function viewFor(req: FastifyRequest, s: SessionState) {
  * token without `read`, which may act on the session (post a message, decide, cancel) but not see it.
  */
 function answerFor(req: FastifyRequest, s: SessionState) {
-  if (!req.clientToken || req.clientToken.scopes.includes('read')) return viewFor(req, s);
-  const { id, object, status, revision, created_at, updated_at } = sessionView(s);
-  return { id, object, status, revision, created_at, updated_at };
+  return readsSession(req.clientToken) ? viewFor(req, s) : receiptOf(sessionView(s));
 }
 
 export function send(reply: FastifyReply, s: SessionState, code = 200) {

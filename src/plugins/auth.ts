@@ -153,6 +153,13 @@ export function watchToken(
 export const actorOf = (token: ClientTokenRecord | null): string | undefined =>
   token ? (token.subject ?? token.id) : undefined;
 
+/**
+ * Whether the caller may see the session it acts on (spec §7.2 `read`): a tenant key, or a client token holding
+ * `read`. A change made without it answers only the session's receipt (`receiptOf`), and a chat answer no run.
+ */
+export const readsSession = (token: ClientTokenRecord | null): boolean =>
+  !token || token.scopes.includes('read');
+
 /** 403 `scope_denied` unless the client token (if any) holds `scope`. For WebSocket frames, which share a route. */
 export function requireScope(token: ClientTokenRecord | null, scope: ClientScope): void {
   if (token && !token.scopes.includes(scope)) throw scopeDenied(scope);

@@ -11,6 +11,8 @@ import {
   type StreamReplay,
 } from '../store/idempotency.js';
 import type { SecretBox } from '../webhooks/secrets.js';
+import { receiptOf } from '../sessions/view.js';
+import { readsSession } from './auth.js';
 
 declare module 'fastify' {
   interface FastifyRequest {
@@ -157,7 +159,8 @@ export default fp<{ ttlS: number; maxBytesPerTenant: number; box: SecretBox }>(
       }
       reply.header('idempotent-replayed', 'true').header('content-type', 'application/json; charset=utf-8');
       if (stored.etag) reply.header('etag', stored.etag);
-      return reply.code(stored.status ?? 200).send(unsealed(stored, req, opts.box));
+      const body = unsealed(stored, req, opts.box);
+      return reply.code(stored.status ?? 200).send(readsSession(req.clientToken) ? body : receiptIn(body));
     });
     app.decorate('keepStreamed', async (req: FastifyRequest, replay: StreamReplay) => {
       const idem = req.idempotency;
@@ -223,6 +226,20 @@ export default fp<{ ttlS: number; maxBytesPerTenant: number; box: SecretBox }>(
 );
 
 /** The kept body with its sealed fields opened and put back (last, where the routes put them). */
+/**
+ * A replayed answer as a client token without `read` may see it: a session as its receipt. The key's first request
+ * may have been made by another token of the same session, one holding `read` (the tokens of one session share
+ * their keys), whose answer was the whole session.
+ */
+function receiptIn(body: string | undefined): string | undefined {
+  if (body === undefined) return body;
+  const answer: unknown = JSON.parse(body);
+  return isSessionAnswer(answer) ? JSON.stringify(receiptOf(answer)) : body;
+}
+
+const isSessionAnswer = (x: unknown): x is Parameters<typeof receiptOf>[0] =>
+  typeof x === 'object' && x !== null && 'object' in x && x.object === 'session';
+
 function unsealed(stored: IdempotencyRecord, req: FastifyRequest, box: SecretBox): string | undefined {
   if (!stored.sealed || stored.body === undefined) return stored.body;
   // Written by `sealFields` from a JSON object.

@@ -50,3 +50,14 @@ export function sessionView(s: SessionState) {
 }
 
 export type SessionView = ReturnType<typeof sessionView>;
+
+/**
+ * The session's receipt (`SessionReceipt`): what a change answers a client token without `read` (spec §7.2), which
+ * may act on the session but not see it: who it is and where it stands.
+ */
+export function receiptOf(
+  v: Pick<SessionView, 'id' | 'object' | 'status' | 'revision' | 'created_at' | 'updated_at'>,
+) {
+  const { id, object, status, revision, created_at, updated_at } = v;
+  return { id, object, status, revision, created_at, updated_at };
+}

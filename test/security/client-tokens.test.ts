@@ -287,8 +287,13 @@ describe('client tokens', () => {
   it("without read, a change's answer is the session's receipt: nothing of its params, tools, calls or usage", async () => {
     const lookup = { name: 'lookup', description: 'Look up', input_schema: { type: 'object' } };
     h.fake.enqueue(
-      toolCalls([toolUse('lookup', { q: 'secret plan' }, 'toolu_r')]),
+      toolCalls([
+        toolUse('lookup', { q: 'secret plan' }, 'toolu_r'),
+        toolUse('calculate_sum', { a: 1, b: 2 }, 'toolu_c'),
+      ]),
       text('Thanks.'),
+      toolCalls([toolUse('lookup', { q: 'again' }, 'toolu_s')]),
+      text('Noted.'),
       hang(),
       text('Done.'),
     );
@@ -296,32 +301,53 @@ describe('client tokens', () => {
       await h.api.post('/v1/sessions', {
         start: false,
         params: { system: 'You are the tenant prompt.' },
-        tools: [lookup],
+        tools: [lookup, 'calculate_sum'],
+        approval: ['calculate_sum'],
         metadata: { customer: 'c-42' },
       })
     ).body.id as string;
     const receipt = ['created_at', 'id', 'object', 'revision', 'status', 'updated_at'];
-    const t = await token(h.api, id, ['message', 'results', 'cancel']);
-    const posted = await h.api.as(t).post(`/v1/sessions/${id}/messages`, { text: 'Look' });
-    assert.equal(posted.status, 202, JSON.stringify(posted.body));
-    assert.deepEqual(Object.keys(posted.body).sort(), receipt);
-    assert.equal(posted.headers.get('etag'), `"${posted.body.revision}"`);
+    const t = h.api.as(await token(h.api, id, ['message', 'decide', 'results', 'cancel']));
+    const isReceipt = (
+      r: { status: number; body: Record<string, unknown>; headers: Headers },
+      what: string,
+    ) => {
+      assert.ok(r.status === 200 || r.status === 202, `${what}: ${r.status} ${JSON.stringify(r.body)}`);
+      assert.deepEqual(Object.keys(r.body).sort(), receipt, what);
+      assert.equal(r.headers.get('etag'), `"${String(r.body['revision'])}"`, what);
+    };
+    isReceipt(await t.post(`/v1/sessions/${id}/messages`, { text: 'Look' }), 'message');
     await h.api.waitStatus(id, 'requires_action');
-    const put = await h.api.as(t).req('PUT', `/v1/sessions/${id}/tool-results/toolu_r`, { content: 'ok' });
-    assert.ok(put.status === 200 || put.status === 202, JSON.stringify(put.body));
-    assert.deepEqual(Object.keys(put.body).sort(), receipt);
+    isReceipt(
+      await t.post(`/v1/sessions/${id}/tool-results`, {
+        results: [{ tool_use_id: 'toolu_r', content: 'ok' }],
+      }),
+      'POST tool-results',
+    );
+    isReceipt(await t.post(`/v1/sessions/${id}/tool-calls/toolu_c`, { decision: 'approve' }), 'decide');
+    await h.api.waitFor(id, (s) => s.status === 'idle' && s.iteration === 2);
+    await t.post(`/v1/sessions/${id}/messages`, { text: 'More' });
+    await h.api.waitStatus(id, 'requires_action');
+    isReceipt(
+      await t.req('PUT', `/v1/sessions/${id}/tool-results/toolu_s`, { content: 'ok' }),
+      'PUT tool-results',
+    );
+    await h.api.waitFor(id, (s) => s.status === 'idle' && s.iteration === 4);
+    await t.post(`/v1/sessions/${id}/messages`, { text: 'Wait' });
+    await h.fake.waitForRequests(5);
+    isReceipt(await t.post(`/v1/sessions/${id}/cancel`), 'cancel');
     await h.api.waitStatus(id, 'idle');
-    await h.api.as(t).post(`/v1/sessions/${id}/messages`, { text: 'Wait' });
-    await h.fake.waitForRequests(3);
-    const cancelled = await h.api.as(t).post(`/v1/sessions/${id}/cancel`);
-    assert.equal(cancelled.status, 200, JSON.stringify(cancelled.body));
-    assert.deepEqual(Object.keys(cancelled.body).sort(), receipt);
-    // With `read` (or a tenant key) the answer is the session, as a GET shows it.
-    const reader = await token(h.api, id, ['read', 'message']);
-    const whole = await h.api.as(reader).post(`/v1/sessions/${id}/messages`, { text: 'Again' });
+    // With `read` (or a key) the answer is the session, as a GET shows it; its keyed replay to a token of the same
+    // session without `read` (the tokens of one session share their keys) is the receipt again.
+    const reader = h.api.as(await token(h.api, id, ['read', 'message']));
+    const key = { 'idempotency-key': 'page-1' };
+    const whole = await reader.post(`/v1/sessions/${id}/messages`, { text: 'Again' }, key);
     assert.equal(whole.body.params.system, 'You are the tenant prompt.');
     assert.deepEqual(whole.body.metadata, { customer: 'c-42' });
-    await h.api.waitFor(id, (s) => s.status === 'idle' && s.iteration === 3);
+    const replayed = await t.post(`/v1/sessions/${id}/messages`, { text: 'Again' }, key);
+    assert.equal(replayed.headers.get('idempotent-replayed'), 'true');
+    isReceipt(replayed, 'replay');
+    await h.api.waitFor(id, (s) => s.status === 'idle' && s.iteration === 5);
   });
 
   it('chat routes: read for the stream and messages; POST /v1/chat needs the scope of what it posts', async () => {
