@@ -1,11 +1,10 @@
 import type { FastifyPluginAsyncZod } from 'fastify-type-provider-zod';
-import { z } from 'zod';
 import { notFound } from '../src/errors.js';
 import { HttpRefusal } from '../src/plugins/error-status.js';
 import {
   codesOfStatus,
   deletedTool,
-  listedTool,
+  toolByName,
   tenantTool,
   routeErrors,
   type RouteCodes,
@@ -123,7 +122,7 @@ const routes: FastifyPluginAsyncZod = async (app) => {
         tags,
         params: toolNameParam,
         response: {
-          200: z.union([tenantTool, listedTool]),
+          200: toolByName,
           ...routeErrors(NOT_FOUND, 400, 401, 404, 429, 500, 503),
         },
       },

@@ -204,11 +204,18 @@ export class Toolbox {
 
   /**
    * `GET /v1/tools/:name` of a tool that is not the tenant's: the entry `GET /v1/tools` lists for `name` (the first
-   * if two sources list it, as two MCP servers may), or undefined. An MCP server that does not answer counts as the
-   * list counts it: with its last known tools, or none (so its tool is 404 there, never a 5xx).
+   * if two sources list it, as two MCP servers may), or undefined. The sources are asked in the list's order and the
+   * first that lists the name answers, so a server tool's or the memory tool's name never reaches an MCP server. An
+   * MCP server that does not answer counts as the list counts it: with its last known tools, or none (so its tool is
+   * 404 there, never a 5xx; an unknown name waits for such a server as `GET /v1/tools` does, up to
+   * MCP_CONNECT_TIMEOUT_MS, and concurrent lookups share one attempt).
    */
   async listed(tenant: string, name: string): Promise<ToolListing | undefined> {
-    return (await this.list(tenant)).find((t) => t.name === name);
+    for (const p of this.providers) {
+      const hit = (await p.list(tenant)).find((t) => t.name === name);
+      if (hit) return hit;
+    }
+    return undefined;
   }
 }
 

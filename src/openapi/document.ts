@@ -337,11 +337,18 @@ function usedSchemas(
  */
 const namedWildcard = (path: string) => (path.endsWith('/{*}') ? `${path.slice(0, -3)}{path}` : path);
 
-/** Resources whose answers carry their revision in `ETag`. */
+/** Resources whose answers carry their revision in `ETag` (a ToolByName when it is a tenant tool). */
 const ETAGGED = new Set(
-  ['Session', 'MutatedSession', 'Webhook', 'CreatedWebhook', 'Schedule', 'TenantTool', 'McpServer'].map(
-    (name) => `#/components/schemas/${name}`,
-  ),
+  [
+    'Session',
+    'MutatedSession',
+    'Webhook',
+    'CreatedWebhook',
+    'Schedule',
+    'TenantTool',
+    'ToolByName',
+    'McpServer',
+  ].map((name) => `#/components/schemas/${name}`),
 );
 
 /**

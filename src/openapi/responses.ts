@@ -434,6 +434,9 @@ export const listedTool = z
   })
   .meta({ id: 'ListedTool' });
 
+/** `GET /v1/tools/{name}`: a tenant tool (with its `ETag`), or another tool as the list shows it (without one). */
+export const toolByName = z.union([tenantTool, listedTool]).meta({ id: 'ToolByName' });
+
 export const toolList = z
   .object({
     data: z.array(listedTool),

@@ -4,6 +4,7 @@ import { once } from 'node:events';
 import { WebSocket } from 'ws';
 import { startHarness, type Harness } from '../helpers/service.js';
 import { hang, text, toolCall } from '../fake/script.js';
+import { until } from '../durability/chaos-lib.js';
 import { compareIds } from '../../src/events/cursor.js';
 import {
   connectSse,
@@ -96,8 +97,9 @@ describe('event stream access and client frames', () => {
         assert.equal(await res.text(), '');
       }
     }
-    // No stream was left open (nor taken from the stream quotas, which count the GET routes' streams).
-    assert.equal(await sseOpen(), before);
+    // No stream was left open (nor taken from the stream quotas, which count the GET routes' streams). The gauge is
+    // awaited: waitStatus's own SSE stream may still be closing on the server's side.
+    await until(async () => (await sseOpen()) <= before, 5_000, 'the SSE gauge back to where it was');
     await h.api.post(`/v1/sessions/${id}/cancel`);
   });
 

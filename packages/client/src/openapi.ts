@@ -2705,6 +2705,7 @@ export interface components {
         [key: string]: unknown;
       };
     };
+    ToolByName: components['schemas']['TenantTool'] | components['schemas']['ListedTool'];
     ToolList: {
       data: components['schemas']['ListedTool'][];
       /** @description The MCP servers this tenant may use, and whether they answer. */
@@ -16646,10 +16647,11 @@ export interface operations {
       /** @description OK */
       200: {
         headers: {
+          ETag: components['headers']['ETag'];
           [name: string]: unknown;
         };
         content: {
-          'application/json': components['schemas']['TenantTool'] | components['schemas']['ListedTool'];
+          'application/json': components['schemas']['ToolByName'];
         };
       };
       /** @description Invalid request (`invalid_request` with the issues in `details`, `invalid_json`, …). */
