@@ -17,7 +17,13 @@ import type { SessionStore } from '../store/store.js';
 import type { SecretBox } from '../webhooks/secrets.js';
 import { callToolUrl } from './http-call.js';
 import { awaits, type ToolTasks } from './service.js';
-import { HTTP_QUEUE, claimedTask, type ClaimedTask, type TaskRecord } from './task-record.js';
+import {
+  HTTP_QUEUE,
+  claimWaitSeconds,
+  claimedTask,
+  type ClaimedTask,
+  type TaskRecord,
+} from './task-record.js';
 
 const withoutLease = ({ lease_expires_at: _lease, ...call }: ClaimedTask) => call;
 import type { TaskQueue } from './tasks.js';
@@ -93,7 +99,7 @@ export class HttpToolCaller {
       if (got.length === 0) await this.o.queue.httpIdle(tenant);
       for (const { rec, input, owed } of got) {
         this.o.metrics.toolTasks.inc({ event: 'claimed' });
-        this.o.metrics.toolTaskClaimLatency.observe((Date.now() - rec.queued_at) / 1000);
+        this.o.metrics.toolTaskClaimLatency.observe(claimWaitSeconds(rec, this.o.queue.leaseMs));
         this.inFlight++;
         this.byTenant.set(tenant, (this.byTenant.get(tenant) ?? 0) + 1);
         void this.run(rec, input, owed)

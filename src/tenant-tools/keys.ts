@@ -27,7 +27,10 @@
  * - `tt:http` SET of tenants that have calls of http tools queued (the service's HTTP caller looks at their
  *   queues; tasks.ts `httpIdle` takes a tenant off)
  * - `tt:due` ZSET tenant → when its queue needs a sweep (a lease or deadline falls due, an undelivered result, a
- *   tombstone's gc time); a tenant with none of those is not in it (tasks.ts `reschedule`)
+ *   tombstone's gc time); a tenant with none of those is not in it (tasks.ts `reschedule`); written and read by
+ *   due-set-1.lua and due-claim-1.lua only
+ *
+ * Every time (ms) in these keys is of Redis's clock (lua/includes/now.lua), never a replica's.
  * - channel `tt:{tt:T}:wake`: published when a call is queued; long-polling claims wait on it
  */
 const tag = (tenant: string) => `tt:{tt:${tenant}}`;

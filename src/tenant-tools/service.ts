@@ -20,6 +20,7 @@ import { pendingFields, setResult } from '../store/pending.js';
 import type { RedisClient } from '../store/lua-commands.js';
 import { WakeChannels, type Wake } from './wake.js';
 import {
+  claimWaitSeconds,
   claimedTask,
   taskRound,
   toolRetried,
@@ -149,7 +150,7 @@ export class ToolTasks {
       if (await this.stillAwaited(rec)) {
         out.push(claimedTask(rec, input));
         this.o.metrics.toolTasks.inc({ event: 'claimed' });
-        this.o.metrics.toolTaskClaimLatency.observe((Date.now() - rec.queued_at) / 1000);
+        this.o.metrics.toolTaskClaimLatency.observe(claimWaitSeconds(rec, this.o.queue.leaseMs));
         started.push(this.logStarted(rec, input, rec.worker, owed));
       } else {
         await this.o.queue.settle(tenant, rec.call, 'cancelled');
@@ -331,7 +332,7 @@ export class ToolTasks {
   async sweep(): Promise<void> {
     for (;;) {
       if (this.sweeps.stopping) return;
-      const tenants = await this.o.queue.claimDue(Date.now(), SWEEP_BATCH);
+      const tenants = await this.o.queue.claimDue(SWEEP_BATCH);
       await Promise.all(
         tenants.map((tenant) =>
           this.sweepTenant(tenant).catch((err) =>
@@ -345,15 +346,15 @@ export class ToolTasks {
 
   /** One tenant's sweep (the scripts make a double sweep harmless). */
   private async sweepTenant(tenant: string): Promise<void> {
-    const { changes, owed, idle } = await this.o.queue.sweep(tenant);
+    const { changes, owed, idle, now } = await this.o.queue.sweep(tenant);
     for (const { kind } of changes)
       this.o.metrics.toolTasks.inc({ event: kind === 'retried' ? 'retried' : 'timed_out' });
     // The calls this sweep offered again, and the debts a dead sweeper (or a failed write) left.
     for (const rec of owed) await this.payRetried(rec);
     if (idle) return;
     // Results completed a while ago and still here: their replica died before delivering them (or this sweep
-    // failed them just now).
-    for (const call of await this.o.queue.undelivered(tenant, Date.now() - 1000)) {
+    // failed them just now). `now` is the sweep's, of the clock the results' times are in (Redis's).
+    for (const call of await this.o.queue.undelivered(tenant, now - 1000)) {
       await this.deliver(tenant, call).catch((err) =>
         this.o.log.warn({ err, tenant }, 'tool task delivery failed'),
       );

@@ -37,6 +37,13 @@ export interface TaskRecord {
   lease: number;
 }
 
+/**
+ * How long (s) a call just claimed waited in its queue, both times of Redis's clock (a claim leases it until its
+ * claim time + `leaseMs`), whatever the replica's.
+ */
+export const claimWaitSeconds = (rec: TaskRecord, leaseMs: number) =>
+  Math.max(0, rec.lease - leaseMs - rec.queued_at) / 1000;
+
 /** A call as a claim answers it (spec §7.1). */
 export interface ClaimedTask {
   id: string;

@@ -5,6 +5,10 @@
  * delivered to its session (src/tenant-tools/service.ts). Keys in keys.ts; each method one script or command unless
  * its JSDoc says otherwise.
  *
+ * Every time the queue stores or compares (leases, ready, deadline, done and gc times, `tt:due`) is of Redis's clock,
+ * taken by the scripts (lua/includes/now.lua): the replicas pass durations and get the times back, so a replica
+ * whose clock is off neither takes live leases for lapsed nor renews them into the future.
+ *
  * Over 400 lines: every operation on a tenant's queue keys is one method here, which keeps them behind one door.
  */
 import { randomBytes } from 'node:crypto';
@@ -70,7 +74,6 @@ export class TaskQueue {
   /** Queues a call unless it was queued before: 'queued', 'known', or 'full' (the tenant's bound). */
   async enqueue(tenant: string, t: NewTask): Promise<'queued' | 'known' | 'full'> {
     const k = keyList(tenant);
-    const now = Date.now();
     const call = taskCallId(t.session, t.toolUseId, t.round);
     const rec: TaskRecord = {
       call,
@@ -83,8 +86,9 @@ export class TaskQueue {
       attempt: 0,
       max_attempts: t.maxAttempts,
       timeout_ms: t.timeoutMs,
-      deadline: now + t.timeoutMs,
-      queued_at: now,
+      // Set by the script, of Redis's clock: queued now, deadline now + timeout_ms.
+      deadline: 0,
+      queued_at: 0,
       state: 'queued',
       offer: '',
       offers: '',
@@ -96,7 +100,7 @@ export class TaskQueue {
     // it, as a sweeper or HTTP caller may take the tenant off between the first write and the script (see
     // `reschedule` and `httpIdle`: each asks the queue again after taking it off).
     const http = t.runner === 'http';
-    await this.schedule(tenant, rec.deadline);
+    await this.schedule(tenant, t.timeoutMs);
     if (http) await this.redis.sadd(HTTP_TENANTS_KEY, tenant);
     const r = await this.redis.ttEnqueue(
       k.calls,
@@ -109,12 +113,10 @@ export class TaskQueue {
       JSON.stringify(rec),
       JSON.stringify(t.input ?? {}),
       rec.queue,
-      now,
-      rec.deadline,
       this.maxPerTenant,
       channelName(this.redis, wakeChannel(tenant)),
     );
-    if (r === 1) await this.schedule(tenant, rec.deadline);
+    if (r === 1) await this.schedule(tenant, t.timeoutMs);
     if (r === 1 && http) await this.redis.sadd(HTTP_TENANTS_KEY, tenant);
     return r === 1 ? 'queued' : r === 0 ? 'known' : 'full';
   }
@@ -122,13 +124,12 @@ export class TaskQueue {
   /** Offers up to `max` queued calls of `tools` to `worker`; records the worker as seen (one script, two ZADDs). */
   async claim(tenant: string, tools: readonly string[], max: number, worker: string): Promise<ClaimedCall[]> {
     const k = keyList(tenant);
-    const now = Date.now();
     const prefix = `tt_${randomBytes(9).toString('base64url').replace(/[-_]/g, 'x')}`;
     // The tenant is due when the leases this claim may give lapse, written before the claim (one pipeline): should
     // the process die after the claim, or `seen` fail, the lapsed leases are still swept then, not at the calls'
     // deadlines (which would also skip their remaining attempts). A claim that takes nothing costs one early look.
     const [, rows] = await Promise.all([
-      this.schedule(tenant, now + this.leaseMs),
+      this.schedule(tenant, this.leaseMs),
       this.redis.ttClaim(
         k.calls,
         k.inputs,
@@ -136,14 +137,13 @@ export class TaskQueue {
         k.leased,
         k.offers,
         k.owed,
-        now,
         this.leaseMs,
         max,
         worker,
         prefix,
         ...tools,
       ),
-      this.seen(tenant, tools, worker, now),
+      this.seen(tenant, tools, worker),
     ]);
     const out: ClaimedCall[] = [];
     for (let i = 0; i + 2 < rows.length; i += 3) {
@@ -157,30 +157,30 @@ export class TaskQueue {
   }
 
   /**
-   * Workers seen now for `tools`: only the names of the tenant's tools are kept, for WORKERS_KEEP_MS, at most
-   * WORKERS_MAX pairs (one script).
+   * Workers seen now (or `agoMs` ago) for `tools`: only the names of the tenant's tools are kept, for
+   * WORKERS_KEEP_MS, at most WORKERS_MAX pairs (one script; Redis's clock).
    */
-  async seen(tenant: string, tools: readonly string[], worker: string, now = Date.now()): Promise<void> {
+  async seen(tenant: string, tools: readonly string[], worker: string, agoMs = 0): Promise<void> {
     tools = tools.filter((t) => t !== HTTP_QUEUE);
     if (tools.length === 0) return;
     await this.redis.ttSeen(
       toolsKey(tenant),
       workersKey(tenant),
-      now,
       worker,
-      now - WORKERS_KEEP_MS,
+      agoMs,
+      WORKERS_KEEP_MS,
       WORKERS_MAX,
       ...tools,
     );
   }
 
-  /** Workers seen for each tool within the last two leases, and when one was last seen. */
+  /** Workers seen for each tool within the last two leases (of Redis's clock), and when one was last seen. */
   async workers(tenant: string): Promise<Map<string, { active: number; last_seen_at: string | null }>> {
-    const rows = await this.redis.zrange(workersKey(tenant), 0, -1, 'WITHSCORES');
+    const [now, ...rows] = await this.redis.ttWorkers(workersKey(tenant));
     const out = new Map<string, { active: number; last_seen_at: string | null }>();
-    const since = Date.now() - 2 * this.leaseMs;
+    const since = Number(now) - 2 * this.leaseMs;
     for (let i = 0; i + 1 < rows.length; i += 2) {
-      const tool = rows[i]!.split(' ')[0]!;
+      const tool = String(rows[i]).split(' ')[0]!;
       const at = Number(rows[i + 1]);
       const w = out.get(tool) ?? { active: 0, last_seen_at: null };
       if (at >= since) w.active++;
@@ -197,7 +197,7 @@ export class TaskQueue {
    */
   async heartbeat(tenant: string, offer: string): Promise<TaskRecord | OfferRefusal> {
     const k = keyList(tenant);
-    const r = await this.redis.ttHeartbeat(k.offers, k.calls, k.leased, offer, Date.now(), this.leaseMs);
+    const r = await this.redis.ttHeartbeat(k.offers, k.calls, k.leased, offer, this.leaseMs);
     if (r[0] !== 'ok') return r[0] as OfferRefusal;
     return decodeStored<TaskRecord>(r[1]!);
   }
@@ -205,7 +205,6 @@ export class TaskQueue {
   /** Takes an offer's result (it waits in the outbox until delivered). */
   async complete(tenant: string, offer: string, result: string): Promise<TaskRecord | OfferRefusal> {
     const k = keyList(tenant);
-    const now = Date.now();
     const r = await this.redis.ttComplete(
       k.offers,
       k.calls,
@@ -214,12 +213,11 @@ export class TaskQueue {
       k.results,
       k.done,
       offer,
-      now,
       result,
     );
     if (r[0] !== 'ok') return r[0] as OfferRefusal;
     // Should this process die before delivering it, a sweep delivers it shortly.
-    await this.schedule(tenant, now + 2000);
+    await this.schedule(tenant, 2000);
     return decodeStored<TaskRecord>(r[1]!);
   }
 
@@ -245,11 +243,10 @@ export class TaskQueue {
       k.results,
       k.done,
       offer,
-      Date.now(),
       delayMs,
       error,
     );
-    if (r[0] === 'failed') await this.schedule(tenant, Date.now() + 2000);
+    if (r[0] === 'failed') await this.schedule(tenant, 2000);
     if (r[0] === 'retried') await this.redis.sadd(HTTP_TENANTS_KEY, tenant);
     return r[0] as 'retried' | 'failed' | OfferRefusal;
   }
@@ -289,7 +286,7 @@ export class TaskQueue {
       k.gc,
       call,
       state,
-      Date.now() + TOMBSTONE_MS,
+      TOMBSTONE_MS,
     );
   }
 
@@ -312,12 +309,15 @@ export class TaskQueue {
     return { rec: decodeStored<TaskRecord>(rec), result: result ? decodeStored<TaskResult>(result) : null };
   }
 
-  /** Results completed before `before` and not delivered yet. */
+  /** Results completed before `before` (ms, Redis's clock: `sweep`'s `now`) and not delivered yet. */
   undelivered(tenant: string, before: number, limit = 100): Promise<string[]> {
     return this.redis.zrangebyscore(keyList(tenant).done, '-inf', before, 'LIMIT', 0, limit);
   }
 
-  /** One sweep of a tenant's queue; reschedules it, or takes it off `tt:due` when it has nothing left to watch. */
+  /**
+   * One sweep of a tenant's queue; reschedules it, or takes it off `tt:due` when it has nothing left to watch. `now`
+   * is the time the sweep compared with (Redis's clock).
+   */
   async sweep(
     tenant: string,
     limit = 100,
@@ -325,10 +325,10 @@ export class TaskQueue {
     changes: Array<{ kind: 'retried' | 'failed'; rec: TaskRecord }>;
     owed: TaskRecord[];
     idle: boolean;
+    now: number;
   }> {
     const k = keyList(tenant);
-    const now = Date.now();
-    const [live, gc, ...rows] = await this.redis.ttSweep(
+    const [now, live, gc, ...rows] = await this.redis.ttSweep(
       k.calls,
       k.inputs,
       k.results,
@@ -339,12 +339,10 @@ export class TaskQueue {
       k.gc,
       k.offers,
       k.owed,
-      now,
       limit,
       channelName(this.redis, wakeChannel(tenant)),
     );
-    const at = this.dueAt(Number(live), Number(gc), now);
-    await this.reschedule(tenant, at);
+    await this.reschedule(tenant, this.dueIn(Number(live), Number(gc), Number(now)));
     const out: Array<{ kind: 'retried' | 'failed'; rec: TaskRecord }> = [];
     const owed: TaskRecord[] = [];
     for (let i = 0; i + 1 < rows.length; i += 2) {
@@ -359,7 +357,7 @@ export class TaskQueue {
     // Written in attempt order (HSCAN's is none): the session's script writes no attempt below one it wrote.
     owed.sort((x, y) => (x.call === y.call ? x.attempt - y.attempt : x.call < y.call ? -1 : 1));
     // Idle: no call queued, leased or undelivered (so no result to deliver either), no event owed.
-    return { changes: out, owed, idle: Number(live) < 0 };
+    return { changes: out, owed, idle: Number(live) < 0, now: Number(now) };
   }
 
   /**
@@ -371,40 +369,40 @@ export class TaskQueue {
   }
 
   /**
-   * When a queue whose next lease expiry, deadline or undelivered result is `live` and next tombstone `gc` (ms, -1:
-   * none) needs a sweep: null when never (nothing to watch). A live entry is looked at at least once a lease.
+   * In how many ms a queue whose next lease expiry, deadline or undelivered result is `live` and next tombstone
+   * `gc` (ms, -1: none; the clock of `now`, Redis's) needs a sweep: null when never (nothing to watch). A live entry
+   * is looked at at least once a lease.
    */
-  private dueAt(live: number, gc: number, now: number): number | null {
-    if (live >= 0) return Math.min(Math.max(live, now + 250), now + this.leaseMs);
-    if (gc >= 0) return Math.max(gc, now + 250);
+  private dueIn(live: number, gc: number, now: number): number | null {
+    if (live >= 0) return Math.min(Math.max(live - now, 250), this.leaseMs);
+    if (gc >= 0) return Math.max(gc - now, 250);
     return null;
   }
 
   /**
-   * Sets the tenant's next sweep to `at` (null: off `tt:due`). This may undo a schedule written since the sweep read
+   * Sets the tenant's next sweep to `inMs` from now (null: off `tt:due`). This may undo a schedule written since the sweep read
    * the queue (a call queued meanwhile), so the queue is asked again afterwards: whatever was written to it before
    * that second look is seen (and scheduled, never later than it is); whatever is written after it schedules itself
    * after this write.
    */
-  private async reschedule(tenant: string, at: number | null): Promise<void> {
-    if (at === null) await this.redis.zrem(TASKS_DUE_KEY, tenant);
-    else await this.redis.zadd(TASKS_DUE_KEY, at, tenant);
+  private async reschedule(tenant: string, inMs: number | null): Promise<void> {
+    await this.redis.ttDueSet(TASKS_DUE_KEY, tenant, inMs ?? '', '');
     const k = keyList(tenant);
-    const [live, gc] = await this.redis.ttPending(k.leased, k.deadline, k.done, k.gc, k.owed);
-    const again = this.dueAt(Number(live), Number(gc), Date.now());
+    const [live, gc, now] = await this.redis.ttPending(k.leased, k.deadline, k.done, k.gc, k.owed);
+    const again = this.dueIn(Number(live), Number(gc), Number(now));
     if (again !== null) await this.schedule(tenant, again);
   }
 
   /**
    * Takes up to `limit` tenants whose queue is due for a sweep, held SWEEP_HOLD_MS so the other replicas take
-   * others (one script on `tt:due`).
+   * others (one script on `tt:due`, comparing in Redis's clock, the one due-set-1.lua stores).
    */
-  claimDue(now: number, limit: number): Promise<string[]> {
-    return this.redis.ttDueClaim(TASKS_DUE_KEY, now, limit, now + SWEEP_HOLD_MS);
+  claimDue(limit: number): Promise<string[]> {
+    return this.redis.ttDueClaim(TASKS_DUE_KEY, limit, SWEEP_HOLD_MS);
   }
 
-  /** The tenant's queue needs a sweep by `at` (never later than it was already due). */
-  private async schedule(tenant: string, at: number): Promise<void> {
-    await this.redis.zadd(TASKS_DUE_KEY, 'LT', at, tenant);
+  /** The tenant's queue needs a sweep within `inMs` (never later than it was already due; one script). */
+  private async schedule(tenant: string, inMs: number): Promise<void> {
+    await this.redis.ttDueSet(TASKS_DUE_KEY, tenant, inMs, 'LT');
   }
 }

@@ -134,7 +134,7 @@ describe('the tool task queue, with many past tenants', { timeout: 180_000 }, ()
       [0, 1, 2, 3, 4].map((i) => `lk w-${i}`),
     );
     const queue: TaskQueue = h.service.app.toolTasks.queue;
-    await queue.seen('acme', ['lk'], 'old-worker', Date.now() - 2 * 86_400_000);
+    await queue.seen('acme', ['lk'], 'old-worker', 2 * 86_400_000);
     for (let i = 0; i < 1100; i++) await queue.seen('acme', ['lk'], `fleet-${i}`);
     const kept = await r.zrange('tt:{tt:acme}:workers', 0, -1);
     assert.equal(kept.length, 1000);

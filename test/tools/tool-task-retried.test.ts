@@ -2,7 +2,7 @@
  * A lost lease's `tool_task.retried` is written exactly once, even when the replica sweeping the tenant's queue is
  * killed between offering the call again (the sweep script) and writing the event (a write in the session's slot,
  * another command). The kill is simulated precisely: the test runs the sweep script alone, as the dead sweeper did,
- * with a clock past the lease, and writes nothing else. The event then comes with the call's next claim, before its
+ * on a lease made to have lapsed (the scripts read Redis's clock), and writes nothing else. The event then comes with the call's next claim, before its
  * `tool.started` (attempt 2), or from the next sweep on the service; a second writer of the same debt writes nothing.
  */
 import { after, before, describe, it } from 'node:test';
@@ -68,14 +68,17 @@ describe(
       const id = (await a.post('/v1/sessions', { input: 'look 1', tools: [tool] })).body.id;
       const first = await a.post('/v1/tool-tasks/claim', { tools: [tool], wait_ms: 20_000, worker_id: 'w1' });
       assert.equal(first.body.tasks[0]?.attempt, 1, JSON.stringify(first.body));
-      // The dead sweeper's first step, and only that: its clock past the lease (the service's own sweep looks at the
-      // tenant only when the lease lapses, LEASE_MS from now).
-      const rows = await scripts.ttSweep(
-        ...Object.values(taskKeys('acme')),
-        Date.now() + LEASE_MS + 1000,
-        100,
-        wakeChannel('acme'),
-      );
+      // The dead sweeper's first step, and only that, on a lease that lapsed: the scripts compare with Redis's own
+      // clock, so the lease is moved into its past (the service's own sweep looks at the tenant only when the lease
+      // would have lapsed, LEASE_MS from now).
+      const k = taskKeys('acme');
+      const [sec] = await r.time();
+      const call = (await r.hget(k.offers, first.body.tasks[0].id))!;
+      const rec = JSON.parse((await r.hget(k.calls, call))!);
+      rec.lease = Number(sec) * 1000 - 1000;
+      await r.hset(k.calls, call, JSON.stringify(rec));
+      await r.zadd(k.leased, rec.lease, call);
+      const rows = await scripts.ttSweep(...Object.values(k), 100, wakeChannel('acme'));
       assert.ok(rows.includes('retried'), `offered again: ${JSON.stringify(rows)}`);
       assert.deepEqual(await retried(id), [], 'the sweeper died before writing the event');
       return id;

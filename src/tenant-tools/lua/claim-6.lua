@@ -2,14 +2,16 @@
 -- each under a new offer id and a lease. It reads only the asked queues' indexes (includes/queue-key.lua), at most
 -- `max` entries of each, so its cost does not grow with the calls of other tools the tenant has queued.
 -- KEYS[1] calls  KEYS[2] inputs  KEYS[3] ready  KEYS[4] leased  KEYS[5] offers  KEYS[6] owed (sweep-10.lua)
--- ARGV[1] now ms  ARGV[2] lease ms  ARGV[3] most calls  ARGV[4] worker id
--- ARGV[5] offer id prefix (random; the offer's index is appended)  ARGV[6..] queues
+-- ARGV[1] lease ms  ARGV[2] most calls  ARGV[3] worker id
+-- ARGV[4] offer id prefix (random; the offer's index is appended)  ARGV[5..] queues
+-- Due and lease times are of Redis's clock (includes/now.lua): `rec.lease` is now + ARGV[1].
 -- Returns record (JSON), input (JSON text), owed triples, one per call offered: `owed` is a JSON array of the records
 -- of the call's earlier attempts whose `tool_task.retried` is still owed (a sweeper died before writing it), which
 -- the claimant writes before this attempt's `tool.started`; they stay owed until written.
 --- @include "includes/queue-key"
-local now = tonumber(ARGV[1])
-local max = tonumber(ARGV[3])
+--- @include "includes/now"
+local now = now_ms()
+local max = tonumber(ARGV[2])
 -- A tenant's calls queued before the indexes existed (an upgrade): indexed once, here, from `ready` (whose bound,
 -- TOOL_TASKS_MAX_PER_TENANT, bounds this one scan); from then on every script keeps both. `#` is in no queue name.
 local flag = KEYS[3] .. '#indexed'
@@ -25,7 +27,7 @@ if redis.call('EXISTS', flag) == 0 then
 end
 local queues = {}
 local seen = {}
-for i = 6, #ARGV do
+for i = 5, #ARGV do
   if not seen[ARGV[i]] then
     seen[ARGV[i]] = true
     queues[#queues + 1] = ARGV[i]
@@ -57,13 +59,13 @@ while stale and n < max do
     local raw = redis.call('HGET', KEYS[1], call)
     local rec = raw and cjson.decode(raw)
     if rec and rec.state == 'queued' then
-      local offer = ARGV[5] .. tostring(n)
+      local offer = ARGV[4] .. tostring(n)
       rec.attempt = rec.attempt + 1
       rec.state = 'leased'
       rec.offer = offer
       rec.offers = rec.offers .. ' ' .. offer
-      rec.worker = ARGV[4]
-      rec.lease = now + tonumber(ARGV[2])
+      rec.worker = ARGV[3]
+      rec.lease = now + tonumber(ARGV[1])
       local enc = cjson.encode(rec)
       redis.call('HSET', KEYS[1], call, enc)
       redis.call('ZADD', KEYS[4], rec.lease, call)

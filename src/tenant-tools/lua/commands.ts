@@ -37,8 +37,6 @@ declare module 'ioredis' {
         record: string,
         input: string,
         tool: string,
-        now: number,
-        deadline: number,
         max: number,
         channel: string,
       ]
@@ -47,7 +45,6 @@ declare module 'ioredis' {
     ttClaim(
       ...args: [
         ...keys: Keys<6>,
-        now: number,
         leaseMs: number,
         max: number,
         worker: string,
@@ -56,32 +53,41 @@ declare module 'ioredis' {
       ]
     ): Result<string[], Context>;
     /** heartbeat-3.lua: `['ok', record]` (renewed) or `[refusal]`. */
-    ttHeartbeat(
-      ...args: [...keys: Keys<3>, offer: string, now: number, leaseMs: number]
-    ): Result<string[], Context>;
+    ttHeartbeat(...args: [...keys: Keys<3>, offer: string, leaseMs: number]): Result<string[], Context>;
     /** complete-6.lua: `['ok', record]` or `[refusal]`. */
-    ttComplete(
-      ...args: [...keys: Keys<6>, offer: string, now: number, result: string]
-    ): Result<string[], Context>;
+    ttComplete(...args: [...keys: Keys<6>, offer: string, result: string]): Result<string[], Context>;
     /** release-7.lua: `['retried' | 'failed', record]` or `[refusal]`. */
     ttRelease(
-      ...args: [...keys: Keys<7>, offer: string, now: number, delayMs: number, error: string]
+      ...args: [...keys: Keys<7>, offer: string, delayMs: number, error: string]
     ): Result<string[], Context>;
     /** settle-8.lua: 1 when the call was known. */
-    ttSettle(...args: [...keys: Keys<8>, call: string, state: string, gcAt: number]): Result<number, Context>;
-    /** sweep-10.lua: next due, live then gc (ms, -1: none), then kind, record pairs. */
+    ttSettle(
+      ...args: [...keys: Keys<8>, call: string, state: string, gcAfterMs: number]
+    ): Result<number, Context>;
+    /** sweep-10.lua: Redis's now, next due, live then gc (ms, -1: none), then kind, record pairs. */
     ttSweep(
-      ...args: [...keys: Keys<10>, now: number, limit: number, channel: string]
+      ...args: [...keys: Keys<10>, limit: number, channel: string]
     ): Result<Array<number | string>, Context>;
-    /** pending-5.lua: `[live, gc]`, when the queue next needs a sweep (ms, -1: none). */
-    ttPending(...keys: Keys<5>): Result<[live: number, gc: number], Context>;
-    /** due-claim-1.lua: the due tenants taken, each held until `hold`. */
-    ttDueClaim(due: string, now: number, limit: number, hold: number): Result<string[], Context>;
+    /** pending-5.lua: `[live, gc, now]`, when the queue next needs a sweep (ms, -1: none), and Redis's now. */
+    ttPending(...keys: Keys<5>): Result<[live: number, gc: number, now: number], Context>;
+    /** due-claim-1.lua: the due tenants taken, each held `holdMs` from now (Redis's clock). */
+    ttDueClaim(due: string, limit: number, holdMs: number): Result<string[], Context>;
+    /** due-set-1.lua: the tenant's due time set (Redis's clock), -1 when taken off (`inMs` ''). */
+    ttDueSet(due: string, tenant: string, inMs: number | '', mode: 'LT' | ''): Result<number, Context>;
+    /** workers-1.lua: `[now, member, ms, …]`, the pairs seen and Redis's now. */
+    ttWorkers(workers: string): Result<Array<string | number>, Context>;
     /** http-left-1.lua: 1 when the tenant has calls of http tools queued. */
     ttHttpLeft(ready: string): Result<number, Context>;
     /** seen-2.lua: the number of tools recorded. */
     ttSeen(
-      ...args: [...keys: Keys<2>, now: number, worker: string, since: number, cap: number, ...tools: string[]]
+      ...args: [
+        ...keys: Keys<2>,
+        worker: string,
+        agoMs: number,
+        keepMs: number,
+        cap: number,
+        ...tools: string[],
+      ]
     ): Result<number, Context>;
   }
 }

@@ -1,19 +1,24 @@
 -- enqueue: queue one tool call for a worker, unless it was queued before (its record, kept a day after delivery,
 -- is the tombstone that keeps a second run of the same step from queueing it again).
 -- KEYS[1] calls  KEYS[2] inputs  KEYS[3] ready  KEYS[4] deadline  KEYS[5] leased  KEYS[6] done
--- ARGV[1] call  ARGV[2] record (JSON)  ARGV[3] input (JSON text)  ARGV[4] queue (the tool's name, or `~http`)
--- ARGV[5] now ms
--- ARGV[6] deadline ms  ARGV[7] most calls of the tenant in flight  ARGV[8] wake channel
--- (Also the queue's index, includes/queue-key.lua.)
+-- ARGV[1] call  ARGV[2] record (JSON; its `queued_at` and `deadline` are set here)  ARGV[3] input (JSON text)
+-- ARGV[4] queue (the tool's name, or `~http`)  ARGV[5] most calls of the tenant in flight  ARGV[6] wake channel
+-- (Also the queue's index, includes/queue-key.lua.) `queued_at` is now and `deadline` now + the record's `timeout_ms`,
+-- of Redis's clock (includes/now.lua).
 -- Returns 1 queued, 0 known already, -1 the tenant's queue is full.
 --- @include "includes/queue-key"
+--- @include "includes/now"
 if redis.call('HEXISTS', KEYS[1], ARGV[1]) == 1 then return 0 end
 local n = redis.call('ZCARD', KEYS[3]) + redis.call('ZCARD', KEYS[5]) + redis.call('ZCARD', KEYS[6])
-if n >= tonumber(ARGV[7]) then return -1 end
-redis.call('HSET', KEYS[1], ARGV[1], ARGV[2])
+if n >= tonumber(ARGV[5]) then return -1 end
+local now = now_ms()
+local rec = cjson.decode(ARGV[2])
+rec.queued_at = now
+rec.deadline = now + tonumber(rec.timeout_ms)
+redis.call('HSET', KEYS[1], ARGV[1], cjson.encode(rec))
 redis.call('HSET', KEYS[2], ARGV[1], ARGV[3])
-redis.call('ZADD', KEYS[3], ARGV[5], ARGV[4] .. ' ' .. ARGV[1])
-redis.call('ZADD', queue_key(KEYS[3], ARGV[4]), ARGV[5], ARGV[1])
-redis.call('ZADD', KEYS[4], ARGV[6], ARGV[1])
-redis.call('PUBLISH', ARGV[8], ARGV[4])
+redis.call('ZADD', KEYS[3], now, ARGV[4] .. ' ' .. ARGV[1])
+redis.call('ZADD', queue_key(KEYS[3], ARGV[4]), now, ARGV[1])
+redis.call('ZADD', KEYS[4], rec.deadline, ARGV[1])
+redis.call('PUBLISH', ARGV[6], ARGV[4])
 return 1

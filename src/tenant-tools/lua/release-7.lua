@@ -1,20 +1,22 @@
 -- release: the claimant of an offer gives the call back after a failed try (the service's HTTP caller: a timeout,
 -- a non-2xx answer): offered again after `delay` with the next attempt, or failed with `error` after the last.
 -- KEYS[1] offers  KEYS[2] calls  KEYS[3] leased  KEYS[4] ready  KEYS[5] deadline  KEYS[6] results  KEYS[7] done
--- ARGV[1] offer id  ARGV[2] now ms  ARGV[3] delay ms  ARGV[4] `is_error` text for a call out of attempts
+-- ARGV[1] offer id  ARGV[2] delay ms  ARGV[3] `is_error` text for a call out of attempts
+-- Ready and done times are of Redis's clock (includes/now.lua).
 -- Returns {'retried', record JSON}, {'failed', record JSON}, or {refusal} (see includes/offer-check.lua).
 --- @include "includes/offer-check"
 --- @include "includes/queue-key"
+--- @include "includes/now"
 local call, rec = offer_check(KEYS[1], KEYS[2], ARGV[1])
 if not call then return {rec} end
-local now = tonumber(ARGV[2])
+local now = now_ms()
 redis.call('ZREM', KEYS[3], call)
 if rec.attempt >= rec.max_attempts then
   rec.state = 'done'
   local enc = cjson.encode(rec)
   redis.call('HSET', KEYS[2], call, enc)
   redis.call('ZREM', KEYS[5], call)
-  redis.call('HSET', KEYS[6], call, cjson.encode({content = ARGV[4], is_error = true}))
+  redis.call('HSET', KEYS[6], call, cjson.encode({content = ARGV[3], is_error = true}))
   redis.call('ZADD', KEYS[7], now, call)
   return {'failed', enc}
 end
@@ -22,6 +24,6 @@ rec.state = 'queued'
 rec.offer = ''
 local enc = cjson.encode(rec)
 redis.call('HSET', KEYS[2], call, enc)
-redis.call('ZADD', KEYS[4], now + tonumber(ARGV[3]), rec.queue .. ' ' .. call)
-redis.call('ZADD', queue_key(KEYS[4], rec.queue), now + tonumber(ARGV[3]), call)
+redis.call('ZADD', KEYS[4], now + tonumber(ARGV[2]), rec.queue .. ' ' .. call)
+redis.call('ZADD', queue_key(KEYS[4], rec.queue), now + tonumber(ARGV[2]), call)
 return {'retried', enc}

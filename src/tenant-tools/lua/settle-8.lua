@@ -1,9 +1,11 @@
 -- settle: a call is over for the queue: its result was delivered to its session, or the session no longer waits
 -- for it (cancelled, deleted). Its record stays as a tombstone until the sweep's gc time; input and result go.
 -- KEYS[1] calls  KEYS[2] inputs  KEYS[3] results  KEYS[4] ready  KEYS[5] leased  KEYS[6] deadline  KEYS[7] done  KEYS[8] gc
--- ARGV[1] call  ARGV[2] state ('delivered' | 'cancelled')  ARGV[3] gc at (ms)
+-- ARGV[1] call  ARGV[2] state ('delivered' | 'cancelled')  ARGV[3] gc after (ms from now, Redis's clock:
+-- includes/now.lua)
 -- Returns 1 when the call was known.
 --- @include "includes/queue-key"
+--- @include "includes/now"
 local raw = redis.call('HGET', KEYS[1], ARGV[1])
 if not raw then return 0 end
 local rec = cjson.decode(raw)
@@ -16,5 +18,5 @@ redis.call('HDEL', KEYS[2], ARGV[1])
 redis.call('HDEL', KEYS[3], ARGV[1])
 rec.state = ARGV[2]
 redis.call('HSET', KEYS[1], ARGV[1], cjson.encode(rec))
-redis.call('ZADD', KEYS[8], ARGV[3], ARGV[1])
+redis.call('ZADD', KEYS[8], now_ms() + tonumber(ARGV[3]), ARGV[1])
 return 1

@@ -2,8 +2,9 @@
 -- calls past their deadline (failed), and tombstones past their gc time (gone, with their offers).
 -- KEYS[1] calls  KEYS[2] inputs  KEYS[3] results  KEYS[4] ready  KEYS[5] leased  KEYS[6] deadline  KEYS[7] done
 -- KEYS[8] gc  KEYS[9] offers  KEYS[10] owed
--- ARGV[1] now ms  ARGV[2] most entries handled per kind  ARGV[3] wake channel
--- Returns: when the queue next needs a sweep, live then gc (includes/next-due.lua: ms, -1 for none), then kind,
+-- ARGV[1] most entries handled per kind  ARGV[2] wake channel
+-- Returns: now (ms, Redis's clock: includes/now.lua, the clock of every time compared here), then when the queue
+-- next needs a sweep, live then gc (includes/next-due.lua: ms, -1 for none), then kind,
 -- record (JSON) pairs: 'retried' (offered again) or 'failed' (its `is_error` result waits in `done`), then 'owed'
 -- pairs: the records of the lost attempts whose `tool_task.retried` event is owed (those offered again by this
 -- sweep among them).
@@ -14,8 +15,9 @@
 -- replica; the session's write is once per attempt whoever makes it (src/store/lua/tool-retried-2.lua).
 --- @include "includes/next-due"
 --- @include "includes/queue-key"
-local now = tonumber(ARGV[1])
-local limit = tonumber(ARGV[2])
+--- @include "includes/now"
+local now = now_ms()
+local limit = tonumber(ARGV[1])
 local out = {}
 local function fail(call, rec, text)
   rec.state = 'done'
@@ -45,7 +47,7 @@ for _, call in ipairs(redis.call('ZRANGEBYSCORE', KEYS[5], '-inf', now, 'LIMIT',
         redis.call('HSET', KEYS[10], call .. ' ' .. rec.attempt, enc)
         redis.call('ZADD', KEYS[4], rec.queued_at, rec.queue .. ' ' .. call)
         redis.call('ZADD', queue_key(KEYS[4], rec.queue), rec.queued_at, call)
-        redis.call('PUBLISH', ARGV[3], rec.queue)
+        redis.call('PUBLISH', ARGV[2], rec.queue)
         out[#out + 1] = 'retried'
         out[#out + 1] = enc
       end
@@ -88,4 +90,5 @@ end
 local live, gc = next_due(KEYS[5], KEYS[6], KEYS[7], KEYS[8], KEYS[10])
 table.insert(out, 1, gc)
 table.insert(out, 1, live)
+table.insert(out, 1, now)
 return out
