@@ -55,7 +55,10 @@ const routes: FastifyPluginAsyncZod<{ config: Config }> = async (app, { config }
       const onClose = () => abort.abort();
       reply.raw.once('close', onClose);
       try {
-        return { tasks: await tasks.claim(req.tenant, req.body, abort.signal) };
+        const claimed = await tasks.claim(req.tenant, req.body, abort.signal);
+        // The leases' clock (Redis's) in `Date`: a worker takes `lease_expires_at` less `Date` as the lease.
+        if (claimed[0]) reply.header('date', tasks.leaseDate(claimed[0].lease_expires_at));
+        return { tasks: claimed };
       } finally {
         reply.raw.off('close', onClose);
       }
@@ -77,7 +80,10 @@ const routes: FastifyPluginAsyncZod<{ config: Config }> = async (app, { config }
         },
       },
     },
-    async (req) => tasks.heartbeat(req.tenant, req.params.id),
+    async (req, reply) => {
+      const renewed = await tasks.heartbeat(req.tenant, req.params.id);
+      return reply.header('date', tasks.leaseDate(renewed.lease_expires_at)).send(renewed);
+    },
   );
 
   app.post(

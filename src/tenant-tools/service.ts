@@ -234,6 +234,16 @@ export class ToolTasks {
     this.o.metrics.toolWorkersActive.set(this.workersSeen.size);
   }
 
+  /**
+   * The `Date` an answer carrying a `lease_expires_at` is sent with (an HTTP date): the Redis time the lease was taken
+   * or renewed at (its expiry less the lease, both of Redis's clock: claim-6.lua, heartbeat-3.lua), not this
+   * replica's. A worker works out the lease's length as the difference of the two (packages/client ToolWorker
+   * `leaseOf`): of one clock, it is the lease whatever this replica's clock says.
+   */
+  leaseDate(leaseExpiresAt: string): string {
+    return new Date(Date.parse(leaseExpiresAt) - this.o.queue.leaseMs).toUTCString();
+  }
+
   /** `POST /v1/tool-tasks/:id/heartbeat`. */
   async heartbeat(tenant: string, id: string): Promise<{ lease_expires_at: string }> {
     // Renewed while this offer holds the call, even past the lease's expiry until the sweep offers the call again,

@@ -63,6 +63,9 @@ describe('tool-task leases with a replica whose clock is off', { timeout: 120_00
       Math.abs(expires - (Date.now() + LEASE_MS)) < 5000,
       `lease_expires_at ${task.lease_expires_at}`,
     );
+    // `Date` is of the leases' clock (Redis's), whatever the replica's: a worker's lease is the difference.
+    const leaseDate = (expiresAt: string) => new Date(Date.parse(expiresAt) - LEASE_MS).toUTCString();
+    assert.equal(claim.headers.get('date'), leaseDate(task.lease_expires_at));
     const call = (await r.hget(taskKeys('acme').offers, task.id))!;
 
     // A replica 10 minutes ahead sweeps (its loop's pass, then the tenant directly) and claims.
@@ -88,6 +91,10 @@ describe('tool-task leases with a replica whose clock is off', { timeout: 120_00
     );
     const leased = Number(await r.zscore(taskKeys('acme').leased, call));
     assert.equal(leased, at, 'the lease stored is the one answered');
+
+    const beat = await a.post(`/v1/tool-tasks/${task.id}/heartbeat`);
+    assert.equal(beat.status, 200, JSON.stringify(beat.body));
+    assert.equal(beat.headers.get('date'), leaseDate(beat.body.lease_expires_at));
 
     // The worker's result is taken; the tool ran once.
     const ok = await a.post(`/v1/tool-tasks/${task.id}/result`, { content: 'order 1: shipped' });
