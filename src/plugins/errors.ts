@@ -10,6 +10,8 @@ import {
   type ErrorBody,
 } from '../errors.js';
 import { ERROR_STATUS, HttpRefusal } from './error-status.js';
+import { readsSession } from './auth.js';
+import { withoutAction } from '../sessions/view.js';
 
 function isErrorEnvelope(payload: unknown): payload is ErrorBody {
   if (typeof payload !== 'object' || payload === null || !('error' in payload)) return false;
@@ -69,7 +71,9 @@ export default fp(
           error: {
             code: err.code,
             message: err.message,
-            ...(err.details !== undefined ? { details: err.details } : {}),
+            ...(err.details !== undefined
+              ? { details: readsSession(req.clientToken) ? err.details : withoutAction(err.details) }
+              : {}),
           },
         });
       }

@@ -11,7 +11,7 @@ import {
   type StreamReplay,
 } from '../store/idempotency.js';
 import type { SecretBox } from '../webhooks/secrets.js';
-import { receiptOf } from '../sessions/view.js';
+import { receiptOf, withoutAction } from '../sessions/view.js';
 import { readsSession } from './auth.js';
 
 declare module 'fastify' {
@@ -225,21 +225,33 @@ export default fp<{ ttlS: number; maxBytesPerTenant: number; box: SecretBox }>(
   { name: 'idempotency', dependencies: ['redis', 'auth'] },
 );
 
-/** The kept body with its sealed fields opened and put back (last, where the routes put them). */
 /**
- * A replayed answer as a client token without `read` may see it: a session as its receipt. The key's first request
- * may have been made by another token of the same session, one holding `read` (the tokens of one session share
- * their keys), whose answer was the whole session.
+ * A replayed answer as a client token without `read` may see it (spec §7.2): a session as its receipt, a refusal
+ * without the pending calls (`details.required_action`). The key's first request may have been made by another token
+ * of the same session, one holding `read` (the tokens of one session share their keys), whose answer showed them.
+ * A body that is not JSON is sent as it is.
  */
 function receiptIn(body: string | undefined): string | undefined {
   if (body === undefined) return body;
-  const answer: unknown = JSON.parse(body);
-  return isSessionAnswer(answer) ? JSON.stringify(receiptOf(answer)) : body;
+  let answer: unknown;
+  try {
+    answer = JSON.parse(body);
+  } catch {
+    return body;
+  }
+  if (isSessionAnswer(answer)) return JSON.stringify(receiptOf(answer));
+  if (isErrorAnswer(answer) && answer.error.details !== undefined)
+    return JSON.stringify({ error: { ...answer.error, details: withoutAction(answer.error.details) } });
+  return body;
 }
 
 const isSessionAnswer = (x: unknown): x is Parameters<typeof receiptOf>[0] =>
   typeof x === 'object' && x !== null && 'object' in x && x.object === 'session';
 
+const isErrorAnswer = (x: unknown): x is { error: { details?: unknown } } =>
+  typeof x === 'object' && x !== null && 'error' in x && typeof x.error === 'object' && x.error !== null;
+
+/** The kept body with its sealed fields opened and put back (last, where the routes put them). */
 function unsealed(stored: IdempotencyRecord, req: FastifyRequest, box: SecretBox): string | undefined {
   if (!stored.sealed || stored.body === undefined) return stored.body;
   // Written by `sealFields` from a JSON object.

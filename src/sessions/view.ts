@@ -61,3 +61,13 @@ export function receiptOf(
   const { id, object, status, revision, created_at, updated_at } = v;
   return { id, object, status, revision, created_at, updated_at };
 }
+
+/**
+ * A refusal's details as a client token without `read` may see them: without `required_action` (the pending calls
+ * and their inputs, which 409 `tool_calls_undecided` names to a caller that may read the session).
+ */
+export function withoutAction(details: unknown): unknown {
+  if (typeof details !== 'object' || details === null || !('required_action' in details)) return details;
+  const { required_action: _hidden, ...rest } = details;
+  return rest;
+}

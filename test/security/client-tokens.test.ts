@@ -318,6 +318,14 @@ describe('client tokens', () => {
     };
     isReceipt(await t.post(`/v1/sessions/${id}/messages`, { text: 'Look' }), 'message');
     await h.api.waitStatus(id, 'requires_action');
+    // A refusal names the pending calls (with their inputs) only to a caller that may read the session.
+    const early = await t.post(`/v1/sessions/${id}/continue`);
+    assert.equal(early.status, 409, JSON.stringify(early.body));
+    assert.equal(early.body.error.code, 'tool_calls_undecided');
+    assert.equal(early.body.error.details?.required_action, undefined, JSON.stringify(early.body));
+    assert.ok(!JSON.stringify(early.body).includes('secret plan'));
+    const keyed = await h.api.post(`/v1/sessions/${id}/continue`);
+    assert.ok(keyed.body.error.details.required_action, JSON.stringify(keyed.body));
     isReceipt(
       await t.post(`/v1/sessions/${id}/tool-results`, {
         results: [{ tool_use_id: 'toolu_r', content: 'ok' }],
