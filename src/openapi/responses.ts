@@ -404,11 +404,23 @@ const toolTask = z
       .string()
       .meta({ description: '`<session_id>:<tool_use_id>`, the same for every attempt.' }),
     lease_expires_at: z.string(),
+    lease_ms: z.number().int().meta({
+      description:
+        "The lease's length (ms, TOOL_TASK_LEASE_MS) from this answer: heartbeat every third of it. Unlike `lease_expires_at` it needs no clock.",
+    }),
   })
   .meta({ id: 'ToolTask' });
 
 export const claimedTasks = z.object({ tasks: z.array(toolTask) }).meta({ id: 'ClaimedToolTasks' });
-export const taskLease = z.object({ lease_expires_at: z.string() }).meta({ id: 'ToolTaskLease' });
+export const taskLease = z
+  .object({
+    lease_expires_at: z.string(),
+    lease_ms: z.number().int().meta({
+      description:
+        "The lease's length (ms, TOOL_TASK_LEASE_MS) from this answer: heartbeat every third of it. Unlike `lease_expires_at` it needs no clock.",
+    }),
+  })
+  .meta({ id: 'ToolTaskLease' });
 export const taskAccepted = z
   .object({ id: z.string(), accepted: z.literal(true) })
   .meta({ id: 'ToolTaskResultAccepted' });

@@ -25,7 +25,7 @@ import {
   type TaskRecord,
 } from './task-record.js';
 
-const withoutLease = ({ lease_expires_at: _lease, ...call }: ClaimedTask) => call;
+const withoutLease = ({ lease_expires_at: _lease, lease_ms: _ms, ...call }: ClaimedTask) => call;
 import type { TaskQueue } from './tasks.js';
 import { FailureLog } from '../log.js';
 
@@ -162,7 +162,7 @@ export class HttpToolCaller {
         // after a failure is a new round, a call of its own.
         msgId: rec.call,
         // The call as a worker's claim answers it, without the lease (the caller holds it for the HTTP tool).
-        body: JSON.stringify(withoutLease(claimedTask(rec, input))),
+        body: JSON.stringify(withoutLease(claimedTask(rec, input, this.o.queue.leaseMs))),
         timeoutMs: def.runner.timeout_ms ?? DEFAULT_TRY_MS,
         maxBytes: this.o.maxResultBytes,
         allowPrivate: this.o.allowPrivate,

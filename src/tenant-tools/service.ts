@@ -148,7 +148,7 @@ export class ToolTasks {
     const started: Array<Promise<void>> = [];
     for (const { rec, input, owed } of got) {
       if (await this.stillAwaited(rec)) {
-        out.push(claimedTask(rec, input));
+        out.push(claimedTask(rec, input, this.o.queue.leaseMs));
         this.o.metrics.toolTasks.inc({ event: 'claimed' });
         this.o.metrics.toolTaskClaimLatency.observe(claimWaitSeconds(rec, this.o.queue.leaseMs));
         started.push(this.logStarted(rec, input, rec.worker, owed));
@@ -245,7 +245,7 @@ export class ToolTasks {
   }
 
   /** `POST /v1/tool-tasks/:id/heartbeat`. */
-  async heartbeat(tenant: string, id: string): Promise<{ lease_expires_at: string }> {
+  async heartbeat(tenant: string, id: string): Promise<{ lease_expires_at: string; lease_ms: number }> {
     // Renewed while this offer holds the call, even past the lease's expiry until the sweep offers the call again,
     // as a result is taken then (heartbeat-3.lua): `task_lease_lost` only once the call went to another attempt.
     const rec = await this.o.queue.heartbeat(tenant, id);
@@ -258,7 +258,7 @@ export class ToolTasks {
       throw refusal('cancelled', id);
     }
     await this.o.queue.seen(tenant, [rec.name], rec.worker);
-    return { lease_expires_at: new Date(rec.lease).toISOString() };
+    return { lease_expires_at: new Date(rec.lease).toISOString(), lease_ms: this.o.queue.leaseMs };
   }
 
   /** `POST /v1/tool-tasks/:id/result`. */

@@ -54,6 +54,8 @@ export interface ClaimedTask {
   attempt: number;
   idempotency_key: string;
   lease_expires_at: string;
+  /** The lease's length (ms) as the answer is made: what a worker times its heartbeats by, whatever the clocks. */
+  lease_ms: number;
 }
 
 export interface TaskResult {
@@ -69,7 +71,7 @@ export const HTTP_QUEUE = '~http';
 export const idempotencyKey = (r: Pick<TaskRecord, 'session' | 'tool_use_id'>) =>
   `${r.session}:${r.tool_use_id}`;
 
-export const claimedTask = (rec: TaskRecord, input: unknown): ClaimedTask => ({
+export const claimedTask = (rec: TaskRecord, input: unknown, leaseMs: number): ClaimedTask => ({
   id: rec.offer,
   session_id: rec.session,
   tool_use_id: rec.tool_use_id,
@@ -78,6 +80,7 @@ export const claimedTask = (rec: TaskRecord, input: unknown): ClaimedTask => ({
   attempt: rec.attempt,
   idempotency_key: idempotencyKey(rec),
   lease_expires_at: new Date(rec.lease).toISOString(),
+  lease_ms: leaseMs,
 });
 
 /** The `tool.started` event of an attempt once a worker (or the HTTP caller, `worker`) has it. */

@@ -146,23 +146,8 @@ describe('tool workers', { timeout: 240_000 }, () => {
     }
   });
 
-  it('a worker whose clock is 10 s behind the service’s heartbeats in time: one attempt, no lease lost', async () => {
-    const SKEW = 10_000;
-    // The service's clock, as this worker sees it: its Date header and lease_expires_at 10 s ahead.
-    const skewed = async (req: Request): Promise<Response> => {
-      const res = await fetch(req);
-      const headers = new Headers(res.headers);
-      headers.delete('content-length');
-      headers.set('date', new Date(Date.parse(res.headers.get('date')!) + SKEW).toUTCString());
-      let body = await res.text();
-      if (req.url.endsWith('/claim') && res.ok) {
-        const claimed = JSON.parse(body) as { tasks: Array<{ lease_expires_at: string }> };
-        for (const t of claimed.tasks)
-          t.lease_expires_at = new Date(Date.parse(t.lease_expires_at) + SKEW).toISOString();
-        body = JSON.stringify(claimed);
-      }
-      return new Response(body, { status: res.status, headers });
-    };
+  /** A tool that takes three leases run by a worker whose requests go through `through`: one attempt, no lease lost. */
+  async function slowToolHeldThrough(through: (req: Request) => Promise<Response>, workerId: string) {
     const slow = betaZodTool({
       name: 'slow_order',
       description: 'Takes three leases.',
@@ -176,9 +161,9 @@ describe('tool workers', { timeout: 240_000 }, () => {
       baseUrl: h.service.url,
       apiKey: 'key-a',
       tools: [slow],
-      workerId: 'skewed',
+      workerId,
       waitMs: 2000,
-      fetch: skewed,
+      fetch: through,
     });
     await worker.start();
     try {
@@ -194,6 +179,35 @@ describe('tool workers', { timeout: 240_000 }, () => {
     } finally {
       await worker.stop();
     }
+  }
+
+  /** `res` with its Date moved by `ms`, and its body made by `body` from its text. */
+  async function withDate(res: Response, ms: number, body = (text: string) => text): Promise<Response> {
+    const headers = new Headers(res.headers);
+    headers.delete('content-length');
+    headers.set('date', new Date(Date.parse(res.headers.get('date')!) + ms).toUTCString());
+    return new Response(body(await res.text()), { status: res.status, headers });
+  }
+
+  it('a worker whose clock is 10 s behind the service’s heartbeats in time: one attempt, no lease lost', async () => {
+    const SKEW = 10_000;
+    // The service's clock, as this worker sees it: its Date header and lease_expires_at 10 s ahead.
+    const skewed = async (req: Request): Promise<Response> =>
+      withDate(await fetch(req), SKEW, (body) => {
+        if (!req.url.endsWith('/claim') || !body.startsWith('{"tasks"')) return body;
+        const claimed = JSON.parse(body) as { tasks: Array<{ lease_expires_at: string }> };
+        for (const t of claimed.tasks)
+          t.lease_expires_at = new Date(Date.parse(t.lease_expires_at) + SKEW).toISOString();
+        return JSON.stringify(claimed);
+      });
+    await slowToolHeldThrough(skewed, 'skewed');
+  });
+
+  it('behind a proxy that sends its own Date, 10 s behind the service’s clock, the worker still heartbeats in time', async () => {
+    // As nginx does unless told `proxy_pass_header Date`: lease_expires_at less that Date would be 10 s too long a
+    // lease; the answer's lease_ms needs no clock.
+    const proxied = async (req: Request): Promise<Response> => withDate(await fetch(req), -10_000);
+    await slowToolHeldThrough(proxied, 'proxied');
   });
 
   it('a thrown Error’s content field is the SDK’s `Error: <message>`; a ToolError subclass’s content is its own', async () => {

@@ -2665,12 +2665,22 @@ export interface components {
       /** @description `<session_id>:<tool_use_id>`, the same for every attempt. */
       idempotency_key: string;
       lease_expires_at: string;
+      /**
+       * Format: int64
+       * @description The lease's length (ms, TOOL_TASK_LEASE_MS) from this answer: heartbeat every third of it. Unlike `lease_expires_at` it needs no clock.
+       */
+      lease_ms: number;
     };
     ClaimedToolTasks: {
       tasks: components['schemas']['ToolTask'][];
     };
     ToolTaskLease: {
       lease_expires_at: string;
+      /**
+       * Format: int64
+       * @description The lease's length (ms, TOOL_TASK_LEASE_MS) from this answer: heartbeat every third of it. Unlike `lease_expires_at` it needs no clock.
+       */
+      lease_ms: number;
     };
     ToolTaskResultAccepted: {
       id: string;

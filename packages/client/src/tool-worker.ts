@@ -33,6 +33,8 @@ export interface ToolTask {
   attempt: number;
   idempotency_key: string;
   lease_expires_at: string;
+  /** The lease's length (ms) from the answer; absent from a service before it. */
+  lease_ms?: number;
 }
 
 export interface ToolWorkerOptions {
@@ -123,12 +125,14 @@ const MIN_POLL_MS = 1000;
 const MIN_LEASE_MS = 1000;
 
 /**
- * A claimed task's lease length (ms), told by the service's clock alone: `lease_expires_at` less the claim answer's
- * `Date`, so a worker whose clock is off by any amount heartbeats in time. `Date` has whole seconds (the service's
- * now is up to 1 s past it), so a second is taken off: the lease is never overestimated. Without a `Date` header
- * (a proxy dropped it) the worker's own clock is all there is.
+ * A claimed task's lease length (ms): its `lease_ms`, which needs no clock. From a service without it, the service's
+ * clock alone: `lease_expires_at` less the claim answer's `Date`, so a worker whose clock is off by any amount
+ * heartbeats in time. `Date` has whole seconds (the service's now is up to 1 s past it), so a second is taken off:
+ * the lease is never overestimated. Without a `Date` header (a proxy dropped it) the worker's own clock is all there
+ * is.
  */
 function leaseOf(task: ToolTask, serverNow: number | null): number {
+  if (typeof task.lease_ms === 'number' && task.lease_ms > 0) return Math.max(MIN_LEASE_MS, task.lease_ms);
   const expires = Date.parse(task.lease_expires_at);
   const ms = serverNow === null ? expires - Date.now() : expires - serverNow - 1000;
   return Math.max(MIN_LEASE_MS, Number.isNaN(ms) ? MIN_LEASE_MS : ms);
