@@ -156,6 +156,7 @@ export default fp<EnginePluginOptions>(
         queue: tasks,
         tasks: toolTasks,
         store,
+        sub: app.redisSub,
         box: app.webhooks.box,
         allowPrivate: app.webhooks.allowPrivate,
         maxResultBytes: tt.maxResultBytes,

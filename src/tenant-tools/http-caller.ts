@@ -6,6 +6,9 @@
  * at every `pollMs` (one SMEMBERS and a claim each). A tenant leaves `tt:http` when a claim finds none of its http
  * calls queued (tasks.ts `httpIdle`), and comes back when one is queued again, so the set holds only the tenants
  * with such calls, not every tenant that ever had one.
+ *
+ * A try is aborted as soon as its call is cancelled on any replica (the tenant's `stop` channel, http-stops.ts), and
+ * failing that at its next heartbeat.
  */
 import { SweepLoop } from '../sweep-loop.js';
 import type { FastifyBaseLogger } from 'fastify';
@@ -16,6 +19,8 @@ import { hasLoneSurrogate } from '../json-unicode.js';
 import type { SessionStore } from '../store/store.js';
 import type { SecretBox } from '../webhooks/secrets.js';
 import { callToolUrl } from './http-call.js';
+import { HttpStops } from './http-stops.js';
+import type { RedisClient } from '../store/lua-commands.js';
 import { awaits, type ToolTasks } from './service.js';
 import {
   HTTP_QUEUE,
@@ -33,6 +38,8 @@ interface HttpCallerOptions {
   queue: TaskQueue;
   tasks: ToolTasks;
   store: SessionStore;
+  /** The subscriber connection (the tenants' `stop` channels, while they have tries in flight here). */
+  sub: RedisClient;
   box: SecretBox;
   allowPrivate: boolean;
   maxResultBytes: number;
@@ -72,8 +79,10 @@ export class HttpToolCaller {
   private readonly worker = `service-${process.pid}`;
 
   private readonly polls: SweepLoop;
+  private readonly stops: HttpStops;
 
   constructor(private readonly o: HttpCallerOptions) {
+    this.stops = new HttpStops(o.sub);
     this.polls = new SweepLoop(() => this.poll(), o.pollMs ?? 250, new FailureLog(o.log, 'http tool poll'));
   }
 
@@ -81,8 +90,9 @@ export class HttpToolCaller {
     this.polls.start(this.o.pollMs ?? 250);
   }
 
-  stop(): Promise<void> {
-    return this.polls.stop();
+  async stop(): Promise<void> {
+    await this.polls.stop();
+    this.stops.close();
   }
 
   private async poll(): Promise<void> {
@@ -114,7 +124,29 @@ export class HttpToolCaller {
     }
   }
 
+  /**
+   * One try of a claimed call, aborted by `stop` as soon as its call is no longer this offer's to answer: a cancel or
+   * delete on any replica settled it (the tenant's `stop` channel, heard from before the session is read: see
+   * `HttpStops.watch`), or a heartbeat was refused or found the session no longer waiting (`renew`). Left running, it
+   * would hold its URL's connection and one of the tenant's slots here until the runner's `timeout_ms` (up to 600 s),
+   * for a result no script would take. Nothing is written for a stopped try.
+   */
   private async run(rec: TaskRecord, input: unknown, owed: readonly TaskRecord[]): Promise<void> {
+    const stop = new AbortController();
+    await this.stops.watch(rec.tenant, rec.offer, stop);
+    try {
+      await this.attempt(rec, input, owed, stop);
+    } finally {
+      this.stops.unwatch(rec.tenant, rec.offer);
+    }
+  }
+
+  private async attempt(
+    rec: TaskRecord,
+    input: unknown,
+    owed: readonly TaskRecord[],
+    stop: AbortController,
+  ): Promise<void> {
     const { queue } = this.o;
     const s = await this.o.store.load(rec.session);
     const def = s?.tenant === rec.tenant ? s.tenantTools[rec.name] : undefined;
@@ -142,11 +174,9 @@ export class HttpToolCaller {
     // Before the call: its `tool.started` (after the `tool_task.retried` events still owed) comes ahead of its
     // result in the log.
     await this.o.tasks.logStarted(rec, input, this.worker, owed);
-    // The try is stopped as soon as a heartbeat learns it is no longer this offer's to answer: a cancel or delete
-    // settled the call (`cancelled`), another offer holds it (`lost`), it has its result, or its record is gone.
-    // Left running, it would hold its URL's connection and one of the tenant's slots here until the runner's
-    // `timeout_ms` (up to 600 s), for a result no script would take. Nothing is written for a stopped try.
-    const stop = new AbortController();
+    // The heartbeat stops the try when it learns it is no longer this offer's to answer (a stop message lost): a
+    // cancel or delete settled the call (`cancelled`), another offer holds it (`lost`), it has its result, or its
+    // record is gone.
     let finished = false;
     const beat = setInterval(
       () => void this.renew(rec, stop, () => finished).catch(() => {}),

@@ -32,12 +32,15 @@
  *
  * Every time (ms) in these keys is of Redis's clock (lua/includes/now.lua), never a replica's.
  * - channel `tt:{tt:T}:wake`: published when a call is queued; long-polling claims wait on it
+ * - channel `tt:{tt:T}:stop`: the offer id of an http tool's call settled as cancelled while leased (settle-8.lua);
+ *   the replica whose HTTP caller runs that offer's try aborts it (http-stops.ts)
  */
 const tag = (tenant: string) => `tt:{tt:${tenant}}`;
 
 export const toolsKey = (tenant: string) => `${tag(tenant)}:tools`;
 export const workersKey = (tenant: string) => `${tag(tenant)}:workers`;
 export const wakeChannel = (tenant: string) => `${tag(tenant)}:wake`;
+export const stopChannel = (tenant: string) => `${tag(tenant)}:stop`;
 export const TASKS_DUE_KEY = 'tt:due';
 export const HTTP_TENANTS_KEY = 'tt:http';
 

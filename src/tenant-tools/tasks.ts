@@ -15,7 +15,15 @@ import { randomBytes } from 'node:crypto';
 import { decodeStored } from '../store/decode.js';
 import { channelName } from '../store/keys.js';
 import { defineLuaCommands, type RedisClient } from '../store/lua-commands.js';
-import { HTTP_TENANTS_KEY, TASKS_DUE_KEY, taskKeys, toolsKey, wakeChannel, workersKey } from './keys.js';
+import {
+  HTTP_TENANTS_KEY,
+  TASKS_DUE_KEY,
+  stopChannel,
+  taskKeys,
+  toolsKey,
+  wakeChannel,
+  workersKey,
+} from './keys.js';
 import type { TenantToolRunner } from './types.js';
 import {
   HTTP_QUEUE,
@@ -272,7 +280,10 @@ export class TaskQueue {
     return false;
   }
 
-  /** The call is over for the queue: delivered, or its session no longer waits for it. */
+  /**
+   * The call is over for the queue: delivered, or its session no longer waits for it. An http call cancelled while
+   * leased is published on the tenant's stop channel (its try is aborted where it runs: http-stops.ts).
+   */
   async settle(tenant: string, call: string, state: 'delivered' | 'cancelled'): Promise<void> {
     const k = keyList(tenant);
     await this.redis.ttSettle(
@@ -287,6 +298,7 @@ export class TaskQueue {
       call,
       state,
       TOMBSTONE_MS,
+      channelName(this.redis, stopChannel(tenant)),
     );
   }
 

@@ -17,6 +17,17 @@ import { Redis } from 'ioredis';
 
 type Handler = (body: any, res: http.ServerResponse) => void;
 
+/**
+ * A try's heartbeat comes every third of the lease (30 s here): long enough that none falls within a test's wait
+ * unless the test waits for it.
+ */
+const LEASE_MS = 90_000;
+const ENV = {
+  API_KEYS: 'acme:key-a,globex:key-b',
+  WEBHOOK_ALLOW_PRIVATE: 'true',
+  TOOL_TASK_LEASE_MS: String(LEASE_MS),
+};
+
 describe('http tools', { timeout: 120_000 }, () => {
   let h: Harness;
   let server: http.Server;
@@ -54,7 +65,7 @@ describe('http tools', { timeout: 120_000 }, () => {
     });
     await new Promise<void>((r) => server.listen(0, '127.0.0.1', r));
     url = `http://127.0.0.1:${(server.address() as AddressInfo).port}/tool`;
-    h = await startHarness({ env: { API_KEYS: 'acme:key-a,globex:key-b', WEBHOOK_ALLOW_PRIVATE: 'true' } });
+    h = await startHarness({ env: ENV });
   });
   after(async () => {
     await h?.close();
@@ -360,9 +371,10 @@ describe('http tools', { timeout: 120_000 }, () => {
     for (const res of hung) res.destroy();
   });
 
-  it('a cancel or delete aborts the try in flight: the URL’s connection closes, the tenant’s slot is freed', async () => {
+  it('a cancel or delete on another replica aborts the try in flight at once: its connection closes, its slot is freed', async () => {
     // A try used to run on to the tool's timeout_ms after its call was cancelled (the caller's heartbeat was told
-    // `cancelled` and went on), holding one of the tenant's 8 slots on the replica all along.
+    // `cancelled` and went on), holding one of the tenant's 8 slots on the replica all along; then until the
+    // caller's next heartbeat (a third of TOOL_TASK_LEASE_MS: 30 s here), as the cancel may be another replica's.
     const held: Array<{ res: http.ServerResponse; closed: Promise<number> }> = [];
     let answerNext = false;
     byName.set('hangs', (_b, res) => {
@@ -382,26 +394,32 @@ describe('http tools', { timeout: 120_000 }, () => {
         ? text('done')
         : toolCalls([toolUse('hangs', {})]),
     );
+    let other: Harness | null = null;
     try {
-      // All 8 of acme's slots held by calls whose URL never answers; a 9th call waits for one.
+      // All 8 of acme's slots on this replica held by calls whose URL never answers. No try's first heartbeat comes
+      // before `beatsFrom`: each try begins after its session was created.
+      const beatsFrom = Date.now() + LEASE_MS / 3;
       const hung = [];
       for (let i = 0; i < 8; i++)
         hung.push((await h.api.post('/v1/sessions', { input: 'go', tools: ['hangs'] })).body.id as string);
       await until(async () => held.length === 8, 20_000, 'the 8 calls in flight');
-      const next = (await h.api.post('/v1/sessions', { input: 'go', tools: ['hangs'] })).body.id as string;
-      answerNext = true;
-      const stoppedAt = Date.now();
+      // A second replica on the same Redis, started once the 8 tries run on the first: the cancels and the delete
+      // go through it, so the first hears of them through Redis only.
+      other = await startHarness({ redis: h.redis, fakeServer: h.fake, env: ENV });
       for (const id of hung.slice(0, 7))
-        assert.equal((await h.api.post(`/v1/sessions/${id}/cancel`)).status, 200);
-      assert.equal((await h.api.req('DELETE', `/v1/sessions/${hung[7]}`)).status, 200);
-      // Within a heartbeat (a third of TOOL_TASK_LEASE_MS, 10 s here) and some slack, far below timeout_ms.
+        assert.equal((await other.api.post(`/v1/sessions/${id}/cancel`)).status, 200);
+      assert.equal((await other.api.req('DELETE', `/v1/sessions/${hung[7]}`)).status, 200);
+      // Every connection closed before any heartbeat could have stopped its try (5 s to spare).
       const closedAt = await Promise.race([
         Promise.all(held.map((x) => x.closed)),
-        new Promise<null>((r) => setTimeout(() => r(null), 30_000).unref()),
+        new Promise<null>((r) => setTimeout(() => r(null), beatsFrom - 5000 - Date.now()).unref()),
       ]);
-      assert.ok(closedAt, 'every cancelled or deleted call’s connection closed');
-      assert.ok(Math.max(...closedAt) - stoppedAt < 30_000);
-      // The slot freed takes the next call of the same tenant.
+      assert.ok(closedAt, 'every cancelled or deleted call’s connection closed before a heartbeat');
+      // With the second replica gone, the next call of the tenant runs on the first: in a slot the cancels freed.
+      await other.close();
+      other = null;
+      answerNext = true;
+      const next = (await h.api.post('/v1/sessions', { input: 'go', tools: ['hangs'] })).body.id as string;
       const s = await h.api.waitStatus(next, 'idle', 20_000);
       assert.equal(s.stop_reason, 'end_turn');
       assert.equal(held.length, 8, 'the cancelled calls were not tried again');
@@ -415,6 +433,7 @@ describe('http tools', { timeout: 120_000 }, () => {
       }
     } finally {
       h.fake.setHandler(null);
+      await other?.close();
       for (const x of held) x.res.destroy();
     }
   });

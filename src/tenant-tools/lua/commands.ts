@@ -62,7 +62,7 @@ declare module 'ioredis' {
     ): Result<string[], Context>;
     /** settle-8.lua: 1 when the call was known. */
     ttSettle(
-      ...args: [...keys: Keys<8>, call: string, state: string, gcAfterMs: number]
+      ...args: [...keys: Keys<8>, call: string, state: string, gcAfterMs: number, stopChannel: string]
     ): Result<number, Context>;
     /** sweep-10.lua: Redis's now, next due, live then gc (ms, -1: none), then kind, record pairs. */
     ttSweep(
