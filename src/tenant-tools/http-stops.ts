@@ -10,6 +10,7 @@
  * HTTP_CALLS_MAX channels), one SUBSCRIBE per tenant whatever its number of tries; a message is one offer id.
  */
 import { channelName } from '../store/keys.js';
+import { COMMAND_TIMEOUT_MS } from '../plugins/redis.js';
 import type { RedisClient } from '../store/lua-commands.js';
 import { stopChannel } from './keys.js';
 
@@ -48,12 +49,21 @@ export class HttpStops {
       this.channels.set(name, (ch = fresh));
     }
     ch.tries.set(offer, stop);
+    // Waited on for COMMAND_TIMEOUT_MS at most (the subscriber connection has no command timeout of its own): a
+    // stalled SUBSCRIBE would otherwise hold the try, and its slot, before its heartbeat starts. Past it the try goes
+    // on as before this channel existed, stopped by its heartbeat, and is still aborted by a message once the
+    // SUBSCRIBE lands.
+    let timer: NodeJS.Timeout | undefined;
+    const late = new Promise<false>((resolve) => {
+      timer = setTimeout(() => resolve(false), COMMAND_TIMEOUT_MS);
+    });
     try {
-      await ch.subscribed;
-      return true;
+      return await Promise.race([ch.subscribed.then(() => true as const), late]);
     } catch {
       this.unwatch(tenant, offer);
       return false;
+    } finally {
+      clearTimeout(timer);
     }
   }
 

@@ -410,9 +410,11 @@ describe('http tools', { timeout: 120_000 }, () => {
         assert.equal((await other.api.post(`/v1/sessions/${id}/cancel`)).status, 200);
       assert.equal((await other.api.req('DELETE', `/v1/sessions/${hung[7]}`)).status, 200);
       // Every connection closed before any heartbeat could have stopped its try (5 s to spare).
+      const window = beatsFrom - 5000 - Date.now();
+      assert.ok(window > 0, `the setup took too long to tell a stop from a heartbeat (${window} ms left)`);
       const closedAt = await Promise.race([
         Promise.all(held.map((x) => x.closed)),
-        new Promise<null>((r) => setTimeout(() => r(null), beatsFrom - 5000 - Date.now()).unref()),
+        new Promise<null>((r) => setTimeout(() => r(null), window).unref()),
       ]);
       assert.ok(closedAt, 'every cancelled or deleted call’s connection closed before a heartbeat');
       // With the second replica gone, the next call of the tenant runs on the first: in a slot the cancels freed.
