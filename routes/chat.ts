@@ -77,9 +77,6 @@ function withoutRun(t: ChatTranslator): UIChunk[] {
   return head;
 }
 
-/** Whether the request may see the run it streams: a tenant key, or a client token holding `read`. */
-const readsRun = (req: FastifyRequest) => readsSession(req.clientToken);
-
 /** The names of the session's sub-agent tools (spec §7.6): their calls are the service's, not the client's. */
 const agentsOf = (state: SessionState): Set<string> =>
   new Set(state.tools.filter(isAgentTool).map((t) => t.name));
@@ -113,7 +110,7 @@ const routes: FastifyPluginAsyncZod<{ config: Config }> = async (app, { config }
         .type('text/event-stream; charset=utf-8')
         .headers({ 'cache-control': 'no-cache, no-transform', 'x-vercel-ai-ui-message-stream': 'v1' })
         .send();
-    const head = readsRun(req) ? headOf(t, status) : withoutRun(t);
+    const head = readsSession(req.clientToken) ? headOf(t, status) : withoutRun(t);
     reply.hijack();
     // The client went away while the request was handled: its response's 'close' has fired already, so the
     // handler below would never run and the heartbeat, the subscription and the connection gauge would leak.
@@ -261,7 +258,7 @@ const routes: FastifyPluginAsyncZod<{ config: Config }> = async (app, { config }
         !regenerating &&
         last.role === 'user' &&
         (s.status === 'idle' || s.status === 'failed') &&
-        readsRun(req);
+        readsSession(req.clientToken);
       const [newest, tail] = await Promise.all([
         hub.eventLog.lastId(id),
         startsRun ? app.store.lastMessage(id) : null,

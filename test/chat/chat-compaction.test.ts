@@ -278,31 +278,44 @@ describe('chat history after compactions', { timeout: 120_000 }, () => {
     return { id, summary };
   }
 
+  /**
+   * Appends kept segments `ks` to session `id` as the compaction script writes them (each the summary before it, the
+   * question `Question <k>.`, then `replies(k)`), and grows `msg_base` by their messages.
+   */
+  async function keepSegments(id: string, summary: unknown, ks: number[], replies: (k: number) => unknown[]) {
+    const segments = ks.map((k) => ({
+      at_iteration: k,
+      messages: [
+        summary,
+        { role: 'user', content: [{ type: 'text', text: `Question ${k}.` }] },
+        ...replies(k),
+      ],
+    }));
+    const r = new Redis(h.redis.url);
+    try {
+      await r.rpush(`s:{${id}}:c`, ...segments.map((x) => JSON.stringify(x)));
+      await r.hincrby(
+        `s:{${id}}`,
+        'msg_base',
+        segments.reduce((n, x) => n + x.messages.length, 0),
+      );
+    } finally {
+      r.disconnect();
+    }
+  }
+
   it('a session with many kept messages: the page reads the newest segments only, one by one, and shows a message cut by the bound from its first message read', async () => {
     const { id, summary } = await compactedOnce();
     // Three more compactions of long tool-less runs, as the store keeps them: each segment starts with the summary
     // before it, then a question and 2498 replies (one assistant message of 2498 steps). Written as the compaction
     // script writes them (segments appended, `msg_base` grown by their messages), so 7500 messages before the history.
     const size = 2500;
-    const segment = (k: number) =>
-      JSON.stringify({
-        at_iteration: k,
-        messages: [
-          summary,
-          { role: 'user', content: [{ type: 'text', text: `Question ${k}.` }] },
-          ...Array.from({ length: size - 2 }, (_, j) => ({
-            role: 'assistant',
-            content: [{ type: 'text', text: `Step ${k}.${j}.` }],
-          })),
-        ],
-      });
-    const r = new Redis(h.redis.url);
-    try {
-      await r.rpush(`s:{${id}}:c`, segment(2), segment(3), segment(4));
-      await r.hincrby(`s:{${id}}`, 'msg_base', 3 * size);
-    } finally {
-      r.disconnect();
-    }
+    await keepSegments(id, summary, [2, 3, 4], (k) =>
+      Array.from({ length: size - 2 }, (_, j) => ({
+        role: 'assistant',
+        content: [{ type: 'text', text: `Step ${k}.${j}.` }],
+      })),
+    );
     const base = 2 + 3 * size;
 
     const monitor = await monitorRedis(h.redis.port);
@@ -337,22 +350,12 @@ describe('chat history after compactions', { timeout: 120_000 }, () => {
   it('a session compacted after every turn: the page reads at most 16 segments, however small', async () => {
     const { id, summary } = await compactedOnce();
     // 40 more segments of one turn each (summary, question, answer), as the compaction script writes them.
-    const segment = (k: number) =>
-      JSON.stringify({
-        at_iteration: k,
-        messages: [
-          summary,
-          { role: 'user', content: [{ type: 'text', text: `Question ${k}.` }] },
-          { role: 'assistant', content: [{ type: 'text', text: `Answer ${k}.` }] },
-        ],
-      });
-    const r = new Redis(h.redis.url);
-    try {
-      await r.rpush(`s:{${id}}:c`, ...Array.from({ length: 40 }, (_, k) => segment(k + 2)));
-      await r.hincrby(`s:{${id}}`, 'msg_base', 40 * 3);
-    } finally {
-      r.disconnect();
-    }
+    await keepSegments(
+      id,
+      summary,
+      Array.from({ length: 40 }, (_, k) => k + 2),
+      (k) => [{ role: 'assistant', content: [{ type: 'text', text: `Answer ${k}.` }] }],
+    );
     const monitor = await monitorRedis(h.redis.port);
     const page = await reload(id);
     await monitor.settle();
