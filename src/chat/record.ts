@@ -14,9 +14,11 @@
  *   history that starts with anything else (replaced since with `PUT …/messages`, or a fork's, whose source keeps the
  *   segments) is not the continuation of the segments, and they are not shown.
  * - Bounded: segments are read newest first, one LINDEX each, until the page has its MAX_USER_TURNS user turns, or
- *   SEGMENTS segments, SEGMENT_MESSAGES messages or SEGMENT_BYTES bytes of segments were read (a segment is read
- *   whole: it was a history the Messages API took once). So a GET costs at most SEGMENTS round trips more, however
- *   small the segments (a compaction after every turn). When the read stops inside the conversation, the window's
+ *   SEGMENTS segments or SEGMENT_MESSAGES messages were read, or the next segment would take the bytes read past
+ *   SEGMENT_BYTES: each segment's byte length is known before it is read (store.ts historySnapshot, in the read of the
+ *   history), so a segment larger than what is left of the bound is never read, and a GET holds at most SEGMENT_BYTES
+ *   of segments however large one is. So a GET costs at most SEGMENTS round trips more, however small the segments
+ *   (a compaction after every turn). When the read stops inside the conversation, the window's
  *   leading replies belong to an assistant message whose start was not read: it is named from its first message
  *   read, as the resumed stream names it from the same bounded read (a long run is shown, not left out).
  */
@@ -24,14 +26,15 @@ import type { StoredMessage } from '../history.js';
 import { blocksOf } from '../history.js';
 import type { SessionStore } from '../store/store.js';
 import { isSummary } from '../engine/compaction.js';
+import { SEGMENT_SIZES_KEPT } from '../store/apply-ops.js';
 
 /** Most user turns a page shows: every user turn is a UIMessage of its own, and the page shows the newest 1000. */
 export const MAX_UI_MESSAGES = 1000;
 /** Most messages of the kept segments a page reads (the newest ones), whatever the number of segments. */
 export const SEGMENT_MESSAGES = 4000;
-/** Most segments a page reads: each one is a round trip. */
-export const SEGMENTS = 16;
-/** The reading of segments stops once it has read this many bytes of them. */
+/** Most segments a page reads: each one is a round trip (the store keeps the byte lengths of as many). */
+export const SEGMENTS = SEGMENT_SIZES_KEPT;
+/** Most bytes of segments a page reads: a segment that would take the read past it is not read. */
 export const SEGMENT_BYTES = 8 * 1024 * 1024;
 
 /** The messages a chat page is made of, numbered from `base` in the session's whole record. */
@@ -57,7 +60,7 @@ export async function chatRecord(
   id: string,
   userTurns: number = MAX_UI_MESSAGES,
 ): Promise<ChatRecord> {
-  const { history, base, segments } = await store.historySnapshot(id);
+  const { history, base, segments, sizes } = await store.historySnapshot(id, SEGMENTS);
   let messages = history;
   let first = base;
   let turns = history.filter(isUserTurn).length;
@@ -65,7 +68,10 @@ export async function chatRecord(
   let readBytes = 0;
   const last = Math.max(0, segments - SEGMENTS);
   for (let i = segments - 1; i >= last && isSummary(messages[0]); i--) {
-    if (turns >= userTurns || readMessages >= SEGMENT_MESSAGES || readBytes >= SEGMENT_BYTES) break;
+    if (turns >= userTurns || readMessages >= SEGMENT_MESSAGES) break;
+    // Weighed before it is read: a segment that would take the read past its bytes is not read, nor any older one.
+    const size = sizes[segments - 1 - i] ?? 0;
+    if (readBytes + size > SEGMENT_BYTES) break;
     const read = await store.segmentAt(id, i);
     if (!read) break;
     readBytes += read.bytes;

@@ -30,7 +30,7 @@ import {
   type SessionState,
   type Usage,
 } from '../store/session-state.js';
-import type { ApplyOps } from '../store/apply-ops.js';
+import { SEGMENT_SIZES_KEPT, type ApplyOps } from '../store/apply-ops.js';
 import { microsToUsd } from '../cost/prices.js';
 import { commit, countSpend, isPausedReply, mergeOps, persistedEvent } from './commit.js';
 import type { SessionStore } from '../store/store.js';
@@ -209,7 +209,7 @@ export async function commitCompaction(
     ...(summary === null
       ? {}
       : // The segment names the record of the compaction that made it.
-        { compact: { count, at_iteration: n, summary: JSON.stringify(reply) } }),
+        { compact: { count, at_iteration: n, summary: JSON.stringify(reply), sizes: SEGMENT_SIZES_KEPT } }),
     push_iters: [JSON.stringify(record)],
     // Not a model turn: `iteration` stays, so `max_iterations` counts turns only.
     hincr: { compactions: 1, ...usageIncrs },

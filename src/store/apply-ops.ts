@@ -16,10 +16,20 @@ export type EncodedBlocks = string & { readonly __encoded: 'blocks' };
 export const encodeBlocks = (blocks: readonly StoredBlock[]): EncodedBlocks =>
   JSON.stringify(blocks) as EncodedBlocks;
 
+/**
+ * How many of the newest kept segments' byte lengths a session's meta hash keeps (`seg_bytes`, written with each
+ * compaction): as many as a chat page reads at most (src/chat/record.ts SEGMENTS), so it knows a segment's size
+ * before it reads it.
+ */
+export const SEGMENT_SIZES_KEPT = 16;
+
 /** Ops of one `apply` (see lua/apply-7.lua); values already encoded. */
 export interface ApplyOps {
-  /** Applied first: the first `count` messages become a kept segment, `summary` (message JSON) their stand-in. */
-  compact?: { count: number; at_iteration: number; summary: string };
+  /**
+   * Applied first: the first `count` messages become a kept segment, `summary` (message JSON) their stand-in; the
+   * meta hash keeps the byte lengths of the newest `sizes` segments (`seg_bytes`: SEGMENT_SIZES_KEPT).
+   */
+  compact?: { count: number; at_iteration: number; summary: string; sizes: number };
   trim_msgs?: number;
   lset_msgs?: Array<[number, string]>;
   push_msgs?: string[];

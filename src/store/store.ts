@@ -336,25 +336,41 @@ export class SessionStore {
   }
 
   /**
-   * The history with the whole-record index of its first message (`msg_base`) and how many segments are kept, read
-   * in one MULTI, so the three agree (a compaction moves messages, bumps `msg_base` and pushes a segment in one
-   * script): a chat page (src/chat/record.ts) numbers its messages from this base and reads segments below `segments`.
+   * The history with the whole-record index of its first message (`msg_base`), how many segments are kept and the
+   * byte lengths of the newest `sized` of them (newest first), read in one MULTI, so they agree (a compaction moves
+   * messages, bumps `msg_base`, pushes a segment and adds its length to `seg_bytes` in one script): a chat page
+   * (src/chat/record.ts) numbers its messages from this base, reads segments below `segments`, and knows what each
+   * weighs before it reads it. Segments kept before their lengths were (none for a session compacted since this
+   * version, whose `seg_bytes` covers the newest SEGMENT_SIZES_KEPT) are measured by a script: one more round trip,
+   * nothing of them sent.
    */
-  async historySnapshot(id: string): Promise<{ history: StoredMessage[]; base: number; segments: number }> {
+  async historySnapshot(
+    id: string,
+    sized = 0,
+  ): Promise<{ history: StoredMessage[]; base: number; segments: number; sizes: number[] }> {
     const k = sessionKeys(id);
     const rows = await this.redis
       .multi()
-      .hget(k.meta, 'msg_base')
+      .hmget(k.meta, 'msg_base', 'seg_bytes')
       .lrange(k.msgs, 0, -1)
       .llen(k.compacted)
       .exec();
     if (!rows) throw new Error('historySnapshot: the transaction was discarded');
     for (const [err] of rows) if (err) throw err;
-    const [base, raw, segments] = rows.map(([, v]) => v) as [string | null, string[], number];
+    const [fields, raw, segments] = rows.map(([, v]) => v) as [Array<string | null>, string[], number];
+    const [base, bytes] = fields;
+    // `seg_bytes` lists the newest segments' lengths, oldest first: reversed, the newest first.
+    const sizes = (bytes ?? '').split(' ').filter(Boolean).map(Number).reverse().slice(0, sized);
+    const want = Math.min(sized, segments);
+    if (sizes.length < want) {
+      const unsized = Array.from({ length: want - sizes.length }, (_, j) => segments - 1 - sizes.length - j);
+      sizes.push(...(await this.redis.sessSegmentSizes(k.compacted, ...unsized)));
+    }
     return {
       history: raw.map((m) => decodeStored<StoredMessage>(m)),
       base: Number(base ?? 0),
       segments,
+      sizes,
     };
   }
 

@@ -280,9 +280,16 @@ describe('chat history after compactions', { timeout: 120_000 }, () => {
 
   /**
    * Appends kept segments `ks` to session `id` as the compaction script writes them (each the summary before it, the
-   * question `Question <k>.`, then `replies(k)`), and grows `msg_base` by their messages.
+   * question `Question <k>.`, then `replies(k)`), grows `msg_base` by their messages and adds their byte lengths to
+   * `seg_bytes` (the newest 16 kept) — unless `unsized`: as a version that kept no lengths wrote them.
    */
-  async function keepSegments(id: string, summary: unknown, ks: number[], replies: (k: number) => unknown[]) {
+  async function keepSegments(
+    id: string,
+    summary: unknown,
+    ks: number[],
+    replies: (k: number) => unknown[],
+    unsized = false,
+  ) {
     const segments = ks.map((k) => ({
       at_iteration: k,
       messages: [
@@ -293,12 +300,19 @@ describe('chat history after compactions', { timeout: 120_000 }, () => {
     }));
     const r = new Redis(h.redis.url);
     try {
-      await r.rpush(`s:{${id}}:c`, ...segments.map((x) => JSON.stringify(x)));
+      const json = segments.map((x) => JSON.stringify(x));
+      await r.rpush(`s:{${id}}:c`, ...json);
       await r.hincrby(
         `s:{${id}}`,
         'msg_base',
         segments.reduce((n, x) => n + x.messages.length, 0),
       );
+      if (unsized) await r.hdel(`s:{${id}}`, 'seg_bytes');
+      else {
+        const before = ((await r.hget(`s:{${id}}`, 'seg_bytes')) ?? '').split(' ').filter(Boolean);
+        const sizes = [...before, ...json.map((x) => String(Buffer.byteLength(x)))].slice(-16);
+        await r.hset(`s:{${id}}`, 'seg_bytes', sizes.join(' '));
+      }
     } finally {
       r.disconnect();
     }
@@ -369,5 +383,55 @@ describe('chat history after compactions', { timeout: 120_000 }, () => {
       questions,
       Array.from({ length: 16 }, (_, k) => `Question ${k + 26}.`),
     );
+  });
+
+  it("a kept segment larger than the page's 8 MiB is weighed, not read: the page shows the newer segments that fit", async () => {
+    for (const unsized of [false, true]) {
+      const { id, summary } = await compactedOnce();
+      const r = new Redis(h.redis.url);
+      try {
+        // The compaction script keeps the segment's byte length beside it.
+        const kept = await r.lindexBuffer(`s:{${id}}:c`, 0);
+        assert.equal(await r.hget(`s:{${id}}`, 'seg_bytes'), String(kept!.length));
+      } finally {
+        r.disconnect();
+      }
+      // Segment 1: one answer of 9 MiB; segment 2, the newest: one small turn.
+      const huge = 'x'.repeat(9 * 1024 * 1024);
+      await keepSegments(
+        id,
+        summary,
+        [2],
+        () => [{ role: 'assistant', content: [{ type: 'text', text: huge }] }],
+        unsized,
+      );
+      await keepSegments(
+        id,
+        summary,
+        [3],
+        () => [{ role: 'assistant', content: [{ type: 'text', text: 'Answer 3.' }] }],
+        unsized,
+      );
+      const monitor = await monitorRedis(h.redis.port);
+      const page = await reload(id);
+      await monitor.settle();
+      monitor.stop();
+      // The newest segment is read; the one that would take the read past 8 MiB is not (nor anything older).
+      const reads = monitor.commands.filter(
+        (a) => a[0]!.toLowerCase() === 'lindex' && a[1] === `s:{${id}}:c`,
+      );
+      assert.deepEqual(
+        reads.map((a) => a[2]),
+        ['2'],
+        `unsized: ${unsized}`,
+      );
+      assert.deepEqual(
+        page.map((m) => [m.role, textOf(m)]),
+        [
+          ['user', 'Question 3.'],
+          ['assistant', 'Answer 3.'],
+        ],
+      );
+    }
   });
 });

@@ -81,6 +81,7 @@ describe('Lua lives in .lua files', () => {
       'sessRenew',
       'sessRunSlotPrune',
       'sessRunSlotTake',
+      'sessSegmentSizes',
       'sessToolRetried',
       'sessTreeDue',
       'sessTreeDueSettle',

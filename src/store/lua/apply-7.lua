@@ -15,9 +15,11 @@
 --         meta field `result:<id>`) or `{id, block}`; `queue.cache_last` marks its last block
 --         (includes/blocks.lua `blocks_results`). An `hset` that clears `pending` drops every `result:*`,
 --         `reported:*` and `retried:*` field.
---         `compact` `{count, at_iteration, summary}` (applied first): the first `count` messages of the history
---         move, as they are, into a new segment `{"at_iteration":n,"messages":[…]}` pushed to KEYS[7], and the
---         summary message (JSON) takes their place; `msg_base` grows by `count`.
+--         `compact` `{count, at_iteration, summary, sizes}` (applied first): the first `count` messages of the
+--         history move, as they are, into a new segment `{"at_iteration":n,"messages":[…]}` pushed to KEYS[7], and
+--         the summary message (JSON) takes their place; `msg_base` grows by `count`; the meta field `seg_bytes` keeps
+--         the byte lengths of the newest `sizes` segments (decimal, space-separated, oldest first), which a chat page
+--         reads before it reads a segment (src/store/store.ts historySnapshot).
 --         `count_once` `[[field, {counter: n}]…]`: each entry's counters are added only if `field` was not set, and
 --         it is set (a sub-agent's usage under `cb:<child id>`, the mark child-usage-1.lua sets too).
 -- ARGV[3] most events kept  ARGV[4] pub/sub channel of the notice of the events written (includes/notice.lua)
@@ -93,8 +95,12 @@ end
 local function compact(c)
   local moved = redis.call('LRANGE', KEYS[2], 0, c.count - 1)
   local rest = redis.call('LRANGE', KEYS[2], c.count, -1)
-  redis.call('RPUSH', KEYS[7],
-    '{"at_iteration":' .. c.at_iteration .. ',"messages":[' .. table.concat(moved, ',') .. ']}')
+  local segment = '{"at_iteration":' .. c.at_iteration .. ',"messages":[' .. table.concat(moved, ',') .. ']}'
+  redis.call('RPUSH', KEYS[7], segment)
+  local sizes = {}
+  for n in string.gmatch(redis.call('HGET', meta, 'seg_bytes') or '', '%d+') do sizes[#sizes + 1] = n end
+  sizes[#sizes + 1] = tostring(#segment)
+  redis.call('HSET', meta, 'seg_bytes', table.concat(sizes, ' ', math.max(1, #sizes - (c.sizes or 16) + 1), #sizes))
   redis.call('DEL', KEYS[2])
   redis.call('RPUSH', KEYS[2], c.summary)
   pushAll(KEYS[2], rest)

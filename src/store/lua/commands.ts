@@ -75,6 +75,8 @@ declare module 'ioredis' {
         revision: string,
       ]
     ): Result<number, Context>;
+    /** segment-sizes-1.lua: the byte length of each kept segment named by its index, in order. */
+    sessSegmentSizes(compacted: string, ...indexes: number[]): Result<number[], Context>;
     /** due-settle-1.lua: 1 when the member still had the score read and was moved (or dropped). */
     sessDueSettle(key: string, member: string, score: string, next: string): Result<number, Context>;
     /** tree-due-3.lua: 1 when the member's score was written (XX: it was a member; NX: it was not). */
