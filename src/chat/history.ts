@@ -7,8 +7,12 @@
  *
  * A compaction's summary (an assistant message of `compaction` blocks only) is no part of any UIMessage and ends
  * none: the live stream shows nothing of a compaction, so the replies after it continue the assistant message the
- * replies before it began (a compaction inside a run), under that message's id. Over the record a page reads
- * (src/chat/record.ts: the kept segments before the history), the conversation reads as the user saw it.
+ * replies before it began (a compaction inside a run), under that message's id. A summary that comes right after a
+ * user message (a compaction at a run's start, after the message the run answers; or one after a results turn a
+ * follow-up joined) stands where the answer's first message was going to be when the run began: the answer is named
+ * by the summary's index, the id the POST's `start` gave it (replyMessageId), not by its first reply's. Over the
+ * record a page reads (src/chat/record.ts: the kept segments before the history), the conversation reads as the user
+ * saw it.
  */
 import { blocksOf, type StoredBlock, type StoredMessage } from '../history.js';
 import { isSummary } from '../engine/compaction.js';
@@ -112,13 +116,21 @@ export function toUIMessages(
   const out: UIMessageJson[] = [];
   const calls = new Map<string, UIPart>();
   let assistant: UIMessageJson | null = null;
+  // A summary right after a user message (a compaction at a run's start, or one after a results turn a follow-up
+  // joined): the answer after it is named by the summary's index, the one it had when the run began.
+  let afterSummary: string | null = null;
   history.forEach((m, i) => {
     const id = `${sessionId}-${base + i}`;
-    if (m.role === 'system' || summaryOnly(m)) return;
+    if (m.role === 'system') return;
+    if (summaryOnly(m)) {
+      if (!assistant && out.at(-1)?.role === 'user') afterSummary ??= id;
+      return;
+    }
     const blocks = blocksOf(m);
     if (m.role === 'assistant') {
       if (!assistant) {
-        assistant = { id, role: 'assistant', parts: [] };
+        assistant = { id: afterSummary ?? id, role: 'assistant', parts: [] };
+        afterSummary = null;
         out.push(assistant);
       }
       assistant.parts.push(...assistantParts(blocks, calls, agents));
@@ -132,6 +144,7 @@ export function toUIMessages(
     const parts = blocks.map(userPart).filter((p): p is UIPart => p !== null);
     if (parts.length === 0) return;
     assistant = null;
+    afterSummary = null;
     out.push({ id, role: 'user', parts });
   });
   // The calls of the step in progress that are answered already (a server tool that ran beside a client tool or an
@@ -158,22 +171,26 @@ export function toUIMessages(
 /**
  * The id GET /v1/chat/:id/messages gives (or, once its first reply is in, will give) the assistant message of a run in
  * progress: the history's last UIMessage when it is an assistant one (the run's replies so far, its answered pauses
- * included), else the id of the next history message. A resumed stream's `start` names it, so the AI SDK's `Chat`
+ * included), else the id of the next history message (of the summary, when the history ends with a user message and
+ * a compaction's summary after it). A resumed stream's `start` names it, so the AI SDK's `Chat`
  * replaces that message instead of adding a second one. (In the moment between a run's start and its merge of the
  * message that started it, the history does not hold that message yet: the id is then the previous answer's, which
  * the replay replaces until the page reloads.)
  */
 export function runMessageId(sessionId: string, history: StoredMessage[], base: number): string {
-  const last = toUIMessages(sessionId, history, base, null).at(-1);
-  return last?.role === 'assistant' ? last.id : `${sessionId}-${base + history.length}`;
+  // The id a reply after the history would be shown under (after a summary that follows the user turn: the summary's).
+  const next: StoredMessage = { role: 'assistant', content: [] };
+  return toUIMessages(sessionId, [...history, next], base, null).at(-1)!.id;
 }
 
 /**
  * The id GET /v1/chat/:id/messages will give the reply to a user message posted to a session that runs nothing
  * (idle or failed): the run merges the message into a trailing user turn (`lastRole` user) or appends it, and the
  * reply comes next. The POST's `start` names it, as a resumed stream's does (runMessageId), so the AI SDK's `Chat`
- * keeps one message when a lost answer is resumed. (A compaction or a tool change at the run's start moves the
- * index: the replay then adds a message until the page reloads, as without the id.)
+ * keeps one message when a lost answer is resumed. A compaction at the run's start puts its summary at that index
+ * (after the merged or appended message), and the page names the answer after it by the summary's (toUIMessages).
+ * (A tool change at the run's start moves the index: the replay then adds a message until the page reloads, as
+ * without the id.)
  */
 export function replyMessageId(
   sessionId: string,

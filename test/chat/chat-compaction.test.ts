@@ -267,6 +267,84 @@ describe('chat history after compactions', { timeout: 120_000 }, () => {
     h.fake.setHandler(null);
   });
 
+  it("a compaction at a run's start, after a message merged into a results turn (or appended): the page and the resumed stream name the answer as the POST's start did", async () => {
+    // `merged`: the first run stops at max_iterations after its tool step, so the history ends with the results turn
+    // and the next message joins it; else it ends with an answer and the message is a turn of its own.
+    for (const merged of [true, false]) {
+      const script: Array<FakeReply | (() => Promise<FakeReply>)> = [];
+      h.fake.setHandler(async (req, i) => {
+        if (req.body.compaction) return offlineHandler(req, i);
+        const next = script.shift();
+        assert.ok(next, `no scripted turn for request ${i}`);
+        return typeof next === 'function' ? next() : next;
+      });
+      const id = (
+        await h.api.post('/v1/sessions', {
+          start: false,
+          tools: ['calculate_sum'],
+          max_iterations: merged ? 1 : 10,
+        })
+      ).body.id as string;
+      const chat = new PlainChat({ id, transport: chatTransport(h.service.url, KEY) });
+      script.push(
+        merged ? reply([toolUse('calculate_sum', { a: 1, b: 2 }, `toolu_m_${id}`)]) : text('First answer.'),
+      );
+      const first = chat.nextFinish();
+      await chat.sendMessage({ text: 'First question.' });
+      await first;
+      const idle = await h.api.waitStatus(id, 'idle');
+      assert.equal(idle.stop_reason, merged ? 'max_iterations' : 'end_turn');
+      // The policy compacts before the next run's first turn (the last turn's input passed it).
+      const patched = await h.api.req('PATCH', `/v1/sessions/${id}`, {
+        compaction: { at_input_tokens: 1 },
+        max_iterations: 10,
+      });
+      assert.equal(patched.status, 200, JSON.stringify(patched.body));
+      let reached!: () => void;
+      const atTurn = new Promise<void>((resolve) => (reached = resolve));
+      let release!: () => void;
+      const gate = new Promise<void>((resolve) => (release = resolve));
+      script.push(async () => {
+        reached();
+        await gate;
+        return text('Second answer.');
+      });
+      const second = chat.nextFinish();
+      const sending = chat.sendMessage({ text: 'Second question.' });
+      await atTurn;
+      // The compaction is in; the answer's turn is in flight: a resumed stream names the message it continues.
+      const history = (await h.api.get(`/v1/sessions/${id}/messages`)).body.data;
+      assert.equal(history[0].content[0].type, 'compaction');
+      const resumed = await fetch(`${h.service.url}/v1/chat/${id}/stream`, {
+        headers: { authorization: `Bearer ${KEY}` },
+      });
+      assert.equal(resumed.status, 200);
+      const reader = resumed.body!.getReader();
+      let head = '';
+      while (!head.includes('\n\n')) {
+        const { value, done } = await reader.read();
+        assert.ok(!done);
+        head += new TextDecoder().decode(value);
+      }
+      await reader.cancel();
+      const start = JSON.parse(head.slice(head.indexOf('data: ') + 6, head.indexOf('\n\n'))) as {
+        type: string;
+        messageId?: string;
+      };
+      release();
+      await sending;
+      await second;
+      await h.api.waitStatus(id, 'idle');
+      const live = chat.messages.at(-1)!;
+      assert.equal(textOf(live), 'Second answer.');
+      assert.deepEqual(start, { type: 'start', messageId: live.id }, `merged: ${merged}`);
+      const page = await reload(id);
+      assert.deepEqual(view(page), view(chat.messages));
+      assert.equal(page.at(-1)!.id, live.id, `merged: ${merged}: the id the POST's start gave`);
+    }
+    h.fake.setHandler(null);
+  });
+
   /** A session of one turn, compacted while idle: its id and the summary its history now starts with. */
   async function compactedOnce(): Promise<{ id: string; summary: unknown }> {
     h.fake.enqueue(text('First answer.'));
