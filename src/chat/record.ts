@@ -11,8 +11,11 @@
  *   ids (`<session id>-<index>`, src/chat/history.ts) are the ones the history had when those messages were live.
  * - A segment is read only while the messages gathered start with a summary: the summary stands for the segment
  *   before it (the runner's compaction summarizes the whole history, itself starting with the previous summary). A
- *   history that starts with anything else (replaced since with `PUT …/messages`, or a fork's, whose source keeps the
- *   segments) is not the continuation of the segments, and they are not shown.
+ *   history that starts with anything else (a fork's, whose source keeps the segments) is not the continuation of the
+ *   segments, and they are not shown. Nor is a history given by `PUT …/messages`, even one that starts with a summary
+ *   (another session's, say): the segments below the index it started at (`replaced_base`, kept by the PUT; for a
+ *   PUT from before it was kept, those of compactions recorded before the PUT, `at_iteration` ≤ `replaced_at`) are
+ *   never shown; those of compactions since are, back to that index.
  * - Bounded: segments are read newest first, one LINDEX each, until the page has its MAX_USER_TURNS user turns, or
  *   SEGMENTS segments or SEGMENT_MESSAGES messages were read, or the next segment would take the bytes read past
  *   SEGMENT_BYTES: each segment's byte length is known before it is read (store.ts historySnapshot, in the read of the
@@ -60,7 +63,7 @@ export async function chatRecord(
   id: string,
   userTurns: number = MAX_UI_MESSAGES,
 ): Promise<ChatRecord> {
-  const { history, base, segments, sizes } = await store.historySnapshot(id, SEGMENTS);
+  const { history, base, segments, sizes, replaced } = await store.historySnapshot(id, SEGMENTS);
   let messages = history;
   let first = base;
   let turns = history.filter(isUserTurn).length;
@@ -69,11 +72,15 @@ export async function chatRecord(
   const last = Math.max(0, segments - SEGMENTS);
   for (let i = segments - 1; i >= last && isSummary(messages[0]); i--) {
     if (turns >= userTurns || readMessages >= SEGMENT_MESSAGES) break;
+    // The segments below the history a `PUT …/messages` gave are the replaced history's, whatever it starts with.
+    if (replaced.base !== null && first <= replaced.base) break;
     // Weighed before it is read: a segment that would take the read past its bytes is not read, nor any older one.
     const size = sizes[segments - 1 - i] ?? 0;
     if (readBytes + size > SEGMENT_BYTES) break;
     const read = await store.segmentAt(id, i);
     if (!read) break;
+    // A PUT made before `replaced_base` was kept: a segment of a compaction from before it is the replaced history's.
+    if (replaced.base === null && read.segment.at_iteration <= replaced.at) break;
     readBytes += read.bytes;
     const taken = read.segment.messages.slice(-(SEGMENT_MESSAGES - readMessages));
     messages = [...taken, ...messages];

@@ -54,7 +54,14 @@ export function replaceMessages(
       ...(kept > 0 && kept < current ? { trim_msgs: kept } : {}),
       ...(kept > 0 ? { lset_msgs: encoded.slice(0, kept).map((m, i): [number, string] => [i, m]) } : {}),
       ...(messages.length > kept ? { push_msgs: encoded.slice(kept) } : {}),
-      hset: { ...status.hset, thread: '', replaced_at: String(recordCount(s)) },
+      // `replaced_base`: the whole-record index the new history starts at; the kept segments below it are the
+      // replaced history's, which a chat page does not show before it (src/chat/record.ts).
+      hset: {
+        ...status.hset,
+        thread: '',
+        replaced_at: String(recordCount(s)),
+        replaced_base: String(s.msgBase),
+      },
       events: [
         eventOf('messages.replaced', { message_count: messages.length }),
         ...(s.status !== 'idle' ? (status.events ?? []) : []),

@@ -336,8 +336,10 @@ export class SessionStore {
   }
 
   /**
-   * The history with the whole-record index of its first message (`msg_base`), how many segments are kept and the
-   * byte lengths of the newest `sized` of them (newest first), read in one MULTI, so they agree (a compaction moves
+   * The history with the whole-record index of its first message (`msg_base`), how many segments are kept, the
+   * byte lengths of the newest `sized` of them (newest first) and the last `PUT …/messages` (`replaced`: the record
+   * count then, -1 for none, and the whole-record index its history started at, null when that PUT came before this
+   * version kept it), read in one MULTI, so they agree (a compaction moves
    * messages, bumps `msg_base`, pushes a segment and adds its length to `seg_bytes` in one script): a chat page
    * (src/chat/record.ts) numbers its messages from this base, reads segments below `segments`, and knows what each
    * weighs before it reads it. Segments kept before their lengths were (none for a session compacted since this
@@ -347,18 +349,24 @@ export class SessionStore {
   async historySnapshot(
     id: string,
     sized = 0,
-  ): Promise<{ history: StoredMessage[]; base: number; segments: number; sizes: number[] }> {
+  ): Promise<{
+    history: StoredMessage[];
+    base: number;
+    segments: number;
+    sizes: number[];
+    replaced: { at: number; base: number | null };
+  }> {
     const k = sessionKeys(id);
     const rows = await this.redis
       .multi()
-      .hmget(k.meta, 'msg_base', 'seg_bytes')
+      .hmget(k.meta, 'msg_base', 'seg_bytes', 'replaced_at', 'replaced_base')
       .lrange(k.msgs, 0, -1)
       .llen(k.compacted)
       .exec();
     if (!rows) throw new Error('historySnapshot: the transaction was discarded');
     for (const [err] of rows) if (err) throw err;
     const [fields, raw, segments] = rows.map(([, v]) => v) as [Array<string | null>, string[], number];
-    const [base, bytes] = fields;
+    const [base, bytes, replacedAt, replacedBase] = fields;
     // `seg_bytes` lists the newest segments' lengths, oldest first: reversed, the newest first.
     const sizes = (bytes ?? '').split(' ').filter(Boolean).map(Number).reverse().slice(0, sized);
     const want = Math.min(sized, segments);
@@ -371,6 +379,10 @@ export class SessionStore {
       base: Number(base ?? 0),
       segments,
       sizes,
+      replaced: {
+        at: replacedAt ? Number(replacedAt) : -1,
+        base: replacedBase ? Number(replacedBase) : null,
+      },
     };
   }
 

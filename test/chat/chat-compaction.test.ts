@@ -512,4 +512,46 @@ describe('chat history after compactions', { timeout: 120_000 }, () => {
       );
     }
   });
+
+  it("a history replaced with PUT …/messages that starts with another session's summary: the page shows this session's segments from before it never, those of compactions since", async () => {
+    // `legacy`: the PUT was made by a version that kept no `replaced_base`; the segments tell by their record.
+    for (const legacy of [false, true]) {
+      const other = await compactedOnce();
+      // This session: a turn, compacted (its own segment), then its history replaced with the other's summary first.
+      const { id } = await compactedOnce();
+      const put = await h.api.req('PUT', `/v1/sessions/${id}/messages`, {
+        messages: [
+          other.summary,
+          { role: 'user', content: [{ type: 'text', text: 'Put question.' }] },
+          { role: 'assistant', content: [{ type: 'text', text: 'Put answer.' }] },
+        ],
+      });
+      assert.equal(put.status, 200, JSON.stringify(put.body));
+      if (legacy) {
+        const r = new Redis(h.redis.url);
+        try {
+          assert.equal(await r.hdel(`s:{${id}}`, 'replaced_base'), 1);
+        } finally {
+          r.disconnect();
+        }
+      }
+      const only = [
+        ['user', 'Put question.'],
+        ['assistant', 'Put answer.'],
+      ];
+      const before = await reload(id);
+      assert.deepEqual(view(before), only, `legacy: ${legacy}`);
+      // The ids go on from the session's whole record (its first segment's two messages).
+      assert.deepEqual(
+        before.map((m) => m.id),
+        [`${id}-3`, `${id}-4`],
+      );
+      // A compaction since: its segment (the replaced history) is shown, the one before the PUT still not.
+      assert.equal((await h.api.post(`/v1/sessions/${id}/compact`)).status, 202);
+      await h.api.waitFor(id, (x) => x.status === 'idle' && !x.compaction_pending);
+      const rest = (await h.api.get(`/v1/sessions/${id}/messages?include=compacted`)).body;
+      assert.equal(rest.compacted.length, 2);
+      assert.deepEqual(view(await reload(id)), only, `legacy: ${legacy}, after a compaction`);
+    }
+  });
 });
