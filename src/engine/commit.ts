@@ -27,6 +27,11 @@ export interface RunEnd {
   stopReason?: string | null;
   /** `requires_action`: the session's `action_timeout_s`, the deadline of the new action (null: none). */
   actionTimeoutS?: number | null;
+  /**
+   * `requires_action`: the step's calls whose tool tasks are out while the client is asked (tool-step.ts): their
+   * results may be delivered before this commit lands, so it leaves their fields as stored (`pendingFields`).
+   */
+  tasksOut?: readonly PendingCall[];
 }
 
 /**
@@ -41,7 +46,7 @@ export function endOps(next: RunEnd): ApplyOps {
     hset: {
       ...deadline,
       status: st.status,
-      ...pendingFields(st.pending),
+      ...pendingFields(st.pending, st.tasksOut),
       error: st.error ? JSON.stringify(st.error) : '',
       stop_reason: st.stopReason ?? '',
       control: '',

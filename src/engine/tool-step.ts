@@ -25,7 +25,7 @@ import {
 } from '../store/session-state.js';
 import type { ApplyOps } from '../store/apply-ops.js';
 import { commit, completedEvents, endRun, mergeOps, persistedEvent } from './commit.js';
-import { outstandingTasks, parkForTasks } from './tool-tasks.js';
+import { outstandingTasks, parkForTasks, queueTasks } from './tool-tasks.js';
 import { interruptedResult, needsReview, pendingCalls, callIdempotent } from './policy.js';
 import type { RunDeps, RunHandle } from './run-handle.js';
 import { eventOf } from '../events/schemas.js';
@@ -114,7 +114,8 @@ function checkedThrow(name: string, err: unknown, limit: number): unknown {
 /**
  * The history ends with an assistant turn whose calls are not answered: work out their results. Server calls that
  * need no decision run (a started call of a crashed run again only if idempotent); denied calls get the reason;
- * client calls and undecided approvals send the session to `requires_action`.
+ * client calls and undecided approvals send the session to `requires_action`, tenant tools' calls that need no
+ * decision queued first; with none of those, tenant tools' calls park the run (tool-tasks.ts).
  */
 export async function toolStep(
   deps: RunDeps,
@@ -177,16 +178,22 @@ export async function toolStep(
     if (run.leavesToolsUnanswered) throw new APIUserAbortError();
   }
   const waiting = step.calls.some((c) => c.approval === 'required' || (c.kind === 'client' && !c.result));
+  const tasks = outstandingTasks(step);
   if (waiting) {
+    // The tenant's tools work while the client is asked (the server tools above ran already): their tasks are
+    // queued before the session says it waits, so a process dying in between leaves the session `running`, taken
+    // over, and its run queues nothing twice (`queueTasks`). Calls waiting for their approval are not among them.
+    const out = tasks.length > 0 ? await queueTasks(deps, run, state, step, tasks) : [];
     await endRun(
       deps,
       run,
-      { status: 'requires_action', pending: step, actionTimeoutS: state.actionTimeoutS },
+      // A task's result may be delivered before this write lands (the session is still `running`): its fields are
+      // left as stored, and the client's answer finds it on the step.
+      { status: 'requires_action', pending: step, actionTimeoutS: state.actionTimeoutS, tasksOut: out },
       completedEvents(step.calls, durations),
     );
     return 'done';
   }
-  const tasks = outstandingTasks(step);
   if (tasks.length > 0) return parkForTasks(deps, run, state, step, tasks);
   const { outcome } = await afterTools(deps, run, state, history, step, null, durations);
   return outcome === 'continue' ? 'again' : 'done';

@@ -180,6 +180,8 @@ export function retryTurn(
       },
       starts: true,
       params,
+      // The dropped reply's tasks (queued while its step waited for the client) are the session's no longer.
+      after: () => dropTasks(deps, s),
     };
   });
 }
@@ -231,12 +233,14 @@ export async function cancelRun(
 }
 
 /**
- * The session's tool tasks still out (queued, leased, or done and not delivered) leave the queue, so they stop
- * counting in TOOL_TASKS_MAX_PER_TENANT at once — else only when a worker next claims that tool, or at the call's
- * `timeout_ms`. A worker holding one is told `task_cancelled` at its next heartbeat or result. Best effort: a call
- * missed here is dropped at its claim, as before.
+ * The tool tasks of `s`'s pending step (as read before a write that dropped or replaced it: cancel, delete, retry,
+ * a replaced history, a deadline that failed the session) still out (queued, leased, or done and not delivered)
+ * leave the queue, so they stop counting in TOOL_TASKS_MAX_PER_TENANT at once — else only when a worker next claims
+ * that tool, or at the call's `timeout_ms`. A worker holding one is told `task_cancelled` at its next heartbeat or
+ * result (the session no longer awaits it: src/tenant-tools/service.ts `awaits`). Best effort: a call missed here is
+ * dropped at its claim, as before.
  */
-async function dropTasks(deps: SessionDeps, s: SessionState): Promise<void> {
+export async function dropTasks(deps: SessionDeps, s: SessionState): Promise<void> {
   if (!deps.tasks || !s.pending) return;
   const { tasks } = deps;
   await Promise.all(

@@ -14,7 +14,7 @@ import { InvalidStatus, QuotaExceeded, RevisionMismatch, conflict, isRefusal } f
 import { requiredAction } from '../engine/status.js';
 import type { EngineLogger } from '../engine/run-handle.js';
 import type { DueEntry } from '../store/due.js';
-import { encodeResult, setResult } from '../store/pending.js';
+import { encodeResult, setResult, type PendingStep } from '../store/pending.js';
 import type { ApplyOps } from '../store/apply-ops.js';
 import { childUsageIncr, type SessionState } from '../store/session-state.js';
 import { runOps, startRun, statusOps, type SessionDeps } from './mutate.js';
@@ -22,7 +22,8 @@ import { SweepLoop } from '../sweep-loop.js';
 import { eventOf } from '../events/schemas.js';
 import { isAgentTool } from '../schemas.js';
 import { childSessionId } from '../agents/waiting.js';
-import { cancelRun } from './control.js';
+import { cancelRun, dropTasks } from './control.js';
+import { outstandingTasks } from '../engine/tool-tasks.js';
 import { FailureLog } from '../log.js';
 
 const ACTION_TIMED_OUT = 'action_timed_out';
@@ -72,7 +73,8 @@ function timeoutOps(s: SessionState): { ops: ApplyOps; starts: boolean } {
   ];
   if (s.onActionTimeout === 'fail' || !s.pending) {
     const error = { code: ACTION_TIMED_OUT, message: `No answer within ${n} s.`, retryable: false };
-    const st = statusOps(s, { status: 'failed', error });
+    const renewed = s.pending ? tasksRenewed(s.pending) : null;
+    const st = statusOps(s, { status: 'failed', error, ...(renewed ? { pending: renewed } : {}) });
     return {
       ops: {
         ...st,
@@ -124,6 +126,21 @@ function timeoutOps(s: SessionState): { ops: ApplyOps; starts: boolean } {
     ops: { ...st, hset: { ...st.hset, ...FIRED }, events: [...events, ...(st.events ?? [])] },
     starts: true,
   };
+}
+
+/**
+ * The step of a session failed by its deadline, when tool tasks were out for it (queued while the client was asked:
+ * src/engine/tool-step.ts): they are cancelled after the write (`dropTasks`), and each such call moves to its next
+ * round, so a run of the step again (`resume`, a message) queues it as a task of its own — the cancelled task's
+ * record stays in the queue a day, and keeps the same round from being queued again (TaskQueue.enqueue). Null: no
+ * task was out (a reviewed turn's calls were never queued).
+ */
+function tasksRenewed(pending: PendingStep): PendingStep | null {
+  if (pending.turn) return null;
+  const step = structuredClone(pending);
+  const out = outstandingTasks(step);
+  for (const c of out) c.round = (c.round ?? 0) + 1;
+  return out.length > 0 ? step : null;
 }
 
 /**
@@ -226,6 +243,9 @@ export class DeadlineSweeper {
           .catch((err: unknown) => this.log.warn({ err, session: s.id }, 'sub-agent tree not woken'));
         this.log.info({ session: s.id, tenant: s.tenant }, 'action timed out');
         await store.actionsDue.settle(e, null);
+        // A failed session no longer waits for its step's tool tasks (`fail`; with `deny` the run goes on and
+        // awaits them): they leave the queue, and a worker holding one is told `task_cancelled`.
+        if (!starts) await dropTasks(this.deps, s);
         for (const id of children?.ids ?? [])
           await cancelRun(this.deps, s.tenant, id).catch((err: unknown) => {
             if (!isRefusal(err)) throw err;

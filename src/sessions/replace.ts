@@ -11,6 +11,7 @@ import { checkHistory, type StoredMessage } from '../history.js';
 import type { ApplyOps } from '../store/apply-ops.js';
 import { recordCount, type SessionState } from '../store/session-state.js';
 import { normalize } from './create.js';
+import { dropTasks } from './control.js';
 import { mutate, runOps, statusOps, type MutationResult, type Plan, type SessionDeps } from './mutate.js';
 import { eventOf } from '../events/schemas.js';
 
@@ -70,8 +71,12 @@ export function replaceMessages(
     return {
       guard: { rev: s.revision, status: [s.status] },
       ops,
-      // A sub-agent that was reviewing is idle now without a run's end: its parent learns of it from the sweep now.
-      ...(s.status !== 'idle' ? { after: () => deps.store.runs.trees.wake(s.id, s.tenant) } : {}),
+      after: async () => {
+        // A sub-agent that was reviewing is idle now without a run's end: its parent learns of it from the sweep now.
+        if (s.status !== 'idle') await deps.store.runs.trees.wake(s.id, s.tenant);
+        // The dropped step's tasks still out, if any (a failed step's), leave the queue.
+        await dropTasks(deps, s);
+      },
     };
   });
 }
@@ -126,6 +131,8 @@ export function rerunFrom(
       },
       starts: true,
       ...(applied ? { applied: applied() } : {}),
+      // A failed step's tasks still out, if any, leave the queue with it.
+      after: () => dropTasks(deps, s),
     };
   });
 }

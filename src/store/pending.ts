@@ -107,8 +107,15 @@ export function clearResult(call: PendingCall): void {
  * yet stored — `''` for a call without one, so a result taken away is gone from the store too — and the `reported`
  * flags: `'1'` for a call announced, `''` for a call without a result (its result taken away, to be announced anew).
  * A call with a result not announced yet writes no flag: whoever announces it sets it, and no write undoes that.
+ *
+ * `tasksOut`: calls whose tool task is out (src/engine/tool-tasks.ts). A writer that is not guarded by the revision
+ * (a run's fenced commit) does not know their outcome: the task's result may have been delivered (and announced)
+ * since it read the step, so their result and `reported` fields are left as they are stored.
  */
-export function pendingFields(step: PendingStep | null): Record<string, string> {
+export function pendingFields(
+  step: PendingStep | null,
+  tasksOut: ReadonlyArray<Pick<PendingCall, 'id'>> = [],
+): Record<string, string> {
   if (!step) return { pending: '' };
   const out: Record<string, string> = {
     pending: JSON.stringify({
@@ -116,7 +123,9 @@ export function pendingFields(step: PendingStep | null): Record<string, string> 
       calls: step.calls.map(({ result: _r, resultStored: _s, reported: _p, ...call }) => call),
     }),
   };
+  const unknown = new Set(tasksOut.map((c) => c.id));
   for (const c of step.calls) {
+    if (unknown.has(c.id)) continue;
     if (c.reported) out[reportedField(c.id)] = '1';
     else if (!c.result) out[reportedField(c.id)] = '';
     if (c.resultStored) continue;

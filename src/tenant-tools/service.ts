@@ -4,9 +4,13 @@
  * replica runs (lost leases offered again, timeouts failed, results left undelivered by a dead replica delivered).
  *
  * Delivery writes the call's `result:<id>` field of the session's pending step (a guarded read-check-write, like a
- * client's result), then marks the run due and kicks it; the call is settled in the queue only after that, so a
- * replica dying at any point leaves the result in the outbox for the sweep to deliver again (writing it is
- * idempotent: a call that has its result takes no other).
+ * client's result), then, when the session runs, marks the run due and kicks it (a session waiting for its client
+ * keeps the result on its step: the client's answer starts the run); the call is settled in the queue only after
+ * that, so a replica dying at any point leaves the result in the outbox for the sweep to deliver again (writing it
+ * is idempotent: a call that has its result takes no other).
+ *
+ * Over 400 lines: which session awaits which task (`awaits`) is read by claims, heartbeats, results, delivery and
+ * the sweep alike, and keeping them in one class keeps that one rule in one place.
  */
 import { SweepLoop } from '../sweep-loop.js';
 import type { FastifyBaseLogger } from 'fastify';
@@ -16,7 +20,7 @@ import type { Metrics } from '../observability/metrics.js';
 import { mutate, startRun, type SessionDeps } from '../sessions/mutate.js';
 import type { StoredBlock } from '../history.js';
 import type { SessionState } from '../store/session-state.js';
-import { pendingFields, setResult } from '../store/pending.js';
+import { pendingFields, setResult, type PendingCall } from '../store/pending.js';
 import type { RedisClient } from '../store/lua-commands.js';
 import { WakeChannels, type Wake } from './wake.js';
 import {
@@ -70,11 +74,32 @@ const refusal = (r: OfferRefusal, id: string): DomainError => {
   return conflict('task_already_completed', `Task ${id} already has its result.`);
 };
 
-/** The session waits for the task's call: it is the task's tenant's, it runs, and its step holds the call unanswered. */
+/**
+ * The session waits for the task's call: it is the task's tenant's, and its pending step holds the call unanswered,
+ * in the task's round (a call resumed after a failure is a task of its own), while it runs (its run parked for the
+ * task, or is about to) or waits for its client (the task was queued with the step's server tools:
+ * src/engine/tool-step.ts). Not a reply under review (`pending.turn`): its calls have not been run, nor queued.
+ */
 export function awaits(s: SessionState, rec: TaskRecord): boolean {
-  if (s.tenant !== rec.tenant || s.status !== 'running') return false;
-  const call = s.pending?.calls.find((c) => c.id === rec.tool_use_id);
-  return call !== undefined && !call.result;
+  return openCall(s, rec) !== null;
+}
+
+/** The step's call of the task, if the session is in a state that waits on its calls' tasks (see `awaits`). */
+function stepCall(s: SessionState, rec: TaskRecord): PendingCall | null {
+  if (s.tenant !== rec.tenant || !s.pending) return null;
+  const waits = s.status === 'running' || (s.status === 'requires_action' && !s.pending.turn);
+  if (!waits) return null;
+  const call = s.pending.calls.find((c) => c.id === rec.tool_use_id);
+  if (!call || (call.round ?? 0) !== taskRound(rec.call)) return null;
+  return call;
+}
+
+/** The call of the task while the session waits for its result (`awaits`). */
+function openCall(s: SessionState, rec: TaskRecord): PendingCall | null {
+  const call = stepCall(s, rec);
+  // A call waiting for its decision is never queued (approval runs before a task is offered); a denied one is over.
+  if (!call || call.result || call.approval === 'required' || call.approval === 'denied') return null;
+  return call;
 }
 
 export class ToolTasks {
@@ -293,14 +318,21 @@ export class ToolTasks {
         ? result.content
         : JSON.stringify(result.content);
     const res = { content: content as string | StoredBlock[], is_error: result.is_error === true };
+    // Whether the session runs as this delivery writes (read on each attempt of the guarded write): a running
+    // session's run parked for its tasks and goes on once a result is in (or parks again). A session that waits for
+    // its client keeps the result on its step and starts no run: the client's answer does, and finds it there. The
+    // revision guards the write, so a client's answer landing first makes this attempt read `running`.
+    let runs = false;
     try {
       await mutate(this.o.deps, tenant, rec.session, undefined, async (s) => {
-        const step = s.status === 'running' && s.pending ? structuredClone(s.pending) : null;
-        const c = step?.calls.find((x) => x.id === rec.tool_use_id);
-        if (!step || !c) throw new NotAwaited();
+        runs = s.status === 'running';
         // A call that has its result takes no other: this is a second delivery (its first one's replica died before
         // settling it), and the run is kicked again below.
-        if (c.result) throw new AlreadyDelivered();
+        if (stepCall(s, rec)?.result) throw new AlreadyDelivered();
+        if (!s.pending || !openCall(s, rec)) throw new NotAwaited();
+        const step = structuredClone(s.pending);
+        const c = step.calls.find((x) => x.id === rec.tool_use_id);
+        if (!c) throw new NotAwaited();
         setResult(c, res);
         c.reported = true;
         const completed = JSON.stringify({
@@ -319,16 +351,25 @@ export class ToolTasks {
         };
       });
     } catch (err) {
-      if (err instanceof AlreadyDelivered) return this.settleDelivered(tenant, rec, call);
+      if (err instanceof AlreadyDelivered) return this.settleDelivered(tenant, rec, call, runs);
       if (!(err instanceof NotAwaited || err instanceof NotFound)) throw err;
       await this.o.queue.settle(tenant, call, 'cancelled');
       return 'cancelled';
     }
-    return this.settleDelivered(tenant, rec, call);
+    return this.settleDelivered(tenant, rec, call, runs);
   }
 
-  private async settleDelivered(tenant: string, rec: TaskRecord, call: string): Promise<'delivered'> {
-    await startRun(this.o.deps, rec.session);
+  /**
+   * The call is settled once its result is on the step; a running session's run is kicked first (a replica dying
+   * between the two leaves the call to the sweep, which delivers it again: `AlreadyDelivered`, kicked again).
+   */
+  private async settleDelivered(
+    tenant: string,
+    rec: TaskRecord,
+    call: string,
+    runs: boolean,
+  ): Promise<'delivered'> {
+    if (runs) await startRun(this.o.deps, rec.session);
     await this.o.queue.settle(tenant, call, 'delivered');
     return 'delivered';
   }
