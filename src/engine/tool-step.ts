@@ -10,6 +10,7 @@ import { blocksOf, extendHistory, pendingToolCalls, type StoredMessage } from '.
 import { toolRan } from '../observability/run-telemetry.js';
 import {
   markStored,
+  outstandingTasks,
   pendingFields,
   resultsTurn,
   setResult,
@@ -25,7 +26,7 @@ import {
 } from '../store/session-state.js';
 import type { ApplyOps } from '../store/apply-ops.js';
 import { commit, completedEvents, endRun, mergeOps, persistedEvent } from './commit.js';
-import { outstandingTasks, parkForTasks, queueTasks } from './tool-tasks.js';
+import { parkForTasks, queueTasks } from './tool-tasks.js';
 import { interruptedResult, needsReview, pendingCalls, callIdempotent } from './policy.js';
 import type { RunDeps, RunHandle } from './run-handle.js';
 import { eventOf } from '../events/schemas.js';

@@ -23,13 +23,6 @@ import type { SessionState } from '../store/session-state.js';
 import { commit } from './commit.js';
 import type { RunDeps, RunHandle } from './run-handle.js';
 
-/** The calls of the step a task answers and that have no result yet. */
-export function outstandingTasks(step: PendingStep): PendingCall[] {
-  return step.calls.filter(
-    (c) => c.runner && !c.result && c.approval !== 'required' && c.approval !== 'denied',
-  );
-}
-
 /**
  * Writes the step, then queues a task per outstanding call (queued once: a call queued before is left be, see
  * `TaskQueue.enqueue`). Calls the tenant's full queue refuses get an error result, written here. Returns the calls
@@ -39,6 +32,13 @@ export function outstandingTasks(step: PendingStep): PendingCall[] {
  * queued, and a claim or a delivery finds the call in the stored step or takes the session not to wait for it
  * (src/tenant-tools/service.ts `awaits`). A process dying after some enqueues leaves the step as written: the run
  * taken over queues the rest, the others are `known`.
+ *
+ * A call whose task in its round is settled already (`settled`: delivered, or cancelled) is one this step still waits
+ * for only when the stored step has no result for it: the step was rebuilt from the history (`PUT …/messages` after
+ * a cancel, or after the round's result went to the model), or a failed step resumed whose task was cancelled while
+ * the session had failed. It moves to its next round (written with the step, before its task is queued) and is
+ * queued as a task of its own; a result delivered since this run read the step is taken from the store instead
+ * (`resettle`). Only this path reads the session again: a step whose calls are new, or known, costs what it did.
  */
 export async function queueTasks(
   deps: RunDeps,
@@ -47,30 +47,24 @@ export async function queueTasks(
   step: PendingStep,
   calls: PendingCall[],
 ): Promise<PendingCall[]> {
-  // Never blank the fields of an outstanding call: its result may have been delivered (and announced) since this run
-  // read the step.
-  await commit(deps, run, { hset: pendingFields(step, calls) });
-  markStored(step);
   const full: PendingCall[] = [];
-  for (const c of calls) {
-    const def = state.tenantTools[c.name];
-    const queued =
-      deps.tasks && def
-        ? await deps.tasks.enqueue(state.tenant, {
-            session: state.id,
-            toolUseId: c.id,
-            round: c.round ?? 0,
-            name: c.name,
-            input: c.input,
-            runner: c.runner ?? 'worker',
-            maxAttempts: def.max_attempts,
-            timeoutMs: def.timeout_ms,
-          })
-        : 'full';
-    if (queued === 'queued') deps.metrics.toolTasks.inc({ event: 'queued' });
-    if (queued === 'full') full.push(c);
+  let todo = calls;
+  let out = calls;
+  while (todo.length > 0) {
+    // Never blank the fields of an outstanding call: its result may have been delivered (and announced) since this
+    // run read the step.
+    await commit(deps, run, { hset: pendingFields(step, out) });
+    markStored(step);
+    const settled: PendingCall[] = [];
+    for (const c of todo) {
+      const queued = await enqueueCall(deps, state, c);
+      if (queued === 'queued') deps.metrics.toolTasks.inc({ event: 'queued' });
+      if (queued === 'full') full.push(c);
+      if (queued === 'settled') settled.push(c);
+    }
+    todo = settled.length > 0 ? await resettle(deps, run, settled) : [];
+    out = out.filter((c) => !full.includes(c) && !c.result);
   }
-  const out = calls.filter((c) => !full.includes(c));
   if (full.length > 0) {
     const max = deps.tasks?.maxPerTenant ?? 0;
     for (const c of full)
@@ -82,6 +76,49 @@ export async function queueTasks(
     markStored(step);
   }
   return out;
+}
+
+function enqueueCall(
+  deps: RunDeps,
+  state: SessionState,
+  c: PendingCall,
+): Promise<'queued' | 'known' | 'settled' | 'full'> {
+  const def = state.tenantTools[c.name];
+  if (!deps.tasks || !def) return Promise.resolve('full');
+  return deps.tasks.enqueue(state.tenant, {
+    session: state.id,
+    toolUseId: c.id,
+    round: c.round ?? 0,
+    name: c.name,
+    input: c.input,
+    runner: c.runner ?? 'worker',
+    maxAttempts: def.max_attempts,
+    timeoutMs: def.timeout_ms,
+  });
+}
+
+/**
+ * The calls whose task in their round is settled (`queueTasks`), as the stored step holds them now: one that has its
+ * result there (delivered after this run read the step) takes it, and is out no longer; the others move to their
+ * next round, to be written with the step and queued anew (returned). The store is read once.
+ */
+async function resettle(deps: RunDeps, run: RunHandle, settled: PendingCall[]): Promise<PendingCall[]> {
+  const stored = await deps.store.load(run.id);
+  const anew: PendingCall[] = [];
+  for (const c of settled) {
+    const now = stored?.pending?.calls.find((x) => x.id === c.id && (x.round ?? 0) === (c.round ?? 0));
+    if (now?.result) {
+      // As stored (its field, and its `reported` flag: its delivery announced it), so no write of the step's
+      // rewrites it and no `tool.completed` is written twice.
+      c.result = now.result;
+      c.resultStored = true;
+      if (now.reported) c.reported = true;
+    } else {
+      c.round = (c.round ?? 0) + 1;
+      anew.push(c);
+    }
+  }
+  return anew;
 }
 
 /**

@@ -14,7 +14,7 @@ import { InvalidStatus, QuotaExceeded, RevisionMismatch, conflict, isRefusal } f
 import { requiredAction } from '../engine/status.js';
 import type { EngineLogger } from '../engine/run-handle.js';
 import type { DueEntry } from '../store/due.js';
-import { encodeResult, setResult, type PendingStep } from '../store/pending.js';
+import { encodeResult, outstandingTasks, setResult, type PendingStep } from '../store/pending.js';
 import type { ApplyOps } from '../store/apply-ops.js';
 import { childUsageIncr, type SessionState } from '../store/session-state.js';
 import { runOps, startRun, statusOps, type SessionDeps } from './mutate.js';
@@ -23,7 +23,6 @@ import { eventOf } from '../events/schemas.js';
 import { isAgentTool } from '../schemas.js';
 import { childSessionId } from '../agents/waiting.js';
 import { cancelRun, dropTasks } from './control.js';
-import { outstandingTasks } from '../engine/tool-tasks.js';
 import { FailureLog } from '../log.js';
 
 const ACTION_TIMED_OUT = 'action_timed_out';

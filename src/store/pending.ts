@@ -65,6 +65,16 @@ export interface PendingStep {
   turn?: { content: unknown; stop_reason: string | null } | undefined;
 }
 
+/**
+ * The calls of the step a tool task answers and that have no result yet (src/engine/tool-tasks.ts): their tasks may
+ * be out, so a run's write of the step from an older read leaves their fields alone (`pendingFields`' `tasksOut`).
+ */
+export function outstandingTasks(step: PendingStep): PendingCall[] {
+  return step.calls.filter(
+    (c) => c.runner && !c.result && c.approval !== 'required' && c.approval !== 'denied',
+  );
+}
+
 /** The text of one `tool_result` block, made only by `encodeResult`. */
 export type EncodedResult = string & { readonly __encoded: 'tool_result' };
 

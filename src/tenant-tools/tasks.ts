@@ -79,8 +79,12 @@ export class TaskQueue {
     defineLuaCommands(redis, new URL('./lua/', import.meta.url), 'tt');
   }
 
-  /** Queues a call unless it was queued before: 'queued', 'known', or 'full' (the tenant's bound). */
-  async enqueue(tenant: string, t: NewTask): Promise<'queued' | 'known' | 'full'> {
+  /**
+   * Queues a call unless it was queued before: 'queued', 'known' (still out), 'settled' (queued before, and its
+   * record says it was delivered or cancelled since: that round of the call is over, and is not queued again), or
+   * 'full' (the tenant's bound).
+   */
+  async enqueue(tenant: string, t: NewTask): Promise<'queued' | 'known' | 'settled' | 'full'> {
     const k = keyList(tenant);
     const call = taskCallId(t.session, t.toolUseId, t.round);
     const rec: TaskRecord = {
@@ -126,7 +130,7 @@ export class TaskQueue {
     );
     if (r === 1) await this.schedule(tenant, t.timeoutMs);
     if (r === 1 && http) await this.redis.sadd(HTTP_TENANTS_KEY, tenant);
-    return r === 1 ? 'queued' : r === 0 ? 'known' : 'full';
+    return r === 1 ? 'queued' : r === 0 ? 'known' : r === 2 ? 'settled' : 'full';
   }
 
   /** Offers up to `max` queued calls of `tools` to `worker`; records the worker as seen (one script, two ZADDs). */

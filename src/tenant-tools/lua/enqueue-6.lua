@@ -1,14 +1,22 @@
 -- enqueue: queue one tool call for a worker, unless it was queued before (its record, kept a day after delivery,
--- is the tombstone that keeps a second run of the same step from queueing it again).
+-- is the tombstone that keeps a second run of the same step from queueing it again). A record that is settled
+-- (delivered, or cancelled) says so: the call's round is over, and a step that still waits for the call (one rebuilt
+-- from the history, a failed step resumed) queues it in its next round (src/engine/tool-tasks.ts).
 -- KEYS[1] calls  KEYS[2] inputs  KEYS[3] ready  KEYS[4] deadline  KEYS[5] leased  KEYS[6] done
 -- ARGV[1] call  ARGV[2] record (JSON; its `queued_at` and `deadline` are set here)  ARGV[3] input (JSON text)
 -- ARGV[4] queue (the tool's name, or `~http`)  ARGV[5] most calls of the tenant in flight  ARGV[6] wake channel
 -- (Also the queue's index, includes/queue-key.lua.) `queued_at` is now and `deadline` now + the record's `timeout_ms`,
 -- of Redis's clock (includes/now.lua).
--- Returns 1 queued, 0 known already, -1 the tenant's queue is full.
+-- Returns 1 queued, 0 known already (still out: queued, leased, or its result not delivered yet), 2 known and settled,
+-- -1 the tenant's queue is full.
 --- @include "includes/queue-key"
 --- @include "includes/now"
-if redis.call('HEXISTS', KEYS[1], ARGV[1]) == 1 then return 0 end
+local known = redis.call('HGET', KEYS[1], ARGV[1])
+if known then
+  local state = cjson.decode(known).state
+  if state == 'delivered' or state == 'cancelled' then return 2 end
+  return 0
+end
 local n = redis.call('ZCARD', KEYS[3]) + redis.call('ZCARD', KEYS[5]) + redis.call('ZCARD', KEYS[6])
 if n >= tonumber(ARGV[5]) then return -1 end
 local now = now_ms()
