@@ -2,7 +2,13 @@ import { randomBytes } from 'node:crypto';
 import { FencedOut, InvalidStatus, NotFound, StoreUnavailable } from '../errors.js';
 import { toolCallsOf, type StoredMessage } from '../history.js';
 import { withoutOpenCalls } from '../tools/server-blocks.js';
-import { pendingFields, resultsTurn, type PendingCall, type PendingStep } from '../store/pending.js';
+import {
+  outstandingTasks,
+  pendingFields,
+  resultsTurn,
+  type PendingCall,
+  type PendingStep,
+} from '../store/pending.js';
 import type { SessionStore } from '../store/store.js';
 import { deadlineFields, spendOfIncr, type SessionError, type SessionState } from '../store/session-state.js';
 import type { ApplyOps, ApplyResult } from '../store/apply-ops.js';
@@ -28,8 +34,9 @@ export interface RunEnd {
   /** `requires_action`: the session's `action_timeout_s`, the deadline of the new action (null: none). */
   actionTimeoutS?: number | null;
   /**
-   * `requires_action`: the step's calls whose tool tasks are out while the client is asked (tool-step.ts): their
-   * results may be delivered before this commit lands, so it leaves their fields as stored (`pendingFields`).
+   * The step's calls whose tool tasks are out (queued while the client is asked: tool-step.ts; a failed run's
+   * step): their results may be delivered before this commit lands, so it leaves their fields as stored
+   * (`pendingFields`).
    */
   tasksOut?: readonly PendingCall[];
 }
@@ -277,8 +284,11 @@ export async function fail(
   run.obs.failed(error.code);
   try {
     const state = await deps.store.load(run.id);
-    // A failed tool step keeps its pending calls, so `resume` runs the failed step again.
-    await endRun(deps, run, { status: 'failed', pending: state?.pending ?? null, error }, [
+    const pending = state?.pending ?? null;
+    // A failed tool step keeps its pending calls, so `resume` runs the failed step again. A result delivered for a
+    // call whose task is out, after the read above, is left as stored.
+    const tasksOut = pending ? outstandingTasks(pending) : [];
+    await endRun(deps, run, { status: 'failed', pending, error, tasksOut }, [
       eventOf('session.error', error),
     ]);
   } catch (err) {

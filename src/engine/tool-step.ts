@@ -153,7 +153,9 @@ export async function toolStep(
   if (toRun.length > 0) {
     for (const c of toRun) c.started = true;
     await commit(deps, run, {
-      hset: pendingFields(step),
+      // A tenant tool's call whose task is out (queued while the step waited for its client) may have had its result
+      // delivered since this run read the step: its fields are left as stored, not blanked.
+      hset: pendingFields(step, outstandingTasks(step)),
       events: toRun.map((c): [string, string] =>
         eventOf('tool.started', { tool_use_id: c.id, name: c.name, input: c.input }),
       ),

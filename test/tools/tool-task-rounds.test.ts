@@ -6,6 +6,8 @@
  * - a task cancelled while the client was asked, then the step rebuilt (`PUT …/messages`, then a message);
  * - a run that fails after queueing its tasks, whose task is cancelled while the session has failed, then `resume`;
  * - a step rebuilt after its round's result was delivered (and went to the model).
+ * And a round whose result is delivered while a run rewrites the step from an older read (the run that runs the
+ * step's approved server call) is that round's result: the write leaves it be, and the call is not run again.
  */
 import { after, before, beforeEach, describe, it } from 'node:test';
 import assert from 'node:assert/strict';
@@ -169,5 +171,59 @@ describe('a tool call whose round is over is queued in its next one', { timeout:
     );
     assert.equal((await a.waitStatus(id, ['idle', 'failed'])).status, 'idle');
     assert.deepEqual(resultsSent(2), [{ tool_use_id: 'toolu_hats', content: 'hats: 3 again' }]);
+  });
+
+  it('a result delivered while the run starts the step’s approved server call is kept, not run again', async () => {
+    h.fake.enqueue(
+      toolCalls([
+        toolUse('calculate_sum', { a: 40, b: 2 }, 'toolu_sum'),
+        toolUse('stock_check', { item: 'gloves' }, 'toolu_gloves'),
+      ]),
+      text('42, and gloves.'),
+    );
+    const id = (
+      await a.post('/v1/sessions', {
+        input: 'Sum and gloves',
+        tools: ['calculate_sum', 'stock_check'],
+        approval: ['calculate_sum'],
+      })
+    ).body.id as string;
+    assert.equal((await a.waitStatus(id, ['requires_action', 'idle', 'failed'])).status, 'requires_action');
+    // The worker's task was queued with the step; its result is delivered once the approval's run has read the
+    // step, just before that run writes it with the server call started.
+    const task = await claimOne(a, 'stock_check');
+    const store = h.service.app.store as any;
+    const apply = store.apply.bind(store);
+    let delivered = false;
+    store.apply = async (
+      sid: string,
+      guard: { fence?: number },
+      ops: { events?: Array<[string, string]> },
+    ) => {
+      if (guard.fence && !delivered && ops.events?.some(([type]) => type === 'tool.started')) {
+        delivered = true;
+        const res = await a.post(`/v1/tool-tasks/${task.id}/result`, { content: 'gloves: 5' });
+        assert.equal(res.status, 200, JSON.stringify(res.body));
+      }
+      return apply(sid, guard, ops);
+    };
+    try {
+      const decided = await a.post(`/v1/sessions/${id}/tool-calls/toolu_sum`, { decision: 'approve' });
+      assert.equal(decided.status, 202, JSON.stringify(decided.body));
+      const done = await a.waitStatus(id, ['idle', 'failed']);
+      assert.equal(done.status, 'idle', JSON.stringify(done));
+    } finally {
+      store.apply = apply;
+    }
+    assert.ok(delivered);
+    assert.deepEqual(resultsSent(1), [
+      { tool_use_id: 'toolu_sum', content: '42' },
+      { tool_use_id: 'toolu_gloves', content: 'gloves: 5' },
+    ]);
+    assert.deepEqual(await claim(a, 'stock_check', 300), [], 'the call is not offered again');
+    const completed = ((await a.get(`/v1/sessions/${id}/events?limit=1000`)).body.data as any[]).filter(
+      (e) => e.type === 'tool.completed' && e.data.tool_use_id === 'toolu_gloves',
+    );
+    assert.equal(completed.length, 1, 'announced once');
   });
 });
