@@ -62,7 +62,8 @@ function needScope(req: FastifyRequest, scope: ClientScope): void {
  * waits), the stream says what the session waits for now, and ends.
  */
 function headOf(t: ChatTranslator, status: Record<string, unknown> | null): UIChunk[] {
-  return status === null ? t.start() : [...t.start(), ...t.event('session.status', status)];
+  const head = [...t.start(), ...t.deliveredFirst()];
+  return status === null ? head : [...head, ...t.event('session.status', status)];
 }
 
 /**
@@ -81,7 +82,10 @@ function withoutRun(t: ChatTranslator): UIChunk[] {
 const agentsOf = (state: SessionState): Set<string> =>
   new Set(state.tools.filter(isAgentTool).map((t) => t.name));
 
-/** Most bytes of a status a chat answer's idempotency record keeps (a replay of a larger one says the status then). */
+/**
+ * Most bytes of a status, and of the results shown first, a chat answer's idempotency record keeps (a replay of a
+ * larger status says the status then; larger results are not shown again).
+ */
 const KEPT_STATUS_BYTES = 65_536;
 
 const routes: FastifyPluginAsyncZod<{ config: Config }> = async (app, { config }) => {
@@ -240,7 +244,10 @@ const routes: FastifyPluginAsyncZod<{ config: Config }> = async (app, { config }
         // The same Idempotency-Key and body again: nothing is posted twice; the first answer streams again, to a
         // caller that holds the scopes the first one needed.
         for (const scope of replay.scopes) needScope(req, scope);
-        const t = new ChatTranslator(replay.assistant, replay.known, { agents: agentsOf(s) });
+        const t = new ChatTranslator(replay.assistant, replay.known, {
+          agents: agentsOf(s),
+          ...(replay.delivered ? { delivered: replay.delivered } : {}),
+        });
         t.statusFrom = replay.revision;
         const status = replay.idle ? (replay.status ?? statusOf(s) ?? null) : null;
         return stream(req, reply, id, replay.after, t, status);
@@ -274,6 +281,8 @@ const routes: FastifyPluginAsyncZod<{ config: Config }> = async (app, { config }
           : await postAnswers(poster, s, last, after);
       // An Idempotency-Key keeps where this answer streams from, so the same request streams it again.
       const kept = posted.status !== null && JSON.stringify(posted.status).length <= KEPT_STATUS_BYTES;
+      const { delivered } = posted;
+      const keptDelivered = delivered.length > 0 && JSON.stringify(delivered).length <= KEPT_STATUS_BYTES;
       await app.keepStreamed(req, {
         after: posted.after,
         revision: posted.revision,
@@ -281,9 +290,13 @@ const routes: FastifyPluginAsyncZod<{ config: Config }> = async (app, { config }
         known: posted.known,
         idle: posted.status !== null,
         ...(kept && posted.status ? { status: posted.status } : {}),
+        ...(keptDelivered ? { delivered } : {}),
         scopes,
       });
-      const t = new ChatTranslator(posted.assistant, posted.known, { agents: agentsOf(posted.state) });
+      const t = new ChatTranslator(posted.assistant, posted.known, {
+        agents: agentsOf(posted.state),
+        delivered,
+      });
       t.statusFrom = posted.revision;
       stream(req, reply, id, posted.after, t, posted.status);
     },

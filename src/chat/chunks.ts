@@ -13,6 +13,9 @@
  *   reply whose stop reason ends the run (`max_tokens`, `refusal`, …) are never run and get no `tool.completed`: the
  *   history answers them `Error: not run: …` (src/engine/turns.ts `commitStop`), and so does its `turn.completed`
  *   here, with `tool-output-error`.
+ * - A tenant tool's result delivered while the session waited for its client (its task queued while the client was
+ *   asked) comes after the stream that asked had ended: the answer to the client's next message shows it first
+ *   (`deliveredFirst`), when that message does not.
  * - A sub-agent's call (an `agent` tool, spec §7.6) is run by the service, not the client: `providerExecuted`, and
  *   a `requires_action` that waits only for sub-agents does not end the stream (the child's result comes as its
  *   `tool.completed`, then the run goes on).
@@ -50,6 +53,18 @@ import {
 
 /** One UI message chunk (the `ai` package's `UIMessageChunk`), as JSON. */
 export type UIChunk = { type: string } & Record<string, unknown>;
+
+/**
+ * A tenant tool's result delivered while the session waited for its client (a `tool.completed`'s data): the
+ * answer to the client's next message shows it first (src/chat/post.ts `deliveredMeanwhile`).
+ */
+export type DeliveredResult = {
+  tool_use_id: string;
+  name: string;
+  input: unknown;
+  content: unknown;
+  is_error: boolean;
+};
 
 /** What an open content block of the turn became. */
 interface OpenBlock {
@@ -93,10 +108,14 @@ export class ChatTranslator {
   /** Closed steps the stream starts with, after `start` (a replay after a retry: src/chat/history.ts keptSteps). */
   private readonly earlier: UIChunk[];
 
+  /** Results the stream shows first (`deliveredFirst()`), then not again when their `tool.completed` comes. */
+  private readonly delivered: readonly DeliveredResult[];
+  private readonly shownFirst = new Set<string>();
+
   /**
    * `messageId`: the assistant message the stream continues (its `start` names it); `known`: the tool calls the
    * client's message holds; `agents`: the names of the session's `agent` tools; `pausedBefore`: see above;
-   * `earlier`: see above (their calls are known).
+   * `earlier`: see above (their calls are known); `delivered`: see `deliveredFirst()`.
    */
   constructor(
     private readonly messageId: string | undefined,
@@ -106,6 +125,7 @@ export class ChatTranslator {
       pausedBefore?: string | undefined;
       midRun?: boolean;
       earlier?: UIChunk[];
+      delivered?: readonly DeliveredResult[];
     } = {},
   ) {
     this.known = new Set(known);
@@ -113,6 +133,7 @@ export class ChatTranslator {
     this.pausedBefore = opts.pausedBefore;
     this.midRun = opts.midRun ?? false;
     this.earlier = opts.earlier ?? [];
+    this.delivered = opts.delivered ?? [];
     for (const c of this.earlier)
       if (c.type === 'tool-input-available' && typeof c['toolCallId'] === 'string')
         this.known.add(c['toolCallId']);
@@ -140,6 +161,22 @@ export class ChatTranslator {
     ];
   }
 
+  /**
+   * The outputs of the tenant tool calls whose results came while the session waited for its client, after the
+   * stream that asked it had ended (their `tool.completed` is before this stream's cursor): after `start`, before
+   * the run. A `tool.completed` of one of them that the stream reads too (delivered as the request was handled) is
+   * not shown twice.
+   */
+  deliveredFirst(): UIChunk[] {
+    const out: UIChunk[] = [];
+    for (const r of this.delivered) {
+      const chunks = this.toolCompleted(r);
+      if (chunks.length > 0) this.shownFirst.add(r.tool_use_id);
+      out.push(...chunks);
+    }
+    return out;
+  }
+
   /** The chunks of one event of the log (none for the events a chat does not show). */
   event(type: string, data: unknown, id = '', revision: number | null = null): UIChunk[] {
     if (this.done) return [];
@@ -161,7 +198,10 @@ export class ChatTranslator {
       }
       case 'tool.completed': {
         const ev = toolCompleted.safeParse(data);
-        return ev.success ? this.toolCompleted(ev.data) : [];
+        if (!ev.success) return [];
+        // Shown first (`deliveredFirst`): this is that delivery.
+        if (this.shownFirst.delete(ev.data.tool_use_id)) return [];
+        return this.toolCompleted(ev.data);
       }
       case 'tool_call.decided': {
         const ev = decided.safeParse(data);

@@ -15,8 +15,10 @@ import { AlreadyPosted } from '../store/apply-ops.js';
 import type { ClientScope } from '../store/client-tokens.js';
 import type { SessionState } from '../store/session-state.js';
 import type { StoredMessage } from '../history.js';
+import type { DeliveredResult } from './chunks.js';
 import {
   type chatBody,
+  answeredCallIdsOf,
   clientCallsAwaiting,
   decisionsOf,
   editRefused,
@@ -47,6 +49,12 @@ interface Posted {
   /** The session after the post, and its status when it runs nothing (else null). */
   state: SessionState;
   status: Record<string, unknown> | null;
+  /**
+   * Results of the step's tenant tool calls that the message answered does not show: delivered while the session
+   * waited for its client, after the stream that asked it had ended (`deliveredMeanwhile`). The answer shows them
+   * first.
+   */
+  delivered: DeliveredResult[];
 }
 
 /** The `session.status` data of a session that runs nothing; null when it runs. */
@@ -86,6 +94,7 @@ export async function postUserMessage(
       known: [],
       state,
       status: statusOf(state),
+      delivered: [],
     };
   } catch (err) {
     if (!(err instanceof AlreadyPosted)) throw err;
@@ -94,7 +103,7 @@ export async function postUserMessage(
     const { after: from, rev, idle } = err.entry;
     const state = await p.deps.store.loadFor(p.tenant, id);
     const status = idle ? statusOf(state) : null;
-    return { after: from, revision: rev, assistant: undefined, known: [], state, status };
+    return { after: from, revision: rev, assistant: undefined, known: [], state, status, delivered: [] };
   }
 }
 
@@ -132,7 +141,40 @@ export async function postAnswers(
     );
   const { state } = result;
   const known = toolCallIdsOf(last.parts);
-  return { after, revision: state.revision, assistant: last.id, known, state, status: statusOf(state) };
+  const delivered = deliveredMeanwhile([s, state], answeredCallIdsOf(last.parts));
+  return {
+    after,
+    revision: state.revision,
+    assistant: last.id,
+    known,
+    state,
+    status: statusOf(state),
+    delivered,
+  };
+}
+
+/**
+ * The results of tenant tool calls (tool tasks) on the pending step of `states` (the session as the request first
+ * read it, and after its writes) that the client's message does not show (`shown`): a task queued while the client
+ * was asked (src/engine/tool-step.ts) whose result came after the stream that asked had ended. Its `tool.completed`
+ * is in the log before the answer's cursor, so the answer would never show it. From the request's first read: the
+ * step may be gone from the second (the run it started wrote the results). A result delivered after the cursor was
+ * read is in the second one too, and in the stream: the translator shows it once (chunks.ts).
+ */
+function deliveredMeanwhile(states: SessionState[], shown: ReadonlySet<string>): DeliveredResult[] {
+  const out = new Map<string, DeliveredResult>();
+  for (const st of states)
+    for (const c of st.pending?.turn ? [] : (st.pending?.calls ?? [])) {
+      if (!c.runner || !c.result || c.approval === 'denied' || shown.has(c.id) || out.has(c.id)) continue;
+      out.set(c.id, {
+        tool_use_id: c.id,
+        name: c.name,
+        input: c.input,
+        content: c.result.content,
+        is_error: c.result.is_error,
+      });
+    }
+  return [...out.values()];
 }
 
 /**
@@ -183,6 +225,15 @@ export async function regenerate(
       known: [],
       state,
       status: null,
+      delivered: [],
     };
-  return { after, revision: state.revision, assistant, known: [], state, status: statusOf(state) };
+  return {
+    after,
+    revision: state.revision,
+    assistant,
+    known: [],
+    state,
+    status: statusOf(state),
+    delivered: [],
+  };
 }

@@ -188,3 +188,13 @@ export function toolCallIdsOf(parts: Part[]): string[] {
     return t.success ? [t.data.toolCallId] : [];
   });
 }
+
+/** The tool call ids of a message's parts that show the call's outcome (an output, an error, a denial). */
+export function answeredCallIdsOf(parts: Part[]): Set<string> {
+  const out = new Set<string>();
+  for (const p of parts) {
+    const t = toolPart.safeParse(p);
+    if (t.success && t.data.state.startsWith('output-')) out.add(t.data.toolCallId);
+  }
+  return out;
+}

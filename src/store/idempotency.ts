@@ -36,6 +36,17 @@ export interface StreamReplay {
    */
   idle: boolean;
   status?: Record<string, unknown>;
+  /**
+   * The tenant tools' results the answer showed first (src/chat/post.ts `deliveredMeanwhile`: delivered while the
+   * session waited, before the cursor), kept when under 64 KiB of JSON: a replay shows them again.
+   */
+  delivered?: Array<{
+    tool_use_id: string;
+    name: string;
+    input: unknown;
+    content: unknown;
+    is_error: boolean;
+  }>;
   /** The client-token scopes the first request needed: a replay needs them too. */
   scopes: ClientScope[];
 }
