@@ -7,6 +7,10 @@
  * drops the waiting step (cancel, retry, a deadline that fails the session) cancels its tasks (`task_cancelled`).
  * Last, a replica SIGKILLed between queueing the tasks and writing `requires_action`: nothing lost, nothing queued
  * twice.
+ *
+ * Over 400 lines: the cases are one behaviour (a step's tasks out while its client is asked) seen from each way the
+ * step can end, on one harness and its helpers (`mixedSession`, `claimOne`); what happens to a call whose round is
+ * over (rebuilt, resumed steps) is test/tools/tool-task-rounds.test.ts, the chat's view test/chat/chat-tool-tasks.
  */
 import { after, before, beforeEach, describe, it } from 'node:test';
 import assert from 'node:assert/strict';
