@@ -77,7 +77,7 @@ export class RunQueue {
    */
   async start(tenant: string | null, id: string): Promise<void> {
     await this.takeRunSlot(tenant, id);
-    await this.markDue(id, Date.now() + START_DUE_DELAY_MS);
+    await this.markDue(id, START_DUE_DELAY_MS);
   }
 
   /**
@@ -86,7 +86,7 @@ export class RunQueue {
    * not claim it. Its run slot is held again by the run's heartbeat.
    */
   async wake(id: string): Promise<void> {
-    await this.markDue(id, Date.now() + START_DUE_DELAY_MS);
+    await this.markDue(id, START_DUE_DELAY_MS);
   }
 
   /**
@@ -115,10 +115,7 @@ export class RunQueue {
    * hand-over, whose slot may have been given back).
    */
   async keep(id: string, ttlMs: number, slotOf: string | null = null): Promise<void> {
-    await Promise.all([
-      this.markDue(id, Date.now() + ttlMs),
-      slotOf !== null ? this.holdRunSlot(slotOf, id) : null,
-    ]);
+    await Promise.all([this.markDue(id, ttlMs), slotOf !== null ? this.holdRunSlot(slotOf, id) : null]);
   }
 
   /**
@@ -142,7 +139,7 @@ export class RunQueue {
     try {
       await this.redis.sessRelease(sessionKeys(id).lease, `${owner}:${fence}`);
     } finally {
-      if (handOver) await this.markDue(id, Date.now());
+      if (handOver) await this.markDue(id, 0);
     }
   }
 
@@ -184,7 +181,8 @@ export class RunQueue {
 
   /**
    * The sweep: up to `limit` due runs (their lease lapsed, or they were never claimed, or handed over) that are
-   * still `running`, for the caller to claim (a takeover). Due entries of sessions that are not running (or gone)
+   * still `running`, for the caller to claim (a takeover). Due by Redis's clock (run-due-read-1.lua), the one every
+   * due time was set in (`markDue`). Due entries of sessions that are not running (or gone)
    * are dropped (`end`). `busy`: runs this process drives (not read); `load` reads a session.
    */
   async sweep(
@@ -192,7 +190,7 @@ export class RunQueue {
     busy: (id: string) => boolean,
     load: (id: string) => Promise<SessionState | null>,
   ): Promise<string[]> {
-    const due = await this.redis.zrangebyscore(RUNS_KEY, 0, Date.now(), 'LIMIT', 0, limit);
+    const due = await this.redis.sessRunDueRead(RUNS_KEY, limit);
     const out: string[] = [];
     for (const id of due) {
       if (busy(id)) continue;
@@ -211,8 +209,14 @@ export class RunQueue {
     return this.redis.sessRenew(sessionKeys(id).lease, `${owner}:${fence}`, ttlMs).then((r) => r === 1);
   }
 
-  private async markDue(id: string, atMs: number): Promise<void> {
-    await this.redis.zadd(RUNS_KEY, atMs, id);
+  /**
+   * The run is due `inMs` from now of Redis's clock (run-due-set-1.lua; one EVALSHA, as the ZADD it replaces), the
+   * clock the sweep compares with (run-due-read-1.lua): a replica's own clock, 10 minutes ahead, made its hand-over
+   * and its crash's runs due for the others only 10 minutes later (one behind: at once, a claim refused by the live
+   * lease every sweep). The lease itself (acquire-4.lua's PX, renew-1.lua's PEXPIRE) was always Redis's.
+   */
+  private async markDue(id: string, inMs: number): Promise<void> {
+    await this.redis.sessRunDueSet(RUNS_KEY, id, inMs);
   }
 
   /**

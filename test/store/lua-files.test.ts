@@ -79,6 +79,8 @@ describe('Lua lives in .lua files', () => {
       'sessReadEvents',
       'sessRelease',
       'sessRenew',
+      'sessRunDueRead',
+      'sessRunDueSet',
       'sessRunSlotPrune',
       'sessRunSlotTake',
       'sessSegmentSizes',

@@ -64,6 +64,10 @@ declare module 'ioredis' {
     sessRenew(lease: string, token: string, ttlMs: number): Result<number, Context>;
     /** release-1.lua: 1 when released. */
     sessRelease(lease: string, token: string): Result<number, Context>;
+    /** run-due-set-1.lua: the run's due time set, `inMs` from Redis's now (ms, Redis's clock). */
+    sessRunDueSet(due: string, id: string, inMs: number): Result<number, Context>;
+    /** run-due-read-1.lua: the ids due by Redis's now, oldest first. */
+    sessRunDueRead(due: string, limit: number): Result<string[], Context>;
     /** destroy-8.lua: 1 when the session existed, -1 when it moved past the revision given. */
     sessDestroy(
       ...args: [
