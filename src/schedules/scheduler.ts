@@ -86,6 +86,12 @@ export class Scheduler {
   private readonly tenantTicks = new Map<string, number>();
   /** Since when replicas have run without a gap, as this replica's last beat read it. */
   private since = Infinity;
+  /**
+   * Redis's clock less this process's, as the last due read found it (`store.due`): `now()` is Redis's clock, so a
+   * replica whose clock is off neither fires early nor takes a pending fire's live lease for over (the scripts
+   * check both against Redis's TIME themselves; this keeps the pre-checks and the retry window in step).
+   */
+  private offset = 0;
 
   constructor(private readonly opts: SchedulerOptions) {
     this.loop = new SweepLoop(() => this.sweep(), opts.sweepMs, new FailureLog(opts.log, 'schedule sweep'));
@@ -108,7 +114,7 @@ export class Scheduler {
   }
 
   private async alive(): Promise<void> {
-    this.since = await this.opts.store.alive(Date.now(), OUTAGE_GAP_MS);
+    this.since = await this.opts.store.alive(OUTAGE_GAP_MS);
   }
 
   /**
@@ -122,7 +128,9 @@ export class Scheduler {
     const since = this.since;
     const { store } = this.opts;
     if (this.ticks.size >= FIRE_PARALLEL) return;
-    const ids = (await store.due(Date.now(), SWEEP_BATCH)).filter((id) => !this.ticks.has(id));
+    const due = await store.due(SWEEP_BATCH);
+    this.offset = due.now - Date.now();
+    const ids = due.ids.filter((id) => !this.ticks.has(id));
     if (ids.length === 0) return;
     const tenants = await store.tenantsOf(ids);
     const tenantOf = new Map(ids.map((id, i) => [id, tenants[i] ?? ''] as const));
@@ -178,10 +186,10 @@ export class Scheduler {
   private async tick(id: string, since: number): Promise<void> {
     const { store } = this.opts;
     const s = await store.read(id);
-    const now = Date.now();
+    const now = this.now();
     if (s && s.pending !== null && s.pendingUntil <= now) {
       // One replica per lease period retries it; the fire's session id keeps a retry after a slow one from creating twice.
-      if (await store.retake(id, s.pending, now + FIRE_LEASE_MS)) await this.fire(s, s.pending, s.nextRunAt);
+      if (await store.retake(id, s.pending, FIRE_LEASE_MS)) await this.fire(s, s.pending, s.nextRunAt);
     } else if (s && s.pending === null && !s.paused && s.nextRunAt !== null && s.nextRunAt <= now) {
       const t = timingOf(s);
       // Due while replicas ran: its own time, however late. Due before (an outage): the newest fire of the
@@ -197,12 +205,17 @@ export class Scheduler {
         reason: 'overlap',
         session_id: s.lastSession,
       };
-      const r = await store.claim(s, fireAt, next, decision, now + FIRE_LEASE_MS, skipped);
+      const r = await store.claim(s, fireAt, next, decision, FIRE_LEASE_MS, skipped);
       if (r === 'ok' && decision === 'fire') await this.fire(s, fireAt, next);
       if (r === 'ok')
         this.opts.log.info({ schedule: id, tenant: s.tenant, fireAt, decision }, 'schedule fire');
     }
     await store.resync(id);
+  }
+
+  /** Redis's clock as of the last due read (see `offset`). */
+  private now(): number {
+    return Date.now() + this.offset;
   }
 
   /** With overlap `skip`: whether the session of the schedule's last fire still runs (or waits for a client). */
@@ -237,7 +250,7 @@ export class Scheduler {
     } catch (err) {
       if (!(err instanceof SessionExists)) {
         if (!isRefusal(err)) throw err;
-        if (isQuota(err, 'TENANT_MAX_ACTIVE_RUNS') && Date.now() < (nextAt ?? fireAt + ONE_SHOT_RETRY_MS)) {
+        if (isQuota(err, 'TENANT_MAX_ACTIVE_RUNS') && this.now() < (nextAt ?? fireAt + ONE_SHOT_RETRY_MS)) {
           this.opts.log.info(
             { schedule: s.id, tenant: s.tenant, fireAt },
             'schedule fire waits for a run slot',
@@ -252,7 +265,7 @@ export class Scheduler {
     await store.finish(s, fireAt, 'fired', sessionId, {
       ...base,
       session_id: sessionId,
-      late_ms: Math.max(0, Date.now() - fireAt),
+      late_ms: Math.max(0, this.now() - fireAt),
     });
   }
 }

@@ -214,9 +214,13 @@ export class ScheduleStore {
     return { items, next: members.length === limit ? members.at(-1)! : null };
   }
 
-  /** Ids of schedules due by `now`, oldest first. */
-  due(now: number, count: number): Promise<string[]> {
-    return this.redis.zrangebyscore(SCHEDULES_DUE_KEY, '-inf', now, 'LIMIT', 0, count);
+  /**
+   * Ids of schedules due by Redis's now, oldest first, and that now (due-1.lua): due scores are fire times and
+   * pending leases of Redis's clock, so a replica whose clock is off neither looks early nor late.
+   */
+  async due(count: number): Promise<{ now: number; ids: string[] }> {
+    const [now, ...ids] = await this.redis.schedDue(SCHEDULES_DUE_KEY, count);
+    return { now: Number(now), ids };
   }
 
   /** The tenant of each schedule (null: gone), one HGET each. */
@@ -224,9 +228,12 @@ export class ScheduleStore {
     return Promise.all(ids.map((id) => this.redis.hget(scheduleKeys(id).meta, 'tenant')));
   }
 
-  /** alive-1.lua: records a beat of this replica's scheduler; since when replicas have run without a `gapMs` gap. */
-  alive(now: number, gapMs: number): Promise<number> {
-    return this.redis.schedAlive(SCHEDULES_ALIVE_KEY, now, gapMs);
+  /**
+   * alive-1.lua: records a beat of this replica's scheduler (Redis's clock); since when replicas have run without a
+   * `gapMs` gap.
+   */
+  alive(gapMs: number): Promise<number> {
+    return this.redis.schedAlive(SCHEDULES_ALIVE_KEY, gapMs);
   }
 
   /** Puts the schedule's due entry where its record says (or drops it); the record, or null when it is gone. */
@@ -238,17 +245,19 @@ export class ScheduleStore {
     return s;
   }
 
-  /** claim-2.lua: 'ok', or 'gone' | 'paused' | 'pending' | 'moved'. */
+  /**
+   * claim-2.lua: 'ok', or 'gone' | 'paused' | 'pending' | 'moved' | 'early' (not due by Redis's clock). A fire's
+   * pending lease is `leaseMs` from Redis's now.
+   */
   async claim(
     s: ScheduleRecord,
     fireAt: number,
     next: number | null,
     decision: 'fire' | 'skip',
-    leaseUntil: number,
+    leaseMs: number,
     skipped: Record<string, unknown>,
   ): Promise<string> {
     const k = scheduleKeys(s.id);
-    const now = Date.now();
     return this.withTap(s, decision === 'skip' ? ['schedule.skipped'] : [], () =>
       this.redis.schedClaim(
         k.meta,
@@ -257,17 +266,19 @@ export class ScheduleStore {
         fireAt,
         next === null ? '' : next,
         decision,
-        now,
-        leaseUntil,
+        leaseMs,
         JSON.stringify(skipped),
         ...this.logArgs(s.id),
       ),
     );
   }
 
-  /** retake-1.lua: true when the caller took over the pending fire `fireAt`, its lease ending at `leaseUntil`. */
-  async retake(id: string, fireAt: number, leaseUntil: number): Promise<boolean> {
-    return (await this.redis.schedRetake(scheduleKeys(id).meta, fireAt, Date.now(), leaseUntil)) === 1;
+  /**
+   * retake-1.lua: true when the caller took over the pending fire `fireAt` (its lease was over by Redis's clock), its
+   * lease now ending `leaseMs` from Redis's now.
+   */
+  async retake(id: string, fireAt: number, leaseMs: number): Promise<boolean> {
+    return (await this.redis.schedRetake(scheduleKeys(id).meta, fireAt, leaseMs)) === 1;
   }
 
   /** finish-3.lua: true when this call ended the pending fire. */

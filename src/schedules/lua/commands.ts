@@ -17,10 +17,12 @@ declare module 'ioredis' {
       runs: string,
       ...args: Array<string | number>
     ): Result<[code: number, revision: number], Context>;
-    /** alive-1.lua: since when replicas have run without a gap (ms). */
-    schedAlive(alive: string, now: number, gapMs: number): Result<number, Context>;
-    /** retake-1.lua: 1 when the caller now holds the pending fire's lease. */
-    schedRetake(meta: string, fireAt: number, now: number, leaseUntil: number): Result<number, Context>;
+    /** alive-1.lua: since when replicas have run without a gap (ms, Redis's clock). */
+    schedAlive(alive: string, gapMs: number): Result<number, Context>;
+    /** due-1.lua: Redis's now (ms), then the ids due by it. */
+    schedDue(due: string, limit: number): Result<[number, ...string[]], Context>;
+    /** retake-1.lua: 1 when the caller now holds the pending fire's lease (`leaseMs` from Redis's now). */
+    schedRetake(meta: string, fireAt: number, leaseMs: number): Result<number, Context>;
     /** finish-3.lua: 1, or 0 when the fire is not pending. */
     schedFinish(
       meta: string,
