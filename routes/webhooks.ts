@@ -235,7 +235,7 @@ const routes: FastifyPluginAsyncZod = async (app) => {
         revision: null,
         data: { webhook_id: w.id },
       });
-      const r = await store.outbox.enqueue(w.id, [[msgId, body]], Date.now(), webhooks.maxPending);
+      const r = await store.outbox.enqueue(w.id, [[msgId, body]], webhooks.maxPending);
       if (!r) throw new Conflict('webhook_disabled', 'The webhook is disabled.');
       // The outbox is full (WEBHOOK_MAX_PENDING, _BYTES): the test event was not queued.
       if (r.added === 0)

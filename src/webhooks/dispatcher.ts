@@ -105,13 +105,12 @@ export class Dispatcher {
     this.polling = true;
     const { store } = this.opts;
     try {
-      const now = Date.now();
       // The oldest due endpoints, paged past those this process cannot claim now (claiming, or their tenant at its
       // cap): a tenant's many endpoints waiting at the head (a backlog to a slow receiver) keep their old scores, and
       // reading only the head would leave every other tenant's behind them.
       let started = 0;
       for (let page = 0, offset = 0; page < POLL_PAGES && this.inflight < this.opts.processMax; page++) {
-        const due = await store.outbox.due(now, POLL_PAGE, offset);
+        const { due } = await store.outbox.due(POLL_PAGE, offset);
         for (const [id, score] of due) {
           if (this.claiming.has(id) || this.tenantFull(id)) continue;
           void this.claimAndSend(id, score);
@@ -120,7 +119,8 @@ export class Dispatcher {
         if (due.length < POLL_PAGE || started >= POLL_PAGE) break;
         offset += due.length;
       }
-      const marks = await store.outbox.staleMarks(now - this.opts.graceMs, 20);
+      // Marks are of the replicas' clocks (WEBHOOK_SWEEP_GRACE_MS must exceed their skew).
+      const marks = await store.outbox.staleMarks(Date.now() - this.opts.graceMs, 20);
       await Promise.all(
         marks.map(async ([sessionId, score]) => {
           const sweepStart = Date.now();
@@ -167,7 +167,7 @@ export class Dispatcher {
       this.hold(tenant, room);
       let r: Awaited<ReturnType<typeof store.outbox.claim>>;
       try {
-        r = await store.outbox.claim(webhookId, Date.now(), limits, room);
+        r = await store.outbox.claim(webhookId, limits, room);
       } catch (err) {
         this.hold(tenant, -room);
         throw err;
@@ -242,7 +242,7 @@ export class Dispatcher {
     };
     try {
       const delay = retryDelay(attemptNo, this.opts.retryBaseMs, this.opts.retryMaxMs);
-      const s = await store.outbox.settle(webhookId, msgId, res.ok, Date.now(), delay, entry, limits);
+      const s = await store.outbox.settle(webhookId, msgId, res.ok, delay, entry, limits);
       this.opts.metrics?.webhook(s.outcome);
       log.debug(
         {
@@ -263,7 +263,7 @@ export class Dispatcher {
       if (s.outcome === 'gave_up')
         log.warn({ webhook: webhookId, message: msgId }, 'webhook delivery given up');
       await store.outbox.nudge(webhookId, s.next);
-      if (s.next >= 0 && s.next <= Date.now()) this.kick(webhookId);
+      if (s.next >= 0 && s.next <= s.now) this.kick(webhookId);
     } catch (err) {
       // Unsettled: the lease expires and the message is claimed again (at least once).
       if (!this.stopped) log.warn({ err, webhook: webhookId }, 'webhook settle failed');

@@ -190,10 +190,9 @@ export class Fanout {
           list.push([messageId(sessionId, ev.id), body]);
         }
       }
-      const now = Date.now();
       await Promise.all(
         [...perHook].map(async ([id, msgs]) => {
-          const r = await store.outbox.enqueue(id, msgs, now, this.opts.maxPending);
+          const r = await store.outbox.enqueue(id, msgs, this.opts.maxPending);
           if (r?.dropped)
             this.opts.log.warn(
               { webhook: id, tenant, dropped: r.dropped },

@@ -153,7 +153,6 @@ export class WebhookOutbox {
   async enqueue(
     webhookId: string,
     messages: Array<[string, string]>,
-    now: number,
     maxPending: PendingBounds,
   ): Promise<{ added: number; dropped: number } | null> {
     const k = webhookKeys(webhookId);
@@ -163,7 +162,6 @@ export class WebhookOutbox {
       k.payloads,
       k.attempts,
       k.settled,
-      now,
       maxPending.count,
       maxPending.bytes,
     ];
@@ -171,18 +169,22 @@ export class WebhookOutbox {
     const [added, dropped, waiting] = await this.redis.whEnqueue(...args);
     if (added < 0) return null;
     // After the outbox write, so a claim that saw no message yet is followed by a fresh score (see due-set-1.lua);
-    // a fraction makes the score differ from one read in the same millisecond.
-    if (added > 0) await this.redis.zadd(DUE_KEY, now + Math.random() * 0.999, webhookId);
+    // Redis's now to the microsecond makes the score differ from one read in the same millisecond.
+    if (added > 0) await this.redis.whDueNow(DUE_KEY, webhookId, 'fresh');
     // A replay (after a crash) that found its messages pending: the process that added them may have died before
-    // its ZADD above, and nothing else would schedule the endpoint. NX: an endpoint scheduled already (maybe at a
+    // its write above, and nothing else would schedule the endpoint. NX: an endpoint scheduled already (maybe at a
     // retry's backoff) keeps its time.
-    else if (waiting > 0) await this.redis.zadd(DUE_KEY, 'NX', now, webhookId);
+    else if (waiting > 0) await this.redis.whDueNow(DUE_KEY, webhookId, 'NX');
     return { added, dropped };
   }
 
-  /** Endpoints with deliveries due by `now` (past the `offset` first), with the scores read (for `reschedule`). */
-  async due(now: number, limit: number, offset = 0): Promise<Array<[string, number]>> {
-    return scored(await this.redis.zrangebyscore(DUE_KEY, '-inf', now, 'WITHSCORES', 'LIMIT', offset, limit));
+  /**
+   * Endpoints with deliveries due by Redis's now (past the `offset` first), with the scores read (for
+   * `reschedule`), and that now (due-read-1.lua).
+   */
+  async due(limit: number, offset = 0): Promise<{ now: number; due: Array<[string, number]> }> {
+    const [now, ...rows] = await this.redis.whDueRead(DUE_KEY, offset, limit);
+    return { now: Number(now), due: scored(rows) };
   }
 
   /** Claims due messages within the endpoint's concurrency limit (atomic; see claim-5.lua). */
@@ -192,7 +194,7 @@ export class WebhookOutbox {
   }
 
   /** `max`: the most messages this call takes (the caller's room), within the endpoint's concurrency. */
-  async claim(webhookId: string, now: number, limits: OutboxLimits, max: number): Promise<ClaimResult> {
+  async claim(webhookId: string, limits: OutboxLimits, max: number): Promise<ClaimResult> {
     const k = webhookKeys(webhookId);
     const res = await this.redis.whClaim(
       k.meta,
@@ -200,7 +202,6 @@ export class WebhookOutbox {
       k.payloads,
       k.attempts,
       k.inflight,
-      now,
       limits.leaseMs,
       limits.concurrency,
       max,
@@ -230,9 +231,14 @@ export class WebhookOutbox {
     await this.redis.whDueSet(DUE_KEY, webhookId, seenScore, next);
   }
 
-  /** Brings the endpoint's due time forward to `next` (never later). */
+  /** Brings the endpoint's due time forward to `next` (never later; a time a claim or settle answered). */
   async nudge(webhookId: string, next: number): Promise<void> {
     if (next >= 0) await this.redis.zadd(DUE_KEY, 'LT', next, webhookId);
+  }
+
+  /** Brings the endpoint's due time forward to Redis's now (never later). */
+  async nudgeNow(webhookId: string): Promise<void> {
+    await this.redis.whDueNow(DUE_KEY, webhookId, 'LT');
   }
 
   /** Records an attempt's outcome atomically (see settle-7.lua). */
@@ -240,13 +246,12 @@ export class WebhookOutbox {
     webhookId: string,
     msgId: string,
     ok: boolean,
-    now: number,
     retryDelayMs: number,
     entry: DeliveryLogEntry,
     limits: OutboxLimits,
-  ): Promise<{ outcome: Outcome; next: number }> {
+  ): Promise<{ outcome: Outcome; next: number; now: number }> {
     const k = webhookKeys(webhookId);
-    const [outcome, next] = await this.redis.whSettle(
+    const [outcome, next, now] = await this.redis.whSettle(
       k.meta,
       k.queue,
       k.payloads,
@@ -256,7 +261,6 @@ export class WebhookOutbox {
       k.settled,
       msgId,
       ok ? '1' : '0',
-      now,
       retryDelayMs,
       limits.retryForMs,
       limits.disableAfterMs,
@@ -265,7 +269,7 @@ export class WebhookOutbox {
       SETTLED_KEEP_MS,
       SETTLED_MAX,
     );
-    return { outcome, next: Number(next) };
+    return { outcome, next: Number(next), now: Number(now) };
   }
 
   /** The newest `limit` entries of the deliveries log. One LRANGE. */

@@ -140,7 +140,7 @@ export class WebhookStore {
     this.check(res);
     // Enabled again: what its outbox kept is due now (a disabled endpoint left the due set at its last claim, and a
     // full outbox adds nothing that would bring it back).
-    if (fields['disabled'] === '0') await this.outbox.nudge(id, Date.now());
+    if (fields['disabled'] === '0') await this.outbox.nudgeNow(id);
     const w = await this.get(tenant, id);
     await this.reindex(w);
     return w;

@@ -55,8 +55,8 @@ describe('the webhook fan-out', { timeout: 120_000 }, () => {
     /** Of each of A's sessions, how many events its outbox held when B's first one was taken. */
     let aWhenB: number[] | undefined;
     const enqueue = store.outbox.enqueue.bind(store.outbox);
-    store.outbox.enqueue = async (webhookId, messages, now, bounds) => {
-      const r = await enqueue(webhookId, messages, now, bounds);
+    store.outbox.enqueue = async (webhookId, messages, bounds) => {
+      const r = await enqueue(webhookId, messages, bounds);
       let list = taken.get(webhookId);
       if (!list) taken.set(webhookId, (list = []));
       list.push(...messages.map(([id]) => id));

@@ -29,16 +29,16 @@ describe('a webhook outbox written by a process that died before scheduling it',
     await store.create(webhookRecord('wh_replay', 'acme'), 10);
     const bounds = { count: 100, bytes: 1_000_000 };
     const msg: [string, string] = ['msg_ses_x_1-0', '{"type":"session.status"}'];
-    assert.deepEqual(await store.outbox.enqueue('wh_replay', [msg], Date.now(), bounds), {
+    assert.deepEqual(await store.outbox.enqueue('wh_replay', [msg], bounds), {
       added: 1,
       dropped: 0,
     });
     // The process died after the outbox script and before its ZADD: the endpoint is not due.
     await client.zrem('wh:due', 'wh_replay');
-    const replay = await store.outbox.enqueue('wh_replay', [msg], Date.now(), bounds);
+    const replay = await store.outbox.enqueue('wh_replay', [msg], bounds);
     assert.deepEqual(replay, { added: 0, dropped: 0 }, 'nothing added twice');
     assert.notEqual(await client.zscore('wh:due', 'wh_replay'), null, 'the endpoint is due');
-    const due = await store.outbox.due(Date.now() + 1, 10);
+    const { due } = await store.outbox.due(10);
     assert.ok(due.some(([id]) => id === 'wh_replay'));
   });
 });

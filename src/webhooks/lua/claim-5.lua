@@ -1,21 +1,24 @@
 -- claim: take due messages of one endpoint for delivery, within its concurrency limit across all replicas.
 -- KEYS[1] webhook (hash)  KEYS[2] due queue (zset)  KEYS[3] payloads (hash)  KEYS[4] attempts (hash)
 -- KEYS[5] in flight (zset msg -> lease expiry ms)
--- ARGV[1] now ms  ARGV[2] lease ms  ARGV[3] concurrency limit  ARGV[4] most messages this call takes (the
--- claiming process's room: its own and its tenant's caps there)
--- A message in flight whose lease expired (its replica died or hung) is claimed again first: at least once.
+-- ARGV[1] lease ms  ARGV[2] concurrency limit  ARGV[3] most messages this call takes (the claiming process's room:
+-- its own and its tenant's caps there)
+-- A message in flight whose lease expired (its replica died or hung) is claimed again first: at least once. Lease
+-- expiries, due times and first attempts are of Redis's clock (includes/now.lua), as settle-7.lua's: a replica whose
+-- clock runs ahead does not take a live claim for expired (the message delivered twice at once).
 -- Returns {'gone'} | {'disabled'} | {'ok', next due ms (-1: nothing left), url, secret, tenant, msg id, attempt,
 -- first attempt ms, body, msg id, ...}. With every slot taken, `next` is the earliest lease expiry: a settle
 -- frees a slot and nudges the endpoint before that.
+--- @include "../../store/lua/includes/now"
 if redis.call('EXISTS', KEYS[1]) == 0 then return {'gone'} end
 local w = redis.call('HMGET', KEYS[1], 'disabled', 'url', 'secret', 'tenant')
 if w[1] == '1' then return {'disabled'} end
-local now = tonumber(ARGV[1])
-local expiry = now + tonumber(ARGV[2])
-local limit = tonumber(ARGV[3])
+local now = now_ms()
+local expiry = now + tonumber(ARGV[1])
+local limit = tonumber(ARGV[2])
 local ids = redis.call('ZRANGEBYSCORE', KEYS[5], '-inf', now, 'LIMIT', 0, limit)
 local active = redis.call('ZCARD', KEYS[5]) - #ids
-local slots = math.min(limit - active, tonumber(ARGV[4]))
+local slots = math.min(limit - active, tonumber(ARGV[3]))
 local take = {}
 for i = 1, math.min(#ids, math.max(slots, 0)) do take[#take + 1] = ids[i] end
 slots = slots - #take

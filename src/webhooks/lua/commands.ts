@@ -33,7 +33,7 @@ declare module 'ioredis' {
       stateTtlMs: number,
       release: string,
     ): Result<number, Context>;
-    /** enqueue-5.lua: five keys, now, most pending, then msg id, body pairs; `[added, dropped]` or `[-1, 0]`. */
+    /** enqueue-5.lua: five keys, most pending (messages, bytes), then msg id, body pairs; `[added, dropped, waiting]` or `[-1, 0, 0]`. */
     whEnqueue(
       ...args: Array<string | number>
     ): Result<[added: number, dropped: number, waiting: number], Context>;
@@ -44,12 +44,11 @@ declare module 'ioredis' {
       payloads: string,
       attempts: string,
       inflight: string,
-      now: number,
       leaseMs: number,
       concurrency: number,
       max: number,
     ): Result<[kind: 'gone' | 'disabled'] | [kind: 'ok', ...fields: Array<string | number>], Context>;
-    /** settle-7.lua: the outcome and the next due ms (-1: none). */
+    /** settle-7.lua: the outcome, the next due ms (-1: none) and Redis's now (ms). */
     whSettle(
       ...args: [
         meta: string,
@@ -61,7 +60,6 @@ declare module 'ioredis' {
         settled: string,
         msgId: string,
         ok: string,
-        now: number,
         retryDelayMs: number,
         retryForMs: number,
         disableAfterMs: number,
@@ -70,7 +68,11 @@ declare module 'ioredis' {
         settledKeepMs: number,
         settledMax: number,
       ]
-    ): Result<[outcome: Outcome, next: string], Context>;
+    ): Result<[outcome: Outcome, next: string, now: string], Context>;
+    /** due-now-1.lua: the endpoint due now (Redis's clock); 1. */
+    whDueNow(due: string, webhookId: string, mode: 'fresh' | 'NX' | 'LT'): Result<number, Context>;
+    /** due-read-1.lua: Redis's now, then webhook id, score pairs due by it. */
+    whDueRead(due: string, offset: number, limit: number): Result<[number, ...string[]], Context>;
     /** due-set-1.lua: 1 when set, 0 when the score changed since it was read. */
     whDueSet(due: string, webhookId: string, seenScore: number, next: number): Result<number, Context>;
     /** mark-done-1.lua: 1 when dropped. */
