@@ -186,10 +186,14 @@ export class DeadlineSweeper {
     return this.loop.stop();
   }
 
-  /** One pass: every entry due by `now`. */
-  async sweep(now = Date.now()): Promise<void> {
+  /**
+   * One pass: every entry due by Redis's now, each deadline compared with it (due-read-1.lua), not with this
+   * replica's clock: one running ahead timed out every session's action early. A deadline is the one stored
+   * (`act_due`, the `expires_at` shown), so an action times out when Redis's clock reaches what the API showed.
+   */
+  async sweep(): Promise<void> {
     // A failed read fails the pass: the loop logs it once per outage.
-    const entries = await this.deps.store.actionsDue.due(now, 100);
+    const { now, entries } = await this.deps.store.actionsDue.dueNow(100);
     for (const e of entries) {
       await this.one(e, now).catch((err: unknown) =>
         this.log.warn({ err, session: e.id }, 'action deadline failed'),

@@ -17,6 +17,14 @@ export interface DueEntry {
   at: number;
 }
 
+/** The entries of a ZRANGEBYSCORE … WITHSCORES reply. */
+function entries(rows: string[]): DueEntry[] {
+  const out: DueEntry[] = [];
+  for (let i = 0; i + 1 < rows.length; i += 2)
+    out.push({ id: rows[i]!, score: rows[i + 1]!, at: Number(rows[i + 1]) });
+  return out;
+}
+
 export class DueSet {
   constructor(
     private readonly redis: RedisClient,
@@ -34,11 +42,13 @@ export class DueSet {
 
   /** Entries due by `now`, oldest first. */
   async due(now: number, limit: number): Promise<DueEntry[]> {
-    const rows = await this.redis.zrangebyscore(this.key, '-inf', now, 'WITHSCORES', 'LIMIT', 0, limit);
-    const out: DueEntry[] = [];
-    for (let i = 0; i < rows.length; i += 2)
-      out.push({ id: rows[i]!, score: rows[i + 1]!, at: Number(rows[i + 1]) });
-    return out;
+    return entries(await this.redis.zrangebyscore(this.key, '-inf', now, 'WITHSCORES', 'LIMIT', 0, limit));
+  }
+
+  /** Entries due by Redis's now, oldest first, and that now (due-read-1.lua). */
+  async dueNow(limit: number): Promise<{ now: number; entries: DueEntry[] }> {
+    const [now, ...rows] = await this.redis.sessDueRead(this.key, limit);
+    return { now: Number(now), entries: entries(rows) };
   }
 
   /** Moves the entry to `next` (null: drops it) if it still has the score read. */

@@ -69,6 +69,7 @@ describe('Lua lives in .lua files', () => {
       'sessClientTokenRevoke',
       'sessDestroy',
       'sessDueAdd',
+      'sessDueRead',
       'sessDueSettle',
       'sessIdemKeep',
       'sessIdemRelease',

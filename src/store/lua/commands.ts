@@ -64,6 +64,8 @@ declare module 'ioredis' {
     sessRenew(lease: string, token: string, ttlMs: number): Result<number, Context>;
     /** release-1.lua: 1 when released. */
     sessRelease(lease: string, token: string): Result<number, Context>;
+    /** due-read-1.lua: Redis's now, then member, score pairs due by it. */
+    sessDueRead(due: string, limit: number): Result<[number, ...string[]], Context>;
     /** run-due-set-1.lua: the run's due time set, `inMs` from Redis's now (ms, Redis's clock). */
     sessRunDueSet(due: string, id: string, inMs: number): Result<number, Context>;
     /** run-due-read-1.lua: the ids due by Redis's now, oldest first. */
