@@ -33,7 +33,7 @@ const eventsHeaders = z.looseObject({
   }),
 });
 
-export const eventsQuery = z.object({
+export const eventsQuery = z.strictObject({
   after: cursorParam.optional(),
   limit: intQuery(1, 1000, 100),
   until: z

@@ -11,7 +11,7 @@ import { addMessage, listMessages } from '../src/sessions/messages.js';
 import type { FastifyPluginAsyncZod } from 'fastify-type-provider-zod';
 import { z } from 'zod';
 import { intParam } from '../src/int-param.js';
-import { notFound } from '../src/errors.js';
+import { badRequest, notFound } from '../src/errors.js';
 import { createSessionBody, listQuery, postMessageBody, sessionIdParam } from '../src/schemas.js';
 import { sessionView } from '../src/sessions/view.js';
 import { withText } from '../src/openapi/serializer.js';
@@ -142,6 +142,14 @@ const routes: FastifyPluginAsyncZod = async (app) => {
         tags,
         querystring: listSessionsQuery,
         response: { 200: sessionList, ...errors(400, 401, 500, 503) },
+      },
+      // The schema's catchall would drop a `__proto__` parameter unseen (its output takes it as a prototype): it is
+      // refused here, as every strict query schema refuses it.
+      preValidation: async (req) => {
+        if (Object.hasOwn(req.query as object, '__proto__'))
+          throw badRequest('Invalid request querystring.', [
+            { path: '/__proto__', code: 'unrecognized_keys', message: 'Unrecognized key: "__proto__"' },
+          ]);
       },
     },
     async (req) => {

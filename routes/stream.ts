@@ -38,7 +38,7 @@ import { TokenRate, tokenRateRefusal, type RateHit } from '../src/quotas/token-r
 /** The 404 of this file's routes names one thing (src/openapi/responses.ts `routeErrors`). */
 const NOT_FOUND = { 404: ['session_not_found'] } as const satisfies RouteCodes;
 
-export const streamQuery = z.object({
+export const streamQuery = z.strictObject({
   after: cursorParam.optional(),
   until: z
     .enum(['run_end'])

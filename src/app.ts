@@ -4,6 +4,7 @@ import swagger from '@fastify/swagger';
 import swaggerUi from '@fastify/swagger-ui';
 import websocket from '@fastify/websocket';
 import { validatorCompiler } from 'fastify-type-provider-zod';
+import { z } from 'zod';
 import { streamsQuota, type Config } from './config.js';
 import { badRequest, NotFound } from './errors.js';
 import {
@@ -238,6 +239,8 @@ const app: FastifyPluginAsync<AppOptions> = async (fastify, opts) => {
   await fastify.register(async function v1(api) {
     api.addHook('onRoute', (route) => {
       authenticated.add(route);
+      // A route that declares no query takes none (the catch-all below answers 404 whatever its query).
+      if (route.url !== UNROUTED) route.schema = { querystring: noQuery, ...route.schema };
     });
     await api.register(authPlugin, { keys: config.API_KEYS });
     await api.register(rateLimitPlugin, {
@@ -282,7 +285,7 @@ const app: FastifyPluginAsync<AppOptions> = async (fastify, opts) => {
     // discovery without one), else 404 `route_not_found`. Preflights (OPTIONS) are left to the CORS plugin.
     api.route({
       method: ['GET', 'POST', 'PUT', 'PATCH', 'DELETE'],
-      url: '/v1/*',
+      url: UNROUTED,
       schema: { hide: true },
       handler: async (req) => {
         throw new NotFound('route', `No route ${req.method} ${req.url.split('?')[0]}.`);
@@ -305,6 +308,15 @@ function cspDirectives(swaggerCsp: { script: string[] }) {
     upgradeInsecureRequests: null,
   };
 }
+
+/** The `/v1` scope's catch-all route: its unknown paths. */
+const UNROUTED = '/v1/*';
+
+/**
+ * The query of a `/v1` route that declares none: every query is strict, as every body is, so a parameter a route
+ * does not take (a misspelt `limt`, a filter it has not) is a 400 `invalid_request` naming it rather than ignored.
+ */
+const noQuery = z.strictObject({});
 
 /** Route options of the routes registered inside the authenticated `/v1` scope (filled by its `onRoute` hook). */
 const authenticated = new WeakSet<RouteOptions>();

@@ -60,8 +60,11 @@ export const hostileJson: fc.Arbitrary<string> = fc.oneof(
   fc.string({ unit: 'binary', maxLength: 40 }).map((s) => JSON.stringify(s)),
 );
 
-/** Valid-looking bodies per schema, from which one key is replaced or added with a hostile or random value. */
-const templates: Record<string, Record<string, unknown>> = {
+/**
+ * Valid-looking bodies per schema, from which one key is replaced or added with a hostile or random value (and which
+ * test/sessions/sessions-invalid.test.ts sends as they are, to reach each route's query check).
+ */
+export const templates: Record<string, Record<string, unknown>> = {
   create: { start: false, input: 'hello', metadata: { k: 'v' } },
   patch: { metadata: { k: 'w' } },
   message: { text: 'follow-up' },

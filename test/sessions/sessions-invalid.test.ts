@@ -3,6 +3,7 @@ import assert from 'node:assert/strict';
 import { startHarness, type Harness } from '../helpers/service.js';
 import { snapshotDiff, snapshotRedis } from '../helpers/redis-snapshot.js';
 import { text, toolCall, toolCalls, toolUse } from '../fake/script.js';
+import { routes, templates, UNFUZZED } from '../security/fuzz-lib.js';
 
 const BODY_LIMIT = 65_536;
 const big = 'x'.repeat(BODY_LIMIT + 1000);
@@ -581,6 +582,38 @@ describe('invalid requests are refused with a stable code and leave Redis unchan
         code: 'revision_mismatch',
       },
     ]);
+  });
+
+  it('every /v1 route refuses a query parameter it does not take, before anything else is done', async () => {
+    // Every /v1 operation (the fuzzer's list, which test/security/fuzz.test.ts holds to openapi.json) with a valid
+    // body and path, so the query is what is refused: the body and the path are checked before it.
+    const ops = [...routes, ...UNFUZZED.map((r) => [...r.split(' '), null] as [string, string, null])].filter(
+      ([method, template]) => method !== 'OPTIONS' && template.startsWith('/v1/'),
+    );
+    const ids: Record<string, string> = { sessions: IDLE, webhooks: 'wh_x1', 'tool-tasks': 'tt_x1' };
+    const baseline = await snapshotRedis(h.redis.url);
+    const problems: string[] = [];
+    for (const [method, template, kind] of ops) {
+      const path = template
+        .replace(':id', ids[template.split('/')[2]!] ?? 'x1')
+        .replace(':tool_use_id', 'toolu_1')
+        .replace(':name', 'tool_1')
+        .replace(':path', 'notes/a.md')
+        .replace(':n', '1');
+      for (const query of ['?bogus=1', '?limit=1&bogus=2', '?__proto__=bogus']) {
+        const r = await h.api.req(method, path + query, kind ? templates[kind] : undefined);
+        const error = r.body?.error;
+        if (
+          r.status !== 400 ||
+          error?.code !== 'invalid_request' ||
+          error.message !== 'Invalid request querystring.' ||
+          !/bogus|__proto__/.test(JSON.stringify(error.details))
+        )
+          problems.push(`${method} ${path}${query}: ${r.status} ${JSON.stringify(r.body).slice(0, 300)}`);
+      }
+    }
+    assert.deepEqual(problems, [], `\n${problems.join('\n')}`);
+    assert.deepEqual(snapshotDiff(baseline, await snapshotRedis(h.redis.url)), []);
   });
 
   it('POST /v1/sessions/:id/fork', async () => {
