@@ -75,6 +75,28 @@ const refusal = (r: OfferRefusal, id: string): DomainError => {
 };
 
 /**
+ * `task_already_completed` for `rec`, the call of the offer refused: its `details.reason` tells a worker whether the
+ * call timed out (`timed_out`, with when and the tool's `timeout_ms`: the session got an `is_error` result instead of
+ * the worker's) or a result was taken already (`result_taken`: this offer's own, sent again, or a heartbeat after it).
+ */
+const completedRefusal = (id: string, rec: TaskRecord | null): DomainError => {
+  if (!rec) return refusal('completed', id);
+  if (rec.timed_out_at === undefined)
+    return conflict('task_already_completed', `Task ${id} already has its result.`, {
+      reason: 'result_taken',
+    });
+  return conflict(
+    'task_already_completed',
+    `Task ${id} timed out: no result within the tool's timeout_ms (${rec.timeout_ms} ms), so the session got an error result instead.`,
+    {
+      reason: 'timed_out',
+      timed_out_at: new Date(rec.timed_out_at).toISOString(),
+      timeout_ms: rec.timeout_ms,
+    },
+  );
+};
+
+/**
  * The session waits for the task's call: it is the task's tenant's, and its pending step holds the call unanswered,
  * in the task's round (a call resumed after a failure is a task of its own), while it runs (its run parked for the
  * task, or is about to) or waits for its client (the task was queued with the step's server tools:
@@ -233,9 +255,11 @@ export class ToolTasks {
   /**
    * The refusal of an offer. `lost` says the call is offered again under a new id; when its session no longer waits
    * for it (cancelled after the sweep offered it again), the worker is told `task_cancelled` instead, and the call is
-   * settled. One read more, on this path only.
+   * settled. `completed` says whether the call timed out or had a result (completedRefusal). One read more, on these
+   * paths only.
    */
   private async refuse(tenant: string, id: string, r: OfferRefusal): Promise<DomainError> {
+    if (r === 'completed') return completedRefusal(id, await this.o.queue.offerRecord(tenant, id));
     if (r !== 'lost') return refusal(r, id);
     const rec = await this.o.queue.offerRecord(tenant, id);
     const open = rec?.state === 'queued' || rec?.state === 'leased';

@@ -35,6 +35,8 @@ export interface TaskRecord {
   offers: string;
   worker: string;
   lease: number;
+  /** When the sweep failed the call past its deadline (`timeout_ms`), Redis's clock; absent otherwise. */
+  timed_out_at?: number;
 }
 
 /**

@@ -3,7 +3,8 @@
  * a tenant off `tt:due` once its queue has nothing left to watch (and a timeout fires on time behind thousands of
  * such tenants), the HTTP caller takes a tenant off `tt:http` once it has no http call queued, the workers set keeps
  * only the tenant's tools, recent and capped; a long-poll claim hears a call queued before it listened; and of two
- * PUTs making one http tool at once, exactly one shows a secret, the one that signs the calls.
+ * PUTs making one http tool at once, exactly one shows a secret, the one that signs the calls. And a worker still
+ * holding a call that timed out is told so by its refusal (its lease, TOOL_TASK_LEASE_MS here, outlasts the timeout).
  */
 import { after, before, beforeEach, describe, it } from 'node:test';
 import assert from 'node:assert/strict';
@@ -288,5 +289,47 @@ describe('the tool task queue, with many past tenants', { timeout: 180_000 }, ()
     } finally {
       queue.claim = claim;
     }
+  });
+
+  it('a worker whose call timed out is told so: task_already_completed says timed_out, a duplicate result_taken', async () => {
+    await h.api.req('PUT', '/v1/tools/late', { ...lookup, timeout_ms: 1000 });
+    await h.api.req('PUT', '/v1/tools/quick', lookup);
+    h.fake.enqueue(
+      toolCalls([toolUse('late', { id: 1 }, 'toolu_l1'), toolUse('quick', { id: 2 }, 'toolu_q1')]),
+      text('fin'),
+    );
+    const id = (await h.api.post('/v1/sessions', { input: 'go', tools: ['late', 'quick'] })).body.id;
+    const claim = async (tool: string) =>
+      (await h.api.post('/v1/tool-tasks/claim', { tools: [tool], wait_ms: 10_000 })).body.tasks[0];
+    const [late, quick] = [await claim('late'), await claim('quick')];
+    assert.ok(late && quick);
+    assert.equal((await h.api.post(`/v1/tool-tasks/${quick.id}/result`, { content: 'ok' })).status, 200);
+    // The late call's deadline passes while its worker still holds the lease: the session gets the timeout's error.
+    await h.api.waitStatus(id, 'idle', 30_000);
+    const results = h.fake.requests[1]!.messages.at(-1)!.content as any[];
+    const lateResult = results.find((b) => b.tool_use_id === 'toolu_l1');
+    assert.match(lateResult.content, /no worker answered within 1000 ms/);
+    for (const route of ['heartbeat', 'result']) {
+      const r = await h.api.post(
+        `/v1/tool-tasks/${late.id}/${route}`,
+        route === 'result' ? { content: 'x' } : {},
+      );
+      assert.equal(r.status, 409, route);
+      assert.equal(r.body.error.code, 'task_already_completed', route);
+      const { reason, timed_out_at, timeout_ms } = r.body.error.details;
+      assert.deepEqual({ reason, timeout_ms }, { reason: 'timed_out', timeout_ms: 1000 }, route);
+      // After the claim (its lease's start, Redis's clock) and at most now: the deadline passed between the two.
+      const at = Date.parse(timed_out_at);
+      assert.ok(
+        at > Date.parse(late.lease_expires_at) - late.lease_ms && at <= Date.now(),
+        `${route}: ${timed_out_at}`,
+      );
+      assert.match(r.body.error.message, /timed out/, route);
+    }
+    // A result posted again for a call that had one (a retry whose answer was lost): a duplicate, not a timeout.
+    const again = await h.api.post(`/v1/tool-tasks/${quick.id}/result`, { content: 'ok' });
+    assert.equal(again.status, 409);
+    assert.equal(again.body.error.code, 'task_already_completed');
+    assert.deepEqual(again.body.error.details, { reason: 'result_taken' });
   });
 });

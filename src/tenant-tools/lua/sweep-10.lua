@@ -5,7 +5,8 @@
 -- ARGV[1] most entries handled per kind  ARGV[2] wake channel
 -- Returns: now (ms, Redis's clock: includes/now.lua, the clock of every time compared here), then when the queue
 -- next needs a sweep, live then gc (includes/next-due.lua: ms, -1 for none), then kind,
--- record (JSON) pairs: 'retried' (offered again) or 'failed' (its `is_error` result waits in `done`), then 'owed'
+-- record (JSON) pairs: 'retried' (offered again) or 'failed' (its `is_error` result waits in `done`; one past its
+-- deadline has `timed_out_at`, the sweep's now), then 'owed'
 -- pairs: the records of the lost attempts whose `tool_task.retried` event is owed (those offered again by this
 -- sweep among them).
 -- A call offered again owes its session a `tool_task.retried` event, written by the caller in the session's slot,
@@ -65,6 +66,8 @@ for _, call in ipairs(redis.call('ZRANGEBYSCORE', KEYS[6], '-inf', now, 'LIMIT',
       redis.call('ZREM', KEYS[4], rec.queue .. ' ' .. call)
       redis.call('ZREM', queue_key(KEYS[4], rec.queue), call)
       redis.call('ZREM', KEYS[5], call)
+      -- A worker still holding the call is told it timed out (not that a result was taken: src/tenant-tools/service.ts).
+      rec.timed_out_at = now
       fail(call, rec, 'Error: no worker answered within ' .. rec.timeout_ms .. ' ms (the tool\'s timeout_ms)')
     end
   end
