@@ -114,7 +114,10 @@ const routes: FastifyPluginAsyncZod<{ config: Config }> = async (app, { config }
     clientTokens: app.clientTokens,
     log: componentLog(app.log, 'stream'),
     config,
-    tokenRate: config.CLIENT_TOKEN_RATE_LIMIT_PER_MIN > 0 ? new TokenRate(app.redis) : null,
+    tokenRate:
+      config.CLIENT_TOKEN_RATE_LIMIT_PER_MIN > 0
+        ? new TokenRate(app.redis, config.CLIENT_TOKEN_RATE_LIMIT_PER_MIN)
+        : null,
   };
   function onPong(this: WebSocket) {
     const c = conns.get(this);

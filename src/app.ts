@@ -282,14 +282,18 @@ const app: FastifyPluginAsync<AppOptions> = async (fastify, opts) => {
     await api.register(usageRoutes);
     await api.register(clientTokenRoutes);
     // Unknown paths under /v1 are answered inside the scope too: 401 without a key, as any /v1 route (no route
-    // discovery without one), else 404 `route_not_found`. Preflights (OPTIONS) are left to the CORS plugin.
+    // discovery without one), else 404 `route_not_found`. Preflights (OPTIONS) are left to the CORS plugin. The 404
+    // is thrown once the key is checked (the scope's onRequest hooks run first), before anything is read or counted:
+    // no body read, no rate window or byte budget written.
+    const unrouted = async (req: FastifyRequest) => {
+      throw new NotFound('route', `No route ${req.method} ${req.url.split('?')[0]}.`);
+    };
     api.route({
       method: ['GET', 'POST', 'PUT', 'PATCH', 'DELETE'],
       url: UNROUTED,
       schema: { hide: true },
-      handler: async (req) => {
-        throw new NotFound('route', `No route ${req.method} ${req.url.split('?')[0]}.`);
-      },
+      onRequest: unrouted,
+      handler: unrouted,
     });
   });
 };

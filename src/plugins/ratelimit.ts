@@ -6,6 +6,7 @@ import { TokenRate, tokenRateRefusal, type RateHit } from '../quotas/token-rate.
 import { Transform, type Readable } from 'node:stream';
 import { IngestBytes, type IngestRefusal } from '../quotas/ingest-bytes.js';
 import { HttpRefusal } from './error-status.js';
+import { rateStore } from '../quotas/rate-store.js';
 
 /** `payload` as it is read, its byte count handed to `done` at its end. */
 function countAsRead(payload: Readable, done: (bytes: number) => void): Transform {
@@ -29,18 +30,20 @@ const uncounted = (req: FastifyRequest) =>
   req.method === 'GET' || req.method === 'HEAD' || req.method === 'OPTIONS';
 
 /**
- * `RATE_LIMIT_PER_MIN` mutating requests per tenant per minute, through `@fastify/rate-limit` with its Redis store
- * (one Lua INCR/PEXPIRE per request, so the window holds across replicas). Registered inside the authenticated
- * `/v1` scope: the key is the tenant the auth hook set, and only that scope's routes are counted. Reads (GET/HEAD,
- * which includes WebSocket upgrades) are not counted. Over the limit: 429 `rate_limited` with `Retry-After`
- * (seconds to the end of the window). A Redis error lets the request through (the route then meets the store's
- * own 503): the limiter never fails a request by itself.
+ * `RATE_LIMIT_PER_MIN` mutating requests per tenant per minute, through `@fastify/rate-limit` with a Redis store of
+ * ours (src/quotas/rate-store.ts: its Redis store's keys and fixed windows, one script per request, so the window
+ * holds across replicas). Registered inside the authenticated `/v1` scope: the key is the tenant the auth hook set,
+ * and only that scope's routes are counted, once admitted: a request refused before (no key, a schema 400, an
+ * unknown path) counts nowhere, and one the limit refuses is counted in no window (it writes nothing: the window
+ * neither grows nor lasts longer). Reads (GET/HEAD, which includes WebSocket upgrades) are not counted. Over the
+ * limit: 429 `rate_limited` with `Retry-After` (seconds to the end of the window). A Redis error lets the request
+ * through (the route then meets the store's own 503): the limiter never fails a request by itself.
  *
  * A client token (a browser's: untrusted) has a window of its own besides, `CLIENT_TOKEN_RATE_LIMIT_PER_MIN`
- * (src/quotas/token-rate.ts), so one page cannot use up its tenant's count and lock out the tenant's backend. It is
- * checked first — a `preHandler` of the scope, which runs before the tenant limiter's (a route-level `preHandler`,
- * added to each route) — so what a token is refused is not counted in its tenant's window; what it is let through
- * is counted in both.
+ * (src/quotas/token-rate.ts), so one page cannot use up its tenant's count and lock out the tenant's backend. A
+ * token's request is counted in its window and its tenant's by one script — a `preHandler` of the scope, which runs
+ * before the tenant limiter's (a route-level `preHandler`, added to each route), and which the tenant limiter then
+ * skips — in both or, refused by either, in neither, with the tenant limiter's headers and refusal.
  *
  * `TENANT_MAX_INGEST_BYTES_PER_MIN` (`ingestBytesPerMinute`, 0: off) bounds a tenant's request body bytes a minute,
  * across replicas (src/quotas/ingest-bytes.ts): checked in `preParsing`, from `Content-Length`, before the body is
@@ -85,39 +88,59 @@ export default fp<{ perMinute: number; tokenPerMinute: number; ingestBytesPerMin
         );
       });
     }
+    const tenantMax = opts.perMinute;
+    const tenantRefusal = (max: number, ttlMs: number) =>
+      new QuotaExceeded('rate_limited', `More than ${max} mutating requests a minute.`, {
+        limit: max,
+        retry_after_s: Math.ceil(ttlMs / 1000),
+      });
+    /** Requests the client token's hook counted in the tenant's window too (the limiter below skips them). */
+    const countedWithToken = new WeakSet<FastifyRequest>();
     if (opts.tokenPerMinute > 0) {
-      const windows = new TokenRate(app.redis);
+      const windows = new TokenRate(app.redis, opts.tokenPerMinute);
       const max = opts.tokenPerMinute;
       app.addHook('preHandler', async (req, reply) => {
         const token = req.clientToken;
         if (!token || uncounted(req)) return;
         let hit: RateHit;
         try {
-          hit = await windows.hit(req.tenant, token.id);
+          hit = await windows.hit(req.tenant, token.id, tenantMax);
         } catch {
-          return; // as skipOnError: never refused for the limiter's own failure
+          return; // as skipOnError: never refused for the limiter's own failure (the tenant's limiter counts it)
         }
+        if (tenantMax > 0) countedWithToken.add(req);
         const refused = tokenRateRefusal(hit, max);
-        if (!refused) return;
+        if (refused) {
+          reply
+            .header('x-ratelimit-limit', max)
+            .header('x-ratelimit-remaining', 0)
+            .header('x-ratelimit-reset', refused.retryAfterS)
+            .header('retry-after', refused.retryAfterS);
+          throw refused.error;
+        }
+        if (tenantMax <= 0) return;
+        // The tenant limiter's headers and refusal, as it would have answered.
+        const resetS = Math.ceil(hit.ttlMs / 1000);
         reply
-          .header('x-ratelimit-limit', max)
-          .header('x-ratelimit-remaining', 0)
-          .header('x-ratelimit-reset', refused.retryAfterS)
-          .header('retry-after', refused.retryAfterS);
-        throw refused.error;
+          .header('x-ratelimit-limit', tenantMax)
+          .header('x-ratelimit-remaining', Math.max(0, tenantMax - hit.count))
+          .header('x-ratelimit-reset', resetS);
+        if (hit.refusedBy !== 'tenant') return;
+        reply.header('retry-after', resetS);
+        throw tenantRefusal(tenantMax, hit.ttlMs);
       });
     }
-    if (opts.perMinute <= 0) return;
+    if (tenantMax <= 0) return;
     await app.register(rateLimit, {
       global: true,
       hook: 'preHandler',
-      max: opts.perMinute,
+      max: tenantMax,
       timeWindow: 60_000,
-      redis: app.redis,
-      nameSpace: 'rl:',
+      // @fastify/rate-limit's Redis store's keys and windows, but a refused request writes nothing (rate-store.ts).
+      store: rateStore(app.redis, 'rl:'),
       skipOnError: true,
       keyGenerator: (req) => `{${req.tenant}}`,
-      allowList: uncounted,
+      allowList: (req) => uncounted(req) || countedWithToken.has(req),
       addHeadersOnExceeding: {
         'x-ratelimit-limit': true,
         'x-ratelimit-remaining': true,
@@ -129,11 +152,7 @@ export default fp<{ perMinute: number; tokenPerMinute: number; ingestBytesPerMin
         'x-ratelimit-reset': true,
         'retry-after': true,
       },
-      errorResponseBuilder: (_req, ctx) =>
-        new QuotaExceeded('rate_limited', `More than ${ctx.max} mutating requests a minute.`, {
-          limit: ctx.max,
-          retry_after_s: Math.ceil(ctx.ttl / 1000),
-        }),
+      errorResponseBuilder: (_req, ctx) => tenantRefusal(ctx.max, ctx.ttl),
     });
   },
   { name: 'ratelimit', dependencies: ['redis', 'auth'] },

@@ -11,7 +11,7 @@ export type RedisSnapshot = Map<string, string>;
 /**
  * Keys written whatever the requests do, left out of every snapshot: the replicas' liveness (`q:replicas:<name>`,
  * src/quotas/slots.ts; the schedulers' `schedules:alive`; both written every second) and the rate windows (`rl:`),
- * which count every request and body, the refused ones included.
+ * which count every body read, refused or not (the request windows count admitted requests only).
  */
 const CLOCKWORK = /^(q:replicas:|rl:|schedules:alive$)/;
 

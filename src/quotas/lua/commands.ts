@@ -17,8 +17,17 @@ declare module 'ioredis' {
       member: string,
       ...lapsedReplicas: string[]
     ): Result<number, Context>;
-    /** rate-hit-1.lua: `[count, ms left in the window]`, this request counted. */
-    quotaRateHit(key: string, windowMs: number): Result<[number, number], Context>;
+    /**
+     * rate-hit-2.lua: `[1 counted | 0 refused, the refusing window (1, 2; 0), count, ms left]`; a refused request is
+     * counted in neither window.
+     */
+    quotaRateHit(
+      key: string,
+      secondKey: string,
+      windowMs: number,
+      max: number,
+      secondMax: number,
+    ): Result<[counted: number, refusedBy: number, count: number, ttlMs: number], Context>;
     /** replica-alive-1.lua: the replica counts as alive for `aliveMs` more (Redis's clock). */
     quotaReplicaAlive(key: string, replica: string, aliveMs: number, keepMs: number): Result<number, Context>;
     /** lapsed-replicas-1.lua: ids of replicas whose liveness lapsed (at most `limit`). */

@@ -1,0 +1,119 @@
+/**
+ * A refused request writes no rate window (src/plugins/ratelimit.ts, src/quotas/lua/rate-hit-2.lua): one refused
+ * before it is admitted — without a key, on an unknown path — writes nothing at all, and one refused by a limit
+ * itself (the tenant's RATE_LIMIT_PER_MIN, a client token's own) neither counts in a window nor makes or extends
+ * one, in the token's window or its tenant's. Concurrent requests still get exactly the window's count.
+ */
+import { after, before, describe, it } from 'node:test';
+import assert from 'node:assert/strict';
+import { Redis } from 'ioredis';
+import { startHarness, type Harness } from '../helpers/service.js';
+
+const MAX = 6;
+const TOKEN_MAX = 2;
+
+describe('refused requests write no rate window', () => {
+  let h: Harness;
+  let r: Redis;
+  before(async () => {
+    h = await startHarness({
+      env: {
+        API_KEYS: 'acme:key-acme,globex:key-globex',
+        RATE_LIMIT_PER_MIN: String(MAX),
+        CLIENT_TOKEN_RATE_LIMIT_PER_MIN: String(TOKEN_MAX),
+        TENANT_MAX_INGEST_BYTES_PER_MIN: '1000000',
+      },
+    });
+    r = new Redis(h.redis.url);
+  });
+  after(async () => {
+    r?.disconnect();
+    await h?.close();
+  });
+
+  /** The request windows (not the byte budgets, which count the bodies read): key → count. */
+  async function counts(): Promise<Record<string, string>> {
+    return Object.fromEntries(Object.entries(await windows()).filter(([k]) => !k.endsWith(':bytes')));
+  }
+
+  /** Every rate window: key → count. */
+  async function windows(): Promise<Record<string, string>> {
+    const keys = (await r.keys('rl:*')).sort();
+    const values = await Promise.all(keys.map((k) => r.get(k)));
+    return Object.fromEntries(keys.map((k, i) => [k, values[i]!]));
+  }
+
+  it('without a key, or on an unknown path, nothing is written; past a limit, no window counts, grows or lasts longer', async () => {
+    const acme = h.api.as('key-acme');
+    const body = { start: false };
+    for (const api of [
+      h.api.as('key-nobody'),
+      h.api.as('ct_AAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAA'),
+      h.api.as(''),
+    ]) {
+      for (const [method, path] of [
+        ['POST', '/v1/sessions'],
+        ['POST', '/v1/nowhere'],
+        ['DELETE', '/v1/sessions/ses_AAAAAAAAAAAAAAAA'],
+      ] as const)
+        assert.equal((await api.req(method, path, method === 'POST' ? body : undefined)).status, 401);
+    }
+    assert.deepEqual(await windows(), {}, 'a request without a key wrote a window');
+    // A key, but a path no route takes: refused before its body is read or anything counted.
+    const nowhere = await acme.req('POST', '/v1/nowhere', { x: 'y'.repeat(500) });
+    assert.equal(nowhere.status, 404);
+    assert.equal(nowhere.body.error.code, 'route_not_found');
+    assert.deepEqual(await windows(), {}, 'an unknown path wrote a window');
+
+    // The tenant's window: a session and two client tokens (3), two requests of the first token (5).
+    const id = (await acme.post('/v1/sessions', body)).body.id;
+    const mint = async () => {
+      const minted = await acme.post('/v1/client-tokens', { session_id: id, scopes: ['cancel'] });
+      assert.equal(minted.status, 201, JSON.stringify(minted.body));
+      return { api: h.api.as(minted.body.token), key: `rl:{acme}:ct:${minted.body.id}` };
+    };
+    const [first, second] = [await mint(), await mint()];
+    for (let i = 0; i < TOKEN_MAX; i++) {
+      const ok = await first.api.post(`/v1/sessions/${id}/cancel`);
+      assert.notEqual(ok.status, 429, JSON.stringify(ok.body));
+      assert.equal(ok.headers.get('x-ratelimit-limit'), String(MAX));
+      assert.equal(ok.headers.get('x-ratelimit-remaining'), String(MAX - 4 - i));
+    }
+    assert.deepEqual(await counts(), { 'rl:{acme}': '5', [first.key]: '2' });
+    // Past the token's window: refused, counted nowhere, its window as long as it was.
+    const tokenTtl = await r.pttl(first.key);
+    for (let i = 0; i < 3; i++) {
+      const refused = await first.api.post(`/v1/sessions/${id}/cancel`);
+      assert.equal(refused.status, 429);
+      assert.equal(refused.body.error.details.limit, TOKEN_MAX);
+    }
+    assert.deepEqual(await counts(), { 'rl:{acme}': '5', [first.key]: '2' }, "the token's refusals counted");
+    assert.ok((await r.pttl(first.key)) <= tokenTtl, "the token's window was extended");
+    // The tenant's window full (6), then refusals of its key and of the second token (whose window is not made).
+    assert.equal((await acme.post('/v1/sessions', body)).status, 201);
+    const tenantTtl = await r.pttl('rl:{acme}');
+    for (let i = 0; i < 3; i++) {
+      const refused = await acme.post('/v1/sessions', body);
+      assert.equal(refused.status, 429);
+      assert.equal(refused.body.error.details.limit, MAX);
+      assert.ok(Number(refused.headers.get('retry-after')) > 0);
+      assert.equal(refused.headers.get('x-ratelimit-remaining'), '0');
+    }
+    const byTenant = await second.api.post(`/v1/sessions/${id}/cancel`);
+    assert.equal(byTenant.status, 429);
+    assert.equal(byTenant.body.error.details.limit, MAX, "refused by its tenant's window");
+    assert.ok(Number(byTenant.headers.get('retry-after')) > 0);
+    assert.deepEqual(await counts(), { 'rl:{acme}': String(MAX), [first.key]: '2' }, 'a refusal counted');
+    assert.ok((await r.pttl('rl:{acme}')) <= tenantTtl, "the tenant's window was extended");
+  });
+
+  it('concurrent requests: exactly the window admitted, the counter at its max', async () => {
+    const globex = h.api.as('key-globex');
+    const answers = await Promise.all(
+      Array.from({ length: 4 * MAX }, () => globex.post('/v1/sessions', { start: false })),
+    );
+    const statuses = answers.map((a) => a.status).sort();
+    assert.deepEqual(statuses, [...Array(MAX).fill(201), ...Array(3 * MAX).fill(429)]);
+    assert.equal(await r.get('rl:{globex}'), String(MAX));
+  });
+});
