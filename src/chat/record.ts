@@ -18,10 +18,13 @@
  *   never shown; those of compactions since are, back to that index.
  * - Bounded: segments are read newest first, one LINDEX each, until the page has its MAX_USER_TURNS user turns, or
  *   SEGMENTS segments or SEGMENT_MESSAGES messages were read, or the next segment would take the bytes read past
- *   SEGMENT_BYTES: each segment's byte length is known before it is read (store.ts historySnapshot, in the read of the
- *   history), so a segment larger than what is left of the bound is never read, and a GET holds at most SEGMENT_BYTES
- *   of segments however large one is. So a GET costs at most SEGMENTS round trips more, however small the segments
- *   (a compaction after every turn). When the read stops inside the conversation, the window's
+ *   SEGMENT_BYTES: each segment is weighed before it is sent, by the byte length the meta hash keeps of it
+ *   (`seg_bytes`, read with the history: store.ts historySnapshot) or, for one it keeps none of (kept by an older
+ *   version), by Redis when the page is about to read it (segment-if-fits-1.lua: only its length comes back when it
+ *   does not fit). So a segment larger than what is left of the bound is never sent, a GET holds at most
+ *   SEGMENT_BYTES of segments however large one is, Redis copies at most one segment the page does not read, and
+ *   nothing of the segments is touched when the history does not start with a summary. A GET costs at most SEGMENTS
+ *   round trips more, however small the segments (a compaction after every turn). When the read stops inside the conversation, the window's
  *   leading replies belong to an assistant message whose start was not read: it is named from its first message
  *   read, as the resumed stream names it from the same bounded read (a long run is shown, not left out).
  */
@@ -63,7 +66,7 @@ export async function chatRecord(
   id: string,
   userTurns: number = MAX_UI_MESSAGES,
 ): Promise<ChatRecord> {
-  const { history, base, segments, sizes, replaced } = await store.historySnapshot(id, SEGMENTS);
+  const { history, base, segments, sizes, replaced } = await store.historySnapshot(id);
   let messages = history;
   let first = base;
   let turns = history.filter(isUserTurn).length;
@@ -75,10 +78,13 @@ export async function chatRecord(
     // The segments below the history a `PUT …/messages` gave are the replaced history's, whatever it starts with.
     if (replaced.base !== null && first <= replaced.base) break;
     // Weighed before it is read: a segment that would take the read past its bytes is not read, nor any older one.
-    const size = sizes[segments - 1 - i] ?? 0;
-    if (readBytes + size > SEGMENT_BYTES) break;
-    const read = await store.segmentAt(id, i);
-    if (!read) break;
+    // Its length is the meta hash's, else (a segment kept before it held them) weighed by Redis as it is read: one
+    // too large is not sent, and it ends the read, so no other unread segment is weighed.
+    const left = SEGMENT_BYTES - readBytes;
+    const size = sizes.get(i);
+    if (size !== undefined && size > left) break;
+    const read = size === undefined ? await store.segmentIfFits(id, i, left) : await store.segmentAt(id, i);
+    if (!read?.segment || read.bytes > left) break;
     // A PUT made before `replaced_base` was kept: a segment of a compaction from before it is the replaced history's.
     if (replaced.base === null && read.segment.at_iteration <= replaced.at) break;
     readBytes += read.bytes;

@@ -336,24 +336,19 @@ export class SessionStore {
   }
 
   /**
-   * The history with the whole-record index of its first message (`msg_base`), how many segments are kept, the
-   * byte lengths of the newest `sized` of them (newest first) and the last `PUT …/messages` (`replaced`: the record
-   * count then, -1 for none, and the whole-record index its history started at, null when that PUT came before this
-   * version kept it), read in one MULTI, so they agree (a compaction moves
-   * messages, bumps `msg_base`, pushes a segment and adds its length to `seg_bytes` in one script): a chat page
-   * (src/chat/record.ts) numbers its messages from this base, reads segments below `segments`, and knows what each
-   * weighs before it reads it. Segments kept before their lengths were (none for a session compacted since this
-   * version, whose `seg_bytes` covers the newest SEGMENT_SIZES_KEPT) are measured by a script: one more round trip,
-   * nothing of them sent.
+   * The history with the whole-record index of its first message (`msg_base`), how many segments are kept, the byte
+   * lengths the meta hash holds of the newest of them (`sizes`: segment index → bytes; a segment missing from it has
+   * no length known, src/chat/record.ts weighs it with segmentIfFits) and the last `PUT …/messages` (`replaced`: the
+   * record count then, -1 for none, and the whole-record index its history started at, null when that PUT came
+   * before this version kept it), read in one MULTI, so they agree (a compaction moves messages, bumps `msg_base`,
+   * pushes a segment and adds its length to `seg_bytes` in one script): a chat page (src/chat/record.ts) numbers its
+   * messages from this base and reads segments below `segments`. Nothing of the segments is read here.
    */
-  async historySnapshot(
-    id: string,
-    sized = 0,
-  ): Promise<{
+  async historySnapshot(id: string): Promise<{
     history: StoredMessage[];
     base: number;
     segments: number;
-    sizes: number[];
+    sizes: Map<number, number>;
     replaced: { at: number; base: number | null };
   }> {
     const k = sessionKeys(id);
@@ -367,13 +362,16 @@ export class SessionStore {
     for (const [err] of rows) if (err) throw err;
     const [fields, raw, segments] = rows.map(([, v]) => v) as [Array<string | null>, string[], number];
     const [base, bytes, replacedAt, replacedBase] = fields;
-    // `seg_bytes` lists the newest segments' lengths, oldest first: reversed, the newest first.
-    const sizes = (bytes ?? '').split(' ').filter(Boolean).map(Number).reverse().slice(0, sized);
-    const want = Math.min(sized, segments);
-    if (sizes.length < want) {
-      const unsized = Array.from({ length: want - sizes.length }, (_, j) => segments - 1 - sizes.length - j);
-      sizes.push(...(await this.redis.sessSegmentSizes(k.compacted, ...unsized)));
-    }
+    // `seg_bytes` lists the newest segments' lengths, oldest first: the last one is the newest segment's. A length
+    // that is not a number is unknown, as is a segment it does not cover.
+    const sizes = new Map<number, number>();
+    (bytes ?? '')
+      .split(' ')
+      .filter(Boolean)
+      .reverse()
+      .forEach((n, j) => {
+        if (/^\d+$/.test(n) && segments - 1 - j >= 0) sizes.set(segments - 1 - j, Number(n));
+      });
     return {
       history: raw.map((m) => decodeStored<StoredMessage>(m)),
       base: Number(base ?? 0),
@@ -389,11 +387,27 @@ export class SessionStore {
   /**
    * Kept segment `index` (0: the oldest; segments are only ever appended, so an index names the same one for the
    * session's life) and its size in bytes; null past the end. One LINDEX: a reader that wants the newest few reads
-   * only those, however many the session keeps.
+   * only those, however many the session keeps. For a segment whose length the reader knows fits.
    */
   async segmentAt(id: string, index: number): Promise<{ segment: CompactedSegment; bytes: number } | null> {
     const raw = await this.redis.lindexBuffer(sessionKeys(id).compacted, index);
     if (raw === null) return null;
+    return { segment: decodeStored<CompactedSegment>(raw.toString('utf8')), bytes: raw.length };
+  }
+
+  /**
+   * Kept segment `index` if it has at most `most` bytes (`segment` null otherwise: only its length is sent), and its
+   * size in bytes; null past the end. One script call (segment-if-fits-1.lua), for a segment whose length the reader
+   * does not know: it is weighed inside Redis, so one too large is never sent.
+   */
+  async segmentIfFits(
+    id: string,
+    index: number,
+    most: number,
+  ): Promise<{ segment: CompactedSegment | null; bytes: number } | null> {
+    const raw = await this.redis.sessSegmentIfFitsBuffer(sessionKeys(id).compacted, index, most);
+    if (raw === null) return null;
+    if (typeof raw === 'number') return { segment: null, bytes: raw };
     return { segment: decodeStored<CompactedSegment>(raw.toString('utf8')), bytes: raw.length };
   }
 

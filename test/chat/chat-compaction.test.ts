@@ -345,6 +345,35 @@ describe('chat history after compactions', { timeout: 120_000 }, () => {
     h.fake.setHandler(null);
   });
 
+  /**
+   * A reload of `id`'s page, watched: the kept segments it asked Redis for (`asked`: their indexes, by LINDEX or the
+   * weighing script, in order), those a script copied to weigh them (`weighed`), and the bytes Redis sent meanwhile.
+   */
+  async function reloadWatched(id: string) {
+    const key = `s:{${id}}:c`;
+    const r = new Redis(h.redis.url);
+    const sentBytes = async () => Number(/total_net_output_bytes:(\d+)/.exec(await r.info('stats'))![1]);
+    try {
+      const monitor = await monitorRedis(h.redis.port);
+      const before = await sentBytes();
+      const page = await reload(id);
+      await monitor.settle();
+      const sent = (await sentBytes()) - before;
+      monitor.stop();
+      const asked = monitor.commands.flatMap((a) => {
+        const cmd = a[0]!.toLowerCase();
+        if (cmd === 'lindex' && a[1] === key) return [a[2]!];
+        return (cmd === 'evalsha' || cmd === 'eval') && a[3] === key ? [a[4]!] : [];
+      });
+      const weighed = monitor.scripted.flatMap((a) =>
+        a[0]!.toLowerCase() === 'lindex' && a[1] === key ? [a[2]!] : [],
+      );
+      return { page, asked, weighed, sent };
+    } finally {
+      r.disconnect();
+    }
+  }
+
   /** A session of one turn, compacted while idle: its id and the summary its history now starts with. */
   async function compactedOnce(): Promise<{ id: string; summary: unknown }> {
     h.fake.enqueue(text('First answer.'));
@@ -490,19 +519,12 @@ describe('chat history after compactions', { timeout: 120_000 }, () => {
         () => [{ role: 'assistant', content: [{ type: 'text', text: 'Answer 3.' }] }],
         unsized,
       );
-      const monitor = await monitorRedis(h.redis.port);
-      const page = await reload(id);
-      await monitor.settle();
-      monitor.stop();
-      // The newest segment is read; the one that would take the read past 8 MiB is not (nor anything older).
-      const reads = monitor.commands.filter(
-        (a) => a[0]!.toLowerCase() === 'lindex' && a[1] === `s:{${id}}:c`,
-      );
-      assert.deepEqual(
-        reads.map((a) => a[2]),
-        ['2'],
-        `unsized: ${unsized}`,
-      );
+      const { page, asked, weighed, sent } = await reloadWatched(id);
+      // The newest segment is read; the one that would take the read past 8 MiB is not sent (nor anything older
+      // touched): with its length kept, not even asked for; without, weighed in Redis when its turn came.
+      assert.deepEqual(asked, unsized ? ['2', '1'] : ['2'], `unsized: ${unsized}`);
+      assert.deepEqual(weighed, unsized ? ['2', '1'] : [], `unsized: ${unsized}`);
+      assert.ok(sent < 1024 * 1024, `unsized: ${unsized}: ${sent} bytes sent`);
       assert.deepEqual(
         page.map((m) => [m.role, textOf(m)]),
         [
@@ -553,5 +575,48 @@ describe('chat history after compactions', { timeout: 120_000 }, () => {
       assert.equal(rest.compacted.length, 2);
       assert.deepEqual(view(await reload(id)), only, `legacy: ${legacy}, after a compaction`);
     }
+  });
+
+  it('segments kept with no length (an older version): weighed only when the page is about to read one, never when the history starts with no summary', async () => {
+    const { id, summary } = await compactedOnce();
+    // Segments 1 (9 MiB) and 2 (small), and segment 0 too, kept with no length, as a version before them wrote.
+    const huge = 'x'.repeat(9 * 1024 * 1024);
+    await keepSegments(
+      id,
+      summary,
+      [2],
+      () => [{ role: 'assistant', content: [{ type: 'text', text: huge }] }],
+      true,
+    );
+    await keepSegments(
+      id,
+      summary,
+      [3],
+      () => [{ role: 'assistant', content: [{ type: 'text', text: 'Answer 3.' }] }],
+      true,
+    );
+    // The newest is read, the 9 MiB one weighed when its turn comes and not sent; the oldest is never touched.
+    const read = await reloadWatched(id);
+    assert.deepEqual(read.asked, ['2', '1']);
+    assert.deepEqual(read.weighed, ['2', '1']);
+    assert.ok(read.sent < 1024 * 1024, `${read.sent} bytes sent`);
+    assert.deepEqual(view(read.page), [
+      ['user', 'Question 3.'],
+      ['assistant', 'Answer 3.'],
+    ]);
+    // A history that does not start with a summary: no segment is shown, none is touched.
+    const put = await h.api.req('PUT', `/v1/sessions/${id}/messages`, {
+      messages: [
+        { role: 'user', content: [{ type: 'text', text: 'Put question.' }] },
+        { role: 'assistant', content: [{ type: 'text', text: 'Put answer.' }] },
+      ],
+    });
+    assert.equal(put.status, 200, JSON.stringify(put.body));
+    const after = await reloadWatched(id);
+    assert.deepEqual([after.asked, after.weighed], [[], []]);
+    assert.deepEqual(view(after.page), [
+      ['user', 'Put question.'],
+      ['assistant', 'Put answer.'],
+    ]);
   });
 });

@@ -84,7 +84,7 @@ describe('Lua lives in .lua files', () => {
       'sessRunDueSet',
       'sessRunSlotPrune',
       'sessRunSlotTake',
-      'sessSegmentSizes',
+      'sessSegmentIfFits',
       'sessToolRetried',
       'sessTreeDue',
       'sessTreeDueSettle',

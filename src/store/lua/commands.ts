@@ -81,8 +81,12 @@ declare module 'ioredis' {
         revision: string,
       ]
     ): Result<number, Context>;
-    /** segment-sizes-1.lua: the byte length of each kept segment named by its index, in order. */
-    sessSegmentSizes(compacted: string, ...indexes: number[]): Result<number[], Context>;
+    /** segment-if-fits-1.lua: the kept segment at `index` if it has at most `most` bytes, else its byte length. */
+    sessSegmentIfFitsBuffer(
+      compacted: string,
+      index: number,
+      most: number,
+    ): Result<Buffer | number | null, Context>;
     /** due-settle-1.lua: 1 when the member still had the score read and was moved (or dropped). */
     sessDueSettle(key: string, member: string, score: string, next: string): Result<number, Context>;
     /** tree-due-3.lua: 1 when the member's score was written (XX: it was a member; NX: it was not). */
