@@ -126,6 +126,28 @@ export const MAX_TURN_BYTES = 4 * 1024 * 1024;
 const HEAVY_MESSAGE_BYTES = 64 * 1024;
 
 /**
+ * The byte lengths meta `seg_bytes` gives of a session's kept segments (segment index → bytes), `segments` being how
+ * many are kept: `<count> <bytes>,<at_iteration> …` (apply-7.lua `compact`), the entries for the segments just
+ * below `count`, oldest first. Segments are only ever appended, so an entry names its segment whatever was pushed
+ * since (an older version's compaction keeps no entry: its segment has none). An entry of another form (`?`, an older
+ * version's plain number, anything not a decimal), a count past the segments kept, or a field of another form gives
+ * nothing: that segment's length is unknown, and a reader weighs it (segmentIfFits).
+ */
+export function segmentSizes(field: string | null, segments: number): Map<number, number> {
+  const sizes = new Map<number, number>();
+  const [head, ...entries] = (field ?? '').split(' ');
+  if (head === undefined || !/^\d+$/.test(head)) return sizes;
+  const count = Number(head);
+  if (count > segments) return sizes;
+  entries.forEach((e, j) => {
+    const m = /^(\d+),\d+$/.exec(e);
+    const index = count - entries.length + j;
+    if (m && index >= 0) sizes.set(index, Number(m[1]));
+  });
+  return sizes;
+}
+
+/**
  * The session store: every read and write of session state goes through here. Writes are single Lua scripts over
  * the keys of one session; the guarantees of each are in its JSDoc.
  */
@@ -337,8 +359,8 @@ export class SessionStore {
 
   /**
    * The history with the whole-record index of its first message (`msg_base`), how many segments are kept, the byte
-   * lengths the meta hash holds of the newest of them (`sizes`: segment index → bytes; a segment missing from it has
-   * no length known, src/chat/record.ts weighs it with segmentIfFits) and the last `PUT …/messages` (`replaced`: the
+   * lengths the meta hash holds of the newest of them (`sizes`: segmentSizes; a segment missing from it has no length
+   * known, src/chat/record.ts weighs it with segmentIfFits) and the last `PUT …/messages` (`replaced`: the
    * record count then, -1 for none, and the whole-record index its history started at, null when that PUT came
    * before this version kept it), read in one MULTI, so they agree (a compaction moves messages, bumps `msg_base`,
    * pushes a segment and adds its length to `seg_bytes` in one script): a chat page (src/chat/record.ts) numbers its
@@ -362,16 +384,7 @@ export class SessionStore {
     for (const [err] of rows) if (err) throw err;
     const [fields, raw, segments] = rows.map(([, v]) => v) as [Array<string | null>, string[], number];
     const [base, bytes, replacedAt, replacedBase] = fields;
-    // `seg_bytes` lists the newest segments' lengths, oldest first: the last one is the newest segment's. A length
-    // that is not a number is unknown, as is a segment it does not cover.
-    const sizes = new Map<number, number>();
-    (bytes ?? '')
-      .split(' ')
-      .filter(Boolean)
-      .reverse()
-      .forEach((n, j) => {
-        if (/^\d+$/.test(n) && segments - 1 - j >= 0) sizes.set(segments - 1 - j, Number(n));
-      });
+    const sizes = segmentSizes(bytes ?? null, segments);
     return {
       history: raw.map((m) => decodeStored<StoredMessage>(m)),
       base: Number(base ?? 0),

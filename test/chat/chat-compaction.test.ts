@@ -387,15 +387,17 @@ describe('chat history after compactions', { timeout: 120_000 }, () => {
 
   /**
    * Appends kept segments `ks` to session `id` as the compaction script writes them (each the summary before it, the
-   * question `Question <k>.`, then `replies(k)`), grows `msg_base` by their messages and adds their byte lengths to
-   * `seg_bytes` (the newest 16 kept) — unless `unsized`: as a version that kept no lengths wrote them.
+   * question `Question <k>.`, then `replies(k)`), grows `msg_base` by their messages and, with `lengths` `kept`, adds
+   * their entries to `seg_bytes` (the newest 16 kept, anchored by the segment count) as apply-7.lua does; `none`:
+   * as a version that kept no lengths wrote them (no `seg_bytes`); `untouched`: as a compaction of such a version
+   * run by a replica beside newer ones (`seg_bytes` left as it was).
    */
   async function keepSegments(
     id: string,
     summary: unknown,
     ks: number[],
     replies: (k: number) => unknown[],
-    unsized = false,
+    lengths: 'kept' | 'none' | 'untouched' = 'kept',
   ) {
     const segments = ks.map((k) => ({
       at_iteration: k,
@@ -408,17 +410,21 @@ describe('chat history after compactions', { timeout: 120_000 }, () => {
     const r = new Redis(h.redis.url);
     try {
       const json = segments.map((x) => JSON.stringify(x));
-      await r.rpush(`s:{${id}}:c`, ...json);
+      const before = await r.llen(`s:{${id}}:c`);
+      const count = await r.rpush(`s:{${id}}:c`, ...json);
       await r.hincrby(
         `s:{${id}}`,
         'msg_base',
         segments.reduce((n, x) => n + x.messages.length, 0),
       );
-      if (unsized) await r.hdel(`s:{${id}}`, 'seg_bytes');
-      else {
-        const before = ((await r.hget(`s:{${id}}`, 'seg_bytes')) ?? '').split(' ').filter(Boolean);
-        const sizes = [...before, ...json.map((x) => String(Buffer.byteLength(x)))].slice(-16);
-        await r.hset(`s:{${id}}`, 'seg_bytes', sizes.join(' '));
+      if (lengths === 'none') await r.hdel(`s:{${id}}`, 'seg_bytes');
+      else if (lengths === 'kept') {
+        const [anchor, ...entries] = ((await r.hget(`s:{${id}}`, 'seg_bytes')) ?? '').split(' ');
+        const kept = [
+          ...(anchor === String(before) ? entries : []),
+          ...json.map((x, j) => `${Buffer.byteLength(x)},${ks[j]}`),
+        ].slice(-16);
+        await r.hset(`s:{${id}}`, 'seg_bytes', [count, ...kept].join(' '));
       }
     } finally {
       r.disconnect();
@@ -499,7 +505,8 @@ describe('chat history after compactions', { timeout: 120_000 }, () => {
       try {
         // The compaction script keeps the segment's byte length beside it.
         const kept = await r.lindexBuffer(`s:{${id}}:c`, 0);
-        assert.equal(await r.hget(`s:{${id}}`, 'seg_bytes'), String(kept!.length));
+        // The compaction script keeps the segment's byte length beside it, anchored by the segment count.
+        assert.match((await r.hget(`s:{${id}}`, 'seg_bytes'))!, new RegExp(`^1 ${kept!.length},\\d+$`));
       } finally {
         r.disconnect();
       }
@@ -510,14 +517,14 @@ describe('chat history after compactions', { timeout: 120_000 }, () => {
         summary,
         [2],
         () => [{ role: 'assistant', content: [{ type: 'text', text: huge }] }],
-        unsized,
+        unsized ? 'none' : 'kept',
       );
       await keepSegments(
         id,
         summary,
         [3],
         () => [{ role: 'assistant', content: [{ type: 'text', text: 'Answer 3.' }] }],
-        unsized,
+        unsized ? 'none' : 'kept',
       );
       const { page, asked, weighed, sent } = await reloadWatched(id);
       // The newest segment is read; the one that would take the read past 8 MiB is not sent (nor anything older
@@ -586,14 +593,14 @@ describe('chat history after compactions', { timeout: 120_000 }, () => {
       summary,
       [2],
       () => [{ role: 'assistant', content: [{ type: 'text', text: huge }] }],
-      true,
+      'none',
     );
     await keepSegments(
       id,
       summary,
       [3],
       () => [{ role: 'assistant', content: [{ type: 'text', text: 'Answer 3.' }] }],
-      true,
+      'none',
     );
     // The newest is read, the 9 MiB one weighed when its turn comes and not sent; the oldest is never touched.
     const read = await reloadWatched(id);
@@ -618,5 +625,53 @@ describe('chat history after compactions', { timeout: 120_000 }, () => {
       ['user', 'Put question.'],
       ['assistant', 'Put answer.'],
     ]);
+  });
+
+  it("a segment an older version's compaction pushed beside newer ones (no entry in seg_bytes), or a seg_bytes not of this version's form: its length is unknown, and it is weighed, never taken for another's", async () => {
+    const { id, summary } = await compactedOnce();
+    // Segment 1: 9 MiB, pushed by a replica of a version that writes no `seg_bytes` (as it stands: segment 0's entry).
+    const huge = 'x'.repeat(9 * 1024 * 1024);
+    await keepSegments(
+      id,
+      summary,
+      [2],
+      () => [{ role: 'assistant', content: [{ type: 'text', text: huge }] }],
+      'untouched',
+    );
+    // Then a turn, and a compaction by this version: segment 2.
+    h.fake.enqueue(text('Third answer.'));
+    await h.api.post(`/v1/sessions/${id}/messages`, { text: 'Third question.' });
+    await h.api.waitStatus(id, 'idle');
+    assert.equal((await h.api.post(`/v1/sessions/${id}/compact`)).status, 202);
+    await h.api.waitFor(id, (x) => x.status === 'idle' && !x.compaction_pending);
+    const only = [
+      ['user', 'Third question.'],
+      ['assistant', 'Third answer.'],
+    ];
+    const r = new Redis(h.redis.url);
+    try {
+      const written = (await r.hget(`s:{${id}}`, 'seg_bytes'))!;
+      // As written, then as versions that wrote it otherwise might leave it: plain lengths (the newest 16, oldest
+      // first, segment 0's taken for segment 1's), or not numbers.
+      const small = String((await r.lindexBuffer(`s:{${id}}:c`, 0))!.length);
+      for (const field of [
+        written,
+        `${small} ${written.split(/[ ,]/)[1]}`,
+        `3 ${small} ${small} ${small}`,
+        '3 NaN x,1 ?',
+      ]) {
+        await r.hset(`s:{${id}}`, 'seg_bytes', field);
+        const read = await reloadWatched(id);
+        // Segment 2 is read; segment 1 weighed, not sent.
+        assert.deepEqual(read.asked.slice(-1), ['1'], field);
+        assert.deepEqual(read.weighed.slice(-1), ['1'], field);
+        assert.ok(read.sent < 1024 * 1024, `${field}: ${read.sent} bytes sent`);
+        assert.deepEqual(view(read.page), only, field);
+      }
+      // Anchored by the count: segment 0's entry did not end below segment 2, so it was dropped.
+      assert.match(written, /^3 \d+,\d+$/);
+    } finally {
+      r.disconnect();
+    }
   });
 });

@@ -18,8 +18,9 @@
 --         `compact` `{count, at_iteration, summary, sizes}` (applied first): the first `count` messages of the
 --         history move, as they are, into a new segment `{"at_iteration":n,"messages":[…]}` pushed to KEYS[7], and
 --         the summary message (JSON) takes their place; `msg_base` grows by `count`; the meta field `seg_bytes` keeps
---         the byte lengths of the newest `sizes` segments (decimal, space-separated, oldest first), which a chat page
---         reads before it reads a segment (src/store/store.ts historySnapshot).
+--         the byte lengths of the newest `sizes` segments, which a chat page reads before it reads a segment
+--         (src/store/store.ts historySnapshot): `<segments> <bytes>,<at_iteration> …`, the number of segments kept
+--         when it was written, then one entry per segment, oldest first, the last for segment `<segments>` - 1.
 --         `count_once` `[[field, {counter: n}]…]`: each entry's counters are added only if `field` was not set, and
 --         it is set (a sub-agent's usage under `cb:<child id>`, the mark child-usage-1.lua sets too).
 -- ARGV[3] most events kept  ARGV[4] pub/sub channel of the notice of the events written (includes/notice.lua)
@@ -96,11 +97,19 @@ local function compact(c)
   local moved = redis.call('LRANGE', KEYS[2], 0, c.count - 1)
   local rest = redis.call('LRANGE', KEYS[2], c.count, -1)
   local segment = '{"at_iteration":' .. c.at_iteration .. ',"messages":[' .. table.concat(moved, ',') .. ']}'
-  redis.call('RPUSH', KEYS[7], segment)
-  local sizes = {}
-  for n in string.gmatch(redis.call('HGET', meta, 'seg_bytes') or '', '%d+') do sizes[#sizes + 1] = n end
-  sizes[#sizes + 1] = tostring(#segment)
-  redis.call('HSET', meta, 'seg_bytes', table.concat(sizes, ' ', math.max(1, #sizes - (c.sizes or 16) + 1), #sizes))
+  local count = redis.call('RPUSH', KEYS[7], segment)
+  -- `seg_bytes`: anchored by the segment count it was written at, so its entries name their segments by index (the
+  -- last one segment count - 1), whatever was pushed since. They are kept only if they end right below this segment
+  -- (written at count - 1): after a segment an older version pushed (with no entry) they do not, and are dropped;
+  -- the segments they named are weighed when read. An entry of another form (an older version's) becomes '?'.
+  local entries = {}
+  local anchor, tail = string.match(redis.call('HGET', meta, 'seg_bytes') or '', '^(%d+)(.*)$')
+  if tonumber(anchor) == count - 1 then
+    for e in string.gmatch(tail, '%S+') do entries[#entries + 1] = string.match(e, '^%d+,%d+$') and e or '?' end
+  end
+  entries[#entries + 1] = #segment .. ',' .. c.at_iteration
+  redis.call('HSET', meta, 'seg_bytes',
+    count .. ' ' .. table.concat(entries, ' ', math.max(1, #entries - (c.sizes or 16) + 1), #entries))
   redis.call('DEL', KEYS[2])
   redis.call('RPUSH', KEYS[2], c.summary)
   pushAll(KEYS[2], rest)
