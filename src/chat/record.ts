@@ -13,9 +13,11 @@
  *   before it (the runner's compaction summarizes the whole history, itself starting with the previous summary). A
  *   history that starts with anything else (a fork's, whose source keeps the segments) is not the continuation of the
  *   segments, and they are not shown. Nor is a history given by `PUT …/messages`, even one that starts with a summary
- *   (another session's, say): the segments below the index it started at (`replaced_base`, kept by the PUT; for a
- *   PUT from before it was kept, those of compactions recorded before the PUT, `at_iteration` ≤ `replaced_at`) are
- *   never shown; those of compactions since are, back to that index.
+ *   (another session's, say): the segments below the index it started at (`replaced_base`, kept by the PUT as
+ *   `<replaced_at>:<index>`; for a PUT that kept none, or one whose `replaced_at` is not the meta's — a later PUT by
+ *   an older version, which sets `replaced_at` alone — those of compactions recorded before the PUT, `at_iteration`
+ *   ≤ `replaced_at`, told from the record kept with a segment's length, else by Redis, nothing of it sent) are never
+ *   shown; those of compactions since are, back to that index.
  * - Bounded: segments are read newest first, one LINDEX each, until the page has its MAX_USER_TURNS user turns, or
  *   SEGMENTS segments or SEGMENT_MESSAGES messages were read, or the next segment would take the bytes read past
  *   SEGMENT_BYTES: each segment is weighed before it is sent, by the byte length the meta hash keeps of it
@@ -73,6 +75,7 @@ export async function chatRecord(
   let readMessages = 0;
   let readBytes = 0;
   const last = Math.max(0, segments - SEGMENTS);
+  const legacyPut = replaced.base === null && replaced.at >= 0;
   for (let i = segments - 1; i >= last && isSummary(messages[0]); i--) {
     if (turns >= userTurns || readMessages >= SEGMENT_MESSAGES) break;
     // The segments below the history a `PUT …/messages` gave are the replaced history's, whatever it starts with.
@@ -81,12 +84,16 @@ export async function chatRecord(
     // Its length is the meta hash's, else (a segment kept before it held them) weighed by Redis as it is read: one
     // too large is not sent, and it ends the read, so no other unread segment is weighed.
     const left = SEGMENT_BYTES - readBytes;
-    const size = sizes.get(i);
-    if (size !== undefined && size > left) break;
-    const read = size === undefined ? await store.segmentIfFits(id, i, left) : await store.segmentAt(id, i);
+    const known = sizes.get(i);
+    // A PUT whose base is not known (made by an older version): the segments of compactions recorded before it are
+    // the replaced history's, told by their record (kept with the length; else read by Redis, nothing sent).
+    if (legacyPut && known && known.at_iteration <= replaced.at) break;
+    if (known && known.bytes > left) break;
+    const read = known
+      ? await store.segmentAt(id, i)
+      : await store.segmentIfFits(id, i, left, legacyPut ? replaced.at : -1);
     if (!read?.segment || read.bytes > left) break;
-    // A PUT made before `replaced_base` was kept: a segment of a compaction from before it is the replaced history's.
-    if (replaced.base === null && read.segment.at_iteration <= replaced.at) break;
+    if (legacyPut && read.segment.at_iteration <= replaced.at) break;
     readBytes += read.bytes;
     const taken = read.segment.messages.slice(-(SEGMENT_MESSAGES - readMessages));
     messages = [...taken, ...messages];

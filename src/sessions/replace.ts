@@ -55,13 +55,15 @@ export function replaceMessages(
       ...(kept > 0 && kept < current ? { trim_msgs: kept } : {}),
       ...(kept > 0 ? { lset_msgs: encoded.slice(0, kept).map((m, i): [number, string] => [i, m]) } : {}),
       ...(messages.length > kept ? { push_msgs: encoded.slice(kept) } : {}),
-      // `replaced_base`: the whole-record index the new history starts at; the kept segments below it are the
-      // replaced history's, which a chat page does not show before it (src/chat/record.ts).
+      // `replaced_base`: `<replaced_at>:<msg_base>`, the whole-record index the new history starts at, named by the
+      // PUT it belongs to; the kept segments below it are the replaced history's, which a chat page does not show
+      // before it (src/chat/record.ts). One field, so a PUT by an older version (which sets `replaced_at` alone)
+      // leaves a base that no longer matches, and the page does not trust it.
       hset: {
         ...status.hset,
         thread: '',
         replaced_at: String(recordCount(s)),
-        replaced_base: String(s.msgBase),
+        replaced_base: `${recordCount(s)}:${s.msgBase}`,
       },
       events: [
         eventOf('messages.replaced', { message_count: messages.length }),

@@ -126,25 +126,40 @@ export const MAX_TURN_BYTES = 4 * 1024 * 1024;
 const HEAVY_MESSAGE_BYTES = 64 * 1024;
 
 /**
- * The byte lengths meta `seg_bytes` gives of a session's kept segments (segment index → bytes), `segments` being how
+ * The byte lengths meta `seg_bytes` gives of a session's kept segments, with the record each one's compaction made
+ * (segment index → bytes and `at_iteration`, as the segment's JSON has it), `segments` being how
  * many are kept: `<count> <bytes>,<at_iteration> …` (apply-7.lua `compact`), the entries for the segments just
  * below `count`, oldest first. Segments are only ever appended, so an entry names its segment whatever was pushed
  * since (an older version's compaction keeps no entry: its segment has none). An entry of another form (`?`, an older
  * version's plain number, anything not a decimal), a count past the segments kept, or a field of another form gives
  * nothing: that segment's length is unknown, and a reader weighs it (segmentIfFits).
  */
-export function segmentSizes(field: string | null, segments: number): Map<number, number> {
-  const sizes = new Map<number, number>();
+export function segmentSizes(
+  field: string | null,
+  segments: number,
+): Map<number, { bytes: number; at_iteration: number }> {
+  const sizes = new Map<number, { bytes: number; at_iteration: number }>();
   const [head, ...entries] = (field ?? '').split(' ');
   if (head === undefined || !/^\d+$/.test(head)) return sizes;
   const count = Number(head);
   if (count > segments) return sizes;
   entries.forEach((e, j) => {
-    const m = /^(\d+),\d+$/.exec(e);
+    const m = /^(\d+),(\d+)$/.exec(e);
     const index = count - entries.length + j;
-    if (m && index >= 0) sizes.set(index, Number(m[1]));
+    if (m && index >= 0) sizes.set(index, { bytes: Number(m[1]), at_iteration: Number(m[2]) });
   });
   return sizes;
+}
+
+/**
+ * The whole-record index the history of the last `PUT …/messages` started at, from meta `replaced_base`
+ * (`<replaced_at>:<msg_base>`, src/sessions/replace.ts), when it belongs to that PUT: its `replaced_at` is the meta's
+ * (`at`). Null otherwise: no such field, one of another form (an older version's), or one a later PUT by an older
+ * version (which sets `replaced_at` alone) left behind; the reader then tells the replaced segments by their record.
+ */
+export function replacedBaseOf(field: string | null, at: number): number | null {
+  const m = /^(\d+):(\d+)$/.exec(field ?? '');
+  return m && Number(m[1]) === at ? Number(m[2]) : null;
 }
 
 /**
@@ -361,8 +376,8 @@ export class SessionStore {
    * The history with the whole-record index of its first message (`msg_base`), how many segments are kept, the byte
    * lengths the meta hash holds of the newest of them (`sizes`: segmentSizes; a segment missing from it has no length
    * known, src/chat/record.ts weighs it with segmentIfFits) and the last `PUT …/messages` (`replaced`: the
-   * record count then, -1 for none, and the whole-record index its history started at, null when that PUT came
-   * before this version kept it), read in one MULTI, so they agree (a compaction moves messages, bumps `msg_base`,
+   * record count then, -1 for none, and the whole-record index its history started at, null when it is not known
+   * for that PUT: replacedBaseOf), read in one MULTI, so they agree (a compaction moves messages, bumps `msg_base`,
    * pushes a segment and adds its length to `seg_bytes` in one script): a chat page (src/chat/record.ts) numbers its
    * messages from this base and reads segments below `segments`. Nothing of the segments is read here.
    */
@@ -370,7 +385,7 @@ export class SessionStore {
     history: StoredMessage[];
     base: number;
     segments: number;
-    sizes: Map<number, number>;
+    sizes: Map<number, { bytes: number; at_iteration: number }>;
     replaced: { at: number; base: number | null };
   }> {
     const k = sessionKeys(id);
@@ -385,15 +400,13 @@ export class SessionStore {
     const [fields, raw, segments] = rows.map(([, v]) => v) as [Array<string | null>, string[], number];
     const [base, bytes, replacedAt, replacedBase] = fields;
     const sizes = segmentSizes(bytes ?? null, segments);
+    const at = replacedAt && /^\d+$/.test(replacedAt) ? Number(replacedAt) : -1;
     return {
       history: raw.map((m) => decodeStored<StoredMessage>(m)),
       base: Number(base ?? 0),
       segments,
       sizes,
-      replaced: {
-        at: replacedAt ? Number(replacedAt) : -1,
-        base: replacedBase ? Number(replacedBase) : null,
-      },
+      replaced: { at, base: replacedBaseOf(replacedBase ?? null, at) },
     };
   }
 
@@ -410,16 +423,19 @@ export class SessionStore {
 
   /**
    * Kept segment `index` if it has at most `most` bytes (`segment` null otherwise: only its length is sent), and its
-   * size in bytes; null past the end. One script call (segment-if-fits-1.lua), for a segment whose length the reader
+   * size in bytes; null past the end. With `after` (a record number), a segment made by a compaction recorded at or
+   * before it is not sent either (`replaced`: a `PUT …/messages` replaced it, src/chat/record.ts). One script call (segment-if-fits-1.lua), for a segment whose length the reader
    * does not know: it is weighed inside Redis, so one too large is never sent.
    */
   async segmentIfFits(
     id: string,
     index: number,
     most: number,
-  ): Promise<{ segment: CompactedSegment | null; bytes: number } | null> {
-    const raw = await this.redis.sessSegmentIfFitsBuffer(sessionKeys(id).compacted, index, most);
+    after = -1,
+  ): Promise<{ segment: CompactedSegment | null; bytes: number; replaced?: true } | null> {
+    const raw = await this.redis.sessSegmentIfFitsBuffer(sessionKeys(id).compacted, index, most, after);
     if (raw === null) return null;
+    if (raw === -1) return { segment: null, bytes: 0, replaced: true };
     if (typeof raw === 'number') return { segment: null, bytes: raw };
     return { segment: decodeStored<CompactedSegment>(raw.toString('utf8')), bytes: raw.length };
   }

@@ -568,8 +568,12 @@ describe('chat history after compactions', { timeout: 120_000 }, () => {
         ['user', 'Put question.'],
         ['assistant', 'Put answer.'],
       ];
-      const before = await reload(id);
+      const watched = await reloadWatched(id);
+      const before = watched.page;
       assert.deepEqual(view(before), only, `legacy: ${legacy}`);
+      // The segment the PUT replaced is not read, even to be dropped: with the base, the history starts there; without
+      // it, the segment's record is kept with its length.
+      assert.deepEqual([watched.asked, watched.weighed], [[], []], `legacy: ${legacy}`);
       // The ids go on from the session's whole record (its first segment's two messages).
       assert.deepEqual(
         before.map((m) => m.id),
@@ -580,7 +584,28 @@ describe('chat history after compactions', { timeout: 120_000 }, () => {
       await h.api.waitFor(id, (x) => x.status === 'idle' && !x.compaction_pending);
       const rest = (await h.api.get(`/v1/sessions/${id}/messages?include=compacted`)).body;
       assert.equal(rest.compacted.length, 2);
-      assert.deepEqual(view(await reload(id)), only, `legacy: ${legacy}, after a compaction`);
+      const since = await reloadWatched(id);
+      assert.deepEqual(view(since.page), only, `legacy: ${legacy}, after a compaction`);
+      assert.deepEqual(since.asked, ['1'], `legacy: ${legacy}, after a compaction`);
+      // Nor when no length is kept (an older version's segments): Redis tells it by its record, nothing of it sent.
+      if (legacy) {
+        const r = new Redis(h.redis.url);
+        try {
+          await r.hdel(`s:{${id}}`, 'seg_bytes');
+        } finally {
+          r.disconnect();
+        }
+        const unsized = await reloadWatched(id);
+        assert.deepEqual(view(unsized.page), only, 'no lengths');
+        assert.deepEqual(
+          [unsized.asked, unsized.weighed],
+          [
+            ['1', '0'],
+            ['1', '0'],
+          ],
+          'no lengths',
+        );
+      }
     }
   });
 
@@ -673,5 +698,41 @@ describe('chat history after compactions', { timeout: 120_000 }, () => {
     } finally {
       r.disconnect();
     }
+  });
+
+  it('a history replaced again by a PUT of an older version (replaced_at moved, replaced_base left): the base is not trusted, and the page shows no replaced turn', async () => {
+    const other = await compactedOnce();
+    const { id } = await compactedOnce();
+    const put = async (k: number) => {
+      const r = await h.api.req('PUT', `/v1/sessions/${id}/messages`, {
+        messages: [
+          other.summary,
+          { role: 'user', content: [{ type: 'text', text: `Put question ${k}.` }] },
+          { role: 'assistant', content: [{ type: 'text', text: `Put answer ${k}.` }] },
+        ],
+      });
+      assert.equal(r.status, 200, JSON.stringify(r.body));
+    };
+    // A PUT by this version, a compaction (segment 1: that history), then a PUT by an older version: it sets
+    // `replaced_at` and leaves `replaced_base` as the first PUT wrote it.
+    await put(1);
+    assert.equal((await h.api.post(`/v1/sessions/${id}/compact`)).status, 202);
+    await h.api.waitFor(id, (x) => x.status === 'idle' && !x.compaction_pending);
+    const r = new Redis(h.redis.url);
+    try {
+      const left = await r.hget(`s:{${id}}`, 'replaced_base');
+      await put(2);
+      await r.hset(`s:{${id}}`, 'replaced_base', left!);
+      assert.notEqual(await r.hget(`s:{${id}}`, 'replaced_at'), left!.split(':')[0]);
+    } finally {
+      r.disconnect();
+    }
+    // Segment 1 is the history the second PUT replaced: not shown (its record came before that PUT), nor read.
+    const read = await reloadWatched(id);
+    assert.deepEqual(view(read.page), [
+      ['user', 'Put question 2.'],
+      ['assistant', 'Put answer 2.'],
+    ]);
+    assert.deepEqual(read.asked, []);
   });
 });

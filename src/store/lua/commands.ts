@@ -81,11 +81,15 @@ declare module 'ioredis' {
         revision: string,
       ]
     ): Result<number, Context>;
-    /** segment-if-fits-1.lua: the kept segment at `index` if it has at most `most` bytes, else its byte length. */
+    /**
+     * segment-if-fits-1.lua: the kept segment at `index` if it has at most `most` bytes and its `at_iteration` is
+     * past `after`, else -1 (not past `after`) or its byte length.
+     */
     sessSegmentIfFitsBuffer(
       compacted: string,
       index: number,
       most: number,
+      after: number,
     ): Result<Buffer | number | null, Context>;
     /** due-settle-1.lua: 1 when the member still had the score read and was moved (or dropped). */
     sessDueSettle(key: string, member: string, score: string, next: string): Result<number, Context>;
