@@ -334,7 +334,7 @@ const routes: FastifyPluginAsyncZod<{ config: Config }> = async (app, { config }
       // turn: the message the run continues is named as the page names it, from its first reply (one whose start is
       // past the read's bounds, record.ts, from the first message read, as the page names it).
       const record = await chatRecord(app.store, id, 1);
-      const messageId = runMessageId(id, record.messages, record.base);
+      const messageId = runMessageId(id, record.messages, record.base, record.afterUser);
       // After a retry the replay starts at the retry's run: the message's steps before it are the history's.
       const earlier =
         start.kept === undefined
@@ -347,6 +347,7 @@ const routes: FastifyPluginAsyncZod<{ config: Config }> = async (app, { config }
               messageId,
               agents,
               await denials(app.store, id, record.messages, null),
+              record.afterUser,
             );
       const t = new ChatTranslator(messageId, [], {
         agents,
@@ -373,10 +374,12 @@ const routes: FastifyPluginAsyncZod<{ config: Config }> = async (app, { config }
     async (req) => {
       const s = await app.store.loadFor(req.tenant, req.params.id);
       // The live history and, after compactions, the newest messages they moved out of it (bounded: record.ts).
-      const { messages, base } = await chatRecord(app.store, s.id);
+      const { messages, base, afterUser } = await chatRecord(app.store, s.id);
       const denied = await denials(app.store, s.id, messages, s.pending);
       const action = requiredAction(s.status, s.pending);
-      return toUIMessages(s.id, messages, base, action, agentsOf(s), denied).slice(-MAX_UI_MESSAGES);
+      return toUIMessages(s.id, messages, base, action, agentsOf(s), denied, afterUser).slice(
+        -MAX_UI_MESSAGES,
+      );
     },
   );
 };

@@ -10,7 +10,8 @@
  * replies before it began (a compaction inside a run), under that message's id. A summary that comes right after a
  * user message (a compaction at a run's start, after the message the run answers; or one after a results turn a
  * follow-up joined) stands where the answer's first message was going to be when the run began: the answer is named
- * by the summary's index, the id the POST's `start` gave it (replyMessageId), not by its first reply's. Over the
+ * by the summary's index, the id the POST's `start` gave it (replyMessageId), not by its first reply's — also when
+ * the page did not read the user message (its segment too large: `afterUser`, kept with the segment). Over the
  * record a page reads (src/chat/record.ts: the kept segments before the history), the conversation reads as the user
  * saw it.
  */
@@ -112,6 +113,8 @@ export function toUIMessages(
   action: RequiredAction | null,
   agents: ReadonlySet<string> = new Set(),
   denials: Denials = new Map(),
+  /** The message before `history` (not read: src/chat/record.ts `afterUser`) is a user turn. */
+  afterUser = false,
 ): UIMessageJson[] {
   const out: UIMessageJson[] = [];
   const calls = new Map<string, UIPart>();
@@ -123,7 +126,7 @@ export function toUIMessages(
     const id = `${sessionId}-${base + i}`;
     if (m.role === 'system') return;
     if (summaryOnly(m)) {
-      if (!assistant && out.at(-1)?.role === 'user') afterSummary ??= id;
+      if (!assistant && (out.length > 0 ? out.at(-1)!.role === 'user' : afterUser)) afterSummary ??= id;
       return;
     }
     const blocks = blocksOf(m);
@@ -177,10 +180,15 @@ export function toUIMessages(
  * message that started it, the history does not hold that message yet: the id is then the previous answer's, which
  * the replay replaces until the page reloads.)
  */
-export function runMessageId(sessionId: string, history: StoredMessage[], base: number): string {
+export function runMessageId(
+  sessionId: string,
+  history: StoredMessage[],
+  base: number,
+  afterUser = false,
+): string {
   // The id a reply after the history would be shown under (after a summary that follows the user turn: the summary's).
   const next: StoredMessage = { role: 'assistant', content: [] };
-  return toUIMessages(sessionId, [...history, next], base, null).at(-1)!.id;
+  return toUIMessages(sessionId, [...history, next], base, null, undefined, undefined, afterUser).at(-1)!.id;
 }
 
 /**
@@ -216,8 +224,9 @@ export function keptSteps(
   messageId: string,
   agents: ReadonlySet<string>,
   denials: Denials = new Map(),
+  afterUser = false,
 ): UIChunk[] {
-  const last = toUIMessages(sessionId, history.slice(0, kept), base, null, agents, denials).at(-1);
+  const last = toUIMessages(sessionId, history.slice(0, kept), base, null, agents, denials, afterUser).at(-1);
   if (last?.role !== 'assistant' || last.id !== messageId) return [];
   const out: UIChunk[] = [];
   last.parts.forEach((p, i) => {

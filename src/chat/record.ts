@@ -51,6 +51,11 @@ export interface ChatRecord {
   base: number;
   /** How many of `messages` come before the live history (read from the segments). */
   older: number;
+  /**
+   * The messages start with a summary whose segment was not read and ends with a user turn (a compaction at a run's
+   * start, whose segment is too large for the page): toUIMessages names the answer after it by the summary's index.
+   */
+  afterUser: boolean;
 }
 
 /** Whether `m` is a user turn the chat shows as a message of its own (text or an image: history.ts `userPart`). */
@@ -76,10 +81,16 @@ export async function chatRecord(
   let readBytes = 0;
   const last = Math.max(0, segments - SEGMENTS);
   const legacyPut = replaced.base === null && replaced.at >= 0;
-  for (let i = segments - 1; i >= last && isSummary(messages[0]); i--) {
+  // The read ended at a segment a PUT replaced: the summary first is the PUT's history's, not that segment's.
+  let replacedBelow = false;
+  let i = segments - 1;
+  for (; i >= last && isSummary(messages[0]); i--) {
     if (turns >= userTurns || readMessages >= SEGMENT_MESSAGES) break;
     // The segments below the history a `PUT …/messages` gave are the replaced history's, whatever it starts with.
-    if (replaced.base !== null && first <= replaced.base) break;
+    if (replaced.base !== null && first <= replaced.base) {
+      replacedBelow = true;
+      break;
+    }
     // Weighed before it is read: a segment that would take the read past its bytes is not read, nor any older one.
     // Its length is the meta hash's, else (a segment kept before it held them) weighed by Redis as it is read: one
     // too large is not sent, and it ends the read, so no other unread segment is weighed.
@@ -87,13 +98,20 @@ export async function chatRecord(
     const known = sizes.get(i);
     // A PUT whose base is not known (made by an older version): the segments of compactions recorded before it are
     // the replaced history's, told by their record (kept with the length; else read by Redis, nothing sent).
-    if (legacyPut && known && known.at_iteration <= replaced.at) break;
+    if (legacyPut && known && known.at_iteration <= replaced.at) {
+      replacedBelow = true;
+      break;
+    }
     if (known && known.bytes > left) break;
     const read = known
       ? await store.segmentAt(id, i)
       : await store.segmentIfFits(id, i, left, legacyPut ? replaced.at : -1);
+    if (read && 'replaced' in read) replacedBelow = true;
     if (!read?.segment || read.bytes > left) break;
-    if (legacyPut && read.segment.at_iteration <= replaced.at) break;
+    if (legacyPut && read.segment.at_iteration <= replaced.at) {
+      replacedBelow = true;
+      break;
+    }
     readBytes += read.bytes;
     const taken = read.segment.messages.slice(-(SEGMENT_MESSAGES - readMessages));
     messages = [...taken, ...messages];
@@ -101,5 +119,8 @@ export async function chatRecord(
     readMessages += taken.length;
     turns += taken.filter(isUserTurn).length;
   }
-  return { messages, base: first, older: messages.length - history.length };
+  // Segment i, unread, ends right before the summary the messages start with: whether it ends with a user turn
+  // (kept with its length) names the answer after that summary as the whole record would (history.ts toUIMessages).
+  const afterUser = i >= 0 && !replacedBelow && isSummary(messages[0]) && sizes.get(i)?.endsWithUser === true;
+  return { messages, base: first, older: messages.length - history.length, afterUser };
 }

@@ -50,6 +50,26 @@ export function isSummary(message: StoredMessage | undefined): boolean {
 }
 
 /**
+ * Whether a chat page shows `messages` ending with a user message (src/chat/history.ts toUIMessages): the last one
+ * that shows anything is a user turn (a text or an image), not a reply; a system message, a summary alone and a user
+ * message of tool results only show nothing of their own. Kept with each segment (seg_bytes), so that a page that
+ * does not read a segment still names the answer after the summary that follows it (a compaction at a run's start)
+ * by the summary's index.
+ */
+export function endsWithUserTurn(messages: readonly StoredMessage[]): boolean {
+  for (let i = messages.length - 1; i >= 0; i--) {
+    const m = messages[i]!;
+    const blocks = blocksOf(m);
+    if (m.role === 'assistant') {
+      if (isSummary(m) && blocks.every((b) => b.type === 'compaction')) continue;
+      return false;
+    }
+    if (m.role === 'user' && blocks.some((b) => b.type === 'text' || b.type === 'image')) return true;
+  }
+  return false;
+}
+
+/**
  * Whether the history ends with a summary and nothing after it: the model has a turn to take from there (the
  * runner's "the compaction hands the turn back before the model answers").
  */
@@ -209,7 +229,15 @@ export async function commitCompaction(
     ...(summary === null
       ? {}
       : // The segment names the record of the compaction that made it.
-        { compact: { count, at_iteration: n, summary: JSON.stringify(reply), sizes: SEGMENT_SIZES_KEPT } }),
+        {
+          compact: {
+            count,
+            at_iteration: n,
+            summary: JSON.stringify(reply),
+            sizes: SEGMENT_SIZES_KEPT,
+            ends_with_user: endsWithUserTurn(history),
+          },
+        }),
     push_iters: [JSON.stringify(record)],
     // Not a model turn: `iteration` stays, so `max_iterations` counts turns only.
     hincr: { compactions: 1, ...usageIncrs },

@@ -27,9 +27,10 @@ export const SEGMENT_SIZES_KEPT = 16;
 export interface ApplyOps {
   /**
    * Applied first: the first `count` messages become a kept segment, `summary` (message JSON) their stand-in; the
-   * meta hash keeps the byte lengths of the newest `sizes` segments (`seg_bytes`: SEGMENT_SIZES_KEPT).
+   * meta hash keeps the byte lengths of the newest `sizes` segments (`seg_bytes`: SEGMENT_SIZES_KEPT), with whether
+   * each ends with a user turn (`ends_with_user`: engine/compaction.ts endsWithUserTurn of the messages moved).
    */
-  compact?: { count: number; at_iteration: number; summary: string; sizes: number };
+  compact?: { count: number; at_iteration: number; summary: string; sizes: number; ends_with_user?: boolean };
   trim_msgs?: number;
   lset_msgs?: Array<[number, string]>;
   push_msgs?: string[];

@@ -125,28 +125,38 @@ export const MAX_TURN_BYTES = 4 * 1024 * 1024;
 /** A stored message this large is decoded as a heavy step of its tenant's (tenant-turns.ts). */
 const HEAVY_MESSAGE_BYTES = 64 * 1024;
 
+/** What meta `seg_bytes` keeps of a segment (apply-7.lua `compact`); `endsWithUser` null when it does not say. */
+export interface SegmentSize {
+  bytes: number;
+  at_iteration: number;
+  endsWithUser: boolean | null;
+}
+
 /**
  * The byte lengths meta `seg_bytes` gives of a session's kept segments, with the record each one's compaction made
  * (segment index → bytes and `at_iteration`, as the segment's JSON has it), `segments` being how
- * many are kept: `<count> <bytes>,<at_iteration> …` (apply-7.lua `compact`), the entries for the segments just
- * below `count`, oldest first. Segments are only ever appended, so an entry names its segment whatever was pushed
+ * many are kept: `<count> <bytes>,<at_iteration>,<u|a> …` (apply-7.lua `compact`; `u`: the segment ends with a user
+ * turn), the entries for the segments just below `count`, oldest first. Segments are only ever appended, so an entry names its segment whatever was pushed
  * since (an older version's compaction keeps no entry: its segment has none). An entry of another form (`?`, an older
  * version's plain number, anything not a decimal), a count past the segments kept, or a field of another form gives
  * nothing: that segment's length is unknown, and a reader weighs it (segmentIfFits).
  */
-export function segmentSizes(
-  field: string | null,
-  segments: number,
-): Map<number, { bytes: number; at_iteration: number }> {
-  const sizes = new Map<number, { bytes: number; at_iteration: number }>();
+export function segmentSizes(field: string | null, segments: number): Map<number, SegmentSize> {
+  const sizes = new Map<number, SegmentSize>();
   const [head, ...entries] = (field ?? '').split(' ');
   if (head === undefined || !/^\d+$/.test(head)) return sizes;
   const count = Number(head);
   if (count > segments) return sizes;
   entries.forEach((e, j) => {
-    const m = /^(\d+),(\d+)$/.exec(e);
+    const m = /^(\d+),(\d+)(?:,([ua]))?$/.exec(e);
     const index = count - entries.length + j;
-    if (m && index >= 0) sizes.set(index, { bytes: Number(m[1]), at_iteration: Number(m[2]) });
+    if (m && index >= 0) {
+      sizes.set(index, {
+        bytes: Number(m[1]),
+        at_iteration: Number(m[2]),
+        endsWithUser: m[3] === undefined ? null : m[3] === 'u',
+      });
+    }
   });
   return sizes;
 }
@@ -385,7 +395,7 @@ export class SessionStore {
     history: StoredMessage[];
     base: number;
     segments: number;
-    sizes: Map<number, { bytes: number; at_iteration: number }>;
+    sizes: Map<number, SegmentSize>;
     replaced: { at: number; base: number | null };
   }> {
     const k = sessionKeys(id);

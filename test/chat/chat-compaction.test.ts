@@ -270,7 +270,14 @@ describe('chat history after compactions', { timeout: 120_000 }, () => {
   it("a compaction at a run's start, after a message merged into a results turn (or appended): the page and the resumed stream name the answer as the POST's start did", async () => {
     // `merged`: the first run stops at max_iterations after its tool step, so the history ends with the results turn
     // and the next message joins it; else it ends with an answer and the message is a turn of its own.
-    for (const merged of [true, false]) {
+    // `huge`: the first answer is 9 MiB, so the segment the compaction makes (the message included) is too large for
+    // the page to read: the page names the answer from what the compaction kept with the segment (it ends with a
+    // user turn), and starts with that answer.
+    for (const [merged, huge] of [
+      [true, false],
+      [false, false],
+      [false, true],
+    ] as const) {
       const script: Array<FakeReply | (() => Promise<FakeReply>)> = [];
       h.fake.setHandler(async (req, i) => {
         if (req.body.compaction) return offlineHandler(req, i);
@@ -294,6 +301,18 @@ describe('chat history after compactions', { timeout: 120_000 }, () => {
       await first;
       const idle = await h.api.waitStatus(id, 'idle');
       assert.equal(idle.stop_reason, merged ? 'max_iterations' : 'end_turn');
+      if (huge) {
+        const r = new Redis(h.redis.url);
+        try {
+          const answer = {
+            role: 'assistant',
+            content: [{ type: 'text', text: 'x'.repeat(9 * 1024 * 1024) }],
+          };
+          await r.lset(`s:{${id}}:m`, 1, JSON.stringify(answer));
+        } finally {
+          r.disconnect();
+        }
+      }
       // The policy compacts before the next run's first turn (the last turn's input passed it).
       const patched = await h.api.req('PATCH', `/v1/sessions/${id}`, {
         compaction: { at_input_tokens: 1 },
@@ -337,10 +356,16 @@ describe('chat history after compactions', { timeout: 120_000 }, () => {
       await h.api.waitStatus(id, 'idle');
       const live = chat.messages.at(-1)!;
       assert.equal(textOf(live), 'Second answer.');
-      assert.deepEqual(start, { type: 'start', messageId: live.id }, `merged: ${merged}`);
-      const page = await reload(id);
-      assert.deepEqual(view(page), view(chat.messages));
-      assert.equal(page.at(-1)!.id, live.id, `merged: ${merged}: the id the POST's start gave`);
+      assert.deepEqual(start, { type: 'start', messageId: live.id }, `merged: ${merged}, huge: ${huge}`);
+      const { page, sent } = await reloadWatched(id);
+      // Nothing of the segment is read when it is too large: the page is the answer alone (its question unread).
+      assert.deepEqual(view(page), huge ? [['assistant', 'Second answer.']] : view(chat.messages));
+      assert.ok(sent < 1024 * 1024, `${sent} bytes sent`);
+      assert.equal(
+        page.at(-1)!.id,
+        live.id,
+        `merged: ${merged}, huge: ${huge}: the id the POST's start gave`,
+      );
     }
     h.fake.setHandler(null);
   });
@@ -388,9 +413,9 @@ describe('chat history after compactions', { timeout: 120_000 }, () => {
   /**
    * Appends kept segments `ks` to session `id` as the compaction script writes them (each the summary before it, the
    * question `Question <k>.`, then `replies(k)`), grows `msg_base` by their messages and, with `lengths` `kept`, adds
-   * their entries to `seg_bytes` (the newest 16 kept, anchored by the segment count) as apply-7.lua does; `none`:
-   * as a version that kept no lengths wrote them (no `seg_bytes`); `untouched`: as a compaction of such a version
-   * run by a replica beside newer ones (`seg_bytes` left as it was).
+   * their entries to `seg_bytes` (the newest 16 kept, anchored by the segment count; each ends with a reply) as
+   * apply-7.lua does; `none`: as a version that kept no lengths wrote them (no `seg_bytes`); `untouched`: as a
+   * compaction of such a version run by a replica beside newer ones (`seg_bytes` left as it was).
    */
   async function keepSegments(
     id: string,
@@ -422,7 +447,7 @@ describe('chat history after compactions', { timeout: 120_000 }, () => {
         const [anchor, ...entries] = ((await r.hget(`s:{${id}}`, 'seg_bytes')) ?? '').split(' ');
         const kept = [
           ...(anchor === String(before) ? entries : []),
-          ...json.map((x, j) => `${Buffer.byteLength(x)},${ks[j]}`),
+          ...json.map((x, j) => `${Buffer.byteLength(x)},${ks[j]},a`),
         ].slice(-16);
         await r.hset(`s:{${id}}`, 'seg_bytes', [count, ...kept].join(' '));
       }
@@ -506,7 +531,7 @@ describe('chat history after compactions', { timeout: 120_000 }, () => {
         // The compaction script keeps the segment's byte length beside it.
         const kept = await r.lindexBuffer(`s:{${id}}:c`, 0);
         // The compaction script keeps the segment's byte length beside it, anchored by the segment count.
-        assert.match((await r.hget(`s:{${id}}`, 'seg_bytes'))!, new RegExp(`^1 ${kept!.length},\\d+$`));
+        assert.match((await r.hget(`s:{${id}}`, 'seg_bytes'))!, new RegExp(`^1 ${kept!.length},\\d+,a$`));
       } finally {
         r.disconnect();
       }
@@ -694,7 +719,7 @@ describe('chat history after compactions', { timeout: 120_000 }, () => {
         assert.deepEqual(view(read.page), only, field);
       }
       // Anchored by the count: segment 0's entry did not end below segment 2, so it was dropped.
-      assert.match(written, /^3 \d+,\d+$/);
+      assert.match(written, /^3 \d+,\d+,a$/);
     } finally {
       r.disconnect();
     }

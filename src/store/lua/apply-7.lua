@@ -19,8 +19,9 @@
 --         history move, as they are, into a new segment `{"at_iteration":n,"messages":[…]}` pushed to KEYS[7], and
 --         the summary message (JSON) takes their place; `msg_base` grows by `count`; the meta field `seg_bytes` keeps
 --         the byte lengths of the newest `sizes` segments, which a chat page reads before it reads a segment
---         (src/store/store.ts historySnapshot): `<segments> <bytes>,<at_iteration> …`, the number of segments kept
---         when it was written, then one entry per segment, oldest first, the last for segment `<segments>` - 1.
+--         (src/store/store.ts historySnapshot): `<segments> <bytes>,<at_iteration>,<u|a> …`, the number of
+--         segments kept when it was written, then one entry per segment, oldest first, the last for segment
+--         `<segments>` - 1; `u` when its messages end with a user turn (`ends_with_user`), else `a`.
 --         `count_once` `[[field, {counter: n}]…]`: each entry's counters are added only if `field` was not set, and
 --         it is set (a sub-agent's usage under `cb:<child id>`, the mark child-usage-1.lua sets too).
 -- ARGV[3] most events kept  ARGV[4] pub/sub channel of the notice of the events written (includes/notice.lua)
@@ -105,9 +106,11 @@ local function compact(c)
   local entries = {}
   local anchor, tail = string.match(redis.call('HGET', meta, 'seg_bytes') or '', '^(%d+)(.*)$')
   if tonumber(anchor) == count - 1 then
-    for e in string.gmatch(tail, '%S+') do entries[#entries + 1] = string.match(e, '^%d+,%d+$') and e or '?' end
+    for e in string.gmatch(tail, '%S+') do
+      entries[#entries + 1] = (string.match(e, '^%d+,%d+,[ua]$') or string.match(e, '^%d+,%d+$')) and e or '?'
+    end
   end
-  entries[#entries + 1] = #segment .. ',' .. c.at_iteration
+  entries[#entries + 1] = #segment .. ',' .. c.at_iteration .. ',' .. (c.ends_with_user and 'u' or 'a')
   redis.call('HSET', meta, 'seg_bytes',
     count .. ' ' .. table.concat(entries, ' ', math.max(1, #entries - (c.sizes or 16) + 1), #entries))
   redis.call('DEL', KEYS[2])
