@@ -148,14 +148,15 @@ export class HttpToolCaller {
     stop: AbortController,
   ): Promise<void> {
     const { queue } = this.o;
-    const s = await this.o.store.load(rec.session);
-    const def = s?.tenant === rec.tenant ? s.tenantTools[rec.name] : undefined;
+    let s = await this.o.store.load(rec.session);
     // Called only while its session waits for it: not once it was cancelled (or answered otherwise), here at each
-    // try after a failed one as at the first.
+    // try after a failed one as at the first. Unless a run queued it again since its claim (resumed, answered: the
+    // cancel is refused, service.ts `cancelled`), read then with its session as it is now.
     if (!s || !awaits(s, rec)) {
-      await queue.settle(rec.tenant, rec.call, 'cancelled');
-      return;
+      if (await queue.cancelUnlessWanted(rec)) return;
+      s = await this.o.store.load(rec.session);
     }
+    const def = s?.tenant === rec.tenant ? s.tenantTools[rec.name] : undefined;
     // The session waits, but its copy of the tool has no URL to call any more (a PATCH naming the tool copied it
     // anew, as a worker tool, while this call waited): the call is answered with an error, so the session goes on
     // (settled as cancelled, it would wait for ever: nothing else answers a call of the `~http` queue).
@@ -263,8 +264,9 @@ export class HttpToolCaller {
     }
     const s = await this.o.store.load(rec.session);
     if (finished() || (s && awaits(s, rec))) return;
+    // Queued again by a run since the heartbeat read the record: awaited after all, the try goes on.
+    if (!(await this.o.queue.cancelUnlessWanted(r))) return;
     stop.abort();
-    await this.o.queue.settle(rec.tenant, rec.call, 'cancelled');
     this.o.metrics.toolTasks.inc({ event: 'cancelled' });
   }
 }

@@ -185,7 +185,10 @@ export class ToolTasks {
     }
   }
 
-  /** One claim: the calls offered whose session still waits for them (the others are settled). */
+  /**
+   * One claim: the calls offered whose session still waits for them (the others are cancelled; one queued again by a
+   * run meanwhile is given out all the same: `cancelled`).
+   */
   private async claimOnce(
     tenant: string,
     body: { tools: string[]; max: number; worker_id: string },
@@ -194,14 +197,11 @@ export class ToolTasks {
     const out: ClaimedTask[] = [];
     const started: Array<Promise<void>> = [];
     for (const { rec, input, owed } of got) {
-      if (await this.stillAwaited(rec)) {
+      if ((await this.stillAwaited(rec)) || !(await this.cancelled(rec))) {
         out.push(claimedTask(rec, input, this.o.queue.leaseMs));
         this.o.metrics.toolTasks.inc({ event: 'claimed' });
         this.o.metrics.toolTaskClaimLatency.observe(claimWaitSeconds(rec, this.o.queue.leaseMs));
         started.push(this.logStarted(rec, input, rec.worker, owed));
-      } else {
-        await this.o.queue.settle(tenant, rec.call, 'cancelled');
-        this.o.metrics.toolTasks.inc({ event: 'cancelled' });
       }
     }
     // Before the worker has its tasks: each `tool.started` is in its session's log ahead of the result the worker
@@ -263,9 +263,8 @@ export class ToolTasks {
     if (r !== 'lost') return refusal(r, id);
     const rec = await this.o.queue.offerRecord(tenant, id);
     const open = rec?.state === 'queued' || rec?.state === 'leased';
-    if (!rec || !open || (await this.stillAwaited(rec))) return refusal(r, id);
-    await this.o.queue.settle(tenant, rec.call, 'cancelled');
-    this.o.metrics.toolTasks.inc({ event: 'cancelled' });
+    if (!rec || !open || (await this.stillAwaited(rec)) || !(await this.cancelled(rec)))
+      return refusal(r, id);
     return refusal('cancelled', id);
   }
 
@@ -273,6 +272,18 @@ export class ToolTasks {
   private async stillAwaited(rec: TaskRecord): Promise<boolean> {
     const s = await this.o.deps.store.load(rec.session);
     return s !== null && awaits(s, rec);
+  }
+
+  /**
+   * Settles `rec`'s call as cancelled, its session read (after `rec`) not awaiting it, unless a run queued it again
+   * since `rec` was read (TaskQueue `cancelUnlessWanted`): a session resumed (answered, sent a message) between that
+   * read and this settle has its run parked on the task, which then stays out, and the caller takes the call as
+   * awaited. False then. Every "not awaited" cancel of this file goes through here.
+   */
+  private async cancelled(rec: TaskRecord): Promise<boolean> {
+    if (!(await this.o.queue.cancelUnlessWanted(rec))) return false;
+    this.o.metrics.toolTasks.inc({ event: 'cancelled' });
+    return true;
   }
 
   private noteWorker(id: string): void {
@@ -301,11 +312,7 @@ export class ToolTasks {
     if (typeof rec === 'string') throw await this.refuse(tenant, id, rec);
     this.noteWorker(rec.worker);
     // A session that no longer waits for the call: the worker is to stop, and the call will not be offered again.
-    if (!(await this.stillAwaited(rec))) {
-      await this.o.queue.settle(tenant, rec.call, 'cancelled');
-      this.o.metrics.toolTasks.inc({ event: 'cancelled' });
-      throw refusal('cancelled', id);
-    }
+    if (!(await this.stillAwaited(rec)) && (await this.cancelled(rec))) throw refusal('cancelled', id);
     await this.o.queue.seen(tenant, [rec.name], rec.worker);
     return { lease_expires_at: new Date(rec.lease).toISOString(), lease_ms: this.o.queue.leaseMs };
   }
@@ -332,8 +339,23 @@ export class ToolTasks {
     if (outcome === 'cancelled') throw refusal('cancelled', id);
   }
 
-  /** Delivers a completed call's result to its session, then settles it. */
+  /**
+   * Delivers a completed call's result to its session, then settles it. A call found not awaited is cancelled,
+   * unless a run queued it again since its record was read (`cancelled`): the session waits for it after all, and
+   * the delivery is made again from a new read (a few times at most; then the sweep's, which delivers results left).
+   */
   async deliver(tenant: string, call: string): Promise<'delivered' | 'cancelled' | 'gone'> {
+    for (let i = 0; i < 3; i++) {
+      const got = await this.deliverOnce(tenant, call);
+      if (got !== 'wanted') return got;
+    }
+    return 'gone';
+  }
+
+  private async deliverOnce(
+    tenant: string,
+    call: string,
+  ): Promise<'delivered' | 'cancelled' | 'gone' | 'wanted'> {
     const got = await this.o.queue.record(tenant, call);
     if (!got || !got.result) return 'gone';
     const { rec, result } = got;
@@ -377,8 +399,7 @@ export class ToolTasks {
     } catch (err) {
       if (err instanceof AlreadyDelivered) return this.settleDelivered(tenant, rec, call, runs);
       if (!(err instanceof NotAwaited || err instanceof NotFound)) throw err;
-      await this.o.queue.settle(tenant, call, 'cancelled');
-      return 'cancelled';
+      return (await this.cancelled(rec)) ? 'cancelled' : 'wanted';
     }
     return this.settleDelivered(tenant, rec, call, runs);
   }

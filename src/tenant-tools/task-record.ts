@@ -37,6 +37,11 @@ export interface TaskRecord {
   lease: number;
   /** When the sweep failed the call past its deadline (`timeout_ms`), Redis's clock; absent otherwise. */
   timed_out_at?: number;
+  /**
+   * How many times a run queued the call again while it was out (enqueue-6.lua answered `known`): a run that parks
+   * on it. A cancel decided from a read of the session made before is refused (TaskQueue `cancelUnlessWanted`).
+   */
+  wanted?: number;
 }
 
 /**

@@ -289,8 +289,28 @@ export class TaskQueue {
    * leased is published on the tenant's stop channel (its try is aborted where it runs: http-stops.ts).
    */
   async settle(tenant: string, call: string, state: 'delivered' | 'cancelled'): Promise<void> {
+    await this.settleIf(tenant, call, state, '');
+  }
+
+  /**
+   * Cancels `rec`'s call, found not awaited by a read of its session made after `rec` was read, unless a run queued
+   * the call again since `rec` was read (its `wanted` moved, enqueue-6.lua): that run's session waits for the call
+   * (it was written so after the read), and its run parks on the task, which must stay out. Without this, a session
+   * resumed between the read and the cancel (or answered, or sent a message) parked for good on a task cancelled
+   * under it. False when refused: the caller takes the call as awaited. One script, as `settle`.
+   */
+  async cancelUnlessWanted(rec: TaskRecord): Promise<boolean> {
+    return (await this.settleIf(rec.tenant, rec.call, 'cancelled', String(rec.wanted ?? 0))) !== 2;
+  }
+
+  private async settleIf(
+    tenant: string,
+    call: string,
+    state: 'delivered' | 'cancelled',
+    wanted: string,
+  ): Promise<number> {
     const k = keyList(tenant);
-    await this.redis.ttSettle(
+    return this.redis.ttSettle(
       k.calls,
       k.inputs,
       k.results,
@@ -303,6 +323,7 @@ export class TaskQueue {
       state,
       TOMBSTONE_MS,
       channelName(this.redis, stopChannel(tenant)),
+      wanted,
     );
   }
 

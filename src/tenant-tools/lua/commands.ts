@@ -29,7 +29,7 @@ declare module 'ioredis' {
       name: string,
       ifMatch: string,
     ): Result<[outcome: number, revision: number], Context>;
-    /** enqueue-6.lua: 1 queued, 0 known already, -1 the tenant's queue is full. */
+    /** enqueue-6.lua: 1 queued, 0 known already (counted in its `wanted`), 2 settled, -1 the tenant's queue is full. */
     ttEnqueue(
       ...args: [
         ...keys: Keys<6>,
@@ -60,9 +60,16 @@ declare module 'ioredis' {
     ttRelease(
       ...args: [...keys: Keys<7>, offer: string, delayMs: number, error: string]
     ): Result<string[], Context>;
-    /** settle-8.lua: 1 when the call was known. */
+    /** settle-8.lua: 1 when the call was known, 2 a cancel refused (queued again since `wanted`), 0 unknown. */
     ttSettle(
-      ...args: [...keys: Keys<8>, call: string, state: string, gcAfterMs: number, stopChannel: string]
+      ...args: [
+        ...keys: Keys<8>,
+        call: string,
+        state: string,
+        gcAfterMs: number,
+        stopChannel: string,
+        wanted: string,
+      ]
     ): Result<number, Context>;
     /** sweep-10.lua: Redis's now, next due, live then gc (ms, -1: none), then kind, record pairs. */
     ttSweep(

@@ -9,12 +9,16 @@
 -- of Redis's clock (includes/now.lua).
 -- Returns 1 queued, 0 known already (still out: queued, leased, or its result not delivered yet), 2 known and settled,
 -- -1 the tenant's queue is full.
+-- A call known and still out counts the run waiting on it in its record's `wanted`: a cancel decided from an older
+-- read of the session (settle-8.lua's ARGV[5]) is refused, so a run parked on the task is not left without it.
 --- @include "includes/queue-key"
 --- @include "includes/now"
 local known = redis.call('HGET', KEYS[1], ARGV[1])
 if known then
-  local state = cjson.decode(known).state
-  if state == 'delivered' or state == 'cancelled' then return 2 end
+  local rec = cjson.decode(known)
+  if rec.state == 'delivered' or rec.state == 'cancelled' then return 2 end
+  rec.wanted = (tonumber(rec.wanted) or 0) + 1
+  redis.call('HSET', KEYS[1], ARGV[1], cjson.encode(rec))
   return 0
 end
 local n = redis.call('ZCARD', KEYS[3]) + redis.call('ZCARD', KEYS[5]) + redis.call('ZCARD', KEYS[6])

@@ -1,0 +1,120 @@
+/**
+ * A tenant tool's task is cancelled when its session no longer waits for it, and kept while it does, whatever lands
+ * between the read that decides and the write that cancels:
+ * - a claim (or heartbeat, result, refusal) reads the session `failed` and cancels the task: a `resume` between that
+ *   read and the cancel makes a run that queues the call again (`known`: still leased) and parks on it. The cancel
+ *   must not take the task from under that run (it would wait for good: nothing offered, nothing to wake it).
+ * - a cancel of a run that holds its lease while a task queued at `requires_action` is out: the task leaves the
+ *   queue with the cancel, as a cancel without a live run does (docs/API.md §7.5).
+ * Each case holds one write at a gate (a wrapped method) until the other side has happened: no timing.
+ */
+import { after, before, beforeEach, describe, it } from 'node:test';
+import assert from 'node:assert/strict';
+import { text, toolCalls, toolUse } from '../fake/script.js';
+import { startHarness, type Api, type Harness } from '../helpers/service.js';
+
+const workerTool = {
+  description: 'Check the stock of an item in the tenant’s warehouse.',
+  input_schema: { type: 'object', properties: { item: { type: 'string' } } },
+  runner: { type: 'worker' },
+};
+
+/** A promise and what settles it. */
+function gate(): { wait: Promise<void>; open: () => void } {
+  let open!: () => void;
+  const wait = new Promise<void>((r) => (open = r));
+  return { wait, open };
+}
+
+describe('a tool task cancelled while its session moves on', { timeout: 240_000 }, () => {
+  let h: Harness;
+  let a: Api;
+  before(async () => {
+    h = await startHarness({ env: { API_KEYS: 'acme:key-a', TOOL_TASK_LEASE_MS: '3000' } });
+    a = h.api;
+    assert.equal((await a.req('PUT', '/v1/tools/stock_check', workerTool)).status, 201);
+  });
+  after(async () => h?.close());
+  beforeEach(() => h.fake.reset());
+
+  it('a session resumed while a claim cancels its task gets the task, not a park for good', async () => {
+    h.fake.enqueue(
+      toolCalls([toolUse('stock_check', { item: 'hats' }, 'toolu_w')]),
+      text('Hats are in stock.'),
+    );
+    const store = h.service.app.store as any;
+    const end = store.runs.end;
+    let failOnce = true;
+    let parked: (() => void) | null = null;
+    // The first run fails after queueing its task (its park's `runs.end` throws once); the resumed run's park is
+    // the moment the claim's cancel is let go.
+    store.runs.end = async function (this: unknown, of: unknown, ...rest: unknown[]) {
+      if (typeof of === 'string' && failOnce) {
+        failOnce = false;
+        throw new Error('injected: the run fails after queueing its task');
+      }
+      const done = await end.call(this, of, ...rest);
+      if (typeof of === 'string' && parked) parked();
+      return done;
+    };
+    const id = (await a.post('/v1/sessions', { input: 'Hats?', tools: ['stock_check'] })).body.id as string;
+    try {
+      assert.equal((await a.waitStatus(id, ['requires_action', 'idle', 'failed'])).status, 'failed');
+
+      // The claim reads the session `failed` and cancels the task: that cancel (the settle script) is held.
+      const redis = (h.service.app as any).toolTasks.queue.redis;
+      const settle = redis.ttSettle;
+      const atCancel = gate();
+      const letGo = gate();
+      redis.ttSettle = async function (this: unknown, ...args: unknown[]) {
+        if (args[9] === 'cancelled') {
+          atCancel.open();
+          await letGo.wait;
+        }
+        return settle.apply(this, args);
+      };
+      const resumedParked = gate();
+      try {
+        const claiming = a.post('/v1/tool-tasks/claim', {
+          tools: ['stock_check'],
+          wait_ms: 0,
+          worker_id: 'w',
+        });
+        await atCancel.wait;
+        // Resumed now: its run queues the call (still leased: `known`) and parks on it.
+        parked = resumedParked.open;
+        assert.equal((await a.post(`/v1/sessions/${id}/resume`)).status, 202);
+        await resumedParked.wait;
+        letGo.open();
+        const held = await claiming;
+        assert.equal(held.status, 200, JSON.stringify(held.body));
+        // The held claim gives the task out (the session waits for it again); else a claim after it is offered it.
+        let task = (held.body.tasks as any[])[0];
+        if (!task) {
+          const c = await a.post('/v1/tool-tasks/claim', {
+            tools: ['stock_check'],
+            wait_ms: 5000,
+            worker_id: 'w2',
+          });
+          task = (c.body.tasks as any[])[0];
+        }
+        const now = (await a.get(`/v1/sessions/${id}`)).body;
+        assert.ok(task, `the resumed session waits for a task no one is offered: status ${now.status}`);
+        const r = await a.post(`/v1/tool-tasks/${task.id}/result`, { content: 'in stock: 7' });
+        assert.equal(r.status, 200, JSON.stringify(r.body));
+      } finally {
+        redis.ttSettle = settle;
+      }
+      const done = await a.waitStatus(id, ['idle', 'failed']);
+      assert.equal(done.status, 'idle', JSON.stringify(done));
+      const sent = h.fake.requests.at(-1)!.messages.at(-1)!.content as any[];
+      assert.deepEqual(
+        sent.filter((b: any) => b.type === 'tool_result').map((b: any) => [b.tool_use_id, b.content]),
+        [['toolu_w', 'in stock: 7']],
+      );
+    } finally {
+      store.runs.end = end;
+      parked = null;
+    }
+  });
+});
