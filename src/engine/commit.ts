@@ -16,6 +16,8 @@ import { interruptedResult } from './policy.js';
 import type { EngineLogger, RunDeps, RunHandle } from './run-handle.js';
 import { statusEvent } from './status.js';
 import { eventAtRevision, eventOf } from '../events/schemas.js';
+import { taskCallId } from '../tenant-tools/task-record.js';
+import type { TaskQueue } from '../tenant-tools/tasks.js';
 
 /** A commit whose answer was lost was applied after all (see `applyThroughOutage`). */
 export class CommitLanded extends Error {
@@ -333,9 +335,29 @@ export async function cancelSession(
   );
 }
 
-/** The run's own cancel (its loop's top): `cancelSession` under its fence, billing what the run has unbilled. */
+/**
+ * The run's own cancel (its loop's top): `cancelSession` under its fence, billing what the run has unbilled; the
+ * step's tool tasks still out (queued while the step waited for the client) leave the queue (`dropStepTasks`).
+ */
 export async function cancelOwnRun(deps: RunDeps, run: RunHandle, state: SessionState): Promise<void> {
   const hincr = run.unbilled ?? undefined;
   await cancelSession(deps.store, state, { fence: run.fence }, hincr);
   if (hincr) await billed(deps, run, { hincr });
+  await dropStepTasks(deps.tasks, state);
+}
+
+/**
+ * The tool tasks of `s`'s pending step (as read before a write that dropped or replaced it) still out leave the
+ * queue (sessions/control.ts `dropTasks`, which says why). Best effort.
+ */
+export async function dropStepTasks(
+  tasks: Pick<TaskQueue, 'settle'> | undefined,
+  s: SessionState,
+): Promise<void> {
+  if (!tasks || !s.pending) return;
+  await Promise.all(
+    outstandingTasks(s.pending).map((c) =>
+      tasks.settle(s.tenant, taskCallId(s.id, c.id, c.round ?? 0), 'cancelled').catch(() => {}),
+    ),
+  );
 }

@@ -1,15 +1,14 @@
 import type { z } from 'zod';
 import { assertBudgetLeft } from '../engine/budget.js';
 import { assertFixedMarks } from '../engine/cache-breakpoints.js';
-import { cancelSession } from '../engine/commit.js';
-import { taskCallId } from '../tenant-tools/task-record.js';
+import { cancelSession, dropStepTasks } from '../engine/commit.js';
 import { InvalidRequest, InvalidStatus, conflict } from '../errors.js';
 import { isAgentTool, type patchSessionBody, type retryBody } from '../schemas.js';
 import { childSessionId } from '../agents/waiting.js';
 import { checkCompactionParams, checkEditWithPending } from './compact.js';
 import { assertAgentsPriced } from './agents-priced.js';
 import { checkActionTimeout, checkToolChoice } from './create.js';
-import { clearResult, outstandingTasks } from '../store/pending.js';
+import { clearResult } from '../store/pending.js';
 import { metadataPairs } from '../store/metadata-index.js';
 import { isOutOfMemory } from '../store/unavailable.js';
 import { encodeFields, recordCount, type SessionState } from '../store/session-state.js';
@@ -219,12 +218,19 @@ export async function cancelRun(
     tenant,
   );
   await store.publishControl(id, 'cancel');
-  // The owner aborts the turn and commits the cancel; wait a bounded time so most callers see the result.
+  // The owner aborts the turn and commits the cancel; wait a bounded time so most callers see the result. The
+  // step's tasks still out (queued while it waited for the client) leave the queue with it: the owner drops those
+  // of the step it cancels (cancelOwnRun); those of the step read here are dropped once the cancel is seen, so they
+  // are gone when it is answered (and after the cancel committed here, of the step it cancelled).
   for (let i = 0; i < 100; i++) {
     const cur = await store.loadFor(tenant, id);
-    if (cur.status !== 'running') return { state: cur, queued: false };
+    if (cur.status !== 'running') {
+      await dropTasks(deps, s);
+      return { state: cur, queued: false };
+    }
     if (i > 20 && !(await store.runs.leaseHolder(id))) {
       await cancelSession(store, cur, {}).catch(() => {});
+      await dropTasks(deps, cur);
     }
     await new Promise((r) => setTimeout(r, 30));
   }
@@ -240,13 +246,7 @@ export async function cancelRun(
  * dropped at its claim, as before.
  */
 export async function dropTasks(deps: SessionDeps, s: SessionState): Promise<void> {
-  if (!deps.tasks || !s.pending) return;
-  const { tasks } = deps;
-  await Promise.all(
-    outstandingTasks(s.pending).map((c) =>
-      tasks.settle(s.tenant, taskCallId(s.id, c.id, c.round ?? 0), 'cancelled').catch(() => {}),
-    ),
-  );
+  await dropStepTasks(deps.tasks, s);
 }
 
 /** Runs a failed session again from where it failed (a failed tool step's failed server calls run anew). */

@@ -117,4 +117,70 @@ describe('a tool task cancelled while its session moves on', { timeout: 240_000 
       parked = null;
     }
   });
+
+  it('a cancel of a run holding its lease drops the task queued while the client was asked', async () => {
+    h.fake.enqueue(
+      toolCalls([
+        toolUse('calculate_sum', { a: 40, b: 2 }, 'toolu_sum'),
+        toolUse('stock_check', { item: 'hats' }, 'toolu_hats'),
+      ]),
+      text('Done.'),
+    );
+    const id = (
+      await a.post('/v1/sessions', {
+        input: 'Sum and hats?',
+        tools: ['calculate_sum', 'stock_check'],
+        approval: ['calculate_sum'],
+      })
+    ).body.id as string;
+    assert.equal((await a.waitStatus(id, ['requires_action', 'idle', 'failed'])).status, 'requires_action');
+    const queue = (h.service.app as any).toolTasks.queue;
+    const call = `${id}:toolu_hats#0`;
+    assert.equal((await queue.record('acme', call))?.rec.state, 'queued');
+    const store = h.service.app.store as any;
+    const apply = store.apply;
+    const publish = store.publishControl;
+    const atStarted = gate();
+    const asked = gate();
+    const letGo = gate();
+    // The approved server call "runs" (its `tool.started` write held) while the cancel asks the run to stop.
+    store.apply = async function (this: unknown, sid: string, guard: any, ops: any, ...rest: unknown[]) {
+      if (sid === id && guard?.fence && (ops.events ?? []).some((e: string[]) => e[0] === 'tool.started')) {
+        atStarted.open();
+        await letGo.wait;
+      }
+      return apply.call(this, sid, guard, ops, ...rest);
+    };
+    store.publishControl = async function (this: unknown, sid: string, ...rest: unknown[]) {
+      const r = await publish.call(this, sid, ...rest);
+      if (sid === id) asked.open();
+      return r;
+    };
+    try {
+      assert.equal(
+        (await a.post(`/v1/sessions/${id}/tool-calls/toolu_sum`, { decision: 'approve' })).status,
+        202,
+      );
+      await atStarted.wait;
+      assert.equal(await store.runs.leaseHolder(id).then(Boolean), true);
+      const cancelling = a.post(`/v1/sessions/${id}/cancel`);
+      await asked.wait;
+      letGo.open();
+      const c = await cancelling;
+      assert.equal(c.status, 200, JSON.stringify(c.body));
+      assert.equal(c.body.status, 'idle', JSON.stringify(c.body));
+    } finally {
+      store.apply = apply;
+      store.publishControl = publish;
+    }
+    assert.equal((await queue.record('acme', call))?.rec.state, 'cancelled');
+    assert.deepEqual(await claimed(a), []);
+  });
 });
+
+/** The stock_check tasks offered now. */
+async function claimed(api: Api): Promise<unknown[]> {
+  const c = await api.post('/v1/tool-tasks/claim', { tools: ['stock_check'], wait_ms: 0, worker_id: 'w3' });
+  assert.equal(c.status, 200, JSON.stringify(c.body));
+  return c.body.tasks as unknown[];
+}
