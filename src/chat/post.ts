@@ -121,19 +121,25 @@ export async function postAnswers(
   after: string,
 ): Promise<Posted> {
   let result: MutationResult | undefined;
+  // The reads the request's writes were planned from, each after the stream's cursor (`after`) was read.
+  const reads: SessionState[] = [];
+  const note = (r: MutationResult) => {
+    if (r.read) reads.push(r.read);
+    return r;
+  };
   const decisions = decisionsOf(last.parts, requiredAction(s.status, s.pending));
   const early = decisions.length ? resultsOf(last.parts, clientCallsAwaiting(s)) : [];
   if (decisions.length) p.need('decide');
   const approved = new Set(decisions.flatMap((d) => (d.body.decision === 'approve' ? [d.toolUseId] : [])));
   if (decisions.length && resultsOf(last.parts, clientCallsAwaiting(s, approved)).length) p.need('results');
-  if (early.length) result = await submitResults(p.deps, p.tenant, s.id, early, true);
+  if (early.length) result = note(await submitResults(p.deps, p.tenant, s.id, early, true));
   for (const d of decisions)
-    result = await decide(p.deps, p.tenant, s.id, d.toolUseId, d.body, undefined, p.by);
+    result = note(await decide(p.deps, p.tenant, s.id, d.toolUseId, d.body, undefined, p.by));
   const now = result?.state ?? s;
   const results = resultsOf(last.parts, clientCallsAwaiting(now));
   if (results.length) {
     p.need('results');
-    result = await submitResults(p.deps, p.tenant, s.id, results, true);
+    result = note(await submitResults(p.deps, p.tenant, s.id, results, true));
   }
   if (!result)
     throw badRequest(
@@ -141,7 +147,7 @@ export async function postAnswers(
     );
   const { state } = result;
   const known = toolCallIdsOf(last.parts);
-  const delivered = deliveredMeanwhile([s, state], answeredCallIdsOf(last.parts));
+  const delivered = deliveredMeanwhile([s, ...reads, state], answeredCallIdsOf(last.parts));
   return {
     after,
     revision: state.revision,
@@ -155,11 +161,14 @@ export async function postAnswers(
 
 /**
  * The results of tenant tool calls (tool tasks) on the pending step of `states` (the session as the request first
- * read it, and after its writes) that the client's message does not show (`shown`): a task queued while the client
- * was asked (src/engine/tool-step.ts) whose result came after the stream that asked had ended. Its `tool.completed`
- * is in the log before the answer's cursor, so the answer would never show it. From the request's first read: the
- * step may be gone from the second (the run it started wrote the results). A result delivered after the cursor was
- * read is in the second one too, and in the stream: the translator shows it once (chunks.ts).
+ * read it, as each of its writes was planned from, and after them) that the client's message does not show
+ * (`shown`): a task queued while the client was asked (src/engine/tool-step.ts) whose result came after the stream
+ * that asked had ended. Its `tool.completed` is in the log before the answer's cursor, so the answer would never show
+ * it. The request's first read comes before the cursor's, so a result delivered between the two is not in it; the
+ * reads its writes were planned from (`MutationResult.read`) come after the cursor and before the run the last write
+ * starts, so the step is whole in them and every result delivered before the cursor is there (the session after the
+ * writes may have lost the step already: the run wrote the results). A result delivered after the cursor was read
+ * is in the stream too: the translator shows it once (chunks.ts).
  */
 function deliveredMeanwhile(states: SessionState[], shown: ReadonlySet<string>): DeliveredResult[] {
   const out = new Map<string, DeliveredResult>();

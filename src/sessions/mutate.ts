@@ -37,6 +37,12 @@ export interface SessionDeps {
 
 export interface MutationResult {
   state: SessionState;
+  /**
+   * The session as the change was worked out from: the read its write was guarded by (absent on a replay). A caller
+   * that read something before the mutation (the chat's stream cursor) knows this read came after it, and before
+   * any run the write started could change the session.
+   */
+  read?: SessionState;
   /** Work was queued (a run started or a follow-up waits): the route answers 202. */
   queued: boolean;
   /** The request's change was made before, by a request of the same Idempotency-Key whose answer was lost. */
@@ -142,7 +148,7 @@ export async function mutate(
         if (!isOutOfMemory(err)) throw err;
       });
     const state = await store.loadFor(tenant, id);
-    return { state, queued: Boolean(p.starts || p.queued) };
+    return { state, read: s, queued: Boolean(p.starts || p.queued) };
   }
 }
 

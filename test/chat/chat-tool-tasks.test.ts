@@ -3,7 +3,9 @@
  * the client is asked, and its result may be delivered once the chat's answer has ended at `requires_action`. The
  * stream that answers the client's tool output shows it (`tool-output-available` for the worker's call, which the
  * client's message holds without an output), so the `Chat`'s message has every output the model got; a keyed replay
- * of that answer shows it again; a client that has it already is not sent it twice.
+ * of that answer shows it again; a client that has it already is not sent it twice. A result delivered between the
+ * request's read of the session and its read of the stream's cursor, whose step the run it starts has written before
+ * the request reads the session again, is shown too (from the read the request's write was planned from).
  */
 import { after, before, beforeEach, describe, it } from 'node:test';
 import assert from 'node:assert/strict';
@@ -84,6 +86,73 @@ describe(
       assert.equal(worker?.state, 'output-available', JSON.stringify(message.parts));
       assert.equal(worker.output, 'in stock: 3');
       assert.ok(message.parts.some((p) => p.type === 'text' && p.text === 'Size 42 boots are in stock.'));
+    });
+
+    it('a result delivered between the request’s read of the session and of the stream’s cursor is shown', async () => {
+      const api = h.api.as(KEY);
+      const id = (await api.post('/v1/sessions', { start: false, tools: [askUser, 'stock_check'] })).body
+        .id as string;
+      let answer!: () => void;
+      const modelGate = new Promise<void>((r) => (answer = r));
+      h.fake.enqueue(
+        toolCalls([
+          toolUse('ask_user', { q: 'Which size?' }, 'toolu_c4'),
+          toolUse('stock_check', { item: 'boots' }, 'toolu_w4'),
+        ]),
+        { ...text('Size 44 boots are in stock.'), gate: modelGate },
+      );
+      const chat = new PlainChat({ id, transport: chatTransport(h.service.url, KEY) });
+      const first = chat.nextFinish();
+      await chat.sendMessage({ text: 'Boots?' });
+      await first;
+      assert.equal((await api.waitStatus(id, 'requires_action')).status, 'requires_action');
+      const claimed = await api.post('/v1/tool-tasks/claim', { tools: ['stock_check'], wait_ms: 5000 });
+      assert.equal(claimed.body.tasks.length, 1, JSON.stringify(claimed.body));
+      const task = claimed.body.tasks[0];
+
+      // The worker's result lands as the chat request reads the log's newest id (after its read of the session);
+      // the session as the request's write leaves it is read once the run it started has sent the results to the
+      // model (its step is gone), whose answer waits until then.
+      const log = (h.service.app as any).eventsHub.eventLog;
+      const lastId = log.lastId;
+      const store = h.service.app.store as any;
+      const loadFor = store.loadFor;
+      let delivered = false;
+      let reads = -1;
+      log.lastId = async function (this: unknown, sid: string, ...rest: unknown[]) {
+        if (sid === id && !delivered) {
+          delivered = true;
+          const r = await api.post(`/v1/tool-tasks/${task.id}/result`, { content: 'in stock: 4' });
+          assert.equal(r.status, 200, JSON.stringify(r.body));
+          reads = 0;
+        }
+        return lastId.call(this, sid, ...rest);
+      };
+      store.loadFor = async function (this: unknown, tenant: string, sid: string, ...rest: unknown[]) {
+        // The first read after the cursor is the write's own; the second, the session after it.
+        if (sid === id && reads >= 0 && reads < 2 && ++reads === 2) {
+          await h.fake.waitForRequests(2, 10_000);
+          const after = await loadFor.call(this, tenant, sid, ...rest);
+          answer();
+          return after;
+        }
+        return loadFor.call(this, tenant, sid, ...rest);
+      };
+      try {
+        await chat.addToolOutput({ tool: 'ask_user', toolCallId: 'toolu_c4', output: '44' } as never);
+        const second = chat.nextFinish();
+        await chat.sendMessage();
+        const message = await second;
+        assert.equal(reads, 2, 'the request read the session twice after its cursor');
+        const worker = partOf(message, 'toolu_w4');
+        assert.equal(worker?.state, 'output-available', JSON.stringify(message.parts));
+        assert.equal(worker.output, 'in stock: 4');
+        assert.ok(message.parts.some((p) => p.type === 'text' && p.text === 'Size 44 boots are in stock.'));
+      } finally {
+        answer();
+        log.lastId = lastId;
+        store.loadFor = loadFor;
+      }
     });
 
     it('a keyed replay of that answer shows it again; a message that has the output is not sent it', async () => {
