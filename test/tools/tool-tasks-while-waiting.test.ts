@@ -278,8 +278,26 @@ describe('tool tasks while the session waits for its client', { timeout: 240_000
   });
 
   it('on_action_timeout fail cancels the task; resume queues the call anew', async () => {
-    const id = await mixedSession({ action_timeout_s: 1, on_action_timeout: 'fail' });
-    const task = await claimOne(a, 'stock_check');
+    // Claimed as it is queued (before the run writes requires_action, when the deadline starts), so the claim never
+    // races the 1 s deadline, however busy the machine.
+    const claiming = claimOne(a, 'stock_check');
+    h.fake.enqueue(
+      toolCalls([
+        toolUse('ask_user', { q: 'Which size?' }, 'toolu_client'),
+        toolUse('stock_check', { item: 'boots' }, 'toolu_worker'),
+      ]),
+      text('Boots in size 42 are in stock.'),
+    );
+    const created = await a.post('/v1/sessions', {
+      input: 'Do you have boots?',
+      tools: [askUser, 'stock_check'],
+      action_timeout_s: 1,
+      on_action_timeout: 'fail',
+    });
+    assert.equal(created.status, 201, JSON.stringify(created.body));
+    const id = created.body.id as string;
+    const task = await claiming;
+    assert.equal(task.session_id, id);
     const failed = await a.waitStatus(id, ['failed', 'idle'], 20_000);
     assert.equal(failed.status, 'failed');
     assert.equal(failed.error.code, 'action_timed_out');
