@@ -83,8 +83,9 @@ const agentsOf = (state: SessionState): Set<string> =>
   new Set(state.tools.filter(isAgentTool).map((t) => t.name));
 
 /**
- * Most bytes of a status, and of the results shown first, a chat answer's idempotency record keeps (a replay of a
- * larger status says the status then; larger results are not shown again).
+ * Most bytes (UTF-8 JSON) of a status and the results shown first, together, a chat answer's idempotency record
+ * keeps (a replay of a larger status says the status then; results that do not fit beside the status kept are not
+ * shown again).
  */
 const KEPT_STATUS_BYTES = 65_536;
 
@@ -280,9 +281,12 @@ const routes: FastifyPluginAsyncZod<{ config: Config }> = async (app, { config }
           ? await postUserMessage(poster, id, last, after, replyId)
           : await postAnswers(poster, s, last, after);
       // An Idempotency-Key keeps where this answer streams from, so the same request streams it again.
-      const kept = posted.status !== null && JSON.stringify(posted.status).length <= KEPT_STATUS_BYTES;
+      const statusBytes = posted.status !== null ? Buffer.byteLength(JSON.stringify(posted.status)) : 0;
+      const kept = posted.status !== null && statusBytes <= KEPT_STATUS_BYTES;
       const { delivered } = posted;
-      const keptDelivered = delivered.length > 0 && JSON.stringify(delivered).length <= KEPT_STATUS_BYTES;
+      const keptDelivered =
+        delivered.length > 0 &&
+        (kept ? statusBytes : 0) + Buffer.byteLength(JSON.stringify(delivered)) <= KEPT_STATUS_BYTES;
       await app.keepStreamed(req, {
         after: posted.after,
         revision: posted.revision,
