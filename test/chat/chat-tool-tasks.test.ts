@@ -155,6 +155,42 @@ describe(
       }
     });
 
+    it('a client token without `read` answering the client’s call gets no output of the worker’s', async () => {
+      const { id, chat } = await answeredMeanwhile('toolu_c5', 'toolu_w5');
+      const assistant = chat.messages.at(-1)!;
+      const parts = assistant.parts.map((p: any) =>
+        p.toolCallId === 'toolu_c5' ? { ...p, state: 'output-available', output: '45' } : p,
+      );
+      const minted = await h.api.as(KEY).post('/v1/client-tokens', { session_id: id, scopes: ['results'] });
+      assert.equal(minted.status, 201, JSON.stringify(minted.body));
+      const res = await fetch(`${h.service.url}/v1/chat`, {
+        method: 'POST',
+        headers: { authorization: `Bearer ${minted.body.token}`, 'content-type': 'application/json' },
+        body: JSON.stringify({
+          id,
+          messages: [{ ...assistant, parts }],
+          trigger: 'submit-message',
+          messageId: assistant.id,
+        }),
+      });
+      assert.equal(res.status, 200);
+      const chunks = sseDataLines(await res.text())
+        .filter((l) => l !== '[DONE]')
+        .map((l) => JSON.parse(l));
+      assert.deepEqual(
+        chunks.filter((c) => String(c.type).startsWith('tool-')),
+        [],
+        JSON.stringify(chunks),
+      );
+      // The result went to the model all the same.
+      assert.equal((await h.api.as(KEY).waitStatus(id, 'idle')).status, 'idle');
+      const sent = h.fake.requests.at(-1)!.messages.at(-1)!.content as any[];
+      assert.deepEqual(
+        sent.filter((b: any) => b.type === 'tool_result').map((b: any) => b.tool_use_id),
+        ['toolu_c5', 'toolu_w5'],
+      );
+    });
+
     it('a keyed replay of that answer shows it again; a message that has the output is not sent it', async () => {
       const { id, chat } = await answeredMeanwhile('toolu_c2', 'toolu_w2');
       const assistant = chat.messages.at(-1)!;
