@@ -7,8 +7,8 @@
 -- An http tool's call cancelled while leased has its offer id published on the stop channel: the replica running
 -- that try aborts it now (src/tenant-tools/http-stops.ts), not at its next heartbeat. Nothing else is published.
 -- A run that queued the call again since (enqueue-6.lua found it still out and counted it in `wanted`) waits for
--- it: the session was read before the run's write made it wait again, and the task is left as it is (returns 2).
--- Else returns 1 when the call was known.
+-- it: the session was read before the run's write made it wait again, and the task is left as it is.
+-- Returns 2 in that case; else 1 when the call was known, 0 when it was not.
 --- @include "includes/queue-key"
 --- @include "includes/now"
 local raw = redis.call('HGET', KEYS[1], ARGV[1])
