@@ -1,12 +1,12 @@
 import fp from 'fastify-plugin';
 import rateLimit from '@fastify/rate-limit';
-import type { FastifyRequest } from 'fastify';
+import type { FastifyReply, FastifyRequest, RouteOptions } from 'fastify';
 import { QuotaExceeded } from '../errors.js';
 import { TokenRate, tokenRateRefusal, type RateHit } from '../quotas/token-rate.js';
 import { Transform, type Readable } from 'node:stream';
 import { IngestBytes, type IngestRefusal } from '../quotas/ingest-bytes.js';
 import { HttpRefusal } from './error-status.js';
-import { rateStore } from '../quotas/rate-store.js';
+import { rateStore, routeWindowPrefix } from '../quotas/rate-store.js';
 
 /** `payload` as it is read, its byte count handed to `done` at its end. */
 function countAsRead(payload: Readable, done: (bytes: number) => void): Transform {
@@ -29,6 +29,50 @@ function countAsRead(payload: Readable, done: (bytes: number) => void): Transfor
 const uncounted = (req: FastifyRequest) =>
   req.method === 'GET' || req.method === 'HEAD' || req.method === 'OPTIONS';
 
+/** The length of every request window (ms): the tenant's, a token's, a route's own. */
+const WINDOW_MS = 60_000;
+
+/** The rate limiter's key of a tenant's request (`rl:` + it: the tenant's window). */
+const tenantKey = (req: FastifyRequest) => `{${req.tenant}}`;
+
+/** The window of the rate limiter (`@fastify/rate-limit`) that counts a route's requests: its key and max. */
+interface LimiterWindow {
+  key: (req: FastifyRequest) => string | Promise<string>;
+  max: number;
+}
+
+/**
+ * The rate limiter's window of `route`: the tenant's (`rl:{tenant}`, `tenantMax`), or the route's own when its
+ * `config.rateLimit` sets one (its key prefixed by its method and URL, as rate-store.ts's `child` makes it), or
+ * null when the route is not limited (`rateLimit: false`). A route's own window must have a number for its max and
+ * the tenant's window length (one script counts it with a token's, lua/rate-hit-2.lua): anything else is refused
+ * as the route is added, rather than a token's request let past that window.
+ */
+function limiterWindow(route: RouteOptions, tenantMax: number): LimiterWindow | null {
+  const own = (route.config as { rateLimit?: unknown } | undefined)?.rateLimit;
+  if (own === false) return null;
+  if (own == null) return { key: (req) => `rl:${tenantKey(req)}`, max: tenantMax };
+  const o = own as { max?: unknown; timeWindow?: unknown; keyGenerator?: unknown; groupId?: unknown };
+  const keyOf = (o.keyGenerator ?? tenantKey) as (req: FastifyRequest) => unknown;
+  const max = o.max ?? tenantMax;
+  if (typeof max !== 'number' || (o.timeWindow !== undefined && o.timeWindow !== WINDOW_MS))
+    throw new Error(
+      `${String(route.method)} ${route.url}: a route's own rate window needs a numeric max and a ${WINDOW_MS} ms window`,
+    );
+  const prefix = routeWindowPrefix('rl:', route);
+  const group = typeof o.groupId === 'string' ? o.groupId : '';
+  return { key: async (req) => `${prefix}${String(await keyOf(req))}${group}`, max };
+}
+
+/** `hook` appended to `route`'s own preHandlers (after those it declares), as @fastify/rate-limit adds its own. */
+function addPreHandler(
+  route: RouteOptions,
+  hook: (req: FastifyRequest, reply: FastifyReply) => Promise<void>,
+) {
+  const own = route.preHandler;
+  route.preHandler = own === undefined ? [hook] : Array.isArray(own) ? [...own, hook] : [own, hook];
+}
+
 /**
  * `RATE_LIMIT_PER_MIN` mutating requests per tenant per minute, through `@fastify/rate-limit` with a Redis store of
  * ours (src/quotas/rate-store.ts: its Redis store's keys and fixed windows, one script per request, so the window
@@ -41,9 +85,10 @@ const uncounted = (req: FastifyRequest) =>
  *
  * A client token (a browser's: untrusted) has a window of its own besides, `CLIENT_TOKEN_RATE_LIMIT_PER_MIN`
  * (src/quotas/token-rate.ts), so one page cannot use up its tenant's count and lock out the tenant's backend. A
- * token's request is counted in its window and its tenant's by one script — a `preHandler` of the scope, which runs
- * before the tenant limiter's (a route-level `preHandler`, added to each route), and which the tenant limiter then
- * skips — in both or, refused by either, in neither, with the tenant limiter's headers and refusal.
+ * token's request is counted in its window and the rate limiter's (its tenant's, or its route's own) by one script
+ * — a route-level `preHandler` added to each route just before the rate limiter's, so after the idempotency check
+ * as the tenant limiter counts a tenant key's request, and which the rate limiter then skips — in both or, refused
+ * by either, in neither, with the rate limiter's headers and refusal.
  *
  * `TENANT_MAX_INGEST_BYTES_PER_MIN` (`ingestBytesPerMinute`, 0: off) bounds a tenant's request body bytes a minute,
  * across replicas (src/quotas/ingest-bytes.ts): checked in `preParsing`, from `Content-Length`, before the body is
@@ -94,40 +139,51 @@ export default fp<{ perMinute: number; tokenPerMinute: number; ingestBytesPerMin
         limit: max,
         retry_after_s: Math.ceil(ttlMs / 1000),
       });
-    /** Requests the client token's hook counted in the tenant's window too (the limiter below skips them). */
+    /** Requests the client token's hook counted in the rate limiter's window too (the limiter skips them). */
     const countedWithToken = new WeakSet<FastifyRequest>();
     if (opts.tokenPerMinute > 0) {
       const windows = new TokenRate(app.redis, opts.tokenPerMinute);
       const max = opts.tokenPerMinute;
-      app.addHook('preHandler', async (req, reply) => {
-        const token = req.clientToken;
-        if (!token || uncounted(req)) return;
-        let hit: RateHit;
-        try {
-          hit = await windows.hit(req.tenant, token.id, tenantMax);
-        } catch {
-          return; // as skipOnError: never refused for the limiter's own failure (the tenant's limiter counts it)
-        }
-        if (tenantMax > 0) countedWithToken.add(req);
-        const refused = tokenRateRefusal(hit, max);
-        if (refused) {
+      /** The token's hook of one route: `window`, the rate limiter's window of the route (null: none). */
+      const tokenHook =
+        (window: LimiterWindow | null) =>
+        async (req: FastifyRequest, reply: FastifyReply): Promise<void> => {
+          const token = req.clientToken;
+          if (!token || uncounted(req)) return;
+          const limit = window && { key: await window.key(req), max: window.max };
+          let hit: RateHit;
+          try {
+            hit = await windows.hit(req.tenant, token.id, limit ?? undefined);
+          } catch {
+            return; // as skipOnError: never refused for the limiter's own failure (the limiter counts it)
+          }
+          if (limit) countedWithToken.add(req);
+          const refused = tokenRateRefusal(hit, max);
+          if (refused) {
+            reply
+              .header('x-ratelimit-limit', max)
+              .header('x-ratelimit-remaining', 0)
+              .header('x-ratelimit-reset', refused.retryAfterS)
+              .header('retry-after', refused.retryAfterS);
+            throw refused.error;
+          }
+          if (!limit) return;
+          // The rate limiter's headers and refusal, as it would have answered.
+          const resetS = Math.ceil(hit.ttlMs / 1000);
           reply
-            .header('x-ratelimit-limit', max)
-            .header('x-ratelimit-remaining', 0)
-            .header('x-ratelimit-reset', refused.retryAfterS)
-            .header('retry-after', refused.retryAfterS);
-          throw refused.error;
-        }
-        if (tenantMax <= 0) return;
-        // The tenant limiter's headers and refusal, as it would have answered.
-        const resetS = Math.ceil(hit.ttlMs / 1000);
-        reply
-          .header('x-ratelimit-limit', tenantMax)
-          .header('x-ratelimit-remaining', Math.max(0, tenantMax - hit.count))
-          .header('x-ratelimit-reset', resetS);
-        if (hit.refusedBy !== 'tenant') return;
-        reply.header('retry-after', resetS);
-        throw tenantRefusal(tenantMax, hit.ttlMs);
+            .header('x-ratelimit-limit', limit.max)
+            .header('x-ratelimit-remaining', Math.max(0, limit.max - hit.count))
+            .header('x-ratelimit-reset', resetS);
+          if (hit.refusedBy !== 'tenant') return;
+          reply.header('retry-after', resetS);
+          throw tenantRefusal(limit.max, hit.ttlMs);
+        };
+      // A route-level preHandler, added to each route before the rate limiter's (whose onRoute hook, registered
+      // below, appends its own after it): it runs where the tenant limiter would, after the scope's preHandlers —
+      // the idempotency check among them, so a replay or an idempotency refusal is counted in no window, a
+      // token's as a tenant key's — and counts the token's request in the limiter's window of that route.
+      app.addHook('onRoute', (route) => {
+        addPreHandler(route, tokenHook(tenantMax > 0 ? limiterWindow(route, tenantMax) : null));
       });
     }
     if (tenantMax <= 0) return;
@@ -135,11 +191,11 @@ export default fp<{ perMinute: number; tokenPerMinute: number; ingestBytesPerMin
       global: true,
       hook: 'preHandler',
       max: tenantMax,
-      timeWindow: 60_000,
+      timeWindow: WINDOW_MS,
       // @fastify/rate-limit's Redis store's keys and windows, but a refused request writes nothing (rate-store.ts).
       store: rateStore(app.redis, 'rl:'),
       skipOnError: true,
-      keyGenerator: (req) => `{${req.tenant}}`,
+      keyGenerator: tenantKey,
       allowList: (req) => uncounted(req) || countedWithToken.has(req),
       addHeadersOnExceeding: {
         'x-ratelimit-limit': true,

@@ -11,6 +11,15 @@ type Done = (error: Error | null, result?: { current: number; ttl: number }) => 
  * each refused request went on increasing the counter. Here a request over the limit is answered from a read and
  * writes nothing; one round trip either way.
  */
+type RouteInfo = { method: string | string[]; url: string };
+
+/**
+ * The prefix of the keys of a route's own windows (a route whose `config.rateLimit` sets its own limit), as
+ * @fastify/rate-limit's Redis store makes them: `<nameSpace><METHOD><url>-`, then the route's key.
+ */
+export const routeWindowPrefix = (nameSpace: string, route: RouteInfo) =>
+  `${nameSpace}${String(route.method)}${route.url}-`;
+
 export function rateStore(redis: RedisClient, nameSpace: string): FastifyRateLimitStoreCtor {
   defineLuaCommands(redis, new URL('./lua/', import.meta.url), 'quota');
   class RateStore implements FastifyRateLimitStore {
@@ -29,8 +38,8 @@ export function rateStore(redis: RedisClient, nameSpace: string): FastifyRateLim
     }
 
     child(routeOptions: unknown): FastifyRateLimitStore {
-      const { method, url } = (routeOptions as { routeInfo: { method: string; url: string } }).routeInfo;
-      return new RateStore(null, `${this.prefix}${method}${url}-`);
+      const { routeInfo } = routeOptions as { routeInfo: RouteInfo };
+      return new RateStore(null, routeWindowPrefix(this.prefix, routeInfo));
     }
   }
   return RateStore;

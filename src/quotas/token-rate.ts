@@ -2,12 +2,12 @@ import { QuotaExceeded } from '../errors.js';
 import { defineLuaCommands, type RedisClient } from '../store/lua-commands.js';
 import './lua/commands.js';
 
-/** One request offered to a client token's window (and its tenant's). */
+/** One request offered to a client token's window (and the rate limiter's: its tenant's, or its route's own). */
 export interface RateHit {
-  /** Null when counted; else the window that refused it (counted in neither). */
+  /** Null when counted; else the window that refused it (counted in neither): `tenant`, the rate limiter's. */
   refusedBy: 'token' | 'tenant' | null;
   /**
-   * Counted: the requests of the tenant's window so far, this one included (the token's without a tenant window).
+   * Counted: the requests of the rate limiter's window so far, this one included (the token's without one).
    * Refused: the count the request would have made in the window that refused it.
    */
   count: number;
@@ -18,8 +18,8 @@ export interface RateHit {
 /**
  * Fixed windows of a client token's mutating requests (CLIENT_TOKEN_RATE_LIMIT_PER_MIN, src/plugins/ratelimit.ts),
  * across replicas: one counter per token in Redis, counted by one script (lua/rate-hit-2.lua) together with the
- * tenant's own window when there is one (`tenantMax`), so a request is counted in both or, refused by either, in
- * neither and nothing is written. The key carries the tenant's hash tag (a Redis Cluster keeps it beside the
+ * rate limiter's window of the request when there is one (its tenant's, or its route's own), so a request is
+ * counted in both or, refused by either, in neither and nothing is written. The key carries the tenant's hash tag (a Redis Cluster keeps it beside the
  * tenant's other counts); the token id names its session, so tokens never share a window.
  */
 export class TokenRate {
@@ -31,22 +31,22 @@ export class TokenRate {
     defineLuaCommands(redis, new URL('./lua/', import.meta.url), 'quota');
   }
 
-  /** `tenantMax`: the tenant's window (`rl:{tenant}`, the rate limiter's) counts the request too; 0: none. */
-  async hit(tenant: string, tokenId: string, tenantMax = 0): Promise<RateHit> {
+  /**
+   * `window`: the rate limiter's window that counts the request too (the tenant's `rl:{tenant}`, or the route's own:
+   * src/plugins/ratelimit.ts), its key and max; none: the token's alone.
+   */
+  async hit(tenant: string, tokenId: string, window?: { key: string; max: number }): Promise<RateHit> {
     const key = `rl:{${tenant}}:ct:${tokenId}`;
     const [, by, count, ttlMs] = await this.redis.quotaRateHit(
       key,
-      tenantMax > 0 ? tenantWindowKey(tenant) : key,
+      window ? window.key : key,
       this.windowMs,
       this.max,
-      tenantMax,
+      window ? window.max : 0,
     );
     return { refusedBy: by === 1 ? 'token' : by === 2 ? 'tenant' : null, count, ttlMs };
   }
 }
-
-/** The tenant's window of RATE_LIMIT_PER_MIN: the rate limiter's key for it (its `rl:` namespace and key). */
-const tenantWindowKey = (tenant: string) => `rl:{${tenant}}`;
 
 /**
  * The refusal of a client token's request or frame past its window (429 `rate_limited`, `details: {limit,

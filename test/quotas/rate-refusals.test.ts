@@ -7,7 +7,12 @@
 import { after, before, describe, it } from 'node:test';
 import assert from 'node:assert/strict';
 import { Redis } from 'ioredis';
+import Fastify, { type FastifyInstance } from 'fastify';
+import fp from 'fastify-plugin';
 import { startHarness, type Harness } from '../helpers/service.js';
+import { startTestRedis, type TestRedis } from '../helpers/redis.js';
+import rateLimitPlugin from '../../src/plugins/ratelimit.js';
+import type { ClientTokenRecord } from '../../src/store/client-tokens.js';
 
 const MAX = 6;
 const TOKEN_MAX = 2;
@@ -18,7 +23,7 @@ describe('refused requests write no rate window', () => {
   before(async () => {
     h = await startHarness({
       env: {
-        API_KEYS: 'acme:key-acme,globex:key-globex',
+        API_KEYS: 'acme:key-acme,globex:key-globex,initech:key-initech,hooli:key-hooli',
         RATE_LIMIT_PER_MIN: String(MAX),
         CLIENT_TOKEN_RATE_LIMIT_PER_MIN: String(TOKEN_MAX),
         TENANT_MAX_INGEST_BYTES_PER_MIN: '1000000',
@@ -107,6 +112,58 @@ describe('refused requests write no rate window', () => {
     assert.ok((await r.pttl('rl:{acme}')) <= tenantTtl, "the tenant's window was extended");
   });
 
+  it("a client token's idempotent replays and idempotency refusals count in no window, as a tenant key's", async () => {
+    // Counted where the tenant limiter counts, after the idempotency check: one request per key, whoever sends it.
+    const initech = h.api.as('key-initech');
+    const id = (await initech.post('/v1/sessions', { start: false })).body.id;
+    const minted = await initech.post('/v1/client-tokens', { session_id: id, scopes: ['cancel'] });
+    assert.equal(minted.status, 201, JSON.stringify(minted.body));
+    const token = h.api.as(minted.body.token);
+    const tokenKey = `rl:{initech}:ct:${minted.body.id}`;
+    const tenant = async () => Number(await r.get('rl:{initech}'));
+    const before = await tenant();
+    const cancel = (key: string) => token.post(`/v1/sessions/${id}/cancel`, {}, { 'idempotency-key': key });
+    const first = await cancel('once');
+    assert.notEqual(first.status, 429, JSON.stringify(first.body));
+    assert.equal(await tenant(), before + 1);
+    assert.equal(await r.get(tokenKey), '1');
+    for (let i = 0; i < 2; i++) {
+      const replay = await cancel('once');
+      assert.equal(replay.status, first.status);
+      assert.equal(replay.headers.get('idempotent-replayed'), 'true');
+    }
+    // Refused by the idempotency check: a key that is no key (400).
+    const badKey = await cancel('not a key');
+    assert.equal(badKey.status, 400, JSON.stringify(badKey.body));
+    assert.equal(
+      await tenant(),
+      before + 1,
+      "a token's replay or idempotency refusal counted in its tenant's window",
+    );
+    assert.equal(await r.get(tokenKey), '1', "a token's replay or idempotency refusal counted in its window");
+  });
+
+  it("a route's own window (the tool-task routes', a child of the store): its refusals leave the count at its max", async () => {
+    const hooli = h.api.as('key-hooli');
+    const key = 'rl:POST/v1/tool-tasks/claim-{hooli}:tasks';
+    const claim = () => hooli.post('/v1/tool-tasks/claim', { tools: ['nothing_here'] });
+    const ROUTE_MAX = 10 * MAX;
+    for (let i = 0; i < ROUTE_MAX; i++) {
+      const ok = await claim();
+      assert.equal(ok.status, 200, JSON.stringify(ok.body));
+      assert.equal(ok.headers.get('x-ratelimit-limit'), String(ROUTE_MAX));
+    }
+    const ttl = await r.pttl(key);
+    for (let i = 0; i < 3; i++) {
+      const refused = await claim();
+      assert.equal(refused.status, 429);
+      assert.equal(refused.body.error.details.limit, ROUTE_MAX);
+    }
+    assert.equal(await r.get(key), String(ROUTE_MAX), "the route's refusals counted");
+    assert.ok((await r.pttl(key)) <= ttl, "the route's window was extended");
+    assert.equal(await r.get('rl:{hooli}'), null, "the route's requests counted in the tenant's window");
+  });
+
   it('concurrent requests: exactly the window admitted, the counter at its max', async () => {
     const globex = h.api.as('key-globex');
     const answers = await Promise.all(
@@ -115,5 +172,67 @@ describe('refused requests write no rate window', () => {
     const statuses = answers.map((a) => a.status).sort();
     assert.deepEqual(statuses, [...Array(MAX).fill(201), ...Array(3 * MAX).fill(429)]);
     assert.equal(await r.get('rl:{globex}'), String(MAX));
+  });
+});
+
+/**
+ * A route with a rate window of its own (`config.rateLimit`; today the tool-task routes, which no client token may
+ * call): a client token's request is counted in the token's window and the route's, never let past the route's. An
+ * app of the rate limiter alone, its key check a stub (every request is acme's; `x-token` names a client token).
+ */
+describe('a client token on a route with its own window', () => {
+  let redis: TestRedis;
+  let client: Redis;
+  let app: FastifyInstance;
+  before(async () => {
+    redis = await startTestRedis();
+    client = new Redis(redis.url);
+    app = Fastify();
+    await app.register(
+      fp(async (a) => void a.decorate('redis', client), {
+        name: 'redis',
+      }),
+    );
+    await app.register(
+      fp(
+        async (a) => {
+          a.decorateRequest('tenant', '');
+          a.decorateRequest('clientToken', null);
+          a.addHook('onRequest', async (req) => {
+            req.tenant = 'acme';
+            const id = req.headers['x-token'];
+            if (typeof id === 'string') req.clientToken = { id } as unknown as ClientTokenRecord;
+          });
+        },
+        { name: 'auth' },
+      ),
+    );
+    await app.register(rateLimitPlugin, { perMinute: 100, tokenPerMinute: 50 });
+    app.post(
+      '/own',
+      { config: { rateLimit: { max: 2, keyGenerator: (req) => `{${req.tenant}}:own` } } },
+      async () => ({}),
+    );
+  });
+  after(async () => {
+    await app?.close();
+    client?.disconnect();
+    await redis?.stop();
+  });
+
+  it("counts a token's request in the route's window, which refuses it past its max", async () => {
+    const post = () => app.inject({ method: 'POST', url: '/own', headers: { 'x-token': 'ct1' } });
+    for (let i = 0; i < 2; i++) assert.equal((await post()).statusCode, 200);
+    const refused = await post();
+    // Without the app's error handler (src/plugins/error-status.ts) the refusal is a 500 of code rate_limited.
+    assert.equal(refused.json().code, 'rate_limited', "a token passed the route's own window");
+    assert.equal(refused.headers['x-ratelimit-limit'], '2');
+    assert.equal(await client.get('rl:POST/own-{acme}:own'), '2');
+    assert.equal(await client.get('rl:{acme}:ct:ct1'), '2');
+    assert.equal(
+      await client.get('rl:{acme}'),
+      null,
+      "counted in the tenant's window, which the route does not use",
+    );
   });
 });
