@@ -10,10 +10,11 @@ export type RedisSnapshot = Map<string, string>;
 
 /**
  * Keys written whatever the requests do, left out of every snapshot: the replicas' liveness (`q:replicas:<name>`,
- * src/quotas/slots.ts; the schedulers' `schedules:alive`; both written every second) and the rate windows (`rl:`),
- * which count every body read, refused or not (the request windows count admitted requests only).
+ * src/quotas/slots.ts; the schedulers' `schedules:alive`; both written every second) and the byte budgets
+ * (`rl:…:bytes`), which count every body read, refused or not. The request windows (`rl:{tenant}`, a token's, a
+ * route's own) stay in: they count admitted requests only, so a refused request that wrote one changes the snapshot.
  */
-const CLOCKWORK = /^(q:replicas:|rl:|schedules:alive$)/;
+const CLOCKWORK = /^(q:replicas:|schedules:alive$)|^rl:.*:bytes$/;
 
 export async function snapshotRedis(url: string): Promise<RedisSnapshot> {
   const r = new Redis(url, { maxRetriesPerRequest: 1, lazyConnect: true });
