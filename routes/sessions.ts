@@ -65,18 +65,22 @@ const METADATA_PARAM = /^metadata\.(.+)$/s;
 /**
  * `GET /v1/sessions`'s query: `limit`, `cursor`, `status`, and up to MAX_METADATA_FILTERS `metadata.<key>=<value>`
  * filters (key 1–64, value 0–512 characters; a string, number or boolean value matches its text). Anything else is
- * refused, as by the strict schema it extends.
+ * refused as by the strict schema it extends, in the same shape (one `unrecognized_keys` issue at the query's root,
+ * naming them), and so is a filter whose key is too long. The parameters it takes are its own (`Object.hasOwn`: a
+ * `constructor` or `toString` is no parameter of it).
  */
 const listSessionsQuery = listQuery.catchall(z.string().max(MAX_METADATA_VALUE)).superRefine((q, ctx) => {
   let filters = 0;
+  const unknown: string[] = [];
   for (const key of Object.keys(q)) {
-    if (key in listQuery.shape) continue;
+    if (Object.hasOwn(listQuery.shape, key)) continue;
     const m = METADATA_PARAM.exec(key);
-    if (!m || m[1]!.length > MAX_METADATA_KEY)
+    if (!m) unknown.push(key);
+    else if (m[1]!.length > MAX_METADATA_KEY)
       ctx.addIssue({
         code: 'custom',
         path: [key],
-        message: `unknown query parameter (filters are metadata.<key>, key 1-${MAX_METADATA_KEY} characters)`,
+        message: `a metadata filter's key is 1-${MAX_METADATA_KEY} characters`,
       });
     else if (++filters > MAX_METADATA_FILTERS)
       ctx.addIssue({
@@ -85,6 +89,8 @@ const listSessionsQuery = listQuery.catchall(z.string().max(MAX_METADATA_VALUE))
         message: `at most ${MAX_METADATA_FILTERS} metadata filters`,
       });
   }
+  // zod's own message for it: `Unrecognized key: "x"`.
+  if (unknown.length) ctx.addIssue({ code: 'unrecognized_keys', keys: unknown, path: [], input: q });
 });
 
 /** A session's view and its JSON text. */
@@ -148,7 +154,7 @@ const routes: FastifyPluginAsyncZod = async (app) => {
       preValidation: async (req) => {
         if (Object.hasOwn(req.query as object, '__proto__'))
           throw badRequest('Invalid request querystring.', [
-            { path: '/__proto__', code: 'unrecognized_keys', message: 'Unrecognized key: "__proto__"' },
+            { path: '/', code: 'unrecognized_keys', message: 'Unrecognized key: "__proto__"' },
           ]);
       },
     },

@@ -300,6 +300,10 @@ describe('invalid requests are refused with a stable code and leave Redis unchan
       bad('limit fractional', 'GET', '/v1/sessions?limit=1.5'),
       bad('status unknown', 'GET', '/v1/sessions?status=done'),
       bad('an unknown query parameter', 'GET', '/v1/sessions?limt=5'),
+      // Names that an object's prototype has: no parameters of the list either.
+      bad('?constructor', 'GET', '/v1/sessions?constructor=x'),
+      bad('?toString', 'GET', '/v1/sessions?toString=1'),
+      bad('?hasOwnProperty', 'GET', '/v1/sessions?hasOwnProperty=1&limit=1'),
       bad('cursor too long', 'GET', `/v1/sessions?cursor=${'c'.repeat(201)}`),
       {
         name: 'a made-up cursor',
@@ -607,7 +611,11 @@ describe('invalid requests are refused with a stable code and leave Redis unchan
           r.status !== 400 ||
           error?.code !== 'invalid_request' ||
           error.message !== 'Invalid request querystring.' ||
-          !/bogus|__proto__/.test(JSON.stringify(error.details))
+          !/bogus|__proto__/.test(JSON.stringify(error.details)) ||
+          // One shape on every route (docs/API.md): the query's root, `unrecognized_keys`.
+          !error.details.every(
+            (d: { path: string; code: string }) => d.path === '/' && d.code === 'unrecognized_keys',
+          )
         )
           problems.push(`${method} ${path}${query}: ${r.status} ${JSON.stringify(r.body).slice(0, 300)}`);
       }
