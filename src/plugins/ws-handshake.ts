@@ -10,7 +10,9 @@ import { HttpRefusal } from './error-status.js';
  * at once). Registered after @fastify/websocket, whose `onRequest` hook sets `req.ws` for requests that came by
  * the server's `upgrade` event.
  *
- * - Only the routes declared `websocket: true` upgrade: another route answers 400 (once its key is checked).
+ * - Only the routes declared `websocket: true` upgrade: another route answers 400 (once its key is checked). An
+ *   unknown path answers its 404 `route_not_found` (under /v1, from the catch-all's `onRequest` hook, once the key is
+ *   checked: before this one runs).
  * - `Sec-WebSocket-Key`: one value, base64 of 16 bytes (RFC 6455 §4.1); `Sec-WebSocket-Version`: 13 (or 8, which
  *   `ws` also speaks), else 400 with `Sec-WebSocket-Version: 13` (§4.4).
  * - `Sec-WebSocket-Protocol`: comma-separated tokens, none twice, at most MAX_PROTOCOLS of them, as `ws` requires
@@ -67,7 +69,8 @@ export default fp(
     });
     // preValidation: after every `onRequest` hook, so the /v1 scope's key check comes first (an upgrade without a
     // key answers 401 on every /v1 path, as any request: no route discovery), and before the routes' preHandlers
-    // (the stream quota's slot is never taken for a refused handshake). Unknown routes keep their 404.
+    // (the stream quota's slot is never taken for a refused handshake). Unknown paths keep their 404
+    // `route_not_found` (the /v1 catch-all's is thrown in its `onRequest` hook, so never reaches this).
     app.addHook('preValidation', async (req) => {
       if (!req.ws || req.is404) return;
       const refused = refusal(req, wsRoutes);

@@ -229,6 +229,10 @@ describe('the WebSocket upgrade, fuzzed', () => {
         refused(a, a.status, `${t} (key: ${auth !== null})`);
       }
     }
+    // An unknown /v1 path with a key: the catch-all's 404, answered before the handshake is looked at.
+    const unknown = await raw(port, upgrade('/v1/nowhere', { authorization: `Bearer ${KEY}` }));
+    refused(unknown, 404, 'an unknown /v1 path');
+    assert.match(unknown.body, /"route_not_found"/);
     for (const method of ['POST', 'PUT', 'DELETE', 'OPTIONS', 'HEAD']) {
       const a = await raw(port, upgrade(stream, {}, { method }));
       assert.ok(a.status >= 400 && a.status < 500, `${method} upgrade: ${a.head.split('\r\n')[0]}`);
