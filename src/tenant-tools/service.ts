@@ -34,7 +34,7 @@ import {
   type TaskRecord,
   type TaskResult,
 } from './task-record.js';
-import type { TaskQueue } from './tasks.js';
+import type { RefusedOffer, TaskQueue } from './tasks.js';
 import { FailureLog } from '../log.js';
 
 interface ToolTaskOptions {
@@ -79,8 +79,9 @@ const refusal = (r: OfferRefusal, id: string): DomainError => {
  * call timed out (`timed_out`, with when and the tool's `timeout_ms`: the session got an `is_error` result instead of
  * the worker's) or a result was taken already (`result_taken`: this offer's own, sent again, or a heartbeat after it).
  */
-const completedRefusal = (id: string, rec: TaskRecord | null): DomainError => {
-  if (!rec) return refusal('completed', id);
+const completedRefusal = (id: string, rec: TaskRecord | undefined): DomainError => {
+  // Not reached: heartbeat-3.lua and complete-6.lua answer `completed` with the record they read.
+  if (!rec) return conflict('task_already_completed', `Task ${id} is settled.`, { reason: 'unknown' });
   if (rec.timed_out_at === undefined)
     return conflict('task_already_completed', `Task ${id} already has its result.`, {
       reason: 'result_taken',
@@ -255,11 +256,16 @@ export class ToolTasks {
   /**
    * The refusal of an offer. `lost` says the call is offered again under a new id; when its session no longer waits
    * for it (cancelled after the sweep offered it again), the worker is told `task_cancelled` instead, and the call is
-   * settled. `completed` says whether the call timed out or had a result (completedRefusal). One read more, on these
-   * paths only.
+   * settled. `completed` says whether the call timed out or had a result (completedRefusal), from the record the
+   * refusing script read (`refused`). One read more, for `lost` only.
    */
-  private async refuse(tenant: string, id: string, r: OfferRefusal): Promise<DomainError> {
-    if (r === 'completed') return completedRefusal(id, await this.o.queue.offerRecord(tenant, id));
+  private async refuse(
+    tenant: string,
+    id: string,
+    r: OfferRefusal,
+    refused?: RefusedOffer,
+  ): Promise<DomainError> {
+    if (r === 'completed') return completedRefusal(id, refused?.completed);
     if (r !== 'lost') return refusal(r, id);
     const rec = await this.o.queue.offerRecord(tenant, id);
     const open = rec?.state === 'queued' || rec?.state === 'leased';
@@ -308,8 +314,9 @@ export class ToolTasks {
   async heartbeat(tenant: string, id: string): Promise<{ lease_expires_at: string; lease_ms: number }> {
     // Renewed while this offer holds the call, even past the lease's expiry until the sweep offers the call again,
     // as a result is taken then (heartbeat-3.lua): `task_lease_lost` only once the call went to another attempt.
-    const rec = await this.o.queue.heartbeat(tenant, id);
-    if (typeof rec === 'string') throw await this.refuse(tenant, id, rec);
+    const refused: RefusedOffer = {};
+    const rec = await this.o.queue.heartbeat(tenant, id, refused);
+    if (typeof rec === 'string') throw await this.refuse(tenant, id, rec, refused);
     this.noteWorker(rec.worker);
     // A session that no longer waits for the call: the worker is to stop, and the call will not be offered again.
     if (!(await this.stillAwaited(rec)) && (await this.cancelled(rec))) throw refusal('cancelled', id);
@@ -332,8 +339,9 @@ export class ToolTasks {
         is_error: true,
       });
     }
-    const rec = await this.o.queue.complete(tenant, id, text);
-    if (typeof rec === 'string') throw await this.refuse(tenant, id, rec);
+    const refused: RefusedOffer = {};
+    const rec = await this.o.queue.complete(tenant, id, text, refused);
+    if (typeof rec === 'string') throw await this.refuse(tenant, id, rec, refused);
     this.o.metrics.toolTasks.inc({ event: 'completed' });
     const outcome = await this.deliver(tenant, rec.call);
     if (outcome === 'cancelled') throw refusal('cancelled', id);

@@ -34,6 +34,22 @@ import {
 } from './task-record.js';
 import './lua/commands.js';
 
+/**
+ * Filled by a refused heartbeat or result (`TaskQueue.heartbeat`, `complete`): with `completed`, the call's
+ * record as the refusing script read it (heartbeat-3.lua, complete-6.lua), so whether it timed out (`timed_out_at`)
+ * is of the same moment as the refusal, never of a later read that finds the record gone.
+ */
+export interface RefusedOffer {
+  completed?: TaskRecord;
+}
+
+/** A script's refusal (`[refusal]`, `['completed', record]`), the record kept in `refused`. */
+function refusalOf(r: string[], refused: RefusedOffer | undefined): OfferRefusal {
+  if (r[0] === 'completed' && r[1] !== undefined && refused)
+    refused.completed = decodeStored<TaskRecord>(r[1]);
+  return r[0] as OfferRefusal;
+}
+
 /** How long a delivered call's record stays to keep a second run of its step from queueing it again. */
 const TOMBSTONE_MS = 86_400_000;
 /**
@@ -205,17 +221,22 @@ export class TaskQueue {
 
   /**
    * Renews an offer's lease while the offer holds its call, past its expiry too until the sweep offers the call
-   * again (heartbeat-3.lua): the record as renewed, or the refusal.
+   * again (heartbeat-3.lua): the record as renewed, or the refusal (`refused`: see `RefusedOffer`).
    */
-  async heartbeat(tenant: string, offer: string): Promise<TaskRecord | OfferRefusal> {
+  async heartbeat(tenant: string, offer: string, refused?: RefusedOffer): Promise<TaskRecord | OfferRefusal> {
     const k = keyList(tenant);
     const r = await this.redis.ttHeartbeat(k.offers, k.calls, k.leased, offer, this.leaseMs);
-    if (r[0] !== 'ok') return r[0] as OfferRefusal;
+    if (r[0] !== 'ok') return refusalOf(r, refused);
     return decodeStored<TaskRecord>(r[1]!);
   }
 
-  /** Takes an offer's result (it waits in the outbox until delivered). */
-  async complete(tenant: string, offer: string, result: string): Promise<TaskRecord | OfferRefusal> {
+  /** Takes an offer's result (it waits in the outbox until delivered); `refused`: see `RefusedOffer`. */
+  async complete(
+    tenant: string,
+    offer: string,
+    result: string,
+    refused?: RefusedOffer,
+  ): Promise<TaskRecord | OfferRefusal> {
     const k = keyList(tenant);
     const r = await this.redis.ttComplete(
       k.offers,
@@ -227,7 +248,7 @@ export class TaskQueue {
       offer,
       result,
     );
-    if (r[0] !== 'ok') return r[0] as OfferRefusal;
+    if (r[0] !== 'ok') return refusalOf(r, refused);
     // Should this process die before delivering it, a sweep delivers it shortly.
     await this.schedule(tenant, 2000);
     return decodeStored<TaskRecord>(r[1]!);

@@ -292,23 +292,26 @@ describe('the tool task queue, with many past tenants', { timeout: 180_000 }, ()
   });
 
   it('a worker whose call timed out is told so: task_already_completed says timed_out, a duplicate result_taken', async () => {
-    await h.api.req('PUT', '/v1/tools/late', { ...lookup, timeout_ms: 1000 });
+    // 3 s: the late call is claimed well before its deadline on a loaded machine (its claim waits for it already).
+    await h.api.req('PUT', '/v1/tools/late', { ...lookup, timeout_ms: 3000 });
     await h.api.req('PUT', '/v1/tools/quick', lookup);
     h.fake.enqueue(
       toolCalls([toolUse('late', { id: 1 }, 'toolu_l1'), toolUse('quick', { id: 2 }, 'toolu_q1')]),
       text('fin'),
     );
-    const id = (await h.api.post('/v1/sessions', { input: 'go', tools: ['late', 'quick'] })).body.id;
     const claim = async (tool: string) =>
-      (await h.api.post('/v1/tool-tasks/claim', { tools: [tool], wait_ms: 10_000 })).body.tasks[0];
-    const [late, quick] = [await claim('late'), await claim('quick')];
+      (await h.api.post('/v1/tool-tasks/claim', { tools: [tool], wait_ms: 20_000 })).body.tasks[0];
+    // The claims wait before the calls are queued: each is taken as it comes.
+    const claims = Promise.all([claim('late'), claim('quick')]);
+    const id = (await h.api.post('/v1/sessions', { input: 'go', tools: ['late', 'quick'] })).body.id;
+    const [late, quick] = await claims;
     assert.ok(late && quick);
     assert.equal((await h.api.post(`/v1/tool-tasks/${quick.id}/result`, { content: 'ok' })).status, 200);
     // The late call's deadline passes while its worker still holds the lease: the session gets the timeout's error.
     await h.api.waitStatus(id, 'idle', 30_000);
     const results = h.fake.requests[1]!.messages.at(-1)!.content as any[];
     const lateResult = results.find((b) => b.tool_use_id === 'toolu_l1');
-    assert.match(lateResult.content, /no worker answered within 1000 ms/);
+    assert.match(lateResult.content, /no worker answered within 3000 ms/);
     for (const route of ['heartbeat', 'result']) {
       const r = await h.api.post(
         `/v1/tool-tasks/${late.id}/${route}`,
@@ -317,7 +320,7 @@ describe('the tool task queue, with many past tenants', { timeout: 180_000 }, ()
       assert.equal(r.status, 409, route);
       assert.equal(r.body.error.code, 'task_already_completed', route);
       const { reason, timed_out_at, timeout_ms } = r.body.error.details;
-      assert.deepEqual({ reason, timeout_ms }, { reason: 'timed_out', timeout_ms: 1000 }, route);
+      assert.deepEqual({ reason, timeout_ms }, { reason: 'timed_out', timeout_ms: 3000 }, route);
       // After the claim (its lease's start, Redis's clock) and at most now: the deadline passed between the two.
       const at = Date.parse(timed_out_at);
       assert.ok(

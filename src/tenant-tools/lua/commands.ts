@@ -52,9 +52,9 @@ declare module 'ioredis' {
         ...tools: string[],
       ]
     ): Result<string[], Context>;
-    /** heartbeat-3.lua: `['ok', record]` (renewed) or `[refusal]`. */
+    /** heartbeat-3.lua: `['ok', record]` (renewed) or `[refusal]` (`['completed', record]`). */
     ttHeartbeat(...args: [...keys: Keys<3>, offer: string, leaseMs: number]): Result<string[], Context>;
-    /** complete-6.lua: `['ok', record]` or `[refusal]`. */
+    /** complete-6.lua: `['ok', record]` or `[refusal]` (`['completed', record]`). */
     ttComplete(...args: [...keys: Keys<6>, offer: string, result: string]): Result<string[], Context>;
     /** release-7.lua: `['retried' | 'failed', record]` or `[refusal]`. */
     ttRelease(

@@ -3,11 +3,12 @@
 -- KEYS[1] offers  KEYS[2] calls  KEYS[3] leased  KEYS[4] deadline  KEYS[5] results  KEYS[6] done
 -- ARGV[1] offer id  ARGV[2] result (JSON text)
 -- The result's `done` score is Redis's clock (includes/now.lua), as the sweep compares it.
--- Returns {'ok', record JSON} or {refusal}: 'unknown', 'lost', 'completed', 'cancelled'.
+-- Returns {'ok', record JSON} or {refusal}: 'unknown', 'lost', 'completed' (with the call's record JSON:
+-- {'completed', record}), 'cancelled'.
 --- @include "includes/offer-check"
 --- @include "includes/now"
-local call, rec = offer_check(KEYS[1], KEYS[2], ARGV[1])
-if not call then return {rec} end
+local call, rec, completed = offer_check(KEYS[1], KEYS[2], ARGV[1])
+if not call then return {rec, completed} end
 rec.state = 'done'
 local enc = cjson.encode(rec)
 redis.call('HSET', KEYS[2], call, enc)

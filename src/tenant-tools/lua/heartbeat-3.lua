@@ -2,7 +2,7 @@
 -- KEYS[1] offers  KEYS[2] calls  KEYS[3] leased
 -- ARGV[1] offer id  ARGV[2] lease ms
 -- Returns {'ok', record JSON} (renewed until now + lease ms, now of Redis's clock: includes/now.lua), or {refusal}:
--- 'unknown', 'lost' (offered again), 'completed', 'cancelled'.
+-- 'unknown', 'lost' (offered again), 'completed' (with the call's record JSON: {'completed', record}), 'cancelled'.
 -- A lease past its expiry is renewed all the same while its offer still holds the call (the sweep has not offered
 -- it again), as complete-6.lua takes a result then: a heartbeat refused in that window made a worker drop a tool
 -- whose result would have been taken, and the call ran again. The sweep (sweep-10.lua) offers a call again only
@@ -11,8 +11,8 @@
 -- longer holds the call: 'lost').
 --- @include "includes/offer-check"
 --- @include "includes/now"
-local call, rec = offer_check(KEYS[1], KEYS[2], ARGV[1])
-if not call then return {rec} end
+local call, rec, completed = offer_check(KEYS[1], KEYS[2], ARGV[1])
+if not call then return {rec, completed} end
 rec.lease = now_ms() + tonumber(ARGV[2])
 local enc = cjson.encode(rec)
 redis.call('HSET', KEYS[2], call, enc)
