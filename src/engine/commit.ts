@@ -36,6 +36,11 @@ export interface RunEnd {
   /** `requires_action`: the session's `action_timeout_s`, the deadline of the new action (null: none). */
   actionTimeoutS?: number | null;
   /**
+   * With `actionTimeoutS`: Redis's now (the store's `clock.now()`), which the new deadline counts from (`endRun`
+   * sets it).
+   */
+  now?: number;
+  /**
    * The step's calls whose tool tasks are out (queued while the client is asked: tool-step.ts; a failed run's
    * step): their results may be delivered before this commit lands, so it leaves their fields as stored
    * (`pendingFields`).
@@ -48,9 +53,11 @@ export interface RunEnd {
  * cleared, the lease released, and the `session.status` event announcing it.
  */
 export function endOps(next: RunEnd): ApplyOps {
-  const st = { pending: null, error: null, stopReason: null, ...next };
+  const { now, ...st } = { pending: null, error: null, stopReason: null, ...next };
   // A new action's deadline, or none (src/sessions/deadlines.ts).
-  const deadline = deadlineFields(st.status === 'requires_action' ? (st.actionTimeoutS ?? null) : null);
+  const timeoutS = st.status === 'requires_action' ? (st.actionTimeoutS ?? null) : null;
+  if (timeoutS && now === undefined) throw new Error("an action's deadline needs Redis's now");
+  const deadline = deadlineFields(timeoutS, now ?? 0);
   return {
     hset: {
       ...deadline,
@@ -220,7 +227,7 @@ export async function endRun(
   events: Array<[string, string]> = [],
   extra: ApplyOps = {},
 ): Promise<void> {
-  const end = endOps(next);
+  const end = endOps({ now: deps.store.clock.now(), ...next });
   await commit(deps, run, mergeOps(extra, { ...end, events: [...events, ...(end.events ?? [])] }));
   await deps.store.runs.end(run);
 }

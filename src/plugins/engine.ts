@@ -145,6 +145,11 @@ export default fp<EnginePluginOptions>(
         ),
     );
     app.addHook('onReady', async () => {
+      // Redis's clock before anything decides by it (the sweeps' due reads keep it after); a failure leaves this
+      // host's clock until the first of them answers.
+      await store.clock
+        .sync(app.redis)
+        .catch((err: unknown) => app.log.warn({ err }, "Redis's clock not read at boot"));
       engine.start();
       gcPolicy?.start();
       idleTrim?.start();

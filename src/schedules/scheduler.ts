@@ -86,13 +86,6 @@ export class Scheduler {
   private readonly tenantTicks = new Map<string, number>();
   /** Since when replicas have run without a gap, as this replica's last beat read it. */
   private since = Infinity;
-  /**
-   * Redis's clock less this process's, as the last due read found it (`store.due`): `now()` is Redis's clock, so a
-   * replica whose clock is off neither fires early nor takes a pending fire's live lease for over (the scripts
-   * check both against Redis's TIME themselves; this keeps the pre-checks and the retry window in step).
-   */
-  private offset = 0;
-
   constructor(private readonly opts: SchedulerOptions) {
     this.loop = new SweepLoop(() => this.sweep(), opts.sweepMs, new FailureLog(opts.log, 'schedule sweep'));
   }
@@ -128,8 +121,8 @@ export class Scheduler {
     const since = this.since;
     const { store } = this.opts;
     if (this.ticks.size >= FIRE_PARALLEL) return;
+    // The read sets the process's reckoning of Redis's clock (`now()`).
     const due = await store.due(SWEEP_BATCH);
-    this.offset = due.now - Date.now();
     const ids = due.ids.filter((id) => !this.ticks.has(id));
     if (ids.length === 0) return;
     const tenants = await store.tenantsOf(ids);
@@ -213,9 +206,13 @@ export class Scheduler {
     await store.resync(id);
   }
 
-  /** Redis's clock as of the last due read (see `offset`). */
+  /**
+   * Redis's clock as this process reckons it (src/redis/clock.ts; its due reads set it), so a replica whose clock
+   * is off neither fires early nor takes a pending fire's live lease for over (the scripts check both against
+   * Redis's TIME themselves; this keeps the pre-checks and the retry window in step).
+   */
   private now(): number {
-    return Date.now() + this.offset;
+    return this.opts.sessions.clock.now();
   }
 
   /** With overlap `skip`: whether the session of the schedule's last fire still runs (or waits for a client). */

@@ -219,7 +219,10 @@ export class ScheduleStore {
    * pending leases of Redis's clock, so a replica whose clock is off neither looks early nor late.
    */
   async due(count: number): Promise<{ now: number; ids: string[] }> {
+    const sent = Date.now();
     const [now, ...ids] = await this.redis.schedDue(SCHEDULES_DUE_KEY, count);
+    // This process's reckoning of Redis's clock (the scheduler's, the routes' next_run_at, action deadlines).
+    this.sessions.clock.observe(Number(now), sent);
     return { now: Number(now), ids };
   }
 

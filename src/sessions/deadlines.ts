@@ -35,9 +35,11 @@ const FIRED = { act_due: '', act_warn: '', act_fired: '1' };
 
 /**
  * 409 `action_timed_out` for a decision, result or `continue` that comes at or after the deadline of the action
- * it answers (even before a sweep fired it), or after the action timed out.
+ * it answers (even before a sweep fired it), or after the action timed out. `now` is Redis's clock (the store's
+ * `clock.now()`), the one the deadline was written in and the sweep fires it by: with the answering replica's own,
+ * one ahead refused answers to actions still open (and the sweep kept them waiting).
  */
-export function assertActionOpen(s: SessionState, now = Date.now()): void {
+export function assertActionOpen(s: SessionState, now: number): void {
   const late = s.status === 'requires_action' && s.action.due !== null && now >= s.action.due;
   if (!late && !(s.status !== 'requires_action' && s.action.fired)) return;
   throw conflict(ACTION_TIMED_OUT, 'The action this answers timed out (policy `action_timeout_s`).', {
@@ -190,10 +192,15 @@ export class DeadlineSweeper {
    * One pass: every entry due by Redis's now, each deadline compared with it (due-read-1.lua), not with this
    * replica's clock: one running ahead timed out every session's action early. A deadline is the one stored
    * (`act_due`, the `expires_at` shown), so an action times out when Redis's clock reaches what the API showed.
+   * The now read sets this process's reckoning of Redis's clock (`store.clock`), which deadlines are written and
+   * answers checked with.
    */
   async sweep(): Promise<void> {
+    const { store } = this.deps;
+    const sent = Date.now();
     // A failed read fails the pass: the loop logs it once per outage.
-    const { now, entries } = await this.deps.store.actionsDue.dueNow(100);
+    const { now, entries } = await store.actionsDue.dueNow(100);
+    store.clock.observe(now, sent);
     for (const e of entries) {
       await this.one(e, now).catch((err: unknown) =>
         this.log.warn({ err, session: e.id }, 'action deadline failed'),

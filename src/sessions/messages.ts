@@ -44,7 +44,7 @@ export function addMessage(
       // A message instead of the reviewed reply's calls: they are answered "not run", the message follows them in
       // the same user turn, and a run starts. It answers the review as `continue` does, so after the review's
       // deadline it is refused as `continue` is (else it would outrun `on_action_timeout: "fail"`).
-      assertActionOpen(s);
+      assertActionOpen(s, deps.store.clock.now());
       const unrun = resultsTurn(s.pending.calls, () =>
         interruptedResult('not run: the turn was reviewed and answered with a message'),
       );

@@ -37,7 +37,7 @@ export function replaceMessages(
     const action = requiredAction(s.status, s.pending)?.type;
     const reviewing = action === 'review_turn' || action === 'review_tool_results';
     // Taking over a review answers it, as `continue` does: after its deadline, refused as `continue` is.
-    if (reviewing) assertActionOpen(s);
+    if (reviewing) assertActionOpen(s, deps.store.clock.now());
     if (s.status !== 'idle' && s.status !== 'failed' && !reviewing) {
       throw new Conflict(
         'session_not_replaceable',

@@ -37,7 +37,7 @@ export function decide(
   by?: string,
 ): Promise<MutationResult> {
   return mutate(deps, tenant, id, ifMatch, async (s) => {
-    assertActionOpen(s);
+    assertActionOpen(s, deps.store.clock.now());
     if (s.status !== 'requires_action' || !s.pending?.calls.some((c) => c.approval !== 'auto')) {
       throw conflict('nothing_awaits_approval', 'No tool call of this session waits for a decision.');
     }
@@ -156,7 +156,7 @@ export function submitResults(
   service = false,
 ): Promise<MutationResult> {
   return mutate(deps, tenant, id, ifMatch, async (s) => {
-    assertActionOpen(s);
+    assertActionOpen(s, deps.store.clock.now());
     if (s.status !== 'requires_action' || !s.pending) {
       throw conflict('nothing_awaits_results', `The session is ${s.status}; no tool result is expected.`);
     }
@@ -194,7 +194,7 @@ export function continueRun(
   ifMatch?: number,
 ): Promise<MutationResult> {
   return mutate(deps, tenant, id, ifMatch, async (s: SessionState) => {
-    assertActionOpen(s);
+    assertActionOpen(s, deps.store.clock.now());
     assertBudgetLeft(s);
     if (
       s.status === 'idle' &&

@@ -186,9 +186,11 @@ interface ActionDeadline {
 /**
  * The meta fields of the deadline of the action a session starts waiting for now (`timeoutS` null: none), or of no
  * deadline: every write that makes a session `requires_action` with a new action includes them (and the store
- * registers the deadline in its due set: src/store/deadlines.ts). The one place they are made.
+ * registers the deadline in its due set: src/store/deadlines.ts). The one place they are made. `now` is Redis's
+ * clock (the store's `clock.now()`), the one the sweep fires deadlines by: from the writing replica's own, one
+ * behind by more than the timeout wrote a deadline already past, one ahead a deadline late.
  */
-export function deadlineFields(timeoutS: number | null, now = Date.now()): Record<string, string> {
+export function deadlineFields(timeoutS: number | null, now: number): Record<string, string> {
   if (!timeoutS) return { act_due: '', act_warn: '', act_fired: '', act_s: '' };
   const ms = timeoutS * 1000;
   return {

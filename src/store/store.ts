@@ -45,6 +45,7 @@ import { ACTIONS_DUE_KEY, DueSet, EXPIRY_DUE_KEY } from './due.js';
 import { PriceTable, type ModelPrices } from '../cost/prices.js';
 import { TenantSpend } from '../cost/spend.js';
 import { SessionIndex } from './session-index.js';
+import { RedisClock } from '../redis/clock.js';
 import {
   childUsageIncr,
   decodeFields,
@@ -197,6 +198,11 @@ export class SessionStore {
   private readonly tenants = new Map<string, string>();
   /** The tenants' indexes of their sessions, and the list read through them (session-index.ts). */
   readonly index: SessionIndex;
+  /**
+   * Redis's clock as this process reckons it (src/redis/clock.ts), fed by the sweeps' due reads: the clock of the
+   * action deadlines this process writes and checks, and of the schedules' times.
+   */
+  readonly clock = new RedisClock();
 
   constructor(
     redis: RedisClient,
