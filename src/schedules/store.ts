@@ -284,7 +284,7 @@ export class ScheduleStore {
     return (await this.redis.schedRetake(scheduleKeys(id).meta, fireAt, leaseMs)) === 1;
   }
 
-  /** finish-3.lua: true when this call ended the pending fire. */
+  /** finish-3.lua: true when this call ended the pending fire (its times Redis's clock). */
   async finish(
     s: ScheduleRecord,
     fireAt: number,
@@ -303,7 +303,6 @@ export class ScheduleStore {
         fireAt,
         outcome,
         sessionId,
-        Date.now(),
         JSON.stringify(data),
         channel,
         max,

@@ -2,7 +2,8 @@
  * Schedule fires and their pending leases are of Redis's clock, not of the replica's: a replica whose clock is far
  * ahead neither fires a schedule before its time nor takes over a pending fire whose claimer's lease still runs
  * (it created the fire's session meanwhile, beside the claimer's create). The skewed replica is a scheduler in this
- * process with the process's Date.now() moved, beside the service's own (whose clock is Redis's).
+ * process with the process's Date.now() moved, beside the service's own (whose clock is Redis's). A fire's end
+ * (finish-3.lua) is of Redis's clock too, whichever replica ends it.
  */
 import { after, before, describe, it } from 'node:test';
 import assert from 'node:assert/strict';
@@ -57,6 +58,8 @@ describe('schedules with a replica whose clock is off', { timeout: 120_000 }, ()
     });
   }
 
+  const iso = (ms: number) => new Date(ms).toISOString();
+
   const redisNow = async () => {
     const [s, us] = await r.time();
     return Number(s) * 1000 + Math.floor(Number(us) / 1000);
@@ -98,5 +101,35 @@ describe('schedules with a replica whose clock is off', { timeout: 120_000 }, ()
     const retaken = await skewed(SKEW_MS, () => h.service.app.schedules.store.retake(id, fireAt, 10_000));
     assert.equal(retaken, false);
     assert.equal(await r.hget(`s:{${id}}`, 'pending_until'), String(until));
+  });
+
+  it('a replica off the clock ends a fire in Redis’s clock', async () => {
+    const made = await a.post('/v1/schedules', { cron: '0 0 1 1 *', session: { input: 'new year' } });
+    assert.equal(made.status, 201, JSON.stringify(made.body));
+    const id = made.body.id as string;
+    const fireAt = Date.parse('2026-01-01T00:00:00Z');
+    await r.hset(
+      `s:{${id}}`,
+      'pending',
+      String(fireAt),
+      'pending_until',
+      String((await redisNow()) + 60_000),
+    );
+    const { store } = h.service.app.schedules;
+    const s = await store.get('acme', id);
+    const ended = await skewed(SKEW_MS, () =>
+      store.finish(s, fireAt, 'skipped', '', { schedule_id: id, scheduled_for: iso(fireAt), reason: 'test' }),
+    );
+    assert.equal(ended, true);
+    const now = await redisNow();
+    const updated = Number(await r.hget(`s:{${id}}`, 'updated_at'));
+    assert.ok(Math.abs(updated - now) < 5_000, `updated_at ${iso(updated)}, Redis's now ${iso(now)}`);
+    const [last] = (await a.get(`/v1/schedules/${id}/events?limit=500`)).body.data.slice(-1);
+    assert.equal(last.type, 'schedule.skipped');
+    const at = Date.parse(last.at);
+    assert.ok(
+      Math.abs(at - now) < 5_000,
+      `the event's time ${JSON.stringify(last)}, Redis's now ${iso(now)}`,
+    );
   });
 });
