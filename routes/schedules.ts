@@ -60,8 +60,13 @@ function send(reply: FastifyReply, s: ScheduleRecord, code = 200) {
   return reply.code(code).header('etag', `"${s.revision}"`).send(scheduleView(s));
 }
 
-/** Checks a schedule's times (400 `invalid_request` naming the field) and answers its next fire from now. */
-function checkTiming(t: Timing, secondsCron: boolean, atGiven: boolean): number | null {
+/**
+ * Checks a schedule's times (400 `invalid_request` naming the field) and answers its next fire from `now`: Redis's
+ * clock (the store's `clock.now()`), which fires come by. From the answering replica's own, one behind resuming a
+ * frequent cron made the fires it counted as missed due at once (a burst), one ahead gave an `at` still to come no
+ * fire, and took one a minute away for past.
+ */
+function checkTiming(t: Timing, secondsCron: boolean, atGiven: boolean, now: number): number | null {
   if (!validTimezone(t.timezone))
     throw badRequest('Unknown time zone.', [{ path: '/timezone', message: 'not an IANA time zone' }]);
   if (t.cron !== null) {
@@ -69,7 +74,6 @@ function checkTiming(t: Timing, secondsCron: boolean, atGiven: boolean): number 
     if (problem)
       throw badRequest(`Invalid cron expression: ${problem}.`, [{ path: '/cron', message: problem }]);
   }
-  const now = Date.now();
   if (atGiven && t.at !== null && t.at < now - AT_PAST_MS)
     throw badRequest('`at` is in the past.', [{ path: '/at', message: 'in the past' }]);
   return t.at !== null ? t.at : nextFire(t, now);
@@ -99,7 +103,8 @@ const routes: FastifyPluginAsyncZod = async (app) => {
       if (ifMatch !== undefined && ifMatch !== s.revision) throw new RevisionMismatch(s.revision, 'schedule');
       return s;
     }
-    const set: Record<string, string> = { updated_at: String(Date.now()) };
+    const now = app.store.clock.now();
+    const set: Record<string, string> = { updated_at: String(now) };
     const del: string[] = [];
     const timing: Timing = { cron: s.cron, at: s.at, timezone: s.timezone };
     if (b.cron !== undefined) Object.assign(timing, { cron: b.cron, at: null });
@@ -108,11 +113,10 @@ const routes: FastifyPluginAsyncZod = async (app) => {
     const retimed = b.cron !== undefined || b.at !== undefined || b.timezone !== undefined;
     const resumed = b.paused === false && s.paused;
     if (retimed || resumed) {
-      let next = checkTiming(timing, secondsCron, b.at !== undefined);
+      let next = checkTiming(timing, secondsCron, b.at !== undefined, now);
       // An `at` not given again keeps its one fire: none once its time has passed (it fired, or it was missed while
       // paused, which a resume does not make up); a fire still to come (late) stays as the record has it.
-      if (b.at === undefined && timing.at !== null && timing.at <= Date.now())
-        next = resumed ? null : s.nextRunAt;
+      if (b.at === undefined && timing.at !== null && timing.at <= now) next = resumed ? null : s.nextRunAt;
       Object.assign(set, { cron: timing.cron ?? '', at: timing.at ?? '', timezone: timing.timezone });
       if (next === null) del.push('next_run_at');
       else set['next_run_at'] = String(next);
@@ -154,9 +158,9 @@ const routes: FastifyPluginAsyncZod = async (app) => {
       }
       const at = b.at === undefined ? null : Date.parse(b.at);
       const timing = { cron: b.cron ?? null, at, timezone: b.timezone };
-      const next = checkTiming(timing, secondsCron, true);
+      const now = app.store.clock.now();
+      const next = checkTiming(timing, secondsCron, true, now);
       await checkCreate(app.sessionDeps, req.tenant, b.session);
-      const now = Date.now();
       const s: ScheduleRecord = {
         id,
         tenant: req.tenant,

@@ -137,7 +137,7 @@ export class ScheduleStore {
         revision === undefined ? '' : String(revision),
         JSON.stringify(set),
         JSON.stringify(del),
-        Date.now(),
+        this.sessions.clock.now(),
         JSON.stringify({ schedule_id: id, ...withoutSecrets(changes) }),
         ...this.logArgs(id),
         // A retiming holds to the next fire it was computed from (a claim moves it without a new revision).
@@ -168,7 +168,7 @@ export class ScheduleStore {
         k.runs,
         tenant,
         revision === undefined ? '' : String(revision),
-        Date.now(),
+        this.sessions.clock.now(),
         JSON.stringify({ schedule_id: id }),
         this.sessions.options.deletedLogTtlMs ?? 60_000,
         channel,
@@ -204,7 +204,8 @@ export class ScheduleStore {
     for (const [i, m] of members.entries()) {
       const s = await this.read(m.slice(16));
       if (!s || s.tenant !== tenant) {
-        if (Number(m.slice(0, 15)) < Date.now() - INDEX_GRACE_MS) await this.redis.zrem(key, m);
+        if (Number(m.slice(0, 15)) < this.sessions.clock.now() - INDEX_GRACE_MS)
+          await this.redis.zrem(key, m);
         continue;
       }
       bytes += s.session.length;

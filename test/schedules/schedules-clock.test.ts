@@ -2,13 +2,19 @@
  * Schedule fires and their pending leases are of Redis's clock, not of the replica's: a replica whose clock is far
  * ahead neither fires a schedule before its time nor takes over a pending fire whose claimer's lease still runs
  * (it created the fire's session meanwhile, beside the claimer's create). The skewed replica is a scheduler in this
- * process with the process's Date.now() moved, beside the service's own (whose clock is Redis's). A fire's end
- * (finish-3.lua) is of Redis's clock too, whichever replica ends it.
+ * process with the process's Date.now() moved, beside the service's own (whose clock is Redis's).
+ *
+ * A fire's end (finish-3.lua) is of Redis's clock too, whichever replica ends it. And so are the times a replica
+ * computes for a schedule: a create's or a resume's `next_run_at` (an `at` still to come in Redis's clock keeps its
+ * fire on a replica ahead; a cron resumed on a replica behind makes no burst of fires for its minutes). There the
+ * whole service is the skewed replica: the process's Date.now() is moved and its reckoning of Redis's clock read
+ * again, as its boot and each of its sweeps do.
  */
 import { after, before, describe, it } from 'node:test';
 import assert from 'node:assert/strict';
 import { Redis } from 'ioredis';
 import { startHarness, type Api, type Harness } from '../helpers/service.js';
+import { until } from '../durability/chaos-lib.js';
 import { Scheduler } from '../../src/schedules/scheduler.js';
 import { fireSessionId } from '../../src/schedules/keys.js';
 
@@ -58,6 +64,19 @@ describe('schedules with a replica whose clock is off', { timeout: 120_000 }, ()
     });
   }
 
+  /** Runs `fn` with the whole service as a replica whose clock is off by `skew` ms (see above). */
+  async function asReplica<T>(skew: number, fn: () => Promise<T>): Promise<T> {
+    const { app } = h.service;
+    try {
+      return await skewed(skew, async () => {
+        await app.store.clock.sync(app.redis);
+        return fn();
+      });
+    } finally {
+      await app.store.clock.sync(app.redis);
+    }
+  }
+
   const iso = (ms: number) => new Date(ms).toISOString();
 
   const redisNow = async () => {
@@ -101,6 +120,54 @@ describe('schedules with a replica whose clock is off', { timeout: 120_000 }, ()
     const retaken = await skewed(SKEW_MS, () => h.service.app.schedules.store.retake(id, fireAt, 10_000));
     assert.equal(retaken, false);
     assert.equal(await r.hget(`s:{${id}}`, 'pending_until'), String(until));
+  });
+
+  it('a replica ahead creates an `at` still to come in Redis’s clock, and it fires', async () => {
+    const at = (await redisNow()) + 3_000;
+    // 10 minutes ahead, `at` is past by the replica's clock (more than 60 s: the create was refused).
+    const made = await asReplica(SKEW_MS, () =>
+      a.post('/v1/schedules', { at: iso(at), session: { input: 'soon' } }),
+    );
+    assert.equal(made.status, 201, JSON.stringify(made.body));
+    assert.equal(made.body.next_run_at, iso(at));
+    const id = made.body.id as string;
+    await until(async () => (await a.get(`/v1/schedules/${id}`)).body.fires === 1, 30_000, 'the fire');
+  });
+
+  it('a replica ahead resumes an `at` still to come in Redis’s clock, and it fires', async () => {
+    const at = (await redisNow()) + 3_000;
+    const paused = await a.post('/v1/schedules', {
+      at: iso(at),
+      paused: true,
+      session: { input: 'soon too' },
+    });
+    assert.equal(paused.status, 201, JSON.stringify(paused.body));
+    // Resumed 10 minutes ahead: its one fire is still to come (the resume dropped it as missed while paused).
+    const id = paused.body.id as string;
+    const resumed = await asReplica(SKEW_MS, () => a.req('PATCH', `/v1/schedules/${id}`, { paused: false }));
+    assert.equal(resumed.status, 200, JSON.stringify(resumed.body));
+    assert.equal(resumed.body.next_run_at, iso(at));
+    await until(async () => (await a.get(`/v1/schedules/${id}`)).body.fires === 1, 30_000, 'the fire');
+  });
+
+  it('a replica behind resuming a cron makes its next fire the next one in Redis’s clock (no burst)', async () => {
+    const made = await a.post('/v1/schedules', {
+      cron: '* * * * *',
+      paused: true,
+      session: { input: 'minutely' },
+    });
+    assert.equal(made.status, 201, JSON.stringify(made.body));
+    const before = await redisNow();
+    const resumed = await asReplica(-SKEW_MS, () =>
+      a.req('PATCH', `/v1/schedules/${made.body.id}`, { paused: false }),
+    );
+    assert.equal(resumed.status, 200, JSON.stringify(resumed.body));
+    const next = Date.parse(resumed.body.next_run_at as string);
+    // Ten minutes behind, the next minute was ten minutes ago: each minute since would have fired one by one.
+    assert.ok(
+      next > before && next <= before + 61_000,
+      `next_run_at ${iso(next)}, Redis's now ${iso(before)}`,
+    );
   });
 
   it('a replica off the clock ends a fire in Redis’s clock', async () => {
