@@ -30,7 +30,7 @@
  *   tombstone's gc time); a tenant with none of those is not in it (tasks.ts `reschedule`); written and read by
  *   due-set-1.lua and due-claim-1.lua only
  *
- * Every time (ms) in these keys is of Redis's clock (lua/includes/now.lua), never a replica's.
+ * Every time (ms) in these keys is of Redis's clock (src/store/lua/includes/now.lua), never a replica's.
  * - channel `tt:{tt:T}:wake`: published when a call is queued; long-polling claims wait on it
  * - channel `tt:{tt:T}:stop`: the offer id of an http tool's call settled as cancelled while leased (settle-8.lua);
  *   the replica whose HTTP caller runs that offer's try aborts it (http-stops.ts)

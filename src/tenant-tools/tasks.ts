@@ -6,7 +6,7 @@
  * its JSDoc says otherwise.
  *
  * Every time the queue stores or compares (leases, ready, deadline, done and gc times, `tt:due`) is of Redis's clock,
- * taken by the scripts (lua/includes/now.lua): the replicas pass durations and get the times back, so a replica
+ * taken by the scripts (src/store/lua/includes/now.lua): the replicas pass durations and get the times back, so a replica
  * whose clock is off neither takes live leases for lapsed nor renews them into the future.
  *
  * Over 400 lines: every operation on a tenant's queue keys is one method here, which keeps them behind one door.

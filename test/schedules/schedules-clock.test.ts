@@ -17,6 +17,7 @@ import { startHarness, type Api, type Harness } from '../helpers/service.js';
 import { until } from '../durability/chaos-lib.js';
 import { Scheduler } from '../../src/schedules/scheduler.js';
 import { fireSessionId } from '../../src/schedules/keys.js';
+import { skewed } from '../helpers/skewed-clock.js';
 
 /** Far more than a fire's lease (10 s), and than the fire below is ahead. */
 const SKEW_MS = 10 * 60_000;
@@ -34,17 +35,6 @@ describe('schedules with a replica whose clock is off', { timeout: 120_000 }, ()
     r?.disconnect();
     await h?.close();
   });
-
-  /** Runs `fn` with this process's Date.now() moved by `skew` ms (restored after). */
-  async function skewed<T>(skew: number, fn: () => Promise<T>): Promise<T> {
-    const real = Date.now;
-    Date.now = () => real() + skew;
-    try {
-      return await fn();
-    } finally {
-      Date.now = real;
-    }
-  }
 
   /** One pass of a second replica's scheduler, 10 minutes ahead, and the ticks it started. */
   async function sweepAhead(): Promise<void> {

@@ -11,6 +11,7 @@ import { text, toolCalls, toolUse } from '../fake/script.js';
 import { startHarness, type Api, type Harness } from '../helpers/service.js';
 import type { ToolTasks } from '../../src/tenant-tools/service.js';
 import { taskKeys } from '../../src/tenant-tools/keys.js';
+import { skewed } from '../helpers/skewed-clock.js';
 
 const LEASE_MS = 20_000;
 /** Far more than a lease, either way. */
@@ -35,17 +36,6 @@ describe('tool-task leases with a replica whose clock is off', { timeout: 120_00
     r?.disconnect();
     await h?.close();
   });
-
-  /** Runs `fn` with this process's Date.now() moved by `skew` ms (restored after). */
-  async function skewed<T>(skew: number, fn: () => Promise<T>): Promise<T> {
-    const real = Date.now;
-    Date.now = () => real() + skew;
-    try {
-      return await fn();
-    } finally {
-      Date.now = real;
-    }
-  }
 
   it('a live lease is neither swept by a replica ahead nor renewed into the past by one behind', async () => {
     const tasks: ToolTasks = h.service.app.toolTasks;

@@ -12,6 +12,7 @@ import { startTestRedis, type TestRedis } from '../helpers/redis.js';
 import { WebhookStore } from '../../src/webhooks/store.js';
 import type { OutboxLimits } from '../../src/webhooks/outbox.js';
 import { webhookRecord } from '../helpers/webhook-record.js';
+import { skewed } from '../helpers/skewed-clock.js';
 
 /** Far more than a claim's lease and a retry's delay, either way. */
 const SKEW_MS = 10 * 60_000;
@@ -49,17 +50,6 @@ describe('webhook outboxes with a replica whose clock is off', { timeout: 60_000
     client?.disconnect();
     await redis?.stop();
   });
-
-  /** Runs `fn` with this process's Date.now() moved by `skew` ms (restored after). */
-  async function skewed<T>(skew: number, fn: () => Promise<T>): Promise<T> {
-    const real = Date.now;
-    Date.now = () => real() + skew;
-    try {
-      return await fn();
-    } finally {
-      Date.now = real;
-    }
-  }
 
   it('a replica ahead does not claim a message in flight again', async () => {
     await store.create(webhookRecord('wh_ahead', 'acme'), 10);

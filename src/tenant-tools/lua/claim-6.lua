@@ -9,7 +9,7 @@
 -- of the call's earlier attempts whose `tool_task.retried` is still owed (a sweeper died before writing it), which
 -- the claimant writes before this attempt's `tool.started`; they stay owed until written.
 --- @include "includes/queue-key"
---- @include "includes/now"
+--- @include "../../store/lua/includes/now"
 local now = now_ms()
 local max = tonumber(ARGV[2])
 -- A tenant's calls queued before the indexes existed (an upgrade): indexed once, here, from `ready` (whose bound,

@@ -6,7 +6,7 @@
 -- Returns {'ok', record JSON} or {refusal}: 'unknown', 'lost', 'completed' (with the call's record JSON:
 -- {'completed', record}), 'cancelled'.
 --- @include "includes/offer-check"
---- @include "includes/now"
+--- @include "../../store/lua/includes/now"
 local call, rec, completed = offer_check(KEYS[1], KEYS[2], ARGV[1])
 if not call then return {rec, completed} end
 rec.state = 'done'

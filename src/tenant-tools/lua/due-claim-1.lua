@@ -4,7 +4,7 @@
 -- KEYS[1] tt:due (ZSET tenant -> ms)
 -- ARGV[1] limit  ARGV[2] hold (ms: each tenant taken is due again that long from now)
 -- Returns the tenants taken. Due times are of Redis's clock (includes/now.lua), the one due-set-1.lua stores.
---- @include "includes/now"
+--- @include "../../store/lua/includes/now"
 local now = now_ms()
 local due = redis.call('ZRANGEBYSCORE', KEYS[1], '-inf', now, 'LIMIT', 0, tonumber(ARGV[1]))
 for _, t in ipairs(due) do redis.call('ZADD', KEYS[1], now + tonumber(ARGV[2]), t) end

@@ -4,7 +4,7 @@
 -- ARGV[1] tenant  ARGV[2] in (ms from now; '' to take the tenant off)  ARGV[3] 'LT' (never later than it was
 -- already due) or '' (due then, whatever it was)
 -- Returns the tenant's due time set (ms), or -1 when taken off.
---- @include "includes/now"
+--- @include "../../store/lua/includes/now"
 if ARGV[2] == '' then
   redis.call('ZREM', KEYS[1], ARGV[1])
   return -1

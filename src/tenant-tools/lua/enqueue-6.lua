@@ -12,7 +12,7 @@
 -- A call known and still out counts the run waiting on it in its record's `wanted`: a cancel decided from an older
 -- read of the session (settle-8.lua's ARGV[5]) is refused, so a run parked on the task is not left without it.
 --- @include "includes/queue-key"
---- @include "includes/now"
+--- @include "../../store/lua/includes/now"
 local known = redis.call('HGET', KEYS[1], ARGV[1])
 if known then
   local rec = cjson.decode(known)

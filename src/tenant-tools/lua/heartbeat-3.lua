@@ -10,7 +10,7 @@
 -- comes either before it (the sweep sees the new expiry and keeps the call leased) or after it (this offer no
 -- longer holds the call: 'lost').
 --- @include "includes/offer-check"
---- @include "includes/now"
+--- @include "../../store/lua/includes/now"
 local call, rec, completed = offer_check(KEYS[1], KEYS[2], ARGV[1])
 if not call then return {rec, completed} end
 rec.lease = now_ms() + tonumber(ARGV[2])

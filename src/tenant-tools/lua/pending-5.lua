@@ -5,6 +5,6 @@
 -- Returns {live, gc, now}: live and gc as includes/next-due.lua says (ms, -1: none), now of the clock they are in
 -- (Redis's: includes/now.lua).
 --- @include "includes/next-due"
---- @include "includes/now"
+--- @include "../../store/lua/includes/now"
 local live, gc = next_due(KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5])
 return {live, gc, now_ms()}

@@ -6,7 +6,7 @@
 -- Returns {'retried', record JSON}, {'failed', record JSON}, or {refusal} (see includes/offer-check.lua).
 --- @include "includes/offer-check"
 --- @include "includes/queue-key"
---- @include "includes/now"
+--- @include "../../store/lua/includes/now"
 local call, rec = offer_check(KEYS[1], KEYS[2], ARGV[1])
 if not call then return {rec} end
 local now = now_ms()

@@ -5,7 +5,7 @@
 -- ARGV[1] worker id  ARGV[2] seen how long ago (ms; 0: now)  ARGV[3] keep (ms: entries older go)  ARGV[4] cap
 -- ARGV[5..] tool names
 -- Returns the number of tools recorded. Times are of Redis's clock (includes/now.lua), as workers-1.lua reads them.
---- @include "includes/now"
+--- @include "../../store/lua/includes/now"
 local now = now_ms()
 local n = 0
 for i = 5, #ARGV do

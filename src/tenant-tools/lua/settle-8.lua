@@ -10,7 +10,7 @@
 -- it: the session was read before the run's write made it wait again, and the task is left as it is.
 -- Returns 2 in that case; else 1 when the call was known, 0 when it was not.
 --- @include "includes/queue-key"
---- @include "includes/now"
+--- @include "../../store/lua/includes/now"
 local raw = redis.call('HGET', KEYS[1], ARGV[1])
 if not raw then return 0 end
 local rec = cjson.decode(raw)

@@ -16,7 +16,7 @@
 -- replica; the session's write is once per attempt whoever makes it (src/store/lua/tool-retried-2.lua).
 --- @include "includes/next-due"
 --- @include "includes/queue-key"
---- @include "includes/now"
+--- @include "../../store/lua/includes/now"
 local now = now_ms()
 local limit = tonumber(ARGV[1])
 local out = {}

@@ -3,7 +3,7 @@
 -- KEYS[1] workers (ZSET `<tool> <worker_id>` -> ms; at most 1000 members, seen-2.lua)
 -- ARGV[1] none: the script takes no arguments
 -- Returns {now, member, ms, member, ms, ...}.
---- @include "includes/now"
+--- @include "../../store/lua/includes/now"
 local out = redis.call('ZRANGE', KEYS[1], 0, -1, 'WITHSCORES')
 table.insert(out, 1, now_ms())
 return out
