@@ -184,6 +184,24 @@ export function retryTurn(
   });
 }
 
+const wasCancelled = (s: SessionState): boolean => s.status === 'idle' && s.stopReason === 'cancelled';
+
+/**
+ * Commits the cancel of `s` (running with no live owner, or waiting for its client) and drops its step's tool tasks
+ * once it did: a session that ended otherwise meanwhile (`InvalidStatus`: it failed, or finished) keeps them, as a
+ * failed one's `resume` still waits for them.
+ */
+async function cancelHere(deps: SessionDeps, s: SessionState): Promise<void> {
+  try {
+    await cancelSession(deps.store, s, {});
+    await deps.store.runs.end(s.id, s.tenant);
+  } catch (err) {
+    if (!(err instanceof InvalidStatus)) throw err;
+    return;
+  }
+  await dropTasks(deps, s);
+}
+
 /**
  * Cancels the run. With no live owner (or while waiting for a client) the cancel is committed here; otherwise the
  * owner is asked (control field + message) and this waits a bounded time for it to commit the cancel.
@@ -201,14 +219,8 @@ export async function cancelRun(
     throw conflict('session_not_running', `The session is ${s.status}; there is nothing to cancel.`);
   }
   if (s.status === 'requires_action' || !(await store.runs.leaseHolder(id))) {
-    try {
-      await cancelSession(store, s, {});
-      await store.runs.end(id, tenant);
-    } catch (err) {
-      if (!(err instanceof InvalidStatus)) throw err;
-    }
     // A run parked for its tool tasks holds no lease: it is cancelled here, and its tasks leave the queue.
-    await dropTasks(deps, s);
+    await cancelHere(deps, s);
     return { state: await store.loadFor(tenant, id), queued: false };
   }
   await store.apply(
@@ -221,17 +233,21 @@ export async function cancelRun(
   // The owner aborts the turn and commits the cancel; wait a bounded time so most callers see the result. The
   // step's tasks still out (queued while it waited for the client) leave the queue with it: the owner drops those
   // of the step it cancels (cancelOwnRun); those of the step read here are dropped once the cancel is seen, so they
-  // are gone when it is answered (and after the cancel committed here, of the step it cancelled).
+  // are gone when it is answered (and after the cancel committed here, of the step it cancelled). Only a cancel
+  // that took place drops them: a run that failed meanwhile keeps them for `resume`.
   for (let i = 0; i < 100; i++) {
     const cur = await store.loadFor(tenant, id);
+    if (cur.status === 'requires_action') {
+      // The owner ended the run waiting for its client before it saw the request (its end clears `control`): the
+      // cancel is committed here, as for a session found waiting.
+      await cancelHere(deps, cur);
+      return { state: await store.loadFor(tenant, id), queued: false };
+    }
     if (cur.status !== 'running') {
-      await dropTasks(deps, s);
+      if (wasCancelled(cur)) await dropTasks(deps, s);
       return { state: cur, queued: false };
     }
-    if (i > 20 && !(await store.runs.leaseHolder(id))) {
-      await cancelSession(store, cur, {}).catch(() => {});
-      await dropTasks(deps, cur);
-    }
+    if (i > 20 && !(await store.runs.leaseHolder(id))) await cancelHere(deps, cur);
     await new Promise((r) => setTimeout(r, 30));
   }
   return { state: await store.loadFor(tenant, id), queued: true };
