@@ -2,20 +2,23 @@
 -- for it (cancelled, deleted). Its record stays as a tombstone until the sweep's gc time; input and result go.
 -- KEYS[1] calls  KEYS[2] inputs  KEYS[3] results  KEYS[4] ready  KEYS[5] leased  KEYS[6] deadline  KEYS[7] done  KEYS[8] gc
 -- ARGV[1] call  ARGV[2] state ('delivered' | 'cancelled')  ARGV[3] gc after (ms from now, Redis's clock:
--- includes/now.lua)  ARGV[4] stop channel  ARGV[5] for a cancel decided from a read of the session: the record's
+-- src/store/lua/includes/now.lua)  ARGV[4] stop channel  ARGV[5] for a cancel decided from a read of the session: the record's
 -- `wanted` as read before that read ('' : unconditional, as a cancelled or deleted session's dropTasks)
 -- An http tool's call cancelled while leased has its offer id published on the stop channel: the replica running
 -- that try aborts it now (src/tenant-tools/http-stops.ts), not at its next heartbeat. Nothing else is published.
 -- A run that queued the call again since (enqueue-6.lua found it still out and counted it in `wanted`) waits for
--- it: the session was read before the run's write made it wait again, and the task is left as it is.
--- Returns 2 in that case; else 1 when the call was known, 0 when it was not.
+-- it: the session was read before the run's write made it wait again, and the task is left as it is, unless a
+-- cancel or delete settled it since (it stays settled).
+-- Returns 2 when the task is left for such a run; else 1 when the call was known, 0 when it was not.
 --- @include "includes/queue-key"
 --- @include "../../store/lua/includes/now"
 local raw = redis.call('HGET', KEYS[1], ARGV[1])
 if not raw then return 0 end
 local rec = cjson.decode(raw)
-if ARGV[5] ~= nil and ARGV[5] ~= '' and ARGV[2] == 'cancelled' and tostring(tonumber(rec.wanted) or 0) ~= ARGV[5] then
-  return 2
+if ARGV[5] ~= nil and ARGV[5] ~= '' and ARGV[2] == 'cancelled' then
+  -- Settled already (a cancel or delete dropped it since the read): it stays so, whatever `wanted` says.
+  if rec.state == 'cancelled' or rec.state == 'delivered' then return 1 end
+  if tostring(tonumber(rec.wanted) or 0) ~= ARGV[5] then return 2 end
 end
 if ARGV[2] == 'cancelled' and rec.state == 'leased' and rec.queue == '~http' and rec.offer ~= '' then
   redis.call('PUBLISH', ARGV[4], rec.offer)
