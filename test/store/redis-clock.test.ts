@@ -27,6 +27,15 @@ describe('RedisClock', () => {
       assert.equal(clock.now(), 7_000_000);
       clock.observe(Number('x'));
       assert.equal(clock.now(), 7_000_000);
+      // A reply 2 s on its way whose TIME was taken at its end (Redis or this loop was stalled before) would move
+      // the clock by 1 s, taken as half-way: it is not taken while the sample kept (round trip 0) is under 30 s
+      // old; once that one is older, it is.
+      t += 2_000;
+      clock.observe(7_002_000, t - 2_000);
+      assert.equal(clock.now(), 7_002_000);
+      t += 30_000;
+      clock.observe(7_032_000, t - 2_000);
+      assert.equal(clock.now(), 7_033_000);
     } finally {
       Date.now = real;
     }
