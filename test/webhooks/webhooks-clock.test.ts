@@ -13,6 +13,7 @@ import { WebhookStore } from '../../src/webhooks/store.js';
 import type { OutboxLimits } from '../../src/webhooks/outbox.js';
 import { webhookRecord } from '../helpers/webhook-record.js';
 import { skewed } from '../helpers/skewed-clock.js';
+import { DUE_KEY } from '../../src/webhooks/keys.js';
 
 /** Far more than a claim's lease and a retry's delay, either way. */
 const SKEW_MS = 10 * 60_000;
@@ -84,6 +85,19 @@ describe('webhook outboxes with a replica whose clock is off', { timeout: 60_000
     // Another replica, whose clock is Redis's, finds nothing due.
     const again = await store.outbox.claim('wh_behind', LIMITS, 4);
     assert.deepEqual(again.kind === 'ok' && again.messages, [], 'the retry waits for its delay');
+  });
+
+  it('an endpoint made due is due at once, in the same millisecond too (its score has microseconds)', async () => {
+    // One transaction: the read runs right after the write, within the same millisecond of Redis's clock but for
+    // a write at a millisecond's very end.
+    const [[, made], [, read]] = (await (client as any)
+      .multi()
+      .whDueNow(DUE_KEY, 'wh_same_ms', 'fresh')
+      .whDueRead(DUE_KEY, 0, 100)
+      .exec()) as [[null, number], [null, string[]]];
+    assert.equal(made, 1);
+    assert.ok(read.slice(1).includes('wh_same_ms'), `due at once: ${JSON.stringify(read)}`);
+    await client.zrem(DUE_KEY, 'wh_same_ms');
   });
 
   it('the due set is of Redis’s clock: an endpoint made due by a replica ahead is due for the others', async () => {
