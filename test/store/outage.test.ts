@@ -180,11 +180,11 @@ describe('a write interrupted half-way by a store failure', { timeout: 60_000 },
   it('never leaves a session `running` without a due entry (it would never run)', async () => {
     const h = await startHarness({ env: { LEASE_TTL_MS: '1000' } });
     try {
-      // Redis "fails" right after the session's own write (the apply script): the next ZADD (run queue or tenant
-      // index) fails, as if the connection dropped between the two (as the client reports it: StoreUnavailable).
+      // Redis "fails" right after the session's own write (the apply script): the next write of a due or index
+      // entry (the run queue's due time, a script on Redis's clock, or a ZADD of an index) fails, as if the
+      // connection dropped between the two (as the client reports it: StoreUnavailable).
       const store = h.service.app.store as any;
       const redis = h.service.app.redis as any;
-      const zadd = redis.zadd.bind(redis);
       const apply = store.apply.bind(store);
       let armed = false;
       store.apply = async (...args: unknown[]) => {
@@ -192,15 +192,24 @@ describe('a write interrupted half-way by a store failure', { timeout: 60_000 },
         armed = true;
         return out;
       };
-      redis.zadd = (...args: unknown[]) => {
-        if (armed) {
-          armed = false;
-          return Promise.reject(new StoreUnavailable(new Error('Connection is closed.')));
-        }
-        return zadd(...args);
-      };
+      // The due time goes through the run queue's markDue (a script); an index through a ZADD.
+      const runs = store.runs;
+      const wrapped = [
+        [redis, 'zadd'],
+        [runs, 'markDue'],
+      ].map(([target, name]) => {
+        const real = target[name];
+        target[name] = function (this: unknown, ...args: unknown[]) {
+          if (armed) {
+            armed = false;
+            return Promise.reject(new StoreUnavailable(new Error('Connection is closed.')));
+          }
+          return real.apply(this, args);
+        };
+        return () => (target[name] = real);
+      });
       const res = await h.api.post('/v1/sessions', { input: 'Hello' });
-      redis.zadd = zadd;
+      for (const restore of wrapped) restore();
       store.apply = apply;
       assert.equal(res.status, 503, JSON.stringify(res.body));
       // Whatever the failed request left behind is either gone or runs to the end: nothing stays `running`.
