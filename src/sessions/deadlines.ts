@@ -14,7 +14,7 @@ import { InvalidStatus, QuotaExceeded, RevisionMismatch, conflict, isRefusal } f
 import { requiredAction } from '../engine/status.js';
 import type { EngineLogger } from '../engine/run-handle.js';
 import type { DueEntry } from '../store/due.js';
-import { encodeResult, outstandingTasks, setResult, type PendingStep } from '../store/pending.js';
+import { encodeResult, setResult } from '../store/pending.js';
 import type { ApplyOps } from '../store/apply-ops.js';
 import { childUsageIncr, type SessionState } from '../store/session-state.js';
 import { runOps, startRun, statusOps, type SessionDeps } from './mutate.js';
@@ -74,8 +74,9 @@ function timeoutOps(s: SessionState): { ops: ApplyOps; starts: boolean } {
   ];
   if (s.onActionTimeout === 'fail' || !s.pending) {
     const error = { code: ACTION_TIMED_OUT, message: `No answer within ${n} s.`, retryable: false };
-    const renewed = s.pending ? tasksRenewed(s.pending) : null;
-    const st = statusOps(s, { status: 'failed', error, ...(renewed ? { pending: renewed } : {}) });
+    // Tool tasks out for the step are cancelled after this write (`dropTasks`, below); a run of the step again
+    // (`resume`, a message) finds their rounds settled and queues each call at its next round (src/engine/tool-tasks.ts).
+    const st = statusOps(s, { status: 'failed', error });
     return {
       ops: {
         ...st,
@@ -127,21 +128,6 @@ function timeoutOps(s: SessionState): { ops: ApplyOps; starts: boolean } {
     ops: { ...st, hset: { ...st.hset, ...FIRED }, events: [...events, ...(st.events ?? [])] },
     starts: true,
   };
-}
-
-/**
- * The step of a session failed by its deadline, when tool tasks were out for it (queued while the client was asked:
- * src/engine/tool-step.ts): they are cancelled after the write (`dropTasks`), and each such call moves to its next
- * round, so a run of the step again (`resume`, a message) queues it as a task of its own — the cancelled task's
- * record stays in the queue a day, and keeps the same round from being queued again (TaskQueue.enqueue). Null: no
- * task was out (a reviewed turn's calls were never queued).
- */
-function tasksRenewed(pending: PendingStep): PendingStep | null {
-  if (pending.turn) return null;
-  const step = structuredClone(pending);
-  const out = outstandingTasks(step);
-  for (const c of out) c.round = (c.round ?? 0) + 1;
-  return out.length > 0 ? step : null;
 }
 
 /**
