@@ -142,8 +142,10 @@ export function budgetUsage(s: Pick<SessionState, 'usage' | 'budget' | 'cost' | 
 }
 
 /**
- * 409 `budget_exhausted` for a request that would start turns (a new message, `continue`) while the session's budget
- * is spent: the client raises it first (PATCH `budget`).
+ * 409 `budget_exhausted` for a request that would start turns (a new message, `continue` of an idle session) while
+ * the session's budget is spent: the client raises it first (PATCH `budget`). An answer to the step a run waits on (a
+ * decision, a result, `continue` of a `requires_action` session) is not refused: the run runs that step's calls and
+ * stops before its next turn.
  */
 export function assertBudgetLeft(s: Pick<SessionState, 'usage' | 'budget' | 'cost' | 'childUsage'>): void {
   const spent = spentOf(s);

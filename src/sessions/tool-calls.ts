@@ -186,7 +186,10 @@ async function endsWithTurnToSend(deps: SessionDeps, id: string): Promise<boolea
   return last !== null && (last.role === 'user' || pendingToolCalls([last]).length > 0);
 }
 
-/** Lets a paused run go on: results under review accepted, or a fresh budget after `max_iterations`. */
+/**
+ * Lets a paused run go on: results or a reply under review accepted (whatever the session's budget: the run stops
+ * after the step's tool results), or a new run after `max_iterations` or a budget stop (budget left needed).
+ */
 export function continueRun(
   deps: SessionDeps,
   tenant: string,
@@ -195,23 +198,27 @@ export function continueRun(
 ): Promise<MutationResult> {
   return mutate(deps, tenant, id, ifMatch, async (s: SessionState) => {
     assertActionOpen(s, deps.store.clock.now());
-    assertBudgetLeft(s);
-    if (
-      s.status === 'idle' &&
-      (s.stopReason === 'max_iterations' ||
+    if (s.status === 'idle') {
+      // A new run on an idle session sends a turn (or runs a given reply's calls and then sends one): it needs budget
+      // left. One that waits for its client (below) goes on with its step whatever the budget: as a decision or a
+      // result does, it runs that step's calls and stops before its next turn (`budget_exhausted`).
+      assertBudgetLeft(s);
+      if (
+        s.stopReason === 'max_iterations' ||
         s.stopReason === BUDGET_EXHAUSTED ||
-        s.stopReason === TENANT_BUDGET_EXHAUSTED)
-    ) {
-      // After a budget stop (the budget raised since: checked above), the run goes on from where it stopped.
-      // A fresh iteration budget: the run goes on from the tool results it stopped after.
-      return { ops: runOps(s), starts: true };
+        s.stopReason === TENANT_BUDGET_EXHAUSTED
+      ) {
+        // After a budget stop (the budget raised since: checked above), the run goes on from where it stopped.
+        // A fresh iteration budget: the run goes on from the tool results it stopped after.
+        return { ops: runOps(s), starts: true };
+      }
+      // A history given by `PUT …/messages` (or at create, not started) and not run since, that ends where the
+      // runner would go on — a user turn, or a reply whose calls are not answered (`setMessagesParams` keeping the
+      // reply under review): as the runner does, the calls run and the next turn is sent. A run's own stop is not
+      // continued.
+      const given = recordCount(s) === Math.max(0, s.replacedAt);
+      if (given && (await endsWithTurnToSend(deps, s.id))) return { ops: runOps(s), starts: true };
     }
-    // A history given by `PUT …/messages` (or at create, not started) and not run since, that ends where the runner
-    // would go on — a user turn, or a reply whose calls are not answered (`setMessagesParams` keeping the reply under
-    // review): as the runner does, the calls run and the next turn is sent. A run's own stop is not continued.
-    const given = recordCount(s) === Math.max(0, s.replacedAt);
-    if (s.status === 'idle' && given && (await endsWithTurnToSend(deps, s.id)))
-      return { ops: runOps(s), starts: true };
     if (s.status !== 'requires_action' || !s.pending)
       throw conflict('nothing_to_continue', `The session is ${s.status}.`);
     const { turn, ...step } = s.pending;

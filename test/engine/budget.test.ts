@@ -136,6 +136,56 @@ describe('policy budget (total tokens of the session)', () => {
     assert.equal(m.body.error.code, 'budget_exhausted');
   });
 
+  it('pause_after_turn: continue accepts the reply that reached the budget, its calls run, and the run stops', async () => {
+    h.fake.enqueue(
+      toolCall('calculate_sum', { a: 1, b: 2 }, { id: 'toolu_rb', usage: used }),
+      text('Never sent.', { usage: used }),
+    );
+    const s = await create({ input: 'Add', pause_after_turn: true, budget: { total_tokens: 100 } });
+    const waiting = await h.api.waitStatus(s.id, ['requires_action', 'idle', 'failed']);
+    assert.equal(waiting.required_action?.type, 'review_turn');
+    assert.equal(waiting.usage.budget_remaining_tokens, 0);
+    // As the runner would: the reply's calls run (the run goes on until its tool results are in the history).
+    const c = await h.api.post(`/v1/sessions/${s.id}/continue`);
+    assert.equal(c.status, 202, JSON.stringify(c.body));
+    const done = await h.api.waitStatus(s.id, ['idle', 'failed']);
+    assert.equal(done.stop_reason, 'budget_exhausted');
+    assert.equal(h.fake.requests.length, 1, 'no turn after the reviewed reply');
+    const msgs = (await h.api.get(`/v1/sessions/${s.id}/messages`)).body.data;
+    assert.equal(msgs.at(-1).content[0].tool_use_id, 'toolu_rb');
+    assert.equal(msgs.at(-1).content[0].content, '3');
+    assert.deepEqual(checkHistory(msgs), []);
+    // Stopped for its budget, the session refuses `continue` until it is raised.
+    const again = await h.api.post(`/v1/sessions/${s.id}/continue`);
+    assert.equal(again.status, 409);
+    assert.equal(again.body.error.code, 'budget_exhausted');
+
+    // A reviewed reply without calls ends the run with its own stop reason, whatever the budget.
+    h.fake.enqueue(text('All done.', { usage: used }));
+    const t = await create({ input: 'Hi', pause_after_turn: true, budget: { total_tokens: 100 } });
+    const review = await h.api.waitStatus(t.id, ['requires_action', 'idle', 'failed']);
+    assert.equal(review.required_action?.type, 'review_turn');
+    const ok = await h.api.post(`/v1/sessions/${t.id}/continue`);
+    assert.equal(ok.status, 202, JSON.stringify(ok.body));
+    const ended = await h.api.waitStatus(t.id, ['idle', 'failed']);
+    assert.equal(ended.stop_reason, 'end_turn');
+    assert.equal(h.fake.requests.length, 2);
+  });
+
+  it('review_tool_results: continue accepts the results of the turn that reached the budget', async () => {
+    h.fake.enqueue(toolCall('calculate_sum', { a: 2, b: 2 }, { usage: used }), text('Never sent.'));
+    const s = await create({ input: 'Add', review_tool_results: true, budget: { total_tokens: 100 } });
+    const waiting = await h.api.waitStatus(s.id, ['requires_action', 'idle', 'failed']);
+    assert.equal(waiting.required_action?.type, 'review_tool_results');
+    const c = await h.api.post(`/v1/sessions/${s.id}/continue`);
+    assert.equal(c.status, 202, JSON.stringify(c.body));
+    const done = await h.api.waitStatus(s.id, ['idle', 'failed']);
+    assert.equal(done.stop_reason, 'budget_exhausted');
+    assert.equal(h.fake.requests.length, 1);
+    const msgs = (await h.api.get(`/v1/sessions/${s.id}/messages`)).body.data;
+    assert.equal(msgs.at(-1).content[0].content, '4');
+  });
+
   it('refuses budgets that are not a positive integer count of tokens', async () => {
     for (const budget of [
       { total_tokens: 0 },
