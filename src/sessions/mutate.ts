@@ -67,10 +67,18 @@ export interface Plan {
   /** Recorded with the request's Idempotency-Key token (AppliedEntry): what a retry of it answers with. */
   applied?: Pick<AppliedEntry, 'after' | 'message'>;
   /**
-   * False: a run starts even over the tenant's daily dollar cap (the service's own answers, which must land: the
-   * run stops before its model request).
+   * False: a run starts even over the tenant's daily dollar cap (429 `quota_exceeded` otherwise), the run then
+   * stopping before its next model request (`tenant_budget_exhausted`): a run that goes on with the step it waits on
+   * (a decision, a result, `continue` of a `requires_action` session: no new run, spec §7.4), and the service's own
+   * answers, which must land.
    */
   costCap?: boolean;
+  /**
+   * False: a run starts whatever its model's price (one that sends nothing, the service's own answers: the engine
+   * checks before each model request). By default a run is refused with 400 `unknown_model_price` for a model
+   * without a price under a dollar ceiling (the session's `budget.cost_usd`, the tenant's cap).
+   */
+  priced?: boolean;
   /**
    * False for a write the service makes on its own (a worker's result delivered): counted in the tenant's storage,
    * never refused for it — the call must be answered whatever the tenant stores (default true).
@@ -110,7 +118,7 @@ export async function mutate(
     const p = await plan(s);
     // A run of a model without a price starts under no dollar ceiling (400 `unknown_model_price`), whenever the
     // ceiling came: the tenant's cap may be set after the session was made.
-    if ((p.costCap ?? true) && setsRunning(p.ops))
+    if ((p.priced ?? true) && setsRunning(p.ops))
       store.spend.assertPriced((p.params ?? s.params).model, s.budget?.cost_usd);
     const guard: Guard = {
       ...(p.guard ?? { rev: s.revision }),

@@ -101,6 +101,9 @@ export function decide(
         events: [decided, ...(st.events ?? [])],
       },
       starts: goes,
+      // An answer to the step the run waits on, no new run: it lands over the tenant's daily cap too, and the run
+      // stops after the step's tool results, before its next model request (`tenant_budget_exhausted`).
+      costCap: false,
     };
   });
 }
@@ -173,10 +176,13 @@ export function submitResults(
         events: [...events, ...(st.events ?? [])],
       },
       starts: goes,
-      // The service's own answer (a sub-agent's result) lands over the tenant's daily cap too: the run it starts
-      // stops before its model request (`tenant_budget_exhausted`), or fails there for a model without a price under
-      // a dollar ceiling (`unknown_model_price`: the engine checks); nor is it refused at TENANT_MAX_BYTES.
-      ...(service ? { costCap: false, storageCap: false } : {}),
+      // Results answer the step the run waits on (no new run): they land over the tenant's daily cap, and the run
+      // stops after the step's tool results, before its next model request (`tenant_budget_exhausted`).
+      costCap: false,
+      // The service's own answer (a sub-agent's result) lands whatever the model's price too: the run it starts fails
+      // before its model request for a model without a price under a dollar ceiling (`unknown_model_price`: the
+      // engine checks); nor is it refused at TENANT_MAX_BYTES.
+      ...(service ? { priced: false, storageCap: false } : {}),
     };
   });
 }
@@ -221,23 +227,30 @@ export function continueRun(
     }
     if (s.status !== 'requires_action' || !s.pending)
       throw conflict('nothing_to_continue', `The session is ${s.status}.`);
+    // From here on `continue` answers the step the run waits on: no new run, so the tenant's daily cap does not
+    // refuse it (spec §7.4). The run runs the step's calls and stops before its next model request
+    // (`tenant_budget_exhausted`), as it would have, had the step needed no client.
     const { turn, ...step } = s.pending;
     if (turn) {
       // A reviewed reply (`pause_after_turn`): as the runner goes on, its calls are run (with their approvals and
       // client results as usual), and a reply without calls ends the run with its stop reason. With no follow-up
-      // queued (one posted while the turn ran is sent next) that run sends nothing, so neither the tenant's dollar
-      // cap nor a model's price stands in its way (one queued after this read: the run fails before sending it,
-      // `unknown_model_price`, as the engine checks every model request).
-      if (step.calls.length) return { ops: runOps(s, { pending: step }), starts: true };
+      // queued (one posted while the turn ran is sent next) that run sends nothing, so a model's price does not
+      // stand in its way (one queued after this read: the run fails before sending it, `unknown_model_price`, as the
+      // engine checks every model request).
+      if (step.calls.length) return { ops: runOps(s, { pending: step }), starts: true, costCap: false };
       const ends = { pending: null, stopReason: turn.stop_reason ?? 'end_turn' };
       const sends = (await deps.store.queueLength(s.id)) > 0;
-      return { ops: runOps(s, ends), starts: true, ...(sends ? {} : { costCap: false }) };
+      return { ops: runOps(s, ends), starts: true, costCap: false, ...(sends ? {} : { priced: false }) };
     }
     if (!ready(s.pending)) {
       throw conflict('tool_calls_undecided', 'Some calls still wait for a decision or a client result.', {
         required_action: sessionView(s).required_action,
       });
     }
-    return { ops: runOps(s, { pending: { ...s.pending, review: true } }), starts: true };
+    return {
+      ops: runOps(s, { pending: { ...s.pending, review: true } }),
+      starts: true,
+      costCap: false,
+    };
   });
 }
