@@ -93,7 +93,7 @@ function addPreHandler(
  * `TENANT_MAX_INGEST_BYTES_PER_MIN` (`ingestBytesPerMinute`, 0: off) bounds a tenant's request body bytes a minute,
  * across replicas (src/quotas/ingest-bytes.ts): checked in `preParsing`, from `Content-Length`, before the body is
  * read or parsed, so a refused body costs no parsing; a declared length past the route's body limit is not counted
- * (the parser answers 413 without reading). A client token's bodies count in a window of its own too (a quarter of
+ * (the parser answers 413 without reading), nor a body in a content type no parser takes (415, unread). A client token's bodies count in a window of its own too (a quarter of
  * the budget), so one page cannot use up its tenant's. Over either: 429 `rate_limited` with `Retry-After`. A body
  * sent without `Content-Length` (chunked) is counted as it is read, and so refuses only the requests after it.
  */
@@ -102,8 +102,18 @@ export default fp<{ perMinute: number; tokenPerMinute: number; ingestBytesPerMin
     const maxBytes = opts.ingestBytesPerMinute ?? 0;
     if (maxBytes > 0) {
       const bytes = new IngestBytes(app.redis, maxBytes);
+      /**
+       * Whether Fastify has a parser for `req`'s body: without one (no content type, or one not JSON: app.ts) it
+       * answers 415 `unsupported_media_type` without reading the body, after this hook. The service's parsers are
+       * named by their media types (no catch-all or RegExp parser), as `hasContentTypeParser` looks them up.
+       */
+      const parsable = (req: FastifyRequest) => {
+        const type = req.mediaType;
+        return type !== undefined && app.hasContentTypeParser(type);
+      };
       app.addHook('preParsing', async (req, _reply, payload) => {
-        if (!req.tenant) return payload;
+        // A body refused 415 is not read: it counts in no budget, as the 413 of a length past the limit below.
+        if (!req.tenant || !parsable(req)) return payload;
         const declared = req.headers['content-length'];
         // A chunked body declares no length: counted as it is read, so it weighs on the requests after it.
         if (declared === undefined) {

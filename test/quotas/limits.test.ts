@@ -419,7 +419,8 @@ describe('TENANT_MAX_INGEST_BYTES_PER_MIN: a tenant’s request body bytes a min
   before(async () => {
     h = await startHarness({
       env: {
-        API_KEYS: 'acme:key-acme,globex:key-globex,initech:key-initech,umbrella:key-umbrella,hooli:key-hooli',
+        API_KEYS:
+          'acme:key-acme,globex:key-globex,initech:key-initech,umbrella:key-umbrella,hooli:key-hooli,stark:key-stark',
         TENANT_MAX_INGEST_BYTES_PER_MIN: '300000',
       },
     });
@@ -454,6 +455,36 @@ describe('TENANT_MAX_INGEST_BYTES_PER_MIN: a tenant’s request body bytes a min
     // The declared length took nothing of the window: a body of 120 kB still fits the 300 kB.
     const big = { start: false, input: 'x'.repeat(120_000) };
     assert.equal((await h.api.as('key-hooli').post('/v1/sessions', big)).status, 201);
+  });
+
+  it('counts no body refused 415 (a content type no parser takes, or none): it is not read', async () => {
+    const r = new Redis(h.redis.url);
+    try {
+      const text = JSON.stringify({ start: false, input: 'x'.repeat(120_000) });
+      for (const type of ['text/plain', 'application/x-www-form-urlencoded', 'application/xml', undefined]) {
+        const res = await fetch(`${h.service.url}/v1/sessions`, {
+          method: 'POST',
+          headers: { authorization: 'Bearer key-stark', ...(type ? { 'content-type': type } : {}) },
+          body: Buffer.from(text),
+        });
+        const body = (await res.json()) as { error: { code: string } };
+        assert.equal(res.status, 415, `${type}: ${JSON.stringify(body)}`);
+        assert.equal(body.error.code, 'unsupported_media_type');
+      }
+      assert.equal(await r.exists('rl:{stark}:bytes'), 0, 'a 415 body was counted');
+      // The whole budget is left: two bodies of 120 kB fit its 300 kB (JSON with parameters is counted too).
+      const big = { start: false, input: 'x'.repeat(120_000) };
+      assert.equal((await h.api.as('key-stark').post('/v1/sessions', big)).status, 201);
+      const json = await fetch(`${h.service.url}/v1/sessions`, {
+        method: 'POST',
+        headers: { authorization: 'Bearer key-stark', 'content-type': 'Application/JSON; charset=utf-8' },
+        body: Buffer.from(text),
+      });
+      assert.equal(json.status, 201);
+      assert.equal(Number(await r.get('rl:{stark}:bytes')), 2 * Buffer.byteLength(text));
+    } finally {
+      r.disconnect();
+    }
   });
 
   it('gives a client token a quarter of its tenant’s bytes: one page cannot use up its tenant’s', async () => {
