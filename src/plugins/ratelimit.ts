@@ -37,31 +37,60 @@ const tenantKey = (req: FastifyRequest) => `{${req.tenant}}`;
 
 /** The window of the rate limiter (`@fastify/rate-limit`) that counts a route's requests: its key and max. */
 interface LimiterWindow {
-  key: (req: FastifyRequest) => string | Promise<string>;
+  key: (req: FastifyRequest) => string;
   max: number;
 }
+
+/** What a Redis Cluster hashes of `key`: the inside of its first `{…}` when not empty, else the whole key. */
+function hashTag(key: string): string {
+  const open = key.indexOf('{');
+  const close = open < 0 ? -1 : key.indexOf('}', open + 1);
+  return close > open + 1 ? key.slice(open + 1, close) : key;
+}
+
+/** The tenant of the request a route's own window's key is made for as the route is added (hashTag's check). */
+const PROBE_TENANT = 'limiter-window-probe';
 
 /**
  * The rate limiter's window of `route`: the tenant's (`rl:{tenant}`, `tenantMax`), or the route's own when its
  * `config.rateLimit` sets one (its key prefixed by its method and URL, as rate-store.ts's `child` makes it), or
  * null when the route is not limited (`rateLimit: false`). A route's own window must have a number for its max and
- * the tenant's window length (one script counts it with a token's, lua/rate-hit-2.lua): anything else is refused
- * as the route is added, rather than a token's request let past that window.
+ * the tenant's window length, and its key the tenant's hash tag (`{tenant}`, the token window's: one script counts
+ * both, lua/rate-hit-2.lua, and a Redis Cluster runs a script on keys of one slot); its key is made by a
+ * synchronous `keyGenerator`, checked as the route is added on a request of a made-up tenant. Anything else is
+ * refused as the route is added (thrown), rather than a token's request let past that window or failing in a
+ * Cluster (CROSSSLOT, which the token's hook lets through as the limiter's failure).
  */
-function limiterWindow(route: RouteOptions, tenantMax: number): LimiterWindow | null {
+export function limiterWindow(route: RouteOptions, tenantMax: number): LimiterWindow | null {
   const own = (route.config as { rateLimit?: unknown } | undefined)?.rateLimit;
   if (own === false) return null;
   if (own == null) return { key: (req) => `rl:${tenantKey(req)}`, max: tenantMax };
   const o = own as { max?: unknown; timeWindow?: unknown; keyGenerator?: unknown; groupId?: unknown };
   const keyOf = (o.keyGenerator ?? tenantKey) as (req: FastifyRequest) => unknown;
   const max = o.max ?? tenantMax;
+  const name = `${String(route.method)} ${route.url}`;
   if (typeof max !== 'number' || (o.timeWindow !== undefined && o.timeWindow !== WINDOW_MS))
-    throw new Error(
-      `${String(route.method)} ${route.url}: a route's own rate window needs a numeric max and a ${WINDOW_MS} ms window`,
-    );
+    throw new Error(`${name}: a route's own rate window needs a numeric max and a ${WINDOW_MS} ms window`);
   const prefix = routeWindowPrefix('rl:', route);
   const group = typeof o.groupId === 'string' ? o.groupId : '';
-  return { key: async (req) => `${prefix}${String(await keyOf(req))}${group}`, max };
+  const key = (req: FastifyRequest) => `${prefix}${String(keyOf(req))}${group}`;
+  let made: unknown;
+  try {
+    made = keyOf({ tenant: PROBE_TENANT } as FastifyRequest);
+  } catch (err) {
+    throw new Error(`${name}: a route's own rate window's keyGenerator fails on a tenant alone`, {
+      cause: err,
+    });
+  }
+  if (typeof (made as { then?: unknown } | null)?.then === 'function')
+    throw new Error(`${name}: a route's own rate window needs a synchronous keyGenerator`);
+  const probe = `${prefix}${String(made)}${group}`;
+  if (hashTag(probe) !== PROBE_TENANT)
+    throw new Error(
+      `${name}: a route's own rate window's key must hold its tenant's hash tag, {tenant}, and only it (a client ` +
+        `token's window is counted with it, in one slot of a Redis Cluster); for tenant ${PROBE_TENANT} it is ${probe}`,
+    );
+  return { key, max };
 }
 
 /** `hook` appended to `route`'s own preHandlers (after those it declares), as @fastify/rate-limit adds its own. */
@@ -160,7 +189,7 @@ export default fp<{ perMinute: number; tokenPerMinute: number; ingestBytesPerMin
         async (req: FastifyRequest, reply: FastifyReply): Promise<void> => {
           const token = req.clientToken;
           if (!token || uncounted(req)) return;
-          const limit = window && { key: await window.key(req), max: window.max };
+          const limit = window && { key: window.key(req), max: window.max };
           let hit: RateHit;
           try {
             hit = await windows.hit(req.tenant, token.id, limit ?? undefined);

@@ -7,11 +7,11 @@
 import { after, before, describe, it } from 'node:test';
 import assert from 'node:assert/strict';
 import { Redis } from 'ioredis';
-import Fastify, { type FastifyInstance } from 'fastify';
+import Fastify, { type FastifyInstance, type FastifyRequest, type RouteOptions } from 'fastify';
 import fp from 'fastify-plugin';
 import { startHarness, type Harness } from '../helpers/service.js';
 import { startTestRedis, type TestRedis } from '../helpers/redis.js';
-import rateLimitPlugin from '../../src/plugins/ratelimit.js';
+import rateLimitPlugin, { limiterWindow } from '../../src/plugins/ratelimit.js';
 import type { ClientTokenRecord } from '../../src/store/client-tokens.js';
 
 const MAX = 6;
@@ -234,5 +234,82 @@ describe('a client token on a route with its own window', () => {
       null,
       "counted in the tenant's window, which the route does not use",
     );
+  });
+});
+
+/**
+ * A route's own window is counted with a client token's by one script (lua/rate-hit-2.lua), which a Redis Cluster
+ * runs on keys of one slot: its key must hold the tenant's hash tag, as the token's (`rl:{tenant}:ct:…`) does.
+ * limiterWindow refuses any other as the route is added.
+ */
+describe("a route's own window keeps its tenant's hash tag", () => {
+  const route = (rateLimit: unknown, url = '/v1/own') =>
+    ({ method: 'POST', url, config: { rateLimit }, handler: async () => ({}) }) as unknown as RouteOptions;
+  const req = { tenant: 'acme' } as FastifyRequest;
+
+  it("takes a key in the tenant's hash tag (the tool-task routes'), and the tenant's window", () => {
+    const own = limiterWindow(
+      route(
+        { max: 2, keyGenerator: (r: FastifyRequest) => `{${r.tenant}}:tasks` },
+        '/v1/tool-tasks/:id/heartbeat',
+      ),
+      100,
+    );
+    assert.equal(own?.key(req), 'rl:POST/v1/tool-tasks/:id/heartbeat-{acme}:tasks');
+    assert.equal(own?.max, 2);
+    assert.equal(limiterWindow(route({ max: 2 }), 100)?.key(req), 'rl:POST/v1/own-{acme}');
+    assert.equal(limiterWindow(route(undefined), 100)?.key(req), 'rl:{acme}');
+    assert.equal(limiterWindow(route(false), 100), null);
+  });
+
+  it('refuses a key in no hash tag, in another, or after one, an async keyGenerator, or one failing', () => {
+    const hashTag = /POST \/v1\/own: a route's own rate window's key must hold its tenant's hash tag/;
+    for (const keyGenerator of [
+      (r: FastifyRequest) => `${r.tenant}:tasks`,
+      (r: FastifyRequest) => `{tasks}:${r.tenant}`,
+      (r: FastifyRequest) => `{}${r.tenant}`,
+      (r: FastifyRequest) => `{${r.tenant}:tasks}`,
+      () => '{acme}',
+    ])
+      assert.throws(() => limiterWindow(route({ max: 2, keyGenerator }), 100), hashTag, String(keyGenerator));
+    // The route's URL comes first in the key: a brace in it takes the hash tag.
+    assert.throws(
+      () => limiterWindow(route({ max: 2 }, '/v1/{x}/own'), 100),
+      /key must hold its tenant's hash tag/,
+    );
+    assert.throws(
+      () => limiterWindow(route({ max: 2, keyGenerator: async (r: FastifyRequest) => `{${r.tenant}}` }), 100),
+      /needs a synchronous keyGenerator/,
+    );
+    assert.throws(
+      () =>
+        limiterWindow(
+          route({ max: 2, keyGenerator: (r: FastifyRequest) => `{${r.tenant}}:${r.headers['x-w']}` }),
+          100,
+        ),
+      /keyGenerator fails on a tenant alone/,
+    );
+  });
+
+  it('fails the app as such a route is added', async () => {
+    const app = Fastify();
+    const unused = new Redis({ lazyConnect: true });
+    try {
+      await app.register(fp(async (a) => void a.decorate('redis', unused), { name: 'redis' }));
+      await app.register(fp(async (a) => void a.decorateRequest('tenant', ''), { name: 'auth' }));
+      await app.register(rateLimitPlugin, { perMinute: 100, tokenPerMinute: 50 });
+      assert.throws(
+        () =>
+          app.post(
+            '/v1/own',
+            { config: { rateLimit: { max: 2, keyGenerator: () => 'tasks' } } },
+            async () => ({}),
+          ),
+        /POST \/v1\/own: a route's own rate window's key must hold its tenant's hash tag/,
+      );
+    } finally {
+      await app.close();
+      unused.disconnect();
+    }
   });
 });
