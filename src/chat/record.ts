@@ -121,6 +121,13 @@ export async function chatRecord(
   }
   // Segment i, unread, ends right before the summary the messages start with: whether it ends with a user turn
   // (kept with its length) names the answer after that summary as the whole record would (history.ts toUIMessages).
-  const afterUser = i >= 0 && !replacedBelow && isSummary(messages[0]) && sizes.get(i)?.endsWithUser === true;
+  // Unless a PUT replaced it, however the read ended (a bound as well as the PUT's checks above): the summary is then
+  // the PUT's history's, which stands for none of the segments.
+  const unread = sizes.get(i);
+  const replacedUnread =
+    replacedBelow ||
+    (replaced.base !== null && first <= replaced.base) ||
+    (legacyPut && unread !== undefined && unread.at_iteration <= replaced.at);
+  const afterUser = i >= 0 && !replacedUnread && isSummary(messages[0]) && unread?.endsWithUser === true;
   return { messages, base: first, older: messages.length - history.length, afterUser };
 }

@@ -14,6 +14,8 @@ import { Redis } from 'ioredis';
 import { PlainChat, chatTransport } from '../helpers/chat.js';
 import { monitorRedis } from '../helpers/redis-monitor.js';
 import { SEGMENT_MESSAGES } from '../../src/chat/record.js';
+import { endsWithUserTurn } from '../../src/engine/compaction.js';
+import type { StoredMessage } from '../../src/history.js';
 import { startHarness, type Harness } from '../helpers/service.js';
 
 const KEY = 'chat-compaction-key';
@@ -412,10 +414,7 @@ describe('chat history after compactions', { timeout: 120_000 }, () => {
 
   /**
    * Appends kept segments `ks` to session `id` as the compaction script writes them (each the summary before it, the
-   * question `Question <k>.`, then `replies(k)`), grows `msg_base` by their messages and, with `lengths` `kept`, adds
-   * their entries to `seg_bytes` (the newest 16 kept, anchored by the segment count; each ends with a reply) as
-   * apply-7.lua does; `none`: as a version that kept no lengths wrote them (no `seg_bytes`); `untouched`: as a
-   * compaction of such a version run by a replica beside newer ones (`seg_bytes` left as it was).
+   * question `Question <k>.`, then `replies(k)`): pushSegments.
    */
   async function keepSegments(
     id: string,
@@ -432,6 +431,21 @@ describe('chat history after compactions', { timeout: 120_000 }, () => {
         ...replies(k),
       ],
     }));
+    await pushSegments(id, segments, lengths);
+  }
+
+  /**
+   * Appends `segments` to session `id`'s kept segments as the compaction script writes them, grows `msg_base` by their
+   * messages and, with `lengths` `kept`, adds their entries to `seg_bytes` (the newest 16 kept, anchored by the
+   * segment count; `u` for one that ends with a user turn) as apply-7.lua does; `none`: as a version that kept no
+   * lengths wrote them (no `seg_bytes`); `untouched`: as a compaction of such a version run by a replica beside newer
+   * ones (`seg_bytes` left as it was). The history is left as it is.
+   */
+  async function pushSegments(
+    id: string,
+    segments: Array<{ at_iteration: number; messages: unknown[] }>,
+    lengths: 'kept' | 'none' | 'untouched' = 'kept',
+  ) {
     const r = new Redis(h.redis.url);
     try {
       const json = segments.map((x) => JSON.stringify(x));
@@ -447,7 +461,11 @@ describe('chat history after compactions', { timeout: 120_000 }, () => {
         const [anchor, ...entries] = ((await r.hget(`s:{${id}}`, 'seg_bytes')) ?? '').split(' ');
         const kept = [
           ...(anchor === String(before) ? entries : []),
-          ...json.map((x, j) => `${Buffer.byteLength(x)},${ks[j]},a`),
+          ...json.map((x, j) => {
+            const { at_iteration: at, messages } = segments[j]!;
+            const flag = endsWithUserTurn(messages as StoredMessage[]) ? 'u' : 'a';
+            return `${Buffer.byteLength(x)},${at},${flag}`;
+          }),
         ].slice(-16);
         await r.hset(`s:{${id}}`, 'seg_bytes', [count, ...kept].join(' '));
       }
@@ -759,5 +777,48 @@ describe('chat history after compactions', { timeout: 120_000 }, () => {
       ['assistant', 'Put answer 2.'],
     ]);
     assert.deepEqual(read.asked, []);
+  });
+
+  it("a segment a PUT replaced names nothing after the PUT's history's summary, however the read ends: here at its 4000 messages", async () => {
+    for (const legacy of [false, true]) {
+      const other = await compactedOnce();
+      // This session: a turn, compacted (segment 0), then segment 1, which ends with a user turn (`u`, as a
+      // compaction at a run's start keeps it); then its history replaced with the other's summary and an answer.
+      const { id, summary } = await compactedOnce();
+      await keepSegments(id, summary, [2], () => []);
+      const put = await h.api.req('PUT', `/v1/sessions/${id}/messages`, {
+        messages: [other.summary, { role: 'assistant', content: [{ type: 'text', text: 'Put answer.' }] }],
+      });
+      assert.equal(put.status, 200, JSON.stringify(put.body));
+      const r = new Redis(h.redis.url);
+      try {
+        assert.match((await r.hget(`s:{${id}}`, 'seg_bytes'))!, / \d+,2,u$/);
+        if (legacy) assert.equal(await r.hdel(`s:{${id}}`, 'replaced_base'), 1);
+        // A compaction since (its record after the PUT's), of SEGMENT_MESSAGES messages: the PUT's history, the answer
+        // then going on. The page reads it whole, and its read ends at the bound, right above segment 1.
+        const steps = Array.from({ length: SEGMENT_MESSAGES - 2 }, (_, j) => ({
+          role: 'assistant',
+          content: [{ type: 'text', text: ` Step ${j}.` }],
+        }));
+        const given = [
+          other.summary,
+          { role: 'assistant', content: [{ type: 'text', text: 'Put answer.' }] },
+        ];
+        await pushSegments(id, [{ at_iteration: 3, messages: [...given, ...steps] }]);
+        await r.del(`s:{${id}}:m`);
+        await r.rpush(`s:{${id}}:m`, JSON.stringify(summary));
+      } finally {
+        r.disconnect();
+      }
+      // The answer is named by its own index (after segments 0 and 1, 4 messages, and the PUT's summary), as when the
+      // read ends at the PUT (a shorter segment): the summary before it is the PUT's history's, which follows no
+      // question of segment 1's.
+      const page = await reload(id);
+      assert.deepEqual(
+        page.map((m) => [m.id, m.role, m.parts.length]),
+        [[`${id}-5`, 'assistant', 2 * (SEGMENT_MESSAGES - 1)]],
+        `legacy: ${legacy}`,
+      );
+    }
   });
 });
