@@ -40,8 +40,11 @@ import { SEGMENT_SIZES_KEPT } from '../store/apply-ops.js';
 export const MAX_UI_MESSAGES = 1000;
 /** Most messages of the kept segments a page reads (the newest ones), whatever the number of segments. */
 export const SEGMENT_MESSAGES = 4000;
-/** Most segments a page reads: each one is a round trip (the store keeps the byte lengths of as many). */
-export const SEGMENTS = SEGMENT_SIZES_KEPT;
+/**
+ * Most segments a page reads: each one is a round trip. The store keeps the byte lengths of as many, and the flag of
+ * the one below them (`afterUser`).
+ */
+export const SEGMENTS = SEGMENT_SIZES_KEPT - 1;
 /** Most bytes of segments a page reads: a segment that would take the read past it is not read. */
 export const SEGMENT_BYTES = 8 * 1024 * 1024;
 
@@ -53,7 +56,8 @@ export interface ChatRecord {
   older: number;
   /**
    * The messages start with a summary whose segment was not read and ends with a user turn (a compaction at a run's
-   * start, whose segment is too large for the page): toUIMessages names the answer after it by the summary's index.
+   * start, whose segment is too large for the page or below the SEGMENTS it reads): toUIMessages names the answer
+   * after it by the summary's index.
    */
   afterUser: boolean;
 }

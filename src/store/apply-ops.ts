@@ -19,9 +19,10 @@ export const encodeBlocks = (blocks: readonly StoredBlock[]): EncodedBlocks =>
 /**
  * How many of the newest kept segments' byte lengths a session's meta hash keeps (`seg_bytes`, written with each
  * compaction): as many as a chat page reads at most (src/chat/record.ts SEGMENTS), so it knows a segment's size
- * before it reads it.
+ * before it reads it, and the one below them, whose `u|a` flag names the answer after the summary a page's read
+ * ends at when it has read all it may (a compaction at a run's start, then 16 more in the run).
  */
-export const SEGMENT_SIZES_KEPT = 16;
+export const SEGMENT_SIZES_KEPT = 17;
 
 /** Ops of one `apply` (see lua/apply-7.lua); values already encoded. */
 export interface ApplyOps {

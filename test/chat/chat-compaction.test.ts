@@ -13,8 +13,9 @@ import { reply, text, toolUse } from '../fake/script.js';
 import { Redis } from 'ioredis';
 import { PlainChat, chatTransport } from '../helpers/chat.js';
 import { monitorRedis } from '../helpers/redis-monitor.js';
-import { SEGMENT_MESSAGES } from '../../src/chat/record.js';
+import { SEGMENT_MESSAGES, SEGMENTS } from '../../src/chat/record.js';
 import { endsWithUserTurn } from '../../src/engine/compaction.js';
+import { SEGMENT_SIZES_KEPT } from '../../src/store/apply-ops.js';
 import type { StoredMessage } from '../../src/history.js';
 import { startHarness, type Harness } from '../helpers/service.js';
 
@@ -372,6 +373,88 @@ describe('chat history after compactions', { timeout: 120_000 }, () => {
     h.fake.setHandler(null);
   });
 
+  it("17 compactions in one run, the first at its start: the page and the resumed stream name the answer as the POST's start did, from the flag of the segment below the 16 read", async () => {
+    const script: Array<FakeReply | (() => Promise<FakeReply>)> = [];
+    h.fake.setHandler(async (req, i) => {
+      if (req.body.compaction) return offlineHandler(req, i);
+      const next = script.shift();
+      assert.ok(next, `no scripted turn for request ${i}`);
+      return typeof next === 'function' ? next() : next;
+    });
+    try {
+      const id = (
+        await h.api.post('/v1/sessions', { start: false, tools: ['calculate_sum'], max_iterations: 40 })
+      ).body.id as string;
+      const chat = new PlainChat({ id, transport: chatTransport(h.service.url, KEY) });
+      script.push(text('First answer.'));
+      const first = chat.nextFinish();
+      await chat.sendMessage({ text: 'First question.' });
+      await first;
+      await h.api.waitStatus(id, 'idle');
+      // The policy compacts before every turn of the next run: at its start (segment 0 ends with the question),
+      // then before each of its 16 turns after a tool step (segments 1..16, each ending with results).
+      const patched = await h.api.req('PATCH', `/v1/sessions/${id}`, { compaction: { at_input_tokens: 1 } });
+      assert.equal(patched.status, 200, JSON.stringify(patched.body));
+      for (let k = 0; k < 16; k++)
+        script.push(reply([toolUse('calculate_sum', { a: k, b: 1 }, `toolu_${k}_${id}`)]));
+      let reached!: () => void;
+      const atTurn = new Promise<void>((resolve) => (reached = resolve));
+      let release!: () => void;
+      const gate = new Promise<void>((resolve) => (release = resolve));
+      script.push(async () => {
+        reached();
+        await gate;
+        return text('Second answer.');
+      });
+      const second = chat.nextFinish();
+      const sending = chat.sendMessage({ text: 'Second question.' });
+      await atTurn;
+      const r = new Redis(h.redis.url);
+      try {
+        assert.equal(await r.llen(`s:{${id}}:c`), 17);
+        // The flag of segment 0, which a page reading segments 16..1 does not read, is kept: it ends with a user turn.
+        const [count, ...entries] = (await r.hget(`s:{${id}}`, 'seg_bytes'))!.split(' ');
+        assert.equal(count, '17');
+        assert.equal(entries.length, 17);
+        assert.match(entries[0]!, /,u$/);
+      } finally {
+        r.disconnect();
+      }
+      // The last turn in flight: a resumed stream names the message it continues.
+      const resumed = await fetch(`${h.service.url}/v1/chat/${id}/stream`, {
+        headers: { authorization: `Bearer ${KEY}` },
+      });
+      assert.equal(resumed.status, 200);
+      const reader = resumed.body!.getReader();
+      let head = '';
+      while (!head.includes('\n\n')) {
+        const { value, done } = await reader.read();
+        assert.ok(!done);
+        head += new TextDecoder().decode(value);
+      }
+      await reader.cancel();
+      const start = JSON.parse(head.slice(head.indexOf('data: ') + 6, head.indexOf('\n\n'))) as {
+        type: string;
+        messageId?: string;
+      };
+      release();
+      await sending;
+      await second;
+      await h.api.waitStatus(id, 'idle');
+      const live = chat.messages.at(-1)!;
+      assert.equal(textOf(live), 'Second answer.');
+      assert.deepEqual(start, { type: 'start', messageId: live.id }, 'the resumed stream');
+      // The page reads the 16 newest segments: the answer alone (its question is in segment 0), under the live id.
+      const page = await reload(id);
+      assert.deepEqual(
+        page.map((m) => [m.id, m.role, textOf(m)]),
+        [[live.id, 'assistant', 'Second answer.']],
+      );
+    } finally {
+      h.fake.setHandler(null);
+    }
+  });
+
   /**
    * A reload of `id`'s page, watched: the kept segments it asked Redis for (`asked`: their indexes, by LINDEX or the
    * weighing script, in order), those a script copied to weigh them (`weighed`), and the bytes Redis sent meanwhile.
@@ -436,7 +519,7 @@ describe('chat history after compactions', { timeout: 120_000 }, () => {
 
   /**
    * Appends `segments` to session `id`'s kept segments as the compaction script writes them, grows `msg_base` by their
-   * messages and, with `lengths` `kept`, adds their entries to `seg_bytes` (the newest 16 kept, anchored by the
+   * messages and, with `lengths` `kept`, adds their entries to `seg_bytes` (the newest 17 kept, anchored by the
    * segment count; `u` for one that ends with a user turn) as apply-7.lua does; `none`: as a version that kept no
    * lengths wrote them (no `seg_bytes`); `untouched`: as a compaction of such a version run by a replica beside newer
    * ones (`seg_bytes` left as it was). The history is left as it is.
@@ -466,7 +549,7 @@ describe('chat history after compactions', { timeout: 120_000 }, () => {
             const flag = endsWithUserTurn(messages as StoredMessage[]) ? 'u' : 'a';
             return `${Buffer.byteLength(x)},${at},${flag}`;
           }),
-        ].slice(-16);
+        ].slice(-SEGMENT_SIZES_KEPT);
         await r.hset(`s:{${id}}`, 'seg_bytes', [count, ...kept].join(' '));
       }
     } finally {
@@ -779,8 +862,13 @@ describe('chat history after compactions', { timeout: 120_000 }, () => {
     assert.deepEqual(read.asked, []);
   });
 
-  it("a segment a PUT replaced names nothing after the PUT's history's summary, however the read ends: here at its 4000 messages", async () => {
-    for (const legacy of [false, true]) {
+  it("a segment a PUT replaced names nothing after the PUT's history's summary, however the read ends: at its 4000 messages, or its 16 segments", async () => {
+    for (const [legacy, bound] of [
+      [false, 'messages'],
+      [true, 'messages'],
+      [false, 'segments'],
+      [true, 'segments'],
+    ] as const) {
       const other = await compactedOnce();
       // This session: a turn, compacted (segment 0), then segment 1, which ends with a user turn (`u`, as a
       // compaction at a run's start keeps it); then its history replaced with the other's summary and an answer.
@@ -790,34 +878,43 @@ describe('chat history after compactions', { timeout: 120_000 }, () => {
         messages: [other.summary, { role: 'assistant', content: [{ type: 'text', text: 'Put answer.' }] }],
       });
       assert.equal(put.status, 200, JSON.stringify(put.body));
+      const step = (j: number) => ({ role: 'assistant', content: [{ type: 'text', text: ` Step ${j}.` }] });
+      // Compactions since (their records after the PUT's): the PUT's history, the answer then going on, in one
+      // segment of SEGMENT_MESSAGES messages, or in 16 segments (each but the first a summary and a step). The page
+      // reads them all, and its read ends at a bound, right above segment 1.
+      const given = [other.summary, { role: 'assistant', content: [{ type: 'text', text: 'Put answer.' }] }];
+      const since =
+        bound === 'messages'
+          ? [
+              {
+                at_iteration: 3,
+                messages: [...given, ...Array.from({ length: SEGMENT_MESSAGES - 2 }, (_, j) => step(j))],
+              },
+            ]
+          : Array.from({ length: SEGMENTS }, (_, k) => ({
+              at_iteration: 3 + k,
+              messages: k === 0 ? given : [summary, step(k)],
+            }));
       const r = new Redis(h.redis.url);
       try {
         assert.match((await r.hget(`s:{${id}}`, 'seg_bytes'))!, / \d+,2,u$/);
         if (legacy) assert.equal(await r.hdel(`s:{${id}}`, 'replaced_base'), 1);
-        // A compaction since (its record after the PUT's), of SEGMENT_MESSAGES messages: the PUT's history, the answer
-        // then going on. The page reads it whole, and its read ends at the bound, right above segment 1.
-        const steps = Array.from({ length: SEGMENT_MESSAGES - 2 }, (_, j) => ({
-          role: 'assistant',
-          content: [{ type: 'text', text: ` Step ${j}.` }],
-        }));
-        const given = [
-          other.summary,
-          { role: 'assistant', content: [{ type: 'text', text: 'Put answer.' }] },
-        ];
-        await pushSegments(id, [{ at_iteration: 3, messages: [...given, ...steps] }]);
+        await pushSegments(id, since);
+        // Segment 1's entry is kept (the one below the 16 newest).
+        assert.match((await r.hget(`s:{${id}}`, 'seg_bytes'))!, / \d+,2,u /);
         await r.del(`s:{${id}}:m`);
         await r.rpush(`s:{${id}}:m`, JSON.stringify(summary));
       } finally {
         r.disconnect();
       }
       // The answer is named by its own index (after segments 0 and 1, 4 messages, and the PUT's summary), as when the
-      // read ends at the PUT (a shorter segment): the summary before it is the PUT's history's, which follows no
-      // question of segment 1's.
+      // read ends at the PUT: the summary before it is the PUT's history's, which follows no question of segment 1's.
       const page = await reload(id);
+      const read = since.reduce((n, x) => n + x.messages.length, 0);
       assert.deepEqual(
         page.map((m) => [m.id, m.role, m.parts.length]),
-        [[`${id}-5`, 'assistant', 2 * (SEGMENT_MESSAGES - 1)]],
-        `legacy: ${legacy}`,
+        [[`${id}-5`, 'assistant', 2 * (read - (bound === 'messages' ? 1 : SEGMENTS))]],
+        `legacy: ${legacy}, ${bound}`,
       );
     }
   });
