@@ -9,13 +9,20 @@ import { blocksOf, type StoredBlock, type StoredMessage } from '../history.js';
 
 const MAX_CACHE_BREAKPOINTS = 4;
 
+/**
+ * Where a block nests the blocks the API counts markers in: a tool result's or a search result's `content`, a
+ * document's `source` (`{type: "content", content: [...]}`), a tool change's `tool` or `definition`. cacheMarks
+ * counts and unmarked drops along exactly these, so what is counted can always be dropped.
+ */
+const NESTED = ['content', 'source', 'tool', 'definition'] as const;
+
 /** The `cache_control` markers in `value` (a message, a block, a list of them, `system`, `tools`), nested included. */
 export function cacheMarks(value: unknown): number {
   if (Array.isArray(value)) return value.reduce((n: number, v) => n + cacheMarks(v), 0);
   if (typeof value !== 'object' || value === null) return 0;
   const o = value as Record<string, unknown>;
   let n = o['cache_control'] != null ? 1 : 0;
-  for (const key of ['content', 'source', 'tool', 'definition']) {
+  for (const key of NESTED) {
     const nested = o[key];
     if (typeof nested === 'object' && nested !== null) n += cacheMarks(nested);
   }
@@ -35,14 +42,19 @@ export function assertFixedMarks(system: unknown, tools: unknown): void {
   );
 }
 
-function unmarked(block: StoredBlock): StoredBlock {
-  const { cache_control: _c, ...rest } = block;
-  const content: unknown = rest.content;
-  if (!Array.isArray(content)) return rest;
-  return { ...rest, content: content.map((b: unknown) => (isBlock(b) ? unmarked(b) : b)) };
+/** `value` without any marker cacheMarks counts (copies; `value` is left as it is). */
+function withoutMarks(value: unknown): unknown {
+  if (Array.isArray(value)) return value.map(withoutMarks);
+  if (typeof value !== 'object' || value === null) return value;
+  const { cache_control: _c, ...rest } = value as Record<string, unknown>;
+  for (const key of NESTED) {
+    const nested = rest[key];
+    if (typeof nested === 'object' && nested !== null) rest[key] = withoutMarks(nested);
+  }
+  return rest;
 }
 
-const isBlock = (b: unknown): b is StoredBlock => typeof b === 'object' && b !== null && 'type' in b;
+const unmarked = (block: StoredBlock): StoredBlock => withoutMarks(block) as StoredBlock;
 
 /**
  * Drops the markers of the oldest messages of `history` (in place, each edited message a copy) until the history

@@ -514,6 +514,33 @@ describe('at most 4 cache breakpoints, thread history included', () => {
     assert.ok(cacheMarks(q.messages) + cacheMarks(q.system) + cacheMarks(q.tools) <= 4);
   });
 
+  it('markers nested in a document source (in a tool result, in a message) are dropped like any other', async () => {
+    const { cacheMarks } = await import('../fake/cache-marks.js');
+    const marked = (t: string) => ({ type: 'text', text: t, cache_control: { type: 'ephemeral' } });
+    const doc = (n: number) => ({
+      type: 'document',
+      source: { type: 'content', content: Array.from({ length: n }, (_, i) => marked(`part ${i}`)) },
+    });
+    h.fake.enqueue(text('Read.'));
+    const r = await h.api.post('/v1/sessions', {
+      messages: [
+        { role: 'user', content: [doc(3), { type: 'text', text: 'Fetch the rest.' }] },
+        { role: 'assistant', content: [toolUse('calculate_sum', { a: 1, b: 2 }, 'toolu_doc')] },
+        { role: 'user', content: [{ type: 'tool_result', tool_use_id: 'toolu_doc', content: [doc(5)] }] },
+      ],
+      tools: ['calculate_sum'],
+    });
+    assert.equal(r.status, 201, JSON.stringify(r.body));
+    const s = await h.api.waitStatus(r.body.id, ['idle', 'failed']);
+    assert.equal(s.status, 'idle', JSON.stringify(s.error));
+    const q = h.fake.requests.at(-1)!;
+    assert.equal(q.status, 200);
+    assert.ok(cacheMarks(q.messages) + cacheMarks(q.system) + cacheMarks(q.tools) <= 4);
+    // The stored history keeps what the client sent: only the request's copy lost the markers.
+    const m = await h.api.get(`/v1/sessions/${r.body.id}/messages`);
+    assert.equal(cacheMarks(m.body.data), 8);
+  });
+
   it('a 7-step tool loop with cache_tool_results: no request holds more than 4 breakpoints', async () => {
     const { cacheMarks } = await import('../fake/cache-marks.js');
     for (let i = 1; i <= 7; i++) h.fake.enqueue(reply([toolUse('calculate_sum', { a: i, b: i })]));
