@@ -56,6 +56,11 @@ export class RunHandle {
    * once; lost only with the process (a takeover sends the turn again, unbilled here).
    */
   unbilled: Record<string, number> | null = null;
+  /**
+   * The pending step this run committed with its reply (turns.ts, a step that waits) has queued no tool task yet:
+   * the tool step that runs it next takes it as fresh (src/engine/tool-tasks.ts `queueTasks`), and clears this.
+   */
+  freshStep = false;
 
   constructor(
     readonly id: string,

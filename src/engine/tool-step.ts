@@ -126,6 +126,10 @@ export async function toolStep(
 ): Promise<'done' | 'again'> {
   const calls = pendingToolCalls(history);
   const tools = await sessionTools(deps, state);
+  // A step built by this run (from the history here, or from its reply: `freshStep`) queued no task yet: a task the
+  // queue knows for one of its calls is a dropped step's (tool-tasks.ts `queueTasks`).
+  const fresh = !state.pending || run.freshStep;
+  run.freshStep = false;
   const step: PendingStep = state.pending ?? {
     calls: pendingCalls(state, calls, tools),
     review: false,
@@ -186,7 +190,7 @@ export async function toolStep(
     // The tenant's tools work while the client is asked (the server tools above ran already): their tasks are
     // queued before the session says it waits, so a process dying in between leaves the session `running`, taken
     // over, and its run queues nothing twice (`queueTasks`). Calls waiting for their approval are not among them.
-    const out = tasks.length > 0 ? await queueTasks(deps, run, state, step, tasks) : [];
+    const out = tasks.length > 0 ? await queueTasks(deps, run, state, step, tasks, fresh) : [];
     await endRun(
       deps,
       run,
@@ -197,7 +201,7 @@ export async function toolStep(
     );
     return 'done';
   }
-  if (tasks.length > 0) return parkForTasks(deps, run, state, step, tasks);
+  if (tasks.length > 0) return parkForTasks(deps, run, state, step, tasks, fresh);
   const { outcome } = await afterTools(deps, run, state, history, step, null, durations);
   return outcome === 'continue' ? 'again' : 'done';
 }

@@ -39,6 +39,12 @@ import type { RunDeps, RunHandle } from './run-handle.js';
  * the session had failed. It moves to its next round (written with the step, before its task is queued) and is
  * queued as a task of its own; a result delivered since this run read the step is taken from the store instead
  * (`resettle`). Only this path reads the session again: a step whose calls are new, or known, costs what it did.
+ *
+ * `fresh`: no task of this step was queued yet (built by this run: from the history after `PUT …/messages`, or from
+ * the reply of a `retry` or a rerun). A task the queue knows still out for one of its calls is then another step's,
+ * one a write dropped whose cancel (`dropTasks`, after that write) may not have landed yet: the call moves to its
+ * next round as a settled one does, and the drop cancels only the old task. Parked on it instead, the run would wait
+ * for good once the drop cancels it.
  */
 export async function queueTasks(
   deps: RunDeps,
@@ -46,6 +52,7 @@ export async function queueTasks(
   state: SessionState,
   step: PendingStep,
   calls: PendingCall[],
+  fresh = false,
 ): Promise<PendingCall[]> {
   const full: PendingCall[] = [];
   let todo = calls;
@@ -60,7 +67,7 @@ export async function queueTasks(
       const queued = await enqueueCall(deps, state, c);
       if (queued === 'queued') deps.metrics.toolTasks.inc({ event: 'queued' });
       if (queued === 'full') full.push(c);
-      if (queued === 'settled') settled.push(c);
+      if (queued === 'settled' || (fresh && queued === 'known')) settled.push(c);
     }
     todo = settled.length > 0 ? await resettle(deps, run, settled) : [];
     out = out.filter((c) => !full.includes(c) && !c.result);
@@ -98,9 +105,9 @@ function enqueueCall(
 }
 
 /**
- * The calls whose task in their round is settled (`queueTasks`), as the stored step holds them now: one that has its
- * result there (delivered after this run read the step) takes it, and is out no longer; the others move to their
- * next round, to be written with the step and queued anew (returned). The store is read once.
+ * The calls whose task in their round is settled, or is another step's (`queueTasks`), as the stored step holds them
+ * now: one that has its result there (delivered after this run read the step) takes it, and is out no longer; the
+ * others move to their next round, to be written with the step and queued anew (returned). The store is read once.
  */
 async function resettle(deps: RunDeps, run: RunHandle, settled: PendingCall[]): Promise<PendingCall[]> {
   const stored = await deps.store.load(run.id);
@@ -131,15 +138,16 @@ export async function parkForTasks(
   state: SessionState,
   step: PendingStep,
   calls: PendingCall[],
+  fresh = false,
 ): Promise<'done' | 'again'> {
-  const out = await queueTasks(deps, run, state, step, calls);
+  const out = await queueTasks(deps, run, state, step, calls, fresh);
   if (out.length === 0) return 'again';
   // By id, not as the run's end (`HeldRun.ended`): the run may go on below, its heartbeat still renewing.
   await deps.store.runs.end(run.id, state.tenant);
   // A result delivered between this run's read and its giving up found the run still holding the lease: go on here.
-  const fresh = await deps.store.load(run.id);
+  const now = await deps.store.load(run.id);
   const ids = new Set(out.map((c) => c.id));
-  if (fresh?.pending?.calls.some((c) => ids.has(c.id) && c.result)) {
+  if (now?.pending?.calls.some((c) => ids.has(c.id) && c.result)) {
     await deps.store.runs.keep(run.id, deps.leaseTtlMs);
     return 'again';
   }

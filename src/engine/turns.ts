@@ -217,7 +217,11 @@ class Turns extends TurnRunner {
     };
     const replyOps = await this.commitReply(replied, step, waits, autoServer);
     this.history.push(replied.reply);
-    if (waits) return 'again';
+    if (waits) {
+      // Its tenant tools' tasks are queued by the tool step next, as of a step new to the queue (tool-tasks.ts).
+      this.run.freshStep = true;
+      return 'again';
+    }
     await this.runTools(replied.record, pending);
     return this.commitResults(replied.message, step, replied.record, replyOps);
   }
