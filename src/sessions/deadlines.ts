@@ -14,7 +14,7 @@ import { InvalidStatus, QuotaExceeded, RevisionMismatch, conflict, isRefusal } f
 import { requiredAction } from '../engine/status.js';
 import type { EngineLogger } from '../engine/run-handle.js';
 import type { DueEntry } from '../store/due.js';
-import { encodeResult, setResult } from '../store/pending.js';
+import { encodeResult, outstandingTasks, setResult, type PendingStep } from '../store/pending.js';
 import type { ApplyOps } from '../store/apply-ops.js';
 import { childUsageIncr, type SessionState } from '../store/session-state.js';
 import { runOps, startRun, statusOps, type SessionDeps } from './mutate.js';
@@ -74,9 +74,10 @@ function timeoutOps(s: SessionState): { ops: ApplyOps; starts: boolean } {
   ];
   if (s.onActionTimeout === 'fail' || !s.pending) {
     const error = { code: ACTION_TIMED_OUT, message: `No answer within ${n} s.`, retryable: false };
-    // Tool tasks out for the step are cancelled after this write (`dropTasks`, below); a run of the step again
-    // (`resume`, a message) finds their rounds settled and queues each call at its next round (src/engine/tool-tasks.ts).
-    const st = statusOps(s, { status: 'failed', error });
+    // Tool tasks out for the step are cancelled after this write (`dropTasks`, below), and their calls move to their
+    // next round with it (`tasksRenewed`).
+    const renewed = s.pending ? tasksRenewed(s.pending) : null;
+    const st = statusOps(s, { status: 'failed', error, ...(renewed ? { pending: renewed } : {}) });
     return {
       ops: {
         ...st,
@@ -128,6 +129,23 @@ function timeoutOps(s: SessionState): { ops: ApplyOps; starts: boolean } {
     ops: { ...st, hset: { ...st.hset, ...FIRED }, events: [...events, ...(st.events ?? [])] },
     starts: true,
   };
+}
+
+/**
+ * The step of a session failed by its deadline, when tool tasks were out for it (queued while the client was asked:
+ * src/engine/tool-step.ts): each such call moves to its next round in the failing write, so a run of the step again
+ * (`resume`, a message, then the client's answer) queues it as a task of its own, whenever the drop of the old round
+ * (`dropTasks`, after the write) lands. Kept at its round, the call's task would be `known` to a run that got there
+ * before the drop, which parks on it, and the drop then cancels the task it waits for. A SIGKILL between the write and
+ * the drop leaves the old round out until a claim (or its deadline) finds the session waiting for another round.
+ * Null: no task was out (a reviewed turn's calls were never queued).
+ */
+function tasksRenewed(pending: PendingStep): PendingStep | null {
+  if (pending.turn) return null;
+  const step = structuredClone(pending);
+  const out = outstandingTasks(step);
+  for (const c of out) c.round = (c.round ?? 0) + 1;
+  return out.length > 0 ? step : null;
 }
 
 /**

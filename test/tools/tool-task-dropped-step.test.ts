@@ -1,10 +1,11 @@
 /**
- * A write that drops or replaces a session's pending step (`PUT …/messages`, `retry`) cancels the step's tool tasks
- * after it lands (`dropTasks`, with the session as read before the write). A step that then calls the same tool_use
- * ids — the history put back with the same reply, a retry whose reply repeats its ids — is run by a run that may
- * reach the queue before that drop: it must not park on the dropped step's task, which the drop then cancels (the
- * session would wait for good: status `running`, nothing offered, nothing to wake it). Its calls are queued as tasks
- * of their own (their next round), and the drop cancels only the old one.
+ * A write that drops or replaces a session's pending step (`PUT …/messages`, `retry`, an action deadline's `fail`)
+ * cancels the step's tool tasks after it lands (`dropTasks`, with the session as read before the write). A step that
+ * then calls the same tool_use ids — the history put back with the same reply, a retry whose reply repeats its ids,
+ * the failed step resumed and answered — is run by a run that may reach the queue before that drop: it must not park
+ * on the dropped step's task, which the drop then cancels (the session would wait for good: status `running`,
+ * nothing offered, nothing to wake it). Its calls are queued as tasks of their own (their next round), and the drop
+ * cancels only the old one.
  *
  * Each case holds the drop's cancel (the settle script) until the new run has parked: no timing.
  */
@@ -47,7 +48,14 @@ describe('a step that reuses the call ids of the step its write drops', { timeou
   let h: Harness;
   let a: Api;
   before(async () => {
-    h = await startHarness({ env: { API_KEYS: 'acme:key-a', TOOL_TASK_LEASE_MS: '5000' } });
+    h = await startHarness({
+      env: {
+        API_KEYS: 'acme:key-a',
+        TOOL_TASK_LEASE_MS: '5000',
+        ACTION_TIMEOUT_MIN_S: '1',
+        DEADLINE_SWEEP_MS: '50',
+      },
+    });
     a = h.api;
     assert.equal((await a.req('PUT', '/v1/tools/stock_check', workerTool)).status, 201);
   });
@@ -194,5 +202,60 @@ describe('a step that reuses the call ids of the step its write drops', { timeou
     assert.equal((await a.post(`/v1/tool-tasks/${tasks[0].id}/result`, { content: 'boots: 2' })).status, 200);
     assert.equal((await a.waitStatus(id, ['idle', 'failed'])).status, 'idle');
     assert.deepEqual(lastResults(), [['toolu_w', 'boots: 2']]);
+  });
+
+  it('on_action_timeout fail, then resume and the client’s answer before its drop: the call is queued anew', async () => {
+    h.fake.enqueue(
+      toolCalls([
+        toolUse('ask_user', { q: 'Which colour?' }, 'toolu_client'),
+        toolUse('stock_check', { item: 'scarf' }, 'toolu_w'),
+      ]),
+      text('A red scarf: 4.'),
+    );
+    let id = '';
+    // The deadline's write fails the session (its step kept for `resume`); its drop of the step's task is held.
+    const hold = holdDrop(() => `${id}:toolu_w#0`);
+    const queue = (h.service.app as any).toolTasks.queue;
+    try {
+      const created = await a.post('/v1/sessions', {
+        input: 'Scarf?',
+        tools: [askUser, 'stock_check'],
+        action_timeout_s: 1,
+        on_action_timeout: 'fail',
+      });
+      assert.equal(created.status, 201, JSON.stringify(created.body));
+      id = created.body.id as string;
+      await hold.atDrop.wait;
+      const failed = (await a.get(`/v1/sessions/${id}`)).body;
+      assert.equal(failed.status, 'failed', JSON.stringify(failed));
+      // Resumed and answered before the drop lands: the step waits for its client again, then its run parks.
+      assert.equal((await a.req('PATCH', `/v1/sessions/${id}`, { action_timeout_s: null })).status, 200);
+      assert.equal((await a.post(`/v1/sessions/${id}/resume`)).status, 202);
+      assert.equal((await a.waitStatus(id, ['requires_action', 'idle', 'failed'])).status, 'requires_action');
+      const answered = await a.post(`/v1/sessions/${id}/tool-results`, {
+        results: [{ tool_use_id: 'toolu_client', content: 'red' }],
+      });
+      assert.equal(answered.status, 202, JSON.stringify(answered.body));
+      await hold.parked.wait;
+      hold.letGo.open();
+      await hold.dropped.wait;
+    } finally {
+      hold.release();
+    }
+    assert.equal((await queue.record('acme', `${id}:toolu_w#0`))?.rec.state, 'cancelled');
+    const tasks = await claim(a, 'stock_check', 5000);
+    const now = (await a.get(`/v1/sessions/${id}`)).body;
+    assert.equal(tasks.length, 1, `one task offered (session ${now.status}): ${JSON.stringify(tasks)}`);
+    assert.equal(tasks[0].tool_use_id, 'toolu_w');
+    assert.equal((await queue.record('acme', `${id}:toolu_w#1`))?.rec.state, 'leased', 'its next round');
+    assert.equal(
+      (await a.post(`/v1/tool-tasks/${tasks[0].id}/result`, { content: 'scarves: 4' })).status,
+      200,
+    );
+    assert.equal((await a.waitStatus(id, ['idle', 'failed'])).status, 'idle');
+    assert.deepEqual(lastResults(), [
+      ['toolu_client', 'red'],
+      ['toolu_w', 'scarves: 4'],
+    ]);
   });
 });
