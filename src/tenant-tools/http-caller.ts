@@ -285,9 +285,18 @@ function parseAnswer(body: string): { content: unknown; is_error: boolean } | 'i
   } catch {
     return null;
   }
-  const r = toolResultBody.safeParse(value);
+  // Fields besides these two (a framework's `request_id`, a trace id) are the receiver's own: ignored, as a webhook
+  // receiver's answer is, where a worker's result (our own route's body) refuses them.
+  const r = toolResultBody.safeParse(answerFields(value));
   if (!r.success) return null;
   // A lone surrogate: JSON.parse takes its escape, the Messages API does not (as request bodies are, json-unicode.ts).
   if (hasLoneSurrogate(bytes, r.data)) return 'ill_formed';
   return { content: r.data.content, is_error: r.data.is_error ?? false };
+}
+
+/** `{content, is_error}` of an answer object, anything else as it is (refused by the result's schema). */
+function answerFields(value: unknown): unknown {
+  if (typeof value !== 'object' || value === null || Array.isArray(value)) return value;
+  const { content, is_error } = value as Record<string, unknown>;
+  return is_error === undefined ? { content } : { content, is_error };
 }

@@ -89,7 +89,7 @@ describe('http tools', { timeout: 120_000 }, () => {
   const resultsSent = (i: number): any[] =>
     (h.fake.requests[i]!.messages.at(-1)!.content as any[]).filter((b: any) => b.type === 'tool_result');
 
-  it('signs each call with the tool’s secret, retries a 500, takes the 2xx answer', async () => {
+  it('signs each call with the tool’s secret, retries a 500, takes the 2xx answer (its other fields ignored)', async () => {
     const put = await h.api.req('PUT', '/v1/tools/price_lookup', {
       description: 'Price of a product.',
       input_schema: { type: 'object', properties: { sku: { type: 'string' } } },
@@ -109,7 +109,7 @@ describe('http tools', { timeout: 120_000 }, () => {
 
     handlers.push(
       (_b, res) => json(res, 500, { oops: true }),
-      (_b, res) => json(res, 200, { content: '42 EUR' }),
+      (_b, res) => json(res, 200, { content: '42 EUR', request_id: 'req_1', meta: { took_ms: 3 } }),
     );
     h.fake.enqueue(toolCalls([toolUse('price_lookup', { sku: 'A1' }, 'toolu_p1')]), text('It costs 42 EUR.'));
     const counted = await taskCounts();
