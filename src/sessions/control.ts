@@ -71,8 +71,8 @@ export function patchSession(
     if (body.on_action_timeout !== undefined) next.onActionTimeout = body.on_action_timeout;
     if (body.ttl_s !== undefined) {
       next.ttlS = body.ttl_s;
-      // The sweep finds it at the new time (an entry may be early, never late: src/store/due.ts).
-      if (body.ttl_s) await deps.store.expiryDue.add(id, Date.now() + body.ttl_s * 1000);
+      // The sweep finds it at the new time (an entry may be early, never late: src/store/due.ts), of Redis's clock.
+      if (body.ttl_s) await deps.store.expiryDue.addIn(id, body.ttl_s * 1000);
     }
     const toolsEvent: Array<[string, string]> = [];
     if (body.tools !== undefined) {

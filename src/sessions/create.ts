@@ -357,8 +357,9 @@ export async function insertSession(
   // Indexed first: if the session write then fails, `list` drops the dangling index entry; the other order could
   // leave a session that exists but is never listed.
   await deps.store.index.add(state.tenant, state.id, state.createdAt, state.metadata);
-  // Registered before the write (src/store/due.ts): the retention sweep finds it then, or later if it changed.
-  if (state.ttlS) await deps.store.expiryDue.add(state.id, Date.now() + state.ttlS * 1000);
+  // Registered before the write (src/store/due.ts): the retention sweep finds it then, or later if it changed. Due
+  // `ttl_s` from Redis's now (the clock of `updated_at` and of the sweep), not this replica's.
+  if (state.ttlS) await deps.store.expiryDue.addIn(state.id, state.ttlS * 1000);
   const res = await deps.store
     .apply(
       state.id,

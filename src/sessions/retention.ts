@@ -4,7 +4,10 @@
  * after a `session.deleted` event (`"reason": "expired"`; webhooks get it as for a DELETE). Any replica sweeps the due
  * set `sessions:expiry` (src/store/due.ts): an entry is written when the session is created (or its `ttl_s` changed)
  * and moved on to `updated_at + ttl_s` whenever the sweep finds the session changed since. The delete is guarded by
- * the revision the sweep read (destroy-7.lua), so a new message that lands first wins and the TTL starts again.
+ * the revision the sweep read (destroy-8.lua), so a new message that lands first wins and the TTL starts again.
+ * Every time here is of Redis's clock: `updated_at` is its TIME (apply-7.lua), entries are written `ttl_s` from its
+ * now (due-add-1.lua) and read and compared by its now (due-read-1.lua). With the sweeping replica's own clock, one
+ * ahead deleted every tenant's sessions early by its skew; with the writer's, one ahead wrote entries late.
  */
 import type { EngineLogger } from '../engine/run-handle.js';
 import type { DueEntry } from '../store/due.js';
@@ -32,9 +35,17 @@ export class RetentionSweeper {
     return this.loop.stop();
   }
 
-  async sweep(now = Date.now()): Promise<void> {
+  /**
+   * One pass: the entries due by Redis's now, each session's expiry compared with it (due-read-1.lua: the read the
+   * pass made with ZRANGEBYSCORE, no round trip added). The now read also sets this process's reckoning of Redis's
+   * clock (`store.clock`), as the deadline sweep's does.
+   */
+  async sweep(): Promise<void> {
+    const { store } = this;
+    const sent = Date.now();
     // A failed read fails the pass: the loop logs it once per outage.
-    const entries = await this.store.expiryDue.due(now, 100);
+    const { now, entries } = await store.expiryDue.dueNow(100);
+    store.clock.observe(now, sent);
     for (const e of entries) {
       await this.one(e, now).catch((err: unknown) =>
         this.log.warn({ err, session: e.id }, 'session expiry failed'),

@@ -4,6 +4,8 @@
  * src/sessions/deadlines.ts) and `sessions:expiry` (retention: src/sessions/retention.ts). An entry may be early —
  * the sweeper reads the session and moves the entry to the true time — but never late or missing: it is written
  * before the session write that makes it due. Moves and drops are guarded by the score read (due-settle-1.lua).
+ * Scores are of Redis's clock: both sets are read by its now (due-read-1.lua), and written with it, or with the
+ * store's reckoning of it (src/redis/clock.ts).
  */
 import type { RedisClient } from './lua-commands.js';
 
@@ -40,9 +42,12 @@ export class DueSet {
     await this.redis.sessDueAdd(this.key, id, at);
   }
 
-  /** Entries due by `now`, oldest first. */
-  async due(now: number, limit: number): Promise<DueEntry[]> {
-    return entries(await this.redis.zrangebyscore(this.key, '-inf', now, 'WITHSCORES', 'LIMIT', 0, limit));
+  /**
+   * As `add`, due `inMs` from now of Redis's clock (due-add-1.lua takes TIME: one EVALSHA, as `add`), the clock the
+   * sweep reads by (`dueNow`): a replica's own clock, ahead, wrote an entry late by its skew.
+   */
+  async addIn(id: string, inMs: number): Promise<void> {
+    await this.redis.sessDueAdd(this.key, id, inMs, 'in');
   }
 
   /** Entries due by Redis's now, oldest first, and that now (due-read-1.lua). */

@@ -12,6 +12,8 @@ import { startTestRedis, type TestRedis } from '../helpers/redis.js';
 import { until } from '../durability/chaos-lib.js';
 import { RetentionSweeper } from '../../src/sessions/retention.js';
 import { treeDueKey } from '../../src/store/tree-due.js';
+import { sessionKeys } from '../../src/store/keys.js';
+import { EXPIRY_DUE_KEY } from '../../src/store/due.js';
 import {
   agentTool,
   harnessWithoutSweep,
@@ -109,8 +111,12 @@ describe('child usage: a child expired (ttl_s) before its parent was told', { ti
     assert.ok(child.usage.total_tokens > 0);
     // The parent parked (a look put its next a minute away) and not told yet; then the child expires.
     await app.redis.zadd(treeDueKey('a'), 'XX', Date.now() + 60_000, parent.id);
+    // Its TTL over: its last change a TTL and a second ago, its expiry entry due (the sweep reads by Redis's clock).
+    const aged = Date.now() - (child.ttl_s + 1) * 1000;
+    await app.redis.hset(sessionKeys(childId).meta, 'updated_at', aged);
+    await app.redis.zadd(EXPIRY_DUE_KEY, aged, childId);
     const retention = new RetentionSweeper(app.store, app.log, 3_600_000);
-    await retention.sweep(Date.now() + (child.ttl_s + 1) * 1000);
+    await retention.sweep();
     assert.equal((await a.get(`/v1/sessions/${childId}`)).status, 404, 'the child expired');
     assert.equal(
       (await a.get(`/v1/sessions/${parent.id}`)).body.usage.children.total_tokens,

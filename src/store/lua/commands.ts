@@ -113,8 +113,8 @@ declare module 'ioredis' {
       next: string,
       tenant: string,
     ): Result<number, Context>;
-    /** due-add-1.lua: the member's score now. */
-    sessDueAdd(key: string, member: string, at: number): Result<number, Context>;
+    /** due-add-1.lua: the member's score now (`in`: `at` is ms from Redis's now). */
+    sessDueAdd(key: string, member: string, at: number, mode?: '' | 'in'): Result<number, Context>;
     /** client-token-mint-2.lua: 1 stored, 0 no session, -1 too many tokens. */
     sessClientTokenMint(
       ...args: [

@@ -1,6 +1,7 @@
--- due-read: the entries of a due set (actions:due) due by now of Redis's clock (includes/now.lua), oldest first,
--- with their scores (for due-settle-1.lua's guard), and that now: the sweeper compares the session's deadline with
--- it, so a replica whose clock runs ahead does not time out actions early for every session.
+-- due-read: the entries of a due set (actions:due, sessions:expiry) due by now of Redis's clock (includes/now.lua),
+-- oldest first, with their scores (for due-settle-1.lua's guard), and that now: the sweeper compares the session's
+-- deadline (or expiry) with it, so a replica whose clock runs ahead does not time out actions (nor delete sessions)
+-- early for every session.
 -- KEYS[1] the due set (zset)
 -- ARGV[1] most entries
 -- Returns {now, member, score, ...}.

@@ -1,0 +1,120 @@
+/**
+ * What a session keeps on a clock is kept on Redis's, not on a replica's: a replica whose clock is minutes off
+ * neither deletes a session (retention, `sessions:expiry`) before the `expires_at` the API showed, nor keeps it past
+ * it. The skewed replica is either a sweeper in this process with the process's Date.now() moved, beside the
+ * service's own, or the whole service (its reckoning of Redis's clock read again, as its boot and each of its
+ * sweeps do: src/redis/clock.ts).
+ */
+import { after, before, describe, it } from 'node:test';
+import assert from 'node:assert/strict';
+import { Redis } from 'ioredis';
+import { startHarness, type Api, type Harness } from '../helpers/service.js';
+import { skewed } from '../helpers/skewed-clock.js';
+import { RetentionSweeper } from '../../src/sessions/retention.js';
+import { EXPIRY_DUE_KEY } from '../../src/store/due.js';
+import { sessionKeys } from '../../src/store/keys.js';
+
+/** Far more than the TTLs below. */
+const SKEW_MS = 10 * 60_000;
+
+describe('sessions with a replica whose clock is off', { timeout: 60_000 }, () => {
+  let h: Harness;
+  let a: Api;
+  let r: Redis;
+  before(async () => {
+    h = await startHarness({ env: { API_KEYS: 'acme:key-a' } });
+    a = h.api.as('key-a');
+    r = new Redis(h.redis.url);
+  });
+  after(async () => {
+    r?.disconnect();
+    await h?.close();
+  });
+
+  /**
+   * Runs `fn` with the process's clock off by `skew` ms and the service's reckoning of Redis's clock read with it
+   * (the whole service is the skewed replica); the reckoning is read again once the clock is back, whatever `fn`'s
+   * sweeps observed meanwhile.
+   */
+  async function asReplica<T>(skew: number, fn: () => Promise<T>): Promise<T> {
+    const { app } = h.service;
+    try {
+      return await skewed(skew, async () => {
+        await app.store.clock.sync(app.redis);
+        return fn();
+      });
+    } finally {
+      await app.store.clock.sync(app.redis);
+    }
+  }
+
+  /** One pass of a second replica's retention sweep, its clock off by `skew` ms. */
+  const retentionPass = (skew: number) =>
+    asReplica(skew, () => new RetentionSweeper(h.service.app.store, h.service.app.log, 60_000).sweep());
+
+  const redisNow = async () => {
+    const [s, us] = await r.time();
+    return Number(s) * 1000 + Math.floor(Number(us) / 1000);
+  };
+
+  /** An idle session with `ttl_s`. */
+  async function idle(ttlS: number): Promise<{ id: string; expiresAt: string }> {
+    const made = await a.post('/v1/sessions', { input: 'x', start: false, ttl_s: ttlS });
+    assert.equal(made.status, 201, JSON.stringify(made.body));
+    return { id: made.body.id as string, expiresAt: made.body.expires_at as string };
+  }
+
+  describe('retention (sessions:expiry)', () => {
+    it('a replica ahead does not delete a session before its expires_at', async () => {
+      const { id } = await idle(300);
+      const { expires_at: expiresAt } = (await a.get(`/v1/sessions/${id}`)).body;
+      // 10 minutes ahead, the session's expires_at (5 minutes from now in Redis's clock) is long past.
+      await retentionPass(SKEW_MS);
+      const s = await a.get(`/v1/sessions/${id}`);
+      assert.equal(s.status, 200, 'not deleted');
+      assert.equal(s.body.expires_at, expiresAt);
+    });
+
+    it('a replica ahead that reads an early entry moves it on to expires_at', async () => {
+      const { id } = await idle(300);
+      const { expires_at: expiresAt } = (await a.get(`/v1/sessions/${id}`)).body;
+      // An entry early (as one may be: the sweep moves it on), so this pass reads the session and compares.
+      await r.zadd(EXPIRY_DUE_KEY, 1, id);
+      await retentionPass(SKEW_MS);
+      assert.equal((await a.get(`/v1/sessions/${id}`)).status, 200, 'not deleted');
+      assert.equal(Number(await r.zscore(EXPIRY_DUE_KEY, id)), Date.parse(expiresAt));
+    });
+
+    it('a replica behind deletes a session whose expires_at has passed', async () => {
+      const { id } = await idle(300);
+      // Its last change 301 s ago in Redis's clock (its TTL over), its entry due then.
+      const aged = (await redisNow()) - 301_000;
+      await r.hset(sessionKeys(id).meta, 'updated_at', aged);
+      await r.zadd(EXPIRY_DUE_KEY, aged, id);
+      // 10 minutes behind, by its own clock it is not due for another 5 minutes.
+      await retentionPass(-SKEW_MS);
+      assert.equal((await a.get(`/v1/sessions/${id}`)).status, 404, 'deleted');
+      assert.equal(await r.zscore(EXPIRY_DUE_KEY, id), null);
+    });
+
+    it('a replica ahead writes an expiry entry no later than the expires_at a read shows', async () => {
+      // A create 10 minutes ahead.
+      const { id } = await asReplica(SKEW_MS, () => idle(300));
+      const { expires_at: expiresAt } = (await a.get(`/v1/sessions/${id}`)).body;
+      const at = Number(await r.zscore(EXPIRY_DUE_KEY, id));
+      assert.ok(at <= Date.parse(expiresAt), `entry ${at - Date.parse(expiresAt)} ms after expires_at`);
+      // A PATCH of a shorter ttl_s 10 minutes ahead.
+      const other = await idle(3600);
+      const patched = await asReplica(SKEW_MS, () =>
+        a.req('PATCH', `/v1/sessions/${other.id}`, { ttl_s: 300 }),
+      );
+      assert.equal(patched.status, 200, JSON.stringify(patched.body));
+      const now = (await a.get(`/v1/sessions/${other.id}`)).body;
+      const then = Number(await r.zscore(EXPIRY_DUE_KEY, other.id));
+      assert.ok(
+        then <= Date.parse(now.expires_at),
+        `entry ${then - Date.parse(now.expires_at)} ms after expires_at`,
+      );
+    });
+  });
+});
