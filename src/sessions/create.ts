@@ -262,7 +262,9 @@ function newSessionState(
   },
 ): SessionState {
   const { id, tenant, body, toolsBase, tenantTools } = c;
-  const now = Date.now();
+  // Redis's clock (the store's reckoning of it), the clock of `updated_at` once written (apply-7.lua's TIME): the
+  // create's answer and its `session.created` show the `expires_at` and `updated_at` a read shows after it.
+  const now = deps.store.clock.now();
   return {
     id,
     tenant,

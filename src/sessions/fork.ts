@@ -69,7 +69,8 @@ export async function forkSession(
   // The fork's counts are those of the records it keeps: its model turns, and its compactions.
   const compactions = kept.filter((r) => r.kind === 'compaction').length;
   const turns = kept.length - compactions;
-  const now = Date.now();
+  // Redis's clock, as a create's (create.ts `newSessionState`).
+  const now = store.clock.now();
   const forked: SessionState = {
     ...s,
     id: keyedId ?? newSessionId(),

@@ -61,6 +61,12 @@ export class SessionIndex {
     private readonly redis: RedisClient,
     /** A meta hash (HGETALL's reply) as the store decodes it; null for one that is not a session's. */
     private readonly decode: (h: Record<string, string>) => SessionState | null,
+    /**
+     * Redis's now (the store's `clock.now()`), the clock of the members' creation times (create.ts), which a list's
+     * INDEX_GRACE_MS is counted in: with a replica's own, one ahead by more than the grace dropped the entry of a
+     * create whose write was still on its way (the session then never listed).
+     */
+    private readonly now: () => number,
   ) {
     this.metadata = new MetadataIndex(redis);
   }
@@ -191,7 +197,7 @@ export class SessionIndex {
         }
         lastMember = member;
         if (!s) {
-          if (Number(member.slice(0, 15)) < Date.now() - INDEX_GRACE_MS) await this.redis.zrem(key, member);
+          if (Number(member.slice(0, 15)) < this.now() - INDEX_GRACE_MS) await this.redis.zrem(key, member);
         } else if (own && !matchesMetadata(s.metadata, [own])) await this.redis.zrem(key, member);
         else if ((!opts.status || s.status === opts.status) && matchesMetadata(s.metadata, filters))
           items.push(s);

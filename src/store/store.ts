@@ -219,7 +219,11 @@ export class SessionStore {
       retentionDays: options.usageRetentionDays ?? 400,
     });
     this.storage = new StorageQuota(redis, options.tenantMaxBytes ?? 0);
-    this.index = new SessionIndex(redis, (h) => this.decodeMeta(h));
+    this.index = new SessionIndex(
+      redis,
+      (h) => this.decodeMeta(h),
+      () => this.clock.now(),
+    );
   }
 
   private async tenantOf(id: string, known?: string): Promise<string | null> {

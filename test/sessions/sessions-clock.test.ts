@@ -1,7 +1,8 @@
 /**
  * What a session keeps on a clock is kept on Redis's, not on a replica's: a replica whose clock is minutes off
  * neither deletes a session (retention, `sessions:expiry`) before the `expires_at` the API showed, nor keeps it past
- * it. The skewed replica is either a sweeper in this process with the process's Date.now() moved, beside the
+ * it; it creates a session with the `created_at` (and `expires_at`) a read shows, the clock of the tenant's index
+ * (a list's grace for an entry whose write is on its way). The skewed replica is either a sweeper in this process with the process's Date.now() moved, beside the
  * service's own, or the whole service (its reckoning of Redis's clock read again, as its boot and each of its
  * sweeps do: src/redis/clock.ts).
  */
@@ -12,7 +13,7 @@ import { startHarness, type Api, type Harness } from '../helpers/service.js';
 import { skewed } from '../helpers/skewed-clock.js';
 import { RetentionSweeper } from '../../src/sessions/retention.js';
 import { EXPIRY_DUE_KEY } from '../../src/store/due.js';
-import { sessionKeys } from '../../src/store/keys.js';
+import { sessionKeys, tenantIndexKey } from '../../src/store/keys.js';
 
 /** Far more than the TTLs below. */
 const SKEW_MS = 10 * 60_000;
@@ -115,6 +116,31 @@ describe('sessions with a replica whose clock is off', { timeout: 60_000 }, () =
         then <= Date.parse(now.expires_at),
         `entry ${then - Date.parse(now.expires_at)} ms after expires_at`,
       );
+    });
+  });
+
+  describe("a session's created_at", () => {
+    it('a replica ahead answers a create with the expires_at and created_at a read shows', async () => {
+      const made = await asReplica(SKEW_MS, () =>
+        a.post('/v1/sessions', { input: 'x', start: false, ttl_s: 300 }),
+      );
+      assert.equal(made.status, 201, JSON.stringify(made.body));
+      const read = (await a.get(`/v1/sessions/${made.body.id}`)).body;
+      const off = Math.abs(Date.parse(made.body.expires_at) - Date.parse(read.expires_at));
+      assert.ok(off < 5_000, `the create's expires_at is ${off} ms off the read's`);
+      const age = (await redisNow()) - Date.parse(read.created_at);
+      assert.ok(age >= 0 && age < 5_000, `created_at ${age} ms before Redis's now`);
+    });
+
+    it('a replica ahead listing keeps the index entry of a create whose write is on its way', async () => {
+      // What a create leaves between its index entry and its write (create.ts insertSession), in Redis's clock.
+      const member = h.service.app.store.index.member(await redisNow(), 'ses_on_its_way');
+      await r.zadd(tenantIndexKey('acme'), 0, member);
+      // 10 minutes ahead, the entry is older than the list's grace (60 s) by this replica's clock.
+      const list = await asReplica(SKEW_MS, () => a.get('/v1/sessions?limit=100'));
+      assert.equal(list.status, 200, JSON.stringify(list.body));
+      assert.notEqual(await r.zscore(tenantIndexKey('acme'), member), null, 'the entry is kept');
+      await r.zrem(tenantIndexKey('acme'), member);
     });
   });
 });
