@@ -75,13 +75,14 @@ export class AgentSweep {
     const trees = this.opts.store.runs.trees;
     // Round robin across the tenants with members due (src/store/tree-due.ts): one tenant's burst of ends does not
     // hold back another tenant's trees.
-    for (const e of await trees.due(Date.now(), BATCH)) {
+    // Due by Redis's clock, and moved on in it (src/store/tree-due.ts): times below are durations from its now.
+    for (const e of await trees.due(BATCH)) {
       if (this.loop.stopping) return;
       await this.tick(e).catch(async (err: unknown) => {
         this.opts.log.warn({ err, session: e.id }, 'agents tick failed');
         // Looked at again later, not at once: a member that keeps failing (its tenant over a quota, say) must not
         // come back first on every pass and fill its tenant's share.
-        await trees.settle(e, Date.now() + RECHECK_MS).catch(() => {});
+        await trees.settle(e, RECHECK_MS).catch(() => {});
       });
     }
   }
@@ -100,7 +101,7 @@ export class AgentSweep {
       await store.runs.trees.settle(e, null);
       return;
     }
-    let next = Date.now() + IDLE_MS;
+    let next = IDLE_MS;
     if (s.status === 'idle' || s.status === 'failed') {
       if (s.parent) await this.deliver(s);
       await this.cancelChildren(s);
@@ -108,7 +109,7 @@ export class AgentSweep {
       // A child it could not start yet (its tenant's runs all busy): tried again soon. A parent whose children are
       // all at work waits for nothing here: the end of a child's run brings the child, which answers it.
       const spawned = await this.spawn(s);
-      if (spawned !== 'none') next = Date.now() + (spawned === 'later' ? RECHECK_MS : PARKED_MS);
+      if (spawned !== 'none') next = spawned === 'later' ? RECHECK_MS : PARKED_MS;
     }
     // Before the member is moved on: a crash here leaves it due, so the next look tells what this one did not.
     await this.tree.tellUp(id);

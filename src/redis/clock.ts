@@ -1,10 +1,11 @@
 /**
  * Redis's clock as this process reckons it: Date.now() plus the offset last observed between the two. The due
- * reads the sweeps make anyway (the action deadlines' and retention's `due-read-1.lua`, the scheduler's `due-1.lua`:
- * every replica, every second or so) answer Redis's `TIME`, and each one sets the offset again; the process takes one `TIME` at
- * boot so that it is right before the first sweep. So the times a replica decides or stores without a script of its
- * own (an action's `expires_at` and its 409 `action_timed_out`, a schedule's first `next_run_at`) are of the clock
- * the sweeps compare them with, whatever this host's clock says, at no round trip of their own.
+ * reads the sweeps make anyway (the action deadlines' and retention's `due-read-1.lua`, the scheduler's `due-1.lua`,
+ * the agents' `tree-due-read-1.lua`: every replica, every second or so) answer Redis's `TIME`, and each one sets the
+ * offset again; the process takes one `TIME` at boot so that it is right before the first sweep. So the times a
+ * replica decides or stores without a script of its own (an action's `expires_at` and its 409 `action_timed_out`, a
+ * schedule's first `next_run_at`) are of the clock the sweeps compare them with, whatever this host's clock says,
+ * at no round trip of their own.
  *
  * Error: half the round trip of the sample kept (its TIME is taken somewhere between send and answer), plus how
  * far this host's clock moved since. A sample is kept only when its round trip is within RTT_SLACK_MS of the one

@@ -10,6 +10,7 @@ import { quotaExceeded } from '../errors.js';
 import { RUNS_KEY, sessionKeys, tenantRunsKey } from './keys.js';
 import { TreeDue } from './tree-due.js';
 import type { RedisClient } from './lua-commands.js';
+import type { RedisClock } from '../redis/clock.js';
 import { decodeStored } from './decode.js';
 import { decodeFields, type IterationRecord, type SessionState } from './session-state.js';
 
@@ -56,8 +57,10 @@ export class RunQueue {
     private readonly redis: RedisClient,
     /** Most sessions of one tenant running at once (TENANT_MAX_ACTIVE_RUNS); 0: no limit. */
     private readonly tenantMaxActiveRuns: number,
+    /** The store's reckoning of Redis's clock (the trees' due reads feed it). */
+    clock: RedisClock,
   ) {
-    this.trees = new TreeDue(redis);
+    this.trees = new TreeDue(redis, clock);
   }
 
   /**

@@ -210,7 +210,7 @@ export class SessionStore {
   ) {
     defineLuaCommands(redis, new URL('./lua/', import.meta.url), 'sess');
     this.redis = redis;
-    this.runs = new RunQueue(redis, options.tenantMaxActiveRuns ?? 0);
+    this.runs = new RunQueue(redis, options.tenantMaxActiveRuns ?? 0, this.clock);
     this.actionsDue = new DueSet(redis, ACTIONS_DUE_KEY);
     this.expiryDue = new DueSet(redis, EXPIRY_DUE_KEY);
     this.spend = new TenantSpend(redis, {

@@ -7,11 +7,18 @@
  * of one tenant's tree ends (thousands of children at once) holds another tenant's tree back by one pass, not by the
  * burst.
  *
+ * Due times are of Redis's clock: written `in` ms from its now (tree-due-3.lua, tree-due-settle-3.lua take TIME) and
+ * read by it (tree-due-read-1.lua, whose now the pass reads the tenants' sets by and gives the store's clock). With
+ * the replicas' clocks, a replica ahead looked at every tenant's members early (a parked parent at every pass, not a
+ * minute after) and wrote its wake-ups late (a child's end told to its parent only after the skew); one behind the
+ * other way round.
+ *
  * Before, every member was in one set, `agents:due`, oldest first across tenants. A replica of that version (in a
  * rolling upgrade) may still write there, and members written then are still there: a pass also takes that set's
  * due members (as one more tenant's), and the sweep's look moves each into its tenant's set.
  */
 import type { RedisClient } from './lua-commands.js';
+import type { RedisClock } from '../redis/clock.js';
 
 /** The one set of every tenant's members, as written before the per-tenant sets (read, then emptied, by passes). */
 export const LEGACY_AGENTS_DUE_KEY = 'agents:due';
@@ -32,12 +39,6 @@ export interface TreeEntry {
   /** The score as read (a string: given back as is to `settle`). */
   score: string;
 }
-
-/**
- * The score of a wake-up: now, with a fraction, so that it differs from the score a look that is under way read
- * (even in the same millisecond) and that look leaves it (`settle`).
- */
-const wakeScore = () => String(Date.now() + Math.random() * 0.999);
 
 /** `ZRANGEBYSCORE … WITHSCORES` rows as entries of `tenant`. */
 function entries(rows: string[], tenant: string | null): TreeEntry[] {
@@ -63,30 +64,37 @@ export class TreeDue {
    */
   private oldSetLeft = true;
 
-  constructor(private readonly redis: RedisClient) {}
+  constructor(
+    private readonly redis: RedisClient,
+    /** Redis's clock as this process reckons it (the store's): the old set's scores, and what the reads observe. */
+    private readonly clock: RedisClock,
+  ) {}
 
   /**
-   * Makes the session a member of its tenant's due set, first looked at a minute from now (set, whatever it was): a
-   * safety net, as its runs' ends wake it sooner.
+   * The score of a wake-up in the old set (which older replicas read by their own clocks, this version by Redis's):
+   * Redis's now, with a fraction, so that it differs from the score a look that is under way read (even in the same
+   * millisecond) and that look leaves it (`settle`).
    */
-  async watch(id: string, tenant: string): Promise<void> {
-    await this.redis.sessTreeDue(
-      treeDueKey(tenant),
-      TENANTS_KEY,
-      TENANT_OF_KEY,
-      id,
-      String(Date.now() + 60_000),
-      tenant,
-      '',
-    );
+  private oldWakeScore(): string {
+    return String(this.clock.now() + Math.random() * 0.999);
   }
 
-  /** A member looked at now (its run ended, a child of it was deleted, …). Not for sessions that are not members. */
+  /**
+   * Makes the session a member of its tenant's due set, first looked at a minute from now of Redis's clock (set,
+   * whatever it was): a safety net, as its runs' ends wake it sooner.
+   */
+  async watch(id: string, tenant: string): Promise<void> {
+    await this.redis.sessTreeDue(treeDueKey(tenant), TENANTS_KEY, TENANT_OF_KEY, id, 60_000, tenant, '');
+  }
+
+  /**
+   * A member looked at now of Redis's clock (its run ended, a child of it was deleted, …). Not for sessions that are
+   * not members.
+   */
   async wake(id: string, tenant: string): Promise<void> {
-    const score = wakeScore();
     await Promise.all([
-      this.redis.sessTreeDue(treeDueKey(tenant), TENANTS_KEY, TENANT_OF_KEY, id, score, tenant, 'XX'),
-      this.oldSetLeft ? this.redis.zadd(LEGACY_AGENTS_DUE_KEY, 'XX', score, id) : null,
+      this.redis.sessTreeDue(treeDueKey(tenant), TENANTS_KEY, TENANT_OF_KEY, id, 0, tenant, 'XX'),
+      this.oldSetLeft ? this.redis.zadd(LEGACY_AGENTS_DUE_KEY, 'XX', this.oldWakeScore(), id) : null,
     ]);
   }
 
@@ -104,20 +112,23 @@ export class TreeDue {
    * (ZADD XX: nothing for a session that is no member there).
    */
   async wakeOld(id: string): Promise<void> {
-    await this.redis.zadd(LEGACY_AGENTS_DUE_KEY, 'XX', wakeScore(), id);
+    await this.redis.zadd(LEGACY_AGENTS_DUE_KEY, 'XX', this.oldWakeScore(), id);
   }
 
   /**
-   * Up to `limit` members due by `now`: one of each tenant's in turn (the old set first, then the tenants with the
-   * earliest entries), so a burst of one tenant's members takes only what the others leave. Whenever `limit` members
-   * are due, `limit` are given. Two round trips: the index and the old set together (another slot: a Cluster refuses
-   * a pipeline across nodes), then one pipeline of the tenants' sets.
+   * Up to `limit` members due by Redis's now: one of each tenant's in turn (the old set first, then the tenants with
+   * the earliest entries), so a burst of one tenant's members takes only what the others leave. Whenever `limit`
+   * members are due, `limit` are given. Two round trips: the index (tree-due-read-1.lua, answering Redis's now,
+   * which the tenants' sets are read by and the store's clock observes) and the old set together (another slot: a
+   * Cluster refuses a pipeline across nodes), then one pipeline of the tenants' sets.
    */
-  async due(now: number, limit: number): Promise<TreeEntry[]> {
-    const [tenants, [legacyRows, legacyLeft]] = await Promise.all([
-      this.redis.zrangebyscore(TENANTS_KEY, '-inf', now, 'LIMIT', 0, limit),
-      this.oldSet(now, limit),
+  async due(limit: number): Promise<TreeEntry[]> {
+    const sent = Date.now();
+    const [[now, ...tenants], [legacyRows, legacyLeft]] = await Promise.all([
+      this.redis.sessTreeDueRead(TENANTS_KEY, limit),
+      this.oldSet(limit),
     ]);
+    this.clock.observe(Number(now), sent);
     this.oldSetLeft = legacyLeft > 0;
     const lists = legacyRows.length > 0 ? [entries(legacyRows, null)] : [];
     // Each tenant the index gives has at least one entry due (its score there is its earliest entry), so among n
@@ -135,24 +146,28 @@ export class TreeDue {
     return roundRobin(lists, limit);
   }
 
-  /** The old set's members due by `now` (up to `limit`), and how many it holds in all: one round trip. */
-  private async oldSet(now: number, limit: number): Promise<[string[], number]> {
+  /**
+   * The old set's members due by Redis's now (up to `limit`: due-read-1.lua), and how many it holds in all: one
+   * round trip.
+   */
+  private async oldSet(limit: number): Promise<[string[], number]> {
     const res = await this.redis
       .pipeline()
-      .zrangebyscore(LEGACY_AGENTS_DUE_KEY, '-inf', now, 'WITHSCORES', 'LIMIT', 0, limit)
+      .sessDueRead(LEGACY_AGENTS_DUE_KEY, limit)
       .zcard(LEGACY_AGENTS_DUE_KEY)
       .exec();
-    const [[rowsErr, rows], [cardErr, card]] = res as [[Error | null, string[]], [Error | null, number]];
+    const [[rowsErr, read], [cardErr, card]] = res as [[Error | null, string[]], [Error | null, number]];
     if (rowsErr || cardErr) throw rowsErr ?? cardErr;
-    return [rows, card];
+    return [read.slice(1), card];
   }
 
   /**
-   * Moves the entry to `next` (null: drops it) only if its score is still the one read. An entry of the old set
-   * moves into `tenant`'s set (not over an entry there: that one is newer), or stays in the old set when the look
-   * could not tell its tenant.
+   * Moves the entry to `inMs` from Redis's now (null: drops it) only if its score is still the one read. An entry of
+   * the old set moves into `tenant`'s set (not over an entry there: that one is newer), or stays in the old set (at
+   * the store's reckoning of Redis's now + `inMs`) when the look could not tell its tenant.
    */
-  async settle(e: TreeEntry, next: number | null, tenant?: string): Promise<void> {
+  async settle(e: TreeEntry, inMs: number | null, tenant?: string): Promise<void> {
+    const next = inMs === null ? null : Math.max(0, inMs);
     const to = next === null ? '' : String(next);
     if (e.tenant !== null) {
       await this.redis.sessTreeDueSettle(
@@ -167,12 +182,12 @@ export class TreeDue {
       return;
     }
     if (next !== null && tenant === undefined) {
-      await this.redis.sessDueSettle(LEGACY_AGENTS_DUE_KEY, e.id, e.score, to);
+      await this.redis.sessDueSettle(LEGACY_AGENTS_DUE_KEY, e.id, e.score, String(this.clock.now() + next));
       return;
     }
     // Moved before it is dropped: a crash between the two leaves it in both sets, and the next look moves it again.
     if (next !== null && tenant !== undefined)
-      await this.redis.sessTreeDue(treeDueKey(tenant), TENANTS_KEY, TENANT_OF_KEY, e.id, to, tenant, 'NX');
+      await this.redis.sessTreeDue(treeDueKey(tenant), TENANTS_KEY, TENANT_OF_KEY, e.id, next, tenant, 'NX');
     await this.redis.sessDueSettle(LEGACY_AGENTS_DUE_KEY, e.id, e.score, '');
   }
 }

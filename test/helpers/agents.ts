@@ -77,13 +77,9 @@ export function drivenSweep(app: FastifyInstance, store: SessionStore = app.stor
     sweepMs: 3_600_000,
     maxSessions: 0,
   });
-  const pass = async () => {
-    // A wake-up written before this call is due within its millisecond (src/store/tree-due.ts `wakeScore`): the
-    // pass starts once that millisecond is over, so it sees every such member.
-    const called = Date.now();
-    while (Date.now() <= called) await new Promise((done) => setImmediate(done));
-    await (sweep as unknown as { sweep(): Promise<void> }).sweep();
-  };
+  // A wake-up written before a pass is due for it: its score is Redis's TIME to the microsecond (tree-due-3.lua),
+  // which the pass's read compares with (tree-due-read-1.lua).
+  const pass = () => (sweep as unknown as { sweep(): Promise<void> }).sweep();
   return { sweep, pass };
 }
 

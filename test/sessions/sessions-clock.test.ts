@@ -2,7 +2,8 @@
  * What a session keeps on a clock is kept on Redis's, not on a replica's: a replica whose clock is minutes off
  * neither deletes a session (retention, `sessions:expiry`) before the `expires_at` the API showed, nor keeps it past
  * it; it creates a session with the `created_at` (and `expires_at`) a read shows, the clock of the tenant's index
- * (a list's grace for an entry whose write is on its way). The skewed replica is either a sweeper in this process with the process's Date.now() moved, beside the
+ * (a list's grace for an entry whose write is on its way); its sub-agent tree's looks come neither early nor late.
+ * The skewed replica is either a sweeper in this process with the process's Date.now() moved, beside the
  * service's own, or the whole service (its reckoning of Redis's clock read again, as its boot and each of its
  * sweeps do: src/redis/clock.ts).
  */
@@ -14,6 +15,8 @@ import { skewed } from '../helpers/skewed-clock.js';
 import { RetentionSweeper } from '../../src/sessions/retention.js';
 import { EXPIRY_DUE_KEY } from '../../src/store/due.js';
 import { sessionKeys, tenantIndexKey } from '../../src/store/keys.js';
+import { treeDueKey } from '../../src/store/tree-due.js';
+import { recordedSweep, writerWithResearcher } from '../helpers/agents.js';
 
 /** Far more than the TTLs below. */
 const SKEW_MS = 10 * 60_000;
@@ -141,6 +144,57 @@ describe('sessions with a replica whose clock is off', { timeout: 60_000 }, () =
       assert.equal(list.status, 200, JSON.stringify(list.body));
       assert.notEqual(await r.zscore(tenantIndexKey('acme'), member), null, 'the entry is kept');
       await r.zrem(tenantIndexKey('acme'), member);
+    });
+  });
+
+  describe("the sub-agent trees' due sets ({agents}:due:*)", () => {
+    before(async () => {
+      // The service's own agents' sweep stays out: the passes here are the test's, each recorded.
+      await h.service.app.agents.stop();
+    });
+
+    /** A tree's root (a session with an `agent` tool), idle: a member of its tenant's due set. */
+    async function root(): Promise<string> {
+      const made = await a.post('/v1/sessions', { ...writerWithResearcher, start: false });
+      assert.equal(made.status, 201, JSON.stringify(made.body));
+      return made.body.id as string;
+    }
+
+    const score = async (id: string) => Number(await r.zscore(treeDueKey('acme'), id));
+
+    /** One pass of an agents' sweep on a replica whose clock is off by `skew` ms: the members it looked at. */
+    async function passAs(skew: number): Promise<string[]> {
+      const { looked, pass } = recordedSweep(h.service.app);
+      await asReplica(skew, pass);
+      return looked;
+    }
+
+    it('a replica ahead does not look at a member before its time', async () => {
+      const id = await root();
+      const before = await score(id);
+      // Due a minute from now in Redis's clock: 10 minutes ahead, long past.
+      assert.ok(!(await passAs(SKEW_MS)).includes(id), 'not looked at');
+      assert.equal(await score(id), before, 'not moved on');
+    });
+
+    it('a replica ahead watches a new member a minute from Redis’s now, and wakes it now', async () => {
+      const id = await asReplica(SKEW_MS, root);
+      const left = (await score(id)) - (await redisNow());
+      assert.ok(left > 50_000 && left <= 60_000, `first look ${left} ms from Redis's now`);
+      // Its run's end, 10 minutes ahead, wakes it: due now for every replica.
+      await asReplica(SKEW_MS, () => h.service.app.store.runs.end(id, 'acme'));
+      const woken = (await score(id)) - (await redisNow());
+      assert.ok(woken <= 0, `woken ${woken} ms from Redis's now`);
+      assert.ok((await passAs(0)).includes(id), 'looked at by the next pass');
+    });
+
+    it('a replica behind moves a member it looked at on from Redis’s now', async () => {
+      const id = await root();
+      await h.service.app.store.runs.end(id, 'acme');
+      // 10 minutes behind, it looks at the woken root (idle: its next look an hour away).
+      assert.ok((await passAs(-SKEW_MS)).includes(id), 'looked at');
+      const next = (await score(id)) - (await redisNow());
+      assert.ok(next > 3_590_000 && next <= 3_600_000, `next look ${next} ms from Redis's now`);
     });
   });
 });

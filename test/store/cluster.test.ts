@@ -18,6 +18,7 @@ import {
 } from '../../src/store/keys.js';
 import { createRedis } from '../../src/plugins/redis.js';
 import { LEGACY_AGENTS_DUE_KEY, TreeDue } from '../../src/store/tree-due.js';
+import { RedisClock } from '../../src/redis/clock.js';
 import { defineLuaCommands } from '../../src/store/lua-commands.js';
 import { startTestCluster, type TestCluster } from '../helpers/redis.js';
 import { Api } from '../helpers/service.js';
@@ -189,10 +190,11 @@ describe('Redis Cluster (3 masters)', { timeout: 180_000 }, () => {
     try {
       await new Promise<void>((resolve) => redis.once('ready', () => resolve()));
       defineLuaCommands(redis, new URL('../../src/store/lua/', import.meta.url), 'sess');
-      const trees = new TreeDue(redis);
+      const trees = new TreeDue(redis, new RedisClock());
       await trees.watch('ses_cluster_tree', 'acme');
+      await trees.wake('ses_cluster_tree', 'acme');
       await redis.zadd(LEGACY_AGENTS_DUE_KEY, 1, 'ses_cluster_old');
-      const due = await trees.due(Date.now() + 120_000, 50);
+      const due = await trees.due(50);
       assert.deepEqual(due.map((e) => [e.id, e.tenant]).sort(), [
         ['ses_cluster_old', null],
         ['ses_cluster_tree', 'acme'],

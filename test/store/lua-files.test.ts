@@ -87,6 +87,7 @@ describe('Lua lives in .lua files', () => {
       'sessSegmentIfFits',
       'sessToolRetried',
       'sessTreeDue',
+      'sessTreeDueRead',
       'sessTreeDueSettle',
     ]);
     // append-events includes the notice: it publishes the events it wrote.

@@ -10,6 +10,7 @@ import { createRedis } from '../../src/plugins/redis.js';
 import { defineLuaCommands, type RedisClient } from '../../src/store/lua-commands.js';
 import { LEGACY_AGENTS_DUE_KEY, TreeDue, treeDueKey } from '../../src/store/tree-due.js';
 import { startTestRedis, type TestRedis } from '../helpers/redis.js';
+import { RedisClock } from '../../src/redis/clock.js';
 
 const LIMIT = 50;
 
@@ -21,7 +22,7 @@ describe("the sub-agent trees' due sets (TreeDue)", { timeout: 60_000 }, () => {
     server = await startTestRedis({ appendonly: false });
     redis = createRedis({ url: server.url }) as RedisClient;
     defineLuaCommands(redis, new URL('../../src/store/lua/', import.meta.url), 'sess');
-    trees = new TreeDue(redis);
+    trees = new TreeDue(redis, new RedisClock());
   });
   after(async () => {
     redis.disconnect();
@@ -29,15 +30,16 @@ describe("the sub-agent trees' due sets (TreeDue)", { timeout: 60_000 }, () => {
   });
   beforeEach(() => redis.flushall());
 
-  /** `counts[i]` members of tenant `t<i>` (`t<i>-<j>`), each due within a minute. */
+  /** `counts[i]` members of tenant `t<i>` (`t<i>-<j>`), each due now (watched, then woken). */
   async function members(counts: number[]): Promise<void> {
     const writes: Array<Promise<void>> = [];
     for (const [i, n] of counts.entries())
-      for (let j = 0; j < n; j++) writes.push(trees.watch(`t${i}-${j}`, `t${i}`));
+      for (let j = 0; j < n; j++)
+        writes.push(trees.watch(`t${i}-${j}`, `t${i}`).then(() => trees.wake(`t${i}-${j}`, `t${i}`)));
     await Promise.all(writes);
   }
 
-  /** One pass's read (members watched are due within a minute), and how many round trips it took. */
+  /** One pass's read, and how many round trips it took. */
   async function pass(): Promise<{ ids: string[]; perTenant: Map<string, number>; roundTrips: number }> {
     let roundTrips = 0;
     const counted = new Proxy(redis, {
@@ -60,7 +62,7 @@ describe("the sub-agent trees' due sets (TreeDue)", { timeout: 60_000 }, () => {
         };
       },
     });
-    const got = await new TreeDue(counted).due(Date.now() + 120_000, LIMIT);
+    const got = await new TreeDue(counted, new RedisClock()).due(LIMIT);
     const perTenant = new Map<string, number>();
     for (const e of got) perTenant.set(e.tenant ?? 'old', (perTenant.get(e.tenant ?? 'old') ?? 0) + 1);
     return { ids: got.map((e) => e.id), perTenant, roundTrips };
@@ -109,11 +111,12 @@ describe("the sub-agent trees' due sets (TreeDue)", { timeout: 60_000 }, () => {
     await redis.zadd('{agents}:tenants', Date.now(), 't0');
     assert.equal(await trees.tenantOf('woken'), null);
     await trees.wake('woken', 't0');
-    const [looked] = (await trees.due(Date.now() + 1, LIMIT)).filter((e) => e.id === 'looked');
-    await trees.settle(looked!, Date.now() + 60_000);
+    const [looked] = (await trees.due(LIMIT)).filter((e) => e.id === 'looked');
+    await trees.settle(looked!, 60_000);
     assert.deepEqual([await trees.tenantOf('woken'), await trees.tenantOf('looked')], ['t0', 't0']);
     // A member dropped (its session gone) leaves nothing behind.
-    const [gone] = (await trees.due(Date.now() + 120_000, LIMIT)).filter((e) => e.id === 'looked');
+    await trees.wake('looked', 't0');
+    const [gone] = (await trees.due(LIMIT)).filter((e) => e.id === 'looked');
     await trees.settle(gone!, null);
     assert.equal(await trees.tenantOf('looked'), null);
   });
@@ -122,14 +125,14 @@ describe("the sub-agent trees' due sets (TreeDue)", { timeout: 60_000 }, () => {
     // A member a replica of the last version watched (due a minute from now), not yet moved to its tenant's set.
     const later = Date.now() + 60_000;
     await redis.zadd(LEGACY_AGENTS_DUE_KEY, later, 'old-root');
-    const fresh = new TreeDue(redis);
-    await fresh.due(Date.now(), LIMIT);
+    const fresh = new TreeDue(redis, new RedisClock());
+    await fresh.due(LIMIT);
     await fresh.wake('old-root', 't0');
-    assert.ok(Number(await redis.zscore(LEGACY_AGENTS_DUE_KEY, 'old-root')) < Date.now() + 1, 'woken');
+    assert.ok(Number(await redis.zscore(LEGACY_AGENTS_DUE_KEY, 'old-root')) < later - 30_000, 'woken');
     assert.deepEqual(await redis.zrange(treeDueKey('t0'), 0, -1), [], 'not made a member of its tenant set');
     // Once a pass finds the old set empty, a wake-up writes only the tenant's set (ZADD XX: nothing for a non-member).
     await redis.del(LEGACY_AGENTS_DUE_KEY);
-    await fresh.due(Date.now(), LIMIT);
+    await fresh.due(LIMIT);
     await fresh.wake('old-root', 't0');
     assert.equal(await redis.exists(LEGACY_AGENTS_DUE_KEY), 0);
   });

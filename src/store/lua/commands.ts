@@ -93,26 +93,34 @@ declare module 'ioredis' {
     ): Result<Buffer | number | null, Context>;
     /** due-settle-1.lua: 1 when the member still had the score read and was moved (or dropped). */
     sessDueSettle(key: string, member: string, score: string, next: string): Result<number, Context>;
-    /** tree-due-3.lua: 1 when the member's score was written (XX: it was a member; NX: it was not). */
+    /**
+     * tree-due-3.lua: due `inMs` from Redis's now; 1 when the member's score was written (XX: it was a member; NX: it
+     * was not).
+     */
     sessTreeDue(
       due: string,
       tenants: string,
       tenantOf: string,
       member: string,
-      score: string,
+      inMs: number,
       tenant: string,
       mode: '' | 'XX' | 'NX',
     ): Result<number, Context>;
-    /** tree-due-settle-3.lua: 1 when the member still had the score read and was moved (or dropped). */
+    /**
+     * tree-due-settle-3.lua: moved to `inMs` from Redis's now ('': dropped); 1 when the member still had the score
+     * read and was moved (or dropped).
+     */
     sessTreeDueSettle(
       due: string,
       tenants: string,
       tenantOf: string,
       member: string,
       score: string,
-      next: string,
+      inMs: string,
       tenant: string,
     ): Result<number, Context>;
+    /** tree-due-read-1.lua: Redis's now (ms, to the microsecond, as text), then the tenants with members due by it. */
+    sessTreeDueRead(tenants: string, limit: number): Result<[string, ...string[]], Context>;
     /** due-add-1.lua: the member's score now (`in`: `at` is ms from Redis's now). */
     sessDueAdd(key: string, member: string, at: number, mode?: '' | 'in'): Result<number, Context>;
     /** client-token-mint-2.lua: 1 stored, 0 no session, -1 too many tokens. */
