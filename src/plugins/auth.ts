@@ -69,10 +69,12 @@ const unauthorized = (message = 'A valid bearer API key is required.') =>
 const tokenRevoked = () => unauthorized('The client token is unknown or revoked.');
 
 /**
- * Why a client token's record does not authenticate now: revoked or unknown (null), or expired. Also asked again
- * by open streams (routes/stream.ts, routes/events.ts) so a revocation ends them.
+ * Why a client token's record does not authenticate at `now`: revoked or unknown (null), or expired. Also asked
+ * again by open streams (routes/stream.ts, routes/events.ts) so a revocation ends them. `now` is Redis's clock (the
+ * tokens' `clock.now()`), the one `expires_at` was minted in: with the answering replica's own, one ahead refused a
+ * live token (401 `token_expired`), one behind accepted an expired one.
  */
-export function tokenRefusal(rec: ClientTokenRecord | null, now = Date.now()): DomainError | null {
+export function tokenRefusal(rec: ClientTokenRecord | null, now: number): DomainError | null {
   if (!rec) return tokenRevoked();
   if (rec.expires_at <= now) return tokenExpired();
   return null;
@@ -122,13 +124,14 @@ export function watchToken(
   const check = async (): Promise<DomainError | null> => {
     if (done) return tokenRevoked();
     const refused =
-      tokenRefusal(rec) ?? ((await tokens.isLive(rec).catch(() => true)) ? null : tokenRefusal(null));
+      tokenRefusal(rec, tokens.clock.now()) ??
+      ((await tokens.isLive(rec).catch(() => true)) ? null : tokenRevoked());
     if (refused) finish(refused);
     return refused;
   };
   const expiry = setTimeout(
     () => finish(tokenExpired()),
-    Math.min(Math.max(rec.expires_at - Date.now(), 0), 2_147_483_647),
+    Math.min(Math.max(rec.expires_at - tokens.clock.now(), 0), 2_147_483_647),
   );
   const timer = setInterval(() => void check(), everyMs);
   expiry.unref();
@@ -188,7 +191,7 @@ const sessionParam = (params: unknown): string | undefined => {
  */
 async function authenticateToken(req: FastifyRequest, tokens: ClientTokens, bearer: string): Promise<void> {
   const rec = await tokens.lookup(bearer);
-  const refused = tokenRefusal(rec);
+  const refused = tokenRefusal(rec, tokens.clock.now());
   if (refused || !rec) throw refused ?? unauthorized();
   const { scope, sessionIn } = req.routeOptions.config;
   if (!scope) throw scopeDenied(undefined);
@@ -207,7 +210,8 @@ async function authenticateToken(req: FastifyRequest, tokens: ClientTokens, bear
  */
 export default fp<AuthOptions>(
   async (app, opts) => {
-    const tokens = new ClientTokens(app.redis);
+    // Minted and checked in Redis's clock as the store reckons it (the engine plugin's store, registered before).
+    const tokens = new ClientTokens(app.redis, app.store.clock);
     app.decorate('clientTokens', tokens);
     app.decorateRequest('tenant', '');
     app.decorateRequest('clientToken', null);

@@ -4,11 +4,18 @@
  * own hash `s:{<id>}:ct` (the session's hash tag: the destroy script deletes it with the session). The token itself
  * is never stored: the record is found by its SHA-256. The token and its id both carry the session id, so a request
  * names the key to read without any index.
+ *
+ * `expires_at` (and `created_at`) are of Redis's clock as the store reckons it (`clock`, src/redis/clock.ts), and so
+ * is the check of every request (src/plugins/auth.ts): with the replicas' clocks, one behind minted tokens already
+ * past (or short) for the others and accepted expired ones, one ahead refused live ones (401 `token_expired`). No key
+ * expiry bounds a token: the hash outlives its last record's `expires_at` by EXPIRED_KEPT_MS (so an expired token is
+ * told so), and that expiry (PEXPIREAT) is of Redis's clock too.
  */
 import { createHash, randomBytes } from 'node:crypto';
 import { decodeStored } from './decode.js';
 import { sessionKeys } from './keys.js';
 import type { RedisClient } from './lua-commands.js';
+import type { RedisClock } from '../redis/clock.js';
 
 export const CLIENT_SCOPES = ['read', 'message', 'decide', 'results', 'cancel'] as const;
 export type ClientScope = (typeof CLIENT_SCOPES)[number];
@@ -52,7 +59,11 @@ export type MintOutcome =
   | { ok: false; reason: 'no_session' | 'too_many' };
 
 export class ClientTokens {
-  constructor(private readonly redis: RedisClient) {}
+  constructor(
+    private readonly redis: RedisClient,
+    /** Redis's clock as this process reckons it (the store's): tokens are minted and checked in it. */
+    readonly clock: RedisClock,
+  ) {}
 
   /** Stores a new token of `sessionId` (which must exist: one script checks it and writes). */
   async mint(
@@ -65,7 +76,7 @@ export class ClientTokens {
     const body = sessionId.slice('ses_'.length);
     const token = `ct_${body}_${randomBytes(32).toString('base64url')}`;
     const id = `ctk_${body}_${randomBytes(8).toString('hex')}`;
-    const now = Date.now();
+    const now = this.clock.now();
     const record: ClientTokenRecord = {
       id,
       tenant,

@@ -2,13 +2,14 @@
  * What a session keeps on a clock is kept on Redis's, not on a replica's: a replica whose clock is minutes off
  * neither deletes a session (retention, `sessions:expiry`) before the `expires_at` the API showed, nor keeps it past
  * it; it creates a session with the `created_at` (and `expires_at`) a read shows, the clock of the tenant's index
- * (a list's grace for an entry whose write is on its way); its sub-agent tree's looks come neither early nor late.
- * The skewed replica is either a sweeper in this process with the process's Date.now() moved, beside the
+ * (a list's grace for an entry whose write is on its way); its sub-agent tree's looks come neither early nor late;
+ * its client tokens are neither refused before their `expires_at` nor accepted after it. The skewed replica is either a sweeper in this process with the process's Date.now() moved, beside the
  * service's own, or the whole service (its reckoning of Redis's clock read again, as its boot and each of its
  * sweeps do: src/redis/clock.ts).
  */
 import { after, before, describe, it } from 'node:test';
 import assert from 'node:assert/strict';
+import { createHash } from 'node:crypto';
 import { Redis } from 'ioredis';
 import { startHarness, type Api, type Harness } from '../helpers/service.js';
 import { skewed } from '../helpers/skewed-clock.js';
@@ -17,6 +18,8 @@ import { EXPIRY_DUE_KEY } from '../../src/store/due.js';
 import { sessionKeys, tenantIndexKey } from '../../src/store/keys.js';
 import { treeDueKey } from '../../src/store/tree-due.js';
 import { recordedSweep, writerWithResearcher } from '../helpers/agents.js';
+import { watchToken } from '../../src/plugins/auth.js';
+import { ClientTokens } from '../../src/store/client-tokens.js';
 
 /** Far more than the TTLs below. */
 const SKEW_MS = 10 * 60_000;
@@ -56,9 +59,10 @@ describe('sessions with a replica whose clock is off', { timeout: 60_000 }, () =
   const retentionPass = (skew: number) =>
     asReplica(skew, () => new RetentionSweeper(h.service.app.store, h.service.app.log, 60_000).sweep());
 
+  /** Redis's now (ms, to the microsecond). */
   const redisNow = async () => {
     const [s, us] = await r.time();
-    return Number(s) * 1000 + Math.floor(Number(us) / 1000);
+    return Number(s) * 1000 + Number(us) / 1000;
   };
 
   /** An idle session with `ttl_s`. */
@@ -92,7 +96,7 @@ describe('sessions with a replica whose clock is off', { timeout: 60_000 }, () =
     it('a replica behind deletes a session whose expires_at has passed', async () => {
       const { id } = await idle(300);
       // Its last change 301 s ago in Redis's clock (its TTL over), its entry due then.
-      const aged = (await redisNow()) - 301_000;
+      const aged = Math.floor(await redisNow()) - 301_000;
       await r.hset(sessionKeys(id).meta, 'updated_at', aged);
       await r.zadd(EXPIRY_DUE_KEY, aged, id);
       // 10 minutes behind, by its own clock it is not due for another 5 minutes.
@@ -132,7 +136,8 @@ describe('sessions with a replica whose clock is off', { timeout: 60_000 }, () =
       const off = Math.abs(Date.parse(made.body.expires_at) - Date.parse(read.expires_at));
       assert.ok(off < 5_000, `the create's expires_at is ${off} ms off the read's`);
       const age = (await redisNow()) - Date.parse(read.created_at);
-      assert.ok(age >= 0 && age < 5_000, `created_at ${age} ms before Redis's now`);
+      // The process's reckoning of Redis's clock is right to a few ms.
+      assert.ok(age > -1_000 && age < 5_000, `created_at ${age} ms before Redis's now`);
     });
 
     it('a replica ahead listing keeps the index entry of a create whose write is on its way', async () => {
@@ -195,6 +200,72 @@ describe('sessions with a replica whose clock is off', { timeout: 60_000 }, () =
       assert.ok((await passAs(-SKEW_MS)).includes(id), 'looked at');
       const next = (await score(id)) - (await redisNow());
       assert.ok(next > 3_590_000 && next <= 3_600_000, `next look ${next} ms from Redis's now`);
+    });
+  });
+
+  describe("client tokens' expires_at", () => {
+    /** A token of a new session (`ttl_s` 60: its least), minted by this service as it is (or as `asReplica` has it). */
+    async function mint(): Promise<{ id: string; token: string; expiresAt: string }> {
+      const { id } = await idle(3600);
+      const made = await a.post('/v1/client-tokens', { session_id: id, scopes: ['read'], ttl_s: 60 });
+      assert.equal(made.status, 201, JSON.stringify(made.body));
+      return { id, token: made.body.token as string, expiresAt: made.body.expires_at as string };
+    }
+
+    const readWith = (id: string, token: string) => h.api.as(token).get(`/v1/sessions/${id}`);
+
+    it('a replica ahead does not refuse a live token', async () => {
+      const { id, token } = await mint();
+      // 10 minutes ahead, the token (a minute left in Redis's clock) is long past by this replica's clock.
+      const read = await asReplica(SKEW_MS, () => readWith(id, token));
+      assert.equal(read.status, 200, JSON.stringify(read.body));
+    });
+
+    it('a replica behind does not accept a token past its expires_at', async () => {
+      const { id, token } = await mint();
+      // Its expires_at a second ago in Redis's clock (what a minute's wait would make of it).
+      const field = `h:${createHash('sha256').update(token).digest('hex')}`;
+      const rec = JSON.parse((await r.hget(sessionKeys(id).tokens, field))!);
+      await r.hset(
+        sessionKeys(id).tokens,
+        field,
+        JSON.stringify({ ...rec, expires_at: Math.floor(await redisNow()) - 1000 }),
+      );
+      // 10 minutes behind, it has 9 minutes left by this replica's clock.
+      const read = await asReplica(-SKEW_MS, () => readWith(id, token));
+      assert.equal(read.status, 401, JSON.stringify(read.body));
+      assert.equal(read.body.error.code, 'token_expired');
+    });
+
+    it('a replica behind mints a token that expires ttl_s from Redis’s now, and it is accepted', async () => {
+      const { id, token, expiresAt } = await asReplica(-SKEW_MS, mint);
+      const left = Date.parse(expiresAt) - (await redisNow());
+      // Minted with the process's reckoning of Redis's clock, right to a few ms.
+      assert.ok(left > 50_000 && left <= 61_000, `expires_at ${left} ms from Redis's now`);
+      assert.equal((await readWith(id, token)).status, 200);
+    });
+
+    it("a replica ahead does not end a live token's open stream at once", async (t) => {
+      const { app } = h.service;
+      const { token } = await mint();
+      // The auth plugin's (its scope's decoration): the same store clock.
+      const tokens = new ClientTokens(app.redis, app.store.clock);
+      const rec = (await tokens.lookup(token))!;
+      const ended: string[] = [];
+      await asReplica(SKEW_MS, async () => {
+        // The stream's watch, its timers driven here (the token has a minute left in Redis's clock).
+        t.mock.timers.enable({ apis: ['setTimeout', 'setInterval'] });
+        try {
+          const watch = watchToken(tokens, rec, 3_600_000, (err) => ended.push(err.code));
+          t.mock.timers.tick(50_000);
+          assert.deepEqual(ended, [], 'not ended 50 s in');
+          t.mock.timers.tick(10_000);
+          assert.deepEqual(ended, ['token_expired'], 'ended at its expires_at');
+          watch.stop();
+        } finally {
+          t.mock.timers.reset();
+        }
+      });
     });
   });
 });

@@ -160,7 +160,7 @@ describe('the store boundary: StoreUnavailable from every store operation', { ti
       await assertStoreUnavailable(app.tenantTools.list('acme'), 'TenantToolRegistry.list', down);
       await assertStoreUnavailable(app.memory.list('acme', ''), 'MemoryStore.list', down);
       await assertStoreUnavailable(
-        new ClientTokens(app.redis).revoke(session.id, 'ct_x'),
+        new ClientTokens(app.redis, app.store.clock).revoke(session.id, 'ct_x'),
         'ClientTokens.revoke',
         down,
       );
