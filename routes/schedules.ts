@@ -7,7 +7,7 @@ import { badRequest, InvalidRequest, RevisionMismatch } from '../src/errors.js';
 import { cursorParam, parseCursor } from '../src/events/cursor.js';
 import { envelope } from '../src/events/envelope.js';
 import { errors, eventPage, sessionList, routeErrors, type RouteCodes } from '../src/openapi/responses.js';
-import { cronProblem, nextFire, validTimezone, type Timing } from '../src/schedules/cron.js';
+import { cronProblem, ianaTimezone, nextFire, type Timing } from '../src/schedules/cron.js';
 import { newScheduleId, type ScheduleRecord } from '../src/schedules/keys.js';
 import { FireRaced } from '../src/schedules/store.js';
 import {
@@ -61,14 +61,17 @@ function send(reply: FastifyReply, s: ScheduleRecord, code = 200) {
 }
 
 /**
- * Checks a schedule's times (400 `invalid_request` naming the field) and answers its next fire from `now`: Redis's
+ * Checks a schedule's times (400 `invalid_request` naming the field; `t.timezone` becomes the zone as stored:
+ * ianaTimezone) and answers its next fire from `now`: Redis's
  * clock (the store's `clock.now()`), which fires come by. From the answering replica's own, one behind resuming a
  * frequent cron made the fires it counted as missed due at once (a burst), one ahead gave an `at` still to come no
  * fire, and took one a minute away for past.
  */
 function checkTiming(t: Timing, secondsCron: boolean, atGiven: boolean, now: number): number | null {
-  if (!validTimezone(t.timezone))
+  const timezone = ianaTimezone(t.timezone);
+  if (timezone === null)
     throw badRequest('Unknown time zone.', [{ path: '/timezone', message: 'not an IANA time zone' }]);
+  t.timezone = timezone;
   if (t.cron !== null) {
     const problem = cronProblem(t.cron, t.timezone, secondsCron);
     if (problem)

@@ -15,20 +15,29 @@ export interface Timing {
   timezone: string;
 }
 
-/** Whether `tz` is an IANA time zone this runtime knows. */
-export function validTimezone(tz: string): boolean {
+/**
+ * `tz` as stored when it is an IANA time zone this runtime knows, else null. An offset (`+02:00`, `-0500`), which
+ * Intl takes as a zone too, is none: it has no daylight saving time, so a schedule "in" it fires an hour off half the
+ * year wherever its user lives. A name in other letter case is stored as the zone's own (`europe/paris`:
+ * `Europe/Paris`); an alias as given (`US/Eastern`, which Intl resolves to `America/New_York`).
+ */
+export function ianaTimezone(tz: string): string | null {
+  let resolved: string;
   try {
-    new Intl.DateTimeFormat('en-US', { timeZone: tz });
-    return true;
+    resolved = new Intl.DateTimeFormat('en-US', { timeZone: tz }).resolvedOptions().timeZone;
   } catch {
-    return false;
+    return null;
   }
+  if (resolved.startsWith('+') || resolved.startsWith('-')) return null;
+  return resolved.toLowerCase() === tz.toLowerCase() ? resolved : tz;
 }
 
 /** The reason a cron expression is refused, or null when croner accepts it with the allowed number of fields. */
 export function cronProblem(expr: string, timezone: string, seconds: boolean): string | null {
   const fields = expr.trim().split(/\s+/).length;
   if (fields !== 5 && !(seconds && fields === 6)) return 'a cron expression has 5 fields';
+  const outOfRange = numberOutOfRange(expr.trim().split(/\s+/));
+  if (outOfRange) return outOfRange;
   try {
     const c = build(expr, timezone);
     if (c.nextRun(new Date()) === null) return 'the cron expression never fires';
@@ -36,6 +45,35 @@ export function cronProblem(expr: string, timezone: string, seconds: boolean): s
   } catch (err) {
     return err instanceof Error ? err.message : String(err);
   }
+}
+
+/** Each field's name and the numbers it takes, minute to day of week (a 6-field cron starts with seconds). */
+const FIELD_RANGES: ReadonlyArray<readonly [string, number, number]> = [
+  ['minute', 0, 59],
+  ['hour', 0, 23],
+  ['day of month', 1, 31],
+  ['month', 1, 12],
+  ['day of week', 0, 7],
+];
+
+/**
+ * The first number of a field outside its range, said in the cron's own terms (croner counts days and months from
+ * 0 and names `0 0 0 * *`'s day -1). Only plain numbers of lists, ranges and steps' starts are looked at; names,
+ * `L`, `W` and `#` are left to croner.
+ */
+function numberOutOfRange(fields: string[]): string | null {
+  const ranges = fields.length === 6 ? [['second', 0, 59] as const, ...FIELD_RANGES] : FIELD_RANGES;
+  for (let i = 0; i < ranges.length; i++) {
+    const [name, min, max] = ranges[i]!;
+    for (const part of (fields[i] ?? '').split(',')) {
+      for (const n of (part.split('/')[0] ?? '').split('-')) {
+        if (!/^\d+$/.test(n)) continue;
+        const v = Number(n);
+        if (v < min || v > max) return `the ${name} ${n} is not in ${min}-${max}`;
+      }
+    }
+  }
+  return null;
 }
 
 /**

@@ -171,6 +171,8 @@ describe('schedules', { timeout: 240_000 }, () => {
       { cron: '0 9 * * 1-5 * 2026', session: { input: 'x' } },
       { cron: '99 * * * *', session: { input: 'x' } },
       { cron: '0 9 * * *', timezone: 'Mars/Olympus', session: { input: 'x' } },
+      { cron: '0 9 * * *', timezone: '+02:00', session: { input: 'x' } },
+      { cron: '0 9 * * *', timezone: '-0500', session: { input: 'x' } },
       { cron: '0 9 * * *', at: new Date(Date.now() + 60_000).toISOString(), session: { input: 'x' } },
       { session: { input: 'x' } },
       { at: '2001-01-01T00:00:00Z', session: { input: 'x' } },
@@ -207,6 +209,30 @@ describe('schedules', { timeout: 240_000 }, () => {
     assert.equal((await a.get(`/v1/schedules/${s.id}`)).body.next_run_at, s.next_run_at);
     assert.equal((await a.req('DELETE', `/v1/schedules/${s.id}`)).status, 200);
     assert.equal((await a.get(`/v1/schedules/${s.id}`)).status, 404);
+  });
+
+  it('stores a zone named in other letter case as the zone’s own; names an out-of-range number as written', async () => {
+    const res = await a.post('/v1/schedules', {
+      cron: '0 9 * * *',
+      timezone: 'europe/paris',
+      session: { input: 'x' },
+    });
+    assert.equal(res.status, 201, JSON.stringify(res.body));
+    assert.equal(res.body.timezone, 'Europe/Paris');
+    const patched = await a.req('PATCH', `/v1/schedules/${res.body.id}`, { timezone: 'america/new_york' });
+    assert.equal(patched.body.timezone, 'America/New_York', JSON.stringify(patched.body));
+    assert.equal((await a.req('DELETE', `/v1/schedules/${res.body.id}`)).status, 200);
+    for (const [cron, said] of [
+      ['0 0 0 * *', 'the day of month 0 is not in 1-31'],
+      ['0 0 * 13 *', 'the month 13 is not in 1-12'],
+      ['0 0 1-32 * *', 'the day of month 32 is not in 1-31'],
+      ['0 24 * * *', 'the hour 24 is not in 0-23'],
+      ['60/5 * * * *', 'the minute 60 is not in 0-59'],
+    ]) {
+      const bad = await a.post('/v1/schedules', { cron, session: { input: 'x' } });
+      assert.equal(bad.status, 400);
+      assert.deepEqual(bad.body.error.details, [{ path: '/cron', message: said }], cron);
+    }
   });
 
   it("indexes a schedule before writing it: a list keeps a create's entry in flight, drops an old one without a record", async () => {
