@@ -11,10 +11,11 @@ const MAX_CACHE_BREAKPOINTS = 4;
 
 /**
  * Where a block nests the blocks the API counts markers in: a tool result's or a search result's `content`, a
- * document's `source` (`{type: "content", content: [...]}`), a tool change's `tool` or `definition`. cacheMarks
- * counts and unmarked drops along exactly these, so what is counted can always be dropped.
+ * document's `source` (`{type: "content", content: [...]}`), a compaction's `tool_changes` and a tool change's `tool`
+ * or `definition`, a tool search result's `tool_references`. cacheMarks counts and unmarked drops along exactly
+ * these, so what is counted can always be dropped.
  */
-const NESTED = ['content', 'source', 'tool', 'definition'] as const;
+const NESTED = ['content', 'source', 'tool_changes', 'tool', 'definition', 'tool_references'] as const;
 
 /** The `cache_control` markers in `value` (a message, a block, a list of them, `system`, `tools`), nested included. */
 export function cacheMarks(value: unknown): number {

@@ -14,7 +14,7 @@ export function cacheMarks(value: unknown): number {
   if (typeof value !== 'object' || value === null) return 0;
   const o = value as Record<string, unknown>;
   let n = o['cache_control'] != null ? 1 : 0;
-  for (const key of ['content', 'source', 'tool', 'definition']) {
+  for (const key of ['content', 'source', 'tool_changes', 'tool', 'definition', 'tool_references']) {
     const nested = o[key];
     if (typeof nested === 'object' && nested !== null) n += cacheMarks(nested);
   }
