@@ -56,6 +56,9 @@ function roundRobin(lists: TreeEntry[][], limit: number): TreeEntry[] {
   return out;
 }
 
+/** How far before Redis's now a wake-up in the old set is scored (ms): see TreeDue.oldWakeScore. */
+const OLD_WAKE_LEAD_MS = 1000;
+
 export class TreeDue {
   /**
    * Whether the old set held members at this process's last pass (true until a pass tells): a wake-up then goes there
@@ -71,12 +74,13 @@ export class TreeDue {
   ) {}
 
   /**
-   * The score of a wake-up in the old set (which older replicas read by their own clocks, this version by Redis's):
-   * Redis's now, with a fraction, so that it differs from the score a look that is under way read (even in the same
-   * millisecond) and that look leaves it (`settle`).
+   * The score of a wake-up in the old set (which older replicas read by their own clocks, this version by Redis's in
+   * whole ms: due-read-1.lua): OLD_WAKE_LEAD_MS before Redis's now as this process reckons it, so that it is due at
+   * once for a reader whose clock (or reckoning, a ms or so off) is behind by less than that, with a fraction, so
+   * that it differs from the score a look that is under way read and that look leaves it (`settle`).
    */
   private oldWakeScore(): string {
-    return String(this.clock.now() + Math.random() * 0.999);
+    return String(this.clock.now() - OLD_WAKE_LEAD_MS + Math.random() * 0.999);
   }
 
   /**
@@ -124,11 +128,12 @@ export class TreeDue {
    */
   async due(limit: number): Promise<TreeEntry[]> {
     const sent = Date.now();
-    const [[now, ...tenants], [legacyRows, legacyLeft]] = await Promise.all([
-      this.redis.sessTreeDueRead(TENANTS_KEY, limit),
-      this.oldSet(limit),
-    ]);
-    this.clock.observe(Number(now), sent);
+    // The sample is timed by the script's own reply (which took the TIME), not by the old set's beside it.
+    const index = this.redis.sessTreeDueRead(TENANTS_KEY, limit).then((r) => {
+      this.clock.observe(Number(r[0]), sent);
+      return r;
+    });
+    const [[now, ...tenants], [legacyRows, legacyLeft]] = await Promise.all([index, this.oldSet(limit)]);
     this.oldSetLeft = legacyLeft > 0;
     const lists = legacyRows.length > 0 ? [entries(legacyRows, null)] : [];
     // Each tenant the index gives has at least one entry due (its score there is its earliest entry), so among n
