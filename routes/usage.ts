@@ -30,7 +30,7 @@ const routes: FastifyPluginAsyncZod = async (app) => {
       },
     },
     async (req) => {
-      const to = req.query.to ?? utcDay(Date.now());
+      const to = req.query.to ?? utcDay(app.store.clock.now());
       const from = req.query.from ?? to;
       const days = (Date.parse(`${to}T00:00:00Z`) - Date.parse(`${from}T00:00:00Z`)) / 86_400_000 + 1;
       if (days < 1) throw badRequest('`from` is after `to`.', { from, to });

@@ -55,11 +55,17 @@ interface SpendOptions {
   capUsdPerDay: number;
   /** Days a tenant's day of usage is kept (GET /v1/usage reaches back this far). */
   retentionDays: number;
+  /**
+   * Now (ms), whose UTC day a turn counts in and the cap is checked against: Redis's clock as the process reckons it
+   * (the store's), so every replica counts a turn near midnight in the same day as the others.
+   */
+  now: () => number;
 }
 
 export class TenantSpend {
   readonly prices: PriceTable;
   private readonly capMicros: number;
+  private readonly now: () => number;
   /** Turns' counters on their way to their tenant's day: the turns of one event-loop turn in one script call. */
   private readonly turns: CounterBatch;
 
@@ -68,6 +74,7 @@ export class TenantSpend {
     options: SpendOptions,
   ) {
     this.prices = options.prices;
+    this.now = options.now;
     this.capMicros = usdToMicros(options.capUsdPerDay);
     defineLuaCommands(redis, new URL('./lua/', import.meta.url), 'cost');
     const ttlS = options.retentionDays * 86_400;
@@ -85,13 +92,13 @@ export class TenantSpend {
    * same event-loop turn: one script call (lua/record-1.lua) per day's hash, where this was a MULTI of seven
    * commands per turn.
    */
-  record(tenant: string, incr: SpendIncr, now = Date.now()): Promise<void> {
+  record(tenant: string, incr: SpendIncr, now = this.now()): Promise<void> {
     return this.turns.add(usageKey(tenant, utcDay(now)), Object.entries(incr));
   }
 
   /** Whether the tenant's spend today reached TENANT_MAX_COST_USD_PER_DAY (never without a cap). */
   /** `pendingMicros`: the cost of a turn not committed yet (so not in the day yet), counted as spent. */
-  async overCap(tenant: string, pendingMicros = 0, now = Date.now()): Promise<boolean> {
+  async overCap(tenant: string, pendingMicros = 0, now = this.now()): Promise<boolean> {
     if (!this.capped) return false;
     const spent = Number((await this.redis.hget(usageKey(tenant, utcDay(now)), 'cost')) ?? 0);
     return spent + pendingMicros >= this.capMicros;

@@ -217,6 +217,7 @@ export class SessionStore {
       prices: new PriceTable(options.modelPrices),
       capUsdPerDay: options.tenantMaxCostUsdPerDay ?? 0,
       retentionDays: options.usageRetentionDays ?? 400,
+      now: () => this.clock.now(),
     });
     this.storage = new StorageQuota(redis, options.tenantMaxBytes ?? 0);
     this.index = new SessionIndex(

@@ -203,6 +203,28 @@ describe('sessions with a replica whose clock is off', { timeout: 60_000 }, () =
     });
   });
 
+  describe("the tenant's spend day (GET /v1/usage, TENANT_MAX_COST_USD_PER_DAY)", () => {
+    it('a turn a replica a day ahead commits counts in the UTC day of Redis’s clock', async () => {
+      const today = new Date(await redisNow()).toISOString().slice(0, 10);
+      const usage = async () =>
+        (await a.get(`/v1/usage?from=${today}&to=${today}`)).body.data[0].input_tokens;
+      const before = await usage();
+      // The day is taken when the turn's usage is recorded, just after its commit: read while still a day ahead.
+      const counted = await asReplica(86_400_000, async () => {
+        const made = await a.post('/v1/sessions', { input: 'Count me today.' });
+        assert.equal(made.status, 201, JSON.stringify(made.body));
+        await a.waitStatus(made.body.id, 'idle');
+        for (let i = 0; i < 100; i++) {
+          if ((await usage()) > before) return true;
+          await new Promise((r) => setTimeout(r, 50));
+        }
+        return false;
+      });
+      assert.ok(counted, 'the turn is in today’s row');
+      assert.equal((await a.get('/v1/usage')).body.to, today, 'the default day is Redis’s today');
+    });
+  });
+
   describe("client tokens' expires_at", () => {
     /** A token of a new session (`ttl_s` 60: its least), minted by this service as it is (or as `asReplica` has it). */
     async function mint(): Promise<{ id: string; token: string; expiresAt: string }> {
