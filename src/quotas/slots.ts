@@ -34,6 +34,10 @@ const MAX_LAPSED = 100;
  * Each slot keeps its own expiry as well (renewed every third of `ttlMs`), so replicas of an older version, which
  * neither write liveness nor drop lapsed replicas' slots, share the count, and a slot whose replica has no liveness
  * entry still lapses.
+ *
+ * Every time here is Redis's (`TIME` in the scripts; the replica passes `ttlMs` and `aliveMs`), so the replicas'
+ * clocks may disagree: with its own Date.now(), a replica 10 minutes ahead took the others' live slots for expired
+ * and let a tenant past its quota, one behind counted a dead replica's slots 10 minutes past their expiry.
  */
 export class TenantSlots {
   private readonly replica = randomUUID();
@@ -88,14 +92,12 @@ export class TenantSlots {
   async acquire(tenant: string, max: number, within?: string): Promise<(() => void) | null> {
     const key = this.key(tenant, within);
     const member = `${this.replica}:${++this.seq}`;
-    const now = Date.now();
-    let ok = await this.redis.quotaAcquireSlot(key, now, now + this.ttlMs, max, member);
+    let ok = await this.redis.quotaAcquireSlot(key, this.ttlMs, max, member);
     if (ok !== 1) {
       // At the quota: slots of replicas that died may be what fills it. Dropped in the acquire's own script, so the
       // drop and the count are one step (a lapsed replica does not come back: a frozen one that does has lost them).
       const lapsed = await this.redis.quotaLapsedReplicas(this.aliveKey, MAX_LAPSED);
-      if (lapsed.length > 0)
-        ok = await this.redis.quotaAcquireSlot(key, now, now + this.ttlMs, max, member, ...lapsed);
+      if (lapsed.length > 0) ok = await this.redis.quotaAcquireSlot(key, this.ttlMs, max, member, ...lapsed);
     }
     if (ok !== 1) return null;
     let set = this.held.get(key);
@@ -125,15 +127,15 @@ export class TenantSlots {
       });
   }
 
-  /** Pushes the expiry of every held slot (one ZADD XX per tenant: a Cluster pipeline needs one slot per command). */
-  private async renew(): Promise<void> {
-    const expiry = Date.now() + this.ttlMs;
+  /**
+   * Pushes the expiry of every held slot `ttlMs` past Redis's now (renew-slots-1.lua: one script per tenant, a
+   * Cluster's keys being the tenant's). Not private only so that a test can run one renewal
+   * (test/quotas/quotas-clock.test.ts); its timer calls it every third of `ttlMs`.
+   */
+  async renew(): Promise<void> {
     for (const [key, members] of this.held) {
       if (members.size === 0) continue;
-      const args = [...members].flatMap((m) => [expiry, m]);
-      await Promise.all([this.redis.zadd(key, 'XX', ...args), this.redis.pexpireat(key, expiry)]).catch(
-        () => {},
-      );
+      await this.redis.quotaRenewSlots(key, this.ttlMs, ...members).catch(() => {});
     }
   }
 

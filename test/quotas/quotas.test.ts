@@ -202,7 +202,7 @@ describe('tenant quotas and rate limit across replicas, security headers', () =>
       // The tenant's two slots held by another replica that is alive (its liveness deadline ahead): refused.
       const [sec, usec] = await probe.time();
       const redisNow = Number(sec) * 1000 + Math.floor(Number(usec) / 1000);
-      const far = Date.now() + 60_000;
+      const far = redisNow + 60_000;
       await probe.zadd(replicas, redisNow + 60_000, 'live-replica');
       await probe.zadd(slots, far, 'live-replica:1', far, 'live-replica:2');
       for (const base of [h.service.url, second.url]) await refused(base);

@@ -90,6 +90,18 @@ describe('Lua lives in .lua files', () => {
       'sessTreeDueRead',
       'sessTreeDueSettle',
     ]);
+    // The quotas' scripts include the store's now.lua from their own folder.
+    const quotas = defineLuaCommands(client, new URL('../../src/quotas/lua/', import.meta.url), 'quota');
+    assert.deepEqual(quotas.sort(), [
+      'quotaAcquireSlot',
+      'quotaIngestHit',
+      'quotaLapsedReplicas',
+      'quotaRateHit',
+      'quotaRenewSlots',
+      'quotaReplicaAlive',
+    ]);
+    assert.equal(await client.quotaAcquireSlot('q:{x}:ws', 60_000, 1, 'r:1'), 1);
+    assert.equal(await client.quotaRenewSlots('q:{x}:ws', 60_000, 'r:1', 'r:2'), 1);
     // append-events includes the notice: it publishes the events it wrote.
     const sub = new Redis(redis.url);
     t.after(() => sub.quit());

@@ -1,6 +1,6 @@
 /**
  * The types of the quotas' scripts (the .lua files beside this one), defined by
- * `defineLuaCommands(redis, …, 'quota')` as `quotaAcquireSlot`, `quotaRateHit`, `quotaIngestHit`, `quotaReplicaAlive` and `quotaLapsedReplicas`
+ * `defineLuaCommands(redis, …, 'quota')` as `quotaAcquireSlot`, `quotaRenewSlots`, `quotaRateHit`, `quotaIngestHit`, `quotaReplicaAlive` and `quotaLapsedReplicas`
  * (src/store/lua-commands.ts); declared once by augmenting ioredis's `RedisCommander`, as the stores' scripts are
  * (src/store/lua/commands.ts).
  */
@@ -8,15 +8,16 @@ import type { Result } from 'ioredis';
 
 declare module 'ioredis' {
   interface RedisCommander<Context> {
-    /** acquire-slot-1.lua: 1 when the slot was taken, 0 when `max` live slots are held. */
+    /** acquire-slot-1.lua: 1 when the slot was taken (to live `ttlMs` from Redis's now), 0 when `max` live slots are held. */
     quotaAcquireSlot(
       key: string,
-      now: number,
-      expiry: number,
+      ttlMs: number,
       max: number,
       member: string,
       ...lapsedReplicas: string[]
     ): Result<number, Context>;
+    /** renew-slots-1.lua: the members still held live `ttlMs` from Redis's now; how many were. */
+    quotaRenewSlots(key: string, ttlMs: number, ...members: string[]): Result<number, Context>;
     /**
      * rate-hit-2.lua: `[1 counted | 0 refused, the refusing window (1, 2; 0), count, ms left]`; a refused request is
      * counted in neither window.

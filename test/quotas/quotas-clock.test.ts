@@ -1,0 +1,153 @@
+/**
+ * The quotas' counts across replicas are kept on Redis's clock, not on a replica's: a replica whose clock is minutes
+ * off neither takes the other replicas' live stream slots for expired (a tenant past TENANT_MAX_STREAMS or a client
+ * token past CLIENT_TOKEN_MAX_STREAMS) nor keeps a dead replica's slots counted past their expiry. The skewed
+ * replica is either the whole service (the process's Date.now() moved and its reckoning of Redis's clock read again,
+ * as its boot and each of its sweeps do: src/redis/clock.ts) or a TenantSlots in this process beside it.
+ */
+import { after, before, describe, it } from 'node:test';
+import assert from 'node:assert/strict';
+import { Redis } from 'ioredis';
+import { startHarness, type Harness } from '../helpers/service.js';
+import { skewed } from '../helpers/skewed-clock.js';
+import { connectWs, UpgradeRefused, type WsClient } from '../fixtures/event-clients.js';
+import { TenantSlots } from '../../src/quotas/slots.js';
+
+/** Far more than the slots' TTL (60 s). */
+const SKEW_MS = 10 * 60_000;
+
+const KEYS = 'acme:key-acme,globex:key-globex,initech:key-initech,hooli:key-hooli';
+
+const overQuota = (quota: string, limit: number) => (err: unknown) => {
+  assert.ok(err instanceof UpgradeRefused, String(err));
+  assert.equal(err.status, 429, JSON.stringify(err.body));
+  assert.equal(err.body.error.code, 'quota_exceeded');
+  assert.deepEqual(err.body.error.details, { quota, limit });
+  return true;
+};
+
+describe('quotas with a replica whose clock is off', { timeout: 60_000 }, () => {
+  let h: Harness;
+  let r: Redis;
+  const open: WsClient[] = [];
+  before(async () => {
+    h = await startHarness({
+      env: { API_KEYS: KEYS, TENANT_MAX_STREAMS: '2', CLIENT_TOKEN_MAX_STREAMS: '1' },
+    });
+    r = new Redis(h.redis.url);
+  });
+  after(async () => {
+    for (const c of open) c.close();
+    await Promise.all(open.map((c) => c.closed));
+    r?.disconnect();
+    await h?.close();
+  });
+
+  /** Runs `fn` with the whole service's clock off by `skew` ms (as sessions-clock.test.ts's `asReplica`). */
+  async function asReplica<T>(skew: number, fn: () => Promise<T>): Promise<T> {
+    const { app } = h.service;
+    try {
+      return await skewed(skew, async () => {
+        await app.store.clock.sync(app.redis);
+        return fn();
+      });
+    } finally {
+      await app.store.clock.sync(app.redis);
+    }
+  }
+
+  /** Redis's now (ms). */
+  const redisNow = async () => {
+    const [s, us] = await r.time();
+    return Number(s) * 1000 + Math.floor(Number(us) / 1000);
+  };
+
+  /** An idle session of the key's tenant. */
+  async function session(key: string): Promise<string> {
+    const made = await h.api.as(key).post('/v1/sessions', { start: false });
+    assert.equal(made.status, 201, JSON.stringify(made.body));
+    return made.body.id as string;
+  }
+
+  describe('stream slots (q:{T}:ws)', () => {
+    it('a replica ahead does not let a tenant past TENANT_MAX_STREAMS', async () => {
+      const id = await session('key-acme');
+      for (let i = 0; i < 2; i++) open.push(await connectWs(h.service.url, id, { token: 'key-acme' }));
+      // 10 minutes ahead, the two live slots (a minute left in Redis's clock) are long expired by its clock.
+      await asReplica(SKEW_MS, () =>
+        assert.rejects(
+          connectWs(h.service.url, id, { token: 'key-acme' }),
+          overQuota('TENANT_MAX_STREAMS', 2),
+        ),
+      );
+      assert.equal(await r.zcard('q:{acme}:ws'), 2);
+    });
+
+    it('a replica ahead does not let a client token past CLIENT_TOKEN_MAX_STREAMS', async () => {
+      const id = await session('key-globex');
+      const made = await h.api
+        .as('key-globex')
+        .post('/v1/client-tokens', { session_id: id, scopes: ['read'] });
+      assert.equal(made.status, 201, JSON.stringify(made.body));
+      const token = made.body.token as string;
+      open.push(await connectWs(h.service.url, id, { protocolToken: token }));
+      await asReplica(SKEW_MS, () =>
+        assert.rejects(
+          connectWs(h.service.url, id, { protocolToken: token }),
+          overQuota('CLIENT_TOKEN_MAX_STREAMS', 1),
+        ),
+      );
+      // The tenant's count holds the one stream.
+      assert.equal(await r.zcard('q:{globex}:ws'), 1);
+    });
+
+    it('a replica behind drops slots whose expiry passed in Redis’s clock', async () => {
+      const id = await session('key-initech');
+      // What a replica of an older version (no liveness entry) left when it died: slots expired a second ago.
+      const past = (await redisNow()) - 1000;
+      await r.zadd('q:{initech}:ws', past, 'old-replica:1', past, 'old-replica:2');
+      // 10 minutes behind, they have 9 minutes left by its clock.
+      const c = await asReplica(-SKEW_MS, () => connectWs(h.service.url, id, { token: 'key-initech' }));
+      open.push(c);
+      const held = await r.zrange('q:{initech}:ws', 0, -1);
+      assert.equal(held.length, 1);
+      assert.ok(!held.some((m) => m.startsWith('old-replica:')), held.join());
+    });
+
+    it('a replica behind takes a slot without dropping the others’', async () => {
+      const id = await session('key-hooli');
+      open.push(await connectWs(h.service.url, id, { token: 'key-hooli' }));
+      // 10 minutes behind, a slot's expiry by its clock is in Redis's past: the key's with it.
+      open.push(await asReplica(-SKEW_MS, () => connectWs(h.service.url, id, { token: 'key-hooli' })));
+      assert.equal(await r.zcard('q:{hooli}:ws'), 2, 'both streams counted');
+      await assert.rejects(
+        connectWs(h.service.url, id, { token: 'key-hooli' }),
+        overQuota('TENANT_MAX_STREAMS', 2),
+      );
+    });
+
+    it('a replica ahead or behind takes and renews a slot until a TTL past Redis’s now', async (t) => {
+      const slots = new TenantSlots(h.service.app.redis, 'clock', { ttlMs: 60_000 });
+      t.after(() => slots.close());
+      const key = 'q:{acme}:clock';
+      /** The slot's expiry less Redis's now; and the key's own. */
+      const left = async () => {
+        const [, score] = await r.zrange(key, 0, -1, 'WITHSCORES');
+        return { slot: Number(score) - (await redisNow()), key: await r.pttl(key) };
+      };
+      const inTtl = ({ slot, key }: { slot: number; key: number }, what: string) => {
+        assert.ok(slot > 55_000 && slot <= 60_000, `${what}: the slot expires ${slot} ms from Redis's now`);
+        assert.ok(key > 55_000 && key <= 60_000, `${what}: the key expires in ${key} ms`);
+      };
+      const release = await skewed(SKEW_MS, () => slots.acquire('acme', 1));
+      assert.ok(release, 'taken');
+      inTtl(await left(), 'taken 10 minutes ahead');
+      await skewed(SKEW_MS, () => slots.renew());
+      inTtl(await left(), 'renewed 10 minutes ahead');
+      // Behind, a renewal does not leave the slot already expired for the others.
+      await skewed(-SKEW_MS, () => slots.renew());
+      inTtl(await left(), 'renewed 10 minutes behind');
+      release();
+    });
+  });
+});
