@@ -26,8 +26,8 @@ export interface Claimed {
 }
 
 /**
- * A run slot younger than this is never dropped as stale: the write that makes its session `running` may still be
- * on its way (the slot is taken first).
+ * A run slot younger than this (by Redis's clock, which dates and ages the slots: run-slot-take-1.lua) is never
+ * dropped as stale: the write that makes its session `running` may still be on its way (the slot is taken first).
  */
 const RUN_SLOT_GRACE_MS = 10_000;
 
@@ -229,17 +229,17 @@ export class RunQueue {
    * between a run's last commit and `end`, a start refused after its slot was taken). At the limit, such slots
    * are found by reading their sessions — a slot whose session is not `running` is stale — and dropped, so the
    * count is the number of running sessions, whatever crashed. Without a tenant (a session not written yet), or
-   * with no limit, nothing is counted.
+   * with no limit, nothing is counted. The take answers, when refused, the slots older than RUN_SLOT_GRACE_MS by
+   * Redis's clock (run-slot-take-1.lua): the candidates, read in the same round trip.
    */
   private async takeRunSlot(tenant: string | null, id: string): Promise<void> {
     const max = this.tenantMaxActiveRuns;
     if (max <= 0 || tenant === null) return;
     const key = tenantRunsKey(tenant);
     for (let attempt = 0; ; attempt++) {
-      const now = Date.now();
-      if ((await this.redis.sessRunSlotTake(key, id, now, max)) === 1) return;
+      const rows = await this.redis.sessRunSlotTake(key, id, RUN_SLOT_GRACE_MS, max);
+      if (rows === 1) return;
       if (attempt > 0) throw quotaExceeded('TENANT_MAX_ACTIVE_RUNS', max, 'active runs');
-      const rows = await this.redis.zrangebyscore(key, '-inf', now - RUN_SLOT_GRACE_MS, 'WITHSCORES');
       const seen: Array<[string, string]> = [];
       for (let i = 0; i < rows.length; i += 2) seen.push([rows[i]!, rows[i + 1]!]);
       const states = await Promise.all(
@@ -251,8 +251,11 @@ export class RunQueue {
     }
   }
 
-  /** Counts a session that is running among its tenant's active runs, without a check (see `takeRunSlot`). */
+  /**
+   * Counts a session that is running among its tenant's active runs, without a check (see `takeRunSlot`), dated by
+   * Redis's now (run-slot-hold-1.lua: one EVALSHA, as the ZADD it replaces).
+   */
   private async holdRunSlot(tenant: string, id: string): Promise<void> {
-    if (this.tenantMaxActiveRuns > 0) await this.redis.zadd(tenantRunsKey(tenant), Date.now(), id);
+    if (this.tenantMaxActiveRuns > 0) await this.redis.sessRunSlotHold(tenantRunsKey(tenant), id);
   }
 }

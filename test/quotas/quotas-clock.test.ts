@@ -1,9 +1,11 @@
 /**
  * The quotas' counts across replicas are kept on Redis's clock, not on a replica's: a replica whose clock is minutes
  * off neither takes the other replicas' live stream slots for expired (a tenant past TENANT_MAX_STREAMS or a client
- * token past CLIENT_TOKEN_MAX_STREAMS) nor keeps a dead replica's slots counted past their expiry. The skewed
- * replica is either the whole service (the process's Date.now() moved and its reckoning of Redis's clock read again,
- * as its boot and each of its sweeps do: src/redis/clock.ts) or a TenantSlots in this process beside it.
+ * token past CLIENT_TOKEN_MAX_STREAMS) nor keeps a dead replica's slots counted past their expiry; nor does it prune
+ * a run slot whose session is still being written (a tenant past TENANT_MAX_ACTIVE_RUNS) or keep stale ones from
+ * the prune. The skewed replica is either the whole service (the process's Date.now() moved and its reckoning of
+ * Redis's clock read again, as its boot and each of its sweeps do: src/redis/clock.ts) or a TenantSlots or RunQueue
+ * in this process beside it.
  */
 import { after, before, describe, it } from 'node:test';
 import assert from 'node:assert/strict';
@@ -12,6 +14,9 @@ import { startHarness, type Harness } from '../helpers/service.js';
 import { skewed } from '../helpers/skewed-clock.js';
 import { connectWs, UpgradeRefused, type WsClient } from '../fixtures/event-clients.js';
 import { TenantSlots } from '../../src/quotas/slots.js';
+import { RunQueue } from '../../src/store/runs.js';
+import { RUNS_KEY, tenantRunsKey } from '../../src/store/keys.js';
+import { isQuota } from '../../src/errors.js';
 
 /** Far more than the slots' TTL (60 s). */
 const SKEW_MS = 10 * 60_000;
@@ -148,6 +153,44 @@ describe('quotas with a replica whose clock is off', { timeout: 60_000 }, () => 
       await skewed(-SKEW_MS, () => slots.renew());
       inTtl(await left(), 'renewed 10 minutes behind');
       release();
+    });
+  });
+
+  describe('run slots (q:{T}:runs)', () => {
+    /** A run queue beside the service's, with TENANT_MAX_ACTIVE_RUNS 1. */
+    const queue = () => new RunQueue(h.service.app.redis, 1, h.service.app.store.clock);
+    const refused = (err: unknown) => isQuota(err, 'TENANT_MAX_ACTIVE_RUNS');
+
+    it('a replica ahead does not drop a slot whose session is still being written', async () => {
+      const runs = queue();
+      // What a create leaves before its write: the slot taken, the session not there yet.
+      await runs.admit('runs-ahead', 'ses_on_its_way');
+      // 10 minutes ahead, the slot (taken just now in Redis's clock) is older than the grace by its clock.
+      await assert.rejects(
+        skewed(SKEW_MS, () => runs.admit('runs-ahead', 'ses_ahead')),
+        refused,
+      );
+      assert.deepEqual(await r.zrange(tenantRunsKey('runs-ahead'), 0, -1), ['ses_on_its_way']);
+    });
+
+    it('a replica behind drops a stale slot older than the grace in Redis’s clock', async () => {
+      const runs = queue();
+      // A run that ended 11 s ago without giving its slot back (its session not running).
+      await r.zadd(tenantRunsKey('runs-behind'), (await redisNow()) - 11_000, 'ses_ended');
+      // 10 minutes behind, the slot is 10 minutes younger than the grace by its clock.
+      await skewed(-SKEW_MS, () => runs.admit('runs-behind', 'ses_behind'));
+      assert.deepEqual(await r.zrange(tenantRunsKey('runs-behind'), 0, -1), ['ses_behind']);
+    });
+
+    it('a replica ahead or behind dates a held slot by Redis’s now', async () => {
+      const runs = queue();
+      for (const skew of [SKEW_MS, -SKEW_MS]) {
+        // A heartbeat's (or a takeover's) hold of a running session's slot; its due entry left to nobody.
+        await skewed(skew, () => runs.keep('ses_held', 60_000, 'runs-held'));
+        await r.zrem(RUNS_KEY, 'ses_held');
+        const age = (await redisNow()) - Number(await r.zscore(tenantRunsKey('runs-held'), 'ses_held'));
+        assert.ok(age >= 0 && age < 5_000, `held ${skew > 0 ? 'ahead' : 'behind'}: dated ${age} ms ago`);
+      }
     });
   });
 });

@@ -82,6 +82,7 @@ describe('Lua lives in .lua files', () => {
       'sessRenew',
       'sessRunDueRead',
       'sessRunDueSet',
+      'sessRunSlotHold',
       'sessRunSlotPrune',
       'sessRunSlotTake',
       'sessSegmentIfFits',

@@ -160,8 +160,13 @@ declare module 'ioredis' {
     ): Result<number, Context>;
     /** append-events-many.lua: numkeys, meta and events of each session, then max, now, notice bytes, max bytes, and per session channel, count, type, data pairs. */
     sessAppendEventsMany(...args: Array<string | number>): Result<number, Context>;
-    /** run-slot-take-1.lua: 1 when the slot was taken. */
-    sessRunSlotTake(key: string, id: string, now: number, max: number): Result<number, Context>;
+    /**
+     * run-slot-take-1.lua: 1 when the slot was taken; else the slots older than `graceMs` by Redis's clock (session
+     * id, score, …).
+     */
+    sessRunSlotTake(key: string, id: string, graceMs: number, max: number): Result<1 | string[], Context>;
+    /** run-slot-hold-1.lua: the session's slot dated Redis's now, taken again if it was not held (then 1). */
+    sessRunSlotHold(key: string, id: string): Result<number, Context>;
     /** run-slot-prune-1.lua: the key, then session id, score pairs read as stale. */
     sessRunSlotPrune(key: string, ...memberScores: string[]): Result<number, Context>;
     /** child-usage-1.lua: 1 when the child's usage was counted now, 0 when before (or the parent is gone). */

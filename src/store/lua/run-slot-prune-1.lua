@@ -1,5 +1,5 @@
 -- run-slot-prune: drop slots of the tenant's active runs whose session was seen not running.
--- KEYS[1] the tenant's active runs (zset session id -> ms when its slot was taken)
+-- KEYS[1] the tenant's active runs (zset session id -> ms of Redis's clock when its slot was taken or last held)
 -- ARGV[1], ARGV[2], ... session id, the score read with it, ...
 -- A slot taken again since it was read (another score) is kept: its session may be starting now.
 -- Returns the number of slots dropped.
