@@ -7,7 +7,7 @@ import { badRequest, InvalidRequest, RevisionMismatch } from '../src/errors.js';
 import { cursorParam, parseCursor } from '../src/events/cursor.js';
 import { envelope } from '../src/events/envelope.js';
 import { errors, eventPage, sessionList, routeErrors, type RouteCodes } from '../src/openapi/responses.js';
-import { cronProblem, ianaTimezone, nextFire, type Timing } from '../src/schedules/cron.js';
+import { cronProblem, isIanaTimezone, nextFire, type Timing } from '../src/schedules/cron.js';
 import { newScheduleId, type ScheduleRecord } from '../src/schedules/keys.js';
 import { FireRaced } from '../src/schedules/store.js';
 import {
@@ -61,23 +61,26 @@ function send(reply: FastifyReply, s: ScheduleRecord, code = 200) {
 }
 
 /**
- * Checks a schedule's times (400 `invalid_request` naming the field; `t.timezone` becomes the zone as stored:
- * ianaTimezone) and answers its next fire from `now`: Redis's
+ * Checks a schedule's times (400 `invalid_request` naming the field; the zone only when the request gives it, so a
+ * schedule stored before a zone was refused still resumes and retimes) and answers its next fire from `now`: Redis's
  * clock (the store's `clock.now()`), which fires come by. From the answering replica's own, one behind resuming a
  * frequent cron made the fires it counted as missed due at once (a burst), one ahead gave an `at` still to come no
  * fire, and took one a minute away for past.
  */
-function checkTiming(t: Timing, secondsCron: boolean, atGiven: boolean, now: number): number | null {
-  const timezone = ianaTimezone(t.timezone);
-  if (timezone === null)
+function checkTiming(
+  t: Timing,
+  secondsCron: boolean,
+  given: { at: boolean; timezone: boolean },
+  now: number,
+): number | null {
+  if (given.timezone && !isIanaTimezone(t.timezone))
     throw badRequest('Unknown time zone.', [{ path: '/timezone', message: 'not an IANA time zone' }]);
-  t.timezone = timezone;
   if (t.cron !== null) {
     const problem = cronProblem(t.cron, t.timezone, secondsCron);
     if (problem)
       throw badRequest(`Invalid cron expression: ${problem}.`, [{ path: '/cron', message: problem }]);
   }
-  if (atGiven && t.at !== null && t.at < now - AT_PAST_MS)
+  if (given.at && t.at !== null && t.at < now - AT_PAST_MS)
     throw badRequest('`at` is in the past.', [{ path: '/at', message: 'in the past' }]);
   return t.at !== null ? t.at : nextFire(t, now);
 }
@@ -116,7 +119,8 @@ const routes: FastifyPluginAsyncZod = async (app) => {
     const retimed = b.cron !== undefined || b.at !== undefined || b.timezone !== undefined;
     const resumed = b.paused === false && s.paused;
     if (retimed || resumed) {
-      let next = checkTiming(timing, secondsCron, b.at !== undefined, now);
+      const given = { at: b.at !== undefined, timezone: b.timezone !== undefined };
+      let next = checkTiming(timing, secondsCron, given, now);
       // An `at` not given again keeps its one fire: none once its time has passed (it fired, or it was missed while
       // paused, which a resume does not make up); a fire still to come (late) stays as the record has it.
       if (b.at === undefined && timing.at !== null && timing.at <= now) next = resumed ? null : s.nextRunAt;
@@ -162,7 +166,7 @@ const routes: FastifyPluginAsyncZod = async (app) => {
       const at = b.at === undefined ? null : Date.parse(b.at);
       const timing = { cron: b.cron ?? null, at, timezone: b.timezone };
       const now = app.store.clock.now();
-      const next = checkTiming(timing, secondsCron, true, now);
+      const next = checkTiming(timing, secondsCron, { at: true, timezone: true }, now);
       await checkCreate(app.sessionDeps, req.tenant, b.session);
       const s: ScheduleRecord = {
         id,

@@ -16,20 +16,17 @@ export interface Timing {
 }
 
 /**
- * `tz` as stored when it is an IANA time zone this runtime knows, else null. An offset (`+02:00`, `-0500`), which
- * Intl takes as a zone too, is none: it has no daylight saving time, so a schedule "in" it fires an hour off half the
- * year wherever its user lives. A name in other letter case is stored as the zone's own (`europe/paris`:
- * `Europe/Paris`); an alias as given (`US/Eastern`, which Intl resolves to `America/New_York`).
+ * Whether `tz` is an IANA time zone this runtime knows (any letter case, as Intl takes it; kept as given). An offset
+ * (`+02:00`, `-0500`), which Intl takes as a zone too, is none: the contract's `timezone` is an IANA name. (The
+ * fixed-offset zones IANA itself has, `Etc/GMT+2` and the like, are.)
  */
-export function ianaTimezone(tz: string): string | null {
-  let resolved: string;
+export function isIanaTimezone(tz: string): boolean {
   try {
-    resolved = new Intl.DateTimeFormat('en-US', { timeZone: tz }).resolvedOptions().timeZone;
+    const resolved = new Intl.DateTimeFormat('en-US', { timeZone: tz }).resolvedOptions().timeZone;
+    return !resolved.startsWith('+') && !resolved.startsWith('-');
   } catch {
-    return null;
+    return false;
   }
-  if (resolved.startsWith('+') || resolved.startsWith('-')) return null;
-  return resolved.toLowerCase() === tz.toLowerCase() ? resolved : tz;
 }
 
 /** The reason a cron expression is refused, or null when croner accepts it with the allowed number of fields. */
@@ -66,7 +63,9 @@ function numberOutOfRange(fields: string[]): string | null {
   for (let i = 0; i < ranges.length; i++) {
     const [name, min, max] = ranges[i]!;
     for (const part of (fields[i] ?? '').split(',')) {
-      for (const n of (part.split('/')[0] ?? '').split('-')) {
+      for (const piece of (part.split('/')[0] ?? '').split('-')) {
+        // `15W`: the weekday nearest the 15th (day of month), whose number croner also names counted from 0.
+        const n = name === 'day of month' && /^\d+W$/i.test(piece) ? piece.slice(0, -1) : piece;
         if (!/^\d+$/.test(n)) continue;
         const v = Number(n);
         if (v < min || v > max) return `the ${name} ${n} is not in ${min}-${max}`;

@@ -14,6 +14,7 @@ import { startHarness, type Api, type Harness } from '../helpers/service.js';
 import { startTestRedis, type TestRedis } from '../helpers/redis.js';
 import { WebhookReceiver } from '../helpers/webhook-receiver.js';
 import { until } from '../durability/chaos-lib.js';
+import { scheduleKeys } from '../../src/schedules/keys.js';
 import { cronProblem, newestMissed, nextFire } from '../../src/schedules/cron.js';
 import { roundRobin } from '../../src/schedules/scheduler.js';
 import { FireRaced, ScheduleStore } from '../../src/schedules/store.js';
@@ -211,21 +212,32 @@ describe('schedules', { timeout: 240_000 }, () => {
     assert.equal((await a.get(`/v1/schedules/${s.id}`)).status, 404);
   });
 
-  it('stores a zone named in other letter case as the zone’s own; names an out-of-range number as written', async () => {
+  it('a zone stored before offsets were refused still resumes; names an out-of-range number as written', async () => {
     const res = await a.post('/v1/schedules', {
       cron: '0 9 * * *',
-      timezone: 'europe/paris',
+      timezone: 'Europe/Paris',
+      paused: true,
       session: { input: 'x' },
     });
     assert.equal(res.status, 201, JSON.stringify(res.body));
-    assert.equal(res.body.timezone, 'Europe/Paris');
-    const patched = await a.req('PATCH', `/v1/schedules/${res.body.id}`, { timezone: 'america/new_york' });
-    assert.equal(patched.body.timezone, 'America/New_York', JSON.stringify(patched.body));
+    const r = new Redis(h.redis.url);
+    try {
+      await r.hset(scheduleKeys(res.body.id).meta, 'timezone', '+02:00');
+    } finally {
+      r.disconnect();
+    }
+    const resumed = await a.req('PATCH', `/v1/schedules/${res.body.id}`, { paused: false });
+    assert.equal(resumed.status, 200, JSON.stringify(resumed.body));
+    assert.equal(resumed.body.timezone, '+02:00');
+    assert.notEqual(resumed.body.next_run_at, null);
+    const moved = await a.req('PATCH', `/v1/schedules/${res.body.id}`, { timezone: '+03:00' });
+    assert.equal(moved.status, 400, 'a zone given is checked');
     assert.equal((await a.req('DELETE', `/v1/schedules/${res.body.id}`)).status, 200);
     for (const [cron, said] of [
       ['0 0 0 * *', 'the day of month 0 is not in 1-31'],
       ['0 0 * 13 *', 'the month 13 is not in 1-12'],
       ['0 0 1-32 * *', 'the day of month 32 is not in 1-31'],
+      ['0 0 32W * *', 'the day of month 32 is not in 1-31'],
       ['0 24 * * *', 'the hour 24 is not in 0-23'],
       ['60/5 * * * *', 'the minute 60 is not in 0-59'],
     ]) {
