@@ -164,5 +164,8 @@ describe('a parked parent whose child ends without a run end', { timeout: 120_00
     const done = await h.api.waitFor(p.id, (s) => s.status === 'idle', WOKEN_WITHIN_MS);
     const history = (await h.api.get(`/v1/sessions/${done.id}/messages`)).body.data;
     assert.match(JSON.stringify(history[2].content), /Edited findings/);
+    // The history its client gave ends with a reply: that is the child's answer, no error (no run stopped it short).
+    const result = history[2].content.find((b: { type: string }) => b.type === 'tool_result');
+    assert.deepEqual([result.content, result.is_error === true], ['Edited findings.', false]);
   });
 });
