@@ -144,8 +144,13 @@ export class AgentSweep {
   private async spawn(parent: SessionState): Promise<'later' | 'parked' | 'none'> {
     const { redis, store } = this.opts;
     const agents = new Map(parent.tools.filter(isAgentTool).map((t) => [t.name, t]));
+    // A call that waits for its approval (or was denied, its denial not yet written as its result) has no child.
     const calls = (parent.pending?.calls ?? []).filter(
-      (c) => c.kind === 'client' && !c.result && agents.has(c.name),
+      (c) =>
+        c.kind === 'client' &&
+        !c.result &&
+        agents.has(c.name) &&
+        (c.approval === 'auto' || c.approval === 'approved'),
     );
     const reserved = { tokens: 0, micros: 0 };
     const missing: typeof calls = [];

@@ -2,11 +2,16 @@ import type { ServerTool } from '../../tools/types.js';
 import type { ToolCall } from '../history.js';
 import { isMcpToolset } from '../mcp/schema.js';
 import { isAnthropicTool, runsOnClient } from '../tools/anthropic-tools.js';
+import { isAgentTool } from '../schemas.js';
 import { setResult, type PendingCall, type ToolResult } from '../store/pending.js';
 import type { SessionState } from '../store/session-state.js';
 import { inputViolations } from './client-validation.js';
 
-/** Whether a call waits for approve/deny/edit under the session's `approval` policy. Client tools never do. */
+/**
+ * Whether a call waits for approve/deny/edit under the session's `approval` policy. Client tools never do; a
+ * sub-agent's call (a client call the service answers: it creates a child session, which spends the tree's budget)
+ * does under `always` or a list naming it (`agentNeedsApproval`).
+ */
 export function needsApproval(
   s: Pick<SessionState, 'approval'>,
   name: string,
@@ -17,6 +22,13 @@ export function needsApproval(
   if (s.approval === 'always') return true;
   if (s.approval === 'default') return tool.requiresApproval;
   return s.approval.includes(name);
+}
+
+/** Whether a call of the session's sub-agent `name` waits for a decision: `always`, or a list naming it (its default: no). */
+function agentNeedsApproval(s: Pick<SessionState, 'approval' | 'tools'>, name: string): boolean {
+  if (s.approval === 'never' || s.approval === 'default') return false;
+  if (!s.tools.some((t) => isAgentTool(t) && t.name === name)) return false;
+  return s.approval === 'always' || s.approval.includes(name);
 }
 
 /** Whether a call may run again after a crash interrupted it: by its input where the tool says, else the tool's flag. */
@@ -65,7 +77,9 @@ export function pendingCalls(
       name: c.name,
       input: c.input,
       kind: isClient ? 'client' : 'server',
-      approval: !isClient && needsApproval(s, c.name, tool) ? 'required' : 'auto',
+      approval: (isClient ? agentNeedsApproval(s, c.name) : needsApproval(s, c.name, tool))
+        ? 'required'
+        : 'auto',
       ...(tool?.runner ? { runner: tool.runner } : {}),
     };
     // A client tool with `validate: true` and an input its schema refuses: answered now, the client never waits.

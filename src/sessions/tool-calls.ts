@@ -1,10 +1,10 @@
-import type { z } from 'zod';
+import { z } from 'zod';
 import { conflict, zodDetails, InvalidRequest } from '../errors.js';
 import { BUDGET_EXHAUSTED, assertBudgetLeft } from '../engine/budget.js';
 import { TENANT_BUDGET_EXHAUSTED } from '../cost/spend.js';
 import { assertActionOpen } from './deadlines.js';
 import { blocksOf, pendingToolCalls } from '../history.js';
-import type { decisionBody, toolResultBody, toolResultsBody } from '../schemas.js';
+import { isAgentTool, type decisionBody, type toolResultBody, type toolResultsBody } from '../schemas.js';
 import { encodeResult, setResult, type PendingStep, type ToolResult } from '../store/pending.js';
 import { recordCount, type SessionState } from '../store/session-state.js';
 import type { ApplyOps } from '../store/apply-ops.js';
@@ -13,6 +13,9 @@ import { sessionView } from './view.js';
 import { eventOf } from '../events/schemas.js';
 
 type ResultInput = z.infer<typeof toolResultsBody>['results'][number];
+
+/** What a sub-agent's call needs of its input (src/agents/sweep.ts): a `prompt`. */
+const agentInput = z.looseObject({ prompt: z.string().min(1) });
 
 /** Whether the pending step can go on without a client: no decision and no client result missing. */
 function ready(step: PendingStep): boolean {
@@ -61,7 +64,9 @@ export function decide(
       if (body.input) {
         const tool = deps.serverTools.get(call.name);
         try {
-          tool?.tool.parse?.(body.input);
+          // A sub-agent's call: its edited input is the child's prompt.
+          if (s.tools.some((t) => isAgentTool(t) && t.name === call.name)) agentInput.parse(body.input);
+          else tool?.tool.parse?.(body.input);
         } catch (err) {
           const issues = zodIssues(err);
           throw new InvalidRequest(

@@ -1,0 +1,106 @@
+/**
+ * A sub-agent's call waits for approve/deny/edit under its parent's `approval` (`always`, or a list naming the agent
+ * tool), as a server tool's does: a child session spends the tree's budget. Before, agent calls were client calls to
+ * the engine, which never wait for approval: the sweep created the child at once whatever the policy. The call
+ * waits at `approve_tool_calls` with no child; approve creates the child (with the edited prompt, when edited); deny
+ * answers the call with the denial and creates none.
+ */
+import { after, before, describe, it } from 'node:test';
+import assert from 'node:assert/strict';
+import type { AgentSweep } from '../../src/agents/sweep.js';
+import { childSessionId } from '../../src/agents/waiting.js';
+import type { TreeEntry } from '../../src/store/tree-due.js';
+import { drivenSweep, harnessWithoutSweep, writerWithResearcher } from '../helpers/agents.js';
+import type { Api, Harness } from '../helpers/service.js';
+
+/** One look of a sweep at one member of tenant `a`'s due set (what its loop does for each due member). */
+const look = (sweep: AgentSweep, id: string) =>
+  (sweep as unknown as { tick(e: TreeEntry): Promise<void> }).tick({ id, tenant: 'a', score: '0' });
+
+describe("a sub-agent's call under its parent's approval policy", { timeout: 60_000 }, () => {
+  let h: Harness;
+  let a: Api;
+  let sweep: AgentSweep;
+
+  before(async () => {
+    h = await harnessWithoutSweep();
+    a = h.api.as('key-a');
+    sweep = drivenSweep(h.service.app).sweep;
+  });
+  after(() => h.close());
+
+  /** A writer under `approval`, at its first stop: the session and the researcher call's id. */
+  async function writer(approval: unknown) {
+    const created = await a.post('/v1/sessions', { ...writerWithResearcher, approval });
+    assert.equal(created.status, 201, JSON.stringify(created.body));
+    const s = await a.waitFor(created.body.id, (x) => x.status === 'requires_action', 20_000);
+    const call = s.required_action.tool_calls[0];
+    assert.equal(call.name, 'researcher');
+    return { s, callId: call.id as string, childId: childSessionId(s.id, call.id) };
+  }
+
+  const children = async (id: string) => (await a.get(`/v1/sessions/${id}/children`)).body.data;
+
+  it('approval "always": the call waits with no child; approved with an edited prompt, the child runs it', async () => {
+    const { s, callId, childId } = await writer('always');
+    assert.equal(s.required_action.type, 'approve_tool_calls');
+    // The sweep's look creates no child while the call waits for its decision.
+    await look(sweep, s.id);
+    assert.deepEqual(await children(s.id), []);
+    assert.equal((await a.get(`/v1/sessions/${childId}`)).status, 404);
+
+    // An edit must keep a prompt.
+    const bad = await a.post(`/v1/sessions/${s.id}/tool-calls/${callId}`, {
+      decision: 'approve',
+      input: { prompt: 42 },
+    });
+    assert.equal(bad.status, 400, JSON.stringify(bad.body));
+    assert.equal(bad.body.error.code, 'invalid_tool_input');
+
+    const approved = await a.post(`/v1/sessions/${s.id}/tool-calls/${callId}`, {
+      decision: 'approve',
+      input: { prompt: 'Why is the sky blue at noon?' },
+    });
+    assert.equal(approved.status, 202, JSON.stringify(approved.body));
+    const waits = await a.waitFor(
+      s.id,
+      (x) => x.status === 'requires_action' && x.required_action.type === 'submit_tool_results',
+      20_000,
+    );
+    assert.deepEqual(waits.required_action.tool_calls[0].input, { prompt: 'Why is the sky blue at noon?' });
+    await look(sweep, s.id);
+    const child = await a.waitFor(childId, (x) => x.status === 'idle', 20_000);
+    const asked = (await a.get(`/v1/sessions/${childId}/messages`)).body.data[0];
+    assert.match(JSON.stringify(asked.content), /Why is the sky blue at noon\?/);
+    assert.equal(child.parent.tool_use_id, callId);
+
+    await look(sweep, childId);
+    await a.waitFor(s.id, (x) => x.status === 'idle', 20_000);
+    const last = (await a.get(`/v1/sessions/${s.id}/messages`)).body.data.at(-1);
+    assert.match(JSON.stringify(last.content), /\(error: false\): Findings: Rayleigh/);
+  });
+
+  it('a list naming the agent tool: denied, the call is answered with the denial and no child is made', async () => {
+    const { s, callId, childId } = await writer(['researcher']);
+    assert.equal(s.required_action.type, 'approve_tool_calls');
+    await look(sweep, s.id);
+    const denied = await a.post(`/v1/sessions/${s.id}/tool-calls/${callId}`, {
+      decision: 'deny',
+      reason: 'not now',
+    });
+    assert.equal(denied.status, 202, JSON.stringify(denied.body));
+    await a.waitFor(s.id, (x) => x.status === 'idle', 20_000);
+    await look(sweep, s.id);
+    const last = (await a.get(`/v1/sessions/${s.id}/messages`)).body.data.at(-1);
+    assert.match(JSON.stringify(last.content), /\(error: true\): Tool call denied: not now/);
+    assert.deepEqual(await children(s.id), []);
+    assert.equal((await a.get(`/v1/sessions/${childId}`)).status, 404);
+  });
+
+  it('"default", "never" and a list naming other tools: the call does not wait for a decision', async () => {
+    for (const approval of ['default', 'never', ['get_weather']]) {
+      const { s } = await writer(approval);
+      assert.equal(s.required_action.type, 'submit_tool_results', JSON.stringify(approval));
+    }
+  });
+});
