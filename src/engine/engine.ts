@@ -53,8 +53,8 @@ export class Engine {
   private readonly rekick = new Set<string>();
   /** Runs kicked while this process was at its admission limit, oldest first. */
   private readonly waiting = new Set<string>();
-  /** Claims in flight (lease requested, run not started): they count against the limit. */
-  private claiming = 0;
+  /** Runs whose claim is in flight here (lease requested, run not started): they count against the limit. */
+  private readonly claiming = new Set<string>();
   private stopping = false;
   private sweepTimer: NodeJS.Timeout | null = null;
   private readonly sweepIntervalMs: number;
@@ -125,9 +125,11 @@ export class Engine {
   private async sweep(): Promise<void> {
     if (this.stopping) return;
     const { store } = this.deps;
+    // A run claimed, being claimed or waiting for a slot here is no lapsed run: the sweep neither loads it nor claims
+    // it again (a claim that took longer than its start's due delay, on a busy loop, looked lapsed).
     const lapsed = await store.runs.sweep(
       20,
-      (id) => this.active.has(id),
+      (id) => this.active.has(id) || this.claiming.has(id) || this.waiting.has(id),
       (id) => store.load(id),
     );
     for (const id of lapsed) this.kick(id, true);
@@ -141,7 +143,9 @@ export class Engine {
       this.rekick.add(id);
       return;
     }
-    if (this.active.size + this.claiming >= this.maxActiveRuns || this.waiting.size > 0) {
+    // A claim of it in flight here reads the session once it holds the lease: a second claim would be refused.
+    if (this.claiming.has(id)) return;
+    if (this.active.size + this.claiming.size >= this.maxActiveRuns || this.waiting.size > 0) {
       // At the limit (or others wait already, first come first served): wait for a slot. Should this process
       // die meanwhile, the run is still due in `runs:due`.
       if (this.waiting.size < MAX_WAITING) this.waiting.add(id);
@@ -153,11 +157,11 @@ export class Engine {
 
   /** `swept`: the due sweep found the run (its owner is gone or handed it over), so a claim is a takeover. */
   private startClaim(id: string, swept = false): void {
-    this.claiming++;
+    this.claiming.add(id);
     void this.claim(id, swept)
       .catch((err) => this.deps.logger.error({ err, session: id }, 'claim failed'))
       .finally(() => {
-        this.claiming--;
+        this.claiming.delete(id);
         this.admitWaiting();
       });
   }
@@ -166,7 +170,7 @@ export class Engine {
   private admitWaiting(): void {
     if (this.stopping) return;
     for (const id of this.waiting) {
-      if (this.active.size + this.claiming >= this.maxActiveRuns) return;
+      if (this.active.size + this.claiming.size >= this.maxActiveRuns) return;
       this.waiting.delete(id);
       if (this.active.has(id)) this.rekick.add(id);
       else this.startClaim(id);

@@ -56,4 +56,43 @@ describe('sessions engine', () => {
       assert.equal(done.usage.output_tokens, sum);
     });
   }
+
+  it('a claim slower than its start’s due delay is not swept and claimed again here', async () => {
+    const { runs } = h.service.app.store;
+    const claim = runs.claim.bind(runs);
+    let release!: () => void;
+    const held = new Promise<void>((r) => (release = r));
+    let target = '';
+    const claims: string[] = [];
+    runs.claim = async (id, ...rest) => {
+      claims.push(id);
+      if (id === target) await held;
+      return claim(id, ...rest);
+    };
+    try {
+      h.fake.enqueue(text('Done.'));
+      const made = await h.api.post('/v1/sessions', { input: 'x', start: false });
+      target = made.body.id;
+      assert.equal((await h.api.post(`/v1/sessions/${target}/messages`, { text: 'Go.' })).status, 202);
+      // The run is due 2 s after its start (runs:due); hold its claim until a sweep has passed over it.
+      const redis = h.service.app.redis;
+      for (let i = 0; i < 100; i++) {
+        const [score] = await redis.zmscore('runs:due', target);
+        const [s, us] = await redis.time();
+        if (score !== null && Number(score) < Number(s) * 1000 + Number(us) / 1000 - 1500) break;
+        await new Promise((r) => setTimeout(r, 100));
+      }
+      release();
+      const done = await h.api.waitStatus(target, ['idle', 'failed']);
+      assert.equal(done.status, 'idle', JSON.stringify(done.error));
+      assert.deepEqual(
+        claims.filter((id) => id === target),
+        [target],
+        'claimed once: the sweep passed over the run being claimed',
+      );
+    } finally {
+      runs.claim = claim;
+      release();
+    }
+  });
 });
