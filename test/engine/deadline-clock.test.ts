@@ -10,6 +10,7 @@
  */
 import { after, before, describe, it } from 'node:test';
 import assert from 'node:assert/strict';
+import { asReplica } from '../helpers/skewed-clock.js';
 import { startHarness, type Harness } from '../helpers/service.js';
 import { text, toolCall } from '../fake/script.js';
 import { DeadlineSweeper } from '../../src/sessions/deadlines.js';
@@ -24,23 +25,6 @@ describe('action deadlines with a replica whose clock is off', { timeout: 60_000
   after(async () => {
     await h?.close();
   });
-
-  /**
-   * Runs `fn` with this process's Date.now() moved by `skew` ms (restored after); the service's reckoning of Redis's
-   * clock is read again with the clock moved and once more after (its next sweep would do either).
-   */
-  async function skewed<T>(skew: number, fn: () => Promise<T>): Promise<T> {
-    const { app } = h.service;
-    const real = Date.now;
-    Date.now = () => real() + skew;
-    try {
-      await app.store.clock.sync(app.redis);
-      return await fn();
-    } finally {
-      Date.now = real;
-      await app.store.clock.sync(app.redis);
-    }
-  }
 
   const redisNow = async () => {
     const [s, us] = await h.service.app.redis.time();
@@ -76,7 +60,9 @@ describe('action deadlines with a replica whose clock is off', { timeout: 60_000
     const expiresAt = waiting.required_action.expires_at as string;
     // A pass of a second replica's deadline sweep, 10 minutes ahead (past the deadline and its warning by its clock).
     const app = h.service.app;
-    await skewed(SKEW_MS, () => new DeadlineSweeper(app.sessionDeps, app.log, 60_000).sweep());
+    await asReplica(h.service.app, SKEW_MS, () =>
+      new DeadlineSweeper(app.sessionDeps, app.log, 60_000).sweep(),
+    );
     const s = (await h.api.get(`/v1/sessions/${id}`)).body;
     assert.equal(s.status, 'requires_action', JSON.stringify(s));
     assert.equal(s.required_action.expires_at, expiresAt);
@@ -90,7 +76,7 @@ describe('action deadlines with a replica whose clock is off', { timeout: 60_000
     const { id, expiresAt } = await approval('toolu_ahead');
     h.fake.enqueue(text('Sunny.'));
     // 10 minutes ahead, the approval's expires_at (2 minutes from now in Redis's clock) is long past by this clock.
-    const decided = await skewed(SKEW_MS, () =>
+    const decided = await asReplica(h.service.app, SKEW_MS, () =>
       h.api.post(`/v1/sessions/${id}/tool-calls/toolu_ahead`, { decision: 'approve' }),
     );
     assert.equal(decided.status, 202, JSON.stringify(decided.body));
@@ -104,7 +90,7 @@ describe('action deadlines with a replica whose clock is off', { timeout: 60_000
 
   it('a replica behind by more than the timeout writes a deadline still to come', async () => {
     // The run that asks for the approval runs here, 10 minutes behind (the action_timeout_s is 2 minutes).
-    const { id, expiresAt } = await skewed(-SKEW_MS, () => approval('toolu_behind'));
+    const { id, expiresAt } = await asReplica(h.service.app, -SKEW_MS, () => approval('toolu_behind'));
     const left = Date.parse(expiresAt) - (await redisNow());
     assert.ok(left > 100_000 && left <= 120_000, `expires_at ${expiresAt} is ${left} ms from Redis's now`);
     // A sweep (of any replica) does not time it out.

@@ -11,7 +11,7 @@ import { after, before, describe, it } from 'node:test';
 import assert from 'node:assert/strict';
 import { Redis } from 'ioredis';
 import { startHarness, type Harness } from '../helpers/service.js';
-import { skewed } from '../helpers/skewed-clock.js';
+import { asReplica, skewed } from '../helpers/skewed-clock.js';
 import { connectWs, UpgradeRefused, type WsClient } from '../fixtures/event-clients.js';
 import { TenantSlots } from '../../src/quotas/slots.js';
 import { RunQueue } from '../../src/store/runs.js';
@@ -48,19 +48,6 @@ describe('quotas with a replica whose clock is off', { timeout: 60_000 }, () => 
     await h?.close();
   });
 
-  /** Runs `fn` with the whole service's clock off by `skew` ms (as sessions-clock.test.ts's `asReplica`). */
-  async function asReplica<T>(skew: number, fn: () => Promise<T>): Promise<T> {
-    const { app } = h.service;
-    try {
-      return await skewed(skew, async () => {
-        await app.store.clock.sync(app.redis);
-        return fn();
-      });
-    } finally {
-      await app.store.clock.sync(app.redis);
-    }
-  }
-
   /** Redis's now (ms). */
   const redisNow = async () => {
     const [s, us] = await r.time();
@@ -79,7 +66,7 @@ describe('quotas with a replica whose clock is off', { timeout: 60_000 }, () => 
       const id = await session('key-acme');
       for (let i = 0; i < 2; i++) open.push(await connectWs(h.service.url, id, { token: 'key-acme' }));
       // 10 minutes ahead, the two live slots (a minute left in Redis's clock) are long expired by its clock.
-      await asReplica(SKEW_MS, () =>
+      await asReplica(h.service.app, SKEW_MS, () =>
         assert.rejects(
           connectWs(h.service.url, id, { token: 'key-acme' }),
           overQuota('TENANT_MAX_STREAMS', 2),
@@ -96,7 +83,7 @@ describe('quotas with a replica whose clock is off', { timeout: 60_000 }, () => 
       assert.equal(made.status, 201, JSON.stringify(made.body));
       const token = made.body.token as string;
       open.push(await connectWs(h.service.url, id, { protocolToken: token }));
-      await asReplica(SKEW_MS, () =>
+      await asReplica(h.service.app, SKEW_MS, () =>
         assert.rejects(
           connectWs(h.service.url, id, { protocolToken: token }),
           overQuota('CLIENT_TOKEN_MAX_STREAMS', 1),
@@ -112,7 +99,9 @@ describe('quotas with a replica whose clock is off', { timeout: 60_000 }, () => 
       const past = (await redisNow()) - 1000;
       await r.zadd('q:{initech}:ws', past, 'old-replica:1', past, 'old-replica:2');
       // 10 minutes behind, they have 9 minutes left by its clock.
-      const c = await asReplica(-SKEW_MS, () => connectWs(h.service.url, id, { token: 'key-initech' }));
+      const c = await asReplica(h.service.app, -SKEW_MS, () =>
+        connectWs(h.service.url, id, { token: 'key-initech' }),
+      );
       open.push(c);
       const held = await r.zrange('q:{initech}:ws', 0, -1);
       assert.equal(held.length, 1);
@@ -123,7 +112,9 @@ describe('quotas with a replica whose clock is off', { timeout: 60_000 }, () => 
       const id = await session('key-hooli');
       open.push(await connectWs(h.service.url, id, { token: 'key-hooli' }));
       // 10 minutes behind, a slot's expiry by its clock is in Redis's past: the key's with it.
-      open.push(await asReplica(-SKEW_MS, () => connectWs(h.service.url, id, { token: 'key-hooli' })));
+      open.push(
+        await asReplica(h.service.app, -SKEW_MS, () => connectWs(h.service.url, id, { token: 'key-hooli' })),
+      );
       assert.equal(await r.zcard('q:{hooli}:ws'), 2, 'both streams counted');
       await assert.rejects(
         connectWs(h.service.url, id, { token: 'key-hooli' }),

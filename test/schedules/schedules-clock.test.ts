@@ -17,7 +17,7 @@ import { startHarness, type Api, type Harness } from '../helpers/service.js';
 import { until } from '../durability/chaos-lib.js';
 import { Scheduler } from '../../src/schedules/scheduler.js';
 import { fireSessionId } from '../../src/schedules/keys.js';
-import { skewed } from '../helpers/skewed-clock.js';
+import { asReplica, skewed } from '../helpers/skewed-clock.js';
 
 /** Far more than a fire's lease (10 s), and than the fire below is ahead. */
 const SKEW_MS = 10 * 60_000;
@@ -52,19 +52,6 @@ describe('schedules with a replica whose clock is off', { timeout: 120_000 }, ()
       // Waits for the ticks the pass started (the loop itself was never started).
       await other.stop();
     });
-  }
-
-  /** Runs `fn` with the whole service as a replica whose clock is off by `skew` ms (see above). */
-  async function asReplica<T>(skew: number, fn: () => Promise<T>): Promise<T> {
-    const { app } = h.service;
-    try {
-      return await skewed(skew, async () => {
-        await app.store.clock.sync(app.redis);
-        return fn();
-      });
-    } finally {
-      await app.store.clock.sync(app.redis);
-    }
   }
 
   const iso = (ms: number) => new Date(ms).toISOString();
@@ -115,7 +102,7 @@ describe('schedules with a replica whose clock is off', { timeout: 120_000 }, ()
   it('a replica ahead creates an `at` still to come in Redis’s clock, and it fires', async () => {
     const at = (await redisNow()) + 3_000;
     // 10 minutes ahead, `at` is past by the replica's clock (more than 60 s: the create was refused).
-    const made = await asReplica(SKEW_MS, () =>
+    const made = await asReplica(h.service.app, SKEW_MS, () =>
       a.post('/v1/schedules', { at: iso(at), session: { input: 'soon' } }),
     );
     assert.equal(made.status, 201, JSON.stringify(made.body));
@@ -134,7 +121,9 @@ describe('schedules with a replica whose clock is off', { timeout: 120_000 }, ()
     assert.equal(paused.status, 201, JSON.stringify(paused.body));
     // Resumed 10 minutes ahead: its one fire is still to come (the resume dropped it as missed while paused).
     const id = paused.body.id as string;
-    const resumed = await asReplica(SKEW_MS, () => a.req('PATCH', `/v1/schedules/${id}`, { paused: false }));
+    const resumed = await asReplica(h.service.app, SKEW_MS, () =>
+      a.req('PATCH', `/v1/schedules/${id}`, { paused: false }),
+    );
     assert.equal(resumed.status, 200, JSON.stringify(resumed.body));
     assert.equal(resumed.body.next_run_at, iso(at));
     await until(async () => (await a.get(`/v1/schedules/${id}`)).body.fires === 1, 30_000, 'the fire');
@@ -148,7 +137,7 @@ describe('schedules with a replica whose clock is off', { timeout: 120_000 }, ()
     });
     assert.equal(made.status, 201, JSON.stringify(made.body));
     const before = await redisNow();
-    const resumed = await asReplica(-SKEW_MS, () =>
+    const resumed = await asReplica(h.service.app, -SKEW_MS, () =>
       a.req('PATCH', `/v1/schedules/${made.body.id}`, { paused: false }),
     );
     assert.equal(resumed.status, 200, JSON.stringify(resumed.body));

@@ -12,7 +12,7 @@ import assert from 'node:assert/strict';
 import { createHash } from 'node:crypto';
 import { Redis } from 'ioredis';
 import { startHarness, type Api, type Harness } from '../helpers/service.js';
-import { skewed } from '../helpers/skewed-clock.js';
+import { asReplica } from '../helpers/skewed-clock.js';
 import { RetentionSweeper } from '../../src/sessions/retention.js';
 import { EXPIRY_DUE_KEY } from '../../src/store/due.js';
 import { sessionKeys, tenantIndexKey } from '../../src/store/keys.js';
@@ -38,26 +38,11 @@ describe('sessions with a replica whose clock is off', { timeout: 60_000 }, () =
     await h?.close();
   });
 
-  /**
-   * Runs `fn` with the process's clock off by `skew` ms and the service's reckoning of Redis's clock read with it
-   * (the whole service is the skewed replica); the reckoning is read again once the clock is back, whatever `fn`'s
-   * sweeps observed meanwhile.
-   */
-  async function asReplica<T>(skew: number, fn: () => Promise<T>): Promise<T> {
-    const { app } = h.service;
-    try {
-      return await skewed(skew, async () => {
-        await app.store.clock.sync(app.redis);
-        return fn();
-      });
-    } finally {
-      await app.store.clock.sync(app.redis);
-    }
-  }
-
   /** One pass of a second replica's retention sweep, its clock off by `skew` ms. */
   const retentionPass = (skew: number) =>
-    asReplica(skew, () => new RetentionSweeper(h.service.app.store, h.service.app.log, 60_000).sweep());
+    asReplica(h.service.app, skew, () =>
+      new RetentionSweeper(h.service.app.store, h.service.app.log, 60_000).sweep(),
+    );
 
   /** Redis's now (ms, to the microsecond). */
   const redisNow = async () => {
@@ -107,13 +92,13 @@ describe('sessions with a replica whose clock is off', { timeout: 60_000 }, () =
 
     it('a replica ahead writes an expiry entry no later than the expires_at a read shows', async () => {
       // A create 10 minutes ahead.
-      const { id } = await asReplica(SKEW_MS, () => idle(300));
+      const { id } = await asReplica(h.service.app, SKEW_MS, () => idle(300));
       const { expires_at: expiresAt } = (await a.get(`/v1/sessions/${id}`)).body;
       const at = Number(await r.zscore(EXPIRY_DUE_KEY, id));
       assert.ok(at <= Date.parse(expiresAt), `entry ${at - Date.parse(expiresAt)} ms after expires_at`);
       // A PATCH of a shorter ttl_s 10 minutes ahead.
       const other = await idle(3600);
-      const patched = await asReplica(SKEW_MS, () =>
+      const patched = await asReplica(h.service.app, SKEW_MS, () =>
         a.req('PATCH', `/v1/sessions/${other.id}`, { ttl_s: 300 }),
       );
       assert.equal(patched.status, 200, JSON.stringify(patched.body));
@@ -128,7 +113,7 @@ describe('sessions with a replica whose clock is off', { timeout: 60_000 }, () =
 
   describe("a session's created_at", () => {
     it('a replica ahead answers a create with the expires_at and created_at a read shows', async () => {
-      const made = await asReplica(SKEW_MS, () =>
+      const made = await asReplica(h.service.app, SKEW_MS, () =>
         a.post('/v1/sessions', { input: 'x', start: false, ttl_s: 300 }),
       );
       assert.equal(made.status, 201, JSON.stringify(made.body));
@@ -145,7 +130,7 @@ describe('sessions with a replica whose clock is off', { timeout: 60_000 }, () =
       const member = h.service.app.store.index.member(await redisNow(), 'ses_on_its_way');
       await r.zadd(tenantIndexKey('acme'), 0, member);
       // 10 minutes ahead, the entry is older than the list's grace (60 s) by this replica's clock.
-      const list = await asReplica(SKEW_MS, () => a.get('/v1/sessions?limit=100'));
+      const list = await asReplica(h.service.app, SKEW_MS, () => a.get('/v1/sessions?limit=100'));
       assert.equal(list.status, 200, JSON.stringify(list.body));
       assert.notEqual(await r.zscore(tenantIndexKey('acme'), member), null, 'the entry is kept');
       await r.zrem(tenantIndexKey('acme'), member);
@@ -170,7 +155,7 @@ describe('sessions with a replica whose clock is off', { timeout: 60_000 }, () =
     /** One pass of an agents' sweep on a replica whose clock is off by `skew` ms: the members it looked at. */
     async function passAs(skew: number): Promise<string[]> {
       const { looked, pass } = recordedSweep(h.service.app);
-      await asReplica(skew, pass);
+      await asReplica(h.service.app, skew, pass);
       return looked;
     }
 
@@ -183,11 +168,11 @@ describe('sessions with a replica whose clock is off', { timeout: 60_000 }, () =
     });
 
     it('a replica ahead watches a new member a minute from Redis’s now, and wakes it now', async () => {
-      const id = await asReplica(SKEW_MS, root);
+      const id = await asReplica(h.service.app, SKEW_MS, root);
       const left = (await score(id)) - (await redisNow());
       assert.ok(left > 50_000 && left <= 60_000, `first look ${left} ms from Redis's now`);
       // Its run's end, 10 minutes ahead, wakes it: due now for every replica.
-      await asReplica(SKEW_MS, () => h.service.app.store.runs.end(id, 'acme'));
+      await asReplica(h.service.app, SKEW_MS, () => h.service.app.store.runs.end(id, 'acme'));
       const woken = (await score(id)) - (await redisNow());
       assert.ok(woken <= 0, `woken ${woken} ms from Redis's now`);
       assert.ok((await passAs(0)).includes(id), 'looked at by the next pass');
@@ -215,7 +200,7 @@ describe('sessions with a replica whose clock is off', { timeout: 60_000 }, () =
         ).reduce((n, d) => n + d.input_tokens, 0);
       const before = await usage();
       // The day is taken when the turn's usage is recorded, just after its commit: read while still ahead.
-      const counted = await asReplica(2 * 86_400_000, async () => {
+      const counted = await asReplica(h.service.app, 2 * 86_400_000, async () => {
         const made = await a.post('/v1/sessions', { input: 'Count me today.' });
         assert.equal(made.status, 201, JSON.stringify(made.body));
         await a.waitStatus(made.body.id, 'idle');
@@ -245,7 +230,7 @@ describe('sessions with a replica whose clock is off', { timeout: 60_000 }, () =
     it('a replica ahead does not refuse a live token', async () => {
       const { id, token } = await mint();
       // 10 minutes ahead, the token (a minute left in Redis's clock) is long past by this replica's clock.
-      const read = await asReplica(SKEW_MS, () => readWith(id, token));
+      const read = await asReplica(h.service.app, SKEW_MS, () => readWith(id, token));
       assert.equal(read.status, 200, JSON.stringify(read.body));
     });
 
@@ -260,13 +245,13 @@ describe('sessions with a replica whose clock is off', { timeout: 60_000 }, () =
         JSON.stringify({ ...rec, expires_at: Math.floor(await redisNow()) - 1000 }),
       );
       // 10 minutes behind, it has 9 minutes left by this replica's clock.
-      const read = await asReplica(-SKEW_MS, () => readWith(id, token));
+      const read = await asReplica(h.service.app, -SKEW_MS, () => readWith(id, token));
       assert.equal(read.status, 401, JSON.stringify(read.body));
       assert.equal(read.body.error.code, 'token_expired');
     });
 
     it('a replica behind mints a token that expires ttl_s from Redis’s now, and it is accepted', async () => {
-      const { id, token, expiresAt } = await asReplica(-SKEW_MS, mint);
+      const { id, token, expiresAt } = await asReplica(h.service.app, -SKEW_MS, mint);
       const left = Date.parse(expiresAt) - (await redisNow());
       // Minted with the process's reckoning of Redis's clock, right to a few ms.
       assert.ok(left > 50_000 && left <= 61_000, `expires_at ${left} ms from Redis's now`);
@@ -280,7 +265,7 @@ describe('sessions with a replica whose clock is off', { timeout: 60_000 }, () =
       const tokens = new ClientTokens(app.redis, app.store.clock);
       const rec = (await tokens.lookup(token))!;
       const ended: string[] = [];
-      await asReplica(SKEW_MS, async () => {
+      await asReplica(h.service.app, SKEW_MS, async () => {
         // The stream's watch, its timers driven here (the token has a minute left in Redis's clock).
         t.mock.timers.enable({ apis: ['setTimeout', 'setInterval'] });
         try {
