@@ -112,6 +112,22 @@ describe('a step that reuses the call ids of the step its write drops', { timeou
       .filter((b: any) => b.type === 'tool_result')
       .map((b: any) => [b.tool_use_id, b.content]);
 
+  /**
+   * The dropped step's task (round 0) was cancelled, the call was offered anew at round 1, and its result ends the
+   * run.
+   */
+  async function deliveredAnew(id: string, content: string): Promise<void> {
+    const queue = (h.service.app as any).toolTasks.queue;
+    assert.equal((await queue.record('acme', `${id}:toolu_w#0`))?.rec.state, 'cancelled');
+    const tasks = await claim(a, 'stock_check', 5000);
+    const now = (await a.get(`/v1/sessions/${id}`)).body;
+    assert.equal(tasks.length, 1, `one task offered (session ${now.status}): ${JSON.stringify(tasks)}`);
+    assert.equal(tasks[0].tool_use_id, 'toolu_w');
+    assert.equal((await queue.record('acme', `${id}:toolu_w#1`))?.rec.state, 'leased', 'its next round');
+    assert.equal((await a.post(`/v1/tool-tasks/${tasks[0].id}/result`, { content })).status, 200);
+    assert.equal((await a.waitStatus(id, ['idle', 'failed'])).status, 'idle');
+  }
+
   it('PUT …/messages back to the same reply, then continue before the drop: the call is queued anew', async () => {
     h.fake.enqueue(toolCalls([toolUse('stock_check', { item: 'hats' }, 'toolu_w')]), text('Hats: 7.'));
     // The first run fails after queueing its task (its park's `runs.end` throws once): the session is failed with
@@ -153,14 +169,7 @@ describe('a step that reuses the call ids of the step its write drops', { timeou
     } finally {
       hold.release();
     }
-    assert.equal((await queue.record('acme', first))?.rec.state, 'cancelled');
-    const tasks = await claim(a, 'stock_check', 5000);
-    const now = (await a.get(`/v1/sessions/${id}`)).body;
-    assert.equal(tasks.length, 1, `one task offered (session ${now.status}): ${JSON.stringify(tasks)}`);
-    assert.equal(tasks[0].tool_use_id, 'toolu_w');
-    assert.equal((await queue.record('acme', `${id}:toolu_w#1`))?.rec.state, 'leased', 'its next round');
-    assert.equal((await a.post(`/v1/tool-tasks/${tasks[0].id}/result`, { content: 'hats: 7' })).status, 200);
-    assert.equal((await a.waitStatus(id, ['idle', 'failed'])).status, 'idle');
+    await deliveredAnew(id, 'hats: 7');
     assert.deepEqual(lastResults(), [['toolu_w', 'hats: 7']]);
   });
 
@@ -193,14 +202,7 @@ describe('a step that reuses the call ids of the step its write drops', { timeou
     } finally {
       hold.release();
     }
-    assert.equal((await queue.record('acme', first))?.rec.state, 'cancelled');
-    const tasks = await claim(a, 'stock_check', 5000);
-    const now = (await a.get(`/v1/sessions/${id}`)).body;
-    assert.equal(tasks.length, 1, `one task offered (session ${now.status}): ${JSON.stringify(tasks)}`);
-    assert.equal(tasks[0].tool_use_id, 'toolu_w');
-    assert.equal((await queue.record('acme', `${id}:toolu_w#1`))?.rec.state, 'leased', 'its next round');
-    assert.equal((await a.post(`/v1/tool-tasks/${tasks[0].id}/result`, { content: 'boots: 2' })).status, 200);
-    assert.equal((await a.waitStatus(id, ['idle', 'failed'])).status, 'idle');
+    await deliveredAnew(id, 'boots: 2');
     assert.deepEqual(lastResults(), [['toolu_w', 'boots: 2']]);
   });
 
@@ -215,7 +217,6 @@ describe('a step that reuses the call ids of the step its write drops', { timeou
     let id = '';
     // The deadline's write fails the session (its step kept for `resume`); its drop of the step's task is held.
     const hold = holdDrop(() => `${id}:toolu_w#0`);
-    const queue = (h.service.app as any).toolTasks.queue;
     try {
       const created = await a.post('/v1/sessions', {
         input: 'Scarf?',
@@ -242,17 +243,7 @@ describe('a step that reuses the call ids of the step its write drops', { timeou
     } finally {
       hold.release();
     }
-    assert.equal((await queue.record('acme', `${id}:toolu_w#0`))?.rec.state, 'cancelled');
-    const tasks = await claim(a, 'stock_check', 5000);
-    const now = (await a.get(`/v1/sessions/${id}`)).body;
-    assert.equal(tasks.length, 1, `one task offered (session ${now.status}): ${JSON.stringify(tasks)}`);
-    assert.equal(tasks[0].tool_use_id, 'toolu_w');
-    assert.equal((await queue.record('acme', `${id}:toolu_w#1`))?.rec.state, 'leased', 'its next round');
-    assert.equal(
-      (await a.post(`/v1/tool-tasks/${tasks[0].id}/result`, { content: 'scarves: 4' })).status,
-      200,
-    );
-    assert.equal((await a.waitStatus(id, ['idle', 'failed'])).status, 'idle');
+    await deliveredAnew(id, 'scarves: 4');
     assert.deepEqual(lastResults(), [
       ['toolu_client', 'red'],
       ['toolu_w', 'scarves: 4'],
