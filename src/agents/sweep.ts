@@ -143,6 +143,9 @@ export class AgentSweep {
    */
   private async spawn(parent: SessionState): Promise<'later' | 'parked' | 'none'> {
     const { redis, store } = this.opts;
+    // A reply under review (`pause_after_turn`): its calls wait for `continue`, which runs them (approvals first),
+    // so none has a child yet. `continue` sends the parent's step to the engine; its run's end brings it back here.
+    if (parent.pending?.turn) return 'none';
     const agents = new Map(parent.tools.filter(isAgentTool).map((t) => [t.name, t]));
     // A call that waits for its approval (or was denied, its denial not yet written as its result) has no child.
     const calls = (parent.pending?.calls ?? []).filter(
@@ -282,7 +285,9 @@ export class AgentSweep {
     const ref = child.parent!;
     await this.opts.store.addChildUsage(ref.session_id, child);
     const parent = await this.opts.store.load(ref.session_id);
-    if (!parent || parent.status !== 'requires_action') return;
+    // A parent whose reply is under review takes no result: its answer with `continue` would end the review. The
+    // review's `continue` brings the parent back to `spawn`, which answers the call from the ended child.
+    if (!parent || parent.status !== 'requires_action' || parent.pending?.turn) return;
     await this.answer(parent, ref.tool_use_id, await this.resultOf(child));
   }
 

@@ -44,6 +44,15 @@ export function decide(
     if (s.status !== 'requires_action' || !s.pending?.calls.some((c) => c.approval !== 'auto')) {
       throw conflict('nothing_awaits_approval', 'No tool call of this session waits for a decision.');
     }
+    // A reply under review (`pause_after_turn`): its calls wait for the review's `continue` first, which brings them
+    // to their decisions (`approve_tool_calls`). Decided now, one would run (a server call, a sub-agent's child)
+    // before its turn was reviewed.
+    if (s.pending.turn) {
+      throw conflict(
+        'nothing_awaits_approval',
+        'The reply is under review (review_turn): its tool calls wait for POST …/continue before any decision.',
+      );
+    }
     const step = structuredClone(s.pending);
     const call = step.calls.find((c) => c.id === toolUseId);
     if (!call) {

@@ -3,7 +3,9 @@
  * tool), as a server tool's does: a child session spends the tree's budget. Before, agent calls were client calls to
  * the engine, which never wait for approval: the sweep created the child at once whatever the policy. The call
  * waits at `approve_tool_calls` with no child; approve creates the child (with the edited prompt, when edited); deny
- * answers the call with the denial and creates none.
+ * answers the call with the denial and creates none. Under `pause_after_turn` the parent's reply is reviewed first:
+ * no child and no decision while it is (a child's result would otherwise `continue` the review, an approval run
+ * the call before it).
  */
 import { after, before, describe, it } from 'node:test';
 import assert from 'node:assert/strict';
@@ -29,9 +31,9 @@ describe("a sub-agent's call under its parent's approval policy", { timeout: 60_
   });
   after(() => h.close());
 
-  /** A writer under `approval`, at its first stop: the session and the researcher call's id. */
-  async function writer(approval: unknown) {
-    const created = await a.post('/v1/sessions', { ...writerWithResearcher, approval });
+  /** A writer under `approval` (and `extra`), at its first stop: the session and the researcher call's id. */
+  async function writer(approval: unknown, extra: Record<string, unknown> = {}) {
+    const created = await a.post('/v1/sessions', { ...writerWithResearcher, approval, ...extra });
     assert.equal(created.status, 201, JSON.stringify(created.body));
     const s = await a.waitFor(created.body.id, (x) => x.status === 'requires_action', 20_000);
     const call = s.required_action.tool_calls[0];
@@ -95,6 +97,64 @@ describe("a sub-agent's call under its parent's approval policy", { timeout: 60_
     assert.match(JSON.stringify(last.content), /\(error: true\): Tool call denied: not now/);
     assert.deepEqual(await children(s.id), []);
     assert.equal((await a.get(`/v1/sessions/${childId}`)).status, 404);
+  });
+
+  it("pause_after_turn: a reviewed reply's agent call has no child until continue, nor does its child's end continue", async () => {
+    const { s, callId, childId } = await writer('default', { pause_after_turn: true });
+    assert.equal(s.required_action.type, 'review_turn');
+    // The sweep's look creates no child while the reply is under review.
+    await look(sweep, s.id);
+    assert.deepEqual(await children(s.id), []);
+    assert.equal((await a.get(`/v1/sessions/${childId}`)).status, 404);
+
+    const c = await a.post(`/v1/sessions/${s.id}/continue`);
+    assert.equal(c.status, 202, JSON.stringify(c.body));
+    const waits = await a.waitFor(
+      s.id,
+      (x) => x.status === 'requires_action' && x.required_action.type === 'submit_tool_results',
+      20_000,
+    );
+    assert.equal(waits.required_action.tool_calls[0].id, callId);
+    await look(sweep, s.id);
+    await a.waitFor(childId, (x) => x.status === 'idle', 20_000);
+    // The child's result answers the call; the parent's next reply is reviewed in turn.
+    await look(sweep, childId);
+    const next = await a.waitFor(s.id, (x) => x.status === 'requires_action' && x.iteration === 2, 20_000);
+    assert.equal(next.required_action.type, 'review_turn');
+    assert.match(
+      JSON.stringify(next.required_action.message.content),
+      /\(error: false\): Findings: Rayleigh/,
+    );
+  });
+
+  it('pause_after_turn with approval "always": no decision while the reply is under review; after continue, one', async () => {
+    const { s, callId, childId } = await writer('always', { pause_after_turn: true });
+    assert.equal(s.required_action.type, 'review_turn');
+    const early = await a.post(`/v1/sessions/${s.id}/tool-calls/${callId}`, { decision: 'approve' });
+    assert.equal(early.status, 409, JSON.stringify(early.body));
+    assert.equal(early.body.error.code, 'nothing_awaits_approval');
+    await look(sweep, s.id);
+    assert.deepEqual(await children(s.id), []);
+    const still = (await a.get(`/v1/sessions/${s.id}`)).body;
+    assert.equal(still.required_action.type, 'review_turn');
+
+    assert.equal((await a.post(`/v1/sessions/${s.id}/continue`)).status, 202);
+    await a.waitFor(
+      s.id,
+      (x) => x.status === 'requires_action' && x.required_action.type === 'approve_tool_calls',
+      20_000,
+    );
+    await look(sweep, s.id);
+    assert.deepEqual(await children(s.id), [], 'no child before the decision');
+    const approved = await a.post(`/v1/sessions/${s.id}/tool-calls/${callId}`, { decision: 'approve' });
+    assert.equal(approved.status, 202, JSON.stringify(approved.body));
+    await a.waitFor(
+      s.id,
+      (x) => x.status === 'requires_action' && x.required_action.type === 'submit_tool_results',
+      20_000,
+    );
+    await look(sweep, s.id);
+    await a.waitFor(childId, (x) => x.status === 'idle', 20_000);
   });
 
   it('"default", "never" and a list naming other tools: the call does not wait for a decision', async () => {

@@ -36,6 +36,43 @@ describe('pause_after_turn', () => {
     return s;
   }
 
+  it('a call that needs approval is decided after the review, not during it', async () => {
+    h.fake.enqueue(toolCall('calculate_sum', { a: 1, b: 2 }, { id: 'toolu_a1' }));
+    const r = await h.api.post('/v1/sessions', {
+      input: 'Add 1 and 2',
+      tools: ['calculate_sum'],
+      approval: 'always',
+      pause_after_turn: true,
+    });
+    assert.equal(r.status, 201, JSON.stringify(r.body));
+    const s = await h.api.waitStatus(r.body.id, ['requires_action', 'idle', 'failed']);
+    assert.equal(s.required_action.type, 'review_turn');
+    // Approved during the review, the call would run before its turn was reviewed.
+    const early = await h.api.post(`/v1/sessions/${s.id}/tool-calls/toolu_a1`, { decision: 'approve' });
+    assert.equal(early.status, 409, JSON.stringify(early.body));
+    assert.equal(early.body.error.code, 'nothing_awaits_approval');
+    const still = (await h.api.get(`/v1/sessions/${s.id}`)).body;
+    assert.equal(still.status, 'requires_action');
+    assert.equal(still.required_action.type, 'review_turn');
+    assert.equal((await events(s.id)).filter((e) => e.type === 'tool_call.decided').length, 0);
+
+    // The review's continue brings the call to its decision.
+    const c = await h.api.post(`/v1/sessions/${s.id}/continue`);
+    assert.equal(c.status, 202, JSON.stringify(c.body));
+    const decide = await h.api.waitFor(
+      s.id,
+      (x) => x.status === 'requires_action' && x.revision > s.revision,
+    );
+    assert.equal(decide.required_action.type, 'approve_tool_calls');
+    assert.equal((await events(s.id)).filter((e) => e.type === 'tool.started').length, 0, 'not run yet');
+    h.fake.enqueue(text('3.'));
+    const ok = await h.api.post(`/v1/sessions/${s.id}/tool-calls/toolu_a1`, { decision: 'approve' });
+    assert.equal(ok.status, 202, JSON.stringify(ok.body));
+    const next = await h.api.waitFor(s.id, (x) => x.status === 'requires_action' && x.iteration === 2);
+    assert.equal(next.required_action.type, 'review_turn');
+    assert.equal((h.fake.requests[1]!.messages.at(-1)!.content as any[])[0].content, '3');
+  });
+
   it('continue goes on as the runner would: the calls run, the next reply is reviewed too', async () => {
     const s = await reviewing();
     h.fake.enqueue(text('3.'));
