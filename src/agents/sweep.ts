@@ -15,6 +15,7 @@ import { SweepLoop } from '../sweep-loop.js';
 import { childSessionId, WaitingTree, type ChildWaiting } from './waiting.js';
 import { FailureLog } from '../log.js';
 import type { StoredMessage } from '../history.js';
+import { userText } from '../message-schemas.js';
 
 /**
  * Sub-agents (spec §7.6). A call to an `agent` tool is a client call to the engine: the parent's run ends at
@@ -216,8 +217,9 @@ export class AgentSweep {
     const { redis, store } = this.opts;
     const childId = childSessionId(parent.id, toolUseId);
     const prompt = (input as { prompt?: unknown } | null)?.prompt;
-    if (typeof prompt !== 'string' || prompt === '')
-      return { content: 'Error: give the sub-agent a `prompt` (a string).', is_error: true };
+    // The child's `input` takes text that is not blank (as create checks it): a blank prompt is the model's to fix.
+    if (!userText.safeParse(prompt).success)
+      return { content: 'Error: give the sub-agent a `prompt` (a string, not blank).', is_error: true };
     const body = createSessionBody.safeParse({ ...agent.session, input: prompt });
     if (!body.success) return { content: `Error: the sub-agent's session is invalid.`, is_error: true };
     const budget = childBudget(parent, body.data.budget, reserved, ways);

@@ -11,11 +11,15 @@ import type { ApplyOps } from '../store/apply-ops.js';
 import { mutate, runOps, statusOps, type MutationResult, type SessionDeps } from './mutate.js';
 import { sessionView } from './view.js';
 import { eventOf } from '../events/schemas.js';
+import { userText } from '../message-schemas.js';
 
 type ResultInput = z.infer<typeof toolResultsBody>['results'][number];
 
-/** What a sub-agent's call needs of its input (src/agents/sweep.ts): a `prompt`. */
-const agentInput = z.looseObject({ prompt: z.string().min(1) });
+/**
+ * What a sub-agent's call needs of its input (src/agents/sweep.ts): a `prompt` the child's `input` takes, text that
+ * is not blank (`userText`, as create checks it).
+ */
+const agentInput = z.looseObject({ prompt: userText });
 
 /** Whether the pending step can go on without a client: no decision and no client result missing. */
 function ready(step: PendingStep): boolean {

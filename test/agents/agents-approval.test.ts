@@ -58,6 +58,14 @@ describe("a sub-agent's call under its parent's approval policy", { timeout: 60_
     });
     assert.equal(bad.status, 400, JSON.stringify(bad.body));
     assert.equal(bad.body.error.code, 'invalid_tool_input');
+    // A prompt of only whitespace is no prompt either: the child's `input` must have some text.
+    const blank = await a.post(`/v1/sessions/${s.id}/tool-calls/${callId}`, {
+      decision: 'approve',
+      input: { prompt: ' \n\t ' },
+    });
+    assert.equal(blank.status, 400, JSON.stringify(blank.body));
+    assert.equal(blank.body.error.code, 'invalid_tool_input');
+    assert.equal(blank.body.error.details[0].path, '/input/prompt');
 
     const approved = await a.post(`/v1/sessions/${s.id}/tool-calls/${callId}`, {
       decision: 'approve',

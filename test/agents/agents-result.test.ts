@@ -24,6 +24,9 @@ function model(req: FakeRequest) {
   const last = req.messages.at(-1);
   const answered = Array.isArray(last?.content) && last.content.some((b) => b.type === 'tool_result');
   const kind = /researcher who (\w+)/.exec(sys)?.[1];
+  // A writer whose prompt to its researcher is blank.
+  if (sys.includes('writer who mumbles'))
+    return answered ? text('Article done.') : toolCall('researcher', { prompt: ' \n ' });
   switch (kind) {
     case undefined:
       return answered ? text('Article done.') : toolCall('researcher', { prompt: 'Weather in Paris?' });
@@ -85,6 +88,23 @@ describe(
         isError: result.is_error === true,
       };
     }
+
+    it('a blank prompt: no child, the call answered is_error asking for a prompt', async () => {
+      const res = await h.api.post('/v1/sessions', {
+        system: 'You are a writer who mumbles.',
+        input: 'go',
+        tools: [agentTool('researcher', { system: 'You are a researcher who finishes.' })],
+      });
+      assert.equal(res.status, 201, JSON.stringify(res.body));
+      const parent = await h.api.waitFor(res.body.id, (s) => s.status === 'idle', 30_000);
+      assert.deepEqual((await h.api.get(`/v1/sessions/${parent.id}/children`)).body.data, []);
+      const history = (await h.api.get(`/v1/sessions/${parent.id}/messages`)).body.data;
+      const result = history[2].content.find((b: { type: string }) => b.type === 'tool_result');
+      assert.deepEqual(
+        [result.content, result.is_error],
+        ['Error: give the sub-agent a `prompt` (a string, not blank).', true],
+      );
+    });
 
     it("end_turn: the last reply's text, not an earlier remark, as a success", async () => {
       const r = await delegate('finishes');
