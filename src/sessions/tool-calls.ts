@@ -138,6 +138,18 @@ function applyResult(step: PendingStep, r: ResultInput): [string, string] {
     setResult(call, result);
     return ['tool_result.replaced', encodeResult(r.tool_use_id, result).event];
   }
+  // A call that waits for its decision (a sub-agent's is a client call) takes none, as a server call does: its
+  // result would stand whatever the decision (a later deny, an edited input). A denied one is answered by its denial.
+  if (!call.result && call.approval === 'required')
+    throw conflict(
+      'tool_result_not_expected',
+      `The call ${r.tool_use_id} waits for a decision (approve_tool_calls); it takes no result now.`,
+    );
+  if (!call.result && call.approval === 'denied')
+    throw conflict(
+      'tool_result_not_expected',
+      `The call ${r.tool_use_id} was denied; its denial is its result.`,
+    );
   if (call.kind === 'client' && !call.result) {
     setResult(call, result);
     return ['tool_result.submitted', encodeResult(r.tool_use_id, result).event];

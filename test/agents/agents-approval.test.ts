@@ -12,7 +12,13 @@ import assert from 'node:assert/strict';
 import type { AgentSweep } from '../../src/agents/sweep.js';
 import { childSessionId } from '../../src/agents/waiting.js';
 import type { TreeEntry } from '../../src/store/tree-due.js';
-import { drivenSweep, harnessWithoutSweep, writerWithResearcher } from '../helpers/agents.js';
+import {
+  drivenSweep,
+  harnessWithoutSweep,
+  writerResearcher,
+  writerWithResearcher,
+} from '../helpers/agents.js';
+import { text, toolCalls, toolUse } from '../fake/script.js';
 import type { Api, Harness } from '../helpers/service.js';
 
 /** One look of a sweep at one member of tenant `a`'s due set (what its loop does for each due member). */
@@ -94,6 +100,11 @@ describe("a sub-agent's call under its parent's approval policy", { timeout: 60_
     const { s, callId, childId } = await writer(['researcher']);
     assert.equal(s.required_action.type, 'approve_tool_calls');
     await look(sweep, s.id);
+    // A client's result for a call that waits for its decision is refused, as for a server call: it would stand
+    // whatever the decision.
+    const early = await a.req('PUT', `/v1/sessions/${s.id}/tool-results/${callId}`, { content: 'mine' });
+    assert.equal(early.status, 409, JSON.stringify(early.body));
+    assert.equal(early.body.error.code, 'tool_result_not_expected');
     const denied = await a.post(`/v1/sessions/${s.id}/tool-calls/${callId}`, {
       decision: 'deny',
       reason: 'not now',
@@ -105,6 +116,47 @@ describe("a sub-agent's call under its parent's approval policy", { timeout: 60_
     assert.match(JSON.stringify(last.content), /\(error: true\): Tool call denied: not now/);
     assert.deepEqual(await children(s.id), []);
     assert.equal((await a.get(`/v1/sessions/${childId}`)).status, 404);
+  });
+
+  it('a denied call, others still undecided, takes no client result either: its denial answers it', async () => {
+    // The writer asks two questions at once.
+    h.fake.setHandler((req) => {
+      const last = req.messages.at(-1);
+      const answered = Array.isArray(last?.content) && last.content.some((b) => b.type === 'tool_result');
+      if (answered) return text('Done.');
+      return toolCalls([toolUse('researcher', { prompt: 'A?' }), toolUse('researcher', { prompt: 'B?' })]);
+    });
+    try {
+      const created = await a.post('/v1/sessions', { ...writerWithResearcher, approval: 'always' });
+      const s = await a.waitFor(created.body.id, (x) => x.status === 'requires_action', 20_000);
+      const [first, second] = s.required_action.tool_calls.map((c: { id: string }) => c.id);
+      const denied = await a.post(`/v1/sessions/${s.id}/tool-calls/${first}`, { decision: 'deny' });
+      assert.equal(denied.status, 200, JSON.stringify(denied.body));
+      for (const id of [first, second]) {
+        const put = await a.req('PUT', `/v1/sessions/${s.id}/tool-results/${id}`, { content: 'mine' });
+        assert.equal(put.status, 409, JSON.stringify(put.body));
+        assert.equal(put.body.error.code, 'tool_result_not_expected');
+      }
+      const batch = await a.post(`/v1/sessions/${s.id}/tool-results`, {
+        results: [{ tool_use_id: first, content: 'mine' }],
+      });
+      assert.equal(batch.status, 409, JSON.stringify(batch.body));
+      assert.equal(
+        (await a.post(`/v1/sessions/${s.id}/tool-calls/${second}`, { decision: 'deny' })).status,
+        202,
+      );
+      await a.waitFor(s.id, (x) => x.status === 'idle', 20_000);
+      const results = (await a.get(`/v1/sessions/${s.id}/messages`)).body.data[2].content;
+      assert.deepEqual(
+        results.map((b: { content: string; is_error: boolean }) => [b.content, b.is_error]),
+        [
+          ['Tool call denied.', true],
+          ['Tool call denied.', true],
+        ],
+      );
+    } finally {
+      h.fake.setHandler(writerResearcher);
+    }
   });
 
   it("pause_after_turn: a reviewed reply's agent call has no child until continue, nor does its child's end continue", async () => {
