@@ -14,7 +14,7 @@ import type { TreeEntry } from '../store/tree-due.js';
 import { SweepLoop } from '../sweep-loop.js';
 import { childSessionId, WaitingTree, type ChildWaiting } from './waiting.js';
 import { FailureLog } from '../log.js';
-import type { StoredMessage } from '../history.js';
+import { pendingToolCalls, type StoredMessage } from '../history.js';
 import { userText } from '../message-schemas.js';
 
 /**
@@ -313,8 +313,9 @@ export class AgentSweep {
   /**
    * The call's result: the child's final text — the text of its last assistant message, never an earlier turn's —
    * as a success only when the model ended its turn (`FINISHED`), or its client gave it a history ending with a
-   * reply. A child stopped for any other reason (`max_iterations`, `max_tokens`, `refusal`, a budget, an unknown
-   * reason, a history given that ends with a user turn) did not finish: `is_error`, saying why, with its last text when it has one (a cut answer the parent's model may
+   * reply without tool calls. A child stopped for any other reason (`max_iterations`, `max_tokens`, `refusal`, a
+   * budget, an unknown reason, a history given that ends with a user turn or a reply whose calls are unanswered) did
+   * not finish: `is_error`, saying why, with its last text when it has one (a cut answer the parent's model may
    * still use).
    */
   private async resultOf(child: SessionState): Promise<Result> {
@@ -341,8 +342,13 @@ export class AgentSweep {
     const limit = this.opts.deps.toolbox.resultMaxBytes;
     const bytes = Buffer.byteLength(text);
     // No stop reason: no run ended the child, its client replaced its history (taking it out of a review); a
-    // history it gave that ends with a reply is the child's answer as its client made it.
-    const given = child.stopReason === null && reply !== undefined && !found.answered;
+    // history it gave that ends with a reply is the child's answer as its client made it — a reply without tool
+    // calls: one whose calls are unanswered is a step the child did not take (`continue` would run them).
+    const given =
+      child.stopReason === null &&
+      reply !== undefined &&
+      !found.answered &&
+      pendingToolCalls([reply]).length === 0;
     if (given || FINISHED.has(child.stopReason ?? '')) {
       if (!text) return { content: '(the sub-agent gave no text)', is_error: false };
       if (bytes > limit)

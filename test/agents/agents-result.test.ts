@@ -13,6 +13,7 @@ import type { FakeRequest } from '../../src/offline/wire.js';
 import { reply, text, toolCall, toolCalls, toolUse } from '../fake/script.js';
 import { agentTool } from '../helpers/agents.js';
 import { startHarness, type Harness } from '../helpers/service.js';
+import { until } from '../durability/chaos-lib.js';
 
 const INTERIM = 'INTERIM: let me check the weather first';
 const weather = () => toolUse('get_weather', { location: 'Paris' });
@@ -103,6 +104,43 @@ describe(
       assert.deepEqual(
         [result.content, result.is_error],
         ['Error: give the sub-agent a `prompt` (a string, not blank).', true],
+      );
+    });
+
+    it('a history its client gave, ending with a reply whose calls are unanswered: is_error, not its answer', async () => {
+      const res = await h.api.post('/v1/sessions', {
+        system: 'You are a writer.',
+        input: 'go',
+        tools: [
+          agentTool('researcher', {
+            system: 'You are a researcher who finishes.',
+            tools: ['get_weather'],
+            pause_after_turn: true,
+          }),
+        ],
+      });
+      assert.equal(res.status, 201, JSON.stringify(res.body));
+      const child = await until(
+        async () => (await h.api.get(`/v1/sessions/${res.body.id}/children`)).body.data[0],
+        20_000,
+        'the child',
+      );
+      // The child's first reply (a remark and a call) is under review; its client gives the history back as it is,
+      // ending with that reply, whose call is not answered: no stop reason, and the child did not finish.
+      await h.api.waitFor(child.id, (s) => s.status === 'requires_action', 20_000);
+      const kept = (await h.api.get(`/v1/sessions/${child.id}/messages`)).body.data;
+      assert.equal(kept.at(-1).content.at(-1).type, 'tool_use');
+      const put = await h.api.req('PUT', `/v1/sessions/${child.id}/messages`, { messages: kept });
+      assert.equal(put.status, 200, JSON.stringify(put.body));
+      const parent = await h.api.waitFor(res.body.id, (s) => s.status === 'idle', 30_000);
+      const history = (await h.api.get(`/v1/sessions/${parent.id}/messages`)).body.data;
+      const result = history[2].content.find((b: { type: string }) => b.type === 'tool_result');
+      assert.deepEqual(
+        [result.content, result.is_error],
+        [
+          `Error: the sub-agent stopped before it finished (stop_reason null). Its last text: ${INTERIM}`,
+          true,
+        ],
       );
     });
 
