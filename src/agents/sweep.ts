@@ -361,9 +361,11 @@ export class AgentSweep {
     const why = `Error: the sub-agent stopped before it finished (stop_reason ${child.stopReason ?? 'null'})`;
     if (!text) return { content: `${why}. It left no text.`, is_error: true };
     const content = `${why}. Its last text: ${text}`;
-    if (Buffer.byteLength(content) > limit)
+    // The bound is on the whole result (the text and what precedes it), and so is the size told.
+    const total = Buffer.byteLength(content);
+    if (total > limit)
       return {
-        content: `${why}. Its last text is ${bytes} bytes; a tool result may have at most ${limit} bytes (TOOL_RESULT_MAX_BYTES).`,
+        content: `${why}. Its last text would make the result ${total} bytes; a tool result may have at most ${limit} bytes (TOOL_RESULT_MAX_BYTES).`,
         is_error: true,
       };
     return { content, is_error: true };

@@ -43,6 +43,9 @@ function model(req: FakeRequest) {
       return text('The weather in Paris is', { stop_reason: 'max_tokens' });
     case 'rambles':
       return text('rain '.repeat(1000), { stop_reason: 'max_tokens' });
+    // Under TOOL_RESULT_MAX_BYTES (4096) alone, past it with the error's words before it.
+    case 'overflows':
+      return text('x'.repeat(4050), { stop_reason: 'max_tokens' });
     case 'surprises':
       return text('Partly', { stop_reason: 'a_reason_of_tomorrow' });
     default:
@@ -183,7 +186,17 @@ describe(
       assert.deepEqual(r, {
         stopReason: 'max_tokens',
         content:
-          'Error: the sub-agent stopped before it finished (stop_reason max_tokens). Its last text is 5000 bytes; a tool result may have at most 4096 bytes (TOOL_RESULT_MAX_BYTES).',
+          'Error: the sub-agent stopped before it finished (stop_reason max_tokens). Its last text would make the result 5089 bytes; a tool result may have at most 4096 bytes (TOOL_RESULT_MAX_BYTES).',
+        isError: true,
+      });
+    });
+
+    it("max_tokens with a text under the limit that the error takes past it: the size told is the result's", async () => {
+      const r = await delegate('overflows');
+      assert.deepEqual(r, {
+        stopReason: 'max_tokens',
+        content:
+          'Error: the sub-agent stopped before it finished (stop_reason max_tokens). Its last text would make the result 4139 bytes; a tool result may have at most 4096 bytes (TOOL_RESULT_MAX_BYTES).',
         isError: true,
       });
     });
