@@ -50,8 +50,9 @@ export function useTree(s) {
 /** Under an agent call's card: its child, and what the sessions below the call wait for. */
 export function ChildPanel({ call, tree, act, busy }) {
   const child = tree.byCall.get(call.id);
-  // A call answered without a child (a client answered it first, or a quota refused the child): nothing to show.
-  if (!child && (call.state === 'done' || call.state === 'denied')) return null;
+  // A call answered without a child (a client answered it first, or a quota refused the child), or one that waits for
+  // its approval (no child until it is approved): nothing to show.
+  if (!child && ['done', 'denied', 'awaiting_approval'].includes(call.state)) return null;
   const waiting = waitingFor(child, tree.below.get(call.id) ?? []);
   const title = childTitle(child, call.input);
   const decide = async (sessionId, toolUseId, decision) => {

@@ -74,12 +74,15 @@ function waitsOnlyForChildren(r) {
 
 /**
  * Whether the children are worth reading again soon: one of them is running or waits, or the session has an agent
- * call open (waiting for its result) whose child is not listed yet or has not ended.
+ * call open (waiting for its result: `submit_tool_results`) whose child is not listed yet or has not ended. A call
+ * that waits for its approval (`approve_tool_calls`) or a reply under review (`review_turn`) has no child until a
+ * person acts, and that act moves the session on (its `revision`): nothing to read meanwhile.
  */
 export function treeActive(s, children, agents) {
   if ((children ?? []).some((c) => c.status === 'running' || c.status === 'requires_action')) return true;
   const byCall = childrenByCall(children);
-  const open = s?.status === 'requires_action' ? (s.required_action?.tool_calls ?? []) : [];
+  const r = s?.status === 'requires_action' ? s.required_action : null;
+  const open = r?.type === 'submit_tool_results' ? (r.tool_calls ?? []) : [];
   return open.some((c) => agents.has(c.name) && !['idle', 'failed'].includes(byCall.get(c.id)?.status));
 }
 

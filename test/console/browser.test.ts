@@ -689,7 +689,8 @@ describe(
           problems.push(`${m.type()}: ${m.text()} ${m.location().url}`);
       });
       try {
-        // The writer calls its researcher; the researcher's get_weather waits for approval; then each answers.
+        // The writer calls its researcher, a call the writer's approval holds; once approved, the researcher's
+        // get_weather waits for approval; then each answers.
         // (One fake upstream, its replies in order: the parent waits while its child works.)
         h.fake.enqueue(
           toolCall('researcher', { prompt: 'What is the weather in Paris?' }),
@@ -700,6 +701,7 @@ describe(
         const created = await h.api.post('/v1/sessions', {
           system: 'You are a writer.',
           input: 'Write a line on the weather in Paris.',
+          approval: ['researcher'],
           tools: [
             {
               type: 'agent',
@@ -715,6 +717,13 @@ describe(
         await page.fill('#api-key', KEY);
         await page.click('button:has-text("Use key")');
         await page.goto(`${h.service.url}/console#/sessions/${parent}`);
+
+        // The researcher call waits for its approval: no child yet, and none shown as starting.
+        const held = '.tool-card[data-tool="researcher"][data-state="awaiting_approval"]';
+        await page.waitForSelector(held, WAIT);
+        assert.equal(await page.$$eval(`${held} .child`, (els) => els.length), 0);
+        assert.deepEqual((await h.api.get(`/v1/sessions/${parent}/children`)).body.data, []);
+        await page.click(`${held} .tool-actions button.approve`);
 
         // Under the researcher call: its child, waiting for the approval of its own call, which this page gives.
         const nested = '.tool-card[data-tool="researcher"] .child';

@@ -519,5 +519,17 @@ describe('console sub-agent tree', async () => {
       treeActive(open, [done, { ...done, id: 'ses_b', parent: { tool_use_id: 'call_b' } }], agents),
       false,
     );
+    // A call that waits for its approval, or a reply under review, has no child until a person acts: not read again.
+    for (const type of ['approve_tool_calls', 'review_turn']) {
+      const held = session({
+        status: 'requires_action',
+        required_action: {
+          type,
+          tool_calls: [{ id: 'call_b', name: 'researcher', input: {} }],
+          tool_results: [],
+        },
+      });
+      assert.equal(treeActive(held, [done], agents), false, type);
+    }
   });
 });
