@@ -13,8 +13,8 @@ import type { SessionStore } from '../store/store.js';
 import type { TreeEntry } from '../store/tree-due.js';
 import { SweepLoop } from '../sweep-loop.js';
 import { childSessionId, WaitingTree, type ChildWaiting } from './waiting.js';
+import { childResult, type ChildResult } from './child-result.js';
 import { FailureLog } from '../log.js';
-import { pendingToolCalls, type StoredMessage } from '../history.js';
 import { userText } from '../message-schemas.js';
 
 /**
@@ -52,26 +52,6 @@ export interface AgentSweepOptions {
   sweepMs: number;
   /** TENANT_MAX_SESSIONS (0: none): children count like created sessions. */
   maxSessions: number;
-}
-
-type Result = { content: string; is_error: boolean };
-
-/**
- * The stop reasons of a child that finished: the model ended its turn (spec §2.3; `pause_turn` never ends a run).
- * Any other (`max_tokens`, `refusal`, `max_iterations`, a budget, one the service does not know) answers the call
- * `is_error`.
- */
-const FINISHED = new Set(['end_turn', 'stop_sequence']);
-
-/** The last assistant message of `messages`, whether a user message follows it, and how many were read. */
-function lastReply(messages: StoredMessage[]): { reply?: StoredMessage; answered: boolean; read: number } {
-  let answered = false;
-  for (let i = messages.length - 1; i >= 0; i--) {
-    const m = messages[i]!;
-    if (m.role === 'assistant') return { reply: m, answered, read: messages.length };
-    if (m.role === 'user') answered = true;
-  }
-  return { answered, read: messages.length };
 }
 
 export class AgentSweep {
@@ -213,7 +193,7 @@ export class AgentSweep {
     input: unknown,
     reserved: Spent,
     ways: number,
-  ): Promise<Result | 'later' | null> {
+  ): Promise<ChildResult | 'later' | null> {
     const { redis, store } = this.opts;
     const childId = childSessionId(parent.id, toolUseId);
     const prompt = (input as { prompt?: unknown } | null)?.prompt;
@@ -290,10 +270,11 @@ export class AgentSweep {
     // A parent whose reply is under review takes no result: its answer with `continue` would end the review. The
     // review's `continue` brings the parent back to `spawn`, which answers the call from the ended child.
     if (!parent || parent.status !== 'requires_action' || parent.pending?.turn) return;
-    await this.answer(parent, ref.tool_use_id, await this.resultOf(child));
+    const result = await childResult(this.opts.store, child, this.opts.deps.toolbox.resultMaxBytes);
+    await this.answer(parent, ref.tool_use_id, result);
   }
 
-  private async answer(parent: SessionState, toolUseId: string, result: Result): Promise<void> {
+  private async answer(parent: SessionState, toolUseId: string, result: ChildResult): Promise<void> {
     try {
       await submitResults(
         this.opts.deps,
@@ -308,67 +289,6 @@ export class AgentSweep {
       if (err instanceof Conflict || err instanceof NotFound) return;
       throw err;
     }
-  }
-
-  /**
-   * The call's result: the child's final text — the text of its last assistant message, never an earlier turn's —
-   * as a success only when the model ended its turn (`FINISHED`), or its client gave it a history ending with a
-   * reply without tool calls. A child stopped for any other reason (`max_iterations`, `max_tokens`, `refusal`, a
-   * budget, an unknown reason, a history given that ends with a user turn or a reply whose calls are unanswered) did
-   * not finish: `is_error`, saying why, with its last text when it has one (a cut answer the parent's model may
-   * still use).
-   */
-  private async resultOf(child: SessionState): Promise<Result> {
-    if (child.status === 'failed')
-      return {
-        content: `Error: the sub-agent failed: ${child.error?.message ?? 'unknown error'}`,
-        is_error: true,
-      };
-    if (child.stopReason === 'cancelled')
-      return { content: 'Error: the sub-agent was cancelled.', is_error: true };
-    // Roles alternate in what a run writes: the last assistant message is one of the last two (a stop after a tool
-    // step leaves its results, and any follow-ups merged into them, after it). Else (a history a client gave may hold
-    // consecutive user messages, a tool change is a `system` message) the whole is read.
-    const { store } = this.opts;
-    let found = lastReply(await store.history(child.id, -2, -1));
-    if (!found.reply && found.read === 2) found = lastReply(await store.history(child.id));
-    const { reply } = found;
-    const text = !reply
-      ? ''
-      : typeof reply.content === 'string'
-        ? reply.content
-        : reply.content.flatMap((b) => (b.type === 'text' ? [b.text] : [])).join('\n');
-    // Bounded as every tool's result is (src/engine/tool-step.ts), before it can enter the parent's history.
-    const limit = this.opts.deps.toolbox.resultMaxBytes;
-    const bytes = Buffer.byteLength(text);
-    // No stop reason: no run ended the child, its client replaced its history (taking it out of a review); a
-    // history it gave that ends with a reply is the child's answer as its client made it — a reply without tool
-    // calls: one whose calls are unanswered is a step the child did not take (`continue` would run them).
-    const given =
-      child.stopReason === null &&
-      reply !== undefined &&
-      !found.answered &&
-      pendingToolCalls([reply]).length === 0;
-    if (given || FINISHED.has(child.stopReason ?? '')) {
-      if (!text) return { content: '(the sub-agent gave no text)', is_error: false };
-      if (bytes > limit)
-        return {
-          content: `Error: the sub-agent's answer is ${bytes} bytes; a tool result may have at most ${limit} bytes (TOOL_RESULT_MAX_BYTES).`,
-          is_error: true,
-        };
-      return { content: text, is_error: false };
-    }
-    const why = `Error: the sub-agent stopped before it finished (stop_reason ${child.stopReason ?? 'null'})`;
-    if (!text) return { content: `${why}. It left no text.`, is_error: true };
-    const content = `${why}. Its last text: ${text}`;
-    // The bound is on the whole result (the text and what precedes it), and so is the size told.
-    const total = Buffer.byteLength(content);
-    if (total > limit)
-      return {
-        content: `${why}. Its last text would make the result ${total} bytes; a tool result may have at most ${limit} bytes (TOOL_RESULT_MAX_BYTES).`,
-        is_error: true,
-      };
-    return { content, is_error: true };
   }
 
   /** A parent that stopped (cancelled, failed, idle): its children still working are cancelled. */

@@ -58,6 +58,7 @@ const emptyUsage = () => ({
   cache_creation_input_tokens: 0,
   cache_read_input_tokens: 0,
 });
+const emptyChildUsage = (): SessionState['childUsage'] => ({ ...emptyUsage(), micros: 0, unpriced: 0 });
 
 /** `action_timeout_s` as given, or 400 below ACTION_TIMEOUT_MIN_S (10 s outside tests). */
 export function checkActionTimeout(deps: SessionDeps, t: number | null): number | null {
@@ -238,15 +239,6 @@ function checkGivenHistory(messages: StoredMessage[], start: boolean): void {
   }
 }
 
-const emptyChildUsage = (): SessionState['childUsage'] => ({
-  input_tokens: 0,
-  output_tokens: 0,
-  cache_creation_input_tokens: 0,
-  cache_read_input_tokens: 0,
-  micros: 0,
-  unpriced: 0,
-});
-
 /** The state of a session just created from `body`, holding `msgCount` messages. */
 function newSessionState(
   deps: SessionDeps,
@@ -262,8 +254,7 @@ function newSessionState(
   },
 ): SessionState {
   const { id, tenant, body, toolsBase, tenantTools } = c;
-  // Redis's clock (the store's reckoning of it), the clock of `updated_at` once written (apply-7.lua's TIME): the
-  // create's answer and its `session.created` show the `expires_at` and `updated_at` a read shows after it.
+  // Redis's clock as reckoned, that of `updated_at` once written (apply-7.lua): the answer shows what reads show.
   const now = deps.store.clock.now();
   return {
     id,
@@ -359,8 +350,7 @@ export async function insertSession(
   // Indexed first: if the session write then fails, `list` drops the dangling index entry; the other order could
   // leave a session that exists but is never listed.
   await deps.store.index.add(state.tenant, state.id, state.createdAt, state.metadata);
-  // Registered before the write (src/store/due.ts): the retention sweep finds it then, or later if it changed. Due
-  // `ttl_s` from Redis's now (the clock of `updated_at` and of the sweep), not this replica's.
+  // Registered before the write (src/store/due.ts), due `ttl_s` from Redis's now (the clock of the sweep).
   if (state.ttlS) await deps.store.expiryDue.addIn(state.id, state.ttlS * 1000);
   const res = await deps.store
     .apply(
