@@ -55,6 +55,8 @@ export class Engine {
   private readonly waiting = new Set<string>();
   /** Runs whose claim is in flight here (lease requested, run not started): they count against the limit. */
   private readonly claiming = new Set<string>();
+  /** Runs kicked while their claim was in flight here: claimed again should that claim not take the run. */
+  private readonly reclaim = new Set<string>();
   private stopping = false;
   private sweepTimer: NodeJS.Timeout | null = null;
   private readonly sweepIntervalMs: number;
@@ -143,8 +145,13 @@ export class Engine {
       this.rekick.add(id);
       return;
     }
-    // A claim of it in flight here reads the session once it holds the lease: a second claim would be refused.
-    if (this.claiming.has(id)) return;
+    // A claim of it in flight here reads the session once it holds the lease, so a second claim now would only be
+    // refused; but that claim may fail (the lease still held by an owner finishing elsewhere, whose late `end` may
+    // then clear the run's due entry): claim once more after it, unless it took the run.
+    if (this.claiming.has(id)) {
+      this.reclaim.add(id);
+      return;
+    }
     if (this.active.size + this.claiming.size >= this.maxActiveRuns || this.waiting.size > 0) {
       // At the limit (or others wait already, first come first served): wait for a slot. Should this process
       // die meanwhile, the run is still due in `runs:due`.
@@ -162,6 +169,7 @@ export class Engine {
       .catch((err) => this.deps.logger.error({ err, session: id }, 'claim failed'))
       .finally(() => {
         this.claiming.delete(id);
+        if (this.reclaim.delete(id) && !this.active.has(id)) this.kick(id);
         this.admitWaiting();
       });
   }

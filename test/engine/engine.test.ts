@@ -95,4 +95,36 @@ describe('sessions engine', () => {
       release();
     }
   });
+
+  it('a kick while a claim that fails is in flight claims again after it, though no due entry is left', async () => {
+    const { app } = h.service;
+    const { runs } = app.store;
+    const claim = runs.claim.bind(runs);
+    let target = '';
+    runs.claim = async (id, owner, ttl) => {
+      if (id !== target) return claim(id, owner, ttl);
+      target = '';
+      // Another owner still holds the lease (finishing elsewhere): this claim is refused.
+      const other = (await claim(id, 'owner-finishing-elsewhere', 60_000))!;
+      const mine = await claim(id, owner, ttl);
+      assert.equal(mine, null);
+      // Meanwhile a kick here (a message, a result), then the other owner's release and its late end, which
+      // clears the run's due entry: nothing but this process's own kick is left to claim the run.
+      app.engine.kick(id);
+      await runs.release(id, 'owner-finishing-elsewhere', other.fence);
+      await app.redis.zrem('runs:due', id);
+      return mine;
+    };
+    try {
+      h.fake.enqueue(text('Done.'));
+      const made = await h.api.post('/v1/sessions', { input: 'x', start: false });
+      target = made.body.id;
+      const id = target;
+      assert.equal((await h.api.post(`/v1/sessions/${id}/messages`, { text: 'Go.' })).status, 202);
+      const done = await h.api.waitStatus(id, ['idle', 'failed'], 8_000);
+      assert.equal(done.status, 'idle', JSON.stringify(done.error));
+    } finally {
+      runs.claim = claim;
+    }
+  });
 });
