@@ -63,7 +63,8 @@ const routes: FastifyPluginAsyncZod = async (app) => {
         params: toolUseParams,
         body: toolResultBody,
         headers: ifMatchHeader,
-        // 409: nothing awaits results, the id is not one the step expects, or it was answered already.
+        // 409: nothing awaits results, the id is not one the step expects, it was answered already, or its reply is
+        // under review (review_turn: results after continue).
         response: scopedMutation(409),
       },
     },

@@ -133,6 +133,13 @@ function applyResult(step: PendingStep, r: ResultInput): [string, string] {
     throw conflict('unknown_tool_use_id', `No pending tool call has the id ${r.tool_use_id}.`, {
       tool_use_id: r.tool_use_id,
     });
+  // A reply under review (`pause_after_turn`): its calls wait for the review's `continue`, as a decision does. A
+  // result now would start the run (nothing else missing) with the turn still under review.
+  if (step.turn)
+    throw conflict(
+      'tool_result_not_expected',
+      `The reply is under review (review_turn): its tool call ${r.tool_use_id} takes a result after POST …/continue.`,
+    );
   const result: ToolResult = { content: r.content, is_error: r.is_error ?? false };
   if (step.review && call.result) {
     setResult(call, result);

@@ -187,6 +187,49 @@ describe("a sub-agent's call under its parent's approval policy", { timeout: 60_
     );
   });
 
+  it("pause_after_turn: a reviewed reply's agent call takes no client result until continue", async () => {
+    const { s, callId, childId } = await writer('default', { pause_after_turn: true });
+    assert.equal(s.required_action.type, 'review_turn');
+    // With nothing else missing, a result taken now would start the run with the reply still under review.
+    const early = await a.req('PUT', `/v1/sessions/${s.id}/tool-results/${callId}`, {
+      content: 'Findings: mine.',
+    });
+    assert.equal(early.status, 409, JSON.stringify(early.body));
+    assert.equal(early.body.error.code, 'tool_result_not_expected');
+    assert.match(early.body.error.message, /under review.*continue/);
+    const many = await a.post(`/v1/sessions/${s.id}/tool-results`, {
+      results: [{ tool_use_id: callId, content: 'Findings: mine.' }],
+      continue: true,
+    });
+    assert.equal(many.status, 409, JSON.stringify(many.body));
+    assert.equal(many.body.error.code, 'tool_result_not_expected');
+    const still = (await a.get(`/v1/sessions/${s.id}`)).body;
+    assert.equal(still.status, 'requires_action');
+    assert.equal(still.required_action.type, 'review_turn');
+    assert.equal(still.revision, s.revision, 'nothing written');
+    await look(sweep, s.id);
+    assert.deepEqual(await children(s.id), []);
+    assert.equal((await a.get(`/v1/sessions/${childId}`)).status, 404);
+
+    // After the review's continue the call takes its result, and the run goes on to the next reply's review.
+    assert.equal((await a.post(`/v1/sessions/${s.id}/continue`)).status, 202);
+    const waits = await a.waitFor(
+      s.id,
+      (x) => x.status === 'requires_action' && x.required_action.type === 'submit_tool_results',
+      20_000,
+    );
+    const ok = await a.req('PUT', `/v1/sessions/${s.id}/tool-results/${callId}`, {
+      content: 'Findings: mine.',
+    });
+    assert.equal(ok.status, 202, JSON.stringify(ok.body));
+    const next = await a.waitFor(
+      s.id,
+      (x) => x.status === 'requires_action' && x.revision > waits.revision && x.iteration === 2,
+      20_000,
+    );
+    assert.equal(next.required_action.type, 'review_turn');
+  });
+
   it('pause_after_turn with approval "always": no decision while the reply is under review; after continue, one', async () => {
     const { s, callId, childId } = await writer('always', { pause_after_turn: true });
     assert.equal(s.required_action.type, 'review_turn');

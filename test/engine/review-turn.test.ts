@@ -73,6 +73,46 @@ describe('pause_after_turn', () => {
     assert.equal((h.fake.requests[1]!.messages.at(-1)!.content as any[])[0].content, '3');
   });
 
+  it("a client tool's call takes no result during the review, only after continue", async () => {
+    const lookup = {
+      name: 'lookup',
+      description: 'Look something up.',
+      input_schema: { type: 'object' as const, properties: { q: { type: 'string' } } },
+    };
+    h.fake.enqueue(toolCall('lookup', { q: 'x' }, { id: 'toolu_c1' }));
+    const r = await h.api.post('/v1/sessions', {
+      input: 'Look x up',
+      tools: [lookup],
+      pause_after_turn: true,
+    });
+    assert.equal(r.status, 201, JSON.stringify(r.body));
+    const s = await h.api.waitStatus(r.body.id, ['requires_action', 'idle', 'failed']);
+    assert.equal(s.required_action.type, 'review_turn');
+    // Nothing else missing: a result taken now would start the run with the reply still under review.
+    const early = await h.api.req('PUT', `/v1/sessions/${s.id}/tool-results/toolu_c1`, { content: 'found' });
+    assert.equal(early.status, 409, JSON.stringify(early.body));
+    assert.equal(early.body.error.code, 'tool_result_not_expected');
+    assert.match(early.body.error.message, /under review.*continue/);
+    const still = (await h.api.get(`/v1/sessions/${s.id}`)).body;
+    assert.equal(still.status, 'requires_action');
+    assert.equal(still.required_action.type, 'review_turn');
+    assert.equal(still.revision, s.revision, 'nothing written');
+    assert.equal((await events(s.id)).filter((e) => e.type === 'tool_result.submitted').length, 0);
+    assert.equal(h.fake.requests.length, 1);
+
+    const c = await h.api.post(`/v1/sessions/${s.id}/continue`);
+    assert.equal(c.status, 202, JSON.stringify(c.body));
+    const waits = await h.api.waitFor(s.id, (x) => x.status === 'requires_action' && x.revision > s.revision);
+    assert.equal(waits.required_action.type, 'submit_tool_results');
+    h.fake.enqueue(text('Found.'));
+    const ok = await h.api.req('PUT', `/v1/sessions/${s.id}/tool-results/toolu_c1`, { content: 'found' });
+    assert.equal(ok.status, 202, JSON.stringify(ok.body));
+    const next = await h.api.waitFor(s.id, (x) => x.status === 'requires_action' && x.iteration === 2);
+    assert.equal(next.required_action.type, 'review_turn');
+    assert.equal(next.required_action.message.content[0].text, 'Found.');
+    assert.equal((h.fake.requests[1]!.messages.at(-1)!.content as any[])[0].content, 'found');
+  });
+
   it('continue goes on as the runner would: the calls run, the next reply is reviewed too', async () => {
     const s = await reviewing();
     h.fake.enqueue(text('3.'));
