@@ -11,12 +11,13 @@ import { checkActionTimeout, checkToolChoice } from './create.js';
 import { clearResult } from '../store/pending.js';
 import { metadataPairs } from '../store/metadata-index.js';
 import { isOutOfMemory } from '../store/unavailable.js';
-import { encodeFields, recordCount, type SessionState } from '../store/session-state.js';
+import { deadlineFields, encodeFields, recordCount, type SessionState } from '../store/session-state.js';
 import {
   checkIfMatch,
   mergeParams,
   mutate,
   runOps,
+  statusOps,
   type MutationResult,
   type SessionDeps,
 } from './mutate.js';
@@ -275,6 +276,18 @@ export function resumeRun(
   return mutate(deps, tenant, id, ifMatch, async (s) => {
     if (s.status !== 'failed')
       throw conflict('session_not_failed', `The session is ${s.status}; only a failed session resumes.`);
+    if (s.pending?.turn) {
+      // A reply under review when the session failed (its deadline with `on_action_timeout: "fail"`): its calls were
+      // never reviewed, so the step is the review, and it is brought back (`review_turn`, a new deadline from the
+      // policy now) rather than run. No run starts: `continue`, `PUT …/messages`, `retry` or a message go on from it.
+      const deadline = deadlineFields(s.actionTimeoutS, deps.store.clock.now());
+      const due = Number(deadline['act_due']) || null;
+      const st = statusOps(
+        { ...s, action: { ...s.action, due } },
+        { status: 'requires_action', error: null, stopReason: null, control: '' },
+      );
+      return { ops: { ...st, hset: { ...st.hset, ...deadline } }, starts: false };
+    }
     let pending = s.pending;
     if (pending) {
       // The failed step runs again: failed server results are dropped so those calls run anew.

@@ -222,6 +222,42 @@ describe('action deadlines (action_timeout_s)', () => {
       assert.match(JSON.stringify(results[0].content), /Error: no result within 2 s/);
     }
   });
+
+  it('a reply under review that failed its deadline: resume brings the review back, its calls do not run', async () => {
+    fake.enqueue(toolCall('get_weather', { location: 'Oslo' }, { id: 'toolu_rf' }));
+    const r = await a.api.post('/v1/sessions', {
+      input: 'Weather?',
+      tools: ['get_weather'],
+      pause_after_turn: true,
+      action_timeout_s: 1,
+      on_action_timeout: 'fail',
+    });
+    assert.equal(r.status, 201, JSON.stringify(r.body));
+    const failed = await a.api.waitStatus(r.body.id, ['failed', 'idle'], 15_000);
+    assert.equal(failed.status, 'failed');
+    assert.equal(failed.error.code, 'action_timed_out');
+    // The next review's deadline is the policy now (a PATCH applies from the next action on).
+    const p = await a.api.req('PATCH', `/v1/sessions/${r.body.id}`, { action_timeout_s: 600 });
+    assert.equal(p.status, 200, JSON.stringify(p.body));
+    const resumed = await a.api.post(`/v1/sessions/${r.body.id}/resume`);
+    assert.equal(resumed.status, 200, JSON.stringify(resumed.body));
+    assert.equal(resumed.body.status, 'requires_action');
+    assert.equal(resumed.body.error, null);
+    assert.equal(resumed.body.required_action.type, 'review_turn');
+    assert.equal(resumed.body.required_action.tool_calls[0].id, 'toolu_rf');
+    assert.ok(Date.parse(resumed.body.required_action.expires_at) > Date.now() + 500_000);
+    assert.equal(count(await events(a.api, r.body.id), 'tool.started'), 0, 'not run');
+    assert.equal(fake.requests.length, 1);
+
+    // The review goes on as before the failure: continue runs the call, the next reply is reviewed.
+    fake.enqueue(text('Sunny.'));
+    const c = await a.api.post(`/v1/sessions/${r.body.id}/continue`);
+    assert.equal(c.status, 202, JSON.stringify(c.body));
+    const next = await a.api.waitFor(r.body.id, (x) => x.status !== 'running' && x.iteration === 2);
+    assert.equal(next.status, 'requires_action', JSON.stringify(next.error));
+    assert.equal(next.required_action.type, 'review_turn');
+    assert.equal(count(await events(a.api, r.body.id), 'tool.started'), 1);
+  });
 });
 
 describe('action deadlines before a sweep fired them', () => {
