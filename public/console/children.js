@@ -51,8 +51,8 @@ export function useTree(s) {
 export function ChildPanel({ call, tree, act, busy }) {
   const child = tree.byCall.get(call.id);
   // A call answered without a child (a client answered it first, or a quota refused the child), or one that waits for
-  // its approval (no child until it is approved): nothing to show.
-  if (!child && ['done', 'denied', 'awaiting_approval'].includes(call.state)) return null;
+  // its approval (no child until it is approved) or the review of its reply (none until `continue`): nothing to show.
+  if (!child && ['done', 'denied', 'awaiting_approval', 'awaiting_review'].includes(call.state)) return null;
   const waiting = waitingFor(child, tree.below.get(call.id) ?? []);
   const title = childTitle(child, call.input);
   const decide = async (sessionId, toolUseId, decision) => {

@@ -361,6 +361,7 @@ const CALL_STATES = {
   denied: 'denied',
   running: 'running',
   awaiting_approval: 'awaiting approval',
+  awaiting_review: 'awaiting review',
   awaiting_result: 'awaiting result',
   under_review: 'under review',
   pending: 'pending',

@@ -276,7 +276,8 @@ export function resultText(content) {
 /**
  * The conversation as a person reads it: `{kind: 'user'|'assistant', …}` items. Tool results are not items of their
  * own: each `tool_use` block carries `call` = {id, name, input, result, state}, where state is `done`, `denied`,
- * `running`, `awaiting_approval`, `awaiting_result`, `under_review` or `pending`.
+ * `running`, `awaiting_approval`, `awaiting_review` (a reply under review: `review_turn`), `awaiting_result`,
+ * `under_review` (a result under review) or `pending`.
  */
 export function conversation(model) {
   const s = model.session;
@@ -301,7 +302,14 @@ export function conversation(model) {
     let result = inHistory ?? null;
     if (inHistory) state = 'done';
     else if (waiting.has(id))
-      state = required.type === 'approve_tool_calls' ? 'awaiting_approval' : 'awaiting_result';
+      // A reply under review (`review_turn`): its calls wait for the review's `continue`; they take no decision or
+      // result (409) and a sub-agent's has no child until then.
+      state =
+        required.type === 'approve_tool_calls'
+          ? 'awaiting_approval'
+          : required.type === 'review_turn'
+            ? 'awaiting_review'
+            : 'awaiting_result';
     else if (pendingResult) {
       result = { content: pendingResult.content, is_error: pendingResult.is_error === true };
       state = required.type === 'review_tool_results' ? 'under_review' : 'done';

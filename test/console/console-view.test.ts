@@ -152,6 +152,39 @@ describe('console view model', () => {
     assert.equal(m.session.status, 'idle');
   });
 
+  it("a reply's calls under review (review_turn) are awaiting_review, not awaiting_result", () => {
+    const m = new SessionModel('ses_test');
+    const reply = {
+      role: 'assistant',
+      content: [{ type: 'tool_use', id: 'r', name: 'researcher', input: { prompt: 'Why?' } }],
+      stop_reason: 'tool_use',
+    };
+    const review = {
+      type: 'review_turn',
+      message: reply,
+      tool_calls: [{ id: 'r', name: 'researcher', input: { prompt: 'Why?' } }],
+      tool_results: [],
+    };
+    m.setSnapshot(
+      session({ revision: 3, iteration: 1, status: 'requires_action', required_action: review }),
+      [user, reply],
+    );
+    const state = () => conversation(m).at(-1).blocks[0].call.state;
+    // awaiting_result drew a result form (now 409) and "Sub-agent session starting…" under the card.
+    assert.equal(state(), 'awaiting_review');
+    m.apply(
+      ev(
+        'session.status',
+        {
+          status: 'requires_action',
+          required_action: { ...review, type: 'submit_tool_results', message: undefined },
+        },
+        4,
+      ),
+    );
+    assert.equal(state(), 'awaiting_result');
+  });
+
   it('a call approved with an edited input shows that input before the history read holds it', () => {
     const m = new SessionModel('ses_test');
     const reply = {
