@@ -47,17 +47,7 @@ describe('action deadlines with a replica whose clock is off', { timeout: 60_000
   }
 
   it('a replica ahead does not time an approval out before its expires_at', async () => {
-    h.fake.enqueue(toolCall('get_weather', { location: 'Oslo' }, { id: 'toolu_clock' }));
-    const created = await h.api.post('/v1/sessions', {
-      input: 'Weather in Oslo?',
-      tools: ['get_weather'],
-      approval: 'always',
-      action_timeout_s: 120,
-    });
-    assert.equal(created.status, 201, JSON.stringify(created.body));
-    const id = created.body.id as string;
-    const waiting = await h.api.waitStatus(id, 'requires_action');
-    const expiresAt = waiting.required_action.expires_at as string;
+    const { id, expiresAt } = await approval('toolu_clock');
     // A pass of a second replica's deadline sweep, 10 minutes ahead (past the deadline and its warning by its clock).
     const app = h.service.app;
     await asReplica(h.service.app, SKEW_MS, () =>

@@ -28,6 +28,23 @@ async function waitForEvent(api: Api, id: string, type: string, timeoutMs = 15_0
 
 const count = (evs: Array<{ type: string }>, type: string) => evs.filter((e) => e.type === type).length;
 
+/**
+ * Creates a session whose first reply calls get_weather as `call` and is held for review (pause_after_turn) with a
+ * 1 s deadline that fails the session; returns its id.
+ */
+async function reviewFailingIn1s(api: Api, fake: FakeAnthropic, call: string): Promise<string> {
+  fake.enqueue(toolCall('get_weather', { location: 'Oslo' }, { id: call }));
+  const r = await api.post('/v1/sessions', {
+    input: 'Weather?',
+    tools: ['get_weather'],
+    pause_after_turn: true,
+    action_timeout_s: 1,
+    on_action_timeout: 'fail',
+  });
+  assert.equal(r.status, 201, JSON.stringify(r.body));
+  return r.body.id as string;
+}
+
 describe('action deadlines (action_timeout_s)', () => {
   let redis: TestRedis;
   let fake: FakeAnthropic;
@@ -224,39 +241,31 @@ describe('action deadlines (action_timeout_s)', () => {
   });
 
   it('a reply under review that failed its deadline: resume brings the review back, its calls do not run', async () => {
-    fake.enqueue(toolCall('get_weather', { location: 'Oslo' }, { id: 'toolu_rf' }));
-    const r = await a.api.post('/v1/sessions', {
-      input: 'Weather?',
-      tools: ['get_weather'],
-      pause_after_turn: true,
-      action_timeout_s: 1,
-      on_action_timeout: 'fail',
-    });
-    assert.equal(r.status, 201, JSON.stringify(r.body));
-    const failed = await a.api.waitStatus(r.body.id, ['failed', 'idle'], 15_000);
+    const id = await reviewFailingIn1s(a.api, fake, 'toolu_rf');
+    const failed = await a.api.waitStatus(id, ['failed', 'idle'], 15_000);
     assert.equal(failed.status, 'failed');
     assert.equal(failed.error.code, 'action_timed_out');
     // The next review's deadline is the policy now (a PATCH applies from the next action on).
-    const p = await a.api.req('PATCH', `/v1/sessions/${r.body.id}`, { action_timeout_s: 600 });
+    const p = await a.api.req('PATCH', `/v1/sessions/${id}`, { action_timeout_s: 600 });
     assert.equal(p.status, 200, JSON.stringify(p.body));
-    const resumed = await a.api.post(`/v1/sessions/${r.body.id}/resume`);
+    const resumed = await a.api.post(`/v1/sessions/${id}/resume`);
     assert.equal(resumed.status, 200, JSON.stringify(resumed.body));
     assert.equal(resumed.body.status, 'requires_action');
     assert.equal(resumed.body.error, null);
     assert.equal(resumed.body.required_action.type, 'review_turn');
     assert.equal(resumed.body.required_action.tool_calls[0].id, 'toolu_rf');
     assert.ok(Date.parse(resumed.body.required_action.expires_at) > Date.now() + 500_000);
-    assert.equal(count(await events(a.api, r.body.id), 'tool.started'), 0, 'not run');
+    assert.equal(count(await events(a.api, id), 'tool.started'), 0, 'not run');
     assert.equal(fake.requests.length, 1);
 
     // The review goes on as before the failure: continue runs the call, the next reply is reviewed.
     fake.enqueue(text('Sunny.'));
-    const c = await a.api.post(`/v1/sessions/${r.body.id}/continue`);
+    const c = await a.api.post(`/v1/sessions/${id}/continue`);
     assert.equal(c.status, 202, JSON.stringify(c.body));
-    const next = await a.api.waitFor(r.body.id, (x) => x.status !== 'running' && x.iteration === 2);
+    const next = await a.api.waitFor(id, (x) => x.status !== 'running' && x.iteration === 2);
     assert.equal(next.status, 'requires_action', JSON.stringify(next.error));
     assert.equal(next.required_action.type, 'review_turn');
-    assert.equal(count(await events(a.api, r.body.id), 'tool.started'), 1);
+    assert.equal(count(await events(a.api, id), 'tool.started'), 1);
   });
 });
 
@@ -277,32 +286,24 @@ describe('action deadlines before a sweep fired them', () => {
   });
 
   it('a message or a PUT of the history answering a reviewed turn after its deadline: 409 action_timed_out, as continue', async () => {
-    fake.enqueue(toolCall('get_weather', { location: 'Oslo' }, { id: 'toolu_rv' }));
-    const r = await a.api.post('/v1/sessions', {
-      input: 'Weather?',
-      tools: ['get_weather'],
-      pause_after_turn: true,
-      action_timeout_s: 1,
-      on_action_timeout: 'fail',
-    });
-    assert.equal(r.status, 201, JSON.stringify(r.body));
-    const waiting = await a.api.waitStatus(r.body.id, 'requires_action');
+    const id = await reviewFailingIn1s(a.api, fake, 'toolu_rv');
+    const waiting = await a.api.waitStatus(id, 'requires_action');
     assert.equal(waiting.required_action.type, 'review_turn');
     // The condition is the clock passing expires_at (no event marks it: the sweep that would is off).
     const due = Date.parse(waiting.required_action.expires_at);
     await new Promise((res) => setTimeout(res, Math.max(0, due - Date.now()) + 20));
-    const late = await a.api.post(`/v1/sessions/${r.body.id}/messages`, { text: 'Skip it.' });
+    const late = await a.api.post(`/v1/sessions/${id}/messages`, { text: 'Skip it.' });
     assert.equal(late.status, 409, JSON.stringify(late.body));
     assert.equal(late.body.error.code, 'action_timed_out');
-    const put = await a.api.req('PUT', `/v1/sessions/${r.body.id}/messages`, {
+    const put = await a.api.req('PUT', `/v1/sessions/${id}/messages`, {
       messages: [{ role: 'user', content: 'Weather?' }],
     });
     assert.equal(put.status, 409, JSON.stringify(put.body));
     assert.equal(put.body.error.code, 'action_timed_out');
-    const cont = await a.api.post(`/v1/sessions/${r.body.id}/continue`, {});
+    const cont = await a.api.post(`/v1/sessions/${id}/continue`, {});
     assert.equal(cont.status, 409, JSON.stringify(cont.body));
     assert.equal(cont.body.error.code, 'action_timed_out');
-    const s = (await a.api.get(`/v1/sessions/${r.body.id}`)).body;
+    const s = (await a.api.get(`/v1/sessions/${id}`)).body;
     assert.equal(s.status, 'requires_action');
     assert.equal(fake.requests.length, 1);
   });
