@@ -10,6 +10,11 @@ import { encodeFields, type AppliedEntry, type SessionState, type Status } from 
 import { AlreadyApplied, setsRunning, type ApplyOps, type Guard } from '../store/apply-ops.js';
 import { isOutOfMemory } from '../store/unavailable.js';
 
+/**
+ * A session whose write lets its sub-agents' sweep start a child (`Plan.spawns`) is due for that sweep this long after
+ * the write at the latest, as a run is for the runs' sweep (src/store/runs.ts START_DUE_DELAY_MS).
+ */
+const SPAWN_DUE_DELAY_MS = 2000;
 /** How often a read-compute-write mutation is tried again when the session changed between its read and write. */
 const CAS_ATTEMPTS = 8;
 /**
@@ -64,6 +69,13 @@ export interface Plan {
   queued?: boolean;
   /** Done after the write (a control message to the run). */
   after?: () => Promise<void>;
+  /**
+   * The write lets the agents' sweep start a sub-agent's child with no run of the session's to end and wake its
+   * tree member (src/store/runs.ts `end`): an agent call approved while its step's other calls still wait for their
+   * decisions. The member is made due within SPAWN_DUE_DELAY_MS before the write (any replica's sweep looks then,
+   * should this process die before the wake-up) and woken after it.
+   */
+  spawns?: boolean;
   /** Recorded with the request's Idempotency-Key token (AppliedEntry): what a retry of it answers with. */
   applied?: Pick<AppliedEntry, 'after' | 'message'>;
   /**
@@ -126,6 +138,9 @@ export async function mutate(
         ? { applied: { t: token, q: Boolean(p.starts || p.queued), keep: APPLIED_KEEP, ...p.applied } }
         : {}),
     };
+    // Before the write, as a run's due entry is (store.apply): due without the write is a look that finds nothing,
+    // the write without its due entry a child that waits for the tree's next look (an hour).
+    if (p.spawns) await store.runs.trees.soon(id, tenant, SPAWN_DUE_DELAY_MS);
     try {
       await store.apply(id, guard, p.ops, tenant, {
         costCap: p.costCap ?? true,
@@ -151,7 +166,9 @@ export async function mutate(
     if (p.after) await p.after();
     // A sub-agent that waited for its client was answered (or moved on): its ancestors' `children.waiting` changed,
     // and the agents' sweep tells them now, not at the child's next run end (a refused ZADD, a full Redis: then).
-    if (s.parent && s.status === 'requires_action')
+    // A child to start (`spawns`): the sweep starts it now, not SPAWN_DUE_DELAY_MS later. After the write: a look
+    // between the wake-up and the write would find nothing to do and move the member on.
+    if (p.spawns || (s.parent && s.status === 'requires_action'))
       await store.runs.trees.wake(id, tenant).catch((err: unknown) => {
         if (!isOutOfMemory(err)) throw err;
       });

@@ -69,6 +69,7 @@ export function decide(
     if (call.approval !== 'required')
       throw conflict('tool_call_already_decided', `The call ${toolUseId} was already ${call.approval}.`);
     const ops: ApplyOps = {};
+    const isAgent = s.tools.some((t) => isAgentTool(t) && t.name === call.name);
     if (body.decision === 'deny') {
       call.approval = 'denied';
       if (body.reason) call.reason = body.reason;
@@ -78,7 +79,7 @@ export function decide(
         const tool = deps.serverTools.get(call.name);
         try {
           // A sub-agent's call: its edited input is the child's prompt.
-          if (s.tools.some((t) => isAgentTool(t) && t.name === call.name)) agentInput.parse(body.input);
+          if (isAgent) agentInput.parse(body.input);
           else tool?.tool.parse?.(body.input);
         } catch (err) {
           const issues = zodIssues(err);
@@ -109,6 +110,10 @@ export function decide(
       by,
     });
     const goes = !step.calls.some((c) => c.approval === 'required');
+    // A sub-agent's call approved while other calls of its step wait for their decisions: its child may start now
+    // (the sweep starts the children of approved calls whatever the rest of the step), and no run ends to wake the
+    // sweep until the last decision. When the run starts, its end wakes it.
+    const spawns = !goes && call.approval === 'approved' && call.kind === 'client' && isAgent;
     const st = goes
       ? runOps(s, { pending: step })
       : statusOps(s, { status: 'requires_action', pending: step });
@@ -119,6 +124,7 @@ export function decide(
         events: [decided, ...(st.events ?? [])],
       },
       starts: goes,
+      spawns,
       // An answer to the step the run waits on, no new run: it lands over the tenant's daily cap too, and the run
       // stops after the step's tool results, before its next model request (`tenant_budget_exhausted`).
       costCap: false,

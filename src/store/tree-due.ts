@@ -103,6 +103,17 @@ export class TreeDue {
   }
 
   /**
+   * A member looked at within `inMs` of Redis's now, unless it is due sooner (nothing then: a wake-up is never put
+   * off). Written before a write that gives the sweep something to do with no run of the member's to end and wake
+   * it (src/sessions/mutate.ts `Plan.spawns`), whose own `wake` follows it: should the process die between the two,
+   * any replica's sweep looks after `inMs`. Not at once: a look before the write lands would find nothing to do and
+   * move the member on (an hour away), and a process that dies then leaves no wake-up at all.
+   */
+  async soon(id: string, tenant: string, inMs: number): Promise<void> {
+    await this.redis.sessTreeDue(treeDueKey(tenant), TENANTS_KEY, TENANT_OF_KEY, id, inMs, tenant, 'LT');
+  }
+
+  /**
    * The tenant of a member whose session is gone (so whose meta no longer tells it), as the tree's own writes keep
    * it; null for a session that is no member (or one of the old set, or written by the version before and not
    * written since: see `wakeOld`).

@@ -11,7 +11,7 @@ import { after, before, describe, it } from 'node:test';
 import assert from 'node:assert/strict';
 import type { AgentSweep } from '../../src/agents/sweep.js';
 import { childSessionId } from '../../src/agents/waiting.js';
-import type { TreeEntry } from '../../src/store/tree-due.js';
+import { treeDueKey, type TreeEntry } from '../../src/store/tree-due.js';
 import {
   drivenSweep,
   harnessWithoutSweep,
@@ -29,11 +29,12 @@ describe("a sub-agent's call under its parent's approval policy", { timeout: 60_
   let h: Harness;
   let a: Api;
   let sweep: AgentSweep;
+  let pass: () => Promise<void>;
 
   before(async () => {
     h = await harnessWithoutSweep();
     a = h.api.as('key-a');
-    sweep = drivenSweep(h.service.app).sweep;
+    ({ sweep, pass } = drivenSweep(h.service.app));
   });
   after(() => h.close());
 
@@ -48,6 +49,36 @@ describe("a sub-agent's call under its parent's approval policy", { timeout: 60_
   }
 
   const children = async (id: string) => (await a.get(`/v1/sessions/${id}/children`)).body.data;
+  const exists = async (id: string) => (await a.get(`/v1/sessions/${id}`)).status === 200;
+
+  /**
+   * A writer under `approval: "always"` whose first reply makes the calls `calls` (with these ids), stopped at
+   * `approve_tool_calls` and moved on by the sweep's passes (its look at the stop found no child to start: the
+   * next one is the tree's hourly safety net), so only a wake-up brings the sweep back to it.
+   */
+  async function parkedWriter(calls: Array<[name: string, input: unknown, id: string]>) {
+    h.fake.setHandler((req) => {
+      const last = req.body.messages.at(-1);
+      const answered = Array.isArray(last?.content) && last.content.some((b) => b.type === 'tool_result');
+      if (JSON.stringify(req.body.system ?? '').includes('researcher')) return text(`Findings.`);
+      return answered ? text('Done.') : toolCalls(calls.map(([n, input, id]) => toolUse(n, input, id)));
+    });
+    const created = await a.post('/v1/sessions', {
+      ...writerWithResearcher,
+      tools: [...writerWithResearcher.tools, 'get_weather'],
+      approval: 'always',
+    });
+    assert.equal(created.status, 201, JSON.stringify(created.body));
+    const s = await a.waitFor(created.body.id, (x) => x.status === 'requires_action', 20_000);
+    assert.equal(s.required_action.type, 'approve_tool_calls');
+    // The run's end wakes the member (after its commit, which the status above shows): passes until the look at
+    // the stop has moved it on.
+    for (;;) {
+      await pass();
+      const score = Number(await h.service.app.redis.zscore(treeDueKey('a'), s.id));
+      if (score > Date.now() + 600_000) return s;
+    }
+  }
 
   it('approval "always": the call waits with no child; approved with an edited prompt, the child runs it', async () => {
     const { s, callId, childId } = await writer('always');
@@ -258,6 +289,101 @@ describe("a sub-agent's call under its parent's approval policy", { timeout: 60_
     );
     await look(sweep, s.id);
     await a.waitFor(childId, (x) => x.status === 'idle', 20_000);
+  });
+
+  it('an agent call approved while another call of its step waits for its decision: its child starts at once', async () => {
+    try {
+      const s = await parkedWriter([
+        ['researcher', { prompt: 'A?' }, 'toolu_r1'],
+        ['get_weather', { location: 'Paris' }, 'toolu_w'],
+      ]);
+      const childId = childSessionId(s.id, 'toolu_r1');
+      const approved = await a.post(`/v1/sessions/${s.id}/tool-calls/toolu_r1`, { decision: 'approve' });
+      assert.equal(approved.status, 200, JSON.stringify(approved.body));
+      // No run starts (get_weather waits) and none ends: the approval itself woke the sweep, whose next pass starts
+      // the child. Before, only the last decision's run (or the tree's hourly look) did.
+      await pass();
+      assert.ok(await exists(childId), 'the child started at the next pass');
+      await a.waitFor(childId, (x) => x.status === 'idle', 20_000);
+      await pass();
+      // Its result answered the call; the step still waits for get_weather's decision, then goes on.
+      const waits = (await a.get(`/v1/sessions/${s.id}`)).body;
+      assert.equal(waits.required_action.type, 'approve_tool_calls');
+      assert.deepEqual(
+        waits.required_action.tool_calls.map((c: { id: string }) => c.id),
+        ['toolu_w'],
+      );
+      assert.equal(
+        (await a.post(`/v1/sessions/${s.id}/tool-calls/toolu_w`, { decision: 'approve' })).status,
+        202,
+      );
+      await a.waitFor(s.id, (x) => x.status === 'idle', 20_000);
+      const results = (await a.get(`/v1/sessions/${s.id}/messages`)).body.data[2].content;
+      assert.equal(results[0].content, 'Findings.');
+    } finally {
+      h.fake.setHandler(writerResearcher);
+    }
+  });
+
+  it('two agent calls approved one by one: each child starts at its approval', async () => {
+    try {
+      const s = await parkedWriter([
+        ['researcher', { prompt: 'A?' }, 'toolu_r1'],
+        ['researcher', { prompt: 'B?' }, 'toolu_r2'],
+      ]);
+      const [first, second] = [childSessionId(s.id, 'toolu_r1'), childSessionId(s.id, 'toolu_r2')];
+      assert.equal(
+        (await a.post(`/v1/sessions/${s.id}/tool-calls/toolu_r1`, { decision: 'approve' })).status,
+        200,
+      );
+      await pass();
+      assert.ok(await exists(first), 'the first child started at the next pass');
+      assert.equal(await exists(second), false, 'not the second, which waits for its decision');
+      assert.equal(
+        (await a.post(`/v1/sessions/${s.id}/tool-calls/toolu_r2`, { decision: 'approve' })).status,
+        202,
+      );
+      // The last decision's run ends at `submit_tool_results`, and its end wakes the sweep.
+      await a.waitFor(
+        s.id,
+        (x) => x.status === 'requires_action' && x.required_action.type === 'submit_tool_results',
+        20_000,
+      );
+      while (!(await exists(second))) await pass();
+      await a.waitFor(first, (x) => x.status === 'idle', 20_000);
+      await a.waitFor(second, (x) => x.status === 'idle', 20_000);
+      await pass();
+      await a.waitFor(s.id, (x) => x.status === 'idle', 20_000);
+    } finally {
+      h.fake.setHandler(writerResearcher);
+    }
+  });
+
+  it("an approval whose process dies before its wake-up: another replica's sweep starts the child within seconds", async () => {
+    try {
+      const s = await parkedWriter([
+        ['researcher', { prompt: 'A?' }, 'toolu_r1'],
+        ['get_weather', { location: 'Paris' }, 'toolu_w'],
+      ]);
+      const childId = childSessionId(s.id, 'toolu_r1');
+      // The process "dies" right after the approval's write: the wake-up after it is never sent.
+      const trees = h.service.app.store.runs.trees;
+      const wake = trees.wake.bind(trees);
+      trees.wake = async () => {};
+      try {
+        const approved = await a.post(`/v1/sessions/${s.id}/tool-calls/toolu_r1`, { decision: 'approve' });
+        assert.equal(approved.status, 200, JSON.stringify(approved.body));
+      } finally {
+        trees.wake = wake;
+      }
+      // The due entry written before the approval brings the member back within seconds (not the hourly look).
+      const score = Number(await h.service.app.redis.zscore(treeDueKey('a'), s.id));
+      assert.ok(score < Date.now() + 10_000, `due in ${score - Date.now()} ms`);
+      while (!(await exists(childId))) await pass();
+      await a.waitFor(childId, (x) => x.status === 'idle', 20_000);
+    } finally {
+      h.fake.setHandler(writerResearcher);
+    }
   });
 
   it('"default", "never" and a list naming other tools: the call does not wait for a decision', async () => {

@@ -121,6 +121,25 @@ describe("the sub-agent trees' due sets (TreeDue)", { timeout: 60_000 }, () => {
     assert.equal(await trees.tenantOf('looked'), null);
   });
 
+  it('`soon` brings a member sooner, never puts off a wake-up, and makes no member', async () => {
+    await trees.watch('parked', 't0');
+    await trees.watch('woken', 't0');
+    await trees.wake('woken', 't0');
+    const woken = await redis.zscore(treeDueKey('t0'), 'woken');
+    await trees.soon('parked', 't0', 2000);
+    await trees.soon('woken', 't0', 2000);
+    await trees.soon('stranger', 't0', 2000);
+    const parked = Number(await redis.zscore(treeDueKey('t0'), 'parked'));
+    assert.ok(
+      parked > Date.now() + 1000 && parked < Date.now() + 3000,
+      `parked due in ${parked - Date.now()} ms`,
+    );
+    assert.equal(await redis.zscore(treeDueKey('t0'), 'woken'), woken, 'a wake-up is not put off');
+    assert.equal(await redis.zscore(treeDueKey('t0'), 'stranger'), null);
+    // The tenants' index follows the tenant's earliest entry (the wake-up's).
+    assert.equal(await redis.zscore('{agents}:tenants', 't0'), woken);
+  });
+
   it('while the old set holds members, a wake-up reaches one there a look has not moved yet', async () => {
     // A member a replica of the last version watched (due a minute from now), not yet moved to its tenant's set.
     const later = Date.now() + 60_000;

@@ -95,7 +95,7 @@ declare module 'ioredis' {
     sessDueSettle(key: string, member: string, score: string, next: string): Result<number, Context>;
     /**
      * tree-due-3.lua: due `inMs` from Redis's now; 1 when the member's score was written (XX: it was a member; NX: it
-     * was not).
+     * was not; LT: it was a member due later).
      */
     sessTreeDue(
       due: string,
@@ -104,7 +104,7 @@ declare module 'ioredis' {
       member: string,
       inMs: number,
       tenant: string,
-      mode: '' | 'XX' | 'NX',
+      mode: '' | 'XX' | 'NX' | 'LT',
     ): Result<number, Context>;
     /**
      * tree-due-settle-3.lua: moved to `inMs` from Redis's now ('': dropped); 1 when the member still had the score
