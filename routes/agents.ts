@@ -1,11 +1,16 @@
 import type { FastifyPluginAsyncZod } from 'fastify-type-provider-zod';
 import { sessionList, routeErrors, type RouteCodes } from '../src/openapi/responses.js';
-import { sessionIdParam } from '../src/schemas.js';
+import { withText } from '../src/openapi/serializer.js';
+import { listQuery, sessionIdParam } from '../src/schemas.js';
 import { viewFor } from './mutations.js';
+import { LIST_PAGE_MAX_BYTES } from './sessions.js';
 import type { SessionState } from '../src/store/session-state.js';
 
 /** The 404 of this file's routes names one thing (src/openapi/responses.ts `routeErrors`). */
 const NOT_FOUND = { 404: ['session_not_found'] } as const satisfies RouteCodes;
+
+/** `limit` and `cursor` as `GET /v1/sessions` takes them (same bounds, default, and refusals). */
+const childrenQuery = listQuery.pick({ limit: true, cursor: true });
 
 /** Spec §7.6: the children of a session (its sub-agents' sessions). */
 const routes: FastifyPluginAsyncZod = async (app) => {
@@ -18,17 +23,36 @@ const routes: FastifyPluginAsyncZod = async (app) => {
       schema: {
         operationId: 'listChildren',
         summary: "The sessions the session's sub-agent calls created, oldest first",
+        description:
+          'Paged as `GET /v1/sessions` is (`limit`, `cursor`; `next_cursor`, `has_more`). A page may hold fewer ' +
+          'than `limit` children (none even) while `has_more` is true: a deleted child is skipped, not replaced.',
         tags: ['sessions'],
         params: sessionIdParam,
+        querystring: childrenQuery,
         response: { 200: sessionList, ...routeErrors(NOT_FOUND, 400, 401, 403, 404, 500, 503) },
       },
     },
     async (req) => {
       const s = await app.store.loadFor(req.tenant, req.params.id);
-      const ids = await app.agents.children(s.id);
-      const states = await Promise.all(ids.map((id) => app.store.load(id)));
-      const data = states.filter((c): c is SessionState => c !== null && c.tenant === req.tenant);
-      return { data: data.map((s) => viewFor(req, s)), next_cursor: null, has_more: false };
+      // Each child's view and its JSON text, made once: the text measures the page and is the page.
+      const views = new Map<SessionState, { view: ReturnType<typeof viewFor>; text: string }>();
+      const viewOf = (c: SessionState) => {
+        let v = views.get(c);
+        if (!v) {
+          const view = viewFor(req, c);
+          v = { view, text: JSON.stringify(view) };
+          views.set(c, v);
+        }
+        return v;
+      };
+      const page = await app.agents.children(req.tenant, s.id, req.query, {
+        maxBytes: LIST_PAGE_MAX_BYTES,
+        sizeOf: (c) => viewOf(c).text.length,
+      });
+      const items = page.items.map(viewOf);
+      const body = { data: items.map((i) => i.view), next_cursor: page.next, has_more: page.next !== null };
+      const text = `{"data":[${items.map((i) => i.text).join(',')}],"next_cursor":${JSON.stringify(body.next_cursor)},"has_more":${body.has_more}}`;
+      return withText(body, text);
     },
   );
 };

@@ -54,8 +54,11 @@ const readIteration = routeErrors(
   503,
 );
 
-/** A page of GET /v1/sessions stops before the session that would take it over this many bytes (never empty). */
-const LIST_PAGE_MAX_BYTES = 1_048_576;
+/**
+ * A page of GET /v1/sessions (and of a session's children, agents.ts) stops before the session that would take it
+ * over this many bytes (never empty).
+ */
+export const LIST_PAGE_MAX_BYTES = 1_048_576;
 
 const iterationParams = sessionIdParam.extend({ n: intParam(1) });
 const messagesQuery = z.strictObject({ include: z.enum(['compacted']).optional() });

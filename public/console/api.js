@@ -11,6 +11,9 @@ import { ApiError, SessionsClient } from './vendor/client.js';
  */
 const GET_TIMEOUT_MS = 10_000;
 
+/** A session's children read at most this many pages of 100 (the tree polls them while a child works). */
+const CHILDREN_MAX_PAGES = 10;
+
 /** What a call threw, as the views show it: the service's error as is; anything else as `network_error`. */
 function shown(err) {
   if (err instanceof ApiError) return err;
@@ -59,7 +62,19 @@ export function createApi(getKey) {
     getSession: (id) => call((x) => x.getSession(id)),
     messages: (id) => call((x) => x.listMessages(id)),
     iterations: (id) => call((x) => x.listIterations(id)),
-    children: (id) => call((x) => x.listChildren(id)),
+    // Every page of the children (each call's child is shown under its call), up to CHILDREN_MAX_PAGES of them.
+    children: (id) =>
+      call(async (x) => {
+        const data = [];
+        let cursor;
+        for (let n = 0; n < CHILDREN_MAX_PAGES; n++) {
+          const page = await x.listChildren(id, { limit: 100, ...(cursor ? { cursor } : {}) });
+          data.push(...page.data);
+          if (!page.has_more) break;
+          cursor = page.next_cursor;
+        }
+        return { data };
+      }),
     events: (id, after, limit = 1000) =>
       call((x) => x.listEvents(id, { limit, ...(after ? { after } : {}) })),
     create: (body) => call((x) => x.createSession(body)),

@@ -14,6 +14,7 @@ import type { TreeEntry } from '../store/tree-due.js';
 import { SweepLoop } from '../sweep-loop.js';
 import { childSessionId, WaitingTree, type ChildWaiting } from './waiting.js';
 import { childResult, type ChildResult } from './child-result.js';
+import { childrenPage } from './children-page.js';
 import { FailureLog } from '../log.js';
 import { userText } from '../message-schemas.js';
 
@@ -320,8 +321,13 @@ export class AgentSweep {
     return this.tree.waiting(s);
   }
 
-  /** The children of a session, oldest first. */
-  children(parentId: string): Promise<string[]> {
-    return this.opts.redis.zrange(childrenKey(parentId), 0, -1);
+  /** A page of the session's children, oldest first (children-page.ts; the session is the tenant's). */
+  children(
+    tenant: string,
+    parentId: string,
+    opts: { limit: number; cursor?: string | undefined },
+    bound: { maxBytes: number; sizeOf: (s: SessionState) => number },
+  ): Promise<{ items: SessionState[]; next: string | null }> {
+    return childrenPage(this.opts.redis, this.opts.store, childrenKey(parentId), tenant, opts, bound);
   }
 }

@@ -45,7 +45,7 @@ function textOf(h: Record<string, Buffer>): Record<string, string> {
  * round of 100 — each read is a whole meta hash decoded on the event loop (~5 ms of CPU for a 400 kB one). A page
  * of small sessions costs one round trip more than reading them all at once.
  */
-function listChunk(left: number, loaded: number, bytes: number, bound?: { maxBytes: number }): number {
+export function listChunk(left: number, loaded: number, bytes: number, bound?: { maxBytes: number }): number {
   if (!bound) return left;
   if (loaded === 0) return Math.min(left, 2);
   if (bytes === 0) return left;

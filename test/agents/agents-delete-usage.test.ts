@@ -13,6 +13,7 @@ import { until } from '../durability/chaos-lib.js';
 import { RetentionSweeper } from '../../src/sessions/retention.js';
 import { treeDueKey } from '../../src/store/tree-due.js';
 import { sessionKeys } from '../../src/store/keys.js';
+import { childrenKey } from '../../src/agents/sweep.js';
 import { EXPIRY_DUE_KEY } from '../../src/store/due.js';
 import {
   agentTool,
@@ -91,7 +92,7 @@ describe('child usage: a child expired (ttl_s) before its parent was told', { ti
 
   it("the child's spend reaches its parent, which is answered at once", async () => {
     const { app } = h.service;
-    const { sweep, pass } = drivenSweep(app);
+    const { pass } = drivenSweep(app);
     const researcher = {
       ...writerWithResearcher.tools[0]!,
       session: { system: 'You are a researcher.', ttl_s: 60 },
@@ -102,7 +103,7 @@ describe('child usage: a child expired (ttl_s) before its parent was told', { ti
     const childId: string = await until(
       async () => {
         await pass();
-        return (await sweep.children(parent.id))[0] ?? null;
+        return (await app.redis.zrange(childrenKey(parent.id), 0, -1))[0] ?? null;
       },
       20_000,
       'the child created',

@@ -13,6 +13,7 @@ import { startHarness, type Api, type Harness } from '../helpers/service.js';
 import { startTestRedis, type TestRedis } from '../helpers/redis.js';
 import { until } from '../durability/chaos-lib.js';
 import { treeDueKey } from '../../src/store/tree-due.js';
+import { childrenKey } from '../../src/agents/sweep.js';
 
 const researcher = (session: Record<string, unknown> = {}) => ({
   type: 'agent',
@@ -353,6 +354,165 @@ describe('sub-agents', { timeout: 120_000 }, () => {
     if (sys.includes('verbose')) return text('Findings: '.repeat(500));
     return writerResearcher(req);
   };
+
+  /** `twins`, but "a writer of <n>" calls its researcher n times in one turn. */
+  const many = (req: FakeRequest) => {
+    const sys = typeof req.body.system === 'string' ? req.body.system : '';
+    const n = /a writer of (\d+)/.exec(sys)?.[1];
+    if (n === undefined) return twins(req);
+    const last = req.body.messages.at(-1);
+    const answered = Array.isArray(last?.content) && last.content.some((b) => b.type === 'tool_result');
+    if (answered) return text('All answered.');
+    return toolCalls(Array.from({ length: Number(n) }, (_, i) => toolUse('researcher', { prompt: `q${i}` })));
+  };
+
+  /** A parent whose one turn made `n` children (all ended: the parent idle), with `tools` for its researcher. */
+  async function parentOf(n: number, tool = researcher()) {
+    fake.setHandler(many);
+    try {
+      const s = (
+        await a.post('/v1/sessions', { system: `You are a writer of ${n}.`, input: 'go', tools: [tool] })
+      ).body;
+      assert.ok(s.id, JSON.stringify(s));
+      await a.waitFor(s.id, (x) => x.status === 'idle', 60_000);
+      return s.id as string;
+    } finally {
+      fake.setHandler(writerResearcher);
+    }
+  }
+
+  type Page = {
+    status: number;
+    body: { data: Array<{ id: string; created_at: string }>; next_cursor: string | null; has_more: boolean };
+  };
+  /** Every page of `…/children?limit=` for `as`, in order. */
+  async function pages(as: Api, id: string, limit: number): Promise<Page['body'][]> {
+    const out: Page['body'][] = [];
+    let cursor: string | null = null;
+    for (let i = 0; i < 20; i++) {
+      const q: string = cursor === null ? '' : `&cursor=${encodeURIComponent(cursor)}`;
+      const r: Page = await as.get(`/v1/sessions/${id}/children?limit=${limit}${q}`);
+      assert.equal(r.status, 200, JSON.stringify(r.body));
+      out.push(r.body);
+      assert.equal(r.body.has_more, r.body.next_cursor !== null);
+      if (!r.body.has_more) return out;
+      cursor = r.body.next_cursor;
+    }
+    assert.fail('the pages never ended');
+  }
+  const ids = (ps: Page['body'][]) => ps.map((p) => p.data.map((c) => c.id));
+
+  it('children are paged oldest first: limit, cursor, has_more exact; bad queries 400, another tenant 404', async () => {
+    const id = await parentOf(5);
+    // The set's order: the time each create was recorded, then the id.
+    const order = await r.zrange(childrenKey(id), 0, -1);
+    assert.equal(order.length, 5);
+    const paged = await pages(a, id, 2);
+    assert.deepEqual(ids(paged), [order.slice(0, 2), order.slice(2, 4), order.slice(4)]);
+    assert.deepEqual(
+      paged.map((p) => p.has_more),
+      [true, true, false],
+    );
+    assert.equal(paged[2]!.next_cursor, null);
+    const created = paged.flatMap((p) => p.data.map((c) => Date.parse(c.created_at)));
+    assert.deepEqual(
+      created,
+      [...created].sort((x, y) => x - y),
+    );
+    // A page that takes the last child says there is no more (no empty page after a full one); the default is 20.
+    assert.deepEqual(ids(await pages(a, id, 5)), [order]);
+    assert.deepEqual(ids(await pages(a, id, 100)), [order]);
+    const all = (await a.get(`/v1/sessions/${id}/children`)).body;
+    assert.deepEqual(
+      [all.data.map((c: { id: string }) => c.id), all.has_more, all.next_cursor],
+      [order, false, null],
+    );
+    // A client token with `read` of the parent pages them too.
+    const token = (await a.post('/v1/client-tokens', { session_id: id, scopes: ['read'] })).body
+      .token as string;
+    assert.deepEqual(ids(await pages(h.api.as(token), id, 2)), ids(paged));
+    // Refusals as GET /v1/sessions's.
+    for (const [q, code] of [
+      ['cursor=nope', 'invalid_cursor'],
+      ['cursor=1%3Ases_a%3Ab', 'invalid_cursor'],
+      ['limit=0', 'invalid_request'],
+      ['limit=101', 'invalid_request'],
+      ['limit=2.5', 'invalid_request'],
+      ['status=idle', 'invalid_request'],
+    ] as const) {
+      const res = await a.get(`/v1/sessions/${id}/children?${q}`);
+      assert.equal(res.status, 400, q);
+      assert.equal(res.body.error.code, code, q);
+    }
+    // Another tenant: the parent is not found, with or without a cursor.
+    const b = h.api.as('key-b');
+    assert.equal((await b.get(`/v1/sessions/${id}/children?limit=2`)).status, 404);
+    const other = await b.get(
+      `/v1/sessions/${id}/children?cursor=${encodeURIComponent(paged[0]!.next_cursor!)}`,
+    );
+    assert.equal(other.status, 404);
+    assert.equal(other.body.error.code, 'session_not_found');
+  });
+
+  it("children pages skip a deleted child and another tenant's session without ending early, and hold when a member moves", async () => {
+    const id = await parentOf(5);
+    const key = childrenKey(id);
+    const order = await r.zrange(childrenKey(id), 0, -1);
+    // All five of one score (created in one millisecond): their order is their ids'.
+    const t = Number(await r.zscore(key, order[0]!));
+    for (const c of order) await r.zadd(key, 'XX', t, c);
+    const byId = [...order].sort();
+    const first = (await a.get(`/v1/sessions/${id}/children?limit=2`)).body;
+    assert.deepEqual(
+      first.data.map((c: { id: string }) => c.id),
+      byId.slice(0, 2),
+    );
+    // The cursor's child moves on (its create recorded again later) before the next page: the next page starts
+    // where the cursor was, among the ties, and the moved child shows again at its new place.
+    await r.zadd(key, 'XX', t + 1000, byId[1]!);
+    const next = async (cursor: string) =>
+      (await a.get(`/v1/sessions/${id}/children?limit=2&cursor=${encodeURIComponent(cursor)}`)).body;
+    const second = await next(first.next_cursor);
+    assert.deepEqual(
+      second.data.map((c: { id: string }) => c.id),
+      byId.slice(2, 4),
+    );
+    const third = await next(second.next_cursor);
+    assert.deepEqual(
+      third.data.map((c: { id: string }) => c.id),
+      [byId[4], byId[1]],
+    );
+    assert.equal(third.has_more, false);
+    // Members that are no child of the tenant's: a deleted child (its mark stays) and another tenant's session,
+    // ahead of the others, and one between them.
+    const theirs = (await h.api.as('key-b').post('/v1/sessions', { input: 'hi', start: false })).body
+      .id as string;
+    await r.zadd(key, 1, 'ses_subgone0', 2, theirs, t, 'ses_subgone1');
+    const paged = await pages(a, id, 2);
+    // The first page holds none of them (both skipped) yet says there is more; no page ends the list early.
+    assert.deepEqual(paged[0]!.data, []);
+    assert.equal(paged[0]!.has_more, true);
+    const seen = paged.flatMap((p) => p.data.map((c) => c.id));
+    assert.deepEqual(
+      seen,
+      (await r.zrange(key, 0, -1)).filter((m) => order.includes(m)),
+    );
+    assert.equal(seen.length, 5);
+  });
+
+  it('a page of children stops before 1 MiB of them, never empty', async () => {
+    const big = researcher({ system: `You are a researcher. ${'x'.repeat(400_000)}` });
+    const id = await parentOf(3, big);
+    const paged = await pages(a, id, 100);
+    // Two 400 kB children fit, the third would take the page past 1 MiB: it opens the next page.
+    assert.deepEqual(
+      paged.map((p) => p.data.length),
+      [2, 1],
+    );
+    for (const p of paged)
+      assert.ok(JSON.stringify(p).length <= 1_048_576, `${JSON.stringify(p).length} bytes`);
+    assert.deepEqual(ids(paged).flat(), await r.zrange(childrenKey(id), 0, -1));
+  });
 
   it("children started together share what is left of the parent's budget", async () => {
     fake.setHandler(twins);

@@ -111,9 +111,10 @@ class Routes:
         path = f"/v1/sessions/{_seg(session_id)}/messages"
         return self._call(Request("PUT", path, body, headers=_mutation_headers(if_match, None), shape="session"))
 
-    def list_children(self, session_id: str) -> Any:
-        """The sessions the session's sub-agent calls created."""
-        return self._call(Request("GET", f"/v1/sessions/{_seg(session_id)}/children", shape="page"))
+    def list_children(self, session_id: str, *, limit: Optional[int] = None, cursor: Optional[str] = None) -> Any:
+        """A page of the sessions the session's sub-agent calls created, oldest first (follow `next_cursor`)."""
+        params: Query = {"limit": limit, "cursor": cursor}
+        return self._call(Request("GET", f"/v1/sessions/{_seg(session_id)}/children", params=params, shape="page"))
 
     def list_iterations(self, session_id: str) -> Any:
         return self._call(Request("GET", f"/v1/sessions/{_seg(session_id)}/iterations", shape="page"))

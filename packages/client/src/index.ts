@@ -268,9 +268,12 @@ export class SessionsClient {
     return unwrap(this.api.GET('/v1/sessions/{id}/messages', { params: { path: { id }, query } }), 'page');
   }
 
-  /** The sessions the session's sub-agent calls created, oldest first; each child's `parent` names its call. */
-  listChildren(id: string) {
-    return unwrap(this.api.GET('/v1/sessions/{id}/children', { params: { path: { id } } }), 'page');
+  /**
+   * A page of the sessions the session's sub-agent calls created, oldest first; each child's `parent` names its
+   * call. Follow `next_cursor` while `has_more` (a page may hold fewer than `limit`).
+   */
+  listChildren(id: string, query: Query<'listChildren'> = {}) {
+    return unwrap(this.api.GET('/v1/sessions/{id}/children', { params: { path: { id }, query } }), 'page');
   }
 
   listIterations(id: string) {

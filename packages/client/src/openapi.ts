@@ -818,7 +818,10 @@ export interface paths {
       path?: never;
       cookie?: never;
     };
-    /** The sessions the session's sub-agent calls created, oldest first */
+    /**
+     * The sessions the session's sub-agent calls created, oldest first
+     * @description Paged as `GET /v1/sessions` is (`limit`, `cursor`; `next_cursor`, `has_more`). A page may hold fewer than `limit` children (none even) while `has_more` is true: a deleted child is skipped, not replaced.
+     */
     get: operations['listChildren'];
     put?: never;
     post?: never;
@@ -16548,7 +16551,10 @@ export interface operations {
   };
   listChildren: {
     parameters: {
-      query?: never;
+      query?: {
+        limit?: number;
+        cursor?: string;
+      };
       header?: never;
       path: {
         id: string;

@@ -12,5 +12,12 @@ declare module 'ioredis' {
       events: string,
       ...args: Array<string | number>
     ): Result<number, Context>;
+    /** children-page-1.lua: member, score, member, score, … of the children after a cursor, in the set's order. */
+    agentsChildrenPage(
+      children: string,
+      score: string,
+      member: string,
+      count: number,
+    ): Result<string[], Context>;
   }
 }
