@@ -47,7 +47,7 @@ const routes: FastifyPluginAsyncZod = async (app) => {
       };
       const page = await app.agents.children(req.tenant, s.id, req.query, {
         maxBytes: LIST_PAGE_MAX_BYTES,
-        sizeOf: (c) => viewOf(c).text.length,
+        sizeOf: (c) => Buffer.byteLength(viewOf(c).text),
       });
       const items = page.items.map(viewOf);
       const body = { data: items.map((i) => i.view), next_cursor: page.next, has_more: page.next !== null };

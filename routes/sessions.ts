@@ -174,7 +174,7 @@ const routes: FastifyPluginAsyncZod = async (app) => {
             const view = sessionView(s);
             const text = JSON.stringify(view);
             views.set(s, { view, text });
-            return text.length;
+            return Buffer.byteLength(text);
           },
         },
       );

@@ -10,7 +10,8 @@ const CURSOR = /^(\d{1,15}):([A-Za-z0-9_-]{1,128})$/;
 
 /**
  * A page of a parent's children (spec §7.6, `GET /v1/sessions/:id/children`), oldest first: the children set
- * (sweep.ts `childrenKey`) in its order — the time each child's create was marked, then its id; a member still at 0
+ * (sweep.ts `childrenKey`) in its order — the time each child's create was marked (children-mark-1.lua: Redis's clock,
+ * only growing, so a child marked after a cursor was given out sorts after it), then its id; a member still at 0
  * (its create under way, or refused) comes first — read after the cursor by children-page-1.lua, `limit` members
  * and one more (which tells whether there is more, read no further). The cursor is the place of the last member the
  * page went past (`<score>:<id>`), so the next page starts after it wherever that member has moved since.

@@ -149,7 +149,7 @@ export class AgentSweep {
       if (child) {
         // A create that died before its mark (or lost it to another replica's 0): marked now, so a later delete of
         // the child is answered as one, never created again.
-        if (!created) await redis.zadd(childrenKey(parent.id), 'GT', Date.now(), childId);
+        if (!created) await redis.agentsChildrenMark(childrenKey(parent.id), childId);
         const r = reservedBy(child);
         reserved.tokens += r.tokens;
         reserved.micros += r.micros;
@@ -232,7 +232,7 @@ export class AgentSweep {
         return { content: `Error: the sub-agent could not start: ${err.message}`, is_error: true };
       if (!(err instanceof SessionExists)) throw err;
     }
-    await redis.zadd(childrenKey(parent.id), 'GT', Date.now(), childId);
+    await redis.agentsChildrenMark(childrenKey(parent.id), childId);
     // The new child's ceilings (where the parent has none, the child spends nothing of it: 0).
     reserved.tokens += budget?.total_tokens ?? 0;
     reserved.micros += budget?.cost_usd === undefined ? 0 : usdToMicros(budget.cost_usd);

@@ -20,6 +20,7 @@ import {
 } from '../helpers/agents.js';
 import { text, toolCalls, toolUse } from '../fake/script.js';
 import type { Api, Harness } from '../helpers/service.js';
+import { skewed } from '../helpers/skewed-clock.js';
 
 /** One look of a sweep at one member of tenant `a`'s due set (what its loop does for each due member). */
 const look = (sweep: AgentSweep, id: string) =>
@@ -354,6 +355,54 @@ describe("a sub-agent's call under its parent's approval policy", { timeout: 60_
       await a.waitFor(second, (x) => x.status === 'idle', 20_000);
       await pass();
       await a.waitFor(s.id, (x) => x.status === 'idle', 20_000);
+    } finally {
+      h.fake.setHandler(writerResearcher);
+    }
+  });
+
+  it("a child created after a page of children was read comes after that page's cursor, whatever its replica's clock", async () => {
+    try {
+      const s = await parkedWriter([
+        ['researcher', { prompt: 'A?' }, 'toolu_r1'],
+        ['researcher', { prompt: 'B?' }, 'toolu_r2'],
+        ['researcher', { prompt: 'C?' }, 'toolu_r3'],
+        ['get_weather', { location: 'Paris' }, 'toolu_w'],
+      ]);
+      const [c1, c2, c3] = ['toolu_r1', 'toolu_r2', 'toolu_r3'].map((c) => childSessionId(s.id, c));
+      for (const [call, child] of [
+        ['toolu_r1', c1!],
+        ['toolu_r2', c2!],
+      ] as const) {
+        assert.equal(
+          (await a.post(`/v1/sessions/${s.id}/tool-calls/${call}`, { decision: 'approve' })).status,
+          200,
+        );
+        while (!(await exists(child))) await pass();
+      }
+      const first = (await a.get(`/v1/sessions/${s.id}/children?limit=1`)).body;
+      assert.equal(first.has_more, true);
+      // The third child is created by a replica 30 s behind: its mark must still sort after the cursor given out.
+      await skewed(-30_000, async () => {
+        assert.equal(
+          (await a.post(`/v1/sessions/${s.id}/tool-calls/toolu_r3`, { decision: 'approve' })).status,
+          200,
+        );
+        while (!(await exists(c3!))) await pass();
+      });
+      const seen: string[] = first.data.map((c: { id: string }) => c.id);
+      for (let cursor = first.next_cursor; cursor !== null;) {
+        const page = (
+          await a.get(`/v1/sessions/${s.id}/children?limit=1&cursor=${encodeURIComponent(cursor)}`)
+        ).body;
+        seen.push(...page.data.map((c: { id: string }) => c.id));
+        cursor = page.next_cursor;
+      }
+      assert.deepEqual(seen, [c1, c2, c3]);
+      assert.equal(
+        (await a.post(`/v1/sessions/${s.id}/tool-calls/toolu_w`, { decision: 'deny' })).status,
+        202,
+      );
+      for (const c of [c1!, c2!, c3!]) await a.waitFor(c, (x) => x.status === 'idle', 20_000);
     } finally {
       h.fake.setHandler(writerResearcher);
     }

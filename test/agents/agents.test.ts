@@ -510,7 +510,10 @@ describe('sub-agents', { timeout: 120_000 }, () => {
       [2, 1],
     );
     for (const p of paged)
-      assert.ok(JSON.stringify(p).length <= 1_048_576, `${JSON.stringify(p).length} bytes`);
+      assert.ok(
+        Buffer.byteLength(JSON.stringify(p)) <= 1_048_576,
+        `${Buffer.byteLength(JSON.stringify(p))} bytes`,
+      );
     assert.deepEqual(ids(paged).flat(), await r.zrange(childrenKey(id), 0, -1));
   });
 

@@ -1,8 +1,8 @@
 -- children-page: a page of a parent's children set (src/agents/sweep.ts `childrenKey`: child id → the time its
 -- create was marked, 0 while it is under way), in the set's order (score, then id byte by byte): the members after
 -- the cursor's place. The place is where (score, id) sorts, not the cursor member's rank, so it holds when that
--- member has moved since (its mark raised from 0 to its time, or by a later create's GT): the members after the
--- place are exactly those that sort after (score, id), each once, as they stand now.
+-- member has moved since (its mark raised from 0 to its time: children-mark-1.lua, the only move): the members after
+-- the place are exactly those that sort after (score, id), each once, as they stand now.
 -- KEYS[1] the children set (sorted set)
 -- ARGV[1] the cursor's score ('' for the first page)  ARGV[2] the cursor's member  ARGV[3] most members returned
 -- Returns a flat array member, score, member, score, … (at most ARGV[3] members). Cost: O(log n) commands, the

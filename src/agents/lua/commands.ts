@@ -12,6 +12,8 @@ declare module 'ioredis' {
       events: string,
       ...args: Array<string | number>
     ): Result<number, Context>;
+    /** children-mark-1.lua: the child's mark in the set (ms; kept when it had one above 0). */
+    agentsChildrenMark(children: string, child: string): Result<string, Context>;
     /** children-page-1.lua: member, score, member, score, … of the children after a cursor, in the set's order. */
     agentsChildrenPage(
       children: string,
