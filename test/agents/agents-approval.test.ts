@@ -81,6 +81,18 @@ describe("a sub-agent's call under its parent's approval policy", { timeout: 60_
     }
   }
 
+  /** `fn` on a writer parked by parkedWriter(`calls`); the fake's handler is given back after, whatever happens. */
+  async function onParkedWriter(
+    calls: Array<[name: string, input: unknown, id: string]>,
+    fn: (s: Awaited<ReturnType<typeof parkedWriter>>) => Promise<void>,
+  ) {
+    try {
+      await fn(await parkedWriter(calls));
+    } finally {
+      h.fake.setHandler(writerResearcher);
+    }
+  }
+
   it('approval "always": the call waits with no child; approved with an edited prompt, the child runs it', async () => {
     const { s, callId, childId } = await writer('always');
     assert.equal(s.required_action.type, 'approve_tool_calls');
@@ -292,148 +304,144 @@ describe("a sub-agent's call under its parent's approval policy", { timeout: 60_
     await a.waitFor(childId, (x) => x.status === 'idle', 20_000);
   });
 
-  it('an agent call approved while another call of its step waits for its decision: its child starts at once', async () => {
-    try {
-      const s = await parkedWriter([
+  it('an agent call approved while another call of its step waits for its decision: its child starts at once', () =>
+    onParkedWriter(
+      [
         ['researcher', { prompt: 'A?' }, 'toolu_r1'],
         ['get_weather', { location: 'Paris' }, 'toolu_w'],
-      ]);
-      const childId = childSessionId(s.id, 'toolu_r1');
-      const approved = await a.post(`/v1/sessions/${s.id}/tool-calls/toolu_r1`, { decision: 'approve' });
-      assert.equal(approved.status, 200, JSON.stringify(approved.body));
-      // No run starts (get_weather waits) and none ends: the approval itself woke the sweep, whose next pass starts
-      // the child. Before, only the last decision's run (or the tree's hourly look) did.
-      await pass();
-      assert.ok(await exists(childId), 'the child started at the next pass');
-      await a.waitFor(childId, (x) => x.status === 'idle', 20_000);
-      await pass();
-      // Its result answered the call; the step still waits for get_weather's decision, then goes on.
-      const waits = (await a.get(`/v1/sessions/${s.id}`)).body;
-      assert.equal(waits.required_action.type, 'approve_tool_calls');
-      assert.deepEqual(
-        waits.required_action.tool_calls.map((c: { id: string }) => c.id),
-        ['toolu_w'],
-      );
-      assert.equal(
-        (await a.post(`/v1/sessions/${s.id}/tool-calls/toolu_w`, { decision: 'approve' })).status,
-        202,
-      );
-      await a.waitFor(s.id, (x) => x.status === 'idle', 20_000);
-      const results = (await a.get(`/v1/sessions/${s.id}/messages`)).body.data[2].content;
-      assert.equal(results[0].content, 'Findings.');
-    } finally {
-      h.fake.setHandler(writerResearcher);
-    }
-  });
+      ],
+      async (s) => {
+        const childId = childSessionId(s.id, 'toolu_r1');
+        const approved = await a.post(`/v1/sessions/${s.id}/tool-calls/toolu_r1`, { decision: 'approve' });
+        assert.equal(approved.status, 200, JSON.stringify(approved.body));
+        // No run starts (get_weather waits) and none ends: the approval itself woke the sweep, whose next pass starts
+        // the child. Before, only the last decision's run (or the tree's hourly look) did.
+        await pass();
+        assert.ok(await exists(childId), 'the child started at the next pass');
+        await a.waitFor(childId, (x) => x.status === 'idle', 20_000);
+        await pass();
+        // Its result answered the call; the step still waits for get_weather's decision, then goes on.
+        const waits = (await a.get(`/v1/sessions/${s.id}`)).body;
+        assert.equal(waits.required_action.type, 'approve_tool_calls');
+        assert.deepEqual(
+          waits.required_action.tool_calls.map((c: { id: string }) => c.id),
+          ['toolu_w'],
+        );
+        assert.equal(
+          (await a.post(`/v1/sessions/${s.id}/tool-calls/toolu_w`, { decision: 'approve' })).status,
+          202,
+        );
+        await a.waitFor(s.id, (x) => x.status === 'idle', 20_000);
+        const results = (await a.get(`/v1/sessions/${s.id}/messages`)).body.data[2].content;
+        assert.equal(results[0].content, 'Findings.');
+      },
+    ));
 
-  it('two agent calls approved one by one: each child starts at its approval', async () => {
-    try {
-      const s = await parkedWriter([
+  it('two agent calls approved one by one: each child starts at its approval', () =>
+    onParkedWriter(
+      [
         ['researcher', { prompt: 'A?' }, 'toolu_r1'],
         ['researcher', { prompt: 'B?' }, 'toolu_r2'],
-      ]);
-      const [first, second] = [childSessionId(s.id, 'toolu_r1'), childSessionId(s.id, 'toolu_r2')];
-      assert.equal(
-        (await a.post(`/v1/sessions/${s.id}/tool-calls/toolu_r1`, { decision: 'approve' })).status,
-        200,
-      );
-      await pass();
-      assert.ok(await exists(first), 'the first child started at the next pass');
-      assert.equal(await exists(second), false, 'not the second, which waits for its decision');
-      assert.equal(
-        (await a.post(`/v1/sessions/${s.id}/tool-calls/toolu_r2`, { decision: 'approve' })).status,
-        202,
-      );
-      // The last decision's run ends at `submit_tool_results`, and its end wakes the sweep.
-      await a.waitFor(
-        s.id,
-        (x) => x.status === 'requires_action' && x.required_action.type === 'submit_tool_results',
-        20_000,
-      );
-      while (!(await exists(second))) await pass();
-      await a.waitFor(first, (x) => x.status === 'idle', 20_000);
-      await a.waitFor(second, (x) => x.status === 'idle', 20_000);
-      await pass();
-      await a.waitFor(s.id, (x) => x.status === 'idle', 20_000);
-    } finally {
-      h.fake.setHandler(writerResearcher);
-    }
-  });
+      ],
+      async (s) => {
+        const [first, second] = [childSessionId(s.id, 'toolu_r1'), childSessionId(s.id, 'toolu_r2')];
+        assert.equal(
+          (await a.post(`/v1/sessions/${s.id}/tool-calls/toolu_r1`, { decision: 'approve' })).status,
+          200,
+        );
+        await pass();
+        assert.ok(await exists(first), 'the first child started at the next pass');
+        assert.equal(await exists(second), false, 'not the second, which waits for its decision');
+        assert.equal(
+          (await a.post(`/v1/sessions/${s.id}/tool-calls/toolu_r2`, { decision: 'approve' })).status,
+          202,
+        );
+        // The last decision's run ends at `submit_tool_results`, and its end wakes the sweep.
+        await a.waitFor(
+          s.id,
+          (x) => x.status === 'requires_action' && x.required_action.type === 'submit_tool_results',
+          20_000,
+        );
+        while (!(await exists(second))) await pass();
+        await a.waitFor(first, (x) => x.status === 'idle', 20_000);
+        await a.waitFor(second, (x) => x.status === 'idle', 20_000);
+        await pass();
+        await a.waitFor(s.id, (x) => x.status === 'idle', 20_000);
+      },
+    ));
 
-  it("a child created after a page of children was read comes after that page's cursor, whatever its replica's clock", async () => {
-    try {
-      const s = await parkedWriter([
+  it("a child created after a page of children was read comes after that page's cursor, whatever its replica's clock", () =>
+    onParkedWriter(
+      [
         ['researcher', { prompt: 'A?' }, 'toolu_r1'],
         ['researcher', { prompt: 'B?' }, 'toolu_r2'],
         ['researcher', { prompt: 'C?' }, 'toolu_r3'],
         ['get_weather', { location: 'Paris' }, 'toolu_w'],
-      ]);
-      const [c1, c2, c3] = ['toolu_r1', 'toolu_r2', 'toolu_r3'].map((c) => childSessionId(s.id, c));
-      for (const [call, child] of [
-        ['toolu_r1', c1!],
-        ['toolu_r2', c2!],
-      ] as const) {
+      ],
+      async (s) => {
+        const [c1, c2, c3] = ['toolu_r1', 'toolu_r2', 'toolu_r3'].map((c) => childSessionId(s.id, c));
+        for (const [call, child] of [
+          ['toolu_r1', c1!],
+          ['toolu_r2', c2!],
+        ] as const) {
+          assert.equal(
+            (await a.post(`/v1/sessions/${s.id}/tool-calls/${call}`, { decision: 'approve' })).status,
+            200,
+          );
+          while (!(await exists(child))) await pass();
+        }
+        const first = (await a.get(`/v1/sessions/${s.id}/children?limit=1`)).body;
+        assert.equal(first.has_more, true);
+        // The third child is created by a replica 30 s behind: its mark must still sort after the cursor given out.
+        await skewed(-30_000, async () => {
+          assert.equal(
+            (await a.post(`/v1/sessions/${s.id}/tool-calls/toolu_r3`, { decision: 'approve' })).status,
+            200,
+          );
+          while (!(await exists(c3!))) await pass();
+        });
+        const seen: string[] = first.data.map((c: { id: string }) => c.id);
+        for (let cursor = first.next_cursor; cursor !== null;) {
+          const page = (
+            await a.get(`/v1/sessions/${s.id}/children?limit=1&cursor=${encodeURIComponent(cursor)}`)
+          ).body;
+          seen.push(...page.data.map((c: { id: string }) => c.id));
+          cursor = page.next_cursor;
+        }
+        assert.deepEqual(seen, [c1, c2, c3]);
         assert.equal(
-          (await a.post(`/v1/sessions/${s.id}/tool-calls/${call}`, { decision: 'approve' })).status,
-          200,
+          (await a.post(`/v1/sessions/${s.id}/tool-calls/toolu_w`, { decision: 'deny' })).status,
+          202,
         );
-        while (!(await exists(child))) await pass();
-      }
-      const first = (await a.get(`/v1/sessions/${s.id}/children?limit=1`)).body;
-      assert.equal(first.has_more, true);
-      // The third child is created by a replica 30 s behind: its mark must still sort after the cursor given out.
-      await skewed(-30_000, async () => {
-        assert.equal(
-          (await a.post(`/v1/sessions/${s.id}/tool-calls/toolu_r3`, { decision: 'approve' })).status,
-          200,
-        );
-        while (!(await exists(c3!))) await pass();
-      });
-      const seen: string[] = first.data.map((c: { id: string }) => c.id);
-      for (let cursor = first.next_cursor; cursor !== null;) {
-        const page = (
-          await a.get(`/v1/sessions/${s.id}/children?limit=1&cursor=${encodeURIComponent(cursor)}`)
-        ).body;
-        seen.push(...page.data.map((c: { id: string }) => c.id));
-        cursor = page.next_cursor;
-      }
-      assert.deepEqual(seen, [c1, c2, c3]);
-      assert.equal(
-        (await a.post(`/v1/sessions/${s.id}/tool-calls/toolu_w`, { decision: 'deny' })).status,
-        202,
-      );
-      for (const c of [c1!, c2!, c3!]) await a.waitFor(c, (x) => x.status === 'idle', 20_000);
-    } finally {
-      h.fake.setHandler(writerResearcher);
-    }
-  });
+        for (const c of [c1!, c2!, c3!]) await a.waitFor(c, (x) => x.status === 'idle', 20_000);
+      },
+    ));
 
-  it("an approval whose process dies before its wake-up: another replica's sweep starts the child within seconds", async () => {
-    try {
-      const s = await parkedWriter([
+  it("an approval whose process dies before its wake-up: another replica's sweep starts the child within seconds", () =>
+    onParkedWriter(
+      [
         ['researcher', { prompt: 'A?' }, 'toolu_r1'],
         ['get_weather', { location: 'Paris' }, 'toolu_w'],
-      ]);
-      const childId = childSessionId(s.id, 'toolu_r1');
-      // The process "dies" right after the approval's write: the wake-up after it is never sent.
-      const trees = h.service.app.store.runs.trees;
-      const wake = trees.wake.bind(trees);
-      trees.wake = async () => {};
-      try {
-        const approved = await a.post(`/v1/sessions/${s.id}/tool-calls/toolu_r1`, { decision: 'approve' });
-        assert.equal(approved.status, 200, JSON.stringify(approved.body));
-      } finally {
-        trees.wake = wake;
-      }
-      // The due entry written before the approval brings the member back within seconds (not the hourly look).
-      const score = Number(await h.service.app.redis.zscore(treeDueKey('a'), s.id));
-      assert.ok(score < Date.now() + 10_000, `due in ${score - Date.now()} ms`);
-      while (!(await exists(childId))) await pass();
-      await a.waitFor(childId, (x) => x.status === 'idle', 20_000);
-    } finally {
-      h.fake.setHandler(writerResearcher);
-    }
-  });
+      ],
+      async (s) => {
+        const childId = childSessionId(s.id, 'toolu_r1');
+        // The process "dies" right after the approval's write: the wake-up after it is never sent.
+        const trees = h.service.app.store.runs.trees;
+        const wake = trees.wake.bind(trees);
+        trees.wake = async () => {};
+        try {
+          const approved = await a.post(`/v1/sessions/${s.id}/tool-calls/toolu_r1`, { decision: 'approve' });
+          assert.equal(approved.status, 200, JSON.stringify(approved.body));
+        } finally {
+          trees.wake = wake;
+        }
+        // The due entry written before the approval brings the member back within seconds (not the hourly look).
+        const score = Number(await h.service.app.redis.zscore(treeDueKey('a'), s.id));
+        assert.ok(score < Date.now() + 10_000, `due in ${score - Date.now()} ms`);
+        while (!(await exists(childId))) await pass();
+        await a.waitFor(childId, (x) => x.status === 'idle', 20_000);
+      },
+    ));
 
   it('"default", "never" and a list naming other tools: the call does not wait for a decision', async () => {
     for (const approval of ['default', 'never', ['get_weather']]) {
