@@ -240,6 +240,8 @@ const routes: FastifyPluginAsyncZod<{ config: Config }> = async (app, { config }
       if (!regenerating && messageId !== undefined && messages[messages.length - 1]!.role === 'user')
         throw editRefused(messageId);
       const s = await app.store.loadFor(req.tenant, id);
+      // A user message: its post queues it after the stream's cursor (src/chat/chunks.ts `ownMessage`).
+      const postsUser = !regenerating && messages[messages.length - 1]!.role === 'user';
       const replay = req.streamReplay;
       if (replay) {
         // The same Idempotency-Key and body again: nothing is posted twice; the first answer streams again, to a
@@ -247,6 +249,9 @@ const routes: FastifyPluginAsyncZod<{ config: Config }> = async (app, { config }
         for (const scope of replay.scopes) needScope(req, scope);
         const t = new ChatTranslator(replay.assistant, replay.known, {
           agents: agentsOf(s),
+          ownMessage: postsUser,
+          // An answer to tool outputs or approvals continues a message that holds the reply that asked them.
+          repliedBefore: !postsUser && !regenerating,
           ...(replay.delivered ? { delivered: replay.delivered } : {}),
         });
         t.statusFrom = replay.revision;
@@ -299,6 +304,8 @@ const routes: FastifyPluginAsyncZod<{ config: Config }> = async (app, { config }
       });
       const t = new ChatTranslator(posted.assistant, posted.known, {
         agents: agentsOf(posted.state),
+        ownMessage: postsUser,
+        repliedBefore: !postsUser && !regenerating,
         delivered,
       });
       t.statusFrom = posted.revision;
@@ -357,6 +364,8 @@ const routes: FastifyPluginAsyncZod<{ config: Config }> = async (app, { config }
         agents,
         pausedBefore: start.run,
         midRun: start.midRun,
+        // Replies before the replay's start: the log's start of the message was trimmed away.
+        repliedBefore: start.midRun,
         earlier,
       });
       stream(req, reply, id, start.cursor, t, null);

@@ -29,12 +29,19 @@
  * - A stream that ends while a turn is open (a cancel, a failure, the stream cut) closes the turn's open parts and
  *   resets its step as for a dropped turn (`reason`: `cancelled`, `failed`, `stream_ended`): the session keeps no
  *   partial reply, and a resumed stream replays the turn from its start.
+ * - `message.appended` of a follow-up queued after the stream's cursor (its `message.queued` is in the stream: not
+ *   the stream's own message) that joins a turn after a reply (a step's tool results, or a turn of its own) →
+ *   `finish-step`, `finish` (`other`): the history shows the follow-up as a user message of its own and the answer
+ *   after it as another assistant message, which the follow-up's own answer streams. One merged into the user turn
+ *   the stream answers (an interrupt of its first reply) continues the stream's message, as in the history.
  * - `session.deleted` → `abort`.
  */
 import type { z } from 'zod';
 import { compareIds } from '../events/cursor.js';
 import {
   GOES_ON,
+  appended,
+  asksUser,
   awaitsAgentsOnly,
   decided,
   dropped,
@@ -105,6 +112,22 @@ export class ChatTranslator {
    */
   private readonly pausedBefore: string | undefined;
 
+  /**
+   * `message.queued` events the stream may still read of its own message (1 for the answer to a user message this
+   * request posted, whose queueing is after the cursor; else 0), and how many it read of other messages: a follow-up
+   * queued after the cursor (while this stream ran) that then joins the run starts a message of its own.
+   */
+  private ownQueued: number;
+  private othersQueued = 0;
+  /**
+   * The message had a reply before the stream's first event (the stream continues an assistant message), and the
+   * iterations whose reply the stream read completed and not dropped since: a follow-up merged into the trailing user
+   * turn (`into_last`) after a reply joins a results turn, which the history shows as a message of its own; before
+   * any, it joins the user turn the message answers.
+   */
+  private repliedBefore: boolean;
+  private readonly replied = new Set<number>();
+
   /** Closed steps the stream starts with, after `start` (a replay after a retry: src/chat/history.ts keptSteps). */
   private readonly earlier: UIChunk[];
 
@@ -126,8 +149,14 @@ export class ChatTranslator {
       midRun?: boolean;
       earlier?: UIChunk[];
       delivered?: readonly DeliveredResult[];
+      /** The stream answers a user message this request posted (its `message.queued` is after the cursor). */
+      ownMessage?: boolean;
+      /** The message holds a reply from before the stream's cursor (see `repliedBefore`). */
+      repliedBefore?: boolean;
     } = {},
   ) {
+    this.ownQueued = opts.ownMessage ? 1 : 0;
+    this.repliedBefore = (opts.repliedBefore ?? false) || (opts.earlier ?? []).length > 0;
     this.known = new Set(known);
     this.agents = new Set(opts.agents ?? []);
     this.pausedBefore = opts.pausedBefore;
@@ -194,6 +223,7 @@ export class ChatTranslator {
         // The turn began before the replay's first event: it is shown from its message.
         const opened = this.midRun && !this.turnOpen ? this.turnStarted(ev.data.iteration) : [];
         this.midRun = false;
+        this.replied.add(ev.data.iteration);
         return [...opened, ...this.turnCompleted(ev.data.message)];
       }
       case 'tool.completed': {
@@ -228,6 +258,8 @@ export class ChatTranslator {
       }
       case 'turn.dropped': {
         const ev = dropped.safeParse(data).data;
+        // A reply dropped after its completion (a retry, a max-tokens retry, a takeover) is not in the history.
+        if (ev?.iteration !== undefined) this.replied.delete(ev.iteration);
         return this.reset(ev?.reason ?? 'dropped', ev?.iteration ?? this.iteration);
       }
       case 'session.status': {
@@ -235,6 +267,34 @@ export class ChatTranslator {
         const ev = status.safeParse(data);
         const paused = this.pausedBefore !== undefined && id !== '' && compareIds(id, this.pausedBefore) < 0;
         return ev.success ? this.status(ev.data, paused) : [];
+      }
+      case 'message.queued':
+        if (this.ownQueued > 0) this.ownQueued--;
+        else this.othersQueued++;
+        return [];
+      case 'message.appended': {
+        const ev = appended.safeParse(data);
+        if (!ev.success || !asksUser(ev.data)) return [];
+        const merged =
+          this.othersQueued > 0 && !(ev.data.into_last && !this.repliedBefore && this.replied.size === 0);
+        // Every message queued so far is merged now (a merge takes all of them).
+        this.othersQueued = 0;
+        // The stream's own message, one queued before its cursor, or one merged into the user turn the stream
+        // answers (an interrupt before any reply: one user message in the history): the answer the stream goes on
+        // with answers this user turn, the replies before it are not after it.
+        if (!merged) {
+          this.repliedBefore = false;
+          this.replied.clear();
+          return [];
+        }
+        // A follow-up queued while this stream ran joins the run after a reply (a step's tool results, or a turn of
+        // its own): the history shows the answer after it as another assistant message (src/chat/history.ts, as the
+        // replay of GET /v1/chat/:id/stream starts there), and the follow-up's own answer streams it (its post read
+        // its cursor before it queued, with the run going on). A message queued before this stream's cursor (while
+        // the session waited for the client, its post's answer ended at once) has no stream of its own: this one
+        // goes on through it. (Two user messages queued after the cursor, the stream's own and another, merged by one
+        // append: the stream ends there, and the other's answer shows the answer to both, once.)
+        return [...this.dropOpenTurn('interrupt'), ...this.finish('other')];
       }
       case 'session.deleted':
         this.done = true;

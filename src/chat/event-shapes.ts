@@ -71,6 +71,20 @@ export const decided = z.looseObject({
   decision: z.string(),
   reason: z.string().nullish(),
 });
+/** `message.appended`: the queued follow-ups merged into the history (only what the translator reads of it). */
+export const appended = z.looseObject({
+  role: z.string(),
+  into_last: z.boolean().optional(),
+  content: z.array(block),
+});
+
+/**
+ * A user turn the history shows as a user message (src/chat/history.ts `userPart`): one with a text, an image or a
+ * document block among the blocks added. The same test as src/chat/lua/run-start-2.lua `asks`.
+ */
+export const asksUser = (ev: z.infer<typeof appended>): boolean =>
+  ev.role === 'user' && ev.content.some((b) => b.type === 'text' || b.type === 'image');
+
 export const dropped = z.looseObject({ iteration: z.number().optional(), reason: z.string().optional() });
 const call = z.object({ id: z.string(), name: z.string(), input: z.unknown() });
 export const status = z.looseObject({

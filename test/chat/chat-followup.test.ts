@@ -1,0 +1,161 @@
+/**
+ * A follow-up sent while a chat's run streams (spec §7.3): it joins the run at the next step (its tool results), and
+ * the history shows it as a user message of its own, the answer after it a new assistant message (docs/API.md "a
+ * follow-up that joined a step's tool results starts a message of its own"). The stream that was answering the first
+ * message ends where the follow-up joins; the follow-up's own stream carries the answer: the `Chat` shows it once,
+ * where the history does.
+ */
+import { after, before, describe, it } from 'node:test';
+import assert from 'node:assert/strict';
+import { DefaultChatTransport, validateUIMessages, type UIMessage, type UIMessageChunk } from 'ai';
+import { reply, text, textBlock, toolUse } from '../fake/script.js';
+import { PlainChat, chatTransport, readAll } from '../helpers/chat.js';
+import { startHarness, type Harness } from '../helpers/service.js';
+
+const KEY = 'chat-followup-key';
+const LONG = Array.from({ length: 12 }, (_, i) => `word${i}`).join(' ');
+
+const textOf = (m: UIMessage | undefined) =>
+  (m?.parts ?? []).flatMap((p) => (p.type === 'text' ? [p.text] : [])).join('');
+const user = (t: string): UIMessage => ({
+  id: `u-${Math.random().toString(36).slice(2)}`,
+  role: 'user',
+  parts: [{ type: 'text', text: t }],
+});
+
+describe('chat: a follow-up sent while the run streams', { timeout: 120_000 }, () => {
+  let h: Harness;
+  before(async () => {
+    h = await startHarness({ env: { API_KEYS: `acme:${KEY}` } });
+  });
+  after(() => h?.close());
+
+  /** A session whose first reply (a get_weather call) is held by the fake until `h.fake.resume()`. */
+  async function session() {
+    const id = (await h.api.post('/v1/sessions', { start: false, tools: ['get_weather'] })).body.id as string;
+    h.fake.enqueue(
+      reply([textBlock('Checking.'), toolUse('get_weather', { location: 'Paris' })], { pauseAfterEvents: 2 }),
+      text(LONG, { eventDelayMs: 5 }),
+    );
+    return id;
+  }
+
+  /**
+   * A transport whose `answered` resolves once the service has answered a post whose body holds `marker` (its
+   * response's headers: the post is done, the follow-up queued).
+   */
+  function watchedTransport(marker: string) {
+    let answered!: () => void;
+    const done = new Promise<void>((resolve) => (answered = resolve));
+    const transport = new DefaultChatTransport({
+      api: `${h.service.url}/v1/chat`,
+      headers: { authorization: `Bearer ${KEY}` },
+      fetch: async (input, init) => {
+        const res = await fetch(input, init);
+        if (typeof init?.body === 'string' && init.body.includes(marker)) answered();
+        return res;
+      },
+    });
+    return { transport, answered: done };
+  }
+
+  it('with Chat: the answer to the follow-up shows once, after it, as the history has it', async () => {
+    const id = await session();
+    const base = h.fake.requests.length;
+    const { transport, answered } = watchedTransport('follow-up');
+    const chat = new PlainChat({ id, transport });
+    const first = chat.sendMessage({ text: 'first' });
+    await h.fake.waitForRequests(base + 1);
+    const second = chat.sendMessage({ text: 'follow-up' });
+    await answered;
+    h.fake.resume();
+    await Promise.all([first, second]);
+    await h.api.waitStatus(id, 'idle');
+    assert.equal(chat.error, undefined);
+    const history = await validateUIMessages<UIMessage>({
+      messages: (await h.api.get(`/v1/chat/${id}/messages`)).body,
+    });
+    assert.deepEqual(
+      history.map((m) => [m.role, textOf(m)]),
+      [
+        ['user', 'first'],
+        ['assistant', 'Checking.'],
+        ['user', 'follow-up'],
+        ['assistant', LONG],
+      ],
+    );
+    const shown = chat.messages.map(textOf).filter((t) => t === LONG);
+    assert.equal(shown.length, 1, `the answer shows once: ${JSON.stringify(chat.messages.map(textOf))}`);
+    assert.deepEqual(
+      chat.messages.map((m) => [m.role, textOf(m)]),
+      history.map((m) => [m.role, textOf(m)]),
+    );
+  });
+
+  it('two raw posts: the first stream ends where the follow-up joins, the second carries the answer', async () => {
+    const id = await session();
+    const base = h.fake.requests.length;
+    const transport = chatTransport(h.service.url, KEY);
+    const send = (messages: UIMessage[]) =>
+      transport.sendMessages({
+        chatId: id,
+        messages,
+        trigger: 'submit-message',
+        messageId: undefined,
+        abortSignal: undefined,
+      });
+    const firstMsg = user('first');
+    const first = readAll(await send([firstMsg]));
+    await h.fake.waitForRequests(base + 1);
+    // Its answer's headers come once the follow-up is queued.
+    const second = readAll(await send([firstMsg, user('follow-up')]));
+    h.fake.resume();
+    const [a, b] = await Promise.all([first, second]);
+    const kinds = (cs: UIMessageChunk[]) => cs.map((c) => c.type).filter((t, i, all) => t !== all[i - 1]);
+    // The first answer: its step (the call, its output), then its end as the follow-up joins.
+    assert.deepEqual(kinds(a.chunks).slice(-3), ['tool-output-available', 'finish-step', 'finish']);
+    assert.deepEqual(a.chunks.at(-1), { type: 'finish', finishReason: 'other' });
+    assert.equal(textOf(a.message), 'Checking.');
+    assert.equal(textOf(b.message), LONG);
+    // Each names the message the history gives it.
+    await h.api.waitStatus(id, 'idle');
+    const history = (await h.api.get(`/v1/chat/${id}/messages`)).body as UIMessage[];
+    assert.equal(a.message?.id, history[1]?.id);
+    assert.equal(textOf(history[3]), LONG);
+  });
+
+  it('a follow-up from elsewhere: the first answer ends where it joins; a reload replays its answer alone', async () => {
+    const id = (await h.api.post('/v1/sessions', { start: false, tools: ['get_weather'] })).body.id as string;
+    h.fake.enqueue(
+      reply([textBlock('Checking.'), toolUse('get_weather', { location: 'Paris' })], { pauseAfterEvents: 2 }),
+      text(LONG, { pauseAfterEvents: 3 }),
+    );
+    const base = h.fake.requests.length;
+    const transport = chatTransport(h.service.url, KEY);
+    const firstMsg = user('first');
+    const first = readAll(
+      await transport.sendMessages({
+        chatId: id,
+        messages: [firstMsg],
+        trigger: 'submit-message',
+        messageId: undefined,
+        abortSignal: undefined,
+      }),
+    );
+    await h.fake.waitForRequests(base + 1);
+    assert.equal((await h.api.post(`/v1/sessions/${id}/messages`, { content: 'follow-up' })).status, 202);
+    h.fake.resume();
+    await h.fake.waitForRequests(base + 2);
+    const resumed = await transport.reconnectToStream({ chatId: id });
+    assert.ok(resumed);
+    const replay = readAll(resumed);
+    h.fake.resume();
+    const [r, a] = await Promise.all([replay, first]);
+    await h.api.waitStatus(id, 'idle');
+    // The first answer ended where the follow-up (posted by another client) joined.
+    assert.equal(textOf(a.message), 'Checking.');
+    const history = (await h.api.get(`/v1/chat/${id}/messages`)).body as UIMessage[];
+    assert.equal(r.message?.id, history.at(-1)?.id);
+    assert.equal(textOf(r.message), LONG);
+  });
+});
