@@ -19,6 +19,7 @@ import type { Config } from '../src/config.js';
 import { isAgentTool, sessionIdParam } from '../src/schemas.js';
 import { uiMessageList, routeErrors, type RouteCodes } from '../src/openapi/responses.js';
 import { requiredAction } from '../src/engine/status.js';
+import { validatedSchemas } from '../src/engine/policy.js';
 import { START } from '../src/events/cursor.js';
 import type { Subscription } from '../src/events/hub.js';
 import { streamSink, type CloseReason } from '../src/events/sink.js';
@@ -81,6 +82,9 @@ function withoutRun(t: ChatTranslator): UIChunk[] {
 /** The names of the session's sub-agent tools (spec §7.6): their calls are the service's, not the client's. */
 const agentsOf = (state: SessionState): Set<string> =>
   new Set(state.tools.filter(isAgentTool).map((t) => t.name));
+
+/** The names of the session's client tools with `validate: true`: the service may refuse their calls' input. */
+const validatedOf = (state: SessionState): Set<string> => new Set(validatedSchemas(state).keys());
 
 /**
  * Most bytes (UTF-8 JSON) of a status and the results shown first, together, a chat answer's idempotency record
@@ -249,6 +253,7 @@ const routes: FastifyPluginAsyncZod<{ config: Config }> = async (app, { config }
         for (const scope of replay.scopes) needScope(req, scope);
         const t = new ChatTranslator(replay.assistant, replay.known, {
           agents: agentsOf(s),
+          validated: validatedOf(s),
           ownMessage: postsUser,
           // An answer to tool outputs or approvals continues a message that holds the reply that asked them.
           repliedBefore: !postsUser && !regenerating,
@@ -304,6 +309,7 @@ const routes: FastifyPluginAsyncZod<{ config: Config }> = async (app, { config }
       });
       const t = new ChatTranslator(posted.assistant, posted.known, {
         agents: agentsOf(posted.state),
+        validated: validatedOf(posted.state),
         ownMessage: postsUser,
         repliedBefore: !postsUser && !regenerating,
         delivered,
@@ -362,6 +368,7 @@ const routes: FastifyPluginAsyncZod<{ config: Config }> = async (app, { config }
             );
       const t = new ChatTranslator(messageId, [], {
         agents,
+        validated: validatedOf(s),
         pausedBefore: start.run,
         midRun: start.midRun,
         // Replies before the replay's start: the log's start of the message was trimmed away.

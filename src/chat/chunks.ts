@@ -16,6 +16,11 @@
  * - A tenant tool's result delivered while the session waited for its client (its task queued while the client was
  *   asked) comes after the stream that asked had ended: the answer to the client's next message shows it first
  *   (`deliveredFirst`), when that message does not.
+ * - A call of a client tool with `validate: true` is the service's to refuse (its input checked against the schema:
+ *   src/engine/policy.ts `pendingCalls`): its `tool-input-available` waits, past the stop reason, for the service's
+ *   word. A refused input's `tool.completed` (an `is_error` result, written before the step's end) shows it as the
+ *   service's (`providerExecuted`, so it never reaches `onToolCall`), then its `tool-output-error`; the step's end
+ *   (its `session.status`, or the run going on) releases the others as the client's.
  * - A sub-agent's call (an `agent` tool, spec §7.6) is run by the service, not the client: `providerExecuted`, and
  *   a `requires_action` that waits only for sub-agents does not end the stream (the child's result comes as its
  *   `tool.completed`, then the run goes on).
@@ -58,6 +63,14 @@ import {
   reasonOf,
 } from './event-shapes.js';
 
+/**
+ * The events that show the step a reply's calls are in is over, the run going on with its results: its results'
+ * commit (`iteration.persisted`, the follow-ups merged after them), the next turn. What the service answered itself by
+ * then it wrote before them (src/engine/tool-step.ts: the step's `tool.completed` events come first in its commits).
+ * (A dropped turn is not among them: its reset forgets the calls.)
+ */
+const PAST_STEP = new Set(['turn.started', 'message.appended', 'iteration.persisted']);
+
 /** One UI message chunk (the `ai` package's `UIMessageChunk`), as JSON. */
 export type UIChunk = { type: string } & Record<string, unknown>;
 
@@ -98,6 +111,14 @@ export class ChatTranslator {
    * client's `onToolCall`.
    */
   private readonly held: UIChunk[] = [];
+  /**
+   * The `tool-input-available` of the reply's calls of `validated` tools, held past the stop reason until the service
+   * has checked their input: a refused one is answered by the service (`tool.completed`, before the step's end) and
+   * must not reach `onToolCall`; the step's end releases the others. By call id, in the reply's order.
+   */
+  private readonly checking = new Map<string, UIChunk>();
+  /** The session's client tools with `validate: true` (by name). */
+  private readonly validated: ReadonlySet<string>;
   /** Tool calls the client's message holds already (so outputs may refer to them). */
   private readonly known: Set<string>;
   private readonly denied = new Set<string>();
@@ -151,11 +172,14 @@ export class ChatTranslator {
       delivered?: readonly DeliveredResult[];
       /** The stream answers a user message this request posted (its `message.queued` is after the cursor). */
       ownMessage?: boolean;
+      /** The names of the session's client tools with `validate: true`. */
+      validated?: Iterable<string>;
       /** The message holds a reply from before the stream's cursor (see `repliedBefore`). */
       repliedBefore?: boolean;
     } = {},
   ) {
     this.ownQueued = opts.ownMessage ? 1 : 0;
+    this.validated = new Set(opts.validated ?? []);
     this.repliedBefore = (opts.repliedBefore ?? false) || (opts.earlier ?? []).length > 0;
     this.known = new Set(known);
     this.agents = new Set(opts.agents ?? []);
@@ -209,6 +233,28 @@ export class ChatTranslator {
   /** The chunks of one event of the log (none for the events a chat does not show). */
   event(type: string, data: unknown, id = '', revision: number | null = null): UIChunk[] {
     if (this.done) return [];
+    if (this.checking.size === 0) return this.translate(type, data, id, revision);
+    // A call whose input the service checks: its refusal is a `tool.completed` before the step's end.
+    if (type === 'tool.completed') {
+      const ev = toolCompleted.safeParse(data);
+      const held = ev.success ? this.checking.get(ev.data.tool_use_id) : undefined;
+      if (ev.success && held) {
+        this.checking.delete(ev.data.tool_use_id);
+        return [{ ...held, providerExecuted: true }, ...this.toolCompleted(ev.data, true)];
+      }
+    }
+    // The step waits for the client: the calls it did not refuse are the client's (the status asks for them).
+    if (type === 'session.status' && status.safeParse(data).data?.status === 'requires_action')
+      return [...this.releaseChecking(false), ...this.translate(type, data, id, revision)];
+    // The run went on past the step (all its calls answered, none by the client): any still held were answered by
+    // the service. Another status ends the stream (`finish` says so) or is an earlier run's, in a replay (the calls
+    // wait for the current run's). An event of the step itself (a server tool's start or result) is no end.
+    if (PAST_STEP.has(type))
+      return [...this.releaseChecking(true), ...this.translate(type, data, id, revision)];
+    return this.translate(type, data, id, revision);
+  }
+
+  private translate(type: string, data: unknown, id: string, revision: number | null): UIChunk[] {
     switch (type) {
       case 'turn.started':
         this.midRun = false;
@@ -376,7 +422,7 @@ export class ChatTranslator {
   private reset(reason: string, iteration: number): UIChunk[] {
     this.turnOpen = false;
     this.open.clear();
-    this.held.length = 0;
+    this.forgetHeld();
     if (!this.stepOpen) return [];
     this.stepEmpty = true;
     return [
@@ -449,13 +495,31 @@ export class ChatTranslator {
     return [];
   }
 
+  /** The calls being checked, as the client's (`service` false) or as answered by the service. */
+  private releaseChecking(service: boolean): UIChunk[] {
+    const out = [...this.checking.values()].map((c) => (service ? { ...c, providerExecuted: true } : c));
+    this.checking.clear();
+    return out;
+  }
+
+  /** The turn's state is gone (a reset): its held calls and those being checked were never offered. */
+  private forgetHeld(): void {
+    this.held.length = 0;
+    this.checking.clear();
+  }
+
   /**
    * The held client calls, once the reply's stop reason is known: as they are when the run goes on with them; the
    * service's (`providerExecuted`) when the reply ends the run, whose calls it answers "not run".
    */
   private release(stopReason: string): UIChunk[] {
     const goesOn = GOES_ON.has(stopReason);
-    const out = this.held.map((c) => (goesOn ? c : { ...c, providerExecuted: true }));
+    const out: UIChunk[] = [];
+    for (const c of this.held) {
+      if (!goesOn) out.push({ ...c, providerExecuted: true });
+      else if (this.validated.has(String(c['toolName']))) this.checking.set(String(c['toolCallId']), c);
+      else out.push(c);
+    }
     this.held.length = 0;
     return out;
   }
@@ -528,13 +592,14 @@ export class ChatTranslator {
     ];
   }
 
-  private toolCompleted(ev: z.infer<typeof toolCompleted>): UIChunk[] {
+  /** `service`: the service answered the client's call itself (a refused input): not the client's to answer. */
+  private toolCompleted(ev: z.infer<typeof toolCompleted>, service = false): UIChunk[] {
     if (this.denied.has(ev.tool_use_id)) return [];
     // A call of a turn before this stream's first (a message posted while another one's tools ran): its part is in
     // that other message, not this one.
     if (!this.known.has(ev.tool_use_id) && !this.stepOpen) return [];
     const out = this.ensureCall({ id: ev.tool_use_id, name: ev.name, input: ev.input });
-    const agent = this.agents.has(ev.name) ? { providerExecuted: true } : {};
+    const agent = service || this.agents.has(ev.name) ? { providerExecuted: true } : {};
     out.push(
       ev.is_error
         ? {
@@ -575,7 +640,11 @@ export class ChatTranslator {
 
   private finish(reason: FinishReason): UIChunk[] {
     this.done = true;
-    const out: UIChunk[] = this.stepOpen ? [{ type: 'finish-step' }] : [];
+    // Calls still being checked at an end that is not the step's pause for the client (the stream cut, a cancel, a
+    // failure, a follow-up's end): the client is not asked for them here (a resumed stream, or the history, says
+    // what became of them).
+    const out: UIChunk[] = this.releaseChecking(true);
+    if (this.stepOpen) out.push({ type: 'finish-step' });
     this.stepOpen = false;
     out.push({ type: 'finish', finishReason: reason });
     return out;

@@ -91,7 +91,7 @@ export function pendingCalls(
 }
 
 /** The input schemas of the session's client tools with `validate: true`, by name. */
-function validatedSchemas(s: Pick<SessionState, 'tools'>): Map<string, Record<string, unknown>> {
+export function validatedSchemas(s: Pick<SessionState, 'tools'>): Map<string, Record<string, unknown>> {
   const out = new Map<string, Record<string, unknown>>();
   for (const t of s.tools) {
     if (typeof t !== 'object' || isAnthropicTool(t) || isMcpToolset(t) || !('input_schema' in t)) continue;
