@@ -26,7 +26,7 @@ import { streamSink, type CloseReason } from '../src/events/sink.js';
 import { ChatTranslator, type UIChunk } from '../src/chat/chunks.js';
 import { awaitsAgentsOnly } from '../src/chat/event-shapes.js';
 import { keptSteps, replyMessageId, runMessageId, toUIMessages } from '../src/chat/history.js';
-import { chatBody, editRefused } from '../src/chat/request.js';
+import { answeredCallIdsOf, chatBody, editRefused } from '../src/chat/request.js';
 import { denials } from '../src/chat/denials.js';
 import { MAX_UI_MESSAGES, chatRecord } from '../src/chat/record.js';
 import { postAnswers, postUserMessage, regenerate, statusOf } from '../src/chat/post.js';
@@ -246,6 +246,9 @@ const routes: FastifyPluginAsyncZod<{ config: Config }> = async (app, { config }
       const s = await app.store.loadFor(req.tenant, id);
       // A user message: its post queues it after the stream's cursor (src/chat/chunks.ts `ownMessage`).
       const postsUser = !regenerating && messages[messages.length - 1]!.role === 'user';
+      // The outputs the client's message gives: their answer does not send them back (src/chat/chunks.ts `answered`).
+      const answered =
+        postsUser || regenerating ? [] : answeredCallIdsOf(messages[messages.length - 1]!.parts);
       const replay = req.streamReplay;
       if (replay) {
         // The same Idempotency-Key and body again: nothing is posted twice; the first answer streams again, to a
@@ -254,6 +257,7 @@ const routes: FastifyPluginAsyncZod<{ config: Config }> = async (app, { config }
         const t = new ChatTranslator(replay.assistant, replay.known, {
           agents: agentsOf(s),
           validated: validatedOf(s),
+          answered,
           ownMessage: postsUser,
           // An answer to tool outputs or approvals continues a message that holds the reply that asked them.
           repliedBefore: !postsUser && !regenerating,
@@ -310,6 +314,7 @@ const routes: FastifyPluginAsyncZod<{ config: Config }> = async (app, { config }
       const t = new ChatTranslator(posted.assistant, posted.known, {
         agents: agentsOf(posted.state),
         validated: validatedOf(posted.state),
+        answered,
         ownMessage: postsUser,
         repliedBefore: !postsUser && !regenerating,
         delivered,

@@ -117,6 +117,12 @@ export class ChatTranslator {
    * must not reach `onToolCall`; the step's end releases the others. By call id, in the reply's order.
    */
   private readonly checking = new Map<string, UIChunk>();
+  /**
+   * The calls whose outcome the client's message shows (the outputs it gave, `addToolOutput`): their `tool.completed`
+   * is that output, taken by the session (as JSON text, when it was not a string), and is not sent back, which would
+   * turn the Chat's object into that text (and echo a large output whole).
+   */
+  private readonly answered: ReadonlySet<string>;
   /** The session's client tools with `validate: true` (by name). */
   private readonly validated: ReadonlySet<string>;
   /** Tool calls the client's message holds already (so outputs may refer to them). */
@@ -174,12 +180,15 @@ export class ChatTranslator {
       ownMessage?: boolean;
       /** The names of the session's client tools with `validate: true`. */
       validated?: Iterable<string>;
+      /** The calls whose outcome the client's message shows (its own outputs): see `answered`. */
+      answered?: Iterable<string>;
       /** The message holds a reply from before the stream's cursor (see `repliedBefore`). */
       repliedBefore?: boolean;
     } = {},
   ) {
     this.ownQueued = opts.ownMessage ? 1 : 0;
     this.validated = new Set(opts.validated ?? []);
+    this.answered = new Set(opts.answered ?? []);
     this.repliedBefore = (opts.repliedBefore ?? false) || (opts.earlier ?? []).length > 0;
     this.known = new Set(known);
     this.agents = new Set(opts.agents ?? []);
@@ -594,7 +603,7 @@ export class ChatTranslator {
 
   /** `service`: the service answered the client's call itself (a refused input): not the client's to answer. */
   private toolCompleted(ev: z.infer<typeof toolCompleted>, service = false): UIChunk[] {
-    if (this.denied.has(ev.tool_use_id)) return [];
+    if (this.denied.has(ev.tool_use_id) || this.answered.has(ev.tool_use_id)) return [];
     // A call of a turn before this stream's first (a message posted while another one's tools ran): its part is in
     // that other message, not this one.
     if (!this.known.has(ev.tool_use_id) && !this.stepOpen) return [];

@@ -33,6 +33,67 @@ describe('chat: client tools', { timeout: 120_000 }, () => {
     return r.body.id as string;
   }
 
+  it("an object output stays the client's object: the answer does not echo it back (as its JSON text)", async () => {
+    const id = await session([lookupOrder]);
+    h.fake.enqueue(toolCall('lookup_order', { order_id: '1' }, { id: 'toolu_obj' }), text('Shipped.'));
+    const output = { status: 'shipped', eta: 3 };
+    const seen: unknown[] = [];
+    const chat: PlainChat = new PlainChat({
+      id,
+      transport: chatTransport(h.service.url, KEY),
+      sendAutomaticallyWhen: lastAssistantMessageIsCompleteWithToolCalls,
+      onChange: () => {
+        const part = toolParts(chat?.messages.at(-1)).find((p) => p.toolCallId === 'toolu_obj');
+        if (part?.output !== undefined) seen.push(part.output);
+      },
+      onToolCall: ({ toolCall: c }) =>
+        void chat.addToolOutput({ tool: 'lookup_order', toolCallId: c.toolCallId, output }),
+    });
+    const both = chat.nextFinish(2);
+    await chat.sendMessage({ text: 'where is it?' });
+    await both;
+    assert.equal(chat.error, undefined);
+    assert.ok(seen.length > 0);
+    for (const o of seen) assert.deepEqual(o, output, 'the part keeps the object');
+    // The model got its JSON text.
+    const content = h.fake.requests.at(-1)?.body.messages.at(-1)?.content ?? [];
+    const results = (typeof content === 'string' ? [] : content).flatMap((b) =>
+      b.type === 'tool_result' ? [b.content] : [],
+    );
+    assert.deepEqual(results, [JSON.stringify(output)]);
+  });
+
+  it("the answer to a raw post of a client's output carries no output of that call", async () => {
+    const id = await session([lookupOrder]);
+    h.fake.enqueue(toolCall('lookup_order', { order_id: '1' }, { id: 'toolu_raw' }), text('Done.'));
+    const transport = chatTransport(h.service.url, KEY);
+    const send = (messages: UIMessage[], messageId?: string) =>
+      transport.sendMessages({
+        chatId: id,
+        messages,
+        trigger: 'submit-message',
+        messageId,
+        abortSignal: undefined,
+      });
+    const question: UIMessage = { id: 'u-raw', role: 'user', parts: [{ type: 'text', text: 'go' }] };
+    const first = await readAll(await send([question]));
+    const asked = first.message!;
+    const answered: UIMessage = {
+      ...asked,
+      parts: asked.parts.map((p) =>
+        'toolCallId' in p && p.toolCallId === 'toolu_raw'
+          ? { ...p, state: 'output-available', output: 'RESULT' }
+          : p,
+      ) as UIMessage['parts'],
+    };
+    const { chunks } = await readAll(await send([question, answered], asked.id));
+    assert.deepEqual(
+      chunks.filter((c) => 'toolCallId' in c && c.toolCallId === 'toolu_raw'),
+      [],
+    );
+    assert.equal(chunks.at(-1)?.type, 'finish');
+  });
+
   describe('validate: true', () => {
     const validated = { ...lookupOrder, validate: true };
 
