@@ -67,6 +67,12 @@ export interface ToolProvider {
   runnables(scope: ToolScope): Promise<ServerTool[]>;
   /** What `GET /v1/tools` lists of this provider for `tenant`. */
   list(tenant: string): Promise<ToolListing[]>;
+  /**
+   * The entry `list(tenant)` has for `name` (the first if it has two), read by name: a provider whose list is costly
+   * (the tenant's registry: every definition read and decoded) answers a lookup with a read of that name alone. A
+   * provider without it is asked for its list.
+   */
+  find?(tenant: string, name: string): Promise<ToolListing | undefined>;
   /** Names a client tool may never take, whether the session uses the tool or not (the server tools' names). */
   reserved?: ReadonlySet<string>;
   /**
@@ -208,11 +214,12 @@ export class Toolbox {
    * first that lists the name answers, so a server tool's or the memory tool's name never reaches an MCP server. An
    * MCP server that does not answer counts as the list counts it: with its last known tools, or none (so its tool is
    * 404 there, never a 5xx; an unknown name waits for such a server as `GET /v1/tools` does, up to
-   * MCP_CONNECT_TIMEOUT_MS, and concurrent lookups share one attempt).
+   * MCP_CONNECT_TIMEOUT_MS, and concurrent lookups share one attempt). A source that can read one name (`find`:
+   * the tenant's registry, one HGET) is asked for that name only: a lookup never reads every tenant tool.
    */
   async listed(tenant: string, name: string): Promise<ToolListing | undefined> {
     for (const p of this.providers) {
-      const hit = (await p.list(tenant)).find((t) => t.name === name);
+      const hit = p.find ? await p.find(tenant, name) : (await p.list(tenant)).find((t) => t.name === name);
       if (hit) return hit;
     }
     return undefined;

@@ -67,7 +67,7 @@ async function* slices(text: string, tenant: string): AsyncGenerator<string> {
 
 /**
  * The reads whose answer is made of up to a MiB or more of a tenant's own data (a list page, a whole history, the
- * iteration records, a JSON page of the event log — not its SSE stream, which is long-lived and paced by the
+ * iteration records, the tool list, a JSON page of the event log — not its SSE stream, which is long-lived and paced by the
  * event hub's replay turns, src/events/replay-gate.ts): the synchronous work of one (decoding what Redis sent, the answer's JSON text) is 5–15 ms
  * of the event loop. One tenant has TENANT_HEAVY_READS (default 1) of them made at once per process; the others
  * wait in its line (FIFO), not in everyone's: several such reads of one tenant whose Redis replies arrived together
@@ -81,6 +81,8 @@ const HEAVY_READS = new Set([
   '/v1/sessions/:id/events',
   '/v1/sessions/:id/children',
   '/v1/chat/:id/messages',
+  // Every tool of the tenant's (TENANT_MAX_TOOLS definitions of up to BODY_LIMIT each) besides the others.
+  '/v1/tools',
 ]);
 
 /** The routes of HEAVY_READS that read a whole history (the chat's as UIMessages): HISTORY_READS at once. */

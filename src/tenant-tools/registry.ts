@@ -9,11 +9,19 @@ import type { ServerTool } from '../../tools/types.js';
 import { quotaExceeded, InvalidRequest, RevisionMismatch } from '../errors.js';
 import { decodeStored } from '../store/decode.js';
 import { defineLuaCommands, type RedisClient } from '../store/lua-commands.js';
+import { heavyStep } from '../tenant-turns.js';
 import './lua/commands.js';
 import type { ToolListing, ToolProvider } from '../toolbox.js';
 import { toolsKey } from './keys.js';
 import type { TaskQueue } from './tasks.js';
 import type { TenantToolDef } from './types.js';
+
+/**
+ * Bytes of stored definitions decoded in one heavy step of their tenant's (tenant-turns.ts). A definition is up to
+ * a 64 KiB schema and a 10,000-character description: TENANT_MAX_TOOLS (100) tools of 64 KB schemas were 7.4 MB
+ * decoded in one turn of the event loop at every `GET /v1/tools`.
+ */
+const DECODE_STEP_BYTES = 64 * 1024;
 
 export class TenantToolRegistry {
   constructor(
@@ -67,9 +75,28 @@ export class TenantToolRegistry {
     return out;
   }
 
+  /**
+   * Every tool of the tenant, by name: one HVALS, for `GET /v1/tools` only (a lookup by name is `get`, one HGET).
+   * As bytes (ioredis would decode them all to text as the reply arrives), made text and parsed about
+   * DECODE_STEP_BYTES at a time, each such step a heavy step of the tenant's (one per turn of the event loop): not
+   * the whole list in one turn.
+   */
   async list(tenant: string): Promise<TenantToolDef[]> {
-    const all = await this.redis.hvals(toolsKey(tenant));
-    return all.map((raw) => decodeStored<TenantToolDef>(raw)).sort((a, b) => a.name.localeCompare(b.name));
+    const all = await this.redis.hvalsBuffer(toolsKey(tenant));
+    const defs: TenantToolDef[] = [];
+    // Bytes decoded in the current step; a list of more than one step's worth makes each of its steps a heavy one.
+    const heavy = all.reduce((n, raw) => n + raw.length, 0) > DECODE_STEP_BYTES;
+    let step = 0;
+    for (const raw of all) {
+      if (heavy && (step === 0 || step + raw.length > DECODE_STEP_BYTES)) {
+        const wait = heavyStep(tenant);
+        if (wait) await wait;
+        step = 0;
+      }
+      step += raw.length;
+      defs.push(decodeStored<TenantToolDef>(raw.toString('utf8')));
+    }
+    return defs.sort((a, b) => a.name.localeCompare(b.name));
   }
 
   /** True when it existed; 412 `revision_mismatch` when `ifMatch` is not its revision. One script. */
@@ -149,18 +176,33 @@ export function tenantToolProvider(registry: TenantToolRegistry, tasks: TaskQueu
       }),
     list: async (tenant) => {
       const [defs, workers] = await Promise.all([registry.list(tenant), tasks.workers(tenant)]);
-      return defs.map((d): ToolListing => ({
-        name: d.name,
-        description: d.description,
-        input_schema: d.input_schema,
-        requires_approval: false,
-        idempotent: d.idempotent,
-        source: 'tenant',
-        runner: d.runner,
-        ...(d.runner.type === 'worker'
-          ? { workers: workers.get(d.name) ?? { active: 0, last_seen_at: null } }
-          : {}),
-      }));
+      return defs.map((d) => listingOf(d, workers));
     },
+    // One HGET (and the workers' read for a worker tool): a name that is not the tenant's costs no more than one
+    // that is, however many tools of what size the tenant has.
+    find: async (tenant, name) => {
+      const d = await registry.get(tenant, name);
+      if (!d) return undefined;
+      return listingOf(d, d.runner.type === 'worker' ? await tasks.workers(tenant) : new Map());
+    },
+  };
+}
+
+/** A tenant tool as `GET /v1/tools` lists it. */
+function listingOf(
+  d: TenantToolDef,
+  workers: ReadonlyMap<string, { active: number; last_seen_at: string | null }>,
+): ToolListing {
+  return {
+    name: d.name,
+    description: d.description,
+    input_schema: d.input_schema,
+    requires_approval: false,
+    idempotent: d.idempotent,
+    source: 'tenant',
+    runner: d.runner,
+    ...(d.runner.type === 'worker'
+      ? { workers: workers.get(d.name) ?? { active: 0, last_seen_at: null } }
+      : {}),
   };
 }
