@@ -22,6 +22,7 @@ import {
   scheduleView,
 } from '../src/schedules/schemas.js';
 import { sessionView } from '../src/sessions/view.js';
+import { withText } from '../src/openapi/serializer.js';
 import type { SessionState } from '../src/store/session-state.js';
 import { ifMatchHeader, resolveIfMatch } from './mutations.js';
 
@@ -53,7 +54,10 @@ function unchangedLeftOut(b: PatchScheduleBody, s: ScheduleRecord): PatchSchedul
   ) as PatchScheduleBody;
 }
 
-/** Bytes of the `session` bodies in one page of `GET /v1/schedules` (at least one schedule a page). */
+/**
+ * Bytes of the `session` bodies in one page of `GET /v1/schedules`, and of the session views in one page of a
+ * schedule's runs (at least one a page): as GET /v1/sessions's pages (routes/sessions.ts).
+ */
 const LIST_PAGE_MAX_BYTES = 1_048_576;
 
 function send(reply: FastifyReply, s: ScheduleRecord, code = 200) {
@@ -307,15 +311,28 @@ const routes: FastifyPluginAsyncZod = async (app) => {
       const { cursor, limit } = req.query;
       if (cursor !== undefined && !/^\d{1,15}$/.test(cursor))
         throw new InvalidRequest('invalid_cursor', 'The cursor is not one this service gave.');
-      const page = await store.runs(s.id, limit, cursor === undefined ? undefined : Number(cursor));
-      const states = await Promise.all(page.ids.map((id) => app.store.load(id)));
-      const data: SessionState[] = [];
-      for (const [i, st] of states.entries()) {
-        if (st && st.tenant === req.tenant) data.push(st);
-        else await store.dropRun(s.id, page.ids[i]!);
-      }
+      // Each run's view and its JSON text, made once: the text measures the page and is the page.
+      const views = new Map<SessionState, { view: ReturnType<typeof sessionView>; text: string }>();
+      const viewOf = (st: SessionState) => {
+        let v = views.get(st);
+        if (!v) {
+          const view = sessionView(st);
+          v = { view, text: JSON.stringify(view) };
+          views.set(st, v);
+        }
+        return v;
+      };
+      const page = await store.runsPage(
+        s.id,
+        req.tenant,
+        { limit, before: cursor === undefined ? undefined : Number(cursor) },
+        { maxBytes: LIST_PAGE_MAX_BYTES, sizeOf: (st) => Buffer.byteLength(viewOf(st).text) },
+      );
+      const items = page.items.map(viewOf);
       const next = page.next === null ? null : String(page.next);
-      return { data: data.map(sessionView), next_cursor: next, has_more: next !== null };
+      const body = { data: items.map((i) => i.view), next_cursor: next, has_more: next !== null };
+      const text = `{"data":[${items.map((i) => i.text).join(',')}],"next_cursor":${JSON.stringify(next)},"has_more":${body.has_more}}`;
+      return withText(body, text);
     },
   );
 

@@ -80,6 +80,7 @@ const HEAVY_READS = new Set([
   '/v1/sessions/:id/iterations',
   '/v1/sessions/:id/events',
   '/v1/sessions/:id/children',
+  '/v1/schedules/:id/runs',
   '/v1/chat/:id/messages',
   // Every tool of the tenant's (TENANT_MAX_TOOLS definitions of up to BODY_LIMIT each) besides the others.
   '/v1/tools',

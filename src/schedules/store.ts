@@ -2,6 +2,10 @@ import { withoutSecrets } from '../sessions/secrets.js';
 import { quotaExceeded, RevisionMismatch, NotFound, InvalidRequest } from '../errors.js';
 import { channelName, eventsChannel } from '../store/keys.js';
 import { defineLuaCommands, type RedisClient } from '../store/lua-commands.js';
+import { setImmediate as turn } from 'node:timers/promises';
+import { heavyStep } from '../tenant-turns.js';
+import { LIST_YIELD_BYTES, listChunk } from '../store/session-index.js';
+import type { SessionState } from '../store/session-state.js';
 import { EVENT_LOG_MAX_BYTES, NOTICE_MAX_BYTES, type SessionStore } from '../store/store.js';
 import {
   decodeSchedule,
@@ -315,28 +319,60 @@ export class ScheduleStore {
     return r === 1;
   }
 
-  /** A page of the sessions the schedule created, newest fire first; the cursor is the previous page's last fire. */
-  async runs(id: string, limit: number, before?: number): Promise<{ ids: string[]; next: number | null }> {
+  /**
+   * A page of the sessions the schedule created (spec §7.6, `GET /v1/schedules/:id/runs`), newest fire first: the
+   * runs set read before the cursor (the fire time of the last run a page went past, exclusive), `limit` members and
+   * one more (which tells whether there is more, read no further).
+   *
+   * What a page holds: at most `limit` sessions of `tenant`, stopped before the one that would take it past
+   * `bound.maxBytes` (never empty for that: a run of a 900 kB system prompt each made a page of 100 of them ~90 MB,
+   * built in one go). It may hold fewer than `limit`, none even, with `next` set: a member whose session is gone
+   * (deleted, or swept) or not of the tenant is dropped from the set and counts as read. `next` is null exactly when
+   * no member is left after the page, so nothing is skipped and each page moves the cursor on. Sessions are read in
+   * rounds sized by what is left of the bound (session-index.ts `listChunk`) and a large one is decoded as a heavy
+   * step of the tenant's (`loadForPage`): a page of large runs reads the few it sends, not all `limit` of them.
+   */
+  async runsPage(
+    id: string,
+    tenant: string,
+    opts: { limit: number; before?: number | undefined },
+    bound: { maxBytes: number; sizeOf: (s: SessionState) => number },
+  ): Promise<{ items: SessionState[]; next: number | null }> {
     const rows = await this.redis.zrevrangebyscore(
       scheduleKeys(id).runs,
-      before === undefined ? '+inf' : `(${before}`,
+      opts.before === undefined ? '+inf' : `(${opts.before}`,
       '-inf',
       'WITHSCORES',
       'LIMIT',
       0,
-      limit,
+      opts.limit + 1,
     );
-    const ids: string[] = [];
+    const members: Array<{ id: string; at: number }> = [];
+    for (let i = 0; i + 1 < rows.length && members.length < opts.limit; i += 2)
+      members.push({ id: rows[i]!, at: Number(rows[i + 1]) });
+    const more = rows.length / 2 > opts.limit;
+    const items: SessionState[] = [];
+    const states: Array<SessionState | null> = [];
+    let bytes = 0;
     let last: number | null = null;
-    for (let i = 0; i < rows.length; i += 2) {
-      ids.push(rows[i]!);
-      last = Number(rows[i + 1]);
+    for (let i = 0; i < members.length; i++) {
+      if (i === states.length) {
+        const n = listChunk(members.length - i, i, bytes, bound);
+        const read = members.slice(i, i + n).map((m) => this.sessions.index.loadForPage(m.id, tenant));
+        states.push(...(await Promise.all(read)));
+      }
+      const s = states[i];
+      if (s && s.tenant === tenant) {
+        const size = bound.sizeOf(s);
+        bytes += size;
+        if (bytes > bound.maxBytes && items.length > 0) return { items, next: last };
+        items.push(s);
+        // A turn of the event loop between large sessions (measuring one is its view's JSON text), as a list's.
+        if (size >= LIST_YIELD_BYTES) await (heavyStep(tenant) ?? turn());
+      } else await this.redis.zrem(scheduleKeys(id).runs, members[i]!.id);
+      last = members[i]!.at;
     }
-    return { ids, next: ids.length === limit ? last : null };
-  }
-
-  async dropRun(id: string, sessionId: string): Promise<void> {
-    await this.redis.zrem(scheduleKeys(id).runs, sessionId);
+    return { items, next: more ? last : null };
   }
 
   private logArgs(id: string): [string, number, number, number] {

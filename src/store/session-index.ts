@@ -22,7 +22,7 @@ import type { SessionState, Status } from './session-state.js';
 const INDEX_GRACE_MS = 60_000;
 
 /** A list page yields the event loop after measuring a session this large (see `list`). */
-const LIST_YIELD_BYTES = 64 * 1024;
+export const LIST_YIELD_BYTES = 64 * 1024;
 
 /** Bytes of a hash's values (what decoding it costs, near enough). */
 function hashBytes(h: Record<string, Buffer>): number {
@@ -69,6 +69,20 @@ export class SessionIndex {
     private readonly now: () => number,
   ) {
     this.metadata = new MetadataIndex(redis);
+  }
+
+  /**
+   * One session read as a list page of `tenant`'s reads it (see `list`): as bytes, and a large hash decoded as a
+   * heavy step of the tenant's (tenant-turns.ts), not together with every other hash whose reply came in the same
+   * turn of the event loop. Null for a session that is not there.
+   */
+  async loadForPage(id: string, tenant: string): Promise<SessionState | null> {
+    const h = await this.redis.hgetallBuffer(sessionKeys(id).meta);
+    if (hashBytes(h) >= LIST_YIELD_BYTES) {
+      const wait = heavyStep(tenant);
+      if (wait) await wait;
+    }
+    return this.decode(textOf(h));
   }
 
   /** Index members sort by creation time then id, so a lexicographic range pages the list exactly. */

@@ -352,6 +352,47 @@ describe('schedules', { timeout: 240_000 }, () => {
     for (const id of ids) await a.req('DELETE', `/v1/schedules/${id}`);
   });
 
+  it("bounds a page of a schedule's runs by bytes: runs of big sessions come two a page, none skipped", async () => {
+    const c = await a.post('/v1/schedules', {
+      cron: '* * * * * *',
+      overlap: 'allow',
+      session: { input: 'hi', system: 'r'.repeat(400_000) },
+    });
+    assert.equal(c.status, 201, JSON.stringify(c.body).slice(0, 300));
+    const id = c.body.id as string;
+    await until(async () => (await a.get(`/v1/schedules/${id}`)).body.fires >= 3, 30_000, '3 fires');
+    assert.equal((await a.req('PATCH', `/v1/schedules/${id}`, { paused: true })).status, 200);
+    const k = scheduleKeys(id);
+    await until(async () => (await r.hget(k.meta, 'pending')) === null, 10_000, 'the last fire finished');
+    const all = await r.zrevrange(k.runs, 0, -1);
+    const pages: Array<{ data: Array<{ id: string }>; next_cursor: string | null; has_more: boolean }> = [];
+    let cursor: string | null = null;
+    do {
+      const p: { status: number; body: (typeof pages)[number] } = await a.get(
+        `/v1/schedules/${id}/runs?limit=100${cursor ? `&cursor=${cursor}` : ''}`,
+      );
+      assert.equal(p.status, 200);
+      const bytes = Buffer.byteLength(JSON.stringify(p.body));
+      assert.ok(bytes <= 1_048_576, `a page of ${bytes} bytes`);
+      pages.push(p.body);
+      cursor = p.body.next_cursor;
+      assert.equal(p.body.has_more, cursor !== null);
+    } while (cursor !== null);
+    // Two views of ~400 kB fit in 1 MiB, a third would take the page past it: it opens the next page.
+    assert.deepEqual(
+      pages.map((p) => p.data.length),
+      all
+        .map((_, i) => i)
+        .filter((i) => i % 2 === 0)
+        .map((i) => Math.min(2, all.length - i)),
+    );
+    assert.deepEqual(
+      pages.flatMap((p) => p.data.map((x) => x.id)),
+      all,
+    );
+    assert.equal((await a.req('DELETE', `/v1/schedules/${id}`)).status, 200);
+  });
+
   it('overlap allow creates a session at every fire; skip none while the last one waits', async () => {
     const body = { session: { input: 'triage', tools: [lookup] }, cron: '* * * * * *' };
     const allow = (await a.post('/v1/schedules', { ...body, overlap: 'allow' })).body;
