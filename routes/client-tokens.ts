@@ -76,7 +76,14 @@ const routes: FastifyPluginAsyncZod = async (app) => {
     async (req, reply) => {
       const { session_id: sessionId, scopes, ttl_s: ttlS, subject } = req.body;
       await app.store.loadFor(req.tenant, sessionId);
-      const out = await tokens.mint(req.tenant, sessionId, scopes, ttlS, subject ?? null);
+      const out = await tokens.mint(req.tenant, sessionId, scopes, ttlS, subject ?? null, (r) =>
+        eventOf('client_token.created', {
+          id: r.id,
+          scopes: r.scopes,
+          subject: r.subject,
+          expires_at: new Date(r.expires_at).toISOString(),
+        }),
+      );
       if (!out.ok) {
         if (out.reason === 'no_session') throw notFound();
         throw new QuotaExceeded(
@@ -88,16 +95,10 @@ const routes: FastifyPluginAsyncZod = async (app) => {
       sealInRecord(req, 'token');
       const { record } = out;
       const expiresAt = new Date(record.expires_at).toISOString();
-      // Live news (no session field changes): a store outage here does not undo the token.
+      // Live news (no session field changes): a store outage here does not undo the token. Its bytes were counted
+      // by the mint (an event not written leaves the count an upper bound).
       await app.store
-        .appendEvents(sessionId, [
-          eventOf('client_token.created', {
-            id: out.id,
-            scopes: record.scopes,
-            subject: record.subject,
-            expires_at: expiresAt,
-          }),
-        ])
+        .appendEvents(sessionId, [out.event])
         .catch((err: unknown) => req.log.warn({ err }, 'client_token.created not logged'));
       return reply.code(201).send({
         id: out.id,
@@ -131,9 +132,11 @@ const routes: FastifyPluginAsyncZod = async (app) => {
       if (!sessionId) throw notFound('client_token');
       const session = await app.store.load(sessionId);
       if (!session || session.tenant !== req.tenant) throw notFound('client_token');
-      if (!(await tokens.revoke(sessionId, req.params.id))) throw notFound('client_token');
+      const revoked = eventOf('client_token.revoked', { id: req.params.id });
+      if (!(await tokens.revoke(req.tenant, sessionId, req.params.id, revoked)))
+        throw notFound('client_token');
       await app.store
-        .appendEvents(sessionId, [eventOf('client_token.revoked', { id: req.params.id })])
+        .appendEvents(sessionId, [revoked])
         .catch((err: unknown) => req.log.warn({ err }, 'client_token.revoked not logged'));
       return { id: req.params.id, object: 'client_token' as const, deleted: true as const };
     },

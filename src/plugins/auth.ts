@@ -211,7 +211,7 @@ async function authenticateToken(req: FastifyRequest, tokens: ClientTokens, bear
 export default fp<AuthOptions>(
   async (app, opts) => {
     // Minted and checked in Redis's clock as the store reckons it (the engine plugin's store, registered before).
-    const tokens = new ClientTokens(app.redis, app.store.clock);
+    const tokens = new ClientTokens(app.redis, app.store.clock, app.store.storage);
     app.decorate('clientTokens', tokens);
     app.decorateRequest('tenant', '');
     app.decorateRequest('clientToken', null);

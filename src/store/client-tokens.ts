@@ -10,12 +10,20 @@
  * past (or short) for the others and accepted expired ones, one ahead refused live ones (401 `token_expired`). No key
  * expiry bounds a token: the hash outlives its last record's `expires_at` by EXPIRED_KEPT_MS (so an expired token is
  * told so), and that expiry (PEXPIREAT) is of Redis's clock too.
+ *
+ * Storage: a token's record and its events (`client_token.created`, `client_token.revoked`) count in the tenant's
+ * TENANT_MAX_BYTES as the session's own writes do, in the session's `bytes` (so the session's delete gives them back):
+ * a mint is refused with 429 `quota_exceeded` (`storage_bytes`) while they would take the tenant past its limit; a
+ * revoke never is (it frees a credential). A record's bytes are given back when it goes: revoked, dropped by a later
+ * mint once expired, or, for records that expired with the whole hash, at the session's next mint (the count is an
+ * upper bound until then, and the session's delete gives everything back). See client-token-mint-2.lua.
  */
 import { createHash, randomBytes } from 'node:crypto';
 import { decodeStored } from './decode.js';
 import { sessionKeys } from './keys.js';
 import type { RedisClient } from './lua-commands.js';
 import type { RedisClock } from '../redis/clock.js';
+import type { StorageQuota } from './storage-quota.js';
 
 export const CLIENT_SCOPES = ['read', 'message', 'decide', 'results', 'cancel'] as const;
 export type ClientScope = (typeof CLIENT_SCOPES)[number];
@@ -54,8 +62,18 @@ export function sessionOfTokenId(id: string): string | null {
 
 const sha256 = (s: string) => createHash('sha256').update(s).digest('hex');
 
+/** Bytes an event keeps in the session's log (its type and data). */
+const eventSize = ([type, data]: [string, string]) => Buffer.byteLength(type) + Buffer.byteLength(data);
+
 export type MintOutcome =
-  | { ok: true; id: string; token: string; record: ClientTokenRecord }
+  | {
+      ok: true;
+      id: string;
+      token: string;
+      record: ClientTokenRecord;
+      /** The `client_token.created` event, counted in the session's bytes: the caller appends it. */
+      event: [string, string];
+    }
   | { ok: false; reason: 'no_session' | 'too_many' };
 
 export class ClientTokens {
@@ -63,15 +81,22 @@ export class ClientTokens {
     private readonly redis: RedisClient,
     /** Redis's clock as this process reckons it (the store's): tokens are minted and checked in it. */
     readonly clock: RedisClock,
+    /** The tenants' storage counts (the session store's): tokens count in TENANT_MAX_BYTES. */
+    private readonly storage: StorageQuota,
   ) {}
 
-  /** Stores a new token of `sessionId` (which must exist: one script checks it and writes). */
+  /**
+   * Stores a new token of `sessionId` (which must exist: one script checks it and writes), whose `client_token.created`
+   * event `created` makes. 429 `quota_exceeded` (`storage_bytes`) when the record and the event would take `tenant`
+   * past TENANT_MAX_BYTES.
+   */
   async mint(
     tenant: string,
     sessionId: string,
     scopes: ClientScope[],
     ttlS: number,
     subject: string | null,
+    created: (record: ClientTokenRecord) => [string, string],
   ): Promise<MintOutcome> {
     const body = sessionId.slice('ses_'.length);
     const token = `ct_${body}_${randomBytes(32).toString('base64url')}`;
@@ -87,20 +112,32 @@ export class ClientTokens {
       created_at: now,
     };
     const k = sessionKeys(sessionId);
-    const res = await this.redis.sessClientTokenMint(
+    const hash = sha256(token);
+    const json = JSON.stringify(record);
+    const event = created(record);
+    const eventBytes = eventSize(event);
+    // The script's count of the record: its two fields (`h:<hash>` → record, `i:<id>` → hash).
+    await this.storage.room(
+      tenant,
+      2 + hash.length + Buffer.byteLength(json) + 2 + id.length + hash.length + eventBytes,
+    );
+    const [code, added] = await this.redis.sessClientTokenMint(
       k.meta,
       k.tokens,
-      sha256(token),
+      hash,
       id,
-      JSON.stringify(record),
+      json,
       record.expires_at + EXPIRED_KEPT_MS,
       now,
       MAX_TOKENS_PER_SESSION,
       EXPIRED_KEPT_MS,
+      eventBytes,
     );
-    if (res === 0) return { ok: false, reason: 'no_session' };
-    if (res === -1) return { ok: false, reason: 'too_many' };
-    return { ok: true, id, token, record };
+    // (Refused for too many tokens, the script may still have given back the bytes of expired ones it dropped.)
+    await this.storage.add(tenant, added);
+    if (code === 0) return { ok: false, reason: 'no_session' };
+    if (code === -1) return { ok: false, reason: 'too_many' };
+    return { ok: true, id, token, record, event };
   }
 
   /** The record of a token (expired or not), or null for an unknown or revoked one. One HGET. */
@@ -116,8 +153,15 @@ export class ClientTokens {
     return (await this.redis.hexists(sessionKeys(rec.session_id).tokens, `i:${rec.id}`)) === 1;
   }
 
-  /** Removes a token by its id; false when the session holds none with this id. */
-  async revoke(sessionId: string, id: string): Promise<boolean> {
-    return (await this.redis.sessClientTokenRevoke(sessionKeys(sessionId).tokens, id)) === 1;
+  /**
+   * Removes a token of `tenant`'s session by its id, giving its record's bytes back and counting `event` (its
+   * `client_token.revoked`, which the caller appends); never refused for storage. False when the session holds no
+   * token with this id.
+   */
+  async revoke(tenant: string, sessionId: string, id: string, event: [string, string]): Promise<boolean> {
+    const k = sessionKeys(sessionId);
+    const [code, added] = await this.redis.sessClientTokenRevoke(k.meta, k.tokens, id, eventSize(event));
+    await this.storage.add(tenant, added);
+    return code === 1;
   }
 }

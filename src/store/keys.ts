@@ -12,7 +12,10 @@ import type { RedisClient } from './lua-commands.js';
  * first braces of each key. Pub/sub channels are not keys: their names go through {@link channelName}.
  */
 export const sessionKeys = (id: string) => ({
-  /** HASH: the session's fields (status, revision, params, policies, usage, pending tool step, …; `ev_bytes`: the log's size). */
+  /**
+   * HASH: the session's fields (status, revision, params, policies, usage, pending tool step, …; `ev_bytes`: the log's
+   * size; `bytes`: what its writes added, storage-quota.ts; `ct_bytes`: its client tokens' records in `bytes`).
+   */
   meta: metaKey(id),
   /** LIST: the message history, one JSON message per element. Append-only except a bounded edit of its tail. */
   msgs: `s:{${id}}:m`,

@@ -11,6 +11,9 @@ import { CounterBatch } from './counter-batch.js';
  * script in a Redis Cluster). A destroy takes the session's `bytes` back off. The count is an upper bound of what
  * the tenant keeps (events and history trimmed later are not subtracted), shared by every replica.
  *
+ * A session's client tokens (client-tokens.ts) count too: a token's record and its events, in the session's `bytes`
+ * (client-token-mint-2.lua); a mint is refused as a client's write is, a revoke never.
+ *
  * A client's write (create, follow-up, result, PATCH…: every apply without a run's fence) is refused with 429
  * `quota_exceeded` (`details.quota: "storage_bytes"`) once the tenant's count reaches the limit; a run's own
  * commits are not (a turn's size is bounded by MAX_TURN_BYTES), so a run in flight ends normally.
@@ -60,12 +63,17 @@ export class StorageQuota {
    * past its limit, else counted. A negative `n` gives bytes back.
    */
   async charge(tenant: string, n: number): Promise<void> {
+    await this.room(tenant, n);
+    await this.add(tenant, n);
+  }
+
+  /** Throws 429 as `check` when `n` more bytes would take `tenant` past its limit; counts nothing. */
+  async room(tenant: string, n: number): Promise<void> {
     if (n > 0 && this.maxBytes > 0) {
       const used = Number((await this.redis.get(storageKey(tenant))) ?? 0);
       if (used + n > this.maxBytes)
         throw quotaExceeded('storage_bytes', this.maxBytes, 'bytes stored (TENANT_MAX_BYTES)');
     }
-    await this.add(tenant, n);
   }
 
   /** Adds `n` bytes to the tenant's counter (with the other writes of this event-loop turn: CounterBatch). */

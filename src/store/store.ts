@@ -193,7 +193,8 @@ export class SessionStore {
   readonly spend: TenantSpend;
   /** Set by the webhooks plugin; see EventTap. */
   eventTap: EventTap | undefined;
-  private readonly storage: StorageQuota;
+  /** The tenants' storage counts (TENANT_MAX_BYTES): a session's writes here, its client tokens' (client-tokens.ts). */
+  readonly storage: StorageQuota;
   /** Tenants of sessions seen by `load` (a session's tenant never changes): a run's commits count its bytes. */
   private readonly tenants = new Map<string, string>();
   /** The tenants' indexes of their sessions, and the list read through them (session-index.ts). */

@@ -2,13 +2,17 @@
  * Issue 22 item 3: Redis out of memory. A real redis-server whose maxmemory is reached (noeviction): writes answer
  * 503 `store_unavailable` with Retry-After (not 500), /readyz is not ready while Redis refuses writes, and a DELETE
  * of a session still works (with the script cache flushed, too). Then the per-tenant storage quota TENANT_MAX_BYTES:
- * 429 `quota_exceeded` `storage_bytes`, counted in Redis (so across replicas), given back by a delete.
+ * 429 `quota_exceeded` `storage_bytes`, counted in Redis (so across replicas), given back by a delete; a session's
+ * client tokens and their events count in it too.
  */
 import { after, before, describe, it } from 'node:test';
 import assert from 'node:assert/strict';
 import { Redis } from 'ioredis';
 import { startHarness, type Api, type Harness } from '../helpers/service.js';
 import { startTestRedis, type TestRedis } from '../helpers/redis.js';
+import { sessionKeys } from '../../src/store/keys.js';
+import { storageKey } from '../../src/store/storage-quota.js';
+import { until } from '../durability/chaos-lib.js';
 
 describe('Redis full', { timeout: 60_000 }, () => {
   let redis: TestRedis;
@@ -119,5 +123,75 @@ describe('TENANT_MAX_BYTES', { timeout: 60_000 }, () => {
     // A delete (on the other replica) gives the bytes back.
     assert.equal((await r2.req('DELETE', `/v1/sessions/${ids[0]}`)).status, 200);
     assert.equal((await r1.post('/v1/sessions', { start: false, params: { system } })).status, 201);
+  });
+});
+
+describe("TENANT_MAX_BYTES: a session's client tokens", { timeout: 60_000 }, () => {
+  let h: Harness;
+  let r: Redis;
+  before(async () => {
+    h = await startHarness({ env: { API_KEYS: 'acme:key-acme', TENANT_MAX_BYTES: '100000' } });
+    r = new Redis(h.redis.url);
+  });
+  after(async () => {
+    r?.disconnect();
+    await h?.close();
+  });
+
+  it('count their records and events: a mint over the quota is refused, a revoke never; a delete gives all back', async () => {
+    const acme = h.api.as('key-acme');
+    const used = async () => Number((await r.get(storageKey('acme'))) ?? 0);
+    const id = (await acme.post('/v1/sessions', { start: false })).body.id as string;
+    const k = sessionKeys(id);
+    const inSession = async () => Number(await r.hget(k.meta, 'bytes'));
+    const mint = () =>
+      acme.post('/v1/client-tokens', { session_id: id, scopes: ['read'], subject: 'u'.repeat(256) });
+    const b0 = await used();
+    const s0 = await inSession();
+    const t1 = await mint();
+    assert.equal(t1.status, 201, JSON.stringify(t1.body));
+    // The record and its `client_token.created` event, each holding the subject: in the session's bytes and the tenant's.
+    const b1 = await used();
+    assert.ok(b1 - b0 > 2 * 256, `${b1 - b0} bytes counted for a mint`);
+    assert.equal((await inSession()) - s0, b1 - b0);
+    // A revoke gives the record back; its event and the mint's stay counted (the log keeps them).
+    assert.equal((await acme.req('DELETE', `/v1/client-tokens/${t1.body.id}`)).status, 200);
+    const b2 = await used();
+    assert.ok(b2 > b0 && b1 - b2 > 256, `${b0} ${b1} ${b2}`);
+    assert.equal((await inSession()) - s0, b2 - b0);
+    // A token whose hash expired (its last record did) gives its record back at the session's next mint.
+    const t2 = await mint();
+    assert.equal(t2.status, 201);
+    const b3 = await used();
+    assert.equal(b3 - b2, b1 - b0);
+    await r.pexpire(k.tokens, 1);
+    await until(async () => (await r.exists(k.tokens)) === 0, 5_000, 'the tokens hash expired');
+    const t3 = await mint();
+    assert.equal(t3.status, 201);
+    const b4 = await used();
+    assert.ok(b4 - b3 < b1 - b0 - 256, `${b4 - b3} bytes counted, ${b1 - b0} for a mint`);
+    // Fill the tenant up: then a mint is refused as a create is.
+    const ids = [id];
+    for (;;) {
+      const c = await acme.post('/v1/sessions', { start: false, params: { system: 's'.repeat(30_000) } });
+      if (c.status !== 201) {
+        assert.equal(c.status, 429);
+        assert.deepEqual(c.body.error.details, { quota: 'storage_bytes', limit: 100_000 });
+        break;
+      }
+      ids.push(c.body.id);
+    }
+    // What is left (less than a create's 30 kB) takes a few mints of ~1 kB, each counted, then none.
+    let over = await mint();
+    for (let i = 0; i < 60 && over.status === 201; i++) over = await mint();
+    assert.equal(over.status, 429, JSON.stringify(over.body));
+    assert.equal(over.body.error.code, 'quota_exceeded');
+    assert.deepEqual(over.body.error.details, { quota: 'storage_bytes', limit: 100_000 });
+    assert.ok((await used()) <= 100_000, `${await used()} bytes counted`);
+    // A revoke frees a credential: never refused.
+    assert.equal((await acme.req('DELETE', `/v1/client-tokens/${t3.body.id}`)).status, 200);
+    // Deleting the sessions gives back every byte counted: their tokens' and their events' too.
+    for (const s of ids) assert.equal((await acme.req('DELETE', `/v1/sessions/${s}`)).status, 200);
+    assert.equal(await used(), 0);
   });
 });

@@ -262,7 +262,7 @@ describe('sessions with a replica whose clock is off', { timeout: 60_000 }, () =
       const { app } = h.service;
       const { token } = await mint();
       // The auth plugin's (its scope's decoration): the same store clock.
-      const tokens = new ClientTokens(app.redis, app.store.clock);
+      const tokens = new ClientTokens(app.redis, app.store.clock, app.store.storage);
       const rec = (await tokens.lookup(token))!;
       const ended: string[] = [];
       await asReplica(h.service.app, SKEW_MS, async () => {

@@ -160,7 +160,10 @@ describe('the store boundary: StoreUnavailable from every store operation', { ti
       await assertStoreUnavailable(app.tenantTools.list('acme'), 'TenantToolRegistry.list', down);
       await assertStoreUnavailable(app.memory.list('acme', ''), 'MemoryStore.list', down);
       await assertStoreUnavailable(
-        new ClientTokens(app.redis, app.store.clock).revoke(session.id, 'ct_x'),
+        new ClientTokens(app.redis, app.store.clock, app.store.storage).revoke('acme', session.id, 'ct_x', [
+          'client_token.revoked',
+          '{}',
+        ]),
         'ClientTokens.revoke',
         down,
       );

@@ -123,7 +123,7 @@ declare module 'ioredis' {
     sessTreeDueRead(tenants: string, limit: number): Result<[string, ...string[]], Context>;
     /** due-add-1.lua: the member's score now (`in`: `at` is ms from Redis's now). */
     sessDueAdd(key: string, member: string, at: number, mode?: '' | 'in'): Result<number, Context>;
-    /** client-token-mint-2.lua: 1 stored, 0 no session, -1 too many tokens. */
+    /** client-token-mint-2.lua: [1 stored | 0 no session | -1 too many tokens, bytes added to the session's `bytes`]. */
     sessClientTokenMint(
       ...args: [
         meta: string,
@@ -135,10 +135,16 @@ declare module 'ioredis' {
         now: number,
         max: number,
         graceMs: number,
+        eventBytes: number,
       ]
-    ): Result<number, Context>;
-    /** client-token-revoke-1.lua: 1 when removed. */
-    sessClientTokenRevoke(tokens: string, id: string): Result<number, Context>;
+    ): Result<[code: number, added: number], Context>;
+    /** client-token-revoke-2.lua: [1 when removed | 0, bytes added to the session's `bytes` (negative: given back)]. */
+    sessClientTokenRevoke(
+      meta: string,
+      tokens: string,
+      id: string,
+      eventBytes: number,
+    ): Result<[code: number, added: number], Context>;
     /** append-events-2.lua: meta, events, then channel, max, now, notice bytes, max bytes, and type, data pairs. */
     sessAppendEvents(...args: Array<string | number>): Result<string, Context>;
     /** tool-retried-2.lua: 1 when the event was written, 0 when it was before (or the call is no longer awaited). */
