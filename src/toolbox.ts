@@ -203,9 +203,16 @@ export class Toolbox {
     return out;
   }
 
-  /** `GET /v1/tools`: every provider's tools for `tenant`. */
-  async list(tenant: string): Promise<ToolListing[]> {
-    return (await Promise.all(this.providers.map((p) => p.list(tenant)))).flat();
+  /**
+   * `GET /v1/tools`: every provider's tools for `tenant`, in the providers' order. The lists of providers with `find`
+   * (costly: the tenant's registry) are made once `costly` resolves true, after the others (which may wait for an
+   * MCP server): the route takes its tenant's place in the line of heavy reads there, not while it waits on a server.
+   * Null when `costly` resolves false (the client went away).
+   */
+  async list(tenant: string, costly: () => Promise<boolean>): Promise<ToolListing[] | null> {
+    const cheap = await Promise.all(this.providers.map((p) => (p.find ? null : p.list(tenant))));
+    if (!(await costly())) return null;
+    return (await Promise.all(this.providers.map((p, i) => cheap[i] ?? p.list(tenant)))).flat();
   }
 
   /**

@@ -12,6 +12,11 @@ declare module 'fastify' {
     /** Ends this request's count among its tenant's reads of a whole history (write-guard.ts). */
     holdsRead?: () => void;
     /**
+     * For a route of LATE_HEAVY_READS: takes the request's place in its tenant's line of heavy reads, when the route
+     * comes to its heavy part; false when its client went away meanwhile (the reply is then hijacked: nothing to send).
+     */
+    heavyRead?: () => Promise<boolean>;
+    /**
      * The answer's JSON text when this guard sends it as a stream of slices: hooks after it (the idempotency
      * record) read the text here, not the stream.
      */
@@ -82,9 +87,15 @@ const HEAVY_READS = new Set([
   '/v1/sessions/:id/children',
   '/v1/schedules/:id/runs',
   '/v1/chat/:id/messages',
-  // Every tool of the tenant's (TENANT_MAX_TOOLS definitions of up to BODY_LIMIT each) besides the others.
-  '/v1/tools',
 ]);
+
+/**
+ * Heavy reads whose route takes its place in the line itself (`req.heavyRead()`), after a wait that is not its
+ * tenant's to hold the line for: `GET /v1/tools` waits for the MCP servers' lists (up to MCP_CONNECT_TIMEOUT_MS for
+ * one that does not answer) before its heavy part, the tenant's own tools (TENANT_MAX_TOOLS definitions of up to
+ * BODY_LIMIT each).
+ */
+const LATE_HEAVY_READS = new Set(['/v1/tools']);
 
 /** The routes of HEAVY_READS that read a whole history (the chat's as UIMessages): HISTORY_READS at once. */
 const HISTORY_ROUTES = new Set(['/v1/sessions/:id/messages', '/v1/chat/:id/messages']);
@@ -148,9 +159,17 @@ export default fp<WriteGuardOptions>(
       const tenant = req.tenant ?? '';
       if ((held.get(tenant) ?? 0) >= opts.tenantMaxBytes) throw overBytes(opts.tenantMaxBytes);
       const route = req.routeOptions.url ?? '';
+      if (LATE_HEAVY_READS.has(route)) {
+        req.heavyRead = () => inLine(req, reply, tenant, route);
+        return;
+      }
       if (!HEAVY_READS.has(route)) return;
       // An SSE stream would hold its place for as long as it is open: it is not a read made at once.
       if (route === EVENTS_ROUTE && wantsEventStream(req.headers.accept)) return;
+      await inLine(req, reply, tenant, route);
+    });
+    /** The request in its tenant's line of heavy reads until its answer is made; false if its client went away. */
+    const inLine = async (req: FastifyRequest, reply: FastifyReply, tenant: string, route: string) => {
       const history = HISTORY_ROUTES.has(route);
       const n = reading.get(tenant) ?? 0;
       if (history && n >= HISTORY_READS)
@@ -184,7 +203,8 @@ export default fp<WriteGuardOptions>(
       // of its own, so every other tenant's request waits for at most one of them (issue 22's noisy neighbour).
       entered = await gate.enter(reply.raw);
       if (!entered) reply.hijack();
-    });
+      return entered;
+    };
     app.addHook('onSend', async (req: FastifyRequest, reply: FastifyReply, payload: unknown) => {
       // Measuring a large answer (its UTF-8 length: the text flattened and scanned) is a heavy step of its tenant's
       // (tenant-turns.ts), not one more in the turn that made the text.

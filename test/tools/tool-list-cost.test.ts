@@ -6,6 +6,8 @@
  */
 import { after, before, describe, it } from 'node:test';
 import assert from 'node:assert/strict';
+import http from 'node:http';
+import type { AddressInfo } from 'node:net';
 import { startHarness, type Api, type Harness } from '../helpers/service.js';
 import { monitorRedis } from '../helpers/redis-monitor.js';
 import { toolsKey } from '../../src/tenant-tools/keys.js';
@@ -160,5 +162,44 @@ describe("the tenant's tools, listed and looked up", { timeout: 120_000 }, () =>
     }
     assert.equal(decodedAt.length, 5);
     assert.equal(new Set(decodedAt).size, 5, `decoded in turns ${decodedAt.join(' ')}`);
+  });
+});
+
+describe('GET /v1/tools while an MCP server does not answer', { timeout: 120_000 }, () => {
+  let h: Harness;
+  let hang: http.Server;
+  /** Resolves at the first request the server that never answers receives (the list's connection attempt). */
+  let reached: Promise<void>;
+  before(async () => {
+    let arrived = () => {};
+    reached = new Promise<void>((resolve) => (arrived = resolve));
+    hang = http.createServer(() => arrived());
+    await new Promise<void>((resolve) => hang.listen(0, '127.0.0.1', resolve));
+    const url = `http://127.0.0.1:${(hang.address() as AddressInfo).port}/mcp`;
+    // The list waits for the server up to this long: long enough that only a read made behind it would come after.
+    h = await startHarness({
+      env: { MCP_SERVERS: JSON.stringify({ slow: { url } }), MCP_CONNECT_TIMEOUT_MS: '20000' },
+    });
+  });
+  after(async () => {
+    hang.closeAllConnections();
+    hang.close();
+    await h?.close();
+  });
+
+  it("does not hold its tenant's line of heavy reads while it waits for the server (review of ab17c13)", async () => {
+    const order: string[] = [];
+    const list = h.api.get('/v1/tools').then((r) => {
+      order.push('list');
+      return r;
+    });
+    await reached;
+    // A heavy read of the same tenant is answered while the list waits on the server, not after it.
+    const sessions = await h.api.get('/v1/sessions');
+    order.push('sessions');
+    assert.equal(sessions.status, 200);
+    hang.closeAllConnections(); // the server goes away: the list answers with what it knows (none of its tools)
+    assert.equal((await list).status, 200);
+    assert.deepEqual(order, ['sessions', 'list']);
   });
 });
