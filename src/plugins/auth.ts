@@ -195,11 +195,20 @@ async function authenticateToken(req: FastifyRequest, tokens: ClientTokens, bear
   if (refused || !rec) throw refused ?? unauthorized();
   const { scope, sessionIn } = req.routeOptions.config;
   if (!scope) throw scopeDenied(undefined);
-  if (sessionIn !== 'body' && sessionParam(req.params) !== rec.session_id) throw sessionNotFound();
-  const any = typeof scope === 'string' ? [scope] : scope;
-  if (!any.some((s) => rec.scopes.includes(s))) throw scopeDenied(any[0]);
+  // A session named in the body is known only once the body is parsed: the route's scope is checked after it
+  // (the preHandler below), so that a token of another session is 404 whatever its scopes, never 403.
+  if (sessionIn !== 'body') {
+    if (sessionParam(req.params) !== rec.session_id) throw sessionNotFound();
+    requireRouteScope(rec, scope);
+  }
   req.tenant = rec.tenant;
   req.clientToken = rec;
+}
+
+/** 403 `scope_denied` unless the token holds one of the scopes the route declares. */
+function requireRouteScope(rec: ClientTokenRecord, scope: ClientScope | readonly ClientScope[]): void {
+  const any = typeof scope === 'string' ? [scope] : scope;
+  if (!any.some((s) => rec.scopes.includes(s))) throw scopeDenied(any[0]);
 }
 
 /**
@@ -230,10 +239,13 @@ export default fp<AuthOptions>(
       }
       throw unauthorized();
     });
-    // A route whose session is named in its body: the token's session, checked once the body is parsed.
+    // A route whose session is named in its body: the token's session, checked once the body is parsed, then the
+    // route's scope (authenticateToken left it for here). Before the Idempotency-Key's replay (registered after).
     app.addHook('preHandler', async (req) => {
-      if (!req.clientToken || req.routeOptions.config.sessionIn !== 'body') return;
+      const { scope, sessionIn } = req.routeOptions.config;
+      if (!req.clientToken || sessionIn !== 'body' || !scope) return;
       if (sessionParam(req.body) !== req.clientToken.session_id) throw sessionNotFound();
+      requireRouteScope(req.clientToken, scope);
     });
   },
   { name: 'auth' },

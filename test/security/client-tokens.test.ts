@@ -378,6 +378,13 @@ describe('client tokens', () => {
     assert.equal(noMessage.status, 403, 'a user message needs `message`');
     const writer = h.api.as(await token(h.api, id, ['read', 'message'], 'chat-user'));
     assert.equal((await writer.post('/v1/chat', body(other))).status, 404, 'another session');
+    // Another session is 404 whatever the token's scopes (spec §7.2), none of POST /v1/chat's included: the session
+    // (the body's id) is checked before the route's scope.
+    for (const scopes of [['read'], ['cancel'], ['decide'], ['read', 'message']]) {
+      const res = await h.api.as(await token(h.api, id, scopes)).post('/v1/chat', body(other));
+      assert.equal(res.status, 404, `another session, scopes ${scopes.join(',')}`);
+      assert.equal(res.body.error.code, 'session_not_found');
+    }
     const ok = await writer.post('/v1/chat', body(id));
     assert.equal(ok.status, 200);
     assert.match(String(ok.body), /Hello from chat/);
