@@ -32,7 +32,7 @@ const hasText = (t: string) => /\S/.test(t);
 export const userText = z.string().min(1).refine(hasText, NOT_BLANK);
 
 /** Standard base64 (RFC 4648 §4) with its padding, as the API decodes an image's or a PDF's `data`. */
-function isBase64(data: string): boolean {
+export function isBase64(data: string): boolean {
   return data.length > 0 && data.length % 4 === 0 && /^[A-Za-z0-9+/]*={0,2}$/.test(data);
 }
 const NOT_BASE64 = 'not valid base64 (A-Z, a-z, 0-9, + and /, padded with = to a multiple of 4 characters)';

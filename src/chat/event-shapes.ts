@@ -78,12 +78,15 @@ export const appended = z.looseObject({
   content: z.array(block),
 });
 
+/** The block types that make a user turn a message of its own (text, an image, a document). */
+export const USER_BLOCKS: ReadonlySet<string> = new Set(['text', 'image', 'document']);
+
 /**
  * A user turn the history shows as a user message (src/chat/history.ts `userPart`): one with a text, an image or a
  * document block among the blocks added. The same test as src/chat/lua/run-start-2.lua `asks`.
  */
 export const asksUser = (ev: z.infer<typeof appended>): boolean =>
-  ev.role === 'user' && ev.content.some((b) => b.type === 'text' || b.type === 'image');
+  ev.role === 'user' && ev.content.some((b) => USER_BLOCKS.has(b.type));
 
 export const dropped = z.looseObject({ iteration: z.number().optional(), reason: z.string().optional() });
 const call = z.object({ id: z.string(), name: z.string(), input: z.unknown() });

@@ -1,6 +1,6 @@
 /**
  * A session's history as the AI SDK's `UIMessage[]` (GET /v1/chat/:id/messages): a user message with text (or
- * images) is a user UIMessage; the replies and tool results that follow it, up to the next user text, are one
+ * images, or documents) is a user UIMessage; the replies and tool results that follow it, up to the next user text, are one
  * assistant UIMessage whose steps (`step-start`) are the model turns. Ids are `<session id>-<index>` of the first
  * history message each one holds (the index counts compacted messages, so it is stable while the history grows).
  * A sub-agent's call is `providerExecuted`, as in the stream (src/chat/chunks.ts): the service answers it.
@@ -36,14 +36,27 @@ const field = (b: StoredBlock, name: string): unknown => {
   return rec[name];
 };
 
+/**
+ * A user block as the part POST /v1/chat takes back as the same block (src/chat/request.ts `userMessageOf`): text;
+ * an image or a PDF document as a `file` part with its data: (or https:) URL; a plain text document as a
+ * `text/plain` file part whose data: URL holds its text (UTF-8, base64).
+ */
 const userPart = (b: StoredBlock): UIPart | null => {
   if (b.type === 'text' && typeof b.text === 'string') return { type: 'text', text: b.text };
   const source = field(b, 'source');
-  if (b.type !== 'image' || typeof source !== 'object' || source === null) return null;
+  if ((b.type !== 'image' && b.type !== 'document') || typeof source !== 'object' || source === null)
+    return null;
   const { type, media_type: media, data, url } = source as Record<string, unknown>;
   if (type === 'base64' && typeof media === 'string' && typeof data === 'string')
     return { type: 'file', mediaType: media, url: `data:${media};base64,${data}` };
-  if (type === 'url' && typeof url === 'string') return { type: 'file', mediaType: 'image/*', url };
+  if (type === 'url' && typeof url === 'string')
+    return { type: 'file', mediaType: b.type === 'image' ? 'image/*' : 'application/pdf', url };
+  if (b.type === 'document' && type === 'text' && typeof data === 'string')
+    return {
+      type: 'file',
+      mediaType: 'text/plain',
+      url: `data:text/plain;base64,${Buffer.from(data, 'utf8').toString('base64')}`,
+    };
   return null;
 };
 

@@ -35,6 +35,7 @@ import { blocksOf } from '../history.js';
 import type { SessionStore } from '../store/store.js';
 import { isSummary } from '../engine/compaction.js';
 import { SEGMENT_SIZES_KEPT } from '../store/apply-ops.js';
+import { USER_BLOCKS } from './event-shapes.js';
 
 /** Most user turns a page shows: every user turn is a UIMessage of its own, and the page shows the newest 1000. */
 export const MAX_UI_MESSAGES = 1000;
@@ -62,9 +63,9 @@ export interface ChatRecord {
   afterUser: boolean;
 }
 
-/** Whether `m` is a user turn the chat shows as a message of its own (text or an image: history.ts `userPart`). */
+/** Whether `m` is a user turn the chat shows as a message of its own (text, an image, a document: history.ts `userPart`). */
 export const isUserTurn = (m: StoredMessage): boolean =>
-  m.role === 'user' && blocksOf(m).some((b) => b.type === 'text' || b.type === 'image');
+  m.role === 'user' && blocksOf(m).some((b) => USER_BLOCKS.has(b.type));
 
 /**
  * The chat's window of the record of session `id`: its history and, for as long as the gathered messages start

@@ -10,6 +10,7 @@ import type { PostedGuard } from '../store/apply-ops.js';
 import type { RequiredAction } from '../engine/status.js';
 import type { SessionState } from '../store/session-state.js';
 import { ID_LIKE, decisionBody, postMessageBody, toolResultsBody } from '../schemas.js';
+import { isBase64 } from '../message-schemas.js';
 
 /** Most UI messages a request may carry (the whole chat, as `useChat` sends it; only the newest is read). */
 const CHAT_MAX_MESSAGES = 1000;
@@ -44,7 +45,69 @@ const toolPart = z.looseObject({
     .optional(),
 });
 
-/** The user message's parts as Messages API content blocks: text, and images (data: or https: URLs). */
+/** The media types of a file part a user message may carry: images (image blocks), PDFs and plain text (documents). */
+const FILE_TYPES = ['image/jpeg', 'image/png', 'image/gif', 'image/webp', 'application/pdf', 'text/plain'];
+
+/** A `data:` URL's parts (RFC 2397): its media type (lower case, no parameters), its parameters, its data. */
+function dataUrlOf(
+  url: string,
+): { mediaType: string; params: string[]; base64: boolean; data: string } | null {
+  const m = /^data:([^;,]*)((?:;[^;,]*)*),(.*)$/s.exec(url);
+  if (!m) return null;
+  const params = m[2]!
+    .split(';')
+    .slice(1)
+    .map((p) => p.trim().toLowerCase());
+  return { mediaType: m[1]!.trim().toLowerCase(), params, base64: params.includes('base64'), data: m[3]! };
+}
+
+/**
+ * The media type a file part is sent as: its `mediaType` without parameters, or, when that names only the top-level
+ * type (`image`, `text/*`: the ai package allows both), the type its `data:` URL names.
+ */
+function mediaTypeOf(part: { mediaType: string; url: string }): string {
+  const own = part.mediaType.split(';')[0]!.trim().toLowerCase();
+  if (own.includes('/') && !own.endsWith('/*')) return own;
+  return dataUrlOf(part.url)?.mediaType || own;
+}
+
+const fileRefused = (message: string, mediaType: string) =>
+  badRequest(message, { mediaType, accepted: FILE_TYPES });
+
+/**
+ * A `text/plain` file part as a document with a `text` source: its `data:` URL's bytes decoded as UTF-8 (base64 or
+ * percent-encoded; no URL source takes plain text). Text that is not UTF-8, or no text at all, is refused, not sent.
+ */
+function textDocumentOf(url: string): unknown {
+  const d = dataUrlOf(url);
+  if (!d)
+    throw fileRefused(
+      'A text/plain file part must be a data: URL (its text is sent as a document).',
+      'text/plain',
+    );
+  const charset = d.params.find((p) => p.startsWith('charset='))?.slice('charset='.length);
+  if (charset !== undefined && charset !== 'utf-8' && charset !== 'us-ascii')
+    throw fileRefused(`A text/plain file part must be UTF-8 text, not charset ${charset}.`, 'text/plain');
+  let text: string;
+  try {
+    if (d.base64 && !isBase64(d.data)) throw new Error('not base64');
+    // fatal: bytes that are not UTF-8 throw instead of becoming U+FFFD.
+    text = d.base64
+      ? new TextDecoder('utf-8', { fatal: true }).decode(Buffer.from(d.data, 'base64'))
+      : decodeURIComponent(d.data);
+  } catch {
+    throw fileRefused('A text/plain file part is not UTF-8 text in a well-formed data: URL.', 'text/plain');
+  }
+  if (text === '') throw fileRefused('A text/plain file part is empty.', 'text/plain');
+  return { type: 'document', source: { type: 'text', media_type: 'text/plain', data: text } };
+}
+
+/**
+ * The user message's parts as Messages API content blocks: text; images (data: or https: URLs) as image blocks;
+ * PDFs (a base64 data: URL, or https:) and plain text (a data: URL) as document blocks. A file part of any other
+ * media type is refused (400), never dropped: the model would not see what the user sent. The body's bounds
+ * (BODY_LIMIT) bound a file as they bound an image; a text's decoded bytes are fewer than its URL's.
+ */
 export function userMessageOf(parts: Part[]): z.infer<typeof postMessageBody> {
   const blocks: unknown[] = [];
   for (const p of parts) {
@@ -54,17 +117,40 @@ export function userMessageOf(parts: Part[]): z.infer<typeof postMessageBody> {
       if (/\S/.test(text.data.text)) blocks.push({ type: 'text', text: text.data.text });
       continue;
     }
+    if (p.type !== 'file') continue;
     const file = filePart.safeParse(p);
-    if (file.success && file.data.mediaType.startsWith('image/')) {
+    if (!file.success)
+      throw badRequest('A file part needs a `mediaType` and a `url`.', zodDetails(file.error.issues));
+    const mediaType = mediaTypeOf(file.data);
+    if (/^image(\/|$)/.test(mediaType)) {
       const m = /^data:([^;,]+);base64,(.*)$/s.exec(file.data.url);
       blocks.push(
         m
           ? { type: 'image', source: { type: 'base64', media_type: m[1], data: m[2] } }
           : { type: 'image', source: { type: 'url', url: file.data.url } },
       );
-    }
+    } else if (mediaType === 'application/pdf') {
+      const d = dataUrlOf(file.data.url);
+      if (d && !d.base64)
+        throw fileRefused(
+          "A PDF file part's data: URL must be base64 (data:application/pdf;base64,…).",
+          mediaType,
+        );
+      // An https URL is the API's to fetch (postMessageBody refuses any other scheme).
+      blocks.push({
+        type: 'document',
+        source: d
+          ? { type: 'base64', media_type: 'application/pdf', data: d.data }
+          : { type: 'url', url: file.data.url },
+      });
+    } else if (mediaType === 'text/plain') blocks.push(textDocumentOf(file.data.url));
+    else
+      throw fileRefused(
+        `A file part of media type "${mediaType}" cannot be sent: images (${FILE_TYPES.slice(0, 4).join(', ')}), application/pdf and text/plain can.`,
+        mediaType,
+      );
   }
-  if (blocks.length === 0) throw badRequest('The newest message has no text (or image) part to send.');
+  if (blocks.length === 0) throw badRequest('The newest message has no text or file part to send.');
   const body = postMessageBody.safeParse({ content: blocks });
   if (!body.success)
     throw badRequest('The newest message is not a valid user turn.', zodDetails(body.error.issues));

@@ -51,7 +51,7 @@ export function isSummary(message: StoredMessage | undefined): boolean {
 
 /**
  * Whether a chat page shows `messages` ending with a user message (src/chat/history.ts toUIMessages): the last one
- * that shows anything is a user turn (a text or an image), not a reply; a system message, a summary alone and a user
+ * that shows anything is a user turn (a text, an image or a document), not a reply; a system message, a summary alone and a user
  * message of tool results only show nothing of their own. Kept with each segment (seg_bytes), so that a page that
  * does not read a segment still names the answer after the summary that follows it (a compaction at a run's start)
  * by the summary's index.
@@ -64,7 +64,7 @@ export function endsWithUserTurn(messages: readonly StoredMessage[]): boolean {
       if (isSummary(m) && blocks.every((b) => b.type === 'compaction')) continue;
       return false;
     }
-    if (m.role === 'user' && blocks.some((b) => b.type === 'text' || b.type === 'image')) return true;
+    if (m.role === 'user' && blocks.some((b) => ['text', 'image', 'document'].includes(b.type))) return true;
   }
   return false;
 }

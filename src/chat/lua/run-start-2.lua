@@ -1,8 +1,8 @@
 -- run-start: where the assistant message of a session's current run begins in its event log, for a chat stream
 -- resumed from its start (GET /v1/chat/:id/stream). The message is what GET /v1/chat/:id/messages shows as the
 -- history's last assistant message (src/chat/history.ts toUIMessages): everything after the newest user turn with
--- text or an image, whatever runs made it: runs that paused for the client (`requires_action`, then `running` again
--- once it answered), and runs that failed or stopped and were taken up again without a new question (POST …/resume,
+-- text, an image or a document, whatever runs made it: runs that paused for the client (`requires_action`, then
+-- `running` again once it answered), and runs that failed or stopped and were taken up again without a new question (POST …/resume,
 -- …/retry, …/continue). So the scan goes back from the newest entry to the newest `message.appended` of such a user
 -- turn (a follow-up that joined a step's tool results included: it starts a message of its own), or the newest
 -- `messages.replaced` (a history rewritten: what came before is not in it as logged). The newest `session.status`
@@ -39,14 +39,14 @@ local function decoded(d)
   if not ok or type(data) ~= 'table' then return nil end
   return data
 end
--- A user turn the history shows as a user message: a text or an image block in what was added. The plain search
+-- A user turn the history shows as a user message: a text, an image or a document block in what was added. The plain search
 -- first: only a user turn's data has the key at its top level unescaped (text inside a string has it as `\"`).
 local function asks(d)
   if not d or not string.find(d, '"role":"user"', 1, true) then return false end
   local data = decoded(d)
   if not data or type(data.content) ~= 'table' then return false end
   for _, b in ipairs(data.content) do
-    if type(b) == 'table' and (b.type == 'text' or b.type == 'image') then return true end
+    if type(b) == 'table' and (b.type == 'text' or b.type == 'image' or b.type == 'document') then return true end
   end
   return false
 end
