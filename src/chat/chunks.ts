@@ -34,11 +34,15 @@
  * - A stream that ends while a turn is open (a cancel, a failure, the stream cut) closes the turn's open parts and
  *   resets its step as for a dropped turn (`reason`: `cancelled`, `failed`, `stream_ended`): the session keeps no
  *   partial reply, and a resumed stream replays the turn from its start.
- * - `message.appended` of a follow-up queued after the stream's cursor (its `message.queued` is in the stream: not
- *   the stream's own message) that joins a turn after a reply (a step's tool results, or a turn of its own) →
- *   `finish-step`, `finish` (`other`): the history shows the follow-up as a user message of its own and the answer
- *   after it as another assistant message, which the follow-up's own answer streams. One merged into the user turn
- *   the stream answers (an interrupt of its first reply) continues the stream's message, as in the history.
+ * - The answer to a user message the request posted shows nothing of the run until that message joins it (its
+ *   `message.appended`, the first user one after a `message.queued`): the turns before are an earlier message's
+ *   answer (the reply it was posted during, that reply's `pause_turn` continuation, …). A status ends it as ever (one
+ *   queued while the session waits for the client gets what it waits for, and its end).
+ * - `message.appended` of a follow-up queued after the stream's own message joined (or, for a stream that answers no
+ *   message of its own, after its cursor) that joins a turn after a reply (a step's tool results, or a turn of its
+ *   own) → `finish-step`, `finish` (`other`): the history shows the follow-up as a user message of its own and the
+ *   answer after it as another assistant message, which the follow-up's own answer streams. One merged into the user
+ *   turn the stream answers (an interrupt of its first reply) continues the stream's message, as in the history.
  * - `session.deleted` → `abort`.
  */
 import type { z } from 'zod';
@@ -70,6 +74,13 @@ import {
  * (A dropped turn is not among them: its reset forgets the calls.)
  */
 const PAST_STEP = new Set(['turn.started', 'message.appended', 'iteration.persisted']);
+
+/**
+ * The events a stream answering its own user message reads before that message joins the run (`awaitingOwn`): the
+ * queue's, and the statuses and the deletion that end it. Turns, their stream and their tools before then are the
+ * answer to an earlier message (a reply going on, `pause_turn`, a compaction, a step's results): not this one's.
+ */
+const BEFORE_OWN = new Set(['message.queued', 'message.appended', 'session.status', 'session.deleted']);
 
 /** One UI message chunk (the `ai` package's `UIMessageChunk`), as JSON. */
 export type UIChunk = { type: string } & Record<string, unknown>;
@@ -140,11 +151,18 @@ export class ChatTranslator {
   private readonly pausedBefore: string | undefined;
 
   /**
-   * `message.queued` events the stream may still read of its own message (1 for the answer to a user message this
-   * request posted, whose queueing is after the cursor; else 0), and how many it read of other messages: a follow-up
-   * queued after the cursor (while this stream ran) that then joins the run starts a message of its own.
+   * The stream answers a user message this request posted (queued after the stream's cursor) that has not joined the
+   * run yet: until it does, the turns the log shows answer earlier messages (the reply in flight when it was posted,
+   * its `pause_turn` or compaction continuation, the turn after a step's results) and are passed over (`BEFORE_OWN`).
+   * Its join is the first user `message.appended` after a `message.queued` read here: a merge takes the whole queue,
+   * so that append holds every message queued by then, this one's among them — whichever of the queued events was its
+   * own (another client's message queued between this post's cursor and its write, two tabs posting at once: each
+   * stream's own is in the one append, and each goes on with the answer to it).
    */
-  private ownQueued: number;
+  private awaitingOwn: boolean;
+  /** A `message.queued` was read while `awaitingOwn`: the next user append holds the stream's own message. */
+  private ownQueued = false;
+  /** `message.queued` events of other messages read since the stream's own joined (or since its start). */
   private othersQueued = 0;
   /**
    * The message had a reply before the stream's first event (the stream continues an assistant message), and the
@@ -186,7 +204,7 @@ export class ChatTranslator {
       repliedBefore?: boolean;
     } = {},
   ) {
-    this.ownQueued = opts.ownMessage ? 1 : 0;
+    this.awaitingOwn = opts.ownMessage ?? false;
     this.validated = new Set(opts.validated ?? []);
     this.answered = new Set(opts.answered ?? []);
     this.repliedBefore = (opts.repliedBefore ?? false) || (opts.earlier ?? []).length > 0;
@@ -242,6 +260,7 @@ export class ChatTranslator {
   /** The chunks of one event of the log (none for the events a chat does not show). */
   event(type: string, data: unknown, id = '', revision: number | null = null): UIChunk[] {
     if (this.done) return [];
+    if (this.awaitingOwn && !BEFORE_OWN.has(type)) return [];
     if (this.checking.size === 0) return this.translate(type, data, id, revision);
     // A call whose input the service checks: its refusal is a `tool.completed` before the step's end.
     if (type === 'tool.completed') {
@@ -324,18 +343,27 @@ export class ChatTranslator {
         return ev.success ? this.status(ev.data, paused) : [];
       }
       case 'message.queued':
-        if (this.ownQueued > 0) this.ownQueued--;
+        if (this.awaitingOwn) this.ownQueued = true;
         else this.othersQueued++;
         return [];
       case 'message.appended': {
         const ev = appended.safeParse(data);
         if (!ev.success || !asksUser(ev.data)) return [];
+        if (this.awaitingOwn) {
+          // A message queued before this stream's cursor, joining before this one was queued: not the stream's.
+          if (!this.ownQueued) return [];
+          // The stream's own message joins (with whatever else was queued): the run answers it from here.
+          this.awaitingOwn = false;
+          this.othersQueued = 0;
+          this.repliedBefore = false;
+          this.replied.clear();
+          return [];
+        }
         const merged =
           this.othersQueued > 0 && !(ev.data.into_last && !this.repliedBefore && this.replied.size === 0);
         // Every message queued so far is merged now (a merge takes all of them).
         this.othersQueued = 0;
-        // The stream's own message, one queued before its cursor, or one merged into the user turn the stream
-        // answers (an interrupt before any reply: one user message in the history): the answer the stream goes on
+        // One queued before the stream's cursor, or one merged into the user turn the stream answers (an interrupt before any reply: one user message in the history): the answer the stream goes on
         // with answers this user turn, the replies before it are not after it.
         if (!merged) {
           this.repliedBefore = false;
@@ -347,8 +375,7 @@ export class ChatTranslator {
         // replay of GET /v1/chat/:id/stream starts there), and the follow-up's own answer streams it (its post read
         // its cursor before it queued, with the run going on). A message queued before this stream's cursor (while
         // the session waited for the client, its post's answer ended at once) has no stream of its own: this one
-        // goes on through it. (Two user messages queued after the cursor, the stream's own and another, merged by one
-        // append: the stream ends there, and the other's answer shows the answer to both, once.)
+        // goes on through it. (A stream's own message is never counted here: it joined before, see `awaitingOwn`.)
         return [...this.dropOpenTurn('interrupt'), ...this.finish('other')];
       }
       case 'session.deleted':
@@ -632,8 +659,8 @@ export class ChatTranslator {
       return this.failWith(e ? `${e.code}: ${e.message}` : 'The run failed.', 'failed');
     }
     if (ev.status === 'requires_action') {
-      const out: UIChunk[] = [];
       const action = ev.required_action;
+      const out: UIChunk[] = [];
       for (const c of action?.tool_calls ?? []) {
         out.push(...this.ensureCall(c));
         if (action?.type === 'approve_tool_calls') {

@@ -8,6 +8,7 @@
 import { after, before, describe, it } from 'node:test';
 import assert from 'node:assert/strict';
 import { DefaultChatTransport, validateUIMessages, type UIMessage, type UIMessageChunk } from 'ai';
+import { ChatTranslator, type UIChunk } from '../../src/chat/chunks.js';
 import { reply, text, textBlock, toolUse } from '../fake/script.js';
 import { PlainChat, chatTransport, readAll } from '../helpers/chat.js';
 import { startHarness, type Harness } from '../helpers/service.js';
@@ -157,5 +158,140 @@ describe('chat: a follow-up sent while the run streams', { timeout: 120_000 }, (
     const history = (await h.api.get(`/v1/chat/${id}/messages`)).body as UIMessage[];
     assert.equal(r.message?.id, history.at(-1)?.id);
     assert.equal(textOf(r.message), LONG);
+  });
+});
+
+/** A raw `POST /v1/chat` of `messages` (the transport `useChat` uses), its stream returned. */
+const sendRaw = (h: Harness, id: string, messages: UIMessage[]) =>
+  chatTransport(h.service.url, KEY).sendMessages({
+    chatId: id,
+    messages,
+    trigger: 'submit-message',
+    messageId: undefined,
+    abortSignal: undefined,
+  });
+
+describe('chat: a follow-up queued before a turn of the earlier answer starts', { timeout: 120_000 }, () => {
+  let h: Harness;
+  before(async () => {
+    // The SDK sends a paused reply and its continuation as two assistant messages, which the real API combines.
+    h = await startHarness({ env: { API_KEYS: `acme:${KEY}` }, fake: { strictAlternation: false } });
+  });
+  after(() => h?.close());
+
+  it("a pause_turn reply's continuation is the first answer's, not the follow-up's", async () => {
+    const id = (
+      await h.api.post('/v1/sessions', {
+        start: false,
+        tools: [{ type: 'web_search_20250305', name: 'web_search' }],
+      })
+    ).body.id as string;
+    h.fake.enqueue(
+      reply(
+        [
+          textBlock('Searching.'),
+          { type: 'server_tool_use', id: 'srvtoolu_f1', name: 'web_search', input: { query: 'x' } },
+        ],
+        { stop_reason: 'pause_turn', pauseAfterEvents: 2 },
+      ),
+      reply([
+        {
+          type: 'web_search_tool_result',
+          tool_use_id: 'srvtoolu_f1',
+          content: [
+            { type: 'web_search_result', url: 'https://example.com', title: 'x', encrypted_content: 'e' },
+          ],
+        },
+        textBlock('Found x.'),
+      ]),
+      text('The follow-up answered.'),
+    );
+    const base = h.fake.requests.length;
+    const firstMsg = user('first');
+    const first = readAll(await sendRaw(h, id, [firstMsg]));
+    await h.fake.waitForRequests(base + 1);
+    // Queued while the paused reply streams: the continuation (a turn of its own) starts before it joins.
+    const second = readAll(await sendRaw(h, id, [firstMsg, user('follow-up')]));
+    h.fake.resume();
+    const [a, b] = await Promise.all([first, second]);
+    await h.api.waitStatus(id, 'idle');
+    const history = (await h.api.get(`/v1/chat/${id}/messages`)).body as UIMessage[];
+    assert.deepEqual(
+      history.map((m) => [m.role, textOf(m)]),
+      [
+        ['user', 'first'],
+        ['assistant', 'Searching.Found x.'],
+        ['user', 'follow-up'],
+        ['assistant', 'The follow-up answered.'],
+      ],
+    );
+    assert.equal(textOf(a.message), 'Searching.Found x.');
+    // Without waiting for its own message to join, the follow-up's stream showed the continuation ("Found x.").
+    assert.equal(textOf(b.message), 'The follow-up answered.');
+    assert.deepEqual(b.chunks.at(-1), { type: 'finish', finishReason: 'stop' });
+  });
+});
+
+describe("chat: which queued message is the stream's own", () => {
+  const msg = (t: string) => ({ message: { role: 'user', content: [{ type: 'text', text: t }] } });
+  const appended = (...texts: string[]) => ({
+    index: 3,
+    into_last: false,
+    role: 'user',
+    content: texts.map((t) => ({ type: 'text', text: t })),
+  });
+  const feed = (t: ChatTranslator, events: Array<[string, unknown]>): UIChunk[] => [
+    ...t.start(),
+    ...events.flatMap(([type, data]) => t.event(type, data)),
+  ];
+  const answer: Array<[string, unknown]> = [
+    ['turn.started', { iteration: 3 }],
+    [
+      'turn.completed',
+      {
+        iteration: 3,
+        message: { role: 'assistant', content: [{ type: 'text', text: 'A' }], stop_reason: 'end_turn' },
+      },
+    ],
+  ];
+
+  it("another client's message queued between the post's cursor and its own write: the answer streams", () => {
+    const t = new ChatTranslator(undefined, [], { ownMessage: true });
+    const out = feed(t, [
+      ['message.queued', msg('from REST')],
+      ['message.queued', msg('own')],
+      ['message.appended', appended('from REST', 'own')],
+      ...answer,
+    ]);
+    // The first queued event was taken for the stream's own: the append of the "other" one ended it empty.
+    assert.deepEqual(
+      out.map((c) => c.type),
+      ['start', 'start-step', 'text-start', 'text-delta', 'text-end'],
+    );
+    assert.equal(t.done, false);
+  });
+
+  it('two tabs posting at once: both answers stream the one answer to both', () => {
+    const events: Array<[string, unknown]> = [
+      ['message.queued', msg('tab 1')],
+      ['message.queued', msg('tab 2')],
+      ['message.appended', appended('tab 1', 'tab 2')],
+      ...answer,
+    ];
+    for (const t of [0, 1].map(() => new ChatTranslator(undefined, [], { ownMessage: true })))
+      assert.ok(feed(t, events).some((c) => c.type === 'text-delta'));
+  });
+
+  it('a follow-up queued after the own message joined still ends the stream', () => {
+    const t = new ChatTranslator(undefined, [], { ownMessage: true });
+    const out = feed(t, [
+      ['message.queued', msg('own')],
+      ['message.appended', appended('own')],
+      ...answer,
+      ['message.queued', msg('later')],
+      ['message.appended', appended('later')],
+      ['turn.started', { iteration: 4 }],
+    ]);
+    assert.deepEqual(out.slice(-2), [{ type: 'finish-step' }, { type: 'finish', finishReason: 'other' }]);
   });
 });
