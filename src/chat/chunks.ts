@@ -20,7 +20,9 @@
  *   src/engine/policy.ts `pendingCalls`): its `tool-input-available` waits, past the stop reason, for the service's
  *   word. A refused input's `tool.completed` (an `is_error` result, written before the step's end) shows it as the
  *   service's (`providerExecuted`, so it never reaches `onToolCall`), then its `tool-output-error`; the step's end
- *   (its `session.status`, or the run going on) releases the others as the client's.
+ *   (its `session.status`, or the run going on) releases the others as the client's. A reply under review
+ *   (`pause_after_turn`: `requires_action` `review_turn`, before its step ran and checked anything) releases them all
+ *   as the client's, as a tool's without `validate` and as the history shows them.
  * - A sub-agent's call (an `agent` tool, spec §7.6) is run by the service, not the client: `providerExecuted`, and
  *   a `requires_action` that waits only for sub-agents does not end the stream (the child's result comes as its
  *   `tool.completed`, then the run goes on).
@@ -68,12 +70,15 @@ import {
 } from './event-shapes.js';
 
 /**
- * The events that show the step a reply's calls are in is over, the run going on with its results: its results'
- * commit (`iteration.persisted`, the follow-ups merged after them), the next turn. What the service answered itself by
- * then it wrote before them (src/engine/tool-step.ts: the step's `tool.completed` events come first in its commits).
- * (A dropped turn is not among them: its reset forgets the calls.)
+ * The events that show the step a reply's calls are in is over, the run going on with its results: the follow-ups
+ * merged into its results turn, the next turn (or the run's final status, which ends the stream). What the service
+ * answered itself by then it wrote before them (src/engine/tool-step.ts: the step's `tool.completed` events come
+ * first in its commits). Not `iteration.persisted`: the reply's own commit writes one too, before its step ran — a
+ * reply under review (src/engine/review-turn.ts, `pause_after_turn`) is committed with it, just before its
+ * `requires_action` (`review_turn`), and none of its calls was checked yet. (A dropped turn is not among them: its
+ * reset forgets the calls.)
  */
-const PAST_STEP = new Set(['turn.started', 'message.appended', 'iteration.persisted']);
+const PAST_STEP = new Set(['turn.started', 'message.appended']);
 
 /**
  * The events a stream answering its own user message reads before that message joins the run (`awaitingOwn`): the

@@ -17,6 +17,8 @@ const lookupOrder = {
 };
 
 type ToolPart = { type: string; toolCallId: string; state: string; output?: unknown; errorText?: string };
+const textOf = (m: UIMessage | undefined) =>
+  (m?.parts ?? []).flatMap((p) => (p.type === 'text' ? [p.text] : [])).join('');
 const toolParts = (m: UIMessage | undefined): ToolPart[] =>
   (m?.parts ?? []).filter((p): p is UIMessage['parts'][number] & ToolPart => p.type.startsWith('tool-'));
 
@@ -161,6 +163,100 @@ describe('chat: client tools', { timeout: 120_000 }, () => {
         ['output-error'],
       );
       assert.equal(chunks.at(-1)?.type, 'finish');
+    });
+
+    it("a reply under review (pause_after_turn): its calls are the client's, as the history shows them", async () => {
+      const r = await h.api.post('/v1/sessions', {
+        start: false,
+        tools: [validated],
+        pause_after_turn: true,
+      });
+      assert.equal(r.status, 201, JSON.stringify(r.body));
+      const id = r.body.id as string;
+      h.fake.enqueue(
+        toolCalls([
+          toolUse('lookup_order', { wrong: 1 }, 'toolu_rbad'),
+          toolUse('lookup_order', { order_id: '7' }, 'toolu_rgood'),
+        ]),
+        text('Order 7 is found.'),
+      );
+      const transport = chatTransport(h.service.url, KEY);
+      const send = (messages: UIMessage[]) =>
+        transport.sendMessages({
+          chatId: id,
+          messages,
+          trigger: 'submit-message',
+          messageId: undefined,
+          abortSignal: undefined,
+        });
+      const asked: UIMessage = { id: 'u-review', role: 'user', parts: [{ type: 'text', text: 'orders?' }] };
+      const { chunks, message } = await readAll(await send([asked]));
+      assert.equal((await h.api.get(`/v1/sessions/${id}`)).body.required_action?.type, 'review_turn');
+      // Nothing was checked yet (the step runs after POST …/continue): both calls are offered as the client's, as a
+      // tool's without validate. The reply's own iteration.persisted, before the review's status, made them the
+      // service's (providerExecuted): the valid one, the client's after continue, never reached onToolCall.
+      const offered = chunks.filter(
+        (c): c is Extract<UIMessageChunk, { type: 'tool-input-available' }> =>
+          c.type === 'tool-input-available',
+      );
+      assert.deepEqual(
+        offered.map((c) => [c.toolCallId, c.providerExecuted ?? false]),
+        [
+          ['toolu_rbad', false],
+          ['toolu_rgood', false],
+        ],
+      );
+      assert.ok(!chunks.some((c) => c.type === 'tool-output-error'));
+      assert.deepEqual(chunks.at(-1), { type: 'finish', finishReason: 'tool-calls' });
+      // The live message is the history's.
+      const shape = (m: UIMessage | undefined) =>
+        toolParts(m).map((p) => [
+          p.toolCallId,
+          p.state,
+          'providerExecuted' in p ? p.providerExecuted : undefined,
+        ]);
+      const history = (await h.api.get(`/v1/chat/${id}/messages`)).body as UIMessage[];
+      assert.deepEqual(shape(message), shape(history.at(-1)));
+      // After the review, the service refuses the one input and waits for the client's output of the other.
+      assert.equal((await h.api.post(`/v1/sessions/${id}/continue`, {})).status, 202);
+      const waiting = await h.api.waitStatus(id, 'requires_action');
+      assert.equal(waiting.required_action?.type, 'submit_tool_results');
+      assert.deepEqual(
+        waiting.required_action?.tool_calls.map((c: { id: string }) => c.id),
+        ['toolu_rgood'],
+      );
+      const after = (await h.api.get(`/v1/chat/${id}/messages`)).body as UIMessage[];
+      assert.deepEqual(
+        toolParts(after.at(-1)).map((p) => [p.toolCallId, p.state]),
+        [
+          ['toolu_rbad', 'output-error'],
+          ['toolu_rgood', 'input-available'],
+        ],
+      );
+      // The client's output goes in through the chat as any client tool's.
+      const answered = after.at(-1)!;
+      const withOutput: UIMessage = {
+        ...answered,
+        parts: answered.parts.map((p) =>
+          'toolCallId' in p && p.toolCallId === 'toolu_rgood'
+            ? ({ ...p, state: 'output-available', output: 'found' } as UIMessage['parts'][number])
+            : p,
+        ),
+      };
+      const end = await readAll(await send([asked, withOutput]));
+      // The model got the refusal and the client's output.
+      const results = h.fake.requests.at(-1)?.body.messages.at(-1)?.content;
+      assert.ok(Array.isArray(results));
+      assert.deepEqual(
+        results.map((b) => (b.type === 'tool_result' ? [b.tool_use_id, b.is_error ?? false] : [b.type])),
+        [
+          ['toolu_rbad', true],
+          ['toolu_rgood', false],
+        ],
+      );
+      // The model's next reply is under review in its turn.
+      assert.equal(textOf(end.message), 'Order 7 is found.');
+      assert.deepEqual(end.chunks.at(-1), { type: 'finish', finishReason: 'tool-calls' });
     });
   });
 });
