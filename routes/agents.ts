@@ -1,6 +1,8 @@
 import type { FastifyPluginAsyncZod } from 'fastify-type-provider-zod';
 import { sessionList, routeErrors, type RouteCodes } from '../src/openapi/responses.js';
 import { withText } from '../src/openapi/serializer.js';
+import { z } from 'zod';
+import { intQuery } from '../src/int-param.js';
 import { listQuery, sessionIdParam } from '../src/schemas.js';
 import { viewFor } from './mutations.js';
 import { LIST_PAGE_MAX_BYTES } from './sessions.js';
@@ -9,8 +11,12 @@ import type { SessionState } from '../src/store/session-state.js';
 /** The 404 of this file's routes names one thing (src/openapi/responses.ts `routeErrors`). */
 const NOT_FOUND = { 404: ['session_not_found'] } as const satisfies RouteCodes;
 
-/** `limit` and `cursor` as `GET /v1/sessions` takes them (same bounds, default, and refusals). */
-const childrenQuery = listQuery.pick({ limit: true, cursor: true });
+/**
+ * `limit` and `cursor` as `GET /v1/sessions` takes them (same bounds and refusals), `limit` 100 by default: the route
+ * answered every child before it was paged, so a client of then that reads one page gets up to 100 (a page still
+ * stops before LIST_PAGE_MAX_BYTES).
+ */
+const childrenQuery = z.strictObject({ limit: intQuery(1, 100, 100), cursor: listQuery.shape.cursor });
 
 /** Spec §7.6: the children of a session (its sub-agents' sessions). */
 const routes: FastifyPluginAsyncZod = async (app) => {

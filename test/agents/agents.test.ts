@@ -419,7 +419,7 @@ describe('sub-agents', { timeout: 120_000 }, () => {
       created,
       [...created].sort((x, y) => x - y),
     );
-    // A page that takes the last child says there is no more (no empty page after a full one); the default is 20.
+    // A page that takes the last child says there is no more (no empty page after a full one); the default is 100.
     assert.deepEqual(ids(await pages(a, id, 5)), [order]);
     assert.deepEqual(ids(await pages(a, id, 100)), [order]);
     const all = (await a.get(`/v1/sessions/${id}/children`)).body;
