@@ -133,7 +133,9 @@ const routes: FastifyPluginAsyncZod = async (app) => {
       const session = await app.store.load(sessionId);
       if (!session || session.tenant !== req.tenant) throw notFound('client_token');
       const revoked = eventOf('client_token.revoked', { id: req.params.id });
-      if (!(await tokens.revoke(req.tenant, sessionId, req.params.id, revoked)))
+      const countLost = (err: unknown) =>
+        req.log.warn({ err }, 'client token revoked, its bytes not given back');
+      if (!(await tokens.revoke(req.tenant, sessionId, req.params.id, revoked, countLost)))
         throw notFound('client_token');
       await app.store
         .appendEvents(sessionId, [revoked])

@@ -156,12 +156,20 @@ export class ClientTokens {
   /**
    * Removes a token of `tenant`'s session by its id, giving its record's bytes back and counting `event` (its
    * `client_token.revoked`, which the caller appends); never refused for storage. False when the session holds no
-   * token with this id.
+   * token with this id. Once the script has run the token is revoked, whatever becomes of the tenant's counter: a
+   * counter not written (Redis full refuses the INCRBY, which the script's HDEL never is) is told to `countLost` and
+   * does not fail the revoke; the count then stays higher than what is stored (an upper bound, as the design allows).
    */
-  async revoke(tenant: string, sessionId: string, id: string, event: [string, string]): Promise<boolean> {
+  async revoke(
+    tenant: string,
+    sessionId: string,
+    id: string,
+    event: [string, string],
+    countLost: (err: unknown) => void = () => {},
+  ): Promise<boolean> {
     const k = sessionKeys(sessionId);
     const [code, added] = await this.redis.sessClientTokenRevoke(k.meta, k.tokens, id, eventSize(event));
-    await this.storage.add(tenant, added);
+    await this.storage.add(tenant, added).catch(countLost);
     return code === 1;
   }
 }

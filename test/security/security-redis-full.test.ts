@@ -78,6 +78,22 @@ describe('Redis full', { timeout: 60_000 }, () => {
     assert.equal((await h.api.get('/readyz')).status, 200);
     assert.equal((await acme.post('/v1/sessions', { start: false })).status, 201);
   });
+
+  it('revokes a client token when Redis is full (its counter not written does not fail the revoke)', async () => {
+    const id = (await acme.post('/v1/sessions', { start: false })).body.id as string;
+    const minted = await acme.post('/v1/client-tokens', { session_id: id, scopes: ['read'] });
+    assert.equal(minted.status, 201);
+    const client = h.api.as(minted.body.token);
+    assert.equal((await client.get(`/v1/sessions/${id}`)).status, 200);
+    await fill();
+    try {
+      const revoked = await acme.req('DELETE', `/v1/client-tokens/${minted.body.id}`);
+      assert.equal(revoked.status, 200, JSON.stringify(revoked.body));
+      assert.equal((await client.get(`/v1/sessions/${id}`)).status, 401);
+    } finally {
+      await admin.config('SET', 'maxmemory', '0');
+    }
+  });
 });
 
 describe('TENANT_MAX_BYTES', { timeout: 60_000 }, () => {
