@@ -674,10 +674,12 @@ export class SessionStore {
     const k = sessionKeys(id);
     const tap = this.eventTap?.(id, ['session.deleted'], tenant);
     if (tap?.ready) await tap.ready;
-    const bytes = Number((await this.redis.hget(k.meta, 'bytes')) ?? 0);
+    // The session's `bytes` (its part of the tenant's count) is read with the delete, never before it: a write
+    // between (a client token's revoke gives its record's bytes back) would be given back twice.
     let done: number;
+    let bytes: number;
     try {
-      done = await this.redis.sessDestroy(
+      [done, bytes] = await this.redis.sessDestroy(
         ...this.keyList(k),
         k.tokens,
         JSON.stringify(opts.reason ? { id, reason: opts.reason } : { id }),
@@ -690,7 +692,16 @@ export class SessionStore {
       // for memory (the script is, when its first write would add); live readers then learn of it by the 404.
       // (A swept delete, guarded by a revision, is not forced: it is tried again by the next sweep.)
       if (!isOutOfMemory(err) || opts.revision !== undefined) throw err;
-      done = (await this.redis.unlink(...this.keyList(k), k.tokens)) > 0 ? 1 : 0;
+      // (In one MULTI, for the same reason as the script reads `bytes` itself; neither command is refused then.)
+      const res =
+        (await this.redis
+          .multi()
+          .hget(k.meta, 'bytes')
+          .unlink(...this.keyList(k), k.tokens)
+          .exec()) ?? [];
+      for (const [e] of res) if (e) throw e;
+      bytes = Number(res[0]?.[1] ?? 0);
+      done = Number(res[1]?.[1] ?? 0) > 0 ? 1 : 0;
     }
     if (done === -1) return false;
     if (done === 1) tap?.landed();

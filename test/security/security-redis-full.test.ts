@@ -210,4 +210,34 @@ describe("TENANT_MAX_BYTES: a session's client tokens", { timeout: 60_000 }, () 
     for (const s of ids) assert.equal((await acme.req('DELETE', `/v1/sessions/${s}`)).status, 200);
     assert.equal(await used(), 0);
   });
+
+  it("a revoke that lands while the session's delete runs is given back once", async () => {
+    const acme = h.api.as('key-acme');
+    const used = async () => Number((await r.get(storageKey('acme'))) ?? 0);
+    const b0 = await used();
+    const id = (await acme.post('/v1/sessions', { start: false })).body.id as string;
+    const t = await acme.post('/v1/client-tokens', {
+      session_id: id,
+      scopes: ['read'],
+      subject: 'u'.repeat(256),
+    });
+    assert.equal(t.status, 201);
+    // The delete has begun (whatever it reads before its script is read) when the revoke lands, just before the
+    // script: the revoke gives the record's bytes back, and the delete must not give them back again.
+    const redis = (h.service.app.store as any).redis;
+    const destroy = redis.sessDestroy;
+    let revoked = 0;
+    redis.sessDestroy = async (...args: unknown[]) => {
+      redis.sessDestroy = destroy;
+      revoked = (await acme.req('DELETE', `/v1/client-tokens/${t.body.id}`)).status;
+      return destroy.apply(redis, args);
+    };
+    try {
+      assert.equal((await acme.req('DELETE', `/v1/sessions/${id}`)).status, 200);
+    } finally {
+      redis.sessDestroy = destroy;
+    }
+    assert.equal(revoked, 200);
+    assert.equal(await used(), b0);
+  });
 });

@@ -70,7 +70,10 @@ declare module 'ioredis' {
     sessRunDueSet(due: string, id: string, inMs: number): Result<number, Context>;
     /** run-due-read-1.lua: the ids due by Redis's now, oldest first. */
     sessRunDueRead(due: string, limit: number): Result<string[], Context>;
-    /** destroy-8.lua: 1 when the session existed, -1 when it moved past the revision given. */
+    /**
+     * destroy-8.lua: [1, its `bytes` as deleted] when the session existed, [0, 0] when not, [-1, 0] when it moved
+     * past the revision given.
+     */
     sessDestroy(
       ...args: [
         ...keys: SessionKeyList,
@@ -80,7 +83,7 @@ declare module 'ioredis' {
         channel: string,
         revision: string,
       ]
-    ): Result<number, Context>;
+    ): Result<[number, number], Context>;
     /**
      * segment-if-fits-1.lua: the kept segment at `index` if it has at most `most` bytes and its `at_iteration` is
      * past `after`, else -1 (not past `after`) or its byte length.

@@ -4,12 +4,16 @@
 -- KEYS[8] client tokens (hash, src/store/client-tokens.ts)
 -- ARGV[1] event data JSON  ARGV[2] ttl of the event log ms  ARGV[3] event notification channel
 -- ARGV[4] the revision the session must still be at ('' : any; a swept delete never races a newer write)
--- Returns 1, 0 if the session did not exist, or -1 if it moved past ARGV[4] (nothing written in both).
+-- Returns {code, bytes}: code 1, 0 if the session did not exist, or -1 if it moved past ARGV[4] (nothing written in
+-- both); `bytes` the session's `bytes` (what its tenant's count holds of it) as the delete found it, 0 unless code is
+-- 1. Read here, not before the script: a write between (a client token's revoke gives bytes back) would otherwise be
+-- given back twice.
 -- The first write is the DEL, which Redis never refuses for memory: with maxmemory reached (noeviction) a script
 -- is refused only when its first write is one that may add memory, so a delete still runs when Redis is full.
-if redis.call('EXISTS', KEYS[1]) == 0 then return 0 end
+if redis.call('EXISTS', KEYS[1]) == 0 then return {0, 0} end
 local cur = redis.call('HGET', KEYS[1], 'revision') or '0'
-if ARGV[4] and ARGV[4] ~= '' and cur ~= ARGV[4] then return -1 end
+if ARGV[4] and ARGV[4] ~= '' and cur ~= ARGV[4] then return {-1, 0} end
+local bytes = tonumber(redis.call('HGET', KEYS[1], 'bytes') or '0') or 0
 local rev = tonumber(cur) + 1
 redis.call('DEL', KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[6], KEYS[7], KEYS[8])
 local t = redis.call('TIME')
@@ -17,4 +21,4 @@ local now = tostring(tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000))
 local id = redis.call('XADD', KEYS[5], '*', 't', 'session.deleted', 'd', ARGV[1], 'r', rev, 'at', now)
 redis.call('PEXPIRE', KEYS[5], ARGV[2])
 redis.call('PUBLISH', ARGV[3], id)
-return 1
+return {1, bytes}
