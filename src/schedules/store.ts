@@ -354,10 +354,13 @@ export class ScheduleStore {
     const items: SessionState[] = [];
     const states: Array<SessionState | null> = [];
     let bytes = 0;
+    // Sessions measured into `bytes` (the kept ones): the rounds are sized by these, never by the members read, which
+    // count the dropped ones too (with the newest runs deleted, 0 bytes for 2 read made the next round all the rest).
+    let measured = 0;
     let last: number | null = null;
     for (let i = 0; i < members.length; i++) {
       if (i === states.length) {
-        const n = listChunk(members.length - i, i, bytes, bound);
+        const n = listChunk(members.length - i, measured, bytes, bound);
         const read = members.slice(i, i + n).map((m) => this.sessions.index.loadForPage(m.id, tenant));
         states.push(...(await Promise.all(read)));
       }
@@ -365,6 +368,7 @@ export class ScheduleStore {
       if (s && s.tenant === tenant) {
         const size = bound.sizeOf(s);
         bytes += size;
+        measured++;
         if (bytes > bound.maxBytes && items.length > 0) return { items, next: last };
         items.push(s);
         // A turn of the event loop between large sessions (measuring one is its view's JSON text), as a list's.

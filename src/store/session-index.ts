@@ -39,8 +39,9 @@ function textOf(h: Record<string, Buffer>): Record<string, string> {
 }
 
 /**
- * How many sessions of a list round to read next (`left` not read yet, `loaded` read, taking `bytes` of the page so
- * far). Without a byte bound, all. With one, two first, then as many as the room left holds at the size seen so far
+ * How many sessions of a list round to read next (`left` not read yet, `loaded` measured into the page's `bytes` so
+ * far: the sessions kept, never those read and dropped). Without a byte bound, all. With one, two while none is
+ * measured, then as many as the room left holds at the size seen so far
  * (at least one): a page of 400 kB sessions reads the three it needs (two sent, one over the bound), not the whole
  * round of 100 — each read is a whole meta hash decoded on the event loop (~5 ms of CPU for a 400 kB one). A page
  * of small sessions costs one round trip more than reading them all at once.
@@ -166,6 +167,9 @@ export class SessionIndex {
     let exhausted = false;
     const pageSize = opts.status || filters.length > 1 ? 100 : opts.limit;
     let bytes = 0;
+    // Sessions measured into `bytes` (those the filters keep): the rounds are sized by these, not by the sessions
+    // read, which count the filtered-out and gone ones too (0 bytes for 2 read made the next round the whole page).
+    let measured = 0;
     let full = false;
     for (let round = 0; round < 20 && items.length < opts.limit && !full; round++) {
       const members = await this.redis.zrevrangebylex(key, max, '-', 'LIMIT', 0, pageSize);
@@ -173,10 +177,7 @@ export class SessionIndex {
       let read = 0;
       for (; read < members.length && items.length < opts.limit; read++) {
         if (read === states.length) {
-          const next = members.slice(
-            read,
-            read + listChunk(members.length - read, states.length, bytes, bound),
-          );
+          const next = members.slice(read, read + listChunk(members.length - read, measured, bytes, bound));
           // Read together, decoded one by one: a large hash (a 400 kB session) is a heavy step of the tenant's
           // (tenant-turns.ts), not one of several decoded in the turn their replies arrived in.
           // As bytes: decoding each to text is part of its step (ioredis would decode them all as they arrive).
@@ -201,6 +202,7 @@ export class SessionIndex {
         ) {
           const size = bound.sizeOf(s);
           bytes += size;
+          measured++;
           if (bytes > bound.maxBytes && items.length > 0) {
             full = true;
             break;

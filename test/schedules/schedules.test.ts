@@ -393,6 +393,48 @@ describe('schedules', { timeout: 240_000 }, () => {
     assert.equal((await a.req('DELETE', `/v1/schedules/${id}`)).status, 200);
   });
 
+  it("reads a page of a schedule's runs in small rounds when its newest runs are deleted sessions", async () => {
+    const c = await a.post('/v1/schedules', { cron: '0 0 1 1 *', session: { input: 'hi' } });
+    assert.equal(c.status, 201, JSON.stringify(c.body).slice(0, 300));
+    const id = c.body.id as string;
+    // Six runs of ~400 kB sessions, the newest two deleted since (their members still in the runs set).
+    const runs: string[] = [];
+    for (let i = 0; i < 6; i++) {
+      const s = await a.post('/v1/sessions', { start: false, params: { system: `${i}`.repeat(400_000) } });
+      assert.equal(s.status, 201);
+      runs.push(s.body.id);
+      await r.zadd(scheduleKeys(id).runs, 1_000 + i, s.body.id);
+    }
+    for (const s of runs.slice(4)) assert.equal((await a.req('DELETE', `/v1/sessions/${s}`)).status, 200);
+    // The sessions the page reads at once: with none measured yet (the two read were gone) at most two a round,
+    // not the whole rest of the page.
+    const index = h.service.app.store.index;
+    const load = index.loadForPage;
+    let inFlight = 0;
+    let most = 0;
+    index.loadForPage = async (...args: Parameters<typeof load>) => {
+      most = Math.max(most, ++inFlight);
+      try {
+        return await load.apply(index, args);
+      } finally {
+        inFlight--;
+      }
+    };
+    try {
+      const p = await a.get(`/v1/schedules/${id}/runs?limit=100`);
+      assert.equal(p.status, 200);
+      assert.deepEqual(
+        p.body.data.map((x: { id: string }) => x.id),
+        [runs[3], runs[2]],
+      );
+      assert.ok(p.body.has_more);
+    } finally {
+      index.loadForPage = load;
+    }
+    assert.ok(most <= 2, `${most} sessions read at once`);
+    assert.equal((await a.req('DELETE', `/v1/schedules/${id}`)).status, 200);
+  });
+
   it('overlap allow creates a session at every fire; skip none while the last one waits', async () => {
     const body = { session: { input: 'triage', tools: [lookup] }, cron: '* * * * * *' };
     const allow = (await a.post('/v1/schedules', { ...body, overlap: 'allow' })).body;
