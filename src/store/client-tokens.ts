@@ -16,9 +16,10 @@
  * a mint is refused with 429 `quota_exceeded` (`storage_bytes`) while they would take the tenant past its limit; a
  * revoke never is (it frees a credential). A record's bytes are given back when it goes: revoked, dropped by a later
  * mint once expired, or, for records that expired with the whole hash, at the session's next mint (the count is an
- * upper bound until then, and the session's delete gives everything back). See client-token-mint-2.lua.
+ * upper bound until then; a mint refused for storage releases them first and asks again; the session's delete gives everything back). See client-token-mint-2.lua.
  */
 import { createHash, randomBytes } from 'node:crypto';
+import { QuotaExceeded } from '../errors.js';
 import { decodeStored } from './decode.js';
 import { sessionKeys } from './keys.js';
 import type { RedisClient } from './lua-commands.js';
@@ -116,23 +117,32 @@ export class ClientTokens {
     const json = JSON.stringify(record);
     const event = created(record);
     const eventBytes = eventSize(event);
+    const run = (most: number) =>
+      this.redis.sessClientTokenMint(
+        k.meta,
+        k.tokens,
+        hash,
+        id,
+        json,
+        record.expires_at + EXPIRED_KEPT_MS,
+        now,
+        most,
+        EXPIRED_KEPT_MS,
+        eventBytes,
+      );
     // The script's count of the record: its two fields (`h:<hash>` → record, `i:<id>` → hash).
-    await this.storage.room(
-      tenant,
-      2 + hash.length + Buffer.byteLength(json) + 2 + id.length + hash.length + eventBytes,
-    );
-    const [code, added] = await this.redis.sessClientTokenMint(
-      k.meta,
-      k.tokens,
-      hash,
-      id,
-      json,
-      record.expires_at + EXPIRED_KEPT_MS,
-      now,
-      MAX_TOKENS_PER_SESSION,
-      EXPIRED_KEPT_MS,
-      eventBytes,
-    );
+    const need = 2 + hash.length + Buffer.byteLength(json) + 2 + id.length + hash.length + eventBytes;
+    await this.storage.room(tenant, need).catch(async (err: unknown) => {
+      // Refused: the count may still hold records gone since (expired, or the whole hash with them), given back
+      // only by a mint of the session's, which the refusal stops. Release them (the script with room for no token:
+      // it drops and gives back, stores nothing), then ask again. Only a refused mint pays for this.
+      if (!(err instanceof QuotaExceeded)) throw err;
+      const [, freed] = await run(0);
+      if (freed >= 0) throw err;
+      await this.storage.add(tenant, freed);
+      await this.storage.room(tenant, need);
+    });
+    const [code, added] = await run(MAX_TOKENS_PER_SESSION);
     // (Refused for too many tokens, the script may still have given back the bytes of expired ones it dropped.)
     await this.storage.add(tenant, added);
     if (code === 0) return { ok: false, reason: 'no_session' };

@@ -211,6 +211,35 @@ describe("TENANT_MAX_BYTES: a session's client tokens", { timeout: 60_000 }, () 
     assert.equal(await used(), 0);
   });
 
+  it('a mint refused for storage first releases the records of tokens gone since, then counts again', async () => {
+    const acme = h.api.as('key-acme');
+    const used = async () => Number((await r.get(storageKey('acme'))) ?? 0);
+    const b0 = await used();
+    const id = (await acme.post('/v1/sessions', { start: false })).body.id as string;
+    const ids = [id];
+    const mint = () =>
+      acme.post('/v1/client-tokens', { session_id: id, scopes: ['read'], subject: 'u'.repeat(256) });
+    for (;;) {
+      const c = await acme.post('/v1/sessions', { start: false, params: { system: 's'.repeat(30_000) } });
+      if (c.status !== 201) break;
+      ids.push(c.body.id);
+    }
+    let minted = 0;
+    let over = await mint();
+    for (; minted < 60 && over.status === 201; minted++) over = await mint();
+    assert.equal(over.status, 429, JSON.stringify(over.body));
+    assert.ok(minted >= 2, `${minted} minted`);
+    const full = await used();
+    // Every token of the session expires with its hash: nothing but the session's next mint gave their bytes back.
+    await r.pexpire(sessionKeys(id).tokens, 1);
+    await until(async () => (await r.exists(sessionKeys(id).tokens)) === 0, 5_000, 'the tokens hash expired');
+    const again = await mint();
+    assert.equal(again.status, 201, JSON.stringify(again.body));
+    assert.ok((await used()) < full, `${await used()} bytes counted, ${full} before`);
+    for (const s of ids) assert.equal((await acme.req('DELETE', `/v1/sessions/${s}`)).status, 200);
+    assert.equal(await used(), b0);
+  });
+
   it("a revoke that lands while the session's delete runs is given back once", async () => {
     const acme = h.api.as('key-acme');
     const used = async () => Number((await r.get(storageKey('acme'))) ?? 0);

@@ -13,6 +13,8 @@
 -- ARGV[1] sha256 of the token (hex)  ARGV[2] token id  ARGV[3] record JSON  ARGV[4] kept until (ms, epoch)
 -- ARGV[5] now (ms)  ARGV[6] most tokens kept per session  ARGV[7] how long an expired record is kept (ms)
 -- ARGV[8] bytes of the mint's event
+-- (ARGV[6] 0: release only, what a mint refused for storage runs: the expired records dropped and their bytes given
+-- back, nothing stored; it returns -1 then.)
 -- Returns {code, added}: code 1 when stored, 0 when the session does not exist, -1 when the session holds ARGV[6]
 -- tokens already; `added` the bytes added to the session's `bytes` (negative: given back), which the caller adds to
 -- its tenant's count.
