@@ -47,17 +47,19 @@ export async function childrenPage(
   const items: SessionState[] = [];
   const states: Array<SessionState | null> = [];
   let bytes = 0;
+  let measured = 0;
   let last: string | null = null;
   for (let i = 0; i < members.length; i++) {
     // Read in rounds sized by what is left of the bound (session-index.ts `listChunk`): a page of large children
     // reads the few it sends, not all `limit` of them.
     if (i === states.length) {
-      const n = listChunk(members.length - i, i, bytes, bound);
+      const n = listChunk(members.length - i, i, measured, bytes, bound);
       states.push(...(await Promise.all(members.slice(i, i + n).map((m) => store.load(m.id)))));
     }
     const s = states[i];
     if (s && s.tenant === tenant) {
       bytes += bound.sizeOf(s);
+      measured++;
       if (bytes > bound.maxBytes && items.length > 0) return { items, next: last };
       items.push(s);
     }

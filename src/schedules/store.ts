@@ -354,13 +354,13 @@ export class ScheduleStore {
     const items: SessionState[] = [];
     const states: Array<SessionState | null> = [];
     let bytes = 0;
-    // Sessions measured into `bytes` (the kept ones): the rounds are sized by these, never by the members read, which
+    // Sessions measured into `bytes` (the kept ones): a round's size is the room left at their size; the members read
     // count the dropped ones too (with the newest runs deleted, 0 bytes for 2 read made the next round all the rest).
     let measured = 0;
     let last: number | null = null;
     for (let i = 0; i < members.length; i++) {
       if (i === states.length) {
-        const n = listChunk(members.length - i, measured, bytes, bound);
+        const n = listChunk(members.length - i, i, measured, bytes, bound);
         const read = members.slice(i, i + n).map((m) => this.sessions.index.loadForPage(m.id, tenant));
         states.push(...(await Promise.all(read)));
       }

@@ -39,19 +39,25 @@ function textOf(h: Record<string, Buffer>): Record<string, string> {
 }
 
 /**
- * How many sessions of a list round to read next (`left` not read yet, `loaded` measured into the page's `bytes` so
- * far: the sessions kept, never those read and dropped). Without a byte bound, all. With one, two while none is
- * measured, then as many as the room left holds at the size seen so far
- * (at least one): a page of 400 kB sessions reads the three it needs (two sent, one over the bound), not the whole
- * round of 100 — each read is a whole meta hash decoded on the event loop (~5 ms of CPU for a 400 kB one). A page
- * of small sessions costs one round trip more than reading them all at once.
+ * How many sessions of a list round to read next: `left` not read yet, `read` read so far (kept or dropped: gone,
+ * another tenant's, filtered out), `measured` of them kept and measured into the page's `bytes`. Without a byte
+ * bound, all. With one, while none is measured, as many as were read (two first: 2, 2, 4, 8, …), so leading dropped
+ * sessions neither make one round of the rest nor a round trip each; then as many as the room left holds at the size
+ * of those measured (at least one): a page of 400 kB sessions reads the three it needs (two sent, one over the
+ * bound), not the whole round of 100 — each read is a whole meta hash decoded on the event loop (~5 ms of CPU for a
+ * 400 kB one). A page of small sessions costs one round trip more than reading them all at once.
  */
-export function listChunk(left: number, loaded: number, bytes: number, bound?: { maxBytes: number }): number {
+export function listChunk(
+  left: number,
+  read: number,
+  measured: number,
+  bytes: number,
+  bound?: { maxBytes: number },
+): number {
   if (!bound) return left;
-  if (loaded === 0) return Math.min(left, 2);
-  if (bytes === 0) return left;
+  if (measured === 0 || bytes === 0) return Math.min(left, Math.max(2, read));
   const room = Math.max(0, bound.maxBytes - bytes);
-  return Math.min(left, Math.max(1, Math.ceil(room / (bytes / loaded))));
+  return Math.min(left, Math.max(1, Math.ceil(room / (bytes / measured))));
 }
 
 export class SessionIndex {
@@ -167,8 +173,8 @@ export class SessionIndex {
     let exhausted = false;
     const pageSize = opts.status || filters.length > 1 ? 100 : opts.limit;
     let bytes = 0;
-    // Sessions measured into `bytes` (those the filters keep): the rounds are sized by these, not by the sessions
-    // read, which count the filtered-out and gone ones too (0 bytes for 2 read made the next round the whole page).
+    // Sessions measured into `bytes` (those the filters keep): a round's size is the room left at their size; the
+    // sessions read count the filtered-out and gone ones too (0 bytes for 2 read made the next round the whole page).
     let measured = 0;
     let full = false;
     for (let round = 0; round < 20 && items.length < opts.limit && !full; round++) {
@@ -177,7 +183,10 @@ export class SessionIndex {
       let read = 0;
       for (; read < members.length && items.length < opts.limit; read++) {
         if (read === states.length) {
-          const next = members.slice(read, read + listChunk(members.length - read, measured, bytes, bound));
+          const next = members.slice(
+            read,
+            read + listChunk(members.length - read, states.length, measured, bytes, bound),
+          );
           // Read together, decoded one by one: a large hash (a 400 kB session) is a heavy step of the tenant's
           // (tenant-turns.ts), not one of several decoded in the turn their replies arrived in.
           // As bytes: decoding each to text is part of its step (ioredis would decode them all as they arrive).
