@@ -78,15 +78,41 @@ export const appended = z.looseObject({
   content: z.array(block),
 });
 
-/** The block types that make a user turn a message of its own (text, an image, a document). */
-export const USER_BLOCKS: ReadonlySet<string> = new Set(['text', 'image', 'document']);
+/**
+ * Whether block `b` of a user turn shows as a part of a user message (src/chat/history.ts `userPart`, which answers
+ * with a part for exactly these): text; an image with a `base64` or `url` source; a document with a `base64`, `url`
+ * or `text` source. Other blocks show nothing of their own: tool results, and an image or a document whose source
+ * the chat has no file part for (POST /v1/sessions/:id/messages takes a document of source `content` or `file`, an
+ * image of source `file`), which the model gets but the chat does not show. A user turn with none of them is no user
+ * message of the chat: the replies after it continue the assistant message before it. The one test of a user turn
+ * wherever the chat counts them (`asksUser`, src/chat/record.ts `isUserTurn`, src/engine/compaction.ts
+ * `endsWithUserTurn`), and src/chat/lua/run-start-2.lua `asks` makes the same one.
+ */
+export function isUserBlock(b: { readonly type: string }): boolean {
+  const rec: Readonly<Record<string, unknown>> = b;
+  if (b.type === 'text') return typeof rec['text'] === 'string';
+  if (b.type !== 'image' && b.type !== 'document') return false;
+  const source = rec['source'];
+  if (typeof source !== 'object' || source === null) return false;
+  const src = source as Record<string, unknown>;
+  switch (src['type']) {
+    case 'base64':
+      return typeof src['media_type'] === 'string' && typeof src['data'] === 'string';
+    case 'url':
+      return typeof src['url'] === 'string';
+    case 'text':
+      return b.type === 'document' && typeof src['data'] === 'string';
+    default:
+      return false;
+  }
+}
 
 /**
- * A user turn the history shows as a user message (src/chat/history.ts `userPart`): one with a text, an image or a
- * document block among the blocks added. The same test as src/chat/lua/run-start-2.lua `asks`.
+ * A user turn the history shows as a user message (src/chat/history.ts `userPart`): one with a block among those
+ * added that shows as a part (`isUserBlock`). The same test as src/chat/lua/run-start-2.lua `asks`.
  */
 export const asksUser = (ev: z.infer<typeof appended>): boolean =>
-  ev.role === 'user' && ev.content.some((b) => USER_BLOCKS.has(b.type));
+  ev.role === 'user' && ev.content.some(isUserBlock);
 
 export const dropped = z.looseObject({ iteration: z.number().optional(), reason: z.string().optional() });
 const call = z.object({ id: z.string(), name: z.string(), input: z.unknown() });

@@ -1,9 +1,9 @@
 /**
- * A session's history as the AI SDK's `UIMessage[]` (GET /v1/chat/:id/messages): a user message with text (or
- * images, or documents) is a user UIMessage; the replies and tool results that follow it, up to the next user text, are one
- * assistant UIMessage whose steps (`step-start`) are the model turns. Ids are `<session id>-<index>` of the first
- * history message each one holds (the index counts compacted messages, so it is stable while the history grows).
- * A sub-agent's call is `providerExecuted`, as in the stream (src/chat/chunks.ts): the service answers it.
+ * A session's history as the AI SDK's `UIMessage[]` (GET /v1/chat/:id/messages): a user message with text, images or
+ * documents (those `userPart` shows: event-shapes.ts `isUserBlock`) is a user UIMessage; the replies and tool results
+ * that follow it, up to the next such user message, are one assistant UIMessage whose steps (`step-start`) are the
+ * model turns. Ids are `<session id>-<index>` of the first history message each one holds (the index counts
+ * compacted messages, so it is stable while the history grows). A sub-agent's call is `providerExecuted`, as in the stream (src/chat/chunks.ts): the service answers it.
  *
  * A compaction's summary (an assistant message of `compaction` blocks only) is no part of any UIMessage and ends
  * none: the live stream shows nothing of a compaction, so the replies after it continue the assistant message the
@@ -19,7 +19,7 @@ import { blocksOf, type StoredBlock, type StoredMessage } from '../history.js';
 import { isSummary } from '../engine/compaction.js';
 import type { RequiredAction } from '../engine/status.js';
 import type { UIChunk } from './chunks.js';
-import { reasonOf, resultText } from './event-shapes.js';
+import { isUserBlock, reasonOf, resultText } from './event-shapes.js';
 import type { Denials } from './denials.js';
 
 type UIPart = { type: string } & Record<string, unknown>;
@@ -42,6 +42,9 @@ const field = (b: StoredBlock, name: string): unknown => {
  * `text/plain` file part whose data: URL holds its text (UTF-8, base64).
  */
 const userPart = (b: StoredBlock): UIPart | null => {
+  // Exactly the blocks event-shapes.ts `isUserBlock` names (the chat's every count of user turns is made by it): a
+  // document of source `content` or `file` (REST), or an image of source `file`, has no part and shows nothing.
+  if (!isUserBlock(b)) return null;
   if (b.type === 'text' && typeof b.text === 'string') return { type: 'text', text: b.text };
   const source = field(b, 'source');
   if ((b.type !== 'image' && b.type !== 'document') || typeof source !== 'object' || source === null)

@@ -35,7 +35,7 @@ import { blocksOf } from '../history.js';
 import type { SessionStore } from '../store/store.js';
 import { isSummary } from '../engine/compaction.js';
 import { SEGMENT_SIZES_KEPT } from '../store/apply-ops.js';
-import { USER_BLOCKS } from './event-shapes.js';
+import { isUserBlock } from './event-shapes.js';
 
 /** Most user turns a page shows: every user turn is a UIMessage of its own, and the page shows the newest 1000. */
 export const MAX_UI_MESSAGES = 1000;
@@ -63,9 +63,11 @@ export interface ChatRecord {
   afterUser: boolean;
 }
 
-/** Whether `m` is a user turn the chat shows as a message of its own (text, an image, a document: history.ts `userPart`). */
-export const isUserTurn = (m: StoredMessage): boolean =>
-  m.role === 'user' && blocksOf(m).some((b) => USER_BLOCKS.has(b.type));
+/**
+ * Whether `m` is a user turn the chat shows as a message of its own: one with a block history.ts `userPart` shows
+ * (event-shapes.ts `isUserBlock`: text, an image or a document the chat has a file part for).
+ */
+export const isUserTurn = (m: StoredMessage): boolean => m.role === 'user' && blocksOf(m).some(isUserBlock);
 
 /**
  * The chat's window of the record of session `id`: its history and, for as long as the gathered messages start

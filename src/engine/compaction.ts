@@ -37,6 +37,7 @@ import type { SessionStore } from '../store/store.js';
 import type { RunDeps, RunHandle } from './run-handle.js';
 import { statusEvent } from './status.js';
 import { eventOf } from '../events/schemas.js';
+import { isUserBlock } from '../chat/event-shapes.js';
 
 /** The beta of a compaction request, and of every request whose history starts with a summary. */
 export const COMPACTION_BETA = 'compact-2026-09-04';
@@ -51,10 +52,11 @@ export function isSummary(message: StoredMessage | undefined): boolean {
 
 /**
  * Whether a chat page shows `messages` ending with a user message (src/chat/history.ts toUIMessages): the last one
- * that shows anything is a user turn (a text, an image or a document), not a reply; a system message, a summary alone and a user
- * message of tool results only show nothing of their own. Kept with each segment (seg_bytes), so that a page that
- * does not read a segment still names the answer after the summary that follows it (a compaction at a run's start)
- * by the summary's index.
+ * that shows anything is a user turn (a block history.ts `userPart` shows: src/chat/event-shapes.ts `isUserBlock`),
+ * not a reply; a system message, a summary alone and a user message of tool results only (or of files the chat has
+ * no part for) show nothing of their own. Kept with each segment (seg_bytes), so that a page that does not read a
+ * segment still names the answer after the summary that follows it (a compaction at a run's start) by the summary's
+ * index.
  */
 export function endsWithUserTurn(messages: readonly StoredMessage[]): boolean {
   for (let i = messages.length - 1; i >= 0; i--) {
@@ -64,7 +66,7 @@ export function endsWithUserTurn(messages: readonly StoredMessage[]): boolean {
       if (isSummary(m) && blocks.every((b) => b.type === 'compaction')) continue;
       return false;
     }
-    if (m.role === 'user' && blocks.some((b) => ['text', 'image', 'document'].includes(b.type))) return true;
+    if (m.role === 'user' && blocks.some(isUserBlock)) return true;
   }
   return false;
 }

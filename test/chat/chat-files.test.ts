@@ -10,6 +10,11 @@ import assert from 'node:assert/strict';
 import { validateUIMessages, type FileUIPart, type UIMessage } from 'ai';
 import { reply, text, textBlock, toolUse } from '../fake/script.js';
 import { PlainChat, chatTransport, readAll } from '../helpers/chat.js';
+import { asksUser, isUserBlock } from '../../src/chat/event-shapes.js';
+import { toUIMessages } from '../../src/chat/history.js';
+import { isUserTurn } from '../../src/chat/record.js';
+import { endsWithUserTurn } from '../../src/engine/compaction.js';
+import type { StoredMessage } from '../../src/history.js';
 import { startHarness, type Harness } from '../helpers/service.js';
 
 const KEY = 'chat-files-key';
@@ -187,6 +192,62 @@ describe('chat: file parts', { timeout: 120_000 }, () => {
     assert.deepEqual(JSON.parse(JSON.stringify(reloaded.messages)), await history(id));
   });
 
+  // POST …/messages takes files the chat has no part for (a document of source `content` or `file`, an image of source
+  // `file`): the page shows no user message there, so the answer after one continues the assistant message before it,
+  // and a resumed stream must too (run-start-2.lua `asks`, record.ts `isUserTurn`), or a Chat seeded from the page
+  // and resumed lost the first answer.
+  for (const [type, source] of [
+    ['document', { type: 'content', content: 'Some notes.' }],
+    ['document', { type: 'file', file_id: 'file_abc' }],
+    ['image', { type: 'file', file_id: 'file_img' }],
+  ] as const)
+    it(`a REST ${type} of source ${source.type} alone: a reload mid-run keeps the answer before it`, async () => {
+      const id = await session();
+      const chat = new PlainChat({ id, transport: chatTransport(h.service.url, KEY) });
+      h.fake.enqueue(text('First answer.'));
+      const done = chat.nextFinish();
+      await chat.sendMessage({ text: 'Hello.' });
+      await done;
+      await h.api.waitStatus(id, 'idle');
+      const long = Array.from({ length: 20 }, (_, i) => `p${i}`).join(' ');
+      h.fake.enqueue(text(long, { pauseAfterEvents: 4 }));
+      const held = h.fake.requests.length + 1;
+      const r = await h.api.post(`/v1/sessions/${id}/messages`, { content: [{ type, source }] });
+      assert.equal(r.status, 202, JSON.stringify(r.body));
+      await h.fake.waitForRequests(held);
+      assert.deepEqual(lastUserTurn(), [{ type, source }], 'the model got the block');
+      const initial = await history(id);
+      assert.deepEqual(
+        initial.map((m) => [m.role, textOf(m)]),
+        [
+          ['user', 'Hello.'],
+          ['assistant', 'First answer.'],
+        ],
+      );
+      const reloaded: PlainChat = new PlainChat({
+        id,
+        messages: initial,
+        transport: chatTransport(h.service.url, KEY),
+        onChange: () => void (reloaded?.status === 'streaming' && h.fake.held > 0 && h.fake.resume()),
+      });
+      await reloaded.resumeStream();
+      assert.equal(reloaded.error, undefined);
+      await h.api.waitStatus(id, 'idle');
+      const final = await history(id);
+      assert.deepEqual(
+        final.map((m) => [m.role, textOf(m)]),
+        [
+          ['user', 'Hello.'],
+          ['assistant', `First answer.${long}`],
+        ],
+      );
+      assert.deepEqual(
+        reloaded.messages.map((m) => [m.id, m.role, textOf(m)]),
+        final.map((m) => [m.id, m.role, textOf(m)]),
+        'the resumed stream continues the first answer, as the page does',
+      );
+    });
+
   it('a PDF alone sent while the run streams: the first stream ends where it joins, its own carries the answer', async () => {
     const id = (await h.api.post('/v1/sessions', { start: false, tools: ['get_weather'] })).body.id as string;
     const long = Array.from({ length: 12 }, (_, i) => `w${i}`).join(' ');
@@ -250,4 +311,36 @@ describe('chat: file parts', { timeout: 120_000 }, () => {
     assert.equal((await h.api.get(`/v1/sessions/${id}/messages`)).body.data.length, 0);
     assert.equal((await h.api.get(`/v1/sessions/${id}`)).body.status, 'idle');
   });
+});
+
+describe('chat: which user turns are user messages', () => {
+  // Every place that counts the chat's user turns makes the page's own test (history.ts `userPart`): a turn is a
+  // user message when the page shows a part of it, and only then (run-start-2.lua `asks` is checked live above).
+  const cases: Array<[string, Block, boolean]> = [
+    ['text', { type: 'text', text: 'Hi.' }, true],
+    [
+      'image base64',
+      { type: 'image', source: { type: 'base64', media_type: 'image/png', data: 'iVBO' } },
+      true,
+    ],
+    ['image url', { type: 'image', source: { type: 'url', url: 'https://example.com/a.png' } }, true],
+    ['image file', { type: 'image', source: { type: 'file', file_id: 'file_img' } }, false],
+    ['document base64', pdfBlock, true],
+    ['document url', { type: 'document', source: { type: 'url', url: 'https://example.com/a.pdf' } }, true],
+    ['document text', noteBlock, true],
+    ['document content', { type: 'document', source: { type: 'content', content: 'Some notes.' } }, false],
+    ['document file', { type: 'document', source: { type: 'file', file_id: 'file_abc' } }, false],
+    ['tool_result', { type: 'tool_result', tool_use_id: 'toolu_1', content: 'ok' }, false],
+  ];
+  for (const [name, block, shown] of cases)
+    it(`a user turn of ${name} alone: ${shown ? 'a user message' : 'no user message'} everywhere`, () => {
+      const turn: StoredMessage = { role: 'user', content: [block] };
+      const reply: StoredMessage = { role: 'assistant', content: [{ type: 'text', text: 'Before.' }] };
+      const page = toUIMessages('ses_x', [reply, turn], 0, null);
+      assert.equal(page.at(-1)?.role === 'user', shown, 'the page');
+      assert.equal(isUserBlock(block), shown, 'isUserBlock');
+      assert.equal(isUserTurn(turn), shown, 'record.ts isUserTurn');
+      assert.equal(asksUser({ role: 'user', content: [block] }), shown, 'event-shapes.ts asksUser');
+      assert.equal(endsWithUserTurn([reply, turn]), shown, 'compaction.ts endsWithUserTurn');
+    });
 });

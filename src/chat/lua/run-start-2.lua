@@ -1,9 +1,9 @@
 -- run-start: where the assistant message of a session's current run begins in its event log, for a chat stream
 -- resumed from its start (GET /v1/chat/:id/stream). The message is what GET /v1/chat/:id/messages shows as the
--- history's last assistant message (src/chat/history.ts toUIMessages): everything after the newest user turn with
--- text, an image or a document, whatever runs made it: runs that paused for the client (`requires_action`, then
--- `running` again once it answered), and runs that failed or stopped and were taken up again without a new question (POST …/resume,
--- …/retry, …/continue). So the scan goes back from the newest entry to the newest `message.appended` of such a user
+-- history's last assistant message (src/chat/history.ts toUIMessages): everything after the newest user turn the
+-- history shows as a user message (`asks` below), whatever runs made it: runs that paused for the client
+-- (`requires_action`, then `running` again once it answered), and runs that failed or stopped and were taken up
+-- again without a new question (POST …/resume, …/retry, …/continue). So the scan goes back from the newest entry to the newest `message.appended` of such a user
 -- turn (a follow-up that joined a step's tool results included: it starts a message of its own), or the newest
 -- `messages.replaced` (a history rewritten: what came before is not in it as logged). The newest `session.status`
 -- must say `running`, else no run is active. A `POST …/retry` (its `turn.dropped` with reason `retry`) dropped steps
@@ -39,14 +39,29 @@ local function decoded(d)
   if not ok or type(data) ~= 'table' then return nil end
   return data
 end
--- A user turn the history shows as a user message: a text, an image or a document block in what was added. The plain search
--- first: only a user turn's data has the key at its top level unescaped (text inside a string has it as `\"`).
+-- A user turn the history shows as a user message: a block in what was added that src/chat/history.ts `userPart`
+-- shows (src/chat/event-shapes.ts `isUserBlock`, the same test): text; an image with a `base64` or `url` source; a
+-- document with a `base64`, `url` or `text` source. A document of source `content` or `file` (or an image of source
+-- `file`), which POST /v1/sessions/:id/messages takes, shows nothing: the answer after it continues the message
+-- before it, and so does the replay. The plain search first: only a user turn's data has the key at its top level
+-- unescaped (text inside a string has it as `\"`).
+local function shows(b)
+  if type(b) ~= 'table' then return false end
+  if b.type == 'text' then return type(b.text) == 'string' end
+  if b.type ~= 'image' and b.type ~= 'document' then return false end
+  local src = b.source
+  if type(src) ~= 'table' then return false end
+  if src.type == 'base64' then return type(src.media_type) == 'string' and type(src.data) == 'string' end
+  if src.type == 'url' then return type(src.url) == 'string' end
+  if src.type == 'text' then return b.type == 'document' and type(src.data) == 'string' end
+  return false
+end
 local function asks(d)
   if not d or not string.find(d, '"role":"user"', 1, true) then return false end
   local data = decoded(d)
   if not data or type(data.content) ~= 'table' then return false end
   for _, b in ipairs(data.content) do
-    if type(b) == 'table' and (b.type == 'text' or b.type == 'image' or b.type == 'document') then return true end
+    if shows(b) then return true end
   end
   return false
 end
