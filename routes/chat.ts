@@ -259,6 +259,7 @@ const routes: FastifyPluginAsyncZod<{ config: Config }> = async (app, { config }
           validated: validatedOf(s),
           answered,
           ownMessage: postsUser,
+          ownRevision: replay.own,
           // An answer to tool outputs or approvals continues a message that holds the reply that asked them.
           repliedBefore: !postsUser && !regenerating,
           ...(replay.delivered ? { delivered: replay.delivered } : {}),
@@ -304,6 +305,7 @@ const routes: FastifyPluginAsyncZod<{ config: Config }> = async (app, { config }
       await app.keepStreamed(req, {
         after: posted.after,
         revision: posted.revision,
+        ...(posted.own !== undefined ? { own: posted.own } : {}),
         assistant: posted.assistant,
         known: posted.known,
         idle: posted.status !== null,
@@ -316,6 +318,7 @@ const routes: FastifyPluginAsyncZod<{ config: Config }> = async (app, { config }
         validated: validatedOf(posted.state),
         answered,
         ownMessage: postsUser,
+        ownRevision: posted.own,
         repliedBefore: !postsUser && !regenerating,
         delivered,
       });

@@ -37,9 +37,10 @@
  *   resets its step as for a dropped turn (`reason`: `cancelled`, `failed`, `stream_ended`): the session keeps no
  *   partial reply, and a resumed stream replays the turn from its start.
  * - The answer to a user message the request posted shows nothing of the run until that message joins it (its
- *   `message.appended`, the first user one after a `message.queued`): the turns before are an earlier message's
- *   answer (the reply it was posted during, that reply's `pause_turn` continuation, …). A status ends it as ever (one
- *   queued while the session waits for the client gets what it waits for, and its end).
+ *   `message.appended`, the first user one after its own `message.queued`, told by the revision of the post's
+ *   write): the turns before are an earlier message's answer (the reply it was posted during, that reply's
+ *   `pause_turn` continuation, another client's message queued after the cursor and joined alone, …). A status ends
+ *   it as ever (one queued while the session waits for the client gets what it waits for, and its end).
  * - `message.appended` of a follow-up queued after the stream's own message joined (or, for a stream that answers no
  *   message of its own, after its cursor) that joins a turn after a reply (a step's tool results, or a turn of its
  *   own) → `finish-step`, `finish` (`other`): the history shows the follow-up as a user message of its own and the
@@ -159,13 +160,22 @@ export class ChatTranslator {
    * The stream answers a user message this request posted (queued after the stream's cursor) that has not joined the
    * run yet: until it does, the turns the log shows answer earlier messages (the reply in flight when it was posted,
    * its `pause_turn` or compaction continuation, the turn after a step's results) and are passed over (`BEFORE_OWN`).
-   * Its join is the first user `message.appended` after a `message.queued` read here: a merge takes the whole queue,
-   * so that append holds every message queued by then, this one's among them — whichever of the queued events was its
-   * own (another client's message queued between this post's cursor and its write, two tabs posting at once: each
-   * stream's own is in the one append, and each goes on with the answer to it).
+   * Its join is the first user `message.appended` after its own `message.queued`: a merge takes the whole queue, so
+   * that append holds every message queued by then, this one's among them (two tabs posting at once: each stream's
+   * own is in the one append, and each goes on with the answer to it). Its own queued event is the one of the post's
+   * write (`ownRevision`, the revision of that event): another client's message queued between this post's cursor
+   * and its write may join the run alone, at a turn's end before this one is written, and its append and its
+   * answer are not this stream's.
    */
   private awaitingOwn: boolean;
-  /** A `message.queued` was read while `awaitingOwn`: the next user append holds the stream's own message. */
+  /**
+   * The revision of the write that queued the stream's own message (its `message.queued` event's revision), when the
+   * request knows it. Without it (an Idempotency-Key record kept before it was, or events read without revisions),
+   * the first `message.queued` read stands for the own one: right unless another message queued after the cursor
+   * joins alone before the own one is written.
+   */
+  private readonly ownRevision: number | undefined;
+  /** The stream's own `message.queued` was read while `awaitingOwn`: the next user append holds its message. */
   private ownQueued = false;
   /** `message.queued` events of other messages read since the stream's own joined (or since its start). */
   private othersQueued = 0;
@@ -201,6 +211,8 @@ export class ChatTranslator {
       delivered?: readonly DeliveredResult[];
       /** The stream answers a user message this request posted (its `message.queued` is after the cursor). */
       ownMessage?: boolean;
+      /** The revision of the write that queued that message, when known: see `ownRevision`. */
+      ownRevision?: number | undefined;
       /** The names of the session's client tools with `validate: true`. */
       validated?: Iterable<string>;
       /** The calls whose outcome the client's message shows (its own outputs): see `answered`. */
@@ -210,6 +222,7 @@ export class ChatTranslator {
     } = {},
   ) {
     this.awaitingOwn = opts.ownMessage ?? false;
+    this.ownRevision = opts.ownRevision;
     this.validated = new Set(opts.validated ?? []);
     this.answered = new Set(opts.answered ?? []);
     this.repliedBefore = (opts.repliedBefore ?? false) || (opts.earlier ?? []).length > 0;
@@ -348,14 +361,18 @@ export class ChatTranslator {
         return ev.success ? this.status(ev.data, paused) : [];
       }
       case 'message.queued':
-        if (this.awaitingOwn) this.ownQueued = true;
-        else this.othersQueued++;
+        if (!this.awaitingOwn) this.othersQueued++;
+        // The own one, or (its revision unknown) the first read. An event of a lower revision is another client's,
+        // queued before the post wrote (the log is in revision order: one at or past it is the post's, or after it).
+        else if (this.ownRevision === undefined || revision === null || revision >= this.ownRevision)
+          this.ownQueued = true;
         return [];
       case 'message.appended': {
         const ev = appended.safeParse(data);
         if (!ev.success || !asksUser(ev.data)) return [];
         if (this.awaitingOwn) {
-          // A message queued before this stream's cursor, joining before this one was queued: not the stream's.
+          // A message queued before this stream's cursor, or after it by another client, joining before this one
+          // was queued: not the stream's (its answer, passed over, is not either).
           if (!this.ownQueued) return [];
           // The stream's own message joins (with whatever else was queued): the run answers it from here.
           this.awaitingOwn = false;

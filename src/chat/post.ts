@@ -42,6 +42,12 @@ interface Poster {
 interface Posted {
   after: string;
   revision: number;
+  /**
+   * The revision of the write that queued the request's own user message: its `message.queued` event has it, which
+   * tells it from another client's queued after `after` (src/chat/chunks.ts `ownRevision`). Unknown (undefined) when
+   * the post was answered from a record that kept none.
+   */
+  own?: number | undefined;
   /** The assistant message the request's answers were in (its stream continues it). */
   assistant: string | undefined;
   /** The tool call ids of that message. */
@@ -85,10 +91,11 @@ export async function postUserMessage(
   // A message without an id cannot be told from another: it is posted, unguarded.
   const guard = last.id === '' ? undefined : postedGuard(last.id, body, after);
   try {
-    const { state } = await addMessage(p.deps, p.tenant, id, body, undefined, p.by, guard);
+    const { state, wrote } = await addMessage(p.deps, p.tenant, id, body, undefined, p.by, guard);
     return {
       after,
       revision: state.revision,
+      own: wrote,
       // Only when this message started the run: queued behind one, its reply's place is not known yet.
       assistant: state.status === 'running' ? replyId : undefined,
       known: [],
@@ -99,11 +106,21 @@ export async function postUserMessage(
   } catch (err) {
     if (!(err instanceof AlreadyPosted)) throw err;
     if (err.entry.fp !== guard?.fp) throw editRefused(last.id);
-    // The same message again (its first answer was lost with its replica): nothing is posted.
+    // The same message again (its first answer was lost with its replica): nothing is posted. Its answer streams
+    // from the first one's cursor, and its own message is the one that post's write (`rev`) queued.
     const { after: from, rev, idle } = err.entry;
     const state = await p.deps.store.loadFor(p.tenant, id);
     const status = idle ? statusOf(state) : null;
-    return { after: from, revision: rev, assistant: undefined, known: [], state, status, delivered: [] };
+    return {
+      after: from,
+      revision: rev,
+      own: rev,
+      assistant: undefined,
+      known: [],
+      state,
+      status,
+      delivered: [],
+    };
   }
 }
 

@@ -48,6 +48,11 @@ export interface MutationResult {
    * any run the write started could change the session.
    */
   read?: SessionState;
+  /**
+   * The revision this call's write made (absent on a replay): the revision of each event it wrote (their envelope's
+   * `revision`), which `state` may be past already (a run the write started commits before `state` is read).
+   */
+  wrote?: number;
   /** Work was queued (a run started or a follow-up waits): the route answers 202. */
   queued: boolean;
   /** The request's change was made before, by a request of the same Idempotency-Key whose answer was lost. */
@@ -141,11 +146,12 @@ export async function mutate(
     // Before the write, as a run's due entry is (store.apply): due without the write is a look that finds nothing,
     // the write without its due entry a child that waits for the tree's next look (an hour).
     if (p.spawns) await store.runs.trees.soon(id, tenant, SPAWN_DUE_DELAY_MS);
+    let wrote: number;
     try {
-      await store.apply(id, guard, p.ops, tenant, {
+      ({ revision: wrote } = await store.apply(id, guard, p.ops, tenant, {
         costCap: p.costCap ?? true,
         storageCap: p.storageCap ?? true,
-      });
+      }));
     } catch (err) {
       // Made meanwhile by a request of the same key (one whose process stalled past its lease): answered as it is.
       if (err instanceof AlreadyApplied)
@@ -173,7 +179,7 @@ export async function mutate(
         if (!isOutOfMemory(err)) throw err;
       });
     const state = await store.loadFor(tenant, id);
-    return { state, read: s, queued: Boolean(p.starts || p.queued) };
+    return { state, read: s, wrote, queued: Boolean(p.starts || p.queued) };
   }
 }
 

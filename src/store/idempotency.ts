@@ -28,6 +28,12 @@ export interface IdempotencyRecord {
 export interface StreamReplay {
   after: string;
   revision: number;
+  /**
+   * The revision of the write that queued the request's user message (src/chat/post.ts `Posted.own`): the replay
+   * tells its own `message.queued` by it. Absent in a record kept before it was (the replay then takes the first one
+   * queued after `after`, as the stream did then).
+   */
+  own?: number;
   assistant?: string | undefined;
   known: string[];
   /**

@@ -10,7 +10,7 @@ import assert from 'node:assert/strict';
 import { DefaultChatTransport, validateUIMessages, type UIMessage, type UIMessageChunk } from 'ai';
 import { ChatTranslator, type UIChunk } from '../../src/chat/chunks.js';
 import { reply, text, textBlock, toolUse } from '../fake/script.js';
-import { PlainChat, chatTransport, readAll } from '../helpers/chat.js';
+import { PlainChat, chatTransport, readAll, sseDataLines } from '../helpers/chat.js';
 import { startHarness, type Harness } from '../helpers/service.js';
 
 const KEY = 'chat-followup-key';
@@ -159,6 +159,93 @@ describe('chat: a follow-up sent while the run streams', { timeout: 120_000 }, (
     assert.equal(r.message?.id, history.at(-1)?.id);
     assert.equal(textOf(r.message), LONG);
   });
+
+  it("another client's message queued after the post's cursor joins alone first: the post streams its own answer", async () => {
+    const id = (await h.api.post('/v1/sessions', { start: false })).body.id as string;
+    let answerFirst!: () => void;
+    let answerRest!: () => void;
+    h.fake.enqueue(
+      { ...text('First answer.'), gate: new Promise<void>((r) => (answerFirst = r)) },
+      { ...text('Answer to REST.'), gate: new Promise<void>((r) => (answerRest = r)) },
+      text('Answer to own.'),
+    );
+    const base = h.fake.requests.length;
+    const firstMsg = user('first');
+    const ownMsg = user('own');
+    const first = readAll(await sendRaw(h, id, [firstMsg]));
+    await h.fake.waitForRequests(base + 1);
+    const post = (key?: string) =>
+      fetch(`${h.service.url}/v1/chat`, {
+        method: 'POST',
+        headers: {
+          authorization: `Bearer ${KEY}`,
+          'content-type': 'application/json',
+          ...(key ? { 'idempotency-key': key } : {}),
+        },
+        body: JSON.stringify({ id, trigger: 'submit-message', messages: [firstMsg, ownMsg] }),
+      });
+    const answerOf = async (res: Response) => {
+      assert.equal(res.status, 200);
+      const chunks = sseDataLines(await res.text())
+        .filter((l) => l !== '[DONE]')
+        .map((l) => JSON.parse(l) as UIChunk);
+      const said = chunks.flatMap((c) => (c.type === 'text-delta' ? [c['delta']] : [])).join('');
+      return { said, end: chunks.at(-1) };
+    };
+    // Between the post's read of its cursor and its write, a REST message is queued, joins the run alone at the
+    // first reply's end, and its answer's request is made.
+    const log = (h.service.app as any).eventsHub.eventLog;
+    const lastId = log.lastId;
+    let raced = false;
+    log.lastId = async function (this: unknown, sid: string, ...rest: unknown[]) {
+      const cursor = await lastId.call(this, sid, ...rest);
+      if (sid === id && !raced) {
+        raced = true;
+        const r = await h.api.post(`/v1/sessions/${id}/messages`, { text: 'from REST' });
+        assert.equal(r.status, 202, JSON.stringify(r.body));
+        answerFirst();
+        await h.fake.waitForRequests(base + 2);
+      }
+      return cursor;
+    };
+    let own: Response;
+    try {
+      own = await post('own-once');
+    } finally {
+      log.lastId = lastId;
+    }
+    assert.ok(raced);
+    // The own message is queued (the post answered): the REST message's answer ends, and the own one joins.
+    answerRest();
+    const [a, b] = await Promise.all([first, answerOf(own)]);
+    await h.api.waitStatus(id, 'idle');
+    const history = (await h.api.get(`/v1/chat/${id}/messages`)).body as UIMessage[];
+    assert.deepEqual(
+      history.map((m) => [m.role, textOf(m)]),
+      [
+        ['user', 'first'],
+        ['assistant', 'First answer.'],
+        ['user', 'from REST'],
+        ['assistant', 'Answer to REST.'],
+        ['user', 'own'],
+        ['assistant', 'Answer to own.'],
+      ],
+    );
+    assert.equal(textOf(a.message), 'First answer.');
+    // Taking the first queued event for its own, the post streamed the REST message's answer and ended ('other')
+    // where its own joined: its own answer streamed nowhere.
+    assert.deepEqual(b, { said: 'Answer to own.', end: { type: 'finish', finishReason: 'stop' } });
+    // The same request again (Idempotency-Key), and the same message sent again without it (its answer lost): each
+    // streams from the first answer's cursor, and finds its own message the same way.
+    const replayed = await post('own-once');
+    assert.equal(replayed.headers.get('idempotent-replayed'), 'true');
+    assert.deepEqual(await answerOf(replayed), b);
+    assert.deepEqual(await answerOf(await post()), b);
+    const users = (await h.api.get(`/v1/sessions/${id}/messages`)).body.data.filter(
+      (m: { role: string }) => m.role === 'user',
+    );
+    assert.equal(users.length, 3, 'nothing was posted twice');
+  });
 });
 
 /** A raw `POST /v1/chat` of `messages` (the transport `useChat` uses), its stream returned. */
@@ -280,6 +367,80 @@ describe("chat: which queued message is the stream's own", () => {
     ];
     for (const t of [0, 1].map(() => new ChatTranslator(undefined, [], { ownMessage: true })))
       assert.ok(feed(t, events).some((c) => c.type === 'text-delta'));
+  });
+
+  /** Events with their revisions (the envelope's `revision`, which the route hands the translator). */
+  const feedAt = (t: ChatTranslator, events: Array<[string, unknown, number]>): UIChunk[] => [
+    ...t.start(),
+    ...events.flatMap(([type, data, rev]) => t.event(type, data, '', rev)),
+  ];
+  const turnAt = (iteration: number, said: string, rev: number): Array<[string, unknown, number]> => [
+    ['turn.started', { iteration }, rev],
+    [
+      'turn.completed',
+      {
+        iteration,
+        message: { role: 'assistant', content: [{ type: 'text', text: said }], stop_reason: 'end_turn' },
+      },
+      rev + 1,
+    ],
+  ];
+
+  it("another client's message queued after the cursor joins alone before the own one is written: passed over", () => {
+    // The post's write (revision 8) queued its own message; the REST one (5) joined alone and was answered first.
+    const t = new ChatTranslator(undefined, [], { ownMessage: true, ownRevision: 8 });
+    const out = feedAt(t, [
+      ['message.queued', msg('from REST'), 5],
+      ['message.appended', appended('from REST'), 6],
+      ...turnAt(3, 'answer to REST', 6),
+      ['message.queued', msg('own'), 8],
+      ['message.appended', appended('own'), 9],
+      ...turnAt(4, 'answer to own', 9),
+    ]);
+    // The first queued event taken for the own: [start, start-step, "answer to REST", finish-step, finish 'other'].
+    assert.deepEqual(
+      out.filter((c) => c.type === 'text-delta').map((c) => c['delta']),
+      ['answer to own'],
+    );
+    assert.ok(!out.some((c) => c.type === 'finish'));
+    assert.equal(t.done, false);
+    // With no revision known (an Idempotency-Key record kept before it was): the first queued event, as before.
+    const old = new ChatTranslator(undefined, [], { ownMessage: true });
+    const before = feedAt(old, [
+      ['message.queued', msg('own'), 8],
+      ['message.appended', appended('own'), 9],
+      ...turnAt(4, 'answer to own', 9),
+    ]);
+    assert.ok(before.some((c) => c.type === 'text-delta'));
+  });
+
+  it('with revisions: a message queued beside the own one, and two tabs at once, still stream the merged answer', () => {
+    // REST (5) queued between the cursor and the own write (6): one append takes both.
+    const beside = new ChatTranslator(undefined, [], { ownMessage: true, ownRevision: 6 });
+    const out = feedAt(beside, [
+      ['message.queued', msg('from REST'), 5],
+      ['message.queued', msg('own'), 6],
+      ['message.appended', appended('from REST', 'own'), 7],
+      ...turnAt(3, 'A', 7),
+    ]);
+    assert.deepEqual(
+      out.map((c) => c.type),
+      ['start', 'start-step', 'text-start', 'text-delta', 'text-end'],
+    );
+    // Two tabs (their writes 5 and 6), one append: each stream's own is in it.
+    for (const own of [5, 6]) {
+      const t = new ChatTranslator(undefined, [], { ownMessage: true, ownRevision: own });
+      const tabs = feedAt(t, [
+        ['message.queued', msg('tab 1'), 5],
+        ['message.queued', msg('tab 2'), 6],
+        ['message.appended', appended('tab 1', 'tab 2'), 7],
+        ...turnAt(3, 'A', 7),
+      ]);
+      assert.ok(
+        tabs.some((c) => c.type === 'text-delta'),
+        `the tab of write ${own}`,
+      );
+    }
   });
 
   it('a follow-up queued after the own message joined still ends the stream', () => {
