@@ -6,7 +6,7 @@ import { after, before, describe, it } from 'node:test';
 import assert from 'node:assert/strict';
 import { lastAssistantMessageIsCompleteWithToolCalls, type UIMessage, type UIMessageChunk } from 'ai';
 import { text, toolCall, toolCalls, toolUse } from '../fake/script.js';
-import { PlainChat, chatTransport, readAll } from '../helpers/chat.js';
+import { PlainChat, chatTransport, readAll, submitRaw } from '../helpers/chat.js';
 import { startHarness, type Harness } from '../helpers/service.js';
 
 const KEY = 'chat-client-tools-key';
@@ -68,15 +68,8 @@ describe('chat: client tools', { timeout: 120_000 }, () => {
   it("the answer to a raw post of a client's output carries no output of that call", async () => {
     const id = await session([lookupOrder]);
     h.fake.enqueue(toolCall('lookup_order', { order_id: '1' }, { id: 'toolu_raw' }), text('Done.'));
-    const transport = chatTransport(h.service.url, KEY);
     const send = (messages: UIMessage[], messageId?: string) =>
-      transport.sendMessages({
-        chatId: id,
-        messages,
-        trigger: 'submit-message',
-        messageId,
-        abortSignal: undefined,
-      });
+      submitRaw(h.service.url, KEY, id, messages, messageId);
     const question: UIMessage = { id: 'u-raw', role: 'user', parts: [{ type: 'text', text: 'go' }] };
     const first = await readAll(await send([question]));
     const asked = first.message!;
@@ -142,13 +135,9 @@ describe('chat: client tools', { timeout: 120_000 }, () => {
         text('Let me fix that.'),
       );
       const { chunks, message } = await readAll(
-        await chatTransport(h.service.url, KEY).sendMessages({
-          chatId: id,
-          messages: [{ id: 'u1', role: 'user', parts: [{ type: 'text', text: 'order 7?' }] }],
-          trigger: 'submit-message',
-          messageId: undefined,
-          abortSignal: undefined,
-        }),
+        await submitRaw(h.service.url, KEY, id, [
+          { id: 'u1', role: 'user', parts: [{ type: 'text', text: 'order 7?' }] },
+        ]),
       );
       const offered = chunks.filter(
         (c): c is Extract<UIMessageChunk, { type: 'tool-input-available' }> =>
@@ -180,15 +169,7 @@ describe('chat: client tools', { timeout: 120_000 }, () => {
         ]),
         text('Order 7 is found.'),
       );
-      const transport = chatTransport(h.service.url, KEY);
-      const send = (messages: UIMessage[]) =>
-        transport.sendMessages({
-          chatId: id,
-          messages,
-          trigger: 'submit-message',
-          messageId: undefined,
-          abortSignal: undefined,
-        });
+      const send = (messages: UIMessage[]) => submitRaw(h.service.url, KEY, id, messages);
       const asked: UIMessage = { id: 'u-review', role: 'user', parts: [{ type: 'text', text: 'orders?' }] };
       const { chunks, message } = await readAll(await send([asked]));
       assert.equal((await h.api.get(`/v1/sessions/${id}`)).body.required_action?.type, 'review_turn');

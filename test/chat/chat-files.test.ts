@@ -9,7 +9,7 @@ import { after, before, describe, it } from 'node:test';
 import assert from 'node:assert/strict';
 import { validateUIMessages, type FileUIPart, type UIMessage } from 'ai';
 import { reply, text, textBlock, toolUse } from '../fake/script.js';
-import { PlainChat, chatTransport, readAll } from '../helpers/chat.js';
+import { PlainChat, chatTransport, readAll, submitRaw } from '../helpers/chat.js';
 import { asksUser, isUserBlock } from '../../src/chat/event-shapes.js';
 import { toUIMessages } from '../../src/chat/history.js';
 import { isUserTurn } from '../../src/chat/record.js';
@@ -75,6 +75,33 @@ describe('chat: file parts', { timeout: 120_000 }, () => {
       headers: { authorization: `Bearer ${KEY}`, 'content-type': 'application/json' },
       body: JSON.stringify(body),
     });
+
+  /**
+   * A session whose chat message "Hello." was answered "First answer.", with a long answer queued for the next turn,
+   * held mid-stream: the session, that answer's text, and the number of the fake's request that asks for it.
+   */
+  async function answeredThenHeld() {
+    const id = await session();
+    const chat = new PlainChat({ id, transport: chatTransport(h.service.url, KEY) });
+    h.fake.enqueue(text('First answer.'));
+    const done = chat.nextFinish();
+    await chat.sendMessage({ text: 'Hello.' });
+    await done;
+    await h.api.waitStatus(id, 'idle');
+    const long = Array.from({ length: 20 }, (_, i) => `p${i}`).join(' ');
+    h.fake.enqueue(text(long, { pauseAfterEvents: 4 }));
+    return { id, long, held: h.fake.requests.length + 1 };
+  }
+  /** A Chat seeded with `messages` (a reloaded page) whose resumed stream lets the fake's held answer go on. */
+  function reloadedChat(id: string, messages: UIMessage[]): PlainChat {
+    const reloaded: PlainChat = new PlainChat({
+      id,
+      messages,
+      transport: chatTransport(h.service.url, KEY),
+      onChange: () => void (reloaded?.status === 'streaming' && h.fake.held > 0 && h.fake.resume()),
+    });
+    return reloaded;
+  }
 
   it('a PDF alone, then text with a PDF and a text file: the model gets them as document blocks; the history shows them back', async () => {
     const id = await session();
@@ -146,24 +173,9 @@ describe('chat: file parts', { timeout: 120_000 }, () => {
   });
 
   it('a message of a PDF alone starts a message of its own: a reload mid-run replays only its answer', async () => {
-    const id = await session();
-    const chat = new PlainChat({ id, transport: chatTransport(h.service.url, KEY) });
-    h.fake.enqueue(text('First answer.'));
-    const first = chat.nextFinish();
-    await chat.sendMessage({ text: 'Hello.' });
-    await first;
-    await h.api.waitStatus(id, 'idle');
     // The PDF's answer is held mid-stream; its POST's stream is let go (the page reloads).
-    const long = Array.from({ length: 20 }, (_, i) => `p${i}`).join(' ');
-    h.fake.enqueue(text(long, { pauseAfterEvents: 4 }));
-    const held = h.fake.requests.length + 1;
-    const stream = await chatTransport(h.service.url, KEY).sendMessages({
-      chatId: id,
-      messages: [{ id: 'u-pdf', role: 'user', parts: [pdf] }],
-      trigger: 'submit-message',
-      messageId: undefined,
-      abortSignal: undefined,
-    });
+    const { id, long, held } = await answeredThenHeld();
+    const stream = await submitRaw(h.service.url, KEY, id, [{ id: 'u-pdf', role: 'user', parts: [pdf] }]);
     await h.fake.waitForRequests(held);
     await stream.cancel();
     const initial = await history(id);
@@ -171,12 +183,7 @@ describe('chat: file parts', { timeout: 120_000 }, () => {
       initial.map((m) => m.role),
       ['user', 'assistant', 'user'],
     );
-    const reloaded: PlainChat = new PlainChat({
-      id,
-      messages: initial,
-      transport: chatTransport(h.service.url, KEY),
-      onChange: () => void (reloaded?.status === 'streaming' && h.fake.held > 0 && h.fake.resume()),
-    });
+    const reloaded = reloadedChat(id, initial);
     await reloaded.resumeStream();
     assert.equal(reloaded.error, undefined);
     assert.deepEqual(
@@ -202,16 +209,7 @@ describe('chat: file parts', { timeout: 120_000 }, () => {
     ['image', { type: 'file', file_id: 'file_img' }],
   ] as const)
     it(`a REST ${type} of source ${source.type} alone: a reload mid-run keeps the answer before it`, async () => {
-      const id = await session();
-      const chat = new PlainChat({ id, transport: chatTransport(h.service.url, KEY) });
-      h.fake.enqueue(text('First answer.'));
-      const done = chat.nextFinish();
-      await chat.sendMessage({ text: 'Hello.' });
-      await done;
-      await h.api.waitStatus(id, 'idle');
-      const long = Array.from({ length: 20 }, (_, i) => `p${i}`).join(' ');
-      h.fake.enqueue(text(long, { pauseAfterEvents: 4 }));
-      const held = h.fake.requests.length + 1;
+      const { id, long, held } = await answeredThenHeld();
       const r = await h.api.post(`/v1/sessions/${id}/messages`, { content: [{ type, source }] });
       assert.equal(r.status, 202, JSON.stringify(r.body));
       await h.fake.waitForRequests(held);
@@ -224,12 +222,7 @@ describe('chat: file parts', { timeout: 120_000 }, () => {
           ['assistant', 'First answer.'],
         ],
       );
-      const reloaded: PlainChat = new PlainChat({
-        id,
-        messages: initial,
-        transport: chatTransport(h.service.url, KEY),
-        onChange: () => void (reloaded?.status === 'streaming' && h.fake.held > 0 && h.fake.resume()),
-      });
+      const reloaded = reloadedChat(id, initial);
       await reloaded.resumeStream();
       assert.equal(reloaded.error, undefined);
       await h.api.waitStatus(id, 'idle');
@@ -256,15 +249,7 @@ describe('chat: file parts', { timeout: 120_000 }, () => {
       text(long, { eventDelayMs: 5 }),
     );
     const base = h.fake.requests.length;
-    const transport = chatTransport(h.service.url, KEY);
-    const send = (messages: UIMessage[]) =>
-      transport.sendMessages({
-        chatId: id,
-        messages,
-        trigger: 'submit-message',
-        messageId: undefined,
-        abortSignal: undefined,
-      });
+    const send = (messages: UIMessage[]) => submitRaw(h.service.url, KEY, id, messages);
     const firstMsg: UIMessage = { id: 'u-first', role: 'user', parts: [{ type: 'text', text: 'Weather?' }] };
     const first = readAll(await send([firstMsg]));
     await h.fake.waitForRequests(base + 1);

@@ -10,7 +10,7 @@ import assert from 'node:assert/strict';
 import { DefaultChatTransport, validateUIMessages, type UIMessage, type UIMessageChunk } from 'ai';
 import { ChatTranslator, type UIChunk } from '../../src/chat/chunks.js';
 import { reply, text, textBlock, toolUse } from '../fake/script.js';
-import { PlainChat, chatTransport, readAll, sseDataLines } from '../helpers/chat.js';
+import { PlainChat, chatTransport, readAll, sseDataLines, submitRaw } from '../helpers/chat.js';
 import { startHarness, type Harness } from '../helpers/service.js';
 
 const KEY = 'chat-followup-key';
@@ -96,15 +96,7 @@ describe('chat: a follow-up sent while the run streams', { timeout: 120_000 }, (
   it('two raw posts: the first stream ends where the follow-up joins, the second carries the answer', async () => {
     const id = await session();
     const base = h.fake.requests.length;
-    const transport = chatTransport(h.service.url, KEY);
-    const send = (messages: UIMessage[]) =>
-      transport.sendMessages({
-        chatId: id,
-        messages,
-        trigger: 'submit-message',
-        messageId: undefined,
-        abortSignal: undefined,
-      });
+    const send = (messages: UIMessage[]) => submitRaw(h.service.url, KEY, id, messages);
     const firstMsg = user('first');
     const first = readAll(await send([firstMsg]));
     await h.fake.waitForRequests(base + 1);
@@ -134,15 +126,7 @@ describe('chat: a follow-up sent while the run streams', { timeout: 120_000 }, (
     const base = h.fake.requests.length;
     const transport = chatTransport(h.service.url, KEY);
     const firstMsg = user('first');
-    const first = readAll(
-      await transport.sendMessages({
-        chatId: id,
-        messages: [firstMsg],
-        trigger: 'submit-message',
-        messageId: undefined,
-        abortSignal: undefined,
-      }),
-    );
+    const first = readAll(await submitRaw(h.service.url, KEY, id, [firstMsg]));
     await h.fake.waitForRequests(base + 1);
     assert.equal((await h.api.post(`/v1/sessions/${id}/messages`, { content: 'follow-up' })).status, 202);
     h.fake.resume();
@@ -250,13 +234,7 @@ describe('chat: a follow-up sent while the run streams', { timeout: 120_000 }, (
 
 /** A raw `POST /v1/chat` of `messages` (the transport `useChat` uses), its stream returned. */
 const sendRaw = (h: Harness, id: string, messages: UIMessage[]) =>
-  chatTransport(h.service.url, KEY).sendMessages({
-    chatId: id,
-    messages,
-    trigger: 'submit-message',
-    messageId: undefined,
-    abortSignal: undefined,
-  });
+  submitRaw(h.service.url, KEY, id, messages);
 
 describe('chat: a follow-up queued before a turn of the earlier answer starts', { timeout: 120_000 }, () => {
   let h: Harness;

@@ -86,6 +86,19 @@ export const chatTransport = (base: string, key?: string) =>
     ...(key ? { headers: { authorization: `Bearer ${key}` } } : {}),
   });
 
+/**
+ * A raw `POST /v1/chat` of `messages` for chat `id`, as `useChat`'s transport sends a new message ("submit-message"):
+ * the answer's chunk stream.
+ */
+export const submitRaw = (base: string, key: string, id: string, messages: UIMessage[], messageId?: string) =>
+  chatTransport(base, key).sendMessages({
+    chatId: id,
+    messages,
+    trigger: 'submit-message',
+    messageId,
+    abortSignal: undefined,
+  });
+
 /** Reads a chunk stream to its end: every chunk, and the message `readUIMessageStream` built of them. */
 export async function readAll(stream: ReadableStream<UIMessageChunk>, message?: UIMessage) {
   const [forChunks, forMessage] = stream.tee();
