@@ -9,7 +9,8 @@
  * `message` for a user message, `decide` for approval responses, `results` for tool outputs (`needScope` below),
  * and streams the run only to a caller that holds `read` (`withoutRun` below).
  *
- * What a post does to the session is src/chat/post.ts; the translation of the log, src/chat/chunks.ts.
+ * What a post does to the session is src/chat/post.ts; the translation of the log, src/chat/chunks.ts. Past 400
+ * lines: three routes and the one stream answer they share (its start, replay record and quota), kept beside them.
  */
 import type { FastifyPluginAsyncZod } from 'fastify-type-provider-zod';
 import type { FastifyReply, FastifyRequest } from 'fastify';
