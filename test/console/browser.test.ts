@@ -67,19 +67,34 @@ async function pageEventIds(page: Page): Promise<string[]> {
   return page.$$eval('.event-list li[data-id]', (lis) => lis.map((li) => li.getAttribute('data-id')!));
 }
 
+/** What a failure report may add to the error's message: the CI's summary shows the message, not diagnostics. */
+const REPORT_MAX_CHARS = 6000;
+
 /**
  * A failed flow: how the page looked (`.data/screenshots/failed-<flow>-<time>.png`, which later runs do not
  * overwrite), the session list's text, every error the page shows (wherever it is scrolled), the composer's state, the
- * service's answers of 400 and up, and what the fake upstream still holds, so that the failure says more than its
- * timeout. (What the page logged is listed after every flow.)
+ * service's answers of 400 and up, what the fake upstream still holds and its last requests, and the session as the
+ * service holds it with its last events, so that the failure says more than its timeout. Each line is a diagnostic
+ * and is added to `err`'s message (the failing-tests summary shows only that); returns `err`. (What the page logged is
+ * listed after every flow.)
  */
-async function explainFailure(t: TestContext, page: Page, h?: Harness): Promise<void> {
+async function explainFailure(
+  t: TestContext,
+  page: Page,
+  err: unknown,
+  h?: Harness,
+  session?: string,
+): Promise<unknown> {
   const name = t.name.slice(0, 24).replace(/\W+/g, '-');
   await page
     .screenshot({ path: `.data/screenshots/failed-${name}-${Date.now()}.png` })
     .catch(() => undefined);
-  const said = (what: string, v: unknown) =>
-    t.diagnostic(`${what}: ${typeof v === 'string' ? v : JSON.stringify(v)}`);
+  const lines: string[] = [];
+  const said = (what: string, v: unknown) => {
+    const line = `${what}: ${typeof v === 'string' ? v : JSON.stringify(v)}`;
+    lines.push(line);
+    t.diagnostic(line);
+  };
   said('session list', await page.textContent('.sessions').catch((e: unknown) => String(e)));
   said(
     'page errors',
@@ -96,15 +111,61 @@ async function explainFailure(t: TestContext, page: Page, h?: Harness): Promise<
         sendDisabled: document.querySelector<HTMLButtonElement>('form.composer button[type="submit"]')
           ?.disabled,
         status: document.querySelector('article.session')?.getAttribute('data-status'),
+        conn: document.querySelector('.conn')?.getAttribute('data-conn'),
       }))
       .catch((e: unknown) => String(e)),
   );
-  if (!h) return;
-  said(
-    'answers of 400 and up',
-    h.answers.answers().filter((a) => a.status >= 400),
-  );
-  said('fake', { queued: h.fake.queued, requests: h.fake.requests.length });
+  if (h) {
+    said(
+      'answers of 400 and up',
+      h.answers.answers().filter((a) => a.status >= 400),
+    );
+    said('fake', {
+      queued: h.fake.queued,
+      requests: h.fake.requests.length,
+      last: h.fake.requests.slice(-3).map((r) => ({
+        at: new Date(r.at).toISOString(),
+        status: r.status ?? null,
+        messages: r.messages.length,
+        last: JSON.stringify(r.messages.at(-1)?.content ?? null).slice(0, 120),
+      })),
+    });
+    if (session) await sessionReport(h, session, said);
+  }
+  if (!(err instanceof Error)) return err;
+  const report = lines.join('\n').slice(0, REPORT_MAX_CHARS);
+  // The stack too: the summary prints it, and it was made with the message as it was.
+  err.message = `${err.message}\n${report}`;
+  err.stack = `${err.stack ?? ''}\n${report}`;
+  return err;
+}
+
+/** The session as the service holds it, and its last events (type, revision, a bit of data). */
+async function sessionReport(h: Harness, id: string, said: (what: string, v: unknown) => void) {
+  try {
+    const s = (await h.api.get(`/v1/sessions/${id}`)).body;
+    said('session', {
+      status: s.status,
+      revision: s.revision,
+      iteration: s.iteration,
+      stop_reason: s.stop_reason,
+      error: s.error,
+      updated_at: s.updated_at,
+    });
+    const events = (await h.api.get(`/v1/sessions/${id}/events?limit=1000`)).body.data ?? [];
+    said(
+      'events',
+      events
+        .filter((e: { type: string }) => e.type !== 'stream.event')
+        .slice(-25)
+        .map(
+          (e: { type: string; revision?: number; data?: unknown }) =>
+            `${e.revision ?? '-'} ${e.type} ${JSON.stringify(e.data ?? null).slice(0, 80)}`,
+        ),
+    );
+  } catch (e) {
+    said('session report failed', String(e));
+  }
 }
 
 /**
@@ -182,6 +243,7 @@ describe(
         if (m.type() === 'error' || m.type() === 'warning')
           problem(`${m.type()}: ${m.text()} ${m.location().url}`);
       });
+      let watched: string | undefined;
       try {
         // /demo redirects to the console, served with its CSP.
         const res = await page.goto(`${h.service.url}/demo`);
@@ -219,6 +281,7 @@ describe(
           WAIT,
         );
         const id = (await page.getAttribute('article.session', 'data-session'))!;
+        watched = id;
         assert.match(id, /^ses_/);
         assert.ok(page.url().endsWith(`#/sessions/${id}`));
         await page.waitForSelector(
@@ -454,9 +517,8 @@ describe(
         assert.equal((await fetch(`${h.service.url}/console/favicon.svg`)).status, 200);
         assert.deepEqual(problems, []);
       } catch (err) {
-        await explainFailure(t, page, h);
         for (const r of refused) t.diagnostic(`page got ${r}`);
-        throw err;
+        throw await explainFailure(t, page, err, h, watched);
       } finally {
         for (const p of problems) t.diagnostic(p);
         await context.close();
@@ -483,6 +545,7 @@ describe(
           t,
           WAIT,
         );
+      let watched: string | undefined;
       try {
         await page.goto(`${h.service.url}/console`);
         await page.fill('#api-key', KEY);
@@ -498,6 +561,7 @@ describe(
           review_tool_results: true,
         });
         const id = created.body.id;
+        watched = id;
         await page.goto(`${h.service.url}/console#/sessions/${id}`);
         await page.waitForSelector(
           '.tool-card[data-tool="get_weather"][data-state="awaiting_approval"]',
@@ -604,9 +668,8 @@ describe(
         assert.equal((await h.api.get(`/v1/sessions/${id}`)).status, 404);
         assert.deepEqual(problems, []);
       } catch (err) {
-        await explainFailure(t, page, h);
         for (const r of refused) t.diagnostic(`page got ${r}`);
-        throw err;
+        throw await explainFailure(t, page, err, h, watched);
       } finally {
         for (const p of problems) t.diagnostic(p);
         await context.close();
@@ -620,6 +683,7 @@ describe(
       page.on('pageerror', (err) => problems.push(`pageerror: ${String(err)}`));
       const requested: string[] = [];
       page.on('request', (r) => requested.push(r.url()));
+      let watched: string | undefined;
       try {
         // The README's example: two get_weather calls run at once (no pause), then the answer; forked, titled.
         h.fake.enqueue(
@@ -634,10 +698,12 @@ describe(
           tools: ['get_weather'],
         });
         const parent = created.body.id;
+        watched = parent;
         await h.api.waitStatus(parent, 'idle');
         const forked = await h.api.post(`/v1/sessions/${parent}/fork`, { at_iteration: 2 });
         assert.equal(forked.status, 201);
         const id = forked.body.id;
+        watched = id;
         const minted = await h.api.post('/v1/client-tokens', { session_id: parent, scopes: ['read'] });
         const token = minted.body.token as string;
 
@@ -671,8 +737,7 @@ describe(
         assert.match((await link.textContent())!, new RegExp(parent));
         assert.deepEqual(problems, []);
       } catch (err) {
-        await explainFailure(t, page, h);
-        throw err;
+        throw await explainFailure(t, page, err, h, watched);
       } finally {
         for (const p of problems) t.diagnostic(p);
         await context.close();
@@ -688,6 +753,7 @@ describe(
         if (m.type() === 'error' || m.type() === 'warning')
           problems.push(`${m.type()}: ${m.text()} ${m.location().url}`);
       });
+      let watched: string | undefined;
       try {
         // The writer calls its researcher, a call the writer's approval holds; once approved, the researcher's
         // get_weather waits for approval; then each answers.
@@ -713,6 +779,7 @@ describe(
         });
         assert.equal(created.status, 201, JSON.stringify(created.body));
         const parent = created.body.id as string;
+        watched = parent;
         await page.goto(`${h.service.url}/console`);
         await page.fill('#api-key', KEY);
         await page.click('button:has-text("Use key")');
@@ -731,6 +798,7 @@ describe(
         const children = (await h.api.get(`/v1/sessions/${parent}/children`)).body.data;
         assert.equal(children.length, 1);
         const child = children[0].id as string;
+        watched = child;
         assert.equal(await page.getAttribute(`${nested} a.child-link`, 'href'), `#/sessions/${child}`);
         assert.match((await page.textContent(`${nested} .child-title`))!, /weather in Paris/);
         assert.match((await page.textContent('.required'))!, /1 sub-agent call waits for its session/);
@@ -775,8 +843,7 @@ describe(
         await page.waitForSelector('.tool-card[data-tool="get_weather"][data-state="done"]', WAIT);
         assert.deepEqual(problems, []);
       } catch (err) {
-        await explainFailure(t, page, h);
-        throw err;
+        throw await explainFailure(t, page, err, h, watched);
       } finally {
         for (const p of problems) t.diagnostic(p);
         await context.close();
