@@ -46,6 +46,8 @@ export class RunHandle {
   tenant: string | null = null;
   /** The run's end was written (src/store/runs.ts `HeldRun.ended`): its heartbeat sends nothing more. */
   ended = false;
+  /** The due time the run's own `keep` set last (src/store/runs.ts `HeldRun.due`). */
+  due: number | undefined = undefined;
 
   /** The run's events that change no session field, written as they happen (live-news.ts). */
   readonly news: LiveNews;

@@ -144,7 +144,7 @@ export class Run {
   private async begin(): Promise<void> {
     const { deps, run, swept } = this;
     const tenant = swept && this.known ? this.known.state.tenant : null;
-    await deps.store.runs.keep(run.id, deps.leaseTtlMs, tenant);
+    await deps.store.runs.keep(run, deps.leaseTtlMs, tenant);
     const state = this.known?.state;
     // A takeover may send again a turn (or a compaction) the dead owner had started: the log marks it first.
     if (swept && state && state.status === 'running' && state.fence === run.fence)

@@ -148,7 +148,7 @@ export async function parkForTasks(
   const now = await deps.store.load(run.id);
   const ids = new Set(out.map((c) => c.id));
   if (now?.pending?.calls.some((c) => ids.has(c.id) && c.result)) {
-    await deps.store.runs.keep(run.id, deps.leaseTtlMs);
+    await deps.store.runs.keep(run, deps.leaseTtlMs);
     return 'again';
   }
   return 'done';

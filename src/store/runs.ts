@@ -47,6 +47,11 @@ export interface HeldRun {
    * the same connection, so Redis runs it first.)
    */
   ended?: boolean;
+  /**
+   * The due time this run's own `keep` set last (ms, Redis's clock). `end` drops the run's due entry only while it
+   * holds that time (run-due-drop-1.lua): a later one is someone else's, the next run's.
+   */
+  due?: number | undefined;
 }
 
 export class RunQueue {
@@ -117,8 +122,12 @@ export class RunQueue {
    * `slotOf`: the tenant whose run slot the run holds again, without a check (a claim by the sweep: a takeover, a
    * hand-over, whose slot may have been given back).
    */
-  async keep(id: string, ttlMs: number, slotOf: string | null = null): Promise<void> {
-    await Promise.all([this.markDue(id, ttlMs), slotOf !== null ? this.holdRunSlot(slotOf, id) : null]);
+  async keep(run: HeldRun, ttlMs: number, slotOf: string | null = null): Promise<void> {
+    const [due] = await Promise.all([
+      this.markDue(run.id, ttlMs),
+      slotOf !== null ? this.holdRunSlot(slotOf, run.id) : null,
+    ]);
+    run.due = due;
   }
 
   /**
@@ -129,7 +138,7 @@ export class RunQueue {
     if (run.ended) return true;
     const [ok] = await Promise.all([
       this.renew(run.id, owner, run.fence, ttlMs),
-      this.keep(run.id, ttlMs, run.tenant),
+      this.keep(run, ttlMs, run.tenant),
     ]);
     return ok;
   }
@@ -158,7 +167,8 @@ export class RunQueue {
    * delete that died before its own `end`, whose due entry the runs' sweep finds, still wakes the member).
    * A delete (`deleted`) must work when Redis is full, which refuses the ZADD: then the agents' sweep comes to a
    * deleted tree member at its earlier due time instead of now. A run ending itself passes its `HeldRun` (see
-   * `ended`).
+   * `ended`), and its due entry is dropped only while it holds the run's own due time (`due`): the run's last commit
+   * released its lease, so a message may have started the next run, whose entry stays.
    */
   async end(of: string | HeldRun, tenant?: string, deleted = false): Promise<void> {
     if (typeof of !== 'string') of.ended = true;
@@ -172,7 +182,10 @@ export class RunQueue {
     // wake-up's ZADD must not fail the runs' sweep that ends it.
     const gone = deleted || own === null;
     await Promise.all([
-      this.redis.zrem(RUNS_KEY, id),
+      // A run's own end: only its own due time (a message may have started the next run since its last commit).
+      typeof of !== 'string' && of.due !== undefined
+        ? this.redis.sessRunDueDrop(RUNS_KEY, id, of.due)
+        : this.redis.zrem(RUNS_KEY, id),
       t !== null ? this.redis.zrem(tenantRunsKey(t), id) : null,
       gone
         ? agentsDue.catch((err: unknown) => {
@@ -218,8 +231,8 @@ export class RunQueue {
    * and its crash's runs due for the others only 10 minutes later (one behind: at once, a claim refused by the live
    * lease every sweep). The lease itself (acquire-4.lua's PX, renew-1.lua's PEXPIRE) was always Redis's.
    */
-  private async markDue(id: string, inMs: number): Promise<void> {
-    await this.redis.sessRunDueSet(RUNS_KEY, id, inMs);
+  private markDue(id: string, inMs: number): Promise<number> {
+    return this.redis.sessRunDueSet(RUNS_KEY, id, inMs);
   }
 
   /**

@@ -61,7 +61,7 @@ describe('a tree member whose delete died before its run ended', { timeout: 120_
       runs.end = end;
     }
     assert.equal(await app.store.load(id), null);
-    await runs.keep(id, 0);
+    await runs.keep({ id, fence: 0, tenant: null }, 0);
   }
 
   const runsSweep = () =>

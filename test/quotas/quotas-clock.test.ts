@@ -177,7 +177,7 @@ describe('quotas with a replica whose clock is off', { timeout: 60_000 }, () => 
       const runs = queue();
       for (const skew of [SKEW_MS, -SKEW_MS]) {
         // A heartbeat's (or a takeover's) hold of a running session's slot; its due entry left to nobody.
-        await skewed(skew, () => runs.keep('ses_held', 60_000, 'runs-held'));
+        await skewed(skew, () => runs.keep({ id: 'ses_held', fence: 0, tenant: null }, 60_000, 'runs-held'));
         await r.zrem(RUNS_KEY, 'ses_held');
         const age = (await redisNow()) - Number(await r.zscore(tenantRunsKey('runs-held'), 'ses_held'));
         assert.ok(age >= 0 && age < 5_000, `held ${skew > 0 ? 'ahead' : 'behind'}: dated ${age} ms ago`);

@@ -80,6 +80,7 @@ describe('Lua lives in .lua files', () => {
       'sessReadEvents',
       'sessRelease',
       'sessRenew',
+      'sessRunDueDrop',
       'sessRunDueRead',
       'sessRunDueSet',
       'sessRunSlotHold',

@@ -68,6 +68,8 @@ declare module 'ioredis' {
     sessDueRead(due: string, limit: number): Result<[number, ...string[]], Context>;
     /** run-due-set-1.lua: the run's due time set, `inMs` from Redis's now (ms, Redis's clock). */
     sessRunDueSet(due: string, id: string, inMs: number): Result<number, Context>;
+    /** run-due-drop-1.lua: 1 when the entry held `at` and was dropped, else 0. */
+    sessRunDueDrop(due: string, id: string, at: number): Result<number, Context>;
     /** run-due-read-1.lua: the ids due by Redis's now, oldest first. */
     sessRunDueRead(due: string, limit: number): Result<string[], Context>;
     /**

@@ -1,0 +1,95 @@
+/**
+ * A run's last commit makes its session `idle` and releases its lease in one write; its `end`, which drops the run's
+ * due entry, comes after. A message posted in between, on any replica, starts the next run at once: its due entry
+ * (`RunQueue.start`, before its write) and the due time its run's claim keeps may land before that late end. Dropped
+ * then, the next run's replica dying before its next heartbeat would leave nothing to claim the session, `running` for
+ * good. The run's end drops the entry only while it holds the due time the run itself set last (src/store/runs.ts
+ * `HeldRun.due`, run-due-drop-1.lua). Here with RunQueue alone on a private Redis, each order that matters; the
+ * session's fields are written as the apply script writes them (status, revision, lease).
+ */
+import { after, before, beforeEach, describe, it } from 'node:test';
+import assert from 'node:assert/strict';
+import { createRedis } from '../../src/plugins/redis.js';
+import { defineLuaCommands, type RedisClient } from '../../src/store/lua-commands.js';
+import { RunQueue, type HeldRun } from '../../src/store/runs.js';
+import { sessionKeys } from '../../src/store/keys.js';
+import { RedisClock } from '../../src/redis/clock.js';
+import { startTestRedis, type TestRedis } from '../helpers/redis.js';
+
+const ID = 'ses_lateend';
+const DUE = 'runs:due';
+const TTL_MS = 60_000;
+
+describe("a run's late end and the next run's due entry", { timeout: 60_000 }, () => {
+  let server: TestRedis;
+  let redis: RedisClient;
+  let runs: RunQueue;
+  before(async () => {
+    server = await startTestRedis({ appendonly: false });
+    redis = createRedis({ url: server.url }) as RedisClient;
+    defineLuaCommands(redis, new URL('../../src/store/lua/', import.meta.url), 'sess');
+    runs = new RunQueue(redis, 0, new RedisClock());
+  });
+  after(async () => {
+    redis.disconnect();
+    await server.stop();
+  });
+  beforeEach(() => redis.flushall());
+
+  const meta = sessionKeys(ID).meta;
+
+  /** The finishing run: it claimed the session and kept its due time; its last commit wrote it `idle`, lease released. */
+  async function finishedRun(): Promise<HeldRun> {
+    await redis.hset(meta, { status: 'running', revision: '4', tenant: 'acme' });
+    const claimed = await runs.claim(ID, 'replica-a', TTL_MS);
+    assert.ok(claimed, 'the run holds the lease');
+    const run: HeldRun = { id: ID, fence: claimed.fence, tenant: 'acme' };
+    await runs.keep(run, TTL_MS);
+    assert.equal(Number(await redis.zscore(DUE, ID)), run.due);
+    await redis.hset(meta, { status: 'idle', revision: '5' });
+    await redis.del(sessionKeys(ID).lease);
+    return run;
+  }
+
+  /** The message's due entry: set by Redis's clock, a later time than the finishing run's (which Redis now holds). */
+  async function messageStarted(): Promise<void> {
+    const before = Number(await redis.zscore(DUE, ID));
+    await runs.start('acme', ID);
+    assert.notEqual(Number(await redis.zscore(DUE, ID)), before);
+  }
+
+  it('the next run started before the late end: its due entry stays', async () => {
+    const run = await finishedRun();
+    await messageStarted();
+    await redis.hset(meta, { status: 'running', revision: '6' });
+    const next = await runs.claim(ID, 'replica-b', TTL_MS);
+    assert.ok(next, 'the next run claims at once');
+    await runs.keep({ id: ID, fence: next.fence, tenant: 'acme' }, TTL_MS);
+    await runs.end(run, 'acme');
+    assert.notEqual(await redis.zscore(DUE, ID), null, 'due, for a takeover should replica-b die');
+  });
+
+  it('the message written, its run not yet claimed, before the late end: its entry stays', async () => {
+    const run = await finishedRun();
+    await messageStarted();
+    await redis.hset(meta, { status: 'running', revision: '6' });
+    await runs.end(run, 'acme');
+    assert.notEqual(await redis.zscore(DUE, ID), null);
+  });
+
+  it("the message's entry set, its write not yet made, before the late end: the entry stays for the write", async () => {
+    const run = await finishedRun();
+    await messageStarted();
+    await runs.end(run, 'acme');
+    assert.notEqual(await redis.zscore(DUE, ID), null);
+  });
+
+  it("a run's own end, nothing set since its own due time, drops its entry; one that never kept one, whatever is there", async () => {
+    const run = await finishedRun();
+    await runs.end(run, 'acme');
+    assert.equal(await redis.zscore(DUE, ID), null);
+    await runs.start('acme', ID);
+    await runs.end({ id: ID, fence: run.fence, tenant: 'acme' }, 'acme');
+    assert.equal(await redis.zscore(DUE, ID), null);
+  });
+});
