@@ -12,8 +12,9 @@ import assert from 'node:assert/strict';
 import http from 'node:http';
 import { existsSync, mkdirSync } from 'node:fs';
 import type { AddressInfo } from 'node:net';
-import { chromium, type Browser, type BrowserContext, type Page } from 'playwright-core';
+import { chromium, type Browser, type BrowserContext, type Page, type Request } from 'playwright-core';
 import NodeWebSocket from 'ws';
+import { RUNS_KEY } from '../../src/store/keys.js';
 import { startHarness, type Harness } from '../helpers/service.js';
 import {
   apiError,
@@ -73,10 +74,11 @@ const REPORT_MAX_CHARS = 6000;
 /**
  * A failed flow: how the page looked (`.data/screenshots/failed-<flow>-<time>.png`, which later runs do not
  * overwrite), the session list's text, every error the page shows (wherever it is scrolled), the composer's state, the
- * service's answers of 400 and up, what the fake upstream still holds and its last requests, and the session as the
- * service holds it with its last events, so that the failure says more than its timeout. Each line is a diagnostic
- * and is added to `err`'s message (the failing-tests summary shows only that); returns `err`. (What the page logged is
- * listed after every flow.)
+ * page's last steering calls and what came of them (`steered`: see `steeringCalls`), the service's answers of 400 and
+ * up, what the fake upstream still holds and its last requests, and the session as the service holds it (and its run,
+ * as the engine holds it) with its last events, so that the failure says more than its timeout. Each line is a
+ * diagnostic and is added to `err`'s message (the failing-tests summary shows only that); returns `err`. (What the
+ * page logged is listed after every flow.)
  */
 async function explainFailure(
   t: TestContext,
@@ -84,6 +86,7 @@ async function explainFailure(
   err: unknown,
   h?: Harness,
   session?: string,
+  steered?: () => string[],
 ): Promise<unknown> {
   const name = t.name.slice(0, 24).replace(/\W+/g, '-');
   await page
@@ -115,6 +118,7 @@ async function explainFailure(
       }))
       .catch((e: unknown) => String(e)),
   );
+  if (steered) said('steering calls', steered());
   if (h) {
     said(
       'answers of 400 and up',
@@ -152,6 +156,15 @@ async function sessionReport(h: Harness, id: string, said: (what: string, v: unk
       error: s.error,
       updated_at: s.updated_at,
     });
+    // Whose run it is: a `running` session that no process runs, with no lease and no due entry, is one nothing will
+    // ever claim; one that runs here all along is a run that stalls. Due times are of Redis's clock, this machine's.
+    const { engine, store, redis } = h.service.app;
+    const due = await redis.zscore(RUNS_KEY, id);
+    said('run', {
+      running_here: engine.isRunningHere(id),
+      lease: await store.runs.leaseHolder(id),
+      due_in_ms: due === null ? null : Math.round(Number(due) - Date.now()),
+    });
     const events = (await h.api.get(`/v1/sessions/${id}/events?limit=1000`)).body.data ?? [];
     said(
       'events',
@@ -166,6 +179,36 @@ async function sessionReport(h: Harness, id: string, said: (what: string, v: unk
   } catch (e) {
     said('session report failed', String(e));
   }
+}
+
+/**
+ * The steering calls the page sends (every request but a read: POST, PUT, PATCH, DELETE), oldest first, each as
+ * `time METHOD path → outcome`: its status, the browser's failure, or `no answer` while none came. (Not its body:
+ * Playwright shows none for the typed client's requests.) A flow that waits for what a call causes then tells
+ * a call never sent, or never answered, from one the service took and did nothing with. Returns the function that
+ * lists the last 8.
+ */
+function steeringCalls(page: Page): () => string[] {
+  const calls = new Map<Request, { at: number; outcome: string }>();
+  page.on('request', (r) => {
+    if (r.method() !== 'GET' && r.method() !== 'HEAD' && r.method() !== 'OPTIONS')
+      calls.set(r, { at: Date.now(), outcome: 'no answer' });
+  });
+  page.on('response', (r) => {
+    const call = calls.get(r.request());
+    if (call) call.outcome = String(r.status());
+  });
+  page.on('requestfailed', (r) => {
+    const call = calls.get(r);
+    if (call) call.outcome = `failed: ${r.failure()?.errorText ?? 'unknown'}`;
+  });
+  return () =>
+    [...calls]
+      .slice(-8)
+      .map(
+        ([r, { at, outcome }]) =>
+          `${new Date(at).toISOString()} ${r.method()} ${new URL(r.url()).pathname} → ${outcome}`,
+      );
 }
 
 /**
@@ -239,6 +282,7 @@ describe(
       page.on('pageerror', (err) => problem(`pageerror: ${String(err)}`));
       page.on('requestfailed', (r) => problem(`requestfailed: ${r.url()} ${r.failure()?.errorText}`));
       const refused = refusals(page);
+      const steered = steeringCalls(page);
       page.on('console', (m) => {
         if (m.type() === 'error' || m.type() === 'warning')
           problem(`${m.type()}: ${m.text()} ${m.location().url}`);
@@ -518,7 +562,7 @@ describe(
         assert.deepEqual(problems, []);
       } catch (err) {
         for (const r of refused) t.diagnostic(`page got ${r}`);
-        throw await explainFailure(t, page, err, h, watched);
+        throw await explainFailure(t, page, err, h, watched, steered);
       } finally {
         for (const p of problems) t.diagnostic(p);
         await context.close();
@@ -535,6 +579,7 @@ describe(
           problems.push(`${m.type()}: ${m.text()} ${m.location().url}`);
       });
       const refused = refusals(page);
+      const steered = steeringCalls(page);
       const lastText = async (id: string) => {
         const h2 = (await h.api.get(`/v1/sessions/${id}/messages`)).body.data;
         return h2.at(-1);
@@ -669,7 +714,7 @@ describe(
         assert.deepEqual(problems, []);
       } catch (err) {
         for (const r of refused) t.diagnostic(`page got ${r}`);
-        throw await explainFailure(t, page, err, h, watched);
+        throw await explainFailure(t, page, err, h, watched, steered);
       } finally {
         for (const p of problems) t.diagnostic(p);
         await context.close();
