@@ -7,7 +7,7 @@
  * Screenshots (session list, waiting for approval, streamed answer) go to `.data/screenshots/`, or to `docs/` with
  * UPDATE_SCREENSHOTS=1 (how the ones linked from the README were made).
  */
-import { after, before, describe, it, type TestContext } from 'node:test';
+import { after, before, beforeEach, describe, it, type TestContext } from 'node:test';
 import assert from 'node:assert/strict';
 import http from 'node:http';
 import { existsSync, mkdirSync } from 'node:fs';
@@ -256,6 +256,8 @@ describe(
       });
       mkdirSync(SHOTS, { recursive: true });
     });
+    // A flow that failed leaves its queued replies: the next flow's turns would take them and fail too.
+    beforeEach(() => h.fake.reset());
     after(async () => {
       await browser?.close();
       await h?.close();
