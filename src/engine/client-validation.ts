@@ -11,10 +11,11 @@
  * `COMPILE_BUDGET_MS` (or one that fails, or one past the tenant's compile time for the minute) is refused at create
  * (400) and, met at run time, leaves the call unchecked (the client gets it). Patterns run on RE2 (`re2`).
  *
- * Compile time is this thread's CPU time (`process.threadCpuUsage`), not the wall clock: a compile runs on the event
- * loop, and what it costs the loop is its CPU. On a busy machine (other processes on the cores) the wall clock of a
- * compile is several times its CPU: a process's first compile of a one-property schema (ajv warming up, ~50 ms of
- * CPU) took 745 ms, and was refused — its refusal cached for the tenant.
+ * Compile time is this thread's CPU time (`process.threadCpuUsage`), not the wall clock: the budget bounds the work a
+ * schema makes the event loop do, whatever else the machine runs. On a busy machine (other processes on the cores)
+ * the wall clock of a compile is several times its CPU — a process's first compile of a one-property schema (ajv
+ * warming up, ~50 ms of CPU) took 745 ms and was refused, its refusal cached for the tenant — and how long the loop
+ * is then held is the machine's load, not the schema's. (V8 work on helper threads, parallel GC, is not counted.)
  */
 import { createHash } from 'node:crypto';
 import { Ajv, type ErrorObject, type ValidateFunction } from 'ajv';

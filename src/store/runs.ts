@@ -43,16 +43,23 @@ export interface HeldRun {
   tenant: string | null;
   /**
    * Set by `end`, before its first command: a heartbeat that fires after it sends nothing, so its ZADDs cannot land
-   * after end's ZREMs and leave the ended run due and holding a slot. (One that fired before is sent before them on
-   * the same connection, so Redis runs it first.)
+   * after end's ZREMs and leave the ended run holding a slot. (One that fired before is sent before them on the same
+   * connection, so Redis runs it first; if its answer comes after `end` read `due`, the entry holds another time
+   * than `due` and is left, for the sweep to drop: see `due`.)
    */
   ended?: boolean;
   /**
-   * The due time this run's own `keep` set last (ms, Redis's clock). `end` drops the run's due entry only while it
-   * holds that time (run-due-drop-1.lua): a later one is someone else's, the next run's.
+   * The due time this run's own `keep` set last while it held the lease (ms, Redis's clock); LOST_DUE after a
+   * heartbeat that found the lease gone. `end` drops the run's due entry only while it holds this time
+   * (run-due-drop-1.lua): another time is someone else's (the next run's), or one this run wrote without its lease —
+   * after its last commit released it, a heartbeat's ZADD may have overwritten the next run's entry — and stays; the
+   * runs' sweep drops an entry whose session is not `running`.
    */
   due?: number | undefined;
 }
+
+/** `HeldRun.due` after a heartbeat without the lease: no due time equals it, so `end` leaves the entry. */
+const LOST_DUE = -1;
 
 export class RunQueue {
   /** When the agents' sweep looks at each sub-agent tree member: a run's end wakes its member. */
@@ -123,23 +130,30 @@ export class RunQueue {
    * hand-over, whose slot may have been given back).
    */
   async keep(run: HeldRun, ttlMs: number, slotOf: string | null = null): Promise<void> {
+    run.due = await this.dueAgain(run.id, ttlMs, slotOf);
+  }
+
+  /** `keep`'s writes; the due time set. */
+  private async dueAgain(id: string, ttlMs: number, slotOf: string | null): Promise<number> {
     const [due] = await Promise.all([
-      this.markDue(run.id, ttlMs),
-      slotOf !== null ? this.holdRunSlot(slotOf, run.id) : null,
+      this.markDue(id, ttlMs),
+      slotOf !== null ? this.holdRunSlot(slotOf, id) : null,
     ]);
-    run.due = due;
+    return due;
   }
 
   /**
    * Renews the run's lease for `ttlMs`, its due time with it and its tenant's slot (`keep`), in parallel; false when
-   * the lease is no longer this run's (another replica took it over).
+   * the lease is no longer this run's (another replica took it over, or its last commit released it). The due time
+   * is the run's own only when the lease was (`HeldRun.due`).
    */
   async heartbeat(run: HeldRun, owner: string, ttlMs: number): Promise<boolean> {
     if (run.ended) return true;
-    const [ok] = await Promise.all([
+    const [ok, due] = await Promise.all([
       this.renew(run.id, owner, run.fence, ttlMs),
-      this.keep(run, ttlMs, run.tenant),
+      this.dueAgain(run.id, ttlMs, run.tenant),
     ]);
+    run.due = ok ? due : LOST_DUE;
     return ok;
   }
 

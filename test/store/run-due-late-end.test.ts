@@ -51,7 +51,7 @@ describe("a run's late end and the next run's due entry", { timeout: 60_000 }, (
     return run;
   }
 
-  /** The message's due entry: set by Redis's clock, a later time than the finishing run's (which Redis now holds). */
+  /** The message's due entry: set by Redis's clock, another time than the finishing run's (which Redis now holds). */
   async function messageStarted(): Promise<void> {
     const before = Number(await redis.zscore(DUE, ID));
     await runs.start('acme', ID);
@@ -65,6 +65,19 @@ describe("a run's late end and the next run's due entry", { timeout: 60_000 }, (
     const next = await runs.claim(ID, 'replica-b', TTL_MS);
     assert.ok(next, 'the next run claims at once');
     await runs.keep({ id: ID, fence: next.fence, tenant: 'acme' }, TTL_MS);
+    await runs.end(run, 'acme');
+    assert.notEqual(await redis.zscore(DUE, ID), null, 'due, for a takeover should replica-b die');
+  });
+
+  it("the finishing run's heartbeat after its last commit overwrote the next run's entry: the late end leaves it", async () => {
+    const run = await finishedRun();
+    await messageStarted();
+    await redis.hset(meta, { status: 'running', revision: '6' });
+    const next = await runs.claim(ID, 'replica-b', TTL_MS);
+    assert.ok(next);
+    await runs.keep({ id: ID, fence: next.fence, tenant: 'acme' }, TTL_MS);
+    // The finishing run's timer still fires: the lease is not its own any more, but its ZADD lands.
+    assert.equal(await runs.heartbeat(run, 'replica-a', TTL_MS), false);
     await runs.end(run, 'acme');
     assert.notEqual(await redis.zscore(DUE, ID), null, 'due, for a takeover should replica-b die');
   });

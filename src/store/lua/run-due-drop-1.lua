@@ -1,5 +1,5 @@
 -- run-due-drop: a run's end drops its due entry (`runs:due`) only while the entry holds the due time that run set
--- last. A later time was set by someone else — a message that made the session `running` again after the run's last
+-- last. Another time was set by someone else — a message that made the session `running` again after the run's last
 -- commit (`RunQueue.start`), the next run's claim (`keep`) — and that entry stays: dropped, a next run whose replica
 -- died before its next heartbeat would be left with nothing to claim it.
 -- KEYS[1] runs:due (ZSET session id -> ms)
