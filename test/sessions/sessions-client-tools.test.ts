@@ -159,9 +159,10 @@ describe('client tools', () => {
     await h.client.putToolResult(id, 'toolu_o1', { content });
     const done = await h.client.waitFor(id, ['idle', 'failed'], { timeoutMs: 10_000 });
     assert.equal(done.status, 'idle', JSON.stringify(done.error));
-    // MONITOR lines come after the commands ran: wait for the run's last one (its due entry dropped).
+    // MONITOR lines come after the commands ran: wait for the run's last one (its due entry dropped:
+    // run-due-drop-1.lua, the one key runs:due, then the id).
     const ended = (args: string[]) =>
-      /^zrem$/i.test(args[0] ?? '') && args[1] === 'runs:due' && args[2] === id;
+      /^evalsha$/i.test(args[0] ?? '') && args[2] === '1' && args[3] === 'runs:due' && args[4] === id;
     for (const t0 = Date.now(); !monitor.commands.some(ended);) {
       assert.ok(Date.now() - t0 < 10_000, 'the end of the run shows in MONITOR');
       await new Promise((r) => setTimeout(r, 10));

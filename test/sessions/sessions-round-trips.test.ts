@@ -34,14 +34,14 @@ describe('Redis round trips per iteration', () => {
     const sent = await h.api.post(`/v1/sessions/${id}/messages`, { text: 'add' });
     assert.equal(sent.status, 202);
     // Waited for in MONITOR's lines, not by reading the session (the harness's reads would be counted).
-    // The run's last commands: its due entry dropped, then its lease released (renew-1 and release-1 take the lease
-    // alone; no renewal within the 60 s TTL). MONITOR lines arrive after the commands ran.
-    const ended = `zrem runs:due ${id}`.toLowerCase();
+    // The run's last commands: its due entry dropped (run-due-drop-1.lua: the one key runs:due, then the id), then
+    // its lease released (renew-1 and release-1 take the lease alone; no renewal within the 60 s TTL). MONITOR
+    // lines arrive after the commands ran.
+    const ended = ` 1 runs:due ${id} `.toLowerCase();
     const released = ` 1 s:{${id}}:l `.toLowerCase();
     const deadline = Date.now() + 60_000;
-    while (!(
-      lines().some((l) => l === ended) && lines().some((l) => l.startsWith('eval') && l.includes(released))
-    )) {
+    const script = (marker: string) => lines().some((l) => l.startsWith('eval') && l.includes(marker));
+    while (!(script(ended) && script(released))) {
       assert.ok(Date.now() < deadline, 'the run ended');
       await new Promise((r) => setTimeout(r, 10));
     }
