@@ -139,7 +139,10 @@ describe('a Redis restart during a commit', { timeout: 60_000 }, () => {
   it('keeps the reply of the turn in flight: it is committed once Redis is back, not asked again', async () => {
     const redis = await startTestRedis();
     const fake = await startFakeAnthropic({ strictAlternation: true });
-    const svc = await spawnService(serviceEnv(redis.url, fake.url, { LEASE_TTL_MS: '6000' }), {
+    // The lease outlasts the outage however slow the machine: a lease that lapsed meanwhile (the restart and the
+    // reconnect took over 4 s on a busy CI machine, with a 6 s lease) is the takeover case, which asks the turn in
+    // flight again by design (its heartbeat finds the lease gone and stops the run; the sweep claims it anew).
+    const svc = await spawnService(serviceEnv(redis.url, fake.url, { LEASE_TTL_MS: '20000' }), {
       name: 'blip2',
     });
     try {
