@@ -84,10 +84,9 @@ async function explainFailure(
   t: TestContext,
   page: Page,
   err: unknown,
-  h?: Harness,
-  session?: string,
-  steered?: () => string[],
+  about: { h?: Harness; session?: string | undefined; steered?: () => string[] } = {},
 ): Promise<unknown> {
+  const { h, session, steered } = about;
   const name = t.name.slice(0, 24).replace(/\W+/g, '-');
   await page
     .screenshot({ path: `.data/screenshots/failed-${name}-${Date.now()}.png` })
@@ -564,7 +563,7 @@ describe(
         assert.deepEqual(problems, []);
       } catch (err) {
         for (const r of refused) t.diagnostic(`page got ${r}`);
-        throw await explainFailure(t, page, err, h, watched, steered);
+        throw await explainFailure(t, page, err, { h, session: watched, steered });
       } finally {
         for (const p of problems) t.diagnostic(p);
         await context.close();
@@ -716,7 +715,7 @@ describe(
         assert.deepEqual(problems, []);
       } catch (err) {
         for (const r of refused) t.diagnostic(`page got ${r}`);
-        throw await explainFailure(t, page, err, h, watched, steered);
+        throw await explainFailure(t, page, err, { h, session: watched, steered });
       } finally {
         for (const p of problems) t.diagnostic(p);
         await context.close();
@@ -784,7 +783,7 @@ describe(
         assert.match((await link.textContent())!, new RegExp(parent));
         assert.deepEqual(problems, []);
       } catch (err) {
-        throw await explainFailure(t, page, err, h, watched);
+        throw await explainFailure(t, page, err, { h, session: watched });
       } finally {
         for (const p of problems) t.diagnostic(p);
         await context.close();
@@ -890,7 +889,7 @@ describe(
         await page.waitForSelector('.tool-card[data-tool="get_weather"][data-state="done"]', WAIT);
         assert.deepEqual(problems, []);
       } catch (err) {
-        throw await explainFailure(t, page, err, h, watched);
+        throw await explainFailure(t, page, err, { h, session: watched });
       } finally {
         for (const p of problems) t.diagnostic(p);
         await context.close();

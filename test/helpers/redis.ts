@@ -4,7 +4,10 @@ import { mkdtemp, rm } from 'node:fs/promises';
 import net from 'node:net';
 import os from 'node:os';
 import path from 'node:path';
+import { after, before, beforeEach } from 'node:test';
 import { Redis } from 'ioredis';
+import { createRedis } from '../../src/plugins/redis.js';
+import { defineLuaCommands, type RedisClient } from '../../src/store/lua-commands.js';
 import {
   findExecutable,
   freeLoopbackPort,
@@ -278,4 +281,30 @@ export async function startTestCluster(n = 3): Promise<TestCluster> {
     await stop();
     throw err;
   }
+}
+
+/**
+ * For tests of the store's parts without a service, called in a `describe`: a private redis-server that keeps
+ * nothing on disk and a client of it with the session store's scripts defined (`sess*`), flushed before each test,
+ * both closed after the suite. `redis` is read once the suite's `before` has run.
+ */
+export function storeRedisForSuite(): { readonly redis: RedisClient } {
+  let server: TestRedis | undefined;
+  let client: RedisClient | undefined;
+  before(async () => {
+    server = await startTestRedis({ appendonly: false });
+    client = createRedis({ url: server.url }) as RedisClient;
+    defineLuaCommands(client, new URL('../../src/store/lua/', import.meta.url), 'sess');
+  });
+  after(async () => {
+    client?.disconnect();
+    await server?.stop();
+  });
+  beforeEach(() => client!.flushall());
+  return {
+    get redis() {
+      if (!client) throw new Error('storeRedisForSuite: read before the suite started');
+      return client;
+    },
+  };
 }

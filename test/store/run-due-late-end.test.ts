@@ -7,34 +7,26 @@
  * `HeldRun.due`, run-due-drop-1.lua). Here with RunQueue alone on a private Redis, each order that matters; the
  * session's fields are written as the apply script writes them (status, revision, lease).
  */
-import { after, before, beforeEach, describe, it } from 'node:test';
+import { before, describe, it } from 'node:test';
 import assert from 'node:assert/strict';
-import { createRedis } from '../../src/plugins/redis.js';
-import { defineLuaCommands, type RedisClient } from '../../src/store/lua-commands.js';
+import type { RedisClient } from '../../src/store/lua-commands.js';
 import { RunQueue, type HeldRun } from '../../src/store/runs.js';
 import { sessionKeys } from '../../src/store/keys.js';
 import { RedisClock } from '../../src/redis/clock.js';
-import { startTestRedis, type TestRedis } from '../helpers/redis.js';
+import { storeRedisForSuite } from '../helpers/redis.js';
 
 const ID = 'ses_lateend';
 const DUE = 'runs:due';
 const TTL_MS = 60_000;
 
 describe("a run's late end and the next run's due entry", { timeout: 60_000 }, () => {
-  let server: TestRedis;
+  const store = storeRedisForSuite();
   let redis: RedisClient;
   let runs: RunQueue;
-  before(async () => {
-    server = await startTestRedis({ appendonly: false });
-    redis = createRedis({ url: server.url }) as RedisClient;
-    defineLuaCommands(redis, new URL('../../src/store/lua/', import.meta.url), 'sess');
+  before(() => {
+    redis = store.redis;
     runs = new RunQueue(redis, 0, new RedisClock());
   });
-  after(async () => {
-    redis.disconnect();
-    await server.stop();
-  });
-  beforeEach(() => redis.flushall());
 
   const meta = sessionKeys(ID).meta;
 
@@ -58,24 +50,25 @@ describe("a run's late end and the next run's due entry", { timeout: 60_000 }, (
     assert.notEqual(Number(await redis.zscore(DUE, ID)), before);
   }
 
-  it('the next run started before the late end: its due entry stays', async () => {
-    const run = await finishedRun();
+  /** The message's entry and write, then the next run's claim on replica-b and the due time it keeps. */
+  async function nextRunStarted(): Promise<void> {
     await messageStarted();
     await redis.hset(meta, { status: 'running', revision: '6' });
     const next = await runs.claim(ID, 'replica-b', TTL_MS);
     assert.ok(next, 'the next run claims at once');
     await runs.keep({ id: ID, fence: next.fence, tenant: 'acme' }, TTL_MS);
+  }
+
+  it('the next run started before the late end: its due entry stays', async () => {
+    const run = await finishedRun();
+    await nextRunStarted();
     await runs.end(run, 'acme');
     assert.notEqual(await redis.zscore(DUE, ID), null, 'due, for a takeover should replica-b die');
   });
 
   it("the finishing run's heartbeat after its last commit overwrote the next run's entry: the late end leaves it", async () => {
     const run = await finishedRun();
-    await messageStarted();
-    await redis.hset(meta, { status: 'running', revision: '6' });
-    const next = await runs.claim(ID, 'replica-b', TTL_MS);
-    assert.ok(next);
-    await runs.keep({ id: ID, fence: next.fence, tenant: 'acme' }, TTL_MS);
+    await nextRunStarted();
     // The finishing run's timer still fires: the lease is not its own any more, but its ZADD lands.
     assert.equal(await runs.heartbeat(run, 'replica-a', TTL_MS), false);
     await runs.end(run, 'acme');

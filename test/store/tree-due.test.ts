@@ -4,31 +4,23 @@
  * what the others leave), in two round trips whatever the number of tenants. Each member's tenant is kept beside the
  * sets while it is a member, for a wake-up of a member whose session is gone (RunQueue.end).
  */
-import { after, before, beforeEach, describe, it } from 'node:test';
+import { before, describe, it } from 'node:test';
 import assert from 'node:assert/strict';
-import { createRedis } from '../../src/plugins/redis.js';
-import { defineLuaCommands, type RedisClient } from '../../src/store/lua-commands.js';
+import type { RedisClient } from '../../src/store/lua-commands.js';
 import { LEGACY_AGENTS_DUE_KEY, TreeDue, treeDueKey } from '../../src/store/tree-due.js';
-import { startTestRedis, type TestRedis } from '../helpers/redis.js';
+import { storeRedisForSuite } from '../helpers/redis.js';
 import { RedisClock } from '../../src/redis/clock.js';
 
 const LIMIT = 50;
 
 describe("the sub-agent trees' due sets (TreeDue)", { timeout: 60_000 }, () => {
-  let server: TestRedis;
+  const store = storeRedisForSuite();
   let redis: RedisClient;
   let trees: TreeDue;
-  before(async () => {
-    server = await startTestRedis({ appendonly: false });
-    redis = createRedis({ url: server.url }) as RedisClient;
-    defineLuaCommands(redis, new URL('../../src/store/lua/', import.meta.url), 'sess');
+  before(() => {
+    redis = store.redis;
     trees = new TreeDue(redis, new RedisClock());
   });
-  after(async () => {
-    redis.disconnect();
-    await server.stop();
-  });
-  beforeEach(() => redis.flushall());
 
   /** `counts[i]` members of tenant `t<i>` (`t<i>-<j>`), each due now (watched, then woken). */
   async function members(counts: number[]): Promise<void> {
