@@ -142,8 +142,8 @@ export async function parkForTasks(
 ): Promise<'done' | 'again'> {
   const out = await queueTasks(deps, run, state, step, calls, fresh);
   if (out.length === 0) return 'again';
-  // By id, not as the run's end (`HeldRun.ended`): the run may go on below, its heartbeat still renewing.
-  await deps.store.runs.end(run.id, state.tenant);
+  // Not the run's end (`HeldRun.ended`): the run may go on below, its heartbeat still renewing.
+  await deps.store.runs.park(run, state.tenant);
   // A result delivered between this run's read and its giving up found the run still holding the lease: go on here.
   const now = await deps.store.load(run.id);
   const ids = new Set(out.map((c) => c.id));

@@ -186,6 +186,22 @@ export class RunQueue {
    */
   async end(of: string | HeldRun, tenant?: string, deleted = false): Promise<void> {
     if (typeof of !== 'string') of.ended = true;
+    await this.drop(of, tenant, deleted);
+  }
+
+  /**
+   * A run gives its session up to wait for tool tasks, still holding its lease (its heartbeat renews it: the run goes
+   * on, should a result have come meanwhile): `end`'s writes without marking the run ended. Its due entry is dropped
+   * only while it holds the run's own due time: a write that made the session due again while the run held the
+   * lease (a worker's result, a decision: `start`, `wake`) stays — dropped, a crash before the run saw that write and
+   * kept its due time would leave the session `running` with nothing to claim it.
+   */
+  async park(run: HeldRun, tenant: string): Promise<void> {
+    await this.drop(run, tenant, false);
+  }
+
+  /** `end`'s and `park`'s writes. */
+  private async drop(of: string | HeldRun, tenant: string | undefined, deleted: boolean): Promise<void> {
     const id = typeof of === 'string' ? of : of.id;
     const own = tenant ?? (await this.redis.hget(sessionKeys(id).meta, 'tenant'));
     const t = own ?? (await this.trees.tenantOf(id));

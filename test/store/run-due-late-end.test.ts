@@ -98,4 +98,20 @@ describe("a run's late end and the next run's due entry", { timeout: 60_000 }, (
     await runs.end({ id: ID, fence: run.fence, tenant: 'acme' }, 'acme');
     assert.equal(await redis.zscore(DUE, ID), null);
   });
+
+  it('a parked run leaves the entry of a write that made the session due while it held the lease; else drops its own', async () => {
+    await redis.hset(meta, { status: 'running', revision: '7', tenant: 'acme' });
+    const claimed = await runs.claim(ID, 'replica-a', TTL_MS);
+    assert.ok(claimed, 'the run holds the lease');
+    const run: HeldRun = { id: ID, fence: claimed.fence, tenant: 'acme' };
+    await runs.keep(run, TTL_MS);
+    // A worker's result is written, then its session made due (startRun's wake): the run still holds the lease.
+    await runs.wake(ID);
+    await runs.park(run, 'acme');
+    assert.notEqual(await redis.zscore(DUE, ID), null, 'due, should the run die before it sees the result');
+    assert.equal(run.ended, undefined, 'parked, not ended: the run may go on, its heartbeat renewing');
+    await runs.keep(run, TTL_MS);
+    await runs.park(run, 'acme');
+    assert.equal(await redis.zscore(DUE, ID), null, 'no result came: nothing is due until one does');
+  });
 });

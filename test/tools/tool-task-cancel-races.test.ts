@@ -49,18 +49,18 @@ describe('a tool task cancelled while its session moves on', { timeout: 240_000 
         text('Hats are in stock.'),
       );
       const store = h.service.app.store as any;
-      const end = store.runs.end;
+      const park = store.runs.park;
       let failOnce = true;
       let parked: (() => void) | null = null;
-      // The first run fails after queueing its task (its park's `runs.end` throws once); the resumed run's park is
-      // the moment the claim's cancel is let go.
-      store.runs.end = async function (this: unknown, of: unknown, ...rest: unknown[]) {
-        if (typeof of === 'string' && failOnce) {
+      // The first run fails after queueing its task (its `runs.park` throws once); the resumed run's park is the
+      // moment the claim's cancel is let go.
+      store.runs.park = async function (this: unknown, ...args: unknown[]) {
+        if (failOnce) {
           failOnce = false;
           throw new Error('injected: the run fails after queueing its task');
         }
-        const done = await end.call(this, of, ...rest);
-        if (typeof of === 'string' && parked) parked();
+        const done = await park.apply(this, args);
+        if (parked) parked();
         return done;
       };
       const id = (await a.post('/v1/sessions', { input: 'Hats?', tools: ['stock_check'] })).body.id as string;
@@ -131,7 +131,7 @@ describe('a tool task cancelled while its session moves on', { timeout: 240_000 
           [['toolu_w', 'in stock: 7']],
         );
       } finally {
-        store.runs.end = end;
+        store.runs.park = park;
         parked = null;
       }
     });

@@ -64,14 +64,14 @@ describe('a step that reuses the call ids of the step its write drops', { timeou
 
   /**
    * Holds the unconditional cancel of `call` (a drop's: no `wanted` given) until `letGo`; `atDrop` opens when it is
-   * reached, `dropped` once it is done. `parked` opens when a run of the session gives its lease up parked on its tasks (`runs.end` by id).
+   * reached, `dropped` once it is done. `parked` opens when a run of the session gives its lease up parked on its tasks (`runs.park`).
    * Restored by `release`.
    */
   function holdDrop(call: () => string) {
     const redis = (h.service.app as any).toolTasks.queue.redis;
     const store = h.service.app.store as any;
     const settle = redis.ttSettle;
-    const end = store.runs.end;
+    const park = store.runs.park;
     const atDrop = gate();
     const letGo = gate();
     const dropped = gate();
@@ -88,9 +88,9 @@ describe('a step that reuses the call ids of the step its write drops', { timeou
       }
       return settle.apply(this, args);
     };
-    store.runs.end = async function (this: unknown, of: unknown, ...rest: unknown[]) {
-      const done = await end.call(this, of, ...rest);
-      if (typeof of === 'string') parked.open();
+    store.runs.park = async function (this: unknown, ...args: unknown[]) {
+      const done = await park.apply(this, args);
+      parked.open();
       return done;
     };
     return {
@@ -101,7 +101,7 @@ describe('a step that reuses the call ids of the step its write drops', { timeou
       release() {
         letGo.open();
         redis.ttSettle = settle;
-        store.runs.end = end;
+        store.runs.park = park;
       },
     };
   }
@@ -130,24 +130,24 @@ describe('a step that reuses the call ids of the step its write drops', { timeou
 
   it('PUT …/messages back to the same reply, then continue before the drop: the call is queued anew', async () => {
     h.fake.enqueue(toolCalls([toolUse('stock_check', { item: 'hats' }, 'toolu_w')]), text('Hats: 7.'));
-    // The first run fails after queueing its task (its park's `runs.end` throws once): the session is failed with
+    // The first run fails after queueing its task (its `runs.park` throws once): the session is failed with
     // the task out, as a failed step keeps it for `resume`.
     const store = h.service.app.store as any;
-    const end = store.runs.end;
+    const park = store.runs.park;
     let failOnce = true;
-    store.runs.end = async function (this: unknown, of: unknown, ...rest: unknown[]) {
-      if (typeof of === 'string' && failOnce) {
+    store.runs.park = async function (this: unknown, ...args: unknown[]) {
+      if (failOnce) {
         failOnce = false;
         throw new Error('injected: the run fails after queueing its task');
       }
-      return end.call(this, of, ...rest);
+      return park.apply(this, args);
     };
     let id: string;
     try {
       id = (await a.post('/v1/sessions', { input: 'Hats?', tools: ['stock_check'] })).body.id as string;
       assert.equal((await a.waitStatus(id, ['requires_action', 'idle', 'failed'])).status, 'failed');
     } finally {
-      store.runs.end = end;
+      store.runs.park = park;
     }
     const queue = (h.service.app as any).toolTasks.queue;
     const first = `${id}:toolu_w#0`;
