@@ -109,7 +109,7 @@ export async function handleFrame(
     return errorFrame(null, 'invalid_frame', 'A frame is a JSON object with `type` and `ref`.');
   }
   const rawRef: unknown = 'ref' in msg ? msg.ref : undefined;
-  const ref = typeof rawRef === 'string' && rawRef.length <= 200 ? rawRef : null;
+  const ref = typeof rawRef === 'string' && rawRef.length >= 1 && rawRef.length <= 200 ? rawRef : null;
   const h = head.safeParse(msg);
   if (!h.success) return errorFrame(ref, 'invalid_request', 'The frame is invalid.', frameDetails(h.error));
   const { type, ref: _r, if_match: ifMatch, ...body } = h.data;

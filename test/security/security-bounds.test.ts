@@ -151,6 +151,32 @@ describe('loose objects are bounded', { timeout: 60_000 }, () => {
     ws.close();
   });
 
+  it('answers a frame whose ref is missing or invalid (empty, too long, not a string) with ref null', async () => {
+    const s = (await acme.post('/v1/sessions', { start: false })).body;
+    const ws = new WebSocket(wsUrl(h.service.url, s.id), ['chat', 'bearer', 'key-acme']);
+    await new Promise((resolve, reject) => {
+      ws.once('open', resolve);
+      ws.once('error', reject);
+    });
+    const errors: any[] = [];
+    const refs: unknown[] = [undefined, '', 'r'.repeat(201), {}, 7];
+    const all = new Promise<void>((resolve) =>
+      ws.on('message', (m) => {
+        const f = JSON.parse(String(m));
+        if (f.type === 'error') errors.push(f);
+        if (errors.length === refs.length) resolve();
+      }),
+    );
+    // Sent at once: every answer is the same, so their order does not matter.
+    for (const ref of refs) ws.send(JSON.stringify({ type: 'message', ref, content: 'hi' }));
+    await all;
+    assert.deepEqual(
+      errors.map((f) => [f.ref, f.error.code]),
+      refs.map(() => [null, 'invalid_request']),
+    );
+    ws.close();
+  });
+
   it('stops a page of GET /v1/sessions at 1 MiB, reading only what it sends', async (t) => {
     const globex = h.api.as('key-globex');
     const system = 'x'.repeat(400_000);
