@@ -132,13 +132,19 @@ describe('loose objects are bounded', { timeout: 60_000 }, () => {
     );
   });
 
-  it('refuses a WebSocket frame with a wide object', async () => {
-    const s = (await acme.post('/v1/sessions', { start: false })).body;
-    const ws = new WebSocket(wsUrl(h.service.url, s.id), ['chat', 'bearer', 'key-acme']);
+  /** An open WebSocket of tenant acme on the session's stream. */
+  async function acmeSocket(id: string): Promise<WebSocket> {
+    const ws = new WebSocket(wsUrl(h.service.url, id), ['chat', 'bearer', 'key-acme']);
     await new Promise((resolve, reject) => {
       ws.once('open', resolve);
       ws.once('error', reject);
     });
+    return ws;
+  }
+
+  it('refuses a WebSocket frame with a wide object', async () => {
+    const s = (await acme.post('/v1/sessions', { start: false })).body;
+    const ws = await acmeSocket(s.id);
     const answer = new Promise<any>((resolve) =>
       ws.on('message', (m) => {
         const f = JSON.parse(String(m));
@@ -153,11 +159,7 @@ describe('loose objects are bounded', { timeout: 60_000 }, () => {
 
   it('answers a frame whose ref is missing or invalid (empty, too long, not a string) with ref null', async () => {
     const s = (await acme.post('/v1/sessions', { start: false })).body;
-    const ws = new WebSocket(wsUrl(h.service.url, s.id), ['chat', 'bearer', 'key-acme']);
-    await new Promise((resolve, reject) => {
-      ws.once('open', resolve);
-      ws.once('error', reject);
-    });
+    const ws = await acmeSocket(s.id);
     const errors: any[] = [];
     const refs: unknown[] = [undefined, '', 'r'.repeat(201), {}, 7];
     const all = new Promise<void>((resolve) =>
