@@ -50,6 +50,19 @@ describe("a sub-agent's call under its parent's approval policy", { timeout: 60_
   }
 
   const children = async (id: string) => (await a.get(`/v1/sessions/${id}/children`)).body.data;
+
+  /**
+   * Sweep passes until session `id` is as `ok` says (at most 20 s): a child's run end, which wakes the sweep for it,
+   * lands after the commit that shows the child idle, so one pass right after may come too soon.
+   */
+  async function passUntil(id: string, ok: (s: any) => boolean): Promise<any> {
+    for (const t0 = Date.now(); ;) {
+      await pass();
+      const now = (await a.get(`/v1/sessions/${id}`)).body;
+      if (ok(now)) return now;
+      assert.ok(Date.now() - t0 < 20_000, `session ${id} is still ${JSON.stringify(now).slice(0, 1500)}`);
+    }
+  }
   const exists = async (id: string) => (await a.get(`/v1/sessions/${id}`)).status === 200;
 
   /**
@@ -319,9 +332,11 @@ describe("a sub-agent's call under its parent's approval policy", { timeout: 60_
         await pass();
         assert.ok(await exists(childId), 'the child started at the next pass');
         await a.waitFor(childId, (x) => x.status === 'idle', 20_000);
-        await pass();
-        // Its result answered the call; the step still waits for get_weather's decision, then goes on.
-        const waits = (await a.get(`/v1/sessions/${s.id}`)).body;
+        // Its result answers the call at the sweep's look after the child's run ended (its end, which wakes the
+        // sweep, comes after the commit that shows it idle); the step still waits for get_weather's decision.
+        const waits = await passUntil(s.id, (x) =>
+          x.required_action?.tool_results?.some((r: { tool_use_id: string }) => r.tool_use_id === 'toolu_r1'),
+        );
         assert.equal(waits.required_action.type, 'approve_tool_calls');
         assert.deepEqual(
           waits.required_action.tool_calls.map((c: { id: string }) => c.id),
@@ -365,8 +380,8 @@ describe("a sub-agent's call under its parent's approval policy", { timeout: 60_
         while (!(await exists(second))) await pass();
         await a.waitFor(first, (x) => x.status === 'idle', 20_000);
         await a.waitFor(second, (x) => x.status === 'idle', 20_000);
-        await pass();
-        await a.waitFor(s.id, (x) => x.status === 'idle', 20_000);
+        // As above: the sweep's looks after the children's run ends answer the calls.
+        await passUntil(s.id, (x) => x.status === 'idle');
       },
     ));
 
