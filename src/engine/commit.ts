@@ -267,11 +267,17 @@ export function followUpsAfter(last: StoredMessage | undefined): Pick<ApplyOps, 
 export const isPausedReply = (m: StoredMessage): boolean =>
   m.role === 'assistant' && Array.isArray(m.content) && withoutOpenCalls(m.content) !== m.content;
 
-/** An interrupt aborted the turn in flight: its partial reply is dropped, the follow-ups join the last user turn. */
-export async function commitInterrupt(deps: RunDeps, run: RunHandle): Promise<void> {
+/**
+ * An interrupt aborted the turn in flight: its partial reply is dropped, the follow-ups join the last user turn.
+ * `turnAborted`: the abort hit the runner's turns (not a tool step of the stored reply), so the thread's anchor ends
+ * here and the next turn creates a new thread (thread-anchor.ts). The aborted request continued that anchor, and the
+ * API may still hold it in flight, or have stored its reply: a continue of the same anchor would be refused
+ * (`thread_continue_in_flight`, `thread_already_continued`) and replayed by the SDK, one refused request per interrupt.
+ */
+export async function commitInterrupt(deps: RunDeps, run: RunHandle, turnAborted: boolean): Promise<void> {
   const [last, state] = await Promise.all([deps.store.lastMessage(run.id), deps.store.load(run.id)]);
   await commit(deps, run, {
-    hset: { control: '' },
+    hset: turnAborted ? { control: '', thread: '' } : { control: '' },
     events: [eventOf('turn.dropped', { iteration: (state?.iteration ?? 0) + 1, reason: 'interrupt' })],
     ...followUpsAfter(last ?? undefined),
   });

@@ -84,6 +84,36 @@ describe('steering between turns', () => {
     assert.deepEqual(checkHistory(msgs), []);
   });
 
+  it('an interrupt of a turn that continues a thread starts a new thread: no refused continue of the aborted one', async () => {
+    h.fake.enqueue(
+      text('First answer.'),
+      text('A long answer that streams slowly word by word and will be cut.', { eventDelayMs: 100 }),
+      text('short'),
+    );
+    const s = await create({ input: 'Hello' });
+    await h.api.waitFor(s.id, (x) => x.status === 'idle' && x.iteration === 1);
+    const second = await h.api.post(`/v1/sessions/${s.id}/messages`, { text: 'Tell me a story' });
+    assert.equal(second.status, 202);
+    await h.fake.waitForRequests(2);
+    assert.equal(h.fake.requests[1]!.body.thread?.type, 'continue', 'the second turn continues the first');
+    const r = await h.api.post(`/v1/sessions/${s.id}/messages`, {
+      text: 'Stop, shorter please.',
+      interrupt: true,
+    });
+    assert.equal(r.status, 202);
+    await h.api.waitFor(s.id, (x) => x.status === 'idle' && x.iteration === 2);
+    // The aborted request may still be in flight upstream, so a continue of the same reply would be refused
+    // (thread_continue_in_flight) and replayed: one wasted request. The turn after an interrupt creates a thread.
+    assert.equal(h.fake.requests.length, 3, JSON.stringify(h.fake.requests.map((q) => q.body.thread)));
+    const third = h.fake.requests[2]!;
+    assert.deepEqual(third.body.thread, { type: 'create' });
+    assert.equal(third.messages.length, 3, 'the whole history');
+    assert.deepEqual(
+      blocks(third.messages[2]).map((b: any) => b.text),
+      ['Tell me a story', 'Stop, shorter please.'],
+    );
+  });
+
   it('calls of a reply cut at max_tokens are answered, not run, and a queued follow-up joins their results', async () => {
     h.fake.enqueue(
       toolCall('calculate_sum', { a: 1, b: 2 }, { stop_reason: 'max_tokens', delayMs: 300 }),
