@@ -206,6 +206,12 @@ export function decisionsOf(parts: Part[], action: RequiredAction | null): Decis
     const t = toolPart.safeParse(p);
     const approval = t.data?.approval;
     if (!t.success || !waiting.has(t.data.toolCallId) || approval?.approved === undefined) continue;
+    // The service asks each approval with its call's id as the approval's (chunks.ts, history.ts): another id answers
+    // a request it never made (a stale or altered message), not this call's.
+    if (approval.id !== t.data.toolCallId)
+      throw badRequest('A tool approval response names an approval this call was not asked for.', {
+        toolCallId: t.data.toolCallId,
+      });
     once(seen, t.data.toolCallId);
     const body = decisionBody.safeParse({
       decision: approval.approved ? 'approve' : 'deny',

@@ -329,6 +329,48 @@ describe('chat routes: the AI SDK UI message stream', () => {
     ]);
   });
 
+  test('an approval response whose approval id is not the one asked for its call: 400 before anything is applied', async () => {
+    const id = await session({ tools: ['get_weather'], approval: 'always' });
+    h.fake.enqueue(
+      toolCalls([
+        toolUse('get_weather', { location: 'Paris' }, 'toolu_m1'),
+        toolUse('get_weather', { location: 'Oslo' }, 'toolu_m2'),
+      ]),
+    );
+    const post = (body: unknown) =>
+      fetch(`${h.service.url}/v1/chat`, {
+        method: 'POST',
+        headers: { authorization: `Bearer ${KEY}`, 'content-type': 'application/json' },
+        body: JSON.stringify(body),
+      });
+    await (await post({ id, messages: [userMessage('weather?')], trigger: 'submit-message' })).text();
+    const waiting = await h.api.waitStatus(id, 'requires_action');
+    const part = (toolCallId: string, approvalId: string) => ({
+      type: 'tool-get_weather',
+      toolCallId,
+      state: 'approval-responded',
+      input: { location: 'Paris' },
+      approval: { id: approvalId, approved: true },
+    });
+    const res = await post({
+      id,
+      messages: [
+        { id: 'a1', role: 'assistant', parts: [part('toolu_m1', 'toolu_m1'), part('toolu_m2', 'toolu_m1')] },
+      ],
+      trigger: 'submit-message',
+    });
+    assert.equal(res.status, 400);
+    const body = await res.json();
+    assert.equal(body.error.code, 'invalid_request');
+    assert.deepEqual(body.error.details, { toolCallId: 'toolu_m2' });
+    const s = (await h.api.get(`/v1/sessions/${id}`)).body;
+    assert.equal(s.revision, waiting.revision, 'nothing applied');
+    assert.deepEqual(s.required_action.tool_calls.map((c: { id: string }) => c.id).sort(), [
+      'toolu_m1',
+      'toolu_m2',
+    ]);
+  });
+
   test('a server tool (get_weather): its call and output in the first step, the answer in the second', async () => {
     const id = await session({ tools: ['get_weather'] });
     const { chunks, message } = await readAll(await send(id, [userMessage('What is the weather in Paris?')]));
