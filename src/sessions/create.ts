@@ -298,7 +298,7 @@ function newSessionState(
     replacedAt: -1,
     actionTimeoutS: checkActionTimeout(deps, body.action_timeout_s),
     onActionTimeout: body.on_action_timeout,
-    action: { due: null, warnAt: null, fired: false, timeoutS: null },
+    action: { due: null, warnAt: null, fired: false, timedOut: null, timeoutS: null },
     ttlS: body.ttl_s === undefined ? deps.store.options.sessionTtlS || null : body.ttl_s,
   };
 }

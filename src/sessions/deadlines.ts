@@ -30,8 +30,25 @@ const ACTION_TIMED_OUT = 'action_timed_out';
 /** A timeout whose run a tenant quota refuses is tried again this much later. */
 const QUOTA_RETRY_MS = 5_000;
 
-/** Cleared deadline fields, the action marked as timed out (a late decision gets 409 `action_timed_out`). */
-const FIRED = { act_due: '', act_warn: '', act_fired: '1' };
+/**
+ * Cleared deadline fields, the action marked as timed out (a late decision gets 409 `action_timed_out`), and what
+ * timed out (`act_timed_out`: its deadline; with `answered`, the calls the timeout answered for good).
+ */
+function firedFields(s: SessionState, answered: boolean): Record<string, string> {
+  const ids = answered ? (requiredAction(s.status, s.pending)?.tool_calls.map((c) => c.id) ?? []) : [];
+  return {
+    act_due: '',
+    act_warn: '',
+    act_fired: '1',
+    act_timed_out: JSON.stringify({ due: s.action.due, ids }),
+  };
+}
+
+const timedOutError = (due: number | null | undefined, more: Record<string, unknown> = {}) =>
+  conflict(ACTION_TIMED_OUT, 'The action this answers timed out (policy `action_timeout_s`).', {
+    expires_at: due ? new Date(due).toISOString() : null,
+    ...more,
+  });
 
 /**
  * 409 `action_timed_out` for a decision, result or `continue` that comes at or after the deadline of the action
@@ -42,9 +59,17 @@ const FIRED = { act_due: '', act_warn: '', act_fired: '1' };
 export function assertActionOpen(s: SessionState, now: number): void {
   const late = s.status === 'requires_action' && s.action.due !== null && now >= s.action.due;
   if (!late && !(s.status !== 'requires_action' && s.action.fired)) return;
-  throw conflict(ACTION_TIMED_OUT, 'The action this answers timed out (policy `action_timeout_s`).', {
-    expires_at: s.action.due ? new Date(s.action.due).toISOString() : null,
-  });
+  throw timedOutError(s.action.due ?? s.action.timedOut?.due);
+}
+
+/**
+ * 409 `action_timed_out` for a decision or result naming a call whose action timed out and that the timeout answered
+ * (`deny`): whatever the session does since, that call is never asked again.
+ */
+export function assertCallsOpen(s: SessionState, toolUseIds: readonly string[]): void {
+  const timedOut = s.action.timedOut;
+  const id = timedOut ? toolUseIds.find((i) => timedOut.ids.includes(i)) : undefined;
+  if (id !== undefined) throw timedOutError(timedOut?.due, { tool_use_id: id });
 }
 
 /**
@@ -81,7 +106,7 @@ function timeoutOps(s: SessionState): { ops: ApplyOps; starts: boolean } {
     return {
       ops: {
         ...st,
-        hset: { ...st.hset, ...FIRED },
+        hset: { ...st.hset, ...firedFields(s, false) },
         events: [timedOut, eventOf('session.error', error), ...(st.events ?? [])],
       },
       starts: false,
@@ -97,7 +122,12 @@ function timeoutOps(s: SessionState): { ops: ApplyOps; starts: boolean } {
       : { pending: null, stopReason: turn.stop_reason ?? 'end_turn' };
     const st = runOps(s, next);
     return {
-      ops: { ...st, hset: { ...st.hset, ...FIRED }, events: [timedOut, ...(st.events ?? [])] },
+      // Its calls go on to their approvals: asked again, not answered.
+      ops: {
+        ...st,
+        hset: { ...st.hset, ...firedFields(s, false) },
+        events: [timedOut, ...(st.events ?? [])],
+      },
       starts: true,
     };
   }
@@ -126,7 +156,7 @@ function timeoutOps(s: SessionState): { ops: ApplyOps; starts: boolean } {
   if (reviewing) step.review = true;
   const st = runOps(s, { pending: step });
   return {
-    ops: { ...st, hset: { ...st.hset, ...FIRED }, events: [...events, ...(st.events ?? [])] },
+    ops: { ...st, hset: { ...st.hset, ...firedFields(s, true) }, events: [...events, ...(st.events ?? [])] },
     starts: true,
   };
 }

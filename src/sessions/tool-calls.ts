@@ -2,7 +2,7 @@ import { z } from 'zod';
 import { conflict, zodDetails, InvalidRequest } from '../errors.js';
 import { BUDGET_EXHAUSTED, assertBudgetLeft } from '../engine/budget.js';
 import { TENANT_BUDGET_EXHAUSTED } from '../cost/spend.js';
-import { assertActionOpen } from './deadlines.js';
+import { assertActionOpen, assertCallsOpen } from './deadlines.js';
 import { blocksOf, pendingToolCalls } from '../history.js';
 import { isAgentTool, type decisionBody, type toolResultBody, type toolResultsBody } from '../schemas.js';
 import { encodeResult, setResult, type PendingStep, type ToolResult } from '../store/pending.js';
@@ -45,6 +45,7 @@ export function decide(
 ): Promise<MutationResult> {
   return mutate(deps, tenant, id, ifMatch, async (s) => {
     assertActionOpen(s, deps.store.clock.now());
+    assertCallsOpen(s, [toolUseId]);
     if (s.status !== 'requires_action' || !s.pending?.calls.some((c) => c.approval !== 'auto')) {
       throw conflict('nothing_awaits_approval', 'No tool call of this session waits for a decision.');
     }
@@ -203,6 +204,10 @@ export function submitResults(
 ): Promise<MutationResult> {
   return mutate(deps, tenant, id, ifMatch, async (s) => {
     assertActionOpen(s, deps.store.clock.now());
+    assertCallsOpen(
+      s,
+      results.map((r) => r.tool_use_id),
+    );
     if (s.status !== 'requires_action' || !s.pending) {
       throw conflict('nothing_awaits_results', `The session is ${s.status}; no tool result is expected.`);
     }

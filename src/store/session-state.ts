@@ -177,6 +177,13 @@ interface ActionDeadline {
   /** The last action timed out (a decision still on its way gets 409 `action_timed_out`). */
   fired: boolean;
   /**
+   * The last action that timed out (meta `act_timed_out`, kept until another one does): its deadline (ms), and the
+   * calls a late answer to it names. Calls answered by the timeout (`deny`: denied, or given their error result) are
+   * never asked again, so a decision or result for one of them, however late, is 409 `action_timed_out` (not
+   * `nothing_awaits_approval`). None for a `fail` timeout: `resume` asks the same calls again.
+   */
+  timedOut: { due: number | null; ids: string[] } | null;
+  /**
    * The `action_timeout_s` its deadline was set with (meta `act_s`): a PATCH of the policy applies from the next
    * action on, so what the timeout tells (`Error: no result within N s`, the events) is this, not the policy now.
    */
@@ -387,6 +394,7 @@ export function decodeFields(h: Record<string, string>): SessionState {
       due: Number(h['act_due']) || null,
       warnAt: Number(h['act_warn']) || null,
       fired: h['act_fired'] === '1',
+      timedOut: json<{ due: number | null; ids: string[] } | null>(h['act_timed_out'], null),
       timeoutS: Number(h['act_s']) || null,
     },
     ttlS: Number(h['ttl']) || null,

@@ -120,9 +120,13 @@ describe('action deadlines (action_timeout_s)', () => {
     assert.equal(results[0].tool_use_id, 'toolu_late');
     assert.match(JSON.stringify(results[0].content), /timed out/);
     assert.equal(count(evs, 'tool.started'), 0);
-    // A decision now is refused as timed out.
+    // A decision now, the session idle since, is refused as timed out (not as "nothing awaits approval"): the
+    // timeout answered that call for good.
     const late = await b.api.post(`/v1/sessions/${id}/tool-calls/toolu_late`, { decision: 'approve' });
     assert.equal(late.status, 409);
+    assert.equal(late.body.error.code, 'action_timed_out', JSON.stringify(late.body));
+    assert.equal(late.body.error.details.expires_at, waiting.required_action.expires_at);
+    assert.equal(late.body.error.details.tool_use_id, 'toolu_late');
   });
 
   it('a decision racing the deadline either lands or gets 409 action_timed_out, never both', async () => {
@@ -192,6 +196,17 @@ describe('action deadlines (action_timeout_s)', () => {
     const results = fake.requests[1]!.messages.at(-1)!.content as any[];
     assert.equal(results[0].is_error, true);
     assert.match(JSON.stringify(results[0].content), /Error: no result within 1 s/);
+    // The client's result, once the run it started has ended: 409 action_timed_out, by REST as by PUT.
+    for (const late of [
+      await a.api.post(`/v1/sessions/${r.body.id}/tool-results`, {
+        results: [{ tool_use_id: 'toolu_c1', content: 'red' }],
+      }),
+      await a.api.req('PUT', `/v1/sessions/${r.body.id}/tool-results/toolu_c1`, { content: 'red' }),
+    ]) {
+      assert.equal(late.status, 409, JSON.stringify(late.body));
+      assert.equal(late.body.error.code, 'action_timed_out');
+      assert.equal(late.body.error.details.tool_use_id, 'toolu_c1');
+    }
 
     fake.reset();
     fake.enqueue(toolCall('pick_color', {}, { id: 'toolu_c2' }));
@@ -208,6 +223,8 @@ describe('action deadlines (action_timeout_s)', () => {
     });
     assert.equal(late.status, 409);
     assert.equal(late.body.error.code, 'action_timed_out');
+    // When the action expired, though the failed session waits for nothing now.
+    assert.ok(Date.parse(late.body.error.details.expires_at) <= Date.now(), JSON.stringify(late.body));
   });
 
   it('a PATCH of action_timeout_s while an action waits: the timeout tells the deadline the action had', async () => {
