@@ -134,11 +134,18 @@ export type NotFoundKind =
   | 'schedule'
   | 'route';
 
-/** Nothing of this kind has this id (or path): `<kind>_not_found`. */
+/** What a kind's resources are addressed by in their routes (an id unless named here). */
+const ADDRESSED_BY: Partial<Record<NotFoundKind, string>> = {
+  tool: 'name',
+  mcp_server: 'name',
+  file: 'path',
+};
+
+/** Nothing of this kind has this id (or name, path): `<kind>_not_found`. */
 export class NotFound extends DomainError {
   constructor(
     readonly kind: NotFoundKind,
-    message = `No ${kind} with this id.`,
+    message = `No ${kind.replace('_', ' ')} with this ${ADDRESSED_BY[kind] ?? 'id'}.`,
     details?: unknown,
   ) {
     super(`${kind}_not_found`, message, details);

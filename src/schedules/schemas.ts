@@ -9,10 +9,12 @@ export const scheduleIdParam = z.strictObject({
   id: z.string().regex(ID_LIKE, 'not a schedule id: 1-128 of [A-Za-z0-9_-]'),
 });
 
+const CRON_FIELDS =
+  'a 5-field cron expression (minute hour day-of-month month day-of-week); nicknames such as @daily are not taken';
 const cron = z
   .string()
-  .min(9)
-  .max(120)
+  .min(9, CRON_FIELDS)
+  .max(120, CRON_FIELDS)
   .meta({
     description: 'A 5-field cron expression (minute hour day-of-month month day-of-week), in `timezone`.',
     examples: ['0 9 * * 1-5'],
