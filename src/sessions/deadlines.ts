@@ -64,12 +64,14 @@ export function assertActionOpen(s: SessionState, now: number): void {
 
 /**
  * 409 `action_timed_out` for a decision or result naming a call whose action timed out and that the timeout answered
- * (`deny`): whatever the session does since, that call is never asked again.
+ * (`deny`), unless the session asks for that call again now (a history replaced to end before its answer).
  */
 export function assertCallsOpen(s: SessionState, toolUseIds: readonly string[]): void {
   const timedOut = s.action.timedOut;
-  const id = timedOut ? toolUseIds.find((i) => timedOut.ids.includes(i)) : undefined;
-  if (id !== undefined) throw timedOutError(timedOut?.due, { tool_use_id: id });
+  if (!timedOut?.ids.length) return;
+  const asked = new Set(s.status === 'requires_action' ? (s.pending?.calls.map((c) => c.id) ?? []) : []);
+  const id = toolUseIds.find((i) => timedOut.ids.includes(i) && !asked.has(i));
+  if (id !== undefined) throw timedOutError(timedOut.due, { tool_use_id: id });
 }
 
 /**

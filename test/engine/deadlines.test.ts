@@ -127,6 +127,28 @@ describe('action deadlines (action_timeout_s)', () => {
     assert.equal(late.body.error.code, 'action_timed_out', JSON.stringify(late.body));
     assert.equal(late.body.error.details.expires_at, waiting.required_action.expires_at);
     assert.equal(late.body.error.details.tool_use_id, 'toolu_late');
+
+    // A history replaced to end before that call's answer asks for it again: then its decision is taken.
+    const put = await b.api.req('PUT', `/v1/sessions/${id}/messages`, {
+      messages: [
+        { role: 'user', content: 'Weather in Oslo?' },
+        {
+          role: 'assistant',
+          content: [{ type: 'tool_use', id: 'toolu_late', name: 'get_weather', input: { location: 'Oslo' } }],
+        },
+      ],
+    });
+    assert.equal(put.status, 200, JSON.stringify(put.body));
+    assert.equal((await b.api.post(`/v1/sessions/${id}/continue`)).status, 202);
+    const asked = await b.api.waitStatus(id, 'requires_action');
+    assert.deepEqual(
+      asked.required_action.tool_calls.map((c: { id: string }) => c.id),
+      ['toolu_late'],
+    );
+    fake.enqueue(text('Sunny.'));
+    const again = await b.api.post(`/v1/sessions/${id}/tool-calls/toolu_late`, { decision: 'approve' });
+    assert.equal(again.status, 202, JSON.stringify(again.body));
+    assert.equal((await b.api.waitStatus(id, ['idle', 'failed'])).status, 'idle');
   });
 
   it('a decision racing the deadline either lands or gets 409 action_timed_out, never both', async () => {
