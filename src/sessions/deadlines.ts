@@ -32,10 +32,9 @@ const QUOTA_RETRY_MS = 5_000;
 
 /**
  * Cleared deadline fields, the action marked as timed out (a late decision gets 409 `action_timed_out`), and what
- * timed out (`act_timed_out`: its deadline; with `answered`, the calls the timeout answered for good).
+ * timed out (`act_timed_out`: its deadline, and `ids`, the calls the timeout answered for good).
  */
-function firedFields(s: SessionState, answered: boolean): Record<string, string> {
-  const ids = answered ? (requiredAction(s.status, s.pending)?.tool_calls.map((c) => c.id) ?? []) : [];
+function firedFields(s: SessionState, ids: readonly string[] = []): Record<string, string> {
   return {
     act_due: '',
     act_warn: '',
@@ -108,7 +107,7 @@ function timeoutOps(s: SessionState): { ops: ApplyOps; starts: boolean } {
     return {
       ops: {
         ...st,
-        hset: { ...st.hset, ...firedFields(s, false) },
+        hset: { ...st.hset, ...firedFields(s) },
         events: [timedOut, eventOf('session.error', error), ...(st.events ?? [])],
       },
       starts: false,
@@ -127,7 +126,7 @@ function timeoutOps(s: SessionState): { ops: ApplyOps; starts: boolean } {
       // Its calls go on to their approvals: asked again, not answered.
       ops: {
         ...st,
-        hset: { ...st.hset, ...firedFields(s, false) },
+        hset: { ...st.hset, ...firedFields(s) },
         events: [timedOut, ...(st.events ?? [])],
       },
       starts: true,
@@ -136,8 +135,10 @@ function timeoutOps(s: SessionState): { ops: ApplyOps; starts: boolean } {
   const reviewing = requiredAction(s.status, s.pending)?.type === 'review_tool_results';
   const step = structuredClone(s.pending);
   const events: Array<[string, string]> = [timedOut];
+  const answered: string[] = [];
   for (const c of step.calls) {
     if (c.approval === 'required') {
+      answered.push(c.id);
       c.approval = 'denied';
       c.reason = 'timed out';
       events.push(
@@ -149,6 +150,7 @@ function timeoutOps(s: SessionState): { ops: ApplyOps; starts: boolean } {
         }),
       );
     } else if (c.kind === 'client' && !c.result) {
+      answered.push(c.id);
       const result = { content: `Error: no result within ${n} s`, is_error: true };
       setResult(c, result);
       events.push(['tool_result.submitted', encodeResult(c.id, result).event]);
@@ -158,7 +160,11 @@ function timeoutOps(s: SessionState): { ops: ApplyOps; starts: boolean } {
   if (reviewing) step.review = true;
   const st = runOps(s, { pending: step });
   return {
-    ops: { ...st, hset: { ...st.hset, ...firedFields(s, true) }, events: [...events, ...(st.events ?? [])] },
+    ops: {
+      ...st,
+      hset: { ...st.hset, ...firedFields(s, answered) },
+      events: [...events, ...(st.events ?? [])],
+    },
     starts: true,
   };
 }

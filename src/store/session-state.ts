@@ -325,6 +325,16 @@ function json<T>(v: string | undefined, fallback: T, text?: (raw: string) => raw
   }
 }
 
+/** Meta `act_timed_out` (deadlines.ts), or null when absent or not of its shape (a hand-edited hash). */
+function timedOutOf(v: string | undefined): ActionDeadline['timedOut'] {
+  const t = json<{ due?: unknown; ids?: unknown } | null>(v, null);
+  if (!t || !Array.isArray(t.ids)) return null;
+  return {
+    due: typeof t.due === 'number' ? t.due : null,
+    ids: t.ids.filter((i): i is string => typeof i === 'string'),
+  };
+}
+
 export function decodeFields(h: Record<string, string>): SessionState {
   return {
     id: h['id']!,
@@ -394,7 +404,7 @@ export function decodeFields(h: Record<string, string>): SessionState {
       due: Number(h['act_due']) || null,
       warnAt: Number(h['act_warn']) || null,
       fired: h['act_fired'] === '1',
-      timedOut: json<{ due: number | null; ids: string[] } | null>(h['act_timed_out'], null),
+      timedOut: timedOutOf(h['act_timed_out']),
       timeoutS: Number(h['act_s']) || null,
     },
     ttlS: Number(h['ttl']) || null,

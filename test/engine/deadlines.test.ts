@@ -3,7 +3,7 @@ import assert from 'node:assert/strict';
 import { startHarness, type Harness, type Api } from '../helpers/service.js';
 import { startTestRedis, type TestRedis } from '../helpers/redis.js';
 import { startFakeAnthropic, type FakeAnthropic } from '../fake/server.js';
-import { text, toolCall } from '../fake/script.js';
+import { text, toolCall, toolCalls, toolUse } from '../fake/script.js';
 
 /**
  * Deadlines of pending actions with the test-only floor ACTION_TIMEOUT_MIN_S=1 (the contract's floor is 10 s) and a
@@ -247,6 +247,46 @@ describe('action deadlines (action_timeout_s)', () => {
     assert.equal(late.body.error.code, 'action_timed_out');
     // When the action expired, though the failed session waits for nothing now.
     assert.ok(Date.parse(late.body.error.details.expires_at) <= Date.now(), JSON.stringify(late.body));
+  });
+
+  it('a step waiting for an approval and a client result: deny answers both, and a late answer to either is 409', async () => {
+    const clientTool = {
+      name: 'pick_color',
+      description: 'Asks the user for a color',
+      input_schema: { type: 'object', properties: {} },
+    };
+    fake.enqueue(
+      toolCalls([
+        toolUse('get_weather', { location: 'Oslo' }, 'toolu_mix_w'),
+        toolUse('pick_color', {}, 'toolu_mix_c'),
+      ]),
+      text('Neither.'),
+    );
+    const r = await a.api.post('/v1/sessions', {
+      input: 'Weather and color?',
+      tools: ['get_weather', clientTool],
+      approval: 'always',
+      action_timeout_s: 1,
+    });
+    assert.equal(r.status, 201, JSON.stringify(r.body));
+    const waiting = await a.api.waitStatus(r.body.id, 'requires_action');
+    assert.equal(waiting.required_action.type, 'approve_tool_calls');
+    await waitForEvent(a.api, r.body.id, 'action.timed_out');
+    await a.api.waitStatus(r.body.id, 'idle');
+    const decision = await a.api.post(`/v1/sessions/${r.body.id}/tool-calls/toolu_mix_w`, {
+      decision: 'approve',
+    });
+    const result = await a.api.post(`/v1/sessions/${r.body.id}/tool-results`, {
+      results: [{ tool_use_id: 'toolu_mix_c', content: 'red' }],
+    });
+    for (const [late, call] of [
+      [decision, 'toolu_mix_w'],
+      [result, 'toolu_mix_c'],
+    ] as const) {
+      assert.equal(late.status, 409, JSON.stringify(late.body));
+      assert.equal(late.body.error.code, 'action_timed_out');
+      assert.equal(late.body.error.details.tool_use_id, call);
+    }
   });
 
   it('a PATCH of action_timeout_s while an action waits: the timeout tells the deadline the action had', async () => {
