@@ -9,7 +9,7 @@ import {
   upstreamStreamFailed,
   type UpstreamContext,
 } from '../observability/upstream-fetch.js';
-import { APIError } from '@anthropic-ai/sdk';
+import { APIConnectionError, APIError } from '@anthropic-ai/sdk';
 import { TENANT_BUDGET_EXHAUSTED } from '../cost/spend.js';
 import { budgetExhausted, spentOf, stopForBudget, unpricedError } from './budget.js';
 import {
@@ -235,7 +235,13 @@ export class Run {
           .catch((e: unknown) => log.warn({ err: e }, 'the dropped turn could not be marked'));
         return 'go';
       }
-      if (!(err instanceof APIError && err.status !== undefined) && upstreamFailureType(err) !== null)
+      // A failure after the answer's headers (an error event, a broken body). An answer with a status, and a request
+      // that got none (refused, timed out: APIConnectionError), failed before: the fetch counted and logged them.
+      if (
+        !(err instanceof APIError && err.status !== undefined) &&
+        !(err instanceof APIConnectionError) &&
+        upstreamFailureType(err) !== null
+      )
         upstreamStreamFailed(deps.metrics, log, this.ctx, err, null);
       const error = upstreamError(err);
       // The session shows a generic message for an internal error: its cause is only here, in the log.

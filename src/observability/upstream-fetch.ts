@@ -117,7 +117,8 @@ export function upstreamFailureType(err: unknown): string | null {
 
 /**
  * A model request whose answer failed after its headers: counted (`trs_upstream_stream_errors_total`; with
- * `resent`, the engine's own retry of the turn in `trs_upstream_retries_total` too) and logged with its turn.
+ * `resent`, the engine's own retry of the turn in `trs_upstream_retries_total` too) and logged with its turn on the
+ * run's logger (`log`: it carries the session and tenant).
  */
 export function upstreamStreamFailed(
   metrics: Metrics,
@@ -129,8 +130,11 @@ export function upstreamStreamFailed(
   const type = upstreamFailureType(err) ?? 'stream_error';
   metrics.upstreamStreamErrors.inc({ error_type: type });
   if (resent !== null) metrics.upstreamRetries.inc();
+  // The run's logger names the session and tenant already.
+  const { iteration, model } = turnOf(ctx);
   const line = {
-    ...turnOf(ctx),
+    iteration,
+    model,
     error_type: type,
     upstream_request_id: err instanceof APIError ? (err.requestID ?? null) : null,
     err,

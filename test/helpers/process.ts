@@ -31,6 +31,8 @@ export interface ServiceProcess {
   running(): boolean;
   /** The JSON log lines it printed so far (parsed when possible). */
   logs(): Array<Record<string, any>>;
+  /** The lines it printed that name a top-level key twice (a parser keeps one of them, or refuses the line). */
+  duplicateKeyLines(): string[];
   /** Resolves with the first log line (already printed or to come) that `pred` accepts. */
   waitForLog(pred: (line: Record<string, any>) => boolean, timeoutMs?: number): Promise<Record<string, any>>;
   /**
@@ -144,8 +146,10 @@ export async function spawnService(
   const lines: Array<Record<string, any>> = [];
   const answers = new AnswerLog(`service process ${name}`);
   const watchers = new Set<{ pred: (l: Record<string, any>) => boolean; resolve: (l: any) => void }>();
+  const duplicated: string[] = [];
   const onLine = (raw: string) => {
     if (!raw.trim()) return;
+    if (duplicateKeys(raw).length > 0 && duplicated.length < 100) duplicated.push(raw);
     let line: Record<string, any>;
     try {
       line = JSON.parse(raw);
@@ -247,6 +251,7 @@ export async function spawnService(
     logs: () => [...lines],
     answers,
     waitForLog,
+    duplicateKeyLines: () => [...duplicated],
     kill: () => signalAndWait('SIGKILL'),
     stop: (timeoutMs = 30_000) => signalAndWait('SIGTERM', timeoutMs),
     pause: () => void child.kill('SIGSTOP'),
@@ -267,3 +272,30 @@ export function serviceEnv(redisUrl: string, fakeUrl: string, extra: Record<stri
 }
 
 export const sleep = (ms: number) => new Promise<void>((resolve) => setTimeout(resolve, ms));
+
+/**
+ * The keys a JSON object's text names more than once at its top level (pino writes what it is given: a child
+ * logger's bindings and a line's own fields can repeat one). Strings are skipped whole, escapes included.
+ */
+function duplicateKeys(raw: string): string[] {
+  const seen = new Set<string>();
+  const dup: string[] = [];
+  let depth = 0;
+  for (let i = 0; i < raw.length; i++) {
+    const c = raw[i];
+    if (c === '"') {
+      let j = i + 1;
+      while (j < raw.length && raw[j] !== '"') j += raw[j] === '\\' ? 2 : 1;
+      let k = j + 1;
+      while (raw[k] === ' ') k++;
+      if (depth === 1 && raw[k] === ':') {
+        const key = raw.slice(i + 1, j);
+        if (seen.has(key)) dup.push(key);
+        else seen.add(key);
+      }
+      i = j;
+    } else if (c === '{' || c === '[') depth++;
+    else if (c === '}' || c === ']') depth--;
+  }
+  return dup;
+}

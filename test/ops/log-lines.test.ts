@@ -153,3 +153,9 @@ test('an incident followed by request id and session id alone: upstream failures
   assert.equal(closed['session'], id);
   assert.equal(closed['close_code'], 1000);
 });
+
+test('no line names a field twice (a JSON parser keeps one of them, or refuses the line)', () => {
+  // After the cases above: requests, runs, an upstream 529, a stream that failed, a WebSocket.
+  assert.ok(svc.logs().some((l) => l['msg'] === 'upstream stream failed'));
+  assert.deepEqual(svc.duplicateKeyLines(), []);
+});

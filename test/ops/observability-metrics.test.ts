@@ -1,5 +1,7 @@
 import { after, before, describe, it } from 'node:test';
 import assert from 'node:assert/strict';
+import net from 'node:net';
+import { once } from 'node:events';
 import { startHarness, type Harness } from '../helpers/service.js';
 import { parseExposition, value, type Sample } from '../helpers/prometheus.js';
 import { connectSse, connectWs, isFinalStatus, type Envelope } from '../fixtures/event-clients.js';
@@ -189,5 +191,40 @@ describe('Prometheus metrics', () => {
     const ok = { status_class: '2xx', error_type: 'none' };
     assert.ok(count(after, ok) - count(before, ok) >= 1);
     assert.equal(retries(after) - retries(before), 1, 'the second 529 was the SDK retrying');
+  });
+
+  it('an upstream that refuses connections: request-level connection errors, no stream error', async () => {
+    // A port nothing listens on (taken, then given back).
+    const probe = net.createServer().listen(0, '127.0.0.1');
+    await once(probe, 'listening');
+    const port = (probe.address() as net.AddressInfo).port;
+    await new Promise((r) => probe.close(r));
+    const dead = await startHarness({
+      redis: h.redis,
+      fakeServer: h.fake,
+      env: { API_KEYS: 'acme:key-acme', ANTHROPIC_BASE_URL: `http://127.0.0.1:${port}` },
+    });
+    try {
+      const api = dead.api.as('key-acme');
+      const created = await api.req('POST', '/v1/sessions', { input: 'hello' });
+      assert.equal(created.status, 201, JSON.stringify(created.body));
+      assert.equal((await api.waitStatus(created.body.id, ['idle', 'failed'], 20_000)).status, 'failed');
+      const samples = parseExposition(await (await fetch(`${dead.service.url}/metrics`)).text());
+      // The SDK's two attempts (the harness allows one retry), neither with an answer.
+      assert.equal(
+        value(samples, 'trs_upstream_requests_total', {
+          status_class: 'none',
+          error_type: 'connection_error',
+        }),
+        2,
+      );
+      assert.deepEqual(
+        samples.filter((s) => s.name === 'trs_upstream_stream_errors_total' && s.value > 0),
+        [],
+        'nothing failed after its headers: there were none',
+      );
+    } finally {
+      await dead.close();
+    }
   });
 });
