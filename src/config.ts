@@ -113,12 +113,14 @@ const logLevel = z.enum(['fatal', 'error', 'warn', 'info', 'debug', 'trace', 'si
 const variables = z.object({
   PORT: port.default(3000),
   HOST: z.string().min(1).default('127.0.0.1'),
-  REDIS_URL: z.url({ protocol: /^rediss?$/ }).optional(),
+  REDIS_URL: z.url({ protocol: /^rediss?$/, error: 'a redis:// or rediss:// URL' }).optional(),
   REDIS_CLUSTER_NODES: hostPort.optional(),
   /** The password of REDIS_URL's Redis (`requirepass`), when the URL has none; `REDIS_PASSWORD_FILE` reads it. */
   REDIS_PASSWORD: z.string().min(1).max(512).optional(),
   /** Without REDIS_URL: a Redis answering here is used before an embedded redis-server is started. */
-  LOCAL_REDIS_URL: z.url({ protocol: /^rediss?$/ }).default('redis://127.0.0.1:6379'),
+  LOCAL_REDIS_URL: z
+    .url({ protocol: /^rediss?$/, error: 'a redis:// or rediss:// URL' })
+    .default('redis://127.0.0.1:6379'),
   /**
    * Put before every key the service writes and every pub/sub channel it uses, so services (or other applications)
    * sharing one Redis never see each other's data. No braces: the keys' Cluster hash tags `{…}` must stay the first.

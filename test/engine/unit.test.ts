@@ -164,7 +164,7 @@ describe('config', () => {
       (e: Error) => e instanceof ConfigError && /PORT/.test(e.message),
     );
     assert.throws(() => loadConfig({ API_KEYS: 'nocolon' }), /API_KEYS/);
-    assert.throws(() => loadConfig({ REDIS_URL: 'http://x' }), /REDIS_URL/);
+    assert.throws(() => loadConfig({ REDIS_URL: 'http://x' }), /REDIS_URL: a redis:\/\/ or rediss:\/\/ URL/);
     assert.throws(() => loadConfig({ HOST: '0.0.0.0' }), /API_KEYS: required/);
     const c = loadConfig({ HOST: '0.0.0.0', API_KEYS: 'a:k1,b:k2' });
     assert.equal(c.API_KEYS?.get('k2'), 'b');

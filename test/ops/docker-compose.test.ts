@@ -665,6 +665,112 @@ describe(
       },
     );
 
+    test(
+      "the balancer: /metrics stays on the Compose network; a closed SSE stream gives its slot back at once; with Redis frozen every answer is the service's JSON 503",
+      { timeout: 300_000 },
+      async (t) => {
+        if (!requireEngine(t)) return;
+        const metrics = await fetch(`${base}/metrics`, { signal: AbortSignal.timeout(10_000) });
+        assert.equal(metrics.status, 404);
+        assert.equal(((await metrics.json()) as { error: { code: string } }).error.code, 'route_not_found');
+
+        // A client token holds at most CLIENT_TOKEN_MAX_STREAMS (4) event streams. A client that leaves sends its FIN
+        // (an EventSource closed, a tab gone): the balancer ends that connection at once (`option abortonclose`), not
+        // at its client timeout (60 s), so the replica's stream ends and gives its slot back.
+        const created = await apiFetch<{ id: string }>('POST', '/v1/sessions', { input: 'Hello' });
+        assert.equal(created.status, 201);
+        const minted = await apiFetch<{ token: string }>('POST', '/v1/client-tokens', {
+          session_id: created.body.id,
+          scopes: ['read'],
+        });
+        assert.equal(minted.status, 201);
+        const request =
+          `GET /v1/sessions/${created.body.id}/events HTTP/1.1\r\nHost: 127.0.0.1\r\n` +
+          `Authorization: Bearer ${minted.body.token}\r\nAccept: text/event-stream\r\n\r\n`;
+        /** Opens a stream, half-closes it once its head is in (reading on), and resolves when the balancer closes it. */
+        const openThenLeave = (i: number) =>
+          new Promise<{ status: number; closed: Promise<number>; sock: net.Socket }>((resolve, reject) => {
+            const sock = net.connect(port, '127.0.0.1', () => sock.write(request));
+            let head = '';
+            const closed = new Promise<number>((done) => sock.once('close', () => done(Date.now())));
+            sock.setEncoding('utf8');
+            sock.on('data', (chunk: string) => {
+              if (head.includes('\r\n\r\n')) return;
+              head += chunk;
+              if (!head.includes('\r\n\r\n')) return;
+              sock.end();
+              resolve({ status: Number(/^HTTP\/1\.1 (\d{3})/.exec(head)?.[1]), closed, sock });
+            });
+            sock.once('error', reject);
+            sock.setTimeout(30_000, () => {
+              sock.destroy();
+              reject(new Error(`event stream ${i}: no answer within 30 s`));
+            });
+          });
+        const left = Date.now();
+        const streams = await Promise.all([0, 1, 2, 3].map(openThenLeave));
+        assert.deepEqual(
+          streams.map((x) => x.status),
+          [200, 200, 200, 200],
+        );
+        const late = new Promise<null>((r) => setTimeout(() => r(null), 15_000).unref());
+        const closedAt = await Promise.race([Promise.all(streams.map((x) => x.closed)), late]);
+        for (const x of streams) x.sock.destroy();
+        assert.ok(closedAt, 'the balancer kept the connections its clients had left for 15 s');
+        const closedIn = Math.max(...closedAt) - left;
+        timings['SSE streams half-closed by their client, closed by the balancer'] = `${closedIn} ms`;
+        assert.ok(closedIn < 10_000, `the balancer closed them ${closedIn} ms after their clients left`);
+        // Their slots are free: two more open (the replica may take a moment to see its side closed).
+        for (const i of [4, 5]) {
+          const next = await until(`event stream ${i} to open`, 10_000, async () => {
+            const x = await openThenLeave(i);
+            return x.status === 429 ? undefined : x;
+          });
+          next.sock.destroy();
+          assert.equal(next.status, 200);
+        }
+
+        // Redis frozen: the replicas' /readyz fails and the balancer takes them all out of rotation (2 checks 2 s
+        // apart); requests then go to the live ones (api_live), so the answer is still the service's 503, with
+        // Retry-After, never the balancer's own page.
+        await docker(['pause', container('redis')]);
+        try {
+          const frozen = Date.now();
+          let answers = 0;
+          while (Date.now() - frozen < 9000) {
+            const res = await fetch(`${base}/v1/sessions`, {
+              headers: { authorization: `Bearer ${tenantKey}` },
+              signal: AbortSignal.timeout(15_000),
+            });
+            const body = await res.text();
+            const at = `${Date.now() - frozen} ms after the freeze: ${body.slice(0, 200)}`;
+            assert.equal(res.status, 503, at);
+            assert.match(res.headers.get('content-type') ?? '', /^application\/json/, at);
+            assert.equal(
+              (JSON.parse(body) as { error: { code: string } }).error.code,
+              'store_unavailable',
+              at,
+            );
+            assert.ok(res.headers.get('retry-after'), at);
+            answers++;
+            // Paces the probe; the loop's bound is the balancer's check window above.
+            await new Promise((r) => setTimeout(r, 500));
+          }
+          assert.ok(answers >= 3, `${answers} answers during the freeze`);
+          const health = await fetch(`${base}/healthz`, { signal: AbortSignal.timeout(10_000) });
+          assert.equal(health.status, 200, 'a replica alive answers /healthz, Redis or not');
+        } finally {
+          await docker(['unpause', container('redis')]);
+        }
+        await until('the replicas back in rotation', 60_000, async () => {
+          const res = await apiFetch<unknown>('GET', '/v1/sessions');
+          return res.status === 200 ? true : undefined;
+        });
+        // The steps below count the sessions they made.
+        assert.equal((await apiFetch<unknown>('DELETE', `/v1/sessions/${created.body.id}`)).status, 200);
+      },
+    );
+
     const question = 'What is the weather in Paris and Tokyo?';
     let killedSession = '';
 
