@@ -282,59 +282,22 @@ describe('chat routes: the AI SDK UI message stream', () => {
     assert.deepEqual(again.data, first.data);
   });
 
-  test('one call answered twice in one message: 400 before anything is applied', async () => {
+  /**
+   * A session whose reply calls get_weather twice (`a`, `b`), both waiting for approval, asked through the chat; and
+   * a chat answer of its assistant message whose parts are `parts`: 400 `invalid_request` naming `refused`, nothing
+   * applied (both calls still wait).
+   */
+  async function refusedAnswer(
+    a: string,
+    b: string,
+    parts: (part: (toolCallId: string, approvalId: string, approved: boolean) => unknown) => unknown[],
+    refused: string,
+  ) {
     const id = await session({ tools: ['get_weather'], approval: 'always' });
     h.fake.enqueue(
       toolCalls([
-        toolUse('get_weather', { location: 'Paris' }, 'toolu_d1'),
-        toolUse('get_weather', { location: 'Oslo' }, 'toolu_d2'),
-      ]),
-    );
-    const post = (body: unknown) =>
-      fetch(`${h.service.url}/v1/chat`, {
-        method: 'POST',
-        headers: { authorization: `Bearer ${KEY}`, 'content-type': 'application/json' },
-        body: JSON.stringify(body),
-      });
-    await (await post({ id, messages: [userMessage('weather?')], trigger: 'submit-message' })).text();
-    await h.api.waitStatus(id, 'requires_action');
-    const part = (toolCallId: string, approved: boolean) => ({
-      type: 'tool-get_weather',
-      toolCallId,
-      state: 'approval-responded',
-      input: { location: 'Paris' },
-      approval: { id: toolCallId, approved },
-    });
-    const res = await post({
-      id,
-      messages: [
-        {
-          id: 'a1',
-          role: 'assistant',
-          parts: [part('toolu_d2', true), part('toolu_d1', true), part('toolu_d1', false)],
-        },
-      ],
-      trigger: 'submit-message',
-    });
-    assert.equal(res.status, 400);
-    const body = await res.json();
-    assert.equal(body.error.code, 'invalid_request');
-    assert.deepEqual(body.error.details, { toolCallId: 'toolu_d1' });
-    // Nothing was applied: both calls still wait for a decision.
-    const s = (await h.api.get(`/v1/sessions/${id}`)).body;
-    assert.equal(s.status, 'requires_action');
-    assert.deepEqual(s.required_action.tool_calls.map((c: { id: string }) => c.id).sort(), [
-      'toolu_d1',
-      'toolu_d2',
-    ]);
-  });
-
-  test('an approval response whose approval id is not the one asked for its call: 400 before anything is applied', async () => {
-    const id = await session({ tools: ['get_weather'], approval: 'always' });
-    h.fake.enqueue(
-      toolCalls([
-        toolUse('get_weather', { location: 'Paris' }, 'toolu_m1'),
-        toolUse('get_weather', { location: 'Oslo' }, 'toolu_m2'),
+        toolUse('get_weather', { location: 'Paris' }, a),
+        toolUse('get_weather', { location: 'Oslo' }, b),
       ]),
     );
     const post = (body: unknown) =>
@@ -345,31 +308,47 @@ describe('chat routes: the AI SDK UI message stream', () => {
       });
     await (await post({ id, messages: [userMessage('weather?')], trigger: 'submit-message' })).text();
     const waiting = await h.api.waitStatus(id, 'requires_action');
-    const part = (toolCallId: string, approvalId: string) => ({
+    const part = (toolCallId: string, approvalId: string, approved: boolean) => ({
       type: 'tool-get_weather',
       toolCallId,
       state: 'approval-responded',
       input: { location: 'Paris' },
-      approval: { id: approvalId, approved: true },
+      approval: { id: approvalId, approved },
     });
     const res = await post({
       id,
-      messages: [
-        { id: 'a1', role: 'assistant', parts: [part('toolu_m1', 'toolu_m1'), part('toolu_m2', 'toolu_m1')] },
-      ],
+      messages: [{ id: 'a1', role: 'assistant', parts: parts(part) }],
       trigger: 'submit-message',
     });
     assert.equal(res.status, 400);
     const body = await res.json();
     assert.equal(body.error.code, 'invalid_request');
-    assert.deepEqual(body.error.details, { toolCallId: 'toolu_m2' });
+    assert.deepEqual(body.error.details, { toolCallId: refused });
+    // Nothing was applied: both calls still wait for a decision.
     const s = (await h.api.get(`/v1/sessions/${id}`)).body;
     assert.equal(s.revision, waiting.revision, 'nothing applied');
-    assert.deepEqual(s.required_action.tool_calls.map((c: { id: string }) => c.id).sort(), [
+    assert.deepEqual(s.required_action.tool_calls.map((c: { id: string }) => c.id).sort(), [a, b].sort());
+  }
+
+  test('one call answered twice in one message: 400 before anything is applied', () =>
+    refusedAnswer(
+      'toolu_d1',
+      'toolu_d2',
+      (part) => [
+        part('toolu_d2', 'toolu_d2', true),
+        part('toolu_d1', 'toolu_d1', true),
+        part('toolu_d1', 'toolu_d1', false),
+      ],
+      'toolu_d1',
+    ));
+
+  test('an approval response whose approval id is not the one asked for its call: 400 before anything is applied', () =>
+    refusedAnswer(
       'toolu_m1',
       'toolu_m2',
-    ]);
-  });
+      (part) => [part('toolu_m1', 'toolu_m1', true), part('toolu_m2', 'toolu_m1', true)],
+      'toolu_m2',
+    ));
 
   test('a server tool (get_weather): its call and output in the first step, the answer in the second', async () => {
     const id = await session({ tools: ['get_weather'] });
