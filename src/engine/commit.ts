@@ -268,16 +268,17 @@ export const isPausedReply = (m: StoredMessage): boolean =>
   m.role === 'assistant' && Array.isArray(m.content) && withoutOpenCalls(m.content) !== m.content;
 
 /**
- * An interrupt aborted the turn in flight: its partial reply is dropped, the follow-ups join the last user turn.
- * `turnAborted`: the abort hit the runner's turns (not a tool step of the stored reply), so the thread's anchor ends
- * here and the next turn creates a new thread (thread-anchor.ts). The aborted request continued that anchor, and the
- * API may still hold it in flight, or have stored its reply: a continue of the same anchor would be refused
- * (`thread_continue_in_flight`, `thread_already_continued`) and replayed by the SDK, one refused request per interrupt.
+ * An interrupt aborted the model request in flight: its partial reply is dropped, the follow-ups join the last user
+ * turn, and the thread's anchor ends here: the next turn creates a new thread (thread-anchor.ts). The aborted request
+ * continued that anchor, and the API may still hold it in flight, or have stored its reply: a continue of the same
+ * anchor would be refused (`thread_continue_in_flight`, `thread_already_continued`) and replayed by the SDK, one
+ * refused request per interrupt. (An interrupt of a tool step of a stored reply does not come here: the step answers
+ * its calls and commits them with the follow-ups, and the thread goes on from that reply.)
  */
-export async function commitInterrupt(deps: RunDeps, run: RunHandle, turnAborted: boolean): Promise<void> {
+export async function commitInterrupt(deps: RunDeps, run: RunHandle): Promise<void> {
   const [last, state] = await Promise.all([deps.store.lastMessage(run.id), deps.store.load(run.id)]);
   await commit(deps, run, {
-    hset: turnAborted ? { control: '', thread: '' } : { control: '' },
+    hset: { control: '', thread: '' },
     events: [eventOf('turn.dropped', { iteration: (state?.iteration ?? 0) + 1, reason: 'interrupt' })],
     ...followUpsAfter(last ?? undefined),
   });

@@ -83,8 +83,6 @@ export class Run {
   private known: Known | null;
   private cutRetries = 0;
   private counted = false;
-  /** The step in progress sends model turns (runTurns), not a tool step or a compaction alone. */
-  private sendsTurns = false;
   /** The run's loop returned: its lease is being let go. */
   private leaving = false;
   private readonly started = Date.now();
@@ -211,7 +209,7 @@ export class Run {
       if (err instanceof FencedOut) return 'stop';
       if (isAbort(err, run)) {
         if (run.reason === 'interrupt') {
-          await commitInterrupt(deps, run, this.sendsTurns);
+          await commitInterrupt(deps, run);
           return 'go';
         }
         // A cancel: the loop's top finishes it.
@@ -260,7 +258,6 @@ export class Run {
     const { deps, run, log } = this;
     const { store } = deps;
     const { state } = known;
-    this.sendsTurns = false;
     const history = known.history ?? (await store.history(run.id));
     // A compaction asked for while the session was idle or failed: this run only compacts.
     if (state.compactRequest?.resume) return runCompactionOnly(deps, run, state, history, log);
@@ -311,7 +308,6 @@ export class Run {
       await finish(deps, run, state, 'max_iterations', paused);
       return 'done';
     }
-    this.sendsTurns = true;
     return runTurns(deps, run, state, history, budget, log, paused);
   }
 

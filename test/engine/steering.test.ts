@@ -1,3 +1,4 @@
+import '../helpers/test-tools-env.js';
 import { after, before, beforeEach, describe, it } from 'node:test';
 import assert from 'node:assert/strict';
 import { createHash } from 'node:crypto';
@@ -112,6 +113,31 @@ describe('steering between turns', () => {
       blocks(third.messages[2]).map((b: any) => b.text),
       ['Tell me a story', 'Stop, shorter please.'],
     );
+  });
+
+  it('an interrupt while an approved call runs keeps the thread: the reply it continues was whole', async () => {
+    h.fake.enqueue(toolCall('sleep', { ms: 30_000 }, { id: 'toolu_sleepy' }), text('Stopped.'));
+    const s = await create({ input: 'Sleep a while', tools: ['sleep'], approval: 'always' });
+    await h.api.waitStatus(s.id, 'requires_action');
+    const approved = await h.api.post(`/v1/sessions/${s.id}/tool-calls/toolu_sleepy`, {
+      decision: 'approve',
+    });
+    assert.equal(approved.status, 202, JSON.stringify(approved.body));
+    const started = async () =>
+      (await h.service.app.store.events(s.id, '', 1000)).some((e) => e.type === 'tool.started');
+    for (const deadline = Date.now() + 10_000; !(await started());) {
+      assert.ok(Date.now() < deadline, 'the approved call started');
+      await new Promise((r) => setTimeout(r, 20));
+    }
+    const r = await h.api.post(`/v1/sessions/${s.id}/messages`, { text: 'Never mind.', interrupt: true });
+    assert.equal(r.status, 202);
+    await h.api.waitFor(s.id, (x) => x.status === 'idle' && x.iteration === 2);
+    assert.equal(h.fake.requests.length, 2);
+    // The tool step was aborted, not a model request: the stored reply is the thread's end, continued as usual.
+    assert.deepEqual(h.fake.requests[1]!.body.thread, {
+      type: 'continue',
+      previous_message_id: h.fake.requests[0]!.replyId,
+    });
   });
 
   it('calls of a reply cut at max_tokens are answered, not run, and a queued follow-up joins their results', async () => {
