@@ -153,13 +153,33 @@ const toolUseBlock = z.strictObject({
   toolset_name: z.string().nullish(),
   ...withCache,
 });
-const toolResultBlock = z.strictObject({
-  type: z.literal('tool_result'),
-  tool_use_id: z.string().min(1),
-  content: toolResultContent.optional(),
-  is_error: z.boolean().optional(),
-  ...withCache,
-});
+/**
+ * The Messages API refuses an `is_error` result without content ("content cannot be empty if `is_error` is true"):
+ * a client's result, or a history, holding one is refused here (a tool's own empty error is given a text instead:
+ * src/store/pending.ts `setResult`).
+ */
+export const errorResultHasContent: [
+  check: (r: {
+    content?: string | readonly unknown[] | undefined;
+    is_error?: boolean | undefined;
+  }) => boolean,
+  params: { message: string; path: PropertyKey[] },
+] = [
+  (r) => !(r.is_error === true && (r.content === undefined || r.content.length === 0)),
+  {
+    message: 'content cannot be empty when is_error is true (the Messages API refuses it)',
+    path: ['content'],
+  },
+];
+const toolResultBlock = z
+  .strictObject({
+    type: z.literal('tool_result'),
+    tool_use_id: z.string().min(1),
+    content: toolResultContent.optional(),
+    is_error: z.boolean().optional(),
+    ...withCache,
+  })
+  .refine(...errorResultHasContent);
 const thinkingBlock = z.strictObject({
   type: z.literal('thinking'),
   thinking: z.string(),

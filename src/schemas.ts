@@ -7,7 +7,14 @@ import { intQuery } from './int-param.js';
 import { jsonSchemaProblem } from './json-schema-check.js';
 import { mcpToolEntry, mcpToolsetEntry } from './mcp/schema.js';
 import { anthropicToolEntry } from './tools/anthropic-tools.js';
-import { messageParam, textBlock, toolResultContent, userContent, userText } from './message-schemas.js';
+import {
+  errorResultHasContent,
+  messageParam,
+  textBlock,
+  toolResultContent,
+  userContent,
+  userText,
+} from './message-schemas.js';
 
 /* Session settings */
 
@@ -288,18 +295,23 @@ export const postMessageBody = z
     message: 'give `content` (string or blocks) or `text`',
   });
 
-export const toolResultBody = z.strictObject({
+/** A result's two fields as a third party answers them (an HTTP tool: its empty error is given a text). */
+export const toolResultFields = z.strictObject({
   content: toolResultContent,
   is_error: z.boolean().optional(),
 });
+/** A client's or a worker's result. */
+export const toolResultBody = toolResultFields.refine(...errorResultHasContent);
 export const toolResultsBody = z.strictObject({
   results: z
     .array(
-      z.strictObject({
-        tool_use_id: z.string().min(1),
-        content: toolResultContent,
-        is_error: z.boolean().optional(),
-      }),
+      z
+        .strictObject({
+          tool_use_id: z.string().min(1),
+          content: toolResultContent,
+          is_error: z.boolean().optional(),
+        })
+        .refine(...errorResultHasContent),
     )
     .min(1)
     .max(256),

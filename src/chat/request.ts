@@ -264,7 +264,7 @@ export function resultsOf(
         content: typeof t.data.output === 'string' ? t.data.output : JSON.stringify(t.data.output ?? null),
       });
     else if (t.data.state === 'output-error')
-      results.push({ tool_use_id: t.data.toolCallId, content: t.data.errorText ?? 'error', is_error: true });
+      results.push({ tool_use_id: t.data.toolCallId, content: t.data.errorText || 'error', is_error: true });
   }
   if (results.length === 0) return [];
   const body = toolResultsBody.safeParse({ results, continue: true });

@@ -11,7 +11,8 @@ import {
   tooWideMessage,
 } from '../json-depth.js';
 import { hasLoneSurrogate, loneSurrogateMessage } from '../json-unicode.js';
-import { decisionBody, postMessageBody, toolResultBody } from '../schemas.js';
+import { decisionBody, postMessageBody, toolResultFields } from '../schemas.js';
+import { errorResultHasContent } from '../message-schemas.js';
 import { cancelRun } from '../sessions/control.js';
 import { addMessage } from '../sessions/messages.js';
 import type { MutationResult, SessionDeps } from '../sessions/mutate.js';
@@ -40,7 +41,7 @@ const head = z.looseObject({
   if_match: z.number().int().min(0).optional(),
 });
 const toolUseId = z.string().min(1).max(128);
-const toolResultFrame = toolResultBody.extend({ tool_use_id: toolUseId });
+const toolResultFrame = toolResultFields.extend({ tool_use_id: toolUseId }).refine(...errorResultHasContent);
 const decideFrame = decisionBody.extend({ tool_use_id: toolUseId });
 const cancelFrame = z.strictObject({});
 

@@ -152,8 +152,7 @@ function timeoutOps(s: SessionState): { ops: ApplyOps; starts: boolean } {
     } else if (c.kind === 'client' && !c.result) {
       answered.push(c.id);
       const result = { content: `Error: no result within ${n} s`, is_error: true };
-      setResult(c, result);
-      events.push(['tool_result.submitted', encodeResult(c.id, result).event]);
+      events.push(['tool_result.submitted', encodeResult(c.id, setResult(c, result)).event]);
     }
   }
   // Results under review are accepted as they stand (as `continue` does).

@@ -149,8 +149,7 @@ function applyResult(step: PendingStep, r: ResultInput): [string, string] {
     );
   const result: ToolResult = { content: r.content, is_error: r.is_error ?? false };
   if (step.review && call.result) {
-    setResult(call, result);
-    return ['tool_result.replaced', encodeResult(r.tool_use_id, result).event];
+    return ['tool_result.replaced', encodeResult(r.tool_use_id, setResult(call, result)).event];
   }
   // A call that waits for its decision (a sub-agent's is a client call) takes none, as a server call does: its
   // result would stand whatever the decision (a later deny, an edited input). A denied one is answered by its denial.
@@ -165,8 +164,7 @@ function applyResult(step: PendingStep, r: ResultInput): [string, string] {
       `The call ${r.tool_use_id} was denied; its denial is its result.`,
     );
   if (call.kind === 'client' && !call.result) {
-    setResult(call, result);
-    return ['tool_result.submitted', encodeResult(r.tool_use_id, result).event];
+    return ['tool_result.submitted', encodeResult(r.tool_use_id, setResult(call, result)).event];
   }
   if (call.result)
     throw conflict('tool_result_already_submitted', `The call ${r.tool_use_id} already has its result.`);

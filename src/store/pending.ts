@@ -100,10 +100,22 @@ export function encodeResult(toolUseId: string, r: ToolResult): { block: Encoded
   };
 }
 
-/** Gives a call its result (a new one, or a replacement): it is written with the step's next write. */
-export function setResult(call: PendingCall, result: ToolResult): void {
-  call.result = result;
+/**
+ * What an `is_error` result without content says instead: the Messages API refuses such a block ("content cannot be
+ * empty if `is_error` is true"), and one in the history would fail every later turn of the session.
+ */
+const NO_ERROR_DETAILS = 'Error: the tool gave no details.';
+
+/**
+ * Gives a call its result (a new one, or a replacement): it is written with the step's next write. An error result
+ * without content (an MCP server's, an HTTP tool's, a chat's empty `errorText`: the routes refuse a client's) gets
+ * `NO_ERROR_DETAILS`. Returns the result as set, the one to announce.
+ */
+export function setResult(call: PendingCall, result: ToolResult): ToolResult {
+  call.result =
+    result.is_error && result.content.length === 0 ? { ...result, content: NO_ERROR_DETAILS } : result;
   delete call.resultStored;
+  return call.result;
 }
 
 /** Takes a call's result away (a failed server call that runs again): its field is emptied with the next write. */

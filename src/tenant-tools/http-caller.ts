@@ -13,7 +13,7 @@
 import { SweepLoop } from '../sweep-loop.js';
 import type { FastifyBaseLogger } from 'fastify';
 import type { Metrics } from '../observability/metrics.js';
-import { toolResultBody } from '../schemas.js';
+import { toolResultFields } from '../schemas.js';
 import { DEFAULT_JSON_MAX_DEPTH, DEFAULT_JSON_MAX_KEYS, jsonBoundsExceeded } from '../json-depth.js';
 import { hasLoneSurrogate } from '../json-unicode.js';
 import type { SessionStore } from '../store/store.js';
@@ -287,7 +287,7 @@ function parseAnswer(body: string): { content: unknown; is_error: boolean } | 'i
   }
   // Fields besides these two (a framework's `request_id`, a trace id) are the receiver's own: ignored, as a webhook
   // receiver's answer is, where a worker's result (our own route's body) refuses them.
-  const r = toolResultBody.safeParse(answerFields(value));
+  const r = toolResultFields.safeParse(answerFields(value));
   if (!r.success) return null;
   // A lone surrogate: JSON.parse takes its escape, the Messages API does not (as request bodies are, json-unicode.ts).
   if (hasLoneSurrogate(bytes, r.data)) return 'ill_formed';

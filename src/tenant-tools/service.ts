@@ -387,14 +387,14 @@ export class ToolTasks {
         const step = structuredClone(s.pending);
         const c = step.calls.find((x) => x.id === rec.tool_use_id);
         if (!c) throw new NotAwaited();
-        setResult(c, res);
+        const sent = setResult(c, res);
         c.reported = true;
         const completed = JSON.stringify({
           tool_use_id: c.id,
           name: c.name,
           input: c.input,
-          content: res.content,
-          is_error: res.is_error,
+          content: sent.content,
+          is_error: sent.is_error,
           duration_ms: null,
           attempt: rec.attempt,
         });

@@ -1,6 +1,6 @@
 /**
  * What the Messages API checks inside content blocks and in `tool_choice` (the fake's validation): text blocks are
- * non-empty (in messages, nested tool results and `system`), a message's text block is not only whitespace (nor a user
+ * non-empty (in messages, nested tool results and `system`), an `is_error` tool result has content, a message's text block is not only whitespace (nor a user
  * turn's string), an image or a PDF given as base64 carries a media type
  * the API takes and well-formed base64, one given by URL an https URL; `tool_choice` has its exact shape, `any` and
  * `tool` need tools, and `tool` names one of the tools available to the model.
@@ -94,8 +94,10 @@ function checkCitations(raw: unknown, at: string): void {
 
 /** One content block of a message (or of a tool result, or a search result), and the blocks nested in it. */
 function checkBlock(raw: unknown, at: string): void {
-  const block = unchecked<'type' | 'text' | 'source' | 'content' | 'citations'>(raw);
+  const block = unchecked<'type' | 'text' | 'source' | 'content' | 'citations' | 'is_error'>(raw);
   if (!block) return;
+  if (block.type === 'tool_result' && block.is_error === true && emptyContent(block.content))
+    throw invalid(`${at}: content cannot be empty if \`is_error\` is true`);
   if (block.type === 'text' && block.text === '')
     throw invalid('messages: text content blocks must be non-empty');
   if (block.type === 'text') checkCitations(block.citations, at);
@@ -103,6 +105,10 @@ function checkBlock(raw: unknown, at: string): void {
   if ((block.type === 'tool_result' || block.type === 'search_result') && Array.isArray(block.content))
     block.content.forEach((b: unknown, k: number) => checkBlock(b, `${at}.content.${k}`));
 }
+
+/** A tool result's content that says nothing: absent, `""` or `[]`. */
+const emptyContent = (content: unknown) =>
+  content === undefined || content === '' || (Array.isArray(content) && content.length === 0);
 
 const BLANK = 'messages: text content blocks must contain non-whitespace text';
 const blank = (text: unknown) => typeof text === 'string' && text !== '' && !/\S/.test(text);

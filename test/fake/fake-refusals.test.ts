@@ -151,6 +151,21 @@ describe('the fake refuses blocks the API refuses', () => {
       { messages: [user([pdf({ type: 'file' })])] },
       /file_id: Field required/,
     ],
+    ...(['', []] as const).map((content): [string, Record<string, unknown>, RegExp] => [
+      `an is_error tool result with ${JSON.stringify(content)} for content`,
+      {
+        messages: [
+          user('hi'),
+          {
+            role: 'assistant',
+            content: [{ type: 'tool_use', id: 'toolu_1', name: 'get_weather', input: {} }],
+          },
+          user([{ type: 'tool_result', tool_use_id: 'toolu_1', content, is_error: true }]),
+        ],
+        tools: [{ name: 'get_weather', input_schema: { type: 'object' } }],
+      },
+      /^messages\.2\.content\.0: content cannot be empty if `is_error` is true$/,
+    ]),
     [
       'a citation of no known kind',
       {

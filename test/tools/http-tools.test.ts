@@ -340,6 +340,31 @@ describe('http tools', { timeout: 120_000 }, () => {
     assert.equal(seen.length, 1, 'an answer that cannot be taken is not asked again');
   });
 
+  it('an error answer without content is given a text: the Messages API refuses an empty is_error result', async () => {
+    const put = await h.api.req('PUT', '/v1/tools/mute', {
+      description: 'Fails without a word.',
+      input_schema: { type: 'object' },
+      runner: { type: 'http', url },
+    });
+    verifier = new Webhook(put.body.secret);
+    byName.set('mute', (_b, res) => json(res, 200, { content: [], is_error: true }));
+    h.fake.enqueue(toolCalls([toolUse('mute', {}, 'toolu_mute')]), text('fin'));
+    const id = (await h.api.post('/v1/sessions', { input: 'go', tools: ['mute'] })).body.id;
+    const s = await h.api.waitStatus(id, ['idle', 'failed'], 30_000);
+    assert.equal(s.status, 'idle', JSON.stringify(s.error));
+    assert.deepEqual(resultsSent(1), [
+      {
+        type: 'tool_result',
+        tool_use_id: 'toolu_mute',
+        content: 'Error: the tool gave no details.',
+        is_error: true,
+      },
+    ]);
+    const events = (await h.api.get(`/v1/sessions/${id}/events`)).body.data;
+    const completed = events.find((e: { type: string }) => e.type === 'tool.completed');
+    assert.equal(completed.data.content, 'Error: the tool gave no details.', 'announced as the model got it');
+  });
+
   it('a tenant whose URL hangs holds a few of the calls in flight: another tenant’s call is answered meanwhile', async () => {
     const b = h.api.as('key-b');
     const hung: http.ServerResponse[] = [];
