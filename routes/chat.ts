@@ -37,7 +37,7 @@ import { actorOf, readsSession, requireScope, watchToken } from '../src/plugins/
 import { TokenExpired } from '../src/plugins/error-status.js';
 import type { ClientScope } from '../src/store/client-tokens.js';
 import { requestLine } from '../src/plugins/access-log.js';
-import { keyed } from './mutations.js';
+import { ifMatchHeader, keyed, resolveIfMatch } from './mutations.js';
 
 /** The 404 of this file's routes names one thing (src/openapi/responses.ts `routeErrors`). */
 const NOT_FOUND = { 404: ['session_not_found'] } as const satisfies RouteCodes;
@@ -230,6 +230,7 @@ const routes: FastifyPluginAsyncZod<{ config: Config }> = async (app, { config }
           'without `read`, only `start` and `finish` (nothing of the run).',
         tags,
         body: chatBody,
+        headers: ifMatchHeader,
         response: {
           200: sse,
           ...routeErrors(NOT_FOUND, 400, 401, 404, 409, 412, 413, 415, 422, 429, 500, 503),
@@ -289,7 +290,13 @@ const routes: FastifyPluginAsyncZod<{ config: Config }> = async (app, { config }
       ]);
       const after = newest ?? START;
       const replyId = startsRun ? replyMessageId(id, s.msgBase, s.msgCount, tail?.role) : undefined;
-      const poster = { deps: app.sessionDeps, tenant: req.tenant, by: actorOf(req.clientToken), need };
+      const poster = {
+        deps: app.sessionDeps,
+        tenant: req.tenant,
+        by: actorOf(req.clientToken),
+        need,
+        ifMatch: await resolveIfMatch(req, async () => s.revision),
+      };
       const posted = regenerating
         ? // With the request's Idempotency-Key token: a retry after a lost answer does not cut and run twice.
           await regenerate({ ...poster, deps: keyed(app.sessionDeps, req) }, id, messages, messageId, after)
@@ -324,6 +331,8 @@ const routes: FastifyPluginAsyncZod<{ config: Config }> = async (app, { config }
         delivered,
       });
       t.statusFrom = posted.revision;
+      // The revision the request's last write made (none when nothing was written now: a message posted already).
+      if (posted.wrote !== undefined) reply.header('etag', `"${posted.wrote}"`);
       stream(req, reply, id, posted.after, t, posted.status);
     },
   );

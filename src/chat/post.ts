@@ -36,6 +36,8 @@ interface Poster {
   tenant: string;
   by: string | undefined;
   need: (scope: ClientScope) => void;
+  /** The request's If-Match (routes/mutations.ts resolveIfMatch): the revision its first write must be made at. */
+  ifMatch: number | undefined;
 }
 
 /** What a post did: where its answer streams from, and what that answer continues. */
@@ -48,6 +50,8 @@ interface Posted {
    * the post was answered from a record that kept none.
    */
   own?: number | undefined;
+  /** The revision the request's last write made; absent when nothing was written now (the same post again). */
+  wrote?: number | undefined;
   /** The assistant message the request's answers were in (its stream continues it). */
   assistant: string | undefined;
   /** The tool call ids of that message. */
@@ -91,11 +95,12 @@ export async function postUserMessage(
   // A message without an id cannot be told from another: it is posted, unguarded.
   const guard = last.id === '' ? undefined : postedGuard(last.id, body, after);
   try {
-    const { state, wrote } = await addMessage(p.deps, p.tenant, id, body, undefined, p.by, guard);
+    const { state, wrote } = await addMessage(p.deps, p.tenant, id, body, p.ifMatch, p.by, guard);
     return {
       after,
       revision: state.revision,
       own: wrote,
+      wrote,
       // Only when this message started the run: queued behind one, its reply's place is not known yet.
       assistant: state.status === 'running' ? replyId : undefined,
       known: [],
@@ -144,19 +149,26 @@ export async function postAnswers(
     if (r.read) reads.push(r.read);
     return r;
   };
+  // The request's If-Match pins its first write; the others follow from it.
+  let ifMatch = p.ifMatch;
+  const pinned = () => {
+    const rev = ifMatch;
+    ifMatch = undefined;
+    return rev;
+  };
   const decisions = decisionsOf(last.parts, requiredAction(s.status, s.pending));
   const early = decisions.length ? resultsOf(last.parts, clientCallsAwaiting(s)) : [];
   if (decisions.length) p.need('decide');
   const approved = new Set(decisions.flatMap((d) => (d.body.decision === 'approve' ? [d.toolUseId] : [])));
   if (decisions.length && resultsOf(last.parts, clientCallsAwaiting(s, approved)).length) p.need('results');
-  if (early.length) result = note(await submitResults(p.deps, p.tenant, s.id, early, true));
+  if (early.length) result = note(await submitResults(p.deps, p.tenant, s.id, early, true, pinned()));
   for (const d of decisions)
-    result = note(await decide(p.deps, p.tenant, s.id, d.toolUseId, d.body, undefined, p.by));
+    result = note(await decide(p.deps, p.tenant, s.id, d.toolUseId, d.body, pinned(), p.by));
   const now = result?.state ?? s;
   const results = resultsOf(last.parts, clientCallsAwaiting(now));
   if (results.length) {
     p.need('results');
-    result = note(await submitResults(p.deps, p.tenant, s.id, results, true));
+    result = note(await submitResults(p.deps, p.tenant, s.id, results, true, pinned()));
   }
   if (!result)
     throw badRequest(
@@ -168,6 +180,7 @@ export async function postAnswers(
   return {
     after,
     revision: state.revision,
+    wrote: result.wrote,
     assistant: last.id,
     known,
     state,
@@ -235,10 +248,14 @@ export async function regenerate(
     return kept;
   };
   // With the request's Idempotency-Key (if any): where its answer streams from, and the message it names.
-  const res = await rerunFrom(p.deps, p.tenant, id, pick, () => ({
-    after,
-    ...(assistant ? { message: assistant } : {}),
-  }));
+  const res = await rerunFrom(
+    p.deps,
+    p.tenant,
+    id,
+    pick,
+    () => ({ after, ...(assistant ? { message: assistant } : {}) }),
+    p.ifMatch,
+  );
   const { state } = res;
   // Made already by a request of the same key whose answer was lost (with its stream record, say expired): nothing
   // was cut now, and the answer is that request's run, streamed from where its answer did (the log still holds it)
@@ -256,6 +273,7 @@ export async function regenerate(
   return {
     after,
     revision: state.revision,
+    wrote: res.wrote,
     assistant,
     known: [],
     state,

@@ -99,8 +99,9 @@ export function rerunFrom(
   pick: (history: StoredMessage[], s: SessionState) => number,
   /** What the request's Idempotency-Key records with the change, once `pick` answered (mutate.ts `Plan.applied`). */
   applied?: () => NonNullable<Plan['applied']>,
+  ifMatch?: number,
 ): Promise<MutationResult> {
-  return mutate(deps, tenant, id, undefined, async (s) => {
+  return mutate(deps, tenant, id, ifMatch, async (s) => {
     if (s.status === 'running')
       throw conflict('session_running', 'A turn is in progress; cancel it first or wait.');
     if (s.status !== 'idle' && s.status !== 'failed')

@@ -350,6 +350,36 @@ describe('chat routes: the AI SDK UI message stream', () => {
       'toolu_m2',
     ));
 
+  test('If-Match: a stale revision is 412 and posts nothing, a malformed one 400; the current one posts, ETag its write', async () => {
+    const id = await session();
+    const post = (ifMatch: string, text: string) =>
+      fetch(`${h.service.url}/v1/chat`, {
+        method: 'POST',
+        headers: { authorization: `Bearer ${KEY}`, 'content-type': 'application/json', 'if-match': ifMatch },
+        body: JSON.stringify({ id, messages: [userMessage(text)], trigger: 'submit-message' }),
+      });
+    const before = (await h.api.get(`/v1/sessions/${id}`)).body;
+    const asked = h.fake.requests.length;
+    const stale = await post(`"${before.revision + 5}"`, 'stale');
+    assert.equal(stale.status, 412);
+    assert.equal((await stale.json()).error.code, 'revision_mismatch');
+    const malformed = await post('garbage', 'malformed');
+    assert.equal(malformed.status, 400);
+    assert.equal((await malformed.json()).error.code, 'invalid_request');
+    const unchanged = (await h.api.get(`/v1/sessions/${id}`)).body;
+    assert.equal(unchanged.revision, before.revision, 'nothing was posted');
+    assert.equal(h.fake.requests.length, asked, 'no run started');
+
+    h.fake.enqueue(text('fresh answer'));
+    const current = await post(`"${before.revision}"`, 'current');
+    assert.equal(current.status, 200);
+    const etag = Number(JSON.parse(current.headers.get('etag') ?? 'null'));
+    await current.text();
+    const events = (await h.api.get(`/v1/sessions/${id}/events`)).body.data;
+    const queued = events.find((e: { type: string }) => e.type === 'message.queued');
+    assert.equal(etag, queued.revision, 'the ETag is the revision of the write that posted the message');
+  });
+
   test('a server tool (get_weather): its call and output in the first step, the answer in the second', async () => {
     const id = await session({ tools: ['get_weather'] });
     const { chunks, message } = await readAll(await send(id, [userMessage('What is the weather in Paris?')]));

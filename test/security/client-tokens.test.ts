@@ -85,6 +85,29 @@ describe('client tokens', () => {
       assert.equal(res.status, 400, JSON.stringify(bad));
       assert.equal(res.body.error.code, 'invalid_request');
     }
+    // A scope named twice counts once, whatever the length of the list (up to 20 names).
+    const all = ['read', 'message', 'decide', 'results', 'cancel'];
+    const twice = await mint(h.api, { session_id: id, scopes: [...all, 'read'] });
+    assert.equal(twice.status, 201, JSON.stringify(twice.body));
+    assert.deepEqual(twice.body.scopes, all);
+    assert.equal((await mint(h.api, { session_id: id, scopes: Array(21).fill('read') })).status, 400);
+    // The same Idempotency-Key at once: one token, the others its replay or 409 idempotency_in_progress (declared).
+    const keyed = await Promise.all(
+      [1, 2, 3, 4].map(() =>
+        h.api.req(
+          'POST',
+          '/v1/client-tokens',
+          { session_id: id, scopes: ['read'] },
+          { 'idempotency-key': 'mint-1' },
+        ),
+      ),
+    );
+    for (const k of keyed)
+      assert.ok(
+        k.status === 201 || (k.status === 409 && k.body.error.code === 'idempotency_in_progress'),
+        JSON.stringify(k.body),
+      );
+    assert.equal(new Set(keyed.filter((k) => k.status === 201).map((k) => k.body.token)).size, 1);
     const foreign = await mint(h.api.as('key-globex'), { session_id: id, scopes: ['read'] });
     assert.equal(foreign.status, 404);
     assert.equal(foreign.body.error.code, 'session_not_found');

@@ -12165,6 +12165,8 @@ export interface operations {
     parameters: {
       query?: never;
       header?: {
+        /** @description The revision the change is for, from the ETag (`"17"`); `*` for any, or a list (`"17", "18"`, at most 16); a weak tag (`W/"17"`) never matches. 412 `revision_mismatch` when none matches. */
+        'if-match'?: string;
         /** @description Makes the POST safe to retry: the same key with the same body returns the first answer (with `Idempotent-Replayed: true`) for IDEMPOTENCY_TTL_S (24 h by default); with another body 422 `idempotency_key_reused`; while the first is still handled 409 `idempotency_in_progress`. 5xx answers are not kept. */
         'Idempotency-Key'?: components['parameters']['IdempotencyKey'];
       };
@@ -18094,6 +18096,18 @@ export interface operations {
         };
         content: {
           'application/json': components['schemas']['Error404SessionNotFound'];
+        };
+      };
+      /** @description The request does not fit the session's state (the code says why), or `idempotency_in_progress`. */
+      409: {
+        headers: {
+          'X-RateLimit-Limit': components['headers']['RateLimitLimit'];
+          'X-RateLimit-Remaining': components['headers']['RateLimitRemaining'];
+          'X-RateLimit-Reset': components['headers']['RateLimitReset'];
+          [name: string]: unknown;
+        };
+        content: {
+          'application/json': components['schemas']['Error409'];
         };
       };
       /** @description The body is larger than BODY_LIMIT (`payload_too_large`). */
