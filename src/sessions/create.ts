@@ -203,7 +203,10 @@ async function buildSession(
   // A dollar ceiling (the budget's, the tenant's cap) needs the model's price (400 `unknown_model_price`).
   deps.store.spend.assertPriced(params.data.model, body.budget?.cost_usd);
   assertAgentsPriced(deps, body.tools, body.budget?.cost_usd);
-  const start = body.start && messages.length > 0;
+  // A history that ends with a reply without tool calls is a finished loop (the runner stops at such a reply), as
+  // every history GET …/messages answers of an idle session: there is nothing to run, and the session is `idle`.
+  // (Sent as it is, its last turn would be an assistant prefill, which the service does not send.)
+  const start = body.start && messages.length > 0 && !endsFinished(messages);
   const state = newSessionState(deps, {
     id,
     tenant,
@@ -227,17 +230,14 @@ function checkGivenHistory(messages: StoredMessage[], start: boolean): void {
       problems,
     );
   }
-  const last = messages.at(-1);
-  if (start && last?.role === 'assistant' && pendingToolCalls(messages).length === 0) {
-    throw new InvalidRequest(
-      'invalid_history',
-      'To start a run the history must end with a user turn, or with an assistant turn whose tool calls the service answers (assistant prefill is not supported).',
-    );
-  }
   if (start && messages.length === 0) {
     throw badRequest('Give `messages` or `input` to start a session, or `start: false`.');
   }
 }
+
+/** Whether a history ends with an assistant turn that calls no tool (nothing for a run to answer). */
+const endsFinished = (messages: StoredMessage[]) =>
+  messages.at(-1)?.role === 'assistant' && pendingToolCalls(messages).length === 0;
 
 /** The state of a session just created from `body`, holding `msgCount` messages. */
 function newSessionState(

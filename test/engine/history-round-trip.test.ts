@@ -204,6 +204,23 @@ describe('history round trip', () => {
     );
   });
 
+  it("an idle session's history, given back with the default start, makes an idle session: nothing to run", async () => {
+    h.fake.enqueue(text('Hello there.'));
+    const first = await h.api.post('/v1/sessions', { input: 'Hi', tools: TOOLS });
+    assert.equal((await h.api.waitStatus(first.body.id, 'idle')).status, 'idle');
+    const history = await messagesOf(first.body.id);
+    assert.equal(history.at(-1).role, 'assistant');
+    const asked = h.fake.requests.length;
+    const copy = await h.api.post('/v1/sessions', { messages: history, tools: TOOLS });
+    assert.equal(copy.status, 201, JSON.stringify(copy.body));
+    assert.equal(copy.body.status, 'idle');
+    assert.deepEqual(await messagesOf(copy.body.id), history);
+    // The next message goes on from the whole history, as the first session's would.
+    const [ra, rb] = [await nextRequest(first.body.id), await nextRequest(copy.body.id)];
+    assert.equal(h.fake.requests.length, asked + 2, 'the copy sent nothing before its message');
+    assert.deepEqual(rb.messages, ra.messages);
+  });
+
   it('a blank text block of a reply is not kept (the API refuses it in a request); a run goes on past it', async () => {
     h.fake.reset();
     h.fake.enqueue(
