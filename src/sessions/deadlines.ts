@@ -6,9 +6,10 @@
  * replica sweeps the set; each step is one `apply` guarded by the revision it read and by `requires_action`, so
  * `action.expiring` (at 80 %) and `action.timed_out` are written once whatever the number of replicas and restarts,
  * and a decision racing the deadline either lands first (the sweep then finds nothing to time out) or is refused
- * with 409 `action_timed_out` — never both. On time out, `deny` (default) denies pending approvals (reason
- * `timed out`), answers missing client results `Error: no result within N s` (is_error), accepts results under
- * review as they stand, and the run goes on; `fail` fails the session with `action_timed_out`.
+ * with 409 `action_timed_out` — never both. On time out, `deny` (default) answers what the action asked for and
+ * nothing else: it denies pending approvals (reason `timed out`), or answers missing client results `Error: no result
+ * within N s` (is_error), or accepts results under review as they stand, and the run goes on (after approvals, to
+ * ask for the step's client results, with their own deadline); `fail` fails the session with `action_timed_out`.
  */
 import { InvalidStatus, QuotaExceeded, RevisionMismatch, conflict, isRefusal } from '../errors.js';
 import { requiredAction } from '../engine/status.js';
@@ -32,14 +33,22 @@ const QUOTA_RETRY_MS = 5_000;
 
 /**
  * Cleared deadline fields, the action marked as timed out (a late decision gets 409 `action_timed_out`), and what
- * timed out (`act_timed_out`: its deadline, and `ids`, the calls the timeout answered for good).
+ * timed out (`act_timed_out`: its deadline, and `ids`, the calls the timeout answered for good). A step can time out
+ * more than once (its approvals, then the client results it waits for after them, then their review): the timeouts
+ * before this one that answered calls the step still holds stay in `earlier`, so a late answer to any of those calls
+ * is still refused after the last one. Calls no longer in the step (a later step's timeout) drop out.
  */
 function firedFields(s: SessionState, ids: readonly string[] = []): Record<string, string> {
+  const inStep = new Set(s.pending?.calls.map((c) => c.id) ?? []);
+  const prev = s.action.timedOut;
+  const earlier = (prev ? [{ due: prev.due, ids: prev.ids }, ...prev.earlier] : [])
+    .map((a) => ({ due: a.due, ids: a.ids.filter((i) => inStep.has(i)) }))
+    .filter((a) => a.ids.length > 0);
   return {
     act_due: '',
     act_warn: '',
     act_fired: '1',
-    act_timed_out: JSON.stringify({ due: s.action.due, ids }),
+    act_timed_out: JSON.stringify({ due: s.action.due, ids, ...(earlier.length ? { earlier } : {}) }),
   };
 }
 
@@ -63,14 +72,23 @@ export function assertActionOpen(s: SessionState, now: number): void {
 
 /**
  * 409 `action_timed_out` for a decision or result naming a call whose action timed out and that the timeout answered
- * (`deny`), unless the session asks for that call again now (a history replaced to end before its answer).
+ * (`deny`), unless the session asks for that call again now (a history replaced to end before its answer). Asked
+ * means named by the action waiting now (its `tool_calls`, or under review the results it may replace), not merely
+ * held by the step: after its approvals timed out a step waits for its client results, and still holds the denied
+ * calls.
  */
 export function assertCallsOpen(s: SessionState, toolUseIds: readonly string[]): void {
   const timedOut = s.action.timedOut;
-  if (!timedOut?.ids.length) return;
-  const asked = new Set(s.status === 'requires_action' ? (s.pending?.calls.map((c) => c.id) ?? []) : []);
-  const id = toolUseIds.find((i) => timedOut.ids.includes(i) && !asked.has(i));
-  if (id !== undefined) throw timedOutError(timedOut.due, { tool_use_id: id });
+  if (!timedOut) return;
+  const action = requiredAction(s.status, s.pending);
+  const asked = new Set([
+    ...(action?.tool_calls.map((c) => c.id) ?? []),
+    ...(action?.type === 'review_tool_results' ? action.tool_results.map((r) => r.tool_use_id) : []),
+  ]);
+  for (const a of [timedOut, ...timedOut.earlier]) {
+    const id = toolUseIds.find((i) => a.ids.includes(i) && !asked.has(i));
+    if (id !== undefined) throw timedOutError(a.due, { tool_use_id: id });
+  }
 }
 
 /**
@@ -91,8 +109,11 @@ function actionData(s: SessionState, extra: Record<string, unknown> = {}): strin
   });
 }
 
-/** The ops that time the action out as the session's `on_action_timeout` says; `starts`: the run goes on. */
-function timeoutOps(s: SessionState): { ops: ApplyOps; starts: boolean } {
+/**
+ * The ops that time the action out as the session's `on_action_timeout` says; `starts`: the run goes on. `answered`:
+ * the calls the timeout answered (`deny`), or null when it ended the step (`fail`: every call still open is over).
+ */
+function timeoutOps(s: SessionState): { ops: ApplyOps; starts: boolean; answered: string[] | null } {
   const n = actionTimeout(s) ?? Math.round(((s.action.due ?? 0) - s.updatedAt) / 1000);
   const timedOut: [string, string] = [
     'action.timed_out',
@@ -111,6 +132,7 @@ function timeoutOps(s: SessionState): { ops: ApplyOps; starts: boolean } {
         events: [timedOut, eventOf('session.error', error), ...(st.events ?? [])],
       },
       starts: false,
+      answered: null,
     };
   }
   // A new kind of action (a tool task, …) says here what its timeout does; without a pending step it
@@ -130,13 +152,23 @@ function timeoutOps(s: SessionState): { ops: ApplyOps; starts: boolean } {
         events: [timedOut, ...(st.events ?? [])],
       },
       starts: true,
+      answered: [],
     };
   }
-  const reviewing = requiredAction(s.status, s.pending)?.type === 'review_tool_results';
+  // Only what the action asked for is answered, as the client would have: approvals come first (§2.2), so an
+  // `approve_tool_calls` timeout denies them and leaves the step's client calls (a client tool's, a sub-agent's
+  // whose child works) unanswered. The run then goes on as after the client's own last denial (`decide`): it runs
+  // the step's server calls (the denied ones answered by their denial), queues the tasks of its tenant tools' calls
+  // not denied, and asks for the client results (`submit_tool_results`) with a deadline of their own, counted from
+  // then (tool-step.ts, `endRun`). Answering them here would time out a wait that never started.
+  const action = requiredAction(s.status, s.pending);
+  const asked = new Set(action?.tool_calls.map((c) => c.id) ?? []);
+  const reviewing = action?.type === 'review_tool_results';
   const step = structuredClone(s.pending);
   const events: Array<[string, string]> = [timedOut];
   const answered: string[] = [];
   for (const c of step.calls) {
+    if (!asked.has(c.id)) continue;
     if (c.approval === 'required') {
       answered.push(c.id);
       c.approval = 'denied';
@@ -165,6 +197,7 @@ function timeoutOps(s: SessionState): { ops: ApplyOps; starts: boolean } {
       events: [...events, ...(st.events ?? [])],
     },
     starts: true,
+    answered,
   };
 }
 
@@ -186,19 +219,23 @@ function tasksRenewed(pending: PendingStep): PendingStep | null {
 }
 
 /**
- * The sub-agents working on agent calls a timeout answers (or ends, with `fail`): no child's result will answer its
- * call now, so the usage each spent so far joins the parent's (`u_child_*`) in the timeout's own write, once per
- * child (`count_once` under `cb:<child id>`, the mark the agents' sweep counts an ended child under:
+ * The sub-agents working on agent calls a timeout answers (`answered`; null: every call of the step still open, which
+ * `fail` ends): no child's result will answer its call now, so the usage each spent so far joins the parent's
+ * (`u_child_*`) in the timeout's own write, once per child (`count_once` under `cb:<child id>`, the mark the agents' sweep counts an ended child under:
  * src/store/lua/child-usage-1.lua; whichever write comes first counts it), and they are cancelled after it. What a
  * child spends between the two is not counted. A child that ended already is left to the sweep, which counts it whole.
  */
 async function childrenCut(
   deps: SessionDeps,
   s: SessionState,
+  answered: readonly string[] | null,
 ): Promise<{ ids: string[]; counts: Array<[string, Record<string, number>]> }> {
   const agents = new Set(s.tools.filter(isAgentTool).map((t) => t.name));
+  // An agent call an approval timeout leaves open (approved already, its child at work) is not cut: the session
+  // waits for it next, with its own deadline.
   const ids = (s.pending?.calls ?? [])
     .filter((c) => c.kind === 'client' && !c.result && agents.has(c.name))
+    .filter((c) => answered === null || answered.includes(c.id))
     .map((c) => childSessionId(s.id, c.id));
   const counts: Array<[string, Record<string, number>]> = [];
   for (const id of ids) {
@@ -277,8 +314,8 @@ export class DeadlineSweeper {
           await store.actionsDue.settle(e, due);
           return;
         }
-        const { ops, starts } = timeoutOps(s);
-        const children = s.pending?.turn ? null : await childrenCut(this.deps, s);
+        const { ops, starts, answered } = timeoutOps(s);
+        const children = s.pending?.turn ? null : await childrenCut(this.deps, s, answered);
         if (children?.counts.length) ops.count_once = children.counts;
         // Over the tenant's daily cap the deadline still answers the calls: the run it starts writes their results
         // and stops before its model request (`tenant_budget_exhausted`), as any run over the cap does; a run of a

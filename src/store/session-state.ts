@@ -168,6 +168,17 @@ export interface ThreadAnchor {
   digest: string;
 }
 
+/** An action timed out with `deny`: its deadline (ms), and the calls it answered. */
+interface TimedOutAction {
+  due: number | null;
+  ids: string[];
+}
+
+/** Meta `act_timed_out`: the last action timed out, and the earlier ones of its step (`ActionDeadline.timedOut`). */
+interface TimedOut extends TimedOutAction {
+  earlier: TimedOutAction[];
+}
+
 /** The deadline of a pending action: any action a `requires_action` session waits for (approval, results, review…). */
 interface ActionDeadline {
   /** When it times out (ms); null: no deadline. */
@@ -180,9 +191,11 @@ interface ActionDeadline {
    * The last action that timed out (meta `act_timed_out`, kept until another one does): its deadline (ms), and the
    * calls a late answer to it names. Calls answered by the timeout (`deny`: denied, or given their error result) are
    * never asked again, so a decision or result for one of them, however late, is 409 `action_timed_out` (not
-   * `nothing_awaits_approval`). None for a `fail` timeout: `resume` asks the same calls again.
+   * `nothing_awaits_approval`). None for a `fail` timeout: `resume` asks the same calls again. `earlier`: the
+   * timeouts before it of the same step (its approvals timed out, then its client results), each with the calls it
+   * answered that the step still holds, so the last timeout does not free a call an earlier one answered.
    */
-  timedOut: { due: number | null; ids: string[] } | null;
+  timedOut: TimedOut | null;
   /**
    * The `action_timeout_s` its deadline was set with (meta `act_s`): a PATCH of the policy applies from the next
    * action on, so what the timeout tells (`Error: no result within N s`, the events) is this, not the policy now.
@@ -327,12 +340,19 @@ function json<T>(v: string | undefined, fallback: T, text?: (raw: string) => raw
 
 /** Meta `act_timed_out` (deadlines.ts), or null when absent or not of its shape (a hand-edited hash). */
 function timedOutOf(v: string | undefined): ActionDeadline['timedOut'] {
-  const t = json<{ due?: unknown; ids?: unknown } | null>(v, null);
-  if (!t || !Array.isArray(t.ids)) return null;
-  return {
-    due: typeof t.due === 'number' ? t.due : null,
-    ids: t.ids.filter((i): i is string => typeof i === 'string'),
+  const t = json<{ due?: unknown; ids?: unknown; earlier?: unknown } | null>(v, null);
+  const one = (a: unknown): TimedOutAction | null => {
+    if (typeof a !== 'object' || a === null || !('ids' in a) || !Array.isArray(a.ids)) return null;
+    return {
+      due: 'due' in a && typeof a.due === 'number' ? a.due : null,
+      ids: a.ids.filter((i): i is string => typeof i === 'string'),
+    };
   };
+  const last = one(t);
+  if (!t || !last) return null;
+  // Written before `earlier` was: none.
+  const earlier = Array.isArray(t.earlier) ? t.earlier.map(one).filter((a) => a !== null) : [];
+  return { ...last, earlier };
 }
 
 export function decodeFields(h: Record<string, string>): SessionState {

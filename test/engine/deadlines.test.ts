@@ -4,6 +4,7 @@ import { startHarness, type Harness, type Api } from '../helpers/service.js';
 import { startTestRedis, type TestRedis } from '../helpers/redis.js';
 import { startFakeAnthropic, type FakeAnthropic } from '../fake/server.js';
 import { text, toolCall, toolCalls, toolUse } from '../fake/script.js';
+import { DeadlineSweeper } from '../../src/sessions/deadlines.js';
 
 /**
  * Deadlines of pending actions with the test-only floor ACTION_TIMEOUT_MIN_S=1 (the contract's floor is 10 s) and a
@@ -249,7 +250,7 @@ describe('action deadlines (action_timeout_s)', () => {
     assert.ok(Date.parse(late.body.error.details.expires_at) <= Date.now(), JSON.stringify(late.body));
   });
 
-  it('a step waiting for an approval and a client result: deny answers both, and a late answer to either is 409', async () => {
+  it('a step waiting for an approval and a client result: each times out in turn, and a late answer to either is 409', async () => {
     const clientTool = {
       name: 'pick_color',
       description: 'Asks the user for a color',
@@ -273,6 +274,17 @@ describe('action deadlines (action_timeout_s)', () => {
     assert.equal(waiting.required_action.type, 'approve_tool_calls');
     await waitForEvent(a.api, r.body.id, 'action.timed_out');
     await a.api.waitStatus(r.body.id, 'idle');
+    // The approval's timeout denied it only; the client result was asked for next, with its own deadline, and that
+    // timed out in its turn.
+    const timeouts = (await events(a.api, r.body.id)).filter((e) => e.type === 'action.timed_out');
+    assert.deepEqual(
+      timeouts.map((e) => [e.data.type, e.data.tool_use_ids]),
+      [
+        ['approve_tool_calls', ['toolu_mix_w']],
+        ['submit_tool_results', ['toolu_mix_c']],
+      ],
+    );
+    // The first timeout's call stays refused after the second.
     const decision = await a.api.post(`/v1/sessions/${r.body.id}/tool-calls/toolu_mix_w`, {
       decision: 'approve',
     });
@@ -418,5 +430,189 @@ describe('action deadlines over the tenant daily cap', () => {
     const last = (await h.api.get(`/v1/sessions/${r.body.id}/messages`)).body.data.at(-1);
     assert.equal(last.content[0].tool_use_id, 'toolu_cap');
     assert.match(JSON.stringify(last.content[0].content), /Error: no result within 1 s/);
+  });
+});
+
+describe('a deadline answers only what its action asked for', () => {
+  let h: Harness;
+  /** Redis's clock (the one deadlines are written in and fired by). */
+  const redisNow = async () => {
+    const [sec, us] = await h.service.app.redis.time();
+    return Number(sec) * 1000 + Math.floor(Number(us) / 1000);
+  };
+  /**
+   * Fires the deadline `expiresAt` of session `id` with one pass of a deadline sweep, once Redis's clock has passed
+   * it: the service's own sweep is off (DEADLINE_SWEEP_MS of an hour), so nothing fires a deadline but this, and the
+   * action that follows the timed-out one (with the `action_timeout_s` PATCHed to an hour meanwhile) cannot time
+   * out while the test answers it, however slow the machine.
+   */
+  async function fire(id: string, expiresAt: string): Promise<void> {
+    const due = Date.parse(expiresAt);
+    while ((await redisNow()) < due) await new Promise((res) => setTimeout(res, 25));
+    const app = h.service.app;
+    await new DeadlineSweeper(app.sessionDeps, app.log, 60_000).sweep();
+    const timedOut = (await events(h.api, id)).filter((e) => e.type === 'action.timed_out');
+    assert.equal(timedOut.length, 1, 'the sweep timed the action out');
+  }
+  before(async () => {
+    h = await startHarness({ env: { ...env, DEADLINE_SWEEP_MS: '3600000', AGENT_SWEEP_MS: '50' } });
+  });
+  after(async () => h?.close());
+
+  it('an approval timed out beside a client call: the approval is denied, then the client is asked, with its own deadline', async () => {
+    const lookup = {
+      name: 'lookup',
+      description: 'Looks a word up',
+      input_schema: { type: 'object', properties: { q: { type: 'string' } } },
+    };
+    h.fake.enqueue(
+      toolCalls([
+        toolUse('lookup', { q: 'a' }, 'toolu_lk_c'),
+        toolUse('get_weather', { location: 'Paris' }, 'toolu_lk_w'),
+      ]),
+      text('Done.'),
+    );
+    const r = await h.api.post('/v1/sessions', {
+      input: 'Look it up, and the weather?',
+      tools: [lookup, 'get_weather'],
+      approval: ['get_weather'],
+      action_timeout_s: 1,
+    });
+    assert.equal(r.status, 201, JSON.stringify(r.body));
+    const id = r.body.id as string;
+    const waiting = await h.api.waitStatus(id, 'requires_action');
+    assert.equal(waiting.required_action.type, 'approve_tool_calls');
+    assert.deepEqual(
+      waiting.required_action.tool_calls.map((c: { id: string }) => c.id),
+      ['toolu_lk_w'],
+    );
+    // From the next action on: the approval keeps its 1 s deadline.
+    const p = await h.api.req('PATCH', `/v1/sessions/${id}`, { action_timeout_s: 3600 });
+    assert.equal(p.status, 200, JSON.stringify(p.body));
+    await fire(id, waiting.required_action.expires_at);
+
+    const timedOut = (await events(h.api, id)).find((e) => e.type === 'action.timed_out')!;
+    assert.equal(timedOut.data.type, 'approve_tool_calls');
+    assert.deepEqual(timedOut.data.tool_use_ids, ['toolu_lk_w']);
+    // The session now asks for the client's result, as after a denial in time: a wait of its own, with its deadline
+    // counted from its start (the policy now: an hour).
+    const asked = await h.api.waitFor(
+      id,
+      (s) => s.status === 'requires_action' && s.required_action.type === 'submit_tool_results',
+    );
+    assert.deepEqual(
+      asked.required_action.tool_calls.map((c: { id: string }) => c.id),
+      ['toolu_lk_c'],
+    );
+    const expiresIn = Date.parse(asked.required_action.expires_at) - (await redisNow());
+    assert.ok(expiresIn > 3_000_000 && expiresIn <= 3_600_000, asked.required_action.expires_at);
+    const denial = asked.required_action.tool_results.find(
+      (t: { tool_use_id: string }) => t.tool_use_id === 'toolu_lk_w',
+    );
+    assert.equal(denial.is_error, true);
+    assert.match(JSON.stringify(denial.content), /Tool call denied: timed out/);
+    const evs = await events(h.api, id);
+    const decided = evs.filter((e) => e.type === 'tool_call.decided');
+    assert.deepEqual(
+      decided.map((e) => [e.data.tool_use_id, e.data.decision, e.data.by]),
+      [['toolu_lk_w', 'deny', 'timeout']],
+    );
+    assert.equal(count(evs, 'tool_result.submitted'), 0, 'the client call was not answered by the timeout');
+    // The denied call stays refused as timed out, though its step still waits.
+    const late = await h.api.post(`/v1/sessions/${id}/tool-calls/toolu_lk_w`, { decision: 'approve' });
+    assert.equal(late.status, 409, JSON.stringify(late.body));
+    assert.equal(late.body.error.code, 'action_timed_out');
+    assert.equal(late.body.error.details.tool_use_id, 'toolu_lk_w');
+
+    // The client's result is taken, and the run goes on with both answers.
+    const put = await h.api.req('PUT', `/v1/sessions/${id}/tool-results/toolu_lk_c`, { content: 'found' });
+    assert.equal(put.status, 202, JSON.stringify(put.body));
+    const done = await h.api.waitStatus(id, ['idle', 'failed']);
+    assert.equal(done.status, 'idle', JSON.stringify(done.error));
+    const history = (await h.api.get(`/v1/sessions/${id}/messages`)).body.data;
+    const results = history[2].content as Array<{
+      tool_use_id: string;
+      content: unknown;
+      is_error?: boolean;
+    }>;
+    const byId = new Map(results.map((b) => [b.tool_use_id, b]));
+    assert.equal(byId.get('toolu_lk_w')?.is_error, true);
+    assert.match(JSON.stringify(byId.get('toolu_lk_w')?.content), /Tool call denied: timed out/);
+    assert.match(JSON.stringify(byId.get('toolu_lk_c')?.content), /found/);
+    assert.notEqual(byId.get('toolu_lk_c')?.is_error, true);
+    assert.match(JSON.stringify(history.at(-1).content), /Done\./);
+  });
+
+  it("an approval timed out beside a sub-agent's call: the child is not cancelled, and its call is waited for next", async () => {
+    let release!: () => void;
+    const gate = new Promise<void>((res) => (release = res));
+    h.fake.setHandler(async (req) => {
+      const last = req.messages.at(-1);
+      const answered = Array.isArray(last?.content) && last.content.some((b) => b.type === 'tool_result');
+      if (JSON.stringify(req.system ?? '').includes('researcher')) {
+        await gate;
+        return text('Findings.');
+      }
+      if (answered) return text('Written.');
+      return toolCalls([
+        toolUse('researcher', { prompt: 'Why is the sky blue?' }, 'toolu_ag_r'),
+        toolUse('get_weather', { location: 'Oslo' }, 'toolu_ag_w'),
+      ]);
+    });
+    try {
+      const r = await h.api.post('/v1/sessions', {
+        system: 'You are a writer.',
+        input: 'Write about the sky.',
+        approval: ['get_weather'],
+        action_timeout_s: 1,
+        tools: [
+          'get_weather',
+          {
+            type: 'agent',
+            name: 'researcher',
+            description: 'Researches a question.',
+            session: { system: 'You are a researcher.' },
+          },
+        ],
+      });
+      assert.equal(r.status, 201, JSON.stringify(r.body));
+      const id = r.body.id as string;
+      const waiting = await h.api.waitStatus(id, 'requires_action');
+      assert.equal(waiting.required_action.type, 'approve_tool_calls');
+      const p = await h.api.req('PATCH', `/v1/sessions/${id}`, { action_timeout_s: 3600 });
+      assert.equal(p.status, 200, JSON.stringify(p.body));
+      // The child works on its call (held at its model request) while the approval waits.
+      const deadline = Date.now() + 10_000;
+      let child: { id: string; status: string } | undefined;
+      while (!child && Date.now() < deadline) {
+        child = (await h.api.get(`/v1/sessions/${id}/children`)).body.data[0];
+        if (!child) await new Promise((res) => setTimeout(res, 25));
+      }
+      assert.ok(child, 'the child started');
+      await fire(id, waiting.required_action.expires_at);
+
+      const asked = await h.api.waitFor(
+        id,
+        (s) => s.status === 'requires_action' && s.required_action.type === 'submit_tool_results',
+      );
+      assert.deepEqual(
+        asked.required_action.tool_calls.map((c: { id: string }) => c.id),
+        ['toolu_ag_r'],
+      );
+      assert.ok(Date.parse(asked.required_action.expires_at) - (await redisNow()) > 3_000_000);
+      assert.equal((await h.api.get(`/v1/sessions/${child.id}`)).body.status, 'running', 'not cancelled');
+
+      // The child's answer is the call's result, and the parent goes on.
+      release();
+      const done = await h.api.waitStatus(id, ['idle', 'failed'], 30_000);
+      assert.equal(done.status, 'idle', JSON.stringify(done.error));
+      const history = (await h.api.get(`/v1/sessions/${id}/messages`)).body.data;
+      const results = JSON.stringify(history[2].content);
+      assert.match(results, /Findings\./);
+      assert.match(results, /Tool call denied: timed out/);
+    } finally {
+      release();
+      h.fake.setHandler(null);
+    }
   });
 });
