@@ -3,18 +3,19 @@
  * channel (never by polling Redis), heartbeats, results, and their delivery to the session; and the sweep every
  * replica runs (lost leases offered again, timeouts failed, results left undelivered by a dead replica delivered).
  *
- * Delivery writes the call's `result:<id>` field of the session's pending step (a guarded read-check-write, like a
- * client's result), then, when the session runs, marks the run due and kicks it (a session waiting for its client
- * keeps the result on its step: the client's answer starts the run); the call is settled in the queue only after
- * that, so a replica dying at any point leaves the result in the outbox for the sweep to deliver again (writing it
- * is idempotent: a call that has its result takes no other).
+ * Delivery writes the call's `result:<id>` field of the session's pending step, with those of the step's other
+ * calls whose results wait in the queue (a guarded read-check-write, like a client's result: `deliverOnce`), then,
+ * when the session runs, marks the run due and kicks it (a session waiting for its client keeps the result on its
+ * step: the client's answer starts the run); the call is settled in the queue only after that, so a replica dying
+ * at any point leaves the result in the outbox for the sweep to deliver again (writing it is idempotent: a call
+ * that has its result takes no other).
  *
  * Over 400 lines: which session awaits which task (`awaits`) is read by claims, heartbeats, results, delivery and
  * the sweep alike, and keeping them in one class keeps that one rule in one place.
  */
 import { SweepLoop } from '../sweep-loop.js';
 import type { FastifyBaseLogger } from 'fastify';
-import { NotFound, conflict, notFound, type DomainError } from '../errors.js';
+import { NotFound, RevisionMismatch, conflict, notFound, type DomainError } from '../errors.js';
 import { HttpRefusal } from '../plugins/error-status.js';
 import type { Metrics } from '../observability/metrics.js';
 import { mutate, startRun, type SessionDeps } from '../sessions/mutate.js';
@@ -26,6 +27,7 @@ import { WakeChannels, type Wake } from './wake.js';
 import {
   claimWaitSeconds,
   claimedTask,
+  taskCallId,
   taskRound,
   toolRetried,
   toolStarted,
@@ -94,6 +96,37 @@ const completedRefusal = (id: string, rec: TaskRecord | undefined): DomainError 
       timed_out_at: new Date(rec.timed_out_at).toISOString(),
       timeout_ms: rec.timeout_ms,
     },
+  );
+};
+
+/** A result from the outbox as the step holds it (content that is neither text nor blocks, as JSON text). */
+const resultOf = (result: TaskResult): { content: string | StoredBlock[]; is_error: boolean } => ({
+  content:
+    typeof result.content === 'string' || Array.isArray(result.content)
+      ? (result.content as string | StoredBlock[])
+      : JSON.stringify(result.content),
+  is_error: result.is_error === true,
+});
+
+/**
+ * The refusal of a lost offer (another offer held the call, or none: `rec.offer` empty) whose call is settled: no
+ * attempt is offered again, so not `task_lease_lost` (whose meaning is that one is) but `task_already_completed`,
+ * saying why. Timed out (`timed_out`, as completedRefusal says it); its last attempt's lease lapsed (sweep-10.lua
+ * fails the call and empties `offer`: `attempts_exhausted`, the session got `Error: no worker answered: the lease of
+ * each of its N attempts expired`); or a later attempt's result was taken (`result_taken`).
+ */
+const settledRefusal = (id: string, rec: TaskRecord): DomainError => {
+  if (rec.timed_out_at !== undefined) return completedRefusal(id, rec);
+  if (rec.offer === '')
+    return conflict(
+      'task_already_completed',
+      `Task ${id} was the call's last attempt (max_attempts ${rec.max_attempts}) and its lease expired, so the session got an error result instead; the call is not offered again.`,
+      { reason: 'attempts_exhausted', attempts: rec.attempt, max_attempts: rec.max_attempts },
+    );
+  return conflict(
+    'task_already_completed',
+    `Task ${id}'s lease expired and a later attempt's result was taken; the call is not offered again.`,
+    { reason: 'result_taken' },
   );
 };
 
@@ -256,8 +289,10 @@ export class ToolTasks {
   /**
    * The refusal of an offer. `lost` says the call is offered again under a new id; when its session no longer waits
    * for it (cancelled after the sweep offered it again), the worker is told `task_cancelled` instead, and the call is
-   * settled. `completed` says whether the call timed out or had a result (completedRefusal), from the record the
-   * refusing script read (`refused`). One read more, for `lost` only.
+   * settled; when the call is settled already (failed after its last attempt, timed out, or answered by a later
+   * attempt), nothing is offered again: `task_already_completed` (settledRefusal). `completed` says whether the call
+   * timed out or had a result (completedRefusal), from the record the refusing script read (`refused`). One read
+   * more, for `lost` only.
    */
   private async refuse(
     tenant: string,
@@ -268,6 +303,8 @@ export class ToolTasks {
     if (r === 'completed') return completedRefusal(id, refused?.completed);
     if (r !== 'lost') return refusal(r, id);
     const rec = await this.o.queue.offerRecord(tenant, id);
+    if (rec?.state === 'done' || rec?.state === 'delivered') return settledRefusal(id, rec);
+    if (rec?.state === 'cancelled') return refusal('cancelled', id);
     const open = rec?.state === 'queued' || rec?.state === 'leased';
     if (!rec || !open || (await this.stillAwaited(rec)) || !(await this.cancelled(rec)))
       return refusal(r, id);
@@ -351,15 +388,40 @@ export class ToolTasks {
    * Delivers a completed call's result to its session, then settles it. A call found not awaited is cancelled,
    * unless a run queued it again since its record was read (`cancelled`): the session waits for it after all, and
    * the delivery is made again from a new read (a few times at most; then the sweep's, which delivers results left).
+   *
+   * `deferred`: the session kept changing under the guarded write until `mutate` gave up (many results of one
+   * session delivered at once, with its run writing too). The result is committed in the outbox all the same, and
+   * the tenant's sweep is due within 2 s of its `complete` (tasks.ts): the sweep delivers it then, unless a delivery
+   * of another call of the session takes it first (`deliverOnce` writes every result of the step waiting). So a
+   * worker's result, once taken, is answered 200 whatever the contention (spec §7.1 declares no 412 there).
    */
-  async deliver(tenant: string, call: string): Promise<'delivered' | 'cancelled' | 'gone'> {
-    for (let i = 0; i < 3; i++) {
-      const got = await this.deliverOnce(tenant, call);
-      if (got !== 'wanted') return got;
+  async deliver(tenant: string, call: string): Promise<'delivered' | 'cancelled' | 'gone' | 'deferred'> {
+    try {
+      for (let i = 0; i < 3; i++) {
+        const got = await this.deliverOnce(tenant, call);
+        if (got !== 'wanted') return got;
+      }
+    } catch (err) {
+      if (!(err instanceof RevisionMismatch)) throw err;
+      this.o.log.info(
+        { tenant, call },
+        'tool task delivery deferred to the sweep: its session kept changing',
+      );
+      return 'deferred';
     }
     return 'gone';
   }
 
+  /**
+   * One delivery, from one read of the call's record. The session's write takes every result of the step that waits
+   * in the outbox, not only this call's: deliveries of one session's calls at once (a worker answering a step's
+   * calls together) race for one revision, and each write a loser retries against has delivered the loser's result
+   * too when it was committed before that write's read (the loser finds it on the step: `AlreadyDelivered`, settles
+   * it and kicks the run). So contention ends within a round or two of the guarded write, whatever the number of
+   * results, and across replicas alike (the outbox is in Redis). Each result is written once: the write is guarded
+   * by the revision, and a call that has its result takes no other (`openCall`). A replica dying after the write
+   * leaves the calls in the outbox: the sweep's delivery finds them delivered, kicks the run and settles them.
+   */
   private async deliverOnce(
     tenant: string,
     call: string,
@@ -367,63 +429,75 @@ export class ToolTasks {
     const got = await this.o.queue.record(tenant, call);
     if (!got || !got.result) return 'gone';
     const { rec, result } = got;
-    const content =
-      typeof result.content === 'string' || Array.isArray(result.content)
-        ? result.content
-        : JSON.stringify(result.content);
-    const res = { content: content as string | StoredBlock[], is_error: result.is_error === true };
     // Whether the session runs as this delivery writes (read on each attempt of the guarded write): a running
     // session's run parked for its tasks and goes on once a result is in (or parks again). A session that waits for
     // its client keeps the result on its step and starts no run: the client's answer does, and finds it there. The
     // revision guards the write, so a client's answer landing first makes this attempt read `running`.
     let runs = false;
+    // The calls the write that landed delivered (this one first): settled after it.
+    let delivered: string[] = [];
     try {
       await mutate(this.o.deps, tenant, rec.session, undefined, async (s) => {
         runs = s.status === 'running';
-        // A call that has its result takes no other: this is a second delivery (its first one's replica died before
-        // settling it), and the run is kicked again below.
+        // A call that has its result takes no other: a second delivery (its first one's replica died before
+        // settling it), or a delivery of another call of the step wrote it; the run is kicked again below.
         if (stepCall(s, rec)?.result) throw new AlreadyDelivered();
         if (!s.pending || !openCall(s, rec)) throw new NotAwaited();
         const step = structuredClone(s.pending);
-        const c = step.calls.find((x) => x.id === rec.tool_use_id);
-        if (!c) throw new NotAwaited();
-        const sent = setResult(c, res);
-        c.reported = true;
-        const completed = JSON.stringify({
-          tool_use_id: c.id,
-          name: c.name,
-          input: c.input,
-          content: sent.content,
-          is_error: sent.is_error,
-          duration_ms: null,
-          attempt: rec.attempt,
-        });
-        // Not refused at TENANT_MAX_BYTES: the result is the worker's, committed already; the call must end.
-        return {
-          ops: { hset: pendingFields(step), events: [['tool.completed', completed]] },
-          storageCap: false,
-        };
+        // The other results of the step waiting in the outbox, read after the session (each attempt reads anew):
+        // one committed before this read is written here. Only calls the session awaits (their round's task).
+        const others = step.calls
+          .filter((c) => c.runner !== undefined && c.id !== rec.tool_use_id && !c.result)
+          .map((c) => taskCallId(rec.session, c.id, c.round ?? 0));
+        const waiting = [
+          { rec, result },
+          ...(await this.o.queue.waiting(tenant, others)).filter((w) => openCall(s, w.rec)),
+        ];
+        const events: Array<[string, string]> = [];
+        for (const w of waiting) {
+          const c = step.calls.find((x) => x.id === w.rec.tool_use_id);
+          // Not reached: `openCall` found each of them on the step read, of which `step` is a copy.
+          if (!c) throw new NotAwaited();
+          const sent = setResult(c, resultOf(w.result));
+          c.reported = true;
+          events.push([
+            'tool.completed',
+            JSON.stringify({
+              tool_use_id: c.id,
+              name: c.name,
+              input: c.input,
+              content: sent.content,
+              is_error: sent.is_error,
+              duration_ms: null,
+              attempt: w.rec.attempt,
+            }),
+          ]);
+        }
+        delivered = waiting.map((w) => w.rec.call);
+        // Not refused at TENANT_MAX_BYTES: the results are the workers', committed already; the calls must end.
+        return { ops: { hset: pendingFields(step), events }, storageCap: false };
       });
     } catch (err) {
-      if (err instanceof AlreadyDelivered) return this.settleDelivered(tenant, rec, call, runs);
+      if (err instanceof AlreadyDelivered) return this.settleDelivered(tenant, rec, [call], runs);
       if (!(err instanceof NotAwaited || err instanceof NotFound)) throw err;
       return (await this.cancelled(rec)) ? 'cancelled' : 'wanted';
     }
-    return this.settleDelivered(tenant, rec, call, runs);
+    return this.settleDelivered(tenant, rec, delivered, runs);
   }
 
   /**
-   * The call is settled once its result is on the step; a running session's run is kicked first (a replica dying
-   * between the two leaves the call to the sweep, which delivers it again: `AlreadyDelivered`, kicked again).
+   * The calls are settled once their results are on the step; a running session's run is kicked first (a replica
+   * dying between the two leaves the calls to the sweep, which delivers them again: `AlreadyDelivered`, kicked
+   * again). Settling a call another delivery settled already changes nothing.
    */
   private async settleDelivered(
     tenant: string,
     rec: TaskRecord,
-    call: string,
+    calls: readonly string[],
     runs: boolean,
   ): Promise<'delivered'> {
     if (runs) await startRun(this.o.deps, rec.session);
-    await this.o.queue.settle(tenant, call, 'delivered');
+    for (const call of calls) await this.o.queue.settle(tenant, call, 'delivered');
     return 'delivered';
   }
 

@@ -367,6 +367,31 @@ export class TaskQueue {
     return { rec: decodeStored<TaskRecord>(rec), result: result ? decodeStored<TaskResult>(result) : null };
   }
 
+  /**
+   * Of `calls`, those whose result waits in the outbox (completed, not delivered yet), with their records: two HMGETs
+   * in one pipeline. A call settled, unknown or without a result is left out.
+   */
+  async waiting(
+    tenant: string,
+    calls: readonly string[],
+  ): Promise<Array<{ rec: TaskRecord; result: TaskResult }>> {
+    if (calls.length === 0) return [];
+    const k = keyList(tenant);
+    const [recs, results] = await Promise.all([
+      this.redis.hmget(k.calls, ...calls),
+      this.redis.hmget(k.results, ...calls),
+    ]);
+    const out: Array<{ rec: TaskRecord; result: TaskResult }> = [];
+    calls.forEach((_, i) => {
+      const rec = recs[i];
+      const result = results[i];
+      if (!rec || !result) return;
+      const r = decodeStored<TaskRecord>(rec);
+      if (r.state === 'done') out.push({ rec: r, result: decodeStored<TaskResult>(result) });
+    });
+    return out;
+  }
+
   /** Results completed before `before` (ms, Redis's clock: `sweep`'s `now`) and not delivered yet. */
   undelivered(tenant: string, before: number, limit = 100): Promise<string[]> {
     return this.redis.zrangebyscore(keyList(tenant).done, '-inf', before, 'LIMIT', 0, limit);

@@ -262,6 +262,90 @@ describe('tenant tools and tool tasks', () => {
     }
   });
 
+  it('results of many calls of one session posted at once: each answered 200 and delivered once, without the sweep', async () => {
+    // Each result's delivery is a guarded write of the session: posted together, they race for one revision, and
+    // the write retried (mutate's CAS_ATTEMPTS) was refused 412 revision_mismatch past its retries, though the
+    // result was taken (a resend got 409 task_already_completed) and §7.1 declares no 412 for this route. The
+    // contention is made deterministic: every delivery write of the session is held until each result still in
+    // flight has reached its write, then all are let go at once (one wins per round). With the sweep held off,
+    // the session can only finish if the results' own deliveries brought every result and kicked the run.
+    const n = 12;
+    await a.req('PUT', '/v1/tools/fan_tool', lookup);
+    h.fake.enqueue(
+      toolCalls(Array.from({ length: n }, (_, i) => toolUse('fan_tool', { id: i }, `toolu_fan${i}`))),
+      text('all done'),
+    );
+    const tasks = h.service.app.toolTasks;
+    const sweep = tasks.sweep;
+    tasks.sweep = async () => {};
+    const store = h.service.app.store as any;
+    const apply = store.apply.bind(store);
+    try {
+      const id = (await a.post('/v1/sessions', { input: 'go', tools: ['fan_tool'] })).body.id;
+      const claimed: any[] = [];
+      while (claimed.length < n) {
+        const c = await a.post('/v1/tool-tasks/claim', { tools: ['fan_tool'], max: n, wait_ms: 10000 });
+        claimed.push(...c.body.tasks);
+      }
+      const held: Array<() => void> = [];
+      let answered = 0;
+      let rounds = 0;
+      const release = () => {
+        if (held.length === 0 || held.length < n - answered) return;
+        rounds++;
+        for (const go of held.splice(0)) go();
+      };
+      store.apply = async (
+        sid: string,
+        guard: { fence?: string },
+        ops: { events?: string[][] },
+        ...rest: unknown[]
+      ) => {
+        if (sid === id && !guard.fence && ops.events?.some(([type]) => type === 'tool.completed')) {
+          await new Promise<void>((go) => {
+            held.push(go);
+            release();
+          });
+        }
+        return apply(sid, guard, ops, ...rest);
+      };
+      const answers = await Promise.all(
+        claimed.map((t) =>
+          a.post(`/v1/tool-tasks/${t.id}/result`, { content: `r-${t.tool_use_id}` }).then((r) => {
+            answered++;
+            release();
+            return r;
+          }),
+        ),
+      );
+      assert.deepEqual(
+        answers.map((r) => r.status),
+        answers.map(() => 200),
+        JSON.stringify(answers.filter((r) => r.status !== 200).map((r) => r.body)),
+      );
+      assert.ok(rounds >= 1, 'the deliveries met at their writes');
+      await a.waitStatus(id, 'idle', 30000);
+      const completed = await events(a, id, 'tool.completed');
+      assert.deepEqual(
+        completed.map((e) => e.data.tool_use_id).sort(),
+        claimed.map((t) => t.tool_use_id).sort(),
+      );
+      const sent = resultsSent(h, 1);
+      assert.deepEqual(
+        sent.map((r) => `${r.tool_use_id}=${r.content}`).sort(),
+        claimed.map((t) => `${t.tool_use_id}=r-${t.tool_use_id}`).sort(),
+      );
+      assert.equal(h.fake.requests.length, 2);
+      // Taken once: a resend is told so.
+      const again = await a.post(`/v1/tool-tasks/${claimed[0].id}/result`, { content: 'again' });
+      assert.equal(again.status, 409);
+      assert.equal(again.body.error.code, 'task_already_completed');
+    } finally {
+      store.apply = apply;
+      tasks.sweep = sweep;
+    }
+  });
+
   it('the session keeps its copy: a tool deleted after create still runs for it', async () => {
     await a.req('PUT', '/v1/tools/copy_tool', lookup);
     h.fake.enqueue(toolCalls([toolUse('copy_tool', { id: 1 }, 'toolu_c1')]), text('ok'));
@@ -303,6 +387,11 @@ describe('tenant tools and tool tasks', () => {
     assert.equal((await a.post(`/v1/tool-tasks/${second.id}/result`, { content: 'fine' })).status, 200);
     await a.waitStatus(id, 'idle');
     assert.equal(resultsSent(h, 1)[0].content, 'fine');
+    // Once the call is settled nothing is offered again: the lost attempt is told it has its result.
+    const settled = await a.post(`/v1/tool-tasks/${first.id}/heartbeat`);
+    assert.equal(settled.status, 409);
+    assert.equal(settled.body.error.code, 'task_already_completed');
+    assert.equal(settled.body.error.details.reason, 'result_taken');
     const retried = await events(a, id, 'tool_task.retried');
     assert.equal(retried.length, 1);
     assert.equal(retried[0].data.attempt, 1);
@@ -437,14 +526,20 @@ describe('tenant tools and tool tasks', () => {
     assert.match(once.content, /^Error: no worker answered/);
     assert.equal(nobody.is_error, true);
     assert.match(nobody.content, /^Error: no worker answered within 1000 ms/);
-    // The last attempt lost its lease as any other does: its worker is told so (§7.1), not that it completed.
+    // The last attempt's lease lapsed and the call was answered with an error: nothing is offered again, so its
+    // worker is told the call is settled, and why (task_lease_lost would say the call is offered again).
     for (const route of ['result', 'heartbeat']) {
       const late = await a.post(
         `/v1/tool-tasks/${t.id}/${route}`,
         route === 'result' ? { content: 'late' } : {},
       );
       assert.equal(late.status, 409, route);
-      assert.equal(late.body.error.code, 'task_lease_lost', route);
+      assert.equal(late.body.error.code, 'task_already_completed', route);
+      assert.deepEqual(
+        late.body.error.details,
+        { reason: 'attempts_exhausted', attempts: 1, max_attempts: 1 },
+        route,
+      );
     }
   });
 

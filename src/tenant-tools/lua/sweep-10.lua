@@ -36,7 +36,9 @@ for _, call in ipairs(redis.call('ZRANGEBYSCORE', KEYS[5], '-inf', now, 'LIMIT',
     if rec.state == 'leased' and rec.lease <= now then
       if rec.attempt >= rec.max_attempts then
         redis.call('ZREM', KEYS[6], call)
-        -- The last offer lost its lease as the others did: its worker is answered 'lost', not 'completed'.
+        -- The last offer lost its lease as the others did: offer_check answers its worker 'lost' (the offer no
+        -- longer holds the call), and the service, finding the call settled with no offer, tells it
+        -- task_already_completed `attempts_exhausted` (src/tenant-tools/service.ts settledRefusal).
         rec.offer = ''
         fail(call, rec, 'Error: no worker answered: the lease of each of its ' .. rec.attempt ..
           ' attempts expired (max_attempts ' .. rec.max_attempts .. ')')
