@@ -17,7 +17,7 @@ import {
   tooDeepMessage,
   tooWideMessage,
 } from './json-depth.js';
-import { hasLoneSurrogate, loneSurrogateMessage } from './json-unicode.js';
+import { loneSurrogateDetails, loneSurrogateMessage, loneSurrogatePath } from './json-unicode.js';
 import { heavyStep } from './tenant-turns.js';
 import redisPlugin from './plugins/redis.js';
 import anthropicPlugin from './plugins/anthropic.js';
@@ -130,7 +130,9 @@ const app: FastifyPluginAsync<AppOptions> = async (fastify, opts) => {
     const forbidden = suspectKeys ? forbiddenKeyPath(value) : null;
     if (forbidden !== null)
       return done(badRequest('The body holds a forbidden key.', forbiddenKeyDetails(forbidden)), undefined);
-    if (hasLoneSurrogate(bytes, value)) return done(badRequest(loneSurrogateMessage), undefined);
+    const illFormed = loneSurrogatePath(bytes, value);
+    if (illFormed !== null)
+      return done(badRequest(loneSurrogateMessage, loneSurrogateDetails(illFormed)), undefined);
     done(null, value);
   };
   // The body as bytes: a refused body is never decoded to a string (the scan reads bytes, see json-depth.ts).

@@ -24,20 +24,45 @@ function surrogateEscape(bytes: Buffer): boolean {
   return false;
 }
 
-/** Some string of `value` (a key or a value, at any depth) is not well-formed. */
-function illFormed(value: unknown): boolean {
-  if (typeof value === 'string') return !value.isWellFormed();
-  if (typeof value !== 'object' || value === null) return false;
-  if (Array.isArray(value)) return value.some(illFormed);
-  for (const [k, v] of Object.entries(value)) if (!k.isWellFormed() || illFormed(v)) return true;
-  return false;
+/**
+ * The JSON pointer of the first string of `value` (a key or a value, at any depth) that is not well-formed, or null.
+ * Its depth is bounded by the parse that made `value` (json-depth.ts): the recursion is too.
+ */
+function illFormedAt(value: unknown, at: string): string | null {
+  if (typeof value === 'string') return value.isWellFormed() ? null : at || '/';
+  if (typeof value !== 'object' || value === null) return null;
+  if (Array.isArray(value)) {
+    for (let i = 0; i < value.length; i++) {
+      const found = illFormedAt(value[i], `${at}/${i}`);
+      if (found !== null) return found;
+    }
+    return null;
+  }
+  for (const [k, v] of Object.entries(value)) {
+    // A key that is ill-formed is named as it can be: with U+FFFD for its lone surrogates.
+    const path = `${at}/${k.toWellFormed().replaceAll('~', '~0').replaceAll('/', '~1')}`;
+    if (!k.isWellFormed()) return path;
+    const found = illFormedAt(v, path);
+    if (found !== null) return found;
+  }
+  return null;
+}
+
+/** The JSON pointer of a lone surrogate in `value`, parsed from the JSON text `bytes`; null when it holds none. */
+export function loneSurrogatePath(bytes: Buffer, value: unknown): string | null {
+  return surrogateEscape(bytes) ? illFormedAt(value, '') : null;
 }
 
 /** `value`, parsed from the JSON text `bytes`, holds a lone surrogate. */
 export function hasLoneSurrogate(bytes: Buffer, value: unknown): boolean {
-  return surrogateEscape(bytes) && illFormed(value);
+  return loneSurrogatePath(bytes, value) !== null;
 }
 
 /** The message of the 400 `invalid_request` for such a string. */
 export const loneSurrogateMessage =
   'A string holds a lone surrogate (an escape \\uD800-\\uDFFF without its pair): send well-formed Unicode.';
+
+/** The `details` of that 400: where the string is. */
+export const loneSurrogateDetails = (path: string) => [
+  { path, code: 'ill_formed_unicode', message: 'a lone surrogate (\\uD800-\\uDFFF without its pair)' },
+];

@@ -10,7 +10,7 @@ import {
   tooDeepMessage,
   tooWideMessage,
 } from '../json-depth.js';
-import { hasLoneSurrogate, loneSurrogateMessage } from '../json-unicode.js';
+import { loneSurrogateDetails, loneSurrogateMessage, loneSurrogatePath } from '../json-unicode.js';
 import { decisionBody, postMessageBody, toolResultFields } from '../schemas.js';
 import { errorResultHasContent } from '../message-schemas.js';
 import { cancelRun } from '../sessions/control.js';
@@ -105,7 +105,9 @@ export async function handleFrame(
       'The frame holds a forbidden key.',
       forbiddenKeyDetails(forbidden),
     );
-  if (hasLoneSurrogate(bytes, msg)) return errorFrame(null, 'invalid_request', loneSurrogateMessage);
+  const illFormed = loneSurrogatePath(bytes, msg);
+  if (illFormed !== null)
+    return errorFrame(null, 'invalid_request', loneSurrogateMessage, loneSurrogateDetails(illFormed));
   if (typeof msg !== 'object' || msg === null || Array.isArray(msg)) {
     return errorFrame(null, 'invalid_frame', 'A frame is a JSON object with `type` and `ref`.');
   }

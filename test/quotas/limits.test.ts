@@ -98,6 +98,7 @@ describe('bounded input: JSON depth and client tool schemas', () => {
       );
       const err = await ws.frames.wait((f) => f.type === 'error', 'error frame');
       assert.equal(err.error.code, 'invalid_request');
+      assert.equal(err.error.details[0].path, '/text');
       const cancel = await ws.request({ type: 'cancel', ref: 'r2' });
       assert.notEqual(cancel.error?.code, 'internal_error');
     } finally {
@@ -108,21 +109,35 @@ describe('bounded input: JSON depth and client tool schemas', () => {
   it('refuses a lone surrogate in any string of a body or frame with 400 invalid_request; a pair is fine', async () => {
     const created = await h.api.post('/v1/sessions', { start: false });
     const id = created.body.id;
-    const bodies: Array<[string, string, string, string]> = [
+    // Each with where it is: the JSON pointer of the string (an ill-formed key named with U+FFFD).
+    const bodies: Array<[string, string, string, string, string]> = [
       [
         'webhook description',
         'POST',
         '/v1/webhooks',
         '{"url":"http://127.0.0.1:9/h","events":["session.deleted"],"description":"\\ud800"}',
+        '/description',
       ],
-      ['message text', 'POST', `/v1/sessions/${id}/messages`, '{"text":"x\\udfffy"}'],
-      ['a key', 'POST', '/v1/sessions', '{"start":false,"metadata":{"\\uDBFF":"v"}}'],
+      ['message text', 'POST', `/v1/sessions/${id}/messages`, '{"text":"x\\udfffy"}', '/text'],
+      [
+        'a key',
+        'POST',
+        '/v1/sessions',
+        '{"start":false,"metadata":{"a/b":{"\\uDBFF":"v"}}}',
+        '/metadata/a~1b/\ufffd',
+      ],
+      ['in a list', 'POST', '/v1/sessions', '{"start":false,"input":["ok","\\ud800"]}', '/input/1'],
     ];
-    for (const [what, method, path, body] of bodies) {
+    for (const [what, method, path, body, at] of bodies) {
       const r = await h.api.req(method, path, body);
       assert.equal(r.status, 400, `${what}: ${r.status} ${JSON.stringify(r.body).slice(0, 200)}`);
       assert.equal(r.body.error.code, 'invalid_request', what);
       assert.match(r.body.error.message, /lone surrogate/, what);
+      assert.deepEqual(
+        r.body.error.details.map((d: { path: string; code: string }) => [d.path, d.code]),
+        [[at, 'ill_formed_unicode']],
+        what,
+      );
     }
     const hook = (
       await h.api.post('/v1/webhooks', {
