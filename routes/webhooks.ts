@@ -14,6 +14,7 @@ import {
 } from '../src/webhooks/schemas.js';
 import { newSecret } from '../src/webhooks/secrets.js';
 import type { WebhookRecord } from '../src/webhooks/keys.js';
+import { emptyBody } from '../src/schemas.js';
 import { ifMatchHeader, resolveIfMatch } from './mutations.js';
 import { sealInRecord } from '../src/plugins/idempotency.js';
 import {
@@ -216,6 +217,7 @@ const routes: FastifyPluginAsyncZod = async (app) => {
         summary: 'Queue a `webhook.test` event for delivery to the endpoint',
         tags,
         params: webhookIdParam,
+        body: emptyBody,
         response: {
           202: testDelivery,
           ...routeErrors(NOT_FOUND, 400, 401, 404, 409, 413, 415, 422, 429, 500, 503),

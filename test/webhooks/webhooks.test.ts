@@ -170,6 +170,9 @@ describe('webhook routes', { timeout: 120_000 }, () => {
   it('delivers a signed test event and logs the attempt', async () => {
     const w = (await acme.post('/v1/webhooks', { url: receiver.url })).body;
     receiver.setSecret(w.secret);
+    // It takes no body, as the other body-less POSTs: none, null or {} (anything else is 400, nothing queued).
+    for (const body of [{ x: 1 }, 'x', 123])
+      assert.equal((await acme.post(`/v1/webhooks/${w.id}/test`, body)).status, 400, JSON.stringify(body));
     const sent = await acme.post(`/v1/webhooks/${w.id}/test`);
     assert.equal(sent.status, 202);
     await receiver.until(() => receiver.accepted.some((r) => r.id === sent.body.message_id));

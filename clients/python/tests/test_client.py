@@ -426,6 +426,14 @@ class RoutesTest(unittest.TestCase):
         with self.assertRaises(ApiError) as missing:
             self.client.delete_memory_file("none.md")
         self.assertEqual(missing.exception.code, "file_not_found")
+        # A path never leaves the memory routes: "/" is escaped, and dot segments are refused before anything is sent.
+        for traversal in ("../sessions/" + session["id"], "notes/../../sessions/" + session["id"], ".."):
+            with self.assertRaises(ValueError):
+                self.client.delete_memory_file(traversal)
+        with self.assertRaises(ApiError) as missing:
+            self.client.get_memory_file("notes/deeper/none.md")
+        self.assertEqual(missing.exception.code, "file_not_found")
+        self.assertEqual(self.client.get_session(session["id"])["id"], session["id"])
         with self.assertRaises(ApiError) as stale:
             self.client.delete_session(session["id"], if_match=replaced["revision"] + 1)
         self.assertEqual(stale.exception.code, "revision_mismatch")

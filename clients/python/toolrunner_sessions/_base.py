@@ -53,6 +53,15 @@ def _seg(value: str) -> str:
     return quote(value, safe="")
 
 
+def _memory_path(path: str) -> str:
+    """A memory file's path as one segment of the URL: its "/" escaped, so no "." or ".." segment of it can take the
+    request to another route (an HTTP client resolves dot segments before it sends)."""
+    relative = path.lstrip("/")
+    if any(part in (".", "..") for part in relative.split("/")):
+        raise ValueError(f"a memory path has no '.' or '..' segment: {path!r}")
+    return quote(relative, safe="")
+
+
 def _mutation_headers(if_match: Optional[int], idempotency_key: Optional[str]) -> Dict[str, str]:
     headers: Dict[str, str] = {}
     if if_match is not None:
@@ -374,10 +383,10 @@ class Routes:
         return self._call(Request("GET", "/v1/memory", shape="page"))
 
     def get_memory_file(self, path: str) -> Any:
-        return self._call(Request("GET", f"/v1/memory/{quote(path.lstrip('/'), safe='/')}"))
+        return self._call(Request("GET", f"/v1/memory/{_memory_path(path)}"))
 
     def delete_memory_file(self, path: str) -> Any:
-        return self._call(Request("DELETE", f"/v1/memory/{quote(path.lstrip('/'), safe='/')}"))
+        return self._call(Request("DELETE", f"/v1/memory/{_memory_path(path)}"))
 
     # Usage and chat history
     def get_usage(self, *, from_: Optional[str] = None, to: Optional[str] = None) -> Any:

@@ -11712,7 +11712,11 @@ export interface operations {
       };
       cookie?: never;
     };
-    requestBody?: never;
+    requestBody: {
+      content: {
+        'application/json': Record<string, never> | null;
+      };
+    };
     responses: {
       /** @description Accepted: the work was queued (a run started or will start at the next turn boundary). */
       202: {
