@@ -3,7 +3,7 @@ import type { ToolCall } from '../history.js';
 import { isMcpToolset } from '../mcp/schema.js';
 import { isAnthropicTool, runsOnClient } from '../tools/anthropic-tools.js';
 import { isAgentTool } from '../schemas.js';
-import { setResult, type PendingCall, type ToolResult } from '../store/pending.js';
+import { setResult, type PendingCall, type PendingStep, type ToolResult } from '../store/pending.js';
 import type { SessionState } from '../store/session-state.js';
 import { inputViolations } from './client-validation.js';
 
@@ -44,6 +44,21 @@ export function needsReview(s: Pick<SessionState, 'review'>, calls: Array<{ name
   if (s.review === false) return false;
   const names = s.review;
   return calls.some((c) => names.includes(c.name));
+}
+
+/**
+ * Whether a step whose results are known pauses at `review_tool_results` before the model sees them: it was not
+ * accepted already (`step.review`), no server call failed under `on_tool_error: "fail"` (the session fails instead),
+ * and `review_tool_results` names one of its non-denied server calls or one of them failed under `"pause"`. Decided
+ * by the run's tool step (tool-step.ts `holdResults`), and by a client's last result of a step whose other results
+ * are all in (sessions/tool-calls.ts: the step pauses without a run).
+ */
+export function heldForReview(s: Pick<SessionState, 'review' | 'onToolError'>, step: PendingStep): boolean {
+  if (step.review) return false;
+  const serverResults = step.calls.filter((c) => c.kind === 'server' && c.approval !== 'denied');
+  const failed = serverResults.some((c) => c.result?.is_error);
+  if (failed && s.onToolError === 'fail') return false;
+  return needsReview(s, serverResults) || (failed && s.onToolError === 'pause');
 }
 
 /** Tools whose calls a client answers: client tools, and Anthropic-defined tools a client runs (bash, …). */

@@ -27,7 +27,7 @@ import {
 import type { ApplyOps } from '../store/apply-ops.js';
 import { commit, completedEvents, endRun, mergeOps, persistedEvent } from './commit.js';
 import { parkForTasks, queueTasks } from './tool-tasks.js';
-import { interruptedResult, needsReview, pendingCalls, callIdempotent } from './policy.js';
+import { interruptedResult, heldForReview, pendingCalls, callIdempotent } from './policy.js';
 import type { RunDeps, RunHandle } from './run-handle.js';
 import { eventOf } from '../events/schemas.js';
 import { hasLoneSurrogate } from '../json-unicode.js';
@@ -266,10 +266,7 @@ async function holdResults(
     );
     return 'done';
   }
-  const review =
-    !step.review &&
-    (needsReview(state, serverResults) || (failed.length > 0 && state.onToolError === 'pause'));
-  if (!review) return null;
+  if (!heldForReview(state, step)) return null;
   step.review = true;
   await endRun(
     deps,

@@ -6,7 +6,9 @@ import { assertActionOpen, assertCallsOpen } from './deadlines.js';
 import { blocksOf, pendingToolCalls } from '../history.js';
 import { isAgentTool, type decisionBody, type toolResultBody, type toolResultsBody } from '../schemas.js';
 import { encodeResult, setResult, type PendingStep, type ToolResult } from '../store/pending.js';
-import { recordCount, type SessionState } from '../store/session-state.js';
+import { deadlineFields, recordCount, type SessionState } from '../store/session-state.js';
+import { completedEvents } from '../engine/commit.js';
+import { heldForReview } from '../engine/policy.js';
 import type { ApplyOps } from '../store/apply-ops.js';
 import { mutate, runOps, statusOps, type MutationResult, type SessionDeps } from './mutate.js';
 import { sessionView } from './view.js';
@@ -211,6 +213,10 @@ export function submitResults(
     }
     const step = structuredClone(s.pending);
     const events = results.map((r) => applyResult(step, r));
+    // The step's last result, every other one in: a review the policy asks for begins now, as the run would begin it
+    // at once (tool-step.ts `holdResults`), without a run (`continue: true` does not skip it, there either).
+    if (step.calls.every((c) => c.result) && heldForReview(s, step))
+      return { ops: reviewOps(deps, s, step, events), starts: false, costCap: false };
     // Client results alone let the run go on; reviewed results wait for `continue`.
     const goes = ready(step) && (go || !step.review);
     const st = goes
@@ -231,6 +237,29 @@ export function submitResults(
       ...(service ? { priced: false, storageCap: false } : {}),
     };
   });
+}
+
+/**
+ * The step paused at `review_tool_results`, as the run's tool step pauses it (tool-step.ts `holdResults`, commit.ts
+ * `endOps`): `step.review` set, the calls not announced yet announced (`tool.completed`: the client's, without a
+ * duration), and the new action's deadline counted from Redis's now.
+ */
+function reviewOps(
+  deps: SessionDeps,
+  s: SessionState,
+  step: PendingStep,
+  events: Array<[string, string]>,
+): ApplyOps {
+  step.review = true;
+  const deadline = deadlineFields(s.actionTimeoutS, deps.store.clock.now());
+  const completed = completedEvents(step.calls, new Map());
+  const due = Number(deadline['act_due']) || null;
+  const st = statusOps({ ...s, action: { ...s.action, due } }, { status: 'requires_action', pending: step });
+  return {
+    ...st,
+    hset: { ...st.hset, ...deadline },
+    events: [...events, ...completed, ...(st.events ?? [])],
+  };
 }
 
 async function endsWithTurnToSend(deps: SessionDeps, id: string): Promise<boolean> {

@@ -387,6 +387,43 @@ describe('steering between turns', () => {
     assert.deepEqual(sent.content, blocksContent);
   });
 
+  it("review: a client's last result of a step with a server call pauses it for review at once, with no run", async () => {
+    const lookup = { name: 'lookup', description: 'Look it up.', input_schema: { type: 'object' as const } };
+    h.fake.enqueue(
+      toolCalls([toolUse('calculate_sum', { a: 2, b: 2 }, 'toolu_rs'), toolUse('lookup', {}, 'toolu_rc')]),
+      text('fine'),
+    );
+    const s = await create({
+      input: 'sum and look',
+      review_tool_results: true,
+      tools: ['calculate_sum', lookup],
+    });
+    const waiting = await wait(s.id, 'requires_action');
+    assert.equal(waiting.required_action!.type, 'submit_tool_results');
+    const before = (await h.api.get(`/v1/sessions/${s.id}/events`)).body.data.length;
+    const put = await h.api.req('PUT', `/v1/sessions/${s.id}/tool-results/toolu_rc`, { content: 'found' });
+    // 200: the session waits on; before, a run started (202, running) only to pause at once.
+    assert.equal(put.status, 200, JSON.stringify(put.body));
+    assert.equal(put.body.status, 'requires_action');
+    assert.equal(put.body.required_action.type, 'review_tool_results');
+    assert.deepEqual(
+      put.body.required_action.tool_results.map((r: { tool_use_id: string }) => r.tool_use_id),
+      ['toolu_rs', 'toolu_rc'],
+    );
+    const events = (await h.api.get(`/v1/sessions/${s.id}/events`)).body.data.slice(before);
+    assert.deepEqual(
+      events.map((e: { type: string }) => e.type),
+      ['tool_result.submitted', 'tool.completed', 'session.status'],
+    );
+    assert.equal(events[1].data.tool_use_id, 'toolu_rc');
+    assert.equal(h.fake.requests.length, 1, 'nothing was sent');
+    const go = await h.api.post(`/v1/sessions/${s.id}/continue`);
+    assert.equal(go.status, 202, JSON.stringify(go.body));
+    assert.equal((await wait(s.id, 'idle')).status, 'idle');
+    const sent = blocks(h.fake.requests[1]!.messages.at(-1)).map((b: { content: unknown }) => b.content);
+    assert.deepEqual(sent, ['4', 'found']);
+  });
+
   it('PATCH changes params from the next turn on; If-Match guards it', async () => {
     h.fake.enqueue(text('a'));
     const s = await create({ input: 'x' });
