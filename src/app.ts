@@ -244,6 +244,14 @@ const app: FastifyPluginAsync<AppOptions> = async (fastify, opts) => {
       // A route that declares no query takes none (the catch-all below answers 404 whatever its query).
       if (route.url !== UNROUTED) route.schema = { querystring: noQuery, ...route.schema };
     });
+    // A DELETE takes no body (docs/API.md): one sent anyway is refused, as an unknown field is, not ignored. None,
+    // `null` and `{}` are no body.
+    api.addHook('preValidation', async (req) => {
+      if (req.method === 'DELETE' && !isNoBody(req.body))
+        throw badRequest('A DELETE takes no body.', [
+          { path: '/', code: 'unrecognized_keys', message: 'DELETE takes no body' },
+        ]);
+    });
     await api.register(authPlugin, { keys: config.API_KEYS });
     await api.register(rateLimitPlugin, {
       perMinute: config.RATE_LIMIT_PER_MIN,
@@ -314,6 +322,12 @@ function cspDirectives(swaggerCsp: { script: string[] }) {
     upgradeInsecureRequests: null,
   };
 }
+
+/** A parsed body that says nothing: none, `null`, or an empty object. */
+const isNoBody = (body: unknown) =>
+  body === undefined ||
+  body === null ||
+  (typeof body === 'object' && !Array.isArray(body) && Object.keys(body).length === 0);
 
 /** The `/v1` scope's catch-all route: its unknown paths. */
 const UNROUTED = '/v1/*';

@@ -330,6 +330,9 @@ describe('invalid requests are refused with a stable code and leave Redis unchan
         code: 'session_not_found',
       },
       bad('DELETE a malformed id', 'DELETE', '/v1/sessions/no%20pe'),
+      // A DELETE takes no body: one sent anyway is refused (the session is kept), not ignored.
+      bad('DELETE with a body', 'DELETE', `/v1/sessions/${IDLE}`, { x: 1 }),
+      bad('DELETE of a webhook with a body', 'DELETE', '/v1/webhooks/wh_none', ['x']),
       {
         name: 'DELETE an unknown id',
         method: 'DELETE',
