@@ -97,7 +97,39 @@ describe('the typed client against a server that is not the API', () => {
     listIterations: () => client.listIterations('ses_x'),
     getIteration: () => client.getIteration('ses_x', 1),
     listEvents: () => client.listEvents('ses_x'),
+    replaceMessages: () => client.replaceMessages('ses_x', [{ role: 'user', content: 'y' }]),
     listTools: () => client.listTools(),
+    putTool: () =>
+      client.putTool('t', { description: 'd', input_schema: { type: 'object' }, runner: { type: 'worker' } }),
+    getTool: () => client.getTool('t'),
+    deleteTool: () => client.deleteTool('t'),
+    claimToolTasks: () => client.claimToolTasks({ tools: ['t'], wait_ms: 0 }),
+    heartbeatToolTask: () => client.heartbeatToolTask('tt_x'),
+    submitToolTaskResult: () => client.submitToolTaskResult('tt_x', { content: 'y' }),
+    putMcpServer: () => client.putMcpServer('m', { url: 'http://127.0.0.1:9/mcp' }),
+    listMcpServers: () => client.listMcpServers(),
+    getMcpServer: () => client.getMcpServer('m'),
+    deleteMcpServer: () => client.deleteMcpServer('m'),
+    createWebhook: () => client.createWebhook({ url: 'http://127.0.0.1:9/hook' }),
+    listWebhooks: () => client.listWebhooks(),
+    getWebhook: () => client.getWebhook('wh_x'),
+    updateWebhook: () => client.updateWebhook('wh_x', { description: 'y' }),
+    deleteWebhook: () => client.deleteWebhook('wh_x'),
+    listWebhookDeliveries: () => client.listWebhookDeliveries('wh_x'),
+    testWebhook: () => client.testWebhook('wh_x'),
+    listMemory: () => client.listMemory(),
+    getMemoryFile: () => client.getMemoryFile('notes/a.md'),
+    deleteMemoryFile: () => client.deleteMemoryFile('notes/a.md'),
+    createClientToken: () => client.createClientToken({ session_id: 'ses_x', scopes: ['read'] }),
+    deleteClientToken: () => client.deleteClientToken('ct_x'),
+    createSchedule: () => client.createSchedule({ cron: '0 3 * * *', session: { input: 'x' } }),
+    listSchedules: () => client.listSchedules(),
+    getSchedule: () => client.getSchedule('sch_x'),
+    updateSchedule: () => client.updateSchedule('sch_x', { paused: true }),
+    deleteSchedule: () => client.deleteSchedule('sch_x'),
+    listScheduleRuns: () => client.listScheduleRuns('sch_x'),
+    listScheduleEvents: () => client.listScheduleEvents('sch_x'),
+    getUsage: () => client.getUsage(),
     waitFor: () => client.waitFor('ses_x', 'idle', { timeoutMs: 5000 }),
   });
 
@@ -131,6 +163,23 @@ describe('the typed client against a server that is not the API', () => {
     await notTheApi(client.waitFor('ses_x', 'idle', { timeoutMs: 5000 }), 'waitFor, not a session');
     await notTheApi(client.listSessions(), 'listSessions, not a page');
     await notTheApi(client.listEvents('ses_x'), 'listEvents, not a page');
+    await notTheApi(
+      client.replaceMessages('ses_x', [{ role: 'user', content: 'y' }]),
+      'replaceMessages, not a session',
+    );
+    for (const name of [
+      'listTools',
+      'listMcpServers',
+      'listWebhooks',
+      'listWebhookDeliveries',
+      'listMemory',
+      'listSchedules',
+      'listScheduleRuns',
+      'listScheduleEvents',
+      'getUsage',
+    ]) {
+      await notTheApi(methods()[name]!(), `${name}, not a page`);
+    }
     // A JSON answer without a content type is read by its body: the API's shapes pass.
     s.state.next = () => ({ type: null, body: SESSION });
     assert.equal((await client.getSession('ses_x')).id, 'ses_x');

@@ -1,4 +1,4 @@
-import createFetchClient, { type Client } from 'openapi-fetch';
+import createFetchClient, { defaultPathSerializer, type Client } from 'openapi-fetch';
 import { unwrap } from './answer.js';
 import { NotFoundError } from './errors.js';
 import { follow, type Event, type FollowOptions, type WebSocketConstructor } from './follow.js';
@@ -12,6 +12,10 @@ import type { components, operations, paths } from './openapi.js';
  * service's error codes, or a ConnectionError for a 2xx answer that is not the API's JSON (answer.ts). Plus what generation cannot give: `follow()` (the event stream over the WebSocket, resumed
  * across disconnects, exactly once), `waitFor()`, retries that honour Retry-After with an Idempotency-Key on every
  * POST, and `verifyWebhook()`.
+ *
+ * Over 400 lines: one short method per route of the API, all of one class (`SessionsClient`, the one surface a user
+ * learns); each is a line or two over `client.api`, and the logic they share (answers, retries, following) lives in
+ * answer.ts, http.ts and follow.ts.
  */
 
 export type Session = components['schemas']['Session'];
@@ -61,6 +65,49 @@ export type UpdateSessionBody = JsonBody<'updateSession'>;
 export type RetrySessionBody = JsonBody<'retrySession'>;
 export type ForkSessionBody = JsonBody<'forkSession'>;
 export type CompactSessionBody = JsonBody<'compactSession'>;
+/** A whole new history: `{messages}` (`replaceMessages` takes the list). */
+export type ReplaceMessagesBody = JsonBody<'replaceSessionMessages'>;
+export type CreateWebhookBody = JsonBody<'createWebhook'>;
+export type UpdateWebhookBody = JsonBody<'updateWebhook'>;
+export type PutToolBody = JsonBody<'putTool'>;
+export type ClaimToolTasksBody = JsonBody<'claimToolTasks'>;
+export type SubmitToolTaskResultBody = JsonBody<'submitToolTaskResult'>;
+export type PutMcpServerBody = JsonBody<'putMcpServer'>;
+export type CreateClientTokenBody = JsonBody<'createClientToken'>;
+export type CreateScheduleBody = JsonBody<'createSchedule'>;
+export type UpdateScheduleBody = JsonBody<'updateSchedule'>;
+
+type Schemas = components['schemas'];
+/** A webhook endpoint; `CreatedWebhook` also carries its `secret` (shown once, at the create). */
+export type Webhook = Schemas['Webhook'];
+export type CreatedWebhook = Schemas['CreatedWebhook'];
+export type WebhookList = Schemas['WebhookList'];
+export type DeletedWebhook = Schemas['DeletedWebhook'];
+export type DeliveryList = Schemas['DeliveryList'];
+export type TestDelivery = Schemas['TestDelivery'];
+export type MemoryFileList = Schemas['MemoryFileList'];
+export type MemoryFile = Schemas['MemoryFile'];
+export type DeletedMemoryFile = Schemas['DeletedMemoryFile'];
+export type ToolList = Schemas['ToolList'];
+export type ListedTool = Schemas['ListedTool'];
+/** A tenant tool's definition (`runner` `worker` or `http`), as registered. */
+export type TenantTool = Schemas['TenantTool'];
+/** `getTool`: the tenant's tool of that name, else the one `listTools` lists (a server's, memory, an MCP server's). */
+export type ToolByName = Schemas['ToolByName'];
+export type DeletedTool = Schemas['DeletedTool'];
+export type ClaimedToolTasks = Schemas['ClaimedToolTasks'];
+export type ToolTaskLease = Schemas['ToolTaskLease'];
+export type ToolTaskResultAccepted = Schemas['ToolTaskResultAccepted'];
+export type McpServer = Schemas['McpServer'];
+export type McpServerList = Schemas['McpServerList'];
+export type DeletedMcpServer = Schemas['DeletedMcpServer'];
+/** A client token: `token` (`ct_…`) is shown in this answer only. */
+export type ClientToken = Schemas['ClientToken'];
+export type DeletedClientToken = Schemas['DeletedClientToken'];
+export type Schedule = Schemas['Schedule'];
+export type ScheduleList = Schemas['ScheduleList'];
+export type DeletedSchedule = Schemas['DeletedSchedule'];
+export type UsageDays = Schemas['UsageDays'];
 
 export interface ClientOptions extends RetryOptions {
   /** Where the service is, e.g. `http://127.0.0.1:3000`. */
@@ -80,6 +127,15 @@ export interface ClientOptions extends RetryOptions {
 export interface MutationOptions {
   ifMatch?: number | undefined;
   idempotencyKey?: string | undefined;
+  signal?: AbortSignal | undefined;
+}
+
+/** A POST that creates (nothing to match a revision against): its `Idempotency-Key` and signal. */
+export type PostOptions = Pick<MutationOptions, 'idempotencyKey' | 'signal'>;
+/** A change of a tenant resource with a revision (PUT, PATCH, DELETE): `If-Match` (its `revision`) and signal. */
+export type ChangeOptions = Pick<MutationOptions, 'ifMatch' | 'signal'>;
+/** A request that takes no header: its signal. */
+export interface SignalOptions {
   signal?: AbortSignal | undefined;
 }
 
@@ -108,6 +164,7 @@ export class SessionsClient {
     this.api = createFetchClient<paths>({
       baseUrl: this.baseUrl,
       fetch: retryingFetch(base, options),
+      pathSerializer: refusingDotSegments,
       headers: this.apiKey ? { authorization: `Bearer ${this.apiKey}` } : {},
     });
   }
@@ -298,8 +355,200 @@ export class SessionsClient {
     return page as EventPage;
   }
 
-  listTools() {
-    return unwrap(this.api.GET('/v1/tools'));
+  /** Replaces the whole history (`idle`, `failed`, or reviewing a turn or tool results); the session goes `idle`. */
+  replaceMessages(
+    id: string,
+    messages: ReplaceMessagesBody['messages'],
+    o: ChangeOptions = {},
+  ): Promise<Session> {
+    return unwrap(
+      this.api.PUT('/v1/sessions/{id}/messages', {
+        params: { path: { id } },
+        body: { messages },
+        ...this.options(o),
+      }),
+      'session',
+    );
+  }
+
+  /** Every tool a session of the tenant may name: the server's, its MCP servers', its own. */
+  listTools(): Promise<ToolList> {
+    return unwrap(this.api.GET('/v1/tools'), 'page');
+  }
+
+  // Tenant tools (run by a ToolWorker, or an HTTP endpoint of yours).
+
+  /** Registers (201) or replaces (200) the tenant tool `name`; `ifMatch`: the tool's revision. */
+  putTool(name: string, body: PutToolBody, o: ChangeOptions = {}): Promise<TenantTool> {
+    return unwrap(this.api.PUT('/v1/tools/{name}', { params: { path: { name } }, body, ...this.options(o) }));
+  }
+
+  getTool(name: string): Promise<ToolByName> {
+    return unwrap(this.api.GET('/v1/tools/{name}', { params: { path: { name } } }));
+  }
+
+  deleteTool(name: string, o: ChangeOptions = {}): Promise<DeletedTool> {
+    return unwrap(this.api.DELETE('/v1/tools/{name}', { params: { path: { name } }, ...this.options(o) }));
+  }
+
+  // Tool tasks: the worker protocol (`ToolWorker` runs it for you).
+
+  /** A long poll: the calls leased to this worker, or none after `wait_ms`. Abort `signal` to give it up. */
+  claimToolTasks(body: ClaimToolTasksBody, o: PostOptions = {}): Promise<ClaimedToolTasks> {
+    return unwrap(this.api.POST('/v1/tool-tasks/claim', { body, ...this.options(o) }));
+  }
+
+  /** Extends a claimed task's lease (409 `task_lease_lost` once it is no longer this worker's). */
+  heartbeatToolTask(id: string, o: PostOptions = {}): Promise<ToolTaskLease> {
+    return unwrap(
+      this.api.POST('/v1/tool-tasks/{id}/heartbeat', { params: { path: { id } }, ...this.options(o) }),
+    );
+  }
+
+  submitToolTaskResult(
+    id: string,
+    body: SubmitToolTaskResultBody,
+    o: PostOptions = {},
+  ): Promise<ToolTaskResultAccepted> {
+    return unwrap(
+      this.api.POST('/v1/tool-tasks/{id}/result', { params: { path: { id } }, body, ...this.options(o) }),
+    );
+  }
+
+  // The tenant's MCP servers.
+
+  /** Adds (201) or replaces (200) the MCP server `name`; `ifMatch`: its revision. */
+  putMcpServer(name: string, body: PutMcpServerBody, o: ChangeOptions = {}): Promise<McpServer> {
+    return unwrap(
+      this.api.PUT('/v1/mcp-servers/{name}', { params: { path: { name } }, body, ...this.options(o) }),
+    );
+  }
+
+  listMcpServers(): Promise<McpServerList> {
+    return unwrap(this.api.GET('/v1/mcp-servers'), 'page');
+  }
+
+  /** One MCP server (its header values redacted). */
+  getMcpServer(name: string): Promise<McpServer> {
+    return unwrap(this.api.GET('/v1/mcp-servers/{name}', { params: { path: { name } } }));
+  }
+
+  deleteMcpServer(name: string, o: ChangeOptions = {}): Promise<DeletedMcpServer> {
+    return unwrap(
+      this.api.DELETE('/v1/mcp-servers/{name}', { params: { path: { name } }, ...this.options(o) }),
+    );
+  }
+
+  // Webhooks.
+
+  /** A new endpoint; its `secret` (for `verifyWebhook`) is in this answer only. */
+  createWebhook(body: CreateWebhookBody, o: PostOptions = {}): Promise<CreatedWebhook> {
+    return unwrap(this.api.POST('/v1/webhooks', { body, ...this.options(o) }));
+  }
+
+  listWebhooks(): Promise<WebhookList> {
+    return unwrap(this.api.GET('/v1/webhooks'), 'page');
+  }
+
+  getWebhook(id: string): Promise<Webhook> {
+    return unwrap(this.api.GET('/v1/webhooks/{id}', { params: { path: { id } } }));
+  }
+
+  /** Changes the fields given (`url`, `events`, `description`, `disabled`); `ifMatch`: its revision. */
+  updateWebhook(id: string, body: UpdateWebhookBody, o: ChangeOptions = {}): Promise<Webhook> {
+    return unwrap(
+      this.api.PATCH('/v1/webhooks/{id}', { params: { path: { id } }, body, ...this.options(o) }),
+    );
+  }
+
+  deleteWebhook(id: string, o: ChangeOptions = {}): Promise<DeletedWebhook> {
+    return unwrap(this.api.DELETE('/v1/webhooks/{id}', { params: { path: { id } }, ...this.options(o) }));
+  }
+
+  /** The endpoint's recent delivery attempts. */
+  listWebhookDeliveries(id: string, query: Query<'listWebhookDeliveries'> = {}): Promise<DeliveryList> {
+    return unwrap(this.api.GET('/v1/webhooks/{id}/deliveries', { params: { path: { id }, query } }), 'page');
+  }
+
+  /** Queues a `webhook.test` delivery to the endpoint. */
+  testWebhook(id: string, o: PostOptions = {}): Promise<TestDelivery> {
+    return unwrap(
+      this.api.POST('/v1/webhooks/{id}/test', { params: { path: { id } }, body: {}, ...this.options(o) }),
+    );
+  }
+
+  // Memory: the memory tool's files of the tenant, by their path relative to /memories (`notes/today.md`).
+
+  listMemory(): Promise<MemoryFileList> {
+    return unwrap(this.api.GET('/v1/memory'), 'page');
+  }
+
+  /**
+   * One file. The path is sent as one URL segment (`/` escaped); one with a `.` or `..` segment is refused (a
+   * rejected TypeError) before anything is sent.
+   */
+  async getMemoryFile(path: string): Promise<MemoryFile> {
+    return unwrap(this.api.GET('/v1/memory/{path}', { params: { path: { path: memoryPath(path) } } }));
+  }
+
+  /** Deletes one file (not a directory). The path is checked and sent as `getMemoryFile`'s. */
+  async deleteMemoryFile(path: string): Promise<DeletedMemoryFile> {
+    return unwrap(this.api.DELETE('/v1/memory/{path}', { params: { path: { path: memoryPath(path) } } }));
+  }
+
+  // Client tokens: one session's access for a browser.
+
+  /** A token for one session with `scopes`; its `token` is in this answer only. */
+  createClientToken(body: CreateClientTokenBody, o: PostOptions = {}): Promise<ClientToken> {
+    return unwrap(this.api.POST('/v1/client-tokens', { body, ...this.options(o) }));
+  }
+
+  /** Revokes a client token at once. */
+  deleteClientToken(id: string, o: SignalOptions = {}): Promise<DeletedClientToken> {
+    return unwrap(
+      this.api.DELETE('/v1/client-tokens/{id}', { params: { path: { id } }, ...this.options(o) }),
+    );
+  }
+
+  // Schedules: sessions created on a cron or at a time.
+
+  createSchedule(body: CreateScheduleBody, o: PostOptions = {}): Promise<Schedule> {
+    return unwrap(this.api.POST('/v1/schedules', { body, ...this.options(o) }));
+  }
+
+  /** A page of the schedules; follow `next_cursor` while `has_more`. */
+  listSchedules(query: Query<'listSchedules'> = {}): Promise<ScheduleList> {
+    return unwrap(this.api.GET('/v1/schedules', { params: { query } }), 'page');
+  }
+
+  getSchedule(id: string): Promise<Schedule> {
+    return unwrap(this.api.GET('/v1/schedules/{id}', { params: { path: { id } } }));
+  }
+
+  /** Changes the fields given (`paused`, `cron`, `at`, `session`, …); `ifMatch`: its revision. */
+  updateSchedule(id: string, body: UpdateScheduleBody, o: ChangeOptions = {}): Promise<Schedule> {
+    return unwrap(
+      this.api.PATCH('/v1/schedules/{id}', { params: { path: { id } }, body, ...this.options(o) }),
+    );
+  }
+
+  deleteSchedule(id: string, o: ChangeOptions = {}): Promise<DeletedSchedule> {
+    return unwrap(this.api.DELETE('/v1/schedules/{id}', { params: { path: { id } }, ...this.options(o) }));
+  }
+
+  /** A page of the sessions the schedule created, newest fire first. */
+  listScheduleRuns(id: string, query: Query<'listScheduleRuns'> = {}): Promise<SessionList> {
+    return unwrap(this.api.GET('/v1/schedules/{id}/runs', { params: { path: { id }, query } }), 'page');
+  }
+
+  /** A page of the schedule's own events (`schedule.fired`, `schedule.skipped`, …), oldest first. */
+  listScheduleEvents(id: string, query: Query<'listScheduleEvents'> = {}): Promise<EventPage> {
+    return unwrap(this.api.GET('/v1/schedules/{id}/events', { params: { path: { id }, query } }), 'page');
+  }
+
+  /** Tokens and cost per UTC day, `from`..`to` (`YYYY-MM-DD`; default: today). */
+  getUsage(query: Query<'getUsage'> = {}): Promise<UsageDays> {
+    return unwrap(this.api.GET('/v1/usage', { params: { query } }), 'page');
   }
 
   /**
@@ -381,6 +630,33 @@ export class SessionsClient {
       options.signal?.removeEventListener('abort', onAbort);
     }
   }
+}
+
+/**
+ * Path parameters as openapi-fetch writes them (each value escaped with encodeURIComponent, so a `/` in it stays in
+ * its segment), except that a value `.` or `..` throws before anything is sent: the URL would resolve it as a dot
+ * segment and the request reach another route (`DELETE /v1/tools/..` is `DELETE /v1/`).
+ */
+function refusingDotSegments(pathname: string, params: Record<string, unknown>): string {
+  for (const [name, value] of Object.entries(params)) {
+    if (value === '.' || value === '..') {
+      throw new TypeError(`the path parameter ${name} cannot be ${JSON.stringify(value)}`);
+    }
+  }
+  return defaultPathSerializer(pathname, params);
+}
+
+/**
+ * A memory file's path as the routes take it: relative to /memories (a leading `/` dropped), without a `.` or `..`
+ * segment (which throws: the service refuses them too, and none may come near the URL). openapi-fetch escapes the
+ * whole path, `/` included, so it is one segment of the URL and cannot reach another route.
+ */
+function memoryPath(path: string): string {
+  const relative = path.replace(/^\/+/, '');
+  if (relative.split('/').some((segment) => segment === '.' || segment === '..')) {
+    throw new TypeError(`a memory path has no "." or ".." segment: ${JSON.stringify(path)}`);
+  }
+  return relative;
 }
 
 /** What `waitFor` throws when the session it waits for is deleted: the 404 a read of it now answers. */
