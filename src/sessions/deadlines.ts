@@ -64,10 +64,33 @@ const timedOutError = (due: number | null | undefined, more: Record<string, unkn
  * `clock.now()`), the one the deadline was written in and the sweep fires it by: with the answering replica's own,
  * one ahead refused answers to actions still open (and the sweep kept them waiting).
  */
-export function assertActionOpen(s: SessionState, now: number): void {
+export function assertActionOpen(s: SessionState, now: number, toolUseIds?: readonly string[]): void {
   const late = s.status === 'requires_action' && s.action.due !== null && now >= s.action.due;
-  if (!late && !(s.status !== 'requires_action' && s.action.fired)) return;
+  const fired = s.status !== 'requires_action' && s.action.fired;
+  if (!late && !fired) return;
+  // An answer naming calls (`toolUseIds`) none of which the timed-out action answers is not late: a client's result
+  // given early beside approvals (the approvals' timeout leaves it open: it is asked for next), before or after the
+  // sweep fired. Not after a `fail` timeout: the session failed, and every call of its step with it.
+  if (toolUseIds && !(fired && s.status === 'failed')) {
+    const timedOut = late ? askedNow(s) : answeredByTimeouts(s);
+    if (!toolUseIds.some((id) => timedOut.has(id))) return;
+  }
   throw timedOutError(s.action.due ?? s.action.timedOut?.due);
+}
+
+/** The calls the action waiting now names: its `tool_calls`, and under review the results it may replace. */
+function askedNow(s: SessionState): Set<string> {
+  const action = requiredAction(s.status, s.pending);
+  return new Set([
+    ...(action?.tool_calls.map((c) => c.id) ?? []),
+    ...(action?.type === 'review_tool_results' ? action.tool_results.map((r) => r.tool_use_id) : []),
+  ]);
+}
+
+/** The calls the step's `deny` timeouts answered (`act_timed_out`). */
+function answeredByTimeouts(s: SessionState): Set<string> {
+  const t = s.action.timedOut;
+  return new Set(t ? [t, ...t.earlier].flatMap((a) => a.ids) : []);
 }
 
 /**
@@ -80,11 +103,7 @@ export function assertActionOpen(s: SessionState, now: number): void {
 export function assertCallsOpen(s: SessionState, toolUseIds: readonly string[]): void {
   const timedOut = s.action.timedOut;
   if (!timedOut) return;
-  const action = requiredAction(s.status, s.pending);
-  const asked = new Set([
-    ...(action?.tool_calls.map((c) => c.id) ?? []),
-    ...(action?.type === 'review_tool_results' ? action.tool_results.map((r) => r.tool_use_id) : []),
-  ]);
+  const asked = askedNow(s);
   for (const a of [timedOut, ...timedOut.earlier]) {
     const id = toolUseIds.find((i) => a.ids.includes(i) && !asked.has(i));
     if (id !== undefined) throw timedOutError(a.due, { tool_use_id: id });

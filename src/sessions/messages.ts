@@ -6,7 +6,7 @@ import { eventOf } from '../events/schemas.js';
 import { AlreadyPosted, encodeBlocks, type PostedGuard } from '../store/apply-ops.js';
 import { resultsTurn } from '../store/pending.js';
 import { interruptedResult } from '../engine/policy.js';
-import { mutate, runOps, type MutationResult, type SessionDeps } from './mutate.js';
+import { checkIfMatch, mutate, runOps, type MutationResult, type SessionDeps } from './mutate.js';
 import { assertActionOpen } from './deadlines.js';
 import { withText } from '../openapi/serializer.js';
 
@@ -29,9 +29,12 @@ export function addMessage(
   const message: StoredMessage = { role: 'user', content: blocks };
   // Encoded once: the store joins it into the next user turn as it is (MAX_TURN_BYTES caps that turn: 413).
   const queued = encodeBlocks(blocks);
-  return mutate(deps, tenant, id, ifMatch, async (s) => {
+  // A chat's message sent again is answered as the first one was (AlreadyPosted) whatever its If-Match: its post
+  // moved the revision. So If-Match is checked after that lookup (the write is guarded by it all the same).
+  return mutate(deps, tenant, id, posted ? undefined : ifMatch, async (s) => {
     const before = posted && s.chatPosted?.find((e) => e.id === posted.id);
     if (before) throw new AlreadyPosted(before);
+    checkIfMatch(s, ifMatch);
     // A new message needs budget left, whatever the status: a run in flight would stop before sending it anyway.
     assertBudgetLeft(s);
     const queuedEvent = eventOf('message.queued', { message, interrupt: body.interrupt, by });

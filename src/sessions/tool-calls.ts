@@ -203,20 +203,27 @@ export function submitResults(
   service = false,
 ): Promise<MutationResult> {
   return mutate(deps, tenant, id, ifMatch, async (s) => {
-    assertActionOpen(s, deps.store.clock.now());
-    assertCallsOpen(
-      s,
-      results.map((r) => r.tool_use_id),
-    );
+    const ids = results.map((r) => r.tool_use_id);
+    assertActionOpen(s, deps.store.clock.now(), ids);
+    assertCallsOpen(s, ids);
     if (s.status !== 'requires_action' || !s.pending) {
       throw conflict('nothing_awaits_results', `The session is ${s.status}; no tool result is expected.`);
     }
+    // The service's own answer (an ended child's, which the agents' sweep gives again at each look) never replaces
+    // a result the call has: under review, that is the reviewer's to replace.
+    if (service && results.every((r) => s.pending?.calls.find((c) => c.id === r.tool_use_id)?.result))
+      throw conflict('tool_result_already_submitted', 'The call already has its result.');
     const step = structuredClone(s.pending);
     const events = results.map((r) => applyResult(step, r));
     // The step's last result, every other one in: a review the policy asks for begins now, as the run would begin it
     // at once (tool-step.ts `holdResults`), without a run (`continue: true` does not skip it, there either).
     if (step.calls.every((c) => c.result) && heldForReview(s, step))
-      return { ops: reviewOps(deps, s, step, events), starts: false, costCap: false };
+      return {
+        ops: reviewOps(deps, s, step, events),
+        starts: false,
+        costCap: false,
+        ...(service ? { storageCap: false } : {}),
+      };
     // Client results alone let the run go on; reviewed results wait for `continue`.
     const goes = ready(step) && (go || !step.review);
     const st = goes

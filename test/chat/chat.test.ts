@@ -352,11 +352,11 @@ describe('chat routes: the AI SDK UI message stream', () => {
 
   test('If-Match: a stale revision is 412 and posts nothing, a malformed one 400; the current one posts, ETag its write', async () => {
     const id = await session();
-    const post = (ifMatch: string, text: string) =>
+    const post = (ifMatch: string, text: string, messageId?: string) =>
       fetch(`${h.service.url}/v1/chat`, {
         method: 'POST',
         headers: { authorization: `Bearer ${KEY}`, 'content-type': 'application/json', 'if-match': ifMatch },
-        body: JSON.stringify({ id, messages: [userMessage(text)], trigger: 'submit-message' }),
+        body: JSON.stringify({ id, messages: [userMessage(text, messageId)], trigger: 'submit-message' }),
       });
     const before = (await h.api.get(`/v1/sessions/${id}`)).body;
     const asked = h.fake.requests.length;
@@ -371,13 +371,20 @@ describe('chat routes: the AI SDK UI message stream', () => {
     assert.equal(h.fake.requests.length, asked, 'no run started');
 
     h.fake.enqueue(text('fresh answer'));
-    const current = await post(`"${before.revision}"`, 'current');
+    const current = await post(`"${before.revision}"`, 'current', 'u-current');
     assert.equal(current.status, 200);
     const etag = Number(JSON.parse(current.headers.get('etag') ?? 'null'));
     await current.text();
     const events = (await h.api.get(`/v1/sessions/${id}/events`)).body.data;
     const queued = events.find((e: { type: string }) => e.type === 'message.queued');
     assert.equal(etag, queued.revision, 'the ETag is the revision of the write that posted the message');
+    // The same message again (its answer lost), with the same If-Match: answered as the first, not 412; no ETag.
+    const again = await post(`"${before.revision}"`, 'current', 'u-current');
+    assert.equal(again.status, 200);
+    assert.equal(again.headers.get('etag'), null);
+    await again.text();
+    const after = (await h.api.get(`/v1/sessions/${id}/events`)).body.data;
+    assert.equal(after.filter((e: { type: string }) => e.type === 'message.queued').length, 1, 'posted once');
   });
 
   test('a server tool (get_weather): its call and output in the first step, the answer in the second', async () => {

@@ -459,7 +459,11 @@ describe('a deadline answers only what its action asked for', () => {
   });
   after(async () => h?.close());
 
-  it('an approval timed out beside a client call: the approval is denied, then the client is asked, with its own deadline', async () => {
+  /**
+   * A session whose reply calls the client tool `lookup` (`<prefix>_c`) and `get_weather` (`<prefix>_w`), which
+   * needs approval: it waits at `approve_tool_calls` (that call only), with a deadline of 1 s.
+   */
+  async function besideApproval(prefix: string) {
     const lookup = {
       name: 'lookup',
       description: 'Looks a word up',
@@ -467,8 +471,8 @@ describe('a deadline answers only what its action asked for', () => {
     };
     h.fake.enqueue(
       toolCalls([
-        toolUse('lookup', { q: 'a' }, 'toolu_lk_c'),
-        toolUse('get_weather', { location: 'Paris' }, 'toolu_lk_w'),
+        toolUse('lookup', { q: 'a' }, `${prefix}_c`),
+        toolUse('get_weather', { location: 'Paris' }, `${prefix}_w`),
       ]),
       text('Done.'),
     );
@@ -484,8 +488,13 @@ describe('a deadline answers only what its action asked for', () => {
     assert.equal(waiting.required_action.type, 'approve_tool_calls');
     assert.deepEqual(
       waiting.required_action.tool_calls.map((c: { id: string }) => c.id),
-      ['toolu_lk_w'],
+      [`${prefix}_w`],
     );
+    return { id, waiting };
+  }
+
+  it('an approval timed out beside a client call: the approval is denied, then the client is asked, with its own deadline', async () => {
+    const { id, waiting } = await besideApproval('toolu_lk');
     // From the next action on: the approval keeps its 1 s deadline.
     const p = await h.api.req('PATCH', `/v1/sessions/${id}`, { action_timeout_s: 3600 });
     assert.equal(p.status, 200, JSON.stringify(p.body));
@@ -541,6 +550,37 @@ describe('a deadline answers only what its action asked for', () => {
     assert.match(JSON.stringify(byId.get('toolu_lk_c')?.content), /found/);
     assert.notEqual(byId.get('toolu_lk_c')?.is_error, true);
     assert.match(JSON.stringify(history.at(-1).content), /Done\./);
+  });
+
+  it("a client's result given beside approvals past their deadline is taken: the timeout does not answer its call", async () => {
+    const { id, waiting } = await besideApproval('toolu_ea');
+    const due = Date.parse(waiting.required_action.expires_at);
+    while ((await redisNow()) < due) await new Promise((res) => setTimeout(res, 25));
+    // Past the approval's deadline, before any sweep: an answer to the approval is late, the client's result is not.
+    const late = await h.api.post(`/v1/sessions/${id}/tool-calls/toolu_ea_w`, { decision: 'approve' });
+    assert.equal(late.status, 409, JSON.stringify(late.body));
+    assert.equal(late.body.error.code, 'action_timed_out');
+    const early = await h.api.req('PUT', `/v1/sessions/${id}/tool-results/toolu_ea_c`, { content: 'found' });
+    assert.equal(early.status, 200, JSON.stringify(early.body));
+    assert.equal(early.body.required_action.type, 'approve_tool_calls');
+    await fire(id, waiting.required_action.expires_at);
+    // The approval denied, the client's result in: nothing is left to ask, the run goes on.
+    const done = await h.api.waitStatus(id, ['idle', 'failed']);
+    assert.equal(done.status, 'idle', JSON.stringify(done.error));
+    const results = (await h.api.get(`/v1/sessions/${id}/messages`)).body.data[2].content as Array<{
+      tool_use_id: string;
+      content: unknown;
+    }>;
+    assert.deepEqual(
+      results.map((b) => [
+        b.tool_use_id,
+        JSON.stringify(b.content).includes(b.tool_use_id === 'toolu_ea_c' ? 'found' : 'timed out'),
+      ]),
+      [
+        ['toolu_ea_c', true],
+        ['toolu_ea_w', true],
+      ],
+    );
   });
 
   it("an approval timed out beside a sub-agent's call: the child is not cancelled, and its call is waited for next", async () => {
