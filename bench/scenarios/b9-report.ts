@@ -25,7 +25,7 @@ function row(side: string, s: B9Step): string {
 }
 
 export function b9Report(b9: B9Result): { lines: string[]; summary: string } {
-  const at = (list: B9Step[], n: number) => list.find((s) => s.n === n);
+  const at = (list: B9Step[], n: number) => list.find((s) => s.n === n && s.ok);
   const svcAt = at(b9.svc, b9.svcN);
   const sdkAt = at(b9.sdk, b9.sdkN);
   const top = (list: B9Step[], n: number) =>
@@ -43,8 +43,8 @@ export function b9Report(b9: B9Result): { lines: string[]; summary: string } {
         '(bench/inproc.ts). For context, a third side: the same in-process runners each streaming every event to ' +
         'a WebSocket follower of the bench process, nothing persisted (what an app embedding the SDK does to reach ' +
         `its browsers); and the service as ${b9.replicas} replicas, one process per core. Starts spread over ${fmt(b9.staggerMs / 1000, 1)} s on every side. N steps through ` +
-        `${b9.steps.map((n) => fmt(n, 0)).join(', ')}, the sides alternating at each N (fresh processes), and a ` +
-        'side stops at its first miss.',
+        `${b9.steps.map((n) => fmt(n, 0)).join(', ')}, the sides alternating at each N (fresh processes); a step ` +
+        'that misses is run once more, and a side stops at its second miss in a row at one N (both tries are listed).',
       '',
       '- Relay lateness: receipt of each text delta (at the WebSocket follower, or in the in-process runner) minus the ' +
         "time the fake's schedule wrote it (the reply carries its start time). A late fake shows on both sides.",

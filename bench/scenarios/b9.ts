@@ -358,25 +358,27 @@ export async function b9(ctx: Ctx): Promise<B9Result> {
   const sdk: B9Step[] = [];
   const rel: B9Step[] = [];
   const svc2: B9Step[] = [];
-  // Alternating sides at each N, so all see the machine in the same state; a side stops at its first miss.
+  // Alternating sides at each N, so all see the machine in the same state. A step that misses is run once more
+  // before its side stops, every side alike: on a quiet machine one stalled second (2026-12-06: the service missed
+  // N=150 on a 154 ms second at 0.45 cores, then held 150 to 400 in a row) ended a side's ladder far below what it
+  // holds. Both tries are reported; a side stops at its second miss in a row at one N.
+  const on = (list: B9Step[]) => list.at(-1)?.ok ?? true;
+  const step = async (list: B9Step[], label: string, run: () => Promise<B9Step>) => {
+    if (!on(list)) return;
+    for (let attempt = 0; attempt < 2; attempt++) {
+      list.push(await run());
+      ctx.log(line(label, list.at(-1)!));
+      if (list.at(-1)!.ok) return;
+    }
+  };
   for (const n of steps) {
-    if (sides.has('service') && svc.every((s) => s.ok)) {
-      svc.push(await serviceStep(ctx, n, timeoutMs));
-      ctx.log(line('service', svc.at(-1)!));
+    if (sides.has('service')) await step(svc, 'service', () => serviceStep(ctx, n, timeoutMs));
+    if (sides.has('in-process')) await step(sdk, 'in-process', () => sdkStep(ctx, n, timeoutMs));
+    if (sides.has('relaying')) await step(rel, 'in-process + WebSocket', () => relayStep(ctx, n, timeoutMs));
+    if (sides.has('replicas')) {
+      await step(svc2, `service ×${REPLICAS}`, () => serviceStep(ctx, n, timeoutMs, REPLICAS));
     }
-    if (sides.has('in-process') && sdk.every((s) => s.ok)) {
-      sdk.push(await sdkStep(ctx, n, timeoutMs));
-      ctx.log(line('in-process', sdk.at(-1)!));
-    }
-    if (sides.has('relaying') && rel.every((s) => s.ok)) {
-      rel.push(await relayStep(ctx, n, timeoutMs));
-      ctx.log(line('in-process + WebSocket', rel.at(-1)!));
-    }
-    if (sides.has('replicas') && svc2.every((s) => s.ok)) {
-      svc2.push(await serviceStep(ctx, n, timeoutMs, REPLICAS));
-      ctx.log(line(`service ×${REPLICAS}`, svc2.at(-1)!));
-    }
-    const going = [svc, sdk, rel, svc2].filter((list) => list.length > 0 && list.every((s) => s.ok));
+    const going = [svc, sdk, rel, svc2].filter((list) => list.length > 0 && on(list));
     if (going.length === 0) break;
   }
   const held = (list: B9Step[]) => list.filter((s) => s.ok).reduce((a, s) => Math.max(a, s.n), 0);
