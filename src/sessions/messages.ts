@@ -48,8 +48,12 @@ export function addMessage(
       // the same user turn, and a run starts. It answers the review as `continue` does, so after the review's
       // deadline it is refused as `continue` is (else it would outrun `on_action_timeout: "fail"`).
       assertActionOpen(s, deps.store.clock.now());
-      const unrun = resultsTurn(s.pending.calls, () =>
-        interruptedResult('not run: the turn was reviewed and answered with a message'),
+      // Every call, whatever result the review step holds: none ran, and the one a `validate: true` client tool's
+      // check gave it at review time is what running it would have answered (as `continue` does), not what a message
+      // instead of running it answers.
+      const unrun = resultsTurn(
+        s.pending.calls.map((c) => ({ id: c.id })),
+        () => interruptedResult('not run: the turn was reviewed and answered with a message'),
       );
       const run = runOps(s, { pending: null });
       return {

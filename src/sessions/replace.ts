@@ -113,7 +113,11 @@ export function rerunFrom(
     assertBudgetLeft(s);
     const history = await deps.store.history(id);
     const kept = pick(history, s);
-    if (kept < 1 || kept > history.length || history[kept - 1]!.role !== 'user')
+    // The turn the answer followed: a user turn, maybe with the tool changes the runner told the model before the
+    // answer's request after it (`system` messages), which stay: the rerun's request carries them, as `retry`'s does.
+    let asked = Math.min(kept, history.length) - 1;
+    while (asked >= 0 && history[asked]!.role === 'system') asked--;
+    if (kept < 1 || kept > history.length || asked < 0 || history[asked]!.role !== 'user')
       throw conflict(
         'nothing_to_retry',
         'No user turn precedes that answer in the history; there is nothing to run again.',

@@ -69,6 +69,40 @@ describe('chat regenerate: the iteration records', () => {
     assert.equal(kept, 3, 'records of the replaced history were trimmed as if cut');
   });
 
+  test('the newest answer after a tool change (a `system` message before it) is made again, the change kept', async () => {
+    const id = await session({ tools: ['get_weather'] });
+    const chat = new PlainChat({ id, transport: transport() });
+    h.fake.enqueue(text('A1'), text('A2'));
+    let done = chat.nextFinish();
+    await chat.sendMessage({ text: 'one' });
+    await done;
+    const patch = await h.api.req('PATCH', `/v1/sessions/${id}`, { tools: ['get_weather', 'calculate_sum'] });
+    assert.equal(patch.status, 200, JSON.stringify(patch.body));
+    done = chat.nextFinish();
+    await chat.sendMessage({ text: 'two' });
+    await done;
+    const roles = async () =>
+      ((await h.api.get(`/v1/sessions/${id}/messages`)).body.data as any[]).map((m) => m.role);
+    assert.deepEqual(await roles(), ['user', 'assistant', 'user', 'system', 'assistant']);
+    h.fake.enqueue(text('A3'));
+    const sent = h.fake.requests.length;
+    done = chat.nextFinish();
+    await chat.regenerate();
+    await done;
+    assert.equal(textOf(chat.messages.at(-1)), 'A3');
+    // The change stays where it was; the new runner adds the added server tool again (docs/API.md: one more
+    // `tool_addition` per new runner), then the answer.
+    assert.deepEqual(await roles(), ['user', 'assistant', 'user', 'system', 'system', 'assistant']);
+    // The rerun's request ends with the user turn "two" and the changes the model was told of, as POST /retry's does.
+    const req = h.fake.requests.slice(sent).find((r) => r.body.messages)!;
+    const tail = (req.body.messages as any[]).slice(-3);
+    assert.deepEqual(
+      tail.map((m) => m.role),
+      ['user', 'system', 'system'],
+    );
+    assert.match(JSON.stringify(tail[0].content), /two/);
+  });
+
   test("a skipped compaction after the answer: the answer's records go with it", async () => {
     const id = await session();
     const chat = new PlainChat({ id, transport: transport() });

@@ -148,6 +148,32 @@ describe('pause_after_turn', () => {
     assert.equal((await events(s.id)).filter((e) => e.type === 'tool.started').length, 0);
   });
 
+  it('a message answers "not run" a `validate: true` call whose input its schema refuses, too', async () => {
+    const lookup = {
+      name: 'lookup',
+      description: 'Look something up.',
+      input_schema: { type: 'object' as const, properties: { q: { type: 'string' } }, required: ['q'] },
+      validate: true,
+    };
+    h.fake.enqueue(toolCall('lookup', { q: 5 }, { id: 'toolu_v1' }), text('Fine.'));
+    const r = await h.api.post('/v1/sessions', {
+      input: 'Look 5 up',
+      tools: [lookup],
+      pause_after_turn: true,
+    });
+    assert.equal(r.status, 201, JSON.stringify(r.body));
+    const s = await h.api.waitStatus(r.body.id, ['requires_action', 'idle', 'failed']);
+    assert.equal(s.required_action.type, 'review_turn');
+    const m = await h.api.post(`/v1/sessions/${s.id}/messages`, { text: 'Never mind.' });
+    assert.equal(m.status, 202, JSON.stringify(m.body));
+    await h.api.waitFor(s.id, (x) => x.status === 'requires_action' && x.iteration === 2);
+    const turn = h.fake.requests[1]!.messages.at(-1)!.content as any[];
+    assert.equal(turn[0].tool_use_id, 'toolu_v1');
+    assert.equal(turn[0].is_error, true);
+    assert.equal(turn[0].content, 'Error: not run: the turn was reviewed and answered with a message');
+    assert.equal(turn[1].text, 'Never mind.');
+  });
+
   it('retry sends the turn again; PUT …/messages takes over the history', async () => {
     const s = await reviewing();
     h.fake.enqueue(toolCall('calculate_sum', { a: 1, b: 2 }, { id: 'toolu_r2' }));
