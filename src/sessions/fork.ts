@@ -12,7 +12,7 @@ import {
 import { insertSession, noSpend } from './create.js';
 import type { StoredMessage } from '../history.js';
 import { toolsBeforeChanges } from './history-tools.js';
-import { asClientTools, bareNames } from './removed-tools.js';
+import { asDeclared } from './removed-tools.js';
 import { checkIfMatch, type SessionDeps } from './mutate.js';
 
 /** The id of the fork a keyed request makes (its idempotency token's, salted apart from a create's). */
@@ -131,16 +131,7 @@ async function toolsSentAt(
   );
   const before = toolsBeforeChanges(s.toolsSent, dropped);
   if (!before) return s.toolsSent;
-  const declared = [...s.toolsSent, ...s.tools, ...(s.toolsBase ?? [])];
-  const named = before.map((t) =>
-    typeof t === 'string'
-      ? (declared.find((d) => typeof d !== 'string' && 'name' in d && d.name === t) ?? t)
-      : t,
-  );
-  // A bare name is known only as one of the source's: a server or memory tool, or a tenant tool it holds a copy of
-  // (the registry is not asked: a tool of that name registered since is not the one the fork's history removed).
-  const known = new Set([...deps.toolbox.reservedNames(), ...Object.keys(s.tenantTools)]);
-  return asClientTools(named, new Set(bareNames(named).filter((n) => !known.has(n))), kept);
+  return asDeclared(deps, s, before, kept);
 }
 
 /**

@@ -74,6 +74,33 @@ export function toolsBeforeChanges(
 }
 
 /**
+ * The tool set `start` becomes with a history's tool changes applied, first to last (an added tool is there after,
+ * a removed one is not): what the model knows at the history's end when every request sends `start` as `tools`.
+ * Null when the history changes no tool. A name added that `start` does not hold is given as a bare name; an entry
+ * without a name (an MCP server's) stays as it is.
+ */
+export function toolsAfterChanges(
+  start: readonly ToolRef[],
+  history: readonly StoredMessage[],
+): ToolRef[] | null {
+  const changes = changesOf(history);
+  if (changes.length === 0) return null;
+  const present = new Set(start.flatMap((t) => nameOf(t) ?? []));
+  for (const c of changes) {
+    if (c.name === null) continue;
+    if (c.added) present.add(c.name);
+    else present.delete(c.name);
+  }
+  const after: ToolRef[] = start.filter((t) => {
+    const n = nameOf(t);
+    return n === null || present.has(n);
+  });
+  const held = new Set(start.flatMap((t) => nameOf(t) ?? []));
+  for (const n of present) if (!held.has(n)) after.push(n);
+  return after;
+}
+
+/**
  * The definitions the history's `tool_addition`s gave (in `system` messages, or a leading compaction's
  * `tool_changes`), by name, the last of each name, as client tools (one a client tool cannot be is left out). One
  * pass over the history, whatever the number of names looked up in it.

@@ -13,6 +13,7 @@ import type { ToolRef } from '../store/session-state.js';
 import type { TenantToolDef } from '../tenant-tools/types.js';
 import { addedDefinitions, toolsBeforeChanges } from './history-tools.js';
 import type { SessionDeps } from './mutate.js';
+import type { SessionState } from '../store/session-state.js';
 
 /** The stand-in of a client tool a history removed, whose definition it does not hold. */
 const standIn = (name: string): ClientTool => ({
@@ -60,4 +61,27 @@ export async function baseTools(
   const removed = bareNames(before).filter((n) => !named.has(n));
   const base = asClientTools(before, await deps.toolbox.unknownNames(tenant, removed), given);
   return { tools: base, copies: await deps.toolbox.check(tenant, base) };
+}
+
+/**
+ * A tool set worked out from a history's changes (`toolsBeforeChanges`, `toolsAfterChanges`), its bare names as
+ * session `s` declares them: the definition `s` holds under that name (what it told the model, its tools, its base),
+ * else the name of a server, memory or tenant tool `s` knows (the registry is not asked: a tool of that name
+ * registered since is not the one the history changed), else a client tool as `history` last added it (or a
+ * stand-in): never a bare name no tool source knows, which the runs would drop unseen, never telling its removal.
+ */
+export function asDeclared(
+  deps: Pick<SessionDeps, 'toolbox'>,
+  s: Pick<SessionState, 'tools' | 'toolsSent' | 'toolsBase' | 'tenantTools'>,
+  set: readonly ToolRef[],
+  history: readonly StoredMessage[],
+): ToolRef[] {
+  const declared = [...(s.toolsSent ?? []), ...s.tools, ...(s.toolsBase ?? [])];
+  const named = set.map((t) =>
+    typeof t === 'string'
+      ? (declared.find((d) => typeof d !== 'string' && 'name' in d && d.name === t) ?? t)
+      : t,
+  );
+  const known = new Set([...deps.toolbox.reservedNames(), ...Object.keys(s.tenantTools)]);
+  return asClientTools(named, new Set(bareNames(named).filter((n) => !known.has(n))), history);
 }

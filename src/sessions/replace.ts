@@ -12,6 +12,9 @@ import type { ApplyOps } from '../store/apply-ops.js';
 import { recordCount, type SessionState } from '../store/session-state.js';
 import { normalize } from './create.js';
 import { dropTasks } from './control.js';
+import { toolsAfterChanges, toolsBeforeChanges } from './history-tools.js';
+import { asDeclared } from './removed-tools.js';
+import type { ToolRef } from '../store/session-state.js';
 import { mutate, runOps, statusOps, type MutationResult, type Plan, type SessionDeps } from './mutate.js';
 import { eventOf } from '../events/schemas.js';
 
@@ -49,6 +52,7 @@ export function replaceMessages(
     const kept = Math.min(current, messages.length);
     const encoded = messages.map((m) => JSON.stringify(m));
     const status = statusOps(s, { status: 'idle', pending: null, error: null, stopReason: s.stopReason });
+    const known = toolsKnownAfter(deps, s, messages);
     const ops: ApplyOps = {
       ...status,
       // The list keeps its first `kept` entries, rewritten in place; the rest are pushed (a history is never empty).
@@ -64,6 +68,7 @@ export function replaceMessages(
         thread: '',
         replaced_at: String(recordCount(s)),
         replaced_base: `${recordCount(s)}:${s.msgBase}`,
+        ...(known ? { tools_base: JSON.stringify(known.base), tools_sent: JSON.stringify(known.sent) } : {}),
       },
       events: [
         eventOf('messages.replaced', { message_count: messages.length }),
@@ -81,6 +86,25 @@ export function replaceMessages(
       },
     };
   });
+}
+
+/**
+ * What the model knows of the tools at the end of a new history (the runner's tool overrides outlive
+ * `setMessagesParams`): what every request of the session sends as `tools` (`tools_base`; `tools` for a session
+ * whose tools never changed) with the new history's own tool changes applied. The next run tells the model the
+ * change from there to `tools` (src/engine/tools-change.ts), as it tells a PATCH: a tool removed before, whose
+ * removal the new history does not hold, is removed again instead of offered. Null for a session whose tools never
+ * changed given a history that changes none.
+ */
+function toolsKnownAfter(
+  deps: SessionDeps,
+  s: SessionState,
+  history: readonly StoredMessage[],
+): { base: ToolRef[]; sent: ToolRef[] } | null {
+  const base = s.toolsBase ?? s.tools;
+  const after = toolsAfterChanges(base, history);
+  if (!after && s.toolsSent === null) return null;
+  return { base, sent: after ? asDeclared(deps, s, after, history) : base };
 }
 
 /**
@@ -123,6 +147,7 @@ export function rerunFrom(
         'No user turn precedes that answer in the history; there is nothing to run again.',
       );
     const cut = await recordsAfter(deps, s, s.msgBase + kept);
+    const sent = toolsSentBefore(deps, s, history, kept);
     const iteration = s.iteration - cut.turns;
     const run = runOps(
       { ...s, status: 'idle' },
@@ -133,7 +158,7 @@ export function rerunFrom(
         ...run,
         ...(kept < history.length ? { trim_msgs: kept } : {}),
         ...(cut.keep < recordCount(s) ? { trim_iters: cut.keep } : {}),
-        hset: { ...run.hset, thread: '' },
+        hset: { ...run.hset, thread: '', ...(sent ? { tools_sent: JSON.stringify(sent) } : {}) },
         events: [eventOf('messages.replaced', { message_count: kept }), ...(run.events ?? [])],
       },
       starts: true,
@@ -142,6 +167,23 @@ export function rerunFrom(
       after: () => dropTasks(deps, s),
     };
   });
+}
+
+/**
+ * What the model knew of the tools before the history's messages from `kept` on, which a rerun cuts: `tools_sent`
+ * with the changes those messages told (a run's tool changes between its turns) undone, as a fork does. The rerun
+ * tells the model the change from there to `tools` again. Null when the cut holds no change.
+ */
+function toolsSentBefore(
+  deps: SessionDeps,
+  s: SessionState,
+  history: readonly StoredMessage[],
+  kept: number,
+): ToolRef[] | null {
+  if (s.toolsSent === null) return null;
+  const cut = history.slice(kept).filter((m) => m.role === 'system');
+  const before = toolsBeforeChanges(s.toolsSent, cut);
+  return before ? asDeclared(deps, s, before, history.slice(0, kept)) : null;
 }
 
 /**

@@ -5,7 +5,7 @@
 import { after, before, describe, test } from 'node:test';
 import assert from 'node:assert/strict';
 import { type UIMessage } from 'ai';
-import { text } from '../fake/script.js';
+import { availableTools, text, toolCall } from '../fake/script.js';
 import { PlainChat, chatTransport } from '../helpers/chat.js';
 import { startHarness, type Harness } from '../helpers/service.js';
 
@@ -101,6 +101,39 @@ describe('chat regenerate: the iteration records', () => {
       ['user', 'system', 'system'],
     );
     assert.match(JSON.stringify(tail[0].content), /two/);
+  });
+
+  test('an answer made again that cuts a tool change told during its run tells the change again', async () => {
+    const id = await session({ tools: ['calculate_sum'] });
+    const chat = new PlainChat({ id, transport: transport() });
+    let n = 0;
+    h.fake.setHandler(async () => {
+      n++;
+      if (n === 1) return toolCall('calculate_sum', { a: 1, b: 2 });
+      if (n === 2) {
+        // Lands while turn 2 is in flight: the change is told before turn 3, inside the answer.
+        const p = await h.api.req('PATCH', `/v1/sessions/${id}`, { tools: ['get_weather'] });
+        assert.equal(p.status, 200, JSON.stringify(p.body));
+        return toolCall('calculate_sum', { a: 3, b: 4 });
+      }
+      return text(`Done ${n}.`);
+    });
+    try {
+      let done = chat.nextFinish();
+      await chat.sendMessage({ text: 'add twice' });
+      await done;
+      const sent = h.fake.requests.length;
+      done = chat.nextFinish();
+      await chat.regenerate();
+      await done;
+      assert.equal(textOf(chat.messages.at(-1)), `Done ${n}.`);
+      // The rerun's runner sends the session's first set as `tools` (its base): the change is told again, so
+      // calculate_sum is not offered.
+      const first = h.fake.requests[sent]!;
+      assert.deepEqual([...availableTools(first).keys()], ['get_weather']);
+    } finally {
+      h.fake.setHandler(null);
+    }
   });
 
   test("a skipped compaction after the answer: the answer's records go with it", async () => {

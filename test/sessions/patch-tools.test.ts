@@ -231,6 +231,44 @@ describe('PATCH tools between turns', () => {
     assert.deepEqual(names(fourth), ['lookup'], 'the fork tells the removal of pick');
   });
 
+  it('PUT …/messages with a history without the changes: the next run tells them again (a removed tool is not offered)', async () => {
+    const s = await h.api.post('/v1/sessions', { tools: ['get_weather', 'calculate_sum'], start: false });
+    const id = s.body.id;
+    h.fake.enqueue(text('A'), text('B'), text('C'));
+    await h.api.post(`/v1/sessions/${id}/messages`, { text: 'one' });
+    await h.api.waitFor(id, (x) => x.status === 'idle' && x.iteration === 1);
+    assert.equal((await patch(id, { tools: ['get_weather', 'evaluate_expression'] })).status, 200);
+    await h.api.post(`/v1/sessions/${id}/messages`, { text: 'two' });
+    await h.api.waitFor(id, (x) => x.status === 'idle' && x.iteration === 2);
+    assert.deepEqual(names(h.fake.requests[1]!), ['evaluate_expression', 'get_weather']);
+    const put = await h.api.req('PUT', `/v1/sessions/${id}/messages`, {
+      messages: [
+        { role: 'user', content: 'x' },
+        { role: 'assistant', content: 'y' },
+      ],
+    });
+    assert.equal(put.status, 200, JSON.stringify(put.body));
+    await h.api.post(`/v1/sessions/${id}/messages`, { text: 'three' });
+    await h.api.waitFor(id, (x) => x.status === 'idle' && x.iteration === 3);
+    const third = h.fake.requests[2]!;
+    // The runner's overrides outlive setMessagesParams: calculate_sum stays removed, evaluate_expression added.
+    assert.deepEqual(names(third), ['evaluate_expression', 'get_weather']);
+    const changes = (third.body.messages as any[])
+      .filter((m) => m.role === 'system')
+      .flatMap((m) => m.content.map((b: any) => [b.type, b.tool.name ?? b.tool.definition?.name]));
+    assert.deepEqual(changes, [
+      ['tool_removal', 'calculate_sum'],
+      ['tool_addition', 'evaluate_expression'],
+    ]);
+    // The history answers what was sent: given back to create, it is taken with the session's tools.
+    const again = await h.api.post('/v1/sessions', {
+      tools: ['get_weather', 'evaluate_expression'],
+      messages: await history(id),
+      start: false,
+    });
+    assert.equal(again.status, 201, JSON.stringify(again.body));
+  });
+
   it('refuses to remove a tool with a pending call (409 tool_call_pending), and bad sets like create does', async () => {
     h.fake.enqueue(toolCall('get_weather', { location: 'Paris' }));
     const s = await h.api.post('/v1/sessions', {
