@@ -33,8 +33,11 @@ const routes: FastifyPluginAsyncZod = async (app) => {
       const to = req.query.to ?? utcDay(app.store.clock.now());
       const from = req.query.from ?? to;
       const days = (Date.parse(`${to}T00:00:00Z`) - Date.parse(`${from}T00:00:00Z`)) / 86_400_000 + 1;
-      if (days < 1) throw badRequest('`from` is after `to`.', { from, to });
-      if (days > MAX_DAYS) throw badRequest(`At most ${MAX_DAYS} days at once.`, { max_days: MAX_DAYS });
+      // Query checks as the schema's are answered: a list of `{path, code, message}` naming the parameter.
+      const refuse = (message: string) => badRequest(message, [{ path: '/from', code: 'custom', message }]);
+      if (days < 1) throw refuse(`\`from\` (${from}) is after \`to\` (${to}).`);
+      if (days > MAX_DAYS)
+        throw refuse(`At most ${MAX_DAYS} days at once; \`from\` is ${days - MAX_DAYS} days too early.`);
       const data = await app.store.spend.days(req.tenant, from, to);
       const total = data.reduce((sum, d) => sum + Math.round(d.cost_usd * 1e6), 0) / 1e6;
       return { object: 'usage' as const, from, to, cost_usd: total, data };

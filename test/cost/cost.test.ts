@@ -335,6 +335,9 @@ describe('cost: usage.cost_usd of sessions, iterations and turn.completed', () =
       const r = await h.api.get(`/v1/usage?${q}`);
       assert.equal(r.status, 400, q);
       assert.equal(r.body.error.code, 'invalid_request', q);
+      // Every refusal's details are the list of issues naming the parameter, the range's as the schema's.
+      assert.ok(Array.isArray(r.body.error.details), `${q}: ${JSON.stringify(r.body.error)}`);
+      assert.match(r.body.error.details[0].path, /^\/(from|to|x)?$/, q);
     }
     const r = await h.api.get('/v1/usage?from=2026-01-01&to=2026-01-03');
     assert.equal(r.status, 200);
