@@ -10,6 +10,7 @@ import {
 } from '../src/openapi/responses.js';
 import { claimBody, taskIdParam, taskResultBody } from '../src/tenant-tools/schemas.js';
 import type { Config } from '../src/config.js';
+import { emptyBody } from '../src/schemas.js';
 
 /** The 404 of this file's routes names one thing (src/openapi/responses.ts `routeErrors`). */
 const NOT_FOUND = { 404: ['task_not_found'] } as const satisfies RouteCodes;
@@ -74,6 +75,7 @@ const routes: FastifyPluginAsyncZod<{ config: Config }> = async (app, { config }
         summary: 'Renew the lease of a claimed task',
         tags,
         params: taskIdParam,
+        body: emptyBody,
         response: {
           200: taskLease,
           ...routeErrors(NOT_FOUND, 400, 401, 404, 409, 413, 415, 422, 429, 500, 503),

@@ -25,7 +25,7 @@ import type { ProviderOptions } from './providers.js';
 import enginePlugin from './plugins/engine.js';
 import mcpPlugin from './mcp/plugin.js';
 import eventsHubPlugin from './plugins/events-hub.js';
-import authPlugin from './plugins/auth.js';
+import authPlugin, { UNROUTED } from './plugins/auth.js';
 import browserOriginsPlugin from './plugins/cors.js';
 import errorsPlugin from './plugins/errors.js';
 import contentEncodingPlugin from './plugins/content-encoding.js';
@@ -98,6 +98,8 @@ const app: FastifyPluginAsync<AppOptions> = async (fastify, opts) => {
   // JSON only: Fastify's default text/plain parser is removed too, so a text body (a CORS "simple" request a page
   // may send without a preflight) is 415 `unsupported_media_type`, as any other content type.
   fastify.removeContentTypeParser(['application/json', 'text/plain']);
+  // `fatal`: bytes that are not UTF-8 throw; `ignoreBOM`: a leading BOM stays in the text (skipped below).
+  const utf8 = new TextDecoder('utf-8', { fatal: true, ignoreBOM: true });
   /** The body's JSON (`bytes`, not blank) to `done`, or its 400. */
   const parseJson = (
     req: FastifyRequest,
@@ -115,7 +117,18 @@ const app: FastifyPluginAsync<AppOptions> = async (fastify, opts) => {
         badRequest(tooWideMessage(DEFAULT_JSON_MAX_KEYS), { max_keys: DEFAULT_JSON_MAX_KEYS }),
         undefined,
       );
-    const text = bytes.toString('utf8');
+    // UTF-8 or refused: `toString` would make each byte that is not UTF-8 a U+FFFD, stored as if sent.
+    let text: string;
+    try {
+      text = utf8.decode(bytes);
+    } catch {
+      return done(
+        badRequest('The request body is not UTF-8.', [
+          { path: '', code: 'invalid_utf8', message: 'The body holds bytes that are not UTF-8.' },
+        ]),
+        undefined,
+      );
+    }
     let value: unknown;
     try {
       // A leading BOM is skipped, as Fastify's parser (secure-json-parse) does.
@@ -328,9 +341,6 @@ const isNoBody = (body: unknown) =>
   body === undefined ||
   body === null ||
   (typeof body === 'object' && !Array.isArray(body) && Object.keys(body).length === 0);
-
-/** The `/v1` scope's catch-all route: its unknown paths. */
-const UNROUTED = '/v1/*';
 
 /**
  * The query of a `/v1` route that declares none: every query is strict, as every body is, so a parameter a route

@@ -194,16 +194,32 @@ async function authenticateToken(req: FastifyRequest, tokens: ClientTokens, bear
   const refused = tokenRefusal(rec, tokens.clock.now());
   if (refused || !rec) throw refused ?? unauthorized();
   const { scope, sessionIn } = req.routeOptions.config;
-  if (!scope) throw scopeDenied(undefined);
-  // A session named in the body is known only once the body is parsed: the route's scope is checked after it
-  // (the preHandler below), so that a token of another session is 404 whatever its scopes, never 403.
-  if (sessionIn !== 'body') {
-    if (sessionParam(req.params) !== rec.session_id) throw sessionNotFound();
-    requireRouteScope(rec, scope);
+  // No route: 404 `route_not_found`, as for a key (the /v1 catch-all answers it).
+  if (req.routeOptions.url !== UNROUTED) {
+    // A route of a session (`/v1/sessions/:id/…`, `/v1/chat/:id/…`) that is not the token's: 404, as another
+    // tenant's, whatever the route's scope (fork, a tenant key's, too). Another route without a scope: 403.
+    if (sessionIn !== 'body' && isSessionRoute(req) && sessionParam(req.params) !== rec.session_id)
+      throw sessionNotFound();
+    if (!scope) throw scopeDenied(undefined);
+    // A session named in the body is known only once the body is parsed: the route's scope is checked after it
+    // (the preHandler below), so that a token of another session is 404 whatever its scopes, never 403.
+    if (sessionIn !== 'body') {
+      if (sessionParam(req.params) !== rec.session_id) throw sessionNotFound();
+      requireRouteScope(rec, scope);
+    }
   }
   req.tenant = rec.tenant;
   req.clientToken = rec;
 }
+
+/** The `/v1` scope's catch-all route (src/app.ts): its unknown paths. */
+export const UNROUTED = '/v1/*';
+
+/** Whether the route's `:id` is a session's. */
+const isSessionRoute = (req: FastifyRequest): boolean => {
+  const url = req.routeOptions.url ?? '';
+  return url.startsWith('/v1/sessions/:id') || url.startsWith('/v1/chat/:id');
+};
 
 /** 403 `scope_denied` unless the token holds one of the scopes the route declares. */
 function requireRouteScope(rec: ClientTokenRecord, scope: ClientScope | readonly ClientScope[]): void {

@@ -133,12 +133,24 @@ describe('client tokens', () => {
     await ws.waitEvent((e) => e.type === 'turn.completed', 'replay over the WebSocket');
     ws.close();
 
-    // Another session: 404, as for another tenant's.
+    // Another session: 404, as for another tenant's, on the routes no token may use too (fork, delete).
     for (const path of ['', '/messages', '/events']) {
       const res = await api.get(`/v1/sessions/${other}${path}`);
       assert.equal(res.status, 404, path);
       assert.equal(res.body.error.code, 'session_not_found');
     }
+    for (const [method, path] of [
+      ['POST', `/v1/sessions/${other}/fork`],
+      ['DELETE', `/v1/sessions/${other}`],
+    ] as const) {
+      const res = await api.req(method, path, method === 'POST' ? {} : undefined);
+      assert.equal(res.status, 404, `${method} ${path}: ${JSON.stringify(res.body)}`);
+      assert.equal(res.body.error.code, 'session_not_found');
+    }
+    // No route: 404 route_not_found, as for a key.
+    const nowhere = await api.get('/v1/nowhere');
+    assert.equal(nowhere.status, 404, JSON.stringify(nowhere.body));
+    assert.equal(nowhere.body.error.code, 'route_not_found');
     await assert.rejects(
       connectWs(h.service.url, other, { protocolToken: t }),
       refused(404, 'session_not_found'),
@@ -160,7 +172,6 @@ describe('client tokens', () => {
       ['GET', '/v1/tools'],
       ['GET', '/v1/webhooks'],
       ['GET', '/v1/memory'],
-      ['GET', '/v1/nowhere'],
     ];
     for (const [method, path, body] of denied) {
       const res = await api.req(method, path, body);

@@ -126,6 +126,46 @@ describe('input edges', { timeout: 120_000 }, () => {
     );
   });
 
+  it('takes UTF-8 only: a body with bytes that are not UTF-8 is 400, a charset other than utf-8 is 415, nothing stored', async () => {
+    const before = (await api.get('/v1/sessions?limit=100')).body.data.length;
+    // "A", an 0xFF byte, a CESU-8 surrogate (ED A0 80), "Z" inside a string.
+    const bad = Buffer.concat([
+      Buffer.from('{"start":false,"metadata":{"x":"A'),
+      Buffer.from([0xff, 0xfe, 0xed, 0xa0, 0x80]),
+      Buffer.from('Z"}}'),
+    ]);
+    const r = await send('POST', '/v1/sessions', bad);
+    assert.equal(r.status, 400, JSON.stringify(r.body));
+    assert.equal(r.body.error.code, 'invalid_request');
+    assert.equal(r.body.error.details[0].code, 'invalid_utf8');
+    for (const set of ['iso-8859-1', 'bogus', '"latin1"']) {
+      const latin = Buffer.from('{"start":false,"metadata":{"x":"café"}}', 'latin1');
+      const t = await send('POST', '/v1/sessions', latin, {
+        'content-type': `application/json; charset=${set}`,
+      });
+      assert.equal(t.status, 415, `${set}: ${JSON.stringify(t.body)}`);
+      assert.equal(t.body.error.code, 'unsupported_media_type');
+    }
+    assert.equal((await api.get('/v1/sessions?limit=100')).body.data.length, before, 'nothing created');
+    // UTF-8 said either way, and a BOM, are taken.
+    for (const type of [
+      'application/json; charset=utf-8',
+      'application/json;charset="UTF-8"',
+      'application/json',
+    ]) {
+      const ok = await send(
+        'POST',
+        '/v1/sessions',
+        Buffer.from('\ufeff{"start":false,"metadata":{"x":"café"}}'),
+        {
+          'content-type': type,
+        },
+      );
+      assert.equal(ok.status, 201, `${type}: ${JSON.stringify(ok.body)}`);
+      assert.equal(ok.body.metadata.x, 'café');
+    }
+  });
+
   it('takes integers of paths and query strings in canonical decimal only (400 invalid_request otherwise)', async () => {
     const paths = (n: string) => [
       `/v1/sessions?limit=${n}`,

@@ -127,6 +127,12 @@ describe('tenant tools and tool tasks', () => {
     assert.equal(during.required_action, null);
     const hb = await a.post(`/v1/tool-tasks/${task.id}/heartbeat`);
     assert.equal(hb.status, 200, JSON.stringify(hb.body));
+    // A heartbeat takes no body (or `{}`): anything else is 400, as on every body-less POST.
+    assert.equal((await a.post(`/v1/tool-tasks/${task.id}/heartbeat`, {})).status, 200);
+    for (const body of [{ zz_unknown: 1 }, [], 'x', 1]) {
+      const refused = await a.post(`/v1/tool-tasks/${task.id}/heartbeat`, body);
+      assert.equal(refused.status, 400, `${JSON.stringify(body)}: ${JSON.stringify(refused.body)}`);
+    }
     assert.ok(Date.parse(hb.body.lease_expires_at) > Date.now());
     // Tenant B's worker never sees it.
     assert.equal((await b.post(`/v1/tool-tasks/${task.id}/heartbeat`)).status, 404);

@@ -401,7 +401,11 @@ export class SessionsClient {
   /** Extends a claimed task's lease (409 `task_lease_lost` once it is no longer this worker's). */
   heartbeatToolTask(id: string, o: PostOptions = {}): Promise<ToolTaskLease> {
     return unwrap(
-      this.api.POST('/v1/tool-tasks/{id}/heartbeat', { params: { path: { id } }, ...this.options(o) }),
+      this.api.POST('/v1/tool-tasks/{id}/heartbeat', {
+        params: { path: { id } },
+        body: {},
+        ...this.options(o),
+      }),
     );
   }
 

@@ -17278,7 +17278,11 @@ export interface operations {
       };
       cookie?: never;
     };
-    requestBody?: never;
+    requestBody: {
+      content: {
+        'application/json': Record<string, never> | null;
+      };
+    };
     responses: {
       /** @description OK */
       200: {
