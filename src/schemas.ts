@@ -314,7 +314,20 @@ export const toolResultsBody = z.strictObject({
         .refine(...errorResultHasContent),
     )
     .min(1)
-    .max(256),
+    .max(256)
+    // One result per call: the same call twice is a malformed request (400), not a call answered already (409).
+    .superRefine((results, ctx) => {
+      const seen = new Set<string>();
+      results.forEach((r, i) => {
+        if (seen.has(r.tool_use_id))
+          ctx.addIssue({
+            code: 'custom',
+            path: [i, 'tool_use_id'],
+            message: `the call ${r.tool_use_id} is given twice`,
+          });
+        seen.add(r.tool_use_id);
+      });
+    }),
   continue: z.boolean().default(false),
 });
 export const decisionBody = z.strictObject({

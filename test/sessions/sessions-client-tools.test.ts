@@ -234,7 +234,7 @@ describe('client tools', () => {
     });
   });
 
-  it('POST tool-results answers several calls; partial answers wait, duplicates and unknown ids are 409', async () => {
+  it('POST tool-results answers several calls; partial answers wait, answered and unknown ids are 409, one id twice 400', async () => {
     h.fake.enqueue(
       toolCalls([
         toolUse('lookup', { q: 'one' }, 'toolu_l1'),
@@ -293,16 +293,6 @@ describe('client tools', () => {
         'unknown_tool_use_id',
       ],
       [
-        'the same id twice in a batch',
-        {
-          results: [
-            { tool_use_id: 'toolu_l2', content: 'a' },
-            { tool_use_id: 'toolu_l2', content: 'b' },
-          ],
-        },
-        'tool_result_already_submitted',
-      ],
-      [
         'a server call',
         { results: [{ tool_use_id: 'toolu_s1', content: 'x' }] },
         'tool_result_already_submitted',
@@ -318,6 +308,18 @@ describe('client tools', () => {
       refusals.length,
       "each refused POST's answer, kept for its key",
     );
+
+    // The same call twice in one batch is a malformed request (as in a chat's messages), not an answered call.
+    const twice = await h.api.post(`/v1/sessions/${id}/tool-results`, {
+      results: [
+        { tool_use_id: 'toolu_l2', content: 'a' },
+        { tool_use_id: 'toolu_l2', content: 'b' },
+      ],
+    });
+    assert.equal(twice.status, 400, JSON.stringify(twice.body));
+    assert.equal(twice.body.error.code, 'invalid_request');
+    assert.equal(twice.body.error.details[0].path, '/results/1/tool_use_id');
+    assertSnapshotsEqual(after2, await snapshotRedis(h.redis.url), 'nothing written', BOOKKEEPING);
 
     const last = await h.client.api.POST('/v1/sessions/{id}/tool-results', {
       params: { path: { id } },
