@@ -1,7 +1,7 @@
 import fp from 'fastify-plugin';
 import cors from '@fastify/cors';
 import type { FastifyRequest } from 'fastify';
-import { DomainError } from '../errors.js';
+import { DomainError, errorBody } from '../errors.js';
 
 export interface BrowserOriginOptions {
   /** `CORS_ORIGINS`: origins whose pages may use the API; undefined: no CORS headers, any WebSocket Origin. */
@@ -75,13 +75,15 @@ export default fp<BrowserOriginOptions>(
       // a bare-text 400: the same answer, in the envelope.
       if (req.method === 'OPTIONS' && reply.statusCode === 400 && payload === 'Invalid Preflight Request') {
         reply.type('application/json; charset=utf-8');
-        return JSON.stringify({
-          error: {
-            code: 'invalid_request',
-            message:
-              'An OPTIONS request is a CORS preflight: it needs Origin and Access-Control-Request-Method.',
-          },
-        });
+        // With its `request_id`, as every error answer (the envelope's hook saw the bare text, not this).
+        return JSON.stringify(
+          errorBody(
+            'invalid_request',
+            'An OPTIONS request is a CORS preflight: it needs Origin and Access-Control-Request-Method.',
+            undefined,
+            req.id,
+          ),
+        );
       }
       if (req.method !== 'OPTIONS' || (req.headers.origin !== undefined && listed.has(req.headers.origin)))
         return payload;

@@ -142,5 +142,15 @@ describe('Host and Origin', { timeout: 60_000 }, () => {
     const listed = await pre(LISTED);
     assert.equal(listed.headers['access-control-allow-origin'], LISTED);
     assert.match(String(listed.headers['access-control-allow-methods']), /PATCH/);
+    // An OPTIONS that is no preflight: 400 in the envelope, with the answer's request id.
+    const bare = await request(keyed.service.url, {
+      method: 'OPTIONS',
+      path: '/v1/sessions',
+      headers: { host: new URL(keyed.service.url).host },
+    });
+    assert.equal(bare.status, 400);
+    const body = JSON.parse(bare.body);
+    assert.equal(body.error.code, 'invalid_request');
+    assert.equal(body.error.request_id, bare.headers['x-request-id']);
   });
 });
