@@ -18,6 +18,7 @@
  * connections: before binding, a probe without it checks that nothing holds the port (the refusal a second
  * `npm start` on a taken port has always had: EADDRINUSE).
  */
+import type http from 'node:http';
 import net from 'node:net';
 import type { FastifyInstance } from 'fastify';
 
@@ -28,6 +29,55 @@ export interface AcceptOptions {
   sockets: number;
   /** Open connections of all the sockets together; a connection beyond is closed at once, as Node does. */
   maxConnections: number;
+}
+
+/** Share of `maxConnections` open from which idle keep-alive connections are closed (reliefAtCap). */
+const RELIEF_AT = 0.9;
+
+/**
+ * Relief at the connection cap: from RELIEF_AT of `maxConnections` open (or once Node dropped one at the cap), the
+ * keep-alive connections that answered a request and have none in flight are closed (each relief costs what it
+ * closes: the idle set holds nothing else). Without
+ * it sockets that made one request each (`GET /healthz` needs no key) held the process's whole pool for the
+ * keep-alive time, and every tenant's next connection was dropped. A connection that has not finished its first
+ * request (a new client's), a request in flight, an SSE stream and a WebSocket (upgraded: no `request`) are kept; a
+ * client whose idle connection was closed opens another. Node's own `closeIdleConnections()` would close a new
+ * connection too (no request started yet counts as idle), which would drop the very client that crossed the mark.
+ * Returns the `connection` listener (`connected`, which counts the connections itself) and `relieve`, for a
+ * connection dropped elsewhere at the cap.
+ */
+function reliefAtCap(
+  server: FastifyInstance['server'],
+  maxConnections: number,
+): { connected: (socket: net.Socket) => void; relieve: () => void } {
+  let open = 0;
+  const idle = new Set<net.Socket>();
+  function closed(this: net.Socket) {
+    open--;
+    idle.delete(this);
+  }
+  server.on('request', (req: http.IncomingMessage, res: http.ServerResponse) => {
+    const socket = req.socket;
+    idle.delete(socket);
+    // Answered, a keep-alive socket waits for its next request (`res.socket` is detached by then: `socket`).
+    res.once('finish', () => {
+      if (!socket.destroyed) idle.add(socket);
+    });
+  });
+  const relieve = () => {
+    for (const socket of idle) socket.destroy();
+    idle.clear();
+  };
+  // A connection Node dropped at the cap (`drop`: it never reaches `connection`) asks for relief too.
+  server.on('drop', relieve);
+  return {
+    relieve,
+    connected: (socket) => {
+      open++;
+      socket.on('close', closed);
+      if (open >= maxConnections * RELIEF_AT) relieve();
+    },
+  };
 }
 
 /** Fails with the bind error (EADDRINUSE, EACCES) when the port cannot be bound without SO_REUSEPORT. */
@@ -46,8 +96,10 @@ function probe(port: number, host: string): Promise<void> {
 export async function listenWide(fastify: FastifyInstance, opts: AcceptOptions): Promise<void> {
   const count = process.platform === 'linux' ? Math.max(1, opts.sockets) : 1;
   const server = fastify.server;
+  const relief = reliefAtCap(server, opts.maxConnections);
   if (count === 1) {
     server.maxConnections = opts.maxConnections;
+    server.prependListener('connection', relief.connected);
     await fastify.listen({ port: opts.port, host: opts.host });
     return;
   }
@@ -69,6 +121,7 @@ export async function listenWide(fastify: FastifyInstance, opts: AcceptOptions):
   server.prependListener('connection', (socket: net.Socket) => {
     open++;
     socket.on('close', closed);
+    relief.connected(socket);
   });
   setOwnCap();
   const others: net.Server[] = [];
@@ -85,6 +138,7 @@ export async function listenWide(fastify: FastifyInstance, opts: AcceptOptions):
   const handOver = (socket: net.Socket) => {
     if (open >= opts.maxConnections) {
       socket.destroy();
+      relief.relieve();
       return;
     }
     viaOthers++;
