@@ -10,7 +10,7 @@ import type { ServerTool } from '../tools/types.js';
 import { validationProblem } from './engine/client-validation.js';
 import { badRequest, InvalidRequest } from './errors.js';
 import type { ToolRef } from './store/session-state.js';
-import { isMcpToolset } from './mcp/schema.js';
+import { isMcpToolset, mcpToolsetKey } from './mcp/schema.js';
 import { isAnthropicTool } from './tools/anthropic-tools.js';
 import type { TenantToolDef, TenantToolRunner } from './tenant-tools/types.js';
 
@@ -125,7 +125,7 @@ export class Toolbox {
       if (p) claimed.set(p, [...(claimed.get(p) ?? []), t]);
       else if (isMcpToolset(t)) {
         // Anthropic's MCP connector: the API runs these tools; one entry per server of `params.mcp_servers`.
-        add({ name: `mcp_toolset:${t.mcp_server_name}`, from: `mcp_toolset "${t.mcp_server_name}"` });
+        add({ name: mcpToolsetKey(t.mcp_server_name), from: `mcp_toolset "${t.mcp_server_name}"` });
       } else if (typeof t === 'object' && ('input_schema' in t || isAnthropicTool(t))) {
         // A client tool, or an Anthropic-defined tool (run upstream or by a client): a name of the session all the same.
         if (this.providers.some((p) => p.reserved?.has(t.name)))

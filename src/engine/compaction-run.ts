@@ -14,7 +14,7 @@ import { commitCompaction, withCompactionBeta } from './compaction.js';
 import type { EngineLogger, RunDeps, RunHandle } from './run-handle.js';
 import { runnerParams } from './runner-params.js';
 import { sessionTools } from './tool-step.js';
-import { toolsToSend, withInlineToolsBeta } from './tools-change.js';
+import { historyChanges, toolsToSend, withInlineToolsBeta } from './tools-change.js';
 import { cacheMarks, capCacheMarks } from './cache-breakpoints.js';
 
 /** A run that only compacts (asked for while the session was idle or failed): one runner, one request. */
@@ -31,11 +31,7 @@ export async function runCompactionOnly(
   // (the set at create once `tools` were PATCHed: the history's tool changes take it to the current one), their
   // beta, at most 4 cache breakpoints, the container.
   const tools = await toolsToSend(deps, state, await sessionTools(deps, state), new Map());
-  const params = withInlineToolsBeta(
-    withCompactionBeta(state.params),
-    state,
-    history.some((m) => m.role === 'system'),
-  );
+  const params = withInlineToolsBeta(withCompactionBeta(state.params), state, historyChanges(history));
   capCacheMarks(history, cacheMarks(params.system) + cacheMarks(tools));
   const runner = deps.client.beta.messages.toolRunner(
     runnerParams({

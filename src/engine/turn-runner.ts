@@ -26,9 +26,12 @@ import { upstreamContext } from '../observability/upstream-fetch.js';
 import { sessionTools } from './tool-step.js';
 import {
   applyToolChange,
+  historyChanges,
   pendingToolChange,
+  toldOf,
   toolsToSend,
   withInlineToolsBeta,
+  type HistoryChanges,
   type ToolChange,
 } from './tools-change.js';
 import { eventOf } from '../events/schemas.js';
@@ -88,8 +91,11 @@ export abstract class TurnRunner {
   protected readonly durations = new Map<string, number>();
   protected runnable: Runnables = new Map();
   protected tools: BetaToolRunnerParams['tools'] = [];
-  /** A history given at create may hold tool changes (`system` messages) of another session's runs. */
-  protected readonly toolChangesIn: boolean;
+  /**
+   * The tool changes of the history this runner sends, and those it is about to tell (`toldOf`): a history given at
+   * create may hold tool changes (`system` messages) of another session's runs.
+   */
+  protected readonly toolChanges: HistoryChanges;
   protected params: SessionParams;
   protected paramsRev: number;
   /** Model turns of the session, this runner's included (a compaction is not one). */
@@ -116,7 +122,7 @@ export abstract class TurnRunner {
     protected readonly history: StoredMessage[],
     protected readonly log: EngineLogger,
   ) {
-    this.toolChangesIn = history.some((m) => m.role === 'system');
+    this.toolChanges = historyChanges(history);
     this.params = state.params;
     this.paramsRev = state.paramsRev;
     this.iteration = state.iteration;
@@ -128,7 +134,7 @@ export abstract class TurnRunner {
 
   /** Once tool changes are in the history (or about to be), their beta goes with every request. */
   protected withToolChanges(p: SessionParams): SessionParams {
-    return withInlineToolsBeta(p, this.state, this.toolChangesIn);
+    return withInlineToolsBeta(p, this.state, this.toolChanges);
   }
 
   /**
@@ -137,7 +143,8 @@ export abstract class TurnRunner {
    */
   protected capMarks(change: ToolChange | null = null): void {
     const fixed = cacheMarks(this.params.system) + cacheMarks(this.tools);
-    capCacheMarks(this.history, fixed + (change ? cacheMarks(change.message) : 0));
+    // The runner's message only: the service's own (a toolset's removal) has no markers, and is in the history.
+    capCacheMarks(this.history, fixed + (change?.runner ? cacheMarks(change.runner) : 0));
   }
 
   protected runnerParamsNow(maxIterations: number, messages: StoredMessage[]) {
@@ -164,6 +171,7 @@ export abstract class TurnRunner {
     // After a PATCH of `tools`, runners still send the set at create as `tools` (src/engine/tools-change.ts).
     this.tools = await toolsToSend(deps, state, this.runnable, this.durations);
     const change = paused ? null : await pendingToolChange(deps, state, this.durations, true);
+    toldOf(this.toolChanges, change);
     this.capMarks(change);
     // Over the session's message thread when it still holds the history (thread-anchor.ts).
     this.runner = startRunner(
@@ -176,7 +184,10 @@ export abstract class TurnRunner {
     // Compactions asked for (route, policy) run before the next turn: see compaction.ts.
     this.compaction = new RunCompaction(deps, run, state, this.runner);
     if (!paused) await this.compaction.atStart(history);
-    if (change) await applyToolChange(deps, run, this.runner, state, history, change);
+    // The service's own message of a change (an MCP toolset's removal) goes to the runner with the history.
+    const handTo = () => this.runner.setMessagesParams(this.runnerParamsNow(budget, history));
+    if (change)
+      await applyToolChange(deps, run, this.runner, state, history, change, change.own ? handTo : undefined);
   }
 
   /** Sends the turn (the runner's request), relaying its stream; the reply with its record and usage. */
@@ -332,6 +343,7 @@ export abstract class TurnRunner {
     // A PATCH of `tools`: told to the model ahead of the next turn; the runner gets the history without that message,
     // which it appends itself.
     const change = await pendingToolChange(deps, state, this.durations, false);
+    toldOf(this.toolChanges, change);
     const handTo = () => {
       this.capMarks(change);
       const max = this.runnerTurns + Math.max(1, budgetLeft(state, this.iteration));

@@ -44,6 +44,12 @@ export const mcpToolsetEntry = z
 
 export type McpToolsetEntry = z.infer<typeof mcpToolsetEntry>;
 
+/**
+ * An `mcp_toolset`'s key in a tool set (its definition has no name): the service's own, never sent to the API, which
+ * names a toolset by its server (`mcp_toolset_reference`).
+ */
+export const mcpToolsetKey = (server: string): string => `mcp_toolset:${server}`;
+
 /** Whether a stored tool entry is an `mcp_toolset` (the API's MCP connector). */
 export function isMcpToolset(t: unknown): t is McpToolsetEntry {
   return typeof t === 'object' && t !== null && 'type' in t && t.type === 'mcp_toolset';

@@ -12,7 +12,7 @@ import {
 import { insertSession, noSpend } from './create.js';
 import type { StoredMessage } from '../history.js';
 import { toolsBeforeChanges } from './history-tools.js';
-import { asDeclared } from './removed-tools.js';
+import { asDeclared, declaredTools } from './removed-tools.js';
 import { checkIfMatch, type SessionDeps } from './mutate.js';
 
 /** The id of the fork a keyed request makes (its idempotency token's, salted apart from a create's). */
@@ -129,7 +129,8 @@ async function toolsSentAt(
   const dropped = (await deps.store.messagesAt(s.id, s.msgBase, end, total - 1)).filter(
     (m) => m.role === 'system',
   );
-  const before = toolsBeforeChanges(s.toolsSent, dropped);
+  // An MCP toolset removed after the fork's end comes back as the source declared it (history-tools.ts `restored`).
+  const before = toolsBeforeChanges(s.toolsSent, dropped, declaredTools(s));
   if (!before) return s.toolsSent;
   return asDeclared(deps, s, before, kept);
 }

@@ -76,7 +76,7 @@ export function asDeclared(
   set: readonly ToolRef[],
   history: readonly StoredMessage[],
 ): ToolRef[] {
-  const declared = [...(s.toolsSent ?? []), ...s.tools, ...(s.toolsBase ?? [])];
+  const declared = declaredTools(s);
   const named = set.map((t) =>
     typeof t === 'string'
       ? (declared.find((d) => typeof d !== 'string' && 'name' in d && d.name === t) ?? t)
@@ -85,3 +85,10 @@ export function asDeclared(
   const known = new Set([...deps.toolbox.reservedNames(), ...Object.keys(s.tenantTools)]);
   return asClientTools(named, new Set(bareNames(named).filter((n) => !known.has(n))), history);
 }
+
+/** Every definition session `s` holds: what it told the model, its tools, its base. */
+export const declaredTools = (s: Pick<SessionState, 'tools' | 'toolsSent' | 'toolsBase'>): ToolRef[] => [
+  ...(s.toolsSent ?? []),
+  ...s.tools,
+  ...(s.toolsBase ?? []),
+];

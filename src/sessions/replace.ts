@@ -13,7 +13,7 @@ import { recordCount, type SessionState } from '../store/session-state.js';
 import { normalize } from './create.js';
 import { dropTasks } from './control.js';
 import { toolsAfterChanges, toolsBeforeChanges } from './history-tools.js';
-import { asDeclared } from './removed-tools.js';
+import { asDeclared, declaredTools } from './removed-tools.js';
 import type { ToolRef } from '../store/session-state.js';
 import { mutate, runOps, statusOps, type MutationResult, type Plan, type SessionDeps } from './mutate.js';
 import { eventOf } from '../events/schemas.js';
@@ -102,7 +102,7 @@ function toolsKnownAfter(
   history: readonly StoredMessage[],
 ): { base: ToolRef[]; sent: ToolRef[] } | null {
   const base = s.toolsBase ?? s.tools;
-  const after = toolsAfterChanges(base, history);
+  const after = toolsAfterChanges(base, history, declaredTools(s));
   if (!after && s.toolsSent === null) return null;
   return { base, sent: after ? asDeclared(deps, s, after, history) : base };
 }
@@ -182,7 +182,7 @@ function toolsSentBefore(
 ): ToolRef[] | null {
   if (s.toolsSent === null) return null;
   const cut = history.slice(kept).filter((m) => m.role === 'system');
-  const before = toolsBeforeChanges(s.toolsSent, cut);
+  const before = toolsBeforeChanges(s.toolsSent, cut, declaredTools(s));
   return before ? asDeclared(deps, s, before, history.slice(0, kept)) : null;
 }
 

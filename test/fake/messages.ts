@@ -12,7 +12,7 @@ import { streamMessage } from './sse.js';
 import type { FakeState } from './state.js';
 import { validateCacheMarks } from './cache-marks.js';
 import { checkThread } from './threads.js';
-import { validateToolChanges } from './tool-changes.js';
+import { mcpServerNamesOf, validateToolChanges } from './tool-changes.js';
 import { validateContentBlocks, validateSystem, validateToolChoice } from './content-check.js';
 import type { BetaMessageParam } from '@anthropic-ai/sdk/resources/beta/messages/messages';
 import { RequestError, unchecked, validateBody, validateConversation } from './validate.js';
@@ -36,7 +36,9 @@ export async function handleMessages(
       message: 'There was an issue with the request body: the body is not valid JSON',
     });
   }
-  const fields = unchecked<'thread' | 'messages' | 'system' | 'tools' | 'stream' | 'tool_choice'>(parsed);
+  const fields = unchecked<
+    'thread' | 'messages' | 'system' | 'tools' | 'stream' | 'tool_choice' | 'mcp_servers'
+  >(parsed);
   const thread = unchecked<'type' | 'previous_message_id'>(fields?.thread);
   const newMessages: unknown[] = Array.isArray(fields?.messages) ? fields.messages : [];
   const parent =
@@ -63,6 +65,7 @@ export async function handleMessages(
       conversation,
       parent ? parent.tools : Array.isArray(fields?.tools) ? fields.tools : [],
       headers,
+      mcpServerNamesOf(fields?.mcp_servers),
     );
     validateToolChoice(fields?.tool_choice, tools.available, tools.opaque);
   } catch (error) {
