@@ -3,10 +3,13 @@
  * session waits for (approvals, client results, a review; any action another feature adds: it only has to write
  * `deadlineFields` with its status, as the engine's `endOps` does) has its deadline in the meta fields `act_due` /
  * `act_warn` and an entry in the due set `actions:due` (src/store/due.ts), written before the session write. Any
- * replica sweeps the set; each step is one `apply` guarded by the revision it read and by `requires_action`, so
- * `action.expiring` (at 80 %) and `action.timed_out` are written once whatever the number of replicas and restarts,
- * and a decision racing the deadline either lands first (the sweep then finds nothing to time out) or is refused
- * with 409 `action_timed_out` — never both. On time out, `deny` (default) answers what the action asked for and
+ * replica sweeps the set; each step is one `apply` guarded by the revision it read, by `requires_action` and by the
+ * warning still untold (`act_warn` as read), so `action.expiring` (at 80 %) and `action.timed_out` are written once
+ * whatever the number of replicas and restarts; a timeout whose warning was never told (the sweep first saw it past
+ * its deadline) tells it first, in its own write. The warning moves no revision (nothing a client sees changes but
+ * the event), so an answer with the If-Match read at `requires_action` is taken until the deadline. A decision
+ * racing the deadline either lands first (the sweep then finds nothing to time out) or is refused with 409
+ * `action_timed_out` — never both. On time out, `deny` (default) answers what the action asked for and
  * nothing else: it denies pending approvals (reason `timed out`), or answers missing client results `Error: no result
  * within N s` (is_error), or accepts results under review as they stand, and the run goes on (after approvals, to
  * ask for the step's client results, with their own deadline); `fail` fails the session with `action_timed_out`.
@@ -30,6 +33,19 @@ const ACTION_TIMED_OUT = 'action_timed_out';
 
 /** A timeout whose run a tenant quota refuses is tried again this much later. */
 const QUOTA_RETRY_MS = 5_000;
+
+/** Entries a pass reads at a time. */
+const SWEEP_BATCH = 100;
+
+/**
+ * Most entries one pass takes: it goes on reading while entries are due, so a burst (hundreds of sessions waiting
+ * with the same timeout) is warned and timed out within about one interval, not `SWEEP_BATCH` an interval; past
+ * this the rest wait for the next pass, so a pass (and the Redis load it makes) stays bounded whatever the backlog.
+ */
+const SWEEP_PASS_MAX = 2_000;
+
+/** Entries of a batch handled at once (each a few round trips to Redis): bounds the writes in flight of a pass. */
+const SWEEP_CONCURRENCY = 16;
 
 /**
  * Cleared deadline fields, the action marked as timed out (a late decision gets 409 `action_timed_out`), and what
@@ -265,6 +281,19 @@ async function childrenCut(
   return { ids, counts };
 }
 
+/** Runs `fn` on each item, at most `limit` at once; resolves when all have. `fn` must not reject. */
+async function inParallel<T>(
+  items: readonly T[],
+  limit: number,
+  fn: (item: T) => Promise<void>,
+): Promise<void> {
+  let next = 0;
+  const worker = async () => {
+    while (next < items.length) await fn(items[next++]!);
+  };
+  await Promise.all(Array.from({ length: Math.min(limit, items.length) }, worker));
+}
+
 /** Sweeps `actions:due` on a timer: every replica runs one; their writes are guarded, so any number may. */
 export class DeadlineSweeper {
   private readonly loop: SweepLoop;
@@ -286,23 +315,43 @@ export class DeadlineSweeper {
   }
 
   /**
-   * One pass: every entry due by Redis's now, each deadline compared with it (due-read-1.lua), not with this
+   * One pass: the entries due by Redis's now, each deadline compared with it (due-read-1.lua), not with this
    * replica's clock: one running ahead timed out every session's action early. A deadline is the one stored
    * (`act_due`, the `expires_at` shown), so an action times out when Redis's clock reaches what the API showed.
    * The now read sets this process's reckoning of Redis's clock (`store.clock`), which deadlines are written and
    * answers checked with.
+   *
+   * The pass reads batches until none is due (or it took SWEEP_PASS_MAX), earliest due first: that order is the
+   * fairness between sessions and tenants (no entry waits behind one due after it; a tenant's burst delays another's
+   * entries due at the same time by its share of a pass, handled SWEEP_CONCURRENCY at once). An entry is taken once
+   * a pass: one left due (its writes lost 3 races, or failed) is read again by the next pass, not in a loop by this
+   * one; so is one whose warning this pass told, should its deadline come while the pass goes on.
    */
   async sweep(): Promise<void> {
+    const seen = new Set<string>();
+    while (seen.size < SWEEP_PASS_MAX && !this.loop.stopping) {
+      const { now, entries, all } = await this.due(SWEEP_BATCH + seen.size);
+      const fresh = entries.filter((e) => !seen.has(e.id)).slice(0, SWEEP_PASS_MAX - seen.size);
+      for (const e of fresh) seen.add(e.id);
+      await inParallel(fresh, SWEEP_CONCURRENCY, (e) =>
+        this.one(e, now).catch((err: unknown) =>
+          this.log.warn({ err, session: e.id }, 'action deadline failed'),
+        ),
+      );
+      if (all || fresh.length === 0) return;
+    }
+  }
+
+  /**
+   * Up to `limit` entries due by Redis's now, that now (observed by `store.clock`), and whether they are all the
+   * entries due. A failed read fails the pass: the loop logs it once per outage.
+   */
+  private async due(limit: number): Promise<{ now: number; entries: DueEntry[]; all: boolean }> {
     const { store } = this.deps;
     const sent = Date.now();
-    // A failed read fails the pass: the loop logs it once per outage.
-    const { now, entries } = await store.actionsDue.dueNow(100);
+    const { now, entries } = await store.actionsDue.dueNow(limit);
     store.clock.observe(now, sent);
-    for (const e of entries) {
-      await this.one(e, now).catch((err: unknown) =>
-        this.log.warn({ err, session: e.id }, 'action deadline failed'),
-      );
-    }
+    return { now, entries, all: entries.length < limit };
   }
 
   /** An entry: warned, timed out, moved to its true time, or dropped (the session no longer waits). */
@@ -320,13 +369,22 @@ export class DeadlineSweeper {
         await store.actionsDue.settle(e, warnAt ?? due);
         return;
       }
-      const guard = { rev: s.revision, status: ['requires_action' as const] };
+      // The warning not told yet (`act_warn` set) guards each write below as read: the write that tells it clears
+      // it, so it is told once. The revision alone would not do: the warning's own write does not move it.
+      const guard = {
+        rev: s.revision,
+        status: ['requires_action' as const],
+        ...(warnAt === null ? {} : { fields: { act_warn: String(warnAt) } }),
+      };
+      const expiring: [string, string] = ['action.expiring', actionData(s)];
       try {
         if (now < due) {
+          // Nothing a client sees changes but the event (the action, its `expires_at`): the revision, `updated_at`
+          // and so the ETag stay, and an answer sent with the If-Match read at `requires_action` is still taken.
           await store.apply(
             s.id,
             guard,
-            { hset: { act_warn: '' }, events: [['action.expiring', actionData(s)]] },
+            { hset: { act_warn: '' }, events: [expiring], keep_revision: true },
             s.tenant,
             { storageCap: false },
           );
@@ -334,6 +392,9 @@ export class DeadlineSweeper {
           return;
         }
         const { ops, starts, answered } = timeoutOps(s);
+        // First seen past its deadline with the warning untold (every replica down across the 80 % mark, Redis
+        // stalled, a backlog): the warning is told first, in the timeout's write.
+        if (warnAt !== null) ops.events = [expiring, ...(ops.events ?? [])];
         const children = s.pending?.turn ? null : await childrenCut(this.deps, s, answered);
         if (children?.counts.length) ops.count_once = children.counts;
         // Over the tenant's daily cap the deadline still answers the calls: the run it starts writes their results

@@ -50,6 +50,12 @@ export interface ApplyOps {
   /** Follow-ups queued for the next user turn (the store adds the MAX_TURN_BYTES guard). */
   queue_push?: EncodedBlocks[];
   release_lease?: boolean;
+  /**
+   * A change no client sees but by its events (the deadline's warning, `action.expiring`): the revision and
+   * `updated_at` stay, and its events carry no revision. Not with `queue`. Guard it by `fields` (a `rev` guard does
+   * not tell two such changes apart: neither moves it).
+   */
+  keep_revision?: boolean;
   /** `[type, data]`, or `[type, data, 'rev']` to have `"revision":null` in data replaced by the new revision. */
   events?: Array<[string, string] | [string, string, 'rev']>;
   /**
@@ -69,6 +75,8 @@ export interface Guard {
   fence?: number;
   rev?: number;
   status?: Status[];
+  /** Meta fields and the values they must hold ('' for unset), else 412 revision_mismatch (the state read changed). */
+  fields?: Record<string, string>;
   create?: boolean;
   /** Bytes the user turn that queued follow-ups form may reach (set by the store from its options). */
   turn_max?: number;

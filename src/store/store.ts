@@ -239,8 +239,9 @@ export class SessionStore {
   /**
    * Applies `ops` atomically if `guard` holds (fence, revision, status, existence); otherwise writes nothing and
    * throws: FencedOut, 412 revision_mismatch, 409 invalid_status (with the current status), 404 session_not_found.
-   * Bumps the revision by one, stamps `updated_at`, writes the events with the new revision, and publishes the
-   * last event id on the session's events channel — all in one round trip. `tenant`, when the caller knows it (a
+   * Bumps the revision by one, stamps `updated_at`, writes the events with the new revision (with `keep_revision`:
+   * neither, and the events carry none), and publishes the last event id on the session's events channel — all in
+   * one round trip. `tenant`, when the caller knows it (a
    * create, a request of the tenant), tells the event tap whose session it is from its first write.
    * A change that starts a run (sets `running`) first takes a slot among the tenant's active runs (429
    * `quota_exceeded` when TENANT_MAX_ACTIVE_RUNS are running) and registers the run as due (the tenant read from

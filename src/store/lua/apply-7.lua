@@ -7,6 +7,8 @@
 --         session was given it lately, else recorded with the change (includes/recent.lua); `applied`
 --         `{t, q, keep, after?, message?}`: the Idempotency-Key token of the request making this change, refused
 --         (`applied`) when the session recorded it already, else recorded with the change (includes/recent.lua)
+--         `fields` `{name: value}`: each meta field holds that value ('' for a field not set), else refused as
+--         `revision` (the state the writer read has changed)
 -- ARGV[2] ops JSON (ApplyOps in src/store/store.ts). `queue_push` and `queue.base` are block arrays as JSON text
 --         (includes/blocks.lua). With `queue`, the queued follow-ups are popped and joined, behind `queue.base` if
 --         given, into one new user turn (or, with `queue.into_last`, after the blocks of the last message, a user
@@ -24,6 +26,11 @@
 --         `<segments>` - 1; `u` when its messages end with a user turn (`ends_with_user`), else `a`.
 --         `count_once` `[[field, {counter: n}]…]`: each entry's counters are added only if `field` was not set, and
 --         it is set (a sub-agent's usage under `cb:<child id>`, the mark child-usage-1.lua sets too).
+--         `keep_revision` (top level, without `queue`): a change no client sees but by its events (the deadline's
+--         warning `action.expiring`, src/sessions/deadlines.ts): `revision` and `updated_at` stay as they are (an
+--         If-Match read before it still holds, the retention's clock does not start again) and its events carry no
+--         revision (null, as those written outside a change). Such a change must not be guarded by `rev` alone, which
+--         it does not move: `fields` guards it.
 -- ARGV[3] most events kept  ARGV[4] pub/sub channel of the notice of the events written (includes/notice.lua)
 -- ARGV[5] notice size limit (bytes)  ARGV[6] most event bytes kept (includes/event-log.lua)
 -- Returns {revision, merged_count, appended, into_last, control, params_rev}: `appended` is the array of blocks
@@ -58,6 +65,11 @@ if guard.status then
   for _, s in ipairs(guard.status) do if s == cur[3] then ok = true end end
   if not ok then return {'ERR', 'status', tostring(cur[3])} end
 end
+if guard.fields then
+  for k, v in pairs(guard.fields) do
+    if (redis.call('HGET', meta, k) or '') ~= v then return {'ERR', 'revision', tostring(cur[2])} end
+  end
+end
 if guard.posted then
   local before = recent_find(meta, 'chat_posted', 'id', guard.posted.id)
   if before then return {'ERR', 'posted', before} end
@@ -72,7 +84,11 @@ if guard.turn_max and ops.queue_push then
   for _, e in ipairs(ops.queue_push) do bytes = bytes + #e end
   if bytes > guard.turn_max then return {'ERR', 'turn_too_large', tostring(bytes)} end
 end
-local rev = redis.call('HINCRBY', meta, 'revision', 1)
+local quiet = ops.keep_revision == true
+local rev
+if quiet then rev = tonumber(cur[2]) or 0 else rev = redis.call('HINCRBY', meta, 'revision', 1) end
+-- The revision the events carry: none for a change that moves none.
+local ev_rev = not quiet and rev or nil
 local t = redis.call('TIME')
 local now = tostring(tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000))
 
@@ -80,10 +96,10 @@ local notice_max = tonumber(ARGV[5])
 local function emit(ev)
   local data = ev[2]
   -- A third element asks for the new revision in the data, which only the script knows.
-  if ev[3] then data = (string.gsub(data, '"revision":null', '"revision":' .. rev, 1)) end
+  if ev[3] and ev_rev then data = (string.gsub(data, '"revision":null', '"revision":' .. ev_rev, 1)) end
   notice_before(KEYS[5])
-  local id = log_xadd(KEYS[5], ev[1], data, rev, now)
-  notice_add(notice_max, id, ev[1], now, rev, data)
+  local id = log_xadd(KEYS[5], ev[1], data, ev_rev, now)
+  notice_add(notice_max, id, ev[1], now, ev_rev or '0', data)
 end
 
 local function pushAll(key, list)
@@ -185,7 +201,7 @@ if ops.queue then
     run(ops.queue.none)
   end
 end
-redis.call('HSET', meta, 'updated_at', now, 'msg_count', redis.call('LLEN', KEYS[2]))
+if not quiet then redis.call('HSET', meta, 'updated_at', now, 'msg_count', redis.call('LLEN', KEYS[2])) end
 if guard.posted then
   local p = guard.posted
   local idle = redis.call('HGET', meta, 'status') ~= 'running'
