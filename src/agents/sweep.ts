@@ -16,6 +16,7 @@ import { childSessionId, WaitingTree, type ChildWaiting } from './waiting.js';
 import { childResult, type ChildResult } from './child-result.js';
 import { childrenPage } from './children-page.js';
 import { FailureLog } from '../log.js';
+import { atWork, waitsFor } from './dropped.js';
 import { userText } from '../message-schemas.js';
 
 /**
@@ -41,6 +42,11 @@ const RECHECK_MS = 10_000;
 const PARKED_MS = 60_000;
 /** Members with nothing to do wait this long before a look (their next run end brings them back sooner). */
 const IDLE_MS = 3_600_000;
+
+/** A refusal of a cancel or delete (the session ended or went meanwhile) is what it was for; anything else throws. */
+const refusal = (err: unknown): void => {
+  if (!isRefusal(err)) throw err;
+};
 
 export const childrenKey = (parentId: string) => `s:{${parentId}}:children`;
 
@@ -103,7 +109,10 @@ export class AgentSweep {
       return;
     }
     let next = IDLE_MS;
-    if (s.status === 'idle' || s.status === 'failed') {
+    if (await this.dropped(s)) {
+      // Its cancel ends its run (and so wakes it): that look counts what it spent and cancels its own children.
+      await cancelRun(this.opts.deps, s.tenant, id).catch(refusal);
+    } else if (s.status === 'idle' || s.status === 'failed') {
       if (s.parent) await this.deliver(s);
       await this.cancelChildren(s);
     } else if (s.status === 'requires_action') {
@@ -115,6 +124,17 @@ export class AgentSweep {
     // Before the member is moved on: a crash here leaves it due, so the next look tells what this one did not.
     await this.tree.tellUp(id);
     await store.runs.trees.settle(e, next, s.tenant);
+  }
+
+  /**
+   * A child at work on a call its parent no longer waits for: the step was dropped (`retry`, a rerun, a replaced
+   * history), the call answered otherwise (its client, a deadline), or the parent stopped. A parent gone is left to
+   * the parent's own look, which deletes its children.
+   */
+  private async dropped(s: SessionState): Promise<boolean> {
+    if (!s.parent || !atWork(s)) return false;
+    const parent = await this.opts.store.load(s.parent.session_id);
+    return parent !== null && !waitsFor(parent, s.parent.tool_use_id);
   }
 
   /**
@@ -247,9 +267,6 @@ export class AgentSweep {
    */
   private async stillWanted(parent: SessionState, toolUseId: string, childId: string): Promise<void> {
     const now = await this.opts.store.load(parent.id);
-    const refusal = (err: unknown) => {
-      if (!isRefusal(err)) throw err;
-    };
     if (!now) {
       await removeSession(this.opts.deps, parent.tenant, childId).catch(refusal);
       return;
@@ -297,9 +314,7 @@ export class AgentSweep {
     for (const id of await this.opts.redis.zrange(childrenKey(parent.id), 0, -1)) {
       const c = await this.opts.store.load(id);
       if (!c || (c.status !== 'running' && c.status !== 'requires_action')) continue;
-      await cancelRun(this.opts.deps, c.tenant, id).catch((err: unknown) => {
-        if (!isRefusal(err)) throw err;
-      });
+      await cancelRun(this.opts.deps, c.tenant, id).catch(refusal);
     }
   }
 
@@ -308,10 +323,7 @@ export class AgentSweep {
     const key = childrenKey(parentId);
     for (const id of await this.opts.redis.zrange(key, 0, -1)) {
       const c = await this.opts.store.load(id);
-      if (c)
-        await removeSession(this.opts.deps, c.tenant, id).catch((err: unknown) => {
-          if (!isRefusal(err)) throw err;
-        });
+      if (c) await removeSession(this.opts.deps, c.tenant, id).catch(refusal);
     }
     await this.opts.redis.del(key);
   }

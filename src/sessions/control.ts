@@ -5,6 +5,7 @@ import { cancelSession, dropStepTasks } from '../engine/commit.js';
 import { InvalidRequest, InvalidStatus, conflict } from '../errors.js';
 import { isAgentTool, type patchSessionBody, type retryBody } from '../schemas.js';
 import { childSessionId } from '../agents/waiting.js';
+import { childrenAtWork } from '../agents/dropped.js';
 import { checkCompactionParams, checkEditWithPending } from './compact.js';
 import { assertAgentsPriced } from './agents-priced.js';
 import { checkActionTimeout, checkToolChoice } from './create.js';
@@ -179,6 +180,9 @@ export function retryTurn(
       },
       starts: true,
       params,
+      // The dropped reply's sub-agents at work are cancelled (by the agents' sweep); what they spent stays counted
+      // in `usage.children`, as the dropped turn's own tokens stay in `usage`.
+      drops: await childrenAtWork(deps.store, s),
       // The dropped reply's tasks (queued while its step waited for the client) are the session's no longer.
       after: () => dropTasks(deps, s),
     };

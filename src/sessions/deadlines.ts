@@ -21,7 +21,7 @@ import type { DueEntry } from '../store/due.js';
 import { encodeResult, outstandingTasks, setResult, type PendingStep } from '../store/pending.js';
 import type { ApplyOps } from '../store/apply-ops.js';
 import { childUsageIncr, type SessionState } from '../store/session-state.js';
-import { runOps, startRun, statusOps, type SessionDeps } from './mutate.js';
+import { runOps, SPAWN_DUE_DELAY_MS, startRun, statusOps, type SessionDeps } from './mutate.js';
 import { SweepLoop } from '../sweep-loop.js';
 import { eventOf } from '../events/schemas.js';
 import { isAgentTool } from '../schemas.js';
@@ -264,7 +264,7 @@ async function childrenCut(
   deps: SessionDeps,
   s: SessionState,
   answered: readonly string[] | null,
-): Promise<{ ids: string[]; counts: Array<[string, Record<string, number>]> }> {
+): Promise<{ ids: string[]; working: string[]; counts: Array<[string, Record<string, number>]> }> {
   const agents = new Set(s.tools.filter(isAgentTool).map((t) => t.name));
   // An agent call an approval timeout leaves open (approved already, its child at work) is not cut: the session
   // waits for it next, with its own deadline.
@@ -273,12 +273,14 @@ async function childrenCut(
     .filter((c) => answered === null || answered.includes(c.id))
     .map((c) => childSessionId(s.id, c.id));
   const counts: Array<[string, Record<string, number>]> = [];
+  const working: string[] = [];
   for (const id of ids) {
     const child = await deps.store.load(id);
     if (!child || child.status === 'idle' || child.status === 'failed') continue;
+    working.push(id);
     counts.push([`cb:${id}`, childUsageIncr(child)]);
   }
-  return { ids, counts };
+  return { ids, working, counts };
 }
 
 /** Runs `fn` on each item, at most `limit` at once; resolves when all have. `fn` must not reject. */
@@ -397,6 +399,10 @@ export class DeadlineSweeper {
         if (warnAt !== null) ops.events = [expiring, ...(ops.events ?? [])];
         const children = s.pending?.turn ? null : await childrenCut(this.deps, s, answered);
         if (children?.counts.length) ops.count_once = children.counts;
+        // Due for the agents' sweep before the write, whose look cancels a child its parent no longer waits for:
+        // should this process die before the cancels below, any replica's sweep makes them (mutate.ts `Plan.drops`).
+        for (const id of children?.working ?? [])
+          await store.runs.trees.soon(id, s.tenant, SPAWN_DUE_DELAY_MS);
         // Over the tenant's daily cap the deadline still answers the calls: the run it starts writes their results
         // and stops before its model request (`tenant_budget_exhausted`), as any run over the cap does; a run of a
         // model without a price under a dollar ceiling fails there (`unknown_model_price`: the engine checks).

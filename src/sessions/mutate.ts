@@ -14,7 +14,7 @@ import { isOutOfMemory } from '../store/unavailable.js';
  * A session whose write lets its sub-agents' sweep start a child (`Plan.spawns`) is due for that sweep this long after
  * the write at the latest, as a run is for the runs' sweep (src/store/runs.ts START_DUE_DELAY_MS).
  */
-const SPAWN_DUE_DELAY_MS = 2000;
+export const SPAWN_DUE_DELAY_MS = 2000;
 /** How often a read-compute-write mutation is tried again when the session changed between its read and write. */
 const CAS_ATTEMPTS = 8;
 /**
@@ -81,6 +81,14 @@ export interface Plan {
    * should this process die before the wake-up) and woken after it.
    */
   spawns?: boolean;
+  /**
+   * The sub-agents at work on the agent calls of the step the write drops (a retry's, a rerun's, a replaced
+   * history's): no result of theirs answers a call any more. Each is made due for the agents' sweep within
+   * SPAWN_DUE_DELAY_MS before the write and woken after it; the sweep's look cancels a child whose call its parent
+   * no longer waits for (src/agents/sweep.ts `dropped`). So a process that dies between the write and the wake-up
+   * leaves the cancel to any replica's sweep, not to the child's next run end (or its parent's stop).
+   */
+  drops?: readonly string[];
   /** Recorded with the request's Idempotency-Key token (AppliedEntry): what a retry of it answers with. */
   applied?: Pick<AppliedEntry, 'after' | 'message'>;
   /**
@@ -146,6 +154,7 @@ export async function mutate(
     // Before the write, as a run's due entry is (store.apply): due without the write is a look that finds nothing,
     // the write without its due entry a child that waits for the tree's next look (an hour).
     if (p.spawns) await store.runs.trees.soon(id, tenant, SPAWN_DUE_DELAY_MS);
+    for (const child of p.drops ?? []) await store.runs.trees.soon(child, tenant, SPAWN_DUE_DELAY_MS);
     let wrote: number;
     try {
       ({ revision: wrote } = await store.apply(id, guard, p.ops, tenant, {
@@ -174,8 +183,10 @@ export async function mutate(
     // and the agents' sweep tells them now, not at the child's next run end (a refused ZADD, a full Redis: then).
     // A child to start (`spawns`): the sweep starts it now, not SPAWN_DUE_DELAY_MS later. After the write: a look
     // between the wake-up and the write would find nothing to do and move the member on.
-    if (p.spawns || (s.parent && s.status === 'requires_action'))
-      await store.runs.trees.wake(id, tenant).catch((err: unknown) => {
+    const woken = p.spawns || (s.parent && s.status === 'requires_action') ? [id] : [];
+    // The dropped step's children: their looks cancel them now (each is due within SPAWN_DUE_DELAY_MS anyway).
+    for (const member of [...woken, ...(p.drops ?? [])])
+      await store.runs.trees.wake(member, tenant).catch((err: unknown) => {
         if (!isOutOfMemory(err)) throw err;
       });
     const state = await store.loadFor(tenant, id);

@@ -12,6 +12,7 @@ import type { ApplyOps } from '../store/apply-ops.js';
 import { recordCount, type SessionState } from '../store/session-state.js';
 import { normalize } from './create.js';
 import { dropTasks } from './control.js';
+import { childrenAtWork } from '../agents/dropped.js';
 import { toolsAfterChanges, toolsBeforeChanges } from './history-tools.js';
 import { asDeclared, declaredTools } from './removed-tools.js';
 import type { ToolRef } from '../store/session-state.js';
@@ -78,6 +79,8 @@ export function replaceMessages(
     return {
       guard: { rev: s.revision, status: [s.status] },
       ops,
+      // A failed step's sub-agents its look has not cancelled yet (none under review: their results are in).
+      drops: await childrenAtWork(deps.store, s),
       after: async () => {
         // A sub-agent that was reviewing is idle now without a run's end: its parent learns of it from the sweep now.
         if (s.status !== 'idle') await deps.store.runs.trees.wake(s.id, s.tenant);
@@ -163,7 +166,8 @@ export function rerunFrom(
       },
       starts: true,
       ...(applied ? { applied: applied() } : {}),
-      // A failed step's tasks still out, if any, leave the queue with it.
+      // A failed step's sub-agents its look has not cancelled yet, and its tasks still out, if any, go with it.
+      drops: await childrenAtWork(deps.store, s),
       after: () => dropTasks(deps, s),
     };
   });
