@@ -27,7 +27,7 @@ import { streamSink, type CloseReason } from '../src/events/sink.js';
 import { ChatTranslator, type UIChunk } from '../src/chat/chunks.js';
 import { awaitsAgentsOnly } from '../src/chat/event-shapes.js';
 import { keptSteps, replyMessageId, runMessageId, toUIMessages } from '../src/chat/history.js';
-import { answeredCallIdsOf, chatBody, editRefused } from '../src/chat/request.js';
+import { answeredCallIdsOf, chatBody, editRefused, toolInputsOf } from '../src/chat/request.js';
 import { denials } from '../src/chat/denials.js';
 import { MAX_UI_MESSAGES, chatRecord } from '../src/chat/record.js';
 import { postAnswers, postUserMessage, regenerate, statusOf } from '../src/chat/post.js';
@@ -251,6 +251,8 @@ const routes: FastifyPluginAsyncZod<{ config: Config }> = async (app, { config }
       // The outputs the client's message gives: their answer does not send them back (src/chat/chunks.ts `answered`).
       const answered =
         postsUser || regenerating ? [] : answeredCallIdsOf(messages[messages.length - 1]!.parts);
+      // The inputs its parts show: a call that ran an input edited since (an approval's, by REST) shows it first.
+      const inputs = postsUser || regenerating ? [] : toolInputsOf(messages[messages.length - 1]!.parts);
       const replay = req.streamReplay;
       if (replay) {
         // The same Idempotency-Key and body again: nothing is posted twice; the first answer streams again, to a
@@ -260,6 +262,7 @@ const routes: FastifyPluginAsyncZod<{ config: Config }> = async (app, { config }
           agents: agentsOf(s),
           validated: validatedOf(s),
           answered,
+          inputs,
           ownMessage: postsUser,
           ownRevision: replay.own,
           // An answer to tool outputs or approvals continues a message that holds the reply that asked them.
@@ -325,6 +328,7 @@ const routes: FastifyPluginAsyncZod<{ config: Config }> = async (app, { config }
         agents: agentsOf(posted.state),
         validated: validatedOf(posted.state),
         answered,
+        inputs,
         ownMessage: postsUser,
         ownRevision: posted.own,
         repliedBefore: !postsUser && !regenerating,

@@ -9,7 +9,12 @@
  * - Content blocks become `text-*`, `reasoning-*` (thinking), `tool-input-*` (tool_use, server_tool_use), their
  *   ids `<iteration>-<block index>`; a turn without `stream.event`s (`"stream": false`) is rendered from its
  *   `turn.completed` message.
- * - `tool.completed` → `tool-output-available` / `tool-output-error`; a denial → `tool-output-denied`. The calls of a
+ * - `tool.completed` → `tool-output-available` / `tool-output-error`; a denial → `tool-output-denied`. A result a
+ *   review replaced (`tool_result.replaced`) → the call's output again, as the replacement is (the reader takes the
+ *   second output over the first; an `is_error` one turns the part to `output-error`, and back). An approval with an
+ *   edited input (`tool_call.decided` with `input`) → a second `tool-input-available` with that input, before the
+ *   approval's answer: the part shows the call that ran, as the history does; so does a `tool.completed` whose input
+ *   is not the one the part shows (an edit decided before the stream's cursor). The calls of a
  *   reply whose stop reason ends the run (`max_tokens`, `refusal`, …) are never run and get no `tool.completed`: the
  *   history answers them `Error: not run: …` (src/engine/turns.ts `commitStop`), and so does its `turn.completed`
  *   here, with `tool-output-error`.
@@ -48,6 +53,7 @@
  *   turn the stream answers (an interrupt of its first reply) continues the stream's message, as in the history.
  * - `session.deleted` → `abort`.
  */
+import { isDeepStrictEqual } from 'node:util';
 import type { z } from 'zod';
 import { compareIds } from '../events/cursor.js';
 import {
@@ -59,6 +65,7 @@ import {
   dropped,
   finishReason,
   parseJson,
+  replaced,
   resultText,
   status,
   streamEvent,
@@ -145,6 +152,16 @@ export class ChatTranslator {
   /** Tool calls the client's message holds already (so outputs may refer to them). */
   private readonly known: Set<string>;
   private readonly denied = new Set<string>();
+  /**
+   * The tool names of the calls this stream showed or learnt of (a call's `tool-input-available` needs it again when
+   * an approval edits its input).
+   */
+  private readonly names = new Map<string, string>();
+  /**
+   * The input each call's part shows (the client's message's, or this stream's last `tool-input-available`): a
+   * `tool.completed` whose input differs ran an approval's edited input, which the part then takes first.
+   */
+  private readonly inputs = new Map<string, unknown>();
   /** Calls this stream sent a `tool-approval-request` for (their approval id is the call's id). */
   private readonly asked = new Set<string>();
   /** The session's sub-agent tools (by name): their calls are the service's to answer, not the client's. */
@@ -219,6 +236,8 @@ export class ChatTranslator {
       answered?: Iterable<string>;
       /** The message holds a reply from before the stream's cursor (see `repliedBefore`). */
       repliedBefore?: boolean;
+      /** The inputs of the calls the client's message holds, by call id (see `inputs`). */
+      inputs?: Iterable<readonly [string, unknown]>;
     } = {},
   ) {
     this.awaitingOwn = opts.ownMessage ?? false;
@@ -227,14 +246,18 @@ export class ChatTranslator {
     this.answered = new Set(opts.answered ?? []);
     this.repliedBefore = (opts.repliedBefore ?? false) || (opts.earlier ?? []).length > 0;
     this.known = new Set(known);
+    for (const [id, input] of opts.inputs ?? []) this.inputs.set(id, input);
     this.agents = new Set(opts.agents ?? []);
     this.pausedBefore = opts.pausedBefore;
     this.midRun = opts.midRun ?? false;
     this.earlier = opts.earlier ?? [];
     this.delivered = opts.delivered ?? [];
     for (const c of this.earlier)
-      if (c.type === 'tool-input-available' && typeof c['toolCallId'] === 'string')
+      if (c.type === 'tool-input-available' && typeof c['toolCallId'] === 'string') {
         this.known.add(c['toolCallId']);
+        if (typeof c['toolName'] === 'string') this.names.set(c['toolCallId'], c['toolName']);
+        this.inputs.set(c['toolCallId'], c['input']);
+      }
   }
 
   /**
@@ -343,10 +366,15 @@ export class ChatTranslator {
               },
             ]
           : [];
-        if (approved) return answered;
+        // An edited input first: the answer then finds the part as the approval left it (`approval-responded`).
+        if (approved) return [...this.editedInput(id, ev.data.input), ...answered];
         this.denied.add(id);
         if (!this.known.has(id)) return [];
         return [...answered, { type: 'tool-output-denied', toolCallId: id }];
+      }
+      case 'tool_result.replaced': {
+        const ev = replaced.safeParse(data);
+        return ev.success ? this.replacedResult(ev.data) : [];
       }
       case 'turn.dropped': {
         const ev = dropped.safeParse(data).data;
@@ -532,6 +560,7 @@ export class ChatTranslator {
       const providerExecuted = cb.type === 'server_tool_use' || this.agents.has(cb.name);
       this.open.set(index, { kind: 'tool', id: cb.id, name: cb.name, json: '', providerExecuted });
       this.known.add(cb.id);
+      this.names.set(cb.id, cb.name);
       return [
         {
           type: 'tool-input-start',
@@ -548,6 +577,7 @@ export class ChatTranslator {
     if (b.kind === 'text') return [{ type: 'text-end', id: b.id }];
     if (b.kind === 'reasoning') return [{ type: 'reasoning-end', id: b.id }];
     const available = { type: 'tool-input-available', toolCallId: b.id, toolName: b.name, input };
+    this.inputs.set(b.id, input);
     if (b.providerExecuted) return [{ ...available, providerExecuted: true }];
     this.held.push(available);
     return [];
@@ -637,8 +667,10 @@ export class ChatTranslator {
 
   /** A call the client's message may not hold (a stream resumed mid-run): its input first. */
   private ensureCall(c: { id: string; name: string; input: unknown }): UIChunk[] {
+    this.names.set(c.id, c.name);
     if (this.known.has(c.id)) return [];
     this.known.add(c.id);
+    this.inputs.set(c.id, c.input);
     return [
       {
         type: 'tool-input-available',
@@ -658,6 +690,11 @@ export class ChatTranslator {
     if (!this.known.has(ev.tool_use_id) && !this.stepOpen) return [];
     const out = this.ensureCall({ id: ev.tool_use_id, name: ev.name, input: ev.input });
     const agent = service || this.agents.has(ev.name) ? { providerExecuted: true } : {};
+    // The call ran an input its part does not show: an approval's edit, decided before this stream's cursor (REST,
+    // another tab), or that the stream did not read.
+    const shown = this.inputs.get(ev.tool_use_id);
+    if (ev.input !== undefined && this.inputs.has(ev.tool_use_id) && !isDeepStrictEqual(shown, ev.input))
+      out.push(...this.newInput(ev.tool_use_id, ev.name, ev.input, service));
     out.push(
       ev.is_error
         ? {
@@ -669,6 +706,49 @@ export class ChatTranslator {
         : { type: 'tool-output-available', toolCallId: ev.tool_use_id, output: ev.content ?? null, ...agent },
     );
     return out;
+  }
+
+  /**
+   * An approval's edited input (`input`, absent when none): the call ran with it and the history holds it, so the
+   * part's input is replaced by a second `tool-input-available` (the reader updates the call's part in its step:
+   * its input, state `input-available`, its `approval` kept). As the call's first one, it is the client's
+   * (`onToolCall` fires again, now with the input that runs) unless the service runs it (a sub-agent's call).
+   */
+  private editedInput(id: string, input: unknown): UIChunk[] {
+    const name = this.names.get(id);
+    if (input === undefined || name === undefined || !this.known.has(id)) return [];
+    return this.newInput(id, name, input);
+  }
+
+  /** A call's part takes `input` (`service`: the service answers the call, as `toolCompleted` says). */
+  private newInput(id: string, name: string, input: unknown, service = false): UIChunk[] {
+    this.inputs.set(id, input);
+    return [
+      {
+        type: 'tool-input-available',
+        toolCallId: id,
+        toolName: name,
+        input,
+        ...(service || this.agents.has(name) ? { providerExecuted: true } : {}),
+      },
+    ];
+  }
+
+  /**
+   * A result under review replaced (`PUT …/tool-results/:id`): the model gets the replacement, and so does the
+   * history, so the part shows it: `tool-output-available` or `tool-output-error` again (the reader replaces the
+   * part's output, or turns it to the other state; its `providerExecuted` is kept, as none is given). A denied call's
+   * part stays `output-denied`: its `approval` says it was denied, which no chunk takes back, and the `ai` package's
+   * schema allows no output beside a denied approval.
+   */
+  private replacedResult(ev: z.infer<typeof replaced>): UIChunk[] {
+    const id = ev.tool_use_id;
+    if (!this.known.has(id) || this.denied.has(id)) return [];
+    return [
+      ev.is_error
+        ? { type: 'tool-output-error', toolCallId: id, errorText: resultText(ev.content) }
+        : { type: 'tool-output-available', toolCallId: id, output: ev.content ?? null },
+    ];
   }
 
   private status(ev: z.infer<typeof status>, paused: boolean): UIChunk[] {

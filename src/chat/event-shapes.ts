@@ -66,10 +66,18 @@ export const toolCompleted = z.looseObject({
   content: z.unknown(),
   is_error: z.boolean().optional(),
 });
+/** `tool_call.decided`; `input`: an approval's edited input (absent when the call runs as the model made it). */
 export const decided = z.looseObject({
   tool_use_id: z.string(),
   decision: z.string(),
+  input: z.unknown().optional(),
   reason: z.string().nullish(),
+});
+/** `tool_result.replaced`: a result under review replaced (`PUT …/tool-results/:id`), the one the model gets. */
+export const replaced = z.looseObject({
+  tool_use_id: z.string(),
+  content: z.unknown(),
+  is_error: z.boolean().optional(),
 });
 /** `message.appended`: the queued follow-ups merged into the history (only what the translator reads of it). */
 export const appended = z.looseObject({

@@ -38,6 +38,7 @@ const toolPart = z.looseObject({
   type: z.string().refine((t) => t.startsWith('tool-') || t === 'dynamic-tool'),
   toolCallId: z.string().min(1).max(128),
   state: z.string(),
+  input: z.unknown().optional(),
   output: z.unknown().optional(),
   errorText: z.string().optional(),
   approval: z
@@ -278,6 +279,14 @@ export function toolCallIdsOf(parts: Part[]): string[] {
   return parts.flatMap((p) => {
     const t = toolPart.safeParse(p);
     return t.success ? [t.data.toolCallId] : [];
+  });
+}
+
+/** The inputs a message's tool parts show, by call id (a part without one shows none). */
+export function toolInputsOf(parts: Part[]): Array<[string, unknown]> {
+  return parts.flatMap((p): Array<[string, unknown]> => {
+    const t = toolPart.safeParse(p);
+    return t.success && t.data.input !== undefined ? [[t.data.toolCallId, t.data.input]] : [];
   });
 }
 
