@@ -30,7 +30,13 @@ import { keptSteps, replyMessageId, runMessageId, toUIMessages } from '../src/ch
 import { answeredCallIdsOf, chatBody, editRefused, toolInputsOf } from '../src/chat/request.js';
 import { denials } from '../src/chat/denials.js';
 import { MAX_UI_MESSAGES, chatRecord } from '../src/chat/record.js';
-import { postAnswers, postUserMessage, regenerate, statusOf } from '../src/chat/post.js';
+import {
+  compactsBeforeMessage,
+  postAnswers,
+  postUserMessage,
+  regenerate,
+  statusOf,
+} from '../src/chat/post.js';
 import { defineChatCommands, runStartCursor } from '../src/chat/run-start.js';
 import type { SessionState } from '../src/store/session-state.js';
 import { actorOf, readsSession, requireScope, watchToken } from '../src/plugins/auth.js';
@@ -292,7 +298,15 @@ const routes: FastifyPluginAsyncZod<{ config: Config }> = async (app, { config }
         startsRun ? app.store.lastMessage(id) : null,
       ]);
       const after = newest ?? START;
-      const replyId = startsRun ? replyMessageId(id, s.msgBase, s.msgCount, tail?.role) : undefined;
+      const replyId = startsRun
+        ? replyMessageId(
+            id,
+            s.msgBase,
+            s.msgCount,
+            tail?.role,
+            await compactsBeforeMessage(app.store, s, tail),
+          )
+        : undefined;
       const poster = {
         deps: app.sessionDeps,
         tenant: req.tenant,

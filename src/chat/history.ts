@@ -8,8 +8,9 @@
  * A compaction's summary (an assistant message of `compaction` blocks only) is no part of any UIMessage and ends
  * none: the live stream shows nothing of a compaction, so the replies after it continue the assistant message the
  * replies before it began (a compaction inside a run), under that message's id. A summary that comes right after a
- * user message (a compaction at a run's start, after the message the run answers; or one after a results turn a
- * follow-up joined) stands where the answer's first message was going to be when the run began: the answer is named
+ * user message (a compaction at a run's start, after the message the run answers: one that joined a failed tool
+ * step's results, or one a failed run left; or one after a results turn a follow-up joined) stands where the
+ * answer's first message was going to be when the run began: the answer is named
  * by the summary's index, the id the POST's `start` gave it (replyMessageId), not by its first reply's — also when
  * the page did not read the user message (its segment too large: `afterUser`, kept with the segment). Over the
  * record a page reads (src/chat/record.ts: the kept segments before the history), the conversation reads as the user
@@ -211,17 +212,21 @@ export function runMessageId(
  * The id GET /v1/chat/:id/messages will give the reply to a user message posted to a session that runs nothing
  * (idle or failed): the run merges the message into a trailing user turn (`lastRole` user) or appends it, and the
  * reply comes next. The POST's `start` names it, as a resumed stream's does (runMessageId), so the AI SDK's `Chat`
- * keeps one message when a lost answer is resumed. A compaction at the run's start puts its summary at that index
- * (after the merged or appended message), and the page names the answer after it by the summary's (toUIMessages).
- * (A tool change at the run's start moves the index: the replay then adds a message until the page reloads, as
- * without the id.)
+ * keeps one message when a lost answer is resumed. A compaction the runs before left due (`compactsFirst`: post.ts
+ * `compactsBeforeMessage`) is made first, over the history of `count` messages: its summary comes next, then the
+ * message, then the reply. A compaction at the run's start after the message (one that joined a failed tool step's
+ * results) puts its summary where the reply was going to be, and the page names the answer after it by the summary's
+ * index (toUIMessages). (A tool change at the run's start, or a compaction without a summary, moves the index: the
+ * replay then adds a message until the page reloads, as without the id.)
  */
 export function replyMessageId(
   sessionId: string,
   base: number,
   count: number,
   lastRole: string | undefined,
+  compactsFirst = false,
 ): string {
+  if (compactsFirst) return `${sessionId}-${base + count + 2}`;
   return `${sessionId}-${base + count + (lastRole === 'user' ? 0 : 1)}`;
 }
 

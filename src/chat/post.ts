@@ -14,7 +14,8 @@ import { decide, submitResults } from '../sessions/tool-calls.js';
 import { AlreadyPosted } from '../store/apply-ops.js';
 import type { ClientScope } from '../store/client-tokens.js';
 import type { SessionState } from '../store/session-state.js';
-import type { StoredMessage } from '../history.js';
+import { pendingToolCalls, type StoredMessage } from '../history.js';
+import { dueAtStart, endsPaused } from '../engine/compaction.js';
 import type { DeliveredResult } from './chunks.js';
 import {
   type chatBody,
@@ -76,6 +77,21 @@ export function statusOf(state: SessionState): Record<string, unknown> | null {
     stop_reason: state.stopReason,
     error: state.error,
   };
+}
+
+/**
+ * Whether the run a user message starts (the session idle or failed, its history ending with `tail`) makes a
+ * compaction first, the message following its summary (src/engine/run.ts `step`): one the runs before left due,
+ * unless the run answers a failed tool step first (the message joins its results) or resumes a paused reply.
+ */
+export async function compactsBeforeMessage(
+  store: SessionDeps['store'],
+  s: SessionState,
+  tail: StoredMessage | null,
+): Promise<boolean> {
+  if (!tail || pendingToolCalls([tail]).length > 0) return false;
+  if ((await dueAtStart(store, s, s.msgCount, tail)) === null) return false;
+  return !(await endsPaused(store, s, tail));
 }
 
 /**

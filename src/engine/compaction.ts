@@ -10,7 +10,10 @@
  * turn's tools — so it runs before the next turn, as the runner does it. One asked for while the session is idle or
  * failed is a run of its own (compaction-run.ts): one request, then the session goes back to the status it had. A
  * request the run in flight could no longer take (its last turn ended the run) is turned into such a run when the run
- * ends (`leftoverCompaction`).
+ * ends (`leftoverCompaction`). One the runs before left due (`dueAtStart`: the policy after the last turn, a request
+ * not taken yet) is made before the next run's first turn — and, when follow-ups wait, before they join the history
+ * (run.ts `step`): the summary covers the history as the last run left it and they follow it, as a message pushed
+ * after the SDK runner's `compactAfterFinalTurn` does, never summarized away before the model read it.
  *
  * Invariants: the history a compaction summarizes is exactly the runner's (both are the committed history: the
  * runner is handed it at each boundary), so the segment is the whole history at that point; a compaction is not a
@@ -261,6 +264,44 @@ export async function commitCompaction(
 }
 
 /**
+ * Whether a history of `length` messages ending with `last` has something to summarize: not nothing, nor only a
+ * summary (the API would summarize a summary).
+ */
+const compactable = (length: number, last: StoredMessage | null | undefined): boolean =>
+  length > 0 && !(length === 1 && isSummary(last ?? undefined));
+
+/** A compaction to make before a run's first turn: its instructions, and whether the route asked for it. */
+export interface DueCompaction {
+  instructions: string | null;
+  fromRequest: boolean;
+}
+
+/**
+ * The compaction due before a run's first turn, left by the runs before it: a request the last run could not take
+ * (`POST …/compact` while it ran), or the policy after the session's last turn (a run that ended with it compacts
+ * before its next turn). Null when none is, or the history (`length` messages, the last `last`) has nothing to
+ * summarize. `lastRecord`: the session's last iteration record when known (undefined: read here, one LINDEX, only
+ * with the policy set).
+ */
+export async function dueAtStart(
+  store: Pick<SessionStore, 'iterationRecords'>,
+  state: Pick<SessionState, 'id' | 'iteration' | 'compaction' | 'compactRequest'>,
+  length: number,
+  last: StoredMessage | null | undefined,
+  lastRecord?: IterationRecord | null,
+): Promise<DueCompaction | null> {
+  if (!compactable(length, last)) return null;
+  if (state.compactRequest && !state.compactRequest.resume) {
+    return { instructions: state.compactRequest.instructions, fromRequest: true };
+  }
+  if (!state.compaction || state.iteration === 0) return null;
+  const record = lastRecord !== undefined ? lastRecord : (await store.iterationRecords(state.id, -1, -1))[0];
+  if (!record || record.kind === 'compaction' || inputTotal(record.usage) < state.compaction.at_input_tokens)
+    return null;
+  return { instructions: state.compaction.instructions ?? null, fromRequest: false };
+}
+
+/**
  * The compactions of one runner: scheduled with `compactBeforeNextTurn()` at a turn boundary, told apart from the
  * turns in the loop (the runner yields the compaction's reply like any other), and committed.
  */
@@ -276,20 +317,15 @@ export class RunCompaction {
     private readonly runner: BetaToolRunner<boolean>,
   ) {}
 
-  /**
-   * Before the runner's first turn: a request the last run left, or the policy after the session's last turn (a run
-   * that ended with it compacts before the turn a new message starts). One LINDEX, only with the policy set.
-   */
+  /** Before the runner's first turn: the compaction due then (`dueAtStart`), when there is one. */
   async atStart(history: readonly StoredMessage[]): Promise<void> {
-    const { state } = this;
-    if (state.compactRequest && !state.compactRequest.resume) {
-      return this.schedule(state.compactRequest.instructions, true, history);
-    }
-    if (!state.compaction || state.iteration === 0) return;
-    const [last] = await this.deps.store.iterationRecords(this.run.id, -1, -1);
-    if (last && last.kind !== 'compaction' && inputTotal(last.usage) >= state.compaction.at_input_tokens) {
-      this.schedule(state.compaction.instructions ?? null, false, history);
-    }
+    const due = await dueAtStart(this.deps.store, this.state, history.length, history.at(-1));
+    if (due) this.scheduleDue(due, history);
+  }
+
+  /** Schedules `due` (as `dueAtStart` found it) before the runner's first turn. */
+  scheduleDue(due: DueCompaction, history: readonly StoredMessage[]): void {
+    this.schedule(due.instructions, due.fromRequest, history);
   }
 
   /** After the runner was handed the history of the next turn: a request that came meanwhile, or the policy. */
@@ -303,8 +339,7 @@ export class RunCompaction {
   }
 
   private schedule(instructions: string | null, fromRequest: boolean, history: readonly StoredMessage[]) {
-    // Nothing to summarize yet, or only a summary: the API would summarize a summary.
-    if (this.expecting || history.length === 0 || (history.length === 1 && isSummary(history[0]))) return;
+    if (this.expecting || !compactable(history.length, history.at(-1))) return;
     this.expecting = true;
     this.fromRequest = fromRequest;
     // The compaction request needs its beta; the thread's params are what the runner forks it from.

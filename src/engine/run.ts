@@ -22,7 +22,7 @@ import {
   isPausedReply,
 } from './commit.js';
 import type { EngineLogger, RunDeps, RunHandle } from './run-handle.js';
-import { endsWithSummary, leftoverCompaction, recordTellsPaused } from './compaction.js';
+import { dueAtStart, endsWithSummary, leftoverCompaction, recordTellsPaused } from './compaction.js';
 import { runCompactionOnly } from './compaction-run.js';
 import { toolStep } from './tool-step.js';
 import { markLostTurn } from './takeover.js';
@@ -297,7 +297,15 @@ export class Run {
     }
     // A paused reply is resumed before follow-ups join the history: the API refuses a user turn after an assistant turn
     // whose server tool call has no result yet. The runner's reply merges them once the turn ends.
-    if (queued > 0 && !paused) return this.commitFollowUps(known, history);
+    if (queued > 0 && !paused) {
+      // A compaction the runs before left (the policy after the last turn, a request the last run could not take) is
+      // made first, over the history as they left it, as the SDK's runner compacts right after its final turn: the
+      // follow-ups are the next turn's input, after the summary (the next step merges them), never summarized away.
+      // Not with no turn left to send (`max_iterations`): the run stops after merging them, as it did.
+      const due = budget > 0 ? await dueAtStart(store, state, history.length, last, known.lastRecord) : null;
+      if (due) return runTurns(deps, run, state, history, budget, log, false, due);
+      return this.commitFollowUps(known, history);
+    }
     if (!turnToSend) {
       // Nothing to send: the run is over.
       await finish(deps, run, state, state.stopReason ?? 'end_turn');

@@ -16,7 +16,7 @@ import { withoutOpenCalls } from '../tools/server-blocks.js';
 import { budgetExhausted, spentOf, totalTokens, unpricedError, type Spent } from './budget.js';
 import { cacheMarks, capCacheMarks } from './cache-breakpoints.js';
 import { countSpend } from './commit.js';
-import { RunCompaction, isUnfinished, recordedUsage } from './compaction.js';
+import { RunCompaction, isUnfinished, recordedUsage, type DueCompaction } from './compaction.js';
 import type { EngineLogger, RunDeps, RunHandle } from './run-handle.js';
 import { holdUnsafeCalls, runsToolsEagerly } from './eager.js';
 import { runnerParams } from './runner-params.js';
@@ -162,15 +162,19 @@ export abstract class TurnRunner {
   /**
    * The runner, over the session's tools and history: compactions asked for and a pending tool change go first —
    * unless the history ends with a paused reply (`paused`), which must go back as the last message: as the SDK's
-   * runner does, they wait until the turn that resumes it has ended (handOver, afterHandOver).
+   * runner does, they wait until the turn that resumes it has ended (handOver, afterHandOver). With `compactOnly` (the
+   * compaction the last run left, follow-ups waiting: run.ts `step`) the runner makes that compaction alone, over the
+   * history as the last run left it; a tool change waits for the next runner (after the summary and the follow-ups),
+   * as the SDK's runner, compacting right after its final turn, tells the model of a change made since with the next
+   * request.
    */
-  async start(budget: number, paused = false): Promise<void> {
+  async start(budget: number, paused = false, compactOnly: DueCompaction | null = null): Promise<void> {
     const { deps, run, state, history } = this;
     // Resolved once per runner: an MCP server's tool list change is taken up by the next run.
     this.runnable = await sessionTools(deps, state);
     // After a PATCH of `tools`, runners still send the set at create as `tools` (src/engine/tools-change.ts).
     this.tools = await toolsToSend(deps, state, this.runnable, this.durations);
-    const change = paused ? null : await pendingToolChange(deps, state, this.durations, true);
+    const change = paused || compactOnly ? null : await pendingToolChange(deps, state, this.durations, true);
     toldOf(this.toolChanges, change);
     this.capMarks(change);
     // Over the session's message thread when it still holds the history (thread-anchor.ts).
@@ -183,7 +187,8 @@ export abstract class TurnRunner {
     );
     // Compactions asked for (route, policy) run before the next turn: see compaction.ts.
     this.compaction = new RunCompaction(deps, run, state, this.runner);
-    if (!paused) await this.compaction.atStart(history);
+    if (compactOnly) this.compaction.scheduleDue(compactOnly, history);
+    else if (!paused) await this.compaction.atStart(history);
     // The service's own message of a change (an MCP toolset's removal) goes to the runner with the history.
     const handTo = () => this.runner.setMessagesParams(this.runnerParamsNow(budget, history));
     if (change)

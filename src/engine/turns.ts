@@ -24,7 +24,7 @@ import type { IterationRecord, SessionState } from '../store/session-state.js';
 import type { ApplyOps } from '../store/apply-ops.js';
 import { budgetExhausted } from './budget.js';
 import { commit, idleOps, persistedEvent } from './commit.js';
-import { isUnfinished, usageOf } from './compaction.js';
+import { isUnfinished, usageOf, type DueCompaction } from './compaction.js';
 import { interruptedResult, pendingCalls, callIdempotent } from './policy.js';
 import type { EngineLogger, RunDeps, RunHandle } from './run-handle.js';
 import { pauseForReview, reviewsTurn } from './review-turn.js';
@@ -49,14 +49,20 @@ export async function runTurns(
   log: EngineLogger,
   /** The history ends with a paused reply (`pause_turn`, a server-side `compaction`): the first turn resumes it. */
   paused = false,
+  /**
+   * The compaction the last run left, to make alone before queued follow-ups join the history (run.ts `step`): the
+   * runner is left once it is committed, and the run's next step merges them after the summary.
+   */
+  compactOnly: DueCompaction | null = null,
 ): Promise<'done' | 'again'> {
   const turns = new Turns(deps, run, state, history, log);
-  await turns.start(budget, paused);
-  return turns.loop();
+  await turns.start(budget, paused, compactOnly);
+  return turns.loop(compactOnly !== null);
 }
 
 class Turns extends TurnRunner {
-  async loop(): Promise<'done' | 'again'> {
+  /** `compactOnly`: the runner's first item is a compaction, and the run's next step goes on after it. */
+  async loop(compactOnly = false): Promise<'done' | 'again'> {
     for await (const item of this.runner) {
       if (this.compaction.expecting) {
         // The runner yields its compaction like a turn; it replaces its history with the reply when it goes on. It is
@@ -64,6 +70,9 @@ class Turns extends TurnRunner {
         this.records++;
         const at = { iteration: this.iteration, n: this.records };
         addSpent(this.spent, await this.compaction.commit(item, this.history, this.params, at));
+        // Left before it sends a turn (the loop's return ends the runner's iteration): the follow-ups join the history
+        // after the summary first, and the run's next step sends them from a runner over that history.
+        if (compactOnly) return 'again';
         // The runner sends the next turn as soon as it is asked: the budget and the tenant's cap are checked first,
         // as before every model request (the compaction itself may have spent them); the run's next step stops it.
         if (await this.spentOut()) return 'again';

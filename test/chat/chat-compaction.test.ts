@@ -270,17 +270,23 @@ describe('chat history after compactions', { timeout: 120_000 }, () => {
     h.fake.setHandler(null);
   });
 
-  it("a compaction at a run's start, after a message merged into a results turn (or appended): the page and the resumed stream name the answer as the POST's start did", async () => {
-    // `merged`: the first run stops at max_iterations after its tool step, so the history ends with the results turn
-    // and the next message joins it; else it ends with an answer and the message is a turn of its own.
-    // `huge`: the first answer is 9 MiB, so the segment the compaction makes (the message included) is too large for
-    // the page to read: the page names the answer from what the compaction kept with the segment (it ends with a
-    // user turn), and starts with that answer.
-    for (const [merged, huge] of [
-      [true, false],
-      [false, false],
-      [false, true],
+  it("a message to a session with a compaction due: the compaction comes first and the message after its summary (or, after a failed tool step, joins its results and is summarized); the page and the resumed stream name the answer as the POST's start did", async () => {
+    // `ends`: how the first run left the history. `answer`: an answer; `results`: the results turn of a tool step (the
+    // run stopped at max_iterations). The compaction the last turn made due is made before the message joins: the
+    // segment holds the history as the run left it, the message follows the summary. `failed step`: a tool step that
+    // failed; the message accepts its results and joins them, and the compaction at the run's start summarizes the
+    // message with them: its summary stands where the answer was going to be, and the page names the answer by it.
+    // `huge`: the first question or answer is 9 MiB, so the segment the compaction makes is too large for the page
+    // to read: after a failed step the page names the answer from what the compaction kept with the segment (it ends
+    // with a user turn), and starts with that answer; else the page starts with the message after the summary.
+    for (const [ends, huge] of [
+      ['results', false],
+      ['answer', false],
+      ['answer', true],
+      ['failed step', false],
+      ['failed step', true],
     ] as const) {
+      const variant = `${ends}, huge: ${huge}`;
       const script: Array<FakeReply | (() => Promise<FakeReply>)> = [];
       h.fake.setHandler(async (req, i) => {
         if (req.body.compaction) return offlineHandler(req, i);
@@ -288,30 +294,54 @@ describe('chat history after compactions', { timeout: 120_000 }, () => {
         assert.ok(next, `no scripted turn for request ${i}`);
         return typeof next === 'function' ? next() : next;
       });
-      const id = (
-        await h.api.post('/v1/sessions', {
-          start: false,
-          tools: ['calculate_sum'],
-          max_iterations: merged ? 1 : 10,
-        })
-      ).body.id as string;
-      const chat = new PlainChat({ id, transport: chatTransport(h.service.url, KEY) });
-      script.push(
-        merged ? reply([toolUse('calculate_sum', { a: 1, b: 2 }, `toolu_m_${id}`)]) : text('First answer.'),
-      );
-      const first = chat.nextFinish();
-      await chat.sendMessage({ text: 'First question.' });
-      await first;
-      const idle = await h.api.waitStatus(id, 'idle');
-      assert.equal(idle.stop_reason, merged ? 'max_iterations' : 'end_turn');
+      const failedStep = ends === 'failed step';
+      let id: string;
+      let chat: PlainChat;
+      if (failedStep) {
+        // The first run fails its tool step; a Chat seeded with the page goes on from it.
+        script.push(reply([toolUse('evaluate_expression', { expression: '1/' }, `toolu_f_${Date.now()}`)]));
+        id = (
+          await h.api.post('/v1/sessions', {
+            input: 'First question.',
+            tools: ['evaluate_expression'],
+            on_tool_error: 'fail',
+          })
+        ).body.id as string;
+        const failed = await h.api.waitStatus(id, ['idle', 'failed']);
+        assert.equal(failed.status, 'failed', variant);
+        chat = new PlainChat({
+          id,
+          transport: chatTransport(h.service.url, KEY),
+          messages: await reload(id),
+        });
+      } else {
+        id = (
+          await h.api.post('/v1/sessions', {
+            start: false,
+            tools: ['calculate_sum'],
+            max_iterations: ends === 'results' ? 1 : 10,
+          })
+        ).body.id as string;
+        chat = new PlainChat({ id, transport: chatTransport(h.service.url, KEY) });
+        script.push(
+          ends === 'results'
+            ? reply([toolUse('calculate_sum', { a: 1, b: 2 }, `toolu_m_${id}`)])
+            : text('First answer.'),
+        );
+        const first = chat.nextFinish();
+        await chat.sendMessage({ text: 'First question.' });
+        await first;
+        const idle = await h.api.waitStatus(id, 'idle');
+        assert.equal(idle.stop_reason, ends === 'results' ? 'max_iterations' : 'end_turn');
+      }
       if (huge) {
         const r = new Redis(h.redis.url);
         try {
-          const answer = {
-            role: 'assistant',
-            content: [{ type: 'text', text: 'x'.repeat(9 * 1024 * 1024) }],
-          };
-          await r.lset(`s:{${id}}:m`, 1, JSON.stringify(answer));
+          const big = 'x'.repeat(9 * 1024 * 1024);
+          // The answer, or (before a failed step's call) the question.
+          const at = failedStep ? 0 : 1;
+          const role = failedStep ? 'user' : 'assistant';
+          await r.lset(`s:{${id}}:m`, at, JSON.stringify({ role, content: [{ type: 'text', text: big }] }));
         } finally {
           r.disconnect();
         }
@@ -322,6 +352,7 @@ describe('chat history after compactions', { timeout: 120_000 }, () => {
         max_iterations: 10,
       });
       assert.equal(patched.status, 200, JSON.stringify(patched.body));
+      const requestsBefore = h.fake.requests.length;
       let reached!: () => void;
       const atTurn = new Promise<void>((resolve) => (reached = resolve));
       let release!: () => void;
@@ -337,6 +368,18 @@ describe('chat history after compactions', { timeout: 120_000 }, () => {
       // The compaction is in; the answer's turn is in flight: a resumed stream names the message it continues.
       const history = (await h.api.get(`/v1/sessions/${id}/messages`)).body.data;
       assert.equal(history[0].content[0].type, 'compaction');
+      // The message is summarized only when it joined a failed step's results; else it follows the summary.
+      const [compaction] = h.fake.requests.slice(requestsBefore);
+      assert.ok(compaction?.body.compaction, variant);
+      assert.equal(userTexts(compaction.messages).includes('Second question.'), failedStep, variant);
+      assert.deepEqual(userTexts(history), failedStep ? [] : ['Second question.'], variant);
+      const r = new Redis(h.redis.url);
+      try {
+        const entries = (await r.hget(`s:{${id}}`, 'seg_bytes'))!.split(' ');
+        assert.match(entries.at(-1)!, failedStep ? /,u$/ : /,a$/, variant);
+      } finally {
+        r.disconnect();
+      }
       const resumed = await fetch(`${h.service.url}/v1/chat/${id}/stream`, {
         headers: { authorization: `Bearer ${KEY}` },
       });
@@ -359,16 +402,21 @@ describe('chat history after compactions', { timeout: 120_000 }, () => {
       await h.api.waitStatus(id, 'idle');
       const live = chat.messages.at(-1)!;
       assert.equal(textOf(live), 'Second answer.');
-      assert.deepEqual(start, { type: 'start', messageId: live.id }, `merged: ${merged}, huge: ${huge}`);
+      assert.deepEqual(start, { type: 'start', messageId: live.id }, variant);
       const { page, sent } = await reloadWatched(id);
-      // Nothing of the segment is read when it is too large: the page is the answer alone (its question unread).
-      assert.deepEqual(view(page), huge ? [['assistant', 'Second answer.']] : view(chat.messages));
+      // Nothing of the segment is read when it is too large: the page starts after it — with the answer alone when
+      // its question is in the segment, else with the question that followed the summary.
+      const expected = !huge
+        ? view(chat.messages)
+        : failedStep
+          ? [['assistant', 'Second answer.']]
+          : [
+              ['user', 'Second question.'],
+              ['assistant', 'Second answer.'],
+            ];
+      assert.deepEqual(view(page), expected, variant);
       assert.ok(sent < 1024 * 1024, `${sent} bytes sent`);
-      assert.equal(
-        page.at(-1)!.id,
-        live.id,
-        `merged: ${merged}, huge: ${huge}: the id the POST's start gave`,
-      );
+      assert.equal(page.at(-1)!.id, live.id, `${variant}: the id the POST's start gave`);
     }
     h.fake.setHandler(null);
   });
@@ -382,15 +430,23 @@ describe('chat history after compactions', { timeout: 120_000 }, () => {
       return typeof next === 'function' ? next() : next;
     });
     try {
+      // The first run fails its tool step: the next message joins its results, so the compaction at the next run's
+      // start summarizes the question (a compaction due when a run ended with its turn comes before the message).
+      script.push(reply([toolUse('evaluate_expression', { expression: '1/' }, `toolu_f_${Date.now()}`)]));
       const id = (
-        await h.api.post('/v1/sessions', { start: false, tools: ['calculate_sum'], max_iterations: 40 })
+        await h.api.post('/v1/sessions', {
+          input: 'First question.',
+          tools: ['calculate_sum', 'evaluate_expression'],
+          on_tool_error: 'fail',
+          max_iterations: 40,
+        })
       ).body.id as string;
-      const chat = new PlainChat({ id, transport: chatTransport(h.service.url, KEY) });
-      script.push(text('First answer.'));
-      const first = chat.nextFinish();
-      await chat.sendMessage({ text: 'First question.' });
-      await first;
-      await h.api.waitStatus(id, 'idle');
+      assert.equal((await h.api.waitStatus(id, ['idle', 'failed'])).status, 'failed');
+      const chat = new PlainChat({
+        id,
+        transport: chatTransport(h.service.url, KEY),
+        messages: await reload(id),
+      });
       // The policy compacts before every turn of the next run: at its start (segment 0 ends with the question),
       // then before each of its 16 turns after a tool step (segments 1..16, each ending with results).
       const patched = await h.api.req('PATCH', `/v1/sessions/${id}`, { compaction: { at_input_tokens: 1 } });

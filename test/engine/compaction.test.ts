@@ -756,6 +756,103 @@ describe('sessions: compaction by the route, the policy and the API', () => {
     assert.deepEqual(source.compacted[0].messages, before);
   });
 
+  test("policy: a run's last turn that reached the threshold is compacted before the next message joins the history, which the next turn sends after the summary", async () => {
+    // The SDK's runner compacts right after the final turn (`compactAfterFinalTurn`): a message pushed afterwards
+    // follows the summary. Before, the next run merged the message first and summarized it away with the rest.
+    h.fake.enqueue(text('The first answer.', { usage: { input_tokens: 5000, output_tokens: 10 } }));
+    const s = await create({ input: 'one', compaction: { at_input_tokens: 1000 } });
+    const idle = await h.api.waitStatus(s.id, ['idle', 'failed']);
+    assert.equal(idle.stop_reason, 'end_turn', JSON.stringify(idle.error));
+    assert.equal(h.fake.requests.length, 1, 'nothing compacted until a next turn is due');
+    h.fake.enqueue(text('The second answer.'));
+    const m = await h.api.post(`/v1/sessions/${s.id}/messages`, { text: 'the new question' });
+    assert.equal(m.status, 202, JSON.stringify(m.body));
+    const done = await h.api.waitFor(s.id, (x) => x.status !== 'running' && x.iteration === 2);
+    assert.equal(done.status, 'idle', JSON.stringify(done.error));
+    assert.equal(done.compactions, 1);
+    assert.equal(h.fake.requests.length, 3);
+    const [, compaction, turn] = h.fake.requests;
+    // The compaction summarizes the history as the last run left it, without the new message.
+    assert.deepEqual(compaction!.body.compaction, { type: 'summarize' });
+    assert.deepEqual(
+      compaction!.messages.map((x) => [x.role, textOf(x)]),
+      [
+        ['user', 'one'],
+        ['assistant', 'The first answer.'],
+      ],
+    );
+    // The next turn sends the summary, then the new message: the question the model answers.
+    assert.equal(turn!.body.compaction, undefined);
+    assert.deepEqual(
+      turn!.messages.map((x) => x.role),
+      ['assistant', 'user'],
+    );
+    assert.equal((turn!.messages[0]!.content as Array<{ type: string }>)[0]!.type, 'compaction');
+    assert.equal(textOf(turn!.messages[1]!), 'the new question');
+    assert.ok(String(turn!.headers['anthropic-beta'] ?? '').includes(COMPACTION_BETA));
+    // The history: the summary, the question, its answer; the segment holds what the summary replaced.
+    const msgs = (await h.api.get(`/v1/sessions/${s.id}/messages?include=compacted`)).body;
+    assert.deepEqual(
+      msgs.data.map((x: BetaMessageParam) => [x.role, textOf(x)]),
+      [
+        ['assistant', ''],
+        ['user', 'the new question'],
+        ['assistant', 'The second answer.'],
+      ],
+    );
+    assert.deepEqual(checkHistory(msgs.data), []);
+    assert.equal(msgs.compacted.length, 1);
+    assert.equal(msgs.compacted[0].at_iteration, 2);
+    assert.deepEqual(
+      msgs.compacted[0].messages.map((x: BetaMessageParam) => textOf(x)),
+      ['one', 'The first answer.'],
+    );
+    // Records: the turn, the compaction of its two messages, the turn that answered the question.
+    const recs = (await h.api.get(`/v1/sessions/${s.id}/iterations`)).body.data;
+    assert.deepEqual(
+      recs.map((x: { n: number; kind?: string; iteration: number }) => [x.n, x.kind ?? 'turn', x.iteration]),
+      [
+        [1, 'turn', 1],
+        [2, 'compaction', 1],
+        [3, 'turn', 2],
+      ],
+    );
+    assert.equal(recs[1].summarized_messages, 2);
+    assert.equal(recs[1].reply_index, 2);
+    assert.equal(recs[2].reply_index, 4);
+    assert.equal(recs[2].request.message_count, 2);
+    const second = await h.api.get(`/v1/sessions/${s.id}/iterations/3`);
+    assert.equal(allText(second.body.reply), 'The second answer.');
+    // Events: the compaction (over the two messages) is committed before the turn that sends the question.
+    const evs = (await h.api.get(`/v1/sessions/${s.id}/events?limit=1000`)).body.data as Array<{
+      type: string;
+      data: Record<string, unknown>;
+    }>;
+    const started = evs.findIndex((e) => e.type === 'compaction.started');
+    assert.equal(evs[started]!.data['message_count'], 2);
+    const completed = evs.findIndex((e) => e.type === 'compaction.completed');
+    assert.equal(evs[completed]!.data['summarized_messages'], 2);
+    const turnStarted = evs.findLastIndex((e) => e.type === 'turn.started');
+    assert.ok(completed < turnStarted, 'compacted before the turn');
+    assert.equal(evs[turnStarted]!.data['message_count'], 2);
+    // The history was rewritten: the turn after the summary starts a new thread, whose anchor the next run continues
+    // with the new message only.
+    assert.deepEqual(turn!.body.thread, { type: 'create' });
+    h.fake.enqueue(text('The third answer.'));
+    const third = await h.api.post(`/v1/sessions/${s.id}/messages`, { text: 'a third question' });
+    assert.equal(third.status, 202, JSON.stringify(third.body));
+    const after = await h.api.waitFor(s.id, (x) => x.status !== 'running' && x.iteration === 3);
+    assert.equal(after.status, 'idle', JSON.stringify(after.error));
+    assert.equal(after.compactions, 1, 'the second turn stayed under the threshold');
+    const next = h.fake.requests.at(-1)!;
+    assert.equal(h.fake.requests.length, 4);
+    assert.deepEqual(next.body.thread, { type: 'continue', previous_message_id: turn!.replyId });
+    assert.deepEqual(
+      next.body.messages.map((x) => textOf(x)),
+      ['a third question'],
+    );
+  });
+
   test('a compaction reply without a summary changes nothing: compaction.skipped, the history as it was', async () => {
     const s = await create({ input: 'hello there' });
     const idle = await h.api.waitStatus(s.id, ['idle', 'failed']);
