@@ -275,6 +275,24 @@ export const storeUnavailable: StreamError = {
   message: 'The session store is unavailable; reconnect with the id of the last event you saw.',
 };
 
-/** Whether a request asks for Server-Sent Events (`Accept: text/event-stream`) rather than JSON. */
-export const wantsEventStream = (accept: string | undefined): boolean =>
-  /\btext\/event-stream\b/.test(accept ?? '');
+/**
+ * Whether a request asks for Server-Sent Events (`Accept: text/event-stream`) rather than JSON: the media range is
+ * listed (any case) with a `q` above 0 and not below `application/json`'s, when that is listed too (RFC 9110 §12.5.1).
+ */
+export function wantsEventStream(accept: string | undefined): boolean {
+  let sse = 0;
+  let json = 0;
+  for (const range of (accept ?? '').split(',')) {
+    const [type = '', ...params] = range.split(';');
+    const media = type.trim().toLowerCase();
+    if (media !== 'text/event-stream' && media !== 'application/json') continue;
+    let q = 1;
+    for (const p of params) {
+      const [k = '', v = ''] = p.split('=');
+      if (k.trim().toLowerCase() === 'q') q = Number(v.trim()) || 0;
+    }
+    if (media === 'text/event-stream') sse = Math.max(sse, q);
+    else json = Math.max(json, q);
+  }
+  return sse > 0 && sse >= json;
+}

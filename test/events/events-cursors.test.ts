@@ -57,6 +57,26 @@ describe('event cursors', () => {
     return { status: res.status, body: body as any };
   }
 
+  it('GET …/events answers SSE for an Accept that prefers it (any case, q above 0), else the JSON page', async () => {
+    const { id } = await sessionWithEvents();
+    for (const [accept, want] of [
+      ['text/event-stream', 'text/event-stream'],
+      ['TEXT/Event-Stream', 'text/event-stream'],
+      ['application/json;q=0.5, text/event-stream', 'text/event-stream'],
+      ['text/event-stream;q=0', 'application/json'],
+      ['text/event-stream;q=0.2, application/json', 'application/json'],
+      ['application/json', 'application/json'],
+    ] as const) {
+      const res = await fetch(new URL(`/v1/sessions/${id}/events`, h.service.url), { headers: { accept } });
+      assert.equal(res.status, 200, accept);
+      assert.ok(
+        (res.headers.get('content-type') ?? '').startsWith(want),
+        `${accept}: ${res.headers.get('content-type')}`,
+      );
+      await res.body?.cancel();
+    }
+  });
+
   it('a cursor past the newest event gets 400 invalid_cursor on REST, SSE and WebSocket, never a 5xx', async () => {
     const { id, lastId } = await sessionWithEvents();
     const ms = BigInt(lastId.split('-')[0]!);
