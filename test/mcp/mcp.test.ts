@@ -343,6 +343,53 @@ describe('MCP servers as tools', { timeout: 240_000 }, () => {
     assert.equal((await volatile.calls())['echo:back']?.finished, 1, 'the restarted server ran it');
   });
 
+  it('a cancel while an MCP call runs answers it "cancelled", not as a timeout (the server may have finished it)', async () => {
+    h.fake.enqueue(toolCall('slow_write', { ms: 3000, label: 'cancelled' }, { id: 'toolu_cx' }));
+    const created = await api.post('/v1/sessions', {
+      input: 'Write slowly',
+      tools: [{ mcp_server: 'main' }],
+    });
+    assert.equal(created.status, 201, JSON.stringify(created.body));
+    const id = created.body.id;
+    await until(async () => (await mcp.calls())['slow_write:cancelled']?.started === 1, 'the call to start');
+    const cancel = await api.post(`/v1/sessions/${id}/cancel`);
+    assert.equal(cancel.status, 200, JSON.stringify(cancel.body));
+    const done = await api.waitStatus(id, ['idle', 'failed'], 30_000);
+    assert.equal(done.stop_reason, 'cancelled', JSON.stringify(done));
+    const history = (await api.get(`/v1/sessions/${id}/messages`)).body.data as any[];
+    const result = history.at(-1).content.find((b: any) => b.tool_use_id === 'toolu_cx');
+    assert.equal(result.is_error, true);
+    assert.equal(JSON.stringify(result.content).includes('did not answer'), false, JSON.stringify(result));
+    assert.match(JSON.stringify(result.content), /cancelled before this tool call completed/);
+  });
+
+  it('an interrupt while an MCP call runs leaves the call be: its result and the message go in one turn', async () => {
+    h.fake.enqueue(
+      toolCall('slow_write', { ms: 1500, label: 'interrupted' }, { id: 'toolu_ix' }),
+      text('Wrote it, and heard you.'),
+    );
+    const created = await api.post('/v1/sessions', {
+      input: 'Write slowly',
+      tools: [{ mcp_server: 'main' }],
+    });
+    const id = created.body.id;
+    await until(
+      async () => (await mcp.calls())['slow_write:interrupted']?.started === 1,
+      'the call to start',
+    );
+    const m = await api.post(`/v1/sessions/${id}/messages`, { text: 'Also this.', interrupt: true });
+    assert.equal(m.status, 202, JSON.stringify(m.body));
+    const done = await api.waitStatus(id, ['idle', 'failed'], 30_000);
+    assert.equal(done.status, 'idle', JSON.stringify(done));
+    assert.equal((await mcp.calls())['slow_write:interrupted']?.finished, 1);
+    // The call's own result (not an abort's), then the message, in the turn after it.
+    const turn = h.fake.requests.at(-1)!.messages.at(-1)!.content as any[];
+    assert.equal(turn[0].tool_use_id, 'toolu_ix');
+    assert.equal(turn[0].is_error, undefined, JSON.stringify(turn[0]));
+    assert.match(JSON.stringify(turn[0].content), /wrote interrupted/);
+    assert.equal(turn.at(-1).text, 'Also this.');
+  });
+
   it('the offline model calls an MCP tool the text asks for (name and description match) and reports its result', async () => {
     // No script queued: the fake answers with the offline model, as a service without ANTHROPIC_API_KEY does.
     const created = await api.post('/v1/sessions', {
