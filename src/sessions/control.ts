@@ -228,12 +228,22 @@ export async function cancelRun(
     await cancelHere(deps, s);
     return { state: await store.loadFor(tenant, id), queued: false };
   }
-  await store.apply(
-    id,
-    { status: ['running'] },
-    { hset: { control: 'cancel' }, events: [['session.cancel_requested', '{}']] },
-    tenant,
-  );
+  try {
+    await store.apply(
+      id,
+      { status: ['running'] },
+      { hset: { control: 'cancel' }, events: [['session.cancel_requested', '{}']] },
+      tenant,
+    );
+  } catch (err) {
+    // The run ended between the read above and this write: answered as if the cancel had come after it.
+    if (!(err instanceof InvalidStatus)) throw err;
+    if (err.status === 'requires_action') {
+      await cancelHere(deps, await store.loadFor(tenant, id));
+      return { state: await store.loadFor(tenant, id), queued: false };
+    }
+    throw conflict('session_not_running', `The session is ${err.status}; there is nothing to cancel.`);
+  }
   await store.publishControl(id, 'cancel');
   // The owner aborts the turn and commits the cancel; wait a bounded time so most callers see the result. The
   // step's tasks still out (queued while it waited for the client) leave the queue with it: the owner drops those

@@ -28,6 +28,9 @@ from toolrunner_sessions import (  # noqa: E402
     ApiError,
     AsyncClient,
     Client,
+    InvalidArgumentError,
+    ServiceError,
+    WaitTimeoutError,
     WebhookVerificationError,
     event_id_key,
     verify_webhook,
@@ -165,6 +168,9 @@ class WaitForTest(unittest.TestCase):
         outcome, value, took = _in_thread(lambda: self.client.wait_for(session["id"], timeout_s=2, statuses=TERMINAL), 20)
         self.assertEqual(outcome, "raised", "still waiting 20 s after a 2 s deadline" if outcome == "hung" else value)
         self.assertIsInstance(value, TimeoutError)
+        # The package's own, as every exception it raises: a ServiceError too.
+        self.assertIsInstance(value, WaitTimeoutError)
+        self.assertIsInstance(value, ServiceError)
         self.assertGreaterEqual(took, 2)
         self.assertLess(took, 4, "returned within the deadline and its slack")
 
@@ -428,8 +434,10 @@ class RoutesTest(unittest.TestCase):
         self.assertEqual(missing.exception.code, "file_not_found")
         # A path never leaves the memory routes: "/" is escaped, and dot segments are refused before anything is sent.
         for traversal in ("../sessions/" + session["id"], "notes/../../sessions/" + session["id"], ".."):
-            with self.assertRaises(ValueError):
+            with self.assertRaises(ValueError) as refused:
                 self.client.delete_memory_file(traversal)
+            self.assertIsInstance(refused.exception, InvalidArgumentError)
+            self.assertIsInstance(refused.exception, ServiceError)
         with self.assertRaises(ApiError) as missing:
             self.client.get_memory_file("notes/deeper/none.md")
         self.assertEqual(missing.exception.code, "file_not_found")

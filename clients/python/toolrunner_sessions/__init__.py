@@ -7,7 +7,14 @@
             ...
 """
 from .client import AsyncClient, Client
-from .errors import ApiError, ConnectionError, CursorExpiredError, ServiceError
+from .errors import (
+    ApiError,
+    ConnectionError,
+    CursorExpiredError,
+    InvalidArgumentError,
+    ServiceError,
+    WaitTimeoutError,
+)
 from .webhooks import WebhookVerificationError, event_id_key, verify_webhook
 
 __all__ = [
@@ -16,7 +23,9 @@ __all__ = [
     "Client",
     "ConnectionError",
     "CursorExpiredError",
+    "InvalidArgumentError",
     "ServiceError",
+    "WaitTimeoutError",
     "WebhookVerificationError",
     "event_id_key",
     "verify_webhook",

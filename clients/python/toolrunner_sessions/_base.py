@@ -15,6 +15,7 @@ from typing import Any, Dict, List, Mapping, Optional, Union
 from urllib.parse import quote
 
 from ._answers import Shape
+from .errors import InvalidArgumentError
 
 Content = Union[str, List[Dict[str, Any]]]
 Query = Dict[str, Union[str, int, None]]
@@ -58,7 +59,7 @@ def _memory_path(path: str) -> str:
     request to another route (an HTTP client resolves dot segments before it sends)."""
     relative = path.lstrip("/")
     if any(part in (".", "..") for part in relative.split("/")):
-        raise ValueError(f"a memory path has no '.' or '..' segment: {path!r}")
+        raise InvalidArgumentError(f"a memory path has no '.' or '..' segment: {path!r}")
     return quote(relative, safe="")
 
 

@@ -14,7 +14,7 @@ import httpx
 from . import errors
 from ._answers import RETRY_STATUSES, backoff_s, check_event_stream, decode, excerpt
 from ._base import Request, Routes, _seg
-from .errors import ApiError, CursorExpiredError
+from .errors import ApiError, CursorExpiredError, WaitTimeoutError
 from .sse import SseParser
 
 TERMINAL = frozenset({"idle", "failed"})
@@ -44,7 +44,7 @@ def _left(deadline: Optional[float], cap: float) -> float:
         return cap
     left = deadline - time.monotonic()
     if left <= 0:
-        raise TimeoutError("the deadline passed")
+        raise WaitTimeoutError("the deadline passed")
     return min(left, cap)
 
 
@@ -273,7 +273,7 @@ class Client(Routes):
                     if session["status"] in statuses:
                         return session
         except TimeoutError:
-            raise TimeoutError(f"{session_id} did not reach {sorted(statuses)} within {timeout_s} s") from None
+            raise WaitTimeoutError(f"{session_id} did not reach {sorted(statuses)} within {timeout_s} s") from None
         finally:
             events.close()  # closes the stream now, not when the generator is collected
         raise _deleted(session_id)
@@ -380,7 +380,7 @@ class AsyncClient(Routes):
         try:
             return await asyncio.wait_for(self._wait_for(session_id, statuses), timeout_s)
         except asyncio.TimeoutError:
-            raise TimeoutError(f"{session_id} did not reach {sorted(statuses)} within {timeout_s} s") from None
+            raise WaitTimeoutError(f"{session_id} did not reach {sorted(statuses)} within {timeout_s} s") from None
 
     async def _wait_for(self, session_id: str, statuses: FrozenSet[str]) -> Any:
         first = await self.get_session(session_id)

@@ -44,6 +44,14 @@ class ApiError(ServiceError):
         return self.status in (429, 503)
 
 
+class InvalidArgumentError(ServiceError, ValueError):
+    """An argument refused before anything is sent (a memory path with a ``.`` or ``..`` segment); a ``ValueError``."""
+
+
+class WaitTimeoutError(ServiceError, TimeoutError):
+    """``wait_for`` (or a ``follow`` with a deadline) ran out of time; a ``TimeoutError``."""
+
+
 class CursorExpiredError(ApiError):
     """The event log no longer holds the cursor (410 ``cursor_expired``): restart from the session's state."""
 

@@ -14,10 +14,12 @@ import json
 import time
 from typing import Any, Mapping, Optional, Tuple
 
+from .errors import ServiceError
+
 TOLERANCE_S = 5 * 60
 
 
-class WebhookVerificationError(Exception):
+class WebhookVerificationError(ServiceError):
     pass
 
 
