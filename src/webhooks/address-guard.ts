@@ -12,7 +12,7 @@ import { codeOf, resolveName } from './name-resolver.js';
  * embed an IPv4 address (IPv4-mapped, IPv4-compatible, NAT64, 6to4, Teredo) are refused, unless `allowPrivate`.
  */
 
-export const MAX_URL_LENGTH = 2048;
+const MAX_URL_LENGTH = 2048;
 
 export const invalidUrl = (message: string) => new InvalidRequest('invalid_webhook_url', message);
 

@@ -143,6 +143,7 @@ describe('webhook routes', { timeout: 120_000 }, () => {
   it('bounds what a client controls', async () => {
     const long = await acme.post('/v1/webhooks', { url: `${receiver.url}?${'a'.repeat(2100)}` });
     assert.equal(long.status, 400);
+    assert.equal(long.body.error.code, 'invalid_webhook_url', 'longer than 2048 characters (the contract)');
     const unknown = await acme.post('/v1/webhooks', { url: receiver.url, events: ['session.exploded'] });
     assert.equal(unknown.status, 400);
     assert.equal(unknown.body.error.code, 'invalid_request');
@@ -153,7 +154,7 @@ describe('webhook routes', { timeout: 120_000 }, () => {
     assert.equal(twice.status, 400);
     const extra = await acme.post('/v1/webhooks', { url: receiver.url, secret: 'mine' });
     assert.equal(extra.status, 400);
-    for (const url of ['ftp://127.0.0.1/x', 'not a url', 'http://user:pw@127.0.0.1/x']) {
+    for (const url of ['ftp://127.0.0.1/x', 'not a url', 'http://user:pw@127.0.0.1/x', '']) {
       const r = await acme.post('/v1/webhooks', { url });
       assert.equal(r.status, 400, url);
       assert.equal(r.body.error.code, 'invalid_webhook_url', url);
@@ -328,6 +329,9 @@ describe('an endpoint that keeps failing', { timeout: 60_000 }, () => {
       return r.body.disabled ? r.body : null;
     });
     assert.ok(disabled.failing_since);
+    // The disable is a change of the webhook: a new revision, and updated_at with it.
+    assert.equal(disabled.revision, w.revision + 1);
+    assert.ok(Date.parse(disabled.updated_at) > Date.parse(w.updated_at), JSON.stringify(disabled));
     const log = (await h.api.get(`/v1/webhooks/${w.id}/deliveries?limit=100`)).body.data;
     assert.equal(log[0].outcome, 'disabled');
     assert.ok(log.length >= 3, 'retried');

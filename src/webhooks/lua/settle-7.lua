@@ -47,7 +47,9 @@ else
     redis.call('HSET', KEYS[1], 'failing_since', string.format('%d', since))
   end
   if now - since >= tonumber(ARGV[5]) then
-    redis.call('HSET', KEYS[1], 'disabled', '1')
+    -- A change of the resource (its `disabled`): a new revision, and `updated_at` with it. `failing_since` and
+    -- `delivered_at` are its deliveries' state, which moves neither (a PATCH read before them still holds).
+    redis.call('HSET', KEYS[1], 'disabled', '1', 'updated_at', string.format('%d', now))
     redis.call('HINCRBY', KEYS[1], 'revision', 1)
     redis.call('DEL', KEYS[2], KEYS[3], KEYS[4], KEYS[5])
     redis.call('HSET', KEYS[1], 'pending_bytes', 0)
