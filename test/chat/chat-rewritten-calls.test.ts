@@ -262,21 +262,26 @@ describe('a stream that reads the rewrite live', () => {
     assert.equal(partOf(await messageOf(chunks, held))?.['output'], 'Reviewed.');
   });
 
+  /** A stream's chunks up to the approval it asks for the call. */
+  const askedApproval = (t: ChatTranslator) => [
+    ...t.start(),
+    ...t.event('turn.started', { iteration: 1 }, '1-0'),
+    ...t.event(
+      'turn.completed',
+      { iteration: 1, message: { content: [{ type: 'tool_use', ...call }], stop_reason: 'tool_use' } },
+      '1-1',
+    ),
+    ...t.event(
+      'session.status',
+      { status: 'requires_action', required_action: { type: 'approve_tool_calls', tool_calls: [call] } },
+      '1-2',
+    ),
+  ];
+
   it('an approval with an edited input answers the approval this stream asked, with the new input', async () => {
     const t = new ChatTranslator('ses_x-1', [], { pausedBefore: '5-0' });
     const chunks = [
-      ...t.start(),
-      ...t.event('turn.started', { iteration: 1 }, '1-0'),
-      ...t.event(
-        'turn.completed',
-        { iteration: 1, message: { content: [{ type: 'tool_use', ...call }], stop_reason: 'tool_use' } },
-        '1-1',
-      ),
-      ...t.event(
-        'session.status',
-        { status: 'requires_action', required_action: { type: 'approve_tool_calls', tool_calls: [call] } },
-        '1-2',
-      ),
+      ...askedApproval(t),
       ...t.event(
         'tool_call.decided',
         { tool_use_id: CALL, decision: 'approve', input: { location: 'Rome' } },
@@ -304,18 +309,7 @@ describe('a stream that reads the rewrite live', () => {
   it('a denied call whose result a review replaced stays denied (its approval says so)', async () => {
     const t = new ChatTranslator('ses_x-1', [], { pausedBefore: '5-0' });
     const chunks = [
-      ...t.start(),
-      ...t.event('turn.started', { iteration: 1 }, '1-0'),
-      ...t.event(
-        'turn.completed',
-        { iteration: 1, message: { content: [{ type: 'tool_use', ...call }], stop_reason: 'tool_use' } },
-        '1-1',
-      ),
-      ...t.event(
-        'session.status',
-        { status: 'requires_action', required_action: { type: 'approve_tool_calls', tool_calls: [call] } },
-        '1-2',
-      ),
+      ...askedApproval(t),
       ...t.event('tool_call.decided', { tool_use_id: CALL, decision: 'deny' }, '2-0'),
       ...t.event('tool_result.replaced', { tool_use_id: CALL, content: 'Ran after all.' }, '3-0'),
       { type: 'finish' },
