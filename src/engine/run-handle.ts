@@ -38,12 +38,6 @@ export interface RunDeps {
  */
 export class RunHandle {
   controller = new AbortController();
-  /**
-   * What the run's own tools (server, MCP, memory) are given: aborted by every reason but an interrupt, which ends
-   * the turn in flight and none of the tools of a step (its message waits for their results, as the SDK's runner
-   * pushes a message only between turns). Never re-armed: any other reason ends the run.
-   */
-  readonly tools = new AbortController();
   reason: AbortReason | null = null;
   /** A PATCH changed params or policies: the runner takes them at the next turn boundary. */
   paramsDirty = false;
@@ -98,7 +92,6 @@ export class RunHandle {
     if (this.reason && this.reason !== 'interrupt') return;
     this.reason = reason;
     this.controller.abort(reason);
-    if (reason !== 'interrupt') this.tools.abort(reason);
   }
 
   /**

@@ -176,7 +176,7 @@ export async function toolStep(
         }
         const toolUse: BetaToolUseBlock = { type: 'tool_use', id: c.id, name: c.name, input: c.input };
         const out = await run.obs.tool(c.name, c.id, () =>
-          runRunnableTool(tool, c.input, { toolUse, toolUseBlock: toolUse, signal: run.tools.signal }),
+          runRunnableTool(tool, c.input, { toolUse, toolUseBlock: toolUse, signal: run.controller.signal }),
         );
         setResult(c, { content: out.content, is_error: out.isError });
       }),

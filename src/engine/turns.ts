@@ -287,8 +287,7 @@ class Turns extends TurnRunner {
     const { run } = this;
     const toolsT0 = performance.now();
     // With the turn's span current, so the SDK's tool spans nest under it.
-    // The run's tools' signal, not the turn's: an interrupt ends a turn in flight, never the tools of a reply.
-    const toolMessage = await run.obs.inTurn(() => this.runner.generateToolResponse(run.tools.signal));
+    const toolMessage = await run.obs.inTurn(() => this.runner.generateToolResponse());
     record.timings.tools_ms = Math.round(performance.now() - toolsT0);
     // Tools cut short by a shutdown are not answered here: the pending step keeps them `started`, and the replica
     // that resumes the run runs the idempotent ones again and answers the others "interrupted".

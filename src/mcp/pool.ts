@@ -253,10 +253,15 @@ export class McpServerClient {
     } catch (err) {
       const reason: unknown = ac.signal.reason;
       if (reason instanceof McpCallCut || reason instanceof McpResultTooLarge) throw reason;
-      // The run's own abort (a cancel; a shutdown, lost lease or delete leave the call unanswered): the SDK reports
-      // it as a request timeout, which it is not — the server may well have finished the call.
+      // The run's own abort (a cancel, an interrupt; a shutdown, lost lease or delete leave the call unanswered):
+      // the SDK reports it as a request timeout, which it is not — the server may well have finished the call.
       if (signal?.aborted && reason === signal.reason)
-        throw new Error('cancelled before this tool call completed', { cause: err });
+        throw new Error(
+          signal.reason === 'interrupt'
+            ? 'interrupted before its result came (the MCP server may have completed the call)'
+            : 'cancelled before this tool call completed',
+          { cause: err },
+        );
       if (err instanceof McpError && err.code === ErrorCode.RequestTimeout) {
         // The SDK says which bound it was: its message names the maximum total timeout when that one passed.
         const whole = /total/i.test(err.message) && this.opts.callMaxMs !== undefined;
