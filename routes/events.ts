@@ -17,6 +17,7 @@ import {
   type CloseReason,
   wantsEventStream,
 } from '../src/events/sink.js';
+import { checkReadable } from '../src/events/follow-check.js';
 import { watchToken } from '../src/plugins/auth.js';
 import { TokenExpired } from '../src/plugins/error-status.js';
 import { requestLine } from '../src/plugins/access-log.js';
@@ -57,6 +58,8 @@ export const eventsQuery = z.strictObject({
  *   `session.deleted`, after an `event: error` (cursor_expired, store_unavailable), or when the client reads too
  *   slowly (src/events/sink.ts; the response is dropped, and EventSource reconnects with Last-Event-ID by itself).
  *   A cursor past the newest event is refused before the stream starts (400 `invalid_cursor`).
+ * - Both read a deleted session's log, while it is kept, for its tenant's reader that resumes with a cursor
+ *   (src/events/follow-check.ts): the rest of the log, `session.deleted` last; 404 without a cursor.
  */
 const routes: FastifyPluginAsyncZod<{ config: Config }> = async (app, { config }) => {
   const hub = app.eventsHub;
@@ -98,7 +101,7 @@ const routes: FastifyPluginAsyncZod<{ config: Config }> = async (app, { config }
       if (!sse) {
         const after = parseCursor(req.query.after)!;
         const limit = req.query.limit;
-        await app.store.loadFor(req.tenant, id);
+        await checkReadable(app.store, req.tenant, id, after);
         const page = await hub.eventLog.page(id, after, { count: limit, maxBytes: hub.pageLimits.maxBytes });
         app.metrics.replayPages.inc({ source: 'poll' });
         const place = placeCursor(after, page);
@@ -132,8 +135,8 @@ const routes: FastifyPluginAsyncZod<{ config: Config }> = async (app, { config }
       // Both in one round trip (auto-pipelining): the session, and the newest event for a cursor past it (400
       // before the stream starts: EventSource gives up on an HTTP error, where it would reconnect with the same
       // Last-Event-ID forever after an `event: error`).
-      const [, lastId] = await Promise.all([
-        app.store.loadFor(req.tenant, id),
+      const [{ deleted }, lastId] = await Promise.all([
+        checkReadable(app.store, req.tenant, id, after),
         after === START ? null : hub.eventLog.lastId(id),
       ]);
       if (isAhead(after, lastId)) throw cursorAhead(after, lastId);
@@ -229,7 +232,7 @@ const routes: FastifyPluginAsyncZod<{ config: Config }> = async (app, { config }
       );
       let sub: Subscription;
       try {
-        sub = hub.subscribe(id, after, sink, req.tenant);
+        sub = hub.subscribe(id, after, sink, req.tenant, deleted);
       } catch (err) {
         // Only while the process shuts down.
         req.log.warn({ err }, 'event stream refused');

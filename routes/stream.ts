@@ -15,6 +15,7 @@ import { sessionIdParam } from '../src/schemas.js';
 import { routeErrors, type RouteCodes } from '../src/openapi/responses.js';
 import { HttpRefusal, TokenExpired } from '../src/plugins/error-status.js';
 import { START, cursorParam, isAhead, parseCursor } from '../src/events/cursor.js';
+import { checkReadable } from '../src/events/follow-check.js';
 import { handleFrame, type ServerFrame } from '../src/events/frames.js';
 import { selectProtocol } from '../src/events/protocols.js';
 import type { OutEvent } from '../src/events/envelope.js';
@@ -144,6 +145,8 @@ const routes: FastifyPluginAsyncZod<{ config: Config }> = async (app, { config }
   app.websocketServer.options.handleProtocols ??= selectProtocol;
   // The 101 answer carries the upgrade's request id as every other answer does (ws writes it, not Fastify).
   const upgradeIds = new WeakMap<IncomingMessage, string>();
+  /** The upgrades of a deleted session's log (its follower resuming with a cursor): told from the check to the socket. */
+  const deletedUpgrades = new WeakSet<IncomingMessage>();
   app.websocketServer.on('headers', (headers: string[], raw: IncomingMessage) => {
     const id = upgradeIds.get(raw);
     if (id) headers.push(`X-Request-Id: ${id}`);
@@ -184,11 +187,12 @@ const routes: FastifyPluginAsyncZod<{ config: Config }> = async (app, { config }
         upgradeIds.set(req.raw, req.id);
         const id = req.params.id;
         const after = parseCursor(req.query.after)!;
-        const [, lastId] = await Promise.all([
-          app.store.loadFor(req.tenant, id),
+        const [{ deleted }, lastId] = await Promise.all([
+          checkReadable(app.store, req.tenant, id, after),
           after === START ? null : hub.eventLog.lastId(id),
         ]);
         if (isAhead(after, lastId)) throw cursorAhead(after, lastId);
+        if (deleted) deletedUpgrades.add(req.raw);
       },
       // A refused upgrade (an HTTP error answered on the raw socket) must release that socket: Node's HTTP server no
       // longer tracks it, and @fastify/websocket only destroys it when its own onRequest hook ran, which an
@@ -218,7 +222,7 @@ const routes: FastifyPluginAsyncZod<{ config: Config }> = async (app, { config }
       socket.on('pong', onPong);
       socket.on('message', onMessage);
       socket.on('close', onClose);
-      c.start(parseCursor(req.query.after)!);
+      c.start(parseCursor(req.query.after)!, deletedUpgrades.has(req.raw));
     },
   );
 };
@@ -307,8 +311,11 @@ class WsConn implements Transport, SinkContext {
     return (this.logger ??= this.shared.log.child({ request_id: this.requestId }));
   }
 
-  /** Subscribes to the session's events after `after`, and watches the client token it was opened with. */
-  start(after: string): void {
+  /**
+   * Subscribes to the session's events after `after`, and watches the client token it was opened with. `deleted`:
+   * the session was deleted before (a follower resuming with its cursor; src/events/follow-check.ts).
+   */
+  start(after: string, deleted: boolean): void {
     const { metrics, config } = this.shared;
     metrics.streamsOpened.inc({ transport: 'ws' });
     metrics.streamConnections.inc({ transport: 'ws' });
@@ -318,7 +325,7 @@ class WsConn implements Transport, SinkContext {
       this.control({ type: 'error', ref: null, error: { code: err.code, message: err.message } });
       this.close(err instanceof TokenExpired ? 'token_expired' : 'token_revoked');
     });
-    this.sub = this.hub.subscribe(this.sessionId, after, streamSink(this, this), this.tenant);
+    this.sub = this.hub.subscribe(this.sessionId, after, streamSink(this, this), this.tenant, deleted);
   }
 
   /**

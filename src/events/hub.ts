@@ -54,6 +54,8 @@ export class Subscription implements Waiter, HeldBytes {
     public cursor: string,
     /** Whose replay this is: its pages take turns with the tenant's other replays (replay-gate.ts). */
     private readonly tenant: string,
+    /** The session was deleted before the subscription (its log is kept a while): it ends once caught up. */
+    private readonly deleted = false,
   ) {}
 
   /** Stops the subscription (idempotent); the sink closes its transport itself. */
@@ -209,6 +211,9 @@ export class Subscription implements Waiter, HeldBytes {
         if (this.closed) return;
         // Caught up with the channel: from now on its fan-out carries every later event. Same tick as the check.
         if (compareIds(this.cursor, ch.cursor!) >= 0) {
+          // A deleted session's reader caught up past its `session.deleted` (it had seen it; its replay would have
+          // ended at it otherwise): nothing more will come, it ends as at that event.
+          if (this.deleted) return this.gone();
           this.live = true;
           ch.live.add(this);
           return;
@@ -419,15 +424,18 @@ export class EventHub extends EventEmitter {
     setTimeout(pullAll, 1000).unref();
   };
 
-  /** Starts streaming `sessionId`'s events after `after` (canonical cursor) to `sink`, a reader of `tenant`'s. */
-  subscribe(sessionId: string, after: string, sink: Sink, tenant: string): Subscription {
+  /**
+   * Starts streaming `sessionId`'s events after `after` (canonical cursor) to `sink`, a reader of `tenant`'s.
+   * `deleted`: the session is already deleted (a reader resuming with its cursor, src/events/follow-check.ts).
+   */
+  subscribe(sessionId: string, after: string, sink: Sink, tenant: string, deleted = false): Subscription {
     if (this.closed) throw new Error('event hub closed');
     let ch = this.watched.get(sessionId);
     if (!ch) {
       ch = new Channel(this, sessionId);
       this.watched.set(sessionId, ch);
     }
-    const s = new Subscription(ch, sink, after, tenant);
+    const s = new Subscription(ch, sink, after, tenant, deleted);
     ch.add(s);
     void s.run(this);
     return s;

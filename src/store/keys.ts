@@ -31,6 +31,11 @@ export const sessionKeys = (id: string) => ({
   compacted: `s:{${id}}:c`,
   /** HASH: the session's client tokens (src/store/client-tokens.ts), deleted with the session. */
   tokens: `s:{${id}}:ct`,
+  /**
+   * STRING: a deleted session's tenant, kept as long as its event log (destroy-9.lua): whose the log is once the
+   * meta hash is gone, so its tenant's followers may resume to its `session.deleted` (src/store/store.ts `deletedFor`).
+   */
+  gone: `s:{${id}}:g`,
 });
 
 export type SessionKeys = ReturnType<typeof sessionKeys>;

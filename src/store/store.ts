@@ -352,6 +352,14 @@ export class SessionStore {
     return s;
   }
 
+  /**
+   * Whether `id` is a session of `tenant` deleted while its event log is kept (destroy-9.lua writes its tenant with
+   * the delete, expiring with the log). Only for a session not found: one GET.
+   */
+  async deletedFor(tenant: string, id: string): Promise<boolean> {
+    return (await this.redis.get(sessionKeys(id).gone)) === tenant;
+  }
+
   async history(id: string, start = 0, end = -1): Promise<StoredMessage[]> {
     const raw = await this.redis.lrange(sessionKeys(id).msgs, start, end);
     return raw.map((m) => decodeStored<StoredMessage>(m));
@@ -683,10 +691,12 @@ export class SessionStore {
       [done, bytes] = await this.redis.sessDestroy(
         ...this.keyList(k),
         k.tokens,
+        k.gone,
         JSON.stringify(opts.reason ? { id, reason: opts.reason } : { id }),
         opts.ttlMs ?? 60_000,
         channelName(this.redis, eventsChannel(id)),
         opts.revision === undefined ? '' : String(opts.revision),
+        tenant,
       );
     } catch (err) {
       // Redis full (noeviction): a delete frees memory, so it must work then too. Plain UNLINKs are never refused

@@ -73,17 +73,19 @@ declare module 'ioredis' {
     /** run-due-read-1.lua: the ids due by Redis's now, oldest first. */
     sessRunDueRead(due: string, limit: number): Result<string[], Context>;
     /**
-     * destroy-8.lua: [1, its `bytes` as deleted] when the session existed, [0, 0] when not, [-1, 0] when it moved
+     * destroy-9.lua: [1, its `bytes` as deleted] when the session existed, [0, 0] when not, [-1, 0] when it moved
      * past the revision given.
      */
     sessDestroy(
       ...args: [
         ...keys: SessionKeyList,
         tokens: string,
+        gone: string,
         deletedEvent: string,
         ttlMs: number,
         channel: string,
         revision: string,
+        tenant: string,
       ]
     ): Result<[number, number], Context>;
     /**
