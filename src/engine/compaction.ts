@@ -20,6 +20,10 @@
  * model turn: it is an iteration record of its own (the list holds turns and compactions in order, record n at entry
  * n − 1) counted in `compactions`, while `iteration` — and with it the `max_iterations` budget — counts model turns
  * only; a reply without a summary changes nothing (`compaction.skipped`) but its record, as in the runner.
+ *
+ * Past 400 lines as one file: when a compaction is due (`dueAtStart`), how its request is made and how its reply is
+ * committed answer one question — what the runner's `compactBeforeNextTurn()` does to the stored history — and
+ * change together; the run of its own is compaction-run.ts.
  */
 import type { BetaToolRunner } from '@anthropic-ai/sdk/lib/tools/BetaToolRunner';
 import type { BetaMessage } from '@anthropic-ai/sdk/resources/beta/messages/messages';

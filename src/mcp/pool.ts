@@ -9,6 +9,10 @@
  * session keeps offering the tools and its calls get `is_error` results rather than vanishing from the model's view.
  *
  * The transport's byte-counting fetch is bounded-fetch.ts.
+ *
+ * Past 400 lines as one file: a connection's life (connect, list, call, drop) is one state machine per server, and
+ * its errors (cut, too large, timeout, the run's abort) are told apart where the call is made; the parts would share
+ * every private field.
  */
 import { Client } from '@modelcontextprotocol/sdk/client/index.js';
 import {

@@ -13,6 +13,10 @@
  * nothing else: it denies pending approvals (reason `timed out`), or answers missing client results `Error: no result
  * within N s` (is_error), or accepts results under review as they stand, and the run goes on (after approvals, to
  * ask for the step's client results, with their own deadline); `fail` fails the session with `action_timed_out`.
+ *
+ * Past 400 lines as one file: the deadline's fields, the sweep that reads them and the writes it makes (warn, deny,
+ * fail) share one set of guards (revision, status, `act_warn` as read); split, the exactly-once reasoning above
+ * would be spread over files that each hold only part of it.
  */
 import { InvalidStatus, QuotaExceeded, RevisionMismatch, conflict, isRefusal } from '../errors.js';
 import { requiredAction } from '../engine/status.js';

@@ -97,21 +97,7 @@ export function toolsBeforeChanges(
   history: readonly StoredMessage[],
   known: readonly ToolRef[] = [],
 ): ToolRef[] | null {
-  const changes = changesOf(history);
-  if (changes.length === 0) return null;
-  const present = new Set(tools.flatMap((t) => nameOf(t) ?? []));
-  for (const c of changes.toReversed()) {
-    if (c.name === null) continue;
-    if (c.added) present.delete(c.name);
-    else present.add(c.name);
-  }
-  const base: ToolRef[] = tools.filter((t) => {
-    const n = nameOf(t);
-    return n === null || present.has(n);
-  });
-  const held = new Set(tools.flatMap((t) => nameOf(t) ?? []));
-  for (const n of present) if (!held.has(n)) base.push(restored(n, changes, known));
-  return base;
+  return walkChanges(tools, history, known, 'back');
 }
 
 /**
@@ -126,21 +112,36 @@ export function toolsAfterChanges(
   history: readonly StoredMessage[],
   known: readonly ToolRef[] = [],
 ): ToolRef[] | null {
+  return walkChanges(start, history, known, 'forth');
+}
+
+/**
+ * `tools` with the history's changes undone, last to first (`back`), or applied, first to last (`forth`): the names
+ * present after the walk, those of `tools` in their order and the others as `restored` finds them. Null without
+ * changes.
+ */
+function walkChanges(
+  tools: readonly ToolRef[],
+  history: readonly StoredMessage[],
+  known: readonly ToolRef[],
+  way: 'back' | 'forth',
+): ToolRef[] | null {
   const changes = changesOf(history);
   if (changes.length === 0) return null;
-  const present = new Set(start.flatMap((t) => nameOf(t) ?? []));
-  for (const c of changes) {
+  const held = new Set(tools.flatMap((t) => nameOf(t) ?? []));
+  const present = new Set(held);
+  for (const c of way === 'back' ? changes.toReversed() : changes) {
     if (c.name === null) continue;
-    if (c.added) present.add(c.name);
+    // Walking back, an added tool was not there before its addition; walking forth, it is there after it.
+    if (c.added === (way === 'forth')) present.add(c.name);
     else present.delete(c.name);
   }
-  const after: ToolRef[] = start.filter((t) => {
+  const out: ToolRef[] = tools.filter((t) => {
     const n = nameOf(t);
     return n === null || present.has(n);
   });
-  const held = new Set(start.flatMap((t) => nameOf(t) ?? []));
-  for (const n of present) if (!held.has(n)) after.push(restored(n, changes, known));
-  return after;
+  for (const n of present) if (!held.has(n)) out.push(restored(n, changes, known));
+  return out;
 }
 
 /**
