@@ -30,15 +30,32 @@ export function cacheMarks(value: unknown): number {
   return n;
 }
 
+/** The params' part of a request's markers: `system`, and the top-level `cache_control` of automatic caching. */
+interface MarkedParams {
+  system?: unknown;
+  /** Automatic caching: the API puts a marker on the request's last cacheable block, one of the 4 it takes. */
+  cache_control?: unknown;
+}
+
 /**
- * 400 `invalid_request` when `system` and `tools` alone carry more markers than the API takes: the history's markers
- * are dropped to make room (capCacheMarks), these are the session's own and stay, so every turn would be refused.
+ * The breakpoints a request holds whatever its history: `system`'s markers, the tools' and the one top-level
+ * `cache_control` places (counted whether or not that block carries a marker already: counting it once too often
+ * drops one more history marker, counting it too seldom gets the request refused).
  */
-export function assertFixedMarks(system: unknown, tools: unknown): void {
-  const n = cacheMarks(system) + cacheMarks(tools);
+export function fixedMarks(params: MarkedParams, tools: unknown): number {
+  return cacheMarks(params.system) + cacheMarks(tools) + (params.cache_control != null ? 1 : 0);
+}
+
+/**
+ * 400 `invalid_request` when `system`, `tools` and the top-level `cache_control` alone make more breakpoints than
+ * the API takes: the history's markers are dropped to make room (capCacheMarks), these are the session's own and
+ * stay, so every turn would be refused.
+ */
+export function assertFixedMarks(params: MarkedParams, tools: unknown): void {
+  const n = fixedMarks(params, tools);
   if (n <= MAX_CACHE_BREAKPOINTS) return;
   throw badRequest(
-    `\`system\` and \`tools\` carry ${n} \`cache_control\` breakpoints; a request takes at most ${MAX_CACHE_BREAKPOINTS}.`,
+    `\`system\`, \`tools\` and the top-level \`cache_control\` make ${n} \`cache_control\` breakpoints; a request takes at most ${MAX_CACHE_BREAKPOINTS}.`,
     { cache_control_breakpoints: n, max: MAX_CACHE_BREAKPOINTS },
   );
 }

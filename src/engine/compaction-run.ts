@@ -15,7 +15,7 @@ import type { EngineLogger, RunDeps, RunHandle } from './run-handle.js';
 import { runnerParams } from './runner-params.js';
 import { sessionTools } from './tool-step.js';
 import { historyChanges, toolsToSend, withInlineToolsBeta } from './tools-change.js';
-import { cacheMarks, capCacheMarks } from './cache-breakpoints.js';
+import { capCacheMarks, fixedMarks } from './cache-breakpoints.js';
 
 /** A run that only compacts (asked for while the session was idle or failed): one runner, one request. */
 export async function runCompactionOnly(
@@ -32,7 +32,7 @@ export async function runCompactionOnly(
   // beta, at most 4 cache breakpoints, the container.
   const tools = await toolsToSend(deps, state, await sessionTools(deps, state), new Map());
   const params = withInlineToolsBeta(withCompactionBeta(state.params), state, historyChanges(history));
-  capCacheMarks(history, cacheMarks(params.system) + cacheMarks(tools));
+  capCacheMarks(history, fixedMarks(params, tools));
   const runner = deps.client.beta.messages.toolRunner(
     runnerParams({
       params,

@@ -14,7 +14,7 @@ import { recordCount, usageIncr, type IterationRecord, type SessionState } from 
 import { usdToMicros, withCompactionUsage } from '../cost/prices.js';
 import { withoutOpenCalls } from '../tools/server-blocks.js';
 import { budgetExhausted, spentOf, totalTokens, unpricedError, type Spent } from './budget.js';
-import { cacheMarks, capCacheMarks } from './cache-breakpoints.js';
+import { cacheMarks, capCacheMarks, fixedMarks } from './cache-breakpoints.js';
 import { countSpend } from './commit.js';
 import { RunCompaction, isUnfinished, recordedUsage, type DueCompaction } from './compaction.js';
 import type { EngineLogger, RunDeps, RunHandle } from './run-handle.js';
@@ -142,7 +142,7 @@ export abstract class TurnRunner {
    * and a tool change's message about to be appended (`change`: its definitions may carry markers of their own).
    */
   protected capMarks(change: ToolChange | null = null): void {
-    const fixed = cacheMarks(this.params.system) + cacheMarks(this.tools);
+    const fixed = fixedMarks(this.params, this.tools);
     // The runner's message only: the service's own (a toolset's removal) has no markers, and is in the history.
     capCacheMarks(this.history, fixed + (change?.runner ? cacheMarks(change.runner) : 0));
   }

@@ -83,7 +83,7 @@ export function patchSession(
       toolsEvent.push(t.event);
     }
     if (body.params || body.tools !== undefined)
-      assertFixedMarks((next.params ?? s.params).system, next.tools ?? s.tools);
+      assertFixedMarks(next.params ?? s.params, next.tools ?? s.tools);
     if (body.budget !== undefined || body.tools !== undefined)
       assertAgentsPriced(deps, next.tools ?? s.tools, ('budget' in next ? next.budget : s.budget)?.cost_usd);
     // The params and tools after the change, together: new tools with the old `tool_choice`, and the other way round.
@@ -151,7 +151,7 @@ export function retryTurn(
     if (body?.params) {
       checkCompactionParams(params, s.compaction);
       checkEditWithPending(params, s.compactRequest);
-      assertFixedMarks(params.system, s.tools);
+      assertFixedMarks(params, s.tools);
     }
     if (body?.params)
       await checkToolChoice(

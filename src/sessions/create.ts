@@ -195,7 +195,7 @@ async function buildSession(
   const toolsBase = await baseTools(deps, tenant, body.tools, given);
   if (toolsBase) Object.assign(tenantTools, toolsBase.copies);
   await checkToolChoice(deps, { tenant, session: id, tools: body.tools, tenantTools }, params.data);
-  assertFixedMarks(params.data.system, body.tools);
+  assertFixedMarks(params.data, body.tools);
   await checkAgents(deps, tenant, body.tools, depth);
   checkCompactionParams(params.data, body.compaction);
   const messages = given.map(normalize);

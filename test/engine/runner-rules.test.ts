@@ -514,6 +514,39 @@ describe('at most 4 cache breakpoints, thread history included', () => {
     assert.ok(cacheMarks(q.messages) + cacheMarks(q.system) + cacheMarks(q.tools) <= 4);
   });
 
+  it('a top-level cache_control (automatic caching) takes one of the 4: counted at create and when capping', async () => {
+    const { cacheMarks } = await import('../fake/cache-marks.js');
+    const mark = { cache_control: { type: 'ephemeral' } };
+    const automatic = { cache_control: { type: 'ephemeral' } };
+    const system = (n: number) =>
+      Array.from({ length: n }, (_, i) => ({ type: 'text', text: `rule ${i}`, ...mark }));
+    const refused = await h.api.post('/v1/sessions', {
+      input: 'x',
+      start: false,
+      system: system(4),
+      params: automatic,
+    });
+    assert.equal(refused.status, 400, JSON.stringify(refused.body));
+    assert.deepEqual(refused.body.error.details, { cache_control_breakpoints: 5, max: 4 });
+
+    // One system marker, three in the history and the automatic one: the history gives up the oldest of its own.
+    h.fake.enqueue(text('Cached.'));
+    const r = await h.api.post('/v1/sessions', {
+      system: system(1),
+      params: automatic,
+      messages: ['a', 'b', 'c'].flatMap((t, i) => [
+        ...(i > 0 ? [{ role: 'assistant', content: 'Noted.' }] : []),
+        { role: 'user', content: [{ type: 'text', text: t, ...mark }] },
+      ]),
+    });
+    assert.equal(r.status, 201, JSON.stringify(r.body));
+    const s = await h.api.waitStatus(r.body.id, 'idle');
+    assert.equal(s.error, null);
+    const q = h.fake.requests.at(-1)!;
+    assert.equal(q.status, 200);
+    assert.equal(cacheMarks(q.messages) + cacheMarks(q.system), 3, 'one slot left for the automatic marker');
+  });
+
   it('markers nested in a document source (in a tool result, in a message) are dropped like any other', async () => {
     const { cacheMarks } = await import('../fake/cache-marks.js');
     const marked = (t: string) => ({ type: 'text', text: t, cache_control: { type: 'ephemeral' } });

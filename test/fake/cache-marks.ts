@@ -1,7 +1,7 @@
 /**
  * Prompt-cache breakpoints as the API counts them: every block with `cache_control` in what the model sees (the
- * tools, the system blocks and the whole conversation, a message thread's stored history included). More than 4 is
- * a 400.
+ * tools, the system blocks and the whole conversation, a message thread's stored history included), and the one a
+ * top-level `cache_control` (automatic caching) puts on the request's last cacheable block. More than 4 is a 400.
  */
 import { invalid } from './validate.js';
 
@@ -22,8 +22,14 @@ export function cacheMarks(value: unknown): number {
 }
 
 /** Throws the API's 400 when the request holds more than 4 breakpoints. */
-export function validateCacheMarks(conversation: readonly unknown[], system: unknown, tools: unknown): void {
-  const found = cacheMarks(tools) + cacheMarks(system) + cacheMarks(conversation);
+export function validateCacheMarks(
+  conversation: readonly unknown[],
+  system: unknown,
+  tools: unknown,
+  automatic: unknown,
+): void {
+  const found =
+    cacheMarks(tools) + cacheMarks(system) + cacheMarks(conversation) + (automatic != null ? 1 : 0);
   if (found > MAX_CACHE_BREAKPOINTS) {
     throw invalid(
       `A maximum of ${MAX_CACHE_BREAKPOINTS} blocks with cache_control may be provided. Found ${found}.`,

@@ -37,7 +37,7 @@ export async function handleMessages(
     });
   }
   const fields = unchecked<
-    'thread' | 'messages' | 'system' | 'tools' | 'stream' | 'tool_choice' | 'mcp_servers'
+    'thread' | 'messages' | 'system' | 'tools' | 'stream' | 'tool_choice' | 'mcp_servers' | 'cache_control'
   >(parsed);
   const thread = unchecked<'type' | 'previous_message_id'>(fields?.thread);
   const newMessages: unknown[] = Array.isArray(fields?.messages) ? fields.messages : [];
@@ -60,6 +60,7 @@ export async function handleMessages(
       conversation,
       parent ? parent.system : fields?.system,
       parent ? parent.tools : fields?.tools,
+      fields?.cache_control,
     );
     const tools = validateToolChanges(
       conversation,
