@@ -254,7 +254,7 @@ function newSessionState(
   },
 ): SessionState {
   const { id, tenant, body, toolsBase, tenantTools } = c;
-  // Redis's clock as reckoned, that of `updated_at` once written (apply-7.lua): the answer shows what reads show.
+  // Redis's clock as reckoned, that of `updated_at` once written (apply-8.lua): the answer shows what reads show.
   const now = deps.store.clock.now();
   return {
     id,

@@ -1,5 +1,5 @@
 /**
- * The change one `apply` makes (lua/apply-7.lua): its ops, guard and result, and the one encoder of a turn's
+ * The change one `apply` makes (lua/apply-8.lua): its ops, guard and result, and the one encoder of a turn's
  * content blocks.
  */
 import type { StoredBlock } from '../history.js';
@@ -24,7 +24,7 @@ export const encodeBlocks = (blocks: readonly StoredBlock[]): EncodedBlocks =>
  */
 export const SEGMENT_SIZES_KEPT = 17;
 
-/** Ops of one `apply` (see lua/apply-7.lua); values already encoded. */
+/** Ops of one `apply` (see lua/apply-8.lua); values already encoded. */
 export interface ApplyOps {
   /**
    * Applied first: the first `count` messages become a kept segment, `summary` (message JSON) their stand-in; the
@@ -35,6 +35,8 @@ export interface ApplyOps {
   trim_msgs?: number;
   lset_msgs?: Array<[number, string]>;
   push_msgs?: string[];
+  /** Set by the store for a create whose `push_msgs` it staged in parts (Store `stageHistory`): their count. */
+  stage?: { count: number };
   trim_iters?: number;
   lset_iters?: Array<[number, string]>;
   push_iters?: string[];

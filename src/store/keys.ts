@@ -29,6 +29,12 @@ export const sessionKeys = (id: string) => ({
   lease: `s:{${id}}:l`,
   /** LIST: what compactions summarized, one segment `{"at_iteration", "messages"}` (JSON) each, oldest first. */
   compacted: `s:{${id}}:c`,
+  /**
+   * LIST: a create's history pushed in parts before the create's write, with an expiry; the write renames it to
+   * `msgs` (apply-8.lua `stage`). A prefix: each attempt appends its own random name, so two creates of one id
+   * never mix their parts.
+   */
+  stage: `s:{${id}}:st:`,
   /** HASH: the session's client tokens (src/store/client-tokens.ts), deleted with the session. */
   tokens: `s:{${id}}:ct`,
   /**

@@ -8,6 +8,7 @@
  *
  * Over 400 lines: every read and write of a session's own keys is one method here, which keeps them behind one door.
  */
+import { randomBytes } from 'node:crypto';
 import { heavyStep } from '../tenant-turns.js';
 import {
   FencedOut,
@@ -123,10 +124,23 @@ export interface StoreOptions {
 export const EVENT_LOG_MAX_BYTES = 16 * 1024 * 1024;
 export const MAX_TURN_BYTES = 4 * 1024 * 1024;
 
+/**
+ * A create whose history holds more bytes than this is staged in parts (Store `stageHistory`): below it one script
+ * takes the history as it always did (a create's body is bounded by BODY_LIMIT, a fork's copy only by the tenant's
+ * storage quota).
+ */
+const STAGE_MIN_BYTES = 1024 * 1024;
+/** Most bytes of one part of a staged history (a message larger than this is a part of its own). */
+const STAGE_PART_BYTES = 256 * 1024;
+/** The expiry of a staged history (ms): the create's write renames it first, a create that failed leaves it. */
+const STAGE_TTL_MS = 10 * 60_000;
+
+const bytesOf = (list: readonly string[]) => list.reduce((n, m) => n + m.length, 0);
+
 /** A stored message this large is decoded as a heavy step of its tenant's (tenant-turns.ts). */
 const HEAVY_MESSAGE_BYTES = 64 * 1024;
 
-/** What meta `seg_bytes` keeps of a segment (apply-7.lua `compact`); `endsWithUser` null when it does not say. */
+/** What meta `seg_bytes` keeps of a segment (apply-8.lua `compact`); `endsWithUser` null when it does not say. */
 export interface SegmentSize {
   bytes: number;
   at_iteration: number;
@@ -136,7 +150,7 @@ export interface SegmentSize {
 /**
  * The byte lengths meta `seg_bytes` gives of a session's kept segments, with the record each one's compaction made
  * (segment index → bytes and `at_iteration`, as the segment's JSON has it), `segments` being how
- * many are kept: `<count> <bytes>,<at_iteration>,<u|a> …` (apply-7.lua `compact`; `u`: the segment ends with a user
+ * many are kept: `<count> <bytes>,<at_iteration>,<u|a> …` (apply-8.lua `compact`; `u`: the segment ends with a user
  * turn), the entries for the segments just below `count`, oldest first. Segments are only ever appended, so an entry names its segment whatever was pushed
  * since (an older version's compaction keeps no entry: its segment has none). An entry of another form (`?`, an older
  * version's plain number, anything not a decimal), a count past the segments kept, or a field of another form gives
@@ -232,6 +246,28 @@ export class SessionStore {
     return known ?? this.tenants.get(id) ?? (await this.redis.hget(sessionKeys(id).meta, 'tenant'));
   }
 
+  /**
+   * Pushes a create's history to `key` in parts of at most STAGE_PART_BYTES (a larger message alone), each with the
+   * key's expiry in the same MULTI: no one command, and no script decoding it all, holds Redis for the whole of a
+   * large history (a fork copies up to the tenant's storage quota). A create that never lands leaves the key to
+   * its expiry.
+   */
+  private async stageHistory(key: string, msgs: readonly string[]): Promise<void> {
+    for (let i = 0; i < msgs.length;) {
+      let bytes = msgs[i]!.length;
+      let end = i + 1;
+      while (end < msgs.length && bytes + msgs[end]!.length <= STAGE_PART_BYTES) bytes += msgs[end++]!.length;
+      const res =
+        (await this.redis
+          .multi()
+          .rpush(key, ...msgs.slice(i, end))
+          .pexpire(key, STAGE_TTL_MS)
+          .exec()) ?? [];
+      for (const [e] of res) if (e) throw e;
+      i = end;
+    }
+  }
+
   private keyList(k: SessionKeys): SessionKeyList {
     return [k.meta, k.msgs, k.iters, k.queue, k.events, k.lease, k.compacted];
   }
@@ -281,8 +317,16 @@ export class SessionStore {
     const tap = this.eventTap?.(id, opsEventTypes(ops), tenant);
     if (tap?.ready) await tap.ready;
     const turnMax = this.options.maxTurnBytes ?? MAX_TURN_BYTES;
+    let stage = `${k.stage}-`;
+    if (guard.create && ops.push_msgs && bytesOf(ops.push_msgs) > STAGE_MIN_BYTES) {
+      stage = k.stage + randomBytes(6).toString('base64url');
+      await this.stageHistory(stage, ops.push_msgs);
+      const { push_msgs: staged, ...rest } = ops;
+      ops = { ...rest, stage: { count: staged.length } };
+    }
     const res = await this.redis.sessApply(
       ...this.keyList(k),
+      stage,
       JSON.stringify(ops.queue_push ? { ...guard, turn_max: turnMax } : guard),
       JSON.stringify(ops),
       this.options.eventLogMax,
@@ -293,6 +337,7 @@ export class SessionStore {
     if (res[0] === 'ERR') {
       const code = String(res[1]);
       const current = String(res[2]);
+      if (ops.stage) await this.redis.unlink(stage).catch(() => undefined); // Else its expiry drops it.
       if (code === 'fenced') throw new FencedOut(id);
       if (code === 'revision') throw revisionMismatch(Number(current));
       if (code === 'status') throw new InvalidStatus(current);

@@ -576,7 +576,7 @@ describe('chat history after compactions', { timeout: 120_000 }, () => {
   /**
    * Appends `segments` to session `id`'s kept segments as the compaction script writes them, grows `msg_base` by their
    * messages and, with `lengths` `kept`, adds their entries to `seg_bytes` (the newest 17 kept, anchored by the
-   * segment count; `u` for one that ends with a user turn) as apply-7.lua does; `none`: as a version that kept no
+   * segment count; `u` for one that ends with a user turn) as apply-8.lua does; `none`: as a version that kept no
    * lengths wrote them (no `seg_bytes`); `untouched`: as a compaction of such a version run by a replica beside newer
    * ones (`seg_bytes` left as it was). The history is left as it is.
    */

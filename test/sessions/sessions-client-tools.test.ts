@@ -169,8 +169,8 @@ describe('client tools', () => {
     }
     monitor.stop();
     const applies = monitor.commands
-      .filter((args) => /^evalsha$/i.test(args[0] ?? '') && args[2] === '7' && args[11]?.startsWith('{'))
-      .map((args): Record<string, any> => JSON.parse(args[11]!));
+      .filter((args) => /^evalsha$/i.test(args[0] ?? '') && args[2] === '8' && args[12]?.startsWith('{'))
+      .map((args): Record<string, any> => JSON.parse(args[12]!));
 
     // Where the result's bytes went, events aside (they tell of it: `tool_result.submitted`, `tool.completed`).
     const places = applies.flatMap((ops) => {

@@ -49,7 +49,7 @@ describe('Redis round trips per iteration', () => {
     for (const l of lines()) {
       if (!l.includes(id.toLowerCase())) continue;
       const [cmd, , numkeys, key] = l.split(' ');
-      // Scripts by their keys: apply has 7, append-events 2 (meta, events).
+      // Scripts by their keys: apply has 8, append-events 2 (meta, events).
       const name = cmd === 'evalsha' ? `evalsha/${numkeys}:${key!.replace(id.toLowerCase(), 'id')}` : cmd!;
       counts.set(name, (counts.get(name) ?? 0) + 1);
     }
@@ -75,7 +75,7 @@ describe('Redis round trips per iteration', () => {
     // batched by the stream relay), the state read at each step.
     // A route's guarded write may be tried twice when the run wrote in between (a CAS retry): ±1 write per run, so
     // the difference of an 8-iteration gap is rounded.
-    assert.equal(Math.round(byCommand['evalsha/7:s:{id}'] ?? 0), 1, 'one commit per iteration');
+    assert.equal(Math.round(byCommand['evalsha/8:s:{id}'] ?? 0), 1, 'one commit per iteration');
     assert.ok(per <= 5, `${per} commands per iteration`);
     assert.equal(byCommand['lrange'] ?? 0, 0, 'the history is not read back at each iteration');
   });

@@ -36,10 +36,11 @@ declare module 'ioredis' {
     ): Result<number, Context>;
     /** idem-release-1.lua: 1 when the pending record was the owner's (deleted, or replaced by `next`), else 0. */
     sessIdemRelease(record: string, owner: string, next: string, ttlMs: number): Result<number, Context>;
-    /** apply-7.lua: `['ERR', code, detail]`, or revision, merged count, appended blocks (JSON, or ''), into_last, control, params_rev. */
+    /** apply-8.lua: `['ERR', code, detail]`, or revision, merged count, appended blocks (JSON, or ''), into_last, control, params_rev. */
     sessApply(
       ...args: [
         ...keys: SessionKeyList,
+        stage: string,
         guard: string,
         ops: string,
         eventLogMax: number,

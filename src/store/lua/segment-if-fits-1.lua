@@ -4,7 +4,7 @@
 -- a segment too large is copied into the script and measured, never sent. One segment per call: a page copies at
 -- most one segment it does not read (the one that ends its read). Nor is a segment sent that a `PUT …/messages`
 -- replaced, when the page tells those by their record (ARGV[3]): its `at_iteration`, the segment's first field
--- (apply-7.lua `compact` writes `{"at_iteration":n,…`), is read here.
+-- (apply-8.lua `compact` writes `{"at_iteration":n,…`), is read here.
 -- KEYS[1] compacted (list: the kept segments, oldest first)
 -- ARGV[1] the segment's index  ARGV[2] most bytes it may have to be sent
 -- ARGV[3] a record number: a segment whose `at_iteration` is at most it is not sent (-1: none)

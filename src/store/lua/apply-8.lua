@@ -1,6 +1,7 @@
 -- apply: one atomic, guarded change to a session: history, iteration records, fields, queue and events together.
 -- KEYS[1] meta (hash)  KEYS[2] msgs (list)  KEYS[3] iters (list)  KEYS[4] queue (list)  KEYS[5] events (stream)
 -- KEYS[6] lease (string)  KEYS[7] compacted (list: the segments a compaction summarized, one JSON each, oldest first)
+-- KEYS[8] stage (list: a create's history pushed before this call in parts, one key per attempt; see `stage` below)
 -- ARGV[1] guard JSON `{create?, fence?, rev?, status?: string[], turn_max?, posted?}`: the change happens only if all
 --         hold; `turn_max` (bytes) caps the user turn that queued follow-ups will form (see `queue_push` below);
 --         `posted` `{id, fp, after, keep}`: the chat's user message this change posts, refused (`posted`) when the
@@ -26,6 +27,9 @@
 --         `<segments>` - 1; `u` when its messages end with a user turn (`ends_with_user`), else `a`.
 --         `count_once` `[[field, {counter: n}]…]`: each entry's counters are added only if `field` was not set, and
 --         it is set (a sub-agent's usage under `cb:<child id>`, the mark child-usage-1.lua sets too).
+--         `stage` `{count}` (with `create`, instead of `push_msgs`): the history, too large for one script to decode
+--         without stalling Redis (src/store/store.ts `stageHistory`), was pushed to KEYS[8] in parts, with an expiry;
+--         it becomes the session's history by RENAME (refused as `stage` when KEYS[8] does not hold `count` messages).
 --         `keep_revision` (top level, without `queue`): a change no client sees but by its events (the deadline's
 --         warning `action.expiring`, src/sessions/deadlines.ts): `revision` and `updated_at` stay as they are (an
 --         If-Match read before it still holds, the retention's clock does not start again) and its events carry no
@@ -37,7 +41,7 @@
 -- added to the history ('' when none; `into_last` 1 when they joined the last turn, 0 for a new turn), `control`
 -- and `params_rev` as they stand after the change, so a runner learns of a cancel or a PATCH at its next commit
 -- even if it missed the pub/sub message. Or {'ERR', code, current} with nothing written, code `not_found` |
--- `exists` | `fenced` | `revision` | `status` | `turn_too_large` (current: the bytes the turn would have) |
+-- `exists` | `fenced` | `revision` | `status` | `stage` | `turn_too_large` (current: the bytes the turn would have) |
 -- `posted` (current: the entry of the message posted before, JSON) | `applied` (current: the token's entry, JSON).
 -- The `message.appended` event carries what was added, not the whole turn: `{index, into_last, role, content}`
 -- (`index`: the turn's place in the live history).
@@ -84,6 +88,8 @@ if guard.turn_max and ops.queue_push then
   for _, e in ipairs(ops.queue_push) do bytes = bytes + #e end
   if bytes > guard.turn_max then return {'ERR', 'turn_too_large', tostring(bytes)} end
 end
+-- A staged history whose parts did not all land (an expiry passed, a part failed): nothing is written.
+if ops.stage and redis.call('LLEN', KEYS[8]) ~= ops.stage.count then return {'ERR', 'stage', ''} end
 local quiet = ops.keep_revision == true
 local rev
 if quiet then rev = tonumber(cur[2]) or 0 else rev = redis.call('HINCRBY', meta, 'revision', 1) end
@@ -146,6 +152,10 @@ local function run(o)
   if o.trim_msgs then keep_first(KEYS[2], o.trim_msgs) end
   if o.lset_msgs then for _, p in ipairs(o.lset_msgs) do redis.call('LSET', KEYS[2], p[1], p[2]) end end
   if o.push_msgs then pushAll(KEYS[2], o.push_msgs) end
+  if o.stage then
+    redis.call('RENAME', KEYS[8], KEYS[2])
+    redis.call('PERSIST', KEYS[2])
+  end
   if o.trim_iters then keep_first(KEYS[3], o.trim_iters) end
   if o.lset_iters then for _, p in ipairs(o.lset_iters) do redis.call('LSET', KEYS[3], p[1], p[2]) end end
   if o.push_iters then pushAll(KEYS[3], o.push_iters) end

@@ -1,0 +1,80 @@
+import { after, before, describe, it } from 'node:test';
+import assert from 'node:assert/strict';
+import { Redis } from 'ioredis';
+import { monitorRedis, type RedisMonitor } from '../helpers/redis-monitor.js';
+import { startHarness, type Harness } from '../helpers/service.js';
+import { text } from '../fake/script.js';
+
+/**
+ * A fork copies its source's history, whose size only the tenant's storage quota bounds. Copied in one script (the
+ * history JSON-encoded in its ops, decoded in Lua) a history of megabytes held Redis for seconds, and every tenant's
+ * commands waited or got 503. A create's history over 1 MiB is staged in parts of at most 256 KiB (a larger message
+ * alone), each one RPUSH with the part's expiry, and the create's write renames it into place.
+ */
+
+const KB = 1024;
+/** Each message's size: 4 turns of these make a history over the 1 MiB a create stages from. */
+const MESSAGE_BYTES = 300 * KB;
+
+describe('a fork of a large history', () => {
+  let h: Harness;
+  let monitor: RedisMonitor;
+  let redis: Redis;
+  before(async () => {
+    h = await startHarness();
+    redis = new Redis(h.redis.url);
+  });
+  after(async () => {
+    monitor?.stop();
+    redis?.disconnect();
+    await h?.close();
+  });
+
+  it('is staged in bounded parts, lands whole and leaves no staging key', async () => {
+    const created = await h.api.post('/v1/sessions', { start: false, stream: false });
+    assert.equal(created.status, 201, JSON.stringify(created.body));
+    const id = created.body.id as string;
+    for (let n = 0; n < 4; n++) {
+      h.fake.enqueue(text(`Noted ${n}.`));
+      const r = await h.api.post(`/v1/sessions/${id}/messages`, {
+        text: `#${n} ${'x'.repeat(MESSAGE_BYTES)}`,
+      });
+      assert.equal(r.status, 202, JSON.stringify(r.body));
+      await h.api.waitFor(id, (s) => s.status === 'idle' && s.iteration === n + 1);
+    }
+    const source = (await h.api.get(`/v1/sessions/${id}/messages`)).body.data;
+    assert.equal(source.length, 8);
+
+    monitor = await monitorRedis(h.redis.port);
+    const fork = await h.api.post(`/v1/sessions/${id}/fork`, { at_iteration: 4 });
+    assert.equal(fork.status, 201, JSON.stringify(fork.body));
+    const forkId = fork.body.id as string;
+    await monitor.settle();
+
+    // Every command the service sent about the fork carries at most one part (or one message larger than a part).
+    const forkCommands = monitor.commands.filter((args) => args.some((a) => a.includes(`{${forkId}}`)));
+    const largest = Math.max(
+      ...forkCommands.map((args) => args.reduce((n, a) => n + Buffer.byteLength(a), 0)),
+    );
+    assert.ok(largest < 2 * MESSAGE_BYTES, `the largest command about the fork: ${largest} bytes`);
+    const parts = forkCommands.filter((args) => /^rpush$/i.test(args[0]!) && args[1]!.includes(':st:'));
+    assert.ok(parts.length >= 4, `staged in ${parts.length} parts`);
+    const apply = forkCommands.find((args) => /^evalsha$/i.test(args[0]!) && args[2] === '8');
+    assert.ok(apply, 'the create write');
+    assert.ok(Buffer.byteLength(apply[12]!) < 64 * KB, `its ops: ${Buffer.byteLength(apply[12]!)} bytes`);
+
+    const copied = (await h.api.get(`/v1/sessions/${forkId}/messages`)).body.data;
+    assert.deepEqual(copied, source);
+    assert.equal((await h.api.get(`/v1/sessions/${forkId}`)).body.message_count, 8);
+    assert.deepEqual(await redis.keys(`s:{${forkId}}:st:*`), [], 'the staging key was renamed into place');
+    assert.equal(await redis.ttl(`s:{${forkId}}:m`), -1, 'the history keeps no expiry');
+
+    // The fork goes on as any session does.
+    h.fake.enqueue(text('Forked.'));
+    const next = await h.api.post(`/v1/sessions/${forkId}/messages`, { text: 'And now?' });
+    assert.equal(next.status, 202);
+    const done = await h.api.waitFor(forkId, (s) => s.status === 'idle' && s.iteration === 5);
+    assert.equal(done.error, null);
+    assert.equal((await h.api.get(`/v1/sessions/${forkId}/messages`)).body.data.length, 10);
+  });
+});
