@@ -27,7 +27,13 @@ import { streamSink, type CloseReason } from '../src/events/sink.js';
 import { ChatTranslator, type UIChunk } from '../src/chat/chunks.js';
 import { awaitsAgentsOnly } from '../src/chat/event-shapes.js';
 import { keptSteps, replyMessageId, runMessageId, toUIMessages } from '../src/chat/history.js';
-import { answeredCallIdsOf, chatBody, editRefused, toolInputsOf } from '../src/chat/request.js';
+import {
+  answeredCallIdsOf,
+  approvalsAskedOf,
+  chatBody,
+  editRefused,
+  toolInputsOf,
+} from '../src/chat/request.js';
 import { denials } from '../src/chat/denials.js';
 import { MAX_UI_MESSAGES, chatRecord } from '../src/chat/record.js';
 import {
@@ -66,11 +72,12 @@ function needScope(req: FastifyRequest, scope: ClientScope): void {
 }
 
 /**
- * The stream's first chunks. When nothing runs (a decision left others undecided, a message queued while the session
- * waits), the stream says what the session waits for now, and ends.
+ * The stream's first chunks: after `start`, the answers to approvals decided elsewhere and the results delivered
+ * meanwhile. When nothing runs (a decision left others undecided, a message queued while the session waits), the
+ * stream says what the session waits for now, and ends.
  */
 function headOf(t: ChatTranslator, status: Record<string, unknown> | null): UIChunk[] {
-  const head = [...t.start(), ...t.deliveredFirst()];
+  const head = [...t.start(), ...t.decidedFirst(), ...t.deliveredFirst()];
   return status === null ? head : [...head, ...t.event('session.status', status)];
 }
 
@@ -94,9 +101,10 @@ const agentsOf = (state: SessionState): Set<string> =>
 const validatedOf = (state: SessionState): Set<string> => new Set(validatedSchemas(state).keys());
 
 /**
- * Most bytes (UTF-8 JSON) of a status and the results shown first, together, a chat answer's idempotency record
- * keeps (a replay of a larger status says the status then; results that do not fit beside the status kept are not
- * shown again).
+ * Most bytes (UTF-8 JSON) of a status, the results and the decisions shown first, together, a chat answer's
+ * idempotency record keeps (a replay of a larger status says the status then; results or decisions that do not fit
+ * beside what is kept before them are not shown first again: a call approved elsewhere is then answered as approved
+ * when its output comes, src/chat/chunks.ts `approvedFirst`).
  */
 const KEPT_STATUS_BYTES = 65_536;
 
@@ -259,6 +267,8 @@ const routes: FastifyPluginAsyncZod<{ config: Config }> = async (app, { config }
         postsUser || regenerating ? [] : answeredCallIdsOf(messages[messages.length - 1]!.parts);
       // The inputs its parts show: a call that ran an input edited since (an approval's, by REST) shows it first.
       const inputs = postsUser || regenerating ? [] : toolInputsOf(messages[messages.length - 1]!.parts);
+      // The approvals its parts show asked and unanswered: a decision made elsewhere is answered in the stream.
+      const asking = postsUser || regenerating ? [] : approvalsAskedOf(messages[messages.length - 1]!.parts);
       const replay = req.streamReplay;
       if (replay) {
         // The same Idempotency-Key and body again: nothing is posted twice; the first answer streams again, to a
@@ -269,6 +279,8 @@ const routes: FastifyPluginAsyncZod<{ config: Config }> = async (app, { config }
           validated: validatedOf(s),
           answered,
           inputs,
+          asking,
+          ...(replay.decided ? { decided: replay.decided } : {}),
           ownMessage: postsUser,
           ownRevision: replay.own,
           // An answer to tool outputs or approvals continues a message that holds the reply that asked them.
@@ -323,10 +335,16 @@ const routes: FastifyPluginAsyncZod<{ config: Config }> = async (app, { config }
       // An Idempotency-Key keeps where this answer streams from, so the same request streams it again.
       const statusBytes = posted.status !== null ? Buffer.byteLength(JSON.stringify(posted.status)) : 0;
       const kept = posted.status !== null && statusBytes <= KEPT_STATUS_BYTES;
-      const { delivered } = posted;
+      const { delivered, decided } = posted;
+      const deliveredBytes = delivered.length > 0 ? Buffer.byteLength(JSON.stringify(delivered)) : 0;
       const keptDelivered =
-        delivered.length > 0 &&
-        (kept ? statusBytes : 0) + Buffer.byteLength(JSON.stringify(delivered)) <= KEPT_STATUS_BYTES;
+        delivered.length > 0 && (kept ? statusBytes : 0) + deliveredBytes <= KEPT_STATUS_BYTES;
+      const keptDecided =
+        decided.length > 0 &&
+        (kept ? statusBytes : 0) +
+          (keptDelivered ? deliveredBytes : 0) +
+          Buffer.byteLength(JSON.stringify(decided)) <=
+          KEPT_STATUS_BYTES;
       await app.keepStreamed(req, {
         after: posted.after,
         revision: posted.revision,
@@ -336,6 +354,7 @@ const routes: FastifyPluginAsyncZod<{ config: Config }> = async (app, { config }
         idle: posted.status !== null,
         ...(kept && posted.status ? { status: posted.status } : {}),
         ...(keptDelivered ? { delivered } : {}),
+        ...(keptDecided ? { decided } : {}),
         scopes,
       });
       const t = new ChatTranslator(posted.assistant, posted.known, {
@@ -343,6 +362,8 @@ const routes: FastifyPluginAsyncZod<{ config: Config }> = async (app, { config }
         validated: validatedOf(posted.state),
         answered,
         inputs,
+        asking,
+        decided,
         ownMessage: postsUser,
         ownRevision: posted.own,
         repliedBefore: !postsUser && !regenerating,

@@ -21,6 +21,12 @@
  * - A tenant tool's result delivered while the session waited for its client (its task queued while the client was
  *   asked) comes after the stream that asked had ended: the answer to the client's next message shows it first
  *   (`deliveredFirst`), when that message does not.
+ * - A call whose approval the client's message shows asked and unanswered (`approval-requested`) but that was decided
+ *   elsewhere (REST, the WebSocket, another tab, an action's timeout) is answered in the stream before any output of
+ *   it: the `ai` package's schema wants `approved` in the approval of a part past `approval-requested`. A decision
+ *   the stream reads is answered where it is (`tool_call.decided`); one made before its cursor, which the request
+ *   read in the session (`decided`), right after `start` (`decidedFirst`); a call that completes with neither known
+ *   (a replay whose record kept no decisions) ran, so was approved.
  * - A call of a client tool with `validate: true` is the service's to refuse (its input checked against the schema:
  *   src/engine/policy.ts `pendingCalls`): its `tool-input-available` waits, past the stop reason, for the service's
  *   word. A refused input's `tool.completed` (an `is_error` result, written before the step's end) shows it as the
@@ -110,6 +116,21 @@ export type DeliveredResult = {
   is_error: boolean;
 };
 
+/**
+ * A decision on a call whose approval the client's message shows asked and unanswered, made elsewhere before the
+ * stream's cursor (src/chat/post.ts `decidedMeanwhile`): `input`, an approval's, the input the call runs with (the
+ * edited one, if edited); `reason`, a denial's; `result`, an approved call's result when it is known already (the
+ * call ran while the step waited for the client's other answers).
+ */
+export type DecidedCall = {
+  tool_use_id: string;
+  name: string;
+  approved: boolean;
+  input?: unknown;
+  reason?: string;
+  result?: { content: unknown; is_error: boolean };
+};
+
 /** What an open content block of the turn became. */
 interface OpenBlock {
   kind: 'text' | 'reasoning' | 'tool';
@@ -162,8 +183,16 @@ export class ChatTranslator {
    * `tool.completed` whose input differs ran an approval's edited input, which the part then takes first.
    */
   private readonly inputs = new Map<string, unknown>();
-  /** Calls this stream sent a `tool-approval-request` for (their approval id is the call's id). */
+  /**
+   * Calls whose part in the Chat has an approval asked and not answered (`approval-requested`; the approval id is the
+   * call's id): those the client's message shows so, and those this stream sent a `tool-approval-request` for. The
+   * first answer the stream gives such a call is its `tool-approval-response`, which takes it out.
+   */
   private readonly asked = new Set<string>();
+  /** Decisions made before the stream's cursor on calls of `asked` (`decidedFirst()`). */
+  private readonly decidedBefore: readonly DecidedCall[];
+  /** Calls `decidedFirst()` answered: their `tool_call.decided`, read after all, is not answered again. */
+  private readonly answeredFirst = new Set<string>();
   /** The session's sub-agent tools (by name): their calls are the service's to answer, not the client's. */
   private readonly agents: ReadonlySet<string>;
   /**
@@ -238,6 +267,10 @@ export class ChatTranslator {
       repliedBefore?: boolean;
       /** The inputs of the calls the client's message holds, by call id (see `inputs`). */
       inputs?: Iterable<readonly [string, unknown]>;
+      /** The calls the client's message shows with an approval asked and not answered (see `asked`). */
+      asking?: Iterable<string>;
+      /** Decisions made elsewhere before the cursor on those calls: see `decidedFirst()`. */
+      decided?: readonly DecidedCall[];
     } = {},
   ) {
     this.awaitingOwn = opts.ownMessage ?? false;
@@ -247,6 +280,8 @@ export class ChatTranslator {
     this.repliedBefore = (opts.repliedBefore ?? false) || (opts.earlier ?? []).length > 0;
     this.known = new Set(known);
     for (const [id, input] of opts.inputs ?? []) this.inputs.set(id, input);
+    for (const id of opts.asking ?? []) this.asked.add(id);
+    this.decidedBefore = opts.decided ?? [];
     this.agents = new Set(opts.agents ?? []);
     this.pausedBefore = opts.pausedBefore;
     this.midRun = opts.midRun ?? false;
@@ -291,8 +326,37 @@ export class ChatTranslator {
   deliveredFirst(): UIChunk[] {
     const out: UIChunk[] = [];
     for (const r of this.delivered) {
+      // Shown with its approval (`decidedFirst`).
+      if (this.shownFirst.has(r.tool_use_id)) continue;
       const chunks = this.toolCompleted(r);
       if (chunks.length > 0) this.shownFirst.add(r.tool_use_id);
+      out.push(...chunks);
+    }
+    return out;
+  }
+
+  /**
+   * The answers to approvals the client's message shows asked, decided elsewhere before the stream's cursor (by REST,
+   * the WebSocket, another tab, a timeout): after `start`, before the run and the results shown first, so the parts
+   * take `approved` before any output of theirs — an approval (with its edited input first, when the part shows
+   * another) as `tool-approval-response`, then its output when the call ran already (its `tool.completed` is before
+   * the cursor; one the stream reads too is not shown twice); a denial as that and `tool-output-denied`, as when the
+   * stream reads them.
+   */
+  decidedFirst(): UIChunk[] {
+    const out: UIChunk[] = [];
+    for (const d of this.decidedBefore) {
+      const id = d.tool_use_id;
+      if (!this.asked.has(id) || !this.known.has(id)) continue;
+      this.answeredFirst.add(id);
+      this.names.set(id, d.name);
+      // An edit shows as one when the part shows another input (the decision's input is the call's, edited or not).
+      const edited = d.approved && d.input !== undefined && !isDeepStrictEqual(this.inputs.get(id), d.input);
+      out.push(...this.decision(id, d.approved, edited ? d.input : undefined, d.reason));
+      if (!d.approved || !d.result) continue;
+      const ran = { tool_use_id: id, name: d.name, input: d.input, ...d.result };
+      const chunks = this.toolCompleted(ran);
+      if (chunks.length > 0) this.shownFirst.add(id);
       out.push(...chunks);
     }
     return out;
@@ -353,24 +417,12 @@ export class ChatTranslator {
         if (!ev.success) return [];
         const id = ev.data.tool_use_id;
         const approved = ev.data.decision !== 'deny';
-        // The answer to an approval this stream asked: the part's `approval` gets `approved` (and a denial's reason),
-        // which the ai package's schema requires of a part past `approval-requested` — a decision made elsewhere
-        // (REST, another tab) or replayed from the log leaves it unanswered in the Chat otherwise.
-        const answered: UIChunk[] = this.asked.has(id)
-          ? [
-              {
-                type: 'tool-approval-response',
-                approvalId: id,
-                approved,
-                ...(approved ? {} : reasonOf(ev.data.reason)),
-              },
-            ]
-          : [];
-        // An edited input first: the answer then finds the part as the approval left it (`approval-responded`).
-        if (approved) return [...this.editedInput(id, ev.data.input), ...answered];
-        this.denied.add(id);
-        if (!this.known.has(id)) return [];
-        return [...answered, { type: 'tool-output-denied', toolCallId: id }];
+        // Answered first already (the request read it in the session, and the cursor was read before it was written).
+        if (this.answeredFirst.has(id)) {
+          if (!approved) this.denied.add(id);
+          return [];
+        }
+        return this.decision(id, approved, ev.data.input, ev.data.reason);
       }
       case 'tool_result.replaced': {
         const ev = replaced.safeParse(data);
@@ -434,6 +486,39 @@ export class ChatTranslator {
       default:
         return [];
     }
+  }
+
+  /**
+   * A decision on call `id` (`input`: an approval's edited input; `reason`: a denial's). The part's approval, asked and
+   * not answered yet (`asked`), gets `approved` (and a denial's reason) first, which the ai package's schema requires
+   * of a part past `approval-requested` — also for a decision made elsewhere (REST, another tab, a timeout) or
+   * replayed from the log. A denial then denies the part (its `tool.completed`, the denial's result, shows nothing).
+   */
+  private decision(id: string, approved: boolean, input: unknown, reason: unknown): UIChunk[] {
+    const answered: UIChunk[] = this.asked.delete(id)
+      ? [
+          {
+            type: 'tool-approval-response',
+            approvalId: id,
+            approved,
+            ...(approved ? {} : reasonOf(reason)),
+          },
+        ]
+      : [];
+    // An edited input first: the answer then finds the part as the approval left it (`approval-responded`).
+    if (approved) return [...this.editedInput(id, input), ...answered];
+    this.denied.add(id);
+    if (!this.known.has(id)) return [];
+    return [...answered, { type: 'tool-output-denied', toolCallId: id }];
+  }
+
+  /**
+   * An output of a call whose approval the Chat shows asked and that the stream knows no decision of (a replay whose
+   * record kept none): the call ran, so it was approved — the approval is answered first, or the part would end
+   * `output-*` with an approval the ai package's schema refuses.
+   */
+  private approvedFirst(id: string): UIChunk[] {
+    return this.asked.delete(id) ? [{ type: 'tool-approval-response', approvalId: id, approved: true }] : [];
   }
 
   /**
@@ -695,6 +780,7 @@ export class ChatTranslator {
     const shown = this.inputs.get(ev.tool_use_id);
     if (ev.input !== undefined && this.inputs.has(ev.tool_use_id) && !isDeepStrictEqual(shown, ev.input))
       out.push(...this.newInput(ev.tool_use_id, ev.name, ev.input, service));
+    out.push(...this.approvedFirst(ev.tool_use_id));
     out.push(
       ev.is_error
         ? {
@@ -745,6 +831,7 @@ export class ChatTranslator {
     const id = ev.tool_use_id;
     if (!this.known.has(id) || this.denied.has(id)) return [];
     return [
+      ...this.approvedFirst(id),
       ev.is_error
         ? { type: 'tool-output-error', toolCallId: id, errorText: resultText(ev.content) }
         : { type: 'tool-output-available', toolCallId: id, output: ev.content ?? null },

@@ -16,10 +16,11 @@ import type { ClientScope } from '../store/client-tokens.js';
 import type { SessionState } from '../store/session-state.js';
 import { pendingToolCalls, type StoredMessage } from '../history.js';
 import { dueAtStart, endsPaused } from '../engine/compaction.js';
-import type { DeliveredResult } from './chunks.js';
+import type { DecidedCall, DeliveredResult } from './chunks.js';
 import {
   type chatBody,
   answeredCallIdsOf,
+  approvalsAskedOf,
   clientCallsAwaiting,
   decisionsOf,
   editRefused,
@@ -66,6 +67,11 @@ interface Posted {
    * first.
    */
   delivered: DeliveredResult[];
+  /**
+   * Decisions made elsewhere on calls whose approval the message answered shows asked and unanswered
+   * (`decidedMeanwhile`): the answer shows them first.
+   */
+  decided: DecidedCall[];
 }
 
 /** The `session.status` data of a session that runs nothing; null when it runs. */
@@ -123,6 +129,7 @@ export async function postUserMessage(
       state,
       status: statusOf(state),
       delivered: [],
+      decided: [],
     };
   } catch (err) {
     if (!(err instanceof AlreadyPosted)) throw err;
@@ -141,6 +148,7 @@ export async function postUserMessage(
       state,
       status,
       delivered: [],
+      decided: [],
     };
   }
 }
@@ -193,6 +201,7 @@ export async function postAnswers(
   const { state } = result;
   const known = toolCallIdsOf(last.parts);
   const delivered = deliveredMeanwhile([s, ...reads, state], answeredCallIdsOf(last.parts));
+  const decided = decidedMeanwhile([s, ...reads, state], approvalsAskedOf(last.parts));
   return {
     after,
     revision: state.revision,
@@ -202,6 +211,7 @@ export async function postAnswers(
     state,
     status: statusOf(state),
     delivered,
+    decided,
   };
 }
 
@@ -228,6 +238,45 @@ function deliveredMeanwhile(states: SessionState[], shown: ReadonlySet<string>):
         content: c.result.content,
         is_error: c.result.is_error,
       });
+    }
+  return [...out.values()];
+}
+
+/**
+ * The decisions on the calls of `asked` (those the client's message shows with an approval asked and unanswered) that
+ * the pending step of `states` holds (the session as the request first read it, as each of its writes was planned
+ * from, and after them): made elsewhere (REST, the WebSocket, another tab, an action's timeout) — the message itself
+ * answers none of them. A decision made before the answer's cursor is not in its stream, and the Chat's part would
+ * end `output-*` with an approval without `approved`, which the `ai` package's schema refuses: the answer shows them
+ * first (chunks.ts `decidedFirst`). The request's first read comes before the cursor's, and the reads its writes were
+ * planned from after it, so every decision made before the cursor is in one of them (the step is whole in them: the
+ * run that takes it starts with the last write); one made after the cursor may be too, and the translator answers
+ * it once. An approval's `input` is the call's as it runs (its edit, if any); its `result`, the call's when it ran
+ * already (a server call runs once the step's decisions are in, while the step still waits for a client's result:
+ * its `tool.completed` is before the cursor too).
+ */
+function decidedMeanwhile(states: SessionState[], asked: ReadonlySet<string>): DecidedCall[] {
+  const out = new Map<string, DecidedCall>();
+  if (asked.size === 0) return [];
+  for (const st of states)
+    for (const c of st.pending?.turn ? [] : (st.pending?.calls ?? [])) {
+      // The later read over the earlier: a decision stays as made, but its call may have run since.
+      if (!asked.has(c.id)) continue;
+      if (c.approval === 'approved')
+        out.set(c.id, {
+          tool_use_id: c.id,
+          name: c.name,
+          approved: true,
+          input: c.input,
+          ...(c.result ? { result: { content: c.result.content, is_error: c.result.is_error } } : {}),
+        });
+      else if (c.approval === 'denied')
+        out.set(c.id, {
+          tool_use_id: c.id,
+          name: c.name,
+          approved: false,
+          ...(c.reason ? { reason: c.reason } : {}),
+        });
     }
   return [...out.values()];
 }
@@ -285,6 +334,7 @@ export async function regenerate(
       state,
       status: null,
       delivered: [],
+      decided: [],
     };
   return {
     after,
@@ -295,5 +345,6 @@ export async function regenerate(
     state,
     status: statusOf(state),
     delivered: [],
+    decided: [],
   };
 }

@@ -290,6 +290,21 @@ export function toolInputsOf(parts: Part[]): Array<[string, unknown]> {
   });
 }
 
+/**
+ * The tool call ids of a message's parts whose approval is asked and not answered (`approval-requested`, its
+ * `approval` without `approved`): a decision made elsewhere on one of them is the answer's to show (src/chat/chunks.ts
+ * `asked`).
+ */
+export function approvalsAskedOf(parts: Part[]): Set<string> {
+  const out = new Set<string>();
+  for (const p of parts) {
+    const t = toolPart.safeParse(p);
+    if (t.success && t.data.state === 'approval-requested' && t.data.approval?.approved === undefined)
+      out.add(t.data.toolCallId);
+  }
+  return out;
+}
+
 /** The tool call ids of a message's parts that show the call's outcome (an output, an error, a denial). */
 export function answeredCallIdsOf(parts: Part[]): Set<string> {
   const out = new Set<string>();

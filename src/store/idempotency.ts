@@ -53,6 +53,19 @@ export interface StreamReplay {
     content: unknown;
     is_error: boolean;
   }>;
+  /**
+   * The decisions made elsewhere that the answer showed first (src/chat/post.ts `decidedMeanwhile`: approvals its
+   * message showed asked and unanswered, decided before the cursor), kept when they fit beside the above in 64 KiB of
+   * JSON: a replay shows them again.
+   */
+  decided?: Array<{
+    tool_use_id: string;
+    name: string;
+    approved: boolean;
+    input?: unknown;
+    reason?: string;
+    result?: { content: unknown; is_error: boolean };
+  }>;
   /** The client-token scopes the first request needed: a replay needs them too. */
   scopes: ClientScope[];
 }
