@@ -63,6 +63,7 @@ import { servedDocument } from './openapi/served.js';
 import writeGuardPlugin from './plugins/write-guard.js';
 import { configureNameResolver } from './webhooks/name-resolver.js';
 import wsHandshakePlugin from './plugins/ws-handshake.js';
+import { hostRequired } from './plugins/edge-errors.js';
 
 export interface AppOptions {
   config: Config;
@@ -240,6 +241,9 @@ const app: FastifyPluginAsync<AppOptions> = async (fastify, opts) => {
   // Right after it: a malformed handshake, or an upgrade on a route that is not a WebSocket, answers 400 in the
   // envelope (not ws's bare text, nor a handshake closed at once), after the key check.
   await fastify.register(wsHandshakePlugin);
+  // Then an HTTP/1.1 request without `Host` is 400 `invalid_request` (Node's own check is off, src/boot.ts), before
+  // the open mode's Host check below would answer it 421.
+  await fastify.register(hostRequired);
   // At the root, before the /v1 scope: preflights are answered without a key, and a WebSocket from a foreign origin
   // is refused (403) before its key is read.
   await fastify.register(browserOriginsPlugin, { origins: config.CORS_ORIGINS, open: !config.API_KEYS });

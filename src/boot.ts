@@ -9,7 +9,7 @@ import { offlineFetch } from './offline/fetch.js';
 import { findRedisServerBinary, redisAnswers, startEmbeddedRedis } from './redis/embedded.js';
 import { componentLog, skipRedactionOfPrimitives } from './log.js';
 import { ProviderError, providerOptions } from './providers.js';
-import { clientErrorHandler, frameworkErrors, requestId } from './plugins/edge-errors.js';
+import { checkExpectation, clientErrorHandler, frameworkErrors, requestId } from './plugins/edge-errors.js';
 
 export const loggerOptions = (config: Config) => ({
   level: config.LOG_LEVEL,
@@ -144,6 +144,9 @@ export async function startService(
       connectionsCheckingInterval: Math.min(1000, Math.ceil(config.REQUEST_TIMEOUT_MS / 4)),
       requestTimeout: config.REQUEST_TIMEOUT_MS,
       headersTimeout: config.REQUEST_TIMEOUT_MS,
+      // An HTTP/1.1 request without `Host` reaches the app, which refuses it in the error envelope
+      // (edge-errors.ts, `hostRequired`), instead of Node's bare 400.
+      requireHostHeader: false,
     },
     // Any parameter a request line can carry (Node's header limit, 16 KiB, bounds the URL): the routes' schemas
     // give the 400 for one too long (a tool name past 64 characters), where the router would answer an unrouted 404.
@@ -151,6 +154,8 @@ export async function startService(
   });
   // Before any child logger writes: the same lines, without the redactor's work on strings and numbers (log.ts).
   skipRedactionOfPrimitives(fastify.log);
+  // An `Expect` other than 100-continue: answered 417 in the error envelope (edge-errors.ts), not Node's bare 417.
+  fastify.server.on('checkExpectation', checkExpectation(fastify.log));
   const log = componentLog(fastify.log, 'boot');
   const cleanups: Array<() => Promise<void>> = [];
   try {

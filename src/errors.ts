@@ -66,11 +66,12 @@ export const ERROR_CODES = [
   'task_already_completed',
   'task_cancelled',
   'action_timed_out',
-  // 410, 412, 413, 415, 422, 426
+  // 410, 412, 413, 415, 417, 422, 426
   'cursor_expired',
   'revision_mismatch',
   'payload_too_large',
   'unsupported_media_type',
+  'expectation_failed',
   'idempotency_key_reused',
   'upgrade_required',
   // 431

@@ -383,11 +383,13 @@ function completeOperation(path: string, method: string, op: Operation): void {
     op.parameters = [...(op.parameters ?? []), ref('parameters', 'IdempotencyKey')];
   }
   // Every GET answers a WebSocket upgrade it does not take with 400 `invalid_request` (src/plugins/ws-handshake.ts),
-  // before its own handler, whatever else it answers.
+  // before its own handler, whatever else it answers; and every route an HTTP/1.1 request without `Host`
+  // (src/plugins/edge-errors.ts: every other operation declares a 400 of its own).
   if (method === 'get' && op.responses && !op.responses['400'])
     op.responses['400'] = {
       description:
-        'Invalid request: a WebSocket upgrade of a route that does not upgrade (`invalid_request`).',
+        'Invalid request: an HTTP/1.1 request without `Host`, or a WebSocket upgrade of a route that does not ' +
+        'upgrade (`invalid_request`).',
       content: { 'application/json': { schema: ref('schemas', String(invalid.meta()?.id)) } },
     };
   // Open mode (no API_KEYS) answers only loopback `Host` values: anything else, on any route, 421 `host_not_allowed`

@@ -1,14 +1,18 @@
-import type { FastifyError, FastifyInstance, FastifyReply, FastifyRequest } from 'fastify';
-import type { IncomingMessage } from 'node:http';
+import type { FastifyBaseLogger, FastifyError, FastifyInstance, FastifyReply, FastifyRequest } from 'fastify';
+import fp from 'fastify-plugin';
+import type { IncomingMessage, ServerResponse } from 'node:http';
 import type { Socket } from 'node:net';
 import { randomBytes } from 'node:crypto';
-import { errorBody } from '../errors.js';
+import { badRequest, errorBody } from '../errors.js';
+import { ERROR_STATUS } from './error-status.js';
 import { requestLine } from './access-log.js';
 
 /**
- * What is answered before a route runs, in the one error envelope: a URL the router cannot decode (`%ff`), and
- * what Node's HTTP parser refuses (a malformed request: 400; headers over the limit: 431). And the request id:
- * a client's `x-request-id` is kept when well-formed, else one is made; every answer echoes it.
+ * What is answered before a route runs, in the one error envelope: a URL the router cannot decode (`%ff`), what
+ * Node's HTTP parser refuses (a malformed request: 400; headers over the limit: 431), and the two refusals Node's
+ * HTTP server would make itself in bare text (an HTTP/1.1 request without `Host`: 400; an `Expect` it cannot meet:
+ * 417). And the request id: a client's `x-request-id` is kept when well-formed, else one is made; every answer
+ * echoes it.
  */
 
 const REQUEST_ID = /^[A-Za-z0-9._:-]{1,128}$/;
@@ -69,3 +73,57 @@ export function clientErrorHandler(this: FastifyInstance, err: NodeJS.ErrnoExcep
       `Content-Length: ${Buffer.byteLength(body)}\r\nConnection: close\r\nX-Request-Id: ${id}\r\n\r\n${body}`,
   );
 }
+
+/**
+ * The HTTP server's `checkExpectation` listener (src/boot.ts). Node hands it an HTTP/1.1 request whose `Expect` is
+ * not `100-continue` (the one expectation Node meets: it writes `100 Continue` and the app gets the request), which
+ * it would otherwise answer with a bare 417 itself. Answered here, before any route or hook: what the client asked
+ * the service to promise is not something it promises (RFC 9110 §10.1.1), whatever the route, key or body. The
+ * connection is closed: the body the client may be sending is not read, nor left to be drained by the next request.
+ * Upgrades never come here (Node gives them to its `upgrade` listener before it looks at `Expect`).
+ */
+export const checkExpectation =
+  (log: FastifyBaseLogger) =>
+  (req: IncomingMessage, res: ServerResponse): void => {
+    const id = requestId(req);
+    const status = ERROR_STATUS.expectation_failed;
+    const body = JSON.stringify(
+      errorBody(
+        'expectation_failed',
+        'The Expect header asks for an expectation the service does not meet: only `100-continue` is.',
+        undefined,
+        id,
+      ),
+    );
+    log.info(
+      { request_id: id, route: '(no route)', method: req.method, status, code: 'expectation_failed' },
+      'request refused by the HTTP server',
+    );
+    res.writeHead(status, {
+      'content-type': 'application/json; charset=utf-8',
+      'content-length': Buffer.byteLength(body),
+      connection: 'close',
+      'x-request-id': id,
+    });
+    res.end(body);
+  };
+
+/**
+ * HTTP/1.1 requires `Host` (RFC 9112 §3.2: a server MUST answer 400 to a request without one). Node's server makes
+ * that check itself with a bare 400 unless built with `requireHostHeader: false` (src/boot.ts), so the app makes it:
+ * the first `onRequest` check of every route, WebSocket upgrades included (which Node never checked), before the
+ * open mode's loopback `Host` check (421, src/plugins/cors.ts), whose refusal would otherwise answer it. HTTP/1.0
+ * has no `Host` requirement and passes as before. Registered after @fastify/websocket, whose `onRequest` hook must
+ * see an upgrade first for a refused upgrade's socket to be closed.
+ */
+export const hostRequired = fp(
+  async (app) => {
+    app.addHook('onRequest', async (req) => {
+      if (req.raw.httpVersion === '1.1' && req.headers.host === undefined)
+        throw badRequest('An HTTP/1.1 request must carry a Host header.', [
+          { path: '/host', code: 'custom', message: 'required in HTTP/1.1' },
+        ]);
+    });
+  },
+  { name: 'host-required' },
+);

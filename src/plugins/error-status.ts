@@ -66,6 +66,7 @@ export const ERROR_STATUS = {
   revision_mismatch: 412,
   payload_too_large: 413,
   unsupported_media_type: 415,
+  expectation_failed: 417,
   idempotency_key_reused: 422,
   upgrade_required: 426,
   headers_too_large: 431,

@@ -73,6 +73,62 @@ describe('edges', { timeout: 120_000 }, () => {
     assert.equal(JSON.parse(garbage.body).error.code, 'invalid_request');
   });
 
+  it("answers Node's own refusals (no Host, an Expect it cannot meet) in the envelope, with a request id", async () => {
+    /** The answer's `x-request-id` header, which its body's `request_id` must repeat. */
+    const idOf = (head: string, body: string) => {
+      const header = /\r\nx-request-id: *([^\r]*)/i.exec(head)?.[1];
+      assert.ok(header, head);
+      assert.equal(JSON.parse(body).error.request_id, header);
+      return header;
+    };
+    // HTTP/1.1 requires Host (RFC 9112 §3.2): Node answered a bare 400 before the app saw the request.
+    for (const path of ['/healthz', '/v1/sessions']) {
+      const noHost = await raw(h.service.url, `GET ${path} HTTP/1.1\r\nConnection: close\r\n\r\n`);
+      assert.equal(noHost.status, 400, `${path}: ${noHost.head}`);
+      const body = JSON.parse(noHost.body);
+      assert.equal(body.error.code, 'invalid_request', noHost.body);
+      assert.match(body.error.message, /Host/);
+      assert.deepEqual(
+        body.error.details.map((d: { path: string }) => d.path),
+        ['/host'],
+      );
+      assert.match(idOf(noHost.head, noHost.body), /^req_[0-9a-f]{16}$/);
+    }
+    // A client's well-formed id is kept, as on any other answer.
+    const traced = await raw(
+      h.service.url,
+      'GET /healthz HTTP/1.1\r\nX-Request-Id: trace-no-host\r\nConnection: close\r\n\r\n',
+    );
+    assert.equal(traced.status, 400);
+    assert.equal(idOf(traced.head, traced.body), 'trace-no-host');
+    // HTTP/1.0 has no Host requirement: answered as before.
+    const old = await raw(h.service.url, 'GET /healthz HTTP/1.0\r\n\r\n');
+    assert.equal(old.status, 200, old.head);
+
+    // An expectation other than 100-continue: Node answered a bare 417 (RFC 9110 §10.1.1).
+    for (const expect of ['something-else', '200-ok', 'foo=bar; x']) {
+      const r = await raw(
+        h.service.url,
+        `POST /v1/sessions HTTP/1.1\r\nHost: 127.0.0.1\r\nExpect: ${expect}\r\nX-Request-Id: trace-expect\r\n` +
+          'Content-Type: application/json\r\nContent-Length: 2\r\n\r\n{}',
+      );
+      assert.equal(r.status, 417, `${expect}: ${r.head}`);
+      assert.equal(JSON.parse(r.body).error.code, 'expectation_failed', r.body);
+      assert.match(JSON.parse(r.body).error.message, /Expect/);
+      assert.equal(idOf(r.head, r.body), 'trace-expect');
+      assert.match(r.head, /\r\nconnection: close/i);
+    }
+    // 100-continue is still met: the interim answer, then the route's own (401 here: no key).
+    const cont = await raw(
+      h.service.url,
+      'POST /v1/sessions HTTP/1.1\r\nHost: 127.0.0.1\r\nExpect: 100-continue\r\nConnection: close\r\n' +
+        'Content-Type: application/json\r\nContent-Length: 2\r\n\r\n{}',
+    );
+    assert.equal(cont.status, 100, cont.head);
+    assert.match(cont.body, /^HTTP\/1\.1 401 /);
+    assert.equal((await api.get('/healthz')).status, 200);
+  });
+
   it('keeps a well-formed x-request-id, replaces any other, and echoes it on every answer', async () => {
     const ok = await api.get('/v1/sessions', { 'x-request-id': 'trace-1.2:3_A' });
     assert.equal(ok.headers.get('x-request-id'), 'trace-1.2:3_A');

@@ -7,6 +7,7 @@
 import { after, before, describe, it } from 'node:test';
 import assert from 'node:assert/strict';
 import http from 'node:http';
+import net from 'node:net';
 import { WebSocket } from 'ws';
 import { startHarness, type Harness } from '../helpers/service.js';
 
@@ -32,6 +33,21 @@ function request(
     );
     req.on('error', reject);
     req.end(opts.body);
+  });
+}
+
+/** Sends `request` as it is (a request `http` would not make: no Host) and reads the answer to the close. */
+function raw(base: string, request: string): Promise<{ status: number; body: string }> {
+  const u = new URL(base);
+  return new Promise((resolve, reject) => {
+    const s = net.connect(Number(u.port), u.hostname);
+    let data = '';
+    s.on('data', (c) => (data += c));
+    s.on('close', () =>
+      resolve({ status: Number(data.slice(9, 12)), body: data.slice(data.indexOf('\r\n\r\n') + 4) }),
+    );
+    s.on('error', reject);
+    s.write(request);
   });
 }
 
@@ -102,6 +118,16 @@ describe('Host and Origin', { timeout: 60_000 }, () => {
       const r = await request(open.service.url, { path: '/v1/sessions', headers: { host } });
       assert.equal(r.status, 200, host);
     }
+  });
+
+  it('open mode answers an HTTP/1.1 request without Host 400, as with keys; HTTP/1.0 without Host 421', async () => {
+    const noHost = await raw(open.service.url, 'GET /v1/sessions HTTP/1.1\r\nConnection: close\r\n\r\n');
+    assert.equal(noHost.status, 400, noHost.body);
+    assert.equal(JSON.parse(noHost.body).error.code, 'invalid_request');
+    // HTTP/1.0 may leave Host out, but open mode answers only a loopback one.
+    const old = await raw(open.service.url, 'GET /v1/sessions HTTP/1.0\r\n\r\n');
+    assert.equal(old.status, 421, old.body);
+    assert.equal(JSON.parse(old.body).error.code, 'host_not_allowed');
   });
 
   it('with keys, a WebSocket Origin matching a foreign Host is refused; listed and own loopback pass', async () => {

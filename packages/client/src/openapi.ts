@@ -1345,6 +1345,7 @@ export interface components {
           | 'revision_mismatch'
           | 'payload_too_large'
           | 'unsupported_media_type'
+          | 'expectation_failed'
           | 'idempotency_key_reused'
           | 'upgrade_required'
           | 'headers_too_large'
@@ -3441,7 +3442,7 @@ export interface operations {
           'text/html': string;
         };
       };
-      /** @description Invalid request: a WebSocket upgrade of a route that does not upgrade (`invalid_request`). */
+      /** @description Invalid request: an HTTP/1.1 request without `Host`, or a WebSocket upgrade of a route that does not upgrade (`invalid_request`). */
       400: {
         headers: {
           [name: string]: unknown;
@@ -3479,7 +3480,7 @@ export interface operations {
           'application/json': Record<string, never>;
         };
       };
-      /** @description Invalid request: a WebSocket upgrade of a route that does not upgrade (`invalid_request`). */
+      /** @description Invalid request: an HTTP/1.1 request without `Host`, or a WebSocket upgrade of a route that does not upgrade (`invalid_request`). */
       400: {
         headers: {
           [name: string]: unknown;
@@ -3517,7 +3518,7 @@ export interface operations {
           'application/x-yaml': string;
         };
       };
-      /** @description Invalid request: a WebSocket upgrade of a route that does not upgrade (`invalid_request`). */
+      /** @description Invalid request: an HTTP/1.1 request without `Host`, or a WebSocket upgrade of a route that does not upgrade (`invalid_request`). */
       400: {
         headers: {
           [name: string]: unknown;
@@ -3575,7 +3576,7 @@ export interface operations {
           'application/json': unknown;
         };
       };
-      /** @description Invalid request: a WebSocket upgrade of a route that does not upgrade (`invalid_request`). */
+      /** @description Invalid request: an HTTP/1.1 request without `Host`, or a WebSocket upgrade of a route that does not upgrade (`invalid_request`). */
       400: {
         headers: {
           [name: string]: unknown;
@@ -3640,7 +3641,7 @@ export interface operations {
           'application/json': components['schemas']['Health'];
         };
       };
-      /** @description Invalid request: a WebSocket upgrade of a route that does not upgrade (`invalid_request`). */
+      /** @description Invalid request: an HTTP/1.1 request without `Host`, or a WebSocket upgrade of a route that does not upgrade (`invalid_request`). */
       400: {
         headers: {
           [name: string]: unknown;
@@ -3678,7 +3679,7 @@ export interface operations {
           'application/json': components['schemas']['Readiness'];
         };
       };
-      /** @description Invalid request: a WebSocket upgrade of a route that does not upgrade (`invalid_request`). */
+      /** @description Invalid request: an HTTP/1.1 request without `Host`, or a WebSocket upgrade of a route that does not upgrade (`invalid_request`). */
       400: {
         headers: {
           [name: string]: unknown;
@@ -3726,7 +3727,7 @@ export interface operations {
           'text/plain': string;
         };
       };
-      /** @description Invalid request: a WebSocket upgrade of a route that does not upgrade (`invalid_request`). */
+      /** @description Invalid request: an HTTP/1.1 request without `Host`, or a WebSocket upgrade of a route that does not upgrade (`invalid_request`). */
       400: {
         headers: {
           [name: string]: unknown;
@@ -3771,7 +3772,7 @@ export interface operations {
         };
         content?: never;
       };
-      /** @description Invalid request: a WebSocket upgrade of a route that does not upgrade (`invalid_request`). */
+      /** @description Invalid request: an HTTP/1.1 request without `Host`, or a WebSocket upgrade of a route that does not upgrade (`invalid_request`). */
       400: {
         headers: {
           [name: string]: unknown;
@@ -3930,7 +3931,7 @@ export interface operations {
         };
         content?: never;
       };
-      /** @description Invalid request: a WebSocket upgrade of a route that does not upgrade (`invalid_request`). */
+      /** @description Invalid request: an HTTP/1.1 request without `Host`, or a WebSocket upgrade of a route that does not upgrade (`invalid_request`). */
       400: {
         headers: {
           [name: string]: unknown;
@@ -3966,7 +3967,7 @@ export interface operations {
         };
         content?: never;
       };
-      /** @description Invalid request: a WebSocket upgrade of a route that does not upgrade (`invalid_request`). */
+      /** @description Invalid request: an HTTP/1.1 request without `Host`, or a WebSocket upgrade of a route that does not upgrade (`invalid_request`). */
       400: {
         headers: {
           [name: string]: unknown;
@@ -4004,7 +4005,7 @@ export interface operations {
           'application/json': components['schemas']['ToolList'];
         };
       };
-      /** @description Invalid request: a WebSocket upgrade of a route that does not upgrade (`invalid_request`). */
+      /** @description Invalid request: an HTTP/1.1 request without `Host`, or a WebSocket upgrade of a route that does not upgrade (`invalid_request`). */
       400: {
         headers: {
           [name: string]: unknown;
@@ -10924,7 +10925,7 @@ export interface operations {
           'application/json': components['schemas']['WebhookList'];
         };
       };
-      /** @description Invalid request: a WebSocket upgrade of a route that does not upgrade (`invalid_request`). */
+      /** @description Invalid request: an HTTP/1.1 request without `Host`, or a WebSocket upgrade of a route that does not upgrade (`invalid_request`). */
       400: {
         headers: {
           [name: string]: unknown;
@@ -11874,7 +11875,7 @@ export interface operations {
           'application/json': components['schemas']['MemoryFileList'];
         };
       };
-      /** @description Invalid request: a WebSocket upgrade of a route that does not upgrade (`invalid_request`). */
+      /** @description Invalid request: an HTTP/1.1 request without `Host`, or a WebSocket upgrade of a route that does not upgrade (`invalid_request`). */
       400: {
         headers: {
           [name: string]: unknown;
@@ -12961,7 +12962,7 @@ export interface operations {
           'application/json': components['schemas']['McpServerList'];
         };
       };
-      /** @description Invalid request: a WebSocket upgrade of a route that does not upgrade (`invalid_request`). */
+      /** @description Invalid request: an HTTP/1.1 request without `Host`, or a WebSocket upgrade of a route that does not upgrade (`invalid_request`). */
       400: {
         headers: {
           [name: string]: unknown;
