@@ -11,7 +11,12 @@ import { routeErrors } from '../src/openapi/responses.js';
 import { SESSION_NOT_FOUND } from './mutations.js';
 import { sealInRecord } from '../src/plugins/idempotency.js';
 import { sessionIdParam } from '../src/schemas.js';
-import { CLIENT_SCOPES, MAX_TOKENS_PER_SESSION, sessionOfTokenId } from '../src/store/client-tokens.js';
+import {
+  CLIENT_SCOPES,
+  MAX_TOKENS_PER_SESSION,
+  reservedSubject,
+  sessionOfTokenId,
+} from '../src/store/client-tokens.js';
 
 const isoTime = z.string().meta({ format: 'date-time' });
 
@@ -32,8 +37,18 @@ const mintBody = z
         /^[^\p{Cc}\p{Cf}\p{Zl}\p{Zp}]*$/u,
         'no control, format (bidi, zero-width) or line-separator characters',
       )
+      // Not a `by` the service writes itself: a reader of `by` could not tell the token from the service.
+      .superRefine((subject, ctx) => {
+        const reserved = reservedSubject(subject);
+        if (reserved) ctx.addIssue({ code: 'custom', message: reserved });
+      })
       .optional()
-      .meta({ description: 'Who holds the token (your user id): recorded as `by` on what it does.' }),
+      .meta({
+        description:
+          'Who holds the token (your user id): recorded as `by` on what it does. Not `timeout` (the `by` of a ' +
+          "deadline's denial) nor starting with `ctk_` (a token id: the `by` of a token minted without a subject): " +
+          '400 `invalid_request`, `details[].path` `/subject`.',
+      }),
   })
   .meta({ id: 'CreateClientToken' });
 

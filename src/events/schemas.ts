@@ -168,6 +168,15 @@ export const betaMessage = z
   .meta({ id: 'BetaMessage' });
 
 const toolContent = z.unknown().meta({ description: 'A tool result: a string or content blocks.' });
+/** Who made the change: a client token (spec §7.2), or the service itself. A tenant key's changes carry none. */
+const by = z
+  .string()
+  .optional()
+  .meta({
+    description:
+      "Who did it: a client token's `subject` (its `id`, `ctk_…`, when minted without one), or `timeout` when an " +
+      'action deadline denied the call (`tool_call.decided`), which no subject may be. Absent for a tenant key.',
+  });
 const iteration = z.number().int().meta({ description: 'Model turns (a compaction is not one).' });
 /** The record number of an iteration record (`GET …/iterations/:n`): turns and compactions in order, from 1. */
 const recordNumber = z
@@ -243,7 +252,7 @@ export function eventDataSchemas(session: z.ZodType) {
       kind: z.literal('compaction').optional(),
       revision: z.number().int().nullable(),
     }),
-    'message.queued': z.looseObject({ message: messageParam, interrupt: z.boolean().optional() }),
+    'message.queued': z.looseObject({ message: messageParam, interrupt: z.boolean().optional(), by }),
     'message.appended': z.looseObject({
       index: z.number().int(),
       into_last: z.boolean(),
@@ -256,6 +265,7 @@ export function eventDataSchemas(session: z.ZodType) {
       decision: z.enum(['approve', 'deny']),
       input: z.unknown().optional(),
       reason: z.string().optional(),
+      by,
     }),
     'tool_result.submitted': z.looseObject({
       tool_use_id: z.string(),

@@ -25,6 +25,7 @@ import type { DueEntry } from '../store/due.js';
 import { encodeResult, outstandingTasks, setResult, type PendingStep } from '../store/pending.js';
 import type { ApplyOps } from '../store/apply-ops.js';
 import { childUsageIncr, type SessionState } from '../store/session-state.js';
+import { SERVICE_ACTORS } from '../store/client-tokens.js';
 import { runOps, SPAWN_DUE_DELAY_MS, startRun, statusOps, type SessionDeps } from './mutate.js';
 import { SweepLoop } from '../sweep-loop.js';
 import { eventOf } from '../events/schemas.js';
@@ -217,7 +218,7 @@ function timeoutOps(s: SessionState): { ops: ApplyOps; starts: boolean; answered
           tool_use_id: c.id,
           decision: 'deny',
           reason: 'timed out',
-          by: 'timeout',
+          by: SERVICE_ACTORS.deadline,
         }),
       );
     } else if (c.kind === 'client' && !c.result) {

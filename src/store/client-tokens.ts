@@ -49,6 +49,30 @@ export const MAX_TOKENS_PER_SESSION = 100;
  */
 export const EXPIRED_KEPT_MS = 3_600_000;
 
+/**
+ * The `by` values the service writes itself on what it does (spec §7.4: a deadline's denial of a call is
+ * `tool_call.decided` with `"by": "timeout"`; a tenant key writes no `by`). A token's subject is recorded as `by`
+ * too, so no subject may be one of these (`reservedSubject`): `by` alone tells a deadline from a person. A writer of
+ * a new one names it here.
+ */
+export const SERVICE_ACTORS = { deadline: 'timeout' } as const;
+
+/** What every token id starts with: the `by` of a token minted without a subject is its id (auth.ts `actorOf`). */
+const TOKEN_ID_PREFIX = 'ctk_';
+
+/**
+ * Why `subject` may not be a token's subject, or null when it may: a `by` the service writes (SERVICE_ACTORS), or
+ * one that reads as a token id (`ctk_…`, another token's or any), which a token without a subject is recorded by.
+ * Exact: `Timeout` or `timeout-bot` is someone's, as a reader comparing `by` sees.
+ */
+export function reservedSubject(subject: string): string | null {
+  if (Object.values<string>(SERVICE_ACTORS).includes(subject))
+    return `reserved: the service records "${subject}" as \`by\` itself`;
+  if (subject.startsWith(TOKEN_ID_PREFIX))
+    return `reserved: \`${TOKEN_ID_PREFIX}…\` is a token id, the \`by\` of a token minted without a subject`;
+  return null;
+}
+
 const TOKEN = /^ct_([A-Za-z0-9]{10,40})_([A-Za-z0-9_-]{43})$/;
 const TOKEN_ID = /^ctk_([A-Za-z0-9]{10,40})_([0-9a-f]{16})$/;
 
@@ -101,7 +125,7 @@ export class ClientTokens {
   ): Promise<MintOutcome> {
     const body = sessionId.slice('ses_'.length);
     const token = `ct_${body}_${randomBytes(32).toString('base64url')}`;
-    const id = `ctk_${body}_${randomBytes(8).toString('hex')}`;
+    const id = `${TOKEN_ID_PREFIX}${body}_${randomBytes(8).toString('hex')}`;
     const now = this.clock.now();
     const record: ClientTokenRecord = {
       id,

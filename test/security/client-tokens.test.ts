@@ -85,6 +85,25 @@ describe('client tokens', () => {
       assert.equal(res.status, 400, JSON.stringify(bad));
       assert.equal(res.body.error.code, 'invalid_request');
     }
+    // A subject is a `by` no one else writes: not the service's own (a deadline's denial is `"by": "timeout"`,
+    // §7.4), nor a token id (the `by` of a token minted without a subject: this one's, `b.id`, or any `ctk_…`).
+    for (const subject of ['timeout', b.id, 'ctk_anything']) {
+      const res = await mint(h.api, { session_id: id, scopes: ['read'], subject });
+      assert.equal(res.status, 400, subject);
+      assert.equal(res.body.error.code, 'invalid_request');
+      assert.deepEqual(
+        res.body.error.details.map((d: { path: string }) => d.path),
+        ['/subject'],
+        JSON.stringify(res.body),
+      );
+      assert.match(res.body.error.details[0].message, /reserved/);
+    }
+    // Only those: a subject that merely resembles one is someone's.
+    for (const subject of ['Timeout', 'timeout-bot', 'user-ctk_1', 'ctk']) {
+      const res = await mint(h.api, { session_id: id, scopes: ['read'], subject });
+      assert.equal(res.status, 201, `${subject}: ${JSON.stringify(res.body)}`);
+      assert.equal(res.body.subject, subject);
+    }
     // A scope named twice counts once, whatever the length of the list (up to 20 names).
     const all = ['read', 'message', 'decide', 'results', 'cancel'];
     const twice = await mint(h.api, { session_id: id, scopes: [...all, 'read'] });

@@ -973,7 +973,7 @@ export interface components {
        * @default 900
        */
       ttl_s?: number;
-      /** @description Who holds the token (your user id): recorded as `by` on what it does. */
+      /** @description Who holds the token (your user id): recorded as `by` on what it does. Not `timeout` (the `by` of a deadline's denial) nor starting with `ctk_` (a token id: the `by` of a token minted without a subject): 400 `invalid_request`, `details[].path` `/subject`. */
       subject?: string;
     };
     /** @enum {string} */
@@ -2093,6 +2093,8 @@ export interface components {
       data: {
         message: components['schemas']['MessageParam'];
         interrupt?: boolean;
+        /** @description Who did it: a client token's `subject` (its `id`, `ctk_…`, when minted without one), or `timeout` when an action deadline denied the call (`tool_call.decided`), which no subject may be. Absent for a tenant key. */
+        by?: string;
       } & {
         [key: string]: unknown;
       };
@@ -2157,6 +2159,8 @@ export interface components {
         decision: 'approve' | 'deny';
         input?: unknown;
         reason?: string;
+        /** @description Who did it: a client token's `subject` (its `id`, `ctk_…`, when minted without one), or `timeout` when an action deadline denied the call (`tool_call.decided`), which no subject may be. Absent for a tenant key. */
+        by?: string;
       } & {
         [key: string]: unknown;
       };
