@@ -256,6 +256,40 @@ describe('tool workers', { timeout: 240_000 }, () => {
     }
   });
 
+  it('a betaZodTool that returns nothing answers as the SDK’s runner does: an empty result, not an error', async () => {
+    // The SDK's runner sends such a call's tool_result without content; the worker sent `{"is_error": false}` without
+    // content, which the service refused (400), so the call was answered "the service refused the tool's result".
+    const quiet = betaZodTool({
+      name: 'quiet_order',
+      description: 'Returns nothing.',
+      inputSchema: z.object({}),
+      run: async () => undefined as unknown as string,
+    });
+    const worker = new ToolWorker({
+      baseUrl: h.service.url,
+      apiKey: 'key-a',
+      tools: [quiet],
+      workerId: 'quiet',
+      waitMs: 2000,
+    });
+    await worker.start();
+    try {
+      h.fake.enqueue(toolCalls([toolUse('quiet_order', {}, 'toolu_quiet')]), text('Done.'));
+      const id = (await h.api.post('/v1/sessions', { input: 'quiet', tools: ['quiet_order'] })).body.id;
+      await h.api.waitStatus(id, 'idle', 30_000);
+      const sdk = await runRunnableTool(quiet, {}, { toolUse: {}, toolUseBlock: {} } as never);
+      assert.deepEqual(sdk, { content: undefined, isError: false }, 'the SDK’s runner: no content, no error');
+      // As the service's own runner stores an SDK tool_result without content (src/engine/turns.ts): ''.
+      assert.deepEqual(resultsSent(h.fake, 1), [
+        { type: 'tool_result', tool_use_id: 'toolu_quiet', content: '' },
+      ]);
+      const [completed] = await eventsOf(h.api, id, 'tool.completed');
+      assert.equal(completed.data.is_error, false);
+    } finally {
+      await worker.stop();
+    }
+  });
+
   it('a worker SIGKILLed mid-call: the call is offered once more, to another worker, with the same key', async () => {
     const a = spawnWorker({ BASE_URL: h.service.url, API_KEY: 'key-a', WORKER_ID: 'doomed', HANG: '1' });
     await a.waitLine((l) => l.ready);

@@ -12,6 +12,7 @@ import { ConnectionError, retryAfterMs } from './errors.js';
 import type { FetchLike } from './http.js';
 
 type ResultContent = string | Array<Record<string, unknown> & { type: string }>;
+type Result = { content: ResultContent; is_error: boolean };
 
 /** A runnable tool as the SDK's `betaZodTool` / `betaTool` make it. */
 export interface WorkerTool {
@@ -59,10 +60,17 @@ export interface ToolWorkerOptions {
    * more at most, when the connection has stalled).
    */
   waitMs?: number | undefined;
+  /**
+   * How long a tool whose call is over for this worker (lost: its lease went to another attempt, the session was
+   * cancelled, the call completed or timed out) is given to end once its `signal` aborts (ms, default 5000). A tool
+   * that ignores its signal longer frees its slot then: its eventual result is discarded, `onError` is told
+   * (`'tool'`), and `stop()` no longer waits for it.
+   */
+  abortGraceMs?: number | undefined;
   fetch?: FetchLike | undefined;
   /**
-   * Told of failures the worker rides out (a claim, the registration after a restart, or a submit retried). What it
-   * throws is ignored: the worker goes on.
+   * Told of failures the worker rides out (a claim, the registration after a restart, a submit retried, a tool that
+   * outlived its call's end by `abortGraceMs`). What it throws is ignored: the worker goes on.
    */
   onError?: ((err: unknown, what: string) => void) | undefined;
 }
@@ -147,21 +155,46 @@ const CLAIM_GRACE_MS = 15_000;
 /** Exponential backoff with full jitter: attempt 0 → up to 200 ms, doubling up to 5 s. */
 const backoff = (attempt: number) => Math.random() * Math.min(5000, 200 * 2 ** attempt);
 
+/**
+ * The longest `timeout_ms` the service gives a tool: the deadline of a call whose tool's timeout this worker does not
+ * know (`register: false`).
+ */
+const MAX_TOOL_TIMEOUT_MS = 3_600_000;
+
+/** `abortGraceMs` by default. */
+const ABORT_GRACE_MS = 5000;
+
+/** One run of the worker: from a `start()` to the end of the `stop()` after it. */
+interface Run {
+  /** Aborted by `stop()`: ends the registration under way, then the claim loop. */
+  readonly stopping: AbortController;
+  /** The start (the registration, then the claim loop begun): every `start()` of the run shares it. */
+  started: Promise<void>;
+  /** The claim loop, once registered; null before, and for good when a `stop()` came first. */
+  loop: Promise<void> | null;
+}
+
 export class ToolWorker {
   readonly workerId: string;
   private readonly tools = new Map<string, WorkerTool>();
   private readonly concurrency: number;
   /** One claim's long poll (ms): also the longest `stop()` waits for the claim in flight to return. */
   private readonly waitMs: number;
+  private readonly abortGraceMs: number;
   private readonly fetchFn: FetchLike;
   private readonly inFlight = new Set<Promise<void>>();
-  private stopping = new AbortController();
-  private loop: Promise<void> | null = null;
+  /** Each tool's `timeout_ms` as the service answered its registration. */
+  private readonly timeouts = new Map<string, number>();
+  /** The run started and not stopped yet (null: none). A `start()` begins one only when there is none. */
+  private run: Run | null = null;
+  /** The `stop()` under way: a second `stop()` shares it; a `start()` waits for it, then begins a new run. */
+  private halting: Promise<void> | null = null;
 
   constructor(private readonly o: ToolWorkerOptions) {
     for (const t of o.tools) this.tools.set(t.name, t);
     this.concurrency = Math.max(1, Math.floor(o.concurrency ?? 4));
     this.waitMs = Math.max(0, Math.floor(Math.min(o.waitMs ?? 20_000, 30_000)));
+    this.abortGraceMs = Math.max(0, o.abortGraceMs ?? ABORT_GRACE_MS);
     this.workerId = o.workerId ?? `worker-${Math.random().toString(36).slice(2, 10)}`;
     this.fetchFn = o.fetch ?? ((req: Request) => fetch(req));
   }
@@ -236,27 +269,48 @@ export class ToolWorker {
 
   /**
    * Registers the tools (unless `register: false`), then claims and runs calls until `stop()`. A service not up yet
-   * (no answer, 5xx, 429) is waited for, with backoff; a definition it refuses (4xx) rejects.
+   * (no answer, 5xx, 429) is waited for, with backoff; a definition it refuses (4xx) rejects, and a later `start()`
+   * tries again. A `start()` while one is under way or the worker runs shares it (one claim loop). A `stop()` during
+   * a start wins: the registration in flight is aborted, the start resolves without claiming, and a `start()` after
+   * that stop begins afresh. A `start()` during a `stop()` begins once the stop has ended.
    */
   async start(): Promise<void> {
-    if (this.loop) return;
-    this.stopping = new AbortController();
+    // Whatever the stop's end, a run is over after it.
+    while (this.halting) await this.halting.catch(() => undefined);
+    if (this.run) return this.run.started;
+    const run: Run = { stopping: new AbortController(), started: Promise.resolve(), loop: null };
+    this.run = run;
+    run.started = this.begin(run).catch((err: unknown) => {
+      // Refused: nothing runs, so the next start() registers again.
+      if (this.run === run) this.run = null;
+      throw err;
+    });
+    return run.started;
+  }
+
+  /** `run`'s start: the registration (waiting for the service), then its claim loop unless stopped meanwhile. */
+  private async begin(run: Run): Promise<void> {
+    const signal = run.stopping.signal;
     if (this.o.register !== false) {
-      for (let attempt = 0; ; attempt++) {
+      for (let attempt = 0; !signal.aborted; attempt++) {
         try {
-          await this.registerAll();
+          await this.registerAll(signal);
           break;
         } catch (err) {
-          if (!transient(err) || this.stopping.signal.aborted) throw err;
+          // Stopped meanwhile (its request aborted with it): the stop wins, as below.
+          if (signal.aborted) return;
+          if (!transient(err)) throw err;
           this.told(err, 'register');
-          await sleep(backoff(attempt), this.stopping.signal);
+          await sleep(backoff(attempt), signal);
         }
       }
     }
-    this.loop = this.claimLoop();
+    // A stop that came during the registration leaves nothing claiming.
+    if (!signal.aborted) run.loop = this.claimLoop(signal);
   }
 
-  private async registerAll(): Promise<void> {
+  /** Registers every tool; `signal` (a stop) aborts it (a PUT cut short is harmless: the next one replaces it). */
+  private async registerAll(signal?: AbortSignal): Promise<void> {
     const extra = typeof this.o.register === 'object' ? this.o.register : {};
     for (const t of this.tools.values()) {
       if (!t.input_schema) throw new Error(`${t.name}: a worker tool needs an input_schema`);
@@ -269,7 +323,7 @@ export class ToolWorker {
       // A tool registered already keeps the settings this worker does not name (the PUT replaces the whole tool).
       let kept: Record<string, unknown> = {};
       try {
-        const now = await this.call<Record<string, unknown>>('GET', path);
+        const now = await this.call<Record<string, unknown>>('GET', path, undefined, signal);
         kept = Object.fromEntries(
           ['timeout_ms', 'max_attempts', 'idempotent', 'read_only']
             .filter((k) => now[k] !== undefined && now[k] !== null)
@@ -278,7 +332,15 @@ export class ToolWorker {
       } catch (err) {
         if (!(err instanceof HttpStatus && err.status === 404)) throw err;
       }
-      await this.call('PUT', path, { ...definition, ...kept, ...extra });
+      const put = await this.call<Record<string, unknown>>(
+        'PUT',
+        path,
+        { ...definition, ...kept, ...extra },
+        signal,
+      );
+      // The tool's calls end by this long after they were queued: how long one's result is worth sending (runTask).
+      const timeout = put['timeout_ms'];
+      if (typeof timeout === 'number' && timeout > 0) this.timeouts.set(t.name, timeout);
     }
   }
 
@@ -288,8 +350,7 @@ export class ToolWorker {
    * before the call is offered again). So `stop()` ends the loop once that claim returns (within `wait_ms`; a
    * stalled one is given up `CLAIM_GRACE_MS` later), after the calls it brought are started.
    */
-  private async claimLoop(): Promise<void> {
-    const signal = this.stopping.signal;
+  private async claimLoop(signal: AbortSignal): Promise<void> {
     let failures = 0;
     while (!signal.aborted) {
       if (this.inFlight.size >= this.concurrency) {
@@ -336,7 +397,7 @@ export class ToolWorker {
       if (failures > 0 && this.o.register !== false) {
         // Back after failed claims (a restart of the service): the tools are registered again.
         try {
-          await this.registerAll();
+          await this.registerAll(signal);
         } catch (err) {
           if (signal.aborted) break;
           this.told(err, 'register');
@@ -352,38 +413,72 @@ export class ToolWorker {
 
   /**
    * Runs one call and submits its result, heartbeating every third of its lease (`leaseMs`) all along, the submit
-   * included: a result is sent again (no answer, 408, 429 with its Retry-After, 5xx) for as long as the lease may
-   * still be this worker's — until a heartbeat says it is lost (409, 404) or none has held it for a whole lease —
-   * since a result given up while the lease lives gets the call run again once it lapses.
+   * included. The call is over for this attempt — `lost` aborts, and the tool's signal with it — when a heartbeat is
+   * refused 409 or 404 (the lease went to another attempt, the session was cancelled, the call completed), or once
+   * the tool's `timeout_ms` has passed since the claim (the call was queued before: the service has timed it out).
+   * Until then a result is sent again (no answer, 408, 429 after its Retry-After, 5xx) however long the service stays
+   * away: a lapsed lease still takes a result until the service's sweep offers the call again, which no sweep does
+   * while the service is down, and a result given up that would have counted gets the call run again.
    */
   private async runTask(task: ToolTask, leaseMs: number): Promise<void> {
     const lost = new AbortController();
     const every = Math.max(250, Math.floor(leaseMs / 3));
-    let heldUntil = Date.now() + leaseMs;
     const beat = setInterval(() => {
-      const sent = Date.now();
-      this.call('POST', `/v1/tool-tasks/${task.id}/heartbeat`, undefined, AbortSignal.timeout(every))
-        .then(() => void (heldUntil = sent + leaseMs))
-        .catch((err: unknown) => {
+      this.call('POST', `/v1/tool-tasks/${task.id}/heartbeat`, undefined, AbortSignal.timeout(every)).catch(
+        (err: unknown) => {
           // Lost, cancelled or completed: this attempt is over; the tool is told through its signal.
           if (err instanceof HttpStatus && (err.status === 409 || err.status === 404)) lost.abort();
-        });
+        },
+      );
     }, every);
-    try {
-      const result = await this.execute(task, lost.signal);
-      if (!lost.signal.aborted) await this.submit(task, result, lost.signal, () => heldUntil, every);
-    } finally {
+    const deadline = setTimeout(() => lost.abort(), this.timeouts.get(task.name) ?? MAX_TOOL_TIMEOUT_MS);
+    const over = () => {
       clearInterval(beat);
+      clearTimeout(deadline);
+    };
+    // Nothing is held for a call that is over (a tool that ignores its signal runs on without heartbeats).
+    lost.signal.addEventListener('abort', over, { once: true });
+    try {
+      const result = await this.outlived(task, this.execute(task, lost.signal), lost.signal);
+      if (result && !lost.signal.aborted) await this.submit(task, result, lost.signal, every);
+    } finally {
+      over();
+      lost.signal.removeEventListener('abort', over);
     }
   }
 
-  private async submit(
-    task: ToolTask,
-    first: { content: ResultContent; is_error: boolean },
-    lost: AbortSignal,
-    heldUntil: () => number,
-    timeoutMs: number,
-  ): Promise<void> {
+  /**
+   * The tool's result, or null when its call has been over (`lost`) for `abortGraceMs` and the tool has not ended:
+   * its slot is freed then (what it returns later is dropped), so that a tool that ignores its signal holds neither a
+   * slot nor `stop()` for ever.
+   */
+  private async outlived(task: ToolTask, run: Promise<Result>, lost: AbortSignal): Promise<Result | null> {
+    let timer: ReturnType<typeof setTimeout> | undefined;
+    let arm = () => {};
+    const abandoned = new Promise<null>((resolve) => {
+      arm = () => void (timer = setTimeout(() => resolve(null), this.abortGraceMs));
+    });
+    if (lost.aborted) arm();
+    else lost.addEventListener('abort', arm, { once: true });
+    try {
+      const result = await Promise.race([run, abandoned]);
+      if (result === null) {
+        this.told(
+          new Error(
+            `${task.name} (task ${task.id}) ran on ${this.abortGraceMs} ms after its call was over and its signal ` +
+              'aborted: its slot is freed and its result will be discarded',
+          ),
+          'tool',
+        );
+      }
+      return result;
+    } finally {
+      clearTimeout(timer);
+      lost.removeEventListener('abort', arm);
+    }
+  }
+
+  private async submit(task: ToolTask, first: Result, lost: AbortSignal, timeoutMs: number): Promise<void> {
     let result = first;
     let replaced = false;
     for (let attempt = 0; ; attempt++) {
@@ -411,20 +506,17 @@ export class ToolWorker {
           continue;
         }
         this.told(err, 'result');
+        // Sent again until the service answers, not only while heartbeats hold the lease (see runTask); the call over
+        // (a heartbeat refused, the tool's timeout passed) ends it.
         const wait = Math.max(err instanceof HttpStatus ? (err.retryAfterMs ?? 0) : 0, backoff(attempt));
-        // The lease is gone (a heartbeat said so, or none held it for a whole lease): the call is offered again.
-        // Heartbeats go on while this waits, so the wait may outlast the lease as it stood.
-        if (lost.aborted || Date.now() > heldUntil()) return;
         await sleep(wait, lost);
+        if (lost.aborted) return;
       }
     }
   }
 
   /** As the SDK's runner runs a tool: parse, run, and errors as `is_error` results. */
-  private async execute(
-    task: ToolTask,
-    signal: AbortSignal,
-  ): Promise<{ content: ResultContent; is_error: boolean }> {
+  private async execute(task: ToolTask, signal: AbortSignal): Promise<Result> {
     const tool = this.tools.get(task.name);
     if (!tool) return { content: `Error: Tool '${task.name}' not found`, is_error: true };
     const toolUse = { type: 'tool_use', id: task.tool_use_id, name: task.name, input: task.input };
@@ -433,21 +525,41 @@ export class ToolWorker {
       const run = tool.run as (input: unknown, context: unknown) => unknown;
       // The SDK's run context, plus the task (its attempt and idempotency key) for tools that want them.
       const context = { toolUse, toolUseBlock: toolUse, signal, task };
-      const content = (await run(input, context)) as ResultContent;
-      return { content, is_error: false };
+      const content = await run(input, context);
+      // The SDK's runner answers a tool that returns nothing with a `tool_result` without content, which the API
+      // takes as an empty result; the service's result needs content, and its own runner stores such a block's
+      // content as '' (src/engine/turns.ts): so '' here. Anything else goes as it is: a number or an object, which
+      // the Messages API refuses in the SDK's request too, is refused by the service and answered with an error
+      // (submit()).
+      return { content: (content ?? '') as ResultContent, is_error: false };
     } catch (e) {
       return { content: thrownContent(e), is_error: true };
     }
   }
 
   /**
-   * Stops claiming: the claim in flight returns (within `waitMs`; not aborted, see `claimLoop`), the calls in flight
-   * and those it brought run and submit their results, then it resolves.
+   * Stops claiming: a start under way ends (its registration request aborted; it resolves without claiming), the
+   * claim in flight returns (within `waitMs`; not aborted, see `claimLoop`), the calls in flight and those it brought
+   * run and submit their results, then it resolves. A call ends sooner when the service takes no result for it (409,
+   * 404), and at the latest its tool's `timeout_ms` after its claim: its tool's signal aborts then, and a tool that
+   * ignores it is left `abortGraceMs` later (see runTask). So whatever the tools or the service do, `stop()` resolves
+   * within `waitMs` + 15 s, or the longest `timeout_ms` of the calls in flight + `abortGraceMs` (+ one request's
+   * timeout), whichever is later. A second `stop()` meanwhile shares it.
    */
-  async stop(): Promise<void> {
-    this.stopping.abort();
-    await this.loop;
-    this.loop = null;
-    await Promise.allSettled([...this.inFlight]);
+  stop(): Promise<void> {
+    if (this.halting) return this.halting;
+    const run = this.run;
+    if (!run) return Promise.resolve();
+    run.stopping.abort();
+    this.halting = (async () => {
+      // A refused registration rejects its start(), not this stop.
+      await run.started.catch(() => undefined);
+      await run.loop;
+      await Promise.allSettled([...this.inFlight]);
+    })().finally(() => {
+      this.run = null;
+      this.halting = null;
+    });
+    return this.halting;
   }
 }
