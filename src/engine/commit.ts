@@ -127,7 +127,9 @@ export async function commit(deps: RunDeps, run: RunHandle, given: ApplyOps): Pr
   try {
     res = await run.obs.commit(() => applyThroughOutage(deps, run, ops));
   } catch (err) {
-    // The session left `running` under us (cancelled or deleted by a route): this run is over.
+    // The session left `running` under us (cancelled or deleted by a route): this run is over. A session gone
+    // (deleted) keeps no usage, but the turns this commit billed were spent all the same: its tenant's day gets them.
+    if (err instanceof NotFound) await billed(deps, run, ops);
     if (err instanceof InvalidStatus || err instanceof NotFound) {
       throw new FencedOut(run.id);
     }
@@ -152,6 +154,17 @@ function withUnbilled(run: RunHandle, ops: ApplyOps): ApplyOps {
 async function billed(deps: RunDeps, run: RunHandle, ops: ApplyOps): Promise<void> {
   run.unbilled = null;
   await recordSpend(deps, run, ops);
+}
+
+/**
+ * A run stopped by a delete of its session (`run.reason` `deleted`): what it billed and had not committed yet
+ * (RunHandle `unbilled`: a turn cut short by the delete, a reply whose idempotent tools were running) goes into its
+ * tenant's day all the same. The session's usage went with the session, but a DELETE must not take a turn's dollars
+ * out of TENANT_MAX_COST_USD_PER_DAY (spec §7.4). Once: `billed` clears `unbilled`, and a commit that found the
+ * session gone billed it already (`commit`).
+ */
+export async function billDeleted(deps: RunDeps, run: RunHandle): Promise<void> {
+  if (run.reason === 'deleted' && run.unbilled) await billed(deps, run, { hincr: run.unbilled });
 }
 
 /**

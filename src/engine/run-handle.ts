@@ -55,7 +55,8 @@ export class RunHandle {
    * Usage counters (usageIncr's, HINCRBY fields) of turns billed but not stored yet: a turn that ended without its
    * reply (a cancel, an interrupt, a cut stream) and a reply whose commit waits for its tools. The run's next commit
    * writes them (src/engine/commit.ts `commit`), so they reach the session's usage, its budget and the tenant's day
-   * once; lost only with the process (a takeover sends the turn again, unbilled here).
+   * once; lost only with the process (a takeover sends the turn again, unbilled here). A delete of the session
+   * leaves no next commit: the run's end adds them to the tenant's day alone (commit.ts `billDeleted`).
    */
   unbilled: Record<string, number> | null = null;
   /**

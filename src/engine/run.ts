@@ -14,6 +14,7 @@ import { TENANT_BUDGET_EXHAUSTED } from '../cost/spend.js';
 import { budgetExhausted, spentOf, stopForBudget, unpricedError } from './budget.js';
 import {
   CommitLanded,
+  billDeleted,
   cancelOwnRun,
   commit,
   commitInterrupt,
@@ -376,6 +377,8 @@ export class Run {
   /** The run's end, whatever ended it: the control channel left, the lease released. */
   private async end(): Promise<void> {
     const { deps, run } = this;
+    // A delete dropped the turn in flight (or a reply whose tools ran): its tenant's day is charged for it here.
+    await billDeleted(deps, run);
     await deps.channels.unwatchControl(run.id);
     // Handed over (a shutdown): any replica may claim it now rather than after the lease TTL.
     await deps.store.runs.release(run.id, deps.owner, run.fence, run.reason === 'shutdown').catch(() => {});
