@@ -116,9 +116,58 @@ export class PriceTable {
 
   /** A reply of `model`: its cost in micro-dollars, or null when the model has no price. */
   turnCost(model: string, u: ReplyUsage | null | undefined): number | null {
-    return turnCostMicros(u, this.price(model));
+    const price = this.price(model);
+    if (price === null) return null;
+    return u ? Math.round(tokenMicros(tokensOf(u), price) + serverToolMicros(u, price)) : 0;
+  }
+
+  /**
+   * A reply's cost in micro-dollars (rounded once), each part at the price of the model that served it; null when
+   * one of them has no price. `u` is its usage as counted (with its compactions': `withCompactionUsage`).
+   *
+   * A reply a fallback model served (`params.fallbacks`: the API says so with a `fallback_message` entry in
+   * `usage.iterations`) is priced by iteration: each `message` and `fallback_message` entry at the model it names,
+   * else the reply's `model` (`served`: the fallback's), else `requested`; what the counted usage holds besides them
+   * (a compaction's tokens, the server tool requests) at the reply's model. Any other reply is the requested model's,
+   * priced as `requested` whole: the API served it with that model, and an operator's price for that very id (an
+   * inference profile's ARN) is the one that applies, whatever id the reply's fields name.
+   */
+  replyCost(
+    requested: string,
+    served: string | null | undefined,
+    u: (ReplyUsage & { iterations?: unknown }) | null | undefined,
+  ): number | null {
+    const entries = Array.isArray(u?.iterations) ? (u.iterations as unknown[]).filter(isIteration) : [];
+    if (!u || !entries.some((e) => e.type === 'fallback_message')) return this.turnCost(requested, u);
+    const replyModel = served || requested;
+    // What the entries priced at their own model leave of the counted usage (none, when they add up to it).
+    const left = tokensOf(u);
+    let micros = 0;
+    for (const e of entries) {
+      if (e.type !== 'message' && e.type !== 'fallback_message') continue;
+      const price = this.price(typeof e.model === 'string' && e.model ? e.model : replyModel);
+      if (price === null) return null;
+      const t = tokensOf(e);
+      micros += tokenMicros(t, price);
+      for (const k of TOKEN_KINDS) left[k] = Math.max(0, left[k] - t[k]);
+    }
+    const requests = Object.values(u.server_tool_use ?? {}).some((v) => count(v) > 0);
+    if (requests || TOKEN_KINDS.some((k) => left[k] > 0)) {
+      const price = this.price(replyModel);
+      if (price === null) return null;
+      micros += tokenMicros(left, price) + serverToolMicros(u, price);
+    }
+    return Math.round(micros);
   }
 }
+
+/** An entry of `usage.iterations` (the SDK's `BetaIterationsUsage`): its type, the model it names, its tokens. */
+interface Iteration extends ReplyUsage {
+  type?: unknown;
+  model?: unknown;
+}
+
+const isIteration = (e: unknown): e is Iteration => typeof e === 'object' && e !== null;
 
 /** A reply's usage as the API reports it (the SDK's `BetaUsage`, every field optional). */
 interface ReplyUsage {
@@ -131,25 +180,44 @@ interface ReplyUsage {
   server_tool_use?: object | null;
 }
 
-/**
- * A reply's cost in micro-dollars (rounded once), or null when the model has no price. Cache writes are split by
- * `cache_creation` when the reply has it; the rest of `cache_creation_input_tokens` is priced as 5-minute writes.
- */
-function turnCostMicros(u: ReplyUsage | null | undefined, price: ModelPrice | null): number | null {
-  if (price === null) return null;
-  if (!u) return 0;
-  const write = u.cache_creation_input_tokens ?? 0;
-  const w1h = Math.min(write, u.cache_creation?.ephemeral_1h_input_tokens ?? 0);
-  let perMTok =
-    (u.input_tokens ?? 0) * price.input +
-    (u.output_tokens ?? 0) * price.output +
-    (write - w1h) * price.cache_write_5m +
-    w1h * price.cache_write_1h +
-    (u.cache_read_input_tokens ?? 0) * price.cache_read;
-  // $ per MTok × tokens = micro-dollars; $ per request × 1e6 = micro-dollars.
+/** A usage's tokens by what they cost: cache writes split by `cache_creation` (the rest of them 5-minute writes). */
+interface Tokens {
+  input: number;
+  output: number;
+  write5m: number;
+  write1h: number;
+  read: number;
+}
+const TOKEN_KINDS = ['input', 'output', 'write5m', 'write1h', 'read'] as const;
+
+const count = (v: unknown): number => (typeof v === 'number' && Number.isFinite(v) && v > 0 ? v : 0);
+
+function tokensOf(u: ReplyUsage): Tokens {
+  const write = count(u.cache_creation_input_tokens);
+  const write1h = Math.min(write, count(u.cache_creation?.ephemeral_1h_input_tokens));
+  return {
+    input: count(u.input_tokens),
+    output: count(u.output_tokens),
+    write5m: write - write1h,
+    write1h,
+    read: count(u.cache_read_input_tokens),
+  };
+}
+
+/** What tokens cost at `price`, in micro-dollars ($ per MTok × tokens); not rounded: a reply is rounded once. */
+const tokenMicros = (t: Tokens, price: ModelPrice): number =>
+  t.input * price.input +
+  t.output * price.output +
+  t.write5m * price.cache_write_5m +
+  t.write1h * price.cache_write_1h +
+  t.read * price.cache_read;
+
+/** What a reply's server tool requests cost at `price` ($ per request × 1e6 = micro-dollars). */
+function serverToolMicros(u: ReplyUsage, price: ModelPrice): number {
+  let sum = 0;
   for (const [name, n] of Object.entries(u.server_tool_use ?? {}))
-    if (typeof n === 'number') perMTok += n * (price.server_tools[name] ?? 0) * 1e6;
-  return Math.round(perMTok);
+    if (typeof n === 'number') sum += n * (price.server_tools[name] ?? 0) * 1e6;
+  return sum;
 }
 
 /**

@@ -12,12 +12,33 @@ import './lua/commands.js';
 import { microsToUsd, usdToMicros, type PriceTable } from './prices.js';
 
 /** `usage.cost_usd` ceilings refuse a run of a model without a price (400 `unknown_model_price`). */
-const unknownModelPrice = (model: string, why: string) =>
+const unknownModelPrice = (model: string, fallback: boolean, why: string) =>
   new InvalidRequest(
     'unknown_model_price',
-    `The price of model "${model}" is unknown, so ${why} cannot be kept; add it to MODEL_PRICES.`,
+    `The price of model "${model}"${fallback ? ' (in `params.fallbacks`)' : ''} is unknown, so ${why} cannot be kept; add it to MODEL_PRICES.`,
     { model },
   );
+
+/** What a session's turns may run on: its `model`, and the models of `fallbacks` (the API's server-side fallback). */
+export interface PricedParams {
+  model: string;
+  /** `params.fallbacks` as given: a list of `{model, …}`, or `"default"` (the API's own chain). */
+  fallbacks?: unknown;
+}
+
+/**
+ * The models named by `params.fallbacks`: a reply one of them served is priced as that model (prices.ts
+ * `replyCost`). `"default"` names none: the API's own chain for a model is of Anthropic's models, and is not checked.
+ */
+function fallbackModels(params: PricedParams): string[] {
+  if (!Array.isArray(params.fallbacks)) return [];
+  const models: string[] = [];
+  for (const f of params.fallbacks as unknown[]) {
+    const model = typeof f === 'object' && f !== null ? (f as { model?: unknown }).model : undefined;
+    if (typeof model === 'string') models.push(model);
+  }
+  return models;
+}
 
 /** The counters of one turn, as HINCRBY fields of both the session's hash and the tenant's day. */
 export interface SpendIncr {
@@ -116,19 +137,25 @@ export class TenantSpend {
   }
 
   /**
-   * The refusal (`unknown_model_price`) of a turn of `model` when a dollar ceiling (the session's budget, the tenant
-   * cap) applies to it and the model has no price; null when it may be sent. No Redis: the engine asks before every
-   * model request.
+   * The refusal (`unknown_model_price`) of a turn of `params` when a dollar ceiling (the session's budget, the tenant
+   * cap) applies to it and its model, or a fallback model in `params.fallbacks` (which may serve the reply, and is
+   * then what it costs), has no price; null when it may be sent. No Redis: the engine asks before every model
+   * request.
    */
-  unpriced(model: string, budgetUsd: number | undefined): InvalidRequest | null {
-    if (this.prices.price(model) !== null) return null;
-    if (budgetUsd !== undefined) return unknownModelPrice(model, 'a `budget.cost_usd`');
-    return this.capped ? unknownModelPrice(model, 'TENANT_MAX_COST_USD_PER_DAY') : null;
+  unpriced(params: PricedParams, budgetUsd: number | undefined): InvalidRequest | null {
+    if (budgetUsd === undefined && !this.capped) return null;
+    const why = budgetUsd !== undefined ? 'a `budget.cost_usd`' : 'TENANT_MAX_COST_USD_PER_DAY';
+    if (this.prices.price(params.model) === null) return unknownModelPrice(params.model, false, why);
+    const fallback = fallbackModels(params).find((m) => this.prices.price(m) === null);
+    return fallback === undefined ? null : unknownModelPrice(fallback, true, why);
   }
 
-  /** 400 `unknown_model_price` when a dollar ceiling (the session's budget, the tenant cap) applies to `model`. */
-  assertPriced(model: string, budgetUsd: number | undefined): void {
-    const refusal = this.unpriced(model, budgetUsd);
+  /**
+   * 400 `unknown_model_price` when a dollar ceiling (the session's budget, the tenant cap) applies to `params` (its
+   * model, its fallback models).
+   */
+  assertPriced(params: PricedParams, budgetUsd: number | undefined): void {
+    const refusal = this.unpriced(params, budgetUsd);
     if (refusal) throw refusal;
   }
 

@@ -2,7 +2,7 @@ import { microsToUsd, usdToMicros } from '../cost/prices.js';
 import { conflict } from '../errors.js';
 import type { StoredMessage } from '../history.js';
 import type { BudgetPolicy } from '../schemas.js';
-import type { TenantSpend } from '../cost/spend.js';
+import type { PricedParams, TenantSpend } from '../cost/spend.js';
 import type { SessionError, SessionState, Usage } from '../store/session-state.js';
 import { commit, followUpsAfter, idleOps } from './commit.js';
 import type { RunDeps, RunHandle } from './run-handle.js';
@@ -96,15 +96,19 @@ export function reservedBy(
 }
 
 /**
- * Why a turn of `model` cannot be sent under the session's dollar ceilings: the run's error (`unknown_model_price`)
- * when the budget's `cost_usd` or the tenant's cap applies and the model has no price (spec §7.4: no dollar ceiling
- * can pass for it), else null. The routes that start a run refuse it with 400 first; this is the check of the runs
+ * Why a turn of `params` cannot be sent under the session's dollar ceilings: the run's error (`unknown_model_price`)
+ * when the budget's `cost_usd` or the tenant's cap applies and the model, or a fallback model of `params.fallbacks`,
+ * has no price (spec §7.4: no dollar ceiling can pass for it), else null. The routes that start a run refuse it with 400 first; this is the check of the runs
  * no route's check comes before — an action deadline's, a sub-agent's answer, a takeover, a PATCH of the model on a
  * replica without the cap — checked where every model request is (run.ts `step`, the runner's `spentOut`), from the
  * fields the run holds (no read).
  */
-export function unpricedError(spend: TenantSpend, model: string, budget: BudgetPolicy): SessionError | null {
-  const refusal = spend.unpriced(model, budget?.cost_usd);
+export function unpricedError(
+  spend: TenantSpend,
+  params: PricedParams,
+  budget: BudgetPolicy,
+): SessionError | null {
+  const refusal = spend.unpriced(params, budget?.cost_usd);
   return refusal && { code: refusal.code, message: refusal.message, retryable: false };
 }
 

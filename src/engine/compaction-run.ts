@@ -114,7 +114,7 @@ function resumeEnd(state: SessionState, history: StoredMessage[]): ApplyOps {
 async function spentReason(deps: RunDeps, state: SessionState): Promise<string | null> {
   if (budgetExhausted(state.budget, spentOf(state))) return BUDGET_EXHAUSTED;
   if (await deps.store.spend.overCap(state.tenant)) return TENANT_BUDGET_EXHAUSTED;
-  return unpricedError(deps.store.spend, state.params.model, state.budget)?.code ?? null;
+  return unpricedError(deps.store.spend, state.params, state.budget)?.code ?? null;
 }
 
 /**

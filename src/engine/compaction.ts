@@ -202,7 +202,7 @@ export async function commitCompaction(
   // Live news, like `turn.started`: no session field changes until the commit.
   run.news.send([eventOf('compaction.started', { iteration, n, message_count: history.length })]);
   const message = 'finalMessage' in item ? await item.finalMessage() : await item;
-  const costMicros = deps.store.spend.prices.turnCost(params.model, message.usage);
+  const costMicros = deps.store.spend.prices.replyCost(params.model, message.model, message.usage);
   const usageIncrs = usageIncr(message.usage, costMicros);
   countSpend(deps, state.tenant, params.model, usageIncrs);
   const usage = recordedUsage(message, costMicros);

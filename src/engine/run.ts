@@ -290,8 +290,7 @@ export class Run {
     // it would. The routes refuse to start such a run (400); this is the check of the runs the service starts itself
     // (an action deadline's, a sub-agent's answer), and of a ceiling that came after the run started (the tenant's
     // cap of a replica configured since).
-    const unpriced =
-      turnToSend && budget > 0 ? unpricedError(store.spend, state.params.model, state.budget) : null;
+    const unpriced = turnToSend && budget > 0 ? unpricedError(store.spend, state.params, state.budget) : null;
     if (unpriced) {
       await fail(deps, run, unpriced, log, { model: state.params.model });
       return 'done';

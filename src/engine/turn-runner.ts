@@ -268,7 +268,7 @@ export abstract class TurnRunner {
     if (!snapshot) return;
     const { deps, run, state, params } = this;
     const usage = withCompactionUsage(snapshot.usage);
-    const costMicros = deps.store.spend.prices.turnCost(params.model, usage);
+    const costMicros = deps.store.spend.prices.replyCost(params.model, snapshot.model, usage);
     const incr = usageIncr(usage, costMicros);
     countSpend(deps, state.tenant, params.model, incr);
     addSpent(this.spent, recordedUsage({ ...snapshot, usage }, costMicros));
@@ -286,7 +286,8 @@ export abstract class TurnRunner {
     // Counted once per turn, with its usage, in the commit that stores the turn (or drops it: it was billed); a
     // server-side compaction's tokens, which the API leaves out of the top-level fields, included.
     const usage = withCompactionUsage(message.usage);
-    const costMicros = deps.store.spend.prices.turnCost(params.model, usage);
+    // Each part at the price of the model that served it: a fallback model's reply is priced as that model.
+    const costMicros = deps.store.spend.prices.replyCost(params.model, message.model, usage);
     const usageIncrs = usageIncr(usage, costMicros);
     countSpend(deps, state.tenant, params.model, usageIncrs);
     const recorded = recordedUsage(usage === message.usage ? message : { ...message, usage }, costMicros);
@@ -372,7 +373,7 @@ export abstract class TurnRunner {
     const { state, deps } = this;
     return (
       budgetExhausted(state.budget, this.spent) ||
-      unpricedError(deps.store.spend, this.params.model, state.budget) !== null ||
+      unpricedError(deps.store.spend, this.params, state.budget) !== null ||
       deps.store.spend.overCap(state.tenant)
     );
   }

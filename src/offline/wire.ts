@@ -18,6 +18,8 @@ import { SERVER_TOOL_RESULT_TYPES } from '../tools/server-blocks.js';
 export type ToolChangeBlock = BetaRequestToolAdditionBlock | BetaRequestToolRemovalBlock;
 /** The beta header a request needs to use message threads. */
 export const MESSAGE_THREADS_BETA = 'message-threads-2026-08-12';
+/** The beta header a request needs to name `fallbacks` (server-side fallback models). */
+export const SERVER_SIDE_FALLBACK_BETA = 'server-side-fallback-2026-07-01';
 /** The beta a compaction request (`compaction: {type: "summarize"}`) needs: the SDK's `compactBeforeNextTurn()`. */
 export const COMPACTION_BETA = 'compact-2026-09-04';
 /** The beta of server-side compaction (`context_management` with a `compact_20260112` edit). */
@@ -72,13 +74,17 @@ export interface FakeUsage {
   cache_creation?: { ephemeral_5m_input_tokens: number; ephemeral_1h_input_tokens: number } | undefined;
   /**
    * The sampling iterations (`BetaIterationsUsage`): a server-side compaction's entry (`type: "compaction"`), whose
-   * tokens are not in the top-level fields, as the API reports it. Streamed in `message_delta` only.
+   * tokens are not in the top-level fields, as the API reports it; a reply a fallback model served ends with that
+   * model's `fallback_message` entry (after a `message` entry of each model that declined), whose tokens are in
+   * them. Streamed in `message_delta` only.
    */
   iterations?: FakeIterationUsage[] | undefined;
 }
 
 export interface FakeIterationUsage {
-  type: 'compaction' | 'message';
+  type: 'compaction' | 'message' | 'fallback_message';
+  /** The model of a `message` (null: not said) or `fallback_message` entry; a compaction's has none. */
+  model?: string | null | undefined;
   input_tokens: number;
   output_tokens: number;
   cache_creation_input_tokens: number;

@@ -55,7 +55,7 @@ export function patchSession(
     // A dollar ceiling (the budget's, the tenant's cap) needs the model's price (400 `unknown_model_price`).
     if (body.params || body.budget !== undefined)
       deps.store.spend.assertPriced(
-        (next.params ?? s.params).model,
+        next.params ?? s.params,
         ('budget' in next ? next.budget : s.budget)?.cost_usd,
       );
     // Nor can it count turns already run without a price (a model changed since): their dollars are unknown.

@@ -201,7 +201,7 @@ async function buildSession(
   const messages = given.map(normalize);
   checkGivenHistory(messages, body.start);
   // A dollar ceiling (the budget's, the tenant's cap) needs the model's price (400 `unknown_model_price`).
-  deps.store.spend.assertPriced(params.data.model, body.budget?.cost_usd);
+  deps.store.spend.assertPriced(params.data, body.budget?.cost_usd);
   assertAgentsPriced(deps, body.tools, body.budget?.cost_usd);
   // A history that ends with a reply without tool calls is a finished loop (the runner stops at such a reply), as
   // every history GET …/messages answers of an idle session: there is nothing to run, and the session is `idle`.

@@ -144,7 +144,7 @@ export async function mutate(
     // A run of a model without a price starts under no dollar ceiling (400 `unknown_model_price`), whenever the
     // ceiling came: the tenant's cap may be set after the session was made.
     if ((p.priced ?? true) && setsRunning(p.ops))
-      store.spend.assertPriced((p.params ?? s.params).model, s.budget?.cost_usd);
+      store.spend.assertPriced(p.params ?? s.params, s.budget?.cost_usd);
     const guard: Guard = {
       ...(p.guard ?? { rev: s.revision }),
       ...(token !== undefined

@@ -2,7 +2,8 @@ import { after, before, beforeEach, describe, it } from 'node:test';
 import assert from 'node:assert/strict';
 import { Redis } from 'ioredis';
 import { startHarness, type Harness } from '../helpers/service.js';
-import { reply, text, toolCall } from '../fake/script.js';
+import { reply, servedByFallback, text, toolCall } from '../fake/script.js';
+import { SERVER_SIDE_FALLBACK_BETA } from '../../src/offline/wire.js';
 import { PriceTable, modelPricesSchema } from '../../src/cost/prices.js';
 import { loadConfig, ConfigError } from '../../src/config.js';
 import { until } from '../durability/chaos-lib.js';
@@ -37,6 +38,37 @@ describe('cost: the price table', () => {
       server_tools: { web_search_requests: 0.01, web_fetch_requests: 0 },
     });
     assert.equal(o.price('claude-opus-4-5')?.output, 9);
+  });
+
+  it("a reply a fallback served: each iteration at its model, the rest (compactions, server tools) at the reply's", () => {
+    const t = new PriceTable();
+    const entry = (type: string, model: string | null, input: number, output: number) => ({
+      type,
+      model,
+      input_tokens: input,
+      output_tokens: output,
+      cache_creation_input_tokens: 0,
+      cache_read_input_tokens: 0,
+    });
+    // As counted (withCompactionUsage): the entries' 300 in / 30 out, plus the compaction's 1000 in / 100 out.
+    const usage = {
+      input_tokens: 1300,
+      output_tokens: 130,
+      server_tool_use: { web_search_requests: 1 },
+      iterations: [
+        entry('compaction', null, 1000, 100),
+        entry('message', 'claude-opus-5', 100, 10),
+        entry('fallback_message', null, 200, 20),
+      ],
+    };
+    // opus-5 100×5 + 10×25 = 750; haiku-4-5 (the reply's model) 200×1 + 20×5 = 300, its compaction 1000×1 + 100×5
+    // = 1,500 and a search 10,000: 12,550 µ$.
+    assert.equal(t.replyCost('claude-opus-5', 'claude-haiku-4-5', usage), 12_550);
+    // Without a fallback_message entry the requested model served it all: 1300×5 + 130×25 + 10,000.
+    const plain = { ...usage, iterations: usage.iterations.slice(0, 2) };
+    assert.equal(t.replyCost('claude-opus-5', 'claude-haiku-4-5', plain), 19_750);
+    // A part of an unpriced model: the reply has no price.
+    assert.equal(t.replyCost('claude-opus-5', 'claude-fake-1', usage), null);
   });
 
   it('MODEL_PRICES is validated at boot', () => {
@@ -225,6 +257,117 @@ describe('cost: usage.cost_usd of sessions, iterations and turn.completed', () =
       tools: [agent('claude-sonnet-5-5')],
     });
     assert.equal(ok.status, 200);
+  });
+
+  it('a reply a fallback model served is priced as the models that served it, in the session and the day', async () => {
+    const day = async () => (await h.api.get(`/v1/usage?from=${today()}&to=${today()}`)).body.data[0];
+    const before = await day();
+    // claude-opus-5 declined ($5 in, $25 out per MTok): 1000×5 + 10×25 = 5,250 µ$; claude-haiku-4-5 served it ($1,
+    // $5): 1000×1 + 200×5 = 2,000 µ$. Priced as the requested model whole it would be 2000×5 + 210×25 = 15,250 µ$.
+    h.fake.enqueue(
+      text(
+        'Served by the fallback.',
+        servedByFallback(
+          { model: 'claude-haiku-4-5-20251001', usage: { input_tokens: 1000, output_tokens: 200 } },
+          [{ model: 'claude-opus-5', usage: { input_tokens: 1000, output_tokens: 10 } }],
+        ),
+      ),
+      // Served by the fallback alone (no declined attempt in its usage), the entry naming no model: the reply's.
+      text('Again.', {
+        model: 'claude-haiku-4-5',
+        usage: {
+          input_tokens: 500,
+          output_tokens: 100,
+          iterations: [
+            {
+              type: 'fallback_message',
+              model: null,
+              input_tokens: 500,
+              output_tokens: 100,
+              cache_creation_input_tokens: 0,
+              cache_read_input_tokens: 0,
+              cache_creation: null,
+            },
+          ],
+        },
+      }),
+    );
+    const r = await h.api.post('/v1/sessions', {
+      params: {
+        model: 'claude-opus-5',
+        max_tokens: 1024,
+        fallbacks: [{ model: 'claude-haiku-4-5' }],
+        betas: [SERVER_SIDE_FALLBACK_BETA],
+      },
+      input: 'Hi',
+    });
+    assert.equal(r.status, 201, JSON.stringify(r.body));
+    await h.api.waitStatus(r.body.id, 'idle');
+    assert.deepEqual(h.fake.requests.at(-1)?.body.fallbacks, [{ model: 'claude-haiku-4-5' }]);
+    assert.equal((await h.api.post(`/v1/sessions/${r.body.id}/messages`, { text: 'More' })).status, 202);
+    const done = await h.api.waitFor(r.body.id, (s) => s.status === 'idle' && s.iteration === 2);
+    // The second: 500×1 + 100×5 = 1,000 µ$.
+    const iters = (await h.api.get(`/v1/sessions/${r.body.id}/iterations`)).body.data;
+    assert.deepEqual(
+      iters.map((i: any) => i.usage.cost_usd),
+      [0.00725, 0.001],
+    );
+    assert.equal(done.usage.cost_usd, 0.00825);
+    const after = await day();
+    assert.equal(Math.round((after.cost_usd - before.cost_usd) * 1e6), 8250);
+  });
+
+  it('a dollar ceiling needs a price for every model of params.fallbacks too (400 unknown_model_price)', async () => {
+    const fallbacks = (model: string) => ({
+      model: 'claude-sonnet-5-5',
+      max_tokens: 1024,
+      fallbacks: [{ model: 'claude-haiku-4-5' }, { model }],
+      betas: [SERVER_SIDE_FALLBACK_BETA],
+    });
+    const refused = await h.api.post('/v1/sessions', {
+      params: fallbacks('claude-fake-1'),
+      start: false,
+      budget: { cost_usd: 1 },
+    });
+    assert.equal(refused.status, 400, JSON.stringify(refused.body));
+    assert.equal(refused.body.error.code, 'unknown_model_price');
+    assert.deepEqual(refused.body.error.details, { model: 'claude-fake-1' });
+    assert.match(refused.body.error.message, /params\.fallbacks/);
+    // Priced fallbacks (and the API's own chain, `"default"`) are taken.
+    for (const params of [
+      fallbacks('claude-sonnet-4-5'),
+      { model: 'claude-sonnet-5-5', fallbacks: 'default' },
+    ]) {
+      const ok = await h.api.post('/v1/sessions', { params, start: false, budget: { cost_usd: 1 } });
+      assert.equal(ok.status, 201, JSON.stringify(ok.body));
+    }
+    // A PATCH that brings one under a budget, or a budget over one.
+    const s = await h.api.post('/v1/sessions', { start: false, budget: { cost_usd: 1 } });
+    const patched = await h.api.req('PATCH', `/v1/sessions/${s.body.id}`, {
+      params: fallbacks('claude-fake-1'),
+    });
+    assert.equal(patched.status, 400, JSON.stringify(patched.body));
+    assert.equal(patched.body.error.code, 'unknown_model_price');
+    const free = await h.api.post('/v1/sessions', { params: fallbacks('claude-fake-1'), start: false });
+    assert.equal(free.status, 201, JSON.stringify(free.body));
+    const budgeted = await h.api.req('PATCH', `/v1/sessions/${free.body.id}`, { budget: { cost_usd: 1 } });
+    assert.equal(budgeted.status, 400);
+    assert.equal(budgeted.body.error.code, 'unknown_model_price');
+    // A sub-agent's, under its parent's budget.
+    const nested = await h.api.post('/v1/sessions', {
+      start: false,
+      budget: { cost_usd: 1 },
+      tools: [
+        {
+          type: 'agent',
+          name: 'helper',
+          description: 'Helps.',
+          session: { params: fallbacks('claude-fake-1') },
+        },
+      ],
+    });
+    assert.equal(nested.status, 400, JSON.stringify(nested.body));
+    assert.deepEqual(nested.body.error.details, { model: 'claude-fake-1' });
   });
 
   it('budget.cost_usd stops the run once the dollars are spent', async () => {
@@ -439,10 +582,22 @@ describe('cost: TENANT_MAX_COST_USD_PER_DAY', () => {
     assert.equal(ok.stop_reason, 'end_turn');
     assert.equal(h.fake.requests.length, 1);
 
-    // With a cap, a model without a price cannot run.
+    // With a cap, a model without a price cannot run; nor can one that may fall back to such a model.
     const u = await b.post('/v1/sessions', { model: 'claude-fake-1', input: 'Hi' });
     assert.equal(u.status, 400);
     assert.equal(u.body.error.code, 'unknown_model_price');
+    const f = await b.post('/v1/sessions', {
+      params: {
+        model: 'claude-sonnet-5-5',
+        max_tokens: 1024,
+        fallbacks: [{ model: 'claude-fake-1' }],
+        betas: [SERVER_SIDE_FALLBACK_BETA],
+      },
+      input: 'Hi',
+    });
+    assert.equal(f.status, 400, JSON.stringify(f.body));
+    assert.equal(f.body.error.code, 'unknown_model_price');
+    assert.deepEqual(f.body.error.details, { model: 'claude-fake-1' });
 
     const usageA = (await a.get('/v1/usage')).body;
     assert.equal(usageA.cost_usd, 0.03);

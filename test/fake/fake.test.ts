@@ -10,12 +10,14 @@ import type { BetaMessage, BetaMessageParam } from '@anthropic-ai/sdk/resources/
 import { z } from 'zod';
 import {
   MESSAGE_THREADS_BETA,
+  SERVER_SIDE_FALLBACK_BETA,
   apiError,
   hang,
   overloaded,
   parseScript,
   rateLimited,
   serverError,
+  servedByFallback,
   startFakeAnthropic,
   text,
   thinking,
@@ -745,6 +747,42 @@ describe('validation', () => {
       ],
     });
     assert.equal(textOf(message), 'fine');
+  });
+
+  test('fallbacks: only with their beta, a list of models or "default"; a reply a fallback served says so in its usage', async () => {
+    const body = { model: MODEL, max_tokens: 5, messages: [{ role: 'user', content: 'x' }] };
+    const noBeta = await post('/v1/messages', { ...body, fallbacks: [{ model: 'claude-haiku-4-5' }] });
+    assert.equal(noBeta.status, 400);
+    assert.match(
+      noBeta.body.error.message,
+      new RegExp(`^fallbacks: requires .*${SERVER_SIDE_FALLBACK_BETA}`),
+    );
+    const beta = { 'anthropic-beta': SERVER_SIDE_FALLBACK_BETA };
+    const noModel = await post('/v1/messages', { ...body, fallbacks: [{ max_tokens: 5 }] }, beta);
+    assert.equal(noModel.body.error.message, 'fallbacks.0.model: Field required');
+
+    const usage = { input_tokens: 100, output_tokens: 20 };
+    fake.enqueue(
+      text('Served.', servedByFallback({ model: 'claude-haiku-4-5', usage }, [{ model: MODEL, usage }])),
+    );
+    const stream = client().beta.messages.stream({
+      ...body,
+      messages: [{ role: 'user', content: 'x' }],
+      fallbacks: [{ model: 'claude-haiku-4-5' }],
+      betas: [SERVER_SIDE_FALLBACK_BETA],
+    });
+    const message = await stream.finalMessage();
+    assert.equal(message.model, 'claude-haiku-4-5');
+    assert.deepEqual(
+      message.usage.iterations?.map((it) => [it.type, 'model' in it ? it.model : null, it.input_tokens]),
+      [
+        ['message', MODEL, 100],
+        ['fallback_message', 'claude-haiku-4-5', 100],
+      ],
+    );
+    assert.equal(message.usage.input_tokens, 200);
+    assert.equal(message.usage.output_tokens, 40);
+    assert.deepEqual(fake.requests.at(-1)?.body.fallbacks, [{ model: 'claude-haiku-4-5' }]);
   });
 
   test('with apiKey set, a wrong key gets 401 authentication_error', async () => {

@@ -59,6 +59,49 @@ export function toolCalls(
   return reply(preamble === undefined ? blocks : [textBlock(preamble), ...blocks], rest);
 }
 
+/** The tokens of one model's attempt at a reply (an entry of `usage.iterations`). */
+export interface AttemptUsage {
+  input_tokens: number;
+  output_tokens: number;
+  cache_creation_input_tokens?: number;
+  cache_read_input_tokens?: number;
+}
+
+/**
+ * Reply options of a reply a fallback model served (a request with `fallbacks`), as the API reports one: its `model`
+ * is the fallback's, `usage.iterations` holds a `message` entry for each model that declined (`declined`) and the
+ * fallback's `fallback_message` entry last, and the top-level usage adds them all up.
+ */
+export function servedByFallback(
+  fallback: { model: string; usage: AttemptUsage },
+  declined: Array<{ model: string; usage: AttemptUsage }> = [],
+): ReplyExtra {
+  const entry = (type: 'message' | 'fallback_message', model: string, u: AttemptUsage) => ({
+    type,
+    model,
+    input_tokens: u.input_tokens,
+    output_tokens: u.output_tokens,
+    cache_creation_input_tokens: u.cache_creation_input_tokens ?? 0,
+    cache_read_input_tokens: u.cache_read_input_tokens ?? 0,
+    cache_creation: null,
+  });
+  const iterations = [
+    ...declined.map((d) => entry('message', d.model, d.usage)),
+    entry('fallback_message', fallback.model, fallback.usage),
+  ];
+  const sum = (k: keyof AttemptUsage) => iterations.reduce((n, e) => n + e[k], 0);
+  return {
+    model: fallback.model,
+    usage: {
+      input_tokens: sum('input_tokens'),
+      output_tokens: sum('output_tokens'),
+      cache_creation_input_tokens: sum('cache_creation_input_tokens'),
+      cache_read_input_tokens: sum('cache_read_input_tokens'),
+      iterations,
+    },
+  };
+}
+
 /** An HTTP error reply with the API's error envelope. */
 export function apiError(status: number, errorType: string, extra: ErrorExtra = {}): FakeErrorReply {
   return { ...extra, type: 'error', status, errorType };

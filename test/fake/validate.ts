@@ -10,7 +10,12 @@ import {
   conversationStart,
 } from '../../src/offline/compaction-block.js';
 import { unchecked, type Unchecked } from '../../src/offline/unchecked.js';
-import { MESSAGE_THREADS_BETA, SERVER_TOOL_RESULT_TYPES, type ApiErrorSpec } from '../../src/offline/wire.js';
+import {
+  MESSAGE_THREADS_BETA,
+  SERVER_SIDE_FALLBACK_BETA,
+  SERVER_TOOL_RESULT_TYPES,
+  type ApiErrorSpec,
+} from '../../src/offline/wire.js';
 
 /** Results of calls the API makes itself: server tools', and the MCP connector's `mcp_tool_result`. */
 const SERVER_RESULT_TYPES: ReadonlySet<string> = new Set([...SERVER_TOOL_RESULT_TYPES, 'mcp_tool_result']);
@@ -112,6 +117,26 @@ function mcpServerNames(raw: unknown, headers: http.IncomingHttpHeaders): Set<st
   return names;
 }
 
+/**
+ * `fallbacks` (server-side fallback models), checked as the API does: only with its beta, `"default"` or a list of
+ * `{"model", …}`. The fake serves no fallback of its own: a script's reply says one served it (its `model`, and a
+ * `fallback_message` entry in `usage.iterations`).
+ */
+function checkFallbacks(raw: unknown, headers: http.IncomingHttpHeaders): void {
+  if (raw === undefined) return;
+  const betas = String(headers['anthropic-beta'] ?? '')
+    .split(',')
+    .map((b) => b.trim());
+  if (!betas.includes(SERVER_SIDE_FALLBACK_BETA))
+    throw invalid(`fallbacks: requires the \`anthropic-beta: ${SERVER_SIDE_FALLBACK_BETA}\` header`);
+  if (raw === 'default') return;
+  if (!Array.isArray(raw)) throw invalid("fallbacks: Input should be a valid list or 'default'");
+  raw.forEach((f: unknown, i: number) => {
+    const model = unchecked<'model'>(f)?.model;
+    if (typeof model !== 'string' || !model) throw invalid(`fallbacks.${i}.model: Field required`);
+  });
+}
+
 /** An `mcp_toolset` names a server of `mcp_servers`. */
 function checkMcpToolset(raw: unknown, i: number, servers: ReadonlySet<string>): void {
   const tool = unchecked<'type' | 'mcp_server_name'>(raw);
@@ -124,7 +149,15 @@ function checkMcpToolset(raw: unknown, i: number, servers: ReadonlySet<string>):
 
 export function validateBody(raw: unknown, headers: http.IncomingHttpHeaders): void {
   const body = unchecked<
-    'model' | 'max_tokens' | 'messages' | 'stream' | 'tools' | 'thread' | 'system' | 'mcp_servers'
+    | 'model'
+    | 'max_tokens'
+    | 'messages'
+    | 'stream'
+    | 'tools'
+    | 'thread'
+    | 'system'
+    | 'mcp_servers'
+    | 'fallbacks'
   >(raw);
   if (!body) throw invalid('The request body must be a JSON object');
   if (body.model === undefined) throw invalid('model: Field required');
@@ -139,6 +172,7 @@ export function validateBody(raw: unknown, headers: http.IncomingHttpHeaders): v
   if (body.stream !== undefined && typeof body.stream !== 'boolean') {
     throw invalid('stream: Input should be a valid boolean');
   }
+  checkFallbacks(body.fallbacks, headers);
   if (body.tools !== undefined) {
     if (!Array.isArray(body.tools)) throw invalid('tools: Input should be a valid list');
     const names = new Set<string>();
