@@ -21,8 +21,43 @@ const modelPriceSchema = z.strictObject({
 });
 type ModelPriceInput = z.infer<typeof modelPriceSchema>;
 
-/** `MODEL_PRICES`: `{"<family>": prices}`; a family is a model id without its date (`claude-sonnet-4-5`). */
-export const modelPricesSchema = z.record(z.string().regex(/^[a-z0-9][a-z0-9._-]{0,99}$/), modelPriceSchema);
+/** A provider's prefix of a model id: `anthropic.`, Bedrock's inference profiles `us.anthropic.`, `us-gov.anthropic.`. */
+const PROVIDER_PREFIX = /^(?:[a-z]{2,6}(?:-[a-z]{2,6})?\.)?anthropic\./;
+
+/**
+ * A model id as the price table reads it: lowercase, without a provider's prefix. Lookups and `MODEL_PRICES` keys
+ * both go through it, so a key names what a lookup finds (`anthropic.claude-x` is `claude-x`, as the id is).
+ */
+export const modelKey = (model: string): string => model.toLowerCase().replace(PROVIDER_PREFIX, '');
+
+/**
+ * A `MODEL_PRICES` key: a family (`claude-sonnet-4-5`), a model id as a provider names it (`anthropic.claude-x`,
+ * `us.anthropic.claude-x-v1:0`, `claude-x@20260101`) or a Bedrock ARN, whose id is all a request names
+ * (`arn:aws:bedrock:us-east-1:123456789012:application-inference-profile/a1b2c3d4e5f6`). One character class under a
+ * bounded count: checked in linear time, whatever the input.
+ */
+const modelKeySchema = z
+  .string()
+  .regex(
+    /^[A-Za-z0-9][\w.:/-]{0,255}$/,
+    'a model id, family or ARN: a letter or digit, then up to 255 of letters, digits and . _ : / -',
+  )
+  .refine((k) => modelKey(k) !== '', 'a provider prefix alone names no model');
+
+/**
+ * `MODEL_PRICES`: `{"<family>": prices}`; a family is a model id without its date (`claude-sonnet-4-5`), or any id
+ * a session names (priced as itself). Keys are read as lookups read ids (`modelKey`): two that read the same are
+ * refused.
+ */
+export const modelPricesSchema = z.record(modelKeySchema, modelPriceSchema).superRefine((prices, ctx) => {
+  const seen = new Map<string, string>();
+  for (const key of Object.keys(prices)) {
+    const other = seen.get(modelKey(key));
+    if (other !== undefined)
+      ctx.addIssue({ code: 'custom', path: [key], message: `names the same model as "${other}"` });
+    seen.set(modelKey(key), key);
+  }
+});
 export type ModelPrices = z.infer<typeof modelPricesSchema>;
 
 interface ModelPrice {
@@ -89,18 +124,19 @@ export class PriceTable {
 
   constructor(overrides: ModelPrices = {}) {
     for (const [family, p] of Object.entries(LIST)) this.families.set(family, complete(p));
-    for (const [family, p] of Object.entries(overrides)) this.families.set(family, complete(p));
+    for (const [family, p] of Object.entries(overrides)) this.families.set(modelKey(family), complete(p));
     this.order = [...this.families.keys()].sort((a, b) => b.length - a.length);
   }
 
   /**
    * The family of a model id, or null: the id itself, or it followed by a date (`-20250929`, `@20250929`),
    * `-latest` or a provider's version (`-v1:0`; Vertex's `-v2@20241022`), with a provider's prefix (`anthropic.`,
-   * Bedrock's inference profiles `us.anthropic.`, `global.anthropic.`, `us-gov.anthropic.`) ignored.
-   * An id of a newer generation is not priced as an older one: `claude-opus-4-7` is unknown, not `claude-opus-4`.
+   * Bedrock's inference profiles `us.anthropic.`, `global.anthropic.`, `us-gov.anthropic.`) ignored, and case too
+   * (`modelKey`, as `MODEL_PRICES` keys are read). An id of a newer generation is not priced as an older one:
+   * `claude-opus-4-7` is unknown, not `claude-opus-4`.
    */
   family(model: string): string | null {
-    const id = model.toLowerCase().replace(/^(?:[a-z]{2,6}(?:-[a-z]{2,6})?\.)?anthropic\./, '');
+    const id = modelKey(model);
     for (const f of this.order) {
       if (id === f) return f;
       if (!id.startsWith(f)) continue;

@@ -71,6 +71,47 @@ describe('cost: the price table', () => {
     assert.equal(t.replyCost('claude-opus-5', 'claude-fake-1', usage), null);
   });
 
+  it('MODEL_PRICES keys are read as lookups read ids: a provider prefix, case, a Bedrock ARN', () => {
+    const arn = 'arn:aws:bedrock:us-east-1:123456789012:application-inference-profile/a1b2c3d4e5f6';
+    const t = new PriceTable(
+      modelPricesSchema.parse({
+        'anthropic.claude-x': { input: 1, output: 2 },
+        [arn]: { input: 3, output: 4 },
+        'us.anthropic.claude-y-v1:0': { input: 5, output: 6 },
+        'Claude-Z': { input: 7, output: 8 },
+      }),
+    );
+    for (const id of [
+      'anthropic.claude-x',
+      'claude-x',
+      'claude-x-20260101',
+      'us.anthropic.claude-x-20260101-v1:0',
+    ])
+      assert.equal(t.price(id)?.input, 1, id);
+    assert.equal(t.family(arn), arn);
+    assert.equal(t.price(arn)?.input, 3);
+    assert.equal(t.price(arn.toUpperCase())?.input, 3, 'case is not read');
+    assert.equal(t.price(`${arn}x`), null, 'another profile');
+    assert.equal(t.price('eu.anthropic.claude-y-v1:0')?.input, 5);
+    assert.equal(t.price('claude-z')?.input, 7);
+    // The list's families are unchanged.
+    assert.equal(t.price('claude-sonnet-4-5')?.input, 3);
+
+    const refused = (prices: Record<string, unknown>) =>
+      modelPricesSchema.safeParse(prices).success === false;
+    const p = { input: 1, output: 1 };
+    assert.ok(refused({ 'anthropic.': p }), 'a prefix alone');
+    assert.ok(refused({ 'claude-x': p, 'anthropic.claude-x': p }), 'two keys of one model');
+    assert.ok(refused({ [`arn:${'a'.repeat(253)}`]: p }), 'past 256 characters');
+    assert.ok(refused({ 'claude x': p }));
+    assert.ok(refused({ '-claude': p }));
+    assert.ok(!refused({ [`arn:${'a'.repeat(252)}`]: p }), '256 characters');
+    // A long key that is not one is refused at once (one bounded character class: no backtracking).
+    const t0 = performance.now();
+    assert.ok(refused({ [`${'a:'.repeat(50_000)}!`]: p }));
+    assert.ok(performance.now() - t0 < 1000);
+  });
+
   it('MODEL_PRICES is validated at boot', () => {
     const base = { HOST: '127.0.0.1' };
     assert.throws(() => loadConfig({ ...base, MODEL_PRICES: '{nope' }), ConfigError);
@@ -81,6 +122,18 @@ describe('cost: the price table', () => {
     assert.throws(() => loadConfig({ ...base, MODEL_PRICES: '{"claude-x": {"input": 1}}' }), /MODEL_PRICES/);
     const ok = loadConfig({ ...base, MODEL_PRICES: '{"claude-x": {"input": 1, "output": 2}}' });
     assert.deepEqual(ok.MODEL_PRICES, { 'claude-x': { input: 1, output: 2 } });
+    const arn = 'arn:aws:bedrock:us-east-1:123456789012:application-inference-profile/a1b2c3d4e5f6';
+    const withArn = loadConfig({ ...base, MODEL_PRICES: JSON.stringify({ [arn]: { input: 1, output: 2 } }) });
+    assert.deepEqual(withArn.MODEL_PRICES, { [arn]: { input: 1, output: 2 } });
+    assert.throws(
+      () =>
+        loadConfig({
+          ...base,
+          MODEL_PRICES:
+            '{"claude-x": {"input": 1, "output": 2}, "anthropic.claude-x": {"input": 1, "output": 2}}',
+        }),
+      /MODEL_PRICES.*same model/,
+    );
     assert.equal(modelPricesSchema.safeParse({ 'Bad Name': { input: 1, output: 1 } }).success, false);
   });
 });
@@ -515,6 +568,40 @@ describe('cost: usage.cost_usd of sessions, iterations and turn.completed', () =
       await admin.config('SET', 'maxmemory', '0');
       admin.disconnect();
     }
+  });
+});
+
+describe('cost: a model MODEL_PRICES prices by the id a session names', () => {
+  const arn = 'arn:aws:bedrock:us-east-1:123456789012:application-inference-profile/a1b2c3d4e5f6';
+  let h: Harness;
+  before(async () => {
+    h = await startHarness({
+      env: {
+        TENANT_MAX_COST_USD_PER_DAY: '1',
+        MODEL_PRICES: JSON.stringify({
+          [arn]: { input: 1, output: 5 },
+          'anthropic.claude-fake-2': { input: 2, output: 10 },
+        }),
+      },
+    });
+  });
+  after(async () => h.close());
+
+  it('an application inference profile ARN, and an id given with its provider prefix, run under the cap, priced', async () => {
+    for (const [model, cost] of [
+      // 1000×1 + 200×5 = 2,000 µ$.
+      [arn, 0.002],
+      // Looked up without its prefix, as the key is read: 1000×2 + 200×10 = 4,000 µ$.
+      ['anthropic.claude-fake-2-20260101', 0.004],
+    ] as const) {
+      h.fake.enqueue(text('Hi.', { usage: { input_tokens: 1000, output_tokens: 200 } }));
+      const r = await h.api.post('/v1/sessions', { model, input: 'Hi' });
+      assert.equal(r.status, 201, JSON.stringify(r.body));
+      const done = await h.api.waitStatus(r.body.id, ['idle', 'failed']);
+      assert.equal(done.usage.cost_usd, cost, model);
+      assert.equal(h.fake.requests.at(-1)?.body.model, model);
+    }
+    assert.equal((await h.api.get('/v1/usage')).body.cost_usd, 0.006);
   });
 });
 
