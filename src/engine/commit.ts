@@ -1,10 +1,11 @@
 import { randomBytes } from 'node:crypto';
-import { FencedOut, InvalidStatus, NotFound, StoreUnavailable } from '../errors.js';
+import { FencedOut, InvalidStatus, NotFound, RevisionMismatch, StoreUnavailable } from '../errors.js';
 import { toolCallsOf, type StoredMessage } from '../history.js';
 import { withoutOpenCalls } from '../tools/server-blocks.js';
 import {
   outstandingTasks,
   pendingFields,
+  resultField,
   resultsTurn,
   type PendingCall,
   type PendingStep,
@@ -328,12 +329,20 @@ export async function fail(
 /**
  * Ends a running session as cancelled with a valid history: unanswered calls get an `is_error` "cancelled" result,
  * follow-ups already queued are kept as the last user turn, status `idle`, stop_reason `cancelled`. Used by the
- * owner of the run, or by the cancel route when no live process owns it (fence omitted: guarded by status only).
+ * owner of the run (`fence`), or by the cancel route when no live process owns it (`rev`: the revision `state` was
+ * read at; guarded by status too).
+ *
+ * Either way the write is guarded by the result fields of the calls it answers as cancelled (empty, as `state` has
+ * them): a result delivered since `state` was read (a tool task's, written by whichever replica took it, with no
+ * lease: src/tenant-tools/service.ts; a client's, a deadline's) was answered 200 and announced (`tool.completed`),
+ * and must not be replaced by the cancelled text. Such a write is refused (`RevisionMismatch`): the caller reads the
+ * session again and cancels from that read, which keeps the result. Each refusal means one more call has its result,
+ * so a cancel is refused at most once per call of the step.
  */
 export async function cancelSession(
   store: SessionStore,
   state: SessionState,
-  guard: { fence?: number },
+  guard: { fence: number } | { rev: number },
   /** Usage counters the change bills too (a run's `unbilled`). */
   hincr?: Record<string, number>,
 ): Promise<ApplyResult> {
@@ -342,13 +351,15 @@ export async function cancelSession(
   const ops = idleOps('cancelled');
   // A cancel drops a compaction asked for and not done yet.
   ops.hset = { ...ops.hset, compact: '' };
+  const unanswered: Record<string, string> = {};
   if (calls.length > 0) {
     const byId = new Map((state.pending?.calls ?? []).map((c) => [c.id, c]));
+    const step: Array<Pick<PendingCall, 'id' | 'result' | 'resultStored'>> = calls.map(
+      (c) => byId.get(c.id) ?? { id: c.id },
+    );
+    for (const c of step) if (!c.result) unanswered[resultField(c.id)] = '';
     ops.queue = {
-      results: resultsTurn(
-        calls.map((c) => byId.get(c.id) ?? { id: c.id }),
-        () => interruptedResult('cancelled before this tool call completed'),
-      ),
+      results: resultsTurn(step, () => interruptedResult('cancelled before this tool call completed')),
     };
   } else {
     Object.assign(ops, followUpsAfter(last ?? undefined));
@@ -356,7 +367,11 @@ export async function cancelSession(
   if (hincr) ops.hincr = { ...ops.hincr, ...hincr };
   return store.apply(
     state.id,
-    { ...guard, status: guard.fence ? ['running'] : ['running', 'requires_action'] },
+    {
+      ...guard,
+      status: 'fence' in guard ? ['running'] : ['running', 'requires_action'],
+      fields: unanswered,
+    },
     ops,
     state.tenant,
   );
@@ -364,13 +379,28 @@ export async function cancelSession(
 
 /**
  * The run's own cancel (its loop's top): `cancelSession` under its fence, billing what the run has unbilled; the
- * step's tool tasks still out (queued while the step waited for the client) leave the queue (`dropStepTasks`).
+ * step's tool tasks still out (queued while the step waited for the client) leave the queue (`dropStepTasks`). A
+ * result delivered since `state` was read (`cancelSession` is refused) is kept: the cancel is made again from the
+ * session as it is now, whose tasks are the ones dropped.
  */
 export async function cancelOwnRun(deps: RunDeps, run: RunHandle, state: SessionState): Promise<void> {
   const hincr = run.unbilled ?? undefined;
-  await cancelSession(deps.store, state, { fence: run.fence }, hincr);
+  let s = state;
+  for (;;) {
+    try {
+      await cancelSession(deps.store, s, { fence: run.fence }, hincr);
+      break;
+    } catch (err) {
+      if (!(err instanceof RevisionMismatch)) throw err;
+      // Ends: each refusal is one more call with its result, and a result is never taken away while the run holds
+      // its fence (only `resume` of a failed session clears one).
+      const now = await deps.store.load(run.id);
+      if (!now) throw new FencedOut(run.id);
+      s = now;
+    }
+  }
   if (hincr) await billed(deps, run, { hincr });
-  await dropStepTasks(deps.tasks, state);
+  await dropStepTasks(deps.tasks, s);
 }
 
 /**

@@ -2,7 +2,7 @@ import type { z } from 'zod';
 import { assertBudgetLeft } from '../engine/budget.js';
 import { assertFixedMarks } from '../engine/cache-breakpoints.js';
 import { cancelSession, dropStepTasks } from '../engine/commit.js';
-import { InvalidRequest, InvalidStatus, conflict } from '../errors.js';
+import { InvalidRequest, InvalidStatus, RevisionMismatch, conflict } from '../errors.js';
 import { isAgentTool, type patchSessionBody, type retryBody } from '../schemas.js';
 import { childSessionId } from '../agents/waiting.js';
 import { childrenAtWork } from '../agents/dropped.js';
@@ -14,6 +14,7 @@ import { metadataPairs } from '../store/metadata-index.js';
 import { isOutOfMemory } from '../store/unavailable.js';
 import { deadlineFields, encodeFields, recordCount, type SessionState } from '../store/session-state.js';
 import {
+  CAS_ATTEMPTS,
   checkIfMatch,
   mergeParams,
   mutate,
@@ -194,11 +195,13 @@ const wasCancelled = (s: SessionState): boolean => s.status === 'idle' && s.stop
 /**
  * Commits the cancel of `s` (running with no live owner, or waiting for its client) and drops its step's tool tasks
  * once it did: a session that ended otherwise meanwhile (`InvalidStatus`: it failed, or finished) keeps them, as a
- * failed one's `resume` still waits for them.
+ * failed one's `resume` still waits for them. The write is guarded by the revision `s` was read at: a session changed
+ * since (a tool task's result delivered, a client's answer) is refused with `RevisionMismatch`, and `cancelRun` works
+ * the cancel out again from a new read, so a result answered 200 meanwhile stays in the history.
  */
 async function cancelHere(deps: SessionDeps, s: SessionState): Promise<void> {
   try {
-    await cancelSession(deps.store, s, {});
+    await cancelSession(deps.store, s, { rev: s.revision });
     await deps.store.runs.end(s.id, s.tenant);
   } catch (err) {
     if (!(err instanceof InvalidStatus)) throw err;
@@ -209,13 +212,30 @@ async function cancelHere(deps: SessionDeps, s: SessionState): Promise<void> {
 
 /**
  * Cancels the run. With no live owner (or while waiting for a client) the cancel is committed here; otherwise the
- * owner is asked (control field + message) and this waits a bounded time for it to commit the cancel.
+ * owner is asked (control field + message) and this waits a bounded time for it to commit the cancel. A cancel
+ * committed here that finds the session changed since its read (`cancelHere`) starts again from a new read, a few
+ * times at most, as `mutate` does (a client that pinned a revision with If-Match gets 412 instead).
  */
 export async function cancelRun(
   deps: SessionDeps,
   tenant: string,
   id: string,
   ifMatch?: number,
+): Promise<MutationResult> {
+  for (let attempt = 0; ; attempt++) {
+    try {
+      return await cancelOnce(deps, tenant, id, ifMatch);
+    } catch (err) {
+      if (!(err instanceof RevisionMismatch) || ifMatch !== undefined || attempt >= CAS_ATTEMPTS) throw err;
+    }
+  }
+}
+
+async function cancelOnce(
+  deps: SessionDeps,
+  tenant: string,
+  id: string,
+  ifMatch: number | undefined,
 ): Promise<MutationResult> {
   const { store } = deps;
   const s = await store.loadFor(tenant, id);
@@ -270,10 +290,11 @@ export async function cancelRun(
 
 /**
  * The tool tasks of `s`'s pending step (as read before a write that dropped or replaced it: cancel, delete, retry,
- * a replaced history, a deadline that failed the session) still out (queued, leased, or done and not delivered)
- * leave the queue, so they stop counting in TOOL_TASKS_MAX_PER_TENANT at once — else only when a worker next claims
- * that tool, or at the call's `timeout_ms`. A worker holding one is told `task_cancelled` at its next heartbeat or
- * result (the session no longer awaits it: src/tenant-tools/service.ts `awaits`). Best effort: a call missed here is
+ * a replaced history, a deadline that failed the session) still out (queued, leased) leave the queue, so they stop
+ * counting in TOOL_TASKS_MAX_PER_TENANT at once — else only when a worker next claims that tool, or at the call's
+ * `timeout_ms`. A worker holding one is told `task_cancelled` at its next heartbeat or result (the session no longer
+ * awaits it: src/tenant-tools/service.ts `awaits`). One whose result was taken (done, not delivered yet) is left to
+ * its delivery, under way, which answers its worker (settle-8.lua says why). Best effort: a call missed here is
  * dropped at its claim, as before.
  */
 export async function dropTasks(deps: SessionDeps, s: SessionState): Promise<void> {

@@ -16,7 +16,7 @@ import { isOutOfMemory } from '../store/unavailable.js';
  */
 export const SPAWN_DUE_DELAY_MS = 2000;
 /** How often a read-compute-write mutation is tried again when the session changed between its read and write. */
-const CAS_ATTEMPTS = 8;
+export const CAS_ATTEMPTS = 8;
 /**
  * How many keyed requests' tokens a session remembers (lua/includes/recent.lua): a retry of an older one (its
  * answer lost in a crash, 64 keyed changes of the session later) is applied again.

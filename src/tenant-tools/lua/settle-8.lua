@@ -9,12 +9,20 @@
 -- A run that queued the call again since (enqueue-6.lua found it still out and counted it in `wanted`) waits for
 -- it: the session was read before the run's write made it wait again, and the task is left as it is, unless a
 -- cancel or delete settled it since (it stays settled).
+-- An unconditional cancel (a session's drop of its step's tasks, from a read that may be older than a delivery)
+-- leaves a call whose result was taken as it is: `delivered` stays so (its result is in the session), and `done` is
+-- left to its delivery, under way (the worker's result request, or the sweep's), which settles it: delivered if the
+-- session took the result before the drop's write, else cancelled, its worker told `task_cancelled`. Cancelled here,
+-- its result gone from the outbox, the delivery would find nothing to deliver and answer the worker 200 for a result
+-- the session never got.
 -- Returns 2 when the task is left for such a run; else 1 when the call was known, 0 when it was not.
 --- @include "includes/queue-key"
 --- @include "../../store/lua/includes/now"
 local raw = redis.call('HGET', KEYS[1], ARGV[1])
 if not raw then return 0 end
 local rec = cjson.decode(raw)
+local unconditional = ARGV[5] == nil or ARGV[5] == ''
+if ARGV[2] == 'cancelled' and unconditional and (rec.state == 'done' or rec.state == 'delivered') then return 1 end
 if ARGV[5] ~= nil and ARGV[5] ~= '' and ARGV[2] == 'cancelled' then
   -- Settled already (a cancel or delete dropped it since the read): it stays so, whatever `wanted` says.
   if rec.state == 'cancelled' or rec.state == 'delivered' then return 1 end
