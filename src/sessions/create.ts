@@ -254,7 +254,8 @@ function newSessionState(
   },
 ): SessionState {
   const { id, tenant, body, toolsBase, tenantTools } = c;
-  // Redis's clock as reckoned, that of `updated_at` once written (apply-8.lua): the answer shows what reads show.
+  // Redis's clock as reckoned: the write stamps this `updated_at` (insertSession, apply-8.lua `now`), so the answer
+  // shows what reads show.
   const now = deps.store.clock.now();
   return {
     id,
@@ -358,6 +359,8 @@ export async function insertSession(
       { create: true },
       {
         hset: encodeFields(state),
+        // The time this create's answer and `session.created` give as `updated_at` (and `expires_at` from it).
+        now: state.updatedAt,
         push_msgs: history.map((m) => JSON.stringify(m)),
         push_iters: records.map((r) => JSON.stringify(r)),
         events: [

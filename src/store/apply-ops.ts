@@ -58,6 +58,11 @@ export interface ApplyOps {
    * not tell two such changes apart: neither moves it).
    */
   keep_revision?: boolean;
+  /**
+   * With a `create` guard: the create's time (ms), which its answer and `session.created` give as `updated_at`; the
+   * write stamps it instead of Redis's TIME (apply-8.lua), so a read at the create's revision answers the same.
+   */
+  now?: number;
   /** `[type, data]`, or `[type, data, 'rev']` to have `"revision":null` in data replaced by the new revision. */
   events?: Array<[string, string] | [string, string, 'rev']>;
   /**

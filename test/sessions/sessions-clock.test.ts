@@ -118,11 +118,31 @@ describe('sessions with a replica whose clock is off', { timeout: 60_000 }, () =
       );
       assert.equal(made.status, 201, JSON.stringify(made.body));
       const read = (await a.get(`/v1/sessions/${made.body.id}`)).body;
-      const off = Math.abs(Date.parse(made.body.expires_at) - Date.parse(read.expires_at));
-      assert.ok(off < 5_000, `the create's expires_at is ${off} ms off the read's`);
+      for (const k of ['created_at', 'updated_at', 'expires_at'])
+        assert.equal(made.body[k], read[k], `the create's ${k} is the read's`);
       const age = (await redisNow()) - Date.parse(read.created_at);
       // The process's reckoning of Redis's clock is right to a few ms.
       assert.ok(age > -1_000 && age < 5_000, `created_at ${age} ms before Redis's now`);
+    });
+
+    it("a create's and a fork's answers, and their session.created, give the updated_at and expires_at a read at revision 1 shows", async () => {
+      // The write stamps the time the create computed (apply-8.lua `now`), not Redis's TIME a few round trips later.
+      const times = (v: Record<string, unknown>) => [v['created_at'], v['updated_at'], v['expires_at']];
+      const check = async (made: { status: number; body: Record<string, unknown> }, what: string) => {
+        assert.equal(made.status, 201, JSON.stringify(made.body));
+        const read = await a.get(`/v1/sessions/${String(made.body['id'])}`);
+        assert.equal(read.headers.get('etag'), '"1"');
+        assert.deepEqual(times(made.body), times(read.body), `${what}: the answer is the read`);
+        const events = (await a.get(`/v1/sessions/${String(made.body['id'])}/events?limit=10`)).body.data;
+        const created = events.find((e: { type: string }) => e.type === 'session.created');
+        assert.deepEqual(times(created.data), times(read.body), `${what}: session.created is the read`);
+        assert.equal(read.body.updated_at, read.body.created_at, `${what}: made, not changed since`);
+      };
+      for (let i = 0; i < 3; i++) {
+        const made = await a.post('/v1/sessions', { input: 'x', start: false, ttl_s: 300 });
+        await check(made, 'create');
+        await check(await a.post(`/v1/sessions/${made.body.id}/fork`, { at_iteration: 0 }), 'fork');
+      }
     });
 
     it('a replica ahead listing keeps the index entry of a create whose write is on its way', async () => {

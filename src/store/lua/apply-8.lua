@@ -35,6 +35,10 @@
 --         If-Match read before it still holds, the retention's clock does not start again) and its events carry no
 --         revision (null, as those written outside a change). Such a change must not be guarded by `rev` alone, which
 --         it does not move: `fields` guards it.
+--         `now` (ms; with `create`): the create's time, its `created_at`, which its answer and `session.created` give
+--         as `updated_at` too (and `expires_at` from it): the write stamps it, not TIME, so a read of the session just
+--         made answers what its create did. Any other change stamps `updated_at` with TIME, never below the one stored
+--         (a create's time is the replica's reckoning of Redis's clock, which may run a few ms ahead).
 -- ARGV[3] most events kept  ARGV[4] pub/sub channel of the notice of the events written (includes/notice.lua)
 -- ARGV[5] notice size limit (bytes)  ARGV[6] most event bytes kept (includes/event-log.lua)
 -- Returns {revision, merged_count, appended, into_last, control, params_rev}: `appended` is the array of blocks
@@ -97,6 +101,7 @@ if quiet then rev = tonumber(cur[2]) or 0 else rev = redis.call('HINCRBY', meta,
 local ev_rev = not quiet and rev or nil
 local t = redis.call('TIME')
 local now = tostring(tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000))
+if guard.create and ops.now then now = string.format('%d', ops.now) end
 
 local notice_max = tonumber(ARGV[5])
 local function emit(ev)
@@ -211,7 +216,12 @@ if ops.queue then
     run(ops.queue.none)
   end
 end
-if not quiet then redis.call('HSET', meta, 'updated_at', now, 'msg_count', redis.call('LLEN', KEYS[2])) end
+if not quiet then
+  local stamp = now
+  local before = tonumber(redis.call('HGET', meta, 'updated_at') or '')
+  if not guard.create and before and before > tonumber(now) then stamp = string.format('%d', before) end
+  redis.call('HSET', meta, 'updated_at', stamp, 'msg_count', redis.call('LLEN', KEYS[2]))
+end
 if guard.posted then
   local p = guard.posted
   local idle = redis.call('HGET', meta, 'status') ~= 'running'
