@@ -61,16 +61,21 @@ export class ScheduleStore {
    * Writes a new schedule: index and due entry first, then the record with its `schedule.created` event (one
    * script). The other order could leave, after a crash between the two, a schedule that fires for ever but is never
    * listed nor counted; this one leaves at most entries without a record, dropped when met (the index's once older
-   * than INDEX_GRACE_MS: a create in flight keeps its own). Refuses with 429 `quota_exceeded` beyond `maxPerTenant`.
-   * False, nothing written, when a schedule of this id exists (a keyed create sent twice at once).
+   * than INDEX_GRACE_MS: a create in flight keeps its own). Refuses with 429 `quota_exceeded` beyond `maxPerTenant`,
+   * counted and listed in one script (index-add-1.lua): concurrent creates cannot all pass a count read before
+   * their adds. False, nothing written, when a schedule of this id exists (a keyed create sent twice at once).
    */
   async create(s: ScheduleRecord, maxPerTenant: number): Promise<boolean> {
-    const n = await this.redis.zcard(tenantSchedulesKey(s.tenant));
-    if (n >= maxPerTenant) throw quotaExceeded('SCHEDULES_MAX_PER_TENANT', maxPerTenant, 'schedules');
-    // The create body it keeps counts in the tenant's storage (TENANT_MAX_BYTES), given back at delete.
-    await this.sessions.chargeBytes(s.tenant, s.session.length);
     const member = this.indexMember(s);
-    await this.redis.zadd(tenantSchedulesKey(s.tenant), 0, member);
+    if ((await this.redis.schedIndexAdd(tenantSchedulesKey(s.tenant), member, maxPerTenant)) !== 1)
+      throw quotaExceeded('SCHEDULES_MAX_PER_TENANT', maxPerTenant, 'schedules');
+    // The create body it keeps counts in the tenant's storage (TENANT_MAX_BYTES), given back at delete.
+    try {
+      await this.sessions.chargeBytes(s.tenant, s.session.length);
+    } catch (err) {
+      await this.unlist(s, member);
+      throw err;
+    }
     const score = dueScore(s);
     if (score !== null) await this.redis.zadd(SCHEDULES_DUE_KEY, score, s.id);
     const k = scheduleKeys(s.id);
@@ -90,13 +95,20 @@ export class ScheduleStore {
     );
     if (made !== 1) {
       await this.sessions.chargeBytes(s.tenant, -s.session.length);
-      // The one that exists keeps its entry (the same member when both were made in the same millisecond).
-      const other = await this.read(s.id);
-      if (!other || this.indexMember(other) !== member)
-        await this.redis.zrem(tenantSchedulesKey(s.tenant), member);
+      await this.unlist(s, member);
       return false;
     }
     return true;
+  }
+
+  /**
+   * Drops a create's index entry that did not become a schedule, unless the schedule of that id holds it: the same
+   * member when two creates of one key were made in the same millisecond.
+   */
+  private async unlist(s: ScheduleRecord, member: string): Promise<void> {
+    const other = await this.read(s.id);
+    if (!other || this.indexMember(other) !== member)
+      await this.redis.zrem(tenantSchedulesKey(s.tenant), member);
   }
 
   /** Lists `s` in its tenant's index again (the same member: a no-op when it is listed). */

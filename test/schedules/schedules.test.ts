@@ -929,6 +929,32 @@ describe("one tenant's slow fires do not hold back another's", { timeout: 120_00
   });
 });
 
+describe('SCHEDULES_MAX_PER_TENANT', { timeout: 60_000 }, () => {
+  let h: Harness;
+  before(async () => {
+    h = await startHarness({ env: { API_KEYS: KEYS, SCHEDULES_MAX_PER_TENANT: '5' } });
+  });
+  after(() => h?.close());
+
+  it('concurrent creates never take a tenant past it', async () => {
+    const a = h.api.as('key-a');
+    const body = { cron: '0 3 * * *', session: { input: 'x' } };
+    for (let i = 0; i < 3; i++) assert.equal((await a.post('/v1/schedules', body)).status, 201);
+    const made = await Promise.all(Array.from({ length: 12 }, () => a.post('/v1/schedules', body)));
+    const statuses = made.map((m) => m.status).sort();
+    assert.deepEqual(statuses, [...Array(2).fill(201), ...Array(10).fill(429)], JSON.stringify(statuses));
+    const refused = made.find((m) => m.status === 429)!;
+    assert.equal(refused.body.error.details.quota, 'SCHEDULES_MAX_PER_TENANT');
+    const r = new Redis(h.redis.url);
+    try {
+      assert.equal(await r.zcard('t:{a}:schedules'), 5);
+    } finally {
+      r.disconnect();
+    }
+    assert.equal((await a.get('/v1/schedules?limit=100')).body.data.length, 5);
+  });
+});
+
 describe(
   "a schedule's create body counts in its tenant's storage (TENANT_MAX_BYTES)",
   { timeout: 60_000 },
@@ -948,6 +974,13 @@ describe(
       assert.equal(second.status, 429, JSON.stringify(second.body).slice(0, 300));
       assert.equal(second.body.error.code, 'quota_exceeded');
       assert.equal(second.body.error.details.quota, 'storage_bytes');
+      // Listed before it was charged (index-add-1.lua takes the place), its index entry is dropped with the refusal.
+      const r = new Redis(h.redis.url);
+      try {
+        assert.equal(await r.zcard('t:{a}:schedules'), 1);
+      } finally {
+        r.disconnect();
+      }
       // Another tenant's storage is its own.
       assert.equal((await h.api.as('key-b').post('/v1/schedules', body('c'))).status, 201);
       assert.equal((await a.req('DELETE', `/v1/schedules/${first.body.id}`)).status, 200);
