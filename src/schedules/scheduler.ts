@@ -180,9 +180,12 @@ export class Scheduler {
     const { store } = this.opts;
     const s = await store.read(id);
     const now = this.now();
+    // Whether this tick changed the record's timing (a claim, a retake).
+    let wrote = false;
     if (s && s.pending !== null && s.pendingUntil <= now) {
       // One replica per lease period retries it; the fire's session id keeps a retry after a slow one from creating twice.
-      if (await store.retake(id, s.pending, FIRE_LEASE_MS)) await this.fire(s, s.pending, s.nextRunAt);
+      wrote = await store.retake(id, s.pending, FIRE_LEASE_MS);
+      if (wrote) await this.fire(s, s.pending, s.nextRunAt);
     } else if (s && s.pending === null && !s.paused && s.nextRunAt !== null && s.nextRunAt <= now) {
       const t = timingOf(s);
       // Due while replicas ran: its own time, however late. Due before (an outage): the newest fire of the
@@ -199,11 +202,14 @@ export class Scheduler {
         session_id: s.lastSession,
       };
       const r = await store.claim(s, fireAt, next, decision, FIRE_LEASE_MS, skipped);
+      wrote = r === 'ok';
       if (r === 'ok' && decision === 'fire') await this.fire(s, fireAt, next);
       if (r === 'ok')
         this.opts.log.info({ schedule: id, tenant: s.tenant, fireAt, decision }, 'schedule fire');
     }
-    await store.resync(id);
+    // Guarded by the due entry as read before the record (`resync`): a tick that did nothing, because another
+    // replica's fire was pending as it read, files nothing over that replica's filing of the next fire.
+    await store.resync(id, wrote);
   }
 
   /**

@@ -38,6 +38,9 @@ const createdData = (s: ScheduleRecord) => ({
 /** A retiming lost the race with a fire's claim (the revision is unchanged): computed again from the record now. */
 export class FireRaced extends RevisionMismatch {}
 
+/** Times a schedule's due entry is filed again after another look moved it meanwhile (`resync`). */
+const RESYNC_ATTEMPTS = 8;
+
 /** How long an index entry without its record is kept: the moment of a create in flight (written index first). */
 const INDEX_GRACE_MS = 60_000;
 
@@ -165,7 +168,8 @@ export class ScheduleStore {
     if (code === -1) throw new RevisionMismatch(rev, 'schedule');
     if (code === -2) throw new FireRaced(rev, 'schedule');
     if (grow < 0) await this.sessions.chargeBytes(tenant, grow);
-    return this.resync(id).then((s) => s ?? Promise.reject(scheduleNotFound()));
+    const retimed = 'next_run_at' in set || del.includes('next_run_at') || 'paused' in set;
+    return this.resync(id, retimed).then((s) => s ?? Promise.reject(scheduleNotFound()));
   }
 
   /**
@@ -256,13 +260,43 @@ export class ScheduleStore {
     return this.redis.schedAlive(SCHEDULES_ALIVE_KEY, gapMs);
   }
 
-  /** Puts the schedule's due entry where its record says (or drops it); the record, or null when it is gone. */
-  async resync(id: string): Promise<ScheduleRecord | null> {
-    const s = await this.read(id);
-    const score = s ? dueScore(s) : null;
-    if (score === null) await this.redis.zrem(SCHEDULES_DUE_KEY, id);
-    else await this.redis.zadd(SCHEDULES_DUE_KEY, score, id);
-    return s;
+  /**
+   * Puts the schedule's due entry where its record says (or drops it); the record, or null when it is gone.
+   *
+   * The entry is read before the record and written only if it still has the score read (due-set-1.lua, as the
+   * session due sets' `settle`; the record and the due set may be in different slots, so no one script reads both).
+   * A look that read the record before another write (a fire ended by another replica, a PATCH's retiming) and whose
+   * write came after that write's own filing found the entry moved and leaves it: written blind, it put back the time
+   * the record had (a pending fire's lease, 10 s on, over the next fire a second away; a PATCH's old, later time).
+   * A refused write is tried again from a fresh read: the entry moved because another look filed the schedule, maybe
+   * from a record older than the one read here.
+   *
+   * `wrote`: the caller changed the record's timing just before (a PATCH, a claim, a retake). Its filing then changes
+   * the entry even when it is where the record says (1 ms earlier: an early entry costs one look, which files it
+   * again), so that a look that read the entry and the record before this write fails its guard instead of putting
+   * the older time back: a pause whose filing is still in flight and the resume after it, to the same next time,
+   * left the pause's drop free to land.
+   */
+  async resync(id: string, wrote = false): Promise<ScheduleRecord | null> {
+    for (let attempt = 1; ; attempt++) {
+      const read = await this.redis.zscore(SCHEDULES_DUE_KEY, id);
+      const s = await this.read(id);
+      let next = s ? dueScore(s) : null;
+      const cur = read === null ? null : Number(read);
+      if (next === cur) {
+        if (!wrote || next === null) return s;
+        next -= 1;
+      }
+      const done = await this.redis.schedDueSet(
+        SCHEDULES_DUE_KEY,
+        id,
+        read ?? '',
+        next === null ? '' : String(next),
+      );
+      // Each refusal is another look's write landing; past RESYNC_ATTEMPTS of them, the last of those is the one
+      // that read the record last.
+      if (done === 1 || attempt >= RESYNC_ATTEMPTS) return s;
+    }
   }
 
   /**

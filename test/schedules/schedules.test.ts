@@ -293,6 +293,75 @@ describe('schedules', { timeout: 240_000 }, () => {
     }
   });
 
+  /**
+   * A ScheduleStore of a second replica whose first record read stalls once it has read (a look between its read and
+   * its filing of the due entry): `hasRead` when it has, `release` lets it go on.
+   */
+  function stalledStore(cmd: Redis) {
+    const store = new ScheduleStore(cmd, new SessionStore(cmd, { eventLogMax: 1000 }));
+    let hasRead!: () => void;
+    let release!: () => void;
+    const read = new Promise<void>((ok) => (hasRead = ok));
+    const gate = new Promise<void>((ok) => (release = ok));
+    const own = store.read.bind(store);
+    let first = true;
+    store.read = async (id: string) => {
+      const s = await own(id);
+      if (first) {
+        first = false;
+        hasRead();
+        await gate;
+      }
+      return s;
+    };
+    return { store, read, release };
+  }
+
+  it('a look that read a schedule before a PATCH retimed it does not file the old time over the new one', async () => {
+    const made = (await a.post('/v1/schedules', { cron: '0 3 * * *', session: { input: 'x' } })).body;
+    const cmd = new Redis(h.redis.url);
+    try {
+      // Another replica's tick ends by filing the schedule (`resync`): it has read the record (03:00), not filed yet.
+      const other = stalledStore(cmd);
+      const look = other.store.resync(made.id);
+      await other.read;
+      const patched = await a.req('PATCH', `/v1/schedules/${made.id}`, { cron: '30 4 * * *' });
+      assert.equal(patched.status, 200, JSON.stringify(patched.body));
+      const next = Date.parse(patched.body.next_run_at);
+      assert.equal(Number(await r.zscore('schedules:due', made.id)), next);
+      other.release();
+      await look;
+      assert.equal(Number(await r.zscore('schedules:due', made.id)), next, "the PATCH's time stands");
+    } finally {
+      cmd.disconnect();
+      await a.req('DELETE', `/v1/schedules/${made.id}`);
+    }
+  });
+
+  it("a resume to the same next time is not undone by the pause's filing still on its way", async () => {
+    const made = (await a.post('/v1/schedules', { cron: '0 3 * * *', session: { input: 'x' } })).body;
+    const due = Date.parse(made.next_run_at);
+    const meta = `s:{${made.id}}`;
+    const cmd = new Redis(h.redis.url);
+    try {
+      // The pause is written; its filing (a drop) has read the entry and the record, and stalls.
+      const pausing = stalledStore(cmd);
+      await cmd.hset(meta, 'paused', '1');
+      const pauseFiled = pausing.store.resync(made.id, true);
+      await pausing.read;
+      // The resume is written, to the same next time, and filed at once.
+      await cmd.hset(meta, 'paused', '0');
+      await h.service.app.schedules.store.resync(made.id, true);
+      pausing.release();
+      await pauseFiled;
+      const score = await r.zscore('schedules:due', made.id);
+      assert.ok(score !== null && Number(score) <= due, `due entry ${score}, next fire ${due}`);
+    } finally {
+      cmd.disconnect();
+      await a.req('DELETE', `/v1/schedules/${made.id}`);
+    }
+  });
+
   it('keeps tenants apart and pages the list', async () => {
     const ids: string[] = [];
     for (let i = 0; i < 3; i++)

@@ -21,6 +21,8 @@ declare module 'ioredis' {
     schedAlive(alive: string, gapMs: number): Result<number, Context>;
     /** due-1.lua: Redis's now (ms), then the ids due by it. */
     schedDue(due: string, limit: number): Result<[number, ...string[]], Context>;
+    /** due-set-1.lua: 1 when written, 0 when the entry is no longer as read (`score`: '' none; `next`: '' drops it). */
+    schedDueSet(due: string, id: string, score: string, next: string): Result<number, Context>;
     /** index-add-1.lua: 1 when listed, 0 when the tenant has `max` schedules. */
     schedIndexAdd(index: string, member: string, max: number): Result<number, Context>;
     /** retake-1.lua: 1 when the caller now holds the pending fire's lease (`leaseMs` from Redis's now). */
