@@ -129,8 +129,19 @@ const routes: FastifyPluginAsyncZod = async (app) => {
       // paused, which a resume does not make up); a fire still to come (late) stays as the record has it.
       if (b.at === undefined && timing.at !== null && timing.at <= now) next = resumed ? null : s.nextRunAt;
       Object.assign(set, { cron: timing.cron ?? '', at: timing.at ?? '', timezone: timing.timezone });
-      if (next === null) del.push('next_run_at');
-      else set['next_run_at'] = String(next);
+      // A fire of the old timing that came due before this change and that no sweep has claimed yet still fires
+      // (§7.6: each fire time gets its session; computed from now, the retiming dropped it without a trace): it stays
+      // `next_run_at`, and its claim moves the schedule on to the new timing's first fire, `next_after_due`. Fires due
+      // while paused are not made up by a resume (a paused schedule keeps no due fire).
+      const due = s.nextRunAt;
+      if (retimed && !s.paused && due !== null && due <= now && next !== due) {
+        set['next_run_at'] = String(due);
+        set['next_after_due'] = next === null ? '' : String(next);
+      } else {
+        del.push('next_after_due');
+        if (next === null) del.push('next_run_at');
+        else set['next_run_at'] = String(next);
+      }
     }
     if (b.session !== undefined) {
       await checkCreate(app.sessionDeps, tenant, b.session);
@@ -239,7 +250,7 @@ const routes: FastifyPluginAsyncZod = async (app) => {
         operationId: 'updateSchedule',
         summary: 'Pause, resume or change a schedule',
         description:
-          'A change of `cron`, `at` or `timezone`, or a resume, computes `next_run_at` from now: fires missed while paused are not made up.',
+          'A change of `cron`, `at` or `timezone`, or a resume, computes the next fire from now: fires missed while paused are not made up; a fire of the old timing already due and not yet taken still fires first (`next_run_at` is its time until then).',
         tags,
         params: scheduleIdParam,
         body: patchScheduleBody,

@@ -49,6 +49,11 @@ export interface ScheduleRecord {
   /** The create body given for the sessions (JSON text, as given). */
   session: string;
   nextRunAt: number | null;
+  /**
+   * Set when a PATCH retimed the schedule while `nextRunAt`, a fire of the old timing, was due and not yet claimed:
+   * the new timing's first fire (null: none), which the claim of that fire moves `nextRunAt` to.
+   */
+  nextAfterDue?: number | null;
   /** The time of a fire claimed whose session is not created yet, and until when its claimer holds it. */
   pending: number | null;
   pendingUntil: number;
@@ -76,6 +81,7 @@ export function decodeSchedule(id: string, h: Record<string, string>): ScheduleR
     paused: h['paused'] === '1',
     session: h['session'] ?? '{}',
     nextRunAt: num(h['next_run_at']),
+    ...(h['next_after_due'] === undefined ? {} : { nextAfterDue: num(h['next_after_due']) }),
     pending: num(h['pending']),
     pendingUntil: Number(h['pending_until'] ?? 0),
     lastFireAt: num(h['last_fire_at']),

@@ -188,11 +188,14 @@ export class Scheduler {
       if (wrote) await this.fire(s, s.pending, s.nextRunAt);
     } else if (s && s.pending === null && !s.paused && s.nextRunAt !== null && s.nextRunAt <= now) {
       const t = timingOf(s);
+      // A fire of the timing a PATCH replaced, due when it landed (routes/schedules.ts `patchOnce`): fired at its
+      // own time, then the schedule goes on at the new timing's first fire as the PATCH computed it, from its now.
+      const kept = s.nextAfterDue !== undefined;
       // Due while replicas ran: its own time, however late. Due before (an outage): the newest fire of the
       // outage, once; the fires after it come due one by one.
       const fireAt =
-        s.nextRunAt >= since ? s.nextRunAt : newestMissed(t, s.nextRunAt, Math.min(now, since - 1));
-      const next = nextFire(t, fireAt);
+        kept || s.nextRunAt >= since ? s.nextRunAt : newestMissed(t, s.nextRunAt, Math.min(now, since - 1));
+      const next = s.nextAfterDue !== undefined ? s.nextAfterDue : nextFire(t, fireAt);
       const running = await this.lastStillRuns(s);
       const decision = running ? 'skip' : 'fire';
       const skipped = {

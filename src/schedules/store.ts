@@ -300,8 +300,9 @@ export class ScheduleStore {
   }
 
   /**
-   * claim-2.lua: 'ok', or 'gone' | 'paused' | 'pending' | 'moved' | 'early' (not due by Redis's clock). A fire's
-   * pending lease is `leaseMs` from Redis's now.
+   * claim-2.lua: 'ok', or 'gone' | 'paused' | 'pending' | 'moved' (another claim, or a PATCH since `s` was read:
+   * guarded by its `next_run_at` and its revision, the retiming that kept a due fire moving no `next_run_at`) |
+   * 'early' (not due by Redis's clock). A fire's pending lease is `leaseMs` from Redis's now.
    */
   async claim(
     s: ScheduleRecord,
@@ -323,6 +324,7 @@ export class ScheduleStore {
         leaseMs,
         JSON.stringify(skipped),
         ...this.logArgs(s.id),
+        s.revision,
       ),
     );
   }

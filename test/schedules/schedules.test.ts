@@ -362,6 +362,41 @@ describe('schedules', { timeout: 240_000 }, () => {
     }
   });
 
+  it('a retiming that lands after a fire came due, before a sweep took it, fires it, then goes on at the new time', async () => {
+    const made = (await a.post('/v1/schedules', { cron: '0 3 * * *', session: { input: 'x' } })).body;
+    try {
+      // Its fire due by Redis's clock, not yet taken: out of the sweep's sight (its due entry stays at 03:00).
+      const [sec] = await r.time();
+      const due = Number(sec) * 1000 - 2000;
+      await r.hset(`s:{${made.id}}`, 'next_run_at', String(due));
+      const patched = await a.req('PATCH', `/v1/schedules/${made.id}`, { cron: '30 4 * * *' });
+      assert.equal(patched.status, 200, JSON.stringify(patched.body));
+      assert.equal(patched.body.next_run_at, new Date(due).toISOString(), 'the due fire is still the next');
+      assert.equal(patched.body.cron, '30 4 * * *');
+      await until(async () => (await a.get(`/v1/schedules/${made.id}`)).body.fires === 1, 20_000, 'the fire');
+      const events = (await a.get(`/v1/schedules/${made.id}/events?limit=100`)).body.data as Array<{
+        type: string;
+        data: Record<string, unknown>;
+      }>;
+      const fired = events.filter((e) => e.type === 'schedule.fired' || e.type === 'schedule.skipped');
+      assert.deepEqual(
+        fired.map((e) => [e.type, e.data['scheduled_for']]),
+        [['schedule.fired', new Date(due).toISOString()]],
+      );
+      const now = (await a.get(`/v1/schedules/${made.id}`)).body;
+      const then = nextFire({ cron: '30 4 * * *', at: null, timezone: 'UTC' }, due);
+      assert.equal(
+        now.next_run_at,
+        new Date(then!).toISOString(),
+        "the new timing's first time after the change",
+      );
+      assert.equal((await sessionsOf(a, made.id)).length, 1);
+      assert.equal(await r.hexists(`s:{${made.id}}`, 'next_after_due'), 0);
+    } finally {
+      await a.req('DELETE', `/v1/schedules/${made.id}`);
+    }
+  });
+
   it('keeps tenants apart and pages the list', async () => {
     const ids: string[] = [];
     for (let i = 0; i < 3; i++)

@@ -769,7 +769,7 @@ export interface paths {
     head?: never;
     /**
      * Pause, resume or change a schedule
-     * @description A change of `cron`, `at` or `timezone`, or a resume, computes `next_run_at` from now: fires missed while paused are not made up.
+     * @description A change of `cron`, `at` or `timezone`, or a resume, computes the next fire from now: fires missed while paused are not made up; a fire of the old timing already due and not yet taken still fires first (`next_run_at` is its time until then).
      */
     patch: operations['updateSchedule'];
     trace?: never;

@@ -6,21 +6,24 @@
 -- ARGV[1] next_run_at the caller read (ms)  ARGV[2] the fire's time (ms)  ARGV[3] the next time ('' none)
 -- ARGV[4] 'fire' | 'skip'  ARGV[5] pending lease (ms from now)  ARGV[6] skipped event data (JSON)
 -- ARGV[7] pub/sub channel  ARGV[8] most entries kept  ARGV[9] notice size limit  ARGV[10] most bytes kept
+-- ARGV[11] the revision the caller read
 -- Returns 'ok', or why nothing was written: 'gone', 'paused', 'pending' (a fire is still pending), 'moved'
--- (another replica claimed this fire, or a PATCH changed the schedule's times), 'early' (next_run_at is not due by
+-- (another replica claimed this fire, or a PATCH changed the schedule since the read: its times, or the next time
+-- after a due fire it kept, `next_after_due`, which ARGV[3] was computed from), 'early' (next_run_at is not due by
 -- Redis's clock: the caller's clock runs ahead). `now` (the pending lease's start, updated_at, the event's time) is
 -- Redis's clock (includes/now.lua), the one retake-1.lua compares the lease with.
 --- @include "../../store/lua/includes/notice"
 --- @include "../../store/lua/includes/event-log"
 --- @include "../../store/lua/includes/now"
-local f = redis.call('HMGET', KEYS[1], 'next_run_at', 'paused', 'pending', 'tenant')
+local f = redis.call('HMGET', KEYS[1], 'next_run_at', 'paused', 'pending', 'tenant', 'revision')
 if not f[4] then return 'gone' end
 if f[2] == '1' then return 'paused' end
 if f[3] and f[3] ~= '' then return 'pending' end
-if f[1] ~= ARGV[1] then return 'moved' end
+if f[1] ~= ARGV[1] or (f[5] or '1') ~= ARGV[11] then return 'moved' end
 local now = now_ms()
 if tonumber(ARGV[1]) > now then return 'early' end
 local at = string.format('%d', now)
+redis.call('HDEL', KEYS[1], 'next_after_due')
 if ARGV[3] == '' then
   redis.call('HDEL', KEYS[1], 'next_run_at')
 else
