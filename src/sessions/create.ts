@@ -351,8 +351,9 @@ export async function insertSession(
   // Indexed first: if the session write then fails, `list` drops the dangling index entry; the other order could
   // leave a session that exists but is never listed.
   await deps.store.index.add(state.tenant, state.id, state.createdAt, state.metadata);
-  // Registered before the write (src/store/due.ts), due `ttl_s` from Redis's now (the clock of the sweep).
-  if (state.ttlS) await deps.store.expiryDue.addIn(state.id, state.ttlS * 1000);
+  // Registered before the write (src/store/due.ts), due at the `expires_at` the write makes: `ttl_s` from the
+  // `updated_at` it stamps (this create's reckoning of Redis's clock, the sweep's clock), never after it.
+  if (state.ttlS) await deps.store.expiryDue.add(state.id, state.updatedAt + state.ttlS * 1000);
   const res = await deps.store
     .apply(
       state.id,
