@@ -216,6 +216,7 @@ const app: FastifyPluginAsync<AppOptions> = async (fastify, opts) => {
       leaseMs: config.TOOL_TASK_LEASE_MS,
       maxTools: config.TENANT_MAX_TOOLS,
       maxTasks: config.TOOL_TASKS_MAX_PER_TENANT,
+      claimMaxBytes: config.TOOL_TASK_CLAIM_MAX_BYTES,
       maxWaitingClaims: config.TOOL_TASK_MAX_WAITING_CLAIMS,
       maxResultBytes: config.TOOL_RESULT_MAX_BYTES,
     },

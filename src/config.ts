@@ -175,6 +175,12 @@ const variables = z.object({
    */
   TOOL_TASKS_MAX_PER_TENANT: z.coerce.number().int().min(1).max(1000).default(1000),
   /**
+   * Most bytes one tool task claim answers (its calls' inputs and records): a claim stops before the call that would
+   * pass it (which the next claim takes), but always takes one. Bounds the claim's Redis script and its reply, which
+   * `max` calls of BODY_LIMIT inputs each made seconds long (src/tenant-tools/lua/claim-6.lua).
+   */
+  TOOL_TASK_CLAIM_MAX_BYTES: z.coerce.number().int().min(65_536).max(67_108_864).default(4_194_304),
+  /**
    * Most long-poll claims (`wait_ms` > 0) of one tenant waiting at once on one replica; one more that finds no call
    * is refused 429 `quota_exceeded` (`details.quota: "waiting_claims"`, Retry-After 1) instead of waiting.
    */

@@ -51,12 +51,13 @@ export interface EnginePluginOptions {
   toolResultMaxBytes?: number;
   /**
    * Tenant tools and tool tasks (TOOL_TASK_LEASE_MS, TENANT_MAX_TOOLS, TOOL_TASKS_MAX_PER_TENANT,
-   * TOOL_RESULT_MAX_BYTES, TOOL_TASK_MAX_WAITING_CLAIMS).
+   * TOOL_RESULT_MAX_BYTES, TOOL_TASK_MAX_WAITING_CLAIMS, TOOL_TASK_CLAIM_MAX_BYTES).
    */
   tenantTools: {
     leaseMs: number;
     maxTools: number;
     maxTasks: number;
+    claimMaxBytes?: number;
     maxResultBytes: number;
     maxWaitingClaims?: number;
   };
@@ -75,7 +76,7 @@ export default fp<EnginePluginOptions>(
     const memory = new MemoryStore(app.redis, opts.memory);
     const tt = opts.tenantTools;
     const registry = new TenantToolRegistry(app.redis, tt.maxTools);
-    const tasks = new TaskQueue(app.redis, tt.leaseMs, tt.maxTasks);
+    const tasks = new TaskQueue(app.redis, tt.leaseMs, tt.maxTasks, tt.claimMaxBytes);
     const toolbox = new Toolbox(
       [
         serverToolProvider(serverTools),

@@ -36,7 +36,7 @@ import {
   type TaskRecord,
   type TaskResult,
 } from './task-record.js';
-import type { RefusedOffer, TaskQueue } from './tasks.js';
+import type { ClaimLeft, RefusedOffer, TaskQueue } from './tasks.js';
 import { FailureLog } from '../log.js';
 
 interface ToolTaskOptions {
@@ -177,7 +177,8 @@ export class ToolTasks {
   }
 
   /**
-   * `POST /v1/tool-tasks/claim`: up to `max` calls of `tools`, waiting up to `waitMs` for one. After a first empty
+   * `POST /v1/tool-tasks/claim`: up to `max` calls of `tools`, as many as fit in TOOL_TASK_CLAIM_MAX_BYTES (at least
+   * one: claim-6.lua), waiting up to `waitMs` for one. After a first empty
    * claim it listens on the tenant's `wake` channel and claims once more before it waits: a call queued between the
    * empty claim and the SUBSCRIBE was published to nobody, and is found by that claim. From then on `heard` is
    * cleared before each claim, so a call published while a claim runs makes the wait end at once. Each call queued
@@ -198,8 +199,10 @@ export class ToolTasks {
       for (;;) {
         if (signal.aborted || this.sweeps.stopping) return [];
         wake?.clear();
-        const out = await this.claimOnce(tenant, body);
-        full = out.length >= body.max;
+        const behind: ClaimLeft = {};
+        const out = await this.claimOnce(tenant, body, behind);
+        // Calls may be left when it took `max`, or when its byte bound (TOOL_TASK_CLAIM_MAX_BYTES) stopped it.
+        full = out.length >= body.max || behind.more === true;
         const left = until - Date.now();
         if (out.length > 0 || left <= 0 || signal.aborted || this.sweeps.stopping) return out;
         if (!wake) {
@@ -226,8 +229,9 @@ export class ToolTasks {
   private async claimOnce(
     tenant: string,
     body: { tools: string[]; max: number; worker_id: string },
+    left: ClaimLeft,
   ): Promise<ClaimedTask[]> {
-    const got = await this.o.queue.claim(tenant, body.tools, body.max, body.worker_id);
+    const got = await this.o.queue.claim(tenant, body.tools, body.max, body.worker_id, left);
     const out: ClaimedTask[] = [];
     const started: Array<Promise<void>> = [];
     for (const { rec, input, owed } of got) {

@@ -85,12 +85,28 @@ export interface ClaimedCall {
   owed: TaskRecord[];
 }
 
+/**
+ * Filled by a claim (`TaskQueue.claim`): `more` says the claim's byte bound (TOOL_TASK_CLAIM_MAX_BYTES) stopped it
+ * before `max` calls with a due call of its queues left, which the next claim takes.
+ */
+export interface ClaimLeft {
+  more?: boolean;
+}
+
+/** Most bytes of one claim's answer by default (TOOL_TASK_CLAIM_MAX_BYTES): records, inputs and owed records. */
+export const CLAIM_MAX_BYTES = 4 * 1024 * 1024;
+
 export class TaskQueue {
   constructor(
     private readonly redis: RedisClient,
     readonly leaseMs: number,
     /** Most calls of one tenant queued, leased or undelivered at once (TOOL_TASKS_MAX_PER_TENANT). */
     readonly maxPerTenant: number,
+    /**
+     * Most bytes one claim's script answers (TOOL_TASK_CLAIM_MAX_BYTES): its inputs, records and owed records; a
+     * claim always takes its first call, whatever its size (claim-6.lua).
+     */
+    readonly claimMaxBytes = CLAIM_MAX_BYTES,
   ) {
     defineLuaCommands(redis, new URL('./lua/', import.meta.url), 'tt');
   }
@@ -149,14 +165,23 @@ export class TaskQueue {
     return r === 1 ? 'queued' : r === 0 ? 'known' : r === 2 ? 'settled' : 'full';
   }
 
-  /** Offers up to `max` queued calls of `tools` to `worker`; records the worker as seen (one script, two ZADDs). */
-  async claim(tenant: string, tools: readonly string[], max: number, worker: string): Promise<ClaimedCall[]> {
+  /**
+   * Offers up to `max` queued calls of `tools` to `worker`, as many as fit in `claimMaxBytes` (at least one); records
+   * the worker as seen (one script, two ZADDs). `left.more` says the byte bound left due calls behind.
+   */
+  async claim(
+    tenant: string,
+    tools: readonly string[],
+    max: number,
+    worker: string,
+    left?: ClaimLeft,
+  ): Promise<ClaimedCall[]> {
     const k = keyList(tenant);
     const prefix = `tt_${randomBytes(9).toString('base64url').replace(/[-_]/g, 'x')}`;
     // The tenant is due when the leases this claim may give lapse, written before the claim (one pipeline): should
     // the process die after the claim, or `seen` fail, the lapsed leases are still swept then, not at the calls'
     // deadlines (which would also skip their remaining attempts). A claim that takes nothing costs one early look.
-    const [, rows] = await Promise.all([
+    const [, [more, ...rows]] = await Promise.all([
       this.schedule(tenant, this.leaseMs),
       this.redis.ttClaim(
         k.calls,
@@ -169,10 +194,12 @@ export class TaskQueue {
         max,
         worker,
         prefix,
+        this.claimMaxBytes,
         ...tools,
       ),
       this.seen(tenant, tools, worker),
     ]);
+    if (left) left.more = more === 1;
     const out: ClaimedCall[] = [];
     for (let i = 0; i + 2 < rows.length; i += 3) {
       out.push({

@@ -16,7 +16,7 @@ import { text, toolCalls, toolUse } from '../fake/script.js';
 import { startHarness, type Harness } from '../helpers/service.js';
 import { until } from '../durability/chaos-lib.js';
 import { monitorRedis } from '../helpers/redis-monitor.js';
-import type { TaskQueue } from '../../src/tenant-tools/tasks.js';
+import { CLAIM_MAX_BYTES, TaskQueue, type ClaimLeft } from '../../src/tenant-tools/tasks.js';
 
 const lookup = {
   description: 'Look an order up.',
@@ -216,6 +216,60 @@ describe('the tool task queue, with many past tenants', { timeout: 180_000 }, ()
       others.map((g) => g.rec.session),
       ['s-idx-nobody-0', 's-idx-nobody-1', 's-idx-nobody-2'],
     );
+  });
+
+  it('a claim answers at most TOOL_TASK_CLAIM_MAX_BYTES of inputs, one call at least; the rest wait for the next claim', async () => {
+    assert.equal(h.service.app.toolTasks.queue.claimMaxBytes, CLAIM_MAX_BYTES, 'the default bound');
+    // A queue of its own on a client of its own (no auto-pipelining), whose claim script's answers are counted.
+    const own = new Redis(h.redis.url);
+    const queue = new TaskQueue(own, 20_000, 1000);
+    const script = own.ttClaim.bind(own);
+    const answered: number[] = [];
+    own.ttClaim = (async (...args: Parameters<typeof script>) => {
+      const rows = await script(...args);
+      answered.push(rows.reduce<number>((n, r) => n + Buffer.byteLength(String(r)), 0));
+      return rows;
+    }) as typeof own.ttClaim;
+    const MB = 1_000_000;
+    const task = (i: number, bytes: number) => ({
+      session: `s-bulky-${i}`,
+      toolUseId: `tu-${i}`,
+      round: 0,
+      name: 'bulky',
+      input: { q: 'x'.repeat(bytes) },
+      runner: 'worker' as const,
+      maxAttempts: 3,
+      timeoutMs: 600_000,
+    });
+    try {
+      // Eight calls of 1 MB inputs (as approvals that edit the input make them), then one of 5 MB, past the bound.
+      for (let i = 0; i < 8; i++) assert.equal(await queue.enqueue('bulky', task(i, MB)), 'queued');
+      assert.equal(await queue.enqueue('bulky', task(8, 5 * MB)), 'queued');
+      const claims: string[][] = [];
+      const more: boolean[] = [];
+      for (let i = 0; i < 4; i++) {
+        const left: ClaimLeft = {};
+        claims.push((await queue.claim('bulky', ['bulky'], 100, 'w', left)).map((g) => g.rec.session));
+        more.push(left.more === true);
+      }
+      // Four inputs of 1 MB fit in 4 MiB, a fifth does not: it is the oldest left, for the next claim (whose
+      // `more` says so); the 5 MB call is given alone.
+      const s = (from: number, to: number) =>
+        Array.from({ length: to - from }, (_, i) => `s-bulky-${from + i}`);
+      assert.deepEqual(claims, [s(0, 4), s(4, 8), ['s-bulky-8'], []]);
+      assert.deepEqual(more, [true, true, false, false]);
+      assert.equal(answered.length, 4);
+      for (const n of answered.slice(0, 2)) assert.ok(n <= CLAIM_MAX_BYTES, `a claim answered ${n} bytes`);
+      assert.ok(
+        answered[2]! > 5 * MB && answered[2]! < 5 * MB + 4096,
+        `the large call alone: ${answered[2]}`,
+      );
+      assert.equal(await r.zcard('tt:{tt:bulky}:ready'), 0);
+      assert.equal(await r.zcard('tt:{tt:bulky}:leased'), 9);
+    } finally {
+      for (let i = 0; i < 9; i++) await queue.settle('bulky', `s-bulky-${i}:tu-${i}#0`, 'cancelled');
+      own.disconnect();
+    }
   });
 
   it('calls queued before the per-tool index existed are indexed by the tenant’s first claim', async () => {

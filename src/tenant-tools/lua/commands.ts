@@ -41,7 +41,10 @@ declare module 'ioredis' {
         channel: string,
       ]
     ): Result<number, Context>;
-    /** claim-6.lua: record, input, owed (a JSON array of records) triples. */
+    /**
+     * claim-6.lua: `more` (1: the byte bound left a due call behind, else 0), then record, input, owed (a JSON array
+     * of records) triples.
+     */
     ttClaim(
       ...args: [
         ...keys: Keys<6>,
@@ -49,9 +52,10 @@ declare module 'ioredis' {
         max: number,
         worker: string,
         prefix: string,
+        maxBytes: number,
         ...tools: string[],
       ]
-    ): Result<string[], Context>;
+    ): Result<[more: number, ...rows: string[]], Context>;
     /** heartbeat-3.lua: `['ok', record]` (renewed) or `[refusal]` (`['completed', record]`). */
     ttHeartbeat(...args: [...keys: Keys<3>, offer: string, leaseMs: number]): Result<string[], Context>;
     /** complete-6.lua: `['ok', record]` or `[refusal]` (`['completed', record]`). */
