@@ -16,7 +16,7 @@ import {
   metadataPairs,
   type MetadataPair,
 } from './metadata-index.js';
-import type { SessionState, Status } from './session-state.js';
+import { HEAD_FIELDS, VIEW_FIELDS, type SessionState, type Status } from './session-state.js';
 
 /** How old an index entry without its session must be before a list drops it (ms): older than any create's write. */
 const INDEX_GRACE_MS = 60_000;
@@ -24,17 +24,28 @@ const INDEX_GRACE_MS = 60_000;
 /** A list page yields the event loop after measuring a session this large (see `list`). */
 export const LIST_YIELD_BYTES = 64 * 1024;
 
-/** Bytes of a hash's values (what decoding it costs, near enough). */
-function hashBytes(h: Record<string, Buffer>): number {
+/** Bytes of a view's fields as read (list-view-1.lua's reply): what decoding them costs, near enough. */
+function pairsBytes(pairs: readonly Buffer[]): number {
   let n = 0;
-  for (const k in h) n += h[k]!.length;
+  for (const b of pairs) n += b.length;
   return n;
 }
 
-/** A hash read as bytes (HGETALL's reply), as text. */
-function textOf(h: Record<string, Buffer>): Record<string, string> {
+/** A view's fields as read (field, value, … as bytes), as text. */
+function textOf(pairs: readonly Buffer[]): Record<string, string> {
   const out: Record<string, string> = {};
-  for (const k in h) out[k] = h[k]!.toString('utf8');
+  for (let i = 0; i + 1 < pairs.length; i += 2)
+    out[pairs[i]!.toString('utf8')] = pairs[i + 1]!.toString('utf8');
+  return out;
+}
+
+/** HMGET's reply for `fields`, as a hash (absent fields left out). */
+function hashOf(fields: readonly string[], values: ReadonlyArray<string | null>): Record<string, string> {
+  const out: Record<string, string> = {};
+  fields.forEach((f, i) => {
+    const v = values[i];
+    if (v !== null && v !== undefined) out[f] = v;
+  });
   return out;
 }
 
@@ -44,8 +55,9 @@ function textOf(h: Record<string, Buffer>): Record<string, string> {
  * bound, all. With one, while none is measured, as many as were read (two first: 2, 2, 4, 8, …), so leading dropped
  * sessions neither make one round of the rest nor a round trip each; then as many as the room left holds at the size
  * of those measured (at least one): a page of 400 kB sessions reads the three it needs (two sent, one over the
- * bound), not the whole round of 100 — each read is a whole meta hash decoded on the event loop (~5 ms of CPU for a
- * 400 kB one). A page of small sessions costs one round trip more than reading them all at once.
+ * bound), not the whole round of 100 — each read is a session's view decoded on the event loop (~5 ms of CPU for a
+ * 400 kB one). A page of small sessions costs one round trip more than reading them all at once. `bytes` is what the
+ * caller sizes rounds by: of each session measured, the larger of its view and what was read of it.
  */
 export function listChunk(
   left: number,
@@ -79,17 +91,29 @@ export class SessionIndex {
   }
 
   /**
-   * One session read as a list page of `tenant`'s reads it (see `list`): as bytes, and a large hash decoded as a
-   * heavy step of the tenant's (tenant-turns.ts), not together with every other hash whose reply came in the same
-   * turn of the event loop. Null for a session that is not there.
+   * One session read as a list page of `tenant`'s reads it (see `list`), for its view only (`readView`). Null for a
+   * session that is not there.
    */
   async loadForPage(id: string, tenant: string): Promise<SessionState | null> {
-    const h = await this.redis.hgetallBuffer(sessionKeys(id).meta);
-    if (hashBytes(h) >= LIST_YIELD_BYTES) {
+    return (await this.readView(id, tenant)).state;
+  }
+
+  /**
+   * The fields of a session's view (VIEW_FIELDS, list-view-1.lua), not its whole meta hash: the step a session runs
+   * holds its calls' inputs (a MB each once edited at approval), which a list of 100 such sessions read whole, 100 MB
+   * a round of a status filter's scan, for views that do not show them. The step is read only while the session is
+   * `requires_action`, when its view shows it. Read as bytes, and a large read is decoded as a heavy step of the
+   * tenant's (tenant-turns.ts), not together with every other read whose reply came in the same turn of the event
+   * loop. `bytes`: what was read (the size a list's rounds are reckoned by).
+   */
+  private async readView(id: string, tenant: string): Promise<{ state: SessionState | null; bytes: number }> {
+    const pairs = await this.redis.sessListViewBuffer(sessionKeys(id).meta, ...VIEW_FIELDS);
+    const bytes = pairsBytes(pairs);
+    if (bytes >= LIST_YIELD_BYTES) {
       const wait = heavyStep(tenant);
       if (wait) await wait;
     }
-    return this.decode(textOf(h));
+    return { state: this.decode(textOf(pairs)), bytes };
   }
 
   /** Index members sort by creation time then id, so a lexicographic range pages the list exactly. */
@@ -147,7 +171,9 @@ export class SessionIndex {
    * Entries whose session is gone are dropped from the index on the way (once older than INDEX_GRACE_MS, so the
    * entry of a create in flight stays); a status filter reads at most 20 index
    * pages per call, so one request stays bounded. Metadata filters page the index of the narrowest pair instead
-   * (metadata-index.ts), every candidate checked against the session (a stale entry is dropped).
+   * (metadata-index.ts), every candidate checked against the session (a stale entry is dropped). Each entry's
+   * session is read in two steps: the few fields the filters need (HEAD_FIELDS), then, for those a page may show,
+   * its view's fields (`readView`), never the whole hash.
    */
   async list(
     tenant: string,
@@ -173,33 +199,50 @@ export class SessionIndex {
     let exhausted = false;
     const pageSize = opts.status || filters.length > 1 ? 100 : opts.limit;
     let bytes = 0;
-    // Sessions measured into `bytes` (those the filters keep): a round's size is the room left at their size; the
-    // sessions read count the filtered-out and gone ones too (0 bytes for 2 read made the next round the whole page).
+    // Sessions measured into `bytes` (those the filters keep), and what a round is sized by (`reckoned`): of each,
+    // the larger of its view and what was read of it. (Rounds sized by the views alone, when a list read whole
+    // hashes, read 100 sessions at once whose views were small and whose steps were 1 MB each.)
     let measured = 0;
+    let reckoned = 0;
     let full = false;
+    const filtered = !!opts.status || filters.length > 0;
+    const headFields: readonly string[] = filters.length ? [...HEAD_FIELDS, 'metadata'] : HEAD_FIELDS;
     for (let round = 0; round < 20 && items.length < opts.limit && !full; round++) {
       const members = await this.redis.zrevrangebylex(key, max, '-', 'LIMIT', 0, pageSize);
-      const states: Array<SessionState | null> = [];
+      // With a filter, first what it needs of every entry of the round (a few small fields, one pipeline), so only
+      // the sessions a page shows are read for their views: a status filter's scan of 20 rounds of 100 reads 2000
+      // statuses, not 2000 sessions. An entry dropped here (gone, another status…) is as its head says. Without one,
+      // every entry is read for its view.
+      const heads = filtered
+        ? await Promise.all(
+            members.map((m) => this.redis.hmget(sessionKeys(m.slice(16)).meta, ...headFields)),
+          )
+        : [];
+      const states: Array<SessionState | null> = heads.map((h) => this.decode(hashOf(headFields, h)));
+      const wanted = members.map((m, i) => {
+        if (!filtered) return true;
+        const s = this.entryOf(m, states[i] ?? null);
+        return !!s && (!opts.status || s.status === opts.status) && matchesMetadata(s.metadata, filters);
+      });
+      // Bytes read of each view read (`readView`), and the entries read for their views so far (those before `viewed`).
+      const sizes: number[] = [];
+      let viewed = 0;
+      let views = 0;
       let read = 0;
       for (; read < members.length && items.length < opts.limit; read++) {
-        if (read === states.length) {
-          const next = members.slice(
-            read,
-            read + listChunk(members.length - read, states.length, measured, bytes, bound),
-          );
-          // Read together, decoded one by one: a large hash (a 400 kB session) is a heavy step of the tenant's
-          // (tenant-turns.ts), not one of several decoded in the turn their replies arrived in.
-          // As bytes: decoding each to text is part of its step (ioredis would decode them all as they arrive).
-          const hashes = await Promise.all(
-            next.map((m) => this.redis.hgetallBuffer(sessionKeys(m.slice(16)).meta)),
-          );
-          for (const h of hashes) {
-            if (hashBytes(h) >= LIST_YIELD_BYTES) {
-              const wait = heavyStep(tenant);
-              if (wait) await wait;
-            }
-            states.push(this.decode(textOf(h)));
-          }
+        if (wanted[read] && read >= viewed) {
+          const left = wanted.slice(read).filter(Boolean).length;
+          const n = listChunk(left, views, measured, reckoned, bound);
+          const next: number[] = [];
+          for (let i = read; i < members.length && next.length < n; i++) if (wanted[i]) next.push(i);
+          // Read together, each decoded as a step of its own (`readView`).
+          const got = await Promise.all(next.map((i) => this.readView(members[i]!.slice(16), tenant)));
+          next.forEach((i, j) => {
+            states[i] = got[j]!.state;
+            sizes[i] = got[j]!.bytes;
+          });
+          viewed = next.at(-1)! + 1;
+          views += next.length;
         }
         const member = members[read]!;
         const s = this.entryOf(member, states[read] ?? null);
@@ -211,6 +254,7 @@ export class SessionIndex {
         ) {
           const size = bound.sizeOf(s);
           bytes += size;
+          reckoned += Math.max(size, sizes[read] ?? 0);
           measured++;
           if (bytes > bound.maxBytes && items.length > 0) {
             full = true;

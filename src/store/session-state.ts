@@ -431,6 +431,63 @@ export function decodeFields(h: Record<string, string>): SessionState {
   };
 }
 
+/**
+ * The meta fields a session's view (src/sessions/view.ts `sessionView`) reads through `decodeFields`, by name: what a
+ * list page reads of each session it shows (lua/list-view-1.lua adds the `u_st_*` counts, and `pending` with its
+ * `result:*` fields while the session is `requires_action`, the one status whose view shows the step). Not the rest
+ * of the hash: the step of a running session (its calls' inputs, a MB each once edited at approval), the tools as
+ * last sent, the tenant tools' definitions, the chat and idempotency records… A field the view comes to read must be
+ * named here (sessions-list.test compares each list item with the session's GET).
+ */
+export const VIEW_FIELDS = [
+  'id',
+  'tenant',
+  'status',
+  'revision',
+  'iteration',
+  'compactions',
+  'params',
+  'tools',
+  'max_iterations',
+  'approval',
+  'review',
+  'on_tool_error',
+  'on_max_tokens',
+  'cache_tool_results',
+  'stream',
+  'budget',
+  'run_tools_eagerly',
+  'pause_after_turn',
+  'compaction',
+  'compact',
+  'stop_reason',
+  'error',
+  'u_in',
+  'u_out',
+  'u_cc',
+  'u_cr',
+  'u_cost',
+  'u_nc',
+  'u_child_in',
+  'u_child_out',
+  'u_child_cc',
+  'u_child_cr',
+  'u_child_cost',
+  'u_child_nc',
+  'metadata',
+  'created_at',
+  'updated_at',
+  'msg_count',
+  'parent',
+  'action_timeout',
+  'on_action_timeout',
+  'ttl',
+  'act_due',
+] as const;
+
+/** The meta fields a list's filters read (an entry's session, its status), before it reads a session's view. */
+export const HEAD_FIELDS = ['id', 'tenant', 'created_at', 'status'] as const;
+
 const SERVER_TOOL_PREFIX = 'u_st_';
 
 function decodeCost(h: Record<string, string>): SessionCost {

@@ -10,6 +10,7 @@ import { startHarness, type Api, type Harness } from '../helpers/service.js';
 import { Redis } from 'ioredis';
 import { jsonBoundsExceeded, jsonScan, jsonTooWide } from '../../src/json-depth.js';
 import { wsUrl } from '../fixtures/event-clients.js';
+import { toolCalls, toolUse } from '../fake/script.js';
 
 const wide = (n: number, prefix = 'k') =>
   Object.fromEntries(Array.from({ length: n }, (_, i) => [`${prefix}${i.toString(36)}`, 0]));
@@ -19,7 +20,7 @@ describe('loose objects are bounded', { timeout: 60_000 }, () => {
   let acme: Api;
 
   before(async () => {
-    h = await startHarness({ env: { API_KEYS: 'acme:key-acme,globex:key-globex' } });
+    h = await startHarness({ env: { API_KEYS: 'acme:key-acme,globex:key-globex,initech:key-initech' } });
     acme = h.api.as('key-acme');
   });
   after(async () => h?.close());
@@ -188,17 +189,18 @@ describe('loose objects are bounded', { timeout: 60_000 }, () => {
     let cursor: string | null = null;
     const redis = new Redis(h.redis.url);
     t.after(() => redis.disconnect());
-    const hgetalls = async () =>
-      Number(/cmdstat_hgetall:calls=(\d+)/.exec(await redis.info('commandstats'))?.[1] ?? 0);
+    // Each session a page reads for its view is one list-view script, its one HKEYS (INFO counts a script's commands).
+    const viewReads = async () =>
+      Number(/cmdstat_hkeys:calls=(\d+)/.exec(await redis.info('commandstats'))?.[1] ?? 0);
     for (let pages = 0; pages < 10; pages++) {
-      const before = await hgetalls();
+      const before = await viewReads();
       const r: { status: number; body: any } = await globex.get(
         `/v1/sessions?limit=100${cursor ? `&cursor=${encodeURIComponent(cursor)}` : ''}`,
       );
       assert.equal(r.status, 200);
       // A page reads the sessions it sends and one more (the one over the bound), not the whole round of 100:
       // each read is a 400 kB hash decoded on the event loop. (Other tenants' and sweeps' reads may add a few.)
-      const read = (await hgetalls()) - before;
+      const read = (await viewReads()) - before;
       assert.ok(read <= r.body.data.length + 2, `read ${read} sessions for a page of ${r.body.data.length}`);
       assert.ok(
         JSON.stringify(r.body).length <= 1_048_576 + 4096,
@@ -210,5 +212,67 @@ describe('loose objects are bounded', { timeout: 60_000 }, () => {
       if (!r.body.has_more) break;
     }
     assert.equal(seen.size, 8);
+  });
+
+  it('a list reads each session’s view, not its step: running sessions holding 1 MB approved inputs cost a list no MB', async (t) => {
+    const initech = h.api.as('key-initech');
+    const tool = {
+      description: 'Look up, slowly.',
+      input_schema: { type: 'object', properties: { q: { type: 'string' } } },
+      runner: { type: 'worker' },
+    };
+    assert.equal((await initech.req('PUT', '/v1/tools/slow_lookup', tool)).status, 201);
+    // Sessions whose call was approved with a 1 MB edited input: each runs (parked on its task, no worker claims
+    // it), its step holding the input; one more waits for its decision (its view shows the step).
+    const MB = 1_000_000;
+    const running: string[] = [];
+    const N = 10;
+    for (let i = 0; i <= N; i++) {
+      h.fake.enqueue(toolCalls([toolUse('slow_lookup', { q: `small ${i}` })]));
+      const s = await initech.post('/v1/sessions', {
+        input: `look ${i}`,
+        tools: ['slow_lookup'],
+        approval: ['slow_lookup'],
+      });
+      assert.equal(s.status, 201, JSON.stringify(s.body));
+      const waiting = await initech.waitStatus(s.body.id, 'requires_action');
+      if (i === N) break;
+      const call = waiting.required_action.tool_calls[0].id;
+      const d = await initech.post(`/v1/sessions/${s.body.id}/tool-calls/${call}`, {
+        decision: 'approve',
+        input: { q: 'x'.repeat(MB) },
+      });
+      assert.equal(d.status, 202, JSON.stringify(d.body));
+      running.push(s.body.id);
+    }
+    t.after(async () => {
+      for (const id of running) await initech.post(`/v1/sessions/${id}/cancel`, {});
+    });
+    const redis = new Redis(h.redis.url);
+    t.after(() => redis.disconnect());
+    const sent = async () => Number(/total_net_output_bytes:(\d+)/.exec(await redis.info('stats'))?.[1] ?? 0);
+    for (const query of ['status=running&limit=100', 'limit=100', 'status=idle&limit=100']) {
+      const before = await sent();
+      const r = await initech.get(`/v1/sessions?${query}`);
+      // What Redis sent meanwhile (to every client: the service's sweeps add a few kB): no session's step. Each
+      // read whole was 1 MB, 10 MB a page.
+      const bytes = (await sent()) - before;
+      assert.equal(r.status, 200);
+      assert.ok(bytes < 200_000, `${query}: Redis sent ${bytes} bytes for a page of ${r.body.data.length}`);
+      if (query.startsWith('status=running')) {
+        assert.deepEqual(new Set(r.body.data.map((s: { id: string }) => s.id)), new Set(running));
+        assert.ok(r.body.data.every((s: { required_action: unknown }) => s.required_action === null));
+      }
+      if (query === 'limit=100') {
+        assert.equal(r.body.data.length, N + 1);
+        // Each item is the session as its GET shows it: the view's fields are all read (the step too, for the one
+        // that waits for its decision).
+        for (const item of r.body.data) {
+          const one = await initech.get(`/v1/sessions/${item.id}`);
+          assert.deepEqual(item, one.body);
+        }
+        assert.equal(r.body.data[0].required_action.type, 'approve_tool_calls');
+      }
+    }
   });
 });

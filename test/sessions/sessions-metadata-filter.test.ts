@@ -98,8 +98,10 @@ describe('metadata filters of the session list', () => {
         reads.every((c) => c[1] !== 't:{acme}:sessions'),
         `read the tenant index: ${JSON.stringify(reads)}`,
       );
-      const loads = monitor.commands.filter((c) => /^hgetall$/i.test(c[0]!));
+      // One session read for its view (the list-view script: its HKEYS), none whole.
+      const loads = monitor.scripted.filter((c) => /^hkeys$/i.test(c[0]!) && /^s:\{ses_/.test(c[1] ?? ''));
       assert.equal(loads.length, 1, 'one session loaded');
+      assert.equal(monitor.commands.filter((c) => /^hgetall$/i.test(c[0]!)).length, 0, 'no whole hash read');
     } finally {
       monitor.stop();
     }

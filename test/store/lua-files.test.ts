@@ -73,6 +73,7 @@ describe('Lua lives in .lua files', () => {
       'sessDueSettle',
       'sessIdemKeep',
       'sessIdemRelease',
+      'sessListView',
       'sessMemoryList',
       'sessMemoryRemove',
       'sessMemoryRename',

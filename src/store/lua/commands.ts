@@ -220,5 +220,10 @@ declare module 'ioredis' {
     ): Result<RenameOutcome, Context>;
     /** memory-list-1.lua: path, bytes, path, bytes, … */
     sessMemoryList(files: string, prefix: string): Result<Array<string | number>, Context>;
+    /**
+     * list-view-1.lua: field, value, … of the session's view (`fields`, the `u_st_*` counts, and `pending` with its
+     * `result:*` fields while `requires_action`); as bytes, so a list decodes each in its own step.
+     */
+    sessListViewBuffer(meta: string, ...fields: string[]): Result<Buffer[], Context>;
   }
 }
