@@ -244,7 +244,10 @@ export function eventDataSchemas(session: z.ZodType) {
       name: z.string(),
       attempt: z.number().int(),
       next_attempt: z.number().int(),
+      /** `lease_expired` (the claimant's lease lapsed), or `http_failed` (an http tool's try failed: `error`). */
       reason: z.string(),
+      /** An `http_failed` try's failure: `HTTP 500`, `timeout after 30000 ms`, `ECONNREFUSED`, … */
+      error: z.string().optional(),
     }),
     'iteration.persisted': z.looseObject({
       iteration,

@@ -637,9 +637,9 @@ export class SessionStore {
   }
 
   /**
-   * A tenant tool call's `tool_task.retried` event for its lost `attempt` of `round`, written once whoever writes it
-   * and however often (tool-retried-2.lua), and only while the session's step waits for the call. True when written
-   * now.
+   * A tenant tool call's `tool_task.retried` event for its lost (or failed) `attempt` of `round`, written once
+   * whoever writes it and however often (tool-retried-2.lua), and only while the session's step waits for the call.
+   * True when written now.
    */
   async appendToolRetried(
     id: string,

@@ -240,9 +240,15 @@ export class HttpToolCaller {
       rec.offer,
       retryDelay(rec.attempt),
       `Error: ${rec.name} failed ${rec.attempt} time(s); the last: ${failure}`,
+      failure ?? 'failed',
     );
-    if (next === 'retried') this.o.metrics.toolTasks.inc({ event: 'retried' });
-    if (next === 'failed') {
+    if (next.kind === 'retried') {
+      this.o.metrics.toolTasks.inc({ event: 'retried' });
+      // Its `tool_task.retried` (`http_failed`, the failure), as a lost lease's: before the next try's `tool.started`
+      // (a claim of the call pays a debt still owed first).
+      await this.o.tasks.payRetried(next.owed);
+    }
+    if (next.kind === 'failed') {
       this.o.metrics.toolTasks.inc({ event: 'timed_out' });
       await this.o.tasks.deliver(rec.tenant, rec.call);
     }

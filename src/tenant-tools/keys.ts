@@ -22,8 +22,8 @@
  * - `tt:{tt:T}:gc` ZSET call → when its delivered record (a tombstone against a second enqueue) may go
  * - `tt:{tt:T}:offers` HASH offer id (`tt_…`) → call
  * - `tt:{tt:T}:owed` HASH `<call> <attempt>` → the call's record as offered again after that attempt's lease was
- *   lost: its `tool_task.retried` event is owed to the session (written in another slot), until written
- *   (sweep-10.lua; service.ts `payRetried`)
+ *   lost, or after it failed as an http tool's try (with its `failure`): its `tool_task.retried` event is owed to
+ *   the session (written in another slot), until written (sweep-10.lua, release-8.lua; service.ts `payRetried`)
  * - `tt:http` SET of tenants that have calls of http tools queued (the service's HTTP caller looks at their
  *   queues; tasks.ts `httpIdle` takes a tenant off)
  * - `tt:due` ZSET tenant → when its queue needs a sweep (a lease or deadline falls due, an undelivered result, a

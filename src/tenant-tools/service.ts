@@ -270,14 +270,15 @@ export class ToolTasks {
   }
 
   /**
-   * Writes the owed `tool_task.retried` of `rec`'s lost attempt (`rec` as the sweep offered it again), then clears
-   * the debt. The sweep that lost the lease records the debt in the tenant's slot with the offer (sweep-10.lua); the
-   * event is in the session's slot, so the two cannot be one write: a writer killed between them leaves the debt to
-   * the call's next claim or the next sweep, and two replicas may pay it at once. The session's script writes it
-   * once per attempt all the same (tool-retried-2.lua), so paying again is harmless; the debt is cleared only after
-   * the write, so it is never lost. A failed write leaves it to the next sweep (the tenant stays due meanwhile).
+   * Writes the owed `tool_task.retried` of `rec`'s lost or failed attempt (`rec` as offered again), then clears the
+   * debt. The sweep that lost the lease, or the HTTP caller that gave back a failed try, records the debt in the
+   * tenant's slot with the offer (sweep-10.lua, release-8.lua); the event is in the session's slot, so the two
+   * cannot be one write: a writer killed between them leaves the debt to the call's next claim or the next sweep,
+   * and two replicas may pay it at once. The session's script writes it once per attempt all the same
+   * (tool-retried-2.lua), so paying again is harmless; the debt is cleared only after the write, so it is never
+   * lost. A failed write leaves it to the next sweep (the tenant stays due meanwhile).
    */
-  private async payRetried(rec: TaskRecord): Promise<void> {
+  async payRetried(rec: TaskRecord): Promise<void> {
     try {
       await this.o.deps.store.appendToolRetried(
         rec.session,

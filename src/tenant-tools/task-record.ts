@@ -42,6 +42,11 @@ export interface TaskRecord {
    * on it. A cancel decided from a read of the session made before is refused (TaskQueue `cancelUnlessWanted`).
    */
   wanted?: number;
+  /**
+   * Only in an owed record (keys.ts `owed`) of an http tool's failed try, given back by its caller (release-8.lua):
+   * the try's failure, which its `tool_task.retried` event tells. Never in the call's own record.
+   */
+  failure?: string;
 }
 
 /**
@@ -101,7 +106,11 @@ export const toolStarted = (rec: TaskRecord, input: unknown, worker: string): [s
     task_id: rec.offer,
   });
 
-/** The `tool_task.retried` event of the attempt whose lease was lost, `rec` being the call as offered again. */
+/**
+ * The `tool_task.retried` event of an attempt that is offered again, `rec` being the call as offered again (an owed
+ * record): its lease was lost (`lease_expired`, sweep-10.lua), or it was an http tool's try that failed
+ * (`http_failed`, with the failure in `error`: release-8.lua).
+ */
 export const toolRetried = (rec: TaskRecord): [string, string] =>
   eventOf('tool_task.retried', {
     tool_use_id: rec.tool_use_id,
@@ -109,5 +118,7 @@ export const toolRetried = (rec: TaskRecord): [string, string] =>
     attempt: rec.attempt,
     next_attempt: rec.attempt + 1,
     worker_id: rec.worker,
-    reason: 'lease_expired',
+    ...(rec.failure === undefined
+      ? { reason: 'lease_expired' }
+      : { reason: 'http_failed', error: rec.failure }),
   });

@@ -282,16 +282,19 @@ export class TaskQueue {
   }
 
   /**
-   * Gives an offer's call back after a failed try of the HTTP caller (its only user): offered again after `delayMs`
-   * (the tenant kept in `tt:http`, before the script and after it, as `enqueue` does), or failed with `error` when
-   * it had its last attempt.
+   * Gives an offer's call back after a failed try of the HTTP caller (its only user), `failure` saying how it failed:
+   * offered again after `delayMs` (the tenant kept in `tt:http`, before the script and after it, as `enqueue` does),
+   * owing its session a `tool_task.retried` event (`owed`: the debt's record, for the caller to pay at once; a
+   * sweep or the call's next claim pays it should the caller die first), or failed with `error` when it had its last
+   * attempt.
    */
   async release(
     tenant: string,
     offer: string,
     delayMs: number,
     error: string,
-  ): Promise<'retried' | 'failed' | OfferRefusal> {
+    failure: string,
+  ): Promise<{ kind: 'retried'; owed: TaskRecord } | { kind: 'failed' | OfferRefusal }> {
     const k = keyList(tenant);
     await this.redis.sadd(HTTP_TENANTS_KEY, tenant);
     const r = await this.redis.ttRelease(
@@ -302,13 +305,21 @@ export class TaskQueue {
       k.deadline,
       k.results,
       k.done,
+      k.owed,
       offer,
       delayMs,
       error,
+      failure,
     );
     if (r[0] === 'failed') await this.schedule(tenant, 2000);
-    if (r[0] === 'retried') await this.redis.sadd(HTTP_TENANTS_KEY, tenant);
-    return r[0] as 'retried' | 'failed' | OfferRefusal;
+    if (r[0] === 'retried') {
+      await this.redis.sadd(HTTP_TENANTS_KEY, tenant);
+      // Due soon while the event is owed (includes/next-due.lua: a debt is due at once): a sweep pays it should the
+      // caller not.
+      await this.schedule(tenant, 2000);
+      return { kind: 'retried', owed: decodeStored<TaskRecord>(r[1]!) };
+    }
+    return { kind: r[0] as 'failed' | OfferRefusal };
   }
 
   /** Tenants that may have calls of http tools queued. */

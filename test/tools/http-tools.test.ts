@@ -145,6 +145,29 @@ describe('http tools', { timeout: 120_000 }, () => {
       { claimed: 2, retried: 1, completed: 1 },
       'the calls count in trs_tool_tasks_total as a worker’s do',
     );
+    // The retry is told on the session too, as a lost lease's is: its `tool_task.retried` says why, between the two
+    // tries' `tool.started` (a client saw two starts and nothing between them).
+    const tries = ((await h.api.get(`/v1/sessions/${id}/events?limit=500`)).body.data as any[]).filter(
+      (e) => e.type === 'tool.started' || e.type === 'tool_task.retried',
+    );
+    assert.deepEqual(
+      tries.map((e) => [e.type, e.data.attempt]),
+      [
+        ['tool.started', 1],
+        ['tool_task.retried', 1],
+        ['tool.started', 2],
+      ],
+    );
+    const { worker_id, ...retried } = tries[1].data;
+    assert.deepEqual(retried, {
+      tool_use_id: 'toolu_p1',
+      name: 'price_lookup',
+      attempt: 1,
+      next_attempt: 2,
+      reason: 'http_failed',
+      error: 'HTTP 500',
+    });
+    assert.equal(worker_id, tries[0].data.worker_id, 'the worker whose try failed');
   });
 
   it('a non-2xx is retried whatever its body: an error page past TOOL_RESULT_MAX_BYTES too', async () => {

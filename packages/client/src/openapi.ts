@@ -2044,6 +2044,7 @@ export interface components {
         /** Format: int64 */
         next_attempt: number;
         reason: string;
+        error?: string;
       } & {
         [key: string]: unknown;
       };

@@ -1,5 +1,6 @@
--- tool-retried: a tenant tool call's `tool_task.retried` event (its attempt's lease was lost), written at most once
--- per attempt whoever writes it: the sweeper that offered the call again, or, should it die first, the next claimant
+-- tool-retried: a tenant tool call's `tool_task.retried` event (its attempt's lease was lost, or its http try failed),
+-- written at most once per attempt whoever writes it: the sweeper (or the HTTP caller, src/tenant-tools/lua/
+-- release-8.lua) that offered the call again, or, should it die first, the next claimant
 -- of the call or the next sweep on any replica (the debt is kept in the tenant's queue, src/tenant-tools/lua/sweep-10.lua,
 -- another slot: so two of them may write it at once, or one again after its first write landed and it died).
 -- Written only while the session's step waits for the call's result (its `reported:<id>` field is '', as

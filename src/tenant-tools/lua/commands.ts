@@ -60,9 +60,9 @@ declare module 'ioredis' {
     ttHeartbeat(...args: [...keys: Keys<3>, offer: string, leaseMs: number]): Result<string[], Context>;
     /** complete-6.lua: `['ok', record]` or `[refusal]` (`['completed', record]`). */
     ttComplete(...args: [...keys: Keys<6>, offer: string, result: string]): Result<string[], Context>;
-    /** release-7.lua: `['retried' | 'failed', record]` or `[refusal]`. */
+    /** release-8.lua: `['retried', owed record]`, `['failed', record]` or `[refusal]`. */
     ttRelease(
-      ...args: [...keys: Keys<7>, offer: string, delayMs: number, error: string]
+      ...args: [...keys: Keys<8>, offer: string, delayMs: number, error: string, failure: string]
     ): Result<string[], Context>;
     /** settle-8.lua: 1 when the call was known, 2 a cancel refused (queued again since `wanted`), 0 unknown. */
     ttSettle(
