@@ -1,3 +1,4 @@
+import type { FastifyReply, FastifyRequest } from 'fastify';
 import type { FastifyPluginAsyncZod } from 'fastify-type-provider-zod';
 import { notFound } from '../src/errors.js';
 import { HttpRefusal } from '../src/plugins/error-status.js';
@@ -15,6 +16,7 @@ import type { TenantToolDef } from '../src/tenant-tools/types.js';
 import { checkWebhookUrl } from '../src/webhooks/address-guard.js';
 import { ifMatchHeader, resolveIfMatch } from './mutations.js';
 import { newSecret } from '../src/webhooks/secrets.js';
+import { sealInRecord } from '../src/plugins/idempotency.js';
 
 /** The 404 of this file's routes names one thing (src/openapi/responses.ts `routeErrors`). */
 const NOT_FOUND = { 404: ['tool_not_found'] } as const satisfies RouteCodes;
@@ -38,13 +40,34 @@ const routes: FastifyPluginAsyncZod = async (app) => {
       );
   };
 
+  /** A tool as PUT answers it: `secret` (an http runner's, made by this PUT) shown once, kept sealed in a record. */
+  const sendPut = (
+    req: FastifyRequest,
+    reply: FastifyReply,
+    code: 200 | 201,
+    def: TenantToolDef,
+    secret: string | undefined,
+  ) => {
+    // A replay of this PUT (Idempotency-Key) answers with the secret too; its record keeps it sealed.
+    sealInRecord(req, 'secret');
+    return reply
+      .code(code)
+      .header('etag', `"${def.revision ?? 1}"`)
+      .send({ ...toolView(def), ...(secret !== undefined ? { secret } : {}) });
+  };
+
   app.put(
     '/v1/tools/:name',
     {
+      // As a create POST does (spec §7: §3's rule): a PUT whose answer was lost is sent again with its key and gets
+      // that answer, the secret it showed included, not a replace's 200 without one.
+      config: { idempotencyKey: true },
       schema: {
         operationId: 'putTool',
         summary:
           'Register or replace a tenant tool (an http runner’s signing secret is shown only when it is made)',
+        description:
+          'With an `Idempotency-Key` (honoured here as on every POST), the same key and body answer the first answer again, its `secret` included, for IDEMPOTENCY_TTL_S; a PUT whose answer was lost gets its secret back by sending it again with its key.',
         tags,
         params: toolNameParam,
         body: putToolBody,
@@ -71,6 +94,18 @@ const routes: FastifyPluginAsyncZod = async (app) => {
     async (req, reply) => {
       const { name } = req.params;
       refuseServerToolName(name, 'name the tool otherwise');
+      // A keyed PUT is recorded with its token in the tool (src/store/idempotency.ts `appliedToken`): a retry whose
+      // first request died between the write and its answer's record finds the tool as it wrote it and answers as it
+      // did (with the secret it made, opened from the tool), instead of replacing it with a 200 without the secret —
+      // before If-Match (the revision moved with that write) and the URL are checked again.
+      const token = req.idempotency?.token;
+      const made = token === undefined ? null : await registry.get(req.tenant, name);
+      if (made?.applied && made.applied.token === token) {
+        reply.header('idempotent-replayed', 'true');
+        const shown =
+          made.applied.secret_made && made.secret ? app.webhooks.box.open(made.secret) : undefined;
+        return sendPut(req, reply, made.applied.created ? 201 : 200, made, shown);
+      }
       const body = req.body;
       let runner = body.runner;
       // A replaced http tool keeps its secret; a new one (or one that was a worker tool) takes this one, shown once.
@@ -82,7 +117,7 @@ const routes: FastifyPluginAsyncZod = async (app) => {
         secret = newSecret();
       }
       const now = Date.now();
-      const def: Omit<TenantToolDef, 'revision' | 'created_at' | 'secret'> = {
+      const def: Omit<TenantToolDef, 'revision' | 'created_at' | 'secret' | 'applied'> = {
         name,
         description: body.description,
         input_schema: body.input_schema,
@@ -100,14 +135,15 @@ const routes: FastifyPluginAsyncZod = async (app) => {
           req,
           async () => (await registry.get(req.tenant, req.params.name))?.revision ?? null,
         ),
+        applied: token,
       });
-      return reply
-        .code(created ? 201 : 200)
-        .header('etag', `"${revision}"`)
-        .send({
-          ...toolView({ ...def, created_at: createdAt, revision }),
-          ...(secretMade && secret !== undefined ? { secret } : {}),
-        });
+      return sendPut(
+        req,
+        reply,
+        created ? 201 : 200,
+        { ...def, created_at: createdAt, revision },
+        secretMade ? secret : undefined,
+      );
     },
   );
 

@@ -19,8 +19,9 @@ import { errors, routeErrors } from './responses.js';
  * below walks the same document once, and read in order they are the document's one description.
  *
  * - `security`: the document's default is the bearer key; public routes say `security: []` in their schema.
- * - request headers the plugins read on many routes: `Idempotency-Key` on every POST under /v1 (the idempotency
- *   plugin honours it there), so it is documented by the same rule;
+ * - request headers the plugins read on many routes: `Idempotency-Key` on every POST under /v1 and on the routes
+ *   whose config says `idempotencyKey` (the idempotency plugin honours it there), so it is documented by the same
+ *   rule;
  * - response headers: `ETag` on every answer carrying a session, `Retry-After` on 429 and 503, `WWW-Authenticate`
  *   on 401, `Idempotent-Replayed` on a repeated POST;
  * - routes whose owners give no zod schema: the WebSocket route (@fastify/websocket hides WebSocket routes; this
@@ -47,7 +48,8 @@ between turns (follow-ups, tool-call approval, tool results, params, retry, canc
   a closed set, listed in docs/API.md.
 - **Concurrency**: every answer carrying a session has its revision in \`ETag\`; mutations accept \`If-Match\` and
   answer 412 \`revision_mismatch\` when it does not match.
-- **Retries**: every POST under \`/v1\` honours \`Idempotency-Key\`; 429 and 503 answers carry \`Retry-After\`.
+- **Retries**: every POST under \`/v1\` honours \`Idempotency-Key\`, and so does \`PUT /v1/tools/{name}\` (an http
+  runner's secret is shown once); 429 and 503 answers carry \`Retry-After\`.
 - **Events**: \`GET /v1/sessions/{id}/events\` pages the event log as JSON or streams it as Server-Sent Events;
   \`GET /v1/sessions/{id}/stream\` is the WebSocket. Both protocols (frames, close codes, resume with the last event
   id, exactly once) are specified in docs/API.md of the repository: §6.2 (SSE), §6.3 (WebSocket), §5 (events).
@@ -116,7 +118,7 @@ const parameters: Record<string, OpenAPIV3_1.ParameterObject> = {
     in: 'header',
     required: false,
     description:
-      'Makes the POST safe to retry: the same key with the same body returns the first answer (with ' +
+      'Makes the request safe to retry: the same key with the same body returns the first answer (with ' +
       '`Idempotent-Replayed: true`) for IDEMPOTENCY_TTL_S (24 h by default); with another body 422 ' +
       '`idempotency_key_reused`; while the first is still handled 409 `idempotency_in_progress`. 5xx answers are ' +
       'not kept.',
@@ -276,7 +278,10 @@ export const swaggerOptions: FastifyDynamicSwaggerOptions = {
     const docs = docsRoute(url);
     if (docs) return docs;
     // @fastify/websocket hides its routes; the upgrade is part of the API.
-    const s = 'websocket' in route && route.websocket === true ? { ...schema, hide: false } : schema;
+    let s = 'websocket' in route && route.websocket === true ? { ...schema, hide: false } : schema;
+    // A route of another method than POST that honours Idempotency-Key (its config, src/plugins/idempotency.ts):
+    // marked for `completeOperation`, which documents the header on it as on every POST.
+    if (route.config?.idempotencyKey === true) s = Object.assign({}, s, { [KEYED]: true });
     return jsonSchemaTransform({ schema: s, url, route, ...rest });
   },
   transformObject: (doc) => {
@@ -362,6 +367,12 @@ const RATE_LIMITED = (path: string, method: string, status: string) =>
 
 const ref = (kind: string, name: string) => ({ $ref: `#/components/${kind}/${name}` });
 
+/**
+ * The mark `transform` puts on the schema of a route that honours `Idempotency-Key` though it is no POST (an `x-`
+ * key: @fastify/swagger copies those to the operation); `completeOperation` takes it off.
+ */
+const KEYED = 'x-idempotency-key';
+
 /** The envelope of a 403 (its codes: `scope_denied`, `origin_not_allowed`), registered for the 403 added below. */
 const forbidden = errors(403)[403];
 const invalid = errors(400)[400];
@@ -378,8 +389,10 @@ const staticRefusal = (status: 404 | 412 | 416) => ({
   'application/json': { schema: ref('schemas', String(staticRefusals[status].meta()?.id)) },
 });
 
-function completeOperation(path: string, method: string, op: Operation): void {
-  if (method === 'post' && path.startsWith('/v1/')) {
+function completeOperation(path: string, method: string, op: Operation & { [KEYED]?: boolean }): void {
+  const keyed = (method === 'post' && path.startsWith('/v1/')) || op[KEYED] === true;
+  delete op[KEYED];
+  if (keyed) {
     op.parameters = [...(op.parameters ?? []), ref('parameters', 'IdempotencyKey')];
   }
   // Every GET answers a WebSocket upgrade it does not take with 400 `invalid_request` (src/plugins/ws-handshake.ts),
@@ -423,7 +436,7 @@ function completeOperation(path: string, method: string, op: Operation): void {
     const body = res.content?.['application/json']?.schema;
     const bodyRef = body && '$ref' in body ? body.$ref : undefined;
     if (typeof bodyRef === 'string' && ETAGGED.has(bodyRef)) hs['ETag'] = ref('headers', 'ETag');
-    if (method === 'post' && path.startsWith('/v1/') && status.startsWith('2')) {
+    if (keyed && status.startsWith('2')) {
       hs['Idempotent-Replayed'] = ref('headers', 'IdempotentReplayed');
     }
     if (RATE_LIMITED(path, method, status)) {

@@ -383,7 +383,8 @@ export const tenantTool = z
       .meta({ description: 'Bumped by each PUT; `ETag`, and `If-Match` on PUT and DELETE.' }),
     workers: toolWorkers.optional(),
     secret: z.string().optional().meta({
-      description: "An http runner's signing secret (`whsec_…`): in the answer of the PUT that set it only.",
+      description:
+        "An http runner's signing secret (`whsec_…`): in the answer of the PUT that set it only (and in that answer's replay: the same `Idempotency-Key` and body).",
     }),
   })
   .meta({ id: 'TenantTool' });

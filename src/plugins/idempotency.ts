@@ -35,6 +35,14 @@ declare module 'fastify' {
     /** The same key and body as a streamed answer kept by `keepStreamed`: the route streams it again from here. */
     streamReplay?: StreamReplay | undefined;
   }
+  interface FastifyContextConfig {
+    /**
+     * The route honours `Idempotency-Key` though it is no POST (every POST of the scope does): a PUT whose answer
+     * shows a secret once (`PUT /v1/tools/:name`, an http runner's), which a client whose answer was lost could not
+     * get again otherwise. The OpenAPI document says so for it (src/openapi/document.ts).
+     */
+    idempotencyKey?: boolean;
+  }
   interface FastifyInstance {
     /**
      * A streamed answer's record (it has no body to keep): where it streams from, so the same request streams it
@@ -82,7 +90,8 @@ function sealFields(
 }
 
 /**
- * `Idempotency-Key` on any POST of the scope it is registered in (the `/v1` scope): the first request's answer is kept in Redis for `ttlS` seconds (so it
+ * `Idempotency-Key` on any POST of the scope it is registered in (the `/v1` scope), and on a route of another method
+ * whose config says `idempotencyKey`: the first request's answer is kept in Redis for `ttlS` seconds (so it
  * holds across replicas); the same key with the same body gets that answer again, with another body 422
  * `idempotency_key_reused`, and while the first is still being handled 409 `idempotency_in_progress` (its key held
  * under a short lease its process renews, so a process that died frees the key: IN_FLIGHT_TTL_MS).
@@ -106,7 +115,8 @@ export default fp<{ ttlS: number; maxBytesPerTenant: number; box: SecretBox }>(
     };
     app.addHook('preHandler', async (req, reply) => {
       const raw = req.headers['idempotency-key'];
-      if (req.method !== 'POST' || raw === undefined) return;
+      if ((req.method !== 'POST' && req.routeOptions.config.idempotencyKey !== true) || raw === undefined)
+        return;
       const parsed = keyHeader.safeParse(raw);
       if (!parsed.success)
         throw new InvalidRequest(

@@ -37,11 +37,17 @@ export class TenantToolRegistry {
    * the bound (a replace always goes); 412 `revision_mismatch` when `ifMatch` is not the stored revision (0: none).
    * The tool keeps its `created_at` (`now` for a new one); an http tool keeps its sealed secret, or takes `sealed`
    * when it has none (`secretMade`: the caller shows that secret, made in the same write, so it is the one stored).
+   * `applied`: the request's Idempotency-Key token, kept with what the write did (`TenantToolDef.applied`).
    */
   async put(
     tenant: string,
-    def: Omit<TenantToolDef, 'revision' | 'created_at' | 'secret'>,
-    o: { now: number; sealed?: string | undefined; ifMatch?: number | undefined },
+    def: Omit<TenantToolDef, 'revision' | 'created_at' | 'secret' | 'applied'>,
+    o: {
+      now: number;
+      sealed?: string | undefined;
+      ifMatch?: number | undefined;
+      applied?: string | undefined;
+    },
   ): Promise<{ created: boolean; revision: number; createdAt: number; secretMade: boolean }> {
     const [outcome, revision, createdAt, made] = await this.redis.ttToolPut(
       toolsKey(tenant),
@@ -51,6 +57,7 @@ export class TenantToolRegistry {
       o.ifMatch === undefined ? '' : String(o.ifMatch),
       o.now,
       o.sealed ?? '',
+      o.applied ?? '',
     );
     if (outcome === -1) throw quotaExceeded('TENANT_MAX_TOOLS', this.maxPerTenant, 'tools');
     if (outcome === -2) throw new RevisionMismatch(revision, 'tool');
@@ -166,7 +173,8 @@ export function tenantToolProvider(registry: TenantToolRegistry, tasks: TaskQueu
             `There is no server tool or tenant tool named "${n}". GET /v1/tools lists them.`,
             { tool: n },
           );
-        return { name: n, from: `tenant tool "${n}"`, copy };
+        // Not the PUT's token (`applied`): the session's copy is the definition, nothing of the request that wrote it.
+        return { name: n, from: `tenant tool "${n}"`, copy: withoutApplied(copy) };
       });
     },
     runnables: async (scope) =>
@@ -187,6 +195,8 @@ export function tenantToolProvider(registry: TenantToolRegistry, tasks: TaskQueu
     },
   };
 }
+
+const withoutApplied = ({ applied: _applied, ...def }: TenantToolDef): TenantToolDef => def;
 
 /** A tenant tool as `GET /v1/tools` lists it. */
 function listingOf(

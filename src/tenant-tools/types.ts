@@ -23,4 +23,10 @@ export interface TenantToolDef {
   updated_at: number;
   /** Bumped by each PUT (`ETag`, `If-Match`); set by the store's script. Absent in records written before it: 1. */
   revision?: number;
+  /**
+   * The PUT that wrote this definition, when it had an `Idempotency-Key`: its token (src/store/idempotency.ts
+   * `appliedToken`), whether it made the tool and its secret. A retry of it finds it here when its answer's record
+   * was not kept (its process died first) and answers as it did. Gone with the next PUT; never in a session's copy.
+   */
+  applied?: { token: string; created: boolean; secret_made: boolean };
 }

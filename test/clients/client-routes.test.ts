@@ -167,6 +167,36 @@ describe('the typed client: routes besides the session', () => {
     await refused(client.deleteTool('ts_lookup_order'), NotFoundError, 404, 'tool_not_found');
   });
 
+  it('putTool: an answer lost on the way is retried with its Idempotency-Key, so a new http tool’s secret comes back', async () => {
+    // The first answer reaches the service's side and is lost before the client reads it (a reset connection): the
+    // client's retry of the PUT gets that answer again, not a replace's 200 without the secret, shown once.
+    const keys: Array<string | null> = [];
+    let lose = true;
+    const lossy = new SessionsClient({
+      baseUrl: h.service.url,
+      apiKey: 'key-a',
+      baseDelayMs: 1,
+      fetch: async (req) => {
+        keys.push(req.headers.get('idempotency-key'));
+        const res = await globalThis.fetch(req);
+        if (req.method !== 'PUT' || !lose) return res;
+        lose = false;
+        await res.arrayBuffer();
+        throw new TypeError('fetch failed');
+      },
+    });
+    const made = await lossy.putTool('ts_http_price', {
+      description: 'Price of a product.',
+      input_schema: { type: 'object', properties: {} },
+      runner: { type: 'http', url: 'http://127.0.0.1:9/price' },
+    });
+    assert.equal(keys.length, 2);
+    assert.ok(keys[0] && keys[0] === keys[1], 'one Idempotency-Key for both attempts');
+    assert.match(String(made.secret), /^whsec_/, 'the secret the first attempt made');
+    assert.equal(made.revision, 1, 'made once');
+    await client.deleteTool('ts_http_price');
+  });
+
   it('tool tasks: claim, heartbeat and submit a result (an Idempotency-Key answers as the first); a late one is a ConflictError', async () => {
     await client.putTool('ts_order_status', WORKER_TOOL);
     h.fake.enqueue(toolCall('ts_order_status', { order: 7 }, { id: 'toolu_ts1' }), text('Order 7 shipped.'));

@@ -14,6 +14,7 @@ import { startHarness, type Harness } from '../helpers/service.js';
 import { until } from '../durability/chaos-lib.js';
 import { parseExposition, value } from '../helpers/prometheus.js';
 import { Redis } from 'ioredis';
+import { sessionKeys } from '../../src/store/keys.js';
 
 type Handler = (body: any, res: http.ServerResponse) => void;
 
@@ -168,6 +169,68 @@ describe('http tools', { timeout: 120_000 }, () => {
       error: 'HTTP 500',
     });
     assert.equal(worker_id, tries[0].data.worker_id, 'the worker whose try failed');
+  });
+
+  it('PUT honours Idempotency-Key: a retry gets the first answer, secret included, its record lost or not', async () => {
+    // The secret is shown once: without the key, a PUT whose 201 was lost could only be sent again as a replace
+    // (200, no secret), or DELETE + PUT, whose new secret the sessions already using the tool do not sign with.
+    const body = {
+      description: 'Stock of a product.',
+      input_schema: { type: 'object', properties: { sku: { type: 'string' } } },
+      runner: { type: 'http', url, timeout_ms: 5000 },
+    };
+    const headers = { 'idempotency-key': 'put-stock-1' };
+    const first = await h.api.req('PUT', '/v1/tools/stock_lookup', body, headers);
+    assert.equal(first.status, 201, JSON.stringify(first.body));
+    assert.match(first.body.secret, /^whsec_/);
+    const again = await h.api.req('PUT', '/v1/tools/stock_lookup', body, headers);
+    assert.equal(again.status, 201, JSON.stringify(again.body));
+    assert.equal(again.headers.get('idempotent-replayed'), 'true');
+    assert.equal(again.headers.get('etag'), '"1"');
+    assert.deepEqual(again.body, first.body, 'the first answer, its secret included');
+    const other = await h.api.req(
+      'PUT',
+      '/v1/tools/stock_lookup',
+      { ...body, description: 'Other.' },
+      headers,
+    );
+    assert.equal(other.status, 422);
+    assert.equal(other.body.error.code, 'idempotency_key_reused');
+    assert.equal((await h.api.get('/v1/tools/stock_lookup')).body.revision, 1, 'nothing replaced');
+
+    // The first answer's record is lost, as when its request's process died between its write and its record: the
+    // retry finds the tool that PUT wrote (its token in it) and answers as it did, not as a replace.
+    const r = new Redis(h.redis.url);
+    try {
+      const records = (await r.keys('idem:{acme}:*')).filter((k) => !k.includes('~'));
+      assert.ok(records.length > 0);
+      await r.del(...records);
+      const retried = await h.api.req('PUT', '/v1/tools/stock_lookup', body, headers);
+      assert.equal(retried.status, 201, JSON.stringify(retried.body));
+      assert.equal(retried.headers.get('idempotent-replayed'), 'true');
+      assert.equal(retried.body.secret, first.body.secret);
+      assert.equal(retried.body.revision, 1);
+
+      // A session's copy of the tool is its definition: nothing of the request that wrote it.
+      const ses = (await h.api.post('/v1/sessions', { input: 'x', tools: ['stock_lookup'], start: false }))
+        .body;
+      const copies = JSON.parse(String(await r.hget(sessionKeys(ses.id).meta, 'tenant_tools')));
+      assert.deepEqual(Object.keys(copies), ['stock_lookup']);
+      assert.equal(copies.stock_lookup.applied, undefined);
+      await h.api.req('DELETE', `/v1/sessions/${ses.id}`);
+
+      // Another PUT replaces the tool and its token: the key's request, its record gone, is then a replace too.
+      const replaced = await h.api.req('PUT', '/v1/tools/stock_lookup', body);
+      assert.equal(replaced.status, 200);
+      assert.equal(replaced.body.secret, undefined);
+      await r.del(...(await r.keys('idem:{acme}:*')).filter((k) => !k.includes('~')));
+      const late = await h.api.req('PUT', '/v1/tools/stock_lookup', body, headers);
+      assert.equal(late.status, 200, JSON.stringify(late.body));
+      assert.equal(late.body.secret, undefined);
+      assert.equal(late.headers.get('idempotent-replayed'), null);
+    } finally {
+      r.disconnect();
+    }
   });
 
   it('a non-2xx is retried whatever its body: an error page past TOOL_RESULT_MAX_BYTES too', async () => {

@@ -2,7 +2,7 @@ import createFetchClient, { defaultPathSerializer, type Client } from 'openapi-f
 import { unwrap } from './answer.js';
 import { NotFoundError } from './errors.js';
 import { follow, type Event, type FollowOptions, type WebSocketConstructor } from './follow.js';
-import { retryingFetch, type FetchLike, type RetryOptions } from './http.js';
+import { idempotencyKey, retryingFetch, type FetchLike, type RetryOptions } from './http.js';
 import type { components, operations, paths } from './openapi.js';
 
 /**
@@ -378,9 +378,20 @@ export class SessionsClient {
 
   // Tenant tools (run by a ToolWorker, or an HTTP endpoint of yours).
 
-  /** Registers (201) or replaces (200) the tenant tool `name`; `ifMatch`: the tool's revision. */
-  putTool(name: string, body: PutToolBody, o: ChangeOptions = {}): Promise<TenantTool> {
-    return unwrap(this.api.PUT('/v1/tools/{name}', { params: { path: { name } }, body, ...this.options(o) }));
+  /**
+   * Registers (201) or replaces (200) the tenant tool `name`; `ifMatch`: the tool's revision. Sent with an
+   * `Idempotency-Key` (a random one unless `o` gives one), as a POST is: an http runner's `secret` is shown once, and a
+   * retry of a PUT whose answer was lost gets that answer again, secret included, not a replace's without it.
+   */
+  putTool(
+    name: string,
+    body: PutToolBody,
+    o: ChangeOptions & Pick<MutationOptions, 'idempotencyKey'> = {},
+  ): Promise<TenantTool> {
+    const keyed = { ...o, idempotencyKey: o.idempotencyKey ?? idempotencyKey() };
+    return unwrap(
+      this.api.PUT('/v1/tools/{name}', { params: { path: { name } }, body, ...this.options(keyed) }),
+    );
   }
 
   getTool(name: string): Promise<ToolByName> {

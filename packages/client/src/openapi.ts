@@ -843,7 +843,10 @@ export interface paths {
      * @description A tenant tool (with its workers, `ETag` its revision); else a server tool, the memory tool or a tool of an MCP server the tenant may use, as `GET /v1/tools` lists it. 404 `tool_not_found` for any other name, another tenant's tool, or a tool of an MCP server that never answered.
      */
     get: operations['getTool'];
-    /** Register or replace a tenant tool (an http runner’s signing secret is shown only when it is made) */
+    /**
+     * Register or replace a tenant tool (an http runner’s signing secret is shown only when it is made)
+     * @description With an `Idempotency-Key` (honoured here as on every POST), the same key and body answer the first answer again, its `secret` included, for IDEMPOTENCY_TTL_S; a PUT whose answer was lost gets its secret back by sending it again with its key.
+     */
     put: operations['putTool'];
     post?: never;
     /**
@@ -2654,7 +2657,7 @@ export interface components {
         active: number;
         last_seen_at: string | null;
       };
-      /** @description An http runner's signing secret (`whsec_…`): in the answer of the PUT that set it only. */
+      /** @description An http runner's signing secret (`whsec_…`): in the answer of the PUT that set it only (and in that answer's replay: the same `Idempotency-Key` and body). */
       secret?: string;
     };
     DeletedTool: {
@@ -3403,7 +3406,7 @@ export interface components {
   };
   responses: never;
   parameters: {
-    /** @description Makes the POST safe to retry: the same key with the same body returns the first answer (with `Idempotent-Replayed: true`) for IDEMPOTENCY_TTL_S (24 h by default); with another body 422 `idempotency_key_reused`; while the first is still handled 409 `idempotency_in_progress`. 5xx answers are not kept. */
+    /** @description Makes the request safe to retry: the same key with the same body returns the first answer (with `Idempotent-Replayed: true`) for IDEMPOTENCY_TTL_S (24 h by default); with another body 422 `idempotency_key_reused`; while the first is still handled 409 `idempotency_in_progress`. 5xx answers are not kept. */
     IdempotencyKey: string;
   };
   requestBodies: never;
@@ -4172,7 +4175,7 @@ export interface operations {
     parameters: {
       query?: never;
       header?: {
-        /** @description Makes the POST safe to retry: the same key with the same body returns the first answer (with `Idempotent-Replayed: true`) for IDEMPOTENCY_TTL_S (24 h by default); with another body 422 `idempotency_key_reused`; while the first is still handled 409 `idempotency_in_progress`. 5xx answers are not kept. */
+        /** @description Makes the request safe to retry: the same key with the same body returns the first answer (with `Idempotent-Replayed: true`) for IDEMPOTENCY_TTL_S (24 h by default); with another body 422 `idempotency_key_reused`; while the first is still handled 409 `idempotency_in_progress`. 5xx answers are not kept. */
         'Idempotency-Key'?: components['parameters']['IdempotencyKey'];
       };
       path?: never;
@@ -7545,7 +7548,7 @@ export interface operations {
       header?: {
         /** @description The revision the change is for, from the ETag (`"17"`); `*` for any, or a list (`"17", "18"`, at most 16); a weak tag (`W/"17"`) never matches. 412 `revision_mismatch` when none matches. */
         'if-match'?: string;
-        /** @description Makes the POST safe to retry: the same key with the same body returns the first answer (with `Idempotent-Replayed: true`) for IDEMPOTENCY_TTL_S (24 h by default); with another body 422 `idempotency_key_reused`; while the first is still handled 409 `idempotency_in_progress`. 5xx answers are not kept. */
+        /** @description Makes the request safe to retry: the same key with the same body returns the first answer (with `Idempotent-Replayed: true`) for IDEMPOTENCY_TTL_S (24 h by default); with another body 422 `idempotency_key_reused`; while the first is still handled 409 `idempotency_in_progress`. 5xx answers are not kept. */
         'Idempotency-Key'?: components['parameters']['IdempotencyKey'];
       };
       path: {
@@ -8297,7 +8300,7 @@ export interface operations {
       header?: {
         /** @description The revision the change is for, from the ETag (`"17"`); `*` for any, or a list (`"17", "18"`, at most 16); a weak tag (`W/"17"`) never matches. 412 `revision_mismatch` when none matches. */
         'if-match'?: string;
-        /** @description Makes the POST safe to retry: the same key with the same body returns the first answer (with `Idempotent-Replayed: true`) for IDEMPOTENCY_TTL_S (24 h by default); with another body 422 `idempotency_key_reused`; while the first is still handled 409 `idempotency_in_progress`. 5xx answers are not kept. */
+        /** @description Makes the request safe to retry: the same key with the same body returns the first answer (with `Idempotent-Replayed: true`) for IDEMPOTENCY_TTL_S (24 h by default); with another body 422 `idempotency_key_reused`; while the first is still handled 409 `idempotency_in_progress`. 5xx answers are not kept. */
         'Idempotency-Key'?: components['parameters']['IdempotencyKey'];
       };
       path: {
@@ -9028,7 +9031,7 @@ export interface operations {
       header?: {
         /** @description The revision the change is for, from the ETag (`"17"`); `*` for any, or a list (`"17", "18"`, at most 16); a weak tag (`W/"17"`) never matches. 412 `revision_mismatch` when none matches. */
         'if-match'?: string;
-        /** @description Makes the POST safe to retry: the same key with the same body returns the first answer (with `Idempotent-Replayed: true`) for IDEMPOTENCY_TTL_S (24 h by default); with another body 422 `idempotency_key_reused`; while the first is still handled 409 `idempotency_in_progress`. 5xx answers are not kept. */
+        /** @description Makes the request safe to retry: the same key with the same body returns the first answer (with `Idempotent-Replayed: true`) for IDEMPOTENCY_TTL_S (24 h by default); with another body 422 `idempotency_key_reused`; while the first is still handled 409 `idempotency_in_progress`. 5xx answers are not kept. */
         'Idempotency-Key'?: components['parameters']['IdempotencyKey'];
       };
       path: {
@@ -9587,7 +9590,7 @@ export interface operations {
       header?: {
         /** @description The revision the change is for, from the ETag (`"17"`); `*` for any, or a list (`"17", "18"`, at most 16); a weak tag (`W/"17"`) never matches. 412 `revision_mismatch` when none matches. */
         'if-match'?: string;
-        /** @description Makes the POST safe to retry: the same key with the same body returns the first answer (with `Idempotent-Replayed: true`) for IDEMPOTENCY_TTL_S (24 h by default); with another body 422 `idempotency_key_reused`; while the first is still handled 409 `idempotency_in_progress`. 5xx answers are not kept. */
+        /** @description Makes the request safe to retry: the same key with the same body returns the first answer (with `Idempotent-Replayed: true`) for IDEMPOTENCY_TTL_S (24 h by default); with another body 422 `idempotency_key_reused`; while the first is still handled 409 `idempotency_in_progress`. 5xx answers are not kept. */
         'Idempotency-Key'?: components['parameters']['IdempotencyKey'];
       };
       path: {
@@ -9772,7 +9775,7 @@ export interface operations {
       header?: {
         /** @description The revision the change is for, from the ETag (`"17"`); `*` for any, or a list (`"17", "18"`, at most 16); a weak tag (`W/"17"`) never matches. 412 `revision_mismatch` when none matches. */
         'if-match'?: string;
-        /** @description Makes the POST safe to retry: the same key with the same body returns the first answer (with `Idempotent-Replayed: true`) for IDEMPOTENCY_TTL_S (24 h by default); with another body 422 `idempotency_key_reused`; while the first is still handled 409 `idempotency_in_progress`. 5xx answers are not kept. */
+        /** @description Makes the request safe to retry: the same key with the same body returns the first answer (with `Idempotent-Replayed: true`) for IDEMPOTENCY_TTL_S (24 h by default); with another body 422 `idempotency_key_reused`; while the first is still handled 409 `idempotency_in_progress`. 5xx answers are not kept. */
         'Idempotency-Key'?: components['parameters']['IdempotencyKey'];
       };
       path: {
@@ -9961,7 +9964,7 @@ export interface operations {
       header?: {
         /** @description The revision the change is for, from the ETag (`"17"`); `*` for any, or a list (`"17", "18"`, at most 16); a weak tag (`W/"17"`) never matches. 412 `revision_mismatch` when none matches. */
         'if-match'?: string;
-        /** @description Makes the POST safe to retry: the same key with the same body returns the first answer (with `Idempotent-Replayed: true`) for IDEMPOTENCY_TTL_S (24 h by default); with another body 422 `idempotency_key_reused`; while the first is still handled 409 `idempotency_in_progress`. 5xx answers are not kept. */
+        /** @description Makes the request safe to retry: the same key with the same body returns the first answer (with `Idempotent-Replayed: true`) for IDEMPOTENCY_TTL_S (24 h by default); with another body 422 `idempotency_key_reused`; while the first is still handled 409 `idempotency_in_progress`. 5xx answers are not kept. */
         'Idempotency-Key'?: components['parameters']['IdempotencyKey'];
       };
       path: {
@@ -10146,7 +10149,7 @@ export interface operations {
       header?: {
         /** @description The revision the change is for, from the ETag (`"17"`); `*` for any, or a list (`"17", "18"`, at most 16); a weak tag (`W/"17"`) never matches. 412 `revision_mismatch` when none matches. */
         'if-match'?: string;
-        /** @description Makes the POST safe to retry: the same key with the same body returns the first answer (with `Idempotent-Replayed: true`) for IDEMPOTENCY_TTL_S (24 h by default); with another body 422 `idempotency_key_reused`; while the first is still handled 409 `idempotency_in_progress`. 5xx answers are not kept. */
+        /** @description Makes the request safe to retry: the same key with the same body returns the first answer (with `Idempotent-Replayed: true`) for IDEMPOTENCY_TTL_S (24 h by default); with another body 422 `idempotency_key_reused`; while the first is still handled 409 `idempotency_in_progress`. 5xx answers are not kept. */
         'Idempotency-Key'?: components['parameters']['IdempotencyKey'];
       };
       path: {
@@ -10331,7 +10334,7 @@ export interface operations {
       header?: {
         /** @description The revision the change is for, from the ETag (`"17"`); `*` for any, or a list (`"17", "18"`, at most 16); a weak tag (`W/"17"`) never matches. 412 `revision_mismatch` when none matches. */
         'if-match'?: string;
-        /** @description Makes the POST safe to retry: the same key with the same body returns the first answer (with `Idempotent-Replayed: true`) for IDEMPOTENCY_TTL_S (24 h by default); with another body 422 `idempotency_key_reused`; while the first is still handled 409 `idempotency_in_progress`. 5xx answers are not kept. */
+        /** @description Makes the request safe to retry: the same key with the same body returns the first answer (with `Idempotent-Replayed: true`) for IDEMPOTENCY_TTL_S (24 h by default); with another body 422 `idempotency_key_reused`; while the first is still handled 409 `idempotency_in_progress`. 5xx answers are not kept. */
         'Idempotency-Key'?: components['parameters']['IdempotencyKey'];
       };
       path: {
@@ -10518,7 +10521,7 @@ export interface operations {
       header?: {
         /** @description The revision the change is for, from the ETag (`"17"`); `*` for any, or a list (`"17", "18"`, at most 16); a weak tag (`W/"17"`) never matches. 412 `revision_mismatch` when none matches. */
         'if-match'?: string;
-        /** @description Makes the POST safe to retry: the same key with the same body returns the first answer (with `Idempotent-Replayed: true`) for IDEMPOTENCY_TTL_S (24 h by default); with another body 422 `idempotency_key_reused`; while the first is still handled 409 `idempotency_in_progress`. 5xx answers are not kept. */
+        /** @description Makes the request safe to retry: the same key with the same body returns the first answer (with `Idempotent-Replayed: true`) for IDEMPOTENCY_TTL_S (24 h by default); with another body 422 `idempotency_key_reused`; while the first is still handled 409 `idempotency_in_progress`. 5xx answers are not kept. */
         'Idempotency-Key'?: components['parameters']['IdempotencyKey'];
       };
       path: {
@@ -11002,7 +11005,7 @@ export interface operations {
     parameters: {
       query?: never;
       header?: {
-        /** @description Makes the POST safe to retry: the same key with the same body returns the first answer (with `Idempotent-Replayed: true`) for IDEMPOTENCY_TTL_S (24 h by default); with another body 422 `idempotency_key_reused`; while the first is still handled 409 `idempotency_in_progress`. 5xx answers are not kept. */
+        /** @description Makes the request safe to retry: the same key with the same body returns the first answer (with `Idempotent-Replayed: true`) for IDEMPOTENCY_TTL_S (24 h by default); with another body 422 `idempotency_key_reused`; while the first is still handled 409 `idempotency_in_progress`. 5xx answers are not kept. */
         'Idempotency-Key'?: components['parameters']['IdempotencyKey'];
       };
       path?: never;
@@ -11710,7 +11713,7 @@ export interface operations {
     parameters: {
       query?: never;
       header?: {
-        /** @description Makes the POST safe to retry: the same key with the same body returns the first answer (with `Idempotent-Replayed: true`) for IDEMPOTENCY_TTL_S (24 h by default); with another body 422 `idempotency_key_reused`; while the first is still handled 409 `idempotency_in_progress`. 5xx answers are not kept. */
+        /** @description Makes the request safe to retry: the same key with the same body returns the first answer (with `Idempotent-Replayed: true`) for IDEMPOTENCY_TTL_S (24 h by default); with another body 422 `idempotency_key_reused`; while the first is still handled 409 `idempotency_in_progress`. 5xx answers are not kept. */
         'Idempotency-Key'?: components['parameters']['IdempotencyKey'];
       };
       path: {
@@ -12177,7 +12180,7 @@ export interface operations {
       header?: {
         /** @description The revision the change is for, from the ETag (`"17"`); `*` for any, or a list (`"17", "18"`, at most 16); a weak tag (`W/"17"`) never matches. 412 `revision_mismatch` when none matches. */
         'if-match'?: string;
-        /** @description Makes the POST safe to retry: the same key with the same body returns the first answer (with `Idempotent-Replayed: true`) for IDEMPOTENCY_TTL_S (24 h by default); with another body 422 `idempotency_key_reused`; while the first is still handled 409 `idempotency_in_progress`. 5xx answers are not kept. */
+        /** @description Makes the request safe to retry: the same key with the same body returns the first answer (with `Idempotent-Replayed: true`) for IDEMPOTENCY_TTL_S (24 h by default); with another body 422 `idempotency_key_reused`; while the first is still handled 409 `idempotency_in_progress`. 5xx answers are not kept. */
         'Idempotency-Key'?: components['parameters']['IdempotencyKey'];
       };
       path?: never;
@@ -13128,7 +13131,7 @@ export interface operations {
     parameters: {
       query?: never;
       header?: {
-        /** @description Makes the POST safe to retry: the same key with the same body returns the first answer (with `Idempotent-Replayed: true`) for IDEMPOTENCY_TTL_S (24 h by default); with another body 422 `idempotency_key_reused`; while the first is still handled 409 `idempotency_in_progress`. 5xx answers are not kept. */
+        /** @description Makes the request safe to retry: the same key with the same body returns the first answer (with `Idempotent-Replayed: true`) for IDEMPOTENCY_TTL_S (24 h by default); with another body 422 `idempotency_key_reused`; while the first is still handled 409 `idempotency_in_progress`. 5xx answers are not kept. */
         'Idempotency-Key'?: components['parameters']['IdempotencyKey'];
       };
       path?: never;
@@ -16765,6 +16768,8 @@ export interface operations {
       header?: {
         /** @description The revision the change is for, from the ETag (`"17"`); `*` for any, or a list (`"17", "18"`, at most 16); a weak tag (`W/"17"`) never matches. 412 `revision_mismatch` when none matches. */
         'if-match'?: string;
+        /** @description Makes the request safe to retry: the same key with the same body returns the first answer (with `Idempotent-Replayed: true`) for IDEMPOTENCY_TTL_S (24 h by default); with another body 422 `idempotency_key_reused`; while the first is still handled 409 `idempotency_in_progress`. 5xx answers are not kept. */
+        'Idempotency-Key'?: components['parameters']['IdempotencyKey'];
       };
       path: {
         name: string;
@@ -16818,6 +16823,7 @@ export interface operations {
       200: {
         headers: {
           ETag: components['headers']['ETag'];
+          'Idempotent-Replayed': components['headers']['IdempotentReplayed'];
           'X-RateLimit-Limit': components['headers']['RateLimitLimit'];
           'X-RateLimit-Remaining': components['headers']['RateLimitRemaining'];
           'X-RateLimit-Reset': components['headers']['RateLimitReset'];
@@ -16831,6 +16837,7 @@ export interface operations {
       201: {
         headers: {
           ETag: components['headers']['ETag'];
+          'Idempotent-Replayed': components['headers']['IdempotentReplayed'];
           'X-RateLimit-Limit': components['headers']['RateLimitLimit'];
           'X-RateLimit-Remaining': components['headers']['RateLimitRemaining'];
           'X-RateLimit-Reset': components['headers']['RateLimitReset'];
@@ -17120,7 +17127,7 @@ export interface operations {
     parameters: {
       query?: never;
       header?: {
-        /** @description Makes the POST safe to retry: the same key with the same body returns the first answer (with `Idempotent-Replayed: true`) for IDEMPOTENCY_TTL_S (24 h by default); with another body 422 `idempotency_key_reused`; while the first is still handled 409 `idempotency_in_progress`. 5xx answers are not kept. */
+        /** @description Makes the request safe to retry: the same key with the same body returns the first answer (with `Idempotent-Replayed: true`) for IDEMPOTENCY_TTL_S (24 h by default); with another body 422 `idempotency_key_reused`; while the first is still handled 409 `idempotency_in_progress`. 5xx answers are not kept. */
         'Idempotency-Key'?: components['parameters']['IdempotencyKey'];
       };
       path?: never;
@@ -17276,7 +17283,7 @@ export interface operations {
     parameters: {
       query?: never;
       header?: {
-        /** @description Makes the POST safe to retry: the same key with the same body returns the first answer (with `Idempotent-Replayed: true`) for IDEMPOTENCY_TTL_S (24 h by default); with another body 422 `idempotency_key_reused`; while the first is still handled 409 `idempotency_in_progress`. 5xx answers are not kept. */
+        /** @description Makes the request safe to retry: the same key with the same body returns the first answer (with `Idempotent-Replayed: true`) for IDEMPOTENCY_TTL_S (24 h by default); with another body 422 `idempotency_key_reused`; while the first is still handled 409 `idempotency_in_progress`. 5xx answers are not kept. */
         'Idempotency-Key'?: components['parameters']['IdempotencyKey'];
       };
       path: {
@@ -17432,7 +17439,7 @@ export interface operations {
     parameters: {
       query?: never;
       header?: {
-        /** @description Makes the POST safe to retry: the same key with the same body returns the first answer (with `Idempotent-Replayed: true`) for IDEMPOTENCY_TTL_S (24 h by default); with another body 422 `idempotency_key_reused`; while the first is still handled 409 `idempotency_in_progress`. 5xx answers are not kept. */
+        /** @description Makes the request safe to retry: the same key with the same body returns the first answer (with `Idempotent-Replayed: true`) for IDEMPOTENCY_TTL_S (24 h by default); with another body 422 `idempotency_key_reused`; while the first is still handled 409 `idempotency_in_progress`. 5xx answers are not kept. */
         'Idempotency-Key'?: components['parameters']['IdempotencyKey'];
       };
       path: {
@@ -18047,7 +18054,7 @@ export interface operations {
     parameters: {
       query?: never;
       header?: {
-        /** @description Makes the POST safe to retry: the same key with the same body returns the first answer (with `Idempotent-Replayed: true`) for IDEMPOTENCY_TTL_S (24 h by default); with another body 422 `idempotency_key_reused`; while the first is still handled 409 `idempotency_in_progress`. 5xx answers are not kept. */
+        /** @description Makes the request safe to retry: the same key with the same body returns the first answer (with `Idempotent-Replayed: true`) for IDEMPOTENCY_TTL_S (24 h by default); with another body 422 `idempotency_key_reused`; while the first is still handled 409 `idempotency_in_progress`. 5xx answers are not kept. */
         'Idempotency-Key'?: components['parameters']['IdempotencyKey'];
       };
       path?: never;

@@ -22,6 +22,7 @@ declare module 'ioredis' {
       ifMatch: string,
       now: number,
       sealed: string,
+      applied: string,
     ): Result<[outcome: number, revision: number, createdAt: number, made: number], Context>;
     /** tool-remove-1.lua: `[1, rev]` removed, `[0, 0]` none, `[-2, current]` If-Match. */
     ttToolRemove(
