@@ -21,6 +21,7 @@ import {
 } from '../store/pending.js';
 import type { SessionState } from '../store/session-state.js';
 import { commit } from './commit.js';
+import type { EnqueueOutcome, NewTask } from '../tenant-tools/tasks.js';
 import type { RunDeps, RunHandle } from './run-handle.js';
 
 /**
@@ -30,8 +31,8 @@ import type { RunDeps, RunHandle } from './run-handle.js';
  *
  * The step is in the store before any task is: a worker may claim a task (and deliver its result) the moment it is
  * queued, and a claim or a delivery finds the call in the stored step or takes the session not to wait for it
- * (src/tenant-tools/service.ts `awaits`). A process dying after some enqueues leaves the step as written: the run
- * taken over queues the rest, the others are `known`.
+ * (src/tenant-tools/service.ts `awaits`). The calls are queued in one script (`enqueueCalls`), so a claim woken by
+ * one finds the others; a process dying before it leaves the step as written: the run taken over queues them.
  *
  * A call whose task in its round is settled already (`settled`: delivered, or cancelled) is one this step still waits
  * for only when the stored step has no result for it: the step was rebuilt from the history (`PUT …/messages` after
@@ -63,12 +64,13 @@ export async function queueTasks(
     await commit(deps, run, { hset: pendingFields(step, out) });
     markStored(step);
     const settled: PendingCall[] = [];
-    for (const c of todo) {
-      const queued = await enqueueCall(deps, state, c);
+    const outcomes = await enqueueCalls(deps, state, todo);
+    todo.forEach((c, i) => {
+      const queued = outcomes[i];
       if (queued === 'queued') deps.metrics.toolTasks.inc({ event: 'queued' });
       if (queued === 'full') full.push(c);
       if (queued === 'settled' || (fresh && queued === 'known')) settled.push(c);
-    }
+    });
     todo = settled.length > 0 ? await resettle(deps, run, settled) : [];
     out = out.filter((c) => !full.includes(c) && !c.result);
   }
@@ -85,23 +87,37 @@ export async function queueTasks(
   return out;
 }
 
-function enqueueCall(
+/**
+ * Queues the calls' tasks, in one script (TaskQueue `enqueueAll`): a worker's claim woken by the first finds the
+ * others queued too, and takes up to its `max` of them, not the first alone. A call whose tool the session has no
+ * copy of (or a service without tasks) is 'full': answered with an error, as one the tenant's bound refuses.
+ */
+async function enqueueCalls(
   deps: RunDeps,
   state: SessionState,
-  c: PendingCall,
-): Promise<'queued' | 'known' | 'settled' | 'full'> {
-  const def = state.tenantTools[c.name];
-  if (!deps.tasks || !def) return Promise.resolve('full');
-  return deps.tasks.enqueue(state.tenant, {
-    session: state.id,
-    toolUseId: c.id,
-    round: c.round ?? 0,
-    name: c.name,
-    input: c.input,
-    runner: c.runner ?? 'worker',
-    maxAttempts: def.max_attempts,
-    timeoutMs: def.timeout_ms,
+  calls: readonly PendingCall[],
+): Promise<EnqueueOutcome[]> {
+  const tasks: NewTask[] = [];
+  const at: number[] = [];
+  calls.forEach((c, i) => {
+    const def = state.tenantTools[c.name];
+    if (!deps.tasks || !def) return;
+    at.push(i);
+    tasks.push({
+      session: state.id,
+      toolUseId: c.id,
+      round: c.round ?? 0,
+      name: c.name,
+      input: c.input,
+      runner: c.runner ?? 'worker',
+      maxAttempts: def.max_attempts,
+      timeoutMs: def.timeout_ms,
+    });
   });
+  const out = calls.map((): EnqueueOutcome => 'full');
+  const got = deps.tasks && tasks.length > 0 ? await deps.tasks.enqueueAll(state.tenant, tasks) : [];
+  got.forEach((r, j) => (out[at[j]!] = r));
+  return out;
 }
 
 /**

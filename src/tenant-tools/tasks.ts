@@ -62,7 +62,9 @@ const WORKERS_KEEP_MS = 86_400_000;
 /** Most (tool, worker) pairs kept per tenant (the newest). */
 const WORKERS_MAX = 1000;
 
-interface NewTask {
+export type EnqueueOutcome = 'queued' | 'known' | 'settled' | 'full';
+
+export interface NewTask {
   session: string;
   toolUseId: string;
   round: number;
@@ -112,39 +114,46 @@ export class TaskQueue {
   }
 
   /**
-   * Queues a call unless it was queued before: 'queued', 'known' (still out), 'settled' (queued before, and its
-   * record says it was delivered or cancelled since: that round of the call is over, and is not queued again), or
-   * 'full' (the tenant's bound).
+   * Queues calls of the tenant (a tool step's), each unless it was queued before, in one script: per call, in order,
+   * 'queued', 'known' (still out), 'settled' (queued before, and its record says it was delivered or cancelled since:
+   * that round of the call is over, and is not queued again), or 'full' (the tenant's bound). One script, so a claim
+   * woken by the first call queued finds the others too (enqueue-6.lua publishes once all are written).
    */
-  async enqueue(tenant: string, t: NewTask): Promise<'queued' | 'known' | 'settled' | 'full'> {
+  async enqueueAll(tenant: string, tasks: readonly NewTask[]): Promise<EnqueueOutcome[]> {
+    if (tasks.length === 0) return [];
     const k = keyList(tenant);
-    const call = taskCallId(t.session, t.toolUseId, t.round);
-    const rec: TaskRecord = {
-      call,
-      tenant,
-      session: t.session,
-      tool_use_id: t.toolUseId,
-      name: t.name,
-      runner: t.runner,
-      queue: t.runner === 'http' ? HTTP_QUEUE : t.name,
-      attempt: 0,
-      max_attempts: t.maxAttempts,
-      timeout_ms: t.timeoutMs,
-      // Set by the script, of Redis's clock: queued now, deadline now + timeout_ms.
-      deadline: 0,
-      queued_at: 0,
-      state: 'queued',
-      offer: '',
-      offers: '',
-      worker: '',
-      lease: 0,
-    };
+    const args: string[] = [];
+    for (const t of tasks) {
+      const call = taskCallId(t.session, t.toolUseId, t.round);
+      const rec: TaskRecord = {
+        call,
+        tenant,
+        session: t.session,
+        tool_use_id: t.toolUseId,
+        name: t.name,
+        runner: t.runner,
+        queue: t.runner === 'http' ? HTTP_QUEUE : t.name,
+        attempt: 0,
+        max_attempts: t.maxAttempts,
+        timeout_ms: t.timeoutMs,
+        // Set by the script, of Redis's clock: queued now, deadline now + timeout_ms.
+        deadline: 0,
+        queued_at: 0,
+        state: 'queued',
+        offer: '',
+        offers: '',
+        worker: '',
+        lease: 0,
+      };
+      args.push(call, JSON.stringify(rec), JSON.stringify(t.input ?? {}), rec.queue);
+    }
     // `tt:due` and `tt:http` are global keys (another slot in a Cluster), written in commands of their own around the
-    // script: before it, so a process dying between the two leaves the tenant due (and its http call polled); after
+    // script: before it, so a process dying between the two leaves the tenant due (and its http calls polled); after
     // it, as a sweeper or HTTP caller may take the tenant off between the first write and the script (see
     // `reschedule` and `httpIdle`: each asks the queue again after taking it off).
-    const http = t.runner === 'http';
-    await this.schedule(tenant, t.timeoutMs);
+    const http = tasks.some((t) => t.runner === 'http');
+    const dueIn = Math.min(...tasks.map((t) => t.timeoutMs));
+    await this.schedule(tenant, dueIn);
     if (http) await this.redis.sadd(HTTP_TENANTS_KEY, tenant);
     const r = await this.redis.ttEnqueue(
       k.calls,
@@ -153,16 +162,20 @@ export class TaskQueue {
       k.deadline,
       k.leased,
       k.done,
-      call,
-      JSON.stringify(rec),
-      JSON.stringify(t.input ?? {}),
-      rec.queue,
       this.maxPerTenant,
       channelName(this.redis, wakeChannel(tenant)),
+      ...args,
     );
-    if (r === 1) await this.schedule(tenant, t.timeoutMs);
-    if (r === 1 && http) await this.redis.sadd(HTTP_TENANTS_KEY, tenant);
-    return r === 1 ? 'queued' : r === 0 ? 'known' : r === 2 ? 'settled' : 'full';
+    if (r.includes(1)) await this.schedule(tenant, dueIn);
+    if (http && tasks.some((t, i) => t.runner === 'http' && r[i] === 1))
+      await this.redis.sadd(HTTP_TENANTS_KEY, tenant);
+    return r.map((x) => (x === 1 ? 'queued' : x === 0 ? 'known' : x === 2 ? 'settled' : 'full'));
+  }
+
+  /** One call (`enqueueAll`). */
+  async enqueue(tenant: string, t: NewTask): Promise<EnqueueOutcome> {
+    const [r] = await this.enqueueAll(tenant, [t]);
+    return r!;
   }
 
   /**

@@ -164,6 +164,53 @@ describe('tenant tools and tool tasks', () => {
     assert.equal(completed[0].data.content, 'shipped on Monday');
   });
 
+  it('a waiting claim woken by a reply of several calls takes up to its `max` of them, not the first alone', async () => {
+    await a.req('PUT', '/v1/tools/lookup_order', lookup);
+    h.fake.enqueue(
+      toolCalls([
+        toolUse('lookup_order', { id: 1 }, 'toolu_m1'),
+        toolUse('lookup_order', { id: 2 }, 'toolu_m2'),
+        toolUse('lookup_order', { id: 3 }, 'toolu_m3'),
+      ]),
+      text('All three found.'),
+    );
+    const claim = a.post('/v1/tool-tasks/claim', {
+      tools: ['lookup_order'],
+      max: 5,
+      wait_ms: 20000,
+      worker_id: 'w-many',
+    });
+    // The claim found nothing and waits on the tenant's wake channel before the reply's calls are queued.
+    const r = new Redis(h.redis.url);
+    try {
+      await until(
+        async () => Number((await r.pubsub('NUMSUB', 'tt:{tt:acme}:wake'))[1]) > 0,
+        10_000,
+        'the claim listening',
+      );
+    } finally {
+      r.disconnect();
+    }
+    const id = (await a.post('/v1/sessions', { input: 'Orders 1 to 3?', tools: ['lookup_order'] })).body.id;
+    const c = await claim;
+    assert.equal(c.status, 200, JSON.stringify(c.body));
+    assert.deepEqual(c.body.tasks.map((t: { tool_use_id: string }) => t.tool_use_id).sort(), [
+      'toolu_m1',
+      'toolu_m2',
+      'toolu_m3',
+    ]);
+    for (const t of c.body.tasks)
+      assert.equal(
+        (await a.post(`/v1/tool-tasks/${t.id}/result`, { content: `order ${t.input.id}` })).status,
+        200,
+      );
+    assert.equal((await a.waitStatus(id, 'idle')).stop_reason, 'end_turn');
+    assert.deepEqual(
+      resultsSent(h, 1).map((b) => b.content),
+      ['order 1', 'order 2', 'order 3'],
+    );
+  });
+
   it('a claim answers once its tasks’ tool.started are logged: the worker’s result never comes before it', async () => {
     await a.req('PUT', '/v1/tools/lookup_order', lookup);
     h.fake.enqueue(toolCalls([toolUse('lookup_order', { id: 8 }, 'toolu_o1')]), text('Done.'));

@@ -30,18 +30,13 @@ declare module 'ioredis' {
       name: string,
       ifMatch: string,
     ): Result<[outcome: number, revision: number], Context>;
-    /** enqueue-6.lua: 1 queued, 0 known already (counted in its `wanted`), 2 settled, -1 the tenant's queue is full. */
+    /**
+     * enqueue-6.lua: calls as (call, record, input, queue) quadruples; per call, 1 queued, 0 known already (counted in
+     * its `wanted`), 2 settled, -1 the tenant's queue is full.
+     */
     ttEnqueue(
-      ...args: [
-        ...keys: Keys<6>,
-        call: string,
-        record: string,
-        input: string,
-        tool: string,
-        max: number,
-        channel: string,
-      ]
-    ): Result<number, Context>;
+      ...args: [...keys: Keys<6>, max: number, channel: string, ...calls: string[]]
+    ): Result<number[], Context>;
     /**
      * claim-6.lua: `more` (1: the byte bound left a due call behind, else 0), then record, input, owed (a JSON array
      * of records) triples.
