@@ -37,6 +37,26 @@ const routes: FastifyPluginAsyncZod<{ config: Config }> = async (app, { config }
         }
       : {};
 
+  /**
+   * The claims in flight, each until its answer is written (or its socket closes). On shutdown the server destroys
+   * every connection once its `preClose` hooks are done (`forceCloseConnections`): a claim still waiting then was cut
+   * with a socket error. So, first, every waiting claim answers `{"tasks": []}` at once (`closeClaims`: no task taken
+   * for a worker that would not get it), and the close waits for those answers to be written, as the WebSockets get
+   * their 1001 first — at most SHUTDOWN_GRACE_MS, for a claim whose own script Redis holds up.
+   */
+  const inFlight = new Set<Promise<void>>();
+  app.addHook('preClose', async () => {
+    tasks.closeClaims();
+    if (inFlight.size === 0) return;
+    let timer: NodeJS.Timeout | undefined;
+    const grace = new Promise<void>((resolve) => {
+      timer = setTimeout(resolve, config.SHUTDOWN_GRACE_MS);
+      timer.unref();
+    });
+    await Promise.race([Promise.all(inFlight), grace]);
+    clearTimeout(timer);
+  });
+
   app.post(
     '/v1/tool-tasks/claim',
     {
@@ -50,6 +70,12 @@ const routes: FastifyPluginAsyncZod<{ config: Config }> = async (app, { config }
       },
     },
     async (req, reply) => {
+      const written = new Promise<void>((resolve) => {
+        reply.raw.once('finish', resolve);
+        reply.raw.once('close', resolve);
+      });
+      inFlight.add(written);
+      void written.then(() => inFlight.delete(written));
       // A worker gone mid-wait (its socket closed) takes no task: the answer's `close` before it was sent says so
       // (the request's own `close` fires once its body is read).
       const abort = new AbortController();

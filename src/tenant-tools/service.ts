@@ -162,6 +162,8 @@ export class ToolTasks {
   private readonly wakes: WakeChannels;
   private readonly workersSeen = new Map<string, number>();
   private readonly sweeps: SweepLoop;
+  /** Set by `closeClaims`: the service is closing, no claim waits any more. */
+  private closing = false;
 
   constructor(private readonly o: ToolTaskOptions) {
     this.wakes = new WakeChannels(o.sub);
@@ -197,14 +199,14 @@ export class ToolTasks {
     let full = false;
     try {
       for (;;) {
-        if (signal.aborted || this.sweeps.stopping) return [];
+        if (signal.aborted || this.stopping) return [];
         wake?.clear();
         const behind: ClaimLeft = {};
         const out = await this.claimOnce(tenant, body, behind);
         // Calls may be left when it took `max`, or when its byte bound (TOOL_TASK_CLAIM_MAX_BYTES) stopped it.
         full = out.length >= body.max || behind.more === true;
         const left = until - Date.now();
-        if (out.length > 0 || left <= 0 || signal.aborted || this.sweeps.stopping) return out;
+        if (out.length > 0 || left <= 0 || signal.aborted || this.stopping) return out;
         if (!wake) {
           const max = this.o.maxWaitingClaims;
           if (this.wakes.listening(tenant) >= max)
@@ -220,6 +222,20 @@ export class ToolTasks {
     } finally {
       if (wake) await this.wakes.unlisten(wake, full);
     }
+  }
+
+  private get stopping(): boolean {
+    return this.closing || this.sweeps.stopping;
+  }
+
+  /**
+   * The service is closing (its server's `preClose`, before it closes the connections): every claim waiting answers
+   * at once, with no task (`claim` returns `[]` when it wakes, claiming nothing more), and a claim that comes later
+   * does not wait. A claim whose script runs meanwhile answers what it took.
+   */
+  closeClaims(): void {
+    this.closing = true;
+    this.wakes.wakeAll();
   }
 
   /**

@@ -142,9 +142,14 @@ export class WakeChannels {
     await this.sub.unsubscribe(wake.channel).catch(() => {});
   }
 
-  /** Stops hearing the channels; every claim listening is woken (with `''`: the service stops). */
+  /** Wakes every claim listening (with `''`: the service stops), whatever its tools. */
+  wakeAll(): void {
+    for (const ch of this.channels.values()) for (const ear of ch.ears) ear.hear('');
+  }
+
+  /** Stops hearing the channels; every claim listening is woken (`wakeAll`). */
   close(): void {
     this.sub.off('message', this.onMessage);
-    for (const ch of this.channels.values()) for (const ear of ch.ears) ear.hear('');
+    this.wakeAll();
   }
 }

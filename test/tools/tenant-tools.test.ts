@@ -211,6 +211,53 @@ describe('tenant tools and tool tasks', () => {
     );
   });
 
+  it('a claim waiting as its service closes is answered {"tasks": []} at once, not cut; no task is lost', async () => {
+    // The server destroys its connections once its preClose hooks are done (forceCloseConnections): a claim still
+    // waiting then was cut with a socket error, where the WebSockets get a clean 1001.
+    const other = await startHarness({
+      redis: h.redis,
+      fakeServer: h.fake,
+      env: { API_KEYS: 'acme:key-a', TOOL_TASK_LEASE_MS: '1000' },
+    });
+    let closed = false;
+    try {
+      await a.req('PUT', '/v1/tools/lookup_order', lookup);
+      const began = Date.now();
+      const claim = other.api.post('/v1/tool-tasks/claim', {
+        tools: ['lookup_order'],
+        wait_ms: 30000,
+        worker_id: 'w-closing',
+      });
+      const r = new Redis(h.redis.url);
+      try {
+        await until(
+          async () => Number((await r.pubsub('NUMSUB', 'tt:{tt:acme}:wake'))[1]) > 0,
+          10_000,
+          'the claim listening',
+        );
+      } finally {
+        r.disconnect();
+      }
+      closed = true;
+      const closing = other.service.close();
+      const c = await claim;
+      assert.equal(c.status, 200, JSON.stringify(c.body));
+      assert.deepEqual(c.body, { tasks: [] });
+      assert.ok(Date.now() - began < 15_000, 'answered as the service closes, not after wait_ms');
+      await closing;
+    } finally {
+      if (!closed) await other.service.close();
+    }
+    // The call queued next goes to a claim of the replica still up.
+    h.fake.enqueue(toolCalls([toolUse('lookup_order', { id: 9 }, 'toolu_c1')]), text('Order 9 shipped.'));
+    const id = (await a.post('/v1/sessions', { input: 'Order 9?', tools: ['lookup_order'] })).body.id;
+    const next = await a.post('/v1/tool-tasks/claim', { tools: ['lookup_order'], wait_ms: 10000 });
+    assert.equal(next.body.tasks.length, 1, JSON.stringify(next.body));
+    assert.equal(next.body.tasks[0].tool_use_id, 'toolu_c1');
+    await a.post(`/v1/tool-tasks/${next.body.tasks[0].id}/result`, { content: 'shipped' });
+    assert.equal((await a.waitStatus(id, 'idle')).stop_reason, 'end_turn');
+  });
+
   it('a claim answers once its tasks’ tool.started are logged: the worker’s result never comes before it', async () => {
     await a.req('PUT', '/v1/tools/lookup_order', lookup);
     h.fake.enqueue(toolCalls([toolUse('lookup_order', { id: 8 }, 'toolu_o1')]), text('Done.'));
