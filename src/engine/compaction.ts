@@ -245,6 +245,9 @@ export async function commitCompaction(
             summary: JSON.stringify(reply),
             sizes: SEGMENT_SIZES_KEPT,
             ends_with_user: endsWithUserTurn(history),
+            // As stored (the store writes each message as its JSON.stringify, and this is the committed history):
+            // the store builds a large segment from them in parts (Store `apply`).
+            messages: history.slice(0, count).map((m) => JSON.stringify(m)),
           },
         }),
     push_iters: [JSON.stringify(record)],

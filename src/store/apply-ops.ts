@@ -30,8 +30,19 @@ export interface ApplyOps {
    * Applied first: the first `count` messages become a kept segment, `summary` (message JSON) their stand-in; the
    * meta hash keeps the byte lengths of the newest `sizes` segments (`seg_bytes`: SEGMENT_SIZES_KEPT), with whether
    * each ends with a user turn (`ends_with_user`: engine/compaction.ts endsWithUserTurn of the messages moved).
+   * `messages`: the moved messages' JSON as stored, which the store takes out: a segment of more than
+   * STAGE_MIN_BYTES is built from them and appended in parts to a key of its own before the write (`staged`, set by
+   * the store: that key's random suffix and the segment's byte length), else the script builds it as before.
    */
-  compact?: { count: number; at_iteration: number; summary: string; sizes: number; ends_with_user?: boolean };
+  compact?: {
+    count: number;
+    at_iteration: number;
+    summary: string;
+    sizes: number;
+    ends_with_user?: boolean;
+    messages?: readonly string[];
+    staged?: { key: string; bytes: number };
+  };
   trim_msgs?: number;
   lset_msgs?: Array<[number, string]>;
   push_msgs?: string[];

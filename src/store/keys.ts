@@ -35,6 +35,13 @@ export const sessionKeys = (id: string) => ({
    * never mix their parts.
    */
   stage: `s:{${id}}:st:`,
+  /**
+   * STRING: a kept segment too large for one script to build or push (Store `apply`, `compact.staged`): appended in
+   * parts before the compaction's write, with an expiry, which that write removes; its element of `compacted` is then
+   * a stub naming it (apply-8.lua `compact`). A prefix: each attempt appends its own random name. Listed in the meta
+   * field `seg_keys`; deleted after the session's delete (Store `destroy`).
+   */
+  segment: `s:{${id}}:cs:`,
   /** HASH: the session's client tokens (src/store/client-tokens.ts), deleted with the session. */
   tokens: `s:{${id}}:ct`,
   /**

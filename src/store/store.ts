@@ -148,6 +148,15 @@ export interface SegmentSize {
 }
 
 /**
+ * The key suffix a stub of the `compacted` list names (`{"at_iteration":n,"key":"<suffix>","bytes":b}`, apply-8.lua
+ * `compact`: a segment kept in a key of its own, keys.ts `segment`), or null for a segment the list holds itself.
+ */
+export function segmentKeyOf(raw: Buffer): string | null {
+  if (raw.length > 200) return null;
+  return /^\{"at_iteration":\d+,"key":"([\w-]+)","bytes":\d+\}$/.exec(raw.toString('utf8'))?.[1] ?? null;
+}
+
+/**
  * The byte lengths meta `seg_bytes` gives of a session's kept segments, with the record each one's compaction made
  * (segment index → bytes and `at_iteration`, as the segment's JSON has it), `segments` being how
  * many are kept: `<count> <bytes>,<at_iteration>,<u|a> …` (apply-8.lua `compact`; `u`: the segment ends with a user
@@ -268,6 +277,47 @@ export class SessionStore {
     }
   }
 
+  /**
+   * Appends the segment a compaction keeps, `{"at_iteration":n,"messages":[…]}` made of `msgs` (the moved messages'
+   * JSON as stored), to `key` in parts of at most STAGE_PART_BYTES, each with the key's expiry in the same MULTI, as
+   * stageHistory does: no one command, and no script building or pushing it, holds Redis for the whole segment.
+   * Returns its byte length.
+   */
+  private async stageSegment(key: string, atIteration: number, msgs: readonly string[]): Promise<number> {
+    let parts: Buffer[] = [];
+    let size = 0;
+    let total = 0;
+    const flush = async () => {
+      if (size === 0) return;
+      const res =
+        (await this.redis
+          .multi()
+          .append(key, Buffer.concat(parts, size))
+          .pexpire(key, STAGE_TTL_MS)
+          .exec()) ?? [];
+      for (const [e] of res) if (e) throw e;
+      total += size;
+      parts = [];
+      size = 0;
+    };
+    const add = async (text: string) => {
+      // Cut by bytes: APPEND joins bytes, so a part may end inside a character.
+      const buf = Buffer.from(text, 'utf8');
+      for (let at = 0; at < buf.length;) {
+        const piece = buf.subarray(at, at + STAGE_PART_BYTES - size);
+        parts.push(piece);
+        size += piece.length;
+        at += piece.length;
+        if (size >= STAGE_PART_BYTES) await flush();
+      }
+    };
+    await add(`{"at_iteration":${atIteration},"messages":[`);
+    for (let i = 0; i < msgs.length; i++) await add(i === 0 ? msgs[i]! : `,${msgs[i]!}`);
+    await add(']}');
+    await flush();
+    return total;
+  }
+
   private keyList(k: SessionKeys): SessionKeyList {
     return [k.meta, k.msgs, k.iters, k.queue, k.events, k.lease, k.compacted];
   }
@@ -318,11 +368,26 @@ export class SessionStore {
     if (tap?.ready) await tap.ready;
     const turnMax = this.options.maxTurnBytes ?? MAX_TURN_BYTES;
     let stage = `${k.stage}-`;
+    let staged = false;
     if (guard.create && ops.push_msgs && bytesOf(ops.push_msgs) > STAGE_MIN_BYTES) {
       stage = k.stage + randomBytes(6).toString('base64url');
+      staged = true;
       await this.stageHistory(stage, ops.push_msgs);
-      const { push_msgs: staged, ...rest } = ops;
-      ops = { ...rest, stage: { count: staged.length } };
+      const { push_msgs: pushed, ...rest } = ops;
+      ops = { ...rest, stage: { count: pushed.length } };
+    }
+    if (ops.compact?.messages) {
+      // The messages are the script's to read unless the segment is large: then it is built here and staged.
+      const { messages, ...compact } = ops.compact;
+      if (messages.reduce((n, m) => n + Buffer.byteLength(m), 0) > STAGE_MIN_BYTES) {
+        const suffix = randomBytes(6).toString('base64url');
+        stage = k.segment + suffix;
+        staged = true;
+        const bytes = await this.stageSegment(stage, compact.at_iteration, messages);
+        ops = { ...ops, compact: { ...compact, staged: { key: suffix, bytes } } };
+      } else {
+        ops = { ...ops, compact };
+      }
     }
     const res = await this.redis.sessApply(
       ...this.keyList(k),
@@ -337,7 +402,7 @@ export class SessionStore {
     if (res[0] === 'ERR') {
       const code = String(res[1]);
       const current = String(res[2]);
-      if (ops.stage) await this.redis.unlink(stage).catch(() => undefined); // Else its expiry drops it.
+      if (staged) await this.redis.unlink(stage).catch(() => undefined); // Else its expiry drops it.
       if (code === 'fenced') throw new FencedOut(id);
       if (code === 'revision') throw revisionMismatch(Number(current));
       if (code === 'status') throw new InvalidStatus(current);
@@ -442,10 +507,30 @@ export class SessionStore {
     };
   }
 
-  /** What compactions summarized: the kept segments, oldest first. One LRANGE. */
+  /**
+   * What compactions summarized: the kept segments, oldest first. One LRANGE, then one GET of each segment kept in a
+   * key of its own (segmentKeyOf).
+   */
   async compacted(id: string): Promise<CompactedSegment[]> {
-    const raw = await this.redis.lrange(sessionKeys(id).compacted, 0, -1);
-    return raw.map((r) => decodeStored<CompactedSegment>(r));
+    const raw = await this.redis.lrangeBuffer(sessionKeys(id).compacted, 0, -1);
+    return Promise.all(
+      raw.map(async (r) =>
+        decodeStored<CompactedSegment>((await this.resolveSegment(id, r)).toString('utf8')),
+      ),
+    );
+  }
+
+  /**
+   * A kept segment as the `compacted` list holds it, or, for a stub (a segment staged in a key of its own,
+   * apply-8.lua `compact`), the segment that key holds. Segments are never changed once kept, so reading the key
+   * after the list is reading the same segment (a session deleted between reads as not found: SessionNotFound).
+   */
+  private async resolveSegment(id: string, raw: Buffer): Promise<Buffer> {
+    const key = segmentKeyOf(raw);
+    if (key === null) return raw;
+    const text = await this.redis.getBuffer(sessionKeys(id).segment + key);
+    if (text === null) throw notFound();
+    return text;
   }
 
   /**
@@ -492,8 +577,9 @@ export class SessionStore {
    * only those, however many the session keeps. For a segment whose length the reader knows fits.
    */
   async segmentAt(id: string, index: number): Promise<{ segment: CompactedSegment; bytes: number } | null> {
-    const raw = await this.redis.lindexBuffer(sessionKeys(id).compacted, index);
-    if (raw === null) return null;
+    const stored = await this.redis.lindexBuffer(sessionKeys(id).compacted, index);
+    if (stored === null) return null;
+    const raw = await this.resolveSegment(id, stored);
     return { segment: decodeStored<CompactedSegment>(raw.toString('utf8')), bytes: raw.length };
   }
 
@@ -513,7 +599,8 @@ export class SessionStore {
     if (raw === null) return null;
     if (raw === -1) return { segment: null, bytes: 0, replaced: true };
     if (typeof raw === 'number') return { segment: null, bytes: raw };
-    return { segment: decodeStored<CompactedSegment>(raw.toString('utf8')), bytes: raw.length };
+    const text = await this.resolveSegment(id, raw);
+    return { segment: decodeStored<CompactedSegment>(text.toString('utf8')), bytes: text.length };
   }
 
   /**
@@ -732,8 +819,9 @@ export class SessionStore {
     // between (a client token's revoke gives its record's bytes back) would be given back twice.
     let done: number;
     let bytes: number;
+    let segKeys: string;
     try {
-      [done, bytes] = await this.redis.sessDestroy(
+      [done, bytes, segKeys] = await this.redis.sessDestroy(
         ...this.keyList(k),
         k.tokens,
         k.gone,
@@ -753,12 +841,18 @@ export class SessionStore {
         (await this.redis
           .multi()
           .hget(k.meta, 'bytes')
+          .hget(k.meta, 'seg_keys')
           .unlink(...this.keyList(k), k.tokens)
           .exec()) ?? [];
       for (const [e] of res) if (e) throw e;
       bytes = Number(res[0]?.[1] ?? 0);
-      done = Number(res[1]?.[1] ?? 0) > 0 ? 1 : 0;
+      segKeys = String(res[1]?.[1] ?? '');
+      done = Number(res[2]?.[1] ?? 0) > 0 ? 1 : 0;
     }
+    // The segments kept in keys of their own, which the script names but cannot take as KEYS (it learns them with the
+    // delete). A crash before this leaves them (no expiry): no reader reaches them once their stubs are gone.
+    const segments = segKeys.split(' ').filter((s) => s !== '');
+    if (segments.length > 0) await this.redis.unlink(...segments.map((s) => k.segment + s));
     if (done === -1) return false;
     if (done === 1) tap?.landed();
     this.tenants.delete(id);

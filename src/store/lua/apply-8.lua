@@ -1,7 +1,8 @@
 -- apply: one atomic, guarded change to a session: history, iteration records, fields, queue and events together.
 -- KEYS[1] meta (hash)  KEYS[2] msgs (list)  KEYS[3] iters (list)  KEYS[4] queue (list)  KEYS[5] events (stream)
 -- KEYS[6] lease (string)  KEYS[7] compacted (list: the segments a compaction summarized, one JSON each, oldest first)
--- KEYS[8] stage (list: a create's history pushed before this call in parts, one key per attempt; see `stage` below)
+-- KEYS[8] stage (list: a create's history pushed before this call in parts, one key per attempt; see `stage` below;
+--         or, with `compact.staged`, the string of the segment the compaction keeps, appended in parts likewise)
 -- ARGV[1] guard JSON `{create?, fence?, rev?, status?: string[], turn_max?, posted?}`: the change happens only if all
 --         hold; `turn_max` (bytes) caps the user turn that queued follow-ups will form (see `queue_push` below);
 --         `posted` `{id, fp, after, keep}`: the chat's user message this change posts, refused (`posted`) when the
@@ -25,6 +26,10 @@
 --         (src/store/store.ts historySnapshot): `<segments> <bytes>,<at_iteration>,<u|a> …`, the number of
 --         segments kept when it was written, then one entry per segment, oldest first, the last for segment
 --         `<segments>` - 1; `u` when its messages end with a user turn (`ends_with_user`), else `a`.
+--         `compact.staged` `{key, bytes}`: the segment, too large for one script to build or push, was appended in
+--         parts to KEYS[8] (whose name ends with `key`), `bytes` long (refused as `stage` when it is not): the
+--         key is kept and the list gets a stub naming it (see `compact` below); meta `seg_keys` lists each such
+--         `key`, space-separated.
 --         `count_once` `[[field, {counter: n}]…]`: each entry's counters are added only if `field` was not set, and
 --         it is set (a sub-agent's usage under `cb:<child id>`, the mark child-usage-1.lua sets too).
 --         `stage` `{count}` (with `create`, instead of `push_msgs`): the history, too large for one script to decode
@@ -94,6 +99,10 @@ if guard.turn_max and ops.queue_push then
 end
 -- A staged history whose parts did not all land (an expiry passed, a part failed): nothing is written.
 if ops.stage and redis.call('LLEN', KEYS[8]) ~= ops.stage.count then return {'ERR', 'stage', ''} end
+-- Likewise a staged segment not whole (a part failed, its expiry passed).
+if ops.compact and ops.compact.staged and redis.call('STRLEN', KEYS[8]) ~= ops.compact.staged.bytes then
+  return {'ERR', 'stage', ''}
+end
 local quiet = ops.keep_revision == true
 local rev
 if quiet then rev = tonumber(cur[2]) or 0 else rev = redis.call('HINCRBY', meta, 'revision', 1) end
@@ -120,12 +129,30 @@ local function pushAll(key, list)
 end
 
 -- The history's first `c.count` messages become a kept segment; the summary message takes their place. Built by
--- concatenation (no JSON decoding), so the messages are kept byte for byte.
+-- concatenation (no JSON decoding), so the messages are kept byte for byte. A large segment (`c.staged`) was built
+-- by the store from the committed history it holds (each message's JSON.stringify, as the store writes them) and
+-- appended in parts to KEYS[8] (one script would take too long to build or push it, and stall every tenant): the key is
+-- kept as it is (its expiry removed) and the list gets a stub naming it, `{"at_iteration":n,"key":"<suffix>",
+-- "bytes":<length>}` (KEYS[8] is keys.ts `segment` .. suffix; readers resolve it: src/store/store.ts
+-- `compacted`, `segmentAt`, segment-if-fits-1.lua), and the meta field `seg_keys` lists the suffix, so the
+-- session's delete drops it (destroy-9.lua). What stays of the history is trimmed in place, never copied.
 local function compact(c)
-  local moved = redis.call('LRANGE', KEYS[2], 0, c.count - 1)
-  local rest = redis.call('LRANGE', KEYS[2], c.count, -1)
-  local segment = '{"at_iteration":' .. c.at_iteration .. ',"messages":[' .. table.concat(moved, ',') .. ']}'
-  local count = redis.call('RPUSH', KEYS[7], segment)
+  local len = redis.call('LLEN', KEYS[2])
+  local moved = math.min(c.count, len)
+  local bytes, count
+  if c.staged then
+    bytes = c.staged.bytes
+    redis.call('PERSIST', KEYS[8])
+    count = redis.call('RPUSH', KEYS[7],
+      '{"at_iteration":' .. c.at_iteration .. ',"key":"' .. c.staged.key .. '","bytes":' .. bytes .. '}')
+    local keys = redis.call('HGET', meta, 'seg_keys')
+    redis.call('HSET', meta, 'seg_keys', (keys and keys ~= '') and (keys .. ' ' .. c.staged.key) or c.staged.key)
+  else
+    local segment = '{"at_iteration":' .. c.at_iteration .. ',"messages":[' ..
+      table.concat(redis.call('LRANGE', KEYS[2], 0, c.count - 1), ',') .. ']}'
+    bytes = #segment
+    count = redis.call('RPUSH', KEYS[7], segment)
+  end
   -- `seg_bytes`: anchored by the segment count it was written at, so its entries name their segments by index (the
   -- last one segment count - 1), whatever was pushed since. They are kept only if they end right below this segment
   -- (written at count - 1): after a segment an older version pushed (with no entry) they do not, and are dropped;
@@ -137,13 +164,13 @@ local function compact(c)
       entries[#entries + 1] = (string.match(e, '^%d+,%d+,[ua]$') or string.match(e, '^%d+,%d+$')) and e or '?'
     end
   end
-  entries[#entries + 1] = #segment .. ',' .. c.at_iteration .. ',' .. (c.ends_with_user and 'u' or 'a')
+  entries[#entries + 1] = bytes .. ',' .. c.at_iteration .. ',' .. (c.ends_with_user and 'u' or 'a')
   redis.call('HSET', meta, 'seg_bytes',
     count .. ' ' .. table.concat(entries, ' ', math.max(1, #entries - (c.sizes or 16) + 1), #entries))
-  redis.call('DEL', KEYS[2])
-  redis.call('RPUSH', KEYS[2], c.summary)
-  pushAll(KEYS[2], rest)
-  redis.call('HINCRBY', meta, 'msg_base', #moved)
+  -- LTRIM past the end empties (deletes) the list: the summary is then its only message.
+  redis.call('LTRIM', KEYS[2], moved, -1)
+  redis.call('LPUSH', KEYS[2], c.summary)
+  redis.call('HINCRBY', meta, 'msg_base', moved)
 end
 
 -- Keeps the first n entries of a list; n = 0 keeps none (LTRIM 0 -1 would keep them all).

@@ -5,6 +5,8 @@
 -- most one segment it does not read (the one that ends its read). Nor is a segment sent that a `PUT …/messages`
 -- replaced, when the page tells those by their record (ARGV[3]): its `at_iteration`, the segment's first field
 -- (apply-8.lua `compact` writes `{"at_iteration":n,…`), is read here.
+-- A stub (a segment kept in a key of its own, apply-8.lua `compact`: `{"at_iteration":n,"key":…,"bytes":b}`) is
+-- weighed by the length it names, and sent as it is when that fits: the reader then reads the key it names.
 -- KEYS[1] compacted (list: the kept segments, oldest first)
 -- ARGV[1] the segment's index  ARGV[2] most bytes it may have to be sent
 -- ARGV[3] a record number: a segment whose `at_iteration` is at most it is not sent (-1: none)
@@ -14,5 +16,6 @@ local s = redis.call('LINDEX', KEYS[1], tonumber(ARGV[1]))
 if not s then return false end
 local at = tonumber(string.match(string.sub(s, 1, 40), '^{"at_iteration":(%d+),'))
 if at and at <= tonumber(ARGV[3]) then return -1 end
-if #s > tonumber(ARGV[2]) then return #s end
+local stub = tonumber(string.match(s, '^{"at_iteration":%d+,"key":"[%w_-]+","bytes":(%d+)}$'))
+if (stub or #s) > tonumber(ARGV[2]) then return stub or #s end
 return s
