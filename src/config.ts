@@ -193,7 +193,9 @@ const variables = z.object({
   EVENT_LOG_MAX_BYTES: positiveMs.default(16 * 1024 * 1024),
   /**
    * Bytes one user turn made of follow-ups may reach: the trailing user turn they join (if the history ends with
-   * one) and every follow-up queued for it. A follow-up beyond is refused with 413 `payload_too_large`.
+   * one) and every follow-up queued for it. A follow-up beyond is refused with 413 `payload_too_large`. The tool
+   * results of one step together too (their `tool_result` blocks): a client's result beyond is refused (413), a
+   * tool's result the service takes becomes an error saying so (src/store/pending.ts `fitResults`).
    */
   MAX_TURN_BYTES: positiveMs.default(4 * 1024 * 1024),
   /** Request body limit in bytes. */

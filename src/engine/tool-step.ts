@@ -9,6 +9,7 @@ import type { ServerTool } from '../../tools/types.js';
 import { blocksOf, extendHistory, pendingToolCalls, type StoredMessage } from '../history.js';
 import { toolRan } from '../observability/run-telemetry.js';
 import {
+  fitResults,
   markStored,
   outstandingTasks,
   pendingFields,
@@ -183,6 +184,9 @@ export async function toolStep(
     );
     // As in runTurns: tools cut short by a shutdown are left `started` for the replica that resumes the run.
     if (run.leavesToolsUnanswered) throw new APIUserAbortError();
+    // Each result is at most TOOL_RESULT_MAX_BYTES, the step's together at most MAX_TURN_BYTES (the turn they form,
+    // sent again with each status event while the step waits): one that would take them past it is an error saying so.
+    fitResults(step.calls, new Set(toRun.map((c) => c.id)), deps.store.maxTurnBytes);
   }
   const waiting = step.calls.some((c) => c.approval === 'required' || (c.kind === 'client' && !c.result));
   const tasks = outstandingTasks(step);

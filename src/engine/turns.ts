@@ -14,6 +14,7 @@ import { APIUserAbortError } from '@anthropic-ai/sdk';
 import type { BetaMessage } from '@anthropic-ai/sdk/resources/beta/messages/messages';
 import { extendHistory, type StoredMessage } from '../history.js';
 import {
+  fitResults,
   pendingFields,
   resultsTurn,
   setResult,
@@ -302,6 +303,9 @@ class Turns extends TurnRunner {
           : interruptedResult('no result'),
       );
     }
+    // The step's results together at most MAX_TURN_BYTES (tool-step.ts, the same bound): the history committed is
+    // what the runner sends next, so a result replaced here is what the model sees.
+    fitResults(pending, new Set(pending.map((c) => c.id)), this.deps.store.maxTurnBytes);
   }
 
   /** Commits the tools' results (tool-step.ts) and hands the runner the next turn. */

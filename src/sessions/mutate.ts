@@ -109,6 +109,12 @@ export interface Plan {
    * never refused for it — the call must be answered whatever the tenant stores (default true).
    */
   storageCap?: boolean;
+  /**
+   * False for the service's own results (a worker's, a sub-agent's answer), which it holds to MAX_TURN_BYTES itself
+   * (pending.ts `fitResults`): by default a write that takes the step's tool results past MAX_TURN_BYTES together is
+   * refused (413 `payload_too_large`), in the script that writes them (store.apply `resultsCap`).
+   */
+  resultsCap?: boolean;
 }
 
 /** 412 unless the session is at the revision the client pinned with If-Match. */
@@ -160,6 +166,7 @@ export async function mutate(
       ({ revision: wrote } = await store.apply(id, guard, p.ops, tenant, {
         costCap: p.costCap ?? true,
         storageCap: p.storageCap ?? true,
+        resultsCap: p.resultsCap ?? true,
       }));
     } catch (err) {
       // Made meanwhile by a request of the same key (one whose process stalled past its lease): answered as it is.

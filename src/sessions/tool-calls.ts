@@ -5,7 +5,15 @@ import { TENANT_BUDGET_EXHAUSTED } from '../cost/spend.js';
 import { assertActionOpen, assertCallsOpen } from './deadlines.js';
 import { blocksOf, pendingToolCalls } from '../history.js';
 import { isAgentTool, type decisionBody, type toolResultBody, type toolResultsBody } from '../schemas.js';
-import { encodeResult, setResult, type PendingStep, type ToolResult } from '../store/pending.js';
+import {
+  encodeResult,
+  fitResults,
+  resultsBytes,
+  setResult,
+  type PendingStep,
+  type ToolResult,
+} from '../store/pending.js';
+import { resultsTooLarge } from '../store/store.js';
 import { deadlineFields, recordCount, type SessionState } from '../store/session-state.js';
 import { completedEvents } from '../engine/commit.js';
 import { heldForReview } from '../engine/policy.js';
@@ -215,6 +223,21 @@ export function submitResults(
       throw conflict('tool_result_already_submitted', 'The call already has its result.');
     const step = structuredClone(s.pending);
     const events = results.map((r) => applyResult(step, r));
+    // A client's results that would take the step's past MAX_TURN_BYTES together: refused before anything is written
+    // (a run slot, a due entry). The write checks again (`resultsCap`), for results written at once.
+    const max = deps.store.maxTurnBytes;
+    if (!service) {
+      const bytes = resultsBytes(step.calls);
+      if (bytes > max && bytes > resultsBytes(s.pending.calls)) throw resultsTooLarge(bytes, max);
+    }
+    // The service's own answer past MAX_TURN_BYTES with the step's other results becomes an error saying so (a
+    // client's is refused at the write: 413, `resultsCap`); its event tells of the result as set.
+    if (service)
+      for (const c of fitResults(step.calls, new Set(ids), max)) {
+        const at = ids.indexOf(c.id);
+        const ev = events[at];
+        if (ev && c.result) events[at] = [ev[0], encodeResult(c.id, c.result).event];
+      }
     // The step's last result, every other one in: a review the policy asks for begins now, as the run would begin it
     // at once (tool-step.ts `holdResults`), without a run (`continue: true` does not skip it, there either).
     if (step.calls.every((c) => c.result) && heldForReview(s, step))
@@ -222,7 +245,7 @@ export function submitResults(
         ops: reviewOps(deps, s, step, events),
         starts: false,
         costCap: false,
-        ...(service ? { storageCap: false } : {}),
+        ...(service ? { storageCap: false, resultsCap: false } : {}),
       };
     // Client results alone let the run go on; reviewed results wait for `continue`.
     const goes = ready(step) && (go || !step.review);
@@ -240,8 +263,8 @@ export function submitResults(
       costCap: false,
       // The service's own answer (a sub-agent's result) lands whatever the model's price too: the run it starts fails
       // before its model request for a model without a price under a dollar ceiling (`unknown_model_price`: the
-      // engine checks); nor is it refused at TENANT_MAX_BYTES.
-      ...(service ? { priced: false, storageCap: false } : {}),
+      // engine checks); nor is it refused at TENANT_MAX_BYTES, nor past MAX_TURN_BYTES (fitted above).
+      ...(service ? { priced: false, storageCap: false, resultsCap: false } : {}),
     };
   });
 }

@@ -98,6 +98,11 @@ export interface Guard {
   create?: boolean;
   /** Bytes the user turn that queued follow-ups form may reach (set by the store from its options). */
   turn_max?: number;
+  /**
+   * Bytes the step's tool results (its `result:<id>` fields) may reach with this change's `hset`: set by the store
+   * from MAX_TURN_BYTES for a client's results (`resultsCap`); a change that grows them past it is refused (413).
+   */
+  results_max?: number;
   /** The chat's user message this change posts: refused (AlreadyPosted) if the session was given it lately. */
   posted?: PostedGuard;
   /**

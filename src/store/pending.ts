@@ -118,6 +118,49 @@ export function setResult(call: PendingCall, result: ToolResult): ToolResult {
   return call.result;
 }
 
+/** Bytes of a call's result as stored and sent: its `tool_result` block (the `result:<id>` field's length). */
+const blockBytes = (c: Pick<PendingCall, 'id' | 'result'>): number =>
+  c.result ? Buffer.byteLength(encodeResult(c.id, c.result).block) : 0;
+
+/**
+ * Bytes of the results turn a step's results form: their `tool_result` blocks together, as apply-8.lua's
+ * `results_max` guard sums the `result:*` fields (MAX_TURN_BYTES bounds it, as it bounds the turn follow-ups form).
+ */
+export function resultsBytes(calls: ReadonlyArray<Pick<PendingCall, 'id' | 'result'>>): number {
+  return calls.reduce((n, c) => n + blockBytes(c), 0);
+}
+
+/**
+ * Holds a step's results (its `calls`) to `max` bytes together (MAX_TURN_BYTES) where the service took them from tools itself
+ * (server, MCP, tenant tools' calls, a sub-agent's answer: `taken`): each one, in the step's order, that would take
+ * the step's results past `max` is replaced by an `is_error` saying so, as a result over TOOL_RESULT_MAX_BYTES is. The
+ * other results (a client's, refused at the write instead: 413) count as they stand. Returns the calls replaced.
+ *
+ * Every result of a step is sent again in each `session.status` event's `required_action.tool_results` and joined
+ * into one turn by a script: unbounded, 40 results of 900 kB made 19 MB events and stalled Redis for every tenant.
+ */
+export function fitResults(
+  calls: readonly PendingCall[],
+  taken: ReadonlySet<string>,
+  max: number,
+): PendingCall[] {
+  let total = resultsBytes(calls.filter((c) => !taken.has(c.id)));
+  const replaced: PendingCall[] = [];
+  for (const c of calls) {
+    if (!taken.has(c.id) || !c.result) continue;
+    const bytes = blockBytes(c);
+    if (total + bytes > max) {
+      setResult(c, {
+        content: `Error: the result of ${c.name} is ${bytes} bytes; with the step's other results it would make ${total + bytes} bytes, more than the ${max} the tool results of one step may have together (MAX_TURN_BYTES)`,
+        is_error: true,
+      });
+      replaced.push(c);
+    }
+    total += blockBytes(c);
+  }
+  return replaced;
+}
+
 /** Takes a call's result away (a failed server call that runs again): its field is emptied with the next write. */
 export function clearResult(call: PendingCall): void {
   delete call.result;

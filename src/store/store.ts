@@ -137,6 +137,21 @@ const STAGE_TTL_MS = 10 * 60_000;
 
 const bytesOf = (list: readonly string[]) => list.reduce((n, m) => n + m.length, 0);
 
+/**
+ * 413 for a client's results that would take the pending step's results to `bytes` together, past MAX_TURN_BYTES
+ * (`limit`): as a follow-up over it is refused.
+ */
+export const resultsTooLarge = (bytes: number, limit: number) =>
+  new InvalidRequest(
+    'payload_too_large',
+    `The tool results of the pending step would be ${bytes} bytes together, more than MAX_TURN_BYTES (${limit}).`,
+    { limit, turn_bytes: bytes, quota: 'MAX_TURN_BYTES' },
+  );
+
+/** Whether `ops` write a tool result (a `result:<id>` field not emptied) with their `hset`. */
+const writesResult = (ops: ApplyOps): boolean =>
+  Object.entries(ops.hset ?? {}).some(([k, v]) => k.startsWith('result:') && v !== '');
+
 /** A stored message this large is decoded as a heavy step of its tenant's (tenant-turns.ts). */
 const HEAVY_MESSAGE_BYTES = 64 * 1024;
 
@@ -335,13 +350,20 @@ export class SessionStore {
    * (429 `quota_exceeded`, `cost_usd_per_day`); a run started anyway stops before its first model request. Unless
    * `storageCap` is false (a write the service makes on its own: a tool task's result, a deadline), a client's write
    * that adds bytes while the tenant is at TENANT_MAX_BYTES is refused (429); the bytes are counted either way.
+   * With `resultsCap` (a client's results, a reviewer's replacement), a change whose `hset` would take the step's
+   * tool results past MAX_TURN_BYTES together is refused (413 `payload_too_large`), checked in the script that writes
+   * them; the service holds the results it takes from tools to the bound itself (pending.ts `fitResults`).
    */
   async apply(
     id: string,
     guard: Guard,
     ops: ApplyOps,
     tenant?: string,
-    { costCap = true, storageCap = true }: { costCap?: boolean; storageCap?: boolean } = {},
+    {
+      costCap = true,
+      storageCap = true,
+      resultsCap = false,
+    }: { costCap?: boolean; storageCap?: boolean; resultsCap?: boolean } = {},
   ): Promise<ApplyResult> {
     const k = sessionKeys(id);
     // Bytes added are counted in the session (same script) and then the tenant (see storage-quota.ts).
@@ -366,7 +388,8 @@ export class SessionStore {
     if (warnAt > 0) await this.actionsDue.add(id, warnAt);
     const tap = this.eventTap?.(id, opsEventTypes(ops), tenant);
     if (tap?.ready) await tap.ready;
-    const turnMax = this.options.maxTurnBytes ?? MAX_TURN_BYTES;
+    const turnMax = this.maxTurnBytes;
+    if (resultsCap && writesResult(ops)) guard = { ...guard, results_max: turnMax };
     let stage = `${k.stage}-`;
     let staged = false;
     if (guard.create && ops.push_msgs && bytesOf(ops.push_msgs) > STAGE_MIN_BYTES) {
@@ -409,6 +432,7 @@ export class SessionStore {
       if (code === 'exists') throw new SessionExists();
       if (code === 'posted') throw new AlreadyPosted(decodeStored<PostedEntry>(current));
       if (code === 'applied') throw new AlreadyApplied(decodeStored<AppliedEntry>(current));
+      if (code === 'results_too_large') throw resultsTooLarge(Number(current), turnMax);
       if (code === 'turn_too_large') {
         throw new InvalidRequest(
           'payload_too_large',
@@ -429,6 +453,11 @@ export class SessionStore {
       control: isControl(res[4]) ? res[4] : '',
       paramsRev: Number(res[5] ?? 0),
     };
+  }
+
+  /** MAX_TURN_BYTES: most bytes of a user turn, follow-ups' (the store refuses more) or a step's tool results. */
+  get maxTurnBytes(): number {
+    return this.options.maxTurnBytes ?? MAX_TURN_BYTES;
   }
 
   /** Whether the client is a Redis Cluster client (which may send a pipeline later than it was made). */

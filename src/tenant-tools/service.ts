@@ -21,7 +21,7 @@ import type { Metrics } from '../observability/metrics.js';
 import { mutate, startRun, type SessionDeps } from '../sessions/mutate.js';
 import type { StoredBlock } from '../history.js';
 import type { SessionState } from '../store/session-state.js';
-import { pendingFields, setResult, type PendingCall } from '../store/pending.js';
+import { fitResults, pendingFields, setResult, type PendingCall } from '../store/pending.js';
 import type { RedisClient } from '../store/lua-commands.js';
 import { WakeChannels, type Wake } from './wake.js';
 import {
@@ -474,13 +474,23 @@ export class ToolTasks {
           { rec, result },
           ...(await this.o.queue.waiting(tenant, others)).filter((w) => openCall(s, w.rec)),
         ];
-        const events: Array<[string, string]> = [];
+        const set: Array<{ c: PendingCall; attempt: number }> = [];
         for (const w of waiting) {
           const c = step.calls.find((x) => x.id === w.rec.tool_use_id);
           // Not reached: `openCall` found each of them on the step read, of which `step` is a copy.
           if (!c) throw new NotAwaited();
-          const sent = setResult(c, resultOf(w.result));
+          setResult(c, resultOf(w.result));
           c.reported = true;
+          set.push({ c, attempt: w.rec.attempt });
+        }
+        // A result that would take the step's results past MAX_TURN_BYTES together becomes an error saying so: the
+        // worker's result is taken (200), the call must end. Fitted on this read; the revision guards the write.
+        fitResults(step.calls, new Set(set.map(({ c }) => c.id)), this.o.deps.store.maxTurnBytes);
+        const events: Array<[string, string]> = [];
+        for (const { c, attempt } of set) {
+          // Set above (`setResult`), perhaps replaced by `fitResults`: the result as written.
+          const sent = c.result;
+          if (!sent) continue;
           events.push([
             'tool.completed',
             JSON.stringify({
@@ -490,13 +500,14 @@ export class ToolTasks {
               content: sent.content,
               is_error: sent.is_error,
               duration_ms: null,
-              attempt: w.rec.attempt,
+              attempt,
             }),
           ]);
         }
         delivered = waiting.map((w) => w.rec.call);
         // Not refused at TENANT_MAX_BYTES: the results are the workers', committed already; the calls must end.
-        return { ops: { hset: pendingFields(step), events }, storageCap: false };
+        // Nor past MAX_TURN_BYTES: fitted above.
+        return { ops: { hset: pendingFields(step), events }, storageCap: false, resultsCap: false };
       });
     } catch (err) {
       if (err instanceof AlreadyDelivered) return this.settleDelivered(tenant, rec, [call], runs);

@@ -8,7 +8,9 @@
 --         `posted` `{id, fp, after, keep}`: the chat's user message this change posts, refused (`posted`) when the
 --         session was given it lately, else recorded with the change (includes/recent.lua); `applied`
 --         `{t, q, keep, after?, message?}`: the Idempotency-Key token of the request making this change, refused
---         (`applied`) when the session recorded it already, else recorded with the change (includes/recent.lua)
+--         (`applied`) when the session recorded it already, else recorded with the change (includes/recent.lua);
+--         `results_max` (bytes): the step's tool results (its `result:*` fields) may not grow past it with this
+--         change's `hset` (refused as `results_too_large`; one that leaves them as large or smaller passes);
 --         `fields` `{name: value}`: each meta field holds that value ('' for a field not set), else refused as
 --         `revision` (the state the writer read has changed)
 -- ARGV[2] ops JSON (ApplyOps in src/store/store.ts). `queue_push` and `queue.base` are block arrays as JSON text
@@ -51,6 +53,7 @@
 -- and `params_rev` as they stand after the change, so a runner learns of a cancel or a PATCH at its next commit
 -- even if it missed the pub/sub message. Or {'ERR', code, current} with nothing written, code `not_found` |
 -- `exists` | `fenced` | `revision` | `status` | `stage` | `turn_too_large` (current: the bytes the turn would have) |
+-- `results_too_large` (current: the bytes the step's results would have) |
 -- `posted` (current: the entry of the message posted before, JSON) | `applied` (current: the token's entry, JSON).
 -- The `message.appended` event carries what was added, not the whole turn: `{index, into_last, role, content}`
 -- (`index`: the turn's place in the live history).
@@ -96,6 +99,26 @@ if guard.turn_max and ops.queue_push then
   for _, e in ipairs(redis.call('LRANGE', KEYS[4], 0, -1)) do bytes = bytes + #e end
   for _, e in ipairs(ops.queue_push) do bytes = bytes + #e end
   if bytes > guard.turn_max then return {'ERR', 'turn_too_large', tostring(bytes)} end
+end
+if guard.results_max and ops.hset and ops.hset.pending ~= '' then
+  -- The tool results of the step (its `result:*` fields, store/pending.ts) after this write, against those before it:
+  -- a write that grows them past `results_max` (bytes) is refused. Checked here, with the write, so results written
+  -- at once cannot each pass on a read that did not see the other.
+  local before, after = 0, 0
+  for _, f in ipairs(redis.call('HKEYS', meta)) do
+    if string.sub(f, 1, 7) == 'result:' then
+      local n = redis.call('HSTRLEN', meta, f)
+      local v = ops.hset[f]
+      before = before + n
+      after = after + (type(v) == 'string' and #v or n)
+    end
+  end
+  for f, v in pairs(ops.hset) do
+    if string.sub(f, 1, 7) == 'result:' and type(v) == 'string' and redis.call('HEXISTS', meta, f) == 0 then
+      after = after + #v
+    end
+  end
+  if after > guard.results_max and after > before then return {'ERR', 'results_too_large', tostring(after)} end
 end
 -- A staged history whose parts did not all land (an expiry passed, a part failed): nothing is written.
 if ops.stage and redis.call('LLEN', KEYS[8]) ~= ops.stage.count then return {'ERR', 'stage', ''} end
