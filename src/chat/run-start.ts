@@ -18,9 +18,18 @@ declare module 'ioredis' {
       msgs: string,
       maxScanned: number,
       agentsPause: '0' | '1',
+      maxBytes: number,
     ): Result<[cursor: string, run: string, whole: '0' | '1', kept: string] | null, Context>;
   }
 }
+
+/**
+ * Most bytes of the log (the entries' field values) one scan for a run's start reads. The scan is one script: every
+ * entry it reads is copied whole into Redis's Lua, which serves no other tenant meanwhile (a 16 MB log of large
+ * events took Redis past the health probe's second). Past it the replay starts where the scan stopped (`midRun`),
+ * as when the run's start is older than the log.
+ */
+export const RUN_START_SCAN_BYTES = 4 * 1024 * 1024;
 
 /**
  * Defines the script's command on `redis`: at boot, before any traffic (a command defined later is missing from
@@ -34,7 +43,8 @@ export function defineChatCommands(redis: RedisClient): void {
  * Where to replay the assistant message of the session's current run from (`cursor`: the message's earlier runs
  * included, those that paused for the client and those that failed or stopped and were taken up again), the id of
  * the current run's first event (`run`; undefined when the scan did not reach it), and `midRun`: the message's
- * beginning is not in the log any more (the replay starts at the oldest event kept, maybe inside a turn), and
+ * beginning is not in the log any more or not within the scan's bounds (`maxScanned` entries, `maxBytes` bytes: the
+ * replay starts at the oldest event kept or scanned, maybe inside a turn), and
  * `kept`: after a `POST …/retry`, which dropped steps the log still holds, the replay starts at the run the retry
  * started, and the message's steps before it are those of the live history's first `kept` messages (undefined when
  * the replay is the whole message as logged). Null when no run is active according to its log. `agentsPause`: the
@@ -46,6 +56,7 @@ export async function runStartCursor(
   sessionId: string,
   maxScanned: number,
   agentsPause: boolean,
+  maxBytes = RUN_START_SCAN_BYTES,
 ) {
   const keys = sessionKeys(sessionId);
   const found = await redis.chatRunStart(
@@ -53,6 +64,7 @@ export async function runStartCursor(
     keys.msgs,
     Math.max(1, maxScanned),
     agentsPause ? '1' : '0',
+    Math.max(1, maxBytes),
   );
   if (!found) return null;
   // `run` undefined: the run began before the oldest event the log keeps (a long run, a trimmed log).

@@ -16,6 +16,9 @@
 -- KEYS[1] events (stream)  KEYS[2] msgs (list: the live history)
 -- ARGV[1] most entries scanned (>= 1)
 -- ARGV[2] '1': the newest status may be `requires_action` (a pause for sub-agents); '0': it must be `running`
+-- ARGV[3] most bytes scanned (the sum of the entries' field values; absent: no bound but ARGV[1]). Entries are
+--         copied whole into the script: a log of large events stalls Redis for every tenant as long as they take to
+--         copy (and decode). Past it the scan ends as at its bound in entries.
 -- Returns {cursor, run, whole, kept}: the id of the entry the replay begins after ('0-0': the log's oldest entry),
 -- the id of the newest `running` status (the current run's start; '' when the scan did not reach it), whole '1' when
 -- the replay begins at a turn's start ('0': where the log or the scan starts, maybe inside a turn), and, when the
@@ -23,6 +26,8 @@
 -- when the newest status is not `running` (nor an allowed `requires_action`).
 local max = tonumber(ARGV[1])
 local agents_pause = ARGV[2] == '1'
+local budget = tonumber(ARGV[3]) or math.huge
+local bytes = 0
 local last = '+'
 local seen = 0
 local run, begins = nil, nil
@@ -58,12 +63,24 @@ local function shows(b)
 end
 local function asks(d)
   if not d or not string.find(d, '"role":"user"', 1, true) then return false end
+  -- No block that could show (tool results whose content is a string: the common large user turn): no decoding.
+  if not (string.find(d, '"type":"text"', 1, true) or string.find(d, '"type":"image"', 1, true)
+      or string.find(d, '"type":"document"', 1, true)) then
+    return false
+  end
   local data = decoded(d)
   if not data or type(data.content) ~= 'table' then return false end
   for _, b in ipairs(data.content) do
     if shows(b) then return true end
   end
   return false
+end
+-- A status event's status: from the data's first bytes as the service writes it (src/engine/status.ts
+-- `statusEvent`: `status` first; its `required_action` may be large), else decoded.
+local function status_of(d)
+  local s = d and string.match(d, '^{"status":"([%w_]+)"')
+  if s then return s end
+  return (decoded(d) or {})['status']
 end
 -- The id of the entry just before `id` ('0-0' when none).
 local function before(id)
@@ -80,19 +97,26 @@ local function kept()
   if type(count) == 'number' then return tostring(count) end
   return tostring(redis.call('LLEN', KEYS[2]))
 end
-while seen < max do
-  local rows = redis.call('XREVRANGE', KEYS[1], last, '-', 'COUNT', math.min(64, max - seen))
+-- Entries are read a few at a time: one at first, then at most twice as many as the read before, and no more than
+-- the budget left would hold at the largest size seen so far (one at a time once an entry took that much), at most 64.
+local chunk, largest = 1, 0
+while seen < max and bytes < budget do
+  local rows = redis.call('XREVRANGE', KEYS[1], last, '-', 'COUNT', math.min(chunk, max - seen))
   if #rows == 0 then return { begins or '0-0', run or '', begins and '1' or '0', '' } end
   for _, row in ipairs(rows) do
     seen = seen + 1
     oldest = row[1]
     local fields = row[2]
     local t, d = nil, nil
+    local size = 0
     for i = 1, #fields, 2 do
       if fields[i] == 't' then t = fields[i + 1] elseif fields[i] == 'd' then d = fields[i + 1] end
+      size = size + #fields[i + 1]
     end
+    bytes = bytes + size
+    if size > largest then largest = size end
     if t == 'session.status' then
-      local s = (decoded(d) or {})['status']
+      local s = status_of(d)
       if not run then
         if s == 'running' then
           run, since, since_started = row[1], row[1], started
@@ -121,6 +145,7 @@ while seen < max do
     if run and begins then return { begins, run, '1', '' } end
   end
   last = '(' .. rows[#rows][1]
+  chunk = math.max(1, math.min(64, 2 * #rows, math.floor((budget - bytes) / largest)))
 end
 -- The scan's bound reached first: the replay starts at the oldest entry it read, maybe inside a turn.
 return { oldest and before(oldest) or '0-0', run or '', '0', '' }

@@ -34,8 +34,16 @@ local function log_trim(key, meta, maxlen, maxbytes)
   local over_b = total - maxbytes
   if over_n <= 0 and over_b <= 0 then return end
   local n, b, keep, cut, start = 0, 0, false, false, '-'
+  -- Entries are copied whole into the script, so the oldest are read only as many at a time as the trim still
+  -- needs, counted at the mean size of the log (the counter's) for the first read, then at that of the entries
+  -- dropped so far, plus the one kept (its id is recorded): a log of large events reads about what it drops, a
+  -- flush of small ones on a full log one batch. At most 32 at a time, and at most twice as many as the read before.
+  local mean = math.max(1, total / math.max(1, len))
+  local batch = 32
   while not keep do
-    local rows = redis.call('XRANGE', key, start, '+', 'COUNT', 32)
+    local by_bytes = over_b > b and math.ceil((over_b - b) / mean) or 0
+    batch = math.max(1, math.min(batch, math.max(over_n - n, by_bytes) + 1))
+    local rows = redis.call('XRANGE', key, start, '+', 'COUNT', batch)
     if #rows == 0 then break end
     for _, row in ipairs(rows) do
       if (n >= over_n and b >= over_b) or n >= len - 1 then keep = row[1]; break end
@@ -44,6 +52,8 @@ local function log_trim(key, meta, maxlen, maxbytes)
       cut = row[1]
     end
     start = '(' .. rows[#rows][1]
+    if n > 0 then mean = math.max(1, b / n) end
+    batch = math.min(32, 2 * batch)
   end
   if keep and n > 0 then
     redis.call('XTRIM', key, 'MINID', keep)

@@ -1,0 +1,252 @@
+/**
+ * The event log's scripts read bounded bytes of a log of large events. A script copies every stream entry it reads
+ * whole into Redis's Lua, and Redis serves no other tenant meanwhile: a page of a 16 MB log of 900 KB events copied
+ * the whole log to return one event, long enough for the health probe to mark Redis down for every tenant. The
+ * entries each script read are the XRANGE/XREVRANGE calls MONITOR shows it making (`lua`), replayed on the same log
+ * (or counted by their COUNT where the script changed the log).
+ */
+import { describe, it } from 'node:test';
+import assert from 'node:assert/strict';
+import { once } from 'node:events';
+import { Redis } from 'ioredis';
+import { START } from '../../src/events/cursor.js';
+import { defineChatCommands, runStartCursor } from '../../src/chat/run-start.js';
+import { EventLog, nextId } from '../../src/store/events.js';
+import { eventLogKeys, sessionKeys } from '../../src/store/keys.js';
+import { storeRedisForSuite } from '../helpers/redis.js';
+
+const LARGE = 500_000;
+
+describe('event log scripts read bounded bytes', () => {
+  const suite = storeRedisForSuite();
+  /** The suite's client (a single node: MONITOR and `duplicate`). */
+  const client = (): Redis => {
+    assert.ok(suite.redis instanceof Redis);
+    return suite.redis;
+  };
+
+  /** The stream reads (command and arguments) the scripts `run` makes issue, in order. */
+  async function scriptReads(r: Redis, run: () => Promise<unknown>): Promise<string[][]> {
+    const monitor = await r.duplicate().monitor();
+    const reads: string[][] = [];
+    const marker = `marker-${Math.random()}`;
+    let done: () => void = () => {};
+    const seen = new Promise<void>((resolve) => (done = resolve));
+    monitor.on('monitor', (_time: string, args: string[], source: string) => {
+      const cmd = (args[0] ?? '').toUpperCase();
+      if (source === 'lua' && (cmd === 'XRANGE' || cmd === 'XREVRANGE')) reads.push(args);
+      if (cmd === 'ECHO' && args[1] === marker) done();
+    });
+    try {
+      await run();
+      // MONITOR shows commands in the order Redis ran them: once it shows the marker, it has shown the scripts'.
+      await r.echo(marker);
+      await seen;
+    } finally {
+      monitor.disconnect();
+      if (monitor.status !== 'end') await once(monitor, 'end');
+    }
+    assert.ok(reads.length > 0, 'MONITOR showed the scripts reading');
+    return reads;
+  }
+
+  /** The bytes of the field values of the entries `reads` return on the log as it is now. */
+  async function bytesOf(r: Redis, reads: string[][]): Promise<number> {
+    let total = 0;
+    for (const [cmd, ...args] of reads) {
+      const rows = (await r.call(cmd!, ...args)) as Array<[string, string[]]>;
+      for (const [, fields] of rows) for (let i = 1; i < fields.length; i += 2) total += fields[i]!.length;
+    }
+    return total;
+  }
+
+  async function writeLog(r: Redis, id: string, sizes: number[]): Promise<string[]> {
+    const events = sessionKeys(id).events;
+    const ids: string[] = [];
+    for (const [i, size] of sizes.entries())
+      ids.push(
+        (await r.xadd(events, '*', 't', 'turn.completed', 'd', String(i % 10).repeat(size), 'at', '1'))!,
+      );
+    return ids;
+  }
+
+  it('a page of large events reads the page, one event past it and the newest, not the log', async () => {
+    const r = client();
+    const id = 'ses_largeeventspage';
+    const ids = await writeLog(
+      r,
+      id,
+      Array.from({ length: 12 }, () => LARGE),
+    );
+    const log = new EventLog(r);
+    const limits = { count: 500, maxBytes: 1_048_576 };
+
+    // From the start: two events fit the budget.
+    let page: Awaited<ReturnType<EventLog['page']>> | undefined;
+    let reads = await scriptReads(r, async () => (page = await log.page(id, START, limits)));
+    assert.deepEqual(
+      page!.events.map((e) => e.id),
+      ids.slice(0, 2),
+    );
+    assert.equal(page!.firstId, ids[0]);
+    assert.equal(page!.lastId, ids.at(-1));
+    assert.equal(page!.more, true);
+    // The page (2), the one that did not fit, the newest (its id): 4 events, where 6 + the rest of the log were.
+    assert.ok((await bytesOf(r, reads)) <= 4 * (LARGE + 20), `read ${await bytesOf(r, reads)}`);
+
+    // From the middle, with a budget below one event: the event after the cursor alone.
+    reads = await scriptReads(
+      r,
+      async () => (page = await log.page(id, ids[4]!, { count: 500, maxBytes: 1000 })),
+    );
+    assert.deepEqual(
+      page!.events.map((e) => e.id),
+      [ids[5]],
+    );
+    assert.equal(page!.firstId, ids[0]);
+    assert.equal(page!.lastId, ids.at(-1));
+    // The page, the oldest and the newest (their ids): 3 events.
+    assert.ok((await bytesOf(r, reads)) <= 3 * (LARGE + 20), `read ${await bytesOf(r, reads)}`);
+
+    // The last page reads no more than itself and the oldest.
+    reads = await scriptReads(r, async () => (page = await log.page(id, ids[9]!, limits)));
+    assert.deepEqual(
+      page!.events.map((e) => e.id),
+      ids.slice(10),
+    );
+    assert.equal(page!.more, false);
+    assert.ok((await bytesOf(r, reads)) <= 3 * (LARGE + 20), `read ${await bytesOf(r, reads)}`);
+  });
+
+  it('a page of small events then large ones reads at most twice as many entries as it held so far at once', async () => {
+    const r = client();
+    const id = 'ses_smallthenlarge';
+    // A session's first events are small (its creation, the question, a turn's start), then large tool results.
+    const ids = await writeLog(r, id, [100, 100, 100, ...Array.from({ length: 30 }, () => LARGE)]);
+    const log = new EventLog(r);
+    let page: Awaited<ReturnType<EventLog['page']>> | undefined;
+    const reads = await scriptReads(
+      r,
+      async () => (page = await log.page(id, START, { count: 500, maxBytes: 1_048_576 })),
+    );
+    assert.deepEqual(
+      page!.events.map((e) => e.id),
+      ids.slice(0, 5),
+    );
+    assert.equal(page!.lastId, ids.at(-1));
+    // The small ones one, then two at a time; four next (two large past the page), the newest: 5 large where the
+    // reads grown to 64 after the small ones copied the whole log (31).
+    const read = await bytesOf(r, reads);
+    assert.ok(read <= 5 * (LARGE + 20) + 400, `read ${read}`);
+  });
+
+  it('pages of events of mixed sizes are the log, in order, each within its bounds', async () => {
+    const r = client();
+    const id = 'ses_mixedeventspages';
+    // Small events with large ones among them, in runs, as a turn's deltas and its tool results.
+    const sizes = Array.from({ length: 300 }, (_, i) => (i % 37 < 3 ? 40_000 + i : 50 + ((i * 7) % 300)));
+    const ids = await writeLog(r, id, sizes);
+    const log = new EventLog(r);
+    for (const limits of [
+      { count: 500, maxBytes: 65_536 },
+      { count: 7, maxBytes: 1_048_576 },
+      { count: 1, maxBytes: 1 },
+    ]) {
+      const got: string[] = [];
+      let after = START;
+      for (;;) {
+        const page = await log.page(id, after, limits);
+        assert.equal(page.firstId, ids[0]);
+        assert.equal(page.lastId, ids.at(-1));
+        if (page.events.length === 0) break;
+        assert.ok(page.events.length <= limits.count);
+        // An entry's bytes: its type, data and time.
+        const bytes = page.events
+          .map((e) => 'turn.completed'.length + sizes[ids.indexOf(e.id)]! + 1)
+          .reduce((a, b) => a + b);
+        if (page.events.length > 1) assert.ok(bytes <= limits.maxBytes);
+        const next = ids.indexOf(page.events.at(-1)!.id) + 1;
+        // Full: the next event would not have fitted.
+        if (page.more && page.events.length < limits.count)
+          assert.ok(bytes + 'turn.completed'.length + sizes[next]! + 1 > limits.maxBytes);
+        assert.equal(page.more, next < ids.length);
+        got.push(...page.events.map((e) => e.id));
+        after = page.events.at(-1)!.id;
+      }
+      assert.deepEqual(got, ids, JSON.stringify(limits));
+    }
+    // A cursor past the newest: an empty page, the bounds.
+    const past = await log.page(id, nextId(ids.at(-1)!)!, { count: 10, maxBytes: 100 });
+    assert.deepEqual(past.events, []);
+    assert.equal(past.firstId, ids[0]);
+    assert.equal(past.lastId, ids.at(-1));
+    const [meta] = eventLogKeys('ses_emptylog');
+    await r.hset(meta, 'x', '1');
+    const empty = await log.page('ses_emptylog', START, { count: 10, maxBytes: 100 });
+    assert.deepEqual([empty.events, empty.firstId, empty.lastId], [[], null, null]);
+  });
+
+  it('a write over a full log of large events reads what the trim drops and the entry it keeps, not 32', async () => {
+    const r = client();
+    const id = 'ses_largeeventstrim';
+    const [meta, events] = eventLogKeys(id);
+    await r.hset(meta, 'status', 'idle');
+    const data = 'x'.repeat(LARGE);
+    const append = () =>
+      r.sessAppendEvents(
+        meta,
+        events,
+        'chan',
+        10_000,
+        1,
+        1_000,
+        5 * (LARGE + 50),
+        '',
+        0,
+        'turn.completed',
+        data,
+      );
+    for (let i = 0; i < 8; i++) await append();
+    const before = await r.xrange(events, '-', '+');
+    assert.equal(before.length, 5);
+    const reads = await scriptReads(r, append);
+    const counted = reads.reduce((n, a) => n + (a[0]!.toUpperCase() === 'XRANGE' ? Number(a.at(-1)) : 0), 0);
+    assert.ok(counted <= 2, JSON.stringify(reads.map((a) => a.filter((x) => x.length < 100))));
+    // Trimmed as before: the oldest went, its id and the oldest kept recorded, the byte count down by it.
+    const after = await r.xrange(events, '-', '+');
+    assert.deepEqual(
+      after.map(([i]) => i),
+      [...before.slice(1).map(([i]) => i), after.at(-1)![0]],
+    );
+    assert.equal(await r.hget(meta, 'ev_cut'), `${before[0]![0]} ${before[1]![0]}`);
+    assert.equal(Number(await r.hget(meta, 'ev_bytes')), 5 * (LARGE + 'turn.completed'.length + 32));
+  });
+
+  it("a chat stream's run start scans bounded bytes, then starts the replay where it stopped", async () => {
+    const r = client();
+    defineChatCommands(r);
+    const id = 'ses_largeeventsrunstart';
+    const events = sessionKeys(id).events;
+    const log = (t: string, d: unknown) => r.xadd(events, '*', 't', t, 'd', JSON.stringify(d));
+    const question = await log('message.appended', { role: 'user', content: [{ type: 'text', text: 'hi' }] });
+    const running = await log('session.status', { status: 'running' });
+    for (let i = 0; i < 12; i++)
+      await log('message.appended', {
+        role: 'user',
+        content: [{ type: 'tool_result', tool_use_id: `t${i}`, content: 'r'.repeat(LARGE) }],
+      });
+    // Unbounded by bytes: the question is found.
+    const whole = await runStartCursor(r, id, 1000, false, Number.MAX_SAFE_INTEGER);
+    assert.deepEqual(whole, { cursor: question, run: running, midRun: false, kept: undefined });
+    let start: Awaited<ReturnType<typeof runStartCursor>> = null;
+    const reads = await scriptReads(
+      r,
+      async () => (start = await runStartCursor(r, id, 1000, false, 1_048_576)),
+    );
+    // Past the budget: from where the scan stopped, mid-run.
+    assert.equal(start!.midRun, true);
+    assert.equal(start!.run, undefined);
+    assert.ok(start!.cursor > running!);
+    assert.ok((await bytesOf(r, reads)) <= 4 * (LARGE + 100), `read ${await bytesOf(r, reads)}`);
+  });
+});
