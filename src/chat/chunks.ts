@@ -62,6 +62,7 @@
 import { isDeepStrictEqual } from 'node:util';
 import type { z } from 'zod';
 import { compareIds } from '../events/cursor.js';
+import type { DecidedCall } from '../store/idempotency.js';
 import {
   GOES_ON,
   appended,
@@ -114,21 +115,6 @@ export type DeliveredResult = {
   input: unknown;
   content: unknown;
   is_error: boolean;
-};
-
-/**
- * A decision on a call whose approval the client's message shows asked and unanswered, made elsewhere before the
- * stream's cursor (src/chat/post.ts `decidedMeanwhile`): `input`, an approval's, the input the call runs with (the
- * edited one, if edited); `reason`, a denial's; `result`, an approved call's result when it is known already (the
- * call ran while the step waited for the client's other answers).
- */
-export type DecidedCall = {
-  tool_use_id: string;
-  name: string;
-  approved: boolean;
-  input?: unknown;
-  reason?: string;
-  result?: { content: unknown; is_error: boolean };
 };
 
 /** What an open content block of the turn became. */

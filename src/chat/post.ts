@@ -16,7 +16,8 @@ import type { ClientScope } from '../store/client-tokens.js';
 import type { SessionState } from '../store/session-state.js';
 import { pendingToolCalls, type StoredMessage } from '../history.js';
 import { dueAtStart, endsPaused } from '../engine/compaction.js';
-import type { DecidedCall, DeliveredResult } from './chunks.js';
+import type { DeliveredResult } from './chunks.js';
+import type { DecidedCall } from '../store/idempotency.js';
 import {
   type chatBody,
   answeredCallIdsOf,

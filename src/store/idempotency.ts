@@ -21,6 +21,21 @@ export interface IdempotencyRecord {
 }
 
 /**
+ * A decision on a call whose approval the client's message shows asked and unanswered, made elsewhere before the
+ * stream's cursor (src/chat/post.ts `decidedMeanwhile`): `input`, an approval's, the input the call runs with (the
+ * edited one, if edited); `reason`, a denial's; `result`, an approved call's result when it is known already (the
+ * call ran while the step waited for the client's other answers).
+ */
+export interface DecidedCall {
+  tool_use_id: string;
+  name: string;
+  approved: boolean;
+  input?: unknown;
+  reason?: string;
+  result?: { content: unknown; is_error: boolean };
+}
+
+/**
  * What streams a chat answer again from the event log: the cursor it started after, the revision its mutation made
  * (older statuses are passed over), the assistant message it continued and the calls that message held, and whether
  * it ran at all.
@@ -58,14 +73,7 @@ export interface StreamReplay {
    * message showed asked and unanswered, decided before the cursor), kept when they fit beside the above in 64 KiB of
    * JSON: a replay shows them again.
    */
-  decided?: Array<{
-    tool_use_id: string;
-    name: string;
-    approved: boolean;
-    input?: unknown;
-    reason?: string;
-    result?: { content: unknown; is_error: boolean };
-  }>;
+  decided?: DecidedCall[];
   /** The client-token scopes the first request needed: a replay needs them too. */
   scopes: ClientScope[];
 }

@@ -11,7 +11,8 @@ import { after, before, describe, it } from 'node:test';
 import assert from 'node:assert/strict';
 import { readUIMessageStream, validateUIMessages, type UIMessage, type UIMessageChunk } from 'ai';
 import { reply, text, toolUse } from '../fake/script.js';
-import { ChatTranslator, type DecidedCall, type UIChunk } from '../../src/chat/chunks.js';
+import { ChatTranslator, type UIChunk } from '../../src/chat/chunks.js';
+import type { DecidedCall } from '../../src/store/idempotency.js';
 import { PlainChat, chatTransport, readAll, sseDataLines } from '../helpers/chat.js';
 import { startHarness, type Harness } from '../helpers/service.js';
 
