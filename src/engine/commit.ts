@@ -1,3 +1,10 @@
+/**
+ * A run's writes to its session: a turn's commit (and the spend it carries), the run's end, a failure, an interrupt,
+ * a cancel (the run's own, or a route's of a run no replica holds), and the tasks a dropped step leaves. Past 400
+ * lines as one file: each is one guarded `apply` (the run's fence, or the revision a route read), and they share the
+ * ops that end a run (`endOps`) and the billing of what a turn spent, so the guards and the once-only billing are
+ * read in one place.
+ */
 import { randomBytes } from 'node:crypto';
 import { FencedOut, InvalidStatus, NotFound, RevisionMismatch, StoreUnavailable } from '../errors.js';
 import { toolCallsOf, type StoredMessage } from '../history.js';

@@ -1,3 +1,8 @@
+/**
+ * Every read and write of the schedules' keys (records, the due set, the tenants' indexes, a fire's claim and its
+ * session) behind one door, as src/store/store.ts is for sessions. Past 400 lines for that reason: the guards of
+ * a fire's exactly-once (revision, due score, claim) are each written once, here.
+ */
 import { withoutSecrets } from '../sessions/secrets.js';
 import { quotaExceeded, RevisionMismatch, NotFound, InvalidRequest } from '../errors.js';
 import { channelName, eventsChannel } from '../store/keys.js';

@@ -1,3 +1,8 @@
+/**
+ * The routes' controls of a session's run: PATCH, retry, cancel, resume and delete, each a guarded read-modify-write
+ * through `mutate` (src/sessions/mutate.ts). Past 400 lines: they share the checks a change of params, tools or
+ * status must pass (cache breakpoints, prices, compaction, sub-agents) and the cancel's task and child clean-up.
+ */
 import type { z } from 'zod';
 import { assertBudgetLeft } from '../engine/budget.js';
 import { assertFixedMarks } from '../engine/cache-breakpoints.js';

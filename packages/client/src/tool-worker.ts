@@ -6,6 +6,9 @@
  * content or `Error: <message>` as an `is_error` result), heartbeats while it runs, submits the result (retried
  * with backoff), rides out a restart of the service, and stops gracefully. No dependency on the SDK: the tools are
  * used through their shape.
+ *
+ * Past 400 lines as one file: the claim loop, each call's heartbeat, abort and grace, and the result's resending
+ * share one call state and the one start/stop state machine; split, each part would hold half of the invariants.
  */
 import { isJsonType, isObject } from './answer.js';
 import { ConnectionError, retryAfterMs } from './errors.js';
