@@ -6,7 +6,8 @@ answer, in ``AsyncClient`` it returns an awaitable of it. So the one method list
 Every ``/v1`` route that answers JSON has a method here (README: "Routes"); the exceptions are the AI SDK chat
 transport (``POST /v1/chat``, ``GET /v1/chat/:id/stream``: UI message streams for ``useChat``) and the WebSocket
 ``GET /v1/sessions/:id/stream`` (``follow()`` reads the same events over SSE). Mutations: every POST takes
-``idempotency_key`` (the service honours ``Idempotency-Key`` on POST only), and every route that honours
+``idempotency_key`` (the service honours ``Idempotency-Key`` on POST, and on ``PUT /v1/tools/:name``, whose http
+runner's secret is shown once), and every route that honours
 ``If-Match`` takes ``if_match`` (the resource's revision).
 """
 from __future__ import annotations
@@ -43,7 +44,7 @@ class Request:
         self.json = json
         self.params = {k: v for k, v in (params or {}).items() if v is not None}
         self.headers = headers or {}
-        # GETs, and POSTs carrying an Idempotency-Key, may be sent again.
+        # GETs, and mutations carrying an Idempotency-Key, may be sent again.
         self.retry = retry or method == "GET" or "Idempotency-Key" in self.headers
         # Seconds to wait for the answer when the client's default does not fit (a long-poll); None: the default.
         self.timeout_s = timeout_s
@@ -248,10 +249,20 @@ class Routes:
     def list_tools(self) -> Any:
         return self._call(Request("GET", "/v1/tools", shape="page"))
 
-    def put_tool(self, name: str, definition: Mapping[str, Any], *, if_match: Optional[int] = None) -> Any:
-        """Registers (201) or replaces (200) a tenant tool: ``{"description", "input_schema", "runner", …}``."""
+    def put_tool(
+        self,
+        name: str,
+        definition: Mapping[str, Any],
+        *,
+        if_match: Optional[int] = None,
+        idempotency_key: Optional[str] = None,
+    ) -> Any:
+        """Registers (201) or replaces (200) a tenant tool: ``{"description", "input_schema", "runner", …}``. With
+        ``idempotency_key`` a repeat answers the first answer again, an http runner's ``secret`` included (it is shown
+        once), and the request may be sent again after a lost answer."""
         path = f"/v1/tools/{_seg(name)}"
-        return self._call(Request("PUT", path, dict(definition), headers=_mutation_headers(if_match, None)))
+        headers = _mutation_headers(if_match, idempotency_key)
+        return self._call(Request("PUT", path, dict(definition), headers=headers))
 
     def get_tool(self, name: str) -> Any:
         return self._call(Request("GET", f"/v1/tools/{_seg(name)}"))
