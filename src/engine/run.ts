@@ -69,6 +69,8 @@ interface Known {
   queued: number | null;
   /** The session's last iteration record (null: none; undefined: not known). */
   lastRecord: IterationRecord | null | undefined;
+  /** `state` is the claim's, without the pending step it holds (Claimed `stepUnread`): read before it is used. */
+  stepUnread?: boolean;
 }
 
 /**
@@ -104,6 +106,7 @@ export class Run {
       history: null,
       queued: claimed.queued,
       lastRecord: claimed.lastRecord,
+      stepUnread: claimed.stepUnread,
     };
   }
 
@@ -156,8 +159,9 @@ export class Run {
 
   /** The session as known, or read again; null once it is not this run's to drive (left `running`, fenced). */
   private async current(): Promise<Known | null> {
-    const known = this.known ?? (await this.reload());
+    const held = this.known ?? (await this.reload());
     this.known = null;
+    const known = held?.stepUnread ? await this.withStep(held) : held;
     if (!known || known.state.status !== 'running') return null;
     if (known.state.fence !== this.run.fence) {
       // Another replica took the run over (this one's lease lapsed): its end says so.
@@ -165,6 +169,27 @@ export class Run {
       return null;
     }
     return known;
+  }
+
+  /**
+   * The claim's session with its pending step, which the claim left out (acquire-run-4.lua): the session read again
+   * (one HGETALL, not in a script), together with the history every step reads first, so the step costs the run no
+   * round trip of its own. The session may have changed since the claim: the queue length and last record the claim
+   * read hold only when its revision has not moved.
+   */
+  private async withStep(known: Known): Promise<Known | null> {
+    const [state, history] = await Promise.all([
+      this.deps.store.load(this.run.id),
+      known.history ?? this.deps.store.history(this.run.id),
+    ]);
+    if (!state) return null;
+    const same = state.revision === known.state.revision;
+    return {
+      state,
+      history,
+      queued: same ? known.queued : null,
+      lastRecord: same ? known.lastRecord : undefined,
+    };
   }
 
   private async reload(): Promise<Known | null> {

@@ -18,7 +18,13 @@ import { decodeFields, type IterationRecord, type SessionState } from './session
 
 export interface Claimed {
   fence: number;
+  /**
+   * The session, but its pending step (`pending` null, whatever is stored): the claim does not read the step
+   * (acquire-run-4.lua), which may hold megabytes of inputs and results.
+   */
   state: SessionState;
+  /** The session holds a pending step, not read: the run reads the session again before it uses `state.pending`. */
+  stepUnread: boolean;
   /** Follow-ups queued for the next user turn. */
   queued: number;
   /** The session's last iteration record (null: none). */
@@ -105,19 +111,20 @@ export class RunQueue {
   }
 
   /**
-   * A replica takes the run lease of a `running` session and reads the session in the same round trip
-   * (acquire-4.lua); null if another holds the lease or the session is not running.
+   * A replica takes the run lease of a `running` session and reads the session but its pending step in the same
+   * round trip (acquire-run-4.lua); null if another holds the lease or the session is not running.
    */
   async claim(id: string, owner: string, ttlMs: number): Promise<Claimed | null> {
     const k = sessionKeys(id);
-    const res = await this.redis.sessAcquire(k.meta, k.lease, k.queue, k.iters, owner, ttlMs);
+    const res = await this.redis.sessAcquireRun(k.meta, k.lease, k.queue, k.iters, owner, ttlMs);
     if (res === 0) return null;
-    const [fence, flat, queued, last] = res;
+    const [fence, flat, queued, last, step] = res;
     const h: Record<string, string> = {};
     for (let i = 0; i + 1 < flat.length; i += 2) h[flat[i]!] = flat[i + 1]!;
     return {
       fence: Number(fence),
       state: decodeFields(h),
+      stepUnread: Number(step) === 1,
       queued: Number(queued),
       lastRecord: last ? decodeStored<IterationRecord>(last) : null,
     };

@@ -60,7 +60,7 @@ describe('Lua lives in .lua files', () => {
     t.after(() => client.quit());
     const names = defineLuaCommands(client, new URL('../../src/store/lua/', import.meta.url), 'sess');
     assert.deepEqual(names.sort(), [
-      'sessAcquire',
+      'sessAcquireRun',
       'sessAppendEvents',
       'sessAppendEventsMany',
       'sessApply',

@@ -52,15 +52,18 @@ declare module 'ioredis' {
       [err: 'ERR', code: string, detail: string] | [number, number, string, number, string, string],
       Context
     >;
-    /** acquire-4.lua: 0, or the fencing token, the session's fields (flat), its queue length, its last record. */
-    sessAcquire(
+    /**
+     * acquire-run-4.lua: 0, or the fencing token, the session's fields but its step's (flat), its queue length, its
+     * last record, and 1 when it holds a pending step (not read), else 0.
+     */
+    sessAcquireRun(
       meta: string,
       lease: string,
       queue: string,
       iters: string,
       owner: string,
       ttlMs: number,
-    ): Result<0 | [number, string[], number, string | null], Context>;
+    ): Result<0 | [number, string[], number, string | null, 0 | 1], Context>;
     /** renew-1.lua: 1 when renewed. */
     sessRenew(lease: string, token: string, ttlMs: number): Result<number, Context>;
     /** release-1.lua: 1 when released. */

@@ -2,7 +2,7 @@
 -- its events; a batch whose write failed without an answer (a timeout, a dropped connection: it may have run) is sent
 -- again under the same numbers, and what landed already is skipped. The meta hash field `ev_mark` holds the run's
 -- mark token and the number of the last event written under it: `<token> <seq>`. A token is `<fence>:<random>`: the
--- run's lease fence (acquire-4.lua) and its own. Only the run holding the lease writes under a mark: a marked write
+-- run's lease fence (acquire-run-4.lua) and its own. Only the run holding the lease writes under a mark: a marked write
 -- from an older fence (an owner that lost its lease and kept retrying through an outage) or to a deleted session (no
 -- meta) writes nothing, so it can neither land after the new owner's events nor make the mark another token's.
 -- Use: mark_skip(...) before the first XADD (how many of the batch's events landed already; false: write none of
