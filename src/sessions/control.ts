@@ -299,7 +299,7 @@ async function cancelOnce(
  * counting in TOOL_TASKS_MAX_PER_TENANT at once — else only when a worker next claims that tool, or at the call's
  * `timeout_ms`. A worker holding one is told `task_cancelled` at its next heartbeat or result (the session no longer
  * awaits it: src/tenant-tools/service.ts `awaits`). One whose result was taken (done, not delivered yet) is left to
- * its delivery, under way, which answers its worker (settle-8.lua says why). Best effort: a call missed here is
+ * its delivery, under way, which answers its worker (settle-9.lua says why). Best effort: a call missed here is
  * dropped at its claim, as before.
  */
 export async function dropTasks(deps: SessionDeps, s: SessionState): Promise<void> {

@@ -2,6 +2,7 @@ import type { Redis, Cluster } from 'ioredis';
 import { quotaExceeded } from '../errors.js';
 import type { ApplyOps, Guard } from './apply-ops.js';
 import { CounterBatch } from './counter-batch.js';
+import { taskKeys } from '../tenant-tools/keys.js';
 
 /**
  * The per-tenant storage quota (TENANT_MAX_BYTES). Each write of a session counts the bytes it adds — the messages
@@ -13,6 +14,12 @@ import { CounterBatch } from './counter-batch.js';
  *
  * A session's client tokens (client-tokens.ts) count too: a token's record and its events, in the session's `bytes`
  * (client-token-mint-2.lua); a mint is refused as a client's write is, a revoke never.
+ *
+ * A tenant tool's call (a tool task, src/tenant-tools/) counts too while the queue keeps a copy of its input and
+ * result: the queue's scripts count those bytes in `tt:{tt:tenant}:bytes` (in the queue's slot, so in the scripts
+ * that write and delete the copies: src/tenant-tools/lua/includes/held-bytes.lua) from its enqueue until it is
+ * settled (delivered, cancelled, its session deleted, failed at its deadline and then delivered). The tenant's count
+ * is the sum of the two counters. A call queued is a run's write: counted, never refused.
  *
  * A client's write (create, follow-up, result, PATCH…: every apply without a run's fence) is refused with 429
  * `quota_exceeded` (`details.quota: "storage_bytes"`) once the tenant's count reaches the limit; a run's own
@@ -50,11 +57,7 @@ export class StorageQuota {
    */
   async check(tenant: string, ops: ApplyOps, guard: Guard, refuse = true): Promise<number> {
     const n = addedBytes(ops, guard);
-    if (refuse && n > 0 && this.maxBytes > 0 && guard.fence === undefined) {
-      const used = Number((await this.redis.get(storageKey(tenant))) ?? 0);
-      if (used + n > this.maxBytes)
-        throw quotaExceeded('storage_bytes', this.maxBytes, 'bytes stored (TENANT_MAX_BYTES)');
-    }
+    if (refuse && n > 0 && this.maxBytes > 0 && guard.fence === undefined) await this.room(tenant, n);
     return n;
   }
 
@@ -70,10 +73,22 @@ export class StorageQuota {
   /** Throws 429 as `check` when `n` more bytes would take `tenant` past its limit; counts nothing. */
   async room(tenant: string, n: number): Promise<void> {
     if (n > 0 && this.maxBytes > 0) {
-      const used = Number((await this.redis.get(storageKey(tenant))) ?? 0);
+      const used = await this.used(tenant);
       if (used + n > this.maxBytes)
         throw quotaExceeded('storage_bytes', this.maxBytes, 'bytes stored (TENANT_MAX_BYTES)');
     }
+  }
+
+  /**
+   * The bytes `tenant` stores: its sessions' and schedules' counter and its tool tasks' (two keys of two slots, read at
+   * once: one round trip).
+   */
+  async used(tenant: string): Promise<number> {
+    const [stored, tasks] = await Promise.all([
+      this.redis.get(storageKey(tenant)),
+      this.redis.get(taskKeys(tenant).bytes),
+    ]);
+    return Number(stored ?? 0) + Number(tasks ?? 0);
   }
 
   /** Adds `n` bytes to the tenant's counter (with the other writes of this event-loop turn: CounterBatch). */

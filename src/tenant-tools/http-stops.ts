@@ -1,6 +1,6 @@
 /**
  * The tenants' `stop` channels on the subscriber connection, heard by the HTTP caller (http-caller.ts): a cancel or
- * delete on any replica settles its session's calls (tasks.ts `settle`), and settle-8.lua publishes the offer id of
+ * delete on any replica settles its session's calls (tasks.ts `settle`), and settle-9.lua publishes the offer id of
  * each http call it finds leased on the call's tenant's channel; the replica running that offer's try aborts it at
  * once (its connection closed, its slot freed), instead of at the try's next heartbeat (a third of
  * TOOL_TASK_LEASE_MS). The heartbeat still stops a try whose message was lost (published while this connection was

@@ -23,7 +23,10 @@
  * - `tt:{tt:T}:offers` HASH offer id (`tt_…`) → call
  * - `tt:{tt:T}:owed` HASH `<call> <attempt>` → the call's record as offered again after that attempt's lease was
  *   lost, or after it failed as an http tool's try (with its `failure`): its `tool_task.retried` event is owed to
- *   the session (written in another slot), until written (sweep-10.lua, release-8.lua; service.ts `payRetried`)
+ *   the session (written in another slot), until written (sweep-11.lua, release-9.lua; service.ts `payRetried`)
+ * - `tt:{tt:T}:bytes` STRING the bytes the tenant's calls hold in `inputs` and `results`, the sum of their records'
+ *   `bytes`: a part of the tenant's TENANT_MAX_BYTES count (src/store/storage-quota.ts), written by the scripts that
+ *   write and delete those copies (lua/includes/held-bytes.lua); absent at 0
  * - `tt:http` SET of tenants that have calls of http tools queued (the service's HTTP caller looks at their
  *   queues; tasks.ts `httpIdle` takes a tenant off)
  * - `tt:due` ZSET tenant → when its queue needs a sweep (a lease or deadline falls due, an undelivered result, a
@@ -32,7 +35,7 @@
  *
  * Every time (ms) in these keys is of Redis's clock (src/store/lua/includes/now.lua), never a replica's.
  * - channel `tt:{tt:T}:wake`: published when a call is queued; long-polling claims wait on it
- * - channel `tt:{tt:T}:stop`: the offer id of an http tool's call settled as cancelled while leased (settle-8.lua);
+ * - channel `tt:{tt:T}:stop`: the offer id of an http tool's call settled as cancelled while leased (settle-9.lua);
  *   the replica whose HTTP caller runs that offer's try aborts it (http-stops.ts)
  */
 const tag = (tenant: string) => `tt:{tt:${tenant}}`;
@@ -55,4 +58,5 @@ export const taskKeys = (tenant: string) => ({
   gc: `${tag(tenant)}:gc`,
   offers: `${tag(tenant)}:offers`,
   owed: `${tag(tenant)}:owed`,
+  bytes: `${tag(tenant)}:bytes`,
 });

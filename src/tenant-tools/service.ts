@@ -82,7 +82,7 @@ const refusal = (r: OfferRefusal, id: string): DomainError => {
  * the worker's) or a result was taken already (`result_taken`: this offer's own, sent again, or a heartbeat after it).
  */
 const completedRefusal = (id: string, rec: TaskRecord | undefined): DomainError => {
-  // Not reached: heartbeat-3.lua and complete-6.lua answer `completed` with the record they read.
+  // Not reached: heartbeat-3.lua and complete-7.lua answer `completed` with the record they read.
   if (!rec) return conflict('task_already_completed', `Task ${id} is settled.`, { reason: 'unknown' });
   if (rec.timed_out_at === undefined)
     return conflict('task_already_completed', `Task ${id} already has its result.`, {
@@ -111,7 +111,7 @@ const resultOf = (result: TaskResult): { content: string | StoredBlock[]; is_err
 /**
  * The refusal of a lost offer (another offer held the call, or none: `rec.offer` empty) whose call is settled: no
  * attempt is offered again, so not `task_lease_lost` (whose meaning is that one is) but `task_already_completed`,
- * saying why. Timed out (`timed_out`, as completedRefusal says it); its last attempt's lease lapsed (sweep-10.lua
+ * saying why. Timed out (`timed_out`, as completedRefusal says it); its last attempt's lease lapsed (sweep-11.lua
  * fails the call and empties `offer`: `attempts_exhausted`, the session got `Error: no worker answered: the lease of
  * each of its N attempts expired`); or a later attempt's result was taken (`result_taken`).
  */
@@ -288,7 +288,7 @@ export class ToolTasks {
   /**
    * Writes the owed `tool_task.retried` of `rec`'s lost or failed attempt (`rec` as offered again), then clears the
    * debt. The sweep that lost the lease, or the HTTP caller that gave back a failed try, records the debt in the
-   * tenant's slot with the offer (sweep-10.lua, release-8.lua); the event is in the session's slot, so the two
+   * tenant's slot with the offer (sweep-11.lua, release-9.lua); the event is in the session's slot, so the two
    * cannot be one write: a writer killed between them leaves the debt to the call's next claim or the next sweep,
    * and two replicas may pay it at once. The session's script writes it once per attempt all the same
    * (tool-retried-2.lua), so paying again is harmless; the debt is cleared only after the write, so it is never

@@ -38,12 +38,18 @@ export interface TaskRecord {
   /** When the sweep failed the call past its deadline (`timeout_ms`), Redis's clock; absent otherwise. */
   timed_out_at?: number;
   /**
-   * How many times a run queued the call again while it was out (enqueue-6.lua answered `known`): a run that parks
+   * How many times a run queued the call again while it was out (enqueue-7.lua answered `known`): a run that parks
    * on it. A cancel decided from a read of the session made before is refused (TaskQueue `cancelUnlessWanted`).
    */
   wanted?: number;
   /**
-   * Only in an owed record (keys.ts `owed`) of an http tool's failed try, given back by its caller (release-8.lua):
+   * Bytes the call holds in its tenant's storage count (TENANT_MAX_BYTES): its input's copy and its result's, while
+   * the queue keeps them; set and cleared by the scripts that write and delete those copies (held-bytes.lua). Absent:
+   * none (settled, or queued before the count existed).
+   */
+  bytes?: number;
+  /**
+   * Only in an owed record (keys.ts `owed`) of an http tool's failed try, given back by its caller (release-9.lua):
    * the try's failure, which its `tool_task.retried` event tells. Never in the call's own record.
    */
   failure?: string;
@@ -108,8 +114,8 @@ export const toolStarted = (rec: TaskRecord, input: unknown, worker: string): [s
 
 /**
  * The `tool_task.retried` event of an attempt that is offered again, `rec` being the call as offered again (an owed
- * record): its lease was lost (`lease_expired`, sweep-10.lua), or it was an http tool's try that failed
- * (`http_failed`, with the failure in `error`: release-8.lua).
+ * record): its lease was lost (`lease_expired`, sweep-11.lua), or it was an http tool's try that failed
+ * (`http_failed`, with the failure in `error`: release-9.lua).
  */
 export const toolRetried = (rec: TaskRecord): [string, string] =>
   eventOf('tool_task.retried', {

@@ -36,7 +36,7 @@ import './lua/commands.js';
 
 /**
  * Filled by a refused heartbeat or result (`TaskQueue.heartbeat`, `complete`): with `completed`, the call's
- * record as the refusing script read it (heartbeat-3.lua, complete-6.lua), so whether it timed out (`timed_out_at`)
+ * record as the refusing script read it (heartbeat-3.lua, complete-7.lua), so whether it timed out (`timed_out_at`)
  * is of the same moment as the refusal, never of a later read that finds the record gone.
  */
 export interface RefusedOffer {
@@ -117,7 +117,7 @@ export class TaskQueue {
    * Queues calls of the tenant (a tool step's), each unless it was queued before, in one script: per call, in order,
    * 'queued', 'known' (still out), 'settled' (queued before, and its record says it was delivered or cancelled since:
    * that round of the call is over, and is not queued again), or 'full' (the tenant's bound). One script, so a claim
-   * woken by the first call queued finds the others too (enqueue-6.lua publishes once all are written).
+   * woken by the first call queued finds the others too (enqueue-7.lua publishes once all are written).
    */
   async enqueueAll(tenant: string, tasks: readonly NewTask[]): Promise<EnqueueOutcome[]> {
     if (tasks.length === 0) return [];
@@ -162,6 +162,7 @@ export class TaskQueue {
       k.deadline,
       k.leased,
       k.done,
+      k.bytes,
       this.maxPerTenant,
       channelName(this.redis, wakeChannel(tenant)),
       ...args,
@@ -285,6 +286,7 @@ export class TaskQueue {
       k.deadline,
       k.results,
       k.done,
+      k.bytes,
       offer,
       result,
     );
@@ -319,6 +321,7 @@ export class TaskQueue {
       k.results,
       k.done,
       k.owed,
+      k.bytes,
       offer,
       delayMs,
       error,
@@ -366,7 +369,7 @@ export class TaskQueue {
 
   /**
    * Cancels `rec`'s call, found not awaited by a read of its session made after `rec` was read, unless a run queued
-   * the call again since `rec` was read (its `wanted` moved, enqueue-6.lua): that run's session waits for the call
+   * the call again since `rec` was read (its `wanted` moved, enqueue-7.lua): that run's session waits for the call
    * (it was written so after the read), and its run parks on the task, which must stay out. Without this, a session
    * resumed between the read and the cancel (or answered, or sent a message) parked for good on a task cancelled
    * under it. False when refused: the caller takes the call as awaited. One script, as `settle`.
@@ -391,6 +394,7 @@ export class TaskQueue {
       k.deadline,
       k.done,
       k.gc,
+      k.bytes,
       call,
       state,
       TOMBSTONE_MS,
@@ -473,6 +477,7 @@ export class TaskQueue {
       k.gc,
       k.offers,
       k.owed,
+      k.bytes,
       limit,
       channelName(this.redis, wakeChannel(tenant)),
     );
@@ -495,7 +500,7 @@ export class TaskQueue {
   }
 
   /**
-   * The `tool_task.retried` event of `rec`'s lost attempt (`rec` as offered again, sweep-10.lua) is written: its debt
+   * The `tool_task.retried` event of `rec`'s lost attempt (`rec` as offered again, sweep-11.lua) is written: its debt
    * goes. One HDEL, harmless when repeated: an attempt's debt is recorded once, by the sweep that lost its lease.
    */
   async paidRetried(rec: TaskRecord): Promise<void> {

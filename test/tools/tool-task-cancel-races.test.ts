@@ -74,7 +74,7 @@ describe('a tool task cancelled while its session moves on', { timeout: 240_000 
         const letGo = gate();
         let holding = true;
         redis.ttSettle = async function (this: unknown, ...args: unknown[]) {
-          if (args[9] === 'cancelled' && holding) {
+          if (args[10] === 'cancelled' && holding) {
             holding = false;
             atCancel.open();
             await letGo.wait;

@@ -78,7 +78,7 @@ describe('a step that reuses the call ids of the step its write drops', { timeou
     const parked = gate();
     let holding = true;
     redis.ttSettle = async function (this: unknown, ...args: unknown[]) {
-      if (holding && args[8] === call() && args[9] === 'cancelled' && args[12] === '') {
+      if (holding && args[9] === call() && args[10] === 'cancelled' && args[13] === '') {
         holding = false;
         atDrop.open();
         await letGo.wait;

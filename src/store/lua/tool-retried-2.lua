@@ -1,7 +1,7 @@
 -- tool-retried: a tenant tool call's `tool_task.retried` event (its attempt's lease was lost, or its http try failed),
 -- written at most once per attempt whoever writes it: the sweeper (or the HTTP caller, src/tenant-tools/lua/
--- release-8.lua) that offered the call again, or, should it die first, the next claimant
--- of the call or the next sweep on any replica (the debt is kept in the tenant's queue, src/tenant-tools/lua/sweep-10.lua,
+-- release-9.lua) that offered the call again, or, should it die first, the next claimant
+-- of the call or the next sweep on any replica (the debt is kept in the tenant's queue, src/tenant-tools/lua/sweep-11.lua,
 -- another slot: so two of them may write it at once, or one again after its first write landed and it died).
 -- Written only while the session's step waits for the call's result (its `reported:<id>` field is '', as
 -- src/store/pending.ts `pendingFields` writes it for a call without a result): a debt paid late, after the call's

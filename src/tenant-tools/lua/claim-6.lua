@@ -6,7 +6,7 @@
 -- first, so a call larger than the bound is still offered, alone. The input's size is read (HSTRLEN) before the call
 -- is taken, so Redis never builds an answer of `max` inputs of BODY_LIMIT each (a claim script then ran for seconds,
 -- and the health guard took Redis for down for every tenant).
--- KEYS[1] calls  KEYS[2] inputs  KEYS[3] ready  KEYS[4] leased  KEYS[5] offers  KEYS[6] owed (sweep-10.lua)
+-- KEYS[1] calls  KEYS[2] inputs  KEYS[3] ready  KEYS[4] leased  KEYS[5] offers  KEYS[6] owed (sweep-11.lua)
 -- ARGV[1] lease ms  ARGV[2] most calls  ARGV[3] worker id
 -- ARGV[4] offer id prefix (random; the offer's index is appended)  ARGV[5] most bytes of the answer  ARGV[6..] queues
 -- Due and lease times are of Redis's clock (includes/now.lua): `rec.lease` is now + ARGV[1].

@@ -31,11 +31,11 @@ declare module 'ioredis' {
       ifMatch: string,
     ): Result<[outcome: number, revision: number], Context>;
     /**
-     * enqueue-6.lua: calls as (call, record, input, queue) quadruples; per call, 1 queued, 0 known already (counted in
+     * enqueue-7.lua: calls as (call, record, input, queue) quadruples; per call, 1 queued, 0 known already (counted in
      * its `wanted`), 2 settled, -1 the tenant's queue is full.
      */
     ttEnqueue(
-      ...args: [...keys: Keys<6>, max: number, channel: string, ...calls: string[]]
+      ...args: [...keys: Keys<7>, max: number, channel: string, ...calls: string[]]
     ): Result<number[], Context>;
     /**
      * claim-6.lua: `more` (1: the byte bound left a due call behind, else 0), then record, input, owed (a JSON array
@@ -54,16 +54,16 @@ declare module 'ioredis' {
     ): Result<[more: number, ...rows: string[]], Context>;
     /** heartbeat-3.lua: `['ok', record]` (renewed) or `[refusal]` (`['completed', record]`). */
     ttHeartbeat(...args: [...keys: Keys<3>, offer: string, leaseMs: number]): Result<string[], Context>;
-    /** complete-6.lua: `['ok', record]` or `[refusal]` (`['completed', record]`). */
-    ttComplete(...args: [...keys: Keys<6>, offer: string, result: string]): Result<string[], Context>;
-    /** release-8.lua: `['retried', owed record]`, `['failed', record]` or `[refusal]`. */
+    /** complete-7.lua: `['ok', record]` or `[refusal]` (`['completed', record]`). */
+    ttComplete(...args: [...keys: Keys<7>, offer: string, result: string]): Result<string[], Context>;
+    /** release-9.lua: `['retried', owed record]`, `['failed', record]` or `[refusal]`. */
     ttRelease(
-      ...args: [...keys: Keys<8>, offer: string, delayMs: number, error: string, failure: string]
+      ...args: [...keys: Keys<9>, offer: string, delayMs: number, error: string, failure: string]
     ): Result<string[], Context>;
-    /** settle-8.lua: 1 when the call was known, 2 a cancel refused (queued again since `wanted`), 0 unknown. */
+    /** settle-9.lua: 1 when the call was known, 2 a cancel refused (queued again since `wanted`), 0 unknown. */
     ttSettle(
       ...args: [
-        ...keys: Keys<8>,
+        ...keys: Keys<9>,
         call: string,
         state: string,
         gcAfterMs: number,
@@ -71,9 +71,9 @@ declare module 'ioredis' {
         wanted: string,
       ]
     ): Result<number, Context>;
-    /** sweep-10.lua: Redis's now, next due, live then gc (ms, -1: none), then kind, record pairs. */
+    /** sweep-11.lua: Redis's now, next due, live then gc (ms, -1: none), then kind, record pairs. */
     ttSweep(
-      ...args: [...keys: Keys<10>, limit: number, channel: string]
+      ...args: [...keys: Keys<11>, limit: number, channel: string]
     ): Result<Array<number | string>, Context>;
     /** pending-5.lua: `[live, gc, now]`, when the queue next needs a sweep (ms, -1: none), and Redis's now. */
     ttPending(...keys: Keys<5>): Result<[live: number, gc: number, now: number], Context>;

@@ -4,8 +4,8 @@
 -- Returns {'ok', record JSON} (renewed until now + lease ms, now of Redis's clock: includes/now.lua), or {refusal}:
 -- 'unknown', 'lost' (offered again), 'completed' (with the call's record JSON: {'completed', record}), 'cancelled'.
 -- A lease past its expiry is renewed all the same while its offer still holds the call (the sweep has not offered
--- it again), as complete-6.lua takes a result then: a heartbeat refused in that window made a worker drop a tool
--- whose result would have been taken, and the call ran again. The sweep (sweep-10.lua) offers a call again only
+-- it again), as complete-7.lua takes a result then: a heartbeat refused in that window made a worker drop a tool
+-- whose result would have been taken, and the call ran again. The sweep (sweep-11.lua) offers a call again only
 -- when the lease stored in its record has lapsed, read in its own script: a renewal here, atomic like the sweep,
 -- comes either before it (the sweep sees the new expiry and keeps the call leased) or after it (this offer no
 -- longer holds the call: 'lost').

@@ -1,6 +1,6 @@
 -- next_due: when a tenant's queue next needs a sweep.
 -- Returns live, gc: the earliest lease expiry, deadline or undelivered result (ms; -1 when none: no call is queued,
--- leased or undelivered), 0 while a `tool_task.retried` event is owed (`owed`, sweep-10.lua), and the earliest
+-- leased or undelivered), 0 while a `tool_task.retried` event is owed (`owed`, sweep-11.lua), and the earliest
 -- tombstone's gc time (ms; -1 when none).
 local function next_due(leased, deadline, done, gc, owed)
   local live = -1

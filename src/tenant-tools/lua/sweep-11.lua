@@ -1,7 +1,8 @@
 -- sweep: a tenant's queue, due: expired leases (offered again with the next attempt, or failed after the last),
 -- calls past their deadline (failed), and tombstones past their gc time (gone, with their offers).
 -- KEYS[1] calls  KEYS[2] inputs  KEYS[3] results  KEYS[4] ready  KEYS[5] leased  KEYS[6] deadline  KEYS[7] done
--- KEYS[8] gc  KEYS[9] offers  KEYS[10] owed
+-- KEYS[8] gc  KEYS[9] offers  KEYS[10] owed  KEYS[11] bytes (a failed call's error result counts in the tenant's
+-- storage until settled; a tombstone gone gives back what its record still holds: includes/held-bytes.lua)
 -- ARGV[1] most entries handled per kind  ARGV[2] wake channel
 -- Returns: now (ms, Redis's clock: includes/now.lua, the clock of every time compared here), then when the queue
 -- next needs a sweep, live then gc (includes/next-due.lua: ms, -1 for none), then kind,
@@ -14,6 +15,7 @@
 -- the record as offered again), and cleared only once the event is written. A sweeper killed between the two
 -- leaves it for the next claim of the call (claim-6.lua hands it out before `tool.started`) or the next sweep on any
 -- replica; the session's write is once per attempt whoever makes it (src/store/lua/tool-retried-2.lua).
+--- @include "includes/held-bytes"
 --- @include "includes/next-due"
 --- @include "includes/queue-key"
 --- @include "../../store/lua/includes/now"
@@ -22,8 +24,10 @@ local limit = tonumber(ARGV[1])
 local out = {}
 local function fail(call, rec, text)
   rec.state = 'done'
+  local result = cjson.encode({content = text, is_error = true})
+  hold_bytes(KEYS[11], rec, #result)
   redis.call('HSET', KEYS[1], call, cjson.encode(rec))
-  redis.call('HSET', KEYS[3], call, cjson.encode({content = text, is_error = true}))
+  redis.call('HSET', KEYS[3], call, result)
   redis.call('ZADD', KEYS[7], now, call)
   out[#out + 1] = 'failed'
   out[#out + 1] = cjson.encode(rec)
@@ -80,6 +84,8 @@ for _, call in ipairs(redis.call('ZRANGEBYSCORE', KEYS[8], '-inf', now, 'LIMIT',
   if raw then
     local rec = cjson.decode(raw)
     for offer in string.gmatch(rec.offers, '%S+') do redis.call('HDEL', KEYS[9], offer) end
+    -- Nothing, once settled (settle-9.lua zeroed it); what a settle of an older replica left counted, else.
+    free_bytes(KEYS[11], rec)
     redis.call('HDEL', KEYS[1], call)
     redis.call('HDEL', KEYS[2], call)
     redis.call('HDEL', KEYS[3], call)

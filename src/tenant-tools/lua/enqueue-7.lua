@@ -5,7 +5,7 @@
 -- round (src/engine/tool-tasks.ts).
 -- The wakes are published after every call is written: a claim woken by the first finds them all (up to its
 -- `max`), where calls queued one script each woke it to find the first alone.
--- KEYS[1] calls  KEYS[2] inputs  KEYS[3] ready  KEYS[4] deadline  KEYS[5] leased  KEYS[6] done
+-- KEYS[1] calls  KEYS[2] inputs  KEYS[3] ready  KEYS[4] deadline  KEYS[5] leased  KEYS[6] done  KEYS[7] bytes
 -- ARGV[1] most calls of the tenant in flight  ARGV[2] wake channel
 -- ARGV[3..] quadruples, one per call: call, record (JSON; its `queued_at` and `deadline` are set here), input (JSON
 -- text), queue (the tool's name, or `~http`)
@@ -14,7 +14,10 @@
 -- Returns, per call in order: 1 queued, 0 known already (still out: queued, leased, or its result not delivered yet),
 -- 2 known and settled, -1 the tenant's queue is full.
 -- A call known and still out counts the run waiting on it in its record's `wanted`: a cancel decided from an older
--- read of the session (settle-8.lua's ARGV[5]) is refused, so a run parked on the task is not left without it.
+-- read of the session (settle-9.lua's ARGV[5]) is refused, so a run parked on the task is not left without it.
+-- A call queued counts its input's bytes in the tenant's storage (includes/held-bytes.lua), never refused for them:
+-- the calls are a run's own write (its tool step), as its commits are.
+--- @include "includes/held-bytes"
 --- @include "includes/queue-key"
 --- @include "../../store/lua/includes/now"
 local max = tonumber(ARGV[1])
@@ -42,6 +45,7 @@ for i = 3, #ARGV, 4 do
       local rec = cjson.decode(ARGV[i + 1])
       rec.queued_at = now
       rec.deadline = now + tonumber(rec.timeout_ms)
+      hold_bytes(KEYS[7], rec, #ARGV[i + 2])
       redis.call('HSET', KEYS[1], call, cjson.encode(rec))
       redis.call('HSET', KEYS[2], call, ARGV[i + 2])
       redis.call('ZADD', KEYS[3], now, queue .. ' ' .. call)
