@@ -11,6 +11,7 @@ import { after, before, describe, it } from 'node:test';
 import assert from 'node:assert/strict';
 import { readUIMessageStream, validateUIMessages, type UIMessage, type UIMessageChunk } from 'ai';
 import { reply, text, toolUse } from '../fake/script.js';
+import type { FakeMessageReply } from '../../src/offline/wire.js';
 import { ChatTranslator, type UIChunk } from '../../src/chat/chunks.js';
 import type { DecidedCall } from '../../src/store/idempotency.js';
 import { PlainChat, chatTransport, readAll, sseDataLines } from '../helpers/chat.js';
@@ -81,28 +82,46 @@ describe('chat: calls decided elsewhere', { timeout: 120_000 }, () => {
   }
 
   /**
-   * A session whose reply calls get_weather twice (`a`, `b`), both asked for approval through a Chat; its last turn
-   * is held until `release`.
+   * A session created with `body` (and `start: false`) whose reply is `calls`, asked `question` through a Chat; the
+   * turn after (`Done.`) is held until `release`. `asked` is the Chat's message of the calls.
    */
-  async function askedTwice(a: string, b: string) {
-    const id = (
-      await h.api.post('/v1/sessions', { start: false, tools: ['get_weather'], approval: 'always' })
-    ).body.id as string;
+  async function chatted(body: Record<string, unknown>, calls: FakeMessageReply, question: string) {
+    const id = (await h.api.post('/v1/sessions', { start: false, ...body })).body.id as string;
     let release!: () => void;
-    h.fake.enqueue(
+    h.fake.enqueue(calls, { ...text('Done.'), gate: new Promise<void>((r) => (release = r)) });
+    const chat = new PlainChat({ id, transport: transport() });
+    await chat.sendMessage({ text: question });
+    return { id, chat, release, asked: chat.messages.at(-1)! };
+  }
+
+  /** A session whose reply calls get_weather twice (`a`, `b`), both asked for approval through a Chat. */
+  async function askedTwice(a: string, b: string) {
+    const { asked, ...session } = await chatted(
+      { tools: ['get_weather'], approval: 'always' },
       reply([
         toolUse('get_weather', { location: 'Paris' }, a),
         toolUse('get_weather', { location: 'Rome' }, b),
       ]),
-      { ...text('Done.'), gate: new Promise<void>((r) => (release = r)) },
+      'Weather in Paris and Rome?',
     );
-    const chat = new PlainChat({ id, transport: transport() });
-    await chat.sendMessage({ text: 'Weather in Paris and Rome?' });
-    const asked = chat.messages.at(-1)!;
     assert.equal(partOf(asked, a)['state'], 'approval-requested');
     assert.equal(partOf(asked, b)['state'], 'approval-requested');
-    return { id, chat, release };
+    return session;
   }
+
+  /**
+   * A session whose reply calls get_weather (`w`, asked for approval) and the client's lookup_order (`c`), sent
+   * through a Chat; `more` adds to its create body.
+   */
+  const weatherAndOrder = (w: string, c: string, more: Record<string, unknown> = {}) =>
+    chatted(
+      { tools: ['get_weather', lookupOrder], approval: ['get_weather'], ...more },
+      reply([
+        toolUse('get_weather', { location: 'Paris' }, w),
+        toolUse('lookup_order', { order_id: '42' }, c),
+      ]),
+      'Weather and my order?',
+    );
 
   const cases = [
     {
@@ -214,25 +233,10 @@ describe('chat: calls decided elsewhere', { timeout: 120_000 }, () => {
   });
 
   it("denied by the action's timeout, then the chat gives the client call's output: the denial shows as one", async () => {
-    const id = (
-      await h.api.post('/v1/sessions', {
-        start: false,
-        tools: ['get_weather', lookupOrder],
-        approval: ['get_weather'],
-        action_timeout_s: 2,
-      })
-    ).body.id as string;
-    let release!: () => void;
-    h.fake.enqueue(
-      reply([
-        toolUse('get_weather', { location: 'Paris' }, 'toolu_t_w'),
-        toolUse('lookup_order', { order_id: '42' }, 'toolu_t_c'),
-      ]),
-      { ...text('Done.'), gate: new Promise<void>((r) => (release = r)) },
-    );
-    const chat = new PlainChat({ id, transport: transport() });
-    await chat.sendMessage({ text: 'Weather and my order?' });
-    assert.equal(partOf(chat.messages.at(-1)!, 'toolu_t_w')['state'], 'approval-requested');
+    const { id, chat, release, asked } = await weatherAndOrder('toolu_t_w', 'toolu_t_c', {
+      action_timeout_s: 2,
+    });
+    assert.equal(partOf(asked, 'toolu_t_w')['state'], 'approval-requested');
     // The approval keeps its deadline; the client result asked after it gets none (the policy from now on).
     const patched = await h.api.req('PATCH', `/v1/sessions/${id}`, { action_timeout_s: null });
     assert.equal(patched.status, 200, JSON.stringify(patched.body));
@@ -263,24 +267,8 @@ describe('chat: calls decided elsewhere', { timeout: 120_000 }, () => {
   });
 
   it('approved over REST, it runs while the step waits for the client: the answer to its output shows both', async () => {
-    const id = (
-      await h.api.post('/v1/sessions', {
-        start: false,
-        tools: ['get_weather', lookupOrder],
-        approval: ['get_weather'],
-      })
-    ).body.id as string;
-    let release!: () => void;
-    h.fake.enqueue(
-      reply([
-        toolUse('get_weather', { location: 'Paris' }, 'toolu_ran_w'),
-        toolUse('lookup_order', { order_id: '42' }, 'toolu_ran_c'),
-      ]),
-      { ...text('Done.'), gate: new Promise<void>((r) => (release = r)) },
-    );
-    const chat = new PlainChat({ id, transport: transport() });
-    await chat.sendMessage({ text: 'Weather and my order?' });
-    assert.equal(partOf(chat.messages.at(-1)!, 'toolu_ran_w')['state'], 'approval-requested');
+    const { id, chat, release, asked } = await weatherAndOrder('toolu_ran_w', 'toolu_ran_c');
+    assert.equal(partOf(asked, 'toolu_ran_w')['state'], 'approval-requested');
     const approved = await h.api.post(`/v1/sessions/${id}/tool-calls/toolu_ran_w`, { decision: 'approve' });
     assert.equal(approved.status, 202, JSON.stringify(approved.body));
     // The approved call runs; the step then waits for the client's output (its tool.completed is in the log now).
@@ -309,24 +297,8 @@ describe('chat: calls decided elsewhere', { timeout: 120_000 }, () => {
   });
 
   it('a result submitted over REST for a client call the Chat shows waiting, then an approval by the chat', async () => {
-    const id = (
-      await h.api.post('/v1/sessions', {
-        start: false,
-        tools: ['get_weather', lookupOrder],
-        approval: ['get_weather'],
-      })
-    ).body.id as string;
-    let release!: () => void;
-    h.fake.enqueue(
-      reply([
-        toolUse('get_weather', { location: 'Paris' }, 'toolu_s_w'),
-        toolUse('lookup_order', { order_id: '42' }, 'toolu_s_c'),
-      ]),
-      { ...text('Done.'), gate: new Promise<void>((r) => (release = r)) },
-    );
-    const chat = new PlainChat({ id, transport: transport() });
-    await chat.sendMessage({ text: 'Weather and my order?' });
-    assert.equal(partOf(chat.messages.at(-1)!, 'toolu_s_c')['state'], 'input-available');
+    const { id, chat, release, asked } = await weatherAndOrder('toolu_s_w', 'toolu_s_c');
+    assert.equal(partOf(asked, 'toolu_s_c')['state'], 'input-available');
     const sent = await h.api.req('PUT', `/v1/sessions/${id}/tool-results/toolu_s_c`, {
       content: 'from REST',
     });
