@@ -14,15 +14,11 @@ import { reply, text, toolUse } from '../fake/script.js';
 import type { FakeMessageReply } from '../../src/offline/wire.js';
 import { ChatTranslator, type UIChunk } from '../../src/chat/chunks.js';
 import type { DecidedCall } from '../../src/store/idempotency.js';
+import { weatherAndOrderCalls, weatherAndOrderTools } from '../fixtures/chat-tools.js';
 import { PlainChat, chatTransport, readAll, sseDataLines } from '../helpers/chat.js';
 import { startHarness, type Harness } from '../helpers/service.js';
 
 const KEY = 'chat-decided-elsewhere-key';
-const lookupOrder = {
-  name: 'lookup_order',
-  description: 'Find an order.',
-  input_schema: { type: 'object', properties: { order_id: { type: 'string' } }, required: ['order_id'] },
-};
 
 type Part = Record<string, unknown>;
 
@@ -114,14 +110,7 @@ describe('chat: calls decided elsewhere', { timeout: 120_000 }, () => {
    * through a Chat; `more` adds to its create body.
    */
   const weatherAndOrder = (w: string, c: string, more: Record<string, unknown> = {}) =>
-    chatted(
-      { tools: ['get_weather', lookupOrder], approval: ['get_weather'], ...more },
-      reply([
-        toolUse('get_weather', { location: 'Paris' }, w),
-        toolUse('lookup_order', { order_id: '42' }, c),
-      ]),
-      'Weather and my order?',
-    );
+    chatted({ ...weatherAndOrderTools, ...more }, weatherAndOrderCalls(w, c), 'Weather and my order?');
 
   const cases = [
     {

@@ -7,16 +7,12 @@
 import { after, before, describe, it } from 'node:test';
 import assert from 'node:assert/strict';
 import { lastAssistantMessageIsCompleteWithApprovalResponses, validateUIMessages, type UIMessage } from 'ai';
-import { reply, text, toolUse } from '../fake/script.js';
+import { text } from '../fake/script.js';
+import { weatherAndOrderCalls, weatherAndOrderTools } from '../fixtures/chat-tools.js';
 import { PlainChat, chatTransport } from '../helpers/chat.js';
 import { startHarness, type Harness } from '../helpers/service.js';
 
 const KEY = 'chat-mixed-key';
-const lookupOrder = {
-  name: 'lookup_order',
-  description: 'Find an order.',
-  input_schema: { type: 'object', properties: { order_id: { type: 'string' } }, required: ['order_id'] },
-};
 
 describe('chat answers of one step: a client tool output beside an approval', { timeout: 120_000 }, () => {
   let h: Harness;
@@ -27,20 +23,9 @@ describe('chat answers of one step: a client tool output beside an approval', { 
 
   /** A session whose step waits on both: the approval of get_weather (`w`) and lookup_order's output (`c`). */
   async function waitingOnBoth(w: string, c: string) {
-    const id = (
-      await h.api.post('/v1/sessions', {
-        start: false,
-        tools: ['get_weather', lookupOrder],
-        approval: ['get_weather'],
-      })
-    ).body.id as string;
-    h.fake.enqueue(
-      reply([
-        toolUse('get_weather', { location: 'Paris' }, w),
-        toolUse('lookup_order', { order_id: '42' }, c),
-      ]),
-      text('Both done.'),
-    );
+    const id = (await h.api.post('/v1/sessions', { start: false, ...weatherAndOrderTools })).body
+      .id as string;
+    h.fake.enqueue(weatherAndOrderCalls(w, c), text('Both done.'));
     await h.api.post(`/v1/sessions/${id}/messages`, { content: 'both' });
     return { id, waiting: await h.api.waitStatus(id, 'requires_action') };
   }
