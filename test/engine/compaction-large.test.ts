@@ -1,9 +1,7 @@
 import { readFileSync } from 'node:fs';
-import { after, before, describe, it } from 'node:test';
+import { describe, it } from 'node:test';
 import assert from 'node:assert/strict';
-import { Redis } from 'ioredis';
-import { monitorRedis, type RedisMonitor } from '../helpers/redis-monitor.js';
-import { startHarness, type Harness } from '../helpers/service.js';
+import { largeHistorySuite } from '../helpers/large-history.js';
 import { text } from '../fake/script.js';
 
 /**
@@ -19,36 +17,18 @@ const MESSAGE_BYTES = 500 * KB;
 const TURNS = 4;
 
 describe('a compaction of a large history', () => {
-  let h: Harness;
-  let monitor: RedisMonitor;
-  let redis: Redis;
-  before(async () => {
-    h = await startHarness();
-    redis = new Redis(h.redis.url);
-  });
-  after(async () => {
-    monitor?.stop();
-    redis?.disconnect();
-    await h?.close();
-  });
+  const suite = largeHistorySuite();
 
   it('is staged in bounded parts, reads back exactly, and goes with the session', async () => {
-    const created = await h.api.post('/v1/sessions', { start: false, stream: false });
-    assert.equal(created.status, 201, JSON.stringify(created.body));
-    const id = created.body.id as string;
-    for (let n = 0; n < TURNS; n++) {
-      h.fake.enqueue(text(`Noted ${n}.`));
-      const r = await h.api.post(`/v1/sessions/${id}/messages`, {
-        text: `#${n} ${'é'.repeat(MESSAGE_BYTES / 2)}`,
-      });
-      assert.equal(r.status, 202, JSON.stringify(r.body));
-      await h.api.waitFor(id, (s) => s.status === 'idle' && s.iteration === n + 1);
-    }
+    const { h, redis } = suite;
+    const id = await suite.sessionWithTurns(
+      Array.from({ length: TURNS }, (_, n) => `#${n} ${'é'.repeat(MESSAGE_BYTES / 2)}`),
+    );
     const source = (await h.api.get(`/v1/sessions/${id}/messages`)).body.data;
     assert.equal(source.length, 2 * TURNS);
     const stored = await redis.lrange(`s:{${id}}:m`, 0, -1);
 
-    monitor = await monitorRedis(h.redis.port);
+    const monitor = await suite.monitor();
     const r = await h.api.post(`/v1/sessions/${id}/compact`, {});
     assert.equal(r.status, 202, JSON.stringify(r.body));
     const done = await h.api.waitFor(

@@ -1,8 +1,6 @@
-import { after, before, describe, it } from 'node:test';
+import { describe, it } from 'node:test';
 import assert from 'node:assert/strict';
-import { Redis } from 'ioredis';
-import { monitorRedis, type RedisMonitor } from '../helpers/redis-monitor.js';
-import { startHarness, type Harness } from '../helpers/service.js';
+import { largeHistorySuite } from '../helpers/large-history.js';
 import { text } from '../fake/script.js';
 
 /**
@@ -17,35 +15,17 @@ const KB = 1024;
 const MESSAGE_BYTES = 300 * KB;
 
 describe('a fork of a large history', () => {
-  let h: Harness;
-  let monitor: RedisMonitor;
-  let redis: Redis;
-  before(async () => {
-    h = await startHarness();
-    redis = new Redis(h.redis.url);
-  });
-  after(async () => {
-    monitor?.stop();
-    redis?.disconnect();
-    await h?.close();
-  });
+  const suite = largeHistorySuite();
 
   it('is staged in bounded parts, lands whole and leaves no staging key', async () => {
-    const created = await h.api.post('/v1/sessions', { start: false, stream: false });
-    assert.equal(created.status, 201, JSON.stringify(created.body));
-    const id = created.body.id as string;
-    for (let n = 0; n < 4; n++) {
-      h.fake.enqueue(text(`Noted ${n}.`));
-      const r = await h.api.post(`/v1/sessions/${id}/messages`, {
-        text: `#${n} ${'x'.repeat(MESSAGE_BYTES)}`,
-      });
-      assert.equal(r.status, 202, JSON.stringify(r.body));
-      await h.api.waitFor(id, (s) => s.status === 'idle' && s.iteration === n + 1);
-    }
+    const { h, redis } = suite;
+    const id = await suite.sessionWithTurns(
+      Array.from({ length: 4 }, (_, n) => `#${n} ${'x'.repeat(MESSAGE_BYTES)}`),
+    );
     const source = (await h.api.get(`/v1/sessions/${id}/messages`)).body.data;
     assert.equal(source.length, 8);
 
-    monitor = await monitorRedis(h.redis.port);
+    const monitor = await suite.monitor();
     const fork = await h.api.post(`/v1/sessions/${id}/fork`, { at_iteration: 4 });
     assert.equal(fork.status, 201, JSON.stringify(fork.body));
     const forkId = fork.body.id as string;
