@@ -11,7 +11,7 @@
 import { after, before, beforeEach, describe, it } from 'node:test';
 import assert from 'node:assert/strict';
 import { text, toolCalls, toolUse } from '../fake/script.js';
-import { startHarness, type Api, type Harness } from '../helpers/service.js';
+import { startHarness, type Api, type ApiResponse, type Harness } from '../helpers/service.js';
 import { cancelOwnRun } from '../../src/engine/commit.js';
 
 const workerTool = {
@@ -93,6 +93,35 @@ describe('a tool call result racing a cancel of its session', { timeout: 300_000
     return { id, task };
   }
 
+  /**
+   * Sends a cancel of session `id` on replica 1 and holds its write (the route's: no fence given) once reached, while
+   * `meanwhile` runs; then lets it go on. The cancel's answer. The store's `apply` is restored after.
+   */
+  async function cancelHeldWhile(id: string, meanwhile: () => Promise<void>): Promise<ApiResponse> {
+    const store = h1.service.app.store as any;
+    const apply = store.apply;
+    const atCancel = gate();
+    const letGo = gate();
+    let holding = true;
+    store.apply = async function (this: unknown, sid: string, guard: any, ops: any, ...rest: unknown[]) {
+      if (sid === id && holding && guard?.fence === undefined && ops.hset?.stop_reason === 'cancelled') {
+        holding = false;
+        atCancel.open();
+        await letGo.wait;
+      }
+      return apply.call(this, sid, guard, ops, ...rest);
+    };
+    try {
+      const cancelling = a1.post(`/v1/sessions/${id}/cancel`);
+      await atCancel.wait;
+      await meanwhile();
+      letGo.open();
+      return await cancelling;
+    } finally {
+      store.apply = apply;
+    }
+  }
+
   for (const mode of ['running', 'requires_action'] as const)
     it(`result and cancel at once on two replicas, 30 rounds (${mode})`, async () => {
       const wrong: string[] = [];
@@ -124,63 +153,25 @@ describe('a tool call result racing a cancel of its session', { timeout: 300_000
 
   it("a worker's result lands while the cancel committed by the route is held: the cancel keeps it", async () => {
     const { id, task } = await parked('running');
-    const store = h1.service.app.store as any;
-    const apply = store.apply;
-    const atCancel = gate();
-    const letGo = gate();
-    let holding = true;
-    store.apply = async function (this: unknown, sid: string, guard: any, ops: any, ...rest: unknown[]) {
-      if (sid === id && holding && guard?.fence === undefined && ops.hset?.stop_reason === 'cancelled') {
-        holding = false;
-        atCancel.open();
-        await letGo.wait;
-      }
-      return apply.call(this, sid, guard, ops, ...rest);
-    };
-    try {
-      const cancelling = a1.post(`/v1/sessions/${id}/cancel`);
-      await atCancel.wait;
+    const c = await cancelHeldWhile(id, async () => {
       const r = await a2.post(`/v1/tool-tasks/${task.id}/result`, { content: 'REAL' });
       assert.equal(r.status, 200, JSON.stringify(r.body));
-      letGo.open();
-      const c = await cancelling;
-      // Worked out again from the session with the result: cancelled, or (its run went on meanwhile) finished.
-      assert.ok(c.status === 200 || c.status === 409, JSON.stringify(c.body));
-    } finally {
-      store.apply = apply;
-    }
+    });
+    // Worked out again from the session with the result: cancelled, or (its run went on meanwhile) finished.
+    assert.ok(c.status === 200 || c.status === 409, JSON.stringify(c.body));
     await a1.waitStatus(id, ['idle', 'failed']);
     assert.deepEqual(await resultsOf(a1, id, 'toolu_w'), ['REAL']);
   });
 
   it("a client's result lands while the cancel is held: the cancel keeps it", async () => {
     const { id } = await parked('requires_action');
-    const store = h1.service.app.store as any;
-    const apply = store.apply;
-    const atCancel = gate();
-    const letGo = gate();
-    let holding = true;
-    store.apply = async function (this: unknown, sid: string, guard: any, ops: any, ...rest: unknown[]) {
-      if (sid === id && holding && guard?.fence === undefined && ops.hset?.stop_reason === 'cancelled') {
-        holding = false;
-        atCancel.open();
-        await letGo.wait;
-      }
-      return apply.call(this, sid, guard, ops, ...rest);
-    };
-    try {
-      const cancelling = a1.post(`/v1/sessions/${id}/cancel`);
-      await atCancel.wait;
+    const c = await cancelHeldWhile(id, async () => {
       const r = await a2.post(`/v1/sessions/${id}/tool-results`, {
         results: [{ tool_use_id: 'toolu_ask', content: 'red' }],
       });
       assert.equal(r.status, 202, JSON.stringify(r.body));
-      letGo.open();
-      const c = await cancelling;
-      assert.equal(c.status, 200, JSON.stringify(c.body));
-    } finally {
-      store.apply = apply;
-    }
+    });
+    assert.equal(c.status, 200, JSON.stringify(c.body));
     await a1.waitStatus(id, ['idle', 'failed']);
     assert.deepEqual(await resultsOf(a1, id, 'toolu_ask'), ['red']);
     // The worker's call, still out, was answered by the cancel.
