@@ -42,6 +42,20 @@ describe('tenant tools and tool tasks', () => {
   after(async () => h?.close());
   beforeEach(() => h.fake.reset());
 
+  /** Resolves once a claim waits on acme's wake channel (subscribed to it: a call queued now wakes it). */
+  async function claimListening(): Promise<void> {
+    const r = new Redis(h.redis.url);
+    try {
+      await until(
+        async () => Number((await r.pubsub('NUMSUB', 'tt:{tt:acme}:wake'))[1]) > 0,
+        10_000,
+        'the claim listening',
+      );
+    } finally {
+      r.disconnect();
+    }
+  }
+
   it('PUT registers (201, then 200), refuses a server tool name, and is the tenant’s alone', async () => {
     const created = await a.req('PUT', '/v1/tools/lookup_order', lookup);
     assert.equal(created.status, 201, JSON.stringify(created.body));
@@ -181,16 +195,7 @@ describe('tenant tools and tool tasks', () => {
       worker_id: 'w-many',
     });
     // The claim found nothing and waits on the tenant's wake channel before the reply's calls are queued.
-    const r = new Redis(h.redis.url);
-    try {
-      await until(
-        async () => Number((await r.pubsub('NUMSUB', 'tt:{tt:acme}:wake'))[1]) > 0,
-        10_000,
-        'the claim listening',
-      );
-    } finally {
-      r.disconnect();
-    }
+    await claimListening();
     const id = (await a.post('/v1/sessions', { input: 'Orders 1 to 3?', tools: ['lookup_order'] })).body.id;
     const c = await claim;
     assert.equal(c.status, 200, JSON.stringify(c.body));
@@ -228,16 +233,7 @@ describe('tenant tools and tool tasks', () => {
         wait_ms: 30000,
         worker_id: 'w-closing',
       });
-      const r = new Redis(h.redis.url);
-      try {
-        await until(
-          async () => Number((await r.pubsub('NUMSUB', 'tt:{tt:acme}:wake'))[1]) > 0,
-          10_000,
-          'the claim listening',
-        );
-      } finally {
-        r.disconnect();
-      }
+      await claimListening();
       closed = true;
       const closing = other.service.close();
       const c = await claim;
