@@ -10,6 +10,7 @@ import { after, before, beforeEach, describe, it } from 'node:test';
 import assert from 'node:assert/strict';
 import { ToolWorker, type Event, type WorkerTool } from '../../packages/client/src/index.js';
 import { text, toolCalls, toolUse } from '../fake/script.js';
+import { within } from '../helpers/promises.js';
 import { startHarness, type Harness } from '../helpers/service.js';
 import { until } from '../durability/chaos-lib.js';
 
@@ -47,19 +48,6 @@ function stuckTool(name: string) {
     }) as WorkerTool['run'],
   };
   return { tool, signals, started: started.promise };
-}
-
-/** `p`, or a failure naming `what` when it has not settled within `ms`. */
-async function within<T>(ms: number, p: Promise<T>, what: string): Promise<T> {
-  let timer: NodeJS.Timeout | undefined;
-  const late = new Promise<never>((_, reject) => {
-    timer = setTimeout(() => reject(new Error(`${what}: not within ${ms} ms`)), ms);
-  });
-  try {
-    return await Promise.race([p, late]);
-  } finally {
-    clearTimeout(timer);
-  }
 }
 
 describe('ToolWorker (typed client)', { timeout: 120_000 }, () => {
@@ -201,8 +189,8 @@ describe('ToolWorker (typed client)', { timeout: 120_000 }, () => {
     await registering.promise;
     const stopped = worker.stop();
     letGo.resolve();
-    await within(10_000, stopped, 'stop() during start()');
-    await within(10_000, started, 'the start stopped');
+    await within(stopped, 10_000, 'stop() during start()');
+    await within(started, 10_000, 'the start stopped');
     assert.equal(claims, 0, 'nothing claimed: the stop won');
     await worker.start();
     try {
@@ -323,7 +311,7 @@ describe(
         assert.match(String(told[0]), /stuck_probe .* its slot is freed and its result will be discarded/);
         assert.equal(worker.running, 0);
       } finally {
-        await within(10_000, worker.stop(), 'stop()');
+        await within(worker.stop(), 10_000, 'stop()');
       }
     });
 
@@ -343,7 +331,7 @@ describe(
       await stuck.started;
       // The call's deadline is a second after it was queued (before the claim): the worker aborts the tool's signal a
       // second after the claim at the latest, and leaves it half a second later, whatever the heartbeats say.
-      await within(10_000, worker.stop(), 'stop() with a stuck tool');
+      await within(worker.stop(), 10_000, 'stop() with a stuck tool');
       assert.equal(stuck.signals[0]?.aborted, true);
       assert.equal(worker.running, 0);
       const done = await h.client.waitFor(s.id, ['idle', 'failed'], { timeoutMs: 20_000 });

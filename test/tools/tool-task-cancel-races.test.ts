@@ -13,20 +13,9 @@
 import { after, before, beforeEach, describe, it } from 'node:test';
 import assert from 'node:assert/strict';
 import { text, toolCalls, toolUse } from '../fake/script.js';
+import { workerTool } from '../fixtures/tool-tasks.js';
+import { gate } from '../helpers/promises.js';
 import { startHarness, type Api, type Harness } from '../helpers/service.js';
-
-const workerTool = {
-  description: 'Check the stock of an item in the tenant’s warehouse.',
-  input_schema: { type: 'object', properties: { item: { type: 'string' } } },
-  runner: { type: 'worker' },
-};
-
-/** A promise and what settles it. */
-function gate(): { wait: Promise<void>; open: () => void } {
-  let open!: () => void;
-  const wait = new Promise<void>((r) => (open = r));
-  return { wait, open };
-}
 
 describe('a tool task cancelled while its session moves on', { timeout: 240_000 }, () => {
   let h: Harness;

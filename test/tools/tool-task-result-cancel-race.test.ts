@@ -11,30 +11,12 @@
 import { after, before, beforeEach, describe, it } from 'node:test';
 import assert from 'node:assert/strict';
 import { text, toolCalls, toolUse } from '../fake/script.js';
+import { askUser, workerTool } from '../fixtures/tool-tasks.js';
+import { gate } from '../helpers/promises.js';
 import { startHarness, type Api, type ApiResponse, type Harness } from '../helpers/service.js';
 import { cancelOwnRun } from '../../src/engine/commit.js';
 
-const workerTool = {
-  description: 'Check the stock of an item in the tenant’s warehouse.',
-  input_schema: { type: 'object', properties: { item: { type: 'string' } } },
-  runner: { type: 'worker' },
-};
-
-/** A client tool: the session's client answers it. */
-const askUser = {
-  name: 'ask_user',
-  description: 'Ask the user a question.',
-  input_schema: { type: 'object' as const, properties: { q: { type: 'string' } } },
-};
-
 const CANCELLED = 'Error: cancelled before this tool call completed';
-
-/** A promise and what settles it. */
-function gate(): { wait: Promise<void>; open: () => void } {
-  let open!: () => void;
-  const wait = new Promise<void>((r) => (open = r));
-  return { wait, open };
-}
 
 /** The contents of the `tool_result` blocks of `toolUseId` in the session's history. */
 async function resultsOf(api: Api, id: string, toolUseId: string): Promise<unknown[]> {

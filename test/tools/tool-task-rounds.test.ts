@@ -12,19 +12,8 @@
 import { after, before, beforeEach, describe, it } from 'node:test';
 import assert from 'node:assert/strict';
 import { text, toolCalls, toolUse } from '../fake/script.js';
+import { askUser, workerTool } from '../fixtures/tool-tasks.js';
 import { startHarness, type Api, type Harness } from '../helpers/service.js';
-
-const workerTool = {
-  description: 'Check the stock of an item in the tenant’s warehouse.',
-  input_schema: { type: 'object', properties: { item: { type: 'string' } } },
-  runner: { type: 'worker' },
-};
-
-const askUser = {
-  name: 'ask_user',
-  description: 'Ask the user a question.',
-  input_schema: { type: 'object' as const, properties: { q: { type: 'string' } } },
-};
 
 /** The tasks of `tool` a claim gets within `waitMs`. */
 async function claim(api: Api, tool: string, waitMs: number): Promise<any[]> {

@@ -19,24 +19,13 @@ import type { AddressInfo } from 'node:net';
 import { Redis } from 'ioredis';
 import { text, toolCalls, toolUse } from '../fake/script.js';
 import { startFakeAnthropic, type FakeAnthropic } from '../fake/server.js';
+import { askUser, workerTool } from '../fixtures/tool-tasks.js';
+import { within } from '../helpers/promises.js';
 import { startHarness, type Api, type Harness } from '../helpers/service.js';
 import { startTestRedis, type TestRedis } from '../helpers/redis.js';
 import { startRedisProxy, type RedisProxy } from '../helpers/redis-proxy.js';
 import { serviceEnv, spawnService, type ServiceProcess } from '../helpers/process.js';
 import { until } from '../durability/chaos-lib.js';
-
-const workerTool = {
-  description: 'Check the stock of an item in the tenant’s warehouse.',
-  input_schema: { type: 'object', properties: { item: { type: 'string' } } },
-  runner: { type: 'worker' },
-};
-
-/** A client tool: the session's client answers it. */
-const askUser = {
-  name: 'ask_user',
-  description: 'Ask the user a question.',
-  input_schema: { type: 'object' as const, properties: { q: { type: 'string' } } },
-};
 
 /** The tool_result blocks of request `i` to the fake: its last (user) turn. */
 const resultsSent = (fake: FakeAnthropic, i: number): Array<{ tool_use_id: string; content: unknown }> =>
@@ -46,19 +35,6 @@ const resultsSent = (fake: FakeAnthropic, i: number): Array<{ tool_use_id: strin
 
 const events = async (api: Api, id: string, type: string): Promise<any[]> =>
   ((await api.get(`/v1/sessions/${id}/events?limit=1000`)).body.data as any[]).filter((e) => e.type === type);
-
-/** `p`, or a failure naming `what` after `ms` (a bound against a hang: the wait is for the event). */
-async function within<T>(p: Promise<T>, ms: number, what: string): Promise<T> {
-  let timer: NodeJS.Timeout | undefined;
-  const late = new Promise<never>((_, reject) => {
-    timer = setTimeout(() => reject(new Error(`${what}: not within ${ms} ms`)), ms);
-  });
-  try {
-    return await Promise.race([p, late]);
-  } finally {
-    clearTimeout(timer);
-  }
-}
 
 /** The one task a claim of `tool` gets within `waitMs` (asserted). */
 async function claimOne(api: Api, tool: string, waitMs = 10_000): Promise<any> {
