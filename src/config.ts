@@ -296,8 +296,9 @@ const variables = z.object({
   TENANT_MAX_ACTIVE_RUNS: z.coerce.number().int().min(0).default(100),
   /**
    * Most bytes one tenant stores, across replicas (history, iteration records, queued follow-ups, events, tool tasks'
-   * inputs and results; see src/store/storage-quota.ts): beyond, a client's write answers 429 `quota_exceeded`
-   * `storage_bytes`. 0: no limit.
+   * inputs and results; see src/store/storage-quota.ts): beyond, a client's write that adds content answers 429
+   * `quota_exceeded` `storage_bytes`; a stop (cancel, a call's denial, a revoke, a delete, a pause) never does. 0: no
+   * limit.
    */
   TENANT_MAX_BYTES: z.coerce.number().int().min(0).default(1_073_741_824),
   /** Most runs one process drives at once; more wait in `runs:due` (any replica may take them). */

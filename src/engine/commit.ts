@@ -345,6 +345,10 @@ export async function fail(
  * and must not be replaced by the cancelled text. Such a write is refused (`RevisionMismatch`): the caller reads the
  * session again and cancels from that read, which keeps the result. Each refusal means one more call has its result,
  * so a cancel is refused at most once per call of the step.
+ *
+ * Never refused at TENANT_MAX_BYTES (`storageCap: false`; its bytes are counted): a cancel is how a tenant at its limit
+ * stops a run that spends and writes, whoever commits it (the owner, the cancel route, a deadline, the agents' sweep).
+ * What it adds is bounded by the step: a status event and an `is_error` result per call.
  */
 export async function cancelSession(
   store: SessionStore,
@@ -381,6 +385,7 @@ export async function cancelSession(
     },
     ops,
     state.tenant,
+    { storageCap: false },
   );
 }
 

@@ -259,6 +259,8 @@ async function cancelOnce(
       { status: ['running'] },
       { hset: { control: 'cancel' }, events: [['session.cancel_requested', '{}']] },
       tenant,
+      // A cancel is never refused at TENANT_MAX_BYTES (counted): it stops a run's spending and writing.
+      { storageCap: false },
     );
   } catch (err) {
     // The run ended between the read above and this write: answered as if the cancel had come after it.

@@ -105,8 +105,9 @@ export interface Plan {
    */
   priced?: boolean;
   /**
-   * False for a write the service makes on its own (a worker's result delivered): counted in the tenant's storage,
-   * never refused for it — the call must be answered whatever the tenant stores (default true).
+   * False for a write the service makes on its own (a worker's result delivered), and for a client's stop (a call's
+   * denial): counted in the tenant's storage, never refused for it — the call must be answered, and a tenant at its
+   * limit must be able to stop what spends, whatever it stores (default true).
    */
   storageCap?: boolean;
   /**

@@ -139,6 +139,10 @@ export function decide(
       // An answer to the step the run waits on, no new run: it lands over the tenant's daily cap too, and the run
       // stops after the step's tool results, before its next model request (`tenant_budget_exhausted`).
       costCap: false,
+      // A denial is never refused at TENANT_MAX_BYTES (counted, as a deadline's denial is): it stops a call, and adds
+      // its event and the denial's text (a reason of at most 10,000 characters). An approval is refused there: it lets
+      // the call run and its result land in the history.
+      ...(body.decision === 'deny' ? { storageCap: false } : {}),
     };
   });
 }

@@ -21,9 +21,13 @@ import { taskKeys } from '../tenant-tools/keys.js';
  * settled (delivered, cancelled, its session deleted, failed at its deadline and then delivered). The tenant's count
  * is the sum of the two counters. A call queued is a run's write: counted, never refused.
  *
- * A client's write (create, follow-up, result, PATCH…: every apply without a run's fence) is refused with 429
- * `quota_exceeded` (`details.quota: "storage_bytes"`) once the tenant's count reaches the limit; a run's own
- * commits are not (a turn's size is bounded by MAX_TURN_BYTES), so a run in flight ends normally.
+ * A client's write that adds content (create, follow-up, result, an approval, a PATCH…: every apply without a run's
+ * fence) is refused with 429 `quota_exceeded` (`details.quota: "storage_bytes"`) once the tenant's count reaches the
+ * limit; a run's own commits are not (a turn's size is bounded by MAX_TURN_BYTES), so a run in flight ends normally.
+ * Nor is what stops spending or frees storage, so a tenant at its limit can always stop its runs and get below it: a
+ * cancel (its `session.cancel_requested` write and its commit, `storageCap: false`), a call's denial and a token's
+ * revoke are counted all the same (each adds bounded events); the deletes (sessions, schedules, tools, webhooks) and a
+ * schedule's pause add nothing to the count. A schedule's PATCH that grows its create body is refused (`charge`).
  */
 export const storageKey = (tenant: string) => `t:{${tenant}}:bytes`;
 

@@ -348,8 +348,9 @@ export class SessionStore {
    * `quota_exceeded` when TENANT_MAX_ACTIVE_RUNS are running) and registers the run as due (the tenant read from
    * the session when not given). And, unless `costCap` is false, a tenant over its daily dollar cap starts no run
    * (429 `quota_exceeded`, `cost_usd_per_day`); a run started anyway stops before its first model request. Unless
-   * `storageCap` is false (a write the service makes on its own: a tool task's result, a deadline), a client's write
-   * that adds bytes while the tenant is at TENANT_MAX_BYTES is refused (429); the bytes are counted either way.
+   * `storageCap` is false (a write the service makes on its own: a tool task's result, a deadline; a client's stop: a
+   * cancel, a denial), a client's write that adds bytes while the tenant is at TENANT_MAX_BYTES is refused (429); the
+   * bytes are counted either way.
    * With `resultsCap` (a client's results, a reviewer's replacement), a change whose `hset` would take the step's
    * tool results past MAX_TURN_BYTES together is refused (413 `payload_too_large`), checked in the script that writes
    * them; the service holds the results it takes from tools to the bound itself (pending.ts `fitResults`).
