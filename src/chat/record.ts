@@ -18,7 +18,8 @@
  *   an older version, which sets `replaced_at` alone — those of compactions recorded before the PUT, `at_iteration`
  *   ≤ `replaced_at`, told from the record kept with a segment's length, else by Redis, nothing of it sent) are never
  *   shown; those of compactions since are, back to that index.
- * - Bounded: segments are read newest first, one LINDEX each, until the page has its MAX_USER_TURNS user turns, or
+ * - Bounded: segments are read newest first, one LINDEX each (one over 2 MiB, or kept in a key of its own, in pieces
+ *   of at most 1 MiB: store.ts `segmentAt`), until the page has its MAX_USER_TURNS user turns, or
  *   SEGMENTS segments or SEGMENT_MESSAGES messages were read, or the next segment would take the bytes read past
  *   SEGMENT_BYTES: each segment is weighed before it is sent, by the byte length the meta hash keeps of it
  *   (`seg_bytes`, read with the history: store.ts historySnapshot) or, for one it keeps none of (kept by an older
@@ -26,7 +27,7 @@
  *   does not fit). So a segment larger than what is left of the bound is never sent, a GET holds at most
  *   SEGMENT_BYTES of segments however large one is, Redis copies at most one segment the page does not read, and
  *   nothing of the segments is touched when the history does not start with a summary. A GET costs at most SEGMENTS
- *   round trips more, however small the segments (a compaction after every turn). When the read stops inside the conversation, the window's
+ *   round trips more, however small the segments (a compaction after every turn), and one per MiB of a large one. When the read stops inside the conversation, the window's
  *   leading replies belong to an assistant message whose start was not read: it is named from its first message
  *   read, as the resumed stream names it from the same bounded read (a long run is shown, not left out).
  */
@@ -111,7 +112,7 @@ export async function chatRecord(
     }
     if (known && known.bytes > left) break;
     const read = known
-      ? await store.segmentAt(id, i)
+      ? await store.segmentAt(id, i, known.bytes)
       : await store.segmentIfFits(id, i, left, legacyPut ? replaced.at : -1);
     if (read && 'replaced' in read) replacedBelow = true;
     if (!read?.segment || read.bytes > left) break;

@@ -155,6 +155,10 @@ const writesResult = (ops: ApplyOps): boolean =>
 /** A stored message this large is decoded as a heavy step of its tenant's (tenant-turns.ts). */
 const HEAVY_MESSAGE_BYTES = 64 * 1024;
 
+/** A kept segment from its JSON text's bytes. */
+const decodeSegment = (text: Buffer): CompactedSegment =>
+  decodeStored<CompactedSegment>(text.toString('utf8'));
+
 /** What meta `seg_bytes` keeps of a segment (apply-8.lua `compact`); `endsWithUser` null when it does not say. */
 export interface SegmentSize {
   bytes: number;
@@ -163,13 +167,28 @@ export interface SegmentSize {
 }
 
 /**
- * The key suffix a stub of the `compacted` list names (`{"at_iteration":n,"key":"<suffix>","bytes":b}`, apply-8.lua
- * `compact`: a segment kept in a key of its own, keys.ts `segment`), or null for a segment the list holds itself.
+ * The key suffix a stub of the `compacted` list names and the byte length of the segment kept there
+ * (`{"at_iteration":n,"key":"<suffix>","bytes":b}`, apply-8.lua `compact`: a segment kept in a key of its own,
+ * keys.ts `segment`), or null for a segment the list holds itself.
  */
-export function segmentKeyOf(raw: Buffer): string | null {
+function segmentStubOf(raw: Buffer): { key: string; bytes: number } | null {
   if (raw.length > 200) return null;
-  return /^\{"at_iteration":\d+,"key":"([\w-]+)","bytes":\d+\}$/.exec(raw.toString('utf8'))?.[1] ?? null;
+  const m = /^\{"at_iteration":\d+,"key":"([\w-]+)","bytes":(\d+)\}$/.exec(raw.toString('utf8'));
+  return m ? { key: m[1]!, bytes: Number(m[2]) } : null;
 }
+
+/**
+ * Most bytes of kept segments one page of the `compacted` list sends (segments-page-1.lua). A segment this version
+ * keeps in the list itself is of about 1 MiB at most (STAGE_MIN_BYTES of messages; a larger one has a key of its
+ * own), so a page holds one at least; one larger (an older version's) is read in parts of SEGMENT_PIECE_BYTES.
+ */
+const SEGMENT_PAGE_BYTES = 2 * 1024 * 1024;
+/**
+ * Most bytes of one read of a segment too large for a page: a GETRANGE of the key of its own, or a part of the list's
+ * element (segment-part-1.lua). A reply of megabytes holds every other tenant's commands behind it on the one
+ * connection the replicas share (and one of seconds makes the health guard answer 503 to all).
+ */
+const SEGMENT_PIECE_BYTES = 1024 * 1024;
 
 /**
  * The byte lengths meta `seg_bytes` gives of a session's kept segments, with the record each one's compaction made
@@ -538,29 +557,86 @@ export class SessionStore {
   }
 
   /**
-   * What compactions summarized: the kept segments, oldest first. One LRANGE, then one GET of each segment kept in a
-   * key of its own (segmentKeyOf).
+   * What compactions summarized: the kept segments, oldest first, read in bounded pieces (segmentTexts), so no
+   * reply of Redis is over SEGMENT_PAGE_BYTES however much the segments hold. The answer may be as large as they are:
+   * it is a whole-history read of its route (src/plugins/write-guard.ts HISTORY_ROUTES bounds them per tenant).
    */
   async compacted(id: string): Promise<CompactedSegment[]> {
-    const raw = await this.redis.lrangeBuffer(sessionKeys(id).compacted, 0, -1);
-    return Promise.all(
-      raw.map(async (r) =>
-        decodeStored<CompactedSegment>((await this.resolveSegment(id, r)).toString('utf8')),
-      ),
-    );
+    const segments: CompactedSegment[] = [];
+    for await (const text of this.segmentTexts(id)) segments.push(decodeSegment(text));
+    return segments;
+  }
+
+  /**
+   * The kept segments' JSON texts, oldest first: those the list held when its first page was read (segments are only
+   * ever appended; one pushed since is not this read's). Each reply bounded: pages of the `compacted` list of at
+   * most SEGMENT_PAGE_BYTES (segments-page-1.lua), a segment larger than that in parts of SEGMENT_PIECE_BYTES
+   * (segment-part-1.lua), and a segment kept in a key of its own in GETRANGEs of as many (resolveSegment). One page
+   * at a time, as the caller takes them: a reader that stops early reads no further. A session deleted meanwhile
+   * (its list shorter than the first page said, or gone): SessionNotFound.
+   */
+  private async *segmentTexts(id: string): AsyncGenerator<Buffer> {
+    const key = sessionKeys(id).compacted;
+    let total = -1;
+    for (let i = 0; total < 0 || i < total;) {
+      const [length, ...page] = await this.redis.sessSegmentsPageBuffer(key, i, SEGMENT_PAGE_BYTES);
+      if (total < 0) total = length;
+      else if (length < total) throw notFound();
+      if (i < total && page.length === 0) throw notFound();
+      for (const element of page) {
+        if (i >= total) return;
+        const raw = typeof element === 'number' ? await this.elementInParts(id, i, element) : element;
+        yield await this.resolveSegment(id, raw);
+        i++;
+      }
+    }
+  }
+
+  /**
+   * Element `index` of the `compacted` list in parts of SEGMENT_PIECE_BYTES (segment-part-1.lua): `bytes` of them
+   * when its length is known, else until a part comes short. Null past the list's end; a list gone after the first
+   * part (the session deleted): SessionNotFound.
+   */
+  private elementInParts(id: string, index: number, bytes: number): Promise<Buffer>;
+  private elementInParts(id: string, index: number): Promise<Buffer | null>;
+  private async elementInParts(id: string, index: number, bytes?: number): Promise<Buffer | null> {
+    const key = sessionKeys(id).compacted;
+    const parts: Buffer[] = [];
+    let at = 0;
+    for (;;) {
+      const part = await this.redis.sessSegmentPartBuffer(key, index, at, SEGMENT_PIECE_BYTES);
+      if (part === null && at === 0 && bytes === undefined) return null;
+      if (part === null || (bytes !== undefined && part.length === 0 && at < bytes)) throw notFound();
+      parts.push(part);
+      at += part.length;
+      if (bytes !== undefined ? at >= bytes : part.length < SEGMENT_PIECE_BYTES)
+        return Buffer.concat(parts, at);
+    }
   }
 
   /**
    * A kept segment as the `compacted` list holds it, or, for a stub (a segment staged in a key of its own,
-   * apply-8.lua `compact`), the segment that key holds. Segments are never changed once kept, so reading the key
-   * after the list is reading the same segment (a session deleted between reads as not found: SessionNotFound).
+   * apply-8.lua `compact`), the segment that key holds, read in GETRANGEs of SEGMENT_PIECE_BYTES. Segments are never
+   * changed once kept, so reading the key after the list, and in pieces, is reading the same segment (a session
+   * deleted between reads, its key gone, as not found: SessionNotFound).
    */
   private async resolveSegment(id: string, raw: Buffer): Promise<Buffer> {
-    const key = segmentKeyOf(raw);
-    if (key === null) return raw;
-    const text = await this.redis.getBuffer(sessionKeys(id).segment + key);
-    if (text === null) throw notFound();
-    return text;
+    const stub = segmentStubOf(raw);
+    if (stub === null) return raw;
+    const key = sessionKeys(id).segment + stub.key;
+    const pieces: Buffer[] = [];
+    for (let at = 0; at < stub.bytes;) {
+      // GETRANGE's end is inclusive; on a key that does not exist it answers ''.
+      const piece = await this.redis.getrangeBuffer(
+        key,
+        at,
+        Math.min(at + SEGMENT_PIECE_BYTES, stub.bytes) - 1,
+      );
+      if (piece.length === 0) throw notFound();
+      pieces.push(piece);
+      at += piece.length;
+    }
+    return Buffer.concat(pieces, stub.bytes);
   }
 
   /**
@@ -603,21 +679,31 @@ export class SessionStore {
 
   /**
    * Kept segment `index` (0: the oldest; segments are only ever appended, so an index names the same one for the
-   * session's life) and its size in bytes; null past the end. One LINDEX: a reader that wants the newest few reads
-   * only those, however many the session keeps. For a segment whose length the reader knows fits.
+   * session's life) and its size in bytes; null past the end. For a segment whose length the reader knows (`bytes`,
+   * meta `seg_bytes`) fits: a reader that wants the newest few reads only those, however many the session keeps. One
+   * LINDEX when that length is at most SEGMENT_PAGE_BYTES (the list holds the segment, or a stub naming its key),
+   * else the element in parts (elementInParts); a segment in a key of its own is read in pieces (resolveSegment).
    */
-  async segmentAt(id: string, index: number): Promise<{ segment: CompactedSegment; bytes: number } | null> {
-    const stored = await this.redis.lindexBuffer(sessionKeys(id).compacted, index);
+  async segmentAt(
+    id: string,
+    index: number,
+    bytes: number,
+  ): Promise<{ segment: CompactedSegment; bytes: number } | null> {
+    const stored =
+      bytes <= SEGMENT_PAGE_BYTES
+        ? await this.redis.lindexBuffer(sessionKeys(id).compacted, index)
+        : await this.elementInParts(id, index);
     if (stored === null) return null;
     const raw = await this.resolveSegment(id, stored);
-    return { segment: decodeStored<CompactedSegment>(raw.toString('utf8')), bytes: raw.length };
+    return { segment: decodeSegment(raw), bytes: raw.length };
   }
 
   /**
    * Kept segment `index` if it has at most `most` bytes (`segment` null otherwise: only its length is sent), and its
    * size in bytes; null past the end. With `after` (a record number), a segment made by a compaction recorded at or
-   * before it is not sent either (`replaced`: a `PUT …/messages` replaced it, src/chat/record.ts). One script call (segment-if-fits-1.lua), for a segment whose length the reader
-   * does not know: it is weighed inside Redis, so one too large is never sent.
+   * before it is not sent either (`replaced`: a `PUT …/messages` replaced it, src/chat/record.ts). For a segment
+   * whose length the reader does not know: it is weighed inside Redis (segment-if-fits-1.lua), so one too large is
+   * never sent; one that fits is sent by that call when it has at most SEGMENT_PAGE_BYTES, else read in parts.
    */
   async segmentIfFits(
     id: string,
@@ -625,28 +711,46 @@ export class SessionStore {
     most: number,
     after = -1,
   ): Promise<{ segment: CompactedSegment | null; bytes: number; replaced?: true } | null> {
-    const raw = await this.redis.sessSegmentIfFitsBuffer(sessionKeys(id).compacted, index, most, after);
+    const once = Math.min(most, SEGMENT_PAGE_BYTES);
+    let raw = await this.redis.sessSegmentIfFitsBuffer(sessionKeys(id).compacted, index, once, after);
     if (raw === null) return null;
     if (raw === -1) return { segment: null, bytes: 0, replaced: true };
-    if (typeof raw === 'number') return { segment: null, bytes: raw };
+    if (typeof raw === 'number') {
+      if (raw > most) return { segment: null, bytes: raw };
+      // It fits, but not in one reply: the element in parts (a stub, too, whose segment's length was weighed).
+      raw = await this.elementInParts(id, index);
+      if (raw === null) throw notFound();
+    }
     const text = await this.resolveSegment(id, raw);
-    return { segment: decodeStored<CompactedSegment>(text.toString('utf8')), bytes: text.length };
+    return { segment: decodeSegment(text), bytes: text.length };
   }
 
   /**
-   * Messages `from` to `to` (inclusive) of the session's whole record (the kept segments, then the history), as
-   * iteration records index them; `base` is the session's `msgBase`. The history is read alone when it holds them.
+   * Messages `from` to `to` (inclusive; `from` ≥ 0) of the session's whole record (the kept segments, then the
+   * history), as iteration records index them; `base` is the session's `msgBase`. The history is read alone when it
+   * holds them; else the segments one at a time, oldest first, up to the one that holds `to` (segmentTexts), and the
+   * history's part only when `to` is in it.
    */
   async messagesAt(id: string, base: number, from: number, to: number): Promise<StoredMessage[]> {
     if (from >= base) return this.history(id, from - base, to - base);
-    const segments = await this.compacted(id);
-    const all = [...segments.flatMap((s) => s.messages), ...(to >= base ? await this.history(id) : [])];
-    return all.slice(from, to + 1);
+    const out: StoredMessage[] = [];
+    // The whole-record index of the segment's first message: the segments in order, then the history.
+    let start = 0;
+    for await (const text of this.segmentTexts(id)) {
+      const { messages } = decodeSegment(text);
+      for (const m of messages.slice(Math.max(0, from - start), Math.max(0, to + 1 - start))) out.push(m);
+      start += messages.length;
+      if (start > to) return out;
+    }
+    if (to < base) return out;
+    for (const m of await this.history(id, Math.max(0, from - start), to - start)) out.push(m);
+    return out;
   }
 
   /**
    * The history as it was when the session's whole record had `end` messages (a fork's point): the messages from
    * the summary that stood first then (or from the start) up to `end`, and the whole-record index of the first.
+   * The segments are read one at a time, oldest first, up to the one that holds `end` (segmentTexts).
    */
   async historyUntil(
     id: string,
@@ -655,9 +759,10 @@ export class SessionStore {
   ): Promise<{ messages: StoredMessage[]; base: number }> {
     if (end > base) return { messages: await this.history(id, 0, end - base - 1), base };
     let start = 0;
-    for (const segment of await this.compacted(id)) {
-      const next = start + segment.messages.length;
-      if (end <= next) return { messages: segment.messages.slice(0, end - start), base: start };
+    for await (const text of this.segmentTexts(id)) {
+      const { messages } = decodeSegment(text);
+      const next = start + messages.length;
+      if (end <= next) return { messages: messages.slice(0, end - start), base: start };
       start = next;
     }
     return { messages: [], base: 0 };

@@ -88,6 +88,8 @@ describe('Lua lives in .lua files', () => {
       'sessRunSlotPrune',
       'sessRunSlotTake',
       'sessSegmentIfFits',
+      'sessSegmentPart',
+      'sessSegmentsPage',
       'sessToolRetried',
       'sessTreeDue',
       'sessTreeDueRead',

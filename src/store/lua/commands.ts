@@ -103,6 +103,22 @@ declare module 'ioredis' {
       most: number,
       after: number,
     ): Result<Buffer | number | null, Context>;
+    /**
+     * segments-page-1.lua: the list's length, then the kept segments from `first` on while together within `most`
+     * bytes (the first one's byte length instead, when it alone is over).
+     */
+    sessSegmentsPageBuffer(
+      compacted: string,
+      first: number,
+      most: number,
+    ): Result<[length: number, ...segments: Array<Buffer | number>], Context>;
+    /** segment-part-1.lua: at most `most` bytes of kept segment `index` from byte `from`; null past the list's end. */
+    sessSegmentPartBuffer(
+      compacted: string,
+      index: number,
+      from: number,
+      most: number,
+    ): Result<Buffer | null, Context>;
     /** due-settle-1.lua: 1 when the member still had the score read and was moved (or dropped). */
     sessDueSettle(key: string, member: string, score: string, next: string): Result<number, Context>;
     /**
