@@ -155,6 +155,13 @@ const writesResult = (ops: ApplyOps): boolean =>
 /** A stored message this large is decoded as a heavy step of its tenant's (tenant-turns.ts). */
 const HEAVY_MESSAGE_BYTES = 64 * 1024;
 
+/** The keys of the segments a session keeps in keys of their own, from its meta field `seg_keys` (suffixes). */
+const segmentKeysOf = (k: SessionKeys, field: string | null): string[] =>
+  (field ?? '')
+    .split(' ')
+    .filter((s) => s !== '')
+    .map((s) => k.segment + s);
+
 /** A kept segment from its JSON text's bytes. */
 const decodeSegment = (text: Buffer): CompactedSegment =>
   decodeStored<CompactedSegment>(text.toString('utf8'));
@@ -512,7 +519,7 @@ export class SessionStore {
   }
 
   /**
-   * Whether `id` is a session of `tenant` deleted while its event log is kept (destroy-9.lua writes its tenant with
+   * Whether `id` is a session of `tenant` deleted while its event log is kept (destroy-10.lua writes its tenant with
    * the delete, expiring with the log). Only for a session not found: one GET.
    */
   async deletedFor(tenant: string, id: string): Promise<boolean> {
@@ -951,15 +958,16 @@ export class SessionStore {
     const tap = this.eventTap?.(id, ['session.deleted'], tenant);
     if (tap?.ready) await tap.ready;
     // The session's `bytes` (its part of the tenant's count) is read with the delete, never before it: a write
-    // between (a client token's revoke gives its record's bytes back) would be given back twice.
+    // between (a client token's revoke gives its record's bytes back) would be given back twice. Its segment keys go
+    // in the same script (destroy-10.lua): a process killed after it leaves none behind.
     let done: number;
     let bytes: number;
-    let segKeys: string;
     try {
-      [done, bytes, segKeys] = await this.redis.sessDestroy(
+      [done, bytes] = await this.redis.sessDestroy(
         ...this.keyList(k),
         k.tokens,
         k.gone,
+        k.segment,
         JSON.stringify(opts.reason ? { id, reason: opts.reason } : { id }),
         opts.ttlMs ?? 60_000,
         channelName(this.redis, eventsChannel(id)),
@@ -971,23 +979,23 @@ export class SessionStore {
       // for memory (the script is, when its first write would add); live readers then learn of it by the 404.
       // (A swept delete, guarded by a revision, is not forced: it is tried again by the next sweep.)
       if (!isOutOfMemory(err) || opts.revision !== undefined) throw err;
+      // The segment keys as read just before go in the same UNLINK; only those of a compaction that landed between
+      // the two are unlinked after it (a kill then leaves them: that compaction's, without expiry).
+      const before = segmentKeysOf(k, await this.redis.hget(k.meta, 'seg_keys'));
       // (In one MULTI, for the same reason as the script reads `bytes` itself; neither command is refused then.)
       const res =
         (await this.redis
           .multi()
           .hget(k.meta, 'bytes')
           .hget(k.meta, 'seg_keys')
-          .unlink(...this.keyList(k), k.tokens)
+          .unlink(...this.keyList(k), k.tokens, ...before)
           .exec()) ?? [];
       for (const [e] of res) if (e) throw e;
       bytes = Number(res[0]?.[1] ?? 0);
-      segKeys = String(res[1]?.[1] ?? '');
       done = Number(res[2]?.[1] ?? 0) > 0 ? 1 : 0;
+      const landed = segmentKeysOf(k, String(res[1]?.[1] ?? '')).filter((key) => !before.includes(key));
+      if (landed.length > 0) await this.redis.unlink(...landed);
     }
-    // The segments kept in keys of their own, which the script names but cannot take as KEYS (it learns them with the
-    // delete). A crash before this leaves them (no expiry): no reader reaches them once their stubs are gone.
-    const segments = segKeys.split(' ').filter((s) => s !== '');
-    if (segments.length > 0) await this.redis.unlink(...segments.map((s) => k.segment + s));
     if (done === -1) return false;
     if (done === 1) tap?.landed();
     this.tenants.delete(id);

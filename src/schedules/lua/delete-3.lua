@@ -1,6 +1,6 @@
 -- delete: deletes a schedule's record and runs list if it belongs to the tenant and is at the expected revision;
 -- its event log gets a `schedule.deleted` event and expires after ARGV[5] ms, so live readers and webhooks learn
--- of the deletion (as a session's, store/lua/destroy-9.lua).
+-- of the deletion (as a session's, store/lua/destroy-10.lua).
 -- KEYS[1] the schedule (hash)  KEYS[2] its event log (stream)  KEYS[3] its runs (zset)
 -- ARGV[1] tenant  ARGV[2] expected revision ('' any)  ARGV[3] now (ms)  ARGV[4] event data (JSON)
 -- ARGV[5] how long the event log is kept (ms)  ARGV[6] pub/sub channel  ARGV[7] notice size limit

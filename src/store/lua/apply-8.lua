@@ -158,7 +158,7 @@ end
 -- kept as it is (its expiry removed) and the list gets a stub naming it, `{"at_iteration":n,"key":"<suffix>",
 -- "bytes":<length>}` (KEYS[8] is keys.ts `segment` .. suffix; readers resolve it: src/store/store.ts
 -- `compacted`, `segmentAt`, segment-if-fits-1.lua), and the meta field `seg_keys` lists the suffix, so the
--- session's delete drops it (destroy-9.lua). What stays of the history is trimmed in place, never copied.
+-- session's delete drops it (destroy-10.lua). What stays of the history is trimmed in place, never copied.
 local function compact(c)
   local len = redis.call('LLEN', KEYS[2])
   local moved = math.min(c.count, len)

@@ -77,21 +77,22 @@ declare module 'ioredis' {
     /** run-due-read-1.lua: the ids due by Redis's now, oldest first. */
     sessRunDueRead(due: string, limit: number): Result<string[], Context>;
     /**
-     * destroy-9.lua: [1, its `bytes` as deleted, its `seg_keys`] when the session existed, [0, 0, ''] when not,
-     * [-1, 0, ''] when it moved past the revision given.
+     * destroy-10.lua: [1, its `bytes` as deleted] when the session existed (its segment keys deleted with it), [0, 0]
+     * when not, [-1, 0] when it moved past the revision given.
      */
     sessDestroy(
       ...args: [
         ...keys: SessionKeyList,
         tokens: string,
         gone: string,
+        segmentPrefix: string,
         deletedEvent: string,
         ttlMs: number,
         channel: string,
         revision: string,
         tenant: string,
       ]
-    ): Result<[number, number, string], Context>;
+    ): Result<[number, number], Context>;
     /**
      * segment-if-fits-1.lua: the kept segment at `index` if it has at most `most` bytes and its `at_iteration` is
      * past `after`, else -1 (not past `after`) or its byte length; a stub (a segment kept in a key of its own)
