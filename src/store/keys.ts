@@ -46,7 +46,8 @@ export const sessionKeys = (id: string) => ({
   tokens: `s:{${id}}:ct`,
   /**
    * STRING: a deleted session's tenant, kept as long as its event log (destroy-10.lua): whose the log is once the
-   * meta hash is gone, so its tenant's followers may resume to its `session.deleted` (src/store/store.ts `deletedFor`).
+   * meta hash is gone, so its tenant's followers may resume to its `session.deleted` (src/store/store.ts `deletedFor`),
+   * and the webhooks' fan-out delivers it (src/webhooks/outbox.ts `sessionTenant`).
    */
   gone: `s:{${id}}:g`,
 });

@@ -1,4 +1,5 @@
 import type { RedisClient } from '../store/lua-commands.js';
+import { sessionKeys } from '../store/keys.js';
 import { DUE_KEY, fanoutLease, fanoutState, MARKS_KEY, webhookKeys } from './keys.js';
 
 /**
@@ -134,13 +135,20 @@ export class WebhookOutbox {
     return ok === 1;
   }
 
-  /** The tenant of a session, from its meta hash or (deleted sessions) its fan-out state. */
+  /**
+   * The tenant of a session (or a schedule: the same key layout), from its meta hash or, once it is deleted, the
+   * tenant its delete left beside the log it keeps (`s:{id}:g`, destroy-9.lua) or its fan-out state. The state has
+   * a tenant only once a fan-out of the log ran: a webhook listening only for the delete (`session.deleted`) marks
+   * nothing before it, so the sweep of the mark of a replica killed right after the delete found no tenant, and
+   * dropped the event.
+   */
   async sessionTenant(sessionId: string): Promise<string | null> {
-    const [meta, state] = await Promise.all([
-      this.redis.hget(`s:{${sessionId}}`, 'tenant'),
+    const [meta, gone, state] = await Promise.all([
+      this.redis.hget(sessionKeys(sessionId).meta, 'tenant'),
+      this.redis.get(sessionKeys(sessionId).gone),
       this.redis.hget(fanoutState(sessionId), 't'),
     ]);
-    return meta || state || null;
+    return meta || gone || state || null;
   }
 
   // ---- outbox ---------------------------------------------------------------------------------------------
