@@ -1,16 +1,18 @@
 import { createHash, randomBytes } from 'node:crypto';
 import { sessionKeys } from '../store/keys.js';
+import { fanoutState } from '../webhooks/keys.js';
 
 /**
  * A schedule's keys use the session key layout under its own id (hash tag `{sch_…}`): the hash `s:{sch_…}`
  * (fields below, with `tenant` and `ev_bytes` as a session has them) and the event log `s:{sch_…}:e`, so its
  * events are paged, trimmed and fanned out to webhooks by the same code as a session's (the webhooks' fan-out
- * reads a log's tenant from that hash). `s:{sch_…}:runs` lists the sessions its fires created. The tenant index
+ * reads a log's tenant from that hash, and once it is deleted from its fan-out state, where the delete writes it).
+ * `s:{sch_…}:runs` lists the sessions its fires created. The tenant index
  * and the due set are global keys, written in their own commands.
  */
 export const scheduleKeys = (id: string) => {
   const k = sessionKeys(id);
-  return { meta: k.meta, events: k.events, runs: `${k.meta}:runs` };
+  return { meta: k.meta, events: k.events, runs: `${k.meta}:runs`, fanout: fanoutState(id) };
 };
 
 /** ZSET of a tenant's schedules, members `<created_ms padded>:<id>` (score 0, paged by lex range). */

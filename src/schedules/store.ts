@@ -191,6 +191,7 @@ export class ScheduleStore {
         k.meta,
         k.events,
         k.runs,
+        k.fanout,
         tenant,
         revision === undefined ? '' : String(revision),
         this.sessions.clock.now(),

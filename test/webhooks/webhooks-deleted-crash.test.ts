@@ -1,10 +1,10 @@
 /**
- * The last event of a log whose owner is gone (`session.deleted` of a session deleted by its TTL) reaches the
- * webhooks when the replica that wrote it is SIGKILLed right after the delete, before its own fan-out:
+ * The last event of a log whose owner is gone (`session.deleted` of a session deleted by its TTL, `schedule.deleted`)
+ * reaches the webhooks when the replica that wrote it is SIGKILLed right after the delete, before its own fan-out:
  * the survivor's sweep of the mark finds the meta hash gone, and learns the log's tenant from what the delete left
- * (`s:{id}:g`), not from the fan-out state (which has no tenant when no fan-out of that log ever ran: a webhook
- * that listens only for the delete). Killed at that point through a Redis proxy in front of the doomed replica
- * (test/helpers/redis-proxy.ts): its delete lands, nothing after it does.
+ * (a session's `s:{id}:g`, a schedule's fan-out state), where the fan-out state alone has no tenant when no fan-out
+ * of that log ever ran (a webhook that listens only for the delete). Killed at that point through a Redis proxy in
+ * front of the doomed replica (test/helpers/redis-proxy.ts): its delete lands, nothing after it does.
  */
 import { after, before, describe, it } from 'node:test';
 import assert from 'node:assert/strict';
@@ -120,5 +120,31 @@ describe('a delete whose replica dies before its fan-out', { timeout: 240_000 },
     assert.equal(got[0]!.body.type, 'session.deleted');
     assert.equal(got[0]!.body.data.reason, 'expired');
     assert.equal(got[0]!.id, `msg_${id}_${got[0]!.body.id}`);
+  });
+
+  it('schedule.deleted of a schedule deleted by DELETE', async () => {
+    let id = '';
+    await killedAfter(
+      ['schedule.deleted'],
+      async (api) => {
+        const created = await api.post('/v1/schedules', { cron: '0 0 1 1 *', session: { input: 'yearly' } });
+        assert.equal(created.status, 201, JSON.stringify(created.body));
+        id = created.body.id;
+        // Only the delete's script (delete-*.lua) carries this argument.
+        return JSON.stringify({ schedule_id: id });
+      },
+      (api) => api.req('DELETE', `/v1/schedules/${id}`),
+      () => deletedUnswept(id),
+    );
+    await within(
+      receiver.until(() => receiver.accepted.some((m) => m.body.session_id === id)),
+      30_000,
+      'schedule.deleted at the receiver',
+    );
+    const got = receiver.accepted.filter((m) => m.body.session_id === id);
+    assert.deepEqual(
+      got.map((m) => [m.body.type, m.body.data.schedule_id]),
+      [['schedule.deleted', id]],
+    );
   });
 });

@@ -10,11 +10,12 @@ declare module 'ioredis' {
     schedClaim(meta: string, events: string, ...args: Array<string | number>): Result<string, Context>;
     /** create-2.lua: 1, or 0 when the schedule exists. */
     schedCreate(meta: string, events: string, ...args: Array<string | number>): Result<number, Context>;
-    /** delete-3.lua. */
+    /** delete-4.lua. */
     schedDelete(
       meta: string,
       events: string,
       runs: string,
+      fanout: string,
       ...args: Array<string | number>
     ): Result<[code: number, revision: number], Context>;
     /** alive-1.lua: since when replicas have run without a gap (ms, Redis's clock). */

@@ -2,6 +2,11 @@
 -- its event log gets a `schedule.deleted` event and expires after ARGV[5] ms, so live readers and webhooks learn
 -- of the deletion (as a session's, store/lua/destroy-10.lua).
 -- KEYS[1] the schedule (hash)  KEYS[2] its event log (stream)  KEYS[3] its runs (zset)
+-- KEYS[4] its webhooks' fan-out state (hash, src/webhooks/keys.ts `fanoutState`): its tenant (`t`) is written here,
+-- expiring with the log, as fanout-end-3.lua keeps it. The fan-out learns a log's tenant from the hash deleted here,
+-- else from that state, which has it only once a fan-out of the log ran: a webhook listening only for
+-- `schedule.deleted` marks nothing before it, and a replica killed after this delete, before its own fan-out, left
+-- the survivor's sweep of its mark no tenant, so the event was dropped (src/webhooks/fanout.ts).
 -- ARGV[1] tenant  ARGV[2] expected revision ('' any)  ARGV[3] now (ms)  ARGV[4] event data (JSON)
 -- ARGV[5] how long the event log is kept (ms)  ARGV[6] pub/sub channel  ARGV[7] notice size limit
 -- Returns {1, the event's revision}, {0, 0} when there is no such schedule of the tenant, {-1, current} on a
@@ -19,5 +24,7 @@ notice_before(KEYS[2])
 local id = redis.call('XADD', KEYS[2], '*', 't', t, 'd', ARGV[4], 'r', rev, 'at', ARGV[3])
 notice_add(tonumber(ARGV[7]), id, t, ARGV[3], rev, ARGV[4])
 redis.call('PEXPIRE', KEYS[2], ARGV[5])
+redis.call('HSET', KEYS[4], 't', ARGV[1])
+redis.call('PEXPIRE', KEYS[4], ARGV[5])
 notice_publish(ARGV[6])
 return {1, tonumber(rev)}
