@@ -103,6 +103,12 @@ export interface Guard {
    * from MAX_TURN_BYTES for a client's results (`resultsCap`); a change that grows them past it is refused (413).
    */
   results_max?: number;
+  /**
+   * Bytes the tenant may still store once this change's counted additions are (set by the store for a client's write
+   * under TENANT_MAX_BYTES): a change whose rewritten fields and history elements would grow by more is refused (429
+   * `storage_bytes`), weighed in the script that writes them (storage-quota.ts).
+   */
+  room?: number;
   /** The chat's user message this change posts: refused (AlreadyPosted) if the session was given it lately. */
   posted?: PostedGuard;
   /**

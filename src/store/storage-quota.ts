@@ -12,6 +12,16 @@ import { taskKeys } from '../tenant-tools/keys.js';
  * script in a Redis Cluster). A destroy takes the session's `bytes` back off. The count is an upper bound of what
  * the tenant keeps (events and history trimmed later are not subtracted), shared by every replica.
  *
+ * What a write rewrites counts too, by how much it grows (new length less old, negative when it shrinks): the fields
+ * it sets after the create (a PATCH's `params` or `metadata`, the stored step `pending`, its `result:*` fields), the
+ * history messages and records it replaces (an approval's edited input, a history's replacement), less the results a
+ * cleared step drops, plus the results turn they become. Only the script sees the old lengths, so it weighs them there
+ * (apply-8.lua, Storage: an HSTRLEN or LINDEX before each HSET or LSET, no round trip), adds them to the session's
+ * `bytes` and returns them, and the store adds them to the tenant's counter with the rest. A session's delete gives
+ * them back with its `bytes`, so the tenant's count returns to what it was before the create whatever the session
+ * did. (A session written before these were counted gives back, as it shrinks or drops them, bytes it was never
+ * charged: once, at most its step and the fields PATCHed since its create.)
+ *
  * A session's client tokens (client-tokens.ts) count too: a token's record and its events, in the session's `bytes`
  * (client-token-mint-2.lua); a mint is refused as a client's write is, a revoke never.
  *
@@ -23,7 +33,8 @@ import { taskKeys } from '../tenant-tools/keys.js';
  *
  * A client's write that adds content (create, follow-up, result, an approval, a PATCH…: every apply without a run's
  * fence) is refused with 429 `quota_exceeded` (`details.quota: "storage_bytes"`) once the tenant's count reaches the
- * limit; a run's own commits are not (a turn's size is bounded by MAX_TURN_BYTES), so a run in flight ends normally.
+ * limit, and so is one whose rewrites would take the count past it (`room`, weighed by the script before it writes);
+ * a run's own commits are not (a turn's size is bounded by MAX_TURN_BYTES), so a run in flight ends normally.
  * Nor is what stops spending or frees storage, so a tenant at its limit can always stop its runs and get below it: a
  * cancel (its `session.cancel_requested` write and its commit, `storageCap: false`), a call's denial and a token's
  * revoke are counted all the same (each adds bounded events); the deletes (sessions, schedules, tools, webhooks) and a
@@ -31,8 +42,11 @@ import { taskKeys } from '../tenant-tools/keys.js';
  */
 export const storageKey = (tenant: string) => `t:{${tenant}}:bytes`;
 
-/** Bytes `ops` adds to a session (0 for a write that only changes state). */
-export function addedBytes(ops: ApplyOps, guard: Guard): number {
+/**
+ * Bytes `ops` adds to a session that the store can see (0 for a write that only changes state); what it rewrites is
+ * weighed by the script (`rewrites`).
+ */
+function addedBytes(ops: ApplyOps, guard: Guard): number {
   let n = 0;
   for (const m of ops.push_msgs ?? []) n += m.length;
   for (const m of ops.push_iters ?? []) n += m.length;
@@ -42,6 +56,19 @@ export function addedBytes(ops: ApplyOps, guard: Guard): number {
   if (guard.create) for (const v of Object.values(ops.hset ?? {})) n += v.length;
   return n;
 }
+
+/**
+ * Whether `ops` rewrite fields or history elements of a session that exists, whose growth the script weighs (a
+ * create's fields are counted whole by `addedBytes`).
+ */
+function rewrites(ops: ApplyOps | undefined, guard: Guard): boolean {
+  if (!ops || guard.create) return false;
+  const fields = ops.hset !== undefined && Object.keys(ops.hset).length > 0;
+  return fields || !!ops.lset_msgs?.length || !!ops.lset_iters?.length || rewrites(ops.queue?.none, guard);
+}
+
+const storageExceeded = (max: number) =>
+  quotaExceeded('storage_bytes', max, 'bytes stored (TENANT_MAX_BYTES)');
 
 export class StorageQuota {
   /** Bytes on their way to their tenant's counter: the writes of one event-loop turn in one INCRBY per tenant. */
@@ -57,12 +84,29 @@ export class StorageQuota {
 
   /**
    * Throws 429 when a client's write of `tenant` would add bytes while the tenant is at its limit (`refuse` false: a
-   * write the service makes on its own, counted and never refused, as a run's commits are).
+   * write the service makes on its own, counted and never refused, as a run's commits are). Returns the bytes it adds
+   * (`addedBytes`) and, for a client's write that rewrites (`rewrites`), the bytes the tenant may still store after
+   * them: the script refuses the write if what it rewrites grows by more (Guard `room`; one read of the count, the
+   * one a write that adds bytes makes anyway).
    */
-  async check(tenant: string, ops: ApplyOps, guard: Guard, refuse = true): Promise<number> {
-    const n = addedBytes(ops, guard);
-    if (refuse && n > 0 && this.maxBytes > 0 && guard.fence === undefined) await this.room(tenant, n);
-    return n;
+  async check(
+    tenant: string,
+    ops: ApplyOps,
+    guard: Guard,
+    refuse = true,
+  ): Promise<{ added: number; room?: number }> {
+    const added = addedBytes(ops, guard);
+    if (!refuse || this.maxBytes <= 0 || guard.fence !== undefined) return { added };
+    const grows = rewrites(ops, guard);
+    if (added <= 0 && !grows) return { added };
+    const used = await this.used(tenant);
+    if (added > 0 && used + added > this.maxBytes) throw storageExceeded(this.maxBytes);
+    return grows ? { added, room: this.maxBytes - used - added } : { added };
+  }
+
+  /** The 429 a write refused for storage gets (the script's `storage`: what it rewrites would grow past `room`). */
+  exceeded(): Error {
+    return storageExceeded(this.maxBytes);
   }
 
   /**
@@ -78,8 +122,7 @@ export class StorageQuota {
   async room(tenant: string, n: number): Promise<void> {
     if (n > 0 && this.maxBytes > 0) {
       const used = await this.used(tenant);
-      if (used + n > this.maxBytes)
-        throw quotaExceeded('storage_bytes', this.maxBytes, 'bytes stored (TENANT_MAX_BYTES)');
+      if (used + n > this.maxBytes) throw storageExceeded(this.maxBytes);
     }
   }
 

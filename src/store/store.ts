@@ -40,7 +40,7 @@ import { decodeStored } from './decode.js';
 import { defineLuaCommands, type RedisClient } from './lua-commands.js';
 import type { SessionKeyList } from './lua/commands.js';
 import { RunQueue } from './runs.js';
-import { addedBytes, StorageQuota } from './storage-quota.js';
+import { StorageQuota } from './storage-quota.js';
 import { isOutOfMemory } from './unavailable.js';
 import { ACTIONS_DUE_KEY, DueSet, EXPIRY_DUE_KEY } from './due.js';
 import { PriceTable, type ModelPrices } from '../cost/prices.js';
@@ -393,12 +393,15 @@ export class SessionStore {
     }: { costCap?: boolean; storageCap?: boolean; resultsCap?: boolean } = {},
   ): Promise<ApplyResult> {
     const k = sessionKeys(id);
-    // Bytes added are counted in the session (same script) and then the tenant (see storage-quota.ts).
-    let added = addedBytes(ops, guard);
-    const owner = added > 0 ? await this.tenantOf(id, tenant) : null;
+    // Bytes added are counted in the session (same script) and then the tenant (see storage-quota.ts), with those the
+    // script counts of what the change rewrites. Whose session it is: known, or learnt by `load` (a run's), else read.
+    const owner = await this.tenantOf(id, tenant);
+    let added = 0;
     if (owner !== null) {
-      added = await this.storage.check(owner, ops, guard, storageCap);
-      ops = { ...ops, hincr: { ...ops.hincr, bytes: added } };
+      const checked = await this.storage.check(owner, ops, guard, storageCap);
+      added = checked.added;
+      if (added !== 0) ops = { ...ops, hincr: { ...ops.hincr, bytes: added } };
+      if (checked.room !== undefined) guard = { ...guard, room: checked.room };
     }
     // A change that makes the session `running` registers it in the run queue first: should the store fail between
     // the two writes, a due entry without a running session is dropped by the sweep, whereas a running session
@@ -460,6 +463,7 @@ export class SessionStore {
       if (code === 'posted') throw new AlreadyPosted(decodeStored<PostedEntry>(current));
       if (code === 'applied') throw new AlreadyApplied(decodeStored<AppliedEntry>(current));
       if (code === 'results_too_large') throw resultsTooLarge(Number(current), turnMax);
+      if (code === 'storage') throw this.storage.exceeded();
       if (code === 'turn_too_large') {
         throw new InvalidRequest(
           'payload_too_large',
@@ -470,7 +474,7 @@ export class SessionStore {
       throw notFound();
     }
     tap?.landed();
-    if (owner !== null) await this.storage.add(owner, added);
+    if (owner !== null) await this.storage.add(owner, added + Number(res[6]));
     return {
       revision: Number(res[0]),
       mergedCount: Number(res[1]),

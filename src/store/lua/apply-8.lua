@@ -12,7 +12,9 @@
 --         `results_max` (bytes): the step's tool results (its `result:*` fields) may not grow past it with this
 --         change's `hset` (refused as `results_too_large`; one that leaves them as large or smaller passes);
 --         `fields` `{name: value}`: each meta field holds that value ('' for a field not set), else refused as
---         `revision` (the state the writer read has changed)
+--         `revision` (the state the writer read has changed); `room` (bytes; a client's write, see Storage below):
+--         what its tenant may still store once this change's counted additions (`hincr.bytes`) are, refused as
+--         `storage` when what it rewrites would grow by more
 -- ARGV[2] ops JSON (ApplyOps in src/store/store.ts). `queue_push` and `queue.base` are block arrays as JSON text
 --         (includes/blocks.lua). With `queue`, the queued follow-ups are popped and joined, behind `queue.base` if
 --         given, into one new user turn (or, with `queue.into_last`, after the blocks of the last message, a user
@@ -48,12 +50,20 @@
 --         (a create's time is the replica's reckoning of Redis's clock, which may run a few ms ahead).
 -- ARGV[3] most events kept  ARGV[4] pub/sub channel of the notice of the events written (includes/notice.lua)
 -- ARGV[5] notice size limit (bytes)  ARGV[6] most event bytes kept (includes/event-log.lua)
--- Returns {revision, merged_count, appended, into_last, control, params_rev}: `appended` is the array of blocks
--- added to the history ('' when none; `into_last` 1 when they joined the last turn, 0 for a new turn), `control`
--- and `params_rev` as they stand after the change, so a runner learns of a cancel or a PATCH at its next commit
--- even if it missed the pub/sub message. Or {'ERR', code, current} with nothing written, code `not_found` |
+-- Storage (TENANT_MAX_BYTES, src/store/storage-quota.ts): the store counts what it sees a change add (its pushes,
+-- queued follow-ups, events, summary; a create's fields whole) and passes it as `hincr.bytes`. What a change
+-- rewrites only this script can weigh, and it counts it here, into the meta field `bytes` (which the session's delete
+-- gives back, destroy-10.lua), as the new length less the old (negative: given back): each `hset` field but a
+-- create's, each `lset_msgs`/`lset_iters` element; less the `result:*`/`reported:*` values a cleared step drops;
+-- plus the blocks `queue.base` adds to the history (a step's results, moved from those fields or given) and the
+-- data of the `message.appended` event written here. Lengths in bytes, as Lua's `#`.
+-- Returns {revision, merged_count, appended, into_last, control, params_rev, grown}: `appended` is the array of
+-- blocks added to the history ('' when none; `into_last` 1 when they joined the last turn, 0 for a new turn),
+-- `control` and `params_rev` as they stand after the change, so a runner learns of a cancel or a PATCH at its next
+-- commit even if it missed the pub/sub message; `grown` the bytes counted here (see Storage), which the store adds
+-- to the tenant's count. Or {'ERR', code, current} with nothing written, code `not_found` |
 -- `exists` | `fenced` | `revision` | `status` | `stage` | `turn_too_large` (current: the bytes the turn would have) |
--- `results_too_large` (current: the bytes the step's results would have) |
+-- `results_too_large` (current: the bytes the step's results would have) | `storage` (current: the growth refused) |
 -- `posted` (current: the entry of the message posted before, JSON) | `applied` (current: the token's entry, JSON).
 -- The `message.appended` event carries what was added, not the whole turn: `{index, into_last, role, content}`
 -- (`index`: the turn's place in the live history).
@@ -120,6 +130,33 @@ if guard.results_max and ops.hset and ops.hset.pending ~= '' then
   end
   if after > guard.results_max and after > before then return {'ERR', 'results_too_large', tostring(after)} end
 end
+
+-- Storage (see the header): the growth of `hset` fields and of list elements `sets` (`{index, value}` each) rewrites.
+local function field_growth(hset)
+  local n = 0
+  for k, v in pairs(hset) do n = n + #v - redis.call('HSTRLEN', meta, k) end
+  return n
+end
+local function element_growth(key, sets)
+  local n = 0
+  for _, p in ipairs(sets) do
+    local old = redis.call('LINDEX', key, p[1])
+    n = n + #p[2] - (old and #old or 0)
+  end
+  return n
+end
+local function rewrite_growth(o)
+  if not o then return 0 end
+  return (o.hset and field_growth(o.hset) or 0) + (o.lset_msgs and element_growth(KEYS[2], o.lset_msgs) or 0) +
+    (o.lset_iters and element_growth(KEYS[3], o.lset_iters) or 0)
+end
+-- A client's write past its tenant's room: weighed before anything is written. Such a write (unfenced) never
+-- compacts, so its `lset_msgs` name the elements as they stand now; `queue.none`, which may not apply, counts only
+-- if it grows.
+if guard.room and not guard.create then
+  local g = rewrite_growth(ops) + math.max(0, rewrite_growth(ops.queue and ops.queue.none))
+  if g > 0 and g > guard.room then return {'ERR', 'storage', tostring(g)} end
+end
 -- A staged history whose parts did not all land (an expiry passed, a part failed): nothing is written.
 if ops.stage and redis.call('LLEN', KEYS[8]) ~= ops.stage.count then return {'ERR', 'stage', ''} end
 -- Likewise a staged segment not whole (a part failed, its expiry passed).
@@ -136,6 +173,8 @@ local now = tostring(tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000))
 if guard.create and ops.now then now = string.format('%d', ops.now) end
 
 local notice_max = tonumber(ARGV[5])
+-- Bytes counted here (see Storage in the header).
+local grown = 0
 local function emit(ev)
   local data = ev[2]
   -- A third element asks for the new revision in the data, which only the script knows.
@@ -205,22 +244,30 @@ local function run(o)
   if not o then return end
   if o.compact then compact(o.compact) end
   if o.trim_msgs then keep_first(KEYS[2], o.trim_msgs) end
-  if o.lset_msgs then for _, p in ipairs(o.lset_msgs) do redis.call('LSET', KEYS[2], p[1], p[2]) end end
+  if o.lset_msgs then
+    grown = grown + element_growth(KEYS[2], o.lset_msgs)
+    for _, p in ipairs(o.lset_msgs) do redis.call('LSET', KEYS[2], p[1], p[2]) end
+  end
   if o.push_msgs then pushAll(KEYS[2], o.push_msgs) end
   if o.stage then
     redis.call('RENAME', KEYS[8], KEYS[2])
     redis.call('PERSIST', KEYS[2])
   end
   if o.trim_iters then keep_first(KEYS[3], o.trim_iters) end
-  if o.lset_iters then for _, p in ipairs(o.lset_iters) do redis.call('LSET', KEYS[3], p[1], p[2]) end end
+  if o.lset_iters then
+    grown = grown + element_growth(KEYS[3], o.lset_iters)
+    for _, p in ipairs(o.lset_iters) do redis.call('LSET', KEYS[3], p[1], p[2]) end
+  end
   if o.push_iters then pushAll(KEYS[3], o.push_iters) end
   if o.hset then
     -- Result fields exist only beside a step: none to drop when there was none (most iterations).
     local drops = o.hset.pending == '' and redis.call('HSTRLEN', meta, 'pending') > 0
+    -- A create's fields were counted whole by the store.
+    if not guard.create then grown = grown + field_growth(o.hset) end
     local args = {}
     for k, v in pairs(o.hset) do args[#args + 1] = k; args[#args + 1] = v end
     if #args > 0 then redis.call('HSET', meta, unpack(args)) end
-    if drops then blocks_drop_results(meta) end
+    if drops then grown = grown - blocks_drop_results(meta) end
   end
   if o.hincr then for k, v in pairs(o.hincr) do redis.call('HINCRBY', meta, k, v) end end
   if o.count_once then
@@ -257,11 +304,15 @@ if ops.queue then
     redis.call('RPUSH', KEYS[2], '{"role":"user","content":' .. blocks .. '}')
     appended = blocks
   end
+  -- The queued follow-ups were counted when queued; the base (a step's results) is new to the history.
+  if appended ~= '' and ops.queue.base then grown = grown + #ops.queue.base end
   if merged_count > 0 then
     redis.call('DEL', KEYS[4])
     local index = redis.call('LLEN', KEYS[2]) - 1
-    emit({'message.appended', '{"index":' .. index .. ',"into_last":' .. (into_last == 1 and 'true' or 'false') ..
-      ',"role":"user","content":' .. appended .. '}'})
+    local data = '{"index":' .. index .. ',"into_last":' .. (into_last == 1 and 'true' or 'false') ..
+      ',"role":"user","content":' .. appended .. '}'
+    grown = grown + #data
+    emit({'message.appended', data})
   else
     run(ops.queue.none)
   end
@@ -281,7 +332,8 @@ if guard.applied then
   local a = guard.applied
   recent_add(meta, 'idem_applied', {t = a.t, q = a.q, after = a.after, message = a.message}, a.keep)
 end
+if grown ~= 0 then redis.call('HINCRBY', meta, 'bytes', grown) end
 log_trim(KEYS[5], meta, tonumber(ARGV[3]), tonumber(ARGV[6]))
 notice_publish(ARGV[4])
 local after = redis.call('HMGET', meta, 'control', 'params_rev')
-return {rev, merged_count, appended, into_last, after[1] or '', after[2] or '0'}
+return {rev, merged_count, appended, into_last, after[1] or '', after[2] or '0', grown}

@@ -36,7 +36,11 @@ declare module 'ioredis' {
     ): Result<number, Context>;
     /** idem-release-1.lua: 1 when the pending record was the owner's (deleted, or replaced by `next`), else 0. */
     sessIdemRelease(record: string, owner: string, next: string, ttlMs: number): Result<number, Context>;
-    /** apply-8.lua: `['ERR', code, detail]`, or revision, merged count, appended blocks (JSON, or ''), into_last, control, params_rev. */
+    /**
+     * apply-8.lua: `['ERR', code, detail]`, or revision, merged count, appended blocks (JSON, or ''), into_last,
+     * control, params_rev, and the bytes the script counted of what the change rewrote (its Storage; negative: given
+     * back).
+     */
     sessApply(
       ...args: [
         ...keys: SessionKeyList,
@@ -49,7 +53,7 @@ declare module 'ioredis' {
         eventLogMaxBytes: number,
       ]
     ): Result<
-      [err: 'ERR', code: string, detail: string] | [number, number, string, number, string, string],
+      [err: 'ERR', code: string, detail: string] | [number, number, string, number, string, string, number],
       Context
     >;
     /**

@@ -42,13 +42,19 @@ local function blocks_results(meta, entries, cache_last)
   return '[' .. table.concat(out, ',') .. ']'
 end
 -- Drops every `result:*`, `reported:*` and `retried:*` field of `meta`: they live as long as its pending step
--- (store/pending.ts; `retried:*`: tool-retried-2.lua).
+-- (store/pending.ts; `retried:*`: tool-retried-2.lua). Returns the bytes of the values dropped that apply-8.lua wrote
+-- and counted (`result:*`, `reported:*`), which it gives back; a `retried:*` value was never counted.
 local function blocks_drop_results(meta)
   local drop = {}
+  local bytes = 0
   for _, f in ipairs(redis.call('HKEYS', meta)) do
-    if string.sub(f, 1, 7) == 'result:' or string.sub(f, 1, 9) == 'reported:' or string.sub(f, 1, 8) == 'retried:' then
+    if string.sub(f, 1, 7) == 'result:' or string.sub(f, 1, 9) == 'reported:' then
+      drop[#drop + 1] = f
+      bytes = bytes + redis.call('HSTRLEN', meta, f)
+    elseif string.sub(f, 1, 8) == 'retried:' then
       drop[#drop + 1] = f
     end
   end
   if #drop > 0 then redis.call('HDEL', meta, unpack(drop)) end
+  return bytes
 end
