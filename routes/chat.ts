@@ -9,40 +9,28 @@
  * `message` for a user message, `decide` for approval responses, `results` for tool outputs (`needScope` below),
  * and streams the run only to a caller that holds `read` (`withoutRun` below).
  *
- * What a post does to the session is src/chat/post.ts; the translation of the log, src/chat/chunks.ts. Past 400
- * lines: three routes and the one stream answer they share (its start, replay record and quota), kept beside them.
+ * What a post does to the session is src/chat/post.ts; what its answer streams and what its Idempotency-Key keeps of
+ * it, src/chat/answer.ts; the translation of the log, src/chat/chunks.ts. Here: the three routes, and the one stream
+ * answer they share (its start, its quota), kept beside them.
  */
 import type { FastifyPluginAsyncZod } from 'fastify-type-provider-zod';
 import type { FastifyReply, FastifyRequest } from 'fastify';
 import type { OutgoingHttpHeaders } from 'node:http';
 import { z } from 'zod';
 import type { Config } from '../src/config.js';
-import { isAgentTool, sessionIdParam } from '../src/schemas.js';
+import { sessionIdParam } from '../src/schemas.js';
 import { uiMessageList, routeErrors, type RouteCodes } from '../src/openapi/responses.js';
 import { requiredAction } from '../src/engine/status.js';
-import { validatedSchemas } from '../src/engine/policy.js';
-import { START } from '../src/events/cursor.js';
 import type { Subscription } from '../src/events/hub.js';
 import { streamSink, type CloseReason } from '../src/events/sink.js';
 import { ChatTranslator, type UIChunk } from '../src/chat/chunks.js';
 import { awaitsAgentsOnly } from '../src/chat/event-shapes.js';
-import { keptSteps, replyMessageId, runMessageId, toUIMessages } from '../src/chat/history.js';
-import {
-  answeredCallIdsOf,
-  approvalsAskedOf,
-  chatBody,
-  editRefused,
-  toolInputsOf,
-} from '../src/chat/request.js';
+import { keptSteps, runMessageId, toUIMessages } from '../src/chat/history.js';
+import { chatAskOf, chatBody } from '../src/chat/request.js';
 import { denials } from '../src/chat/denials.js';
 import { MAX_UI_MESSAGES, chatRecord } from '../src/chat/record.js';
-import {
-  compactsBeforeMessage,
-  postAnswers,
-  postUserMessage,
-  regenerate,
-  statusOf,
-} from '../src/chat/post.js';
+import { postChat, type Poster } from '../src/chat/post.js';
+import { agentsOf, postedAnswer, replayedAnswer, streamRecord, validatedOf } from '../src/chat/answer.js';
 import { defineChatCommands, runStartCursor } from '../src/chat/run-start.js';
 import type { SessionState } from '../src/store/session-state.js';
 import { actorOf, readsSession, requireScope, watchToken } from '../src/plugins/auth.js';
@@ -92,21 +80,6 @@ function withoutRun(t: ChatTranslator): UIChunk[] {
   t.done = true;
   return head;
 }
-
-/** The names of the session's sub-agent tools (spec §7.6): their calls are the service's, not the client's. */
-const agentsOf = (state: SessionState): Set<string> =>
-  new Set(state.tools.filter(isAgentTool).map((t) => t.name));
-
-/** The names of the session's client tools with `validate: true`: the service may refuse their calls' input. */
-const validatedOf = (state: SessionState): Set<string> => new Set(validatedSchemas(state).keys());
-
-/**
- * Most bytes (UTF-8 JSON) of a status, the results and the decisions shown first, together, a chat answer's
- * idempotency record keeps (a replay of a larger status says the status then; results or decisions that do not fit
- * beside what is kept before them are not shown first again: a call approved elsewhere is then answered as approved
- * when its output comes, src/chat/chunks.ts `approvedFirst`).
- */
-const KEPT_STATUS_BYTES = 65_536;
 
 const routes: FastifyPluginAsyncZod<{ config: Config }> = async (app, { config }) => {
   const hub = app.eventsHub;
@@ -228,6 +201,23 @@ const routes: FastifyPluginAsyncZod<{ config: Config }> = async (app, { config }
     }
   }
 
+  /**
+   * Who posts (src/chat/post.ts `Poster`): the request's tenant and actor, its If-Match (against `s`, the session as
+   * read), and the scope check each part of the body needs, which notes each scope in `scopes` (a replay needs them).
+   */
+  async function posterOf(req: FastifyRequest, s: SessionState, scopes: ClientScope[]): Promise<Poster> {
+    return {
+      deps: app.sessionDeps,
+      tenant: req.tenant,
+      by: actorOf(req.clientToken),
+      need: (scope) => {
+        needScope(req, scope);
+        scopes.push(scope);
+      },
+      ifMatch: await resolveIfMatch(req, async () => s.revision),
+    };
+  }
+
   app.post(
     '/v1/chat',
     {
@@ -252,127 +242,28 @@ const routes: FastifyPluginAsyncZod<{ config: Config }> = async (app, { config }
       },
     },
     async (req, reply) => {
-      const { id, messages, trigger, messageId } = req.body;
-      const regenerating = trigger === 'regenerate-message';
-      // `sendMessage({text, messageId})` edits a sent user message: the client drops what followed it. The session
-      // keeps its history (an append would answer a conversation the user no longer sees). The transport also sends
-      // `messageId` with an assistant message (the one tool answers are in), which is no edit; nor is `regenerate`'s.
-      if (!regenerating && messageId !== undefined && messages[messages.length - 1]!.role === 'user')
-        throw editRefused(messageId);
-      const s = await app.store.loadFor(req.tenant, id);
-      // A user message: its post queues it after the stream's cursor (src/chat/chunks.ts `ownMessage`).
-      const postsUser = !regenerating && messages[messages.length - 1]!.role === 'user';
-      // The outputs the client's message gives: their answer does not send them back (src/chat/chunks.ts `answered`).
-      const answered =
-        postsUser || regenerating ? [] : answeredCallIdsOf(messages[messages.length - 1]!.parts);
-      // The inputs its parts show: a call that ran an input edited since (an approval's, by REST) shows it first.
-      const inputs = postsUser || regenerating ? [] : toolInputsOf(messages[messages.length - 1]!.parts);
-      // The approvals its parts show asked and unanswered: a decision made elsewhere is answered in the stream.
-      const asking = postsUser || regenerating ? [] : approvalsAskedOf(messages[messages.length - 1]!.parts);
+      const ask = chatAskOf(req.body);
+      const s = await app.store.loadFor(req.tenant, ask.id);
       const replay = req.streamReplay;
       if (replay) {
         // The same Idempotency-Key and body again: nothing is posted twice; the first answer streams again, to a
         // caller that holds the scopes the first one needed.
         for (const scope of replay.scopes) needScope(req, scope);
-        const t = new ChatTranslator(replay.assistant, replay.known, {
-          agents: agentsOf(s),
-          validated: validatedOf(s),
-          answered,
-          inputs,
-          asking,
-          ...(replay.decided ? { decided: replay.decided } : {}),
-          ownMessage: postsUser,
-          ownRevision: replay.own,
-          // An answer to tool outputs or approvals continues a message that holds the reply that asked them.
-          repliedBefore: !postsUser && !regenerating,
-          ...(replay.delivered ? { delivered: replay.delivered } : {}),
-        });
-        t.statusFrom = replay.revision;
-        const status = replay.idle ? (replay.status ?? statusOf(s) ?? null) : null;
-        return stream(req, reply, id, replay.after, t, status);
+        const again = replayedAnswer(ask, s, replay);
+        return stream(req, reply, ask.id, again.after, again.t, again.status);
       }
       const scopes: ClientScope[] = [];
-      const need = (scope: ClientScope) => {
-        needScope(req, scope);
-        scopes.push(scope);
-      };
-      const last = messages[messages.length - 1]!;
-      // A message that starts a run: the id its reply will have, from the history's tail read before the run can
-      // merge the message (for a caller that sees the run: withoutRun names only the client's own message). Read
-      // with the log's newest id, in one round trip.
-      const startsRun =
-        !regenerating &&
-        last.role === 'user' &&
-        (s.status === 'idle' || s.status === 'failed') &&
-        readsSession(req.clientToken);
-      const [newest, tail] = await Promise.all([
-        hub.eventLog.lastId(id),
-        startsRun ? app.store.lastMessage(id) : null,
-      ]);
-      const after = newest ?? START;
-      const replyId = startsRun
-        ? replyMessageId(
-            id,
-            s.msgBase,
-            s.msgCount,
-            tail?.role,
-            await compactsBeforeMessage(app.store, s, tail),
-          )
-        : undefined;
-      const poster = {
-        deps: app.sessionDeps,
-        tenant: req.tenant,
-        by: actorOf(req.clientToken),
-        need,
-        ifMatch: await resolveIfMatch(req, async () => s.revision),
-      };
-      const posted = regenerating
-        ? // With the request's Idempotency-Key token: a retry after a lost answer does not cut and run twice.
-          await regenerate({ ...poster, deps: keyed(app.sessionDeps, req) }, id, messages, messageId, after)
-        : last.role === 'user'
-          ? await postUserMessage(poster, id, last, after, replyId)
-          : await postAnswers(poster, s, last, after);
+      const posted = await postChat(await posterOf(req, s, scopes), s, ask, {
+        log: hub.eventLog,
+        keyed: keyed(app.sessionDeps, req),
+        seesRun: readsSession(req.clientToken),
+      });
       // An Idempotency-Key keeps where this answer streams from, so the same request streams it again.
-      const statusBytes = posted.status !== null ? Buffer.byteLength(JSON.stringify(posted.status)) : 0;
-      const kept = posted.status !== null && statusBytes <= KEPT_STATUS_BYTES;
-      const { delivered, decided } = posted;
-      const deliveredBytes = delivered.length > 0 ? Buffer.byteLength(JSON.stringify(delivered)) : 0;
-      const keptDelivered =
-        delivered.length > 0 && (kept ? statusBytes : 0) + deliveredBytes <= KEPT_STATUS_BYTES;
-      const keptDecided =
-        decided.length > 0 &&
-        (kept ? statusBytes : 0) +
-          (keptDelivered ? deliveredBytes : 0) +
-          Buffer.byteLength(JSON.stringify(decided)) <=
-          KEPT_STATUS_BYTES;
-      await app.keepStreamed(req, {
-        after: posted.after,
-        revision: posted.revision,
-        ...(posted.own !== undefined ? { own: posted.own } : {}),
-        assistant: posted.assistant,
-        known: posted.known,
-        idle: posted.status !== null,
-        ...(kept && posted.status ? { status: posted.status } : {}),
-        ...(keptDelivered ? { delivered } : {}),
-        ...(keptDecided ? { decided } : {}),
-        scopes,
-      });
-      const t = new ChatTranslator(posted.assistant, posted.known, {
-        agents: agentsOf(posted.state),
-        validated: validatedOf(posted.state),
-        answered,
-        inputs,
-        asking,
-        decided,
-        ownMessage: postsUser,
-        ownRevision: posted.own,
-        repliedBefore: !postsUser && !regenerating,
-        delivered,
-      });
-      t.statusFrom = posted.revision;
+      await app.keepStreamed(req, streamRecord(posted, scopes));
+      const answer = postedAnswer(ask, posted);
       // The revision the request's last write made (none when nothing was written now: a message posted already).
       if (posted.wrote !== undefined) reply.header('etag', `"${posted.wrote}"`);
-      stream(req, reply, id, posted.after, t, posted.status);
+      stream(req, reply, ask.id, answer.after, answer.t, answer.status);
     },
   );
 

@@ -3,7 +3,6 @@
  * (approval responses, tool outputs) an assistant message holds for the calls the session waits on; and where the
  * answer's stream starts. The mutations are the REST routes' own (src/sessions/); routes/chat.ts streams the answer.
  */
-import type { z } from 'zod';
 import { badRequest, conflict } from '../errors.js';
 import { keptBeforeNewestAnswer, replyMessageId, textOfParts } from './history.js';
 import { requiredAction } from '../engine/status.js';
@@ -18,8 +17,11 @@ import { pendingToolCalls, type StoredMessage } from '../history.js';
 import { dueAtStart, endsPaused } from '../engine/compaction.js';
 import type { DeliveredResult } from './chunks.js';
 import type { DecidedCall } from '../store/idempotency.js';
+import type { EventLog } from '../store/events.js';
+import { START } from '../events/cursor.js';
 import {
-  type chatBody,
+  type ChatAsk,
+  type ChatMessage,
   answeredCallIdsOf,
   approvalsAskedOf,
   clientCallsAwaiting,
@@ -31,10 +33,8 @@ import {
   userMessageOf,
 } from './request.js';
 
-type ChatMessage = z.infer<typeof chatBody>['messages'][number];
-
 /** Who posts: the tenant, the actor of a client token, and the scope check each part of the message needs. */
-interface Poster {
+export interface Poster {
   deps: SessionDeps;
   tenant: string;
   by: string | undefined;
@@ -44,7 +44,7 @@ interface Poster {
 }
 
 /** What a post did: where its answer streams from, and what that answer continues. */
-interface Posted {
+export interface Posted {
   after: string;
   revision: number;
   /**
@@ -91,7 +91,7 @@ export function statusOf(state: SessionState): Record<string, unknown> | null {
  * compaction first, the message following its summary (src/engine/run.ts `step`): one the runs before left due,
  * unless the run answers a failed tool step first (the message joins its results) or resumes a paused reply.
  */
-export async function compactsBeforeMessage(
+async function compactsBeforeMessage(
   store: SessionDeps['store'],
   s: SessionState,
   tail: StoredMessage | null,
@@ -102,11 +102,48 @@ export async function compactsBeforeMessage(
 }
 
 /**
+ * Posts what the body asks (`ask.kind`) to `s`, the session as the request read it; the answer streams from the log's
+ * newest event as read now (`log`). `keyed`: the deps with the request's Idempotency-Key token, for a regenerate;
+ * `seesRun`: the caller may see the run (routes/chat.ts `withoutRun`).
+ */
+export async function postChat(
+  p: Poster,
+  s: SessionState,
+  ask: ChatAsk,
+  via: { log: Pick<EventLog, 'lastId'>; keyed: SessionDeps; seesRun: boolean },
+): Promise<Posted> {
+  const { id, last } = ask;
+  // A message that starts a run: the id its reply will have, from the history's tail read before the run can
+  // merge the message (for a caller that sees the run: withoutRun names only the client's own message). Read
+  // with the log's newest id, in one round trip.
+  const startsRun = ask.kind === 'message' && (s.status === 'idle' || s.status === 'failed') && via.seesRun;
+  const [newest, tail] = await Promise.all([
+    via.log.lastId(id),
+    startsRun ? p.deps.store.lastMessage(id) : null,
+  ]);
+  const after = newest ?? START;
+  const replyId = startsRun
+    ? replyMessageId(
+        id,
+        s.msgBase,
+        s.msgCount,
+        tail?.role,
+        await compactsBeforeMessage(p.deps.store, s, tail),
+      )
+    : undefined;
+  if (ask.kind === 'regenerate')
+    // With the request's Idempotency-Key token: a retry after a lost answer does not cut and run twice.
+    return regenerate({ ...p, deps: via.keyed }, id, ask.messages, ask.messageId, after);
+  if (ask.kind === 'message') return postUserMessage(p, id, last, after, replyId);
+  return postAnswers(p, s, last, after);
+}
+
+/**
  * Posts the newest message, a user's (its stream starts `after`); the same message sent again posts nothing and
  * answers from where the first one's answer streamed. `replyId`: the id its reply will have, when it starts a run
  * (history.ts replyMessageId).
  */
-export async function postUserMessage(
+async function postUserMessage(
   p: Poster,
   id: string,
   last: ChatMessage,
@@ -161,12 +198,7 @@ export async function postUserMessage(
  * must be there by then, or the step would wait for a result the client already sent. Every scope the message needs
  * is checked before anything is applied.
  */
-export async function postAnswers(
-  p: Poster,
-  s: SessionState,
-  last: ChatMessage,
-  after: string,
-): Promise<Posted> {
+async function postAnswers(p: Poster, s: SessionState, last: ChatMessage, after: string): Promise<Posted> {
   let result: MutationResult | undefined;
   // The reads the request's writes were planned from, each after the stream's cursor (`after`) was read.
   const reads: SessionState[] = [];
@@ -289,7 +321,7 @@ function decidedMeanwhile(states: SessionState[], asked: ReadonlySet<string>): D
  * `nothing_to_retry` and nothing is cut. The reply takes the dropped answer's id, so the `Chat` gets its message
  * back by the same id. Needs the `message` scope, as a message does.
  */
-export async function regenerate(
+async function regenerate(
   p: Poster,
   id: string,
   messages: ChatMessage[],

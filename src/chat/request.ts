@@ -31,6 +31,8 @@ export const chatBody = z.looseObject({
   messageId: z.string().max(200).optional(),
 });
 type Part = z.infer<typeof part>;
+/** One UIMessage of the body. */
+export type ChatMessage = z.infer<typeof chatBody>['messages'][number];
 
 const textPart = z.looseObject({ type: z.literal('text'), text: z.string() });
 const filePart = z.looseObject({ type: z.literal('file'), mediaType: z.string(), url: z.string() });
@@ -182,6 +184,49 @@ export const editRefused = (messageId: string) =>
     { messageId },
   );
 
+/**
+ * What a POST /v1/chat body asks of its session (`kind`), read from its newest message (`last`): `regenerate`
+ * (`trigger: "regenerate-message"`: the newest answer made again), `message` (a user message to post), or `answers`
+ * (the approval responses and tool outputs an assistant message holds); and what that assistant message shows of its
+ * calls, which the answer's stream reads beside the log (none for the other two).
+ */
+export interface ChatAsk {
+  kind: 'regenerate' | 'message' | 'answers';
+  /** The chat's id: its session's. */
+  id: string;
+  messages: ChatMessage[];
+  last: ChatMessage;
+  messageId: string | undefined;
+  /** The outputs the client's message gives: their answer does not send them back (src/chat/chunks.ts `answered`). */
+  answered: Set<string>;
+  /** The inputs its parts show: a call that ran an input edited since (an approval's, by REST) shows it first. */
+  inputs: Array<[string, unknown]>;
+  /** The approvals its parts show asked and unanswered: a decision made elsewhere is answered in the stream. */
+  asking: Set<string>;
+}
+
+/** What the body asks (`ChatAsk`); 400 for an edit of a sent user message, before the session is read. */
+export function chatAskOf(body: z.infer<typeof chatBody>): ChatAsk {
+  const { id, messages, trigger, messageId } = body;
+  const last = messages[messages.length - 1]!;
+  const kind = trigger === 'regenerate-message' ? 'regenerate' : last.role === 'user' ? 'message' : 'answers';
+  // `sendMessage({text, messageId})` edits a sent user message: the client drops what followed it. The session
+  // keeps its history (an append would answer a conversation the user no longer sees). The transport also sends
+  // `messageId` with an assistant message (the one tool answers are in), which is no edit; nor is `regenerate`'s.
+  if (kind === 'message' && messageId !== undefined) throw editRefused(messageId);
+  const shows = kind === 'answers';
+  return {
+    kind,
+    id,
+    messages,
+    last,
+    messageId,
+    answered: shows ? answeredCallIdsOf(last.parts) : new Set(),
+    inputs: shows ? toolInputsOf(last.parts) : [],
+    asking: shows ? approvalsAskedOf(last.parts) : new Set(),
+  };
+}
+
 interface Decision {
   toolUseId: string;
   body: z.infer<typeof decisionBody>;
@@ -283,7 +328,7 @@ export function toolCallIdsOf(parts: Part[]): string[] {
 }
 
 /** The inputs a message's tool parts show, by call id (a part without one shows none). */
-export function toolInputsOf(parts: Part[]): Array<[string, unknown]> {
+function toolInputsOf(parts: Part[]): Array<[string, unknown]> {
   return parts.flatMap((p): Array<[string, unknown]> => {
     const t = toolPart.safeParse(p);
     return t.success && t.data.input !== undefined ? [[t.data.toolCallId, t.data.input]] : [];
