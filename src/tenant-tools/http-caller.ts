@@ -20,6 +20,7 @@ import type { SessionStore } from '../store/store.js';
 import type { SecretBox } from '../webhooks/secrets.js';
 import { callToolUrl } from './http-call.js';
 import { HttpStops } from './http-stops.js';
+import type { TenantToolRunner } from './types.js';
 import type { RedisClient } from '../store/lua-commands.js';
 import { awaits, type ToolTasks } from './service.js';
 import {
@@ -69,6 +70,14 @@ const retryDelay = (attempt: number) => {
   const base = Math.min(60_000, 1000 * 2 ** Math.max(0, attempt - 1));
   return Math.round(base / 2 + (Math.random() * base) / 2);
 };
+
+/** An http tool as a session's copy defines it: its runner, and its secret (sealed). */
+interface HttpTool {
+  runner: Extract<TenantToolRunner, { type: 'http' }>;
+  secret: string;
+}
+
+type HttpCallOutcome = Awaited<ReturnType<typeof callToolUrl>>;
 
 export class HttpToolCaller {
   private inFlight = 0;
@@ -141,60 +150,89 @@ export class HttpToolCaller {
     }
   }
 
+  /**
+   * One try: the tool as its session's copy defines it now, the call's `tool.started`, its URL's answer, and what
+   * that answer writes (a result; or a failure, the call offered again or, after its last attempt, failed).
+   */
   private async attempt(
     rec: TaskRecord,
     input: unknown,
     owed: readonly TaskRecord[],
     stop: AbortController,
   ): Promise<void> {
-    const { queue } = this.o;
+    const tool = await this.toolOf(rec);
+    if (tool === 'cancelled') return;
+    if (tool === null) return this.answerNotHttp(rec);
+    // Before the call: its `tool.started` (after the `tool_task.retried` events still owed) comes ahead of its
+    // result in the log.
+    await this.o.tasks.logStarted(rec, input, this.worker, owed);
+    const outcome = await this.call(rec, input, tool, stop);
+    if (outcome.kind === 'stopped') return;
+    const answer = answerOf(outcome, this.o.maxResultBytes);
+    if ('result' in answer) await this.complete(rec, answer.result);
+    else await this.retryOrFail(rec, answer.failure);
+  }
+
+  /**
+   * The http tool a try calls, as its session's copy defines it; `cancelled` when the session no longer waits for the
+   * call (it was settled as cancelled), null when the copy is no longer an http tool with a secret.
+   */
+  private async toolOf(rec: TaskRecord): Promise<HttpTool | 'cancelled' | null> {
     let s = await this.o.store.load(rec.session);
     // Called only while its session waits for it: not once it was cancelled (or answered otherwise), here at each
     // try after a failed one as at the first. Unless a run queued it again since its claim (resumed, answered: the
     // cancel is refused, service.ts `cancelled`), read then with its session as it is now.
     if (!s || !awaits(s, rec)) {
-      if (await queue.cancelUnlessWanted(rec)) return;
+      if (await this.o.queue.cancelUnlessWanted(rec)) return 'cancelled';
       s = await this.o.store.load(rec.session);
     }
     const def = s?.tenant === rec.tenant ? s.tenantTools[rec.name] : undefined;
-    // The session waits, but its copy of the tool has no URL to call any more (a PATCH naming the tool copied it
-    // anew, as a worker tool, while this call waited): the call is answered with an error, so the session goes on
-    // (settled as cancelled, it would wait for ever: nothing else answers a call of the `~http` queue).
-    if (!def || def.runner.type !== 'http' || !def.secret) {
-      const done = await queue.complete(
-        rec.tenant,
-        rec.offer,
-        JSON.stringify({
-          content: `Error: not run: ${rec.name} is no longer an http tool of this session (its definition changed while the call waited)`,
-          is_error: true,
-        }),
-      );
-      if (typeof done !== 'string') await this.o.tasks.deliver(rec.tenant, rec.call);
-      return;
-    }
-    // Before the call: its `tool.started` (after the `tool_task.retried` events still owed) comes ahead of its
-    // result in the log.
-    await this.o.tasks.logStarted(rec, input, this.worker, owed);
+    if (!def || def.runner.type !== 'http' || !def.secret) return null;
+    return { runner: def.runner, secret: def.secret };
+  }
+
+  /**
+   * The session waits, but its copy of the tool has no URL to call any more (a PATCH naming the tool copied it anew,
+   * as a worker tool, while this call waited): the call is answered with an error, so the session goes on (settled
+   * as cancelled, it would wait for ever: nothing else answers a call of the `~http` queue).
+   */
+  private async answerNotHttp(rec: TaskRecord): Promise<void> {
+    const done = await this.o.queue.complete(
+      rec.tenant,
+      rec.offer,
+      errorResult(
+        `Error: not run: ${rec.name} is no longer an http tool of this session (its definition changed while the call waited)`,
+      ),
+    );
+    if (typeof done !== 'string') await this.o.tasks.deliver(rec.tenant, rec.call);
+  }
+
+  /** One call of the tool's URL, its lease renewed meanwhile (`renew`, every third of the lease). */
+  private async call(
+    rec: TaskRecord,
+    input: unknown,
+    tool: HttpTool,
+    stop: AbortController,
+  ): Promise<HttpCallOutcome> {
     // The heartbeat stops the try when it learns it is no longer this offer's to answer (a stop message lost): a
     // cancel or delete settled the call (`cancelled`), another offer holds it (`lost`), it has its result, or its
     // record is gone.
     let finished = false;
     const beat = setInterval(
       () => void this.renew(rec, stop, () => finished).catch(() => {}),
-      queue.leaseMs / 3,
+      this.o.queue.leaseMs / 3,
     );
-    let outcome: Awaited<ReturnType<typeof callToolUrl>>;
     try {
-      outcome = await callToolUrl({
-        url: def.runner.url,
-        secret: this.o.box.open(def.secret),
+      return await callToolUrl({
+        url: tool.runner.url,
+        secret: this.o.box.open(tool.secret),
         // The webhook-id is the call's (`<idempotency_key>#<round>`), the same on every attempt as a webhook's is
         // (§6.3), so a receiver dedupes on it; the offer id (the body's `id`) is each attempt's own. A call resumed
         // after a failure is a new round, a call of its own.
         msgId: rec.call,
         // The call as a worker's claim answers it, without the lease (the caller holds it for the HTTP tool).
         body: JSON.stringify(withoutLease(claimedTask(rec, input, this.o.queue.leaseMs))),
-        timeoutMs: def.runner.timeout_ms ?? DEFAULT_TRY_MS,
+        timeoutMs: tool.runner.timeout_ms ?? DEFAULT_TRY_MS,
         maxBytes: this.o.maxResultBytes,
         allowPrivate: this.o.allowPrivate,
         stop: stop.signal,
@@ -203,44 +241,25 @@ export class HttpToolCaller {
       finished = true;
       clearInterval(beat);
     }
-    if (outcome.kind === 'stopped') return;
-    let result: string | null = null;
-    let failure: string | null = null;
-    if (outcome.kind === 'too_large') {
-      result = JSON.stringify({
-        content: `Error: the tool's answer is more than TOOL_RESULT_MAX_BYTES (${this.o.maxResultBytes}) bytes`,
-        is_error: true,
-      });
-    } else if (outcome.kind === 'failed') failure = outcome.error;
-    else if (outcome.status < 200 || outcome.status > 299) failure = `HTTP ${outcome.status}`;
-    else {
-      const parsed = parseAnswer(outcome.body);
-      if (parsed === 'ill_formed') {
-        // Taken as it is, it would reach the Messages API, which refuses the request (every turn after it too); the
-        // same answer again would be refused again: an error result at once, as for one too large.
-        result = JSON.stringify({
-          content: `Error: the tool's answer holds a lone surrogate (an escape \\uD800-\\uDFFF without its pair); a result must be well-formed Unicode`,
-          is_error: true,
-        });
-      } else if (parsed) result = JSON.stringify(parsed);
-      else
-        failure =
-          'the answer is not JSON {"content", "is_error"?} (nested at most 64 levels, 256 keys an object)';
+  }
+
+  /** Writes the call's result (`{content, is_error}` as JSON) and hands it to its session. */
+  private async complete(rec: TaskRecord, result: string): Promise<void> {
+    const done = await this.o.queue.complete(rec.tenant, rec.offer, result);
+    if (typeof done !== 'string') {
+      this.o.metrics.toolTasks.inc({ event: 'completed' });
+      await this.o.tasks.deliver(rec.tenant, rec.call);
     }
-    if (result !== null) {
-      const done = await queue.complete(rec.tenant, rec.offer, result);
-      if (typeof done !== 'string') {
-        this.o.metrics.toolTasks.inc({ event: 'completed' });
-        await this.o.tasks.deliver(rec.tenant, rec.call);
-      }
-      return;
-    }
-    const next = await queue.release(
+  }
+
+  /** Offers the call again after a failed try (with backoff), or fails it after its last attempt. */
+  private async retryOrFail(rec: TaskRecord, failure: string): Promise<void> {
+    const next = await this.o.queue.release(
       rec.tenant,
       rec.offer,
       retryDelay(rec.attempt),
       `Error: ${rec.name} failed ${rec.attempt} time(s); the last: ${failure}`,
-      failure ?? 'failed',
+      failure,
     );
     if (next.kind === 'retried') {
       this.o.metrics.toolTasks.inc({ event: 'retried' });
@@ -275,6 +294,40 @@ export class HttpToolCaller {
     stop.abort();
     this.o.metrics.toolTasks.inc({ event: 'cancelled' });
   }
+}
+
+/** An error result, as JSON. */
+const errorResult = (content: string) => JSON.stringify({ content, is_error: true });
+
+/**
+ * What a try's outcome writes: the call's `result` (JSON `{content, is_error}`: the answer's, or an error that the
+ * same answer again would give again), or the `failure` of a try that is tried again.
+ */
+function answerOf(
+  outcome: Exclude<HttpCallOutcome, { kind: 'stopped' }>,
+  maxResultBytes: number,
+): { result: string } | { failure: string } {
+  if (outcome.kind === 'too_large')
+    return {
+      result: errorResult(
+        `Error: the tool's answer is more than TOOL_RESULT_MAX_BYTES (${maxResultBytes}) bytes`,
+      ),
+    };
+  if (outcome.kind === 'failed') return { failure: outcome.error };
+  if (outcome.status < 200 || outcome.status > 299) return { failure: `HTTP ${outcome.status}` };
+  const parsed = parseAnswer(outcome.body);
+  // Taken as it is, it would reach the Messages API, which refuses the request (every turn after it too); the same
+  // answer again would be refused again: an error result at once, as for one too large.
+  if (parsed === 'ill_formed')
+    return {
+      result: errorResult(
+        `Error: the tool's answer holds a lone surrogate (an escape \\uD800-\\uDFFF without its pair); a result must be well-formed Unicode`,
+      ),
+    };
+  if (parsed) return { result: JSON.stringify(parsed) };
+  return {
+    failure: 'the answer is not JSON {"content", "is_error"?} (nested at most 64 levels, 256 keys an object)',
+  };
 }
 
 /**
