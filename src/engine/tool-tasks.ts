@@ -135,6 +135,8 @@ async function resettle(deps: RunDeps, run: RunHandle, settled: PendingCall[]): 
       // rewrites it and no `tool.completed` is written twice.
       c.result = now.result;
       c.resultStored = true;
+      if (now.encoded) c.encoded = now.encoded;
+      else delete c.encoded;
       if (now.reported) c.reported = true;
     } else {
       c.round = (c.round ?? 0) + 1;

@@ -9,7 +9,7 @@ import {
   encodeResult,
   fitResults,
   resultsBytes,
-  setResult,
+  setEncodedResult,
   type PendingStep,
   type ToolResult,
 } from '../store/pending.js';
@@ -163,7 +163,7 @@ function applyResult(step: PendingStep, r: ResultInput): [string, string] {
     );
   const result: ToolResult = { content: r.content, is_error: r.is_error ?? false };
   if (step.review && call.result) {
-    return ['tool_result.replaced', encodeResult(r.tool_use_id, setResult(call, result)).event];
+    return ['tool_result.replaced', setEncodedResult(call, result).event];
   }
   // A call that waits for its decision (a sub-agent's is a client call) takes none, as a server call does: its
   // result would stand whatever the decision (a later deny, an edited input). A denied one is answered by its denial.
@@ -178,7 +178,7 @@ function applyResult(step: PendingStep, r: ResultInput): [string, string] {
       `The call ${r.tool_use_id} was denied; its denial is its result.`,
     );
   if (call.kind === 'client' && !call.result) {
-    return ['tool_result.submitted', encodeResult(r.tool_use_id, setResult(call, result)).event];
+    return ['tool_result.submitted', setEncodedResult(call, result).event];
   }
   if (call.result)
     throw conflict('tool_result_already_submitted', `The call ${r.tool_use_id} already has its result.`);
@@ -228,7 +228,8 @@ export function submitResults(
     const step = structuredClone(s.pending);
     const events = results.map((r) => applyResult(step, r));
     // A client's results that would take the step's past MAX_TURN_BYTES together: refused before anything is written
-    // (a run slot, a due entry). The write checks again (`resultsCap`), for results written at once.
+    // (a run slot, a due entry). The write checks again (`resultsCap`), for results written at once. Counted without
+    // encoding a result again: the stored ones by their fields' sizes as read, the new ones as encoded above.
     const max = deps.store.maxTurnBytes;
     if (!service) {
       const bytes = resultsBytes(step.calls);

@@ -40,6 +40,14 @@ export interface PendingCall {
    * leaves it be, and the commit of the results turn names it instead of sending it.
    */
   resultStored?: boolean;
+  /**
+   * Never stored: `result`'s `tool_result` block as made once for its write (`text`), or only its size (`bytes`) as
+   * read from its `result:<id>` field. The step's bound (`resultsBytes`) and its write (`pendingFields`) take them
+   * from here: encoding a result again is a JSON.stringify of up to MAX_TURN_BYTES on the event loop (~40 ms for
+   * 4 MB), and a client's result submitted to a step counted every other result of it that way (twice when over the
+   * bound). Dropped with the result (`setResult`, `clearResult`).
+   */
+  encoded?: { bytes: number; text?: EncodedResult };
   /** A server tool that has started: after a crash it runs again only if idempotent. */
   started?: boolean;
   /** Its `tool.completed` event was written. Stored in its own field (`reportedField`), never in the step's JSON. */
@@ -115,18 +123,35 @@ export function setResult(call: PendingCall, result: ToolResult): ToolResult {
   call.result =
     result.is_error && result.content.length === 0 ? { ...result, content: NO_ERROR_DETAILS } : result;
   delete call.resultStored;
+  delete call.encoded;
   return call.result;
 }
 
-/** Bytes of a call's result as stored and sent: its `tool_result` block (the `result:<id>` field's length). */
-const blockBytes = (c: Pick<PendingCall, 'id' | 'result'>): number =>
-  c.result ? Buffer.byteLength(encodeResult(c.id, c.result).block) : 0;
+/**
+ * `setResult`, the result encoded once: its block kept on the call (`encoded`, for the step's bound and its write)
+ * and returned with its event's data.
+ */
+export function setEncodedResult(
+  call: PendingCall,
+  result: ToolResult,
+): { block: EncodedResult; event: string } {
+  const encoded = encodeResult(call.id, setResult(call, result));
+  call.encoded = { bytes: Buffer.byteLength(encoded.block), text: encoded.block };
+  return encoded;
+}
+
+/**
+ * Bytes of a call's result as stored and sent: its `tool_result` block (the `result:<id>` field's length), as known
+ * (`encoded`) or encoded now.
+ */
+const blockBytes = (c: Pick<PendingCall, 'id' | 'result' | 'encoded'>): number =>
+  c.result ? (c.encoded?.bytes ?? Buffer.byteLength(encodeResult(c.id, c.result).block)) : 0;
 
 /**
  * Bytes of the results turn a step's results form: their `tool_result` blocks together, as apply-8.lua's
  * `results_max` guard sums the `result:*` fields (MAX_TURN_BYTES bounds it, as it bounds the turn follow-ups form).
  */
-export function resultsBytes(calls: ReadonlyArray<Pick<PendingCall, 'id' | 'result'>>): number {
+export function resultsBytes(calls: ReadonlyArray<Pick<PendingCall, 'id' | 'result' | 'encoded'>>): number {
   return calls.reduce((n, c) => n + blockBytes(c), 0);
 }
 
@@ -165,6 +190,7 @@ export function fitResults(
 export function clearResult(call: PendingCall): void {
   delete call.result;
   delete call.resultStored;
+  delete call.encoded;
 }
 
 /**
@@ -185,7 +211,7 @@ export function pendingFields(
   const out: Record<string, string> = {
     pending: JSON.stringify({
       ...step,
-      calls: step.calls.map(({ result: _r, resultStored: _s, reported: _p, ...call }) => call),
+      calls: step.calls.map(({ result: _r, resultStored: _s, reported: _p, encoded: _e, ...call }) => call),
     }),
   };
   const unknown = new Set(tasksOut.map((c) => c.id));
@@ -194,7 +220,7 @@ export function pendingFields(
     if (c.reported) out[reportedField(c.id)] = '1';
     else if (!c.result) out[reportedField(c.id)] = '';
     if (c.resultStored) continue;
-    out[resultField(c.id)] = c.result ? encodeResult(c.id, c.result).block : '';
+    out[resultField(c.id)] = c.result ? (c.encoded?.text ?? encodeResult(c.id, c.result).block) : '';
   }
   return out;
 }
@@ -227,6 +253,8 @@ export function decodePending(h: Record<string, string>): PendingStep | null {
     const b = decodeStored<{ content: ToolResult['content']; is_error?: boolean }>(stored);
     c.result = { content: b.content, is_error: b.is_error === true };
     c.resultStored = true;
+    // Its size as stored, which the bound counts (apply-8.lua sums the fields): measured, not encoded again.
+    c.encoded = { bytes: Buffer.byteLength(stored) };
   }
   return step;
 }
