@@ -14,7 +14,8 @@ import type { RedisClient } from './lua-commands.js';
 export const sessionKeys = (id: string) => ({
   /**
    * HASH: the session's fields (status, revision, params, policies, usage, pending tool step, …; `ev_bytes`: the log's
-   * size; `bytes`: what its writes added, storage-quota.ts; `ct_bytes`: its client tokens' records in `bytes`).
+   * size; `ev_last`: its newest id, lua/includes/event-log.lua; `bytes`: what its writes added, storage-quota.ts;
+   * `ct_bytes`: its client tokens' records in `bytes`).
    */
   meta: metaKey(id),
   /** LIST: the message history, one JSON message per element. Append-only except a bounded edit of its tail. */

@@ -118,6 +118,125 @@ describe('event log scripts read bounded bytes', () => {
     assert.ok((await bytesOf(r, reads)) <= 3 * (LARGE + 20), `read ${await bytesOf(r, reads)}`);
   });
 
+  it("a page's newest id is the log's record of it: no page reads the newest entry for its id", async () => {
+    const r = client();
+    const id = 'ses_newestrecorded';
+    const [meta, events] = eventLogKeys(id);
+    await r.hset(meta, 'status', 'idle');
+    // Written as the service writes its logs (includes/event-log.lua records the newest id, `ev_last`).
+    const append = async (data: string) =>
+      (await r.sessAppendEvents(
+        meta,
+        events,
+        'chan',
+        10_000,
+        1,
+        1_000,
+        64 * LARGE,
+        '',
+        0,
+        'turn.completed',
+        data,
+      ))!;
+    const ids: string[] = [];
+    for (let i = 0; i < 8; i++) ids.push(await append(String(i).repeat(LARGE)));
+    assert.equal(await r.hget(meta, 'ev_last'), ids.at(-1));
+    const log = new EventLog(r);
+    /** The ids of the entries `reads` return on the log as it is now. */
+    const entriesRead = async (reads: string[][]): Promise<string[]> => {
+      const out: string[] = [];
+      for (const [cmd, ...args] of reads)
+        for (const [entry] of (await r.call(cmd!, ...args)) as Array<[string, string[]]>) out.push(entry);
+      return out.sort();
+    };
+    let page: Awaited<ReturnType<EventLog['page']>> | undefined;
+
+    // From the start, stopped by the budget: the page (2) and the one that did not fit; the newest was read too.
+    let reads = await scriptReads(
+      r,
+      async () => (page = await log.page(id, START, { count: 500, maxBytes: 1_048_576 })),
+    );
+    assert.deepEqual(
+      page!.events.map((e) => e.id),
+      ids.slice(0, 2),
+    );
+    assert.deepEqual([page!.firstId, page!.lastId, page!.more], [ids[0], ids.at(-1), true]);
+    assert.deepEqual(await entriesRead(reads), ids.slice(0, 3));
+
+    // From the middle, one event: it and the oldest.
+    reads = await scriptReads(
+      r,
+      async () => (page = await log.page(id, ids[3]!, { count: 500, maxBytes: 1000 })),
+    );
+    assert.deepEqual(
+      page!.events.map((e) => e.id),
+      [ids[4]],
+    );
+    assert.deepEqual([page!.firstId, page!.lastId, page!.more], [ids[0], ids.at(-1), true]);
+    assert.deepEqual(await entriesRead(reads), [ids[0], ids[4]]);
+
+    // A page that ends at the newest event, full by its count: nothing follows it, nothing more is read.
+    reads = await scriptReads(
+      r,
+      async () => (page = await log.page(id, ids[5]!, { count: 2, maxBytes: 4 * LARGE })),
+    );
+    assert.deepEqual(
+      page!.events.map((e) => e.id),
+      ids.slice(6),
+    );
+    assert.deepEqual([page!.lastId, page!.more], [ids.at(-1), false]);
+    assert.deepEqual(await entriesRead(reads), [ids[0], ...ids.slice(6)]);
+
+    // Past the newest (the bounds alone): the oldest is read, not the newest.
+    reads = await scriptReads(
+      r,
+      async () => (page = await log.page(id, ids.at(-1)!, { count: 10, maxBytes: 100 })),
+    );
+    assert.deepEqual([page!.events, page!.firstId, page!.lastId], [[], ids[0], ids.at(-1)]);
+    assert.deepEqual(await entriesRead(reads), [ids[0]]);
+  });
+
+  it('a newest id not recorded (a writer of an older release) is read from the log, and an empty log has none', async () => {
+    const r = client();
+    const id = 'ses_newestunrecorded';
+    const [meta, events] = eventLogKeys(id);
+    await r.hset(meta, 'status', 'idle');
+    await r.sessAppendEvents(
+      meta,
+      events,
+      'chan',
+      10_000,
+      1,
+      1_000,
+      64 * LARGE,
+      '',
+      0,
+      'turn.completed',
+      'a',
+    );
+    const recorded = await r.hget(meta, 'ev_last');
+    // XADDs that leave `ev_last` behind.
+    const ids = await writeLog(r, id, [LARGE, LARGE, 10]);
+    const log = new EventLog(r);
+    for (const [after, limits] of [
+      [START, { count: 1, maxBytes: 1_048_576 }],
+      [recorded!, { count: 500, maxBytes: 1000 }],
+      [ids[1]!, { count: 500, maxBytes: 1000 }],
+      [ids[2]!, { count: 500, maxBytes: 1000 }],
+    ] as const) {
+      const page = await log.page(id, after, limits);
+      assert.equal(page.firstId, recorded);
+      assert.equal(page.lastId, ids.at(-1), after);
+      assert.equal(page.more, page.events.at(-1) !== undefined && page.events.at(-1)!.id !== ids.at(-1));
+    }
+    // A log gone while its meta hash still names a newest id: no bounds.
+    await r.del(events);
+    const gone = await log.page(id, START, { count: 10, maxBytes: 100 });
+    assert.deepEqual([gone.events, gone.firstId, gone.lastId], [[], null, null]);
+    const past = await log.page(id, ids[0]!, { count: 10, maxBytes: 100 });
+    assert.deepEqual([past.events, past.firstId, past.lastId], [[], null, null]);
+  });
+
   it('a page of small events then large ones reads at most twice as many entries as it held so far at once', async () => {
     const r = client();
     const id = 'ses_smallthenlarge';

@@ -18,7 +18,7 @@ for s = 1, #KEYS / 2 do
   a = a + 4
   -- The fragments' state is per session: a fresh notice, no bytes counted yet.
   notice_parts, notice_size, notice_prev, notice_last = {}, 0, false, false
-  log_added = 0
+  log_added, log_last = 0, false
   local skip = mark_skip(meta, token, first)
   if skip then
     -- (A marked write goes on only on a live session: mark_skip looked.)

@@ -11,13 +11,23 @@
 -- for a log never trimmed, or trimmed before the field existed). The byte counter is only as
 -- exact as the writes that kept it: entries written before it existed (or by hand) are not in it, so it is clamped
 -- at 0 and never trims the newest entry.
+-- The meta hash field `ev_last` holds the id of the newest entry written (recorded by log_trim), so a reader learns
+-- the log's newest id without reading that entry (every entry a script reads is copied whole into its Lua: up to
+-- ~1 MB). Readers check it (read-events-2.lua): a writer that did not record it (a replica of an older release, a
+-- write to a log whose meta hash is gone) leaves it behind the log's newest.
 local log_added = 0
+-- The id of the last entry log_xadd wrote since the last log_trim (false: none).
+local log_last = false
 local function log_entry_size(t, d) return #t + #d + 32 end
 -- XADD of one entry (fields t, d, r when `rev` is given, at); returns its id.
 local function log_xadd(key, t, d, rev, at)
   log_added = log_added + log_entry_size(t, d)
-  if rev then return redis.call('XADD', key, '*', 't', t, 'd', d, 'r', rev, 'at', at) end
-  return redis.call('XADD', key, '*', 't', t, 'd', d, 'at', at)
+  if rev then
+    log_last = redis.call('XADD', key, '*', 't', t, 'd', d, 'r', rev, 'at', at)
+  else
+    log_last = redis.call('XADD', key, '*', 't', t, 'd', d, 'at', at)
+  end
+  return log_last
 end
 local function log_row_size(fields)
   local t, d = '', ''
@@ -29,6 +39,8 @@ end
 local function log_trim(key, meta, maxlen, maxbytes)
   local total = tonumber(redis.call('HINCRBY', meta, 'ev_bytes', log_added))
   log_added = 0
+  if log_last then redis.call('HSET', meta, 'ev_last', log_last) end
+  log_last = false
   local len = redis.call('XLEN', key)
   local over_n = len - maxlen
   local over_b = total - maxbytes
