@@ -24,7 +24,7 @@ const INDEX_GRACE_MS = 60_000;
 /** A list page yields the event loop after measuring a session this large (see `list`). */
 export const LIST_YIELD_BYTES = 64 * 1024;
 
-/** Bytes of a view's fields as read (list-view-1.lua's reply): what decoding them costs, near enough. */
+/** Bytes of a view's fields as read (`readView`): what decoding them costs, near enough. */
 function pairsBytes(pairs: readonly Buffer[]): number {
   let n = 0;
   for (const b of pairs) n += b.length;
@@ -99,21 +99,47 @@ export class SessionIndex {
   }
 
   /**
-   * The fields of a session's view (VIEW_FIELDS, list-view-1.lua), not its whole meta hash: the step a session runs
-   * holds its calls' inputs (a MB each once edited at approval), which a list of 100 such sessions read whole, 100 MB
-   * a round of a status filter's scan, for views that do not show them. The step is read only while the session is
-   * `requires_action`, when its view shows it. Read as bytes, and a large read is decoded as a heavy step of the
-   * tenant's (tenant-turns.ts), not together with every other read whose reply came in the same turn of the event
-   * loop. `bytes`: what was read (the size a list's rounds are reckoned by).
+   * The fields of a session's view (VIEW_FIELDS, list-view-fields-1.lua), not its whole meta hash: the step a session
+   * runs holds its calls' inputs (a MB each once edited at approval), which a list of 100 such sessions read whole,
+   * 100 MB a round of a status filter's scan, for views that do not show them. The step is read only while the
+   * session is `requires_action`, when its view shows it, and not by the script (`withStep`). Read as bytes, and a
+   * large read is decoded as a heavy step of the tenant's (tenant-turns.ts), not together with every other read whose
+   * reply came in the same turn of the event loop. `bytes`: what was read (the size a list's rounds are reckoned by).
    */
   private async readView(id: string, tenant: string): Promise<{ state: SessionState | null; bytes: number }> {
-    const pairs = await this.redis.sessListViewBuffer(sessionKeys(id).meta, ...VIEW_FIELDS);
+    const meta = sessionKeys(id).meta;
+    const [fields, step] = await this.redis.sessListViewFieldsBuffer(meta, ...VIEW_FIELDS);
+    const pairs = step.length ? await this.withStep(meta, fields, step) : fields;
     const bytes = pairsBytes(pairs);
     if (bytes >= LIST_YIELD_BYTES) {
       const wait = heavyStep(tenant);
       if (wait) await wait;
     }
     return { state: this.decode(textOf(pairs)), bytes };
+  }
+
+  /**
+   * A view's fields (`fields`, as the script read them) with the values of its step's fields (`step`, named by the
+   * script): `pending` and its `result:*`, up to MAX_TURN_BYTES and BODY_LIMIT per edited input, read by a plain HMGET,
+   * which Redis answers from the hash as it is, where a script's read copies each value into its Lua and its reply
+   * again while Redis serves no other tenant. Read with the revision: the same as the script's, nothing was written
+   * between (every write of the step, its results and its status moves it: apply-8.lua), and the step is that of the
+   * status read. Else the session moved between the two reads (a decision, a result, the run), and it is read whole
+   * in one HGETALL (not a script): the view of one moment, at the cost of a GET of the session, for a race.
+   */
+  private async withStep(meta: string, fields: Buffer[], step: readonly Buffer[]): Promise<Buffer[]> {
+    const names = step.map((b) => b.toString('utf8'));
+    const [revision, ...values] = await this.redis.hmgetBuffer(meta, 'revision', ...names);
+    const at = fields.findIndex((b, i) => i % 2 === 0 && b.toString('utf8') === 'revision');
+    const read = at >= 0 ? fields[at + 1] : undefined;
+    if (revision && read && revision.equals(read)) {
+      const out = [...fields];
+      values.forEach((v, i) => {
+        if (v) out.push(step[i]!, v);
+      });
+      return out;
+    }
+    return Object.entries(await this.redis.hgetallBuffer(meta)).flatMap(([k, v]) => [Buffer.from(k), v]);
   }
 
   /** Index members sort by creation time then id, so a lexicographic range pages the list exactly. */

@@ -433,8 +433,9 @@ export function decodeFields(h: Record<string, string>): SessionState {
 
 /**
  * The meta fields a session's view (src/sessions/view.ts `sessionView`) reads through `decodeFields`, by name: what a
- * list page reads of each session it shows (lua/list-view-1.lua adds the `u_st_*` counts, and `pending` with its
- * `result:*` fields while the session is `requires_action`, the one status whose view shows the step). Not the rest
+ * list page reads of each session it shows (lua/list-view-fields-1.lua adds the `u_st_*` counts; `pending` with its
+ * `result:*` fields are read after it, outside the script, while the session is `requires_action`, the one status
+ * whose view shows the step: session-index.ts `withStep`). Not the rest
  * of the hash: the step of a running session (its calls' inputs, a MB each once edited at approval), the tools as
  * last sent, the tenant tools' definitions, the chat and idempotency records… A field the view comes to read must be
  * named here (sessions-list.test compares each list item with the session's GET).

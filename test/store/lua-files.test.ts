@@ -73,7 +73,7 @@ describe('Lua lives in .lua files', () => {
       'sessDueSettle',
       'sessIdemKeep',
       'sessIdemRelease',
-      'sessListView',
+      'sessListViewFields',
       'sessMemoryList',
       'sessMemoryRemove',
       'sessMemoryRename',

@@ -246,9 +246,10 @@ declare module 'ioredis' {
     /** memory-list-1.lua: path, bytes, path, bytes, … */
     sessMemoryList(files: string, prefix: string): Result<Array<string | number>, Context>;
     /**
-     * list-view-1.lua: field, value, … of the session's view (`fields`, the `u_st_*` counts, and `pending` with its
-     * `result:*` fields while `requires_action`); as bytes, so a list decodes each in its own step.
+     * list-view-fields-1.lua: field, value, … of the session's view (`fields` and the `u_st_*` counts) but its step,
+     * and the names of the step's fields (`pending`, its `result:*`) while it shows it (`requires_action`), else none;
+     * as bytes, so a list decodes each in its own step.
      */
-    sessListViewBuffer(meta: string, ...fields: string[]): Result<Buffer[], Context>;
+    sessListViewFieldsBuffer(meta: string, ...fields: string[]): Result<[Buffer[], Buffer[]], Context>;
   }
 }
