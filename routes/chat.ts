@@ -15,7 +15,7 @@
  */
 import type { FastifyPluginAsyncZod } from 'fastify-type-provider-zod';
 import type { FastifyReply, FastifyRequest } from 'fastify';
-import type { OutgoingHttpHeaders } from 'node:http';
+import type { OutgoingHttpHeaders, ServerResponse } from 'node:http';
 import { z } from 'zod';
 import type { Config } from '../src/config.js';
 import { sessionIdParam } from '../src/schemas.js';
@@ -102,16 +102,32 @@ const routes: FastifyPluginAsyncZod<{ config: Config }> = async (app, { config }
     // HEAD (GET /v1/chat/:id/stream answers it): the stream's headers, and no stream. Node sends nothing of a HEAD
     // answer before its end, so a stream would answer nothing while it held a subscription outside the stream
     // quotas (which count the GET route's streams).
-    if (req.method === 'HEAD')
-      return void reply
-        .type('text/event-stream; charset=utf-8')
-        .headers({ 'cache-control': 'no-cache, no-transform', 'x-vercel-ai-ui-message-stream': 'v1' })
-        .send();
+    if (req.method === 'HEAD') return headAnswer(reply);
     const head = readsSession(req.clientToken) ? headOf(t, status) : withoutRun(t);
+    const res = openStream(req, reply);
+    if (res === null) return;
+    pipeRun(req, res, id, after, t, head);
+  }
+
+  /** The answer to a HEAD: the stream's headers, and an empty body. */
+  function headAnswer(reply: FastifyReply): void {
+    void reply
+      .type('text/event-stream; charset=utf-8')
+      .headers({ 'cache-control': 'no-cache, no-transform', 'x-vercel-ai-ui-message-stream': 'v1' })
+      .send();
+  }
+
+  /**
+   * Takes the response from Fastify and opens the stream: its headers (those set on the reply so far, then the
+   * stream's), and the connection counted until it closes, when the request's line is logged (Fastify logs none for
+   * a hijacked reply). Null when the client is gone already: nothing is opened, nothing counted.
+   */
+  function openStream(req: FastifyRequest, reply: FastifyReply): ServerResponse | null {
     reply.hijack();
     // The client went away while the request was handled: its response's 'close' has fired already, so the
-    // handler below would never run and the heartbeat, the subscription and the connection gauge would leak.
-    if (reply.raw.destroyed) return;
+    // handlers set on it (here and in pipeRun) would never run and the heartbeat, the subscription and the connection
+    // gauge would leak.
+    if (reply.raw.destroyed) return null;
     const res = reply.raw;
     const headers: OutgoingHttpHeaders = {};
     for (const [name, value] of Object.entries(reply.getHeaders()))
@@ -130,6 +146,23 @@ const routes: FastifyPluginAsyncZod<{ config: Config }> = async (app, { config }
       app.metrics.streamConnections.dec({ transport: 'sse' });
       requestLine(req, reply);
     });
+    return res;
+  }
+
+  /**
+   * Writes `head` to the open stream `res`, then the run after `after` as the hub's sink delivers it, translated by
+   * `t`, until its end: the translator's last chunk, the client token's end, the sink's close (a slow reader is cut,
+   * any other close is said as the stream's error) or the client going away. Every end stops the heartbeat, the
+   * token watch and the subscription once; each but a slow reader's and the client's own ends with `[DONE]`.
+   */
+  function pipeRun(
+    req: FastifyRequest,
+    res: ServerResponse,
+    id: string,
+    after: string,
+    t: ChatTranslator,
+    head: UIChunk[],
+  ) {
     const write = (chunks: UIChunk[]) => {
       for (const c of chunks) res.write(`data: ${JSON.stringify(c)}\n\n`);
     };
