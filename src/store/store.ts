@@ -420,6 +420,49 @@ export class SessionStore {
     if (tap?.ready) await tap.ready;
     const turnMax = this.maxTurnBytes;
     if (resultsCap && writesResult(ops)) guard = { ...guard, results_max: turnMax };
+    const { stage, staged, ops: sent } = await this.stageLarge(k, guard, ops);
+    ops = sent;
+    const res = await this.redis.sessApply(
+      ...this.keyList(k),
+      stage,
+      JSON.stringify(ops.queue_push ? { ...guard, turn_max: turnMax } : guard),
+      JSON.stringify(ops),
+      this.options.eventLogMax,
+      channelName(this.redis, eventsChannel(id)),
+      NOTICE_MAX_BYTES,
+      this.options.eventLogMaxBytes ?? EVENT_LOG_MAX_BYTES,
+    );
+    if (res[0] === 'ERR') {
+      const code = String(res[1]);
+      const current = String(res[2]);
+      if (staged) await this.redis.unlink(stage).catch(() => undefined); // Else its expiry drops it.
+      throw this.refusal(id, code, current, turnMax);
+    }
+    tap?.landed();
+    if (owner !== null) await this.storage.add(owner, added + Number(res[6]));
+    return {
+      revision: Number(res[0]),
+      mergedCount: Number(res[1]),
+      // Parsed once, here: the engine extends the history it holds with exactly what was written.
+      appended: res[2] ? decodeStored<StoredBlock[]>(res[2]) : null,
+      intoLast: Number(res[3]) === 1,
+      control: isControl(res[4]) ? res[4] : '',
+      paramsRev: Number(res[5] ?? 0),
+    };
+  }
+
+  /**
+   * What of `ops` an `apply` stages before its script rather than hand it whole (stageHistory, stageSegment): a
+   * create's history of more than STAGE_MIN_BYTES (the ops then carry `stage: { count }` in place of `push_msgs`), and
+   * a compaction's moved messages (apply-ops.ts `compact`: taken out of the ops either way; a segment of more than
+   * STAGE_MIN_BYTES is staged and named by `compact.staged`). `stage` is the key the script is given: the one staged
+   * (the segment's when both are), else `<k.stage>-`, which nothing writes; `staged` says whether it was written.
+   */
+  private async stageLarge(
+    k: SessionKeys,
+    guard: Guard,
+    ops: ApplyOps,
+  ): Promise<{ stage: string; staged: boolean; ops: ApplyOps }> {
     let stage = `${k.stage}-`;
     let staged = false;
     if (guard.create && ops.push_msgs && bytesOf(ops.push_msgs) > STAGE_MIN_BYTES) {
@@ -442,48 +485,31 @@ export class SessionStore {
         ops = { ...ops, compact };
       }
     }
-    const res = await this.redis.sessApply(
-      ...this.keyList(k),
-      stage,
-      JSON.stringify(ops.queue_push ? { ...guard, turn_max: turnMax } : guard),
-      JSON.stringify(ops),
-      this.options.eventLogMax,
-      channelName(this.redis, eventsChannel(id)),
-      NOTICE_MAX_BYTES,
-      this.options.eventLogMaxBytes ?? EVENT_LOG_MAX_BYTES,
-    );
-    if (res[0] === 'ERR') {
-      const code = String(res[1]);
-      const current = String(res[2]);
-      if (staged) await this.redis.unlink(stage).catch(() => undefined); // Else its expiry drops it.
-      if (code === 'fenced') throw new FencedOut(id);
-      if (code === 'revision') throw revisionMismatch(Number(current));
-      if (code === 'status') throw new InvalidStatus(current);
-      if (code === 'exists') throw new SessionExists();
-      if (code === 'posted') throw new AlreadyPosted(decodeStored<PostedEntry>(current));
-      if (code === 'applied') throw new AlreadyApplied(decodeStored<AppliedEntry>(current));
-      if (code === 'results_too_large') throw resultsTooLarge(Number(current), turnMax);
-      if (code === 'storage') throw this.storage.exceeded();
-      if (code === 'turn_too_large') {
-        throw new InvalidRequest(
-          'payload_too_large',
-          `The user turn this message joins would be ${current} bytes, more than MAX_TURN_BYTES (${turnMax}).`,
-          { limit: turnMax, turn_bytes: Number(current), quota: 'MAX_TURN_BYTES' },
-        );
-      }
-      throw notFound();
+    return { stage, staged, ops };
+  }
+
+  /**
+   * The error an `apply` throws for its script's refusal `code` (`current`: what the script says with it, the current
+   * revision, status, entry or byte count; `turnMax`: MAX_TURN_BYTES as the write was checked against it). A code
+   * not named here is the session's absence (404 `session_not_found`).
+   */
+  private refusal(id: string, code: string, current: string, turnMax: number): Error {
+    if (code === 'fenced') return new FencedOut(id);
+    if (code === 'revision') return revisionMismatch(Number(current));
+    if (code === 'status') return new InvalidStatus(current);
+    if (code === 'exists') return new SessionExists();
+    if (code === 'posted') return new AlreadyPosted(decodeStored<PostedEntry>(current));
+    if (code === 'applied') return new AlreadyApplied(decodeStored<AppliedEntry>(current));
+    if (code === 'results_too_large') return resultsTooLarge(Number(current), turnMax);
+    if (code === 'storage') return this.storage.exceeded();
+    if (code === 'turn_too_large') {
+      return new InvalidRequest(
+        'payload_too_large',
+        `The user turn this message joins would be ${current} bytes, more than MAX_TURN_BYTES (${turnMax}).`,
+        { limit: turnMax, turn_bytes: Number(current), quota: 'MAX_TURN_BYTES' },
+      );
     }
-    tap?.landed();
-    if (owner !== null) await this.storage.add(owner, added + Number(res[6]));
-    return {
-      revision: Number(res[0]),
-      mergedCount: Number(res[1]),
-      // Parsed once, here: the engine extends the history it holds with exactly what was written.
-      appended: res[2] ? decodeStored<StoredBlock[]>(res[2]) : null,
-      intoLast: Number(res[3]) === 1,
-      control: isControl(res[4]) ? res[4] : '',
-      paramsRev: Number(res[5] ?? 0),
-    };
+    return notFound();
   }
 
   /** MAX_TURN_BYTES: most bytes of a user turn, follow-ups' (the store refuses more) or a step's tool results. */
