@@ -19,7 +19,7 @@ import type { OutgoingHttpHeaders, ServerResponse } from 'node:http';
 import { z } from 'zod';
 import type { Config } from '../src/config.js';
 import { sessionIdParam } from '../src/schemas.js';
-import { uiMessageList, routeErrors, type RouteCodes } from '../src/openapi/responses.js';
+import { payloadTooLarge, uiMessageList, routeErrors, type RouteCodes } from '../src/openapi/responses.js';
 import { requiredAction } from '../src/engine/status.js';
 import type { Subscription } from '../src/events/hub.js';
 import { streamSink, type CloseReason } from '../src/events/sink.js';
@@ -271,6 +271,9 @@ const routes: FastifyPluginAsyncZod<{ config: Config }> = async (app, { config }
         response: {
           200: sse,
           ...routeErrors(NOT_FOUND, 400, 401, 404, 409, 412, 413, 415, 422, 429, 500, 503),
+          413: payloadTooLarge(
+            "the user turn a message joins, or the pending step's tool results with those given, would be larger than MAX_TURN_BYTES",
+          ),
         },
       },
     },

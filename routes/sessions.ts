@@ -28,6 +28,7 @@ import {
   iterationDetail,
   iterationList,
   messageList,
+  payloadTooLarge,
   session,
   sessionList,
 } from '../src/openapi/responses.js';
@@ -316,7 +317,10 @@ const routes: FastifyPluginAsyncZod = async (app) => {
         params: sessionIdParam,
         body: postMessageBody,
         headers: ifMatchHeader,
-        response: scopedPostMutation,
+        response: {
+          ...scopedPostMutation,
+          413: payloadTooLarge('the user turn the follow-up joins would be larger than MAX_TURN_BYTES'),
+        },
       },
     },
     async (req, reply) =>

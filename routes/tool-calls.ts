@@ -8,6 +8,7 @@ import type { FastifyPluginAsyncZod } from 'fastify-type-provider-zod';
 import { z } from 'zod';
 import { decisionBody, emptyBody, sessionIdParam, toolResultBody, toolResultsBody } from '../src/schemas.js';
 import { actorOf } from '../src/plugins/auth.js';
+import { stepResultsTooLarge } from '../src/openapi/responses.js';
 import {
   ifMatchHeader,
   keyed,
@@ -34,7 +35,8 @@ const routes: FastifyPluginAsyncZod = async (app) => {
         params: toolUseParams,
         body: decisionBody,
         headers: ifMatchHeader,
-        response: scopedPostMutation,
+        // 413: a denial is the call's result, bounded with the step's others (MAX_TURN_BYTES).
+        response: { ...scopedPostMutation, 413: stepResultsTooLarge() },
       },
     },
     async (req, reply) =>
@@ -65,7 +67,7 @@ const routes: FastifyPluginAsyncZod = async (app) => {
         headers: ifMatchHeader,
         // 409: nothing awaits results, the id is not one the step expects, it was answered already, or its reply is
         // under review (review_turn: results after continue).
-        response: scopedMutation(409),
+        response: { ...scopedMutation(409), 413: stepResultsTooLarge() },
       },
     },
     async (req, reply) =>
@@ -93,7 +95,7 @@ const routes: FastifyPluginAsyncZod = async (app) => {
         params: sessionIdParam,
         body: toolResultsBody,
         headers: ifMatchHeader,
-        response: scopedPostMutation,
+        response: { ...scopedPostMutation, 413: stepResultsTooLarge() },
       },
     },
     async (req, reply) =>

@@ -565,6 +565,24 @@ export function routeErrors<S extends number>(
   ) as Record<S, z.ZodType<ErrorEnvelope>>;
 }
 
+/**
+ * The 413 of a route whose refusal is not only its body's size (the status's default answer says BODY_LIMIT): one
+ * that adds to a user turn MAX_TURN_BYTES bounds (a step's tool results together, the follow-ups of the next turn)
+ * says `why` too. The same `Error413` envelope.
+ */
+export function payloadTooLarge(why: string) {
+  return {
+    description: `The body is larger than BODY_LIMIT, or ${why} (\`payload_too_large\`; \`details.quota\`: \`MAX_TURN_BYTES\`).`,
+    content: { 'application/json': { schema: errorBodyOf(413, codesOfStatus(413), false) } },
+  };
+}
+
+/** The 413 of a route that takes a tool result of the pending step (or writes one: a denial). */
+export const stepResultsTooLarge = () =>
+  payloadTooLarge(
+    "the pending step's tool results would be larger than MAX_TURN_BYTES together with this one",
+  );
+
 /* Usage (spec §7.4) */
 
 const dayUsage = z

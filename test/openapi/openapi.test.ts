@@ -214,6 +214,27 @@ describe('OpenAPI document', () => {
     assert.deepEqual(Object.keys(events).sort(), ['application/json', 'text/event-stream']);
   });
 
+  it("says which 413s are MAX_TURN_BYTES too: a step's tool results together, a follow-up's turn", () => {
+    const described = (method: string, p: string) =>
+      String(
+        (api.document.paths[p]![method] as { responses: Record<string, { description?: string }> }).responses[
+          '413'
+        ]?.description,
+      );
+    for (const [method, p] of [
+      ['put', '/v1/sessions/{id}/tool-results/{tool_use_id}'],
+      ['post', '/v1/sessions/{id}/tool-results'],
+      ['post', '/v1/sessions/{id}/tool-calls/{tool_use_id}'],
+      ['post', '/v1/sessions/{id}/messages'],
+      ['post', '/v1/chat'],
+    ] as const) {
+      assert.match(described(method, p), /BODY_LIMIT/, `${method} ${p}`);
+      assert.match(described(method, p), /MAX_TURN_BYTES/, `${method} ${p}`);
+    }
+    // A route that adds to no turn keeps the status's own answer.
+    assert.doesNotMatch(described('post', '/v1/sessions/{id}/cancel'), /MAX_TURN_BYTES/);
+  });
+
   it('documents Idempotency-Key on every POST, If-Match on mutations, Last-Event-ID on the event stream', () => {
     const names = (op: Operation) =>
       (op.parameters ?? []).map((x) =>

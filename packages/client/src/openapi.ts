@@ -8026,7 +8026,7 @@ export interface operations {
           'application/json': components['schemas']['Error412'];
         };
       };
-      /** @description The body is larger than BODY_LIMIT (`payload_too_large`). */
+      /** @description The body is larger than BODY_LIMIT, or the user turn the follow-up joins would be larger than MAX_TURN_BYTES (`payload_too_large`; `details.quota`: `MAX_TURN_BYTES`). */
       413: {
         headers: {
           [name: string]: unknown;
@@ -8414,7 +8414,7 @@ export interface operations {
           'application/json': components['schemas']['Error412'];
         };
       };
-      /** @description The body is larger than BODY_LIMIT (`payload_too_large`). */
+      /** @description The body is larger than BODY_LIMIT, or the pending step's tool results would be larger than MAX_TURN_BYTES together with this one (`payload_too_large`; `details.quota`: `MAX_TURN_BYTES`). */
       413: {
         headers: {
           [name: string]: unknown;
@@ -8964,7 +8964,7 @@ export interface operations {
           'application/json': components['schemas']['Error412'];
         };
       };
-      /** @description The body is larger than BODY_LIMIT (`payload_too_large`). */
+      /** @description The body is larger than BODY_LIMIT, or the pending step's tool results would be larger than MAX_TURN_BYTES together with this one (`payload_too_large`; `details.quota`: `MAX_TURN_BYTES`). */
       413: {
         headers: {
           [name: string]: unknown;
@@ -9511,7 +9511,7 @@ export interface operations {
           'application/json': components['schemas']['Error412'];
         };
       };
-      /** @description The body is larger than BODY_LIMIT (`payload_too_large`). */
+      /** @description The body is larger than BODY_LIMIT, or the pending step's tool results would be larger than MAX_TURN_BYTES together with this one (`payload_too_large`; `details.quota`: `MAX_TURN_BYTES`). */
       413: {
         headers: {
           [name: string]: unknown;
@@ -12289,7 +12289,7 @@ export interface operations {
           'application/json': components['schemas']['Error412'];
         };
       };
-      /** @description The body is larger than BODY_LIMIT (`payload_too_large`). */
+      /** @description The body is larger than BODY_LIMIT, or the user turn a message joins, or the pending step's tool results with those given, would be larger than MAX_TURN_BYTES (`payload_too_large`; `details.quota`: `MAX_TURN_BYTES`). */
       413: {
         headers: {
           [name: string]: unknown;
