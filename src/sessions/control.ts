@@ -219,7 +219,8 @@ async function cancelHere(deps: SessionDeps, s: SessionState): Promise<void> {
  * Cancels the run. With no live owner (or while waiting for a client) the cancel is committed here; otherwise the
  * owner is asked (control field + message) and this waits a bounded time for it to commit the cancel. A cancel
  * committed here that finds the session changed since its read (`cancelHere`) starts again from a new read, a few
- * times at most, as `mutate` does (a client that pinned a revision with If-Match gets 412 instead).
+ * times at most, as `mutate` does (a client that pinned a revision with If-Match gets 412 instead); once the owner
+ * was asked, in the wait for it (`cancelOnce`), so that one cancel writes one request.
  */
 export async function cancelRun(
   deps: SessionDeps,
@@ -279,20 +280,46 @@ async function cancelOnce(
   // that took place drops them: a run that failed meanwhile keeps them for `resume`.
   for (let i = 0; i < 100; i++) {
     const cur = await store.loadFor(tenant, id);
-    if (cur.status === 'requires_action') {
-      // The owner ended the run waiting for its client before it saw the request (its end clears `control`): the
-      // cancel is committed here, as for a session found waiting.
-      await cancelHere(deps, cur);
-      return { state: await store.loadFor(tenant, id), queued: false };
+    try {
+      if (cur.status === 'requires_action') {
+        // The owner ended the run waiting for its client before it saw the request (its end clears `control`): the
+        // cancel is committed here, as for a session found waiting.
+        await cancelHere(deps, cur);
+        return { state: await store.loadFor(tenant, id), queued: false };
+      }
+      if (cur.status !== 'running') {
+        if (wasCancelled(cur)) await dropTasks(deps, s);
+        return { state: cur, queued: false };
+      }
+      if (i > 20 && !(await store.runs.leaseHolder(id))) await cancelHere(deps, cur);
+      else if (cur.control !== 'cancel') await askAgain(deps, tenant, id);
+    } catch (err) {
+      // The session changed under a commit here (a client's answer started a run, a task's result landed): worked
+      // out again from the next read, in this loop. Thrown to `cancelRun`, the cancel started over and, finding a
+      // run at work, wrote its request a second time (two `session.cancel_requested` for one cancel).
+      if (!(err instanceof RevisionMismatch)) throw err;
     }
-    if (cur.status !== 'running') {
-      if (wasCancelled(cur)) await dropTasks(deps, s);
-      return { state: cur, queued: false };
-    }
-    if (i > 20 && !(await store.runs.leaseHolder(id))) await cancelHere(deps, cur);
     await new Promise((r) => setTimeout(r, 30));
   }
   return { state: await store.loadFor(tenant, id), queued: true };
+}
+
+/**
+ * Asks the run of a session again to cancel, once the request this cancel made was cleared without a cancel: the run
+ * asked ended waiting for its client and an answer started another (which a cancel that read the session then would
+ * have asked). The request's event was written once, with the first ask; this sets `control` and signals the owner.
+ */
+async function askAgain(deps: SessionDeps, tenant: string, id: string): Promise<void> {
+  try {
+    await deps.store.apply(id, { status: ['running'] }, { hset: { control: 'cancel' } }, tenant, {
+      storageCap: false,
+    });
+  } catch (err) {
+    // Ended meanwhile: the next read says how.
+    if (err instanceof InvalidStatus) return;
+    throw err;
+  }
+  await deps.store.publishControl(id, 'cancel');
 }
 
 /**
