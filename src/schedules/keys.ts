@@ -18,6 +18,19 @@ export const scheduleKeys = (id: string) => {
 /** ZSET of a tenant's schedules, members `<created_ms padded>:<id>` (score 0, paged by lex range). */
 export const tenantSchedulesKey = (tenant: string) => `t:{${tenant}}:schedules`;
 
+/**
+ * HASH, the tenant's ledger of its schedules' bytes in its storage count (`t:{tenant}:bytes`, the same slot): schedule
+ * id → the bytes the count holds for it, and `seq`, bumped by each write of the ledger (charges.ts).
+ */
+export const tenantScheduleBytesKey = (tenant: string) => `t:{${tenant}}:schedule_bytes`;
+
+/**
+ * ZSET of the writes of schedules' bytes under way (charges.ts): members `[id, tenant, token]` (JSON), scored by when
+ * any replica's sweep settles the schedule's ledger entry should the write's own process not have (ms, the store's
+ * clock).
+ */
+export const SCHEDULE_CHARGES_KEY = 'schedules:charges';
+
 /** ZSET of schedules, scored by when any replica should look at them next (a fire, or a pending fire's lease). */
 export const SCHEDULES_DUE_KEY = 'schedules:due';
 
@@ -50,6 +63,11 @@ export interface ScheduleRecord {
   paused: boolean;
   /** The create body given for the sessions (JSON text, as given). */
   session: string;
+  /**
+   * Its bytes are in its tenant's ledger (charges.ts): every record written since the ledger is; one written before
+   * was counted by its body's `.length` alone, adopted into the ledger at its next write.
+   */
+  charged?: boolean;
   nextRunAt: number | null;
   /**
    * Set when a PATCH retimed the schedule while `nextRunAt`, a fire of the old timing, was due and not yet claimed:
@@ -82,6 +100,7 @@ export function decodeSchedule(id: string, h: Record<string, string>): ScheduleR
     overlap: h['overlap'] === 'allow' ? 'allow' : 'skip',
     paused: h['paused'] === '1',
     session: h['session'] ?? '{}',
+    charged: h['charged'] === '1',
     nextRunAt: num(h['next_run_at']),
     ...(h['next_after_due'] === undefined ? {} : { nextAfterDue: num(h['next_after_due']) }),
     pending: num(h['pending']),
@@ -105,6 +124,7 @@ export function encodeSchedule(s: ScheduleRecord): Record<string, string> {
     overlap: s.overlap,
     paused: s.paused ? '1' : '0',
     session: s.session,
+    charged: '1',
     created_at: String(s.createdAt),
     updated_at: String(s.updatedAt),
   };

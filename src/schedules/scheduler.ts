@@ -30,6 +30,11 @@ const FIRE_PER_TENANT = 4;
  * place in the pool past it, while schedules that come due meanwhile are looked at.
  */
 const SWEEP_WAIT_MS = 1000;
+/**
+ * How often a replica settles the schedules' byte charges left by writes whose process died between their steps
+ * (store.ts `settleCharges`, due a minute after such a write: charges.ts CHARGE_GRACE_MS).
+ */
+const CHARGES_SWEEP_MS = 10_000;
 /** How often a replica's scheduler beats into `schedules:alive`, and the silence after which it was an outage. */
 const BEAT_MS = 1000;
 const OUTAGE_GAP_MS = 15_000;
@@ -80,6 +85,7 @@ export function roundRobin(items: ReadonlyArray<readonly [id: string, tenant: st
  */
 export class Scheduler {
   private readonly loop: SweepLoop;
+  private readonly charges: SweepLoop;
   private beat: NodeJS.Timeout | undefined;
   /** The ticks in flight in this process, by schedule, and how many per tenant. */
   private readonly ticks = new Map<string, Promise<void>>();
@@ -88,6 +94,12 @@ export class Scheduler {
   private since = Infinity;
   constructor(private readonly opts: SchedulerOptions) {
     this.loop = new SweepLoop(() => this.sweep(), opts.sweepMs, new FailureLog(opts.log, 'schedule sweep'));
+    // Apart from the fires' sweep: a failing settle never holds fires back.
+    this.charges = new SweepLoop(
+      () => opts.store.settleCharges(),
+      CHARGES_SWEEP_MS,
+      new FailureLog(opts.log, 'schedule charges sweep'),
+    );
   }
 
   start(): void {
@@ -98,11 +110,12 @@ export class Scheduler {
       this.alive().catch(() => void (this.since = Infinity));
     }, BEAT_MS).unref();
     this.loop.start();
+    this.charges.start();
   }
 
   async stop(): Promise<void> {
     clearInterval(this.beat);
-    await this.loop.stop();
+    await Promise.all([this.loop.stop(), this.charges.stop()]);
     await Promise.all(this.ticks.values());
   }
 

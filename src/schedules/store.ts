@@ -4,7 +4,7 @@
  * a fire's exactly-once (revision, due score, claim) are each written once, here.
  */
 import { withoutSecrets } from '../sessions/secrets.js';
-import { quotaExceeded, RevisionMismatch, NotFound, InvalidRequest } from '../errors.js';
+import { RevisionMismatch, NotFound, InvalidRequest } from '../errors.js';
 import { channelName, eventsChannel } from '../store/keys.js';
 import { defineLuaCommands, type RedisClient } from '../store/lua-commands.js';
 import { setImmediate as turn } from 'node:timers/promises';
@@ -23,6 +23,8 @@ import {
   type ScheduleRecord,
 } from './keys.js';
 import './lua/commands.js';
+import { ScheduleCharges } from './charges.js';
+import { isOutOfMemory } from '../store/unavailable.js';
 
 /** Sessions kept in a schedule's runs list (the newest). */
 const RUNS_MAX = 1000;
@@ -54,11 +56,15 @@ const INDEX_GRACE_MS = 60_000;
  * which order its steps go. Writes of events go through the session store's event tap, so webhooks see them.
  */
 export class ScheduleStore {
+  /** The create bodies' bytes in their tenants' storage (TENANT_MAX_BYTES). */
+  private readonly charges: ScheduleCharges;
+
   constructor(
     private readonly redis: RedisClient,
     private readonly sessions: SessionStore,
   ) {
     defineLuaCommands(redis, new URL('./lua/', import.meta.url), 'sched');
+    this.charges = new ScheduleCharges(redis, sessions);
   }
 
   private indexMember(s: ScheduleRecord): string {
@@ -69,44 +75,40 @@ export class ScheduleStore {
    * Writes a new schedule: index and due entry first, then the record with its `schedule.created` event (one
    * script). The other order could leave, after a crash between the two, a schedule that fires for ever but is never
    * listed nor counted; this one leaves at most entries without a record, dropped when met (the index's once older
-   * than INDEX_GRACE_MS: a create in flight keeps its own). Refuses with 429 `quota_exceeded` beyond `maxPerTenant`,
-   * counted and listed in one script (index-add-1.lua): concurrent creates cannot all pass a count read before
-   * their adds. False, nothing written, when a schedule of this id exists (a keyed create sent twice at once).
+   * than INDEX_GRACE_MS: a create in flight keeps its own). The index entry comes with the charge of the create
+   * body in the tenant's storage (charge-3.lua, charges.ts: settled to the record after it, by the sweep should this
+   * process die first): 429 `quota_exceeded` beyond `maxPerTenant` or TENANT_MAX_BYTES, counted and listed in one
+   * script, so concurrent creates cannot all pass a count read before their adds. False, nothing written, when a
+   * schedule of this id exists (a keyed create sent twice at once).
    */
   async create(s: ScheduleRecord, maxPerTenant: number): Promise<boolean> {
     const member = this.indexMember(s);
-    if ((await this.redis.schedIndexAdd(tenantSchedulesKey(s.tenant), member, maxPerTenant)) !== 1)
-      throw quotaExceeded('SCHEDULES_MAX_PER_TENANT', maxPerTenant, 'schedules');
-    // The create body it keeps counts in the tenant's storage (TENANT_MAX_BYTES), given back at delete.
-    try {
-      await this.sessions.chargeBytes(s.tenant, s.session.length);
-    } catch (err) {
-      await this.unlist(s, member);
-      throw err;
-    }
-    const score = dueScore(s);
-    if (score !== null) await this.redis.zadd(SCHEDULES_DUE_KEY, score, s.id);
-    const k = scheduleKeys(s.id);
-    const [channel, max, notice, bytes] = this.logArgs(s.id);
-    const made = await this.withTap(s, ['schedule.created'], () =>
-      this.redis.schedCreate(
-        k.meta,
-        k.events,
-        s.createdAt,
-        JSON.stringify(createdData(s)),
-        channel,
-        max,
-        notice,
-        bytes,
-        ...Object.entries(encodeSchedule(s)).flat(),
-      ),
-    );
-    if (made !== 1) {
-      await this.sessions.chargeBytes(s.tenant, -s.session.length);
+    const charge = () =>
+      this.charges.charge(s.tenant, s.id, Buffer.byteLength(s.session), {
+        listing: { member, max: maxPerTenant },
+      });
+    return this.charges.within(s.tenant, s.id, charge, async () => {
+      const score = dueScore(s);
+      if (score !== null) await this.redis.zadd(SCHEDULES_DUE_KEY, score, s.id);
+      const k = scheduleKeys(s.id);
+      const [channel, max, notice, bytes] = this.logArgs(s.id);
+      const made = await this.withTap(s, ['schedule.created'], () =>
+        this.redis.schedCreate(
+          k.meta,
+          k.events,
+          s.createdAt,
+          JSON.stringify(createdData(s)),
+          channel,
+          max,
+          notice,
+          bytes,
+          ...Object.entries(encodeSchedule(s)).flat(),
+        ),
+      );
+      if (made === 1) return true;
       await this.unlist(s, member);
       return false;
-    }
-    return true;
+    });
   }
 
   /**
@@ -149,30 +151,40 @@ export class ScheduleStore {
   ): Promise<ScheduleRecord> {
     const { id, tenant } = s;
     const k = scheduleKeys(id);
-    // A new create body changes what the tenant stores: more is charged first (429 past TENANT_MAX_BYTES), less is
-    // given back once written; a refused write gives its charge back.
-    const grow = set['session'] === undefined ? 0 : set['session'].length - s.session.length;
-    if (grow > 0) await this.sessions.chargeBytes(tenant, grow);
-    const [code, rev] = await this.withTap(s, ['schedule.updated'], () =>
-      this.redis.schedUpdate(
-        k.meta,
-        k.events,
+    const write = async (fields: Record<string, string>) => {
+      const [code, rev] = await this.withTap(s, ['schedule.updated'], () =>
+        this.redis.schedUpdate(
+          k.meta,
+          k.events,
+          tenant,
+          revision === undefined ? '' : String(revision),
+          JSON.stringify(fields),
+          JSON.stringify(del),
+          this.sessions.clock.now(),
+          JSON.stringify({ schedule_id: id, ...withoutSecrets(changes) }),
+          ...this.logArgs(id),
+          // A retiming holds to the next fire it was computed from (a claim moves it without a new revision).
+          'next_run_at' in set || del.includes('next_run_at') ? String(s.nextRunAt ?? '') : '-',
+        ),
+      );
+      if (code === 0) throw scheduleNotFound();
+      if (code === -1) throw new RevisionMismatch(rev, 'schedule');
+      if (code === -2) throw new FireRaced(rev, 'schedule');
+    };
+    // A new create body changes what the tenant stores (charges.ts): more is charged before the write (429 past
+    // TENANT_MAX_BYTES), and the count settled to the record after it (less given back, a refused write's charge).
+    // A record from before the ledger is adopted into it, and marked, at its first write through it.
+    const body = set['session'];
+    const legacy = s.charged ? null : s.session.length;
+    if (body === undefined && legacy === null) await write(set);
+    else
+      await this.charges.within(
         tenant,
-        revision === undefined ? '' : String(revision),
-        JSON.stringify(set),
-        JSON.stringify(del),
-        this.sessions.clock.now(),
-        JSON.stringify({ schedule_id: id, ...withoutSecrets(changes) }),
-        ...this.logArgs(id),
-        // A retiming holds to the next fire it was computed from (a claim moves it without a new revision).
-        'next_run_at' in set || del.includes('next_run_at') ? String(s.nextRunAt ?? '') : '-',
-      ),
-    );
-    if (code !== 1 && grow > 0) await this.sessions.chargeBytes(tenant, -grow);
-    if (code === 0) throw scheduleNotFound();
-    if (code === -1) throw new RevisionMismatch(rev, 'schedule');
-    if (code === -2) throw new FireRaced(rev, 'schedule');
-    if (grow < 0) await this.sessions.chargeBytes(tenant, grow);
+        id,
+        () =>
+          this.charges.charge(tenant, id, body === undefined ? null : Buffer.byteLength(body), { legacy }),
+        () => write({ ...set, charged: '1' }),
+      );
     const retimed = 'next_run_at' in set || del.includes('next_run_at') || 'paused' in set;
     return this.resync(id, retimed).then((s) => s ?? Promise.reject(scheduleNotFound()));
   }
@@ -186,28 +198,46 @@ export class ScheduleStore {
     const s = await this.get(tenant, id);
     const k = scheduleKeys(id);
     const [channel, , notice] = this.logArgs(id);
-    const [code, rev] = await this.withTap(s, ['schedule.deleted'], () =>
-      this.redis.schedDelete(
-        k.meta,
-        k.events,
-        k.runs,
-        k.fanout,
-        tenant,
-        revision === undefined ? '' : String(revision),
-        this.sessions.clock.now(),
-        JSON.stringify({ schedule_id: id }),
-        this.sessions.options.deletedLogTtlMs ?? 60_000,
-        channel,
-        notice,
-      ),
-    );
-    if (code === 0) throw scheduleNotFound();
-    if (code === -1) throw new RevisionMismatch(rev, 'schedule');
+    // Its bytes are given back by the settle after the delete (charges.ts), by the sweep should this process die
+    // first. A record from before the ledger is adopted into it first (on a full Redis it cannot be: its bytes then
+    // stay counted, an upper bound, and the delete goes on).
+    const adopt = s.charged
+      ? null
+      : () =>
+          this.charges.charge(tenant, id, null, { legacy: s.session.length }).catch((err: unknown) => {
+            if (!isOutOfMemory(err)) throw err;
+          });
+    await this.charges.within(tenant, id, adopt, async () => {
+      const [code, rev] = await this.withTap(s, ['schedule.deleted'], () =>
+        this.redis.schedDelete(
+          k.meta,
+          k.events,
+          k.runs,
+          k.fanout,
+          tenant,
+          revision === undefined ? '' : String(revision),
+          this.sessions.clock.now(),
+          JSON.stringify({ schedule_id: id }),
+          this.sessions.options.deletedLogTtlMs ?? 60_000,
+          channel,
+          notice,
+        ),
+      );
+      if (code === 0) throw scheduleNotFound();
+      if (code === -1) throw new RevisionMismatch(rev, 'schedule');
+    });
     await Promise.all([
-      this.sessions.chargeBytes(tenant, -s.session.length),
       this.redis.zrem(tenantSchedulesKey(tenant), this.indexMember(s)),
       this.redis.zrem(SCHEDULES_DUE_KEY, id),
     ]);
+  }
+
+  /**
+   * The sweep of the schedules' byte charges (charges.ts `settleDue`): settles the schedules whose write left its
+   * intent due by `now` (its process died between its steps).
+   */
+  settleCharges(now = this.sessions.clock.now()): Promise<void> {
+    return this.charges.settleDue(now);
   }
 
   /**

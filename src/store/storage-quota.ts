@@ -1,5 +1,5 @@
 import type { Redis, Cluster } from 'ioredis';
-import { quotaExceeded } from '../errors.js';
+import { quotaExceeded, type QuotaExceeded } from '../errors.js';
 import type { ApplyOps, Guard } from './apply-ops.js';
 import { CounterBatch } from './counter-batch.js';
 import { taskKeys } from '../tenant-tools/keys.js';
@@ -38,7 +38,11 @@ import { taskKeys } from '../tenant-tools/keys.js';
  * Nor is what stops spending or frees storage, so a tenant at its limit can always stop its runs and get below it: a
  * cancel (its `session.cancel_requested` write and its commit, `storageCap: false`), a call's denial and a token's
  * revoke are counted all the same (each adds bounded events); the deletes (sessions, schedules, tools, webhooks) and a
- * schedule's pause add nothing to the count. A schedule's PATCH that grows its create body is refused (`charge`).
+ * schedule's pause add nothing to the count. A schedule's PATCH that grows its create body is refused.
+ *
+ * A schedule's create body counts in `t:{tenant}:bytes` too, through the tenant's ledger of its schedules' bytes in
+ * the same slot (src/schedules/charges.ts): charged in the script that checks the limit (`ceiling`), settled to the
+ * record after each write, and by any replica's sweep after a write whose process died between its steps.
  */
 export const storageKey = (tenant: string) => `t:{${tenant}}:bytes`;
 
@@ -104,26 +108,30 @@ export class StorageQuota {
     return grows ? { added, room: this.maxBytes - used - added } : { added };
   }
 
-  /** The 429 a write refused for storage gets (the script's `storage`: what it rewrites would grow past `room`). */
-  exceeded(): Error {
-    return storageExceeded(this.maxBytes);
-  }
-
-  /**
-   * Bytes the tenant keeps outside its sessions (a schedule's create body): 429 as `check` when they would take it
-   * past its limit, else counted. A negative `n` gives bytes back.
-   */
-  async charge(tenant: string, n: number): Promise<void> {
-    await this.room(tenant, n);
-    await this.add(tenant, n);
-  }
-
   /** Throws 429 as `check` when `n` more bytes would take `tenant` past its limit; counts nothing. */
   async room(tenant: string, n: number): Promise<void> {
     if (n > 0 && this.maxBytes > 0) {
       const used = await this.used(tenant);
       if (used + n > this.maxBytes) throw storageExceeded(this.maxBytes);
     }
+  }
+
+  /**
+   * The 429 `quota_exceeded` (`storage_bytes`) of a write past the limit (also a script's refusal: apply's `storage`,
+   * what a write rewrites would grow past `room`; a schedule's charge past the limit).
+   */
+  refusal(): QuotaExceeded {
+    return storageExceeded(this.maxBytes);
+  }
+
+  /**
+   * The most the tenant's counter `t:{tenant}:bytes` may hold after a write that adds bytes: the limit less its tool
+   * tasks' bytes (another slot's counter, read here: a script of the counter's slot checks against it); null without
+   * a limit.
+   */
+  async ceiling(tenant: string): Promise<number | null> {
+    if (this.maxBytes <= 0) return null;
+    return this.maxBytes - Number((await this.redis.get(taskKeys(tenant).bytes)) ?? 0);
   }
 
   /**

@@ -501,7 +501,7 @@ export class SessionStore {
     if (code === 'posted') return new AlreadyPosted(decodeStored<PostedEntry>(current));
     if (code === 'applied') return new AlreadyApplied(decodeStored<AppliedEntry>(current));
     if (code === 'results_too_large') return resultsTooLarge(Number(current), turnMax);
-    if (code === 'storage') return this.storage.exceeded();
+    if (code === 'storage') return this.storage.refusal();
     if (code === 'turn_too_large') {
       return new InvalidRequest(
         'payload_too_large',
@@ -830,11 +830,6 @@ export class SessionStore {
   async firstEventId(id: string): Promise<string | null> {
     const rows = await this.redis.xrange(sessionKeys(id).events, '-', '+', 'COUNT', 1);
     return rows[0]?.[0] ?? null;
-  }
-
-  /** Bytes a tenant keeps outside its sessions, in its TENANT_MAX_BYTES (429 past it; negative: given back). */
-  chargeBytes(tenant: string, n: number): Promise<void> {
-    return this.storage.charge(tenant, n);
   }
 
   /** The newest `count` events of the log (older than `before` when given), newest first. One XREVRANGE. */

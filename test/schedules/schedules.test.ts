@@ -1078,7 +1078,7 @@ describe(
       assert.equal(second.status, 429, JSON.stringify(second.body).slice(0, 300));
       assert.equal(second.body.error.code, 'quota_exceeded');
       assert.equal(second.body.error.details.quota, 'storage_bytes');
-      // Listed before it was charged (index-add-1.lua takes the place), its index entry is dropped with the refusal.
+      // Listed and charged in one script (charge-3.lua): refused, it lists nothing.
       const r = new Redis(h.redis.url);
       try {
         assert.equal(await r.zcard('t:{a}:schedules'), 1);

@@ -204,6 +204,29 @@ describe('Redis Cluster (3 masters)', { timeout: 180_000 }, () => {
     }
   });
 
+  it("a schedule's create body is charged, settled and given back in its tenant's slot", async () => {
+    const stored = async () => {
+      const c = a.app.redis;
+      return Number((await c.get('t:{default}:bytes')) ?? 0);
+    };
+    const before = await stored();
+    const made = await apiA.post('/v1/schedules', {
+      cron: '0 3 1 1 *',
+      paused: true,
+      session: { input: 'x', system: 'é'.repeat(1000) },
+    });
+    assert.equal(made.status, 201, JSON.stringify(made.body));
+    const bytes = async () => Number(await a.app.redis.hstrlen(`s:{${made.body.id}}`, 'session'));
+    assert.equal(await stored(), before + (await bytes()));
+    const patched = await apiB.req('PATCH', `/v1/schedules/${made.body.id}`, { session: { input: 'y' } });
+    assert.equal(patched.status, 200, JSON.stringify(patched.body));
+    assert.equal(await stored(), before + (await bytes()));
+    assert.equal((await apiA.req('DELETE', `/v1/schedules/${made.body.id}`)).status, 200);
+    assert.equal(await stored(), before);
+    await a.app.schedules.store.settleCharges(Date.now() + 10 * 60_000);
+    assert.equal(await a.app.redis.zcard('schedules:charges'), 0);
+  });
+
   it('pub/sub reaches a subscriber on another node', async () => {
     const [n0, n1] = [nodeClient(cluster.nodes[0]!.port), nodeClient(cluster.nodes[1]!.port)];
     try {

@@ -24,8 +24,19 @@ declare module 'ioredis' {
     schedDue(due: string, limit: number): Result<[number, ...string[]], Context>;
     /** due-set-1.lua: 1 when written, 0 when the entry is no longer as read (`score`: '' none; `next`: '' drops it). */
     schedDueSet(due: string, id: string, score: string, next: string): Result<number, Context>;
-    /** index-add-1.lua: 1 when listed, 0 when the tenant has `max` schedules. */
-    schedIndexAdd(index: string, member: string, max: number): Result<number, Context>;
+    /** charge-3.lua: 1 when charged (and listed), 0 at the tenant's most schedules, -1 past its most bytes. */
+    schedCharge(
+      count: string,
+      ledger: string,
+      index: string,
+      ...args: [id: string, bytes: string, ceiling: string, legacy: string, member: string, max: number]
+    ): Result<number, Context>;
+    /** settle-2.lua: 1 when settled, 0 when the ledger changed since its `seq` was read. */
+    schedSettle(
+      count: string,
+      ledger: string,
+      ...args: [id: string, seq: string, keeps: string, legacy: string]
+    ): Result<number, Context>;
     /** retake-1.lua: 1 when the caller now holds the pending fire's lease (`leaseMs` from Redis's now). */
     schedRetake(meta: string, fireAt: number, leaseMs: number): Result<number, Context>;
     /** finish-3.lua: 1, or 0 when the fire is not pending. */
