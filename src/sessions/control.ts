@@ -15,7 +15,6 @@ import { checkCompactionParams, checkEditWithPending } from './compact.js';
 import { assertAgentsPriced } from './agents-priced.js';
 import { checkActionTimeout, checkToolChoice } from './create.js';
 import { clearResult } from '../store/pending.js';
-import { metadataPairs } from '../store/metadata-index.js';
 import { isOutOfMemory } from '../store/unavailable.js';
 import { deadlineFields, encodeFields, recordCount, type SessionState } from '../store/session-state.js';
 import {
@@ -424,7 +423,7 @@ export async function removeSession(
   // at work included (once per child; a turn still streaming is lost with it).
   if (s.parent) await deps.store.addChildUsage(s.parent.session_id, await withLiveChildren(deps, s));
   if (s.status === 'running') await deps.store.publishControl(id, 'delete');
-  await deps.store.destroy(id, tenant, s.createdAt);
+  await deps.store.destroy(id, tenant, s.createdAt, { metadata: s.metadata });
   // Its parent, parked on its call, is answered "deleted" by the agents' sweep: now, not at its next look (a full
   // Redis refuses the ZADD: then at that look; the delete itself stands).
   if (s.parent)
@@ -432,9 +431,4 @@ export async function removeSession(
       if (!isOutOfMemory(err)) throw err;
     });
   await dropTasks(deps, s);
-  await deps.store.index.metadata.remove(
-    tenant,
-    deps.store.index.member(s.createdAt, id),
-    metadataPairs(s.metadata),
-  );
 }

@@ -11,7 +11,6 @@
  */
 import type { EngineLogger } from '../engine/run-handle.js';
 import type { DueEntry } from '../store/due.js';
-import { metadataPairs } from '../store/metadata-index.js';
 import type { SessionStore } from '../store/store.js';
 import { SweepLoop } from '../sweep-loop.js';
 import { FailureLog } from '../log.js';
@@ -51,6 +50,8 @@ export class RetentionSweeper {
         this.log.warn({ err, session: e.id }, 'session expiry failed'),
       );
     }
+    // The index entries of deletes (these, and DELETEs) whose process died right after their script.
+    await store.index.sweepDeletes(now);
   }
 
   private async one(e: DueEntry, now: number): Promise<void> {
@@ -78,12 +79,11 @@ export class RetentionSweeper {
       revision: s.revision,
       reason: 'expired',
       ttlMs: this.store.options.deletedLogTtlMs ?? 60_000,
+      // Its entries in the metadata index go with it, as a DELETE's do.
+      metadata: s.metadata,
     });
     // Not deleted: a write came first; the next pass reads it again.
     if (!deleted) return;
-    // Its entries in the metadata index go with it, as a DELETE's do.
-    const { index } = this.store;
-    await index.metadata.remove(s.tenant, index.member(s.createdAt, s.id), metadataPairs(s.metadata));
     // Its parent, if it still waits for it, is answered "deleted" by the agents' sweep now, not at its next look.
     if (s.parent)
       await this.store.runs.trees

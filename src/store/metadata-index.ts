@@ -3,7 +3,9 @@
  * pair, a ZSET of the tenant index's members (`<created ms padded>:<id>`, score 0), so a filtered list pages one
  * small set newest first instead of scanning every session. Kept by the writes of metadata (create and fork before
  * the session is written, PATCH and delete after), each a few commands; a reader checks every candidate against the
- * session itself and drops stale members, so the index may hold more than is true, never answer what is not.
+ * session itself and drops stale members, so the index may hold more than is true, never answer what is not. A
+ * delete's entries are named in a mark before its script (session-index.ts UNINDEX_KEY), so that those of a process
+ * killed right after it are dropped by another replica's sweep.
  */
 import { createHash } from 'node:crypto';
 import type { RedisClient } from './lua-commands.js';
@@ -37,12 +39,19 @@ export function metadataPairs(metadata: Record<string, unknown>): MetadataPair[]
 export const matchesMetadata = (metadata: Record<string, unknown>, filters: readonly MetadataPair[]) =>
   filters.every(([k, v]) => Object.hasOwn(metadata, k) && indexedValue(metadata[k]) === v);
 
-/** ZSET of one pair's sessions (hash tag: the tenant, as its session index). The pair is hashed: bounded length. */
-export const metadataIndexKey = (tenant: string, [k, v]: MetadataPair) =>
-  `t:{${tenant}}:md:${createHash('sha256')
+/** A pair's hash: the last part of its index key's name, of bounded length (32 hex digits). */
+export const pairHash = ([k, v]: MetadataPair): string =>
+  createHash('sha256')
     .update(JSON.stringify([k, v]))
     .digest('hex')
-    .slice(0, 32)}`;
+    .slice(0, 32);
+
+/** The index key of the pair whose hash (`pairHash`) is `hash`. */
+export const metadataHashKey = (tenant: string, hash: string) => `t:{${tenant}}:md:${hash}`;
+
+/** ZSET of one pair's sessions (hash tag: the tenant, as its session index). The pair is hashed: bounded length. */
+export const metadataIndexKey = (tenant: string, pair: MetadataPair) =>
+  metadataHashKey(tenant, pairHash(pair));
 
 export class MetadataIndex {
   constructor(private readonly redis: RedisClient) {}

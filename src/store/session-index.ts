@@ -12,14 +12,65 @@ import type { RedisClient } from './lua-commands.js';
 import {
   MetadataIndex,
   matchesMetadata,
+  metadataHashKey,
   metadataIndexKey,
   metadataPairs,
+  pairHash,
   type MetadataPair,
 } from './metadata-index.js';
 import { HEAD_FIELDS, VIEW_FIELDS, type SessionState, type Status } from './session-state.js';
+import { isOutOfMemory } from './unavailable.js';
 
 /** How old an index entry without its session must be before a list drops it (ms): older than any create's write. */
 const INDEX_GRACE_MS = 60_000;
+
+/**
+ * ZSET of the sessions' deletes under way, each member the index entries of one session (`unindexMark`), scored by
+ * when the delete began (ms of Redis's clock, the store's reckoning). A session's index entries (its tenant index's and
+ * its metadata pairs') are in its tenant's hash slot, its keys in its own, so its delete's script cannot drop them: they
+ * are dropped after it, in commands of their own, and a process killed between the two left them for ever (no expiry;
+ * a metadata pair's entries are dropped by a list only if one filters on that pair, pages past them and finds them
+ * dead). So the delete writes this mark first and drops it once the entries are gone, and any replica's retention sweep
+ * (`sweepDeletes`) drops the entries of a mark whose session is gone. Global, written in its own commands, as the
+ * run queue is.
+ */
+const UNINDEX_KEY = 'sessions:unindex';
+
+/**
+ * A mark whose session is still there this long after the delete began (ms) is dropped: that delete never landed (its
+ * process died before its script, or its script failed), and the entries are the live session's. Far longer than the
+ * few commands between a mark and its delete's script.
+ */
+const UNINDEX_GRACE_MS = 5 * 60_000;
+
+/** Most marks one sweep looks at. */
+const UNINDEX_SWEEP_LIMIT = 100;
+
+/** What a delete's mark names: the session, its tenant, its creation time and its metadata pairs' hashes (pairHash). */
+interface UnindexEntry {
+  id: string;
+  tenant: string;
+  createdAt: number;
+  pairs: string[];
+}
+
+/** The mark of `e` in UNINDEX_KEY: its JSON, `[id, tenant, created at, [pair hash…]]` (at most 32 pairs of 32 digits). */
+const unindexMark = (e: UnindexEntry) => JSON.stringify([e.id, e.tenant, e.createdAt, e.pairs]);
+
+/** The entry a mark names; null for one of another form. */
+function unindexEntry(mark: string): UnindexEntry | null {
+  try {
+    const v: unknown = JSON.parse(mark);
+    if (!Array.isArray(v) || v.length !== 4) return null;
+    const [id, tenant, createdAt, pairs] = v as unknown[];
+    if (typeof id !== 'string' || typeof tenant !== 'string' || typeof createdAt !== 'number') return null;
+    if (!Array.isArray(pairs) || !pairs.every((p) => typeof p === 'string' && /^[0-9a-f]{32}$/.test(p)))
+      return null;
+    return { id, tenant, createdAt, pairs: pairs as string[] };
+  } catch {
+    return null;
+  }
+}
 
 /** A list page yields the event loop after measuring a session this large (see `list`). */
 export const LIST_YIELD_BYTES = 64 * 1024;
@@ -168,6 +219,66 @@ export class SessionIndex {
 
   async remove(tenant: string, id: string, createdAt: number): Promise<void> {
     await this.redis.zrem(tenantIndexKey(tenant), this.member(createdAt, id));
+  }
+
+  /**
+   * Before a delete of the session: its mark (UNINDEX_KEY), so that its index entries (of its tenant and of the pairs
+   * of `metadata`) are dropped whatever becomes of the process deleting it. Given back to `unindex` once the delete
+   * landed, or to `undelete` when it did not.
+   */
+  async deleting(
+    tenant: string,
+    id: string,
+    createdAt: number,
+    metadata: Record<string, unknown>,
+  ): Promise<string> {
+    const mark = unindexMark({ id, tenant, createdAt, pairs: metadataPairs(metadata).map(pairHash) });
+    // Redis full (noeviction) refuses the ZADD: the delete goes on without its mark (a delete must work then, it frees
+    // memory), its entries dropped after it as they were before marks.
+    await this.redis.zadd(UNINDEX_KEY, this.now(), mark).catch((err: unknown) => {
+      if (!isOutOfMemory(err)) throw err;
+    });
+    return mark;
+  }
+
+  /** After the session's delete: its index entries are dropped, then its mark (none: an entry of `deleting`'s form). */
+  async unindex(mark: string): Promise<void> {
+    const e = unindexEntry(mark);
+    if (e) {
+      const member = this.member(e.createdAt, e.id);
+      await Promise.all([
+        this.redis.zrem(tenantIndexKey(e.tenant), member),
+        ...e.pairs.map((p) => this.redis.zrem(metadataHashKey(e.tenant, p), member)),
+      ]);
+    }
+    await this.redis.zrem(UNINDEX_KEY, mark);
+  }
+
+  /** The delete did not happen (a write came first): only its mark is dropped. */
+  async undelete(mark: string): Promise<void> {
+    await this.redis.zrem(UNINDEX_KEY, mark);
+  }
+
+  /**
+   * The repair of deletes whose process died after their script (UNINDEX_KEY), run by every replica's retention
+   * sweep: the oldest marks, each one's session read (its `created_at`); gone, or another session of the same id (a
+   * deterministic id made again), its delete landed and its entries are dropped (`unindex`: its own process may be
+   * doing it too, ZREM twice is harmless); still there, the delete is under way or never landed, and the mark is left,
+   * or dropped once older than UNINDEX_GRACE_MS. `now`: Redis's clock (ms), the marks'.
+   */
+  async sweepDeletes(now: number): Promise<void> {
+    const rows = await this.redis.zrange(UNINDEX_KEY, 0, UNINDEX_SWEEP_LIMIT - 1, 'WITHSCORES');
+    for (let i = 0; i + 1 < rows.length; i += 2) {
+      const mark = rows[i]!;
+      const e = unindexEntry(mark);
+      if (!e) {
+        await this.undelete(mark);
+        continue;
+      }
+      const created = await this.redis.hget(sessionKeys(e.id).meta, 'created_at');
+      if (created === null || Number(created) !== e.createdAt) await this.unindex(mark);
+      else if (Number(rows[i + 1]) < now - UNINDEX_GRACE_MS) await this.undelete(mark);
+    }
   }
 
   /** Undoes `add`: for a create whose write did not land (refused, or another create's id). */

@@ -970,18 +970,21 @@ export class SessionStore {
   /**
    * Deletes every key of the session (its client tokens too); its event log keeps a `session.deleted` event (`data`: `{"id"}` and what
    * `reason` adds) for `ttlMs`. With `revision`, only while the session is still at it: false, nothing written, when
-   * a write came first (a swept delete never races a new message). Then the tenant index entry, the due entries and
-   * what the `destroyHooks` drop.
+   * a write came first (a swept delete never races a new message). Then the index entries (of its tenant, and of the
+   * pairs of `metadata`: the session's, as the caller read it), the due entries and what the `destroyHooks` drop. The
+   * index entries are named first in a mark (SessionIndex `deleting`), so that a process killed after the delete's
+   * script leaves them for another replica's sweep to drop, not for ever.
    */
   async destroy(
     id: string,
     tenant: string,
     createdAt: number,
-    opts: { ttlMs?: number; revision?: number; reason?: string } = {},
+    opts: { ttlMs?: number; revision?: number; reason?: string; metadata?: Record<string, unknown> } = {},
   ): Promise<boolean> {
     const k = sessionKeys(id);
     const tap = this.eventTap?.(id, ['session.deleted'], tenant);
     if (tap?.ready) await tap.ready;
+    const mark = await this.index.deleting(tenant, id, createdAt, opts.metadata ?? {});
     // The session's `bytes` (its part of the tenant's count) is read with the delete, never before it: a write
     // between (a client token's revoke gives its record's bytes back) would be given back twice. Its segment keys go
     // in the same script (destroy-10.lua): a process killed after it leaves none behind.
@@ -1021,11 +1024,14 @@ export class SessionStore {
       const landed = segmentKeysOf(k, String(res[1]?.[1] ?? '')).filter((key) => !before.includes(key));
       if (landed.length > 0) await this.redis.unlink(...landed);
     }
-    if (done === -1) return false;
+    if (done === -1) {
+      await this.index.undelete(mark);
+      return false;
+    }
     if (done === 1) tap?.landed();
     this.tenants.delete(id);
     await Promise.all([
-      this.index.remove(tenant, id, createdAt),
+      this.index.unindex(mark),
       this.runs.end(id, tenant, true),
       done === 1
         ? this.storage.add(tenant, -bytes).catch((err: unknown) => {
