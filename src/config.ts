@@ -369,7 +369,8 @@ const variables = z.object({
   /**
    * A session marked as having events for webhooks is swept one last time this long after its newest mark (ms),
    * so events written by a replica that died before fanning them out are still delivered. Must exceed the
-   * clock skew between replicas plus a few seconds.
+   * clock skew between replicas plus a few seconds, and with WEBHOOK_POLL_MS stay below DELETED_LOG_TTL_MS (checked
+   * at boot): a deleted session's log, its `session.deleted` included, is gone after that.
    */
   WEBHOOK_SWEEP_GRACE_MS: positiveMs.default(30_000),
   /** MCP servers whose tools sessions may use (spec §6.2; src/mcp/config.ts): JSON, `${ENV}` in header values. */
@@ -430,7 +431,10 @@ const variables = z.object({
   DEADLINE_SWEEP_MS: positiveMs.default(1000),
   /** Tests only: the least `action_timeout_s` (the contract's is 10). */
   ACTION_TIMEOUT_MIN_S: z.coerce.number().int().min(1).max(10).default(10),
-  /** Tests only: how long the event log of a session deleted by its TTL keeps its `session.deleted` event (ms). */
+  /**
+   * Tests only: how long the event log of a deleted session (a DELETE, or its TTL) or schedule keeps its last event
+   * (ms). Above WEBHOOK_SWEEP_GRACE_MS + WEBHOOK_POLL_MS (checked at boot).
+   */
   DELETED_LOG_TTL_MS: positiveMs.default(60_000),
   /** Offline model's delay between SSE events (ms). */
   OFFLINE_EVENT_DELAY_MS: z.coerce.number().int().min(0).default(15),
@@ -520,6 +524,16 @@ export function loadConfig(env: NodeJS.ProcessEnv = process.env): Config {
   const provider = providerProblems(config);
   if (provider.length)
     throw new ConfigError(`Invalid configuration:\n${provider.map((p) => `  ${p}`).join('\n')}`);
+  const sweep = config.WEBHOOK_SWEEP_GRACE_MS + config.WEBHOOK_POLL_MS;
+  if (sweep >= config.DELETED_LOG_TTL_MS) {
+    throw new ConfigError(
+      `Invalid configuration:\n  WEBHOOK_SWEEP_GRACE_MS: ${config.WEBHOOK_SWEEP_GRACE_MS} plus WEBHOOK_POLL_MS ` +
+        `(${config.WEBHOOK_POLL_MS}) must be below DELETED_LOG_TTL_MS (${config.DELETED_LOG_TTL_MS}): the ` +
+        "`session.deleted` of a replica that died before its webhooks' fan-out is delivered by another " +
+        "replica's sweep that long after, and the deleted session's log, with that event, expires after " +
+        'DELETED_LOG_TTL_MS (it would never be delivered)',
+    );
+  }
   if (!config.API_KEYS && !isLoopback(config.HOST)) {
     throw new ConfigError(
       `Invalid configuration:\n  API_KEYS: required when HOST (${config.HOST}) is not a loopback address; ` +

@@ -116,7 +116,10 @@ export interface StoreOptions {
   sessionTtlS?: number;
   /** ACTION_TIMEOUT_MIN_S: the least `action_timeout_s` (default 10; lower only in tests). */
   actionTimeoutMinS?: number;
-  /** How long the event log of a session deleted by its TTL keeps its `session.deleted` event (ms; default 60000). */
+  /**
+   * How long the event log of a deleted session (a DELETE, or its TTL) keeps its `session.deleted` event (ms; default
+   * 60000), and a deleted schedule's its `schedule.deleted`.
+   */
   deletedLogTtlMs?: number;
 }
 
@@ -969,7 +972,7 @@ export class SessionStore {
 
   /**
    * Deletes every key of the session (its client tokens too); its event log keeps a `session.deleted` event (`data`: `{"id"}` and what
-   * `reason` adds) for `ttlMs`. With `revision`, only while the session is still at it: false, nothing written, when
+   * `reason` adds) for `ttlMs` (default: the store's `deletedLogTtlMs`, DELETED_LOG_TTL_MS). With `revision`, only while the session is still at it: false, nothing written, when
    * a write came first (a swept delete never races a new message). Then the index entries (of its tenant, and of the
    * pairs of `metadata`: the session's, as the caller read it), the due entries and what the `destroyHooks` drop. The
    * index entries are named first in a mark (SessionIndex `deleting`), so that a process killed after the delete's
@@ -997,7 +1000,7 @@ export class SessionStore {
         k.gone,
         k.segment,
         JSON.stringify(opts.reason ? { id, reason: opts.reason } : { id }),
-        opts.ttlMs ?? 60_000,
+        opts.ttlMs ?? this.options.deletedLogTtlMs ?? 60_000,
         channelName(this.redis, eventsChannel(id)),
         opts.revision === undefined ? '' : String(opts.revision),
         tenant,

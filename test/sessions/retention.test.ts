@@ -42,8 +42,10 @@ describe('retention (ttl_s, SESSION_TTL_S)', () => {
         WEBHOOK_ALLOW_PRIVATE: 'true',
         WEBHOOK_POLL_MS: '50',
         DEADLINE_SWEEP_MS: '50',
-        // The deleted session's log keeps its `session.deleted` event this long (60 s outside tests).
-        DELETED_LOG_TTL_MS: '300',
+        // The deleted session's log keeps its `session.deleted` event this long (60 s outside tests), longer than
+        // the webhooks' last sweep of a log takes to come (grace + poll: the service refuses a shorter one).
+        DELETED_LOG_TTL_MS: '2000',
+        WEBHOOK_SWEEP_GRACE_MS: '1000',
         SESSION_TTL_S: '86400',
       },
     });
@@ -103,6 +105,15 @@ describe('retention (ttl_s, SESSION_TTL_S)', () => {
         [],
         key,
       );
+  });
+
+  it("a DELETE's log keeps its session.deleted for DELETED_LOG_TTL_MS, as an expiry's", async () => {
+    // Held at 60 s whatever DELETED_LOG_TTL_MS said, it outlived the bound the boot checks WEBHOOK_SWEEP_GRACE_MS by.
+    const c = await h.api.post('/v1/sessions', { input: 'Hi', start: false });
+    assert.equal(c.status, 201, JSON.stringify(c.body));
+    assert.equal((await h.api.req('DELETE', `/v1/sessions/${c.body.id}`)).status, 200);
+    const ttl = await r.pttl(`s:{${c.body.id}}:e`);
+    assert.ok(ttl > 0 && ttl <= 2000, `the log expires in ${ttl} ms`);
   });
 
   it('a new message wins over the sweep: the TTL starts again from it', async () => {
