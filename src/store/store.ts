@@ -199,6 +199,8 @@ const SEGMENT_PAGE_BYTES = 2 * 1024 * 1024;
  * connection the replicas share (and one of seconds makes the health guard answer 503 to all).
  */
 const SEGMENT_PIECE_BYTES = 1024 * 1024;
+/** Most segments one page of the `compacted` list sends (segments-page-1.lua's own bound on its work). */
+const SEGMENT_PAGE_COUNT = 256;
 
 /**
  * The byte lengths meta `seg_bytes` gives of a session's kept segments, with the record each one's compaction made
@@ -227,6 +229,29 @@ export function segmentSizes(field: string | null, segments: number): Map<number
     }
   });
   return sizes;
+}
+
+/**
+ * Where a walk of the kept segments (oldest first) that looks for message `from` of the session's whole record begins:
+ * segment `index`, whose first message is message `start`, from meta `seg_counts` (apply-8.lua `compact`:
+ * `<index> <start> <count> …`, each segment's message count from segment <index> on). The segment of that run that
+ * holds `from`; past the run's last, the segment after it (one an older version pushed, with no count: the walk
+ * counts on from there). Null, the walk from the first segment, when the field says nothing of `from`: none kept (a
+ * session whose segments are all older than counts), one of another form, or `from` before the run.
+ */
+export function segmentFor(field: string | null, from: number): { index: number; start: number } | null {
+  const m = /^(\d+) (\d+)((?: \d+)*)$/.exec(field ?? '');
+  if (!m) return null;
+  let index = Number(m[1]);
+  let start = Number(m[2]);
+  if (from < start) return null;
+  for (const count of m[3]!.split(' ')) {
+    if (count === '') continue;
+    if (from < start + Number(count)) break;
+    index++;
+    start += Number(count);
+  }
+  return { index, start };
 }
 
 /**
@@ -608,18 +633,20 @@ export class SessionStore {
   }
 
   /**
-   * The kept segments' JSON texts, oldest first: those the list held when its first page was read (segments are only
+   * The kept segments' JSON texts, oldest first from segment `first` (`perPage` at most a page: 1 for a reader that
+   * wants the one segment it knows holds its messages): those the list held when its first page was read (segments
+   * are only
    * ever appended; one pushed since is not this read's). Each reply bounded: pages of the `compacted` list of at
    * most SEGMENT_PAGE_BYTES (segments-page-1.lua), a segment larger than that in parts of SEGMENT_PIECE_BYTES
    * (segment-part-1.lua), and a segment kept in a key of its own in GETRANGEs of as many (resolveSegment). One page
    * at a time, as the caller takes them: a reader that stops early reads no further. A session deleted meanwhile
    * (its list shorter than the first page said, or gone): SessionNotFound.
    */
-  private async *segmentTexts(id: string): AsyncGenerator<Buffer> {
+  private async *segmentTexts(id: string, first = 0, perPage = SEGMENT_PAGE_COUNT): AsyncGenerator<Buffer> {
     const key = sessionKeys(id).compacted;
     let total = -1;
-    for (let i = 0; total < 0 || i < total;) {
-      const [length, ...page] = await this.redis.sessSegmentsPageBuffer(key, i, SEGMENT_PAGE_BYTES);
+    for (let i = first; total < 0 || i < total;) {
+      const [length, ...page] = await this.redis.sessSegmentsPageBuffer(key, i, SEGMENT_PAGE_BYTES, perPage);
       if (total < 0) total = length;
       else if (length < total) throw notFound();
       if (i < total && page.length === 0) throw notFound();
@@ -766,17 +793,32 @@ export class SessionStore {
   }
 
   /**
+   * Where a walk of the segments for message `from` begins (segmentFor, meta `seg_counts`): the segment that holds
+   * it, not the first, when the meta hash counts the segments' messages, read one a page (`perPage`: the segment
+   * after it is read only if the messages wanted go on into it); else the first, at message 0, in whole pages.
+   */
+  private async segmentToRead(
+    id: string,
+    from: number,
+  ): Promise<{ index: number; start: number; perPage: number }> {
+    const found = segmentFor(await this.redis.hget(sessionKeys(id).meta, 'seg_counts'), from);
+    return found ? { ...found, perPage: 1 } : { index: 0, start: 0, perPage: SEGMENT_PAGE_COUNT };
+  }
+
+  /**
    * Messages `from` to `to` (inclusive; `from` ≥ 0) of the session's whole record (the kept segments, then the
    * history), as iteration records index them; `base` is the session's `msgBase`. The history is read alone when it
-   * holds them; else the segments one at a time, oldest first, up to the one that holds `to` (segmentTexts), and the
-   * history's part only when `to` is in it.
+   * holds them; else the segments one at a time, oldest first, from the one that holds `from` (segmentToRead: those
+   * before it are not read, unless a session compacted before segments were counted holds it) up to the one that
+   * holds `to` (segmentTexts), and the history's part only when `to` is in it.
    */
   async messagesAt(id: string, base: number, from: number, to: number): Promise<StoredMessage[]> {
     if (from >= base) return this.history(id, from - base, to - base);
     const out: StoredMessage[] = [];
     // The whole-record index of the segment's first message: the segments in order, then the history.
-    let start = 0;
-    for await (const text of this.segmentTexts(id)) {
+    const begin = await this.segmentToRead(id, from);
+    let start = begin.start;
+    for await (const text of this.segmentTexts(id, begin.index, begin.perPage)) {
       const { messages } = decodeSegment(text);
       for (const m of messages.slice(Math.max(0, from - start), Math.max(0, to + 1 - start))) out.push(m);
       start += messages.length;
@@ -790,7 +832,8 @@ export class SessionStore {
   /**
    * The history as it was when the session's whole record had `end` messages (a fork's point): the messages from
    * the summary that stood first then (or from the start) up to `end`, and the whole-record index of the first.
-   * The segments are read one at a time, oldest first, up to the one that holds `end` (segmentTexts).
+   * The segments are read one at a time, oldest first, from the one that holds message `end` - 1 (segmentToRead)
+   * up to the one that holds `end` (segmentTexts).
    */
   async historyUntil(
     id: string,
@@ -798,8 +841,10 @@ export class SessionStore {
     end: number,
   ): Promise<{ messages: StoredMessage[]; base: number }> {
     if (end > base) return { messages: await this.history(id, 0, end - base - 1), base };
-    let start = 0;
-    for await (const text of this.segmentTexts(id)) {
+    const begin =
+      end > 0 ? await this.segmentToRead(id, end - 1) : { index: 0, start: 0, perPage: SEGMENT_PAGE_COUNT };
+    let start = begin.start;
+    for await (const text of this.segmentTexts(id, begin.index, begin.perPage)) {
       const { messages } = decodeSegment(text);
       const next = start + messages.length;
       if (end <= next) return { messages: messages.slice(0, end - start), base: start };

@@ -14,7 +14,9 @@ import { text } from '../fake/script.js';
  * reply inside a segment, a fork at an iteration inside one and a chat page are answered as before, byte for byte,
  * from pages of the list and pieces of the segments: no reply Redis sends for them is over MOST_REPLY_BYTES (measured
  * by a proxy that weighs each reply), here where the segments hold 6 MiB. Likewise for a large segment an older
- * version kept in the list itself (no key of its own): it is read in parts.
+ * version kept in the list itself (no key of its own): it is read in parts. A read of one reply, or a fork, reads
+ * only the segment that holds it, told by the message counts kept with the segments (meta `seg_counts`), not every
+ * segment before it; a session with no counts (an older version's) is read as before.
  */
 
 const KB = 1024;
@@ -44,11 +46,14 @@ describe('reads of large compacted segments', { timeout: 240_000 }, () => {
 
   /** The reads that got a Redis reply over the bound, and the largest reply with its command. */
   const over: string[] = [];
+  /** The bytes Redis sent for each read, last time it was made. */
+  const replied = new Map<string, number>();
   async function measured<T>(what: string, made: () => Promise<T>): Promise<T> {
     meter.reset();
     const res = await made();
     const top = meter.largest();
     if (top.bytes > MOST_REPLY_BYTES) over.push(`${what}: ${top.bytes} bytes, to ${top.command}`);
+    replied.set(what, meter.total());
     return res;
   }
 
@@ -122,6 +127,13 @@ describe('reads of large compacted segments', { timeout: 240_000 }, () => {
         inOne: await history(inOne.body.id as string),
       };
     };
+    /** Bytes of segment `k` as kept (segment 0 in a key of its own, the others in the list). */
+    const segmentBytes = async (k: number) => {
+      const stored = (await r.lindexBuffer(`s:{${id}}:c`, k))!;
+      const key = /"key":"([\w-]+)"/.exec(stored.toString('utf8'))?.[1];
+      return key ? r.strlen(`s:{${id}}:cs:${key}`) : stored.length;
+    };
+    const sizes = await Promise.all([0, 1, 2, 3].map(segmentBytes));
 
     const kept = await answers();
     const all = JSON.parse(kept.all);
@@ -139,6 +151,14 @@ describe('reads of large compacted segments', { timeout: 240_000 }, () => {
     // Record 8 (the turn after the second compaction) ends segment 2: the fork starts from its summary.
     assert.deepEqual(kept.inOne, sources[2]);
     assert.equal(JSON.parse(kept.chat).length, 14, 'the chat page shows every turn');
+    // A read of one reply, or a fork, reads the segment that holds it and no other: where each segment's messages
+    // start is kept with it (meta `seg_counts`). Walking from the first, a reply in segment 1 read the 3.6 MB of
+    // segment 0 first, and a page of the list brought the segment after the one wanted.
+    const others = 128 * KB; // the meta hash, the record, the fork's writes: what else Redis answers meanwhile
+    assert.ok(sizes[0]! > 3 * MiB && sizes[1]! < MiB && sizes[2]! < MiB, JSON.stringify(sizes));
+    assert.ok(replied.get('a reply in segment 1')! < sizes[1]! + others, JSON.stringify([...replied]));
+    assert.ok(replied.get('a fork in segment 2')! < sizes[2]! + others, JSON.stringify([...replied]));
+    assert.ok(replied.get('a reply in segment 0')! < sizes[0]! + others, JSON.stringify([...replied]));
 
     // The first segment as an older version kept it: in the list itself, 3.6 MB in one element.
     const [stub] = await r.lrange(`s:{${id}}:c`, 0, 0);
@@ -146,9 +166,11 @@ describe('reads of large compacted segments', { timeout: 240_000 }, () => {
     const segment = (await r.getBuffer(`s:{${id}}:cs:${suffix}`))!;
     assert.ok(segment.length > 3 * MiB);
     await r.lset(`s:{${id}}:c`, 0, segment);
-    await r.hdel(`s:{${id}}`, 'seg_keys');
+    // Nor did it count the segments' messages: the reads walk the segments from the first, as they did.
+    await r.hdel(`s:{${id}}`, 'seg_keys', 'seg_counts');
     await r.del(`s:{${id}}:cs:${suffix}`);
     const legacy = await answers();
+    assert.ok(replied.get('a reply in segment 1')! > sizes[0]!, 'segment 0 read on the way');
     assert.equal(legacy.all, kept.all);
     assert.equal(legacy.first, kept.first);
     assert.equal(legacy.sixth, kept.sixth);

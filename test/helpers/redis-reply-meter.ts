@@ -3,9 +3,9 @@ import net from 'node:net';
 /**
  * A TCP proxy in front of a Redis that weighs every reply Redis sends back: each connection's replies are parsed as
  * they stream (RESP2 and RESP3 framing; a bulk string is counted, never held), and the largest since `reset()` is
- * kept with the command it answered (each connection's commands, parsed likewise, in order). For asserting that no
- * single command makes Redis send more than a bound, which MONITOR and SLOWLOG do not show (they show what was sent
- * to Redis, not what came back). A pub/sub connection's pushes answer no command: they are labelled `(push)` once its
+ * kept with the command it answered (each connection's commands, parsed likewise, in order), and the sum of them. For
+ * asserting that no single command makes Redis send more than a bound, or that a read does not read what it need
+ * not, which MONITOR and SLOWLOG do not show (they show what was sent to Redis, not what came back). A pub/sub connection's pushes answer no command: they are labelled `(push)` once its
  * commands' replies are paired.
  */
 export interface ReplyMeter {
@@ -13,6 +13,8 @@ export interface ReplyMeter {
   readonly url: string;
   /** The largest reply since the last `reset()` (bytes as sent, RESP framing included) and its command's first words. */
   largest(): { bytes: number; command: string };
+  /** The bytes of every reply since the last `reset()`, on every connection (RESP framing included). */
+  total(): number;
   reset(): void;
   close(): Promise<void>;
 }
@@ -115,6 +117,7 @@ class RespValues {
 export async function startReplyMeter(redisPort: number): Promise<ReplyMeter> {
   const sockets = new Set<net.Socket>();
   let top = { bytes: 0, command: '' };
+  let sum = 0;
   const server = net.createServer((client) => {
     const upstream = net.connect(redisPort, '127.0.0.1');
     sockets.add(client).add(upstream);
@@ -122,6 +125,7 @@ export async function startReplyMeter(redisPort: number): Promise<ReplyMeter> {
     const commands = new RespValues(2, (_bytes, words) => sent.push(words.join(' ')));
     const replies = new RespValues(0, (bytes) => {
       const command = sent.shift() ?? '(push)';
+      sum += bytes;
       if (bytes > top.bytes) top = { bytes, command };
     });
     client.on('data', (chunk: Buffer) => {
@@ -147,8 +151,10 @@ export async function startReplyMeter(redisPort: number): Promise<ReplyMeter> {
   return {
     url: `redis://127.0.0.1:${address.port}`,
     largest: () => top,
+    total: () => sum,
     reset() {
       top = { bytes: 0, command: '' };
+      sum = 0;
     },
     async close() {
       for (const s of sockets) s.destroy();

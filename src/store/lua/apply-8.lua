@@ -29,7 +29,8 @@
 --         the byte lengths of the newest `sizes` segments, which a chat page reads before it reads a segment
 --         (src/store/store.ts historySnapshot): `<segments> <bytes>,<at_iteration>,<u|a> …`, the number of
 --         segments kept when it was written, then one entry per segment, oldest first, the last for segment
---         `<segments>` - 1; `u` when its messages end with a user turn (`ends_with_user`), else `a`.
+--         `<segments>` - 1; `u` when its messages end with a user turn (`ends_with_user`), else `a`; the meta field
+--         `seg_counts` keeps where each segment's messages are in the whole record (see `compact` below).
 --         `compact.staged` `{key, bytes}`: the segment, too large for one script to build or push, was appended in
 --         parts to KEYS[8] (whose name ends with `key`), `bytes` long (refused as `stage` when it is not): the
 --         key is kept and the list gets a stub naming it (see `compact` below); meta `seg_keys` lists each such
@@ -229,6 +230,22 @@ local function compact(c)
   entries[#entries + 1] = bytes .. ',' .. c.at_iteration .. ',' .. (c.ends_with_user and 'u' or 'a')
   redis.call('HSET', meta, 'seg_bytes',
     count .. ' ' .. table.concat(entries, ' ', math.max(1, #entries - (c.sizes or 16) + 1), #entries))
+  -- `seg_counts`: where each segment's messages are in the session's whole record, so that a read of a few of them
+  -- (GET …/iterations/:n, a fork) goes to the segment holding them without reading those before it (src/store/
+  -- store.ts `segmentFor`): `<index> <start> <count> …`, segment <index>'s first message being message <start> of
+  -- the whole record, then each segment's message count from it on, the last this one's (`moved`, what `msg_base`
+  -- grows by). A run starts at `msg_base` as it is before this compaction (the whole-record index of the history's
+  -- first message, this segment's first). A segment an older version pushed (no count) breaks the run: then this one
+  -- starts a new run. A few bytes per compaction.
+  local run_at, run_start, counts = string.match(redis.call('HGET', meta, 'seg_counts') or '', '^(%d+) (%d+)(.*)$')
+  local counted = 0
+  if counts then for _ in string.gmatch(counts, '%d+') do counted = counted + 1 end end
+  if run_at and tonumber(run_at) + counted == count - 1 then
+    redis.call('HSET', meta, 'seg_counts', run_at .. ' ' .. run_start .. counts .. ' ' .. moved)
+  else
+    redis.call('HSET', meta, 'seg_counts',
+      (count - 1) .. ' ' .. (redis.call('HGET', meta, 'msg_base') or '0') .. ' ' .. moved)
+  end
   -- LTRIM past the end empties (deletes) the list: the summary is then its only message.
   redis.call('LTRIM', KEYS[2], moved, -1)
   redis.call('LPUSH', KEYS[2], c.summary)

@@ -109,13 +109,14 @@ declare module 'ioredis' {
       after: number,
     ): Result<Buffer | number | null, Context>;
     /**
-     * segments-page-1.lua: the list's length, then the kept segments from `first` on while together within `most`
-     * bytes (the first one's byte length instead, when it alone is over).
+     * segments-page-1.lua: the list's length, then the kept segments from `first` on, at most `segments` (1–256) of
+     * them, while together within `most` bytes (the first one's byte length instead, when it alone is over).
      */
     sessSegmentsPageBuffer(
       compacted: string,
       first: number,
       most: number,
+      segments: number,
     ): Result<[length: number, ...segments: Array<Buffer | number>], Context>;
     /** segment-part-1.lua: at most `most` bytes of kept segment `index` from byte `from`; null past the list's end. */
     sessSegmentPartBuffer(

@@ -6,14 +6,17 @@
 -- reader reads the key it names in pieces. At most 256 segments a page, so the script's time is bounded too.
 -- KEYS[1] compacted (list: the kept segments, oldest first; only ever appended to, or deleted with the session)
 -- ARGV[1] the index of the page's first segment  ARGV[2] most bytes of the segments sent
+-- ARGV[3] most segments sent (1–256; absent: 256): a reader that knows which segment it wants (meta `seg_counts`)
+--         takes one a page, not the ones after it that the bytes would let in
 -- Returns {length, …}: the list's length, then the segments from ARGV[1] on, as they are, while together they have at
 -- most ARGV[2] bytes; when the first of them has more, its byte length (an integer) alone in its place. Only the
 -- length past the list's end.
 local first = tonumber(ARGV[1])
 local most = tonumber(ARGV[2])
+local count = math.max(1, math.min(256, tonumber(ARGV[3] or '256') or 256))
 local out = {redis.call('LLEN', KEYS[1])}
 local used = 0
-for i = first, first + 255 do
+for i = first, first + count - 1 do
   local s = redis.call('LINDEX', KEYS[1], i)
   if not s then break end
   if used + #s > most then
