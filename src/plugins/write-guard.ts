@@ -72,7 +72,9 @@ async function* slices(text: string, tenant: string): AsyncGenerator<string> {
 
 /**
  * The reads whose answer is made of up to a MiB or more of a tenant's own data (a list page, a whole history, the
- * iteration records, the tool list, a JSON page of the event log — not its SSE stream, which is long-lived and paced by the
+ * iteration records, one record with its reply and tool results (up to MAX_TURN_BYTES of results, and, for a reply a
+ * compaction moved, the whole segment that holds it read and decoded: megabytes),
+ * the tool list, a JSON page of the event log — not its SSE stream, which is long-lived and paced by the
  * event hub's replay turns, src/events/replay-gate.ts): the synchronous work of one (decoding what Redis sent, the answer's JSON text) is 5–15 ms
  * of the event loop. One tenant has TENANT_HEAVY_READS (default 1) of them made at once per process; the others
  * wait in its line (FIFO), not in everyone's: several such reads of one tenant whose Redis replies arrived together
@@ -83,6 +85,7 @@ const HEAVY_READS = new Set([
   '/v1/sessions',
   '/v1/sessions/:id/messages',
   '/v1/sessions/:id/iterations',
+  '/v1/sessions/:id/iterations/:n',
   '/v1/sessions/:id/events',
   '/v1/sessions/:id/children',
   '/v1/schedules/:id/runs',
@@ -97,8 +100,16 @@ const HEAVY_READS = new Set([
  */
 const LATE_HEAVY_READS = new Set(['/v1/tools']);
 
-/** The routes of HEAVY_READS that read a whole history (the chat's as UIMessages): HISTORY_READS at once. */
-const HISTORY_ROUTES = new Set(['/v1/sessions/:id/messages', '/v1/chat/:id/messages']);
+/**
+ * The routes of HEAVY_READS that read a whole history (the chat's as UIMessages), or a whole kept segment of one (a
+ * reply a compaction moved: a segment is all the history was when it was compacted, kept in one piece however large):
+ * HISTORY_READS at once.
+ */
+const HISTORY_ROUTES = new Set([
+  '/v1/sessions/:id/messages',
+  '/v1/chat/:id/messages',
+  '/v1/sessions/:id/iterations/:n',
+]);
 
 /** The route of HEAVY_READS that is also an SSE stream (`Accept: text/event-stream`, as routes/events.ts tells). */
 const EVENTS_ROUTE = '/v1/sessions/:id/events';

@@ -1,7 +1,8 @@
 /**
  * Reads of a whole history are bounded per tenant whichever route makes them (found by a probe): at most 4 at once
  * (then 429 `rate_limited`, before Redis is asked), the chat's `GET /v1/chat/:id/messages` counted with
- * `GET /v1/sessions/:id/messages`; another tenant's read is not refused.
+ * `GET /v1/sessions/:id/messages`, and `GET /v1/sessions/:id/iterations/:n` with them (a reply a compaction moved is
+ * read with its whole segment: megabytes, read and decoded, as a history's); another tenant's read is not refused.
  */
 import { after, before, describe, it } from 'node:test';
 import assert from 'node:assert/strict';
@@ -42,7 +43,11 @@ describe('whole-history reads of one tenant', { timeout: 60_000 }, () => {
         h.api.get(`/v1/chat/${mine}/messages`),
       ];
       await four;
-      for (const path of [`/v1/chat/${mine}/messages`, `/v1/sessions/${mine}/messages`]) {
+      for (const path of [
+        `/v1/chat/${mine}/messages`,
+        `/v1/sessions/${mine}/messages`,
+        `/v1/sessions/${mine}/iterations/1`,
+      ]) {
         const refused = await h.api.get(path);
         assert.equal(refused.status, 429, `${path}: ${JSON.stringify(refused.body)}`);
         assert.equal(refused.body.error.code, 'rate_limited');
