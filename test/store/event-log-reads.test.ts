@@ -13,6 +13,10 @@ import { START } from '../../src/events/cursor.js';
 import { defineChatCommands, runStartCursor } from '../../src/chat/run-start.js';
 import { EventLog, nextId } from '../../src/store/events.js';
 import { eventLogKeys, sessionKeys } from '../../src/store/keys.js';
+import { parseNotice, type Notice } from '../../src/events/notice.js';
+import { scheduleKeys } from '../../src/schedules/keys.js';
+import '../../src/schedules/lua/commands.js';
+import { defineLuaCommands } from '../../src/store/lua-commands.js';
 import { storeRedisForSuite } from '../helpers/redis.js';
 
 const LARGE = 500_000;
@@ -69,6 +73,54 @@ describe('event log scripts read bounded bytes', () => {
       );
     return ids;
   }
+
+  /**
+   * The ids of the entries `reads` return on the logs as they are now; `moved`: [key, copy], the reads of `key` made
+   * on `copy` instead (the log as it was before the script wrote to it).
+   */
+  async function entriesRead(r: Redis, reads: string[][], moved?: [string, string]): Promise<string[]> {
+    const out: string[] = [];
+    for (const [cmd, ...args] of reads) {
+      const on = args.map((a) => (moved && a === moved[0] ? moved[1] : a));
+      for (const [entry] of (await r.call(cmd!, ...on)) as Array<[string, string[]]>) out.push(entry);
+    }
+    return out.sort();
+  }
+
+  /** The notice `write` makes its script publish on `channel`, as the relays parse it. */
+  async function noticeOf(r: Redis, channel: string, write: () => Promise<unknown>): Promise<Notice> {
+    const sub = r.duplicate();
+    try {
+      await sub.subscribe(channel);
+      const message = new Promise<string>((resolve) =>
+        sub.once('message', (_c: string, m: string) => resolve(m)),
+      );
+      await write();
+      return parseNotice(await message);
+    } finally {
+      sub.disconnect();
+    }
+  }
+
+  /** Appends one event as the stream relays do (includes/event-log.lua records the newest id, `ev_last`). */
+  const appendOne = async (r: Redis, id: string, data: string): Promise<string> => {
+    const [meta, events] = eventLogKeys(id);
+    const written = await r.sessAppendEvents(
+      meta,
+      events,
+      'chan',
+      10_000,
+      1,
+      1_000,
+      64 * LARGE,
+      '',
+      0,
+      'turn.completed',
+      data,
+    );
+    assert.ok(written);
+    return written;
+  };
 
   it('a page of large events reads the page, one event past it and the newest, not the log', async () => {
     const r = client();
@@ -142,13 +194,6 @@ describe('event log scripts read bounded bytes', () => {
     for (let i = 0; i < 8; i++) ids.push(await append(String(i).repeat(LARGE)));
     assert.equal(await r.hget(meta, 'ev_last'), ids.at(-1));
     const log = new EventLog(r);
-    /** The ids of the entries `reads` return on the log as it is now. */
-    const entriesRead = async (reads: string[][]): Promise<string[]> => {
-      const out: string[] = [];
-      for (const [cmd, ...args] of reads)
-        for (const [entry] of (await r.call(cmd!, ...args)) as Array<[string, string[]]>) out.push(entry);
-      return out.sort();
-    };
     let page: Awaited<ReturnType<EventLog['page']>> | undefined;
 
     // From the start, stopped by the budget: the page (2) and the one that did not fit; the newest was read too.
@@ -161,7 +206,7 @@ describe('event log scripts read bounded bytes', () => {
       ids.slice(0, 2),
     );
     assert.deepEqual([page!.firstId, page!.lastId, page!.more], [ids[0], ids.at(-1), true]);
-    assert.deepEqual(await entriesRead(reads), ids.slice(0, 3));
+    assert.deepEqual(await entriesRead(r, reads), ids.slice(0, 3));
 
     // From the middle, one event: it and the oldest.
     reads = await scriptReads(
@@ -173,7 +218,7 @@ describe('event log scripts read bounded bytes', () => {
       [ids[4]],
     );
     assert.deepEqual([page!.firstId, page!.lastId, page!.more], [ids[0], ids.at(-1), true]);
-    assert.deepEqual(await entriesRead(reads), [ids[0], ids[4]]);
+    assert.deepEqual(await entriesRead(r, reads), [ids[0], ids[4]]);
 
     // A page that ends at the newest event, full by its count: nothing follows it, nothing more is read.
     reads = await scriptReads(
@@ -185,7 +230,7 @@ describe('event log scripts read bounded bytes', () => {
       ids.slice(6),
     );
     assert.deepEqual([page!.lastId, page!.more], [ids.at(-1), false]);
-    assert.deepEqual(await entriesRead(reads), [ids[0], ...ids.slice(6)]);
+    assert.deepEqual(await entriesRead(r, reads), [ids[0], ...ids.slice(6)]);
 
     // Past the newest (the bounds alone): the oldest is read, not the newest.
     reads = await scriptReads(
@@ -193,7 +238,7 @@ describe('event log scripts read bounded bytes', () => {
       async () => (page = await log.page(id, ids.at(-1)!, { count: 10, maxBytes: 100 })),
     );
     assert.deepEqual([page!.events, page!.firstId, page!.lastId], [[], ids[0], ids.at(-1)]);
-    assert.deepEqual(await entriesRead(reads), [ids[0]]);
+    assert.deepEqual(await entriesRead(r, reads), [ids[0]]);
   });
 
   it('a newest id not recorded (a writer of an older release) is read from the log, and an empty log has none', async () => {
@@ -235,6 +280,126 @@ describe('event log scripts read bounded bytes', () => {
     assert.deepEqual([gone.events, gone.firstId, gone.lastId], [[], null, null]);
     const past = await log.page(id, ids[0]!, { count: 10, maxBytes: 100 });
     assert.deepEqual([past.events, past.firstId, past.lastId], [[], null, null]);
+  });
+
+  it("an append's notice names the log's newest id from its record: the newest entry is not read", async () => {
+    const r = client();
+    const id = 'ses_noticeprevrecorded';
+    const [meta, events] = eventLogKeys(id);
+    await r.hset(meta, 'status', 'idle');
+    const ids: string[] = [];
+    for (let i = 0; i < 4; i++) ids.push(await appendOne(r, id, String(i).repeat(LARGE)));
+    assert.equal(await r.hget(meta, 'ev_last'), ids.at(-1));
+    // The log as the next append finds it, where the append's reads are replayed.
+    const before = `${events}:before`;
+    await r.copy(events, before);
+    let added = '';
+    let reads: string[][] = [];
+    const notice = await noticeOf(r, 'chan', async () => {
+      reads = await scriptReads(r, async () => (added = await appendOne(r, id, '{"delta":"x"}')));
+    });
+    assert.ok(notice.kind === 'events');
+    assert.deepEqual([notice.prev, notice.newest], [ids.at(-1), added]);
+    // One read, of what follows the record: nothing (an XREVRANGE of one entry copied the newest 500 kB).
+    assert.deepEqual(
+      reads.map(([cmd]) => cmd!.toUpperCase()),
+      ['XRANGE'],
+    );
+    assert.deepEqual(await entriesRead(r, reads, [events, before]), []);
+  });
+
+  it("a notice whose log is ahead of its record, gone, or without a meta hash names the log's newest as it is", async () => {
+    const r = client();
+    const id = 'ses_noticeprevfallback';
+    const [meta, events] = eventLogKeys(id);
+    await r.hset(meta, 'status', 'idle');
+    /** `prev` of the notice of an append of `data`, and the append's id. */
+    const prevOf = async (data: string): Promise<[prev: string, added: string]> => {
+      let added = '';
+      const notice = await noticeOf(r, 'chan', async () => (added = await appendOne(r, id, data)));
+      assert.ok(notice.kind === 'events');
+      return [notice.prev, added];
+    };
+    const [, first] = await prevOf('"a"');
+    assert.equal(await r.hget(meta, 'ev_last'), first);
+    // XADDs that leave the record behind (a replica of an older release).
+    const ahead = await writeLog(r, id, [LARGE, 10]);
+    const [prev, second] = await prevOf('"b"');
+    assert.equal(prev, ahead.at(-1));
+    assert.equal(await r.hget(meta, 'ev_last'), second);
+    // The log gone while the hash names a newest: nothing before the append.
+    await r.del(events);
+    const [none, third] = await prevOf('"c"');
+    assert.equal(none, '0-0');
+    // A deleted session's log (its meta hash gone, written all the same): its newest, read from the log.
+    await r.del(meta);
+    assert.equal((await prevOf('"d"'))[0], third);
+  });
+
+  it("a schedule's writes name its log's newest id from the schedule's record, its delete before the record goes", async () => {
+    const r = client();
+    defineLuaCommands(r, new URL('../../src/schedules/lua/', import.meta.url), 'sched');
+    const id = 'sch_noticeprev';
+    const k = scheduleKeys(id);
+    await r.hset(k.meta, 'tenant', 'acme', 'revision', '1');
+    const update = async (data: string) => {
+      const [code] = await r.schedUpdate(
+        k.meta,
+        k.events,
+        'acme',
+        '',
+        '{}',
+        '[]',
+        1,
+        data,
+        'chan',
+        10_000,
+        1_000,
+        64 * LARGE,
+        '-',
+      );
+      assert.equal(code, 1);
+    };
+    for (let i = 0; i < 3; i++) await update(JSON.stringify({ note: String(i).repeat(LARGE) }));
+    const before = `${k.events}:before`;
+    /** The notice of `write` and the entries its reads returned on the log as it was before it. */
+    const written = async (write: () => Promise<unknown>): Promise<[Notice, string[]]> => {
+      await r.del(before);
+      await r.copy(k.events, before);
+      let reads: string[][] = [];
+      const notice = await noticeOf(r, 'chan', async () => {
+        reads = await scriptReads(r, write);
+      });
+      return [notice, await entriesRead(r, reads, [k.events, before])];
+    };
+    let newest = (await r.xrevrange(k.events, '+', '-', 'COUNT', 1))[0]![0];
+    assert.equal(await r.hget(k.meta, 'ev_last'), newest);
+    let [notice, read] = await written(() => update('{"note":"short"}'));
+    assert.ok(notice.kind === 'events');
+    assert.equal(notice.prev, newest);
+    assert.deepEqual(read, []);
+
+    newest = notice.newest;
+    [notice, read] = await written(async () => {
+      const [code] = await r.schedDelete(
+        k.meta,
+        k.events,
+        k.runs,
+        k.fanout,
+        'acme',
+        '',
+        2,
+        '{}',
+        60_000,
+        'chan',
+        1_000,
+      );
+      assert.equal(code, 1);
+    });
+    assert.ok(notice.kind === 'events');
+    assert.equal(notice.prev, newest);
+    assert.deepEqual(read, []);
+    assert.equal(await r.exists(k.meta), 0);
   });
 
   it('a page of small events then large ones reads at most twice as many entries as it held so far at once', async () => {
@@ -328,9 +493,11 @@ describe('event log scripts read bounded bytes', () => {
     for (let i = 0; i < 8; i++) await append();
     const before = await r.xrange(events, '-', '+');
     assert.equal(before.length, 5);
-    const reads = await scriptReads(r, append);
-    const counted = reads.reduce((n, a) => n + (a[0]!.toUpperCase() === 'XRANGE' ? Number(a.at(-1)) : 0), 0);
-    assert.ok(counted <= 2, JSON.stringify(reads.map((a) => a.filter((x) => x.length < 100))));
+    const [notice, ...trim] = await scriptReads(r, append);
+    // The notice's check of the newest id recorded, on the log before the write: what follows it, nothing.
+    assert.deepEqual(notice, ['XRANGE', events, `(${before.at(-1)![0]}`, '+', 'COUNT', '1']);
+    const counted = trim.reduce((n, a) => n + (a[0]!.toUpperCase() === 'XRANGE' ? Number(a.at(-1)) : 0), 0);
+    assert.ok(counted <= 2, JSON.stringify(trim.map((a) => a.filter((x) => x.length < 100))));
     // Trimmed as before: the oldest went, its id and the oldest kept recorded, the byte count down by it.
     const after = await r.xrange(events, '-', '+');
     assert.deepEqual(

@@ -12,7 +12,7 @@ if redis.call('EXISTS', KEYS[1]) == 0 then return 0 end
 local cur = redis.call('HGET', KEYS[1], 'cw_fp') or ''
 if cur == ARGV[1] then return 0 end
 redis.call('HSET', KEYS[1], 'cw_fp', ARGV[1])
-notice_before(KEYS[2])
+notice_before(KEYS[2], KEYS[1])
 local id = log_xadd(KEYS[2], 'children.waiting', ARGV[2], nil, ARGV[5])
 notice_add(tonumber(ARGV[6]), id, 'children.waiting', ARGV[5], '0', ARGV[2])
 log_trim(KEYS[2], KEYS[1], tonumber(ARGV[4]), tonumber(ARGV[7]))

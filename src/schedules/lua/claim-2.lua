@@ -35,7 +35,7 @@ if ARGV[4] == 'fire' then
   return 'ok'
 end
 redis.call('HINCRBY', KEYS[1], 'skips', 1)
-notice_before(KEYS[2])
+notice_before(KEYS[2], KEYS[1])
 local id = log_xadd(KEYS[2], 'schedule.skipped', ARGV[6], nil, at)
 notice_add(tonumber(ARGV[9]), id, 'schedule.skipped', at, '0', ARGV[6])
 log_trim(KEYS[2], KEYS[1], tonumber(ARGV[8]), tonumber(ARGV[10]))

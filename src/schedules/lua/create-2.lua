@@ -9,7 +9,7 @@
 if redis.call('EXISTS', KEYS[1]) == 1 then return 0 end
 redis.call('HSET', KEYS[1], unpack(ARGV, 7))
 local t = 'schedule.created'
-notice_before(KEYS[2])
+notice_before(KEYS[2], KEYS[1])
 local id = log_xadd(KEYS[2], t, ARGV[2], '1', ARGV[1])
 notice_add(tonumber(ARGV[5]), id, t, ARGV[1], '1', ARGV[2])
 log_trim(KEYS[2], KEYS[1], tonumber(ARGV[4]), tonumber(ARGV[6]))

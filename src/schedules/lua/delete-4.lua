@@ -17,10 +17,11 @@
 local f = redis.call('HMGET', KEYS[1], 'tenant', 'revision')
 if f[1] ~= ARGV[1] then return {0, 0} end
 if ARGV[2] ~= '' and ARGV[2] ~= f[2] then return {-1, tonumber(f[2])} end
+-- The log's newest id from the schedule's record of it (`ev_last`), read before the record goes with the hash.
+notice_before(KEYS[2], KEYS[1])
 redis.call('DEL', KEYS[1], KEYS[3])
 local rev = tostring(tonumber(f[2] or '1') + 1)
 local t = 'schedule.deleted'
-notice_before(KEYS[2])
 local id = redis.call('XADD', KEYS[2], '*', 't', t, 'd', ARGV[4], 'r', rev, 'at', ARGV[3])
 notice_add(tonumber(ARGV[7]), id, t, ARGV[3], rev, ARGV[4])
 redis.call('PEXPIRE', KEYS[2], ARGV[5])

@@ -25,7 +25,7 @@ if ARGV[2] == 'fired' then
 else
   redis.call('HINCRBY', KEYS[1], 'skips', 1)
 end
-notice_before(KEYS[2])
+notice_before(KEYS[2], KEYS[1])
 local id = log_xadd(KEYS[2], t, ARGV[4], nil, at)
 notice_add(tonumber(ARGV[7]), id, t, at, '0', ARGV[4])
 log_trim(KEYS[2], KEYS[1], tonumber(ARGV[6]), tonumber(ARGV[8]))

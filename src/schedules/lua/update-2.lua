@@ -20,7 +20,7 @@ for k, v in pairs(cjson.decode(ARGV[3])) do redis.call('HSET', KEYS[1], k, v) en
 for _, k in ipairs(cjson.decode(ARGV[4])) do redis.call('HDEL', KEYS[1], k) end
 local rev = redis.call('HINCRBY', KEYS[1], 'revision', 1)
 local t = 'schedule.updated'
-notice_before(KEYS[2])
+notice_before(KEYS[2], KEYS[1])
 local id = log_xadd(KEYS[2], t, ARGV[6], tostring(rev), ARGV[5])
 notice_add(tonumber(ARGV[9]), id, t, ARGV[5], tostring(rev), ARGV[6])
 log_trim(KEYS[2], KEYS[1], tonumber(ARGV[8]), tonumber(ARGV[10]))

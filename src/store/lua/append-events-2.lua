@@ -14,7 +14,7 @@ local skip = mark_skip(KEYS[1], ARGV[6], first)
 if not skip then return false end
 -- (A marked write goes on only on a live session: mark_skip looked.)
 local live = ARGV[6] ~= '' or redis.call('EXISTS', KEYS[1]) == 1
-notice_before(KEYS[2])
+notice_before(KEYS[2], KEYS[1])
 local max = tonumber(ARGV[4])
 for i = 8 + 2 * skip, #ARGV, 2 do
   local id = log_xadd(KEYS[2], ARGV[i], ARGV[i + 1], nil, ARGV[3])

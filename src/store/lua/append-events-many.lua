@@ -23,7 +23,7 @@ for s = 1, #KEYS / 2 do
   if skip then
     -- (A marked write goes on only on a live session: mark_skip looked.)
     local live = token ~= '' or redis.call('EXISTS', meta) == 1
-    notice_before(events)
+    notice_before(events, meta)
     for i = a + 2 * skip, a + 2 * n - 1, 2 do
       local id = log_xadd(events, ARGV[i], ARGV[i + 1], nil, ARGV[2])
       notice_add(max, id, ARGV[i], ARGV[2], '0', ARGV[i + 1])

@@ -180,7 +180,7 @@ local function emit(ev)
   local data = ev[2]
   -- A third element asks for the new revision in the data, which only the script knows.
   if ev[3] and ev_rev then data = (string.gsub(data, '"revision":null', '"revision":' .. ev_rev, 1)) end
-  notice_before(KEYS[5])
+  notice_before(KEYS[5], meta)
   local id = log_xadd(KEYS[5], ev[1], data, ev_rev, now)
   notice_add(notice_max, id, ev[1], now, ev_rev or '0', data)
 end

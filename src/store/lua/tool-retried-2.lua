@@ -25,7 +25,7 @@ if told then
   if r > round or (r == round and a >= attempt) then return 0 end
 end
 redis.call('HSET', KEYS[1], field, round .. ' ' .. attempt)
-notice_before(KEYS[2])
+notice_before(KEYS[2], KEYS[1])
 local id = log_xadd(KEYS[2], ARGV[9], ARGV[10], nil, ARGV[3])
 notice_add(tonumber(ARGV[4]), id, ARGV[9], ARGV[3], '0', ARGV[10])
 log_trim(KEYS[2], KEYS[1], tonumber(ARGV[2]), tonumber(ARGV[5]))

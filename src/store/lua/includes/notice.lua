@@ -4,15 +4,17 @@
 -- reading the log; otherwise (or without a reader at `prev`) it carries only the newest id and relays read the log.
 -- Format (lines): `E`, prev, newest, then per event: id, type, at (ms), revision (0: none), data. See
 -- src/events/notice.ts.
--- Use: notice_before(events key) before the first XADD, notice_add(...) after each, notice_publish(channel) last.
+-- Use: notice_before(events key, meta key) before the first XADD, notice_add(...) after each, notice_publish(channel)
+-- last. `prev` is the log's newest id before the first XADD, learnt from the meta hash's record of it without copying
+-- that entry (includes/log-newest.lua): every event-writing script runs this, every streamed delta's append among them.
+--- @include "log-newest"
 local notice_parts = {}
 local notice_size = 0
 local notice_prev = false
 local notice_last = false
-local function notice_before(key)
+local function notice_before(key, meta)
   if notice_prev then return end
-  local row = redis.call('XREVRANGE', key, '+', '-', 'COUNT', 1)[1]
-  notice_prev = row and row[1] or '0-0'
+  notice_prev = log_newest(key, meta) or '0-0'
 end
 local function notice_add(max, id, t, at, rev, data)
   notice_last = id
