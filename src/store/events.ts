@@ -1,4 +1,4 @@
-import { eventLogKeys, sessionKeys } from './keys.js';
+import { eventLogKeys } from './keys.js';
 import { defineLuaCommands, type RedisClient } from './lua-commands.js';
 import { parseStreamEntry, type StoredEvent } from './store.js';
 
@@ -81,9 +81,13 @@ export class EventLog {
     return { events, firstId, lastId, cutId, keptId, more: tail !== undefined && tail.id !== lastId };
   }
 
-  /** The newest event id of the log (null: empty or gone). One XREVRANGE. */
+  /**
+   * The newest event id of the log (null: empty or gone), read where a stream is opened with a cursor and where a
+   * channel starts. One script (newest-id-2.lua): the id is the meta hash's record of it, checked, so the newest
+   * entry (up to ~1 MB) is copied neither into Redis's Lua nor into the reply, as an XREVRANGE of one entry did.
+   */
   async lastId(sessionId: string): Promise<string | null> {
-    const rows = await this.redis.xrevrange(sessionKeys(sessionId).events, '+', '-', 'COUNT', 1);
-    return rows[0]?.[0] ?? null;
+    const [meta, log] = eventLogKeys(sessionId);
+    return (await this.redis.sessNewestId(log, meta)) ?? null;
   }
 }

@@ -29,8 +29,15 @@ describe('event log scripts read bounded bytes', () => {
     return suite.redis;
   };
 
-  /** The stream reads (command and arguments) the scripts `run` makes issue, in order. */
-  async function scriptReads(r: Redis, run: () => Promise<unknown>): Promise<string[][]> {
+  /**
+   * The stream reads (command and arguments) the scripts `run` makes issue, in order (`anySource`: the client's own
+   * reads too).
+   */
+  async function scriptReads(
+    r: Redis,
+    run: () => Promise<unknown>,
+    { anySource = false } = {},
+  ): Promise<string[][]> {
     const monitor = await r.duplicate().monitor();
     const reads: string[][] = [];
     const marker = `marker-${Math.random()}`;
@@ -38,7 +45,7 @@ describe('event log scripts read bounded bytes', () => {
     const seen = new Promise<void>((resolve) => (done = resolve));
     monitor.on('monitor', (_time: string, args: string[], source: string) => {
       const cmd = (args[0] ?? '').toUpperCase();
-      if (source === 'lua' && (cmd === 'XRANGE' || cmd === 'XREVRANGE')) reads.push(args);
+      if ((anySource || source === 'lua') && (cmd === 'XRANGE' || cmd === 'XREVRANGE')) reads.push(args);
       if (cmd === 'ECHO' && args[1] === marker) done();
     });
     try {
@@ -334,6 +341,31 @@ describe('event log scripts read bounded bytes', () => {
     // A deleted session's log (its meta hash gone, written all the same): its newest, read from the log.
     await r.del(meta);
     assert.equal((await prevOf('"d"'))[0], third);
+  });
+
+  it("the log's newest id (a stream opened with a cursor, a channel's start) is its record: the newest entry is not read", async () => {
+    const r = client();
+    const id = 'ses_lastidrecorded';
+    const [meta, events] = eventLogKeys(id);
+    await r.hset(meta, 'status', 'idle');
+    const ids: string[] = [];
+    for (let i = 0; i < 3; i++) ids.push(await appendOne(r, id, String(i).repeat(LARGE)));
+    const log = new EventLog(r);
+    let last: string | null = null;
+    const reads = await scriptReads(r, async () => (last = await log.lastId(id)), { anySource: true });
+    assert.equal(last, ids.at(-1));
+    // What follows the record: nothing (an XREVRANGE of one entry sent the newest 500 kB to the caller).
+    assert.deepEqual(await entriesRead(r, reads), []);
+    // XADDs that leave the record behind (a replica of an older release): the newest as the log has it.
+    const ahead = await writeLog(r, id, [LARGE, 10]);
+    assert.equal(await log.lastId(id), ahead.at(-1));
+    // No record (the meta hash gone: a deleted session's log): read from the log; no log: none, record or not.
+    await r.del(meta);
+    assert.equal(await log.lastId(id), ahead.at(-1));
+    await r.hset(meta, 'ev_last', ahead.at(-1)!);
+    await r.del(events);
+    assert.equal(await log.lastId(id), null);
+    assert.equal(await log.lastId('ses_nolog'), null);
   });
 
   it("a schedule's writes name its log's newest id from the schedule's record, its delete before the record goes", async () => {

@@ -78,6 +78,7 @@ describe('Lua lives in .lua files', () => {
       'sessMemoryRemove',
       'sessMemoryRename',
       'sessMemoryWrite',
+      'sessNewestId',
       'sessReadEvents',
       'sessRelease',
       'sessRenew',

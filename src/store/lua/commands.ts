@@ -222,6 +222,8 @@ declare module 'ioredis' {
       [oldest: string | null, newest: string | null, cut: string | null, ...entries: StreamEntry[]],
       Context
     >;
+    /** newest-id-2.lua: the log's newest id (null: empty or gone). */
+    sessNewestId(events: string, meta: string): Result<string | null, Context>;
     /** memory-write-2.lua. */
     sessMemoryWrite(
       files: string,
