@@ -1,8 +1,8 @@
 import type { StoredEvent } from '../store/store.js';
 
 /**
- * The pub/sub notice a session's events channel carries after each write to its log (written by the NOTICE
- * fragment of src/store/scripts.ts): either the id of the newest event (or empty), or the events themselves with
+ * The pub/sub notice a session's events channel carries after each write to its log (written by the notice
+ * fragment, src/store/lua/includes/notice.lua): either the id of the newest event (or empty), or the events themselves with
  * the id of the entry before them, so a relay that has fanned out exactly up to `prev` can fan them out without
  * reading the log. The log stays the source of truth: a relay at any other cursor reads it.
  */

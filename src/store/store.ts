@@ -887,11 +887,6 @@ export class SessionStore {
     return rows.map(parseEntry);
   }
 
-  async lastEventId(id: string): Promise<string | null> {
-    const rows = await this.redis.xrevrange(sessionKeys(id).events, '+', '-', 'COUNT', 1);
-    return rows[0]?.[0] ?? null;
-  }
-
   /**
    * Appends events that change no session field (stream deltas, turn.started) and publishes their notice, atomically
    * in one script (one round trip), without bumping the revision. Not fenced: a stale writer can add noise to the
