@@ -359,7 +359,9 @@ export async function insertSession(
       state.id,
       { create: true },
       {
-        hset: encodeFields(state),
+        // `msg_base` too (encodeFields leaves it to the writes that move messages: apply-8.lua `compact`): a fork's
+        // history starts at message `msgBase` of its source's whole record, which its copied iteration records index.
+        hset: { ...encodeFields(state), msg_base: String(state.msgBase) },
         // The time this create's answer and `session.created` give as `updated_at` (and `expires_at` from it).
         now: state.updatedAt,
         push_msgs: history.map((m) => JSON.stringify(m)),

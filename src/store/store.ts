@@ -237,14 +237,17 @@ export function segmentSizes(field: string | null, segments: number): Map<number
  * `<index> <start> <count> …`, each segment's message count from segment <index> on). The segment of that run that
  * holds `from`; past the run's last, the segment after it (one an older version pushed, with no count: the walk
  * counts on from there). Null, the walk from the first segment, when the field says nothing of `from`: none kept (a
- * session whose segments are all older than counts), one of another form, or `from` before the run.
+ * session whose segments are all older than counts), one of another form, or `from` before a run that starts at a
+ * later segment. A run from segment 0 that starts past message 0 is a fork's (its history began at message `start`
+ * of its source's record, src/sessions/fork.ts): nothing before `start` is kept, and a walk from segment 0 counting
+ * from message 0 would take its messages for others; segment 0 at `start` is answered, which holds none before it.
  */
 export function segmentFor(field: string | null, from: number): { index: number; start: number } | null {
   const m = /^(\d+) (\d+)((?: \d+)*)$/.exec(field ?? '');
   if (!m) return null;
   let index = Number(m[1]);
   let start = Number(m[2]);
-  if (from < start) return null;
+  if (from < start) return index === 0 ? { index, start } : null;
   for (const count of m[3]!.split(' ')) {
     if (count === '') continue;
     if (from < start + Number(count)) break;

@@ -22,6 +22,12 @@ test('segmentFor finds the segment holding a message, or says nothing', () => {
   assert.equal(segmentFor(late, 10), null);
   assert.deepEqual(segmentFor(late, 11), { index: 2, start: 11 });
   assert.deepEqual(segmentFor(late, 14), { index: 3, start: 14 });
+  // A fork's run: its history began at message 6 of its source's record, and it keeps nothing before (segment 0 at
+  // 6, which holds none of them: a walk from message 0 would take segment 0's messages for messages 0–3).
+  const fork = '0 6 4';
+  assert.deepEqual(segmentFor(fork, 3), { index: 0, start: 6 });
+  assert.deepEqual(segmentFor(fork, 7), { index: 0, start: 6 });
+  assert.deepEqual(segmentFor(fork, 10), { index: 1, start: 10 });
   // A segment of no message is passed over.
   assert.deepEqual(segmentFor('0 0 2 0 2', 2), { index: 2, start: 2 });
   for (const field of [null, '', '3', '0 0 x', '0 0 1,2', ' 0 0 1'])
