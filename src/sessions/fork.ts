@@ -63,7 +63,16 @@ export async function forkSession(
   const records = await store.iterationRecords(id, 0, Math.max(0, body.at_iteration - 1));
   const end = replaced ? total : forkEnd(records, body.at_iteration, total);
   // After a compaction the history starts with its summary: a fork takes the history as it stood at that point.
-  const { messages: history, base } = await store.historyUntil(id, s.msgBase, end);
+  const until = await store.historyUntil(id, s.msgBase, end);
+  if (!until) {
+    // A fork's records before the history it copied (docs/API.md: the messages a summary replaced are not copied).
+    throw new NotFound(
+      'iteration',
+      `Iteration record ${body.at_iteration} addresses messages this session does not keep (it is a fork taken after them); fork its source.`,
+      { iteration: s.iteration, records: count },
+    );
+  }
+  const { messages: history, base } = until;
   const kept = records.slice(0, body.at_iteration);
   const toolsSent = await toolsSentAt(deps, s, end, total, history);
   // The fork's counts are those of the records it keeps: its model turns, and its compactions.

@@ -836,16 +836,18 @@ export class SessionStore {
    * The history as it was when the session's whole record had `end` messages (a fork's point): the messages from
    * the summary that stood first then (or from the start) up to `end`, and the whole-record index of the first.
    * The segments are read one at a time, oldest first, from the one that holds message `end` - 1 (segmentToRead)
-   * up to the one that holds `end` (segmentTexts).
+   * up to the one that holds `end` (segmentTexts). Null when the session does not keep message `end` - 1: a fork's
+   * record of messages before those it copied (its first segment starts past them, segmentFor; or it keeps none).
    */
   async historyUntil(
     id: string,
     base: number,
     end: number,
-  ): Promise<{ messages: StoredMessage[]; base: number }> {
+  ): Promise<{ messages: StoredMessage[]; base: number } | null> {
     if (end > base) return { messages: await this.history(id, 0, end - base - 1), base };
     const begin =
       end > 0 ? await this.segmentToRead(id, end - 1) : { index: 0, start: 0, perPage: SEGMENT_PAGE_COUNT };
+    if (end > 0 && end <= begin.start) return null;
     let start = begin.start;
     for await (const text of this.segmentTexts(id, begin.index, begin.perPage)) {
       const { messages } = decodeSegment(text);
@@ -853,7 +855,7 @@ export class SessionStore {
       if (end <= next) return { messages: messages.slice(0, end - start), base: start };
       start = next;
     }
-    return { messages: [], base: 0 };
+    return null;
   }
 
   async lastMessage(id: string): Promise<StoredMessage | null> {

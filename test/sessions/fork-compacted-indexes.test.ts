@@ -59,6 +59,17 @@ describe('a fork of a compacted session', { timeout: 120_000 }, () => {
     return res.body as ChatMessage[];
   };
 
+  /** A fork of `forkId` at record 1: made when the fork's history began at message 0 (`from`), else 404. */
+  async function refusedUnlessFromStart(forkId: string, from: number): Promise<void> {
+    const first = await h.api.post(`/v1/sessions/${forkId}/fork`, { at_iteration: 1 });
+    if (from === 0) {
+      assert.equal(first.status, 201, JSON.stringify(first.body));
+      return;
+    }
+    assert.equal(first.status, 404, JSON.stringify(first.body));
+    assert.equal((first.body as { error: { code: string } }).error.code, 'iteration_not_found');
+  }
+
   it('answers its records and chat ids as the source does', async () => {
     const created = await h.api.post('/v1/sessions', { start: false, stream: false });
     assert.equal(created.status, 201, JSON.stringify(created.body));
@@ -99,15 +110,28 @@ describe('a fork of a compacted session', { timeout: 120_000 }, () => {
         assert.deepEqual(m, { ...sourceChat.get(index), id: m.id }, `fork at ${at}: chat message ${m.id}`);
       }
 
+      // A fork of the fork at record 1, whose messages it did not copy unless it started from the start: refused.
+      await refusedUnlessFromStart(forkId, from);
+
       // The fork goes on and compacts: its records still read their own messages, and none of another's.
       await turn(forkId, (fork.body.iteration as number) + 1);
       const mine = at + 1;
       const before = await records(forkId, mine);
       assert.notEqual(before[mine - 1]!.reply, null);
+      const history = (await h.api.get(`/v1/sessions/${forkId}/messages`)).body.data as unknown[];
       await compact(forkId, (fork.body.compactions as number) + 1);
       for (let n = 1; n <= mine; n++) {
         assert.deepEqual(await record(forkId, n), before[n - 1], `fork at ${at} compacted, record ${n}`);
       }
+      // A fork of the fork at its own turn (now in its segment) takes the history the fork had then.
+      const again = await h.api.post(`/v1/sessions/${forkId}/fork`, { at_iteration: mine });
+      assert.equal(again.status, 201, JSON.stringify(again.body));
+      assert.deepEqual(
+        (await h.api.get(`/v1/sessions/${again.body.id as string}/messages`)).body.data,
+        history,
+      );
+      // At record 1 still refused, now that the fork keeps a segment (which starts past those messages).
+      await refusedUnlessFromStart(forkId, from);
     }
   });
 });
