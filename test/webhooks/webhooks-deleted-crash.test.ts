@@ -14,6 +14,7 @@ import { startTestRedis, type TestRedis } from '../helpers/redis.js';
 import { startRedisProxy, type RedisProxy } from '../helpers/redis-proxy.js';
 import { serviceEnv, spawnService, type ServiceProcess } from '../helpers/process.js';
 import { WebhookReceiver } from '../helpers/webhook-receiver.js';
+import { within } from '../helpers/promises.js';
 
 const ENV = {
   API_KEYS: 'acme:key-a',
@@ -24,19 +25,6 @@ const ENV = {
   WEBHOOK_TIMEOUT_MS: '2000',
   DEADLINE_SWEEP_MS: '100',
 };
-
-/** `p`, or a failure naming `what` after `ms` (a bound against a hang: the wait is for the event). */
-async function within<T>(p: Promise<T>, ms: number, what: string): Promise<T> {
-  let timer: NodeJS.Timeout | undefined;
-  const late = new Promise<never>((_, reject) => {
-    timer = setTimeout(() => reject(new Error(`${what}: not within ${ms} ms`)), ms);
-  });
-  try {
-    return await Promise.race([p, late]);
-  } finally {
-    clearTimeout(timer);
-  }
-}
 
 describe('a delete whose replica dies before its fan-out', { timeout: 240_000 }, () => {
   let redis: TestRedis;
