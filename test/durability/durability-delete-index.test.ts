@@ -7,49 +7,33 @@
  * sweep finishes. Both deletes: a client's DELETE and the expiry sweep's. A proxy in front of Redis forwards the
  * delete's script and withholds everything after it (test/helpers/redis-proxy.ts), and the replica is killed there.
  */
-import { after, before, describe, it } from 'node:test';
+import { after, describe, it } from 'node:test';
 import assert from 'node:assert/strict';
-import type { Redis } from 'ioredis';
-import { startFakeAnthropic, type FakeAnthropic } from '../fake/server.js';
-import { startTestRedis, type TestRedis } from '../helpers/redis.js';
-import { startRedisProxy, type RedisProxy } from '../helpers/redis-proxy.js';
+import { killRigForSuite, startRedisProxy, type RedisProxy } from '../helpers/redis-proxy.js';
 import { serviceEnv, spawnService, type ServiceProcess } from '../helpers/process.js';
-import { redisClient, until } from './chaos-lib.js';
+import { until } from './chaos-lib.js';
 
 const ENV = { API_KEYS: 'acme:key-a', DEADLINE_SWEEP_MS: '100' };
 const METADATA = { team: 'red', job: 'nightly', n: 5 };
 
 describe("a session's delete killed right after its script", { timeout: 240_000 }, () => {
-  let redis: TestRedis;
-  let r: Redis;
-  let fake: FakeAnthropic;
   const procs: ServiceProcess[] = [];
   let proxy: RedisProxy | null = null;
-
-  before(async () => {
-    [redis, fake] = await Promise.all([
-      startTestRedis({ appendonly: false }),
-      startFakeAnthropic({ strictAlternation: true }),
-    ]);
-    r = redisClient(redis.url);
-  });
   after(async () => {
     await Promise.all(procs.map((p) => p.kill()));
     await proxy?.close();
-    r?.disconnect();
-    await fake?.close();
-    await redis?.stop();
   });
+  const rig = killRigForSuite();
 
   /** The index entries of session `id`: the keys of the tenant's indexes that hold it. */
   async function entriesOf(id: string): Promise<string[]> {
     const keys = [
       't:{acme}:sessions',
-      ...(await r.keys('t:{acme}:md:*')).filter((k) => /^t:\{acme\}:md:[0-9a-f]{32}$/.test(k)),
+      ...(await rig.r.keys('t:{acme}:md:*')).filter((k) => /^t:\{acme\}:md:[0-9a-f]{32}$/.test(k)),
     ];
     const held: string[] = [];
     for (const key of keys)
-      if ((await r.zrange(key, 0, -1)).some((m) => m.endsWith(`:${id}`))) held.push(key);
+      if ((await rig.r.zrange(key, 0, -1)).some((m) => m.endsWith(`:${id}`))) held.push(key);
     return held.sort();
   }
 
@@ -63,8 +47,8 @@ describe("a session's delete killed right after its script", { timeout: 240_000 
     ttl: number | null,
     act: (api: ServiceProcess['api'], id: string) => Promise<unknown>,
   ): Promise<{ id: string; indexed: string[] }> {
-    proxy = await startRedisProxy(redis.port);
-    const doomed = await spawnService(serviceEnv(proxy.url, fake.url, ENV), { name: 'doomed' });
+    proxy = await startRedisProxy(rig.redis.port);
+    const doomed = await spawnService(serviceEnv(proxy.url, rig.fake.url, ENV), { name: 'doomed' });
     procs.push(doomed);
     const api = doomed.api.as('key-a');
     const other = await api.post('/v1/sessions', { start: false });
@@ -87,17 +71,17 @@ describe("a session's delete killed right after its script", { timeout: 240_000 
     await doomed.kill();
     await proxy.close();
     proxy = null;
-    assert.equal(await r.exists(`s:{${id}}`), 0, 'the delete’s script ran');
+    assert.equal(await rig.r.exists(`s:{${id}}`), 0, 'the delete’s script ran');
     assert.deepEqual(await entriesOf(id), indexed, 'the killed replica dropped none of its index entries');
     return { id, indexed };
   }
 
   /** A survivor's retention sweep drops the entries the killed replica left, and the delete's mark. */
   async function survivorRepairs(id: string): Promise<void> {
-    const survivor = await spawnService(serviceEnv(redis.url, fake.url, ENV), { name: 'survivor' });
+    const survivor = await spawnService(serviceEnv(rig.redis.url, rig.fake.url, ENV), { name: 'survivor' });
     procs.push(survivor);
     await until(async () => (await entriesOf(id)).length === 0, 30_000, `no index entry of ${id}`);
-    await until(async () => (await r.zcard('sessions:unindex')) === 0, 10_000, 'no delete marked');
+    await until(async () => (await rig.r.zcard('sessions:unindex')) === 0, 10_000, 'no delete marked');
     const listed = await survivor.api.as('key-a').get('/v1/sessions?metadata.team=red&metadata.n=5');
     assert.equal(listed.status, 200, JSON.stringify(listed.body));
     assert.deepEqual(listed.body.data, []);

@@ -5,51 +5,34 @@
  * them). Here a proxy in front of Redis forwards the delete's script and withholds everything after it, and the
  * replica is SIGKILLed there.
  */
-import { after, before, describe, it } from 'node:test';
+import { after, describe, it } from 'node:test';
 import assert from 'node:assert/strict';
-import type { Redis } from 'ioredis';
-import { startFakeAnthropic, type FakeAnthropic } from '../fake/server.js';
 import { text } from '../fake/script.js';
-import { startTestRedis, type TestRedis } from '../helpers/redis.js';
-import { startRedisProxy, type RedisProxy } from '../helpers/redis-proxy.js';
+import { killRigForSuite, startRedisProxy, type RedisProxy } from '../helpers/redis-proxy.js';
 import { serviceEnv, spawnService, type ServiceProcess } from '../helpers/process.js';
-import { redisClient } from './chaos-lib.js';
 
 /** Three turns of ~400 KiB ('é' is two bytes in UTF-8): a history of 1.2 MB, whose segment gets a key of its own. */
 const MESSAGE_BYTES = 400 * 1024;
 const TURNS = 3;
 
 describe("a session's delete killed right after its script", { timeout: 180_000 }, () => {
-  let redis: TestRedis;
-  let r: Redis;
-  let fake: FakeAnthropic;
   let proxy: RedisProxy | undefined;
   let doomed: ServiceProcess | undefined;
-
-  before(async () => {
-    [redis, fake] = await Promise.all([
-      startTestRedis({ appendonly: false }),
-      startFakeAnthropic({ strictAlternation: true }),
-    ]);
-    r = redisClient(redis.url);
-  });
   after(async () => {
     await doomed?.kill();
     await proxy?.close();
-    r?.disconnect();
-    await fake?.close();
-    await redis?.stop();
   });
+  const rig = killRigForSuite();
 
   it('leaves none of its segment keys behind', async () => {
-    proxy = await startRedisProxy(redis.port);
-    doomed = await spawnService(serviceEnv(proxy.url, fake.url), { name: 'doomed' });
+    proxy = await startRedisProxy(rig.redis.port);
+    doomed = await spawnService(serviceEnv(proxy.url, rig.fake.url), { name: 'doomed' });
     const api = doomed.api;
     const created = await api.post('/v1/sessions', { start: false, stream: false });
     assert.equal(created.status, 201, JSON.stringify(created.body));
     const id = created.body.id as string;
     for (let n = 1; n <= TURNS; n++) {
-      fake.enqueue(text(`Noted ${n}.`));
+      rig.fake.enqueue(text(`Noted ${n}.`));
       const res = await api.post(`/v1/sessions/${id}/messages`, {
         text: `#${n} ${'é'.repeat(MESSAGE_BYTES / 2)}`,
       });
@@ -58,9 +41,9 @@ describe("a session's delete killed right after its script", { timeout: 180_000 
     }
     assert.equal((await api.post(`/v1/sessions/${id}/compact`, {})).status, 202);
     await api.waitFor(id, (s) => s.status === 'idle' && !s.compaction_pending && s.compactions === 1, 30_000);
-    const segments = await r.keys(`s:{${id}}:cs:*`);
+    const segments = await rig.r.keys(`s:{${id}}:cs:*`);
     assert.equal(segments.length, 1, 'the segment has a key of its own');
-    assert.equal(await r.pttl(segments[0]!), -1, 'kept with no expiry');
+    assert.equal(await rig.r.pttl(segments[0]!), -1, 'kept with no expiry');
 
     // A delete of another session first: Redis has the delete's script, so the delete below is one EVALSHA (its
     // first use would be answered NOSCRIPT, and the EVAL after it withheld).
@@ -73,9 +56,9 @@ describe("a session's delete killed right after its script", { timeout: 180_000 
     await held;
     await doomed.kill();
     assert.equal(await answered, null, 'the killed replica answered nothing');
-    assert.equal(await r.exists(`s:{${id}}`), 0, 'the delete’s script ran');
+    assert.equal(await rig.r.exists(`s:{${id}}`), 0, 'the delete’s script ran');
     assert.deepEqual(
-      (await r.keys(`s:{${id}}:*`)).sort(),
+      (await rig.r.keys(`s:{${id}}:*`)).sort(),
       [`s:{${id}}:e`, `s:{${id}}:g`],
       'only the log and its tenant',
     );

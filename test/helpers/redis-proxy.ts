@@ -1,4 +1,8 @@
 import net from 'node:net';
+import { after, before } from 'node:test';
+import { Redis } from 'ioredis';
+import { startFakeAnthropic, type FakeAnthropic } from '../fake/server.js';
+import { startTestRedis, type TestRedis } from './redis.js';
 
 /**
  * A TCP proxy in front of a Redis, for landing a failure at an exact point of a request: once armed with a marker
@@ -93,6 +97,50 @@ export async function startRedisProxy(redisPort: number): Promise<RedisProxy> {
     async close() {
       for (const s of sockets) s.destroy();
       await new Promise<void>((resolve) => server.close(() => resolve()));
+    },
+  };
+}
+
+/**
+ * For a suite that kills a replica on a proxy right after a script it sent, called in a `describe` after the
+ * suite's own `after` (which stops its replicas and proxy first: `after` hooks run in order): a private redis-server
+ * that keeps nothing on disk, a fake upstream that checks the conversation alternates, and a direct client of the
+ * server for assertions, all closed after the suite. Read once the suite's `before` has run.
+ */
+export function killRigForSuite(): {
+  readonly redis: TestRedis;
+  readonly fake: FakeAnthropic;
+  readonly r: Redis;
+} {
+  let redis: TestRedis | undefined;
+  let fake: FakeAnthropic | undefined;
+  let r: Redis | undefined;
+  before(async () => {
+    [redis, fake] = await Promise.all([
+      startTestRedis({ appendonly: false }),
+      startFakeAnthropic({ strictAlternation: true }),
+    ]);
+    r = new Redis(redis.url, { maxRetriesPerRequest: 1 });
+    r.on('error', () => {});
+  });
+  after(async () => {
+    r?.disconnect();
+    await fake?.close();
+    await redis?.stop();
+  });
+  const ready = <T>(v: T | undefined): T => {
+    if (v === undefined) throw new Error('killRigForSuite: read before the suite started');
+    return v;
+  };
+  return {
+    get redis() {
+      return ready(redis);
+    },
+    get fake() {
+      return ready(fake);
+    },
+    get r() {
+      return ready(r);
     },
   };
 }
