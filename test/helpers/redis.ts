@@ -8,6 +8,8 @@ import { after, before, beforeEach } from 'node:test';
 import { Redis } from 'ioredis';
 import { createRedis } from '../../src/plugins/redis.js';
 import { defineLuaCommands, type RedisClient } from '../../src/store/lua-commands.js';
+import { RunQueue } from '../../src/store/runs.js';
+import { RedisClock } from '../../src/redis/clock.js';
 import {
   findExecutable,
   freeLoopbackPort,
@@ -305,6 +307,27 @@ export function storeRedisForSuite(): { readonly redis: RedisClient } {
     get redis() {
       if (!client) throw new Error('storeRedisForSuite: read before the suite started');
       return client;
+    },
+  };
+}
+
+/**
+ * `storeRedisForSuite` with the run queue on its client (no clock skew allowance, Redis's own clock), for tests of a
+ * run's claim and due entries, called in a `describe`. Both are read once the suite's `before` has run.
+ */
+export function runQueueForSuite(): { readonly redis: RedisClient; readonly runs: RunQueue } {
+  const store = storeRedisForSuite();
+  let runs: RunQueue | undefined;
+  before(() => {
+    runs = new RunQueue(store.redis, 0, new RedisClock());
+  });
+  return {
+    get redis() {
+      return store.redis;
+    },
+    get runs() {
+      if (!runs) throw new Error('runQueueForSuite: read before the suite started');
+      return runs;
     },
   };
 }

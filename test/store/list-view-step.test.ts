@@ -19,6 +19,7 @@ import { decodeFields } from '../../src/store/session-state.js';
 import { sessionView } from '../../src/sessions/view.js';
 import { monitorRedis } from '../helpers/redis-monitor.js';
 import { storeRedisForSuite } from '../helpers/redis.js';
+import { megabyteStep } from '../helpers/pending-step.js';
 
 const ID = 'ses_listviewstep';
 const TENANT = 'acme';
@@ -44,26 +45,11 @@ const fields = {
 };
 
 /**
- * A step waiting for a decision on `toolu_3` (its view: `approve_tool_calls`), two calls approved with 1 MB edited
- * inputs, the first with its 1 MB result in.
+ * A step waiting for a decision on `toolu_3` (its view: `approve_tool_calls`), after two calls approved with 1 MB
+ * edited inputs, the first with its 1 MB result in.
  */
-const bigStep = (): PendingStep => ({
-  iteration: 3,
-  review: false,
-  calls: [
-    {
-      id: 'toolu_1',
-      name: 'lookup',
-      input: { q: 'a'.repeat(MB) },
-      kind: 'server',
-      approval: 'approved',
-      result: { content: 'r'.repeat(MB), is_error: false },
-      reported: true,
-    },
-    { id: 'toolu_2', name: 'fetch', input: { q: 'b'.repeat(MB) }, kind: 'server', approval: 'approved' },
-    { id: 'toolu_3', name: 'ask', input: { q: 'may I?' }, kind: 'server', approval: 'required' },
-  ],
-});
+const bigStep = (): PendingStep =>
+  megabyteStep({ id: 'toolu_3', name: 'ask', input: { q: 'may I?' }, kind: 'server', approval: 'required' });
 
 describe("a list reads a session's step outside Lua", { timeout: 60_000 }, () => {
   const suite = storeRedisForSuite();

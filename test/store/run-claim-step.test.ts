@@ -7,32 +7,25 @@
  * session holding a 3 MB step (INFO's `total_net_output_bytes`: this suite's client is the only one), and that the
  * claim's session is the stored one but its step.
  */
-import { before, describe, it } from 'node:test';
+import { describe, it } from 'node:test';
 import assert from 'node:assert/strict';
-import type { RedisClient } from '../../src/store/lua-commands.js';
-import { RunQueue } from '../../src/store/runs.js';
 import { sessionKeys } from '../../src/store/keys.js';
-import { RedisClock } from '../../src/redis/clock.js';
-import { pendingFields, type PendingStep } from '../../src/store/pending.js';
+import { pendingFields } from '../../src/store/pending.js';
 import { decodeFields } from '../../src/store/session-state.js';
-import { storeRedisForSuite } from '../helpers/redis.js';
+import { runQueueForSuite } from '../helpers/redis.js';
+import { megabyteStep } from '../helpers/pending-step.js';
 
 const ID = 'ses_claimstep';
 const TTL_MS = 60_000;
 const MB = 1_000_000;
 
 describe("a run's claim reads the session but its pending step", { timeout: 60_000 }, () => {
-  const store = storeRedisForSuite();
-  let redis: RedisClient;
-  let runs: RunQueue;
-  before(() => {
-    redis = store.redis;
-    runs = new RunQueue(redis, 0, new RedisClock());
-  });
+  const suite = runQueueForSuite();
 
   const meta = sessionKeys(ID).meta;
   /** Bytes Redis has sent its clients (INFO's own answer included, a few kB). */
-  const sent = async () => Number(/total_net_output_bytes:(\d+)/.exec(await redis.info('stats'))?.[1] ?? 0);
+  const sent = async () =>
+    Number(/total_net_output_bytes:(\d+)/.exec(await suite.redis.info('stats'))?.[1] ?? 0);
 
   /** A running session's fields as the apply script writes them, the view's and the run's. */
   const fields = {
@@ -49,29 +42,11 @@ describe("a run's claim reads the session but its pending step", { timeout: 60_0
     msg_count: '6',
   };
 
-  /** Two calls approved with 1 MB edited inputs, the first with its 1 MB result in, the second still running. */
-  const bigStep = (): PendingStep => ({
-    iteration: 3,
-    review: false,
-    calls: [
-      {
-        id: 'toolu_1',
-        name: 'lookup',
-        input: { q: 'a'.repeat(MB) },
-        kind: 'server',
-        approval: 'approved',
-        result: { content: 'r'.repeat(MB), is_error: false },
-        reported: true,
-      },
-      { id: 'toolu_2', name: 'fetch', input: { q: 'b'.repeat(MB) }, kind: 'server', approval: 'approved' },
-    ],
-  });
-
   it('a session holding a 3 MB step: the claim sends a few kB, the step left out and said to be there', async () => {
-    await redis.hset(meta, { ...fields, ...pendingFields(bigStep()) });
-    assert.ok((await redis.hstrlen(meta, 'pending')) > 2 * MB);
+    await suite.redis.hset(meta, { ...fields, ...pendingFields(megabyteStep()) });
+    assert.ok((await suite.redis.hstrlen(meta, 'pending')) > 2 * MB);
     const before = await sent();
-    const claimed = await runs.claim(ID, 'replica-a', TTL_MS);
+    const claimed = await suite.runs.claim(ID, 'replica-a', TTL_MS);
     const bytes = (await sent()) - before;
     assert.ok(claimed, 'the run holds the lease');
     // Whole, the step's fields were 3 MB (HGETALL's reply, copied into the script and out again).
@@ -79,7 +54,7 @@ describe("a run's claim reads the session but its pending step", { timeout: 60_0
     assert.equal(claimed.stepUnread, true);
     assert.equal(claimed.state.pending, null);
     // Every other field as stored (the fence the claim took included): the session as a read decodes it, but its step.
-    const stored = decodeFields(await redis.hgetall(meta));
+    const stored = decodeFields(await suite.redis.hgetall(meta));
     assert.ok(stored.pending, 'the step is stored');
     assert.deepEqual(claimed.state, { ...stored, pending: null });
     assert.equal(claimed.fence, 1);
@@ -87,19 +62,19 @@ describe("a run's claim reads the session but its pending step", { timeout: 60_0
   });
 
   it('a session without a step: nothing is left out', async () => {
-    await redis.hset(meta, { ...fields, ...pendingFields(null) });
-    const claimed = await runs.claim(ID, 'replica-a', TTL_MS);
+    await suite.redis.hset(meta, { ...fields, ...pendingFields(null) });
+    const claimed = await suite.runs.claim(ID, 'replica-a', TTL_MS);
     assert.ok(claimed, 'the run holds the lease');
     assert.equal(claimed.stepUnread, false);
-    assert.deepEqual(claimed.state, decodeFields(await redis.hgetall(meta)));
+    assert.deepEqual(claimed.state, decodeFields(await suite.redis.hgetall(meta)));
   });
 
   it('no claim while another holds the lease, nor of a session that is not running', async () => {
-    await redis.hset(meta, { ...fields, ...pendingFields(bigStep()) });
-    assert.ok(await runs.claim(ID, 'replica-a', TTL_MS));
-    assert.equal(await runs.claim(ID, 'replica-b', TTL_MS), null);
-    await redis.del(sessionKeys(ID).lease);
-    await redis.hset(meta, { status: 'requires_action' });
-    assert.equal(await runs.claim(ID, 'replica-b', TTL_MS), null);
+    await suite.redis.hset(meta, { ...fields, ...pendingFields(megabyteStep()) });
+    assert.ok(await suite.runs.claim(ID, 'replica-a', TTL_MS));
+    assert.equal(await suite.runs.claim(ID, 'replica-b', TTL_MS), null);
+    await suite.redis.del(sessionKeys(ID).lease);
+    await suite.redis.hset(meta, { status: 'requires_action' });
+    assert.equal(await suite.runs.claim(ID, 'replica-b', TTL_MS), null);
   });
 });
