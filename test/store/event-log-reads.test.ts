@@ -109,8 +109,11 @@ describe('event log scripts read bounded bytes', () => {
     }
   }
 
-  /** Appends one event as the stream relays do (includes/event-log.lua records the newest id, `ev_last`). */
-  const appendOne = async (r: Redis, id: string, data: string): Promise<string> => {
+  /**
+   * Appends one event as the stream relays do (includes/event-log.lua records the newest id, `ev_last`), to a log
+   * trimmed past `maxBytes`; returns its id.
+   */
+  const appendOne = async (r: Redis, id: string, data: string, maxBytes = 64 * LARGE): Promise<string> => {
     const [meta, events] = eventLogKeys(id);
     const written = await r.sessAppendEvents(
       meta,
@@ -119,7 +122,7 @@ describe('event log scripts read bounded bytes', () => {
       10_000,
       1,
       1_000,
-      64 * LARGE,
+      maxBytes,
       '',
       0,
       'turn.completed',
@@ -180,25 +183,11 @@ describe('event log scripts read bounded bytes', () => {
   it("a page's newest id is the log's record of it: no page reads the newest entry for its id", async () => {
     const r = client();
     const id = 'ses_newestrecorded';
-    const [meta, events] = eventLogKeys(id);
+    const [meta] = eventLogKeys(id);
     await r.hset(meta, 'status', 'idle');
     // Written as the service writes its logs (includes/event-log.lua records the newest id, `ev_last`).
-    const append = async (data: string) =>
-      (await r.sessAppendEvents(
-        meta,
-        events,
-        'chan',
-        10_000,
-        1,
-        1_000,
-        64 * LARGE,
-        '',
-        0,
-        'turn.completed',
-        data,
-      ))!;
     const ids: string[] = [];
-    for (let i = 0; i < 8; i++) ids.push(await append(String(i).repeat(LARGE)));
+    for (let i = 0; i < 8; i++) ids.push(await appendOne(r, id, String(i).repeat(LARGE)));
     assert.equal(await r.hget(meta, 'ev_last'), ids.at(-1));
     const log = new EventLog(r);
     let page: Awaited<ReturnType<EventLog['page']>> | undefined;
@@ -253,19 +242,7 @@ describe('event log scripts read bounded bytes', () => {
     const id = 'ses_newestunrecorded';
     const [meta, events] = eventLogKeys(id);
     await r.hset(meta, 'status', 'idle');
-    await r.sessAppendEvents(
-      meta,
-      events,
-      'chan',
-      10_000,
-      1,
-      1_000,
-      64 * LARGE,
-      '',
-      0,
-      'turn.completed',
-      'a',
-    );
+    await appendOne(r, id, 'a');
     const recorded = await r.hget(meta, 'ev_last');
     // XADDs that leave `ev_last` behind.
     const ids = await writeLog(r, id, [LARGE, LARGE, 10]);
@@ -508,20 +485,8 @@ describe('event log scripts read bounded bytes', () => {
     const [meta, events] = eventLogKeys(id);
     await r.hset(meta, 'status', 'idle');
     const data = 'x'.repeat(LARGE);
-    const append = () =>
-      r.sessAppendEvents(
-        meta,
-        events,
-        'chan',
-        10_000,
-        1,
-        1_000,
-        5 * (LARGE + 50),
-        '',
-        0,
-        'turn.completed',
-        data,
-      );
+    // A log of five such events at the most.
+    const append = () => appendOne(r, id, data, 5 * (LARGE + 50));
     for (let i = 0; i < 8; i++) await append();
     const before = await r.xrange(events, '-', '+');
     assert.equal(before.length, 5);
