@@ -132,6 +132,30 @@ describe('event log scripts read bounded bytes', () => {
     return written;
   };
 
+  /** The suite's client and the keys of session `id`'s log, its meta hash written as an idle session's. */
+  async function idleLog(id: string): Promise<{ r: Redis; meta: string; events: string }> {
+    const r = client();
+    const [meta, events] = eventLogKeys(id);
+    await r.hset(meta, 'status', 'idle');
+    return { r, meta, events };
+  }
+
+  type Page = Awaited<ReturnType<EventLog['page']>>;
+  /** The page of `id`'s log after `after`, and the stream reads its script made. */
+  async function pageReads(
+    r: Redis,
+    log: EventLog,
+    id: string,
+    after: string,
+    limits: { count: number; maxBytes: number },
+  ): Promise<{ page: Page; reads: string[][] }> {
+    let page: Page | undefined;
+    const reads = await scriptReads(r, async () => (page = await log.page(id, after, limits)));
+    assert.ok(page);
+    return { page, reads };
+  }
+  const idsOf = (page: Page) => page.events.map((e) => e.id);
+
   it('a page of large events reads the page, one event past it and the newest, not the log', async () => {
     const r = client();
     const id = 'ses_largeeventspage';
@@ -144,104 +168,65 @@ describe('event log scripts read bounded bytes', () => {
     const limits = { count: 500, maxBytes: 1_048_576 };
 
     // From the start: two events fit the budget.
-    let page: Awaited<ReturnType<EventLog['page']>> | undefined;
-    let reads = await scriptReads(r, async () => (page = await log.page(id, START, limits)));
-    assert.deepEqual(
-      page!.events.map((e) => e.id),
-      ids.slice(0, 2),
-    );
-    assert.equal(page!.firstId, ids[0]);
-    assert.equal(page!.lastId, ids.at(-1));
-    assert.equal(page!.more, true);
+    let { page, reads } = await pageReads(r, log, id, START, limits);
+    assert.deepEqual(idsOf(page), ids.slice(0, 2));
+    assert.equal(page.firstId, ids[0]);
+    assert.equal(page.lastId, ids.at(-1));
+    assert.equal(page.more, true);
     // The page (2), the one that did not fit, the newest (its id): 4 events, where 6 + the rest of the log were.
     assert.ok((await bytesOf(r, reads)) <= 4 * (LARGE + 20), `read ${await bytesOf(r, reads)}`);
 
     // From the middle, with a budget below one event: the event after the cursor alone.
-    reads = await scriptReads(
-      r,
-      async () => (page = await log.page(id, ids[4]!, { count: 500, maxBytes: 1000 })),
-    );
-    assert.deepEqual(
-      page!.events.map((e) => e.id),
-      [ids[5]],
-    );
-    assert.equal(page!.firstId, ids[0]);
-    assert.equal(page!.lastId, ids.at(-1));
+    ({ page, reads } = await pageReads(r, log, id, ids[4]!, { count: 500, maxBytes: 1000 }));
+    assert.deepEqual(idsOf(page), [ids[5]]);
+    assert.equal(page.firstId, ids[0]);
+    assert.equal(page.lastId, ids.at(-1));
     // The page, the oldest and the newest (their ids): 3 events.
     assert.ok((await bytesOf(r, reads)) <= 3 * (LARGE + 20), `read ${await bytesOf(r, reads)}`);
 
     // The last page reads no more than itself and the oldest.
-    reads = await scriptReads(r, async () => (page = await log.page(id, ids[9]!, limits)));
-    assert.deepEqual(
-      page!.events.map((e) => e.id),
-      ids.slice(10),
-    );
-    assert.equal(page!.more, false);
+    ({ page, reads } = await pageReads(r, log, id, ids[9]!, limits));
+    assert.deepEqual(idsOf(page), ids.slice(10));
+    assert.equal(page.more, false);
     assert.ok((await bytesOf(r, reads)) <= 3 * (LARGE + 20), `read ${await bytesOf(r, reads)}`);
   });
 
   it("a page's newest id is the log's record of it: no page reads the newest entry for its id", async () => {
-    const r = client();
     const id = 'ses_newestrecorded';
-    const [meta] = eventLogKeys(id);
-    await r.hset(meta, 'status', 'idle');
+    const { r, meta } = await idleLog(id);
     // Written as the service writes its logs (includes/event-log.lua records the newest id, `ev_last`).
     const ids: string[] = [];
     for (let i = 0; i < 8; i++) ids.push(await appendOne(r, id, String(i).repeat(LARGE)));
     assert.equal(await r.hget(meta, 'ev_last'), ids.at(-1));
     const log = new EventLog(r);
-    let page: Awaited<ReturnType<EventLog['page']>> | undefined;
 
     // From the start, stopped by the budget: the page (2) and the one that did not fit; the newest was read too.
-    let reads = await scriptReads(
-      r,
-      async () => (page = await log.page(id, START, { count: 500, maxBytes: 1_048_576 })),
-    );
-    assert.deepEqual(
-      page!.events.map((e) => e.id),
-      ids.slice(0, 2),
-    );
-    assert.deepEqual([page!.firstId, page!.lastId, page!.more], [ids[0], ids.at(-1), true]);
+    let { page, reads } = await pageReads(r, log, id, START, { count: 500, maxBytes: 1_048_576 });
+    assert.deepEqual(idsOf(page), ids.slice(0, 2));
+    assert.deepEqual([page.firstId, page.lastId, page.more], [ids[0], ids.at(-1), true]);
     assert.deepEqual(await entriesRead(r, reads), ids.slice(0, 3));
 
     // From the middle, one event: it and the oldest.
-    reads = await scriptReads(
-      r,
-      async () => (page = await log.page(id, ids[3]!, { count: 500, maxBytes: 1000 })),
-    );
-    assert.deepEqual(
-      page!.events.map((e) => e.id),
-      [ids[4]],
-    );
-    assert.deepEqual([page!.firstId, page!.lastId, page!.more], [ids[0], ids.at(-1), true]);
+    ({ page, reads } = await pageReads(r, log, id, ids[3]!, { count: 500, maxBytes: 1000 }));
+    assert.deepEqual(idsOf(page), [ids[4]]);
+    assert.deepEqual([page.firstId, page.lastId, page.more], [ids[0], ids.at(-1), true]);
     assert.deepEqual(await entriesRead(r, reads), [ids[0], ids[4]]);
 
     // A page that ends at the newest event, full by its count: nothing follows it, nothing more is read.
-    reads = await scriptReads(
-      r,
-      async () => (page = await log.page(id, ids[5]!, { count: 2, maxBytes: 4 * LARGE })),
-    );
-    assert.deepEqual(
-      page!.events.map((e) => e.id),
-      ids.slice(6),
-    );
-    assert.deepEqual([page!.lastId, page!.more], [ids.at(-1), false]);
+    ({ page, reads } = await pageReads(r, log, id, ids[5]!, { count: 2, maxBytes: 4 * LARGE }));
+    assert.deepEqual(idsOf(page), ids.slice(6));
+    assert.deepEqual([page.lastId, page.more], [ids.at(-1), false]);
     assert.deepEqual(await entriesRead(r, reads), [ids[0], ...ids.slice(6)]);
 
     // Past the newest (the bounds alone): the oldest is read, not the newest.
-    reads = await scriptReads(
-      r,
-      async () => (page = await log.page(id, ids.at(-1)!, { count: 10, maxBytes: 100 })),
-    );
-    assert.deepEqual([page!.events, page!.firstId, page!.lastId], [[], ids[0], ids.at(-1)]);
+    ({ page, reads } = await pageReads(r, log, id, ids.at(-1)!, { count: 10, maxBytes: 100 }));
+    assert.deepEqual([page.events, page.firstId, page.lastId], [[], ids[0], ids.at(-1)]);
     assert.deepEqual(await entriesRead(r, reads), [ids[0]]);
   });
 
   it('a newest id not recorded (a writer of an older release) is read from the log, and an empty log has none', async () => {
-    const r = client();
     const id = 'ses_newestunrecorded';
-    const [meta, events] = eventLogKeys(id);
-    await r.hset(meta, 'status', 'idle');
+    const { r, meta, events } = await idleLog(id);
     await appendOne(r, id, 'a');
     const recorded = await r.hget(meta, 'ev_last');
     // XADDs that leave `ev_last` behind.
@@ -267,10 +252,8 @@ describe('event log scripts read bounded bytes', () => {
   });
 
   it("an append's notice names the log's newest id from its record: the newest entry is not read", async () => {
-    const r = client();
     const id = 'ses_noticeprevrecorded';
-    const [meta, events] = eventLogKeys(id);
-    await r.hset(meta, 'status', 'idle');
+    const { r, meta, events } = await idleLog(id);
     const ids: string[] = [];
     for (let i = 0; i < 4; i++) ids.push(await appendOne(r, id, String(i).repeat(LARGE)));
     assert.equal(await r.hget(meta, 'ev_last'), ids.at(-1));
@@ -293,10 +276,8 @@ describe('event log scripts read bounded bytes', () => {
   });
 
   it("a notice whose log is ahead of its record, gone, or without a meta hash names the log's newest as it is", async () => {
-    const r = client();
     const id = 'ses_noticeprevfallback';
-    const [meta, events] = eventLogKeys(id);
-    await r.hset(meta, 'status', 'idle');
+    const { r, meta, events } = await idleLog(id);
     /** `prev` of the notice of an append of `data`, and the append's id. */
     const prevOf = async (data: string): Promise<[prev: string, added: string]> => {
       let added = '';
@@ -321,10 +302,8 @@ describe('event log scripts read bounded bytes', () => {
   });
 
   it("the log's newest id (a stream opened with a cursor, a channel's start) is its record: the newest entry is not read", async () => {
-    const r = client();
     const id = 'ses_lastidrecorded';
-    const [meta, events] = eventLogKeys(id);
-    await r.hset(meta, 'status', 'idle');
+    const { r, meta, events } = await idleLog(id);
     const ids: string[] = [];
     for (let i = 0; i < 3; i++) ids.push(await appendOne(r, id, String(i).repeat(LARGE)));
     const log = new EventLog(r);
@@ -417,16 +396,9 @@ describe('event log scripts read bounded bytes', () => {
     // A session's first events are small (its creation, the question, a turn's start), then large tool results.
     const ids = await writeLog(r, id, [100, 100, 100, ...Array.from({ length: 30 }, () => LARGE)]);
     const log = new EventLog(r);
-    let page: Awaited<ReturnType<EventLog['page']>> | undefined;
-    const reads = await scriptReads(
-      r,
-      async () => (page = await log.page(id, START, { count: 500, maxBytes: 1_048_576 })),
-    );
-    assert.deepEqual(
-      page!.events.map((e) => e.id),
-      ids.slice(0, 5),
-    );
-    assert.equal(page!.lastId, ids.at(-1));
+    const { page, reads } = await pageReads(r, log, id, START, { count: 500, maxBytes: 1_048_576 });
+    assert.deepEqual(idsOf(page), ids.slice(0, 5));
+    assert.equal(page.lastId, ids.at(-1));
     // The small ones one, then two at a time; four next (two large past the page), the newest: 5 large where the
     // reads grown to 64 after the small ones copied the whole log (31).
     const read = await bytesOf(r, reads);
@@ -480,10 +452,8 @@ describe('event log scripts read bounded bytes', () => {
   });
 
   it('a write over a full log of large events reads what the trim drops and the entry it keeps, not 32', async () => {
-    const r = client();
     const id = 'ses_largeeventstrim';
-    const [meta, events] = eventLogKeys(id);
-    await r.hset(meta, 'status', 'idle');
+    const { r, meta, events } = await idleLog(id);
     const data = 'x'.repeat(LARGE);
     // A log of five such events at the most.
     const append = () => appendOne(r, id, data, 5 * (LARGE + 50));
