@@ -266,7 +266,7 @@ export class RunQueue {
    * The run is due `inMs` from now of Redis's clock (run-due-set-1.lua; one EVALSHA, as the ZADD it replaces), the
    * clock the sweep compares with (run-due-read-1.lua): a replica's own clock, 10 minutes ahead, made its hand-over
    * and its crash's runs due for the others only 10 minutes later (one behind: at once, a claim refused by the live
-   * lease every sweep). The lease itself (acquire-4.lua's PX, renew-1.lua's PEXPIRE) was always Redis's.
+   * lease every sweep). The lease itself (acquire-run-4.lua's PX, renew-1.lua's PEXPIRE) was always Redis's.
    */
   private markDue(id: string, inMs: number): Promise<number> {
     return this.redis.sessRunDueSet(RUNS_KEY, id, inMs);
