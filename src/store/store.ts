@@ -845,9 +845,10 @@ export class SessionStore {
     end: number,
   ): Promise<{ messages: StoredMessage[]; base: number } | null> {
     if (end > base) return { messages: await this.history(id, 0, end - base - 1), base };
-    const begin =
-      end > 0 ? await this.segmentToRead(id, end - 1) : { index: 0, start: 0, perPage: SEGMENT_PAGE_COUNT };
-    if (end > 0 && end <= begin.start) return null;
+    // Before any message (a fork at iteration 0): the empty history, kept or not.
+    if (end === 0) return { messages: [], base: 0 };
+    const begin = await this.segmentToRead(id, end - 1);
+    if (end <= begin.start) return null;
     let start = begin.start;
     for await (const text of this.segmentTexts(id, begin.index, begin.perPage)) {
       const { messages } = decodeSegment(text);
