@@ -1,3 +1,9 @@
+/**
+ * One claimed session's run in this process (`Run`, below) and the routing of its control messages. Over 400 lines:
+ * what the run knows of its session without reading it (the claim's state, its own commits' revisions, the lazily
+ * read step) is one state that every branch of the loop (tool step, turns, compaction, cancel, takeover) reads and
+ * advances, so it stays with the loop; the branches' own work is in tool-step.ts, turns.ts, commit.ts, compaction*.ts.
+ */
 import { FencedOut, StoreUnavailable } from '../errors.js';
 import { extendHistory, pendingToolCalls, type StoredMessage } from '../history.js';
 import type { SessionChannels } from '../store/channels.js';

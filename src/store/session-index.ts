@@ -3,6 +3,10 @@
  * metadata pairs' indexes beside it (metadata-index.ts), and the list of a tenant's sessions read through them.
  * The sessions themselves are the store's (store.ts); a list reads their meta hashes and decodes them with the
  * store's decoder.
+ *
+ * Over 400 lines: an entry is written with its session, read by the list and repaired (by the list's drop of a stale
+ * entry, and by the sweep of deletes a killed replica left under way) against one rule of what an entry without its
+ * session means; the three stay here so that rule is written once.
  */
 import { setImmediate as turn } from 'node:timers/promises';
 import { InvalidRequest } from '../errors.js';
