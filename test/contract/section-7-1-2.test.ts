@@ -415,6 +415,66 @@ describe('contract §7.1 and §7.2 at their edges', { timeout: 180_000 }, () => 
     await a.waitStatus(sid, 'idle', 20_000);
   });
 
+  it('a claimed task whose session is deleted: its heartbeat and result are refused 409 task_cancelled', async () => {
+    assert.equal((await a.req('PUT', '/v1/tools/edge_deleted', worker)).status, 201);
+    h.fake.enqueue(toolCalls([toolUse('edge_deleted', { id: 5 }, 'toolu_d1')]), text('never'));
+    const id = (await a.post('/v1/sessions', { input: 'go', tools: ['edge_deleted'] })).body.id;
+    const task = (await a.post('/v1/tool-tasks/claim', { tools: ['edge_deleted'], wait_ms: 10_000 })).body
+      .tasks[0];
+    assert.ok(task);
+    assert.equal((await a.req('DELETE', `/v1/sessions/${id}`)).status, 200);
+    for (const route of ['heartbeat', 'result']) {
+      const res = await a.post(
+        `/v1/tool-tasks/${task.id}/${route}`,
+        route === 'result' ? { content: 'x' } : {},
+      );
+      assert.equal(res.status, 409, `${route}: ${JSON.stringify(res.body)}`);
+      assert.equal(res.body.error.code, 'task_cancelled', route);
+    }
+  });
+
+  it('a decision sent by a client token through POST /v1/chat is recorded `by` its subject', async () => {
+    h.fake.enqueue(toolCalls([toolUse('get_weather', { location: 'Paris' }, 'toolu_cw')]), text('Sunny.'));
+    const id = (
+      await a.post('/v1/sessions', { input: 'weather?', tools: ['get_weather'], approval: 'always' })
+    ).body.id;
+    await a.waitStatus(id, 'requires_action');
+    const minted = await a.post('/v1/client-tokens', {
+      session_id: id,
+      scopes: ['read', 'decide'],
+      subject: 'chat-reviewer',
+    });
+    assert.equal(minted.status, 201, JSON.stringify(minted.body));
+    const answered = await a.as(minted.body.token).post('/v1/chat', {
+      id,
+      trigger: 'submit-message',
+      messages: [
+        {
+          id: 'a1',
+          role: 'assistant',
+          parts: [
+            {
+              type: 'tool-get_weather',
+              toolCallId: 'toolu_cw',
+              state: 'approval-responded',
+              input: { location: 'Paris' },
+              approval: { id: 'toolu_cw', approved: true },
+            },
+          ],
+        },
+      ],
+    });
+    assert.equal(answered.status, 200, JSON.stringify(answered.body).slice(0, 300));
+    await a.waitStatus(id, 'idle', 20_000);
+    const decided = ((await a.get(`/v1/sessions/${id}/events?limit=500`)).body.data as any[]).filter(
+      (e) => e.type === 'tool_call.decided',
+    );
+    assert.deepEqual(
+      decided.map((e) => [e.data.tool_use_id, e.data.decision, e.data.by]),
+      [['toolu_cw', 'approve', 'chat-reviewer']],
+    );
+  });
+
   it('client tokens: ttl_s 86400 is taken, 86401 and 59 are not; the answer has the contract’s fields', async () => {
     const id = (await a.post('/v1/sessions', { start: false })).body.id;
     const longest = await a.post('/v1/client-tokens', { session_id: id, scopes: ['read'], ttl_s: 86_400 });
