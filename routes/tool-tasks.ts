@@ -1,6 +1,7 @@
 import type { FastifyRequest } from 'fastify';
 import type { FastifyPluginAsyncZod } from 'fastify-type-provider-zod';
 import {
+  bodyTooLarge,
   claimedTasks,
   errors,
   taskAccepted,
@@ -14,6 +15,9 @@ import { emptyBody } from '../src/schemas.js';
 
 /** The 404 of this file's routes names one thing (src/openapi/responses.ts `routeErrors`). */
 const NOT_FOUND = { 404: ['task_not_found'] } as const satisfies RouteCodes;
+
+/** The result route's body limit as its 413 names it (its message, its OpenAPI description). */
+const RESULT_BODY_LIMIT = 'max(BODY_LIMIT, 2×TOOL_RESULT_MAX_BYTES)';
 
 /** Spec §7.1: the worker protocol. A task of another tenant is 404 `task_not_found`. */
 const routes: FastifyPluginAsyncZod<{ config: Config }> = async (app, { config }) => {
@@ -120,7 +124,7 @@ const routes: FastifyPluginAsyncZod<{ config: Config }> = async (app, { config }
       // Room for a result somewhat over TOOL_RESULT_MAX_BYTES (it becomes an is_error naming the limit) where
       // BODY_LIMIT alone (the same 1 MiB by default) would answer every such body 413.
       bodyLimit: Math.max(config.BODY_LIMIT, 2 * config.TOOL_RESULT_MAX_BYTES),
-      config: workerRate,
+      config: { ...workerRate, bodyLimitName: RESULT_BODY_LIMIT },
       schema: {
         operationId: 'submitToolTaskResult',
         summary: 'The result of a claimed task',
@@ -130,6 +134,7 @@ const routes: FastifyPluginAsyncZod<{ config: Config }> = async (app, { config }
         response: {
           200: taskAccepted,
           ...routeErrors(NOT_FOUND, 400, 401, 404, 409, 413, 415, 422, 429, 500, 503),
+          413: bodyTooLarge(RESULT_BODY_LIMIT),
         },
       },
     },

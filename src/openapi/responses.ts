@@ -577,6 +577,17 @@ export function payloadTooLarge(why: string) {
   };
 }
 
+/**
+ * The 413 of a route whose body limit is not BODY_LIMIT (its `bodyLimit`, named in its `bodyLimitName` for the
+ * refusal's message, src/plugins/errors.ts): `limit` says it as the route computes it. The same `Error413` envelope.
+ */
+export function bodyTooLarge(limit: string) {
+  return {
+    description: `The body is larger than the route's limit, ${limit} (\`payload_too_large\`).`,
+    content: { 'application/json': { schema: errorBodyOf(413, codesOfStatus(413), false) } },
+  };
+}
+
 /** The 413 of a route that takes a tool result of the pending step (or writes one: a denial). */
 export const stepResultsTooLarge = () =>
   payloadTooLarge(

@@ -13,6 +13,16 @@ import { ERROR_STATUS, HttpRefusal } from './error-status.js';
 import { readsSession } from './auth.js';
 import { withoutAction } from '../sessions/view.js';
 
+declare module 'fastify' {
+  interface FastifyContextConfig {
+    /**
+     * How a route whose `bodyLimit` is not BODY_LIMIT names it (`max(BODY_LIMIT, 2×TOOL_RESULT_MAX_BYTES)`): its 413
+     * `payload_too_large` says it, with its bytes, where another route's says BODY_LIMIT.
+     */
+    bodyLimitName?: string;
+  }
+}
+
 function isErrorEnvelope(payload: unknown): payload is ErrorBody {
   if (typeof payload !== 'object' || payload === null || !('error' in payload)) return false;
   const error = (payload as { error: unknown }).error;
@@ -78,7 +88,15 @@ export default fp(
         });
       }
       if (err.code === 'FST_ERR_CTP_BODY_TOO_LARGE') {
-        return reply.code(413).send(errorBody('payload_too_large', 'The request body is too large.'));
+        // The limit the route's parser applied, named: BODY_LIMIT, or the route's own (`bodyLimitName`).
+        const { bodyLimit, config } = req.routeOptions;
+        const limit =
+          config.bodyLimitName === undefined
+            ? `BODY_LIMIT (${bodyLimit} bytes)`
+            : `the route's limit, ${config.bodyLimitName} = ${bodyLimit} bytes`;
+        return reply
+          .code(413)
+          .send(errorBody('payload_too_large', `The request body is larger than ${limit}.`));
       }
       if (err.code === 'FST_ERR_CTP_INVALID_MEDIA_TYPE') {
         return reply.code(415).send(errorBody('unsupported_media_type', 'Send JSON (application/json).'));

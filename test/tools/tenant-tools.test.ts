@@ -665,6 +665,21 @@ describe('tenant tools and tool tasks', () => {
     assert.equal(res.is_error, true);
     assert.match(res.content, /TOOL_RESULT_MAX_BYTES \(200000\)/);
   });
+
+  it('a result body over its route’s limit is 413 naming that limit, not BODY_LIMIT; another route’s names BODY_LIMIT', async () => {
+    // max(BODY_LIMIT 150000, 2 × TOOL_RESULT_MAX_BYTES 200000) = 400000: refused before any task is looked up.
+    const over = await a.post('/v1/tool-tasks/tt_none/result', { content: 'x'.repeat(450_000) });
+    assert.equal(over.status, 413, JSON.stringify(over.body).slice(0, 300));
+    assert.equal(over.body.error.code, 'payload_too_large');
+    assert.equal(
+      over.body.error.message,
+      "The request body is larger than the route's limit, max(BODY_LIMIT, 2×TOOL_RESULT_MAX_BYTES) = 400000 bytes.",
+    );
+    const claim = await a.post('/v1/tool-tasks/claim', { tools: ['x'.repeat(200_000)] });
+    assert.equal(claim.status, 413);
+    assert.equal(claim.body.error.code, 'payload_too_large');
+    assert.equal(claim.body.error.message, 'The request body is larger than BODY_LIMIT (150000 bytes).');
+  });
 });
 
 describe('tool tasks and the rate limit', () => {

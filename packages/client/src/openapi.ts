@@ -17886,7 +17886,7 @@ export interface operations {
           'application/json': components['schemas']['Error409'];
         };
       };
-      /** @description The body is larger than BODY_LIMIT (`payload_too_large`). */
+      /** @description The body is larger than the route's limit, max(BODY_LIMIT, 2×TOOL_RESULT_MAX_BYTES) (`payload_too_large`). */
       413: {
         headers: {
           [name: string]: unknown;
