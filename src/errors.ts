@@ -180,8 +180,23 @@ export class RevisionMismatch extends DomainError {
   }
 }
 
-/** A tenant's quota (a config variable's) or rate is used up: `quota_exceeded` or `rate_limited`. */
-export class QuotaExceeded extends DomainError {}
+/**
+ * A tenant's quota (a config variable's) or rate is used up: `quota_exceeded` or `rate_limited`. `retryAfterS`, when
+ * known: the seconds after which asking again may find room (the HTTP layer answers it as `retry-after`).
+ */
+export class QuotaExceeded extends DomainError {
+  readonly retryAfterS: number | undefined;
+  constructor(
+    code: ErrorCode,
+    message: string,
+    details?: unknown,
+    options: { cause?: unknown; retryAfterS?: number } = {},
+  ) {
+    const { retryAfterS, ...errorOptions } = options;
+    super(code, message, details, errorOptions);
+    this.retryAfterS = retryAfterS;
+  }
+}
 
 /** A 429 of the quota named (`details.quota`). */
 export const isQuota = (err: unknown, quota: string): boolean =>

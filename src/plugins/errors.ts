@@ -4,6 +4,7 @@ import { hasZodFastifySchemaValidationErrors } from 'fastify-type-provider-zod';
 import {
   DomainError,
   FencedOut,
+  QuotaExceeded,
   STORE_UNAVAILABLE_MESSAGE,
   StoreUnavailable,
   errorBody,
@@ -76,6 +77,8 @@ export default fp(
       // A lost lease inside a request is a bug of ours, answered as any other (below); the store's outage is a 503.
       if (err instanceof DomainError && !(err instanceof FencedOut) && !(err instanceof StoreUnavailable)) {
         if (err instanceof HttpRefusal && err.headers) reply.headers(err.headers);
+        if (err instanceof QuotaExceeded && err.retryAfterS !== undefined)
+          reply.header('retry-after', String(err.retryAfterS));
         const status = err instanceof HttpRefusal && err.status ? err.status : ERROR_STATUS[err.code];
         return reply.code(status).send({
           error: {

@@ -1,7 +1,6 @@
 import { randomUUID } from 'node:crypto';
 import type { Cluster, Redis } from 'ioredis';
-import type { QuotaExceeded } from '../errors.js';
-import { HttpRefusal } from '../plugins/error-status.js';
+import { QuotaExceeded } from '../errors.js';
 import { defineLuaCommands } from '../store/lua-commands.js';
 import './lua/commands.js';
 
@@ -79,9 +78,9 @@ export class TenantSlots {
    * The 429 `q` of an acquire that found no slot (the tenant's or a holder's within it), with Retry-After: the slots
    * of a replica that died are reclaimed by then.
    */
-  refusal(q: QuotaExceeded): HttpRefusal {
-    return new HttpRefusal(q.code, q.message, q.details, {
-      'retry-after': String(Math.ceil(this.aliveMs / 1000)),
+  refusal(q: QuotaExceeded): QuotaExceeded {
+    return new QuotaExceeded(q.code, q.message, q.details, {
+      retryAfterS: Math.ceil(this.aliveMs / 1000),
     });
   }
 

@@ -15,8 +15,14 @@
  */
 import { SweepLoop } from '../sweep-loop.js';
 import type { FastifyBaseLogger } from 'fastify';
-import { NotFound, RevisionMismatch, conflict, notFound, type DomainError } from '../errors.js';
-import { HttpRefusal } from '../plugins/error-status.js';
+import {
+  NotFound,
+  QuotaExceeded,
+  RevisionMismatch,
+  conflict,
+  notFound,
+  type DomainError,
+} from '../errors.js';
 import type { Metrics } from '../observability/metrics.js';
 import { mutate, startRun, type SessionDeps } from '../sessions/mutate.js';
 import type { StoredBlock } from '../history.js';
@@ -210,11 +216,11 @@ export class ToolTasks {
         if (!wake) {
           const max = this.o.maxWaitingClaims;
           if (this.wakes.listening(tenant) >= max)
-            throw new HttpRefusal(
+            throw new QuotaExceeded(
               'quota_exceeded',
               `More than ${max} long-poll claims of this tenant wait at once on this replica; claim again shortly.`,
               { quota: 'waiting_claims', limit: max, retry_after_s: 1 },
-              { 'retry-after': '1' },
+              { retryAfterS: 1 },
             );
           wake = await this.wakes.listen(tenant, body.tools);
         } else await wake.wait(left, signal);

@@ -16,6 +16,7 @@ import { text, toolCalls, toolUse } from '../fake/script.js';
 import { startHarness, type Harness } from '../helpers/service.js';
 import { until } from '../durability/chaos-lib.js';
 import { monitorRedis } from '../helpers/redis-monitor.js';
+import { isQuota, type QuotaExceeded } from '../../src/errors.js';
 import { CLAIM_MAX_BYTES, TaskQueue, type ClaimLeft } from '../../src/tenant-tools/tasks.js';
 
 const lookup = {
@@ -316,8 +317,17 @@ describe('the tool task queue, with many past tenants', { timeout: 180_000 }, ()
       });
       assert.equal(over.status, 429);
       assert.equal(over.body.error.code, 'quota_exceeded');
-      assert.equal(over.body.error.details.quota, 'waiting_claims');
+      assert.deepEqual(over.body.error.details, { quota: 'waiting_claims', limit: 4, retry_after_s: 1 });
       assert.equal(over.headers.get('retry-after'), '1');
+      // The service refuses with the domain's quota error (the HTTP layer makes it the 429 and its Retry-After).
+      await assert.rejects(
+        h.service.app.toolTasks.claim(
+          'acme',
+          { tools: ['wk'], max: 1, wait_ms: 4000, worker_id: 'wk-direct' },
+          new AbortController().signal,
+        ),
+        (err: unknown) => isQuota(err, 'waiting_claims') && (err as QuotaExceeded).retryAfterS === 1,
+      );
       const now = await h.api.post('/v1/tool-tasks/claim', { tools: ['wk'], wait_ms: 0, worker_id: 'wk-5' });
       assert.equal(now.status, 200, 'a claim that does not wait is not counted');
       runs = 0;
