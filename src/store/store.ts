@@ -439,7 +439,11 @@ export class SessionStore {
     // without a due entry would never run. (`runs:due` is a global key, so it cannot join the session's script.)
     // Its run slot is taken before both, for the same reason: a slot without a running session is dropped later.
     if (setsRunning(ops)) {
-      const t = tenant ?? (await this.redis.hget(k.meta, 'tenant'));
+      // The tenant read above, not read again (one HGET fewer for a run started without it given: a leftover
+      // compaction's): a session's `tenant` is written by its create and never changed, and its id is never another
+      // tenant's (made at random, or from the tenant's own schedule or parent session), so a second read could find
+      // no other. Neither read is atomic with the script anyway: its guard refuses a session that moved on.
+      const t = owner;
       // Over the tenant's daily dollar cap, no run starts (429 `quota_exceeded`, `cost_usd_per_day`).
       if (costCap) await this.spend.assertUnderCap(t);
       await this.runs.start(t, id);

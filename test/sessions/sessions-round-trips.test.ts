@@ -4,6 +4,7 @@ import { monitorRedis } from '../helpers/redis-monitor.js';
 import { startHarness, type Harness } from '../helpers/service.js';
 import { Redis } from 'ioredis';
 import { hang, text, toolCall } from '../fake/script.js';
+import { InvalidStatus } from '../../src/errors.js';
 
 /**
  * Redis commands the service sends for one iteration of a run (a turn that calls a server tool, and the tool's
@@ -78,6 +79,30 @@ describe('Redis round trips per iteration', () => {
     assert.equal(Math.round(byCommand['evalsha/8:s:{id}'] ?? 0), 1, 'one commit per iteration');
     assert.ok(per <= 5, `${per} commands per iteration`);
     assert.equal(byCommand['lrange'] ?? 0, 0, 'the history is not read back at each iteration');
+  });
+
+  /**
+   * A write that starts a run without its tenant given (a leftover compaction's, store.apply) takes the run slot of
+   * the tenant it read for the storage count: the session's tenant is not read again. Refused by its guard here (the
+   * session is idle), so nothing runs; the reads before the script are what is counted.
+   */
+  it('a run started without its tenant given reads the session’s tenant no second time', async () => {
+    const created = await h.api.post('/v1/sessions', { start: false });
+    assert.equal(created.status, 201);
+    const id = created.body.id as string;
+    const store = h.service.app.store;
+    assert.ok(await store.load(id)); // as leftoverCompaction does: the store knows whose session it is
+    await monitor.settle();
+    monitor.commands.length = 0;
+    await assert.rejects(
+      store.apply(id, { status: ['running'] }, { hset: { status: 'running' } }),
+      (err: unknown) => err instanceof InvalidStatus,
+    );
+    await monitor.settle();
+    const tenantReads = monitor.commands.filter(
+      (c) => c[0]!.toLowerCase() === 'hget' && c[1]!.includes(id) && c[2] === 'tenant',
+    );
+    assert.equal(tenantReads.length, 0, JSON.stringify(tenantReads));
   });
 
   /**
