@@ -12,6 +12,12 @@ import { taskKeys } from '../tenant-tools/keys.js';
  * script in a Redis Cluster). A destroy takes the session's `bytes` back off. The count is an upper bound of what
  * the tenant keeps (events and history trimmed later are not subtracted), shared by every replica.
  *
+ * Every count is in UTF-8 bytes, what Redis stores: `Buffer.byteLength` here (a CJK character is 3 bytes, an emoji 4,
+ * where a string's `.length` says 1 and 2), Lua's `#`, HSTRLEN and STRLEN in the scripts, so that what a shrink or a
+ * delete gives back is what was charged. (What the event log takes outside an apply is not counted — the stream
+ * deltas a run's relay writes as they come (store.ts `appendEvents`), bounded by EVENT_LOG_MAX_BYTES instead; those
+ * its turn's commit carries are, as its events.)
+ *
  * What a write rewrites counts too, by how much it grows (new length less old, negative when it shrinks): the fields
  * it sets after the create (a PATCH's `params` or `metadata`, the stored step `pending`, its `result:*` fields), the
  * history messages and records it replaces (an approval's edited input, a history's replacement), less the results a
@@ -20,7 +26,10 @@ import { taskKeys } from '../tenant-tools/keys.js';
  * `bytes` and returns them, and the store adds them to the tenant's counter with the rest. A session's delete gives
  * them back with its `bytes`, so the tenant's count returns to what it was before the create whatever the session
  * did. (A session written before these were counted gives back, as it shrinks or drops them, bytes it was never
- * charged: once, at most its step and the fields PATCHed since its create.)
+ * charged: once, at most its step and the fields PATCHed since its create. Likewise one whose content was counted in
+ * UTF-16 units, before the count was in bytes: what a rewrite shrinks is weighed in bytes, so it may give back more
+ * than its create charged for it, up to two thirds of the bytes of the multi-byte characters it drops; its delete
+ * gives back exactly its `bytes`, what its writes counted.)
  *
  * A session's client tokens (client-tokens.ts) count too: a token's record and its events, in the session's `bytes`
  * (client-token-mint-2.lua); a mint is refused as a client's write is, a revoke never.
@@ -47,17 +56,17 @@ import { taskKeys } from '../tenant-tools/keys.js';
 export const storageKey = (tenant: string) => `t:{${tenant}}:bytes`;
 
 /**
- * Bytes `ops` adds to a session that the store can see (0 for a write that only changes state); what it rewrites is
- * weighed by the script (`rewrites`).
+ * UTF-8 bytes `ops` adds to a session that the store can see (0 for a write that only changes state); what it rewrites
+ * is weighed by the script (`rewrites`).
  */
 function addedBytes(ops: ApplyOps, guard: Guard): number {
   let n = 0;
-  for (const m of ops.push_msgs ?? []) n += m.length;
-  for (const m of ops.push_iters ?? []) n += m.length;
-  for (const q of ops.queue_push ?? []) n += q.length;
-  for (const e of ops.events ?? []) n += e[1].length;
-  if (ops.compact) n += ops.compact.summary.length;
-  if (guard.create) for (const v of Object.values(ops.hset ?? {})) n += v.length;
+  for (const m of ops.push_msgs ?? []) n += Buffer.byteLength(m);
+  for (const m of ops.push_iters ?? []) n += Buffer.byteLength(m);
+  for (const q of ops.queue_push ?? []) n += Buffer.byteLength(q);
+  for (const e of ops.events ?? []) n += Buffer.byteLength(e[1]);
+  if (ops.compact) n += Buffer.byteLength(ops.compact.summary);
+  if (guard.create) for (const v of Object.values(ops.hset ?? {})) n += Buffer.byteLength(v);
   return n;
 }
 
