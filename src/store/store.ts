@@ -138,7 +138,8 @@ const STAGE_PART_BYTES = 256 * 1024;
 /** The expiry of a staged history (ms): the create's write renames it first, a create that failed leaves it. */
 const STAGE_TTL_MS = 10 * 60_000;
 
-const bytesOf = (list: readonly string[]) => list.reduce((n, m) => n + m.length, 0);
+/** UTF-8 bytes of `list` together: what Redis stores of it. */
+const bytesOf = (list: readonly string[]) => list.reduce((n, m) => n + Buffer.byteLength(m), 0);
 
 /**
  * 413 for a client's results that would take the pending step's results to `bytes` together, past MAX_TURN_BYTES
@@ -335,9 +336,13 @@ export class SessionStore {
    */
   private async stageHistory(key: string, msgs: readonly string[]): Promise<void> {
     for (let i = 0; i < msgs.length;) {
-      let bytes = msgs[i]!.length;
+      let bytes = Buffer.byteLength(msgs[i]!);
       let end = i + 1;
-      while (end < msgs.length && bytes + msgs[end]!.length <= STAGE_PART_BYTES) bytes += msgs[end++]!.length;
+      for (; end < msgs.length; end++) {
+        const next = Buffer.byteLength(msgs[end]!);
+        if (bytes + next > STAGE_PART_BYTES) break;
+        bytes += next;
+      }
       const res =
         (await this.redis
           .multi()

@@ -7,7 +7,8 @@ import { text } from '../fake/script.js';
  * A fork copies its source's history, whose size only the tenant's storage quota bounds. Copied in one script (the
  * history JSON-encoded in its ops, decoded in Lua) a history of megabytes held Redis for seconds, and every tenant's
  * commands waited or got 503. A create's history over 1 MiB is staged in parts of at most 256 KiB (a larger message
- * alone), each one RPUSH with the part's expiry, and the create's write renames it into place.
+ * alone), each one RPUSH with the part's expiry, and the create's write renames it into place. Sizes in UTF-8 bytes,
+ * what Redis holds (a CJK history is three times its UTF-16 length).
  */
 
 const KB = 1024;
@@ -56,5 +57,32 @@ describe('a fork of a large history', () => {
     const done = await h.api.waitFor(forkId, (s) => s.status === 'idle' && s.iteration === 5);
     assert.equal(done.error, null);
     assert.equal((await h.api.get(`/v1/sessions/${forkId}/messages`)).body.data.length, 10);
+  });
+
+  it('weighs the history in UTF-8 bytes: CJK under 1 MiB in UTF-16 units but over it in bytes is staged', async () => {
+    const { h } = suite;
+    // 100 000 CJK characters a message: 100 000 UTF-16 units, 300 000 bytes; 4 of them over 1 MiB only in bytes.
+    const id = await suite.sessionWithTurns(
+      Array.from({ length: 4 }, (_, n) => `#${n} ${'漢'.repeat(100_000)}`),
+    );
+    const messageBytes = Buffer.byteLength(`#0 ${'漢'.repeat(100_000)}`);
+
+    const monitor = await suite.monitor();
+    const fork = await h.api.post(`/v1/sessions/${id}/fork`, { at_iteration: 4 });
+    assert.equal(fork.status, 201, JSON.stringify(fork.body));
+    const forkId = fork.body.id as string;
+    await monitor.settle();
+
+    const forkCommands = monitor.commands.filter((args) => args.some((a) => a.includes(`{${forkId}}`)));
+    const parts = forkCommands.filter((args) => /^rpush$/i.test(args[0]!) && args[1]!.includes(':st:'));
+    assert.ok(parts.length >= 4, `staged in ${parts.length} parts`);
+    // A part is at most 256 KiB, or one larger message alone: never two of these messages together.
+    const largest = Math.max(
+      ...parts.map((args) => args.slice(2).reduce((n, a) => n + Buffer.byteLength(a), 0)),
+    );
+    assert.ok(largest < messageBytes + 1024, `the largest part: ${largest} bytes`);
+    const apply = forkCommands.find((args) => /^evalsha$/i.test(args[0]!) && args[2] === '8');
+    assert.ok(apply && Buffer.byteLength(apply[12]!) < 64 * KB, 'the create write carries no history');
+    assert.equal((await h.api.get(`/v1/sessions/${forkId}`)).body.message_count, 8);
   });
 });
