@@ -4,7 +4,7 @@
  * after a `session.deleted` event (`"reason": "expired"`; webhooks get it as for a DELETE). Any replica sweeps the due
  * set `sessions:expiry` (src/store/due.ts): an entry is written when the session is created (or its `ttl_s` changed)
  * and moved on to `updated_at + ttl_s` whenever the sweep finds the session changed since. The delete is guarded by
- * the revision the sweep read (destroy-10.lua), so a new message that lands first wins and the TTL starts again.
+ * the revision the sweep read (destroy-11.lua), so a new message that lands first wins and the TTL starts again.
  * Every time here is of Redis's clock: `updated_at` is its TIME (apply-8.lua), entries are written `ttl_s` from its
  * now (due-add-1.lua) and read and compared by its now (due-read-1.lua). With the sweeping replica's own clock, one
  * ahead deleted every tenant's sessions early by its skew; with the writer's, one ahead wrote entries late.
@@ -50,8 +50,9 @@ export class RetentionSweeper {
         this.log.warn({ err, session: e.id }, 'session expiry failed'),
       );
     }
-    // The index entries of deletes (these, and DELETEs) whose process died right after their script.
-    await store.index.sweepDeletes(now);
+    // The index entries and the storage bytes of deletes (these, and DELETEs) whose process died right after their
+    // script.
+    await store.sweepDeletes(now);
   }
 
   private async one(e: DueEntry, now: number): Promise<void> {

@@ -40,17 +40,24 @@ export const sessionKeys = (id: string) => ({
    * STRING: a kept segment too large for one script to build or push (Store `apply`, `compact.staged`): appended in
    * parts before the compaction's write, with an expiry, which that write removes; its element of `compacted` is then
    * a stub naming it (apply-8.lua `compact`). A prefix: each attempt appends its own random name. Listed in the meta
-   * field `seg_keys`; deleted by the session's delete, in its script (destroy-10.lua).
+   * field `seg_keys`; deleted by the session's delete, in its script (destroy-11.lua).
    */
   segment: `s:{${id}}:cs:`,
   /** HASH: the session's client tokens (src/store/client-tokens.ts), deleted with the session. */
   tokens: `s:{${id}}:ct`,
   /**
-   * STRING: a deleted session's tenant, kept as long as its event log (destroy-10.lua): whose the log is once the
+   * STRING: a deleted session's tenant, kept as long as its event log (destroy-11.lua): whose the log is once the
    * meta hash is gone, so its tenant's followers may resume to its `session.deleted` (src/store/store.ts `deletedFor`),
    * and the webhooks' fan-out delivers it (src/webhooks/outbox.ts `sessionTenant`).
    */
   gone: `s:{${id}}:g`,
+  /**
+   * HASH: what a delete of the session owes its tenant's storage count (destroy-11.lua: field its `session.deleted`
+   * event's id, value `<bytes>:<tenant>`), from its script until the bytes are given back (store.ts `destroy`, or any
+   * replica's sweep of its mark should its process die between: `giveBackLeft`); expires GIVE_BACK_TTL_MS after it
+   * (storage-quota.ts).
+   */
+  giveBack: `s:{${id}}:b`,
 });
 
 export type SessionKeys = ReturnType<typeof sessionKeys>;

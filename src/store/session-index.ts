@@ -35,8 +35,8 @@ const INDEX_GRACE_MS = 60_000;
  * are dropped after it, in commands of their own, and a process killed between the two left them for ever (no expiry;
  * a metadata pair's entries are dropped by a list only if one filters on that pair, pages past them and finds them
  * dead). So the delete writes this mark first and drops it once the entries are gone, and any replica's retention sweep
- * (`sweepDeletes`) drops the entries of a mark whose session is gone. Global, written in its own commands, as the
- * run queue is.
+ * (`sweepDeletes`) drops the entries of a mark whose session is gone (and gives back its bytes first: store.ts
+ * `giveBackLeft`). Global, written in its own commands, as the run queue is.
  */
 const UNINDEX_KEY = 'sessions:unindex';
 
@@ -245,8 +245,11 @@ export class SessionIndex {
     return mark;
   }
 
-  /** After the session's delete: its index entries are dropped, then its mark (none: an entry of `deleting`'s form). */
-  async unindex(mark: string): Promise<void> {
+  /**
+   * After the session's delete: its index entries are dropped, then its mark (none: an entry of `deleting`'s form),
+   * unless `keepMark` (what the delete owes its tenant's storage count is left to the sweep: `sweepDeletes`).
+   */
+  async unindex(mark: string, keepMark = false): Promise<void> {
     const e = unindexEntry(mark);
     if (e) {
       const member = this.member(e.createdAt, e.id);
@@ -255,7 +258,7 @@ export class SessionIndex {
         ...e.pairs.map((p) => this.redis.zrem(metadataHashKey(e.tenant, p), member)),
       ]);
     }
-    await this.redis.zrem(UNINDEX_KEY, mark);
+    if (!keepMark) await this.redis.zrem(UNINDEX_KEY, mark);
   }
 
   /** The delete did not happen (a write came first): only its mark is dropped. */
@@ -268,9 +271,11 @@ export class SessionIndex {
    * sweep: the oldest marks, each one's session read (its `created_at`); gone, or another session of the same id (a
    * deterministic id made again), its delete landed and its entries are dropped (`unindex`: its own process may be
    * doing it too, ZREM twice is harmless); still there, the delete is under way or never landed, and the mark is left,
-   * or dropped once older than UNINDEX_GRACE_MS. `now`: Redis's clock (ms), the marks'.
+   * or dropped once older than UNINDEX_GRACE_MS. `now`: Redis's clock (ms), the marks'. `landed`: run first for a
+   * delete that landed (the store gives back what it owes its tenant's storage count: the mark outlives that); one
+   * refused for memory (Redis full) leaves the mark to a later pass.
    */
-  async sweepDeletes(now: number): Promise<void> {
+  async sweepDeletes(now: number, landed: (id: string) => Promise<void> = async () => {}): Promise<void> {
     const rows = await this.redis.zrange(UNINDEX_KEY, 0, UNINDEX_SWEEP_LIMIT - 1, 'WITHSCORES');
     for (let i = 0; i + 1 < rows.length; i += 2) {
       const mark = rows[i]!;
@@ -280,8 +285,16 @@ export class SessionIndex {
         continue;
       }
       const created = await this.redis.hget(sessionKeys(e.id).meta, 'created_at');
-      if (created === null || Number(created) !== e.createdAt) await this.unindex(mark);
-      else if (Number(rows[i + 1]) < now - UNINDEX_GRACE_MS) await this.undelete(mark);
+      if (created === null || Number(created) !== e.createdAt) {
+        const left = await landed(e.id).then(
+          () => false,
+          (err: unknown) => {
+            if (!isOutOfMemory(err)) throw err;
+            return true;
+          },
+        );
+        await this.unindex(mark, left);
+      } else if (Number(rows[i + 1]) < now - UNINDEX_GRACE_MS) await this.undelete(mark);
     }
   }
 

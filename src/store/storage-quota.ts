@@ -9,8 +9,9 @@ import { taskKeys } from '../tenant-tools/keys.js';
  * and iteration records it pushes, the follow-ups it queues, the events it logs, a compaction's summary, and the
  * whole state at creation — into the session's `bytes` field, in the same script as the write (an `hincr` of the
  * apply), and then into the tenant's counter `t:{tenant}:bytes` (one INCRBY: a global key cannot join the session's
- * script in a Redis Cluster). A destroy takes the session's `bytes` back off. The count is an upper bound of what
- * the tenant keeps (events and history trimmed later are not subtracted), shared by every replica.
+ * script in a Redis Cluster). A destroy takes the session's `bytes` back off, once, even when its process dies after
+ * its script (`giveBack`). The count is an upper bound of what the tenant keeps (events and history trimmed later are
+ * not subtracted), shared by every replica.
  *
  * Every count is in UTF-8 bytes, what Redis stores: `Buffer.byteLength` here (a CJK character is 3 bytes, an emoji 4,
  * where a string's `.length` says 1 and 2), Lua's `#`, HSTRLEN and STRLEN in the scripts, so that what a shrink or a
@@ -54,6 +55,29 @@ import { taskKeys } from '../tenant-tools/keys.js';
  * record after each write, and by any replica's sweep after a write whose process died between its steps.
  */
 export const storageKey = (tenant: string) => `t:{${tenant}}:bytes`;
+
+/**
+ * ZSET of the deletes whose bytes the tenant was given back (storage-give-back-2.lua), each `<session id>/<id of its
+ * session.deleted event>` scored by its time, kept GIVEN_KEEP_MS: what makes a give-back run twice (the deleting
+ * process and a sweep) count once.
+ */
+export const givenKey = (tenant: string) => `t:{${tenant}}:given`;
+
+/**
+ * How long a delete's record of the bytes it owes (keys.ts `giveBack`) is kept for a sweep to give them back should
+ * its process die first (ms): far longer than a sweep takes to reach its mark (every DEADLINE_SWEEP_MS; a mark of a
+ * delete still under way is looked at again for 5 minutes, UNINDEX_GRACE_MS), not tied to DELETED_LOG_TTL_MS, which
+ * replicas may set differently (see GIVEN_KEEP_MS).
+ */
+export const GIVE_BACK_TTL_MS = 15 * 60_000;
+
+/**
+ * How long `givenKey` keeps a delete given back (ms): past the record's expiry by a margin for the clocks of the
+ * session's and the tenant's Redis nodes (a Cluster), and one constant for every caller, since a delete older than it
+ * is refused by the same rule that trims it (a caller trimming by a shorter span than another's refusal would let
+ * that one give back twice).
+ */
+export const GIVEN_KEEP_MS = GIVE_BACK_TTL_MS + 60_000;
 
 /**
  * UTF-8 bytes `ops` adds to a session that the store can see (0 for a write that only changes state); what it rewrites
@@ -153,6 +177,26 @@ export class StorageQuota {
       this.redis.get(taskKeys(tenant).bytes),
     ]);
     return Number(stored ?? 0) + Number(tasks ?? 0);
+  }
+
+  /**
+   * Gives a deleted session's `bytes` back to its tenant's counter, once per delete (`deleted`: the id of its
+   * `session.deleted` event, destroy-11.lua) whoever calls it and however often (storage-give-back-2.lua): the
+   * deleting process, and any replica's sweep of the delete's mark should that process die first. The delete's own
+   * record of them (keys.ts `giveBack`, another slot) is dropped by the caller after it. False when not given back
+   * now (given back before, or too old to tell).
+   */
+  async giveBack(tenant: string, id: string, deleted: string, bytes: number): Promise<boolean> {
+    const at = Number(/^(\d+)-\d+$/.exec(deleted)?.[1] ?? 0);
+    const res = await this.redis.sessStorageGiveBack(
+      storageKey(tenant),
+      givenKey(tenant),
+      `${id}/${deleted}`,
+      bytes,
+      at,
+      GIVEN_KEEP_MS,
+    );
+    return res === 1;
   }
 
   /** Adds `n` bytes to the tenant's counter (with the other writes of this event-loop turn: CounterBatch). */

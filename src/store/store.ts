@@ -40,7 +40,7 @@ import { decodeStored } from './decode.js';
 import { defineLuaCommands, type RedisClient } from './lua-commands.js';
 import type { SessionKeyList } from './lua/commands.js';
 import { RunQueue } from './runs.js';
-import { StorageQuota } from './storage-quota.js';
+import { GIVE_BACK_TTL_MS, StorageQuota } from './storage-quota.js';
 import { isOutOfMemory } from './unavailable.js';
 import { ACTIONS_DUE_KEY, DueSet, EXPIRY_DUE_KEY } from './due.js';
 import { PriceTable, type ModelPrices } from '../cost/prices.js';
@@ -589,7 +589,7 @@ export class SessionStore {
   }
 
   /**
-   * Whether `id` is a session of `tenant` deleted while its event log is kept (destroy-10.lua writes its tenant with
+   * Whether `id` is a session of `tenant` deleted while its event log is kept (destroy-11.lua writes its tenant with
    * the delete, expiring with the log). Only for a session not found: one GET.
    */
   async deletedFor(tenant: string, id: string): Promise<boolean> {
@@ -1031,7 +1031,9 @@ export class SessionStore {
    * a write came first (a swept delete never races a new message). Then the index entries (of its tenant, and of the
    * pairs of `metadata`: the session's, as the caller read it), the due entries and what the `destroyHooks` drop. The
    * index entries are named first in a mark (SessionIndex `deleting`), so that a process killed after the delete's
-   * script leaves them for another replica's sweep to drop, not for ever.
+   * script leaves them for another replica's sweep to drop, not for ever. So are the session's bytes, given back to its
+   * tenant's storage count (another slot) after the script, which records them (keys.ts `giveBack`): given back once
+   * (StorageQuota `giveBack`) and then the mark dropped, or, the process killed between, by that sweep (`giveBackLeft`).
    */
   async destroy(
     id: string,
@@ -1045,20 +1047,24 @@ export class SessionStore {
     const mark = await this.index.deleting(tenant, id, createdAt, opts.metadata ?? {});
     // The session's `bytes` (its part of the tenant's count) is read with the delete, never before it: a write
     // between (a client token's revoke gives its record's bytes back) would be given back twice. Its segment keys go
-    // in the same script (destroy-10.lua): a process killed after it leaves none behind.
+    // in the same script (destroy-11.lua): a process killed after it leaves none behind.
     let done: number;
     let bytes: number;
+    // The id of the delete's `session.deleted`, its record of the bytes it owes (none: the fallback's MULTI below).
+    let deleted: string | undefined;
     try {
-      [done, bytes] = await this.redis.sessDestroy(
+      [done, bytes, deleted] = await this.redis.sessDestroy(
         ...this.keyList(k),
         k.tokens,
         k.gone,
         k.segment,
+        k.giveBack,
         JSON.stringify(opts.reason ? { id, reason: opts.reason } : { id }),
         opts.ttlMs ?? this.options.deletedLogTtlMs ?? 60_000,
         channelName(this.redis, eventsChannel(id)),
         opts.revision === undefined ? '' : String(opts.revision),
         tenant,
+        GIVE_BACK_TTL_MS,
       );
     } catch (err) {
       // Redis full (noeviction): a delete frees memory, so it must work then too. Plain UNLINKs are never refused
@@ -1068,7 +1074,8 @@ export class SessionStore {
       // The segment keys as read just before go in the same UNLINK; only those of a compaction that landed between
       // the two are unlinked after it (a kill then leaves them: that compaction's, without expiry).
       const before = segmentKeysOf(k, await this.redis.hget(k.meta, 'seg_keys'));
-      // (In one MULTI, for the same reason as the script reads `bytes` itself; neither command is refused then.)
+      // (In one MULTI, for the same reason as the script reads `bytes` itself; neither command is refused then.) No
+      // record of the bytes: given back at once below, as before records (a kill between leaves the count high).
       const res =
         (await this.redis
           .multi()
@@ -1088,19 +1095,55 @@ export class SessionStore {
     }
     if (done === 1) tap?.landed();
     this.tenants.delete(id);
+    // The bytes are given back before the mark is dropped: a kill before leaves both to a replica's sweep.
+    const givenBack = async (): Promise<boolean> => {
+      if (done !== 1 || bytes === 0) return true;
+      if (deleted === undefined) {
+        await this.storage.add(tenant, -bytes).catch((err: unknown) => {
+          if (!isOutOfMemory(err)) throw err; // still full after the delete: the count stays high (an upper bound)
+        });
+        return true;
+      }
+      try {
+        await this.storage.giveBack(tenant, id, deleted, bytes);
+      } catch (err) {
+        // Still full after the delete: the record and the mark are left for a sweep once there is room.
+        if (!isOutOfMemory(err)) throw err;
+        return false;
+      }
+      await this.redis.hdel(k.giveBack, deleted);
+      return true;
+    };
     await Promise.all([
-      this.index.unindex(mark),
+      givenBack().then((given) => this.index.unindex(mark, !given)),
       this.runs.end(id, tenant, true),
-      done === 1
-        ? this.storage.add(tenant, -bytes).catch((err: unknown) => {
-            if (!isOutOfMemory(err)) throw err; // still full after the delete: the count stays high (an upper bound)
-          })
-        : null,
       this.redis.zrem(ACTIONS_DUE_KEY, id),
       this.redis.zrem(EXPIRY_DUE_KEY, id),
       ...this.destroyHooks.map((hook) => hook(id, tenant)),
     ]);
     return done === 1;
+  }
+
+  /**
+   * What deletes of `id` still owe their tenants' storage counts (keys.ts `giveBack`: left by a process that died
+   * after its delete's script), given back once each (StorageQuota `giveBack`), each record then dropped.
+   */
+  async giveBackLeft(id: string): Promise<void> {
+    const key = sessionKeys(id).giveBack;
+    for (const [deleted, owed] of Object.entries(await this.redis.hgetall(key))) {
+      const m = /^(-?\d+):(.+)$/s.exec(owed);
+      if (m) await this.storage.giveBack(m[2]!, id, deleted, Number(m[1]));
+      await this.redis.hdel(key, deleted);
+    }
+  }
+
+  /**
+   * The retention pass's repair of the deletes whose process died after their script (SessionIndex `sweepDeletes`):
+   * what each owes its tenant's storage count given back (`giveBackLeft`), then its index entries and mark dropped.
+   * `now`: Redis's clock (ms).
+   */
+  sweepDeletes(now: number): Promise<void> {
+    return this.index.sweepDeletes(now, (id) => this.giveBackLeft(id));
   }
 
   /**

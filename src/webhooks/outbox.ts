@@ -137,7 +137,7 @@ export class WebhookOutbox {
 
   /**
    * The tenant of a session (or a schedule: the same key layout), from its meta hash or, once it is deleted, the
-   * tenant its delete left beside the log it keeps (`s:{id}:g`, destroy-10.lua) or its fan-out state. The state has
+   * tenant its delete left beside the log it keeps (`s:{id}:g`, destroy-11.lua) or its fan-out state. The state has
    * a tenant only once a fan-out of the log ran: a webhook listening only for the delete (`session.deleted`) marks
    * nothing before it, so the sweep of the mark of a replica killed right after the delete found no tenant, and
    * dropped the event.

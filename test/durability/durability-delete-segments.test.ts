@@ -59,8 +59,8 @@ describe("a session's delete killed right after its script", { timeout: 180_000 
     assert.equal(await rig.r.exists(`s:{${id}}`), 0, 'the delete’s script ran');
     assert.deepEqual(
       (await rig.r.keys(`s:{${id}}:*`)).sort(),
-      [`s:{${id}}:e`, `s:{${id}}:g`],
-      'only the log and its tenant',
+      [`s:{${id}}:b`, `s:{${id}}:e`, `s:{${id}}:g`],
+      'only the log, its tenant and the bytes owed its tenant (each with an expiry)',
     );
   });
 });

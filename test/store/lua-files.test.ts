@@ -91,6 +91,7 @@ describe('Lua lives in .lua files', () => {
       'sessSegmentIfFits',
       'sessSegmentPart',
       'sessSegmentsPage',
+      'sessStorageGiveBack',
       'sessToolRetried',
       'sessTreeDue',
       'sessTreeDueRead',

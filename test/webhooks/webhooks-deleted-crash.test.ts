@@ -91,7 +91,7 @@ describe('a delete whose replica dies before its fan-out', { timeout: 240_000 },
         const created = await api.post('/v1/sessions', { input: 'hello', start: false, ttl_s: 1 });
         assert.equal(created.status, 201, JSON.stringify(created.body));
         id = created.body.id;
-        // Only the expiry's destroy (destroy-10.lua) carries this argument.
+        // Only the expiry's destroy (destroy-11.lua) carries this argument.
         return JSON.stringify({ id, reason: 'expired' });
       },
       // The replica's own retention sweep deletes it once its TTL is over.

@@ -1,6 +1,6 @@
 -- delete: deletes a schedule's record and runs list if it belongs to the tenant and is at the expected revision;
 -- its event log gets a `schedule.deleted` event and expires after ARGV[5] ms, so live readers and webhooks learn
--- of the deletion (as a session's, store/lua/destroy-10.lua).
+-- of the deletion (as a session's, store/lua/destroy-11.lua).
 -- KEYS[1] the schedule (hash)  KEYS[2] its event log (stream)  KEYS[3] its runs (zset)
 -- KEYS[4] its webhooks' fan-out state (hash, src/webhooks/keys.ts `fanoutState`): its tenant (`t`) is written here,
 -- expiring with the log, as fanout-end-3.lua keeps it. The fan-out learns a log's tenant from the hash deleted here,

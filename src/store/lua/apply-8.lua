@@ -54,7 +54,7 @@
 -- Storage (TENANT_MAX_BYTES, src/store/storage-quota.ts): the store counts what it sees a change add (its pushes,
 -- queued follow-ups, events, summary; a create's fields whole) and passes it as `hincr.bytes`. What a change
 -- rewrites only this script can weigh, and it counts it here, into the meta field `bytes` (which the session's delete
--- gives back, destroy-10.lua), as the new length less the old (negative: given back): each `hset` field but a
+-- gives back, destroy-11.lua), as the new length less the old (negative: given back): each `hset` field but a
 -- create's, each `lset_msgs`/`lset_iters` element; less the `result:*`/`reported:*` values a cleared step drops;
 -- plus the blocks `queue.base` adds to the history (a step's results, moved from those fields or given) and the
 -- data of the `message.appended` event written here. Lengths in bytes, as Lua's `#`.
@@ -198,7 +198,7 @@ end
 -- kept as it is (its expiry removed) and the list gets a stub naming it, `{"at_iteration":n,"key":"<suffix>",
 -- "bytes":<length>}` (KEYS[8] is keys.ts `segment` .. suffix; readers resolve it: src/store/store.ts
 -- `compacted`, `segmentAt`, segment-if-fits-1.lua), and the meta field `seg_keys` lists the suffix, so the
--- session's delete drops it (destroy-10.lua). What stays of the history is trimmed in place, never copied.
+-- session's delete drops it (destroy-11.lua). What stays of the history is trimmed in place, never copied.
 local function compact(c)
   local len = redis.call('LLEN', KEYS[2])
   local moved = math.min(c.count, len)

@@ -81,8 +81,9 @@ declare module 'ioredis' {
     /** run-due-read-1.lua: the ids due by Redis's now, oldest first. */
     sessRunDueRead(due: string, limit: number): Result<string[], Context>;
     /**
-     * destroy-10.lua: [1, its `bytes` as deleted] when the session existed (its segment keys deleted with it), [0, 0]
-     * when not, [-1, 0] when it moved past the revision given.
+     * destroy-11.lua: [1, its `bytes` as deleted, the id of its `session.deleted` (its field in `giveBack`, when
+     * `bytes` is not 0)] when the session existed (its segment keys deleted with it), [0, 0] when not, [-1, 0] when it
+     * moved past the revision given.
      */
     sessDestroy(
       ...args: [
@@ -90,13 +91,27 @@ declare module 'ioredis' {
         tokens: string,
         gone: string,
         segmentPrefix: string,
+        giveBack: string,
         deletedEvent: string,
         ttlMs: number,
         channel: string,
         revision: string,
         tenant: string,
+        giveBackTtlMs: number,
       ]
-    ): Result<[number, number], Context>;
+    ): Result<[1, number, string] | [0 | -1, 0], Context>;
+    /**
+     * storage-give-back-2.lua: 1 when the delete's bytes were taken off the count, 0 when given back before, -1 when
+     * the delete is too old to tell (nothing given back).
+     */
+    sessStorageGiveBack(
+      bytesKey: string,
+      givenKey: string,
+      deleted: string,
+      bytes: number,
+      at: number,
+      keepMs: number,
+    ): Result<1 | 0 | -1, Context>;
     /**
      * segment-if-fits-1.lua: the kept segment at `index` if it has at most `most` bytes and its `at_iteration` is
      * past `after`, else -1 (not past `after`) or its byte length; a stub (a segment kept in a key of its own)
