@@ -15,18 +15,8 @@ import { reply, text, toolUse } from '../fake/script.js';
 import { startHarness, type Api, type ApiResponse, type Harness } from '../helpers/service.js';
 import { storageKey } from '../../src/store/storage-quota.js';
 import { sessionKeys } from '../../src/store/keys.js';
+import { BOOKKEEPING_FIELDS } from '../helpers/session-fields.js';
 
-/** Meta fields the scripts keep on their own (the revision, stamps, the log's and the count's bookkeeping). */
-const BOOKKEEPING = new Set([
-  'revision',
-  'updated_at',
-  'msg_count',
-  'bytes',
-  'ev_bytes',
-  'ev_cut',
-  'ev_mark',
-  'params_rev',
-]);
 const MAX = 10_000_000;
 /** Metadata of `keys` values of 500 `ch` (values hold at most 512 characters, 32 keys at most). */
 const metadataOf = (ch: string, keys: number) =>
@@ -72,7 +62,7 @@ describe('TENANT_MAX_BYTES counts the growth of what a write rewrites', { timeou
     const now = await snapshot(id);
     let fields = 0;
     for (const f of new Set([...Object.keys(before.fields), ...Object.keys(now.fields)])) {
-      if (BOOKKEEPING.has(f)) continue;
+      if (BOOKKEEPING_FIELDS.has(f)) continue;
       fields += (now.fields[f] ?? '').length - (before.fields[f] ?? '').length;
     }
     assert.equal(now.msgs.length, before.msgs.length, 'no message appended');

@@ -17,18 +17,8 @@ import { text } from '../fake/script.js';
 import { startHarness, type Api, type ApiResponse, type Harness } from '../helpers/service.js';
 import { storageKey } from '../../src/store/storage-quota.js';
 import { sessionKeys } from '../../src/store/keys.js';
+import { BOOKKEEPING_FIELDS } from '../helpers/session-fields.js';
 
-/** Meta fields the scripts keep on their own (the revision, stamps, the log's and the count's bookkeeping). */
-const BOOKKEEPING = new Set([
-  'revision',
-  'updated_at',
-  'msg_count',
-  'bytes',
-  'ev_bytes',
-  'ev_cut',
-  'ev_mark',
-  'params_rev',
-]);
 const MAX = 300_000;
 /** 3 bytes and 1 UTF-16 unit each. */
 const KANJI = '漢字';
@@ -87,7 +77,7 @@ describe('TENANT_MAX_BYTES counts UTF-8 bytes', { timeout: 120_000 }, () => {
     ]);
     let n = 0;
     let stream = 0;
-    for (const [f, v] of Object.entries(fields)) if (!BOOKKEEPING.has(f)) n += bytes(v);
+    for (const [f, v] of Object.entries(fields)) if (!BOOKKEEPING_FIELDS.has(f)) n += bytes(v);
     for (const m of [...msgs, ...iters]) n += bytes(m);
     for (const [, kv] of events) {
       const type = kv[kv.indexOf('t') + 1];

@@ -1,0 +1,14 @@
+/**
+ * Meta fields of a session the scripts keep on their own (the revision, stamps, the log's and the storage count's
+ * bookkeeping): left out when a test weighs what a session stores against its tenant's storage count.
+ */
+export const BOOKKEEPING_FIELDS: ReadonlySet<string> = new Set([
+  'revision',
+  'updated_at',
+  'msg_count',
+  'bytes',
+  'ev_bytes',
+  'ev_cut',
+  'ev_mark',
+  'params_rev',
+]);
