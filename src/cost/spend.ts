@@ -6,7 +6,7 @@
  * keys: no other module touches them.
  */
 import { InvalidRequest, QuotaExceeded } from '../errors.js';
-import { CounterBatch } from '../store/counter-batch.js';
+import { KeyedBatch } from '../store/counter-batch.js';
 import { defineLuaCommands, type RedisClient } from '../store/lua-commands.js';
 import './lua/commands.js';
 import { microsToUsd, usdToMicros, type PriceTable } from './prices.js';
@@ -58,6 +58,44 @@ export const TENANT_BUDGET_EXHAUSTED = 'tenant_budget_exhausted';
 export const utcDay = (ms: number): string => new Date(ms).toISOString().slice(0, 10);
 
 const usageKey = (tenant: string, day: string) => `q:{${tenant}}:usage:${day}`;
+/** HASH: session id → the seq of its last turn added to a day (record-2.lua), in the tenant's slot. */
+const spentKey = (tenant: string) => `q:{${tenant}}:spent`;
+/** The tenant's `spentKey` from one of its day keys (`usageKey`). */
+const spentOf = (dayKey: string) => dayKey.replace(/:usage:[^:]*$/, ':spent');
+
+/**
+ * A turn's spend committed to its session and not known to be in its tenant's day yet: the session's meta field
+ * `spend_open`, `<seq>|<day>|<in>,<out>,<cw>,<cr>,<cost>,<nc>`, written by the commit that billed it (apply-8.lua,
+ * `seq` the commit's revision) and dropped once its run recorded it (release-2.lua). Whoever finds it (the claim of
+ * the session's next run, the runs' sweep) records it again: record-2.lua counts a seq of a session once.
+ */
+export interface OpenSpend {
+  seq: number;
+  day: string;
+  incr: SpendIncr;
+}
+
+/** What a commit writes after its revision in `spend_open` (apply-8.lua `spend_open`): `<day>|<counters>`. */
+export const openSpendTail = (incr: SpendIncr, now: number): string =>
+  `${utcDay(now)}|${incr.in},${incr.out},${incr.cw},${incr.cr},${incr.cost},${incr.nc}`;
+
+/** The `spend_open` field decoded (see OpenSpend); null when absent or not of that form. */
+export function parseOpenSpend(raw: string | undefined | null): OpenSpend | null {
+  const m = /^(\d+)\|(\d{4}-\d\d-\d\d)\|(-?\d+),(-?\d+),(-?\d+),(-?\d+),(-?\d+),(-?\d+)$/.exec(raw ?? '');
+  if (!m) return null;
+  const n = (i: number) => Number(m[i]);
+  return { seq: n(1), day: m[2]!, incr: { in: n(3), out: n(4), cw: n(5), cr: n(6), cost: n(7), nc: n(8) } };
+}
+
+/** Where a turn's record comes from: its session and seq (`OpenSpend`), so that it is counted once. */
+export interface SpendMark {
+  session: string;
+  seq: number;
+  day: string;
+}
+
+/** One turn of a record-2.lua call: session ('' unmarked), seq, then the counters. */
+type TurnArgs = [string, number, number, number, number, number, number, number];
 
 interface DayUsage {
   date: string;
@@ -88,7 +126,8 @@ export class TenantSpend {
   private readonly capMicros: number;
   private readonly now: () => number;
   /** Turns' counters on their way to their tenant's day: the turns of one event-loop turn in one script call. */
-  private readonly turns: CounterBatch;
+  private readonly turns: KeyedBatch<TurnArgs>;
+  private readonly retentionDays: number;
 
   constructor(
     private readonly redis: RedisClient,
@@ -98,9 +137,10 @@ export class TenantSpend {
     this.now = options.now;
     this.capMicros = usdToMicros(options.capUsdPerDay);
     defineLuaCommands(redis, new URL('./lua/', import.meta.url), 'cost');
+    this.retentionDays = options.retentionDays;
     const ttlS = options.retentionDays * 86_400;
-    this.turns = new CounterBatch((key, sums) =>
-      this.redis.costRecord(key, ttlS, ...[...sums].flatMap(([f, n]) => [f, n])),
+    this.turns = new KeyedBatch((key, turns) =>
+      this.redis.costRecord(key, spentOf(key), ttlS, ...turns.flat()),
     );
   }
 
@@ -109,12 +149,38 @@ export class TenantSpend {
   }
 
   /**
-   * Adds a committed turn's counters to its tenant's day (now, UTC), with those of the other turns committed in the
-   * same event-loop turn: one script call (lua/record-1.lua) per day's hash, where this was a MULTI of seven
-   * commands per turn.
+   * Adds a committed turn's counters to its tenant's day, with those of the other turns committed in the same
+   * event-loop turn: one script call (lua/record-2.lua) per day's hash, where this was a MULTI of seven commands per
+   * turn. `mark` (the turn's session and seq, and the day its commit counted it in): added only if that seq of the
+   * session was not recorded yet. Unmarked (a turn whose session is gone): added, now's day.
    */
-  record(tenant: string, incr: SpendIncr, now = this.now()): Promise<void> {
-    return this.turns.add(usageKey(tenant, utcDay(now)), Object.entries(incr));
+  record(tenant: string, incr: SpendIncr, mark?: SpendMark): Promise<void> {
+    const day = mark?.day ?? utcDay(this.now());
+    return this.turns.add(usageKey(tenant, day), [
+      mark?.session ?? '',
+      mark?.seq ?? 0,
+      incr.in,
+      incr.out,
+      incr.cw,
+      incr.cr,
+      incr.cost,
+      incr.nc,
+    ]);
+  }
+
+  /**
+   * Records the spend a session's meta hash says is open (`spend_open`, OpenSpend): the claim of its next run, the
+   * runs' sweep finding its run ended without a record. Once: record-2.lua skips a seq recorded already. A day past
+   * USAGE_RETENTION_DAYS is not written again (its hash is gone, and so may be the seq that counted it).
+   */
+  async recordOpen(tenant: string, session: string, open: OpenSpend): Promise<void> {
+    if (open.day < utcDay(this.now() - this.retentionDays * 86_400_000)) return;
+    await this.record(tenant, open.incr, { session, seq: open.seq, day: open.day });
+  }
+
+  /** A deleted session's recorded seq (record-2.lua) goes with it. One HDEL. */
+  async forget(tenant: string, session: string): Promise<void> {
+    await this.redis.hdel(spentKey(tenant), session);
   }
 
   /** Whether the tenant's spend today reached TENANT_MAX_COST_USD_PER_DAY (never without a cap). */

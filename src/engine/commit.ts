@@ -26,10 +26,15 @@ import { statusEvent } from './status.js';
 import { eventAtRevision, eventOf } from '../events/schemas.js';
 import { taskCallId } from '../tenant-tools/task-record.js';
 import type { TaskQueue } from '../tenant-tools/tasks.js';
+import { openSpendTail, type OpenSpend } from '../cost/spend.js';
 
 /** A commit whose answer was lost was applied after all (see `applyThroughOutage`). */
 export class CommitLanded extends Error {
-  constructor(readonly sessionId: string) {
+  constructor(
+    readonly sessionId: string,
+    /** The session's open spend as read once the commit was found applied (its own, if it billed a turn). */
+    readonly spendOpen: OpenSpend | null = null,
+  ) {
     super(`a commit of session ${sessionId} was applied though its answer was lost`);
     this.name = 'CommitLanded';
   }
@@ -128,26 +133,62 @@ export function completedEvents(
   return out;
 }
 
-/** A fenced commit: only the current owner of the run writes; the result tells of a cancel asked meanwhile. */
+/**
+ * A fenced commit: only the current owner of the run writes; the result tells of a cancel asked meanwhile. A commit
+ * that bills a turn marks it open in the session (`spend_open`, src/cost/spend.ts OpenSpend: its seq is the commit's
+ * revision) and then adds it to the tenant's day (`billed`): a process killed between the two leaves the mark for
+ * the claim of the run's takeover, or the runs' sweep, to record, once (record-2.lua counts a seq once).
+ */
 export async function commit(deps: RunDeps, run: RunHandle, given: ApplyOps): Promise<ApplyResult> {
-  const ops = withUnbilled(run, given);
+  const ops = withSpendOpen(deps, withUnbilled(run, given));
   let res: ApplyResult;
   try {
     res = await run.obs.commit(() => applyThroughOutage(deps, run, ops));
   } catch (err) {
     // The session left `running` under us (cancelled or deleted by a route): this run is over. A session gone
-    // (deleted) keeps no usage, but the turns this commit billed were spent all the same: its tenant's day gets them.
+    // (deleted) keeps no usage, but the turns this commit billed were spent all the same: its tenant's day gets them
+    // (unmarked: no commit landed to mark them, nor a session left to find the mark; at most once).
     if (err instanceof NotFound) await billed(deps, run, ops);
     if (err instanceof InvalidStatus || err instanceof NotFound) {
       throw new FencedOut(run.id);
     }
-    // Applied after all: its usage is in the session; the tenant's day gets it here, as after any commit.
-    if (err instanceof CommitLanded) await billed(deps, run, ops);
+    // Applied after all: its usage is in the session, its mark too (read with the marker); the tenant's day gets it
+    // here, as after any commit.
+    if (err instanceof CommitLanded) {
+      run.unbilled = null;
+      if (ops.spend_open && err.spendOpen) await recordOpenSpend(deps, run, run.tenant, err.spendOpen);
+    }
     throw err;
   }
   if (res.control === 'cancel' && !run.reason) run.abort('cancel');
-  await billed(deps, run, ops);
+  await billed(deps, run, ops, res.revision);
   return res;
+}
+
+/** `ops` with its turn's spend marked open (`spend_open`), when it bills one. */
+function withSpendOpen(deps: Pick<RunDeps, 'store'>, ops: ApplyOps): ApplyOps {
+  const spend = spendOfIncr(ops.hincr);
+  return spend ? { ...ops, spend_open: openSpendTail(spend, deps.store.clock.now()) } : ops;
+}
+
+/**
+ * Records a session's open spend (`spend_open`, found by a claim or read after a commit found applied) in its tenant's
+ * day, once; the run's end then drops the mark (`spendRecorded`). Best effort, as every record: a failure leaves the
+ * mark for the next claim.
+ */
+export async function recordOpenSpend(
+  deps: Pick<RunDeps, 'store'>,
+  run: Pick<RunHandle, 'id' | 'spendRecorded'>,
+  tenant: string | null,
+  open: OpenSpend,
+): Promise<void> {
+  if (tenant === null) return;
+  await deps.store.spend.recordOpen(tenant, run.id, open).then(
+    () => {
+      run.spendRecorded = open.seq;
+    },
+    () => {},
+  );
 }
 
 /** `ops` with the run's unbilled usage added to its counters (RunHandle `unbilled`). */
@@ -158,10 +199,13 @@ function withUnbilled(run: RunHandle, ops: ApplyOps): ApplyOps {
   return { ...ops, hincr };
 }
 
-/** After a commit of `ops` landed: what it billed is no longer unbilled, and goes into the tenant's day. */
-async function billed(deps: RunDeps, run: RunHandle, ops: ApplyOps): Promise<void> {
+/**
+ * After a commit of `ops` landed (at revision `seq`, which marked its spend open: `withSpendOpen`): what it billed is
+ * no longer unbilled, and goes into the tenant's day. Without `seq` (no commit landed), unmarked.
+ */
+async function billed(deps: RunDeps, run: RunHandle, ops: ApplyOps, seq?: number): Promise<void> {
   run.unbilled = null;
-  await recordSpend(deps, run, ops);
+  await recordSpend(deps, run, ops, seq);
 }
 
 /**
@@ -176,13 +220,21 @@ export async function billDeleted(deps: RunDeps, run: RunHandle): Promise<void> 
 }
 
 /**
- * Adds a committed turn's usage and cost to its tenant's day (another hash tag than the session's, so a command of
- * its own after the commit: a crash between the two leaves that turn out of the tenant's day, never in it twice).
+ * Adds a committed turn's usage and cost to its tenant's day: another hash tag than the session's, so a command of
+ * its own after the commit. A crash between the two leaves the turn's mark (`spend_open`) in the session, which the
+ * run's takeover (its claim) or the runs' sweep records; the record counts the turn's seq once (record-2.lua).
  */
-async function recordSpend(deps: RunDeps, run: RunHandle, ops: ApplyOps): Promise<void> {
+async function recordSpend(deps: RunDeps, run: RunHandle, ops: ApplyOps, seq?: number): Promise<void> {
   const spend = spendOfIncr(ops.hincr);
   if (!spend || run.tenant === null) return;
-  await deps.store.spend.record(run.tenant, spend).catch(() => {});
+  const day = seq === undefined ? undefined : ops.spend_open?.split('|')[0];
+  const mark = day === undefined ? undefined : { session: run.id, seq: seq!, day };
+  await deps.store.spend.record(run.tenant, spend, mark).then(
+    () => {
+      if (mark) run.spendRecorded = mark.seq;
+    },
+    () => {},
+  );
 }
 
 /** The spend metrics of a turn of `model` whose usage counters are `hincr` (usageIncr's). */
@@ -226,7 +278,8 @@ async function applyThroughOutage(deps: RunDeps, run: RunHandle, ops: ApplyOps):
         if (Date.now() > deadline || run.reason) throw err;
         await new Promise((resolve) => setTimeout(resolve, 200));
         try {
-          if ((await store.lastCommit(run.id)) === marker) throw new CommitLanded(run.id);
+          const last = await store.lastCommit(run.id);
+          if (last.marker === marker) throw new CommitLanded(run.id, last.spendOpen);
           run.obs.commitRetried();
           break; // not applied: send it again
         } catch (e) {
@@ -354,8 +407,8 @@ export async function cancelSession(
   store: SessionStore,
   state: SessionState,
   guard: { fence: number } | { rev: number },
-  /** Usage counters the change bills too (a run's `unbilled`). */
-  hincr?: Record<string, number>,
+  /** Usage counters the change bills too (a run's `unbilled`), and their mark (`spend_open`: `withSpendOpen`). */
+  bill?: Pick<ApplyOps, 'hincr' | 'spend_open'>,
 ): Promise<ApplyResult> {
   const last = await store.lastMessage(state.id);
   const calls = last ? toolCallsOf(last) : [];
@@ -375,7 +428,8 @@ export async function cancelSession(
   } else {
     Object.assign(ops, followUpsAfter(last ?? undefined));
   }
-  if (hincr) ops.hincr = { ...ops.hincr, ...hincr };
+  if (bill?.hincr) ops.hincr = { ...ops.hincr, ...bill.hincr };
+  if (bill?.spend_open) ops.spend_open = bill.spend_open;
   return store.apply(
     state.id,
     {
@@ -396,11 +450,12 @@ export async function cancelSession(
  * session as it is now, whose tasks are the ones dropped.
  */
 export async function cancelOwnRun(deps: RunDeps, run: RunHandle, state: SessionState): Promise<void> {
-  const hincr = run.unbilled ?? undefined;
+  const bill = run.unbilled ? withSpendOpen(deps, { hincr: run.unbilled }) : undefined;
   let s = state;
+  let seq: number | undefined;
   for (;;) {
     try {
-      await cancelSession(deps.store, s, { fence: run.fence }, hincr);
+      seq = (await cancelSession(deps.store, s, { fence: run.fence }, bill)).revision;
       break;
     } catch (err) {
       if (!(err instanceof RevisionMismatch)) throw err;
@@ -411,7 +466,7 @@ export async function cancelOwnRun(deps: RunDeps, run: RunHandle, state: Session
       s = now;
     }
   }
-  if (hincr) await billed(deps, run, { hincr });
+  if (bill) await billed(deps, run, bill, seq);
   await dropStepTasks(deps.tasks, s);
 }
 

@@ -60,6 +60,11 @@ export class RunHandle {
    */
   unbilled: Record<string, number> | null = null;
   /**
+   * The seq of the session's spend this run added to its tenant's day last (src/cost/spend.ts OpenSpend): its end's
+   * release drops the session's `spend_open` mark while it is still that one (src/store/runs.ts `release`).
+   */
+  spendRecorded: number | null = null;
+  /**
    * The pending step this run committed with its reply (turns.ts, a step that waits) has queued no tool task yet:
    * the tool step that runs it next takes it as fresh (src/engine/tool-tasks.ts `queueTasks`), and clears this.
    */

@@ -27,6 +27,7 @@ import {
   fail,
   finish,
   isPausedReply,
+  recordOpenSpend,
 } from './commit.js';
 import type { EngineLogger, RunDeps, RunHandle } from './run-handle.js';
 import { dueAtStart, endsWithSummary, leftoverCompaction, recordTellsPaused } from './compaction.js';
@@ -154,8 +155,13 @@ export class Run {
   private async begin(): Promise<void> {
     const { deps, run, swept } = this;
     const tenant = swept && this.known ? this.known.state.tenant : null;
-    await deps.store.runs.keep(run, deps.leaseTtlMs, tenant);
     const state = this.known?.state;
+    // The spend of a turn whose commit landed and whose record may not have (its process was killed between the
+    // two): recorded now, before this run bills anything, once (commit.ts `recordOpenSpend`).
+    await Promise.all([
+      deps.store.runs.keep(run, deps.leaseTtlMs, tenant),
+      state?.spendOpen ? recordOpenSpend(deps, run, state.tenant, state.spendOpen) : null,
+    ]);
     // A takeover may send again a turn (or a compaction) the dead owner had started: the log marks it first.
     if (swept && state && state.status === 'running' && state.fence === run.fence)
       await markLostTurn(deps.store, run.id, state, 'takeover').catch((err: unknown) =>
@@ -411,7 +417,10 @@ export class Run {
     await billDeleted(deps, run);
     await deps.channels.unwatchControl(run.id);
     // Handed over (a shutdown): any replica may claim it now rather than after the lease TTL.
-    await deps.store.runs.release(run.id, deps.owner, run.fence, run.reason === 'shutdown').catch(() => {});
+    // With it goes the session's open spend this run recorded last, while no later commit replaced it.
+    await deps.store.runs
+      .release(run.id, deps.owner, run.fence, run.reason === 'shutdown', run.spendRecorded)
+      .catch(() => {});
     // Last: nothing of this run writes after this line. `abort`: null when the run ended by itself (the session
     // left `running`), else why this process stopped it.
     if (this.counted)

@@ -70,6 +70,12 @@ export interface ApplyOps {
    */
   keep_revision?: boolean;
   /**
+   * The turn this change bills (its `hincr.u_*`) is not in its tenant's day yet: `<day>|<counters>` (src/cost/spend.ts
+   * `openSpendTail`), kept as the meta field `spend_open` after the new revision, the turn's seq (OpenSpend). Never
+   * with `keep_revision`, which moves no revision.
+   */
+  spend_open?: string;
+  /**
    * With a `create` guard: the create's time (ms), which its answer and `session.created` give as `updated_at`; the
    * write stamps it instead of Redis's TIME (apply-8.lua), so a read at the create's revision answers the same.
    */

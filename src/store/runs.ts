@@ -165,12 +165,26 @@ export class RunQueue {
   }
 
   /**
-   * Lets go of the lease (release-1.lua; a no-op if it is not this claim's). `handOver` (this process stops): the run
-   * is due now, for any replica, rather than after the lease TTL (even when the release failed).
+   * Lets go of the lease (release-2.lua; a no-op if it is not this claim's). `handOver` (this process stops): the run
+   * is due now, for any replica, rather than after the lease TTL (even when the release failed). `spentSeq`: the seq
+   * of the session's spend the run recorded last (RunHandle `spendRecorded`), whose `spend_open` mark goes with the
+   * release if it is still that one (no later commit billed a turn since), whether or not the lease is still held.
    */
-  async release(id: string, owner: string, fence: number, handOver = false): Promise<void> {
+  async release(
+    id: string,
+    owner: string,
+    fence: number,
+    handOver = false,
+    spentSeq: number | null = null,
+  ): Promise<void> {
+    const k = sessionKeys(id);
     try {
-      await this.redis.sessRelease(sessionKeys(id).lease, `${owner}:${fence}`);
+      await this.redis.sessRelease(
+        k.lease,
+        k.meta,
+        `${owner}:${fence}`,
+        spentSeq === null ? '' : String(spentSeq),
+      );
     } finally {
       if (handOver) await this.markDue(id, 0);
     }
@@ -236,18 +250,22 @@ export class RunQueue {
    * The sweep: up to `limit` due runs (their lease lapsed, or they were never claimed, or handed over) that are
    * still `running`, for the caller to claim (a takeover). Due by Redis's clock (run-due-read-1.lua), the one every
    * due time was set in (`markDue`). Due entries of sessions that are not running (or gone)
-   * are dropped (`end`). `busy`: runs this process drives (not read); `load` reads a session.
+   * are dropped (`end`), once `settle` has done what such a run left (a process killed after its last commit and
+   * before its `end`: the spend that commit billed, src/engine/commit.ts). `busy`: runs this process drives (not
+   * read); `load` reads a session.
    */
   async sweep(
     limit: number,
     busy: (id: string) => boolean,
     load: (id: string) => Promise<SessionState | null>,
+    settle?: (state: SessionState) => Promise<void>,
   ): Promise<string[]> {
     const due = await this.redis.sessRunDueRead(RUNS_KEY, limit);
     const out: string[] = [];
     for (const id of due) {
       if (busy(id)) continue;
       const state = await load(id);
+      if (state && state.status !== 'running' && settle) await settle(state);
       if (!state || state.status !== 'running') await this.end(id, state?.tenant);
       else out.push(id);
     }

@@ -7,7 +7,7 @@
  * field is added in one place and cannot be written one way and read another.
  */
 import { randomBytes } from 'node:crypto';
-import type { SpendIncr } from '../cost/spend.js';
+import { parseOpenSpend, type OpenSpend, type SpendIncr } from '../cost/spend.js';
 import { oneOf } from '../guards.js';
 import type { StoredMessage } from '../history.js';
 import type { McpToolEntry, McpToolsetEntry } from '../mcp/schema.js';
@@ -144,6 +144,11 @@ export interface SessionState {
   action: ActionDeadline;
   /** Policy `ttl_s`: deleted once idle or failed and unchanged this long (src/sessions/retention.ts); null: never. */
   ttlS: number | null;
+  /**
+   * The spend of the last turn this session billed, while it may not be in its tenant's day yet (meta `spend_open`:
+   * src/cost/spend.ts OpenSpend); null: none.
+   */
+  spendOpen: OpenSpend | null;
 }
 
 /** How many iteration records the session has (turns and compactions): the number of the last one. */
@@ -428,6 +433,7 @@ export function decodeFields(h: Record<string, string>): SessionState {
       timeoutS: Number(h['act_s']) || null,
     },
     ttlS: Number(h['ttl']) || null,
+    spendOpen: parseOpenSpend(h['spend_open']),
   };
 }
 

@@ -44,7 +44,7 @@ import { GIVE_BACK_TTL_MS, StorageQuota } from './storage-quota.js';
 import { isOutOfMemory } from './unavailable.js';
 import { ACTIONS_DUE_KEY, DueSet, EXPIRY_DUE_KEY } from './due.js';
 import { PriceTable, type ModelPrices } from '../cost/prices.js';
-import { TenantSpend } from '../cost/spend.js';
+import { TenantSpend, parseOpenSpend, type OpenSpend } from '../cost/spend.js';
 import { SessionIndex } from './session-index.js';
 import { RedisClock } from '../redis/clock.js';
 import {
@@ -562,9 +562,13 @@ export class SessionStore {
     return this.redis.isCluster;
   }
 
-  /** The marker of the last commit that landed (see the engine's commit): one HGET. */
-  lastCommit(id: string): Promise<string | null> {
-    return this.redis.hget(sessionKeys(id).meta, 'last_commit');
+  /**
+   * The marker of the last commit that landed (see the engine's commit), and the session's open spend (OpenSpend:
+   * that commit's, if it billed a turn): one HMGET.
+   */
+  async lastCommit(id: string): Promise<{ marker: string | null; spendOpen: OpenSpend | null }> {
+    const [marker, open] = await this.redis.hmget(sessionKeys(id).meta, 'last_commit', 'spend_open');
+    return { marker: marker ?? null, spendOpen: parseOpenSpend(open) };
   }
 
   /** The session, or null. One HGETALL. */
@@ -1119,6 +1123,9 @@ export class SessionStore {
       this.runs.end(id, tenant, true),
       this.redis.zrem(ACTIONS_DUE_KEY, id),
       this.redis.zrem(EXPIRY_DUE_KEY, id),
+      // The seq of its last turn in its tenant's day (src/cost/spend.ts `forget`). A run's record that lands after
+      // this leaves the field again: a few bytes, dropped with the hash's expiry.
+      this.spend.forget(tenant, id),
       ...this.destroyHooks.map((hook) => hook(id, tenant)),
     ]);
     return done === 1;

@@ -36,10 +36,10 @@ describe('Redis round trips per iteration', () => {
     assert.equal(sent.status, 202);
     // Waited for in MONITOR's lines, not by reading the session (the harness's reads would be counted).
     // The run's last commands: its due entry dropped (run-due-drop-1.lua: the one key runs:due, then the id), then
-    // its lease released (renew-1 and release-1 take the lease alone; no renewal within the 60 s TTL). MONITOR
-    // lines arrive after the commands ran.
+    // its lease released (release-2 takes the lease first, then the meta hash; renew-1 takes the lease alone, and
+    // no renewal comes within the 60 s TTL). MONITOR lines arrive after the commands ran.
     const ended = ` 1 runs:due ${id} `.toLowerCase();
-    const released = ` 1 s:{${id}}:l `.toLowerCase();
+    const released = ` 2 s:{${id}}:l `.toLowerCase();
     const deadline = Date.now() + 60_000;
     const script = (marker: string) => lines().some((l) => l.startsWith('eval') && l.includes(marker));
     while (!(script(ended) && script(released))) {
@@ -73,7 +73,8 @@ describe('Redis round trips per iteration', () => {
     t.diagnostic(`commands per iteration: ${per} ${JSON.stringify(byCommand)}`);
     t.diagnostic(`2 iterations: ${JSON.stringify(Object.fromEntries(two))}`);
     // Today: one commit (apply: the reply, the tool's results, the events), the turn's live events (append-events,
-    // batched by the stream relay), the state read at each step.
+    // batched by the stream relay), the state read at each step, and the record of the turn's spend in its tenant's
+    // day (record-2.lua; sent before too, now counted here as it names the session, its spend counted once per seq).
     // A route's guarded write may be tried twice when the run wrote in between (a CAS retry): ±1 write per run, so
     // the difference of an 8-iteration gap is rounded.
     assert.equal(Math.round(byCommand['evalsha/8:s:{id}'] ?? 0), 1, 'one commit per iteration');
@@ -116,9 +117,9 @@ describe('Redis round trips per iteration', () => {
       const created = await h.api.post('/v1/sessions', { input: 'hi' });
       const id = created.body.id as string;
       await h.api.waitStatus(id, 'idle', 20_000);
-      // The first run's last command: its lease released (release-1 takes the lease key alone).
+      // The first run's last command: its lease released (release-2 takes the lease key first).
       const released = (c: string[]) =>
-        c[0]!.toLowerCase().startsWith('eval') && c[2] === '1' && c[3] === `s:{${id}}:l`;
+        c[0]!.toLowerCase().startsWith('eval') && c[2] === '2' && c[3] === `s:{${id}}:l`;
       const ended = Date.now() + 20_000;
       while (!monitor.commands.some(released)) {
         assert.ok(Date.now() < ended, 'the first run ended');

@@ -45,6 +45,10 @@
 --         If-Match read before it still holds, the retention's clock does not start again) and its events carry no
 --         revision (null, as those written outside a change). Such a change must not be guarded by `rev` alone, which
 --         it does not move: `fields` guards it.
+--         `spend_open` (top level; never with `keep_revision`): the turn this change bills (its `hincr.u_*`) is
+--         still to be added to its tenant's day: the meta field `spend_open` becomes `<revision>|` .. this value
+--         (`<day>|<counters>`, src/cost/spend.ts OpenSpend), the new revision being the turn's seq there. Not
+--         counted as Storage (a few dozen bytes, one field per session).
 --         `now` (ms; with `create`): the create's time, its `created_at`, which its answer and `session.created` give
 --         as `updated_at` too (and `expires_at` from it): the write stamps it, not TIME, so a read of the session just
 --         made answers what its create did. Any other change stamps `updated_at` with TIME, never below the one stored
@@ -334,6 +338,7 @@ if ops.queue then
     run(ops.queue.none)
   end
 end
+if ops.spend_open then redis.call('HSET', meta, 'spend_open', rev .. '|' .. ops.spend_open) end
 if not quiet then
   local stamp = now
   local before = tonumber(redis.call('HGET', meta, 'updated_at') or '')

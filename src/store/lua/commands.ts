@@ -70,8 +70,8 @@ declare module 'ioredis' {
     ): Result<0 | [number, string[], number, string | null, 0 | 1], Context>;
     /** renew-1.lua: 1 when renewed. */
     sessRenew(lease: string, token: string, ttlMs: number): Result<number, Context>;
-    /** release-1.lua: 1 when released. */
-    sessRelease(lease: string, token: string): Result<number, Context>;
+    /** release-2.lua: 1 when released; drops `spend_open` while it holds seq `spentSeq` ('' : none). */
+    sessRelease(lease: string, meta: string, token: string, spentSeq: string): Result<number, Context>;
     /** due-read-1.lua: Redis's now, then member, score pairs due by it. */
     sessDueRead(due: string, limit: number): Result<[number, ...string[]], Context>;
     /** run-due-set-1.lua: the run's due time set, `inMs` from Redis's now (ms, Redis's clock). */
