@@ -10,6 +10,9 @@
 -- Returns the number of groups added.
 local added = 0
 local marked = false
+-- The fresh turns' counters summed here, then one HINCRBY per field (a flush may carry hundreds of turns).
+local fields = {'in', 'out', 'cw', 'cr', 'cost', 'nc'}
+local sums = {0, 0, 0, 0, 0, 0}
 for i = 2, #ARGV, 8 do
   local session = ARGV[i]
   local fresh = true
@@ -25,12 +28,12 @@ for i = 2, #ARGV, 8 do
   end
   if fresh then
     added = added + 1
-    local fields = {'in', 'out', 'cw', 'cr', 'cost', 'nc'}
-    for j = 1, 6 do
-      local n = tonumber(ARGV[i + 1 + j])
-      if n ~= 0 then redis.call('HINCRBY', KEYS[1], fields[j], n) end
-    end
+    for j = 1, 6 do sums[j] = sums[j] + tonumber(ARGV[i + 1 + j]) end
   end
+end
+for j = 1, 6 do
+  -- As an integer's digits: Lua would write a number past 1e14 in its exponent form, which HINCRBY refuses.
+  if sums[j] ~= 0 then redis.call('HINCRBY', KEYS[1], fields[j], string.format('%d', sums[j])) end
 end
 if added > 0 then redis.call('EXPIRE', KEYS[1], ARGV[1]) end
 if marked then redis.call('EXPIRE', KEYS[2], ARGV[1]) end
