@@ -393,7 +393,7 @@ export async function leftoverCompaction(deps: RunDeps, id: string): Promise<boo
     },
   };
   try {
-    await deps.store.apply(id, { rev: s.revision }, compactRunOps(s, next));
+    await deps.store.apply(id, { rev: s.revision }, compactRunOps(s, next), s.tenant);
   } catch {
     // The session moved on (a message started a run, say): that run's runner takes the request at its start.
     return false;
