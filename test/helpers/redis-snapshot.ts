@@ -16,18 +16,36 @@ export type RedisSnapshot = Map<string, string>;
  */
 const CLOCKWORK = /^(q:replicas:|schedules:alive$)|^rl:.*:bytes$/;
 
+/** Every key of `r` matching `pattern` (all: `*`). */
+async function scanAll(r: Redis, pattern = '*'): Promise<string[]> {
+  const keys: string[] = [];
+  let cursor = '0';
+  do {
+    const [next, batch] = await r.scan(cursor, 'MATCH', pattern, 'COUNT', 1000);
+    cursor = next;
+    keys.push(...batch);
+  } while (cursor !== '0');
+  return keys;
+}
+
+/** How long a snapshot waits for the runs under way to let go of their leases (ms); then it is taken all the same. */
+const RUNS_SETTLE_MS = 5000;
+
+/**
+ * A snapshot of every key, once no run holds a lease (`s:{id}:l`, keys.ts `lease`), or after RUNS_SETTLE_MS. A
+ * session is seen `requires_action` or `idle` as soon as its run's last commit lands; the run's last writes come
+ * after (its tenant's run slot dropped, then its lease released with its spend mark, release-2.lua), so a snapshot
+ * taken at once could see them land before the next one. The lease goes last: none left, the runs wrote all.
+ */
 export async function snapshotRedis(url: string): Promise<RedisSnapshot> {
   const r = new Redis(url, { maxRetriesPerRequest: 1, lazyConnect: true });
   r.on('error', () => {});
   try {
     await r.connect();
-    const keys: string[] = [];
-    let cursor = '0';
-    do {
-      const [next, batch] = await r.scan(cursor, 'COUNT', 1000);
-      cursor = next;
-      keys.push(...batch);
-    } while (cursor !== '0');
+    const until = Date.now() + RUNS_SETTLE_MS;
+    while ((await scanAll(r, 's:{*}:l')).length > 0 && Date.now() < until)
+      await new Promise((resolve) => setTimeout(resolve, 20));
+    const keys = await scanAll(r);
     keys.sort();
     const out: RedisSnapshot = new Map();
     for (const key of keys) {
