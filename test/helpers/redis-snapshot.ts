@@ -28,23 +28,72 @@ async function scanAll(r: Redis, pattern = '*'): Promise<string[]> {
   return keys;
 }
 
-/** How long a snapshot waits for the runs under way to let go of their leases (ms); then it is taken all the same. */
+/** How long a snapshot waits for the runs under way to let go of their leases (ms) before it fails. */
 const RUNS_SETTLE_MS = 5000;
 
+/** A run's lease (keys.ts `lease`): `s:{<id>}:l`. */
+const LEASES = 's:{*}:l';
+
 /**
- * A snapshot of every key, once no run holds a lease (`s:{id}:l`, keys.ts `lease`), or after RUNS_SETTLE_MS. A
- * session is seen `requires_action` or `idle` as soon as its run's last commit lands; the run's last writes come
- * after (its tenant's run slot dropped, then its lease released with its spend mark, release-2.lua), so a snapshot
- * taken at once could see them land before the next one. The lease goes last: none left, the runs wrote all.
+ * Resolves once no run holds a lease, read again after each keyspace notification of a lease key (`del`,
+ * `expired`: the `g` and `x` classes, turned on for the wait on this private redis-server and set back after);
+ * fails after RUNS_SETTLE_MS naming the leases still held. Subscribed before the first read, so a lease released
+ * between a read and the wait for the next notification is not missed: its notification wakes the wait. Two
+ * snapshots of one Redis at once would set the classes back under each other: take them one after the other.
+ */
+async function leasesReleased(url: string, r: Redis): Promise<void> {
+  const sub = new Redis(url, { maxRetriesPerRequest: 1, lazyConnect: true });
+  sub.on('error', () => {});
+  const [, previous = ''] = (await r.config('GET', 'notify-keyspace-events')) as string[];
+  /** A notification came since the last read began. */
+  let notified: boolean;
+  let wake: (() => void) | null = null;
+  sub.on('pmessage', () => {
+    notified = true;
+    wake?.();
+  });
+  try {
+    await r.config('SET', 'notify-keyspace-events', `${previous}Kgx`);
+    await sub.connect();
+    await sub.psubscribe(`__keyspace@*__:${LEASES}`);
+    const until = Date.now() + RUNS_SETTLE_MS;
+    for (;;) {
+      notified = false;
+      const held = await scanAll(r, LEASES);
+      if (held.length === 0) return;
+      const left = until - Date.now();
+      if (left <= 0)
+        throw new Error(
+          `snapshotRedis: runs still hold leases after ${RUNS_SETTLE_MS} ms: ${held.join(', ')}`,
+        );
+      if (notified) continue;
+      await new Promise<void>((resolve) => {
+        const timer = setTimeout(resolve, left);
+        wake = () => {
+          clearTimeout(timer);
+          resolve();
+        };
+      });
+      wake = null;
+    }
+  } finally {
+    sub.disconnect();
+    await r.config('SET', 'notify-keyspace-events', previous);
+  }
+}
+
+/**
+ * A snapshot of every key, once no run holds a lease (`s:{id}:l`; leasesReleased). A session is seen
+ * `requires_action` or `idle` as soon as its run's last commit lands; the run's last writes come after (its tenant's
+ * run slot dropped, then its lease released with its spend mark, release-2.lua), so a snapshot taken at once could
+ * see them land before the next one. The lease goes last: none left, the runs wrote all.
  */
 export async function snapshotRedis(url: string): Promise<RedisSnapshot> {
   const r = new Redis(url, { maxRetriesPerRequest: 1, lazyConnect: true });
   r.on('error', () => {});
   try {
     await r.connect();
-    const until = Date.now() + RUNS_SETTLE_MS;
-    while ((await scanAll(r, 's:{*}:l')).length > 0 && Date.now() < until)
-      await new Promise((resolve) => setTimeout(resolve, 20));
+    await leasesReleased(url, r);
     const keys = await scanAll(r);
     keys.sort();
     const out: RedisSnapshot = new Map();
