@@ -1,6 +1,6 @@
 import { after, before, beforeEach, describe, it } from 'node:test';
 import assert from 'node:assert/strict';
-import { startHarness, type Api, type Harness } from '../helpers/service.js';
+import { startHarness, type Harness } from '../helpers/service.js';
 import { apiError, text, toolCall } from '../fake/script.js';
 import { writerResearcher, writerWithResearcher } from '../helpers/agents.js';
 import { compareIds } from '../../src/events/cursor.js';
@@ -10,21 +10,6 @@ import { compareIds } from '../../src/events/cursor.js';
  * the bounds of `action_timeout_s` at the contract's own floor, the policy defaults, the 80 % warning's time, the
  * `deny` timeout of results under review, a PUT of the history of a failed session, and an `at` schedule's answer.
  */
-
-type Ev = { id: string; type: string; at: string; data: any };
-const events = async (api: Api, id: string): Promise<Ev[]> =>
-  (await api.get(`/v1/sessions/${id}/events?limit=1000`)).body.data;
-
-/** Polls the event log until an event of `type` is in it (the event is the condition). */
-async function waitForEvent(api: Api, id: string, type: string, timeoutMs = 30_000): Promise<Ev> {
-  const deadline = Date.now() + timeoutMs;
-  while (Date.now() < deadline) {
-    const found = (await events(api, id)).find((e) => e.type === type);
-    if (found) return found;
-    await new Promise((r) => setTimeout(r, 25));
-  }
-  throw new Error(`no ${type} event in session ${id}`);
-}
 
 describe('§7.4 policy action_timeout_s at the contract floor (no test override)', { timeout: 60_000 }, () => {
   let h: Harness;
@@ -123,7 +108,7 @@ describe('§7.4 policy action_timeout_s at the contract floor (no test override)
       `${waiting.updated_at} → ${waiting.required_action.expires_at}`,
     );
 
-    const expiring = await waitForEvent(h.api, r.body.id, 'action.expiring');
+    const expiring = await h.api.waitForEvent(r.body.id, 'action.expiring', 30_000);
     const warnedAt = Date.parse(expiring.at);
     // 80 % of 10 s is 8 s before the deadline's start: not before it, and well before the deadline itself.
     assert.ok(
@@ -132,13 +117,13 @@ describe('§7.4 policy action_timeout_s at the contract floor (no test override)
     );
     assert.equal(expiring.data.expires_at, waiting.required_action.expires_at);
 
-    const timedOut = await waitForEvent(h.api, r.body.id, 'action.timed_out');
+    const timedOut = await h.api.waitForEvent(r.body.id, 'action.timed_out', 30_000);
     // Before the deadline's own event (how much before depends on how busy the machine is: no upper bound in time).
     assert.ok(compareIds(expiring.id, timedOut.id) < 0, `${expiring.id} then ${timedOut.id}`);
     assert.ok(Date.parse(timedOut.at) >= expiresAt - 100, `timed out at ${timedOut.at}`);
     const done = await h.api.waitStatus(r.body.id, ['idle', 'failed']);
     assert.equal(done.status, 'idle', JSON.stringify(done.error));
-    const decided = (await events(h.api, r.body.id)).filter((e) => e.type === 'tool_call.decided');
+    const decided = (await h.api.events(r.body.id)).filter((e) => e.type === 'tool_call.decided');
     assert.deepEqual(
       decided.map((e) => [e.data.decision, e.data.reason]),
       [['deny', 'timed out']],
@@ -173,7 +158,7 @@ describe('§7.4 on_action_timeout "deny" with results under review; §7.5 PUT of
     assert.equal(put.status, 200, JSON.stringify(put.body));
     assert.equal(put.body.status, 'requires_action');
 
-    const timedOut = await waitForEvent(h.api, r.body.id, 'action.timed_out');
+    const timedOut = await h.api.waitForEvent(r.body.id, 'action.timed_out', 30_000);
     assert.equal(timedOut.data.type, 'review_tool_results');
     const done = await h.api.waitStatus(r.body.id, ['idle', 'failed']);
     assert.equal(done.status, 'idle', JSON.stringify(done.error));
@@ -335,7 +320,7 @@ describe('§7.4 cost of a model without a price', () => {
     assert.deepEqual(done.usage.server_tool_use, {});
     const iters = (await h.api.get(`/v1/sessions/${r.body.id}/iterations`)).body.data;
     assert.equal(iters[0].usage.cost_usd, null);
-    const completed = (await events(h.api, r.body.id)).filter((e) => e.type === 'turn.completed');
+    const completed = (await h.api.events(r.body.id)).filter((e) => e.type === 'turn.completed');
     assert.equal(completed.length, 1);
     assert.ok('cost_usd' in completed[0]!.data.usage, JSON.stringify(completed[0]!.data.usage));
     assert.equal(completed[0]!.data.usage.cost_usd, null);

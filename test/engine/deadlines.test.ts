@@ -12,21 +12,6 @@ import { DeadlineSweeper } from '../../src/sessions/deadlines.js';
  */
 const env = { ACTION_TIMEOUT_MIN_S: '1', DEADLINE_SWEEP_MS: '50' };
 
-async function events(api: Api, id: string): Promise<Array<{ type: string; data: any }>> {
-  return (await api.get(`/v1/sessions/${id}/events?limit=1000`)).body.data;
-}
-
-/** Polls the event log until an event of `type` is in it (the event is the condition). */
-async function waitForEvent(api: Api, id: string, type: string, timeoutMs = 15_000) {
-  const deadline = Date.now() + timeoutMs;
-  while (Date.now() < deadline) {
-    const found = (await events(api, id)).find((e) => e.type === type);
-    if (found) return found;
-    await new Promise((r) => setTimeout(r, 25));
-  }
-  throw new Error(`no ${type} event in session ${id}`);
-}
-
 const count = (evs: Array<{ type: string }>, type: string) => evs.filter((e) => e.type === type).length;
 
 /**
@@ -98,15 +83,15 @@ describe('action deadlines (action_timeout_s)', () => {
     await a.close();
     a = await startHarness({ redis, fakeServer: fake, env });
 
-    const expiring = await waitForEvent(b.api, id, 'action.expiring');
+    const expiring = await b.api.waitForEvent(id, 'action.expiring');
     assert.equal(expiring.data.type, 'approve_tool_calls');
     assert.deepEqual(expiring.data.tool_use_ids, ['toolu_late']);
-    const timedOut = await waitForEvent(a.api, id, 'action.timed_out');
+    const timedOut = await a.api.waitForEvent(id, 'action.timed_out');
     assert.equal(timedOut.data.on_action_timeout, 'deny');
     const done = await a.api.waitStatus(id, ['idle', 'failed']);
     assert.equal(done.status, 'idle', JSON.stringify(done.error));
 
-    const evs = await events(a.api, id);
+    const evs = await a.api.events(id);
     assert.equal(count(evs, 'action.expiring'), 1);
     assert.equal(count(evs, 'action.timed_out'), 1);
     const decided = evs.filter((e) => e.type === 'tool_call.decided');
@@ -186,7 +171,7 @@ describe('action deadlines (action_timeout_s)', () => {
       const id = ids[i]!;
       const res = answers[i]!;
       await a.api.waitStatus(id, ['idle', 'failed']);
-      const evs = await events(a.api, id);
+      const evs = await a.api.events(id);
       const decided = evs.filter((e) => e.type === 'tool_call.decided');
       assert.equal(decided.length, 1, `one decision in ${id}`);
       if (res.status === 200 || res.status === 202) {
@@ -214,7 +199,7 @@ describe('action deadlines (action_timeout_s)', () => {
     fake.enqueue(toolCall('pick_color', {}, { id: 'toolu_c1' }), text('No color.'));
     const r = await a.api.post('/v1/sessions', { input: 'Color?', tools: [clientTool], action_timeout_s: 1 });
     assert.equal(r.status, 201, JSON.stringify(r.body));
-    await waitForEvent(a.api, r.body.id, 'action.timed_out');
+    await a.api.waitForEvent(r.body.id, 'action.timed_out');
     await a.api.waitStatus(r.body.id, 'idle');
     const results = fake.requests[1]!.messages.at(-1)!.content as any[];
     assert.equal(results[0].is_error, true);
@@ -272,11 +257,11 @@ describe('action deadlines (action_timeout_s)', () => {
     assert.equal(r.status, 201, JSON.stringify(r.body));
     const waiting = await a.api.waitStatus(r.body.id, 'requires_action');
     assert.equal(waiting.required_action.type, 'approve_tool_calls');
-    await waitForEvent(a.api, r.body.id, 'action.timed_out');
+    await a.api.waitForEvent(r.body.id, 'action.timed_out');
     await a.api.waitStatus(r.body.id, 'idle');
     // The approval's timeout denied it only; the client result was asked for next, with its own deadline, and that
     // timed out in its turn.
-    const timeouts = (await events(a.api, r.body.id)).filter((e) => e.type === 'action.timed_out');
+    const timeouts = (await a.api.events(r.body.id)).filter((e) => e.type === 'action.timed_out');
     assert.deepEqual(
       timeouts.map((e) => [e.data.type, e.data.tool_use_ids]),
       [
@@ -321,9 +306,9 @@ describe('action deadlines (action_timeout_s)', () => {
       const p = await a.api.req('PATCH', `/v1/sessions/${r.body.id}`, { action_timeout_s: patched });
       assert.equal(p.status, 200, JSON.stringify(p.body));
       assert.equal(p.body.required_action.expires_at, waiting.required_action.expires_at);
-      const expiring = await waitForEvent(a.api, r.body.id, 'action.expiring');
+      const expiring = await a.api.waitForEvent(r.body.id, 'action.expiring');
       assert.equal(expiring.data.action_timeout_s, 2);
-      const timedOut = await waitForEvent(a.api, r.body.id, 'action.timed_out');
+      const timedOut = await a.api.waitForEvent(r.body.id, 'action.timed_out');
       assert.equal(timedOut.data.action_timeout_s, 2);
       await a.api.waitStatus(r.body.id, 'idle');
       const results = fake.requests[1]!.messages.at(-1)!.content as any[];
@@ -346,7 +331,7 @@ describe('action deadlines (action_timeout_s)', () => {
     assert.equal(resumed.body.required_action.type, 'review_turn');
     assert.equal(resumed.body.required_action.tool_calls[0].id, 'toolu_rf');
     assert.ok(Date.parse(resumed.body.required_action.expires_at) > Date.now() + 500_000);
-    assert.equal(count(await events(a.api, id), 'tool.started'), 0, 'not run');
+    assert.equal(count(await a.api.events(id), 'tool.started'), 0, 'not run');
     assert.equal(fake.requests.length, 1);
 
     // The review goes on as before the failure: continue runs the call, the next reply is reviewed.
@@ -356,7 +341,7 @@ describe('action deadlines (action_timeout_s)', () => {
     const next = await a.api.waitFor(id, (x) => x.status !== 'running' && x.iteration === 2);
     assert.equal(next.status, 'requires_action', JSON.stringify(next.error));
     assert.equal(next.required_action.type, 'review_turn');
-    assert.equal(count(await events(a.api, id), 'tool.started'), 1);
+    assert.equal(count(await a.api.events(id), 'tool.started'), 1);
   });
 });
 
@@ -423,7 +408,7 @@ describe('action deadlines over the tenant daily cap', () => {
       action_timeout_s: 1,
     });
     assert.equal(r.status, 201, JSON.stringify(r.body));
-    await waitForEvent(h.api, r.body.id, 'action.timed_out');
+    await h.api.waitForEvent(r.body.id, 'action.timed_out');
     const done = await h.api.waitStatus(r.body.id, 'idle');
     assert.equal(done.stop_reason, 'tenant_budget_exhausted');
     assert.equal(h.fake.requests.length, 1);
@@ -451,7 +436,7 @@ describe('a deadline answers only what its action asked for', () => {
     while ((await redisNow()) < due) await new Promise((res) => setTimeout(res, 25));
     const app = h.service.app;
     await new DeadlineSweeper(app.sessionDeps, app.log, 60_000).sweep();
-    const timedOut = (await events(h.api, id)).filter((e) => e.type === 'action.timed_out');
+    const timedOut = (await h.api.events(id)).filter((e) => e.type === 'action.timed_out');
     assert.equal(timedOut.length, 1, 'the sweep timed the action out');
   }
   before(async () => {
@@ -500,7 +485,7 @@ describe('a deadline answers only what its action asked for', () => {
     assert.equal(p.status, 200, JSON.stringify(p.body));
     await fire(id, waiting.required_action.expires_at);
 
-    const timedOut = (await events(h.api, id)).find((e) => e.type === 'action.timed_out')!;
+    const timedOut = (await h.api.events(id)).find((e) => e.type === 'action.timed_out')!;
     assert.equal(timedOut.data.type, 'approve_tool_calls');
     assert.deepEqual(timedOut.data.tool_use_ids, ['toolu_lk_w']);
     // The session now asks for the client's result, as after a denial in time: a wait of its own, with its deadline
@@ -520,7 +505,7 @@ describe('a deadline answers only what its action asked for', () => {
     );
     assert.equal(denial.is_error, true);
     assert.match(JSON.stringify(denial.content), /Tool call denied: timed out/);
-    const evs = await events(h.api, id);
+    const evs = await h.api.events(id);
     const decided = evs.filter((e) => e.type === 'tool_call.decided');
     assert.deepEqual(
       decided.map((e) => [e.data.tool_use_id, e.data.decision, e.data.by]),

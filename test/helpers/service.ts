@@ -32,6 +32,14 @@ export interface ApiResponse<T = any> {
   headers: Headers;
 }
 
+/** An event of a session's log as `GET /v1/sessions/:id/events` lists it. */
+interface SessionEvent {
+  id: string;
+  type: string;
+  at: string;
+  data: any;
+}
+
 /** The slowest `Api.waitFor` reads a session when its event stream says nothing (lost, refused, quiet). */
 const WAIT_POLL_MS = 1000;
 
@@ -77,30 +85,59 @@ export class Api {
     this.req<T>('POST', path, body ?? {}, headers);
 
   /**
-   * Resolves with the session once `pred` holds: at once when the first read says so; else it follows the session's
-   * event stream and reads the session again after each batch the stream delivers, and at least every WAIT_POLL_MS
-   * should the stream be lost or refused. The stream replays the log from its start, so a change made between the
-   * first read and the subscription is not missed.
+   * Resolves with the session once `pred` holds: at once when the first read says so; else after each batch of its
+   * event stream (`follow`).
    */
   async waitFor(id: string, pred: (s: any) => boolean, timeoutMs = 10_000): Promise<any> {
+    let last: any;
+    const found = await this.follow(id, timeoutMs, async () => {
+      const r = await this.get(`/v1/sessions/${id}`);
+      last = r.body;
+      return r.status === 200 && pred(r.body) ? { session: r.body } : undefined;
+    });
+    if (found) return found.session;
+    throw new Error(`timed out waiting for session ${id}; last: ${JSON.stringify(last)}`);
+  }
+
+  /** The first 1000 events of session `id`'s log, oldest first. */
+  async events(id: string): Promise<SessionEvent[]> {
+    return (await this.get(`/v1/sessions/${id}/events?limit=1000`)).body.data;
+  }
+
+  /** Resolves with the first event of `type` in session `id`'s log once there is one (`follow`). */
+  async waitForEvent(id: string, type: string, timeoutMs = 15_000): Promise<SessionEvent> {
+    const found = await this.follow(id, timeoutMs, async () =>
+      (await this.events(id)).find((e) => e.type === type),
+    );
+    if (found) return found;
+    throw new Error(`no ${type} event in session ${id} within ${timeoutMs} ms`);
+  }
+
+  /**
+   * `read` until it returns something, or undefined once `timeoutMs` passed: at once, then after each batch session
+   * `id`'s event stream delivers, and at least every WAIT_POLL_MS should the stream be lost or refused. The stream
+   * replays the log from its start, so a change made between the first read and the subscription is not missed.
+   */
+  private async follow<T>(
+    id: string,
+    timeoutMs: number,
+    read: () => Promise<T | undefined>,
+  ): Promise<T | undefined> {
     const deadline = Date.now() + timeoutMs;
     let changes: SessionChanges | undefined;
-    let last: any;
     try {
       for (;;) {
         changes?.clear();
-        const r = await this.get(`/v1/sessions/${id}`);
-        last = r.body;
-        if (r.status === 200 && pred(r.body)) return r.body;
+        const found = await read();
+        if (found !== undefined) return found;
         const left = deadline - Date.now();
-        if (left <= 0) break;
+        if (left <= 0) return undefined;
         changes ??= new SessionChanges(this.base, this.token, id);
         await changes.next(Math.min(left, WAIT_POLL_MS));
       }
     } finally {
       changes?.close();
     }
-    throw new Error(`timed out waiting for session ${id}; last: ${JSON.stringify(last)}`);
   }
 
   waitStatus(id: string, status: string | string[], timeoutMs?: number) {
