@@ -8,11 +8,10 @@
  * proxy in front of Redis forwards the script named and withholds everything after it (test/helpers/redis-proxy.ts),
  * and the replica is killed there.
  */
-import { after, describe, it } from 'node:test';
+import { describe, it } from 'node:test';
 import assert from 'node:assert/strict';
 import { Redis } from 'ioredis';
-import { killRigForSuite, startRedisProxy, type RedisProxy } from '../helpers/redis-proxy.js';
-import { serviceEnv, spawnService, type ServiceProcess } from '../helpers/process.js';
+import { serviceKillSuite } from '../helpers/redis-proxy.js';
 import { defineLuaCommands } from '../../src/store/lua-commands.js';
 import { GIVEN_KEEP_MS, StorageQuota, givenKey } from '../../src/store/storage-quota.js';
 import { until } from './chaos-lib.js';
@@ -20,13 +19,7 @@ import { until } from './chaos-lib.js';
 const ENV = { API_KEYS: 'acme:key-a', DEADLINE_SWEEP_MS: '100' };
 
 describe("a session's delete gives its bytes back once", { timeout: 240_000 }, () => {
-  const procs: ServiceProcess[] = [];
-  let proxy: RedisProxy | null = null;
-  after(async () => {
-    await Promise.all(procs.map((p) => p.kill()));
-    await proxy?.close();
-  });
-  const rig = killRigForSuite();
+  const { rig, spawn, doomed } = serviceKillSuite(ENV);
 
   const used = async () => Number((await rig.r.get('t:{acme}:bytes')) ?? 0);
 
@@ -39,10 +32,8 @@ describe("a session's delete gives its bytes back once", { timeout: 240_000 }, (
   async function killedAt(
     marker: (id: string) => string,
   ): Promise<{ id: string; before: number; added: number }> {
-    proxy = await startRedisProxy(rig.redis.port);
-    const doomed = await spawnService(serviceEnv(proxy.url, rig.fake.url, ENV), { name: 'doomed' });
-    procs.push(doomed);
-    const api = doomed.api.as('key-a');
+    const replica = await doomed();
+    const api = replica.service.api.as('key-a');
     const other = await api.post('/v1/sessions', { input: 'warm-up', start: false });
     assert.equal(other.status, 201, JSON.stringify(other.body));
     assert.equal((await api.req('DELETE', `/v1/sessions/${other.body.id}`)).status, 200);
@@ -56,21 +47,17 @@ describe("a session's delete gives its bytes back once", { timeout: 240_000 }, (
     const id = created.body.id as string;
     const added = (await used()) - before;
     assert.ok(added > 0, 'the create counted its bytes');
-    const held = proxy.holdAfter(marker(id));
+    const held = replica.proxy.holdAfter(marker(id));
     const answered = api.req('DELETE', `/v1/sessions/${id}`).catch(() => null);
-    await held;
-    await doomed.kill();
+    await replica.killWhen(held);
     assert.equal(await answered, null, 'the killed replica answered nothing');
-    await proxy.close();
-    proxy = null;
     assert.equal(await rig.r.exists(`s:{${id}}`), 0, 'the delete’s script ran');
     return { id, before, added };
   }
 
   /** A survivor's retention sweep finishes the delete: its mark and its record of the bytes gone. */
   async function survivorSweeps(id: string): Promise<void> {
-    const survivor = await spawnService(serviceEnv(rig.redis.url, rig.fake.url, ENV), { name: 'survivor' });
-    procs.push(survivor);
+    const survivor = await spawn('survivor');
     await until(async () => (await rig.r.zcard('sessions:unindex')) === 0, 30_000, 'no delete marked');
     assert.equal(await rig.r.exists(`s:{${id}}:b`), 0, 'the record of the bytes owed is dropped');
     await survivor.kill();
@@ -94,8 +81,7 @@ describe("a session's delete gives its bytes back once", { timeout: 240_000 }, (
   });
 
   it('a DELETE returns the count to its value before the create', async () => {
-    const svc = await spawnService(serviceEnv(rig.redis.url, rig.fake.url, ENV), { name: 'plain' });
-    procs.push(svc);
+    const svc = await spawn('plain');
     const api = svc.api.as('key-a');
     const before = await used();
     const created = await api.post('/v1/sessions', { input: 'hello', start: false });

@@ -7,23 +7,17 @@
  * sweep finishes. Both deletes: a client's DELETE and the expiry sweep's. A proxy in front of Redis forwards the
  * delete's script and withholds everything after it (test/helpers/redis-proxy.ts), and the replica is killed there.
  */
-import { after, describe, it } from 'node:test';
+import { describe, it } from 'node:test';
 import assert from 'node:assert/strict';
-import { killRigForSuite, startRedisProxy, type RedisProxy } from '../helpers/redis-proxy.js';
-import { serviceEnv, spawnService, type ServiceProcess } from '../helpers/process.js';
+import { serviceKillSuite } from '../helpers/redis-proxy.js';
+import type { ServiceProcess } from '../helpers/process.js';
 import { until } from './chaos-lib.js';
 
 const ENV = { API_KEYS: 'acme:key-a', DEADLINE_SWEEP_MS: '100' };
 const METADATA = { team: 'red', job: 'nightly', n: 5 };
 
 describe("a session's delete killed right after its script", { timeout: 240_000 }, () => {
-  const procs: ServiceProcess[] = [];
-  let proxy: RedisProxy | null = null;
-  after(async () => {
-    await Promise.all(procs.map((p) => p.kill()));
-    await proxy?.close();
-  });
-  const rig = killRigForSuite();
+  const { rig, spawn, doomed } = serviceKillSuite(ENV);
 
   /** The index entries of session `id`: the keys of the tenant's indexes that hold it. */
   async function entriesOf(id: string): Promise<string[]> {
@@ -47,10 +41,8 @@ describe("a session's delete killed right after its script", { timeout: 240_000 
     ttl: number | null,
     act: (api: ServiceProcess['api'], id: string) => Promise<unknown>,
   ): Promise<{ id: string; indexed: string[] }> {
-    proxy = await startRedisProxy(rig.redis.port);
-    const doomed = await spawnService(serviceEnv(proxy.url, rig.fake.url, ENV), { name: 'doomed' });
-    procs.push(doomed);
-    const api = doomed.api.as('key-a');
+    const replica = await doomed();
+    const api = replica.service.api.as('key-a');
     const other = await api.post('/v1/sessions', { start: false });
     assert.equal(other.status, 201, JSON.stringify(other.body));
     assert.equal((await api.req('DELETE', `/v1/sessions/${other.body.id}`)).status, 200);
@@ -65,12 +57,9 @@ describe("a session's delete killed right after its script", { timeout: 240_000 
     const indexed = await entriesOf(id);
     assert.equal(indexed.length, 4, 'the tenant index and one index per pair');
     // The delete's script names the deleted session's tenant key (`:g`), which nothing before it sends.
-    const held = proxy.holdAfter(`s:{${id}}:g`);
+    const held = replica.proxy.holdAfter(`s:{${id}}:g`);
     void act(api, id).catch(() => undefined);
-    await held;
-    await doomed.kill();
-    await proxy.close();
-    proxy = null;
+    await replica.killWhen(held);
     assert.equal(await rig.r.exists(`s:{${id}}`), 0, 'the delete’s script ran');
     assert.deepEqual(await entriesOf(id), indexed, 'the killed replica dropped none of its index entries');
     return { id, indexed };
@@ -78,8 +67,7 @@ describe("a session's delete killed right after its script", { timeout: 240_000 
 
   /** A survivor's retention sweep drops the entries the killed replica left, and the delete's mark. */
   async function survivorRepairs(id: string): Promise<void> {
-    const survivor = await spawnService(serviceEnv(rig.redis.url, rig.fake.url, ENV), { name: 'survivor' });
-    procs.push(survivor);
+    const survivor = await spawn('survivor');
     await until(async () => (await entriesOf(id)).length === 0, 30_000, `no index entry of ${id}`);
     await until(async () => (await rig.r.zcard('sessions:unindex')) === 0, 10_000, 'no delete marked');
     const listed = await survivor.api.as('key-a').get('/v1/sessions?metadata.team=red&metadata.n=5');

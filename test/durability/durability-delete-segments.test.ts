@@ -5,29 +5,21 @@
  * them). Here a proxy in front of Redis forwards the delete's script and withholds everything after it, and the
  * replica is SIGKILLed there.
  */
-import { after, describe, it } from 'node:test';
+import { describe, it } from 'node:test';
 import assert from 'node:assert/strict';
 import { text } from '../fake/script.js';
-import { killRigForSuite, startRedisProxy, type RedisProxy } from '../helpers/redis-proxy.js';
-import { serviceEnv, spawnService, type ServiceProcess } from '../helpers/process.js';
+import { serviceKillSuite } from '../helpers/redis-proxy.js';
 
 /** Three turns of ~400 KiB ('é' is two bytes in UTF-8): a history of 1.2 MB, whose segment gets a key of its own. */
 const MESSAGE_BYTES = 400 * 1024;
 const TURNS = 3;
 
 describe("a session's delete killed right after its script", { timeout: 180_000 }, () => {
-  let proxy: RedisProxy | undefined;
-  let doomed: ServiceProcess | undefined;
-  after(async () => {
-    await doomed?.kill();
-    await proxy?.close();
-  });
-  const rig = killRigForSuite();
+  const { rig, doomed } = serviceKillSuite();
 
   it('leaves none of its segment keys behind', async () => {
-    proxy = await startRedisProxy(rig.redis.port);
-    doomed = await spawnService(serviceEnv(proxy.url, rig.fake.url), { name: 'doomed' });
-    const api = doomed.api;
+    const replica = await doomed();
+    const api = replica.service.api;
     const created = await api.post('/v1/sessions', { start: false, stream: false });
     assert.equal(created.status, 201, JSON.stringify(created.body));
     const id = created.body.id as string;
@@ -51,10 +43,9 @@ describe("a session's delete killed right after its script", { timeout: 180_000 
     assert.equal((await api.req('DELETE', `/v1/sessions/${other}`)).status, 200);
 
     // The delete's script carries the key of the deleted session's tenant (`:g`), which nothing before it sends.
-    const held = proxy.holdAfter(`s:{${id}}:g`);
+    const held = replica.proxy.holdAfter(`s:{${id}}:g`);
     const answered = api.req('DELETE', `/v1/sessions/${id}`).catch(() => null);
-    await held;
-    await doomed.kill();
+    await replica.killWhen(held);
     assert.equal(await answered, null, 'the killed replica answered nothing');
     assert.equal(await rig.r.exists(`s:{${id}}`), 0, 'the delete’s script ran');
     assert.deepEqual(

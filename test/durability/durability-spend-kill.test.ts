@@ -7,10 +7,10 @@
  * withholds the record's script (every record names the day's key `…:usage:<day>`, which nothing else the replica
  * sends names without a cost cap) or forwards it and withholds what follows, and the replica is killed there.
  */
-import { after, describe, it } from 'node:test';
+import { describe, it } from 'node:test';
 import assert from 'node:assert/strict';
-import { killRigForSuite, startRedisProxy, type RedisProxy } from '../helpers/redis-proxy.js';
-import { serviceEnv, spawnService, type ServiceProcess } from '../helpers/process.js';
+import { serviceKillSuite } from '../helpers/redis-proxy.js';
+import type { ServiceProcess } from '../helpers/process.js';
 import { text, toolCall } from '../fake/script.js';
 
 const TENANTS = ['t1', 't2', 't3'];
@@ -39,19 +39,7 @@ describe(
   "a turn's spend when its replica is killed between the commit and the record",
   { timeout: 240_000 },
   () => {
-    const procs: ServiceProcess[] = [];
-    let proxy: RedisProxy | null = null;
-    after(async () => {
-      await Promise.all(procs.map((p) => p.kill()));
-      await proxy?.close();
-    });
-    const rig = killRigForSuite();
-
-    const start = async (name: string, url: string) => {
-      const p = await spawnService(serviceEnv(url, rig.fake.url, ENV), { name });
-      procs.push(p);
-      return p;
-    };
+    const { rig, spawn, doomed } = serviceKillSuite(ENV);
 
     /**
      * A replica on a fresh proxy creates a session of `tenant` (turns scripted by the caller); its first record is
@@ -59,15 +47,11 @@ describe(
      * Returns the session's id.
      */
     async function killedAtRecord(tenant: string, at: 'at' | 'after', body: object): Promise<string> {
-      proxy = await startRedisProxy(rig.redis.port);
-      const doomed = await start(`doomed-${tenant}`, proxy.url);
-      const held = at === 'at' ? proxy.holdAt(RECORD) : proxy.holdAfter(RECORD);
-      const created = await doomed.api.as(`key-${tenant}`).post('/v1/sessions', body);
+      const replica = await doomed(`doomed-${tenant}`);
+      const held = at === 'at' ? replica.proxy.holdAt(RECORD) : replica.proxy.holdAfter(RECORD);
+      const created = await replica.service.api.as(`key-${tenant}`).post('/v1/sessions', body);
       assert.equal(created.status, 201, JSON.stringify(created.body));
-      await held;
-      await doomed.kill();
-      await proxy.close();
-      proxy = null;
+      await replica.killWhen(held);
       return created.body.id as string;
     }
 
@@ -126,7 +110,7 @@ describe(
         /^\d+\|/,
         'the commit marked its spend',
       );
-      const survivor = await start('survivor-1', rig.redis.url);
+      const survivor = await spawn('survivor-1');
       await ended(survivor.api, 't1', id);
       const { day, records, count } = await spends(survivor.api, 't1', id);
       assert.equal(count, 3);
@@ -139,7 +123,7 @@ describe(
     it('the turn that ended the run killed before its record: the runs’ sweep records it, once', async () => {
       rig.fake.enqueue(text('Hello.', used(4)));
       const id = await killedAtRecord('t2', 'at', { input: 'hi' });
-      const survivor = await start('survivor-2', rig.redis.url);
+      const survivor = await spawn('survivor-2');
       const at = await survivor.api.as('key-t2').get(`/v1/sessions/${id}`);
       assert.equal(at.body.status, 'idle', 'the killed commit ended the run');
       // The killed run's due entry is the runs' sweep's once its lease could have lapsed; the sweep drops it.
@@ -156,7 +140,7 @@ describe(
       assert.equal(await rig.r.hget(`q:{t3}:usage:${today()}`, 'in'), '1005', 'the record landed');
       // The mark stays (the killed run never released it): the takeover's claim records it again, which counts nothing.
       assert.match((await rig.r.hget(`s:{${id}}`, 'spend_open')) ?? '', /^\d+\|/, 'the mark is left');
-      const survivor = await start('survivor-3', rig.redis.url);
+      const survivor = await spawn('survivor-3');
       await ended(survivor.api, 't3', id);
       const { day, records, count } = await spends(survivor.api, 't3', id);
       assert.equal(count, 2);

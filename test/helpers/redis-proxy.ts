@@ -2,6 +2,7 @@ import net from 'node:net';
 import { after, before } from 'node:test';
 import { Redis } from 'ioredis';
 import { startFakeAnthropic, type FakeAnthropic } from '../fake/server.js';
+import { serviceEnv, spawnService, type ServiceProcess } from './process.js';
 import { startTestRedis, type TestRedis } from './redis.js';
 
 /**
@@ -102,12 +103,12 @@ export async function startRedisProxy(redisPort: number): Promise<RedisProxy> {
 }
 
 /**
- * For a suite that kills a replica on a proxy right after a script it sent, called in a `describe` after the
- * suite's own `after` (which stops its replicas and proxy first: `after` hooks run in order): a private redis-server
- * that keeps nothing on disk, a fake upstream that checks the conversation alternates, and a direct client of the
- * server for assertions, all closed after the suite. Read once the suite's `before` has run.
+ * The rig of serviceKillSuite, called in its `describe` after its `after` (which stops the replicas and the proxy
+ * first: `after` hooks run in order): a private redis-server that keeps nothing on disk, a fake upstream that checks
+ * the conversation alternates, and a direct client of the server for assertions, all closed after the suite. Read
+ * once the suite's `before` has run.
  */
-export function killRigForSuite(): {
+function killRigForSuite(): {
   readonly redis: TestRedis;
   readonly fake: FakeAnthropic;
   readonly r: Redis;
@@ -129,7 +130,7 @@ export function killRigForSuite(): {
     await redis?.stop();
   });
   const ready = <T>(v: T | undefined): T => {
-    if (v === undefined) throw new Error('killRigForSuite: read before the suite started');
+    if (v === undefined) throw new Error('serviceKillSuite: its rig read before the suite started');
     return v;
   };
   return {
@@ -143,4 +144,48 @@ export function killRigForSuite(): {
       return ready(r);
     },
   };
+}
+
+/** A replica behind a proxy of its own, to be killed at the point the proxy holds. */
+interface DoomedReplica {
+  readonly service: ServiceProcess;
+  readonly proxy: RedisProxy;
+  /** Waits for `held` (a `holdAt`/`holdAfter` of `proxy`), SIGKILLs the replica there and closes the proxy. */
+  killWhen(held: Promise<void>): Promise<void>;
+}
+
+/**
+ * killRigForSuite with the suite's service processes (env `env`, on the rig's fake upstream), called in a `describe`:
+ * `spawn` starts one on the rig's Redis (or `url`), `doomed` one behind a fresh proxy; all are killed and the proxy
+ * closed after the suite, before the rig is (this `after` is registered first: `after` hooks run in order).
+ */
+export function serviceKillSuite(env: Record<string, string> = {}) {
+  const procs: ServiceProcess[] = [];
+  let open: RedisProxy | null = null;
+  after(async () => {
+    await Promise.all(procs.map((p) => p.kill()));
+    await open?.close();
+  });
+  const rig = killRigForSuite();
+  const spawn = async (name: string, url = rig.redis.url): Promise<ServiceProcess> => {
+    const p = await spawnService(serviceEnv(url, rig.fake.url, env), { name });
+    procs.push(p);
+    return p;
+  };
+  const doomed = async (name = 'doomed'): Promise<DoomedReplica> => {
+    const proxy = await startRedisProxy(rig.redis.port);
+    open = proxy;
+    const service = await spawn(name, proxy.url);
+    return {
+      service,
+      proxy,
+      async killWhen(held) {
+        await held;
+        await service.kill();
+        await proxy.close();
+        open = null;
+      },
+    };
+  };
+  return { rig, spawn, doomed };
 }
