@@ -1,6 +1,7 @@
 import { after, before, beforeEach, describe, it } from 'node:test';
 import assert from 'node:assert/strict';
 import { startHarness, type Harness } from '../helpers/service.js';
+import { awaitingApproval } from '../helpers/approvals.js';
 import { apiError, text, toolCall } from '../fake/script.js';
 import { writerResearcher, writerWithResearcher } from '../helpers/agents.js';
 import { compareIds } from '../../src/events/cursor.js';
@@ -88,19 +89,12 @@ describe('§7.4 policy action_timeout_s at the contract floor (no test override)
   });
 
   it('a 10 s deadline: required_action.expires_at 10 s on, action.expiring at 80 %, action.timed_out at the deadline', async () => {
-    h.fake.enqueue(
-      toolCall('get_weather', { location: 'Oslo' }, { id: 'toolu_10s' }),
+    const { id, waiting } = await awaitingApproval(
+      h,
+      'toolu_10s',
+      { action_timeout_s: 10 },
       text('No weather then.'),
     );
-    const r = await h.api.post('/v1/sessions', {
-      input: 'Weather?',
-      tools: ['get_weather'],
-      approval: 'always',
-      action_timeout_s: 10,
-    });
-    assert.equal(r.status, 201, JSON.stringify(r.body));
-    const waiting = await h.api.waitStatus(r.body.id, ['requires_action', 'idle', 'failed']);
-    assert.equal(waiting.status, 'requires_action', JSON.stringify(waiting.error));
     const expiresAt = Date.parse(waiting.required_action.expires_at);
     const askedAt = Date.parse(waiting.updated_at);
     assert.ok(
@@ -108,7 +102,7 @@ describe('§7.4 policy action_timeout_s at the contract floor (no test override)
       `${waiting.updated_at} → ${waiting.required_action.expires_at}`,
     );
 
-    const expiring = await h.api.waitForEvent(r.body.id, 'action.expiring', 30_000);
+    const expiring = await h.api.waitForEvent(id, 'action.expiring', 30_000);
     const warnedAt = Date.parse(expiring.at);
     // 80 % of 10 s is 8 s before the deadline's start: not before it, and well before the deadline itself.
     assert.ok(
@@ -117,13 +111,13 @@ describe('§7.4 policy action_timeout_s at the contract floor (no test override)
     );
     assert.equal(expiring.data.expires_at, waiting.required_action.expires_at);
 
-    const timedOut = await h.api.waitForEvent(r.body.id, 'action.timed_out', 30_000);
+    const timedOut = await h.api.waitForEvent(id, 'action.timed_out', 30_000);
     // Before the deadline's own event (how much before depends on how busy the machine is: no upper bound in time).
     assert.ok(compareIds(expiring.id, timedOut.id) < 0, `${expiring.id} then ${timedOut.id}`);
     assert.ok(Date.parse(timedOut.at) >= expiresAt - 100, `timed out at ${timedOut.at}`);
-    const done = await h.api.waitStatus(r.body.id, ['idle', 'failed']);
+    const done = await h.api.waitStatus(id, ['idle', 'failed']);
     assert.equal(done.status, 'idle', JSON.stringify(done.error));
-    const decided = (await h.api.events(r.body.id)).filter((e) => e.type === 'tool_call.decided');
+    const decided = (await h.api.events(id)).filter((e) => e.type === 'tool_call.decided');
     assert.deepEqual(
       decided.map((e) => [e.data.decision, e.data.reason]),
       [['deny', 'timed out']],
@@ -213,17 +207,8 @@ describe('§7.4 ttl_s: an idle or failed session is deleted, one waiting for its
   beforeEach(() => h.fake.reset());
 
   it('a failed session unchanged for ttl_s is deleted; a requires_action one has no expires_at and stays', async () => {
-    h.fake.enqueue(toolCall('get_weather', { location: 'Oslo' }, { id: 'toolu_ttl' }));
-    const w = await h.api.post('/v1/sessions', {
-      input: 'Weather?',
-      tools: ['get_weather'],
-      approval: 'always',
-      ttl_s: 1,
-    });
-    assert.equal(w.status, 201, JSON.stringify(w.body));
-    const waiting = await h.api.waitStatus(w.body.id, ['requires_action', 'idle', 'failed']);
-    assert.equal(waiting.status, 'requires_action', JSON.stringify(waiting.error));
-    assert.equal(waiting.expires_at, null, 'no expiry while it waits for its client');
+    const w = await awaitingApproval(h, 'toolu_ttl', { ttl_s: 1 });
+    assert.equal(w.waiting.expires_at, null, 'no expiry while it waits for its client');
 
     h.fake.enqueue(apiError(400, 'invalid_request_error'));
     const f = await h.api.post('/v1/sessions', { input: 'Hi', ttl_s: 1 });
@@ -236,7 +221,7 @@ describe('§7.4 ttl_s: an idle or failed session is deleted, one waiting for its
       assert.ok(Date.now() < deadline, 'the failed session was not deleted');
       await new Promise((r) => setTimeout(r, 50));
     }
-    const still = await h.api.get(`/v1/sessions/${w.body.id}`);
+    const still = await h.api.get(`/v1/sessions/${w.id}`);
     assert.equal(still.status, 200);
     assert.equal(still.body.status, 'requires_action');
   });
@@ -279,25 +264,17 @@ describe('§7.5 the thread is carried across runs unless the history was rewritt
   });
 
   it('a call whose input an approval edited: the next request is the whole history on a new thread', async () => {
-    h.fake.enqueue(toolCall('get_weather', { location: 'Paris' }, { id: 'toolu_ed' }), text('Berlin it is.'));
-    const s = await h.api.post('/v1/sessions', {
-      input: 'Weather?',
-      tools: ['get_weather'],
-      approval: 'always',
-    });
-    assert.equal(s.status, 201, JSON.stringify(s.body));
-    const waiting = await h.api.waitStatus(s.body.id, ['requires_action', 'idle', 'failed']);
-    assert.equal(waiting.status, 'requires_action', JSON.stringify(waiting.error));
-    const d = await h.api.post(`/v1/sessions/${s.body.id}/tool-calls/toolu_ed`, {
+    const { id } = await awaitingApproval(h, 'toolu_ed', {}, text('Berlin it is.'));
+    const d = await h.api.post(`/v1/sessions/${id}/tool-calls/toolu_ed`, {
       decision: 'approve',
       input: { location: 'Berlin' },
     });
     assert.equal(d.status, 202, JSON.stringify(d.body));
-    const done = await h.api.waitStatus(s.body.id, ['idle', 'failed']);
+    const done = await h.api.waitStatus(id, ['idle', 'failed']);
     assert.equal(done.status, 'idle', JSON.stringify(done.error));
     const next = h.fake.requests[1]!;
     assert.deepEqual(next.body.thread, { type: 'create' });
-    assert.deepEqual(next.body.messages, (await history(s.body.id)).slice(0, -1));
+    assert.deepEqual(next.body.messages, (await history(id)).slice(0, -1));
     assert.deepEqual((next.body.messages[1]!.content as any[]).find((b) => b.id === 'toolu_ed').input, {
       location: 'Berlin',
     });

@@ -12,7 +12,8 @@ import { after, before, describe, it } from 'node:test';
 import assert from 'node:assert/strict';
 import { asReplica } from '../helpers/skewed-clock.js';
 import { startHarness, type Harness } from '../helpers/service.js';
-import { text, toolCall } from '../fake/script.js';
+import { awaitingApproval } from '../helpers/approvals.js';
+import { text } from '../fake/script.js';
 import { DeadlineSweeper } from '../../src/sessions/deadlines.js';
 
 const SKEW_MS = 10 * 60_000;
@@ -33,16 +34,7 @@ describe('action deadlines with a replica whose clock is off', { timeout: 60_000
 
   /** A session waiting for the approval of `call` (action_timeout_s 120), and its `expires_at`. */
   async function approval(call: string): Promise<{ id: string; expiresAt: string }> {
-    h.fake.enqueue(toolCall('get_weather', { location: 'Oslo' }, { id: call }));
-    const created = await h.api.post('/v1/sessions', {
-      input: 'Weather in Oslo?',
-      tools: ['get_weather'],
-      approval: 'always',
-      action_timeout_s: 120,
-    });
-    assert.equal(created.status, 201, JSON.stringify(created.body));
-    const id = created.body.id as string;
-    const waiting = await h.api.waitStatus(id, 'requires_action');
+    const { id, waiting } = await awaitingApproval(h, call, { action_timeout_s: 120 });
     return { id, expiresAt: waiting.required_action.expires_at as string };
   }
 

@@ -1,6 +1,7 @@
 import { after, before, beforeEach, describe, it } from 'node:test';
 import assert from 'node:assert/strict';
 import { startHarness, type Harness, type Api } from '../helpers/service.js';
+import { awaitingApproval } from '../helpers/approvals.js';
 import { startTestRedis, type TestRedis } from '../helpers/redis.js';
 import { startFakeAnthropic, type FakeAnthropic } from '../fake/server.js';
 import { text, toolCall, toolCalls, toolUse } from '../fake/script.js';
@@ -63,19 +64,12 @@ describe('action deadlines (action_timeout_s)', () => {
   });
 
   it('an approval that times out is denied exactly once, with two replicas and a restart in between', async () => {
-    fake.enqueue(
-      toolCall('get_weather', { location: 'Oslo' }, { id: 'toolu_late' }),
+    const { id, waiting } = await awaitingApproval(
+      a,
+      'toolu_late',
+      { action_timeout_s: 2 },
       text('No weather then.'),
     );
-    const created = await a.api.post('/v1/sessions', {
-      input: 'Weather in Oslo?',
-      tools: ['get_weather'],
-      approval: 'always',
-      action_timeout_s: 2,
-    });
-    assert.equal(created.status, 201, JSON.stringify(created.body));
-    const id = created.body.id;
-    const waiting = await a.api.waitStatus(id, 'requires_action');
     const expiresAt = Date.parse(waiting.required_action.expires_at);
     assert.ok(expiresAt > Date.now() && expiresAt <= Date.now() + 2000, waiting.required_action.expires_at);
 
