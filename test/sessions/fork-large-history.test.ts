@@ -18,32 +18,41 @@ const MESSAGE_BYTES = 300 * KB;
 describe('a fork of a large history', () => {
   const suite = largeHistorySuite();
 
-  it('is staged in bounded parts, lands whole and leaves no staging key', async () => {
-    const { h, redis } = suite;
-    const id = await suite.sessionWithTurns(
-      Array.from({ length: 4 }, (_, n) => `#${n} ${'x'.repeat(MESSAGE_BYTES)}`),
-    );
-    const source = (await h.api.get(`/v1/sessions/${id}/messages`)).body.data;
-    assert.equal(source.length, 8);
-
+  /**
+   * A session of one turn per text forked at its last (4th) iteration, the MONITOR on while the fork is made; the
+   * fork staged in 4 parts or more (RPUSHes to its `:st:` key) and its create write (the EVALSHA of 8 keys) carrying
+   * no history. The source's id, the fork's, the commands the service sent naming the fork, and its parts.
+   */
+  async function forkOf(texts: string[]) {
+    const { h } = suite;
+    const id = await suite.sessionWithTurns(texts);
     const monitor = await suite.monitor();
     const fork = await h.api.post(`/v1/sessions/${id}/fork`, { at_iteration: 4 });
     assert.equal(fork.status, 201, JSON.stringify(fork.body));
     const forkId = fork.body.id as string;
     await monitor.settle();
+    const commands = monitor.commands.filter((args) => args.some((a) => a.includes(`{${forkId}}`)));
+    const parts = commands.filter((args) => /^rpush$/i.test(args[0]!) && args[1]!.includes(':st:'));
+    assert.ok(parts.length >= 4, `staged in ${parts.length} parts`);
+    const apply = commands.find((args) => /^evalsha$/i.test(args[0]!) && args[2] === '8');
+    assert.ok(apply, 'the create write');
+    // Its ops carry none of the history: the parts do.
+    assert.ok(Buffer.byteLength(apply[12]!) < 64 * KB, `its ops: ${Buffer.byteLength(apply[12]!)} bytes`);
+    return { id, forkId, commands, parts };
+  }
+
+  it('is staged in bounded parts, lands whole and leaves no staging key', async () => {
+    const { h, redis } = suite;
+    const { id, forkId, commands } = await forkOf(
+      Array.from({ length: 4 }, (_, n) => `#${n} ${'x'.repeat(MESSAGE_BYTES)}`),
+    );
 
     // Every command the service sent about the fork carries at most one part (or one message larger than a part).
-    const forkCommands = monitor.commands.filter((args) => args.some((a) => a.includes(`{${forkId}}`)));
-    const largest = Math.max(
-      ...forkCommands.map((args) => args.reduce((n, a) => n + Buffer.byteLength(a), 0)),
-    );
+    const largest = Math.max(...commands.map((args) => args.reduce((n, a) => n + Buffer.byteLength(a), 0)));
     assert.ok(largest < 2 * MESSAGE_BYTES, `the largest command about the fork: ${largest} bytes`);
-    const parts = forkCommands.filter((args) => /^rpush$/i.test(args[0]!) && args[1]!.includes(':st:'));
-    assert.ok(parts.length >= 4, `staged in ${parts.length} parts`);
-    const apply = forkCommands.find((args) => /^evalsha$/i.test(args[0]!) && args[2] === '8');
-    assert.ok(apply, 'the create write');
-    assert.ok(Buffer.byteLength(apply[12]!) < 64 * KB, `its ops: ${Buffer.byteLength(apply[12]!)} bytes`);
 
+    const source = (await h.api.get(`/v1/sessions/${id}/messages`)).body.data;
+    assert.equal(source.length, 8);
     const copied = (await h.api.get(`/v1/sessions/${forkId}/messages`)).body.data;
     assert.deepEqual(copied, source);
     assert.equal((await h.api.get(`/v1/sessions/${forkId}`)).body.message_count, 8);
@@ -62,27 +71,15 @@ describe('a fork of a large history', () => {
   it('weighs the history in UTF-8 bytes: CJK under 1 MiB in UTF-16 units but over it in bytes is staged', async () => {
     const { h } = suite;
     // 100 000 CJK characters a message: 100 000 UTF-16 units, 300 000 bytes; 4 of them over 1 MiB only in bytes.
-    const id = await suite.sessionWithTurns(
+    const { forkId, parts } = await forkOf(
       Array.from({ length: 4 }, (_, n) => `#${n} ${'漢'.repeat(100_000)}`),
     );
     const messageBytes = Buffer.byteLength(`#0 ${'漢'.repeat(100_000)}`);
-
-    const monitor = await suite.monitor();
-    const fork = await h.api.post(`/v1/sessions/${id}/fork`, { at_iteration: 4 });
-    assert.equal(fork.status, 201, JSON.stringify(fork.body));
-    const forkId = fork.body.id as string;
-    await monitor.settle();
-
-    const forkCommands = monitor.commands.filter((args) => args.some((a) => a.includes(`{${forkId}}`)));
-    const parts = forkCommands.filter((args) => /^rpush$/i.test(args[0]!) && args[1]!.includes(':st:'));
-    assert.ok(parts.length >= 4, `staged in ${parts.length} parts`);
     // A part is at most 256 KiB, or one larger message alone: never two of these messages together.
     const largest = Math.max(
       ...parts.map((args) => args.slice(2).reduce((n, a) => n + Buffer.byteLength(a), 0)),
     );
     assert.ok(largest < messageBytes + 1024, `the largest part: ${largest} bytes`);
-    const apply = forkCommands.find((args) => /^evalsha$/i.test(args[0]!) && args[2] === '8');
-    assert.ok(apply && Buffer.byteLength(apply[12]!) < 64 * KB, 'the create write carries no history');
     assert.equal((await h.api.get(`/v1/sessions/${forkId}`)).body.message_count, 8);
   });
 });
