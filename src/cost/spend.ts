@@ -60,8 +60,6 @@ export const utcDay = (ms: number): string => new Date(ms).toISOString().slice(0
 const usageKey = (tenant: string, day: string) => `q:{${tenant}}:usage:${day}`;
 /** HASH: session id → the seq of its last turn added to a day (record-2.lua), in the tenant's slot. */
 const spentKey = (tenant: string) => `q:{${tenant}}:spent`;
-/** The tenant's `spentKey` from one of its day keys (`usageKey`). */
-const spentOf = (dayKey: string) => dayKey.replace(/:usage:[^:]*$/, ':spent');
 
 /**
  * A turn's spend committed to its session and not known to be in its tenant's day yet: the session's meta field
@@ -97,6 +95,15 @@ export interface SpendMark {
 /** One turn of a record-2.lua call: session ('' unmarked), seq, then the counters. */
 type TurnArgs = [string, number, number, number, number, number, number, number];
 
+/**
+ * A turn on its way to its day's hash (the batch's key, `usageKey`), with its tenant's `spentKey` named beside it:
+ * a batch is one day's hash, so one tenant's, and every turn of it carries the same `spent`.
+ */
+interface PendingTurn {
+  spent: string;
+  args: TurnArgs;
+}
+
 interface DayUsage {
   date: string;
   input_tokens: number;
@@ -126,7 +133,7 @@ export class TenantSpend {
   private readonly capMicros: number;
   private readonly now: () => number;
   /** Turns' counters on their way to their tenant's day: the turns of one event-loop turn in one script call. */
-  private readonly turns: KeyedBatch<TurnArgs>;
+  private readonly turns: KeyedBatch<PendingTurn>;
   private readonly retentionDays: number;
 
   constructor(
@@ -139,8 +146,9 @@ export class TenantSpend {
     defineLuaCommands(redis, new URL('./lua/', import.meta.url), 'cost');
     this.retentionDays = options.retentionDays;
     const ttlS = options.retentionDays * 86_400;
-    this.turns = new KeyedBatch((key, turns) =>
-      this.redis.costRecord(key, spentOf(key), ttlS, ...turns.flat()),
+    // A batch holds the turn that opened it: `turns[0]` is there.
+    this.turns = new KeyedBatch((usage, turns) =>
+      this.redis.costRecord(usage, turns[0]!.spent, ttlS, ...turns.flatMap((t) => t.args)),
     );
   }
 
@@ -156,16 +164,10 @@ export class TenantSpend {
    */
   record(tenant: string, incr: SpendIncr, mark?: SpendMark): Promise<void> {
     const day = mark?.day ?? utcDay(this.now());
-    return this.turns.add(usageKey(tenant, day), [
-      mark?.session ?? '',
-      mark?.seq ?? 0,
-      incr.in,
-      incr.out,
-      incr.cw,
-      incr.cr,
-      incr.cost,
-      incr.nc,
-    ]);
+    return this.turns.add(usageKey(tenant, day), {
+      spent: spentKey(tenant),
+      args: [mark?.session ?? '', mark?.seq ?? 0, incr.in, incr.out, incr.cw, incr.cr, incr.cost, incr.nc],
+    });
   }
 
   /**
