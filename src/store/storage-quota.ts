@@ -71,6 +71,27 @@ export const givenKey = (tenant: string) => `t:{${tenant}}:given`;
  */
 export const GIVE_BACK_TTL_MS = 15 * 60_000;
 
+/** A delete's record of what it owes its tenant's storage count: a value of keys.ts `giveBack`. */
+export interface GiveBackRecord {
+  bytes: number;
+  tenant: string;
+}
+
+/**
+ * The format of a `giveBack` value, `<bytes>:<tenant>`: written by src/store/lua/destroy-11.lua (`raw .. ':' ..
+ * ARGV[5]`), which this pair follows. The tenant is last and may hold `:`; the bytes hold none.
+ */
+export const encodeGiveBack = (r: GiveBackRecord): string => `${r.bytes}:${r.tenant}`;
+
+/** A `giveBack` value decoded (`encodeGiveBack`); null when not of that form. */
+export function decodeGiveBack(value: string): GiveBackRecord | null {
+  const colon = value.indexOf(':');
+  const bytes = value.slice(0, colon);
+  const tenant = value.slice(colon + 1);
+  if (colon < 0 || tenant === '' || !/^-?\d+$/.test(bytes)) return null;
+  return { bytes: Number(bytes), tenant };
+}
+
 /**
  * How long `givenKey` keeps a delete given back (ms): past the record's expiry by a margin for the clocks of the
  * session's and the tenant's Redis nodes (a Cluster), and one constant for every caller, since a delete older than it

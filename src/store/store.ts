@@ -40,7 +40,7 @@ import { decodeStored } from './decode.js';
 import { defineLuaCommands, type RedisClient } from './lua-commands.js';
 import type { SessionKeyList } from './lua/commands.js';
 import { RunQueue } from './runs.js';
-import { GIVE_BACK_TTL_MS, StorageQuota } from './storage-quota.js';
+import { GIVE_BACK_TTL_MS, StorageQuota, decodeGiveBack } from './storage-quota.js';
 import { isOutOfMemory } from './unavailable.js';
 import { ACTIONS_DUE_KEY, DueSet, EXPIRY_DUE_KEY } from './due.js';
 import { PriceTable, type ModelPrices } from '../cost/prices.js';
@@ -1137,9 +1137,9 @@ export class SessionStore {
    */
   async giveBackLeft(id: string): Promise<void> {
     const key = sessionKeys(id).giveBack;
-    for (const [deleted, owed] of Object.entries(await this.redis.hgetall(key))) {
-      const m = /^(-?\d+):(.+)$/s.exec(owed);
-      if (m) await this.storage.giveBack(m[2]!, id, deleted, Number(m[1]));
+    for (const [deleted, value] of Object.entries(await this.redis.hgetall(key))) {
+      const owed = decodeGiveBack(value);
+      if (owed) await this.storage.giveBack(owed.tenant, id, deleted, owed.bytes);
       await this.redis.hdel(key, deleted);
     }
   }

@@ -19,9 +19,10 @@
 -- reader reaches them once the stubs naming them are gone). Their names are derived from KEYS[10], in its slot.
 -- KEYS[11] keeps what the delete owes its tenant's storage count (`t:{tenant}:bytes`, another slot: given back after
 -- this script, storage-give-back-2.lua): field the id of its `session.deleted` event (the delete's own name, and its
--- time), value `<bytes>:<tenant>`; none when `bytes` is 0. The store gives it back and drops the field; a process
--- killed between leaves it to any replica's sweep of the delete's mark (SessionIndex `sweepDeletes`). A hash: a
--- deterministic id made again and deleted again before that sweep adds its own field, not over the first's.
+-- time), value `<bytes>:<tenant>` (its TypeScript side: storage-quota.ts `encodeGiveBack`/`decodeGiveBack`); none
+-- when `bytes` is 0. The store gives it back and drops the field; a process killed between leaves it to any
+-- replica's sweep of the delete's mark (SessionIndex `sweepDeletes`). A hash: a deterministic id made again and
+-- deleted again before that sweep adds its own field, not over the first's.
 -- Returns {code, bytes, deleted}: code 1, 0 if the session did not exist, or -1 if it moved past ARGV[4] (nothing
 -- written in both); `bytes` the session's `bytes` (what its tenant's count holds of it) as the delete found it, 0
 -- unless code is 1; `deleted` (code 1 only) the id of the `session.deleted` event, its field in KEYS[11]. `bytes` is
