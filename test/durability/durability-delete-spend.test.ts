@@ -7,10 +7,10 @@
  * (test/helpers/redis-proxy.ts), as durability-spend-kill and durability-delete-bytes do. The lease TTL is long, so
  * no survivor claims or sweeps the killed run (whose claim or sweep would record the mark) before the delete.
  */
-import { after, describe, it } from 'node:test';
+import { describe, it } from 'node:test';
 import assert from 'node:assert/strict';
-import { killRigForSuite, startRedisProxy, type RedisProxy } from '../helpers/redis-proxy.js';
-import { serviceEnv, spawnService, type ServiceProcess } from '../helpers/process.js';
+import { serviceKillSuite } from '../helpers/redis-proxy.js';
+import type { ServiceProcess } from '../helpers/process.js';
 import { decodeGiveBack } from '../../src/store/storage-quota.js';
 import { text } from '../fake/script.js';
 import { until } from './chaos-lib.js';
@@ -55,45 +55,26 @@ const used = (i: number) => ({
 });
 
 describe("a turn's spend when its session is deleted before the record", { timeout: 240_000 }, () => {
-  const procs: ServiceProcess[] = [];
-  const proxies: RedisProxy[] = [];
-  after(async () => {
-    await Promise.all(procs.map((p) => p.kill()));
-    await Promise.all(proxies.map((p) => p.close()));
-  });
-  const rig = killRigForSuite();
-
-  const start = async (name: string, url: string) => {
-    const p = await spawnService(serviceEnv(url, rig.fake.url, ENV), { name });
-    procs.push(p);
-    return p;
-  };
-  const proxy = async () => {
-    const p = await startRedisProxy(rig.redis.port);
-    proxies.push(p);
-    return p;
-  };
+  const { rig, spawn, doomed } = serviceKillSuite(ENV);
 
   /**
    * A replica on a proxy runs one turn of a session of `tenant`, its record held (`at`: before it runs; `after`: once
    * it ran, what follows held). Returns the session's id, the replica and its proxy (the caller kills or releases).
    */
   async function heldAtRecord(tenant: string, at: 'at' | 'after', i: number) {
-    const p = await proxy();
-    const doomed = await start(`run-${tenant}`, p.url);
+    const replica = await doomed(`run-${tenant}`);
     rig.fake.enqueue(text('Hello.', used(i)));
-    const held = at === 'at' ? p.holdAt(RECORD) : p.holdAfter(RECORD);
-    const created = await doomed.api.as(`key-${tenant}`).post('/v1/sessions', { input: 'hi' });
+    const held = at === 'at' ? replica.proxy.holdAt(RECORD) : replica.proxy.holdAfter(RECORD);
+    const created = await replica.service.api.as(`key-${tenant}`).post('/v1/sessions', { input: 'hi' });
     assert.equal(created.status, 201, JSON.stringify(created.body));
     await held;
-    return { id: created.body.id as string, doomed, proxy: p };
+    return { id: created.body.id as string, replica, held };
   }
 
   /** `heldAtRecord`, the replica killed there. */
   async function killedAtRecord(tenant: string, at: 'at' | 'after', i: number): Promise<string> {
-    const { id, doomed, proxy: p } = await heldAtRecord(tenant, at, i);
-    await doomed.kill();
-    await p.close();
+    const { id, replica, held } = await heldAtRecord(tenant, at, i);
+    await replica.killWhen(held);
     return id;
   }
 
@@ -137,20 +118,18 @@ describe("a turn's spend when its session is deleted before the record", { timeo
    * one EVALSHA, not a NOSCRIPT answer and an EVAL that would be held).
    */
   async function deleteKilledAt(tenant: string, id: string, marker: string): Promise<void> {
-    const p = await proxy();
-    const deleter = await start(`delete-${tenant}`, p.url);
-    const api = deleter.api.as(`key-${tenant}`);
+    const deleter = await doomed(`delete-${tenant}`);
+    const api = deleter.service.api.as(`key-${tenant}`);
     const warm = await api.post('/v1/sessions', { input: 'warm-up', start: false });
     assert.equal(warm.status, 201, JSON.stringify(warm.body));
     assert.equal((await api.req('DELETE', `/v1/sessions/${warm.body.id}`)).status, 200);
-    const held = p.holdAfter(marker);
+    const held = deleter.proxy.holdAfter(marker);
     const answered = api.req('DELETE', `/v1/sessions/${id}`).catch(() => null);
     // Never answered before the marker is sent: a delete that sends none fails here, not at the suite's timeout.
     const marked = await Promise.race([held.then(() => true), answered.then(() => false)]);
     assert.ok(marked, `the delete answered without sending ${marker}`);
-    await deleter.kill();
+    await deleter.killWhen(held);
     assert.equal(await answered, null, 'the killed replica answered nothing');
-    await p.close();
     assert.equal(await rig.r.exists(`s:{${id}}`), 0, 'the delete’s script ran');
   }
 
@@ -162,7 +141,7 @@ describe("a turn's spend when its session is deleted before the record", { timeo
 
   it('a run killed before its record, the session deleted: the delete records the turn, once', async () => {
     const id = await killedAtRecord('t1', 'at', 1);
-    const survivor = await start('survivor-1', rig.redis.url);
+    const survivor = await spawn('survivor-1');
     const sum = await records(survivor.api, 't1', id);
     const seq = await seqOf(id);
     assert.equal(await rig.r.hget(`q:{t1}:usage:${today()}`, 'in'), null, 'no record landed');
@@ -176,7 +155,7 @@ describe("a turn's spend when its session is deleted before the record", { timeo
 
   it('a run killed once its record ran, the session deleted: counted once, the seq forgotten', async () => {
     const id = await killedAtRecord('t2', 'after', 2);
-    const survivor = await start('survivor-2', rig.redis.url);
+    const survivor = await spawn('survivor-2');
     const sum = await records(survivor.api, 't2', id);
     await remove(survivor.api, 't2', id);
     assert.deepEqual(await day(survivor.api, 't2'), sum, "the turn's tokens in the tenant's day, once");
@@ -185,8 +164,8 @@ describe("a turn's spend when its session is deleted before the record", { timeo
   });
 
   it('the run’s record lands after the delete’s: counted once', async () => {
-    const { id, doomed, proxy: p } = await heldAtRecord('t3', 'at', 3);
-    const survivor = await start('survivor-3', rig.redis.url);
+    const { id, replica } = await heldAtRecord('t3', 'at', 3);
+    const survivor = await spawn('survivor-3');
     const sum = await records(survivor.api, 't3', id);
     await remove(survivor.api, 't3', id);
     assert.deepEqual(await day(survivor.api, 't3'), sum, 'the delete recorded the turn');
@@ -197,17 +176,17 @@ describe("a turn's spend when its session is deleted before the record", { timeo
         if (args.some((a) => a.includes(`q:{t3}${RECORD}`))) resolve();
       }),
     );
-    p.release();
+    replica.proxy.release();
     await late;
     monitor.disconnect();
     assert.deepEqual(await day(survivor.api, 't3'), sum, "the run's late record counted nothing");
-    await doomed.kill();
+    await replica.service.kill();
     await survivor.kill();
   });
 
   it('the deleting replica killed after its script: the sweep records the turn, once', async () => {
     const id = await killedAtRecord('t4', 'at', 4);
-    const reader = await start('reader-4', rig.redis.url);
+    const reader = await spawn('reader-4');
     const sum = await records(reader.api, 't4', id);
     const seq = await seqOf(id);
     await reader.kill();
@@ -217,7 +196,7 @@ describe("a turn's spend when its session is deleted before the record", { timeo
     assert.equal(left.length, 1, 'the delete left its record');
     assert.equal(left[0]?.open?.seq, seq, 'carrying the open spend');
     assert.equal(await rig.r.hget(`q:{t4}:usage:${today()}`, 'in'), null, 'no record landed');
-    const survivor = await start('survivor-4', rig.redis.url);
+    const survivor = await spawn('survivor-4');
     await swept(id);
     assert.deepEqual(await day(survivor.api, 't4'), sum, "the turn's tokens in the tenant's day, once");
     await survivor.kill();
@@ -225,7 +204,7 @@ describe("a turn's spend when its session is deleted before the record", { timeo
 
   it('the deleting replica killed after its record: the sweep’s second record counts nothing', async () => {
     const id = await killedAtRecord('t5', 'at', 5);
-    const reader = await start('reader-5', rig.redis.url);
+    const reader = await spawn('reader-5');
     const sum = await records(reader.api, 't5', id);
     await reader.kill();
     await deleteKilledAt('t5', id, RECORD);
@@ -235,7 +214,7 @@ describe("a turn's spend when its session is deleted before the record", { timeo
       String(sum.input_tokens),
       'the killed delete recorded the turn',
     );
-    const survivor = await start('survivor-5', rig.redis.url);
+    const survivor = await spawn('survivor-5');
     await swept(id);
     assert.deepEqual(await day(survivor.api, 't5'), sum, 'counted once');
     assert.equal(await rig.r.hget('q:{t5}:spent', id), null, 'the sweep forgets the seq recorded before');
