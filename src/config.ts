@@ -170,8 +170,8 @@ const variables = z.object({
   TENANT_MAX_TOOLS: z.coerce.number().int().min(1).max(10_000).default(100),
   /**
    * Most tool tasks of one tenant queued, leased or undelivered at once; a call past it is answered with an error. At
-   * most 1000: a tenant's first claim after an upgrade indexes its queued calls by tool (claim-5.lua), and an http
-   * caller's look at a tenant's queue reads it whole (http-left-1.lua), so the bound is those scripts' work.
+   * most 1000: a tenant's first claim after an upgrade indexes its queued calls by tool (tenant-tools/lua/claim-6.lua),
+   * and an http caller's look at a tenant's queue reads it whole (http-left-1.lua), so the bound is those scripts' work.
    */
   TOOL_TASKS_MAX_PER_TENANT: z.coerce.number().int().min(1).max(1000).default(1000),
   /**

@@ -15,7 +15,7 @@
  *   tool's name (workers claim by it) or `~http` (the service's HTTP caller)
  * - `tt:{tt:T}:ready:<queue>` ZSET call → claimable from (ms): the same calls indexed by queue, written by the same
  *   scripts as `ready` (lua/includes/queue-key.lua), so a claim reads only the queues it asks for;
- *   `tt:{tt:T}:ready#indexed` says the tenant's calls queued before the index existed were indexed (claim-5.lua)
+ *   `tt:{tt:T}:ready#indexed` says the tenant's calls queued before the index existed were indexed (claim-6.lua)
  * - `tt:{tt:T}:leased` ZSET call → lease expiry (ms)
  * - `tt:{tt:T}:deadline` ZSET call → when it times out (ms)
  * - `tt:{tt:T}:done` ZSET call → completed at (ms): results not yet delivered to their session (an outbox)
