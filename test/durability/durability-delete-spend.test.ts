@@ -10,6 +10,7 @@
 import { describe, it } from 'node:test';
 import assert from 'node:assert/strict';
 import { serviceKillSuite } from '../helpers/redis-proxy.js';
+import { RECORD, today, used, type Usage } from '../helpers/spend-turns.js';
 import type { ServiceProcess } from '../helpers/process.js';
 import { decodeGiveBack } from '../../src/store/storage-quota.js';
 import { text } from '../fake/script.js';
@@ -21,16 +22,6 @@ const ENV = {
   LEASE_TTL_MS: '60000',
   DEADLINE_SWEEP_MS: '100',
 };
-/** What only a record of a turn's spend sends (src/cost/spend.ts `usageKey`). */
-const RECORD = ':usage:';
-const today = () => new Date().toISOString().slice(0, 10);
-
-interface Usage {
-  input_tokens: number;
-  output_tokens: number;
-  cache_creation_input_tokens: number;
-  cache_read_input_tokens: number;
-}
 const FIELDS: Array<keyof Usage> = [
   'input_tokens',
   'output_tokens',
@@ -43,15 +34,6 @@ const tokens = (u: Usage): Usage => ({
   output_tokens: u.output_tokens,
   cache_creation_input_tokens: u.cache_creation_input_tokens,
   cache_read_input_tokens: u.cache_read_input_tokens,
-});
-
-const used = (i: number) => ({
-  usage: {
-    input_tokens: 1000 + i,
-    output_tokens: 100 + i,
-    cache_creation_input_tokens: 10 + i,
-    cache_read_input_tokens: 20 + i,
-  },
 });
 
 describe("a turn's spend when its session is deleted before the record", { timeout: 240_000 }, () => {
