@@ -65,8 +65,7 @@ const spentKey = (tenant: string) => `q:{${tenant}}:spent`;
  * A turn's spend committed to its session and not known to be in its tenant's day yet: the session's meta field
  * `spend_open`, `<seq>|<day>|<in>,<out>,<cw>,<cr>,<cost>,<nc>`, written by the commit that billed it (apply-8.lua,
  * `seq` the commit's revision) and dropped once its run recorded it (release-2.lua). Whoever finds it (the claim of
- * the session's next run, the runs' sweep, a delete, which carries it out of the meta hash: `settleDeleted`) records
- * it again: record-2.lua counts a seq of a session once.
+ * the session's next run, the runs' sweep) records it again: record-2.lua counts a seq of a session once.
  */
 export interface OpenSpend {
   seq: number;
@@ -74,16 +73,9 @@ export interface OpenSpend {
   incr: SpendIncr;
 }
 
-/** A turn's counters as `spend_open` holds them: `<in>,<out>,<cw>,<cr>,<cost>,<nc>`. */
-const countersText = (incr: SpendIncr): string =>
-  `${incr.in},${incr.out},${incr.cw},${incr.cr},${incr.cost},${incr.nc}`;
-
 /** What a commit writes after its revision in `spend_open` (apply-8.lua `spend_open`): `<day>|<counters>`. */
-export const openSpendTail = (incr: SpendIncr, now: number): string => `${utcDay(now)}|${countersText(incr)}`;
-
-/** The whole `spend_open` field of an OpenSpend, as `parseOpenSpend` reads it. */
-export const encodeOpenSpend = (open: OpenSpend): string =>
-  `${open.seq}|${open.day}|${countersText(open.incr)}`;
+export const openSpendTail = (incr: SpendIncr, now: number): string =>
+  `${utcDay(now)}|${incr.in},${incr.out},${incr.cw},${incr.cr},${incr.cost},${incr.nc}`;
 
 /** The `spend_open` field decoded (see OpenSpend); null when absent or not of that form. */
 export function parseOpenSpend(raw: string | undefined | null): OpenSpend | null {
@@ -143,8 +135,6 @@ export class TenantSpend {
   /** Turns' counters on their way to their tenant's day: the turns of one event-loop turn in one script call. */
   private readonly turns: KeyedBatch<PendingTurn>;
   private readonly retentionDays: number;
-  /** The TTL (s) of a day's hash and of the tenant's recorded seqs (record-2.lua ARGV[1]). */
-  private readonly ttlS: number;
 
   constructor(
     private readonly redis: RedisClient,
@@ -156,7 +146,6 @@ export class TenantSpend {
     defineLuaCommands(redis, new URL('./lua/', import.meta.url), 'cost');
     this.retentionDays = options.retentionDays;
     const ttlS = options.retentionDays * 86_400;
-    this.ttlS = ttlS;
     // A batch holds the turn that opened it: `turns[0]` is there.
     this.turns = new KeyedBatch((usage, turns) =>
       this.redis.costRecord(usage, turns[0]!.spent, ttlS, ...turns.flatMap((t) => t.args)),
@@ -187,46 +176,11 @@ export class TenantSpend {
    * USAGE_RETENTION_DAYS is not written again (its hash is gone, and so may be the seq that counted it).
    */
   async recordOpen(tenant: string, session: string, open: OpenSpend): Promise<void> {
-    if (this.tooOld(open)) return;
+    if (open.day < utcDay(this.now() - this.retentionDays * 86_400_000)) return;
     await this.record(tenant, open.incr, { session, seq: open.seq, day: open.day });
   }
 
-  /** Whether an open spend's day is past USAGE_RETENTION_DAYS (see `recordOpen`). */
-  private tooOld(open: OpenSpend): boolean {
-    return open.day < utcDay(this.now() - this.retentionDays * 86_400_000);
-  }
-
-  /**
-   * Settles the spend a delete found open in its session (destroy-11.lua carried `spend_open` into its record,
-   * keys.ts `giveBack`): recorded once (record-2.lua, the mark's seq: a record of that seq by its run, or by another
-   * replica finishing the same delete, counts nothing more), then the session's recorded seq forgotten (`forget`) —
-   * unless this record is the one that counted it. Then the run that committed it may be alive, its own record of
-   * that seq still on its way (a killed run's never comes); the field stays to refuse it, a few bytes dropped with
-   * the hash's expiry. Its own script call, not the batch: whether this turn counted is the call's answer.
-   */
-  async settleDeleted(tenant: string, session: string, open: OpenSpend): Promise<void> {
-    const counted = this.tooOld(open)
-      ? 0
-      : await this.redis.costRecord(
-          usageKey(tenant, open.day),
-          spentKey(tenant),
-          this.ttlS,
-          session,
-          open.seq,
-          open.incr.in,
-          open.incr.out,
-          open.incr.cw,
-          open.incr.cr,
-          open.incr.cost,
-          open.incr.nc,
-        );
-    if (counted === 0) await this.forget(tenant, session);
-  }
-
-  /**
-   * A deleted session's recorded seq (record-2.lua) goes with it. One HDEL. (A delete that found a turn's spend open
-   * forgets it after recording that: `settleDeleted`.)
-   */
+  /** A deleted session's recorded seq (record-2.lua) goes with it. One HDEL. */
   async forget(tenant: string, session: string): Promise<void> {
     await this.redis.hdel(spentKey(tenant), session);
   }

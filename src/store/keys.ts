@@ -52,10 +52,10 @@ export const sessionKeys = (id: string) => ({
    */
   gone: `s:{${id}}:g`,
   /**
-   * HASH: what a delete of the session owes its tenant, its bytes to its storage count and the turn's spend it held
-   * open to its day (destroy-11.lua: field its `session.deleted` event's id, value storage-quota.ts
-   * `encodeGiveBack`'s), from its script until both are settled (store.ts `destroy`, or any replica's sweep of its
-   * mark should its process die between: `settleDeletesLeft`); expires GIVE_BACK_TTL_MS after it (storage-quota.ts).
+   * HASH: what a delete of the session owes its tenant's storage count (destroy-11.lua: field its `session.deleted`
+   * event's id, value `<bytes>:<tenant>`), from its script until the bytes are given back (store.ts `destroy`, or any
+   * replica's sweep of its mark should its process die between: `giveBackLeft`); expires GIVE_BACK_TTL_MS after it
+   * (storage-quota.ts).
    */
   giveBack: `s:{${id}}:b`,
 });

@@ -35,8 +35,8 @@ const INDEX_GRACE_MS = 60_000;
  * are dropped after it, in commands of their own, and a process killed between the two left them for ever (no expiry;
  * a metadata pair's entries are dropped by a list only if one filters on that pair, pages past them and finds them
  * dead). So the delete writes this mark first and drops it once the entries are gone, and any replica's retention sweep
- * (`sweepDeletes`) drops the entries of a mark whose session is gone (and settles what it owes its tenant first,
- * its bytes and open spend: store.ts `settleDeletesLeft`). Global, written in its own commands, as the run queue is.
+ * (`sweepDeletes`) drops the entries of a mark whose session is gone (and gives back its bytes first: store.ts
+ * `giveBackLeft`). Global, written in its own commands, as the run queue is.
  */
 const UNINDEX_KEY = 'sessions:unindex';
 

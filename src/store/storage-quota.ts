@@ -3,7 +3,6 @@ import { quotaExceeded, type QuotaExceeded } from '../errors.js';
 import type { ApplyOps, Guard } from './apply-ops.js';
 import { CounterBatch } from './counter-batch.js';
 import { taskKeys } from '../tenant-tools/keys.js';
-import { encodeOpenSpend, parseOpenSpend, type OpenSpend } from '../cost/spend.js';
 
 /**
  * The per-tenant storage quota (TENANT_MAX_BYTES). Each write of a session counts the bytes it adds — the messages
@@ -72,36 +71,25 @@ export const givenKey = (tenant: string) => `t:{${tenant}}:given`;
  */
 export const GIVE_BACK_TTL_MS = 15 * 60_000;
 
-/** A delete's record of what it owes: a value of keys.ts `giveBack`. */
+/** A delete's record of what it owes its tenant's storage count: a value of keys.ts `giveBack`. */
 export interface GiveBackRecord {
-  /** What the session's `bytes` held: owed to its tenant's storage count. */
   bytes: number;
-  /** The turn's spend the session's meta hash held open (`spend_open`), owed to its tenant's day; null: none. */
-  open: OpenSpend | null;
   tenant: string;
 }
 
 /**
- * The format of a `giveBack` value, `<bytes>:<tenant>`, or `<bytes>;<spend_open>:<tenant>` with a spend open
- * (src/cost/spend.ts OpenSpend: `<seq>|<day>|<counters>`): written by src/store/lua/destroy-11.lua (`raw .. ';' ..
- * open .. ':' .. ARGV[5]`), which this pair follows. The tenant is last and may hold anything; what precedes it
- * holds no `:`.
+ * The format of a `giveBack` value, `<bytes>:<tenant>`: written by src/store/lua/destroy-11.lua (`raw .. ':' ..
+ * ARGV[5]`), which this pair follows. The tenant is last and may hold `:`; the bytes hold none.
  */
-export const encodeGiveBack = (r: GiveBackRecord): string =>
-  `${r.bytes}${r.open ? `;${encodeOpenSpend(r.open)}` : ''}:${r.tenant}`;
+export const encodeGiveBack = (r: GiveBackRecord): string => `${r.bytes}:${r.tenant}`;
 
-/**
- * A `giveBack` value decoded (`encodeGiveBack`); null when its bytes or tenant are not of that form. A spend mark
- * that does not decode is read as none: the bytes are still owed.
- */
+/** A `giveBack` value decoded (`encodeGiveBack`); null when not of that form. */
 export function decodeGiveBack(value: string): GiveBackRecord | null {
   const colon = value.indexOf(':');
-  const head = value.slice(0, colon);
+  const bytes = value.slice(0, colon);
   const tenant = value.slice(colon + 1);
-  const semi = head.indexOf(';');
-  const bytes = semi < 0 ? head : head.slice(0, semi);
   if (colon < 0 || tenant === '' || !/^-?\d+$/.test(bytes)) return null;
-  return { bytes: Number(bytes), open: semi < 0 ? null : parseOpenSpend(head.slice(semi + 1)), tenant };
+  return { bytes: Number(bytes), tenant };
 }
 
 /**

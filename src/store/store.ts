@@ -40,7 +40,7 @@ import { decodeStored } from './decode.js';
 import { defineLuaCommands, type RedisClient } from './lua-commands.js';
 import type { SessionKeyList } from './lua/commands.js';
 import { RunQueue } from './runs.js';
-import { GIVE_BACK_TTL_MS, StorageQuota, decodeGiveBack, type GiveBackRecord } from './storage-quota.js';
+import { GIVE_BACK_TTL_MS, StorageQuota, decodeGiveBack } from './storage-quota.js';
 import { isOutOfMemory } from './unavailable.js';
 import { ACTIONS_DUE_KEY, DueSet, EXPIRY_DUE_KEY } from './due.js';
 import { PriceTable, type ModelPrices } from '../cost/prices.js';
@@ -1037,10 +1037,7 @@ export class SessionStore {
    * index entries are named first in a mark (SessionIndex `deleting`), so that a process killed after the delete's
    * script leaves them for another replica's sweep to drop, not for ever. So are the session's bytes, given back to its
    * tenant's storage count (another slot) after the script, which records them (keys.ts `giveBack`): given back once
-   * (StorageQuota `giveBack`) and then the mark dropped, or, the process killed between, by that sweep
-   * (`settleDeletesLeft`). So is a turn's spend the session held open (`spend_open`: its run may have been killed
-   * before recording it), carried into the same record and recorded in its tenant's day once (TenantSpend
-   * `settleDeleted`) before the bytes are given back.
+   * (StorageQuota `giveBack`) and then the mark dropped, or, the process killed between, by that sweep (`giveBackLeft`).
    */
   async destroy(
     id: string,
@@ -1059,10 +1056,8 @@ export class SessionStore {
     let bytes: number;
     // The id of the delete's `session.deleted`, its record of the bytes it owes (none: the fallback's MULTI below).
     let deleted: string | undefined;
-    // The turn's spend the session held open, carried into that record ('' or undefined: none).
-    let open: string | undefined;
     try {
-      [done, bytes, deleted, open] = await this.redis.sessDestroy(
+      [done, bytes, deleted] = await this.redis.sessDestroy(
         ...this.keyList(k),
         k.tokens,
         k.gone,
@@ -1084,8 +1079,7 @@ export class SessionStore {
       // the two are unlinked after it (a kill then leaves them: that compaction's, without expiry).
       const before = segmentKeysOf(k, await this.redis.hget(k.meta, 'seg_keys'));
       // (In one MULTI, for the same reason as the script reads `bytes` itself; neither command is refused then.) No
-      // record of the bytes: given back at once below, as before records (a kill between leaves the count high). An
-      // open spend is not read: its record would be refused for memory too (lost, as before the script carried it).
+      // record of the bytes: given back at once below, as before records (a kill between leaves the count high).
       const res =
         (await this.redis
           .multi()
@@ -1105,21 +1099,17 @@ export class SessionStore {
     }
     if (done === 1) tap?.landed();
     this.tenants.delete(id);
-    const spend = done === 1 ? parseOpenSpend(open) : null;
-    // The spend recorded and the bytes given back before the record and the mark are dropped: a kill before leaves
-    // them to a replica's sweep.
-    const settled = async (): Promise<boolean> => {
-      if (done !== 1) return true;
+    // The bytes are given back before the mark is dropped: a kill before leaves both to a replica's sweep.
+    const givenBack = async (): Promise<boolean> => {
+      if (done !== 1 || bytes === 0) return true;
       if (deleted === undefined) {
-        if (bytes === 0) return true;
         await this.storage.add(tenant, -bytes).catch((err: unknown) => {
           if (!isOutOfMemory(err)) throw err; // still full after the delete: the count stays high (an upper bound)
         });
         return true;
       }
-      if (bytes === 0 && spend === null) return true;
       try {
-        await this.settleDelete(id, { bytes, open: spend, tenant }, deleted);
+        await this.storage.giveBack(tenant, id, deleted, bytes);
       } catch (err) {
         // Still full after the delete: the record and the mark are left for a sweep once there is room.
         if (!isOutOfMemory(err)) throw err;
@@ -1129,49 +1119,38 @@ export class SessionStore {
       return true;
     };
     await Promise.all([
-      settled().then((given) => this.index.unindex(mark, !given)),
+      givenBack().then((given) => this.index.unindex(mark, !given)),
       this.runs.end(id, tenant, true),
       this.redis.zrem(ACTIONS_DUE_KEY, id),
       this.redis.zrem(EXPIRY_DUE_KEY, id),
       // The seq of its last turn in its tenant's day (src/cost/spend.ts `forget`). A run's record that lands after
-      // this leaves the field again: a few bytes, dropped with the hash's expiry. With a spend open, forgotten once
-      // that is recorded (`settleDelete`), never before: a record of its seq must find it.
-      spend ? null : this.spend.forget(tenant, id),
+      // this leaves the field again: a few bytes, dropped with the hash's expiry.
+      this.spend.forget(tenant, id),
       ...this.destroyHooks.map((hook) => hook(id, tenant)),
     ]);
     return done === 1;
   }
 
   /**
-   * What a delete (`deleted`: its `session.deleted` id) of session `id` owes its tenant, settled once each however
-   * often this runs: the turn's spend its session held open into the tenant's day (TenantSpend `settleDeleted`, once
-   * per seq), then its bytes off the tenant's storage count (StorageQuota `giveBack`, once per delete).
+   * What deletes of `id` still owe their tenants' storage counts (keys.ts `giveBack`: left by a process that died
+   * after its delete's script), given back once each (StorageQuota `giveBack`), each record then dropped.
    */
-  private async settleDelete(id: string, owed: GiveBackRecord, deleted: string): Promise<void> {
-    if (owed.open) await this.spend.settleDeleted(owed.tenant, id, owed.open);
-    if (owed.bytes !== 0) await this.storage.giveBack(owed.tenant, id, deleted, owed.bytes);
-  }
-
-  /**
-   * What deletes of `id` still owe their tenants (keys.ts `giveBack`: left by a process that died after its delete's
-   * script), settled once each (`settleDelete`), each record then dropped.
-   */
-  async settleDeletesLeft(id: string): Promise<void> {
+  async giveBackLeft(id: string): Promise<void> {
     const key = sessionKeys(id).giveBack;
     for (const [deleted, value] of Object.entries(await this.redis.hgetall(key))) {
       const owed = decodeGiveBack(value);
-      if (owed) await this.settleDelete(id, owed, deleted);
+      if (owed) await this.storage.giveBack(owed.tenant, id, deleted, owed.bytes);
       await this.redis.hdel(key, deleted);
     }
   }
 
   /**
    * The retention pass's repair of the deletes whose process died after their script (SessionIndex `sweepDeletes`):
-   * what each owes its tenant settled (`settleDeletesLeft`), then its index entries and mark dropped. `now`: Redis's
-   * clock (ms).
+   * what each owes its tenant's storage count given back (`giveBackLeft`), then its index entries and mark dropped.
+   * `now`: Redis's clock (ms).
    */
   sweepDeletes(now: number): Promise<void> {
-    return this.index.sweepDeletes(now, (id) => this.settleDeletesLeft(id));
+    return this.index.sweepDeletes(now, (id) => this.giveBackLeft(id));
   }
 
   /**

@@ -10,12 +10,30 @@
 import { describe, it } from 'node:test';
 import assert from 'node:assert/strict';
 import { serviceKillSuite } from '../helpers/redis-proxy.js';
-import { RECORD, today, used, type Usage } from '../helpers/spend-turns.js';
 import type { ServiceProcess } from '../helpers/process.js';
 import { text, toolCall } from '../fake/script.js';
 
 const TENANTS = ['t1', 't2', 't3'];
 const ENV = { API_KEYS: TENANTS.map((t) => `${t}:key-${t}`).join(',') };
+/** What only a record of a turn's spend sends (src/cost/spend.ts `usageKey`). */
+const RECORD = ':usage:';
+const today = () => new Date().toISOString().slice(0, 10);
+
+interface Usage {
+  input_tokens: number;
+  output_tokens: number;
+  cache_creation_input_tokens: number;
+  cache_read_input_tokens: number;
+}
+
+const used = (i: number) => ({
+  usage: {
+    input_tokens: 1000 + i,
+    output_tokens: 100 + i,
+    cache_creation_input_tokens: 10 + i,
+    cache_read_input_tokens: 20 + i,
+  },
+});
 
 describe(
   "a turn's spend when its replica is killed between the commit and the record",

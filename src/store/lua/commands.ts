@@ -82,8 +82,8 @@ declare module 'ioredis' {
     sessRunDueRead(due: string, limit: number): Result<string[], Context>;
     /**
      * destroy-11.lua: [1, its `bytes` as deleted, the id of its `session.deleted` (its field in `giveBack`, when
-     * `bytes` is not 0 or a spend was open), its `spend_open` carried into that field ('' : none)] when the session
-     * existed (its segment keys deleted with it), [0, 0] when not, [-1, 0] when it moved past the revision given.
+     * `bytes` is not 0)] when the session existed (its segment keys deleted with it), [0, 0] when not, [-1, 0] when it
+     * moved past the revision given.
      */
     sessDestroy(
       ...args: [
@@ -99,7 +99,7 @@ declare module 'ioredis' {
         tenant: string,
         giveBackTtlMs: number,
       ]
-    ): Result<[1, number, string, string] | [0 | -1, 0], Context>;
+    ): Result<[1, number, string] | [0 | -1, 0], Context>;
     /**
      * storage-give-back-2.lua: 1 when the delete's bytes were taken off the count, 0 when given back before, -1 when
      * the delete is too old to tell (nothing given back).
