@@ -77,6 +77,9 @@ export interface OpenSpend {
 export const openSpendTail = (incr: SpendIncr, now: number): string =>
   `${utcDay(now)}|${incr.in},${incr.out},${incr.cw},${incr.cr},${incr.cost},${incr.nc}`;
 
+/** The day an `openSpendTail` names (its first part). */
+export const openSpendDay = (tail: string): string => tail.slice(0, tail.indexOf('|'));
+
 /** The `spend_open` field decoded (see OpenSpend); null when absent or not of that form. */
 export function parseOpenSpend(raw: string | undefined | null): OpenSpend | null {
   const m = /^(\d+)\|(\d{4}-\d\d-\d\d)\|(-?\d+),(-?\d+),(-?\d+),(-?\d+),(-?\d+),(-?\d+)$/.exec(raw ?? '');

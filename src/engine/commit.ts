@@ -26,7 +26,7 @@ import { statusEvent } from './status.js';
 import { eventAtRevision, eventOf } from '../events/schemas.js';
 import { taskCallId } from '../tenant-tools/task-record.js';
 import type { TaskQueue } from '../tenant-tools/tasks.js';
-import { openSpendTail, type OpenSpend } from '../cost/spend.js';
+import { openSpendDay, openSpendTail, type OpenSpend } from '../cost/spend.js';
 
 /** A commit whose answer was lost was applied after all (see `applyThroughOutage`). */
 export class CommitLanded extends Error {
@@ -227,8 +227,10 @@ export async function billDeleted(deps: RunDeps, run: RunHandle): Promise<void> 
 async function recordSpend(deps: RunDeps, run: RunHandle, ops: ApplyOps, seq?: number): Promise<void> {
   const spend = spendOfIncr(ops.hincr);
   if (!spend || run.tenant === null) return;
-  const day = seq === undefined ? undefined : ops.spend_open?.split('|')[0];
-  const mark = day === undefined ? undefined : { session: run.id, seq: seq!, day };
+  const mark =
+    seq === undefined || ops.spend_open === undefined
+      ? undefined
+      : { session: run.id, seq, day: openSpendDay(ops.spend_open) };
   await deps.store.spend.record(run.tenant, spend, mark).then(
     () => {
       if (mark) run.spendRecorded = mark.seq;
