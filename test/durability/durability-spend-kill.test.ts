@@ -10,6 +10,7 @@
 import { describe, it } from 'node:test';
 import assert from 'node:assert/strict';
 import { serviceKillSuite } from '../helpers/redis-proxy.js';
+import { untilKeyspace } from '../helpers/keyspace-wait.js';
 import type { ServiceProcess } from '../helpers/process.js';
 import { text, toolCall } from '../fake/script.js';
 
@@ -62,11 +63,13 @@ describe(
     async function ended(api: ServiceProcess['api'], tenant: string, id: string): Promise<void> {
       const done = await api.as(`key-${tenant}`).waitStatus(id, ['idle', 'failed'], 60_000);
       assert.equal(done.status, 'idle', JSON.stringify(done.error));
-      const deadline = Date.now() + 30_000;
-      while ((await rig.r.zscore('runs:due', id)) !== null) {
-        assert.ok(Date.now() < deadline, 'the run ended');
-        await new Promise((r) => setTimeout(r, 100));
-      }
+      await untilKeyspace(
+        rig.redis.url,
+        rig.r,
+        'runs:due',
+        async () => ((await rig.r.zscore('runs:due', id)) === null ? null : `due (the run not ended): ${id}`),
+        30_000,
+      );
     }
 
     /** The day's usage of `tenant` as GET /v1/usage answers it, and the sum of the session's iteration records'. */

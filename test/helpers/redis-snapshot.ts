@@ -1,5 +1,6 @@
 import assert from 'node:assert/strict';
 import { Redis } from 'ioredis';
+import { untilKeyspace } from './keyspace-wait.js';
 
 /**
  * A snapshot of every key of a (private, test-only) Redis but the replicas' liveness (CLOCKWORK): key →
@@ -35,50 +36,23 @@ const RUNS_SETTLE_MS = 5000;
 const LEASES = 's:{*}:l';
 
 /**
- * Resolves once no run holds a lease, read again after each keyspace notification of a lease key (`del`,
- * `expired`: the `g` and `x` classes, turned on for the wait on this private redis-server and set back after);
- * fails after RUNS_SETTLE_MS naming the leases still held. Subscribed before the first read, so a lease released
- * between a read and the wait for the next notification is not missed: its notification wakes the wait. Two
- * snapshots of one Redis at once would set the classes back under each other: take them one after the other.
+ * Resolves once no run holds a lease, read again after each keyspace notification of a lease key (untilKeyspace);
+ * fails after RUNS_SETTLE_MS naming the leases still held.
  */
 async function leasesReleased(url: string, r: Redis): Promise<void> {
-  const sub = new Redis(url, { maxRetriesPerRequest: 1, lazyConnect: true });
-  sub.on('error', () => {});
-  const [, previous = ''] = (await r.config('GET', 'notify-keyspace-events')) as string[];
-  /** A notification came since the last read began. */
-  let notified: boolean;
-  let wake: (() => void) | null = null;
-  sub.on('pmessage', () => {
-    notified = true;
-    wake?.();
-  });
   try {
-    await r.config('SET', 'notify-keyspace-events', `${previous}Kgx`);
-    await sub.connect();
-    await sub.psubscribe(`__keyspace@*__:${LEASES}`);
-    const until = Date.now() + RUNS_SETTLE_MS;
-    for (;;) {
-      notified = false;
-      const held = await scanAll(r, LEASES);
-      if (held.length === 0) return;
-      const left = until - Date.now();
-      if (left <= 0)
-        throw new Error(
-          `snapshotRedis: runs still hold leases after ${RUNS_SETTLE_MS} ms: ${held.join(', ')}`,
-        );
-      if (notified) continue;
-      await new Promise<void>((resolve) => {
-        const timer = setTimeout(resolve, left);
-        wake = () => {
-          clearTimeout(timer);
-          resolve();
-        };
-      });
-      wake = null;
-    }
-  } finally {
-    sub.disconnect();
-    await r.config('SET', 'notify-keyspace-events', previous);
+    await untilKeyspace(
+      url,
+      r,
+      LEASES,
+      async () => {
+        const held = await scanAll(r, LEASES);
+        return held.length === 0 ? null : `leases held: ${held.join(', ')}`;
+      },
+      RUNS_SETTLE_MS,
+    );
+  } catch (err) {
+    throw new Error(`snapshotRedis: ${(err as Error).message}`, { cause: err });
   }
 }
 
