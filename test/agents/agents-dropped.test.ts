@@ -156,7 +156,16 @@ describe(
       const { pass } = drivenSweep(app);
       const p = (await a.post('/v1/sessions', root)).body;
       await a.waitFor(p.id, (s) => s.status === 'requires_action', 20_000);
-      await pass();
+      // The run's end wakes the parent after the commit that shows it waiting: passes until one has started its child.
+      await until(
+        async () => {
+          await pass();
+          return (await children(a, p.id))[0];
+        },
+        20_000,
+        'the first child',
+        100,
+      );
       const old = await parkedOnFirst(a, p.id, 'running');
 
       // The retry's process dies once its write landed: nothing it does after the write reaches the store.
