@@ -7,6 +7,7 @@ import { SERVER_SIDE_FALLBACK_BETA } from '../../src/offline/wire.js';
 import { PriceTable, modelPricesSchema } from '../../src/cost/prices.js';
 import { loadConfig, ConfigError } from '../../src/config.js';
 import { until } from '../durability/chaos-lib.js';
+import { usageOnceCounted } from '../helpers/usage-day.js';
 
 const today = () => new Date().toISOString().slice(0, 10);
 
@@ -207,14 +208,18 @@ describe('cost: usage.cost_usd of sessions, iterations and turn.completed', () =
     );
     assert.equal(completed[1].data.usage.server_tool_use.web_search_requests, 2);
 
-    // The tenant's day counts the same, once.
-    const u = await h.api.get(`/v1/usage?from=${today()}&to=${today()}`);
-    assert.equal(u.status, 200, JSON.stringify(u.body));
+    // The tenant's day counts the same, once (recorded after the commit that showed the session idle).
+    const u = await usageOnceCounted(
+      h.redis.url,
+      h.api,
+      `/v1/usage?from=${today()}&to=${today()}`,
+      (b) => (b.data[0]?.input_tokens ?? 0) >= 1500,
+    );
     assert.equal(u.body.data.length, 1);
-    assert.equal(u.body.data[0].cost_usd, 0.03235);
-    assert.equal(u.body.data[0].input_tokens, 1500);
-    assert.equal(u.body.data[0].cache_creation_input_tokens, 2000);
-    assert.equal(u.body.data[0].cache_read_input_tokens, 3000);
+    assert.equal(u.body.data[0]!.cost_usd, 0.03235);
+    assert.equal(u.body.data[0]!.input_tokens, 1500);
+    assert.equal(u.body.data[0]!.cache_creation_input_tokens, 2000);
+    assert.equal(u.body.data[0]!.cache_read_input_tokens, 3000);
 
     const metrics = await (await fetch(`${h.service.url}/metrics`)).text();
     assert.match(metrics, /trs_cost_usd_total\{model_family="claude-sonnet-5-5"\} 0\.03235/);
@@ -366,8 +371,14 @@ describe('cost: usage.cost_usd of sessions, iterations and turn.completed', () =
       [0.00725, 0.001],
     );
     assert.equal(done.usage.cost_usd, 0.00825);
-    const after = await day();
-    assert.equal(Math.round((after.cost_usd - before.cost_usd) * 1e6), 8250);
+    // The day gets the second turn after the commit that showed the session idle.
+    const micros = (row: { cost_usd: number }) => Math.round((row.cost_usd - before.cost_usd) * 1e6);
+    const after = (
+      await usageOnceCounted(h.redis.url, h.api, `/v1/usage?from=${today()}&to=${today()}`, (b) =>
+        b.data[0] ? micros(b.data[0]) >= 8250 : false,
+      )
+    ).body.data[0]!;
+    assert.equal(micros(after), 8250);
   });
 
   it('a dollar ceiling needs a price for every model of params.fallbacks too (400 unknown_model_price)', async () => {
@@ -515,7 +526,15 @@ describe('cost: usage.cost_usd of sessions, iterations and turn.completed', () =
     assert.equal(done.usage.cache_read_input_tokens, 1000);
     assert.equal(done.usage.output_tokens, 1);
     assert.equal(done.usage.cost_usd, 0.00821);
-    const after = await day();
+    // The day gets the cancel's bill after the commit that showed the session idle.
+    const after = (
+      await usageOnceCounted(
+        h.redis.url,
+        h.api,
+        `/v1/usage?from=${today()}&to=${today()}`,
+        (b) => (b.data[0]?.input_tokens ?? 0) - before['input_tokens']! >= 4000,
+      )
+    ).body.data[0] as unknown as Record<string, number>;
     assert.equal(after['input_tokens']! - before['input_tokens']!, 4000);
     assert.equal(Math.round((after['cost_usd']! - before['cost_usd']!) * 1e6), 8210);
   });
@@ -601,7 +620,9 @@ describe('cost: a model MODEL_PRICES prices by the id a session names', () => {
       assert.equal(done.usage.cost_usd, cost, model);
       assert.equal(h.fake.requests.at(-1)?.body.model, model);
     }
-    assert.equal((await h.api.get('/v1/usage')).body.cost_usd, 0.006);
+    // The last turn reaches the day after the commit that showed its session idle.
+    const usage = await usageOnceCounted(h.redis.url, h.api, '/v1/usage', (b) => b.cost_usd >= 0.006);
+    assert.equal(usage.body.cost_usd, 0.006);
   });
 });
 
@@ -688,7 +709,8 @@ describe('cost: TENANT_MAX_COST_USD_PER_DAY', () => {
 
     const usageA = (await a.get('/v1/usage')).body;
     assert.equal(usageA.cost_usd, 0.03);
-    const usageB = (await b.get('/v1/usage')).body;
+    // b's turn reaches its day after the commit that showed its session idle (a's were in before its stop).
+    const usageB = (await usageOnceCounted(h.redis.url, b, '/v1/usage', (u) => u.cost_usd >= 0.015)).body;
     assert.equal(usageB.cost_usd, 0.015);
     const metrics = await (await fetch(`${h.service.url}/metrics`)).text();
     assert.match(metrics, /trs_cost_usd_total\{model_family="claude-sonnet-5-5",tenant="a"\} 0\.03/);
