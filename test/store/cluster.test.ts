@@ -209,6 +209,14 @@ describe('Redis Cluster (3 masters)', { timeout: 180_000 }, () => {
       const c = a.app.redis;
       return Number((await c.get('t:{default}:bytes')) ?? 0);
     };
+    // A run adds its last commit's bytes to the tenant's counter after the script that showed its session ended (one
+    // INCRBY after it: src/store/store.ts `apply`): read once the runs of the tests before are over on both replicas,
+    // or a late one would be taken for the schedule's.
+    await until(
+      () => a.app.engine.activeRuns + b.app.engine.activeRuns === 0,
+      20_000,
+      'the runs before over',
+    );
     const before = await stored();
     const made = await apiA.post('/v1/schedules', {
       cron: '0 3 1 1 *',
