@@ -58,14 +58,14 @@ describe('requests the Messages API would refuse are 400 invalid_request and cha
 
   /** Every case must answer 400 invalid_request with a message, and leave Redis as it was; problems are collected. */
   async function check(cases: Case[]): Promise<void> {
-    const baseline = await snapshotRedis(h.redis.url);
+    const baseline = await snapshotRedis(h.redis.url, h.service.app.engine);
     const problems: string[] = [];
     for (const c of cases) {
       const r = await h.api.req(c.method, c.path, c.body);
       if (r.status !== 400 || r.body?.error?.code !== 'invalid_request')
         problems.push(`${c.name}: got ${r.status} ${JSON.stringify(r.body).slice(0, 300)}`);
       else if (typeof r.body.error.message !== 'string') problems.push(`${c.name}: no error.message`);
-      const diff = snapshotDiff(baseline, await snapshotRedis(h.redis.url));
+      const diff = snapshotDiff(baseline, await snapshotRedis(h.redis.url, h.service.app.engine));
       if (diff.length) {
         problems.push(`${c.name}: Redis changed: ${diff.join(', ')}`);
         break;
@@ -274,7 +274,7 @@ describe('requests the Messages API would refuse are 400 invalid_request and cha
   });
 
   it('a WebSocket message frame with an empty text block or a bad image is an error frame', async () => {
-    const baseline = await snapshotRedis(h.redis.url);
+    const baseline = await snapshotRedis(h.redis.url, h.service.app.engine);
     const c = await connectWs(h.service.url, IDLE);
     try {
       const empty = await c.request({ type: 'message', ref: 'e1', content: [{ type: 'text', text: '' }] });
@@ -291,7 +291,7 @@ describe('requests the Messages API would refuse are 400 invalid_request and cha
     } finally {
       c.close();
     }
-    assert.deepEqual(snapshotDiff(baseline, await snapshotRedis(h.redis.url)), []);
+    assert.deepEqual(snapshotDiff(baseline, await snapshotRedis(h.redis.url, h.service.app.engine)), []);
   });
 
   it('POST /v1/chat: file parts the API would refuse are 400 invalid_request', async () => {

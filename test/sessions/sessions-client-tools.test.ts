@@ -82,7 +82,7 @@ describe('client tools', () => {
     assert.deepEqual(msgs.pending_tool_calls, ['toolu_look', 'toolu_sum']);
 
     // wrong ids and a server call's id are refused with a code, and change nothing
-    const snap = await snapshotRedis(h.redis.url);
+    const snap = await snapshotRedis(h.redis.url, h.service.app.engine);
     await assert.rejects(
       h.client.putToolResult(id, 'toolu_nope', { content: 'x' }),
       refusedWith(409, 'unknown_tool_use_id'),
@@ -96,7 +96,7 @@ describe('client tools', () => {
       return true;
     });
     // The client sends every POST with an Idempotency-Key, whose answer (the refusal) the service keeps: nothing else.
-    const after1 = await snapshotRedis(h.redis.url);
+    const after1 = await snapshotRedis(h.redis.url, h.service.app.engine);
     assertSnapshotsEqual(snap, after1, 'refused results', BOOKKEEPING);
     assert.equal(idemAdded(snapshotDiff(snap, after1)), 1, 'the refused decision (a POST) kept its answer');
 
@@ -126,12 +126,17 @@ describe('client tools', () => {
     assert.doesNotThrow(() => validateConversation(next, true));
 
     // answering again once it is answered: 409, nothing changes
-    const snap2 = await snapshotRedis(h.redis.url);
+    const snap2 = await snapshotRedis(h.redis.url, h.service.app.engine);
     await assert.rejects(
       h.client.putToolResult(id, 'toolu_look', { content: 'again' }),
       refusedWith(409, 'nothing_awaits_results'),
     );
-    assertSnapshotsEqual(snap2, await snapshotRedis(h.redis.url), 'a late answer', BOOKKEEPING);
+    assertSnapshotsEqual(
+      snap2,
+      await snapshotRedis(h.redis.url, h.service.app.engine),
+      'a late answer',
+      BOOKKEEPING,
+    );
 
     const rec = await h.client.getIteration(id, 1);
     assert.deepEqual(rec.tool_calls, [
@@ -275,7 +280,7 @@ describe('client tools', () => {
     );
     assert.equal(h.fake.requests.length, 1);
 
-    const snap = await snapshotRedis(h.redis.url);
+    const snap = await snapshotRedis(h.redis.url, h.service.app.engine);
     const refusals: Array<[string, SubmitToolResultsBody, string]> = [
       [
         'an answered call',
@@ -301,7 +306,7 @@ describe('client tools', () => {
     for (const [what, body, code] of refusals) {
       await assert.rejects(h.client.submitToolResults(id, body), refusedWith(409, code, what));
     }
-    const after2 = await snapshotRedis(h.redis.url);
+    const after2 = await snapshotRedis(h.redis.url, h.service.app.engine);
     assertSnapshotsEqual(snap, after2, 'refused batches are all-or-nothing', BOOKKEEPING);
     assert.equal(
       idemAdded(snapshotDiff(snap, after2)),
@@ -319,7 +324,12 @@ describe('client tools', () => {
     assert.equal(twice.status, 400, JSON.stringify(twice.body));
     assert.equal(twice.body.error.code, 'invalid_request');
     assert.equal(twice.body.error.details[0].path, '/results/1/tool_use_id');
-    assertSnapshotsEqual(after2, await snapshotRedis(h.redis.url), 'nothing written', BOOKKEEPING);
+    assertSnapshotsEqual(
+      after2,
+      await snapshotRedis(h.redis.url, h.service.app.engine),
+      'nothing written',
+      BOOKKEEPING,
+    );
 
     const last = await h.client.api.POST('/v1/sessions/{id}/tool-results', {
       params: { path: { id } },

@@ -67,7 +67,7 @@ describe('invalid requests are refused with a stable code and leave Redis unchan
 
   /** Runs the cases; every mismatch (status, code, or a Redis change) is collected, then reported together. */
   async function check(cases: Case[]): Promise<void> {
-    const baseline = await snapshotRedis(h.redis.url);
+    const baseline = await snapshotRedis(h.redis.url, h.service.app.engine);
     const problems: string[] = [];
     for (const c of cases) {
       const r = await h.api.req(c.method, c.path, c.body, c.headers ?? {});
@@ -81,7 +81,7 @@ describe('invalid requests are refused with a stable code and leave Redis unchan
       if (typeof r.body?.error?.message !== 'string' && r.status >= 400) {
         problems.push(`${c.name}: no error.message in ${JSON.stringify(r.body).slice(0, 200)}`);
       }
-      const diff = snapshotDiff(baseline, await snapshotRedis(h.redis.url));
+      const diff = snapshotDiff(baseline, await snapshotRedis(h.redis.url, h.service.app.engine));
       if (diff.length) {
         problems.push(`${c.name}: Redis changed: ${diff.join(', ')}`);
         break; // later cases would all report the same change
@@ -598,7 +598,7 @@ describe('invalid requests are refused with a stable code and leave Redis unchan
       ([method, template]) => method !== 'OPTIONS' && template.startsWith('/v1/'),
     );
     const ids: Record<string, string> = { sessions: IDLE, webhooks: 'wh_x1', 'tool-tasks': 'tt_x1' };
-    const baseline = await snapshotRedis(h.redis.url);
+    const baseline = await snapshotRedis(h.redis.url, h.service.app.engine);
     const problems: string[] = [];
     for (const [method, template, kind] of ops) {
       const path = template
@@ -624,7 +624,7 @@ describe('invalid requests are refused with a stable code and leave Redis unchan
       }
     }
     assert.deepEqual(problems, [], `\n${problems.join('\n')}`);
-    assert.deepEqual(snapshotDiff(baseline, await snapshotRedis(h.redis.url)), []);
+    assert.deepEqual(snapshotDiff(baseline, await snapshotRedis(h.redis.url, h.service.app.engine)), []);
   });
 
   it('POST /v1/sessions/:id/fork', async () => {

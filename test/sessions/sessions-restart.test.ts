@@ -2,7 +2,7 @@ import { after, before, beforeEach, describe, it } from 'node:test';
 import assert from 'node:assert/strict';
 import { startHarness, Api, type Harness } from '../helpers/service.js';
 import { startTestRedis, type TestRedis } from '../helpers/redis.js';
-import { assertSnapshotsEqual, snapshotRedis } from '../helpers/redis-snapshot.js';
+import { assertSnapshotsEqual, snapshotRedis, untilRunsOver } from '../helpers/redis-snapshot.js';
 import { spawnService, type ServiceProcess as ChildService } from '../helpers/process.js';
 import { startFakeAnthropic, type FakeAnthropic } from '../fake/server.js';
 import { hang, text, toolCall, toolCalls, toolUse } from '../fake/script.js';
@@ -68,13 +68,19 @@ describe('sessions survive a service restart', () => {
     assert.equal(done.status, 'idle', JSON.stringify(done.error));
     assert.equal(done.iteration, 3);
     const beforeView = await view(h1.api, id);
+    // Closed once its runs are over, with nothing left for the next service's sweeps to clean up (runsOver).
+    await untilRunsOver(redis.url, h1.service.app.engine);
     await closeHarness(h1);
     const beforeRedis = await snapshotRedis(redis.url);
 
     const h2 = await harness();
     const afterView = await view(h2.api, id);
     assert.deepEqual(afterView, beforeView, 'the restarted service shows the same session, history, records');
-    assertSnapshotsEqual(beforeRedis, await snapshotRedis(redis.url), 'starting a service on a quiet Redis');
+    assertSnapshotsEqual(
+      beforeRedis,
+      await snapshotRedis(redis.url, h2.service.app.engine),
+      'starting a service on a quiet Redis',
+    );
 
     fake.enqueue(text('Second run done.'));
     const sent = await h2.api.post(`/v1/sessions/${id}/messages`, { text: 'And again' });

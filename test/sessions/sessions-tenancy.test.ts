@@ -67,7 +67,7 @@ describe('tenancy and auth', () => {
   ];
 
   it("another tenant gets 404 session_not_found on every route of a's session, and nothing changes", async () => {
-    const before = await snapshotRedis(h.redis.url);
+    const before = await snapshotRedis(h.redis.url, h.service.app.engine);
     const seen = (await a.get(`/v1/sessions/${id}`)).body;
     for (const [method, path, body] of routes(id)) {
       for (const headers of [{}, { 'if-match': `"${seen.revision}"` }]) {
@@ -79,7 +79,7 @@ describe('tenancy and auth', () => {
     const list = await b.get('/v1/sessions');
     assert.equal(list.status, 200);
     assert.deepEqual(list.body.data, [], "b's list is empty");
-    assertSnapshotsEqual(before, await snapshotRedis(h.redis.url), "b's requests");
+    assertSnapshotsEqual(before, await snapshotRedis(h.redis.url, h.service.app.engine), "b's requests");
     assert.deepEqual((await a.get(`/v1/sessions/${id}`)).body, seen, "a's session is unchanged");
     const mine = await a.get('/v1/sessions');
     assert.deepEqual(
@@ -90,13 +90,17 @@ describe('tenancy and auth', () => {
   });
 
   it("another tenant gets 404 session_not_found on a's session's event log", async () => {
-    const before = await snapshotRedis(h.redis.url);
+    const before = await snapshotRedis(h.redis.url, h.service.app.engine);
     for (const accept of ['application/json', 'text/event-stream']) {
       const r = await b.get(`/v1/sessions/${id}/events`, { accept });
       assert.equal(r.status, 404, JSON.stringify(r.body));
       assert.equal(r.body?.error?.code, 'session_not_found', `events (${accept}): ${JSON.stringify(r.body)}`);
     }
-    assertSnapshotsEqual(before, await snapshotRedis(h.redis.url), "b's event requests");
+    assertSnapshotsEqual(
+      before,
+      await snapshotRedis(h.redis.url, h.service.app.engine),
+      "b's event requests",
+    );
   });
 
   it("another tenant's WebSocket stream of a's session is refused with 404 session_not_found before the upgrade", async () => {
@@ -136,7 +140,7 @@ describe('tenancy and auth', () => {
   });
 
   it('a missing, wrong or malformed bearer gets 401 unauthorized, and nothing is written', async () => {
-    const before = await snapshotRedis(h.redis.url);
+    const before = await snapshotRedis(h.redis.url, h.service.app.engine);
     const anon = new Api(h.api.base);
     const cases: Array<[string, Record<string, string>]> = [
       ['no header', {}],
@@ -163,7 +167,11 @@ describe('tenancy and auth', () => {
     // a tenant's own key works
     assert.equal((await a.get(`/v1/sessions/${id}`)).status, 200);
     assert.equal((await anon.get('/healthz')).status, 200, '/healthz needs no key');
-    assertSnapshotsEqual(before, await snapshotRedis(h.redis.url), 'unauthorized requests');
+    assertSnapshotsEqual(
+      before,
+      await snapshotRedis(h.redis.url, h.service.app.engine),
+      'unauthorized requests',
+    );
   });
 
   it('tenant b can use its own sessions; a cannot see them', async () => {

@@ -14,7 +14,7 @@ import { betaZodTool } from '@anthropic-ai/sdk/helpers/beta/zod';
 import { z } from 'zod';
 import { ToolWorker } from '../../packages/client/src/index.js';
 import { startHarness, type Harness } from '../helpers/service.js';
-import { assertSnapshotsEqual, snapshotRedis } from '../helpers/redis-snapshot.js';
+import { assertSnapshotsEqual, snapshotRedis, untilRunsOver } from '../helpers/redis-snapshot.js';
 import { text, toolCalls, toolUse } from '../fake/script.js';
 import { Redis } from 'ioredis';
 import { InvalidRequest } from '../../src/errors.js';
@@ -109,7 +109,7 @@ describe('a step’s tool results are bounded by MAX_TURN_BYTES together', { tim
       });
       assert.ok(put.status < 300, `result ${tu}: ${put.status} ${JSON.stringify(put.body)}`);
     }
-    const snap = await snapshotRedis(h.redis.url);
+    const snap = await snapshotRedis(h.redis.url, h.service.app.engine);
     const put = await h.api.req('PUT', `/v1/sessions/${id}/tool-results/toolu_d`, {
       content: '3'.repeat(RESULT),
     });
@@ -118,7 +118,12 @@ describe('a step’s tool results are bounded by MAX_TURN_BYTES together', { tim
       results: [{ tool_use_id: 'toolu_d', content: '3'.repeat(RESULT) }],
     });
     assertTooLarge(post, 'POST');
-    assertSnapshotsEqual(snap, await snapshotRedis(h.redis.url), 'refused results', BOOKKEEPING);
+    assertSnapshotsEqual(
+      snap,
+      await snapshotRedis(h.redis.url, h.service.app.engine),
+      'refused results',
+      BOOKKEEPING,
+    );
     const s = (await h.api.get(`/v1/sessions/${id}`)).body;
     assert.equal(s.status, 'requires_action');
     assert.deepEqual(
@@ -154,6 +159,9 @@ describe('a step’s tool results are bounded by MAX_TURN_BYTES together', { tim
       const field = (content: string) => ({
         [resultField('toolu_d')]: encodeResult('toolu_d', { content, is_error: false }).block,
       });
+      // Read once the run that asked is over: its end drops its spend mark (`spend_open`) after the commit that
+      // showed the session waiting.
+      await untilRunsOver(h.redis.url, h.service.app.engine);
       const before = await cmd.hgetall(`s:{${id}}`);
       await assert.rejects(
         store.apply(id, {}, { hset: field('y'.repeat(RESULT)) }, undefined, { resultsCap: true }),
@@ -188,12 +196,17 @@ describe('a step’s tool results are bounded by MAX_TURN_BYTES together', { tim
     h.fake.enqueue(toolCalls(ids.map((id, i) => toolUse('lookup', { q: String(i) }, id))), text('Done.'));
     const id = (await h.api.post('/v1/sessions', { input: 'look up', tools: [lookup] })).body.id;
     await h.api.waitStatus(id, 'requires_action', 10_000);
-    const snap = await snapshotRedis(h.redis.url);
+    const snap = await snapshotRedis(h.redis.url, h.service.app.engine);
     const post = await h.api.post(`/v1/sessions/${id}/tool-results`, {
       results: ids.map((tu) => ({ tool_use_id: tu, content: 'x'.repeat(RESULT) })),
     });
     assertTooLarge(post, 'POST of four');
-    assertSnapshotsEqual(snap, await snapshotRedis(h.redis.url), 'refused results', BOOKKEEPING);
+    assertSnapshotsEqual(
+      snap,
+      await snapshotRedis(h.redis.url, h.service.app.engine),
+      'refused results',
+      BOOKKEEPING,
+    );
     const ok = await h.api.post(`/v1/sessions/${id}/tool-results`, {
       results: ids.map((tu) => ({ tool_use_id: tu, content: 'x'.repeat(RESULT / 2) })),
     });
