@@ -62,10 +62,14 @@ const usageKey = (tenant: string, day: string) => `q:{${tenant}}:usage:${day}`;
 const spentKey = (tenant: string) => `q:{${tenant}}:spent`;
 
 /**
- * A turn's spend committed to its session and not known to be in its tenant's day yet: the session's meta field
- * `spend_open`, `<seq>|<day>|<in>,<out>,<cw>,<cr>,<cost>,<nc>`, written by the commit that billed it (apply-8.lua,
- * `seq` the commit's revision) and dropped once its run recorded it (release-2.lua). Whoever finds it (the claim of
- * the session's next run, the runs' sweep) records it again: record-2.lua counts a seq of a session once.
+ * A turn's spend committed to its session and not known to be in its tenant's day yet: an entry of the session's meta
+ * field `spend_open`, `<seq>|<day>|<in>,<out>,<cw>,<cr>,<cost>,<nc>`, written by the commit that billed it (apply-8.lua,
+ * `seq` the commit's revision). The field is a list of them, oldest first, joined by `;`: every seq committed stays in
+ * it until a record through it succeeded (the run's next billed commit keeps the entries above the seq its run
+ * recorded through, `spend_recorded`; the run's end drops those at or below it, release-2.lua). A record that failed
+ * without a crash (a Redis error on the tenant's slot) leaves its turn there, for the run's next record or the next
+ * claim: whoever finds the field (the claim of the session's next run, the runs' sweep) records it again, and
+ * record-2.lua counts a seq of a session at most once.
  */
 export interface OpenSpend {
   seq: number;
@@ -73,19 +77,51 @@ export interface OpenSpend {
   incr: SpendIncr;
 }
 
-/** What a commit writes after its revision in `spend_open` (apply-8.lua `spend_open`): `<day>|<counters>`. */
+/**
+ * Most entries `spend_open` keeps (apply-8.lua `SPEND_OPEN_MAX`, the same number): beyond it the oldest is dropped.
+ * A bound on a field written per commit, reached only after 32 consecutive billed turns of a session whose records
+ * all failed (each record sends every entry its run has not recorded: one success empties the list).
+ */
+export const SPEND_OPEN_MAX = 32;
+
+/** What a commit writes after its revision in a `spend_open` entry (apply-8.lua `spend_open`): `<day>|<counters>`. */
 export const openSpendTail = (incr: SpendIncr, now: number): string =>
   `${utcDay(now)}|${incr.in},${incr.out},${incr.cw},${incr.cr},${incr.cost},${incr.nc}`;
 
 /** The day an `openSpendTail` names (its first part). */
 export const openSpendDay = (tail: string): string => tail.slice(0, tail.indexOf('|'));
 
-/** The `spend_open` field decoded (see OpenSpend); null when absent or not of that form. */
-export function parseOpenSpend(raw: string | undefined | null): OpenSpend | null {
-  const m = /^(\d+)\|(\d{4}-\d\d-\d\d)\|(-?\d+),(-?\d+),(-?\d+),(-?\d+),(-?\d+),(-?\d+)$/.exec(raw ?? '');
-  if (!m) return null;
-  const n = (i: number) => Number(m[i]);
-  return { seq: n(1), day: m[2]!, incr: { in: n(3), out: n(4), cw: n(5), cr: n(6), cost: n(7), nc: n(8) } };
+/** One entry of `spend_open`, anchored at both ends (no backtracking across entries: the field is split first). */
+const OPEN_ENTRY = /^(\d+)\|(\d{4}-\d\d-\d\d)\|(-?\d+),(-?\d+),(-?\d+),(-?\d+),(-?\d+),(-?\d+)$/;
+
+/** The `spend_open` field decoded (see OpenSpend), in seq order; empty when absent. Malformed entries are skipped. */
+export function parseOpenSpend(raw: string | undefined | null): OpenSpend[] {
+  const out: OpenSpend[] = [];
+  for (const entry of (raw ?? '').split(';')) {
+    const m = OPEN_ENTRY.exec(entry);
+    if (!m) continue;
+    const n = (i: number) => Number(m[i]);
+    out.push({
+      seq: n(1),
+      day: m[2]!,
+      incr: { in: n(3), out: n(4), cw: n(5), cr: n(6), cost: n(7), nc: n(8) },
+    });
+  }
+  return out.sort((a, b) => a.seq - b.seq);
+}
+
+/**
+ * A record of open spend (`TenantSpend.recordOpen`) failed: the turns through `recorded` (null: none) are in their
+ * day, the later ones are not (`cause`: the store's error).
+ */
+export class OpenSpendNotRecorded extends Error {
+  constructor(
+    readonly recorded: number | null,
+    cause: unknown,
+  ) {
+    super('the open spend of a session was not all recorded', { cause });
+    this.name = 'OpenSpendNotRecorded';
+  }
 }
 
 /** Where a turn's record comes from: its session and seq (`OpenSpend`), so that it is counted once. */
@@ -174,13 +210,35 @@ export class TenantSpend {
   }
 
   /**
-   * Records the spend a session's meta hash says is open (`spend_open`, OpenSpend): the claim of its next run, the
-   * runs' sweep finding its run ended without a record. Once: record-2.lua skips a seq recorded already. A day past
-   * USAGE_RETENTION_DAYS is not written again (its hash is gone, and so may be the seq that counted it).
+   * Records the spend a session's meta hash says is open (`spend_open`, OpenSpend), oldest first: the claim of its
+   * next run, the runs' sweep finding its run ended without a record, a run's commit sending the turns it could not
+   * record before its new one. Once: record-2.lua skips a seq recorded already (a record that landed though its
+   * answer was lost, sent again, adds nothing). It refuses a seq below the session's last recorded one too, so the
+   * turns go in seq order: those of one day in one script call (the batch keeps the order of the turns added in one
+   * tick), the days one after the other, stopping at the first failure, which rejects with OpenSpendNotRecorded (the
+   * seq recorded through). A day past USAGE_RETENTION_DAYS is not written again (its hash is gone, and so may be the
+   * seq that counted it), and counts as recorded. Returns the highest seq recorded (null: `open` is empty).
    */
-  async recordOpen(tenant: string, session: string, open: OpenSpend): Promise<void> {
-    if (open.day < utcDay(this.now() - this.retentionDays * 86_400_000)) return;
-    await this.record(tenant, open.incr, { session, seq: open.seq, day: open.day });
+  async recordOpen(tenant: string, session: string, open: readonly OpenSpend[]): Promise<number | null> {
+    const oldest = utcDay(this.now() - this.retentionDays * 86_400_000);
+    const turns = [...open].sort((a, b) => a.seq - b.seq);
+    let recorded: number | null = null;
+    for (let i = 0; i < turns.length;) {
+      const day = turns[i]!.day;
+      const group: OpenSpend[] = [];
+      while (i < turns.length && turns[i]!.day === day) group.push(turns[i++]!);
+      if (day >= oldest) {
+        // Added in this tick, in order: one batch of the day's hash, one record-2.lua call.
+        const added = group.map((o) => this.record(tenant, o.incr, { session, seq: o.seq, day }));
+        try {
+          await Promise.all(added);
+        } catch (err) {
+          throw new OpenSpendNotRecorded(recorded, err);
+        }
+      }
+      recorded = group[group.length - 1]!.seq;
+    }
+    return recorded;
   }
 
   /** A deleted session's recorded seq (record-2.lua) goes with it. One HDEL. */

@@ -26,14 +26,23 @@ import { statusEvent } from './status.js';
 import { eventAtRevision, eventOf } from '../events/schemas.js';
 import { taskCallId } from '../tenant-tools/task-record.js';
 import type { TaskQueue } from '../tenant-tools/tasks.js';
-import { openSpendDay, openSpendTail, type OpenSpend } from '../cost/spend.js';
+import {
+  OpenSpendNotRecorded,
+  SPEND_OPEN_MAX,
+  openSpendDay,
+  openSpendTail,
+  type OpenSpend,
+} from '../cost/spend.js';
 
 /** A commit whose answer was lost was applied after all (see `applyThroughOutage`). */
 export class CommitLanded extends Error {
   constructor(
     readonly sessionId: string,
-    /** The session's open spend as read once the commit was found applied (its own, if it billed a turn). */
-    readonly spendOpen: OpenSpend | null = null,
+    /**
+     * The session's open spend as read once the commit was found applied, oldest first (its own last, if it billed a
+     * turn).
+     */
+    readonly spendOpen: OpenSpend[] = [],
   ) {
     super(`a commit of session ${sessionId} was applied though its answer was lost`);
     this.name = 'CommitLanded';
@@ -137,10 +146,11 @@ export function completedEvents(
  * A fenced commit: only the current owner of the run writes; the result tells of a cancel asked meanwhile. A commit
  * that bills a turn marks it open in the session (`spend_open`, src/cost/spend.ts OpenSpend: its seq is the commit's
  * revision) and then adds it to the tenant's day (`billed`): a process killed between the two leaves the mark for
- * the claim of the run's takeover, or the runs' sweep, to record, once (record-2.lua counts a seq once).
+ * the claim of the run's takeover, or the runs' sweep, to record, once (record-2.lua counts a seq once); a record
+ * that failed without a crash leaves it too, and the run sends it again with its next turn (`recordSpend`).
  */
 export async function commit(deps: RunDeps, run: RunHandle, given: ApplyOps): Promise<ApplyResult> {
-  const ops = withSpendOpen(deps, withUnbilled(run, given));
+  const ops = withSpendOpen(deps, run, withUnbilled(run, given));
   let res: ApplyResult;
   try {
     res = await run.obs.commit(() => applyThroughOutage(deps, run, ops));
@@ -156,7 +166,8 @@ export async function commit(deps: RunDeps, run: RunHandle, given: ApplyOps): Pr
     // here, as after any commit.
     if (err instanceof CommitLanded) {
       run.unbilled = null;
-      if (ops.spend_open && err.spendOpen) await recordOpenSpend(deps, run, run.tenant, err.spendOpen);
+      if (ops.spend_open && err.spendOpen.length > 0)
+        await recordOpenSpend(deps, run, run.tenant, err.spendOpen);
     }
     throw err;
   }
@@ -165,30 +176,47 @@ export async function commit(deps: RunDeps, run: RunHandle, given: ApplyOps): Pr
   return res;
 }
 
-/** `ops` with its turn's spend marked open (`spend_open`), when it bills one. */
-function withSpendOpen(deps: Pick<RunDeps, 'store'>, ops: ApplyOps): ApplyOps {
+/**
+ * `ops` with its turn's spend marked open (`spend_open`), when it bills one, and the seq through which the run
+ * recorded the session's spend (`spend_recorded`): the session's `spend_open` drops the turns at or below it and keeps
+ * the later ones (those whose record failed), so every seq committed stays there until a record through it succeeded.
+ */
+function withSpendOpen(
+  deps: Pick<RunDeps, 'store'>,
+  run: Pick<RunHandle, 'spendRecorded'>,
+  ops: ApplyOps,
+): ApplyOps {
   const spend = spendOfIncr(ops.hincr);
-  return spend ? { ...ops, spend_open: openSpendTail(spend, deps.store.clock.now()) } : ops;
+  if (!spend) return ops;
+  const marked: ApplyOps = { ...ops, spend_open: openSpendTail(spend, deps.store.clock.now()) };
+  if (run.spendRecorded !== null) marked.spend_recorded = run.spendRecorded;
+  return marked;
 }
 
 /**
- * Records a session's open spend (`spend_open`, found by a claim or read after a commit found applied) in its tenant's
- * day, once; the run's end then drops the mark (`spendRecorded`). Best effort, as every record: a failure leaves the
- * mark for the next claim.
+ * Records a session's open spend (`open`, oldest first: the `spend_open` a claim found or a commit found applied
+ * read, or the turns the run could not record and its new one) in its tenant's day, once (record-2.lua counts a seq
+ * of a session at most once); the run's end then drops the entries through the seq recorded (`spendRecorded`). Best
+ * effort, as every record: the turns a failure (without a crash) left unrecorded stay in the session's `spend_open`,
+ * and in `spendUnrecorded`, which the run's next record sends first; else the next claim or the runs' sweep.
  */
 export async function recordOpenSpend(
   deps: Pick<RunDeps, 'store'>,
-  run: Pick<RunHandle, 'id' | 'spendRecorded'>,
+  run: Pick<RunHandle, 'id' | 'spendRecorded' | 'spendUnrecorded'>,
   tenant: string | null,
-  open: OpenSpend,
+  open: readonly OpenSpend[],
 ): Promise<void> {
-  if (tenant === null) return;
-  await deps.store.spend.recordOpen(tenant, run.id, open).then(
-    () => {
-      run.spendRecorded = open.seq;
-    },
-    () => {},
-  );
+  let recorded: number | null = null;
+  if (tenant !== null)
+    recorded = await deps.store.spend.recordOpen(tenant, run.id, open).catch((err: unknown) =>
+      // Through the seq the failure let pass (a later day's turns failed): those before are in their day.
+      err instanceof OpenSpendNotRecorded ? err.recorded : null,
+    );
+  if (recorded !== null && (run.spendRecorded === null || recorded > run.spendRecorded))
+    run.spendRecorded = recorded;
+  const through = run.spendRecorded;
+  // As the session's field: the newest SPEND_OPEN_MAX (apply-8.lua drops the older ones).
+  run.spendUnrecorded = open.filter((o) => through === null || o.seq > through).slice(-SPEND_OPEN_MAX);
 }
 
 /** `ops` with the run's unbilled usage added to its counters (RunHandle `unbilled`). */
@@ -222,21 +250,20 @@ export async function billDeleted(deps: RunDeps, run: RunHandle): Promise<void> 
 /**
  * Adds a committed turn's usage and cost to its tenant's day: another hash tag than the session's, so a command of
  * its own after the commit. A crash between the two leaves the turn's mark (`spend_open`) in the session, which the
- * run's takeover (its claim) or the runs' sweep records; the record counts the turn's seq once (record-2.lua).
+ * run's takeover (its claim) or the runs' sweep records; the record counts the turn's seq once (record-2.lua). A
+ * record that failed without a crash left its turns in `spend_open` and in the run's `spendUnrecorded`: they go
+ * first, in the same record-2.lua call as this turn (usually none: the normal path is one call of one turn).
+ * Unmarked (no commit landed, `seq` undefined: the session is gone): added once, best effort.
  */
 async function recordSpend(deps: RunDeps, run: RunHandle, ops: ApplyOps, seq?: number): Promise<void> {
   const spend = spendOfIncr(ops.hincr);
-  if (!spend || run.tenant === null) return;
-  const mark =
-    seq === undefined || ops.spend_open === undefined
-      ? undefined
-      : { session: run.id, seq, day: openSpendDay(ops.spend_open) };
-  await deps.store.spend.record(run.tenant, spend, mark).then(
-    () => {
-      if (mark) run.spendRecorded = mark.seq;
-    },
-    () => {},
-  );
+  if (!spend) return;
+  if (seq === undefined || ops.spend_open === undefined) {
+    if (run.tenant !== null) await deps.store.spend.record(run.tenant, spend).catch(() => {});
+    return;
+  }
+  const turn: OpenSpend = { seq, day: openSpendDay(ops.spend_open), incr: spend };
+  await recordOpenSpend(deps, run, run.tenant, [...run.spendUnrecorded, turn]);
 }
 
 /** The spend metrics of a turn of `model` whose usage counters are `hincr` (usageIncr's). */
@@ -409,8 +436,11 @@ export async function cancelSession(
   store: SessionStore,
   state: SessionState,
   guard: { fence: number } | { rev: number },
-  /** Usage counters the change bills too (a run's `unbilled`), and their mark (`spend_open`: `withSpendOpen`). */
-  bill?: Pick<ApplyOps, 'hincr' | 'spend_open'>,
+  /**
+   * Usage counters the change bills too (a run's `unbilled`), their mark (`spend_open`) and the seq the run recorded
+   * through (`spend_recorded`): `withSpendOpen`.
+   */
+  bill?: Pick<ApplyOps, 'hincr' | 'spend_open' | 'spend_recorded'>,
 ): Promise<ApplyResult> {
   const last = await store.lastMessage(state.id);
   const calls = last ? toolCallsOf(last) : [];
@@ -432,6 +462,7 @@ export async function cancelSession(
   }
   if (bill?.hincr) ops.hincr = { ...ops.hincr, ...bill.hincr };
   if (bill?.spend_open) ops.spend_open = bill.spend_open;
+  if (bill?.spend_recorded !== undefined) ops.spend_recorded = bill.spend_recorded;
   return store.apply(
     state.id,
     {
@@ -452,7 +483,7 @@ export async function cancelSession(
  * session as it is now, whose tasks are the ones dropped.
  */
 export async function cancelOwnRun(deps: RunDeps, run: RunHandle, state: SessionState): Promise<void> {
-  const bill = run.unbilled ? withSpendOpen(deps, { hincr: run.unbilled }) : undefined;
+  const bill = run.unbilled ? withSpendOpen(deps, run, { hincr: run.unbilled }) : undefined;
   let s = state;
   let seq: number | undefined;
   for (;;) {

@@ -133,11 +133,11 @@ export class Engine {
       20,
       (id) => this.active.has(id) || this.claiming.has(id) || this.waiting.has(id),
       (id) => store.load(id),
-      // A run that ended (its last commit landed) and died before its end: the turn that commit billed may not be
-      // in its tenant's day yet (src/engine/commit.ts `commit`). Recorded once; a failure fails the sweep, whose
-      // next pass finds the run again.
+      // A run that ended (its last commit landed) and died before its end: the turns its commits billed may not be
+      // in its tenant's day yet (src/engine/commit.ts `commit`; a record that failed without a crash too). Recorded
+      // once, oldest first; a failure fails the sweep, whose next pass finds the run again.
       async (s) => {
-        if (s.spendOpen) await store.spend.recordOpen(s.tenant, s.id, s.spendOpen);
+        if (s.spendOpen.length > 0) await store.spend.recordOpen(s.tenant, s.id, s.spendOpen);
       },
     );
     for (const id of lapsed) this.kick(id, true);

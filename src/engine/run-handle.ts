@@ -8,6 +8,7 @@ import type { Toolbox } from '../toolbox.js';
 import type { SessionStore } from '../store/store.js';
 import type { TaskQueue } from '../tenant-tools/tasks.js';
 import { LiveNews } from './live-news.js';
+import type { OpenSpend } from '../cost/spend.js';
 
 /** Why a run's AbortController fired. */
 export type AbortReason = 'cancel' | 'interrupt' | 'shutdown' | 'fenced' | 'deleted';
@@ -60,10 +61,21 @@ export class RunHandle {
    */
   unbilled: Record<string, number> | null = null;
   /**
-   * The seq of the session's spend this run added to its tenant's day last (src/cost/spend.ts OpenSpend): its end's
-   * release drops the session's `spend_open` mark while it is still that one (src/store/runs.ts `release`).
+   * The highest seq of the session's spend known to be in its tenant's day (src/cost/spend.ts OpenSpend), recorded by
+   * this run (its claim, its commits) through it in seq order; null: none yet. The run's next billed commit passes it
+   * (`spend_recorded`: the session's `spend_open` keeps only the turns above it), and its end's release drops the
+   * entries at or below it (src/store/runs.ts `release`).
    */
   spendRecorded: number | null = null;
+  /**
+   * The session's turns, oldest first, whose record failed without a crash (a Redis error on the tenant's slot): the
+   * claim's record of the open spend it found, or a commit's of its turn (src/engine/commit.ts `recordOpenSpend`).
+   * They are still in the session's `spend_open` (every seq committed stays there until a record through it
+   * succeeded); the run's next record sends them first, then its new turn: record-2.lua refuses a seq below one
+   * recorded, and counts a seq at most once, so one whose record landed though its answer was lost adds nothing.
+   * At most SPEND_OPEN_MAX, as the field.
+   */
+  spendUnrecorded: OpenSpend[] = [];
   /**
    * The pending step this run committed with its reply (turns.ts, a step that waits) has queued no tool task yet:
    * the tool step that runs it next takes it as fresh (src/engine/tool-tasks.ts `queueTasks`), and clears this.

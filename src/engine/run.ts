@@ -156,11 +156,12 @@ export class Run {
     const { deps, run, swept } = this;
     const tenant = swept && this.known ? this.known.state.tenant : null;
     const state = this.known?.state;
-    // The spend of a turn whose commit landed and whose record may not have (its process was killed between the
-    // two): recorded now, before this run bills anything, once (commit.ts `recordOpenSpend`).
+    // The spend of turns whose commit landed and whose record may not have (its process was killed between the two,
+    // or the record failed): recorded now, oldest first, before this run bills anything, once (commit.ts
+    // `recordOpenSpend`); what fails stays with the run, for its first record to send again.
     await Promise.all([
       deps.store.runs.keep(run, deps.leaseTtlMs, tenant),
-      state?.spendOpen ? recordOpenSpend(deps, run, state.tenant, state.spendOpen) : null,
+      state && state.spendOpen.length > 0 ? recordOpenSpend(deps, run, state.tenant, state.spendOpen) : null,
     ]);
     // A takeover may send again a turn (or a compaction) the dead owner had started: the log marks it first.
     if (swept && state && state.status === 'running' && state.fence === run.fence)

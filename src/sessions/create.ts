@@ -301,7 +301,7 @@ function newSessionState(
     onActionTimeout: body.on_action_timeout,
     action: { due: null, warnAt: null, fired: false, timedOut: null, timeoutS: null },
     ttlS: body.ttl_s === undefined ? deps.store.options.sessionTtlS || null : body.ttl_s,
-    spendOpen: null,
+    spendOpen: [],
   };
 }
 

@@ -71,10 +71,16 @@ export interface ApplyOps {
   keep_revision?: boolean;
   /**
    * The turn this change bills (its `hincr.u_*`) is not in its tenant's day yet: `<day>|<counters>` (src/cost/spend.ts
-   * `openSpendTail`), kept as the meta field `spend_open` after the new revision, the turn's seq (OpenSpend). Never
-   * with `keep_revision`, which moves no revision.
+   * `openSpendTail`), appended to the meta field `spend_open` (a list, oldest first, at most SPEND_OPEN_MAX) after the
+   * new revision, the turn's seq (OpenSpend). Never with `keep_revision`, which moves no revision.
    */
   spend_open?: string;
+  /**
+   * With `spend_open`: the seq through which the run recorded the session's turns in their tenant's day (RunHandle
+   * `spendRecorded`); the entries of `spend_open` at or below it are dropped, the later ones (turns whose record
+   * failed) kept. Absent: the run recorded none, every entry is kept.
+   */
+  spend_recorded?: number;
   /**
    * With a `create` guard: the create's time (ms), which its answer and `session.created` give as `updated_at`; the
    * write stamps it instead of Redis's TIME (apply-8.lua), so a read at the create's revision answers the same.

@@ -145,10 +145,10 @@ export interface SessionState {
   /** Policy `ttl_s`: deleted once idle or failed and unchanged this long (src/sessions/retention.ts); null: never. */
   ttlS: number | null;
   /**
-   * The spend of the last turn this session billed, while it may not be in its tenant's day yet (meta `spend_open`:
-   * src/cost/spend.ts OpenSpend); null: none.
+   * The spend of the turns this session billed that may not be in its tenant's day yet, oldest first (meta
+   * `spend_open`: src/cost/spend.ts OpenSpend); empty: none.
    */
-  spendOpen: OpenSpend | null;
+  spendOpen: OpenSpend[];
 }
 
 /** How many iteration records the session has (turns and compactions): the number of the last one. */

@@ -563,10 +563,10 @@ export class SessionStore {
   }
 
   /**
-   * The marker of the last commit that landed (see the engine's commit), and the session's open spend (OpenSpend:
-   * that commit's, if it billed a turn): one HMGET.
+   * The marker of the last commit that landed (see the engine's commit), and the session's open spend (OpenSpend,
+   * oldest first: that commit's last, if it billed a turn, after those its run had not recorded): one HMGET.
    */
-  async lastCommit(id: string): Promise<{ marker: string | null; spendOpen: OpenSpend | null }> {
+  async lastCommit(id: string): Promise<{ marker: string | null; spendOpen: OpenSpend[] }> {
     const [marker, open] = await this.redis.hmget(sessionKeys(id).meta, 'last_commit', 'spend_open');
     return { marker: marker ?? null, spendOpen: parseOpenSpend(open) };
   }

@@ -11,7 +11,7 @@ export const BOOKKEEPING_FIELDS: ReadonlySet<string> = new Set([
   'ev_cut',
   'ev_mark',
   'params_rev',
-  // A turn's spend until its run recorded it (apply-8.lua `spend_open`; dropped by the run's release, which may come
-  // after a snapshot taken once the session left `running`).
+  // The turns' spend until a record through them succeeded (apply-8.lua `spend_open`; dropped by the run's release,
+  // which may come after a snapshot taken once the session left `running`).
   'spend_open',
 ]);

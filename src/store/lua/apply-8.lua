@@ -46,9 +46,15 @@
 --         revision (null, as those written outside a change). Such a change must not be guarded by `rev` alone, which
 --         it does not move: `fields` guards it.
 --         `spend_open` (top level; never with `keep_revision`): the turn this change bills (its `hincr.u_*`) is
---         still to be added to its tenant's day: the meta field `spend_open` becomes `<revision>|` .. this value
---         (`<day>|<counters>`, src/cost/spend.ts OpenSpend), the new revision being the turn's seq there. Not
---         counted as Storage (a few dozen bytes, one field per session).
+--         still to be added to its tenant's day: `<revision>|` .. this value (`<day>|<counters>`, src/cost/spend.ts
+--         OpenSpend), the new revision being the turn's seq there, is appended to the meta field `spend_open`, a
+--         list of such entries joined by `;`, oldest first. `spend_recorded` (a number; absent: none): the seq
+--         through which the run recorded the session's turns in their tenant's day; the entries at or below it
+--         leave the list, the others stay (a turn whose record failed is kept until a record through it succeeds;
+--         every seq committed stays in the list until then). Usually that leaves the new entry alone (the previous
+--         one was recorded). At most SPEND_OPEN_MAX entries (src/cost/spend.ts, the same number): beyond it the
+--         oldest is dropped, a bound on a field written per commit, reached only after 32 consecutive billed
+--         turns whose records all failed. Not counted as Storage (a few dozen bytes each, one field per session).
 --         `now` (ms; with `create`): the create's time, its `created_at`, which its answer and `session.created` give
 --         as `updated_at` too (and `expires_at` from it): the write stamps it, not TIME, so a read of the session just
 --         made answers what its create did. Any other change stamps `updated_at` with TIME, never below the one stored
@@ -338,7 +344,19 @@ if ops.queue then
     run(ops.queue.none)
   end
 end
-if ops.spend_open then redis.call('HSET', meta, 'spend_open', rev .. '|' .. ops.spend_open) end
+if ops.spend_open then
+  -- The entries still open (above `spend_recorded`), oldest first, then this change's turn; at most SPEND_OPEN_MAX.
+  local SPEND_OPEN_MAX = 32
+  local through = tonumber(ops.spend_recorded)
+  local open = {}
+  for entry in string.gmatch(redis.call('HGET', meta, 'spend_open') or '', '[^;]+') do
+    local seq = tonumber(string.match(entry, '^(%d+)|'))
+    if seq and (not through or seq > through) then open[#open + 1] = entry end
+  end
+  open[#open + 1] = rev .. '|' .. ops.spend_open
+  local first = math.max(1, #open - SPEND_OPEN_MAX + 1)
+  redis.call('HSET', meta, 'spend_open', table.concat(open, ';', first, #open))
+end
 if not quiet then
   local stamp = now
   local before = tonumber(redis.call('HGET', meta, 'updated_at') or '')

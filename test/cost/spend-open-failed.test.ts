@@ -1,0 +1,202 @@
+/**
+ * A turn whose record in its tenant's day failed without a crash (a Redis error on the tenant's slot: records are
+ * best effort, and swallow it) still reaches the day, once. The session's `spend_open` keeps every turn committed
+ * until a record through it succeeded (apply-8.lua keeps the entries above the run's `spend_recorded`), and the run
+ * sends the turns it could not record before its next one (src/engine/commit.ts `recordSpend`); record-2.lua counts a
+ * seq of a session once, so a record that landed and is sent again adds nothing. The record is made to fail by
+ * turning the tenant's ledger of recorded seqs (`q:{<tenant>}:spent`) into a string: record-2.lua's first command on
+ * it (HGET) fails WRONGTYPE, before it writes anything.
+ */
+import { after, before, beforeEach, describe, it } from 'node:test';
+import assert from 'node:assert/strict';
+import { Redis } from 'ioredis';
+import { startHarness, type Harness } from '../helpers/service.js';
+import { offlineHandler, text, toolCall, type FakeReply } from '../fake/server.js';
+import { until } from '../durability/chaos-lib.js';
+import { PriceTable } from '../../src/cost/prices.js';
+import { SPEND_OPEN_MAX, TenantSpend, openSpendTail, parseOpenSpend } from '../../src/cost/spend.js';
+
+const TENANT = 'tsf';
+const SPENT = `q:{${TENANT}}:spent`;
+const today = () => new Date().toISOString().slice(0, 10);
+
+/** A reply's usage: turn `i`'s tokens, distinct per turn so that a sum tells which turns it holds. */
+const used = (i: number) => ({ usage: { input_tokens: 1000 * i, output_tokens: 10 * i } });
+
+describe("a turn whose record failed without a crash still reaches its tenant's day, once", () => {
+  let h: Harness;
+  let r: Redis;
+  before(async () => {
+    h = await startHarness({ env: { API_KEYS: `${TENANT}:key-${TENANT}` } });
+    r = new Redis(h.redis.url);
+  });
+  after(async () => {
+    r?.disconnect();
+    await h?.close();
+  });
+  beforeEach(async () => {
+    h.fake.reset();
+    await r.del(SPENT, `q:{${TENANT}}:usage:${today()}`);
+  });
+
+  /** The tenant's day as GET /v1/usage answers it: input and output tokens. */
+  async function day(): Promise<{ input_tokens: number; output_tokens: number }> {
+    const u = await h.api.get(`/v1/usage?from=${today()}&to=${today()}`);
+    assert.equal(u.status, 200, JSON.stringify(u.body));
+    const d = u.body.data[0] as { input_tokens: number; output_tokens: number };
+    return { input_tokens: d.input_tokens, output_tokens: d.output_tokens };
+  }
+
+  /**
+   * The fake answers request n with `replies[n - 1]`; before each request listed in `gated` it waits for that request's
+   * gate, which `open(n)` opens (the run's earlier turns are committed and recorded by then: a commit awaits its
+   * record, and the next request comes after it).
+   */
+  function scripted(replies: FakeReply[], gated: number[]) {
+    const gates = new Map(
+      gated.map((n) => {
+        let open!: () => void;
+        const gate = new Promise<void>((resolve) => (open = resolve));
+        return [n, { gate, open }] as const;
+      }),
+    );
+    let n = 0;
+    h.fake.setHandler(async (req) => {
+      const i = ++n;
+      await gates.get(i)?.gate;
+      return replies[i - 1] ?? offlineHandler(req, i);
+    });
+    return { open: (i: number) => gates.get(i)!.open() };
+  }
+
+  /** The session's run has returned in this process (its end's release ran). */
+  const runOver = (id: string) =>
+    until(() => !h.service.app.engine.isRunningHere(id), 30_000, `the run of ${id} to end`);
+
+  const spendOpen = async (id: string) => r.hget(`s:{${id}}`, 'spend_open');
+
+  it("a failed record, then the run's next billed turn: the day holds both turns, each once", async () => {
+    await r.set(SPENT, 'not a hash');
+    const fake = scripted([toolCall('calculate_sum', { a: 1, b: 2 }, used(1)), text('3.', used(2))], [2]);
+    const created = await h.api.post('/v1/sessions', { input: 'add', tools: ['calculate_sum'] });
+    assert.equal(created.status, 201, JSON.stringify(created.body));
+    const id = created.body.id as string;
+    // The first turn is committed and its record failed: the second request comes after both.
+    await h.fake.waitForRequests(2);
+    assert.deepEqual(await day(), { input_tokens: 0, output_tokens: 0 }, 'the first record failed');
+    assert.match((await spendOpen(id)) ?? '', /^\d+\|[^;]+$/, 'the first turn is kept open');
+    await r.del(SPENT);
+    fake.open(2);
+    const done = await h.api.waitStatus(id, ['idle', 'failed']);
+    assert.equal(done.status, 'idle', JSON.stringify(done.error));
+    await runOver(id);
+    assert.deepEqual(await day(), { input_tokens: 3000, output_tokens: 30 }, 'both turns, each once');
+    // Recorded through the last turn: the run's end left no open spend.
+    assert.equal(await spendOpen(id), null);
+  });
+
+  it('a record that landed though the run saw it fail is sent again and counted once', async () => {
+    await r.set(SPENT, 'not a hash');
+    const fake = scripted([toolCall('calculate_sum', { a: 1, b: 2 }, used(1)), text('3.', used(2))], [2]);
+    const created = await h.api.post('/v1/sessions', { input: 'add', tools: ['calculate_sum'] });
+    assert.equal(created.status, 201, JSON.stringify(created.body));
+    const id = created.body.id as string;
+    await h.fake.waitForRequests(2);
+    // What a record whose answer was lost leaves: the turn counted, its seq recorded, the run unaware of it.
+    await r.del(SPENT);
+    const spend = new TenantSpend(r, {
+      prices: new PriceTable(),
+      capUsdPerDay: 0,
+      retentionDays: 30,
+      now: () => Date.now(),
+    });
+    const open = parseOpenSpend(await spendOpen(id));
+    assert.equal(open.length, 1);
+    assert.equal(await spend.recordOpen(TENANT, id, open), open[0]!.seq);
+    assert.deepEqual(await day(), { input_tokens: 1000, output_tokens: 10 });
+    fake.open(2);
+    const done = await h.api.waitStatus(id, ['idle', 'failed']);
+    assert.equal(done.status, 'idle', JSON.stringify(done.error));
+    await runOver(id);
+    assert.deepEqual(
+      await day(),
+      { input_tokens: 3000, output_tokens: 30 },
+      'the first turn is not counted twice',
+    );
+    assert.equal(await spendOpen(id), null);
+  });
+
+  it("records that failed until the run's end: the next run's claim records the kept turns, once", async () => {
+    await r.set(SPENT, 'not a hash');
+    scripted(
+      [toolCall('calculate_sum', { a: 1, b: 2 }, used(1)), text('3.', used(2)), text('Again 3.', used(4))],
+      [],
+    );
+    const created = await h.api.post('/v1/sessions', { input: 'add', tools: ['calculate_sum'] });
+    assert.equal(created.status, 201, JSON.stringify(created.body));
+    const id = created.body.id as string;
+    const done = await h.api.waitStatus(id, ['idle', 'failed']);
+    assert.equal(done.status, 'idle', JSON.stringify(done.error));
+    await runOver(id);
+    // Neither turn reached the day; both are kept, oldest first, past the run's end.
+    assert.deepEqual(await day(), { input_tokens: 0, output_tokens: 0 });
+    const kept = parseOpenSpend(await spendOpen(id));
+    assert.deepEqual(
+      kept.map((o) => o.incr.in),
+      [1000, 2000],
+    );
+    assert.ok(kept[0]!.seq < kept[1]!.seq);
+    await r.del(SPENT);
+    const posted = await h.api.post(`/v1/sessions/${id}/messages`, { text: 'Again.' });
+    assert.equal(posted.status, 202, JSON.stringify(posted.body));
+    const again = await h.api.waitFor(id, (s) => s.status === 'idle' && s.revision > done.revision);
+    assert.equal(again.status, 'idle');
+    await runOver(id);
+    assert.deepEqual(await day(), { input_tokens: 7000, output_tokens: 70 }, 'the three turns, each once');
+    assert.equal(await spendOpen(id), null);
+  });
+
+  it("spend_open: the entries above the run's recorded seq, at most SPEND_OPEN_MAX; the release drops those through its seq", async () => {
+    const created = await h.api.post('/v1/sessions', { start: false });
+    assert.equal(created.status, 201, JSON.stringify(created.body));
+    const id = created.body.id as string;
+    const store = h.service.app.store;
+    const billed = (n: number, recorded?: number) =>
+      store.apply(
+        id,
+        {},
+        {
+          spend_open: openSpendTail({ in: n, out: 0, cw: 0, cr: 0, cost: 0, nc: 0 }, Date.now()),
+          ...(recorded === undefined ? {} : { spend_recorded: recorded }),
+        },
+      );
+    const seqs: number[] = [];
+    for (let n = 1; n <= SPEND_OPEN_MAX + 1; n++) seqs.push((await billed(n)).revision);
+    let open = parseOpenSpend(await spendOpen(id));
+    assert.equal(open.length, SPEND_OPEN_MAX, 'the oldest dropped past the bound');
+    assert.deepEqual(
+      open.map((o) => o.seq),
+      seqs.slice(1),
+    );
+    // Recorded through the 30th turn: the three later ones stay, then the new one.
+    const last = (await billed(100, seqs[29])).revision;
+    open = parseOpenSpend(await spendOpen(id));
+    assert.deepEqual(
+      open.map((o) => [o.seq, o.incr.in]),
+      [
+        [seqs[30], 31],
+        [seqs[31], 32],
+        [seqs[32], 33],
+        [last, 100],
+      ],
+    );
+    // The release drops the entries at or below the seq given, whoever holds the lease; none left: the field.
+    await store.runs.release(id, 'nobody', 0, false, seqs[31]!);
+    assert.deepEqual(
+      parseOpenSpend(await spendOpen(id)).map((o) => o.seq),
+      [seqs[32], last],
+    );
+    await store.runs.release(id, 'nobody', 0, false, last);
+    assert.equal(await spendOpen(id), null);
+  });
+});
