@@ -418,7 +418,8 @@ export class Run {
     await billDeleted(deps, run);
     await deps.channels.unwatchControl(run.id);
     // Handed over (a shutdown): any replica may claim it now rather than after the lease TTL.
-    // With it goes the session's open spend this run recorded last, while no later commit replaced it.
+    // With it go the entries of the session's open spend at or below the seq this run recorded through
+    // (`spendRecorded`), whoever holds the lease now; the later ones (records that failed) stay in `spend_open`.
     await deps.store.runs
       .release(run.id, deps.owner, run.fence, run.reason === 'shutdown', run.spendRecorded)
       .catch(() => {});

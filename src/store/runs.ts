@@ -167,8 +167,9 @@ export class RunQueue {
   /**
    * Lets go of the lease (release-2.lua; a no-op if it is not this claim's). `handOver` (this process stops): the run
    * is due now, for any replica, rather than after the lease TTL (even when the release failed). `spentSeq`: the seq
-   * of the session's spend the run recorded last (RunHandle `spendRecorded`), whose `spend_open` mark goes with the
-   * release if it is still that one (no later commit billed a turn since), whether or not the lease is still held.
+   * through which the run recorded the session's spend in its tenant's day (RunHandle `spendRecorded`): the entries
+   * of `spend_open` at or below it go with the release (the field once none is left), whether or not the lease is
+   * still held; a later entry (a turn whose record failed, or a later run's) stays.
    */
   async release(
     id: string,
