@@ -104,6 +104,11 @@ export class Engine {
     return this.active.has(id);
   }
 
+  /** The run of session `id` in this process, if it runs here; its `done` settles after its end (its release). */
+  runHere(id: string): RunHandle | undefined {
+    return this.active.get(id);
+  }
+
   /** The live news of the session's run in this process (live-news.ts), if it runs here. */
   liveNews(id: string): LiveNews | undefined {
     return this.active.get(id)?.news;

@@ -12,7 +12,7 @@ import assert from 'node:assert/strict';
 import { Redis } from 'ioredis';
 import { startHarness, type Harness } from '../helpers/service.js';
 import { offlineHandler, text, toolCall, type FakeReply } from '../fake/server.js';
-import { until } from '../durability/chaos-lib.js';
+import type { RunHandle } from '../../src/engine/run-handle.js';
 import { PriceTable } from '../../src/cost/prices.js';
 import { SPEND_OPEN_MAX, TenantSpend, openSpendTail, parseOpenSpend } from '../../src/cost/spend.js';
 
@@ -69,9 +69,36 @@ describe("a turn whose record failed without a crash still reaches its tenant's 
     return { open: (i: number) => gates.get(i)!.open() };
   }
 
-  /** The session's run has returned in this process (its end's release ran). */
-  const runOver = (id: string) =>
-    until(() => !h.service.app.engine.isRunningHere(id), 30_000, `the run of ${id} to end`);
+  /**
+   * The session's run in this process, taken while it waits on a gate of the fake (`scripted`): its `done` settles
+   * once its end returned, after its release (src/engine/run.ts `end`). Not the lease key's del: the run's last
+   * commit deletes the lease (`release_lease`), before the end records and releases.
+   */
+  function heldRun(id: string): RunHandle {
+    const run = h.service.app.engine.runHere(id);
+    assert.ok(run, `the run of ${id} is in this process`);
+    return run;
+  }
+
+  /**
+   * Spies on the store's records of open spend (TenantSpend `recordOpen`, which every record of the engine's goes
+   * through): the seqs of each call, in call order. `after(i)`, if given, runs after call i (1-based) settled.
+   */
+  function spyRecords(after?: (i: number) => Promise<void>) {
+    const spend = h.service.app.store.spend;
+    const original = spend.recordOpen;
+    const calls: number[][] = [];
+    spend.recordOpen = async (tenant, session, open) => {
+      calls.push(open.map((o) => o.seq));
+      const i = calls.length;
+      try {
+        return await original.call(spend, tenant, session, open);
+      } finally {
+        await after?.(i);
+      }
+    };
+    return { calls, restore: () => (spend.recordOpen = original) };
+  }
 
   const spendOpen = async (id: string) => r.hget(`s:{${id}}`, 'spend_open');
 
@@ -83,13 +110,14 @@ describe("a turn whose record failed without a crash still reaches its tenant's 
     const id = created.body.id as string;
     // The first turn is committed and its record failed: the second request comes after both.
     await h.fake.waitForRequests(2);
+    const run = heldRun(id);
     assert.deepEqual(await day(), { input_tokens: 0, output_tokens: 0 }, 'the first record failed');
     assert.match((await spendOpen(id)) ?? '', /^\d+\|[^;]+$/, 'the first turn is kept open');
     await r.del(SPENT);
     fake.open(2);
     const done = await h.api.waitStatus(id, ['idle', 'failed']);
     assert.equal(done.status, 'idle', JSON.stringify(done.error));
-    await runOver(id);
+    await run.done;
     assert.deepEqual(await day(), { input_tokens: 3000, output_tokens: 30 }, 'both turns, each once');
     // Recorded through the last turn: the run's end left no open spend.
     assert.equal(await spendOpen(id), null);
@@ -102,6 +130,7 @@ describe("a turn whose record failed without a crash still reaches its tenant's 
     assert.equal(created.status, 201, JSON.stringify(created.body));
     const id = created.body.id as string;
     await h.fake.waitForRequests(2);
+    const run = heldRun(id);
     // What a record whose answer was lost leaves: the turn counted, its seq recorded, the run unaware of it.
     await r.del(SPENT);
     const spend = new TenantSpend(r, {
@@ -112,12 +141,31 @@ describe("a turn whose record failed without a crash still reaches its tenant's 
     });
     const open = parseOpenSpend(await spendOpen(id));
     assert.equal(open.length, 1);
-    assert.equal(await spend.recordOpen(TENANT, id, open), open[0]!.seq);
+    const first = open[0]!.seq;
+    assert.deepEqual(
+      run.spendUnrecorded.map((o) => o.seq),
+      [first],
+      'the run saw the record fail',
+    );
+    assert.equal(await spend.recordOpen(TENANT, id, open), first);
     assert.deepEqual(await day(), { input_tokens: 1000, output_tokens: 10 });
-    fake.open(2);
-    const done = await h.api.waitStatus(id, ['idle', 'failed']);
-    assert.equal(done.status, 'idle', JSON.stringify(done.error));
-    await runOver(id);
+    const records = spyRecords();
+    try {
+      fake.open(2);
+      const done = await h.api.waitStatus(id, ['idle', 'failed']);
+      assert.equal(done.status, 'idle', JSON.stringify(done.error));
+      await run.done;
+    } finally {
+      records.restore();
+    }
+    // The run's record of its second turn sent the first again, in one call, before it.
+    assert.equal(records.calls.length, 1, JSON.stringify(records.calls));
+    const [resent, second] = records.calls[0]!;
+    assert.equal(resent, first, 'the landed turn sent again');
+    assert.ok(second! > first);
+    assert.deepEqual(run.spendUnrecorded, [], 'nothing left unrecorded');
+    assert.equal(run.spendRecorded, second);
+    assert.equal(await r.hget(SPENT, id), String(second), "the ledger's seq moved to the second turn");
     assert.deepEqual(
       await day(),
       { input_tokens: 3000, output_tokens: 30 },
@@ -128,16 +176,19 @@ describe("a turn whose record failed without a crash still reaches its tenant's 
 
   it("records that failed until the run's end: the next run's claim records the kept turns, once", async () => {
     await r.set(SPENT, 'not a hash');
-    scripted(
+    const fake = scripted(
       [toolCall('calculate_sum', { a: 1, b: 2 }, used(1)), text('3.', used(2)), text('Again 3.', used(4))],
-      [],
+      [2, 3],
     );
     const created = await h.api.post('/v1/sessions', { input: 'add', tools: ['calculate_sum'] });
     assert.equal(created.status, 201, JSON.stringify(created.body));
     const id = created.body.id as string;
+    await h.fake.waitForRequests(2);
+    const run = heldRun(id);
+    fake.open(2);
     const done = await h.api.waitStatus(id, ['idle', 'failed']);
     assert.equal(done.status, 'idle', JSON.stringify(done.error));
-    await runOver(id);
+    await run.done;
     // Neither turn reached the day; both are kept, oldest first, past the run's end.
     assert.deepEqual(await day(), { input_tokens: 0, output_tokens: 0 });
     const kept = parseOpenSpend(await spendOpen(id));
@@ -149,9 +200,12 @@ describe("a turn whose record failed without a crash still reaches its tenant's 
     await r.del(SPENT);
     const posted = await h.api.post(`/v1/sessions/${id}/messages`, { text: 'Again.' });
     assert.equal(posted.status, 202, JSON.stringify(posted.body));
+    await h.fake.waitForRequests(3);
+    const next = heldRun(id);
+    fake.open(3);
     const again = await h.api.waitFor(id, (s) => s.status === 'idle' && s.revision > done.revision);
     assert.equal(again.status, 'idle');
-    await runOver(id);
+    await next.done;
     assert.deepEqual(await day(), { input_tokens: 7000, output_tokens: 70 }, 'the three turns, each once');
     assert.equal(await spendOpen(id), null);
   });
