@@ -147,7 +147,8 @@ export function completedEvents(
  * that bills a turn marks it open in the session (`spend_open`, src/cost/spend.ts OpenSpend: its seq is the commit's
  * revision) and then adds it to the tenant's day (`billed`): a process killed between the two leaves the mark for
  * the claim of the run's takeover, or the runs' sweep, to record, once (record-2.lua counts a seq once); a record
- * that failed without a crash leaves it too, and the run sends it again with its next turn (`recordSpend`).
+ * that failed without a crash leaves it too, and the run sends it again with its next turn (`recordSpend`), or at
+ * its end (src/engine/run.ts `end`), else the session's next claim does.
  */
 export async function commit(deps: RunDeps, run: RunHandle, given: ApplyOps): Promise<ApplyResult> {
   const ops = withSpendOpen(deps, run, withUnbilled(run, given));
@@ -198,7 +199,9 @@ function withSpendOpen(
  * read, or the turns the run could not record and its new one) in its tenant's day, once (record-2.lua counts a seq
  * of a session at most once); the run's end then drops the entries through the seq recorded (`spendRecorded`). Best
  * effort, as every record: the turns a failure (without a crash) left unrecorded stay in the session's `spend_open`,
- * and in `spendUnrecorded`, which the run's next record sends first; else the next claim or the runs' sweep.
+ * and in `spendUnrecorded`, which the run's next record sends first, and its end once more before its release
+ * (src/engine/run.ts `end`; not after a delete); still failing then, they wait in `spend_open` for the session's next
+ * claim (the runs' sweep does not find a run that ended: it removed its due entry).
  */
 export async function recordOpenSpend(
   deps: Pick<RunDeps, 'store'>,

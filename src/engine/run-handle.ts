@@ -73,7 +73,8 @@ export class RunHandle {
    * They are still in the session's `spend_open` (every seq committed stays there until a record through it
    * succeeded); the run's next record sends them first, then its new turn: record-2.lua refuses a seq below one
    * recorded, and counts a seq at most once, so one whose record landed though its answer was lost adds nothing.
-   * At most SPEND_OPEN_MAX, as the field.
+   * The run's end sends them once more before its release (not after a delete of the session); still failing, they
+   * stay in `spend_open` for the session's next claim. At most SPEND_OPEN_MAX, as the field.
    */
   spendUnrecorded: OpenSpend[] = [];
   /**

@@ -417,6 +417,13 @@ export class Run {
     // A delete dropped the turn in flight (or a reply whose tools ran): its tenant's day is charged for it here.
     await billDeleted(deps, run);
     await deps.channels.unwatchControl(run.id);
+    // The turns whose records failed without a crash (RunHandle `spendUnrecorded`) are sent once more, best effort,
+    // before the release drops the entries of `spend_open` through what was recorded: a run that ended normally
+    // removed its due entry, so the runs' sweep never finds the rest; only the session's next claim would. Not for a
+    // run stopped by a delete of its session: the session's ledger seq (`q:{<tenant>}:spent`) went with it, so a turn
+    // whose record landed though its answer was lost would be counted a second time (its `spend_open` is gone too).
+    if (run.reason !== 'deleted' && run.spendUnrecorded.length > 0)
+      await recordOpenSpend(deps, run, run.tenant, run.spendUnrecorded);
     // Handed over (a shutdown): any replica may claim it now rather than after the lease TTL.
     // With it go the entries of the session's open spend at or below the seq this run recorded through
     // (`spendRecorded`), whoever holds the lease now; the later ones (records that failed) stay in `spend_open`.

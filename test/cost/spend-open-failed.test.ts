@@ -210,6 +210,43 @@ describe("a turn whose record failed without a crash still reaches its tenant's 
     assert.equal(await spendOpen(id), null);
   });
 
+  it("records that failed through the run's last commit, the ledger mended then: the end's retry counts them, once", async () => {
+    await r.set(SPENT, 'not a hash');
+    const fake = scripted([toolCall('calculate_sum', { a: 1, b: 2 }, used(1)), text('3.', used(2))], [2]);
+    const created = await h.api.post('/v1/sessions', { input: 'add', tools: ['calculate_sum'] });
+    assert.equal(created.status, 201, JSON.stringify(created.body));
+    const id = created.body.id as string;
+    await h.fake.waitForRequests(2);
+    const run = heldRun(id);
+    // The ledger is mended right after the record of the run's last commit (its second) failed: only the end's
+    // retry, before its release, can count the two turns now (a run that ended removed its due entry, so the runs'
+    // sweep does not find it).
+    const records = spyRecords(async (i) => {
+      if (i === 1) await r.del(SPENT);
+    });
+    try {
+      fake.open(2);
+      const done = await h.api.waitStatus(id, ['idle', 'failed']);
+      assert.equal(done.status, 'idle', JSON.stringify(done.error));
+      await run.done;
+    } finally {
+      records.restore();
+    }
+    assert.equal(records.calls.length, 2, JSON.stringify(records.calls));
+    assert.deepEqual(records.calls[1], records.calls[0], "the end's retry sent the two turns again");
+    assert.deepEqual(await day(), { input_tokens: 3000, output_tokens: 30 }, 'both turns, each once');
+    assert.equal(await spendOpen(id), null, 'the release dropped what the retry recorded');
+    // The session deleted after: the delete records nothing (its run is over), and the day keeps the turns.
+    const deleting = spyRecords();
+    try {
+      assert.equal((await h.api.req('DELETE', `/v1/sessions/${id}`)).status, 200);
+    } finally {
+      deleting.restore();
+    }
+    assert.deepEqual(deleting.calls, [], 'the delete records nothing');
+    assert.deepEqual(await day(), { input_tokens: 3000, output_tokens: 30 });
+  });
+
   it("spend_open: the entries above the run's recorded seq, at most SPEND_OPEN_MAX; the release drops those through its seq", async () => {
     const created = await h.api.post('/v1/sessions', { start: false });
     assert.equal(created.status, 201, JSON.stringify(created.body));

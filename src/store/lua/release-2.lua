@@ -4,7 +4,8 @@
 -- ARGV[2] the seq through which the run recorded the session's spend in its tenant's day ('' : none): the entries
 --         of the meta field `spend_open` (`<seq>|…` joined by `;`, oldest first: src/cost/spend.ts OpenSpend) at or
 --         below it are dropped, whoever holds the lease, and the field with them when none is left; a later one (a
---         turn whose record failed, or a takeover's) stays, for the next claim or the runs' sweep to record
+--         turn whose record failed through the run's end, or a takeover's) stays, for the next claim (or the runs'
+--         sweep, when the session is still due) to record
 -- Returns 1 if the lease was released, 0 if it is gone or another's.
 if ARGV[2] ~= '' then
   local through = tonumber(ARGV[2])
