@@ -143,7 +143,8 @@ interface PendingTurn {
   args: TurnArgs;
 }
 
-interface DayUsage {
+/** A UTC day of a tenant's usage: a row of `GET /v1/usage` (TenantSpend `days`). */
+export interface DayUsage {
   date: string;
   input_tokens: number;
   output_tokens: number;

@@ -102,15 +102,24 @@ describe("a turn whose record failed without a crash still reaches its tenant's 
 
   const spendOpen = async (id: string) => r.hget(`s:{${id}}`, 'spend_open');
 
-  it("a failed record, then the run's next billed turn: the day holds both turns, each once", async () => {
+  /**
+   * A session whose first turn (a tool call) committed with its record failing (the tenant's ledger a string), its
+   * run held at the fake's gate before request 2: the fake (`scripted`: `replies`, `gated`), the id and the run.
+   */
+  async function firstRecordFailed(replies: FakeReply[], gated: number[]) {
     await r.set(SPENT, 'not a hash');
-    const fake = scripted([toolCall('calculate_sum', { a: 1, b: 2 }, used(1)), text('3.', used(2))], [2]);
+    const fake = scripted(replies, gated);
     const created = await h.api.post('/v1/sessions', { input: 'add', tools: ['calculate_sum'] });
     assert.equal(created.status, 201, JSON.stringify(created.body));
     const id = created.body.id as string;
     // The first turn is committed and its record failed: the second request comes after both.
     await h.fake.waitForRequests(2);
-    const run = heldRun(id);
+    return { fake, id, run: heldRun(id) };
+  }
+  const twoTurns = () => [toolCall('calculate_sum', { a: 1, b: 2 }, used(1)), text('3.', used(2))];
+
+  it("a failed record, then the run's next billed turn: the day holds both turns, each once", async () => {
+    const { fake, id, run } = await firstRecordFailed(twoTurns(), [2]);
     assert.deepEqual(await day(), { input_tokens: 0, output_tokens: 0 }, 'the first record failed');
     assert.match((await spendOpen(id)) ?? '', /^\d+\|[^;]+$/, 'the first turn is kept open');
     await r.del(SPENT);
@@ -124,13 +133,7 @@ describe("a turn whose record failed without a crash still reaches its tenant's 
   });
 
   it('a record that landed though the run saw it fail is sent again and counted once', async () => {
-    await r.set(SPENT, 'not a hash');
-    const fake = scripted([toolCall('calculate_sum', { a: 1, b: 2 }, used(1)), text('3.', used(2))], [2]);
-    const created = await h.api.post('/v1/sessions', { input: 'add', tools: ['calculate_sum'] });
-    assert.equal(created.status, 201, JSON.stringify(created.body));
-    const id = created.body.id as string;
-    await h.fake.waitForRequests(2);
-    const run = heldRun(id);
+    const { fake, id, run } = await firstRecordFailed(twoTurns(), [2]);
     // What a record whose answer was lost leaves: the turn counted, its seq recorded, the run unaware of it.
     await r.del(SPENT);
     const spend = new TenantSpend(r, {
@@ -175,16 +178,7 @@ describe("a turn whose record failed without a crash still reaches its tenant's 
   });
 
   it("records that failed until the run's end: the next run's claim records the kept turns, once", async () => {
-    await r.set(SPENT, 'not a hash');
-    const fake = scripted(
-      [toolCall('calculate_sum', { a: 1, b: 2 }, used(1)), text('3.', used(2)), text('Again 3.', used(4))],
-      [2, 3],
-    );
-    const created = await h.api.post('/v1/sessions', { input: 'add', tools: ['calculate_sum'] });
-    assert.equal(created.status, 201, JSON.stringify(created.body));
-    const id = created.body.id as string;
-    await h.fake.waitForRequests(2);
-    const run = heldRun(id);
+    const { fake, id, run } = await firstRecordFailed([...twoTurns(), text('Again 3.', used(4))], [2, 3]);
     fake.open(2);
     const done = await h.api.waitStatus(id, ['idle', 'failed']);
     assert.equal(done.status, 'idle', JSON.stringify(done.error));
@@ -211,13 +205,7 @@ describe("a turn whose record failed without a crash still reaches its tenant's 
   });
 
   it("records that failed through the run's last commit, the ledger mended then: the end's retry counts them, once", async () => {
-    await r.set(SPENT, 'not a hash');
-    const fake = scripted([toolCall('calculate_sum', { a: 1, b: 2 }, used(1)), text('3.', used(2))], [2]);
-    const created = await h.api.post('/v1/sessions', { input: 'add', tools: ['calculate_sum'] });
-    assert.equal(created.status, 201, JSON.stringify(created.body));
-    const id = created.body.id as string;
-    await h.fake.waitForRequests(2);
-    const run = heldRun(id);
+    const { fake, id, run } = await firstRecordFailed(twoTurns(), [2]);
     // The ledger is mended right after the record of the run's last commit (its second) failed: only the end's
     // retry, before its release, can count the two turns now (a run that ended removed its due entry, so the runs'
     // sweep does not find it).

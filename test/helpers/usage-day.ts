@@ -1,17 +1,7 @@
 import { Redis } from 'ioredis';
 import { untilKeyspace } from './keyspace-wait.js';
 import type { Api, ApiResponse } from './service.js';
-
-/** A row of `GET /v1/usage`'s `data`: one UTC day of the tenant. */
-export interface UsageRow {
-  date: string;
-  input_tokens: number;
-  output_tokens: number;
-  cache_creation_input_tokens: number;
-  cache_read_input_tokens: number;
-  cost_usd: number;
-  unpriced_turns: number;
-}
+import type { DayUsage } from '../../src/cost/spend.js';
 
 /** `GET /v1/usage`'s answer. */
 export interface UsageBody {
@@ -19,7 +9,8 @@ export interface UsageBody {
   from: string;
   to: string;
   cost_usd: number;
-  data: UsageRow[];
+  /** One UTC day of the tenant each. */
+  data: DayUsage[];
 }
 
 /**
