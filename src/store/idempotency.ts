@@ -85,8 +85,13 @@ export interface StreamReplay {
  */
 export const IN_FLIGHT_TTL_MS = 10_000;
 export const IN_FLIGHT_RENEW_MS = 3_000;
-/** How often a record given up is tried again while Redis does not answer (until its lease would lapse anyway). */
+/** How often a record given up is tried again while Redis does not answer (see `giveUp`). */
 const GIVE_UP_RETRY_MS = 200;
+/**
+ * How long after its give-up a record is tried again at most while Redis does not answer (see `giveUp`): a bound on
+ * the `givenUp` entries and the retry timers an outage's 5xx leave behind.
+ */
+const GIVE_UP_MAX_MS = 60_000;
 
 /**
  * The token a keyed mutation records in its own write (a session's id, the session's applied tokens: src/store/
@@ -110,6 +115,8 @@ export class IdempotencyRecords {
     private readonly ttlS: number,
     /** IDEMPOTENCY_MAX_BYTES_PER_TENANT: answers kept per tenant at most, in bytes (the oldest are forgotten). */
     private readonly maxBytesPerTenant: number,
+    /** IN_FLIGHT_TTL_MS, shorter in tests of what outlives it: a pending record's lease, in ms. */
+    private readonly inFlightTtlMs: number = IN_FLIGHT_TTL_MS,
   ) {
     defineLuaCommands(redis, new URL('./lua/', import.meta.url), 'sess');
   }
@@ -122,8 +129,8 @@ export class IdempotencyRecords {
   /**
    * Records this process gave up (`giveUp`) and could not drop yet, by key: their owners (every request of the key
    * given up here meanwhile: a retry answered 503 while Redis was away may or may not have written one, and must not
-   * hide the one that did). A retry of one of them on this replica takes the record over at once (`reserve`); the
-   * entry goes when the drops land or the lease lapses.
+   * hide the one that did). A retry of one of them on this replica takes the record over at once (`reserve`) until
+   * `until` (ms since the epoch: see `giveUp`, which slides it); the entry goes when the drops land or will not.
    */
   private readonly givenUp = new Map<string, { owners: Set<string>; until: number }>();
 
@@ -134,11 +141,11 @@ export class IdempotencyRecords {
    */
   async reserve(key: string, record: IdempotencyRecord): Promise<boolean> {
     const json = JSON.stringify(record);
-    if ((await this.redis.set(key, json, 'PX', IN_FLIGHT_TTL_MS, 'NX')) === 'OK') return true;
+    if ((await this.redis.set(key, json, 'PX', this.inFlightTtlMs, 'NX')) === 'OK') return true;
     const left = this.givenUp.get(key);
     if (!left || left.until < Date.now()) return false;
     for (const owner of left.owners) {
-      if ((await this.redis.sessIdemRelease(key, owner, json, IN_FLIGHT_TTL_MS)) !== 1) continue;
+      if ((await this.redis.sessIdemRelease(key, owner, json, this.inFlightTtlMs)) !== 1) continue;
       this.givenUp.delete(key);
       return true;
     }
@@ -149,15 +156,30 @@ export class IdempotencyRecords {
    * The request that owns the pending record of `key` ends without an answer to keep (a 5xx), or does not know
    * whether its reservation landed (it failed as Redis stopped answering, and a paused Redis runs it later): the
    * record is deleted if it is still `owner`'s (idem-release-1.lua), so the client's retry runs at once. Best
-   * effort and in the background: while Redis does not answer, tried again every GIVE_UP_RETRY_MS until the lease
-   * would have lapsed anyway. Safe to run again: a keyed mutation records its token with its change, so a retry of
-   * one that did land (a write Redis ran after its caller timed out) finds it done.
+   * effort and in the background: while Redis does not answer, tried again every GIVE_UP_RETRY_MS. Safe to run
+   * again: a keyed mutation records its token with its change, so a retry of one that did land (a write Redis ran
+   * after its caller timed out) finds it done.
+   *
+   * How long: the entry's `until` starts a lease after the give-up, and each drop that fails because Redis does not
+   * answer (StoreUnavailable) moves it to a lease after that failure, at most GIVE_UP_MAX_MS after the give-up, where
+   * the drops stop (an answer of Redis stops them sooner). A fixed lease from the give-up is not enough: a paused
+   * Redis (`CLIENT PAUSE … ALL`) expires nothing, and runs what it was sent during the pause (this request's
+   * reservation or renewal, timed out here) when the pause ends, a whole lease from then. A pause, or a starved process, that outlasted the lease left
+   * the record in place with nobody to drop it, and the retry answered 409 for another lease (seen in CI). Sliding
+   * it changes no answer's correctness, only how long the entry and its timers live: taking over or dropping a record
+   * this process gave up is safe at any time, since its owner's request ended here with a 5xx (or never learned its
+   * reservation landed), and `owner` is random per request, so a record written since is never another's dropped.
    */
   giveUp(key: string, owner: string): void {
     const now = Date.now();
-    const until = now + IN_FLIGHT_TTL_MS;
-    // Entries are in the order they were given up, so their `until`s rise: the lapsed ones are at the front (an
-    // outage's burst of 5xx prunes a few each, not the whole map each).
+    /** The last moment this owner's drop is tried, whatever the slides. */
+    const cap = now + GIVE_UP_MAX_MS;
+    // Entries are in the order they were (last) given up. Their `until`s no longer rise in that order (a slide moves
+    // one past those behind it), so pruning from the front stops at the first live entry and may leave lapsed ones
+    // behind it; but an entry's `until` is at most GIVE_UP_MAX_MS after its own give-up, so by GIVE_UP_MAX_MS after
+    // an entry's give-up every entry before it has lapsed too, and the next give-up prunes them all. A lapsed entry
+    // outlives that bound only until the next give-up, and its own drops delete it sooner (`settle`). Pruning a few
+    // each (an outage's burst of 5xx), not the whole map each.
     for (const [k, v] of this.givenUp) {
       if (v.until >= now) break;
       this.givenUp.delete(k);
@@ -165,8 +187,8 @@ export class IdempotencyRecords {
     const entry = this.givenUp.get(key);
     const owners = entry && entry.until >= now ? entry.owners : new Set<string>();
     owners.add(owner);
-    this.givenUp.delete(key); // to the back: the order stays that of `until`
-    this.givenUp.set(key, { owners, until });
+    this.givenUp.delete(key); // to the back: the order stays that of the give-ups
+    this.givenUp.set(key, { owners, until: now + this.inFlightTtlMs });
     /** Done with this owner: its drop landed, or will not. */
     const settle = () => {
       const e = this.givenUp.get(key);
@@ -176,10 +198,19 @@ export class IdempotencyRecords {
     const attempt = () => {
       if (!this.givenUp.get(key)?.owners.has(owner)) return;
       this.redis.sessIdemRelease(key, owner, '', 0).then(settle, (err: unknown) => {
-        if (!(err instanceof StoreUnavailable) || Date.now() >= until) {
+        const e = this.givenUp.get(key);
+        // Given up again meanwhile (a new entry without this owner) or pruned: nothing left to do for this owner.
+        if (!e?.owners.has(owner)) return;
+        const at = Date.now();
+        // Another error is Redis's answer (the drop will not land by trying again); past `cap`, the outage has
+        // lasted too long to keep the entry.
+        if (!(err instanceof StoreUnavailable) || at >= cap) {
           settle();
           return;
         }
+        // Redis does not answer: whatever it was sent may still run when it does, a lease from then. Never moved
+        // back (another owner of the key may have moved it further), nor past this owner's `cap`.
+        e.until = Math.max(e.until, Math.min(at + this.inFlightTtlMs, cap));
         setTimeout(attempt, GIVE_UP_RETRY_MS).unref();
       });
     };
@@ -191,7 +222,7 @@ export class IdempotencyRecords {
    * writes the answer (`keep`), so it never shortens the kept answer's TTL.
    */
   async renew(key: string): Promise<void> {
-    await this.redis.pexpire(key, IN_FLIGHT_TTL_MS);
+    await this.redis.pexpire(key, this.inFlightTtlMs);
   }
 
   /** The record, or null when none is kept (never written, expired or dropped). */
