@@ -129,8 +129,9 @@ export class IdempotencyRecords {
   /**
    * Records this process gave up (`giveUp`) and could not drop yet, by key: their owners (every request of the key
    * given up here meanwhile: a retry answered 503 while Redis was away may or may not have written one, and must not
-   * hide the one that did). A retry of one of them on this replica takes the record over at once (`reserve`) until
-   * `until` (ms since the epoch: see `giveUp`, which slides it); the entry goes when the drops land or will not.
+   * hide the one that did). A retry of one of them on this replica takes the record over at once (`reserve`) while
+   * the entry is here; the entry goes when the drops land or will not, or once pruned after `until` (ms since the
+   * epoch: see `giveUp`, which slides it).
    */
   private readonly givenUp = new Map<string, { owners: Set<string>; until: number }>();
 
@@ -143,7 +144,9 @@ export class IdempotencyRecords {
     const json = JSON.stringify(record);
     if ((await this.redis.set(key, json, 'PX', this.inFlightTtlMs, 'NX')) === 'OK') return true;
     const left = this.givenUp.get(key);
-    if (!left || left.until < Date.now()) return false;
+    // Whatever its `until`: a record this process gave up is safe to take over at any time (see `giveUp`), and a
+    // process starved past `until` (its drop not tried yet since Redis answered) must not answer the retry 409.
+    if (!left) return false;
     for (const owner of left.owners) {
       if ((await this.redis.sessIdemRelease(key, owner, json, this.inFlightTtlMs)) !== 1) continue;
       this.givenUp.delete(key);
@@ -185,7 +188,8 @@ export class IdempotencyRecords {
       this.givenUp.delete(k);
     }
     const entry = this.givenUp.get(key);
-    const owners = entry && entry.until >= now ? entry.owners : new Set<string>();
+    // Its owners so far stay: each is in it only while its own drop is still tried (`settle` takes it out).
+    const owners = entry ? entry.owners : new Set<string>();
     owners.add(owner);
     this.givenUp.delete(key); // to the back: the order stays that of the give-ups
     this.givenUp.set(key, { owners, until: now + this.inFlightTtlMs });
