@@ -142,8 +142,10 @@ export class IdempotencyRecords {
    */
   async reserve(key: string, record: IdempotencyRecord): Promise<boolean> {
     const json = JSON.stringify(record);
-    if ((await this.redis.set(key, json, 'PX', this.inFlightTtlMs, 'NX')) === 'OK') return true;
+    // Read before the SET: the entry goes while the SET is out if the give-up's background drop lands meanwhile
+    // (`giveUp`), which leaves the key free.
     const left = this.givenUp.get(key);
+    if ((await this.redis.set(key, json, 'PX', this.inFlightTtlMs, 'NX')) === 'OK') return true;
     // Whatever its `until`: a record this process gave up is safe to take over at any time (see `giveUp`), and a
     // process starved past `until` (its drop not tried yet since Redis answered) must not answer the retry 409.
     if (!left) return false;
@@ -152,7 +154,9 @@ export class IdempotencyRecords {
       this.givenUp.delete(key);
       return true;
     }
-    return false;
+    // The drop may have landed between the SET above and the takeover, which then found no record: the key is free,
+    // as SET NX finds it.
+    return (await this.redis.set(key, json, 'PX', this.inFlightTtlMs, 'NX')) === 'OK';
   }
 
   /**

@@ -52,27 +52,31 @@ describe('a record given up while Redis is paused', () => {
     await server.stop();
   });
 
-  it('is dropped or taken over once Redis answers, more than a lease after the give-up', async () => {
-    const records = new IdempotencyRecords(client, 86_400, 67_108_864, LEASE_MS);
-    const key = records.key('t', 'paused-give-up');
-    const first: IdempotencyRecord = { state: 'pending', fp: 'fp', owner: 'first' };
-    assert.equal(await admin.call('CLIENT', 'PAUSE', String(PAUSE_MS), 'ALL'), 'OK');
-    const pausedAt = Date.now();
-    // As src/plugins/idempotency.ts does: the reservation, sent into the pause, times out (its effect unknown: the
-    // paused Redis runs it when the pause ends, a lease from then), and is given up.
-    await assert.rejects(records.reserve(key, first), StoreUnavailable);
-    records.giveUp(key, 'first');
-    assert.ok(guard.down, 'the guard refuses commands: the drops fail at once while Redis is paused');
-    const up = new Promise<void>((resolve) => onUp.push(resolve));
-    await up;
-    assert.ok(
-      Date.now() - pausedAt >= COMMAND_TIMEOUT_MS + LEASE_MS,
-      'Redis answers again more than a lease after the give-up',
-    );
-    // The client's retry, on this replica, as soon as Redis answers: the first request's record (written as the
-    // pause ended) is still there unless the give-up's drop landed first; either way the retry takes the key.
-    const retry: IdempotencyRecord = { state: 'pending', fp: 'fp', owner: 'retry' };
-    assert.equal(await records.reserve(key, retry), true, 'the retry takes the key, not 409');
-    assert.equal((await records.get(key))?.owner, 'retry');
-  });
+  it(
+    'is dropped or taken over once Redis answers, more than a lease after the give-up',
+    { timeout: PAUSE_MS + 10_000 },
+    async () => {
+      const records = new IdempotencyRecords(client, 86_400, 67_108_864, LEASE_MS);
+      const key = records.key('t', 'paused-give-up');
+      const first: IdempotencyRecord = { state: 'pending', fp: 'fp', owner: 'first' };
+      assert.equal(await admin.call('CLIENT', 'PAUSE', String(PAUSE_MS), 'ALL'), 'OK');
+      const pausedAt = Date.now();
+      // As src/plugins/idempotency.ts does: the reservation, sent into the pause, times out (its effect unknown: the
+      // paused Redis runs it when the pause ends, a lease from then), and is given up.
+      await assert.rejects(records.reserve(key, first), StoreUnavailable);
+      records.giveUp(key, 'first');
+      assert.ok(guard.down, 'the guard refuses commands: the drops fail at once while Redis is paused');
+      const up = new Promise<void>((resolve) => onUp.push(resolve));
+      await up;
+      assert.ok(
+        Date.now() - pausedAt >= COMMAND_TIMEOUT_MS + LEASE_MS,
+        'Redis answers again more than a lease after the give-up',
+      );
+      // The client's retry, on this replica, as soon as Redis answers: the first request's record (written as the
+      // pause ended) is still there unless the give-up's drop landed first; either way the retry takes the key.
+      const retry: IdempotencyRecord = { state: 'pending', fp: 'fp', owner: 'retry' };
+      assert.equal(await records.reserve(key, retry), true, 'the retry takes the key, not 409');
+      assert.equal((await records.get(key))?.owner, 'retry');
+    },
+  );
 });
