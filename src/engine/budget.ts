@@ -177,6 +177,7 @@ export async function stopForBudget(
 ): Promise<void> {
   // Idle whether or not anything was queued; the queue merge (after the status ops, in the same script) keeps the
   // follow-ups.
-  await commit(deps, run, { ...idleOps(stopReason), ...followUpsAfter(last) });
-  await deps.store.runs.end(run);
+  await commit(deps, run, { ...idleOps(stopReason), ...followUpsAfter(last) }, () =>
+    deps.store.runs.end(run, run.tenant ?? undefined),
+  );
 }

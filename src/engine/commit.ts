@@ -150,7 +150,18 @@ export function completedEvents(
  * that failed without a crash leaves it too, and the run sends it again with its next turn (`recordSpend`), or at
  * its end (src/engine/run.ts `end`), else the session's next claim does.
  */
-export async function commit(deps: RunDeps, run: RunHandle, given: ApplyOps): Promise<ApplyResult> {
+export async function commit(
+  deps: RunDeps,
+  run: RunHandle,
+  given: ApplyOps,
+  /**
+   * Writes that follow the commit's answer, sent alongside its record rather than after it: a run's end (`endRun`,
+   * `finish`) gives back its tenant's run slot there, so a client that saw the session leave `running` and starts
+   * another run of the tenant at once finds the slot free one round trip sooner (the record is another hash tag's
+   * command, as the slot's; neither needs the other).
+   */
+  alongside?: (res: ApplyResult) => Promise<void> | null,
+): Promise<ApplyResult> {
   const ops = withSpendOpen(deps, run, withUnbilled(run, given));
   let res: ApplyResult;
   try {
@@ -173,7 +184,7 @@ export async function commit(deps: RunDeps, run: RunHandle, given: ApplyOps): Pr
     throw err;
   }
   if (res.control === 'cancel' && !run.reason) run.abort('cancel');
-  await billed(deps, run, ops, res.revision);
+  await Promise.all([billed(deps, run, ops, res.revision), alongside?.(res)]);
   return res;
 }
 
@@ -334,8 +345,9 @@ export async function endRun(
   extra: ApplyOps = {},
 ): Promise<void> {
   const end = endOps({ now: deps.store.clock.now(), ...next });
-  await commit(deps, run, mergeOps(extra, { ...end, events: [...events, ...(end.events ?? [])] }));
-  await deps.store.runs.end(run);
+  await commit(deps, run, mergeOps(extra, { ...end, events: [...events, ...(end.events ?? [])] }), () =>
+    deps.store.runs.end(run, run.tenant ?? undefined),
+  );
 }
 
 /** Idle with `stop_reason`, releasing the lease, unless follow-ups are queued (then the loop merges them). */
@@ -347,16 +359,19 @@ export async function finish(
   /** The history ends with a paused reply: queued follow-ups stay queued (its continuation comes first). */
   paused = false,
 ): Promise<void> {
+  const ended = () => deps.store.runs.end(run, state.tenant);
   if (paused) {
-    await commit(deps, run, idleOps(stopReason));
-    await deps.store.runs.end(run, state.tenant);
+    await commit(deps, run, idleOps(stopReason), ended);
     return;
   }
   const intoLast = state.msgCount > 0 && (await deps.store.lastMessage(run.id))?.role === 'user';
-  const res = await commit(deps, run, {
-    queue: { none: idleOps(stopReason), ...(intoLast ? { into_last: true } : {}) },
-  });
-  if (res.mergedCount === 0) await deps.store.runs.end(run, state.tenant);
+  await commit(
+    deps,
+    run,
+    { queue: { none: idleOps(stopReason), ...(intoLast ? { into_last: true } : {}) } },
+    // Follow-ups merged: the run goes on with them, holding its slot.
+    (res) => (res.mergedCount === 0 ? ended() : null),
+  );
 }
 
 /**

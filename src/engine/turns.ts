@@ -182,14 +182,22 @@ class Turns extends TurnRunner {
     const unrun = resultsTurn(calls, () =>
       interruptedResult(`not run: the reply stopped with ${stopReason}`),
     );
-    const res = await commit(deps, run, {
-      push_msgs: [JSON.stringify(reply)],
-      push_iters: [JSON.stringify(record)],
-      hset: carried,
-      hincr: { iteration: 1, ...usageIncrs },
-      events: [...events, persistedEvent(this.iteration, this.records)],
-      ...(ends ? { queue: { ...(unrun.length ? { results: unrun } : {}), none: idleOps(stopReason) } } : {}),
-    });
+    const res = await commit(
+      deps,
+      run,
+      {
+        push_msgs: [JSON.stringify(reply)],
+        push_iters: [JSON.stringify(record)],
+        hset: carried,
+        hincr: { iteration: 1, ...usageIncrs },
+        events: [...events, persistedEvent(this.iteration, this.records)],
+        ...(ends
+          ? { queue: { ...(unrun.length ? { results: unrun } : {}), none: idleOps(stopReason) } }
+          : {}),
+      },
+      // The run ended (no follow-up merged): its slot goes back alongside the turn's record.
+      (done) => (ends && done.mergedCount === 0 ? deps.store.runs.end(run, state.tenant) : null),
+    );
     history.push(reply);
     run.obs.turnEnded();
     if (!ends) {
@@ -198,10 +206,7 @@ class Turns extends TurnRunner {
       return (await this.spentOut()) ? 'again' : 'continue';
     }
     extendHistory(history, res);
-    if (res.mergedCount === 0) {
-      await deps.store.runs.end(run, state.tenant);
-      return 'done';
-    }
+    if (res.mergedCount === 0) return 'done';
     if (budgetLeft(state, this.iteration) <= 0 || !(await this.handOver(res.paramsRev))) return 'again';
     this.compaction.afterHandOver(usageOf(message), history);
     return 'continue';

@@ -81,10 +81,11 @@ describe("a turn whose record failed without a crash still reaches its tenant's 
   }
 
   /**
-   * Spies on the store's records of open spend (TenantSpend `recordOpen`, which every record of the engine's goes
-   * through): the seqs of each call, in call order. `after(i)`, if given, runs after call i (1-based) settled.
+   * The store's records of open spend (TenantSpend `recordOpen`, which every record of the engine's goes through)
+   * made while `fn` runs: the seqs of each call, in call order. `after(i)`, if given, runs after call i (1-based)
+   * settled.
    */
-  function spyRecords(after?: (i: number) => Promise<void>) {
+  async function recordsDuring(fn: () => Promise<unknown>, after?: (i: number) => Promise<void>) {
     const spend = h.service.app.store.spend;
     const original = spend.recordOpen;
     const calls: number[][] = [];
@@ -97,7 +98,21 @@ describe("a turn whose record failed without a crash still reaches its tenant's 
         await after?.(i);
       }
     };
-    return { calls, restore: () => (spend.recordOpen = original) };
+    try {
+      await fn();
+    } finally {
+      spend.recordOpen = original;
+    }
+    return calls;
+  }
+
+  /** Opens the fake's gate `n` (`scripted`); resolves once the session is `idle` and its run's end returned. */
+  async function openToIdle(fake: { open: (n: number) => void }, n: number, id: string, run: RunHandle) {
+    fake.open(n);
+    const done = await h.api.waitStatus(id, ['idle', 'failed']);
+    assert.equal(done.status, 'idle', JSON.stringify(done.error));
+    await run.done;
+    return done;
   }
 
   const spendOpen = async (id: string) => r.hget(`s:{${id}}`, 'spend_open');
@@ -123,10 +138,7 @@ describe("a turn whose record failed without a crash still reaches its tenant's 
     assert.deepEqual(await day(), { input_tokens: 0, output_tokens: 0 }, 'the first record failed');
     assert.match((await spendOpen(id)) ?? '', /^\d+\|[^;]+$/, 'the first turn is kept open');
     await r.del(SPENT);
-    fake.open(2);
-    const done = await h.api.waitStatus(id, ['idle', 'failed']);
-    assert.equal(done.status, 'idle', JSON.stringify(done.error));
-    await run.done;
+    await openToIdle(fake, 2, id, run);
     assert.deepEqual(await day(), { input_tokens: 3000, output_tokens: 30 }, 'both turns, each once');
     // Recorded through the last turn: the run's end left no open spend.
     assert.equal(await spendOpen(id), null);
@@ -152,18 +164,10 @@ describe("a turn whose record failed without a crash still reaches its tenant's 
     );
     assert.equal(await spend.recordOpen(TENANT, id, open), first);
     assert.deepEqual(await day(), { input_tokens: 1000, output_tokens: 10 });
-    const records = spyRecords();
-    try {
-      fake.open(2);
-      const done = await h.api.waitStatus(id, ['idle', 'failed']);
-      assert.equal(done.status, 'idle', JSON.stringify(done.error));
-      await run.done;
-    } finally {
-      records.restore();
-    }
+    const calls = await recordsDuring(() => openToIdle(fake, 2, id, run));
     // The run's record of its second turn sent the first again, in one call, before it.
-    assert.equal(records.calls.length, 1, JSON.stringify(records.calls));
-    const [resent, second] = records.calls[0]!;
+    assert.equal(calls.length, 1, JSON.stringify(calls));
+    const [resent, second] = calls[0]!;
     assert.equal(resent, first, 'the landed turn sent again');
     assert.ok(second! > first);
     assert.deepEqual(run.spendUnrecorded, [], 'nothing left unrecorded');
@@ -179,10 +183,7 @@ describe("a turn whose record failed without a crash still reaches its tenant's 
 
   it("records that failed until the run's end: the next run's claim records the kept turns, once", async () => {
     const { fake, id, run } = await firstRecordFailed([...twoTurns(), text('Again 3.', used(4))], [2, 3]);
-    fake.open(2);
-    const done = await h.api.waitStatus(id, ['idle', 'failed']);
-    assert.equal(done.status, 'idle', JSON.stringify(done.error));
-    await run.done;
+    const done = await openToIdle(fake, 2, id, run);
     // Neither turn reached the day; both are kept, oldest first, past the run's end.
     assert.deepEqual(await day(), { input_tokens: 0, output_tokens: 0 });
     const kept = parseOpenSpend(await spendOpen(id));
@@ -209,29 +210,21 @@ describe("a turn whose record failed without a crash still reaches its tenant's 
     // The ledger is mended right after the record of the run's last commit (its second) failed: only the end's
     // retry, before its release, can count the two turns now (a run that ended removed its due entry, so the runs'
     // sweep does not find it).
-    const records = spyRecords(async (i) => {
-      if (i === 1) await r.del(SPENT);
-    });
-    try {
-      fake.open(2);
-      const done = await h.api.waitStatus(id, ['idle', 'failed']);
-      assert.equal(done.status, 'idle', JSON.stringify(done.error));
-      await run.done;
-    } finally {
-      records.restore();
-    }
-    assert.equal(records.calls.length, 2, JSON.stringify(records.calls));
-    assert.deepEqual(records.calls[1], records.calls[0], "the end's retry sent the two turns again");
+    const calls = await recordsDuring(
+      () => openToIdle(fake, 2, id, run),
+      async (i) => {
+        if (i === 1) await r.del(SPENT);
+      },
+    );
+    assert.equal(calls.length, 2, JSON.stringify(calls));
+    assert.deepEqual(calls[1], calls[0], "the end's retry sent the two turns again");
     assert.deepEqual(await day(), { input_tokens: 3000, output_tokens: 30 }, 'both turns, each once');
     assert.equal(await spendOpen(id), null, 'the release dropped what the retry recorded');
     // The session deleted after: the delete records nothing (its run is over), and the day keeps the turns.
-    const deleting = spyRecords();
-    try {
-      assert.equal((await h.api.req('DELETE', `/v1/sessions/${id}`)).status, 200);
-    } finally {
-      deleting.restore();
-    }
-    assert.deepEqual(deleting.calls, [], 'the delete records nothing');
+    const deleting = await recordsDuring(async () =>
+      assert.equal((await h.api.req('DELETE', `/v1/sessions/${id}`)).status, 200),
+    );
+    assert.deepEqual(deleting, [], 'the delete records nothing');
     assert.deepEqual(await day(), { input_tokens: 3000, output_tokens: 30 });
   });
 
