@@ -140,9 +140,19 @@ export class Engine {
       (id) => store.load(id),
       // A run that ended (its last commit landed) and died before its end: the turns its commits billed may not be
       // in its tenant's day yet (src/engine/commit.ts `commit`; a record that failed without a crash too). Recorded
-      // once, oldest first; a failure fails the sweep, whose next pass finds the run again.
+      // once, oldest first; on a failure the session is left due for a later pass, and this one goes on.
       async (s) => {
-        if (s.spendOpen.length > 0) await store.spend.recordOpen(s.tenant, s.id, s.spendOpen);
+        if (s.spendOpen.length === 0) return true;
+        try {
+          await store.spend.recordOpen(s.tenant, s.id, s.spendOpen);
+          return true;
+        } catch (err) {
+          this.deps.logger.warn(
+            { err, session: s.id, tenant: s.tenant },
+            "open spend not recorded in the tenant's day; tried again later",
+          );
+          return false;
+        }
       },
     );
     for (const id of lapsed) this.kick(id, true);

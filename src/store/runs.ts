@@ -40,6 +40,12 @@ const RUN_SLOT_GRACE_MS = 10_000;
 /** A session made runnable (`start`, `wake`) is claimable by any replica after this long if no process took it. */
 const START_DUE_DELAY_MS = 2000;
 
+/**
+ * A session whose settling failed in the runs' sweep (its tenant's ledger refused the record) is due again this long
+ * from then: behind the other due runs, which the pass goes on to, rather than at the head of every pass.
+ */
+const SETTLE_RETRY_MS = 30_000;
+
 /** The run of one session as this replica holds it: what a heartbeat renews. */
 export interface HeldRun {
   id: string;
@@ -253,20 +259,24 @@ export class RunQueue {
    * due time was set in (`markDue`). Due entries of sessions that are not running (or gone)
    * are dropped (`end`), once `settle` has done what such a run left (a process killed after its last commit and
    * before its `end`: the spend that commit billed, src/engine/commit.ts). `busy`: runs this process drives (not
-   * read); `load` reads a session.
+   * read); `load` reads a session. `settle` answers false when it could not (it said why): that session is left
+   * due SETTLE_RETRY_MS later and the pass goes on, so one tenant's broken ledger holds up no other's takeovers.
    */
   async sweep(
     limit: number,
     busy: (id: string) => boolean,
     load: (id: string) => Promise<SessionState | null>,
-    settle?: (state: SessionState) => Promise<void>,
+    settle?: (state: SessionState) => Promise<boolean>,
   ): Promise<string[]> {
     const due = await this.redis.sessRunDueRead(RUNS_KEY, limit);
     const out: string[] = [];
     for (const id of due) {
       if (busy(id)) continue;
       const state = await load(id);
-      if (state && state.status !== 'running' && settle) await settle(state);
+      if (state && state.status !== 'running' && settle && !(await settle(state))) {
+        await this.markDue(id, SETTLE_RETRY_MS);
+        continue;
+      }
       if (!state || state.status !== 'running') await this.end(id, state?.tenant);
       else out.push(id);
     }

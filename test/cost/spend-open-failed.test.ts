@@ -11,6 +11,7 @@ import { after, before, beforeEach, describe, it } from 'node:test';
 import assert from 'node:assert/strict';
 import { Redis } from 'ioredis';
 import { startHarness, type Harness } from '../helpers/service.js';
+import { untilKeyspace } from '../helpers/keyspace-wait.js';
 import { offlineHandler, text, toolCall, type FakeReply } from '../fake/server.js';
 import type { RunHandle } from '../../src/engine/run-handle.js';
 import { PriceTable } from '../../src/cost/prices.js';
@@ -18,6 +19,7 @@ import { SPEND_OPEN_MAX, TenantSpend, openSpendTail, parseOpenSpend } from '../.
 
 const TENANT = 'tsf';
 const SPENT = `q:{${TENANT}}:spent`;
+const RUNS_DUE = 'runs:due';
 const today = () => new Date().toISOString().slice(0, 10);
 
 /** A reply's usage: turn `i`'s tokens, distinct per turn so that a sum tells which turns it holds. */
@@ -226,6 +228,42 @@ describe("a turn whose record failed without a crash still reaches its tenant's 
     );
     assert.deepEqual(deleting, [], 'the delete records nothing');
     assert.deepEqual(await day(), { input_tokens: 3000, output_tokens: 30 });
+  });
+
+  it("the runs' sweep: a session whose open spend it cannot record is left for later, and the pass goes on", async () => {
+    // Two ended sessions left due (as by runs killed after their last commit): the first with a turn open in a
+    // tenant's day that refuses it (the ledger a string), the second with none. Due first, the first must not hold
+    // up the second: the sweep ends the second and puts the first behind the others.
+    const store = h.service.app.store;
+    const ids: string[] = [];
+    for (let i = 0; i < 2; i++) {
+      const created = await h.api.post('/v1/sessions', { start: false });
+      assert.equal(created.status, 201, JSON.stringify(created.body));
+      ids.push(created.body.id as string);
+    }
+    const [broken, fine] = ids as [string, string];
+    const spend = { in: 5, out: 0, cw: 0, cr: 0, cost: 0, nc: 0 };
+    await store.apply(broken, {}, { spend_open: openSpendTail(spend, Date.now()) });
+    await r.set(SPENT, 'not a hash');
+    try {
+      await r.zadd(RUNS_DUE, 1, broken, 2, fine);
+      await untilKeyspace(
+        h.redis.url,
+        r,
+        RUNS_DUE,
+        async () => {
+          const [secs] = await r.time();
+          const [left, later] = [await r.zscore(RUNS_DUE, fine), await r.zscore(RUNS_DUE, broken)];
+          if (left !== null) return `${fine} still due`;
+          return Number(later) > Number(secs) * 1000 + 20_000 ? null : `${broken} due at ${later}`;
+        },
+        10_000,
+      );
+      assert.equal(parseOpenSpend(await spendOpen(broken)).length, 1, 'its turn is still open');
+    } finally {
+      await r.zrem(RUNS_DUE, broken);
+      await r.del(SPENT);
+    }
   });
 
   it("spend_open: the entries above the run's recorded seq, at most SPEND_OPEN_MAX; the release drops those through its seq", async () => {
