@@ -184,8 +184,28 @@ export async function commit(
     throw err;
   }
   if (res.control === 'cancel' && !run.reason) run.abort('cancel');
-  await Promise.all([billed(deps, run, ops, res.revision), alongside?.(res)]);
+  await bothSettled(billed(deps, run, ops, res.revision), alongside?.(res) ?? null);
   return res;
+}
+
+/**
+ * Awaits both, then rejects with the first failure, if any: a run that goes on after one failed (to its `end`)
+ * finds the other done — the record's `spendRecorded` set before its release reads it.
+ */
+async function bothSettled(a: Promise<void>, b: Promise<void> | null): Promise<void> {
+  for (const r of await Promise.allSettled([a, b])) if (r.status === 'rejected') throw r.reason;
+}
+
+/**
+ * `commit`'s `alongside` for a commit that ends the run unless it merged follow-ups (the run then goes on with them,
+ * holding its slot): the run's end (src/store/runs.ts `end`).
+ */
+export function endUnlessMerged(
+  deps: Pick<RunDeps, 'store'>,
+  run: RunHandle,
+  tenant: string,
+): (res: ApplyResult) => Promise<void> | null {
+  return (res) => (res.mergedCount === 0 ? deps.store.runs.end(run, tenant) : null);
 }
 
 /**
@@ -359,9 +379,8 @@ export async function finish(
   /** The history ends with a paused reply: queued follow-ups stay queued (its continuation comes first). */
   paused = false,
 ): Promise<void> {
-  const ended = () => deps.store.runs.end(run, state.tenant);
   if (paused) {
-    await commit(deps, run, idleOps(stopReason), ended);
+    await commit(deps, run, idleOps(stopReason), () => deps.store.runs.end(run, state.tenant));
     return;
   }
   const intoLast = state.msgCount > 0 && (await deps.store.lastMessage(run.id))?.role === 'user';
@@ -369,8 +388,7 @@ export async function finish(
     deps,
     run,
     { queue: { none: idleOps(stopReason), ...(intoLast ? { into_last: true } : {}) } },
-    // Follow-ups merged: the run goes on with them, holding its slot.
-    (res) => (res.mergedCount === 0 ? ended() : null),
+    endUnlessMerged(deps, run, state.tenant),
   );
 }
 
@@ -495,8 +513,8 @@ export async function cancelSession(
 }
 
 /**
- * The run's own cancel (its loop's top): `cancelSession` under its fence, billing what the run has unbilled; the
- * step's tool tasks still out (queued while the step waited for the client) leave the queue (`dropStepTasks`). A
+ * The run's own cancel (its loop's top): `cancelSession` under its fence, billing what the run has unbilled, and the
+ * run's end; the step's tool tasks still out (queued while the step waited for the client) leave the queue (`dropStepTasks`). A
  * result delivered since `state` was read (`cancelSession` is refused) is kept: the cancel is made again from the
  * session as it is now, whose tasks are the ones dropped.
  */
@@ -517,7 +535,11 @@ export async function cancelOwnRun(deps: RunDeps, run: RunHandle, state: Session
       s = now;
     }
   }
-  if (bill) await billed(deps, run, bill, seq);
+  // The run's end alongside the bill (as `commit`'s `alongside`): the slot is free once the cancel shows.
+  await bothSettled(
+    bill ? billed(deps, run, bill, seq) : Promise.resolve(),
+    deps.store.runs.end(run, s.tenant),
+  );
   await dropStepTasks(deps.tasks, s);
 }
 

@@ -9,7 +9,7 @@ import type { StoredMessage } from '../history.js';
 import type { ApplyOps } from '../store/apply-ops.js';
 import { recordCount, type SessionState } from '../store/session-state.js';
 import { BUDGET_EXHAUSTED, budgetExhausted, spentOf, unpricedError } from './budget.js';
-import { commit, endOps, followUpsAfter, mergeOps } from './commit.js';
+import { commit, endOps, endUnlessMerged, followUpsAfter, mergeOps } from './commit.js';
 import { commitCompaction, withCompactionBeta } from './compaction.js';
 import type { EngineLogger, RunDeps, RunHandle } from './run-handle.js';
 import { runnerParams } from './runner-params.js';
@@ -75,12 +75,21 @@ async function compactOnly(
     // Where follow-ups go depends on the reply: after a summary, which the same script puts in place of the history
     // before it merges them, they are a new user turn; without one, they go where they would after `history`.
     const merged = (
-      await commitCompaction(deps, run, state, history, first.value, state.params, at, true, (summarized) =>
-        resumeEnd(state, summarized ? [] : history),
+      await commitCompaction(
+        deps,
+        run,
+        state,
+        history,
+        first.value,
+        state.params,
+        at,
+        true,
+        (summarized) => resumeEnd(state, summarized ? [] : history),
+        endUnlessMerged(deps, run, state.tenant),
       )
     ).mergedCount;
     log.info(at, 'compacted');
-    return afterCompactionRun(deps, run, state, merged);
+    return afterCompactionRun(merged);
   } finally {
     // The runner would go on to the next turn: this run only compacts.
     await it.return?.(undefined);
@@ -137,24 +146,18 @@ async function skipCompaction(
       { hset: { compact: '' }, events: [eventOf('compaction.skipped', { ...at, reason })] },
       resumeEnd(state, history),
     ),
+    endUnlessMerged(deps, run, state.tenant),
   );
   state.compactRequest = null;
   log.info({ ...at, reason }, 'compaction skipped');
-  return afterCompactionRun(deps, run, state, res.mergedCount);
+  return afterCompactionRun(res.mergedCount);
 }
 
 /**
- * The run ends with the commit that put the session back in its status, unless that commit merged follow-ups (it
- * stayed `running`, its lease held): then the next step sends them. Decided from the commit, not a read after it: the
- * session given back may be running again already, someone else's run.
+ * The run ended with the commit that put the session back in its status (its end sent alongside: `endUnlessMerged`),
+ * unless that commit merged follow-ups (it stayed `running`, its lease held): then the next step sends them. Decided
+ * from the commit, not a read after it: the session given back may be running again already, someone else's run.
  */
-async function afterCompactionRun(
-  deps: RunDeps,
-  run: RunHandle,
-  state: SessionState,
-  merged: number,
-): Promise<'done' | 'again'> {
-  if (merged > 0) return 'again';
-  await deps.store.runs.end(run, state.tenant);
-  return 'done';
+function afterCompactionRun(merged: number): 'done' | 'again' {
+  return merged > 0 ? 'again' : 'done';
 }

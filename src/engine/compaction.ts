@@ -37,7 +37,7 @@ import {
   type SessionState,
   type Usage,
 } from '../store/session-state.js';
-import { SEGMENT_SIZES_KEPT, type ApplyOps } from '../store/apply-ops.js';
+import { SEGMENT_SIZES_KEPT, type ApplyOps, type ApplyResult } from '../store/apply-ops.js';
 import { microsToUsd } from '../cost/prices.js';
 import { commit, countSpend, isPausedReply, mergeOps, persistedEvent } from './commit.js';
 import type { SessionStore } from '../store/store.js';
@@ -195,6 +195,8 @@ export async function commitCompaction(
   at: { iteration: number; n: number },
   fromRequest: boolean,
   extra: ApplyOps | ((summarized: boolean) => ApplyOps) = {},
+  /** `commit`'s `alongside`: a compaction run's end. */
+  alongside?: (res: ApplyResult) => Promise<void> | null,
 ): Promise<{ usage: IterationRecord['usage']; mergedCount: number }> {
   const { iteration, n } = at;
   const startedAt = Date.now();
@@ -261,6 +263,7 @@ export async function commitCompaction(
     deps,
     run,
     mergeOps(ops, typeof extra === 'function' ? extra(summary !== null) : extra),
+    alongside,
   );
   if (fromRequest) state.compactRequest = null;
   if (summary !== null) {

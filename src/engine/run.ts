@@ -226,7 +226,6 @@ export class Run {
     if (state.control === 'cancel' || run.reason === 'cancel') {
       // The history stays valid; see cancelSession.
       await cancelOwnRun(deps, run, state);
-      await deps.store.runs.end(run, state.tenant);
       return 'stop';
     }
     if (run.reason === 'shutdown' || run.reason === 'fenced' || run.reason === 'deleted') return 'stop';

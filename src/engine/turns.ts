@@ -24,7 +24,7 @@ import {
 import type { IterationRecord, SessionState } from '../store/session-state.js';
 import type { ApplyOps } from '../store/apply-ops.js';
 import { budgetExhausted } from './budget.js';
-import { commit, idleOps, persistedEvent } from './commit.js';
+import { commit, endUnlessMerged, idleOps, persistedEvent } from './commit.js';
 import { isUnfinished, usageOf, type DueCompaction } from './compaction.js';
 import { interruptedResult, pendingCalls, callIdempotent } from './policy.js';
 import type { EngineLogger, RunDeps, RunHandle } from './run-handle.js';
@@ -196,7 +196,7 @@ class Turns extends TurnRunner {
           : {}),
       },
       // The run ended (no follow-up merged): its slot goes back alongside the turn's record.
-      (done) => (ends && done.mergedCount === 0 ? deps.store.runs.end(run, state.tenant) : null),
+      ends ? endUnlessMerged(deps, run, state.tenant) : undefined,
     );
     history.push(reply);
     run.obs.turnEnded();

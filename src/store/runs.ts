@@ -259,8 +259,9 @@ export class RunQueue {
    * due time was set in (`markDue`). Due entries of sessions that are not running (or gone)
    * are dropped (`end`), once `settle` has done what such a run left (a process killed after its last commit and
    * before its `end`: the spend that commit billed, src/engine/commit.ts). `busy`: runs this process drives (not
-   * read); `load` reads a session. `settle` answers false when it could not (it said why): that session is left
-   * due SETTLE_RETRY_MS later and the pass goes on, so one tenant's broken ledger holds up no other's takeovers.
+   * read); `load` reads a session. `settle` answers false when it could not (it said why): that session is ended
+   * all the same but left due SETTLE_RETRY_MS later, and the pass goes on, so one tenant's broken ledger holds up no
+   * other's takeovers.
    */
   async sweep(
     limit: number,
@@ -273,12 +274,14 @@ export class RunQueue {
     for (const id of due) {
       if (busy(id)) continue;
       const state = await load(id);
-      if (state && state.status !== 'running' && settle && !(await settle(state))) {
-        await this.markDue(id, SETTLE_RETRY_MS);
+      if (state?.status === 'running') {
+        out.push(id);
         continue;
       }
-      if (!state || state.status !== 'running') await this.end(id, state?.tenant);
-      else out.push(id);
+      const settled = !state || !settle || (await settle(state));
+      await this.end(id, state?.tenant);
+      // Its slot given back and its tree member woken all the same; only the due entry stays, for the retry.
+      if (!settled) await this.markDue(id, SETTLE_RETRY_MS);
     }
     return out;
   }

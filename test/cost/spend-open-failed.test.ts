@@ -246,6 +246,8 @@ describe("a turn whose record failed without a crash still reaches its tenant's 
     await store.apply(broken, {}, { spend_open: openSpendTail(spend, Date.now()) });
     await r.set(SPENT, 'not a hash');
     try {
+      // A slot left by the broken one's run: given back all the same (only its due entry waits for the retry).
+      await r.zadd(`q:{${TENANT}}:runs`, 1, broken);
       await r.zadd(RUNS_DUE, 1, broken, 2, fine);
       await untilKeyspace(
         h.redis.url,
@@ -260,6 +262,7 @@ describe("a turn whose record failed without a crash still reaches its tenant's 
         10_000,
       );
       assert.equal(parseOpenSpend(await spendOpen(broken)).length, 1, 'its turn is still open');
+      assert.equal(await r.zscore(`q:{${TENANT}}:runs`, broken), null, 'its run slot given back');
     } finally {
       await r.zrem(RUNS_DUE, broken);
       await r.del(SPENT);

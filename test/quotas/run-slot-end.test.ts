@@ -45,26 +45,59 @@ describe("a run's end gives its run slot back while its last turn's record is st
     };
   }
 
-  const shapes = [
-    { end: 'idle', first: text('Done.', USED), body: { input: 'Hi.' } },
-    // pause_after_turn: the reply and the review step in one commit that bills the turn (src/engine/review-turn.ts).
-    { end: 'requires_action', first: text('Done.', USED), body: { input: 'Hi.', pause_after_turn: true } },
-  ] as const;
+  /** A new session of the tenant (201), started unless `start: false`. */
+  async function created(body: Record<string, unknown>): Promise<string> {
+    const made = await h.api.post('/v1/sessions', body);
+    assert.equal(made.status, 201, JSON.stringify(made.body));
+    return made.body.id as string;
+  }
+
+  /**
+   * Each way a run ends with a commit that bills a turn: `run` starts it (the records are held from then on) and
+   * answers the session's id; `ended` tells the session as that end shows it.
+   */
+  const shapes: Array<{ end: string; run: () => Promise<string>; ended: (s: any) => boolean }> = [
+    {
+      end: 'idle after its reply',
+      run: () => created({ input: 'Hi.' }),
+      ended: (s) => s.status === 'idle',
+    },
+    {
+      // pause_after_turn: the reply and the review step in one commit that bills the turn (src/engine/review-turn.ts).
+      end: 'requires_action at a review',
+      run: () => created({ input: 'Hi.', pause_after_turn: true }),
+      ended: (s) => s.status === 'requires_action',
+    },
+    {
+      // A run that only compacts (src/engine/compaction-run.ts): its summary's commit bills the request.
+      end: 'idle after a compaction of its own',
+      run: async () => {
+        const id = await created({
+          start: false,
+          messages: [
+            { role: 'user', content: 'Hi.' },
+            { role: 'assistant', content: 'Hello.' },
+          ],
+        });
+        assert.equal((await h.api.post(`/v1/sessions/${id}/compact`, {})).status, 202);
+        return id;
+      },
+      ended: (s) => s.status === 'idle' && s.compactions === 1 && !s.compaction_pending,
+    },
+  ];
   for (const shape of shapes) {
     it(`ended ${shape.end}: another session of the tenant starts at once`, async () => {
-      h.fake.enqueue(shape.first);
-      h.fake.enqueue(text('Second.', USED));
+      h.fake.enqueue(text('Done.', USED));
       const records = holdRecords();
       try {
-        const first = await h.api.post('/v1/sessions', shape.body);
-        assert.equal(first.status, 201, JSON.stringify(first.body));
-        const id = first.body.id as string;
+        const id = await shape.run();
         await records.held;
-        const seen = await h.api.waitStatus(id, [shape.end, 'failed']);
-        assert.equal(seen.status, shape.end, JSON.stringify(seen.error));
+        const seen = await h.api.waitFor(id, (s) => shape.ended(s) || s.status === 'failed');
+        assert.ok(shape.ended(seen), JSON.stringify(seen));
         const run = h.service.app.engine.runHere(id);
         assert.ok(run, "the first run is still in this process: its last turn's record is held");
         // The record is still held: the slot went back alongside it.
+        h.fake.enqueue(text('Second.', USED));
         const second = await h.api.post('/v1/sessions', { input: 'Next.' });
         assert.equal(second.status, 201, JSON.stringify(second.body));
         records.open();
