@@ -125,6 +125,12 @@ describe('Redis round trips per iteration', () => {
         assert.ok(Date.now() < ended, 'the first run ended');
         await new Promise((r) => setTimeout(r, 10));
       }
+      // The event stream the wait followed (if it did) has left: its UNSUBSCRIBE is the wait's, not the follow-up's.
+      while (Number((await marker.pubsub('NUMSUB', `ev:{${id}}`))[1]) !== 0) {
+        assert.ok(Date.now() < ended, "the wait's event stream left");
+        await new Promise((r) => setTimeout(r, 10));
+      }
+      await monitor.settle();
       h.fake.enqueue(hang());
       const before = h.fake.requests.length;
       monitor.commands.length = 0;
