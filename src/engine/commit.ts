@@ -156,9 +156,9 @@ export async function commit(
   given: ApplyOps,
   /**
    * Writes that follow the commit's answer, sent alongside its record rather than after it: a run's end (`endRun`,
-   * `finish`) gives back its tenant's run slot there, so a client that saw the session leave `running` and starts
-   * another run of the tenant at once finds the slot free one round trip sooner (the record is another hash tag's
-   * command, as the slot's; neither needs the other).
+   * `finish`, `endUnlessMerged`) gives back its tenant's run slot there, so a client that saw the session leave
+   * `running` and starts another run of the tenant at once finds the slot free one round trip sooner (the record is
+   * another hash tag's command, as the slot's; neither needs the other).
    */
   alongside?: (res: ApplyResult) => Promise<void> | null,
 ): Promise<ApplyResult> {
@@ -192,7 +192,7 @@ export async function commit(
  * Awaits both, then rejects with the first failure, if any: a run that goes on after one failed (to its `end`)
  * finds the other done — the record's `spendRecorded` set before its release reads it.
  */
-async function bothSettled(a: Promise<void>, b: Promise<void> | null): Promise<void> {
+async function bothSettled(a: Promise<void> | null, b: Promise<void> | null): Promise<void> {
   for (const r of await Promise.allSettled([a, b])) if (r.status === 'rejected') throw r.reason;
 }
 
@@ -514,9 +514,9 @@ export async function cancelSession(
 
 /**
  * The run's own cancel (its loop's top): `cancelSession` under its fence, billing what the run has unbilled, and the
- * run's end; the step's tool tasks still out (queued while the step waited for the client) leave the queue (`dropStepTasks`). A
- * result delivered since `state` was read (`cancelSession` is refused) is kept: the cancel is made again from the
- * session as it is now, whose tasks are the ones dropped.
+ * run's end; the step's tool tasks still out (queued while the step waited for the client) leave the queue
+ * (`dropStepTasks`). A result delivered since `state` was read (`cancelSession` is refused) is kept: the cancel is
+ * made again from the session as it is now, whose tasks are the ones dropped.
  */
 export async function cancelOwnRun(deps: RunDeps, run: RunHandle, state: SessionState): Promise<void> {
   const bill = run.unbilled ? withSpendOpen(deps, run, { hincr: run.unbilled }) : undefined;
@@ -536,10 +536,7 @@ export async function cancelOwnRun(deps: RunDeps, run: RunHandle, state: Session
     }
   }
   // The run's end alongside the bill (as `commit`'s `alongside`): the slot is free once the cancel shows.
-  await bothSettled(
-    bill ? billed(deps, run, bill, seq) : Promise.resolve(),
-    deps.store.runs.end(run, s.tenant),
-  );
+  await bothSettled(bill ? billed(deps, run, bill, seq) : null, deps.store.runs.end(run, s.tenant));
   await dropStepTasks(deps.tasks, s);
 }
 

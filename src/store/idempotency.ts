@@ -171,8 +171,9 @@ export class IdempotencyRecords {
    * answer (StoreUnavailable) moves it to a lease after that failure, at most GIVE_UP_MAX_MS after the give-up, where
    * the drops stop (an answer of Redis stops them sooner). A fixed lease from the give-up is not enough: a paused
    * Redis (`CLIENT PAUSE … ALL`) expires nothing, and runs what it was sent during the pause (this request's
-   * reservation or renewal, timed out here) when the pause ends, a whole lease from then. A pause, or a starved process, that outlasted the lease left
-   * the record in place with nobody to drop it, and the retry answered 409 for another lease (seen in CI). Sliding
+   * reservation or renewal, timed out here) when the pause ends, a whole lease from then. A pause, or a starved
+   * process, that outlasted the lease left the record in place with nobody to drop it, and the retry answered 409
+   * for another lease (seen in CI). Sliding
    * it changes no answer's correctness, only how long the entry and its timers live: taking over or dropping a record
    * this process gave up is safe at any time, since its owner's request ended here with a 5xx (or never learned its
    * reservation landed), and `owner` is random per request, so a record written since is never another's dropped.
